@@ -1,0 +1,94 @@
+# train_gpt2_ls: one place for flags.
+#   make                 the trainer, the CPU test binary and every GPU target (needs nvcc, no GPU)
+#   make train           the main job: prepare tiny Shakespeare (GPT-2 BPE) and train on it
+#   make test            every CPU test (Catch2 + pytest + end-to-end) and compiles every GPU target
+#   make test-gpu        GPU tests (needs a GPU)
+#   make deps            install the dependencies (scripts/install_deps.sh)
+# Variables: CUDA_ARCH="80 90"  PRECISION=BF16|FP32  EXTRA_INCLUDE=.deps/include
+#            SHARED_DATA=../shared/data  NVCC=nvcc CXX=g++ PYTHON=python3
+
+NVCC ?= nvcc
+CXX ?= g++
+PYTHON ?= python3
+CUDA_ARCH ?= 80 90
+PRECISION ?= BF16
+EXTRA_INCLUDE ?=
+SHARED_DATA ?= ../shared/data
+BUILD := build
+
+ifneq ($(PRECISION),BF16)
+ifneq ($(PRECISION),FP32)
+$(error PRECISION must be BF16 or FP32, got '$(PRECISION)')
+endif
+endif
+
+INCLUDES := -I. $(addprefix -I,$(EXTRA_INCLUDE))
+CXXFLAGS ?= -O2 -g
+CXXFLAGS += -std=c++17 -Wall -Wextra -fopenmp -MMD -MP $(INCLUDES)
+NVCC_GENCODE := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
+NVCCFLAGS ?= -O3
+NVCCFLAGS += -std=c++17 $(NVCC_GENCODE) -Xcompiler -fopenmp,-Wall -DENABLE_$(PRECISION) $(INCLUDES)
+CUDA_LIBS := -lcublas -lcublasLt -lgomp
+
+LLMC_HEADERS := $(wildcard llmc/*.h llmc/*/*.h llmc/*/*.cuh llmc/*.cuh)
+
+# --- the trainer -----------------------------------------------------------------------------
+train_gpt2_ls: train_gpt2_ls.cu $(LLMC_HEADERS)
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS)
+
+# --- CPU tests (Catch2 v2, one binary) -------------------------------------------------------
+TEST_SRCS := $(wildcard test/test_*.cpp)
+TEST_OBJS := $(patsubst test/%.cpp,$(BUILD)/test/%.o,$(TEST_SRCS))
+$(BUILD)/test/%.o: test/%.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -c $< -o $@
+$(BUILD)/test_cpu: $(BUILD)/test/catch_main.o $(TEST_OBJS)
+	$(CXX) $(CXXFLAGS) $^ -o $@
+-include $(wildcard $(BUILD)/test/*.d)
+
+# --- GPU targets: kernel lab (dev/cuda) and GPU tests (test/gpu), compiled once each ---------
+GPU_LAB_SRCS := $(wildcard dev/cuda/*.cu)
+GPU_TEST_SRCS := $(wildcard test/gpu/*.cu)
+GPU_LAB_BINS := $(patsubst dev/cuda/%.cu,$(BUILD)/dev/%,$(GPU_LAB_SRCS))
+GPU_TEST_BINS := $(patsubst test/gpu/%.cu,$(BUILD)/test_gpu/%,$(GPU_TEST_SRCS))
+$(BUILD)/dev/%: dev/cuda/%.cu $(LLMC_HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS)
+$(BUILD)/test_gpu/%: test/gpu/%.cu $(LLMC_HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS)
+gpu-targets: train_gpt2_ls $(GPU_LAB_BINS) $(GPU_TEST_BINS)
+
+all: train_gpt2_ls $(BUILD)/test_cpu gpu-targets
+.DEFAULT_GOAL := all
+
+# --- data ------------------------------------------------------------------------------------
+TS_DIR := data/shards/tinyshakespeare_gpt2
+$(TS_DIR)/meta.json:
+	GPT2_BPE_DIR=$(SHARED_DATA)/gpt2 $(PYTHON) data/prepare.py --dataset tinyshakespeare \
+	  --source $(SHARED_DATA)/tinyshakespeare/input.txt --out $(TS_DIR) --tokenizer gpt2
+data-tinyshakespeare: $(TS_DIR)/meta.json
+
+# --- the main job ----------------------------------------------------------------------------
+TRAIN_ARGS ?=
+train: train_gpt2_ls $(TS_DIR)/meta.json
+	./train_gpt2_ls -i "$(TS_DIR)/train_*.bin" -j "$(TS_DIR)/val_*.bin" -o out/tinyshakespeare $(TRAIN_ARGS)
+
+# --- tests -----------------------------------------------------------------------------------
+test: $(BUILD)/test_cpu gpu-targets $(TS_DIR)/meta.json
+	@echo "== Catch2 (C++ CPU tests) =="
+	$(BUILD)/test_cpu
+	@echo "== pytest (data pipeline, end to end) =="
+	SHARED_DATA=$(abspath $(SHARED_DATA)) $(PYTHON) -m pytest -q data/tests test
+	@echo "== all CPU tests passed; GPU targets compiled: $(GPU_LAB_BINS) $(GPU_TEST_BINS) train_gpt2_ls =="
+
+test-gpu: $(GPU_TEST_BINS)
+	@set -e; for t in $(GPU_TEST_BINS); do echo "== $$t =="; $$t; done
+
+deps:
+	scripts/install_deps.sh
+
+clean:
+	rm -rf $(BUILD) train_gpt2_ls
+
+.PHONY: all gpu-targets data-tinyshakespeare train test test-gpu deps clean

@@ -1,0 +1,83 @@
+// The compute-backend interface. The training loop (llmc/train_loop.h) is written once against
+// this; the CPU backend (llmc/cpu/) and the CUDA backend (llmc/cuda/) implement it. Parameters,
+// gradients and AdamW moments are fp32 in the canonical flat layout of llmc/params.h whenever
+// they cross this interface, so checkpoints interchange between backends.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "model_config.h"
+#include "params.h"
+
+namespace llmc {
+
+// Attention-logit statistics of one forward pass (GUIDE section 3), filled by the attention
+// kernel itself (never from a materialized T x T matrix). Indexed [layer * NH + head].
+struct LogitStats {
+    int num_layers = 0, num_heads = 0;
+    std::vector<float> max_logit;    // max pre-softmax logit q.k/sqrt(hd) over unmasked pairs
+    std::vector<float> min_logit;    //   (after QK-norm, before soft-capping)
+    std::vector<float> entropy;      // mean over query rows of the attention distribution's entropy (nats)
+    float out_max_logit = 0.0f;      // max output-softmax logit over the batch (real vocabulary only)
+    float out_mean_lse = 0.0f;       // mean over positions of logsumexp(output logits)
+    void resize(int L, int NH) {
+        num_layers = L; num_heads = NH;
+        max_logit.assign((size_t)L * NH, 0.0f);
+        min_logit.assign((size_t)L * NH, 0.0f);
+        entropy.assign((size_t)L * NH, 0.0f);
+    }
+    float overall_max() const {
+        float m = max_logit.empty() ? 0.0f : max_logit[0];
+        for (float v : max_logit) m = v > m ? v : m;
+        return m;
+    }
+};
+
+// What a forward pass with targets reports. Losses are means over the B*T positions.
+struct ForwardResult {
+    float loss = 0.0f;    // cross-entropy (the number printed and compared with references)
+    float z_loss = 0.0f;  // mean of z_loss_weight * logsumexp^2 (0 when the weight is 0)
+};
+
+struct AdamWHyper {
+    float lr = 6e-4f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
+};
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+    virtual const char* name() const = 0;
+    virtual const ModelConfig& config() const = 0;
+    size_t num_params() const { return param_layout(config()).total; }
+
+    // Parameters, fp32, canonical layout (params.h), num_params() elements.
+    virtual void get_params(float* dst) const = 0;
+    virtual void set_params(const float* src) = 0;
+    // AdamW moments, fp32, same layout (for the training-state file).
+    virtual void get_optimizer_state(float* m, float* v) const = 0;
+    virtual void set_optimizer_state(const float* m, const float* v) = 0;
+
+    // inputs, targets: (B, T) int32 token ids < vocab_size; T <= max_seq_len.
+    // targets == nullptr: logits only (no loss, no backward possible).
+    // stats != nullptr: the attention kernels and the classifier fill it for this pass.
+    // z_loss_weight > 0 adds z_loss_weight * logsumexp(logits)^2 per position to the objective.
+    virtual ForwardResult forward(const int* inputs, const int* targets, int B, int T,
+                                  float z_loss_weight, LogitStats* stats) = 0;
+    // Logits of the last forward, (B, T, Vp) fp32 on the host; entries [V, Vp) are meaningless.
+    virtual const float* logits() = 0;
+
+    virtual void zero_grad() = 0;
+    // Backward of the last forward; ADDS grad_scale * d(objective)/d(params) into the gradients
+    // (grad_scale = 1 / accumulation steps).
+    virtual void backward(float grad_scale) = 0;
+    // Gradients, fp32, canonical layout (for tests and the multi-rank all-reduce).
+    virtual void get_grads(float* dst) const = 0;
+    virtual void set_grads(const float* src) = 0;
+    // L2 norm of all gradients.
+    virtual float grad_norm() = 0;
+    // One AdamW step (t = 1-based step count for bias correction); gradients are multiplied by
+    // grad_multiplier first (clipping: min(1, clip / norm)).
+    virtual void adamw_update(const AdamWHyper& h, int t, float grad_multiplier) = 0;
+};
+
+}  // namespace llmc

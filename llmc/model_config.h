@@ -1,0 +1,53 @@
+// Model configuration: the fields that define a GPT-2 with LS-attention, presets, and
+// validation. Host-only, no GPU needed. Every field here is stored in the checkpoint header
+// (docs/formats.md) so a checkpoint rebuilds exactly this model.
+#pragma once
+#include <string>
+
+namespace llmc {
+
+struct ModelConfig {
+    int max_seq_len = 1024;      // maxT: rows of the position embedding
+    int vocab_size = 50257;      // V: real vocabulary
+    int padded_vocab_size = 50304; // Vp: V rounded up to a multiple of 128; logits [V, Vp) are never used
+    int num_layers = 6;          // L
+    int num_heads = 6;           // NH
+    int channels = 192;          // C; head size hd = C / NH
+    int global_heads = 1;        // G: heads NH-G .. NH-1 are global (causal), 0 .. NH-G-1 local
+    int window = 50;             // P: a local head's query i sees keys i-P < j <= i
+    bool qk_norm = false;        // LayerNorm over the head dimension on q and k (per-layer gain/bias)
+    float attn_softcap = 0.0f;   // > 0: attention logits s -> c * tanh(s / c); 0 = off
+    bool tied_embeddings = true; // LM head shares wte; false adds a separate lm_head (Vp, C)
+
+    int head_size() const { return channels / num_heads; }
+    int local_heads() const { return num_heads - global_heads; }
+    // Head h is local iff h < NH - G.
+    bool is_local_head(int h) const { return h < num_heads - global_heads; }
+};
+
+// Rounds V up to a multiple of 128 (llm.c's padding; keeps matmuls aligned).
+inline int pad_vocab(int V) { return ((V + 127) / 128) * 128; }
+
+// Returns "" when the configuration is buildable, else one line naming the problem and the fix.
+inline std::string validate_model_config(const ModelConfig& c) {
+    auto s = [](int v) { return std::to_string(v); };
+    if (c.num_layers < 1) return "--layers must be >= 1 (got " + s(c.num_layers) + ")";
+    if (c.num_heads < 1) return "--heads must be >= 1 (got " + s(c.num_heads) + ")";
+    if (c.channels < 1) return "--channels must be >= 1 (got " + s(c.channels) + ")";
+    if (c.channels % c.num_heads != 0)
+        return "--channels " + s(c.channels) + " is not divisible by --heads " + s(c.num_heads) +
+               "; pick channels = heads * head_size";
+    if (c.global_heads < 0 || c.global_heads > c.num_heads)
+        return "--global-heads " + s(c.global_heads) + " must be in 0..--heads (" + s(c.num_heads) +
+               "); use --global-heads " + s(c.num_heads) + " for plain MHSA";
+    if (c.window < 1) return "--window " + s(c.window) + " must be >= 1 (a local head sees at least itself)";
+    if (c.max_seq_len < 1) return "--max-seq-len must be >= 1 (got " + s(c.max_seq_len) + ")";
+    if (c.vocab_size < 2) return "--vocab must be >= 2 (got " + s(c.vocab_size) + ")";
+    if (c.padded_vocab_size < c.vocab_size || c.padded_vocab_size % 128 != 0)
+        return "padded vocabulary " + s(c.padded_vocab_size) + " must be a multiple of 128 and >= vocab " +
+               s(c.vocab_size);
+    if (!(c.attn_softcap >= 0.0f)) return "--attn-softcap must be >= 0 (0 = off)";
+    return "";
+}
+
+}  // namespace llmc

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs everything the build and the CPU tests need. Idempotent: safe to run again.
+#   Debian: CLI11, nlohmann/json, Catch2 v2 (header-only), OpenMPI.
+#   PyPI:   requirements.txt (numpy, tiktoken, sentencepiece, tqdm, pytest, matplotlib).
+# The CUDA toolkit (nvcc, cuBLAS/cuBLASLt, NCCL) is expected to be installed already.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+debs=(libcli11-dev nlohmann-json3-dev catch2 libopenmpi-dev openmpi-bin)
+missing=()
+for p in "${debs[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "install_deps: apt-get install ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+else
+  echo "install_deps: Debian packages present"
+fi
+PYTHON=${PYTHON:-python3}
+if ! $PYTHON -c "import numpy, tiktoken, sentencepiece, tqdm, pytest, matplotlib" 2>/dev/null; then
+  echo "install_deps: pip install -r requirements.txt"
+  $PYTHON -m pip install -q -r requirements.txt
+else
+  echo "install_deps: Python packages present"
+fi
+command -v nvcc >/dev/null || echo "install_deps: warning: nvcc not on PATH; 'make' needs the CUDA toolkit" >&2
