@@ -75,7 +75,11 @@ train: train_gpt2_ls $(TS_DIR)/meta.json
 	./train_gpt2_ls -i "$(TS_DIR)/train_*.bin" -j "$(TS_DIR)/val_*.bin" -o out/tinyshakespeare $(TRAIN_ARGS)
 
 # --- tests -----------------------------------------------------------------------------------
-test: $(BUILD)/test_cpu gpu-targets $(TS_DIR)/meta.json
+JOBS ?= $(shell nproc)
+test-build: $(BUILD)/test_cpu gpu-targets
+test:
+	$(MAKE) -j$(JOBS) test-build
+	$(MAKE) $(TS_DIR)/meta.json
 	@echo "== Catch2 (C++ CPU tests) =="
 	$(BUILD)/test_cpu
 	@echo "== pytest (data pipeline, end to end) =="
@@ -91,4 +95,4 @@ deps:
 clean:
 	rm -rf $(BUILD) train_gpt2_ls
 
-.PHONY: all gpu-targets data-tinyshakespeare train test test-gpu deps clean
+.PHONY: all gpu-targets data-tinyshakespeare train test test-build test-gpu deps clean
