@@ -1,0 +1,132 @@
+"""
+Reads and writes our model checkpoint format (docs/formats-checkpoint.md), written from that
+document, independently of the C++ (llmc/checkpoint.h):
+
+  header: 256 int32 little-endian
+    [0] magic 20250521  [1] version 1  [2] maxT  [3] V  [4] L  [5] NH  [6] C  [7] Vp  [8] G  [9] P
+    [10] qk_norm  [11] tied_embeddings  [12] dtype (0 fp32, 1 bf16)  [13] attn_softcap float bits
+    [14,15] number of parameters lo/hi  [16,17] 64-bit FNV-1a of the payload bytes lo/hi
+    [18] step  [19..255] 0
+  payload: the flat parameters in llmc/params.h order, fp32 or bf16 (round-to-nearest-even).
+
+Also reads llm.c's token shards (magic 20240520, version 1 uint16 / version 2 uint32), which the
+cross-check tool needs. numpy only (no torch), so it can be imported anywhere.
+"""
+import numpy as np
+
+from model_config import Config, num_params
+
+MODEL_MAGIC = 20250521
+MODEL_VERSION = 1
+SHARD_MAGIC = 20240520
+HEADER_INTS = 256
+
+FNV_OFFSET = 0xCBF29CE484222325
+FNV_PRIME = 0x100000001B3
+
+
+def fnv1a64(data: bytes) -> int:
+    """64-bit FNV-1a of a byte string: h = offset; for each byte: h = (h ^ byte) * prime mod 2^64."""
+    h = FNV_OFFSET
+    for b in data:  # plain Python ints; about 5 MB/s, fine for the small models this tool checks
+        h = ((h ^ b) * FNV_PRIME) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def _float_bits(x: float) -> int:
+    return int(np.array([x], dtype=np.float32).view(np.int32)[0])
+
+
+def _bits_float(i: int) -> float:
+    return float(np.array([i], dtype=np.int32).view(np.float32)[0])
+
+
+def fp32_to_bf16_bits(a: np.ndarray) -> np.ndarray:
+    """Round-to-nearest-even fp32 -> bf16 bit patterns (uint16). NaN stays NaN."""
+    u = a.astype(np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    out = rounded.astype(np.uint16)
+    nan = np.isnan(a)
+    out[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)
+    return out
+
+
+def bf16_bits_to_fp32(b: np.ndarray) -> np.ndarray:
+    return (b.astype(np.uint32) << 16).view(np.float32)
+
+
+def write_model(path, cfg: Config, params: np.ndarray, step=0, dtype="fp32"):
+    """params: flat fp32 array of num_params(cfg) elements in table order."""
+    params = np.ascontiguousarray(params, dtype=np.float32).reshape(-1)
+    n = num_params(cfg)
+    if params.size != n:
+        raise ValueError(f"{path}: {params.size} parameters given, the config needs {n}")
+    payload = params.tobytes() if dtype == "fp32" else fp32_to_bf16_bits(params).tobytes()
+    checksum = fnv1a64(payload)
+    h = np.zeros(HEADER_INTS, dtype=np.int32)
+    h[0], h[1] = MODEL_MAGIC, MODEL_VERSION
+    h[2], h[3], h[4], h[5], h[6] = cfg.max_seq_len, cfg.vocab_size, cfg.num_layers, cfg.num_heads, cfg.channels
+    h[7], h[8], h[9] = cfg.padded_vocab_size, cfg.global_heads, cfg.window
+    h[10], h[11] = int(cfg.qk_norm), int(cfg.tied_embeddings)
+    h[12] = {"fp32": 0, "bf16": 1}[dtype]
+    h[13] = _float_bits(cfg.attn_softcap)
+    h[14:16] = np.array([n & 0xFFFFFFFF, n >> 32], dtype=np.uint32).view(np.int32)
+    h[16:18] = np.array([checksum & 0xFFFFFFFF, checksum >> 32], dtype=np.uint32).view(np.int32)
+    h[18] = step
+    with open(path, "wb") as f:
+        f.write(h.astype("<i4").tobytes())
+        f.write(payload)
+
+
+def read_model(path):
+    """Returns (Config, flat fp32 params (np.ndarray), step). Raises ValueError on a bad file."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < HEADER_INTS * 4:
+        raise ValueError(f"{path}: {len(raw)} bytes, shorter than the 1024-byte header; not a model checkpoint")
+    h = np.frombuffer(raw[:HEADER_INTS * 4], dtype="<i4")
+    if h[0] != MODEL_MAGIC:
+        raise ValueError(f"{path}: bad magic {h[0]} (expected {MODEL_MAGIC}); not one of our model checkpoints")
+    if h[1] != MODEL_VERSION:
+        raise ValueError(f"{path}: unsupported version {h[1]} (expected {MODEL_VERSION})")
+    cfg = Config(max_seq_len=int(h[2]), vocab_size=int(h[3]), num_layers=int(h[4]), num_heads=int(h[5]),
+                 channels=int(h[6]), padded_vocab_size=int(h[7]), global_heads=int(h[8]), window=int(h[9]),
+                 qk_norm=bool(h[10]), tied_embeddings=bool(h[11]), attn_softcap=_bits_float(int(h[13])))
+    dtype = int(h[12])
+    if dtype not in (0, 1):
+        raise ValueError(f"{path}: unknown payload dtype {dtype} (0 = fp32, 1 = bf16)")
+    hu = h.view(np.uint32)
+    n = int(hu[14]) | (int(hu[15]) << 32)
+    if n != num_params(cfg):
+        raise ValueError(f"{path}: header says {n} parameters but its config needs {num_params(cfg)}")
+    payload = raw[HEADER_INTS * 4:]
+    elem = 4 if dtype == 0 else 2
+    if len(payload) != n * elem:
+        raise ValueError(f"{path}: payload is {len(payload)} bytes, expected {n * elem}; the file is truncated or damaged")
+    checksum = int(hu[16]) | (int(hu[17]) << 32)
+    if fnv1a64(payload) != checksum:
+        raise ValueError(f"{path}: payload checksum mismatch; the file is damaged")
+    if dtype == 0:
+        params = np.frombuffer(payload, dtype="<f4").astype(np.float32)
+    else:
+        params = bf16_bits_to_fp32(np.frombuffer(payload, dtype="<u2"))
+    return cfg, params, int(h[18])
+
+
+def read_shard(path):
+    """llm.c token shard -> int64 numpy array of tokens."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < HEADER_INTS * 4:
+        raise ValueError(f"{path}: shorter than the 1024-byte shard header")
+    h = np.frombuffer(raw[:HEADER_INTS * 4], dtype="<i4")
+    if h[0] != SHARD_MAGIC:
+        raise ValueError(f"{path}: bad magic {h[0]} (expected {SHARD_MAGIC}); not a token shard")
+    if h[1] not in (1, 2):
+        raise ValueError(f"{path}: unsupported shard version {h[1]} (1 = uint16, 2 = uint32)")
+    dt = "<u2" if h[1] == 1 else "<u4"
+    n = int(h[2])
+    body = raw[HEADER_INTS * 4:]
+    if len(body) != n * np.dtype(dt).itemsize:
+        raise ValueError(f"{path}: header says {n} tokens but the file holds {len(body)} bytes of tokens")
+    return np.frombuffer(body, dtype=dt).astype(np.int64)

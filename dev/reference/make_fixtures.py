@@ -1,0 +1,175 @@
+"""
+Writes the fixtures the C++ tests compare against (test/test_reference.cpp):
+  test/fixtures/<name>_model.bin   seeded random model in our checkpoint format (fp32)
+  test/fixtures/<name>_debug.bin   inputs, targets, logits, loss, z-loss, every gradient, attention
+                                   statistics, and the losses of N AdamW steps on that batch
+                                   (format: README.md), computed in float64, stored as fp32.
+The float64 computation uses the fp32-rounded parameters that the model file holds, so the
+reference is exact for what the C++ loads. Output is byte-identical when rerun.
+
+It also reruns everything in float32 and prints how far that lands from float64: an fp32
+implementation must be able to meet the tests' tolerances, or the tolerances are wrong.
+
+  /usr/bin/python3 dev/reference/make_fixtures.py            # write test/fixtures/
+  /usr/bin/python3 dev/reference/make_fixtures.py --check    # recompute, compare with the committed bytes
+"""
+import argparse
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checkpoint import write_model  # noqa: E402
+from debug_state import DebugState, read_debug, write_debug  # noqa: E402
+from gpt2_ls import (Config, adamw_step, flatten, forward, global_grad_norm, init_params,  # noqa: E402
+                     new_attn_stats, pad_vocab, param_shapes)
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+# AdamW hyperparameters of every fixture. lr = 1e-2 makes the steps large enough that a wrong
+# weight-decay set or missing clipping moves the step losses by > 5e-4 relative (fp32 lands within
+# 3e-7 of float64, the test allows 1e-4). eps = 1e-6 rather than 1e-8: gradients that are zero in
+# exact arithmetic (e.g. the k bias without soft-capping: softmax is shift invariant) come out as
+# ~1e-11 rounding noise in fp32, and Adam's normalization would blow that noise up into full
+# lr-sized steps; with eps = 1e-6 such noise moves a weight by < 1e-5 * lr.
+ADAM = dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-6, weight_decay=0.1)
+N_STEPS = 4
+
+
+def fixture_list():
+    V = 100
+    base = dict(max_seq_len=16, vocab_size=V, padded_vocab_size=pad_vocab(V), num_layers=2, num_heads=4,
+                channels=32)
+    return [
+        # (a) LS: 3 local heads with a window of 3, 1 global head
+        dict(name="ls", cfg=Config(**base, global_heads=1, window=3), B=2, T=16, z=0.0, clip=1.0, seed=1),
+        # (b) plain MHSA (G = NH), shorter sequence than maxT
+        dict(name="mhsa", cfg=Config(**base, global_heads=4, window=3), B=2, T=12, z=0.0, clip=1.0, seed=2),
+        # (c) all-local with every stabilizer: QK-norm, soft-cap 5, z-loss 1e-2, untied LM head;
+        #     grad clip 0.05 so clipping is active in the AdamW steps
+        dict(name="local_qknorm_softcap", cfg=Config(**base, global_heads=0, window=5, qk_norm=True,
+                                                     attn_softcap=5.0, tied_embeddings=False),
+             B=2, T=12, z=1e-2, clip=0.05, seed=3),
+        # (d) edge cases: window 1 (a local head sees only itself), 2 global heads, QK-norm without
+        #     soft-cap, odd T
+        dict(name="ls_p1_qknorm", cfg=Config(**base, global_heads=2, window=1, qk_norm=True),
+             B=2, T=9, z=1e-3, clip=1.0, seed=4),
+    ]
+
+
+def run_reference(cfg, params, inputs, targets, z, clip, dtype):
+    """Forward/backward/stats and N AdamW steps in `dtype`. params: dict of float64 tensors."""
+    p = {k: v.to(dtype).clone().requires_grad_(v.numel() > 0) for k, v in params.items()}
+    idx, tgt = torch.from_numpy(inputs).long(), torch.from_numpy(targets).long()
+    stats = new_attn_stats(cfg)
+    logits, loss, z_loss = forward(cfg, p, idx, tgt, z, stats)
+    grads = torch.autograd.grad(loss + z_loss, [p[k] for k, _ in param_shapes(cfg) if p[k].numel() > 0])
+    it = iter(grads)
+    g = {k: (next(it) if p[k].numel() > 0 else torch.zeros_like(p[k])) for k, _ in param_shapes(cfg)}
+    out = dict(logits=logits[:, :, :cfg.vocab_size].detach().double().numpy(), loss=loss.item(),
+               z_loss=z_loss.item(), grads={k: v.double().numpy() for k, v in g.items()}, stats=stats)
+
+    # N AdamW steps on the same batch: loss_k and ||grad_k|| are measured before update k
+    m = {k: torch.zeros_like(v) for k, v in p.items()}
+    v2 = {k: torch.zeros_like(v) for k, v in p.items()}
+    step_loss, step_z, step_norm = [], [], []
+    for t in range(1, N_STEPS + 1):
+        _, loss_t, z_t = forward(cfg, p, idx, tgt, z)
+        gt = torch.autograd.grad(loss_t + z_t, [p[k] for k, _ in param_shapes(cfg) if p[k].numel() > 0])
+        it = iter(gt)
+        gd = {k: (next(it) if p[k].numel() > 0 else torch.zeros_like(p[k])) for k, _ in param_shapes(cfg)}
+        norm = global_grad_norm(gd)
+        step_loss.append(loss_t.item())
+        step_z.append(z_t.item())
+        step_norm.append(norm)
+        adamw_step(cfg, p, gd, m, v2, t, grad_multiplier=min(1.0, clip / norm), **ADAM)
+    out.update(step_loss=np.array(step_loss), step_z=np.array(step_z), step_norm=np.array(step_norm))
+    return out
+
+
+def rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    nb = np.linalg.norm(b)
+    return np.linalg.norm(a - b) / nb if nb > 0 else np.linalg.norm(a - b)
+
+
+def grad_rel(a, b, total_norm):
+    """The tests' per-tensor gradient error: ||a - b|| / max(||b||, 1e-3 ||all gradients||). The floor
+    covers tensors whose gradient is zero in exact arithmetic (e.g. the k-norm bias without soft-cap)."""
+    return np.linalg.norm(np.asarray(a, np.float64) - b) / max(np.linalg.norm(b), 1e-3 * total_norm)
+
+
+def make_one(fx, out_dir):
+    cfg, B, T, z, clip = fx["cfg"], fx["B"], fx["T"], fx["z"], fx["clip"]
+    gen = torch.Generator().manual_seed(1000 + fx["seed"])
+    params = init_params(cfg, gen)
+    # the model file holds fp32; compute the reference from exactly those values
+    params = {k: v.float().double() for k, v in params.items()}
+    flat = flatten(cfg, params).float().numpy()
+    tokens = torch.randint(0, cfg.vocab_size, (B * T + 1,), generator=gen).numpy().astype(np.int32)
+    inputs = tokens[:-1].reshape(B, T).copy()
+    targets = tokens[1:].reshape(B, T).copy()
+
+    ref = run_reference(cfg, params, inputs, targets, z, clip, torch.float64)
+    s = ref["stats"]
+    grads = np.concatenate([ref["grads"][k].reshape(-1) for k, _ in param_shapes(cfg)])
+    d = DebugState(B=B, T=T, V=cfg.vocab_size, Vp=cfg.padded_vocab_size, L=cfg.num_layers, NH=cfg.num_heads,
+                   z_weight=z, grad_clip=clip, **ADAM, inputs=inputs, targets=targets,
+                   logits=ref["logits"].astype(np.float32), loss=ref["loss"], z_loss=ref["z_loss"],
+                   grads=grads.astype(np.float32), attn_max=s["max_logit"].numpy(), attn_min=s["min_logit"].numpy(),
+                   attn_entropy=s["entropy"].numpy(), out_max_logit=s["out_max_logit"],
+                   out_mean_lse=s["out_mean_lse"], step_loss=ref["step_loss"], step_z_loss=ref["step_z"],
+                   step_grad_norm=ref["step_norm"])
+    model_path = os.path.join(out_dir, fx["name"] + "_model.bin")
+    debug_path = os.path.join(out_dir, fx["name"] + "_debug.bin")
+    write_model(model_path, cfg, flat)
+    write_debug(debug_path, d)
+    d = read_debug(debug_path)  # report from what was stored
+
+    # the same in float32: how far an fp32 implementation lands from the stored reference
+    r32 = run_reference(cfg, params, inputs, targets, z, clip, torch.float32)
+    gnorm = np.sqrt(sum(float((v ** 2).sum()) for v in ref["grads"].values()))
+    worst_grad = max((grad_rel(r32["grads"][k], ref["grads"][k], gnorm), k) for k, _ in param_shapes(cfg)
+                     if ref["grads"][k].size > 0)
+    print(f"{fx['name']}: {sum(x.size for x in ref['grads'].values())} params, B={B} T={T}, "
+          f"loss {d.loss:.6f} z_loss {d.z_loss:.3e}, step losses {np.array2string(d.step_loss, precision=6)}, "
+          f"grad norms {np.array2string(d.step_grad_norm, precision=4)}, "
+          f"attn logits [{d.attn_min.min():.3f}, {d.attn_max.max():.3f}]")
+    print(f"   fp32 vs fp64: logits {rel(r32['logits'], ref['logits']):.1e}, loss {rel(r32['loss'], ref['loss']):.1e}, "
+          f"worst grad tensor {worst_grad[0]:.1e} ({worst_grad[1]}), "
+          f"step losses {rel(r32['step_loss'], ref['step_loss']):.1e}, "
+          f"entropy {rel(r32['stats']['entropy'], s['entropy']):.1e}")
+    return [model_path, debug_path]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out-dir", default=os.path.join(REPO, "test", "fixtures"))
+    ap.add_argument("--check", action="store_true",
+                    help="recompute into a temporary directory and compare byte for byte with --out-dir")
+    args = ap.parse_args()
+    torch.set_num_threads(1)  # a fixed reduction order: same bytes on every run
+    if args.check:
+        import filecmp
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            bad = []
+            for fx in fixture_list():
+                for path in make_one(fx, tmp):
+                    committed = os.path.join(args.out_dir, os.path.basename(path))
+                    if not os.path.exists(committed) or not filecmp.cmp(path, committed, shallow=False):
+                        bad.append(committed)
+            if bad:
+                sys.exit("error: these fixtures differ from a fresh run: " + ", ".join(bad) +
+                         "; rerun make_fixtures.py without --check and commit them")
+            print("fixtures are up to date (byte-identical)")
+        return
+    os.makedirs(args.out_dir, exist_ok=True)
+    for fx in fixture_list():
+        make_one(fx, args.out_dir)
+
+
+if __name__ == "__main__":
+    main()

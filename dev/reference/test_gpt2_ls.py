@@ -1,0 +1,203 @@
+"""
+Self-tests of the PyTorch reference. Needs torch, so it runs with Debian's python (no pytest there):
+  /usr/bin/python3 dev/reference/test_gpt2_ls.py          (or: pytest dev/reference where torch exists)
+"""
+import math
+import os
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checkpoint import fnv1a64, read_model, write_model  # noqa: E402
+from debug_state import read_debug  # noqa: E402
+from gpt2_ls import (Config, adamw_step, attention, attention_mask, flatten, forward, init_params, num_params,  # noqa: E402
+                     param_shapes, split_flat, WEIGHT_DECAY_PARAMS)
+import make_fixtures  # noqa: E402
+
+# tiny configs for gradcheck: Vp = V + 3 (padding columns that must get no gradient from the loss)
+TINY = dict(max_seq_len=6, vocab_size=10, padded_vocab_size=13, num_layers=2, num_heads=4, channels=8)
+LAYOUTS = {
+    "ls": Config(**TINY, global_heads=1, window=2),
+    "mhsa": Config(**TINY, global_heads=4, window=2),
+    "all_local": Config(**TINY, global_heads=0, window=3),
+    "ls_qknorm": Config(**TINY, global_heads=1, window=2, qk_norm=True),
+    "ls_softcap": Config(**TINY, global_heads=2, window=2, attn_softcap=0.7),
+    "all_stabilizers_untied": Config(**TINY, global_heads=1, window=3, qk_norm=True, attn_softcap=1.5,
+                                     tied_embeddings=False),
+}
+
+
+def _batch(cfg, B, T, seed):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randint(0, cfg.vocab_size, (B, T), generator=g),
+            torch.randint(0, cfg.vocab_size, (B, T), generator=g))
+
+
+def test_gradcheck_every_layout():
+    """Autograd of the whole objective (CE + z-loss) vs central finite differences in float64."""
+    for name, cfg in LAYOUTS.items():
+        g = torch.Generator().manual_seed(7)
+        p0 = init_params(cfg, g)
+        flat0 = flatten(cfg, p0).clone().requires_grad_(True)
+        idx, tgt = _batch(cfg, 2, 5, 11)
+
+        def objective(flat):
+            _, loss, z = forward(cfg, split_flat(cfg, flat), idx, tgt, z_weight=0.1)
+            return loss + z
+        assert torch.autograd.gradcheck(objective, (flat0,), eps=1e-6, atol=1e-7, rtol=1e-5), name
+        # the padded rows [V, Vp) of the LM head (tied or not) get exactly no gradient
+        (grad,) = torch.autograd.grad(objective(flat0), flat0)
+        head = split_flat(cfg, grad)["wte" if cfg.tied_embeddings else "lm_head"]
+        assert torch.all(head[cfg.vocab_size:] == 0), name
+
+
+def _attention_by_loops(cfg, x, qkvw, qkvb, qnorm, knorm):
+    """A second, loop-based attention: for each query only the keys its head may see."""
+    B, T, C = x.shape
+    NH, hd = cfg.num_heads, cfg.head_size
+    qkv = x @ qkvw.t() + qkvb
+    out = torch.zeros(B, T, C, dtype=x.dtype)
+    for b in range(B):
+        for h in range(NH):
+            lo_of = (lambda i: max(0, i - cfg.window + 1)) if h < NH - cfg.global_heads else (lambda i: 0)
+            for i in range(T):
+                q = qkv[b, i, h * hd:(h + 1) * hd]
+                keys = range(lo_of(i), i + 1)
+                ks = torch.stack([qkv[b, j, C + h * hd:C + (h + 1) * hd] for j in keys])
+                vs = torch.stack([qkv[b, j, 2 * C + h * hd:2 * C + (h + 1) * hd] for j in keys])
+                if cfg.qk_norm:
+                    q = torch.nn.functional.layer_norm(q, (hd,), qnorm[0], qnorm[1], 1e-5)
+                    ks = torch.nn.functional.layer_norm(ks, (hd,), knorm[0], knorm[1], 1e-5)
+                s = ks @ q / math.sqrt(hd)
+                if cfg.attn_softcap > 0:
+                    s = cfg.attn_softcap * torch.tanh(s / cfg.attn_softcap)
+                w = torch.exp(s - s.max())
+                out[b, i, h * hd:(h + 1) * hd] = (w / w.sum()) @ vs
+    return out
+
+
+def test_attention_mask_matches_loops():
+    for name, cfg in LAYOUTS.items():
+        g = torch.Generator().manual_seed(3)
+        p = init_params(cfg, g)
+        x = torch.randn(2, 6, cfg.channels, generator=g, dtype=torch.float64)
+        qn = (p["qnormw"][0], p["qnormb"][0]) if cfg.qk_norm else None
+        kn = (p["knormw"][0], p["knormb"][0]) if cfg.qk_norm else None
+        a = attention(cfg, x, p["qkvw"][0], p["qkvb"][0], qn, kn, attention_mask(cfg, 6))
+        b = _attention_by_loops(cfg, x, p["qkvw"][0], p["qkvb"][0], qn, kn)
+        assert torch.allclose(a, b, rtol=1e-12, atol=1e-12), name
+
+
+def test_window_at_least_T_is_global():
+    g = torch.Generator().manual_seed(5)
+    cfg_local = Config(**TINY, global_heads=0, window=6)
+    cfg_mhsa = Config(**TINY, global_heads=4, window=1)
+    p = init_params(cfg_local, g)
+    idx, tgt = _batch(cfg_local, 2, 6, 1)
+    la = forward(cfg_local, p, idx, tgt)[0]
+    lb = forward(cfg_mhsa, p, idx, tgt)[0]
+    assert torch.equal(la, lb)
+    # and a genuinely smaller window changes the output
+    lc = forward(Config(**TINY, global_heads=0, window=2), p, idx, tgt)[0]
+    assert (la - lc).abs().max() > 1e-4
+
+
+def test_loss_matches_torch_cross_entropy():
+    cfg = LAYOUTS["all_stabilizers_untied"]
+    p = init_params(cfg, torch.Generator().manual_seed(9))
+    idx, tgt = _batch(cfg, 3, 6, 2)
+    logits, loss, z = forward(cfg, p, idx, tgt, z_weight=0.25)
+    real = logits[..., :cfg.vocab_size].reshape(-1, cfg.vocab_size)
+    assert torch.allclose(loss, torch.nn.functional.cross_entropy(real, tgt.reshape(-1)), rtol=1e-14)
+    assert torch.allclose(z, 0.25 * (torch.logsumexp(real, -1) ** 2).mean(), rtol=1e-14)
+
+
+def test_adamw_matches_torch_optim():
+    cfg = LAYOUTS["all_stabilizers_untied"]
+    p = init_params(cfg, torch.Generator().manual_seed(4))
+    ref = {k: v.clone().requires_grad_(True) for k, v in p.items()}
+    hyper = dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-6, weight_decay=0.1)
+    opt = torch.optim.AdamW([
+        {"params": [ref[k] for k in ref if k in WEIGHT_DECAY_PARAMS], "weight_decay": hyper["weight_decay"]},
+        {"params": [ref[k] for k in ref if k not in WEIGHT_DECAY_PARAMS], "weight_decay": 0.0}],
+        lr=hyper["lr"], betas=(hyper["beta1"], hyper["beta2"]), eps=hyper["eps"])
+    m = {k: torch.zeros_like(v) for k, v in p.items()}
+    v = {k: torch.zeros_like(x) for k, x in p.items()}
+    g = torch.Generator().manual_seed(8)
+    for t in range(1, 4):
+        grads = {k: torch.randn(x.shape, generator=g, dtype=torch.float64) for k, x in p.items()}
+        mult = 0.3
+        adamw_step(cfg, p, grads, m, v, t, grad_multiplier=mult, **hyper)
+        for k in ref:
+            ref[k].grad = grads[k] * mult
+        opt.step()
+    for k in p:
+        assert torch.allclose(p[k], ref[k].detach(), rtol=1e-12, atol=1e-14), k
+
+
+def test_param_table_matches_params_h():
+    # llmc/params.h for C=32, L=2, NH=4, Vp=128, maxT=16, qk_norm, untied
+    cfg = Config(max_seq_len=16, vocab_size=100, padded_vocab_size=128, num_layers=2, num_heads=4, channels=32,
+                 qk_norm=True, tied_embeddings=False)
+    C, L, hd = 32, 2, 8
+    expect = [128 * C, 16 * C, L * C, L * C, L * 3 * C * C, L * 3 * C, L * C * C, L * C, L * C, L * C,
+              L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C, C, C, L * hd, L * hd, L * hd, L * hd, 128 * C]
+    assert [math.prod(s) for _, s in param_shapes(cfg)] == expect
+    assert num_params(cfg) == sum(expect)
+
+
+def test_checkpoint_round_trip_and_damage():
+    cfg = LAYOUTS["all_stabilizers_untied"]
+    cfg.padded_vocab_size = 128
+    flat = flatten(cfg, init_params(cfg, torch.Generator().manual_seed(1))).float().numpy()
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "m.bin")
+        write_model(path, cfg, flat, step=42)
+        cfg2, flat2, step = read_model(path)
+        assert cfg2 == cfg and step == 42 and np.array_equal(flat2, flat)
+        raw = bytearray(open(path, "rb").read())
+        assert len(raw) == 1024 + 4 * flat.size
+        hdr = np.frombuffer(bytes(raw[:1024]), dtype="<i4")
+        assert hdr[0] == 20250521 and hdr[1] == 1 and hdr[12] == 0
+        assert (int(hdr[16]) & 0xFFFFFFFF) | ((int(hdr[17]) & 0xFFFFFFFF) << 32) == fnv1a64(bytes(raw[1024:]))
+        raw[2000] ^= 1
+        open(path, "wb").write(raw)
+        try:
+            read_model(path)
+            raise AssertionError("a flipped payload bit was not detected")
+        except ValueError as e:
+            assert "checksum" in str(e)
+        open(path, "wb").write(raw[:-4])
+        try:
+            read_model(path)
+            raise AssertionError("a truncated file was not detected")
+        except ValueError as e:
+            assert "truncated" in str(e)
+        # bf16 payload: round-to-nearest-even, exactly as torch's fp32 -> bfloat16 conversion
+        write_model(path, cfg, flat, dtype="bf16")
+        _, fb, _ = read_model(path)
+        assert np.array_equal(fb, torch.from_numpy(flat).bfloat16().float().numpy())
+
+
+def test_fixtures_are_up_to_date():
+    """The committed fixtures are exactly what make_fixtures.py produces now."""
+    fixture_dir = os.path.join(make_fixtures.REPO, "test", "fixtures")
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as d:
+        for fx in make_fixtures.fixture_list():
+            for path in make_fixtures.make_one(fx, d):
+                committed = os.path.join(fixture_dir, os.path.basename(path))
+                assert open(path, "rb").read() == open(committed, "rb").read(), committed
+            dbg = read_debug(os.path.join(d, fx["name"] + "_debug.bin"))
+            assert dbg.grads.size == num_params(fx["cfg"]) and dbg.step_loss[0] == np.float32(dbg.loss)
+
+
+if __name__ == "__main__":
+    tests = [(n, f) for n, f in sorted(globals().items()) if n.startswith("test_") and callable(f)]
+    for n, f in tests:
+        f()
+        print(f"PASS {n}")
+    print(f"{len(tests)} tests passed")
