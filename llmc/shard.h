@@ -40,7 +40,7 @@ inline File open_or_throw(const std::string& path, const char* mode, const char*
     File f(std::fopen(path.c_str(), mode));
     if (!f) {
         throw InputError(std::string("cannot open ") + what + " '" + path + "': " +
-                         std::strerror(errno) + "; check the path (shards are made by data/prepare.py)");
+                         std::strerror(errno) + "; check the path (data/prepare.py makes shards and tokenizer.bin)");
     }
     return f;
 }
