@@ -1,0 +1,403 @@
+// GPT-2 with LS-attention on the CPU: the fp32 reference model (templated on the scalar so the
+// finite-difference tests run it in double) and CpuBackend, the Backend the training loop drives
+// when there is no GPU. Every op comes from llmc/cpu/<op>.h; this file only wires them together.
+//
+// Model (pre-LN GPT-2), N = B*T rows:
+//   x = wte[inp] + wpe[pos]                                             (B, T, C)
+//   per layer l:  qkv = ln1(x) @ qkvw^T + qkvb                          (B, T, 3C)
+//                 qkv = qknorm(qkv)                     if cfg.qk_norm
+//                 x  += attention_ls(qkv) @ attprojw^T + attprojb       (B, T, C)
+//                 x  += gelu(ln2(x) @ fcw^T + fcb) @ fcprojw^T + fcprojb
+//   logits = lnf(x) @ wte^T (lm_head^T when untied), no bias            (B, T, Vp)
+//   per position objective = CE + z_weight * lse^2 over the real vocabulary [0, V)
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "llmc/backend.h"
+#include "llmc/cpu/adamw.h"
+#include "llmc/cpu/attention_ls.h"
+#include "llmc/cpu/classifier.h"
+#include "llmc/cpu/encoder.h"
+#include "llmc/cpu/gelu.h"
+#include "llmc/cpu/global_norm.h"
+#include "llmc/cpu/layernorm.h"
+#include "llmc/cpu/matmul.h"
+#include "llmc/cpu/qknorm.h"
+#include "llmc/cpu/residual.h"
+#include "llmc/error.h"
+#include "llmc/init.h"
+#include "llmc/model_config.h"
+#include "llmc/params.h"
+
+namespace llmc::cpu {
+
+// Every activation buffer of the model, sized for a capacity of N = B*T rows; a pass with
+// B*T <= capacity uses the leading part (per-layer blocks at stride N * width). Shapes:
+template <typename F>
+struct Gpt2CpuActs {
+    // forward
+    std::vector<F> encoded;              // (B, T, C)      wte[inp] + wpe
+    std::vector<F> ln1;                  // (L, B, T, C)
+    std::vector<F> ln1_mean, ln1_rstd;   // (L, B, T)
+    std::vector<F> qkv;                  // (L, B, T, 3C)  qkv matmul output
+    std::vector<F> qkvn;                 // (L, B, T, 3C)  after QK-norm (empty unless qk_norm)
+    std::vector<F> qkn_mean, qkn_rstd;   // (L, B, T, 2, NH) QK-norm statistics (empty unless qk_norm)
+    std::vector<F> atty;                 // (L, B, T, C)   attention output, heads concatenated
+    std::vector<F> att_lse;              // (L, B, NH, T)  log-sum-exp of each attention row
+    std::vector<F> residual2;            // (L, B, T, C)   x after the attention branch
+    std::vector<F> ln2;                  // (L, B, T, C)
+    std::vector<F> ln2_mean, ln2_rstd;   // (L, B, T)
+    std::vector<F> fch;                  // (L, B, T, 4C)  fc matmul output
+    std::vector<F> fch_gelu;             // (L, B, T, 4C)
+    std::vector<F> residual3;            // (L, B, T, C)   x after the MLP branch (the layer output)
+    std::vector<F> lnf;                  // (B, T, C)
+    std::vector<F> lnf_mean, lnf_rstd;   // (B, T)
+    std::vector<F> logits;               // (B, T, Vp)
+    std::vector<F> losses, zlosses, lse; // (B, T)  per-position CE, z-loss term, output log-sum-exp
+    std::vector<F> branch;               // (B, T, C)  scratch: attproj / fcproj output before the add
+    // backward scratch (zeroed before each use, since every op's backward adds)
+    std::vector<F> dlogits;              // (B, T, Vp)
+    std::vector<F> dresidual;            // (B, T, C)  gradient of the residual stream, updated in place
+    std::vector<F> dbtc;                 // (B, T, C)  d lnf / d ln2 / d atty / d ln1
+    std::vector<F> d4c_a, d4c_b;         // (B, T, 4C) d fch_gelu, d fch
+    std::vector<F> d3c_a, d3c_b;         // (B, T, 3C) d qkv(n), d qkv (QK-norm only)
+
+    void allocate(const ModelConfig& cfg, size_t N) {
+        const size_t L = cfg.num_layers, C = cfg.channels, NH = cfg.num_heads, Vp = cfg.padded_vocab_size;
+        const size_t qk = cfg.qk_norm ? 1 : 0;
+        encoded.resize(N * C);
+        ln1.resize(L * N * C); ln1_mean.resize(L * N); ln1_rstd.resize(L * N);
+        qkv.resize(L * N * 3 * C);
+        qkvn.resize(qk * L * N * 3 * C); qkn_mean.resize(qk * L * N * 2 * NH); qkn_rstd.resize(qk * L * N * 2 * NH);
+        atty.resize(L * N * C); att_lse.resize(L * N * NH);
+        residual2.resize(L * N * C);
+        ln2.resize(L * N * C); ln2_mean.resize(L * N); ln2_rstd.resize(L * N);
+        fch.resize(L * N * 4 * C); fch_gelu.resize(L * N * 4 * C);
+        residual3.resize(L * N * C);
+        lnf.resize(N * C); lnf_mean.resize(N); lnf_rstd.resize(N);
+        logits.resize(N * Vp);
+        losses.resize(N); zlosses.resize(N); lse.resize(N);
+        branch.resize(N * C);
+        dlogits.resize(N * Vp);
+        dresidual.resize(N * C); dbtc.resize(N * C);
+        d4c_a.resize(N * 4 * C); d4c_b.resize(N * 4 * C);
+        d3c_a.resize(N * 3 * C); d3c_b.resize(qk * N * 3 * C);
+    }
+};
+
+template <typename F>
+class Gpt2Cpu {
+public:
+    // Parameters start at 0; fill them with set_params (e.g. from llmc::init_params).
+    explicit Gpt2Cpu(const ModelConfig& cfg) : cfg_(cfg) {
+        const std::string err = validate_model_config(cfg);
+        if (!err.empty()) throw InputError(err);
+        layout_ = param_layout(cfg);
+        params_.assign(layout_.total, F(0));
+        grads_.assign(layout_.total, F(0));
+        attn_stats_.resize((size_t)cfg.num_layers * cfg.num_heads);
+    }
+
+    const ModelConfig& config() const { return cfg_; }
+    const ParamLayout& layout() const { return layout_; }
+    // Flat parameters and gradients, canonical layout (llmc/params.h).
+    std::vector<F>& params() { return params_; }
+    const std::vector<F>& params() const { return params_; }
+    std::vector<F>& grads() { return grads_; }
+    const std::vector<F>& grads() const { return grads_; }
+    F* param(ParamId id) { return params_.data() + layout_.offset[id]; }
+    F* grad(ParamId id) { return grads_.data() + layout_.offset[id]; }
+    template <typename S> void set_params(const S* src) { std::copy(src, src + layout_.total, params_.begin()); }
+    void zero_grad() { std::fill(grads_.begin(), grads_.end(), F(0)); }
+
+    // Activations of the last forward (for tests and diagnostics).
+    const Gpt2CpuActs<F>& acts() const { return acts_; }
+    int last_B() const { return B_; }
+    int last_T() const { return T_; }
+    const F* logits() const { return acts_.logits.data(); }  // (B, T, Vp) of the last forward
+    // Mean CE + mean z-loss of the last forward with targets, in F precision (what backward differentiates).
+    double objective() const { return mean_loss_ + mean_zloss_; }
+
+    // inputs, targets: (B, T) token ids in [0, V); targets may be nullptr (logits only).
+    // stats (nullable): resized to L x NH and filled for this pass.
+    ForwardResult forward(const int* inputs, const int* targets, int B, int T, float z_weight, LogitStats* stats) {
+        check_batch(inputs, targets, B, T);
+        const int L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads, hd = cfg_.head_size();
+        const int V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size, G = cfg_.global_heads, P = cfg_.window;
+        const size_t N = (size_t)B * T;
+        if (N > capacity_) {
+            acts_.allocate(cfg_, N);
+            inputs_.resize(N);
+            targets_.resize(N);
+            capacity_ = N;
+        }
+        B_ = B; T_ = T; z_weight_ = z_weight; has_targets_ = targets != nullptr;
+        std::copy(inputs, inputs + N, inputs_.begin());
+        if (targets) std::copy(targets, targets + N, targets_.begin());
+        else std::fill(targets_.begin(), targets_.begin() + N, 0);  // only for output stats
+
+        if (stats) {
+            for (AttnHeadStats& s : attn_stats_)
+                s = AttnHeadStats{-std::numeric_limits<float>::infinity(), std::numeric_limits<float>::infinity(),
+                                  0.0, 0};
+        }
+        Gpt2CpuActs<F>& a = acts_;
+        const F* pw = params_.data();
+        auto W = [&](ParamId id) { return pw + layout_.offset[id]; };
+        const int n = (int)N;
+
+        encoder_forward(a.encoded.data(), inputs_.data(), W(P_WTE), W(P_WPE), B, T, C);
+        for (int l = 0; l < L; l++) {
+            const F* residual = l == 0 ? a.encoded.data() : a.residual3.data() + (size_t)(l - 1) * N * C;
+            F* ln1 = a.ln1.data() + l * N * C;
+            F* qkv = a.qkv.data() + l * N * 3 * C;
+            F* atty = a.atty.data() + l * N * C;
+            F* att_lse = a.att_lse.data() + l * N * NH;
+            F* residual2 = a.residual2.data() + l * N * C;
+            F* ln2 = a.ln2.data() + l * N * C;
+            F* fch = a.fch.data() + l * N * 4 * C;
+            F* fch_gelu = a.fch_gelu.data() + l * N * 4 * C;
+            F* residual3 = a.residual3.data() + l * N * C;
+
+            layernorm_forward(ln1, a.ln1_mean.data() + l * N, a.ln1_rstd.data() + l * N, residual,
+                              W(P_LN1W) + l * C, W(P_LN1B) + l * C, n, C);
+            matmul_forward(qkv, ln1, W(P_QKVW) + (size_t)l * 3 * C * C, W(P_QKVB) + l * 3 * C, n, C, 3 * C);
+            const F* att_in = qkv;
+            if (cfg_.qk_norm) {
+                F* qkvn = a.qkvn.data() + l * N * 3 * C;
+                qknorm_forward(qkvn, a.qkn_mean.data() + l * N * 2 * NH, a.qkn_rstd.data() + l * N * 2 * NH, qkv,
+                               W(P_QNORMW) + l * hd, W(P_QNORMB) + l * hd, W(P_KNORMW) + l * hd,
+                               W(P_KNORMB) + l * hd, B, T, C, NH);
+                att_in = qkvn;
+            }
+            attention_forward(atty, att_lse, att_in, B, T, C, NH, G, P, cfg_.attn_softcap,
+                              stats ? &attn_stats_[(size_t)l * NH] : nullptr);
+            matmul_forward(a.branch.data(), atty, W(P_ATTPROJW) + (size_t)l * C * C, W(P_ATTPROJB) + l * C, n, C, C);
+            residual_forward(residual2, residual, a.branch.data(), N * C);
+            layernorm_forward(ln2, a.ln2_mean.data() + l * N, a.ln2_rstd.data() + l * N, residual2,
+                              W(P_LN2W) + l * C, W(P_LN2B) + l * C, n, C);
+            matmul_forward(fch, ln2, W(P_FCW) + (size_t)l * 4 * C * C, W(P_FCB) + l * 4 * C, n, C, 4 * C);
+            gelu_forward(fch_gelu, fch, N * 4 * C);
+            matmul_forward(a.branch.data(), fch_gelu, W(P_FCPROJW) + (size_t)l * C * 4 * C, W(P_FCPROJB) + l * C, n,
+                           4 * C, C);
+            residual_forward(residual3, residual2, a.branch.data(), N * C);
+        }
+        const F* x_last = a.residual3.data() + (size_t)(L - 1) * N * C;
+        layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x_last, W(P_LNFW), W(P_LNFB), n, C);
+        matmul_forward(a.logits.data(), a.lnf.data(), lm_head(pw), (const F*)nullptr, n, C, Vp);
+
+        ForwardResult res;
+        mean_loss_ = mean_zloss_ = 0.0;
+        if (targets || stats) {
+            OutputStats os{-std::numeric_limits<float>::infinity(), 0.0, 0};
+            classifier_forward(a.losses.data(), a.zlosses.data(), a.lse.data(), a.logits.data(), targets_.data(),
+                               z_weight, n, V, Vp, stats ? &os : nullptr);
+            if (targets) {
+                double sum_ce = 0.0, sum_z = 0.0;  // fixed order: deterministic
+                for (size_t i = 0; i < N; i++) { sum_ce += (double)a.losses[i]; sum_z += (double)a.zlosses[i]; }
+                mean_loss_ = sum_ce / (double)N;
+                mean_zloss_ = sum_z / (double)N;
+                res.loss = (float)mean_loss_;
+                res.z_loss = (float)mean_zloss_;
+            }
+            if (stats) {
+                stats->resize(L, NH);
+                for (size_t i = 0; i < attn_stats_.size(); i++) {
+                    const AttnHeadStats& s = attn_stats_[i];
+                    stats->max_logit[i] = s.max_logit;
+                    stats->min_logit[i] = s.min_logit;
+                    stats->entropy[i] = s.rows > 0 ? (float)(s.entropy_sum / (double)s.rows) : 0.0f;
+                }
+                stats->out_max_logit = os.max_logit;
+                stats->out_mean_lse = os.count > 0 ? (float)(os.lse_sum / (double)os.count) : 0.0f;
+            }
+        }
+        return res;
+    }
+
+    // Adds grad_scale * d(mean CE + mean z-loss)/d(params) of the last forward into grads().
+    void backward(float grad_scale) {
+        if (!has_targets_) throw std::logic_error("Gpt2Cpu::backward needs a preceding forward with targets");
+        const int L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads, hd = cfg_.head_size();
+        const int V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size, G = cfg_.global_heads, P = cfg_.window;
+        const int B = B_, T = T_, n = B * T;
+        const size_t N = (size_t)n;
+        Gpt2CpuActs<F>& a = acts_;
+        const F* pw = params_.data();
+        auto W = [&](ParamId id) { return pw + layout_.offset[id]; };
+        auto D = [&](ParamId id) { return grads_.data() + layout_.offset[id]; };
+        auto zero = [](std::vector<F>& v, size_t count) { std::fill(v.begin(), v.begin() + count, F(0)); };
+
+        // classifier: objective = (1/N) sum over positions of (CE + z), scaled by grad_scale
+        zero(a.dlogits, N * Vp);
+        classifier_backward(a.dlogits.data(), a.logits.data(), a.lse.data(), targets_.data(),
+                            (F)((double)grad_scale / (double)N), z_weight_, n, V, Vp);
+        zero(a.dbtc, N * C);
+        matmul_backward(a.dbtc.data(), cfg_.tied_embeddings ? D(P_WTE) : D(P_LMHEAD), (F*)nullptr, a.dlogits.data(),
+                        a.lnf.data(), lm_head(pw), n, C, Vp);
+        zero(a.dresidual, N * C);
+        layernorm_backward(a.dresidual.data(), D(P_LNFW), D(P_LNFB), a.dbtc.data(),
+                           a.residual3.data() + (size_t)(L - 1) * N * C, W(P_LNFW), a.lnf_mean.data(),
+                           a.lnf_rstd.data(), n, C);
+
+        // dresidual holds d(objective)/d(x) of the residual stream. A residual add passes its
+        // gradient unchanged to both inputs, so the stream's gradient is updated in place (the
+        // branch reads it as its dout, and the LayerNorm backward adds into it).
+        F* dres = a.dresidual.data();
+        for (int l = L - 1; l >= 0; l--) {
+            const F* residual = l == 0 ? a.encoded.data() : a.residual3.data() + (size_t)(l - 1) * N * C;
+            const F* ln1 = a.ln1.data() + l * N * C;
+            const F* qkv = a.qkv.data() + l * N * 3 * C;
+            const F* atty = a.atty.data() + l * N * C;
+            const F* att_lse = a.att_lse.data() + l * N * NH;
+            const F* residual2 = a.residual2.data() + l * N * C;
+            const F* ln2 = a.ln2.data() + l * N * C;
+            const F* fch = a.fch.data() + l * N * 4 * C;
+            const F* fch_gelu = a.fch_gelu.data() + l * N * 4 * C;
+
+            // MLP branch: dres is d residual3 = d fcproj = (so far) d residual2
+            zero(a.d4c_a, N * 4 * C);
+            matmul_backward(a.d4c_a.data(), D(P_FCPROJW) + (size_t)l * C * 4 * C, D(P_FCPROJB) + l * C, dres,
+                            fch_gelu, W(P_FCPROJW) + (size_t)l * C * 4 * C, n, 4 * C, C);
+            zero(a.d4c_b, N * 4 * C);
+            gelu_backward(a.d4c_b.data(), fch, a.d4c_a.data(), N * 4 * C);
+            zero(a.dbtc, N * C);
+            matmul_backward(a.dbtc.data(), D(P_FCW) + (size_t)l * 4 * C * C, D(P_FCB) + l * 4 * C, a.d4c_b.data(), ln2,
+                            W(P_FCW) + (size_t)l * 4 * C * C, n, C, 4 * C);
+            layernorm_backward(dres, D(P_LN2W) + l * C, D(P_LN2B) + l * C, a.dbtc.data(), residual2,
+                               W(P_LN2W) + l * C, a.ln2_mean.data() + l * N, a.ln2_rstd.data() + l * N, n, C);
+
+            // attention branch: dres is now d residual2 = d attproj = (so far) d residual
+            zero(a.dbtc, N * C);
+            matmul_backward(a.dbtc.data(), D(P_ATTPROJW) + (size_t)l * C * C, D(P_ATTPROJB) + l * C, dres, atty,
+                            W(P_ATTPROJW) + (size_t)l * C * C, n, C, C);
+            zero(a.d3c_a, N * 3 * C);
+            const F* att_in = cfg_.qk_norm ? a.qkvn.data() + l * N * 3 * C : qkv;
+            attention_backward(a.d3c_a.data(), a.dbtc.data(), att_in, atty, att_lse, B, T, C, NH, G, P,
+                               cfg_.attn_softcap);
+            const F* dqkv = a.d3c_a.data();
+            if (cfg_.qk_norm) {
+                zero(a.d3c_b, N * 3 * C);
+                qknorm_backward(a.d3c_b.data(), D(P_QNORMW) + l * hd, D(P_QNORMB) + l * hd, D(P_KNORMW) + l * hd,
+                                D(P_KNORMB) + l * hd, a.d3c_a.data(), qkv, a.qkn_mean.data() + l * N * 2 * NH,
+                                a.qkn_rstd.data() + l * N * 2 * NH, W(P_QNORMW) + l * hd, W(P_KNORMW) + l * hd, B,
+                                T, C, NH);
+                dqkv = a.d3c_b.data();
+            }
+            zero(a.dbtc, N * C);
+            matmul_backward(a.dbtc.data(), D(P_QKVW) + (size_t)l * 3 * C * C, D(P_QKVB) + l * 3 * C, dqkv, ln1,
+                            W(P_QKVW) + (size_t)l * 3 * C * C, n, C, 3 * C);
+            layernorm_backward(dres, D(P_LN1W) + l * C, D(P_LN1B) + l * C, a.dbtc.data(), residual,
+                               W(P_LN1W) + l * C, a.ln1_mean.data() + l * N, a.ln1_rstd.data() + l * N, n, C);
+        }
+        encoder_backward(D(P_WTE), D(P_WPE), dres, inputs_.data(), B, T, C);
+    }
+
+private:
+    const F* lm_head(const F* pw) const {
+        return pw + layout_.offset[cfg_.tied_embeddings ? P_WTE : P_LMHEAD];
+    }
+
+    // Refuses what the model cannot run, with the fix in the message.
+    void check_batch(const int* inputs, const int* targets, int B, int T) const {
+        if (B < 1 || T < 1)
+            throw InputError("batch size " + std::to_string(B) + " and sequence length " + std::to_string(T) +
+                             " must both be >= 1");
+        if (T > cfg_.max_seq_len)
+            throw InputError("sequence length " + std::to_string(T) + " exceeds the model's --max-seq-len " +
+                             std::to_string(cfg_.max_seq_len) + "; use -t <= " + std::to_string(cfg_.max_seq_len));
+        const size_t N = (size_t)B * T;
+        for (int k = 0; k < 2; k++) {
+            const int* tok = k == 0 ? inputs : targets;
+            if (!tok) continue;
+            for (size_t i = 0; i < N; i++) {
+                if (tok[i] < 0 || tok[i] >= cfg_.vocab_size)
+                    throw InputError(std::string(k == 0 ? "input" : "target") + " token " + std::to_string(tok[i]) +
+                                     " at position " + std::to_string(i) + " is outside the model's vocabulary [0, " +
+                                     std::to_string(cfg_.vocab_size) + "); use --vocab >= the data's vocabulary");
+            }
+        }
+    }
+
+    ModelConfig cfg_;
+    ParamLayout layout_;
+    std::vector<F> params_, grads_;  // canonical flat layout
+    Gpt2CpuActs<F> acts_;
+    size_t capacity_ = 0;            // rows (B*T) the activations are allocated for
+    std::vector<int> inputs_, targets_;  // (B, T) of the last forward (backward needs them)
+    std::vector<AttnHeadStats> attn_stats_;  // (L, NH) scratch for the attention statistics
+    int B_ = 0, T_ = 0;
+    float z_weight_ = 0.0f;
+    bool has_targets_ = false;
+    double mean_loss_ = 0.0, mean_zloss_ = 0.0;
+};
+
+// The CPU Backend: Gpt2Cpu<float> plus AdamW moments, all in the canonical flat layout.
+class CpuBackend : public Backend {
+public:
+    CpuBackend(const ModelConfig& cfg, uint64_t seed) : model_(cfg) {
+        const std::vector<float> init = init_params(cfg, seed);
+        model_.set_params(init.data());
+        m_.assign(init.size(), 0.0f);
+        v_.assign(init.size(), 0.0f);
+    }
+
+    const char* name() const override { return "cpu"; }
+    const ModelConfig& config() const override { return model_.config(); }
+
+    void get_params(float* dst) const override { std::copy(model_.params().begin(), model_.params().end(), dst); }
+    void set_params(const float* src) override { model_.set_params(src); }
+    void get_optimizer_state(float* m, float* v) const override {
+        std::copy(m_.begin(), m_.end(), m);
+        std::copy(v_.begin(), v_.end(), v);
+    }
+    void set_optimizer_state(const float* m, const float* v) override {
+        std::copy(m, m + m_.size(), m_.begin());
+        std::copy(v, v + v_.size(), v_.begin());
+    }
+
+    ForwardResult forward(const int* inputs, const int* targets, int B, int T, float z_loss_weight,
+                          LogitStats* stats) override {
+        return model_.forward(inputs, targets, B, T, z_loss_weight, stats);
+    }
+    const float* logits() override { return model_.logits(); }
+
+    void zero_grad() override { model_.zero_grad(); }
+    void backward(float grad_scale) override { model_.backward(grad_scale); }
+    void get_grads(float* dst) const override { std::copy(model_.grads().begin(), model_.grads().end(), dst); }
+    void set_grads(const float* src) override {
+        std::copy(src, src + model_.grads().size(), model_.grads().begin());
+    }
+    float grad_norm() override {
+        return (float)std::sqrt(global_norm_squared(model_.grads().data(), model_.grads().size()));
+    }
+    void adamw_update(const AdamWHyper& h, int t, float grad_multiplier) override {
+        const ParamLayout& lay = model_.layout();
+        for (int id = 0; id < NUM_PARAM_TENSORS; id++) {
+            const size_t off = lay.offset[id], n = lay.size[id];
+            if (n == 0) continue;
+            const float wd = param_gets_weight_decay(id) ? h.weight_decay : 0.0f;
+            llmc::cpu::adamw_update(model_.params().data() + off, model_.grads().data() + off, m_.data() + off,
+                                    v_.data() + off, n, h.lr, h.beta1, h.beta2, h.eps, wd, t, grad_multiplier);
+        }
+    }
+
+    // The underlying model (tests and diagnostics).
+    Gpt2Cpu<float>& model() { return model_; }
+
+private:
+    Gpt2Cpu<float> model_;
+    std::vector<float> m_, v_;  // AdamW moments, canonical layout
+};
+
+}  // namespace llmc::cpu
+
+namespace llmc {
+using cpu::CpuBackend;  // the trainer names it llmc::CpuBackend
+}  // namespace llmc
