@@ -241,7 +241,19 @@ ModelConfig small_config() {
 
 }  // namespace
 
+namespace {
+// RAII: runs a scope with a given OpenMP thread count (restored on exit, also when a REQUIRE throws).
+struct OmpThreads {
+    int saved;
+    explicit OmpThreads(int n) : saved(omp_get_max_threads()) { omp_set_num_threads(n); }
+    ~OmpThreads() { omp_set_num_threads(saved); }
+};
+}  // namespace
+
 TEST_CASE("whole model gradients match finite differences (double, every tensor)", "[cpu_model]") {
+    // Tens of thousands of tiny forwards: one thread avoids the fork/join cost of each op's
+    // parallel region (thread-count independence is tested separately below).
+    OmpThreads one(1);
     uint64_t seed = 100;
     for (const Layout& lo : kLayouts) {
         for (const Variant& v : kVariants) {
@@ -515,10 +527,9 @@ TEST_CASE("CpuBackend: AdamW lowers the loss, repeats bit for bit, ignores the t
     CHECK(p1 == p2);
 
     // thread count: loss, gradients, statistics and the update are identical with 1 and 2 threads
-    const int saved = omp_get_max_threads();
     std::vector<float> loss_t, grads_t[2], params_t[2], stats_t[2];
     for (int k = 0; k < 2; k++) {
-        omp_set_num_threads(k + 1);
+        OmpThreads threads(k + 1);
         CpuBackend be(cfg, 9);
         LogitStats st;
         be.zero_grad();
@@ -533,7 +544,6 @@ TEST_CASE("CpuBackend: AdamW lowers the loss, repeats bit for bit, ignores the t
         params_t[k].resize(be.num_params());
         be.get_params(params_t[k].data());
     }
-    omp_set_num_threads(saved);
     CHECK(loss_t[0] == loss_t[1]);
     CHECK(grads_t[0] == grads_t[1]);
     CHECK(stats_t[0] == stats_t[1]);
