@@ -1,0 +1,360 @@
+"""Text -> llm.c token shards (train_000000.bin, val_000000.bin, ...), tokenizer.bin and meta.json.
+
+    python3 data/prepare.py --dataset tinyshakespeare --source ../shared/data/tinyshakespeare/input.txt \
+        --out data/shards/tinyshakespeare_gpt2 --tokenizer gpt2 --gpt2-bpe ../shared/data/gpt2
+    python3 data/prepare.py --dataset pg19 --source ../shared/data/pg19 --out data/shards/pg19_sp --tokenizer sp
+    python3 data/prepare.py --dataset synthetic --out data/shards/synthetic
+
+Data sets, tokenizers and the synthetic language: docs/data.md. File formats: docs/formats.md.
+"""
+import argparse
+import json
+import multiprocessing
+import os
+import re
+import sys
+import time
+
+import numpy as np
+from tqdm import tqdm
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import synthetic  # noqa: E402
+import text_tokenizers as tk  # noqa: E402
+from errors import PrepareError  # noqa: E402
+from shards import ShardWriter, shard_version_for_vocab, MAX_SHARD_TOKENS  # noqa: E402
+from sources import dataset_splits, load_document  # noqa: E402
+
+DEFAULT_VAL_FRACTION = {"tinyshakespeare": 0.1, "pg19": 0.05, "text": 0.05, "synthetic": 0.05}
+CHUNK_BYTES = 4 << 20  # documents are sent to the workers in chunks of about this many bytes
+OUTPUT_RE = re.compile(r"^((train|val)_\d{6}\.bin|tokenizer\.bin|tokenizer\.model|meta\.json)$")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line instead of usage + message
+        self.exit(2, f"error: {message}; see python3 data/prepare.py --help\n")
+
+
+def parse_args(argv):
+    p = _Parser(description="Prepare llm.c token shards from text or a synthetic language.",
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--dataset", required=True, choices=["tinyshakespeare", "pg19", "text", "synthetic"])
+    p.add_argument("--source", nargs="+", help="input: tinyshakespeare's input.txt, the PG-19 book directory, "
+                   "or for text one or more UTF-8 files / directories of *.txt (not used by synthetic)")
+    p.add_argument("--out", required=True, help="output directory (shards, tokenizer.bin, meta.json)")
+    p.add_argument("--tokenizer", choices=["gpt2", "sp"], help="gpt2 = GPT-2 BPE, sp = SentencePiece BPE trained "
+                   "on the training split (required except for synthetic)")
+    p.add_argument("--vocab-size", type=int, default=10000, help="SentencePiece vocabulary size")
+    p.add_argument("--gpt2-bpe", help="directory with GPT-2's encoder.json and vocab.bpe (default: $GPT2_BPE_DIR, "
+                   "else tiktoken's public download)")
+    p.add_argument("--val-fraction", type=float, help="validation share: of the characters (one file) or of the "
+                   "documents (books, files, synthetic documents); default 0.1 for tinyshakespeare, else 0.05")
+    p.add_argument("--shard-tokens", type=int, default=100_000_000, help="tokens per shard")
+    p.add_argument("--seed", type=int, default=1337, help="seed of the by-book split, SentencePiece sampling, synthetic")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="tokenizer processes")
+    p.add_argument("--sp-train-lines", type=int, default=500_000,
+                   help="at most this many lines of the training split are sampled to train SentencePiece")
+    g = p.add_argument_group("synthetic language (docs/data.md)")
+    g.add_argument("--syn-vocab", type=int, default=256, help="language tokens V (EOT is id V)")
+    g.add_argument("--syn-order", type=int, default=3, help="order k: previous tokens shaping the local distribution")
+    g.add_argument("--syn-strength", type=float, default=3.0, help="std of the local logits (peakedness)")
+    g.add_argument("--syn-copy-rate", type=float, default=0.1, help="probability of a long-range copy")
+    g.add_argument("--syn-copy-min-dist", type=int, default=64, help="a copied token lies at least this far back")
+    g.add_argument("--syn-copy-max-dist", type=int, default=1024, help="... and at most this far back")
+    g.add_argument("--syn-doc-len", type=int, default=8192, help="tokens per document")
+    g.add_argument("--syn-length", type=int, default=5_000_000, help="language tokens in total (train + val)")
+    args = p.parse_args(argv)
+
+    if args.val_fraction is None:
+        args.val_fraction = DEFAULT_VAL_FRACTION[args.dataset]
+    if not 0 < args.val_fraction < 1:
+        raise PrepareError(f"--val-fraction {args.val_fraction} must be between 0 and 1 (exclusive)")
+    if not 1 <= args.shard_tokens <= MAX_SHARD_TOKENS:
+        raise PrepareError(f"--shard-tokens {args.shard_tokens} must be in [1, {MAX_SHARD_TOKENS}]")
+    if args.workers < 1:
+        raise PrepareError(f"--workers {args.workers} must be at least 1")
+    if args.dataset == "synthetic":
+        if args.source or args.tokenizer:
+            raise PrepareError("synthetic generates its own tokens; drop --source and --tokenizer")
+    else:
+        if not args.source:
+            raise PrepareError(f"--source is required for --dataset {args.dataset}; give the input file or directory")
+        if not args.tokenizer:
+            raise PrepareError("--tokenizer is required: gpt2 or sp")
+    if args.tokenizer == "sp" and args.sp_train_lines < 1:
+        raise PrepareError(f"--sp-train-lines {args.sp_train_lines} must be at least 1")
+    return args
+
+
+def prepare_out_dir(out):
+    """Create the output directory and delete outputs of an earlier run (only files this script writes), so
+    no stale shard is left behind for a loader's glob to pick up."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise PrepareError(f"--out {out} exists and is not a directory; choose another path")
+    os.makedirs(out, exist_ok=True)
+    for name in sorted(os.listdir(out)):
+        if OUTPUT_RE.match(name):
+            os.remove(os.path.join(out, name))
+
+
+def write_json(path, obj):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=False)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def run_pool(fn, tasks, workers, initializer=None, initargs=()):
+    """Yield fn(task) for every task, in order: in this process for 1 worker, else through a Pool's imap."""
+    if workers == 1 or len(tasks) <= 1:
+        if initializer:
+            initializer(*initargs)
+        for t in tasks:
+            yield fn(t)
+        return
+    with multiprocessing.get_context("fork").Pool(min(workers, len(tasks)), initializer, initargs) as pool:
+        yield from pool.imap(fn, tasks)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# text data sets
+
+_worker = {}  # per-process DocEncoder, set once by _init_worker in each worker process
+
+
+def _init_worker(spec):
+    _worker["encoder"] = tk.DocEncoder(spec)
+
+
+def _encode_chunk(task):
+    """task: (split, [DocSpec]) -> (split, tokens (n,) uint32 with EOT before each document, bytes read,
+    [(name, gutenberg info, tokens)] per document)."""
+    split, docs = task
+    enc = _worker["encoder"]
+    pieces, infos, nbytes = [], [], 0
+    for spec in docs:
+        text, info = load_document(spec)
+        nbytes += _spec_size(spec)
+        if not text:  # nothing left (e.g. a book that is all boilerplate): no document
+            infos.append((spec.name, info, 0))
+            continue
+        ids = enc.encode_document(text)
+        pieces.append(ids)
+        infos.append((spec.name, info, len(ids)))
+    tokens = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint32)
+    return split, tokens, nbytes, infos
+
+
+def _spec_size(spec):
+    """Bytes of the file, or characters of its range (an estimate for chunking and the progress bar)."""
+    size = os.path.getsize(spec.path)
+    return size if spec.lo is None else (spec.hi if spec.hi is not None else size) - spec.lo
+
+
+def make_chunks(splits):
+    """[(split, [DocSpec])]: consecutive documents of a split grouped up to CHUNK_BYTES (a bigger one alone)."""
+    tasks = []
+    for split in ("train", "val"):
+        cur, cur_bytes = [], 0
+        for spec in splits[split]:
+            size = _spec_size(spec)
+            if cur and cur_bytes + size > CHUNK_BYTES:
+                tasks.append((split, cur))
+                cur, cur_bytes = [], 0
+            cur.append(spec)
+            cur_bytes += size
+        if cur:
+            tasks.append((split, cur))
+    return tasks
+
+
+def source_records(splits):
+    """[{file, bytes, sha256, splits}] for every source file, in sorted order."""
+    used = {}
+    for split in ("train", "val"):
+        for spec in splits[split]:
+            used.setdefault((spec.name, spec.path), []).append(split)
+    return [{"file": name, "bytes": os.path.getsize(path), "sha256": tk.sha256_file(path),
+             "splits": sorted(set(s), key=["train", "val"].index)}
+            for (name, path), s in sorted(used.items())]
+
+
+def prepare_text(args):
+    t0 = time.time()
+    splits = dataset_splits(args.dataset, args.source, args.val_fraction, args.seed)
+    prepare_out_dir(args.out)
+    print(f"{args.dataset}: {len(splits['train'])} train / {len(splits['val'])} val documents -> {args.out}")
+
+    extra = {}
+    if args.tokenizer == "gpt2":
+        bpe_dir = tk.resolve_gpt2_dir(args.gpt2_bpe)
+        if bpe_dir is None:
+            print("no --gpt2-bpe or GPT2_BPE_DIR given: using tiktoken's public GPT-2 download")
+        token_bytes = tk.gpt2_token_bytes(tk.load_gpt2(bpe_dir))
+        eot, enc_spec = tk.GPT2_EOT, ("gpt2", bpe_dir)
+        extra["gpt2_bpe"] = "local files" if bpe_dir else "tiktoken download"
+    else:
+        t = time.time()
+        texts = (load_document(s)[0] for s in splits["train"])
+        lines = tk.sample_training_lines(texts, args.sp_train_lines, args.seed)
+        model = tk.train_sentencepiece(lines, os.path.join(args.out, "tokenizer.model"), args.vocab_size,
+                                       args.seed, args.workers)
+        sp = tk.load_sentencepiece(model)
+        token_bytes, eot, enc_spec = tk.sp_token_bytes(sp), sp.eos_id(), ("sp", os.path.abspath(model))
+        extra["sp_model"] = "tokenizer.model"
+        extra["sp_train_lines"] = len(lines)
+        extra["sha256_tokenizer_model"] = tk.sha256_file(model)
+        print(f"SentencePiece BPE trained on {len(lines)} lines, vocab {len(token_bytes)}: {time.time() - t:.1f}s")
+    vocab = len(token_bytes)
+    extra["tokenizer_bin_truncated"] = tk.write_tokenizer_bin(os.path.join(args.out, "tokenizer.bin"), token_bytes, eot)
+
+    version = shard_version_for_vocab(vocab)
+    writers = {s: ShardWriter(args.out, s, args.shard_tokens, version) for s in ("train", "val")}
+    docs = {"train": 0, "val": 0}
+    empty, no_header, no_footer = [], [], []
+    tasks = make_chunks(splits)
+    total_bytes = sum(_spec_size(s) for _, chunk in tasks for s in chunk)
+    t = time.time()
+    with tqdm(total=total_bytes, unit="B", unit_scale=True, desc=f"tokenizing ({args.tokenizer})",
+              disable=None) as bar:
+        for split, tokens, nbytes, infos in run_pool(_encode_chunk, tasks, args.workers, _init_worker, (enc_spec,)):
+            writers[split].add(tokens)
+            for name, info, n in infos:
+                docs[split] += n > 0
+                if n == 0:
+                    empty.append(name)
+                if info and not info["header"]:
+                    no_header.append(name)
+                if info and not info["footer"]:
+                    no_footer.append(name)
+            bar.update(nbytes)
+    paths = {s: writers[s].close() for s in ("train", "val")}
+    for s in ("train", "val"):
+        if not paths[s]:
+            raise PrepareError(f"the {s} split has no text; give more input or change --val-fraction")
+    for name in empty:
+        print(f"warning: {name} has no text after stripping; skipped")
+    if args.dataset == "pg19":
+        for name in no_header:
+            print(f"note: {name}: no Gutenberg header marker found, kept from its first line")
+        for name in no_footer:
+            print(f"note: {name}: no Gutenberg footer marker found, kept to its last line")
+        extra["val_books"] = [s.name for s in splits["val"]]
+        extra["gutenberg_no_header"], extra["gutenberg_no_footer"] = no_header, no_footer
+    extra["empty_documents"] = empty
+    print(f"tokenized in {time.time() - t:.1f}s")
+
+    meta = meta_dict(args, vocab, eot, version, writers, docs, paths)
+    meta["sources"] = source_records(splits)
+    meta.update(extra)
+    finish(args, meta, t0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# synthetic
+
+def _synthetic_group(task):
+    spec, split, doc_ids, lens = task
+    tokens, stats = synthetic.generate_group(spec, doc_ids, lens)
+    return split, tokens, stats
+
+
+def prepare_synthetic(args):
+    t0 = time.time()
+    spec = synthetic.SyntheticSpec(args.syn_vocab, args.syn_order, args.syn_strength, args.syn_copy_rate,
+                                   args.syn_copy_min_dist, args.syn_copy_max_dist, args.syn_doc_len,
+                                   args.syn_length, args.seed)
+    problem = synthetic.check_spec(spec)
+    if problem:
+        raise PrepareError(problem)
+    lens = synthetic.doc_lengths(spec)
+    if len(lens) < 2:
+        raise PrepareError(f"--syn-length {spec.length} with --syn-doc-len {spec.doc_len} makes one document; "
+                           "train and val need one each: raise --syn-length or lower --syn-doc-len")
+    n_val = min(len(lens) - 1, max(1, int(round(args.val_fraction * len(lens)))))
+    split_of = ["train"] * (len(lens) - n_val) + ["val"] * n_val  # the last documents are validation
+    prepare_out_dir(args.out)
+    vocab, eot = spec.vocab + 1, spec.vocab
+    tk.write_tokenizer_bin(os.path.join(args.out, "tokenizer.bin"), synthetic.token_bytes(spec), eot)
+
+    group = 64  # documents generated together (vectorized); the output does not depend on it
+    tasks = []
+    for split in ("train", "val"):
+        ids = [d for d in range(len(lens)) if split_of[d] == split]
+        for i in range(0, len(ids), group):
+            tasks.append((spec, split, ids[i:i + group], [lens[d] for d in ids[i:i + group]]))
+    version = shard_version_for_vocab(vocab)
+    writers = {s: ShardWriter(args.out, s, args.shard_tokens, version) for s in ("train", "val")}
+    sums = {s: {"tokens": 0, "entropy_sum": 0.0, "nll_sum": 0.0, "has_source": 0, "copied": 0} for s in writers}
+    print(f"synthetic: {len(lens)} documents ({len(lens) - n_val} train, {n_val} val), "
+          f"{spec.length} tokens, V={spec.vocab}, k={spec.order} -> {args.out}")
+    with tqdm(total=spec.length, unit="tok", unit_scale=True, desc="generating", disable=None) as bar:
+        for split, tokens, stats in run_pool(_synthetic_group, tasks, args.workers):
+            writers[split].add(tokens)
+            for key in stats:
+                sums[split][key] += stats[key]
+            bar.update(stats["tokens"])
+    paths = {s: writers[s].close() for s in ("train", "val")}
+    docs = {s: split_of.count(s) for s in ("train", "val")}
+
+    meta = meta_dict(args, vocab, eot, version, writers, docs, paths)
+    meta["synthetic"] = {
+        "vocab": spec.vocab, "order": spec.order, "strength": spec.strength, "copy_rate": spec.copy_rate,
+        "copy_min_dist": spec.copy_min_dist, "copy_max_dist": spec.copy_max_dist, "doc_len": spec.doc_len,
+        "length": spec.length, "seed": spec.seed,
+        # mean over the split's language tokens (EOT targets excluded) of the exact conditional entropy H(p_t)
+        "entropy_floor_nats": {s: sums[s]["entropy_sum"] / sums[s]["tokens"] for s in sums},
+        # the ideal model's actual mean loss on these tokens (-log p_t(x_t)); its expectation is the floor
+        "ideal_model_loss_nats": {s: sums[s]["nll_sum"] / sums[s]["tokens"] for s in sums},
+        "copy_source_fraction": {s: sums[s]["has_source"] / sums[s]["tokens"] for s in sums},
+        "copy_fraction": {s: sums[s]["copied"] / sums[s]["tokens"] for s in sums},
+    }
+    floor = meta["synthetic"]["entropy_floor_nats"]
+    print(f"entropy floor (nats/token): train {floor['train']:.4f}  val {floor['val']:.4f}")
+    finish(args, meta, t0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+def meta_dict(args, vocab, eot, version, writers, docs, paths):
+    return {
+        "dataset": args.dataset,
+        "tokenizer": "synthetic" if args.dataset == "synthetic" else args.tokenizer,
+        "vocab_size": vocab,
+        "eot_token": eot,
+        "shard_version": version,
+        "shard_tokens": args.shard_tokens,
+        "num_tokens": {s: writers[s].num_tokens for s in ("train", "val")},
+        "num_documents": docs,
+        "num_shards": {s: len(paths[s]) for s in ("train", "val")},
+        "shards": {s: [os.path.basename(p) for p in paths[s]] for s in ("train", "val")},
+        "sha256_tokenizer_bin": tk.sha256_file(os.path.join(args.out, "tokenizer.bin")),
+        "args": {k: v for k, v in vars(args).items() if k.startswith("syn_") == (args.dataset == "synthetic")
+                 or k in ("dataset", "out", "val_fraction", "shard_tokens", "seed", "workers")},
+    }
+
+
+def finish(args, meta, t0):
+    write_json(os.path.join(args.out, "meta.json"), meta)  # written last: its presence marks a complete run
+    n = meta["num_tokens"]
+    print(f"done in {time.time() - t0:.1f}s: train {n['train']:,} tokens in {meta['num_shards']['train']} shard(s), "
+          f"val {n['val']:,} tokens in {meta['num_shards']['val']} shard(s), vocab {meta['vocab_size']}, "
+          f"EOT {meta['eot_token']}")
+
+
+def main(argv=None):
+    try:
+        args = parse_args(argv)
+        if args.dataset == "synthetic":
+            prepare_synthetic(args)
+        else:
+            prepare_text(args)
+    except PrepareError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""Where the documents of each split come from (tinyshakespeare, pg19, text), without reading them yet.
+
+A document is described by a small picklable DocSpec so worker processes can read it themselves:
+the file, whether to strip a Gutenberg header/footer, and an optional character range. Every text is
+read as UTF-8 with newlines normalized (CRLF and CR -> LF, BOM dropped; see gutenberg.normalize_newlines).
+"""
+import os
+from typing import NamedTuple, Optional
+
+import numpy as np
+
+from errors import PrepareError
+from gutenberg import normalize_newlines, strip_gutenberg
+
+
+class DocSpec(NamedTuple):
+    path: str                 # absolute path of the file
+    name: str                 # path relative to --source (shown in meta.json)
+    gutenberg: bool           # strip the Project Gutenberg header and footer
+    lo: Optional[int] = None  # character range [lo, hi) of the normalized text; None = whole file
+    hi: Optional[int] = None
+
+
+def read_text(path):
+    """A file's text as UTF-8 with normalized newlines; one-line errors for missing/binary files."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise PrepareError(f"cannot read {path}: {e.strerror}; check --source") from None
+    try:
+        return normalize_newlines(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise PrepareError(f"{path} is not UTF-8 (byte {e.start}); convert it (e.g. iconv -t utf-8) or leave it out") from None
+
+
+def load_document(spec):
+    """Return (text, info) for a DocSpec; info["header"]/["footer"] say whether Gutenberg markers were found."""
+    text = read_text(spec.path)
+    info = {}
+    if spec.gutenberg:
+        text, info = strip_gutenberg(text)
+    if spec.lo is not None or spec.hi is not None:
+        text = text[spec.lo: spec.hi]
+    return text, info
+
+
+def _check_file(path):
+    if not os.path.exists(path):
+        raise PrepareError(f"source {path} does not exist; pass an existing file or directory with --source")
+    if os.path.isfile(path) and os.path.getsize(path) == 0:
+        raise PrepareError(f"source {path} is empty; pass a file with text in it")
+
+
+def _txt_files(directory):
+    """Every *.txt file under directory (recursively, hidden entries skipped), sorted by relative path."""
+    found = []
+    for root, dirs, files in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in files:
+            if name.endswith(".txt") and not name.startswith("."):
+                found.append(os.path.relpath(os.path.join(root, name), directory))
+    return sorted(found)
+
+
+def char_split(path, name, val_fraction):
+    """One file, the last val_fraction of its characters are validation (nanoGPT): one document per split."""
+    n = len(read_text(path))
+    if n == 0:
+        raise PrepareError(f"source {path} has no text; pass a file with text in it")
+    cut = int(n * (1 - val_fraction))
+    if cut == 0 or cut == n:
+        raise PrepareError(f"source {path} ({n} characters) is too short to split with --val-fraction {val_fraction}")
+    return {"train": [DocSpec(path, name, False, 0, cut)], "val": [DocSpec(path, name, False, cut, None)]}
+
+
+def split_by_file(paths, names, gutenberg, val_fraction, seed):
+    """Documents = files; max(1, round(val_fraction * n)) of them, picked by a permutation drawn from `seed`,
+    are validation. Each split keeps the files in sorted-name order."""
+    n = len(paths)
+    if n < 2:
+        raise PrepareError(f"a by-file train/val split needs at least 2 files, found {n}; add files to --source")
+    n_val = min(n - 1, max(1, int(round(val_fraction * n))))
+    perm = np.random.default_rng(seed).permutation(n)
+    val = set(int(i) for i in perm[:n_val])
+    specs = [DocSpec(p, nm, gutenberg) for p, nm in zip(paths, names)]
+    return {"train": [s for i, s in enumerate(specs) if i not in val],
+            "val": [s for i, s in enumerate(specs) if i in val]}
+
+
+def dataset_splits(dataset, sources, val_fraction, seed):
+    """{"train": [DocSpec], "val": [DocSpec]} for tinyshakespeare, pg19 or text. `sources`: list of paths."""
+    for s in sources:
+        _check_file(s)
+    if dataset == "tinyshakespeare":
+        if len(sources) != 1 or not os.path.isfile(sources[0]):
+            raise PrepareError("tinyshakespeare needs --source pointing at its one input.txt file")
+        path = os.path.abspath(sources[0])
+        return char_split(path, os.path.basename(path), val_fraction)
+    if dataset == "pg19":
+        if len(sources) != 1 or not os.path.isdir(sources[0]):
+            raise PrepareError("pg19 needs --source pointing at a directory of Project Gutenberg .txt books")
+        root = os.path.abspath(sources[0])
+        names = _txt_files(root)
+        if not names:
+            raise PrepareError(f"no .txt books in {root}; point --source at the PG-19 book directory")
+        paths = [os.path.join(root, nm) for nm in names]
+        for p in paths:
+            if os.path.getsize(p) == 0:
+                raise PrepareError(f"book {p} is empty; remove it from --source")
+        return split_by_file(paths, names, True, val_fraction, seed)
+    if dataset == "text":
+        paths, names = [], []
+        for s in sources:
+            if os.path.isdir(s):
+                found = _txt_files(s)
+                paths += [os.path.abspath(os.path.join(s, nm)) for nm in found]
+                names += [os.path.join(os.path.basename(os.path.normpath(s)), nm) for nm in found]
+            else:
+                paths.append(os.path.abspath(s))
+                names.append(os.path.basename(s))
+        if not paths:
+            raise PrepareError(f"no .txt files in {', '.join(sources)}; pass text files or a directory holding *.txt")
+        paths_nonempty = [(p, nm) for p, nm in zip(paths, names) if os.path.getsize(p) > 0]
+        if not paths_nonempty:
+            raise PrepareError(f"every file in {', '.join(sources)} is empty; pass files with text in them")
+        paths, names = [p for p, _ in paths_nonempty], [nm for _, nm in paths_nonempty]
+        if len(paths) == 1:
+            return char_split(paths[0], names[0], val_fraction)
+        return split_by_file(paths, names, False, val_fraction, seed)
+    raise PrepareError(f"unknown dataset {dataset}")

@@ -1,0 +1,78 @@
+"""Bad input to data/prepare.py: a one-line message naming the problem, a non-zero exit, no meta.json."""
+import os
+
+import pytest
+
+from datatest_util import run_prepare
+
+
+def fails(tmp_path, *args, expect):
+    out = tmp_path / "out"
+    proc = run_prepare(*args, "--out", out, check=False)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert expect in lines[0], lines[0]
+    assert not (out / "meta.json").exists()
+    return lines[0]
+
+
+def test_missing_source(tmp_path):
+    fails(tmp_path, "--dataset", "tinyshakespeare", "--source", tmp_path / "nope.txt", "--tokenizer", "gpt2",
+          expect="does not exist")
+
+
+def test_empty_source(tmp_path):
+    (tmp_path / "empty.txt").write_text("")
+    fails(tmp_path, "--dataset", "text", "--source", tmp_path / "empty.txt", "--tokenizer", "sp", expect="is empty")
+    (tmp_path / "dir").mkdir()
+    fails(tmp_path, "--dataset", "pg19", "--source", tmp_path / "dir", "--tokenizer", "sp", expect="no .txt books")
+
+
+def test_not_utf8(tmp_path, gpt2_dir):
+    d = tmp_path / "books"
+    d.mkdir()
+    (d / "a.txt").write_text("fine text\n")
+    (d / "b.txt").write_bytes(b"caf\xe9 latin-1\n")
+    fails(tmp_path, "--dataset", "text", "--source", d, "--tokenizer", "gpt2", "--gpt2-bpe", gpt2_dir,
+          "--workers", 2, expect="b.txt is not UTF-8")
+
+
+@pytest.mark.parametrize("args,expect", [
+    (["--val-fraction", "1.5"], "--val-fraction 1.5"),
+    (["--workers", "0"], "--workers 0"),
+    (["--shard-tokens", "0"], "--shard-tokens 0"),
+    (["--tokenizer", "bpe"], "invalid choice"),
+    (["--vocab-size", "100"], "--vocab-size 100 is too small"),
+    (["--gpt2-bpe", "/nonexistent"], "encoder.json not found"),
+])
+def test_bad_arguments(tmp_path, shared_data, args, expect):
+    src = os.path.join(shared_data, "tinyshakespeare", "input.txt")
+    base = ["--dataset", "tinyshakespeare", "--source", src]
+    if "--tokenizer" not in args:
+        base += ["--tokenizer", "gpt2" if "--gpt2-bpe" in args else "sp"]
+    fails(tmp_path, *base, *args, expect=expect)
+
+
+def test_missing_required(tmp_path):
+    fails(tmp_path, "--dataset", "pg19", "--tokenizer", "gpt2", expect="--source is required")
+    fails(tmp_path, "--dataset", "text", "--source", tmp_path, expect="--tokenizer is required")
+    fails(tmp_path, "--dataset", "wiki", expect="invalid choice")
+
+
+def test_bad_synthetic(tmp_path):
+    fails(tmp_path, "--dataset", "synthetic", "--syn-copy-rate", "1.0", expect="--syn-copy-rate")
+    fails(tmp_path, "--dataset", "synthetic", "--syn-copy-min-dist", "0", expect="--syn-copy-min-dist")
+    fails(tmp_path, "--dataset", "synthetic", "--syn-length", "100", "--syn-doc-len", "100", expect="one document")
+    fails(tmp_path, "--dataset", "synthetic", "--tokenizer", "gpt2", expect="drop --source and --tokenizer")
+
+
+def test_too_short_to_split(tmp_path):
+    (tmp_path / "t.txt").write_text("a")
+    fails(tmp_path, "--dataset", "text", "--source", tmp_path / "t.txt", "--tokenizer", "sp", expect="too short")
+
+
+def test_sp_vocab_larger_than_corpus_supports(tmp_path):
+    (tmp_path / "t.txt").write_text("a small text, far too small for 10000 pieces\n" * 3)
+    fails(tmp_path, "--dataset", "text", "--source", tmp_path / "t.txt", "--tokenizer", "sp",
+          expect="try a smaller --vocab-size")
