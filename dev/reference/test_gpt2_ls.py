@@ -2,6 +2,7 @@
 Self-tests of the PyTorch reference. Needs torch, so it runs with Debian's python (no pytest there):
   /usr/bin/python3 dev/reference/test_gpt2_ls.py          (or: pytest dev/reference where torch exists)
 """
+import dataclasses
 import math
 import os
 import sys
@@ -23,10 +24,11 @@ LAYOUTS = {
     "ls": Config(**TINY, global_heads=1, window=2),
     "mhsa": Config(**TINY, global_heads=4, window=2),
     "all_local": Config(**TINY, global_heads=0, window=3),
-    "ls_qknorm": Config(**TINY, global_heads=1, window=2, qk_norm=True),
     "ls_softcap": Config(**TINY, global_heads=2, window=2, attn_softcap=0.7),
-    "all_stabilizers_untied": Config(**TINY, global_heads=1, window=3, qk_norm=True, attn_softcap=1.5,
-                                     tied_embeddings=False),
+    # QK-norm with hd = 4 (2 heads): LayerNorm over hd = 2 is too sharp for finite differences
+    "ls_qknorm": Config(**dict(TINY, num_heads=2), global_heads=1, window=2, qk_norm=True),
+    "all_stabilizers_untied": Config(**dict(TINY, num_heads=2), global_heads=1, window=3, qk_norm=True,
+                                     attn_softcap=1.5, tied_embeddings=False),
 }
 
 
@@ -47,7 +49,10 @@ def test_gradcheck_every_layout():
         def objective(flat):
             _, loss, z = forward(cfg, split_flat(cfg, flat), idx, tgt, z_weight=0.1)
             return loss + z
-        assert torch.autograd.gradcheck(objective, (flat0,), eps=1e-6, atol=1e-7, rtol=1e-5), name
+        try:
+            torch.autograd.gradcheck(objective, (flat0,), eps=1e-6, atol=1e-7, rtol=1e-5)
+        except Exception as e:
+            raise AssertionError(f"gradcheck failed for layout {name}: {e}")
         # the padded rows [V, Vp) of the LM head (tied or not) get exactly no gradient
         (grad,) = torch.autograd.grad(objective(flat0), flat0)
         head = split_flat(cfg, grad)["wte" if cfg.tied_embeddings else "lm_head"]
@@ -150,8 +155,7 @@ def test_param_table_matches_params_h():
 
 
 def test_checkpoint_round_trip_and_damage():
-    cfg = LAYOUTS["all_stabilizers_untied"]
-    cfg.padded_vocab_size = 128
+    cfg = dataclasses.replace(LAYOUTS["all_stabilizers_untied"], padded_vocab_size=128)
     flat = flatten(cfg, init_params(cfg, torch.Generator().manual_seed(1))).float().numpy()
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "m.bin")
