@@ -202,7 +202,8 @@ void check_fixture(const std::string& name) {
         const llmc::ForwardResult rt = backend.forward(d.inputs.data(), d.targets.data(), B, T, d.z_weight, nullptr);
         backend.backward(1.0f);
         const float norm = backend.grad_norm();
-        INFO("AdamW step " << t << ": loss " << rt.loss << " vs " << d.step_loss[t - 1] << ", z_loss " << rt.z_loss
+        INFO("AdamW step " << t << ": loss " << rt.loss << " vs " << d.step_loss[t - 1] << " (relative error "
+                           << std::fabs(rt.loss - d.step_loss[t - 1]) / d.step_loss[t - 1] << "), z_loss " << rt.z_loss
                            << " vs " << d.step_z_loss[t - 1] << ", grad norm " << norm << " vs "
                            << d.step_grad_norm[t - 1]);
         CHECK(std::fabs(rt.loss - d.step_loss[t - 1]) <= 1e-4 * std::fabs(d.step_loss[t - 1]));
