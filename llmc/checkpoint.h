@@ -1,4 +1,4 @@
-// Model checkpoint files (docs/formats-checkpoint.md): a 256-int32 header carrying every
+// Model checkpoint files (docs/formats.md): a 256-int32 header carrying every
 // ModelConfig field, then all parameters in the order of llmc/params.h as fp32 or bf16, with a
 // 64-bit FNV-1a checksum of the payload. Also reads llm.c's GPT-2 checkpoints (magic 20240326,
 // version 3 = fp32, version 5 = bf16) as an all-global model. Host-only, no GPU needed.
@@ -75,7 +75,7 @@ inline float bits_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f;
 inline void put_u64(int32_t* h, int i, uint64_t v) { h[i] = (int32_t)(uint32_t)v; h[i + 1] = (int32_t)(uint32_t)(v >> 32); }
 inline uint64_t get_u64(const int32_t* h, int i) { return (uint64_t)(uint32_t)h[i] | ((uint64_t)(uint32_t)h[i + 1] << 32); }
 
-// Header indices 2..13 (see docs/formats-checkpoint.md); dtype (12) is set by the writer.
+// Header indices 2..13 (see docs/formats.md); dtype (12) is set by the writer.
 inline void put_config_fields(int32_t* h, const ModelConfig& c) {
     h[2] = c.max_seq_len;
     h[3] = c.vocab_size;

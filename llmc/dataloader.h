@@ -1,5 +1,5 @@
 // B x T batches of next-token training data from a glob of token shards (llmc/shard.h).
-// Semantics (docs/formats-loader.md has the full description):
+// Semantics (docs/dataloader.md has the full description):
 //   - The shards matching the glob, sorted by name, are one token sequence per epoch (with
 //     shuffle, concatenated in a per-epoch permuted order). It is cut into W = (N - 1) / (B*T)
 //     windows of B*T + 1 tokens; window w starts at token w*B*T, so consecutive windows share one

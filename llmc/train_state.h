@@ -1,4 +1,4 @@
-// Training-state files (docs/formats-checkpoint.md): everything besides the model weights that a
+// Training-state files (docs/formats.md): everything besides the model weights that a
 // resumed run needs to continue bit-identically: AdamW moments, fp32 master weights, RNG states,
 // the train data-loader position and an opaque section for the loop's own state (e.g. the spike
 // detector's window). One file per rank, state_NNNNNNNN_RRRRR.bin, written atomically.

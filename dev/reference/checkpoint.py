@@ -1,5 +1,5 @@
 """
-Reads and writes our model checkpoint format (docs/formats-checkpoint.md), written from that
+Reads and writes our model checkpoint format (docs/formats.md), written from that
 document, independently of the C++ (llmc/checkpoint.h):
 
   header: 256 int32 little-endian
