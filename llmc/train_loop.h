@@ -398,6 +398,9 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
                 accum, cfg.world_size, (long)B * T * accum * cfg.world_size, max_steps, cfg.learning_rate,
                 cfg.lr_schedule.c_str());
     if (resume) std::printf("  resumed from %s at step %d\n", model_path(out, start_step).c_str(), start_step);
+    if (start_step >= max_steps && resume)
+        std::printf("  note: the checkpoint's step %d is not below -x %d; nothing to train (raise -x to continue)\n",
+                    start_step, max_steps);
     if (!tok_warning.empty() && cfg.sample_every > 0) std::printf("  note: %s\n", tok_warning.c_str());
     if (out.empty()) std::printf("  note: no -o given; nothing is written (metrics, checkpoints)\n");
     std::fflush(stdout);

@@ -170,7 +170,7 @@ def test_training_lowers_loss_on_tinyshakespeare(tmp_path):
                        cwd=REPO, env=env, check=True)
     out = tmp_path / "ts"
     run(["-i", f"{TS_GPT2}/train_*.bin", "-j", f"{TS_GPT2}/val_*.bin", "-o", out, "--layers", 2, "--channels", 64,
-         "--heads", 4, "-b", 4, "-t", 64, "-x", 30, "-l", "3e-3", "-u", 5, "-v", 30, "-m", 2, "-s", 0])
+         "--heads", 4, "-b", 2, "-t", 64, "-x", 30, "-l", "3e-3", "-u", 5, "-v", 30, "-m", 2, "-s", 0, "--threads", 1])
     recs = read_jsonl(out / "metrics.jsonl")
     train = [r["loss"] for r in recs if "loss" in r]
     assert len(train) == 30
@@ -349,7 +349,7 @@ def test_eval_only_and_dump_logits(trained, byte_data, tmp_path):
     dump = tmp_path / "logits.bin"
     eo = tmp_path / "eval"
     p = run(["--eval-only", "-e", out / "model_00000020.bin", "-j", f"{byte_data}/val_*.bin", "-b", 2, "-t", 16,
-             "-m", 3, "--dump-logits", dump, "-o", eo])
+             "-m", 3, "--dump-logits", dump, "-o", eo, "--threads", 1])
     rec = json.loads((eo / "eval.json").read_text())
     assert rec["batches"] == 3 and rec["tokens"] == 3 * 2 * 16
     assert f"eval loss {rec['loss']:.6f}" in p.stdout
@@ -364,12 +364,13 @@ def test_eval_only_and_dump_logits(trained, byte_data, tmp_path):
     lse = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)
     ce = (lse - np.take_along_axis(logits, targets[..., None], -1)[..., 0]).mean()
     one = run(["--eval-only", "-e", out / "model_00000020.bin", "-j", f"{byte_data}/val_*.bin", "-b", 2, "-t", 16,
-               "-m", 1])
+               "-m", 1, "--threads", 1])
     printed = float(one.stdout.split("eval loss ")[1].split()[0])
     assert abs(ce - printed) < 1e-5 * abs(printed) + 1e-6, (ce, printed)
 
     # without -m: the whole validation set
-    p = run(["--eval-only", "-e", out / "model_00000020.bin", "-j", f"{byte_data}/val_*.bin", "-b", 2, "-t", 16])
+    p = run(["--eval-only", "-e", out / "model_00000020.bin", "-j", f"{byte_data}/val_*.bin", "-b", 2, "-t", 16,
+             "--threads", 1])
     assert f"over {(12_000 - 1) // 32} batches" in p.stdout
 
 
@@ -381,3 +382,63 @@ def test_config_file_round_trip(trained, byte_data, tmp_path):
     conf = json.loads((o / "config.json").read_text())
     assert conf["model"]["num_layers"] == L and conf["model"]["channels"] == 32
     assert conf["train"]["max_steps"] == 2 and conf["train"]["learning_rate"] == pytest.approx(3e-3)
+
+
+def fnv1a64(data):
+    h = 0xCBF29CE484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def test_llmc_gpt2_checkpoint_loads_as_all_global_model(byte_data, tmp_path):
+    """-e takes an llm.c GPT-2 file (magic 20240326, version 3): it evaluates exactly like the same
+    weights in our format with G = NH and P = maxT, and training from it writes such a model."""
+    maxT, V, Vp, nl, nh, C = 64, 256, 256, 2, 4, 32
+    sizes = [Vp * C, maxT * C, nl * C, nl * C, nl * 3 * C * C, nl * 3 * C, nl * C * C, nl * C, nl * C, nl * C,
+             nl * 4 * C * C, nl * 4 * C, nl * C * 4 * C, nl * C, C, C]
+    rng = np.random.default_rng(5)
+    params = np.concatenate([rng.normal(0, 0.05, n) for n in sizes]).astype(np.float32)
+    payload = params.tobytes()
+    h = np.zeros(256, dtype=np.int32)
+    h[:8] = [20240326, 3, maxT, V, nl, nh, C, Vp]
+    llmc = tmp_path / "gpt2_tiny.bin"
+    llmc.write_bytes(h.tobytes() + payload)
+
+    ours = tmp_path / "ours.bin"  # docs/formats-checkpoint.md
+    h = np.zeros(256, dtype=np.uint32)
+    h[:14] = [20250521, 1, maxT, V, nl, nh, C, Vp, nh, maxT, 0, 1, 0, 0]
+    h[14], h[15] = params.size & 0xFFFFFFFF, params.size >> 32
+    s = fnv1a64(payload)
+    h[16], h[17] = s & 0xFFFFFFFF, s >> 32
+    ours.write_bytes(h.tobytes() + payload)
+
+    ev = ["--eval-only", "-j", f"{byte_data}/val_*.bin", "-b", 2, "-t", 64, "-m", 2, "--threads", 1]
+    a = run(ev + ["-e", llmc])
+    b = run(ev + ["-e", ours])
+    assert "llm.c GPT-2 checkpoint" in a.stdout
+    loss = a.stdout.split("eval loss ")[1].split()[0]
+    assert loss == b.stdout.split("eval loss ")[1].split()[0]
+    assert abs(float(loss) - np.log(256)) < 1.0  # small random weights: near uniform
+
+    out = tmp_path / "ft"
+    run(data_args(byte_data) + ["-e", llmc, "-o", out, "-b", 2, "-t", 64, "-x", 2, "-v", 0, "-s", 0, "--threads", 1])
+    m = json.loads((out / "config.json").read_text())["model"]
+    assert (m["global_heads"], m["window"], m["num_heads"], m["vocab_size"]) == (nh, maxT, nh, V)
+    header = np.fromfile(out / "model_00000002.bin", dtype=np.int32, count=19)
+    assert list(header[[0, 2, 3, 4, 5, 6, 8, 9, 18]]) == [20250521, maxT, V, nl, nh, C, nh, maxT, 2]
+
+
+def test_vocab_comes_from_meta_then_tokenizer_then_default(byte_data, tmp_path):
+    d = tmp_path / "data"
+    d.mkdir()
+    for f in byte_data.glob("*.bin"):
+        shutil.copy(f, d / f.name)
+    tiny = TINY + ["-x", 1, "-v", 0, "-s", 0]
+    run(["-i", f"{d}/train_*.bin", "-o", tmp_path / "a"] + tiny)  # tokenizer.bin only
+    conf = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert conf["model"]["vocab_size"] == 256 and conf["derived"]["vocab_source"].endswith("tokenizer.bin")
+    (d / "tokenizer.bin").unlink()
+    run(["-i", f"{d}/train_*.bin", "-o", tmp_path / "b"] + tiny)  # nothing: GPT-2's 50257
+    conf = json.loads((tmp_path / "b" / "config.json").read_text())
+    assert conf["model"]["vocab_size"] == 50257 and conf["derived"]["vocab_source"] == "default"
