@@ -442,3 +442,41 @@ def test_vocab_comes_from_meta_then_tokenizer_then_default(byte_data, tmp_path):
     run(["-i", f"{d}/train_*.bin", "-o", tmp_path / "b"] + tiny)  # nothing: GPT-2's 50257
     conf = json.loads((tmp_path / "b" / "config.json").read_text())
     assert conf["model"]["vocab_size"] == 50257 and conf["derived"]["vocab_source"] == "default"
+
+
+def test_nonfinite_steps_never_update_the_weights(byte_data, tmp_path):
+    """A learning rate far too high makes the gradient norm overflow; those steps are logged as
+    skipped and leave the weights alone (validation loss identical before and after them)."""
+    out = tmp_path / "nan"
+    run(data_args(byte_data) + TINY + ["-o", out, "-x", 12, "-l", "1e4", "-u", 0, "--grad-clip", 0, "-v", 4, "-m", 2,
+                                       "-s", 0])
+    recs = train_records(out / "metrics.jsonl")
+    skipped = [r["step"] for r in recs if r["skipped_nonfinite"]]
+    assert skipped, "expected non-finite steps with lr 1e4"
+    for r in recs:
+        assert r["skipped_nonfinite"] == (r["loss"] is None or r["grad_norm"] is None)
+    vals = {r["step"]: r["val_loss"] for r in recs if "val_loss" in r}
+    after = [s for s in vals if s >= skipped[0] and all(t in skipped for t in range(skipped[0], s + 1))]
+    assert len({vals[s] for s in after}) <= 1, f"weights changed during skipped steps: {vals}"
+
+
+def test_skip_spikes_and_resume_with_spike_windows(byte_data, tmp_path):
+    """--skip-spikes Z skips exactly the steps whose z-score exceeds Z; the detectors' windows are
+    part of the checkpoint, so a resumed run skips the same steps."""
+    common = data_args(byte_data) + TINY + ["-x", 24, "-n", 12, "-v", 0, "-s", 0, "-l", "3e-3", "-u", 0,
+                                            "--spike-window", 4, "--skip-spikes", 1.0, "--spike-z", 1.0]
+    full, part = tmp_path / "full", tmp_path / "part"
+    run(common + ["-o", full])
+    recs = train_records(full / "metrics.jsonl")
+    for r in recs:
+        z = [x for x in (r["loss_z"], r["norm_z"]) if x is not None]
+        assert r["skipped_spike"] == any(x > 1.0 for x in z)
+        assert r["spike"] == r["skipped_spike"]
+        if r["step"] <= 4:
+            assert r["loss_z"] is None and r["norm_z"] is None  # window not full yet
+    assert any(r["skipped_spike"] for r in recs) and not all(r["skipped_spike"] for r in recs[4:])
+    shutil.copytree(full, part)
+    for name in ["DONE_00000024", "model_00000024.bin", "state_00000024_00000.bin"]:
+        (part / name).unlink()
+    run(common + ["-o", part, "-y", 1])
+    assert_same_run(full, part, 24)
