@@ -283,6 +283,8 @@ def assert_refused(args, out_dir, expect):
     (["-b", "four"], "four"),
     (["--dump-logits", "x.bin"], "--eval-only"),
     (["--layers", 3], "different model"),
+    (["-b", 2], "resume with the same -b/-t"),
+    (["--spike-window", 5], "resume with the same --spike-window"),
 ])
 def test_bad_flags_fail_cleanly(trained, byte_data, extra, expect):
     out, _ = trained  # a finished run: -y 1 would resume it if the flags were fine
@@ -480,3 +482,19 @@ def test_skip_spikes_and_resume_with_spike_windows(byte_data, tmp_path):
         (part / name).unlink()
     run(common + ["-o", part, "-y", 1])
     assert_same_run(full, part, 24)
+
+
+def test_gradient_accumulation_matches_a_bigger_batch(byte_data, tmp_path):
+    """-d 256 with B=4, T=32 accumulates 2 micro-batches; without shuffling they hold the same
+    tokens as one B=8 batch, so the losses agree to float rounding."""
+    common = data_args(byte_data) + TINY + ["-x", 6, "-v", 0, "-s", 0, "--shuffle", 0, "-l", "3e-3"]
+    run(common + ["-o", tmp_path / "acc", "-d", 256])
+    run(common + ["-o", tmp_path / "big", "-b", 8])
+    conf = json.loads((tmp_path / "acc" / "config.json").read_text())["derived"]
+    assert conf["grad_accum_steps"] == 2 and conf["tokens_per_step"] == 256
+    acc = [r["loss"] for r in train_records(tmp_path / "acc" / "metrics.jsonl")]
+    big = [r["loss"] for r in train_records(tmp_path / "big" / "metrics.jsonl")]
+    assert len(acc) == 6
+    np.testing.assert_allclose(acc, big, rtol=1e-5)
+    norms = [[r["grad_norm"] for r in train_records(tmp_path / d / "metrics.jsonl")] for d in ("acc", "big")]
+    np.testing.assert_allclose(norms[0], norms[1], rtol=1e-4)  # the 1/accum scaling of the gradients
