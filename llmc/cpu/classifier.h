@@ -1,0 +1,90 @@
+// Output softmax, cross-entropy and z-loss over the real vocabulary [0, V) of (N, Vp) logits.
+// Columns [V, Vp) are vocabulary padding: they are never read and get no gradient.
+// Per position n with lse = logsumexp(logits[n, 0:V]):
+//   loss = lse - logits[n, target],   zloss = z_weight * lse^2
+// The objective differentiated by the backward is sum_n dloss * (loss_n + zloss_n).
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "../error.h"
+
+namespace llmc {
+namespace cpu {
+
+// Output-softmax statistics of a forward pass; the caller merges calls (max of max_logit, sums
+// of lse_sum and count) and reports lse_sum / count as the mean log-sum-exp.
+struct OutputStats {
+    float max_logit;  // max over every real-vocabulary logit
+    double lse_sum;   // sum over positions of lse
+    int64_t count;    // number of positions
+};
+
+namespace detail {
+// Targets outside [0, V) would index past the real vocabulary; refuse them before any work.
+inline void check_targets(const int* targets, int N, int V) {
+    for (int n = 0; n < N; n++) {
+        if (targets[n] < 0 || targets[n] >= V)
+            throw InputError("target token id " + std::to_string(targets[n]) + " at position " +
+                             std::to_string(n) + " is outside the vocabulary [0, " +
+                             std::to_string(V) + "); re-tokenize the data or raise --vocab");
+    }
+}
+}  // namespace detail
+
+// losses (N) CE, zlosses (N) z_weight * lse^2, lse (N) (saved for the backward);
+// logits (N, Vp), targets (N) in [0, V). stats (nullable) is overwritten with this call's values.
+template <typename F>
+void classifier_forward(F* losses, F* zlosses, F* lse, const F* logits, const int* targets,
+                        float z_weight, int N, int V, int Vp, OutputStats* stats) {
+    detail::check_targets(targets, N, V);
+    std::vector<F> row_max(N);
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const F* l = logits + (size_t)n * Vp;
+        F m = l[0];
+        for (int v = 1; v < V; v++) m = l[v] > m ? l[v] : m;
+        double sum = 0.0;  // V terms (~50k): accumulate in double
+        for (int v = 0; v < V; v++) sum += std::exp(l[v] - m);
+        const F s = m + F(std::log(sum));
+        lse[n] = s;
+        losses[n] = s - l[targets[n]];
+        zlosses[n] = F(z_weight) * s * s;
+        row_max[n] = m;
+    }
+    if (stats) {  // merged in position order: deterministic
+        float mx = N > 0 ? float(row_max[0]) : 0.0f;
+        double lsum = 0.0;
+        for (int n = 0; n < N; n++) {
+            mx = float(row_max[n]) > mx ? float(row_max[n]) : mx;
+            lsum += double(lse[n]);
+        }
+        stats->max_logit = mx;
+        stats->lse_sum = lsum;
+        stats->count = N;
+    }
+}
+
+// ADDS into dlogits (N, Vp), for v < V only:
+//   dlogits[n, v] += dloss * (p_v - [v == target] + 2 * z_weight * lse * p_v),  p_v = exp(l_v - lse)
+// dloss = d objective / d (per-position CE + z-loss), e.g. grad_scale / N.
+template <typename F>
+void classifier_backward(F* dlogits, const F* logits, const F* lse, const int* targets, F dloss,
+                         float z_weight, int N, int V, int Vp) {
+    detail::check_targets(targets, N, V);
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const F* l = logits + (size_t)n * Vp;
+        F* dl = dlogits + (size_t)n * Vp;
+        const F s = lse[n];
+        const F pscale = dloss * (F(1) + F(2) * F(z_weight) * s);  // d/dl_v of both terms, per p_v
+        for (int v = 0; v < V; v++) dl[v] += pscale * std::exp(l[v] - s);
+        dl[targets[n]] -= dloss;
+    }
+}
+
+}  // namespace cpu
+}  // namespace llmc
