@@ -468,6 +468,25 @@ TEST_CASE("classifier: cross-entropy + z-loss over the real vocabulary", "[cpu_o
     }
 }
 
+TEST_CASE("classifier's vectorizable exp matches std::exp", "[cpu_ops][classifier]") {
+    // every float in [-100, 0] on a fine grid, then the special values
+    double worst = 0, worst_below = 0;
+    for (int i = 0; i <= 2000000; i++) {
+        const float x = -100.0f + 100.0f * (float)i / 2000000.0f;
+        const double want = std::exp((double)x);
+        const double got = detail::exp_fast(x);
+        if (x >= -87.0f) worst = std::max(worst, std::fabs(got - want) / want);
+        else worst_below = std::max(worst_below, got);  // clamped to exp(-87)
+    }
+    INFO("worst relative error " << worst << ", largest value below -87: " << worst_below);
+    CHECK(worst < 3e-7);  // a few float ulp
+    CHECK(worst_below <= 2e-38);
+    CHECK(detail::exp_fast(0.0f) == 1.0f);
+    CHECK(detail::exp_fast(-std::numeric_limits<float>::infinity()) <= 2e-38f);
+    CHECK(std::isnan(detail::exp_fast(std::nanf(""))));
+    CHECK(std::isnan(detail::exp_fast(-std::nanf(""))));
+}
+
 TEST_CASE("classifier refuses a target outside the vocabulary", "[cpu_ops][classifier]") {
     const int N = 2, V = 3, Vp = 4;
     std::vector<float> logits((size_t)N * Vp, 0.0f), loss(N), zl(N), lse(N), dl((size_t)N * Vp);
