@@ -1,8 +1,7 @@
 // Matrix multiply of a linear layer on the CPU: out = inp @ weight^T + bias.
 //   inp (N, IC), weight (OC, IC) (PyTorch / llm.c layout), bias (OC) or nullptr, out (N, OC).
-// Speed: the result is split into register tiles of R rows x W columns that stay in registers
-// while the shared dimension K is walked once; the loops over the tile are fully unrolled, so
-// the compiler vectorizes them at plain -O2. The B operand of each tile is a (K, W) panel with
+// Speed: the result is split into register tiles of R rows x W columns that stay in vector
+// registers while the shared dimension K is walked once. The B operand of each tile is a (K, W) panel with
 // contiguous rows: for the forward the weight rows are first packed (transposed) into per-thread
 // scratch; in the backward passes weight and inp already have that layout. Tiles at the ragged
 // edges (N or the column count not a multiple of the tile) take plain loops.
@@ -10,6 +9,7 @@
 // not depend on the number of OpenMP threads.
 #pragma once
 #include <cstddef>
+#include <cstring>
 #include <vector>
 
 // nvcc's front end does not know `#pragma GCC unroll` but passes it on to the host compiler.
@@ -24,30 +24,36 @@ namespace cpu {
 namespace detail {
 
 // C(R, W) += sum_k A(r, k) * B(k, j), C(r, j) = c[r*ldc + j], A(r, k) = a[r*ars + k*aks],
-// B(k, j) = b[k*ldb + j]. The loops over r and j are fully unrolled, so the tile of C lives in
-// registers and each row of B is a few vector loads; the k loop is the only real loop.
-template <typename F, int R, int W>
+// B(k, j) = b[k*ldb + j]. The tile of C is held in R x W/VL explicit vectors of VB bytes (GCC
+// vector extension: 16 for SSE, 32 for AVX), so it stays in registers and the compiler cannot
+// re-vectorize the k loop its own way (-O3 did, badly, with plain arrays).
+template <typename F, int R, int W, int VB>
 __attribute__((always_inline)) inline void mm_tile(F* c, size_t ldc, const F* a, size_t ars,
                                                    size_t aks, const F* b, size_t ldb, int K) {
-    F acc[R][W];
-#pragma GCC unroll 32
+    typedef F vec __attribute__((vector_size(VB)));
+    constexpr int VL = VB / sizeof(F), NV = W / VL;  // lanes per vector, vectors per tile row
+    static_assert(W % VL == 0, "the tile width must be a multiple of the vector length");
+    vec acc[R][NV];
+#pragma GCC unroll 16
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 32
-        for (int j = 0; j < W; j++) acc[r][j] = c[r * ldc + j];
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; v++) std::memcpy(&acc[r][v], c + r * ldc + v * VL, sizeof(vec));
     for (int k = 0; k < K; k++) {
-        const F* bk = b + (size_t)k * ldb;
+        vec bk[NV];
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; v++) std::memcpy(&bk[v], b + (size_t)k * ldb + v * VL, sizeof(vec));
         const F* ak = a + (size_t)k * aks;
-#pragma GCC unroll 32
+#pragma GCC unroll 16
         for (int r = 0; r < R; r++) {
             const F ar = ak[(size_t)r * ars];
-#pragma GCC unroll 32
-            for (int j = 0; j < W; j++) acc[r][j] += ar * bk[j];
+#pragma GCC unroll 16
+            for (int v = 0; v < NV; v++) acc[r][v] += bk[v] * ar;
         }
     }
-#pragma GCC unroll 32
+#pragma GCC unroll 16
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 32
-        for (int j = 0; j < W; j++) c[r * ldc + j] = acc[r][j];
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; v++) std::memcpy(c + r * ldc + v * VL, &acc[r][v], sizeof(vec));
 }
 
 // The same for a ragged tile of rows x cols (< R x W) at an edge of C: plain loops, same k order.
@@ -64,14 +70,14 @@ inline void mm_tile_edge(F* c, size_t ldc, int rows, int cols, const F* a, size_
 }
 
 // One tile of C (rows x cols <= R x W, row stride ldc) += A B over K.
-template <typename F, int R, int W>
+template <typename F, int R, int W, int VB>
 __attribute__((always_inline)) inline void gemm_tile(F* c, size_t ldc, int rows, int cols,
                                                      const F* a, size_t ars, size_t aks,
                                                      const F* b, size_t ldb, int K) {
     if (rows == R && cols == W) {
-        mm_tile<F, R, W>(c, ldc, a, ars, aks, b, ldb, K);
+        mm_tile<F, R, W, VB>(c, ldc, a, ars, aks, b, ldb, K);
     } else if (cols == W) {  // the last rows of C: one row at a time, still vectorized
-        for (int r = 0; r < rows; r++) mm_tile<F, 1, W>(c + r * ldc, ldc, a + r * ars, ars, aks, b, ldb, K);
+        for (int r = 0; r < rows; r++) mm_tile<F, 1, W, VB>(c + r * ldc, ldc, a + r * ars, ars, aks, b, ldb, K);
     } else {
         mm_tile_edge<F>(c, ldc, rows, cols, a, ars, aks, b, ldb, K);
     }
@@ -85,7 +91,7 @@ template <typename F, int R, int W>
 __attribute__((target("avx2,fma"))) void gemm_tile_avx2(F* c, size_t ldc, int rows, int cols,
                                                         const F* a, size_t ars, size_t aks,
                                                         const F* b, size_t ldb, int K) {
-    gemm_tile<F, R, W>(c, ldc, rows, cols, a, ars, aks, b, ldb, K);
+    gemm_tile<F, R, W, 32>(c, ldc, rows, cols, a, ars, aks, b, ldb, K);
 }
 #endif
 
@@ -119,7 +125,7 @@ inline void tile(F* c, size_t ldc, int rows, int cols, const F* a, size_t ars, s
         return;
     }
 #endif
-    gemm_tile<F, R, W>(c, ldc, rows, cols, a, ars, aks, b, ldb, K);
+    gemm_tile<F, R, W, Avx2 ? 32 : 16>(c, ldc, rows, cols, a, ars, aks, b, ldb, K);
 }
 
 // out (N, OC) = inp (N, IC) @ weight (OC, IC)^T + bias; tiles of R rows x W outputs, parallel
