@@ -7,11 +7,11 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "../error.h"
+#include "vecmath.h"
 
 namespace llmc {
 namespace cpu {
@@ -34,38 +34,6 @@ inline void check_targets(const int* targets, int N, int V) {
                              std::to_string(V) + "); re-tokenize the data or raise --vocab");
     }
 }
-
-// exp(x) for float x <= 88 (the callers pass x <= 0), accurate to a few ulp and free of branches
-// and library calls, so that the loops over the vocabulary vectorize at -O2 (std::exp does not
-// without -ffast-math, and the softmax spends most of its time in exp). x = n ln2 + r with
-// |r| <= ln2/2 (ln2 split in two parts so that n * ln2_hi is exact); e^r by its Taylor polynomial
-// to r^7 (truncation < 1e-8); 2^n built in the exponent bits. x < -87 (down to -inf) is raised
-// to -87 by a bitwise select (a float select would stop the vectorizer), so it returns ~1.6e-38
-// instead of 0, which is harmless in these sums. NaN propagates.
-inline float exp_fast(float x) {
-    const float lo = -87.0f;
-    const uint32_t below = 0u - (uint32_t)(x < lo);  // all ones when x < -87; never for NaN
-    uint32_t xb, lob;
-    std::memcpy(&xb, &x, 4);
-    std::memcpy(&lob, &lo, 4);
-    xb = (xb & ~below) | (lob & below);
-    std::memcpy(&x, &xb, 4);
-    const float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-    const float t = x * 1.44269504088896341f + shifter;
-    const float n = t - shifter;  // round(x / ln2)
-    const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
-    const float p =
-        1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
-        r * (1.0f / 720 + r * (1.0f / 5040)))))));
-    uint32_t tb, sb;
-    std::memcpy(&tb, &t, 4);
-    std::memcpy(&sb, &shifter, 4);
-    const uint32_t scale_bits = (tb - sb + 127u) << 23;  // n + 127 in the exponent field
-    float scale;
-    std::memcpy(&scale, &scale_bits, 4);
-    return p * scale;
-}
-inline double exp_fast(double x) { return std::exp(x); }  // the double reference path
 }  // namespace detail
 
 // losses (N) CE, zlosses (N) z_weight * lse^2, lse (N) (saved for the backward);
@@ -93,8 +61,8 @@ void classifier_forward(F* losses, F* zlosses, F* lse, const F* logits, const in
         double sum[L] = {0, 0, 0, 0, 0, 0, 0, 0};
         for (v = 0; v + L <= V; v += L)
 #pragma omp simd
-            for (int j = 0; j < L; j++) sum[j] += (double)detail::exp_fast(l[v + j] - m);
-        for (; v < V; v++) sum[0] += (double)detail::exp_fast(l[v] - m);
+            for (int j = 0; j < L; j++) sum[j] += (double)exp_fast(l[v + j] - m);
+        for (; v < V; v++) sum[0] += (double)exp_fast(l[v] - m);
         double total = 0.0;
         for (int j = 0; j < L; j++) total += sum[j];
         const F s = m + F(std::log(total));
@@ -130,7 +98,7 @@ void classifier_backward(F* dlogits, const F* logits, const F* lse, const int* t
         const F s = lse[n];
         const F pscale = dloss * (F(1) + F(2) * F(z_weight) * s);  // d/dl_v of both terms, per p_v
 #pragma omp simd
-        for (int v = 0; v < V; v++) dl[v] += pscale * detail::exp_fast(l[v] - s);
+        for (int v = 0; v < V; v++) dl[v] += pscale * exp_fast(l[v] - s);
         dl[targets[n]] -= dloss;
     }
 }
