@@ -3,6 +3,7 @@
 #   make train           the main job: prepare tiny Shakespeare (GPT-2 BPE) and train on it
 #   make test            every CPU test (Catch2 + pytest + end-to-end) and compiles every GPU target
 #   make test-gpu        GPU tests (needs a GPU)
+#   make test-reference  the PyTorch reference's self-tests (needs torch)
 #   make deps            install the dependencies (scripts/install_deps.sh)
 # Variables: CUDA_ARCH="80 90"  PRECISION=BF16|FP32  EXTRA_INCLUDE=.deps/include
 #            SHARED_DATA=../shared/data  NVCC=nvcc CXX=g++ PYTHON=python3
@@ -86,6 +87,13 @@ test:
 	SHARED_DATA=$(abspath $(SHARED_DATA)) $(PYTHON) -m pytest -q data/tests test
 	@echo "== all CPU tests passed; GPU targets compiled: $(GPU_LAB_BINS) $(GPU_TEST_BINS) train_gpt2_ls =="
 
+# The PyTorch reference's self-tests and a byte check of the committed fixtures; needs torch
+# (Debian's python3-torch for /usr/bin/python3, or pip's). Not part of `make test` (CI has no torch).
+TORCH_PYTHON ?= /usr/bin/python3
+test-reference:
+	$(TORCH_PYTHON) dev/reference/test_gpt2_ls.py
+	$(TORCH_PYTHON) dev/reference/make_fixtures.py --check
+
 test-gpu: $(GPU_TEST_BINS)
 	@set -e; for t in $(GPU_TEST_BINS); do echo "== $$t =="; $$t; done
 
@@ -95,4 +103,4 @@ deps:
 clean:
 	rm -rf $(BUILD) train_gpt2_ls
 
-.PHONY: all gpu-targets data-tinyshakespeare train test test-build test-gpu deps clean
+.PHONY: all gpu-targets data-tinyshakespeare train test test-build test-gpu test-reference deps clean

@@ -1,5 +1,5 @@
 // JSON Lines writers for <out>/metrics.jsonl and <out>/logit_stats.jsonl (schemas in
-// docs/formats-training.md). One JSON object per line, written with a single fwrite and flushed
+// docs/formats.md). One JSON object per line, written with a single fwrite and flushed
 // to the OS per record, so a process killed with kill -9 leaves every completed record intact;
 // a reader ignores at most one unterminated last line. Non-finite floats are written as null.
 #pragma once

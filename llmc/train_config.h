@@ -58,7 +58,7 @@ struct TrainConfig {
     int resume = 0;                     // -y  1 = resume from the newest complete checkpoint in -o
     int keep_checkpoints = 3;           // --keep-checkpoints K (0 = keep all)
     // statistics, spikes
-    int logit_stats_every = 10;         // --logit-stats-every N (0 = never write logit_stats.jsonl)
+    int logit_stats_every = 1;          // --logit-stats-every N (0 = never write logit_stats.jsonl)
     float skip_spikes = 0.0f;           // --skip-spikes Z  skip updates with z-score > Z (0 = never)
     int spike_window = 100;             // --spike-window W
     float spike_z = 6.0f;               // --spike-z  z-score above which a step is logged as a spike

@@ -1,6 +1,6 @@
 """End-to-end tests of the train_gpt2_ls binary (built by `make train_gpt2_ls`), run from the
 repository root: training lowers the loss, kill-and-resume is bit-identical to an uninterrupted
-run, the metrics and logit-statistics files follow docs/formats-training.md, bad flags and bad
+run, the metrics and logit-statistics files follow docs/formats.md, bad flags and bad
 checkpoints fail with one line and leave existing files untouched, --eval-only and --dump-logits.
 
 Most tests use byte-level shards of tiny Shakespeare written by a helper here (vocabulary 256, so
@@ -407,7 +407,7 @@ def test_llmc_gpt2_checkpoint_loads_as_all_global_model(byte_data, tmp_path):
     llmc = tmp_path / "gpt2_tiny.bin"
     llmc.write_bytes(h.tobytes() + payload)
 
-    ours = tmp_path / "ours.bin"  # docs/formats-checkpoint.md
+    ours = tmp_path / "ours.bin"  # docs/formats.md
     h = np.zeros(256, dtype=np.uint32)
     h[:14] = [20250521, 1, maxT, V, nl, nh, C, Vp, nh, maxT, 0, 1, 0, 0]
     h[14], h[15] = params.size & 0xFFFFFFFF, params.size >> 32
