@@ -1,10 +1,11 @@
 // Matrix multiply of a linear layer on the CPU: out = inp @ weight^T + bias.
 //   inp (N, IC), weight (OC, IC) (PyTorch / llm.c layout), bias (OC) or nullptr, out (N, OC).
 // Speed: the result is split into register tiles of R rows x W columns that stay in vector
-// registers while the shared dimension K is walked once. The B operand of each tile is a (K, W) panel with
-// contiguous rows: for the forward the weight rows are first packed (transposed) into per-thread
-// scratch; in the backward passes weight and inp already have that layout. Tiles at the ragged
-// edges (N or the column count not a multiple of the tile) take plain loops.
+// registers while the shared dimension K is walked once. The B operand of each tile is a (K, W)
+// panel with contiguous rows: for the forward the weight rows are first packed (transposed) into
+// per-thread scratch; in the backward passes weight and inp already have that layout. On x86-64
+// the tiles also exist compiled for AVX2+FMA, chosen at run time. Tiles at the ragged edges (N or
+// the column count not a multiple of the tile) take a one-row kernel or plain loops.
 // Determinism: every result element is summed by one thread in a fixed order, so results do
 // not depend on the number of OpenMP threads.
 #pragma once
@@ -77,7 +78,8 @@ __attribute__((always_inline)) inline void gemm_tile(F* c, size_t ldc, int rows,
     if (rows == R && cols == W) {
         mm_tile<F, R, W, VB>(c, ldc, a, ars, aks, b, ldb, K);
     } else if (cols == W) {  // the last rows of C: one row at a time, still vectorized
-        for (int r = 0; r < rows; r++) mm_tile<F, 1, W, VB>(c + r * ldc, ldc, a + r * ars, ars, aks, b, ldb, K);
+        for (int r = 0; r < rows; r++)
+            mm_tile<F, 1, W, VB>(c + r * ldc, ldc, a + r * ars, ars, aks, b, ldb, K);
     } else {
         mm_tile_edge<F>(c, ldc, rows, cols, a, ars, aks, b, ldb, K);
     }
@@ -142,17 +144,17 @@ void matmul_forward_impl(F* out, const F* inp, const F* weight, const F* bias, i
         for (int p = 0; p < num_panels; p++) {
             const int o0 = p * W;
             const int cols = OC - o0 < W ? OC - o0 : W;
-            for (int j = 0; j < W; j++) {  // pack; columns past OC are zero
+            for (int j = 0; j < cols; j++) {  // pack (a ragged last panel uses only cols)
                 const F* wrow = weight + (size_t)(o0 + j) * IC;
-                for (int k = 0; k < IC; k++) panel[(size_t)k * W + j] = j < cols ? wrow[k] : F(0);
+                for (int k = 0; k < IC; k++) panel[(size_t)k * W + j] = wrow[k];
             }
             for (int n0 = 0; n0 < N; n0 += R) {
                 const int rows = N - n0 < R ? N - n0 : R;
                 F* c = out + (size_t)n0 * OC + o0;
                 for (int r = 0; r < rows; r++)
                     for (int j = 0; j < cols; j++) c[(size_t)r * OC + j] = bias ? bias[o0 + j] : F(0);
-                // a ragged last panel still multiplies all W (zero) columns; only cols are stored
-                tile<F, R, W, Avx2>(c, OC, rows, cols, inp + (size_t)n0 * IC, IC, 1, panel.data(), W, IC);
+                tile<F, R, W, Avx2>(c, OC, rows, cols, inp + (size_t)n0 * IC, IC, 1, panel.data(), W,
+                                    IC);
             }
         }
     }
@@ -186,8 +188,8 @@ void matmul_backward_impl(F* dinp, F* dweight, F* dbias, const F* dout, const F*
                     const int i0 = ct * W, cols = IC - i0 < W ? IC - i0 : W;
                     // A(r, k) = dout[n0 + r, k0 + k], B(k, j) = weight[k0 + k, i0 + j]
                     tile<F, R, W, Avx2>(dinp + (size_t)n0 * IC + i0, IC, rows, cols,
-                                  dout + (size_t)n0 * OC + k0, OC, 1,
-                                  weight + (size_t)k0 * IC + i0, IC, kb);
+                                        dout + (size_t)n0 * OC + k0, OC, 1,
+                                        weight + (size_t)k0 * IC + i0, IC, kb);
                 }
             }  // implicit barrier: the next K block adds into the same tiles
         }
@@ -200,8 +202,8 @@ void matmul_backward_impl(F* dinp, F* dweight, F* dbias, const F* dout, const F*
                     const int i0 = ct * W, cols = IC - i0 < W ? IC - i0 : W;
                     // A(r, k) = dout[k0 + k, o0 + r], B(k, j) = inp[k0 + k, i0 + j]
                     tile<F, R, W, Avx2>(dweight + (size_t)o0 * IC + i0, IC, rows, cols,
-                                  dout + (size_t)k0 * OC + o0, 1, OC,
-                                  inp + (size_t)k0 * IC + i0, IC, kb);
+                                        dout + (size_t)k0 * OC + o0, 1, OC,
+                                        inp + (size_t)k0 * IC + i0, IC, kb);
                 }
             }
         }
