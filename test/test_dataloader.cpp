@@ -14,22 +14,15 @@
 
 #include "llmc/dataloader.h"
 #include "llmc/shard.h"
+#include "test/test_util.h"
 
 using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory under the system temp dir, removed at the end of the test.
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        std::random_device rd;
-        path = fs::temp_directory_path() / ("llmc_loader_" + std::to_string(rd()) + std::to_string(rd()));
-        fs::create_directories(path);
-    }
-    ~TempDir() { std::error_code ec; fs::remove_all(path, ec); }
-    std::string file(const std::string& name) const { return (path / name).string(); }
+struct TempDir : llmc_test::TempDir {
+    TempDir() : llmc_test::TempDir("llmc_loader_") {}
 };
 
 uint32_t fresh_seed() { return std::random_device{}(); }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "llmc/shard.h"
+#include "test/test_util.h"
 #include "llmc/tokenizer.h"
 
 using Catch::Matchers::Contains;
@@ -17,15 +18,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        std::random_device rd;
-        path = fs::temp_directory_path() / ("llmc_tok_" + std::to_string(rd()) + std::to_string(rd()));
-        fs::create_directories(path);
-    }
-    ~TempDir() { std::error_code ec; fs::remove_all(path, ec); }
-    std::string file(const std::string& name) const { return (path / name).string(); }
+struct TempDir : llmc_test::TempDir {
+    TempDir() : llmc_test::TempDir("llmc_tok_") {}
 };
 
 // Writes tokenizer.bin in llm.c's layout, independently of llmc/tokenizer.h. `trailing` extra
