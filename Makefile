@@ -71,7 +71,7 @@ $(TS_DIR)/meta.json:
 data-tinyshakespeare: $(TS_DIR)/meta.json
 
 # --- the main job ----------------------------------------------------------------------------
-TRAIN_ARGS ?=
+TRAIN_ARGS ?= -x 300 -v 50 -s 100 -n 100
 train: train_gpt2_ls $(TS_DIR)/meta.json
 	./train_gpt2_ls -i "$(TS_DIR)/train_*.bin" -j "$(TS_DIR)/val_*.bin" -o out/tinyshakespeare $(TRAIN_ARGS)
 
