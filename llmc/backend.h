@@ -4,6 +4,8 @@
 // they cross this interface, so checkpoints interchange between backends.
 #pragma once
 #include <cstddef>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "model_config.h"
@@ -78,6 +80,22 @@ public:
     // One AdamW step (t = 1-based step count for bias correction); gradients are multiplied by
     // grad_multiplier first (clipping: min(1, clip / norm)).
     virtual void adamw_update(const AdamWHyper& h, int t, float grad_multiplier) = 0;
+
+    // --- incremental decoding with a KV cache (issue 8); backends without one keep the defaults ---
+    // kv_begin: an empty cache for B sequences of up to max_len (<= max_seq_len) tokens each.
+    // kv_forward: appends n tokens to every sequence (tokens: (B, n) int32) and returns the logits of
+    // those n positions, (B, n, Vp) fp32 on the host, equal to what forward() gives for the same
+    // positions of the whole sequence. Global heads cache every position; local heads only their
+    // last P keys and values (a ring buffer). kv_cache_bytes: memory the cache holds now.
+    virtual bool has_kv_cache() const { return false; }
+    virtual void kv_begin(int /*B*/, int /*max_len*/) { throw std::logic_error(std::string(name()) + " backend has no KV cache"); }
+    virtual const float* kv_forward(const int* /*tokens*/, int /*n*/) { throw std::logic_error(std::string(name()) + " backend has no KV cache"); }
+    virtual size_t kv_cache_bytes() const { return 0; }
+
+    // --- what the console line and metrics report beside the loss (0 = not applicable) ---
+    // Peak dense bf16 tensor-core rate of the device in FLOP/s (for MFU), and device memory in use.
+    virtual double peak_flops() const { return 0.0; }
+    virtual size_t device_memory_used() const { return 0; }
 };
 
 }  // namespace llmc
