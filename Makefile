@@ -58,7 +58,11 @@ $(BUILD)/dev/%: dev/cuda/%.cu $(LLMC_HEADERS)
 $(BUILD)/test_gpu/%: test/gpu/%.cu $(LLMC_HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS)
-gpu-targets: train_gpt2_ls $(GPU_LAB_BINS) $(GPU_TEST_BINS)
+# The generation binary (issue 8), built from the same library once its source exists.
+GEN_BIN := $(patsubst %.cu,%,$(wildcard generate_gpt2_ls.cu))
+generate_gpt2_ls: generate_gpt2_ls.cu $(LLMC_HEADERS)
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS)
+gpu-targets: train_gpt2_ls $(GEN_BIN) $(GPU_LAB_BINS) $(GPU_TEST_BINS)
 
 all: train_gpt2_ls $(BUILD)/test_cpu gpu-targets
 .DEFAULT_GOAL := all
@@ -94,13 +98,16 @@ test-reference:
 	$(TORCH_PYTHON) dev/reference/test_gpt2_ls.py
 	$(TORCH_PYTHON) dev/reference/make_fixtures.py --check
 
-test-gpu: $(GPU_TEST_BINS)
-	@set -e; for t in $(GPU_TEST_BINS); do echo "== $$t =="; $$t; done
+# GPU tests: every test/gpu binary, then every kernel lab in validation-only mode (--check:
+# several shapes against the CPU reference, no timing; exit status = verdict).
+test-gpu: $(GPU_TEST_BINS) $(GPU_LAB_BINS)
+	@set -e; for t in $(GPU_TEST_BINS); do echo "== $$t =="; $$t; done; \
+	for t in $(GPU_LAB_BINS); do echo "== $$t --check =="; $$t --check; done
 
 deps:
 	scripts/install_deps.sh
 
 clean:
-	rm -rf $(BUILD) train_gpt2_ls
+	rm -rf $(BUILD) train_gpt2_ls generate_gpt2_ls
 
 .PHONY: all gpu-targets data-tinyshakespeare train test test-build test-gpu test-reference deps clean
