@@ -1,0 +1,66 @@
+// Tile-range arithmetic of the LS-attention kernels (llmc/cuda/attention_ls.cuh), host and device.
+// Kept apart from the kernels so it can be unit-tested on the CPU (test/test_attention_tiles.cpp).
+//
+// Visibility (docs/design.md): query i of a LOCAL head sees keys j with max(0, i-P+1) <= j <= i;
+// a GLOBAL head sees 0 <= j <= i. Queries and keys are cut into tiles of BQ rows / BK keys;
+// tile t covers [t*B, min((t+1)*B, T)), the last one may be ragged.
+//
+// Forward / dQ (loop over key tiles for one query tile [q0, q1)): the union of the rows' windows
+// is the contiguous range [key_lo(q0), q1-1], so the key tiles visited are
+// [kv_tile_begin, kv_tile_end) and every one of them holds at least one visible pair.
+// dK / dV (loop over query tiles for one key tile [k0, k1)): the rows that see some key of the
+// tile are [k0, min(T, k1-1+P)) for a local head (i - P < j  <=>  i <= j + P - 1) and [k0, T)
+// for a global one: query tiles [q_tile_begin, q_tile_end).
+// A tile pair needs the element mask only when some pair in it is not visible (tile_needs_mask);
+// interior tiles skip the per-element test.
+#pragma once
+
+#if defined(__CUDACC__)
+#define LLMC_HD __host__ __device__
+#else
+#define LLMC_HD
+#endif
+
+namespace llmc {
+
+LLMC_HD inline int attn_imin(int a, int b) { return a < b ? a : b; }
+LLMC_HD inline int attn_imax(int a, int b) { return a > b ? a : b; }
+
+// First key query i may see.
+LLMC_HD inline int attn_key_lo(int i, bool local, int P) { return local ? attn_imax(0, i - P + 1) : 0; }
+
+// Is the pair (query i, key j) visible? (i, j in [0, T))
+LLMC_HD inline bool attn_visible(int i, int j, bool local, int P) {
+    return j <= i && (!local || j > i - P);
+}
+
+// Key tiles [begin, end) a query tile qt (rows [qt*BQ, min(qt*BQ+BQ, T))) must visit.
+LLMC_HD inline int attn_kv_tile_begin(int qt, int BQ, int BK, bool local, int P) {
+    return attn_key_lo(qt * BQ, local, P) / BK;
+}
+LLMC_HD inline int attn_kv_tile_end(int qt, int BQ, int BK, int T) {
+    const int q1 = attn_imin(qt * BQ + BQ, T);  // one past the last row
+    return (q1 + BK - 1) / BK;                  // tiles up to the one holding key q1-1
+}
+
+// Query tiles [begin, end) that see some key of key tile kt (keys [kt*BK, min(kt*BK+BK, T))).
+LLMC_HD inline int attn_q_tile_begin(int kt, int BQ, int BK) { return (kt * BK) / BQ; }
+LLMC_HD inline int attn_q_tile_end(int kt, int BQ, int BK, int T, bool local, int P) {
+    const int k1 = attn_imin(kt * BK + BK, T);  // one past the last key
+    // last row that sees key k1-1: T-1 for a global head, k1-1+P-1 for a local one
+    const int i_end = local ? attn_imin(T, k1 - 1 + P) : T;  // P >= 1 so i_end >= k1
+    return (i_end + BQ - 1) / BQ;
+}
+
+// Does the (query tile qt, key tile kt) pair hold a pair that is NOT visible (so the kernel must
+// test each element)? Rows/keys past T count as invisible (ragged last tiles are masked).
+LLMC_HD inline bool attn_tile_needs_mask(int qt, int kt, int BQ, int BK, int T, bool local, int P) {
+    const int q0 = qt * BQ, q1 = q0 + BQ;  // full tile extents: a ragged tile always masks
+    const int k0 = kt * BK, k1 = k0 + BK;
+    if (q1 > T || k1 > T) return true;
+    if (k1 - 1 > q0) return true;                // causal: the last key must be <= the first row
+    if (local && k0 <= (q1 - 1) - P) return true;  // window: the first key must be > last row - P
+    return false;
+}
+
+}  // namespace llmc
