@@ -10,6 +10,14 @@
 //                 x  += gelu(ln2(x) @ fcw^T + fcb) @ fcprojw^T + fcprojb
 //   logits = lnf(x) @ wte^T (lm_head^T when untied), no bias            (B, T, Vp)
 //   per position objective = CE + z_weight * lse^2 over the real vocabulary [0, V)
+//
+// KV-cached decoding (kv_begin / kv_forward, issue 8; cache layout in llmc/cpu/kv_cache.h): a
+// prefill into an empty cache runs the ordinary forward over the n positions and copies every
+// layer's (QK-normed) k and v into the cache; a decode step runs only the new row of each
+// sequence through every layer, attending over the cache. Every op computes a row with the same
+// arithmetic whatever the number of rows (matmul tiles, LayerNorm, GELU and attention rows are
+// per-row computations in a fixed order), so kv_forward's logits equal forward()'s bit for bit
+// (test/test_kv_cache.cpp checks it).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -26,6 +34,7 @@
 #include "llmc/cpu/encoder.h"
 #include "llmc/cpu/gelu.h"
 #include "llmc/cpu/global_norm.h"
+#include "llmc/cpu/kv_cache.h"
 #include "llmc/cpu/layernorm.h"
 #include "llmc/cpu/matmul.h"
 #include "llmc/cpu/qknorm.h"
@@ -299,7 +308,114 @@ public:
         encoder_backward(D(P_WTE), D(P_WPE), dres, inputs_.data(), B, T, C);
     }
 
+    // --- KV-cached decoding ---
+    // An empty cache for B sequences of up to max_len (<= max_seq_len) positions each.
+    void kv_begin(int B, int max_len) { kv_.init(cfg_, B, max_len); }
+    const KvCache<F>& kv_cache() const { return kv_; }
+    // Appends n positions to every cached sequence; tokens: (B, n). Returns their logits
+    // (B, n, Vp), valid until the next call. Positions past the cache's max_len are refused (the
+    // caller starts a new cache holding the newest window, as llmc/sampler.h does).
+    const F* kv_forward(const int* tokens, int n) {
+        const int B = kv_.B, Vp = cfg_.padded_vocab_size;
+        if (B < 1) throw std::logic_error("Gpt2Cpu::kv_forward needs kv_begin first");
+        if (n < 1) throw InputError("kv_forward: n = " + std::to_string(n) + " new positions; pass n >= 1");
+        if (kv_.pos + n > kv_.max_len)
+            throw InputError("kv_forward: " + std::to_string(kv_.pos) + " cached + " + std::to_string(n) +
+                             " new positions exceed the cache length " + std::to_string(kv_.max_len) +
+                             "; start a new cache (kv_begin) with the newest window of the context");
+        check_batch(tokens, nullptr, B, n);
+        if (kv_.pos == 0 && n > 1) return kv_prefill(tokens, n);
+        if (n == 1) return kv_decode(tokens);
+        // several positions after a non-empty cache: one decode step each
+        kv_logits_.resize((size_t)B * n * Vp);
+        std::vector<int> col(B);
+        for (int i = 0; i < n; i++) {
+            for (int b = 0; b < B; b++) col[b] = tokens[(size_t)b * n + i];
+            const F* lg = kv_decode(col.data());
+            for (int b = 0; b < B; b++)
+                std::copy(lg + (size_t)b * Vp, lg + (size_t)(b + 1) * Vp, kv_logits_.begin() + ((size_t)b * n + i) * Vp);
+        }
+        return kv_logits_.data();
+    }
+
 private:
+    // Prefill of an empty cache: the ordinary forward over (B, n), then k/v of every layer cached.
+    const F* kv_prefill(const int* tokens, int n) {
+        const int B = kv_.B, L = cfg_.num_layers, C = cfg_.channels;
+        forward(tokens, nullptr, B, n, 0.0f, nullptr);
+        const size_t N = (size_t)B * n;
+        for (int l = 0; l < L; l++) {
+            const F* qkv = (cfg_.qk_norm ? acts_.qkvn.data() : acts_.qkv.data()) + l * N * 3 * C;  // (B, n, 3C)
+            for (int b = 0; b < B; b++)
+                for (int t = 0; t < n; t++) kv_.store(l, b, t, qkv + ((size_t)b * n + t) * 3 * C);
+        }
+        kv_.pos = n;
+        return acts_.logits.data();
+    }
+
+    // One new position per sequence (tokens: (B)) through every layer; the same ops as forward()
+    // on B rows. Returns logits (B, Vp).
+    const F* kv_decode(const int* tokens) {
+        const int B = kv_.B, L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads, hd = cfg_.head_size();
+        const int Vp = cfg_.padded_vocab_size, t = kv_.pos;
+        DecodeActs& a = dec_;
+        a.x.resize((size_t)B * C); a.ln.resize((size_t)B * C); a.mean.resize(B); a.rstd.resize(B);
+        a.qkv.resize((size_t)B * 3 * C); a.qkvn.resize((size_t)B * 3 * C);
+        a.qkn_mean.resize((size_t)B * 2 * NH); a.qkn_rstd.resize((size_t)B * 2 * NH);
+        a.atty.resize((size_t)B * C); a.branch.resize((size_t)B * C); a.x2.resize((size_t)B * C);
+        a.fch.resize((size_t)B * 4 * C); a.fch_gelu.resize((size_t)B * 4 * C);
+        a.logits.resize((size_t)B * Vp);
+        const F* pw = params_.data();
+        auto W = [&](ParamId id) { return pw + layout_.offset[id]; };
+
+        // x = wte[token] + wpe[t]  (B, C), as encoder_forward
+        for (int b = 0; b < B; b++) {
+            const F* te = W(P_WTE) + (size_t)tokens[b] * C;
+            const F* pe = W(P_WPE) + (size_t)t * C;
+            for (int c = 0; c < C; c++) a.x[(size_t)b * C + c] = te[c] + pe[c];
+        }
+        for (int l = 0; l < L; l++) {
+            layernorm_forward(a.ln.data(), a.mean.data(), a.rstd.data(), a.x.data(), W(P_LN1W) + l * C,
+                              W(P_LN1B) + l * C, B, C);
+            matmul_forward(a.qkv.data(), a.ln.data(), W(P_QKVW) + (size_t)l * 3 * C * C, W(P_QKVB) + l * 3 * C, B, C,
+                           3 * C);
+            const F* att_in = a.qkv.data();  // (B, 3C)
+            if (cfg_.qk_norm) {
+                qknorm_forward(a.qkvn.data(), a.qkn_mean.data(), a.qkn_rstd.data(), a.qkv.data(), W(P_QNORMW) + l * hd,
+                               W(P_QNORMB) + l * hd, W(P_KNORMW) + l * hd, W(P_KNORMB) + l * hd, B, 1, C, NH);
+                att_in = a.qkvn.data();
+            }
+            for (int b = 0; b < B; b++) kv_.store(l, b, t, att_in + (size_t)b * 3 * C);
+            attention_decode(a.atty.data(), att_in, kv_, l, t, cfg_.attn_softcap);
+            matmul_forward(a.branch.data(), a.atty.data(), W(P_ATTPROJW) + (size_t)l * C * C, W(P_ATTPROJB) + l * C, B,
+                           C, C);
+            residual_forward(a.x2.data(), a.x.data(), a.branch.data(), (size_t)B * C);
+            layernorm_forward(a.ln.data(), a.mean.data(), a.rstd.data(), a.x2.data(), W(P_LN2W) + l * C,
+                              W(P_LN2B) + l * C, B, C);
+            matmul_forward(a.fch.data(), a.ln.data(), W(P_FCW) + (size_t)l * 4 * C * C, W(P_FCB) + l * 4 * C, B, C,
+                           4 * C);
+            gelu_forward(a.fch_gelu.data(), a.fch.data(), (size_t)B * 4 * C);
+            matmul_forward(a.branch.data(), a.fch_gelu.data(), W(P_FCPROJW) + (size_t)l * C * 4 * C,
+                           W(P_FCPROJB) + l * C, B, 4 * C, C);
+            residual_forward(a.x.data(), a.x2.data(), a.branch.data(), (size_t)B * C);  // x = layer output
+        }
+        layernorm_forward(a.ln.data(), a.mean.data(), a.rstd.data(), a.x.data(), W(P_LNFW), W(P_LNFB), B, C);
+        matmul_forward(a.logits.data(), a.ln.data(), lm_head(pw), (const F*)nullptr, B, C, Vp);
+        kv_.pos = t + 1;
+        return a.logits.data();
+    }
+
+    // Row buffers of a decode step, one row per sequence.
+    struct DecodeActs {
+        std::vector<F> x, x2;                 // (B, C) residual stream before / after the attention branch
+        std::vector<F> ln, mean, rstd;        // (B, C), (B), (B)
+        std::vector<F> qkv, qkvn;             // (B, 3C)
+        std::vector<F> qkn_mean, qkn_rstd;    // (B, 2, NH)
+        std::vector<F> atty, branch;          // (B, C)
+        std::vector<F> fch, fch_gelu;         // (B, 4C)
+        std::vector<F> logits;                // (B, Vp)
+    };
+
     const F* lm_head(const F* pw) const {
         return pw + layout_.offset[cfg_.tied_embeddings ? P_WTE : P_LMHEAD];
     }
@@ -336,6 +452,9 @@ private:
     float z_weight_ = 0.0f;
     bool has_targets_ = false;
     double mean_loss_ = 0.0, mean_zloss_ = 0.0;
+    KvCache<F> kv_;                  // KV cache of kv_begin / kv_forward
+    DecodeActs dec_;                 // row buffers of a decode step
+    std::vector<F> kv_logits_;       // (B, n, Vp) logits of a multi-position kv_forward after a prefill
 };
 
 // The CPU Backend: Gpt2Cpu<float> plus AdamW moments, all in the canonical flat layout.
@@ -387,6 +506,12 @@ public:
                                     v_.data() + off, n, h.lr, h.beta1, h.beta2, h.eps, wd, t, grad_multiplier);
         }
     }
+
+    // KV-cached decoding (llmc/cpu/kv_cache.h); kv_forward's logits equal forward()'s bit for bit.
+    bool has_kv_cache() const override { return true; }
+    void kv_begin(int B, int max_len) override { model_.kv_begin(B, max_len); }
+    const float* kv_forward(const int* tokens, int n) override { return model_.kv_forward(tokens, n); }
+    size_t kv_cache_bytes() const override { return model_.kv_cache().bytes(); }
 
     // The underlying model (tests and diagnostics).
     Gpt2Cpu<float>& model() { return model_; }
