@@ -1,0 +1,635 @@
+"""
+End-to-end training throughput: our trainer (./train_gpt2_ls --device cuda) against its PyTorch twin
+(dev/bench/torch_fast_model.py: torch.compile, bf16 autocast, flex_attention with the per-head LS
+mask or SDPA flash for MHSA, fused AdamW), side by side in one run, same configuration, batch and T.
+
+  python3 dev/bench/train_vs_torch.py --out DIR [--models ls-small,d12] [--steps 30] [--warmup 10]
+                                      [--batch-size B] [--trainer ./train_gpt2_ls] [--skip-ours] [--skip-torch]
+
+Models (MODELS below): ls-small = the paper's model (L6 C192 NH6 hd32, G1 P50, T 2048, V 10000 as the
+paper's SentencePiece vocabulary); d12 = GPT-2 124M's shape with LS-attention (L12 C768 NH12 hd64,
+G1 P64, T 1024, V 50257).
+
+Per model:
+  1. random token shards (uniform ids, data/shards.py) written under --work, enough for every step;
+  2. ours: the trainer as a subprocess for warmup + steps optimizer steps; ms/step = median of
+     metrics.jsonl's "ms" after the warm-up steps (wall time of forward+backward+update, including
+     the trainer's per-step host syncs and its logit statistics, which it always records);
+  3. torch: a worker subprocess (this file, --worker torch) that first CHECKS the compiled twin
+     against dev/reference/gpt2_ls.py (fp32, on the GPU, one row at a time) on the same perturbed
+     weights and batch: loss, logits and every gradient within bf16 tolerances, and a wrong head
+     layout must miss the logits tolerance (so the check can fail); then times warmup + steps
+     training steps (host batch -> device, forward, backward, clip, fused AdamW) with CUDA events;
+     ms/step = median. A failed check is reported and the model's result marked FAIL.
+  MFU = tokens/s * FLOPs/token / peak, FLOPs/token = 6 * N + attention (flops_per_token below:
+  N = parameters in matmuls, i.e. all but wpe, and but wte when untied; attention 12 * hd per
+  UNMASKED (query, key) pair per layer and head, so local heads count only their window), peak =
+  dense bf16 tensor rate looked up from the device name (PEAK_BF16_FLOPS).
+  Peak memory: for both sides the peak of the device's used memory (NVML or nvidia-smi, sampled
+  every 0.2 s) minus its value before the process started, i.e. the whole process footprint with
+  the CUDA context and allocator caches; for torch also torch.cuda.max_memory_allocated(); for ours
+  also whatever memory/MFU fields the trainer writes into metrics.jsonl.
+Output: a table on stdout (last) and DIR/train_vs_torch.json with commit, device and every number.
+Exit status 1 if a side failed or a check failed (the speed targets of GUIDE 6 are reported, not
+asserted: a benchmark measures, tests assert).
+
+The pure parts (FLOP count, peak table, metrics parsing, statistics, table and JSON) need no torch
+and are tested by test/test_bench_helpers.py.
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+
+# name: trainer preset and flags, and the shape of the benchmark
+MODELS = {
+    "ls-small": dict(preset="ls-small", num_layers=6, channels=192, num_heads=6, global_heads=1, window=50,
+                     max_seq_len=2048, vocab_size=10000, seq_len=2048, batch_size=16, target_speedup=2.0),
+    "d12": dict(preset="d12", num_layers=12, channels=768, num_heads=12, global_heads=1, window=64,
+                max_seq_len=1024, vocab_size=50257, seq_len=1024, batch_size=16, target_speedup=1.0),
+    # optional baselines (plain MHSA: torch uses SDPA flash); not in the default --models
+    "ls-small-mhsa": dict(preset="ls-small", num_layers=6, channels=192, num_heads=6, global_heads=6, window=50,
+                          max_seq_len=2048, vocab_size=10000, seq_len=2048, batch_size=16, target_speedup=1.0),
+    "d12-mhsa": dict(preset="d12", num_layers=12, channels=768, num_heads=12, global_heads=12, window=64,
+                     max_seq_len=1024, vocab_size=50257, seq_len=1024, batch_size=16, target_speedup=1.0),
+}
+
+# Dense bf16 tensor-core peak (FLOP/s, no sparsity) by device name; the first matching entry wins,
+# so the specific names come before the general ones.
+PEAK_BF16_FLOPS = [
+    ("GH200", 989.4e12),
+    ("H200", 989.4e12),
+    ("H100 NVL", 835.0e12),
+    ("H100 PCIe", 756.0e12),
+    ("H100", 989.4e12),     # SXM / HBM3
+    ("H800", 989.4e12),
+    ("B200", 2250.0e12),
+    ("A100", 312.0e12),
+    ("A800", 312.0e12),
+    ("L40S", 362.0e12),
+    ("L4", 121.0e12),
+]
+
+
+# ------------------------------------------------------------------------------------------------
+# pure helpers (tested without torch or a GPU)
+
+def pad_vocab(V):
+    return ((V + 127) // 128) * 128
+
+
+def peak_bf16_flops(device_name):
+    """Dense bf16 peak of a device from its name, or None when the name is not in the table."""
+    for key, flops in PEAK_BF16_FLOPS:
+        if key.lower() in (device_name or "").lower():
+            return flops
+    return None
+
+
+def num_params(m, tied=True, qk_norm=False):
+    """Every parameter of the model (llmc/params.h's table)."""
+    L, C, Vp, maxT = m["num_layers"], m["channels"], pad_vocab(m["vocab_size"]), m["max_seq_len"]
+    hd = C // m["num_heads"]
+    per_layer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C)
+    n = Vp * C + maxT * C + L * per_layer + 2 * C
+    if qk_norm:
+        n += 4 * L * hd
+    if not tied:
+        n += Vp * C
+    return n
+
+
+def matmul_params(m, tied=True, qk_norm=False):
+    """Parameters that take part in a matmul per token: all but the position embedding (a lookup),
+    and, when the head is untied, but the token embedding (then also only a lookup)."""
+    C, Vp, maxT = m["channels"], pad_vocab(m["vocab_size"]), m["max_seq_len"]
+    n = num_params(m, tied, qk_norm) - maxT * C
+    if not tied:
+        n -= Vp * C
+    return n
+
+
+def attention_pairs(T, num_heads, global_heads, window):
+    """Unmasked (query, key) pairs of one sequence summed over the heads of one layer: a global head
+    sees i + 1 keys at query i, a local head min(i + 1, window)."""
+    causal = T * (T + 1) // 2
+    P = min(window, T)
+    local = P * (P + 1) // 2 + (T - P) * P
+    return (num_heads - global_heads) * local + global_heads * causal
+
+
+def flops_per_token(m, T):
+    """Training FLOPs per token: 6 * N for the matmuls (forward 2N, backward 4N) plus attention:
+    q.k and a.v cost 2 * hd FLOPs each per unmasked pair forward, times 3 for forward + backward."""
+    hd = m["channels"] // m["num_heads"]
+    attn = 12 * hd * m["num_layers"] * attention_pairs(T, m["num_heads"], m["global_heads"], m["window"])
+    return 6 * matmul_params(m) + attn / T
+
+
+def mfu(tokens_per_s, flops_tok, peak):
+    if not peak or tokens_per_s is None:
+        return None
+    return tokens_per_s * flops_tok / peak
+
+
+def summarize_ms(ms):
+    """Median, mean, p10 and p90 of per-step times (ms); None entries (non-finite) are dropped."""
+    ms = sorted(x for x in ms if x is not None and math.isfinite(x))
+    if not ms:
+        return None
+
+    def pct(q):  # nearest-rank percentile
+        return ms[min(len(ms) - 1, max(0, math.ceil(q * len(ms)) - 1))]
+    return {"n": len(ms), "median": statistics.median(ms), "mean": statistics.fmean(ms), "p10": pct(0.10),
+            "p90": pct(0.90), "min": ms[0], "max": ms[-1]}
+
+
+def read_jsonl(path):
+    """Complete records of a JSON Lines file; an unterminated or unparsable last line is ignored."""
+    out = []
+    with open(path, "r", encoding="utf-8") as f:
+        text = f.read()
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        if i == len(lines) - 1:  # no newline after it: cut short by a kill
+            break
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i >= len(lines) - 2:
+                break
+            raise ValueError(f"{path}: line {i + 1} is not JSON")
+    return out
+
+
+def parse_trainer_metrics(path, skip_steps):
+    """Our trainer's metrics.jsonl -> step times after the first skip_steps optimizer steps, the
+    losses, and any memory/MFU fields the trainer reports (names containing 'mem' or 'mfu')."""
+    recs = [r for r in read_jsonl(path) if "ms" in r and "step" in r]
+    recs.sort(key=lambda r: r["step"])
+    timed = recs[skip_steps:]
+    reported = {}
+    for r in timed:
+        for k, v in r.items():
+            if ("mem" in k or "mfu" in k) and isinstance(v, (int, float)):
+                reported[k] = max(reported.get(k, v), v) if "mem" in k else v
+    return {"steps_total": len(recs), "steps_timed": len(timed), "ms": summarize_ms([r["ms"] for r in timed]),
+            "loss_first": recs[0].get("loss") if recs else None, "loss_last": recs[-1].get("loss") if recs else None,
+            "trainer_reported": reported}
+
+
+def side_result(ms_summary, tokens_per_step, flops_tok, peak):
+    """tokens/s and MFU from the median step time."""
+    if not ms_summary:
+        return {"ms_per_step": None, "tokens_per_s": None, "mfu": None}
+    tok_s = tokens_per_step / (ms_summary["median"] / 1000.0)
+    return {"ms_per_step": ms_summary["median"], "tokens_per_s": tok_s, "mfu": mfu(tok_s, flops_tok, peak)}
+
+
+def speedup(ours, torch_side):
+    a, b = (ours or {}).get("tokens_per_s"), (torch_side or {}).get("tokens_per_s")
+    if not a or not b:
+        return None
+    return a / b
+
+
+def _fmt(x, spec, none="-"):
+    return none if x is None else format(x, spec)
+
+
+def format_table(results, device):
+    """The short table: one row per (model, side), then the speedup and its target per model."""
+    hdr = f"{'model':10s} {'side':6s} {'B':>3s} {'T':>5s} {'ms/step':>9s} {'tok/s':>11s} {'MFU':>6s} " \
+          f"{'peak mem GiB':>12s}  status"
+    lines = [f"end-to-end training, {device}", hdr, "-" * len(hdr)]
+    for r in results:
+        for side in ("ours", "torch"):
+            s = r.get(side) or {}
+            mem = s.get("peak_mem_bytes")
+            lines.append(f"{r['model']:10s} {side:6s} {r['batch_size']:3d} {r['seq_len']:5d} "
+                         f"{_fmt(s.get('ms_per_step'), '9.2f'):>9s} {_fmt(s.get('tokens_per_s'), '11,.0f'):>11s} "
+                         f"{_fmt(None if s.get('mfu') is None else 100 * s['mfu'], '5.1f'):>5s}% "
+                         f"{_fmt(None if mem is None else mem / 2**30, '12.2f'):>12s}  {s.get('status', 'not run')}")
+        sp = r.get("speedup")
+        tgt = r.get("target_speedup")
+        verdict = "-" if sp is None else ("met" if sp >= tgt else f"NOT met ({100 * (sp / tgt - 1):+.0f}%)")
+        lines.append(f"{r['model']:10s} ours/torch tokens/s = {_fmt(sp, '.2f')}x (target >= {tgt:g}x: {verdict})")
+    return "\n".join(lines)
+
+
+def json_clean(x):
+    """Non-finite floats -> None (JSON has no NaN/Inf), tuples -> lists, recursively."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {str(k): json_clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_clean(v) for v in x]
+    return x
+
+
+def write_json(path, payload):
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(json_clean(payload), f, indent=2, allow_nan=False, default=str)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def git_commit():
+    c = os.environ.get("GPU_CHECK_COMMIT")
+    if c:
+        return c
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10)
+        if out.returncode == 0:
+            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                                   capture_output=True, text=True, timeout=10).stdout.strip()
+            return out.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return "unknown"
+
+
+def trainer_command(trainer, m, data_glob, out_dir, steps):
+    """The trainer's command line for one benchmark run (no validation, samples or extra checkpoints)."""
+    return [trainer, "--device", "cuda", "-e", m["preset"], "--vocab", str(m["vocab_size"]),
+            "--global-heads", str(m["global_heads"]), "--window", str(m["window"]),
+            "--max-seq-len", str(m["max_seq_len"]), "-b", str(m["batch_size"]), "-t", str(m["seq_len"]),
+            "-x", str(steps), "-v", "0", "-s", "0", "-i", data_glob, "-o", out_dir, "--seed", "1337"]
+
+
+def write_random_shards(out_dir, vocab_size, num_tokens, seed=0):
+    """Uniform random token ids in one train shard plus meta.json (the trainer reads V from it)."""
+    import numpy as np
+    sys.path.insert(0, os.path.join(REPO, "data"))
+    from shards import shard_version_for_vocab, write_shard
+    os.makedirs(out_dir, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(0, vocab_size, size=num_tokens, dtype=np.int64)
+    path = os.path.join(out_dir, "train_000000.bin")
+    write_shard(path, tokens, shard_version_for_vocab(vocab_size))
+    with open(os.path.join(out_dir, "meta.json"), "w") as f:
+        json.dump({"vocab_size": vocab_size, "dataset": "uniform random tokens (benchmark)"}, f)
+    return path
+
+
+# ------------------------------------------------------------------------------------------------
+# device memory sampling (no CUDA context in this process)
+
+class MemorySampler:
+    """Samples the device's used memory every `period` s in a thread; peak() - baseline = footprint
+    of what ran meanwhile (the only process on the GPU). NVML when importable, else nvidia-smi."""
+
+    def __init__(self, period=0.2):
+        self.period, self.peak_used, self.baseline = period, None, None
+        self._stop, self._armed = threading.Event(), threading.Event()
+        self._query = self._make_query()
+        self._thread = None
+
+    @staticmethod
+    def _make_query():
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            h = pynvml.nvmlDeviceGetHandleByIndex(0)
+            return lambda: int(pynvml.nvmlDeviceGetMemoryInfo(h).used)
+        except Exception:  # noqa: BLE001 (no NVML python binding: fall back to the CLI)
+            pass
+        if shutil.which("nvidia-smi") is None:
+            return None
+
+        def smi():
+            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+                                 capture_output=True, text=True, timeout=10).stdout.strip()
+            return int(float(out.splitlines()[0]) * 2**20)
+        return smi
+
+    def _sample(self):
+        try:
+            return self._query() if self._query else None
+        except Exception:  # noqa: BLE001
+            return None
+
+    def start(self, armed=True):
+        self.baseline = self._sample()
+        if armed:
+            self._armed.set()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def arm(self):
+        self._armed.set()
+
+    def _loop(self):
+        while not self._stop.is_set():
+            if self._armed.is_set():
+                u = self._sample()
+                if u is not None:
+                    self.peak_used = u if self.peak_used is None else max(self.peak_used, u)
+            self._stop.wait(self.period)
+
+    def stop(self):
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+        if self.peak_used is None or self.baseline is None:
+            return None
+        return max(0, self.peak_used - self.baseline)
+
+
+def run_streaming(cmd, log_path, on_line=None, timeout=None, cwd=REPO):
+    """Runs cmd, copying its stdout+stderr to log_path line by line; on_line(line) sees each line.
+    Returns (exit status, last lines of output)."""
+    tail = []
+    with open(log_path, "w", encoding="utf-8") as log:
+        p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        timer = threading.Timer(timeout, p.kill) if timeout else None
+        if timer:
+            timer.start()
+        for line in p.stdout:
+            log.write(line)
+            tail = (tail + [line.rstrip("\n")])[-30:]
+            if on_line:
+                on_line(line)
+        rc = p.wait()
+        if timer:
+            timer.cancel()
+    return rc, tail
+
+
+# ------------------------------------------------------------------------------------------------
+# the two sides
+
+def run_ours(m, args, work, tokens_per_step, flops_tok, peak):
+    name = m["name"]
+    data_dir = os.path.join(work, f"data_{name}")
+    steps = args.warmup + args.steps
+    write_random_shards(data_dir, m["vocab_size"], (steps + 4) * tokens_per_step + 1)
+    out_dir = os.path.join(work, f"ours_{name}")
+    shutil.rmtree(out_dir, ignore_errors=True)
+    cmd = trainer_command(args.trainer, m, os.path.join(data_dir, "train_*.bin"), out_dir, steps)
+    log = os.path.join(work, f"ours_{name}.log")
+    print(f"[{name}] ours: {' '.join(cmd)}", flush=True)
+    sampler = MemorySampler().start()
+    t0 = time.time()
+    rc, tail = run_streaming(cmd, log, timeout=args.timeout)
+    mem = sampler.stop()
+    res = {"command": cmd, "exit_status": rc, "wall_s": time.time() - t0, "log": log, "peak_mem_bytes": mem}
+    metrics = os.path.join(out_dir, "metrics.jsonl")
+    if rc != 0 or not os.path.exists(metrics):
+        res.update(status=f"FAIL (exit {rc})", error="\n".join(tail[-8:]))
+        return res
+    parsed = parse_trainer_metrics(metrics, args.warmup)
+    res.update(parsed)
+    res.update(side_result(parsed["ms"], tokens_per_step, flops_tok, peak))
+    res["status"] = "ok" if parsed["ms"] else "FAIL (no timed steps in metrics.jsonl)"
+    return res
+
+
+def run_torch(m, args, work, tokens_per_step, flops_tok, peak):
+    name = m["name"]
+    out_json = os.path.join(work, f"torch_{name}.json")
+    if os.path.exists(out_json):
+        os.remove(out_json)
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "torch", "--model", name, "--json", out_json,
+           "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch-size", str(m["batch_size"])]
+    if args.attn:
+        cmd += ["--attn", args.attn]
+    log = os.path.join(work, f"torch_{name}.log")
+    print(f"[{name}] torch: {' '.join(cmd)}", flush=True)
+    sampler = MemorySampler().start(armed=False)
+
+    def on_line(line):  # the worker prints this once its check is done and its cache emptied
+        if line.startswith("== timing =="):
+            sampler.arm()
+    t0 = time.time()
+    rc, tail = run_streaming(cmd, log, on_line=on_line, timeout=args.timeout)
+    mem = sampler.stop()
+    res = {"command": cmd, "exit_status": rc, "wall_s": time.time() - t0, "log": log, "peak_mem_bytes": mem}
+    if not os.path.exists(out_json):
+        res.update(status=f"FAIL (exit {rc})", error="\n".join(tail[-8:]))
+        return res
+    with open(out_json) as f:
+        w = json.load(f)
+    res.update(w)
+    res.update(side_result(w.get("ms"), tokens_per_step, flops_tok, peak))
+    if rc != 0:
+        res["status"] = res.get("status") or f"FAIL (exit {rc})"
+    return res
+
+
+# ------------------------------------------------------------------------------------------------
+# the torch worker (a subprocess, so its memory is measured alone and no CUDA context stays here)
+
+# bf16 tolerances of the twin-vs-reference check (fp32 reference on the GPU, perturbed weights).
+# Measured on the CPU with bf16 autocast at a smaller shape (L2 C192 T256): loss 3e-4, logits 2.3e-2,
+# gradients 6.4e-2; a wrong head layout gave logits 0.69 and gradients 1.0.
+CHECK_TOL = {"loss_rel": 1e-2, "logits_rel": 5e-2, "grads_rel": 0.15}
+
+
+def torch_worker(args):
+    import numpy as np
+    import torch
+    sys.path.insert(0, HERE)
+    import torch_fast_model as tfm
+    import gpt2_ls as ref
+    from model_config import Config
+
+    spec = dict(MODELS[args.model])
+    B, T = args.batch_size, spec["seq_len"]
+    cfg = Config(max_seq_len=spec["max_seq_len"], vocab_size=spec["vocab_size"],
+                 padded_vocab_size=pad_vocab(spec["vocab_size"]), num_layers=spec["num_layers"],
+                 num_heads=spec["num_heads"], channels=spec["channels"], global_heads=spec["global_heads"],
+                 window=spec["window"])
+    dev = torch.device("cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference stays fp32; the twin runs in bf16
+    torch.backends.cudnn.allow_tf32 = False
+    kind = tfm.choose_attention(cfg, T, "cuda", args.attn or "auto")
+    if kind == "sdpa":  # MHSA: SDPA's flash back-end only
+        torch.backends.cuda.enable_flash_sdp(True)
+        torch.backends.cuda.enable_mem_efficient_sdp(False)
+        torch.backends.cuda.enable_math_sdp(False)
+        if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
+            torch.backends.cuda.enable_cudnn_sdp(False)
+    result = {"status": None, "attention": kind, "torch": torch.__version__,
+              "device": torch.cuda.get_device_name(0), "batch_size": B, "seq_len": T}
+
+    def save():
+        write_json(args.json, result)
+
+    model = tfm.TwinGPT(cfg, attn=kind, device=dev)
+    model.prepare(T, dev)
+    compiled = torch.compile(model)
+    fwd = tfm.TwinForward(model, compiled)
+
+    # 1. the check: same weights (perturbed so attention is far from uniform) and batch as the reference
+    g = torch.Generator().manual_seed(1234)
+    p_check = {n: t.to(dev) for n, t in ref.init_params(cfg, g, dtype=torch.float32, perturbed=True).items()}
+    model.load_params(p_check)
+    idx = torch.randint(0, cfg.vocab_size, (B, T), generator=g).to(dev)
+    tgt = torch.randint(0, cfg.vocab_size, (B, T), generator=g).to(dev)
+    wrong = Config(**{**cfg.__dict__, "global_heads": cfg.num_heads if cfg.global_heads < cfg.num_heads else 0})
+    t0 = time.time()
+    chk = tfm.check_against_reference(cfg, p_check, idx, tgt, fwd, chunk=1, autocast_dtype=torch.bfloat16,
+                                      wrong_cfg=wrong)
+    torch.cuda.synchronize()
+    chk["seconds_incl_compile"] = time.time() - t0
+    chk["tolerances"] = CHECK_TOL
+    within = all(chk[k] <= tol for k, tol in CHECK_TOL.items())  # NaN fails
+    discriminates = chk["wrong_layout_logits_rel"] > 2 * CHECK_TOL["logits_rel"]
+    chk["passed"] = bool(within and discriminates)
+    result["check"] = chk
+    print(f"check vs dev/reference/gpt2_ls.py: loss {chk['loss_rel']:.2e}, logits {chk['logits_rel']:.2e}, "
+          f"grads {chk['grads_rel']:.2e} (tolerances {CHECK_TOL}); wrong layout logits "
+          f"{chk['wrong_layout_logits_rel']:.2e} -> {'PASS' if chk['passed'] else 'FAIL'}", flush=True)
+    del p_check, idx, tgt
+    model.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    if not chk["passed"]:
+        result["status"] = "FAIL (twin differs from the reference)"
+        save()
+        return 1
+
+    # 2. timing: GPT-2 init, the trainer's AdamW defaults, host batches copied in each step
+    print("== timing ==", flush=True)
+    model.load_params(ref.init_params(cfg, torch.Generator().manual_seed(1337), dtype=torch.float32, perturbed=False))
+    opt = tfm.make_optimizer(model)
+    rng = np.random.default_rng(0)
+    batches = [torch.from_numpy(rng.integers(0, cfg.vocab_size, size=(B, T + 1))).pin_memory() for _ in range(4)]
+    params = list(model.parameters())
+
+    def step(i):
+        bt = batches[i % len(batches)].to(dev, non_blocking=True)
+        x, y = bt[:, :-1].contiguous(), bt[:, 1:].contiguous()  # contiguous as in the check: no recompile
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+            _, loss, _ = compiled(x, y, 0.0)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    t0 = time.time()
+    losses = [step(i) for i in range(args.warmup)]
+    torch.cuda.synchronize()
+    result["warmup_s"] = time.time() - t0
+    torch.cuda.reset_peak_memory_stats()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(args.steps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(args.steps)]
+    for i in range(args.steps):
+        starts[i].record()
+        losses.append(step(args.warmup + i))
+        ends[i].record()
+    torch.cuda.synchronize()
+    ms = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    losses = [float(x) for x in losses]
+    result.update(ms=summarize_ms(ms), ms_all=ms, loss_first=losses[0], loss_last=losses[-1],
+                  max_memory_allocated=torch.cuda.max_memory_allocated(),
+                  max_memory_reserved=torch.cuda.max_memory_reserved())
+    finite = all(math.isfinite(x) for x in losses)
+    result["status"] = "ok" if finite else "FAIL (non-finite loss)"
+    save()
+    print(f"torch: median {result['ms']['median']:.2f} ms/step, loss {losses[0]:.3f} -> {losses[-1]:.3f}", flush=True)
+    return 0 if finite else 1
+
+
+# ------------------------------------------------------------------------------------------------
+
+def device_name():
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20)
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return None
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.path.join(REPO, "out", "bench"), help="directory for train_vs_torch.json")
+    ap.add_argument("--work", default=os.path.join(REPO, "build", "bench_train_vs_torch"),
+                    help="scratch directory: shards, trainer outputs, logs")
+    ap.add_argument("--models", default="ls-small,d12", help=f"comma-separated, from {', '.join(MODELS)}")
+    ap.add_argument("--steps", type=int, default=30, help="timed steps per side")
+    ap.add_argument("--warmup", type=int, default=10, help="untimed steps first (compilation, allocator, clocks)")
+    ap.add_argument("--batch-size", type=int, default=None, help="B for every model (default: each model's)")
+    ap.add_argument("--trainer", default=os.path.join(REPO, "train_gpt2_ls"))
+    ap.add_argument("--attn", choices=["auto", "flex", "sdpa"], default=None, help="torch attention back-end")
+    ap.add_argument("--skip-ours", action="store_true")
+    ap.add_argument("--skip-torch", action="store_true")
+    ap.add_argument("--timeout", type=float, default=420, help="seconds per side before it is killed")
+    ap.add_argument("--worker", choices=["torch"], help=argparse.SUPPRESS)
+    ap.add_argument("--model", help=argparse.SUPPRESS)
+    ap.add_argument("--json", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.steps < 1 or args.warmup < 1:
+        ap.error("--steps and --warmup must be >= 1")
+    if args.worker:
+        if args.model not in MODELS or not args.json:
+            ap.error("--worker needs --model and --json")
+        if args.batch_size is None:
+            args.batch_size = MODELS[args.model]["batch_size"]
+        return torch_worker(args)
+
+    names = [n.strip() for n in args.models.split(",") if n.strip()]
+    bad = [n for n in names if n not in MODELS]
+    if bad or not names:
+        ap.error(f"unknown model(s) {bad}; choose from {', '.join(MODELS)}")
+    os.makedirs(args.out, exist_ok=True)
+    os.makedirs(args.work, exist_ok=True)
+    dev_name = device_name()
+    if dev_name is None:
+        print("train_vs_torch: no NVIDIA GPU found (nvidia-smi); this benchmark needs one", file=sys.stderr)
+        return 1
+    peak = peak_bf16_flops(dev_name)
+    payload = {"benchmark": "train_vs_torch", "commit": git_commit(), "device": dev_name,
+               "peak_bf16_flops": peak, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+               "host": platform.node(), "steps": args.steps, "warmup": args.warmup, "results": []}
+    ok = True
+    for name in names:
+        m = dict(MODELS[name], name=name)
+        if args.batch_size:
+            m["batch_size"] = args.batch_size
+        tokens_per_step = m["batch_size"] * m["seq_len"]
+        ftok = flops_per_token(m, m["seq_len"])
+        r = {"model": name, "config": m, "batch_size": m["batch_size"], "seq_len": m["seq_len"],
+             "params": num_params(m), "matmul_params": matmul_params(m), "flops_per_token": ftok,
+             "target_speedup": m["target_speedup"]}
+        if not args.skip_ours:
+            r["ours"] = run_ours(m, args, args.work, tokens_per_step, ftok, peak)
+            ok &= r["ours"]["status"] == "ok"
+        if not args.skip_torch:
+            r["torch"] = run_torch(m, args, args.work, tokens_per_step, ftok, peak)
+            ok &= r["torch"]["status"] == "ok"
+        r["speedup"] = speedup(r.get("ours"), r.get("torch"))
+        payload["results"].append(r)
+        write_json(os.path.join(args.out, "train_vs_torch.json"), payload)  # after each model: partial results survive
+    payload["passed"] = bool(ok)
+    write_json(os.path.join(args.out, "train_vs_torch.json"), payload)
+    print()
+    print(f"commit {payload['commit']}, peak {_fmt(None if peak is None else peak / 1e12, '.1f')} TFLOP/s bf16")
+    print(format_table(payload["results"], dev_name))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

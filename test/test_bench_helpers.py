@@ -1,0 +1,223 @@
+"""Tests of the parts of the end-to-end benchmark (dev/bench/train_vs_torch.py) that need no GPU:
+the FLOP count behind MFU, the peak table, metrics parsing (also on a real CPU run of the trainer),
+statistics, the table and JSON writers, the shard writer and the trainer command line; and, where
+a python with torch exists (Debian's /usr/bin/python3 here), the twin's self-test against the
+PyTorch reference (dev/bench/torch_fast_model.py --self-test)."""
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "dev" / "bench"))
+sys.path.insert(0, str(REPO / "dev" / "reference"))
+sys.path.insert(0, str(REPO / "data"))
+import train_vs_torch as tv  # noqa: E402
+import model_config  # noqa: E402  (torch-free)
+from shards import read_shard  # noqa: E402
+
+BIN = Path(os.environ.get("TRAIN_GPT2_LS", REPO / "train_gpt2_ls"))
+TORCH_PYTHON = os.environ.get("TORCH_PYTHON", "/usr/bin/python3")
+
+
+def brute_pairs(T, NH, G, P):
+    n = 0
+    for h in range(NH):
+        for i in range(T):
+            for j in range(T):
+                if j <= i and (h >= NH - G or i - j < P):
+                    n += 1
+    return n
+
+
+@pytest.mark.parametrize("T,NH,G,P", [(1, 1, 0, 1), (7, 3, 1, 2), (16, 4, 0, 5), (16, 4, 4, 5), (10, 2, 1, 10),
+                                      (10, 2, 1, 40), (33, 6, 1, 1), (50, 3, 2, 7)])
+def test_attention_pairs_counts_every_unmasked_pair(T, NH, G, P):
+    assert tv.attention_pairs(T, NH, G, P) == brute_pairs(T, NH, G, P)
+
+
+def test_num_params_matches_the_parameter_table():
+    for name, m in tv.MODELS.items():
+        cfg = model_config.Config(max_seq_len=m["max_seq_len"], vocab_size=m["vocab_size"],
+                                  padded_vocab_size=model_config.pad_vocab(m["vocab_size"]),
+                                  num_layers=m["num_layers"], num_heads=m["num_heads"], channels=m["channels"],
+                                  global_heads=m["global_heads"], window=m["window"])
+        assert tv.num_params(m) == model_config.num_params(cfg), name
+        for qk, tied in [(True, True), (False, False), (True, False)]:
+            c2 = model_config.Config(**{**cfg.__dict__, "qk_norm": qk, "tied_embeddings": tied})
+            assert tv.num_params(m, tied=tied, qk_norm=qk) == model_config.num_params(c2), (name, qk, tied)
+    # GPT-2 124M's well-known count (V 50257 padded to 50304, maxT 1024): 124,475,904 with padding
+    assert tv.num_params(tv.MODELS["d12"]) == 124_475_904
+
+
+def test_flops_per_token():
+    d12 = dict(tv.MODELS["d12"])
+    N = tv.matmul_params(d12)
+    assert N == tv.num_params(d12) - 1024 * 768  # all but wpe
+    L, C, NH, T = 12, 768, 12, 1024
+    hd = C // NH
+    # all heads global: attention = 12 * hd * L * NH * (T + 1) / 2 per token (causal pairs only)
+    mhsa = dict(d12, global_heads=NH)
+    assert tv.flops_per_token(mhsa, T) == pytest.approx(6 * N + 12 * hd * L * NH * (T + 1) / 2, rel=1e-12)
+    # LS: 11 local heads of window 64 and 1 global
+    local_pairs = 64 * 65 // 2 + (T - 64) * 64
+    expect = 6 * N + 12 * hd * L * (11 * local_pairs + T * (T + 1) // 2) / T
+    assert tv.flops_per_token(d12, T) == pytest.approx(expect, rel=1e-12)
+    assert tv.flops_per_token(d12, T) < tv.flops_per_token(mhsa, T)
+    # the paper's model: attention of an LS layer at T=2048, P=50, G=1 of 6 is about a fifth of MHSA's
+    ls = tv.MODELS["ls-small"]
+    ratio = tv.attention_pairs(2048, 6, 1, 50) / tv.attention_pairs(2048, 6, 6, 50)
+    assert 0.18 < ratio < 0.21
+    # window >= T is a global head
+    assert tv.flops_per_token(dict(ls, window=4096), 2048) == tv.flops_per_token(dict(ls, global_heads=6), 2048)
+
+
+def test_peak_table_and_mfu():
+    assert tv.peak_bf16_flops("NVIDIA H100 80GB HBM3") == 989.4e12
+    assert tv.peak_bf16_flops("NVIDIA H100 PCIe") == 756e12
+    assert tv.peak_bf16_flops("NVIDIA H100 NVL") == 835e12
+    assert tv.peak_bf16_flops("NVIDIA H200") == 989.4e12
+    assert tv.peak_bf16_flops("NVIDIA GH200 480GB") == 989.4e12
+    assert tv.peak_bf16_flops("NVIDIA A100-SXM4-80GB") == 312e12
+    assert tv.peak_bf16_flops("NVIDIA L4") == 121e12
+    assert tv.peak_bf16_flops("Some Other GPU") is None
+    assert tv.peak_bf16_flops(None) is None
+    assert tv.mfu(1e6, 1e6, 4e12) == pytest.approx(0.25)
+    assert tv.mfu(1e6, 1e6, None) is None
+    assert tv.mfu(None, 1e6, 1e12) is None
+
+
+def test_summarize_ms():
+    s = tv.summarize_ms([5.0, 1.0, None, float("nan"), 3.0, 2.0, 4.0])
+    assert s["n"] == 5 and s["median"] == 3.0 and s["mean"] == 3.0 and s["min"] == 1.0 and s["max"] == 5.0
+    assert s["p10"] == 1.0 and s["p90"] == 5.0
+    assert tv.summarize_ms([]) is None and tv.summarize_ms([float("inf")]) is None
+
+
+def write_metrics(path, lines, partial=None):
+    with open(path, "w") as f:
+        for rec in lines:
+            f.write(json.dumps(rec) + "\n")
+        if partial:
+            f.write(partial)
+
+
+def test_parse_trainer_metrics(tmp_path):
+    recs = [{"step": 0, "val_loss": 9.2}]
+    for s in range(1, 9):
+        recs.append({"step": s, "loss": 10.0 - s, "ms": 100.0 if s <= 3 else 10.0 + s, "tokens_per_s": 1.0,
+                     "gpu_mem_mib": 100 + s, "mfu": 0.1 * s})
+    p = tmp_path / "metrics.jsonl"
+    write_metrics(p, recs, partial='{"step": 9, "loss": 1.0, "ms": 99')
+    r = tv.parse_trainer_metrics(str(p), skip_steps=3)
+    assert r["steps_total"] == 8 and r["steps_timed"] == 5
+    assert r["ms"]["median"] == 16.0 and r["ms"]["min"] == 14.0 and r["ms"]["max"] == 18.0
+    assert r["loss_first"] == 9.0 and r["loss_last"] == 2.0
+    assert r["trainer_reported"] == {"gpu_mem_mib": 108, "mfu": pytest.approx(0.8)}
+    res = tv.side_result(r["ms"], tokens_per_step=1600, flops_tok=1e6, peak=1e12)
+    assert res["ms_per_step"] == 16.0 and res["tokens_per_s"] == pytest.approx(1e5)
+    assert res["mfu"] == pytest.approx(0.1)
+    # a corrupt line in the middle is an error, not silently skipped
+    p2 = tmp_path / "bad.jsonl"
+    p2.write_text('{"step": 1, "ms": 1}\nnot json\n{"step": 2, "ms": 1}\n')
+    with pytest.raises(ValueError, match="line 2"):
+        tv.read_jsonl(str(p2))
+
+
+def test_table_and_json(tmp_path):
+    results = [
+        {"model": "ls-small", "batch_size": 16, "seq_len": 2048, "target_speedup": 2.0, "speedup": 2.5,
+         "ours": {"ms_per_step": 20.0, "tokens_per_s": 1.6e6, "mfu": 0.31, "peak_mem_bytes": 3 * 2**30,
+                  "status": "ok"},
+         "torch": {"ms_per_step": 50.0, "tokens_per_s": 6.4e5, "mfu": 0.12, "peak_mem_bytes": None,
+                   "status": "ok"}},
+        {"model": "d12", "batch_size": 16, "seq_len": 1024, "target_speedup": 1.0, "speedup": 0.8,
+         "ours": {"status": "FAIL (exit 1)"}},
+    ]
+    t = tv.format_table(results, "NVIDIA H100 80GB HBM3")
+    lines = t.splitlines()
+    assert "NVIDIA H100 80GB HBM3" in lines[0]
+    row = next(x for x in lines if x.startswith("ls-small") and " ours " in x)
+    assert "20.00" in row and "1,600,000" in row and "31.0%" in row and "3.00" in row and row.endswith("ok")
+    assert "2.50x (target >= 2x: met)" in t
+    assert "0.80x (target >= 1x: NOT met (-20%))" in t
+    assert any(x.startswith("d12") and "torch" in x and "not run" in x for x in lines)
+    assert any(x.startswith("d12") and " ours " in x and "FAIL (exit 1)" in x for x in lines)
+    assert tv.speedup({"tokens_per_s": 3.0}, {"tokens_per_s": 2.0}) == 1.5
+    assert tv.speedup({"tokens_per_s": 3.0}, None) is None
+    out = tmp_path / "r.json"
+    tv.write_json(str(out), {"a": float("nan"), "b": [1.5, float("inf"), (1, 2)], "c": {"d": 2}})
+    assert json.loads(out.read_text()) == {"a": None, "b": [1.5, None, [1, 2]], "c": {"d": 2}}
+
+
+def test_random_shards(tmp_path):
+    path = tv.write_random_shards(str(tmp_path / "d"), 50257, 10_001, seed=3)
+    tok = read_shard(path)
+    assert len(tok) == 10_001 and tok.dtype == np.uint16 and tok.max() < 50257 and tok.max() > 40000
+    assert json.loads((tmp_path / "d" / "meta.json").read_text())["vocab_size"] == 50257
+    path = tv.write_random_shards(str(tmp_path / "e"), 70000, 1000)
+    assert read_shard(path).dtype == np.uint32  # version 2 above 65,536 ids
+
+
+def trainer_or_skip():
+    if not BIN.exists():
+        pytest.skip(f"{BIN} not built (make train_gpt2_ls)")
+    return str(BIN)
+
+
+def test_trainer_command_uses_only_real_flags():
+    help_text = subprocess.run([trainer_or_skip(), "--help"], capture_output=True, text=True, timeout=60).stdout
+    for name, m in tv.MODELS.items():
+        cmd = tv.trainer_command("./train_gpt2_ls", dict(m, name=name), "d/train_*.bin", "o", 40)
+        flags = [a for a in cmd if a.startswith("-")]
+        assert flags, cmd
+        for f in flags:
+            assert f in help_text, f"{f} is not a flag of the trainer"
+        assert cmd[cmd.index("--device") + 1] == "cuda" and cmd[cmd.index("-x") + 1] == "40"
+
+
+def test_parse_metrics_of_a_real_cpu_run(tmp_path):
+    """The parser on the trainer's own metrics.jsonl (a tiny model on the CPU, random shards)."""
+    binary = trainer_or_skip()
+    data = tmp_path / "data"
+    tv.write_random_shards(str(data), 64, 5000)
+    out = tmp_path / "out"
+    cmd = [binary, "--device", "cpu", "--layers", "1", "--channels", "16", "--heads", "2", "--global-heads", "1",
+           "--window", "4", "--max-seq-len", "16", "--vocab", "64", "-b", "2", "-t", "16", "-x", "6", "-v", "0",
+           "-s", "0", "--threads", "1", "-i", str(data / "train_*.bin"), "-o", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    r = tv.parse_trainer_metrics(str(out / "metrics.jsonl"), skip_steps=2)
+    assert r["steps_total"] == 6 and r["steps_timed"] == 4
+    assert r["ms"]["n"] == 4 and 0 < r["ms"]["median"] < 60_000
+    assert math.isfinite(r["loss_first"]) and math.isfinite(r["loss_last"])
+
+
+def test_no_gpu_is_one_clear_line(tmp_path):
+    if shutil.which("nvidia-smi"):
+        pytest.skip("nvidia-smi exists here; the no-GPU message cannot be checked")
+    p = subprocess.run([sys.executable, str(REPO / "dev" / "bench" / "train_vs_torch.py"), "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1
+    assert "no NVIDIA GPU" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_twin_matches_reference_on_cpu():
+    """torch_fast_model.py (dense back-end, float64) == dev/reference/gpt2_ls.py: loss, z-loss, logits
+    and every gradient, five layouts; needs a python with torch (TORCH_PYTHON, default /usr/bin/python3)."""
+    try:
+        has_torch = subprocess.run([TORCH_PYTHON, "-c", "import torch"], capture_output=True, timeout=120).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        has_torch = False
+    if not has_torch:
+        pytest.skip(f"{TORCH_PYTHON} has no torch (set TORCH_PYTHON to a python with torch)")
+    p = subprocess.run([TORCH_PYTHON, str(REPO / "dev" / "bench" / "torch_fast_model.py"), "--self-test"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "self-test passed" in p.stdout
