@@ -1,66 +1,270 @@
 #!/usr/bin/env bash
-# The one GPU verification script (GUIDE section 5). On a machine with an NVIDIA GPU:
-#   scripts/gpu_check.sh [REPORT_DIR]        (default: $OUT if set, else out/gpu_check)
-# builds for sm_90 (CUDA_ARCH overrides), runs `make test-gpu` and every kernel-lab binary in
-# build/dev/, and writes REPORT_DIR/report.txt (short table last) and REPORT_DIR/report.json.
-# Header-only deps: run ../shared/tools/device-deps.sh first on a machine with a registry; the
-# build then picks up .deps/include automatically.
+# The one GPU verification script (GUIDE section 5). On a machine with an NVIDIA GPU, from anywhere:
+#
+#   scripts/gpu_check.sh [--part PARTS] [--out DIR]
+#
+# PARTS: comma-separated stage names or group numbers (default: all). Groups are sized to fit one
+# 10-minute call of the lent GPU machine each; the build stays in build/ between calls on the same
+# machine, and every later group rebuilds what it needs when it runs on a fresh one.
+#   1 = build,test     sm_90 BF16 build of every GPU target; every test/gpu binary and every kernel
+#                      lab with --check (the binaries `make test-gpu` runs, one step each, so one
+#                      failure does not hide the rest)
+#   2 = fp32           PRECISION=FP32 build into build/fp32 (make BUILD=build/fp32) and the same tests
+#   3 = labs,bench,train   every kernel lab with no arguments (timing tables); every peer benchmark
+#                      dev/bench/*.py with --out (except the end-to-end one); a short real training
+#                      run of the paper model on the GPU (synthetic data, T=2048): loss must fall
+#   4 = e2e-small      dev/bench/train_vs_torch.py --models ls-small   (ours vs PyTorch, paper model)
+#   5 = e2e-d12        dev/bench/train_vs_torch.py --models d12        (ours vs PyTorch, GPT-2 124M shape)
+#   all = 1,2,3,4,5
+# DIR (default $OUT if set, else out/gpu_check) receives report.txt (every step's output, the short
+# table last) and report.json (steps, statuses, times, and the benchmarks' JSON), covering every step
+# run on this machine so far (build/gpu_check/results.tsv), not only this call's.
+# Environment: CUDA_ARCH (default 90), GPU_CHECK_COMMIT (the commit measured; default git rev-parse,
+# needed where the tree was copied without .git). Header-only deps: run ../shared/tools/device-deps.sh
+# on a machine with a registry and bring .deps along; the build then uses .deps/include.
+# A step that fails is FAIL in the table; the exit status is 1 if any step of this call failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-report_dir=${1:-${OUT:-out/gpu_check}}
-mkdir -p "$report_dir"
+
+parts=all
+report_dir=${OUT:-out/gpu_check}
+while [ $# -gt 0 ]; do
+    case $1 in
+        --part|--parts) parts=${2:?--part needs a value}; shift 2 ;;
+        --out) report_dir=${2:?--out needs a directory}; shift 2 ;;
+        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+        *) echo "error: unknown argument '$1'; use --part PARTS and --out DIR (see --help)" >&2; exit 2 ;;
+    esac
+done
+
+stages=()
+IFS=',' read -ra wanted <<<"$parts"
+for p in "${wanted[@]}"; do
+    case $p in
+        all) stages+=(build test fp32 labs bench train e2e-small e2e-d12) ;;
+        1) stages+=(build test) ;;
+        2) stages+=(fp32) ;;
+        3) stages+=(labs bench train) ;;
+        4) stages+=(e2e-small) ;;
+        5) stages+=(e2e-d12) ;;
+        build|test|fp32|labs|bench|train|e2e-small|e2e-d12) stages+=("$p") ;;
+        *) echo "error: unknown part '$p'; parts are 1-5, all, or build, test, fp32, labs, bench, train, e2e-small, e2e-d12" >&2
+           exit 2 ;;
+    esac
+done
+
+mkdir -p "$report_dir" build/gpu_check/logs
+report_dir=$(cd "$report_dir" && pwd)
+work=build/gpu_check
+results=$work/results.tsv   # name<TAB>status<TAB>seconds<TAB>log, one line per step, latest run wins
+touch "$results"
 arch=${CUDA_ARCH:-90}
 extra=""
-[ -d .deps/include ] && extra=".deps/include"
-log="$report_dir/report.txt"
-json="$report_dir/report.json"
-commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+[ -d .deps/include ] && extra=.deps/include
+export GPU_CHECK_COMMIT=${GPU_CHECK_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
-: > "$log"
-say() { echo "$@" | tee -a "$log"; }
-say "gpu_check: commit $commit, device ${device:-none found}, CUDA_ARCH=$arch"
+PY=${PYTHON:-python3}
+call_failed=0
 
-results=()   # "name|status|seconds"
-run_step() {  # run_step NAME COMMAND...
-    local name=$1; shift
-    local t0=$(date +%s%N)
-    say "== $name: $* =="
-    "$@" >>"$log" 2>&1
-    local rc=$?
-    local dt=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.1f", (b - a) / 1e9 }')
-    results+=("$name|$([ $rc -eq 0 ] && echo PASS || echo "FAIL(rc=$rc)")|$dt")
+echo "gpu_check: commit $GPU_CHECK_COMMIT, device ${device:-NONE FOUND}, CUDA_ARCH=$arch, stages: ${stages[*]}"
+{
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "commit: $GPU_CHECK_COMMIT"
+    echo "nvcc: $(nvcc --version 2>/dev/null | tail -1)"
+    echo "torch: $($PY -c 'import torch; print(torch.__version__, torch.version.cuda)' 2>/dev/null || echo none)"
+    nvidia-smi 2>&1 || echo "nvidia-smi failed: no GPU"
+} >"$work/logs/environment.log"
+
+# record NAME STATUS SECONDS LOG: replaces an earlier line of NAME in place, else appends.
+record() {
+    local tmp=$results.tmp
+    awk -F'\t' -v n="$1" -v line="$1	$2	$3	$4" 'BEGIN { done = 0 }
+        $1 == n { print line; done = 1; next } { print } END { if (!done) print line }' "$results" >"$tmp"
+    mv "$tmp" "$results"
+}
+
+# step NAME TIMEOUT_S COMMAND...: runs it with its output in a log; PASS, FAIL(rc=N) or TIMEOUT.
+step() {
+    local name=$1 limit=$2; shift 2
+    local log=$work/logs/$(echo "$name" | tr -c 'A-Za-z0-9._-' '_').log
+    local t0 rc status secs
+    t0=$(date +%s.%N)
+    echo "\$ $*" >"$log"
+    timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1
+    rc=$?
+    secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    if [ $rc -eq 0 ]; then status=PASS
+    elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then status="FAIL(timeout ${limit}s)"
+    else status="FAIL(rc=$rc)"; fi
+    [ "$status" = PASS ] || call_failed=1
+    record "$name" "$status" "$secs" "$log"
+    printf '%-44s %-20s %7s s\n' "$name" "$status" "$secs"
     return $rc
 }
 
-run_step build make -j"$(nproc)" CUDA_ARCH="$arch" EXTRA_INCLUDE="$extra" gpu-targets
-run_step test-gpu make CUDA_ARCH="$arch" EXTRA_INCLUDE="$extra" test-gpu
-for bin in build/dev/*; do
-    [ -x "$bin" ] && run_step "lab:$(basename "$bin")" "$bin"
-done
-for bench in dev/bench/*.py; do
-    [ -f "$bench" ] && run_step "bench:$(basename "$bench" .py)" python3 "$bench" --out "$report_dir"
-done
+# fail_step NAME WHY: a step that could not even start.
+fail_step() {
+    local log=$work/logs/$(echo "$1" | tr -c 'A-Za-z0-9._-' '_').log
+    echo "$2" >"$log"
+    call_failed=1
+    record "$1" "FAIL($2)" 0.0 "$log"
+    printf '%-44s %-20s\n' "$1" "FAIL($2)"
+}
 
-{
-    echo "{"
-    echo "  \"commit\": \"$commit\", \"device\": \"${device:-none}\", \"cuda_arch\": \"$arch\","
-    echo "  \"steps\": ["
-    n=${#results[@]}
-    for i in "${!results[@]}"; do
-        IFS='|' read -r name status secs <<<"${results[$i]}"
-        sep=","; [ $((i + 1)) -eq $n ] && sep=""
-        echo "    {\"name\": \"$name\", \"status\": \"$status\", \"seconds\": $secs}$sep"
+lab_names() { for f in dev/cuda/*.cu; do [ -e "$f" ] && basename "$f" .cu; done; }
+test_names() { for f in test/gpu/*.cu; do [ -e "$f" ] && basename "$f" .cu; done; }
+
+build_bf16() {  # the BF16 build (all GPU targets and the trainer); -k: one broken target spoils no other
+    step "build:bf16-sm$arch" 1500 make -j"$(nproc)" -k CUDA_ARCH="$arch" PRECISION=BF16 EXTRA_INCLUDE="$extra" gpu-targets
+}
+ensure_bf16() {  # later stages on a fresh machine: build first (make does nothing when up to date)
+    if [ ! -x train_gpt2_ls ] || [ ! -d build/dev ]; then build_bf16; fi
+}
+
+run_tests() {  # run_tests BUILD_DIR TAG: every GPU test and every lab --check of one build
+    local dir=$1 tag=$2 n
+    for n in $(test_names); do
+        if [ -x "$dir/test_gpu/$n" ]; then step "test$tag:$n" 600 "$dir/test_gpu/$n"
+        else fail_step "test$tag:$n" "not built"; fi
     done
-    echo "  ]"
-    echo "}"
-} > "$json"
+    for n in $(lab_names); do
+        if [ -x "$dir/dev/$n" ]; then step "check$tag:$n" 600 "$dir/dev/$n" --check
+        else fail_step "check$tag:$n" "not built"; fi
+    done
+}
 
-say ""
-say "== summary (commit ${commit:0:10}, ${device:-no GPU}) =="
-fail=0
-for r in "${results[@]}"; do
-    IFS='|' read -r name status secs <<<"$r"
-    printf '%-40s %-12s %8.1f s\n' "$name" "$status" "$secs" | tee -a "$log"
-    [ "$status" = PASS ] || fail=1
-done
-exit $fail
+stage_build() { build_bf16; }
+stage_test() { ensure_bf16; run_tests build ""; }
+
+stage_fp32() {
+    local targets=() n
+    for n in $(lab_names); do targets+=("build/fp32/dev/$n"); done
+    for n in $(test_names); do targets+=("build/fp32/test_gpu/$n"); done
+    step "build:fp32-sm$arch" 1500 make -j"$(nproc)" -k BUILD=build/fp32 CUDA_ARCH="$arch" PRECISION=FP32 \
+        EXTRA_INCLUDE="$extra" "${targets[@]}"
+    run_tests build/fp32 "-fp32"
+}
+
+stage_labs() {
+    ensure_bf16
+    local n
+    for n in $(lab_names); do
+        if [ -x "build/dev/$n" ]; then step "lab:$n" 300 "build/dev/$n"
+        else fail_step "lab:$n" "not built"; fi
+    done
+}
+
+stage_bench() {  # peer benchmarks; the end-to-end one is its own stage, torch_fast_model.py is a module
+    ensure_bf16
+    local f n
+    for f in dev/bench/*.py; do
+        [ -e "$f" ] || continue
+        n=$(basename "$f" .py)
+        case $n in train_vs_torch|torch_fast_model|test_*|_*) continue ;; esac
+        mkdir -p "$work/bench/$n"
+        step "bench:$n" 480 "$PY" "$f" --out "$work/bench/$n"
+    done
+}
+
+stage_train() {  # the paper model on the synthetic language (dense local + sparse long-range), T=2048
+    ensure_bf16
+    local d=$work/train
+    rm -rf "$d/out"
+    if [ ! -f "$d/data/meta.json" ]; then
+        step "train:data" 300 "$PY" data/prepare.py --dataset synthetic --out "$d/data" --syn-length 3000000 \
+            --workers "$(nproc)" || return
+    fi
+    step "train:ls-small-gpu" 420 ./train_gpt2_ls --device cuda -e ls-small -b 8 -t 2048 -x 300 -u 30 -l 1e-3 \
+        -v 100 -m 4 -s 0 -i "$d/data/train_*.bin" -j "$d/data/val_*.bin" -o "$d/out" || return
+    # the run must have learned: finite losses, validation loss down by >= 0.5 nats from the untrained model
+    step "train:loss-falls" 60 "$PY" - "$d/out/metrics.jsonl" "$d/data/meta.json" <<'EOF'
+import json, math, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+floor = json.load(open(sys.argv[2]))["synthetic"]["entropy_floor_nats"]["val"]
+steps = [r for r in recs if "loss" in r]
+val = [(r["step"], r["val_loss"]) for r in recs if "val_loss" in r]
+ms = sorted(r["ms"] for r in steps[10:])
+print(f"steps {len(steps)}, train loss {steps[0]['loss']} -> {steps[-1]['loss']}, val {val}, "
+      f"entropy floor {floor:.3f}, median {ms[len(ms) // 2]:.1f} ms/step, "
+      f"{steps[-1]['tokens_per_s']:.0f} tok/s at the last step")
+ok = len(steps) == 300 and all(r["loss"] is not None and math.isfinite(r["loss"]) for r in steps) \
+    and len(val) >= 2 and val[-1][1] is not None and val[-1][1] < val[0][1] - 0.5
+print("PASS" if ok else "FAIL: expected 300 finite steps and a validation loss >= 0.5 nats below step 0's")
+sys.exit(0 if ok else 1)
+EOF
+}
+
+stage_e2e() {  # stage_e2e MODEL
+    ensure_bf16
+    mkdir -p "$work/e2e/$1"
+    step "e2e:$1" 560 "$PY" dev/bench/train_vs_torch.py --models "$1" --out "$work/e2e/$1" --work "$work/e2e_work"
+}
+
+if [ -z "$device" ]; then
+    fail_step "gpu-present" "no NVIDIA GPU (nvidia-smi)"
+else
+    for s in "${stages[@]}"; do
+        case $s in
+            build) stage_build ;; test) stage_test ;; fp32) stage_fp32 ;; labs) stage_labs ;;
+            bench) stage_bench ;; train) stage_train ;; e2e-small) stage_e2e ls-small ;; e2e-d12) stage_e2e d12 ;;
+        esac
+    done
+fi
+
+# ---- the report: every step recorded on this machine, logs in full, the short table last ----------
+"$PY" - "$results" "$work" "$report_dir" "$GPU_CHECK_COMMIT" "${device:-none}" "$arch" <<'EOF'
+import glob, json, os, sys, datetime
+results, work, out, commit, device, arch = sys.argv[1:7]
+steps = []
+for line in open(results):
+    if line.strip():
+        name, status, secs, log = line.rstrip("\n").split("\t")
+        steps.append({"name": name, "status": status, "seconds": float(secs), "log": log})
+
+def read(path, max_lines=400):
+    try:
+        lines = open(path, errors="replace").read().splitlines()
+    except OSError:
+        return "(no log)"
+    if len(lines) > max_lines:
+        lines = [f"... ({len(lines) - max_lines} earlier lines cut; full log in {path})"] + lines[-max_lines:]
+    return "\n".join(lines)
+
+benches = {}
+for p in sorted(glob.glob(os.path.join(work, "bench", "*", "*.json")) + glob.glob(os.path.join(work, "e2e", "*", "*.json"))):
+    try:
+        benches[os.path.relpath(p, work)] = json.load(open(p))
+    except (OSError, ValueError) as e:
+        benches[os.path.relpath(p, work)] = {"error": f"unreadable: {e}"}
+
+passed = sum(s["status"] == "PASS" for s in steps)
+date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+with open(os.path.join(out, "report.json"), "w") as f:
+    json.dump({"commit": commit, "device": device, "cuda_arch": arch, "date": date,
+               "passed": passed, "failed": len(steps) - passed,
+               "steps": [{k: s[k] for k in ("name", "status", "seconds")} for s in steps],
+               "benchmarks": benches}, f, indent=1)
+
+table = [f"== summary: commit {commit[:12]}, {device}, sm_{arch}, {date} ==",
+         f"{'step':44s} {'status':20s} {'seconds':>8s}"]
+table += [f"{s['name']:44s} {s['status']:20s} {s['seconds']:8.1f}" for s in steps]
+for rel, b in benches.items():  # the end-to-end numbers in one line per model
+    for r in b.get("results", []) if isinstance(b, dict) and b.get("benchmark") == "train_vs_torch" else []:
+        o, t = r.get("ours") or {}, r.get("torch") or {}
+        fmt = lambda x, s: "-" if x is None else format(x, s)
+        table.append(f"e2e {r['model']:9s} ours {fmt(o.get('tokens_per_s'), ',.0f')} tok/s "
+                     f"(MFU {fmt(None if o.get('mfu') is None else 100 * o['mfu'], '.1f')}%), torch "
+                     f"{fmt(t.get('tokens_per_s'), ',.0f')} tok/s, ratio {fmt(r.get('speedup'), '.2f')}x "
+                     f"(target {r.get('target_speedup')}x)")
+table.append(f"{passed} of {len(steps)} steps PASS" + ("" if passed == len(steps) else f", {len(steps) - passed} FAIL"))
+
+with open(os.path.join(out, "report.txt"), "w") as f:
+    f.write(f"gpu_check report\n{read(os.path.join(work, 'logs', 'environment.log'))}\n\n")
+    for s in steps:
+        f.write(f"== {s['name']}: {s['status']} ({s['seconds']:.1f} s) ==\n{read(s['log'])}\n\n")
+    f.write("\n".join(table) + "\n")
+print()
+print("\n".join(table))
+print(f"report: {out}/report.txt, {out}/report.json")
+EOF
+exit $call_failed
