@@ -1,0 +1,72 @@
+// GELU on the GPU, tanh approximation (GPT-2):
+//   gelu(x)  = 0.5 x (1 + th),  th = tanh(k (x + 0.044715 x^3)),  k = sqrt(2/pi)
+//   gelu'(x) = 0.5 (1 + th) + 0.5 x (1 - th^2) k (1 + 3 * 0.044715 x^2)
+// CPU reference: llmc/cpu/gelu.h (same math; the CPU backward ADDS, this one OVERWRITES, per the contract).
+// Math in fp32 (tanhf), 16-byte packed loads/stores when the pointers allow (residual.cuh).
+#pragma once
+#include <cstddef>
+
+#include "llmc/cuda/common.cuh"
+#include "llmc/cuda/residual.cuh"
+
+namespace llmc::cuda {
+
+__device__ inline float gelu_value(float x) {
+    const float k = 0.7978845608028654f;
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+__device__ inline float gelu_grad(float x) {
+    const float k = 0.7978845608028654f;
+    const float th = tanhf(k * (x + 0.044715f * x * x * x));
+    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * k * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+// out (n) = gelu(inp (n)); first n_packs * kPack elements in packs, the rest scalar.
+__global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t n_packs, size_t n) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (size_t p = tid; p < n_packs; p += stride) {
+        float x[kPack];
+        load_vec<kPack>(x, inp + p * kPack);
+#pragma unroll
+        for (int k = 0; k < kPack; k++) x[k] = gelu_value(x[k]);
+        store_vec<kPack>(out + p * kPack, x);
+    }
+    for (size_t i = n_packs * kPack + tid; i < n; i += stride) out[i] = from_float<floatX>(gelu_value(to_float(inp[i])));
+}
+
+// dinp (n) = dout (n) * gelu'(inp (n)); dinp may alias dout (same thread reads then writes an element).
+__global__ void gelu_backward_kernel(floatX* dinp, const floatX* inp, const floatX* dout, size_t n_packs, size_t n) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (size_t p = tid; p < n_packs; p += stride) {
+        float x[kPack], d[kPack];
+        load_vec<kPack>(x, inp + p * kPack);
+        load_vec<kPack>(d, dout + p * kPack);
+#pragma unroll
+        for (int k = 0; k < kPack; k++) x[k] = d[k] * gelu_grad(x[k]);
+        store_vec<kPack>(dinp + p * kPack, x);
+    }
+    for (size_t i = n_packs * kPack + tid; i < n; i += stride)
+        dinp[i] = from_float<floatX>(to_float(dout[i]) * gelu_grad(to_float(inp[i])));
+}
+
+// out (n) = gelu(inp (n)), OVERWRITTEN. out may alias inp.
+inline void gelu_forward(floatX* out, const floatX* inp, size_t n, cudaStream_t st) {
+    if (n == 0) return;
+    const size_t n_packs = aligned16(out) && aligned16(inp) ? n / kPack : 0;
+    const size_t work = std::max(n_packs, n - n_packs * kPack);
+    gelu_forward_kernel<<<elementwise_grid(work), kElementwiseBlock, 0, st>>>(out, inp, n_packs, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+// dinp (n) = dout * gelu'(inp), OVERWRITTEN; dinp may alias dout.
+inline void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n, cudaStream_t st) {
+    if (n == 0) return;
+    const size_t n_packs = aligned16(dinp) && aligned16(inp) && aligned16(dout) ? n / kPack : 0;
+    const size_t work = std::max(n_packs, n - n_packs * kPack);
+    gelu_backward_kernel<<<elementwise_grid(work), kElementwiseBlock, 0, st>>>(dinp, inp, dout, n_packs, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace llmc::cuda

@@ -1,0 +1,259 @@
+// LayerNorm over the last dimension on the GPU (eps 1e-5, biased variance, as GPT-2), plus the fused
+// residual-add + LayerNorm of the transformer block. CPU reference: llmc/cpu/layernorm.h.
+//   out = (x - mean) * rstd * w + b,   rstd = 1 / sqrt(var + eps)
+//   backward, with xhat = (x - mean) * rstd and g = dout * w:
+//   dinp += rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)),  dw += sum_n dout * xhat,  db += sum_n dout
+//
+// Forward: one warp per row (two-pass mean/variance in fp32; the row is re-read from L1/L2).
+// Backward, deterministic: a fixed number of "workers" (one warp each, at most 1024) take rows
+// worker, worker + workers, ... in order; each computes dinp for its rows and accumulates its own
+// dw/db partials in shared memory (every lane owns fixed channels, so no atomics and no races), then
+// writes them to scratch (workers, 2, C); reduce_partials_add_kernel sums the workers in a fixed order.
+// Both use 16-byte packed accesses when C % kPack == 0 and the pointers are aligned.
+//
+// reduce_partials_add_kernel is shared with qknorm.cuh (same deterministic pattern).
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <string>
+
+#include "llmc/cuda/common.cuh"
+#include "llmc/cuda/residual.cuh"
+#include "llmc/error.h"
+
+namespace llmc::cuda {
+
+constexpr float kLayerNormEps = 1e-5f;
+
+// ---- deterministic sum of per-worker partials ----------------------------------------------------
+// partials (R, count * len): column j = (target j / len, channel j % len). Each target gets
+// out[target][channel] += sum over r = 0..R-1 of partials[r][j], always in the same order.
+struct PartialTargets {
+    float* out[4];
+    int count;  // targets used (<= 4)
+    int len;    // channels per target
+};
+// block (32, 32): threadIdx.x = column, threadIdx.y strides the rows; then row 0 sums the 32 column
+// sums in order.
+__global__ void reduce_partials_add_kernel(PartialTargets t, const float* partials, int R) {
+    __shared__ float sums[32][33];
+    const int M = t.count * t.len;
+    const int j = blockIdx.x * 32 + threadIdx.x;
+    float s = 0.0f;
+    if (j < M)
+        for (int r = threadIdx.y; r < R; r += 32) s += partials[(size_t)r * M + j];
+    sums[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < M) {
+        float total = 0.0f;
+        for (int y = 0; y < 32; y++) total += sums[y][threadIdx.x];
+        t.out[j / t.len][j % t.len] += total;
+    }
+}
+inline void reduce_partials_add(const PartialTargets& t, const float* partials, int R, cudaStream_t st) {
+    const int M = t.count * t.len;
+    reduce_partials_add_kernel<<<(unsigned)ceil_div(M, 32), dim3(32, 32), 0, st>>>(t, partials, R);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---- forward ------------------------------------------------------------------------------------
+// One warp per row n. FUSED: residual[n] = a[n] + b[n] is written (rounded to floatX) and normalized;
+// otherwise a[n] is normalized (residual and b unused). Lane owns channels lane*V + k*32*V + [0, V).
+// mean, rstd may be nullptr (inference).
+template <int V, bool FUSED>
+__global__ void layernorm_forward_kernel(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a,
+                                         const floatX* b, const floatX* w, const floatX* bias, int N, int C) {
+    const int lane = threadIdx.x % 32;
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= N) return;  // whole warp leaves together
+    const size_t off = (size_t)row * C;
+    const floatX* x = FUSED ? residual + off : a + off;  // (C)
+
+    float sum = 0.0f;
+    for (int c = lane * V; c < C; c += 32 * V) {
+        float v[V];
+        if constexpr (FUSED) {
+            float u[V];
+            load_vec<V>(v, a + off + c);
+            load_vec<V>(u, b + off + c);
+#pragma unroll
+            for (int k = 0; k < V; k++) v[k] = to_float(from_float<floatX>(v[k] + u[k]));  // as stored
+            store_vec<V>(residual + off + c, v);
+        } else {
+            load_vec<V>(v, x + c);
+        }
+#pragma unroll
+        for (int k = 0; k < V; k++) sum += v[k];
+    }
+    const float m = warp_sum(sum) / C;
+
+    float var = 0.0f;  // second pass: this lane re-reads its own elements (written above when FUSED)
+    for (int c = lane * V; c < C; c += 32 * V) {
+        float v[V];
+        load_vec<V>(v, x + c);
+#pragma unroll
+        for (int k = 0; k < V; k++) var += (v[k] - m) * (v[k] - m);
+    }
+    const float s = rsqrtf(warp_sum(var) / C + kLayerNormEps);
+
+    for (int c = lane * V; c < C; c += 32 * V) {
+        float v[V], wv[V], bv[V];
+        load_vec<V>(v, x + c);
+        load_vec<V>(wv, w + c);
+        load_vec<V>(bv, bias + c);
+#pragma unroll
+        for (int k = 0; k < V; k++) v[k] = (v[k] - m) * s * wv[k] + bv[k];
+        store_vec<V>(out + off + c, v);
+    }
+    if (lane == 0) {
+        if (mean) mean[row] = m;
+        if (rstd) rstd[row] = s;
+    }
+}
+
+constexpr int kLayerNormForwardBlock = 256;  // 8 rows per block
+
+template <bool FUSED>
+inline void layernorm_forward_launch(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a,
+                                     const floatX* b, const floatX* w, const floatX* bias, int N, int C,
+                                     cudaStream_t st) {
+    if (N <= 0 || C <= 0) return;
+    bool vec = C % kPack == 0 && aligned16(out) && aligned16(a) && aligned16(w) && aligned16(bias);
+    if (FUSED) vec = vec && aligned16(residual) && aligned16(b);
+    const unsigned grid = (unsigned)ceil_div(N, kLayerNormForwardBlock / 32);
+    if (vec)
+        layernorm_forward_kernel<kPack, FUSED><<<grid, kLayerNormForwardBlock, 0, st>>>(residual, out, mean, rstd, a, b,
+                                                                                       w, bias, N, C);
+    else
+        layernorm_forward_kernel<1, FUSED><<<grid, kLayerNormForwardBlock, 0, st>>>(residual, out, mean, rstd, a, b, w,
+                                                                                   bias, N, C);
+    CUDA_CHECK_LAUNCH();
+}
+
+// out (N,C) OVERWRITTEN = layernorm(inp (N,C)); mean, rstd (N) fp32 written (nullable); w, b (C).
+inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* w,
+                              const floatX* b, int N, int C, cudaStream_t st) {
+    layernorm_forward_launch<false>(nullptr, out, mean, rstd, inp, nullptr, w, b, N, C, st);
+}
+
+// residual (N,C) = a + b, then out (N,C) = layernorm(residual); both OVERWRITTEN. residual may alias a or b.
+inline void fused_residual_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a,
+                                             const floatX* b, const floatX* w, const floatX* bias, int N, int C,
+                                             cudaStream_t st) {
+    layernorm_forward_launch<true>(residual, out, mean, rstd, a, b, w, bias, N, C, st);
+}
+
+// ---- backward -----------------------------------------------------------------------------------
+// Worker = warp (blockIdx.x * warps + warp); workers = gridDim.x * warps. Shared memory (warps, 2, C):
+// the warp's dw and db partials. partials (workers, 2, C) written (every worker writes, zeros if it has no row).
+template <int V>
+__global__ void layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp,
+                                          const floatX* w, const float* mean, const float* rstd, int N, int C) {
+    extern __shared__ float smem[];
+    const int warps = blockDim.x / 32;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int workers = gridDim.x * warps;
+    const int worker = blockIdx.x * warps + warp;
+    float* dw_acc = smem + (size_t)warp * 2 * C;  // (C)
+    float* db_acc = dw_acc + C;                   // (C)
+    for (int c = lane * V; c < C; c += 32 * V)
+#pragma unroll
+        for (int k = 0; k < V; k++) dw_acc[c + k] = db_acc[c + k] = 0.0f;
+
+    for (int row = worker; row < N; row += workers) {
+        const size_t off = (size_t)row * C;
+        const float m = mean[row], s = rstd[row];
+        float g_sum = 0.0f, gx_sum = 0.0f;
+        for (int c = lane * V; c < C; c += 32 * V) {
+            float xv[V], dv[V], wv[V];
+            load_vec<V>(xv, inp + off + c);
+            load_vec<V>(dv, dout + off + c);
+            load_vec<V>(wv, w + c);
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                const float xhat = (xv[k] - m) * s;
+                const float g = dv[k] * wv[k];
+                g_sum += g;
+                gx_sum += g * xhat;
+                dw_acc[c + k] += dv[k] * xhat;
+                db_acc[c + k] += dv[k];
+            }
+        }
+        const float g_mean = warp_sum(g_sum) / C;
+        const float gx_mean = warp_sum(gx_sum) / C;
+        for (int c = lane * V; c < C; c += 32 * V) {
+            float xv[V], dv[V], wv[V], acc[V];
+            load_vec<V>(xv, inp + off + c);
+            load_vec<V>(dv, dout + off + c);
+            load_vec<V>(wv, w + c);
+            load_vec<V>(acc, dinp + off + c);
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                const float xhat = (xv[k] - m) * s;
+                acc[k] += s * (dv[k] * wv[k] - g_mean - xhat * gx_mean);
+            }
+            store_vec<V>(dinp + off + c, acc);
+        }
+    }
+
+    float* out = partials + (size_t)worker * 2 * C;  // (2, C)
+    for (int c = lane * V; c < C; c += 32 * V)
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            out[c + k] = dw_acc[c + k];
+            out[C + c + k] = db_acc[c + k];
+        }
+}
+
+constexpr int kLayerNormMaxWorkers = 1024;
+constexpr size_t kSharedDefault = 48 * 1024;
+
+// Warps per block of the backward: as many as fit 48 KiB of partials (at most 4), at least 1.
+inline int layernorm_backward_warps(int C) {
+    return (int)std::max<size_t>(1, std::min<size_t>(4, kSharedDefault / (2 * sizeof(float) * (size_t)C)));
+}
+inline int layernorm_backward_blocks(int N, int C) {
+    return (int)ceil_div(std::min(N, kLayerNormMaxWorkers), layernorm_backward_warps(C));
+}
+// Scratch (workers, 2, C) fp32 for layernorm_backward.
+inline size_t layernorm_backward_scratch_floats(int N, int C) {
+    if (N <= 0 || C <= 0) return 0;
+    return (size_t)layernorm_backward_blocks(N, C) * layernorm_backward_warps(C) * 2 * C;
+}
+
+// Raises the dynamic shared-memory limit of `kernel` when `bytes` exceeds the default 48 KiB.
+template <typename Kernel>
+inline void allow_shared_bytes(Kernel kernel, size_t bytes, const char* who) {
+    if (bytes <= kSharedDefault) return;
+    int dev = 0, optin = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (bytes > (size_t)optin)
+        throw InputError(std::string(who) + ": needs " + std::to_string(bytes) + " bytes of shared memory per block, " +
+                         "the device allows " + std::to_string(optin) + "; use fewer channels");
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
+// dinp (N,C) floatX ADDED; dw, db (C) fp32 ADDED; scratch: layernorm_backward_scratch_floats(N, C) floats.
+// dout, inp (N,C); w (C); mean, rstd (N) from the forward. dinp must not alias dout or inp.
+inline void layernorm_backward(floatX* dinp, float* dw, float* db, float* scratch, const floatX* dout,
+                               const floatX* inp, const floatX* w, const float* mean, const float* rstd, int N, int C,
+                               cudaStream_t st) {
+    if (N <= 0 || C <= 0) return;
+    const int warps = layernorm_backward_warps(C);
+    const int blocks = layernorm_backward_blocks(N, C);
+    const size_t smem = (size_t)warps * 2 * C * sizeof(float);
+    const bool vec = C % kPack == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w);
+    if (vec) {
+        allow_shared_bytes(layernorm_backward_kernel<kPack>, smem, "layernorm_backward");
+        layernorm_backward_kernel<kPack><<<blocks, warps * 32, smem, st>>>(dinp, scratch, dout, inp, w, mean, rstd, N, C);
+    } else {
+        allow_shared_bytes(layernorm_backward_kernel<1>, smem, "layernorm_backward");
+        layernorm_backward_kernel<1><<<blocks, warps * 32, smem, st>>>(dinp, scratch, dout, inp, w, mean, rstd, N, C);
+    }
+    CUDA_CHECK_LAUNCH();
+    PartialTargets t{{dw, db, nullptr, nullptr}, 2, C};
+    reduce_partials_add(t, scratch, blocks * warps, st);
+}
+
+}  // namespace llmc::cuda

@@ -1,0 +1,167 @@
+// QK-norm on the GPU (Dehghani et al. 2023; docs/design.md): LayerNorm over the head dimension hd of
+// every head's q and every head's k inside the qkv buffer (N, 3C); one gain/bias pair (hd) for q and
+// one for k, shared by the heads; v copied through. eps 1e-5, biased variance.
+// CPU reference: llmc/cpu/qknorm.h (same math; its backward ADDS into dqkv, this one OVERWRITES, per
+// the contract). mean, rstd (N, 2, NH): index (n * 2 + part) * NH + h, part 0 = q, 1 = k.
+//
+// Forward: one warp per (row, segment), segments 0..2NH-1 = (part, head), segment 2NH = the v copy.
+// Backward, deterministic (as layernorm.cuh): a fixed number of worker warps take rows worker,
+// worker + workers, ...; each writes dqkv for its rows and accumulates its own dqw/dqb/dkw/dkb partials
+// in shared memory (lane owns channels d = lane + 32k), writes them to scratch (workers, 4, hd), and
+// reduce_partials_add_kernel sums the workers in a fixed order.
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <string>
+
+#include "llmc/cuda/common.cuh"
+#include "llmc/cuda/layernorm.cuh"  // kLayerNormEps, PartialTargets, reduce_partials_add, allow_shared_bytes
+#include "llmc/error.h"
+
+namespace llmc::cuda {
+
+inline void qknorm_check_args_cuda(int N, int C, int NH) {
+    if (N < 0 || NH < 1 || C < 1 || C % NH != 0)
+        throw InputError("qknorm: need channels C=" + std::to_string(C) + " a positive multiple of heads NH=" +
+                         std::to_string(NH) + "; change --channels or --heads");
+}
+
+// qkvn (N,3C) written; mean, rstd (N,2,NH) written; qkv (N,3C); qw, qb, kw, kb (hd).
+__global__ void qknorm_forward_kernel(floatX* qkvn, float* mean, float* rstd, const floatX* qkv, const floatX* qw,
+                                      const floatX* qb, const floatX* kw, const floatX* kb, int N, int C, int NH) {
+    const int hd = C / NH;
+    const int segs = 2 * NH + 1;
+    const int lane = threadIdx.x % 32;
+    const long gw = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // global warp
+    if (gw >= (long)N * segs) return;  // whole warp leaves together
+    const long row = gw / segs;
+    const int seg = (int)(gw % segs);
+    const size_t row_off = (size_t)row * 3 * C;
+
+    if (seg == 2 * NH) {  // v passes through
+        for (int c = lane; c < C; c += 32) qkvn[row_off + 2 * C + c] = qkv[row_off + 2 * C + c];
+        return;
+    }
+    const int part = seg / NH, h = seg % NH;
+    const floatX* w = part == 0 ? qw : kw;
+    const floatX* b = part == 0 ? qb : kb;
+    const size_t off = row_off + (size_t)part * C + (size_t)h * hd;  // (hd) slice
+    float sum = 0.0f;
+    for (int d = lane; d < hd; d += 32) sum += to_float(qkv[off + d]);
+    const float m = warp_sum(sum) / hd;
+    float var = 0.0f;
+    for (int d = lane; d < hd; d += 32) {
+        const float v = to_float(qkv[off + d]) - m;
+        var += v * v;
+    }
+    const float rs = rsqrtf(warp_sum(var) / hd + kLayerNormEps);
+    for (int d = lane; d < hd; d += 32)
+        qkvn[off + d] = from_float<floatX>((to_float(qkv[off + d]) - m) * rs * to_float(w[d]) + to_float(b[d]));
+    if (lane == 0) {
+        const size_t i = ((size_t)row * 2 + part) * NH + h;
+        mean[i] = m;
+        rstd[i] = rs;
+    }
+}
+
+// Worker = warp; shared memory (warps, 4, hd) = the warp's [dqw | dqb | dkw | dkb] partials.
+// partials (workers, 4, hd) written by every worker (zeros when it has no row).
+__global__ void qknorm_backward_kernel(floatX* dqkv, float* partials, const floatX* dqkvn, const floatX* qkv,
+                                       const floatX* qw, const floatX* kw, const float* mean, const float* rstd, int N,
+                                       int C, int NH) {
+    extern __shared__ float smem[];
+    const int hd = C / NH;
+    const int warps = blockDim.x / 32;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int workers = gridDim.x * warps;
+    const int worker = blockIdx.x * warps + warp;
+    float* acc = smem + (size_t)warp * 4 * hd;  // (4, hd)
+    for (int j = 0; j < 4; j++)
+        for (int d = lane; d < hd; d += 32) acc[j * hd + d] = 0.0f;
+
+    for (int row = worker; row < N; row += workers) {
+        const size_t row_off = (size_t)row * 3 * C;
+        for (int part = 0; part < 2; part++) {
+            const floatX* w = part == 0 ? qw : kw;
+            float* acc_w = acc + part * 2 * hd;  // (hd)
+            float* acc_b = acc_w + hd;           // (hd)
+            for (int h = 0; h < NH; h++) {
+                const size_t off = row_off + (size_t)part * C + (size_t)h * hd;
+                const size_t mi = ((size_t)row * 2 + part) * NH + h;
+                const float m = mean[mi], rs = rstd[mi];
+                float g_sum = 0.0f, gx_sum = 0.0f;
+                for (int d = lane; d < hd; d += 32) {
+                    const float xhat = (to_float(qkv[off + d]) - m) * rs;
+                    const float dy = to_float(dqkvn[off + d]);
+                    const float g = dy * to_float(w[d]);
+                    g_sum += g;
+                    gx_sum += g * xhat;
+                    acc_w[d] += dy * xhat;
+                    acc_b[d] += dy;
+                }
+                const float g_mean = warp_sum(g_sum) / hd;
+                const float gx_mean = warp_sum(gx_sum) / hd;
+                for (int d = lane; d < hd; d += 32) {
+                    const float xhat = (to_float(qkv[off + d]) - m) * rs;
+                    const float g = to_float(dqkvn[off + d]) * to_float(w[d]);
+                    dqkv[off + d] = from_float<floatX>(rs * (g - g_mean - xhat * gx_mean));
+                }
+            }
+        }
+        for (int c = lane; c < C; c += 32) dqkv[row_off + 2 * C + c] = dqkvn[row_off + 2 * C + c];  // v
+    }
+
+    float* out = partials + (size_t)worker * 4 * hd;
+    for (int j = 0; j < 4; j++)
+        for (int d = lane; d < hd; d += 32) out[j * hd + d] = acc[j * hd + d];
+}
+
+constexpr int kQKNormMaxWorkers = 2048;
+
+inline int qknorm_backward_warps(int hd) {
+    return (int)std::max<size_t>(1, std::min<size_t>(4, kSharedDefault / (4 * sizeof(float) * (size_t)hd)));
+}
+inline int qknorm_backward_blocks(int N, int hd) {
+    return (int)ceil_div(std::max(1, std::min(N, kQKNormMaxWorkers)), qknorm_backward_warps(hd));
+}
+// Scratch (workers, 4, hd) fp32 for qknorm_backward.
+inline size_t qknorm_backward_scratch_floats(int N, int C, int NH) {
+    qknorm_check_args_cuda(N, C, NH);
+    if (N == 0) return 0;
+    const int hd = C / NH;
+    return (size_t)qknorm_backward_blocks(N, hd) * qknorm_backward_warps(hd) * 4 * hd;
+}
+
+// ---- host API -------------------------------------------------------------------------------------
+// qkvn (N,3C) OVERWRITTEN; mean, rstd (N,2,NH) fp32 written; qkv (N,3C); qw, qb, kw, kb (hd). qkvn must not alias qkv.
+inline void qknorm_forward(floatX* qkvn, float* mean, float* rstd, const floatX* qkv, const floatX* qw,
+                           const floatX* qb, const floatX* kw, const floatX* kb, int N, int C, int NH,
+                           cudaStream_t st) {
+    qknorm_check_args_cuda(N, C, NH);
+    if (N == 0) return;
+    const int block = 256;  // 8 warps
+    const long warps_total = (long)N * (2 * NH + 1);
+    qknorm_forward_kernel<<<(unsigned)ceil_div(warps_total, block / 32), block, 0, st>>>(qkvn, mean, rstd, qkv, qw, qb,
+                                                                                         kw, kb, N, C, NH);
+    CUDA_CHECK_LAUNCH();
+}
+
+// dqkv (N,3C) OVERWRITTEN (q, k from the norm backward, v copied from dqkvn); dqw, dqb, dkw, dkb (hd) fp32 ADDED.
+// scratch: qknorm_backward_scratch_floats(N, C, NH) floats. dqkv must not alias dqkvn.
+inline void qknorm_backward(floatX* dqkv, float* dqw, float* dqb, float* dkw, float* dkb, float* scratch,
+                            const floatX* dqkvn, const floatX* qkv, const floatX* qw, const floatX* kw,
+                            const float* mean, const float* rstd, int N, int C, int NH, cudaStream_t st) {
+    qknorm_check_args_cuda(N, C, NH);
+    if (N == 0) return;
+    const int hd = C / NH;
+    const int warps = qknorm_backward_warps(hd);
+    const int blocks = qknorm_backward_blocks(N, hd);
+    const size_t smem = (size_t)warps * 4 * hd * sizeof(float);
+    allow_shared_bytes(qknorm_backward_kernel, smem, "qknorm_backward");
+    qknorm_backward_kernel<<<blocks, warps * 32, smem, st>>>(dqkv, scratch, dqkvn, qkv, qw, kw, mean, rstd, N, C, NH);
+    CUDA_CHECK_LAUNCH();
+    PartialTargets t{{dqw, dqb, dkw, dkb}, 4, hd};
+    reduce_partials_add(t, scratch, blocks * warps, st);
+}
+
+}  // namespace llmc::cuda
