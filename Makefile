@@ -7,6 +7,7 @@
 #   make deps            install the dependencies (scripts/install_deps.sh)
 # Variables: CUDA_ARCH="80 90"  PRECISION=BF16|FP32  EXTRA_INCLUDE=.deps/include
 #            SHARED_DATA=../shared/data  NVCC=nvcc CXX=g++ PYTHON=python3
+#            USE_MPI=auto|0  USE_NCCL=auto|0  MPICXX=mpicxx  CUDA_HOME=<from nvcc's path>
 
 NVCC ?= nvcc
 CXX ?= g++
@@ -36,11 +37,37 @@ NVCCFLAGS ?= -O3
 NVCCFLAGS += -std=c++17 $(NVCC_GENCODE) -Xcompiler -fopenmp,-Wall -DENABLE_$(PRECISION) $(INCLUDES)
 CUDA_LIBS := -lcublas -lcublasLt -lgomp
 
+# Multi-process training (docs/multigpu.md), only for the trainer. MPI when `mpicxx` exists (its
+# --showme flags; Open MPI's wrapper), NCCL when its header exists; each optional, so the trainer
+# builds where they are missing (a multi-process run then says what is missing).
+USE_MPI ?= auto
+USE_NCCL ?= auto
+MPICXX ?= mpicxx
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
+DIST_FLAGS :=
+DIST_LIBS :=
+ifeq ($(USE_MPI),auto)
+MPI_LINK_FLAGS := $(shell $(MPICXX) --showme:link 2>/dev/null)
+ifneq ($(strip $(MPI_LINK_FLAGS)),)
+MPI_COMPILE_FLAGS := $(shell $(MPICXX) --showme:compile 2>/dev/null)
+MPI_LIB_DIRS := $(patsubst -L%,%,$(filter -L%,$(MPI_LINK_FLAGS)))
+DIST_FLAGS += -DUSE_MPI $(filter -I% -D%,$(MPI_COMPILE_FLAGS))
+DIST_LIBS += $(filter -L% -l%,$(MPI_LINK_FLAGS)) $(foreach d,$(MPI_LIB_DIRS),-Xlinker -rpath -Xlinker $(d))
+endif
+endif
+ifeq ($(USE_NCCL),auto)
+NCCL_HEADER := $(firstword $(wildcard /usr/include/nccl.h $(CUDA_HOME)/include/nccl.h))
+ifneq ($(NCCL_HEADER),)
+DIST_FLAGS += -DUSE_NCCL -I$(dir $(NCCL_HEADER))
+DIST_LIBS += -lnccl
+endif
+endif
+
 LLMC_HEADERS := $(wildcard llmc/*.h llmc/*/*.h llmc/*/*.cuh llmc/*.cuh)
 
 # --- the trainer -----------------------------------------------------------------------------
 train_gpt2_ls: train_gpt2_ls.cu $(LLMC_HEADERS)
-	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS)
+	$(NVCC) $(NVCCFLAGS) $(DIST_FLAGS) $< -o $@ $(CUDA_LIBS) $(DIST_LIBS)
 
 # --- CPU tests (Catch2 v2, one binary) -------------------------------------------------------
 TEST_SRCS := $(wildcard test/test_*.cpp)

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "collective.h"
 #include "model_config.h"
 #include "params.h"
 
@@ -96,6 +97,18 @@ public:
     // Peak dense bf16 tensor-core rate of the device in FLOP/s (for MFU), and device memory in use.
     virtual double peak_flops() const { return 0.0; }
     virtual size_t device_memory_used() const { return 0; }
+
+    // --- data parallelism (issue 6) ---
+    // Replaces the gradients by their mean over the ranks of comm. The default goes through the
+    // host (get_grads -> all-reduce Avg -> set_grads); a GPU backend may override it to reduce its
+    // device buffers in place (NCCL), e.g. per layer overlapped with the backward.
+    virtual void all_reduce_grads(Collective& comm) {
+        if (comm.world_size() == 1) return;
+        std::vector<float> g(num_params());
+        get_grads(g.data());
+        comm.all_reduce(g.data(), g.size(), ReduceOp::Avg);
+        set_grads(g.data());
+    }
 };
 
 }  // namespace llmc

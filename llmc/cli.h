@@ -77,6 +77,18 @@ public:
         a.add_option("--dump-logits", c.dump_logits, "--eval-only: write the first batch's logits, raw float32 (B, T, V)");
         a.add_option("--device", c.device, "auto | cpu | cuda")->capture_default_str();
         a.add_option("--threads", c.threads, "OpenMP threads (0 = OpenMP's default)")->capture_default_str();
+        // data parallelism (docs/multigpu.md); the launch flags are per process, so not in config files
+        a.add_option("-z,--zero-stage", c.zero_stage, "0 = every rank keeps all AdamW state, 1 = ZeRO-1 (sharded)")
+            ->capture_default_str();
+        a.add_option("--rank", c.flag_rank, "this process's rank (default: from mpirun or Slurm)")->configurable(false);
+        a.add_option("--world-size", c.flag_world_size, "number of processes (default: from mpirun or Slurm)")
+            ->configurable(false);
+        a.add_option("--local-rank", c.flag_local_rank, "rank within the node = GPU index (default: from mpirun or Slurm)")
+            ->configurable(false);
+        a.add_option("--rendezvous", c.rendezvous, "CUDA without MPI: shared directory for the NCCL bootstrap")
+            ->configurable(false);
+        a.add_option("--debug-fail-rank", c.debug_fail_rank, "test hook: this rank fails in step 1")
+            ->configurable(false)->group("");
     }
 
     // Parses argv. Returns -1 to go on, else the process exit code (0 after --help; 1 after a

@@ -6,10 +6,16 @@
 //     token (the last target of one is the first input of the next), exactly as llm.c.
 //     Windows run across shard boundaries; the tail of fewer than B*T + 1 tokens is not used.
 //   - The epoch's window order: windows grouped by the shard position their first token lies in,
-//     in shard order; with shuffle, each group is permuted. Rank r of n takes the items
-//     r, r+n, r+2n, ... of that order; every rank takes batches_per_epoch = W / n of them (the
-//     last W mod n windows are skipped) so ranks stay in step. After the last batch of the epoch
+//     in shard order; with shuffle, each group is permuted. After the last batch of the epoch
 //     the next epoch starts (with shuffle, new permutations derived from seed and epoch).
+//   - Several processes (rank r of n), two ways to split (RankSplit):
+//       Interleave (llm.c's): windows of B*T + 1 tokens; rank r takes the items r, r+n, r+2n, ...
+//         of the order; every rank takes batches_per_epoch = W / n of them (the last W mod n
+//         windows are skipped) so ranks stay in step.
+//       Rows (what the trainer uses): the window is the GLOBAL batch, n*B*T + 1 tokens
+//         (W = (N - 1) / (n*B*T)), and rank r reads rows r*B .. r*B+B-1 of it, i.e. the B*T + 1
+//         tokens starting at r*B*T inside the window. So n ranks with batch B see, step by step,
+//         exactly the rows (in the same order) that 1 rank with batch n*B sees, shuffled or not.
 //   - The position is (epoch, batches taken in the epoch): state()/restore() save and restore it,
 //     and a restored loader yields exactly the batches an uninterrupted one would.
 //   - Shard headers are read and validated up front; token contents are loaded lazily (at most
@@ -33,6 +39,9 @@ namespace llmc {
 
 // The loader's position plus a fingerprint of the loader that produced it; restore() refuses
 // a state from a loader with a different batch shape, process count, shuffle, seed or data.
+// How ranks divide the data (see the comment at the top of this file).
+enum class RankSplit { Interleave, Rows };
+
 struct LoaderState {
     int64_t epoch = 0;         // epochs completed
     int64_t batch = 0;         // batches this rank has taken in the current epoch
@@ -62,9 +71,9 @@ struct LoaderState {
 class DataLoader {
 public:
     DataLoader(const std::string& pattern, int B, int T, int rank, int world_size, bool shuffle,
-               uint64_t seed, int vocab_size)
+               uint64_t seed, int vocab_size, RankSplit split = RankSplit::Interleave)
         : pattern_(pattern), B_(B), T_(T), rank_(rank), world_(world_size), shuffle_(shuffle),
-          seed_(seed), vocab_(vocab_size) {
+          seed_(seed), vocab_(vocab_size), rows_(split == RankSplit::Rows) {
         if (B <= 0 || T <= 0) {
             throw InputError("data loader: batch size B=" + std::to_string(B) + " and sequence length T=" +
                              std::to_string(T) + " must both be positive; fix -b/-t");
@@ -81,8 +90,9 @@ public:
         for (const std::string& p : paths_) counts_.push_back(read_shard_header(p).num_tokens);
         total_ = std::accumulate(counts_.begin(), counts_.end(), (int64_t)0);
         const int64_t bt = (int64_t)B * T;
-        windows_ = (total_ - 1) / bt;
-        batches_per_epoch_ = windows_ / world_size;
+        window_tokens_ = rows_ ? bt * world_size : bt;  // tokens a window advances (plus one shared)
+        windows_ = (total_ - 1) / window_tokens_;
+        batches_per_epoch_ = rows_ ? windows_ : windows_ / world_size;
         if (batches_per_epoch_ < 1) {
             throw InputError("shards matching '" + pattern + "' hold " + std::to_string(total_) + " tokens in " +
                              std::to_string(paths_.size()) + " file(s), too few for one window of B*T+1 = " +
@@ -96,8 +106,12 @@ public:
     // Fills inputs and targets, each (B, T) int32 row-major: targets[i] = token after inputs[i].
     void next_batch(int* inputs, int* targets) {
         const int64_t bt = (int64_t)B_ * T_;
-        const int64_t item = rank_ + batch_ * world_;  // index into this epoch's window order
-        read_window(window_at(item) * bt);
+        if (rows_) {  // rows r*B .. r*B+B-1 of the global window
+            read_window(window_at(batch_) * window_tokens_ + (int64_t)rank_ * bt);
+        } else {
+            const int64_t item = rank_ + batch_ * world_;  // index into this epoch's window order
+            read_window(window_at(item) * window_tokens_);
+        }
         for (int64_t i = 0; i < bt; i++) {
             inputs[i] = (int)window_buf_[(size_t)i];
             targets[i] = (int)window_buf_[(size_t)i + 1];
@@ -188,7 +202,7 @@ private:
     void ensure_layout() {
         if (layout_epoch_ == epoch_) return;
         const size_t S = paths_.size();
-        const int64_t bt = (int64_t)B_ * T_;
+        const int64_t bt = window_tokens_;
         order_.resize(S);
         std::iota(order_.begin(), order_.end(), 0);
         if (shuffle_) shuffle_in_place(order_, mix(seed_, (uint64_t)epoch_));
@@ -202,7 +216,7 @@ private:
         perm_group_ = -1;
     }
 
-    // Window id (its start is id * B*T) of item `item` in this epoch's window order.
+    // Window id (its start is id * window_tokens_) of item `item` in this epoch's window order.
     int64_t window_at(int64_t item) {
         ensure_layout();
         if (!shuffle_) return item;
@@ -258,12 +272,14 @@ private:
     bool shuffle_;
     uint64_t seed_;
     int vocab_;
+    bool rows_;                          // RankSplit::Rows
     // shards (sorted by path) and derived sizes
     std::vector<std::string> paths_;
     std::vector<int64_t> counts_;        // tokens per shard file
     int64_t total_ = 0;                  // tokens in all shards
-    int64_t windows_ = 0;                // W = (total - 1) / (B*T) windows per epoch
-    int64_t batches_per_epoch_ = 0;      // W / world_size
+    int64_t window_tokens_ = 0;          // B*T (Interleave) or world*B*T (Rows)
+    int64_t windows_ = 0;                // W = (total - 1) / window_tokens_ windows per epoch
+    int64_t batches_per_epoch_ = 0;      // W / world_size (Interleave) or W (Rows)
     // position (all that state() saves)
     int64_t epoch_ = 0, batch_ = 0;
     // caches derived from the position

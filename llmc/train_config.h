@@ -67,7 +67,16 @@ struct TrainConfig {
     std::string dump_logits;            // --dump-logits FILE
     std::string device = "auto";        // --device auto | cpu | cuda
     int threads = 0;                    // --threads (0 = OpenMP default)
-    int world_size = 1, rank = 0;       //     processes (multi-process runs: a later issue)
+    // data parallelism (docs/multigpu.md)
+    int zero_stage = 0;                 // -z  0 = replicated AdamW state, 1 = ZeRO-1 (sharded)
+    int world_size = 1, rank = 0;       //     processes and this one's rank: set by main() from the collective
+    int local_rank = 0;                 //     rank within the node (its GPU): set by main()
+    // launch flags, per process, never written to config.toml (-1 = from mpirun / Slurm / 1 process)
+    int flag_rank = -1;                 // --rank
+    int flag_world_size = -1;           // --world-size
+    int flag_local_rank = -1;           // --local-rank
+    std::string rendezvous;             // --rendezvous DIR  NCCL bootstrap through a shared directory (no MPI)
+    int debug_fail_rank = -1;           // --debug-fail-rank R  (hidden test hook: rank R fails in step 1)
 
     ModelOverrides overrides;
 };

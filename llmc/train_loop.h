@@ -14,6 +14,14 @@
 // AdamW with lr(s-1); then validation, the console line, the metrics record, logit stats, a
 // sample, a checkpoint, each when due. A checkpoint of step s therefore holds everything after
 // step s's records, and a resumed run continues at step s+1 exactly as an uninterrupted one.
+//
+// Several processes (docs/multigpu.md; rank and world size come from the Collective): each rank
+// reads rows r*B .. r*B+B-1 of every global batch (RankSplit::Rows); the gradients are averaged
+// over the ranks (Backend::all_reduce_grads), or with -z 1 reduce-scattered into ZeRO-1 shards
+// (llmc/zero.h); loss, norm, validation loss and logit statistics are reduced over the ranks so
+// every rank takes the same decisions. Console, metrics, statistics, samples, config files, model
+// files and DONE markers come from rank 0; every rank writes its own training-state file, and a
+// barrier precedes the marker. On resume the ranks agree on the newest step all of them can load.
 #pragma once
 #include <chrono>
 #include <cmath>
@@ -31,8 +39,10 @@
 #include "backend.h"
 #include "checkpoint.h"
 #include "checkpoint_dir.h"
+#include "collective.h"
 #include "dataloader.h"
 #include "error.h"
+#include "flops.h"
 #include "metrics.h"
 #include "model_config.h"
 #include "rng.h"
@@ -42,6 +52,7 @@
 #include "tokenizer.h"
 #include "train_config.h"
 #include "train_state.h"
+#include "zero.h"
 
 namespace llmc {
 
@@ -186,6 +197,7 @@ inline void validate_train_flags(const TrainConfig& c) {
     if (!(c.spike_z > 0)) fail("--spike-z must be > 0");
     if (c.threads < 0) fail("--threads must be >= 0 (0 = OpenMP's default)");
     if (c.shuffle != 0 && c.shuffle != 1) fail("--shuffle must be 0 or 1");
+    if (c.zero_stage != 0 && c.zero_stage != 1) fail("-z/--zero-stage must be 0 or 1 (got " + s(c.zero_stage) + ")");
 }
 
 // Checks that need the model: sequence length, batch divisibility, vocabulary vs the data.
@@ -240,7 +252,8 @@ inline nlohmann::ordered_json train_config_json(const TrainConfig& c) {
             {"checkpoint_every", c.checkpoint_every}, {"resume", c.resume},
             {"keep_checkpoints", c.keep_checkpoints}, {"logit_stats_every", c.logit_stats_every},
             {"skip_spikes", c.skip_spikes}, {"spike_window", c.spike_window}, {"spike_z", c.spike_z},
-            {"device", c.device}, {"threads", c.threads}, {"world_size", c.world_size}};
+            {"device", c.device}, {"threads", c.threads}, {"world_size", c.world_size},
+            {"zero_stage", c.zero_stage}};
 }
 
 // Writes a text file through a temporary + rename (so a crash never leaves half a config).
@@ -272,15 +285,48 @@ inline void merge_logit_stats(LogitStats& acc, const LogitStats& s, int index, i
 }
 
 // Mean cross-entropy over `batches` validation batches (from the loader's start).
+// Each rank evaluates its rows of every batch; the result is the mean over the ranks.
 inline double evaluate(Backend& model, DataLoader& loader, int B, int T, int64_t batches, std::vector<int>& inputs,
-                       std::vector<int>& targets) {
+                       std::vector<int>& targets, Collective& comm) {
     loader.reset();
     double sum = 0.0;
     for (int64_t i = 0; i < batches; i++) {
         loader.next_batch(inputs.data(), targets.data());
         sum += model.forward(inputs.data(), targets.data(), B, T, 0.0f, nullptr).loss;
     }
-    return sum / (double)batches;
+    return comm.all_reduce_double(sum / (double)batches, ReduceOp::Avg);
+}
+
+// The step's logit statistics over all ranks: max of maxima, min of minima, mean of the means.
+inline void reduce_logit_stats(Collective& comm, LogitStats& s) {
+    if (comm.world_size() == 1) return;
+    comm.all_reduce(s.max_logit.data(), s.max_logit.size(), ReduceOp::Max);
+    comm.all_reduce(s.min_logit.data(), s.min_logit.size(), ReduceOp::Min);
+    comm.all_reduce(s.entropy.data(), s.entropy.size(), ReduceOp::Avg);
+    float outs[2] = {s.out_max_logit, s.out_mean_lse};
+    comm.all_reduce(&outs[0], 1, ReduceOp::Max);
+    comm.all_reduce(&outs[1], 1, ReduceOp::Avg);
+    s.out_max_logit = outs[0];
+    s.out_mean_lse = outs[1];
+}
+
+// -y 1 with several ranks: each rank loads the newest complete checkpoint it can (a damaged
+// state file makes only that rank fall back); they agree on the minimum step and ranks that found
+// a newer one reload at most that step, until all hold the same step.
+inline std::optional<LoadedCheckpoint> load_agreed_checkpoint(const std::string& out, const ModelConfig& m,
+                                                              Collective& comm) {
+    const int rank = comm.rank(), world = comm.world_size();
+    std::optional<LoadedCheckpoint> ck = load_newest_checkpoint(out, m, rank, world);
+    for (;;) {
+        const long long mine = ck ? ck->step : -1;
+        const long long lo = comm.all_reduce_int(mine, ReduceOp::Min), hi = comm.all_reduce_int(mine, ReduceOp::Max);
+        if (lo == hi) return ck;
+        if (lo < 0)
+            throw InputError("rank " + std::to_string(rank) + (mine < 0 ? " found no" : " found a") +
+                             " complete checkpoint in " + out + " but another rank did" + (mine < 0 ? "" : " not") +
+                             "; every rank must see the same -o directory (a shared file system)");
+        if (mine != lo) ck = load_newest_checkpoint(out, m, rank, world, (int)lo);
+    }
 }
 
 inline int64_t val_batch_count(const TrainConfig& c, const DataLoader& val, bool all_by_default) {
@@ -306,7 +352,10 @@ inline std::string fmt(const char* f, double v) {
 // training
 
 inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backend, const std::string& device_name,
-                        const std::string& config_toml) {
+                        const std::string& config_toml, Collective& comm) {
+    if (cfg.rank != comm.rank() || cfg.world_size != comm.world_size())
+        throw std::logic_error("run_training: cfg.rank/world_size must be the collective's");
+    const bool main_rank = cfg.rank == 0;  // console, metrics, samples, model files, markers
     // 1. model, vocabulary, flags (no side effects)
     validate_train_flags(cfg);
     std::string vocab_source;
@@ -317,19 +366,20 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
     const int B = cfg.batch_size, T = cfg.seq_len;
 
     // 2. data and the checkpoint to resume from (still nothing written)
-    DataLoader train(cfg.train_data, B, T, cfg.rank, cfg.world_size, cfg.shuffle == 1, cfg.seed, model_cfg.vocab_size);
+    DataLoader train(cfg.train_data, B, T, cfg.rank, cfg.world_size, cfg.shuffle == 1, cfg.seed, model_cfg.vocab_size,
+                     RankSplit::Rows);
     std::unique_ptr<DataLoader> val;
     if (!cfg.val_data.empty())
         val = std::make_unique<DataLoader>(cfg.val_data, B, T, cfg.rank, cfg.world_size, false, cfg.seed,
-                                           model_cfg.vocab_size);
+                                           model_cfg.vocab_size, RankSplit::Rows);
     const int max_steps =
         cfg.max_steps >= 0 ? cfg.max_steps : (int)std::max<int64_t>(1, train.batches_per_epoch() / accum);
     const std::string& out = cfg.output_dir;
     std::optional<LoadedCheckpoint> resume;
     if (!out.empty()) {
         if (cfg.resume) {
-            resume = load_newest_checkpoint(out, model_cfg, cfg.rank, cfg.world_size);
-            if (!resume) std::printf("note: -y 1 but %s has no complete checkpoint; starting from step 0\n", out.c_str());
+            resume = load_agreed_checkpoint(out, model_cfg, comm);
+            if (!resume && main_rank) std::printf("note: -y 1 but %s has no complete checkpoint; starting from step 0\n", out.c_str());
         } else if (newest_complete_step(out) >= 0) {
             throw InputError("output directory " + out + " already holds checkpoints (newest step " +
                              std::to_string(newest_complete_step(out)) +
@@ -360,6 +410,28 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
     } else if (ms.init) {
         model->set_params(ms.init->params.data());
     }
+    std::vector<float> params_buf, m_buf, v_buf;
+    if (cfg.world_size > 1) {  // every rank starts from rank 0's weights
+        params_buf.resize(n_params);
+        model->get_params(params_buf.data());
+        comm.broadcast(params_buf.data(), n_params, 0);
+        model->set_params(params_buf.data());
+    }
+    // ZeRO-1: this rank's shard of master weights and moments (from the checkpoint when resuming)
+    std::unique_ptr<Zero1Optimizer> zero;
+    std::vector<float> grads_pad, params_pad;  // (world * chunk) padded full vectors
+    if (cfg.zero_stage == 1) {
+        zero = std::make_unique<Zero1Optimizer>(param_layout(model_cfg), cfg.rank, cfg.world_size);
+        grads_pad.assign(zero->padded_total(), 0.0f);
+        params_pad.assign(zero->padded_total(), 0.0f);
+        params_buf.resize(n_params);
+        model->get_params(params_buf.data());
+        if (resume)
+            zero->load(params_buf.data(), resume->state.m.data(), resume->state.v.data(),
+                       resume->state.master.empty() ? nullptr : resume->state.master.data());
+        else
+            zero->load(params_buf.data(), nullptr, nullptr, nullptr);
+    }
     std::string tok_warning;
     const Tokenizer tokenizer = Tokenizer::load_or_absent(glob_dir(cfg.train_data) + "/tokenizer.bin", &tok_warning);
 
@@ -369,6 +441,8 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
         std::error_code ec;
         std::filesystem::create_directories(out, ec);
         if (ec) throw InputError("cannot create output directory " + out + " (" + ec.message() + "); choose another -o");
+    }
+    if (!out.empty() && main_rank) {
         nlohmann::ordered_json conf = {{"train", train_config_json(cfg)},
                                {"model", model_config_json(model_cfg)},
                                {"derived", {{"model_source", ms.source},
@@ -378,6 +452,9 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
                                             {"max_steps", max_steps},
                                             {"num_params", n_params},
                                             {"device", device_name},
+                                            {"world_size", cfg.world_size},
+                                            {"zero_stage", cfg.zero_stage},
+                                            {"flops_per_token", flops_per_token(model_cfg, T)},
                                             {"resumed_from_step", start_step}}}};
         write_text_file(out + "/config.json", conf.dump(2) + "\n");
         write_text_file(out + "/config.toml", config_toml);
@@ -389,21 +466,26 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
         logit_log.open(out + "/logit_stats.jsonl", resume.has_value());
     }
 
-    std::printf("train_gpt2_ls | device %s | model %s\n  %s\n", device_name.c_str(), ms.source.c_str(),
-                describe_model(model_cfg, n_params).c_str());
-    std::printf("  train: %lld tokens in %zu shard(s), %lld batches/epoch | val: %s\n", (long long)train.total_tokens(),
-                train.num_shards(), (long long)train.batches_per_epoch(),
-                val ? (std::to_string(val->total_tokens()) + " tokens").c_str() : "none");
-    std::printf("  batch: B %d x T %d x accum %d x %d process(es) = %ld tokens/step | %d steps | lr %.2e %s\n", B, T,
-                accum, cfg.world_size, (long)B * T * accum * cfg.world_size, max_steps, cfg.learning_rate,
-                cfg.lr_schedule.c_str());
-    if (resume) std::printf("  resumed from %s at step %d\n", model_path(out, start_step).c_str(), start_step);
-    if (start_step >= max_steps && resume)
-        std::printf("  note: the checkpoint's step %d is not below -x %d; nothing to train (raise -x to continue)\n",
-                    start_step, max_steps);
-    if (!tok_warning.empty() && cfg.sample_every > 0) std::printf("  note: %s\n", tok_warning.c_str());
-    if (out.empty()) std::printf("  note: no -o given; nothing is written (metrics, checkpoints)\n");
-    std::fflush(stdout);
+    if (main_rank) {
+        std::printf("train_gpt2_ls | device %s | model %s\n  %s\n", device_name.c_str(), ms.source.c_str(),
+                    describe_model(model_cfg, n_params).c_str());
+        std::printf("  train: %lld tokens in %zu shard(s), %lld batches/epoch | val: %s\n", (long long)train.total_tokens(),
+                    train.num_shards(), (long long)train.batches_per_epoch(),
+                    val ? (std::to_string(val->total_tokens()) + " tokens").c_str() : "none");
+        std::printf("  batch: B %d x T %d x accum %d x %d process(es) = %ld tokens/step | %d steps | lr %.2e %s\n", B, T,
+                    accum, cfg.world_size, (long)B * T * accum * cfg.world_size, max_steps, cfg.learning_rate,
+                    cfg.lr_schedule.c_str());
+        if (cfg.world_size > 1)
+            std::printf("  data parallel: %d processes (%s)%s\n", cfg.world_size, comm.name(),
+                        cfg.zero_stage == 1 ? ", ZeRO-1: AdamW state sharded" : "");
+        if (resume) std::printf("  resumed from %s at step %d\n", model_path(out, start_step).c_str(), start_step);
+        if (start_step >= max_steps && resume)
+            std::printf("  note: the checkpoint's step %d is not below -x %d; nothing to train (raise -x to continue)\n",
+                        start_step, max_steps);
+        if (!tok_warning.empty() && cfg.sample_every > 0) std::printf("  note: %s\n", tok_warning.c_str());
+        if (out.empty()) std::printf("  note: no -o given; nothing is written (metrics, checkpoints)\n");
+        std::fflush(stdout);
+    }
 
     ScheduleConfig sched;
     sched.kind = parse_lr_schedule(cfg.lr_schedule);
@@ -419,37 +501,46 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
     hyper.weight_decay = cfg.weight_decay;
 
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
-    std::vector<float> params_buf, m_buf, v_buf;
     const int64_t val_batches = val ? val_batch_count(cfg, *val, false) : 0;
     const int eot = tokenizer.present() && tokenizer.eot_token() >= 0 ? tokenizer.eot_token() : model_cfg.vocab_size - 1;
 
     auto save_checkpoint = [&](int step) {
-        params_buf.resize(n_params);
-        m_buf.resize(n_params);
-        v_buf.resize(n_params);
-        model->get_params(params_buf.data());
         TrainState st;
         st.step = step;
         st.rank = cfg.rank;
         st.world_size = cfg.world_size;
-        st.m.resize(n_params);
-        st.v.resize(n_params);
-        model->get_optimizer_state(st.m.data(), st.v.data());
+        params_buf.resize(n_params);
+        if (zero) {  // gather the shards: every rank's state file holds the full m, v and master
+            m_buf.resize(zero->padded_total());
+            v_buf.resize(zero->padded_total());
+            zero->gather_state(comm, m_buf.data(), v_buf.data(), params_pad.data());
+            st.m.assign(m_buf.begin(), m_buf.begin() + (long)n_params);
+            st.v.assign(v_buf.begin(), v_buf.begin() + (long)n_params);
+            st.master.assign(params_pad.begin(), params_pad.begin() + (long)n_params);
+            std::copy(st.master.begin(), st.master.end(), params_buf.begin());
+        } else {
+            // the model file is fp32: it is the master copy of the weights (st.master stays empty)
+            model->get_params(params_buf.data());
+            st.m.resize(n_params);
+            st.v.resize(n_params);
+            model->get_optimizer_state(st.m.data(), st.v.data());
+        }
         st.rng = {sample_rng.state()};
         st.loader = train.state().to_vector();
         st.extra = spikes_to_vector(loss_spikes, norm_spikes);
-        // the model file is fp32: it is the master copy of the weights (st.master stays empty)
-        if (cfg.rank == 0) save_model_checkpoint(model_path(out, step), model_cfg, params_buf.data(), step);
+        if (main_rank) save_model_checkpoint(model_path(out, step), model_cfg, params_buf.data(), step);
         save_train_state(state_path(out, step, cfg.rank), model_cfg, st);
-        if (cfg.rank == 0) {
+        comm.barrier();  // every rank's files exist before the marker
+        if (main_rank) {
             write_done_marker(out, step, cfg.world_size);
             prune_checkpoints(out, cfg.keep_checkpoints, step);
         }
     };
+    const double flops_token = flops_per_token(model_cfg, T), peak = model->peak_flops();
 
     if (!resume && val && cfg.val_every > 0) {  // the untrained model's validation loss
-        const double vl = evaluate(*model, *val, B, T, val_batches, inputs, targets);
-        std::printf("step %*d/%d | val loss %.4f\n", (int)std::to_string(max_steps).size(), 0, max_steps, vl);
+        const double vl = evaluate(*model, *val, B, T, val_batches, inputs, targets, comm);
+        if (main_rank) std::printf("step %*d/%d | val loss %.4f\n", (int)std::to_string(max_steps).size(), 0, max_steps, vl);
         metrics.write({{"step", 0}, {"val_loss", json_float(vl)}});
     }
 
@@ -466,8 +557,21 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
             zloss_sum += r.z_loss;
             model->backward(1.0f / accum);
         }
-        const float loss = (float)(loss_sum / accum), zloss = (float)(zloss_sum / accum);
-        const float norm = model->grad_norm();
+        if (cfg.debug_fail_rank == cfg.rank)  // test hook: the other ranks are about to wait for this one
+            throw InputError("--debug-fail-rank " + std::to_string(cfg.rank) + ": rank " + std::to_string(cfg.rank) +
+                             " fails on purpose in step " + std::to_string(step + 1) + " (test hook)");
+        // the global batch's mean losses; gradients averaged over the ranks; the global norm
+        const float loss = (float)comm.all_reduce_double(loss_sum / accum, ReduceOp::Avg);
+        const float zloss = (float)comm.all_reduce_double(zloss_sum / accum, ReduceOp::Avg);
+        reduce_logit_stats(comm, step_stats);
+        float norm;
+        if (zero) {
+            model->get_grads(grads_pad.data());  // entries [n, world * chunk) stay 0
+            norm = (float)std::sqrt(comm.all_reduce_double(zero->reduce_scatter_grads(comm, grads_pad.data()), ReduceOp::Sum));
+        } else {
+            model->all_reduce_grads(comm);
+            norm = model->grad_norm();
+        }
         const double loss_z = loss_spikes.zscore(loss), norm_z = norm_spikes.zscore(norm);
         const bool nonfinite = !std::isfinite(loss) || !std::isfinite(norm);
         const bool spike = loss_z > cfg.spike_z || norm_z > cfg.spike_z;  // NaN (window not full) is false
@@ -476,7 +580,12 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
         if (!nonfinite && !skip_spike) {
             hyper.lr = lr;
             const float clip = cfg.grad_clip > 0 && norm > cfg.grad_clip ? cfg.grad_clip / norm : 1.0f;
-            model->adamw_update(hyper, step + 1, clip);
+            if (zero) {
+                zero->step_and_gather(comm, hyper, step + 1, clip, params_pad.data());
+                model->set_params(params_pad.data());  // its first n_params elements
+            } else {
+                model->adamw_update(hyper, step + 1, clip);
+            }
         }
         loss_spikes.push(loss);
         norm_spikes.push(norm);
@@ -487,7 +596,10 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
 
         std::optional<double> val_loss;
         if (val && cfg.val_every > 0 && (step % cfg.val_every == 0 || step == max_steps))
-            val_loss = evaluate(*model, *val, B, T, val_batches, inputs, targets);
+            val_loss = evaluate(*model, *val, B, T, val_batches, inputs, targets, comm);
+        // model FLOPs utilization per device and device memory, when the backend knows its peak
+        const double mfu = peak > 0 ? flops_token * tok_s / cfg.world_size / peak : -1.0;
+        const double mem_gib = (double)model->device_memory_used() / (1024.0 * 1024.0 * 1024.0);
 
         // console line
         char buf[256];
@@ -496,11 +608,14 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
                       step_stats.overall_max());
         std::string line = buf;
         if (val_loss) line += " | val " + fmt("%.4f", *val_loss);
+        if (mfu >= 0) line += " | MFU " + fmt("%.1f%%", 100.0 * mfu) + " | mem " + fmt("%.2f GiB", mem_gib);
         if (nonfinite) line += " | SKIPPED: non-finite loss or norm";
         else if (skip_spike) line += " | SKIPPED: spike (z loss " + fmt("%.1f", loss_z) + ", norm " + fmt("%.1f", norm_z) + ")";
         else if (spike) line += " | spike (z loss " + fmt("%.1f", loss_z) + ", norm " + fmt("%.1f", norm_z) + ")";
-        std::printf("%s\n", line.c_str());
-        std::fflush(stdout);
+        if (main_rank) {
+            std::printf("%s\n", line.c_str());
+            std::fflush(stdout);
+        }
 
         nlohmann::ordered_json rec = {{"step", step},
                               {"loss", json_float(loss)},
@@ -517,11 +632,15 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
                               {"skipped_nonfinite", nonfinite},
                               {"skipped_spike", skip_spike}};
         if (val_loss) rec["val_loss"] = json_float(*val_loss);
+        if (mfu >= 0) {
+            rec["mfu"] = mfu;
+            rec["device_memory_bytes"] = model->device_memory_used();
+        }
         metrics.write(rec);
         if (cfg.logit_stats_every > 0 && step % cfg.logit_stats_every == 0)
             logit_log.write(logit_stats_record(step, step_stats, model_cfg));
 
-        if (cfg.sample_every > 0 && cfg.gen_tokens > 0 && step % cfg.sample_every == 0) {
+        if (main_rank && cfg.sample_every > 0 && cfg.gen_tokens > 0 && step % cfg.sample_every == 0) {
             std::vector<int> gen = generate(*model, {eot}, cfg.gen_tokens, model_cfg.max_seq_len, cfg.temperature, sample_rng);
             std::printf("--- sample at step %d ---\n%s\n---\n", step,
                         safe_printable(tokenizer.decode(gen.data(), gen.size())).c_str());
@@ -536,7 +655,9 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
 // ---------------------------------------------------------------------------------------------
 // --eval-only
 
-inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, const std::string& device_name) {
+inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, const std::string& device_name,
+                    Collective& comm) {
+    const bool main_rank = comm.rank() == 0;
     validate_train_flags(cfg);
     if (!is_regular_file(cfg.model))
         throw InputError("--eval-only needs -e CHECKPOINT (a model file); '" + cfg.model + "' is not a file");
@@ -545,7 +666,7 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
     ModelSetup ms = resolve_model(cfg, data_vocab);
     validate_run(cfg, ms.config, data_vocab, vocab_source);
     const int B = cfg.batch_size, T = cfg.seq_len, V = ms.config.vocab_size, Vp = ms.config.padded_vocab_size;
-    DataLoader val(cfg.val_data, B, T, cfg.rank, cfg.world_size, false, cfg.seed, V);
+    DataLoader val(cfg.val_data, B, T, cfg.rank, cfg.world_size, false, cfg.seed, V, RankSplit::Rows);
     const int64_t batches = val_batch_count(cfg, val, true);
 
     std::unique_ptr<Backend> model = make_backend(ms.config);
@@ -555,7 +676,7 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
     for (int64_t i = 0; i < batches; i++) {
         val.next_batch(inputs.data(), targets.data());
         sum += model->forward(inputs.data(), targets.data(), B, T, 0.0f, nullptr).loss;
-        if (i == 0 && !cfg.dump_logits.empty()) {  // (B, T, V) fp32: the real vocabulary of each row
+        if (i == 0 && main_rank && !cfg.dump_logits.empty()) {  // (B, T, V) fp32: the real vocabulary of each row
             std::string bytes;
             bytes.reserve((size_t)B * T * V * sizeof(float));
             const float* lg = model->logits();
@@ -564,11 +685,14 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
             write_file_atomic(cfg.dump_logits, bytes.data(), bytes.size());
         }
     }
-    const double loss = sum / (double)batches;
+    const double loss = comm.all_reduce_double(sum / (double)batches, ReduceOp::Avg);  // the ranks' rows
+    if (!main_rank) return 0;
+    const long long tokens = (long long)batches * B * T * cfg.world_size;
     std::printf("eval | device %s | model %s | %s\n", device_name.c_str(), ms.source.c_str(),
                 describe_model(ms.config, model->num_params()).c_str());
-    std::printf("eval loss %.6f over %lld batches of B %d x T %d (%lld tokens) from '%s'\n", loss, (long long)batches,
-                B, T, (long long)(batches * B * T), cfg.val_data.c_str());
+    std::printf("eval loss %.6f over %lld batches of B %d x T %d%s (%lld tokens) from '%s'\n", loss, (long long)batches,
+                B, T, cfg.world_size > 1 ? (" x " + std::to_string(cfg.world_size) + " processes").c_str() : "", tokens,
+                cfg.val_data.c_str());
     if (!cfg.dump_logits.empty())
         std::printf("wrote the first batch's logits (%d, %d, %d) float32 to %s\n", B, T, V, cfg.dump_logits.c_str());
     if (!cfg.output_dir.empty()) {
@@ -576,7 +700,7 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
         std::filesystem::create_directories(cfg.output_dir, ec);
         if (ec) throw InputError("cannot create output directory " + cfg.output_dir + " (" + ec.message() + ")");
         nlohmann::ordered_json rec = {{"model", cfg.model}, {"val_data", cfg.val_data}, {"batch_size", B}, {"seq_len", T},
-                              {"batches", batches}, {"tokens", batches * B * T}, {"loss", json_float(loss)}};
+                              {"batches", batches}, {"tokens", tokens}, {"loss", json_float(loss)}};
         write_text_file(cfg.output_dir + "/eval.json", rec.dump(2) + "\n");
     }
     return 0;

@@ -1,0 +1,163 @@
+"""Multi-process data parallelism on the CPU backend (docs/multigpu.md): `mpirun -np 2
+./train_gpt2_ls --device cpu` against one process, ZeRO-1 against ZeRO-0, 2-rank resume, outputs
+from rank 0 only, and a failing rank ending every rank. Uses test_e2e.py's byte-level data and
+tiny model (imported, not copied). Skipped when mpirun is missing or the binary has no MPI.
+
+Tolerances (2 ranks x B against 1 rank x 2B, same rows in the same order every step):
+the two runs differ only in the order of fp32 summations over the batch (each rank sums its B
+rows, then the two halves are averaged), so
+  - losses and gradient norms: rtol 1.5e-5 = n * u, the worst-case relative error bound of
+    recursive fp32 summation of the loss mean over n = 2*B*T = 256 terms (u = 2^-24 = 6e-8);
+  - weights: an AdamW step moves a weight by at most about lr (m_hat / sqrt(v_hat) <= ~1), so
+    after the run a weight can have moved at most M = sum of the steps' learning rates; rounding
+    differences leave the weights within 1e-3 * M of each other, while a real bug (wrong rows,
+    gradients not averaged, a rank's update lost) moves them by a sizeable fraction of M.
+Observed (6 steps): losses equal to 1e-7 relative, weights to 7e-7 (bound 5.4e-6).
+"""
+import json
+import shutil
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from test_e2e import BIN, REPO, TINY, byte_data, data_args, read_jsonl, train_records  # noqa: F401
+
+MPIRUN = shutil.which("mpirun")
+STEPS, LR = 6, 3e-3
+COMMON = TINY + ["-x", STEPS, "-l", LR, "-u", 3, "-v", 3, "-m", 2]
+
+
+def lr_sum(out):
+    """Sum of the learning rates of the run's steps (from its metrics)."""
+    return sum(r["lr"] for r in train_records(out / "metrics.jsonl"))
+
+
+def run_np(n, args, check=True, timeout=120):
+    """Runs the binary under mpirun with n processes (one thread each) from the repo root."""
+    if MPIRUN is None:
+        pytest.skip("mpirun not found (install OpenMPI: apt-get install openmpi-bin libopenmpi-dev)")
+    if not BIN.exists():
+        pytest.fail(f"{BIN} is missing; build it with `make train_gpt2_ls`")
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(n), str(BIN)] + [str(a) for a in args]
+    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    if "this build has no MPI" in p.stderr:
+        pytest.skip("train_gpt2_ls was built without MPI (no mpicxx when it was built)")
+    if check and p.returncode != 0:
+        pytest.fail(f"mpirun -np {n} train_gpt2_ls {' '.join(map(str, args))} failed ({p.returncode}):\n"
+                    f"{p.stderr[-3000:]}\n{p.stdout[-2000:]}")
+    return p
+
+
+def weights(path):
+    return np.fromfile(path, dtype=np.float32, offset=1024)
+
+
+def model_file(d, step=STEPS):
+    return d / f"model_{step:08d}.bin"
+
+
+def assert_close_runs(a, b, loss_rtol, w_atol):
+    ra, rb = read_jsonl(a / "metrics.jsonl"), read_jsonl(b / "metrics.jsonl")
+    assert [r["step"] for r in ra] == [r["step"] for r in rb]
+    for x, y in zip(ra, rb):
+        for k in ["loss", "grad_norm", "val_loss", "max_attn_logit"]:
+            assert (k in x) == (k in y)
+            if k in x:
+                np.testing.assert_allclose(y[k], x[k], rtol=loss_rtol, err_msg=f"step {x['step']} {k}")
+    wa, wb = weights(model_file(a)), weights(model_file(b))
+    assert wa.shape == wb.shape and np.isfinite(wa).all() and np.isfinite(wb).all()
+    diff = np.abs(wa - wb).max()
+    assert diff <= w_atol, f"weights differ by {diff} > {w_atol}"
+    return diff
+
+
+def test_two_ranks_of_b_equal_one_rank_of_2b(byte_data, tmp_path):
+    """Shuffled data: the ranks' rows of each global batch are the single process's rows."""
+    run_np(1, data_args(byte_data) + COMMON + ["-b", 8, "-o", tmp_path / "one"])
+    run_np(2, data_args(byte_data) + COMMON + ["-b", 4, "-o", tmp_path / "two"])
+    conf = json.loads((tmp_path / "two" / "config.json").read_text())
+    assert conf["derived"]["world_size"] == 2 and conf["derived"]["tokens_per_step"] == 256
+    assert_close_runs(tmp_path / "one", tmp_path / "two", loss_rtol=1.5e-5, w_atol=1e-3 * lr_sum(tmp_path / "one"))
+    # sanity of the tolerance: one step of training moves the weights far more than it
+    first = weights(model_file(tmp_path / "one"))
+    assert np.abs(first - weights(model_file(tmp_path / "two"))).max() < 1e-2 * np.abs(first).max()
+
+
+def test_zero1_matches_zero0(byte_data, tmp_path):
+    """Without clipping the update is the same fp32 arithmetic per element: bit-identical.
+    With clipping the global norm is summed in another order (shards): within rounding."""
+    for clip in ["0", "1"]:
+        for z in ["0", "1"]:
+            run_np(2, data_args(byte_data) + COMMON + ["--grad-clip", clip, "-z", z, "-o", tmp_path / f"c{clip}z{z}"])
+    a, b = tmp_path / "c0z0", tmp_path / "c0z1"
+    assert [r["loss"] for r in train_records(a / "metrics.jsonl")] == [r["loss"] for r in train_records(b / "metrics.jsonl")]
+    assert model_file(a).read_bytes() == model_file(b).read_bytes()
+    assert_close_runs(tmp_path / "c1z0", tmp_path / "c1z1", loss_rtol=1e-6, w_atol=1e-4 * lr_sum(tmp_path / "c1z0"))
+    conf = json.loads((b / "config.json").read_text())
+    assert conf["train"]["zero_stage"] == 1
+
+
+@pytest.mark.parametrize("zero", ["0", "1"])
+def test_two_rank_resume_is_bit_identical_and_refused_on_one_rank(byte_data, tmp_path, zero):
+    full = tmp_path / "full"
+    args = data_args(byte_data) + COMMON + ["-n", 3, "-z", zero]
+    run_np(2, args + ["-o", full])
+    part = tmp_path / "part"
+    shutil.copytree(full, part)
+    for name in ["DONE_00000006", "model_00000006.bin", "state_00000006_00000.bin", "state_00000006_00001.bin"]:
+        (part / name).unlink()
+    p = run_np(2, args + ["-o", part, "-y", 1])
+    assert "resumed from" in p.stdout
+    for name in ["model_00000006.bin", "state_00000006_00000.bin", "state_00000006_00001.bin"]:
+        assert (full / name).read_bytes() == (part / name).read_bytes(), f"{name} differs after resume"
+    ref = {r["step"]: r for r in read_jsonl(full / "metrics.jsonl")}
+    got = {r["step"]: r for r in read_jsonl(part / "metrics.jsonl")}
+    assert sorted(ref) == sorted(got)
+    for s in ref:
+        for k in ["loss", "grad_norm", "val_loss"]:
+            assert ref[s].get(k) == got[s].get(k), f"step {s} {k}"
+    # one process cannot continue a 2-process run: one clear line, no files touched
+    before = {f.name: f.read_bytes() for f in full.iterdir()}
+    one = run_np(1, args + ["-o", full, "-y", 1], check=False)
+    assert one.returncode != 0
+    assert "error:" in one.stderr and "written by 2 processes" in one.stderr and "-np (2)" in one.stderr
+    assert {f.name: f.read_bytes() for f in full.iterdir()} == before
+
+
+def test_outputs_come_from_rank_0_only(byte_data, tmp_path):
+    out = tmp_path / "o"
+    p = run_np(2, data_args(byte_data) + COMMON + ["-o", out, "-n", 3, "-s", 3, "-g", 8, "--logit-stats-every", 2])
+    for s in range(1, STEPS + 1):
+        assert p.stdout.count(f"step {s}/{STEPS} | loss") == 1, f"step {s} printed more than once"
+    assert p.stdout.count("--- sample at step ") == 2  # steps 3 and 6, once each
+    assert p.stdout.count("train_gpt2_ls | device") == 1
+    assert "data parallel: 2 processes (MPI)" in p.stdout
+    steps = [r["step"] for r in read_jsonl(out / "metrics.jsonl")]
+    assert steps == [0, 1, 2, 3, 4, 5, 6]  # one record per step (plus step 0's val loss), no duplicates
+    assert [r["step"] for r in read_jsonl(out / "logit_stats.jsonl")] == [2, 4, 6]
+    names = sorted(f.name for f in out.iterdir())
+    assert names == sorted(["config.json", "config.toml", "metrics.jsonl", "logit_stats.jsonl"] +
+                           [f"{k}_{s:08d}{e}" for s in (3, 6) for k, e in (("model", ".bin"), ("DONE", ""))] +
+                           [f"state_{s:08d}_{r:05d}.bin" for s in (3, 6) for r in (0, 1)])
+    assert (out / "DONE_00000006").read_text().strip() == "step 6 world_size 2"
+    keys = {line.split("=", 1)[0] for line in (out / "config.toml").read_text().splitlines()}
+    assert not keys & {"rank", "world-size", "local-rank", "rendezvous"}  # launch flags are per process
+
+
+def test_a_failing_rank_ends_every_rank(byte_data, tmp_path):
+    """Rank 1 fails in step 1 while rank 0 waits for it in the gradient all-reduce: all exit, no hang."""
+    t0 = time.monotonic()
+    p = run_np(2, data_args(byte_data) + COMMON + ["-o", tmp_path / "o", "--debug-fail-rank", 1], check=False,
+               timeout=60)
+    assert p.returncode != 0
+    assert "error: rank 1 of 2: --debug-fail-rank 1" in p.stderr
+    assert time.monotonic() - t0 < 60
+    assert not list((tmp_path / "o").glob("DONE_*"))
+
+
+def test_bad_flag_on_every_rank_is_one_clear_error(byte_data, tmp_path):
+    p = run_np(2, data_args(byte_data) + COMMON + ["-z", 2], check=False, timeout=60)
+    assert p.returncode != 0
+    assert "-z/--zero-stage must be 0 or 1" in p.stderr
