@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Synthetic experiment: does the max attention logit of plain MHSA grow with T/C while LS-attention
+# (G = 1 global head + local heads) stays bounded? Small models on the synthetic dense-local language
+# (docs/data.md), CPU-feasible in minutes. For each (C, T) of the grid three runs: MHSA (G = NH),
+# LS (G = 1) and all-local (G = 0); then plots and a summary table (scripts/plot_run.py).
+#
+#   scripts/exp_synthetic.sh [--out DIR] [--data DIR] [--grid "C:T C:T ..."] [--steps N] [--lr LR]
+#                            [--jobs J] [--threads N] [--smoke]
+#
+# Writes under --out (default out/exp_synthetic):
+#   runs/C<C>_T<T>_<mhsa|ls|local>/   trainer output dirs (metrics.jsonl, logit_stats.jsonl, ...)
+#   plots/C<C>_T<T>_*                 the three variants of one (C, T) compared
+#   plots/all_*, plots/all_ratio.*    every run; peak max-logit and val loss vs T/C
+#   summary.md                        the table of every run
+# A run whose final checkpoint marker exists is not run again (delete its dir to redo it).
+# Environment: TRAINER (default ./train_gpt2_ls), PYTHON (default python3). Docs: docs/experiments.md.
+set -euo pipefail
+
+TRAINER=${TRAINER:-./train_gpt2_ls}
+PYTHON=${PYTHON:-python3}
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/.." && pwd)
+
+OUT=out/exp_synthetic
+DATA=data/shards/synthetic_v64
+GRID="64:128 32:128 64:512 32:512"   # C:T pairs, T/C = 2, 4, 8, 16
+STEPS=600
+LR=1e-2
+WARMUP=30
+TOKENS=2048          # tokens per step (B = TOKENS / T)
+LAYERS=2
+HEADS=4
+WINDOW=32            # local heads see 32 keys; the language's copies are >= 64 tokens back
+JOBS=1
+THREADS=1
+SMOKE=0
+SYN_ARGS=(--syn-vocab 64 --syn-length 3000000)
+
+die() { echo "error: $*" >&2; exit 1; }
+need() { [[ $# -ge 2 && -n "$2" ]] || die "$1 needs a value; see $0 --help"; }
+
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --out) need "$@"; OUT=$2; shift 2 ;;
+    --data) need "$@"; DATA=$2; shift 2 ;;
+    --grid) need "$@"; GRID=$2; shift 2 ;;
+    --steps) need "$@"; STEPS=$2; shift 2 ;;
+    --lr) need "$@"; LR=$2; shift 2 ;;
+    --jobs) need "$@"; JOBS=$2; shift 2 ;;
+    --threads) need "$@"; THREADS=$2; shift 2 ;;
+    --smoke) SMOKE=1; shift ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument '$1'; see $0 --help" ;;
+  esac
+done
+
+if [[ $SMOKE == 1 ]]; then  # tiny budget: checks that the pipeline runs, shows nothing
+  GRID="16:32 16:64"; STEPS=6; WARMUP=2; TOKENS=128; LAYERS=1; WINDOW=8
+  [[ $DATA == data/shards/synthetic_v64 ]] && DATA=$OUT/data
+  SYN_ARGS=(--syn-vocab 16 --syn-length 20000 --syn-doc-len 1024 --syn-copy-min-dist 8 --syn-copy-max-dist 64)
+fi
+[[ -x $TRAINER ]] || die "trainer $TRAINER not found; build it with 'make train_gpt2_ls' or set TRAINER=path"
+[[ $STEPS =~ ^[0-9]+$ && $STEPS -ge 1 ]] || die "--steps $STEPS must be a positive integer"
+[[ $JOBS =~ ^[0-9]+$ && $JOBS -ge 1 ]] || die "--jobs $JOBS must be a positive integer"
+
+# -- data: the synthetic language (vocabulary 64 so a tiny model learns it in minutes) ------------
+if [[ ! -f $DATA/meta.json ]]; then
+  echo "== generating synthetic data into $DATA"
+  "$PYTHON" "$REPO/data/prepare.py" --dataset synthetic --out "$DATA" --workers "$THREADS" "${SYN_ARGS[@]}"
+fi
+
+# -- runs ---------------------------------------------------------------------------------------
+mkdir -p "$OUT/runs" "$OUT/plots"
+run_one() {  # C T G name
+  local C=$1 T=$2 G=$3 dir=$OUT/runs/C$1_T$2_$4
+  if [[ -f $dir/DONE_$(printf %08d "$STEPS") ]]; then echo "== $dir done already"; return 0; fi
+  rm -rf "$dir"
+  local B=$((TOKENS / T)); [[ $B -ge 1 ]] || B=1
+  echo "== $dir: C=$C T=$T G=$G/$HEADS B=$B steps=$STEPS"
+  "$TRAINER" -i "$DATA/train_*.bin" -j "$DATA/val_*.bin" -o "$dir" \
+    --layers "$LAYERS" --channels "$C" --heads "$HEADS" --global-heads "$G" --window "$WINDOW" \
+    --max-seq-len "$T" -b "$B" -t "$T" -x "$STEPS" -l "$LR" -u "$WARMUP" \
+    -v $((STEPS / 6 > 0 ? STEPS / 6 : 1)) -m 8 -s 0 --threads "$THREADS" --device cpu > "$dir.log" 2>&1 \
+    || { echo "error: run $dir failed; see $dir.log" >&2; tail -3 "$dir.log" >&2; return 1; }
+}
+
+names=()
+for ct in $GRID; do
+  C=${ct%%:*}; T=${ct##*:}
+  for v in "mhsa $HEADS" "ls 1" "local 0"; do
+    set -- $v
+    while [[ $(jobs -rp | wc -l) -ge $JOBS ]]; do wait -n || true; done
+    run_one "$C" "$T" "$2" "$1" &
+    names+=("$OUT/runs/C${C}_T${T}_$1")
+  done
+done
+wait || true
+for d in "${names[@]}"; do  # a run is complete when its final checkpoint marker exists
+  [[ -f $d/DONE_$(printf %08d "$STEPS") ]] || die "run $d did not finish; $d.log says why"
+done
+
+# -- plots and table ----------------------------------------------------------------------------
+all=()
+for ct in $GRID; do
+  C=${ct%%:*}; T=${ct##*:}; d=$OUT/runs/C${C}_T${T}
+  "$PYTHON" "$HERE/plot_run.py" "${d}_mhsa" "${d}_ls" "${d}_local" --out "$OUT/plots/C${C}_T${T}" \
+    --heads all --formats png > /dev/null
+  all+=("${d}_mhsa" "${d}_ls" "${d}_local")
+done
+"$PYTHON" "$HERE/plot_run.py" "${all[@]}" --out "$OUT/plots/all" --by-ratio --formats png,svg > /dev/null
+cp "$OUT/plots/all_summary.md" "$OUT/summary.md"
+echo "== summary ($OUT/summary.md, plots in $OUT/plots)"
+cat "$OUT/summary.md"

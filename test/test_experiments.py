@@ -1,0 +1,190 @@
+"""Tests of the experiment scripts (docs/experiments.md): scripts/plot_run.py on a tiny real run (files
+written, every summary value equal to the number recomputed here from the jsonl files, a partial last
+line ignored, a damaged middle line refused), its own spike rule on hand-made records, and the CPU
+smoke modes of scripts/exp_synthetic.sh and scripts/exp_pg19.sh.
+
+The trainer is $TRAINER, else $TRAIN_GPT2_LS, else the repository's ./train_gpt2_ls (`make` builds it).
+"""
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(os.environ.get("TRAINER", os.environ.get("TRAIN_GPT2_LS", REPO / "train_gpt2_ls")))
+SHARED = Path(os.environ.get("SHARED_DATA", REPO.parent / "shared" / "data"))
+PLOT = REPO / "scripts" / "plot_run.py"
+ENV = dict(os.environ, TRAINER=str(BIN), PYTHON=sys.executable, OMP_NUM_THREADS="1")
+
+
+def sh(cmd, check=True, timeout=120):
+    p = subprocess.run([str(c) for c in cmd], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        pytest.fail(f"{' '.join(map(str, cmd))} failed ({p.returncode}):\n{p.stderr[-3000:]}\n{p.stdout[-2000:]}")
+    return p
+
+
+def need_trainer():
+    if not BIN.exists():
+        pytest.fail(f"{BIN} is missing; build it with `make train_gpt2_ls` (or set TRAINER)")
+
+
+def records(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def table_rows(md):
+    """{dir: {column: cell}} from the markdown summary table."""
+    lines = [ln for ln in Path(md).read_text().splitlines() if ln.startswith("|")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = {}
+    for ln in lines[2:]:
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        row = dict(zip(head, cells))
+        rows[row["dir"]] = row
+    return rows
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """A 24-step run of a tiny MHSA model on a small synthetic language, validation every 5 steps."""
+    need_trainer()
+    d = tmp_path_factory.mktemp("exp")
+    data = d / "data"
+    sh([sys.executable, REPO / "data" / "prepare.py", "--dataset", "synthetic", "--out", data, "--workers", "1",
+        "--syn-vocab", "16", "--syn-length", "20000", "--syn-doc-len", "1024", "--syn-copy-min-dist", "8",
+        "--syn-copy-max-dist", "64"])
+    out = d / "run_mhsa"
+    sh([BIN, "-i", f"{data}/train_*.bin", "-j", f"{data}/val_*.bin", "-o", out, "--layers", "1", "--channels", "16",
+        "--heads", "4", "--global-heads", "4", "--max-seq-len", "32", "-b", "4", "-t", "32", "-x", "24", "-v", "5",
+        "-m", "2", "-s", "0", "-l", "3e-2", "-u", "3", "--spike-window", "5", "--spike-z", "1.5", "--threads", "1",
+        "--device", "cpu"])
+    return d, out
+
+
+def expected_summary(run, threshold):
+    """The summary numbers recomputed directly from the files, independently of plot_run.py."""
+    m = records(run / "metrics.jsonl")
+    train = [r for r in m if "loss" in r]
+    val = [r for r in m if "val_loss" in r]
+    logits = [(r["max_attn_logit"], r["step"]) for r in train]
+    peak, peak_step = max(logits)
+    cross = [s for x, s in logits if x > threshold]
+    return {"steps": str(train[-1]["step"]),
+            "final val loss": f"{val[-1]['val_loss']:.4f}",
+            "val ppl": f"{math.exp(val[-1]['val_loss']):.2f}",
+            "final train loss": f"{train[-1]['loss']:.4f}",
+            "peak max-logit": f"{peak:.3f}",
+            "at step": str(peak_step),
+            f"first step > {threshold:g}": str(cross[0]) if cross else "-",
+            "loss spikes": str(sum(r["spike"] for r in train)),
+            "non-finite steps": "0"}
+
+
+def test_plot_run_files_and_summary_values(tiny_run):
+    d, run = tiny_run
+    logits = sorted(r["max_attn_logit"] for r in records(run / "metrics.jsonl") if "loss" in r)
+    threshold = round(logits[len(logits) // 2], 6)  # the median: crossed somewhere mid-run
+    prefix = d / "plots" / "one"
+    p = sh([sys.executable, PLOT, run, "--out", prefix, "--threshold", threshold, "--heads", "all"])
+    for name in ["loss", "logits", "entropy"]:
+        for ext in ["png", "svg"]:
+            f = Path(f"{prefix}_{name}.{ext}")
+            assert f.exists() and f.stat().st_size > 1000, f
+    rows = table_rows(f"{prefix}_summary.md")
+    assert list(rows) == ["run_mhsa"]
+    got, want = rows["run_mhsa"], expected_summary(run, threshold)
+    for k, v in want.items():
+        assert got[k] == v, (k, got[k], v)
+    assert want[f"first step > {threshold:g}"] != "-"
+    assert "MHSA" in got["run"]
+    assert "| run_mhsa |" in p.stdout  # the table is printed too
+
+
+def test_plot_run_ignores_partial_last_line_and_refuses_damage(tiny_run):
+    d, run = tiny_run
+    cut = d / "run_cut"
+    shutil.copytree(run, cut)
+    with open(cut / "metrics.jsonl", "a") as f:
+        f.write('{"step":25,"loss":9.99,"z_lo')
+    with open(cut / "logit_stats.jsonl", "a") as f:
+        f.write('{"step":25,"num_layers":1,"num_he')
+    prefix = d / "plots" / "cut"
+    sh([sys.executable, PLOT, cut, "--out", prefix, "--threshold", "1", "--formats", "png"])
+    got, want = table_rows(f"{prefix}_summary.md")["run_cut"], expected_summary(run, 1.0)
+    for k, v in want.items():
+        assert got[k] == v, (k, got[k], v)
+
+    bad = d / "run_bad"
+    shutil.copytree(run, bad)
+    lines = (bad / "metrics.jsonl").read_text().splitlines()
+    lines[3] = lines[3][:20]
+    (bad / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    p = sh([sys.executable, PLOT, bad, "--out", d / "plots" / "bad"], check=False)
+    assert p.returncode == 1
+    assert p.stderr.startswith("error: ") and "metrics.jsonl:4" in p.stderr and p.stderr.count("\n") == 1
+
+
+def test_plot_run_own_spike_rule_and_labels(tmp_path):
+    """Records without the trainer's spike flags (and no config.json): spikes are counted with the
+    documented rule (loss z-score > 6 against the previous 100 finite losses); non-finite steps count."""
+    run = tmp_path / "handmade"
+    run.mkdir()
+    recs = [{"step": 0, "val_loss": 5.0}]
+    for s in range(1, 161):
+        loss = 4.0 + 0.01 * ((s * 7) % 5 - 2)  # small deterministic wiggle
+        if s in (120, 140):
+            loss = 6.0  # two spikes
+        if s == 150:
+            loss = None  # non-finite
+        recs.append({"step": s, "loss": loss, "max_attn_logit": s / 10})
+    recs.append({"step": 160, "loss": recs[-1]["loss"], "max_attn_logit": 16.0, "val_loss": 3.5})
+    with open(run / "metrics.jsonl", "w") as f:
+        for r in recs:
+            f.write(json.dumps(r) + "\n")
+    prefix = tmp_path / "p"
+    sh([sys.executable, PLOT, run, "--out", prefix, "--threshold", "10", "--formats", "png"])
+    row = table_rows(f"{prefix}_summary.md")["handmade"]
+    assert row["loss spikes"] == "2"
+    assert row["non-finite steps"] == "1"
+    assert row["first step > 10"] == "101"
+    assert row["peak max-logit"] == "16.000" and row["at step"] == "160"
+    assert row["final val loss"] == "3.5000" and row["val ppl"] == f"{math.exp(3.5):.2f}"
+    assert "own: loss z>6" in Path(f"{prefix}_summary.md").read_text()
+
+
+def test_plot_run_missing_dir(tmp_path):
+    p = sh([sys.executable, PLOT, tmp_path / "nope", "--out", tmp_path / "x"], check=False)
+    assert p.returncode == 1 and p.stderr.startswith("error: ") and "metrics.jsonl" in p.stderr
+
+
+def test_exp_synthetic_smoke(tmp_path):
+    need_trainer()
+    out = tmp_path / "syn"
+    p = sh(["bash", REPO / "scripts" / "exp_synthetic.sh", "--smoke", "--out", out, "--threads", "1"])
+    rows = table_rows(out / "summary.md")
+    assert sorted(rows) == sorted(f"C16_T{t}_{v}" for t in (32, 64) for v in ("mhsa", "ls", "local"))
+    for name in ["all_loss.png", "all_logits.png", "all_entropy.png", "all_ratio.png", "all_ratio.svg",
+                 "C16_T32_logits.png", "C16_T64_loss.png"]:
+        assert (out / "plots" / name).stat().st_size > 1000, name
+    assert "summary" in p.stdout
+
+
+def test_exp_pg19_smoke(tmp_path):
+    need_trainer()
+    if not (SHARED / "pg19" / "pg45265.txt").exists():
+        pytest.skip(f"no PG-19 books at {SHARED / 'pg19'} (set SHARED_DATA)")
+    out = tmp_path / "pg19"
+    sh(["bash", REPO / "scripts" / "exp_pg19.sh", "--smoke", "--out", out, "--source", SHARED / "pg19"])
+    rows = table_rows(out / "summary.md")
+    assert sorted(rows) == sorted(["mhsa", "ls", "mhsa_qknorm", "mhsa_zloss", "mhsa_softcap"])
+    cfg = json.loads((out / "runs" / "mhsa_softcap" / "config.json").read_text())
+    assert cfg["model"]["attn_softcap"] == 50 and cfg["model"]["global_heads"] == 6
+    assert json.loads((out / "runs" / "ls" / "config.json").read_text())["model"]["global_heads"] == 1
+    for name in ["pg19_loss.png", "pg19_logits.svg", "pg19_entropy.png"]:
+        assert (out / "plots" / name).stat().st_size > 1000, name
