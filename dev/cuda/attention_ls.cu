@@ -1,0 +1,530 @@
+// Kernel lab for LS-attention (llm.c pattern). Includes the production kernels from
+// llmc/cuda/attention_ls.cuh (never a copy) and validates them against the CPU reference
+// llmc/cpu/attention_ls.h (fp32).
+//   version 1: naive kernels that materialize the (B, NH, T, T) probabilities (lab only)
+//   version 2: the production scalar tiled kernels (AttnKernel::Scalar; the FP32 build's path)
+//   version 3: the production tensor-core forward (AttnKernel::Mma; bf16 build) + its backward
+// Usage:
+//   attention_ls --check                    validate every version on a matrix of shapes; exit 1 on failure
+//   attention_ls [--version V] [-B 8 -T 2048 --nh 6 --hd 32 -G 1 -P 50 --softcap 0]
+//                                           validate that shape (B=1 for the CPU), then a timing table
+//   attention_ls ... --json                 timing of one version (default 3) as one JSON line (dev/bench)
+//   attention_ls ... --dump FILE            write qkv, out, lse of the production path (dev/bench)
+// Validation: relative error ||x - ref|| / ||ref|| of out, lse, dqkv (and the statistics), fresh
+// random inputs (seed printed; --seed to repeat), outputs poisoned with NaN first, every element
+// checked finite; tolerance 1e-2 in the bf16 build, 1e-5 in the FP32 build (make PRECISION=FP32).
+// Also checks that two runs of the forward (with statistics) and of the backward are bit-identical.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "llmc/cpu/attention_ls.h"
+#include "llmc/cuda/attention_ls.cuh"
+
+using namespace llmc::cuda;
+
+#if defined(ENABLE_FP32)
+constexpr double kTol = 1e-5;
+#else
+constexpr double kTol = 1e-2;
+#endif
+
+struct Shape {
+    int B, T, NH, hd, G, P;
+    float softcap;
+    __host__ __device__ int C() const { return NH * hd; }
+    std::string str() const {
+        char buf[160];
+        snprintf(buf, sizeof buf, "B=%d T=%d NH=%d hd=%d G=%d P=%d softcap=%g", B, T, NH, hd, G, P, softcap);
+        return buf;
+    }
+};
+
+// ------------------------------------------------------------------------------------------------
+// Version 1: naive kernels, one thread per (b, h, row), probabilities materialized in att (B,NH,T,T)
+// ------------------------------------------------------------------------------------------------
+__global__ void naive_forward_kernel(floatX* out, float* lse, float* att, const floatX* qkv, Shape s) {
+    const long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;  // (b*NH + h)*T + i
+    if (idx >= (long)s.B * s.NH * s.T) return;
+    const int i = (int)(idx % s.T), h = (int)((idx / s.T) % s.NH), b = (int)(idx / ((long)s.T * s.NH));
+    const int C = s.C(), C3 = 3 * C, hd = s.hd;
+    const bool local = h < s.NH - s.G;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float* row = att + idx * s.T;  // (T)
+    const floatX* q = qkv + ((size_t)b * s.T + i) * C3 + h * hd;
+    float mx = -INFINITY;
+    for (int j = 0; j < s.T; j++) {
+        if (!llmc::attn_visible(i, j, local, s.P)) { row[j] = -INFINITY; continue; }
+        const floatX* k = qkv + ((size_t)b * s.T + j) * C3 + C + h * hd;
+        float d = 0.0f;
+        for (int c = 0; c < hd; c++) d += to_float(q[c]) * to_float(k[c]);
+        d *= scale;
+        if (s.softcap > 0.0f) d = s.softcap * tanhf(d / s.softcap);
+        row[j] = d;
+        mx = fmaxf(mx, d);
+    }
+    float sum = 0.0f;
+    for (int j = 0; j < s.T; j++) {
+        row[j] = row[j] == -INFINITY ? 0.0f : expf(row[j] - mx);
+        sum += row[j];
+    }
+    for (int j = 0; j < s.T; j++) row[j] /= sum;
+    lse[idx] = mx + logf(sum);
+    floatX* o = out + ((size_t)b * s.T + i) * C + h * hd;
+    for (int c = 0; c < hd; c++) {
+        float acc = 0.0f;
+        for (int j = 0; j <= i; j++) acc += row[j] * to_float(qkv[((size_t)b * s.T + j) * C3 + 2 * C + h * hd + c]);
+        o[c] = from_float<floatX>(acc);
+    }
+}
+
+// dS (B,NH,T,T) = d(score) from att; one thread per (b, h, row i).
+__global__ void naive_dscore_kernel(float* dS, const float* att, const floatX* qkv, const floatX* out,
+                                    const floatX* dout, Shape s) {
+    const long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long)s.B * s.NH * s.T) return;
+    const int i = (int)(idx % s.T), h = (int)((idx / s.T) % s.NH), b = (int)(idx / ((long)s.T * s.NH));
+    const int C = s.C(), C3 = 3 * C, hd = s.hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const floatX* q = qkv + ((size_t)b * s.T + i) * C3 + h * hd;
+    const floatX* go = dout + ((size_t)b * s.T + i) * C + h * hd;
+    const floatX* o = out + ((size_t)b * s.T + i) * C + h * hd;
+    float D = 0.0f;
+    for (int c = 0; c < hd; c++) D += to_float(go[c]) * to_float(o[c]);
+    for (int j = 0; j < s.T; j++) {
+        const float p = att[idx * s.T + j];
+        float ds = 0.0f;
+        if (p != 0.0f) {
+            const floatX* k = qkv + ((size_t)b * s.T + j) * C3 + C + h * hd;
+            const floatX* v = k + C;
+            float dp = 0.0f, sc = 0.0f;
+            for (int c = 0; c < hd; c++) {
+                dp += to_float(go[c]) * to_float(v[c]);
+                sc += to_float(q[c]) * to_float(k[c]);
+            }
+            ds = p * (dp - D);
+            if (s.softcap > 0.0f) {
+                const float t = tanhf(sc * scale / s.softcap);
+                ds *= 1.0f - t * t;
+            }
+            ds *= scale;
+        }
+        dS[idx * s.T + j] = ds;
+    }
+}
+
+// dq_i = sum_j dS_ij k_j; dk_j = sum_i dS_ij q_i; dv_j = sum_i P_ij dout_i. One thread per (b, h, t).
+__global__ void naive_dqkv_kernel(floatX* dqkv, const float* dS, const float* att, const floatX* qkv,
+                                  const floatX* dout, Shape s) {
+    const long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long)s.B * s.NH * s.T) return;
+    const int t = (int)(idx % s.T), h = (int)((idx / s.T) % s.NH), b = (int)(idx / ((long)s.T * s.NH));
+    const int C = s.C(), C3 = 3 * C, hd = s.hd;
+    const long bh = (long)b * s.NH + h;
+    floatX* d = dqkv + ((size_t)b * s.T + t) * C3 + h * hd;
+    for (int c = 0; c < hd; c++) {
+        float dq = 0.0f, dk = 0.0f, dv = 0.0f;
+        for (int j = 0; j < s.T; j++)
+            dq += dS[(bh * s.T + t) * s.T + j] * to_float(qkv[((size_t)b * s.T + j) * C3 + C + h * hd + c]);
+        for (int i = 0; i < s.T; i++) {
+            dk += dS[(bh * s.T + i) * s.T + t] * to_float(qkv[((size_t)b * s.T + i) * C3 + h * hd + c]);
+            dv += att[(bh * s.T + i) * s.T + t] * to_float(dout[((size_t)b * s.T + i) * C + h * hd + c]);
+        }
+        d[c] = from_float<floatX>(dq);
+        d[C + c] = from_float<floatX>(dk);
+        d[2 * C + c] = from_float<floatX>(dv);
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Device buffers of one problem and the dispatch by version
+// ------------------------------------------------------------------------------------------------
+struct Problem {
+    Shape s;
+    DeviceBuffer<floatX> qkv, out, dout, dqkv;
+    DeviceBuffer<float> lse, stats, stats_scratch, bwd_scratch, att, dS;
+    explicit Problem(const Shape& sh, bool naive) : s(sh) {
+        const size_t N = (size_t)s.B * s.T;
+        qkv.resize(N * 3 * s.C());
+        out.resize(N * s.C());
+        dout.resize(N * s.C());
+        dqkv.resize(N * 3 * s.C());
+        lse.resize((size_t)s.B * s.NH * s.T);
+        stats.resize(3 * s.NH);
+        stats_scratch.resize(attention_stats_scratch_floats(s.B, s.T, s.NH));
+        bwd_scratch.resize(attention_ls_backward_scratch_floats(s.B, s.T, s.C(), s.NH));
+        if (naive) {
+            att.resize((size_t)s.B * s.NH * s.T * s.T);
+            dS.resize((size_t)s.B * s.NH * s.T * s.T);
+        }
+    }
+};
+
+void run_forward(int version, Problem& p, const floatX* qkv, bool with_stats, cudaStream_t st) {
+    const Shape& s = p.s;
+    if (version == 1) {
+        const long rows = (long)s.B * s.NH * s.T;
+        naive_forward_kernel<<<(unsigned)ceil_div(rows, 128), 128, 0, st>>>(p.out.get(), p.lse.get(), p.att.get(), qkv, s);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
+    const AttnKernel kind = version == 2 ? AttnKernel::Scalar : AttnKernel::Mma;
+    attention_ls_forward_with(kind, p.out.get(), p.lse.get(), qkv, s.B, s.T, s.C(), s.NH, s.G, s.P, s.softcap,
+                              with_stats ? p.stats.get() : nullptr, p.stats_scratch.get(), st);
+}
+
+void run_backward(int version, Problem& p, const floatX* qkv, const floatX* dout, cudaStream_t st) {
+    const Shape& s = p.s;
+    if (version == 1) {
+        const long rows = (long)s.B * s.NH * s.T;
+        naive_dscore_kernel<<<(unsigned)ceil_div(rows, 128), 128, 0, st>>>(p.dS.get(), p.att.get(), qkv, p.out.get(), dout, s);
+        CUDA_CHECK_LAUNCH();
+        naive_dqkv_kernel<<<(unsigned)ceil_div(rows, 128), 128, 0, st>>>(p.dqkv.get(), p.dS.get(), p.att.get(), qkv, dout, s);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
+    const AttnKernel kind = version == 2 ? AttnKernel::Scalar : AttnKernel::Mma;
+    attention_ls_backward_with(kind, p.dqkv.get(), dout, qkv, p.out.get(), p.lse.get(), s.B, s.T, s.C(), s.NH, s.G,
+                               s.P, s.softcap, p.bwd_scratch.get(), st);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Validation
+// ------------------------------------------------------------------------------------------------
+std::vector<floatX> to_device_dtype(const std::vector<float>& v) {
+    std::vector<floatX> r(v.size());
+    for (size_t i = 0; i < v.size(); i++) r[i] = from_float<floatX>(v[i]);
+    return r;
+}
+template <typename T>
+std::vector<float> download(const T* d, size_t n) {
+    std::vector<T> h(n);
+    CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+    std::vector<float> r(n);
+    for (size_t i = 0; i < n; i++) r[i] = to_float(h[i]);
+    return r;
+}
+template <typename T>
+std::vector<unsigned char> download_bytes(const T* d, size_t n) {
+    std::vector<unsigned char> h(n * sizeof(T));
+    CUDA_CHECK(cudaMemcpy(h.data(), d, h.size(), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+// ||x - ref|| / ||ref||; +inf if any element of x is not finite.
+double rel_error(const std::vector<float>& x, const std::vector<float>& ref, size_t* nonfinite) {
+    double num = 0, den = 0;
+    size_t bad = 0;
+    for (size_t i = 0; i < x.size(); i++) {
+        if (!std::isfinite(x[i])) { bad++; continue; }
+        const double d = (double)x[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    *nonfinite = bad;
+    if (bad) return INFINITY;
+    return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+}
+
+bool report(const char* what, const std::vector<float>& x, const std::vector<float>& ref, bool verbose) {
+    size_t bad = 0;
+    const double e = rel_error(x, ref, &bad);
+    const bool ok = bad == 0 && e <= kTol;
+    if (!ok || verbose)
+        printf("    %-8s rel err %.3e %s%s\n", what, e, ok ? "ok" : "FAIL",
+               bad ? (" (" + std::to_string(bad) + " non-finite)").c_str() : "");
+    return ok;
+}
+
+// Validates versions `versions` on shape s against the CPU; returns true when all pass.
+bool validate(const Shape& s, const std::vector<int>& versions, std::mt19937_64& gen, bool verbose) {
+    const int C = s.C();
+    const size_t N = (size_t)s.B * s.T;
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    // q, k with std 1.5 so that logits spread; rounded to floatX so the CPU sees the GPU's inputs
+    std::vector<float> qkv(N * 3 * C), dout(N * C);
+    for (auto& x : qkv) x = 1.5f * nd(gen);
+    for (auto& x : dout) x = nd(gen);
+    const std::vector<floatX> qkv_x = to_device_dtype(qkv), dout_x = to_device_dtype(dout);
+    for (size_t i = 0; i < qkv.size(); i++) qkv[i] = to_float(qkv_x[i]);
+    for (size_t i = 0; i < dout.size(); i++) dout[i] = to_float(dout_x[i]);
+
+    // CPU reference
+    std::vector<float> out_ref(N * C), lse_ref((size_t)s.B * s.NH * s.T), dqkv_ref(N * 3 * C, 0.0f);
+    std::vector<llmc::cpu::AttnHeadStats> st_ref(s.NH, llmc::cpu::AttnHeadStats{-INFINITY, INFINITY, 0.0, 0});
+    llmc::cpu::attention_forward<float>(out_ref.data(), lse_ref.data(), qkv.data(), s.B, s.T, C, s.NH, s.G, s.P,
+                                        s.softcap, st_ref.data());
+    llmc::cpu::attention_backward<float>(dqkv_ref.data(), dout.data(), qkv.data(), out_ref.data(), lse_ref.data(),
+                                         s.B, s.T, C, s.NH, s.G, s.P, s.softcap);
+    std::vector<float> stats_ref(3 * s.NH);
+    for (int h = 0; h < s.NH; h++) {
+        stats_ref[h] = st_ref[h].max_logit;
+        stats_ref[s.NH + h] = st_ref[h].min_logit;
+        stats_ref[2 * s.NH + h] = (float)(st_ref[h].entropy_sum / (double)st_ref[h].rows);
+    }
+
+    bool all_ok = true;
+    for (int v : versions) {
+        Problem p(s, v == 1);
+        CUDA_CHECK(cudaMemcpy(p.qkv.get(), qkv_x.data(), qkv_x.size() * sizeof(floatX), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(p.dout.get(), dout_x.data(), dout_x.size() * sizeof(floatX), cudaMemcpyHostToDevice));
+        // poison every output (0xFF bytes are NaN in fp32 and bf16)
+        CUDA_CHECK(cudaMemset(p.out.get(), 0xFF, p.out.bytes()));
+        CUDA_CHECK(cudaMemset(p.lse.get(), 0xFF, p.lse.bytes()));
+        CUDA_CHECK(cudaMemset(p.dqkv.get(), 0xFF, p.dqkv.bytes()));
+        CUDA_CHECK(cudaMemset(p.stats_scratch.get(), 0xFF, p.stats_scratch.bytes()));
+        CUDA_CHECK(cudaMemset(p.bwd_scratch.get(), 0xFF, p.bwd_scratch.bytes()));
+        std::vector<float> st_init(3 * s.NH);
+        for (int h = 0; h < s.NH; h++) {
+            st_init[h] = -INFINITY;
+            st_init[s.NH + h] = INFINITY;
+            st_init[2 * s.NH + h] = 0.0f;
+        }
+        CUDA_CHECK(cudaMemcpy(p.stats.get(), st_init.data(), st_init.size() * 4, cudaMemcpyHostToDevice));
+
+        run_forward(v, p, p.qkv.get(), true, 0);
+        run_backward(v, p, p.qkv.get(), p.dout.get(), 0);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        bool ok = true;
+        if (verbose) printf("  version %d:\n", v);
+        ok &= report("out", download(p.out.get(), p.out.size()), out_ref, verbose);
+        ok &= report("lse", download(p.lse.get(), p.lse.size()), lse_ref, verbose);
+        ok &= report("dqkv", download(p.dqkv.get(), p.dqkv.size()), dqkv_ref, verbose);
+        if (v != 1) {  // statistics: max and min per head, mean entropy per head
+            std::vector<float> st = download(p.stats.get(), 3 * s.NH);
+            for (int h = 0; h < s.NH; h++) st[2 * s.NH + h] /= (float)(s.B * s.T);
+            ok &= report("stats", st, stats_ref, verbose);
+            // determinism: forward (with stats) and backward again, bit-identical
+            const auto out1 = download_bytes(p.out.get(), p.out.size());
+            const auto dq1 = download_bytes(p.dqkv.get(), p.dqkv.size());
+            CUDA_CHECK(cudaMemcpy(p.stats.get(), st_init.data(), st_init.size() * 4, cudaMemcpyHostToDevice));
+            run_forward(v, p, p.qkv.get(), true, 0);
+            run_backward(v, p, p.qkv.get(), p.dout.get(), 0);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            std::vector<float> st2 = download(p.stats.get(), 3 * s.NH);
+            for (int h = 0; h < s.NH; h++) st2[2 * s.NH + h] /= (float)(s.B * s.T);
+            const bool same = out1 == download_bytes(p.out.get(), p.out.size()) &&
+                              dq1 == download_bytes(p.dqkv.get(), p.dqkv.size()) &&
+                              std::memcmp(st.data(), st2.data(), st.size() * 4) == 0;
+            if (!same || verbose) printf("    determinism: %s\n", same ? "bit-identical" : "FAIL (runs differ)");
+            ok &= same;
+        }
+        if (!ok) printf("FAIL version %d at %s\n", v, s.str().c_str());
+        all_ok &= ok;
+    }
+    return all_ok;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Timing
+// ------------------------------------------------------------------------------------------------
+// Visible (query, key) pairs of the whole problem: the work a kernel that skips masked tiles does.
+double visible_pairs(const Shape& s) {
+    double pairs = 0;
+    for (int h = 0; h < s.NH; h++) {
+        const bool local = h < s.NH - s.G;
+        for (int i = 0; i < s.T; i++) pairs += local ? std::min(i + 1, s.P) : i + 1;
+    }
+    return pairs * s.B;
+}
+
+struct Timing {
+    double fwd_ms, fwdbwd_ms;
+};
+
+Timing time_version(int version, const Shape& s, int reps) {
+    Problem p(s, version == 1);
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    // rotate inputs over copies whose total exceeds twice the L2 so no run finds its inputs cached
+    const size_t in_bytes = p.qkv.bytes() + p.dout.bytes();
+    const int copies = (int)std::min<size_t>(16, std::max<size_t>(1, (2 * (size_t)prop.l2CacheSize) / in_bytes + 1));
+    std::vector<DeviceBuffer<floatX>> qkvs, douts;
+    std::mt19937_64 gen(1234);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> h(p.qkv.size());
+    for (int c = 0; c < copies; c++) {
+        for (auto& x : h) x = nd(gen);
+        auto hx = to_device_dtype(h);
+        qkvs.emplace_back(p.qkv.size());
+        CUDA_CHECK(cudaMemcpy(qkvs.back().get(), hx.data(), hx.size() * sizeof(floatX), cudaMemcpyHostToDevice));
+        auto dx = std::vector<floatX>(hx.begin(), hx.begin() + p.dout.size());
+        douts.emplace_back(p.dout.size());
+        CUDA_CHECK(cudaMemcpy(douts.back().get(), dx.data(), dx.size() * sizeof(floatX), cudaMemcpyHostToDevice));
+    }
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    auto median_ms = [&](bool bwd) {
+        std::vector<float> ms;
+        for (int r = -3; r < reps; r++) {  // 3 warm-up runs
+            const int c = (r + 3) % copies;
+            CUDA_CHECK(cudaEventRecord(e0));
+            run_forward(version, p, qkvs[c].get(), false, 0);
+            if (bwd) run_backward(version, p, qkvs[c].get(), douts[c].get(), 0);
+            CUDA_CHECK(cudaEventRecord(e1));
+            CUDA_CHECK(cudaEventSynchronize(e1));
+            float t = 0;
+            CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+            if (r >= 0) ms.push_back(t);
+        }
+        std::sort(ms.begin(), ms.end());
+        return (double)ms[ms.size() / 2];
+    };
+    Timing t{median_ms(false), median_ms(true)};
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    return t;
+}
+
+// ------------------------------------------------------------------------------------------------
+int usage() {
+    fprintf(stderr,
+            "usage: attention_ls [--check] [--version 1|2|3] [-B n] [-T n] [--nh n] [--hd 32|64|128] [-G n] [-P n]\n"
+            "                    [--softcap c] [--reps n] [--seed n] [--json] [--dump FILE]\n");
+    return 2;
+}
+
+int main(int argc, char** argv) {
+    Shape s{8, 2048, 6, 32, 1, 50, 0.0f};
+    int version = 0, reps = 50;
+    bool check = false, json = false;
+    std::string dump;
+    unsigned long long seed = std::random_device{}();
+    for (int a = 1; a < argc; a++) {
+        const std::string k = argv[a];
+        auto val = [&]() -> const char* {
+            if (a + 1 >= argc) { fprintf(stderr, "attention_ls: %s needs a value\n", k.c_str()); exit(2); }
+            return argv[++a];
+        };
+        if (k == "--check") check = true;
+        else if (k == "--json") json = true;
+        else if (k == "--version") version = atoi(val());
+        else if (k == "-B") s.B = atoi(val());
+        else if (k == "-T") s.T = atoi(val());
+        else if (k == "--nh") s.NH = atoi(val());
+        else if (k == "--hd") s.hd = atoi(val());
+        else if (k == "-G") s.G = atoi(val());
+        else if (k == "-P") s.P = atoi(val());
+        else if (k == "--softcap") s.softcap = (float)atof(val());
+        else if (k == "--reps") reps = atoi(val());
+        else if (k == "--seed") seed = strtoull(val(), nullptr, 10);
+        else if (k == "--dump") dump = val();
+        else return usage();
+    }
+    if (version < 0 || version > 3) return usage();
+
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("attention_ls: no CUDA device; run on a GPU machine\n");
+        return 1;
+    }
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    const bool has_mma = prop.major >= 8;
+    std::vector<int> versions;
+    if (version) versions = {version};
+    else versions = has_mma ? std::vector<int>{1, 2, 3} : std::vector<int>{1, 2};
+    if (!has_mma && std::find(versions.begin(), versions.end(), 3) != versions.end()) {
+        printf("attention_ls: version 3 needs sm_80+, this is sm_%d%d\n", prop.major, prop.minor);
+        return 1;
+    }
+    std::mt19937_64 gen(seed);
+
+    try {
+        if (check) {
+            printf("attention_ls --check (%s build, %s, seed %llu)\n", kPrecisionName, prop.name, seed);
+            int n = 0, failed = 0;
+            for (int hd : {32, 64, 128})
+                for (int T : {100, 257})
+                    for (int G : {0, 1, 4})
+                        for (int P : {1, 50, 300})
+                            for (float cap : {0.0f, 2.0f}) {
+                                const Shape sh{2, T, 4, hd, G, P, cap};
+                                n++;
+                                if (!validate(sh, versions, gen, false)) failed++;
+                            }
+            // a global-only shape with a full last tile and a batch > 2
+            for (int hd : {32, 64, 128}) {
+                n++;
+                if (!validate(Shape{3, 128, 2, hd, 2, 1, 0.0f}, versions, gen, false)) failed++;
+            }
+            printf("%s: %d of %d shapes passed (versions", failed ? "FAIL" : "OK", n - failed, n);
+            for (int v : versions) printf(" %d", v);
+            printf(", tolerance %.0e)\n", kTol);
+            return failed ? 1 : 0;
+        }
+
+        if (!dump.empty()) {  // production path on one shape, for dev/bench/attention_vs_torch.py
+            Problem p(s, false);
+            std::normal_distribution<float> nd(0.0f, 1.0f);
+            std::vector<float> q(p.qkv.size());
+            for (auto& x : q) x = nd(gen);
+            auto qx = to_device_dtype(q);
+            CUDA_CHECK(cudaMemcpy(p.qkv.get(), qx.data(), qx.size() * sizeof(floatX), cudaMemcpyHostToDevice));
+            attention_ls_forward(p.out.get(), p.lse.get(), p.qkv.get(), s.B, s.T, s.C(), s.NH, s.G, s.P, s.softcap,
+                                 nullptr, nullptr, 0);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            // file: int32 B, T, NH, hd, G, P; float softcap; then fp32 qkv (B,T,3C), out (B,T,C), lse (B,NH,T)
+            FILE* f = fopen(dump.c_str(), "wb");
+            if (!f) { fprintf(stderr, "attention_ls: cannot write %s\n", dump.c_str()); return 1; }
+            const int hdr[6] = {s.B, s.T, s.NH, s.hd, s.G, s.P};
+            fwrite(hdr, 4, 6, f);
+            fwrite(&s.softcap, 4, 1, f);
+            const auto qf = download(p.qkv.get(), p.qkv.size()), of = download(p.out.get(), p.out.size()),
+                       lf = download(p.lse.get(), p.lse.size());
+            fwrite(qf.data(), 4, qf.size(), f);
+            fwrite(of.data(), 4, of.size(), f);
+            fwrite(lf.data(), 4, lf.size(), f);
+            fclose(f);
+            printf("attention_ls: wrote %s (%s)\n", dump.c_str(), s.str().c_str());
+            return 0;
+        }
+
+        const double pairs = visible_pairs(s);
+        const double fwd_flops = 4.0 * s.hd * pairs, bwd_flops = 10.0 * s.hd * pairs;
+        Shape sg = s;
+        sg.G = s.NH;  // all-global run of the same shape
+        if (json) {
+            const int v = version ? version : 3;
+            const Timing t = time_version(v, s, reps);
+            const Timing tg = time_version(v, sg, reps);
+            printf("{\"version\": %d, \"precision\": \"%s\", \"device\": \"%s\", \"B\": %d, \"T\": %d, \"NH\": %d, "
+                   "\"hd\": %d, \"G\": %d, \"P\": %d, \"softcap\": %g, \"fwd_ms\": %.5f, \"fwdbwd_ms\": %.5f, "
+                   "\"global_fwd_ms\": %.5f, \"global_fwdbwd_ms\": %.5f, \"fwd_tflops\": %.3f, \"fwdbwd_tflops\": %.3f}\n",
+                   v, kPrecisionName, prop.name, s.B, s.T, s.NH, s.hd, s.G, s.P, s.softcap, t.fwd_ms, t.fwdbwd_ms,
+                   tg.fwd_ms, tg.fwdbwd_ms, fwd_flops / t.fwd_ms * 1e-9, (fwd_flops + bwd_flops) / t.fwdbwd_ms * 1e-9);
+            return 0;
+        }
+
+        // validate the shape (B=1 keeps the CPU reference quick), then the timing table
+        Shape sv = s;
+        sv.B = 1;
+        printf("attention_ls (%s build, %s, seed %llu): validating %s\n", kPrecisionName, prop.name, seed, sv.str().c_str());
+        if (!validate(sv, versions, gen, true)) return 1;
+        printf("\ntiming %s, median of %d, visible pairs %.3g (%.1f%% of all-global)\n", s.str().c_str(), reps, pairs,
+               100.0 * pairs / visible_pairs(sg));
+        printf("%-8s %10s %10s %12s %12s %10s %10s\n", "version", "fwd ms", "f+b ms", "fwd TFLOP/s", "f+b TFLOP/s",
+               "fwd/glob", "f+b/glob");
+        for (int v : versions) {
+            if (v == 1 && (double)s.B * s.NH * s.T * s.T * 8 > 0.5 * prop.totalGlobalMem) {
+                printf("%-8d (skipped: the naive version's T x T buffers do not fit)\n", v);
+                continue;
+            }
+            const Timing t = time_version(v, s, reps);
+            const Timing tg = time_version(v, sg, reps);
+            printf("%-8d %10.4f %10.4f %12.2f %12.2f %10.3f %10.3f\n", v, t.fwd_ms, t.fwdbwd_ms,
+                   fwd_flops / t.fwd_ms * 1e-9, (fwd_flops + bwd_flops) / t.fwdbwd_ms * 1e-9, t.fwd_ms / tg.fwd_ms,
+                   t.fwdbwd_ms / tg.fwdbwd_ms);
+        }
+    } catch (const std::exception& e) {
+        fprintf(stderr, "attention_ls: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
