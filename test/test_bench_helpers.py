@@ -208,16 +208,37 @@ def test_no_gpu_is_one_clear_line(tmp_path):
     assert "no NVIDIA GPU" in p.stderr and len(p.stderr.strip().splitlines()) == 1
 
 
+def torch_python_or_skip():
+    try:
+        ok = subprocess.run([TORCH_PYTHON, "-c", "import torch"], capture_output=True, timeout=120).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        ok = False
+    if not ok:
+        pytest.skip(f"{TORCH_PYTHON} has no torch (set TORCH_PYTHON to a python with torch)")
+    return TORCH_PYTHON
+
+
 def test_twin_matches_reference_on_cpu():
     """torch_fast_model.py (dense back-end, float64) == dev/reference/gpt2_ls.py: loss, z-loss, logits
     and every gradient, five layouts; needs a python with torch (TORCH_PYTHON, default /usr/bin/python3)."""
-    try:
-        has_torch = subprocess.run([TORCH_PYTHON, "-c", "import torch"], capture_output=True, timeout=120).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        has_torch = False
-    if not has_torch:
-        pytest.skip(f"{TORCH_PYTHON} has no torch (set TORCH_PYTHON to a python with torch)")
-    p = subprocess.run([TORCH_PYTHON, str(REPO / "dev" / "bench" / "torch_fast_model.py"), "--self-test"],
+    py = torch_python_or_skip()
+    p = subprocess.run([py, str(REPO / "dev" / "bench" / "torch_fast_model.py"), "--self-test"],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "self-test passed" in p.stdout
+
+
+def test_torch_worker_runs_on_cpu(tmp_path):
+    """The benchmark's torch worker end to end on the CPU (tiny model, dense attention, bf16 autocast,
+    no compile): its check against the reference passes and it writes its JSON."""
+    py = torch_python_or_skip()
+    out = tmp_path / "w.json"
+    p = subprocess.run([py, str(REPO / "dev" / "bench" / "train_vs_torch.py"), "--worker", "torch",
+                        "--worker-device", "cpu", "--model", "tiny-test", "--json", str(out), "--steps", "3",
+                        "--warmup", "2"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    w = json.loads(out.read_text())
+    assert w["status"] == "ok" and w["attention"] == "dense" and w["check"]["passed"]
+    assert w["check"]["logits_rel"] <= tv.CHECK_TOL["logits_rel"]
+    assert w["check"]["wrong_layout_logits_rel"] > 2 * tv.CHECK_TOL["logits_rel"]
+    assert w["ms"]["n"] == 3 and math.isfinite(w["loss_first"]) and math.isfinite(w["loss_last"])

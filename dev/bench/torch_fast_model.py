@@ -184,10 +184,19 @@ def make_optimizer(model, lr=6e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1
     return torch.optim.AdamW(model.param_groups(weight_decay), lr=lr, betas=betas, eps=eps, **kw)
 
 
-def rel_err(a, b):
-    """||a - b|| / ||b||, in float64; NaN anywhere gives NaN (never passes a `<=` check)."""
-    a, b = a.double(), b.double()
-    return float((a - b).norm() / b.norm().clamp_min(1e-300))
+def rel_err(a, b, chunk=1 << 24):
+    """||a - b|| / ||b||, accumulated in float64 over chunks of `chunk` elements (the logits of a
+    full batch are GBs: no float64 copy of the whole tensor); NaN anywhere gives NaN, which never
+    passes a `<=` check."""
+    a, b = a.reshape(-1), b.reshape(-1)
+    if a.numel() != b.numel():
+        raise ValueError(f"rel_err: {a.numel()} vs {b.numel()} elements")
+    num = den = 0.0
+    for i in range(0, a.numel(), chunk):
+        x, y = a[i:i + chunk].double(), b[i:i + chunk].double()
+        num += float(((x - y) ** 2).sum())
+        den += float((y ** 2).sum())
+    return math.sqrt(num) / max(math.sqrt(den), 1e-300)
 
 
 def check_against_reference(cfg, params, idx, targets, twin_forward, *, z_weight=0.0, chunk=None,

@@ -63,6 +63,9 @@ MODELS = {
                           max_seq_len=2048, vocab_size=10000, seq_len=2048, batch_size=16, target_speedup=1.0),
     "d12-mhsa": dict(preset="d12", num_layers=12, channels=768, num_heads=12, global_heads=12, window=64,
                      max_seq_len=1024, vocab_size=50257, seq_len=1024, batch_size=16, target_speedup=1.0),
+    # only for exercising the torch worker on the CPU (test/test_bench_helpers.py): --worker-device cpu
+    "tiny-test": dict(preset="ls-small", num_layers=2, channels=32, num_heads=4, global_heads=1, window=5,
+                      max_seq_len=32, vocab_size=100, seq_len=32, batch_size=2, target_speedup=1.0),
 }
 
 # Dense bf16 tensor-core peak (FLOP/s, no sparsity) by device name; the first matching entry wins,
@@ -411,6 +414,8 @@ def run_torch(m, args, work, tokens_per_step, flops_tok, peak):
            "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch-size", str(m["batch_size"])]
     if args.attn:
         cmd += ["--attn", args.attn]
+    if args.worker_device != "cuda":
+        cmd += ["--worker-device", args.worker_device]
     log = os.path.join(work, f"torch_{name}.log")
     print(f"[{name}] torch: {' '.join(cmd)}", flush=True)
     sampler = MemorySampler().start(armed=False)
@@ -457,10 +462,11 @@ def torch_worker(args):
                  padded_vocab_size=pad_vocab(spec["vocab_size"]), num_layers=spec["num_layers"],
                  num_heads=spec["num_heads"], channels=spec["channels"], global_heads=spec["global_heads"],
                  window=spec["window"])
-    dev = torch.device("cuda")
+    dev = torch.device(args.worker_device)
+    on_gpu = dev.type == "cuda"
     torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference stays fp32; the twin runs in bf16
     torch.backends.cudnn.allow_tf32 = False
-    kind = tfm.choose_attention(cfg, T, "cuda", args.attn or "auto")
+    kind = tfm.choose_attention(cfg, T, dev, args.attn or "auto")
     if kind == "sdpa":  # MHSA: SDPA's flash back-end only
         torch.backends.cuda.enable_flash_sdp(True)
         torch.backends.cuda.enable_mem_efficient_sdp(False)
@@ -468,14 +474,18 @@ def torch_worker(args):
         if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
             torch.backends.cuda.enable_cudnn_sdp(False)
     result = {"status": None, "attention": kind, "torch": torch.__version__,
-              "device": torch.cuda.get_device_name(0), "batch_size": B, "seq_len": T}
+              "device": torch.cuda.get_device_name(0) if on_gpu else "cpu", "batch_size": B, "seq_len": T}
 
     def save():
         write_json(args.json, result)
 
+    def sync():
+        if on_gpu:
+            torch.cuda.synchronize()
+
     model = tfm.TwinGPT(cfg, attn=kind, device=dev)
     model.prepare(T, dev)
-    compiled = torch.compile(model)
+    compiled = torch.compile(model) if on_gpu else model  # the CPU run only exercises this code (torch 1.13)
     fwd = tfm.TwinForward(model, compiled)
 
     # 1. the check: same weights (perturbed so attention is far from uniform) and batch as the reference
@@ -488,7 +498,7 @@ def torch_worker(args):
     t0 = time.time()
     chk = tfm.check_against_reference(cfg, p_check, idx, tgt, fwd, chunk=1, autocast_dtype=torch.bfloat16,
                                       wrong_cfg=wrong)
-    torch.cuda.synchronize()
+    sync()
     chk["seconds_incl_compile"] = time.time() - t0
     chk["tolerances"] = CHECK_TOL
     within = all(chk[k] <= tol for k, tol in CHECK_TOL.items())  # NaN fails
@@ -500,8 +510,9 @@ def torch_worker(args):
           f"{chk['wrong_layout_logits_rel']:.2e} -> {'PASS' if chk['passed'] else 'FAIL'}", flush=True)
     del p_check, idx, tgt
     model.zero_grad(set_to_none=True)
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
+    sync()
+    if on_gpu:
+        torch.cuda.empty_cache()
     if not chk["passed"]:
         result["status"] = "FAIL (twin differs from the reference)"
         save()
@@ -512,37 +523,46 @@ def torch_worker(args):
     model.load_params(ref.init_params(cfg, torch.Generator().manual_seed(1337), dtype=torch.float32, perturbed=False))
     opt = tfm.make_optimizer(model)
     rng = np.random.default_rng(0)
-    batches = [torch.from_numpy(rng.integers(0, cfg.vocab_size, size=(B, T + 1))).pin_memory() for _ in range(4)]
+    batches = [torch.from_numpy(rng.integers(0, cfg.vocab_size, size=(B, T + 1))) for _ in range(4)]
+    if on_gpu:
+        batches = [b.pin_memory() for b in batches]
     params = list(model.parameters())
 
     def step(i):
         bt = batches[i % len(batches)].to(dev, non_blocking=True)
         x, y = bt[:, :-1].contiguous(), bt[:, 1:].contiguous()  # contiguous as in the check: no recompile
-        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
             _, loss, _ = compiled(x, y, 0.0)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)  # foreach by default on CUDA
         opt.step()
         opt.zero_grad(set_to_none=True)
         return loss.detach()
 
     t0 = time.time()
     losses = [step(i) for i in range(args.warmup)]
-    torch.cuda.synchronize()
+    sync()
     result["warmup_s"] = time.time() - t0
-    torch.cuda.reset_peak_memory_stats()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(args.steps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(args.steps)]
-    for i in range(args.steps):
-        starts[i].record()
-        losses.append(step(args.warmup + i))
-        ends[i].record()
-    torch.cuda.synchronize()
-    ms = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    ms = []
+    if on_gpu:  # CUDA events around each step: no host sync inside the timed loop
+        torch.cuda.reset_peak_memory_stats()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(args.steps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(args.steps)]
+        for i in range(args.steps):
+            starts[i].record()
+            losses.append(step(args.warmup + i))
+            ends[i].record()
+        torch.cuda.synchronize()
+        ms = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        result.update(max_memory_allocated=torch.cuda.max_memory_allocated(),
+                      max_memory_reserved=torch.cuda.max_memory_reserved())
+    else:
+        for i in range(args.steps):
+            t1 = time.perf_counter()
+            losses.append(step(args.warmup + i))
+            ms.append(1000 * (time.perf_counter() - t1))
     losses = [float(x) for x in losses]
-    result.update(ms=summarize_ms(ms), ms_all=ms, loss_first=losses[0], loss_last=losses[-1],
-                  max_memory_allocated=torch.cuda.max_memory_allocated(),
-                  max_memory_reserved=torch.cuda.max_memory_reserved())
+    result.update(ms=summarize_ms(ms), ms_all=ms, loss_first=losses[0], loss_last=losses[-1])
     finite = all(math.isfinite(x) for x in losses)
     result["status"] = "ok" if finite else "FAIL (non-finite loss)"
     save()
@@ -580,6 +600,7 @@ def main(argv=None):
     ap.add_argument("--worker", choices=["torch"], help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--json", help=argparse.SUPPRESS)
+    ap.add_argument("--worker-device", default="cuda", help=argparse.SUPPRESS)  # cpu: exercise the worker only
     args = ap.parse_args(argv)
     if args.steps < 1 or args.warmup < 1:
         ap.error("--steps and --warmup must be >= 1")
