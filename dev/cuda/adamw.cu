@@ -1,0 +1,231 @@
+// Kernel lab: AdamW with fp32 master weights (llmc/cuda/adamw.cuh) against the fp32 CPU reference
+// (llmc/cpu/adamw.h).
+//   ./adamw            validate, then a timing table (ms, GB/s)
+//   ./adamw --check    validation only; exit status 1 on any failure
+// Checks: master, m, v after several steps (fp32 math, tolerance 1e-6; the kernel is written to be
+// bit-identical to a non-FMA CPU build, the count of bit-identical elements is printed); params =
+// a bf16 neighbour of master (BF16 build) or exactly master (FP32 build, also aliased);
+// stochastic rounding deterministic for a seed, different across seeds, and unbiased: the mean of
+// many rounded copies (over seeds, and over indices with one seed) lands on the fp32 value far
+// closer than round-to-nearest could; copy_master_to_params rounds to nearest.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "dev/cuda/lab_common.cuh"
+#include "llmc/cpu/adamw.h"
+#include "llmc/cuda/adamw.cuh"
+
+using llmc::cuda::DeviceBuffer;
+using llmc::cuda::floatX;
+
+namespace {
+
+constexpr bool kBF16 = sizeof(floatX) == 2;
+
+// The two bf16 values around x (truncation and the next one up in magnitude), as floats.
+void bf16_neighbours(float x, float* lo, float* hi) {
+    uint32_t b;
+    std::memcpy(&b, &x, 4);
+    uint32_t t = b & 0xFFFF0000u, u = t + 0x10000u;
+    std::memcpy(lo, &t, 4);
+    std::memcpy(hi, &u, 4);
+}
+
+size_t count_identical(const std::vector<float>& a, const std::vector<float>& b) {
+    size_t c = 0;
+    for (size_t i = 0; i < a.size(); i++) c += std::memcmp(&a[i], &b[i], 4) == 0;
+    return c;
+}
+
+bool check_steps(llmc::Rng& rng, size_t n, bool alias) {
+    std::printf("adamw n=%zu, 5 steps%s\n", n, alias ? ", params aliasing master (FP32 build)" : "");
+    const float lr = 3e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gm = 0.7f;
+    std::vector<float> master = lab::random_normal(rng, n, 0.f, 0.5f);
+    std::vector<float> m(n, 0.f), v(n, 0.f);
+    auto d_master = lab::upload_as<float>(master);
+    auto d_m = lab::upload_as<float>(m);
+    auto d_v = lab::upload_as<float>(v);
+    DeviceBuffer<floatX> d_params(n);
+    DeviceBuffer<float> d_grads(n);
+    bool ok = true;
+    for (int t = 1; t <= 5; t++) {
+        std::vector<float> g = lab::random_normal(rng, n, 0.f, t == 3 ? 1e-6f : 1.f);  // one step of tiny grads
+        CUDA_CHECK(cudaMemcpy(d_grads.get(), g.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+        llmc::cpu::adamw_update(master.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, t, gm);
+        lab::poison(d_params.get(), n);
+        floatX* params = alias ? reinterpret_cast<floatX*>(d_master.get()) : d_params.get();
+        llmc::cuda::adamw_update(params, d_master.get(), d_grads.get(), d_m.get(), d_v.get(), n, lr, b1, b2, eps, wd, t,
+                                 gm, 1234u + t, 0);
+    }
+    ok &= lab::check("master", d_master.get(), master, 1e-6);
+    ok &= lab::check("m", d_m.get(), m, 1e-6);
+    ok &= lab::check("v", d_v.get(), v, 1e-6);
+    const std::vector<float> gm_ = lab::download(d_master.get(), n), gmm = lab::download(d_m.get(), n),
+                             gv = lab::download(d_v.get(), n);
+    std::printf("  bit-identical to the CPU: master %zu/%zu, m %zu/%zu, v %zu/%zu\n", count_identical(gm_, master), n,
+                count_identical(gmm, m), n, count_identical(gv, v), n);
+    if (alias) return ok;
+    // params from the final master: a bf16 neighbour (BF16) or exact (FP32)
+    const std::vector<float> p = lab::download(d_params.get(), n);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (kBF16) {
+            float lo, hi;
+            bf16_neighbours(gm_[i], &lo, &hi);
+            bad += !(p[i] == lo || p[i] == hi);
+        } else {
+            bad += std::memcmp(&p[i], &gm_[i], 4) != 0;
+        }
+    }
+    std::printf("  %-14s %s of master: %zu of %zu wrong  %s\n", "params", kBF16 ? "a bf16 neighbour" : "exact copy",
+                bad, n, bad ? "FAIL" : "OK");
+    ok &= bad == 0;
+    ok &= lab::check("params", d_params.get(), gm_);
+    return ok;
+}
+
+// params == nullptr: master, m, v as with params.
+bool check_null_params(llmc::Rng& rng, size_t n) {
+    std::printf("adamw n=%zu, params = nullptr\n", n);
+    std::vector<float> master = lab::random_normal(rng, n, 0.f, 0.5f), g = lab::random_normal(rng, n, 0.f, 1.f);
+    std::vector<float> m = lab::random_normal(rng, n, 0.f, 0.1f), v = lab::random_uniform(rng, n, 0.f, 0.1f);
+    auto d_master = lab::upload_as<float>(master);
+    auto d_g = lab::upload_as<float>(g);
+    auto d_m = lab::upload_as<float>(m);
+    auto d_v = lab::upload_as<float>(v);
+    llmc::cpu::adamw_update(master.data(), g.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.f, 7, 1.f);
+    llmc::cuda::adamw_update(nullptr, d_master.get(), d_g.get(), d_m.get(), d_v.get(), n, 1e-3f, 0.9f, 0.999f, 1e-8f,
+                             0.f, 7, 1.f, 99u, 0);
+    bool ok = lab::check("master", d_master.get(), master, 1e-6);
+    ok &= lab::check("m", d_m.get(), m, 1e-6);
+    ok &= lab::check("v", d_v.get(), v, 1e-6);
+    return ok;
+}
+
+// lr = 0 leaves master unchanged, so params = round(master) with the given seed.
+void round_with_seed(floatX* d_params, float* d_master, const float* d_zero, float* d_m, float* d_v, size_t n,
+                     uint32_t seed) {
+    llmc::cuda::adamw_update(d_params, d_master, d_zero, d_m, d_v, n, 0.f, 0.9f, 0.999f, 1e-8f, 0.f, 1, 1.f, seed, 0);
+}
+
+bool check_stochastic_rounding(llmc::Rng& rng) {
+    if (!kBF16) return true;
+    std::printf("stochastic rounding (bf16)\n");
+    const size_t n = 4096;
+    // values off the bf16 grid, many magnitudes and both signs
+    std::vector<float> x(n);
+    for (auto& e : x) e = (rng.uniform() < 0.5f ? -1.f : 1.f) * std::exp(-8.f + 12.f * rng.uniform());
+    auto d_master = lab::upload_as<float>(x);
+    DeviceBuffer<float> d_zero(n, true), d_m(n, true), d_v(n, true);
+    DeviceBuffer<floatX> d_p(n), d_p2(n);
+    bool ok = true;
+    // deterministic for a seed, different across seeds
+    round_with_seed(d_p.get(), d_master.get(), d_zero.get(), d_m.get(), d_v.get(), n, 42u);
+    round_with_seed(d_p2.get(), d_master.get(), d_zero.get(), d_m.get(), d_v.get(), n, 42u);
+    ok &= lab::check_identical("same seed", d_p.get(), d_p2.get(), n);
+    round_with_seed(d_p2.get(), d_master.get(), d_zero.get(), d_m.get(), d_v.get(), n, 43u);
+    const std::vector<float> a = lab::download(d_p.get(), n), b = lab::download(d_p2.get(), n);
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++) differ += a[i] != b[i];
+    std::printf("  %-14s seeds 42 and 43 differ in %zu of %zu elements  %s\n", "other seed", differ, n,
+                differ > n / 10 ? "OK" : "FAIL");
+    ok &= differ > n / 10;
+    // unbiased over seeds: mean of K roundings vs x, in units of the local bf16 spacing
+    const int K = 2048;
+    std::vector<double> sum(n, 0.0);
+    for (int k = 0; k < K; k++) {
+        round_with_seed(d_p.get(), d_master.get(), d_zero.get(), d_m.get(), d_v.get(), n, 1000u + k);
+        const std::vector<float> r = lab::download(d_p.get(), n);
+        for (size_t i = 0; i < n; i++) sum[i] += r[i];
+    }
+    double worst = 0.0, mean_abs = 0.0, rn_mean_abs = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        float lo, hi;
+        bf16_neighbours(x[i], &lo, &hi);
+        const double ulp = std::fabs((double)hi - (double)lo);
+        const double e = std::fabs(sum[i] / K - x[i]) / ulp;
+        worst = std::max(worst, e);
+        mean_abs += e / n;
+        const double rn = std::min(std::fabs((double)x[i] - lo), std::fabs((double)hi - x[i])) / ulp;
+        rn_mean_abs += rn / n;
+    }
+    // one element's mean has sd <= 0.5/sqrt(K) = 0.011 ulp; round-to-nearest averages ~0.25 ulp
+    const bool seeds_ok = worst < 0.07 && mean_abs < 0.02;
+    std::printf("  %-14s |mean of %d seeds - x|: mean %.4f ulp, worst %.4f ulp (round-to-nearest: %.3f ulp)  %s\n",
+                "unbiased", K, mean_abs, worst, rn_mean_abs, seeds_ok ? "OK" : "FAIL");
+    ok &= seeds_ok;
+    // unbiased over indices with one seed: many copies of a few values
+    const size_t copies = 1 << 20;
+    const float vals[] = {1.0f + 1.0f / 3.0f * 0.0078125f, -0.0123456f, 3.14159265f, 1e-5f * 1.2345f};
+    for (float val : vals) {
+        std::vector<float> xs(copies, val);
+        auto d_xs = lab::upload_as<float>(xs);
+        DeviceBuffer<float> z(copies, true), mm(copies, true), vv(copies, true);
+        DeviceBuffer<floatX> p(copies);
+        round_with_seed(p.get(), d_xs.get(), z.get(), mm.get(), vv.get(), copies, 7u);
+        const std::vector<float> r = lab::download(p.get(), copies);
+        double s = 0.0;
+        for (float e : r) s += e;
+        float lo, hi;
+        bf16_neighbours(val, &lo, &hi);
+        const double ulp = std::fabs((double)hi - (double)lo);
+        const double e = std::fabs(s / copies - val) / ulp;  // sd <= 0.5/1024 ulp
+        std::printf("  %-14s x=%-12.7g mean of 2^20 indices off by %.5f ulp  %s\n", "unbiased", val, e,
+                    e < 0.003 ? "OK" : "FAIL");
+        ok &= e < 0.003;
+    }
+    return ok;
+}
+
+bool check_copy(llmc::Rng& rng, size_t n) {
+    std::printf("copy_master_to_params n=%zu\n", n);
+    std::vector<float> master = lab::random_normal(rng, n, 0.f, 1.f);
+    auto d_master = lab::upload_as<float>(master);
+    DeviceBuffer<floatX> d_p(n);
+    lab::poison(d_p.get(), n);
+    llmc::cuda::copy_master_to_params(d_p.get(), d_master.get(), n, 0);
+    lab::round_to_floatX(master);  // host round to nearest even
+    return lab::check("params", d_p.get(), master, 0.0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const lab::Args args = lab::parse_args(argc, argv, "adamw");
+    const cudaDeviceProp prop = lab::require_gpu(args);
+    llmc::Rng rng(args.seed);
+    try {
+        bool ok = true;
+        for (size_t n : {size_t(1), size_t(1000), size_t(123457), size_t(3) << 20}) ok &= check_steps(rng, n, false);
+        if (!kBF16) ok &= check_steps(rng, 77777, true);
+        ok &= check_null_params(rng, 50001);
+        ok &= check_stochastic_rounding(rng);
+        ok &= check_copy(rng, 100003);
+        std::printf("%s\n", ok ? "adamw: all checks passed" : "adamw: FAILED");
+        if (args.check || !ok) return ok ? 0 : 1;
+
+        lab::Table table(prop);
+        for (size_t n : {size_t(124) << 20, size_t(3) << 20}) {
+            DeviceBuffer<float> master(n, true), grads(n, true), m(n, true), v(n, true);
+            DeviceBuffer<floatX> params(n);
+            const std::string shape = "n=" + std::to_string(n);
+            // read grads, master, m, v; write master, m, v, params
+            table.add("adamw_update", shape, lab::time_ms([&] {
+                llmc::cuda::adamw_update(params.get(), master.get(), grads.get(), m.get(), v.get(), n, 1e-3f, 0.9f,
+                                         0.95f, 1e-8f, 0.1f, 10, 1.f, 5u, 0);
+            }, args.reps), (double)n * (7 * sizeof(float) + sizeof(floatX)));
+            table.add("copy_master_to_params", shape, lab::time_ms([&] {
+                llmc::cuda::copy_master_to_params(params.get(), master.get(), n, 0);
+            }, args.reps), (double)n * (sizeof(float) + sizeof(floatX)));
+        }
+        table.print();
+        table.write_json(args.json);
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "adamw: error: %s\n", e.what());
+        return 1;
+    }
+}

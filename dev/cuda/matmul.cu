@@ -1,0 +1,242 @@
+// Kernel lab: matmul through cuBLASLt (llmc/cuda/matmul.cuh) against the fp32 CPU reference
+// (llmc/cpu/matmul.h, llmc/cpu/gelu.h).
+//   ./matmul            validate every shape below, then a timing table (ms, TFLOP/s, % of peak)
+//   ./matmul --check    validation only; exit status 1 on any failure
+// Validation per shape: forward with/without bias, GELU through the fused epilogue and through the
+// separate kernel; backward with/without dinp and dbias, dweight/dbias ADDED onto random values of
+// the gradient's own size; two runs bit-identical; unsupported shapes throw std::invalid_argument.
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "dev/cuda/lab_common.cuh"
+#include "llmc/cpu/gelu.h"
+#include "llmc/cpu/matmul.h"
+#include "llmc/cuda/matmul.cuh"
+
+using llmc::cuda::DeviceBuffer;
+using llmc::cuda::floatX;
+using llmc::cuda::MatmulContext;
+
+namespace {
+
+// Dense bf16 tensor-core peak (TFLOP/s) from the device name, as llm.c does; 0 = unknown.
+double bf16_peak_tflops(const std::string& name) {
+    if (name.find("H200") != std::string::npos) return 989.0;
+    if (name.find("H100") != std::string::npos) {
+        if (name.find("PCIe") != std::string::npos) return 756.0;
+        return 989.0;  // SXM (HBM3) and NVL
+    }
+    if (name.find("A100") != std::string::npos) return 312.0;
+    return 0.0;
+}
+
+bool check_forward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int OC, bool with_bias, bool gelu,
+                   bool fuse) {
+    std::printf("forward N=%d IC=%d OC=%d bias=%d gelu=%s\n", N, IC, OC, (int)with_bias,
+                gelu ? (fuse ? "epilogue" : "kernel") : "no");
+    std::vector<float> inp = lab::random_normal(rng, (size_t)N * IC, 0.f, 1.f);
+    std::vector<float> w = lab::random_normal(rng, (size_t)OC * IC, 0.f, 1.f / std::sqrt((float)IC));
+    std::vector<float> b = lab::random_normal(rng, OC, 0.f, 0.5f);
+    lab::round_to_floatX(inp);
+    lab::round_to_floatX(w);
+    lab::round_to_floatX(b);
+    std::vector<float> pre((size_t)N * OC), out((size_t)N * OC);
+    llmc::cpu::matmul_forward<float>(pre.data(), inp.data(), w.data(), with_bias ? b.data() : nullptr, N, IC, OC);
+    if (gelu) llmc::cpu::gelu_forward<float>(out.data(), pre.data(), out.size());
+
+    auto d_inp = lab::upload_as<floatX>(inp);
+    auto d_w = lab::upload_as<floatX>(w);
+    auto d_b = lab::upload_as<floatX>(b);
+    DeviceBuffer<floatX> d_out((size_t)N * OC), d_pre((size_t)N * OC), d_out2((size_t)N * OC);
+    lab::poison(d_out.get(), d_out.size());
+    lab::poison(d_pre.get(), d_pre.size());
+    ctx.fuse_gelu = fuse;
+    llmc::cuda::matmul_forward(ctx, d_out.get(), d_inp.get(), d_w.get(), with_bias ? d_b.get() : nullptr, N, IC, OC,
+                               0, gelu ? d_pre.get() : nullptr);
+    bool ok = true;
+    if (gelu) {
+        if (fuse && !ctx.last_gelu_fused)
+            std::printf("  note: cuBLASLt offered no GELU epilogue for this shape/type; the separate kernel ran\n");
+        ok &= lab::check("pre_gelu", d_pre.get(), pre);
+        ok &= lab::check("out", d_out.get(), out);
+    } else {
+        ok &= lab::check("out", d_out.get(), pre);
+    }
+    lab::poison(d_out2.get(), d_out2.size());
+    llmc::cuda::matmul_forward(ctx, d_out2.get(), d_inp.get(), d_w.get(), with_bias ? d_b.get() : nullptr, N, IC, OC,
+                               0, gelu ? d_pre.get() : nullptr);
+    ok &= lab::check_identical("out", d_out.get(), d_out2.get(), d_out.size());
+    ctx.fuse_gelu = true;
+    return ok;
+}
+
+bool check_backward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int OC, bool with_dinp, bool with_dbias) {
+    std::printf("backward N=%d IC=%d OC=%d dinp=%d dbias=%d\n", N, IC, OC, (int)with_dinp, (int)with_dbias);
+    std::vector<float> inp = lab::random_normal(rng, (size_t)N * IC, 0.f, 1.f);
+    std::vector<float> w = lab::random_normal(rng, (size_t)OC * IC, 0.f, 1.f / std::sqrt((float)IC));
+    std::vector<float> dout = lab::random_normal(rng, (size_t)N * OC, 0.f, 1.f);
+    lab::round_to_floatX(inp);
+    lab::round_to_floatX(w);
+    lab::round_to_floatX(dout);
+    // gradients are ADDED: start from random values as large as the gradient itself (~sqrt(N))
+    const float gscale = std::sqrt((float)N);
+    const std::vector<float> dw0 = lab::random_normal(rng, (size_t)OC * IC, 0.f, gscale);
+    const std::vector<float> db0 = lab::random_normal(rng, OC, 0.f, gscale);
+    std::vector<float> dinp_ref((size_t)N * IC, 0.f), dw_ref = dw0, db_ref = db0;
+    llmc::cpu::matmul_backward<float>(dinp_ref.data(), dw_ref.data(), with_dbias ? db_ref.data() : nullptr,
+                                      dout.data(), inp.data(), w.data(), N, IC, OC);
+
+    auto d_inp = lab::upload_as<floatX>(inp);
+    auto d_w = lab::upload_as<floatX>(w);
+    auto d_dout = lab::upload_as<floatX>(dout);
+    DeviceBuffer<floatX> d_dinp((size_t)N * IC), d_dinp2((size_t)N * IC);
+    DeviceBuffer<float> d_scratch(llmc::cuda::matmul_backward_scratch_floats(N, OC));
+    lab::poison(d_dinp.get(), d_dinp.size());
+    lab::poison(d_scratch.get(), d_scratch.size());
+    auto d_dw = lab::upload_as<float>(dw0);
+    auto d_db = lab::upload_as<float>(db0);
+    llmc::cuda::matmul_backward(ctx, with_dinp ? d_dinp.get() : nullptr, d_dw.get(),
+                                with_dbias ? d_db.get() : nullptr, d_scratch.get(), d_dout.get(), d_inp.get(),
+                                d_w.get(), N, IC, OC, 0);
+    bool ok = true;
+    if (with_dinp) ok &= lab::check("dinp", d_dinp.get(), dinp_ref);
+    ok &= lab::check("dweight", d_dw.get(), dw_ref);
+    ok &= lab::check("dbias", d_db.get(), with_dbias ? db_ref : db0);  // untouched when skipped
+    // determinism: the same call again from the same starting gradients
+    auto d_dw2 = lab::upload_as<float>(dw0);
+    auto d_db2 = lab::upload_as<float>(db0);
+    lab::poison(d_dinp2.get(), d_dinp2.size());
+    llmc::cuda::matmul_backward(ctx, with_dinp ? d_dinp2.get() : nullptr, d_dw2.get(),
+                                with_dbias ? d_db2.get() : nullptr, d_scratch.get(), d_dout.get(), d_inp.get(),
+                                d_w.get(), N, IC, OC, 0);
+    if (with_dinp) ok &= lab::check_identical("dinp", d_dinp.get(), d_dinp2.get(), d_dinp.size());
+    ok &= lab::check_identical("dweight", d_dw.get(), d_dw2.get(), d_dw.size());
+    ok &= lab::check_identical("dbias", d_db.get(), d_db2.get(), d_db.size());
+    return ok;
+}
+
+// Shapes the wrappers must refuse with std::invalid_argument.
+bool check_rejects(MatmulContext& ctx) {
+    std::printf("unsupported shapes are refused\n");
+    DeviceBuffer<floatX> a(4096), b(4096), c(4096);
+    bool ok = true;
+    auto expect_throw = [&](const char* what, auto fn) {
+        bool threw = false;
+        try { fn(); } catch (const std::invalid_argument& e) { threw = true; std::printf("  %-28s -> %s\n", what, e.what()); }
+        if (!threw) { std::printf("  %-28s did NOT throw  FAIL\n", what); ok = false; }
+    };
+    expect_throw("IC = 12 (not a multiple of 8)", [&] {
+        llmc::cuda::matmul_forward(ctx, c.get(), a.get(), b.get(), nullptr, 4, 12, 8, 0);
+    });
+    expect_throw("OC = 20 (not a multiple of 8)", [&] {
+        llmc::cuda::matmul_forward(ctx, c.get(), a.get(), b.get(), nullptr, 4, 8, 20, 0);
+    });
+    expect_throw("misaligned inp", [&] {
+        llmc::cuda::matmul_forward(ctx, c.get(), a.get() + 1, b.get(), nullptr, 4, 8, 8, 0);
+    });
+    expect_throw("N = 0", [&] {
+        llmc::cuda::matmul_forward(ctx, c.get(), a.get(), b.get(), nullptr, 0, 8, 8, 0);
+    });
+    return ok;
+}
+
+struct Timing { std::string kernel, shape; float ms; double flops; };
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const lab::Args args = lab::parse_args(argc, argv, "matmul");
+    const cudaDeviceProp prop = lab::require_gpu(args);
+    llmc::Rng rng(args.seed);
+    try {
+        MatmulContext ctx;
+        bool ok = true;
+        // (N, IC, OC): tiny, ragged N, the paper model's layers, an LM head slice, GPT-2 small's fc
+        const int shapes[][3] = {{64, 64, 64}, {77, 192, 576}, {333, 192, 768}, {512, 768, 192},
+                                 {130, 192, 2048}, {256, 768, 3072}};
+        for (const auto& s : shapes) {
+            const int N = s[0], IC = s[1], OC = s[2];
+            ok &= check_forward(ctx, rng, N, IC, OC, true, false, true);
+            ok &= check_forward(ctx, rng, N, IC, OC, false, false, true);
+            ok &= check_forward(ctx, rng, N, IC, OC, true, true, true);
+            ok &= check_forward(ctx, rng, N, IC, OC, true, true, false);
+            ok &= check_forward(ctx, rng, N, IC, OC, false, true, true);
+            ok &= check_backward(ctx, rng, N, IC, OC, true, true);
+            ok &= check_backward(ctx, rng, N, IC, OC, false, false);
+        }
+        ok &= check_rejects(ctx);
+        std::printf("%s\n", ok ? "matmul: all checks passed" : "matmul: FAILED");
+        if (args.check || !ok) return ok ? 0 : 1;
+
+        // ---- timing: GPT-2 124M (N = 8*1024) and the paper model (N = 8*2048) layer shapes ----
+        std::vector<Timing> rows;
+        const int tshapes[][4] = {  // N, IC, OC, gelu
+            {8192, 768, 2304, 0}, {8192, 768, 768, 0}, {8192, 768, 3072, 1}, {8192, 3072, 768, 0},
+            {8192, 768, 50304, 0}, {16384, 192, 576, 0}, {16384, 192, 768, 1}, {16384, 768, 192, 0},
+            {16384, 192, 10112, 0}};
+        for (const auto& s : tshapes) {
+            const int N = s[0], IC = s[1], OC = s[2];
+            const bool gelu = s[3] != 0;
+            auto inp = lab::upload_as<floatX>(lab::random_normal(rng, (size_t)N * IC, 0.f, 1.f));
+            auto w = lab::upload_as<floatX>(lab::random_normal(rng, (size_t)OC * IC, 0.f, 0.02f));
+            auto b = lab::upload_as<floatX>(lab::random_normal(rng, OC, 0.f, 0.02f));
+            auto dout = lab::upload_as<floatX>(lab::random_normal(rng, (size_t)N * OC, 0.f, 1.f));
+            DeviceBuffer<floatX> out((size_t)N * OC), pre((size_t)N * OC), dinp((size_t)N * IC);
+            DeviceBuffer<float> dw((size_t)OC * IC, true), db(OC, true);
+            DeviceBuffer<float> scratch(llmc::cuda::matmul_backward_scratch_floats(N, OC));
+            const std::string shape = "N=" + std::to_string(N) + " IC=" + std::to_string(IC) + " OC=" + std::to_string(OC);
+            const double f = 2.0 * N * IC * OC;
+            const bool bias = OC != 50304 && OC != 10112;  // LM heads have no bias
+            rows.push_back({"forward", shape, lab::time_ms([&] {
+                llmc::cuda::matmul_forward(ctx, out.get(), inp.get(), w.get(), bias ? b.get() : nullptr, N, IC, OC, 0);
+            }, args.reps), f});
+            if (gelu) {
+                ctx.fuse_gelu = true;
+                rows.push_back({"forward+gelu (epilogue)", shape, lab::time_ms([&] {
+                    llmc::cuda::matmul_forward(ctx, out.get(), inp.get(), w.get(), b.get(), N, IC, OC, 0, pre.get());
+                }, args.reps), f});
+                if (!ctx.last_gelu_fused) rows.back().kernel = "forward+gelu (no epilogue!)";
+                ctx.fuse_gelu = false;
+                rows.push_back({"forward+gelu (kernel)", shape, lab::time_ms([&] {
+                    llmc::cuda::matmul_forward(ctx, out.get(), inp.get(), w.get(), b.get(), N, IC, OC, 0, pre.get());
+                }, args.reps), f});
+                ctx.fuse_gelu = true;
+            }
+            rows.push_back({"backward (dinp+dweight+dbias)", shape, lab::time_ms([&] {
+                llmc::cuda::matmul_backward(ctx, dinp.get(), dw.get(), bias ? db.get() : nullptr, scratch.get(),
+                                            dout.get(), inp.get(), w.get(), N, IC, OC, 0);
+            }, args.reps), 2 * f});
+        }
+        const double peak = bf16_peak_tflops(prop.name);
+        std::printf("\n%-32s %-26s %9s %9s %8s\n", "kernel", "shape", "ms", "TFLOP/s",
+                    llmc::cuda::kPrecisionName[0] == 'b' ? "% peak" : "");
+        for (const Timing& r : rows) {
+            const double tf = r.flops / (r.ms * 1e-3) / 1e12;
+            std::printf("%-32s %-26s %9.4f %9.1f", r.kernel.c_str(), r.shape.c_str(), r.ms, tf);
+            if (peak > 0 && llmc::cuda::kPrecisionName[0] == 'b') std::printf(" %7.1f%%", 100.0 * tf / peak);
+            std::printf("\n");
+        }
+        if (peak > 0)
+            std::printf("(dense bf16 tensor-core peak of %s: %.0f TFLOP/s)\n", prop.name, peak);
+        else
+            std::printf("(no bf16 peak known for %s)\n", prop.name);
+        if (!args.json.empty()) {
+            FILE* f = std::fopen(args.json.c_str(), "w");
+            if (!f) { std::fprintf(stderr, "matmul: cannot write %s\n", args.json.c_str()); return 1; }
+            std::fprintf(f, "{\"device\": \"%s\", \"precision\": \"%s\", \"peak_tflops\": %.1f, \"rows\": [", prop.name,
+                         llmc::cuda::kPrecisionName, peak);
+            for (size_t i = 0; i < rows.size(); i++)
+                std::fprintf(f, "%s\n  {\"kernel\": \"%s\", \"shape\": \"%s\", \"ms\": %.6f, \"tflops\": %.2f}",
+                             i ? "," : "", rows[i].kernel.c_str(), rows[i].shape.c_str(), rows[i].ms,
+                             rows[i].flops / (rows[i].ms * 1e-3) / 1e12);
+            std::fprintf(f, "\n]}\n");
+            std::fclose(f);
+        }
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "matmul: error: %s\n", e.what());
+        return 1;
+    }
+}

@@ -1,0 +1,148 @@
+// Fused output classifier on the GPU: softmax statistics, cross-entropy, z-loss and (optionally)
+// dlogits, in place, over the REAL vocabulary [0, V) of (N, Vp) floatX logits.
+// CPU reference: llmc/cpu/classifier.h (classifier_forward + classifier_backward). Per row n:
+//   lse = logsumexp(logits[n, 0:V]),  loss = lse - logits[n, target],  zloss = z_weight * lse^2
+//   dlogits[n, v] = scale * (p_v - [v == target] + 2 * z_weight * lse * p_v),  p_v = exp(l_v - lse)
+// for v < V, and 0 for the padding columns [V, Vp) (never read for the statistics).
+//
+// One block of kBlock threads per row. Pass 1 reads the row once in 16-byte vectors and keeps a
+// running (max, sum of exp(x - max)) per thread ("online softmax"), merged across the block in a
+// fixed order (deterministic). Pass 2 (only when dlogits_scale != 0) re-reads the row (mostly from
+// L2: the rows in flight are small) and overwrites it with dlogits. No fp32 (N, Vp) buffer.
+//
+// Requirements (else std::invalid_argument): 1 <= V <= Vp, Vp a multiple of 8 (16 / sizeof(floatX)
+// elements per vector; the model's Vp is a multiple of 128), logits 16-byte aligned, targets
+// non-null when dlogits_scale != 0. Targets are validated on the host by the data loader; a target
+// outside [0, V) reaching this kernel gives loss = NaN (visible) and no one-hot term.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "llmc/cuda/common.cuh"
+
+namespace llmc::cuda {
+
+namespace detail {
+
+constexpr int kClassifierBlock = 512;
+
+// Merge running softmax state (m, s) with (m2, s2): s = s*e^(m-M) + s2*e^(m2-M), M = max(m, m2).
+// Equal maxima (also both -inf: empty states) scale by exactly 1, never by exp(-inf - -inf) = NaN.
+__device__ __host__ inline void softmax_merge(float& m, float& s, float m2, float s2) {
+    const float M = fmaxf(m, m2);
+    const float a = (m == M) ? 1.0f : expf(m - M);
+    const float b = (m2 == M) ? 1.0f : expf(m2 - M);
+    s = s * a + s2 * b;
+    m = M;
+}
+
+// 16-byte vector of floatX.
+constexpr int kVecX = 16 / sizeof(floatX);
+struct alignas(16) VecX { floatX v[kVecX]; };
+
+// logits (N, Vp) one block per row; lse, losses, zlosses, row_max (N) each nullable.
+__global__ void __launch_bounds__(kClassifierBlock)
+classifier_kernel(floatX* logits, float* lse_out, float* losses, float* zlosses, float* row_max,
+                  const int* targets, float z_weight, float dscale, int V, int Vp) {
+    const int n = blockIdx.x;
+    VecX* row = reinterpret_cast<VecX*>(logits + (size_t)n * Vp);
+    const int target = targets ? targets[n] : -1;
+    const bool target_ok = target >= 0 && target < V;
+    // read before any thread can overwrite the row (pass 2 starts after the block reduction)
+    const float target_logit = (threadIdx.x == 0 && target_ok) ? to_float(logits[(size_t)n * Vp + target]) : 0.0f;
+
+    // pass 1: per-thread online max / sum over the real vocabulary
+    float m = -INFINITY, s = 0.0f;
+    const int nvec_real = (V + kVecX - 1) / kVecX;
+    for (int j = threadIdx.x; j < nvec_real; j += kClassifierBlock) {
+        const VecX x = row[j];
+        float cm = -INFINITY;
+        for (int e = 0; e < kVecX; e++)
+            if (j * kVecX + e < V) cm = fmaxf(cm, to_float(x.v[e]));
+        const float M = fmaxf(m, cm);
+        const float Msub = (M == -INFINITY) ? 0.0f : M;  // all -inf so far: exp(-inf - 0) = 0, NaN stays NaN
+        float cs = 0.0f;
+        for (int e = 0; e < kVecX; e++)
+            if (j * kVecX + e < V) cs += expf(to_float(x.v[e]) - Msub);
+        s = s * ((m == M) ? 1.0f : expf(m - M)) + cs;
+        m = M;
+    }
+    // block reduction in a fixed order: warps (xor butterfly), then warp 0 over the warp results
+    constexpr int kWarps = kClassifierBlock / 32;
+    __shared__ float sm_m[kWarps], sm_s[kWarps];
+    __shared__ float sh_lse;
+    for (int o = 16; o > 0; o >>= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+        const float s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        softmax_merge(m, s, m2, s2);
+    }
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) { sm_m[warp] = m; sm_s[warp] = s; }
+    __syncthreads();
+    if (warp == 0) {
+        m = lane < kWarps ? sm_m[lane] : -INFINITY;
+        s = lane < kWarps ? sm_s[lane] : 0.0f;
+        for (int o = 16; o > 0; o >>= 1) {
+            const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+            const float s2 = __shfl_xor_sync(0xffffffffu, s, o);
+            softmax_merge(m, s, m2, s2);
+        }
+        if (lane == 0) {
+            const float lse = m + logf(s);
+            sh_lse = lse;
+            if (lse_out) lse_out[n] = lse;
+            if (row_max) row_max[n] = m;
+            if (targets) {
+                if (losses) losses[n] = target_ok ? lse - target_logit : NAN;
+                if (zlosses) zlosses[n] = z_weight * lse * lse;
+            }
+        }
+    }
+    if (dscale == 0.0f) return;
+    __syncthreads();
+
+    // pass 2: dlogits in place, every column of the row ([V, Vp) gets 0)
+    const float lse = sh_lse;
+    const float pscale = dscale * (1.0f + 2.0f * z_weight * lse);
+    const int nvec = Vp / kVecX;
+    for (int j = threadIdx.x; j < nvec; j += kClassifierBlock) {
+        VecX x = row[j];
+        for (int e = 0; e < kVecX; e++) {
+            const int v = j * kVecX + e;
+            float d = 0.0f;
+            if (v < V) {
+                d = pscale * expf(to_float(x.v[e]) - lse);
+                if (v == target) d -= dscale;
+            }
+            x.v[e] = from_float<floatX>(d);
+        }
+        row[j] = x;
+    }
+}
+
+}  // namespace detail
+
+// logits (N, Vp) floatX; targets (N) or nullptr; lse (N) written; losses, zlosses (N) written when
+// targets != nullptr (each nullable); row_max (N) nullable: max real-vocabulary logit per row.
+// dlogits_scale != 0: also overwrites logits with dlogits (see the top of this file); needs targets.
+inline void classifier_forward_backward(floatX* logits, float* lse, float* losses, float* zlosses, float* row_max,
+                                        const int* targets, float z_weight, float dlogits_scale, int N, int V,
+                                        int Vp, cudaStream_t st) {
+    if (N < 0 || V < 1 || V > Vp || Vp % detail::kVecX != 0)
+        throw std::invalid_argument("classifier: unsupported shape N=" + std::to_string(N) + " V=" +
+                                    std::to_string(V) + " Vp=" + std::to_string(Vp) + "; need 1 <= V <= Vp and Vp a "
+                                    "multiple of " + std::to_string(detail::kVecX));
+    if (reinterpret_cast<uintptr_t>(logits) % 16 != 0)
+        throw std::invalid_argument("classifier: logits must be 16-byte aligned");
+    if (dlogits_scale != 0.0f && !targets)
+        throw std::invalid_argument("classifier: dlogits (dlogits_scale != 0) need targets");
+    if (N == 0) return;
+    detail::classifier_kernel<<<N, detail::kClassifierBlock, 0, st>>>(logits, lse, losses, zlosses, row_max, targets,
+                                                                      z_weight, dlogits_scale, V, Vp);
+    CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace llmc::cuda

@@ -1,0 +1,65 @@
+// Squared L2 norm of an fp32 gradient buffer on the GPU, for clipping by the global gradient norm.
+// CPU reference: llmc/cpu/global_norm.h (sum of squares, accumulated in double).
+//
+// Deterministic: a FIXED grid of kGridBlocks blocks of kBlock threads (independent of the device)
+// walks the buffer with a grid stride; each thread sums its squares in double in index order, each
+// block reduces its threads in a fixed tree order and writes one partial (stored as float) to
+// scratch; then one block of kBlock threads sums the partials in a fixed order (in double) and
+// writes the result. No atomics: the same input gives the same bits on every run and every GPU.
+// The result OVERWRITES out[0] (one device float).
+#pragma once
+#include <cstddef>
+
+#include "llmc/cuda/common.cuh"
+
+namespace llmc::cuda {
+
+namespace detail {
+
+constexpr int kNormBlock = 512;
+constexpr int kNormGridBlocks = 512;
+
+// Fixed-order block sum of one double per thread (kNormBlock threads); the result in thread 0.
+__device__ inline double block_sum_double(double x) {
+    __shared__ double sm[kNormBlock / 32];
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) sm[warp] = x;
+    __syncthreads();
+    double s = 0.0;
+    if (threadIdx.x == 0)
+        for (int w = 0; w < kNormBlock / 32; w++) s += sm[w];
+    return s;
+}
+
+__global__ void __launch_bounds__(kNormBlock) norm_partial_kernel(float* partial, const float* g, size_t n) {
+    double acc = 0.0;
+    for (size_t i = blockIdx.x * (size_t)kNormBlock + threadIdx.x; i < n; i += (size_t)kNormGridBlocks * kNormBlock) {
+        const double x = g[i];
+        acc += x * x;
+    }
+    const double s = block_sum_double(acc);
+    if (threadIdx.x == 0) partial[blockIdx.x] = (float)s;
+}
+
+__global__ void __launch_bounds__(kNormBlock) norm_final_kernel(float* out, const float* partial) {
+    double acc = 0.0;
+    for (int j = threadIdx.x; j < kNormGridBlocks; j += kNormBlock) acc += (double)partial[j];
+    const double s = block_sum_double(acc);
+    if (threadIdx.x == 0) out[0] = (float)s;
+}
+
+}  // namespace detail
+
+// Floats of scratch global_norm_squared needs (one partial per block).
+inline size_t global_norm_scratch_floats() { return detail::kNormGridBlocks; }
+
+// out[0] (device float) = sum_i grads[i]^2 over grads (n) fp32; scratch: global_norm_scratch_floats().
+inline void global_norm_squared(float* out, const float* grads, size_t n, float* scratch, cudaStream_t st) {
+    detail::norm_partial_kernel<<<detail::kNormGridBlocks, detail::kNormBlock, 0, st>>>(scratch, grads, n);
+    CUDA_CHECK_LAUNCH();
+    detail::norm_final_kernel<<<1, detail::kNormBlock, 0, st>>>(out, scratch);
+    CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace llmc::cuda

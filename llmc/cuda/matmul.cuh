@@ -1,0 +1,270 @@
+// Matrix multiply of a linear layer on the GPU through cuBLASLt: out = inp @ weight^T + bias.
+//   inp (N, IC), weight (OC, IC) (PyTorch / llm.c layout), bias (OC) or nullptr, out (N, OC).
+// CPU reference: llmc/cpu/matmul.h (same math; the CPU backward ADDS into dinp, this one overwrites).
+//
+// Types: A/B (inp, weight, dout) floatX; compute and scale fp32 (CUBLAS_COMPUTE_32F: in the FP32
+// build this is true fp32, no TF32 fast mode); forward output and dinp floatX; dweight fp32
+// (cuBLASLt accepts bf16 A/B with fp32 C/D under CUBLAS_COMPUTE_32F).
+//
+// Row-major <-> column-major. cuBLASLt is column-major: a row-major (R, S) matrix with row stride
+// S is the same memory as a column-major (S, R) matrix with leading dimension S, i.e. its
+// transpose. So every row-major product X = Y @ Z is computed as the column-major X^T = Z^T @ Y^T:
+//   forward   out^T (OC, N)    = weight (OC, IC) [col-major (IC, OC) ld IC, op T]
+//                                @ inp^T (IC, N)  [col-major (IC, N)  ld IC, op N]     m=OC n=N k=IC
+//             bias (OC) is a vector over the rows of D (column-major), as CUBLASLT_EPILOGUE_BIAS wants.
+//   dinp      dinp^T (IC, N)   = weight^T (IC, OC) [col-major (IC, OC) ld IC, op N]
+//                                @ dout^T (OC, N)  [col-major (OC, N)  ld OC, op N]    m=IC n=N k=OC
+//   dweight   dweight^T (IC, OC) += inp^T (IC, N)  [col-major (IC, N)  ld IC, op N]
+//                                @ dout (N, OC)    [col-major (OC, N)  ld OC, op T]    m=IC n=OC k=N
+//             (C = D = dweight, fp32, beta = 1: accumulates)
+//   dbias     (OC) += column sums of dout: our own deterministic two-pass reduction (below), not
+//             cuBLASLt's BGRAD epilogue (whose summation order is not documented).
+//
+// GELU. With pre_gelu, matmul_forward writes pre_gelu = inp @ weight^T + bias and
+// out = gelu(pre_gelu) (tanh approximation, llmc/cpu/gelu.h). By default (ctx.fuse_gelu) this is
+// cuBLASLt's GELU_AUX(_BIAS) epilogue: D = gelu(x), aux = x. cuBLASLt documents only "GELU"; it is
+// the tanh approximation (frameworks such as XLA fuse only tanh-approximate GELU into it), and the
+// lab (dev/cuda/matmul.cu) checks it against llmc/cpu/gelu.h in both builds. If the heuristic
+// finds no algorithm for the fused epilogue, or ctx.fuse_gelu is false, the matmul writes
+// pre_gelu with the BIAS epilogue and then out = gelu_forward(pre_gelu) (llmc/cuda/gelu.cuh, the
+// CPU's formula).
+//
+// Supported shapes (else std::invalid_argument): N >= 1, IC >= 1 and OC >= 1, IC and OC multiples
+// of 8 (16-byte rows for the tensor-core kernels, and the GELU aux leading dimension must be a
+// multiple of 8), every pointer 16-byte aligned. N may be anything (ragged N is fine: it is never
+// a leading dimension).
+//
+// Determinism: cuBLASLt picks one algorithm per call through the heuristic, a pure function of
+// the shapes, types, alignment and device. Every cuBLASLt split-K reduction scheme is ordered
+// (none, "in place" with counters that enforce the sequence, or a separate reduction pass), and
+// cuBLAS documents bit-wise identical results across runs for the same toolkit version, GPU
+// architecture and SM count. The bias gradient is our own fixed-order reduction.
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include <cublasLt.h>
+
+#include "llmc/cuda/common.cuh"
+#include "llmc/cuda/gelu.cuh"
+
+namespace llmc::cuda {
+
+inline void cublaslt_check(cublasStatus_t s, const char* what, const char* file, int line) {
+    if (s != CUBLAS_STATUS_SUCCESS)
+        throw std::runtime_error(std::string("cuBLASLt error: ") + cublasLtGetStatusName(s) + " (" +
+                                 cublasLtGetStatusString(s) + ") in " + what + " at " + file + ":" +
+                                 std::to_string(line));
+}
+#define CUBLASLT_CHECK(call) ::llmc::cuda::cublaslt_check((call), #call, __FILE__, __LINE__)
+
+// Owns the cuBLASLt handle and a 32 MiB workspace. One per device; not copyable.
+struct MatmulContext {
+    cublasLtHandle_t handle = nullptr;
+    void* workspace = nullptr;
+    size_t workspace_bytes = 32u << 20;
+    bool fuse_gelu = true;         // GELU through cuBLASLt's epilogue (else gelu_forward after the matmul)
+    bool last_gelu_fused = false;  // set by matmul_forward with pre_gelu: whether the epilogue ran
+
+    MatmulContext() {
+        CUBLASLT_CHECK(cublasLtCreate(&handle));
+        const cudaError_t e = cudaMalloc(&workspace, workspace_bytes);
+        if (e != cudaSuccess) {
+            cublasLtDestroy(handle);
+            cuda_check(e, "cudaMalloc(matmul workspace)", __FILE__, __LINE__);
+        }
+    }
+    ~MatmulContext() {
+        if (workspace) cudaFree(workspace);
+        if (handle) cublasLtDestroy(handle);
+    }
+    MatmulContext(const MatmulContext&) = delete;
+    MatmulContext& operator=(const MatmulContext&) = delete;
+};
+
+namespace detail {
+
+#if defined(ENABLE_FP32)
+constexpr cudaDataType_t kFloatXType = CUDA_R_32F;
+#else
+constexpr cudaDataType_t kFloatXType = CUDA_R_16BF;
+#endif
+
+// RAII holders so that a throw mid-way frees the descriptors.
+struct LtDesc {
+    cublasLtMatmulDesc_t d = nullptr;
+    ~LtDesc() { if (d) cublasLtMatmulDescDestroy(d); }
+};
+struct LtLayout {
+    cublasLtMatrixLayout_t l = nullptr;
+    ~LtLayout() { if (l) cublasLtMatrixLayoutDestroy(l); }
+};
+struct LtPref {
+    cublasLtMatmulPreference_t p = nullptr;
+    ~LtPref() { if (p) cublasLtMatmulPreferenceDestroy(p); }
+};
+
+// One column-major GEMM  D (m, n) = alpha * op(A) @ op(B) + beta * C, with C = D (same pointer
+// and layout), alpha = 1. A is stored (transa ? (k, m) : (m, k)) with leading dimension lda, B is
+// stored (transb ? (n, k) : (k, n)) with ldb, D is (m, n) with ldd. `epilogue` may add `bias`
+// (length m) and write `aux` (m, n, ld = ldd). Returns false (and runs nothing) only when
+// `may_fail` is set and the heuristic finds no algorithm; otherwise throws on every failure.
+inline bool lt_matmul(MatmulContext& ctx, void* d, cudaDataType_t dtype, const void* a, bool transa, int lda,
+                      const void* b, bool transb, int ldb, cudaDataType_t abtype, int m, int n, int k, int ldd,
+                      float beta, cublasLtEpilogue_t epilogue, const void* bias, void* aux, cudaStream_t st,
+                      bool may_fail = false) {
+    LtDesc desc;
+    CUBLASLT_CHECK(cublasLtMatmulDescCreate(&desc.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
+    CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
+    CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    if (bias) {
+        const int32_t bias_type = dtype;  // bias has D's type (floatX) in every call we make
+        CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                      sizeof(bias_type)));
+        CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    }
+    if (aux) {
+        const int64_t aux_ld = ldd;
+        const int32_t aux_type = dtype;
+        CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                                      sizeof(aux)));
+        CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                                      sizeof(aux_ld)));
+        CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type,
+                                                      sizeof(aux_type)));
+    }
+    LtLayout la, lb, ld;
+    CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&la.l, abtype, transa ? k : m, transa ? m : k, lda));
+    CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&lb.l, abtype, transb ? n : k, transb ? k : n, ldb));
+    CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&ld.l, dtype, m, n, ldd));
+
+    LtPref pref;
+    CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref.p));
+    const uint64_t ws = ctx.workspace_bytes;
+    CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                        sizeof(ws)));
+    cublasLtMatmulHeuristicResult_t heur{};
+    int found = 0;
+    const cublasStatus_t hs =
+        cublasLtMatmulAlgoGetHeuristic(ctx.handle, desc.d, la.l, lb.l, ld.l, ld.l, pref.p, 1, &heur, &found);
+    if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
+        if (may_fail) return false;
+        throw std::runtime_error("cuBLASLt: cublasLtMatmulAlgoGetHeuristic found no algorithm for m=" +
+                                 std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                                 " epilogue=" + std::to_string((int)epilogue) + " (status " +
+                                 cublasLtGetStatusName(hs) + ")");
+    }
+    const float alpha = 1.0f;
+    CUBLASLT_CHECK(cublasLtMatmul(ctx.handle, desc.d, &alpha, a, la.l, b, lb.l, &beta, d, ld.l, d, ld.l, &heur.algo,
+                                  ctx.workspace, ctx.workspace_bytes, st));
+    return true;
+}
+
+inline void matmul_check_aligned(const void* p, const char* name) {
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
+        throw std::invalid_argument(std::string("matmul: ") + name + " is not 16-byte aligned; cuBLASLt needs "
+                                    "aligned operands (allocate with cudaMalloc, offsets in multiples of 16 bytes)");
+}
+inline void matmul_check_shape(int N, int IC, int OC) {
+    if (N < 1 || IC < 1 || OC < 1 || IC % 8 != 0 || OC % 8 != 0)
+        throw std::invalid_argument("matmul: unsupported shape N=" + std::to_string(N) + " IC=" + std::to_string(IC) +
+                                    " OC=" + std::to_string(OC) + "; need N, IC, OC >= 1 and IC, OC multiples of 8");
+}
+
+// dbias pass 1. Block (32, 8) owns 32 columns x kBiasRows rows of dout (N, OC); column
+// c = blockIdx.x*32 + threadIdx.x; threadIdx.y strides the rows by 8; the 8 partial sums are
+// added in threadIdx.y order. partial (ceil(N/kBiasRows), OC): partial[blockIdx.y*OC + c].
+constexpr int kBiasRows = 256;
+__global__ void bias_partial_kernel(float* partial, const floatX* dout, int N, int OC) {
+    __shared__ float sm[8][33];
+    const int c = blockIdx.x * 32 + threadIdx.x;
+    const int r0 = blockIdx.y * kBiasRows;
+    const int r1 = min(N, r0 + kBiasRows);
+    float acc = 0.0f;
+    if (c < OC)
+        for (int r = r0 + threadIdx.y; r < r1; r += 8) acc += to_float(dout[(size_t)r * OC + c]);
+    sm[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < OC) {
+        float s = 0.0f;
+        for (int j = 0; j < 8; j++) s += sm[j][threadIdx.x];
+        partial[(size_t)blockIdx.y * OC + c] = s;
+    }
+}
+// dbias pass 2: dbias[c] += sum over row chunks (in chunk order) of partial[chunk, c].
+__global__ void bias_final_kernel(float* dbias, const float* partial, int chunks, int OC) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= OC) return;
+    float s = 0.0f;
+    for (int j = 0; j < chunks; j++) s += partial[(size_t)j * OC + c];
+    dbias[c] += s;
+}
+
+}  // namespace detail
+
+// out (N, OC) floatX OVERWRITTEN = inp (N, IC) @ weight (OC, IC)^T + bias (OC, nullable).
+// pre_gelu (N, OC) non-null: pre_gelu = inp @ weight^T + bias and out = gelu(pre_gelu).
+inline void matmul_forward(MatmulContext& ctx, floatX* out, const floatX* inp, const floatX* weight,
+                           const floatX* bias, int N, int IC, int OC, cudaStream_t st, floatX* pre_gelu = nullptr) {
+    detail::matmul_check_shape(N, IC, OC);
+    detail::matmul_check_aligned(out, "out");
+    detail::matmul_check_aligned(inp, "inp");
+    detail::matmul_check_aligned(weight, "weight");
+    if (bias) detail::matmul_check_aligned(bias, "bias");
+    if (pre_gelu) detail::matmul_check_aligned(pre_gelu, "pre_gelu");
+    const cudaDataType_t t = detail::kFloatXType;
+    if (pre_gelu && ctx.fuse_gelu) {
+        const cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+        ctx.last_gelu_fused = detail::lt_matmul(ctx, out, t, weight, true, IC, inp, false, IC, t, OC, N, IC, OC,
+                                                0.0f, epi, bias, pre_gelu, st, /*may_fail=*/true);
+        if (ctx.last_gelu_fused) return;
+    }
+    ctx.last_gelu_fused = false;
+    floatX* d = pre_gelu ? pre_gelu : out;
+    detail::lt_matmul(ctx, d, t, weight, true, IC, inp, false, IC, t, OC, N, IC, OC, 0.0f,
+                      bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, nullptr, st);
+    if (pre_gelu) gelu_forward(out, pre_gelu, (size_t)N * OC, st);
+}
+
+// Floats of scratch matmul_backward needs for the bias gradient: (ceil(N / 256), OC).
+inline size_t matmul_backward_scratch_floats(int N, int OC) {
+    return (size_t)ceil_div(N, detail::kBiasRows) * (size_t)OC;
+}
+
+// dinp (N, IC) floatX OVERWRITTEN = dout @ weight (nullable: skipped);
+// dweight (OC, IC) fp32 ADDED += dout^T @ inp; dbias (OC) fp32 ADDED += column sums of dout
+// (nullable; then scratch may be nullptr, else it holds matmul_backward_scratch_floats(N, OC)).
+// dout (N, OC), inp (N, IC), weight (OC, IC) floatX.
+inline void matmul_backward(MatmulContext& ctx, floatX* dinp, float* dweight, float* dbias, float* scratch,
+                            const floatX* dout, const floatX* inp, const floatX* weight, int N, int IC, int OC,
+                            cudaStream_t st) {
+    detail::matmul_check_shape(N, IC, OC);
+    detail::matmul_check_aligned(dout, "dout");
+    detail::matmul_check_aligned(inp, "inp");
+    detail::matmul_check_aligned(weight, "weight");
+    detail::matmul_check_aligned(dweight, "dweight");
+    const cudaDataType_t t = detail::kFloatXType;
+    if (dinp) {
+        detail::matmul_check_aligned(dinp, "dinp");
+        detail::lt_matmul(ctx, dinp, t, weight, false, IC, dout, false, OC, t, IC, N, OC, IC, 0.0f,
+                          CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, st);
+    }
+    detail::lt_matmul(ctx, dweight, CUDA_R_32F, inp, false, IC, dout, true, OC, t, IC, OC, N, IC, 1.0f,
+                      CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, st);
+    if (dbias) {
+        if (!scratch) throw std::invalid_argument("matmul_backward: dbias needs scratch of "
+                                                  "matmul_backward_scratch_floats(N, OC) floats");
+        const int chunks = (int)ceil_div(N, detail::kBiasRows);
+        detail::bias_partial_kernel<<<dim3((unsigned)ceil_div(OC, 32), (unsigned)chunks), dim3(32, 8), 0, st>>>(
+            scratch, dout, N, OC);
+        CUDA_CHECK_LAUNCH();
+        detail::bias_final_kernel<<<(unsigned)ceil_div(OC, 256), 256, 0, st>>>(dbias, scratch, chunks, OC);
+        CUDA_CHECK_LAUNCH();
+    }
+}
+
+}  // namespace llmc::cuda
