@@ -47,7 +47,9 @@ __global__ void reduce_partials_add_kernel(PartialTargets t, const float* partia
     if (threadIdx.y == 0 && j < M) {
         float total = 0.0f;
         for (int y = 0; y < 32; y++) total += sums[y][threadIdx.x];
-        t.out[j / t.len][j % t.len] += total;
+        const int target = j / t.len;  // select without indexing the parameter array (keeps it out of local memory)
+        float* dst = target == 0 ? t.out[0] : target == 1 ? t.out[1] : target == 2 ? t.out[2] : t.out[3];
+        dst[j % t.len] += total;
     }
 }
 inline void reduce_partials_add(const PartialTargets& t, const float* partials, int R, cudaStream_t st) {
