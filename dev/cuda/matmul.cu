@@ -32,10 +32,26 @@ double bf16_peak_tflops(const std::string& name) {
     return 0.0;
 }
 
+// Device copy of host that starts `off` elements into its buffer (off = 16 bytes' worth: operands
+// that are 16- but not 256-byte aligned, like tensors inside the flat parameter buffer).
+template <typename T>
+struct Offset {
+    DeviceBuffer<T> buf;
+    size_t off;
+    Offset(const std::vector<float>& host, size_t off_) : off(off_) {
+        std::vector<float> h(off, 0.f);
+        h.insert(h.end(), host.begin(), host.end());
+        buf = lab::upload_as<T>(h);
+    }
+    Offset(size_t n, size_t off_) : buf(n + off_), off(off_) { lab::poison(buf.get(), buf.size()); }
+    T* get() const { return buf.get() + off; }
+};
+
 bool check_forward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int OC, bool with_bias, bool gelu,
-                   bool fuse) {
-    std::printf("forward N=%d IC=%d OC=%d bias=%d gelu=%s\n", N, IC, OC, (int)with_bias,
-                gelu ? (fuse ? "epilogue" : "kernel") : "no");
+                   bool fuse, bool offset16 = false) {
+    std::printf("forward N=%d IC=%d OC=%d bias=%d gelu=%s%s\n", N, IC, OC, (int)with_bias,
+                gelu ? (fuse ? "epilogue" : "kernel") : "no", offset16 ? " (operands at 16-byte offsets)" : "");
+    const size_t ox = offset16 ? 16 / sizeof(floatX) : 0;
     std::vector<float> inp = lab::random_normal(rng, (size_t)N * IC, 0.f, 1.f);
     std::vector<float> w = lab::random_normal(rng, (size_t)OC * IC, 0.f, 1.f / std::sqrt((float)IC));
     std::vector<float> b = lab::random_normal(rng, OC, 0.f, 0.5f);
@@ -46,12 +62,8 @@ bool check_forward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int OC, bo
     llmc::cpu::matmul_forward<float>(pre.data(), inp.data(), w.data(), with_bias ? b.data() : nullptr, N, IC, OC);
     if (gelu) llmc::cpu::gelu_forward<float>(out.data(), pre.data(), out.size());
 
-    auto d_inp = lab::upload_as<floatX>(inp);
-    auto d_w = lab::upload_as<floatX>(w);
-    auto d_b = lab::upload_as<floatX>(b);
-    DeviceBuffer<floatX> d_out((size_t)N * OC), d_pre((size_t)N * OC), d_out2((size_t)N * OC);
-    lab::poison(d_out.get(), d_out.size());
-    lab::poison(d_pre.get(), d_pre.size());
+    const Offset<floatX> d_inp(inp, ox), d_w(w, ox), d_b(b, ox);
+    const Offset<floatX> d_out((size_t)N * OC, ox), d_pre((size_t)N * OC, ox), d_out2((size_t)N * OC, ox);
     ctx.fuse_gelu = fuse;
     llmc::cuda::matmul_forward(ctx, d_out.get(), d_inp.get(), d_w.get(), with_bias ? d_b.get() : nullptr, N, IC, OC,
                                0, gelu ? d_pre.get() : nullptr);
@@ -64,16 +76,18 @@ bool check_forward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int OC, bo
     } else {
         ok &= lab::check("out", d_out.get(), pre);
     }
-    lab::poison(d_out2.get(), d_out2.size());
     llmc::cuda::matmul_forward(ctx, d_out2.get(), d_inp.get(), d_w.get(), with_bias ? d_b.get() : nullptr, N, IC, OC,
                                0, gelu ? d_pre.get() : nullptr);
-    ok &= lab::check_identical("out", d_out.get(), d_out2.get(), d_out.size());
+    ok &= lab::check_identical("out", d_out.get(), d_out2.get(), (size_t)N * OC);
     ctx.fuse_gelu = true;
     return ok;
 }
 
-bool check_backward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int OC, bool with_dinp, bool with_dbias) {
-    std::printf("backward N=%d IC=%d OC=%d dinp=%d dbias=%d\n", N, IC, OC, (int)with_dinp, (int)with_dbias);
+bool check_backward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int OC, bool with_dinp, bool with_dbias,
+                    bool offset16 = false) {
+    std::printf("backward N=%d IC=%d OC=%d dinp=%d dbias=%d%s\n", N, IC, OC, (int)with_dinp, (int)with_dbias,
+                offset16 ? " (operands at 16-byte offsets)" : "");
+    const size_t ox = offset16 ? 16 / sizeof(floatX) : 0, of = offset16 ? 4 : 0;
     std::vector<float> inp = lab::random_normal(rng, (size_t)N * IC, 0.f, 1.f);
     std::vector<float> w = lab::random_normal(rng, (size_t)OC * IC, 0.f, 1.f / std::sqrt((float)IC));
     std::vector<float> dout = lab::random_normal(rng, (size_t)N * OC, 0.f, 1.f);
@@ -88,15 +102,11 @@ bool check_backward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int OC, b
     llmc::cpu::matmul_backward<float>(dinp_ref.data(), dw_ref.data(), with_dbias ? db_ref.data() : nullptr,
                                       dout.data(), inp.data(), w.data(), N, IC, OC);
 
-    auto d_inp = lab::upload_as<floatX>(inp);
-    auto d_w = lab::upload_as<floatX>(w);
-    auto d_dout = lab::upload_as<floatX>(dout);
-    DeviceBuffer<floatX> d_dinp((size_t)N * IC), d_dinp2((size_t)N * IC);
+    const Offset<floatX> d_inp(inp, ox), d_w(w, ox), d_dout(dout, ox);
+    const Offset<floatX> d_dinp((size_t)N * IC, ox), d_dinp2((size_t)N * IC, ox);
     DeviceBuffer<float> d_scratch(llmc::cuda::matmul_backward_scratch_floats(N, OC));
-    lab::poison(d_dinp.get(), d_dinp.size());
     lab::poison(d_scratch.get(), d_scratch.size());
-    auto d_dw = lab::upload_as<float>(dw0);
-    auto d_db = lab::upload_as<float>(db0);
+    const Offset<float> d_dw(dw0, of), d_db(db0, of);
     llmc::cuda::matmul_backward(ctx, with_dinp ? d_dinp.get() : nullptr, d_dw.get(),
                                 with_dbias ? d_db.get() : nullptr, d_scratch.get(), d_dout.get(), d_inp.get(),
                                 d_w.get(), N, IC, OC, 0);
@@ -105,15 +115,58 @@ bool check_backward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int OC, b
     ok &= lab::check("dweight", d_dw.get(), dw_ref);
     ok &= lab::check("dbias", d_db.get(), with_dbias ? db_ref : db0);  // untouched when skipped
     // determinism: the same call again from the same starting gradients
-    auto d_dw2 = lab::upload_as<float>(dw0);
-    auto d_db2 = lab::upload_as<float>(db0);
-    lab::poison(d_dinp2.get(), d_dinp2.size());
+    const Offset<float> d_dw2(dw0, of), d_db2(db0, of);
     llmc::cuda::matmul_backward(ctx, with_dinp ? d_dinp2.get() : nullptr, d_dw2.get(),
                                 with_dbias ? d_db2.get() : nullptr, d_scratch.get(), d_dout.get(), d_inp.get(),
                                 d_w.get(), N, IC, OC, 0);
-    if (with_dinp) ok &= lab::check_identical("dinp", d_dinp.get(), d_dinp2.get(), d_dinp.size());
-    ok &= lab::check_identical("dweight", d_dw.get(), d_dw2.get(), d_dw.size());
-    ok &= lab::check_identical("dbias", d_db.get(), d_db2.get(), d_db.size());
+    if (with_dinp) ok &= lab::check_identical("dinp", d_dinp.get(), d_dinp2.get(), (size_t)N * IC);
+    ok &= lab::check_identical("dweight", d_dw.get(), d_dw2.get(), (size_t)OC * IC);
+    ok &= lab::check_identical("dbias", d_db.get(), d_db2.get(), (size_t)OC);
+    return ok;
+}
+
+// Which GELU does the epilogue compute? pre = x exactly (one non-zero input column, unit weights, no
+// bias), so out = gelu(x) for x in [-6, 4]; where the tanh approximation and the exact (erf) GELU
+// differ by more than 4 output ulps, the output must be closer to the tanh one.
+bool check_gelu_formula(MatmulContext& ctx, bool fuse) {
+    const int N = 512, IC = 8, OC = 8;
+    std::printf("GELU formula (%s): tanh approximation, not erf\n", fuse ? "epilogue" : "kernel");
+    std::vector<float> inp((size_t)N * IC, 0.f), w((size_t)OC * IC, 0.f);
+    for (int n = 0; n < N; n++) inp[(size_t)n * IC] = -6.f + 10.f * n / (N - 1);
+    lab::round_to_floatX(inp);
+    for (int o = 0; o < OC; o++) w[(size_t)o * IC] = 1.f;
+    auto d_inp = lab::upload_as<floatX>(inp);
+    auto d_w = lab::upload_as<floatX>(w);
+    DeviceBuffer<floatX> d_out((size_t)N * OC), d_pre((size_t)N * OC);
+    lab::poison(d_out.get(), d_out.size());
+    ctx.fuse_gelu = fuse;
+    llmc::cuda::matmul_forward(ctx, d_out.get(), d_inp.get(), d_w.get(), nullptr, N, IC, OC, 0, d_pre.get());
+    const bool fused = ctx.last_gelu_fused;
+    ctx.fuse_gelu = true;
+    if (fuse && !fused) {
+        std::printf("  cuBLASLt offered no GELU epilogue here (the kernel ran); nothing to decide\n");
+        return true;
+    }
+    const std::vector<float> out = lab::download(d_out.get(), d_out.size());
+    int decisive = 0, tanh_closer = 0, bad = 0;
+    for (int n = 0; n < N; n++) {
+        const double x = inp[(size_t)n * IC];
+        const double gt = 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+        const double ge = 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+        // output spacing near gt: relative 2^-7 (bf16, upper bound) or 2^-23 (fp32)
+        const double ulp = std::max(std::fabs(gt) * (sizeof(floatX) == 2 ? 0x1p-7 : 0x1p-23), 1e-30);
+        for (int o = 0; o < OC; o++) {
+            const double y = out[(size_t)n * OC + o];
+            if (!std::isfinite(y)) { bad++; continue; }
+            if (std::fabs(gt - ge) > 4 * ulp) {
+                decisive++;
+                tanh_closer += std::fabs(y - gt) < std::fabs(y - ge);
+            }
+        }
+    }
+    const bool ok = bad == 0 && (decisive == 0 || tanh_closer >= 0.95 * decisive);
+    std::printf("  %d decisive outputs, %d closer to tanh-GELU, %d non-finite  %s\n", decisive, tanh_closer, bad,
+                ok ? "OK" : "FAIL (set MatmulContext::fuse_gelu = false by default)");
     return ok;
 }
 
@@ -166,6 +219,12 @@ int main(int argc, char** argv) {
             ok &= check_backward(ctx, rng, N, IC, OC, true, true);
             ok &= check_backward(ctx, rng, N, IC, OC, false, false);
         }
+        // operands inside a larger buffer, 16- but not 256-byte aligned (as in the parameter buffer)
+        ok &= check_forward(ctx, rng, 333, 192, 768, true, true, true, true);
+        ok &= check_forward(ctx, rng, 333, 192, 768, true, false, true, true);
+        ok &= check_backward(ctx, rng, 333, 192, 768, true, true, true);
+        ok &= check_gelu_formula(ctx, true);
+        ok &= check_gelu_formula(ctx, false);
         ok &= check_rejects(ctx);
         std::printf("%s\n", ok ? "matmul: all checks passed" : "matmul: FAILED");
         if (args.check || !ok) return ok ? 0 : 1;
