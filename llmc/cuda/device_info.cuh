@@ -1,0 +1,67 @@
+// What the trainer reports about the GPU: its name and compute capability, the peak dense bf16
+// tensor-core rate (for MFU, looked up from the device name as llm.c does), and memory in use.
+#pragma once
+#include <cstddef>
+#include <cstdio>
+#include <string>
+
+#include <cuda_runtime.h>
+
+#include "llmc/cuda/common.cuh"
+
+namespace llmc::cuda {
+
+// Peak dense (no sparsity) bf16 tensor-core FLOP/s with fp32 accumulation, from the vendor's data
+// sheets at boost clock (GH200 matches "H200": same rate); 0 for a device not in the table (MFU is then not reported). The first
+// entry whose key is a substring of the device name wins, so specific names come first.
+inline double bf16_peak_flops_for(const std::string& device_name) {
+    struct Entry { const char* key; double tflops; };
+    static const Entry table[] = {
+        {"H100 PCIe", 756.0},  {"H100 NVL", 835.0},  {"H100", 989.4},  {"H800 PCIe", 756.0},
+        {"H800", 989.4},       {"H200", 989.4},      {"B200", 2250.0}, {"A100", 312.0},
+        {"A800", 312.0},       {"A10G", 70.0},       {"A10", 125.0},   {"L40S", 362.0},
+        {"L40", 181.0},        {"L4", 121.0},        {"RTX 4090", 165.2}, {"RTX 3090", 71.0},
+    };
+    for (const Entry& e : table)
+        if (device_name.find(e.key) != std::string::npos) return e.tflops * 1e12;
+    return 0.0;
+}
+
+struct DeviceInfo {
+    std::string name;
+    int sm_major = 0, sm_minor = 0;
+    int multiprocessors = 0;
+    size_t total_memory = 0;  // bytes
+};
+
+// The current device's properties.
+inline DeviceInfo current_device_info() {
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    DeviceInfo d;
+    d.name = prop.name;
+    d.sm_major = prop.major;
+    d.sm_minor = prop.minor;
+    d.multiprocessors = prop.multiProcessorCount;
+    d.total_memory = prop.totalGlobalMem;
+    return d;
+}
+
+// Bytes of device memory in use on the current device (by every process: total - free), as llm.c reports.
+inline size_t device_memory_in_use() {
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    return total_b - free_b;
+}
+
+// One line for logs: "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.1 GiB, bf16)".
+inline std::string describe_device(const DeviceInfo& d) {
+    char buf[320];
+    std::snprintf(buf, sizeof(buf), "%s (sm_%d%d, %d SMs, %.1f GiB, %s)", d.name.c_str(), d.sm_major, d.sm_minor,
+                  d.multiprocessors, d.total_memory / 1073741824.0, kPrecisionName);
+    return buf;
+}
+
+}  // namespace llmc::cuda

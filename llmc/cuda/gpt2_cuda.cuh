@@ -1,0 +1,556 @@
+// GPT-2 with LS-attention on one GPU: CudaBackend, the Backend the training loop drives with
+// --device cuda. It wires the CUDA ops of llmc/cuda/<op>.cuh together exactly as CpuBackend
+// (llmc/cpu/gpt2_cpu.h) wires the CPU ops, so both compute the same model (see that file's header
+// for the math). Memory, dtypes and determinism: docs/cuda_backend.md.
+//
+// Buffers (all on the device; N = B*T rows):
+//   master (P) fp32      parameters in the canonical flat layout of llmc/params.h (get/set_params copy it)
+//   wparams (P) floatX   working copy the kernels read; BF16 build: round-to-nearest of master,
+//                        refreshed after every set_params and AdamW step; FP32 build: the master itself
+//   grads, m, v (P) fp32 gradients (every backward ADDS into them) and AdamW moments, same layout
+//   activations          floatX (LayerNorm mean/rstd, attention lse, losses fp32), per layer as in
+//                        Gpt2CpuActs, planned on the first forward and grown if a later pass is larger
+//
+// Differences from CpuBackend (interface-visible):
+//   - backward() turns the device logits into dlogits in place (one fused classifier pass, no second
+//     (N, Vp) buffer), so logits() must be read before backward() and a second backward() needs a
+//     new forward(); both misuses throw std::logic_error instead of returning garbage.
+//   - Not done yet: recomputation (-r), CUDA graphs, KV cache (Backend defaults: no KV cache).
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "llmc/backend.h"
+#include "llmc/cuda/adamw.cuh"
+#include "llmc/cuda/attention_ls.cuh"
+#include "llmc/cuda/classifier.cuh"
+#include "llmc/cuda/common.cuh"
+#include "llmc/cuda/device_info.cuh"
+#include "llmc/cuda/encoder.cuh"
+#include "llmc/cuda/gelu.cuh"
+#include "llmc/cuda/global_norm.cuh"
+#include "llmc/cuda/layernorm.cuh"
+#include "llmc/cuda/matmul.cuh"
+#include "llmc/cuda/qknorm.cuh"
+#include "llmc/error.h"
+#include "llmc/init.h"
+#include "llmc/model_config.h"
+#include "llmc/params.h"
+
+namespace llmc::cuda {
+
+// Every activation buffer of the model on the device, for a capacity of N = B*T rows; a pass with
+// B*T <= capacity uses the leading part (per-layer blocks at stride N * width, N = this pass's rows).
+struct Gpt2CudaActs {
+    // forward
+    DeviceBuffer<int> inputs, targets;            // (B, T)
+    DeviceBuffer<floatX> encoded;                 // (B, T, C)       wte[inp] + wpe
+    DeviceBuffer<floatX> ln1;                     // (L, B, T, C)
+    DeviceBuffer<float> ln1_mean, ln1_rstd;       // (L, B, T)
+    DeviceBuffer<floatX> qkv;                     // (L, B, T, 3C)   qkv matmul output
+    DeviceBuffer<floatX> qkvn;                    // (L, B, T, 3C)   after QK-norm (empty unless qk_norm)
+    DeviceBuffer<float> qkn_mean, qkn_rstd;       // (L, B, T, 2, NH) (empty unless qk_norm)
+    DeviceBuffer<floatX> atty;                    // (L, B, T, C)    attention output, heads concatenated
+    DeviceBuffer<float> att_lse;                  // (L, B, NH, T)
+    DeviceBuffer<floatX> residual2;               // (L, B, T, C)    x after the attention branch
+    DeviceBuffer<floatX> ln2;                     // (L, B, T, C)
+    DeviceBuffer<float> ln2_mean, ln2_rstd;       // (L, B, T)
+    DeviceBuffer<floatX> fch;                     // (L, B, T, 4C)   fc matmul output (pre-GELU)
+    DeviceBuffer<floatX> fch_gelu;                // (L, B, T, 4C)
+    DeviceBuffer<floatX> residual3;               // (L, B, T, C)    layer output
+    DeviceBuffer<floatX> lnf;                     // (B, T, C)
+    DeviceBuffer<float> lnf_mean, lnf_rstd;       // (B, T)
+    DeviceBuffer<floatX> logits;                  // (B, T, Vp)      backward overwrites it with dlogits
+    DeviceBuffer<float> losses, zlosses, lse, row_max;  // (B, T)
+    DeviceBuffer<floatX> branch;                  // (B, T, C)       attproj / fcproj output before the add
+    // backward
+    DeviceBuffer<floatX> dresidual;               // (B, T, C)  gradient of the residual stream, updated in place
+    DeviceBuffer<floatX> dbtc;                    // (B, T, C)  d lnf / d ln2 / d atty / d ln1
+    DeviceBuffer<floatX> d4c;                     // (B, T, 4C) d fch_gelu, then d fch (GELU backward in place)
+    DeviceBuffer<floatX> d3c_a, d3c_b;            // (B, T, 3C) d qkv(n), d qkv (d3c_b: QK-norm only)
+
+    // Byte totals per group, for the memory plan.
+    size_t fwd_bytes = 0, logit_bytes = 0, bwd_bytes = 0;
+
+    // Allocates for N rows. Every buffer is filled with 0xFF bytes (NaN in bf16 and fp32), so a
+    // kernel that reads what nothing wrote shows up as NaN instead of a plausible stale value.
+    void allocate(const ModelConfig& cfg, size_t N) {
+        const size_t L = cfg.num_layers, C = cfg.channels, NH = cfg.num_heads, Vp = cfg.padded_vocab_size;
+        const size_t qk = cfg.qk_norm ? 1 : 0;
+        size_t* group = &fwd_bytes;
+        fwd_bytes = logit_bytes = bwd_bytes = 0;
+        auto alloc = [&](auto& buf, size_t n) {
+            buf.resize(n);
+            if (n > 0) CUDA_CHECK(cudaMemset(buf.get(), 0xFF, buf.bytes()));
+            *group += buf.bytes();
+        };
+        alloc(inputs, N); alloc(targets, N);
+        alloc(encoded, N * C);
+        alloc(ln1, L * N * C); alloc(ln1_mean, L * N); alloc(ln1_rstd, L * N);
+        alloc(qkv, L * N * 3 * C);
+        alloc(qkvn, qk * L * N * 3 * C); alloc(qkn_mean, qk * L * N * 2 * NH); alloc(qkn_rstd, qk * L * N * 2 * NH);
+        alloc(atty, L * N * C); alloc(att_lse, L * N * NH);
+        alloc(residual2, L * N * C);
+        alloc(ln2, L * N * C); alloc(ln2_mean, L * N); alloc(ln2_rstd, L * N);
+        alloc(fch, L * N * 4 * C); alloc(fch_gelu, L * N * 4 * C);
+        alloc(residual3, L * N * C);
+        alloc(lnf, N * C); alloc(lnf_mean, N); alloc(lnf_rstd, N);
+        alloc(branch, N * C);
+        group = &logit_bytes;
+        alloc(logits, N * Vp);
+        alloc(losses, N); alloc(zlosses, N); alloc(lse, N); alloc(row_max, N);
+        group = &bwd_bytes;
+        alloc(dresidual, N * C); alloc(dbtc, N * C);
+        alloc(d4c, N * 4 * C);
+        alloc(d3c_a, N * 3 * C); alloc(d3c_b, qk * N * 3 * C);
+    }
+};
+
+class CudaBackend : public Backend {
+public:
+    // Builds the initial fp32 parameters on the host exactly as CpuBackend does (llmc::init_params,
+    // same seed -> same weights) and uploads them. Throws InputError for an unbuildable config.
+    CudaBackend(const ModelConfig& cfg, uint64_t seed) : cfg_(cfg) {
+        const std::string err = validate_model_config(cfg);
+        if (!err.empty()) throw InputError(err);
+        attention_ls_check_args(1, 1, cfg.channels, cfg.num_heads, cfg.global_heads, cfg.window);  // head size
+        layout_ = param_layout(cfg);
+        CUDA_CHECK(cudaStreamCreate(&stream_));
+        const size_t P = layout_.total;
+        master_.resize(P);
+        grads_.resize(P, true);
+        m_.resize(P, true);
+        v_.resize(P, true);
+        if constexpr (kSeparateWorkingCopy) {
+            wparams_buf_.resize(P);
+            wparams_ = wparams_buf_.get();
+        } else {
+            wparams_ = reinterpret_cast<floatX*>(master_.get());  // FP32 build: floatX is float
+        }
+        attn_stats_.resize((size_t)cfg.num_layers * 3 * cfg.num_heads);
+        stats_host_.resize(attn_stats_.size());
+        norm_.resize(1);
+        scratch_.resize(global_norm_scratch_floats());  // grad_norm() may come before any forward
+        const std::vector<float> init = init_params(cfg, seed);
+        set_params(init.data());
+        peak_flops_ = bf16_peak_flops_for(current_device_info().name);
+    }
+    ~CudaBackend() override {
+        cudaStreamSynchronize(stream_);  // no throw from a destructor; buffers free after this
+        cudaStreamDestroy(stream_);
+    }
+    CudaBackend(const CudaBackend&) = delete;
+    CudaBackend& operator=(const CudaBackend&) = delete;
+
+    const char* name() const override { return "cuda"; }
+    const ModelConfig& config() const override { return cfg_; }
+
+    // ---- parameters, optimizer state, gradients: fp32 host <-> device, canonical layout
+    void get_params(float* dst) const override { download(dst, master_.get(), layout_.total); }
+    void set_params(const float* src) override {
+        upload(master_.get(), src, layout_.total);
+        refresh_working_copy();
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    void get_optimizer_state(float* m, float* v) const override {
+        download(m, m_.get(), layout_.total);
+        download(v, v_.get(), layout_.total);
+    }
+    void set_optimizer_state(const float* m, const float* v) override {
+        upload(m_.get(), m, layout_.total);
+        upload(v_.get(), v, layout_.total);
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    void get_grads(float* dst) const override { download(dst, grads_.get(), layout_.total); }
+    void set_grads(const float* src) override {
+        upload(grads_.get(), src, layout_.total);
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    void zero_grad() override { CUDA_CHECK(cudaMemsetAsync(grads_.get(), 0, grads_.bytes(), stream_)); }
+
+    // ---- forward: inputs, targets (B, T) on the host; see Backend::forward
+    ForwardResult forward(const int* inputs, const int* targets, int B, int T, float z_weight,
+                          LogitStats* stats) override {
+        check_batch(inputs, targets, B, T);
+        const int L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads, hd = cfg_.head_size();
+        const int V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size, G = cfg_.global_heads, P = cfg_.window;
+        const float softcap = cfg_.attn_softcap;
+        const size_t N = (size_t)B * T;
+        const int n = (int)N;
+        ensure_capacity(B, T);
+        B_ = B; T_ = T; z_weight_ = z_weight; has_targets_ = targets != nullptr;
+        logits_state_ = LogitsState::OnDevice;
+        cudaStream_t st = stream_;
+        Gpt2CudaActs& a = acts_;
+
+        std::copy(inputs, inputs + N, inputs_host_.begin());
+        CUDA_CHECK(cudaMemcpyAsync(a.inputs.get(), inputs_host_.data(), N * sizeof(int), cudaMemcpyHostToDevice, st));
+        if (targets)
+            CUDA_CHECK(cudaMemcpyAsync(a.targets.get(), targets, N * sizeof(int), cudaMemcpyHostToDevice, st));
+        if (stats) {  // per layer {max[NH], min[NH], entropy_sum[NH]} start at (-inf, +inf, 0)
+            for (int l = 0; l < L; l++)
+                for (int h = 0; h < NH; h++) {
+                    float* s = stats_host_.data() + (size_t)l * 3 * NH;
+                    s[h] = -std::numeric_limits<float>::infinity();
+                    s[NH + h] = std::numeric_limits<float>::infinity();
+                    s[2 * NH + h] = 0.0f;
+                }
+            CUDA_CHECK(cudaMemcpyAsync(attn_stats_.get(), stats_host_.data(), attn_stats_.bytes(),
+                                       cudaMemcpyHostToDevice, st));
+        }
+
+        auto W = [&](ParamId id) -> const floatX* { return wparams_ + layout_.offset[id]; };
+        encoder_forward(a.encoded.get(), a.inputs.get(), W(P_WTE), W(P_WPE), B, T, C, st);
+        layernorm_forward(a.ln1.get(), a.ln1_mean.get(), a.ln1_rstd.get(), a.encoded.get(), W(P_LN1W), W(P_LN1B),
+                          n, C, st);
+        for (int l = 0; l < L; l++) {
+            const floatX* residual = l == 0 ? a.encoded.get() : a.residual3.get() + (size_t)(l - 1) * N * C;
+            floatX* ln1 = a.ln1.get() + l * N * C;
+            floatX* qkv = a.qkv.get() + l * N * 3 * C;
+            floatX* atty = a.atty.get() + l * N * C;
+            float* att_lse = a.att_lse.get() + l * N * NH;
+            floatX* residual2 = a.residual2.get() + l * N * C;
+            floatX* ln2 = a.ln2.get() + l * N * C;
+            floatX* fch = a.fch.get() + l * N * 4 * C;
+            floatX* fch_gelu = a.fch_gelu.get() + l * N * 4 * C;
+            floatX* residual3 = a.residual3.get() + l * N * C;
+
+            // attention branch: qkv = ln1 @ qkvw^T + qkvb (N, 3C) -> [QK-norm] -> LS-attention (N, C)
+            matmul_forward(mm_, qkv, ln1, W(P_QKVW) + (size_t)l * 3 * C * C, W(P_QKVB) + l * 3 * C, n, C, 3 * C, st);
+            const floatX* att_in = qkv;
+            if (cfg_.qk_norm) {
+                floatX* qkvn = a.qkvn.get() + l * N * 3 * C;
+                qknorm_forward(qkvn, a.qkn_mean.get() + l * N * 2 * NH, a.qkn_rstd.get() + l * N * 2 * NH, qkv,
+                               W(P_QNORMW) + l * hd, W(P_QNORMB) + l * hd, W(P_KNORMW) + l * hd,
+                               W(P_KNORMB) + l * hd, n, C, NH, st);
+                att_in = qkvn;
+            }
+            attention_ls_forward(atty, att_lse, att_in, B, T, C, NH, G, P, softcap,
+                                 stats ? attn_stats_.get() + (size_t)l * 3 * NH : nullptr, scratch_.get(), st);
+            matmul_forward(mm_, a.branch.get(), atty, W(P_ATTPROJW) + (size_t)l * C * C, W(P_ATTPROJB) + l * C, n, C,
+                           C, st);
+            // residual2 = residual + attproj; ln2 = LayerNorm(residual2)
+            fused_residual_layernorm_forward(residual2, ln2, a.ln2_mean.get() + l * N, a.ln2_rstd.get() + l * N,
+                                             residual, a.branch.get(), W(P_LN2W) + l * C, W(P_LN2B) + l * C, n, C, st);
+            // MLP branch: fch = ln2 @ fcw^T + fcb, fch_gelu = gelu(fch) (fused epilogue), then fcproj
+            matmul_forward(mm_, fch_gelu, ln2, W(P_FCW) + (size_t)l * 4 * C * C, W(P_FCB) + l * 4 * C, n, C, 4 * C,
+                           st, fch);
+            matmul_forward(mm_, a.branch.get(), fch_gelu, W(P_FCPROJW) + (size_t)l * C * 4 * C,
+                           W(P_FCPROJB) + l * C, n, 4 * C, C, st);
+            // residual3 = residual2 + fcproj, and the next LayerNorm (the next layer's ln1, or lnf) fused
+            if (l + 1 < L)
+                fused_residual_layernorm_forward(residual3, a.ln1.get() + (l + 1) * N * C,
+                                                 a.ln1_mean.get() + (l + 1) * N, a.ln1_rstd.get() + (l + 1) * N,
+                                                 residual2, a.branch.get(), W(P_LN1W) + (l + 1) * C,
+                                                 W(P_LN1B) + (l + 1) * C, n, C, st);
+            else
+                fused_residual_layernorm_forward(residual3, a.lnf.get(), a.lnf_mean.get(), a.lnf_rstd.get(),
+                                                 residual2, a.branch.get(), W(P_LNFW), W(P_LNFB), n, C, st);
+        }
+        // LM head, no bias: logits = lnf @ wte^T (lm_head^T when untied)   (N, Vp)
+        matmul_forward(mm_, a.logits.get(), a.lnf.get(), W(lm_head_id()), nullptr, n, C, Vp, st);
+
+        ForwardResult res;
+        if (targets || stats) {
+            classifier_forward_backward(a.logits.get(), a.lse.get(), a.losses.get(), a.zlosses.get(),
+                                        stats ? a.row_max.get() : nullptr, targets ? a.targets.get() : nullptr,
+                                        z_weight, 0.0f, n, V, Vp, st);
+            if (targets) {
+                CUDA_CHECK(cudaMemcpyAsync(losses_host_.data(), a.losses.get(), N * sizeof(float),
+                                           cudaMemcpyDeviceToHost, st));
+                CUDA_CHECK(cudaMemcpyAsync(zlosses_host_.data(), a.zlosses.get(), N * sizeof(float),
+                                           cudaMemcpyDeviceToHost, st));
+            }
+            if (stats) {
+                CUDA_CHECK(cudaMemcpyAsync(lse_host_.data(), a.lse.get(), N * sizeof(float), cudaMemcpyDeviceToHost, st));
+                CUDA_CHECK(cudaMemcpyAsync(row_max_host_.data(), a.row_max.get(), N * sizeof(float),
+                                           cudaMemcpyDeviceToHost, st));
+                CUDA_CHECK(cudaMemcpyAsync(stats_host_.data(), attn_stats_.get(), attn_stats_.bytes(),
+                                           cudaMemcpyDeviceToHost, st));
+            }
+            CUDA_CHECK(cudaStreamSynchronize(st));
+            if (targets) {
+                double sum_ce = 0.0, sum_z = 0.0;  // fixed order: deterministic
+                for (size_t i = 0; i < N; i++) { sum_ce += (double)losses_host_[i]; sum_z += (double)zlosses_host_[i]; }
+                res.loss = (float)(sum_ce / (double)N);
+                res.z_loss = (float)(sum_z / (double)N);
+            }
+            if (stats) {
+                stats->resize(L, NH);
+                for (int l = 0; l < L; l++) {
+                    const float* s = stats_host_.data() + (size_t)l * 3 * NH;
+                    for (int h = 0; h < NH; h++) {
+                        stats->max_logit[(size_t)l * NH + h] = s[h];
+                        stats->min_logit[(size_t)l * NH + h] = s[NH + h];
+                        stats->entropy[(size_t)l * NH + h] = (float)((double)s[2 * NH + h] / (double)N);
+                    }
+                }
+                float mx = row_max_host_[0];
+                double lse_sum = 0.0;
+                for (size_t i = 0; i < N; i++) {
+                    mx = row_max_host_[i] > mx ? row_max_host_[i] : mx;
+                    lse_sum += (double)lse_host_[i];
+                }
+                stats->out_max_logit = mx;
+                stats->out_mean_lse = (float)(lse_sum / (double)N);
+            }
+        }
+        return res;
+    }
+
+    // (B, T, Vp) fp32 host copy of the last forward's logits (converted from floatX on first call).
+    const float* logits() override {
+        if (logits_state_ == LogitsState::None)
+            throw std::logic_error("CudaBackend::logits: no forward() yet");
+        if (logits_state_ == LogitsState::Overwritten)
+            throw std::logic_error("CudaBackend::logits: backward() replaced the logits by their gradient; "
+                                   "read logits() before backward()");
+        if (logits_state_ == LogitsState::OnDevice) {
+            const size_t count = (size_t)B_ * T_ * cfg_.padded_vocab_size;
+            if (logits_host_.size() < count) {  // host copies only when asked for (training never is)
+                logits_stage_.resize(count);
+                logits_host_.resize(count);
+            }
+            download(logits_stage_.data(), acts_.logits.get(), count);
+#pragma omp parallel for schedule(static)
+            for (long i = 0; i < (long)count; i++) logits_host_[i] = to_float(logits_stage_[i]);
+            logits_state_ = LogitsState::OnHost;
+        }
+        return logits_host_.data();
+    }
+
+    // ---- backward: ADDS grad_scale * d(mean CE + mean z-loss)/d(params) into the fp32 gradients
+    void backward(float grad_scale) override {
+        if (!has_targets_) throw std::logic_error("CudaBackend::backward needs a preceding forward with targets");
+        if (logits_state_ == LogitsState::Overwritten)
+            throw std::logic_error("CudaBackend::backward: the logits were already turned into dlogits; run "
+                                   "forward() again before another backward()");
+        const int L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads, hd = cfg_.head_size();
+        const int V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size, G = cfg_.global_heads, P = cfg_.window;
+        const float softcap = cfg_.attn_softcap;
+        const int B = B_, T = T_, n = B * T;
+        const size_t N = (size_t)n;
+        cudaStream_t st = stream_;
+        Gpt2CudaActs& a = acts_;
+        float* scratch = scratch_.get();
+        auto W = [&](ParamId id) -> const floatX* { return wparams_ + layout_.offset[id]; };
+        auto D = [&](ParamId id) -> float* { return grads_.get() + layout_.offset[id]; };
+
+        // classifier: logits -> dlogits in place, objective (1/N) sum (CE + z), scaled by grad_scale
+        const float dloss = (float)((double)grad_scale / (double)N);
+        classifier_forward_backward(a.logits.get(), a.lse.get(), a.losses.get(), a.zlosses.get(), nullptr,
+                                    a.targets.get(), z_weight_, dloss, n, V, Vp, st);
+        logits_state_ = LogitsState::Overwritten;
+        floatX* dlogits = a.logits.get();
+        matmul_backward(mm_, a.dbtc.get(), D(lm_head_id()), nullptr, scratch, dlogits, a.lnf.get(), W(lm_head_id()),
+                        n, C, Vp, st);
+        CUDA_CHECK(cudaMemsetAsync(a.dresidual.get(), 0, N * C * sizeof(floatX), st));
+        layernorm_backward(a.dresidual.get(), D(P_LNFW), D(P_LNFB), scratch, a.dbtc.get(),
+                           a.residual3.get() + (size_t)(L - 1) * N * C, W(P_LNFW), a.lnf_mean.get(),
+                           a.lnf_rstd.get(), n, C, st);
+
+        // dres holds d(objective)/d(x) of the residual stream; a residual add passes it unchanged to
+        // both inputs, so it is updated in place: each branch reads it as its dout and the branch's
+        // LayerNorm backward adds into it (as in gpt2_cpu.h).
+        floatX* dres = a.dresidual.get();
+        floatX* d4c = a.d4c.get();
+        for (int l = L - 1; l >= 0; l--) {
+            const floatX* residual = l == 0 ? a.encoded.get() : a.residual3.get() + (size_t)(l - 1) * N * C;
+            const floatX* ln1 = a.ln1.get() + l * N * C;
+            const floatX* qkv = a.qkv.get() + l * N * 3 * C;
+            const floatX* atty = a.atty.get() + l * N * C;
+            const float* att_lse = a.att_lse.get() + l * N * NH;
+            const floatX* residual2 = a.residual2.get() + l * N * C;
+            const floatX* ln2 = a.ln2.get() + l * N * C;
+            const floatX* fch = a.fch.get() + l * N * 4 * C;
+            const floatX* fch_gelu = a.fch_gelu.get() + l * N * 4 * C;
+
+            // MLP branch: dres is d residual3 = d fcproj = (so far) d residual2
+            matmul_backward(mm_, d4c, D(P_FCPROJW) + (size_t)l * C * 4 * C, D(P_FCPROJB) + l * C, scratch, dres,
+                            fch_gelu, W(P_FCPROJW) + (size_t)l * C * 4 * C, n, 4 * C, C, st);
+            gelu_backward(d4c, fch, d4c, N * 4 * C, st);  // d fch_gelu -> d fch, in place
+            matmul_backward(mm_, a.dbtc.get(), D(P_FCW) + (size_t)l * 4 * C * C, D(P_FCB) + l * 4 * C, scratch, d4c,
+                            ln2, W(P_FCW) + (size_t)l * 4 * C * C, n, C, 4 * C, st);
+            layernorm_backward(dres, D(P_LN2W) + l * C, D(P_LN2B) + l * C, scratch, a.dbtc.get(), residual2,
+                               W(P_LN2W) + l * C, a.ln2_mean.get() + l * N, a.ln2_rstd.get() + l * N, n, C, st);
+
+            // attention branch: dres is now d residual2 = d attproj = (so far) d residual
+            matmul_backward(mm_, a.dbtc.get(), D(P_ATTPROJW) + (size_t)l * C * C, D(P_ATTPROJB) + l * C, scratch,
+                            dres, atty, W(P_ATTPROJW) + (size_t)l * C * C, n, C, C, st);
+            const floatX* att_in = cfg_.qk_norm ? a.qkvn.get() + l * N * 3 * C : qkv;
+            attention_ls_backward(a.d3c_a.get(), a.dbtc.get(), att_in, atty, att_lse, B, T, C, NH, G, P, softcap,
+                                  scratch, st);
+            const floatX* dqkv = a.d3c_a.get();
+            if (cfg_.qk_norm) {
+                qknorm_backward(a.d3c_b.get(), D(P_QNORMW) + l * hd, D(P_QNORMB) + l * hd, D(P_KNORMW) + l * hd,
+                                D(P_KNORMB) + l * hd, scratch, a.d3c_a.get(), qkv, W(P_QNORMW) + l * hd,
+                                W(P_KNORMW) + l * hd, a.qkn_mean.get() + l * N * 2 * NH,
+                                a.qkn_rstd.get() + l * N * 2 * NH, n, C, NH, st);
+                dqkv = a.d3c_b.get();
+            }
+            matmul_backward(mm_, a.dbtc.get(), D(P_QKVW) + (size_t)l * 3 * C * C, D(P_QKVB) + l * 3 * C, scratch,
+                            dqkv, ln1, W(P_QKVW) + (size_t)l * 3 * C * C, n, C, 3 * C, st);
+            layernorm_backward(dres, D(P_LN1W) + l * C, D(P_LN1B) + l * C, scratch, a.dbtc.get(), residual,
+                               W(P_LN1W) + l * C, a.ln1_mean.get() + l * N, a.ln1_rstd.get() + l * N, n, C, st);
+        }
+        encoder_backward(D(P_WTE), D(P_WPE), dres, a.inputs.get(), inputs_host_.data(), B, T, C, enc_scratch_, st);
+        // backward() returns with the work queued; the next host copy (get_grads, grad_norm) synchronizes.
+    }
+
+    float grad_norm() override {
+        global_norm_squared(norm_.get(), grads_.get(), layout_.total, scratch_.get(), stream_);
+        float sq = 0.0f;
+        download(&sq, norm_.get(), 1);
+        return (float)std::sqrt((double)sq);
+    }
+
+    // One AdamW step over every parameter tensor, each with its own weight-decay rule (params.h),
+    // as CpuBackend loops. The master weights are updated in fp32; the working copy is then the
+    // round-to-nearest of the new master (a function of the master alone, so a run resumed from the
+    // fp32 checkpoint continues bit-identically; see docs/cuda_backend.md for why not stochastic rounding).
+    void adamw_update(const AdamWHyper& h, int t, float grad_multiplier) override {
+        for (int id = 0; id < NUM_PARAM_TENSORS; id++) {
+            const size_t off = layout_.offset[id], count = layout_.size[id];
+            if (count == 0) continue;
+            const float wd = param_gets_weight_decay(id) ? h.weight_decay : 0.0f;
+            llmc::cuda::adamw_update(nullptr, master_.get() + off, grads_.get() + off, m_.get() + off,
+                                     v_.get() + off, count, h.lr, h.beta1, h.beta2, h.eps, wd, t, grad_multiplier,
+                                     /*seed (no stochastic rounding: params == nullptr)*/ 0u, stream_);
+        }
+        refresh_working_copy();
+    }
+
+    double peak_flops() const override { return peak_flops_; }
+    size_t device_memory_used() const override { return device_memory_in_use(); }
+
+    // For tests and diagnostics: the stream every op runs on, and the activations of the last forward.
+    cudaStream_t stream() const { return stream_; }
+    const Gpt2CudaActs& acts() const { return acts_; }
+
+private:
+    static constexpr bool kSeparateWorkingCopy = !std::is_same<floatX, float>::value;
+    enum class LogitsState { None, OnDevice, OnHost, Overwritten };
+
+    ParamId lm_head_id() const { return cfg_.tied_embeddings ? P_WTE : P_LMHEAD; }
+
+    // BF16 build: wparams = round-to-nearest(master); FP32 build: wparams is master (nothing to do).
+    void refresh_working_copy() {
+        if constexpr (kSeparateWorkingCopy) copy_master_to_params(wparams_, master_.get(), layout_.total, stream_);
+    }
+
+    template <typename T>
+    void upload(T* dst, const T* src, size_t count) {
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, count * sizeof(T), cudaMemcpyHostToDevice, stream_));
+    }
+    template <typename T>
+    void download(T* dst, const T* src, size_t count) const {
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, count * sizeof(T), cudaMemcpyDeviceToHost, stream_));
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+
+    // Grows activations (rows B*T) and the op scratch (which depends on B and T separately) when
+    // this pass needs more; prints the memory plan whenever it changes.
+    void ensure_capacity(int B, int T) {
+        const size_t N = (size_t)B * T;
+        const int C = cfg_.channels, NH = cfg_.num_heads, Vp = cfg_.padded_vocab_size;
+        bool changed = false;
+        if (N > capacity_) {
+            CUDA_CHECK(cudaStreamSynchronize(stream_));  // buffers in use by queued work are about to be freed
+            acts_.allocate(cfg_, N);
+            inputs_host_.resize(N);
+            losses_host_.resize(N); zlosses_host_.resize(N); lse_host_.resize(N); row_max_host_.resize(N);
+            capacity_ = N;
+            changed = true;
+        }
+        const int n = (int)N;
+        size_t need = global_norm_scratch_floats();
+        need = std::max(need, layernorm_backward_scratch_floats(n, C));
+        if (cfg_.qk_norm) need = std::max(need, qknorm_backward_scratch_floats(n, C, NH));
+        for (int oc : {C, 3 * C, 4 * C, Vp}) need = std::max(need, matmul_backward_scratch_floats(n, oc));
+        need = std::max(need, attention_ls_backward_scratch_floats(B, T, C, NH));
+        need = std::max(need, attention_stats_scratch_floats(B, T, NH));
+        if (need > scratch_.size()) {
+            CUDA_CHECK(cudaStreamSynchronize(stream_));
+            scratch_.resize(need);
+            changed = true;
+        }
+        if (changed) print_memory_plan();
+    }
+
+    void print_memory_plan() const {
+        const double MiB = 1048576.0;
+        const size_t P = layout_.total;
+        const double params = (master_.bytes() + wparams_buf_.bytes()) / MiB;
+        const double opt = (grads_.bytes() + m_.bytes() + v_.bytes()) / MiB;
+        const double fwd = acts_.fwd_bytes / MiB, lg = acts_.logit_bytes / MiB, bwd = acts_.bwd_bytes / MiB;
+        const double scr = scratch_.bytes() / MiB;
+        std::printf("cuda memory plan (%s, %zu params, B*T %zu): params %.1f MiB (fp32 master%s), grads+m+v %.1f MiB, "
+                    "activations %.1f MiB, logits %.1f MiB, backward %.1f MiB, scratch %.1f MiB, total %.1f MiB\n",
+                    kPrecisionName, P, capacity_, params, kSeparateWorkingCopy ? " + bf16 copy" : "", opt, fwd, lg,
+                    bwd, scr, params + opt + fwd + lg + bwd + scr);
+    }
+
+    // Refuses what the model cannot run, with the fix in the message (the same checks as the CPU).
+    void check_batch(const int* inputs, const int* targets, int B, int T) const {
+        if (B < 1 || T < 1)
+            throw InputError("batch size " + std::to_string(B) + " and sequence length " + std::to_string(T) +
+                             " must both be >= 1");
+        if (T > cfg_.max_seq_len)
+            throw InputError("sequence length " + std::to_string(T) + " exceeds the model's --max-seq-len " +
+                             std::to_string(cfg_.max_seq_len) + "; use -t <= " + std::to_string(cfg_.max_seq_len));
+        const size_t N = (size_t)B * T;
+        for (int k = 0; k < 2; k++) {
+            const int* tok = k == 0 ? inputs : targets;
+            if (!tok) continue;
+            for (size_t i = 0; i < N; i++) {
+                if (tok[i] < 0 || tok[i] >= cfg_.vocab_size)
+                    throw InputError(std::string(k == 0 ? "input" : "target") + " token " + std::to_string(tok[i]) +
+                                     " at position " + std::to_string(i) + " is outside the model's vocabulary [0, " +
+                                     std::to_string(cfg_.vocab_size) + "); use --vocab >= the data's vocabulary");
+            }
+        }
+    }
+
+    ModelConfig cfg_;
+    ParamLayout layout_;
+    cudaStream_t stream_ = nullptr;
+    MatmulContext mm_;
+    DeviceBuffer<float> master_, grads_, m_, v_;  // (P) fp32, canonical layout
+    DeviceBuffer<floatX> wparams_buf_;            // (P) BF16 build only
+    floatX* wparams_ = nullptr;                   // working copy the kernels read
+    Gpt2CudaActs acts_;
+    size_t capacity_ = 0;                         // rows (B*T) the activations hold
+    DeviceBuffer<float> scratch_;                 // shared op scratch (ops run one after another on stream_)
+    DeviceBuffer<float> attn_stats_;              // (L, 3, NH) {max, min, entropy_sum} per layer
+    DeviceBuffer<float> norm_;                    // (1) squared gradient norm
+    EncoderBackwardScratch enc_scratch_;
+    // host side
+    std::vector<int> inputs_host_;                // (B, T) of the last forward (encoder backward groups by token)
+    std::vector<float> losses_host_, zlosses_host_, lse_host_, row_max_host_;  // (B, T)
+    std::vector<float> stats_host_;               // (L, 3, NH)
+    std::vector<floatX> logits_stage_;            // (B, T, Vp) raw device logits
+    std::vector<float> logits_host_;              // (B, T, Vp) fp32
+    LogitsState logits_state_ = LogitsState::None;
+    int B_ = 0, T_ = 0;
+    float z_weight_ = 0.0f;
+    bool has_targets_ = false;
+    double peak_flops_ = 0.0;
+};
+
+// Entry points for train_gpt2_ls.cu.
+inline std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& cfg, uint64_t seed) {
+    return std::make_unique<CudaBackend>(cfg, seed);
+}
+
+// "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.1 GiB, bf16)" for the current device.
+inline std::string cuda_device_description() { return describe_device(current_device_info()); }
+
+}  // namespace llmc::cuda

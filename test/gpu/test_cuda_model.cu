@@ -1,0 +1,386 @@
+// GPU test: the whole model on the CUDA backend (llmc/cuda/gpt2_cuda.cuh) against the CPU reference
+// backend (llmc/cpu/gpt2_cpu.h, fp32, itself checked against PyTorch in test/test_reference.cpp) on
+// several small random configurations: logits, losses, logit statistics and every gradient tensor;
+// gradient accumulation; 10 AdamW steps; bit-identical reruns; parameter / optimizer-state round
+// trips and resume identity; input validation. Needs a GPU: without one it prints one line and
+// exits 1. Exit status 0 = every check passed.
+//
+// Tolerances (relative error ||gpu - cpu|| / ||cpu|| unless said otherwise):
+//   BF16 build: activations, weights and activation gradients are bf16 (8-bit mantissa, rounding
+//     ~2e-3 relative per op); through ~10 chained ops per layer that random-walks to ~1e-2, so
+//     logits <= 2e-2 and gradients <= 3e-2 per tensor (backward chains are longer, and small tensors
+//     such as LayerNorm biases see the largest relative noise). The mean loss averages B*T rows:
+//     <= 5e-3 relative; logit statistics |gpu - cpu| <= 2e-2 * (1 + |cpu|); AdamW step losses
+//     <= 1e-2 relative (ten steps of bf16 noise). A broken kernel (wrong index, missing term)
+//     gives O(1) errors, far above these.
+//   FP32 build (-DENABLE_FP32): the same math in fp32 with a different summation order: 1e-4
+//     for everything (observed CPU-vs-PyTorch agreement is ~1e-6).
+// Tensors whose gradient is ~0 in exact arithmetic (the k-norm bias: softmax is shift invariant)
+// are compared against a floor of 1e-3 of the whole gradient's norm, as test_reference.cpp does.
+//
+// Not covered here: the PyTorch fixtures of test/fixtures (head size 8, which the CUDA attention
+// kernel does not support: it needs hd in {32, 64, 128}; see docs/cuda_backend.md).
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "llmc/cpu/gpt2_cpu.h"
+#include "llmc/cuda/gpt2_cuda.cuh"
+#include "llmc/error.h"
+#include "llmc/init.h"
+#include "llmc/params.h"
+#include "llmc/rng.h"
+
+namespace {
+
+#if defined(ENABLE_FP32)
+constexpr double kTolLogits = 1e-4, kTolGrad = 1e-4, kTolLoss = 1e-4, kTolStats = 1e-4, kTolSteps = 1e-4;
+#else
+constexpr double kTolLogits = 2e-2, kTolGrad = 3e-2, kTolLoss = 5e-3, kTolStats = 2e-2, kTolSteps = 1e-2;
+#endif
+
+// Counts failed checks; every check prints one line "ok ..." or "FAIL ...".
+struct Checks {
+    int failures = 0;
+    void expect(bool ok, const char* fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        char msg[512];
+        std::vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        if (!ok) failures++;
+        std::printf("  %s %s\n", ok ? "ok  " : "FAIL", msg);
+    }
+};
+
+// ||a - b|| / max(||b||, floor); NaN or Inf in a gives +inf (never passes).
+double rel_error(const float* a, const float* b, size_t n, double floor = 0.0) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!std::isfinite(a[i])) return std::numeric_limits<double>::infinity();
+        const double d = (double)a[i] - (double)b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    return std::sqrt(num) / std::max(std::sqrt(den), floor);
+}
+
+bool close(double a, double b, double tol) { return std::fabs(a - b) <= tol * (1.0 + std::fabs(b)); }
+
+bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+
+struct Case {
+    const char* name;
+    llmc::ModelConfig cfg;
+    int B, T;
+    float z_weight;
+};
+
+llmc::ModelConfig make_cfg(int L, int C, int NH, int G, int P, int V, int maxT, bool qk_norm, float softcap,
+                           bool tied) {
+    llmc::ModelConfig c;
+    c.num_layers = L; c.channels = C; c.num_heads = NH; c.global_heads = G; c.window = P;
+    c.vocab_size = V; c.padded_vocab_size = llmc::pad_vocab(V); c.max_seq_len = maxT;
+    c.qk_norm = qk_norm; c.attn_softcap = softcap; c.tied_embeddings = tied;
+    return c;
+}
+
+// GPT-2 init, then every tensor perturbed so nothing is trivially 0 or 1 (biases, gains) and the
+// attention is far from uniform (matrices x4): fresh random parameters for each case.
+std::vector<float> random_params(const llmc::ModelConfig& cfg, uint64_t seed) {
+    std::vector<float> p = llmc::init_params(cfg, seed);
+    const llmc::ParamLayout lay = llmc::param_layout(cfg);
+    llmc::Rng rng(seed * 7919 + 1);
+    for (int id = 0; id < llmc::NUM_PARAM_TENSORS; id++) {
+        float* t = p.data() + lay.offset[id];
+        const bool matrix = llmc::param_gets_weight_decay(id);
+        for (size_t i = 0; i < lay.size[id]; i++) t[i] = matrix ? 4.0f * t[i] : t[i] + 0.1f * rng.normal();
+    }
+    // the padded vocabulary rows [V, Vp) of wte / lm_head stay 0, as a real model has them
+    for (int id : {llmc::P_WTE, llmc::P_LMHEAD}) {
+        if (lay.size[id] == 0) continue;
+        float* t = p.data() + lay.offset[id];
+        std::fill(t + (size_t)cfg.vocab_size * cfg.channels, t + lay.size[id], 0.0f);
+    }
+    return p;
+}
+
+std::vector<int> random_tokens(size_t n, int V, llmc::Rng& rng) {
+    std::vector<int> t(n);
+    for (int& x : t) x = (int)rng.below((uint64_t)V);
+    return t;
+}
+
+// Real-vocabulary logits (B*T, V) out of a (B*T, Vp) buffer.
+std::vector<float> real_logits(const float* lg, size_t rows, int V, int Vp) {
+    std::vector<float> out(rows * V);
+    for (size_t r = 0; r < rows; r++) std::copy(lg + r * Vp, lg + r * Vp + V, out.begin() + r * V);
+    return out;
+}
+
+// One training step as the trainer does it (clip to norm 1); returns the loss before the update.
+float train_step(llmc::Backend& m, const std::vector<int>& in, const std::vector<int>& tg, int B, int T, float z,
+                 int t, const llmc::AdamWHyper& h) {
+    m.zero_grad();
+    const float loss = m.forward(in.data(), tg.data(), B, T, z, nullptr).loss;
+    m.backward(1.0f);
+    const float norm = m.grad_norm();
+    m.adamw_update(h, t, std::min(1.0f, 1.0f / norm));
+    return loss;
+}
+
+void check_case(Checks& ck, const Case& c, uint64_t seed) {
+    std::printf("== %s (L %d, C %d, NH %d, G %d, P %d, V %d, qk_norm %d, softcap %g, tied %d, z %g, B %d, T %d)\n",
+                c.name, c.cfg.num_layers, c.cfg.channels, c.cfg.num_heads, c.cfg.global_heads, c.cfg.window,
+                c.cfg.vocab_size, (int)c.cfg.qk_norm, c.cfg.attn_softcap, (int)c.cfg.tied_embeddings, c.z_weight,
+                c.B, c.T);
+    const llmc::ModelConfig& cfg = c.cfg;
+    const int B = c.B, T = c.T, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
+    const size_t N = (size_t)B * T;
+    const llmc::ParamLayout lay = llmc::param_layout(cfg);
+    const size_t P = lay.total;
+    llmc::Rng rng(seed);
+    const std::vector<int> in = random_tokens(N, V, rng), tg = random_tokens(N, V, rng);
+    const std::vector<float> params = random_params(cfg, seed);
+
+    llmc::CpuBackend cpu(cfg, seed);
+    llmc::cuda::CudaBackend gpu(cfg, seed);
+
+    // ---- same initialization as the CPU for the same seed (both build it with llmc::init_params)
+    {
+        std::vector<float> pc(P), pg(P, NAN);
+        cpu.get_params(pc.data());
+        gpu.get_params(pg.data());
+        ck.expect(same_bits(pc.data(), pg.data(), P), "initial parameters equal the CPU backend's bit for bit");
+    }
+    cpu.set_params(params.data());
+    gpu.set_params(params.data());
+
+    // ---- forward: logits, loss, z-loss, statistics
+    llmc::LogitStats sc, sg;
+    const llmc::ForwardResult rc = cpu.forward(in.data(), tg.data(), B, T, c.z_weight, &sc);
+    const llmc::ForwardResult rg = gpu.forward(in.data(), tg.data(), B, T, c.z_weight, &sg);
+    const std::vector<float> lc = real_logits(cpu.logits(), N, V, Vp);
+    const std::vector<float> lg = real_logits(gpu.logits(), N, V, Vp);
+    const double e_logits = rel_error(lg.data(), lc.data(), lc.size());
+    ck.expect(e_logits <= kTolLogits, "logits (%zu values): relative error %.3g (tol %.1g)", lc.size(), e_logits, kTolLogits);
+    ck.expect(std::isfinite(rg.loss) && std::fabs(rg.loss - rc.loss) <= kTolLoss * std::fabs(rc.loss),
+           "loss %.6f vs cpu %.6f", rg.loss, rc.loss);
+    if (c.z_weight > 0)
+        ck.expect(std::isfinite(rg.z_loss) && std::fabs(rg.z_loss - rc.z_loss) <= kTolLoss * std::fabs(rc.z_loss),
+               "z-loss %.6g vs cpu %.6g", rg.z_loss, rc.z_loss);
+    else
+        ck.expect(rg.z_loss == 0.0f, "z-loss is 0 with z_weight 0 (got %g)", rg.z_loss);
+    {
+        bool ok = sg.num_layers == cfg.num_layers && sg.num_heads == cfg.num_heads;
+        double worst = 0;
+        for (size_t i = 0; ok && i < sc.max_logit.size(); i++) {
+            ok = ok && close(sg.max_logit[i], sc.max_logit[i], kTolStats) &&
+                 close(sg.min_logit[i], sc.min_logit[i], kTolStats) && close(sg.entropy[i], sc.entropy[i], kTolStats);
+            worst = std::max({worst, std::fabs((double)sg.max_logit[i] - sc.max_logit[i]),
+                              std::fabs((double)sg.min_logit[i] - sc.min_logit[i]),
+                              std::fabs((double)sg.entropy[i] - sc.entropy[i])});
+        }
+        ck.expect(ok, "attention statistics per layer and head (max, min, entropy): worst |diff| %.3g", worst);
+        ck.expect(close(sg.out_max_logit, sc.out_max_logit, kTolStats) && close(sg.out_mean_lse, sc.out_mean_lse, kTolStats),
+               "output statistics: max logit %.5f vs %.5f, mean lse %.5f vs %.5f", sg.out_max_logit, sc.out_max_logit,
+               sg.out_mean_lse, sc.out_mean_lse);
+    }
+
+    // ---- logits-only forward gives the same logits bit for bit (deterministic, targets unused)
+    {
+        gpu.forward(in.data(), tg.data(), B, T, c.z_weight, nullptr);
+        const std::vector<float> lg1 = real_logits(gpu.logits(), N, V, Vp);
+        gpu.forward(in.data(), nullptr, B, T, c.z_weight, nullptr);
+        const std::vector<float> lg2 = real_logits(gpu.logits(), N, V, Vp);
+        ck.expect(same_bits(lg2.data(), lg1.data(), lg1.size()), "logits without targets equal those with targets");
+        bool threw = false;
+        try { gpu.backward(1.0f); } catch (const std::logic_error&) { threw = true; }
+        ck.expect(threw, "backward after a forward without targets throws std::logic_error");
+    }
+
+    // ---- backward: every gradient tensor; zero_grad must clear a poisoned gradient buffer
+    cpu.zero_grad();
+    cpu.forward(in.data(), tg.data(), B, T, c.z_weight, nullptr);
+    cpu.backward(1.0f);
+    std::vector<float> gc(P), gg(P, NAN);
+    cpu.get_grads(gc.data());
+    {
+        const std::vector<float> poison(P, NAN);
+        gpu.set_grads(poison.data());
+    }
+    gpu.zero_grad();
+    gpu.forward(in.data(), tg.data(), B, T, c.z_weight, nullptr);
+    gpu.backward(1.0f);
+    gpu.get_grads(gg.data());
+    double total = 0;
+    for (float g : gc) total += (double)g * g;
+    total = std::sqrt(total);
+    for (int id = 0; id < llmc::NUM_PARAM_TENSORS; id++) {
+        const size_t off = lay.offset[id], n = lay.size[id];
+        if (n == 0) continue;
+        // padded vocabulary rows of wte / lm_head: both backends must leave them exactly 0
+        const size_t real_n = (id == llmc::P_WTE || id == llmc::P_LMHEAD) ? (size_t)V * cfg.channels : n;
+        const double e = rel_error(gg.data() + off, gc.data() + off, real_n, 1e-3 * total);
+        bool pad_zero = true;
+        for (size_t i = off + real_n; i < off + n; i++) pad_zero = pad_zero && gg[i] == 0.0f;
+        ck.expect(e <= kTolGrad && pad_zero, "grad %-8s (%7zu): relative error %.3g (tol %.1g)%s", llmc::param_name(id),
+               n, e, kTolGrad, pad_zero ? "" : ", padded rows not 0");
+    }
+    {
+        bool threw = false;
+        try { gpu.logits(); } catch (const std::logic_error&) { threw = true; }
+        ck.expect(threw, "logits() after backward() throws (the classifier overwrote them with dlogits)");
+        const float norm_g = gpu.grad_norm(), norm_c = cpu.grad_norm();
+        ck.expect(std::fabs(norm_g - norm_c) <= kTolGrad * norm_c, "grad norm %.6g vs cpu %.6g", norm_g, norm_c);
+    }
+
+    // ---- gradient accumulation: two backward(0.5) on the same batch == one backward(1)
+    {
+        gpu.zero_grad();
+        for (int k = 0; k < 2; k++) {
+            gpu.forward(in.data(), tg.data(), B, T, c.z_weight, nullptr);
+            gpu.backward(0.5f);
+        }
+        std::vector<float> ga(P, NAN);
+        gpu.get_grads(ga.data());
+        const double e = rel_error(ga.data(), gg.data(), P);
+        ck.expect(e <= 1e-5, "accumulated 2 x backward(0.5) vs backward(1): relative error %.3g (tol 1e-5)", e);
+    }
+
+    // ---- 10 AdamW steps on the same batch, losses against the CPU
+    {
+        llmc::AdamWHyper h;
+        h.lr = 1e-3f;
+        llmc::cuda::CudaBackend g2(cfg, seed);
+        llmc::CpuBackend c2(cfg, seed);
+        g2.set_params(params.data());
+        c2.set_params(params.data());
+        double worst = 0;
+        bool finite = true;
+        float first = 0, last = 0;
+        for (int t = 1; t <= 10; t++) {
+            const float lc_t = train_step(c2, in, tg, B, T, c.z_weight, t, h);
+            const float lg_t = train_step(g2, in, tg, B, T, c.z_weight, t, h);
+            finite = finite && std::isfinite(lg_t);
+            worst = std::max(worst, std::fabs((double)lg_t - lc_t) / std::fabs(lc_t));
+            if (t == 1) first = lg_t;
+            last = lg_t;
+        }
+        ck.expect(finite && worst <= kTolSteps, "10 AdamW steps: worst loss relative error %.3g (tol %.1g)", worst,
+               kTolSteps);
+        ck.expect(last < first, "the 10 steps train (loss %.4f -> %.4f)", first, last);
+    }
+
+    // ---- determinism and resume identity: runs A and B from the same state give the same bits;
+    // run R resumes A's state after 3 steps in a backend built with another seed.
+    {
+        llmc::AdamWHyper h;
+        h.lr = 1e-3f;
+        llmc::cuda::CudaBackend a(cfg, seed), b(cfg, seed), r(cfg, seed + 99);
+        a.set_params(params.data());
+        b.set_params(params.data());
+        std::vector<float> la, lb, lr_;
+        std::vector<float> snap_p(P), snap_m(P), snap_v(P);
+        for (int t = 1; t <= 5; t++) {
+            if (t == 4) {
+                a.get_params(snap_p.data());
+                a.get_optimizer_state(snap_m.data(), snap_v.data());
+            }
+            la.push_back(train_step(a, in, tg, B, T, c.z_weight, t, h));
+            lb.push_back(train_step(b, in, tg, B, T, c.z_weight, t, h));
+        }
+        std::vector<float> pa(P), pb(P), pr(P), ma(P), va(P), mr(P), vr(P);
+        a.get_params(pa.data());
+        b.get_params(pb.data());
+        ck.expect(same_bits(la.data(), lb.data(), la.size()) && same_bits(pa.data(), pb.data(), P),
+               "two identical runs (5 steps): identical losses and parameters bit for bit");
+        // round trips
+        r.set_params(snap_p.data());
+        r.set_optimizer_state(snap_m.data(), snap_v.data());
+        r.get_params(pr.data());
+        r.get_optimizer_state(mr.data(), vr.data());
+        ck.expect(same_bits(pr.data(), snap_p.data(), P) && same_bits(mr.data(), snap_m.data(), P) &&
+                   same_bits(vr.data(), snap_v.data(), P),
+               "set_params/get_params and optimizer-state round trips are exact");
+        for (int t = 4; t <= 5; t++) lr_.push_back(train_step(r, in, tg, B, T, c.z_weight, t, h));
+        r.get_params(pr.data());
+        a.get_optimizer_state(ma.data(), va.data());
+        r.get_optimizer_state(mr.data(), vr.data());
+        ck.expect(same_bits(lr_.data(), la.data() + 3, 2) && same_bits(pr.data(), pa.data(), P) &&
+                   same_bits(mr.data(), ma.data(), P) && same_bits(vr.data(), va.data(), P),
+               "resume after step 3 continues bit-identically (losses %.6f %.6f vs %.6f %.6f)", lr_[0], lr_[1], la[3],
+               la[4]);
+    }
+
+    // ---- bad input is refused with InputError
+    {
+        std::vector<int> bad = in;
+        bad[N / 2] = V;
+        bool threw = false;
+        try { gpu.forward(bad.data(), tg.data(), B, T, c.z_weight, nullptr); } catch (const llmc::InputError&) { threw = true; }
+        ck.expect(threw, "an input token >= V is refused (InputError)");
+        threw = false;
+        std::vector<int> longer((size_t)B * (cfg.max_seq_len + 1), 0);
+        try { gpu.forward(longer.data(), nullptr, B, cfg.max_seq_len + 1, 0.0f, nullptr); } catch (const llmc::InputError&) { threw = true; }
+        ck.expect(threw, "T > max_seq_len is refused (InputError)");
+    }
+}
+
+}  // namespace
+
+int main() {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        std::fprintf(stderr, "test_cuda_model: no CUDA device; run on a GPU machine\n");
+        return 1;
+    }
+    Checks ck;
+    std::printf("test_cuda_model: %s, build %s\n", llmc::cuda::cuda_device_description().c_str(),
+                llmc::cuda::kPrecisionName);
+    // The peak-rate table (no GPU logic): specific names win over their prefixes.
+    ck.expect(llmc::cuda::bf16_peak_flops_for("NVIDIA H100 80GB HBM3") == 989.4e12 &&
+               llmc::cuda::bf16_peak_flops_for("NVIDIA H100 PCIe") == 756.0e12 &&
+               llmc::cuda::bf16_peak_flops_for("NVIDIA L40S") == 362.0e12 &&
+               llmc::cuda::bf16_peak_flops_for("NVIDIA A100-SXM4-80GB") == 312.0e12 &&
+               llmc::cuda::bf16_peak_flops_for("Unknown GPU") == 0.0,
+           "bf16 peak table lookups");
+    {
+        llmc::cuda::CudaBackend probe(make_cfg(1, 64, 2, 1, 4, 100, 16, false, 0.0f, true), 1);
+        ck.expect(probe.peak_flops() >= 0.0 && probe.device_memory_used() > 0,
+               "peak_flops %.3g FLOP/s, device memory in use %.1f MiB", probe.peak_flops(),
+               probe.device_memory_used() / 1048576.0);
+    }
+
+    // Head sizes 32 and 64 (the kernel supports 32, 64, 128); V not a multiple of 128 everywhere.
+    const Case cases[] = {
+        {"mhsa", make_cfg(2, 128, 4, 4, 4, 200, 32, false, 0.0f, true), 2, 32, 0.0f},
+        {"ls_g1_p4", make_cfg(2, 128, 4, 1, 4, 200, 32, false, 0.0f, true), 2, 32, 0.0f},
+        {"ls_qknorm_hd64", make_cfg(2, 128, 2, 1, 3, 200, 32, true, 0.0f, true), 2, 24, 0.0f},
+        {"local_softcap_zloss_untied", make_cfg(2, 64, 2, 0, 5, 150, 32, false, 1.0f, false), 2, 32, 1e-2f},
+        {"ragged_all_options", make_cfg(3, 96, 3, 1, 6, 300, 16, true, 2.0f, false), 3, 13, 1e-3f},
+    };
+    uint64_t seed = 1000;
+    for (const Case& c : cases) {
+        try {
+            check_case(ck, c, seed++);
+        } catch (const std::exception& e) {
+            ck.failures++;
+            std::printf("  FAIL %s threw: %s\n", c.name, e.what());
+        }
+    }
+    if (ck.failures) {
+        std::printf("test_cuda_model: %d check(s) FAILED\n", ck.failures);
+        return 1;
+    }
+    std::printf("test_cuda_model: all checks passed\n");
+    return 0;
+}
