@@ -89,7 +89,7 @@ $(BUILD)/dev/%: dev/cuda/%.cu $(LLMC_HEADERS)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS)
 $(BUILD)/test_gpu/%: test/gpu/%.cu $(LLMC_HEADERS)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS)
+	$(NVCC) $(NVCCFLAGS) $(DIST_FLAGS) $< -o $@ $(CUDA_LIBS) $(DIST_LIBS)
 # The generation binary (issue 8), built from the same library once its source exists.
 GEN_BIN := $(patsubst %.cu,%,$(wildcard generate_gpt2_ls.cu))
 generate_gpt2_ls: generate_gpt2_ls.cu $(LLMC_HEADERS)
