@@ -68,7 +68,7 @@ while [[ $# -gt 0 ]]; do
     --variants) need "$@"; VARIANTS=$2; shift 2 ;;
     --threads) need "$@"; THREADS=$2; shift 2 ;;
     --smoke) SMOKE=1; shift ;;
-    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) die "unknown argument '$1'; see $0 --help" ;;
   esac
 done
@@ -76,7 +76,7 @@ done
 if [[ $SMOKE == 1 ]]; then  # 6 heads kept (the variants are defined by them), everything else tiny
   MODEL=(-e ls-small --layers 1 --channels 48 --heads 6 --max-seq-len 64)
   WINDOW=8
-  T=64; BATCH=2; TOTAL=128; STEPS=4; TOKENS=""
+  T=64; BATCH=2; TOTAL=smoke; STEPS=4; TOKENS=""
   OPT=(-l 6e-4 --beta1 0.9 --beta2 0.95 -c 0.1 --grad-clip 1.0 -u 2 -k cosine -q 0.1)
   EVAL=(-v 2 -m 2 -s 0)
   [[ $DEVICE == auto ]] && DEVICE=cpu
@@ -94,8 +94,9 @@ if [[ $SMOKE == 1 ]]; then  # 6 heads kept (the variants are defined by them), e
 fi
 
 [[ -x $TRAINER ]] || die "trainer $TRAINER not found; build it with 'make train_gpt2_ls' or set TRAINER=path"
-for n in STEPS BATCH TOTAL NP; do
-  [[ ${!n} =~ ^[0-9]+$ && ${!n} -ge 1 ]] || die "--$(echo $n | tr A-Z a-z) ${!n} must be a positive integer"
+[[ $TOTAL == smoke ]] && TOTAL=$((BATCH * T * ${NP//[^0-9]/}))  # smoke: one micro-batch per process
+for n in STEPS BATCH TOTAL NP; do  # (TOTAL is --total-batch)
+  [[ ${!n} =~ ^[0-9]+$ && ${!n} -ge 1 ]] || die "${n,,} = ${!n} must be a positive integer (--steps, --batch, --total-batch, --np)"
 done
 (( TOTAL % (BATCH * T * NP) == 0 )) || \
   die "--total-batch $TOTAL is not a multiple of B*T*np = $BATCH*$T*$NP; change --total-batch or --batch"
@@ -126,7 +127,7 @@ variant_flags() {
 }
 
 launch=("$TRAINER")
-[[ $NP -gt 1 ]] && launch=($MPIRUN -np "$NP" "$TRAINER")
+if [[ $NP -gt 1 ]]; then read -r -a mpi <<< "$MPIRUN"; launch=("${mpi[@]}" -np "$NP" "$TRAINER"); fi
 
 mkdir -p "$OUT/runs" "$OUT/plots"
 dirs=()

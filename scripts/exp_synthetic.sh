@@ -9,7 +9,8 @@
 #
 # Writes under --out (default out/exp_synthetic):
 #   runs/C<C>_T<T>_<mhsa|ls|local>/   trainer output dirs (metrics.jsonl, logit_stats.jsonl, ...)
-#   plots/C<C>_T<T>_*                 the three variants of one (C, T) compared
+#   plots/C<C>_T<T>_*                 the three variants of one (C, T) compared (every head)
+#   plots/{mhsa,ls,local}_*           one variant across the grid (max over heads)
 #   plots/all_*, plots/all_ratio.*    every run; peak max-logit and val loss vs T/C
 #   summary.md                        the table of every run
 # A run whose final checkpoint marker exists is not run again (delete its dir to redo it).
@@ -24,7 +25,7 @@ REPO=$(cd "$HERE/.." && pwd)
 OUT=out/exp_synthetic
 DATA=data/shards/synthetic_v64
 GRID="64:128 32:128 64:512 32:512"   # C:T pairs, T/C = 2, 4, 8, 16
-STEPS=600
+STEPS=500
 LR=1e-2
 WARMUP=30
 TOKENS=2048          # tokens per step (B = TOKENS / T)
@@ -49,7 +50,7 @@ while [[ $# -gt 0 ]]; do
     --jobs) need "$@"; JOBS=$2; shift 2 ;;
     --threads) need "$@"; THREADS=$2; shift 2 ;;
     --smoke) SMOKE=1; shift ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) die "unknown argument '$1'; see $0 --help" ;;
   esac
 done
@@ -88,10 +89,10 @@ names=()
 for ct in $GRID; do
   C=${ct%%:*}; T=${ct##*:}
   for v in "mhsa $HEADS" "ls 1" "local 0"; do
-    set -- $v
+    read -r name G <<< "$v"
     while [[ $(jobs -rp | wc -l) -ge $JOBS ]]; do wait -n || true; done
-    run_one "$C" "$T" "$2" "$1" &
-    names+=("$OUT/runs/C${C}_T${T}_$1")
+    run_one "$C" "$T" "$G" "$name" &
+    names+=("$OUT/runs/C${C}_T${T}_$name")
   done
 done
 wait || true
@@ -100,12 +101,16 @@ for d in "${names[@]}"; do  # a run is complete when its final checkpoint marker
 done
 
 # -- plots and table ----------------------------------------------------------------------------
-all=()
+all=(); runs_mhsa=(); runs_ls=(); runs_local=()
 for ct in $GRID; do
   C=${ct%%:*}; T=${ct##*:}; d=$OUT/runs/C${C}_T${T}
   "$PYTHON" "$HERE/plot_run.py" "${d}_mhsa" "${d}_ls" "${d}_local" --out "$OUT/plots/C${C}_T${T}" \
     --heads all --formats png > /dev/null
-  all+=("${d}_mhsa" "${d}_ls" "${d}_local")
+  all+=("${d}_mhsa" "${d}_ls" "${d}_local"); runs_mhsa+=("${d}_mhsa"); runs_ls+=("${d}_ls"); runs_local+=("${d}_local")
+done
+for v in mhsa ls local; do  # one variant across the grid
+  declare -n dirs=runs_$v
+  "$PYTHON" "$HERE/plot_run.py" "${dirs[@]}" --out "$OUT/plots/$v" --formats png > /dev/null
 done
 "$PYTHON" "$HERE/plot_run.py" "${all[@]}" --out "$OUT/plots/all" --by-ratio --formats png,svg > /dev/null
 cp "$OUT/plots/all_summary.md" "$OUT/summary.md"

@@ -53,7 +53,8 @@ def read_jsonl(path):
         except json.JSONDecodeError:
             if i == len(lines) - 1:  # the last line has no newline: cut short by a kill
                 break
-            raise PlotError(f"{path}:{i + 1} is not valid JSON; the file is damaged (only the last line may be partial)")
+            raise PlotError(f"{path}:{i + 1} is not valid JSON; the file is damaged "
+                            "(only a run's last line may be partial)")
     return records
 
 
@@ -147,7 +148,7 @@ def make_labels(runs):
     if len(set(labels)) < len(labels) or not all(labels):
         labels = [(lab + " " if lab else "") + f"[{os.path.basename(os.path.normpath(r.path))}]"
                   for lab, r in zip(labels, runs)]
-    title = ", ".join(parts[0][k] for k in common if parts[0].get(k) and k not in ("kind", "qk", "z", "cap"))
+    title = ", ".join(parts[0][k] for k in common if parts[0].get(k))
     return labels, title
 
 
@@ -222,6 +223,14 @@ def summary_table(runs, labels, rows, threshold):
 # ---------------------------------------------------------------------------------------------
 # plots
 
+def color(i, n):
+    """Run i of n: matplotlib's 10 default colors, tab20 beyond 10 runs."""
+    if n <= 10:
+        return f"C{i}"
+    import matplotlib
+    return matplotlib.colormaps["tab20"](i % 20)
+
+
 def save(fig, prefix, name, formats):
     for ext in formats:
         fig.savefig(f"{prefix}_{name}.{ext}", dpi=80 if ext == "png" else None)
@@ -230,11 +239,11 @@ def save(fig, prefix, name, formats):
 def plot_loss(plt, runs, labels, title, prefix, formats):
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for i, (run, lab) in enumerate(zip(runs, labels)):
-        color = f"C{i % 10}"
-        ax.plot([r["step"] for r in run.train], [num(r.get("loss")) for r in run.train], color=color,
-                lw=0.8, alpha=0.7, label=f"{lab} (train)")
+        c = color(i, len(runs))
+        ax.plot([r["step"] for r in run.train], [num(r.get("loss")) for r in run.train],
+                lw=0.8, alpha=0.7, label=f"{lab} (train)", color=c)
         if run.val:
-            ax.plot([r["step"] for r in run.val], [num(r["val_loss"]) for r in run.val], color=color,
+            ax.plot([r["step"] for r in run.val], [num(r["val_loss"]) for r in run.val], color=c,
                     marker="o", ms=3, lw=1.5, ls="--", label=f"{lab} (val)")
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy (nats/token)")
@@ -283,11 +292,13 @@ def plot_per_layer(plt, runs, labels, title, prefix, formats, field, heads, ylab
         for i, (s, lab) in enumerate(zip(series, labels)):
             for suffix, is_global, steps, v in s.get(layer, []):
                 ls = "-" if is_global in (None, True) else "--"
-                ax.plot(steps, v, color=f"C{i % 10}", lw=0.9 if heads == "max" else 0.6, ls=ls,
+                ax.plot(steps, v, color=color(i, len(runs)), lw=0.9 if heads == "max" else 0.6, ls=ls,
                         label=(lab if heads == "max" else None) if layer == 0 else None)
             if heads == "all" and layer == 0:
-                ax.plot([], [], color=f"C{i % 10}", label=lab)
-        if threshold is not None:
+                ax.plot([], [], color=color(i, len(runs)), label=lab)
+        top = max((np.nanmax(v) for s in series for (_, _, _, v) in s.get(layer, []) if np.isfinite(v).any()),
+                  default=0.0)
+        if threshold is not None and top >= 0.5 * threshold:  # only where it does not squash the curves
             ax.axhline(threshold, color="k", lw=0.6, ls=":")
         ax.set_title(f"layer {layer}", fontsize=8)
         ax.tick_params(labelsize=7)
@@ -309,12 +320,17 @@ def plot_per_layer(plt, runs, labels, title, prefix, formats, field, heads, ylab
 def plot_by_ratio(plt, runs, rows, prefix, formats):
     """Peak max-logit and final val loss vs T/C, one line per attention variant (the run's label
     without T, C and seed)."""
+    parts = [dict(r.label_parts()) for r in runs]
+    keys = []
+    for p in parts:
+        keys += [k for k in p if k not in keys and k not in ("T", "C")]
+    shown = [k for k in keys if k == "kind" or len({p.get(k, "") for p in parts}) > 1]
     groups = {}
-    for run, row in zip(runs, rows):
+    for run, row, p in zip(runs, rows, parts):
         m, t = run.model(), (run.config or {}).get("train", {})
         if "channels" not in m or "seq_len" not in t:
             raise PlotError(f"{run.path}/config.json is missing; --by-ratio needs T and C of every run")
-        key = ", ".join(txt for k, txt in run.label_parts() if k not in ("T", "C", "seed"))
+        key = ", ".join(p[k] for k in shown if p.get(k))
         groups.setdefault(key, []).append((t["seq_len"] / m["channels"], row))
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
     for i, (key, pts) in enumerate(sorted(groups.items())):
