@@ -1,6 +1,6 @@
 // train_gpt2_ls: the binary. Thin on purpose: parse the flags (llmc/cli.h), pick the device
-// (llmc/device.h), set up the processes (llmc/collective*.h), build the backend, run the
-// training loop or --eval-only (llmc/train_loop.h).
+// (llmc/device.h), set up the processes (llmc/collective*.h), build the backend (llmc/cpu/ or
+// llmc/cuda/), run the training loop or --eval-only (llmc/train_loop.h).
 // Any user error (flags, data, checkpoints) ends as one line "error: <message>" and exit code 1;
 // in a multi-process run the failing rank then aborts every rank (MPI_Abort), so nothing hangs.
 #include <cstdio>
@@ -21,6 +21,9 @@
 #include "llmc/device.h"
 #include "llmc/error.h"
 #include "llmc/train_loop.h"
+#ifdef __CUDACC__
+#include "llmc/cuda/gpt2_cuda.cuh"
+#endif
 #if defined(__CUDACC__) && defined(USE_NCCL)
 #include "llmc/cuda/collective_nccl.cuh"
 #endif
@@ -81,10 +84,24 @@ int main(int argc, char** argv) {
         cfg.local_rank = llmc::detect_launch(cfg.flag_rank, cfg.flag_world_size, cfg.flag_local_rank).local_rank;
         if (!notice.empty() && cfg.rank == 0) std::fprintf(stderr, "%s\n", notice.c_str());
         if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
-        const std::string device_name = "cpu (" + std::to_string(omp_get_max_threads()) + " threads)";
+        std::string device_name = "cpu (" + std::to_string(omp_get_max_threads()) + " threads)";
         llmc::BackendFactory make_backend = [&cfg](const llmc::ModelConfig& m) -> std::unique_ptr<llmc::Backend> {
             return std::make_unique<llmc::CpuBackend>(m, cfg.seed);
         };
+#ifdef __CUDACC__
+        if (device == llmc::Device::Cuda) {
+            // One GPU per process: the process's rank on its node picks it.
+            if (cfg.local_rank >= cuda_device_count())
+                throw llmc::InputError("local rank " + std::to_string(cfg.local_rank) + " has no GPU (" +
+                                       std::to_string(cuda_device_count()) +
+                                       " on this node); start at most one process per GPU");
+            CUDA_CHECK(cudaSetDevice(cfg.local_rank));
+            device_name = llmc::cuda::cuda_device_description();
+            make_backend = [&cfg](const llmc::ModelConfig& m) -> std::unique_ptr<llmc::Backend> {
+                return llmc::cuda::make_cuda_backend(m, cfg.seed);
+            };
+        }
+#endif
         return cfg.eval_only ? llmc::run_eval(cfg, make_backend, device_name, *comm)
                              : llmc::run_training(cfg, make_backend, device_name, cli.config_file_text(), *comm);
     } catch (const std::exception& e) {
