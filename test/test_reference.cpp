@@ -3,105 +3,26 @@
 // float64), load the model with load_model_checkpoint, run CpuBackend forward/backward on the
 // fixture's batch and compare logits, loss, z-loss, attention/output logit statistics, every
 // gradient tensor, and the losses and gradient norms of N AdamW steps on that batch.
-// The debug-state format is documented in dev/reference/README.md.
+// The debug-state format is documented in dev/reference/README.md; test/reference_fixture.h reads it
+// (shared with the GPU test test/gpu/test_cuda_model.cu, which checks CudaBackend against the
+// head-size-32 fixtures).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
-#include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "llmc/checkpoint.h"
 #include "llmc/cpu/gpt2_cpu.h"
 #include "llmc/params.h"
+#include "test/reference_fixture.h"
 
 namespace {
 
-// What the reference computed for one fixture (dev/reference/debug_state.py).
-struct DebugState {
-    int B = 0, T = 0, V = 0, Vp = 0, L = 0, NH = 0, n_steps = 0;
-    size_t num_params = 0;
-    float z_weight = 0, lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0, grad_clip = 0;
-    std::vector<int> inputs, targets;   // (B, T)
-    std::vector<float> logits;          // (B, T, V) real vocabulary only
-    float loss = 0, z_loss = 0;
-    std::vector<float> grads;           // (num_params) d(loss + z_loss)/d(params), table order
-    std::vector<float> attn_max, attn_min, attn_entropy;  // (L, NH)
-    float out_max_logit = 0, out_mean_lse = 0;
-    std::vector<float> step_loss, step_z_loss, step_grad_norm;  // (n_steps)
-};
-
-constexpr int DEBUG_MAGIC = 20250522;
-constexpr int DEBUG_VERSION = 1;
-
-float int_bits_to_float(int32_t i) {
-    float f;
-    std::memcpy(&f, &i, 4);
-    return f;
-}
-
-DebugState read_debug_state(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    REQUIRE(f.good());
-    std::vector<char> raw((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    REQUIRE(raw.size() >= 1024);
-    int32_t h[256];
-    std::memcpy(h, raw.data(), sizeof(h));
-    REQUIRE(h[0] == DEBUG_MAGIC);
-    REQUIRE(h[1] == DEBUG_VERSION);
-    DebugState d;
-    d.B = h[2]; d.T = h[3]; d.V = h[4]; d.Vp = h[5];
-    d.num_params = (size_t)(uint32_t)h[6] | ((size_t)(uint32_t)h[7] << 32);
-    d.n_steps = h[8];
-    d.z_weight = int_bits_to_float(h[9]);
-    d.lr = int_bits_to_float(h[10]);
-    d.beta1 = int_bits_to_float(h[11]);
-    d.beta2 = int_bits_to_float(h[12]);
-    d.eps = int_bits_to_float(h[13]);
-    d.weight_decay = int_bits_to_float(h[14]);
-    d.grad_clip = int_bits_to_float(h[15]);
-    d.L = h[16]; d.NH = h[17];
-    size_t pos = 1024;
-    auto take = [&](auto& vec, size_t n) {
-        vec.resize(n);
-        REQUIRE(pos + n * 4 <= raw.size());
-        std::memcpy(vec.data(), raw.data() + pos, n * 4);
-        pos += n * 4;
-    };
-    const size_t BT = (size_t)d.B * d.T, LH = (size_t)d.L * d.NH;
-    std::vector<float> pair;
-    take(d.inputs, BT);
-    take(d.targets, BT);
-    take(d.logits, BT * d.V);
-    take(pair, 2); d.loss = pair[0]; d.z_loss = pair[1];
-    take(d.grads, d.num_params);
-    take(d.attn_max, LH);
-    take(d.attn_min, LH);
-    take(d.attn_entropy, LH);
-    take(pair, 2); d.out_max_logit = pair[0]; d.out_mean_lse = pair[1];
-    take(d.step_loss, d.n_steps);
-    take(d.step_z_loss, d.n_steps);
-    take(d.step_grad_norm, d.n_steps);
-    REQUIRE(pos == raw.size());
-    return d;
-}
-
-// test/fixtures next to this source file, else relative to the working directory (repo root).
-std::string fixture_path(const std::string& file) {
-    std::string src = __FILE__;
-    const size_t slash = src.find_last_of('/');
-    const std::string dir = slash == std::string::npos ? "." : src.substr(0, slash);
-    for (const std::string& cand : {dir + "/fixtures/" + file, std::string("test/fixtures/") + file}) {
-        if (std::ifstream(cand).good()) return cand;
-    }
-    FAIL("fixture " << file << " not found in " << dir << "/fixtures or test/fixtures; run the tests from "
-                    "the repo root (regenerate with dev/reference/make_fixtures.py)");
-    return "";
-}
+using llmc_test::DebugState;
+using llmc_test::fixture_path;
+using llmc_test::read_debug_state;
 
 double rel_error(const float* a, const float* b, size_t n, double* max_abs = nullptr) {
     double num = 0, den = 0, mx = 0;
@@ -217,8 +138,11 @@ void check_fixture(const std::string& name) {
 
 TEST_CASE("CPU backend matches the PyTorch reference on every fixture", "[reference]") {
     // dev/reference/make_fixtures.py: LS (G=1, P=3), MHSA, all-local with QK-norm + soft-cap +
-    // z-loss + untied head, and window 1 with 2 global heads + QK-norm + z-loss.
-    for (const char* name : {"ls", "mhsa", "local_qknorm_softcap", "ls_p1_qknorm"}) {
+    // z-loss + untied head, and window 1 with 2 global heads + QK-norm + z-loss (head size 8); then
+    // head size 32 (bf16 model files; also used by the GPU test): LS (G=1 of 2, P=4), MHSA (2 heads),
+    // two layers of an all-local head (P=5) with QK-norm + soft-cap + z-loss.
+    for (const char* name : {"ls", "mhsa", "local_qknorm_softcap", "ls_p1_qknorm", "ls_hd32", "mhsa_hd32",
+                             "local_qknorm_softcap_hd32"}) {
         DYNAMIC_SECTION(name) { check_fixture(name); }
     }
 }

@@ -1,10 +1,11 @@
 """
-Writes the fixtures the C++ tests compare against (test/test_reference.cpp):
-  test/fixtures/<name>_model.bin   seeded random model in our checkpoint format (fp32)
+Writes the fixtures the C++ tests compare against (test/test_reference.cpp; test/gpu/test_cuda_model.cu
+for the head-size-32 ones, *_hd32):
+  test/fixtures/<name>_model.bin   seeded random model in our checkpoint format (fp32; bf16 for *_hd32)
   test/fixtures/<name>_debug.bin   inputs, targets, logits, loss, z-loss, every gradient, attention
                                    statistics, and the losses of N AdamW steps on that batch
                                    (format: README.md), computed in float64, stored as fp32.
-The float64 computation uses the fp32-rounded parameters that the model file holds, so the
+The float64 computation uses the fp32- (bf16-) rounded parameters that the model file holds, so the
 reference is exact for what the C++ loads. Output is byte-identical when rerun.
 
 It also reruns everything in float32 and prints how far that lands from float64: an fp32
@@ -21,7 +22,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from checkpoint import write_model  # noqa: E402
+from checkpoint import bf16_bits_to_fp32, fp32_to_bf16_bits, write_model  # noqa: E402
 from debug_state import DebugState, read_debug, write_debug  # noqa: E402
 from gpt2_ls import (Config, adamw_step, flatten, forward, global_grad_norm, init_params,  # noqa: E402
                      new_attn_stats, pad_vocab, param_shapes)
@@ -56,6 +57,30 @@ def fixture_list():
         #     soft-cap, odd T
         dict(name="ls_p1_qknorm", cfg=Config(**base, global_heads=2, window=1, qk_norm=True),
              B=2, T=9, z=1e-3, clip=1.0, seed=4),
+    ] + fixture_list_hd32()
+
+
+def fixture_list_hd32():
+    """Head size 32, the smallest the CUDA attention kernel supports (32, 64, 128), so that the GPU
+    test (test/gpu/test_cuda_model.cu) can check CudaBackend against these too. The model files hold
+    bf16 parameters (the reference computes from exactly those values): half the bytes, and a BF16
+    GPU build sees its weights without rounding. Sizes keep all of test/fixtures under 2 MB."""
+    V = 64
+    c64 = dict(max_seq_len=24, vocab_size=V, padded_vocab_size=pad_vocab(V), num_heads=2, channels=64)
+    c32 = dict(max_seq_len=24, vocab_size=V, padded_vocab_size=pad_vocab(V), num_heads=1, channels=32)
+    return [
+        # (e) LS: one local head with a window of 4 and one global head; ragged T
+        dict(name="ls_hd32", cfg=Config(**c64, num_layers=1, global_heads=1, window=4),
+             B=2, T=19, z=0.0, clip=1.0, seed=5, model_dtype="bf16"),
+        # (f) plain MHSA, two global heads, T = maxT
+        dict(name="mhsa_hd32", cfg=Config(**c64, num_layers=1, global_heads=2, window=4),
+             B=2, T=24, z=0.0, clip=1.0, seed=6, model_dtype="bf16"),
+        # (g) two layers of one all-local head (window 5) with QK-norm, soft-cap 5 and z-loss 1e-2; grad
+        #     clip 0.05 so clipping is active in the AdamW steps (tied: an untied head would push the
+        #     fixtures over 2 MB; (c) covers it on the CPU, the GPU test's random cases on the GPU)
+        dict(name="local_qknorm_softcap_hd32", cfg=Config(**c32, num_layers=2, global_heads=0, window=5,
+                                                          qk_norm=True, attn_softcap=5.0),
+             B=2, T=21, z=1e-2, clip=0.05, seed=7, model_dtype="bf16"),
     ]
 
 
@@ -105,8 +130,13 @@ def make_one(fx, out_dir):
     cfg, B, T, z, clip = fx["cfg"], fx["B"], fx["T"], fx["z"], fx["clip"]
     gen = torch.Generator().manual_seed(1000 + fx["seed"])
     params = init_params(cfg, gen)
-    # the model file holds fp32; compute the reference from exactly those values
-    params = {k: v.float().double() for k, v in params.items()}
+    # the model file holds fp32 (or bf16); compute the reference from exactly those values
+    dtype = fx.get("model_dtype", "fp32")
+    if dtype == "bf16":
+        params = {k: torch.from_numpy(bf16_bits_to_fp32(fp32_to_bf16_bits(v.float().numpy()))).double()
+                  for k, v in params.items()}
+    else:
+        params = {k: v.float().double() for k, v in params.items()}
     flat = flatten(cfg, params).float().numpy()
     tokens = torch.randint(0, cfg.vocab_size, (B * T + 1,), generator=gen).numpy().astype(np.int32)
     inputs = tokens[:-1].reshape(B, T).copy()
@@ -124,7 +154,7 @@ def make_one(fx, out_dir):
                    step_grad_norm=ref["step_norm"])
     model_path = os.path.join(out_dir, fx["name"] + "_model.bin")
     debug_path = os.path.join(out_dir, fx["name"] + "_debug.bin")
-    write_model(model_path, cfg, flat)
+    write_model(model_path, cfg, flat, dtype=dtype)
     write_debug(debug_path, d)
     d = read_debug(debug_path)  # report from what was stored
 
