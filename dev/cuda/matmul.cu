@@ -21,6 +21,13 @@ using llmc::cuda::MatmulContext;
 
 namespace {
 
+// Tolerance for out = gelu(pre) when cuBLASLt's GELU epilogue computed it. BF16 build: the usual one.
+// FP32 build: 1e-3, because how the epilogue evaluates tanh is undocumented (a hardware tanh
+// approximation is ~1e-4 off); the FP32 build does not use the epilogue by default
+// (MatmulContext::fuse_gelu), pre_gelu is still checked at 1e-5, and check_gelu_formula tells tanh
+// from erf.
+constexpr double kEpilogueGeluTol = sizeof(floatX) == 2 ? lab::kTol : 1e-3;
+
 // Dense bf16 tensor-core peak (TFLOP/s) from the device name, as llm.c does; 0 = unknown.
 double bf16_peak_tflops(const std::string& name) {
     if (name.find("H200") != std::string::npos) return 989.0;
@@ -64,6 +71,7 @@ bool check_forward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int OC, bo
 
     const Offset<floatX> d_inp(inp, ox), d_w(w, ox), d_b(b, ox);
     const Offset<floatX> d_out((size_t)N * OC, ox), d_pre((size_t)N * OC, ox), d_out2((size_t)N * OC, ox);
+    const bool default_fuse = ctx.fuse_gelu;
     ctx.fuse_gelu = fuse;
     llmc::cuda::matmul_forward(ctx, d_out.get(), d_inp.get(), d_w.get(), with_bias ? d_b.get() : nullptr, N, IC, OC,
                                0, gelu ? d_pre.get() : nullptr);
@@ -72,14 +80,14 @@ bool check_forward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int OC, bo
         if (fuse && !ctx.last_gelu_fused)
             std::printf("  note: cuBLASLt offered no GELU epilogue for this shape/type; the separate kernel ran\n");
         ok &= lab::check("pre_gelu", d_pre.get(), pre);
-        ok &= lab::check("out", d_out.get(), out);
+        ok &= lab::check("out", d_out.get(), out, ctx.last_gelu_fused ? kEpilogueGeluTol : lab::kTol);
     } else {
         ok &= lab::check("out", d_out.get(), pre);
     }
     llmc::cuda::matmul_forward(ctx, d_out2.get(), d_inp.get(), d_w.get(), with_bias ? d_b.get() : nullptr, N, IC, OC,
                                0, gelu ? d_pre.get() : nullptr);
     ok &= lab::check_identical("out", d_out.get(), d_out2.get(), (size_t)N * OC);
-    ctx.fuse_gelu = true;
+    ctx.fuse_gelu = default_fuse;
     return ok;
 }
 
@@ -126,8 +134,10 @@ bool check_backward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int OC, b
 }
 
 // Which GELU does the epilogue compute? pre = x exactly (one non-zero input column, unit weights, no
-// bias), so out = gelu(x) for x in [-6, 4]; where the tanh approximation and the exact (erf) GELU
-// differ by more than 4 output ulps, the output must be closer to the tanh one.
+// bias), so out = gelu(x) for x in [-6, 4]. Over the outputs where the tanh approximation and the
+// exact (erf) GELU differ by more than 4 output ulps, the sum of squared distances to the tanh GELU
+// must be smaller than to the erf GELU (robust to a hardware tanh approximation's own error, which a
+// point-by-point "closer" vote is not: near x = -2.7 that error is as large as the tanh/erf gap).
 bool check_gelu_formula(MatmulContext& ctx, bool fuse) {
     const int N = 512, IC = 8, OC = 8;
     std::printf("GELU formula (%s): tanh approximation, not erf\n", fuse ? "epilogue" : "kernel");
@@ -139,16 +149,18 @@ bool check_gelu_formula(MatmulContext& ctx, bool fuse) {
     auto d_w = lab::upload_as<floatX>(w);
     DeviceBuffer<floatX> d_out((size_t)N * OC), d_pre((size_t)N * OC);
     lab::poison(d_out.get(), d_out.size());
+    const bool default_fuse = ctx.fuse_gelu;
     ctx.fuse_gelu = fuse;
     llmc::cuda::matmul_forward(ctx, d_out.get(), d_inp.get(), d_w.get(), nullptr, N, IC, OC, 0, d_pre.get());
     const bool fused = ctx.last_gelu_fused;
-    ctx.fuse_gelu = true;
+    ctx.fuse_gelu = default_fuse;
     if (fuse && !fused) {
         std::printf("  cuBLASLt offered no GELU epilogue here (the kernel ran); nothing to decide\n");
         return true;
     }
     const std::vector<float> out = lab::download(d_out.get(), d_out.size());
     int decisive = 0, tanh_closer = 0, bad = 0;
+    double sq_tanh = 0.0, sq_erf = 0.0;  // over the decisive outputs
     for (int n = 0; n < N; n++) {
         const double x = inp[(size_t)n * IC];
         const double gt = 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
@@ -161,11 +173,15 @@ bool check_gelu_formula(MatmulContext& ctx, bool fuse) {
             if (std::fabs(gt - ge) > 4 * ulp) {
                 decisive++;
                 tanh_closer += std::fabs(y - gt) < std::fabs(y - ge);
+                sq_tanh += (y - gt) * (y - gt);
+                sq_erf += (y - ge) * (y - ge);
             }
         }
     }
-    const bool ok = bad == 0 && (decisive == 0 || tanh_closer >= 0.95 * decisive);
-    std::printf("  %d decisive outputs, %d closer to tanh-GELU, %d non-finite  %s\n", decisive, tanh_closer, bad,
+    const bool ok = bad == 0 && (decisive == 0 || sq_tanh < sq_erf);
+    std::printf("  %d decisive outputs (%d closer to tanh-GELU), rms distance to tanh-GELU %.3g, to erf-GELU %.3g, "
+                "%d non-finite  %s\n", decisive, tanh_closer, decisive ? std::sqrt(sq_tanh / decisive) : 0.0,
+                decisive ? std::sqrt(sq_erf / decisive) : 0.0, bad,
                 ok ? "OK" : "FAIL (set MatmulContext::fuse_gelu = false by default)");
     return ok;
 }
@@ -252,6 +268,7 @@ int main(int argc, char** argv) {
                 llmc::cuda::matmul_forward(ctx, out.get(), inp.get(), w.get(), bias ? b.get() : nullptr, N, IC, OC, 0);
             }, args.reps), f});
             if (gelu) {
+                const bool default_fuse = ctx.fuse_gelu;
                 ctx.fuse_gelu = true;
                 rows.push_back({"forward+gelu (epilogue)", shape, lab::time_ms([&] {
                     llmc::cuda::matmul_forward(ctx, out.get(), inp.get(), w.get(), b.get(), N, IC, OC, 0, pre.get());
@@ -261,7 +278,7 @@ int main(int argc, char** argv) {
                 rows.push_back({"forward+gelu (kernel)", shape, lab::time_ms([&] {
                     llmc::cuda::matmul_forward(ctx, out.get(), inp.get(), w.get(), b.get(), N, IC, OC, 0, pre.get());
                 }, args.reps), f});
-                ctx.fuse_gelu = true;
+                ctx.fuse_gelu = default_fuse;
             }
             rows.push_back({"backward (dinp+dweight+dbias)", shape, lab::time_ms([&] {
                 llmc::cuda::matmul_backward(ctx, dinp.get(), dw.get(), bias ? db.get() : nullptr, scratch.get(),

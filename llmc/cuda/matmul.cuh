@@ -21,15 +21,16 @@
 //             cuBLASLt's BGRAD epilogue (whose summation order is not documented).
 //
 // GELU. With pre_gelu, matmul_forward writes pre_gelu = inp @ weight^T + bias and
-// out = gelu(pre_gelu) (tanh approximation, llmc/cpu/gelu.h). By default (ctx.fuse_gelu) this is
-// cuBLASLt's GELU_AUX(_BIAS) epilogue: D = gelu(x), aux = x. cuBLASLt's documentation only says
-// "GELU"; we believe it is the tanh approximation (llm.c relies on it for GPT-2's tanh GELU), but
-// that is NOT verified yet: the FP32 build of the lab (dev/cuda/matmul.cu, tolerance 1e-5) decides
-// it (an erf GELU differs by up to ~2e-4 and would fail there; the bf16 tolerance could not tell).
-// If it fails, set fuse_gelu = false by default. If the heuristic
-// finds no algorithm for the fused epilogue, or ctx.fuse_gelu is false, the matmul writes
-// pre_gelu with the BIAS epilogue and then out = gelu_forward(pre_gelu) (llmc/cuda/gelu.cuh, the
-// CPU's formula).
+// out = gelu(pre_gelu) (tanh approximation, llmc/cpu/gelu.h). BF16 build, by default
+// (ctx.fuse_gelu): cuBLASLt's GELU_AUX(_BIAS) epilogue, D = gelu(x), aux = x. cuBLASLt's
+// documentation only says "GELU"; we believe it is the tanh approximation (llm.c relies on it for
+// GPT-2's tanh GELU), but that is NOT verified yet, nor how exactly it evaluates tanh (a hardware
+// tanh approximation would be ~1e-4 off: invisible in bf16, not in an fp32 comparison). The lab
+// (dev/cuda/matmul.cu) checks the epilogue against the CPU and decides tanh vs erf (they differ by
+// up to 4.7e-4 near x = -2.7); if it fails, set fuse_gelu = false by default. FP32 build, by
+// default: no epilogue (the FP32 build is the exact reference path). If the heuristic finds no
+// algorithm for the fused epilogue, or ctx.fuse_gelu is false, the matmul writes pre_gelu with the
+// BIAS epilogue and then out = gelu_forward(pre_gelu) (llmc/cuda/gelu.cuh, the CPU's formula).
 //
 // Supported shapes (else std::invalid_argument): N >= 1, IC >= 1 and OC >= 1, IC and OC multiples
 // of 8 (16-byte rows for the tensor-core kernels, and the GELU aux leading dimension must be a
@@ -69,7 +70,8 @@ struct MatmulContext {
     cublasLtHandle_t handle = nullptr;
     void* workspace = nullptr;
     size_t workspace_bytes = 32u << 20;
-    bool fuse_gelu = true;         // GELU through cuBLASLt's epilogue (else gelu_forward after the matmul)
+    // GELU through cuBLASLt's epilogue (else gelu_forward after the matmul); BF16 build only by default
+    bool fuse_gelu = sizeof(floatX) == 2;
     bool last_gelu_fused = false;  // set by matmul_forward with pre_gelu: whether the epilogue ran
     // The heuristic's answer per problem (shapes, types, epilogue, alignments), so each distinct
     // matmul queries it once (the query costs tens of microseconds of host time). found = false
@@ -145,14 +147,14 @@ inline bool lt_matmul(MatmulContext& ctx, void* d, cudaDataType_t dtype, const v
         CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     }
     if (aux) {
+        // aux (the GELU input) has D's type by default. EPILOGUE_AUX_DATA_TYPE is left unset on purpose:
+        // it is meant for fp8 kernels, and an unsupported setting makes cublasLtMatmul itself (not the
+        // heuristic, whose failure we can fall back from) return CUBLAS_STATUS_INVALID_VALUE.
         const int64_t aux_ld = ldd;
-        const int32_t aux_type = dtype;
         CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
                                                       sizeof(aux)));
         CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
                                                       sizeof(aux_ld)));
-        CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type,
-                                                      sizeof(aux_type)));
     }
     LtLayout la, lb, ld;
     CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&la.l, abtype, transa ? k : m, transa ? m : k, lda));
