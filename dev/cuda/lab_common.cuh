@@ -13,6 +13,7 @@
 //   lab::poison(d_out.get(), n);                                // fill with NaN bytes (0xFF) before the kernel
 //   bool ok = lab::check("out", d_out.get(), ref, lab::kTol);   // rel error ||out-ref||/||ref||, every element
 //                                                               //   finite, prints one line; NaN never passes
+//   lab::check_added("dw", d_dw.get(), dw0, ref);               // ADDED outputs: compares out - dw0 with ref - dw0
 //   std::vector<float> h = lab::download(d_out.get(), n);       // device T -> host floats
 //   float ms = lab::time_ms([&] { kernel(...); }, args.reps);   // median of reps, L2 flushed before each rep
 //   lab::Table table(prop);  table.add("layernorm_forward", "N=.. C=..", ms, bytes);  table.print();
@@ -163,6 +164,29 @@ bool check(const char* what, const T* d_out, const std::vector<float>& ref, doub
     const bool ok = nonfinite == 0 && err <= tol && std::isfinite(err);
     std::printf("  %-14s rel err %.2e (tol %.0e), non-finite %zu / %zu  %s\n", what, err, tol, nonfinite,
                 ref.size(), ok ? "OK" : "FAIL");
+    return ok;
+}
+
+// For an output that is ADDED into (a gradient that starts from base): compares the increment
+// out - base with ref - base (in double), so the check is as sensitive as for an overwritten output
+// however large base is (e.g. one missing row among thousands of untouched ones). Every element of
+// out must be finite. base, ref: n = ref.size() host values; prints one line; true = pass.
+template <typename T>
+bool check_added(const char* what, const T* d_out, const std::vector<float>& base, const std::vector<float>& ref,
+                 double tol = kTol) {
+    const std::vector<float> out = download(d_out, ref.size());
+    double num = 0, den = 0;
+    size_t nonfinite = 0;
+    for (size_t i = 0; i < out.size(); i++) {
+        if (!std::isfinite(out[i])) { nonfinite++; continue; }
+        const double want = (double)ref[i] - base[i], got = (double)out[i] - base[i];
+        num += (got - want) * (got - want);
+        den += want * want;
+    }
+    const double err = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    const bool ok = nonfinite == 0 && err <= tol && std::isfinite(err);
+    std::printf("  %-14s rel err of the increment %.2e (tol %.0e), non-finite %zu / %zu  %s\n", what, err, tol,
+                nonfinite, ref.size(), ok ? "OK" : "FAIL");
     return ok;
 }
 
