@@ -3,7 +3,9 @@
 // llmc/cpu/attention_ls.h (fp32).
 //   version 1: naive kernels that materialize the (B, NH, T, T) probabilities (lab only)
 //   version 2: the production scalar tiled kernels (AttnKernel::Scalar; the FP32 build's path)
-//   version 3: the production tensor-core forward (AttnKernel::Mma; bf16 build) + its backward
+//   version 3: the production tensor-core forward + backward (AttnKernel::Mma; bf16 build, sm_80+)
+//   version 4: the tensor-core forward + the scalar backward (the fallback; isolates a failing
+//              tensor-core backward). In the FP32 build versions 3 and 4 run the scalar kernels.
 // Usage:
 //   attention_ls --check                    validate every version on a matrix of shapes; exit 1 on failure
 //   attention_ls [--version V] [-B 8 -T 2048 --nh 6 --hd 32 -G 1 -P 50 --softcap 0]
@@ -173,7 +175,7 @@ void run_forward(int version, Problem& p, const floatX* qkv, bool with_stats, cu
         CUDA_CHECK_LAUNCH();
         return;
     }
-    const AttnKernel kind = version == 2 ? AttnKernel::Scalar : AttnKernel::Mma;
+    const AttnKernel kind = version == 2 ? AttnKernel::Scalar : AttnKernel::Mma;  // 3, 4: Mma forward
     attention_ls_forward_with(kind, p.out.get(), p.lse.get(), qkv, s.B, s.T, s.C(), s.NH, s.G, s.P, s.softcap,
                               with_stats ? p.stats.get() : nullptr, p.stats_scratch.get(), st);
 }
@@ -188,7 +190,7 @@ void run_backward(int version, Problem& p, const floatX* qkv, const floatX* dout
         CUDA_CHECK_LAUNCH();
         return;
     }
-    const AttnKernel kind = version == 2 ? AttnKernel::Scalar : AttnKernel::Mma;
+    const AttnKernel kind = version == 3 ? AttnKernel::Mma : AttnKernel::Scalar;  // 2, 4: scalar backward
     attention_ls_backward_with(kind, p.dqkv.get(), dout, qkv, p.out.get(), p.lse.get(), s.B, s.T, s.C(), s.NH, s.G,
                                s.P, s.softcap, p.bwd_scratch.get(), st);
 }
@@ -385,7 +387,7 @@ Timing time_version(int version, const Shape& s, int reps) {
 // ------------------------------------------------------------------------------------------------
 int usage() {
     fprintf(stderr,
-            "usage: attention_ls [--check] [--version 1|2|3] [-B n] [-T n] [--nh n] [--hd 32|64|128] [-G n] [-P n]\n"
+            "usage: attention_ls [--check] [--version 1|2|3|4] [-B n] [-T n] [--nh n] [--hd 32|64|128] [-G n] [-P n]\n"
             "                    [--softcap c] [--reps n] [--seed n] [--json] [--dump FILE]\n");
     return 2;
 }
@@ -417,7 +419,7 @@ int main(int argc, char** argv) {
         else if (k == "--dump") dump = val();
         else return usage();
     }
-    if (version < 0 || version > 3) return usage();
+    if (version < 0 || version > 4) return usage();
 
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -429,9 +431,9 @@ int main(int argc, char** argv) {
     const bool has_mma = prop.major >= 8;
     std::vector<int> versions;
     if (version) versions = {version};
-    else versions = has_mma ? std::vector<int>{1, 2, 3} : std::vector<int>{1, 2};
-    if (!has_mma && std::find(versions.begin(), versions.end(), 3) != versions.end()) {
-        printf("attention_ls: version 3 needs sm_80+, this is sm_%d%d\n", prop.major, prop.minor);
+    else versions = has_mma ? std::vector<int>{1, 2, 3, 4} : std::vector<int>{1, 2};
+    if (!has_mma && (version == 3 || version == 4)) {
+        printf("attention_ls: version %d needs sm_80+, this is sm_%d%d\n", version, prop.major, prop.minor);
         return 1;
     }
     std::mt19937_64 gen(seed);
@@ -449,10 +451,12 @@ int main(int argc, char** argv) {
                                 n++;
                                 if (!validate(sh, versions, gen, false)) failed++;
                             }
-            // a global-only shape with a full last tile and a batch > 2
+            // a global-only shape with a full last tile and a batch > 2, and an LS shape with
+            // several full tiles and the window equal to the 64-row tile
             for (int hd : {32, 64, 128}) {
-                n++;
+                n += 2;
                 if (!validate(Shape{3, 128, 2, hd, 2, 1, 0.0f}, versions, gen, false)) failed++;
+                if (!validate(Shape{1, 640, 3, hd, 1, 64, 0.0f}, versions, gen, false)) failed++;
             }
             printf("%s: %d of %d shapes passed (versions", failed ? "FAIL" : "OK", n - failed, n);
             for (int v : versions) printf(" %d", v);

@@ -12,12 +12,12 @@
 //   AttnKernel::Scalar  fp32 FMA math on 32x32 tiles, any floatX. The FP32 build's path (tight
 //                       comparison with the CPU) and the fallback if the tensor-core path misbehaves.
 //   AttnKernel::Mma     bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), 64x64 tiles, sm_80+;
-//                       forward only so far: the backward always runs the scalar kernels.
+//                       forward and backward (dK/dV kernel over key tiles, dQ kernel over query tiles).
 // attention_ls_forward/backward (the contract's functions) use attention_default_kernel():
 // Mma in the bf16 build, Scalar in the FP32 build. The *_with variants let the lab pick.
 //
-// Head sizes 32, 64, 128 (templates); any T, any P >= 1, any G in 0..NH. The Mma forward reads
-// qkv with 16-byte loads: qkv and out must be 16-byte aligned (cudaMalloc pointers are).
+// Head sizes 32, 64, 128 (templates); any T, any P >= 1, any G in 0..NH. The Mma kernels read
+// qkv and dout with 16-byte loads: qkv, out, dout, dqkv must be 16-byte aligned (cudaMalloc pointers are).
 // Backward: D_i = rowsum(dO*O) (pre-kernel), then one kernel over key tiles writes dK, dV and one
 // over query tiles writes dQ; each output element is summed by one thread in a fixed order, so
 // the result is deterministic (bit-identical across runs) without atomics.
@@ -521,7 +521,7 @@ __global__ void __launch_bounds__(kAttnScalarThreads)
     float* sdO = sQ + BQ * LDQ;    // (BQ, HD+1)
     float* sL = sdO + BQ * LDQ;    // (BQ)
     float* sD = sL + BQ;           // (BQ)
-    const int kt = gridDim.x - 1 - blockIdx.x;  // early keys see the most queries: first
+    const int kt = blockIdx.x;  // early key tiles see the most queries (global heads): launched first
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
     const bool local = h < NH - G;
     const int C3 = 3 * C, k0 = kt * BK;
@@ -696,6 +696,312 @@ __global__ void __launch_bounds__(kAttnScalarThreads)
 }
 
 // ------------------------------------------------------------------------------------------------
+// Tensor-core backward (mma.sync m16n8k16, bf16 in, fp32 accumulate), sm_80+, bf16 build.
+// Same deterministic structure as the scalar backward: D_i = dO_i . O_i (attn_bwd_dot_kernel),
+// then a dK/dV kernel per key tile and a dQ kernel per query tile; every output element is
+// accumulated by one thread in a fixed order and written once (no atomics).
+// P is recomputed from lse: p = exp(s' - lse), dS = p (dP - D) * (1 - tanh^2(s/c) when capped) / sqrt(hd).
+// Operands that the mma needs with the QUERY (or key) index as its k dimension are kept transposed
+// in shared memory (dims x rows), as V is in the forward; P^T / dS^T (and dS) are reused straight
+// from the accumulators as A fragments (the forward's P trick). Fragment layouts: see mma_bf16_16816.
+// ------------------------------------------------------------------------------------------------
+
+// Load rows [r0, r0+R) of a (rows, stride) bf16 tensor (HD channels at base) into smem row-major
+// dst (R, ld) and transposed dstT (HD, ldT) (dstT[d][r] = row r, dim d); zero past T.
+template <int HD, int R>
+__device__ inline void mma_load_rows_both(__nv_bfloat16* dst, int ld, __nv_bfloat16* dstT, int ldT,
+                                          const __nv_bfloat16* base, int r0, int T, int stride) {
+    constexpr int CHUNKS = HD / 8;
+    for (int idx = threadIdx.x; idx < R * CHUNKS; idx += blockDim.x) {
+        const int r = idx / CHUNKS, d = (idx % CHUNKS) * 8, i = r0 + r;
+        int4 v = make_int4(0, 0, 0, 0);
+        if (i < T) v = *reinterpret_cast<const int4*>(base + (size_t)i * stride + d);
+        *reinterpret_cast<int4*>(dst + r * ld + d) = v;
+        const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&v);
+#pragma unroll
+        for (int u = 0; u < 8; u++) dstT[(d + u) * ldT + r] = e[u];
+    }
+}
+
+// Shared memory of the dK/dV kernel. 64 keys per block (16 per warp); the inner query tile is
+// 64 rows (32 for HD = 128, to keep dK + dV + S + dP accumulators in registers without spills).
+template <int HD> struct MmaBwdKvSmem {
+    static constexpr int BK = kAttnMmaBK;
+    static constexpr int BQ = HD == 128 ? 32 : 64;
+    static constexpr int LD = HD + 8;   // sK, sV (BK, LD); sQ, sdO (BQ, LD)
+    static constexpr int LDT = BQ + 8;  // sQt, sdOt (HD, LDT): transposed
+    static constexpr size_t bytes =
+        sizeof(__nv_bfloat16) * ((size_t)(2 * BK + 2 * BQ) * LD + 2 * (size_t)HD * LDT) + sizeof(float) * 2 * BQ;
+};
+
+// dK, dV: grid (key tiles of 64, B*NH), 128 threads. Warp w owns keys k0 + 16w .. +15 and walks the
+// query tiles that see the key tile (attn_q_tile_begin/end: only the window for a local head).
+// Per query tile, per warp (16 keys x BQ queries): S^T = K Q^T, dP^T = V dO^T, then P^T, dS^T, and
+// dV += P^T dO, dK += dS^T Q.
+template <int HD>
+__global__ void __launch_bounds__(kAttnMmaThreads)
+    attn_bwd_kv_mma_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+                           const float* lse, const float* D, int T, int C, int NH, int G, int P, float softcap) {
+    using L = MmaBwdKvSmem<HD>;
+    constexpr int BK = L::BK, BQ = L::BQ, KS = HD / 16, NB = BQ / 8, DB = HD / 8, LD = L::LD, LDT = L::LDT;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // (BK, LD)
+    __nv_bfloat16* sV = sK + BK * LD;                                   // (BK, LD)
+    __nv_bfloat16* sQ = sV + BK * LD;                                   // (BQ, LD)
+    __nv_bfloat16* sdO = sQ + BQ * LD;                                  // (BQ, LD)
+    __nv_bfloat16* sQt = sdO + BQ * LD;                                 // (HD, LDT)
+    __nv_bfloat16* sdOt = sQt + HD * LDT;                               // (HD, LDT)
+    float* sL = reinterpret_cast<float*>(sdOt + HD * LDT);              // (BQ) lse of the tile's rows
+    float* sD = sL + BQ;                                                // (BQ) D of the tile's rows
+
+    const int kt = blockIdx.x;  // early key tiles see the most queries (global heads): launched first
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const bool local = h < NH - G;
+    const int C3 = 3 * C, k0 = kt * BK;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    const float scale = rsqrtf((float)HD);
+    const __nv_bfloat16* base = qkv + (size_t)b * T * C3 + h * HD;
+    const __nv_bfloat16* gbase = dout + (size_t)b * T * C + h * HD;
+    const float* lse_bh = lse + (size_t)bh * T;
+    const float* D_bh = D + (size_t)bh * T;
+
+    mma_load_rows<HD, BK>(sK, LD, base + C, k0, T, C3);
+    mma_load_rows<HD, BK>(sV, LD, base + 2 * C, k0, T, C3);
+    // this thread's two keys (hf = 0: key g, hf = 1: key g+8 of the warp's 16)
+    const int j_row[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
+    const __nv_bfloat16* k_lo = sK + (warp * 16 + g) * LD + 2 * c;
+    const __nv_bfloat16* v_lo = sV + (warp * 16 + g) * LD + 2 * c;
+    float dk[DB][4], dv[DB][4];
+#pragma unroll
+    for (int db = 0; db < DB; db++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[db][e] = dv[db][e] = 0.0f;
+
+    const int qb = attn_q_tile_begin(kt, BQ, BK), qe = attn_q_tile_end(kt, BQ, BK, T, local, P);
+    for (int qt = qb; qt < qe; qt++) {
+        const int q0 = qt * BQ;
+        __syncthreads();  // every warp is done with the previous query tile (and K, V are written)
+        mma_load_rows_both<HD, BQ>(sQ, LD, sQt, LDT, base, q0, T, C3);
+        mma_load_rows_both<HD, BQ>(sdO, LD, sdOt, LDT, gbase, q0, T, C);
+        if (threadIdx.x < BQ) {
+            const int i = q0 + threadIdx.x;
+            sL[threadIdx.x] = i < T ? lse_bh[i] : 0.0f;
+            sD[threadIdx.x] = i < T ? D_bh[i] : 0.0f;
+        }
+        __syncthreads();
+
+        // S^T = K Q^T and dP^T = V dO^T: (16 keys, BQ queries) per warp; [nb] holds queries nb*8 + 2c + {0,1}
+        float s[NB][4], dp[NB][4];
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[nb][e] = dp[nb][e] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            uint32_t ka[4], va[4];
+            ka[0] = ld_bf16x2(k_lo + ks * 16);
+            ka[1] = ld_bf16x2(k_lo + 8 * LD + ks * 16);
+            ka[2] = ld_bf16x2(k_lo + ks * 16 + 8);
+            ka[3] = ld_bf16x2(k_lo + 8 * LD + ks * 16 + 8);
+            va[0] = ld_bf16x2(v_lo + ks * 16);
+            va[1] = ld_bf16x2(v_lo + 8 * LD + ks * 16);
+            va[2] = ld_bf16x2(v_lo + ks * 16 + 8);
+            va[3] = ld_bf16x2(v_lo + 8 * LD + ks * 16 + 8);
+#pragma unroll
+            for (int nb = 0; nb < NB; nb++) {
+                // B[k = dim][n = query] = Q[query][dim] (row-major tiles)
+                const __nv_bfloat16* qrow = sQ + (nb * 8 + g) * LD + ks * 16 + 2 * c;
+                const __nv_bfloat16* grow = sdO + (nb * 8 + g) * LD + ks * 16 + 2 * c;
+                mma_bf16_16816(s[nb], ka, ld_bf16x2(qrow), ld_bf16x2(qrow + 8));
+                mma_bf16_16816(dp[nb], va, ld_bf16x2(grow), ld_bf16x2(grow + 8));
+            }
+        }
+
+        // P^T and dS^T in place (s <- p, dp <- ds)
+        const bool need_mask = attn_tile_needs_mask(qt, kt, BQ, BK, T, local, P);
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int qi = nb * 8 + 2 * c + (e & 1), i = q0 + qi, j = j_row[e / 2];
+                const bool vis = !need_mask || (i < T && attn_visible(i, j, local, P));  // j >= T implies j > i
+                float t;
+                const float sc = attn_softcap(s[nb][e] * scale, softcap, t);
+                const float p = vis ? expf(sc - sL[qi]) : 0.0f;
+                float ds = p * (dp[nb][e] - sD[qi]);
+                if (softcap > 0.0f) ds *= 1.0f - t * t;
+                s[nb][e] = p;
+                dp[nb][e] = ds * scale;
+            }
+        }
+
+        // dV += P^T dO, dK += dS^T Q: A = (16 keys, 16 queries) from the accumulators,
+        // B[k = query][n = dim] from the transposed tiles.
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++) {
+            uint32_t pa[4], da[4];
+            pa[0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+            pa[1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+            pa[2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pa[3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            da[0] = pack_bf16x2(dp[2 * kk][0], dp[2 * kk][1]);
+            da[1] = pack_bf16x2(dp[2 * kk][2], dp[2 * kk][3]);
+            da[2] = pack_bf16x2(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+            da[3] = pack_bf16x2(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+#pragma unroll
+            for (int db = 0; db < DB; db++) {
+                const __nv_bfloat16* gcol = sdOt + (db * 8 + g) * LDT + kk * 16 + 2 * c;
+                const __nv_bfloat16* qcol = sQt + (db * 8 + g) * LDT + kk * 16 + 2 * c;
+                mma_bf16_16816(dv[db], pa, ld_bf16x2(gcol), ld_bf16x2(gcol + 8));
+                mma_bf16_16816(dk[db], da, ld_bf16x2(qcol), ld_bf16x2(qcol + 8));
+            }
+        }
+    }
+
+    // dk[db], dv[db]: key j_row[e/2], dims db*8 + 2c + (e&1)
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int j = j_row[hf];
+        if (j >= T) continue;
+        __nv_bfloat16* drow = dqkv + ((size_t)b * T + j) * C3 + h * HD + 2 * c;
+#pragma unroll
+        for (int db = 0; db < DB; db++) {
+            *reinterpret_cast<uint32_t*>(drow + C + db * 8) = pack_bf16x2(dk[db][2 * hf], dk[db][2 * hf + 1]);
+            *reinterpret_cast<uint32_t*>(drow + 2 * C + db * 8) = pack_bf16x2(dv[db][2 * hf], dv[db][2 * hf + 1]);
+        }
+    }
+}
+
+// Shared memory of the dQ kernel: 64 query rows (16 per warp) x 64 keys per tile.
+template <int HD> struct MmaBwdQSmem {
+    static constexpr int BQ = kAttnMmaBQ, BK = kAttnMmaBK;
+    static constexpr int LD = HD + 8;   // sQ, sdO (BQ, LD); sK, sV (BK, LD)
+    static constexpr int LDT = BK + 8;  // sKt (HD, LDT): K transposed
+    static constexpr size_t bytes = sizeof(__nv_bfloat16) * ((size_t)(2 * BQ + 2 * BK) * LD + (size_t)HD * LDT);
+};
+
+// dQ: grid (query tiles of 64, B*NH), 128 threads. Warp w owns rows q0 + 16w .. +15 and walks the
+// key tiles of the forward (attn_kv_tile_begin/end). Per key tile: S = Q K^T, dP = dO V^T, P, dS,
+// dQ += dS K.
+template <int HD>
+__global__ void __launch_bounds__(kAttnMmaThreads)
+    attn_bwd_q_mma_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+                          const float* lse, const float* D, int T, int C, int NH, int G, int P, float softcap) {
+    using L = MmaBwdQSmem<HD>;
+    constexpr int BQ = L::BQ, BK = L::BK, KS = HD / 16, NB = BK / 8, DB = HD / 8, LD = L::LD, LDT = L::LDT;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // (BQ, LD)
+    __nv_bfloat16* sdO = sQ + BQ * LD;                                  // (BQ, LD)
+    __nv_bfloat16* sK = sdO + BQ * LD;                                  // (BK, LD)
+    __nv_bfloat16* sV = sK + BK * LD;                                   // (BK, LD)
+    __nv_bfloat16* sKt = sV + BK * LD;                                  // (HD, LDT)
+
+    const int qt = gridDim.x - 1 - blockIdx.x;  // longest (causal) tiles first
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const bool local = h < NH - G;
+    const int C3 = 3 * C, q0 = qt * BQ;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    const float scale = rsqrtf((float)HD);
+    const __nv_bfloat16* base = qkv + (size_t)b * T * C3 + h * HD;
+    const __nv_bfloat16* gbase = dout + (size_t)b * T * C + h * HD;
+
+    mma_load_rows<HD, BQ>(sQ, LD, base, q0, T, C3);
+    mma_load_rows<HD, BQ>(sdO, LD, gbase, q0, T, C);
+    const int i_row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+    float row_lse[2], row_D[2];
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int i = i_row[hf];
+        row_lse[hf] = i < T ? lse[(size_t)bh * T + i] : 0.0f;
+        row_D[hf] = i < T ? D[(size_t)bh * T + i] : 0.0f;
+    }
+    const __nv_bfloat16* q_lo = sQ + (warp * 16 + g) * LD + 2 * c;
+    const __nv_bfloat16* g_lo = sdO + (warp * 16 + g) * LD + 2 * c;
+    float dq[DB][4];
+#pragma unroll
+    for (int db = 0; db < DB; db++) dq[db][0] = dq[db][1] = dq[db][2] = dq[db][3] = 0.0f;
+
+    const int kb = attn_kv_tile_begin(qt, BQ, BK, local, P), ke = attn_kv_tile_end(qt, BQ, BK, T);
+    for (int kt = kb; kt < ke; kt++) {
+        const int k0 = kt * BK;
+        __syncthreads();  // every warp is done with the previous K / V tile (and Q, dO are written)
+        mma_load_rows_both<HD, BK>(sK, LD, sKt, LDT, base + C, k0, T, C3);
+        mma_load_rows<HD, BK>(sV, LD, base + 2 * C, k0, T, C3);
+        __syncthreads();
+
+        // S = Q K^T, dP = dO V^T: (16 rows, 64 keys) per warp; [nb] holds keys nb*8 + 2c + {0,1}
+        float s[NB][4], dp[NB][4];
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[nb][e] = dp[nb][e] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            uint32_t qa[4], ga[4];
+            qa[0] = ld_bf16x2(q_lo + ks * 16);
+            qa[1] = ld_bf16x2(q_lo + 8 * LD + ks * 16);
+            qa[2] = ld_bf16x2(q_lo + ks * 16 + 8);
+            qa[3] = ld_bf16x2(q_lo + 8 * LD + ks * 16 + 8);
+            ga[0] = ld_bf16x2(g_lo + ks * 16);
+            ga[1] = ld_bf16x2(g_lo + 8 * LD + ks * 16);
+            ga[2] = ld_bf16x2(g_lo + ks * 16 + 8);
+            ga[3] = ld_bf16x2(g_lo + 8 * LD + ks * 16 + 8);
+#pragma unroll
+            for (int nb = 0; nb < NB; nb++) {
+                // B[k = dim][n = key] = K[key][dim] (row-major tiles)
+                const __nv_bfloat16* krow = sK + (nb * 8 + g) * LD + ks * 16 + 2 * c;
+                const __nv_bfloat16* vrow = sV + (nb * 8 + g) * LD + ks * 16 + 2 * c;
+                mma_bf16_16816(s[nb], qa, ld_bf16x2(krow), ld_bf16x2(krow + 8));
+                mma_bf16_16816(dp[nb], ga, ld_bf16x2(vrow), ld_bf16x2(vrow + 8));
+            }
+        }
+
+        // dS in place of dP
+        const bool need_mask = attn_tile_needs_mask(qt, kt, BQ, BK, T, local, P);
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int hf = e / 2, i = i_row[hf], j = k0 + nb * 8 + 2 * c + (e & 1);
+                const bool vis = !need_mask || (i < T && attn_visible(i, j, local, P));  // j >= T implies j > i
+                float t;
+                const float sc = attn_softcap(s[nb][e] * scale, softcap, t);
+                const float p = vis ? expf(sc - row_lse[hf]) : 0.0f;
+                float ds = p * (dp[nb][e] - row_D[hf]);
+                if (softcap > 0.0f) ds *= 1.0f - t * t;
+                dp[nb][e] = ds * scale;
+            }
+        }
+
+        // dQ += dS K: A = dS (16 rows, 16 keys) from the accumulators, B[k = key][n = dim] = Kt[dim][key]
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++) {
+            uint32_t da[4];
+            da[0] = pack_bf16x2(dp[2 * kk][0], dp[2 * kk][1]);
+            da[1] = pack_bf16x2(dp[2 * kk][2], dp[2 * kk][3]);
+            da[2] = pack_bf16x2(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+            da[3] = pack_bf16x2(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+#pragma unroll
+            for (int db = 0; db < DB; db++) {
+                const __nv_bfloat16* kcol = sKt + (db * 8 + g) * LDT + kk * 16 + 2 * c;
+                mma_bf16_16816(dq[db], da, ld_bf16x2(kcol), ld_bf16x2(kcol + 8));
+            }
+        }
+    }
+
+    // dq[db]: row i_row[e/2], dims db*8 + 2c + (e&1)
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int i = i_row[hf];
+        if (i >= T) continue;
+        __nv_bfloat16* drow = dqkv + ((size_t)b * T + i) * C3 + h * HD + 2 * c;
+#pragma unroll
+        for (int db = 0; db < DB; db++)
+            *reinterpret_cast<uint32_t*>(drow + db * 8) = pack_bf16x2(dq[db][2 * hf], dq[db][2 * hf + 1]);
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
 // Host launchers
 // ------------------------------------------------------------------------------------------------
 
@@ -779,18 +1085,43 @@ inline void attn_backward_launch(floatX* dqkv, const floatX* dout, const floatX*
     CUDA_CHECK_LAUNCH();
 }
 
-// The backward with an explicit kernel family. Only the scalar backward exists so far: both kinds
-// run it (documented in docs/attention_kernel.md).
+#if !defined(ENABLE_FP32)
+template <int HD>
+inline void attn_backward_mma_launch(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
+                                     const float* D, int B, int T, int C, int NH, int G, int P, float softcap,
+                                     cudaStream_t st) {
+    const size_t kv_bytes = MmaBwdKvSmem<HD>::bytes, q_bytes = MmaBwdQSmem<HD>::bytes;
+    attn_set_smem(attn_bwd_kv_mma_kernel<HD>, kv_bytes);
+    attn_set_smem(attn_bwd_q_mma_kernel<HD>, q_bytes);
+    const dim3 grid_kv((unsigned)ceil_div(T, MmaBwdKvSmem<HD>::BK), B * NH);
+    attn_bwd_kv_mma_kernel<HD><<<grid_kv, kAttnMmaThreads, kv_bytes, st>>>(dqkv, dout, qkv, lse, D, T, C, NH, G, P, softcap);
+    CUDA_CHECK_LAUNCH();
+    const dim3 grid_q((unsigned)ceil_div(T, MmaBwdQSmem<HD>::BQ), B * NH);
+    attn_bwd_q_mma_kernel<HD><<<grid_q, kAttnMmaThreads, q_bytes, st>>>(dqkv, dout, qkv, lse, D, T, C, NH, G, P, softcap);
+    CUDA_CHECK_LAUNCH();
+}
+#endif
+
+// The backward with an explicit kernel family: Mma = tensor-core dK/dV and dQ kernels (bf16 build,
+// sm_80+), Scalar = the fp32-FMA kernels (the FP32 build always runs these; Mma falls back to them).
 inline void attention_ls_backward_with(AttnKernel kind, floatX* dqkv, const floatX* dout, const floatX* qkv,
                                        const floatX* out, const float* lse, int B, int T, int C, int NH, int G, int P,
                                        float softcap, float* scratch, cudaStream_t st) {
-    (void)kind;
     attention_ls_check_args(B, T, C, NH, G, P);
     const int hd = C / NH;
     float* D = scratch;  // (B, NH, T)
     const long rows = (long)B * NH * T;
     attn_bwd_dot_kernel<<<(unsigned)ceil_div(rows, 8), 256, 0, st>>>(D, dout, out, B, T, C, NH);
     CUDA_CHECK_LAUNCH();
+#if !defined(ENABLE_FP32)
+    if (kind == AttnKernel::Mma) {
+        if (hd == 32) attn_backward_mma_launch<32>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, st);
+        else if (hd == 64) attn_backward_mma_launch<64>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, st);
+        else attn_backward_mma_launch<128>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, st);
+        return;
+    }
+#endif
+    (void)kind;
     if (hd == 32) attn_backward_launch<32>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, st);
     else if (hd == 64) attn_backward_launch<64>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, st);
     else attn_backward_launch<128>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, st);
