@@ -87,7 +87,7 @@ GPU_TEST_BINS := $(patsubst test/gpu/%.cu,$(BUILD)/test_gpu/%,$(GPU_TEST_SRCS))
 $(BUILD)/dev/%: dev/cuda/%.cu $(LLMC_HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS)
-$(BUILD)/test_gpu/%: test/gpu/%.cu $(LLMC_HEADERS)
+$(BUILD)/test_gpu/%: test/gpu/%.cu $(LLMC_HEADERS) $(wildcard test/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(DIST_FLAGS) $< -o $@ $(CUDA_LIBS) $(DIST_LIBS)
 # The generation binary (issue 8), built from the same library once its source exists.
