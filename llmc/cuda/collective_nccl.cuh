@@ -62,13 +62,15 @@ public:
     }
     void reduce_scatter(const float* send, float* recv, size_t count, ReduceOp op) override {
         const float* ds = to_device(const_cast<float*>(send), count * world_, stage_a_);
-        float* dr = is_device(recv) ? recv : staged(stage_b_, count);
+        // send == recv is staged: NCCL's in-place form is recv == send + rank * count, not recv == send
+        float* dr = is_device(recv) && recv != send ? recv : staged(stage_b_, count);
         NCCL_CHECK(ncclReduceScatter(ds, dr, count, ncclFloat, nccl_op(op), comm_, stream_));
         from_device(recv, dr, count);
     }
     void all_gather(const float* send, float* recv, size_t count) override {
         const float* ds = to_device(const_cast<float*>(send), count, stage_a_);
-        float* dr = is_device(recv) ? recv : staged(stage_b_, count * world_);
+        // send == recv is staged: NCCL's in-place form is send == recv + rank * count, not send == recv
+        float* dr = is_device(recv) && recv != send ? recv : staged(stage_b_, count * world_);
         NCCL_CHECK(ncclAllGather(ds, dr, count, ncclFloat, comm_, stream_));
         from_device(recv, dr, count * world_);
     }
@@ -138,9 +140,10 @@ private:
         CUDA_CHECK(cudaMemcpyAsync(d, p, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
         return d;
     }
-    // Waits for the operation; copies the result back when dst is host memory.
+    // Waits for the operation; copies the result back when it was staged (dst may be host memory, or
+    // device memory staged for aliasing: cudaMemcpyDefault handles both).
     void from_device(float* dst, const float* d, size_t n) {
-        if (dst != d) CUDA_CHECK(cudaMemcpyAsync(dst, d, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+        if (dst != d) CUDA_CHECK(cudaMemcpyAsync(dst, d, n * sizeof(float), cudaMemcpyDefault, stream_));
         CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
 
