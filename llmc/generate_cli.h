@@ -25,6 +25,13 @@ struct GenerateConfig {
     bool no_cache = false;          // full forward per token (the reference path)
     bool print_ids = false;         // print token ids, one per line, instead of text
     int threads = 0;                // OpenMP threads (0 = OpenMP's default)
+    // --bench: time the KV cache instead of generating (dev/bench/generate_latency.py drives it)
+    bool bench = false;
+    int bench_batch = 1;            // sequences per batch
+    int bench_prompt = 2048;        // prefill length T
+    std::string bench_contexts = "1024,2048,4096,8192,16384";  // decode timed at these context lengths
+    int bench_steps = 32;           // decode steps timed per context
+    int bench_repeats = 5;          // prefill repetitions (the median is reported)
 };
 
 class GenerateCli {
@@ -52,6 +59,20 @@ public:
         a.add_flag("--print-ids", c.print_ids, "print the generated token ids, one per line, instead of text");
         a.add_option("--threads", c.threads, "OpenMP threads (0 = OpenMP's default)")->capture_default_str()
             ->check(CLI::NonNegativeNumber);
+        a.add_flag("--bench", c.bench,
+                   "latency benchmark instead of text: prefill and per-token decode times with random tokens, "
+                   "one JSON object on stdout (docs/generation.md)");
+        a.add_option("--bench-batch", c.bench_batch, "--bench: sequences per batch")->capture_default_str()
+            ->check(CLI::PositiveNumber);
+        a.add_option("--bench-prompt", c.bench_prompt, "--bench: prefill length T")->capture_default_str()
+            ->check(CLI::PositiveNumber);
+        a.add_option("--bench-contexts", c.bench_contexts,
+                     "--bench: comma-separated context lengths at which decode is timed (each <= max_seq_len)")
+            ->capture_default_str();
+        a.add_option("--bench-steps", c.bench_steps, "--bench: decode steps timed per context")->capture_default_str()
+            ->check(CLI::PositiveNumber);
+        a.add_option("--bench-repeats", c.bench_repeats, "--bench: prefill repetitions (median reported)")
+            ->capture_default_str()->check(CLI::PositiveNumber);
     }
 
     // Returns -1 to go on, else the exit code (0 after --help; 1 after a parse error, one line).
@@ -102,6 +123,21 @@ inline std::vector<int> parse_token_ids(const std::string& s) {
         pos = end + 1;
     }
     return ids;
+}
+
+// "1024, 2048" -> {1024, 2048} for --bench-contexts; each entry a positive integer.
+inline std::vector<int> parse_context_list(const std::string& s) {
+    std::vector<int> out;
+    try {
+        out = parse_token_ids(s);
+    } catch (const InputError&) {
+        out.clear();
+    }
+    bool ok = !out.empty();
+    for (int v : out) ok = ok && v > 0;
+    if (!ok)
+        throw InputError("--bench-contexts: '" + s + "' is not a list of positive lengths; pass e.g. '1024,2048,4096'");
+    return out;
 }
 
 }  // namespace llmc

@@ -52,6 +52,24 @@ __global__ void kv_store_kernel(KvCacheView cache, const floatX* qkv, int l, int
     (cache.is_local(h) ? cache.v_local : cache.v_global)[o] = row[2 * C + c];
 }
 
+// Prefill: writes k and v of positions 0..T-1 of every sequence into layer l of the cache.
+// qkv: (B, T, 3C) the prefill's rows. A local head keeps only positions T-R .. T-1 (the last R =
+// ring slots; earlier ones would be overwritten anyway, and skipping them keeps every slot written
+// by exactly one thread).
+__global__ void kv_store_prefill_kernel(KvCacheView cache, const floatX* qkv, int l, int T) {
+    const int C = cache.NH * cache.hd;
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // over (B, T, C)
+    if (idx >= (size_t)cache.B * T * C) return;
+    const int c = (int)(idx % C), h = c / cache.hd, d = c % cache.hd;
+    const size_t bt = idx / C;
+    const int t = (int)(bt % T), b = (int)(bt / T);
+    if (cache.is_local(h) && t < T - cache.ring) return;
+    const size_t o = cache.offset(l, b, h, t) + d;
+    const floatX* row = qkv + bt * 3 * C;
+    (cache.is_local(h) ? cache.k_local : cache.k_global)[o] = row[C + c];
+    (cache.is_local(h) ? cache.v_local : cache.v_global)[o] = row[2 * C + c];
+}
+
 // out: (B, C) attention output at position t; qkv: (B, 3C) (only q, channels [0, C), is read).
 // grid (NH, B), block kDecodeWarps * 32.
 __global__ void attention_decode_kernel(floatX* out, const floatX* qkv, KvCacheView cache, int l, int t,
@@ -122,6 +140,16 @@ inline void kv_store(const KvCacheView& cache, const floatX* qkv, int l, int t, 
                                     " outside the cache");
     const int n = cache.B * cache.NH * cache.hd;
     kv_store_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, stream>>>(cache, qkv, l, t);
+    CUDA_CHECK_LAUNCH();
+}
+
+// qkv: (B, T, 3C); positions 0..T-1 of an empty cache (T <= max_len).
+inline void kv_store_prefill(const KvCacheView& cache, const floatX* qkv, int l, int T, cudaStream_t stream = 0) {
+    if (l < 0 || l >= cache.L || T < 1 || T > cache.max_len)
+        throw std::invalid_argument("kv_store_prefill: layer " + std::to_string(l) + " / length " + std::to_string(T) +
+                                    " outside the cache");
+    const size_t n = (size_t)cache.B * T * cache.NH * cache.hd;
+    kv_store_prefill_kernel<<<(unsigned)ceil_div((long)n, 256), 256, 0, stream>>>(cache, qkv, l, T);
     CUDA_CHECK_LAUNCH();
 }
 

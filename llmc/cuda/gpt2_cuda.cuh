@@ -15,7 +15,15 @@
 //   - backward() turns the device logits into dlogits in place (one fused classifier pass, no second
 //     (N, Vp) buffer), so logits() must be read before backward() and a second backward() needs a
 //     new forward(); both misuses throw std::logic_error instead of returning garbage.
-//   - Not done yet: recomputation (-r), CUDA graphs, KV cache (Backend defaults: no KV cache).
+//   - KV cache (kv_begin / kv_forward, issue 8): a prefill is the ordinary forward, then every
+//     layer's k (after QK-norm) and v are copied into the cache (llmc/cuda/attention_decode.cuh
+//     layout); a decode step runs one row per sequence through the same ops and attends over the
+//     cache. Unlike the CPU, the logits are close to forward()'s, not bit-identical: cuBLASLt may
+//     pick another algorithm for B rows than for B*T, and the decode attention sums in another
+//     order than the training kernel (test/gpu/test_cuda_generate.cu states the comparison rule).
+//   - all_reduce_grads: with an NCCL collective, the device gradients are all-reduced in place
+//     (no host round trip); otherwise the Backend default (host path).
+//   - Not done yet: recomputation (-r), CUDA graphs.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -30,6 +38,7 @@
 
 #include "llmc/backend.h"
 #include "llmc/cuda/adamw.cuh"
+#include "llmc/cuda/attention_decode.cuh"
 #include "llmc/cuda/attention_ls.cuh"
 #include "llmc/cuda/classifier.cuh"
 #include "llmc/cuda/common.cuh"
@@ -44,6 +53,9 @@
 #include "llmc/init.h"
 #include "llmc/model_config.h"
 #include "llmc/params.h"
+#ifdef USE_NCCL
+#include "llmc/cuda/collective_nccl.cuh"
+#endif
 
 namespace llmc::cuda {
 
@@ -111,6 +123,33 @@ struct Gpt2CudaActs {
         alloc(dresidual, N * C); alloc(dbtc, N * C);
         alloc(d4c, N * 4 * C);
         alloc(d3c_a, N * 3 * C); alloc(d3c_b, qk * N * 3 * C);
+    }
+};
+
+// Row buffers of one decode step (one new position per sequence), for B sequences.
+struct Gpt2CudaDecodeActs {
+    DeviceBuffer<int> tokens;                 // (B)
+    DeviceBuffer<floatX> x, x2;               // (B, C) residual stream before / after the attention branch
+    DeviceBuffer<floatX> ln;                  // (B, C) output of the current LayerNorm
+    DeviceBuffer<float> mean, rstd;           // (B)
+    DeviceBuffer<floatX> qkv, qkvn;           // (B, 3C) (qkvn empty unless qk_norm)
+    DeviceBuffer<float> qkn_mean, qkn_rstd;   // (B, 2, NH) (empty unless qk_norm)
+    DeviceBuffer<floatX> atty, branch;        // (B, C)
+    DeviceBuffer<floatX> fch, fch_gelu;       // (B, 4C)
+    DeviceBuffer<floatX> logits;              // (B, Vp)
+    int B = 0;
+
+    void allocate(const ModelConfig& cfg, int B_) {
+        if (B_ == B) return;
+        B = B_;
+        const size_t C = cfg.channels, NH = cfg.num_heads, Vp = cfg.padded_vocab_size, qk = cfg.qk_norm ? 1 : 0;
+        tokens.resize(B);
+        x.resize(B * C); x2.resize(B * C); ln.resize(B * C); mean.resize(B); rstd.resize(B);
+        qkv.resize(B * 3 * C); qkvn.resize(qk * B * 3 * C);
+        qkn_mean.resize(qk * B * 2 * NH); qkn_rstd.resize(qk * B * 2 * NH);
+        atty.resize(B * C); branch.resize(B * C);
+        fch.resize(B * 4 * C); fch_gelu.resize(B * 4 * C);
+        logits.resize(B * Vp);
     }
 };
 
@@ -428,6 +467,107 @@ public:
         refresh_working_copy();
     }
 
+    // ---- KV-cached decoding (issue 8). Same semantics and errors as CpuBackend (llmc/cpu/gpt2_cpu.h);
+    // cache layout: llmc/cuda/attention_decode.cuh (= llmc/cpu/kv_cache.h with floatX elements).
+    bool has_kv_cache() const override { return true; }
+
+    // An empty cache for B sequences of up to max_len (<= max_seq_len) positions each. The cache
+    // buffers are reallocated only when their size changes, and filled with NaN bytes (a read of a
+    // slot nothing wrote shows up as NaN).
+    void kv_begin(int B, int max_len) override {
+        if (B < 1) throw InputError("KV cache: batch size " + std::to_string(B) + " must be >= 1");
+        if (max_len < 1 || max_len > cfg_.max_seq_len)
+            throw InputError("KV cache: length " + std::to_string(max_len) + " must be in [1, max_seq_len=" +
+                             std::to_string(cfg_.max_seq_len) + "]; generate at most max_seq_len positions");
+        CUDA_CHECK(cudaStreamSynchronize(stream_));  // queued work may still use the old buffers
+        KvCacheView& c = kv_;
+        c.L = cfg_.num_layers; c.B = B; c.NH = cfg_.num_heads; c.G = cfg_.global_heads; c.hd = cfg_.head_size();
+        c.P = cfg_.window; c.max_len = max_len; c.ring = std::min(c.P, max_len);
+        const size_t ng = (size_t)c.L * B * c.G * max_len * c.hd;        // (L, B, G, max_len, hd)
+        const size_t nl = (size_t)c.L * B * (c.NH - c.G) * c.ring * c.hd;  // (L, B, NH-G, R, hd)
+        for (DeviceBuffer<floatX>* buf : {&kv_kg_, &kv_vg_, &kv_kl_, &kv_vl_}) {
+            const size_t n = (buf == &kv_kg_ || buf == &kv_vg_) ? ng : nl;
+            if (buf->size() != n) buf->resize(n);
+            if (n > 0) CUDA_CHECK(cudaMemsetAsync(buf->get(), 0xFF, buf->bytes(), stream_));
+        }
+        c.k_global = kv_kg_.get(); c.v_global = kv_vg_.get(); c.k_local = kv_kl_.get(); c.v_local = kv_vl_.get();
+        dec_.allocate(cfg_, B);
+        dec_tokens_host_.resize(B);
+        kv_pos_ = 0;
+    }
+
+    // Appends n positions to every cached sequence; tokens: (B, n) on the host. Returns their logits
+    // (B, n, Vp) fp32 on the host, valid until the next call. Prefill (n > 1 into an empty cache): the
+    // ordinary forward, then the cache filled from its qkv; otherwise one decode step per position.
+    const float* kv_forward(const int* tokens, int n) override {
+        const int B = kv_.B, Vp = cfg_.padded_vocab_size;
+        if (B < 1) throw std::logic_error("CudaBackend::kv_forward needs kv_begin first");
+        if (n < 1) throw InputError("kv_forward: n = " + std::to_string(n) + " new positions; pass n >= 1");
+        if (kv_pos_ + n > kv_.max_len)
+            throw InputError("kv_forward: " + std::to_string(kv_pos_) + " cached + " + std::to_string(n) +
+                             " new positions exceed the cache length " + std::to_string(kv_.max_len) +
+                             "; start a new cache (kv_begin) with the newest window of the context");
+        check_batch(tokens, nullptr, B, n);
+        if (kv_pos_ == 0 && n > 1) return kv_prefill(tokens, n);
+        const size_t row = (size_t)Vp;
+        kv_logits_host_.resize((size_t)B * n * row);
+        kv_logits_stage_.resize((size_t)B * row);
+        for (int i = 0; i < n; i++) {
+            for (int b = 0; b < B; b++) dec_tokens_host_[b] = tokens[(size_t)b * n + i];
+            kv_decode();
+            download(kv_logits_stage_.data(), dec_.logits.get(), (size_t)B * row);  // waits for the step
+            for (int b = 0; b < B; b++) {
+                const floatX* src = kv_logits_stage_.data() + b * row;
+                float* dst = kv_logits_host_.data() + ((size_t)b * n + i) * row;
+                for (size_t v = 0; v < row; v++) dst[v] = to_float(src[v]);
+            }
+        }
+        return kv_logits_host_.data();
+    }
+
+    // Prefill of an empty cache with tokens (B, n), n >= 1: the ordinary forward over (B, n), then k
+    // (after QK-norm) and v of every layer copied into the cache. Returns when the device is done; the
+    // logits stay on the device (logits() fetches them). kv_forward uses it; the latency benchmark
+    // calls it directly so that the (B, n, Vp) host copy is not timed.
+    void kv_prefill_device(const int* tokens, int n) {
+        const int B = kv_.B, L = cfg_.num_layers, C = cfg_.channels;
+        if (B < 1) throw std::logic_error("CudaBackend::kv_prefill_device needs kv_begin first");
+        if (kv_pos_ != 0) throw std::logic_error("CudaBackend::kv_prefill_device needs an empty cache (kv_begin)");
+        if (n < 1 || n > kv_.max_len)
+            throw InputError("kv_forward: prefill of " + std::to_string(n) + " positions; pass 1 <= n <= the cache "
+                             "length " + std::to_string(kv_.max_len));
+        forward(tokens, nullptr, B, n, 0.0f, nullptr);  // checks the tokens
+        const size_t N = (size_t)B * n;
+        for (int l = 0; l < L; l++) {
+            const floatX* qkv = (cfg_.qk_norm ? acts_.qkvn.get() : acts_.qkv.get()) + l * N * 3 * C;  // (B, n, 3C)
+            kv_store_prefill(kv_, qkv, l, n, stream_);
+        }
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+        kv_pos_ = n;
+    }
+
+    size_t kv_cache_bytes() const override {
+        return kv_kg_.bytes() + kv_vg_.bytes() + kv_kl_.bytes() + kv_vl_.bytes();
+    }
+    // For tests and the latency benchmark: positions cached so far, and the cache's device view.
+    int kv_position() const { return kv_pos_; }
+    const KvCacheView& kv_view() const { return kv_; }
+
+    // ---- data parallelism: gradients averaged over the ranks. With NCCL the fp32 device gradient
+    // buffer is all-reduced in place (NcclCollective takes device pointers directly); any other
+    // collective gets the Backend default (through the host).
+    void all_reduce_grads(Collective& comm) override {
+#ifdef USE_NCCL
+        if (auto* nccl = dynamic_cast<NcclCollective*>(&comm)) {
+            // the backward was queued on stream_, NCCL runs on its own stream: wait for the gradients
+            CUDA_CHECK(cudaStreamSynchronize(stream_));
+            nccl->all_reduce(grads_.get(), layout_.total, ReduceOp::Avg);  // synchronizes before returning
+            return;
+        }
+#endif
+        Backend::all_reduce_grads(comm);
+    }
+
     double peak_flops() const override { return peak_flops_; }
     size_t device_memory_used() const override { return device_memory_in_use(); }
 
@@ -436,6 +576,55 @@ public:
     const Gpt2CudaActs& acts() const { return acts_; }
 
 private:
+    const float* kv_prefill(const int* tokens, int n) {
+        kv_prefill_device(tokens, n);
+        return logits();  // (B, n, Vp) converted to fp32 on the host
+    }
+
+    // Queues one decode step: the tokens in dec_tokens_host_ (B) at position kv_pos_ through every
+    // layer, one row per sequence, with the same ops as forward(); logits (B, Vp) in dec_.logits.
+    void kv_decode() {
+        const int B = kv_.B, L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads, hd = cfg_.head_size();
+        const int Vp = cfg_.padded_vocab_size, t = kv_pos_;
+        const float softcap = cfg_.attn_softcap;
+        cudaStream_t st = stream_;
+        Gpt2CudaDecodeActs& a = dec_;
+        auto W = [&](ParamId id) -> const floatX* { return wparams_ + layout_.offset[id]; };
+
+        upload(a.tokens.get(), dec_tokens_host_.data(), (size_t)B);
+        // x = wte[token] + wpe[t]  (B, C): the encoder with T = 1 and the position table shifted to row t
+        encoder_forward(a.x.get(), a.tokens.get(), W(P_WTE), W(P_WPE) + (size_t)t * C, B, 1, C, st);
+        layernorm_forward(a.ln.get(), a.mean.get(), a.rstd.get(), a.x.get(), W(P_LN1W), W(P_LN1B), B, C, st);
+        for (int l = 0; l < L; l++) {
+            matmul_forward(mm_, a.qkv.get(), a.ln.get(), W(P_QKVW) + (size_t)l * 3 * C * C, W(P_QKVB) + l * 3 * C, B,
+                           C, 3 * C, st);
+            const floatX* att_in = a.qkv.get();  // (B, 3C)
+            if (cfg_.qk_norm) {
+                qknorm_forward(a.qkvn.get(), a.qkn_mean.get(), a.qkn_rstd.get(), a.qkv.get(), W(P_QNORMW) + l * hd,
+                               W(P_QNORMB) + l * hd, W(P_KNORMW) + l * hd, W(P_KNORMB) + l * hd, B, C, NH, st);
+                att_in = a.qkvn.get();
+            }
+            kv_store(kv_, att_in, l, t, st);
+            attention_decode(a.atty.get(), att_in, kv_, l, t, softcap, st);
+            matmul_forward(mm_, a.branch.get(), a.atty.get(), W(P_ATTPROJW) + (size_t)l * C * C, W(P_ATTPROJB) + l * C,
+                           B, C, C, st);
+            // x2 = x + attproj; ln = LayerNorm2(x2)
+            fused_residual_layernorm_forward(a.x2.get(), a.ln.get(), a.mean.get(), a.rstd.get(), a.x.get(),
+                                             a.branch.get(), W(P_LN2W) + l * C, W(P_LN2B) + l * C, B, C, st);
+            matmul_forward(mm_, a.fch_gelu.get(), a.ln.get(), W(P_FCW) + (size_t)l * 4 * C * C, W(P_FCB) + l * 4 * C,
+                           B, C, 4 * C, st, a.fch.get());
+            matmul_forward(mm_, a.branch.get(), a.fch_gelu.get(), W(P_FCPROJW) + (size_t)l * C * 4 * C,
+                           W(P_FCPROJB) + l * C, B, 4 * C, C, st);
+            // x = x2 + fcproj (the layer output); ln = the next layer's ln1, or lnf after the last layer
+            const bool last = l + 1 == L;
+            fused_residual_layernorm_forward(a.x.get(), a.ln.get(), a.mean.get(), a.rstd.get(), a.x2.get(),
+                                             a.branch.get(), last ? W(P_LNFW) : W(P_LN1W) + (l + 1) * C,
+                                             last ? W(P_LNFB) : W(P_LN1B) + (l + 1) * C, B, C, st);
+        }
+        matmul_forward(mm_, a.logits.get(), a.ln.get(), W(lm_head_id()), nullptr, B, C, Vp, st);
+        kv_pos_ = t + 1;
+    }
+
     static constexpr bool kSeparateWorkingCopy = !std::is_same<floatX, float>::value;
     enum class LogitsState { None, OnDevice, OnHost, Overwritten };
 
@@ -543,6 +732,15 @@ private:
     float z_weight_ = 0.0f;
     bool has_targets_ = false;
     double peak_flops_ = 0.0;
+    // KV cache (kv_begin / kv_forward)
+    KvCacheView kv_;                              // shape + pointers into the four buffers below
+    DeviceBuffer<floatX> kv_kg_, kv_vg_;          // (L, B, G, max_len, hd)
+    DeviceBuffer<floatX> kv_kl_, kv_vl_;          // (L, B, NH-G, R, hd)
+    int kv_pos_ = 0;                              // positions cached so far (every sequence)
+    Gpt2CudaDecodeActs dec_;                      // row buffers of a decode step
+    std::vector<int> dec_tokens_host_;            // (B) tokens of the current decode step
+    std::vector<floatX> kv_logits_stage_;         // (B, Vp) raw logits of one decode step
+    std::vector<float> kv_logits_host_;           // (B, n, Vp) what kv_forward returns after decode steps
 };
 
 // Entry points for train_gpt2_ls.cu.

@@ -1,0 +1,394 @@
+// GPU test of KV-cached generation on the CUDA backend (llmc/cuda/gpt2_cuda.cuh kv_begin / kv_forward,
+// llmc/cuda/attention_decode.cuh). Fresh random weights (GPT-2 init, final LayerNorm gain x5 so the
+// output distribution has clear winners) and random prompts each run, on several configurations
+// (LS, MHSA, all-local, QK-norm, soft-cap, untied head, P >= T, B = 1..3). Three models run in
+// lockstep: the GPU with its cache, the GPU with full uncached forward passes (the reference the
+// cache must reproduce) and the CPU fp32 Gpt2Cpu with its cache (itself bit-identical to the CPU
+// full forward, test/test_kv_cache.cpp). Every step feeds all three the greedy token of the GPU
+// uncached path (teacher forcing), so a disagreement at one step cannot derail the later ones.
+//
+// Checks (logits compared over the real vocabulary [0, V) only):
+//   - prefill logits == forward() logits bit for bit (a prefill IS the ordinary forward);
+//   - per decode step: rel. error ||cached - uncached|| / ||uncached|| <= kTol (GPU vs GPU) and
+//     ||gpu cached - cpu cached|| / ||cpu|| <= kTol (the GPU decode path, incl. the decode attention,
+//     against the CPU one);
+//   - TOKEN RULE: in bf16 the cached and uncached paths do not run the same arithmetic per row
+//     (cuBLASLt may pick another algorithm for B rows than for B*T; the decode attention sums keys in
+//     another order than the training kernel), so logits agree only to bf16 noise. A row's greedy
+//     token must be identical whenever the uncached row's top-2 margin exceeds 2 * max_v |cached_v -
+//     uncached_v| (then no noise of that size can swap them); rows below that are "unclear" and only
+//     counted. At least half the rows must be clear, so the rule cannot pass vacuously.
+//   - the cache contents (k after QK-norm, v; global slots < pos, local ring slots) vs the CPU
+//     cache, rel. error <= kTol, after the prefill and after the last step (rings wrapped);
+//   - appending several positions at once after a prefill == one at a time (bit for bit: same ops);
+//   - llmc::generate() greedy with the cache == without it (window sliding past max_len included)
+//     up to the first differing token, which is allowed only where the uncached row's top-2 margin is
+//     below 4 * kTol * rms(row) (an unclear step by the bf16 noise scale); kv_cache_bytes() follows
+//     the formula of docs/generation.md with 2-byte (bf16) or 4-byte (fp32) elements;
+//   - errors: kv_forward before kv_begin, past max_len, bad tokens, bad kv_begin arguments;
+//   - with NCCL (USE_NCCL): all_reduce_grads through a one-rank NcclCollective leaves the device
+//     gradients unchanged (the in-place device path; the multi-rank logic is tested on the CPU).
+// kTol: bf16 2e-2 (as test_cuda_model.cu: ~10 chained bf16 ops per layer), fp32 build 1e-4.
+// Needs a GPU: without one, one line and exit 1. Exit 0 = every check passed.
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "llmc/cpu/gpt2_cpu.h"
+#include "llmc/cuda/gpt2_cuda.cuh"
+#include "llmc/error.h"
+#include "llmc/init.h"
+#include "llmc/params.h"
+#include "llmc/rng.h"
+#include "llmc/sampler.h"
+
+namespace {
+
+using llmc::cuda::floatX;
+
+#if defined(ENABLE_FP32)
+constexpr double kTol = 1e-4;
+#else
+constexpr double kTol = 2e-2;
+#endif
+
+struct Checks {
+    int failures = 0;
+    void expect(bool ok, const char* fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        char msg[512];
+        std::vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        if (!ok) failures++;
+        std::printf("  %s %s\n", ok ? "ok  " : "FAIL", msg);
+    }
+};
+
+struct Case {
+    const char* name;
+    int L, NH, C, G, P, maxT, V;
+    bool qk_norm;
+    float softcap;
+    bool tied;
+    int B, prompt, steps;
+};
+const Case kCases[] = {
+    {"LS G=1 P=4 hd=32", 2, 4, 128, 1, 4, 64, 300, false, 0.0f, true, 2, 7, 20},
+    {"MHSA G=NH hd=64", 2, 2, 128, 2, 8, 64, 256, false, 0.0f, true, 1, 5, 20},
+    {"all-local G=0 P=3 qk-norm softcap untied", 2, 4, 128, 0, 3, 48, 300, true, 5.0f, false, 3, 4, 20},
+    {"P>=T qk-norm B=2", 1, 4, 128, 1, 100, 40, 200, true, 0.0f, true, 2, 9, 16},
+};
+
+llmc::ModelConfig make_config(const Case& c) {
+    llmc::ModelConfig m;
+    m.num_layers = c.L; m.num_heads = c.NH; m.channels = c.C; m.global_heads = c.G; m.window = c.P;
+    m.max_seq_len = c.maxT; m.vocab_size = c.V; m.padded_vocab_size = llmc::pad_vocab(c.V);
+    m.qk_norm = c.qk_norm; m.attn_softcap = c.softcap; m.tied_embeddings = c.tied;
+    return m;
+}
+
+// NaN/inf anywhere in a or b makes the error infinite (NaN never passes).
+double rel_err(const float* a, const float* ref, size_t n) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (!std::isfinite(a[i]) || !std::isfinite(ref[i])) return INFINITY;
+        num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
+        den += (double)ref[i] * ref[i];
+    }
+    return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// Rows (count, each V real entries) out of logits laid out with row stride Vp.
+std::vector<float> real_rows(const float* logits, size_t count, int V, int Vp) {
+    std::vector<float> out(count * V);
+    for (size_t r = 0; r < count; r++) std::copy(logits + r * Vp, logits + r * Vp + V, out.begin() + r * V);
+    return out;
+}
+
+struct Top2 { int arg; float margin; };
+Top2 top2(const float* row, int V) {  // first index of the max (as sample_token's greedy), max - second
+    int best = 0;
+    for (int i = 1; i < V; i++) best = row[i] > row[best] ? i : best;
+    float second = -INFINITY;
+    for (int i = 0; i < V; i++) if (i != best) second = std::max(second, row[i]);
+    return {best, row[best] - second};
+}
+
+// The CUDA cache (floatX) vs the CPU cache (fp32), over the slots that hold positions < pos.
+double cache_rel_err(const llmc::cuda::CudaBackend& gpu, const llmc::cpu::KvCache<float>& cpu) {
+    const llmc::cuda::KvCacheView& v = gpu.kv_view();
+    const int pos = gpu.kv_position();
+    double num = 0.0, den = 0.0;
+    auto part = [&](const floatX* dptr, const std::vector<float>& ref, bool local) {
+        if (ref.empty()) return;
+        std::vector<floatX> hx(ref.size());
+        CUDA_CHECK(cudaMemcpy(hx.data(), dptr, hx.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
+        const int slots = local ? v.ring : v.max_len;
+        const int valid = local ? std::min(pos, v.ring) : pos;  // a ring is filled from slot 0 in order
+        for (size_t i = 0; i < ref.size(); i++) {
+            const int slot = (int)((i / v.hd) % slots);
+            if (slot >= valid) continue;
+            const double g = llmc::cuda::to_float(hx[i]);
+            if (!std::isfinite(g)) { num = INFINITY; continue; }
+            num += (g - ref[i]) * (g - ref[i]);
+            den += (double)ref[i] * ref[i];
+        }
+    };
+    part(v.k_global, cpu.k_global, false); part(v.v_global, cpu.v_global, false);
+    part(v.k_local, cpu.k_local, true); part(v.v_local, cpu.v_local, true);
+    return std::sqrt(num / std::max(den, 1e-30));
+}
+
+void check_case(const Case& cs, uint64_t seed, Checks& ck) {
+    std::printf("%s (seed %llu)\n", cs.name, (unsigned long long)seed);
+    const llmc::ModelConfig cfg = make_config(cs);
+    const llmc::ParamLayout layout = llmc::param_layout(cfg);
+    std::vector<float> params = llmc::init_params(cfg, seed);
+    for (size_t i = 0; i < layout.size[llmc::P_LNFW]; i++) params[layout.offset[llmc::P_LNFW] + i] *= 5.0f;
+    const int B = cs.B, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
+
+    llmc::cuda::CudaBackend gpu(cfg, 0);  // cached
+    gpu.set_params(params.data());
+    llmc::cuda::CudaBackend gpu_ref(cfg, 0);  // uncached full forwards
+    gpu_ref.set_params(params.data());
+    llmc::cpu::Gpt2Cpu<float> cpu(cfg);  // cached, fp32
+    cpu.set_params(params.data());
+
+    std::mt19937_64 gen(seed);
+    std::vector<std::vector<int>> seqs(B);  // the context of each sequence
+    for (auto& s : seqs)
+        for (int t = 0; t < cs.prompt; t++) s.push_back((int)(gen() % (uint64_t)V));
+    auto flat = [&](int from, int len) {  // (B, len) tokens [from, from+len) of every sequence
+        std::vector<int> out;
+        for (auto& s : seqs) out.insert(out.end(), s.begin() + from, s.begin() + from + len);
+        return out;
+    };
+
+    // prefill: the cached path's logits are forward()'s, bit for bit
+    const int maxlen = cfg.max_seq_len;
+    gpu.kv_begin(B, maxlen);
+    cpu.kv_begin(B, maxlen);
+    std::vector<int> prompt = flat(0, cs.prompt);
+    const std::vector<float> pre = real_rows(gpu.kv_forward(prompt.data(), cs.prompt), (size_t)B * cs.prompt, V, Vp);
+    const std::vector<float> pre_cpu = real_rows(cpu.kv_forward(prompt.data(), cs.prompt), (size_t)B * cs.prompt, V, Vp);
+    gpu_ref.forward(prompt.data(), nullptr, B, cs.prompt, 0.0f, nullptr);
+    const std::vector<float> pre_ref = real_rows(gpu_ref.logits(), (size_t)B * cs.prompt, V, Vp);
+    size_t diff = 0;
+    for (size_t i = 0; i < pre.size(); i++) diff += !(pre[i] == pre_ref[i]);  // NaN never equal
+    ck.expect(diff == 0, "prefill logits == forward() bit for bit (%zu of %zu differ)", diff, pre.size());
+    const double e_pre_cpu = rel_err(pre.data(), pre_cpu.data(), pre.size());
+    ck.expect(e_pre_cpu <= kTol, "prefill logits vs CPU: rel err %.2e <= %.0e", e_pre_cpu, kTol);
+    const double e_cache0 = cache_rel_err(gpu, cpu.kv_cache());
+    ck.expect(e_cache0 <= kTol, "cache after prefill vs CPU cache: rel err %.2e <= %.0e", e_cache0, kTol);
+
+    // decode steps, teacher-forced by the uncached path's greedy tokens
+    std::vector<int> next(B);
+    for (int b = 0; b < B; b++) next[b] = top2(pre_ref.data() + ((size_t)b * cs.prompt + cs.prompt - 1) * V, V).arg;
+    double worst_gg = 0.0, worst_gc = 0.0;
+    int clear = 0, unclear = 0, wrong = 0;
+    for (int s = 0; s < cs.steps; s++) {
+        for (int b = 0; b < B; b++) seqs[b].push_back(next[b]);
+        const int len = (int)seqs[0].size();
+        const std::vector<float> cached = real_rows(gpu.kv_forward(next.data(), 1), B, V, Vp);
+        const std::vector<float> cached_cpu = real_rows(cpu.kv_forward(next.data(), 1), B, V, Vp);
+        const std::vector<int> ctx = flat(0, len);
+        gpu_ref.forward(ctx.data(), nullptr, B, len, 0.0f, nullptr);
+        std::vector<float> ref(B * (size_t)V);
+        for (int b = 0; b < B; b++) {
+            const float* row = gpu_ref.logits() + ((size_t)b * len + len - 1) * Vp;
+            std::copy(row, row + V, ref.begin() + (size_t)b * V);
+        }
+        worst_gg = std::max(worst_gg, rel_err(cached.data(), ref.data(), ref.size()));
+        worst_gc = std::max(worst_gc, rel_err(cached.data(), cached_cpu.data(), ref.size()));
+        for (int b = 0; b < B; b++) {
+            const float* r = ref.data() + (size_t)b * V;
+            const float* c = cached.data() + (size_t)b * V;
+            float maxdiff = 0.0f;
+            for (int v = 0; v < V; v++) maxdiff = std::max(maxdiff, std::fabs(c[v] - r[v]));
+            const Top2 tr = top2(r, V), tc = top2(c, V);
+            if (tr.margin > 2.0f * maxdiff) {
+                clear++;
+                wrong += tr.arg != tc.arg;
+            } else {
+                unclear++;
+            }
+            next[b] = tr.arg;
+        }
+    }
+    ck.expect(worst_gg <= kTol, "decode: GPU cached vs GPU uncached logits, worst step rel err %.2e <= %.0e", worst_gg,
+              kTol);
+    ck.expect(worst_gc <= kTol, "decode: GPU cached vs CPU cached logits, worst step rel err %.2e <= %.0e", worst_gc,
+              kTol);
+    ck.expect(wrong == 0 && clear * 2 >= clear + unclear,
+              "greedy tokens: %d clear rows, %d differ (must be 0); %d unclear rows (need clear >= half)", clear,
+              wrong, unclear);
+    const double e_cache1 = cache_rel_err(gpu, cpu.kv_cache());
+    ck.expect(e_cache1 <= kTol, "cache after %d steps (rings wrapped) vs CPU cache: rel err %.2e <= %.0e", cs.steps,
+              e_cache1, kTol);
+
+    // several positions appended at once after a prefill == the same positions one at a time
+    {
+        const int k = 4;
+        const std::vector<int> head = flat(0, cs.prompt), tail = flat(cs.prompt, k);
+        gpu.kv_begin(B, maxlen);
+        gpu.kv_forward(head.data(), cs.prompt);
+        const std::vector<float> many = real_rows(gpu.kv_forward(tail.data(), k), (size_t)B * k, V, Vp);
+        gpu.kv_begin(B, maxlen);
+        gpu.kv_forward(head.data(), cs.prompt);
+        std::vector<float> one((size_t)B * k * V);
+        for (int i = 0; i < k; i++) {
+            std::vector<int> col(B);
+            for (int b = 0; b < B; b++) col[b] = tail[(size_t)b * k + i];
+            const float* lg = gpu.kv_forward(col.data(), 1);
+            for (int b = 0; b < B; b++) std::copy(lg + (size_t)b * Vp, lg + (size_t)b * Vp + V, one.begin() + ((size_t)b * k + i) * V);
+        }
+        size_t d = 0;
+        for (size_t i = 0; i < one.size(); i++) d += !(one[i] == many[i]);
+        ck.expect(d == 0, "kv_forward(n=%d) after a prefill == %d single steps bit for bit (%zu differ)", k, k, d);
+    }
+
+    // kv_cache_bytes: 2 * L * B * hd * (G * max_len + (NH-G) * min(P, max_len)) * sizeof(floatX)
+    {
+        const int ml = std::max(1, maxlen / 2);
+        gpu.kv_begin(B, ml);
+        const size_t want = 2ull * cfg.num_layers * B * cfg.head_size() *
+                            ((size_t)cfg.global_heads * ml + (size_t)(cfg.num_heads - cfg.global_heads) * std::min(cfg.window, ml)) *
+                            sizeof(floatX);
+        ck.expect(gpu.kv_cache_bytes() == want, "kv_cache_bytes %zu == formula %zu (max_len %d)", gpu.kv_cache_bytes(),
+                  want, ml);
+    }
+}
+
+// llmc::generate() greedy, cached vs uncached on the same GPU backend, with the context window
+// sliding (max_len < prompt + n). Tokens equal up to the first difference, which must be unclear.
+void check_generate(Checks& ck, uint64_t seed) {
+    const Case cs = kCases[0];
+    std::printf("generate() greedy, cached vs --no-cache, window sliding (seed %llu)\n", (unsigned long long)seed);
+    const llmc::ModelConfig cfg = make_config(cs);
+    const llmc::ParamLayout layout = llmc::param_layout(cfg);
+    std::vector<float> params = llmc::init_params(cfg, seed);
+    for (size_t i = 0; i < layout.size[llmc::P_LNFW]; i++) params[layout.offset[llmc::P_LNFW] + i] *= 5.0f;
+    llmc::cuda::CudaBackend gpu(cfg, 0);
+    gpu.set_params(params.data());
+    std::mt19937_64 gen(seed);
+    std::vector<int> prompt(5);
+    for (int& t : prompt) t = (int)(gen() % (uint64_t)cfg.vocab_size);
+    const int n = 30, max_len = 24;
+    llmc::Rng r1(1), r2(1);
+    llmc::GenerateOptions cached, uncached;
+    uncached.use_cache = false;
+    const std::vector<int> a = llmc::generate(gpu, prompt, n, max_len, 0.0f, r1, cached);
+    const std::vector<int> b = llmc::generate(gpu, prompt, n, max_len, 0.0f, r2, uncached);
+    int first = -1;
+    for (int i = 0; i < n && first < 0; i++)
+        if (a[i] != b[i]) first = i;
+    if (first < 0) {
+        ck.expect(true, "generate(): %d greedy tokens identical with and without the cache", n);
+        return;
+    }
+    // the context both paths saw at step `first`: prompt + b[0..first), newest max_len tokens
+    std::vector<int> ctx = prompt;
+    ctx.insert(ctx.end(), b.begin(), b.begin() + first);
+    if ((int)ctx.size() > max_len) ctx.erase(ctx.begin(), ctx.end() - max_len);
+    gpu.forward(ctx.data(), nullptr, 1, (int)ctx.size(), 0.0f, nullptr);
+    const float* row = gpu.logits() + (ctx.size() - 1) * cfg.padded_vocab_size;
+    double ss = 0.0;
+    for (int v = 0; v < cfg.vocab_size; v++) ss += (double)row[v] * row[v];
+    const double rms = std::sqrt(ss / cfg.vocab_size);
+    const Top2 t = top2(row, cfg.vocab_size);
+    ck.expect(t.margin < 4.0 * kTol * rms,
+              "generate(): tokens identical for %d steps; step %d differs with top-2 margin %.3g (allowed only if < "
+              "4*kTol*rms = %.3g)", first, first, t.margin, 4.0 * kTol * rms);
+}
+
+template <typename E, typename F>
+bool throws(F&& f) {
+    try {
+        f();
+    } catch (const E&) {
+        return true;
+    } catch (...) {
+        return false;
+    }
+    return false;
+}
+
+void check_errors(Checks& ck) {
+    std::printf("errors\n");
+    const llmc::ModelConfig cfg = make_config(kCases[0]);
+    llmc::cuda::CudaBackend gpu(cfg, 1);
+    int tok[4] = {1, 2, 3, 4};
+    ck.expect(throws<std::logic_error>([&] { gpu.kv_forward(tok, 1); }), "kv_forward before kv_begin: logic_error");
+    ck.expect(throws<llmc::InputError>([&] { gpu.kv_begin(0, 8); }), "kv_begin(B=0): InputError");
+    ck.expect(throws<llmc::InputError>([&] { gpu.kv_begin(1, cfg.max_seq_len + 1); }), "kv_begin(max_len > maxT): InputError");
+    gpu.kv_begin(1, 3);
+    ck.expect(throws<llmc::InputError>([&] { gpu.kv_forward(tok, 4); }), "4 positions into a cache of 3: InputError");
+    int bad = cfg.vocab_size;
+    ck.expect(throws<llmc::InputError>([&] { gpu.kv_forward(&bad, 1); }), "token >= V: InputError");
+    ck.expect(throws<llmc::InputError>([&] { gpu.kv_forward(tok, 0); }), "n = 0: InputError");
+    gpu.kv_forward(tok, 3);
+    ck.expect(gpu.kv_position() == 3 && throws<llmc::InputError>([&] { gpu.kv_forward(tok, 1); }),
+              "a full cache refuses one more position: InputError");
+}
+
+#ifdef USE_NCCL
+void check_all_reduce_grads(Checks& ck) {
+    std::printf("all_reduce_grads through a one-rank NcclCollective\n");
+    const llmc::ModelConfig cfg = make_config(kCases[0]);
+    llmc::cuda::CudaBackend gpu(cfg, 3);
+    std::vector<int> x(2 * 16), y(2 * 16);
+    std::mt19937 gen(std::random_device{}());
+    for (size_t i = 0; i < x.size(); i++) { x[i] = (int)(gen() % cfg.vocab_size); y[i] = (int)(gen() % cfg.vocab_size); }
+    gpu.zero_grad();
+    gpu.forward(x.data(), y.data(), 2, 16, 0.0f, nullptr);
+    gpu.backward(1.0f);
+    std::vector<float> before(gpu.num_params()), after(gpu.num_params());
+    gpu.get_grads(before.data());
+    ncclUniqueId id;
+    NCCL_CHECK(ncclGetUniqueId(&id));
+    llmc::NcclCollective comm(0, 1, 0, id);
+    gpu.all_reduce_grads(comm);
+    gpu.get_grads(after.data());
+    size_t d = 0, nonzero = 0;
+    for (size_t i = 0; i < before.size(); i++) { d += !(before[i] == after[i]); nonzero += before[i] != 0.0f; }
+    ck.expect(d == 0 && nonzero > 0, "gradients unchanged by a 1-rank device all-reduce (%zu of %zu differ, %zu nonzero)",
+              d, before.size(), nonzero);
+}
+#endif
+
+}  // namespace
+
+int main() {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        std::fprintf(stderr, "test_cuda_generate: no CUDA device; run on a GPU machine\n");
+        return 1;
+    }
+    std::printf("test_cuda_generate: %s, build %s\n", llmc::cuda::cuda_device_description().c_str(),
+                llmc::cuda::kPrecisionName);
+    Checks ck;
+    std::random_device rd;
+    try {
+        for (const Case& c : kCases) check_case(c, ((uint64_t)rd() << 32) | rd(), ck);
+        check_generate(ck, ((uint64_t)rd() << 32) | rd());
+        check_errors(ck);
+#ifdef USE_NCCL
+        check_all_reduce_grads(ck);
+#else
+        std::printf("all_reduce_grads: built without NCCL; device path not checked\n");
+#endif
+    } catch (const std::exception& e) {
+        std::printf("  FAIL exception: %s\n", e.what());
+        ck.failures++;
+    }
+    std::printf("test_cuda_generate: %s (%d failed checks)\n", ck.failures ? "FAIL" : "PASS", ck.failures);
+    return ck.failures ? 1 : 0;
+}

@@ -1,0 +1,95 @@
+"""Pure helpers of dev/bench/generate_latency.py (no torch, no GPU): variant configs, the random
+weights and their checkpoint, the KV-cache size formula, parsing generate_gpt2_ls --bench output and
+the table. The torch decoder itself is checked by `generate_latency.py --self-test` (needs torch)."""
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "dev", "bench"))
+sys.path.insert(0, os.path.join(HERE, "..", "dev", "reference"))
+import generate_latency as gl  # noqa: E402
+import checkpoint  # noqa: E402
+from model_config import num_params  # noqa: E402
+
+
+def test_variant_configs():
+    m = gl.variant_config("mhsa")
+    assert (m.global_heads, m.num_heads, m.max_seq_len, m.padded_vocab_size) == (6, 6, 16384, 50304)
+    for name, P in (("ls-p50", 50), ("ls-p100", 100)):
+        c = gl.variant_config(name)
+        assert (c.global_heads, c.window, c.channels, c.num_layers) == (1, P, 192, 6)
+    with pytest.raises(KeyError):
+        gl.variant_config("nope")
+
+
+def test_random_params_and_checkpoint_round_trip(tmp_path):
+    cfg = gl.variant_config("ls-p50", dict(gl.BASE, max_seq_len=64, vocab_size=300))
+    flat = gl.random_params(cfg, seed=3)
+    assert flat.dtype == np.float32 and flat.size == num_params(cfg) and np.isfinite(flat).all()
+    # LayerNorm gains 1, biases 0, matrices ~ N(0, 0.02)
+    from model_config import param_shapes
+    off = {}
+    o = 0
+    for name, shape in param_shapes(cfg):
+        n = int(np.prod(shape))
+        off[name] = flat[o:o + n]
+        o += n
+    assert (off["ln1w"] == 1).all() and (off["lnfw"] == 1).all() and (off["qkvb"] == 0).all()
+    assert abs(off["qkvw"].std() - 0.02) < 2e-3 and off["attprojw"].std() < off["qkvw"].std()
+    assert not np.array_equal(flat, gl.random_params(cfg, seed=4))
+    path = str(tmp_path / "m.bin")
+    checkpoint.write_model(path, cfg, flat)
+    got = checkpoint.read_model(path)
+    params = got[1] if isinstance(got, tuple) else got["params"]
+    assert np.array_equal(np.asarray(params, dtype=np.float32).reshape(-1), flat)
+
+
+def test_kv_cache_bytes_formula():
+    ls = gl.variant_config("ls-p50")
+    mhsa = gl.variant_config("mhsa")
+    # docs/generation.md: paper model, B = 1, fp32: 3.4 MiB (LS) and 18.0 MiB (MHSA) at 2048
+    assert gl.kv_cache_bytes(ls, 1, 2048, 4) / 2**20 == pytest.approx(3.4, abs=0.05)
+    assert gl.kv_cache_bytes(mhsa, 1, 2048, 4) / 2**20 == pytest.approx(18.0, abs=0.05)
+    # local part flat in the length, global part linear
+    d1 = gl.kv_cache_bytes(ls, 2, 8192) - gl.kv_cache_bytes(ls, 2, 4096)
+    assert d1 == 2 * 6 * 2 * 32 * (1 * 4096) * 2
+    assert gl.kv_cache_bytes(ls, 1, 10) == 2 * 6 * 32 * (10 + 5 * 10) * 2  # ring = min(P, max_len)
+
+
+SAMPLE = {
+    "backend": "cuda", "device": "GPU X", "precision": "bf16", "config": {}, "batch": 4, "decode_steps": 8,
+    "device_memory_baseline_bytes": 1000,
+    "prefill": {"T": 2048, "ms_median": 2.5, "ms": [2.4, 2.5, 2.6], "device_memory_bytes": 5000},
+    "decode": [{"context": 1024, "ms_per_token_median": 0.4, "ms_per_token_mean": 0.41, "kv_cache_bytes": 77,
+                "device_memory_bytes": 3000},
+               {"context": 2048, "ms_per_token_median": 0.5, "ms_per_token_mean": 0.52, "kv_cache_bytes": 99,
+                "device_memory_bytes": 4000}],
+}
+
+
+def test_parse_ours_subtracts_the_baseline():
+    s = gl.parse_ours(json.dumps(SAMPLE))
+    assert s["prefill_ms"] == 2.5 and s["prefill_peak_bytes"] == 4000
+    assert s["decode"][2048] == {"ms_per_token": 0.5, "kv_cache_bytes": 99, "peak_bytes": 3000}
+    with pytest.raises(json.JSONDecodeError):
+        gl.parse_ours("error: no CUDA device")
+
+
+def test_ours_command():
+    cmd = gl.ours_command("./g", "m.bin", 4, 2048, [1024, 2048], 32, 5)
+    assert cmd[:6] == ["./g", "-e", "m.bin", "--device", "cuda", "--bench"]
+    assert cmd[cmd.index("--bench-contexts") + 1] == "1024,2048"
+
+
+def test_table_and_reduction():
+    assert gl.reduction(6.0, 10.0) == pytest.approx(0.4)
+    assert gl.reduction(None, 1.0) is None and gl.reduction(1.0, 0.0) is None
+    mh = gl.parse_ours(json.dumps(SAMPLE))
+    ls = gl.parse_ours(json.dumps(dict(SAMPLE, prefill=dict(SAMPLE["prefill"], ms_median=1.0))))
+    text = gl.format_table({"mhsa": {"ours": mh, "torch": None}, "ls-p50": {"ours": ls, "torch": None}}, [1024, 2048])
+    assert "mhsa" in text and "ls-p50" in text and "dec@2048" in text
+    assert "prefill 60.0% lower" in text
