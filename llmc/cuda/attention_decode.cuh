@@ -11,6 +11,8 @@
 // lo+w+kDecodeWarps, ...; its lanes split the head dimension (lane owns dims lane, lane+32, ...),
 // a warp reduction gives the score, and an online softmax (running max m, sum l, output acc)
 // folds each key in. The warps' (m, l, acc) are merged in shared memory at the end.
+// kv_store writes one new position per sequence (a decode step); kv_store_prefill writes the
+// positions 0..T-1 of a prefill (a local head only its last R, so every slot has one writer).
 // Not yet tuned: no split over keys across blocks (flash-decoding), so a long global context with
 // few sequences uses few SMs; see docs/generation.md.
 #pragma once
