@@ -320,6 +320,7 @@ def torch_side(cfg, flat, args):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     else:
         from torch.nn.attention.flex_attention import flex_attention
+        torch._dynamo.config.cache_size_limit = max(64, torch._dynamo.config.cache_size_limit)  # one graph per T
         flex = torch.compile(flex_attention, dynamic=False)
         scale = 1.0 / math.sqrt(cfg.channels // cfg.num_heads)
 
