@@ -6,9 +6,10 @@
 # PARTS: comma-separated stage names or group numbers (default: all). Groups are sized to fit one
 # 10-minute call of the lent GPU machine each; the build stays in build/ between calls on the same
 # machine, and every later group rebuilds what it needs when it runs on a fresh one.
-#   1 = build,test     sm_90 BF16 build of every GPU target; every test/gpu binary and every kernel
-#                      lab with --check (the binaries `make test-gpu` runs, one step each, so one
-#                      failure does not hide the rest)
+#   1 = build,test,sanitize   sm_90 BF16 build of every GPU target; every test/gpu binary and every
+#                      kernel lab with --check (the binaries `make test-gpu` runs, one step each, so one
+#                      failure does not hide the rest); compute-sanitizer memcheck and racecheck of the
+#                      LS-attention lab (production version 3) on small shapes (issue 4)
 #   2 = fp32           PRECISION=FP32 build into build/fp32 (make BUILD=build/fp32) and the same tests
 #   3 = labs,bench,train   every kernel lab with no arguments (timing tables); every peer benchmark
 #                      dev/bench/*.py with --out (except the end-to-end one); a short real training
@@ -32,7 +33,7 @@ while [ $# -gt 0 ]; do
     case $1 in
         --part|--parts) parts=${2:?--part needs a value}; shift 2 ;;
         --out) report_dir=${2:?--out needs a directory}; shift 2 ;;
-        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+        -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 0 ;;
         *) echo "error: unknown argument '$1'; use --part PARTS and --out DIR (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -41,14 +42,14 @@ stages=()
 IFS=',' read -ra wanted <<<"$parts"
 for p in "${wanted[@]}"; do
     case $p in
-        all) stages+=(build test fp32 labs bench train e2e-small e2e-d12) ;;
-        1) stages+=(build test) ;;
+        all) stages+=(build test sanitize fp32 labs bench train e2e-small e2e-d12) ;;
+        1) stages+=(build test sanitize) ;;
         2) stages+=(fp32) ;;
         3) stages+=(labs bench train) ;;
         4) stages+=(e2e-small) ;;
         5) stages+=(e2e-d12) ;;
-        build|test|fp32|labs|bench|train|e2e-small|e2e-d12) stages+=("$p") ;;
-        *) echo "error: unknown part '$p'; parts are 1-5, all, or build, test, fp32, labs, bench, train, e2e-small, e2e-d12" >&2
+        build|test|sanitize|fp32|labs|bench|train|e2e-small|e2e-d12) stages+=("$p") ;;
+        *) echo "error: unknown part '$p'; parts are 1-5, all, or build, test, sanitize, fp32, labs, bench, train, e2e-small, e2e-d12" >&2
            exit 2 ;;
     esac
 done
@@ -136,6 +137,21 @@ run_tests() {  # run_tests BUILD_DIR TAG: every GPU test and every lab --check o
 stage_build() { build_bf16; }
 stage_test() { ensure_bf16; run_tests build ""; }
 
+stage_sanitize() {  # memcheck + racecheck of the attention kernels on small ragged shapes (one rep, no timing)
+    ensure_bf16
+    local tool shape i
+    local shapes=("-B 1 -T 100 --nh 2 --hd 32 -G 1 -P 8" "-B 1 -T 130 --nh 2 --hd 64 -G 1 -P 70 --softcap 5"
+                  "-B 1 -T 67 --nh 1 --hd 128 -G 1 -P 67")
+    if ! command -v compute-sanitizer >/dev/null; then fail_step "sanitize" "compute-sanitizer not found"; return; fi
+    for tool in memcheck racecheck; do
+        for i in "${!shapes[@]}"; do
+            # shellcheck disable=SC2086  # the shape is a list of flags
+            step "sanitize:$tool:attention_ls:$i" 300 compute-sanitizer --tool "$tool" --error-exitcode 3 \
+                build/dev/attention_ls --version 3 --reps 1 ${shapes[$i]}
+        done
+    done
+}
+
 stage_fp32() {
     local targets=() n
     for n in $(lab_names); do targets+=("build/fp32/dev/$n"); done
@@ -205,7 +221,7 @@ if [ -z "$device" ]; then
 else
     for s in "${stages[@]}"; do
         case $s in
-            build) stage_build ;; test) stage_test ;; fp32) stage_fp32 ;; labs) stage_labs ;;
+            build) stage_build ;; test) stage_test ;; sanitize) stage_sanitize ;; fp32) stage_fp32 ;; labs) stage_labs ;;
             bench) stage_bench ;; train) stage_train ;; e2e-small) stage_e2e ls-small ;; e2e-d12) stage_e2e d12 ;;
         esac
     done
