@@ -13,7 +13,10 @@
 // for a global one: query tiles [q_tile_begin, q_tile_end).
 // A tile pair needs the element mask only when some pair in it is not visible (tile_needs_mask);
 // interior tiles skip the per-element test.
+// The per-element math shared by every kernel (soft-cap, the online-softmax rescale, the backward's
+// p and dS) is here too, host + device, so test/test_attention_tiles.cpp checks it on the CPU.
 #pragma once
+#include <cmath>
 
 #if defined(__CUDACC__)
 #define LLMC_HD __host__ __device__
@@ -61,6 +64,48 @@ LLMC_HD inline bool attn_tile_needs_mask(int qt, int kt, int BQ, int BK, int T, 
     if (k1 - 1 > q0) return true;                // causal: the last key must be <= the first row
     if (local && k0 <= (q1 - 1) - P) return true;  // window: the first key must be > last row - P
     return false;
+}
+
+// Soft-cap: returns s' = c*tanh(s/c) (s itself when c <= 0) and t = tanh(s/c) (0 when off) for
+// the backward's derivative ds'/ds = 1 - t^2.
+LLMC_HD inline float attn_softcap(float s, float cap, float& t) {
+    if (cap > 0.0f) {
+        t = tanhf(s / cap);
+        return cap * t;
+    }
+    t = 0.0f;
+    return s;
+}
+
+// One online-softmax step of a row: m is the running max (-inf before the first visible key),
+// tile_max the max of this tile's visible capped scores (-inf when none is visible). Updates m and
+// returns the factor alpha = exp(m_old - m_new) that rescales the running sum and accumulator;
+// m_use is what the tile's scores are shifted by (p = exp(s' - m_use)). While nothing has been
+// visible (m_new = -inf) m_use is 0, so p = exp(-inf - 0) = 0 and alpha = 0: never exp(-inf + inf).
+LLMC_HD inline float attn_online_rescale(float& m, float tile_max, float& m_use) {
+    const float m_new = m > tile_max ? m : tile_max;
+    m_use = m_new == -INFINITY ? 0.0f : m_new;
+    const float alpha = expf(m - m_use);  // 0 when m = -inf
+    m = m_new;
+    return alpha;
+}
+
+// Backward of one visible-or-not pair: raw = q.k/sqrt(hd), dp = dO_i . v_j, lse and D = dO_i . O_i of
+// row i. Returns p = exp(s' - lse) (0 when invisible) and sets ds = dL/d(q.k) =
+// p (dp - D) (1 - tanh^2(raw/c)) / sqrt(hd) (0 when invisible), so dq_i += ds k_j, dk_j += ds q_i.
+LLMC_HD inline float attn_prob_grad(float raw, float dp, float lse, float D, float cap, float scale, bool vis,
+                                    float& ds) {
+    if (!vis) {
+        ds = 0.0f;
+        return 0.0f;
+    }
+    float t;
+    const float sc = attn_softcap(raw, cap, t);
+    const float p = expf(sc - lse);
+    float d = p * (dp - D);
+    if (cap > 0.0f) d *= 1.0f - t * t;
+    ds = d * scale;
+    return p;
 }
 
 }  // namespace llmc

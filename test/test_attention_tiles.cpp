@@ -121,3 +121,144 @@ TEST_CASE("attention tiles: a local head skips the key tiles outside its window"
     for (int qt = 0; qt < T / BQ; qt++)
         REQUIRE(llmc::attn_kv_tile_begin(qt, BQ, BK, true, T) == llmc::attn_kv_tile_begin(qt, BQ, BK, false, T));
 }
+
+// ------------------------------------------------------------------------------------------------
+// Per-element math shared by the kernels (llmc/attention_tiles.h), checked on the CPU.
+// ------------------------------------------------------------------------------------------------
+#include <cmath>
+#include <limits>
+#include <random>
+
+TEST_CASE("attention math: soft-cap value and derivative", "[attention][math]") {
+    float t = 7.0f;
+    REQUIRE(llmc::attn_softcap(3.5f, 0.0f, t) == 3.5f);  // off: identity, t = 0
+    REQUIRE(t == 0.0f);
+    for (float cap : {0.5f, 2.0f, 30.0f})
+        for (float s : {-40.0f, -3.0f, -0.1f, 0.0f, 0.7f, 5.0f, 100.0f}) {
+            const float sc = llmc::attn_softcap(s, cap, t);
+            REQUIRE(sc == Approx(cap * std::tanh(s / cap)).margin(1e-6));
+            REQUIRE(std::fabs(sc) <= cap);
+            // d s'/d s = 1 - t^2 against a central difference in double
+            const double h = 1e-4, fd = (cap * std::tanh((s + h) / cap) - cap * std::tanh((s - h) / cap)) / (2 * h);
+            REQUIRE(1.0 - (double)t * t == Approx(fd).margin(1e-5));
+        }
+}
+
+// Online softmax over tiles (the kernels' m, l, acc recurrence) against a direct computation,
+// including leading tiles with nothing visible (a local head's first key tile) and ragged masks.
+TEST_CASE("attention math: online rescale matches the direct softmax, no NaN", "[attention][math]") {
+    std::mt19937 gen(7);
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    const float NEG = -std::numeric_limits<float>::infinity();
+    for (int trial = 0; trial < 200; trial++) {
+        const int ntiles = 1 + trial % 5, tile = 1 + trial % 7;
+        std::vector<float> sc((size_t)ntiles * tile), v(sc.size());
+        const int first_vis = (trial % 3) * tile / 2;  // leading invisible keys (may cover whole tiles)
+        for (size_t j = 0; j < sc.size(); j++) {
+            sc[j] = (int)j < first_vis || (trial % 4 == 0 && j % 3 == 1) ? NEG : nd(gen);
+            v[j] = nd(gen);
+        }
+        bool any = false;
+        for (float x : sc) any |= x != NEG;
+        if (!any) sc.back() = nd(gen);  // a real row always sees its own key
+        // direct
+        double mx = -INFINITY;
+        for (float x : sc) mx = std::max(mx, (double)x);
+        double sum = 0, acc = 0;
+        for (size_t j = 0; j < sc.size(); j++)
+            if (sc[j] != NEG) {
+                sum += std::exp(sc[j] - mx);
+                acc += std::exp(sc[j] - mx) * v[j];
+            }
+        // online, one tile at a time
+        float m = NEG, l = 0.0f, o = 0.0f;
+        for (int t = 0; t < ntiles; t++) {
+            float tmax = NEG;
+            for (int k = 0; k < tile; k++) tmax = std::max(tmax, sc[(size_t)t * tile + k]);
+            float m_use;
+            const float alpha = llmc::attn_online_rescale(m, tmax, m_use);
+            REQUIRE(std::isfinite(alpha));
+            REQUIRE(std::isfinite(m_use));
+            l *= alpha;
+            o *= alpha;
+            for (int k = 0; k < tile; k++) {
+                const float p = std::exp(sc[(size_t)t * tile + k] - m_use);  // 0 for -inf
+                REQUIRE(std::isfinite(p));
+                l += p;
+                o += p * v[(size_t)t * tile + k];
+            }
+            REQUIRE(std::isfinite(l));
+            REQUIRE(std::isfinite(o));
+        }
+        REQUIRE(m + std::log(l) == Approx(mx + std::log(sum)).epsilon(1e-5).margin(1e-5));
+        REQUIRE(o / l == Approx(acc / sum).epsilon(1e-4).margin(1e-5));
+    }
+    // nothing visible yet: m stays -inf, alpha = 0, m_use = 0 (exp(-inf - 0) = 0, never -inf + inf)
+    float m = NEG, m_use = 1.0f;
+    REQUIRE(llmc::attn_online_rescale(m, NEG, m_use) == 0.0f);
+    REQUIRE(m == NEG);
+    REQUIRE(m_use == 0.0f);
+    // first visible tile: alpha = 0 (the empty state is discarded), m = tile max
+    REQUIRE(llmc::attn_online_rescale(m, 2.5f, m_use) == 0.0f);
+    REQUIRE(m == 2.5f);
+    REQUIRE(m_use == 2.5f);
+    // a later tile with nothing visible keeps the state: alpha = 1
+    REQUIRE(llmc::attn_online_rescale(m, NEG, m_use) == 1.0f);
+    REQUIRE(m == 2.5f);
+}
+
+// attn_prob_grad's ds is dL/d(q.k) for L = dO . sum_j p_j v_j (one row, scalar v, hd = 1): checked
+// against central differences of the whole forward in double, with and without the soft-cap.
+TEST_CASE("attention math: backward p and ds against finite differences", "[attention][math]") {
+    std::mt19937 gen(11);
+    std::normal_distribution<double> nd(0.0, 1.5);
+    for (float cap : {0.0f, 2.0f})
+        for (int trial = 0; trial < 20; trial++) {
+            const int n = 1 + trial % 9;
+            const float scale = 0.3f;
+            std::vector<double> qk(n), v(n);  // qk_j = q.k_j (before the scale)
+            for (int j = 0; j < n; j++) {
+                qk[j] = (double)(float)nd(gen) * 3.0;
+                v[j] = (double)(float)nd(gen);
+            }
+            const double dO = (double)(float)nd(gen);
+            auto forward = [&](const std::vector<double>& x, double* lse_out, double* o_out) {
+                std::vector<double> s(n);
+                double mx = -INFINITY;
+                for (int j = 0; j < n; j++) {
+                    const double raw = x[j] * scale;
+                    s[j] = cap > 0 ? cap * std::tanh(raw / cap) : raw;
+                    mx = std::max(mx, s[j]);
+                }
+                double sum = 0, o = 0;
+                for (int j = 0; j < n; j++) sum += std::exp(s[j] - mx);
+                for (int j = 0; j < n; j++) o += std::exp(s[j] - mx) / sum * v[j];
+                *lse_out = mx + std::log(sum);
+                *o_out = o;
+                return dO * o;  // the loss
+            };
+            double lse, o;
+            forward(qk, &lse, &o);
+            const float D = (float)(dO * o);
+            double psum = 0;
+            for (int j = 0; j < n; j++) {
+                float ds;
+                const float p = llmc::attn_prob_grad((float)(qk[j] * scale), (float)(dO * v[j]), (float)lse, D, cap,
+                                                     scale, true, ds);
+                psum += p;
+                std::vector<double> xp = qk, xm = qk;
+                const double h = 1e-4;
+                xp[j] += h;
+                xm[j] -= h;
+                double tmp;
+                const double fd = (forward(xp, &tmp, &tmp) - forward(xm, &tmp, &tmp)) / (2 * h);
+                INFO("cap " << cap << " n " << n << " j " << j);
+                REQUIRE(ds == Approx(fd).epsilon(1e-3).margin(2e-5));
+                float ds_inv = 5.0f;
+                REQUIRE(llmc::attn_prob_grad((float)(qk[j] * scale), 1.0f, (float)lse, D, cap, scale, false, ds_inv) ==
+                        0.0f);
+                REQUIRE(ds_inv == 0.0f);
+            }
+            REQUIRE(psum == Approx(1.0).epsilon(1e-5));  // p recomputed from lse is the softmax
+        }
+}
