@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "llmc/backend.h"
+#include "llmc/batch_check.h"
 #include "llmc/cuda/adamw.cuh"
 #include "llmc/cuda/attention_decode.cuh"
 #include "llmc/cuda/attention_ls.cuh"
@@ -475,10 +476,7 @@ public:
     // buffers are reallocated only when their size changes, and filled with NaN bytes (a read of a
     // slot nothing wrote shows up as NaN).
     void kv_begin(int B, int max_len) override {
-        if (B < 1) throw InputError("KV cache: batch size " + std::to_string(B) + " must be >= 1");
-        if (max_len < 1 || max_len > cfg_.max_seq_len)
-            throw InputError("KV cache: length " + std::to_string(max_len) + " must be in [1, max_seq_len=" +
-                             std::to_string(cfg_.max_seq_len) + "]; generate at most max_seq_len positions");
+        check_kv_begin(cfg_, B, max_len);
         CUDA_CHECK(cudaStreamSynchronize(stream_));  // queued work may still use the old buffers
         KvCacheView& c = kv_;
         c.L = cfg_.num_layers; c.B = B; c.NH = cfg_.num_heads; c.G = cfg_.global_heads; c.hd = cfg_.head_size();
@@ -502,11 +500,7 @@ public:
     const float* kv_forward(const int* tokens, int n) override {
         const int B = kv_.B, Vp = cfg_.padded_vocab_size;
         if (B < 1) throw std::logic_error("CudaBackend::kv_forward needs kv_begin first");
-        if (n < 1) throw InputError("kv_forward: n = " + std::to_string(n) + " new positions; pass n >= 1");
-        if (kv_pos_ + n > kv_.max_len)
-            throw InputError("kv_forward: " + std::to_string(kv_pos_) + " cached + " + std::to_string(n) +
-                             " new positions exceed the cache length " + std::to_string(kv_.max_len) +
-                             "; start a new cache (kv_begin) with the newest window of the context");
+        check_kv_append(kv_pos_, n, kv_.max_len);
         check_batch(tokens, nullptr, B, n);
         if (kv_pos_ == 0 && n > 1) return kv_prefill(tokens, n);
         const size_t row = (size_t)Vp;
@@ -649,7 +643,7 @@ private:
     // this pass needs more; prints the memory plan whenever it changes.
     void ensure_capacity(int B, int T) {
         const size_t N = (size_t)B * T;
-        const int C = cfg_.channels, NH = cfg_.num_heads, Vp = cfg_.padded_vocab_size;
+        const int C = cfg_.channels, NH = cfg_.num_heads;
         bool changed = false;
         if (N > capacity_) {
             CUDA_CHECK(cudaStreamSynchronize(stream_));  // buffers in use by queued work are about to be freed
@@ -663,7 +657,8 @@ private:
         size_t need = global_norm_scratch_floats();
         need = std::max(need, layernorm_backward_scratch_floats(n, C));
         if (cfg_.qk_norm) need = std::max(need, qknorm_backward_scratch_floats(n, C, NH));
-        for (int oc : {C, 3 * C, 4 * C, Vp}) need = std::max(need, matmul_backward_scratch_floats(n, oc));
+        // bias gradients of qkv (3C), attproj/fcproj (C), fc (4C); the LM head has no bias
+        for (int oc : {C, 3 * C, 4 * C}) need = std::max(need, matmul_backward_scratch_floats(n, oc));
         need = std::max(need, attention_ls_backward_scratch_floats(B, T, C, NH));
         need = std::max(need, attention_stats_scratch_floats(B, T, NH));
         if (need > scratch_.size()) {
@@ -687,25 +682,9 @@ private:
                     bwd, scr, params + opt + fwd + lg + bwd + scr);
     }
 
-    // Refuses what the model cannot run, with the fix in the message (the same checks as the CPU).
+    // Refuses what the model cannot run, with the fix in the message (the CPU's checks: llmc/batch_check.h).
     void check_batch(const int* inputs, const int* targets, int B, int T) const {
-        if (B < 1 || T < 1)
-            throw InputError("batch size " + std::to_string(B) + " and sequence length " + std::to_string(T) +
-                             " must both be >= 1");
-        if (T > cfg_.max_seq_len)
-            throw InputError("sequence length " + std::to_string(T) + " exceeds the model's --max-seq-len " +
-                             std::to_string(cfg_.max_seq_len) + "; use -t <= " + std::to_string(cfg_.max_seq_len));
-        const size_t N = (size_t)B * T;
-        for (int k = 0; k < 2; k++) {
-            const int* tok = k == 0 ? inputs : targets;
-            if (!tok) continue;
-            for (size_t i = 0; i < N; i++) {
-                if (tok[i] < 0 || tok[i] >= cfg_.vocab_size)
-                    throw InputError(std::string(k == 0 ? "input" : "target") + " token " + std::to_string(tok[i]) +
-                                     " at position " + std::to_string(i) + " is outside the model's vocabulary [0, " +
-                                     std::to_string(cfg_.vocab_size) + "); use --vocab >= the data's vocabulary");
-            }
-        }
+        check_token_batch(cfg_, inputs, targets, B, T);
     }
 
     ModelConfig cfg_;
