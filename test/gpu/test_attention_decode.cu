@@ -13,6 +13,7 @@
 
 #include "llmc/cpu/kv_cache.h"
 #include "llmc/cuda/attention_decode.cuh"
+#include "test/gpu/gpu_test_util.cuh"
 
 using namespace llmc;
 using llmc::cuda::floatX;
@@ -93,11 +94,7 @@ bool check_shape(const Shape& s, std::mt19937_64& gen) {
 }  // namespace
 
 int main() {
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-        std::fprintf(stderr, "test_attention_decode: no CUDA device; run on a GPU machine\n");
-        return 1;
-    }
+    if (!gpu_test::have_gpu("test_attention_decode")) return 1;
     std::random_device rd;
     const uint64_t seed = ((uint64_t)rd() << 32) ^ rd();
     std::printf("test_attention_decode (%s), seed %llu\n", cuda::kPrecisionName, (unsigned long long)seed);

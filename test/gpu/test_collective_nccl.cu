@@ -11,16 +11,14 @@
 
 #include <cuda_runtime.h>
 
+#include "test/gpu/gpu_test_util.cuh"
+
 #ifdef USE_NCCL
 #include "llmc/cuda/collective_nccl.cuh"
 #endif
 
 int main() {
-    int n_dev = 0;
-    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev < 1) {
-        std::printf("test_collective_nccl: no CUDA device; nothing run\n");
-        return 1;
-    }
+    if (!gpu_test::have_gpu("test_collective_nccl")) return 1;
 #ifndef USE_NCCL
     std::printf("test_collective_nccl: built without NCCL (no nccl.h found by the Makefile); skipped\n");
     return 0;

@@ -32,7 +32,6 @@
 // Needs a GPU: without one, one line and exit 1. Exit 0 = every check passed.
 #include <algorithm>
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 #include <random>
 #include <stdexcept>
@@ -48,6 +47,7 @@
 #include "llmc/params.h"
 #include "llmc/rng.h"
 #include "llmc/sampler.h"
+#include "test/gpu/gpu_test_util.cuh"
 
 namespace {
 
@@ -59,18 +59,7 @@ constexpr double kTol = 1e-4;
 constexpr double kTol = 2e-2;
 #endif
 
-struct Checks {
-    int failures = 0;
-    void expect(bool ok, const char* fmt, ...) {
-        va_list ap;
-        va_start(ap, fmt);
-        char msg[512];
-        std::vsnprintf(msg, sizeof(msg), fmt, ap);
-        va_end(ap);
-        if (!ok) failures++;
-        std::printf("  %s %s\n", ok ? "ok  " : "FAIL", msg);
-    }
-};
+using gpu_test::Checks;
 
 struct Case {
     const char* name;
@@ -88,22 +77,7 @@ const Case kCases[] = {
 };
 
 llmc::ModelConfig make_config(const Case& c) {
-    llmc::ModelConfig m;
-    m.num_layers = c.L; m.num_heads = c.NH; m.channels = c.C; m.global_heads = c.G; m.window = c.P;
-    m.max_seq_len = c.maxT; m.vocab_size = c.V; m.padded_vocab_size = llmc::pad_vocab(c.V);
-    m.qk_norm = c.qk_norm; m.attn_softcap = c.softcap; m.tied_embeddings = c.tied;
-    return m;
-}
-
-// NaN/inf anywhere in a or b makes the error infinite (NaN never passes).
-double rel_err(const float* a, const float* ref, size_t n) {
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        if (!std::isfinite(a[i]) || !std::isfinite(ref[i])) return INFINITY;
-        num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
-        den += (double)ref[i] * ref[i];
-    }
-    return std::sqrt(num / std::max(den, 1e-30));
+    return gpu_test::model_config(c.L, c.C, c.NH, c.G, c.P, c.V, c.maxT, c.qk_norm, c.softcap, c.tied);
 }
 
 // Rows (count, each V real entries) out of logits laid out with row stride Vp.
@@ -184,7 +158,7 @@ void check_case(const Case& cs, uint64_t seed, Checks& ck) {
     size_t diff = 0;
     for (size_t i = 0; i < pre.size(); i++) diff += !(pre[i] == pre_ref[i]);  // NaN never equal
     ck.expect(diff == 0, "prefill logits == forward() bit for bit (%zu of %zu differ)", diff, pre.size());
-    const double e_pre_cpu = rel_err(pre.data(), pre_cpu.data(), pre.size());
+    const double e_pre_cpu = gpu_test::rel_error(pre.data(), pre_cpu.data(), pre.size());
     ck.expect(e_pre_cpu <= kTol, "prefill logits vs CPU: rel err %.2e <= %.0e", e_pre_cpu, kTol);
     const double e_cache0 = cache_rel_err(gpu, cpu.kv_cache());
     ck.expect(e_cache0 <= kTol, "cache after prefill vs CPU cache: rel err %.2e <= %.0e", e_cache0, kTol);
@@ -206,8 +180,8 @@ void check_case(const Case& cs, uint64_t seed, Checks& ck) {
             const float* row = gpu_ref.logits() + ((size_t)b * len + len - 1) * Vp;
             std::copy(row, row + V, ref.begin() + (size_t)b * V);
         }
-        worst_gg = std::max(worst_gg, rel_err(cached.data(), ref.data(), ref.size()));
-        worst_gc = std::max(worst_gc, rel_err(cached.data(), cached_cpu.data(), ref.size()));
+        worst_gg = std::max(worst_gg, gpu_test::rel_error(cached.data(), ref.data(), ref.size()));
+        worst_gc = std::max(worst_gc, gpu_test::rel_error(cached.data(), cached_cpu.data(), ref.size()));
         for (int b = 0; b < B; b++) {
             const float* r = ref.data() + (size_t)b * V;
             const float* c = cached.data() + (size_t)b * V;
@@ -367,11 +341,7 @@ void check_all_reduce_grads(Checks& ck) {
 }  // namespace
 
 int main() {
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-        std::fprintf(stderr, "test_cuda_generate: no CUDA device; run on a GPU machine\n");
-        return 1;
-    }
+    if (!gpu_test::have_gpu("test_cuda_generate")) return 1;
     std::printf("test_cuda_generate: %s, build %s\n", llmc::cuda::cuda_device_description().c_str(),
                 llmc::cuda::kPrecisionName);
     Checks ck;

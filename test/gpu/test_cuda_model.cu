@@ -34,7 +34,6 @@
 // The hd-8 fixtures (ls, mhsa, ...) are not used: the CUDA attention needs hd in {32, 64, 128}.
 #include <algorithm>
 #include <cmath>
-#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -51,6 +50,7 @@
 #include "llmc/init.h"
 #include "llmc/params.h"
 #include "llmc/rng.h"
+#include "test/gpu/gpu_test_util.cuh"
 #include "test/reference_fixture.h"
 
 namespace {
@@ -61,35 +61,10 @@ constexpr double kTolLogits = 1e-4, kTolGrad = 1e-4, kTolLoss = 1e-4, kTolStats 
 constexpr double kTolLogits = 2e-2, kTolGrad = 3e-2, kTolLoss = 5e-3, kTolStats = 2e-2, kTolSteps = 1e-2;
 #endif
 
-// Counts failed checks; every check prints one line "ok ..." or "FAIL ...".
-struct Checks {
-    int failures = 0;
-    void expect(bool ok, const char* fmt, ...) {
-        va_list ap;
-        va_start(ap, fmt);
-        char msg[512];
-        std::vsnprintf(msg, sizeof(msg), fmt, ap);
-        va_end(ap);
-        if (!ok) failures++;
-        std::printf("  %s %s\n", ok ? "ok  " : "FAIL", msg);
-    }
-};
-
-// ||a - b|| / max(||b||, floor); NaN or Inf in a gives +inf (never passes).
-double rel_error(const float* a, const float* b, size_t n, double floor = 0.0) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!std::isfinite(a[i])) return std::numeric_limits<double>::infinity();
-        const double d = (double)a[i] - (double)b[i];
-        num += d * d;
-        den += (double)b[i] * b[i];
-    }
-    return std::sqrt(num) / std::max(std::sqrt(den), floor);
-}
-
-bool close(double a, double b, double tol) { return std::fabs(a - b) <= tol * (1.0 + std::fabs(b)); }
-
-bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+using gpu_test::Checks;
+using gpu_test::close;
+using gpu_test::rel_error;
+using gpu_test::same_bits;
 
 struct Case {
     const char* name;
@@ -97,15 +72,6 @@ struct Case {
     int B, T;
     float z_weight;
 };
-
-llmc::ModelConfig make_cfg(int L, int C, int NH, int G, int P, int V, int maxT, bool qk_norm, float softcap,
-                           bool tied) {
-    llmc::ModelConfig c;
-    c.num_layers = L; c.channels = C; c.num_heads = NH; c.global_heads = G; c.window = P;
-    c.vocab_size = V; c.padded_vocab_size = llmc::pad_vocab(V); c.max_seq_len = maxT;
-    c.qk_norm = qk_norm; c.attn_softcap = softcap; c.tied_embeddings = tied;
-    return c;
-}
 
 // GPT-2 init, then every tensor perturbed so nothing is trivially 0 or 1 (biases, gains) and the
 // attention is far from uniform (matrices x4): fresh random parameters for each case.
@@ -452,11 +418,7 @@ void check_fixture(Checks& ck, const std::string& name) {
 }  // namespace
 
 int main() {
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-        std::fprintf(stderr, "test_cuda_model: no CUDA device; run on a GPU machine\n");
-        return 1;
-    }
+    if (!gpu_test::have_gpu("test_cuda_model")) return 1;
     Checks ck;
     std::printf("test_cuda_model: %s, build %s\n", llmc::cuda::cuda_device_description().c_str(),
                 llmc::cuda::kPrecisionName);
@@ -468,7 +430,7 @@ int main() {
                llmc::cuda::bf16_peak_flops_for("Unknown GPU") == 0.0,
            "bf16 peak table lookups");
     {
-        llmc::cuda::CudaBackend probe(make_cfg(1, 64, 2, 1, 4, 100, 16, false, 0.0f, true), 1);
+        llmc::cuda::CudaBackend probe(gpu_test::model_config(1, 64, 2, 1, 4, 100, 16, false, 0.0f, true), 1);
         ck.expect(probe.peak_flops() >= 0.0 && probe.device_memory_used() > 0,
                "peak_flops %.3g FLOP/s, device memory in use %.1f MiB", probe.peak_flops(),
                probe.device_memory_used() / 1048576.0);
@@ -476,11 +438,11 @@ int main() {
 
     // Head sizes 32 and 64 (the kernel supports 32, 64, 128); V not a multiple of 128 everywhere.
     const Case cases[] = {
-        {"mhsa", make_cfg(2, 128, 4, 4, 4, 200, 32, false, 0.0f, true), 2, 32, 0.0f},
-        {"ls_g1_p4", make_cfg(2, 128, 4, 1, 4, 200, 32, false, 0.0f, true), 2, 32, 0.0f},
-        {"ls_qknorm_hd64", make_cfg(2, 128, 2, 1, 3, 200, 32, true, 0.0f, true), 2, 24, 0.0f},
-        {"local_softcap_zloss_untied", make_cfg(2, 64, 2, 0, 5, 150, 32, false, 1.0f, false), 2, 32, 1e-2f},
-        {"ragged_all_options", make_cfg(3, 96, 3, 1, 6, 300, 16, true, 2.0f, false), 3, 13, 1e-3f},
+        {"mhsa", gpu_test::model_config(2, 128, 4, 4, 4, 200, 32, false, 0.0f, true), 2, 32, 0.0f},
+        {"ls_g1_p4", gpu_test::model_config(2, 128, 4, 1, 4, 200, 32, false, 0.0f, true), 2, 32, 0.0f},
+        {"ls_qknorm_hd64", gpu_test::model_config(2, 128, 2, 1, 3, 200, 32, true, 0.0f, true), 2, 24, 0.0f},
+        {"local_softcap_zloss_untied", gpu_test::model_config(2, 64, 2, 0, 5, 150, 32, false, 1.0f, false), 2, 32, 1e-2f},
+        {"ragged_all_options", gpu_test::model_config(3, 96, 3, 1, 6, 300, 16, true, 2.0f, false), 3, 13, 1e-3f},
     };
     uint64_t seed = 1000;
     for (const Case& c : cases) {
