@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "llmc/backend.h"
+#include "llmc/batch_check.h"
 #include "llmc/cpu/adamw.h"
 #include "llmc/cpu/attention_ls.h"
 #include "llmc/cpu/classifier.h"
@@ -318,11 +319,7 @@ public:
     const F* kv_forward(const int* tokens, int n) {
         const int B = kv_.B, Vp = cfg_.padded_vocab_size;
         if (B < 1) throw std::logic_error("Gpt2Cpu::kv_forward needs kv_begin first");
-        if (n < 1) throw InputError("kv_forward: n = " + std::to_string(n) + " new positions; pass n >= 1");
-        if (kv_.pos + n > kv_.max_len)
-            throw InputError("kv_forward: " + std::to_string(kv_.pos) + " cached + " + std::to_string(n) +
-                             " new positions exceed the cache length " + std::to_string(kv_.max_len) +
-                             "; start a new cache (kv_begin) with the newest window of the context");
+        check_kv_append(kv_.pos, n, kv_.max_len);
         check_batch(tokens, nullptr, B, n);
         if (kv_.pos == 0 && n > 1) return kv_prefill(tokens, n);
         if (n == 1) return kv_decode(tokens);
@@ -420,25 +417,9 @@ private:
         return pw + layout_.offset[cfg_.tied_embeddings ? P_WTE : P_LMHEAD];
     }
 
-    // Refuses what the model cannot run, with the fix in the message.
+    // Refuses what the model cannot run, with the fix in the message (llmc/batch_check.h).
     void check_batch(const int* inputs, const int* targets, int B, int T) const {
-        if (B < 1 || T < 1)
-            throw InputError("batch size " + std::to_string(B) + " and sequence length " + std::to_string(T) +
-                             " must both be >= 1");
-        if (T > cfg_.max_seq_len)
-            throw InputError("sequence length " + std::to_string(T) + " exceeds the model's --max-seq-len " +
-                             std::to_string(cfg_.max_seq_len) + "; use -t <= " + std::to_string(cfg_.max_seq_len));
-        const size_t N = (size_t)B * T;
-        for (int k = 0; k < 2; k++) {
-            const int* tok = k == 0 ? inputs : targets;
-            if (!tok) continue;
-            for (size_t i = 0; i < N; i++) {
-                if (tok[i] < 0 || tok[i] >= cfg_.vocab_size)
-                    throw InputError(std::string(k == 0 ? "input" : "target") + " token " + std::to_string(tok[i]) +
-                                     " at position " + std::to_string(i) + " is outside the model's vocabulary [0, " +
-                                     std::to_string(cfg_.vocab_size) + "); use --vocab >= the data's vocabulary");
-            }
-        }
+        check_token_batch(cfg_, inputs, targets, B, T);
     }
 
     ModelConfig cfg_;

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/batch_check.h"
 #include "llmc/error.h"
 #include "llmc/model_config.h"
 
@@ -40,10 +41,7 @@ struct KvCache {
 
     // An empty cache for B sequences of up to max_len positions (buffers reused when they fit).
     void init(const ModelConfig& cfg, int B_, int max_len_) {
-        if (B_ < 1) throw InputError("KV cache: batch size " + std::to_string(B_) + " must be >= 1");
-        if (max_len_ < 1 || max_len_ > cfg.max_seq_len)
-            throw InputError("KV cache: length " + std::to_string(max_len_) + " must be in [1, max_seq_len=" +
-                             std::to_string(cfg.max_seq_len) + "]; generate at most max_seq_len positions");
+        check_kv_begin(cfg, B_, max_len_);
         L = cfg.num_layers; B = B_; NH = cfg.num_heads; G = cfg.global_heads; hd = cfg.head_size();
         P = cfg.window; max_len = max_len_; ring = std::min(P, max_len); pos = 0;
         const size_t ng = (size_t)L * B * G * max_len * hd, nl = (size_t)L * B * (NH - G) * ring * hd;
