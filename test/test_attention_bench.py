@@ -2,9 +2,11 @@
 their pure helpers (FLOP and pair counts, dump reader, table formatting, ...) on a machine without a
 GPU. The GPU parts of the benchmarks are not exercised here (scripts/gpu_check.sh runs them).
 
-A script whose module imports torch at top level (dev/bench/torch_fast_model.py) runs under
-TORCH_PYTHON (default /usr/bin/python3, which has a CPU torch here) and is skipped when that python
-has no torch; every other script runs under the python running pytest, as CI does."""
+A script whose module imports torch at top level (dev/bench/torch_fast_model.py), or whose self-test
+needs torch (it says so with a module-level line `SELF_TEST_NEEDS_TORCH = True`, e.g.
+dev/bench/generate_latency.py), runs under TORCH_PYTHON (default /usr/bin/python3, which has a CPU
+torch on the development machine) and is skipped when that python has no torch; every other script
+runs under the python running pytest, as CI does."""
 import os
 import re
 import subprocess
@@ -26,6 +28,10 @@ def imports_torch_at_top_level(path):
     return re.search(r"^(import torch|from torch)\b", path.read_text(), re.M) is not None
 
 
+def self_test_needs_torch(path):
+    return imports_torch_at_top_level(path) or re.search(r"^SELF_TEST_NEEDS_TORCH = True\b", path.read_text(), re.M) is not None
+
+
 def python_has_torch(py):
     try:
         return subprocess.run([py, "-c", "import torch"], capture_output=True, timeout=120).returncode == 0
@@ -44,7 +50,7 @@ def test_the_attention_benchmark_has_a_self_test():
 @pytest.mark.parametrize("script", scripts_with_self_test(), ids=lambda p: p.name)
 def test_bench_script_self_test_passes(script):
     py = sys.executable
-    if imports_torch_at_top_level(script):
+    if self_test_needs_torch(script):
         if not python_has_torch(TORCH_PYTHON):
             pytest.skip(f"{script.name} needs torch; {TORCH_PYTHON} has none (set TORCH_PYTHON)")
         py = TORCH_PYTHON

@@ -43,6 +43,10 @@ import subprocess
 import sys
 import time
 
+# Its --self-test checks the PyTorch decoder against the full forward, so it needs torch
+# (test/test_attention_bench.py reads this line to pick a python that has it).
+SELF_TEST_NEEDS_TORCH = True
+
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
