@@ -16,6 +16,7 @@
 #include <omp.h>
 
 #include "llmc/backend.h"
+#include "llmc/bpe_encoder.h"
 #include "llmc/checkpoint.h"
 #include "llmc/cpu/gpt2_cpu.h"
 #include "llmc/error.h"
@@ -169,8 +170,40 @@ int run_bench(const llmc::GenerateConfig& g, const llmc::ModelCheckpoint& ck) {
     return 0;
 }
 
+// The bytes of --prompt-file, unchanged (a trailing newline stays part of the prompt).
+std::string read_prompt_file(const std::string& path) {
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) throw llmc::InputError("--prompt-file '" + path + "' cannot be opened; pass an existing text file");
+    std::string text;
+    char buf[1 << 16];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+    const bool failed = std::ferror(f) != 0;
+    std::fclose(f);
+    if (failed) throw llmc::InputError("--prompt-file '" + path + "' could not be read; check the file");
+    return text;
+}
+
+bool has_text_prompt(const llmc::GenerateConfig& g) { return g.has_prompt_text || !g.prompt_file.empty(); }
+
+// --prompt / --prompt-file -> the tokenizer's EOT followed by the text's tokens.
+std::vector<int> text_prompt(const llmc::GenerateConfig& g, const llmc::Tokenizer& tok) {
+    const std::string text = g.has_prompt_text ? g.prompt_text : read_prompt_file(g.prompt_file);
+    return llmc::encode_prompt(tok, text);
+}
+
+// --encode-only: the prompt's ids, one per line; no model.
+int run_encode_only(const llmc::GenerateConfig& g) {
+    const llmc::Tokenizer tok = g.tokenizer.empty() ? llmc::Tokenizer() : llmc::Tokenizer(g.tokenizer);
+    std::string out;
+    for (int id : text_prompt(g, tok)) out += std::to_string(id) + "\n";
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    return 0;
+}
+
 int run(const llmc::GenerateConfig& g) {
     if (g.threads > 0) omp_set_num_threads(g.threads);
+    if (g.encode_only) return run_encode_only(g);
 
     llmc::ModelCheckpoint ck = llmc::load_model_checkpoint(g.model);
     if (g.bench) return run_bench(g, ck);
@@ -184,12 +217,15 @@ int run(const llmc::GenerateConfig& g) {
                                    "; pass the tokenizer.bin of the model's training data");
     }
     std::vector<int> prompt;
-    if (!g.prompt_ids.empty()) {
+    if (has_text_prompt(g)) {
+        prompt = text_prompt(g, tok);  // ids < the tokenizer's vocabulary <= the model's (checked above)
+    } else if (!g.prompt_ids.empty()) {
         prompt = llmc::parse_token_ids(g.prompt_ids);
     } else if (tok.present()) {
         prompt = {tok.eot_token()};
     } else {
-        throw llmc::InputError("no prompt: pass --prompt-ids '1,2,3' or --tokenizer tokenizer.bin (then the prompt is its EOT token)");
+        throw llmc::InputError("no prompt: pass --prompt-ids '1,2,3', or --tokenizer tokenizer.bin (then the prompt is its "
+                               "EOT token, or --prompt TEXT)");
     }
     for (int id : prompt)
         if (id >= mc.vocab_size)

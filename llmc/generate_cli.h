@@ -14,6 +14,10 @@ namespace llmc {
 struct GenerateConfig {
     std::string model;              // checkpoint (ours or llm.c's GPT-2)
     std::string prompt_ids;         // "1,2,3"; empty = the tokenizer's EOT
+    std::string prompt_text;        // --prompt: text, encoded with --tokenizer (llmc/bpe_encoder.h)
+    std::string prompt_file;        // --prompt-file: a file whose bytes are the prompt text
+    bool has_prompt_text = false;   // --prompt was given (it may be empty)
+    bool encode_only = false;       // print the prompt's token ids and exit (no model needed)
     std::string tokenizer;          // tokenizer.bin for decoding the output ('' = print ids)
     int tokens = 64;                // tokens to generate
     float temperature = 1.0f;
@@ -41,10 +45,16 @@ public:
         GenerateConfig& c = cfg_;
         a.get_formatter()->column_width(30);
         a.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-        a.add_option("-e,--model", c.model, "checkpoint file: model_NNNNNNNN.bin or an llm.c gpt2_*.bin")->required();
-        a.add_option("--prompt-ids", c.prompt_ids,
-                     "prompt as comma-separated token ids, e.g. '50256,464' (default: the tokenizer's EOT); "
-                     "text -> ids: see docs/generation.md");
+        a.add_option("-e,--model", c.model, "checkpoint file: model_NNNNNNNN.bin or an llm.c gpt2_*.bin (required)");
+        CLI::Option* ids = a.add_option("--prompt-ids", c.prompt_ids,
+                     "prompt as comma-separated token ids, e.g. '50256,464' (default: the tokenizer's EOT)");
+        CLI::Option* text = a.add_option("--prompt", c.prompt_text,
+                     "prompt text, encoded with --tokenizer (GPT-2 BPE or byte-level) after its EOT token");
+        CLI::Option* file = a.add_option("--prompt-file", c.prompt_file, "like --prompt, the text being this file's bytes");
+        ids->excludes(text)->excludes(file);
+        text->excludes(file);
+        a.add_flag("--encode-only", c.encode_only,
+                   "print the token ids of --prompt/--prompt-file (EOT first), one per line, and exit; needs no model");
         a.add_option("--tokenizer", c.tokenizer, "tokenizer.bin to print text ('' = print token ids)");
         a.add_option("-n,--tokens", c.tokens, "tokens to generate")->capture_default_str()->check(CLI::PositiveNumber);
         a.add_option("--temperature", c.temperature, "sampling temperature (> 0)")->capture_default_str();
@@ -83,6 +93,15 @@ public:
             return app_.exit(e);
         } catch (const CLI::ParseError& e) {
             std::fprintf(stderr, "error: %s; run with --help for the flags\n", e.what());
+            return 1;
+        }
+        cfg_.has_prompt_text = app_.count("--prompt") > 0;
+        if (cfg_.model.empty() && !cfg_.encode_only) {
+            std::fprintf(stderr, "error: --model is required (a checkpoint file); run with --help for the flags\n");
+            return 1;
+        }
+        if (cfg_.encode_only && !cfg_.has_prompt_text && cfg_.prompt_file.empty()) {
+            std::fprintf(stderr, "error: --encode-only needs --prompt TEXT or --prompt-file F (and --tokenizer)\n");
             return 1;
         }
         if (!cfg_.greedy && !(cfg_.temperature > 0.0f)) {

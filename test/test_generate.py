@@ -4,16 +4,24 @@ root, on a tiny LS model trained for a few steps by train_gpt2_ls on byte-level 
 path (--no-cache) token for token, greedy and sampled, with the context window sliding; the same
 seed reproduces the output; text is the tokenizer's decoding of the ids; bad input fails with one
 line and exit code 1.
+
+Text prompts (--prompt, --prompt-file, llmc/bpe_encoder.h): --encode-only's ids must equal
+tiktoken's GPT-2 encode_ordinary exactly (after the EOT put first) on the whole tiny Shakespeare,
+PG-19 excerpts, WikiText-2 and a string of unicode edge cases; the GPT-2 tokenizer.bin is written
+with data/text_tokenizers.py from the local BPE files ($SHARED_DATA/gpt2; skipped without them or
+without tiktoken).
 """
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from test_e2e import TINY, byte_data, data_args, run  # noqa: F401  (byte_data is a fixture)
+from test_e2e import SHARED, TINY, byte_data, data_args, run  # noqa: F401  (byte_data is a fixture)
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "data"))
 GEN = Path(os.environ.get("GENERATE_GPT2_LS", REPO / "generate_gpt2_ls"))  # override to test another build
 
 
@@ -75,7 +83,7 @@ def test_text_is_the_decoding_of_the_ids(model):
 
 def test_help_lists_every_flag():
     out = gen(["--help"]).stdout.decode()
-    for flag in ["--model", "--prompt-ids", "--tokenizer", "--tokens", "--temperature", "--top-k", "--seed",
+    for flag in ["--model", "--prompt-ids", "--prompt", "--prompt-file", "--encode-only", "--tokenizer", "--tokens", "--temperature", "--top-k", "--seed",
                  "--greedy", "--max-len", "--device", "--no-cache", "--print-ids", "--threads"]:
         assert flag in out
 
@@ -100,3 +108,154 @@ def test_bad_input_fails_with_one_line(model, extra, expect):
     assert p.returncode == 1, err
     assert len(err.strip().splitlines()) == 1, err
     assert err.startswith("error: ") and expect in err, err
+
+
+# ----------------------------------------------------------------------------------------------------------
+# text prompts
+
+GPT2_EOT = 50256
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory):
+    """(tiktoken GPT-2 Encoding, tokenizer.bin path, token bytes), built from the local BPE files."""
+    pytest.importorskip("tiktoken")
+    bpe_dir = SHARED / "gpt2"
+    if not (bpe_dir / "vocab.bpe").exists():
+        pytest.skip(f"no GPT-2 BPE files in {bpe_dir} (set SHARED_DATA)")
+    import text_tokenizers as tk
+    enc = tk.load_gpt2(tk.resolve_gpt2_dir(str(bpe_dir)))
+    token_bytes = tk.gpt2_token_bytes(enc)
+    path = tmp_path_factory.mktemp("gpt2_tok") / "tokenizer.bin"
+    assert tk.write_tokenizer_bin(path, token_bytes, GPT2_EOT) == 0  # no GPT-2 token is cut
+    return enc, path, token_bytes
+
+
+def encode_file(tok_path, data, tmp_path, name="prompt.txt"):
+    """The C++ encoder's ids for the bytes `data` (--encode-only --prompt-file)."""
+    f = tmp_path / name
+    f.write_bytes(data)
+    return ids(gen(["--encode-only", "--tokenizer", tok_path, "--prompt-file", f]))
+
+
+def shared_text(rel):
+    path = SHARED / rel
+    if not path.exists():
+        pytest.skip(f"{path} missing (set SHARED_DATA)")
+    return path.read_bytes().decode("utf-8")
+
+
+def pg19_excerpts():
+    """Two PG-19 excerpts: the raw file (CRLF, Gutenberg header) of a book with many non-ASCII
+    characters, and a book body as data/prepare.py encodes it (header/footer stripped, LF)."""
+    from gutenberg import strip_gutenberg
+    raw = shared_text("pg19/pg1257.txt")[:300_000]
+    body, _ = strip_gutenberg(shared_text("pg19/pg113.txt"))
+    return [raw, body[100_000:400_000]]
+
+
+UNICODE_EDGES = (
+    "Hello world! I'm here, you're there; they'll've we'd IT'S x''s \u2019s 'rex rock 'n' roll\n"
+    "  two spaces\t\ttabs \n\n\nnewlines   \r\n trailing   \n"
+    "na\u00efve caf\u00e9 e\u0301t\u00e9 \u03a9\u03bc\u03ad\u03b3\u03b1 \u041f\u0440\u0438\u0432\u0435\u0442 "
+    "\u65e5\u672c\u8a9e\u3002 \ud55c\uad6d\uc5b4 \u0627\u0644\u0639\u0631\u0628\u064a\u0629 \u05e2\u05d1\u05e8\u05d9\u05ea "
+    "\u0939\u093f\u0928\u094d\u0926\u0940 \u0e44\u0e17\u0e22\n"
+    "123 4567 3.14159 \u00bd \u2167 \u0663\u0664 \u00b2 1,000,000 0x1F\n"
+    "\U0001F44B\U0001F3FD! \U0001F600\U0001F600 \U0001F468\u200d\U0001F469\u200d\U0001F467 \u2764\ufe0f a\U0001F600b\n"
+    "nbsp\u00a0nbsp\u00a0\u00a0x ideographic\u3000space em\u2003space \u2028line\u2029para \x1c\x1d\x85 \x0b\x0c\n"
+    "<|endoftext|> <|endoftext|>x ...!!! ??? --- ___ \\\\ \"\" \u00ab\u00bb \u20ac100 $5 @user #tag\n"
+    "\x00\x01 ctrl \x7f del \ud7ff \ue000 \uffff \U0010ffff \U00020000 end   "
+)
+
+
+@pytest.mark.parametrize("source", ["tinyshakespeare", "pg19", "wikitext2", "unicode"])
+def test_prompt_encoding_equals_tiktoken(gpt2, tmp_path, source):
+    enc, tok, _ = gpt2
+    if source == "tinyshakespeare":
+        texts = [shared_text("tinyshakespeare/input.txt")]  # the whole file
+    elif source == "pg19":
+        texts = pg19_excerpts()
+    elif source == "wikitext2":
+        texts = [shared_text("wikitext2/valid.txt"), shared_text("wikitext2/test.txt")]
+        texts += [ln for ln in texts[0].split("\n")[:400] if ln.strip()][:100]  # single lines too
+    else:
+        texts = [UNICODE_EDGES, UNICODE_EDGES.strip(), " " + UNICODE_EDGES, "", " ", "\n", "a", "'s", " \t\n "]
+    for i, text in enumerate(texts):
+        want = [GPT2_EOT] + enc.encode_ordinary(text)
+        got = encode_file(tok, text.encode("utf-8"), tmp_path, f"p{i}.txt")
+        if got != want:
+            k = next((j for j in range(min(len(got), len(want))) if got[j] != want[j]), min(len(got), len(want)))
+            pytest.fail(f"{source} text {i}: first difference at id {k}: C++ {got[k:k + 8]} vs tiktoken "
+                        f"{want[k:k + 8]} near {enc.decode(want[max(0, k - 8):k + 8])!r}")
+
+
+def test_prompt_flag_equals_prompt_file(gpt2, tmp_path):
+    enc, tok, _ = gpt2
+    text = "First Citizen:\nBefore we proceed any further, hear me speak. \u00e9\U0001F600"
+    a = ids(gen(["--encode-only", "--tokenizer", tok, "--prompt", text]))
+    assert a == encode_file(tok, text.encode(), tmp_path)
+    assert a == [GPT2_EOT] + enc.encode_ordinary(text)
+
+
+def test_invalid_utf8_round_trips(gpt2, tmp_path):
+    """Invalid bytes are kept (llmc/bpe_encoder.h): the ids decode to the input bytes exactly, and the
+    valid text before the first bad byte (at a piece boundary) encodes as tiktoken does."""
+    enc, tok, token_bytes = gpt2
+    head = "The quick brown fox. "
+    data = head.encode() + b"\xff\xfe bad \xc3 x\xe2\x82\xac\xe2\x82 ok \xed\xa0\x80 \xc0\xaf end\x80"
+    got = encode_file(tok, data, tmp_path)
+    assert got[0] == GPT2_EOT
+    assert b"".join(token_bytes[i] for i in got[1:]) == data
+    want_head = enc.encode_ordinary(head.rstrip(" "))
+    assert got[1:1 + len(want_head)] == want_head
+
+
+def test_text_prompt_generates_like_the_ids(model):
+    """On the byte-level model: --prompt TEXT == --prompt-ids EOT,bytes (the EOT of byte_data is 10)."""
+    ckpt, tok = model
+    common = ["-e", ckpt, "--tokenizer", tok, "-n", 20, "--seed", 9, "--print-ids", "--threads", 1]
+    text = ids(gen(common + ["--prompt", "First"]))
+    by_ids = ids(gen(common + ["--prompt-ids", "10,70,105,114,115,116"]))
+    assert len(text) == 20 and text == by_ids
+    assert ids(gen(["--encode-only", "--tokenizer", tok, "--prompt", "First"])) == [10, 70, 105, 114, 115, 116]
+
+
+def test_text_prompt_refused_for_other_tokenizers(tmp_path):
+    """A tokenizer that is neither GPT-2 BPE nor byte-level (e.g. SentencePiece): one line naming --prompt-ids."""
+    import text_tokenizers as tk
+    path = tmp_path / "tokenizer.bin"
+    tk.write_tokenizer_bin(path, [b"<unk>", b"</s>", b"\n"] + [bytes([b]) for b in range(256)] + [b" the"], 1)
+    p = gen(["--encode-only", "--tokenizer", path, "--prompt", "the"], check=False)
+    err = p.stderr.decode()
+    assert p.returncode == 1 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: ") and "--prompt-ids" in err, err
+
+
+@pytest.mark.parametrize("args, expect", [
+    (["--encode-only", "--prompt", "x"], "need --tokenizer"),
+    (["--encode-only"], "--encode-only needs --prompt"),
+    (["--encode-only", "--prompt", "x", "--prompt-ids", "1"], "excludes"),
+    (["--encode-only", "--prompt", "x", "--prompt-file", "f"], "excludes"),
+    (["--encode-only", "--prompt-file", "no/such/prompt.txt", "--tokenizer", "TOK"], "no/such/prompt.txt"),
+    (["--prompt", "x"], "--model is required"),
+])
+def test_text_prompt_bad_input_fails_with_one_line(model, args, expect):
+    _, tok = model
+    p = gen([tok if a == "TOK" else a for a in args], check=False)
+    err = p.stderr.decode()
+    assert p.returncode == 1, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: ") and expect in err, err
+
+
+def test_unicode_table_is_what_the_generator_writes():
+    """llmc/unicode_classes.h == scripts/gen_unicode_classes.py's output (same Unicode version only)."""
+    import re
+    import unicodedata
+    header = (REPO / "llmc" / "unicode_classes.h").read_text()
+    version = re.search(r'kUnicodeVersion = "([^"]+)"', header).group(1)
+    if version != unicodedata.unidata_version:
+        pytest.skip(f"header is Unicode {version}, this python has {unicodedata.unidata_version}")
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "gen_unicode_classes.py"), "--check"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
