@@ -17,6 +17,7 @@
 
 #include "llmc/backend.h"
 #include "llmc/bpe_encoder.h"
+#include "llmc/sp_encoder.h"
 #include "llmc/checkpoint.h"
 #include "llmc/cpu/gpt2_cpu.h"
 #include "llmc/error.h"
@@ -186,9 +187,12 @@ std::string read_prompt_file(const std::string& path) {
 
 bool has_text_prompt(const llmc::GenerateConfig& g) { return g.has_prompt_text || !g.prompt_file.empty(); }
 
-// --prompt / --prompt-file -> the tokenizer's EOT followed by the text's tokens.
+// --prompt / --prompt-file -> the tokenizer's EOT followed by the text's tokens: SentencePiece with
+// --sp-model or the tokenizer.model next to --tokenizer (llmc/sp_encoder.h), else GPT-2 BPE or bytes.
 std::vector<int> text_prompt(const llmc::GenerateConfig& g, const llmc::Tokenizer& tok) {
     const std::string text = g.has_prompt_text ? g.prompt_text : read_prompt_file(g.prompt_file);
+    const std::string sp_model = llmc::sp_model_for(g.sp_model, g.tokenizer, tok);
+    if (!sp_model.empty()) return llmc::encode_prompt_sp(tok, sp_model, text);
     return llmc::encode_prompt(tok, text);
 }
 

@@ -14,11 +14,12 @@ namespace llmc {
 struct GenerateConfig {
     std::string model;              // checkpoint (ours or llm.c's GPT-2)
     std::string prompt_ids;         // "1,2,3"; empty = the tokenizer's EOT
-    std::string prompt_text;        // --prompt: text, encoded with --tokenizer (llmc/bpe_encoder.h)
+    std::string prompt_text;        // --prompt: text, encoded with --tokenizer (llmc/bpe_encoder.h, llmc/sp_encoder.h)
     std::string prompt_file;        // --prompt-file: a file whose bytes are the prompt text
     bool has_prompt_text = false;   // --prompt was given (it may be empty)
     bool encode_only = false;       // print the prompt's token ids and exit (no model needed)
     std::string tokenizer;          // tokenizer.bin for decoding the output ('' = print ids)
+    std::string sp_model;           // SentencePiece tokenizer.model for --prompt ('' = the one next to --tokenizer)
     int tokens = 64;                // tokens to generate
     float temperature = 1.0f;
     int top_k = 0;                  // 0 = whole vocabulary
@@ -49,13 +50,15 @@ public:
         CLI::Option* ids = a.add_option("--prompt-ids", c.prompt_ids,
                      "prompt as comma-separated token ids, e.g. '50256,464' (default: the tokenizer's EOT)");
         CLI::Option* text = a.add_option("--prompt", c.prompt_text,
-                     "prompt text, encoded with --tokenizer (GPT-2 BPE or byte-level) after its EOT token");
+                     "prompt text, encoded with --tokenizer (GPT-2 BPE, byte-level or SentencePiece) after its EOT token");
         CLI::Option* file = a.add_option("--prompt-file", c.prompt_file, "like --prompt, the text being this file's bytes");
         ids->excludes(text)->excludes(file);
         text->excludes(file);
         a.add_flag("--encode-only", c.encode_only,
                    "print the token ids of --prompt/--prompt-file (EOT first), one per line, and exit; needs no model");
         a.add_option("--tokenizer", c.tokenizer, "tokenizer.bin to print text ('' = print token ids)");
+        a.add_option("--sp-model", c.sp_model, "SentencePiece tokenizer.model to encode --prompt with "
+                     "(default: the tokenizer.model next to --tokenizer, if any)");
         a.add_option("-n,--tokens", c.tokens, "tokens to generate")->capture_default_str()->check(CLI::PositiveNumber);
         a.add_option("--temperature", c.temperature, "sampling temperature (> 0)")->capture_default_str();
         a.add_option("--top-k", c.top_k, "sample only among the k most likely tokens (0 = all)")->capture_default_str()
