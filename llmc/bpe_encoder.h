@@ -262,8 +262,9 @@ inline std::vector<int> encode_prompt(const Tokenizer& tok, const std::string& t
     } else if (is_byte_vocabulary(tok)) {
         for (unsigned char c : text) body.push_back(c);
     } else {
-        throw InputError("--prompt: only GPT-2 BPE and byte-level tokenizers can encode text here (this one has " +
-                         std::to_string(tok.vocab_size()) + " tokens; SentencePiece?); encode the text in python "
+        throw InputError("--prompt: this tokenizer (" + std::to_string(tok.vocab_size()) +
+                         " tokens) is neither GPT-2 BPE nor byte-level; for a SentencePiece data set put its "
+                         "tokenizer.model next to tokenizer.bin or pass --sp-model, else encode the text in python "
                          "and pass --prompt-ids (docs/generation.md, 'Text prompts')");
     }
     ids.insert(ids.end(), body.begin(), body.end());

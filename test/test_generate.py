@@ -84,7 +84,7 @@ def test_text_is_the_decoding_of_the_ids(model):
 def test_help_lists_every_flag():
     out = gen(["--help"]).stdout.decode()
     for flag in ["--model", "--prompt-ids", "--prompt", "--prompt-file", "--encode-only", "--tokenizer", "--tokens", "--temperature", "--top-k", "--seed",
-                 "--greedy", "--max-len", "--device", "--no-cache", "--print-ids", "--threads"]:
+                 "--greedy", "--max-len", "--device", "--no-cache", "--print-ids", "--threads", "--sp-model"]:
         assert flag in out
 
 
