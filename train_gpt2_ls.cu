@@ -16,6 +16,7 @@
 
 #include "llmc/cli.h"
 #include "llmc/collective.h"
+#include "llmc/collective_choice.h"
 #include "llmc/collective_mpi.h"
 #include "llmc/cpu/gpt2_cpu.h"
 #include "llmc/device.h"
@@ -42,30 +43,31 @@ static int cuda_device_count() {
 #endif
 }
 
-// The collective for this launch: one process; MPI (CPU backend under mpirun); NCCL (CUDA
-// backend; bootstrapped by MPI, or by --rendezvous DIR with ranks from flags or Slurm).
+#if defined(__CUDACC__) && defined(USE_NCCL)
+constexpr bool kNcclBuilt = true;
+#else
+constexpr bool kNcclBuilt = false;
+#endif
+
+// The collective for this launch (the choice: llmc/collective_choice.h).
 static std::unique_ptr<llmc::Collective> make_collective(const llmc::TrainConfig& cfg, llmc::Device device,
                                                          const llmc::MpiSession& mpi) {
     const llmc::LaunchInfo li = llmc::detect_launch(cfg.flag_rank, cfg.flag_world_size, cfg.flag_local_rank);
-    if (li.world_size == 1) return std::make_unique<llmc::SingleProcessCollective>();
+    switch (llmc::choose_collective(li, device == llmc::Device::Cuda, {llmc::kMpiBuilt, kNcclBuilt}, mpi.active(),
+                                    cfg.rendezvous)) {
+        case llmc::CollectiveKind::Single: return std::make_unique<llmc::SingleProcessCollective>();
 #if defined(__CUDACC__) && defined(USE_NCCL)
-    if (device == llmc::Device::Cuda) {
-        if (mpi.active()) return llmc::make_nccl_collective_mpi(li.local_rank);
-        if (cfg.rendezvous.empty())
-            throw llmc::InputError(std::to_string(li.world_size) + " processes (from " + li.source +
-                                   ") but no MPI to bootstrap NCCL; give --rendezvous DIR on a shared file system");
-        return llmc::make_nccl_collective_file(li, cfg.rendezvous);
-    }
-#endif
-    (void)device;
+        case llmc::CollectiveKind::NcclFile: return llmc::make_nccl_collective_file(li, cfg.rendezvous);
 #ifdef USE_MPI
-    if (mpi.active()) return std::make_unique<llmc::MpiCollective>();
+        case llmc::CollectiveKind::NcclMpi: return llmc::make_nccl_collective_mpi(li.local_rank);
 #endif
-    (void)mpi;
-    throw llmc::InputError(std::to_string(li.world_size) + " processes (from " + li.source + ") but " +
-                           (llmc::kMpiBuilt ? std::string("this process was not started by mpirun")
-                                            : std::string("this build has no MPI (the Makefile found no mpicxx)")) +
-                           "; the CPU backend needs `mpirun -np N` with an MPI build, or run one process");
+#endif
+#ifdef USE_MPI
+        case llmc::CollectiveKind::Mpi: return std::make_unique<llmc::MpiCollective>();
+#endif
+        default: break;
+    }
+    throw std::logic_error("make_collective: a collective this build does not have was chosen");
 }
 
 int main(int argc, char** argv) {
@@ -76,34 +78,34 @@ int main(int argc, char** argv) {
     llmc::TrainConfig cfg = cli.config();
     std::unique_ptr<llmc::Collective> comm;
     try {
-        std::string notice;
-        const llmc::Device device = llmc::resolve_device(cfg.device, cuda_device_count(), &notice);
+        const int gpus = cuda_device_count();
+        // Before the model is known: the device the launch asks for (it picks NCCL or MPI).
+        const llmc::Device device = llmc::resolve_device(cfg.device, gpus, nullptr);
         comm = make_collective(cfg, device, mpi);
         cfg.rank = comm->rank();
         cfg.world_size = comm->world_size();
         cfg.local_rank = llmc::detect_launch(cfg.flag_rank, cfg.flag_world_size, cfg.flag_local_rank).local_rank;
-        if (!notice.empty() && cfg.rank == 0) std::fprintf(stderr, "%s\n", notice.c_str());
         if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
-        std::string device_name = "cpu (" + std::to_string(omp_get_max_threads()) + " threads)";
-        llmc::BackendFactory make_backend = [&cfg](const llmc::ModelConfig& m) -> std::unique_ptr<llmc::Backend> {
+        // Once the model is known: a GPU the CUDA backend cannot use for it leaves `auto` on the CPU.
+        llmc::BackendFactory make_backend = [&cfg, gpus](const llmc::ModelConfig& m) -> std::unique_ptr<llmc::Backend> {
+            std::string note;
+            const llmc::Device d = llmc::resolve_device(cfg.device, gpus, m, &note);
+            if (!note.empty() && cfg.rank == 0) std::fprintf(stderr, "%s\n", note.c_str());
+#ifdef __CUDACC__
+            if (d == llmc::Device::Cuda) {
+                // One GPU per process: the process's rank on its node picks it.
+                if (cfg.local_rank >= gpus)
+                    throw llmc::InputError("local rank " + std::to_string(cfg.local_rank) + " has no GPU (" +
+                                           std::to_string(gpus) + " on this node); start at most one process per GPU");
+                CUDA_CHECK(cudaSetDevice(cfg.local_rank));
+                return llmc::cuda::make_cuda_backend(m, cfg.seed);
+            }
+#endif
+            (void)d;
             return std::make_unique<llmc::CpuBackend>(m, cfg.seed);
         };
-#ifdef __CUDACC__
-        if (device == llmc::Device::Cuda) {
-            // One GPU per process: the process's rank on its node picks it.
-            if (cfg.local_rank >= cuda_device_count())
-                throw llmc::InputError("local rank " + std::to_string(cfg.local_rank) + " has no GPU (" +
-                                       std::to_string(cuda_device_count()) +
-                                       " on this node); start at most one process per GPU");
-            CUDA_CHECK(cudaSetDevice(cfg.local_rank));
-            device_name = llmc::cuda::cuda_device_description();
-            make_backend = [&cfg](const llmc::ModelConfig& m) -> std::unique_ptr<llmc::Backend> {
-                return llmc::cuda::make_cuda_backend(m, cfg.seed);
-            };
-        }
-#endif
-        return cfg.eval_only ? llmc::run_eval(cfg, make_backend, device_name, *comm)
-                             : llmc::run_training(cfg, make_backend, device_name, cli.config_file_text(), *comm);
+        return cfg.eval_only ? llmc::run_eval(cfg, make_backend, *comm)
+                             : llmc::run_training(cfg, make_backend, cli.config_file_text(), *comm);
     } catch (const std::exception& e) {
         const bool input = dynamic_cast<const llmc::InputError*>(&e) != nullptr;
         std::fflush(stdout);

@@ -50,6 +50,8 @@ class Backend {
 public:
     virtual ~Backend() = default;
     virtual const char* name() const = 0;
+    // One line for the console and config.json: "cpu (2 threads)", "NVIDIA H100 ... (sm_90, ...)".
+    virtual std::string device_description() const { return name(); }
     virtual const ModelConfig& config() const = 0;
     size_t num_params() const { return param_layout(config()).total; }
 

@@ -351,7 +351,7 @@ inline std::string fmt(const char* f, double v) {
 // ---------------------------------------------------------------------------------------------
 // training
 
-inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backend, const std::string& device_name,
+inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backend,
                         const std::string& config_toml, Collective& comm) {
     if (cfg.rank != comm.rank() || cfg.world_size != comm.world_size())
         throw std::logic_error("run_training: cfg.rank/world_size must be the collective's");
@@ -403,6 +403,7 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
 
     // 3. the model
     std::unique_ptr<Backend> model = make_backend(model_cfg);
+    const std::string device_name = model->device_description();
     const size_t n_params = model->num_params();
     if (resume) {
         model->set_params(resume->model.params.data());
@@ -655,8 +656,7 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
 // ---------------------------------------------------------------------------------------------
 // --eval-only
 
-inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, const std::string& device_name,
-                    Collective& comm) {
+inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, Collective& comm) {
     const bool main_rank = comm.rank() == 0;
     validate_train_flags(cfg);
     if (!is_regular_file(cfg.model))
@@ -670,6 +670,7 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
     const int64_t batches = val_batch_count(cfg, val, true);
 
     std::unique_ptr<Backend> model = make_backend(ms.config);
+    const std::string device_name = model->device_description();
     model->set_params(ms.init->params.data());
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
     double sum = 0.0;

@@ -5,12 +5,16 @@
 #
 # PARTS: comma-separated stage names or group numbers (default: all). Groups are sized to fit one
 # 10-minute call of the lent GPU machine each; the build stays in build/ between calls on the same
-# machine, and every later group rebuilds what it needs when it runs on a fresh one.
-#   1 = build,test,sanitize   sm_90 BF16 build of every GPU target; every test/gpu binary and every
+# machine, and every later group rebuilds what it needs when it runs on a fresh one (at most once
+# per call: a failed build is not retried by the next stage).
+#   1 = first,build,test   first: the FP32 build of test_gpu/test_cuda_model alone, run with
+#                      CUDA_LAUNCH_BLOCKING=1 (an asynchronous fault then names its kernel); build:
+#                      sm_90 BF16 build of every GPU target; test: every test/gpu binary and every
 #                      kernel lab with --check (the binaries `make test-gpu` runs, one step each, so one
-#                      failure does not hide the rest); compute-sanitizer memcheck and racecheck of the
-#                      LS-attention lab (production version 3) on small shapes (issue 4)
-#   2 = fp32           PRECISION=FP32 build into build/fp32 (make BUILD=build/fp32) and the same tests
+#                      failure does not hide the rest)
+#   2 = fp32,sanitize  PRECISION=FP32 build into build/fp32 (make BUILD=build/fp32) and the same tests;
+#                      compute-sanitizer memcheck and racecheck of the LS-attention lab (production
+#                      version 3) on small shapes (issue 4)
 #   3 = labs,bench,train   every kernel lab with no arguments (timing tables); every peer benchmark
 #                      dev/bench/*.py with --out (except the end-to-end one); a short real training
 #                      run of the paper model on the GPU (synthetic data, T=2048): loss must fall
@@ -23,7 +27,10 @@
 # Environment: CUDA_ARCH (default 90), GPU_CHECK_COMMIT (the commit measured; default git rev-parse,
 # needed where the tree was copied without .git). Header-only deps: run ../shared/tools/device-deps.sh
 # on a machine with a registry and bring .deps along; the build then uses .deps/include.
-# A step that fails is FAIL in the table; the exit status is 1 if any step of this call failed.
+# Before any stage: the header-only deps (CLI11, nlohmann/json) must be found (else one line, exit 2)
+# and so must the Python packages the requested stages import (one line naming the missing ones).
+# A step that fails is FAIL in the table; a test that exits 77 (built without what it tests, e.g.
+# NCCL) is SKIPPED (not run, not passed); the exit status is 1 if any step of this call failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,14 +49,14 @@ stages=()
 IFS=',' read -ra wanted <<<"$parts"
 for p in "${wanted[@]}"; do
     case $p in
-        all) stages+=(build test sanitize fp32 labs bench train e2e-small e2e-d12) ;;
-        1) stages+=(build test sanitize) ;;
-        2) stages+=(fp32) ;;
+        all) stages+=(first build test fp32 sanitize labs bench train e2e-small e2e-d12) ;;
+        1) stages+=(first build test) ;;
+        2) stages+=(fp32 sanitize) ;;
         3) stages+=(labs bench train) ;;
         4) stages+=(e2e-small) ;;
         5) stages+=(e2e-d12) ;;
-        build|test|sanitize|fp32|labs|bench|train|e2e-small|e2e-d12) stages+=("$p") ;;
-        *) echo "error: unknown part '$p'; parts are 1-5, all, or build, test, sanitize, fp32, labs, bench, train, e2e-small, e2e-d12" >&2
+        first|build|test|sanitize|fp32|labs|bench|train|e2e-small|e2e-d12) stages+=("$p") ;;
+        *) echo "error: unknown part '$p'; parts are 1-5, all, or first, build, test, fp32, sanitize, labs, bench, train, e2e-small, e2e-d12" >&2
            exit 2 ;;
     esac
 done
@@ -62,10 +69,38 @@ touch "$results"
 arch=${CUDA_ARCH:-90}
 extra=""
 [ -d .deps/include ] && extra=.deps/include
+PY=${PYTHON:-python3}
+
+# Up front, so that a missing dependency costs one line, not a failed build per stage.
+missing_headers=""
+for h in CLI/CLI.hpp nlohmann/json.hpp; do
+    found=""
+    for d in $extra /usr/include /usr/local/include; do [ -f "$d/$h" ] && found=1; done
+    [ -n "$found" ] || missing_headers="$missing_headers $h"
+done
+if [ -n "$missing_headers" ]; then
+    echo "error: header-only deps not found:$missing_headers (looked in ${extra:-.deps/include (absent)}, /usr/include, /usr/local/include); run ../shared/tools/device-deps.sh where a registry is reachable and carry .deps" >&2
+    exit 2
+fi
+py_needed=""
+for s in "${stages[@]}"; do
+    case $s in
+        bench|e2e-small|e2e-d12) py_needed="$py_needed numpy torch tqdm tiktoken" ;;
+        train) py_needed="$py_needed numpy tqdm" ;;
+    esac
+done
+if [ -n "$py_needed" ]; then
+    # shellcheck disable=SC2086  # a list of module names
+    py_missing=$("$PY" -c 'import importlib.util, sys; print(" ".join(sorted({m for m in sys.argv[1:] if importlib.util.find_spec(m) is None})))' $py_needed)
+    if [ -n "$py_missing" ]; then
+        echo "error: $PY lacks Python packages the requested stages import: $py_missing; install them or set PYTHON" >&2
+        exit 2
+    fi
+fi
 export GPU_CHECK_COMMIT=${GPU_CHECK_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
-PY=${PYTHON:-python3}
 call_failed=0
+bf16_build_tried=0  # this call already ran the BF16 build (pass or fail): later stages do not rebuild
 
 echo "gpu_check: commit $GPU_CHECK_COMMIT, device ${device:-NONE FOUND}, CUDA_ARCH=$arch, stages: ${stages[*]}"
 {
@@ -95,9 +130,10 @@ step() {
     rc=$?
     secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
     if [ $rc -eq 0 ]; then status=PASS
+    elif [ $rc -eq 77 ]; then status=SKIPPED
     elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then status="FAIL(timeout ${limit}s)"
     else status="FAIL(rc=$rc)"; fi
-    [ "$status" = PASS ] || call_failed=1
+    [ "$status" = PASS ] || [ "$status" = SKIPPED ] || call_failed=1
     record "$name" "$status" "$secs" "$log"
     printf '%-44s %-20s %7s s\n' "$name" "$status" "$secs"
     return $rc
@@ -116,10 +152,11 @@ lab_names() { for f in dev/cuda/*.cu; do [ -e "$f" ] && basename "$f" .cu; done;
 test_names() { for f in test/gpu/*.cu; do [ -e "$f" ] && basename "$f" .cu; done; }
 
 build_bf16() {  # the BF16 build (all GPU targets and the trainer); -k: one broken target spoils no other
-    step "build:bf16-sm$arch" 1500 make -j"$(nproc)" -k CUDA_ARCH="$arch" PRECISION=BF16 EXTRA_INCLUDE="$extra" gpu-targets
+    bf16_build_tried=1
+    step "build:bf16-sm$arch" 540 make -j"$(nproc)" -k CUDA_ARCH="$arch" PRECISION=BF16 EXTRA_INCLUDE="$extra" gpu-targets
 }
-ensure_bf16() {  # later stages on a fresh machine: build first (make does nothing when up to date)
-    if [ ! -x train_gpt2_ls ] || [ ! -d build/dev ]; then build_bf16; fi
+ensure_bf16() {  # later stages on a fresh machine: build first, once per call (a missing binary is then "not built")
+    if [ $bf16_build_tried -eq 0 ] && { [ ! -x train_gpt2_ls ] || [ ! -d build/dev ]; }; then build_bf16; fi
 }
 
 run_tests() {  # run_tests BUILD_DIR TAG: every GPU test and every lab --check of one build
@@ -134,6 +171,11 @@ run_tests() {  # run_tests BUILD_DIR TAG: every GPU test and every lab --check o
     done
 }
 
+stage_first() {  # the FP32 model test alone, launch-blocking: the first thing a GPU ever runs
+    step "build:fp32-test_cuda_model" 300 make -j"$(nproc)" BUILD=build/fp32 CUDA_ARCH="$arch" PRECISION=FP32 \
+        EXTRA_INCLUDE="$extra" build/fp32/test_gpu/test_cuda_model || return
+    step "first:fp32-test_cuda_model-blocking" 300 env CUDA_LAUNCH_BLOCKING=1 build/fp32/test_gpu/test_cuda_model
+}
 stage_build() { build_bf16; }
 stage_test() { ensure_bf16; run_tests build ""; }
 
@@ -156,7 +198,7 @@ stage_fp32() {
     local targets=() n
     for n in $(lab_names); do targets+=("build/fp32/dev/$n"); done
     for n in $(test_names); do targets+=("build/fp32/test_gpu/$n"); done
-    step "build:fp32-sm$arch" 1500 make -j"$(nproc)" -k BUILD=build/fp32 CUDA_ARCH="$arch" PRECISION=FP32 \
+    step "build:fp32-sm$arch" 540 make -j"$(nproc)" -k BUILD=build/fp32 CUDA_ARCH="$arch" PRECISION=FP32 \
         EXTRA_INCLUDE="$extra" "${targets[@]}"
     run_tests build/fp32 "-fp32"
 }
@@ -221,7 +263,7 @@ if [ -z "$device" ]; then
 else
     for s in "${stages[@]}"; do
         case $s in
-            build) stage_build ;; test) stage_test ;; sanitize) stage_sanitize ;; fp32) stage_fp32 ;; labs) stage_labs ;;
+            first) stage_first ;; build) stage_build ;; test) stage_test ;; sanitize) stage_sanitize ;; fp32) stage_fp32 ;; labs) stage_labs ;;
             bench) stage_bench ;; train) stage_train ;; e2e-small) stage_e2e ls-small ;; e2e-d12) stage_e2e d12 ;;
         esac
     done
@@ -254,10 +296,12 @@ for p in sorted(glob.glob(os.path.join(work, "bench", "*", "*.json")) + glob.glo
         benches[os.path.relpath(p, work)] = {"error": f"unreadable: {e}"}
 
 passed = sum(s["status"] == "PASS" for s in steps)
+skipped = sum(s["status"] == "SKIPPED" for s in steps)
+failed = len(steps) - passed - skipped
 date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 with open(os.path.join(out, "report.json"), "w") as f:
     json.dump({"commit": commit, "device": device, "cuda_arch": arch, "date": date,
-               "passed": passed, "failed": len(steps) - passed,
+               "passed": passed, "skipped": skipped, "failed": failed,
                "steps": [{k: s[k] for k in ("name", "status", "seconds")} for s in steps],
                "benchmarks": benches}, f, indent=1)
 
@@ -272,7 +316,8 @@ for rel, b in benches.items():  # the end-to-end numbers in one line per model
                      f"(MFU {fmt(None if o.get('mfu') is None else 100 * o['mfu'], '.1f')}%), torch "
                      f"{fmt(t.get('tokens_per_s'), ',.0f')} tok/s, ratio {fmt(r.get('speedup'), '.2f')}x "
                      f"(target {r.get('target_speedup')}x)")
-table.append(f"{passed} of {len(steps)} steps PASS" + ("" if passed == len(steps) else f", {len(steps) - passed} FAIL"))
+table.append(f"{passed} of {len(steps)} steps PASS" + (f", {skipped} SKIPPED (not run)" if skipped else "")
+             + (f", {failed} FAIL" if failed else ""))
 
 with open(os.path.join(out, "report.txt"), "w") as f:
     f.write(f"gpu_check report\n{read(os.path.join(work, 'logs', 'environment.log'))}\n\n")

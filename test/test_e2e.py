@@ -33,11 +33,12 @@ L, NH = 2, 4
 
 
 def run(args, check=True, timeout=300):
-    """Runs the binary from the repository root; returns the CompletedProcess."""
+    """Runs the binary from the repository root on the CPU (these tests mean the CPU backend even on
+    a machine with a GPU; a later --device in args wins); returns the CompletedProcess."""
     if not BIN.exists():
         pytest.fail(f"{BIN} is missing; build it with `make train_gpt2_ls`")
-    p = subprocess.run([str(BIN)] + [str(a) for a in args], cwd=REPO, capture_output=True, text=True,
-                       timeout=timeout)
+    p = subprocess.run([str(BIN), "--device", "cpu"] + [str(a) for a in args], cwd=REPO, capture_output=True,
+                       text=True, timeout=timeout)
     if check and p.returncode != 0:
         pytest.fail(f"train_gpt2_ls {' '.join(map(str, args))} failed ({p.returncode}):\n{p.stderr}\n{p.stdout[-2000:]}")
     return p
@@ -238,7 +239,7 @@ def test_kill_9_and_resume_is_bit_identical(byte_data, tmp_path):
                                             "--logit-stats-every", 1, "--keep-checkpoints", 2]
     full, killed = tmp_path / "full", tmp_path / "killed"
     run(common + ["-o", full])
-    proc = subprocess.Popen([str(BIN)] + [str(a) for a in common + ["-o", killed]], cwd=REPO,
+    proc = subprocess.Popen([str(BIN), "--device", "cpu"] + [str(a) for a in common + ["-o", killed]], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while not (killed / "DONE_00000010").exists() and proc.poll() is None and time.time() < deadline:

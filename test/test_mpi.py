@@ -51,7 +51,8 @@ def run_np(n, args, check=True, timeout=120):
         skip_unless_ci("mpirun not found (install OpenMPI: apt-get install openmpi-bin libopenmpi-dev)")
     if not BIN.exists():
         pytest.fail(f"{BIN} is missing; build it with `make train_gpt2_ls`")
-    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(n), str(BIN)] + [str(a) for a in args]
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(n), str(BIN), "--device", "cpu"] + \
+        [str(a) for a in args]
     p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
     if "this build has no MPI" in p.stderr:
         skip_unless_ci("train_gpt2_ls was built without MPI (no mpicxx when it was built)")

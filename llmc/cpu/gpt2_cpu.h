@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include <omp.h>
+
 #include "llmc/backend.h"
 #include "llmc/batch_check.h"
 #include "llmc/cpu/adamw.h"
@@ -449,6 +451,9 @@ public:
     }
 
     const char* name() const override { return "cpu"; }
+    std::string device_description() const override {
+        return "cpu (" + std::to_string(omp_get_max_threads()) + " threads)";
+    }
     const ModelConfig& config() const override { return model_.config(); }
 
     void get_params(float* dst) const override { std::copy(model_.params().begin(), model_.params().end(), dst); }

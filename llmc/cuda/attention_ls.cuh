@@ -39,6 +39,7 @@
 #include "llmc/cuda/attention_ls_mma.cuh"
 #include "llmc/cuda/attention_ls_scalar.cuh"
 #include "llmc/cuda/common.cuh"
+#include "llmc/device.h"  // cuda_head_size_supported
 #include "llmc/error.h"
 
 namespace llmc::cuda {
@@ -71,7 +72,7 @@ inline void attention_ls_check_args(int B, int T, int C, int NH, int G, int P) {
         throw InputError("attention: channels C=" + std::to_string(C) + " must be a positive multiple of heads NH=" +
                          std::to_string(NH) + "; change --channels or --heads");
     const int hd = C / NH;
-    if (hd != 32 && hd != 64 && hd != 128)
+    if (!cuda_head_size_supported(hd))
         throw InputError("attention: the CUDA kernel supports head size 32, 64 or 128, got C/NH=" + std::to_string(hd) +
                          "; change --channels or --heads");
     if (G < 0 || G > NH)

@@ -3,20 +3,19 @@
 // unchanged). Operations run on one stream and are synchronized before returning.
 // Bootstrap (the ncclUniqueId every rank needs):
 //   make_nccl_collective_mpi(local_rank)    rank 0 creates it, MPI_Bcast (needs USE_MPI)
-//   make_nccl_collective_file(launch, dir)  without MPI: rank 0 writes it to
-//       DIR/nccl_id_<job> (atomically: temp file + rename); the others poll for it (300 s limit);
-//       <job> = $SLURM_JOB_ID.$SLURM_STEP_ID when set, else "run"; rank 0 refuses an existing
-//       file (a stale one from another run) and removes it once every rank has joined.
+//   make_nccl_collective_file(launch, dir)  without MPI: through files in DIR (llmc/rendezvous.h:
+//       per-run nonces, so a stale file left by a crashed run is never taken; 300 s limit with an
+//       error naming the ranks that did not show up).
 // abort(): ncclCommAbort, then MPI_Abort when MPI is up, else exit (under Slurm use
 // `srun --kill-on-bad-exit=1` so the other ranks are ended too).
 // Compiled in CI (no GPU there); not yet run on a GPU (see docs/multigpu.md).
 #pragma once
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
-#include <thread>
+#include <vector>
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -26,6 +25,7 @@
 #include "llmc/collective_mpi.h"
 #include "llmc/cuda/common.cuh"
 #include "llmc/error.h"
+#include "llmc/rendezvous.h"
 
 namespace llmc {
 
@@ -167,37 +167,25 @@ inline std::unique_ptr<Collective> make_nccl_collective_mpi(int local_rank) {
 }
 #endif
 
-// The shared-directory rendezvous (see the top of this file).
-inline std::unique_ptr<Collective> make_nccl_collective_file(const LaunchInfo& li, const std::string& dir) {
-    const char* job = std::getenv("SLURM_JOB_ID");
-    const char* step = std::getenv("SLURM_STEP_ID");
-    const std::string path = dir + "/nccl_id_" + (job ? std::string(job) + "." + (step ? step : "0") : "run");
+// The shared-directory rendezvous (llmc/rendezvous.h: per-run nonces, so a stale file from a crashed
+// run is never taken; bounded waits with an error naming the missing ranks).
+inline std::unique_ptr<Collective> make_nccl_collective_file(const LaunchInfo& li, const std::string& dir,
+                                                             double timeout_s = 300) {
     ncclUniqueId id;
+    std::vector<char> bytes;
     if (li.rank == 0) {
-        if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
-            std::fclose(f);
-            throw InputError("--rendezvous: " + path + " exists (left by another run?); delete it or use a fresh directory");
-        }
         NCCL_CHECK(ncclGetUniqueId(&id));
-        write_file_atomic(path, &id, sizeof id);
-    } else {
-        const auto t0 = std::chrono::steady_clock::now();
-        for (;;) {
-            if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
-                const bool ok = std::fread(&id, 1, sizeof id, f) == sizeof id;
-                std::fclose(f);
-                if (ok) break;
-            }
-            if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(300))
-                throw InputError("--rendezvous: rank " + std::to_string(li.rank) + " waited 300 s for " + path +
-                                 " from rank 0; check that every rank sees the same shared directory");
-            std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        }
+        bytes.assign(reinterpret_cast<const char*>(&id), reinterpret_cast<const char*>(&id) + sizeof id);
     }
-    auto comm = std::make_unique<NcclCollective>(li.rank, li.world_size, li.local_rank, id);
-    comm->barrier();  // everyone has read the id
-    if (li.rank == 0) std::remove(path.c_str());
-    return comm;
+    RendezvousOptions opt;
+    opt.dir = dir;
+    opt.timeout_s = timeout_s;
+    bytes = rendezvous_exchange(opt, li.rank, li.world_size, bytes);
+    if (bytes.size() != sizeof id)
+        throw InputError("--rendezvous: rank 0 sent " + std::to_string(bytes.size()) + " bytes, NCCL's id has " +
+                         std::to_string(sizeof id) + "; every rank must run the same build");
+    std::memcpy(&id, bytes.data(), sizeof id);
+    return std::make_unique<NcclCollective>(li.rank, li.world_size, li.local_rank, id);
 }
 
 }  // namespace llmc

@@ -191,6 +191,7 @@ public:
     CudaBackend& operator=(const CudaBackend&) = delete;
 
     const char* name() const override { return "cuda"; }
+    std::string device_description() const override { return describe_device(current_device_info()); }
     const ModelConfig& config() const override { return cfg_; }
 
     // ---- parameters, optimizer state, gradients: fp32 host <-> device, canonical layout
@@ -676,7 +677,7 @@ private:
         const double opt = (grads_.bytes() + m_.bytes() + v_.bytes()) / MiB;
         const double fwd = acts_.fwd_bytes / MiB, lg = acts_.logit_bytes / MiB, bwd = acts_.bwd_bytes / MiB;
         const double scr = scratch_.bytes() / MiB;
-        std::printf("cuda memory plan (%s, %zu params, B*T %zu): params %.1f MiB (fp32 master%s), grads+m+v %.1f MiB, "
+        std::fprintf(stderr, "cuda memory plan (%s, %zu params, B*T %zu): params %.1f MiB (fp32 master%s), grads+m+v %.1f MiB, "
                     "activations %.1f MiB, logits %.1f MiB, backward %.1f MiB, scratch %.1f MiB, total %.1f MiB\n",
                     kPrecisionName, P, capacity_, params, kSeparateWorkingCopy ? " + bf16 copy" : "", opt, fwd, lg,
                     bwd, scr, params + opt + fwd + lg + bwd + scr);

@@ -23,6 +23,15 @@ inline bool have_gpu(const char* test) {
     return false;
 }
 
+// Exit status of a GPU test that could not run what it tests in this build (e.g. built without
+// NCCL): automake's SKIP code. `make test-gpu` and scripts/gpu_check.sh report it as SKIPPED (not
+// run), never as passed. skip() prints "<test>: SKIPPED: <why>" to stderr and returns the code.
+constexpr int kSkipExitCode = 77;
+inline int skip(const char* test, const char* why) {
+    std::fprintf(stderr, "%s: SKIPPED: %s\n", test, why);
+    return kSkipExitCode;
+}
+
 // Counts failed checks; every check prints one line "ok ..." or "FAIL ...".
 struct Checks {
     int failures = 0;

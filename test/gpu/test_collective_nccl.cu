@@ -2,8 +2,8 @@
 // on device buffers and on host buffers (the staged path), fresh random data, outputs poisoned
 // with NaN first, every element checked (with one rank: all_reduce/reduce_scatter/all_gather/
 // broadcast return the input, Avg = Sum, Max = Min = the value). The multi-rank logic is
-// covered on the CPU by test/test_mpi.py. Exit 0 = pass (or built without NCCL: says so),
-// 1 = fail or no GPU.
+// covered on the CPU by test/test_mpi.py. Exit 0 = pass, 1 = fail or no GPU, 77 = SKIPPED (built
+// without NCCL: nothing tested; gpu_test::kSkipExitCode).
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -18,11 +18,10 @@
 #endif
 
 int main() {
-    if (!gpu_test::have_gpu("test_collective_nccl")) return 1;
 #ifndef USE_NCCL
-    std::printf("test_collective_nccl: built without NCCL (no nccl.h found by the Makefile); skipped\n");
-    return 0;
+    return gpu_test::skip("test_collective_nccl", "built without NCCL (the Makefile found no nccl.h); nothing tested");
 #else
+    if (!gpu_test::have_gpu("test_collective_nccl")) return 1;
     using llmc::ReduceOp;
     ncclUniqueId id;
     NCCL_CHECK(ncclGetUniqueId(&id));
