@@ -136,6 +136,46 @@ dist-matrix: $(DIST_MATRIX)
 all: train_gpt2_ls $(BUILD)/test_cpu gpu-targets
 .DEFAULT_GOAL := all
 
+# --- device emulation (docs/emulation.md): the same .cu/.cuh sources built by the host compiler
+# against llmc/cuda/emu/ (fibers for threads, warp collectives, mma.sync from the PTX ISA, the
+# runtime subset), with AddressSanitizer + UBSan, into build/emu/ (names as in build/dev, build/test_gpu).
+# Targets that need cuBLASLt or NCCL wait for their emulation (issue 15): EMU_SKIP names them.
+EMU_CXX ?= $(CXX)
+EMU_SAN ?= -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+EMU_CXXFLAGS := -std=c++17 -O1 -g -Wall -Wno-unknown-pragmas -ffp-contract=off -fopenmp $(EMU_SAN) -DLLMC_EMULATE \
+                -DENABLE_$(PRECISION) -Illmc/cuda/emu/include -include llmc/cuda/emu/include/cuda_runtime.h \
+                $(INCLUDES) -I$(CUDA_HOME)/include
+EMU_LDFLAGS := $(EMU_SAN) -rdynamic -fopenmp -lboost_context
+EMU_SKIP := matmul test_cuda_model test_cuda_generate test_collective_nccl
+EMU_HEADERS := $(LLMC_HEADERS) $(wildcard llmc/cuda/emu/*.h llmc/cuda/emu/include/*.h)
+EMU_LAB_BINS := $(filter-out $(addprefix $(BUILD)/emu/dev/,$(EMU_SKIP)),$(patsubst dev/cuda/%.cu,$(BUILD)/emu/dev/%,$(GPU_LAB_SRCS)))
+EMU_TEST_BINS := $(filter-out $(addprefix $(BUILD)/emu/test_gpu/,$(EMU_SKIP)),$(patsubst test/gpu/%.cu,$(BUILD)/emu/test_gpu/%,$(GPU_TEST_SRCS)))
+EMU_SELF_BINS := $(patsubst test/emu/%.cu,$(BUILD)/emu/self/%,$(wildcard test/emu/*.cu))
+$(BUILD)/emu/runtime.o: llmc/cuda/emu/runtime.cpp $(EMU_HEADERS)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_CXXFLAGS) -c $< -o $@
+$(BUILD)/emu/dev/%: dev/cuda/%.cu $(BUILD)/emu/runtime.o $(EMU_HEADERS) $(wildcard dev/cuda/*.cuh)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_CXXFLAGS) -x c++ $< -x none $(BUILD)/emu/runtime.o -o $@ $(EMU_LDFLAGS)
+$(BUILD)/emu/test_gpu/%: test/gpu/%.cu $(BUILD)/emu/runtime.o $(EMU_HEADERS) $(wildcard test/*.h test/gpu/*.cuh)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_CXXFLAGS) -x c++ $< -x none $(BUILD)/emu/runtime.o -o $@ $(EMU_LDFLAGS)
+$(BUILD)/emu/self/%: test/emu/%.cu $(BUILD)/emu/runtime.o $(EMU_HEADERS) $(wildcard test/gpu/*.cuh)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_CXXFLAGS) -x c++ $< -x none $(BUILD)/emu/runtime.o -o $@ $(EMU_LDFLAGS)
+emu: $(EMU_LAB_BINS) $(EMU_TEST_BINS) $(EMU_SELF_BINS)
+
+# Every emulated test and lab check, each kernel launch run under two schedules of the threads
+# (greedy-forward and greedy-reverse: llmc/cuda/emu/block.h) whose results must be bit-identical (a race or a missing barrier ends the
+# run naming the kernel), under AddressSanitizer + UBSan. The attention lab uses its --small matrix.
+EMU_SCHEDULES ?= greedy-forward,greedy-reverse
+test-emu: emu
+	@set -e; export LLMC_EMU_SCHEDULES=$(EMU_SCHEDULES) UBSAN_OPTIONS=print_stacktrace=1; \
+	for t in $(EMU_TEST_BINS); do echo "== emulated $$t"; $$t; done; \
+	for t in $(EMU_LAB_BINS); do small=""; [ "$$(basename $$t)" = attention_ls ] && small=--small; \
+	  echo "== emulated $$t --check $$small"; $$t --check $$small; done; \
+	echo "== emulated kernels: all checks passed under schedules $(EMU_SCHEDULES) (emulation, not a GPU) =="
+
 # --- data ------------------------------------------------------------------------------------
 TS_DIR := data/shards/tinyshakespeare_gpt2
 $(TS_DIR)/meta.json:
@@ -183,6 +223,6 @@ deps:
 clean:
 	rm -rf $(BUILD) train_gpt2_ls generate_gpt2_ls
 
-.PHONY: all gpu-targets dist-matrix data-tinyshakespeare train test test-build test-gpu test-reference deps clean
+.PHONY: all gpu-targets dist-matrix emu test-emu data-tinyshakespeare train test test-build test-gpu test-reference deps clean
 
 endif  # DEPS_FIRST

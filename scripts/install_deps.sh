@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Installs everything the build and the CPU tests need. Idempotent: safe to run again.
-#   Debian: CLI11, nlohmann/json, Catch2 v2 (header-only), OpenMPI.
+#   Debian: CLI11, nlohmann/json, Catch2 v2 (header-only), OpenMPI, Boost.Context (the fibers of
+#           the device emulation, make emu).
 #   PyPI:   requirements.txt (numpy, tiktoken, sentencepiece, tqdm, pytest, matplotlib).
 # The CUDA toolkit (nvcc, cuBLAS/cuBLASLt, NCCL) is expected to be installed already.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-debs=(libcli11-dev nlohmann-json3-dev catch2 libopenmpi-dev openmpi-bin)
+debs=(libcli11-dev nlohmann-json3-dev catch2 libopenmpi-dev openmpi-bin libboost-context-dev)
 missing=()
 for p in "${debs[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  # "install ok installed" only: a removed package keeps its config files and dpkg -s still succeeds
+  [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

@@ -8,6 +8,8 @@
 //              tensor-core backward). In the FP32 build versions 3 and 4 run the scalar kernels.
 // Usage:
 //   attention_ls --check                    validate every version on a matrix of shapes; exit 1 on failure
+//   attention_ls --check --small            a smaller matrix (every case kind, T <= 200), for the emulated build
+//   attention_ls --check-one -T 100 ...     validate the one shape given by the flags (every version)
 //   attention_ls [--version V] [-B 8 -T 2048 --nh 6 --hd 32 -G 1 -P 50 --softcap 0]
 //                                           validate that shape (B=1 for the CPU), then a timing table
 //   attention_ls ... --json                 timing of one version (default 3) as one JSON line (dev/bench)
@@ -173,7 +175,7 @@ void run_forward(int version, Problem& p, const floatX* qkv, bool with_stats, cu
     const Shape& s = p.s;
     if (version == 1) {
         const long rows = (long)s.B * s.NH * s.T;
-        naive_forward_kernel<<<(unsigned)ceil_div(rows, 128), 128, 0, st>>>(p.out.get(), p.lse.get(), p.att.get(), qkv, s);
+        llmc::cuda::launch_kernel(naive_forward_kernel, (unsigned)ceil_div(rows, 128), 128, 0, st, p.out.get(), p.lse.get(), p.att.get(), qkv, s);
         CUDA_CHECK_LAUNCH();
         return;
     }
@@ -186,9 +188,9 @@ void run_backward(int version, Problem& p, const floatX* qkv, const floatX* dout
     const Shape& s = p.s;
     if (version == 1) {
         const long rows = (long)s.B * s.NH * s.T;
-        naive_dscore_kernel<<<(unsigned)ceil_div(rows, 128), 128, 0, st>>>(p.dS.get(), p.att.get(), qkv, p.out.get(), dout, s);
+        llmc::cuda::launch_kernel(naive_dscore_kernel, (unsigned)ceil_div(rows, 128), 128, 0, st, p.dS.get(), p.att.get(), qkv, p.out.get(), dout, s);
         CUDA_CHECK_LAUNCH();
-        naive_dqkv_kernel<<<(unsigned)ceil_div(rows, 128), 128, 0, st>>>(p.dqkv.get(), p.dS.get(), p.att.get(), qkv, dout, s);
+        llmc::cuda::launch_kernel(naive_dqkv_kernel, (unsigned)ceil_div(rows, 128), 128, 0, st, p.dqkv.get(), p.dS.get(), p.att.get(), qkv, dout, s);
         CUDA_CHECK_LAUNCH();
         return;
     }
@@ -292,7 +294,9 @@ bool report(const char* what, const std::vector<float>& x, const std::vector<flo
 }
 
 // Validates versions `versions` on shape s against the CPU; returns true when all pass.
-bool validate(const Shape& s, const std::vector<int>& versions, std::mt19937_64& gen, bool verbose) {
+// stats: the forward also collects the logit statistics (checked against the CPU); false runs the
+// forward without them (the path a step without --logit-stats takes).
+bool validate(const Shape& s, const std::vector<int>& versions, std::mt19937_64& gen, bool verbose, bool stats = true) {
     const int C = s.C();
     const size_t N = (size_t)s.B * s.T;
     std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -337,7 +341,7 @@ bool validate(const Shape& s, const std::vector<int>& versions, std::mt19937_64&
         }
         CUDA_CHECK(cudaMemcpy(p.stats.get(), st_init.data(), st_init.size() * 4, cudaMemcpyHostToDevice));
 
-        run_forward(v, p, p.qkv.get(), true, 0);
+        run_forward(v, p, p.qkv.get(), stats, 0);
         run_backward(v, p, p.qkv.get(), p.dout.get(), 0);
         CUDA_CHECK(cudaDeviceSynchronize());
         bool ok = true;
@@ -345,7 +349,7 @@ bool validate(const Shape& s, const std::vector<int>& versions, std::mt19937_64&
         ok &= report("out", download(p.out.get(), p.out.size()), out_ref, verbose, s, "btc", kElemTol);
         ok &= report("lse", download(p.lse.get(), p.lse.size()), lse_ref, verbose, s, "bht", kTightTol);
         ok &= report("dqkv", download(p.dqkv.get(), p.dqkv.size()), dqkv_ref, verbose, s, "btc3", kElemTol);
-        if (v != 1) {  // statistics: max and min per head, mean entropy per head
+        if (v != 1 && stats) {  // statistics: max and min per head, mean entropy per head
             std::vector<float> st = download(p.stats.get(), 3 * s.NH);
             for (int h = 0; h < s.NH; h++) st[2 * s.NH + h] /= (float)(s.B * s.T);
             ok &= report("stats", st, stats_ref, verbose, s, "", kTightTol);  // max[NH], min[NH], mean entropy[NH]
@@ -437,7 +441,7 @@ Timing time_version(int version, const Shape& s, int reps) {
 // ------------------------------------------------------------------------------------------------
 int usage() {
     fprintf(stderr,
-            "usage: attention_ls [--check] [--version 1|2|3|4] [-B n] [-T n] [--nh n] [--hd 32|64|128] [-G n] [-P n]\n"
+            "usage: attention_ls [--check [--small] | --check-one] [--version 1|2|3|4] [-B n] [-T n] [--nh n] [--hd 32|64|128] [-G n] [-P n]\n"
             "                    [--softcap c] [--reps n] [--seed n] [--json] [--dump FILE]\n");
     return 2;
 }
@@ -445,7 +449,7 @@ int usage() {
 int main(int argc, char** argv) {
     Shape s{8, 2048, 6, 32, 1, 50, 0.0f};
     int version = 0, reps = 50;
-    bool check = false, json = false;
+    bool check = false, small = false, check_one = false, json = false;
     std::string dump;
     unsigned long long seed = std::random_device{}();
     for (int a = 1; a < argc; a++) {
@@ -455,6 +459,8 @@ int main(int argc, char** argv) {
             return argv[++a];
         };
         if (k == "--check") check = true;
+        else if (k == "--small") small = true;
+        else if (k == "--check-one") check_one = true;
         else if (k == "--json") json = true;
         else if (k == "--version") version = atoi(val());
         else if (k == "-B") s.B = atoi(val());
@@ -489,6 +495,32 @@ int main(int argc, char** argv) {
     std::mt19937_64 gen(seed);
 
     try {
+        if (check_one) {
+            printf("attention_ls --check-one %s (%s build, %s, seed %llu)\n", s.str().c_str(), kPrecisionName, prop.name, seed);
+            const bool ok = validate(s, versions, gen, true);
+            printf("%s\n", ok ? "OK" : "FAIL");
+            return ok ? 0 : 1;
+        }
+        if (check && small) {  // the emulated build's matrix (make test-emu): every case kind, small T
+            printf("attention_ls --check --small (%s build, %s, seed %llu)\n", kPrecisionName, prop.name, seed);
+            int n = 0, failed = 0;
+            for (int hd : {32, 64, 128}) {
+                // LS with a ragged last tile; all-local with P = 1 and softcap; all-global with P >= T
+                const Shape shapes[] = {{1, 100, 4, hd, 1, 50, 0.0f}, {1, 70, 2, hd, 0, 1, 2.0f}, {2, 67, 2, hd, 2, 300, 0.0f}};
+                for (const Shape& sh : shapes) {
+                    n++;
+                    if (!validate(sh, versions, gen, false)) failed++;
+                }
+            }
+            n += 3;  // statistics off; a single row; the window equal to the 64-row tile over several tiles
+            if (!validate(Shape{1, 90, 2, 64, 1, 20, 1.5f}, versions, gen, false, false)) failed++;
+            if (!validate(Shape{3, 1, 2, 64, 1, 5, 2.0f}, versions, gen, false)) failed++;
+            if (!validate(Shape{1, 200, 2, 32, 1, 64, 0.0f}, versions, gen, false)) failed++;
+            printf("%s: %d of %d shapes passed (versions", failed ? "FAIL" : "OK", n - failed, n);
+            for (int v : versions) printf(" %d", v);
+            printf(", tolerance %.0e)\n", kTol);
+            return failed ? 1 : 0;
+        }
         if (check) {
             printf("attention_ls --check (%s build, %s, seed %llu)\n", kPrecisionName, prop.name, seed);
             int n = 0, failed = 0;

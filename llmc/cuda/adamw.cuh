@@ -99,7 +99,7 @@ inline void adamw_update(floatX* params, float* master, const float* grads, floa
     const float bc1 = 1.0f - std::pow(beta1, (float)t);
     const float bc2 = 1.0f - std::pow(beta2, (float)t);
     constexpr int block = 256;
-    detail::adamw_kernel<<<detail::adamw_grid(n, block), block, 0, st>>>(
+    launch_kernel(detail::adamw_kernel, detail::adamw_grid(n, block), block, 0, st, 
         params, master, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, grad_multiplier, seed);
     CUDA_CHECK_LAUNCH();
 }
@@ -108,7 +108,7 @@ inline void adamw_update(floatX* params, float* master, const float* grads, floa
 inline void copy_master_to_params(floatX* params, const float* master, size_t n, cudaStream_t st) {
     if (n == 0) return;
     constexpr int block = 256;
-    detail::copy_master_kernel<<<detail::adamw_grid(n, block), block, 0, st>>>(params, master, n);
+    launch_kernel(detail::copy_master_kernel, detail::adamw_grid(n, block), block, 0, st, params, master, n);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -141,7 +141,7 @@ inline void kv_store(const KvCacheView& cache, const floatX* qkv, int l, int t, 
         throw std::invalid_argument("kv_store: layer " + std::to_string(l) + " / position " + std::to_string(t) +
                                     " outside the cache");
     const int n = cache.B * cache.NH * cache.hd;
-    kv_store_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, stream>>>(cache, qkv, l, t);
+    launch_kernel(kv_store_kernel, (unsigned)ceil_div(n, 256), 256, 0, stream, cache, qkv, l, t);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -151,7 +151,7 @@ inline void kv_store_prefill(const KvCacheView& cache, const floatX* qkv, int l,
         throw std::invalid_argument("kv_store_prefill: layer " + std::to_string(l) + " / length " + std::to_string(T) +
                                     " outside the cache");
     const size_t n = (size_t)cache.B * T * cache.NH * cache.hd;
-    kv_store_prefill_kernel<<<(unsigned)ceil_div((long)n, 256), 256, 0, stream>>>(cache, qkv, l, T);
+    launch_kernel(kv_store_prefill_kernel, (unsigned)ceil_div((long)n, 256), 256, 0, stream, cache, qkv, l, T);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -164,7 +164,7 @@ inline void attention_decode(floatX* out, const floatX* qkv, const KvCacheView& 
         throw std::invalid_argument("attention_decode: layer " + std::to_string(l) + " / position " +
                                     std::to_string(t) + " outside the cache");
     dim3 grid(cache.NH, cache.B);
-    attention_decode_kernel<<<grid, kDecodeWarps * 32, 0, stream>>>(out, qkv, cache, l, t, softcap);
+    launch_kernel(attention_decode_kernel, grid, kDecodeWarps * 32, 0, stream, out, qkv, cache, l, t, softcap);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -114,7 +114,7 @@ inline void attn_forward_launch(AttnKernel kind, floatX* out, float* lse, const 
         const dim3 grid(B * NH, nqt);
         const size_t bytes = MmaFwdSmem<HD>::bytes;
         attn_set_smem(attn_fwd_mma_kernel<HD, STATS>, bytes);
-        attn_fwd_mma_kernel<HD, STATS><<<grid, kAttnMmaThreads, bytes, st>>>(out, lse, qkv, T, C, NH, G, P, softcap, part);
+        launch_kernel(attn_fwd_mma_kernel<HD, STATS>, grid, kAttnMmaThreads, bytes, st, out, lse, qkv, T, C, NH, G, P, softcap, part);
         CUDA_CHECK_LAUNCH();
         return;
     }
@@ -124,7 +124,7 @@ inline void attn_forward_launch(AttnKernel kind, floatX* out, float* lse, const 
     const dim3 grid(B * NH, nqt);
     const size_t bytes = attn_fwd_scalar_smem<HD>();
     attn_set_smem(attn_fwd_scalar_kernel<HD, STATS>, bytes);
-    attn_fwd_scalar_kernel<HD, STATS><<<grid, kAttnScalarThreads, bytes, st>>>(out, lse, qkv, T, C, NH, G, P, softcap, part);
+    launch_kernel(attn_fwd_scalar_kernel<HD, STATS>, grid, kAttnScalarThreads, bytes, st, out, lse, qkv, T, C, NH, G, P, softcap, part);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -150,7 +150,7 @@ inline void attention_ls_forward_with(AttnKernel kind, floatX* out, float* lse, 
         if (hd == 32) go(I32{}, std::true_type{});
         else if (hd == 64) go(I64{}, std::true_type{});
         else go(I128{}, std::true_type{});
-        attn_stats_reduce_kernel<<<NH, 256, 0, st>>>(stats, stats_scratch, B, NH, nqt);
+        launch_kernel(attn_stats_reduce_kernel, NH, 256, 0, st, stats, stats_scratch, B, NH, nqt);
         CUDA_CHECK_LAUNCH();
     } else {
         if (hd == 32) go(I32{}, std::false_type{});
@@ -173,10 +173,10 @@ inline void attn_backward_launch(floatX* dqkv, const floatX* dout, const floatX*
     attn_set_smem(attn_bwd_kv_scalar_kernel<HD>, kv_bytes);
     attn_set_smem(attn_bwd_q_scalar_kernel<HD>, q_bytes);
     const dim3 grid_kv(B * NH, (unsigned)ceil_div(T, kAttnScalarBK));
-    attn_bwd_kv_scalar_kernel<HD><<<grid_kv, kAttnScalarThreads, kv_bytes, st>>>(dqkv, dout, qkv, lse, D, T, C, NH, G, P, softcap);
+    launch_kernel(attn_bwd_kv_scalar_kernel<HD>, grid_kv, kAttnScalarThreads, kv_bytes, st, dqkv, dout, qkv, lse, D, T, C, NH, G, P, softcap);
     CUDA_CHECK_LAUNCH();
     const dim3 grid_q(B * NH, (unsigned)ceil_div(T, kAttnScalarBQ));
-    attn_bwd_q_scalar_kernel<HD><<<grid_q, kAttnScalarThreads, q_bytes, st>>>(dqkv, dout, qkv, lse, D, T, C, NH, G, P, softcap);
+    launch_kernel(attn_bwd_q_scalar_kernel<HD>, grid_q, kAttnScalarThreads, q_bytes, st, dqkv, dout, qkv, lse, D, T, C, NH, G, P, softcap);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -192,10 +192,10 @@ inline void attn_backward_mma_launch(floatX* dqkv, const floatX* dout, const flo
     attention_ls_check_aligned(dout, "dout");
     attention_ls_check_aligned(qkv, "qkv");
     const dim3 grid_kv(B * NH, (unsigned)ceil_div(T, MmaBwdKvSmem<HD>::BK));
-    attn_bwd_kv_mma_kernel<HD><<<grid_kv, kAttnMmaThreads, kv_bytes, st>>>(dqkv, dout, qkv, lse, D, T, C, NH, G, P, softcap);
+    launch_kernel(attn_bwd_kv_mma_kernel<HD>, grid_kv, kAttnMmaThreads, kv_bytes, st, dqkv, dout, qkv, lse, D, T, C, NH, G, P, softcap);
     CUDA_CHECK_LAUNCH();
     const dim3 grid_q(B * NH, (unsigned)ceil_div(T, MmaBwdQSmem<HD>::BQ));
-    attn_bwd_q_mma_kernel<HD><<<grid_q, kAttnMmaThreads, q_bytes, st>>>(dqkv, dout, qkv, lse, D, T, C, NH, G, P, softcap);
+    launch_kernel(attn_bwd_q_mma_kernel<HD>, grid_q, kAttnMmaThreads, q_bytes, st, dqkv, dout, qkv, lse, D, T, C, NH, G, P, softcap);
     CUDA_CHECK_LAUNCH();
 }
 #endif
@@ -209,7 +209,7 @@ inline void attention_ls_backward_with(AttnKernel kind, floatX* dqkv, const floa
     const int hd = C / NH;
     float* D = scratch;  // (B, NH, T)
     const long rows = (long)B * NH * T;
-    attn_bwd_dot_kernel<<<(unsigned)ceil_div(rows, 8), 256, 0, st>>>(D, dout, out, B, T, C, NH);
+    launch_kernel(attn_bwd_dot_kernel, (unsigned)ceil_div(rows, 8), 256, 0, st, D, dout, out, B, T, C, NH);
     CUDA_CHECK_LAUNCH();
 #if !defined(ENABLE_FP32)
     if (kind == AttnKernel::Mma) {

@@ -16,20 +16,9 @@
 // base pointers required (checked by the launcher).
 #pragma once
 #include "llmc/cuda/attention_ls_common.cuh"
+#include "llmc/cuda/ptx.cuh"  // mma_bf16_16816
 
 namespace llmc::cuda {
-
-__device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-    __trap();  // the host launcher only runs this path on sm_80+
-#endif
-}
 
 // Two consecutive bf16 in shared memory (4-byte aligned) as one register.
 __device__ __forceinline__ uint32_t ld_bf16x2(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
@@ -150,7 +139,7 @@ __global__ void __launch_bounds__(kAttnMmaThreads)
                         int P, float softcap, float* stats_part) {
     constexpr int BQ = kAttnMmaBQ, BK = kAttnMmaBK, KS = HD / 16, NB = BK / 8, DB = HD / 8;
     using L = MmaFwdSmem<HD>;
-    extern __shared__ __align__(16) unsigned char smem_raw[];
+    LLMC_DYNAMIC_SHARED(unsigned char, smem_raw);
     __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // (BQ, LDQ)
     __nv_bfloat16* sK = sQ + BQ * L::LDQ;                               // (BK, LDK)
     __nv_bfloat16* sVt = sK + BK * L::LDK;                              // (HD, LDV)
@@ -301,7 +290,7 @@ __global__ void __launch_bounds__(kAttnMmaThreads)
                            const float* lse, const float* D, int T, int C, int NH, int G, int P, float softcap) {
     using L = MmaBwdKvSmem<HD>;
     constexpr int BK = L::BK, BQ = L::BQ, NB = BQ / 8, DB = HD / 8, LD = L::LD, LDT = L::LDT;
-    extern __shared__ __align__(16) unsigned char smem_raw[];
+    LLMC_DYNAMIC_SHARED(unsigned char, smem_raw);
     __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // (BK, LD)
     __nv_bfloat16* sV = sK + BK * LD;                                   // (BK, LD)
     __nv_bfloat16* sQ = sV + BK * LD;                                   // (BQ, LD)
@@ -397,7 +386,7 @@ __global__ void __launch_bounds__(kAttnMmaThreads)
                           const float* lse, const float* D, int T, int C, int NH, int G, int P, float softcap) {
     using L = MmaBwdQSmem<HD>;
     constexpr int BQ = L::BQ, BK = L::BK, NB = BK / 8, DB = HD / 8, LD = L::LD, LDT = L::LDT;
-    extern __shared__ __align__(16) unsigned char smem_raw[];
+    LLMC_DYNAMIC_SHARED(unsigned char, smem_raw);
     __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // (BQ, LD)
     __nv_bfloat16* sdO = sQ + BQ * LD;                                  // (BQ, LD)
     __nv_bfloat16* sK = sdO + BQ * LD;                                  // (BK, LD)

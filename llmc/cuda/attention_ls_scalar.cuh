@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(kAttnScalarThreads)
     attn_fwd_scalar_kernel(floatX* out, float* lse, const floatX* qkv, int T, int C, int NH, int G, int P,
                            float softcap, float* stats_part) {
     constexpr int BQ = kAttnScalarBQ, BK = kAttnScalarBK, RPW = BQ / 4, DPL = HD / 32, LDK = HD + 1;
-    extern __shared__ float smem[];
+    LLMC_DYNAMIC_SHARED(float, smem);
     float* sQ = smem;              // (BQ, HD)
     float* sK = sQ + BQ * HD;      // (BK, HD+1)
     float* sV = sK + BK * LDK;     // (BK, HD)
@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(kAttnScalarThreads)
     attn_bwd_kv_scalar_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse, const float* D,
                               int T, int C, int NH, int G, int P, float softcap) {
     constexpr int BQ = kAttnScalarBQ, BK = kAttnScalarBK, KPW = BK / 4, DPL = HD / 32, LDQ = HD + 1;
-    extern __shared__ float smem[];
+    LLMC_DYNAMIC_SHARED(float, smem);
     float* sK = smem;              // (BK, HD)
     float* sV = sK + BK * HD;      // (BK, HD)
     float* sQ = sV + BK * HD;      // (BQ, HD+1)
@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(kAttnScalarThreads)
     attn_bwd_q_scalar_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse, const float* D,
                              int T, int C, int NH, int G, int P, float softcap) {
     constexpr int BQ = kAttnScalarBQ, BK = kAttnScalarBK, RPW = BQ / 4, DPL = HD / 32, LDK = HD + 1;
-    extern __shared__ float smem[];
+    LLMC_DYNAMIC_SHARED(float, smem);
     float* sQ = smem;              // (BQ, HD)
     float* sdO = sQ + BQ * HD;     // (BQ, HD)
     float* sK = sdO + BQ * HD;     // (BK, HD+1)

@@ -140,7 +140,7 @@ inline void classifier_forward_backward(floatX* logits, float* lse, float* losse
     if (dlogits_scale != 0.0f && !targets)
         throw std::invalid_argument("classifier: dlogits (dlogits_scale != 0) need targets");
     if (N == 0) return;
-    detail::classifier_kernel<<<N, detail::kClassifierBlock, 0, st>>>(logits, lse, losses, zlosses, row_max, targets,
+    launch_kernel(detail::classifier_kernel, N, detail::kClassifierBlock, 0, st, logits, lse, losses, zlosses, row_max, targets,
                                                                       z_weight, dlogits_scale, V, Vp);
     CUDA_CHECK_LAUNCH();
 }

@@ -16,6 +16,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "llmc/cuda/launch.cuh"  // launch_kernel, LLMC_DYNAMIC_SHARED: the seams of the emulated build
+
 namespace llmc::cuda {
 
 #if defined(ENABLE_FP32)

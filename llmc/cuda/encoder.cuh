@@ -99,9 +99,9 @@ inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, cons
     const bool vec = C % kPack == 0 && aligned16(out) && aligned16(wte) && aligned16(wpe);
     const size_t items = (size_t)B * T * (vec ? C / kPack : C);
     if (vec)
-        encoder_forward_kernel<kPack><<<elementwise_grid(items), kElementwiseBlock, 0, st>>>(out, inp, wte, wpe, B, T, C);
+        launch_kernel(encoder_forward_kernel<kPack>, elementwise_grid(items), kElementwiseBlock, 0, st, out, inp, wte, wpe, B, T, C);
     else
-        encoder_forward_kernel<1><<<elementwise_grid(items), kElementwiseBlock, 0, st>>>(out, inp, wte, wpe, B, T, C);
+        launch_kernel(encoder_forward_kernel<1>, elementwise_grid(items), kElementwiseBlock, 0, st, out, inp, wte, wpe, B, T, C);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -150,9 +150,9 @@ inline void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const
     const int* d_token = d_start + U + 1;
     const int block = 256;
     const dim3 grid_wte(U, (unsigned)ceil_div(C, block));
-    encoder_backward_wte_kernel<<<grid_wte, block, 0, st>>>(dwte, dout, d_positions, d_start, d_token, C);
+    launch_kernel(encoder_backward_wte_kernel, grid_wte, block, 0, st, dwte, dout, d_positions, d_start, d_token, C);
     CUDA_CHECK_LAUNCH();
-    encoder_backward_wpe_kernel<<<elementwise_grid((size_t)T * C), kElementwiseBlock, 0, st>>>(dwpe, dout, B, T, C);
+    launch_kernel(encoder_backward_wpe_kernel, elementwise_grid((size_t)T * C), kElementwiseBlock, 0, st, dwpe, dout, B, T, C);
     CUDA_CHECK_LAUNCH();
 }
 

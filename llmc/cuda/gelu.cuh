@@ -56,7 +56,7 @@ inline void gelu_forward(floatX* out, const floatX* inp, size_t n, cudaStream_t 
     if (n == 0) return;
     const size_t n_packs = aligned16(out) && aligned16(inp) ? n / kPack : 0;
     const size_t work = std::max(n_packs, n - n_packs * kPack);
-    gelu_forward_kernel<<<elementwise_grid(work), kElementwiseBlock, 0, st>>>(out, inp, n_packs, n);
+    launch_kernel(gelu_forward_kernel, elementwise_grid(work), kElementwiseBlock, 0, st, out, inp, n_packs, n);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -65,7 +65,7 @@ inline void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, s
     if (n == 0) return;
     const size_t n_packs = aligned16(dinp) && aligned16(inp) && aligned16(dout) ? n / kPack : 0;
     const size_t work = std::max(n_packs, n - n_packs * kPack);
-    gelu_backward_kernel<<<elementwise_grid(work), kElementwiseBlock, 0, st>>>(dinp, inp, dout, n_packs, n);
+    launch_kernel(gelu_backward_kernel, elementwise_grid(work), kElementwiseBlock, 0, st, dinp, inp, dout, n_packs, n);
     CUDA_CHECK_LAUNCH();
 }
 

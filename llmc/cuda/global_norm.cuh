@@ -56,9 +56,9 @@ inline size_t global_norm_scratch_floats() { return detail::kNormGridBlocks; }
 
 // out[0] (device float) = sum_i grads[i]^2 over grads (n) fp32; scratch: global_norm_scratch_floats().
 inline void global_norm_squared(float* out, const float* grads, size_t n, float* scratch, cudaStream_t st) {
-    detail::norm_partial_kernel<<<detail::kNormGridBlocks, detail::kNormBlock, 0, st>>>(scratch, grads, n);
+    launch_kernel(detail::norm_partial_kernel, detail::kNormGridBlocks, detail::kNormBlock, 0, st, scratch, grads, n);
     CUDA_CHECK_LAUNCH();
-    detail::norm_final_kernel<<<1, detail::kNormBlock, 0, st>>>(out, scratch);
+    launch_kernel(detail::norm_final_kernel, 1, detail::kNormBlock, 0, st, out, scratch);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -54,7 +54,7 @@ __global__ void reduce_partials_add_kernel(PartialTargets t, const float* partia
 }
 inline void reduce_partials_add(const PartialTargets& t, const float* partials, int R, cudaStream_t st) {
     const int M = t.count * t.len;
-    reduce_partials_add_kernel<<<(unsigned)ceil_div(M, 32), dim3(32, 32), 0, st>>>(t, partials, R);
+    launch_kernel(reduce_partials_add_kernel, (unsigned)ceil_div(M, 32), dim3(32, 32), 0, st, t, partials, R);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -124,10 +124,10 @@ inline void layernorm_forward_launch(floatX* residual, floatX* out, float* mean,
     if (FUSED) vec = vec && aligned16(residual) && aligned16(b);
     const unsigned grid = (unsigned)ceil_div(N, kLayerNormForwardBlock / 32);
     if (vec)
-        layernorm_forward_kernel<kPack, FUSED><<<grid, kLayerNormForwardBlock, 0, st>>>(residual, out, mean, rstd, a, b,
+        launch_kernel(layernorm_forward_kernel<kPack, FUSED>, grid, kLayerNormForwardBlock, 0, st, residual, out, mean, rstd, a, b,
                                                                                        w, bias, N, C);
     else
-        layernorm_forward_kernel<1, FUSED><<<grid, kLayerNormForwardBlock, 0, st>>>(residual, out, mean, rstd, a, b, w,
+        launch_kernel(layernorm_forward_kernel<1, FUSED>, grid, kLayerNormForwardBlock, 0, st, residual, out, mean, rstd, a, b, w,
                                                                                    bias, N, C);
     CUDA_CHECK_LAUNCH();
 }
@@ -151,7 +151,7 @@ inline void fused_residual_layernorm_forward(floatX* residual, floatX* out, floa
 template <int V>
 __global__ void layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp,
                                           const floatX* w, const float* mean, const float* rstd, int N, int C) {
-    extern __shared__ float smem[];
+    LLMC_DYNAMIC_SHARED(float, smem);
     const int warps = blockDim.x / 32;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int workers = gridDim.x * warps;
@@ -248,10 +248,10 @@ inline void layernorm_backward(floatX* dinp, float* dw, float* db, float* scratc
     const bool vec = C % kPack == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w);
     if (vec) {
         allow_shared_bytes(layernorm_backward_kernel<kPack>, smem, "layernorm_backward");
-        layernorm_backward_kernel<kPack><<<blocks, warps * 32, smem, st>>>(dinp, scratch, dout, inp, w, mean, rstd, N, C);
+        launch_kernel(layernorm_backward_kernel<kPack>, blocks, warps * 32, smem, st, dinp, scratch, dout, inp, w, mean, rstd, N, C);
     } else {
         allow_shared_bytes(layernorm_backward_kernel<1>, smem, "layernorm_backward");
-        layernorm_backward_kernel<1><<<blocks, warps * 32, smem, st>>>(dinp, scratch, dout, inp, w, mean, rstd, N, C);
+        launch_kernel(layernorm_backward_kernel<1>, blocks, warps * 32, smem, st, dinp, scratch, dout, inp, w, mean, rstd, N, C);
     }
     CUDA_CHECK_LAUNCH();
     PartialTargets t{{dw, db, nullptr, nullptr}, 2, C};

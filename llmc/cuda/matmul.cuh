@@ -296,10 +296,10 @@ inline void matmul_backward(MatmulContext& ctx, floatX* dinp, float* dweight, fl
         if (!scratch) throw std::invalid_argument("matmul_backward: dbias needs scratch of "
                                                   "matmul_backward_scratch_floats(N, OC) floats");
         const int chunks = (int)ceil_div(N, detail::kBiasRows);
-        detail::bias_partial_kernel<<<dim3((unsigned)ceil_div(OC, 32), (unsigned)chunks), dim3(32, 8), 0, st>>>(
+        launch_kernel(detail::bias_partial_kernel, dim3((unsigned)ceil_div(OC, 32), (unsigned)chunks), dim3(32, 8), 0, st, 
             scratch, dout, N, OC);
         CUDA_CHECK_LAUNCH();
-        detail::bias_final_kernel<<<(unsigned)ceil_div(OC, 256), 256, 0, st>>>(dbias, scratch, chunks, OC);
+        launch_kernel(detail::bias_final_kernel, (unsigned)ceil_div(OC, 256), 256, 0, st, dbias, scratch, chunks, OC);
         CUDA_CHECK_LAUNCH();
     }
 }

@@ -69,7 +69,7 @@ __global__ void qknorm_forward_kernel(floatX* qkvn, float* mean, float* rstd, co
 __global__ void qknorm_backward_kernel(floatX* dqkv, float* partials, const floatX* dqkvn, const floatX* qkv,
                                        const floatX* qw, const floatX* kw, const float* mean, const float* rstd, int N,
                                        int C, int NH) {
-    extern __shared__ float smem[];
+    LLMC_DYNAMIC_SHARED(float, smem);
     const int hd = C / NH;
     const int warps = blockDim.x / 32;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -141,7 +141,7 @@ inline void qknorm_forward(floatX* qkvn, float* mean, float* rstd, const floatX*
     if (N == 0) return;
     const int block = 256;  // 8 warps
     const long warps_total = (long)N * (2 * NH + 1);
-    qknorm_forward_kernel<<<(unsigned)ceil_div(warps_total, block / 32), block, 0, st>>>(qkvn, mean, rstd, qkv, qw, qb,
+    launch_kernel(qknorm_forward_kernel, (unsigned)ceil_div(warps_total, block / 32), block, 0, st, qkvn, mean, rstd, qkv, qw, qb,
                                                                                          kw, kb, N, C, NH);
     CUDA_CHECK_LAUNCH();
 }
@@ -158,7 +158,7 @@ inline void qknorm_backward(floatX* dqkv, float* dqw, float* dqb, float* dkw, fl
     const int blocks = qknorm_backward_blocks(N, hd);
     const size_t smem = (size_t)warps * 4 * hd * sizeof(float);
     allow_shared_bytes(qknorm_backward_kernel, smem, "qknorm_backward");
-    qknorm_backward_kernel<<<blocks, warps * 32, smem, st>>>(dqkv, scratch, dqkvn, qkv, qw, kw, mean, rstd, N, C, NH);
+    launch_kernel(qknorm_backward_kernel, blocks, warps * 32, smem, st, dqkv, scratch, dqkvn, qkv, qw, kw, mean, rstd, N, C, NH);
     CUDA_CHECK_LAUNCH();
     PartialTargets t{{dqw, dqb, dkw, dkb}, 4, hd};
     reduce_partials_add(t, scratch, blocks * warps, st);

@@ -78,7 +78,7 @@ inline void residual_forward(floatX* out, const floatX* a, const floatX* b, size
     const bool vec = aligned16(out) && aligned16(a) && aligned16(b);
     const size_t n_packs = vec ? n / kPack : 0;
     const size_t work = std::max(n_packs, n - n_packs * kPack);
-    residual_forward_kernel<<<elementwise_grid(work), kElementwiseBlock, 0, st>>>(out, a, b, n_packs, n);
+    launch_kernel(residual_forward_kernel, elementwise_grid(work), kElementwiseBlock, 0, st, out, a, b, n_packs, n);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -5,6 +5,8 @@
 #include <vector>
 #include <cuda_runtime.h>
 
+#include "llmc/cuda/launch.cuh"
+
 __global__ void axpy_kernel(float* y, const float* x, float a, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] += a * x[i];
@@ -29,7 +31,7 @@ int main() {
     CHECK(cudaMalloc(&dy, n * sizeof(float)));
     CHECK(cudaMemcpy(dx, x.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(dy, y.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-    axpy_kernel<<<(n + 255) / 256, 256>>>(dy, dx, 2.0f, n);
+    llmc::cuda::launch_kernel(axpy_kernel, (n + 255) / 256, 256, 0, 0, dy, dx, 2.0f, n);
     CHECK(cudaGetLastError());
     std::vector<float> out(n, -1.0f);
     CHECK(cudaMemcpy(out.data(), dy, n * sizeof(float), cudaMemcpyDeviceToHost));

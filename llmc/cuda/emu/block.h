@@ -1,0 +1,428 @@
+// Device emulation, the execution of one thread block: its threads as cooperative fibers
+// (Boost.Context fibers with AddressSanitizer's fiber-switch annotations; see Fiber below), a real
+// __syncthreads barrier, warp-synchronous exchanges among the 32 lanes of a warp (the basis of
+// __shfl*_sync and mma.sync), a schedule that decides the order in which runnable threads go on,
+// and deadlock / barrier-divergence reports naming the kernel, the block and the threads.
+//
+// Design after ROCm's HIP-CPU (a block's threads as fibers that run until they reach a barrier),
+// written here for CUDA's names and for what the project's tests need (schedules, diagnostics).
+// Part of the emulated build only (make emu, -DLLMC_EMULATE); see docs/emulation.md.
+//
+// Execution model: the threads of a block run one at a time on the host thread that runs the
+// block. A thread runs until it reaches __syncthreads, a warp collective, or its end; then the
+// scheduler resumes the next runnable thread in the schedule's order (forward, reverse or a seeded
+// shuffle). Between two synchronization points the order of threads is therefore the schedule's,
+// which is what makes a missing barrier or a race visible: the same launch under two schedules
+// gives different memory (launch.h compares them).
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <boost/context/fiber.hpp>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+#include <vector_types.h>
+
+namespace llmc::emu {
+
+// Round-robin schedules resume every runnable thread once per pass, in thread order (Forward),
+// reverse order (Reverse) or a seeded random order per pass (Shuffle): warps stay close to lock
+// step. Greedy schedules always resume the first runnable thread in thread order (GreedyForward)
+// or reverse order (GreedyReverse): warp 0 (or the last warp) runs ahead to the next
+// __syncthreads before any other warp moves, the largest skew between warps a GPU may show, which
+// is what exposes a missing __syncthreads between a shared-memory read and the next overwrite.
+enum class Schedule { Forward, Reverse, Shuffle, GreedyForward, GreedyReverse };
+
+struct ScheduleSpec {
+    Schedule kind = Schedule::Forward;
+    uint64_t seed = 0;  // Shuffle only
+    std::string name() const {
+        switch (kind) {
+            case Schedule::Forward: return "forward";
+            case Schedule::Reverse: return "reverse";
+            case Schedule::GreedyForward: return "greedy-forward";
+            case Schedule::GreedyReverse: return "greedy-reverse";
+            default: return "shuffle:" + std::to_string(seed);
+        }
+    }
+};
+
+// Reports a misuse of the device that a GPU would hang or fault on, and ends the process.
+[[noreturn]] inline void device_fault(const std::string& what) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "emulated device error: %s\n", what.c_str());
+    std::fflush(stderr);
+    std::abort();
+}
+
+constexpr int kWarpSize = 32;
+constexpr size_t kWarpSlotBytes = 64;  // the largest per-lane payload of a warp collective (mma: 40)
+
+// Fiber stacks, reused across blocks and launches (allocating one per thread per block would
+// dominate the run time). Sized for kernels' register arrays with AddressSanitizer's redzones.
+class StackPool {
+public:
+#if defined(__SANITIZE_ADDRESS__)
+    static constexpr size_t kStackBytes = 512 * 1024;
+#else
+    static constexpr size_t kStackBytes = 128 * 1024;
+#endif
+    void* get() {
+        if (!free_.empty()) {
+            void* p = free_.back();
+            free_.pop_back();
+            return p;
+        }
+        void* p = std::malloc(kStackBytes);
+        if (!p) device_fault("out of host memory for fiber stacks");
+        return p;
+    }
+    void put(void* p) { free_.push_back(p); }
+    ~StackPool() {
+        for (void* p : free_) std::free(p);
+    }
+
+private:
+    std::vector<void*> free_;
+};
+
+// A cooperative fiber: Boost.Context's fiber (fcontext: a switch is a few instructions, no system
+// call), on a stack from the pool, with AddressSanitizer's fiber-switch annotations
+// (__sanitizer_start/finish_switch_fiber) placed at every switch here, because Debian's
+// libboost-context is built for fcontext, which does not annotate them itself (its ucontext
+// flavour does, but needs a library built for it, and swapcontext costs two system calls per
+// switch: 12 s for a million-thread kernel instead of a fraction of one).
+class Fiber {
+public:
+    Fiber() = default;
+    Fiber(const Fiber&) = delete;
+    Fiber& operator=(const Fiber&) = delete;
+    // Movable only before start() (so that a vector of threads can be sized); a started fiber is
+    // referred to by its own context.
+    Fiber(Fiber&& o) noexcept {
+        if (o.stack_) device_fault("internal: a started fiber was moved");
+    }
+    // Prepares the fiber to run fn() on a stack from pool (returned when the fiber ends).
+    void start(StackPool& pool, std::function<void()> fn) {
+        pool_ = &pool;
+        stack_ = pool.get();
+        fn_ = std::move(fn);
+        done_ = false;
+        self_ = boost::context::fiber(std::allocator_arg, Preallocated{stack_},
+                                      [this](boost::context::fiber&& caller) {
+                                          caller_ = std::move(caller);
+                                          after_switch_in(nullptr);
+                                          fn_();
+                                          done_ = true;
+                                          before_switch_out(nullptr);  // this stack ends
+                                          return std::move(caller_);
+                                      });
+    }
+    // From the scheduler: runs the fiber until it yields or ends.
+    void resume() {
+#if defined(__SANITIZE_ADDRESS__)
+        void* fake = nullptr;
+        __sanitizer_start_switch_fiber(&fake, stack_, StackPool::kStackBytes);
+#endif
+        self_ = std::move(self_).resume();
+#if defined(__SANITIZE_ADDRESS__)
+        __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+        if (done_ && stack_) {
+            pool_->put(stack_);
+            stack_ = nullptr;
+        }
+    }
+    // From inside the fiber: back to the scheduler.
+    void yield() {
+        before_switch_out(&fake_stack_);
+        caller_ = std::move(caller_).resume();
+        after_switch_in(fake_stack_);
+    }
+    bool done() const { return done_; }
+
+private:
+    struct Preallocated {  // Boost.Context's StackAllocator over one pooled stack
+        void* p;
+        boost::context::stack_context allocate() {
+            boost::context::stack_context sc;
+            sc.size = StackPool::kStackBytes;
+            sc.sp = static_cast<char*>(p) + StackPool::kStackBytes;
+            return sc;
+        }
+        void deallocate(boost::context::stack_context&) {}  // the pool owns it
+    };
+    void before_switch_out(void** fake) {
+#if defined(__SANITIZE_ADDRESS__)
+        __sanitizer_start_switch_fiber(fake, caller_bottom_, caller_size_);
+#else
+        (void)fake;
+#endif
+    }
+    void after_switch_in(void* fake) {
+#if defined(__SANITIZE_ADDRESS__)
+        __sanitizer_finish_switch_fiber(fake, &caller_bottom_, &caller_size_);
+#else
+        (void)fake;
+#endif
+    }
+    boost::context::fiber self_, caller_;
+    StackPool* pool_ = nullptr;
+    void* stack_ = nullptr;
+    std::function<void()> fn_;
+    bool done_ = true;
+    void* fake_stack_ = nullptr;
+    const void* caller_bottom_ = nullptr;
+    size_t caller_size_ = 0;
+};
+
+enum class ThreadState { Ready, AtBarrier, AtWarp, Done };
+
+struct ThreadCtx {
+    uint3 thread_idx{0, 0, 0};
+    int linear = 0;  // x + y*Dx + z*Dx*Dy: lane = linear % 32, warp = linear / 32
+    ThreadState state = ThreadState::Ready;
+    unsigned warp_mask = 0;      // the mask of the warp collective it waits in
+    uint64_t warp_ops = 0;       // warp collectives it has completed (selects the exchange buffer)
+    Fiber fiber;  // the thread itself
+};
+
+struct WarpCtx {
+    unsigned arrived = 0;
+    unsigned char slots[2][kWarpSize][kWarpSlotBytes];  // exchange buffers, double-buffered by parity
+};
+
+struct BlockCtx {
+    std::string kernel;
+    dim3 grid_dim, block_dim;
+    uint3 block_idx{0, 0, 0};
+    std::vector<ThreadCtx> threads;
+    std::vector<WarpCtx> warps;
+    int at_barrier = 0;
+    std::vector<int> position;  // each thread's place in the schedule's order
+    int restart = 0;            // greedy schedules: the smallest position made runnable since the last look
+    unsigned char* dynamic_smem = nullptr;
+
+    void make_ready(ThreadCtx& t);
+    size_t dynamic_smem_bytes = 0;
+
+    std::string where() const {
+        char b[160];
+        std::snprintf(b, sizeof b, "kernel %s, block (%u,%u,%u) of grid (%u,%u,%u), %zu threads", kernel.c_str(),
+                      block_idx.x, block_idx.y, block_idx.z, grid_dim.x, grid_dim.y, grid_dim.z, threads.size());
+        return b;
+    }
+    std::string who(const ThreadCtx& t) const {
+        char b[96];
+        std::snprintf(b, sizeof b, "thread (%u,%u,%u) [warp %d lane %d]", t.thread_idx.x, t.thread_idx.y,
+                      t.thread_idx.z, t.linear / kWarpSize, t.linear % kWarpSize);
+        return b;
+    }
+};
+
+inline void BlockCtx::make_ready(ThreadCtx& t) {
+    t.state = ThreadState::Ready;
+    restart = std::min(restart, position[t.linear]);
+}
+
+// The block and thread running on this host thread (set by run_block; read by threadIdx & co.).
+struct Current {
+    BlockCtx* block = nullptr;
+    ThreadCtx* thread = nullptr;
+};
+inline Current& current() {
+    static thread_local Current c;
+    return c;
+}
+inline BlockCtx& cur_block() {
+    BlockCtx* b = current().block;
+    if (!b) device_fault("a device builtin (threadIdx, __syncthreads, ...) was used outside a kernel");
+    return *b;
+}
+inline ThreadCtx& cur_thread() {
+    ThreadCtx* t = current().thread;
+    if (!t) device_fault("a device builtin (threadIdx, __syncthreads, ...) was used outside a kernel");
+    return *t;
+}
+
+// Suspends the running thread; the scheduler resumes it when its state is Ready again.
+inline void yield_to_scheduler() {
+    ThreadCtx& t = cur_thread();
+    t.fiber.yield();
+    current().thread = &t;  // resumed by the scheduler, which set it too; keep it explicit
+}
+
+// __syncthreads: every thread of the block must arrive; one that ended instead is an error.
+inline void block_barrier() {
+    BlockCtx& b = cur_block();
+    ThreadCtx& t = cur_thread();
+    t.state = ThreadState::AtBarrier;
+    b.at_barrier++;
+    int done = 0;
+    for (const ThreadCtx& o : b.threads) done += o.state == ThreadState::Done;
+    if (done > 0) {
+        for (const ThreadCtx& o : b.threads)
+            if (o.state == ThreadState::Done)
+                device_fault("barrier divergence in " + b.where() + ": " + b.who(o) +
+                             " ended without reaching the __syncthreads that " + std::to_string(b.at_barrier) +
+                             " threads reached (a GPU hangs or misbehaves here)");
+    }
+    if (b.at_barrier == (int)b.threads.size()) {
+        b.at_barrier = 0;
+        for (ThreadCtx& o : b.threads) b.make_ready(o);
+    }
+    yield_to_scheduler();
+}
+
+// A warp-synchronous exchange: the calling lane publishes `bytes` of `data`, waits until every
+// lane of `mask` has arrived (with the same mask), and may then read any of those lanes' payloads
+// through the returned accessor until its next warp collective.
+class WarpExchange {
+public:
+    WarpExchange(unsigned mask, const void* data, size_t bytes, const char* op) {
+        BlockCtx& b = cur_block();
+        ThreadCtx& t = cur_thread();
+        lane_ = t.linear % kWarpSize;
+        warp_ = &b.warps[t.linear / kWarpSize];
+        parity_ = (int)(t.warp_ops & 1);
+        if (!(mask & (1u << lane_)))
+            device_fault(std::string(op) + " in " + b.where() + ": " + b.who(t) + " is not in its own mask 0x" +
+                         hex(mask));
+        // lanes beyond the block's last thread do not exist: a full mask in a partial warp hangs a GPU
+        const int warp_base = (t.linear / kWarpSize) * kWarpSize;
+        const int lanes = std::min<int>(kWarpSize, (int)b.threads.size() - warp_base);
+        if (lanes < kWarpSize && (mask >> lanes) != 0)
+            device_fault(std::string(op) + " in " + b.where() + ": mask 0x" + hex(mask) + " names lanes beyond the " +
+                         std::to_string(lanes) + " threads of warp " + std::to_string(t.linear / kWarpSize));
+        std::memcpy(warp_->slots[parity_][lane_], data, bytes);
+        t.warp_mask = mask;
+        t.state = ThreadState::AtWarp;
+        warp_->arrived |= 1u << lane_;
+        if ((warp_->arrived & mask) == mask) {
+            for (int l = 0; l < kWarpSize; l++) {
+                if (!(mask & (1u << l))) continue;
+                ThreadCtx& o = b.threads[warp_base + l];
+                if (o.warp_mask != mask)
+                    device_fault(std::string(op) + " in " + b.where() + ": " + b.who(o) + " arrived with mask 0x" +
+                                 hex(o.warp_mask) + ", " + b.who(t) + " with 0x" + hex(mask) +
+                                 " (every lane of a *_sync call must name the same mask)");
+                b.make_ready(o);
+            }
+            warp_->arrived &= ~mask;
+        }
+        yield_to_scheduler();
+        t.warp_ops++;
+        mask_ = mask;
+    }
+    // The payload lane `src` published (src must be in the mask).
+    const unsigned char* payload(int src, const char* op) const {
+        if (src < 0 || src >= kWarpSize || !(mask_ & (1u << src))) {
+            BlockCtx& b = cur_block();
+            device_fault(std::string(op) + " in " + b.where() + ": " + b.who(cur_thread()) + " reads lane " +
+                         std::to_string(src) + ", which is not in the mask 0x" + hex(mask_) + " (undefined on a GPU)");
+        }
+        return warp_->slots[parity_][src];
+    }
+    int lane() const { return lane_; }
+
+    static std::string hex(unsigned v) {
+        char b[16];
+        std::snprintf(b, sizeof b, "%08x", v);
+        return b;
+    }
+
+private:
+    WarpCtx* warp_ = nullptr;
+    int lane_ = 0, parity_ = 0;
+    unsigned mask_ = 0;
+};
+
+// Runs one block: every thread executes `body` (the kernel with its arguments) as a fiber.
+inline void run_block(BlockCtx& b, const std::function<void()>& body, const ScheduleSpec& sched, StackPool& stacks,
+                      uint64_t block_seq) {
+    const int n = (int)b.threads.size();
+    for (int i = 0; i < n; i++) {
+        ThreadCtx& t = b.threads[i];
+        t.linear = i;
+        t.thread_idx = uint3{(unsigned)(i % b.block_dim.x), (unsigned)((i / b.block_dim.x) % b.block_dim.y),
+                             (unsigned)(i / (b.block_dim.x * b.block_dim.y))};
+        t.state = ThreadState::Ready;
+        t.warp_ops = 0;
+        t.fiber.start(stacks, [&b, &t, &body]() {
+            body();
+            t.state = ThreadState::Done;
+            // a thread that ends while others wait at a barrier never arrives
+            if (b.at_barrier > 0)
+                device_fault("barrier divergence in " + b.where() + ": " + b.who(t) + " ended while " +
+                             std::to_string(b.at_barrier) + " threads wait at __syncthreads (a GPU hangs here)");
+        });
+    }
+    const bool reversed = sched.kind == Schedule::Reverse || sched.kind == Schedule::GreedyReverse;
+    const bool greedy = sched.kind == Schedule::GreedyForward || sched.kind == Schedule::GreedyReverse;
+    std::vector<int> order(n);
+    b.position.assign(n, 0);
+    for (int i = 0; i < n; i++) {
+        order[i] = reversed ? n - 1 - i : i;
+        b.position[order[i]] = i;
+    }
+    b.restart = n;
+    std::mt19937_64 rng(sched.seed ^ (block_seq * 0x9E3779B97F4A7C15ULL));
+    current().block = &b;
+    int done = 0;
+    while (done < n && greedy) {  // the first runnable thread in order, until every thread is done
+        int k = 0;
+        while (k < n && b.threads[order[k]].state != ThreadState::Ready) k++;
+        if (k == n) break;  // nothing runnable: deadlock, reported below
+        for (; k < n; k++) {
+            ThreadCtx& t = b.threads[order[k]];
+            if (t.state != ThreadState::Ready) continue;
+            b.restart = n;
+            current().thread = &t;
+            t.fiber.resume();
+            current().thread = nullptr;
+            if (t.state == ThreadState::Done) done++;
+            if (b.restart <= k) k = b.restart - 1;  // an earlier thread became runnable: it goes first
+        }
+    }
+    while (done < n) {
+        if (sched.kind == Schedule::Shuffle) std::shuffle(order.begin(), order.end(), rng);
+        bool progressed = false;
+        for (int i : order) {
+            ThreadCtx& t = b.threads[i];
+            if (t.state != ThreadState::Ready) continue;
+            progressed = true;
+            current().thread = &t;
+            t.fiber.resume();
+            current().thread = nullptr;
+            if (t.state == ThreadState::Done) done++;
+        }
+        if (!progressed && done < n) {
+            std::string who;
+            int listed = 0;
+            for (const ThreadCtx& t : b.threads) {
+                if (t.state == ThreadState::Done) continue;
+                if (listed++ < 6)
+                    who += "\n  " + b.who(t) +
+                           (t.state == ThreadState::AtBarrier ? " waits at __syncthreads"
+                                                              : " waits in a warp collective with mask 0x" +
+                                                                    WarpExchange::hex(t.warp_mask));
+            }
+            device_fault("deadlock in " + b.where() + ": " + std::to_string(n - done) + " threads wait, " +
+                         std::to_string(done) + " ended; none can go on (a GPU hangs here):" + who +
+                         (listed > 6 ? "\n  ..." : ""));
+        }
+    }
+    current().block = nullptr;
+}
+
+}  // namespace llmc::emu

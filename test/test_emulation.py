@@ -1,0 +1,164 @@
+"""The device emulation can fail (docs/emulation.md). Two kinds of evidence:
+
+1. Device rules (build/emu/self/emu_faults, test/emu/emu_faults.cu): small kernels that each break one
+   rule of the device (a missing barrier, a divergent barrier, a warp collective some lanes never
+   reach, launch limits, shared memory without opt-in, a misaligned 16-byte access, out-of-bounds
+   global / static shared / dynamic shared stores, a copy with the wrong kind) must each be refused
+   with the right message, and the correct kernels must pass.
+2. Mutations of the production kernels: the test copies the sources, applies one deliberate bug
+   (an off-by-one in the local window, two swapped A-fragment registers, a removed __syncthreads,
+   an out-of-bounds store, a kernel launched with more than 48 KB of shared memory without the
+   opt-in; and a wrong C/D row in the emulation's own mma table), builds the emulated lab or test
+   from the mutated copy and expects its check to fail in the stated way. Nothing broken is committed.
+
+Needs the emulated build (`make emu`, part of `make test`); a missing binary is a failure.
+"""
+import os
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+EMU = REPO / "build" / "emu"
+FAULTS = EMU / "self" / "emu_faults"
+TWO_SCHEDULES = dict(os.environ, LLMC_EMU_SCHEDULES="greedy-forward,greedy-reverse", ASAN_OPTIONS="detect_leaks=0")
+
+
+def run(cmd, env=TWO_SCHEDULES, timeout=600, cwd=REPO):
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
+
+
+def need(path):
+    if not Path(path).exists():
+        pytest.fail(f"{path} is missing; build it with `make emu` (part of `make test`)")
+    return path
+
+
+# mode -> (exit status must be 0?, text that must appear in stdout+stderr)
+FAULT_CASES = {
+    "ok": (True, "block sum: OK"),
+    "shuffle-semantics": (True, "shuffle semantics: OK"),
+    "smem-optin": (True, "after opt-in: OK"),
+    "too-many-threads": (True, "invalid configuration argument, kernel did not run"),
+    "block-z": (True, "invalid configuration argument, kernel did not run"),
+    "grid-y": (True, "invalid configuration argument, kernel did not run"),
+    "smem-no-optin": (True, "invalid argument, kernel did not run"),
+    "smem-optin-too-big": (True, "opt-in to 228 KB: invalid argument"),
+    "bad-copy": (True, "swapped kind: invalid argument; past the end: invalid argument"),
+    "missing-barrier": (False, "race: kernel emu_faults::missing_barrier_kernel"),
+    "divergent-barrier": (False, "barrier divergence in kernel emu_faults::divergent_barrier_kernel"),
+    "warp-deadlock": (False, "deadlock in kernel emu_faults::warp_deadlock_kernel"),
+    "mask-mismatch": (False, "every lane of a *_sync call must name the same mask"),
+    "misaligned-int4": (False, "misaligned address"),
+    "oob-global": (False, "heap-buffer-overflow"),
+    "oob-static-shared": (False, "index 32 out of bounds for type 'float [32]'"),  # UBSan's bounds check
+    "oob-dynamic-shared": (False, "heap-buffer-overflow"),
+}
+
+
+@pytest.mark.parametrize("mode", list(FAULT_CASES))
+def test_device_rules(mode):
+    must_pass, text = FAULT_CASES[mode]
+    p = run([need(FAULTS), mode], timeout=120)
+    out = p.stdout + p.stderr
+    if must_pass:
+        assert p.returncode == 0, f"{mode}: rc {p.returncode}\n{out[-3000:]}"
+    else:
+        assert p.returncode != 0, f"{mode}: the emulation did not notice the broken kernel\n{out[-3000:]}"
+        assert "ran to the end unnoticed" not in out
+    assert text in out, f"{mode}: expected '{text}' in the output\n{out[-3000:]}"
+
+
+def test_a_race_needs_two_schedules_to_show():
+    """With one schedule the missing barrier is not a fault the emulation can see (documented)."""
+    p = run([need(FAULTS), "missing-barrier"], env=dict(TWO_SCHEDULES, LLMC_EMU_SCHEDULES="forward"))
+    assert p.returncode == 0 and "ran to the end unnoticed" in p.stdout
+
+
+# --- mutations of the production kernels -------------------------------------------------------
+# name -> (file, original text (must occur exactly once), mutated text, target, arguments, expected text)
+LAB = "build/emu/dev/attention_ls"
+ONE_SHAPE = ["--check-one", "-B", 1, "-T", 200, "--nh", 2, "--hd", 128, "-G", 1, "-P", 50]
+MUTANTS = {
+    "window-off-by-one": (
+        "llmc/attention_tiles.h",
+        "return j <= i && (!local || j > i - P);",
+        "return j <= i && (!local || j >= i - P);",
+        LAB, ONE_SHAPE, "FAIL version 2"),
+    "swapped-fragment-register": (
+        "llmc/cuda/attention_ls_mma.cuh",
+        "    a[1] = ld_bf16x2(p + 8 * ld);\n    a[2] = ld_bf16x2(p + 8);",
+        "    a[1] = ld_bf16x2(p + 8);\n    a[2] = ld_bf16x2(p + 8 * ld);",
+        LAB, ONE_SHAPE, "FAIL version 3"),
+    "missing-syncthreads": (
+        "llmc/cuda/attention_ls_mma.cuh",
+        "        __syncthreads();  // every warp is done with the previous K / V tile\n"
+        "        mma_load_rows<HD, BK>(sK, L::LDK, nullptr, 0, base + C, k0, T, C3);",
+        "        mma_load_rows<HD, BK>(sK, L::LDK, nullptr, 0, base + C, k0, T, C3);",
+        LAB, ONE_SHAPE, "race: kernel void llmc::cuda::attn_fwd_mma_kernel<128, true>"),
+    "out-of-bounds-store": (
+        "llmc/cuda/attention_ls_mma.cuh",
+        "        if (i < T) {\n            const float inv = 1.0f / l[hf];",
+        "        if (i < T + 16) {\n            const float inv = 1.0f / l[hf];",
+        LAB, ONE_SHAPE, "heap-buffer-overflow"),
+    "shared-memory-without-opt-in": (
+        "llmc/cuda/attention_ls.cuh",
+        "if (bytes > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(",
+        "if (false) CUDA_CHECK(cudaFuncSetAttribute(",
+        LAB, ONE_SHAPE, "dynamic shared memory, above 49152"),
+    "emulated-mma-wrong-row": (
+        "llmc/cuda/emu/mma.h",
+        "c_row[lane][i] = group + (i >= 2 ? 8 : 0);",
+        "c_row[lane][i] = group + (i >= 1 ? 8 : 0);",
+        "build/emu/test_gpu/test_mma_fragments", [], "test_mma_fragments: FAIL"),
+}
+
+
+def build_mutant(name, root):
+    """Copies the sources to root/name, applies the mutation, builds the target; returns (dir, log)."""
+    path, old, new, target, _, _ = MUTANTS[name]
+    d = root / name
+    d.mkdir()
+    shutil.copy(REPO / "Makefile", d)
+    for sub in ["llmc", "dev/cuda"]:
+        shutil.copytree(REPO / sub, d / sub)
+    (d / "test").mkdir()
+    shutil.copytree(REPO / "test" / "gpu", d / "test" / "gpu")
+    for h in (REPO / "test").glob("*.h"):
+        shutil.copy(h, d / "test")
+    text = (d / path).read_text()
+    assert text.count(old) == 1, f"{name}: the code to mutate is not in {path} exactly once; update the mutation"
+    (d / path).write_text(text.replace(old, new))
+    b = subprocess.run(["make", "-C", str(d), "CI=true", target], capture_output=True, text=True, timeout=1200)
+    return d, b
+
+
+@pytest.fixture(scope="module")
+def mutants(tmp_path_factory):
+    """Every mutant built, two at a time (the emulated builds are single-threaded compiles)."""
+    need(REPO / LAB)  # the unmutated build must exist (and pass: make test-emu)
+    root = tmp_path_factory.mktemp("mutants")
+    with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as ex:
+        futures = {n: ex.submit(build_mutant, n, root) for n in MUTANTS}
+        return {n: f.result() for n, f in futures.items()}
+
+
+@pytest.mark.parametrize("name", list(MUTANTS))
+def test_mutated_kernel_fails_its_check(mutants, name):
+    d, build = mutants[name]
+    assert build.returncode == 0, f"{name}: the mutant did not build\n{build.stderr[-3000:]}"
+    _, _, _, target, args, text = MUTANTS[name]
+    p = run([d / target] + args, timeout=900)
+    out = p.stdout + p.stderr
+    assert p.returncode != 0, f"{name}: the mutated kernel passed its emulated check\n{out[-3000:]}"
+    assert text in out, f"{name}: expected '{text}' in the output\n{out[-3000:]}"
+
+
+def test_unmutated_shape_passes():
+    """The shape the mutants fail on passes without a mutation (so the failures are the mutations')."""
+    p = run([need(REPO / LAB)] + ONE_SHAPE, timeout=900)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    assert p.stdout.rstrip().endswith("OK")
