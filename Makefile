@@ -1,7 +1,9 @@
 # train_gpt2_ls: one place for flags.
 #   make                 the trainer, the CPU test binary and every GPU target (needs nvcc, no GPU)
 #   make train           the main job: prepare tiny Shakespeare (GPT-2 BPE) and train on it
-#   make test            every CPU test (Catch2 + pytest + end-to-end) and compiles every GPU target
+#   make test            every CPU test (Catch2 + pytest + end-to-end), compiles every GPU target, and
+#                        runs the GPU kernels under device emulation (make test-emu)
+#   make emu / test-emu  the emulated build of the GPU labs and tests (docs/emulation.md) / run it
 #   make test-gpu        GPU tests (needs a GPU)
 #   make test-reference  the PyTorch reference's self-tests (needs torch)
 #   make deps            install the dependencies (scripts/install_deps.sh)
@@ -139,31 +141,46 @@ all: train_gpt2_ls $(BUILD)/test_cpu gpu-targets
 # --- device emulation (docs/emulation.md): the same .cu/.cuh sources built by the host compiler
 # against llmc/cuda/emu/ (fibers for threads, warp collectives, mma.sync from the PTX ISA, the
 # runtime subset), with AddressSanitizer + UBSan, into build/emu/ (names as in build/dev, build/test_gpu).
-# Targets that need cuBLASLt or NCCL wait for their emulation (issue 15): EMU_SKIP names them.
+# Targets that need NCCL wait for its emulation (issue 15): EMU_SKIP names them.
 EMU_CXX ?= $(CXX)
+# build/emu (BF16, the default) or build/emu-fp32 (PRECISION=FP32)
+EMU_DIR := $(BUILD)/emu$(if $(filter FP32,$(PRECISION)),-fp32)
 EMU_SAN ?= -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 EMU_CXXFLAGS := -std=c++17 -O1 -g -Wall -Wno-unknown-pragmas -ffp-contract=off -fopenmp $(EMU_SAN) -DLLMC_EMULATE \
                 -DENABLE_$(PRECISION) -Illmc/cuda/emu/include -include llmc/cuda/emu/include/cuda_runtime.h \
                 $(INCLUDES) -I$(CUDA_HOME)/include
 EMU_LDFLAGS := $(EMU_SAN) -rdynamic -fopenmp -lboost_context
-EMU_SKIP := matmul test_cuda_model test_cuda_generate test_collective_nccl
+EMU_SKIP := test_collective_nccl
 EMU_HEADERS := $(LLMC_HEADERS) $(wildcard llmc/cuda/emu/*.h llmc/cuda/emu/include/*.h)
-EMU_LAB_BINS := $(filter-out $(addprefix $(BUILD)/emu/dev/,$(EMU_SKIP)),$(patsubst dev/cuda/%.cu,$(BUILD)/emu/dev/%,$(GPU_LAB_SRCS)))
-EMU_TEST_BINS := $(filter-out $(addprefix $(BUILD)/emu/test_gpu/,$(EMU_SKIP)),$(patsubst test/gpu/%.cu,$(BUILD)/emu/test_gpu/%,$(GPU_TEST_SRCS)))
-EMU_SELF_BINS := $(patsubst test/emu/%.cu,$(BUILD)/emu/self/%,$(wildcard test/emu/*.cu))
-$(BUILD)/emu/runtime.o: llmc/cuda/emu/runtime.cpp $(EMU_HEADERS)
+EMU_LAB_BINS := $(filter-out $(addprefix $(EMU_DIR)/dev/,$(EMU_SKIP)),$(patsubst dev/cuda/%.cu,$(EMU_DIR)/dev/%,$(GPU_LAB_SRCS)))
+EMU_TEST_BINS := $(filter-out $(addprefix $(EMU_DIR)/test_gpu/,$(EMU_SKIP)),$(patsubst test/gpu/%.cu,$(EMU_DIR)/test_gpu/%,$(GPU_TEST_SRCS)))
+EMU_SELF_BINS := $(patsubst test/emu/%.cu,$(EMU_DIR)/self/%,$(wildcard test/emu/*.cu))
+# the emulated CUDA runtime, cuBLASLt and NCCL (every llmc/cuda/emu/*.cpp), linked instead of
+# libcudart / libcublasLt / libnccl
+EMU_LIB := $(EMU_DIR)/libemu.a
+EMU_OBJS := $(patsubst llmc/cuda/emu/%.cpp,$(EMU_DIR)/%.o,$(wildcard llmc/cuda/emu/*.cpp))
+$(EMU_DIR)/%.o: llmc/cuda/emu/%.cpp $(EMU_HEADERS)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) $(EMU_CXXFLAGS) -c $< -o $@
-$(BUILD)/emu/dev/%: dev/cuda/%.cu $(BUILD)/emu/runtime.o $(EMU_HEADERS) $(wildcard dev/cuda/*.cuh)
+$(EMU_LIB): $(EMU_OBJS)
+	rm -f $@ && ar rcs $@ $^
+$(EMU_DIR)/dev/%: dev/cuda/%.cu $(EMU_LIB) $(EMU_HEADERS) $(wildcard dev/cuda/*.cuh)
 	@mkdir -p $(dir $@)
-	$(EMU_CXX) $(EMU_CXXFLAGS) -x c++ $< -x none $(BUILD)/emu/runtime.o -o $@ $(EMU_LDFLAGS)
-$(BUILD)/emu/test_gpu/%: test/gpu/%.cu $(BUILD)/emu/runtime.o $(EMU_HEADERS) $(wildcard test/*.h test/gpu/*.cuh)
+	$(EMU_CXX) $(EMU_CXXFLAGS) -x c++ $< -x none $(EMU_LIB) -o $@ $(EMU_LDFLAGS)
+$(EMU_DIR)/test_gpu/%: test/gpu/%.cu $(EMU_LIB) $(EMU_HEADERS) $(wildcard test/*.h test/gpu/*.cuh)
 	@mkdir -p $(dir $@)
-	$(EMU_CXX) $(EMU_CXXFLAGS) -x c++ $< -x none $(BUILD)/emu/runtime.o -o $@ $(EMU_LDFLAGS)
-$(BUILD)/emu/self/%: test/emu/%.cu $(BUILD)/emu/runtime.o $(EMU_HEADERS) $(wildcard test/gpu/*.cuh)
+	$(EMU_CXX) $(EMU_CXXFLAGS) -x c++ $< -x none $(EMU_LIB) -o $@ $(EMU_LDFLAGS)
+$(EMU_DIR)/self/%: test/emu/%.cu $(EMU_LIB) $(EMU_HEADERS) $(wildcard test/gpu/*.cuh)
 	@mkdir -p $(dir $@)
-	$(EMU_CXX) $(EMU_CXXFLAGS) -x c++ $< -x none $(BUILD)/emu/runtime.o -o $@ $(EMU_LDFLAGS)
-emu: $(EMU_LAB_BINS) $(EMU_TEST_BINS) $(EMU_SELF_BINS)
+	$(EMU_CXX) $(EMU_CXXFLAGS) -x c++ $< -x none $(EMU_LIB) -o $@ $(EMU_LDFLAGS)
+# The trainer and the generator, emulated: the same .cu files, with --device cuda running the CUDA
+# backend on the emulated device, MPI as detected, NCCL from the emulation (llmc/cuda/emu/nccl.cpp).
+EMU_NCCL := $(if $(wildcard llmc/cuda/emu/nccl.cpp),-DUSE_NCCL)
+EMU_BINS := $(EMU_DIR)/train_gpt2_ls $(EMU_DIR)/generate_gpt2_ls
+$(EMU_BINS): $(EMU_DIR)/%: %.cu $(EMU_LIB) $(EMU_HEADERS)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(MPI_FLAGS) $(EMU_NCCL) -x c++ $< -x none $(EMU_LIB) -o $@ $(EMU_LDFLAGS) $(MPI_LIBS)
+emu: $(EMU_LAB_BINS) $(EMU_TEST_BINS) $(EMU_SELF_BINS) $(EMU_BINS)
 
 # Every emulated test and lab check, each kernel launch run under two schedules of the threads
 # (greedy-forward and greedy-reverse: llmc/cuda/emu/block.h) whose results must be bit-identical (a race or a missing barrier ends the
@@ -190,15 +207,18 @@ train: train_gpt2_ls $(TS_DIR)/meta.json
 
 # --- tests -----------------------------------------------------------------------------------
 JOBS ?= $(shell nproc)
-test-build: $(BUILD)/test_cpu gpu-targets dist-matrix
+test-build: $(BUILD)/test_cpu gpu-targets dist-matrix emu
 test:
 	$(MAKE) -j$(JOBS) test-build
 	$(MAKE) $(TS_DIR)/meta.json
 	@echo "== Catch2 (C++ CPU tests) =="
 	$(BUILD)/test_cpu
-	@echo "== pytest (data pipeline, end to end) =="
+	@echo "== emulated GPU kernels (make test-emu: ASan + UBSan, two schedules) =="
+	$(MAKE) test-emu
+	@echo "== pytest (data pipeline, end to end, emulation faults and mutants) =="
 	SHARED_DATA=$(abspath $(SHARED_DATA)) $(PYTHON) -m pytest -q data/tests test
-	@echo "== all CPU tests passed; GPU targets compiled: $(GPU_LAB_BINS) $(GPU_TEST_BINS) train_gpt2_ls $(DIST_MATRIX) =="
+	@echo "== all CPU tests passed; GPU kernels passed EMULATED (not on a GPU): $(EMU_LAB_BINS) $(EMU_TEST_BINS) =="
+	@echo "== GPU targets compiled (nvcc): $(GPU_LAB_BINS) $(GPU_TEST_BINS) train_gpt2_ls $(DIST_MATRIX) =="
 
 # The PyTorch reference's self-tests and a byte check of the committed fixtures; needs torch
 # (Debian's python3-torch for /usr/bin/python3, or pip's). Not part of `make test` (CI has no torch).

@@ -20,12 +20,13 @@
 #include "llmc/sp_encoder.h"
 #include "llmc/checkpoint.h"
 #include "llmc/cpu/gpt2_cpu.h"
+#include "llmc/device.h"  // LLMC_CUDA_BACKEND: nvcc, or the device emulation (docs/emulation.md)
 #include "llmc/error.h"
 #include "llmc/generate_cli.h"
 #include "llmc/rng.h"
 #include "llmc/sampler.h"
 #include "llmc/tokenizer.h"
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA_BACKEND
 #include "llmc/cuda/gpt2_cuda.cuh"
 #endif
 
@@ -62,7 +63,7 @@ struct Model {
     // Prefill of B*T tokens into an empty cache; returns once the device work is done. The logits
     // stay where the backend computed them (CUDA: on the device; no host copy of (B, T, Vp)).
     void prefill(const int* tokens, int T) {
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA_BACKEND
         if (auto* c = dynamic_cast<llmc::cuda::CudaBackend*>(backend.get())) {
             c->kv_prefill_device(tokens, T);
             return;
@@ -76,7 +77,7 @@ struct Model {
 Model make_model(const llmc::GenerateConfig& g, const llmc::ModelCheckpoint& ck) {
     Model m;
     if (g.device == "cuda") {
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA_BACKEND
         int n = 0;
         if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
             (void)cudaGetLastError();

@@ -10,7 +10,9 @@
 #include <string>
 
 #include <omp.h>
-#ifdef __CUDACC__
+
+#include "llmc/device.h"  // LLMC_CUDA_BACKEND: nvcc, or the device emulation (docs/emulation.md)
+#ifdef LLMC_CUDA_BACKEND
 #include <cuda_runtime.h>
 #endif
 
@@ -19,19 +21,18 @@
 #include "llmc/collective_choice.h"
 #include "llmc/collective_mpi.h"
 #include "llmc/cpu/gpt2_cpu.h"
-#include "llmc/device.h"
 #include "llmc/error.h"
 #include "llmc/train_loop.h"
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA_BACKEND
 #include "llmc/cuda/gpt2_cuda.cuh"
 #endif
-#if defined(__CUDACC__) && defined(USE_NCCL)
+#if defined(LLMC_CUDA_BACKEND) && defined(USE_NCCL)
 #include "llmc/cuda/collective_nccl.cuh"
 #endif
 
 // Number of CUDA devices (0 without a GPU, a driver, or when built by a host compiler).
 static int cuda_device_count() {
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA_BACKEND
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
         (void)cudaGetLastError();  // clear the sticky "no device" error
@@ -43,7 +44,7 @@ static int cuda_device_count() {
 #endif
 }
 
-#if defined(__CUDACC__) && defined(USE_NCCL)
+#if defined(LLMC_CUDA_BACKEND) && defined(USE_NCCL)
 constexpr bool kNcclBuilt = true;
 #else
 constexpr bool kNcclBuilt = false;
@@ -56,7 +57,7 @@ static std::unique_ptr<llmc::Collective> make_collective(const llmc::TrainConfig
     switch (llmc::choose_collective(li, device == llmc::Device::Cuda, {llmc::kMpiBuilt, kNcclBuilt}, mpi.active(),
                                     cfg.rendezvous)) {
         case llmc::CollectiveKind::Single: return std::make_unique<llmc::SingleProcessCollective>();
-#if defined(__CUDACC__) && defined(USE_NCCL)
+#if defined(LLMC_CUDA_BACKEND) && defined(USE_NCCL)
         case llmc::CollectiveKind::NcclFile: return llmc::make_nccl_collective_file(li, cfg.rendezvous);
 #ifdef USE_MPI
         case llmc::CollectiveKind::NcclMpi: return llmc::make_nccl_collective_mpi(li.local_rank);
@@ -91,7 +92,7 @@ int main(int argc, char** argv) {
             std::string note;
             const llmc::Device d = llmc::resolve_device(cfg.device, gpus, m, &note);
             if (!note.empty() && cfg.rank == 0) std::fprintf(stderr, "%s\n", note.c_str());
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA_BACKEND
             if (d == llmc::Device::Cuda) {
                 // One GPU per process: the process's rank on its node picks it.
                 if (cfg.local_rank >= gpus)

@@ -14,9 +14,14 @@ namespace llmc {
 
 enum class Device { Cpu, Cuda };
 
-// True when the CUDA backend (llmc/cuda/) is part of the binary: train_gpt2_ls.cu compiled by nvcc.
-// A host-compiler build (g++, e.g. the CPU tests) has no CUDA backend.
-#ifdef __CUDACC__
+// LLMC_CUDA_BACKEND: the CUDA backend (llmc/cuda/) is part of the binary - the binary was compiled
+// by nvcc, or by the host compiler against the device emulation (-DLLMC_EMULATE, docs/emulation.md,
+// where "CUDA" runs on the CPU). A plain host-compiler build (g++, e.g. the CPU tests) has none.
+// The binaries test this one macro, never __CUDACC__ directly.
+#if defined(__CUDACC__) || defined(LLMC_EMULATE)
+#define LLMC_CUDA_BACKEND 1
+#endif
+#ifdef LLMC_CUDA_BACKEND
 constexpr bool kCudaBackendBuilt = true;
 #else
 constexpr bool kCudaBackendBuilt = false;

@@ -57,7 +57,7 @@ __device__ inline void attn_block_stats(float smax, float smin, float ent, float
 // Merge the partials of head h = blockIdx.x, part index ((b*NH + h)*nqt + qt)*3, into
 // stats = {max[NH], min[NH], entropy_sum[NH]} (max, min, +=). Fixed strided order + fixed tree:
 // deterministic.
-static __global__ void attn_stats_reduce_kernel(float* stats, const float* part, int B, int NH, int nqt) {
+__global__ void attn_stats_reduce_kernel(float* stats, const float* part, int B, int NH, int nqt) {
     constexpr int NT = 256;
     __shared__ float smax[NT], smin[NT], sent[NT];
     const int h = blockIdx.x;
@@ -89,7 +89,7 @@ static __global__ void attn_stats_reduce_kernel(float* stats, const float* part,
 }
 
 // D[b,h,i] = dout_i . out_i over the head's hd channels: one warp per row. D (B, NH, T).
-static __global__ void attn_bwd_dot_kernel(float* D, const floatX* dout, const floatX* out, int B, int T, int C, int NH) {
+__global__ void attn_bwd_dot_kernel(float* D, const floatX* dout, const floatX* out, int B, int T, int C, int NH) {
     const int hd = C / NH;
     const long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // (b*NH + h)*T + i
     const int lane = threadIdx.x % 32;

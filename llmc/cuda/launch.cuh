@@ -25,7 +25,8 @@ inline void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t sm
                           typename NoDeduce<P>::type... args) {
 #ifdef LLMC_EMULATE
     (void)stream;  // the emulation runs every stream in issue order
-    ::llmc::emu::run_grid(reinterpret_cast<const void*>(kernel), grid, block, smem, [&] { kernel(args...); });
+    ::llmc::emu::run_grid(reinterpret_cast<const void*>(kernel), grid, block, smem, [&] { kernel(args...); },
+                          ::llmc::emu::launch_footprint(args...));
 #else
     kernel<<<grid, block, smem, stream>>>(args...);
 #endif

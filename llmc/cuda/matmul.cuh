@@ -44,6 +44,7 @@
 // cuBLAS documents bit-wise identical results across runs for the same toolkit version, GPU
 // architecture and SM count. The bias gradient is our own fixed-order reduction.
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <map>
@@ -167,8 +168,15 @@ inline bool lt_matmul(MatmulContext& ctx, void* d, cudaDataType_t dtype, const v
     CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                                         sizeof(ws)));
     // The heuristic assumes 256-byte aligned matrices unless told otherwise; our operands are often
-    // offsets into one parameter buffer (16-byte aligned), so pass the true alignment of each.
-    const uint32_t align_a = pointer_alignment(a), align_b = pointer_alignment(b), align_d = pointer_alignment(d);
+    // offsets into one parameter buffer (16-byte aligned), so pass the true alignment of each. The
+    // alignment an algorithm needs covers "the buffer pointer, leading dimension, and possibly other
+    // strides" (cublasLt.h, CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_*), so it is the smaller of the pointer's
+    // and the column stride's (ld * element size: e.g. 128 bytes for ld = 64 in bf16).
+    const size_t ab_size = abtype == CUDA_R_32F ? 4 : 2, d_size = dtype == CUDA_R_32F ? 4 : 2;
+    auto aligned = [](const void* p, int ld, size_t elem) {
+        return std::min(pointer_alignment(p), pointer_alignment(reinterpret_cast<const void*>((uintptr_t)ld * elem)));
+    };
+    const uint32_t align_a = aligned(a, lda, ab_size), align_b = aligned(b, ldb, ab_size), align_d = aligned(d, ldd, d_size);
     CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
                                                         sizeof(align_a)));
     CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,

@@ -15,6 +15,8 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "llmc/cuda/emu/block.h"
 #include "llmc/cuda/emu/device_state.h"
@@ -102,7 +104,51 @@ inline void run_grid_once(const std::string& name, dim3 grid, dim3 block, size_t
             }
 }
 
-inline void run_grid(const void* fn, dim3 grid, dim3 block, size_t smem, const std::function<void()>& body) {
+// What a launch can write: the device allocations its pointer arguments point into. A kernel
+// reaches memory only through its arguments (the project's kernels have no __device__ globals), so
+// the schedule comparison needs to snapshot only these. An argument of class type (which could hold
+// pointers) makes the footprint "everything": every allocation is compared.
+struct LaunchFootprint {
+    std::vector<const void*> pointers;
+    bool everything = false;
+};
+template <typename T> void add_to_footprint(LaunchFootprint& f, const T& arg) {
+    if constexpr (std::is_pointer_v<T>) f.pointers.push_back(reinterpret_cast<const void*>(arg));
+    else if constexpr (!std::is_arithmetic_v<T> && !std::is_enum_v<T>) f.everything = true;
+}
+template <typename... A> LaunchFootprint launch_footprint(const A&... args) {
+    LaunchFootprint f;
+    (add_to_footprint(f, args), ...);
+    return f;
+}
+
+// Copies of the device allocations in the footprint (base address -> bytes), in address order.
+inline std::vector<std::pair<uintptr_t, std::vector<unsigned char>>> snapshot_footprint(const LaunchFootprint& f) {
+    DeviceState& d = device();
+    std::lock_guard<std::mutex> lock(d.mu);
+    std::vector<std::pair<uintptr_t, std::vector<unsigned char>>> out;
+    auto take = [&](uintptr_t base, const Allocation& a) {
+        for (const auto& o : out)
+            if (o.first == base) return;
+        auto* p = reinterpret_cast<unsigned char*>(base);
+        out.emplace_back(base, std::vector<unsigned char>(p, p + a.bytes));
+    };
+    if (f.everything) {
+        for (auto& [base, a] : d.allocs)
+            if (!a.host_pinned) take(base, a);
+    } else {
+        for (const void* p : f.pointers)
+            if (const auto* a = d.find(p); a && !a->second.host_pinned) take(a->first, a->second);
+    }
+    std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+    return out;
+}
+inline void restore_footprint(const std::vector<std::pair<uintptr_t, std::vector<unsigned char>>>& s) {
+    for (const auto& [base, bytes] : s) std::memcpy(reinterpret_cast<void*>(base), bytes.data(), bytes.size());
+}
+
+inline void run_grid(const void* fn, dim3 grid, dim3 block, size_t smem, const std::function<void()>& body,
+                     const LaunchFootprint& footprint) {
     DeviceState& d = device();
     d.launches++;
     cudaError_t code = cudaSuccess;
@@ -120,22 +166,23 @@ inline void run_grid(const void* fn, dim3 grid, dim3 block, size_t smem, const s
         run_grid_once(name, grid, block, smem, body, d.schedules[0]);
         return;
     }
-    const auto before = d.snapshot();
+    const auto before = snapshot_footprint(footprint);
     run_grid_once(name, grid, block, smem, body, d.schedules[0]);
     for (size_t s = 1; s < d.schedules.size(); s++) {
-        const auto first = d.snapshot();
-        d.restore(before);
+        const auto first = snapshot_footprint(footprint);
+        restore_footprint(before);
         run_grid_once(name, grid, block, smem, body, d.schedules[s]);
-        const auto again = d.snapshot();
+        const auto again = snapshot_footprint(footprint);
         for (size_t i = 0; i < first.size(); i++) {
-            if (first[i] == again[i]) continue;
+            const auto &x = first[i].second, &y = again[i].second;
+            if (x == y) continue;
             size_t off = 0;
-            while (first[i][off] == again[i][off]) off++;
+            while (x[off] == y[off]) off++;
             size_t ndiff = 0;
-            for (size_t k = off; k < first[i].size(); k++) ndiff += first[i][k] != again[i][k];
+            for (size_t k = off; k < x.size(); k++) ndiff += x[k] != y[k];
             device_fault("race: kernel " + name + " leaves different memory under the schedules " +
-                         d.schedules[0].name() + " and " + d.schedules[s].name() + ": device allocation #" +
-                         std::to_string(i) + " (" + std::to_string(first[i].size()) + " bytes) differs in " +
+                         d.schedules[0].name() + " and " + d.schedules[s].name() + ": the device allocation at " +
+                         std::to_string(first[i].first) + " (" + std::to_string(x.size()) + " bytes) differs in " +
                          std::to_string(ndiff) + " bytes from byte " + std::to_string(off) +
                          " (a missing __syncthreads or a data race between threads)");
         }

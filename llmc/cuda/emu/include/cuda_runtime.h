@@ -15,7 +15,7 @@
 // poisons (0xFF bytes) before each block, as a GPU gives a block uninitialized shared memory;
 // otherwise a block reading what it never wrote would see the previous block's values and a
 // missing barrier could hide (docs/emulation.md).
-#define __global__
+#define __global__ inline
 #define __device__
 #define __host__
 #define __shared__ static __attribute__((section("llmc_emu_shared")))
