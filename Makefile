@@ -141,7 +141,7 @@ all: train_gpt2_ls $(BUILD)/test_cpu gpu-targets
 # --- device emulation (docs/emulation.md): the same .cu/.cuh sources built by the host compiler
 # against llmc/cuda/emu/ (fibers for threads, warp collectives, mma.sync from the PTX ISA, the
 # runtime subset), with AddressSanitizer + UBSan, into build/emu/ (names as in build/dev, build/test_gpu).
-# Targets that need NCCL wait for its emulation (issue 15): EMU_SKIP names them.
+# Targets left out of the emulated build: EMU_SKIP (the NCCL test until llmc/cuda/emu/nccl.cpp exists).
 EMU_CXX ?= $(CXX)
 # build/emu (BF16, the default) or build/emu-fp32 (PRECISION=FP32)
 EMU_DIR := $(BUILD)/emu$(if $(filter FP32,$(PRECISION)),-fp32)
@@ -150,7 +150,8 @@ EMU_CXXFLAGS := -std=c++17 -O1 -g -Wall -Wno-unknown-pragmas -ffp-contract=off -
                 -DENABLE_$(PRECISION) -Illmc/cuda/emu/include -include llmc/cuda/emu/include/cuda_runtime.h \
                 $(INCLUDES) -I$(CUDA_HOME)/include
 EMU_LDFLAGS := $(EMU_SAN) -rdynamic -fopenmp -lboost_context
-EMU_SKIP := test_collective_nccl
+EMU_NCCL := $(if $(wildcard llmc/cuda/emu/nccl.cpp),-DUSE_NCCL)
+EMU_SKIP ?= $(if $(EMU_NCCL),,test_collective_nccl)
 EMU_HEADERS := $(LLMC_HEADERS) $(wildcard llmc/cuda/emu/*.h llmc/cuda/emu/include/*.h)
 EMU_LAB_BINS := $(filter-out $(addprefix $(EMU_DIR)/dev/,$(EMU_SKIP)),$(patsubst dev/cuda/%.cu,$(EMU_DIR)/dev/%,$(GPU_LAB_SRCS)))
 EMU_TEST_BINS := $(filter-out $(addprefix $(EMU_DIR)/test_gpu/,$(EMU_SKIP)),$(patsubst test/gpu/%.cu,$(EMU_DIR)/test_gpu/%,$(GPU_TEST_SRCS)))
@@ -169,13 +170,12 @@ $(EMU_DIR)/dev/%: dev/cuda/%.cu $(EMU_LIB) $(EMU_HEADERS) $(wildcard dev/cuda/*.
 	$(EMU_CXX) $(EMU_CXXFLAGS) -x c++ $< -x none $(EMU_LIB) -o $@ $(EMU_LDFLAGS)
 $(EMU_DIR)/test_gpu/%: test/gpu/%.cu $(EMU_LIB) $(EMU_HEADERS) $(wildcard test/*.h test/gpu/*.cuh)
 	@mkdir -p $(dir $@)
-	$(EMU_CXX) $(EMU_CXXFLAGS) -x c++ $< -x none $(EMU_LIB) -o $@ $(EMU_LDFLAGS)
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_NCCL) -x c++ $< -x none $(EMU_LIB) -o $@ $(EMU_LDFLAGS)
 $(EMU_DIR)/self/%: test/emu/%.cu $(EMU_LIB) $(EMU_HEADERS) $(wildcard test/gpu/*.cuh)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) $(EMU_CXXFLAGS) -x c++ $< -x none $(EMU_LIB) -o $@ $(EMU_LDFLAGS)
 # The trainer and the generator, emulated: the same .cu files, with --device cuda running the CUDA
 # backend on the emulated device, MPI as detected, NCCL from the emulation (llmc/cuda/emu/nccl.cpp).
-EMU_NCCL := $(if $(wildcard llmc/cuda/emu/nccl.cpp),-DUSE_NCCL)
 EMU_BINS := $(EMU_DIR)/train_gpt2_ls $(EMU_DIR)/generate_gpt2_ls
 $(EMU_BINS): $(EMU_DIR)/%: %.cu $(EMU_LIB) $(EMU_HEADERS)
 	@mkdir -p $(dir $@)
@@ -185,10 +185,15 @@ emu: $(EMU_LAB_BINS) $(EMU_TEST_BINS) $(EMU_SELF_BINS) $(EMU_BINS)
 # Every emulated test and lab check, each kernel launch run under two schedules of the threads
 # (greedy-forward and greedy-reverse: llmc/cuda/emu/block.h) whose results must be bit-identical (a race or a missing barrier ends the
 # run naming the kernel), under AddressSanitizer + UBSan. The attention lab uses its --small matrix.
+# The whole-backend tests (hundreds of launches of kernels the labs already race-check) run under
+# one schedule, EMU_BACKEND_SCHEDULES.
 EMU_SCHEDULES ?= greedy-forward,greedy-reverse
+EMU_BACKEND_SCHEDULES ?= greedy-forward
+EMU_BACKEND_TESTS := test_cuda_model test_cuda_generate
 test-emu: emu
 	@set -e; export LLMC_EMU_SCHEDULES=$(EMU_SCHEDULES) UBSAN_OPTIONS=print_stacktrace=1; \
-	for t in $(EMU_TEST_BINS); do echo "== emulated $$t"; $$t; done; \
+	for t in $(EMU_TEST_BINS); do s=$(EMU_SCHEDULES); case " $(EMU_BACKEND_TESTS) " in *" $$(basename $$t) "*) s=$(EMU_BACKEND_SCHEDULES);; esac; \
+	  echo "== emulated $$t (schedules $$s)"; LLMC_EMU_SCHEDULES=$$s $$t; done; \
 	for t in $(EMU_LAB_BINS); do small=""; [ "$$(basename $$t)" = attention_ls ] && small=--small; \
 	  echo "== emulated $$t --check $$small"; $$t --check $$small; done; \
 	echo "== emulated kernels: all checks passed under schedules $(EMU_SCHEDULES) (emulation, not a GPU) =="
@@ -210,6 +215,7 @@ JOBS ?= $(shell nproc)
 test-build: $(BUILD)/test_cpu gpu-targets dist-matrix emu
 test:
 	$(MAKE) -j$(JOBS) test-build
+	$(MAKE) -j$(JOBS) PRECISION=FP32 $(BUILD)/emu-fp32/train_gpt2_ls
 	$(MAKE) $(TS_DIR)/meta.json
 	@echo "== Catch2 (C++ CPU tests) =="
 	$(BUILD)/test_cpu

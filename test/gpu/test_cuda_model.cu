@@ -17,6 +17,13 @@
 //     for everything (observed CPU-vs-PyTorch agreement is ~1e-6).
 // Tensors whose gradient is ~0 in exact arithmetic (the k-norm bias: softmax is shift invariant)
 // are compared against a floor of 1e-3 of the whole gradient's norm, as test_reference.cpp does.
+// The k-norm bias's floor is also at least the norm of the k-norm *weight's* gradient: knormb's
+// gradient is sum_n dk'_n, terms that cancel exactly, so in the BF16 build all that remains is the
+// rounding of the bf16 dk'_n (2^-9 each, random-walking to ~2^-9 sqrt(sum dk'^2)); knormw's gradient
+// sum_n dk'_n xhat_n, with xhat of unit variance, has norm ~sqrt(sum dk'^2), the scale of those
+// terms. Found under emulation (not on a GPU): BF16 knormb missed the
+// 1e-3-of-total floor by 1.5x (0.044 vs 0.03) while the FP32 emulated build met it at 6e-6, so the
+// kernel's math is right and the miss is bf16 rounding; the reduction already accumulates in fp32.
 //
 // Then CudaBackend against the PyTorch reference directly: the head-size-32 fixtures of
 // test/fixtures (dev/reference/make_fixtures.py, float64 reference stored as fp32; bf16 model files,
@@ -72,6 +79,18 @@ struct Case {
     int B, T;
     float z_weight;
 };
+
+// The floor of the relative error of gradient tensor `id` (see the header): 1e-3 of the whole
+// reference gradient's norm, and for the k-norm bias the norm of the reference k-norm weight gradient.
+double grad_floor(int id, const float* ref, const llmc::ParamLayout& lay, double total) {
+    double f = 1e-3 * total;
+    if (id == llmc::P_KNORMB) {
+        double w = 0;
+        for (size_t i = 0; i < lay.size[llmc::P_KNORMW]; i++) w += (double)ref[lay.offset[llmc::P_KNORMW] + i] * ref[lay.offset[llmc::P_KNORMW] + i];
+        f = std::max(f, std::sqrt(w));
+    }
+    return f;
+}
 
 // GPT-2 init, then every tensor perturbed so nothing is trivially 0 or 1 (biases, gains) and the
 // attention is far from uniform (matrices x4): fresh random parameters for each case.
@@ -209,7 +228,7 @@ void check_case(Checks& ck, const Case& c, uint64_t seed) {
         if (n == 0) continue;
         // padded vocabulary rows of wte / lm_head: both backends must leave them exactly 0
         const size_t real_n = (id == llmc::P_WTE || id == llmc::P_LMHEAD) ? (size_t)V * cfg.channels : n;
-        const double e = rel_error(gg.data() + off, gc.data() + off, real_n, 1e-3 * total);
+        const double e = rel_error(gg.data() + off, gc.data() + off, real_n, grad_floor(id, gc.data(), lay, total));
         bool pad_zero = true;
         for (size_t i = off + real_n; i < off + n; i++) pad_zero = pad_zero && gg[i] == 0.0f;
         ck.expect(e <= kTolGrad && pad_zero, "grad %-8s (%7zu): relative error %.3g (tol %.1g)%s", llmc::param_name(id),
@@ -384,7 +403,7 @@ void check_fixture(Checks& ck, const std::string& name) {
     for (int id = 0; id < llmc::NUM_PARAM_TENSORS; id++) {
         const size_t off = lay.offset[id], n = lay.size[id];
         if (n == 0) continue;
-        const double e = rel_error(g.data() + off, d.grads.data() + off, n, 1e-3 * total);
+        const double e = rel_error(g.data() + off, d.grads.data() + off, n, grad_floor(id, d.grads.data(), lay, total));
         ck.expect(e <= kTolGrad, "grad %-8s (%7zu): relative error %.3g (tol %.1g)", llmc::param_name(id), n, e,
                   kTolGrad);
     }

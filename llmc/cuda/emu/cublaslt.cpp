@@ -28,13 +28,16 @@
 //     pointer ... depend on its value to determine expected pointer alignment"); cublasLtMatmul with a
 //     less aligned pointer returns INVALID_VALUE. Leading dimensions are known to the heuristic and
 //     need nothing more.
-//   - a refused call writes nothing; D or aux beyond its allocation is EXECUTION_FAILED.
+//   - a refused call writes nothing; a matrix, the bias or aux that is not device memory or runs past
+//     its allocation is EXECUTION_FAILED (on a GPU: a fault, or silent corruption).
 // Supported: computeType CUBLAS_COMPUTE_32F or _32F_PEDANTIC with scale type CUDA_R_32F; A = B type
 // CUDA_R_16BF with C = D CUDA_R_16BF or CUDA_R_32F, or all CUDA_R_32F (rows of the guide's table);
 // epilogues DEFAULT, BIAS, GELU, GELU_BIAS, GELU_AUX, GELU_AUX_BIAS; batch count 1, column order,
 // host pointer mode. Anything else returns CUBLAS_STATUS_NOT_SUPPORTED, as the library does for a
-// combination it has no kernel for. cublasLtMatmul with algo = NULL runs the heuristic with default
-// preferences itself, as the guide describes.
+// combination it has no kernel for. Every attribute cublasLt.h lists can be set with its documented
+// size (another size is INVALID_VALUE); one outside the subset refuses the problem only when set to a
+// value other than its default (kOtherAttrs). cublasLtMatmul with algo = NULL runs the heuristic
+// with default preferences itself, as the guide describes; the workspace must be 256-byte aligned.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>

@@ -1,11 +1,13 @@
-// Device emulation, the state of the one emulated device: its memory (each cudaMalloc an exact-size
+// Device emulation, the state of the emulated device: its memory (each cudaMalloc an exact-size
 // host allocation, poisoned with 0xFF bytes = NaN in float and bf16, so AddressSanitizer sees an
 // access past its end), the last error, the per-kernel attributes set by cudaFuncSetAttribute, the
 // schedules every launch runs under, and the properties of an H100 SXM (sm_90, 132 SMs, 227 KB of
 // opt-in shared memory per block). Like the driver it stands in for, it is process-wide: device().
+// LLMC_EMU_DEVICE_COUNT > 1 numbers several devices that all share this one state (parse_device_count).
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -32,7 +34,23 @@ constexpr int kSmCount = 132;
 struct Allocation {
     size_t bytes = 0;
     bool host_pinned = false;  // cudaMallocHost: host memory, not device
+    int device = 0;            // the device current when it was allocated (cudaPointerGetAttributes)
 };
+
+// How many devices cudaGetDeviceCount reports: LLMC_EMU_DEVICE_COUNT (1 to kMaxDevices, default 1).
+// They are one device in all but number: every device shares this process's one DeviceState (one
+// memory pool, one set of kernel attributes); only the current device differs, per host thread.
+constexpr int kMaxDevices = 64;
+inline int parse_device_count(const char* s) {
+    if (!s || !*s) return 1;
+    char* end = nullptr;
+    const long n = std::strtol(s, &end, 10);
+    if (*end || n < 1 || n > kMaxDevices) {
+        std::fprintf(stderr, "error: LLMC_EMU_DEVICE_COUNT '%s' is not a number of devices from 1 to %d\n", s, kMaxDevices);
+        std::exit(2);
+    }
+    return (int)n;
+}
 
 class DeviceState {
 public:
@@ -44,8 +62,13 @@ public:
     StackPool stacks;
     uint64_t launches = 0, blocks_run = 0;
     bool verbose = false;
+    int device_count = 1;  // LLMC_EMU_DEVICE_COUNT
 
-    DeviceState() { schedules = parse_schedules(std::getenv("LLMC_EMU_SCHEDULES")); verbose = std::getenv("LLMC_EMU_VERBOSE"); }
+    DeviceState() {
+        schedules = parse_schedules(std::getenv("LLMC_EMU_SCHEDULES"));
+        verbose = std::getenv("LLMC_EMU_VERBOSE");
+        device_count = parse_device_count(std::getenv("LLMC_EMU_DEVICE_COUNT"));
+    }
 
     // "forward", "reverse", "greedy-forward", "greedy-reverse", "shuffle:SEED", comma-separated;
     // default "forward" (block.h says what each does).

@@ -3,7 +3,8 @@
 // Semantics follow the CUDA Runtime API reference: streams and events complete in issue order
 // (every call is synchronous here), copies are checked against the kind they name and the bounds of
 // the allocation (a GPU faults or returns cudaErrorInvalidValue), errors are returned and
-// remembered for cudaGetLastError. One emulated device, an H100 SXM 80GB (sm_90).
+// remembered for cudaGetLastError. An H100 SXM 80GB (sm_90); LLMC_EMU_DEVICE_COUNT of them (default
+// 1), all sharing one memory pool (device_state.h), the current device kept per host thread.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -33,6 +34,18 @@ struct EmuEvent {
 struct EmuStream {
     int id;
 };
+
+// The current device of this host thread (cudaSetDevice), as in the runtime: 0 until set.
+thread_local int current_device = 0;
+
+cudaError_t check_device(int d, const char* call) {
+    const int n = device().device_count;
+    if (d < 0 || d >= n)
+        return fail(cudaErrorInvalidDevice, std::string(call) + "(" + std::to_string(d) + "): the emulation has " +
+                                                std::to_string(n) + " device" + (n == 1 ? "" : "s") +
+                                                " (LLMC_EMU_DEVICE_COUNT)");
+    return cudaSuccess;
+}
 
 // What a copy's pointer must be for its kind: device (inside one allocation) or host.
 cudaError_t check_side(const void* p, size_t n, bool want_device, const char* what, const char* call) {
@@ -82,7 +95,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
     if (!m) return fail(cudaErrorMemoryAllocation, "cudaMalloc: out of (host) memory for " + std::to_string(bytes) + " bytes");
     std::memset(m, 0xFF, bytes);  // NaN in float and bf16: reading memory nothing wrote shows up
     std::lock_guard<std::mutex> lock(device().mu);
-    device().allocs[reinterpret_cast<uintptr_t>(m)] = {bytes, false};
+    device().allocs[reinterpret_cast<uintptr_t>(m)] = {bytes, false, current_device};
     *p = m;
     return cudaSuccess;
 }
@@ -103,7 +116,7 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) {
     void* m = ::operator new(std::max<size_t>(bytes, 1), std::align_val_t(256), std::nothrow);
     if (!m) return fail(cudaErrorMemoryAllocation, "cudaMallocHost: out of memory");
     std::lock_guard<std::mutex> lock(device().mu);
-    device().allocs[reinterpret_cast<uintptr_t>(m)] = {bytes, true};
+    device().allocs[reinterpret_cast<uintptr_t>(m)] = {bytes, true, current_device};
     *p = m;
     return cudaSuccess;
 }
@@ -193,20 +206,21 @@ const char* cudaGetErrorString(cudaError_t e) {
 const char* cudaGetErrorName(cudaError_t e) { return cudaGetErrorString(e); }
 
 cudaError_t cudaGetDeviceCount(int* n) {
-    *n = 1;
+    *n = device().device_count;
     return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int* d) {
-    *d = 0;
+    *d = current_device;
     return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int d) {
-    if (d != 0) return fail(cudaErrorInvalidDevice, "cudaSetDevice(" + std::to_string(d) + "): the emulation has one device");
+    if (cudaError_t e = check_device(d, "cudaSetDevice")) return e;
+    current_device = d;
     return cudaSuccess;
 }
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
-    if (d != 0) return fail(cudaErrorInvalidDevice, "cudaGetDeviceProperties: the emulation has one device");
+    if (cudaError_t e = check_device(d, "cudaGetDeviceProperties")) return e;
     std::memset(p, 0, sizeof *p);
     std::snprintf(p->name, sizeof p->name, "NVIDIA H100 80GB HBM3 (emulated)");
     p->totalGlobalMem = 80ull << 30;
@@ -228,7 +242,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
 }
 
 cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr attr, int d) {
-    if (d != 0) return fail(cudaErrorInvalidDevice, "cudaDeviceGetAttribute: the emulation has one device");
+    if (cudaError_t e = check_device(d, "cudaDeviceGetAttribute")) return e;
     switch (attr) {
         case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = (int)llmc::emu::kSharedOptinMax; return cudaSuccess;
         case cudaDevAttrMaxSharedMemoryPerBlock: *v = (int)llmc::emu::kSharedDefault; return cudaSuccess;
@@ -262,7 +276,7 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
     std::memset(a, 0, sizeof *a);
     const auto* al = device().find(p);
     a->type = !al ? cudaMemoryTypeUnregistered : al->second.host_pinned ? cudaMemoryTypeHost : cudaMemoryTypeDevice;
-    a->device = 0;
+    a->device = al ? al->second.device : current_device;
     a->devicePointer = al && !al->second.host_pinned ? const_cast<void*>(p) : nullptr;
     a->hostPointer = !al || al->second.host_pinned ? const_cast<void*>(p) : nullptr;
     return cudaSuccess;
