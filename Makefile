@@ -182,21 +182,22 @@ $(EMU_BINS): $(EMU_DIR)/%: %.cu $(EMU_LIB) $(EMU_HEADERS)
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(MPI_FLAGS) $(EMU_NCCL) -x c++ $< -x none $(EMU_LIB) -o $@ $(EMU_LDFLAGS) $(MPI_LIBS)
 emu: $(EMU_LAB_BINS) $(EMU_TEST_BINS) $(EMU_SELF_BINS) $(EMU_BINS)
 
-# Every emulated test and lab check, each kernel launch run under two schedules of the threads
-# (greedy-forward and greedy-reverse: llmc/cuda/emu/block.h) whose results must be bit-identical (a race or a missing barrier ends the
-# run naming the kernel), under AddressSanitizer + UBSan. The attention lab uses its --small matrix.
-# The whole-backend tests (hundreds of launches of kernels the labs already race-check) run under
-# one schedule, EMU_BACKEND_SCHEDULES.
+# scripts/gpu_check.sh against the emulated build (--emulate): every emulated test and lab check
+# (stage test), each kernel launch run under two schedules of the threads (greedy-forward and
+# greedy-reverse: llmc/cuda/emu/block.h) whose results must be bit-identical (a race or a missing
+# barrier ends the run naming the kernel), under AddressSanitizer + UBSan; the attention lab uses
+# its --small matrix. The whole-backend tests (hundreds of launches of kernels the labs already
+# race-check) run under one schedule, EMU_BACKEND_SCHEDULES. GPU_CHECK_EMU_PARTS picks the stages:
+# make test runs all but the FP32 stage (the whole FP32 emulated build and its runs, ~10 min on 2
+# cores; its first stage runs the FP32 test_cuda_model); `make test-emu GPU_CHECK_EMU_PARTS=all`
+# runs everything. The report: $(BUILD)/gpu_check_emu/report/report.txt.
 EMU_SCHEDULES ?= greedy-forward,greedy-reverse
 EMU_BACKEND_SCHEDULES ?= greedy-forward
-EMU_BACKEND_TESTS := test_cuda_model test_cuda_generate
+GPU_CHECK_EMU_PARTS ?= build,first,test,sanitize,labs,bench,train,e2e-small,e2e-d12
 test-emu: emu
-	@set -e; export LLMC_EMU_SCHEDULES=$(EMU_SCHEDULES) UBSAN_OPTIONS=print_stacktrace=1; \
-	for t in $(EMU_TEST_BINS); do s=$(EMU_SCHEDULES); case " $(EMU_BACKEND_TESTS) " in *" $$(basename $$t) "*) s=$(EMU_BACKEND_SCHEDULES);; esac; \
-	  echo "== emulated $$t (schedules $$s)"; LLMC_EMU_SCHEDULES=$$s $$t; done; \
-	for t in $(EMU_LAB_BINS); do small=""; [ "$$(basename $$t)" = attention_ls ] && small=--small; \
-	  echo "== emulated $$t --check $$small"; $$t --check $$small; done; \
-	echo "== emulated kernels: all checks passed under schedules $(EMU_SCHEDULES) (emulation, not a GPU) =="
+	EMU_SCHEDULES=$(EMU_SCHEDULES) EMU_BACKEND_SCHEDULES=$(EMU_BACKEND_SCHEDULES) \
+	  scripts/gpu_check.sh --emulate --part $(GPU_CHECK_EMU_PARTS) --out $(BUILD)/gpu_check_emu/report
+	@echo "== emulated: gpu_check.sh --emulate passed (stages $(GPU_CHECK_EMU_PARTS); emulation, not a GPU) =="
 
 # --- data ------------------------------------------------------------------------------------
 TS_DIR := data/shards/tinyshakespeare_gpt2
@@ -219,10 +220,14 @@ test:
 	$(MAKE) $(TS_DIR)/meta.json
 	@echo "== Catch2 (C++ CPU tests) =="
 	$(BUILD)/test_cpu
-	@echo "== emulated GPU kernels (make test-emu: ASan + UBSan, two schedules) =="
-	$(MAKE) test-emu
-	@echo "== pytest (data pipeline, end to end, emulation faults and mutants) =="
-	SHARED_DATA=$(abspath $(SHARED_DATA)) $(PYTHON) -m pytest -q data/tests test
+	@# The emulated GPU tests and pytest are each mostly one thread: on CI's 2 cores they run side by side.
+	@echo "== emulated GPU tests and kernels (make test-emu: scripts/gpu_check.sh --emulate; ASan + UBSan, two schedules) in the background, log $(BUILD)/test-emu.log =="
+	@$(MAKE) --no-print-directory test-emu >$(BUILD)/test-emu.log 2>&1 & emu=$$!; \
+	echo "== pytest (data pipeline, end to end, emulation faults and mutants) =="; \
+	SHARED_DATA=$(abspath $(SHARED_DATA)) $(PYTHON) -m pytest -q data/tests test; py=$$?; \
+	wait $$emu; emu_rc=$$?; \
+	echo "== make test-emu (from $(BUILD)/test-emu.log) =="; cat $(BUILD)/test-emu.log; \
+	if [ $$py -ne 0 ] || [ $$emu_rc -ne 0 ]; then echo "== FAILED: pytest exit $$py, make test-emu exit $$emu_rc =="; exit 1; fi
 	@echo "== all CPU tests passed; GPU kernels passed EMULATED (not on a GPU): $(EMU_LAB_BINS) $(EMU_TEST_BINS) =="
 	@echo "== GPU targets compiled (nvcc): $(GPU_LAB_BINS) $(GPU_TEST_BINS) train_gpt2_ls $(DIST_MATRIX) =="
 

@@ -23,11 +23,30 @@ struct LogitStats {
     std::vector<float> entropy;      // mean over query rows of the attention distribution's entropy (nats)
     float out_max_logit = 0.0f;      // max output-softmax logit over the batch (real vocabulary only)
     float out_mean_lse = 0.0f;       // mean over positions of logsumexp(output logits)
+    // Near/far statistics (issue 16). Key j of query i (j <= i, visible to the head) is "near" when
+    // its distance i - j < N, else "far"; N = near_distance, or the model's window P when that is 0
+    // (near_or). Empty when the backend does not compute them (Backend::has_near_far_stats; CUDA).
+    int near_distance = 0;                // input set by the caller before forward; 0 = window P
+    std::vector<float> near_mass;         // mean over query rows of the softmax probability on near keys
+                                          //   (far mass = 1 - near_mass)
+    std::vector<float> near_max_logit;    // max pre-softmax logit over near keys (as max_logit: after
+    std::vector<float> far_max_logit;     //   QK-norm, before soft-cap) / over far keys; -inf: no far key
+    int near_or(int window) const { return near_distance > 0 ? near_distance : window; }
+    bool has_near_far() const { return !near_mass.empty(); }
+    // Sizes the per-head vectors for L x NH; the near/far ones are emptied (resize_near fills them).
     void resize(int L, int NH) {
         num_layers = L; num_heads = NH;
         max_logit.assign((size_t)L * NH, 0.0f);
         min_logit.assign((size_t)L * NH, 0.0f);
         entropy.assign((size_t)L * NH, 0.0f);
+        near_mass.clear();
+        near_max_logit.clear();
+        far_max_logit.clear();
+    }
+    void resize_near(int L, int NH) {
+        near_mass.assign((size_t)L * NH, 0.0f);
+        near_max_logit.assign((size_t)L * NH, 0.0f);
+        far_max_logit.assign((size_t)L * NH, 0.0f);
     }
     float overall_max() const {
         float m = max_logit.empty() ? 0.0f : max_logit[0];
@@ -70,6 +89,8 @@ public:
                                   float z_loss_weight, LogitStats* stats) = 0;
     // Logits of the last forward, (B, T, Vp) fp32 on the host; entries [V, Vp) are meaningless.
     virtual const float* logits() = 0;
+    // Whether forward fills LogitStats' near/far vectors (honouring stats->near_distance).
+    virtual bool has_near_far_stats() const { return false; }
 
     virtual void zero_grad() = 0;
     // Backward of the last forward; ADDS grad_scale * d(objective)/d(params) into the gradients
@@ -94,6 +115,16 @@ public:
     virtual void kv_begin(int /*B*/, int /*max_len*/) { throw std::logic_error(std::string(name()) + " backend has no KV cache"); }
     virtual const float* kv_forward(const int* /*tokens*/, int /*n*/) { throw std::logic_error(std::string(name()) + " backend has no KV cache"); }
     virtual size_t kv_cache_bytes() const { return 0; }
+
+    // --- attention maps (--eval-only --dump-attention; llmc/attention_dump.h) ---
+    // attention_probs: after a forward, the attention probabilities of head `head` of layer `layer`
+    // for sequence b of that batch, (T, T) fp32 on the host, row = query i, column = key j, as the
+    // forward used them (after QK-norm and soft-capping); masked entries 0, each row sums to 1.
+    // Only backends with has_attention_probs() (the CPU one) implement it.
+    virtual bool has_attention_probs() const { return false; }
+    virtual void attention_probs(int /*layer*/, int /*head*/, int /*b*/, float* /*probs*/) {
+        throw std::logic_error(std::string(name()) + " backend has no attention_probs");
+    }
 
     // --- what the console line and metrics report beside the loss (0 = not applicable) ---
     // Peak dense bf16 tensor-core rate of the device in FLOP/s (for MFU), and device memory in use.

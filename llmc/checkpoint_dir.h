@@ -234,16 +234,20 @@ inline std::optional<LoadedCheckpoint> load_newest_checkpoint(const std::string&
 // Keeps the newest `keep` complete checkpoints (keep <= 0 keeps all) and deletes the older
 // complete ones, plus leftovers of unfinished saves older than the newest complete step (a
 // crashed run's). Never touches protect_step (the one just written) nor anything newer than
-// the newest complete step (a save in progress). A step's marker is removed before its files,
-// so a crash mid-prune leaves an unmarked step, never a marked incomplete one.
-inline void prune_checkpoints(const std::string& dir, int keep, int protect_step = -1) {
+// the newest complete step (a save in progress), nor the steps in `pinned` (the logit alarm's
+// checkpoints, llmc/logit_alarm.h; they do not count toward `keep`). A step's marker is removed
+// before its files, so a crash mid-prune leaves an unmarked step, never a marked incomplete one.
+inline void prune_checkpoints(const std::string& dir, int keep, int protect_step = -1,
+                              const std::vector<int>& pinned = {}) {
     if (keep <= 0) return;
     std::vector<int> complete = complete_steps(dir);
     if (complete.empty()) return;
     const int newest = complete.back();
+    auto is_pinned = [&](int step) { return std::find(pinned.begin(), pinned.end(), step) != pinned.end(); };
+    complete.erase(std::remove_if(complete.begin(), complete.end(), is_pinned), complete.end());
     const size_t first_kept = complete.size() > (size_t)keep ? complete.size() - (size_t)keep : 0;
     auto kept = [&](int step) {
-        if (step == protect_step || step >= newest) return true;
+        if (step == protect_step || step >= newest || is_pinned(step)) return true;
         for (size_t i = first_kept; i < complete.size(); i++)
             if (complete[i] == step) return true;
         return false;

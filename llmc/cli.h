@@ -69,12 +69,22 @@ public:
         a.add_option("--keep-checkpoints", c.keep_checkpoints, "keep the newest K checkpoints (0 = all)")->capture_default_str();
         // statistics, spikes
         a.add_option("--logit-stats-every", c.logit_stats_every, "write attention-logit statistics every N steps (0 = never)")->capture_default_str();
+        o_near_ = a.add_option("--near", near_,
+                               "N: logit statistics split keys at distance i-j < N (near) vs >= N (far), for every head "
+                               "(default: the model's --window P; CPU backend only)");
         a.add_option("--skip-spikes", c.skip_spikes, "skip updates whose loss or grad-norm z-score exceeds Z (0 = never)")->capture_default_str();
         a.add_option("--spike-window", c.spike_window, "W: steps in the spike detector's moving window")->capture_default_str();
         a.add_option("--spike-z", c.spike_z, "z-score above which a step is logged as a spike")->capture_default_str();
+        a.add_option("--qk-clip", c.qk_clip, "QK-Clip: after each step, scale the q and k projections of every head whose max logit S exceeded TAU by sqrt(TAU/S) (0 = off)")->capture_default_str();
+        a.add_option("--logit-alarm", c.logit_alarm, "flag a step whose max attention logit has z-score > Z over the last --spike-window steps; checkpoint it (0 = off)")->capture_default_str();
+        a.add_option("--logit-alarm-above", c.logit_alarm_above, "flag a step whose max attention logit exceeds X; checkpoint it (0 = off)")->capture_default_str();
+        a.add_option("--logit-alarm-cooldown", c.logit_alarm_cooldown, "at most one logit-alarm checkpoint per N steps")->capture_default_str();
         // modes, machine
         a.add_flag("--eval-only", c.eval_only, "load -e, report the mean loss over -j, and exit");
         a.add_option("--dump-logits", c.dump_logits, "--eval-only: write the first batch's logits, raw float32 (B, T, V)");
+        a.add_option("--dump-attention", c.dump_attention,
+                     "--eval-only: write the attention probabilities of heads L:H[,L:H...] for the first sequence "
+                     "to -o DIR/attn_L<l>_H<h>.npy, float32 (T, T) (CPU backend)");
         a.add_option("--device", c.device, "auto | cpu | cuda")->capture_default_str();
         a.add_option("--threads", c.threads, "OpenMP threads (0 = OpenMP's default)")->capture_default_str();
         // data parallelism (docs/multigpu.md); the launch flags are per process, so not in config files
@@ -116,6 +126,7 @@ public:
         o.qk_norm = o_qknorm_->count() > 0;
         o.untie_embeddings = o_untie_->count() > 0;
         cfg_.val_batches_given = o_val_batches_->count() > 0;
+        if (o_near_->count()) cfg_.near = near_;
         return -1;
     }
 
@@ -142,6 +153,8 @@ private:
     TrainConfig cfg_;
     int layers_ = 0, channels_ = 0, heads_ = 0, global_heads_ = 0, window_ = 0, vocab_ = 0, max_seq_len_ = 0;
     float softcap_ = 0.0f;
+    int near_ = 0;                     // --near, copied into cfg_.near when given
+    CLI::Option* o_near_ = nullptr;
     CLI::Option *o_layers_, *o_channels_, *o_heads_, *o_global_, *o_window_, *o_vocab_, *o_maxT_,
         *o_softcap_, *o_qknorm_, *o_untie_, *o_val_batches_;
 };

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -82,28 +83,38 @@ inline void truncate_jsonl_after_step(const std::string& path, long max_step) {
 }
 
 // One logit_stats.jsonl record: the attention-logit statistics of step `step` (L x NH entries in
-// layer-major order) and the output-softmax statistics.
+// layer-major order) and the output-softmax statistics. The near/far fields ("near" and per head
+// "near_mass", "near_max", "far_max") only when the backend computed them (s.has_near_far()).
 inline nlohmann::ordered_json logit_stats_record(long step, const LogitStats& s, const ModelConfig& cfg) {
+    const bool near_far = s.has_near_far();
     nlohmann::ordered_json heads = nlohmann::ordered_json::array();
     for (int l = 0; l < s.num_layers; l++) {
         for (int h = 0; h < s.num_heads; h++) {
             const size_t i = (size_t)l * s.num_heads + h;
-            heads.push_back({{"layer", l},
-                             {"head", h},
-                             {"global", !cfg.is_local_head(h)},
-                             {"max", json_float(s.max_logit[i])},
-                             {"min", json_float(s.min_logit[i])},
-                             {"entropy", json_float(s.entropy[i])}});
+            nlohmann::ordered_json a = {{"layer", l},
+                                        {"head", h},
+                                        {"global", !cfg.is_local_head(h)},
+                                        {"max", json_float(s.max_logit[i])},
+                                        {"min", json_float(s.min_logit[i])},
+                                        {"entropy", json_float(s.entropy[i])}};
+            if (near_far) {
+                a["near_mass"] = json_float(s.near_mass[i]);
+                a["near_max"] = json_float(s.near_max_logit[i]);
+                a["far_max"] = json_float(s.far_max_logit[i]);  // null: the head had no far key
+            }
+            heads.push_back(std::move(a));
         }
     }
-    return {{"step", step},
-            {"num_layers", s.num_layers},
-            {"num_heads", s.num_heads},
-            {"global_heads", cfg.global_heads},
-            {"window", cfg.window},
-            {"attn", heads},
-            {"out_max_logit", json_float(s.out_max_logit)},
-            {"out_mean_lse", json_float(s.out_mean_lse)}};
+    nlohmann::ordered_json rec = {{"step", step},
+                                  {"num_layers", s.num_layers},
+                                  {"num_heads", s.num_heads},
+                                  {"global_heads", cfg.global_heads},
+                                  {"window", cfg.window}};
+    if (near_far) rec["near"] = s.near_or(cfg.window);
+    rec["attn"] = std::move(heads);
+    rec["out_max_logit"] = json_float(s.out_max_logit);
+    rec["out_mean_lse"] = json_float(s.out_mean_lse);
+    return rec;
 }
 
 }  // namespace llmc

@@ -59,12 +59,18 @@ struct TrainConfig {
     int keep_checkpoints = 3;           // --keep-checkpoints K (0 = keep all)
     // statistics, spikes
     int logit_stats_every = 1;          // --logit-stats-every N (0 = never write logit_stats.jsonl)
+    std::optional<int> near;            // --near N  near/far split distance of the logit statistics (unset = window P)
     float skip_spikes = 0.0f;           // --skip-spikes Z  skip updates with z-score > Z (0 = never)
     int spike_window = 100;             // --spike-window W
     float spike_z = 6.0f;               // --spike-z  z-score above which a step is logged as a spike
+    float qk_clip = 0.0f;               // --qk-clip TAU  rescale q/k projections of heads whose max logit > TAU (0 = off)
+    float logit_alarm = 0.0f;           // --logit-alarm Z  flag a max attention logit z-score > Z (0 = off)
+    float logit_alarm_above = 0.0f;     // --logit-alarm-above X  flag a max attention logit > X (0 = off)
+    int logit_alarm_cooldown = 100;     // --logit-alarm-cooldown N  at most one alarm checkpoint per N steps
     // modes, machine
     bool eval_only = false;             // --eval-only
     std::string dump_logits;            // --dump-logits FILE
+    std::string dump_attention;         // --dump-attention L:H[,L:H...]  (llmc/attention_dump.h)
     std::string device = "auto";        // --device auto | cpu | cuda
     int threads = 0;                    // --threads (0 = OpenMP default)
     // data parallelism (docs/multigpu.md)

@@ -36,6 +36,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "attention_dump.h"
 #include "backend.h"
 #include "checkpoint.h"
 #include "checkpoint_dir.h"
@@ -43,8 +44,10 @@
 #include "dataloader.h"
 #include "error.h"
 #include "flops.h"
+#include "logit_alarm.h"
 #include "metrics.h"
 #include "model_config.h"
+#include "qk_clip.h"
 #include "rng.h"
 #include "sampler.h"
 #include "schedule.h"
@@ -159,6 +162,7 @@ inline void validate_train_flags(const TrainConfig& c) {
         std::snprintf(buf, sizeof buf, "%g", v);
         return std::string(buf);
     };
+    check_dump_attention_flags(c);  // --dump-attention: --eval-only, -o, not --device cuda, its syntax
     if (c.eval_only) {
         if (c.val_data.empty()) fail("--eval-only needs -j VAL_GLOB, the shards to evaluate on");
     } else {
@@ -192,9 +196,14 @@ inline void validate_train_flags(const TrainConfig& c) {
     if (c.checkpoint_every > 0 && c.output_dir.empty()) fail("-n needs -o DIR to write checkpoints into");
     if (c.keep_checkpoints < 0) fail("--keep-checkpoints must be >= 0 (0 = keep all)");
     if (c.logit_stats_every < 0) fail("--logit-stats-every must be >= 0 (0 = never)");
+    if (c.near && *c.near < 1) fail("--near must be >= 1 (got " + s(*c.near) + "); drop it to split at the model's --window");
     if (!(c.skip_spikes >= 0)) fail("--skip-spikes must be >= 0 (0 = never skip)");
     if (c.spike_window < 2) fail("--spike-window must be >= 2 (got " + s(c.spike_window) + ")");
     if (!(c.spike_z > 0)) fail("--spike-z must be > 0");
+    if (!(c.qk_clip >= 0)) fail("--qk-clip must be >= 0 (0 = off; e.g. 100, Kimi K2's threshold)");
+    if (!(c.logit_alarm >= 0)) fail("--logit-alarm must be >= 0 (0 = off; e.g. 6, a z-score)");
+    if (!(c.logit_alarm_above >= 0)) fail("--logit-alarm-above must be >= 0 (0 = off)");
+    if (c.logit_alarm_cooldown < 1) fail("--logit-alarm-cooldown must be >= 1 (steps between alarm checkpoints)");
     if (c.threads < 0) fail("--threads must be >= 0 (0 = OpenMP's default)");
     if (c.shuffle != 0 && c.shuffle != 1) fail("--shuffle must be 0 or 1");
     if (c.zero_stage != 0 && c.zero_stage != 1) fail("-z/--zero-stage must be 0 or 1 (got " + s(c.zero_stage) + ")");
@@ -211,6 +220,9 @@ inline int validate_run(const TrainConfig& c, const ModelConfig& m, int data_voc
         throw InputError("the model's vocabulary " + std::to_string(m.vocab_size) + " is smaller than the data's " +
                          std::to_string(data_vocab) + " (from " + vocab_source + "); use --vocab >= " +
                          std::to_string(data_vocab) + " or drop --vocab");
+    if (c.qk_clip > 0 && m.qk_norm)
+        throw InputError("--qk-clip with --qk-norm: QK-norm normalizes q and k, so scaling their projections changes "
+                         "no logit; use one of the two");
     const long per_micro = (long)c.batch_size * c.seq_len * c.world_size;
     if (c.total_batch_size == -1) return 1;
     if (c.total_batch_size % per_micro != 0)
@@ -251,7 +263,10 @@ inline nlohmann::ordered_json train_config_json(const TrainConfig& c) {
             {"sample_every", c.sample_every}, {"gen_tokens", c.gen_tokens}, {"temperature", c.temperature},
             {"checkpoint_every", c.checkpoint_every}, {"resume", c.resume},
             {"keep_checkpoints", c.keep_checkpoints}, {"logit_stats_every", c.logit_stats_every},
+            {"near", c.near ? nlohmann::ordered_json(*c.near) : nlohmann::ordered_json(nullptr)},
             {"skip_spikes", c.skip_spikes}, {"spike_window", c.spike_window}, {"spike_z", c.spike_z},
+            {"qk_clip", c.qk_clip}, {"logit_alarm", c.logit_alarm}, {"logit_alarm_above", c.logit_alarm_above},
+            {"logit_alarm_cooldown", c.logit_alarm_cooldown},
             {"device", c.device}, {"threads", c.threads}, {"world_size", c.world_size},
             {"zero_stage", c.zero_stage}};
 }
@@ -275,11 +290,17 @@ inline void merge_logit_stats(LogitStats& acc, const LogitStats& s, int index, i
             acc.min_logit[i] = std::min(acc.min_logit[i], s.min_logit[i]);
             acc.entropy[i] += s.entropy[i];
         }
+        for (size_t i = 0; i < acc.near_mass.size() && i < s.near_mass.size(); i++) {  // near/far: mean, max, max
+            acc.near_mass[i] += s.near_mass[i];
+            acc.near_max_logit[i] = std::max(acc.near_max_logit[i], s.near_max_logit[i]);
+            acc.far_max_logit[i] = std::max(acc.far_max_logit[i], s.far_max_logit[i]);
+        }
         acc.out_max_logit = std::max(acc.out_max_logit, s.out_max_logit);
         acc.out_mean_lse += s.out_mean_lse;
     }
     if (index == count - 1 && count > 1) {
         for (float& e : acc.entropy) e /= count;
+        for (float& m : acc.near_mass) m /= count;
         acc.out_mean_lse /= count;
     }
 }
@@ -303,11 +324,24 @@ inline void reduce_logit_stats(Collective& comm, LogitStats& s) {
     comm.all_reduce(s.max_logit.data(), s.max_logit.size(), ReduceOp::Max);
     comm.all_reduce(s.min_logit.data(), s.min_logit.size(), ReduceOp::Min);
     comm.all_reduce(s.entropy.data(), s.entropy.size(), ReduceOp::Avg);
+    if (s.has_near_far()) {  // every rank runs the same backend: all have them or none
+        comm.all_reduce(s.near_mass.data(), s.near_mass.size(), ReduceOp::Avg);
+        comm.all_reduce(s.near_max_logit.data(), s.near_max_logit.size(), ReduceOp::Max);
+        comm.all_reduce(s.far_max_logit.data(), s.far_max_logit.size(), ReduceOp::Max);
+    }
     float outs[2] = {s.out_max_logit, s.out_mean_lse};
     comm.all_reduce(&outs[0], 1, ReduceOp::Max);
     comm.all_reduce(&outs[1], 1, ReduceOp::Avg);
     s.out_max_logit = outs[0];
     s.out_mean_lse = outs[1];
+}
+
+// --near needs a backend that computes the near/far statistics (the CPU one; the CUDA kernels do
+// not yet, and a CUDA run's records simply omit them).
+inline void check_near_supported(const TrainConfig& c, const Backend& b) {
+    if (c.near && !b.has_near_far_stats())
+        throw InputError(std::string("--near: the ") + b.name() +
+                         " backend does not compute near/far attention statistics yet; use --device cpu or drop --near");
 }
 
 // -y 1 with several ranks: each rank loads the newest complete checkpoint it can (a damaged
@@ -329,6 +363,22 @@ inline std::optional<LoadedCheckpoint> load_agreed_checkpoint(const std::string&
     }
 }
 
+// QK-Clip after a step (llmc/qk_clip.h): scales the q/k projections of the heads whose max logit
+// exceeded tau, in the backend's weights and, with ZeRO-1, in this rank's master shard (which the
+// next step's all-gather publishes). params_buf is scratch. Returns the clipped heads.
+inline std::vector<ClippedHead> apply_qk_clip(float tau, const LogitStats& s, const ModelConfig& m, Backend& model,
+                                              Zero1Optimizer* zero, std::vector<float>& params_buf) {
+    std::vector<ClippedHead> heads = qk_clip_heads(s, tau);
+    if (heads.empty()) return heads;
+    const std::vector<ParamScale> scales = qk_clip_scales(m, heads);
+    params_buf.resize(model.num_params());
+    model.get_params(params_buf.data());
+    apply_param_scales(params_buf.data(), 0, params_buf.size(), scales);
+    model.set_params(params_buf.data());
+    if (zero) apply_param_scales(zero->master(), zero->range().begin, zero->range().size(), scales);
+    return heads;
+}
+
 inline int64_t val_batch_count(const TrainConfig& c, const DataLoader& val, bool all_by_default) {
     const int64_t avail = val.batches_per_epoch();
     if (c.val_batches == -1 || (all_by_default && !c.val_batches_given)) return avail;
@@ -346,6 +396,20 @@ inline std::string fmt(const char* f, double v) {
     char buf[64];
     std::snprintf(buf, sizeof buf, f, v);
     return buf;
+}
+
+// The console line and the metrics entry of a logit alarm.
+inline std::string logit_alarm_line(int step, const LogitAlarmEvent& e, int window, const std::string& checkpoint) {
+    std::string line = "logit alarm at step " + std::to_string(step) + ": layer " + std::to_string(e.layer) + " head " +
+                       std::to_string(e.head) + " max logit " + fmt("%.4g", e.value);
+    if (e.by_z) line += " (z " + fmt("%.3g", e.z) + " over the last " + std::to_string(window) + " steps)";
+    if (e.by_above) line += " (above --logit-alarm-above)";
+    if (!checkpoint.empty()) line += " -> checkpoint " + checkpoint;
+    return line;
+}
+inline nlohmann::ordered_json logit_alarm_json(const LogitAlarmEvent& e) {
+    return {{"layer", e.layer}, {"head", e.head}, {"value", json_float(e.value)}, {"z", json_float(e.z)},
+            {"by_z", e.by_z}, {"by_above", e.by_above}, {"checkpoint", e.checkpoint}};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -387,6 +451,12 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
         }
     }
     SpikeDetector loss_spikes(cfg.spike_window), norm_spikes(cfg.spike_window);
+    LogitAlarmConfig alarm_cfg;
+    alarm_cfg.z = cfg.logit_alarm;
+    alarm_cfg.above = cfg.logit_alarm_above;
+    alarm_cfg.cooldown = cfg.logit_alarm_cooldown;
+    alarm_cfg.window = cfg.spike_window;
+    LogitAlarm alarm(alarm_cfg);
     Rng sample_rng(cfg.seed ^ 0x53414D504C45ull);  // "SAMPLE"
     int start_step = 0;
     if (resume) {
@@ -394,6 +464,8 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
         train.restore(LoaderState::from_vector(st.loader));
         size_t pos = loss_spikes.from_vector(st.extra, 0);
         pos = norm_spikes.from_vector(st.extra, pos);
+        if (pos < st.extra.size() && st.extra[pos] == LogitAlarm::kStateTag)  // a run with the logit alarm
+            pos = alarm.from_vector(st.extra, pos);
         if (pos != st.extra.size() || st.rng.size() != 1)
             throw InputError(state_path(out, resume->step, cfg.rank) +
                              ": unexpected loop-state layout; it was written by another version, start a fresh run");
@@ -403,6 +475,7 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
 
     // 3. the model
     std::unique_ptr<Backend> model = make_backend(model_cfg);
+    check_near_supported(cfg, *model);
     const std::string device_name = model->device_description();
     const size_t n_params = model->num_params();
     if (resume) {
@@ -529,12 +602,16 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
         st.rng = {sample_rng.state()};
         st.loader = train.state().to_vector();
         st.extra = spikes_to_vector(loss_spikes, norm_spikes);
+        if (alarm_cfg.on() || !alarm.checkpoint_steps().empty()) {
+            const std::vector<double> a = alarm.to_vector();
+            st.extra.insert(st.extra.end(), a.begin(), a.end());
+        }
         if (main_rank) save_model_checkpoint(model_path(out, step), model_cfg, params_buf.data(), step);
         save_train_state(state_path(out, step, cfg.rank), model_cfg, st);
         comm.barrier();  // every rank's files exist before the marker
         if (main_rank) {
             write_done_marker(out, step, cfg.world_size);
-            prune_checkpoints(out, cfg.keep_checkpoints, step);
+            prune_checkpoints(out, cfg.keep_checkpoints, step, alarm.checkpoint_steps());
         }
     };
     const double flops_token = flops_per_token(model_cfg, T), peak = model->peak_flops();
@@ -546,6 +623,7 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
     }
 
     LogitStats mb_stats, step_stats;
+    mb_stats.near_distance = cfg.near.value_or(0);  // 0: the model's window
     for (int step = start_step; step < max_steps;) {
         const auto t0 = std::chrono::steady_clock::now();
         model->zero_grad();
@@ -588,9 +666,14 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
                 model->adamw_update(hyper, step + 1, clip);
             }
         }
+        // QK-Clip after every step (also a skipped one: the logits exceeded TAU on the current weights)
+        const std::vector<ClippedHead> clipped =
+            cfg.qk_clip > 0 ? apply_qk_clip(cfg.qk_clip, step_stats, model_cfg, *model, zero.get(), params_buf)
+                            : std::vector<ClippedHead>{};
         loss_spikes.push(loss);
         norm_spikes.push(norm);
         step++;
+        const LogitAlarmEvent alarm_event = alarm_cfg.on() ? alarm.observe(step, step_stats) : LogitAlarmEvent{};
         const double ms_step =
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         const double tok_s = (double)B * T * accum * cfg.world_size / (ms_step / 1000.0);
@@ -613,6 +696,10 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
         if (nonfinite) line += " | SKIPPED: non-finite loss or norm";
         else if (skip_spike) line += " | SKIPPED: spike (z loss " + fmt("%.1f", loss_z) + ", norm " + fmt("%.1f", norm_z) + ")";
         else if (spike) line += " | spike (z loss " + fmt("%.1f", loss_z) + ", norm " + fmt("%.1f", norm_z) + ")";
+        if (!clipped.empty()) line += " | qk-clip " + std::to_string(clipped.size()) + " head(s)";
+        const bool alarm_checkpoint = alarm_event.checkpoint && !out.empty();
+        if (alarm_event.flagged)
+            line += "\n" + logit_alarm_line(step, alarm_event, cfg.spike_window, alarm_checkpoint ? model_path(out, step) : "");
         if (main_rank) {
             std::printf("%s\n", line.c_str());
             std::fflush(stdout);
@@ -633,6 +720,13 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
                               {"skipped_nonfinite", nonfinite},
                               {"skipped_spike", skip_spike}};
         if (val_loss) rec["val_loss"] = json_float(*val_loss);
+        if (cfg.qk_clip > 0) {
+            nlohmann::ordered_json heads = nlohmann::ordered_json::array();
+            for (const ClippedHead& c : clipped) heads.push_back({c.layer, c.head});
+            rec["qk_clip_heads"] = clipped.size();
+            rec["qk_clipped"] = heads;  // [[layer, head], ...]
+        }
+        if (alarm_event.flagged) rec["logit_alarm"] = logit_alarm_json(alarm_event);
         if (mfu >= 0) {
             rec["mfu"] = mfu;
             rec["device_memory_bytes"] = model->device_memory_used();
@@ -647,7 +741,8 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
                         safe_printable(tokenizer.decode(gen.data(), gen.size())).c_str());
             std::fflush(stdout);
         }
-        if (!out.empty() && ((cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0) || step == max_steps))
+        if (!out.empty() && ((cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0) || step == max_steps ||
+                             alarm_checkpoint))
             save_checkpoint(step);
     }
     return 0;
@@ -665,12 +760,17 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
     const int data_vocab = data_vocab_size(cfg.val_data, &vocab_source);
     ModelSetup ms = resolve_model(cfg, data_vocab);
     validate_run(cfg, ms.config, data_vocab, vocab_source);
+    std::vector<DumpHead> dump_heads;  // --dump-attention
+    if (!cfg.dump_attention.empty()) dump_heads = parse_dump_attention(cfg.dump_attention);
+    check_dump_attention_heads(dump_heads, ms.config);
+    std::vector<std::string> dump_paths;
     const int B = cfg.batch_size, T = cfg.seq_len, V = ms.config.vocab_size, Vp = ms.config.padded_vocab_size;
     DataLoader val(cfg.val_data, B, T, cfg.rank, cfg.world_size, false, cfg.seed, V, RankSplit::Rows);
     const int64_t batches = val_batch_count(cfg, val, true);
 
     std::unique_ptr<Backend> model = make_backend(ms.config);
     const std::string device_name = model->device_description();
+    if (!dump_heads.empty()) check_dump_attention_backend(*model);
     model->set_params(ms.init->params.data());
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
     double sum = 0.0;
@@ -685,6 +785,8 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
                 bytes.append(reinterpret_cast<const char*>(lg + r * Vp), (size_t)V * sizeof(float));
             write_file_atomic(cfg.dump_logits, bytes.data(), bytes.size());
         }
+        if (i == 0 && main_rank && !dump_heads.empty())  // sequence 0's (T, T) attention probabilities per head
+            dump_paths = write_attention_dumps(*model, dump_heads, T, cfg.output_dir);
     }
     const double loss = comm.all_reduce_double(sum / (double)batches, ReduceOp::Avg);  // the ranks' rows
     if (!main_rank) return 0;
@@ -696,6 +798,8 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
                 cfg.val_data.c_str());
     if (!cfg.dump_logits.empty())
         std::printf("wrote the first batch's logits (%d, %d, %d) float32 to %s\n", B, T, V, cfg.dump_logits.c_str());
+    for (const std::string& p : dump_paths)
+        std::printf("wrote the attention probabilities (%d, %d) float32 of the first sequence to %s\n", T, T, p.c_str());
     if (!cfg.output_dir.empty()) {
         std::error_code ec;
         std::filesystem::create_directories(cfg.output_dir, ec);

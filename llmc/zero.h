@@ -44,6 +44,9 @@ public:
           grad_(range_.chunk, 0.0f) {}
 
     const ShardRange& range() const { return range_; }
+    // This rank's master weights, elements [range().begin, range().end) of the flat vector, for edits
+    // between steps (QK-Clip, llmc/qk_clip.h); the next step_and_gather publishes them.
+    float* master() { return master_.data(); }
     // Length of a padded full vector (world * chunk >= n) for reduce-scatter / all-gather.
     size_t padded_total() const { return range_.chunk * (size_t)world_; }
 

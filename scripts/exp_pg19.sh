@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The paper's setting on PG-19 (arXiv 2505.15548): SentencePiece 10K vocabulary; 6 layers, C = 192,
 # 6 heads of 32, T = 2048; AdamW lr 6e-4, betas 0.9/0.95, weight decay 0.1, clip 1.0, warmup 2000.
-# Five variants, one run each, then plots and a summary table (scripts/plot_run.py):
+# Six variants, one run each, then plots and a summary table (scripts/plot_run.py):
 #   mhsa          plain MHSA (G = 6)
 #   ls            LS-attention: 5 local heads (P = 50) + 1 global
 #   mhsa_qknorm   MHSA + QK-norm
 #   mhsa_zloss    MHSA + z-loss 1e-4
 #   mhsa_softcap  MHSA + attention soft-cap c = 50 (Gemma 2's value)
+#   mhsa_qkclip   MHSA + QK-Clip tau = 100 (Kimi K2's threshold)
 #
 #   scripts/exp_pg19.sh [--out DIR] [--data DIR] [--source DIR] [--steps N | --tokens N]
 #                       [--batch B] [--total-batch D] [--device auto|cpu|cuda] [--np N]
@@ -40,9 +41,10 @@ TOTAL=32768
 DEVICE=auto
 NP=1
 THREADS=0
-VARIANTS="mhsa ls mhsa_qknorm mhsa_zloss mhsa_softcap"
+VARIANTS="mhsa ls mhsa_qknorm mhsa_zloss mhsa_softcap mhsa_qkclip"
 SMOKE=0
 SOFTCAP=50
+QKCLIP=100
 WINDOW=50
 # the paper's model and optimizer (ls-small preset = 6 layers, C 192, 6 heads, maxT 2048)
 MODEL=(-e ls-small --layers 6 --channels 192 --heads 6 --max-seq-len 2048)
@@ -105,8 +107,8 @@ if [[ -n $TOKENS ]]; then
   STEPS=$(( TOKENS / TOTAL )); (( STEPS >= 1 )) || die "--tokens $TOKENS is less than one step of $TOTAL tokens"
 fi
 for v in $VARIANTS; do
-  case $v in mhsa|ls|mhsa_qknorm|mhsa_zloss|mhsa_softcap) ;;
-    *) die "unknown variant '$v'; pick from: mhsa ls mhsa_qknorm mhsa_zloss mhsa_softcap" ;; esac
+  case $v in mhsa|ls|mhsa_qknorm|mhsa_zloss|mhsa_softcap|mhsa_qkclip) ;;
+    *) die "unknown variant '$v'; pick from: mhsa ls mhsa_qknorm mhsa_zloss mhsa_softcap mhsa_qkclip" ;; esac
 done
 
 # -- data: PG-19 with a SentencePiece BPE vocabulary ------------------------------------------------
@@ -123,6 +125,7 @@ variant_flags() {
     mhsa_qknorm) echo "--global-heads 6 --qk-norm" ;;
     mhsa_zloss) echo "--global-heads 6 --z-loss 1e-4" ;;
     mhsa_softcap) echo "--global-heads 6 --attn-softcap $SOFTCAP" ;;
+    mhsa_qkclip) echo "--global-heads 6 --qk-clip $QKCLIP" ;;
   esac
 }
 

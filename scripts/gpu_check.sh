@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
 # The one GPU verification script (GUIDE section 5). On a machine with an NVIDIA GPU, from anywhere:
 #
-#   scripts/gpu_check.sh [--part PARTS] [--out DIR]
+#   scripts/gpu_check.sh [--part PARTS] [--out DIR] [--emulate]
+#
+# --emulate (or GPU_CHECK_EMULATE=1): the same stages against the emulated build (build/emu,
+# build/emu-fp32: docs/emulation.md) on a machine without a GPU, so the script itself is tested
+# (`make test` runs it). What cannot mean anything there is SKIPPED with its reason: the kernel
+# timing tables (they would time the emulator; minutes per lab at production shapes), the PyTorch
+# peer benchmarks and the end-to-end comparison (they need torch with CUDA and a GPU). The
+# sanitize stage runs the same attention shapes under the emulation's AddressSanitizer + UBSan and
+# its two-schedule race check instead of compute-sanitizer; the train stage a small model (L 2,
+# C 64, hd 32, T 64, 12 steps) on a small synthetic language instead of the paper model at T 2048.
+# Its results are "emulated", never "GPU": the report says so in its device line.
 #
 # PARTS: comma-separated stage names or group numbers (default: all). Groups are sized to fit one
 # 10-minute call of the lent GPU machine each; the build stays in build/ between calls on the same
@@ -35,16 +45,18 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 parts=all
-report_dir=${OUT:-out/gpu_check}
+report_dir=""
 while [ $# -gt 0 ]; do
     case $1 in
         --part|--parts) parts=${2:?--part needs a value}; shift 2 ;;
         --out) report_dir=${2:?--out needs a directory}; shift 2 ;;
+        --emulate) GPU_CHECK_EMULATE=1; shift ;;
         -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 0 ;;
         *) echo "error: unknown argument '$1'; use --part PARTS and --out DIR (see --help)" >&2; exit 2 ;;
     esac
 done
 
+emulate=${GPU_CHECK_EMULATE:-0}
 stages=()
 IFS=',' read -ra wanted <<<"$parts"
 for p in "${wanted[@]}"; do
@@ -61,9 +73,17 @@ for p in "${wanted[@]}"; do
     esac
 done
 
-mkdir -p "$report_dir" build/gpu_check/logs
+if [ "$emulate" = 1 ]; then
+    work=build/gpu_check_emu   # never mixed with a real GPU's results
+    bf16_dir=build/emu fp32_dir=build/emu-fp32 trainer=build/emu/train_gpt2_ls
+    report_dir=${report_dir:-out/gpu_check_emu}
+else
+    work=build/gpu_check
+    bf16_dir=build fp32_dir=build/fp32 trainer=./train_gpt2_ls
+    report_dir=${report_dir:-${OUT:-out/gpu_check}}
+fi
+mkdir -p "$report_dir" "$work/logs"
 report_dir=$(cd "$report_dir" && pwd)
-work=build/gpu_check
 results=$work/results.tsv   # name<TAB>status<TAB>seconds<TAB>log, one line per step, latest run wins
 touch "$results"
 arch=${CUDA_ARCH:-90}
@@ -85,7 +105,7 @@ fi
 py_needed=""
 for s in "${stages[@]}"; do
     case $s in
-        bench|e2e-small|e2e-d12) py_needed="$py_needed numpy torch tqdm tiktoken" ;;
+        bench|e2e-small|e2e-d12) [ "$emulate" = 1 ] || py_needed="$py_needed numpy torch tqdm tiktoken" ;;
         train) py_needed="$py_needed numpy tqdm" ;;
     esac
 done
@@ -98,7 +118,11 @@ if [ -n "$py_needed" ]; then
     fi
 fi
 export GPU_CHECK_COMMIT=${GPU_CHECK_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
-device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+if [ "$emulate" = 1 ]; then
+    device="EMULATED (llmc/cuda/emu on $(nproc) CPU cores; not a GPU)"
+else
+    device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+fi
 call_failed=0
 bf16_build_tried=0  # this call already ran the BF16 build (pass or fail): later stages do not rebuild
 
@@ -126,7 +150,11 @@ step() {
     local t0 rc status secs
     t0=$(date +%s.%N)
     echo "\$ $*" >"$log"
-    timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1
+    if declare -F "$1" >/dev/null; then  # one of this script's functions (exported below): through bash
+        timeout --kill-after=10 "$limit" bash -c '"$@"' "$1" "$@" >>"$log" 2>&1
+    else
+        timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1
+    fi
     rc=$?
     secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
     if [ $rc -eq 0 ]; then status=PASS
@@ -134,6 +162,7 @@ step() {
     elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then status="FAIL(timeout ${limit}s)"
     else status="FAIL(rc=$rc)"; fi
     [ "$status" = PASS ] || [ "$status" = SKIPPED ] || call_failed=1
+    if [ "$status" != PASS ] && [ "$status" != SKIPPED ]; then tail -n 5 "$log" | sed 's/^/    | /'; fi
     record "$name" "$status" "$secs" "$log"
     printf '%-44s %-20s %7s s\n' "$name" "$status" "$secs"
     return $rc
@@ -148,42 +177,81 @@ fail_step() {
     printf '%-44s %-20s\n' "$1" "FAIL($2)"
 }
 
+# skip_step NAME WHY: a step that cannot mean anything in this mode (SKIPPED: not run, not passed).
+skip_step() {
+    local log=$work/logs/$(echo "$1" | tr -c 'A-Za-z0-9._-' '_').log
+    echo "SKIPPED: $2" >"$log"
+    record "$1" SKIPPED 0.0 "$log"
+    printf '%-44s %-20s (%s)\n' "$1" SKIPPED "$2"
+}
+
+# Emulated runs: the thread schedules each launch runs under (two, compared bit for bit = the race
+# check) and the lab's --check arguments; the whole-backend tests run hundreds of launches of kernels
+# the labs already race-check, so one schedule (Makefile: EMU_SCHEDULES, EMU_BACKEND_SCHEDULES).
+emu_schedules() {
+    case $1 in test_cuda_model|test_cuda_generate) echo "${EMU_BACKEND_SCHEDULES:-greedy-forward}" ;;
+        *) echo "${EMU_SCHEDULES:-greedy-forward,greedy-reverse}" ;; esac
+}
+run_bin() {  # run_bin NAME BINARY ARGS...: the binary, under the emulation's settings when emulating
+    local name=$1; shift
+    if [ "$emulate" = 1 ]; then env LLMC_EMU_SCHEDULES="$(emu_schedules "$name")" UBSAN_OPTIONS=print_stacktrace=1 "$@"
+    else "$@"; fi
+}
+check_args() {  # the lab's --check arguments (the emulated attention lab: its --small matrix)
+    if [ "$emulate" = 1 ] && [ "$1" = attention_ls ]; then echo "--check --small"; else echo "--check"; fi
+}
+
 lab_names() { for f in dev/cuda/*.cu; do [ -e "$f" ] && basename "$f" .cu; done; }
 test_names() { for f in test/gpu/*.cu; do [ -e "$f" ] && basename "$f" .cu; done; }
 
 build_bf16() {  # the BF16 build (all GPU targets and the trainer); -k: one broken target spoils no other
     bf16_build_tried=1
-    step "build:bf16-sm$arch" 540 make -j"$(nproc)" -k CUDA_ARCH="$arch" PRECISION=BF16 EXTRA_INCLUDE="$extra" gpu-targets
+    if [ "$emulate" = 1 ]; then step "build:bf16-emulated" 900 make -j"$(nproc)" -k PRECISION=BF16 EXTRA_INCLUDE="$extra" emu
+    else step "build:bf16-sm$arch" 540 make -j"$(nproc)" -k CUDA_ARCH="$arch" PRECISION=BF16 EXTRA_INCLUDE="$extra" gpu-targets; fi
 }
 ensure_bf16() {  # later stages on a fresh machine: build first, once per call (a missing binary is then "not built")
-    if [ $bf16_build_tried -eq 0 ] && { [ ! -x train_gpt2_ls ] || [ ! -d build/dev ]; }; then build_bf16; fi
+    if [ $bf16_build_tried -eq 0 ] && { [ ! -x "$trainer" ] || [ ! -d "$bf16_dir/dev" ]; }; then build_bf16; fi
 }
 
 run_tests() {  # run_tests BUILD_DIR TAG: every GPU test and every lab --check of one build
     local dir=$1 tag=$2 n
     for n in $(test_names); do
-        if [ -x "$dir/test_gpu/$n" ]; then step "test$tag:$n" 600 "$dir/test_gpu/$n"
+        if [ -x "$dir/test_gpu/$n" ]; then step "test$tag:$n" 600 run_bin "$n" "$dir/test_gpu/$n"
         else fail_step "test$tag:$n" "not built"; fi
     done
     for n in $(lab_names); do
-        if [ -x "$dir/dev/$n" ]; then step "check$tag:$n" 600 "$dir/dev/$n" --check
+        # shellcheck disable=SC2046  # the arguments are a list
+        if [ -x "$dir/dev/$n" ]; then step "check$tag:$n" 600 run_bin "$n" "$dir/dev/$n" $(check_args "$n")
         else fail_step "check$tag:$n" "not built"; fi
     done
 }
 
+fp32_make() {  # fp32_make TARGETS...: the FP32 build of these targets (build/fp32, or build/emu-fp32 emulated)
+    if [ "$emulate" = 1 ]; then make -j"$(nproc)" -k PRECISION=FP32 EXTRA_INCLUDE="$extra" "$@"
+    else make -j"$(nproc)" -k BUILD=build/fp32 CUDA_ARCH="$arch" PRECISION=FP32 EXTRA_INCLUDE="$extra" "$@"; fi
+}
+
 stage_first() {  # the FP32 model test alone, launch-blocking: the first thing a GPU ever runs
-    step "build:fp32-test_cuda_model" 300 make -j"$(nproc)" BUILD=build/fp32 CUDA_ARCH="$arch" PRECISION=FP32 \
-        EXTRA_INCLUDE="$extra" build/fp32/test_gpu/test_cuda_model || return
-    step "first:fp32-test_cuda_model-blocking" 300 env CUDA_LAUNCH_BLOCKING=1 build/fp32/test_gpu/test_cuda_model
+    step "build:fp32-test_cuda_model" 400 fp32_make "$fp32_dir/test_gpu/test_cuda_model" || return
+    step "first:fp32-test_cuda_model-blocking" 400 run_bin test_cuda_model env CUDA_LAUNCH_BLOCKING=1 \
+        "$fp32_dir/test_gpu/test_cuda_model"
 }
 stage_build() { build_bf16; }
-stage_test() { ensure_bf16; run_tests build ""; }
+stage_test() { ensure_bf16; run_tests "$bf16_dir" ""; }
 
 stage_sanitize() {  # memcheck + racecheck of the attention kernels on small ragged shapes (one rep, no timing)
     ensure_bf16
     local tool shape i
     local shapes=("-B 1 -T 100 --nh 2 --hd 32 -G 1 -P 8" "-B 1 -T 130 --nh 2 --hd 64 -G 1 -P 70 --softcap 5"
                   "-B 1 -T 67 --nh 1 --hd 128 -G 1 -P 67")
+    if [ "$emulate" = 1 ]; then  # the emulation's own memcheck (ASan + UBSan) and racecheck (two schedules)
+        for i in "${!shapes[@]}"; do
+            # shellcheck disable=SC2086  # the shape is a list of flags
+            step "sanitize:emu-asan-race:attention_ls:$i" 300 run_bin attention_ls "$bf16_dir/dev/attention_ls" \
+                --version 3 --check-one ${shapes[$i]}
+        done
+        return
+    fi
     if ! command -v compute-sanitizer >/dev/null; then fail_step "sanitize" "compute-sanitizer not found"; return; fi
     for tool in memcheck racecheck; do
         for i in "${!shapes[@]}"; do
@@ -196,16 +264,19 @@ stage_sanitize() {  # memcheck + racecheck of the attention kernels on small rag
 
 stage_fp32() {
     local targets=() n
-    for n in $(lab_names); do targets+=("build/fp32/dev/$n"); done
-    for n in $(test_names); do targets+=("build/fp32/test_gpu/$n"); done
-    step "build:fp32-sm$arch" 540 make -j"$(nproc)" -k BUILD=build/fp32 CUDA_ARCH="$arch" PRECISION=FP32 \
-        EXTRA_INCLUDE="$extra" "${targets[@]}"
-    run_tests build/fp32 "-fp32"
+    for n in $(lab_names); do targets+=("$fp32_dir/dev/$n"); done
+    for n in $(test_names); do targets+=("$fp32_dir/test_gpu/$n"); done
+    step "build:fp32-$([ "$emulate" = 1 ] && echo emulated || echo "sm$arch")" 900 fp32_make "${targets[@]}"
+    run_tests "$fp32_dir" "-fp32"
 }
 
 stage_labs() {
-    ensure_bf16
     local n
+    if [ "$emulate" = 1 ]; then
+        for n in $(lab_names); do skip_step "lab:$n" "emulated: a timing table would time the emulator, not a GPU"; done
+        return
+    fi
+    ensure_bf16
     for n in $(lab_names); do
         if [ -x "build/dev/$n" ]; then step "lab:$n" 300 "build/dev/$n"
         else fail_step "lab:$n" "not built"; fi
@@ -213,12 +284,13 @@ stage_labs() {
 }
 
 stage_bench() {  # peer benchmarks; the end-to-end one is its own stage, torch_fast_model.py is a module
-    ensure_bf16
     local f n
+    [ "$emulate" = 1 ] || ensure_bf16
     for f in dev/bench/*.py; do
         [ -e "$f" ] || continue
         n=$(basename "$f" .py)
         case $n in train_vs_torch|torch_fast_model|test_*|_*) continue ;; esac
+        if [ "$emulate" = 1 ]; then skip_step "bench:$n" "emulated: peer benchmarks need torch with CUDA and a GPU"; continue; fi
         mkdir -p "$work/bench/$n"
         step "bench:$n" 480 "$PY" "$f" --out "$work/bench/$n"
     done
@@ -228,14 +300,28 @@ stage_train() {  # the paper model on the synthetic language (dense local + spar
     ensure_bf16
     local d=$work/train
     rm -rf "$d/out"
-    if [ ! -f "$d/data/meta.json" ]; then
-        step "train:data" 300 "$PY" data/prepare.py --dataset synthetic --out "$d/data" --syn-length 3000000 \
-            --workers "$(nproc)" || return
+    # emulated: a small model on a small synthetic language (64 tokens, order 1, copies 8-48 back) that
+    # it learns within 12 steps; on a GPU the paper model at T 2048 (docs/results/README.md)
+    local syn=(--syn-length 3000000) run=(-e ls-small -b 8 -t 2048 -x 300 -u 30 -l 1e-3 -v 100 -m 4) name=ls-small-gpu
+    if [ "$emulate" = 1 ]; then
+        syn=(--syn-length 100000 --syn-doc-len 1024 --syn-vocab 64 --syn-order 1 --syn-strength 5
+             --syn-copy-min-dist 8 --syn-copy-max-dist 48)
+        run=(-e ls-small --layers 2 --channels 64 --heads 2 --global-heads 1 --window 16 --max-seq-len 64
+             -b 4 -t 64 -x 12 -u 2 -l 1e-2 -v 6 -m 4)
+        name=small-emulated
     fi
-    step "train:ls-small-gpu" 420 ./train_gpt2_ls --device cuda -e ls-small -b 8 -t 2048 -x 300 -u 30 -l 1e-3 \
-        -v 100 -m 4 -s 0 -i "$d/data/train_*.bin" -j "$d/data/val_*.bin" -o "$d/out" || return
+    if [ ! -f "$d/data/meta.json" ] || [ "$(cat "$d/data/.args" 2>/dev/null)" != "${syn[*]}" ]; then
+        rm -rf "$d/data"
+        step "train:data" 300 "$PY" data/prepare.py --dataset synthetic --out "$d/data" "${syn[@]}" \
+            --workers "$(nproc)" || return
+        echo "${syn[*]}" >"$d/data/.args"
+    fi
+    step "train:$name" 420 "$trainer" --device cuda "${run[@]}" \
+        -s 0 -i "$d/data/train_*.bin" -j "$d/data/val_*.bin" -o "$d/out" || return
     # the run must have learned: finite losses, validation loss down by >= 0.5 nats from the untrained model
-    step "train:loss-falls" 60 "$PY" - "$d/out/metrics.jsonl" "$d/data/meta.json" <<'EOF'
+    local steps
+    steps=$(printf '%s\n' "${run[@]}" | awk 'p { print; exit } $0 == "-x" { p = 1 }')
+    step "train:loss-falls" 60 "$PY" - "$d/out/metrics.jsonl" "$d/data/meta.json" "$steps" <<'EOF'
 import json, math, sys
 recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 floor = json.load(open(sys.argv[2]))["synthetic"]["entropy_floor_nats"]["val"]
@@ -245,21 +331,25 @@ ms = sorted(r["ms"] for r in steps[10:])
 print(f"steps {len(steps)}, train loss {steps[0]['loss']} -> {steps[-1]['loss']}, val {val}, "
       f"entropy floor {floor:.3f}, median {ms[len(ms) // 2]:.1f} ms/step, "
       f"{steps[-1]['tokens_per_s']:.0f} tok/s at the last step")
-ok = len(steps) == 300 and all(r["loss"] is not None and math.isfinite(r["loss"]) for r in steps) \
+ok = len(steps) == int(sys.argv[3]) and all(r["loss"] is not None and math.isfinite(r["loss"]) for r in steps) \
     and len(val) >= 2 and val[-1][1] is not None and val[-1][1] < val[0][1] - 0.5
-print("PASS" if ok else "FAIL: expected 300 finite steps and a validation loss >= 0.5 nats below step 0's")
+print("PASS" if ok else f"FAIL: expected {sys.argv[3]} finite steps and a validation loss >= 0.5 nats below step 0's")
 sys.exit(0 if ok else 1)
 EOF
 }
 
 stage_e2e() {  # stage_e2e MODEL
+    if [ "$emulate" = 1 ]; then skip_step "e2e:$1" "emulated: the comparison with PyTorch needs torch with CUDA and a GPU"; return; fi
     ensure_bf16
     mkdir -p "$work/e2e/$1"
     step "e2e:$1" 560 "$PY" dev/bench/train_vs_torch.py --models "$1" --out "$work/e2e/$1" --work "$work/e2e_work"
 }
 
+export -f emu_schedules run_bin fp32_make  # step() runs them in a child bash, under timeout
+export emulate extra arch
+
 if [ -z "$device" ]; then
-    fail_step "gpu-present" "no NVIDIA GPU (nvidia-smi)"
+    fail_step "gpu-present" "no NVIDIA GPU (nvidia-smi; --emulate runs the emulated build)"
 else
     for s in "${stages[@]}"; do
         case $s in

@@ -13,6 +13,13 @@ Writes
                                 --heads all: one line per head, global heads solid, local dashed)
     PREFIX_entropy.{png,svg}   per layer: attention entropy (nats) vs step
                                (--heads max: the mean over the layer's heads; all: one line per head)
+    PREFIX_near_mass.{png,svg} per layer: attention mass on near keys (distance i-j < N, the record's
+                               `near`) vs step (--heads max: mean over the global heads solid, over
+                               the local heads dashed; all: one line per head, same styles)
+    PREFIX_near_far_logits.{png,svg}  per layer: max pre-softmax logit among near keys (solid) and
+                               among far keys (dotted) vs step (--heads max: max over the layer's
+                               heads; all: one pair per head). Both near/far plots are skipped with a
+                               note for runs whose records lack the fields (older runs, CUDA backend)
     PREFIX_ratio.{png,svg}     with --by-ratio: peak max-logit and final val loss vs T/C, one line
                                per attention variant (runs of several T and C)
     PREFIX_summary.md          the summary table, also printed on stdout
@@ -29,6 +36,7 @@ import json
 import math
 import os
 import sys
+import warnings
 
 import numpy as np
 
@@ -317,6 +325,98 @@ def plot_per_layer(plt, runs, labels, title, prefix, formats, field, heads, ylab
     plt.close(fig)
 
 
+def near_far_arrays(run):
+    """(steps, near_mass, near_max, far_max, is_global, near) from the logit_stats records that carry the
+    near/far fields; arrays (steps, L, NH), NaN where the file has null (far_max: the head had no far
+    key). None when no record has them (runs of older versions, the CUDA backend)."""
+    recs = [s for s in run.stats if s.get("attn") and "near_mass" in s["attn"][0]]
+    if not recs:
+        return None
+    L, NH = recs[0]["num_layers"], recs[0]["num_heads"]
+
+    def arr(field):
+        return np.array([[num(a.get(field)) for a in s["attn"]] for s in recs]).reshape(len(recs), L, NH)
+    glob = [bool(a["global"]) for a in recs[0]["attn"][:NH]]
+    return [s["step"] for s in recs], arr("near_mass"), arr("near_max"), arr("far_max"), glob, recs[0].get("near")
+
+
+def layer_grid(plt, L):
+    ncol = min(L, 3)
+    nrow = (L + ncol - 1) // ncol
+    fig, axes = plt.subplots(nrow, ncol, figsize=(3.6 * ncol + 1, 2.8 * nrow + 0.6), squeeze=False, sharex=True)
+    for k in range(L, nrow * ncol):
+        axes[k // ncol][k % ncol].axis("off")
+    return fig, axes, ncol, nrow
+
+
+def plot_near_far(plt, runs, labels, title, prefix, formats, heads):
+    """PREFIX_near_mass and PREFIX_near_far_logits (module docstring); a note on stderr for runs
+    without the fields, and no files when no run has them."""
+    data = [near_far_arrays(r) for r in runs]
+    missing = [lab for lab, d in zip(labels, data) if d is None]
+    if len(missing) == len(runs):
+        print("note: no near/far statistics in logit_stats.jsonl (older run or CUDA backend); "
+              "near_mass and near_far_logits plots skipped", file=sys.stderr)
+        return
+    if missing:
+        print(f"note: no near/far statistics for {', '.join(missing)}; left out of the near/far plots", file=sys.stderr)
+    L = max(d[1].shape[1] for d in data if d is not None)
+    nvals = sorted({str(d[5]) for d in data if d is not None})
+    for name, ylabel in [("near_mass", "attention mass on near keys"), ("near_far_logits", "max logit: near / far")]:
+        fig, axes, ncol, nrow = layer_grid(plt, L)
+        for layer in range(L):
+            ax = axes[layer // ncol][layer % ncol]
+            for i, (d, lab) in enumerate(zip(data, labels)):
+                if d is None or layer >= d[1].shape[1]:
+                    continue
+                steps, mass, nmax, fmax, glob, near = d
+                c, first = color(i, len(runs)), layer == 0
+                lw = 0.9 if heads == "max" else 0.6
+                with np.errstate(all="ignore"), warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices (no far key)
+                    if name == "near_mass":
+                        g = [h for h in range(len(glob)) if glob[h]]
+                        loc = [h for h in range(len(glob)) if not glob[h]]
+                        if heads == "all":
+                            for h in range(len(glob)):
+                                ax.plot(steps, mass[:, layer, h], color=c, lw=lw, ls="-" if glob[h] else "--")
+                        else:
+                            if g:
+                                ax.plot(steps, np.nanmean(mass[:, layer, g], axis=1), color=c, lw=lw, ls="-")
+                            if loc:
+                                ax.plot(steps, np.nanmean(mass[:, layer, loc], axis=1), color=c, lw=lw, ls="--")
+                    else:
+                        if heads == "all":
+                            for h in range(len(glob)):
+                                ax.plot(steps, nmax[:, layer, h], color=c, lw=lw, ls="-")
+                                ax.plot(steps, fmax[:, layer, h], color=c, lw=lw, ls=":")
+                        else:
+                            ax.plot(steps, np.nanmax(nmax[:, layer, :], axis=1), color=c, lw=lw, ls="-")
+                            ax.plot(steps, np.nanmax(fmax[:, layer, :], axis=1), color=c, lw=lw, ls=":")
+                if first:
+                    ax.plot([], [], color=c, label=f"{lab} (N={near})" if len(nvals) > 1 else lab)
+            if name == "near_mass":
+                ax.set_ylim(-0.02, 1.02)
+            ax.set_title(f"layer {layer}", fontsize=8)
+            ax.tick_params(labelsize=7)
+            ax.grid(alpha=0.3)
+            if layer % ncol == 0:
+                ax.set_ylabel(ylabel, fontsize=7)
+            if layer // ncol == nrow - 1 or layer + ncol >= L:
+                ax.set_xlabel("step", fontsize=7)
+        how = {"near_mass": {"max": "mean over global heads (solid) / local heads (dashed)",
+                             "all": "each head (global solid, local dashed)"},
+               "near_far_logits": {"max": "max over heads, near keys (solid) / far keys (dotted)",
+                                   "all": "each head, near keys (solid) / far keys (dotted)"}}[name][heads]
+        near_txt = f"near: i-j < N, N={nvals[0]}" if len(nvals) == 1 else "near: i-j < N"
+        fig.suptitle((f"{ylabel}: {how}; {near_txt}" + (f" - {title}" if title else ""))[:140], fontsize=8)
+        handles, labs = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, labs, fontsize=6, loc="lower center", ncol=min(max(len(labs), 1), 3), frameon=False)
+        fig.tight_layout(rect=(0, 0.04 + 0.025 * ((len(labs) + 2) // 3), 1, 0.95))
+        save(fig, prefix, name, formats)
+        plt.close(fig)
+
+
 def plot_by_ratio(plt, runs, rows, prefix, formats):
     """Peak max-logit and final val loss vs T/C, one line per attention variant (the run's label
     without T, C and seed)."""
@@ -386,6 +486,7 @@ def main(argv=None):
                        "max attention logit", "logits", threshold=args.threshold)
         plot_per_layer(plt, runs, labels, title, args.out, formats, "entropy", args.heads,
                        "attention entropy (nats)", "entropy")
+        plot_near_far(plt, runs, labels, title, args.out, formats, args.heads)
         if args.by_ratio:
             plot_by_ratio(plt, runs, rows, args.out, formats)
     except (PlotError, OSError, KeyError, ValueError) as e:

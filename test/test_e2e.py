@@ -119,7 +119,8 @@ def test_help_lists_every_flag():
                  "--window", "--vocab", "--max-seq-len", "--qk-norm", "--z-loss", "--attn-softcap",
                  "--untie-embeddings", "--beta1", "--beta2", "--eps", "--grad-clip", "--seed", "--device",
                  "--config", "--logit-stats-every", "--keep-checkpoints", "--skip-spikes", "--spike-window",
-                 "--eval-only", "--dump-logits", "--threads"]:
+                 "--eval-only", "--dump-logits", "--threads", "--qk-clip", "--logit-alarm", "--logit-alarm-above",
+                 "--logit-alarm-cooldown", "--near", "--dump-attention"]:
         assert flag in p.stdout, f"--help does not list {flag}"
 
 
@@ -160,6 +161,15 @@ def test_training_writes_documented_outputs(trained):
         for a in s["attn"]:
             assert a["min"] <= a["max"] and 0.0 <= a["entropy"] <= np.log(32) + 1e-4
         assert s["out_max_logit"] is not None and s["out_mean_lse"] is not None
+        # near/far (CPU backend; near = the window 8 without --near): local heads see only near keys
+        assert s["near"] == 8
+        for a in s["attn"]:
+            assert 0.0 <= a["near_mass"] <= 1.0 and a["near_max"] <= a["max"]
+            if a["global"]:  # T = 32 > 8: far keys exist and hold some of the mass
+                assert a["far_max"] is not None and max(a["near_max"], a["far_max"]) == a["max"]
+                assert a["near_mass"] < 1.0
+            else:
+                assert a["far_max"] is None and a["near_mass"] == 1.0 and a["near_max"] == a["max"]
 
 
 def test_training_lowers_loss_on_tinyshakespeare(tmp_path):
@@ -275,6 +285,7 @@ def assert_refused(args, out_dir, expect):
     (["--channels", 30], "not divisible by --heads"),
     (["--global-heads", 5], "--global-heads 5"),
     (["--window", 0], "--window 0"),
+    (["--near", 0], "--near must be >= 1"),
     (["-t", 128], "exceeds the model's --max-seq-len 64"),
     (["-d", 100], "not a multiple of B*T*processes"),
     (["--vocab", 200], "smaller than the data's 256"),
@@ -484,6 +495,23 @@ def test_skip_spikes_and_resume_with_spike_windows(byte_data, tmp_path):
         (part / name).unlink()
     run(common + ["-o", part, "-y", 1])
     assert_same_run(full, part, 24)
+
+
+def test_near_flag_and_near_far_merge_over_micro_batches(byte_data, tmp_path):
+    """--near 3 (below the window 8) gives local heads far keys too and is recorded in config.json
+    and every record; with -d 256 (2 micro-batches of B=4) step 1's near/far statistics equal those
+    of one B=8 batch of the same rows: maxima exactly, the near mass (mean of the 2 micro-batch
+    means = mean over the 8 rows) to float rounding."""
+    common = data_args(byte_data) + TINY + ["-x", 1, "-v", 0, "-s", 0, "--shuffle", 0, "--near", 3]
+    run(common + ["-o", tmp_path / "acc", "-d", 256])
+    run(common + ["-o", tmp_path / "big", "-b", 8])
+    assert json.loads((tmp_path / "acc" / "config.json").read_text())["train"]["near"] == 3
+    acc, big = (read_jsonl(tmp_path / d / "logit_stats.jsonl")[0] for d in ("acc", "big"))
+    assert acc["near"] == 3 and big["near"] == 3
+    for a, b in zip(acc["attn"], big["attn"]):
+        assert a["far_max"] is not None and 0.0 < a["near_mass"] < 1.0, a  # 3 < P = 8 and 3 < T
+        assert a["near_max"] == b["near_max"] and a["far_max"] == b["far_max"]
+        assert a["near_mass"] == pytest.approx(b["near_mass"], rel=1e-6)
 
 
 def test_gradient_accumulation_matches_a_bigger_batch(byte_data, tmp_path):

@@ -42,10 +42,11 @@ LS_HD32 = ["--layers", "2", "--channels", "64", "--heads", "2", "--global-heads"
 LS_HD64_ALL = ["--layers", "2", "--channels", "128", "--heads", "2", "--global-heads", "1", "--window", "4",
                "--qk-norm", "--attn-softcap", "5", "--z-loss", "1e-2"]
 TOL_BF16, TOL_FP32 = 1e-2, 1e-4
-# The shared emulated run: 16 steps, constant LR, a checkpoint every 4 steps (all kept).
+# The shared emulated run: 16 steps, constant LR, a checkpoint every 4 steps (all kept), QK-Clip at
+# tau 0.25 (this run's max logits grow from ~0.1 to ~0.45: some steps clip a head, most do not).
 FULL_STEPS = 16
 FULL_ARGS = BASE + LS_HD32 + ["-k", "constant", "-u", 0, "-l", "3e-3", "-x", FULL_STEPS, "-n", 4,
-                              "--keep-checkpoints", 0]
+                              "--keep-checkpoints", 0, "--qk-clip", "0.25"]
 
 
 def need(path):
@@ -98,6 +99,14 @@ def test_emulated_cuda_trains_like_the_cpu_hd32(full_run):
     assert got[FULL_STEPS] < got[1] - 0.5, f"the emulated CUDA run does not train: {got[1]:.4f} -> {got[FULL_STEPS]:.4f}"
     worst = assert_losses_close(got, ref, TOL_BF16)
     print(f"ls hd32: worst per-step loss relative error vs CPU {worst:.2e}")
+    # QK-Clip ran on the emulated CUDA backend (the parameter round trip), at steps like the CPU's
+    clipped = {r["step"]: r["qk_clipped"] for r in train_records(emu_dir / "metrics.jsonl")}
+    clipped_cpu = {r["step"]: r["qk_clipped"] for r in train_records(cpu_dir / "metrics.jsonl")}
+    assert sum(len(c) for c in clipped.values()) > 0, "tau 0.25 was meant to clip some head in this run"
+    agree = sum(clipped[s] == clipped_cpu[s] for s in clipped)
+    print(f"ls hd32: QK-Clip decisions equal to the CPU's on {agree} of {len(clipped)} steps")
+    # bf16 rounding may flip a decision of a head whose max logit is within rounding of tau
+    assert agree >= len(clipped) - 2, f"QK-Clip decisions differ from the CPU's: {clipped} vs {clipped_cpu}"
 
 
 def test_emulated_cuda_trains_like_the_cpu_hd64_qknorm_softcap_zloss(byte_data, tmp_path):
@@ -216,3 +225,20 @@ def test_emulated_nccl_ranks_train_the_rows_of_one_rank(byte_data, one_rank_whol
     for s in ref:
         for k in ["loss", "grad_norm"]:
             np.testing.assert_allclose(got[s][k], ref[s][k], rtol=1.5e-5, err_msg=f"step {s} {k}")
+
+
+def test_emulated_cuda_omits_near_far_stats_and_refuses_near(byte_data, full_run, tmp_path):
+    """The CUDA kernels do not compute the near/far statistics (docs/formats.md): the CUDA run's
+    logit_stats.jsonl has no near/far keys (the CPU run's has), and --near on the CUDA backend is
+    refused with one line naming the flag and the fix, before anything is written."""
+    emu_dir, cpu_dir, _ = full_run
+    emu, cpu = read_jsonl(emu_dir / "logit_stats.jsonl"), read_jsonl(cpu_dir / "logit_stats.jsonl")
+    assert emu and all("near" not in r and not any("near_mass" in a or "far_max" in a for a in r["attn"]) for r in emu)
+    assert cpu and all("near" in r and all("near_mass" in a and "far_max" in a for a in r["attn"]) for r in cpu)
+    out = tmp_path / "refused"
+    p = run_bin(EMU_TRAIN, data_args(byte_data) + BASE + LS_HD32 + ["-x", 1, "--near", 4, "-o", out], "cuda",
+                check=False)
+    assert p.returncode == 1, p.stderr[-2000:]
+    err = [ln for ln in p.stderr.splitlines() if ln.startswith("error")]
+    assert len(err) == 1 and "--near" in err[0] and "--device cpu" in err[0], p.stderr[-2000:]
+    assert not out.exists() or not any(out.iterdir()), "a refused run wrote files"

@@ -92,7 +92,7 @@ def test_plot_run_files_and_summary_values(tiny_run):
     threshold = round(logits[len(logits) // 2], 6)  # the median: crossed somewhere mid-run
     prefix = d / "plots" / "one"
     p = sh([sys.executable, PLOT, run, "--out", prefix, "--threshold", threshold, "--heads", "all"])
-    for name in ["loss", "logits", "entropy"]:
+    for name in ["loss", "logits", "entropy", "near_mass", "near_far_logits"]:
         for ext in ["png", "svg"]:
             f = Path(f"{prefix}_{name}.{ext}")
             assert f.exists() and f.stat().st_size > 1000, f
@@ -158,6 +158,50 @@ def test_plot_run_own_spike_rule_and_labels(tmp_path):
     assert "own: loss z>6" in Path(f"{prefix}_summary.md").read_text()
 
 
+def test_plot_run_near_far_values_and_skip_note(tiny_run):
+    """The near/far plots read exactly the records' near_mass / near_max / far_max (null far max ->
+    NaN), on a mixed run with --near 3 (global heads have far keys, local heads with P = 3 none);
+    a run without the fields (older versions, the CUDA backend) gets a note and no near/far files."""
+    d, _ = tiny_run
+    run = d / "run_near"
+    sh([BIN, "-i", f"{d}/data/train_*.bin", "-o", run, "--layers", "2", "--channels", "16", "--heads", "4",
+        "--global-heads", "1", "--window", "3", "--near", "3", "--max-seq-len", "32", "-b", "2", "-t", "32",
+        "-x", "6", "-v", "0", "-s", "0", "-l", "3e-2", "--threads", "1", "--device", "cpu"])
+    recs = records(run / "logit_stats.jsonl")
+    sys.path.insert(0, str(PLOT.parent))
+    import plot_run
+    steps, mass, nmax, fmax, glob, near = plot_run.near_far_arrays(plot_run.Run(str(run)))
+    assert steps == [r["step"] for r in recs] and near == 3 and glob == [False, False, False, True]
+    for k, r in enumerate(recs):
+        for a in r["attn"]:
+            assert mass[k, a["layer"], a["head"]] == a["near_mass"]
+            assert nmax[k, a["layer"], a["head"]] == a["near_max"]
+            if a["global"]:
+                assert fmax[k, a["layer"], a["head"]] == a["far_max"]
+            else:
+                assert a["far_max"] is None and math.isnan(fmax[k, a["layer"], a["head"]])
+    prefix = d / "plots" / "near"
+    p = sh([sys.executable, PLOT, run, "--out", prefix, "--formats", "png"])
+    assert "near/far" not in p.stderr
+    for name in ["near_mass", "near_far_logits"]:
+        assert Path(f"{prefix}_{name}.png").stat().st_size > 1000, name
+
+    old = d / "run_no_near"  # the same run as an older version or the CUDA backend writes it
+    shutil.copytree(run, old)
+    keep = {"layer", "head", "global", "max", "min", "entropy"}
+    with open(old / "logit_stats.jsonl", "w") as f:
+        for r in recs:
+            r = {k: v for k, v in r.items() if k != "near"}
+            r["attn"] = [{k: v for k, v in a.items() if k in keep} for a in r["attn"]]
+            f.write(json.dumps(r) + "\n")
+    assert plot_run.near_far_arrays(plot_run.Run(str(old))) is None
+    prefix = d / "plots" / "no_near"
+    p = sh([sys.executable, PLOT, old, "--out", prefix, "--formats", "png"])
+    assert "note: no near/far statistics" in p.stderr
+    assert not Path(f"{prefix}_near_mass.png").exists() and not Path(f"{prefix}_near_far_logits.png").exists()
+    assert Path(f"{prefix}_logits.png").stat().st_size > 1000
+
+
 def test_plot_run_missing_dir(tmp_path):
     p = sh([sys.executable, PLOT, tmp_path / "nope", "--out", tmp_path / "x"], check=False)
     assert p.returncode == 1 and p.stderr.startswith("error: ") and "metrics.jsonl" in p.stderr
@@ -182,9 +226,11 @@ def test_exp_pg19_smoke(tmp_path):
     out = tmp_path / "pg19"
     sh(["bash", REPO / "scripts" / "exp_pg19.sh", "--smoke", "--out", out, "--source", SHARED / "pg19"])
     rows = table_rows(out / "summary.md")
-    assert sorted(rows) == sorted(["mhsa", "ls", "mhsa_qknorm", "mhsa_zloss", "mhsa_softcap"])
+    assert sorted(rows) == sorted(["mhsa", "ls", "mhsa_qknorm", "mhsa_zloss", "mhsa_softcap", "mhsa_qkclip"])
     cfg = json.loads((out / "runs" / "mhsa_softcap" / "config.json").read_text())
     assert cfg["model"]["attn_softcap"] == 50 and cfg["model"]["global_heads"] == 6
+    cfg = json.loads((out / "runs" / "mhsa_qkclip" / "config.json").read_text())
+    assert cfg["train"]["qk_clip"] == 100 and cfg["model"]["global_heads"] == 6
     assert json.loads((out / "runs" / "ls" / "config.json").read_text())["model"]["global_heads"] == 1
     for name in ["pg19_loss.png", "pg19_logits.svg", "pg19_entropy.png"]:
         assert (out / "plots" / name).stat().st_size > 1000, name

@@ -98,6 +98,21 @@ def test_two_ranks_of_b_equal_one_rank_of_2b(byte_data, tmp_path):
     assert moved > 100 * w_atol, f"steps 4-6 moved the weights by only {moved}; the tolerance {w_atol} proves nothing"
 
 
+def test_near_far_stats_reduced_over_ranks(byte_data, tmp_path):
+    """Step 1 (same weights): 2 ranks of B rows give the near/far statistics of 1 rank of 2B rows:
+    the maxima exactly (a far max null on every rank, the local heads' with P = 8 = N, stays null),
+    the near mass (mean of the ranks' means = mean over all rows, equal rows per rank) to rounding."""
+    args = data_args(byte_data) + TINY + ["-x", 1, "-v", 0, "-s", 0]
+    run_np(1, args + ["-b", 8, "-o", tmp_path / "one"])
+    run_np(2, args + ["-b", 4, "-o", tmp_path / "two"])
+    one, two = (read_jsonl(tmp_path / d / "logit_stats.jsonl")[0] for d in ("one", "two"))
+    assert one["near"] == two["near"] == 8
+    for a, b in zip(one["attn"], two["attn"]):
+        assert (a["far_max"] is None) == (not a["global"]), a  # local heads: no far key at N = P
+        assert b["near_max"] == a["near_max"] and b["far_max"] == a["far_max"]
+        assert b["near_mass"] == pytest.approx(a["near_mass"], rel=1e-6)
+
+
 def test_zero1_matches_zero0(byte_data, tmp_path):
     """Without clipping the update is the same fp32 arithmetic per element: bit-identical.
     With clipping the global norm is summed in another order (shards): within rounding."""

@@ -8,6 +8,10 @@
 // A local head only ever touches the keys in its window, so it costs O(T * P); there is no
 // T x T buffer anywhere (one scratch row of <= T scores per thread).
 //
+// Statistics (optional, per head): max / min of s, mean entropy of the softmax, and the near/far
+// split: key j of query i is near when i - j < near (default: P, for global heads too), else far;
+// the softmax mass on near keys and the max of s over near keys and over far keys.
+//
 // Determinism: results are bit-identical for any OpenMP thread count. The forward parallelizes
 // over independent (b, h, row-chunk) tasks and merges the statistics partials in a fixed order;
 // the backward parallelizes over (b, h), whose gradients live in disjoint channel slices, and
@@ -26,13 +30,17 @@ namespace llmc {
 namespace cpu {
 
 // Attention-logit statistics of one head. The caller initializes max_logit = -inf,
-// min_logit = +inf, entropy_sum = 0, rows = 0; attention_forward merges into it, so one
-// struct can collect several forward passes. Mean entropy = entropy_sum / rows.
+// min_logit = +inf, entropy_sum = 0, rows = 0 (the near/far fields start at their defaults);
+// attention_forward merges into it, so one struct can collect several forward passes.
+// Mean entropy = entropy_sum / rows; mean near mass = near_mass_sum / rows.
 struct AttnHeadStats {
     float max_logit;     // max of s = q.k/sqrt(hd) (before soft-capping) over unmasked pairs
     float min_logit;     // min of the same
     double entropy_sum;  // sum over query rows of the entropy (nats) of the softmax over s'
     int64_t rows;        // number of query rows summed
+    double near_mass_sum = 0.0;  // sum over query rows of the softmax probability on near keys
+    float near_max_logit = -std::numeric_limits<float>::infinity();  // max of s over near keys
+    float far_max_logit = -std::numeric_limits<float>::infinity();   // over far keys (-inf: none yet)
 };
 
 // Throws InputError when the attention shape is impossible.
@@ -63,10 +71,13 @@ inline int attention_key_lo(int i, int h, int NH, int G, int P) {
 // out: (B, T, C) attention output, heads concatenated in head order.
 // lse: (B, NH, T) logsumexp of each row's (capped) scores, kept for the backward.
 // qkv: (B, T, 3C). stats: NH entries merged into, or nullptr.
+// near: the near/far distance N of the statistics (keys with i - j < N are near); 0 = P.
 template <typename F>
 void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH, int G, int P,
-                       float softcap, AttnHeadStats* stats) {
+                       float softcap, AttnHeadStats* stats, int near = 0) {
     attention_check_args(B, T, C, NH, G, P);
+    if (near < 0) throw InputError("attention: near distance " + std::to_string(near) + " must be >= 1 (0 = the window P); change --near");
+    const int near_n = near > 0 ? near : P;
     const int hd = C / NH;
     const int C3 = 3 * C;
     const F scale = F(1) / std::sqrt(F(hd));
@@ -90,11 +101,15 @@ void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH
             const int b = (int)(task / ((int64_t)nchunks * NH));
             float smax = -std::numeric_limits<float>::infinity();
             float smin = std::numeric_limits<float>::infinity();
-            double ent_sum = 0.0;
+            float near_max = -std::numeric_limits<float>::infinity();
+            float far_max = -std::numeric_limits<float>::infinity();
+            double ent_sum = 0.0, near_mass_sum = 0.0;
             const int i_end = std::min(T, (c + 1) * chunk);
             for (int i = c * chunk; i < i_end; i++) {
                 const int lo = attention_key_lo(i, h, NH, G, P);
                 const int n = i - lo + 1;  // number of keys this row sees
+                // keys lo .. lo+jn-1 are far (i - j >= near_n), lo+jn .. i near
+                const int jn = std::max(0, i - near_n + 1 - lo);
                 const F* q = qkv + ((int64_t)b * T + i) * C3 + h * hd;  // (hd)
 
                 // scores s, capped scores s', and their max
@@ -106,6 +121,8 @@ void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH
                     s *= scale;
                     smax = std::max(smax, (float)s);
                     smin = std::min(smin, (float)s);
+                    if (jj < jn) far_max = std::max(far_max, (float)s);
+                    else near_max = std::max(near_max, (float)s);
                     F sc = capped ? cap * std::tanh(s / cap) : s;
                     srow[jj] = sc;
                     row_max = std::max(row_max, sc);
@@ -124,6 +141,11 @@ void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH
                 lse[((int64_t)b * NH + h) * T + i] = row_max + std::log(sum);
                 // entropy = lse - sum_j p_j s'_j = log(sum) - sum_j p_j (s'_j - max)
                 ent_sum += (double)std::log(sum) - (double)(sum_es * inv_sum);
+                if (stats) {  // mass on the near keys; exactly 1 when every key is near
+                    F near_e = 0;
+                    for (int jj = jn; jj < n; jj++) near_e += srow[jj];
+                    near_mass_sum += jn == 0 ? 1.0 : (double)(near_e * inv_sum);
+                }
 
                 // out_i = sum_j p_j v_j
                 F* o = out + ((int64_t)b * T + i) * C + h * hd;  // (hd)
@@ -134,7 +156,9 @@ void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH
                     for (int d = 0; d < hd; d++) o[d] += p * v[d];
                 }
             }
-            if (stats) partial[task] = AttnHeadStats{smax, smin, ent_sum, (int64_t)(i_end - c * chunk)};
+            if (stats)
+                partial[task] = AttnHeadStats{smax, smin, ent_sum, (int64_t)(i_end - c * chunk), near_mass_sum,
+                                              near_max, far_max};
         }
     }
 
@@ -148,6 +172,9 @@ void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH
                     st.min_logit = std::min(st.min_logit, p.min_logit);
                     st.entropy_sum += p.entropy_sum;
                     st.rows += p.rows;
+                    st.near_mass_sum += p.near_mass_sum;
+                    st.near_max_logit = std::max(st.near_max_logit, p.near_max_logit);
+                    st.far_max_logit = std::max(st.far_max_logit, p.far_max_logit);
                 }
             }
         }

@@ -33,6 +33,7 @@
 #include "llmc/batch_check.h"
 #include "llmc/cpu/adamw.h"
 #include "llmc/cpu/attention_ls.h"
+#include "llmc/cpu/attention_probs.h"
 #include "llmc/cpu/classifier.h"
 #include "llmc/cpu/encoder.h"
 #include "llmc/cpu/gelu.h"
@@ -135,6 +136,18 @@ public:
     const F* logits() const { return acts_.logits.data(); }  // (B, T, Vp) of the last forward
     // Mean CE + mean z-loss of the last forward with targets, in F precision (what backward differentiates).
     double objective() const { return mean_loss_ + mean_zloss_; }
+    // probs (T, T): the attention probabilities of head h of layer l for sequence b of the last
+    // forward, recomputed from its stored attention input (llmc/cpu/attention_probs.h).
+    void attention_probs(int layer, int head, int b, float* probs) const {
+        if (B_ < 1) throw std::logic_error("Gpt2Cpu::attention_probs needs a preceding forward");
+        if (layer < 0 || layer >= cfg_.num_layers)
+            throw InputError("attention_probs: layer " + std::to_string(layer) + " out of range (the model has " +
+                             std::to_string(cfg_.num_layers) + " layers)");
+        const size_t N = (size_t)B_ * T_, C = cfg_.channels;
+        const F* att_in = (cfg_.qk_norm ? acts_.qkvn.data() : acts_.qkv.data()) + layer * N * 3 * C;  // (B, T, 3C)
+        cpu::attention_probs(probs, att_in, b, head, B_, T_, cfg_.channels, cfg_.num_heads, cfg_.global_heads,
+                             cfg_.window, cfg_.attn_softcap);
+    }
 
     // inputs, targets: (B, T) token ids in [0, V); targets may be nullptr (logits only).
     // stats (nullable): resized to L x NH and filled for this pass.
@@ -189,7 +202,7 @@ public:
                 att_in = qkvn;
             }
             attention_forward(atty, att_lse, att_in, B, T, C, NH, G, P, cfg_.attn_softcap,
-                              stats ? &attn_stats_[(size_t)l * NH] : nullptr);
+                              stats ? &attn_stats_[(size_t)l * NH] : nullptr, stats ? stats->near_distance : 0);
             matmul_forward(a.branch.data(), atty, W(P_ATTPROJW) + (size_t)l * C * C, W(P_ATTPROJB) + l * C, n, C, C);
             residual_forward(residual2, residual, a.branch.data(), N * C);
             layernorm_forward(ln2, a.ln2_mean.data() + l * N, a.ln2_rstd.data() + l * N, residual2,
@@ -225,6 +238,13 @@ public:
                     stats->max_logit[i] = s.max_logit;
                     stats->min_logit[i] = s.min_logit;
                     stats->entropy[i] = s.rows > 0 ? (float)(s.entropy_sum / (double)s.rows) : 0.0f;
+                }
+                stats->resize_near(L, NH);  // near/far split at stats->near_or(P) (attention_ls.h)
+                for (size_t i = 0; i < attn_stats_.size(); i++) {
+                    const AttnHeadStats& s = attn_stats_[i];
+                    stats->near_mass[i] = s.rows > 0 ? (float)(s.near_mass_sum / (double)s.rows) : 0.0f;
+                    stats->near_max_logit[i] = s.near_max_logit;
+                    stats->far_max_logit[i] = s.far_max_logit;
                 }
                 stats->out_max_logit = os.max_logit;
                 stats->out_mean_lse = os.count > 0 ? (float)(os.lse_sum / (double)os.count) : 0.0f;
@@ -472,6 +492,7 @@ public:
         return model_.forward(inputs, targets, B, T, z_loss_weight, stats);
     }
     const float* logits() override { return model_.logits(); }
+    bool has_near_far_stats() const override { return true; }
 
     void zero_grad() override { model_.zero_grad(); }
     void backward(float grad_scale) override { model_.backward(grad_scale); }
@@ -498,6 +519,12 @@ public:
     void kv_begin(int B, int max_len) override { model_.kv_begin(B, max_len); }
     const float* kv_forward(const int* tokens, int n) override { return model_.kv_forward(tokens, n); }
     size_t kv_cache_bytes() const override { return model_.kv_cache().bytes(); }
+
+    // Attention maps (--dump-attention): recomputed from the last forward's stored q, k.
+    bool has_attention_probs() const override { return true; }
+    void attention_probs(int layer, int head, int b, float* probs) override {
+        model_.attention_probs(layer, head, b, probs);
+    }
 
     // The underlying model (tests and diagnostics).
     Gpt2Cpu<float>& model() { return model_; }

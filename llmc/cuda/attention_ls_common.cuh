@@ -74,7 +74,7 @@ __global__ void attn_stats_reduce_kernel(float* stats, const float* part, int B,
     sent[threadIdx.x] = c;
     __syncthreads();
     for (int s = NT / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) {
+        if ((int)threadIdx.x < s) {
             smax[threadIdx.x] = fmaxf(smax[threadIdx.x], smax[threadIdx.x + s]);
             smin[threadIdx.x] = fminf(smin[threadIdx.x], smin[threadIdx.x + s]);
             sent[threadIdx.x] += sent[threadIdx.x + s];

@@ -1,0 +1,338 @@
+"""Attention maps end to end: `train_gpt2_ls --eval-only --dump-attention L:H,...` on tiny trained
+checkpoints (an LS model with and without QK-norm + soft-cap), and scripts/plot_attention.py on the
+dumps.
+
+The dumps are checked against an independent NumPy float64 forward of the checkpoint (read here from
+the model-file format of docs/formats.md) over the first validation sequence: every probability, the
+(T, T) float32 .npy format, rows summing to 1, exact zeros outside the causal mask and a local head's
+window, the same map whatever -b. Bad flags fail with one `error:` line, a non-zero exit and nothing
+written. The plot script makes a PNG per dump, prints each head's near mass (checked against the
+number computed here) and refuses bad input. The plot tests skip only when matplotlib is missing.
+
+The trainer is $TRAIN_GPT2_LS, else the repository's ./train_gpt2_ls (`make train_gpt2_ls`).
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(os.environ.get("TRAIN_GPT2_LS", REPO / "train_gpt2_ls"))
+SHARED = Path(os.environ.get("SHARED_DATA", REPO.parent / "shared" / "data"))
+PLOT = REPO / "scripts" / "plot_attention.py"
+
+# Tiny LS model: L=2, C=32, NH=4 (hd 8), heads 0..2 local with P=6, head 3 global; T=24 > 3P.
+L, C, NH, G, P, T = 2, 32, 4, 1, 6, 24
+MODEL = ["--layers", L, "--channels", C, "--heads", NH, "--global-heads", G, "--window", P, "--max-seq-len", 32]
+VARIANTS = {"plain": [], "qknorm_softcap": ["--qk-norm", "--attn-softcap", 3]}
+ALL_HEADS = ",".join(f"{l}:{h}" for l in range(L) for h in range(NH))
+# fp32 trainer vs float64 NumPy through two small layers: scores agree to ~1e-6, probabilities to
+# ~1e-6; 1e-5 still catches a wrong head, layer, sequence, mask, scale or cap (>= 1e-3 here).
+PROB_TOL = 1e-5
+
+
+def run(args, check=True, timeout=300):
+    if not BIN.exists():
+        pytest.fail(f"{BIN} is missing; build it with `make train_gpt2_ls` (or set TRAIN_GPT2_LS)")
+    p = subprocess.run([str(BIN)] + [str(a) for a in args], cwd=REPO, capture_output=True, text=True,
+                       timeout=timeout)
+    if check and p.returncode != 0:
+        pytest.fail(f"train_gpt2_ls {' '.join(map(str, args))} failed ({p.returncode}):\n{p.stderr}\n{p.stdout[-2000:]}")
+    return p
+
+
+def plot(args, check=True):
+    p = subprocess.run([sys.executable, str(PLOT)] + [str(a) for a in args], cwd=REPO, capture_output=True,
+                       text=True, timeout=300)
+    if check and p.returncode != 0:
+        pytest.fail(f"plot_attention.py {' '.join(map(str, args))} failed ({p.returncode}):\n{p.stderr}\n{p.stdout}")
+    return p
+
+
+def write_shard(path, tokens):
+    header = np.zeros(256, dtype=np.int32)
+    header[:3] = [20240520, 1, len(tokens)]
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        f.write(np.asarray(tokens, dtype=np.uint16).tobytes())
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """Byte-level shards (V = 256): 60 kB of tiny Shakespeare to train on, the next 4 kB to evaluate."""
+    src = SHARED / "tinyshakespeare" / "input.txt"
+    if src.exists():
+        text = src.read_bytes()[:64_000]
+    else:  # no local copy: a deterministic stand-in with some structure to learn
+        rng = np.random.default_rng(0)
+        words = [b"the", b"king", b"shall", b"not", b"be", b"so", b"and", b"my", b"lord", b"good"]
+        text = b" ".join(words[i] for i in rng.integers(0, len(words), 16000))[:64_000]
+    d = tmp_path_factory.mktemp("attn_data")
+    tok = np.frombuffer(text, dtype=np.uint8).astype(np.uint16)
+    write_shard(d / "train_000000.bin", tok[:60_000])
+    write_shard(d / "val_000000.bin", tok[60_000:])
+    (d / "meta.json").write_text(json.dumps({"vocab_size": 256, "eot": 10}))
+    return d
+
+
+@pytest.fixture(scope="module", params=sorted(VARIANTS))
+def trained(request, data, tmp_path_factory):
+    """(run dir, checkpoint) of a 12-step run of the tiny model (variant: plain, or QK-norm + soft-cap)."""
+    out = tmp_path_factory.mktemp(f"attn_run_{request.param}")
+    run(["--device", "cpu", "-i", f"{data}/train_*.bin", "-o", out, "-x", 12, "-b", 4, "-t", T, "-v", 0, "-s", 0,
+         "-l", "1e-2", "-u", 2, "--threads", 1] + MODEL + VARIANTS[request.param])
+    return out, out / "model_00000012.bin"
+
+
+def eval_args(data, ckpt, out, heads=ALL_HEADS, b=2):
+    return ["--device", "cpu", "--eval-only", "-e", ckpt, "-j", f"{data}/val_*.bin", "-b", b, "-t", T, "-m", 1,
+            "--threads", 1, "--dump-attention", heads, "-o", out]
+
+
+# ---------------------------------------------------------------------------------------------
+# an independent float64 NumPy forward of the checkpoint (docs/formats.md, llmc/params.h)
+
+def load_checkpoint(path):
+    raw = Path(path).read_bytes()
+    h = np.frombuffer(raw[:1024], dtype="<i4")
+    assert h[0] == 20250521 and h[1] == 1 and h[12] == 0, "our fp32 model file"
+    cfg = dict(maxT=int(h[2]), V=int(h[3]), L=int(h[4]), NH=int(h[5]), C=int(h[6]), Vp=int(h[7]), G=int(h[8]),
+               P=int(h[9]), qk_norm=bool(h[10]), tied=bool(h[11]),
+               softcap=struct.unpack("<f", struct.pack("<i", int(h[13])))[0])
+    Lm, Cm, Vp, maxT, hd = cfg["L"], cfg["C"], cfg["Vp"], cfg["maxT"], cfg["C"] // cfg["NH"]
+    qk = Lm * hd if cfg["qk_norm"] else 0
+    shapes = [("wte", (Vp, Cm)), ("wpe", (maxT, Cm)), ("ln1w", (Lm, Cm)), ("ln1b", (Lm, Cm)),
+              ("qkvw", (Lm, 3 * Cm, Cm)), ("qkvb", (Lm, 3 * Cm)), ("attprojw", (Lm, Cm, Cm)), ("attprojb", (Lm, Cm)),
+              ("ln2w", (Lm, Cm)), ("ln2b", (Lm, Cm)), ("fcw", (Lm, 4 * Cm, Cm)), ("fcb", (Lm, 4 * Cm)),
+              ("fcprojw", (Lm, Cm, 4 * Cm)), ("fcprojb", (Lm, Cm)), ("lnfw", (Cm,)), ("lnfb", (Cm,))]
+    if qk:
+        shapes += [(n, (Lm, hd)) for n in ("qnormw", "qnormb", "knormw", "knormb")]
+    payload = np.frombuffer(raw[1024:], dtype="<f4").astype(np.float64)
+    w, off = {}, 0
+    for name, shape in shapes:
+        n = int(np.prod(shape))
+        w[name] = payload[off:off + n].reshape(shape)
+        off += n
+    return cfg, w
+
+
+def layernorm(x, g, b):
+    m = x.mean(-1, keepdims=True)
+    v = ((x - m) ** 2).mean(-1, keepdims=True)
+    return (x - m) / np.sqrt(v + 1e-5) * g + b
+
+
+def reference_probs(ckpt, tokens):
+    """{(layer, head): (T, T) float64 attention probabilities} of one sequence."""
+    cfg, w = load_checkpoint(ckpt)
+    n, Cm, NHm, hd = len(tokens), cfg["C"], cfg["NH"], cfg["C"] // cfg["NH"]
+    i = np.arange(n)[:, None]
+    j = np.arange(n)[None, :]
+    x = w["wte"][tokens] + w["wpe"][:n]
+    out = {}
+    for l in range(cfg["L"]):
+        qkv = layernorm(x, w["ln1w"][l], w["ln1b"][l]) @ w["qkvw"][l].T + w["qkvb"][l]  # (T, 3C)
+        q, k, v = (qkv[:, s * Cm:(s + 1) * Cm].reshape(n, NHm, hd) for s in range(3))
+        if cfg["qk_norm"]:
+            q = layernorm(q, w["qnormw"][l], w["qnormb"][l])
+            k = layernorm(k, w["knormw"][l], w["knormb"][l])
+        y = np.zeros((n, NHm, hd))
+        for h in range(NHm):
+            s = q[:, h] @ k[:, h].T / np.sqrt(hd)
+            if cfg["softcap"] > 0:
+                s = cfg["softcap"] * np.tanh(s / cfg["softcap"])
+            vis = j <= i
+            if h < NHm - cfg["G"]:
+                vis = vis & (i - j < cfg["P"])
+            s = np.where(vis, s, -np.inf)
+            p = np.exp(s - s.max(1, keepdims=True))
+            p /= p.sum(1, keepdims=True)
+            out[(l, h)] = p
+            y[:, h] = p @ v[:, h]
+        x = x + y.reshape(n, Cm) @ w["attprojw"][l].T + w["attprojb"][l]
+        f = layernorm(x, w["ln2w"][l], w["ln2b"][l]) @ w["fcw"][l].T + w["fcb"][l]
+        f = 0.5 * f * (1 + np.tanh(np.sqrt(2 / np.pi) * (f + 0.044715 * f ** 3)))
+        x = x + f @ w["fcprojw"][l].T + w["fcprojb"][l]
+    return out
+
+
+def visible(local):
+    i = np.arange(T)[:, None]
+    j = np.arange(T)[None, :]
+    return (j <= i) & ((i - j < P) if local else True)
+
+
+# ---------------------------------------------------------------------------------------------
+
+def test_help_lists_dump_attention():
+    p = run(["--help"])
+    assert "--dump-attention" in p.stdout
+
+
+def test_dump_matches_numpy_forward(trained, data, tmp_path):
+    run_dir, ckpt = trained
+    eo = tmp_path / "eval"
+    p = run(eval_args(data, ckpt, eo))
+    names = sorted(f.name for f in eo.iterdir())
+    assert names == sorted([f"attn_L{l}_H{h}.npy" for l in range(L) for h in range(NH)] + ["eval.json"]), names
+    for l in range(L):
+        for h in range(NH):
+            assert f"to {eo}/attn_L{l}_H{h}.npy" in p.stdout
+    assert "error" not in p.stderr
+
+    # the first validation sequence: tokens [0, T) of the shard (read in order, never shuffled)
+    val = np.fromfile(data / "val_000000.bin", dtype=np.uint16, offset=1024)[:T].astype(np.int64)
+    ref = reference_probs(ckpt, val)
+    for l in range(L):
+        for h in range(NH):
+            local = h < NH - G
+            f = eo / f"attn_L{l}_H{h}.npy"
+            raw = f.read_bytes()
+            assert raw[:8] == b"\x93NUMPY\x01\x00"  # format version 1.0
+            assert (10 + int.from_bytes(raw[8:10], "little")) % 64 == 0
+            a = np.load(f, allow_pickle=False)
+            assert a.dtype == np.dtype("<f4") and a.shape == (T, T) and a.flags["C_CONTIGUOUS"], (a.dtype, a.shape)
+            vis = visible(local)
+            assert np.all(a[~vis] == 0), f"L{l} H{h}: non-zero probability outside the mask"
+            assert np.all(a[vis] > 0), f"L{l} H{h}: a visible key with probability 0 (mask too wide?)"
+            assert np.abs(a.astype(np.float64).sum(1) - 1).max() <= 1e-5
+            err = np.abs(a - ref[(l, h)]).max()
+            assert err <= PROB_TOL, f"L{l} H{h}: max |dump - numpy| = {err:.3g}"
+            if not local:  # the global head reaches past the window
+                assert a[T - 1, : T - P].sum() > 1e-3
+
+
+def test_dump_is_the_first_sequence_whatever_the_batch_size(trained, data, tmp_path):
+    _, ckpt = trained
+    run(eval_args(data, ckpt, tmp_path / "b1", heads="1:0,1:3", b=1))
+    run(eval_args(data, ckpt, tmp_path / "b4", heads="1:0,1:3", b=4))
+    for name in ["attn_L1_H0.npy", "attn_L1_H3.npy"]:
+        # every CPU op computes a row the same way whatever the number of rows: bit-identical
+        assert (tmp_path / "b1" / name).read_bytes() == (tmp_path / "b4" / name).read_bytes()
+
+
+@pytest.mark.parametrize("extra,drop,expect", [
+    (["--dump-attention", "0"], [], "'0' has no ':'"),
+    (["--dump-attention", "a:b"], [], "LAYER:HEAD"),
+    (["--dump-attention", "0:0,"], [], "empty item"),
+    (["--dump-attention", "0:1:2"], [], "LAYER:HEAD"),
+    (["--dump-attention", "0:0,2:0"], [], "layer 2 does not exist, the model has 2 layers (0..1)"),
+    (["--dump-attention", "1:4"], [], "head 4 does not exist, the model has 4 heads per layer (0..3)"),
+    ([], ["--eval-only"], "--dump-attention works with --eval-only only; add --eval-only"),
+    ([], ["-o"], "give -o DIR"),
+    # without a GPU the device choice itself refuses first; with one our check does: both name the fix
+    (["--device", "cuda"], [], "--device cpu"),
+])
+def test_bad_dump_flags_fail_cleanly(trained, data, tmp_path, extra, drop, expect):
+    _, ckpt = trained
+    out = tmp_path / "never"
+    args = eval_args(data, ckpt, out)
+    for flag in drop:
+        k = args.index(flag)
+        del args[k:k + (1 if flag == "--eval-only" else 2)]
+    if "--eval-only" in drop:
+        args += ["-i", f"{data}/train_*.bin", "-x", 1]
+    p = run(args + extra, check=False)
+    assert p.returncode != 0
+    err = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(err) == 1 and err[0].startswith("error: "), p.stderr
+    assert expect in err[0], err[0]
+    assert not out.exists(), "a refused run wrote files"
+
+
+# ---------------------------------------------------------------------------------------------
+# scripts/plot_attention.py
+
+@pytest.fixture(scope="module")
+def dumps(trained, data, tmp_path_factory):
+    """The eval directory of every head's dump (and the run's config.json)."""
+    pytest.importorskip("matplotlib", reason="matplotlib is missing (requirements.txt lists it): plot tests not run")
+    run_dir, ckpt = trained
+    eo = tmp_path_factory.mktemp("attn_eval")
+    run(eval_args(data, ckpt, eo))
+    return run_dir, eo
+
+
+def near_mass(a, near):
+    i = np.arange(a.shape[0])[:, None]
+    j = np.arange(a.shape[0])[None, :]
+    return float((a.astype(np.float64) * (i - j < near)).sum(1).mean())
+
+
+def check_png(path):
+    import matplotlib.image as mpimg
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", path
+    img = mpimg.imread(path)
+    assert img.ndim == 3 and img.shape[0] > 200 and img.shape[1] > 200, img.shape
+    assert img[..., :3].std() > 0.05  # not a blank canvas
+
+
+def test_plot_attention_pngs_and_near_mass(dumps, tmp_path):
+    run_dir, eo = dumps
+    out = tmp_path / "png"
+    p = plot([eo, "--config", run_dir / "config.json", "--out", out])
+    lines = p.stdout.splitlines()
+    assert len(lines) == L * NH, p.stdout
+    for l in range(L):
+        for h in range(NH):
+            png = out / f"attn_L{l}_H{h}.png"
+            check_png(png)
+            line = next(ln for ln in lines if ln.startswith(f"{png}:"))
+            kind = f"local P={P}" if h < NH - G else "global"
+            nm = near_mass(np.load(eo / f"attn_L{l}_H{h}.npy"), P)
+            assert f"layer {l} head {h} ({kind}), T {T}, near mass (i-j < {P}) {nm:.4f}" in line, line
+            if h < NH - G:
+                assert f"{nm:.4f}" == "1.0000"  # a local head with N = P has no far keys
+    assert p.stderr == ""
+
+    # one file, linear scale, another near distance, geometry from flags; PNG next to the .npy
+    one = tmp_path / "one"
+    one.mkdir()
+    (one / "attn_L1_H3.npy").write_bytes((eo / "attn_L1_H3.npy").read_bytes())
+    p = plot([one / "attn_L1_H3.npy", "--window", P, "--global-heads", G, "--heads", NH, "--near", 3,
+              "--scale", "linear"])
+    check_png(one / "attn_L1_H3.png")
+    nm = near_mass(np.load(one / "attn_L1_H3.npy"), 3)
+    assert f"near mass (i-j < 3) {nm:.4f}" in p.stdout
+    assert nm < 1.0
+
+
+def test_plot_attention_refuses_bad_input(dumps, tmp_path):
+    run_dir, eo = dumps
+    conf = ["--config", run_dir / "config.json"]
+    good = np.load(eo / "attn_L0_H0.npy")
+
+    def refused(args, expect):
+        out = tmp_path / "out"
+        p = plot(args + ["--out", out], check=False)
+        assert p.returncode == 1, (args, p.stdout, p.stderr)
+        err = p.stderr.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: ") and expect in err[0], (expect, p.stderr)
+        assert not out.exists() or not any(out.iterdir()), "a refused plot wrote files"
+
+    refused([tmp_path / "nothing.npy"] + conf, "no such file")
+    empty = tmp_path / "empty_dir"
+    empty.mkdir()
+    refused([empty] + conf, "no attn_L<l>_H<h>.npy")
+    named = tmp_path / "probs.npy"
+    np.save(named, good)
+    refused([named] + conf, "attn_L<layer>_H<head>.npy")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "attn_L0_H0.npy").write_bytes(b"not a numpy file at all")
+    refused([bad / "attn_L0_H0.npy"] + conf, "not a readable .npy")
+    np.save(bad / "attn_L0_H1.npy", np.zeros((2, 3, 3), np.float32))
+    refused([bad / "attn_L0_H1.npy"] + conf, "is not (T, T)")
+    np.save(bad / "attn_L0_H2.npy", good * 0.5)
+    refused([bad / "attn_L0_H2.npy"] + conf, "sums to 0.5")
+    refused([eo / "attn_L0_H0.npy"], "give --config")
+    refused([eo / "attn_L0_H0.npy", "--config", tmp_path / "nothing.json"], "cannot read")
+    # the global head's map under a config that calls it local: far keys are non-zero
+    refused([eo / "attn_L0_H3.npy", "--window", P, "--global-heads", 0, "--heads", NH], "do not match")
+    refused([eo / "attn_L0_H3.npy", "--window", P, "--global-heads", G, "--heads", 3], "head 3 does not exist")
+    refused([eo / "attn_L0_H0.npy", "--window", 0, "--global-heads", G, "--heads", NH], "--window 0")

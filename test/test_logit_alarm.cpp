@@ -1,0 +1,131 @@
+// The logit alarm (llmc/logit_alarm.h) on synthetic logit series: the z-score rule against the
+// moving window, the absolute rule, the layer/head that holds the max, the checkpoint cooldown,
+// and the state round trip a resume relies on. Also: alarm checkpoints are pinned against pruning.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "llmc/checkpoint_dir.h"
+#include "llmc/logit_alarm.h"
+#include "test_util.h"
+
+using namespace llmc;
+
+namespace {
+
+// One step's statistics: L x NH heads at `base`, one head (l, h) at `peak`.
+LogitStats stats_with(int L, int NH, float base, int l, int h, float peak) {
+    LogitStats s;
+    s.resize(L, NH);
+    for (float& v : s.max_logit) v = base;
+    s.max_logit[(size_t)l * NH + h] = peak;
+    return s;
+}
+
+LogitAlarmConfig alarm_config(float z, float above, int cooldown, int window) {
+    LogitAlarmConfig c;
+    c.z = z; c.above = above; c.cooldown = cooldown; c.window = window;
+    return c;
+}
+
+}  // namespace
+
+TEST_CASE("logit alarm: z-score rule over the window, naming layer and head", "[logit_alarm]") {
+    LogitAlarm alarm(alarm_config(4.0f, 0.0f, 5, 10));
+    // 10 steps of a slowly oscillating max logit 5 +- 0.1: nothing flagged (z NaN while filling)
+    for (int s = 1; s <= 10; s++) {
+        const LogitAlarmEvent e = alarm.observe(s, stats_with(3, 4, 1.0f, 1, 2, 5.0f + 0.1f * ((s % 2) ? 1 : -1)));
+        CHECK_FALSE(e.flagged);
+        CHECK(std::isnan(e.z));
+        CHECK(e.layer == 1);
+        CHECK(e.head == 2);
+    }
+    // a value within 4 std (std 0.1): not flagged, z computed against the full window
+    LogitAlarmEvent e = alarm.observe(11, stats_with(3, 4, 1.0f, 0, 0, 5.3f));
+    CHECK_FALSE(e.flagged);
+    CHECK(e.z == Approx(3.0).epsilon(1e-3));  // (5.3 - 5.0) / 0.1
+    // a jump in another head: flagged with that head, z = (6 - mean) / std of the window
+    e = alarm.observe(12, stats_with(3, 4, 1.0f, 2, 3, 6.0f));
+    CHECK(e.flagged);
+    CHECK(e.by_z);
+    CHECK_FALSE(e.by_above);
+    CHECK(e.layer == 2);
+    CHECK(e.head == 3);
+    CHECK(e.value == 6.0f);
+    CHECK(e.checkpoint);
+    CHECK(alarm.checkpoint_steps() == std::vector<int>{12});
+    // non-finite maxima are judged (never flagged by z) and never enter the window
+    e = alarm.observe(13, stats_with(3, 4, 1.0f, 0, 1, std::numeric_limits<float>::quiet_NaN()));
+    CHECK_FALSE(e.flagged);
+}
+
+TEST_CASE("logit alarm: absolute rule, cooldown of the checkpoints, state round trip", "[logit_alarm]") {
+    const LogitAlarmConfig cfg = alarm_config(0.0f, 50.0f, 4, 3);
+    LogitAlarm a(cfg);
+    // series of maxima; above 50 at steps 2, 3, 5, 6, 9 -> checkpoints at 2 (first), 6 (>= 2 + 4), not 9 (< 6 + 4)
+    const std::vector<float> series = {10, 60, 70, 20, 55, 80, 30, 40, 51, 49, 52};
+    std::vector<int> flagged, ckpt;
+    std::vector<double> state_after_5;
+    for (int s = 1; s <= (int)series.size(); s++) {
+        const LogitAlarmEvent e = a.observe(s, stats_with(2, 2, 0.0f, 1, 0, series[s - 1]));
+        if (e.flagged) flagged.push_back(s);
+        if (e.checkpoint) ckpt.push_back(s);
+        CHECK_FALSE(e.by_z);  // the z rule is off
+        if (s == 5) state_after_5 = a.to_vector();
+    }
+    CHECK(flagged == std::vector<int>{2, 3, 5, 6, 9, 11});
+    CHECK(ckpt == std::vector<int>{2, 6, 11});
+    CHECK(a.checkpoint_steps() == ckpt);
+
+    // resumed after step 5 (from the state vector, behind other data), it repeats steps 6..11 exactly
+    LogitAlarmConfig zcfg = cfg;
+    zcfg.z = 1.0f;  // also the z rule: the restored window must give the same z-scores
+    LogitAlarm full(zcfg), resumed(zcfg);
+    std::vector<double> saved;
+    for (int s = 1; s <= 5; s++) full.observe(s, stats_with(2, 2, 0.0f, 1, 0, series[s - 1]));
+    saved = {7.0, 8.0};
+    const std::vector<double> st = full.to_vector();
+    saved.insert(saved.end(), st.begin(), st.end());
+    CHECK(resumed.from_vector(saved, 2) == saved.size());
+    for (int s = 6; s <= (int)series.size(); s++) {
+        const LogitAlarmEvent x = full.observe(s, stats_with(2, 2, 0.0f, 1, 0, series[s - 1]));
+        const LogitAlarmEvent y = resumed.observe(s, stats_with(2, 2, 0.0f, 1, 0, series[s - 1]));
+        CHECK(x.flagged == y.flagged);
+        CHECK(x.checkpoint == y.checkpoint);
+        CHECK((x.z == y.z || (std::isnan(x.z) && std::isnan(y.z))));
+    }
+    CHECK(full.checkpoint_steps() == resumed.checkpoint_steps());
+
+    // a state vector without the alarm's tag, or truncated, is refused with a message
+    LogitAlarm fresh(cfg);
+    CHECK_THROWS_AS(fresh.from_vector({1.0, 2.0, 3.0}, 0), InputError);
+    std::vector<double> cut = state_after_5;
+    cut.pop_back();
+    cut.back() = 1e9;  // claims far more pinned steps than there are
+    CHECK_THROWS_AS(fresh.from_vector(cut, 0), InputError);
+}
+
+TEST_CASE("pruning never deletes the logit alarm's pinned checkpoints, which do not count toward K", "[logit_alarm]") {
+    llmc_test::TempDir dir;
+    ModelConfig c;
+    c.num_layers = 1; c.channels = 8; c.num_heads = 2; c.global_heads = 1; c.window = 2;
+    c.vocab_size = 10; c.padded_vocab_size = 128; c.max_seq_len = 4;
+    std::vector<float> p(param_layout(c).total, 0.5f);
+    for (int s : {10, 13, 20, 30, 40}) {
+        save_model_checkpoint(model_path(dir.path.string(), s), c, p.data(), s);
+        TrainState st;
+        st.step = s;
+        st.m.assign(p.size(), 0.0f);
+        st.v.assign(p.size(), 0.0f);
+        st.rng = {1};
+        save_train_state(state_path(dir.path.string(), s, 0), c, st);
+        write_done_marker(dir.path.string(), s, 1);
+    }
+    prune_checkpoints(dir.path.string(), 2, 40, {13});
+    CHECK(complete_steps(dir.path.string()) == std::vector<int>{13, 30, 40});
+    prune_checkpoints(dir.path.string(), 1, 40, {13});
+    CHECK(complete_steps(dir.path.string()) == std::vector<int>{13, 40});
+    prune_checkpoints(dir.path.string(), 1, 40);  // unpinned: gone
+    CHECK(complete_steps(dir.path.string()) == std::vector<int>{40});
+}
