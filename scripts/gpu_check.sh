@@ -34,7 +34,7 @@
 # DIR (default $OUT if set, else out/gpu_check) receives report.txt (every step's output, the short
 # table last) and report.json (steps, statuses, times, and the benchmarks' JSON), covering every step
 # run on this machine so far (build/gpu_check/results.tsv), not only this call's.
-# Environment: CUDA_ARCH (default 90), GPU_CHECK_COMMIT (the commit measured; default git rev-parse,
+# Environment: CUDA_ARCH (default 90), GPU_CHECK_TIMEOUT_SCALE (multiplies every step's time limit; 6 with --emulate, else 1), GPU_CHECK_COMMIT (the commit measured; default git rev-parse,
 # needed where the tree was copied without .git). Header-only deps: run ../shared/tools/device-deps.sh
 # on a machine with a registry and bring .deps along; the build then uses .deps/include.
 # Before any stage: the header-only deps (CLI11, nlohmann/json) must be found (else one line, exit 2)
@@ -144,8 +144,11 @@ record() {
 }
 
 # step NAME TIMEOUT_S COMMAND...: runs it with its output in a log; PASS, FAIL(rc=N) or TIMEOUT.
+# The limits are sized for a GPU; emulated, every limit is multiplied by timeout_scale (the emulated
+# test_cuda_model takes ~4 min alone on 2 cores, over 10 when make test runs pytest beside it).
+timeout_scale=${GPU_CHECK_TIMEOUT_SCALE:-$([ "$emulate" = 1 ] && echo 6 || echo 1)}
 step() {
-    local name=$1 limit=$2; shift 2
+    local name=$1 limit=$(( $2 * timeout_scale )); shift 2
     local log=$work/logs/$(echo "$name" | tr -c 'A-Za-z0-9._-' '_').log
     local t0 rc status secs
     t0=$(date +%s.%N)
