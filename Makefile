@@ -5,7 +5,9 @@
 #                        runs the GPU kernels under device emulation (make test-emu)
 #   make emu / test-emu  the emulated build of the GPU labs and tests (docs/emulation.md) / run it
 #   make test-gpu        GPU tests (needs a GPU)
+#   make test-asan       Catch2 + a short train/resume/generate under ASan + UBSan (build/asan)
 #   make test-reference  the PyTorch reference's self-tests (needs torch)
+#   make fuzz / fuzz-smoke  libFuzzer harnesses of the file readers: 10 min each / a few s each (build/fuzz)
 #   make deps            install the dependencies (scripts/install_deps.sh)
 # Variables: CUDA_ARCH="80 90"  PRECISION=BF16|FP32  EXTRA_INCLUDE=.deps/include
 #            SHARED_DATA=../shared/data  NVCC=nvcc CXX=g++ PYTHON=python3
@@ -195,9 +197,40 @@ EMU_SCHEDULES ?= greedy-forward,greedy-reverse
 EMU_BACKEND_SCHEDULES ?= greedy-forward
 GPU_CHECK_EMU_PARTS ?= build,first,test,sanitize,labs,bench,train,e2e-small,e2e-d12
 test-emu: emu
+	rm -f build/gpu_check_emu/results.tsv  # this run's steps only in the report (gpu_check accumulates them)
 	EMU_SCHEDULES=$(EMU_SCHEDULES) EMU_BACKEND_SCHEDULES=$(EMU_BACKEND_SCHEDULES) \
 	  scripts/gpu_check.sh --emulate --part $(GPU_CHECK_EMU_PARTS) --out $(BUILD)/gpu_check_emu/report
 	@echo "== emulated: gpu_check.sh --emulate passed (stages $(GPU_CHECK_EMU_PARTS); emulation, not a GPU) =="
+
+# --- sanitizers (issue 17) --------------------------------------------------------------------
+# make test-asan: the Catch2 suite, the trainer and the generator built by g++ for the CPU with
+# AddressSanitizer + UBSan (-fno-sanitize-recover=undefined: any report fails the run) into
+# build/asan/ (the same sources as $(BUILD)/test_cpu and the .cu files as C++, no MPI, no CUDA);
+# runs the Catch2 suite, then scripts/asan_e2e.sh: a short training with checkpoints, a -x
+# extension resume and a kill -9 + resume (both bit-identical to the uninterrupted run), a write
+# that fails at the file-size limit and its resume, --eval-only with --dump-attention, and
+# generate_gpt2_ls with and without its KV cache. Not part of `make test` (yet).
+ASAN_DIR := $(BUILD)/asan
+ASAN_SAN ?= -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+# (-Wno-maybe-uninitialized: GCC's false positives in libstdc++'s <regex> under -fsanitize, in catch.hpp)
+ASAN_CXXFLAGS := -std=c++17 -O1 -g -Wall -Wextra -Wno-maybe-uninitialized -fopenmp -MMD -MP $(ASAN_SAN) $(INCLUDES)
+ASAN_TEST_OBJS := $(patsubst test/%.cpp,$(ASAN_DIR)/test/%.o,$(TEST_SRCS))
+$(ASAN_DIR)/test/%.o: test/%.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(ASAN_CXXFLAGS) -c $< -o $@
+$(ASAN_DIR)/test_cpu: $(ASAN_DIR)/test/catch_main.o $(ASAN_TEST_OBJS)
+	$(CXX) $(ASAN_CXXFLAGS) $^ -o $@
+$(ASAN_DIR)/train_gpt2_ls $(ASAN_DIR)/generate_gpt2_ls: $(ASAN_DIR)/%: %.cu $(LLMC_HEADERS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(ASAN_CXXFLAGS) -x c++ $< -o $@
+-include $(wildcard $(ASAN_DIR)/test/*.d $(ASAN_DIR)/*.d)
+test-asan: $(ASAN_DIR)/test_cpu $(ASAN_DIR)/train_gpt2_ls $(ASAN_DIR)/generate_gpt2_ls
+	@echo "== Catch2 under ASan + UBSan ($(ASAN_DIR)/test_cpu) =="
+	ASAN_OPTIONS=detect_leaks=1:exitcode=86 UBSAN_OPTIONS=print_stacktrace=1:exitcode=86 $(ASAN_DIR)/test_cpu
+	@echo "== end to end under ASan + UBSan (scripts/asan_e2e.sh) =="
+	SHARED_DATA=$(abspath $(SHARED_DATA)) scripts/asan_e2e.sh $(ASAN_DIR)
+	@echo "== make test-asan passed =="
+.PHONY: test-asan
 
 # --- data ------------------------------------------------------------------------------------
 TS_DIR := data/shards/tinyshakespeare_gpt2
@@ -247,6 +280,36 @@ test-gpu: $(GPU_TEST_BINS) $(GPU_LAB_BINS)
 	for t in $(GPU_LAB_BINS); do echo "== $$t --check =="; $$t --check || exit $$?; done; \
 	if [ -n "$$skipped" ]; then echo "== GPU tests passed; SKIPPED (not run in this build):$$skipped =="; \
 	else echo "== GPU tests passed (none skipped) =="; fi
+
+# --- fuzzing (issue 17) -----------------------------------------------------------------------
+# One libFuzzer harness per reader of user files (test/fuzz/fuzz_<name>.cpp: shards + data loader,
+# model files, llm.c checkpoints, training state, tokenizer.bin, tokenizer.model, the GPT-2 BPE and
+# SentencePiece encoders, the --config file), built by clang++ (Debian's clang 14) with
+# -fsanitize=fuzzer,address,undefined into build/fuzz/; docs/reliability.md has the results.
+#   make fuzz        each harness for FUZZ_SECONDS (default 600), one after the other, from its seeds
+#                    test/fuzz/corpus/<name>/ plus what earlier runs found (build/fuzz/corpus/<name>/)
+#   make fuzz-smoke  replays the committed crash inputs test/fuzz/regressions/<name>/, then fuzzes
+#                    each harness FUZZ_SMOKE_SECONDS (default 5); one line per harness, non-zero exit
+#                    on any finding (crash, sanitizer report, uncaught exception, hang, > 2 GB malloc)
+# FUZZ_NAMES="shard config" picks harnesses; test/fuzz/run_fuzz.sh runs them (--help).
+FUZZ_DIR := $(BUILD)/fuzz
+FUZZ_CXX ?= clang++
+FUZZ_SECONDS ?= 600
+FUZZ_SMOKE_SECONDS ?= 5
+FUZZ_CXXFLAGS := -std=c++17 -O1 -g -Wall -Wextra -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+                 -fno-omit-frame-pointer -DLLMC_FUZZ_DIR='"$(abspath test/fuzz)"' $(INCLUDES)
+FUZZ_NAMES ?= $(patsubst test/fuzz/fuzz_%.cpp,%,$(wildcard test/fuzz/fuzz_*.cpp))
+FUZZ_BINS := $(addprefix $(FUZZ_DIR)/fuzz_,$(FUZZ_NAMES))
+$(FUZZ_DIR)/fuzz_%: test/fuzz/fuzz_%.cpp
+	@mkdir -p $(dir $@)
+	$(FUZZ_CXX) $(FUZZ_CXXFLAGS) -MMD -MP -MT $@ -MF $@.d $< -o $@
+-include $(wildcard $(FUZZ_DIR)/*.d)
+fuzz: $(FUZZ_BINS)
+	test/fuzz/run_fuzz.sh --seconds $(FUZZ_SECONDS) --bin-dir $(FUZZ_DIR) --work $(FUZZ_DIR) $(FUZZ_NAMES)
+fuzz-smoke: $(FUZZ_BINS)
+	@rm -rf $(FUZZ_DIR)/smoke
+	test/fuzz/run_fuzz.sh --seconds $(FUZZ_SMOKE_SECONDS) --bin-dir $(FUZZ_DIR) --work $(FUZZ_DIR)/smoke $(FUZZ_NAMES)
+.PHONY: fuzz fuzz-smoke
 
 deps:
 	scripts/install_deps.sh

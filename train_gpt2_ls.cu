@@ -3,6 +3,8 @@
 // llmc/cuda/), run the training loop or --eval-only (llmc/train_loop.h).
 // Any user error (flags, data, checkpoints) ends as one line "error: <message>" and exit code 1;
 // in a multi-process run the failing rank then aborts every rank (MPI_Abort), so nothing hangs.
+// A failed write (disk full, `ulimit -f`: SIGXFSZ is ignored) is such an error: the previous
+// checkpoint stays intact and loadable, metrics/logit_stats.jsonl keep only complete lines.
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -16,6 +18,7 @@
 #include <cuda_runtime.h>
 #endif
 
+#include "llmc/atomic_file.h"
 #include "llmc/cli.h"
 #include "llmc/collective.h"
 #include "llmc/collective_choice.h"
@@ -72,6 +75,8 @@ static std::unique_ptr<llmc::Collective> make_collective(const llmc::TrainConfig
 }
 
 int main(int argc, char** argv) {
+    // A write past `ulimit -f` fails with EFBIG (one error line, files left intact) instead of SIGXFSZ
+    llmc::ignore_file_size_signal();
     llmc::MpiSession mpi(&argc, &argv);  // MPI_Init / MPI_Finalize when started by a launcher
     llmc::TrainCli cli;
     const int rc = cli.parse(argc, argv);

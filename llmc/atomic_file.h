@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -41,6 +42,20 @@ inline void fsync_dir(const std::string& dir) {
                          "; check the filesystem");
 }
 
+// What to check after a failed write with errno err into directory dir (the end of an error line).
+inline std::string write_error_hint(int err, const std::string& dir) {
+    if (err == EFBIG) return "the file-size limit of this process (ulimit -f)";
+    if (err == ENOSPC || err == EDQUOT) return "free disk space (and quota) of " + dir;
+    return "free disk space and permissions of " + dir;
+}
+
+// Makes a write past the file-size limit (RLIMIT_FSIZE, `ulimit -f`) fail with EFBIG instead of
+// killing the process with SIGXFSZ (whose default action is to terminate and dump core), so the
+// error path runs: an AtomicFile leaves the target unchanged and removes its temporary file, a
+// JSONL writer (llmc/metrics.h) rolls back its partial line, and the binary prints one error line.
+// Call once at the start of main() of a binary that writes output files.
+inline void ignore_file_size_signal() { std::signal(SIGXFSZ, SIG_IGN); }
+
 // Usage: AtomicFile f(path); f.write(p, n); ...; f.commit();
 // If commit() is never reached (an exception, an early return) the destructor removes the
 // temporary file and the target is left as it was.
@@ -71,7 +86,10 @@ public:
         while (bytes > 0) {
             ssize_t n = ::write(fd_, p, bytes);
             if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) fail("writing " + tmp_path_ + " failed: " + std::strerror(n < 0 ? errno : EIO));
+            if (n <= 0) {
+                const int err = n < 0 ? errno : EIO;
+                fail("writing " + tmp_path_ + " failed: " + std::strerror(err), err);
+            }
             p += n;
             bytes -= (size_t)n;
         }
@@ -79,20 +97,25 @@ public:
 
     // fsync the data, rename over the target, fsync the directory.
     void commit() {
-        if (::fsync(fd_) != 0) fail("fsync of " + tmp_path_ + " failed: " + std::strerror(errno));
+        if (::fsync(fd_) != 0) {
+            const int err = errno;
+            fail("fsync of " + tmp_path_ + " failed: " + std::strerror(err), err);
+        }
         int rc = ::close(fd_);
+        const int close_err = errno;
         fd_ = -1;
-        if (rc != 0) fail("closing " + tmp_path_ + " failed: " + std::strerror(errno));
-        if (::rename(tmp_path_.c_str(), path_.c_str()) != 0)
-            fail("renaming " + tmp_path_ + " to " + path_ + " failed: " + std::strerror(errno));
+        if (rc != 0) fail("closing " + tmp_path_ + " failed: " + std::strerror(close_err), close_err);
+        if (::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
+            const int err = errno;
+            fail("renaming " + tmp_path_ + " to " + path_ + " failed: " + std::strerror(err), err);
+        }
         committed_ = true;
         fsync_dir(parent_dir(path_));
     }
 
 private:
-    [[noreturn]] void fail(const std::string& what) {
-        throw InputError(what + "; " + path_ + " was left unchanged; check free disk space and " +
-                         "permissions of " + parent_dir(path_));
+    [[noreturn]] void fail(const std::string& what, int err) {
+        throw InputError(what + "; " + path_ + " was left unchanged; check " + write_error_hint(err, parent_dir(path_)));
     }
 
     std::string path_, tmp_path_;

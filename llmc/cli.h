@@ -2,7 +2,10 @@
 // the parser and the --config file format can never disagree. docs/training.md lists them.
 #pragma once
 #include <cstdio>
+#include <istream>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -10,12 +13,28 @@
 
 namespace llmc {
 
+// CLI11 2.1's TOML reader: CLI11 reads "seed=[]", or a '[' list still open at the end of the file, as
+// an item with no value and then indexes its empty value list (undefined behaviour; found by
+// test/fuzz/fuzz_config.cpp). Such items are refused here, with one line, before CLI11 uses them.
+class CheckedConfigFile : public CLI::ConfigTOML {
+public:
+    std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
+        std::vector<CLI::ConfigItem> items = CLI::ConfigTOML::from_config(input);
+        for (const CLI::ConfigItem& it : items)
+            if (it.inputs.empty() && it.name != "++" && it.name != "--")  // "++"/"--": a [section] starts/ends
+                throw CLI::ConfigError("config file: '" + it.fullname() +
+                                       "' has no value (an empty or unclosed [ list); give it one value");
+        return items;
+    }
+};
+
 class TrainCli {
 public:
     TrainCli() : app_("train_gpt2_ls: train a GPT-2 with LS-attention (local sliding-window + global heads)") {
         CLI::App& a = app_;
         TrainConfig& c = cfg_;
         a.set_config("--config", "", "read flags from a TOML/INI file (as written to <out>/config.toml)");
+        a.config_formatter(std::make_shared<CheckedConfigFile>());
         a.get_formatter()->column_width(34);
         a.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: the last wins
         // data and output
@@ -54,8 +73,9 @@ public:
         o_vocab_ = a.add_option("--vocab", vocab_, "V: vocabulary (default: from the data's meta.json / tokenizer.bin, else 50257)");
         o_maxT_ = a.add_option("--max-seq-len", max_seq_len_, "maxT: rows of the position embedding");
         o_softcap_ = a.add_option("--attn-softcap", softcap_, "soft-cap attention logits s -> c*tanh(s/c) (0 = off)");
-        o_qknorm_ = a.add_flag("--qk-norm", "LayerNorm over the head dimension on q and k");
-        o_untie_ = a.add_flag("--untie-embeddings", "separate LM head instead of sharing the token embedding");
+        // bound to bools: in a config file "qk-norm=false" (config.toml writes every flag) must mean off
+        a.add_flag("--qk-norm", qknorm_, "LayerNorm over the head dimension on q and k");
+        a.add_flag("--untie-embeddings", untie_, "separate LM head instead of sharing the token embedding");
         // evaluation, samples
         a.add_option("-v,--val-every", c.val_every, "validation loss every N steps (0 = never) and at the end")->capture_default_str();
         o_val_batches_ = a.add_option("-m,--val-batches", c.val_batches,
@@ -99,6 +119,12 @@ public:
             ->configurable(false);
         a.add_option("--debug-fail-rank", c.debug_fail_rank, "test hook: this rank fails in step 1")
             ->configurable(false)->group("");
+        // CLI11 turns an empty value ("-l ''", "learning-rate=" in a config file) into 0 for a number:
+        // refuse it (found by test/fuzz/fuzz_config.cpp)
+        const CLI::Validator number_given(
+            [](std::string& v) { return v.empty() ? std::string("an empty value is not a number; give one") : std::string(); }, "");
+        for (CLI::Option* opt : a.get_options())
+            if (opt->get_type_size() > 0 && opt->get_type_name() != "TEXT") opt->check(number_given);
     }
 
     // Parses argv. Returns -1 to go on, else the process exit code (0 after --help; 1 after a
@@ -123,8 +149,8 @@ public:
         if (o_vocab_->count()) o.vocab = vocab_;
         if (o_maxT_->count()) o.max_seq_len = max_seq_len_;
         if (o_softcap_->count()) o.attn_softcap = softcap_;
-        o.qk_norm = o_qknorm_->count() > 0;
-        o.untie_embeddings = o_untie_->count() > 0;
+        o.qk_norm = qknorm_;
+        o.untie_embeddings = untie_;
         cfg_.val_batches_given = o_val_batches_->count() > 0;
         if (o_near_->count()) cfg_.near = near_;
         return -1;
@@ -153,10 +179,11 @@ private:
     TrainConfig cfg_;
     int layers_ = 0, channels_ = 0, heads_ = 0, global_heads_ = 0, window_ = 0, vocab_ = 0, max_seq_len_ = 0;
     float softcap_ = 0.0f;
+    bool qknorm_ = false, untie_ = false;
     int near_ = 0;                     // --near, copied into cfg_.near when given
     CLI::Option* o_near_ = nullptr;
     CLI::Option *o_layers_, *o_channels_, *o_heads_, *o_global_, *o_window_, *o_vocab_, *o_maxT_,
-        *o_softcap_, *o_qknorm_, *o_untie_, *o_val_batches_;
+        *o_softcap_, *o_val_batches_;
 };
 
 }  // namespace llmc

@@ -3,12 +3,14 @@
 //   --logit-alarm Z            z-score rule (the spike detector's, llmc/spikes.h): the step's max
 //                              pre-softmax logit M (over layers, heads, micro-batches and ranks)
 //                              against the last W = --spike-window values of M; flagged when
-//                              z > Z (z is NaN, never flagged, until the window is full)
+//                              z > Z (z is NaN, never flagged, until the window is full), or when
+//                              M is not finite (an overflowed logit) once the window is full
 //   --logit-alarm-above X      absolute rule: flagged when M > X
 //   --logit-alarm-cooldown N   at most one alarm checkpoint per N steps (the first flagged step
-//                              after the previous alarm checkpoint's step + N gets one)
+//                              at or after the previous alarm checkpoint's step + N gets one)
 // 0 turns a rule off. Every step's M joins the window after its z-score is taken (non-finite M
-// never does). The state (window, the steps that got an alarm checkpoint) round-trips through
+// never does); the loop calls observe() every step, also with both rules off, so the window a
+// checkpoint holds is always the last W steps'. The state (window, the steps that got an alarm checkpoint) round-trips through
 // to_vector()/from_vector() for the training-state file, so a resumed run raises the same alarms.
 // The alarm's checkpoints are pinned: --keep-checkpoints never prunes them (checkpoint_dir.h).
 #pragma once
@@ -41,7 +43,7 @@ struct LogitAlarmEvent {
 
 class LogitAlarm {
 public:
-    static constexpr double kStateTag = 1279348813.0;  // "LALM": marks the alarm's section of the state
+    static constexpr double kStateTag = 1279348813.0;  // 0x4C41504D, "LAPM": marks the alarm's section of the state
 
     explicit LogitAlarm(const LogitAlarmConfig& c) : cfg_(c), window_(c.window) {}
 
@@ -56,10 +58,12 @@ public:
                 }
             }
         e.z = window_.zscore(e.value);
-        e.by_z = cfg_.z > 0 && e.z > cfg_.z;  // NaN compares false
+        const bool window_full = window_.count() == window_.window();
+        // NaN z compares false; a non-finite M with a full window is an alarm of its own
+        e.by_z = cfg_.z > 0 && (e.z > cfg_.z || (window_full && !std::isfinite(e.value)));
         e.by_above = cfg_.above > 0 && e.value > cfg_.above;
         e.flagged = e.by_z || e.by_above;
-        if (e.flagged && (pinned_.empty() || step >= pinned_.back() + cfg_.cooldown)) {
+        if (e.flagged && (pinned_.empty() || (long)step - pinned_.back() >= cfg_.cooldown)) {
             e.checkpoint = true;
             pinned_.push_back(step);
         }
@@ -86,8 +90,15 @@ public:
         pos = window_.from_vector(data, pos + 1);
         if (pos >= data.size()) throw corrupt();
         const double n = data[pos++];
-        if (!(n >= 0) || n > (double)(data.size() - pos)) throw corrupt();
-        pinned_.assign(data.begin() + (long)pos, data.begin() + (long)(pos + (size_t)n));
+        if (!(n >= 0) || n > (double)(data.size() - pos) || n != std::floor(n)) throw corrupt();
+        // steps: integers 1 .. INT_MAX, ascending (range-checked before the conversion to int)
+        pinned_.clear();
+        for (size_t i = pos; i < pos + (size_t)n; i++) {
+            const double s = data[i];
+            if (!(s >= 1 && s <= 2147483647.0 && s == std::floor(s)) || (!pinned_.empty() && s <= pinned_.back()))
+                throw corrupt();
+            pinned_.push_back((int)s);
+        }
         return pos + (size_t)n;
     }
 

@@ -130,7 +130,7 @@ inline NpyArrayF32 read_npy_f32(const std::string& path) {
         return fail("data size " + std::to_string(bytes.size() - pos) + " bytes does not match the shape " +
                     npy_shape_repr(a.shape));
     a.data.resize(n);
-    std::memcpy(a.data.data(), bytes.data() + pos, n * sizeof(float));
+    if (n > 0) std::memcpy(a.data.data(), bytes.data() + pos, n * sizeof(float));  // (0, ...): data() may be null
     if (!host_is_little_endian())
         for (float& v : a.data) {
             char* p = reinterpret_cast<char*>(&v);

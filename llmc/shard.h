@@ -83,7 +83,12 @@ inline ShardHeader read_shard_header(const std::string& path) {
                          " at byte offset 4 (expected 1 = uint16 or 2 = uint32 tokens); regenerate it with data/prepare.py");
     }
     const int64_t n = header[2];
-    if (n <= 0) {
+    if (n < 0) {  // a count of 2^31 or more (as uint32): no shard holds that many
+        throw InputError(where + "header token count " + std::to_string((uint32_t)header[2]) +
+                         " at byte offset 8 is over the limit of 2^31-1 tokens per shard; the file is corrupt, "
+                         "regenerate it with data/prepare.py");
+    }
+    if (n == 0) {
         throw InputError(where + "header token count is " + std::to_string(n) +
                          " at byte offset 8 (zero tokens); remove the empty shard or regenerate it with data/prepare.py");
     }

@@ -7,6 +7,7 @@
 // to_vector()/from_vector() so a resumed run sees exactly the z-scores of an uninterrupted one.
 #pragma once
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <string>
 #include <vector>
@@ -51,17 +52,27 @@ public:
         return out;
     }
     // Restores from to_vector()'s output starting at data[pos]; returns the position after it.
+    // The numbers come from a file: each is range-checked as a double before any conversion to int
+    // (NaN or 1e300 cast to int is undefined behaviour), and the window holds finite values only.
     size_t from_vector(const std::vector<double>& data, size_t pos = 0) {
-        if (data.size() < pos + 3 || (int)data[pos] != window_ ||
-            data.size() < pos + 3 + (size_t)window_)
-            throw InputError("spike-detector state in the checkpoint has window " +
-                             (data.size() > pos ? std::to_string((int)data[pos]) : std::string("?")) +
+        if (data.size() < pos + 3 || data[pos] != (double)window_ || data.size() - pos - 3 < (size_t)window_) {
+            char got[32] = "?";
+            if (data.size() > pos) std::snprintf(got, sizeof got, "%.10g", data[pos]);
+            throw InputError(std::string("spike-detector state in the checkpoint has window ") + got +
                              ", this run uses --spike-window " + std::to_string(window_) +
                              "; resume with the same --spike-window");
-        count_ = (int)data[pos + 1];
-        next_ = (int)data[pos + 2];
-        if (count_ < 0 || count_ > window_ || next_ < 0 || next_ >= window_)
-            throw InputError("spike-detector state in the checkpoint is corrupt; resume from an earlier checkpoint");
+        }
+        auto corrupt = [] {
+            return InputError("spike-detector state in the checkpoint is corrupt; resume from an earlier checkpoint");
+        };
+        const double count = data[pos + 1], next = data[pos + 2];
+        if (!(count >= 0 && count <= window_ && count == std::floor(count)) ||
+            !(next >= 0 && next < window_ && next == std::floor(next)))
+            throw corrupt();
+        for (int i = 0; i < window_; i++)
+            if (!std::isfinite(data[pos + 3 + i])) throw corrupt();
+        count_ = (int)count;
+        next_ = (int)next;
         for (int i = 0; i < window_; i++) values_[i] = data[pos + 3 + i];
         return pos + 3 + window_;
     }

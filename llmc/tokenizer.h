@@ -56,6 +56,11 @@ public:
         }
         eot_ = (int)eot;
         int64_t offset = kTokenizerHeaderInts * 4;
+        if (V > size - offset) {  // every record has its length byte: refuse before allocating V strings
+            throw InputError(where + "vocabulary size " + std::to_string(V) + " at byte offset 8 needs at least " +
+                             std::to_string(V) + " bytes of token records but the file has " +
+                             std::to_string(size - offset) + " after the header; the file is truncated or corrupt" + fix);
+        }
         tokens_.resize((size_t)V);
         for (int id = 0; id < V; id++) {
             unsigned char len = 0;

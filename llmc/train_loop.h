@@ -8,7 +8,9 @@
 //      the data; refuse impossible combinations with one line
 //   2. open the data (shard headers are validated), find and load the checkpoint to resume from
 //   3. build the backend, restore weights / optimizer / loader / RNG / spike windows
-//   4. write <out>/config.json + config.toml, open metrics.jsonl and logit_stats.jsonl, train
+//   4. take <out>/.lock (llmc/output_lock.h; rank 0), write <out>/config.json + config.toml,
+//      open metrics.jsonl and logit_stats.jsonl, train
+// A second run on the same -o is refused in 2 (before it reads checkpoints) or 4 (a race).
 // Each step s = 1..max_steps: zero grads; accum x (next batch, forward, backward(1/accum));
 // grad norm; skip the update when loss or norm is non-finite or (--skip-spikes) a spike; clip;
 // AdamW with lr(s-1); then validation, the console line, the metrics record, logit stats, a
@@ -47,6 +49,7 @@
 #include "logit_alarm.h"
 #include "metrics.h"
 #include "model_config.h"
+#include "output_lock.h"
 #include "qk_clip.h"
 #include "rng.h"
 #include "sampler.h"
@@ -242,6 +245,13 @@ inline std::string describe_model(const ModelConfig& m, size_t num_params) {
                   m.attn_softcap > 0 ? (", softcap " + std::to_string(m.attn_softcap)).c_str() : "",
                   m.tied_embeddings ? "" : ", untied", num_params / 1e6);
     return buf;
+}
+
+// config.json / eval.json text. Paths and names are bytes that need not be UTF-8 (an -o directory
+// with a Latin-1 name): each invalid byte is written as U+FFFD instead of nlohmann throwing
+// type_error 316 (found by test/fuzz/fuzz_config.cpp).
+inline std::string json_file_text(const nlohmann::ordered_json& j) {
+    return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
 inline nlohmann::ordered_json model_config_json(const ModelConfig& m) {
@@ -440,6 +450,7 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
         cfg.max_steps >= 0 ? cfg.max_steps : (int)std::max<int64_t>(1, train.batches_per_epoch() / accum);
     const std::string& out = cfg.output_dir;
     std::optional<LoadedCheckpoint> resume;
+    if (!out.empty() && main_rank) check_output_unlocked(out);  // another run on -o: refuse (read-only)
     if (!out.empty()) {
         if (cfg.resume) {
             resume = load_agreed_checkpoint(out, model_cfg, comm);
@@ -516,6 +527,8 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
         std::filesystem::create_directories(out, ec);
         if (ec) throw InputError("cannot create output directory " + out + " (" + ec.message() + "); choose another -o");
     }
+    OutputLock out_lock;  // held until run_training returns (or the process ends)
+    if (!out.empty() && main_rank) out_lock.acquire(out);
     if (!out.empty() && main_rank) {
         nlohmann::ordered_json conf = {{"train", train_config_json(cfg)},
                                {"model", model_config_json(model_cfg)},
@@ -530,7 +543,7 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
                                             {"zero_stage", cfg.zero_stage},
                                             {"flops_per_token", flops_per_token(model_cfg, T)},
                                             {"resumed_from_step", start_step}}}};
-        write_text_file(out + "/config.json", conf.dump(2) + "\n");
+        write_text_file(out + "/config.json", json_file_text(conf));
         write_text_file(out + "/config.toml", config_toml);
         if (resume) {  // drop records the interrupted run wrote after its checkpoint
             truncate_jsonl_after_step(out + "/metrics.jsonl", start_step);
@@ -673,7 +686,8 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
         loss_spikes.push(loss);
         norm_spikes.push(norm);
         step++;
-        const LogitAlarmEvent alarm_event = alarm_cfg.on() ? alarm.observe(step, step_stats) : LogitAlarmEvent{};
+        // every step, rules on or off, so a checkpoint's alarm window is always the last W steps'
+        const LogitAlarmEvent alarm_event = alarm.observe(step, step_stats);
         const double ms_step =
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         const double tok_s = (double)B * T * accum * cfg.world_size / (ms_step / 1000.0);
@@ -806,7 +820,7 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
         if (ec) throw InputError("cannot create output directory " + cfg.output_dir + " (" + ec.message() + ")");
         nlohmann::ordered_json rec = {{"model", cfg.model}, {"val_data", cfg.val_data}, {"batch_size", B}, {"seq_len", T},
                               {"batches", batches}, {"tokens", tokens}, {"loss", json_float(loss)}};
-        write_text_file(cfg.output_dir + "/eval.json", rec.dump(2) + "\n");
+        write_text_file(cfg.output_dir + "/eval.json", json_file_text(rec));
     }
     return 0;
 }

@@ -147,6 +147,7 @@ record() {
 # The limits are sized for a GPU; emulated, every limit is multiplied by timeout_scale (the emulated
 # test_cuda_model takes ~4 min alone on 2 cores, over 10 when make test runs pytest beside it).
 timeout_scale=${GPU_CHECK_TIMEOUT_SCALE:-$([ "$emulate" = 1 ] && echo 6 || echo 1)}
+case $timeout_scale in ''|*[!0-9]*|0) echo "error: GPU_CHECK_TIMEOUT_SCALE must be a positive integer (got '$timeout_scale')" >&2; exit 2 ;; esac
 step() {
     local name=$1 limit=$(( $2 * timeout_scale )); shift 2
     local log=$work/logs/$(echo "$name" | tr -c 'A-Za-z0-9._-' '_').log
@@ -209,7 +210,7 @@ test_names() { for f in test/gpu/*.cu; do [ -e "$f" ] && basename "$f" .cu; done
 
 build_bf16() {  # the BF16 build (all GPU targets and the trainer); -k: one broken target spoils no other
     bf16_build_tried=1
-    if [ "$emulate" = 1 ]; then step "build:bf16-emulated" 900 make -j"$(nproc)" -k PRECISION=BF16 EXTRA_INCLUDE="$extra" emu
+    if [ "$emulate" = 1 ]; then step "build:bf16-emulated" 540 make -j"$(nproc)" -k PRECISION=BF16 EXTRA_INCLUDE="$extra" emu
     else step "build:bf16-sm$arch" 540 make -j"$(nproc)" -k CUDA_ARCH="$arch" PRECISION=BF16 EXTRA_INCLUDE="$extra" gpu-targets; fi
 }
 ensure_bf16() {  # later stages on a fresh machine: build first, once per call (a missing binary is then "not built")
@@ -235,8 +236,8 @@ fp32_make() {  # fp32_make TARGETS...: the FP32 build of these targets (build/fp
 }
 
 stage_first() {  # the FP32 model test alone, launch-blocking: the first thing a GPU ever runs
-    step "build:fp32-test_cuda_model" 400 fp32_make "$fp32_dir/test_gpu/test_cuda_model" || return
-    step "first:fp32-test_cuda_model-blocking" 400 run_bin test_cuda_model env CUDA_LAUNCH_BLOCKING=1 \
+    step "build:fp32-test_cuda_model" 300 fp32_make "$fp32_dir/test_gpu/test_cuda_model" || return
+    step "first:fp32-test_cuda_model-blocking" 300 run_bin test_cuda_model env CUDA_LAUNCH_BLOCKING=1 \
         "$fp32_dir/test_gpu/test_cuda_model"
 }
 stage_build() { build_bf16; }
@@ -269,7 +270,7 @@ stage_fp32() {
     local targets=() n
     for n in $(lab_names); do targets+=("$fp32_dir/dev/$n"); done
     for n in $(test_names); do targets+=("$fp32_dir/test_gpu/$n"); done
-    step "build:fp32-$([ "$emulate" = 1 ] && echo emulated || echo "sm$arch")" 900 fp32_make "${targets[@]}"
+    step "build:fp32-$([ "$emulate" = 1 ] && echo emulated || echo "sm$arch")" 540 fp32_make "${targets[@]}"
     run_tests "$fp32_dir" "-fp32"
 }
 

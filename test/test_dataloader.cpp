@@ -35,7 +35,7 @@ void write_raw(const std::string& path, int32_t magic, int32_t version, int32_t 
     REQUIRE(f != nullptr);
     std::fwrite(header.data(), 4, header.size(), f);
     std::vector<char> zeros(payload, 0);
-    std::fwrite(zeros.data(), 1, zeros.size(), f);
+    if (payload > 0) std::fwrite(zeros.data(), 1, zeros.size(), f);  // (data() of an empty vector may be null: UB)
     std::fclose(f);
 }
 

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "llmc/checkpoint_dir.h"
@@ -55,9 +56,29 @@ TEST_CASE("logit alarm: z-score rule over the window, naming layer and head", "[
     CHECK(e.value == 6.0f);
     CHECK(e.checkpoint);
     CHECK(alarm.checkpoint_steps() == std::vector<int>{12});
-    // non-finite maxima are judged (never flagged by z) and never enter the window
-    e = alarm.observe(13, stats_with(3, 4, 1.0f, 0, 1, std::numeric_limits<float>::quiet_NaN()));
-    CHECK_FALSE(e.flagged);
+    // a non-finite max once the window is full is flagged by the z rule, and never enters the window
+    e = alarm.observe(13, stats_with(3, 4, 1.0f, 0, 1, std::numeric_limits<float>::infinity()));
+    CHECK(e.flagged);
+    CHECK(e.by_z);
+    CHECK_FALSE(e.checkpoint);  // within the cooldown of step 12's
+    // the window now holds steps 3..12 (the inf did not enter): z of 5.0 against exactly those values
+    std::vector<double> win;
+    for (int s = 3; s <= 10; s++) win.push_back(5.0f + 0.1f * ((s % 2) ? 1 : -1));
+    win.push_back(5.3f);
+    win.push_back(6.0f);
+    double mean = 0, var = 0;
+    for (double v : win) mean += v / win.size();
+    for (double v : win) var += (v - mean) * (v - mean) / win.size();
+    e = alarm.observe(14, stats_with(3, 4, 1.0f, 0, 1, 5.0f));
+    CHECK(e.z == Approx((5.0 - mean) / std::sqrt(var)).epsilon(1e-9));
+}
+
+TEST_CASE("logit alarm: a huge cooldown never overflows into a checkpoint per alarm", "[logit_alarm]") {
+    LogitAlarm a(alarm_config(0.0f, 1.0f, std::numeric_limits<int>::max(), 2));
+    std::vector<int> ckpt;
+    for (int s = 1; s <= 5; s++)
+        if (a.observe(s, stats_with(1, 1, 0.0f, 0, 0, 2.0f)).checkpoint) ckpt.push_back(s);
+    CHECK(ckpt == std::vector<int>{1});
 }
 
 TEST_CASE("logit alarm: absolute rule, cooldown of the checkpoints, state round trip", "[logit_alarm]") {

@@ -21,6 +21,7 @@ move some weight by 4.9e-3, so the bound is far below what a lost or doubled upd
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 
@@ -127,6 +128,30 @@ def test_zero1_matches_zero0(byte_data, tmp_path):
     assert conf["train"]["zero_stage"] == 1
 
 
+def test_qk_clip_and_logit_alarm_over_ranks_zero1_equals_zero0(byte_data, tmp_path):
+    """QK-Clip and the alarm with 2 ranks: every rank takes the same decisions from the reduced
+    statistics, and with -z 1 each rank also scales its master shard (without that, the next step's
+    all-gather would undo the clip). Without gradient clipping ZeRO-1's update is the same fp32
+    arithmetic per element as ZeRO-0's, so the two runs must be bit-identical, clips, alarm records
+    and alarm checkpoints (a collective save) included."""
+    args = data_args(byte_data) + TINY + ["-x", 10, "-k", "constant", "-u", 0, "-l", "4e-3", "-v", 0, "-s", 0,
+                                          "--grad-clip", 0, "--qk-clip", 0.1, "--logit-alarm-above", 0.1,
+                                          "--logit-alarm-cooldown", 3, "--keep-checkpoints", 1]
+    for z in ["0", "1"]:
+        run_np(2, args + ["-z", z, "-o", tmp_path / f"z{z}"])
+    a, b = tmp_path / "z0", tmp_path / "z1"
+    ra, rb = train_records(a / "metrics.jsonl"), train_records(b / "metrics.jsonl")
+    assert [r["loss"] for r in ra] == [r["loss"] for r in rb]
+    assert [r["qk_clipped"] for r in ra] == [r["qk_clipped"] for r in rb]
+    assert [r.get("logit_alarm") for r in ra] == [r.get("logit_alarm") for r in rb]
+    assert sum(r["qk_clip_heads"] for r in ra) > 0, "tau 0.1 was meant to clip some head in this run"
+    alarm_steps = [r["step"] for r in ra if r.get("logit_alarm", {}).get("checkpoint")]
+    assert alarm_steps, "X 0.1 was meant to raise an alarm in this run"
+    assert model_file(a, 10).read_bytes() == model_file(b, 10).read_bytes()
+    for d in (a, b):  # the alarm's checkpoints are pinned; --keep-checkpoints 1 keeps the last one besides
+        assert sorted(int(f.name[5:]) for f in d.glob("DONE_*")) == sorted(set(alarm_steps) | {10})
+
+
 @pytest.mark.parametrize("zero", ["0", "1"])
 def test_two_rank_resume_is_bit_identical_and_refused_on_one_rank(byte_data, tmp_path, zero):
     full = tmp_path / "full"
@@ -166,7 +191,7 @@ def test_outputs_come_from_rank_0_only(byte_data, tmp_path):
     assert steps == [0, 1, 2, 3, 4, 5, 6]  # one record per step (plus step 0's val loss), no duplicates
     assert [r["step"] for r in read_jsonl(out / "logit_stats.jsonl")] == [2, 4, 6]
     names = sorted(f.name for f in out.iterdir())
-    assert names == sorted(["config.json", "config.toml", "metrics.jsonl", "logit_stats.jsonl"] +
+    assert names == sorted([".lock", "config.json", "config.toml", "metrics.jsonl", "logit_stats.jsonl"] +
                            [f"{k}_{s:08d}{e}" for s in (3, 6) for k, e in (("model", ".bin"), ("DONE", ""))] +
                            [f"state_{s:08d}_{r:05d}.bin" for s in (3, 6) for r in (0, 1)])
     assert (out / "DONE_00000006").read_text().strip() == "step 6 world_size 2"
@@ -189,3 +214,31 @@ def test_bad_flag_on_every_rank_is_one_clear_error(byte_data, tmp_path):
     p = run_np(2, data_args(byte_data) + COMMON + ["-z", 2], check=False, timeout=60)
     assert p.returncode != 0
     assert "-z/--zero-stage must be 0 or 1" in p.stderr
+
+
+def test_second_launch_on_a_locked_output_dir_is_refused(byte_data, tmp_path):
+    """Only rank 0 takes <out>/.lock (llmc/output_lock.h): a 2-rank launch on a directory a running
+    trainer holds is refused by its rank 0, which ends the other rank (no hang), and writes nothing."""
+    out = tmp_path / "o"
+    first = subprocess.Popen([str(BIN), "--device", "cpu"] + [str(a) for a in data_args(byte_data) + TINY +
+                             ["-x", 1_000_000, "-v", 0, "-s", 0, "-o", out]], cwd=REPO,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        lock = out / ".lock"
+        deadline = time.monotonic() + 60
+        while not (lock.exists() and lock.read_text().startswith(f"pid {first.pid} ")):
+            assert first.poll() is None and time.monotonic() < deadline, "the first trainer did not take the lock"
+            time.sleep(0.01)
+        first.send_signal(signal.SIGSTOP)  # holds the lock, writes nothing while the second launch runs
+        before = {f.name: f.read_bytes() for f in out.iterdir()}
+        t0 = time.monotonic()
+        p = run_np(2, data_args(byte_data) + COMMON + ["-o", out], check=False, timeout=60)
+        assert p.returncode != 0
+        assert f"error: rank 0 of 2: output directory {out} is in use by another train_gpt2_ls (pid {first.pid} " \
+            in p.stderr, p.stderr[-3000:]
+        assert "error: rank 1" not in p.stderr  # rank 1 takes no lock: it is ended by rank 0's abort
+        assert time.monotonic() - t0 < 60
+        assert {f.name: f.read_bytes() for f in out.iterdir()} == before
+    finally:
+        first.kill()
+        first.wait()

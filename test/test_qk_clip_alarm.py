@@ -129,3 +129,19 @@ def test_logit_alarm_z_rule_waits_for_a_full_window(byte_data, tmp_path):
             n_flagged += 1
             assert abs(recs[s]["logit_alarm"]["z"] - zs) < 1e-3 * max(1.0, abs(zs))
     assert n_flagged > 0, "with Z = 0.5 some step should be flagged; the test would show nothing"
+
+
+def test_resume_switching_the_alarm_on_and_off(byte_data, tmp_path):
+    """A checkpoint without the alarm's state section resumes with the alarm on (its window starts
+    empty), and one with the section resumes with the alarm off; the training is unchanged by both."""
+    ref, d = tmp_path / "ref", tmp_path / "d"
+    base = data_args(byte_data) + COMMON + ["-n", 4, "--keep-checkpoints", 0]
+    run(base + ["-o", ref, "-x", 12])
+    run(base + ["-o", d, "-x", 4])                                                   # no alarm
+    p = run(base + ["-o", d, "-x", 8, "-y", 1, "--logit-alarm-above", 1e-6])        # alarm on: every step flagged
+    assert "logit alarm at step 5" in p.stdout
+    run(base + ["-o", d, "-x", 12, "-y", 1])                                         # alarm off again
+    assert [r["loss"] for r in train_records(ref / "metrics.jsonl")] == \
+           [r["loss"] for r in train_records(d / "metrics.jsonl")]
+    assert (ref / "model_00000012.bin").read_bytes() == (d / "model_00000012.bin").read_bytes()
+    assert [r["step"] for r in train_records(d / "metrics.jsonl") if "logit_alarm" in r] == [5, 6, 7, 8]
