@@ -1,9 +1,11 @@
 // The command line: one CLI11 definition per flag, bound straight into TrainConfig, so --help,
 // the parser and the --config file format can never disagree. docs/training.md lists them.
 #pragma once
+#include <cctype>
 #include <cstdio>
 #include <istream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -13,18 +15,52 @@
 
 namespace llmc {
 
-// CLI11 2.1's TOML reader: CLI11 reads "seed=[]", or a '[' list still open at the end of the file, as
-// an item with no value and then indexes its empty value list (undefined behaviour; found by
-// test/fuzz/fuzz_config.cpp). Such items are refused here, with one line, before CLI11 uses them.
+// The --config reader: CLI11 2.1's TOML reader with two of its bugs worked around (both found by
+// test/fuzz/fuzz_config.cpp; CLI11 2.1.2 is Debian's):
+//   - it cuts a value at its first '#' even inside quotes, so output-dir="runs/#3" read back as
+//     "runs/ : here the '#' of a quoted value is hidden from it behind a marker and restored after;
+//   - it reads "seed=[]", or a '[' list still open at the end of the file, as an item with no value
+//     and then indexes its empty value list (undefined behaviour): such items are refused.
 class CheckedConfigFile : public CLI::ConfigTOML {
 public:
     std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
-        std::vector<CLI::ConfigItem> items = CLI::ConfigTOML::from_config(input);
-        for (const CLI::ConfigItem& it : items)
+        std::string text, line;
+        while (std::getline(input, line)) text += hide_quoted_hashes(line) + "\n";
+        std::istringstream hidden(text);
+        std::vector<CLI::ConfigItem> items = CLI::ConfigTOML::from_config(hidden);
+        for (CLI::ConfigItem& it : items) {
             if (it.inputs.empty() && it.name != "++" && it.name != "--")  // "++"/"--": a [section] starts/ends
-                throw CLI::ConfigError("config file: '" + it.fullname() +
+                throw CLI::ConfigError("config file: '" + restore(it.fullname()) +
                                        "' has no value (an empty or unclosed [ list); give it one value");
+            it.name = restore(it.name);
+            for (std::string& v : it.inputs) v = restore(v);
+        }
         return items;
+    }
+
+private:
+    static constexpr char kMark = '\x01';  // kMark '1' stands for kMark itself, kMark '2' for a quoted '#'
+    static std::string hide_quoted_hashes(const std::string& line) {
+        std::string out;
+        char quote = 0;      // the open quote of a value, or 0
+        bool value = false;  // past the first '='
+        for (char c : line) {
+            if (c == kMark) { out += kMark; out += '1'; continue; }
+            if (quote != 0 && c == '#') { out += kMark; out += '2'; continue; }
+            if (quote != 0 && c == quote) quote = 0;
+            else if (quote == 0 && value && (c == '"' || c == '\'')) quote = c;
+            else if (c == '=') value = true;
+            out += c;
+        }
+        return out;
+    }
+    static std::string restore(const std::string& s) {
+        std::string out;
+        for (size_t i = 0; i < s.size(); i++) {
+            if (s[i] == kMark && i + 1 < s.size()) out += s[++i] == '2' ? '#' : kMark;
+            else out += s[i];
+        }
+        return out;
     }
 };
 
@@ -123,8 +159,22 @@ public:
         // refuse it (found by test/fuzz/fuzz_config.cpp)
         const CLI::Validator number_given(
             [](std::string& v) { return v.empty() ? std::string("an empty value is not a number; give one") : std::string(); }, "");
-        for (CLI::Option* opt : a.get_options())
+        // and text values config.toml cannot hold: a line break or NUL byte (one line per flag), a double
+        // quote (CLI11 writes and reads quotes without escapes), a space at either end (CLI11 writes " 64"
+        // unquoted, as a number, and reads back "64")
+        const CLI::Validator one_line(
+            [](std::string& v) {
+                if (v.find_first_of(std::string("\n\r\0\"", 4)) != std::string::npos)
+                    return std::string("contains a line break, NUL byte or double quote; give a value without one");
+                if (!v.empty() && (std::isspace((unsigned char)v.front()) || std::isspace((unsigned char)v.back())))
+                    return std::string("starts or ends with a space; remove it");
+                return std::string();
+            },
+            "");
+        for (CLI::Option* opt : a.get_options()) {
             if (opt->get_type_size() > 0 && opt->get_type_name() != "TEXT") opt->check(number_given);
+            if (opt->get_type_size() > 0 && opt->get_type_name() == "TEXT") opt->check(one_line);
+        }
     }
 
     // Parses argv. Returns -1 to go on, else the process exit code (0 after --help; 1 after a

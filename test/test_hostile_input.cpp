@@ -355,6 +355,40 @@ TEST_CASE("--config: an empty list or a list left open at the end of the file is
     REQUIRE(ok.config().batch_size == 2);
 }
 
+TEST_CASE("--config: a '#' inside a quoted value is part of it; line breaks, NUL bytes, end spaces are refused", "[hostile]") {
+    // Found by fuzz_config (test/fuzz/regressions/config/hash_in_quoted_value.toml): CLI11 2.1 cut
+    // output-dir="runs/#3" at the '#', so a run's config.toml gave -o '"runs/' when read back.
+    llmc_test::TempDir dir;
+    llmc::TrainCli cli;
+    REQUIRE(parse_config_text(cli, dir.file("g.toml"),
+                              "train-data=\"x\" # a comment\n# a comment line\noutput-dir=\"runs/#3\"  # another\n"
+                              "val-data='a\\#b'\nseed=5 #\n") == -1);
+    REQUIRE(cli.config().train_data == "x");
+    REQUIRE(cli.config().output_dir == "runs/#3");
+    REQUIRE(cli.config().val_data == "a\\#b");
+    REQUIRE(cli.config().seed == 5);
+    llmc::TrainCli again;
+    REQUIRE(parse_config_text(again, dir.file("config.toml"), cli.config_file_text()) == -1);
+    REQUIRE(again.config().output_dir == "runs/#3");
+    REQUIRE(again.config().val_data == "a\\#b");
+    llmc::TrainCli marker;  // the reader's private marker byte passes through unchanged
+    REQUIRE(parse_config_text(marker, dir.file("h.toml"), "train-data=\"a\x01" "2\x01#b\"\n") == -1);
+    REQUIRE(marker.config().train_data == "a\x01" "2\x01#b");
+
+    // a double quote (test/fuzz/regressions/config/unclosed_quote_hash.toml: CLI11 writes quotes without
+    // escapes, so a value with both kinds of quote and a '#' did not come back), and a space at either end: CLI11 wrote val-data=" 64" unquoted, as a number, and read back "64"
+    // (test/fuzz/regressions/config/leading_space_numeric_text.toml)
+    for (const std::string& text : {std::string("output-dir=\"a\rb\"\n"), std::string("output-dir=\"a\0b\"\n", 17),
+                                    std::string("val-data=\" 64\"\n"), std::string("val-data=\"x \"\n"),
+                                    std::string("val-data='a\"b'\n"), std::string("val-data=\"a\n")}) {
+        llmc::TrainCli bad;
+        REQUIRE(parse_config_text(bad, dir.file("i.toml"), "train-data=\"x\"\n" + text) == 1);
+    }
+    llmc::TrainCli flags;
+    const char* argv[] = {"train_gpt2_ls", "-o", "a\nb"};
+    REQUIRE(flags.parse(3, argv) == 1);
+}
+
 TEST_CASE("config.json of a run whose paths are not UTF-8 is written, with U+FFFD", "[hostile]") {
     // Found by fuzz_config (test/fuzz/regressions/config/invalid_utf8_json.toml): -o with a Latin-1
     // directory name ended the run with "internal error: [json.exception.type_error.316]".

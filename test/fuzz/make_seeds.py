@@ -16,7 +16,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CORPUS = os.path.join(ROOT, "test", "fuzz", "corpus")
@@ -61,33 +60,41 @@ def main():
     run([exe, CORPUS])
 
     source = os.path.join(SHARED_DATA, "tinyshakespeare", "input.txt")
-    with tempfile.TemporaryDirectory() as tmp:
-        with open(source, "rb") as f:
-            lines = f.read().split(b"\n")[:600]
-        text = os.path.join(tmp, "text.txt")
-        with open(text, "wb") as f:
-            f.write(b"\n".join(lines))
-        prepare = [sys.executable, os.path.join(ROOT, "data", "prepare.py"), "--workers", "1"]
-        sp = os.path.join(tmp, "sp")
-        run(["nice", "-n", "19"] + prepare + ["--dataset", "text", "--source", text, "--out", sp, "--tokenizer", "sp",
-                                            "--vocab-size", "360", "--shard-tokens", "400", "--val-fraction", "0.02"])
-        copy(os.path.join(sp, "tokenizer.model"), "sp_model", "prepare_sp360.model")
-        copy(os.path.join(sp, "tokenizer.bin"), "tokenizer", "prepare_sp360.bin")
-        copy(os.path.join(sp, "train_000000.bin"), "shard", "prepare_sp360_train_000000.bin")
-        vals = sorted(n for n in os.listdir(sp) if n.startswith("val_"))
-        copy(os.path.join(sp, vals[-1]), "shard", "prepare_sp360_val_last.bin")  # the short last shard
-        syn = os.path.join(tmp, "syn")
-        run(["nice", "-n", "19"] + prepare + ["--dataset", "synthetic", "--out", syn, "--syn-vocab", "16",
-                                            "--syn-length", "3000", "--syn-doc-len", "300", "--shard-tokens", "500"])
-        copy(os.path.join(syn, "tokenizer.bin"), "tokenizer", "prepare_synthetic16.bin")
-        copy(os.path.join(syn, "val_000000.bin"), "shard", "prepare_synthetic16_val_000000.bin")
-        # a model our encoder refuses but whose protobuf is valid: a unigram model (identity normalization:
-        # the default rule's charsmap alone is 240 KB)
-        import sentencepiece as spm
-        prefix = os.path.join(tmp, "unigram")
-        spm.SentencePieceTrainer.train(input=text, model_prefix=prefix, vocab_size=200, num_threads=1,
+    # Relative paths inside a fixed work directory: SentencePiece records its input and model prefix
+    # in the model, so absolute temporary paths would make the seeds differ from run to run.
+    tmp = os.path.join(build, "seeds_work")
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    with open(source, "rb") as f:
+        lines = f.read().split(b"\n")[:600]
+    with open(os.path.join(tmp, "text.txt"), "wb") as f:
+        f.write(b"\n".join(lines))
+    prepare = [sys.executable, os.path.join(ROOT, "data", "prepare.py"), "--workers", "1"]
+    run(["nice", "-n", "19"] + prepare + ["--dataset", "text", "--source", "text.txt", "--out", "sp", "--tokenizer", "sp",
+                                        "--vocab-size", "360", "--shard-tokens", "400", "--val-fraction", "0.02"], cwd=tmp)
+    sp = os.path.join(tmp, "sp")
+    copy(os.path.join(sp, "tokenizer.model"), "sp_model", "prepare_sp360.model")
+    copy(os.path.join(sp, "tokenizer.bin"), "tokenizer", "prepare_sp360.bin")
+    copy(os.path.join(sp, "train_000000.bin"), "shard", "prepare_sp360_train_000000.bin")
+    vals = sorted(n for n in os.listdir(sp) if n.startswith("val_"))
+    copy(os.path.join(sp, vals[-1]), "shard", "prepare_sp360_val_last.bin")  # the short last shard
+    run(["nice", "-n", "19"] + prepare + ["--dataset", "synthetic", "--out", "syn", "--syn-vocab", "16",
+                                        "--syn-length", "3000", "--syn-doc-len", "300", "--shard-tokens", "500"], cwd=tmp)
+    syn = os.path.join(tmp, "syn")
+    copy(os.path.join(syn, "tokenizer.bin"), "tokenizer", "prepare_synthetic16.bin")
+    copy(os.path.join(syn, "val_000000.bin"), "shard", "prepare_synthetic16_val_000000.bin")
+    # a model our encoder refuses but whose protobuf is valid: a unigram model (identity normalization:
+    # the default rule's charsmap alone is 240 KB)
+    import sentencepiece as spm
+    cwd = os.getcwd()
+    os.chdir(tmp)
+    try:
+        spm.SentencePieceTrainer.train(input="text.txt", model_prefix="unigram", vocab_size=200, num_threads=1,
                                        normalization_rule_name="identity", minloglevel=2)
-        copy(prefix + ".model", "sp_model", "spm_unigram200_identity.model")
+    finally:
+        os.chdir(cwd)
+    copy(os.path.join(tmp, "unigram.model"), "sp_model", "spm_unigram200_identity.model")
+    shutil.rmtree(tmp)
 
     for name, data in TEXTS.items():
         for h in ("bpe_encode", "sp_encode"):
