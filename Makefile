@@ -209,11 +209,13 @@ test-emu: emu
 # runs the Catch2 suite, then scripts/asan_e2e.sh: a short training with checkpoints, a -x
 # extension resume and a kill -9 + resume (both bit-identical to the uninterrupted run), a write
 # that fails at the file-size limit and its resume, --eval-only with --dump-attention, and
-# generate_gpt2_ls with and without its KV cache. Not part of `make test` (yet).
+# generate_gpt2_ls with and without its KV cache. `make test` runs both (its Catch2 run is this
+# sanitized build; `make $(BUILD)/test_cpu` builds the -O2 one).
 ASAN_DIR := $(BUILD)/asan
 ASAN_SAN ?= -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 # (-Wno-maybe-uninitialized: GCC's false positives in libstdc++'s <regex> under -fsanitize, in catch.hpp)
 ASAN_CXXFLAGS := -std=c++17 -O1 -g -Wall -Wextra -Wno-maybe-uninitialized -fopenmp -MMD -MP $(ASAN_SAN) $(INCLUDES)
+ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:exitcode=86 UBSAN_OPTIONS=print_stacktrace=1:exitcode=86
 ASAN_TEST_OBJS := $(patsubst test/%.cpp,$(ASAN_DIR)/test/%.o,$(TEST_SRCS))
 $(ASAN_DIR)/test/%.o: test/%.cpp
 	@mkdir -p $(dir $@)
@@ -224,12 +226,16 @@ $(ASAN_DIR)/train_gpt2_ls $(ASAN_DIR)/generate_gpt2_ls: $(ASAN_DIR)/%: %.cu $(LL
 	@mkdir -p $(dir $@)
 	$(CXX) $(ASAN_CXXFLAGS) -x c++ $< -o $@
 -include $(wildcard $(ASAN_DIR)/test/*.d $(ASAN_DIR)/*.d)
-test-asan: $(ASAN_DIR)/test_cpu $(ASAN_DIR)/train_gpt2_ls $(ASAN_DIR)/generate_gpt2_ls
+ASAN_BINS := $(ASAN_DIR)/test_cpu $(ASAN_DIR)/train_gpt2_ls $(ASAN_DIR)/generate_gpt2_ls
+test-asan: $(ASAN_BINS)
 	@echo "== Catch2 under ASan + UBSan ($(ASAN_DIR)/test_cpu) =="
-	ASAN_OPTIONS=detect_leaks=1:exitcode=86 UBSAN_OPTIONS=print_stacktrace=1:exitcode=86 $(ASAN_DIR)/test_cpu
+	$(ASAN_ENV) $(ASAN_DIR)/test_cpu
+	@$(MAKE) --no-print-directory asan-e2e
+	@echo "== make test-asan passed =="
+asan-e2e: $(ASAN_DIR)/train_gpt2_ls $(ASAN_DIR)/generate_gpt2_ls
 	@echo "== end to end under ASan + UBSan (scripts/asan_e2e.sh) =="
 	SHARED_DATA=$(abspath $(SHARED_DATA)) scripts/asan_e2e.sh $(ASAN_DIR)
-	@echo "== make test-asan passed =="
+.PHONY: asan-e2e
 .PHONY: test-asan
 
 # --- data ------------------------------------------------------------------------------------
@@ -246,22 +252,30 @@ train: train_gpt2_ls $(TS_DIR)/meta.json
 
 # --- tests -----------------------------------------------------------------------------------
 JOBS ?= $(shell nproc)
-test-build: $(BUILD)/test_cpu gpu-targets dist-matrix emu
+# make test: every build first (the nvcc GPU targets only compile here), then the Catch2 suite under
+# ASan + UBSan, then two lanes side by side (each mostly one thread; CI has 2 cores): the emulated
+# GPU tests (make test-emu) in the background, and in the foreground pytest, the sanitized end-to-end
+# runs (make asan-e2e) and the fuzz smoke test (make fuzz-smoke: every committed crash input, then
+# a few seconds of fuzzing per harness).
+test-build: $(ASAN_BINS) gpu-targets dist-matrix emu  # and the fuzzers ($(FUZZ_BINS), below)
 test:
 	$(MAKE) -j$(JOBS) test-build
 	$(MAKE) -j$(JOBS) PRECISION=FP32 $(BUILD)/emu-fp32/train_gpt2_ls
 	$(MAKE) $(TS_DIR)/meta.json
-	@echo "== Catch2 (C++ CPU tests) =="
-	$(BUILD)/test_cpu
-	@# The emulated GPU tests and pytest are each mostly one thread: on CI's 2 cores they run side by side.
+	@echo "== Catch2 (C++ CPU tests) under ASan + UBSan ($(ASAN_DIR)/test_cpu) =="
+	$(ASAN_ENV) $(ASAN_DIR)/test_cpu
 	@echo "== emulated GPU tests and kernels (make test-emu: scripts/gpu_check.sh --emulate; ASan + UBSan, two schedules) in the background, log $(BUILD)/test-emu.log =="
 	@$(MAKE) --no-print-directory test-emu >$(BUILD)/test-emu.log 2>&1 & emu=$$!; \
 	echo "== pytest (data pipeline, end to end, emulation faults and mutants) =="; \
 	SHARED_DATA=$(abspath $(SHARED_DATA)) $(PYTHON) -m pytest -q data/tests test; py=$$?; \
+	$(MAKE) --no-print-directory asan-e2e; asan=$$?; \
+	echo "== fuzz smoke test (make fuzz-smoke) =="; \
+	$(MAKE) --no-print-directory fuzz-smoke; fuzz=$$?; \
 	wait $$emu; emu_rc=$$?; \
 	echo "== make test-emu (from $(BUILD)/test-emu.log) =="; cat $(BUILD)/test-emu.log; \
-	if [ $$py -ne 0 ] || [ $$emu_rc -ne 0 ]; then echo "== FAILED: pytest exit $$py, make test-emu exit $$emu_rc =="; exit 1; fi
-	@echo "== all CPU tests passed; GPU kernels passed EMULATED (not on a GPU): $(EMU_LAB_BINS) $(EMU_TEST_BINS) =="
+	if [ $$py -ne 0 ] || [ $$asan -ne 0 ] || [ $$fuzz -ne 0 ] || [ $$emu_rc -ne 0 ]; then \
+	  echo "== FAILED: pytest exit $$py, make asan-e2e exit $$asan, make fuzz-smoke exit $$fuzz, make test-emu exit $$emu_rc =="; exit 1; fi
+	@echo "== all CPU tests passed (Catch2 and the end-to-end runs also under ASan + UBSan; fuzz smoke test); GPU kernels passed EMULATED (not on a GPU): $(EMU_LAB_BINS) $(EMU_TEST_BINS) =="
 	@echo "== GPU targets compiled (nvcc): $(GPU_LAB_BINS) $(GPU_TEST_BINS) train_gpt2_ls $(DIST_MATRIX) =="
 
 # The PyTorch reference's self-tests and a byte check of the committed fixtures; needs torch
@@ -300,6 +314,7 @@ FUZZ_CXXFLAGS := -std=c++17 -O1 -g -Wall -Wextra -fsanitize=fuzzer,address,undef
                  -fno-omit-frame-pointer -DLLMC_FUZZ_DIR='"$(abspath test/fuzz)"' $(INCLUDES)
 FUZZ_NAMES ?= $(patsubst test/fuzz/fuzz_%.cpp,%,$(wildcard test/fuzz/fuzz_*.cpp))
 FUZZ_BINS := $(addprefix $(FUZZ_DIR)/fuzz_,$(FUZZ_NAMES))
+test-build: $(FUZZ_BINS)
 $(FUZZ_DIR)/fuzz_%: test/fuzz/fuzz_%.cpp
 	@mkdir -p $(dir $@)
 	$(FUZZ_CXX) $(FUZZ_CXXFLAGS) -MMD -MP -MT $@ -MF $@.d $< -o $@

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Installs everything the build and the CPU tests need. Idempotent: safe to run again.
 #   Debian: CLI11, nlohmann/json, Catch2 v2 (header-only), OpenMPI, Boost.Context (the fibers of
-#           the device emulation, make emu).
+#           the device emulation, make emu), clang with libclang-rt (libFuzzer, make fuzz-smoke).
 #   PyPI:   requirements.txt (numpy, tiktoken, sentencepiece, tqdm, pytest, matplotlib).
 # The CUDA toolkit (nvcc, cuBLAS/cuBLASLt, NCCL) is expected to be installed already.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-debs=(libcli11-dev nlohmann-json3-dev catch2 libopenmpi-dev openmpi-bin libboost-context-dev)
+debs=(libcli11-dev nlohmann-json3-dev catch2 libopenmpi-dev openmpi-bin libboost-context-dev clang libclang-rt-14-dev)
 missing=()
 for p in "${debs[@]}"; do
   # "install ok installed" only: a removed package keeps its config files and dpkg -s still succeeds

@@ -209,6 +209,7 @@ struct BlockCtx {
     std::vector<ThreadCtx> threads;
     std::vector<WarpCtx> warps;
     int at_barrier = 0;
+    int ended = 0;              // threads that have returned from the kernel (ThreadState::Done)
     std::vector<int> position;  // each thread's place in the schedule's order
     int restart = 0;            // greedy schedules: the smallest position made runnable since the last look
     unsigned char* dynamic_smem = nullptr;
@@ -268,9 +269,7 @@ inline void block_barrier() {
     ThreadCtx& t = cur_thread();
     t.state = ThreadState::AtBarrier;
     b.at_barrier++;
-    int done = 0;
-    for (const ThreadCtx& o : b.threads) done += o.state == ThreadState::Done;
-    if (done > 0) {
+    if (b.ended > 0) {
         for (const ThreadCtx& o : b.threads)
             if (o.state == ThreadState::Done)
                 device_fault("barrier divergence in " + b.where() + ": " + b.who(o) +
@@ -351,6 +350,7 @@ private:
 inline void run_block(BlockCtx& b, const std::function<void()>& body, const ScheduleSpec& sched, StackPool& stacks,
                       uint64_t block_seq) {
     const int n = (int)b.threads.size();
+    b.ended = 0;
     for (int i = 0; i < n; i++) {
         ThreadCtx& t = b.threads[i];
         t.linear = i;
@@ -361,6 +361,7 @@ inline void run_block(BlockCtx& b, const std::function<void()>& body, const Sche
         t.fiber.start(stacks, [&b, &t, &body]() {
             body();
             t.state = ThreadState::Done;
+            b.ended++;
             // a thread that ends while others wait at a barrier never arrives
             if (b.at_barrier > 0)
                 device_fault("barrier divergence in " + b.where() + ": " + b.who(t) + " ended while " +
