@@ -19,13 +19,16 @@ namespace llmc {
 // test/fuzz/fuzz_config.cpp; CLI11 2.1.2 is Debian's):
 //   - it cuts a value at its first '#' even inside quotes, so output-dir="runs/#3" read back as
 //     "runs/ : here the '#' of a quoted value is hidden from it behind a marker and restored after;
+//   - in a quoted value with a ',' it reads backslash-quote as an escaped quote, so a value ending in a
+//     backslash, which it writes as "a,b\", read back as a,b\" (a quote at the end): a backslash inside
+//     quotes is hidden the same way, so backslashes are always literal (as CLI11 writes them);
 //   - it reads "seed=[]", or a '[' list still open at the end of the file, as an item with no value
 //     and then indexes its empty value list (undefined behaviour): such items are refused.
 class CheckedConfigFile : public CLI::ConfigTOML {
 public:
     std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
         std::string text, line;
-        while (std::getline(input, line)) text += hide_quoted_hashes(line) + "\n";
+        while (std::getline(input, line)) text += hide_quoted_hash_and_backslash(line) + "\n";
         std::istringstream hidden(text);
         std::vector<CLI::ConfigItem> items = CLI::ConfigTOML::from_config(hidden);
         for (CLI::ConfigItem& it : items) {
@@ -39,14 +42,16 @@ public:
     }
 
 private:
-    static constexpr char kMark = '\x01';  // kMark '1' stands for kMark itself, kMark '2' for a quoted '#'
-    static std::string hide_quoted_hashes(const std::string& line) {
+    // kMark '1' stands for kMark itself, kMark '2' for a quoted '#', kMark '3' for a quoted backslash
+    static constexpr char kMark = '\x01';
+    static std::string hide_quoted_hash_and_backslash(const std::string& line) {
         std::string out;
         char quote = 0;      // the open quote of a value, or 0
         bool value = false;  // past the first '='
         for (char c : line) {
             if (c == kMark) { out += kMark; out += '1'; continue; }
             if (quote != 0 && c == '#') { out += kMark; out += '2'; continue; }
+            if (quote != 0 && c == '\\') { out += kMark; out += '3'; continue; }
             if (quote != 0 && c == quote) quote = 0;
             else if (quote == 0 && value && (c == '"' || c == '\'')) quote = c;
             else if (c == '=') value = true;
@@ -57,8 +62,12 @@ private:
     static std::string restore(const std::string& s) {
         std::string out;
         for (size_t i = 0; i < s.size(); i++) {
-            if (s[i] == kMark && i + 1 < s.size()) out += s[++i] == '2' ? '#' : kMark;
-            else out += s[i];
+            if (s[i] == kMark && i + 1 < s.size()) {
+                const char code = s[++i];
+                out += code == '2' ? '#' : code == '3' ? '\\' : kMark;
+            } else {
+                out += s[i];
+            }
         }
         return out;
     }

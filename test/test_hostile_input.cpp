@@ -389,6 +389,28 @@ TEST_CASE("--config: a '#' inside a quoted value is part of it; line breaks, NUL
     REQUIRE(flags.parse(3, argv) == 1);
 }
 
+TEST_CASE("--config: backslashes inside quotes are literal, so a value ending in one comes back", "[hostile]") {
+    // Found by fuzz_config (test/fuzz/regressions/config/round_trip_comma_trailing_backslash.toml): CLI11
+    // 2.1 wrote a value with a ',' that ends in a backslash as train-data="a,b\" and read backslash-quote
+    // back as an escaped quote, so a run's own config.toml was refused ("contains ... double quote").
+    llmc_test::TempDir dir;
+    llmc::TrainCli cli;
+    REQUIRE(parse_config_text(cli, dir.file("j.toml"),
+                              "train-data=\"d/a,b\\\"\noutput-dir='c:\\runs\\'\nval-data=\"x\\\\,#y\"\n") == -1);
+    REQUIRE(cli.config().train_data == "d/a,b\\");
+    REQUIRE(cli.config().output_dir == "c:\\runs\\");
+    REQUIRE(cli.config().val_data == "x\\\\,#y");
+    llmc::TrainCli again;
+    REQUIRE(parse_config_text(again, dir.file("config.toml"), cli.config_file_text()) == -1);
+    REQUIRE(again.config().train_data == "d/a,b\\");
+    REQUIRE(again.config().output_dir == "c:\\runs\\");
+    REQUIRE(again.config().val_data == "x\\\\,#y");
+    REQUIRE(again.config_file_text() == cli.config_file_text());
+    // a backslash before a quote is not an escape: the value then holds a quote, which is refused
+    llmc::TrainCli escaped;
+    REQUIRE(parse_config_text(escaped, dir.file("k.toml"), "train-data=\"a\\\"b\"\n") == 1);
+}
+
 TEST_CASE("config.json of a run whose paths are not UTF-8 is written, with U+FFFD", "[hostile]") {
     // Found by fuzz_config (test/fuzz/regressions/config/invalid_utf8_json.toml): -o with a Latin-1
     // directory name ended the run with "internal error: [json.exception.type_error.316]".
