@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli_checks.h"
 #include "train_config.h"
 
 namespace llmc {
@@ -164,13 +165,10 @@ public:
             ->configurable(false);
         a.add_option("--debug-fail-rank", c.debug_fail_rank, "test hook: this rank fails in step 1")
             ->configurable(false)->group("");
-        // CLI11 turns an empty value ("-l ''", "learning-rate=" in a config file) into 0 for a number:
-        // refuse it (found by test/fuzz/fuzz_config.cpp)
-        const CLI::Validator number_given(
-            [](std::string& v) { return v.empty() ? std::string("an empty value is not a number; give one") : std::string(); }, "");
-        // and text values config.toml cannot hold: a line break or NUL byte (one line per flag), a double
-        // quote (CLI11 writes and reads quotes without escapes), a space at either end (CLI11 writes " 64"
-        // unquoted, as a number, and reads back "64")
+        // Numbers: an empty value is refused (llmc/cli_checks.h). Text: values config.toml cannot hold
+        // are refused: a line break or NUL byte (one line per flag), a double quote (CLI11 writes and
+        // reads quotes without escapes), a space at either end (CLI11 writes " 64" unquoted, as a
+        // number, and reads back "64")
         const CLI::Validator one_line(
             [](std::string& v) {
                 if (v.find_first_of(std::string("\n\r\0\"", 4)) != std::string::npos)
@@ -180,10 +178,9 @@ public:
                 return std::string();
             },
             "");
-        for (CLI::Option* opt : a.get_options()) {
-            if (opt->get_type_size() > 0 && opt->get_type_name() != "TEXT") opt->check(number_given);
+        refuse_empty_numbers(a);
+        for (CLI::Option* opt : a.get_options())
             if (opt->get_type_size() > 0 && opt->get_type_name() == "TEXT") opt->check(one_line);
-        }
     }
 
     // Parses argv. Returns -1 to go on, else the process exit code (0 after --help; 1 after a

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli_checks.h"
 #include "error.h"
 
 namespace llmc {
@@ -86,6 +87,7 @@ public:
             ->check(CLI::PositiveNumber);
         a.add_option("--bench-repeats", c.bench_repeats, "--bench: prefill repetitions (median reported)")
             ->capture_default_str()->check(CLI::PositiveNumber);
+        refuse_empty_numbers(a);  // "--tokens ''" is not 0 (llmc/cli_checks.h)
     }
 
     // Returns -1 to go on, else the exit code (0 after --help; 1 after a parse error, one line).

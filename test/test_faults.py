@@ -10,7 +10,8 @@ test_e2e.py (TRAIN_GPT2_LS selects the binary):
 - a partial last line left in the JSONL files (a kill -9 mid-write) is dropped on resume;
 - the output-directory lock (llmc/output_lock.h): a second trainer on the same -o is refused with
   one line naming the directory and the first one's pid, changes nothing, and after the first is
-  killed with SIGKILL a `-y 1` run succeeds.
+  killed with SIGKILL a `-y 1` run succeeds;
+- a model too big for the machine's memory (an address-space limit) ends with one line saying so.
 """
 import json
 import os
@@ -269,3 +270,15 @@ def test_second_trainer_on_the_same_output_dir_is_refused(byte_data, tmp_path):
     assert f"at step {newest}" in p.stdout
     recs = [r["step"] for r in read_jsonl(out / "metrics.jsonl") if "loss" in r]
     assert recs == list(range(1, newest + 4)), "records are one per step, without duplicates"
+
+
+def test_model_too_big_for_memory_is_one_line(byte_data, tmp_path):
+    """A model that passes validation but does not fit in memory (here 1.4e9 parameters, 5.4 GB in
+    fp32, under a 2 GiB address-space limit, RLIMIT_AS, set in the child) ends with one line naming
+    the problem and what to make smaller, not "internal error: std::bad_alloc"."""
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+    big = ["--layers", 48, "--channels", 1536, "--heads", 12, "--global-heads", 2]
+    p = subprocess.run([str(BIN), "--device", "cpu"] + [str(a) for a in data_args(byte_data) + BASE + big + ["-o", tmp_path / "run", "-x", 2]],
+                       cwd=REPO, capture_output=True, text=True, timeout=300, preexec_fn=limit)
+    assert_one_error_line(p, "out of memory", "use a smaller model (--layers, --channels")

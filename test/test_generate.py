@@ -98,6 +98,8 @@ def test_help_lists_every_flag():
     (["--temperature", "0"], "--temperature must be > 0"),
     (["--max-len", "65"], "exceeds the model's max_seq_len 64"),
     (["--top-k", "-1"], "top-k"),
+    (["--seed", ""], "--seed: an empty value is not a number"),        # not read as 0 (docs/reliability.md)
+    (["--temperature", ""], "--temperature: an empty value is not a number"),
 ])
 def test_bad_input_fails_with_one_line(model, extra, expect):
     ckpt, _ = model

@@ -17,13 +17,16 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <new>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "llmc/bpe_encoder.h"
 #include "llmc/checkpoint.h"
+#include "llmc/error.h"
 #include "llmc/cli.h"
 #include "llmc/logit_alarm.h"
 #include "llmc/model_config.h"
@@ -457,4 +460,15 @@ TEST_CASE("BPE merging with a heap gives the naive leftmost-lowest merge's ids",
     std::string back;
     for (int id : enc.encode(big)) back += tokens[(size_t)id];
     REQUIRE(back == big);
+}
+
+TEST_CASE("error_message: input errors as they are, running out of memory with the fix, the rest as internal", "[hostile]") {
+    // main() of both programs prints "error: " + this (a model too big for memory used to end with
+    // "internal error: std::bad_alloc"; test/test_faults.py runs the trainer into it)
+    REQUIRE(llmc::error_message(llmc::InputError("--vocab 0 must be positive"), "x") == "--vocab 0 must be positive");
+    const std::string oom = llmc::error_message(std::bad_alloc(), "use a smaller model");
+    REQUIRE_THAT(oom, Contains("out of memory (std::bad_alloc)") && Contains("; use a smaller model"));
+    REQUIRE(oom.find('\n') == std::string::npos);
+    REQUIRE(llmc::error_message(std::bad_array_new_length(), "f").rfind("out of memory", 0) == 0);  // a bad_alloc too
+    REQUIRE(llmc::error_message(std::logic_error("vector::_M_range_check"), "f") == "internal error: vector::_M_range_check");
 }

@@ -1,0 +1,25 @@
+// Checks every numeric flag of our two programs gets (train_gpt2_ls: llmc/cli.h, generate_gpt2_ls:
+// llmc/generate_cli.h), kept in one place so both refuse the same values the same way.
+#pragma once
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace llmc {
+
+// CLI11 2.1 turns an empty value ("-l ''", "learning-rate=" in a config file) into 0 for a number;
+// this refuses it (found by test/fuzz/fuzz_config.cpp; docs/reliability.md).
+inline CLI::Validator number_given_check() {
+    return CLI::Validator(
+        [](std::string& v) { return v.empty() ? std::string("an empty value is not a number; give one") : std::string(); },
+        "");
+}
+
+// Adds number_given_check() to every option of `app` that takes a value which is not text.
+inline void refuse_empty_numbers(CLI::App& app) {
+    const CLI::Validator number_given = number_given_check();
+    for (CLI::Option* opt : app.get_options())
+        if (opt->get_type_size() > 0 && opt->get_type_name() != "TEXT") opt->check(number_given);
+}
+
+}  // namespace llmc
