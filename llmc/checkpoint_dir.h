@@ -133,7 +133,7 @@ inline void write_done_marker(const std::string& dir, int step, int world_size) 
     write_file_atomic(done_path(dir, step), text.data(), text.size());
 }
 
-// Steps that have a completion marker, ascending.
+// Steps that have a completion marker, ascending, each once (DONE_5 and DONE_00000005 are one step).
 inline std::vector<int> complete_steps(const std::string& dir) {
     std::vector<int> steps;
     for (const std::string& name : list_dir(dir)) {
@@ -142,6 +142,7 @@ inline std::vector<int> complete_steps(const std::string& dir) {
             steps.push_back(step);
     }
     std::sort(steps.begin(), steps.end());
+    steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
     return steps;
 }
 

@@ -27,6 +27,7 @@
 #pragma once
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -75,16 +76,25 @@ inline std::string glob_dir(const std::string& pattern) {
 }
 
 // Vocabulary of the data next to the shards: meta.json's "vocab_size", else tokenizer.bin's
-// header. Returns -1 when neither is there; *source names where it came from.
+// header. Returns -1 when neither is there (or meta.json has no "vocab_size"); *source names where it
+// came from. A meta.json that is not a JSON object or whose vocab_size is not an integer in
+// [1, 2^31 - 1], and a tokenizer.bin header with V = 0 or V >= 2^31, are refused with InputError
+// naming the file (they used to be skipped or wrapped silently: docs/reliability.md).
 inline int data_vocab_size(const std::string& pattern, std::string* source) {
     const std::string dir = glob_dir(pattern);
     const std::string meta = dir + "/meta.json";
     std::ifstream in(meta);
     if (in) {
-        auto j = nlohmann::ordered_json::parse(in, nullptr, false);
-        if (j.is_object() && j.contains("vocab_size") && j["vocab_size"].is_number_integer()) {
+        const auto j = nlohmann::ordered_json::parse(in, nullptr, false);
+        if (!j.is_object())
+            throw InputError(meta + " is not a JSON object; regenerate the data with data/prepare.py or remove the file");
+        const auto v = j.find("vocab_size");
+        if (v != j.end()) {
+            if (!v->is_number_integer() || v->get<int64_t>() < 1 || v->get<int64_t>() > INT32_MAX)
+                throw InputError(meta + ": \"vocab_size\" " + v->dump(-1, ' ', true, nlohmann::ordered_json::error_handler_t::replace).substr(0, 40) +
+                                 " is not an integer from 1 to 2147483647; regenerate the data with data/prepare.py");
             *source = meta;
-            return j["vocab_size"].get<int>();
+            return (int)v->get<int64_t>();
         }
     }
     const std::string tok = dir + "/tokenizer.bin";
@@ -93,7 +103,10 @@ inline int data_vocab_size(const std::string& pattern, std::string* source) {
         uint32_t header[4] = {0, 0, 0, 0};
         const bool ok = std::fread(header, 4, 4, f) == 4;
         std::fclose(f);
-        if (ok && header[0] == kTokenizerMagic && header[2] > 0) {
+        if (ok && header[0] == kTokenizerMagic) {
+            if (header[2] == 0 || header[2] > (uint32_t)INT32_MAX)
+                throw InputError(tok + ": vocabulary size " + std::to_string(header[2]) +
+                                 " in the header is not from 1 to 2147483647; regenerate it with data/prepare.py");
             *source = tok;
             return (int)header[2];
         }

@@ -472,3 +472,51 @@ TEST_CASE("error_message: input errors as they are, running out of memory with t
     REQUIRE(llmc::error_message(std::bad_array_new_length(), "f").rfind("out of memory", 0) == 0);  // a bad_alloc too
     REQUIRE(llmc::error_message(std::logic_error("vector::_M_range_check"), "f") == "internal error: vector::_M_range_check");
 }
+
+namespace {
+void write_text(const std::string& path, const std::string& text) {
+    std::ofstream(path, std::ios::binary) << text;
+}
+void write_tokenizer_header(const std::string& path, uint32_t vocab) {
+    uint32_t header[256] = {};
+    header[0] = llmc::kTokenizerMagic;
+    header[1] = 2;
+    header[2] = vocab;
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(header), sizeof header);
+}
+}  // namespace
+
+TEST_CASE("the data's vocabulary: meta.json and tokenizer.bin with impossible sizes are refused, not skipped", "[hostile]") {
+    // Found reading data_vocab_size for fuzz_data_vocab: "vocab_size": 5000000000 became 705032704
+    // (int conversion), 0 or -5 and a meta.json that is not JSON were skipped silently (the run then
+    // took tokenizer.bin's or the default vocabulary), a tokenizer.bin V of 2^31 wrapped negative.
+    llmc_test::TempDir dir;
+    const std::string glob = dir.file("train_*.bin"), meta = dir.file("meta.json"), tok = dir.file("tokenizer.bin");
+    std::string source;
+    REQUIRE(llmc::data_vocab_size(glob, &source) == -1);  // neither file
+    write_tokenizer_header(tok, 300);
+    REQUIRE(llmc::data_vocab_size(glob, &source) == 300);
+    REQUIRE(source == tok);
+    write_text(meta, "{\"eot\": 10}");  // no vocab_size: tokenizer.bin's
+    REQUIRE(llmc::data_vocab_size(glob, &source) == 300);
+    write_text(meta, "{\"vocab_size\": 2147483647, \"eot\": 10}");
+    REQUIRE(llmc::data_vocab_size(glob, &source) == 2147483647);
+    REQUIRE(source == meta);
+    for (const char* bad : {"{\"vocab_size\": 0}", "{\"vocab_size\": -5}", "{\"vocab_size\": 5000000000}",
+                                   "{\"vocab_size\": 18446744073709551615}", "{\"vocab_size\": 2147483648}",
+                                   "{\"vocab_size\": \"256\"}", "{\"vocab_size\": 256.5}", "{\"vocab_size\": null}"}) {
+        write_text(meta, bad);
+        REQUIRE_THROWS_WITH(llmc::data_vocab_size(glob, &source),
+                            Contains(meta + ": \"vocab_size\"") && Contains("is not an integer from 1 to 2147483647"));
+    }
+    for (const char* bad : {"", "{\"vocab_size\": 256", "[256]", "256", "{\"vocab_size\": 256}\xff"}) {
+        write_text(meta, bad);
+        REQUIRE_THROWS_WITH(llmc::data_vocab_size(glob, &source), Contains(meta + " is not a JSON object"));
+    }
+    std::filesystem::remove(meta);
+    for (uint32_t v : {0u, 2147483648u, 4294967295u}) {
+        write_tokenizer_header(tok, v);
+        REQUIRE_THROWS_WITH(llmc::data_vocab_size(glob, &source),
+                            Contains(tok + ": vocabulary size " + std::to_string(v)) && Contains("is not from 1 to 2147483647"));
+    }
+}

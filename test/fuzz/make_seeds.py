@@ -9,7 +9,12 @@ Real files made by our writers and tools, each a few KB at most:
   - data/prepare.py on the first lines of tiny Shakespeare ($SHARED_DATA, default ../shared/data):
     --tokenizer sp --vocab-size 360 (tokenizer.model, tokenizer.bin, shards) and --dataset synthetic
     (tokenizer.bin, shards); a unigram model (which the encoder refuses);
-  - prompt texts for the encoders.
+  - prompt texts for the encoders;
+  - data_vocab: a selector byte (0: meta.json, 1: tokenizer.bin) + the meta.json and tokenizer.bin
+    data/prepare.py wrote above;
+  - checkpoint_dir: the bytes keep, protected and pinned step + the names an output directory holds
+    (llmc/checkpoint_dir.h's names for a 2-rank run with three checkpoints, an unfinished save and
+    its temporaries, the trainer's other files).
 Usage: python3 test/fuzz/make_seeds.py   (from the repository root; rewrites test/fuzz/corpus)
 """
 import os
@@ -21,7 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CORPUS = os.path.join(ROOT, "test", "fuzz", "corpus")
 SHARED_DATA = os.environ.get("SHARED_DATA", os.path.join(ROOT, "..", "shared", "data"))
 HARNESSES = ["shard", "checkpoint", "llmc_checkpoint", "train_state", "tokenizer", "sp_model", "sp_encode",
-             "bpe_encode", "config"]
+             "bpe_encode", "config", "data_vocab", "checkpoint_dir"]
 MAX_SEED_BYTES = 8192
 
 TEXTS = {
@@ -35,6 +40,14 @@ TEXTS = {
     "endoftext.txt": b"<|endoftext|>Hello<|endoftext|> world",
     "empty.txt": b"",
 }
+
+# A 2-rank run's output directory: complete checkpoints 100, 200, 300, a save of 400 cut short (no
+# marker, a temporary left), and the trainer's other files (checkpoint_dir seed).
+CHECKPOINT_DIR_NAMES = [f"{kind}_{step:08d}{suffix}" for step in (100, 200, 300)
+                        for kind, suffix in (("model", ".bin"), ("state", "_00000.bin"), ("state", "_00001.bin"),
+                                             ("DONE", ""))] + \
+    ["model_00000400.bin", "state_00000400_00000.bin", "state_00000400_00001.bin.tmp.Xq3k9P",
+     "config.json", "config.toml", "metrics.jsonl", "logit_stats.jsonl", ".lock"]
 
 
 def run(cmd, **kw):
@@ -76,6 +89,10 @@ def main():
     copy(os.path.join(sp, "tokenizer.model"), "sp_model", "prepare_sp360.model")
     copy(os.path.join(sp, "tokenizer.bin"), "tokenizer", "prepare_sp360.bin")
     copy(os.path.join(sp, "train_000000.bin"), "shard", "prepare_sp360_train_000000.bin")
+    for selector, name in ((0, "meta.json"), (1, "tokenizer.bin")):
+        with open(os.path.join(sp, name), "rb") as f, \
+                open(os.path.join(CORPUS, "data_vocab", "prepare_sp360_" + name), "wb") as out:
+            out.write(bytes([selector]) + f.read())
     vals = sorted(n for n in os.listdir(sp) if n.startswith("val_"))
     copy(os.path.join(sp, vals[-1]), "shard", "prepare_sp360_val_last.bin")  # the short last shard
     run(["nice", "-n", "19"] + prepare + ["--dataset", "synthetic", "--out", "syn", "--syn-vocab", "16",
@@ -95,6 +112,9 @@ def main():
         os.chdir(cwd)
     copy(os.path.join(tmp, "unigram.model"), "sp_model", "spm_unigram200_identity.model")
     shutil.rmtree(tmp)
+
+    with open(os.path.join(CORPUS, "checkpoint_dir", "two_ranks_three_steps.txt"), "wb") as f:
+        f.write(bytes([2, 1, 1]) + "\n".join(CHECKPOINT_DIR_NAMES).encode() + b"\n")
 
     for name, data in TEXTS.items():
         for h in ("bpe_encode", "sp_encode"):

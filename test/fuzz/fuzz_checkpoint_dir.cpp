@@ -1,0 +1,140 @@
+// libFuzzer harness: the checkpoint directory (llmc/checkpoint_dir.h) over whatever names a user's
+// output directory may hold: parse_checkpoint_name, complete_steps, then prune_checkpoints with the
+// `keep`, just-written step and pinned steps the input picks. The input: byte 0 = keep (0..7),
+// byte 1 picks the protected step, byte 2 the pinned one, then one file name per line (names with
+// '/' or NUL, "." and ".." are skipped; at most 64), each made an empty file in a fresh directory.
+// What must hold after pruning (docs/reliability.md): nothing but checkpoint files is deleted; the
+// newest complete step, the protected and pinned steps and the newest `keep` other complete steps
+// keep their marker and all their files; any step still marked complete has all the files it had.
+#include <dirent.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "llmc/checkpoint_dir.h"
+#include "test/fuzz/fuzz_common.h"
+
+using namespace llmc;
+
+namespace {
+
+// A per-process directory (in /dev/shm when writable), emptied for every input, removed at exit.
+class ScratchDir {
+public:
+    ScratchDir() {
+        const std::string base = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+        std::string templ = base + "/llmc_fuzz_checkpoint_dir_XXXXXX";
+        std::vector<char> buf(templ.begin(), templ.end());
+        buf.push_back('\0');
+        if (::mkdtemp(buf.data()) == nullptr) {
+            std::perror("fuzz: mkdtemp");
+            std::abort();
+        }
+        path = buf.data();
+    }
+    ~ScratchDir() {
+        clear();
+        ::rmdir(path.c_str());
+    }
+    void clear() const {
+        for (const std::string& n : names()) ::unlink((path + "/" + n).c_str());
+    }
+    std::set<std::string> names() const {
+        std::set<std::string> out;
+        for (const std::string& n : list_dir(path))
+            if (n != "." && n != "..") out.insert(n);
+        return out;
+    }
+    void touch(const std::string& name) const {
+        std::FILE* f = std::fopen((path + "/" + name).c_str(), "wb");
+        if (f == nullptr || std::fclose(f) != 0) {
+            std::perror(("fuzz: creating " + name).c_str());
+            std::abort();
+        }
+    }
+    std::string path;
+};
+
+bool is_marker(const std::string& name) {
+    int step;
+    return parse_checkpoint_name(name, step) == CkptFileKind::Done && name.find(".tmp.") == std::string::npos;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    static ScratchDir dir;
+    if (size < 3) return 0;
+    const int keep = data[0] % 8;
+    dir.clear();
+    std::string text(reinterpret_cast<const char*>(data + 3), size - 3);
+    size_t pos = 0, made = 0;
+    while (pos <= text.size() && made < 64) {
+        size_t end = text.find('\n', pos);
+        if (end == std::string::npos) end = text.size();
+        const std::string name = text.substr(pos, end - pos);
+        pos = end + 1;
+        if (name.empty() || name == "." || name == ".." || name.size() > 200 ||
+            name.find_first_of(std::string("/\0", 2)) != std::string::npos)
+            continue;
+        dir.touch(name);
+        made++;
+    }
+    const std::set<std::string> before = dir.names();
+    // every name: a kind, and a step >= 0 exactly when it is a checkpoint name; our own names parse back
+    std::vector<std::pair<std::string, int>> ckpt_files;  // (name, step) of every checkpoint-named file
+    for (const std::string& n : before) {
+        int step = -2;
+        const CkptFileKind kind = parse_checkpoint_name(n, step);
+        FUZZ_CHECK((kind == CkptFileKind::None) == (step == -1));
+        if (kind != CkptFileKind::None) ckpt_files.push_back({n, step});
+        if (kind != CkptFileKind::None) {
+            int again = -2;
+            FUZZ_CHECK(parse_checkpoint_name(model_path("", step), again) == CkptFileKind::Model && again == step);
+            FUZZ_CHECK(parse_checkpoint_name(state_path("", step, step % 100000), again) == CkptFileKind::State && again == step);
+            FUZZ_CHECK(parse_checkpoint_name(done_path("", step), again) == CkptFileKind::Done && again == step);
+        }
+    }
+    const std::vector<int> complete = complete_steps(dir.path);
+    FUZZ_CHECK(std::is_sorted(complete.begin(), complete.end()));
+    FUZZ_CHECK(std::adjacent_find(complete.begin(), complete.end()) == complete.end());  // each step once
+    const int protect = complete.empty() || data[1] == 0 ? -1 : complete[data[1] % complete.size()];
+    const std::vector<int> pinned =
+        complete.empty() || data[2] == 0 ? std::vector<int>{} : std::vector<int>{complete[data[2] % complete.size()]};
+
+    prune_checkpoints(dir.path, keep, protect, pinned);
+
+    const std::set<std::string> after = dir.names();
+    auto step_of = [](const std::string& n) {  // -1: not a checkpoint name
+        int s = -1;
+        parse_checkpoint_name(n, s);
+        return s;
+    };
+    // kept steps: protected, pinned, >= the newest complete one, and the newest `keep` others
+    std::set<int> must_keep(pinned.begin(), pinned.end());
+    if (protect >= 0) must_keep.insert(protect);
+    std::vector<int> others;
+    for (int s : complete)
+        if (std::find(pinned.begin(), pinned.end(), s) == pinned.end()) others.push_back(s);
+    for (size_t i = others.size() > (size_t)keep ? others.size() - (size_t)keep : 0; i < others.size(); i++)
+        must_keep.insert(others[i]);
+    for (const std::string& n : before) {
+        const bool ckpt = step_of(n) >= 0;
+        if (!ckpt || keep <= 0) FUZZ_CHECK(after.count(n) == 1);  // only checkpoint files go, and only when pruning
+        if (ckpt && (must_keep.count(step_of(n)) || (!complete.empty() && step_of(n) >= complete.back())))
+            FUZZ_CHECK(after.count(n) == 1);
+    }
+    for (const std::string& n : after) {
+        FUZZ_CHECK(before.count(n) == 1);
+        if (!is_marker(n)) continue;  // a step still marked complete keeps every file it had
+        for (const auto& f : ckpt_files)
+            if (f.second == step_of(n)) FUZZ_CHECK(after.count(f.first) == 1);
+    }
+    return 0;
+}
