@@ -275,11 +275,9 @@ int main(int argc, char** argv) {
     if (rc >= 0) return rc;
     try {
         return run(cli.config());
-    } catch (const llmc::InputError& e) {
-        std::fprintf(stderr, "error: %s\n", e.what());
-        return 1;
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "error: %s\n", e.what());
+        std::fprintf(stderr, "error: %s\n",
+                     llmc::error_message(e, "use a smaller --max-len or --bench-batch, or a machine with more memory").c_str());
         return 1;
     }
 }

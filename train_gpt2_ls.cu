@@ -113,13 +113,13 @@ int main(int argc, char** argv) {
         return cfg.eval_only ? llmc::run_eval(cfg, make_backend, *comm)
                              : llmc::run_training(cfg, make_backend, cli.config_file_text(), *comm);
     } catch (const std::exception& e) {
-        const bool input = dynamic_cast<const llmc::InputError*>(&e) != nullptr;
+        const std::string message = llmc::error_message(
+            e, "use a smaller model (--layers, --channels, --vocab, --max-seq-len) or batch (-b, -t)");
         std::fflush(stdout);
         if (comm && comm->world_size() > 1)
-            std::fprintf(stderr, "error: rank %d of %d: %s%s\n", comm->rank(), comm->world_size(),
-                         input ? "" : "internal error: ", e.what());
+            std::fprintf(stderr, "error: rank %d of %d: %s\n", comm->rank(), comm->world_size(), message.c_str());
         else
-            std::fprintf(stderr, "error: %s%s\n", input ? "" : "internal error: ", e.what());
+            std::fprintf(stderr, "error: %s\n", message.c_str());
         if (comm && comm->world_size() > 1) comm->abort(1);  // ends every rank of the run
         return 1;
     }
