@@ -6,13 +6,8 @@
 // What must hold after pruning (docs/reliability.md): nothing but checkpoint files is deleted; the
 // newest complete step, the protected and pinned steps and the newest `keep` other complete steps
 // keep their marker and all their files; any step still marked complete has all the files it had.
-#include <dirent.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <set>
 #include <string>
 #include <vector>
@@ -24,43 +19,6 @@ using namespace llmc;
 
 namespace {
 
-// A per-process directory (in /dev/shm when writable), emptied for every input, removed at exit.
-class ScratchDir {
-public:
-    ScratchDir() {
-        const std::string base = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-        std::string templ = base + "/llmc_fuzz_checkpoint_dir_XXXXXX";
-        std::vector<char> buf(templ.begin(), templ.end());
-        buf.push_back('\0');
-        if (::mkdtemp(buf.data()) == nullptr) {
-            std::perror("fuzz: mkdtemp");
-            std::abort();
-        }
-        path = buf.data();
-    }
-    ~ScratchDir() {
-        clear();
-        ::rmdir(path.c_str());
-    }
-    void clear() const {
-        for (const std::string& n : names()) ::unlink((path + "/" + n).c_str());
-    }
-    std::set<std::string> names() const {
-        std::set<std::string> out;
-        for (const std::string& n : list_dir(path))
-            if (n != "." && n != "..") out.insert(n);
-        return out;
-    }
-    void touch(const std::string& name) const {
-        std::FILE* f = std::fopen((path + "/" + name).c_str(), "wb");
-        if (f == nullptr || std::fclose(f) != 0) {
-            std::perror(("fuzz: creating " + name).c_str());
-            std::abort();
-        }
-    }
-    std::string path;
-};
-
 bool is_marker(const std::string& name) {
     int step;
     return parse_checkpoint_name(name, step) == CkptFileKind::Done && name.find(".tmp.") == std::string::npos;
@@ -69,7 +27,7 @@ bool is_marker(const std::string& name) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    static ScratchDir dir;
+    static fuzz::TempDir dir("checkpoint_dir");
     if (size < 3) return 0;
     const int keep = data[0] % 8;
     dir.clear();
@@ -83,7 +41,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (name.empty() || name == "." || name == ".." || name.size() > 200 ||
             name.find_first_of(std::string("/\0", 2)) != std::string::npos)
             continue;
-        dir.touch(name);
+        dir.put(name, "", 0);
         made++;
     }
     const std::set<std::string> before = dir.names();
@@ -101,14 +59,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             FUZZ_CHECK(parse_checkpoint_name(done_path("", step), again) == CkptFileKind::Done && again == step);
         }
     }
-    const std::vector<int> complete = complete_steps(dir.path);
+    const std::vector<int> complete = complete_steps(dir.path());
     FUZZ_CHECK(std::is_sorted(complete.begin(), complete.end()));
     FUZZ_CHECK(std::adjacent_find(complete.begin(), complete.end()) == complete.end());  // each step once
     const int protect = complete.empty() || data[1] == 0 ? -1 : complete[data[1] % complete.size()];
     const std::vector<int> pinned =
         complete.empty() || data[2] == 0 ? std::vector<int>{} : std::vector<int>{complete[data[2] % complete.size()]};
 
-    prune_checkpoints(dir.path, keep, protect, pinned);
+    prune_checkpoints(dir.path(), keep, protect, pinned);
 
     const std::set<std::string> after = dir.names();
     auto step_of = [](const std::string& n) {  // -1: not a checkpoint name

@@ -7,6 +7,7 @@
 // any other exception (it escapes the harness: std::terminate -> abort), a failed FUZZ_CHECK (abort),
 // a timeout, or an allocation above -malloc_limit_mb / -rss_limit_mb.
 #pragma once
+#include <dirent.h>
 #include <fcntl.h>
 #include <sanitizer/common_interface_defs.h>
 #include <unistd.h>
@@ -14,6 +15,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -73,6 +76,56 @@ public:
 
 private:
     int fd_ = -1;
+    std::string path_;
+};
+
+// One temporary directory per process (in /dev/shm when writable, like TempFile), for readers of a
+// directory (the data's meta.json / tokenizer.bin, the checkpoint directory); emptied on demand and
+// removed at exit. It holds plain files only.
+class TempDir {
+public:
+    explicit TempDir(const char* tag) {
+        const std::string base = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+        std::string templ = base + "/llmc_fuzz_" + tag + "_XXXXXX";
+        std::vector<char> buf(templ.begin(), templ.end());
+        buf.push_back('\0');
+        if (::mkdtemp(buf.data()) == nullptr) {
+            std::perror("fuzz: mkdtemp");
+            std::abort();
+        }
+        path_ = buf.data();
+    }
+    ~TempDir() {
+        clear();
+        ::rmdir(path_.c_str());
+    }
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+
+    const std::string& path() const { return path_; }
+    // The names in the directory, sorted, without "." and "..".
+    std::set<std::string> names() const {
+        std::set<std::string> out;
+        if (DIR* d = ::opendir(path_.c_str())) {
+            while (const struct dirent* e = ::readdir(d))
+                if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) out.insert(e->d_name);
+            ::closedir(d);
+        }
+        return out;
+    }
+    void clear() const {
+        for (const std::string& n : names()) ::unlink((path_ + "/" + n).c_str());
+    }
+    // Creates (or replaces) the file `name` holding `size` bytes of `data`.
+    void put(const std::string& name, const void* data, size_t size) const {
+        std::FILE* f = std::fopen((path_ + "/" + name).c_str(), "wb");
+        if (f == nullptr || (size > 0 && std::fwrite(data, 1, size, f) != size) || std::fclose(f) != 0) {
+            std::perror(("fuzz: writing " + name).c_str());
+            std::abort();
+        }
+    }
+
+private:
     std::string path_;
 };
 
