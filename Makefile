@@ -298,7 +298,8 @@ test-gpu: $(GPU_TEST_BINS) $(GPU_LAB_BINS)
 # --- fuzzing (issue 17) -----------------------------------------------------------------------
 # One libFuzzer harness per reader of user files (test/fuzz/fuzz_<name>.cpp: shards + data loader,
 # model files, llm.c checkpoints, training state, tokenizer.bin, tokenizer.model, the GPT-2 BPE and
-# SentencePiece encoders, the --config file), built by clang++ (Debian's clang 14) with
+# SentencePiece encoders, the --config file, the data's meta.json / tokenizer.bin vocabulary, the
+# checkpoint directory's names and pruning), built by clang++ (Debian's clang 14) with
 # -fsanitize=fuzzer,address,undefined into build/fuzz/; docs/reliability.md has the results.
 #   make fuzz        each harness for FUZZ_SECONDS (default 600), one after the other, from its seeds
 #                    test/fuzz/corpus/<name>/ plus what earlier runs found (build/fuzz/corpus/<name>/)

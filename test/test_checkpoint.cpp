@@ -625,6 +625,21 @@ TEST_CASE("pruning keeps the newest K complete checkpoints", "[checkpoint]") {
     CHECK(fs::exists(model_path(dir.path, 50)));
 }
 
+TEST_CASE("a step marked twice (DONE_5 and DONE_00000005) is one complete step", "[checkpoint]") {
+    // docs/reliability.md fix 13: it was listed twice, so --keep-checkpoints 2 could keep one step
+    TempDir dir;
+    ModelConfig c = small_config(false, true);
+    for (int s : {5, 6, 7}) save_step(dir.path, c, s, 1);
+    std::ofstream(dir / "DONE_5") << "step 5 world_size 1\n";
+    std::ofstream(dir / "DONE_0007") << "step 7 world_size 1\n";
+    CHECK(complete_steps(dir.path) == std::vector<int>{5, 6, 7});
+    prune_checkpoints(dir.path, 2, 7);
+    CHECK(complete_steps(dir.path) == std::vector<int>{6, 7});
+    CHECK(fs::exists(model_path(dir.path, 6)));
+    CHECK_FALSE(fs::exists(model_path(dir.path, 5)));
+    CHECK_FALSE(fs::exists(dir / "DONE_5"));
+}
+
 // ---------------------------------------------------------------------------------------------
 // atomic writes
 
