@@ -3,6 +3,7 @@
 #pragma once
 #include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <istream>
 #include <memory>
 #include <sstream>
@@ -20,16 +21,18 @@ namespace llmc {
 // test/fuzz/fuzz_config.cpp; CLI11 2.1.2 is Debian's):
 //   - it cuts a value at its first '#' even inside quotes, so output-dir="runs/#3" read back as
 //     "runs/ : here the '#' of a quoted value is hidden from it behind a marker and restored after;
-//   - in a quoted value with a ',' it reads backslash-quote as an escaped quote, so a value ending in a
-//     backslash, which it writes as "a,b\", read back as a,b\" (a quote at the end): a backslash inside
-//     quotes is hidden the same way, so backslashes are always literal (as CLI11 writes them);
+//   - a quoted value with a ',' or a space goes through its list splitter, which reads backslash-quote
+//     as an escaped quote (a value ending in a backslash, written "a,b\", read back as a,b\") and then
+//     strips a second pair of quotes (the value 'a b', written "'a b'", read back as a b): a backslash
+//     and the other kind of quote inside quotes are hidden the same way, so what is inside a quoted
+//     value is always literal (as CLI11 writes it);
 //   - it reads "seed=[]", or a '[' list still open at the end of the file, as an item with no value
 //     and then indexes its empty value list (undefined behaviour): such items are refused.
 class CheckedConfigFile : public CLI::ConfigTOML {
 public:
     std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
         std::string text, line;
-        while (std::getline(input, line)) text += hide_quoted_hash_and_backslash(line) + "\n";
+        while (std::getline(input, line)) text += hide_inside_quotes(line) + "\n";
         std::istringstream hidden(text);
         std::vector<CLI::ConfigItem> items = CLI::ConfigTOML::from_config(hidden);
         for (CLI::ConfigItem& it : items) {
@@ -43,16 +46,18 @@ public:
     }
 
 private:
-    // kMark '1' stands for kMark itself, kMark '2' for a quoted '#', kMark '3' for a quoted backslash
+    // kMark '1' stands for kMark itself; inside quotes kMark '2' for '#', kMark '3' for a backslash,
+    // kMark '4' for a single quote, kMark '5' for a double quote (the kind that did not open the value)
     static constexpr char kMark = '\x01';
-    static std::string hide_quoted_hash_and_backslash(const std::string& line) {
+    static constexpr char kHidden[] = "#\\'\"";  // the characters kMark '2'..'5' stand for
+    static std::string hide_inside_quotes(const std::string& line) {
         std::string out;
         char quote = 0;      // the open quote of a value, or 0
         bool value = false;  // past the first '='
         for (char c : line) {
             if (c == kMark) { out += kMark; out += '1'; continue; }
-            if (quote != 0 && c == '#') { out += kMark; out += '2'; continue; }
-            if (quote != 0 && c == '\\') { out += kMark; out += '3'; continue; }
+            const char* hidden = quote != 0 && c != quote && c != 0 ? std::strchr(kHidden, c) : nullptr;
+            if (hidden != nullptr) { out += kMark; out += (char)('2' + (hidden - kHidden)); continue; }
             if (quote != 0 && c == quote) quote = 0;
             else if (quote == 0 && value && (c == '"' || c == '\'')) quote = c;
             else if (c == '=') value = true;
@@ -65,7 +70,7 @@ private:
         for (size_t i = 0; i < s.size(); i++) {
             if (s[i] == kMark && i + 1 < s.size()) {
                 const char code = s[++i];
-                out += code == '2' ? '#' : code == '3' ? '\\' : kMark;
+                out += code >= '2' && code <= '5' ? kHidden[code - '2'] : kMark;
             } else {
                 out += s[i];
             }

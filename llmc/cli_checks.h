@@ -15,11 +15,14 @@ inline CLI::Validator number_given_check() {
         "");
 }
 
-// Adds number_given_check() to every option of `app` that takes a value which is not text.
+// Adds number_given_check() to every option of `app` that takes a number: its type name is not
+// "TEXT" (nor "TEXT:{cpu,cuda}", a text option with a set of values) and not empty (--config's).
 inline void refuse_empty_numbers(CLI::App& app) {
     const CLI::Validator number_given = number_given_check();
-    for (CLI::Option* opt : app.get_options())
-        if (opt->get_type_size() > 0 && opt->get_type_name() != "TEXT") opt->check(number_given);
+    for (CLI::Option* opt : app.get_options()) {
+        const std::string type = opt->get_type_name();
+        if (opt->get_type_size() > 0 && !type.empty() && type.rfind("TEXT", 0) != 0) opt->check(number_given);
+    }
 }
 
 }  // namespace llmc

@@ -75,6 +75,13 @@ inline std::string glob_dir(const std::string& pattern) {
     return slash == 0 ? "/" : pattern.substr(0, slash);
 }
 
+// A JSON value for an error line: a number, string, bool or null as written (ASCII, at most 40
+// characters), else its type ("array", "object"; dumping a deeply nested one would recurse per level).
+inline std::string json_value_brief(const nlohmann::ordered_json& v) {
+    if (!v.is_primitive()) return v.type_name();
+    return v.dump(-1, ' ', true, nlohmann::ordered_json::error_handler_t::replace).substr(0, 40);
+}
+
 // Vocabulary of the data next to the shards: meta.json's "vocab_size", else tokenizer.bin's
 // header. Returns -1 when neither is there (or meta.json has no "vocab_size"); *source names where it
 // came from. A meta.json that is not a JSON object or whose vocab_size is not an integer in
@@ -91,8 +98,9 @@ inline int data_vocab_size(const std::string& pattern, std::string* source) {
         const auto v = j.find("vocab_size");
         if (v != j.end()) {
             if (!v->is_number_integer() || v->get<int64_t>() < 1 || v->get<int64_t>() > INT32_MAX)
-                throw InputError(meta + ": \"vocab_size\" " + v->dump(-1, ' ', true, nlohmann::ordered_json::error_handler_t::replace).substr(0, 40) +
-                                 " is not an integer from 1 to 2147483647; regenerate the data with data/prepare.py");
+                throw InputError(meta + ": \"vocab_size\" " + json_value_brief(*v) +
+                                 " is not an integer from 1 to 2147483647; regenerate the data with data/prepare.py "
+                                 "or remove the file");
             *source = meta;
             return (int)v->get<int64_t>();
         }

@@ -392,7 +392,7 @@ TEST_CASE("--config: a '#' inside a quoted value is part of it; line breaks, NUL
     REQUIRE(flags.parse(3, argv) == 1);
 }
 
-TEST_CASE("--config: backslashes inside quotes are literal, so a value ending in one comes back", "[hostile]") {
+TEST_CASE("--config: backslashes and quotes inside quotes are literal, so such values come back", "[hostile]") {
     // Found by fuzz_config (test/fuzz/regressions/config/round_trip_comma_trailing_backslash.toml): CLI11
     // 2.1 wrote a value with a ',' that ends in a backslash as train-data="a,b\" and read backslash-quote
     // back as an escaped quote, so a run's own config.toml was refused ("contains ... double quote").
@@ -409,6 +409,17 @@ TEST_CASE("--config: backslashes inside quotes are literal, so a value ending in
     REQUIRE(again.config().output_dir == "c:\\runs\\");
     REQUIRE(again.config().val_data == "x\\\\,#y");
     REQUIRE(again.config_file_text() == cli.config_file_text());
+    // the other kind of quote inside quotes is literal too (review: the value 'a b', written "'a b'",
+    // read back as a b: -o "'my run'" resumed into another directory), with a space or a ','
+    for (const std::string& value : {std::string("'a b'"), std::string("'x,y'"), std::string("it's a b\\"),
+                                     std::string("'"), std::string("''a b''")}) {
+        llmc::TrainCli first;
+        REQUIRE(parse_config_text(first, dir.file("l.toml"), "train-data=\"" + value + "\"\n") == -1);
+        REQUIRE(first.config().train_data == value);
+        llmc::TrainCli back;
+        REQUIRE(parse_config_text(back, dir.file("config.toml"), first.config_file_text()) == -1);
+        REQUIRE(back.config().train_data == value);
+    }
     // a backslash before a quote is not an escape: the value then holds a quote, which is refused
     llmc::TrainCli escaped;
     REQUIRE(parse_config_text(escaped, dir.file("k.toml"), "train-data=\"a\\\"b\"\n") == 1);
@@ -509,6 +520,9 @@ TEST_CASE("the data's vocabulary: meta.json and tokenizer.bin with impossible si
         REQUIRE_THROWS_WITH(llmc::data_vocab_size(glob, &source),
                             Contains(meta + ": \"vocab_size\"") && Contains("is not an integer from 1 to 2147483647"));
     }
+    // a deeply nested value is named by its type (review: dumping it recursed once per level)
+    write_text(meta, "{\"vocab_size\": " + std::string(200000, '[') + std::string(200000, ']') + "}");
+    REQUIRE_THROWS_WITH(llmc::data_vocab_size(glob, &source), Contains(meta + ": \"vocab_size\" array is not an integer"));
     for (const char* bad : {"", "{\"vocab_size\": 256", "[256]", "256", "{\"vocab_size\": 256}\xff"}) {
         write_text(meta, bad);
         REQUIRE_THROWS_WITH(llmc::data_vocab_size(glob, &source), Contains(meta + " is not a JSON object"));
