@@ -2,10 +2,12 @@
 // output directory may hold: parse_checkpoint_name, complete_steps, then prune_checkpoints with the
 // `keep`, just-written step and pinned steps the input picks. The input: byte 0 = keep (0..7),
 // byte 1 picks the protected step, byte 2 the pinned one, then one file name per line (names with
-// '/' or NUL, "." and ".." are skipped; at most 64), each made an empty file in a fresh directory.
-// What must hold after pruning (docs/reliability.md): nothing but checkpoint files is deleted; the
-// newest complete step, the protected and pinned steps and the newest `keep` other complete steps
-// keep their marker and all their files; any step still marked complete has all the files it had.
+// '/' or NUL, "." and "..", names over 200 bytes are skipped; at most 64), each made an empty file in
+// a fresh directory. What must hold after pruning (docs/reliability.md): nothing but checkpoint files
+// is deleted; the newest complete step, anything newer, the protected and pinned steps and the newest
+// `keep` other complete steps keep their marker and all their files; every other checkpoint file
+// (older steps, unfinished saves, temporaries) is gone when keep > 0; any step still marked complete
+// has all the files it had.
 #include <algorithm>
 #include <cstdint>
 #include <set>
@@ -83,10 +85,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (size_t i = others.size() > (size_t)keep ? others.size() - (size_t)keep : 0; i < others.size(); i++)
         must_keep.insert(others[i]);
     for (const std::string& n : before) {
-        const bool ckpt = step_of(n) >= 0;
-        if (!ckpt || keep <= 0) FUZZ_CHECK(after.count(n) == 1);  // only checkpoint files go, and only when pruning
-        if (ckpt && (must_keep.count(step_of(n)) || (!complete.empty() && step_of(n) >= complete.back())))
-            FUZZ_CHECK(after.count(n) == 1);
+        const int step = step_of(n);
+        const bool kept = step < 0 || keep <= 0 || must_keep.count(step) == 1 ||
+                          (!complete.empty() && step >= complete.back());
+        // only checkpoint files go, only when pruning, and then every one not kept
+        FUZZ_CHECK(after.count(n) == (kept ? 1u : 0u));
     }
     for (const std::string& n : after) {
         FUZZ_CHECK(before.count(n) == 1);

@@ -35,15 +35,19 @@ namespace fuzz {
         }                                                                                             \
     } while (0)
 
+// Where the temporary files and directories go: /dev/shm when it is writable (a disk-backed /tmp
+// made ftruncate + rewrite cost milliseconds: 25x fewer executions), else $TMPDIR or /tmp.
+inline std::string scratch_base() {
+    const char* tmp = std::getenv("TMPDIR");
+    return ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : tmp && *tmp ? tmp : "/tmp";
+}
+
 // One temporary file per process and slot, created on first use, rewritten for every input
-// (readers that take a path read it), removed at exit. In /dev/shm when it is writable (a disk-backed
-// /tmp made ftruncate + rewrite cost milliseconds: 25x fewer executions), else $TMPDIR or /tmp.
+// (readers that take a path read it), removed at exit, under scratch_base().
 class TempFile {
 public:
     explicit TempFile(const char* tag) {
-        const char* tmp = std::getenv("TMPDIR");
-        const std::string dir = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : tmp && *tmp ? tmp : "/tmp";
-        std::string templ = dir + "/llmc_fuzz_" + tag + "_XXXXXX";
+        std::string templ = scratch_base() + "/llmc_fuzz_" + tag + "_XXXXXX";
         std::vector<char> buf(templ.begin(), templ.end());
         buf.push_back('\0');
         fd_ = ::mkstemp(buf.data());
@@ -79,14 +83,13 @@ private:
     std::string path_;
 };
 
-// One temporary directory per process (in /dev/shm when writable, like TempFile), for readers of a
+// One temporary directory per process (under scratch_base(), like TempFile), for readers of a
 // directory (the data's meta.json / tokenizer.bin, the checkpoint directory); emptied on demand and
 // removed at exit. It holds plain files only.
 class TempDir {
 public:
     explicit TempDir(const char* tag) {
-        const std::string base = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-        std::string templ = base + "/llmc_fuzz_" + tag + "_XXXXXX";
+        std::string templ = scratch_base() + "/llmc_fuzz_" + tag + "_XXXXXX";
         std::vector<char> buf(templ.begin(), templ.end());
         buf.push_back('\0');
         if (::mkdtemp(buf.data()) == nullptr) {
