@@ -86,8 +86,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         must_keep.insert(others[i]);
     for (const std::string& n : before) {
         const int step = step_of(n);
-        const bool kept = step < 0 || keep <= 0 || must_keep.count(step) == 1 ||
-                          (!complete.empty() && step >= complete.back());
+        // (with no complete step everything is newer than the newest: a first save in progress)
+        const bool kept = step < 0 || keep <= 0 || must_keep.count(step) == 1 || complete.empty() ||
+                          step >= complete.back();
         // only checkpoint files go, only when pruning, and then every one not kept
         FUZZ_CHECK(after.count(n) == (kept ? 1u : 0u));
     }
