@@ -170,7 +170,7 @@ public:
             ->configurable(false);
         a.add_option("--debug-fail-rank", c.debug_fail_rank, "test hook: this rank fails in step 1")
             ->configurable(false)->group("");
-        // Numbers: an empty value is refused (llmc/cli_checks.h). Text: values config.toml cannot hold
+        // Numbers: white space around them is removed, an empty value refused (llmc/cli_checks.h). Text: values config.toml cannot hold
         // are refused: a line break or NUL byte (one line per flag), a double quote (CLI11 writes and
         // reads quotes without escapes), a space at either end (CLI11 writes " 64" unquoted, as a
         // number, and reads back "64")
@@ -183,7 +183,7 @@ public:
                 return std::string();
             },
             "");
-        refuse_empty_numbers(a);
+        check_number_flags(a);
         for (CLI::Option* opt : a.get_options())
             if (opt->get_type_size() > 0 && opt->get_type_name() == "TEXT") opt->check(one_line);
     }

@@ -342,6 +342,33 @@ TEST_CASE("--config and flags: an empty value for a number is refused, not read 
     REQUIRE(text.config().output_dir.empty());
 }
 
+TEST_CASE("--config and flags: white space around a number is removed, so config.toml holds the number", "[hostile]") {
+    // Found by fuzz_config's round trip (test/fuzz/regressions/config/numeric_value_leading_space.toml):
+    // seq-len=" 64" was read as 64 but written back to config.toml unquoted as "seq-len= 64", which
+    // reads back as "64", so a resumed run's config.toml differed from the first.
+    llmc_test::TempDir dir;
+    llmc::TrainCli cli;
+    REQUIRE(parse_config_text(cli, dir.file("a.toml"),
+                              "train-data=\"x\"\nseq-len=\" 64\"\nbatch-size='\t8 '\nlearning-rate=\" 1e-3\"\n") == -1);
+    REQUIRE(cli.config().seq_len == 64);
+    REQUIRE(cli.config().batch_size == 8);
+    REQUIRE(cli.config().learning_rate == 1e-3f);
+    const std::string text = cli.config_file_text();
+    REQUIRE_THAT(text, Contains("\nseq-len=64\n") && Contains("\nbatch-size=8\n") && Contains("\nlearning-rate=1e-3\n"));
+    llmc::TrainCli again;
+    REQUIRE(parse_config_text(again, dir.file("config.toml"), text) == -1);
+    REQUIRE(again.config_file_text() == text);
+
+    llmc::TrainCli flags;  // the same on the command line; a value of only spaces is empty
+    const char* argv[] = {"train_gpt2_ls", "-i", "x", "-t", "\t64 ", "--layers", " 3"};
+    REQUIRE(flags.parse(7, argv) == -1);
+    REQUIRE(flags.config().seq_len == 64);
+    REQUIRE(flags.config().overrides.layers == 3);
+    llmc::TrainCli blank;
+    const char* blank_argv[] = {"train_gpt2_ls", "-l", "  "};
+    REQUIRE(blank.parse(3, blank_argv) == 1);
+}
+
 TEST_CASE("--config: an empty list or a list left open at the end of the file is refused", "[hostile]") {
     // Found by fuzz_config (test/fuzz/regressions/config/unclosed_list_at_eof.toml, empty_list.toml):
     // CLI11 2.1 made an item with no value of "zero-stage=[0" at the end of the file and read past
