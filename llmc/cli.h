@@ -183,7 +183,7 @@ public:
                 return std::string();
             },
             "");
-        check_number_flags(a);
+        check_flag_values(a);
         for (CLI::Option* opt : a.get_options())
             if (opt->get_type_size() > 0 && opt->get_type_name() == "TEXT") opt->check(one_line);
     }

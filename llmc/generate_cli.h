@@ -87,7 +87,7 @@ public:
             ->check(CLI::PositiveNumber);
         a.add_option("--bench-repeats", c.bench_repeats, "--bench: prefill repetitions (median reported)")
             ->capture_default_str()->check(CLI::PositiveNumber);
-        check_number_flags(a);  // "--tokens ''" is not 0, " 5" is 5 (llmc/cli_checks.h)
+        check_flag_values(a);  // "--tokens ''" is not 0, " 5" is 5, "--greedy=2x" is refused (llmc/cli_checks.h)
     }
 
     // Returns -1 to go on, else the exit code (0 after --help; 1 after a parse error, one line).

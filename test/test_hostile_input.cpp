@@ -22,6 +22,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "llmc/bpe_encoder.h"
@@ -367,6 +368,40 @@ TEST_CASE("--config and flags: white space around a number is removed, so config
     llmc::TrainCli blank;
     const char* blank_argv[] = {"train_gpt2_ls", "-l", "  "};
     REQUIRE(blank.parse(3, blank_argv) == 1);
+}
+
+TEST_CASE("--config and flags: an on/off flag's value is a word or a whole integer, written as true or false", "[hostile]") {
+    // Found by fuzz_config's round trip (test/fuzz/regressions/config/flag_value_digits_then_junk.toml):
+    // CLI11 2.1 reads a flag's value with std::stoll, so "eval-only=99999999'9..." meant on, and
+    // config.toml kept the text, which did not read back.
+    llmc_test::TempDir dir;
+    const std::vector<std::pair<std::string, bool>> accepted = {
+        {"true", true}, {"False", false}, {"ON", true}, {"no", false}, {"1", true}, {"0", false},
+        {"-1", false}, {"+2", true}, {"007", true}, {" yes ", true}, {"-", false}, {"", true}};
+    for (const auto& [value, on] : accepted) {
+        llmc::TrainCli cli;
+        INFO("qk-norm=\"" << value << "\"");
+        REQUIRE(parse_config_text(cli, dir.file("a.toml"), "train-data=\"x\"\nqk-norm=\"" + value + "\"\n") == -1);
+        REQUIRE(cli.config().overrides.qk_norm == on);
+        const std::string text = cli.config_file_text();
+        REQUIRE_THAT(text, Contains(on ? "\nqk-norm=true\n" : "\nqk-norm=false\n"));
+        llmc::TrainCli again;
+        REQUIRE(parse_config_text(again, dir.file("config.toml"), text) == -1);
+        REQUIRE(again.config_file_text() == text);
+    }
+    for (const char* value : {"9x", "99999999'9", "maybe", "1.5", "+-1", "tru"}) {
+        llmc::TrainCli cli;
+        INFO("eval-only=\"" << value << "\"");
+        REQUIRE(parse_config_text(cli, dir.file("b.toml"), std::string("train-data=\"x\"\neval-only=\"") + value + "\"\n") == 1);
+    }
+    llmc::TrainCli flags;  // the same on the command line
+    const char* argv[] = {"train_gpt2_ls", "-i", "x", "--eval-only=2x"};
+    REQUIRE(flags.parse(4, argv) == 1);
+    llmc::TrainCli plain;
+    const char* plain_argv[] = {"train_gpt2_ls", "-i", "x", "--untie-embeddings", "--qk-norm=off"};
+    REQUIRE(plain.parse(5, plain_argv) == -1);
+    REQUIRE(plain.config().overrides.untie_embeddings);
+    REQUIRE_FALSE(plain.config().overrides.qk_norm);
 }
 
 TEST_CASE("--config: an empty list or a list left open at the end of the file is refused", "[hostile]") {
