@@ -38,6 +38,8 @@ inline CLI::Validator number_text_check() {
 // character that is not a digit, so "eval-only=9'x" meant on, and config.toml kept the text
 // (found by fuzz_config). Accepted: the words CLI11 2.1's to_flag_value knows, true/false, on/off,
 // yes/no, enable/disable, t/f, y/n, +/- (any case), and a whole integer (> 0 is on); the rest is refused.
+// An empty value ("--qk-norm=", "qk-norm=" in a file) never gets here: CLI11 reads it as the flag
+// given without a value, on.
 inline CLI::Validator flag_text_check() {
     return CLI::Validator(
         [](std::string& v) {
@@ -60,7 +62,8 @@ inline CLI::Validator flag_text_check() {
 
 // Adds number_text_check() to every option that takes a number (its type name is not "TEXT", nor
 // "TEXT:{cpu,cuda}", a text option with a set of values, and not empty: --config's and the flags')
-// and flag_text_check() to every flag (no value needed; all of ours are bools).
+// and flag_text_check() to every flag (no value needed): ours are all on/off (--help too, which
+// exits before any check). A counting flag (add_flag bound to an int, "-v -v") would need its own.
 inline void check_flag_values(CLI::App& app) {
     const CLI::Validator number_text = number_text_check(), flag_text = flag_text_check();
     for (CLI::Option* opt : app.get_options()) {

@@ -73,6 +73,16 @@ def test_reproducible_and_seeded(model):
     assert "tok/s" in a.stderr.decode() and "KV cache" in a.stderr.decode()
 
 
+def test_flag_values_are_read_like_the_trainers(model):
+    # llmc/cli_checks.h (docs/reliability.md fixes 16, 17): white space around a number is removed and an
+    # on/off flag takes a word or an integer, as in the trainer
+    ckpt, _ = model
+    common = ["-e", ckpt, "--prompt-ids", "1", "-n", 20, "--threads", 1, "--print-ids"]
+    assert ids(gen(common + ["--seed", " 7 "])) == ids(gen(common + ["--seed", 7]))
+    assert ids(gen(common + ["--greedy=yes", "--seed", 1])) == ids(gen(common + ["--greedy", "--seed", 2]))
+    assert ids(gen(common + ["--greedy=0", "--seed", 7])) == ids(gen(common + ["--seed", 7]))
+
+
 def test_text_is_the_decoding_of_the_ids(model):
     ckpt, tok = model
     common = ["-e", ckpt, "-n", 50, "--seed", 3, "--threads", 1]
@@ -100,6 +110,8 @@ def test_help_lists_every_flag():
     (["--top-k", "-1"], "top-k"),
     (["--seed", ""], "--seed: an empty value is not a number"),        # not read as 0 (docs/reliability.md)
     (["--temperature", ""], "--temperature: an empty value is not a number"),
+    (["--top-k", "  "], "--top-k: an empty value is not a number"),    # only white space is empty (fix 16)
+    (["--greedy=2x"], "--greedy: is not a value for an on/off flag"),  # not read with stoll as on (fix 17)
 ])
 def test_bad_input_fails_with_one_line(model, extra, expect):
     ckpt, _ = model

@@ -62,6 +62,10 @@ for name in "${names[@]}"; do
     elapsed=$(( $(date +%s) - start ))
     # 3. the summary line
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
+    if grep -qE '^#[0-9]+: cov: ' "$log"; then  # -fork=N: stat:: lines are one worker's; the parent's total
+        execs=$(sed -n 's/^INFO: fuzzed for \([0-9]*\) iterations.*/\1/p' "$log" | tail -n 1)
+        [ -n "$execs" ] || execs="about $(sed -n 's/^#\([0-9]*\): cov: .*/\1/p' "$log" | tail -n 1)"
+    fi
     last=$(grep -E '^#[0-9]+.* cov: ' "$log" | tail -n 1)
     cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
     ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
