@@ -141,28 +141,28 @@ all: train_gpt2_ls $(BUILD)/test_cpu gpu-targets
 .DEFAULT_GOAL := all
 
 # --- device emulation (docs/emulation.md): the same .cu/.cuh sources built by the host compiler
-# against llmc/cuda/emu/ (fibers for threads, warp collectives, mma.sync from the PTX ISA, the
+# against dev/emu/ (fibers for threads, warp collectives, mma.sync from the PTX ISA, the
 # runtime subset), with AddressSanitizer + UBSan, into build/emu/ (names as in build/dev, build/test_gpu).
-# Targets left out of the emulated build: EMU_SKIP (the NCCL test until llmc/cuda/emu/nccl.cpp exists).
+# Targets left out of the emulated build: EMU_SKIP (the NCCL test until dev/emu/nccl.cpp exists).
 EMU_CXX ?= $(CXX)
 # build/emu (BF16, the default) or build/emu-fp32 (PRECISION=FP32)
 EMU_DIR := $(BUILD)/emu$(if $(filter FP32,$(PRECISION)),-fp32)
 EMU_SAN ?= -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 EMU_CXXFLAGS := -std=c++17 -O1 -g -Wall -Wno-unknown-pragmas -ffp-contract=off -fopenmp $(EMU_SAN) -DLLMC_EMULATE \
-                -DENABLE_$(PRECISION) -Illmc/cuda/emu/include -include llmc/cuda/emu/include/cuda_runtime.h \
+                -DENABLE_$(PRECISION) -Idev/emu/include -include dev/emu/include/cuda_runtime.h \
                 $(INCLUDES) -I$(CUDA_HOME)/include
 EMU_LDFLAGS := $(EMU_SAN) -rdynamic -fopenmp -lboost_context
-EMU_NCCL := $(if $(wildcard llmc/cuda/emu/nccl.cpp),-DUSE_NCCL)
+EMU_NCCL := $(if $(wildcard dev/emu/nccl.cpp),-DUSE_NCCL)
 EMU_SKIP ?= $(if $(EMU_NCCL),,test_collective_nccl)
-EMU_HEADERS := $(LLMC_HEADERS) $(wildcard llmc/cuda/emu/*.h llmc/cuda/emu/include/*.h)
+EMU_HEADERS := $(LLMC_HEADERS) $(wildcard dev/emu/*.h dev/emu/include/*.h)
 EMU_LAB_BINS := $(filter-out $(addprefix $(EMU_DIR)/dev/,$(EMU_SKIP)),$(patsubst dev/cuda/%.cu,$(EMU_DIR)/dev/%,$(GPU_LAB_SRCS)))
 EMU_TEST_BINS := $(filter-out $(addprefix $(EMU_DIR)/test_gpu/,$(EMU_SKIP)),$(patsubst test/gpu/%.cu,$(EMU_DIR)/test_gpu/%,$(GPU_TEST_SRCS)))
-EMU_SELF_BINS := $(patsubst test/emu/%.cu,$(EMU_DIR)/self/%,$(wildcard test/emu/*.cu))
-# the emulated CUDA runtime, cuBLASLt and NCCL (every llmc/cuda/emu/*.cpp), linked instead of
+EMU_SELF_BINS := $(patsubst dev/emu/tests/%.cu,$(EMU_DIR)/self/%,$(wildcard dev/emu/tests/*.cu))
+# the emulated CUDA runtime, cuBLASLt and NCCL (every dev/emu/*.cpp), linked instead of
 # libcudart / libcublasLt / libnccl
 EMU_LIB := $(EMU_DIR)/libemu.a
-EMU_OBJS := $(patsubst llmc/cuda/emu/%.cpp,$(EMU_DIR)/%.o,$(wildcard llmc/cuda/emu/*.cpp))
-$(EMU_DIR)/%.o: llmc/cuda/emu/%.cpp $(EMU_HEADERS)
+EMU_OBJS := $(patsubst dev/emu/%.cpp,$(EMU_DIR)/%.o,$(wildcard dev/emu/*.cpp))
+$(EMU_DIR)/%.o: dev/emu/%.cpp $(EMU_HEADERS)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) $(EMU_CXXFLAGS) -c $< -o $@
 $(EMU_LIB): $(EMU_OBJS)
@@ -173,11 +173,11 @@ $(EMU_DIR)/dev/%: dev/cuda/%.cu $(EMU_LIB) $(EMU_HEADERS) $(wildcard dev/cuda/*.
 $(EMU_DIR)/test_gpu/%: test/gpu/%.cu $(EMU_LIB) $(EMU_HEADERS) $(wildcard test/*.h test/gpu/*.cuh)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_NCCL) -x c++ $< -x none $(EMU_LIB) -o $@ $(EMU_LDFLAGS)
-$(EMU_DIR)/self/%: test/emu/%.cu $(EMU_LIB) $(EMU_HEADERS) $(wildcard test/gpu/*.cuh)
+$(EMU_DIR)/self/%: dev/emu/tests/%.cu $(EMU_LIB) $(EMU_HEADERS) $(wildcard test/gpu/*.cuh)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) $(EMU_CXXFLAGS) -x c++ $< -x none $(EMU_LIB) -o $@ $(EMU_LDFLAGS)
 # The trainer and the generator, emulated: the same .cu files, with --device cuda running the CUDA
-# backend on the emulated device, MPI as detected, NCCL from the emulation (llmc/cuda/emu/nccl.cpp).
+# backend on the emulated device, MPI as detected, NCCL from the emulation (dev/emu/nccl.cpp).
 EMU_BINS := $(EMU_DIR)/train_gpt2_ls $(EMU_DIR)/generate_gpt2_ls
 $(EMU_BINS): $(EMU_DIR)/%: %.cu $(EMU_LIB) $(EMU_HEADERS)
 	@mkdir -p $(dir $@)
@@ -186,7 +186,7 @@ emu: $(EMU_LAB_BINS) $(EMU_TEST_BINS) $(EMU_SELF_BINS) $(EMU_BINS)
 
 # scripts/gpu_check.sh against the emulated build (--emulate): every emulated test and lab check
 # (stage test), each kernel launch run under two schedules of the threads (greedy-forward and
-# greedy-reverse: llmc/cuda/emu/block.h) whose results must be bit-identical (a race or a missing
+# greedy-reverse: dev/emu/block.h) whose results must be bit-identical (a race or a missing
 # barrier ends the run naming the kernel), under AddressSanitizer + UBSan; the attention lab uses
 # its --small matrix. The whole-backend tests (hundreds of launches of kernels the labs already
 # race-check) run under one schedule, EMU_BACKEND_SCHEDULES. GPU_CHECK_EMU_PARTS picks the stages:

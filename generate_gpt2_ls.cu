@@ -1,6 +1,6 @@
 // generate_gpt2_ls: loads a checkpoint and prints sampled text, token by token as it is chosen,
-// using the backend's KV cache (llmc/sampler.h generate(); docs/generation.md). Thin on purpose:
-// flags (llmc/generate_cli.h) -> checkpoint (llmc/checkpoint.h) -> backend -> generate().
+// using the backend's KV cache (llmc/text/sampler.h generate(); docs/generation.md). Thin on purpose:
+// flags (llmc/app/generate_cli.h) -> checkpoint (llmc/io/checkpoint.h) -> backend -> generate().
 // Stdout carries only the generated text (or ids with --print-ids); a summary goes to stderr.
 // --bench instead times the KV cache (prefill, per-token decode at growing context) with random
 // tokens and prints one JSON object (dev/bench/generate_latency.py drives it).
@@ -15,17 +15,17 @@
 
 #include <omp.h>
 
-#include "llmc/backend.h"
-#include "llmc/bpe_encoder.h"
-#include "llmc/sp_encoder.h"
-#include "llmc/checkpoint.h"
+#include "llmc/core/backend.h"
+#include "llmc/text/bpe_encoder.h"
+#include "llmc/text/sp_encoder.h"
+#include "llmc/io/checkpoint.h"
 #include "llmc/cpu/gpt2_cpu.h"
-#include "llmc/device.h"  // LLMC_CUDA_BACKEND: nvcc, or the device emulation (docs/emulation.md)
-#include "llmc/error.h"
-#include "llmc/generate_cli.h"
-#include "llmc/rng.h"
-#include "llmc/sampler.h"
-#include "llmc/tokenizer.h"
+#include "llmc/app/device.h"  // LLMC_CUDA_BACKEND: nvcc, or the device emulation (docs/emulation.md)
+#include "llmc/core/error.h"
+#include "llmc/app/generate_cli.h"
+#include "llmc/core/rng.h"
+#include "llmc/text/sampler.h"
+#include "llmc/text/tokenizer.h"
 #ifdef LLMC_CUDA_BACKEND
 #include "llmc/cuda/gpt2_cuda.cuh"
 #endif
@@ -189,7 +189,7 @@ std::string read_prompt_file(const std::string& path) {
 bool has_text_prompt(const llmc::GenerateConfig& g) { return g.has_prompt_text || !g.prompt_file.empty(); }
 
 // --prompt / --prompt-file -> the tokenizer's EOT followed by the text's tokens: SentencePiece with
-// --sp-model or the tokenizer.model next to --tokenizer (llmc/sp_encoder.h), else GPT-2 BPE or bytes.
+// --sp-model or the tokenizer.model next to --tokenizer (llmc/text/sp_encoder.h), else GPT-2 BPE or bytes.
 std::vector<int> text_prompt(const llmc::GenerateConfig& g, const llmc::Tokenizer& tok) {
     const std::string text = g.has_prompt_text ? g.prompt_text : read_prompt_file(g.prompt_file);
     const std::string sp_model = llmc::sp_model_for(g.sp_model, g.tokenizer, tok);

@@ -1,6 +1,6 @@
-// train_gpt2_ls: the binary. Thin on purpose: parse the flags (llmc/cli.h), pick the device
-// (llmc/device.h), set up the processes (llmc/collective*.h), build the backend (llmc/cpu/ or
-// llmc/cuda/), run the training loop or --eval-only (llmc/train_loop.h).
+// train_gpt2_ls: the binary. Thin on purpose: parse the flags (llmc/app/cli.h), pick the device
+// (llmc/app/device.h), set up the processes (llmc/collective*.h), build the backend (llmc/cpu/ or
+// llmc/cuda/), run the training loop or --eval-only (llmc/train/train_loop.h).
 // Any user error (flags, data, checkpoints) ends as one line "error: <message>" and exit code 1;
 // in a multi-process run the failing rank then aborts every rank (MPI_Abort), so nothing hangs.
 // A failed write (disk full, `ulimit -f`: SIGXFSZ is ignored) is such an error: the previous
@@ -13,19 +13,19 @@
 
 #include <omp.h>
 
-#include "llmc/device.h"  // LLMC_CUDA_BACKEND: nvcc, or the device emulation (docs/emulation.md)
+#include "llmc/app/device.h"  // LLMC_CUDA_BACKEND: nvcc, or the device emulation (docs/emulation.md)
 #ifdef LLMC_CUDA_BACKEND
 #include <cuda_runtime.h>
 #endif
 
-#include "llmc/atomic_file.h"
-#include "llmc/cli.h"
-#include "llmc/collective.h"
-#include "llmc/collective_choice.h"
-#include "llmc/collective_mpi.h"
+#include "llmc/io/atomic_file.h"
+#include "llmc/app/cli.h"
+#include "llmc/dist/collective.h"
+#include "llmc/dist/collective_choice.h"
+#include "llmc/dist/collective_mpi.h"
 #include "llmc/cpu/gpt2_cpu.h"
-#include "llmc/error.h"
-#include "llmc/train_loop.h"
+#include "llmc/core/error.h"
+#include "llmc/train/train_loop.h"
 #ifdef LLMC_CUDA_BACKEND
 #include "llmc/cuda/gpt2_cuda.cuh"
 #endif
@@ -53,7 +53,7 @@ constexpr bool kNcclBuilt = true;
 constexpr bool kNcclBuilt = false;
 #endif
 
-// The collective for this launch (the choice: llmc/collective_choice.h).
+// The collective for this launch (the choice: llmc/dist/collective_choice.h).
 static std::unique_ptr<llmc::Collective> make_collective(const llmc::TrainConfig& cfg, llmc::Device device,
                                                          const llmc::MpiSession& mpi) {
     const llmc::LaunchInfo li = llmc::detect_launch(cfg.flag_rank, cfg.flag_world_size, cfg.flag_local_rank);

@@ -119,7 +119,7 @@ if [ -n "$py_needed" ]; then
 fi
 export GPU_CHECK_COMMIT=${GPU_CHECK_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 if [ "$emulate" = 1 ]; then
-    device="EMULATED (llmc/cuda/emu on $(nproc) CPU cores; not a GPU)"
+    device="EMULATED (dev/emu on $(nproc) CPU cores; not a GPU)"
 else
     device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 fi

@@ -22,7 +22,7 @@ struct DebugState {
     std::vector<int> inputs, targets;   // (B, T)
     std::vector<float> logits;          // (B, T, V) real vocabulary only
     float loss = 0, z_loss = 0;         // mean CE; z_weight * mean(lse^2)
-    std::vector<float> grads;           // (num_params) d(loss + z_loss)/d(params), llmc/params.h order
+    std::vector<float> grads;           // (num_params) d(loss + z_loss)/d(params), llmc/core/params.h order
     std::vector<float> attn_max, attn_min, attn_entropy;  // (L, NH), before the soft-cap
     float out_max_logit = 0, out_mean_lse = 0;
     std::vector<float> step_loss, step_z_loss, step_grad_norm;  // (n_steps), measured before update t

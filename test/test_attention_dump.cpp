@@ -1,5 +1,5 @@
-// Tests of the attention maps (--eval-only --dump-attention): llmc/npy.h (the .npy header bytes
-// against the format spec, a round trip, refusals), llmc/attention_dump.h (the L:H spec, range and
+// Tests of the attention maps (--eval-only --dump-attention): llmc/io/npy.h (the .npy header bytes
+// against the format spec, a round trip, refusals), llmc/io/attention_dump.h (the L:H spec, range and
 // flag checks), and the probabilities the CPU backend writes (llmc/cpu/attention_probs.h via
 // CpuBackend and write_attention_dumps) against a brute-force T x T softmax in double computed
 // here from the layer's LayerNorm output and weights (q, k = ln1 @ W^T + b, QK-norm, scores,
@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "llmc/attention_dump.h"
+#include "llmc/io/attention_dump.h"
 #include "llmc/cpu/gpt2_cpu.h"
-#include "llmc/error.h"
-#include "llmc/npy.h"
-#include "llmc/rng.h"
+#include "llmc/core/error.h"
+#include "llmc/io/npy.h"
+#include "llmc/core/rng.h"
 #include "test/test_util.h"
 
 using namespace llmc;

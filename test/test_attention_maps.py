@@ -95,7 +95,7 @@ def eval_args(data, ckpt, out, heads=ALL_HEADS, b=2):
 
 
 # ---------------------------------------------------------------------------------------------
-# an independent float64 NumPy forward of the checkpoint (docs/formats.md, llmc/params.h)
+# an independent float64 NumPy forward of the checkpoint (docs/formats.md, llmc/core/params.h)
 
 def load_checkpoint(path):
     raw = Path(path).read_bytes()

@@ -1,4 +1,4 @@
-// Tests of the LS-attention tile-range arithmetic (llmc/attention_tiles.h) that the CUDA kernels
+// Tests of the LS-attention tile-range arithmetic (llmc/core/attention_tiles.h) that the CUDA kernels
 // use to skip key tiles outside a local head's window. For many T, P and tile sizes, brute force
 // over every (i, j) pair checks that
 //   forward / dQ: the key tiles visited by each query tile cover every visible pair exactly once,
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/attention_tiles.h"
+#include "llmc/core/attention_tiles.h"
 
 namespace {
 
@@ -123,7 +123,7 @@ TEST_CASE("attention tiles: a local head skips the key tiles outside its window"
 }
 
 // ------------------------------------------------------------------------------------------------
-// Per-element math shared by the kernels (llmc/attention_tiles.h), checked on the CPU.
+// Per-element math shared by the kernels (llmc/core/attention_tiles.h), checked on the CPU.
 // ------------------------------------------------------------------------------------------------
 #include <cmath>
 #include <limits>

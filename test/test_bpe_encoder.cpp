@@ -1,4 +1,4 @@
-// Tests of llmc/bpe_encoder.h: the generated Unicode classes, UTF-8 decoding (invalid bytes kept),
+// Tests of llmc/text/bpe_encoder.h: the generated Unicode classes, UTF-8 decoding (invalid bytes kept),
 // GPT-2's pre-tokenizer on hand-checked cases (each expected split was also checked against the
 // `regex` module's findall with GPT-2's pattern), byte-pair merging on toy vocabularies, prompt
 // encoding for byte-level / GPT-2 / other tokenizers. Exact equality with tiktoken on real text
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/bpe_encoder.h"
+#include "llmc/text/bpe_encoder.h"
 #include "test/test_util.h"
 
 namespace {
@@ -32,7 +32,7 @@ std::vector<std::string> toy_vocab(const std::vector<std::string>& merged) {
     return v;
 }
 
-// tokenizer.bin in llm.c's layout (version 2), written independently of llmc/tokenizer.h.
+// tokenizer.bin in llm.c's layout (version 2), written independently of llmc/text/tokenizer.h.
 void write_tokenizer(const std::string& path, const std::vector<std::string>& tokens, uint32_t eot) {
     std::vector<uint32_t> header(256, 0);
     header[0] = 20240328;

@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "llmc/atomic_file.h"
-#include "llmc/checkpoint.h"
-#include "llmc/checkpoint_dir.h"
-#include "llmc/rng.h"
-#include "llmc/train_state.h"
+#include "llmc/io/atomic_file.h"
+#include "llmc/io/checkpoint.h"
+#include "llmc/io/checkpoint_dir.h"
+#include "llmc/core/rng.h"
+#include "llmc/io/train_state.h"
 
 namespace fs = std::filesystem;
 using namespace llmc;

@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "llmc/collective.h"
-#include "llmc/cpu/adamw.h"
-#include "llmc/dataloader.h"
-#include "llmc/flops.h"
-#include "llmc/shard.h"
-#include "llmc/zero.h"
+#include "llmc/dist/collective.h"
+#include "llmc/core/adamw.h"
+#include "llmc/io/dataloader.h"
+#include "llmc/core/flops.h"
+#include "llmc/io/shard.h"
+#include "llmc/dist/zero.h"
 #include "test/test_util.h"
 
 using Catch::Matchers::Contains;
@@ -107,7 +107,7 @@ TEST_CASE("ZeRO-1's sharded AdamW equals the whole-vector update per tensor", "[
     std::vector<float> rp = p, rm = mo, rv = v;
     for (int id = 0; id < llmc::NUM_PARAM_TENSORS; id++) {
         const size_t off = lay.offset[id];
-        llmc::cpu::adamw_update(rp.data() + off, g.data() + off, rm.data() + off, rv.data() + off, lay.size[id], h.lr,
+        llmc::adamw_update(rp.data() + off, g.data() + off, rm.data() + off, rv.data() + off, lay.size[id], h.lr,
                                 h.beta1, h.beta2, h.eps, llmc::param_gets_weight_decay(id) ? h.weight_decay : 0.0f,
                                 t, mult);
     }

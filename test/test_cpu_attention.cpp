@@ -14,8 +14,8 @@
 
 #include "llmc/cpu/attention_ls.h"
 #include "llmc/cpu/qknorm.h"
-#include "llmc/error.h"
-#include "llmc/rng.h"
+#include "llmc/core/error.h"
+#include "llmc/core/rng.h"
 
 using llmc::cpu::AttnHeadStats;
 

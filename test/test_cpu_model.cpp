@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "llmc/cpu/gpt2_cpu.h"
-#include "llmc/init.h"
-#include "llmc/rng.h"
+#include "llmc/core/init.h"
+#include "llmc/core/rng.h"
 
 using namespace llmc;
 using llmc::cpu::CpuBackend;

@@ -19,18 +19,20 @@
 #include <random>
 #include <vector>
 
-#include "llmc/cpu/adamw.h"
+#include "llmc/core/adamw.h"
 #include "llmc/cpu/classifier.h"
 #include "llmc/cpu/encoder.h"
 #include "llmc/cpu/gelu.h"
-#include "llmc/cpu/global_norm.h"
+#include "llmc/core/global_norm.h"
 #include "llmc/cpu/layernorm.h"
 #include "llmc/cpu/matmul.h"
 #include "llmc/cpu/residual.h"
 #include "llmc/cpu/vecmath.h"
-#include "llmc/error.h"
+#include "llmc/core/error.h"
 
 using namespace llmc::cpu;
+using llmc::adamw_update;  // backend-neutral host math (llmc/core/)
+using llmc::global_norm_squared;
 using Vec = std::vector<double>;
 
 namespace {

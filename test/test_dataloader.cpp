@@ -1,4 +1,4 @@
-// Token shards (llmc/shard.h) and the data loader (llmc/dataloader.h): exact read-back, windows
+// Token shards (llmc/io/shard.h) and the data loader (llmc/io/dataloader.h): exact read-back, windows
 // across shard boundaries, distributed split, shuffle, save/restore, reset, and every refusal.
 // Expected batches are computed here from the tokens the test wrote, not from the loader.
 #include <catch2/catch.hpp>
@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "llmc/dataloader.h"
-#include "llmc/shard.h"
+#include "llmc/io/dataloader.h"
+#include "llmc/io/shard.h"
 #include "test/test_util.h"
 
 using Catch::Matchers::Contains;

@@ -1,6 +1,6 @@
 """The CUDA backend end to end under the device emulation (docs/emulation.md): build/emu/train_gpt2_ls
 and build/emu/generate_gpt2_ls are the same trainer and generator sources compiled by g++ against
-llmc/cuda/emu/ (kernels on CPU fibers, the emulated cuBLASLt and NCCL, ASan + UBSan), so
+dev/emu/ (kernels on CPU fibers, the emulated cuBLASLt and NCCL, ASan + UBSan), so
 `--device cuda` runs every CUDA kernel, the cuBLASLt matmuls, the backend's memory plan and op order,
 checkpoints and resume. EMULATED, not GPU-verified: nothing here says how a real H100 behaves.
 

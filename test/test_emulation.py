@@ -1,6 +1,6 @@
 """The device emulation can fail (docs/emulation.md). Two kinds of evidence:
 
-1. Device rules (build/emu/self/emu_faults, test/emu/emu_faults.cu): small kernels that each break one
+1. Device rules (build/emu/self/emu_faults, dev/emu/tests/emu_faults.cu): small kernels that each break one
    rule of the device (a missing barrier, a divergent barrier, a warp collective some lanes never
    reach, launch limits, shared memory without opt-in, a misaligned 16-byte access, out-of-bounds
    global / static shared / dynamic shared stores, a copy with the wrong kind) must each be refused
@@ -84,7 +84,7 @@ LAB = "build/emu/dev/attention_ls"
 ONE_SHAPE = ["--check-one", "-B", 1, "-T", 200, "--nh", 2, "--hd", 128, "-G", 1, "-P", 50]
 MUTANTS = {
     "window-off-by-one": (
-        "llmc/attention_tiles.h",
+        "llmc/core/attention_tiles.h",
         "return j <= i && (!local || j > i - P);",
         "return j <= i && (!local || j >= i - P);",
         LAB, ONE_SHAPE, "FAIL version 2"),
@@ -110,7 +110,7 @@ MUTANTS = {
         "if (false) CUDA_CHECK(cudaFuncSetAttribute(",
         LAB, ONE_SHAPE, "dynamic shared memory, above 49152"),
     "emulated-mma-wrong-row": (
-        "llmc/cuda/emu/mma.h",
+        "dev/emu/mma.h",
         "c_row[lane][i] = group + (i >= 2 ? 8 : 0);",
         "c_row[lane][i] = group + (i >= 1 ? 8 : 0);",
         "build/emu/test_gpu/test_mma_fragments", [], "test_mma_fragments: FAIL"),

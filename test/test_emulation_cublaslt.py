@@ -1,6 +1,6 @@
-"""The emulated cuBLASLt (llmc/cuda/emu/cublaslt.cpp) against NVIDIA's documentation of cuBLASLt.
+"""The emulated cuBLASLt (dev/emu/cublaslt.cpp) against NVIDIA's documentation of cuBLASLt.
 
-build/emu/self/cublaslt_cases (test/emu/cublaslt_cases.cu) runs ~80 cases through the public API on
+build/emu/self/cublaslt_cases (dev/emu/tests/cublaslt_cases.cu) runs ~80 cases through the public API on
 emulated device memory and dumps every input and output; this file judges them with a numpy
 reference written from the documentation alone, never from how this project calls cuBLASLt:
 
@@ -439,7 +439,7 @@ def test_emulation_choice_double_accumulation(main_run):
 
 
 # --- mutation test -----------------------------------------------------------------------------------
-# name -> (text in llmc/cuda/emu/cublaslt.cpp (exactly once), its replacement, a case that must fail)
+# name -> (text in dev/emu/cublaslt.cpp (exactly once), its replacement, a case that must fail)
 SRC = REPO / "llmc" / "cuda" / "emu" / "cublaslt.cpp"
 MUTANTS = {
     "transposed-A-strided-by-rows": (
@@ -476,7 +476,7 @@ def _sh(cmd):
 @pytest.fixture(scope="module")
 def mutants(main_run, tmp_path_factory):
     """Each mutant of cublaslt.cpp compiled the way the Makefile compiles build/emu/cublaslt.o, linked with
-    test/emu/cublaslt_cases.cu (compiled once) and the rest of the emulation (libemu.a: its runtime; the
+    dev/emu/tests/cublaslt_cases.cu (compiled once) and the rest of the emulation (libemu.a: its runtime; the
     mutant's own cuBLASLt symbols come first), two compiles at a time; then run with the main run's seed."""
     need(CASES)
     lib = need(EMU / "libemu.a")
@@ -486,7 +486,7 @@ def mutants(main_run, tmp_path_factory):
     cases_o = root / "cublaslt_cases.o"
 
     def compile_cases():
-        return _sh(cxx + cxxflags + ["-x", "c++", "test/emu/cublaslt_cases.cu", "-x", "none", "-c", "-o", str(cases_o)])
+        return _sh(cxx + cxxflags + ["-x", "c++", "dev/emu/tests/cublaslt_cases.cu", "-x", "none", "-c", "-o", str(cases_o)])
 
     def compile_mutant(name):
         old, new, _ = MUTANTS[name]

@@ -1,6 +1,6 @@
-"""The emulated NCCL (llmc/cuda/emu/nccl.cpp, docs/emulation.md) against NCCL's documentation.
+"""The emulated NCCL (dev/emu/nccl.cpp, docs/emulation.md) against NCCL's documentation.
 
-1. build/emu/self/nccl_cases (test/emu/nccl_cases.cu): every collective, op, several types, in
+1. build/emu/self/nccl_cases (dev/emu/tests/nccl_cases.cu): every collective, op, several types, in
    place and out of place, counts 1, 7 and many chunks, worlds of 1-4 ranks as threads and of 2
    and 4 ranks as processes, and the error cases (bounded waits, not hangs); it must pass.
 2. Mutations of the emulation itself, each applied to a copy of nccl.cpp (nothing broken is
@@ -98,7 +98,7 @@ def mutants(tmp_path_factory):
 
     test_obj = root / "nccl_cases.o"
     with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as ex:
-        test_build = ex.submit(compile_, REPO / "test/emu/nccl_cases.cu", test_obj)
+        test_build = ex.submit(compile_, REPO / "dev/emu/tests/nccl_cases.cu", test_obj)
         objects = {n: ex.submit(mutant_object, n) for n in MUTANTS}
         b = test_build.result()
         assert b.returncode == 0, b.stderr[-3000:]

@@ -8,7 +8,7 @@ test_e2e.py (TRAIN_GPT2_LS selects the binary):
   no temporary files, metrics.jsonl / logit_stats.jsonl holding only complete lines, and a later
   `-y 1` reproducing the uninterrupted run bit for bit;
 - a partial last line left in the JSONL files (a kill -9 mid-write) is dropped on resume;
-- the output-directory lock (llmc/output_lock.h): a second trainer on the same -o is refused with
+- the output-directory lock (llmc/io/output_lock.h): a second trainer on the same -o is refused with
   one line naming the directory and the first one's pid, changes nothing, and after the first is
   killed with SIGKILL a `-y 1` run succeeds;
 - a model too big for the machine's memory (an address-space limit) ends with one line saying so.

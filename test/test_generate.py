@@ -5,7 +5,7 @@ path (--no-cache) token for token, greedy and sampled, with the context window s
 seed reproduces the output; text is the tokenizer's decoding of the ids; bad input fails with one
 line and exit code 1.
 
-Text prompts (--prompt, --prompt-file, llmc/bpe_encoder.h): --encode-only's ids must equal
+Text prompts (--prompt, --prompt-file, llmc/text/bpe_encoder.h): --encode-only's ids must equal
 tiktoken's GPT-2 encode_ordinary exactly (after the EOT put first) on the whole tiny Shakespeare,
 PG-19 excerpts, WikiText-2 and a string of unicode edge cases; the GPT-2 tokenizer.bin is written
 with data/text_tokenizers.py from the local BPE files ($SHARED_DATA/gpt2; skipped without them or
@@ -74,7 +74,7 @@ def test_reproducible_and_seeded(model):
 
 
 def test_flag_values_are_read_like_the_trainers(model):
-    # llmc/cli_checks.h (docs/reliability.md fixes 16, 17): white space around a number is removed and an
+    # llmc/app/cli_checks.h (docs/reliability.md fixes 16, 17): white space around a number is removed and an
     # on/off flag takes a word or an integer, as in the trainer
     ckpt, _ = model
     common = ["-e", ckpt, "--prompt-ids", "1", "-n", 20, "--threads", 1, "--print-ids"]
@@ -212,7 +212,7 @@ def test_prompt_flag_equals_prompt_file(gpt2, tmp_path):
 
 
 def test_invalid_utf8_round_trips(gpt2, tmp_path):
-    """Invalid bytes are kept (llmc/bpe_encoder.h): the ids decode to the input bytes exactly, and the
+    """Invalid bytes are kept (llmc/text/bpe_encoder.h): the ids decode to the input bytes exactly, and the
     valid text before the first bad byte (at a piece boundary) encodes as tiktoken does."""
     enc, tok, token_bytes = gpt2
     head = "The quick brown fox. "
@@ -263,7 +263,7 @@ def test_text_prompt_bad_input_fails_with_one_line(model, args, expect):
 
 
 def test_unicode_table_is_what_the_generator_writes():
-    """llmc/unicode_classes.h == scripts/gen_unicode_classes.py's output (same Unicode version only)."""
+    """llmc/text/unicode_classes.h == scripts/gen_unicode_classes.py's output (same Unicode version only)."""
     import re
     import unicodedata
     header = (REPO / "llmc" / "unicode_classes.h").read_text()

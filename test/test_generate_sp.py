@@ -1,4 +1,4 @@
-"""Text prompts on SentencePiece data sets (generate_gpt2_ls --prompt, llmc/sp_encoder.h).
+"""Text prompts on SentencePiece data sets (generate_gpt2_ls --prompt, llmc/text/sp_encoder.h).
 
 A small byte-fallback BPE model is trained with data/text_tokenizers.py train_sentencepiece (the
 settings data/prepare.py --tokenizer sp uses) on tiny Shakespeare, and its tokenizer.bin written

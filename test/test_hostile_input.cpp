@@ -25,16 +25,16 @@
 #include <utility>
 #include <vector>
 
-#include "llmc/bpe_encoder.h"
-#include "llmc/checkpoint.h"
-#include "llmc/error.h"
-#include "llmc/cli.h"
-#include "llmc/logit_alarm.h"
-#include "llmc/model_config.h"
-#include "llmc/shard.h"
-#include "llmc/spikes.h"
-#include "llmc/tokenizer.h"
-#include "llmc/train_loop.h"
+#include "llmc/text/bpe_encoder.h"
+#include "llmc/io/checkpoint.h"
+#include "llmc/core/error.h"
+#include "llmc/app/cli.h"
+#include "llmc/train/logit_alarm.h"
+#include "llmc/core/model_config.h"
+#include "llmc/io/shard.h"
+#include "llmc/train/spikes.h"
+#include "llmc/text/tokenizer.h"
+#include "llmc/train/train_loop.h"
 #include "test/test_util.h"
 
 using Catch::Matchers::Contains;
@@ -123,7 +123,7 @@ std::vector<uint32_t> model_header(uint32_t magic, uint32_t version, const llmc:
 }
 
 // A model whose parameter count, 12 L C^2 + 13 L C + (Vp + maxT + 2) C, is exactly 2^64: the size_t
-// count of llmc/params.h wraps around to 0, so a 1024-byte file "matches" it.
+// count of llmc/core/params.h wraps around to 0, so a 1024-byte file "matches" it.
 llmc::ModelConfig wrapping_model() {
     llmc::ModelConfig c;
     c.num_layers = 991146312;  // a multiple of 4: 12 L C^2 = 3 L 2^62 is a multiple of 2^64

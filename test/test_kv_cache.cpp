@@ -1,4 +1,4 @@
-// KV-cached decoding on the CPU (llmc/cpu/kv_cache.h, Gpt2Cpu::kv_forward, llmc/sampler.h):
+// KV-cached decoding on the CPU (llmc/cpu/kv_cache.h, Gpt2Cpu::kv_forward, llmc/text/sampler.h):
 // the decode attention equals attention_forward's rows bit for bit; every decode step's logits
 // equal the full forward's row bit for bit (several head layouts, windows, QK-norm, soft-cap,
 // untied head, batch > 1); cached generation gives exactly the tokens of the uncached generator
@@ -18,8 +18,8 @@
 #include "llmc/cpu/attention_ls.h"
 #include "llmc/cpu/gpt2_cpu.h"
 #include "llmc/cpu/kv_cache.h"
-#include "llmc/rng.h"
-#include "llmc/sampler.h"
+#include "llmc/core/rng.h"
+#include "llmc/text/sampler.h"
 
 using namespace llmc;
 using llmc::cpu::CpuBackend;

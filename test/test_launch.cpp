@@ -1,7 +1,7 @@
 // How a launch is set up, without a GPU, MPI or NCCL: the device choice with any GPU count
-// injected (llmc/device.h), the collective for every build x launcher combination
-// (llmc/collective_choice.h), and the file rendezvous with ranks as threads, stale files from a
-// crashed run and ranks that never come (llmc/rendezvous.h).
+// injected (llmc/app/device.h), the collective for every build x launcher combination
+// (llmc/dist/collective_choice.h), and the file rendezvous with ranks as threads, stale files from a
+// crashed run and ranks that never come (llmc/dist/rendezvous.h).
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -12,10 +12,10 @@
 #include <thread>
 #include <vector>
 
-#include "llmc/atomic_file.h"
-#include "llmc/collective_choice.h"
-#include "llmc/device.h"
-#include "llmc/rendezvous.h"
+#include "llmc/io/atomic_file.h"
+#include "llmc/dist/collective_choice.h"
+#include "llmc/app/device.h"
+#include "llmc/dist/rendezvous.h"
 #include "test/test_util.h"
 
 using Catch::Matchers::Contains;

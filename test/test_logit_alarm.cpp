@@ -1,4 +1,4 @@
-// The logit alarm (llmc/logit_alarm.h) on synthetic logit series: the z-score rule against the
+// The logit alarm (llmc/train/logit_alarm.h) on synthetic logit series: the z-score rule against the
 // moving window, the absolute rule, the layer/head that holds the max, the checkpoint cooldown,
 // and the state round trip a resume relies on. Also: alarm checkpoints are pinned against pruning.
 #include <catch2/catch.hpp>
@@ -7,8 +7,8 @@
 #include <limits>
 #include <vector>
 
-#include "llmc/checkpoint_dir.h"
-#include "llmc/logit_alarm.h"
+#include "llmc/io/checkpoint_dir.h"
+#include "llmc/train/logit_alarm.h"
 #include "test_util.h"
 
 using namespace llmc;

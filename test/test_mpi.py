@@ -217,7 +217,7 @@ def test_bad_flag_on_every_rank_is_one_clear_error(byte_data, tmp_path):
 
 
 def test_second_launch_on_a_locked_output_dir_is_refused(byte_data, tmp_path):
-    """Only rank 0 takes <out>/.lock (llmc/output_lock.h): a 2-rank launch on a directory a running
+    """Only rank 0 takes <out>/.lock (llmc/io/output_lock.h): a 2-rank launch on a directory a running
     trainer holds is refused by its rank 0, which ends the other rank (no hang), and writes nothing."""
     out = tmp_path / "o"
     first = subprocess.Popen([str(BIN), "--device", "cpu"] + [str(a) for a in data_args(byte_data) + TINY +

@@ -20,12 +20,12 @@
 #include <string>
 #include <vector>
 
-#include "llmc/cli.h"
+#include "llmc/app/cli.h"
 #include "llmc/cpu/attention_ls.h"
 #include "llmc/cpu/gpt2_cpu.h"
-#include "llmc/metrics.h"
-#include "llmc/rng.h"
-#include "llmc/train_loop.h"
+#include "llmc/io/metrics.h"
+#include "llmc/core/rng.h"
+#include "llmc/train/train_loop.h"
 
 using namespace llmc;
 using llmc::cpu::AttnHeadStats;

@@ -1,6 +1,6 @@
 // Output files under faults (issue 17): the JSONL writer's rollback of a record cut by a failed
 // write, truncate_jsonl_after_step (in place or atomic rewrite; partial and garbage lines), and the
-// output-directory lock (llmc/output_lock.h). End to end: test/test_faults.py.
+// output-directory lock (llmc/io/output_lock.h). End to end: test/test_faults.py.
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/resource.h>
@@ -15,9 +15,9 @@
 #include <string>
 #include <thread>
 
-#include "llmc/error.h"
-#include "llmc/metrics.h"
-#include "llmc/output_lock.h"
+#include "llmc/core/error.h"
+#include "llmc/io/metrics.h"
+#include "llmc/io/output_lock.h"
 #include "test/test_util.h"
 
 using namespace llmc;

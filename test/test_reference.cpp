@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "llmc/checkpoint.h"
+#include "llmc/io/checkpoint.h"
 #include "llmc/cpu/gpt2_cpu.h"
-#include "llmc/params.h"
+#include "llmc/core/params.h"
 #include "test/reference_fixture.h"
 
 namespace {

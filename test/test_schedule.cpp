@@ -1,8 +1,8 @@
-// LR schedules (llmc/schedule.h): values at key steps worked out by hand from the documented
+// LR schedules (llmc/train/schedule.h): values at key steps worked out by hand from the documented
 // formulas: warmup ramp, peak, midpoint, final fraction, and the wsd decay start.
 #include <catch2/catch.hpp>
 
-#include "llmc/schedule.h"
+#include "llmc/train/schedule.h"
 
 using llmc::learning_rate;
 using llmc::LrSchedule;

@@ -1,4 +1,4 @@
-// llmc/sp_encoder.h: the protobuf reader, SentencePiece BPE encoding on toy models built here
+// llmc/text/sp_encoder.h: the protobuf reader, SentencePiece BPE encoding on toy models built here
 // (hand-checked cases and random strings against a naive re-implementation of the merge rule),
 // byte fallback, normalization, the newline convention, and refusal of unsupported models.
 // test/test_generate_sp.py checks the ids against the python sentencepiece library on real text.
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/sp_encoder.h"
+#include "llmc/text/sp_encoder.h"
 
 using llmc::SpBpeEncoder;
 using llmc::SpModel;

@@ -1,4 +1,4 @@
-// Spike detection (llmc/spikes.h): z-scores against an independent two-pass computation,
+// Spike detection (llmc/train/spikes.h): z-scores against an independent two-pass computation,
 // NaN until the window is full, the window really moves, non-finite values are ignored, and the
 // state round-trips exactly (resume).
 #include <catch2/catch.hpp>
@@ -6,8 +6,8 @@
 #include <cmath>
 #include <deque>
 
-#include "llmc/rng.h"
-#include "llmc/spikes.h"
+#include "llmc/core/rng.h"
+#include "llmc/train/spikes.h"
 
 static double ref_z(const std::deque<double>& w, double x) {
     double mean = 0.0;

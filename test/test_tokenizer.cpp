@@ -1,4 +1,4 @@
-// tokenizer.bin decoding (llmc/tokenizer.h): round trip of a file written here, the absent
+// tokenizer.bin decoding (llmc/text/tokenizer.h): round trip of a file written here, the absent
 // tokenizer, every malformed file, UTF-8 repair, and the real tiny-Shakespeare shards if built.
 #include <catch2/catch.hpp>
 
@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "llmc/shard.h"
+#include "llmc/io/shard.h"
 #include "test/test_util.h"
-#include "llmc/tokenizer.h"
+#include "llmc/text/tokenizer.h"
 
 using Catch::Matchers::Contains;
 namespace fs = std::filesystem;
@@ -22,7 +22,7 @@ struct TempDir : llmc_test::TempDir {
     TempDir() : llmc_test::TempDir("llmc_tok_") {}
 };
 
-// Writes tokenizer.bin in llm.c's layout, independently of llmc/tokenizer.h. `trailing` extra
+// Writes tokenizer.bin in llm.c's layout, independently of llmc/text/tokenizer.h. `trailing` extra
 // bytes are appended; `vocab_override` >= 0 replaces the header's vocabulary size.
 void write_tokenizer(const std::string& path, const std::vector<std::string>& tokens, uint32_t version,
                      uint32_t eot, uint32_t magic = 20240328, int64_t vocab_override = -1, size_t trailing = 0) {

@@ -79,7 +79,7 @@ def variant_config(name, base=None):
 
 
 def random_params(cfg, seed=0):
-    """Flat fp32 parameters in llmc/params.h order: GPT-2-style init (normal 0.02, residual
+    """Flat fp32 parameters in llmc/core/params.h order: GPT-2-style init (normal 0.02, residual
     projections / sqrt(2L), LayerNorm gains 1, biases 0). Weights only need to be realistic in
     scale: the benchmark measures time, not text."""
     rng = np.random.default_rng(seed)

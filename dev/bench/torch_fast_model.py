@@ -1,6 +1,6 @@
 """
 The speed twin of dev/reference/gpt2_ls.py: the same model (same math, same parameter names, order
-and shapes as llmc/params.h), written for speed, as the PyTorch side of the end-to-end benchmark
+and shapes as llmc/core/params.h), written for speed, as the PyTorch side of the end-to-end benchmark
 (dev/bench/train_vs_torch.py). Not a reference: dev/reference/gpt2_ls.py stays the independent,
 plain implementation, and check_against_reference() below measures this twin against it.
 
@@ -61,7 +61,7 @@ def choose_attention(cfg, T, device, attn="auto"):
 
 
 class TwinGPT(nn.Module):
-    """GPT-2 with LS-attention. Parameters: one nn.Parameter per llmc/params.h table entry (absent
+    """GPT-2 with LS-attention. Parameters: one nn.Parameter per llmc/core/params.h table entry (absent
     entries, zero-sized in the table, are not created); per-layer tensors are stacked (L, ...)."""
 
     def __init__(self, cfg, attn="auto", device="cpu", dtype=torch.float32):

@@ -101,7 +101,7 @@ def peak_bf16_flops(device_name):
 
 
 def num_params(m, tied=True, qk_norm=False):
-    """Every parameter of the model (llmc/params.h's table)."""
+    """Every parameter of the model (llmc/core/params.h's table)."""
     L, C, Vp, maxT = m["num_layers"], m["channels"], pad_vocab(m["vocab_size"]), m["max_seq_len"]
     hd = C // m["num_heads"]
     per_layer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C)

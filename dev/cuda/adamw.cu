@@ -1,5 +1,5 @@
 // Kernel lab: AdamW with fp32 master weights (llmc/cuda/adamw.cuh) against the fp32 CPU reference
-// (llmc/cpu/adamw.h).
+// (llmc/core/adamw.h).
 //   ./adamw            validate, then a timing table (ms, GB/s)
 //   ./adamw --check    validation only; exit status 1 on any failure
 // Checks: master, m, v after several steps (fp32 math, tolerance 1e-6; the kernel is written to be
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "dev/cuda/lab_common.cuh"
-#include "llmc/cpu/adamw.h"
+#include "llmc/core/adamw.h"
 #include "llmc/cuda/adamw.cuh"
 
 using llmc::cuda::DeviceBuffer;
@@ -54,7 +54,7 @@ bool check_steps(llmc::Rng& rng, size_t n, bool alias) {
     for (int t = 1; t <= 5; t++) {
         std::vector<float> g = lab::random_normal(rng, n, 0.f, t == 3 ? 1e-6f : 1.f);  // one step of tiny grads
         CUDA_CHECK(cudaMemcpy(d_grads.get(), g.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-        llmc::cpu::adamw_update(master.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, t, gm);
+        llmc::adamw_update(master.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, t, gm);
         lab::poison(d_params.get(), n);
         floatX* params = alias ? reinterpret_cast<floatX*>(d_master.get()) : d_params.get();
         llmc::cuda::adamw_update(params, d_master.get(), d_grads.get(), d_m.get(), d_v.get(), n, lr, b1, b2, eps, wd, t,
@@ -96,7 +96,7 @@ bool check_null_params(llmc::Rng& rng, size_t n) {
     auto d_g = lab::upload_as<float>(g);
     auto d_m = lab::upload_as<float>(m);
     auto d_v = lab::upload_as<float>(v);
-    llmc::cpu::adamw_update(master.data(), g.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.f, 7, 1.f);
+    llmc::adamw_update(master.data(), g.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.f, 7, 1.f);
     llmc::cuda::adamw_update(nullptr, d_master.get(), d_g.get(), d_m.get(), d_v.get(), n, 1e-3f, 0.9f, 0.999f, 1e-8f,
                              0.f, 7, 1.f, 99u, 0);
     bool ok = lab::check("master", d_master.get(), master, 1e-6);

@@ -1,5 +1,5 @@
 // Kernel lab: squared global gradient norm (llmc/cuda/global_norm.cuh) against the CPU reference
-// (llmc/cpu/global_norm.h, double accumulation).
+// (llmc/core/global_norm.h, double accumulation).
 //   ./global_norm            validate, then a timing table (ms, GB/s)
 //   ./global_norm --check    validation only; exit status 1 on any failure
 // Checks: several sizes (empty, smaller than one block, ragged, larger than the fixed grid), output
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "dev/cuda/lab_common.cuh"
-#include "llmc/cpu/global_norm.h"
+#include "llmc/core/global_norm.h"
 #include "llmc/cuda/global_norm.cuh"
 
 using llmc::cuda::DeviceBuffer;
@@ -36,7 +36,7 @@ bool check_size(llmc::Rng& rng, size_t n, bool with_nan) {
         std::printf("  %-14s %g  %s\n", "norm^2", r, std::isnan(r) ? "OK (NaN)" : "FAIL (expected NaN)");
         return std::isnan(r);
     }
-    const std::vector<float> ref = {(float)llmc::cpu::global_norm_squared(g.data(), n)};
+    const std::vector<float> ref = {(float)llmc::global_norm_squared(g.data(), n)};
     bool ok = lab::check("norm^2", d_out.get(), ref, 1e-6);
     llmc::cuda::global_norm_squared(d_out2.get(), d_g.get(), n, d_scratch.get(), 0);
     ok &= lab::check_identical("norm^2", d_out.get(), d_out2.get(), 1);

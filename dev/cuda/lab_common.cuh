@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "llmc/cuda/common.cuh"
-#include "llmc/rng.h"
+#include "llmc/core/rng.h"
 
 namespace lab {
 

@@ -15,7 +15,7 @@ Model (docs/design.md, GUIDE section 1):
   the objective differentiated is loss + z_loss.
 
 Parameters live in a dict name -> tensor whose names, order and shapes are exactly
-llmc/params.h (so the flat fp32 buffer of a checkpoint maps onto it by a plain split).
+llmc/core/params.h (so the flat fp32 buffer of a checkpoint maps onto it by a plain split).
 Works with torch 1.13 and 2.x, on CPU or CUDA, in float32 or float64.
 """
 import math
@@ -171,7 +171,7 @@ def init_params(cfg, generator, dtype=torch.float64, perturbed=True):
 
 def adamw_step(cfg, p, grads, m, v, t, lr, beta1, beta2, eps, weight_decay, grad_multiplier):
     """
-    One AdamW step in place, exactly as the C++ (llmc/cpu/adamw.h): per tensor
+    One AdamW step in place, exactly as the C++ (llmc/core/adamw.h): per tensor
       g = grad * grad_multiplier; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
       mhat = m / (1 - b1^t); vhat = v / (1 - b2^t);
       p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p)   with wd only on WEIGHT_DECAY_PARAMS.

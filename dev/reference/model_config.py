@@ -1,5 +1,5 @@
 """
-The model configuration and the parameter table of llmc/model_config.h and llmc/params.h, in
+The model configuration and the parameter table of llmc/core/model_config.h and llmc/core/params.h, in
 Python (no torch needed): names, order and shapes of every trainable tensor in the flat buffer.
 """
 import math
@@ -29,7 +29,7 @@ def pad_vocab(V):
     return ((V + 127) // 128) * 128
 
 
-# The parameter table of llmc/params.h, in order. Absent tensors have a zero-sized shape (0,).
+# The parameter table of llmc/core/params.h, in order. Absent tensors have a zero-sized shape (0,).
 PARAM_NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b",
                "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb", "qnormw", "qnormb", "knormw", "knormb",
                "lm_head"]

@@ -144,7 +144,7 @@ def test_adamw_matches_torch_optim():
 
 
 def test_param_table_matches_params_h():
-    # llmc/params.h for C=32, L=2, NH=4, Vp=128, maxT=16, qk_norm, untied
+    # llmc/core/params.h for C=32, L=2, NH=4, Vp=128, maxT=16, qk_norm, untied
     cfg = Config(max_seq_len=16, vocab_size=100, padded_vocab_size=128, num_layers=2, num_heads=4, channels=32,
                  qk_norm=True, tied_embeddings=False)
     C, L, hd = 32, 2, 8

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/error.h"
+#include "llmc/core/error.h"
 
 namespace llmc {
 namespace cpu {

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "llmc/cpu/attention_ls.h"
-#include "llmc/error.h"
+#include "llmc/core/error.h"
 
 namespace llmc {
 namespace cpu {

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "../error.h"
-#include "vecmath.h"
+#include "llmc/core/error.h"
+#include "llmc/cpu/vecmath.h"
 
 namespace llmc {
 namespace cpu {

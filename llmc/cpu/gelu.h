@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstddef>
 
-#include "vecmath.h"
+#include "llmc/cpu/vecmath.h"
 
 namespace llmc {
 namespace cpu {

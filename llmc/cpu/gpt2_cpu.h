@@ -29,24 +29,24 @@
 
 #include <omp.h>
 
-#include "llmc/backend.h"
-#include "llmc/batch_check.h"
-#include "llmc/cpu/adamw.h"
+#include "llmc/core/backend.h"
+#include "llmc/core/batch_check.h"
+#include "llmc/core/adamw.h"
 #include "llmc/cpu/attention_ls.h"
 #include "llmc/cpu/attention_probs.h"
 #include "llmc/cpu/classifier.h"
 #include "llmc/cpu/encoder.h"
 #include "llmc/cpu/gelu.h"
-#include "llmc/cpu/global_norm.h"
+#include "llmc/core/global_norm.h"
 #include "llmc/cpu/kv_cache.h"
 #include "llmc/cpu/layernorm.h"
 #include "llmc/cpu/matmul.h"
 #include "llmc/cpu/qknorm.h"
 #include "llmc/cpu/residual.h"
-#include "llmc/error.h"
-#include "llmc/init.h"
-#include "llmc/model_config.h"
-#include "llmc/params.h"
+#include "llmc/core/error.h"
+#include "llmc/core/init.h"
+#include "llmc/core/model_config.h"
+#include "llmc/core/params.h"
 
 namespace llmc::cpu {
 
@@ -119,7 +119,7 @@ public:
 
     const ModelConfig& config() const { return cfg_; }
     const ParamLayout& layout() const { return layout_; }
-    // Flat parameters and gradients, canonical layout (llmc/params.h).
+    // Flat parameters and gradients, canonical layout (llmc/core/params.h).
     std::vector<F>& params() { return params_; }
     const std::vector<F>& params() const { return params_; }
     std::vector<F>& grads() { return grads_; }
@@ -337,7 +337,7 @@ public:
     const KvCache<F>& kv_cache() const { return kv_; }
     // Appends n positions to every cached sequence; tokens: (B, n). Returns their logits
     // (B, n, Vp), valid until the next call. Positions past the cache's max_len are refused (the
-    // caller starts a new cache holding the newest window, as llmc/sampler.h does).
+    // caller starts a new cache holding the newest window, as llmc/text/sampler.h does).
     const F* kv_forward(const int* tokens, int n) {
         const int B = kv_.B, Vp = cfg_.padded_vocab_size;
         if (B < 1) throw std::logic_error("Gpt2Cpu::kv_forward needs kv_begin first");
@@ -439,7 +439,7 @@ private:
         return pw + layout_.offset[cfg_.tied_embeddings ? P_WTE : P_LMHEAD];
     }
 
-    // Refuses what the model cannot run, with the fix in the message (llmc/batch_check.h).
+    // Refuses what the model cannot run, with the fix in the message (llmc/core/batch_check.h).
     void check_batch(const int* inputs, const int* targets, int B, int T) const {
         check_token_batch(cfg_, inputs, targets, B, T);
     }
@@ -509,7 +509,7 @@ public:
             const size_t off = lay.offset[id], n = lay.size[id];
             if (n == 0) continue;
             const float wd = param_gets_weight_decay(id) ? h.weight_decay : 0.0f;
-            llmc::cpu::adamw_update(model_.params().data() + off, model_.grads().data() + off, m_.data() + off,
+            llmc::adamw_update(model_.params().data() + off, model_.grads().data() + off, m_.data() + off,
                                     v_.data() + off, n, h.lr, h.beta1, h.beta2, h.eps, wd, t, grad_multiplier);
         }
     }

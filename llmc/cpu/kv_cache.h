@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "llmc/batch_check.h"
-#include "llmc/error.h"
-#include "llmc/model_config.h"
+#include "llmc/core/batch_check.h"
+#include "llmc/core/error.h"
+#include "llmc/core/model_config.h"
 
 namespace llmc {
 namespace cpu {

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <string>
 
-#include "llmc/error.h"
+#include "llmc/core/error.h"
 
 namespace llmc {
 namespace cpu {

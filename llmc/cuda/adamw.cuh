@@ -1,4 +1,4 @@
-// AdamW on the GPU with fp32 master weights: exactly llmc/cpu/adamw.h's formula,
+// AdamW on the GPU with fp32 master weights: exactly llmc/core/adamw.h's formula,
 //   g = grads * grad_multiplier
 //   m = beta1 m + (1 - beta1) g;       v = beta2 v + (1 - beta2) g^2
 //   mhat = m / (1 - beta1^t);          vhat = v / (1 - beta2^t)

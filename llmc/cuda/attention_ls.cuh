@@ -8,7 +8,7 @@
 // (query i sees keys max(0, i-P+1) .. i), heads NH-G .. NH-1 global (keys 0 .. i).
 // Score s = q.k / sqrt(hd); the softmax sees c*tanh(s/c) when softcap c > 0.
 //
-// Two kernel families, both tiled with the same tile-range math (llmc/attention_tiles.h):
+// Two kernel families, both tiled with the same tile-range math (llmc/core/attention_tiles.h):
 //   AttnKernel::Scalar  fp32 FMA math on 32x32 tiles, any floatX. The FP32 build's path (tight
 //                       comparison with the CPU) and the fallback if the tensor-core path misbehaves.
 //   AttnKernel::Mma     bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), 64x64 tiles, sm_80+;
@@ -27,20 +27,20 @@
 //
 // Files: this header holds the contract functions, argument checks and launchers; the kernels are
 // in llmc/cuda/attention_ls_scalar.cuh and llmc/cuda/attention_ls_mma.cuh, what they share in
-// llmc/cuda/attention_ls_common.cuh, the per-element math and tile ranges in llmc/attention_tiles.h.
+// llmc/cuda/attention_ls_common.cuh, the per-element math and tile ranges in llmc/core/attention_tiles.h.
 #pragma once
 #include <cmath>
 #include <cstdint>
 #include <string>
 #include <type_traits>
 
-#include "llmc/attention_tiles.h"
+#include "llmc/core/attention_tiles.h"
 #include "llmc/cuda/attention_ls_common.cuh"
 #include "llmc/cuda/attention_ls_mma.cuh"
 #include "llmc/cuda/attention_ls_scalar.cuh"
 #include "llmc/cuda/common.cuh"
-#include "llmc/device.h"  // cuda_head_size_supported
-#include "llmc/error.h"
+#include "llmc/app/device.h"  // cuda_head_size_supported
+#include "llmc/core/error.h"
 
 namespace llmc::cuda {
 

@@ -8,7 +8,7 @@
 #pragma once
 #include <cmath>
 
-#include "llmc/attention_tiles.h"
+#include "llmc/core/attention_tiles.h"
 #include "llmc/cuda/common.cuh"
 
 namespace llmc::cuda {

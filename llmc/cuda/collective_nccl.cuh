@@ -3,7 +3,7 @@
 // unchanged). Operations run on one stream and are synchronized before returning.
 // Bootstrap (the ncclUniqueId every rank needs):
 //   make_nccl_collective_mpi(local_rank)    rank 0 creates it, MPI_Bcast (needs USE_MPI)
-//   make_nccl_collective_file(launch, dir)  without MPI: through files in DIR (llmc/rendezvous.h:
+//   make_nccl_collective_file(launch, dir)  without MPI: through files in DIR (llmc/dist/rendezvous.h:
 //       per-run nonces, so a stale file left by a crashed run is never taken; 300 s limit with an
 //       error naming the ranks that did not show up).
 // abort(): ncclCommAbort, then MPI_Abort when MPI is up, else exit (under Slurm use
@@ -20,12 +20,12 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "llmc/atomic_file.h"
-#include "llmc/collective.h"
-#include "llmc/collective_mpi.h"
+#include "llmc/io/atomic_file.h"
+#include "llmc/dist/collective.h"
+#include "llmc/dist/collective_mpi.h"
 #include "llmc/cuda/common.cuh"
-#include "llmc/error.h"
-#include "llmc/rendezvous.h"
+#include "llmc/core/error.h"
+#include "llmc/dist/rendezvous.h"
 
 namespace llmc {
 
@@ -167,7 +167,7 @@ inline std::unique_ptr<Collective> make_nccl_collective_mpi(int local_rank) {
 }
 #endif
 
-// The shared-directory rendezvous (llmc/rendezvous.h: per-run nonces, so a stale file from a crashed
+// The shared-directory rendezvous (llmc/dist/rendezvous.h: per-run nonces, so a stale file from a crashed
 // run is never taken; bounded waits with an error naming the missing ranks).
 inline std::unique_ptr<Collective> make_nccl_collective_file(const LaunchInfo& li, const std::string& dir,
                                                              double timeout_s = 300) {

@@ -15,7 +15,7 @@
 
 #include "llmc/cuda/common.cuh"
 #include "llmc/cuda/residual.cuh"
-#include "llmc/error.h"
+#include "llmc/core/error.h"
 
 namespace llmc::cuda {
 

@@ -1,5 +1,5 @@
 // Squared L2 norm of an fp32 gradient buffer on the GPU, for clipping by the global gradient norm.
-// CPU reference: llmc/cpu/global_norm.h (sum of squares, accumulated in double).
+// CPU reference: llmc/core/global_norm.h (sum of squares, accumulated in double).
 //
 // Deterministic: a FIXED grid of kGridBlocks blocks of kBlock threads (independent of the device)
 // walks the buffer with a grid stride; each thread sums its squares in double in index order, each

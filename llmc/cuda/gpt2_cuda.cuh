@@ -4,7 +4,7 @@
 // for the math). Memory, dtypes and determinism: docs/cuda_backend.md.
 //
 // Buffers (all on the device; N = B*T rows):
-//   master (P) fp32      parameters in the canonical flat layout of llmc/params.h (get/set_params copy it)
+//   master (P) fp32      parameters in the canonical flat layout of llmc/core/params.h (get/set_params copy it)
 //   wparams (P) floatX   working copy the kernels read; BF16 build: round-to-nearest of master,
 //                        refreshed after every set_params and AdamW step; FP32 build: the master itself
 //   grads, m, v (P) fp32 gradients (every backward ADDS into them) and AdamW moments, same layout
@@ -36,8 +36,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "llmc/backend.h"
-#include "llmc/batch_check.h"
+#include "llmc/core/backend.h"
+#include "llmc/core/batch_check.h"
 #include "llmc/cuda/adamw.cuh"
 #include "llmc/cuda/attention_decode.cuh"
 #include "llmc/cuda/attention_ls.cuh"
@@ -50,10 +50,10 @@
 #include "llmc/cuda/layernorm.cuh"
 #include "llmc/cuda/matmul.cuh"
 #include "llmc/cuda/qknorm.cuh"
-#include "llmc/error.h"
-#include "llmc/init.h"
-#include "llmc/model_config.h"
-#include "llmc/params.h"
+#include "llmc/core/error.h"
+#include "llmc/core/init.h"
+#include "llmc/core/model_config.h"
+#include "llmc/core/params.h"
 #ifdef USE_NCCL
 #include "llmc/cuda/collective_nccl.cuh"
 #endif
@@ -683,7 +683,7 @@ private:
                     bwd, scr, params + opt + fwd + lg + bwd + scr);
     }
 
-    // Refuses what the model cannot run, with the fix in the message (the CPU's checks: llmc/batch_check.h).
+    // Refuses what the model cannot run, with the fix in the message (the CPU's checks: llmc/core/batch_check.h).
     void check_batch(const int* inputs, const int* targets, int B, int T) const {
         check_token_batch(cfg_, inputs, targets, B, T);
     }

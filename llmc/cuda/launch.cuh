@@ -10,7 +10,7 @@
 #include <cuda_runtime.h>
 
 #ifdef LLMC_EMULATE
-#include "llmc/cuda/emu/grid.h"
+#include "dev/emu/grid.h"
 #endif
 
 namespace llmc::cuda {

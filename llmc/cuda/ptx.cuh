@@ -1,13 +1,13 @@
 // Inline PTX, one device function per instruction: the only place the kernels touch PTX, so that
 // the emulated build (make emu) swaps in a twin written from NVIDIA's PTX ISA document
-// (llmc/cuda/emu/mma.h) and nothing else changes.
+// (dev/emu/mma.h) and nothing else changes.
 #pragma once
 #include <cstdint>
 
 #include <cuda_runtime.h>
 
 #ifdef LLMC_EMULATE
-#include "llmc/cuda/emu/mma.h"
+#include "dev/emu/mma.h"
 #endif
 
 namespace llmc::cuda {

@@ -16,7 +16,7 @@
 
 #include "llmc/cuda/common.cuh"
 #include "llmc/cuda/layernorm.cuh"  // kLayerNormEps, PartialTargets, reduce_partials_add, allow_shared_bytes
-#include "llmc/error.h"
+#include "llmc/core/error.h"
 
 namespace llmc::cuda {
 

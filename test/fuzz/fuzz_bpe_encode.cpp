@@ -1,4 +1,4 @@
-// libFuzzer harness: GPT-2 byte-level BPE of arbitrary prompt bytes (llmc/bpe_encoder.h
+// libFuzzer harness: GPT-2 byte-level BPE of arbitrary prompt bytes (llmc/text/bpe_encoder.h
 // Gpt2BpeEncoder::encode, what generate_gpt2_ls --prompt runs). The vocabulary is GPT-2's
 // tokenizer.bin from $LLMC_FUZZ_GPT2_TOKENIZER, else data/shards/tinyshakespeare_gpt2/tokenizer.bin
 // (make data-tinyshakespeare), else a toy byte-level vocabulary built here (printed at start).
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "llmc/bpe_encoder.h"
-#include "llmc/tokenizer.h"
+#include "llmc/text/bpe_encoder.h"
+#include "llmc/text/tokenizer.h"
 #include "test/fuzz/fuzz_common.h"
 
 using namespace llmc;

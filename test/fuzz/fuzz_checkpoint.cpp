@@ -1,4 +1,4 @@
-// libFuzzer harness: train_gpt2_ls model files (llmc/checkpoint.h load_model_checkpoint).
+// libFuzzer harness: train_gpt2_ls model files (llmc/io/checkpoint.h load_model_checkpoint).
 // The input is the file. Each input is loaded twice: as it is, and (when it carries our magic) with
 // the header's parameter count and payload checksum fixed up, so mutations of the header fields
 // and of the file size reach the checks behind the checksum. Expected: a valid result or
@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "llmc/checkpoint.h"
+#include "llmc/io/checkpoint.h"
 #include "test/fuzz/fuzz_common.h"
 
 using namespace llmc;

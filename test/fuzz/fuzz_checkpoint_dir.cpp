@@ -1,4 +1,4 @@
-// libFuzzer harness: the checkpoint directory (llmc/checkpoint_dir.h) over whatever names a user's
+// libFuzzer harness: the checkpoint directory (llmc/io/checkpoint_dir.h) over whatever names a user's
 // output directory may hold: parse_checkpoint_name, complete_steps, then prune_checkpoints with the
 // `keep`, just-written step and pinned steps the input picks. The input: byte 0 = keep (0..7),
 // byte 1 picks the protected step, byte 2 the pinned one, then one file name per line (names with
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/checkpoint_dir.h"
+#include "llmc/io/checkpoint_dir.h"
 #include "test/fuzz/fuzz_common.h"
 
 using namespace llmc;

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/model_config.h"
+#include "llmc/core/model_config.h"
 
 namespace fuzz {
 
@@ -150,7 +150,7 @@ inline llmc::ModelConfig tiny_model() {
     return c;
 }
 
-// The parameter count of llmc/params.h's layout computed independently, in 128-bit integers (never
+// The parameter count of llmc/core/params.h's layout computed independently, in 128-bit integers (never
 // wraps for int fields): a loaded model's size_t count must equal it.
 inline unsigned __int128 exact_param_count(const llmc::ModelConfig& c) {
     using u128 = unsigned __int128;

@@ -1,4 +1,4 @@
-// libFuzzer harness: the --config file (llmc/cli.h TrainCli: CLI11's TOML/INI reader bound to
+// libFuzzer harness: the --config file (llmc/app/cli.h TrainCli: CLI11's TOML/INI reader bound to
 // TrainConfig), then what the trainer checks next: validate_train_flags, and for a preset -e the model
 // (preset + flags, validate_model_config, its parameter count) and validate_run. The input is the file.
 // A config the trainer accepts must also survive the round trip through config_file_text() (what the
@@ -8,10 +8,10 @@
 #include <cstdint>
 #include <string>
 
-#include "llmc/cli.h"
-#include "llmc/device.h"
-#include "llmc/params.h"
-#include "llmc/train_loop.h"
+#include "llmc/app/cli.h"
+#include "llmc/app/device.h"
+#include "llmc/core/params.h"
+#include "llmc/train/train_loop.h"
 #include "test/fuzz/fuzz_common.h"
 
 using namespace llmc;

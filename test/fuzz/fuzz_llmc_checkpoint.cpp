@@ -1,11 +1,11 @@
 // libFuzzer harness: llm.c GPT-2 checkpoints (magic 20240326, versions 3 and 5) through
-// llmc/checkpoint.h load_model_checkpoint. The input is the file with its first int32 replaced by
+// llmc/io/checkpoint.h load_model_checkpoint. The input is the file with its first int32 replaced by
 // llm.c's magic, so every input takes the llm.c path (fuzz_checkpoint covers our own format).
 // Expected: a valid result (an all-global model) or llmc::InputError (docs/reliability.md).
 #include <cstdint>
 #include <vector>
 
-#include "llmc/checkpoint.h"
+#include "llmc/io/checkpoint.h"
 #include "test/fuzz/fuzz_common.h"
 
 using namespace llmc;

@@ -1,10 +1,10 @@
-// libFuzzer harness: token shards (llmc/shard.h) and the data loader over them (llmc/dataloader.h).
+// libFuzzer harness: token shards (llmc/io/shard.h) and the data loader over them (llmc/io/dataloader.h).
 // The input is the shard file. Expected: a valid result or llmc::InputError (docs/reliability.md).
 #include <cstdint>
 #include <vector>
 
-#include "llmc/dataloader.h"
-#include "llmc/shard.h"
+#include "llmc/io/dataloader.h"
+#include "llmc/io/shard.h"
 #include "test/fuzz/fuzz_common.h"
 
 using namespace llmc;

@@ -1,4 +1,4 @@
-// libFuzzer harness: SentencePiece BPE encoding of arbitrary prompt bytes (llmc/sp_encoder.h
+// libFuzzer harness: SentencePiece BPE encoding of arbitrary prompt bytes (llmc/text/sp_encoder.h
 // SpBpeEncoder::encode) with a real model: test/fuzz/corpus/sp_model/prepare_sp360.model, the
 // tokenizer.model data/prepare.py --tokenizer sp --vocab-size 360 trained (test/fuzz/make_seeds.py).
 // Checks: every id is in the vocabulary and, for valid UTF-8 without U+2581 (which the model writes
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/sp_encoder.h"
+#include "llmc/text/sp_encoder.h"
 #include "test/fuzz/fuzz_common.h"
 
 #ifndef LLMC_FUZZ_DIR

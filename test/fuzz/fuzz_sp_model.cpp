@@ -1,11 +1,11 @@
 // libFuzzer harness: SentencePiece's tokenizer.model through our protobuf reader and the encoder's
-// model checks (llmc/sp_encoder.h read_sp_model, SpBpeEncoder), then encoding with the model.
+// model checks (llmc/text/sp_encoder.h read_sp_model, SpBpeEncoder), then encoding with the model.
 // The input is the file. Expected: a valid result or llmc::InputError (docs/reliability.md).
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "llmc/sp_encoder.h"
+#include "llmc/text/sp_encoder.h"
 #include "test/fuzz/fuzz_common.h"
 
 using namespace llmc;

@@ -1,4 +1,4 @@
-// libFuzzer harness: tokenizer.bin (llmc/tokenizer.h), and what the generator does with a loaded
+// libFuzzer harness: tokenizer.bin (llmc/text/tokenizer.h), and what the generator does with a loaded
 // one: decode every id, make the text printable, recognize GPT-2's / the byte vocabulary, encode a
 // prompt, and byte-level BPE over the file's vocabulary (rank = id) when it has every single byte.
 // The input is the file. Expected: a valid result or llmc::InputError (docs/reliability.md).
@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "llmc/bpe_encoder.h"
-#include "llmc/tokenizer.h"
+#include "llmc/text/bpe_encoder.h"
+#include "llmc/text/tokenizer.h"
 #include "test/fuzz/fuzz_common.h"
 
 using namespace llmc;

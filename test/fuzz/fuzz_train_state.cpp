@@ -1,5 +1,5 @@
-// libFuzzer harness: training-state files (llmc/train_state.h load_train_state) and the loop state
-// inside them (data-loader position, spike windows, logit alarm, RNG: what llmc/train_loop.h does
+// libFuzzer harness: training-state files (llmc/io/train_state.h load_train_state) and the loop state
+// inside them (data-loader position, spike windows, logit alarm, RNG: what llmc/train/train_loop.h does
 // with them on resume, repeated here). The input is the file, loaded for test/fuzz/fuzz_common.h's
 // tiny model with the rank and process count its header names (so those checks pass and the rest is
 // reached). Each input is loaded twice: as it is, and with the payload checksum fixed up, so
@@ -9,10 +9,10 @@
 #include <cstring>
 #include <vector>
 
-#include "llmc/dataloader.h"
-#include "llmc/logit_alarm.h"
-#include "llmc/spikes.h"
-#include "llmc/train_state.h"
+#include "llmc/io/dataloader.h"
+#include "llmc/train/logit_alarm.h"
+#include "llmc/train/spikes.h"
+#include "llmc/io/train_state.h"
 #include "test/fuzz/fuzz_common.h"
 
 using namespace llmc;

@@ -8,14 +8,14 @@
 #include <string>
 #include <vector>
 
-#include "llmc/checkpoint.h"
-#include "llmc/cli.h"
-#include "llmc/dataloader.h"
-#include "llmc/logit_alarm.h"
-#include "llmc/rng.h"
-#include "llmc/shard.h"
-#include "llmc/spikes.h"
-#include "llmc/train_state.h"
+#include "llmc/io/checkpoint.h"
+#include "llmc/app/cli.h"
+#include "llmc/io/dataloader.h"
+#include "llmc/train/logit_alarm.h"
+#include "llmc/core/rng.h"
+#include "llmc/io/shard.h"
+#include "llmc/train/spikes.h"
+#include "llmc/io/train_state.h"
 #include "test/fuzz/fuzz_common.h"
 
 using namespace llmc;

@@ -13,7 +13,7 @@ Real files made by our writers and tools, each a few KB at most:
   - data_vocab: a selector byte (0: meta.json, 1: tokenizer.bin) + the meta.json and tokenizer.bin
     data/prepare.py wrote above;
   - checkpoint_dir: the bytes keep, protected and pinned step + the names an output directory holds
-    (llmc/checkpoint_dir.h's names for a 2-rank run with three checkpoints, an unfinished save and
+    (llmc/io/checkpoint_dir.h's names for a 2-rank run with three checkpoints, an unfinished save and
     its temporaries, the trainer's other files).
 Usage: python3 test/fuzz/make_seeds.py   (from the repository root; rewrites test/fuzz/corpus)
 """

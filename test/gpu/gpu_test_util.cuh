@@ -10,7 +10,7 @@
 
 #include <cuda_runtime.h>
 
-#include "llmc/model_config.h"
+#include "llmc/core/model_config.h"
 
 namespace gpu_test {
 

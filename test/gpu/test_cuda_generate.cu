@@ -42,11 +42,11 @@
 
 #include "llmc/cpu/gpt2_cpu.h"
 #include "llmc/cuda/gpt2_cuda.cuh"
-#include "llmc/error.h"
-#include "llmc/init.h"
-#include "llmc/params.h"
-#include "llmc/rng.h"
-#include "llmc/sampler.h"
+#include "llmc/core/error.h"
+#include "llmc/core/init.h"
+#include "llmc/core/params.h"
+#include "llmc/core/rng.h"
+#include "llmc/text/sampler.h"
 #include "test/gpu/gpu_test_util.cuh"
 
 namespace {

@@ -50,13 +50,13 @@
 
 #include <cuda_runtime.h>
 
-#include "llmc/checkpoint.h"
+#include "llmc/io/checkpoint.h"
 #include "llmc/cpu/gpt2_cpu.h"
 #include "llmc/cuda/gpt2_cuda.cuh"
-#include "llmc/error.h"
-#include "llmc/init.h"
-#include "llmc/params.h"
-#include "llmc/rng.h"
+#include "llmc/core/error.h"
+#include "llmc/core/init.h"
+#include "llmc/core/params.h"
+#include "llmc/core/rng.h"
 #include "test/gpu/gpu_test_util.cuh"
 #include "test/reference_fixture.h"
 

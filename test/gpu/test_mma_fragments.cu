@@ -9,7 +9,7 @@
 //     the accumulation order (a wrong fragment index moves an element and cannot pass);
 //   - random normals: relative error within fp32 accumulation bounds.
 // Runs on a GPU (the hardware is the arbiter of this reading of the ISA) and under emulation
-// (where it checks llmc/cuda/emu/mma.h). Exit 0 = pass, 1 = fail.
+// (where it checks dev/emu/mma.h). Exit 0 = pass, 1 = fail.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>

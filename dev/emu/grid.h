@@ -1,0 +1,192 @@
+// Device emulation, a kernel launch: the launch configuration checked against the real device's
+// limits (what would make cudaLaunchKernel fail fails here, with the same error code from
+// cudaGetLastError and a line naming the kernel), then every block of the grid run in order, once
+// per schedule in device().schedules; when there are several, memory is restored between runs and
+// the results must be bit-identical, else the kernel has a race or a missing barrier and the run
+// ends naming it (the emulated counterpart of compute-sanitizer's racecheck).
+#pragma once
+#include <cxxabi.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <new>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "dev/emu/block.h"
+#include "dev/emu/device_state.h"
+
+namespace llmc::emu {
+
+// The kernel's name from the executable's symbol table (link with -rdynamic), demangled.
+inline std::string kernel_name(const void* fn) {
+    Dl_info info;
+    if (dladdr(fn, &info) && info.dli_sname) {
+        int status = 0;
+        char* d = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
+        std::string s = status == 0 && d ? d : info.dli_sname;
+        std::free(d);
+        return s;
+    }
+    char b[32];
+    std::snprintf(b, sizeof b, "kernel@%p", fn);
+    return b;
+}
+
+// Why the configuration cannot launch on the device ("" = it can), and the error it gets.
+inline std::string launch_config_error(const void* fn, dim3 grid, dim3 block, size_t smem, cudaError_t* code) {
+    DeviceState& d = device();
+    *code = cudaErrorInvalidConfiguration;
+    const unsigned long threads = (unsigned long)block.x * block.y * block.z;
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || threads == 0) return "an empty grid or block";
+    if (threads > kMaxThreadsPerBlock || block.x > kMaxBlockDimXY || block.y > kMaxBlockDimXY || block.z > kMaxBlockDimZ)
+        return "block (" + std::to_string(block.x) + "," + std::to_string(block.y) + "," + std::to_string(block.z) +
+               ") exceeds 1024 threads per block (x, y <= 1024, z <= 64)";
+    if (grid.x > kMaxGridDimX || grid.y > kMaxGridDimYZ || grid.z > kMaxGridDimYZ)
+        return "grid (" + std::to_string(grid.x) + "," + std::to_string(grid.y) + "," + std::to_string(grid.z) +
+               ") exceeds the limits x <= 2^31-1, y <= 65535, z <= 65535";
+    if (smem > kSharedDefault) {
+        *code = cudaErrorInvalidValue;
+        auto it = d.max_dynamic_smem.find(fn);
+        const size_t allowed = it == d.max_dynamic_smem.end() ? kSharedDefault : (size_t)it->second;
+        if (smem > allowed)
+            return std::to_string(smem) + " bytes of dynamic shared memory, above " + std::to_string(allowed) +
+                   (it == d.max_dynamic_smem.end()
+                        ? " (48 KB without cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, n))"
+                        : " (the kernel's cudaFuncAttributeMaxDynamicSharedMemorySize)");
+    }
+    return "";
+}
+
+// The static __shared__ variables of the whole program (the section the emulated __shared__ puts
+// them in; the linker defines its bounds; weak: a program may have none).
+extern "C" char __start_llmc_emu_shared[] __attribute__((weak));
+extern "C" char __stop_llmc_emu_shared[] __attribute__((weak));
+
+// Fills every static shared variable with 0xFF bytes (NaN), redzones between them included, so
+// written byte by byte without AddressSanitizer's checks.
+__attribute__((no_sanitize("address"))) inline void poison_static_shared() {
+    volatile char* p = __start_llmc_emu_shared;
+    volatile char* e = __stop_llmc_emu_shared;
+    if (!p || !e) return;
+    for (; p < e; ++p) *p = (char)0xFF;
+}
+
+// Runs every block of the grid once under `sched`; body() is the kernel with its arguments.
+inline void run_grid_once(const std::string& name, dim3 grid, dim3 block, size_t smem,
+                          const std::function<void()>& body, const ScheduleSpec& sched) {
+    DeviceState& d = device();
+    BlockCtx b;
+    b.kernel = name;
+    b.grid_dim = grid;
+    b.block_dim = block;
+    const size_t threads = (size_t)block.x * block.y * block.z;
+    b.threads.resize(threads);
+    b.warps.resize((threads + kWarpSize - 1) / kWarpSize);
+    // exact size, 16-byte aligned like the real allocation; poisoned per block (a GPU gives garbage)
+    std::unique_ptr<unsigned char[]> dyn(smem ? new unsigned char[smem] : nullptr);
+    b.dynamic_smem = dyn.get();
+    b.dynamic_smem_bytes = smem;
+    uint64_t seq = 0;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                b.block_idx = uint3{x, y, z};
+                if (smem) std::memset(b.dynamic_smem, 0xFF, smem);
+                poison_static_shared();
+                run_block(b, body, sched, d.stacks, seq++);
+                d.blocks_run++;
+            }
+}
+
+// What a launch can write: the device allocations its pointer arguments point into. A kernel
+// reaches memory only through its arguments (the project's kernels have no __device__ globals), so
+// the schedule comparison needs to snapshot only these. An argument of class type (which could hold
+// pointers) makes the footprint "everything": every allocation is compared.
+struct LaunchFootprint {
+    std::vector<const void*> pointers;
+    bool everything = false;
+};
+template <typename T> void add_to_footprint(LaunchFootprint& f, const T& arg) {
+    if constexpr (std::is_pointer_v<T>) f.pointers.push_back(reinterpret_cast<const void*>(arg));
+    else if constexpr (!std::is_arithmetic_v<T> && !std::is_enum_v<T>) f.everything = true;
+}
+template <typename... A> LaunchFootprint launch_footprint(const A&... args) {
+    LaunchFootprint f;
+    (add_to_footprint(f, args), ...);
+    return f;
+}
+
+// Copies of the device allocations in the footprint (base address -> bytes), in address order.
+inline std::vector<std::pair<uintptr_t, std::vector<unsigned char>>> snapshot_footprint(const LaunchFootprint& f) {
+    DeviceState& d = device();
+    std::lock_guard<std::mutex> lock(d.mu);
+    std::vector<std::pair<uintptr_t, std::vector<unsigned char>>> out;
+    auto take = [&](uintptr_t base, const Allocation& a) {
+        for (const auto& o : out)
+            if (o.first == base) return;
+        auto* p = reinterpret_cast<unsigned char*>(base);
+        out.emplace_back(base, std::vector<unsigned char>(p, p + a.bytes));
+    };
+    if (f.everything) {
+        for (auto& [base, a] : d.allocs)
+            if (!a.host_pinned) take(base, a);
+    } else {
+        for (const void* p : f.pointers)
+            if (const auto* a = d.find(p); a && !a->second.host_pinned) take(a->first, a->second);
+    }
+    std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+    return out;
+}
+inline void restore_footprint(const std::vector<std::pair<uintptr_t, std::vector<unsigned char>>>& s) {
+    for (const auto& [base, bytes] : s) std::memcpy(reinterpret_cast<void*>(base), bytes.data(), bytes.size());
+}
+
+inline void run_grid(const void* fn, dim3 grid, dim3 block, size_t smem, const std::function<void()>& body,
+                     const LaunchFootprint& footprint) {
+    DeviceState& d = device();
+    d.launches++;
+    cudaError_t code = cudaSuccess;
+    const std::string bad = launch_config_error(fn, grid, block, smem, &code);
+    if (!bad.empty()) {
+        std::fprintf(stderr, "emulated launch error: kernel %s: %s\n", kernel_name(fn).c_str(), bad.c_str());
+        d.last_error = code;
+        return;
+    }
+    const std::string name = kernel_name(fn);
+    if (d.verbose)
+        std::fprintf(stderr, "emu: launch %s grid (%u,%u,%u) block (%u,%u,%u) smem %zu\n", name.c_str(), grid.x, grid.y,
+                     grid.z, block.x, block.y, block.z, smem);
+    if (d.schedules.size() == 1) {
+        run_grid_once(name, grid, block, smem, body, d.schedules[0]);
+        return;
+    }
+    const auto before = snapshot_footprint(footprint);
+    run_grid_once(name, grid, block, smem, body, d.schedules[0]);
+    for (size_t s = 1; s < d.schedules.size(); s++) {
+        const auto first = snapshot_footprint(footprint);
+        restore_footprint(before);
+        run_grid_once(name, grid, block, smem, body, d.schedules[s]);
+        const auto again = snapshot_footprint(footprint);
+        for (size_t i = 0; i < first.size(); i++) {
+            const auto &x = first[i].second, &y = again[i].second;
+            if (x == y) continue;
+            size_t off = 0;
+            while (x[off] == y[off]) off++;
+            size_t ndiff = 0;
+            for (size_t k = off; k < x.size(); k++) ndiff += x[k] != y[k];
+            device_fault("race: kernel " + name + " leaves different memory under the schedules " +
+                         d.schedules[0].name() + " and " + d.schedules[s].name() + ": the device allocation at " +
+                         std::to_string(first[i].first) + " (" + std::to_string(x.size()) + " bytes) differs in " +
+                         std::to_string(ndiff) + " bytes from byte " + std::to_string(off) +
+                         " (a missing __syncthreads or a data race between threads)");
+        }
+    }
+}
+
+}  // namespace llmc::emu

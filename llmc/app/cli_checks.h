@@ -1,0 +1,76 @@
+// Checks on the values of our two programs' flags (train_gpt2_ls: llmc/app/cli.h, generate_gpt2_ls:
+// llmc/app/generate_cli.h), kept in one place so both read the same values the same way.
+// Each is a CLI11 transform: it runs before the other checks and the conversion, and the text it
+// leaves is what config_to_str writes to config.toml, so that text must read back as itself.
+#pragma once
+#include <cctype>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace llmc {
+
+// `v` without the white space at either end (the set CLI11's config reader trims).
+inline std::string trim_space(const std::string& v) {
+    auto space = [](char ch) { return std::isspace((unsigned char)ch) != 0; };
+    size_t first = 0, end = v.size();
+    while (first < end && space(v[first])) first++;
+    while (end > first && space(v[end - 1])) end--;
+    return v.substr(first, end - first);
+}
+
+// The text of a number as CLI11 2.1 reads it, made canonical (both found by test/fuzz/fuzz_config.cpp;
+// docs/reliability.md):
+//   - white space around it is removed: CLI11 converts " 64" to 64 (strtoll skips it) but keeps the
+//     text " 64", which config.toml then held unquoted, read back as "64" (a different config.toml);
+//   - an empty value ("-l ''", "learning-rate=" in a config file) is refused: CLI11 converts it to 0.
+inline CLI::Validator number_text_check() {
+    return CLI::Validator(
+        [](std::string& v) {
+            v = trim_space(v);
+            return v.empty() ? std::string("an empty value is not a number; give one") : std::string();
+        },
+        "");
+}
+
+// The value of an on/off flag ("qk-norm=..." in a config file, "--eval-only=..." on the command line)
+// as "true" or "false". CLI11 2.1 reads a flag's value with std::stoll, which stops at the first
+// character that is not a digit, so "eval-only=9'x" meant on, and config.toml kept the text
+// (found by fuzz_config). Accepted: the words CLI11 2.1's to_flag_value knows, true/false, on/off,
+// yes/no, enable/disable, t/f, y/n, +/- (any case), and a whole integer (> 0 is on); the rest is refused.
+// An empty value ("--qk-norm=", "qk-norm=" in a file) never gets here: CLI11 reads it as the flag
+// given without a value, on.
+inline CLI::Validator flag_text_check() {
+    return CLI::Validator(
+        [](std::string& v) {
+            std::string w = trim_space(v);
+            for (char& ch : w) ch = (char)std::tolower((unsigned char)ch);
+            for (const char* on : {"true", "on", "yes", "enable", "t", "y", "+"})
+                if (w == on) { v = "true"; return std::string(); }
+            for (const char* off : {"false", "off", "no", "disable", "f", "n", "-"})
+                if (w == off) { v = "false"; return std::string(); }
+            const size_t digits = !w.empty() && (w[0] == '+' || w[0] == '-') ? 1 : 0;  // after a sign
+            if (digits < w.size() && w.find_first_not_of("0123456789", digits) == std::string::npos) {
+                const bool positive = w[0] != '-' && w.find_first_not_of('0', digits) != std::string::npos;
+                v = positive ? "true" : "false";
+                return std::string();
+            }
+            return std::string("is not a value for an on/off flag; give true or false");
+        },
+        "");
+}
+
+// Adds number_text_check() to every option that takes a number (its type name is not "TEXT", nor
+// "TEXT:{cpu,cuda}", a text option with a set of values, and not empty: --config's and the flags')
+// and flag_text_check() to every flag (no value needed): ours are all on/off (--help too, which
+// exits before any check). A counting flag (add_flag bound to an int, "-v -v") would need its own.
+inline void check_flag_values(CLI::App& app) {
+    const CLI::Validator number_text = number_text_check(), flag_text = flag_text_check();
+    for (CLI::Option* opt : app.get_options()) {
+        const std::string type = opt->get_type_name();
+        if (opt->get_expected_min() == 0) opt->transform(flag_text);
+        else if (opt->get_type_size() > 0 && !type.empty() && type.rfind("TEXT", 0) != 0) opt->transform(number_text);
+    }
+}
+
+}  // namespace llmc

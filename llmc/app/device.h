@@ -1,0 +1,77 @@
+// Choosing the compute device from --device auto|cpu|cuda, the number of CUDA devices found
+// (train_gpt2_ls.cu asks the CUDA runtime; tests inject any count) and, once the model is known,
+// whether the CUDA backend can run it. This file needs no GPU and no CUDA headers.
+//   auto: CUDA when a GPU is present, the binary has the CUDA backend and that backend supports the
+//         model; otherwise the CPU, with a one-line note saying why.
+//   cuda: CUDA, or an InputError naming what is missing.   cpu: the CPU.
+#pragma once
+#include <string>
+
+#include "llmc/core/error.h"
+#include "llmc/core/model_config.h"
+
+namespace llmc {
+
+enum class Device { Cpu, Cuda };
+
+// LLMC_CUDA_BACKEND: the CUDA backend (llmc/cuda/) is part of the binary - the binary was compiled
+// by nvcc, or by the host compiler against the device emulation (-DLLMC_EMULATE, docs/emulation.md,
+// where "CUDA" runs on the CPU). A plain host-compiler build (g++, e.g. the CPU tests) has none.
+// The binaries test this one macro, never __CUDACC__ directly.
+#if defined(__CUDACC__) || defined(LLMC_EMULATE)
+#define LLMC_CUDA_BACKEND 1
+#endif
+#ifdef LLMC_CUDA_BACKEND
+constexpr bool kCudaBackendBuilt = true;
+#else
+constexpr bool kCudaBackendBuilt = false;
+#endif
+
+// requested: "auto", "cpu" or "cuda"; gpu_count: CUDA devices present; cuda_built: the binary has
+// the CUDA backend (tests inject both). Sets *notice to a one-line message when auto falls back to
+// the CPU. Throws InputError for an impossible request.
+inline Device resolve_device(const std::string& requested, int gpu_count, std::string* notice,
+                             bool cuda_built = kCudaBackendBuilt) {
+    if (requested == "cpu") return Device::Cpu;
+    if (requested == "cuda") {
+        if (!cuda_built) throw InputError("this build has no CUDA backend (compiled without nvcc); use --device cpu or build with nvcc");
+        if (gpu_count < 1) throw InputError("--device cuda: no CUDA device found; use --device cpu");
+        return Device::Cuda;
+    }
+    if (requested == "auto") {
+        if (gpu_count > 0 && cuda_built) return Device::Cuda;
+        if (notice)
+            *notice = gpu_count > 0 ? "note: a GPU is present but this build has no CUDA backend (compiled without nvcc); running on the CPU"
+                                    : "note: no CUDA device found; running on the CPU";
+        return Device::Cpu;
+    }
+    throw InputError("unknown --device '" + requested + "'; use auto, cpu or cuda");
+}
+
+// The head sizes the CUDA LS-attention kernels are instantiated for (llmc/cuda/attention_ls.cuh).
+inline bool cuda_head_size_supported(int hd) { return hd == 32 || hd == 64 || hd == 128; }
+
+// Why the CUDA backend cannot run this model, or "" when it can.
+inline std::string cuda_model_unsupported_reason(const ModelConfig& m) {
+    if (m.num_heads < 1 || m.channels % m.num_heads != 0) return "";  // validate_model_config reports it
+    const int hd = m.channels / m.num_heads;
+    if (!cuda_head_size_supported(hd))
+        return "the CUDA backend supports head size 32, 64 or 128 and this model's is " + std::to_string(hd) +
+               " (C=" + std::to_string(m.channels) + " / NH=" + std::to_string(m.num_heads) + ")";
+    return "";
+}
+
+// The device for a known model: resolve_device, then a CUDA choice the backend cannot run falls back
+// to the CPU under auto (with *notice saying why) and is refused under --device cuda.
+inline Device resolve_device(const std::string& requested, int gpu_count, const ModelConfig& model,
+                             std::string* notice, bool cuda_built = kCudaBackendBuilt) {
+    const Device d = resolve_device(requested, gpu_count, notice, cuda_built);
+    if (d != Device::Cuda) return d;
+    const std::string why = cuda_model_unsupported_reason(model);
+    if (why.empty()) return d;
+    if (requested == "cuda") throw InputError("--device cuda: " + why + "; change --channels/--heads or use --device cpu");
+    if (notice) *notice = "note: a GPU is present but " + why + "; running on the CPU";
+    return Device::Cpu;
+}
+
+}  // namespace llmc

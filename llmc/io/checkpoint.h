@@ -1,0 +1,291 @@
+// Model checkpoint files (docs/formats.md): a 256-int32 header carrying every
+// ModelConfig field, then all parameters in the order of llmc/core/params.h as fp32 or bf16, with a
+// 64-bit FNV-1a checksum of the payload. Also reads llm.c's GPT-2 checkpoints (magic 20240326,
+// version 3 = fp32, version 5 = bf16) as an all-global model. Host-only, no GPU needed.
+// Files are little-endian; like llm.c we read and write them with the host's byte order.
+#pragma once
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "llmc/io/atomic_file.h"
+#include "llmc/core/error.h"
+#include "llmc/core/model_config.h"
+#include "llmc/core/params.h"
+
+namespace llmc {
+
+constexpr int MODEL_MAGIC = 20250521;
+constexpr int MODEL_VERSION = 1;
+constexpr int LLMC_MAGIC = 20240326;  // llm.c gpt2_*.bin
+constexpr int LLMC_VERSION_FP32 = 3;
+constexpr int LLMC_VERSION_BF16 = 5;
+constexpr size_t CKPT_HEADER_INTS = 256;
+constexpr size_t CKPT_HEADER_BYTES = CKPT_HEADER_INTS * sizeof(int32_t);
+
+// A file that is damaged (truncated, wrong checksum, garbage header, missing). Still an
+// InputError; the checkpoint directory code catches this kind to fall back to an older step.
+struct CheckpointDamaged : InputError {
+    explicit CheckpointDamaged(const std::string& msg) : InputError(msg) {}
+};
+
+// ----------------------------------------------------------------------------------------------
+// checksum and bf16
+
+constexpr uint64_t FNV1A64_OFFSET = 0xcbf29ce484222325ull;
+constexpr uint64_t FNV1A64_PRIME = 0x100000001b3ull;
+
+// 64-bit FNV-1a over bytes; pass the previous result as h to continue over several buffers.
+inline uint64_t fnv1a64(const void* data, size_t bytes, uint64_t h = FNV1A64_OFFSET) {
+    const unsigned char* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < bytes; i++) {
+        h ^= p[i];
+        h *= FNV1A64_PRIME;
+    }
+    return h;
+}
+
+// fp32 -> bf16, round to nearest even; NaN stays a (quiet) NaN.
+inline uint16_t float_to_bf16(float f) {
+    uint32_t x;
+    std::memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x0040u);
+    uint32_t rounding = 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)((x + rounding) >> 16);
+}
+
+// bf16 -> fp32 is exact: the bf16 bits are the top half of the float.
+inline float bf16_to_float(uint16_t b) {
+    uint32_t x = (uint32_t)b << 16;
+    float f;
+    std::memcpy(&f, &x, 4);
+    return f;
+}
+
+// ----------------------------------------------------------------------------------------------
+// header fields
+
+inline uint32_t float_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+inline float bits_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline void put_u64(int32_t* h, int i, uint64_t v) { h[i] = (int32_t)(uint32_t)v; h[i + 1] = (int32_t)(uint32_t)(v >> 32); }
+inline uint64_t get_u64(const int32_t* h, int i) { return (uint64_t)(uint32_t)h[i] | ((uint64_t)(uint32_t)h[i + 1] << 32); }
+
+// Header indices 2..13 (see docs/formats.md); dtype (12) is set by the writer.
+inline void put_config_fields(int32_t* h, const ModelConfig& c) {
+    h[2] = c.max_seq_len;
+    h[3] = c.vocab_size;
+    h[4] = c.num_layers;
+    h[5] = c.num_heads;
+    h[6] = c.channels;
+    h[7] = c.padded_vocab_size;
+    h[8] = c.global_heads;
+    h[9] = c.window;
+    h[10] = c.qk_norm ? 1 : 0;
+    h[11] = c.tied_embeddings ? 1 : 0;
+    h[13] = (int32_t)float_bits(c.attn_softcap);
+}
+
+// Identifies a model architecture: FNV-1a of the config header fields (not the dtype). The
+// training-state file stores it so optimizer state is never loaded into a different model.
+inline uint64_t model_config_hash(const ModelConfig& c) {
+    int32_t h[14] = {0};
+    put_config_fields(h, c);
+    h[12] = 0;
+    return fnv1a64(h + 2, 12 * sizeof(int32_t));
+}
+
+// ----------------------------------------------------------------------------------------------
+// small file-reading helpers shared by the checkpoint readers
+
+struct FileCloser { void operator()(std::FILE* f) const { if (f) std::fclose(f); } };
+using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
+
+// Opens path for reading; a missing or unreadable file is CheckpointDamaged (the caller may
+// fall back to another checkpoint). Sets size to the file's length in bytes.
+inline FilePtr open_for_read(const std::string& path, size_t& size) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0)
+        throw CheckpointDamaged(path + ": cannot open: " + std::strerror(errno) + "; check the path");
+    if (!S_ISREG(st.st_mode)) throw InputError(path + ": not a regular file; pass a checkpoint file");
+    FilePtr f(std::fopen(path.c_str(), "rb"));
+    if (!f) throw CheckpointDamaged(path + ": cannot open: " + std::strerror(errno) + "; check permissions");
+    size = (size_t)st.st_size;
+    return f;
+}
+
+inline void read_exact(std::FILE* f, void* dst, size_t bytes, const std::string& path) {
+    if (bytes > 0 && std::fread(dst, 1, bytes, f) != bytes)
+        throw CheckpointDamaged(path + ": read failed (file truncated while reading?); use another checkpoint");
+}
+
+// ----------------------------------------------------------------------------------------------
+// save
+
+// Writes params (param_layout(config).total fp32 values) atomically to path; bf16 = true stores
+// the payload as bf16 (round to nearest even), halving the file.
+inline void save_model_checkpoint(const std::string& path, const ModelConfig& config,
+                                  const float* params, int step, bool bf16 = false) {
+    std::string err = validate_model_config(config);
+    if (!err.empty()) throw InputError(path + ": refusing to save an invalid model: " + err);
+    if (step < 0) throw InputError(path + ": refusing to save with negative step " + std::to_string(step));
+    const size_t n = param_layout(config).total;
+
+    std::vector<uint16_t> half;  // (n) bf16 payload when bf16
+    const void* payload = params;
+    size_t payload_bytes = n * sizeof(float);
+    if (bf16) {
+        half.resize(n);
+        for (size_t i = 0; i < n; i++) half[i] = float_to_bf16(params[i]);
+        payload = half.data();
+        payload_bytes = n * sizeof(uint16_t);
+    }
+
+    std::vector<int32_t> h(CKPT_HEADER_INTS, 0);
+    h[0] = MODEL_MAGIC;
+    h[1] = MODEL_VERSION;
+    put_config_fields(h.data(), config);
+    h[12] = bf16 ? 1 : 0;
+    put_u64(h.data(), 14, (uint64_t)n);
+    put_u64(h.data(), 16, fnv1a64(payload, payload_bytes));
+    h[18] = step;
+
+    AtomicFile f(path);
+    f.write(h.data(), CKPT_HEADER_BYTES);
+    f.write(payload, payload_bytes);
+    f.commit();
+}
+
+// ----------------------------------------------------------------------------------------------
+// load
+
+struct ModelCheckpoint {
+    ModelConfig config;
+    std::vector<float> params;  // (param_layout(config).total) fp32
+    int step = 0;               // training step it was written at (0 for llm.c files)
+    bool from_llmc = false;     // read from an llm.c GPT-2 checkpoint
+    bool bf16 = false;          // the file stored bf16 (params were widened to fp32)
+};
+
+namespace detail {
+
+// Reads n parameters stored as fp32 or bf16 after the header; returns the payload checksum.
+inline uint64_t read_payload(std::FILE* f, size_t n, bool bf16, std::vector<float>& params,
+                             const std::string& path) {
+    params.resize(n);
+    if (!bf16) {
+        read_exact(f, params.data(), n * sizeof(float), path);
+        return fnv1a64(params.data(), n * sizeof(float));
+    }
+    std::vector<uint16_t> half(n);
+    read_exact(f, half.data(), n * sizeof(uint16_t), path);
+    for (size_t i = 0; i < n; i++) params[i] = bf16_to_float(half[i]);
+    return fnv1a64(half.data(), n * sizeof(uint16_t));
+}
+
+inline void check_size(const std::string& path, size_t actual, size_t n, size_t bytes_per_param) {
+    size_t expected = CKPT_HEADER_BYTES + n * bytes_per_param;
+    if (actual != expected)
+        throw CheckpointDamaged(path + ": file is " + std::to_string(actual) + " bytes but its header describes " +
+                                std::to_string(expected) + " (" + std::to_string(n) +
+                                " parameters); the file is truncated or damaged, use another checkpoint");
+}
+
+// llm.c GPT-2 checkpoint -> an all-global model (G = NH, window = maxT, tied, no QK-norm/cap).
+inline ModelCheckpoint load_llmc_checkpoint(std::FILE* f, const int32_t* h, size_t size, const std::string& path) {
+    if (h[1] != LLMC_VERSION_FP32 && h[1] != LLMC_VERSION_BF16)
+        throw InputError(path + ": llm.c checkpoint version " + std::to_string(h[1]) +
+                         " is not supported; use version 3 (fp32) or 5 (bf16) from llm.c's train_gpt2");
+    ModelCheckpoint ck;
+    ModelConfig& c = ck.config;
+    c.max_seq_len = h[2];
+    c.vocab_size = h[3];
+    c.num_layers = h[4];
+    c.num_heads = h[5];
+    c.channels = h[6];
+    c.padded_vocab_size = h[7];
+    c.global_heads = c.num_heads;
+    c.window = c.max_seq_len;
+    c.qk_norm = false;
+    c.attn_softcap = 0.0f;
+    c.tied_embeddings = true;
+    std::string err = validate_model_config(c);
+    if (!err.empty())
+        throw CheckpointDamaged(path + ": llm.c header describes an invalid model (" + err +
+                                "); the file is damaged or not a GPT-2 checkpoint");
+    ck.bf16 = h[1] == LLMC_VERSION_BF16;
+    ck.from_llmc = true;
+    ck.step = 0;
+    const size_t n = param_layout(c).total;
+    check_size(path, size, n, ck.bf16 ? 2 : 4);
+    read_payload(f, n, ck.bf16, ck.params, path);  // llm.c files carry no checksum
+    return ck;
+}
+
+}  // namespace detail
+
+// Reads a train_gpt2_ls model file (checked: magic, version, header fields, size, checksum) or
+// an llm.c GPT-2 checkpoint. Throws CheckpointDamaged for damage, InputError otherwise.
+inline ModelCheckpoint load_model_checkpoint(const std::string& path) {
+    size_t size = 0;
+    FilePtr f = open_for_read(path, size);
+    if (size < CKPT_HEADER_BYTES)
+        throw CheckpointDamaged(path + ": file is " + std::to_string(size) + " bytes, shorter than the " +
+                                std::to_string(CKPT_HEADER_BYTES) +
+                                "-byte header; it is truncated or not a checkpoint");
+    std::vector<int32_t> h(CKPT_HEADER_INTS);
+    read_exact(f.get(), h.data(), CKPT_HEADER_BYTES, path);
+
+    if (h[0] == LLMC_MAGIC) return detail::load_llmc_checkpoint(f.get(), h.data(), size, path);
+    if (h[0] != MODEL_MAGIC)
+        throw CheckpointDamaged(path + ": bad magic " + std::to_string(h[0]) + ": not a train_gpt2_ls model (" +
+                                std::to_string(MODEL_MAGIC) + ") nor an llm.c GPT-2 checkpoint (" +
+                                std::to_string(LLMC_MAGIC) + "); pass a model_NNNNNNNN.bin or an llm.c gpt2_*.bin");
+    if (h[1] != MODEL_VERSION)
+        throw InputError(path + ": model checkpoint version " + std::to_string(h[1]) +
+                         " is not supported (this build reads version " + std::to_string(MODEL_VERSION) +
+                         "); use a train_gpt2_ls build that wrote it");
+
+    auto bad_header = [&](const std::string& what) {
+        return CheckpointDamaged(path + ": corrupt header: " + what + "; the file is damaged, use another checkpoint");
+    };
+    if (h[10] != 0 && h[10] != 1) throw bad_header("qk_norm flag is " + std::to_string(h[10]) + ", expected 0 or 1");
+    if (h[11] != 0 && h[11] != 1) throw bad_header("tied flag is " + std::to_string(h[11]) + ", expected 0 or 1");
+    if (h[12] != 0 && h[12] != 1) throw bad_header("payload dtype is " + std::to_string(h[12]) + ", expected 0 (fp32) or 1 (bf16)");
+    if (h[18] < 0) throw bad_header("negative step " + std::to_string(h[18]));
+
+    ModelCheckpoint ck;
+    ModelConfig& c = ck.config;
+    c.max_seq_len = h[2];
+    c.vocab_size = h[3];
+    c.num_layers = h[4];
+    c.num_heads = h[5];
+    c.channels = h[6];
+    c.padded_vocab_size = h[7];
+    c.global_heads = h[8];
+    c.window = h[9];
+    c.qk_norm = h[10] == 1;
+    c.tied_embeddings = h[11] == 1;
+    c.attn_softcap = bits_float((uint32_t)h[13]);
+    std::string err = validate_model_config(c);
+    if (!err.empty()) throw bad_header("it describes an invalid model (" + err + ")");
+    ck.bf16 = h[12] == 1;
+    ck.step = h[18];
+
+    const size_t n = param_layout(c).total;
+    const uint64_t stored_n = get_u64(h.data(), 14);
+    if (stored_n != n)
+        throw bad_header("parameter count " + std::to_string(stored_n) + " does not match the " +
+                         std::to_string(n) + " its model fields imply");
+    detail::check_size(path, size, n, ck.bf16 ? 2 : 4);
+    uint64_t sum = detail::read_payload(f.get(), n, ck.bf16, ck.params, path);
+    if (sum != get_u64(h.data(), 16))
+        throw CheckpointDamaged(path + ": checksum mismatch (payload damaged); use another checkpoint");
+    return ck;
+}
+
+}  // namespace llmc

@@ -1,0 +1,273 @@
+// The checkpoint directory (the output dir, llm.c-like names):
+//   model_NNNNNNNN.bin          model file of step N (llmc/io/checkpoint.h), written by rank 0
+//   state_NNNNNNNN_RRRRR.bin    training state of step N, rank R (llmc/io/train_state.h)
+//   DONE_NNNNNNNN               completion marker: written last, only when all of the above exist
+// Only steps with a marker count as checkpoints. Every file is written atomically
+// (llmc/io/atomic_file.h), so a crash mid-save leaves an unmarked step that is ignored.
+//
+// Saving step N (the loop does the barrier):
+//   if (rank == 0) save_model_checkpoint(model_path(dir, N), config, params, N);
+//   save_train_state(state_path(dir, N, rank), config, state);
+//   barrier();
+//   if (rank == 0) { write_done_marker(dir, N, world_size); prune_checkpoints(dir, keep, N); }
+// Resuming: load_newest_checkpoint(dir, config, rank, world_size). With several ranks, one
+// rank's damaged state file makes only that rank fall back, so the loop agrees on a step:
+// s = min over ranks of the step each found, and ranks that found a newer one reload with
+// max_step = s (repeat until all agree).
+// Host-only, POSIX (opendir/unlink), no GPU needed.
+#pragma once
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "llmc/io/atomic_file.h"
+#include "llmc/io/checkpoint.h"
+#include "llmc/core/error.h"
+#include "llmc/core/model_config.h"
+#include "llmc/io/train_state.h"
+
+namespace llmc {
+
+// ----------------------------------------------------------------------------------------------
+// names
+
+inline std::string join_path(const std::string& dir, const std::string& name) {
+    if (dir.empty()) return name;
+    return dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+inline std::string model_path(const std::string& dir, int step) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "model_%08d.bin", step);
+    return join_path(dir, buf);
+}
+inline std::string state_path(const std::string& dir, int step, int rank) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "state_%08d_%05d.bin", step, rank);
+    return join_path(dir, buf);
+}
+inline std::string done_path(const std::string& dir, int step) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "DONE_%08d", step);
+    return join_path(dir, buf);
+}
+
+enum class CkptFileKind { None, Model, State, Done };
+
+// Recognizes the names above, and their atomic-write temporaries ("<name>.tmp.XXXXXX").
+// Returns the kind and sets step; None for any other name.
+inline CkptFileKind parse_checkpoint_name(const std::string& name, int& step) {
+    size_t pos = 0;
+    auto digits = [&](long long& value) {  // >= 1 digit, no overflow past INT_MAX
+        size_t start = pos;
+        value = 0;
+        while (pos < name.size() && name[pos] >= '0' && name[pos] <= '9') {
+            value = value * 10 + (name[pos] - '0');
+            if (value > INT_MAX) return false;
+            pos++;
+        }
+        return pos > start;
+    };
+    auto literal = [&](const char* s) {
+        size_t n = std::strlen(s);
+        if (name.compare(pos, n, s) != 0) return false;
+        pos += n;
+        return true;
+    };
+    auto at_end = [&]() { return pos == name.size() || name.compare(pos, 5, ".tmp.") == 0; };
+    long long a = 0, b = 0;
+    CkptFileKind kind = CkptFileKind::None;
+    if (literal("model_")) {
+        if (digits(a) && literal(".bin") && at_end()) kind = CkptFileKind::Model;
+    } else if (literal("state_")) {
+        if (digits(a) && literal("_") && digits(b) && literal(".bin") && at_end()) kind = CkptFileKind::State;
+    } else if (literal("DONE_")) {
+        if (digits(a) && at_end()) kind = CkptFileKind::Done;
+    }
+    step = kind == CkptFileKind::None ? -1 : (int)a;
+    return kind;
+}
+
+// Names in dir (an empty list when dir does not exist).
+inline std::vector<std::string> list_dir(const std::string& dir) {
+    std::vector<std::string> names;
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) {
+        if (errno == ENOENT) return names;
+        throw InputError("cannot list checkpoint directory " + dir + ": " + std::strerror(errno) +
+                         "; check that it is a readable directory");
+    }
+    while (struct dirent* e = ::readdir(d)) names.push_back(e->d_name);
+    ::closedir(d);
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+// ----------------------------------------------------------------------------------------------
+// markers
+
+inline bool file_exists(const std::string& path) {
+    struct stat st;
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// Marks step complete. Call after every rank's files of the step were written (atomic writes
+// fsync before they rename, so existing files are durable); refuses if one is missing.
+inline void write_done_marker(const std::string& dir, int step, int world_size) {
+    std::vector<std::string> needed = {model_path(dir, step)};
+    for (int r = 0; r < world_size; r++) needed.push_back(state_path(dir, step, r));
+    for (const std::string& p : needed)
+        if (!file_exists(p))
+            throw InputError("cannot mark step " + std::to_string(step) + " complete: " + p +
+                             " is missing; every rank must finish its save before rank 0 writes the marker");
+    std::string text = "step " + std::to_string(step) + " world_size " + std::to_string(world_size) + "\n";
+    write_file_atomic(done_path(dir, step), text.data(), text.size());
+}
+
+// Steps that have a completion marker, ascending, each once (DONE_5 and DONE_00000005 are one step).
+inline std::vector<int> complete_steps(const std::string& dir) {
+    std::vector<int> steps;
+    for (const std::string& name : list_dir(dir)) {
+        int step;
+        if (parse_checkpoint_name(name, step) == CkptFileKind::Done && name.find(".tmp.") == std::string::npos)
+            steps.push_back(step);
+    }
+    std::sort(steps.begin(), steps.end());
+    steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+    return steps;
+}
+
+// The newest step with a marker, or -1 when there is none.
+inline int newest_complete_step(const std::string& dir) {
+    std::vector<int> s = complete_steps(dir);
+    return s.empty() ? -1 : s.back();
+}
+
+// ----------------------------------------------------------------------------------------------
+// loading
+
+struct LoadedCheckpoint {
+    int step = 0;
+    ModelCheckpoint model;
+    TrainState state;
+};
+
+// Returns "" when a and b are the same model, else the first differing field, e.g. "layers 6 vs 12".
+inline std::string config_difference(const ModelConfig& a, const ModelConfig& b) {
+    auto d = [](const char* name, double x, double y) {
+        return x == y ? std::string() : std::string(name) + " " + std::to_string(x) + " vs " + std::to_string(y);
+    };
+    auto i = [](const char* name, int x, int y) {
+        return x == y ? std::string() : std::string(name) + " " + std::to_string(x) + " vs " + std::to_string(y);
+    };
+    for (std::string s : {i("max-seq-len", a.max_seq_len, b.max_seq_len), i("vocab", a.vocab_size, b.vocab_size),
+                          i("padded vocab", a.padded_vocab_size, b.padded_vocab_size),
+                          i("layers", a.num_layers, b.num_layers), i("heads", a.num_heads, b.num_heads),
+                          i("channels", a.channels, b.channels), i("global-heads", a.global_heads, b.global_heads),
+                          i("window", a.window, b.window), i("qk-norm", a.qk_norm, b.qk_norm),
+                          d("attn-softcap", a.attn_softcap, b.attn_softcap),
+                          i("tied embeddings", a.tied_embeddings, b.tied_embeddings)})
+        if (!s.empty()) return s;
+    return "";
+}
+
+// Loads the model file and this rank's state of one complete step, checking that they belong
+// to `expected` (InputError if not) and to each other (CheckpointDamaged if not).
+inline LoadedCheckpoint load_checkpoint_at(const std::string& dir, int step, const ModelConfig& expected, int rank,
+                                           int world_size) {
+    LoadedCheckpoint ck;
+    ck.step = step;
+    const std::string mpath = model_path(dir, step);
+    ck.model = load_model_checkpoint(mpath);
+    std::string diff = config_difference(ck.model.config, expected);
+    if (!diff.empty())
+        throw InputError(mpath + ": checkpoint is for a different model (checkpoint vs this run: " + diff +
+                         "); resume with the same model flags or use another output directory");
+    if (ck.model.step != step)
+        throw CheckpointDamaged(mpath + ": header says step " + std::to_string(ck.model.step) +
+                                " but the name says " + std::to_string(step) + "; use another checkpoint");
+    const std::string spath = state_path(dir, step, rank);
+    ck.state = load_train_state(spath, expected, rank, world_size);
+    if (ck.state.step != step)
+        throw CheckpointDamaged(spath + ": header says step " + std::to_string(ck.state.step) +
+                                " but the name says " + std::to_string(step) + "; use another checkpoint");
+    return ck;
+}
+
+// The newest complete checkpoint with step <= max_step. A damaged one (missing file, size,
+// checksum) is reported on stderr and the previous complete one is tried. Returns nullopt when
+// dir has no complete checkpoint; throws InputError when all of them are damaged, or on a
+// mismatch that is the user's (model flags, process count), which no fallback would fix.
+inline std::optional<LoadedCheckpoint> load_newest_checkpoint(const std::string& dir, const ModelConfig& expected,
+                                                               int rank, int world_size, int max_step = INT_MAX) {
+    std::vector<int> steps = complete_steps(dir);
+    std::string first_error;
+    int tried = 0;
+    for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+        if (*it > max_step) continue;
+        tried++;
+        try {
+            return load_checkpoint_at(dir, *it, expected, rank, world_size);
+        } catch (const CheckpointDamaged& e) {
+            std::cerr << "warning: checkpoint step " << *it << " is damaged (" << e.what()
+                      << "); falling back to the previous complete checkpoint\n";
+            if (first_error.empty()) first_error = e.what();
+        }
+    }
+    if (tried == 0) return std::nullopt;
+    throw InputError("no usable checkpoint in " + dir + ": all " + std::to_string(tried) +
+                     " complete checkpoints are damaged (newest: " + first_error +
+                     "); restore the files or start fresh without -y");
+}
+
+// ----------------------------------------------------------------------------------------------
+// pruning
+
+// Keeps the newest `keep` complete checkpoints (keep <= 0 keeps all) and deletes the older
+// complete ones, plus leftovers of unfinished saves older than the newest complete step (a
+// crashed run's). Never touches protect_step (the one just written) nor anything newer than
+// the newest complete step (a save in progress), nor the steps in `pinned` (the logit alarm's
+// checkpoints, llmc/train/logit_alarm.h; they do not count toward `keep`). A step's marker is removed
+// before its files, so a crash mid-prune leaves an unmarked step, never a marked incomplete one.
+inline void prune_checkpoints(const std::string& dir, int keep, int protect_step = -1,
+                              const std::vector<int>& pinned = {}) {
+    if (keep <= 0) return;
+    std::vector<int> complete = complete_steps(dir);
+    if (complete.empty()) return;
+    const int newest = complete.back();
+    auto is_pinned = [&](int step) { return std::find(pinned.begin(), pinned.end(), step) != pinned.end(); };
+    complete.erase(std::remove_if(complete.begin(), complete.end(), is_pinned), complete.end());
+    const size_t first_kept = complete.size() > (size_t)keep ? complete.size() - (size_t)keep : 0;
+    auto kept = [&](int step) {
+        if (step == protect_step || step >= newest || is_pinned(step)) return true;
+        for (size_t i = first_kept; i < complete.size(); i++)
+            if (complete[i] == step) return true;
+        return false;
+    };
+    std::vector<std::string> markers, files;
+    for (const std::string& name : list_dir(dir)) {
+        int step;
+        CkptFileKind kind = parse_checkpoint_name(name, step);
+        if (kind == CkptFileKind::None || kept(step)) continue;
+        bool is_marker = kind == CkptFileKind::Done && name.find(".tmp.") == std::string::npos;
+        (is_marker ? markers : files).push_back(join_path(dir, name));
+    }
+    auto remove = [](const std::string& p) {
+        if (::unlink(p.c_str()) != 0 && errno != ENOENT)
+            std::cerr << "warning: could not delete old checkpoint file " << p << ": " << std::strerror(errno) << "\n";
+    };
+    for (const std::string& p : markers) remove(p);
+    if (!markers.empty()) fsync_dir(dir);
+    for (const std::string& p : files) remove(p);
+}
+
+}  // namespace llmc

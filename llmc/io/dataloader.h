@@ -1,0 +1,296 @@
+// B x T batches of next-token training data from a glob of token shards (llmc/io/shard.h).
+// Semantics (docs/dataloader.md has the full description):
+//   - The shards matching the glob, sorted by name, are one token sequence per epoch (with
+//     shuffle, concatenated in a per-epoch permuted order). It is cut into W = (N - 1) / (B*T)
+//     windows of B*T + 1 tokens; window w starts at token w*B*T, so consecutive windows share one
+//     token (the last target of one is the first input of the next), exactly as llm.c.
+//     Windows run across shard boundaries; the tail of fewer than B*T + 1 tokens is not used.
+//   - The epoch's window order: windows grouped by the shard position their first token lies in,
+//     in shard order; with shuffle, each group is permuted. After the last batch of the epoch
+//     the next epoch starts (with shuffle, new permutations derived from seed and epoch).
+//   - Several processes (rank r of n), two ways to split (RankSplit):
+//       Interleave (llm.c's): windows of B*T + 1 tokens; rank r takes the items r, r+n, r+2n, ...
+//         of the order; every rank takes batches_per_epoch = W / n of them (the last W mod n
+//         windows are skipped) so ranks stay in step.
+//       Rows (what the trainer uses): the window is the GLOBAL batch, n*B*T + 1 tokens
+//         (W = (N - 1) / (n*B*T)), and rank r reads rows r*B .. r*B+B-1 of it, i.e. the B*T + 1
+//         tokens starting at r*B*T inside the window. So n ranks with batch B see, step by step,
+//         exactly the rows (in the same order) that 1 rank with batch n*B sees, shuffled or not.
+//   - The position is (epoch, batches taken in the epoch): state()/restore() save and restore it,
+//     and a restored loader yields exactly the batches an uninterrupted one would.
+//   - Shard headers are read and validated up front; token contents are loaded lazily (at most
+//     two shards are kept in memory), and every token id is checked against the vocabulary when
+//     its shard is loaded.
+#pragma once
+#include <glob.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "llmc/core/error.h"
+#include "llmc/core/rng.h"
+#include "llmc/io/shard.h"
+
+namespace llmc {
+
+// The loader's position plus a fingerprint of the loader that produced it; restore() refuses
+// a state from a loader with a different batch shape, process count, shuffle, seed or data.
+// How ranks divide the data (see the comment at the top of this file).
+enum class RankSplit { Interleave, Rows };
+
+struct LoaderState {
+    int64_t epoch = 0;         // epochs completed
+    int64_t batch = 0;         // batches this rank has taken in the current epoch
+    int64_t B = 0, T = 0, world_size = 0, shuffle = 0, seed = 0;
+    int64_t total_tokens = 0, num_shards = 0;
+
+    static constexpr int64_t kTag = 0x4C4F4144;  // "LOAD": version 1 of this layout
+    static constexpr size_t kSize = 10;
+
+    std::vector<int64_t> to_vector() const {
+        return {kTag, epoch, batch, B, T, world_size, shuffle, seed, total_tokens, num_shards};
+    }
+    static LoaderState from_vector(const std::vector<int64_t>& v) {
+        if (v.size() != kSize || v[0] != kTag) {
+            throw InputError("data-loader state has " + std::to_string(v.size()) + " values" +
+                             (v.empty() ? std::string() : " and tag " + std::to_string(v[0])) + " (expected " +
+                             std::to_string(kSize) + " values, tag " + std::to_string(kTag) +
+                             "); the training-state file is corrupt or from another version, start a fresh run");
+        }
+        LoaderState s;
+        s.epoch = v[1]; s.batch = v[2]; s.B = v[3]; s.T = v[4]; s.world_size = v[5];
+        s.shuffle = v[6]; s.seed = v[7]; s.total_tokens = v[8]; s.num_shards = v[9];
+        return s;
+    }
+};
+
+class DataLoader {
+public:
+    DataLoader(const std::string& pattern, int B, int T, int rank, int world_size, bool shuffle,
+               uint64_t seed, int vocab_size, RankSplit split = RankSplit::Interleave)
+        : pattern_(pattern), B_(B), T_(T), rank_(rank), world_(world_size), shuffle_(shuffle),
+          seed_(seed), vocab_(vocab_size), rows_(split == RankSplit::Rows) {
+        if (B <= 0 || T <= 0) {
+            throw InputError("data loader: batch size B=" + std::to_string(B) + " and sequence length T=" +
+                             std::to_string(T) + " must both be positive; fix -b/-t");
+        }
+        if (world_size <= 0 || rank < 0 || rank >= world_size) {
+            throw InputError("data loader: rank " + std::to_string(rank) + " of " + std::to_string(world_size) +
+                             " processes is invalid (need 0 <= rank < world_size); check the MPI launch");
+        }
+        if (vocab_size <= 0) {
+            throw InputError("data loader: vocabulary size " + std::to_string(vocab_size) +
+                             " must be positive; fix --vocab");
+        }
+        paths_ = glob_paths(pattern);
+        for (const std::string& p : paths_) counts_.push_back(read_shard_header(p).num_tokens);
+        total_ = std::accumulate(counts_.begin(), counts_.end(), (int64_t)0);
+        const int64_t bt = (int64_t)B * T;
+        window_tokens_ = rows_ ? bt * world_size : bt;  // tokens a window advances (plus one shared)
+        windows_ = (total_ - 1) / window_tokens_;
+        batches_per_epoch_ = rows_ ? windows_ : windows_ / world_size;
+        if (batches_per_epoch_ < 1) {
+            throw InputError("shards matching '" + pattern + "' hold " + std::to_string(total_) + " tokens in " +
+                             std::to_string(paths_.size()) + " file(s), too few for one window of B*T+1 = " +
+                             std::to_string(bt + 1) + " tokens for each of " + std::to_string(world_size) +
+                             " rank(s) (need at least " + std::to_string(bt * world_size + 1) +
+                             "); use a smaller -b/-t or more data");
+        }
+        window_buf_.resize((size_t)bt + 1);
+    }
+
+    // Fills inputs and targets, each (B, T) int32 row-major: targets[i] = token after inputs[i].
+    void next_batch(int* inputs, int* targets) {
+        const int64_t bt = (int64_t)B_ * T_;
+        if (rows_) {  // rows r*B .. r*B+B-1 of the global window
+            read_window(window_at(batch_) * window_tokens_ + (int64_t)rank_ * bt);
+        } else {
+            const int64_t item = rank_ + batch_ * world_;  // index into this epoch's window order
+            read_window(window_at(item) * window_tokens_);
+        }
+        for (int64_t i = 0; i < bt; i++) {
+            inputs[i] = (int)window_buf_[(size_t)i];
+            targets[i] = (int)window_buf_[(size_t)i + 1];
+        }
+        if (++batch_ == batches_per_epoch_) {
+            batch_ = 0;
+            epoch_++;
+        }
+    }
+
+    // Back to the first batch of epoch 0 (used before each validation pass).
+    void reset() { epoch_ = 0; batch_ = 0; }
+
+    LoaderState state() const {
+        LoaderState s;
+        s.epoch = epoch_; s.batch = batch_;
+        s.B = B_; s.T = T_; s.world_size = world_; s.shuffle = shuffle_ ? 1 : 0; s.seed = (int64_t)seed_;
+        s.total_tokens = total_; s.num_shards = (int64_t)paths_.size();
+        return s;
+    }
+
+    void restore(const LoaderState& s) {
+        const LoaderState mine = state();
+        if (s.B != mine.B || s.T != mine.T || s.world_size != mine.world_size || s.shuffle != mine.shuffle ||
+            s.seed != mine.seed || s.total_tokens != mine.total_tokens || s.num_shards != mine.num_shards) {
+            throw InputError("data-loader state was saved by " + describe(s) + " but this loader (shards '" +
+                             pattern_ + "') has " + describe(mine) +
+                             "; resume with the same -b/-t, process count, shuffle, seed and shards, or start a fresh run");
+        }
+        if (s.epoch < 0 || s.batch < 0 || s.batch >= batches_per_epoch_) {
+            throw InputError("data-loader state has epoch " + std::to_string(s.epoch) + " batch " +
+                             std::to_string(s.batch) + " but an epoch has " + std::to_string(batches_per_epoch_) +
+                             " batches; the training-state file is corrupt, start a fresh run");
+        }
+        epoch_ = s.epoch;
+        batch_ = s.batch;
+    }
+
+    int64_t total_tokens() const { return total_; }
+    size_t num_shards() const { return paths_.size(); }
+    int64_t batches_per_epoch() const { return batches_per_epoch_; }
+    int64_t epoch() const { return epoch_; }
+    const std::vector<std::string>& shard_paths() const { return paths_; }
+
+private:
+    static std::vector<std::string> glob_paths(const std::string& pattern) {
+        glob_t g;
+        const int rc = glob(pattern.c_str(), GLOB_MARK, nullptr, &g);  // GLOB_MARK: dirs end in '/'
+        std::vector<std::string> paths;
+        if (rc == 0) paths.assign(g.gl_pathv, g.gl_pathv + g.gl_pathc);
+        globfree(&g);
+        if (rc == GLOB_NOMATCH || (rc == 0 && paths.empty())) {
+            throw InputError("no files match the shard pattern '" + pattern +
+                             "'; check -i/-j or create the shards with python3 data/prepare.py (e.g. make data-tinyshakespeare)");
+        }
+        if (rc != 0) throw InputError("cannot read the files matching '" + pattern + "' (glob error); check the pattern");
+        for (const std::string& p : paths) {
+            if (!p.empty() && p.back() == '/') {
+                throw InputError("the shard pattern '" + pattern + "' matches the directory '" + p +
+                                 "'; make it match shard files only, e.g. 'DIR/train_*.bin'");
+            }
+        }
+        std::sort(paths.begin(), paths.end());
+        return paths;
+    }
+
+    static std::string describe(const LoaderState& s) {
+        return "B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " processes=" + std::to_string(s.world_size) +
+               " shuffle=" + std::to_string(s.shuffle) + " seed=" + std::to_string((uint64_t)s.seed) + " over " +
+               std::to_string(s.total_tokens) + " tokens in " + std::to_string(s.num_shards) + " shard(s)";
+    }
+
+    // splitmix64 finalizer: turns (seed, epoch, shard) into independent RNG seeds.
+    static uint64_t mix(uint64_t a, uint64_t b) {
+        uint64_t z = a + 0x9E3779B97F4A7C15ull * (b + 1);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+
+    template <typename V>
+    static void shuffle_in_place(V& v, uint64_t seed) {  // Fisher-Yates
+        Rng rng(seed);
+        for (size_t i = v.size(); i > 1; i--) std::swap(v[i - 1], v[(size_t)rng.below(i)]);
+    }
+
+    // Shard order, token offsets and window groups of epoch `layout_epoch_` (recomputed per epoch).
+    void ensure_layout() {
+        if (layout_epoch_ == epoch_) return;
+        const size_t S = paths_.size();
+        const int64_t bt = window_tokens_;
+        order_.resize(S);
+        std::iota(order_.begin(), order_.end(), 0);
+        if (shuffle_) shuffle_in_place(order_, mix(seed_, (uint64_t)epoch_));
+        offsets_.assign(S + 1, 0);
+        first_window_.assign(S + 1, windows_);
+        for (size_t p = 0; p < S; p++) {
+            offsets_[p + 1] = offsets_[p] + counts_[(size_t)order_[p]];
+            first_window_[p] = std::min(windows_, (offsets_[p] + bt - 1) / bt);  // first w with w*bt >= offset
+        }
+        layout_epoch_ = epoch_;
+        perm_group_ = -1;
+    }
+
+    // Window id (its start is id * window_tokens_) of item `item` in this epoch's window order.
+    int64_t window_at(int64_t item) {
+        ensure_layout();
+        if (!shuffle_) return item;
+        // The group (shard position) holding item: the last p with first_window_[p] <= item.
+        const int64_t p = (int64_t)(std::upper_bound(first_window_.begin(), first_window_.end(), item) -
+                                    first_window_.begin()) - 1;
+        if (p != perm_group_) {
+            perm_.resize((size_t)(first_window_[(size_t)p + 1] - first_window_[(size_t)p]));
+            std::iota(perm_.begin(), perm_.end(), (int64_t)0);
+            shuffle_in_place(perm_, mix(mix(seed_, (uint64_t)epoch_), 0x5EED0000ull + (uint64_t)order_[(size_t)p]));
+            perm_group_ = p;
+        }
+        return first_window_[(size_t)p] + perm_[(size_t)(item - first_window_[(size_t)p])];
+    }
+
+    // Copies the B*T + 1 tokens starting at `start` of this epoch's sequence into window_buf_.
+    void read_window(int64_t start) {
+        size_t filled = 0;
+        size_t p = (size_t)(std::upper_bound(offsets_.begin(), offsets_.end(), start) - offsets_.begin()) - 1;
+        int64_t local = start - offsets_[p];
+        while (filled < window_buf_.size()) {
+            const std::vector<uint32_t>& toks = shard(order_[p]);
+            const size_t n = std::min(window_buf_.size() - filled, toks.size() - (size_t)local);
+            std::copy(toks.begin() + local, toks.begin() + local + (int64_t)n, window_buf_.begin() + (int64_t)filled);
+            filled += n;
+            p++;
+            local = 0;
+        }
+    }
+
+    // Tokens of shard file `f`, loaded (and validated against the vocabulary) on first use;
+    // the two most recently used shards stay in memory.
+    const std::vector<uint32_t>& shard(int f) {
+        for (size_t i = 0; i < cache_.size(); i++) {
+            if (cache_[i].first == f) {
+                if (i != 0) std::swap(cache_[0], cache_[i]);
+                return cache_[0].second;
+            }
+        }
+        std::vector<uint32_t> toks = read_shard_tokens(paths_[(size_t)f], vocab_);
+        if ((int64_t)toks.size() != counts_[(size_t)f]) {
+            throw InputError("shard '" + paths_[(size_t)f] + "' changed while training (" + std::to_string(toks.size()) +
+                             " tokens, was " + std::to_string(counts_[(size_t)f]) + "); do not rewrite shards during a run");
+        }
+        if (cache_.size() == 2) cache_.pop_back();
+        cache_.insert(cache_.begin(), {f, std::move(toks)});
+        return cache_[0].second;
+    }
+
+    // configuration
+    std::string pattern_;
+    int B_, T_, rank_, world_;
+    bool shuffle_;
+    uint64_t seed_;
+    int vocab_;
+    bool rows_;                          // RankSplit::Rows
+    // shards (sorted by path) and derived sizes
+    std::vector<std::string> paths_;
+    std::vector<int64_t> counts_;        // tokens per shard file
+    int64_t total_ = 0;                  // tokens in all shards
+    int64_t window_tokens_ = 0;          // B*T (Interleave) or world*B*T (Rows)
+    int64_t windows_ = 0;                // W = (total - 1) / window_tokens_ windows per epoch
+    int64_t batches_per_epoch_ = 0;      // W / world_size (Interleave) or W (Rows)
+    // position (all that state() saves)
+    int64_t epoch_ = 0, batch_ = 0;
+    // caches derived from the position
+    int64_t layout_epoch_ = -1;
+    std::vector<int> order_;             // (S,) shard file index at each position of this epoch
+    std::vector<int64_t> offsets_;       // (S+1,) first token of each position in the epoch sequence
+    std::vector<int64_t> first_window_;  // (S+1,) first window starting at or after offsets_[p]
+    int64_t perm_group_ = -1;
+    std::vector<int64_t> perm_;          // window permutation of group perm_group_
+    std::vector<std::pair<int, std::vector<uint32_t>>> cache_;  // most recently used first
+    std::vector<uint32_t> window_buf_;   // (B*T + 1,)
+};
+
+}  // namespace llmc

@@ -1,0 +1,111 @@
+// The logit alarm: flags a step whose max attention logit jumps, names the layer and head, and
+// asks the loop for a checkpoint at that step so the growth can be replayed bit for bit.
+//   --logit-alarm Z            z-score rule (the spike detector's, llmc/train/spikes.h): the step's max
+//                              pre-softmax logit M (over layers, heads, micro-batches and ranks)
+//                              against the last W = --spike-window values of M; flagged when
+//                              z > Z (z is NaN, never flagged, until the window is full), or when
+//                              M is not finite (an overflowed logit) once the window is full
+//   --logit-alarm-above X      absolute rule: flagged when M > X
+//   --logit-alarm-cooldown N   at most one alarm checkpoint per N steps (the first flagged step
+//                              at or after the previous alarm checkpoint's step + N gets one)
+// 0 turns a rule off. Every step's M joins the window after its z-score is taken (non-finite M
+// never does); the loop calls observe() every step, also with both rules off, so the window a
+// checkpoint holds is always the last W steps'. The state (window, the steps that got an alarm checkpoint) round-trips through
+// to_vector()/from_vector() for the training-state file, so a resumed run raises the same alarms.
+// The alarm's checkpoints are pinned: --keep-checkpoints never prunes them (checkpoint_dir.h).
+#pragma once
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "llmc/core/backend.h"
+#include "llmc/core/error.h"
+#include "llmc/train/spikes.h"
+
+namespace llmc {
+
+struct LogitAlarmConfig {
+    float z = 0.0f;      // --logit-alarm Z (0 = off)
+    float above = 0.0f;  // --logit-alarm-above X (0 = off)
+    int cooldown = 100;  // --logit-alarm-cooldown N
+    int window = 100;    // --spike-window W
+    bool on() const { return z > 0 || above > 0; }
+};
+
+struct LogitAlarmEvent {
+    bool flagged = false;
+    int layer = -1, head = -1;  // where the step's max logit is (the first such head)
+    float value = 0.0f;         // M
+    double z = 0.0;             // M's z-score against the window (NaN while it fills)
+    bool by_z = false, by_above = false;
+    bool checkpoint = false;    // the loop writes a checkpoint at this step
+};
+
+class LogitAlarm {
+public:
+    static constexpr double kStateTag = 1279348813.0;  // 0x4C41504D, "LAPM": marks the alarm's section of the state
+
+    explicit LogitAlarm(const LogitAlarmConfig& c) : cfg_(c), window_(c.window) {}
+
+    // Judges step `step` (1-based) from its reduced statistics, then adds M to the window.
+    LogitAlarmEvent observe(int step, const LogitStats& s) {
+        LogitAlarmEvent e;
+        for (int l = 0; l < s.num_layers; l++)
+            for (int h = 0; h < s.num_heads; h++) {
+                const float v = s.max_logit[(size_t)l * s.num_heads + h];
+                if (e.layer < 0 || v > e.value || (std::isnan(e.value) && !std::isnan(v))) {
+                    e.layer = l; e.head = h; e.value = v;
+                }
+            }
+        e.z = window_.zscore(e.value);
+        const bool window_full = window_.count() == window_.window();
+        // NaN z compares false; a non-finite M with a full window is an alarm of its own
+        e.by_z = cfg_.z > 0 && (e.z > cfg_.z || (window_full && !std::isfinite(e.value)));
+        e.by_above = cfg_.above > 0 && e.value > cfg_.above;
+        e.flagged = e.by_z || e.by_above;
+        if (e.flagged && (pinned_.empty() || (long)step - pinned_.back() >= cfg_.cooldown)) {
+            e.checkpoint = true;
+            pinned_.push_back(step);
+        }
+        window_.push(e.value);
+        return e;
+    }
+
+    // Steps that got an alarm checkpoint (ascending).
+    const std::vector<int>& checkpoint_steps() const { return pinned_; }
+
+    // [tag, window state..., n, steps...]
+    std::vector<double> to_vector() const {
+        std::vector<double> out = {kStateTag};
+        const std::vector<double> w = window_.to_vector();
+        out.insert(out.end(), w.begin(), w.end());
+        out.push_back((double)pinned_.size());
+        for (int s : pinned_) out.push_back(s);
+        return out;
+    }
+    // Restores from data[pos...] (written by to_vector()); returns the position after it.
+    size_t from_vector(const std::vector<double>& data, size_t pos) {
+        auto corrupt = [] { return InputError("logit-alarm state in the checkpoint is corrupt; resume from an earlier checkpoint"); };
+        if (pos >= data.size() || data[pos] != kStateTag) throw corrupt();
+        pos = window_.from_vector(data, pos + 1);
+        if (pos >= data.size()) throw corrupt();
+        const double n = data[pos++];
+        if (!(n >= 0) || n > (double)(data.size() - pos) || n != std::floor(n)) throw corrupt();
+        // steps: integers 1 .. INT_MAX, ascending (range-checked before the conversion to int)
+        pinned_.clear();
+        for (size_t i = pos; i < pos + (size_t)n; i++) {
+            const double s = data[i];
+            if (!(s >= 1 && s <= 2147483647.0 && s == std::floor(s)) || (!pinned_.empty() && s <= pinned_.back()))
+                throw corrupt();
+            pinned_.push_back((int)s);
+        }
+        return pos + (size_t)n;
+    }
+
+private:
+    LogitAlarmConfig cfg_;
+    SpikeDetector window_;
+    std::vector<int> pinned_;
+};
+
+}  // namespace llmc

@@ -1,0 +1,77 @@
+// QK-Clip (Kimi K2, arXiv 2507.20534), the fourth stabilizer beside QK-norm, z-loss and soft-capping.
+// After an optimizer step, every head h of layer l whose max pre-softmax logit over the step's
+// batch S = max q.k/sqrt(hd) (LogitStats::max_logit, over every micro-batch and rank) exceeds tau
+// has its query and key projections scaled by gamma = sqrt(tau / S):
+//   qkvw rows  h*hd .. h*hd+hd-1 (q) and C+h*hd .. C+h*hd+hd-1 (k) of layer l   (each row: C weights)
+//   qkvb        the same 2*hd entries                                          (biases)
+// q and k are linear in these, so every logit of that head becomes gamma^2 = tau/S times what it
+// was: on the same batch its max is tau (up to rounding); other heads are untouched bit for bit.
+// The AdamW moments are left alone (as in Kimi K2). With --qk-norm the logits do not depend on
+// the scale of the projections, so the combination is refused (llmc/train/train_loop.h).
+// Deterministic: the decision uses only the reduced statistics every rank holds, so all ranks
+// scale identically and a resumed run repeats an uninterrupted one bit for bit.
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include <vector>
+
+#include "llmc/core/backend.h"
+#include "llmc/core/model_config.h"
+#include "llmc/core/params.h"
+
+namespace llmc {
+
+struct ClippedHead {
+    int layer, head;
+    float max_logit;  // S, the statistic that triggered the clip
+    float gamma;      // sqrt(tau / S), the factor applied to the head's q and k projections
+};
+
+// A run of parameters (canonical layout, element offsets) to multiply by factor.
+struct ParamScale {
+    size_t offset, count;
+    float factor;
+};
+
+// The heads to clip for threshold tau > 0 (non-finite statistics never trigger a clip: a step
+// whose logits overflowed is skipped by the loop, and scaling by 0 would destroy the head).
+inline std::vector<ClippedHead> qk_clip_heads(const LogitStats& s, float tau) {
+    std::vector<ClippedHead> out;
+    for (int l = 0; l < s.num_layers; l++)
+        for (int h = 0; h < s.num_heads; h++) {
+            const float S = s.max_logit[(size_t)l * s.num_heads + h];
+            if (std::isfinite(S) && S > tau) out.push_back({l, h, S, (float)std::sqrt((double)tau / (double)S)});
+        }
+    return out;
+}
+
+// The parameter runs QK-Clip scales for these heads: per head, 2 weight blocks of hd*C and 2 bias
+// runs of hd.
+inline std::vector<ParamScale> qk_clip_scales(const ModelConfig& m, const std::vector<ClippedHead>& heads) {
+    const ParamLayout p = param_layout(m);
+    const size_t C = m.channels, hd = m.head_size();
+    std::vector<ParamScale> out;
+    for (const ClippedHead& c : heads) {
+        const size_t w = p.offset[P_QKVW] + (size_t)c.layer * 3 * C * C;  // layer's (3C, C) block
+        const size_t b = p.offset[P_QKVB] + (size_t)c.layer * 3 * C;      // layer's (3C) bias
+        for (size_t part : {(size_t)0, C}) {                              // q rows, then k rows
+            const size_t row = part + (size_t)c.head * hd;
+            out.push_back({w + row * C, hd * C, c.gamma});
+            out.push_back({b + row, hd, c.gamma});
+        }
+    }
+    return out;
+}
+
+// Applies the scales to a slice of the flat parameter vector: data holds elements
+// [begin, begin + n) (the whole vector: begin 0, n = total; a ZeRO-1 shard: its range).
+inline void apply_param_scales(float* data, size_t begin, size_t n, const std::vector<ParamScale>& scales) {
+    const size_t end = begin + n;
+    for (const ParamScale& s : scales) {
+        const size_t lo = s.offset > begin ? s.offset : begin;
+        const size_t hi = s.offset + s.count < end ? s.offset + s.count : end;
+        for (size_t i = lo; i < hi; i++) data[i - begin] *= s.factor;
+    }
+}
+
+}  // namespace llmc

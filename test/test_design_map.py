@@ -1,0 +1,46 @@
+"""docs/design.md's layout map names every header under llmc/ and no header that does not exist.
+
+The map is the code block of the "## Layout" section: a line `  <folder>/` opens a folder of
+llmc/, and the lines under it indented by four spaces name that folder's headers.
+"""
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def headers_in_map():
+    text = (REPO / "docs/design.md").read_text()
+    section = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```", 2)[1]
+    listed, folder = set(), None
+    for line in block.splitlines():
+        m = re.match(r"^  (\w+)/\s", line)
+        if m:
+            folder = m.group(1)
+            continue
+        m = re.match(r"^    (\S+\.(?:h|cuh))\s", line)
+        if m and folder:
+            listed.add(f"llmc/{folder}/{m.group(1)}")
+        elif not line.startswith("    "):
+            folder = None
+    return listed
+
+
+def headers_on_disk():
+    return {str(p.relative_to(REPO)) for p in (REPO / "llmc").rglob("*") if p.suffix in (".h", ".cuh")}
+
+
+def test_every_header_is_in_the_map():
+    missing = sorted(headers_on_disk() - headers_in_map())
+    assert not missing, f"headers missing from docs/design.md's layout map: {missing}"
+
+
+def test_the_map_names_only_existing_headers():
+    stale = sorted(headers_in_map() - headers_on_disk())
+    assert not stale, f"docs/design.md's layout map names headers that do not exist: {stale}"
+
+
+def test_no_header_directly_under_llmc():
+    loose = sorted(str(p.relative_to(REPO)) for p in (REPO / "llmc").glob("*.h*"))
+    assert not loose, f"headers belong in a folder of llmc/ (docs/design.md): {loose}"
