@@ -123,7 +123,7 @@ def build_mutant(name, root):
     d = root / name
     d.mkdir()
     shutil.copy(REPO / "Makefile", d)
-    for sub in ["llmc", "dev/cuda"]:
+    for sub in ["llmc", "dev/cuda", "dev/emu"]:
         shutil.copytree(REPO / sub, d / sub)
     (d / "test").mkdir()
     shutil.copytree(REPO / "test" / "gpu", d / "test" / "gpu")

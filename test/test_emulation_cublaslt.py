@@ -440,7 +440,7 @@ def test_emulation_choice_double_accumulation(main_run):
 
 # --- mutation test -----------------------------------------------------------------------------------
 # name -> (text in dev/emu/cublaslt.cpp (exactly once), its replacement, a case that must fail)
-SRC = REPO / "llmc" / "cuda" / "emu" / "cublaslt.cpp"
+SRC = REPO / "dev" / "emu" / "cublaslt.cpp"
 MUTANTS = {
     "transposed-A-strided-by-rows": (
         "ta ? (size_t)(p + i * la.ld)", "ta ? (size_t)(p + i * la.rows)", "trans_TN_f32"),

@@ -20,7 +20,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 EMU = REPO / "build" / "emu"
 CASES = EMU / "self" / "nccl_cases"
-SOURCE = REPO / "llmc" / "cuda" / "emu" / "nccl.cpp"
+SOURCE = REPO / "dev" / "emu" / "nccl.cpp"
 ENV = dict(os.environ, UBSAN_OPTIONS="print_stacktrace=1")
 
 
@@ -77,7 +77,7 @@ def make_var(name):
 def mutants(tmp_path_factory):
     """Each mutant of nccl.cpp compiled and linked with the test (compiled once), in parallel."""
     need(CASES)  # the unmutated build must exist (and pass: test_nccl_cases_pass)
-    others = [EMU / (src.stem + ".o") for src in sorted((REPO / "llmc" / "cuda" / "emu").glob("*.cpp"))
+    others = [EMU / (src.stem + ".o") for src in sorted((REPO / "dev" / "emu").glob("*.cpp"))
               if src.name != "nccl.cpp"]
     for o in others:
         need(o)
