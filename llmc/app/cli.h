@@ -92,9 +92,11 @@ public:
         a.config_formatter(std::make_shared<CheckedConfigFile>());
         a.get_formatter()->column_width(34);
         a.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: the last wins
+        // one option per row of the flag table, in its order
 #define LLMC_ADD_SETTING(record, type, field, def, names, ok, rule, help) \
     add_setting(a, FlagRecord::record, names, c.field, help);
-#define LLMC_ADD_MODEL_FLAG(type, field, names, help) add_setting(a, FlagRecord::Toml, names, c.overrides.field, help);
+#define LLMC_ADD_MODEL_FLAG(type, field, names, help) \
+    add_setting(a, FlagRecord::Toml, names, c.overrides.field, help);
         LLMC_TRAIN_FLAGS(LLMC_ADD_SETTING, LLMC_ADD_MODEL_FLAG)
 #undef LLMC_ADD_SETTING
 #undef LLMC_ADD_MODEL_FLAG
@@ -157,7 +159,8 @@ private:
 
     // One row of llmc/app/flags.h as a CLI11 option bound to its field (none for a Json row).
     template <class T>
-    static void add_setting(CLI::App& a, FlagRecord record, const std::string& names, T& field, const std::string& help) {
+    static void add_setting(CLI::App& a, FlagRecord record, const std::string& names, T& field,
+                            const std::string& help) {
         if (record == FlagRecord::Json) return;
         CLI::Option* opt = add_bound(a, names, field, help);
         const bool launch = record == FlagRecord::Launch || record == FlagRecord::Hidden;
@@ -171,7 +174,8 @@ private:
     }
     // set only when given; CLI11 converts the value as a T
     template <class T>
-    static CLI::Option* add_bound(CLI::App& a, const std::string& names, std::optional<T>& field, const std::string& help) {
+    static CLI::Option* add_bound(CLI::App& a, const std::string& names, std::optional<T>& field,
+                                  const std::string& help) {
         return a.add_option<std::optional<T>, T>(names, field, help);
     }
     // an on/off flag; bound to a bool, so "qk-norm=false" in a config file means off

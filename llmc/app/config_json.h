@@ -33,7 +33,8 @@ nlohmann::ordered_json setting_json(const std::optional<T>& v) {
 inline nlohmann::ordered_json train_config_json(const TrainConfig& c) {
     nlohmann::ordered_json j = nlohmann::ordered_json::object();
 #define LLMC_SETTING_JSON(record, type, field, def, names, ok, rule, help) \
-    if (FlagRecord::record == FlagRecord::Both || FlagRecord::record == FlagRecord::Json) j[#field] = setting_json(c.field);
+    if (FlagRecord::record == FlagRecord::Both || FlagRecord::record == FlagRecord::Json) \
+        j[#field] = setting_json(c.field);
     LLMC_TRAIN_FLAGS(LLMC_SETTING_JSON, LLMC_NO_MODEL)
 #undef LLMC_SETTING_JSON
     return j;
