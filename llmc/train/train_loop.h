@@ -58,6 +58,10 @@
 #include "llmc/train/spikes.h"
 #include "llmc/text/tokenizer.h"
 #include "llmc/app/train_config.h"
+#include "llmc/app/config_json.h"
+#include "llmc/app/model_setup.h"
+#include "llmc/app/validate.h"
+#include "llmc/io/json_text.h"
 #include "llmc/io/train_state.h"
 #include "llmc/dist/zero.h"
 
@@ -73,13 +77,6 @@ inline std::string glob_dir(const std::string& pattern) {
     const size_t slash = pattern.find_last_of('/');
     if (slash == std::string::npos) return ".";
     return slash == 0 ? "/" : pattern.substr(0, slash);
-}
-
-// A JSON value for an error line: a number, string, bool or null as written (ASCII, at most 40
-// characters), else its type ("array", "object"; dumping a deeply nested one would recurse per level).
-inline std::string json_value_brief(const nlohmann::ordered_json& v) {
-    if (!v.is_primitive()) return v.type_name();
-    return v.dump(-1, ' ', true, nlohmann::ordered_json::error_handler_t::replace).substr(0, 40);
 }
 
 // Vocabulary of the data next to the shards: meta.json's "vocab_size", else tokenizer.bin's
@@ -125,181 +122,6 @@ inline int data_vocab_size(const std::string& pattern, std::string* source) {
 inline bool is_regular_file(const std::string& path) {
     std::error_code ec;
     return std::filesystem::is_regular_file(path, ec);
-}
-
-struct ModelSetup {
-    ModelConfig config;
-    std::string source;                 // "preset ls-small" or the checkpoint path
-    std::optional<ModelCheckpoint> init;  // weights when -e is a checkpoint
-};
-
-// Model flags given together with a checkpoint must agree with it (they cannot change it).
-inline void check_overrides_match(const ModelConfig& ck, const ModelOverrides& o, const std::string& path) {
-    auto mismatch = [&](const char* flag, double given, double have) {
-        if (given != have)
-            throw InputError(std::string(flag) + " " + std::to_string(given) + " contradicts the checkpoint " + path +
-                             " (which has " + std::to_string(have) + "); drop the flag, a checkpoint fixes the model");
-    };
-    if (o.layers) mismatch("--layers", *o.layers, ck.num_layers);
-    if (o.channels) mismatch("--channels", *o.channels, ck.channels);
-    if (o.heads) mismatch("--heads", *o.heads, ck.num_heads);
-    if (o.global_heads) mismatch("--global-heads", *o.global_heads, ck.global_heads);
-    if (o.window) mismatch("--window", *o.window, ck.window);
-    if (o.vocab) mismatch("--vocab", *o.vocab, ck.vocab_size);
-    if (o.max_seq_len) mismatch("--max-seq-len", *o.max_seq_len, ck.max_seq_len);
-    if (o.attn_softcap) mismatch("--attn-softcap", *o.attn_softcap, ck.attn_softcap);
-    if (o.qk_norm && !ck.qk_norm) mismatch("--qk-norm", 1, 0);
-    if (o.untie_embeddings && ck.tied_embeddings) mismatch("--untie-embeddings", 1, 0);
-}
-
-// -e: a checkpoint file (ours or llm.c's) or a preset, then the model flags on top of a preset.
-// data_vocab (-1 = unknown) becomes V when --vocab is not given.
-inline ModelSetup resolve_model(const TrainConfig& cfg, int data_vocab) {
-    ModelSetup m;
-    if (is_regular_file(cfg.model)) {
-        m.init = load_model_checkpoint(cfg.model);
-        m.config = m.init->config;
-        m.source = cfg.model + (m.init->from_llmc ? " (llm.c GPT-2 checkpoint, all heads global)" : "");
-        check_overrides_match(m.config, cfg.overrides, cfg.model);
-    } else {
-        if (!is_model_preset(cfg.model))
-            throw InputError("-e '" + cfg.model + "' is neither an existing checkpoint file nor a preset "
-                             "(ls-small, d6, d12, ...); check the path");
-        m.config = model_preset(cfg.model);
-        if (!cfg.overrides.vocab && data_vocab > 0) {
-            m.config.vocab_size = data_vocab;
-            m.config.padded_vocab_size = pad_vocab(data_vocab);
-        }
-        apply_overrides(m.config, cfg.overrides);
-        m.source = "preset " + cfg.model;
-    }
-    const std::string err = validate_model_config(m.config);
-    if (!err.empty()) throw InputError(err);
-    return m;
-}
-
-// Flags that do not depend on the model. Throws InputError naming the flag and the fix.
-inline void validate_train_flags(const TrainConfig& c) {
-    auto fail = [](const std::string& msg) { throw InputError(msg); };
-    auto s = [](double v) {
-        char buf[32];
-        std::snprintf(buf, sizeof buf, "%g", v);
-        return std::string(buf);
-    };
-    check_dump_attention_flags(c);  // --dump-attention: --eval-only, -o, not --device cuda, its syntax
-    if (c.eval_only) {
-        if (c.val_data.empty()) fail("--eval-only needs -j VAL_GLOB, the shards to evaluate on");
-    } else {
-        if (c.train_data.empty()) fail("no training data: give -i 'DIR/train_*.bin' (make shards with data/prepare.py)");
-        if (!c.dump_logits.empty()) fail("--dump-logits works with --eval-only only; add --eval-only");
-    }
-    if (c.batch_size < 1) fail("-b/--batch-size must be >= 1 (got " + s(c.batch_size) + ")");
-    if (c.seq_len < 1) fail("-t/--seq-len must be >= 1 (got " + s(c.seq_len) + ")");
-    if (c.total_batch_size != -1 && c.total_batch_size < 1)
-        fail("-d/--total-batch-size must be -1 (= B*T*processes) or a positive number of tokens");
-    if (c.max_steps < -1) fail("-x/--max-steps must be -1 (one epoch) or >= 0 (got " + s(c.max_steps) + ")");
-    if (!(c.learning_rate >= 0)) fail("-l/--learning-rate must be >= 0");
-    if (c.warmup_steps < 0) fail("-u/--warmup-steps must be >= 0");
-    if (!(c.final_lr_frac >= 0 && c.final_lr_frac <= 1)) fail("-q/--final-lr-frac must be in [0, 1] (got " + s(c.final_lr_frac) + ")");
-    parse_lr_schedule(c.lr_schedule);
-    if (!(c.wsd_decay_frac >= 0 && c.wsd_decay_frac <= 1)) fail("--wsd-decay-frac must be in [0, 1]");
-    if (!(c.weight_decay >= 0)) fail("-c/--weight-decay must be >= 0");
-    if (!(c.beta1 >= 0 && c.beta1 < 1)) fail("--beta1 must be in [0, 1) (got " + s(c.beta1) + ")");
-    if (!(c.beta2 >= 0 && c.beta2 < 1)) fail("--beta2 must be in [0, 1) (got " + s(c.beta2) + ")");
-    if (!(c.eps > 0)) fail("--eps must be > 0");
-    if (!(c.grad_clip >= 0)) fail("--grad-clip must be >= 0 (0 = off)");
-    if (!(c.z_loss >= 0)) fail("--z-loss must be >= 0 (0 = off)");
-    if (c.val_every < 0) fail("-v/--val-every must be >= 0 (0 = never)");
-    if (c.val_batches == 0 || c.val_batches < -1) fail("-m/--val-batches must be -1 (all) or >= 1");
-    if (c.sample_every < 0) fail("-s/--sample-every must be >= 0 (0 = never)");
-    if (c.gen_tokens < 0) fail("-g/--gen-tokens must be >= 0");
-    if (!(c.temperature > 0)) fail("--temperature must be > 0");
-    if (c.checkpoint_every < 0) fail("-n/--checkpoint-every must be >= 0 (0 = only at the end)");
-    if (c.resume != 0 && c.resume != 1) fail("-y/--resume must be 0 or 1");
-    if (c.resume && c.output_dir.empty()) fail("-y 1 resumes from the checkpoints in -o; give -o DIR");
-    if (c.checkpoint_every > 0 && c.output_dir.empty()) fail("-n needs -o DIR to write checkpoints into");
-    if (c.keep_checkpoints < 0) fail("--keep-checkpoints must be >= 0 (0 = keep all)");
-    if (c.logit_stats_every < 0) fail("--logit-stats-every must be >= 0 (0 = never)");
-    if (c.near && *c.near < 1) fail("--near must be >= 1 (got " + s(*c.near) + "); drop it to split at the model's --window");
-    if (!(c.skip_spikes >= 0)) fail("--skip-spikes must be >= 0 (0 = never skip)");
-    if (c.spike_window < 2) fail("--spike-window must be >= 2 (got " + s(c.spike_window) + ")");
-    if (!(c.spike_z > 0)) fail("--spike-z must be > 0");
-    if (!(c.qk_clip >= 0)) fail("--qk-clip must be >= 0 (0 = off; e.g. 100, Kimi K2's threshold)");
-    if (!(c.logit_alarm >= 0)) fail("--logit-alarm must be >= 0 (0 = off; e.g. 6, a z-score)");
-    if (!(c.logit_alarm_above >= 0)) fail("--logit-alarm-above must be >= 0 (0 = off)");
-    if (c.logit_alarm_cooldown < 1) fail("--logit-alarm-cooldown must be >= 1 (steps between alarm checkpoints)");
-    if (c.threads < 0) fail("--threads must be >= 0 (0 = OpenMP's default)");
-    if (c.shuffle != 0 && c.shuffle != 1) fail("--shuffle must be 0 or 1");
-    if (c.zero_stage != 0 && c.zero_stage != 1) fail("-z/--zero-stage must be 0 or 1 (got " + s(c.zero_stage) + ")");
-}
-
-// Checks that need the model: sequence length, batch divisibility, vocabulary vs the data.
-// Returns the gradient-accumulation steps.
-inline int validate_run(const TrainConfig& c, const ModelConfig& m, int data_vocab, const std::string& vocab_source) {
-    if (c.seq_len > m.max_seq_len)
-        throw InputError("-t " + std::to_string(c.seq_len) + " exceeds the model's --max-seq-len " +
-                         std::to_string(m.max_seq_len) + "; use -t <= " + std::to_string(m.max_seq_len) +
-                         " or a larger --max-seq-len");
-    if (data_vocab > m.vocab_size)
-        throw InputError("the model's vocabulary " + std::to_string(m.vocab_size) + " is smaller than the data's " +
-                         std::to_string(data_vocab) + " (from " + vocab_source + "); use --vocab >= " +
-                         std::to_string(data_vocab) + " or drop --vocab");
-    if (c.qk_clip > 0 && m.qk_norm)
-        throw InputError("--qk-clip with --qk-norm: QK-norm normalizes q and k, so scaling their projections changes "
-                         "no logit; use one of the two");
-    const long per_micro = (long)c.batch_size * c.seq_len * c.world_size;
-    if (c.total_batch_size == -1) return 1;
-    if (c.total_batch_size % per_micro != 0)
-        throw InputError("-d " + std::to_string(c.total_batch_size) + " is not a multiple of B*T*processes = " +
-                         std::to_string(c.batch_size) + "*" + std::to_string(c.seq_len) + "*" +
-                         std::to_string(c.world_size) + " = " + std::to_string(per_micro) + "; use -d " +
-                         std::to_string(per_micro) + " times the gradient-accumulation steps");
-    return (int)(c.total_batch_size / per_micro);
-}
-
-inline std::string describe_model(const ModelConfig& m, size_t num_params) {
-    char buf[320];
-    std::snprintf(buf, sizeof buf,
-                  "L %d, C %d, NH %d (hd %d; %d global, %d local with window %d), maxT %d, V %d (Vp %d)%s%s%s, %.2fM params",
-                  m.num_layers, m.channels, m.num_heads, m.head_size(), m.global_heads, m.local_heads(), m.window,
-                  m.max_seq_len, m.vocab_size, m.padded_vocab_size, m.qk_norm ? ", qk-norm" : "",
-                  m.attn_softcap > 0 ? (", softcap " + std::to_string(m.attn_softcap)).c_str() : "",
-                  m.tied_embeddings ? "" : ", untied", num_params / 1e6);
-    return buf;
-}
-
-// config.json / eval.json text. Paths and names are bytes that need not be UTF-8 (an -o directory
-// with a Latin-1 name): each invalid byte is written as U+FFFD instead of nlohmann throwing
-// type_error 316 (found by test/fuzz/fuzz_config.cpp).
-inline std::string json_file_text(const nlohmann::ordered_json& j) {
-    return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
-}
-
-inline nlohmann::ordered_json model_config_json(const ModelConfig& m) {
-    return {{"max_seq_len", m.max_seq_len}, {"vocab_size", m.vocab_size}, {"padded_vocab_size", m.padded_vocab_size},
-            {"num_layers", m.num_layers},   {"num_heads", m.num_heads},   {"channels", m.channels},
-            {"global_heads", m.global_heads}, {"window", m.window},       {"qk_norm", m.qk_norm},
-            {"attn_softcap", m.attn_softcap}, {"tied_embeddings", m.tied_embeddings}};
-}
-
-inline nlohmann::ordered_json train_config_json(const TrainConfig& c) {
-    return {{"train_data", c.train_data}, {"val_data", c.val_data}, {"output_dir", c.output_dir},
-            {"model", c.model}, {"batch_size", c.batch_size}, {"seq_len", c.seq_len},
-            {"total_batch_size", c.total_batch_size}, {"max_steps", c.max_steps},
-            {"learning_rate", c.learning_rate}, {"warmup_steps", c.warmup_steps},
-            {"final_lr_frac", c.final_lr_frac}, {"lr_schedule", c.lr_schedule},
-            {"wsd_decay_frac", c.wsd_decay_frac}, {"weight_decay", c.weight_decay}, {"beta1", c.beta1},
-            {"beta2", c.beta2}, {"eps", c.eps}, {"grad_clip", c.grad_clip}, {"z_loss", c.z_loss},
-            {"seed", c.seed}, {"shuffle", c.shuffle}, {"val_every", c.val_every}, {"val_batches", c.val_batches},
-            {"sample_every", c.sample_every}, {"gen_tokens", c.gen_tokens}, {"temperature", c.temperature},
-            {"checkpoint_every", c.checkpoint_every}, {"resume", c.resume},
-            {"keep_checkpoints", c.keep_checkpoints}, {"logit_stats_every", c.logit_stats_every},
-            {"near", c.near ? nlohmann::ordered_json(*c.near) : nlohmann::ordered_json(nullptr)},
-            {"skip_spikes", c.skip_spikes}, {"spike_window", c.spike_window}, {"spike_z", c.spike_z},
-            {"qk_clip", c.qk_clip}, {"logit_alarm", c.logit_alarm}, {"logit_alarm_above", c.logit_alarm_above},
-            {"logit_alarm_cooldown", c.logit_alarm_cooldown},
-            {"device", c.device}, {"threads", c.threads}, {"world_size", c.world_size},
-            {"zero_stage", c.zero_stage}};
 }
 
 // Writes a text file through a temporary + rename (so a crash never leaves half a config).

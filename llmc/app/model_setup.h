@@ -1,0 +1,80 @@
+// The model a run trains or evaluates: -e (a checkpoint file, ours or llm.c's, or a preset), the
+// model flags on top of a preset, the data's vocabulary; and its one-line description.
+#pragma once
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <system_error>
+
+#include "llmc/app/train_config.h"
+#include "llmc/core/error.h"
+#include "llmc/core/model_config.h"
+#include "llmc/io/checkpoint.h"
+
+namespace llmc {
+
+struct ModelSetup {
+    ModelConfig config;
+    std::string source;                   // "preset ls-small" or the checkpoint path
+    std::optional<ModelCheckpoint> init;  // weights when -e is a checkpoint
+};
+
+// Model flags given together with a checkpoint must agree with it (they cannot change it).
+inline void check_overrides_match(const ModelConfig& ck, const ModelOverrides& o, const std::string& path) {
+    auto mismatch = [&](const char* flag, double given, double have) {
+        if (given != have)
+            throw InputError(std::string(flag) + " " + std::to_string(given) + " contradicts the checkpoint " + path +
+                             " (which has " + std::to_string(have) + "); drop the flag, a checkpoint fixes the model");
+    };
+    if (o.layers) mismatch("--layers", *o.layers, ck.num_layers);
+    if (o.channels) mismatch("--channels", *o.channels, ck.channels);
+    if (o.heads) mismatch("--heads", *o.heads, ck.num_heads);
+    if (o.global_heads) mismatch("--global-heads", *o.global_heads, ck.global_heads);
+    if (o.window) mismatch("--window", *o.window, ck.window);
+    if (o.vocab) mismatch("--vocab", *o.vocab, ck.vocab_size);
+    if (o.max_seq_len) mismatch("--max-seq-len", *o.max_seq_len, ck.max_seq_len);
+    if (o.attn_softcap) mismatch("--attn-softcap", *o.attn_softcap, ck.attn_softcap);
+    if (o.qk_norm && !ck.qk_norm) mismatch("--qk-norm", 1, 0);
+    if (o.untie_embeddings && ck.tied_embeddings) mismatch("--untie-embeddings", 1, 0);
+}
+
+// -e: a checkpoint file (ours or llm.c's) or a preset, then the model flags on top of a preset.
+// data_vocab (-1 = unknown) becomes V when --vocab is not given.
+inline ModelSetup resolve_model(const TrainConfig& cfg, int data_vocab) {
+    ModelSetup m;
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(cfg.model, ec)) {
+        m.init = load_model_checkpoint(cfg.model);
+        m.config = m.init->config;
+        m.source = cfg.model + (m.init->from_llmc ? " (llm.c GPT-2 checkpoint, all heads global)" : "");
+        check_overrides_match(m.config, cfg.overrides, cfg.model);
+    } else {
+        if (!is_model_preset(cfg.model))
+            throw InputError("-e '" + cfg.model + "' is neither an existing checkpoint file nor a preset "
+                             "(ls-small, d6, d12, ...); check the path");
+        m.config = model_preset(cfg.model);
+        if (!cfg.overrides.vocab && data_vocab > 0) {
+            m.config.vocab_size = data_vocab;
+            m.config.padded_vocab_size = pad_vocab(data_vocab);
+        }
+        apply_overrides(m.config, cfg.overrides);
+        m.source = "preset " + cfg.model;
+    }
+    const std::string err = validate_model_config(m.config);
+    if (!err.empty()) throw InputError(err);
+    return m;
+}
+
+inline std::string describe_model(const ModelConfig& m, size_t num_params) {
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "L %d, C %d, NH %d (hd %d; %d global, %d local with window %d), maxT %d, V %d (Vp %d)%s%s%s, %.2fM params",
+                  m.num_layers, m.channels, m.num_heads, m.head_size(), m.global_heads, m.local_heads(), m.window,
+                  m.max_seq_len, m.vocab_size, m.padded_vocab_size, m.qk_norm ? ", qk-norm" : "",
+                  m.attn_softcap > 0 ? (", softcap " + std::to_string(m.attn_softcap)).c_str() : "",
+                  m.tied_embeddings ? "" : ", untied", num_params / 1e6);
+    return buf;
+}
+
+}  // namespace llmc

@@ -1,0 +1,96 @@
+// The checks of a run's settings, in the order the trainer makes them: the rules between flags
+// (check_flag_combinations), each flag's own range (from the table, llmc/app/flags.h), then, once
+// the model is known, validate_run. Each refusal is an InputError naming the flag and the fix.
+#pragma once
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <type_traits>
+
+#include "llmc/app/flags.h"
+#include "llmc/app/train_config.h"
+#include "llmc/core/error.h"
+#include "llmc/core/model_config.h"
+#include "llmc/io/attention_dump.h"
+#include "llmc/train/schedule.h"
+
+namespace llmc {
+
+// A flag's names as messages write them: "-b,--batch-size" -> "-b/--batch-size".
+inline std::string flag_names_text(std::string names) {
+    for (char& ch : names)
+        if (ch == ',') ch = '/';
+    return names;
+}
+
+// Refuses `value` when ok(value) is false: "<names> <rule>", each "{}" of rule replaced by the value.
+template <class T, class Ok>
+void check_setting(const T& value, const char* names, const char* rule, Ok ok) {
+    if (ok(value)) return;
+    std::string msg = flag_names_text(names) + " " + rule;
+    if constexpr (std::is_arithmetic<T>::value) {
+        char text[32];
+        std::snprintf(text, sizeof text, "%g", (double)value);
+        for (size_t at = msg.find("{}"); at != std::string::npos; at = msg.find("{}", at))
+            msg.replace(at, 2, text);
+    }
+    throw InputError(msg);
+}
+template <class T, class Ok>
+void check_setting(const std::optional<T>& value, const char* names, const char* rule, Ok ok) {
+    if (value) check_setting(*value, names, rule, ok);
+}
+
+// Every flag's own range, in table order.
+inline void check_flag_ranges(const TrainConfig& c) {
+#define LLMC_CHECK_SETTING(record, type, field, def, names, ok, rule, help) \
+    check_setting(c.field, names, rule, [](const auto& v) { (void)v; return ok; });
+    LLMC_TRAIN_FLAGS(LLMC_CHECK_SETTING, LLMC_NO_MODEL)
+#undef LLMC_CHECK_SETTING
+}
+
+// The rules between flags, checked first (so a rule holds whatever the range of a flag it reads).
+inline void check_flag_combinations(const TrainConfig& c) {
+    auto fail = [](const char* msg) { throw InputError(msg); };
+    check_dump_attention_flags(c);  // --dump-attention: --eval-only, -o, not --device cuda, its syntax
+    if (c.eval_only) {
+        if (c.val_data.empty()) fail("--eval-only needs -j VAL_GLOB, the shards to evaluate on");
+    } else {
+        if (c.train_data.empty()) fail("no training data: give -i 'DIR/train_*.bin' (make shards with data/prepare.py)");
+        if (!c.dump_logits.empty()) fail("--dump-logits works with --eval-only only; add --eval-only");
+    }
+    if (c.resume == 1 && c.output_dir.empty()) fail("-y 1 resumes from the checkpoints in -o; give -o DIR");
+    if (c.checkpoint_every > 0 && c.output_dir.empty()) fail("-n needs -o DIR to write checkpoints into");
+}
+
+// The flags, without the model.
+inline void validate_train_flags(const TrainConfig& c) {
+    check_flag_combinations(c);
+    check_flag_ranges(c);
+}
+
+// Checks that need the model: sequence length, batch divisibility, vocabulary vs the data.
+// Returns the gradient-accumulation steps.
+inline int validate_run(const TrainConfig& c, const ModelConfig& m, int data_vocab, const std::string& vocab_source) {
+    if (c.seq_len > m.max_seq_len)
+        throw InputError("-t " + std::to_string(c.seq_len) + " exceeds the model's --max-seq-len " +
+                         std::to_string(m.max_seq_len) + "; use -t <= " + std::to_string(m.max_seq_len) +
+                         " or a larger --max-seq-len");
+    if (data_vocab > m.vocab_size)
+        throw InputError("the model's vocabulary " + std::to_string(m.vocab_size) + " is smaller than the data's " +
+                         std::to_string(data_vocab) + " (from " + vocab_source + "); use --vocab >= " +
+                         std::to_string(data_vocab) + " or drop --vocab");
+    if (c.qk_clip > 0 && m.qk_norm)
+        throw InputError("--qk-clip with --qk-norm: QK-norm normalizes q and k, so scaling their projections changes "
+                         "no logit; use one of the two");
+    const long per_micro = (long)c.batch_size * c.seq_len * c.world_size;
+    if (c.total_batch_size == -1) return 1;
+    if (c.total_batch_size % per_micro != 0)
+        throw InputError("-d " + std::to_string(c.total_batch_size) + " is not a multiple of B*T*processes = " +
+                         std::to_string(c.batch_size) + "*" + std::to_string(c.seq_len) + "*" +
+                         std::to_string(c.world_size) + " = " + std::to_string(per_micro) + "; use -d " +
+                         std::to_string(per_micro) + " times the gradient-accumulation steps");
+    return (int)(c.total_batch_size / per_micro);
+}
+
+}  // namespace llmc
