@@ -18,6 +18,7 @@
 #include "llmc/core/backend.h"
 #include "llmc/core/model_config.h"
 #include "llmc/core/params.h"
+#include "llmc/dist/zero.h"
 
 namespace llmc {
 
@@ -72,6 +73,22 @@ inline void apply_param_scales(float* data, size_t begin, size_t n, const std::v
         const size_t hi = s.offset + s.count < end ? s.offset + s.count : end;
         for (size_t i = lo; i < hi; i++) data[i - begin] *= s.factor;
     }
+}
+
+// QK-Clip after a step: scales the q/k projections of the heads whose max logit exceeded tau, in
+// the backend's weights and, with ZeRO-1, in this rank's master shard (which the next step's
+// all-gather publishes). params_buf is scratch. Returns the clipped heads.
+inline std::vector<ClippedHead> apply_qk_clip(float tau, const LogitStats& s, const ModelConfig& m, Backend& model,
+                                              Zero1Optimizer* zero, std::vector<float>& params_buf) {
+    std::vector<ClippedHead> heads = qk_clip_heads(s, tau);
+    if (heads.empty()) return heads;
+    const std::vector<ParamScale> scales = qk_clip_scales(m, heads);
+    params_buf.resize(model.num_params());
+    model.get_params(params_buf.data());
+    apply_param_scales(params_buf.data(), 0, params_buf.size(), scales);
+    model.set_params(params_buf.data());
+    if (zero) apply_param_scales(zero->master(), zero->range().begin, zero->range().size(), scales);
+    return heads;
 }
 
 }  // namespace llmc
