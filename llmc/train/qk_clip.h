@@ -7,7 +7,7 @@
 // q and k are linear in these, so every logit of that head becomes gamma^2 = tau/S times what it
 // was: on the same batch its max is tau (up to rounding); other heads are untouched bit for bit.
 // The AdamW moments are left alone (as in Kimi K2). With --qk-norm the logits do not depend on
-// the scale of the projections, so the combination is refused (llmc/train/train_loop.h).
+// the scale of the projections, so the combination is refused (validate_run).
 // Deterministic: the decision uses only the reduced statistics every rank holds, so all ranks
 // scale identically and a resumed run repeats an uninterrupted one bit for bit.
 #pragma once

@@ -339,6 +339,8 @@ inline nlohmann::ordered_json run_config_json(const TrainConfig& cfg, const RunP
                          {"resumed_from_step", plan.start_step()}}}};
 }
 
+// The samples' tokenizer; with -o the directory, its lock (rank 0), config.json + config.toml and
+// the record files (after a resume: cut back to the checkpoint's step, then appended to).
 inline void open_outputs(RunOutputs& o, const TrainConfig& cfg, const RunPlan& plan, const TrainingModel& model,
                          const std::string& config_toml) {
     o.tokenizer = Tokenizer::load_or_absent(glob_dir(cfg.train_data) + "/tokenizer.bin", &o.tokenizer_note);
