@@ -1,4 +1,4 @@
-// QK-Clip (llmc/train/qk_clip.h, applied by llmc/train/train_loop.h's apply_qk_clip): after the scaling, a
+// QK-Clip (llmc/train/qk_clip.h, applied by its apply_qk_clip): after the scaling, a
 // recomputation of the logits on the same batch gives at most TAU for every clipped head (equal to
 // TAU up to fp32 rounding), and every other head's parameters and max logit are bit-identical.
 // The guarantee is per layer, for the layer's input of the step: clipping layer 0 changes what

@@ -1,7 +1,7 @@
 // ZeRO stage 1 (-z 1): the AdamW state is sharded across ranks. The flat parameter vector
 // (llmc/core/params.h layout, n elements) is cut into `world` contiguous shards of
 // chunk = ceil(n / world) elements (the last one shorter, possibly empty); rank r owns
-// [r * chunk, min(n, (r + 1) * chunk)). Per step (llmc/train/train_loop.h):
+// [r * chunk, min(n, (r + 1) * chunk)). Per step (llmc/train/train_step.h):
 //   grads (world * chunk, zero padded) --reduce-scatter Avg--> this rank's shard of the mean gradient
 //   global norm^2 = all-reduce Sum of each shard's sum of squares
 //   AdamW on the shard: fp32 master weights + m + v of the shard only (exactly llmc/core/adamw.h's

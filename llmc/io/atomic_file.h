@@ -130,4 +130,9 @@ inline void write_file_atomic(const std::string& path, const void* data, size_t 
     f.commit();
 }
 
+// Writes a text file through a temporary + rename (so a crash never leaves half a config).
+inline void write_text_file(const std::string& path, const std::string& text) {
+    write_file_atomic(path, text.data(), text.size());
+}
+
 }  // namespace llmc

@@ -10,10 +10,10 @@
 //   save_train_state(state_path(dir, N, rank), config, state);
 //   barrier();
 //   if (rank == 0) { write_done_marker(dir, N, world_size); prune_checkpoints(dir, keep, N); }
-// Resuming: load_newest_checkpoint(dir, config, rank, world_size). With several ranks, one
-// rank's damaged state file makes only that rank fall back, so the loop agrees on a step:
-// s = min over ranks of the step each found, and ranks that found a newer one reload with
-// max_step = s (repeat until all agree).
+// Resuming: load_agreed_checkpoint(dir, config, comm), which calls load_newest_checkpoint(dir,
+// config, rank, world_size) on every rank. With several ranks, one rank's damaged state file
+// makes only that rank fall back, so the ranks agree on a step: s = min over ranks of the step
+// each found, and ranks that found a newer one reload with max_step = s (repeat until all agree).
 // Host-only, POSIX (opendir/unlink), no GPU needed.
 #pragma once
 #include <dirent.h>
@@ -34,6 +34,7 @@
 #include "llmc/io/checkpoint.h"
 #include "llmc/core/error.h"
 #include "llmc/core/model_config.h"
+#include "llmc/dist/collective.h"
 #include "llmc/io/train_state.h"
 
 namespace llmc {
@@ -227,6 +228,25 @@ inline std::optional<LoadedCheckpoint> load_newest_checkpoint(const std::string&
     throw InputError("no usable checkpoint in " + dir + ": all " + std::to_string(tried) +
                      " complete checkpoints are damaged (newest: " + first_error +
                      "); restore the files or start fresh without -y");
+}
+
+// -y 1 with several ranks: each rank loads the newest complete checkpoint it can (a damaged
+// state file makes only that rank fall back); they agree on the minimum step and ranks that found
+// a newer one reload at most that step, until all hold the same step.
+inline std::optional<LoadedCheckpoint> load_agreed_checkpoint(const std::string& out, const ModelConfig& m,
+                                                              Collective& comm) {
+    const int rank = comm.rank(), world = comm.world_size();
+    std::optional<LoadedCheckpoint> ck = load_newest_checkpoint(out, m, rank, world);
+    for (;;) {
+        const long long mine = ck ? ck->step : -1;
+        const long long lo = comm.all_reduce_int(mine, ReduceOp::Min), hi = comm.all_reduce_int(mine, ReduceOp::Max);
+        if (lo == hi) return ck;
+        if (lo < 0)
+            throw InputError("rank " + std::to_string(rank) + (mine < 0 ? " found no" : " found a") +
+                             " complete checkpoint in " + out + " but another rank did" + (mine < 0 ? "" : " not") +
+                             "; every rank must see the same -o directory (a shared file system)");
+        if (mine != lo) ck = load_newest_checkpoint(out, m, rank, world, (int)lo);
+    }
 }
 
 // ----------------------------------------------------------------------------------------------

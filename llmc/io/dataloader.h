@@ -37,6 +37,14 @@
 
 namespace llmc {
 
+// The directory part of a shard glob ("." when it has none): where meta.json and tokenizer.bin
+// of the data are.
+inline std::string glob_dir(const std::string& pattern) {
+    const size_t slash = pattern.find_last_of('/');
+    if (slash == std::string::npos) return ".";
+    return slash == 0 ? "/" : pattern.substr(0, slash);
+}
+
 // The loader's position plus a fingerprint of the loader that produced it; restore() refuses
 // a state from a loader with a different batch shape, process count, shuffle, seed or data.
 // How ranks divide the data (see the comment at the top of this file).

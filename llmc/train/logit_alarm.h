@@ -15,11 +15,15 @@
 // The alarm's checkpoints are pinned: --keep-checkpoints never prunes them (checkpoint_dir.h).
 #pragma once
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
-#include "llmc/core/backend.h"
+#include <nlohmann/json.hpp>
+
 #include "llmc/core/error.h"
+#include "llmc/core/logit_stats.h"
+#include "llmc/io/metrics.h"
 #include "llmc/train/spikes.h"
 
 namespace llmc {
@@ -71,6 +75,7 @@ public:
         return e;
     }
 
+    const LogitAlarmConfig& config() const { return cfg_; }
     // Steps that got an alarm checkpoint (ascending).
     const std::vector<int>& checkpoint_steps() const { return pinned_; }
 
@@ -107,5 +112,24 @@ private:
     SpikeDetector window_;
     std::vector<int> pinned_;
 };
+
+// The console line of a flagged step; checkpoint is the model file written for it ("" for none).
+inline std::string logit_alarm_line(int step, const LogitAlarmEvent& e, int window, const std::string& checkpoint) {
+    char value[32], z[32];
+    std::snprintf(value, sizeof value, "%.4g", (double)e.value);
+    std::snprintf(z, sizeof z, "%.3g", e.z);
+    std::string line = "logit alarm at step " + std::to_string(step) + ": layer " + std::to_string(e.layer) + " head " +
+                       std::to_string(e.head) + " max logit " + value;
+    if (e.by_z) line += std::string(" (z ") + z + " over the last " + std::to_string(window) + " steps)";
+    if (e.by_above) line += " (above --logit-alarm-above)";
+    if (!checkpoint.empty()) line += " -> checkpoint " + checkpoint;
+    return line;
+}
+
+// The "logit_alarm" entry of a flagged step's metrics record.
+inline nlohmann::ordered_json logit_alarm_json(const LogitAlarmEvent& e) {
+    return {{"layer", e.layer}, {"head", e.head}, {"value", json_float(e.value)}, {"z", json_float(e.z)},
+            {"by_z", e.by_z}, {"by_above", e.by_above}, {"checkpoint", e.checkpoint}};
+}
 
 }  // namespace llmc

@@ -7,7 +7,7 @@
 // q and k are linear in these, so every logit of that head becomes gamma^2 = tau/S times what it
 // was: on the same batch its max is tau (up to rounding); other heads are untouched bit for bit.
 // The AdamW moments are left alone (as in Kimi K2). With --qk-norm the logits do not depend on
-// the scale of the projections, so the combination is refused (llmc/train/train_loop.h).
+// the scale of the projections, so the combination is refused (validate_run).
 // Deterministic: the decision uses only the reduced statistics every rank holds, so all ranks
 // scale identically and a resumed run repeats an uninterrupted one bit for bit.
 #pragma once
@@ -18,6 +18,7 @@
 #include "llmc/core/backend.h"
 #include "llmc/core/model_config.h"
 #include "llmc/core/params.h"
+#include "llmc/dist/zero.h"
 
 namespace llmc {
 
@@ -72,6 +73,22 @@ inline void apply_param_scales(float* data, size_t begin, size_t n, const std::v
         const size_t hi = s.offset + s.count < end ? s.offset + s.count : end;
         for (size_t i = lo; i < hi; i++) data[i - begin] *= s.factor;
     }
+}
+
+// QK-Clip after a step: scales the q/k projections of the heads whose max logit exceeded tau, in
+// the backend's weights and, with ZeRO-1, in this rank's master shard (which the next step's
+// all-gather publishes). params_buf is scratch. Returns the clipped heads.
+inline std::vector<ClippedHead> apply_qk_clip(float tau, const LogitStats& s, const ModelConfig& m, Backend& model,
+                                              Zero1Optimizer* zero, std::vector<float>& params_buf) {
+    std::vector<ClippedHead> heads = qk_clip_heads(s, tau);
+    if (heads.empty()) return heads;
+    const std::vector<ParamScale> scales = qk_clip_scales(m, heads);
+    params_buf.resize(model.num_params());
+    model.get_params(params_buf.data());
+    apply_param_scales(params_buf.data(), 0, params_buf.size(), scales);
+    model.set_params(params_buf.data());
+    if (zero) apply_param_scales(zero->master(), zero->range().begin, zero->range().size(), scales);
+    return heads;
 }
 
 }  // namespace llmc

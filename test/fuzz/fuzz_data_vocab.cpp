@@ -1,4 +1,4 @@
-// libFuzzer harness: the data directory's vocabulary (llmc/train/train_loop.h data_vocab_size: meta.json's
+// libFuzzer harness: the data directory's vocabulary (llmc/io/data_vocab.h data_vocab_size: meta.json's
 // "vocab_size", else tokenizer.bin's header), then what the trainer does with it: a preset model
 // (d6) takes it as V (resolve_model), validate_run. The input's first byte picks the file the rest
 // becomes (modulo 3: 0 meta.json, 1 tokenizer.bin, 2 meta.json beside a valid tokenizer.bin of V = 300,

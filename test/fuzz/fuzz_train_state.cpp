@@ -1,5 +1,5 @@
 // libFuzzer harness: training-state files (llmc/io/train_state.h load_train_state) and the loop state
-// inside them (data-loader position, spike windows, logit alarm, RNG: what llmc/train/train_loop.h does
+// inside them (data-loader position, spike windows, logit alarm, RNG: what llmc/train/loop_state.h does
 // with them on resume, repeated here). The input is the file, loaded for test/fuzz/fuzz_common.h's
 // tiny model with the rank and process count its header names (so those checks pass and the rest is
 // reached). Each input is loaded twice: as it is, and with the payload checksum fixed up, so
@@ -19,7 +19,7 @@ using namespace llmc;
 
 namespace {
 
-// train_loop.h run_training's resume: loader position, the two spike windows, the optional alarm
+// loop_state.h LoopState::from_train_state: loader position, the two spike windows, the optional alarm
 // section, one RNG state.
 void restore_loop_state(const TrainState& st) {
     const LoaderState ls = LoaderState::from_vector(st.loader);

@@ -1,0 +1,89 @@
+// RunPlan: what a training run will do, resolved from the flags and the files before anything is
+// built or written (llmc/train/train_loop.h plan_run fills it): the model, the data's vocabulary,
+// the gradient accumulation, the loaders, the checkpoint to resume from, the learning-rate
+// schedule and AdamW's settings. The pieces here read files only; none needs a backend.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "llmc/app/train_config.h"
+#include "llmc/core/backend.h"
+#include "llmc/core/error.h"
+#include "llmc/core/model_config.h"
+#include "llmc/dist/collective.h"
+#include "llmc/io/checkpoint.h"
+#include "llmc/io/checkpoint_dir.h"
+#include "llmc/io/dataloader.h"
+#include "llmc/io/output_lock.h"
+#include "llmc/train/schedule.h"
+
+namespace llmc {
+
+struct RunPlan {
+    ModelConfig model;                       // the model trained
+    std::string model_source;                // "preset ls-small" or the checkpoint path given with -e
+    std::optional<ModelCheckpoint> init;     // -e's weights when it is a checkpoint
+    int data_vocab = -1;                     // the data's vocabulary (-1: unknown) ...
+    std::string vocab_source;                // ... and the file it came from
+    int accum = 1;                           // gradient-accumulation steps per optimizer step
+    int max_steps = 0;                       // -x, or one epoch of the train data
+    std::unique_ptr<DataLoader> train, val;  // val: null without -j
+    int64_t val_batches = 0;                 // batches per validation
+    std::optional<LoadedCheckpoint> resume;  // the checkpoint -y 1 continues from
+    ScheduleConfig schedule;                 // learning rate per step
+    AdamWHyper adamw;                        // lr: set per step from the schedule
+    int start_step() const { return resume ? resume->step : 0; }
+};
+
+// A loader of this rank's rows of the shards matching `pattern` (RankSplit::Rows).
+inline std::unique_ptr<DataLoader> open_loader(const TrainConfig& c, const std::string& pattern, bool shuffle,
+                                               int vocab_size) {
+    return std::make_unique<DataLoader>(pattern, c.batch_size, c.seq_len, c.rank, c.world_size, shuffle, c.seed,
+                                        vocab_size, RankSplit::Rows);
+}
+
+// Batches per validation: -m (at most an epoch of val), or the whole epoch for -m -1 and, when
+// all_by_default (--eval-only), when -m is not given.
+inline int64_t val_batch_count(const TrainConfig& c, const DataLoader& val, bool all_by_default) {
+    const int64_t avail = val.batches_per_epoch();
+    if (c.val_batches == -1 || (all_by_default && !c.val_batches_given)) return avail;
+    return std::min<int64_t>(c.val_batches, avail);
+}
+
+// The checkpoint to resume from: with -y 1 the newest one every rank can load (none: a fresh
+// start); without it an -o that already holds checkpoints is refused, as is an -o another run holds.
+inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, const ModelConfig& m, Collective& comm) {
+    const std::string& out = cfg.output_dir;
+    if (out.empty()) return std::nullopt;
+    if (cfg.rank == 0) check_output_unlocked(out);
+    if (cfg.resume) return load_agreed_checkpoint(out, m, comm);
+    if (newest_complete_step(out) >= 0)
+        throw InputError("output directory " + out + " already holds checkpoints (newest step " +
+                         std::to_string(newest_complete_step(out)) + "); resume with -y 1 or choose another -o");
+    return std::nullopt;
+}
+
+inline ScheduleConfig schedule_config(const TrainConfig& cfg, int max_steps) {
+    ScheduleConfig s;
+    s.kind = parse_lr_schedule(cfg.lr_schedule);
+    s.max_lr = cfg.learning_rate;
+    s.warmup_steps = cfg.warmup_steps;
+    s.final_lr_frac = cfg.final_lr_frac;
+    s.total_steps = max_steps;
+    s.wsd_decay_frac = cfg.wsd_decay_frac;
+    return s;
+}
+
+inline AdamWHyper adamw_hyper(const TrainConfig& cfg) {
+    AdamWHyper h;
+    h.beta1 = cfg.beta1;
+    h.beta2 = cfg.beta2;
+    h.eps = cfg.eps;
+    h.weight_decay = cfg.weight_decay;
+    return h;
+}
+
+}  // namespace llmc

@@ -1,0 +1,127 @@
+// TrainingModel: the model a run trains, i.e. the backend plus what the optimizer keeps beside it
+// (with -z 1 this rank's ZeRO-1 shard, llmc/dist/zero.h), built with the run's starting weights
+// (build_model), and its checkpoints (save_checkpoint, the directory's protocol in
+// llmc/io/checkpoint_dir.h).
+#pragma once
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "llmc/app/train_config.h"
+#include "llmc/core/backend.h"
+#include "llmc/core/error.h"
+#include "llmc/core/model_config.h"
+#include "llmc/dist/collective.h"
+#include "llmc/dist/zero.h"
+#include "llmc/io/checkpoint.h"
+#include "llmc/io/checkpoint_dir.h"
+#include "llmc/io/train_state.h"
+#include "llmc/train/loop_state.h"
+#include "llmc/train/run_plan.h"
+
+namespace llmc {
+
+using BackendFactory = std::function<std::unique_ptr<Backend>(const ModelConfig&)>;
+
+struct TrainingModel {
+    std::unique_ptr<Backend> backend;
+    std::string device;                        // Backend::device_description()
+    std::unique_ptr<Zero1Optimizer> zero;      // -z 1: this rank's shard of master weights and moments
+    std::vector<float> params_buf;             // (num_params) host copy of the weights (scratch)
+    std::vector<float> grads_pad, params_pad;  // -z 1: (world * chunk) padded full vectors
+};
+
+// --near needs a backend that computes the near/far statistics (the CPU one; the CUDA kernels do
+// not yet, and a CUDA run's records simply omit them).
+inline void check_near_supported(const TrainConfig& c, const Backend& b) {
+    if (c.near && !b.has_near_far_stats())
+        throw InputError(std::string("--near: the ") + b.name() +
+                         " backend does not compute near/far attention statistics yet; use --device cpu or drop --near");
+}
+
+// -z 1: this rank's shard of the master weights and moments (the checkpoint's when resuming).
+inline void start_zero1(const TrainConfig& cfg, const RunPlan& plan, TrainingModel& t) {
+    t.zero = std::make_unique<Zero1Optimizer>(param_layout(plan.model), cfg.rank, cfg.world_size);
+    t.grads_pad.assign(t.zero->padded_total(), 0.0f);
+    t.params_pad.assign(t.zero->padded_total(), 0.0f);
+    t.params_buf.resize(t.backend->num_params());
+    t.backend->get_params(t.params_buf.data());
+    if (plan.resume) {
+        const TrainState& st = plan.resume->state;
+        t.zero->load(t.params_buf.data(), st.m.data(), st.v.data(), st.master.empty() ? nullptr : st.master.data());
+    } else {
+        t.zero->load(t.params_buf.data(), nullptr, nullptr, nullptr);
+    }
+}
+
+// The backend with the starting weights (the checkpoint's, -e's, or its own initialization; rank
+// 0's on every rank) and the checkpoint's AdamW moments.
+inline TrainingModel build_model(const TrainConfig& cfg, const RunPlan& plan, const BackendFactory& make_backend,
+                                 Collective& comm) {
+    TrainingModel t;
+    t.backend = make_backend(plan.model);
+    Backend& model = *t.backend;
+    check_near_supported(cfg, model);
+    t.device = model.device_description();
+    const size_t n = model.num_params();
+    if (plan.resume) {
+        model.set_params(plan.resume->model.params.data());
+        model.set_optimizer_state(plan.resume->state.m.data(), plan.resume->state.v.data());
+    } else if (plan.init) {
+        model.set_params(plan.init->params.data());
+    }
+    if (cfg.world_size > 1) {  // every rank starts from rank 0's weights
+        t.params_buf.resize(n);
+        model.get_params(t.params_buf.data());
+        comm.broadcast(t.params_buf.data(), n, 0);
+        model.set_params(t.params_buf.data());
+    }
+    if (cfg.zero_stage == 1) start_zero1(cfg, plan, t);
+    return t;
+}
+
+// The weights (into model.params_buf) and the AdamW state of a checkpoint. -z 1 gathers the
+// shards: every rank's state file holds the full m, v and master weights.
+inline void read_optimizer_state(TrainingModel& model, Collective& comm, TrainState& st) {
+    const size_t n = model.backend->num_params();
+    model.params_buf.resize(n);
+    if (model.zero) {
+        std::vector<float> m_buf(model.zero->padded_total()), v_buf(model.zero->padded_total());
+        model.zero->gather_state(comm, m_buf.data(), v_buf.data(), model.params_pad.data());
+        st.m.assign(m_buf.begin(), m_buf.begin() + (long)n);
+        st.v.assign(v_buf.begin(), v_buf.begin() + (long)n);
+        st.master.assign(model.params_pad.begin(), model.params_pad.begin() + (long)n);
+        std::copy(st.master.begin(), st.master.end(), model.params_buf.begin());
+    } else {
+        // the model file is fp32: it is the master copy of the weights (st.master stays empty)
+        model.backend->get_params(model.params_buf.data());
+        st.m.resize(n);
+        st.v.resize(n);
+        model.backend->get_optimizer_state(st.m.data(), st.v.data());
+    }
+}
+
+// Checkpoint `step` in -o: the model file (rank 0) and this rank's training state (weights'
+// optimizer state and the loop's); once every rank's files exist, the DONE marker and the pruning
+// (rank 0; the logit alarm's checkpoints are kept).
+inline void save_checkpoint(const TrainConfig& cfg, const ModelConfig& m, int step, TrainingModel& model,
+                            const LoopState& loop, Collective& comm) {
+    TrainState st;
+    st.step = step;
+    st.rank = cfg.rank;
+    st.world_size = cfg.world_size;
+    read_optimizer_state(model, comm, st);
+    loop.to_train_state(st);
+    const std::string& out = cfg.output_dir;
+    if (cfg.rank == 0) save_model_checkpoint(model_path(out, step), m, model.params_buf.data(), step);
+    save_train_state(state_path(out, step, cfg.rank), m, st);
+    comm.barrier();  // every rank's files exist before the marker
+    if (cfg.rank == 0) {
+        write_done_marker(out, step, cfg.world_size);
+        prune_checkpoints(out, cfg.keep_checkpoints, step, loop.alarm.checkpoint_steps());
+    }
+}
+
+}  // namespace llmc

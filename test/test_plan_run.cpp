@@ -1,0 +1,91 @@
+// plan_run (llmc/train/train_loop.h): the phase of a training run that resolves the flags and the
+// files into a RunPlan without a backend and without writing anything.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "llmc/dist/collective.h"
+#include "llmc/io/shard.h"
+#include "llmc/train/train_loop.h"
+#include "test/test_util.h"
+
+using Catch::Matchers::Contains;
+
+namespace {
+
+// Two shards of 1000 and 600 tokens (ids < 300) and meta.json with "vocab_size": 300.
+void write_data(const llmc_test::TempDir& dir) {
+    std::vector<uint32_t> a(1000), b(600);
+    for (size_t i = 0; i < a.size(); i++) a[i] = (uint32_t)(i * 7 % 300);
+    for (size_t i = 0; i < b.size(); i++) b[i] = (uint32_t)(i * 11 % 300);
+    llmc::write_shard(dir.file("train_000.bin"), a, 2);
+    llmc::write_shard(dir.file("train_001.bin"), b, 2);
+    llmc::write_shard(dir.file("val_000.bin"), b, 2);
+    std::ofstream(dir.file("meta.json")) << "{\"vocab_size\": 300}";
+}
+
+llmc::TrainConfig small_run(const llmc_test::TempDir& dir) {
+    llmc::TrainConfig c;
+    c.train_data = dir.file("train_*.bin");
+    c.model = "d2";
+    c.batch_size = 2;
+    c.seq_len = 32;
+    c.max_steps = 5;
+    c.val_every = 0;
+    return c;
+}
+
+}  // namespace
+
+TEST_CASE("plan_run resolves model, vocabulary, accumulation, loaders and schedule without a backend") {
+    llmc_test::TempDir dir;
+    write_data(dir);
+    llmc::SingleProcessCollective comm;
+    llmc::TrainConfig c = small_run(dir);
+
+    SECTION("a preset takes the data's vocabulary; -x sets the steps") {
+        const llmc::RunPlan p = llmc::plan_run(c, comm);
+        CHECK(p.model.vocab_size == 300);
+        CHECK(p.model.padded_vocab_size == 384);
+        CHECK(p.data_vocab == 300);
+        CHECK(p.vocab_source == dir.file("meta.json"));
+        CHECK(p.model_source == "preset d2");
+        CHECK(!p.init);
+        CHECK(p.accum == 1);
+        CHECK(p.max_steps == 5);
+        CHECK(p.schedule.total_steps == 5);
+        CHECK(p.adamw.beta2 == c.beta2);
+        REQUIRE(p.train);
+        CHECK(p.train->total_tokens() == 1600);
+        CHECK(!p.val);
+        CHECK(!p.resume);
+        CHECK(p.start_step() == 0);
+    }
+    SECTION("-d sets the accumulation; -x -1 is one epoch of optimizer steps") {
+        c.total_batch_size = 4L * 2 * 32;
+        c.max_steps = -1;
+        c.val_data = dir.file("val_*.bin");
+        c.val_batches = 3;
+        const llmc::RunPlan p = llmc::plan_run(c, comm);
+        CHECK(p.accum == 4);
+        CHECK(p.max_steps == (int)(p.train->batches_per_epoch() / 4));
+        REQUIRE(p.val);
+        CHECK(p.val_batches == 3);
+    }
+    SECTION("-y 1 on an -o without checkpoints plans a fresh start and creates nothing") {
+        c.output_dir = dir.file("out");
+        c.resume = 1;
+        const llmc::RunPlan p = llmc::plan_run(c, comm);
+        CHECK(!p.resume);
+        CHECK(!std::filesystem::exists(c.output_dir));
+    }
+    SECTION("a flag the model contradicts is refused with one line") {
+        c.seq_len = 4096;
+        REQUIRE_THROWS_AS(llmc::plan_run(c, comm), llmc::InputError);
+        REQUIRE_THROWS_WITH(llmc::plan_run(c, comm), Contains("exceeds the model's --max-seq-len"));
+    }
+}
