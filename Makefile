@@ -115,7 +115,7 @@ $(BUILD)/dev/%: dev/cuda/%.cu $(LLMC_HEADERS) $(wildcard dev/cuda/*.cuh)
 $(BUILD)/test_gpu/%: test/gpu/%.cu $(LLMC_HEADERS) $(wildcard test/*.h test/gpu/*.cuh)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(DIST_FLAGS) $< -o $@ $(CUDA_LIBS) $(DIST_LIBS)
-# The generation binary (issue 8), built from the same library once its source exists.
+# The generation binary, built from the same library.
 GEN_BIN := $(patsubst %.cu,%,$(wildcard generate_gpt2_ls.cu))
 generate_gpt2_ls: generate_gpt2_ls.cu $(LLMC_HEADERS)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS)
@@ -202,7 +202,7 @@ test-emu: emu
 	  scripts/gpu_check.sh --emulate --part $(GPU_CHECK_EMU_PARTS) --out $(BUILD)/gpu_check_emu/report
 	@echo "== emulated: gpu_check.sh --emulate passed (stages $(GPU_CHECK_EMU_PARTS); emulation, not a GPU) =="
 
-# --- sanitizers (issue 17) --------------------------------------------------------------------
+# --- sanitizers -------------------------------------------------------------------------------
 # make test-asan: the Catch2 suite, the trainer and the generator built by g++ for the CPU with
 # AddressSanitizer + UBSan (-fno-sanitize-recover=undefined: any report fails the run) into
 # build/asan/ (the same sources as $(BUILD)/test_cpu and the .cu files as C++, no MPI, no CUDA);
@@ -295,7 +295,7 @@ test-gpu: $(GPU_TEST_BINS) $(GPU_LAB_BINS)
 	if [ -n "$$skipped" ]; then echo "== GPU tests passed; SKIPPED (not run in this build):$$skipped =="; \
 	else echo "== GPU tests passed (none skipped) =="; fi
 
-# --- fuzzing (issue 17) -----------------------------------------------------------------------
+# --- fuzzing ----------------------------------------------------------------------------------
 # One libFuzzer harness per reader of user files (test/fuzz/fuzz_<name>.cpp: shards + data loader,
 # model files, llm.c checkpoints, training state, tokenizer.bin, tokenizer.model, the GPT-2 BPE and
 # SentencePiece encoders, the --config file, the data's meta.json / tokenizer.bin vocabulary, the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end runs of the AddressSanitizer + UBSan builds (make test-asan; issue 17):
+# End-to-end runs of the AddressSanitizer + UBSan builds (make test-asan):
 #
 #   scripts/asan_e2e.sh [BUILD_DIR]      (default build/asan: train_gpt2_ls, generate_gpt2_ls)
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one GPU verification script (GUIDE section 5). On a machine with an NVIDIA GPU, from anywhere:
+# The one GPU verification script (docs/results/README.md). On a machine with an NVIDIA GPU, from anywhere:
 #
 #   scripts/gpu_check.sh [--part PARTS] [--out DIR] [--emulate]
 #
@@ -24,7 +24,7 @@
 #                      failure does not hide the rest)
 #   2 = fp32,sanitize  PRECISION=FP32 build into build/fp32 (make BUILD=build/fp32) and the same tests;
 #                      compute-sanitizer memcheck and racecheck of the LS-attention lab (production
-#                      version 3) on small shapes (issue 4)
+#                      version 3) on small shapes
 #   3 = labs,bench,train   every kernel lab with no arguments (timing tables); every peer benchmark
 #                      dev/bench/*.py with --out (except the end-to-end one); a short real training
 #                      run of the paper model on the GPU (synthetic data, T=2048): loss must fall

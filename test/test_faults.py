@@ -1,4 +1,4 @@
-"""Fault tests of the train_gpt2_ls binary (issue 17), run from the repository root like
+"""Fault tests of the train_gpt2_ls binary (docs/reliability.md), run from the repository root like
 test_e2e.py (TRAIN_GPT2_LS selects the binary):
 
 - a checkpoint or JSONL write that fails midway, by the process's file-size limit (RLIMIT_FSIZE,

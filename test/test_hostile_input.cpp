@@ -1,4 +1,4 @@
-// Hostile input (issue 17; docs/reliability.md): the readers of user files refuse absurd sizes before
+// Hostile input (docs/reliability.md): the readers of user files refuse absurd sizes before
 // allocating, and the bugs the fuzzers (test/fuzz/) found stay fixed. The resource-limit tests run
 // the reader in a child process whose data segment may grow by at most 256 MB (RLIMIT_DATA): a
 // reader that allocates what the header claims dies there (std::bad_alloc, or an ASan out-of-memory

@@ -1,4 +1,4 @@
-// Near/far attention statistics (issue 16): key j of query i is "near" when i - j < N (N = --near,
+// Near/far attention statistics (docs/training.md): key j of query i is "near" when i - j < N (N = --near,
 // default the window P, for global heads too), else "far"; per head the mean softmax mass on near
 // keys and the max pre-softmax logit among near keys and among far keys.
 //   - llmc/cpu/attention_ls.h against a brute-force T x T computation in double on fresh random

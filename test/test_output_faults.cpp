@@ -1,4 +1,4 @@
-// Output files under faults (issue 17): the JSONL writer's rollback of a record cut by a failed
+// Output files under faults (docs/reliability.md): the JSONL writer's rollback of a record cut by a failed
 // write, truncate_jsonl_after_step (in place or atomic rewrite; partial and garbage lines), and the
 // output-directory lock (llmc/io/output_lock.h). End to end: test/test_faults.py.
 #include <signal.h>

@@ -1,5 +1,5 @@
 """
-KV-cached inference latency (issue 8): prefill time for a batch of prompts of length T and per-token
+KV-cached inference latency (docs/generation.md): prefill time for a batch of prompts of length T and per-token
 decode time at growing context, LS-attention (G = 1, P = 50 and P = 100) against MHSA of the same
 size, ours (generate_gpt2_ls --device cuda --bench) side by side with PyTorch in the same run.
 

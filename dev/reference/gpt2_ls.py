@@ -3,7 +3,7 @@ An independent, plain PyTorch GPT-2 with LS-attention (local sliding-window head
 written from the math, not from the C++. It is the reference the C++ tests are compared against
 (see make_fixtures.py) and a tool for cross-checking the trainer (see eval_checkpoint.py).
 
-Model (docs/design.md, GUIDE section 1):
+Model (docs/design.md):
   x = wte[idx] + wpe[pos]
   for each layer: x = x + attn(ln1(x)); x = x + mlp(ln2(x))       (pre-LN, LayerNorm eps 1e-5)
   logits = lnf(x) @ head^T, head = wte (tied) or lm_head (untied)  -> (B, T, Vp)

@@ -11,7 +11,7 @@
 
 namespace llmc {
 
-// Attention-logit statistics of one forward pass (GUIDE section 3), filled by the attention
+// Attention-logit statistics of one forward pass (schema: docs/formats.md), filled by the attention
 // kernel itself (never from a materialized T x T matrix). Indexed [layer * NH + head].
 struct LogitStats {
     int num_layers = 0, num_heads = 0;
@@ -20,7 +20,7 @@ struct LogitStats {
     std::vector<float> entropy;      // mean over query rows of the attention distribution's entropy (nats)
     float out_max_logit = 0.0f;      // max output-softmax logit over the batch (real vocabulary only)
     float out_mean_lse = 0.0f;       // mean over positions of logsumexp(output logits)
-    // Near/far statistics (issue 16). Key j of query i (j <= i, visible to the head) is "near" when
+    // Near/far statistics (docs/training.md). Key j of query i (j <= i, visible to the head) is "near" when
     // its distance i - j < N, else "far"; N = near_distance, or the model's window P when that is 0
     // (near_or). Empty when the backend does not compute them (Backend::has_near_far_stats; CUDA).
     int near_distance = 0;                // input set by the caller before forward; 0 = window P

@@ -34,7 +34,7 @@ inline int pad_vocab(int V) { return V > kMaxVocab ? V : ((V + 127) / 128) * 128
 // The most parameters a model may have: 2^40 (1.1e12, 4.4 TB in fp32), far beyond what this trainer
 // can hold, and small enough that the size_t arithmetic of llmc/core/params.h and of the checkpoint
 // readers (bytes = 4 * count) cannot wrap around. Checkpoint headers and flags come from users: a
-// wrapped count could match a small file and load a model far larger than its payload (issue 17).
+// wrapped count could match a small file and load a model far larger than its payload.
 constexpr double kMaxModelParams = 1099511627776.0;  // 2^40
 
 // The parameter count of llmc/core/params.h's param_layout, in double so that any int fields give a

@@ -1,4 +1,4 @@
-// KV cache for incremental decoding (issue 8) and the CPU decode attention over it.
+// KV cache for incremental decoding (docs/generation.md) and the CPU decode attention over it.
 //
 // Layout, per layer l (every buffer row-major, the last dimension contiguous):
 //   global heads (h = NH-G .. NH-1):  k_global, v_global  (L, B, G, max_len, hd)  slot = position

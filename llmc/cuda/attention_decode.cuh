@@ -1,4 +1,4 @@
-// Decode attention on the GPU (issue 8): ONE new query per sequence against the KV cache, with
+// Decode attention on the GPU (docs/generation.md): ONE new query per sequence against the KV cache, with
 // the cache layout of llmc/cpu/kv_cache.h (documented there and in docs/generation.md):
 //   global heads (h = NH-G .. NH-1):  k_global, v_global  (L, B, G, max_len, hd)  slot = position
 //   local heads  (h = 0 .. NH-G-1):   k_local,  v_local   (L, B, NH-G, R, hd)     slot = position % R

@@ -159,7 +159,7 @@ inline void attention_ls_forward_with(AttnKernel kind, floatX* out, float* lse, 
     }
 }
 
-// Contract function (cuda_contract.md): out, lse OVERWRITTEN; stats merged (max, min, +=).
+// Outputs: out and lse are overwritten; stats are merged into (max, min, +=; docs/design.md).
 inline void attention_ls_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, int G, int P,
                                  float softcap, float* stats, float* stats_scratch, cudaStream_t st) {
     attention_ls_forward_with(attention_default_kernel(), out, lse, qkv, B, T, C, NH, G, P, softcap, stats,

@@ -1,4 +1,4 @@
-// Shared by the libFuzzer harnesses (test/fuzz/fuzz_*.cpp, issue 17; docs/reliability.md) and by the
+// Shared by the libFuzzer harnesses (test/fuzz/fuzz_*.cpp; docs/reliability.md) and by the
 // seed writer test/fuzz/make_seeds.cpp.
 //
 // A harness feeds arbitrary bytes to one reader. The expected outcomes are a correct result (checked
