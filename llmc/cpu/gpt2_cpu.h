@@ -68,7 +68,7 @@ struct Gpt2CpuActs : LayerActBuffers<HostBuffer, F, F> {
     std::vector<F> logits;               // (B, T, Vp)
     std::vector<F> losses, zlosses, lse; // (B, T)  per-position CE, z-loss term, output log-sum-exp
     std::vector<F> branch;               // (B, T, C)  scratch: attproj / fcproj output before the add
-    // backward scratch (zeroed before each use, since every op's backward adds)
+    // backward: activation gradients, each overwritten by the op that produces it (docs/design.md)
     std::vector<F> dlogits;              // (B, T, Vp)
     std::vector<F> dresidual;            // (B, T, C)  gradient of the residual stream, updated in place
     std::vector<F> dbtc;                 // (B, T, C)  d lnf / d ln2 / d atty / d ln1
@@ -230,16 +230,13 @@ public:
         Gpt2CpuActs<F>& a = acts_;
         const ParamView<const F> w = weights();
         const ParamView<F> g = grad_view();
-        auto zero = [](std::vector<F>& v, size_t count) { std::fill(v.begin(), v.begin() + count, F(0)); };
 
         // classifier: objective = (1/N) sum over positions of (CE + z), scaled by grad_scale
-        zero(a.dlogits, N * Vp);
         classifier_backward(a.dlogits.data(), a.logits.data(), a.lse.data(), targets_.data(),
                             (F)((double)grad_scale / (double)N), z_weight_, n, V, Vp);
-        zero(a.dbtc, N * C);
         matmul_backward(a.dbtc.data(), g.lm_head(), (F*)nullptr, a.dlogits.data(), a.lnf.data(), w.lm_head(), n, C,
                         Vp);
-        zero(a.dresidual, N * C);
+        std::fill(a.dresidual.begin(), a.dresidual.begin() + N * C, F(0));  // the LayerNorm backward adds into it
         layernorm_backward(a.dresidual.data(), g.lnfw(), g.lnfb(), a.dbtc.data(), a.layer(L - 1, N).residual3,
                            w.lnfw(), a.lnf_mean.data(), a.lnf_rstd.data(), n, C);
 
@@ -253,29 +250,22 @@ public:
             const LayerParams<F> lg = g.layer(l);
 
             // MLP branch: dres is d residual3 = d fcproj = (so far) d residual2
-            zero(a.d4c_a, N * 4 * C);
             matmul_backward(a.d4c_a.data(), lg.fcprojw, lg.fcprojb, dres, la.fch_gelu, lw.fcprojw, n, 4 * C, C);
-            zero(a.d4c_b, N * 4 * C);
             gelu_backward(a.d4c_b.data(), la.fch, a.d4c_a.data(), N * 4 * C);
-            zero(a.dbtc, N * C);
             matmul_backward(a.dbtc.data(), lg.fcw, lg.fcb, a.d4c_b.data(), la.ln2, lw.fcw, n, C, 4 * C);
             layernorm_backward(dres, lg.ln2w, lg.ln2b, a.dbtc.data(), la.residual2, lw.ln2w, la.ln2_mean, la.ln2_rstd,
                                n, C);
 
             // attention branch: dres is now d residual2 = d attproj = (so far) d residual
-            zero(a.dbtc, N * C);
             matmul_backward(a.dbtc.data(), lg.attprojw, lg.attprojb, dres, la.atty, lw.attprojw, n, C, C);
-            zero(a.d3c_a, N * 3 * C);
             attention_backward(a.d3c_a.data(), a.dbtc.data(), la.att_in(), la.atty, la.att_lse, B, T, C, NH, G, P,
                                cfg_.attn_softcap);
             const F* dqkv = a.d3c_a.data();
             if (cfg_.qk_norm) {
-                zero(a.d3c_b, N * 3 * C);
                 qknorm_backward(a.d3c_b.data(), lg.qnormw, lg.qnormb, lg.knormw, lg.knormb, a.d3c_a.data(), la.qkv,
                                 la.qkn_mean, la.qkn_rstd, lw.qnormw, lw.knormw, B, T, C, NH);
                 dqkv = a.d3c_b.data();
             }
-            zero(a.dbtc, N * C);
             matmul_backward(a.dbtc.data(), lg.qkvw, lg.qkvb, dqkv, la.ln1, lw.qkvw, n, C, 3 * C);
             layernorm_backward(dres, lg.ln1w, lg.ln1b, a.dbtc.data(), la.residual, lw.ln1w, la.ln1_mean, la.ln1_rstd,
                                n, C);
