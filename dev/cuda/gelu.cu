@@ -22,7 +22,7 @@ static bool validate(llmc::Rng& rng, size_t n, int offset, bool in_place) {
     lab::round_to_floatX(x);
     lab::round_to_floatX(dout);
 
-    std::vector<float> ref_out(n), ref_dinp(n, 0.0f);  // the CPU backward adds: start from 0 (GPU overwrites)
+    std::vector<float> ref_out(n), ref_dinp(n);  // both backwards overwrite dinp
     llmc::cpu::gelu_forward(ref_out.data(), x.data(), n);
     llmc::cpu::gelu_backward(ref_dinp.data(), x.data(), dout.data(), n);
 

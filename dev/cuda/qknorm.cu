@@ -31,7 +31,7 @@ static bool validate(llmc::Rng& rng, int N, int C, int NH) {
     std::vector<float> out_ref(n3), mean_ref(nstat), rstd_ref(nstat);
     llmc::cpu::qknorm_forward(out_ref.data(), mean_ref.data(), rstd_ref.data(), qkv.data(), qw.data(), qb.data(),
                               kw.data(), kb.data(), 1, N, C, NH);
-    std::vector<float> dx_ref(n3, 0.0f);  // the CPU adds; the GPU overwrites
+    std::vector<float> dx_ref(n3);  // overwritten, as on the GPU
     std::vector<float> g_ref[4] = {g0[0], g0[1], g0[2], g0[3]};
     llmc::cpu::qknorm_backward(dx_ref.data(), g_ref[0].data(), g_ref[1].data(), g_ref[2].data(), g_ref[3].data(),
                                dy.data(), qkv.data(), mean_ref.data(), rstd_ref.data(), qw.data(), kw.data(), 1, N, C,

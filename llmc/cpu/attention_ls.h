@@ -186,7 +186,7 @@ void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH
 //   p_ij = exp(s'_ij - lse_i);  dp_ij = dout_i . v_j;  ds'_ij = p_ij (dp_ij - D_i);
 //   ds_ij = ds'_ij * (1 - tanh^2(s_ij / c)) when capped;
 //   dq_i += ds_ij k_j / sqrt(hd);  dk_j += ds_ij q_i / sqrt(hd);  dv_j += p_ij dout_i.
-// dqkv: (B, T, 3C), ADDED into. dout, out: (B, T, C). lse: (B, NH, T) from the forward.
+// dqkv: (B, T, 3C), overwritten. dout, out: (B, T, C). lse: (B, NH, T) from the forward.
 template <typename F>
 void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* out, const F* lse, int B, int T,
                         int C, int NH, int G, int P, float softcap) {
@@ -206,6 +206,10 @@ void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* out, cons
         for (int64_t task = 0; task < (int64_t)B * NH; task++) {
             const int h = (int)(task % NH);
             const int b = (int)(task / NH);
+            for (int j = 0; j < T; j++) {  // dk, dv of this slice sum over the queries below: start at 0
+                F* dkv = dqkv + ((int64_t)b * T + j) * C3 + h * hd;
+                for (int d = 0; d < hd; d++) dkv[C + d] = dkv[2 * C + d] = 0;
+            }
             for (int i = 0; i < T; i++) {
                 const int lo = attention_key_lo(i, h, NH, G, P);
                 const int64_t row_i = ((int64_t)b * T + i);
@@ -244,7 +248,7 @@ void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* out, cons
                     }
                 }
                 F* dqi = dqkv + row_i * C3 + h * hd;
-                for (int d = 0; d < hd; d++) dqi[d] += dq[d];
+                for (int d = 0; d < hd; d++) dqi[d] = dq[d];
             }
         }
     }

@@ -84,8 +84,9 @@ void classifier_forward(F* losses, F* zlosses, F* lse, const F* logits, const in
     }
 }
 
-// ADDS into dlogits (N, Vp), for v < V only:
-//   dlogits[n, v] += dloss * (p_v - [v == target] + 2 * z_weight * lse * p_v),  p_v = exp(l_v - lse)
+// Overwrites dlogits (N, Vp):
+//   dlogits[n, v] = dloss * (p_v - [v == target] + 2 * z_weight * lse * p_v),  p_v = exp(l_v - lse)
+// for v < V, and 0 in the padding columns [V, Vp).
 // dloss = d objective / d (per-position CE + z-loss), e.g. grad_scale / N.
 template <typename F>
 void classifier_backward(F* dlogits, const F* logits, const F* lse, const int* targets, F dloss,
@@ -98,7 +99,8 @@ void classifier_backward(F* dlogits, const F* logits, const F* lse, const int* t
         const F s = lse[n];
         const F pscale = dloss * (F(1) + F(2) * F(z_weight) * s);  // d/dl_v of both terms, per p_v
 #pragma omp simd
-        for (int v = 0; v < V; v++) dl[v] += pscale * exp_fast(l[v] - s);
+        for (int v = 0; v < V; v++) dl[v] = pscale * exp_fast(l[v] - s);
+        for (int v = V; v < Vp; v++) dl[v] = F(0);
         dl[targets[n]] -= dloss;
     }
 }

@@ -20,7 +20,7 @@ void gelu_forward(F* out, const F* inp, size_t n) {
     }
 }
 
-// ADDS dout * gelu'(inp) into dinp (all (n)).
+// dinp = dout * gelu'(inp) (all (n); overwritten).
 //   gelu'(x) = 0.5 (1 + th) + 0.5 x (1 - th^2) k (1 + 3 * 0.044715 x^2),  th = tanh(k (x + 0.044715 x^3))
 template <typename F>
 void gelu_backward(F* dinp, const F* inp, const F* dout, size_t n) {
@@ -31,7 +31,7 @@ void gelu_backward(F* dinp, const F* inp, const F* dout, size_t n) {
         const F th = tanh_fast(k * (x + F(0.044715) * x * x * x));
         const F grad = F(0.5) * (F(1) + th) +
                        F(0.5) * x * (F(1) - th * th) * k * (F(1) + F(3 * 0.044715) * x * x);
-        dinp[i] += dout[i] * grad;
+        dinp[i] = dout[i] * grad;
     }
 }
 

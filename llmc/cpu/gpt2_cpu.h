@@ -25,6 +25,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <omp.h>
@@ -46,35 +47,28 @@
 #include "llmc/core/error.h"
 #include "llmc/core/init.h"
 #include "llmc/core/model_config.h"
+#include "llmc/core/layer_acts.h"
+#include "llmc/core/param_view.h"
 #include "llmc/core/params.h"
 
 namespace llmc::cpu {
 
+// std::vector as the buffer of the shared activation layout (llmc/core/layer_acts.h).
+template <typename E>
+using HostBuffer = std::vector<E>;
+
 // Every activation buffer of the model, sized for a capacity of N = B*T rows; a pass with
-// B*T <= capacity uses the leading part (per-layer blocks at stride N * width). Shapes:
+// B*T <= capacity uses the leading part. The per-layer blocks (and their views) are
+// LayerActBuffers'; the rest, with their shapes:
 template <typename F>
-struct Gpt2CpuActs {
+struct Gpt2CpuActs : LayerActBuffers<HostBuffer, F, F> {
     // forward
-    std::vector<F> encoded;              // (B, T, C)      wte[inp] + wpe
-    std::vector<F> ln1;                  // (L, B, T, C)
-    std::vector<F> ln1_mean, ln1_rstd;   // (L, B, T)
-    std::vector<F> qkv;                  // (L, B, T, 3C)  qkv matmul output
-    std::vector<F> qkvn;                 // (L, B, T, 3C)  after QK-norm (empty unless qk_norm)
-    std::vector<F> qkn_mean, qkn_rstd;   // (L, B, T, 2, NH) QK-norm statistics (empty unless qk_norm)
-    std::vector<F> atty;                 // (L, B, T, C)   attention output, heads concatenated
-    std::vector<F> att_lse;              // (L, B, NH, T)  log-sum-exp of each attention row
-    std::vector<F> residual2;            // (L, B, T, C)   x after the attention branch
-    std::vector<F> ln2;                  // (L, B, T, C)
-    std::vector<F> ln2_mean, ln2_rstd;   // (L, B, T)
-    std::vector<F> fch;                  // (L, B, T, 4C)  fc matmul output
-    std::vector<F> fch_gelu;             // (L, B, T, 4C)
-    std::vector<F> residual3;            // (L, B, T, C)   x after the MLP branch (the layer output)
     std::vector<F> lnf;                  // (B, T, C)
     std::vector<F> lnf_mean, lnf_rstd;   // (B, T)
     std::vector<F> logits;               // (B, T, Vp)
     std::vector<F> losses, zlosses, lse; // (B, T)  per-position CE, z-loss term, output log-sum-exp
     std::vector<F> branch;               // (B, T, C)  scratch: attproj / fcproj output before the add
-    // backward scratch (zeroed before each use, since every op's backward adds)
+    // backward: activation gradients, each overwritten by the op that produces it (docs/design.md)
     std::vector<F> dlogits;              // (B, T, Vp)
     std::vector<F> dresidual;            // (B, T, C)  gradient of the residual stream, updated in place
     std::vector<F> dbtc;                 // (B, T, C)  d lnf / d ln2 / d atty / d ln1
@@ -82,17 +76,9 @@ struct Gpt2CpuActs {
     std::vector<F> d3c_a, d3c_b;         // (B, T, 3C) d qkv(n), d qkv (QK-norm only)
 
     void allocate(const ModelConfig& cfg, size_t N) {
-        const size_t L = cfg.num_layers, C = cfg.channels, NH = cfg.num_heads, Vp = cfg.padded_vocab_size;
+        const size_t C = cfg.channels, Vp = cfg.padded_vocab_size;
         const size_t qk = cfg.qk_norm ? 1 : 0;
-        encoded.resize(N * C);
-        ln1.resize(L * N * C); ln1_mean.resize(L * N); ln1_rstd.resize(L * N);
-        qkv.resize(L * N * 3 * C);
-        qkvn.resize(qk * L * N * 3 * C); qkn_mean.resize(qk * L * N * 2 * NH); qkn_rstd.resize(qk * L * N * 2 * NH);
-        atty.resize(L * N * C); att_lse.resize(L * N * NH);
-        residual2.resize(L * N * C);
-        ln2.resize(L * N * C); ln2_mean.resize(L * N); ln2_rstd.resize(L * N);
-        fch.resize(L * N * 4 * C); fch_gelu.resize(L * N * 4 * C);
-        residual3.resize(L * N * C);
+        this->allocate_layers(cfg, N, [](std::vector<F>& buf, size_t count) { buf.resize(count); });
         lnf.resize(N * C); lnf_mean.resize(N); lnf_rstd.resize(N);
         logits.resize(N * Vp);
         losses.resize(N); zlosses.resize(N); lse.resize(N);
@@ -143,8 +129,7 @@ public:
         if (layer < 0 || layer >= cfg_.num_layers)
             throw InputError("attention_probs: layer " + std::to_string(layer) + " out of range (the model has " +
                              std::to_string(cfg_.num_layers) + " layers)");
-        const size_t N = (size_t)B_ * T_, C = cfg_.channels;
-        const F* att_in = (cfg_.qk_norm ? acts_.qkvn.data() : acts_.qkv.data()) + layer * N * 3 * C;  // (B, T, 3C)
+        const F* att_in = acts_.layer(layer, (size_t)B_ * T_).att_in();  // (B, T, 3C)
         cpu::attention_probs(probs, att_in, b, head, B_, T_, cfg_.channels, cfg_.num_heads, cfg_.global_heads,
                              cfg_.window, cfg_.attn_softcap);
     }
@@ -153,7 +138,7 @@ public:
     // stats (nullable): resized to L x NH and filled for this pass.
     ForwardResult forward(const int* inputs, const int* targets, int B, int T, float z_weight, LogitStats* stats) {
         check_batch(inputs, targets, B, T);
-        const int L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads, hd = cfg_.head_size();
+        const int L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads;
         const int V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size, G = cfg_.global_heads, P = cfg_.window;
         const size_t N = (size_t)B * T;
         if (N > capacity_) {
@@ -173,49 +158,31 @@ public:
                                   0.0, 0};
         }
         Gpt2CpuActs<F>& a = acts_;
-        const F* pw = params_.data();
-        auto W = [&](ParamId id) { return pw + layout_.offset[id]; };
+        const ParamView<const F> w = weights();
         const int n = (int)N;
 
-        encoder_forward(a.encoded.data(), inputs_.data(), W(P_WTE), W(P_WPE), B, T, C);
+        encoder_forward(a.encoded.data(), inputs_.data(), w.wte(), w.wpe(), B, T, C);
         for (int l = 0; l < L; l++) {
-            const F* residual = l == 0 ? a.encoded.data() : a.residual3.data() + (size_t)(l - 1) * N * C;
-            F* ln1 = a.ln1.data() + l * N * C;
-            F* qkv = a.qkv.data() + l * N * 3 * C;
-            F* atty = a.atty.data() + l * N * C;
-            F* att_lse = a.att_lse.data() + l * N * NH;
-            F* residual2 = a.residual2.data() + l * N * C;
-            F* ln2 = a.ln2.data() + l * N * C;
-            F* fch = a.fch.data() + l * N * 4 * C;
-            F* fch_gelu = a.fch_gelu.data() + l * N * 4 * C;
-            F* residual3 = a.residual3.data() + l * N * C;
-
-            layernorm_forward(ln1, a.ln1_mean.data() + l * N, a.ln1_rstd.data() + l * N, residual,
-                              W(P_LN1W) + l * C, W(P_LN1B) + l * C, n, C);
-            matmul_forward(qkv, ln1, W(P_QKVW) + (size_t)l * 3 * C * C, W(P_QKVB) + l * 3 * C, n, C, 3 * C);
-            const F* att_in = qkv;
-            if (cfg_.qk_norm) {
-                F* qkvn = a.qkvn.data() + l * N * 3 * C;
-                qknorm_forward(qkvn, a.qkn_mean.data() + l * N * 2 * NH, a.qkn_rstd.data() + l * N * 2 * NH, qkv,
-                               W(P_QNORMW) + l * hd, W(P_QNORMB) + l * hd, W(P_KNORMW) + l * hd,
-                               W(P_KNORMB) + l * hd, B, T, C, NH);
-                att_in = qkvn;
-            }
-            attention_forward(atty, att_lse, att_in, B, T, C, NH, G, P, cfg_.attn_softcap,
+            const LayerActs<F, F> la = a.layer(l, N);
+            const LayerParams<const F> lw = w.layer(l);
+            layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, la.residual, lw.ln1w, lw.ln1b, n, C);
+            matmul_forward(la.qkv, la.ln1, lw.qkvw, lw.qkvb, n, C, 3 * C);
+            if (cfg_.qk_norm)
+                qknorm_forward(la.qkvn, la.qkn_mean, la.qkn_rstd, la.qkv, lw.qnormw, lw.qnormb, lw.knormw, lw.knormb,
+                               B, T, C, NH);
+            attention_forward(la.atty, la.att_lse, la.att_in(), B, T, C, NH, G, P, cfg_.attn_softcap,
                               stats ? &attn_stats_[(size_t)l * NH] : nullptr, stats ? stats->near_distance : 0);
-            matmul_forward(a.branch.data(), atty, W(P_ATTPROJW) + (size_t)l * C * C, W(P_ATTPROJB) + l * C, n, C, C);
-            residual_forward(residual2, residual, a.branch.data(), N * C);
-            layernorm_forward(ln2, a.ln2_mean.data() + l * N, a.ln2_rstd.data() + l * N, residual2,
-                              W(P_LN2W) + l * C, W(P_LN2B) + l * C, n, C);
-            matmul_forward(fch, ln2, W(P_FCW) + (size_t)l * 4 * C * C, W(P_FCB) + l * 4 * C, n, C, 4 * C);
-            gelu_forward(fch_gelu, fch, N * 4 * C);
-            matmul_forward(a.branch.data(), fch_gelu, W(P_FCPROJW) + (size_t)l * C * 4 * C, W(P_FCPROJB) + l * C, n,
-                           4 * C, C);
-            residual_forward(residual3, residual2, a.branch.data(), N * C);
+            matmul_forward(a.branch.data(), la.atty, lw.attprojw, lw.attprojb, n, C, C);
+            residual_forward(la.residual2, la.residual, a.branch.data(), N * C);
+            layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, lw.ln2w, lw.ln2b, n, C);
+            matmul_forward(la.fch, la.ln2, lw.fcw, lw.fcb, n, C, 4 * C);
+            gelu_forward(la.fch_gelu, la.fch, N * 4 * C);
+            matmul_forward(a.branch.data(), la.fch_gelu, lw.fcprojw, lw.fcprojb, n, 4 * C, C);
+            residual_forward(la.residual3, la.residual2, a.branch.data(), N * C);
         }
-        const F* x_last = a.residual3.data() + (size_t)(L - 1) * N * C;
-        layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x_last, W(P_LNFW), W(P_LNFB), n, C);
-        matmul_forward(a.logits.data(), a.lnf.data(), lm_head(pw), (const F*)nullptr, n, C, Vp);
+        const F* x_last = a.layer(L - 1, N).residual3;  // (B, T, C)
+        layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x_last, w.lnfw(), w.lnfb(), n, C);
+        matmul_forward(a.logits.data(), a.lnf.data(), w.lm_head(), (const F*)nullptr, n, C, Vp);
 
         ForwardResult res;
         mean_loss_ = mean_zloss_ = 0.0;
@@ -256,79 +223,54 @@ public:
     // Adds grad_scale * d(mean CE + mean z-loss)/d(params) of the last forward into grads().
     void backward(float grad_scale) {
         if (!has_targets_) throw std::logic_error("Gpt2Cpu::backward needs a preceding forward with targets");
-        const int L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads, hd = cfg_.head_size();
+        const int L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads;
         const int V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size, G = cfg_.global_heads, P = cfg_.window;
         const int B = B_, T = T_, n = B * T;
         const size_t N = (size_t)n;
         Gpt2CpuActs<F>& a = acts_;
-        const F* pw = params_.data();
-        auto W = [&](ParamId id) { return pw + layout_.offset[id]; };
-        auto D = [&](ParamId id) { return grads_.data() + layout_.offset[id]; };
-        auto zero = [](std::vector<F>& v, size_t count) { std::fill(v.begin(), v.begin() + count, F(0)); };
+        const ParamView<const F> w = weights();
+        const ParamView<F> g = grad_view();
 
         // classifier: objective = (1/N) sum over positions of (CE + z), scaled by grad_scale
-        zero(a.dlogits, N * Vp);
         classifier_backward(a.dlogits.data(), a.logits.data(), a.lse.data(), targets_.data(),
                             (F)((double)grad_scale / (double)N), z_weight_, n, V, Vp);
-        zero(a.dbtc, N * C);
-        matmul_backward(a.dbtc.data(), cfg_.tied_embeddings ? D(P_WTE) : D(P_LMHEAD), (F*)nullptr, a.dlogits.data(),
-                        a.lnf.data(), lm_head(pw), n, C, Vp);
-        zero(a.dresidual, N * C);
-        layernorm_backward(a.dresidual.data(), D(P_LNFW), D(P_LNFB), a.dbtc.data(),
-                           a.residual3.data() + (size_t)(L - 1) * N * C, W(P_LNFW), a.lnf_mean.data(),
-                           a.lnf_rstd.data(), n, C);
+        matmul_backward(a.dbtc.data(), g.lm_head(), (F*)nullptr, a.dlogits.data(), a.lnf.data(), w.lm_head(), n, C,
+                        Vp);
+        std::fill(a.dresidual.begin(), a.dresidual.begin() + N * C, F(0));  // the LayerNorm backward adds into it
+        layernorm_backward(a.dresidual.data(), g.lnfw(), g.lnfb(), a.dbtc.data(), a.layer(L - 1, N).residual3,
+                           w.lnfw(), a.lnf_mean.data(), a.lnf_rstd.data(), n, C);
 
         // dresidual holds d(objective)/d(x) of the residual stream. A residual add passes its
         // gradient unchanged to both inputs, so the stream's gradient is updated in place (the
         // branch reads it as its dout, and the LayerNorm backward adds into it).
         F* dres = a.dresidual.data();
         for (int l = L - 1; l >= 0; l--) {
-            const F* residual = l == 0 ? a.encoded.data() : a.residual3.data() + (size_t)(l - 1) * N * C;
-            const F* ln1 = a.ln1.data() + l * N * C;
-            const F* qkv = a.qkv.data() + l * N * 3 * C;
-            const F* atty = a.atty.data() + l * N * C;
-            const F* att_lse = a.att_lse.data() + l * N * NH;
-            const F* residual2 = a.residual2.data() + l * N * C;
-            const F* ln2 = a.ln2.data() + l * N * C;
-            const F* fch = a.fch.data() + l * N * 4 * C;
-            const F* fch_gelu = a.fch_gelu.data() + l * N * 4 * C;
+            const LayerActs<const F, const F> la = std::as_const(a).layer(l, N);
+            const LayerParams<const F> lw = w.layer(l);
+            const LayerParams<F> lg = g.layer(l);
 
             // MLP branch: dres is d residual3 = d fcproj = (so far) d residual2
-            zero(a.d4c_a, N * 4 * C);
-            matmul_backward(a.d4c_a.data(), D(P_FCPROJW) + (size_t)l * C * 4 * C, D(P_FCPROJB) + l * C, dres,
-                            fch_gelu, W(P_FCPROJW) + (size_t)l * C * 4 * C, n, 4 * C, C);
-            zero(a.d4c_b, N * 4 * C);
-            gelu_backward(a.d4c_b.data(), fch, a.d4c_a.data(), N * 4 * C);
-            zero(a.dbtc, N * C);
-            matmul_backward(a.dbtc.data(), D(P_FCW) + (size_t)l * 4 * C * C, D(P_FCB) + l * 4 * C, a.d4c_b.data(), ln2,
-                            W(P_FCW) + (size_t)l * 4 * C * C, n, C, 4 * C);
-            layernorm_backward(dres, D(P_LN2W) + l * C, D(P_LN2B) + l * C, a.dbtc.data(), residual2,
-                               W(P_LN2W) + l * C, a.ln2_mean.data() + l * N, a.ln2_rstd.data() + l * N, n, C);
+            matmul_backward(a.d4c_a.data(), lg.fcprojw, lg.fcprojb, dres, la.fch_gelu, lw.fcprojw, n, 4 * C, C);
+            gelu_backward(a.d4c_b.data(), la.fch, a.d4c_a.data(), N * 4 * C);
+            matmul_backward(a.dbtc.data(), lg.fcw, lg.fcb, a.d4c_b.data(), la.ln2, lw.fcw, n, C, 4 * C);
+            layernorm_backward(dres, lg.ln2w, lg.ln2b, a.dbtc.data(), la.residual2, lw.ln2w, la.ln2_mean, la.ln2_rstd,
+                               n, C);
 
             // attention branch: dres is now d residual2 = d attproj = (so far) d residual
-            zero(a.dbtc, N * C);
-            matmul_backward(a.dbtc.data(), D(P_ATTPROJW) + (size_t)l * C * C, D(P_ATTPROJB) + l * C, dres, atty,
-                            W(P_ATTPROJW) + (size_t)l * C * C, n, C, C);
-            zero(a.d3c_a, N * 3 * C);
-            const F* att_in = cfg_.qk_norm ? a.qkvn.data() + l * N * 3 * C : qkv;
-            attention_backward(a.d3c_a.data(), a.dbtc.data(), att_in, atty, att_lse, B, T, C, NH, G, P,
+            matmul_backward(a.dbtc.data(), lg.attprojw, lg.attprojb, dres, la.atty, lw.attprojw, n, C, C);
+            attention_backward(a.d3c_a.data(), a.dbtc.data(), la.att_in(), la.atty, la.att_lse, B, T, C, NH, G, P,
                                cfg_.attn_softcap);
             const F* dqkv = a.d3c_a.data();
             if (cfg_.qk_norm) {
-                zero(a.d3c_b, N * 3 * C);
-                qknorm_backward(a.d3c_b.data(), D(P_QNORMW) + l * hd, D(P_QNORMB) + l * hd, D(P_KNORMW) + l * hd,
-                                D(P_KNORMB) + l * hd, a.d3c_a.data(), qkv, a.qkn_mean.data() + l * N * 2 * NH,
-                                a.qkn_rstd.data() + l * N * 2 * NH, W(P_QNORMW) + l * hd, W(P_KNORMW) + l * hd, B,
-                                T, C, NH);
+                qknorm_backward(a.d3c_b.data(), lg.qnormw, lg.qnormb, lg.knormw, lg.knormb, a.d3c_a.data(), la.qkv,
+                                la.qkn_mean, la.qkn_rstd, lw.qnormw, lw.knormw, B, T, C, NH);
                 dqkv = a.d3c_b.data();
             }
-            zero(a.dbtc, N * C);
-            matmul_backward(a.dbtc.data(), D(P_QKVW) + (size_t)l * 3 * C * C, D(P_QKVB) + l * 3 * C, dqkv, ln1,
-                            W(P_QKVW) + (size_t)l * 3 * C * C, n, C, 3 * C);
-            layernorm_backward(dres, D(P_LN1W) + l * C, D(P_LN1B) + l * C, a.dbtc.data(), residual,
-                               W(P_LN1W) + l * C, a.ln1_mean.data() + l * N, a.ln1_rstd.data() + l * N, n, C);
+            matmul_backward(a.dbtc.data(), lg.qkvw, lg.qkvb, dqkv, la.ln1, lw.qkvw, n, C, 3 * C);
+            layernorm_backward(dres, lg.ln1w, lg.ln1b, a.dbtc.data(), la.residual, lw.ln1w, la.ln1_mean, la.ln1_rstd,
+                               n, C);
         }
-        encoder_backward(D(P_WTE), D(P_WPE), dres, inputs_.data(), B, T, C);
+        encoder_backward(g.wte(), g.wpe(), dres, inputs_.data(), B, T, C);
     }
 
     // --- KV-cached decoding ---
@@ -364,7 +306,7 @@ private:
         forward(tokens, nullptr, B, n, 0.0f, nullptr);
         const size_t N = (size_t)B * n;
         for (int l = 0; l < L; l++) {
-            const F* qkv = (cfg_.qk_norm ? acts_.qkvn.data() : acts_.qkv.data()) + l * N * 3 * C;  // (B, n, 3C)
+            const F* qkv = acts_.layer(l, N).att_in();  // (B, n, 3C)
             for (int b = 0; b < B; b++)
                 for (int t = 0; t < n; t++) kv_.store(l, b, t, qkv + ((size_t)b * n + t) * 3 * C);
         }
@@ -375,7 +317,7 @@ private:
     // One new position per sequence (tokens: (B)) through every layer; the same ops as forward()
     // on B rows. Returns logits (B, Vp).
     const F* kv_decode(const int* tokens) {
-        const int B = kv_.B, L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads, hd = cfg_.head_size();
+        const int B = kv_.B, L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads;
         const int Vp = cfg_.padded_vocab_size, t = kv_.pos;
         DecodeActs& a = dec_;
         a.x.resize((size_t)B * C); a.ln.resize((size_t)B * C); a.mean.resize(B); a.rstd.resize(B);
@@ -384,42 +326,36 @@ private:
         a.atty.resize((size_t)B * C); a.branch.resize((size_t)B * C); a.x2.resize((size_t)B * C);
         a.fch.resize((size_t)B * 4 * C); a.fch_gelu.resize((size_t)B * 4 * C);
         a.logits.resize((size_t)B * Vp);
-        const F* pw = params_.data();
-        auto W = [&](ParamId id) { return pw + layout_.offset[id]; };
+        const ParamView<const F> w = weights();
 
         // x = wte[token] + wpe[t]  (B, C), as encoder_forward
         for (int b = 0; b < B; b++) {
-            const F* te = W(P_WTE) + (size_t)tokens[b] * C;
-            const F* pe = W(P_WPE) + (size_t)t * C;
+            const F* te = w.wte() + (size_t)tokens[b] * C;
+            const F* pe = w.wpe() + (size_t)t * C;
             for (int c = 0; c < C; c++) a.x[(size_t)b * C + c] = te[c] + pe[c];
         }
         for (int l = 0; l < L; l++) {
-            layernorm_forward(a.ln.data(), a.mean.data(), a.rstd.data(), a.x.data(), W(P_LN1W) + l * C,
-                              W(P_LN1B) + l * C, B, C);
-            matmul_forward(a.qkv.data(), a.ln.data(), W(P_QKVW) + (size_t)l * 3 * C * C, W(P_QKVB) + l * 3 * C, B, C,
-                           3 * C);
+            const LayerParams<const F> lw = w.layer(l);
+            layernorm_forward(a.ln.data(), a.mean.data(), a.rstd.data(), a.x.data(), lw.ln1w, lw.ln1b, B, C);
+            matmul_forward(a.qkv.data(), a.ln.data(), lw.qkvw, lw.qkvb, B, C, 3 * C);
             const F* att_in = a.qkv.data();  // (B, 3C)
             if (cfg_.qk_norm) {
-                qknorm_forward(a.qkvn.data(), a.qkn_mean.data(), a.qkn_rstd.data(), a.qkv.data(), W(P_QNORMW) + l * hd,
-                               W(P_QNORMB) + l * hd, W(P_KNORMW) + l * hd, W(P_KNORMB) + l * hd, B, 1, C, NH);
+                qknorm_forward(a.qkvn.data(), a.qkn_mean.data(), a.qkn_rstd.data(), a.qkv.data(), lw.qnormw,
+                               lw.qnormb, lw.knormw, lw.knormb, B, 1, C, NH);
                 att_in = a.qkvn.data();
             }
             for (int b = 0; b < B; b++) kv_.store(l, b, t, att_in + (size_t)b * 3 * C);
             attention_decode(a.atty.data(), att_in, kv_, l, t, cfg_.attn_softcap);
-            matmul_forward(a.branch.data(), a.atty.data(), W(P_ATTPROJW) + (size_t)l * C * C, W(P_ATTPROJB) + l * C, B,
-                           C, C);
+            matmul_forward(a.branch.data(), a.atty.data(), lw.attprojw, lw.attprojb, B, C, C);
             residual_forward(a.x2.data(), a.x.data(), a.branch.data(), (size_t)B * C);
-            layernorm_forward(a.ln.data(), a.mean.data(), a.rstd.data(), a.x2.data(), W(P_LN2W) + l * C,
-                              W(P_LN2B) + l * C, B, C);
-            matmul_forward(a.fch.data(), a.ln.data(), W(P_FCW) + (size_t)l * 4 * C * C, W(P_FCB) + l * 4 * C, B, C,
-                           4 * C);
+            layernorm_forward(a.ln.data(), a.mean.data(), a.rstd.data(), a.x2.data(), lw.ln2w, lw.ln2b, B, C);
+            matmul_forward(a.fch.data(), a.ln.data(), lw.fcw, lw.fcb, B, C, 4 * C);
             gelu_forward(a.fch_gelu.data(), a.fch.data(), (size_t)B * 4 * C);
-            matmul_forward(a.branch.data(), a.fch_gelu.data(), W(P_FCPROJW) + (size_t)l * C * 4 * C,
-                           W(P_FCPROJB) + l * C, B, 4 * C, C);
+            matmul_forward(a.branch.data(), a.fch_gelu.data(), lw.fcprojw, lw.fcprojb, B, 4 * C, C);
             residual_forward(a.x.data(), a.x2.data(), a.branch.data(), (size_t)B * C);  // x = layer output
         }
-        layernorm_forward(a.ln.data(), a.mean.data(), a.rstd.data(), a.x.data(), W(P_LNFW), W(P_LNFB), B, C);
-        matmul_forward(a.logits.data(), a.ln.data(), lm_head(pw), (const F*)nullptr, B, C, Vp);
+        layernorm_forward(a.ln.data(), a.mean.data(), a.rstd.data(), a.x.data(), w.lnfw(), w.lnfb(), B, C);
+        matmul_forward(a.logits.data(), a.ln.data(), w.lm_head(), (const F*)nullptr, B, C, Vp);
         kv_.pos = t + 1;
         return a.logits.data();
     }
@@ -435,9 +371,9 @@ private:
         std::vector<F> logits;                // (B, Vp)
     };
 
-    const F* lm_head(const F* pw) const {
-        return pw + layout_.offset[cfg_.tied_embeddings ? P_WTE : P_LMHEAD];
-    }
+    // The parameters and the gradients as the model's tensors (llmc/core/param_view.h).
+    ParamView<const F> weights() const { return {params_.data(), layout_, cfg_.num_layers}; }
+    ParamView<F> grad_view() { return {grads_.data(), layout_, cfg_.num_layers}; }
 
     // Refuses what the model cannot run, with the fix in the message (llmc/core/batch_check.h).
     void check_batch(const int* inputs, const int* targets, int B, int T) const {

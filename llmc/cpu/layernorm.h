@@ -29,7 +29,8 @@ void layernorm_forward(F* out, F* mean, F* rstd, const F* inp, const F* w, const
     }
 }
 
-// ADDS into dinp (N, C), dw (C), db (C). With xhat = (inp - mean) * rstd and g = dout * w:
+// ADDS into dinp (N, C) (the residual stream's gradient: the gradient contract's exception,
+// docs/design.md), dw (C), db (C). With xhat = (inp - mean) * rstd and g = dout * w:
 //   dinp = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)),  dw = sum_n dout * xhat,  db = sum_n dout
 // dinp is parallel over rows; dw and db over blocks of channels, each summing the rows in order.
 template <typename F>

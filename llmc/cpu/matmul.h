@@ -25,12 +25,13 @@ namespace cpu {
 namespace detail {
 
 // C(R, W) += sum_k A(r, k) * B(k, j), C(r, j) = c[r*ldc + j], A(r, k) = a[r*ars + k*aks],
-// B(k, j) = b[k*ldb + j]. The tile of C is held in R x W/VL explicit vectors of VB bytes (GCC
+// B(k, j) = b[k*ldb + j]; with overwrite, C = the sum (the tile starts from 0 instead of C's
+// values: the same sums as adding onto a zeroed C). The tile of C is held in R x W/VL explicit vectors of VB bytes (GCC
 // vector extension: 16 for SSE, 32 for AVX), so it stays in registers and the compiler cannot
 // re-vectorize the k loop its own way (-O3 did, badly, with plain arrays).
 template <typename F, int R, int W, int VB>
 __attribute__((always_inline)) inline void mm_tile(F* c, size_t ldc, const F* a, size_t ars,
-                                                   size_t aks, const F* b, size_t ldb, int K) {
+                                                   size_t aks, const F* b, size_t ldb, int K, bool overwrite) {
     typedef F vec __attribute__((vector_size(VB)));
     constexpr int VL = VB / sizeof(F), NV = W / VL;  // lanes per vector, vectors per tile row
     static_assert(W % VL == 0, "the tile width must be a multiple of the vector length");
@@ -38,7 +39,10 @@ __attribute__((always_inline)) inline void mm_tile(F* c, size_t ldc, const F* a,
 #pragma GCC unroll 16
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 16
-        for (int v = 0; v < NV; v++) std::memcpy(&acc[r][v], c + r * ldc + v * VL, sizeof(vec));
+        for (int v = 0; v < NV; v++) {
+            if (overwrite) acc[r][v] = vec{};
+            else std::memcpy(&acc[r][v], c + r * ldc + v * VL, sizeof(vec));
+        }
     for (int k = 0; k < K; k++) {
         vec bk[NV];
 #pragma GCC unroll 16
@@ -60,28 +64,28 @@ __attribute__((always_inline)) inline void mm_tile(F* c, size_t ldc, const F* a,
 // The same for a ragged tile of rows x cols (< R x W) at an edge of C: plain loops, same k order.
 template <typename F>
 inline void mm_tile_edge(F* c, size_t ldc, int rows, int cols, const F* a, size_t ars,
-                         size_t aks, const F* b, size_t ldb, int K) {
+                         size_t aks, const F* b, size_t ldb, int K, bool overwrite) {
     for (int r = 0; r < rows; r++) {
         for (int j = 0; j < cols; j++) {
-            F acc = c[r * ldc + j];
+            F acc = overwrite ? F(0) : c[r * ldc + j];
             for (int k = 0; k < K; k++) acc += a[r * ars + (size_t)k * aks] * b[(size_t)k * ldb + j];
             c[r * ldc + j] = acc;
         }
     }
 }
 
-// One tile of C (rows x cols <= R x W, row stride ldc) += A B over K.
+// One tile of C (rows x cols <= R x W, row stride ldc) += A B over K (= A B with overwrite).
 template <typename F, int R, int W, int VB>
 __attribute__((always_inline)) inline void gemm_tile(F* c, size_t ldc, int rows, int cols,
                                                      const F* a, size_t ars, size_t aks,
-                                                     const F* b, size_t ldb, int K) {
+                                                     const F* b, size_t ldb, int K, bool overwrite) {
     if (rows == R && cols == W) {
-        mm_tile<F, R, W, VB>(c, ldc, a, ars, aks, b, ldb, K);
+        mm_tile<F, R, W, VB>(c, ldc, a, ars, aks, b, ldb, K, overwrite);
     } else if (cols == W) {  // the last rows of C: one row at a time, still vectorized
         for (int r = 0; r < rows; r++)
-            mm_tile<F, 1, W, VB>(c + r * ldc, ldc, a + r * ars, ars, aks, b, ldb, K);
+            mm_tile<F, 1, W, VB>(c + r * ldc, ldc, a + r * ars, ars, aks, b, ldb, K, overwrite);
     } else {
-        mm_tile_edge<F>(c, ldc, rows, cols, a, ars, aks, b, ldb, K);
+        mm_tile_edge<F>(c, ldc, rows, cols, a, ars, aks, b, ldb, K, overwrite);
     }
 }
 
@@ -92,8 +96,8 @@ __attribute__((always_inline)) inline void gemm_tile(F* c, size_t ldc, int rows,
 template <typename F, int R, int W>
 __attribute__((target("avx2,fma"))) void gemm_tile_avx2(F* c, size_t ldc, int rows, int cols,
                                                         const F* a, size_t ars, size_t aks,
-                                                        const F* b, size_t ldb, int K) {
-    gemm_tile<F, R, W, 32>(c, ldc, rows, cols, a, ars, aks, b, ldb, K);
+                                                        const F* b, size_t ldb, int K, bool overwrite) {
+    gemm_tile<F, R, W, 32>(c, ldc, rows, cols, a, ars, aks, b, ldb, K, overwrite);
 }
 #endif
 
@@ -120,14 +124,14 @@ template <> struct TileShape<true, true> { static constexpr int R = 6, W = 16; }
 
 template <typename F, int R, int W, bool Avx2>
 inline void tile(F* c, size_t ldc, int rows, int cols, const F* a, size_t ars, size_t aks,
-                 const F* b, size_t ldb, int K) {
+                 const F* b, size_t ldb, int K, bool overwrite) {
 #ifdef LLMC_MATMUL_AVX2_DISPATCH
     if (Avx2) {
-        gemm_tile_avx2<F, R, W>(c, ldc, rows, cols, a, ars, aks, b, ldb, K);
+        gemm_tile_avx2<F, R, W>(c, ldc, rows, cols, a, ars, aks, b, ldb, K, overwrite);
         return;
     }
 #endif
-    gemm_tile<F, R, W, Avx2 ? 32 : 16>(c, ldc, rows, cols, a, ars, aks, b, ldb, K);
+    gemm_tile<F, R, W, Avx2 ? 32 : 16>(c, ldc, rows, cols, a, ars, aks, b, ldb, K, overwrite);
 }
 
 // out (N, OC) = inp (N, IC) @ weight (OC, IC)^T + bias; tiles of R rows x W outputs, parallel
@@ -154,15 +158,16 @@ void matmul_forward_impl(F* out, const F* inp, const F* weight, const F* bias, i
                 for (int r = 0; r < rows; r++)
                     for (int j = 0; j < cols; j++) c[(size_t)r * OC + j] = bias ? bias[o0 + j] : F(0);
                 tile<F, R, W, Avx2>(c, OC, rows, cols, inp + (size_t)n0 * IC, IC, 1, panel.data(), W,
-                                    IC);
+                                    IC, /*overwrite=*/false);  // adds onto the bias
             }
         }
     }
 }
 
-// Backward of matmul_forward; ADDS into dinp, dweight and dbias (nullable).
-//   dinp (N, IC) += dout (N, OC) @ weight (OC, IC)     K = OC, walked in blocks of KB; in each
+// Backward of matmul_forward; overwrites dinp, ADDS into dweight and dbias (nullable).
+//   dinp (N, IC) = dout (N, OC) @ weight (OC, IC)      K = OC, walked in blocks of KB; in each
 //                                                      block the tiles of dinp are split over threads
+//                                                      (the first block overwrites, the next ones add)
 //   dweight (OC, IC) += dout^T (OC, N) @ inp (N, IC)   K = N, in blocks of KB; in each block the
 //                                                      tiles of dweight are split over threads
 //   dbias (OC) += sum_n dout[n, :]                     parallel over OC, n summed in order
@@ -189,7 +194,7 @@ void matmul_backward_impl(F* dinp, F* dweight, F* dbias, const F* dout, const F*
                     // A(r, k) = dout[n0 + r, k0 + k], B(k, j) = weight[k0 + k, i0 + j]
                     tile<F, R, W, Avx2>(dinp + (size_t)n0 * IC + i0, IC, rows, cols,
                                         dout + (size_t)n0 * OC + k0, OC, 1,
-                                        weight + (size_t)k0 * IC + i0, IC, kb);
+                                        weight + (size_t)k0 * IC + i0, IC, kb, /*overwrite=*/k0 == 0);
                 }
             }  // implicit barrier: the next K block adds into the same tiles
         }
@@ -203,7 +208,7 @@ void matmul_backward_impl(F* dinp, F* dweight, F* dbias, const F* dout, const F*
                     // A(r, k) = dout[k0 + k, o0 + r], B(k, j) = inp[k0 + k, i0 + j]
                     tile<F, R, W, Avx2>(dweight + (size_t)o0 * IC + i0, IC, rows, cols,
                                         dout + (size_t)k0 * OC + o0, 1, OC,
-                                        inp + (size_t)k0 * IC + i0, IC, kb);
+                                        inp + (size_t)k0 * IC + i0, IC, kb, /*overwrite=*/false);
                 }
             }
         }
@@ -236,8 +241,9 @@ void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N,
         detail::matmul_forward_impl<F, false>(out, inp, weight, bias, N, IC, OC);
 }
 
-// Backward of matmul_forward: dinp (N, IC) += dout @ weight; dweight (OC, IC) += dout^T @ inp;
-// dbias (OC) += column sums of dout (skipped when nullptr). dout is (N, OC).
+// Backward of matmul_forward: dinp (N, IC) = dout @ weight (overwritten: an activation gradient);
+// dweight (OC, IC) += dout^T @ inp and dbias (OC) += column sums of dout (skipped when nullptr)
+// accumulate (parameter gradients). dout is (N, OC).
 template <typename F>
 void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight,
                      int N, int IC, int OC) {

@@ -59,7 +59,7 @@ void qknorm_forward(F* qkv_out, F* mean, F* rstd, const F* qkv_in, const F* qw, 
     }
 }
 
-// Gradients ADDED into dqkv_in (B, T, 3C), dqw, dqb, dkw, dkb (hd), from dqkv_out (B, T, 3C).
+// From dqkv_out (B, T, 3C): dqkv_in (B, T, 3C) overwritten; dqw, dqb, dkw, dkb (hd) added into.
 template <typename F>
 void qknorm_backward(F* dqkv_in, F* dqw, F* dqb, F* dkw, F* dkb, const F* dqkv_out, const F* qkv_in,
                      const F* mean, const F* rstd, const F* qw, const F* kw, int B, int T, int C, int NH) {
@@ -95,11 +95,11 @@ void qknorm_backward(F* dqkv_in, F* dqw, F* dqb, F* dkw, F* dkb, const F* dqkv_o
                 for (int d = 0; d < hd; d++) {
                     F xhat = (x[d] - m) * rs;
                     F dxhat = dy[d] * w[d];
-                    dx[d] += rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat);
+                    dx[d] = rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat);
                 }
             }
         }
-        for (int c = 2 * C; c < C3; c++) dx_row[c] += dy_row[c];  // v passes through
+        for (int c = 2 * C; c < C3; c++) dx_row[c] = dy_row[c];  // v passes through
     }
 
     // gain and bias gradients: one task per (part, channel d), rows summed in order (r, h)

@@ -82,6 +82,7 @@ public:
         if (zero && n > 0) CUDA_CHECK(cudaMemset(ptr_, 0, n * sizeof(T)));
     }
     T* get() const { return ptr_; }
+    T* data() const { return ptr_; }  // as std::vector names it (llmc/core/layer_acts.h reads both)
     size_t size() const { return n_; }
     size_t bytes() const { return n_ * sizeof(T); }
 private:

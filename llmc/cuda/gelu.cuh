@@ -1,7 +1,7 @@
 // GELU on the GPU, tanh approximation (GPT-2):
 //   gelu(x)  = 0.5 x (1 + th),  th = tanh(k (x + 0.044715 x^3)),  k = sqrt(2/pi)
 //   gelu'(x) = 0.5 (1 + th) + 0.5 x (1 - th^2) k (1 + 3 * 0.044715 x^2)
-// CPU reference: llmc/cpu/gelu.h (same math; the CPU backward ADDS, this one OVERWRITES, per the contract).
+// CPU reference: llmc/cpu/gelu.h (same math and gradient contract: dinp is overwritten; docs/design.md).
 // Math in fp32 (tanhf), 16-byte packed loads/stores when the pointers allow (residual.cuh).
 #pragma once
 #include <cstddef>

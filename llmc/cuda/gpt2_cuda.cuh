@@ -8,8 +8,9 @@
 //   wparams (P) floatX   working copy the kernels read; BF16 build: round-to-nearest of master,
 //                        refreshed after every set_params and AdamW step; FP32 build: the master itself
 //   grads, m, v (P) fp32 gradients (every backward ADDS into them) and AdamW moments, same layout
-//   activations          floatX (LayerNorm mean/rstd, attention lse, losses fp32), per layer as in
-//                        Gpt2CpuActs, planned on the first forward and grown if a later pass is larger
+//   activations          floatX (LayerNorm mean/rstd, attention lse, losses fp32), per layer in the
+//                        layout the CPU shares (llmc/core/layer_acts.h), planned on the first forward
+//                        and grown if a later pass is larger
 //
 // Differences from CpuBackend (interface-visible):
 //   - backward() turns the device logits into dlogits in place (one fused classifier pass, no second
@@ -34,6 +35,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "llmc/core/backend.h"
@@ -53,6 +55,8 @@
 #include "llmc/core/error.h"
 #include "llmc/core/init.h"
 #include "llmc/core/model_config.h"
+#include "llmc/core/layer_acts.h"
+#include "llmc/core/param_view.h"
 #include "llmc/core/params.h"
 #ifdef USE_NCCL
 #include "llmc/cuda/collective_nccl.cuh"
@@ -61,24 +65,12 @@
 namespace llmc::cuda {
 
 // Every activation buffer of the model on the device, for a capacity of N = B*T rows; a pass with
-// B*T <= capacity uses the leading part (per-layer blocks at stride N * width, N = this pass's rows).
-struct Gpt2CudaActs {
+// B*T <= capacity uses the leading part. The per-layer blocks (and their views) are
+// LayerActBuffers' (llmc/core/layer_acts.h): floatX activations, fp32 LayerNorm statistics and
+// attention lse. The rest, with their shapes:
+struct Gpt2CudaActs : LayerActBuffers<DeviceBuffer, floatX, float> {
     // forward
     DeviceBuffer<int> inputs, targets;            // (B, T)
-    DeviceBuffer<floatX> encoded;                 // (B, T, C)       wte[inp] + wpe
-    DeviceBuffer<floatX> ln1;                     // (L, B, T, C)
-    DeviceBuffer<float> ln1_mean, ln1_rstd;       // (L, B, T)
-    DeviceBuffer<floatX> qkv;                     // (L, B, T, 3C)   qkv matmul output
-    DeviceBuffer<floatX> qkvn;                    // (L, B, T, 3C)   after QK-norm (empty unless qk_norm)
-    DeviceBuffer<float> qkn_mean, qkn_rstd;       // (L, B, T, 2, NH) (empty unless qk_norm)
-    DeviceBuffer<floatX> atty;                    // (L, B, T, C)    attention output, heads concatenated
-    DeviceBuffer<float> att_lse;                  // (L, B, NH, T)
-    DeviceBuffer<floatX> residual2;               // (L, B, T, C)    x after the attention branch
-    DeviceBuffer<floatX> ln2;                     // (L, B, T, C)
-    DeviceBuffer<float> ln2_mean, ln2_rstd;       // (L, B, T)
-    DeviceBuffer<floatX> fch;                     // (L, B, T, 4C)   fc matmul output (pre-GELU)
-    DeviceBuffer<floatX> fch_gelu;                // (L, B, T, 4C)
-    DeviceBuffer<floatX> residual3;               // (L, B, T, C)    layer output
     DeviceBuffer<floatX> lnf;                     // (B, T, C)
     DeviceBuffer<float> lnf_mean, lnf_rstd;       // (B, T)
     DeviceBuffer<floatX> logits;                  // (B, T, Vp)      backward overwrites it with dlogits
@@ -96,7 +88,7 @@ struct Gpt2CudaActs {
     // Allocates for N rows. Every buffer is filled with 0xFF bytes (NaN in bf16 and fp32), so a
     // kernel that reads what nothing wrote shows up as NaN instead of a plausible stale value.
     void allocate(const ModelConfig& cfg, size_t N) {
-        const size_t L = cfg.num_layers, C = cfg.channels, NH = cfg.num_heads, Vp = cfg.padded_vocab_size;
+        const size_t C = cfg.channels, Vp = cfg.padded_vocab_size;
         const size_t qk = cfg.qk_norm ? 1 : 0;
         size_t* group = &fwd_bytes;
         fwd_bytes = logit_bytes = bwd_bytes = 0;
@@ -106,15 +98,7 @@ struct Gpt2CudaActs {
             *group += buf.bytes();
         };
         alloc(inputs, N); alloc(targets, N);
-        alloc(encoded, N * C);
-        alloc(ln1, L * N * C); alloc(ln1_mean, L * N); alloc(ln1_rstd, L * N);
-        alloc(qkv, L * N * 3 * C);
-        alloc(qkvn, qk * L * N * 3 * C); alloc(qkn_mean, qk * L * N * 2 * NH); alloc(qkn_rstd, qk * L * N * 2 * NH);
-        alloc(atty, L * N * C); alloc(att_lse, L * N * NH);
-        alloc(residual2, L * N * C);
-        alloc(ln2, L * N * C); alloc(ln2_mean, L * N); alloc(ln2_rstd, L * N);
-        alloc(fch, L * N * 4 * C); alloc(fch_gelu, L * N * 4 * C);
-        alloc(residual3, L * N * C);
+        allocate_layers(cfg, N, alloc);
         alloc(lnf, N * C); alloc(lnf_mean, N); alloc(lnf_rstd, N);
         alloc(branch, N * C);
         group = &logit_bytes;
@@ -221,9 +205,7 @@ public:
     ForwardResult forward(const int* inputs, const int* targets, int B, int T, float z_weight,
                           LogitStats* stats) override {
         check_batch(inputs, targets, B, T);
-        const int L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads, hd = cfg_.head_size();
-        const int V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size, G = cfg_.global_heads, P = cfg_.window;
-        const float softcap = cfg_.attn_softcap;
+        const int L = cfg_.num_layers, C = cfg_.channels, V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size;
         const size_t N = (size_t)B * T;
         const int n = (int)N;
         ensure_capacity(B, T);
@@ -236,68 +218,16 @@ public:
         CUDA_CHECK(cudaMemcpyAsync(a.inputs.get(), inputs_host_.data(), N * sizeof(int), cudaMemcpyHostToDevice, st));
         if (targets)
             CUDA_CHECK(cudaMemcpyAsync(a.targets.get(), targets, N * sizeof(int), cudaMemcpyHostToDevice, st));
-        if (stats) {  // per layer {max[NH], min[NH], entropy_sum[NH]} start at (-inf, +inf, 0)
-            for (int l = 0; l < L; l++)
-                for (int h = 0; h < NH; h++) {
-                    float* s = stats_host_.data() + (size_t)l * 3 * NH;
-                    s[h] = -std::numeric_limits<float>::infinity();
-                    s[NH + h] = std::numeric_limits<float>::infinity();
-                    s[2 * NH + h] = 0.0f;
-                }
-            CUDA_CHECK(cudaMemcpyAsync(attn_stats_.get(), stats_host_.data(), attn_stats_.bytes(),
-                                       cudaMemcpyHostToDevice, st));
-        }
+        if (stats) reset_attention_stats();
 
-        auto W = [&](ParamId id) -> const floatX* { return wparams_ + layout_.offset[id]; };
-        encoder_forward(a.encoded.get(), a.inputs.get(), W(P_WTE), W(P_WPE), B, T, C, st);
-        layernorm_forward(a.ln1.get(), a.ln1_mean.get(), a.ln1_rstd.get(), a.encoded.get(), W(P_LN1W), W(P_LN1B),
-                          n, C, st);
-        for (int l = 0; l < L; l++) {
-            const floatX* residual = l == 0 ? a.encoded.get() : a.residual3.get() + (size_t)(l - 1) * N * C;
-            floatX* ln1 = a.ln1.get() + l * N * C;
-            floatX* qkv = a.qkv.get() + l * N * 3 * C;
-            floatX* atty = a.atty.get() + l * N * C;
-            float* att_lse = a.att_lse.get() + l * N * NH;
-            floatX* residual2 = a.residual2.get() + l * N * C;
-            floatX* ln2 = a.ln2.get() + l * N * C;
-            floatX* fch = a.fch.get() + l * N * 4 * C;
-            floatX* fch_gelu = a.fch_gelu.get() + l * N * 4 * C;
-            floatX* residual3 = a.residual3.get() + l * N * C;
-
-            // attention branch: qkv = ln1 @ qkvw^T + qkvb (N, 3C) -> [QK-norm] -> LS-attention (N, C)
-            matmul_forward(mm_, qkv, ln1, W(P_QKVW) + (size_t)l * 3 * C * C, W(P_QKVB) + l * 3 * C, n, C, 3 * C, st);
-            const floatX* att_in = qkv;
-            if (cfg_.qk_norm) {
-                floatX* qkvn = a.qkvn.get() + l * N * 3 * C;
-                qknorm_forward(qkvn, a.qkn_mean.get() + l * N * 2 * NH, a.qkn_rstd.get() + l * N * 2 * NH, qkv,
-                               W(P_QNORMW) + l * hd, W(P_QNORMB) + l * hd, W(P_KNORMW) + l * hd,
-                               W(P_KNORMB) + l * hd, n, C, NH, st);
-                att_in = qkvn;
-            }
-            attention_ls_forward(atty, att_lse, att_in, B, T, C, NH, G, P, softcap,
-                                 stats ? attn_stats_.get() + (size_t)l * 3 * NH : nullptr, scratch_.get(), st);
-            matmul_forward(mm_, a.branch.get(), atty, W(P_ATTPROJW) + (size_t)l * C * C, W(P_ATTPROJB) + l * C, n, C,
-                           C, st);
-            // residual2 = residual + attproj; ln2 = LayerNorm(residual2)
-            fused_residual_layernorm_forward(residual2, ln2, a.ln2_mean.get() + l * N, a.ln2_rstd.get() + l * N,
-                                             residual, a.branch.get(), W(P_LN2W) + l * C, W(P_LN2B) + l * C, n, C, st);
-            // MLP branch: fch = ln2 @ fcw^T + fcb, fch_gelu = gelu(fch) (fused epilogue), then fcproj
-            matmul_forward(mm_, fch_gelu, ln2, W(P_FCW) + (size_t)l * 4 * C * C, W(P_FCB) + l * 4 * C, n, C, 4 * C,
-                           st, fch);
-            matmul_forward(mm_, a.branch.get(), fch_gelu, W(P_FCPROJW) + (size_t)l * C * 4 * C,
-                           W(P_FCPROJB) + l * C, n, 4 * C, C, st);
-            // residual3 = residual2 + fcproj, and the next LayerNorm (the next layer's ln1, or lnf) fused
-            if (l + 1 < L)
-                fused_residual_layernorm_forward(residual3, a.ln1.get() + (l + 1) * N * C,
-                                                 a.ln1_mean.get() + (l + 1) * N, a.ln1_rstd.get() + (l + 1) * N,
-                                                 residual2, a.branch.get(), W(P_LN1W) + (l + 1) * C,
-                                                 W(P_LN1B) + (l + 1) * C, n, C, st);
-            else
-                fused_residual_layernorm_forward(residual3, a.lnf.get(), a.lnf_mean.get(), a.lnf_rstd.get(),
-                                                 residual2, a.branch.get(), W(P_LNFW), W(P_LNFB), n, C, st);
-        }
+        const ParamView<const floatX> w = weights();
+        const LayerActs<floatX, float> first = a.layer(0, N);
+        encoder_forward(a.encoded.get(), a.inputs.get(), w.wte(), w.wpe(), B, T, C, st);
+        layernorm_forward(first.ln1, first.ln1_mean, first.ln1_rstd, first.residual, w.layer(0).ln1w,
+                          w.layer(0).ln1b, n, C, st);
+        for (int l = 0; l < L; l++) layer_forward(l, B, T, stats != nullptr);
         // LM head, no bias: logits = lnf @ wte^T (lm_head^T when untied)   (N, Vp)
-        matmul_forward(mm_, a.logits.get(), a.lnf.get(), W(lm_head_id()), nullptr, n, C, Vp, st);
+        matmul_forward(mm_, a.logits.get(), a.lnf.get(), w.lm_head(), nullptr, n, C, Vp, st);
 
         ForwardResult res;
         if (targets || stats) {
@@ -324,25 +254,7 @@ public:
                 res.loss = (float)(sum_ce / (double)N);
                 res.z_loss = (float)(sum_z / (double)N);
             }
-            if (stats) {
-                stats->resize(L, NH);
-                for (int l = 0; l < L; l++) {
-                    const float* s = stats_host_.data() + (size_t)l * 3 * NH;
-                    for (int h = 0; h < NH; h++) {
-                        stats->max_logit[(size_t)l * NH + h] = s[h];
-                        stats->min_logit[(size_t)l * NH + h] = s[NH + h];
-                        stats->entropy[(size_t)l * NH + h] = (float)((double)s[2 * NH + h] / (double)N);
-                    }
-                }
-                float mx = row_max_host_[0];
-                double lse_sum = 0.0;
-                for (size_t i = 0; i < N; i++) {
-                    mx = row_max_host_[i] > mx ? row_max_host_[i] : mx;
-                    lse_sum += (double)lse_host_[i];
-                }
-                stats->out_max_logit = mx;
-                stats->out_mean_lse = (float)(lse_sum / (double)N);
-            }
+            if (stats) read_logit_stats(*stats, N);
         }
         return res;
     }
@@ -374,7 +286,7 @@ public:
         if (logits_state_ == LogitsState::Overwritten)
             throw std::logic_error("CudaBackend::backward: the logits were already turned into dlogits; run "
                                    "forward() again before another backward()");
-        const int L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads, hd = cfg_.head_size();
+        const int L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads;
         const int V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size, G = cfg_.global_heads, P = cfg_.window;
         const float softcap = cfg_.attn_softcap;
         const int B = B_, T = T_, n = B * T;
@@ -382,8 +294,8 @@ public:
         cudaStream_t st = stream_;
         Gpt2CudaActs& a = acts_;
         float* scratch = scratch_.get();
-        auto W = [&](ParamId id) -> const floatX* { return wparams_ + layout_.offset[id]; };
-        auto D = [&](ParamId id) -> float* { return grads_.get() + layout_.offset[id]; };
+        const ParamView<const floatX> w = weights();
+        const ParamView<float> g = grad_view();
 
         // classifier: logits -> dlogits in place, objective (1/N) sum (CE + z), scaled by grad_scale
         const float dloss = (float)((double)grad_scale / (double)N);
@@ -391,12 +303,11 @@ public:
                                     a.targets.get(), z_weight_, dloss, n, V, Vp, st);
         logits_state_ = LogitsState::Overwritten;
         floatX* dlogits = a.logits.get();
-        matmul_backward(mm_, a.dbtc.get(), D(lm_head_id()), nullptr, scratch, dlogits, a.lnf.get(), W(lm_head_id()),
-                        n, C, Vp, st);
+        matmul_backward(mm_, a.dbtc.get(), g.lm_head(), nullptr, scratch, dlogits, a.lnf.get(), w.lm_head(), n, C, Vp,
+                        st);
         CUDA_CHECK(cudaMemsetAsync(a.dresidual.get(), 0, N * C * sizeof(floatX), st));
-        layernorm_backward(a.dresidual.get(), D(P_LNFW), D(P_LNFB), scratch, a.dbtc.get(),
-                           a.residual3.get() + (size_t)(L - 1) * N * C, W(P_LNFW), a.lnf_mean.get(),
-                           a.lnf_rstd.get(), n, C, st);
+        layernorm_backward(a.dresidual.get(), g.lnfw(), g.lnfb(), scratch, a.dbtc.get(), a.layer(L - 1, N).residual3,
+                           w.lnfw(), a.lnf_mean.get(), a.lnf_rstd.get(), n, C, st);
 
         // dres holds d(objective)/d(x) of the residual stream; a residual add passes it unchanged to
         // both inputs, so it is updated in place: each branch reads it as its dout and the branch's
@@ -404,45 +315,33 @@ public:
         floatX* dres = a.dresidual.get();
         floatX* d4c = a.d4c.get();
         for (int l = L - 1; l >= 0; l--) {
-            const floatX* residual = l == 0 ? a.encoded.get() : a.residual3.get() + (size_t)(l - 1) * N * C;
-            const floatX* ln1 = a.ln1.get() + l * N * C;
-            const floatX* qkv = a.qkv.get() + l * N * 3 * C;
-            const floatX* atty = a.atty.get() + l * N * C;
-            const float* att_lse = a.att_lse.get() + l * N * NH;
-            const floatX* residual2 = a.residual2.get() + l * N * C;
-            const floatX* ln2 = a.ln2.get() + l * N * C;
-            const floatX* fch = a.fch.get() + l * N * 4 * C;
-            const floatX* fch_gelu = a.fch_gelu.get() + l * N * 4 * C;
+            const LayerActs<const floatX, const float> la = std::as_const(a).layer(l, N);
+            const LayerParams<const floatX> lw = w.layer(l);
+            const LayerParams<float> lg = g.layer(l);
 
             // MLP branch: dres is d residual3 = d fcproj = (so far) d residual2
-            matmul_backward(mm_, d4c, D(P_FCPROJW) + (size_t)l * C * 4 * C, D(P_FCPROJB) + l * C, scratch, dres,
-                            fch_gelu, W(P_FCPROJW) + (size_t)l * C * 4 * C, n, 4 * C, C, st);
-            gelu_backward(d4c, fch, d4c, N * 4 * C, st);  // d fch_gelu -> d fch, in place
-            matmul_backward(mm_, a.dbtc.get(), D(P_FCW) + (size_t)l * 4 * C * C, D(P_FCB) + l * 4 * C, scratch, d4c,
-                            ln2, W(P_FCW) + (size_t)l * 4 * C * C, n, C, 4 * C, st);
-            layernorm_backward(dres, D(P_LN2W) + l * C, D(P_LN2B) + l * C, scratch, a.dbtc.get(), residual2,
-                               W(P_LN2W) + l * C, a.ln2_mean.get() + l * N, a.ln2_rstd.get() + l * N, n, C, st);
+            matmul_backward(mm_, d4c, lg.fcprojw, lg.fcprojb, scratch, dres, la.fch_gelu, lw.fcprojw, n, 4 * C, C, st);
+            gelu_backward(d4c, la.fch, d4c, N * 4 * C, st);  // d fch_gelu -> d fch, in place
+            matmul_backward(mm_, a.dbtc.get(), lg.fcw, lg.fcb, scratch, d4c, la.ln2, lw.fcw, n, C, 4 * C, st);
+            layernorm_backward(dres, lg.ln2w, lg.ln2b, scratch, a.dbtc.get(), la.residual2, lw.ln2w, la.ln2_mean,
+                               la.ln2_rstd, n, C, st);
 
             // attention branch: dres is now d residual2 = d attproj = (so far) d residual
-            matmul_backward(mm_, a.dbtc.get(), D(P_ATTPROJW) + (size_t)l * C * C, D(P_ATTPROJB) + l * C, scratch,
-                            dres, atty, W(P_ATTPROJW) + (size_t)l * C * C, n, C, C, st);
-            const floatX* att_in = cfg_.qk_norm ? a.qkvn.get() + l * N * 3 * C : qkv;
-            attention_ls_backward(a.d3c_a.get(), a.dbtc.get(), att_in, atty, att_lse, B, T, C, NH, G, P, softcap,
-                                  scratch, st);
+            matmul_backward(mm_, a.dbtc.get(), lg.attprojw, lg.attprojb, scratch, dres, la.atty, lw.attprojw, n, C, C,
+                            st);
+            attention_ls_backward(a.d3c_a.get(), a.dbtc.get(), la.att_in(), la.atty, la.att_lse, B, T, C, NH, G, P,
+                                  softcap, scratch, st);
             const floatX* dqkv = a.d3c_a.get();
             if (cfg_.qk_norm) {
-                qknorm_backward(a.d3c_b.get(), D(P_QNORMW) + l * hd, D(P_QNORMB) + l * hd, D(P_KNORMW) + l * hd,
-                                D(P_KNORMB) + l * hd, scratch, a.d3c_a.get(), qkv, W(P_QNORMW) + l * hd,
-                                W(P_KNORMW) + l * hd, a.qkn_mean.get() + l * N * 2 * NH,
-                                a.qkn_rstd.get() + l * N * 2 * NH, n, C, NH, st);
+                qknorm_backward(a.d3c_b.get(), lg.qnormw, lg.qnormb, lg.knormw, lg.knormb, scratch, a.d3c_a.get(),
+                                la.qkv, lw.qnormw, lw.knormw, la.qkn_mean, la.qkn_rstd, n, C, NH, st);
                 dqkv = a.d3c_b.get();
             }
-            matmul_backward(mm_, a.dbtc.get(), D(P_QKVW) + (size_t)l * 3 * C * C, D(P_QKVB) + l * 3 * C, scratch,
-                            dqkv, ln1, W(P_QKVW) + (size_t)l * 3 * C * C, n, C, 3 * C, st);
-            layernorm_backward(dres, D(P_LN1W) + l * C, D(P_LN1B) + l * C, scratch, a.dbtc.get(), residual,
-                               W(P_LN1W) + l * C, a.ln1_mean.get() + l * N, a.ln1_rstd.get() + l * N, n, C, st);
+            matmul_backward(mm_, a.dbtc.get(), lg.qkvw, lg.qkvb, scratch, dqkv, la.ln1, lw.qkvw, n, C, 3 * C, st);
+            layernorm_backward(dres, lg.ln1w, lg.ln1b, scratch, a.dbtc.get(), la.residual, lw.ln1w, la.ln1_mean,
+                               la.ln1_rstd, n, C, st);
         }
-        encoder_backward(D(P_WTE), D(P_WPE), dres, a.inputs.get(), inputs_host_.data(), B, T, C, enc_scratch_, st);
+        encoder_backward(g.wte(), g.wpe(), dres, a.inputs.get(), inputs_host_.data(), B, T, C, enc_scratch_, st);
         // backward() returns with the work queued; the next host copy (get_grads, grad_norm) synchronizes.
     }
 
@@ -525,7 +424,7 @@ public:
     // logits stay on the device (logits() fetches them). kv_forward uses it; the latency benchmark
     // calls it directly so that the (B, n, Vp) host copy is not timed.
     void kv_prefill_device(const int* tokens, int n) {
-        const int B = kv_.B, L = cfg_.num_layers, C = cfg_.channels;
+        const int B = kv_.B, L = cfg_.num_layers;
         if (B < 1) throw std::logic_error("CudaBackend::kv_prefill_device needs kv_begin first");
         if (kv_pos_ != 0) throw std::logic_error("CudaBackend::kv_prefill_device needs an empty cache (kv_begin)");
         if (n < 1 || n > kv_.max_len)
@@ -534,7 +433,7 @@ public:
         forward(tokens, nullptr, B, n, 0.0f, nullptr);  // checks the tokens
         const size_t N = (size_t)B * n;
         for (int l = 0; l < L; l++) {
-            const floatX* qkv = (cfg_.qk_norm ? acts_.qkvn.get() : acts_.qkv.get()) + l * N * 3 * C;  // (B, n, 3C)
+            const floatX* qkv = acts_.layer(l, N).att_in();  // (B, n, 3C)
             kv_store_prefill(kv_, qkv, l, n, stream_);
         }
         CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -579,51 +478,125 @@ private:
     // Queues one decode step: the tokens in dec_tokens_host_ (B) at position kv_pos_ through every
     // layer, one row per sequence, with the same ops as forward(); logits (B, Vp) in dec_.logits.
     void kv_decode() {
-        const int B = kv_.B, L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads, hd = cfg_.head_size();
+        const int B = kv_.B, L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads;
         const int Vp = cfg_.padded_vocab_size, t = kv_pos_;
         const float softcap = cfg_.attn_softcap;
         cudaStream_t st = stream_;
         Gpt2CudaDecodeActs& a = dec_;
-        auto W = [&](ParamId id) -> const floatX* { return wparams_ + layout_.offset[id]; };
+        const ParamView<const floatX> w = weights();
 
         upload(a.tokens.get(), dec_tokens_host_.data(), (size_t)B);
         // x = wte[token] + wpe[t]  (B, C): the encoder with T = 1 and the position table shifted to row t
-        encoder_forward(a.x.get(), a.tokens.get(), W(P_WTE), W(P_WPE) + (size_t)t * C, B, 1, C, st);
-        layernorm_forward(a.ln.get(), a.mean.get(), a.rstd.get(), a.x.get(), W(P_LN1W), W(P_LN1B), B, C, st);
+        encoder_forward(a.x.get(), a.tokens.get(), w.wte(), w.wpe() + (size_t)t * C, B, 1, C, st);
+        layernorm_forward(a.ln.get(), a.mean.get(), a.rstd.get(), a.x.get(), w.layer(0).ln1w, w.layer(0).ln1b, B, C,
+                          st);
         for (int l = 0; l < L; l++) {
-            matmul_forward(mm_, a.qkv.get(), a.ln.get(), W(P_QKVW) + (size_t)l * 3 * C * C, W(P_QKVB) + l * 3 * C, B,
-                           C, 3 * C, st);
+            const LayerParams<const floatX> lw = w.layer(l);
+            matmul_forward(mm_, a.qkv.get(), a.ln.get(), lw.qkvw, lw.qkvb, B, C, 3 * C, st);
             const floatX* att_in = a.qkv.get();  // (B, 3C)
             if (cfg_.qk_norm) {
-                qknorm_forward(a.qkvn.get(), a.qkn_mean.get(), a.qkn_rstd.get(), a.qkv.get(), W(P_QNORMW) + l * hd,
-                               W(P_QNORMB) + l * hd, W(P_KNORMW) + l * hd, W(P_KNORMB) + l * hd, B, C, NH, st);
+                qknorm_forward(a.qkvn.get(), a.qkn_mean.get(), a.qkn_rstd.get(), a.qkv.get(), lw.qnormw, lw.qnormb,
+                               lw.knormw, lw.knormb, B, C, NH, st);
                 att_in = a.qkvn.get();
             }
             kv_store(kv_, att_in, l, t, st);
             attention_decode(a.atty.get(), att_in, kv_, l, t, softcap, st);
-            matmul_forward(mm_, a.branch.get(), a.atty.get(), W(P_ATTPROJW) + (size_t)l * C * C, W(P_ATTPROJB) + l * C,
-                           B, C, C, st);
+            matmul_forward(mm_, a.branch.get(), a.atty.get(), lw.attprojw, lw.attprojb, B, C, C, st);
             // x2 = x + attproj; ln = LayerNorm2(x2)
             fused_residual_layernorm_forward(a.x2.get(), a.ln.get(), a.mean.get(), a.rstd.get(), a.x.get(),
-                                             a.branch.get(), W(P_LN2W) + l * C, W(P_LN2B) + l * C, B, C, st);
-            matmul_forward(mm_, a.fch_gelu.get(), a.ln.get(), W(P_FCW) + (size_t)l * 4 * C * C, W(P_FCB) + l * 4 * C,
-                           B, C, 4 * C, st, a.fch.get());
-            matmul_forward(mm_, a.branch.get(), a.fch_gelu.get(), W(P_FCPROJW) + (size_t)l * C * 4 * C,
-                           W(P_FCPROJB) + l * C, B, 4 * C, C, st);
+                                             a.branch.get(), lw.ln2w, lw.ln2b, B, C, st);
+            matmul_forward(mm_, a.fch_gelu.get(), a.ln.get(), lw.fcw, lw.fcb, B, C, 4 * C, st, a.fch.get());
+            matmul_forward(mm_, a.branch.get(), a.fch_gelu.get(), lw.fcprojw, lw.fcprojb, B, 4 * C, C, st);
             // x = x2 + fcproj (the layer output); ln = the next layer's ln1, or lnf after the last layer
             const bool last = l + 1 == L;
             fused_residual_layernorm_forward(a.x.get(), a.ln.get(), a.mean.get(), a.rstd.get(), a.x2.get(),
-                                             a.branch.get(), last ? W(P_LNFW) : W(P_LN1W) + (l + 1) * C,
-                                             last ? W(P_LNFB) : W(P_LN1B) + (l + 1) * C, B, C, st);
+                                             a.branch.get(), last ? w.lnfw() : w.layer(l + 1).ln1w,
+                                             last ? w.lnfb() : w.layer(l + 1).ln1b, B, C, st);
         }
-        matmul_forward(mm_, a.logits.get(), a.ln.get(), W(lm_head_id()), nullptr, B, C, Vp, st);
+        matmul_forward(mm_, a.logits.get(), a.ln.get(), w.lm_head(), nullptr, B, C, Vp, st);
         kv_pos_ = t + 1;
+    }
+
+    // The working copy of the weights and the fp32 gradients as the model's tensors (llmc/core/param_view.h).
+    ParamView<const floatX> weights() const { return {wparams_, layout_, cfg_.num_layers}; }
+    ParamView<float> grad_view() const { return {grads_.get(), layout_, cfg_.num_layers}; }
+
+    // Per layer {max[NH], min[NH], entropy_sum[NH]} of the attention logits start at (-inf, +inf, 0).
+    void reset_attention_stats() {
+        const int L = cfg_.num_layers, NH = cfg_.num_heads;
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < NH; h++) {
+                float* s = stats_host_.data() + (size_t)l * 3 * NH;
+                s[h] = -std::numeric_limits<float>::infinity();
+                s[NH + h] = std::numeric_limits<float>::infinity();
+                s[2 * NH + h] = 0.0f;
+            }
+        CUDA_CHECK(cudaMemcpyAsync(attn_stats_.get(), stats_host_.data(), attn_stats_.bytes(), cudaMemcpyHostToDevice,
+                                   stream_));
+    }
+
+    // Queues layer l of the forward over (B, T): its input and ln1 are already there; it leaves its
+    // output in residual3 and the next LayerNorm (the next layer's ln1, or lnf) fused after it.
+    void layer_forward(int l, int B, int T, bool with_stats) {
+        const int L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads, G = cfg_.global_heads, P = cfg_.window;
+        const size_t N = (size_t)B * T;
+        const int n = (int)N;
+        cudaStream_t st = stream_;
+        Gpt2CudaActs& a = acts_;
+        const LayerActs<floatX, float> la = a.layer(l, N);
+        const LayerParams<const floatX> lw = weights().layer(l);
+
+        // attention branch: qkv = ln1 @ qkvw^T + qkvb (N, 3C) -> [QK-norm] -> LS-attention (N, C)
+        matmul_forward(mm_, la.qkv, la.ln1, lw.qkvw, lw.qkvb, n, C, 3 * C, st);
+        if (cfg_.qk_norm)
+            qknorm_forward(la.qkvn, la.qkn_mean, la.qkn_rstd, la.qkv, lw.qnormw, lw.qnormb, lw.knormw, lw.knormb, n,
+                           C, NH, st);
+        attention_ls_forward(la.atty, la.att_lse, la.att_in(), B, T, C, NH, G, P, cfg_.attn_softcap,
+                             with_stats ? attn_stats_.get() + (size_t)l * 3 * NH : nullptr, scratch_.get(), st);
+        matmul_forward(mm_, a.branch.get(), la.atty, lw.attprojw, lw.attprojb, n, C, C, st);
+        // residual2 = residual + attproj; ln2 = LayerNorm(residual2)
+        fused_residual_layernorm_forward(la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, la.residual, a.branch.get(),
+                                         lw.ln2w, lw.ln2b, n, C, st);
+        // MLP branch: fch = ln2 @ fcw^T + fcb, fch_gelu = gelu(fch) (fused epilogue), then fcproj
+        matmul_forward(mm_, la.fch_gelu, la.ln2, lw.fcw, lw.fcb, n, C, 4 * C, st, la.fch);
+        matmul_forward(mm_, a.branch.get(), la.fch_gelu, lw.fcprojw, lw.fcprojb, n, 4 * C, C, st);
+        // residual3 = residual2 + fcproj, and the next LayerNorm (the next layer's ln1, or lnf) fused
+        if (l + 1 < L) {
+            const LayerActs<floatX, float> next = a.layer(l + 1, N);
+            const LayerParams<const floatX> next_w = weights().layer(l + 1);
+            fused_residual_layernorm_forward(la.residual3, next.ln1, next.ln1_mean, next.ln1_rstd, la.residual2,
+                                             a.branch.get(), next_w.ln1w, next_w.ln1b, n, C, st);
+        } else {
+            fused_residual_layernorm_forward(la.residual3, a.lnf.get(), a.lnf_mean.get(), a.lnf_rstd.get(),
+                                             la.residual2, a.branch.get(), weights().lnfw(), weights().lnfb(), n, C,
+                                             st);
+        }
+    }
+
+    // The attention and output-logit statistics of the last forward (already on the host) into stats.
+    void read_logit_stats(LogitStats& stats, size_t N) const {
+        const int L = cfg_.num_layers, NH = cfg_.num_heads;
+        stats.resize(L, NH);
+        for (int l = 0; l < L; l++) {
+            const float* s = stats_host_.data() + (size_t)l * 3 * NH;
+            for (int h = 0; h < NH; h++) {
+                stats.max_logit[(size_t)l * NH + h] = s[h];
+                stats.min_logit[(size_t)l * NH + h] = s[NH + h];
+                stats.entropy[(size_t)l * NH + h] = (float)((double)s[2 * NH + h] / (double)N);
+            }
+        }
+        float mx = row_max_host_[0];
+        double lse_sum = 0.0;
+        for (size_t i = 0; i < N; i++) {
+            mx = row_max_host_[i] > mx ? row_max_host_[i] : mx;
+            lse_sum += (double)lse_host_[i];
+        }
+        stats.out_max_logit = mx;
+        stats.out_mean_lse = (float)(lse_sum / (double)N);
     }
 
     static constexpr bool kSeparateWorkingCopy = !std::is_same<floatX, float>::value;
     enum class LogitsState { None, OnDevice, OnHost, Overwritten };
-
-    ParamId lm_head_id() const { return cfg_.tied_embeddings ? P_WTE : P_LMHEAD; }
 
     // BF16 build: wparams = round-to-nearest(master); FP32 build: wparams is master (nothing to do).
     void refresh_working_copy() {

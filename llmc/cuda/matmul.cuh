@@ -1,6 +1,7 @@
 // Matrix multiply of a linear layer on the GPU through cuBLASLt: out = inp @ weight^T + bias.
 //   inp (N, IC), weight (OC, IC) (PyTorch / llm.c layout), bias (OC) or nullptr, out (N, OC).
-// CPU reference: llmc/cpu/matmul.h (same math; the CPU backward ADDS into dinp, this one overwrites).
+// CPU reference: llmc/cpu/matmul.h (same math and gradient contract: dinp overwritten, dweight and
+// dbias added into; docs/design.md).
 //
 // Types: A/B (inp, weight, dout) floatX; compute and scale fp32 (CUBLAS_COMPUTE_32F: in the FP32
 // build this is true fp32, no TF32 fast mode); forward output and dinp floatX; dweight fp32

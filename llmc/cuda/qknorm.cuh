@@ -1,8 +1,8 @@
 // QK-norm on the GPU (Dehghani et al. 2023; docs/design.md): LayerNorm over the head dimension hd of
 // every head's q and every head's k inside the qkv buffer (N, 3C); one gain/bias pair (hd) for q and
 // one for k, shared by the heads; v copied through. eps 1e-5, biased variance.
-// CPU reference: llmc/cpu/qknorm.h (same math; its backward ADDS into dqkv, this one OVERWRITES, per
-// the contract). mean, rstd (N, 2, NH): index (n * 2 + part) * NH + h, part 0 = q, 1 = k.
+// CPU reference: llmc/cpu/qknorm.h (same math and gradient contract: dqkv overwritten, the gains and
+// biases added into; docs/design.md). mean, rstd (N, 2, NH): index (n * 2 + part) * NH + h, part 0 = q, 1 = k.
 //
 // Forward: one warp per (row, segment), segments 0..2NH-1 = (part, head), segment 2NH = the v copy.
 // Backward, deterministic (as layernorm.cuh): a fixed number of worker warps take rows worker,
