@@ -20,7 +20,7 @@ import sys
 import unicodedata
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parents[1] / "llmc" / "unicode_classes.h"
+OUT = Path(__file__).resolve().parents[1] / "llmc" / "text" / "unicode_classes.h"
 
 # PropList.txt, White_Space
 WHITE_SPACE = [(0x0009, 0x000D), (0x0020, 0x0020), (0x0085, 0x0085), (0x00A0, 0x00A0), (0x1680, 0x1680),

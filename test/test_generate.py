@@ -266,7 +266,7 @@ def test_unicode_table_is_what_the_generator_writes():
     """llmc/text/unicode_classes.h == scripts/gen_unicode_classes.py's output (same Unicode version only)."""
     import re
     import unicodedata
-    header = (REPO / "llmc" / "unicode_classes.h").read_text()
+    header = (REPO / "llmc" / "text" / "unicode_classes.h").read_text()
     version = re.search(r'kUnicodeVersion = "([^"]+)"', header).group(1)
     if version != unicodedata.unidata_version:
         pytest.skip(f"header is Unicode {version}, this python has {unicodedata.unidata_version}")
