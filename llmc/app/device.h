@@ -1,5 +1,5 @@
 // Choosing the compute device from --device auto|cpu|cuda, the number of CUDA devices found
-// (train_gpt2_ls.cu asks the CUDA runtime; tests inject any count) and, once the model is known,
+// (llmc/app/backends.h asks the CUDA runtime; tests inject any count) and, once the model is known,
 // whether the CUDA backend can run it. This file needs no GPU and no CUDA headers.
 //   auto: CUDA when a GPU is present, the binary has the CUDA backend and that backend supports the
 //         model; otherwise the CPU, with a one-line note saying why.
@@ -17,7 +17,7 @@ enum class Device { Cpu, Cuda };
 // LLMC_CUDA_BACKEND: the CUDA backend (llmc/cuda/) is part of the binary - the binary was compiled
 // by nvcc, or by the host compiler against the device emulation (-DLLMC_EMULATE, docs/emulation.md,
 // where "CUDA" runs on the CPU). A plain host-compiler build (g++, e.g. the CPU tests) has none.
-// The binaries test this one macro, never __CUDACC__ directly.
+// The programs test this one macro, never __CUDACC__ directly, in llmc/app/backends.h only.
 #if defined(__CUDACC__) || defined(LLMC_EMULATE)
 #define LLMC_CUDA_BACKEND 1
 #endif

@@ -27,7 +27,7 @@ struct GenerateConfig {
     uint64_t seed = 1337;
     bool greedy = false;            // argmax instead of sampling
     int max_len = 0;                // context kept (0 = the model's max_seq_len)
-    std::string device = "cpu";     // cpu | cuda
+    std::string device = "auto";    // auto | cpu | cuda (llmc/app/device.h, as the trainer's --device)
     bool no_cache = false;          // full forward per token (the reference path)
     bool print_ids = false;         // print token ids, one per line, instead of text
     int threads = 0;                // OpenMP threads (0 = OpenMP's default)
@@ -68,7 +68,9 @@ public:
         a.add_flag("--greedy", c.greedy, "always take the most likely token (ignores --temperature/--top-k)");
         a.add_option("--max-len", c.max_len, "context kept, newest tokens (0 = the model's max_seq_len)")
             ->capture_default_str()->check(CLI::NonNegativeNumber);
-        a.add_option("--device", c.device, "cpu | cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
+        a.add_option("--device", c.device, "auto | cpu | cuda (auto: CUDA when the binary has the CUDA backend, a GPU "
+                     "is present and the backend runs the model; else the CPU)")
+            ->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "cuda"}));
         a.add_flag("--no-cache", c.no_cache, "no KV cache: a full forward pass per token (the reference path)");
         a.add_flag("--print-ids", c.print_ids, "print the generated token ids, one per line, instead of text");
         a.add_option("--threads", c.threads, "OpenMP threads (0 = OpenMP's default)")->capture_default_str()

@@ -75,6 +75,10 @@ public:
     virtual void kv_begin(int /*B*/, int /*max_len*/) { throw std::logic_error(std::string(name()) + " backend has no KV cache"); }
     virtual const float* kv_forward(const int* /*tokens*/, int /*n*/) { throw std::logic_error(std::string(name()) + " backend has no KV cache"); }
     virtual size_t kv_cache_bytes() const { return 0; }
+    // kv_prefill_device: kv_forward of n (1 <= n <= max_len) positions into an empty cache, returning
+    // once the work is done, the logits left where the backend computed them (CUDA: on the device, no
+    // (B, n, Vp) host copy; logits() fetches them). What the latency benchmark times as the prefill.
+    virtual void kv_prefill_device(const int* tokens, int n) { kv_forward(tokens, n); }
 
     // --- attention maps (--eval-only --dump-attention; llmc/io/attention_dump.h) ---
     // attention_probs: after a forward, the attention probabilities of head `head` of layer `layer`

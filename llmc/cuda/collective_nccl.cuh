@@ -52,6 +52,7 @@ public:
     NcclCollective& operator=(const NcclCollective&) = delete;
 
     const char* name() const override { return "NCCL"; }
+    bool takes_device_buffers() const override { return true; }
     int rank() const override { return rank_; }
     int world_size() const override { return world_; }
 

@@ -58,9 +58,6 @@
 #include "llmc/core/layer_acts.h"
 #include "llmc/core/param_view.h"
 #include "llmc/core/params.h"
-#ifdef USE_NCCL
-#include "llmc/cuda/collective_nccl.cuh"
-#endif
 
 namespace llmc::cuda {
 
@@ -423,7 +420,7 @@ public:
     // (after QK-norm) and v of every layer copied into the cache. Returns when the device is done; the
     // logits stay on the device (logits() fetches them). kv_forward uses it; the latency benchmark
     // calls it directly so that the (B, n, Vp) host copy is not timed.
-    void kv_prefill_device(const int* tokens, int n) {
+    void kv_prefill_device(const int* tokens, int n) override {
         const int B = kv_.B, L = cfg_.num_layers;
         if (B < 1) throw std::logic_error("CudaBackend::kv_prefill_device needs kv_begin first");
         if (kv_pos_ != 0) throw std::logic_error("CudaBackend::kv_prefill_device needs an empty cache (kv_begin)");
@@ -447,18 +444,16 @@ public:
     int kv_position() const { return kv_pos_; }
     const KvCacheView& kv_view() const { return kv_; }
 
-    // ---- data parallelism: gradients averaged over the ranks. With NCCL the fp32 device gradient
-    // buffer is all-reduced in place (NcclCollective takes device pointers directly); any other
-    // collective gets the Backend default (through the host).
+    // ---- data parallelism: gradients averaged over the ranks. A collective that takes device buffers
+    // (NCCL) all-reduces the fp32 device gradient buffer in place; any other collective gets the
+    // Backend default (through the host).
     void all_reduce_grads(Collective& comm) override {
-#ifdef USE_NCCL
-        if (auto* nccl = dynamic_cast<NcclCollective*>(&comm)) {
+        if (comm.takes_device_buffers()) {
             // the backward was queued on stream_, NCCL runs on its own stream: wait for the gradients
             CUDA_CHECK(cudaStreamSynchronize(stream_));
-            nccl->all_reduce(grads_.get(), layout_.total, ReduceOp::Avg);  // synchronizes before returning
+            comm.all_reduce(grads_.get(), layout_.total, ReduceOp::Avg);  // synchronizes before returning
             return;
         }
-#endif
         Backend::all_reduce_grads(comm);
     }
 

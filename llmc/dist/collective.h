@@ -41,6 +41,8 @@ public:
     virtual long long all_reduce_int(long long x, ReduceOp op) = 0;
     // Ends every rank of the run with exit code `code` (after an error on this rank), no hang.
     [[noreturn]] virtual void abort(int code) = 0;
+    // Whether the buffers may be device memory, reduced there in place (NCCL); otherwise host memory.
+    virtual bool takes_device_buffers() const { return false; }
 };
 
 class SingleProcessCollective : public Collective {

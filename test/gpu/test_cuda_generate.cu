@@ -42,6 +42,9 @@
 
 #include "llmc/cpu/gpt2_cpu.h"
 #include "llmc/cuda/gpt2_cuda.cuh"
+#ifdef USE_NCCL
+#include "llmc/cuda/collective_nccl.cuh"
+#endif
 #include "llmc/core/error.h"
 #include "llmc/core/init.h"
 #include "llmc/core/params.h"

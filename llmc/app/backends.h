@@ -1,0 +1,121 @@
+// What this binary was built with, and the factories the two mains build from: the CUDA devices
+// present, the backend for a model (CpuBackend, or CudaBackend when the CUDA backend is compiled in)
+// and the collective for a launch (single process, MPI, NCCL). This is the one header of the
+// programs that tests which of CUDA (LLMC_CUDA_BACKEND, llmc/app/device.h), MPI (USE_MPI) and NCCL
+// (USE_NCCL) were compiled in; the mains call these functions and test nothing.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "llmc/app/device.h"  // LLMC_CUDA_BACKEND: nvcc, or the device emulation (docs/emulation.md)
+#include "llmc/core/backend.h"
+#include "llmc/core/error.h"
+#include "llmc/core/model_config.h"
+#include "llmc/cpu/gpt2_cpu.h"
+#include "llmc/dist/collective.h"
+#include "llmc/dist/collective_choice.h"
+#include "llmc/dist/collective_mpi.h"
+#ifdef LLMC_CUDA_BACKEND
+#include <cuda_runtime.h>
+
+#include "llmc/cuda/gpt2_cuda.cuh"
+#ifdef USE_NCCL
+#include "llmc/cuda/collective_nccl.cuh"
+#endif
+#endif
+
+namespace llmc {
+
+#if defined(LLMC_CUDA_BACKEND) && defined(USE_NCCL)
+constexpr bool kNcclBuilt = true;
+#else
+constexpr bool kNcclBuilt = false;
+#endif
+
+// Number of CUDA devices (0 without a GPU, a driver, or when built without the CUDA backend).
+inline int cuda_device_count() {
+#ifdef LLMC_CUDA_BACKEND
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();  // clear the sticky "no device" error
+        return 0;
+    }
+    return n;
+#else
+    return 0;
+#endif
+}
+
+// --device for a known model on this machine (llmc/app/device.h resolve_device with the CUDA devices
+// present). The note of an `auto` that stays on the CPU goes to stderr when print_note is set.
+inline Device device_for_model(const std::string& requested, const ModelConfig& model, bool print_note) {
+    std::string note;
+    const Device d = resolve_device(requested, cuda_device_count(), model, &note);
+    if (!note.empty() && print_note) std::fprintf(stderr, "%s\n", note.c_str());
+    return d;
+}
+
+// The backend on `device`, its weights drawn from `seed` (llmc/core/init.h). CUDA: one GPU per
+// process, GPU number local_rank (the process's rank on its node).
+inline std::unique_ptr<Backend> make_backend(Device device, const ModelConfig& model, uint64_t seed, int local_rank) {
+#ifdef LLMC_CUDA_BACKEND
+    if (device == Device::Cuda) {
+        const int gpus = cuda_device_count();
+        if (local_rank >= gpus)
+            throw InputError("local rank " + std::to_string(local_rank) + " has no GPU (" + std::to_string(gpus) +
+                             " on this node); start at most one process per GPU");
+        CUDA_CHECK(cudaSetDevice(local_rank));
+        return cuda::make_cuda_backend(model, seed);
+    }
+#endif
+    (void)device;
+    (void)local_rank;
+    return std::make_unique<CpuBackend>(model, seed);
+}
+
+// What a benchmark reports about the device beside the backend's own numbers.
+struct DeviceFacts {
+    std::string name = "cpu";     // CUDA: "NVIDIA H100 ... (sm_90, 132 SMs, 79.1 GiB, bf16)"
+    std::string precision = "fp32";
+    size_t memory_baseline = 0;   // device memory in use before any model (CUDA context, other processes)
+};
+
+// Call before make_backend: on CUDA it creates the context on GPU 0, so the baseline includes it.
+inline DeviceFacts device_facts(Device device) {
+    DeviceFacts f;
+#ifdef LLMC_CUDA_BACKEND
+    if (device == Device::Cuda) {
+        CUDA_CHECK(cudaFree(nullptr));
+        f.memory_baseline = cuda::device_memory_in_use();
+        f.name = cuda::cuda_device_description();
+        f.precision = cuda::kPrecisionName;
+    }
+#endif
+    (void)device;
+    return f;
+}
+
+// The collective for this launch (the choice: llmc/dist/collective_choice.h). device: what --device
+// asks for before the model is known (it picks NCCL or MPI); rendezvous: --rendezvous DIR or "".
+inline std::unique_ptr<Collective> make_collective(Device device, const LaunchInfo& li, const MpiSession& mpi,
+                                                   const std::string& rendezvous) {
+    switch (choose_collective(li, device == Device::Cuda, {kMpiBuilt, kNcclBuilt}, mpi.active(), rendezvous)) {
+        case CollectiveKind::Single: return std::make_unique<SingleProcessCollective>();
+#if defined(LLMC_CUDA_BACKEND) && defined(USE_NCCL)
+        case CollectiveKind::NcclFile: return make_nccl_collective_file(li, rendezvous);
+#ifdef USE_MPI
+        case CollectiveKind::NcclMpi: return make_nccl_collective_mpi(li.local_rank);
+#endif
+#endif
+#ifdef USE_MPI
+        case CollectiveKind::Mpi: return std::make_unique<MpiCollective>();
+#endif
+        default: break;
+    }
+    throw std::logic_error("make_collective: a collective this build does not have was chosen");
+}
+
+}  // namespace llmc

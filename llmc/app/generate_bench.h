@@ -1,0 +1,126 @@
+// generate_gpt2_ls --bench: times the backend's KV cache with random tokens and prints one JSON
+// object on stdout (dev/bench/generate_latency.py drives it; docs/generation.md). The prefill of B
+// prompts of length T (median of --bench-repeats, after one warm-up), then for each context c: a
+// fresh cache, a prefill of c - steps tokens (untimed), then `steps` decode steps of one token per
+// sequence, each timed to the logits on the host (what sampling needs).
+#pragma once
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "llmc/app/backends.h"
+#include "llmc/app/generate_cli.h"
+#include "llmc/core/backend.h"
+#include "llmc/core/error.h"
+#include "llmc/core/model_config.h"
+#include "llmc/core/rng.h"
+
+namespace llmc {
+namespace bench {
+
+using BenchClock = std::chrono::steady_clock;
+
+inline double ms_since(BenchClock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(BenchClock::now() - t0).count();
+}
+
+inline double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+inline std::string json_list(const std::vector<double>& v) {
+    std::string s = "[";
+    char buf[32];
+    for (size_t i = 0; i < v.size(); i++) {
+        std::snprintf(buf, sizeof buf, "%s%.4f", i ? ", " : "", v[i]);
+        s += buf;
+    }
+    return s + "]";
+}
+
+}  // namespace bench
+
+// The --bench-* flags against the model, before any model is built.
+inline void check_bench_flags(const GenerateConfig& g, const ModelConfig& mc) {
+    const std::vector<int> contexts = parse_context_list(g.bench_contexts);
+    if (g.bench_prompt > mc.max_seq_len)
+        throw InputError("--bench-prompt " + std::to_string(g.bench_prompt) + " exceeds the model's max_seq_len " +
+                         std::to_string(mc.max_seq_len));
+    for (int c : contexts)
+        if (c > mc.max_seq_len || c <= g.bench_steps)
+            throw InputError("--bench-contexts: " + std::to_string(c) + " must be in (--bench-steps=" +
+                             std::to_string(g.bench_steps) + ", max_seq_len=" + std::to_string(mc.max_seq_len) + "]");
+}
+
+// The benchmark on `model` (its weights set; check_bench_flags passed); device: what device_facts
+// measured before the model was built.
+inline int run_bench(const GenerateConfig& g, Backend& model, const DeviceFacts& device) {
+    using bench::BenchClock, bench::median, bench::ms_since;
+    const ModelConfig& mc = model.config();
+    const std::vector<int> contexts = parse_context_list(g.bench_contexts);
+    const int B = g.bench_batch, T = g.bench_prompt, steps = g.bench_steps;
+    Rng rng(g.seed);
+    auto random_tokens = [&](size_t n) {
+        std::vector<int> v(n);
+        for (int& x : v) x = (int)(rng.next_u64() % (uint64_t)mc.vocab_size);
+        return v;
+    };
+
+    // prefill (B, T)
+    const std::vector<int> prompt = random_tokens((size_t)B * T);
+    std::vector<double> prefill_ms;
+    for (int r = 0; r <= g.bench_repeats; r++) {  // r = 0: warm-up (allocation, cuBLASLt heuristics)
+        model.kv_begin(B, T);
+        const auto t0 = BenchClock::now();
+        model.kv_prefill_device(prompt.data(), T);
+        if (r > 0) prefill_ms.push_back(ms_since(t0));
+    }
+    const size_t prefill_mem = model.device_memory_used();
+
+    // decode at each context; one untimed warm-up round at the first context
+    std::string decode_json;
+    for (int ci = -1; ci < (int)contexts.size(); ci++) {
+        const int c = contexts[ci < 0 ? 0 : ci];
+        const int pre = c - steps;
+        const std::vector<int> ctx = random_tokens((size_t)B * pre);
+        model.kv_begin(B, c);
+        model.kv_prefill_device(ctx.data(), pre);  // pre >= 1 (checked); a 1-token "prefill" is a decode step
+        std::vector<double> ms;
+        std::vector<int> tok(B);
+        for (int s = 0; s < steps; s++) {
+            for (int& x : tok) x = (int)(rng.next_u64() % (uint64_t)mc.vocab_size);
+            const auto t0 = BenchClock::now();
+            model.kv_forward(tok.data(), 1);  // returns the (B, Vp) logits on the host: synchronized
+            ms.push_back(ms_since(t0));
+        }
+        if (ci < 0) continue;
+        double mean = 0.0;
+        for (double x : ms) mean += x / ms.size();
+        char buf[512];
+        std::snprintf(buf, sizeof buf,
+                      "%s    {\"context\": %d, \"ms_per_token_median\": %.4f, \"ms_per_token_mean\": %.4f, "
+                      "\"kv_cache_bytes\": %zu, \"device_memory_bytes\": %zu}",
+                      decode_json.empty() ? "" : ",\n", c, median(ms), mean, model.kv_cache_bytes(),
+                      model.device_memory_used());
+        decode_json += buf;
+    }
+    std::printf("{\n  \"backend\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\",\n", model.name(),
+                device.name.c_str(), device.precision.c_str());
+    std::printf("  \"config\": {\"L\": %d, \"NH\": %d, \"C\": %d, \"G\": %d, \"P\": %d, \"max_seq_len\": %d, "
+                "\"vocab_size\": %d, \"qk_norm\": %d, \"attn_softcap\": %g},\n",
+                mc.num_layers, mc.num_heads, mc.channels, mc.global_heads, mc.window, mc.max_seq_len, mc.vocab_size,
+                mc.qk_norm ? 1 : 0, mc.attn_softcap);
+    std::printf("  \"batch\": %d, \"decode_steps\": %d, \"device_memory_baseline_bytes\": %zu,\n", B, steps,
+                device.memory_baseline);
+    std::printf("  \"prefill\": {\"T\": %d, \"ms_median\": %.4f, \"ms\": %s, \"device_memory_bytes\": %zu},\n", T,
+                median(prefill_ms), bench::json_list(prefill_ms).c_str(), prefill_mem);
+    std::printf("  \"decode\": [\n%s\n  ]\n}\n", decode_json.c_str());
+    return 0;
+}
+
+}  // namespace llmc

@@ -1,0 +1,82 @@
+// What generate_gpt2_ls feeds the model, from its flags (llmc/app/generate_cli.h): the tokenizer, the
+// prompt's token ids and the context kept, each checked against the model (one-line InputErrors).
+// A text prompt (--prompt / --prompt-file) is the tokenizer's EOT followed by the text's tokens:
+// SentencePiece with --sp-model or the tokenizer.model next to --tokenizer (llmc/text/sp_encoder.h),
+// else GPT-2 BPE or bytes (llmc/text/bpe_encoder.h); docs/generation.md.
+#pragma once
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "llmc/app/generate_cli.h"
+#include "llmc/core/error.h"
+#include "llmc/core/model_config.h"
+#include "llmc/text/bpe_encoder.h"
+#include "llmc/text/sp_encoder.h"
+#include "llmc/text/tokenizer.h"
+
+namespace llmc {
+
+// The bytes of --prompt-file, unchanged (a trailing newline stays part of the prompt).
+inline std::string read_prompt_file(const std::string& path) {
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) throw InputError("--prompt-file '" + path + "' cannot be opened; pass an existing text file");
+    std::string text;
+    char buf[1 << 16];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+    const bool failed = std::ferror(f) != 0;
+    std::fclose(f);
+    if (failed) throw InputError("--prompt-file '" + path + "' could not be read; check the file");
+    return text;
+}
+
+inline bool has_text_prompt(const GenerateConfig& g) { return g.has_prompt_text || !g.prompt_file.empty(); }
+
+// --prompt / --prompt-file -> the tokenizer's EOT followed by the text's tokens.
+inline std::vector<int> text_prompt(const GenerateConfig& g, const Tokenizer& tok) {
+    const std::string text = g.has_prompt_text ? g.prompt_text : read_prompt_file(g.prompt_file);
+    const std::string sp_model = sp_model_for(g.sp_model, g.tokenizer, tok);
+    if (!sp_model.empty()) return encode_prompt_sp(tok, sp_model, text);
+    return encode_prompt(tok, text);
+}
+
+struct GenerationInput {
+    Tokenizer tokenizer;     // absent without --tokenizer (tokens then print as <id>)
+    std::vector<int> prompt; // token ids < the model's vocab_size
+    int max_len = 0;         // context kept, <= the model's max_seq_len
+};
+
+// The tokenizer, prompt and context of a generation with model `mc`, in this order of checks.
+inline GenerationInput generation_input(const GenerateConfig& g, const ModelConfig& mc) {
+    GenerationInput in;
+    Tokenizer& tok = in.tokenizer;
+    if (!g.tokenizer.empty()) {
+        tok = Tokenizer(g.tokenizer);
+        if (tok.vocab_size() > mc.vocab_size)
+            throw InputError("tokenizer '" + g.tokenizer + "' has " + std::to_string(tok.vocab_size()) +
+                             " tokens but the model only " + std::to_string(mc.vocab_size) +
+                             "; pass the tokenizer.bin of the model's training data");
+    }
+    if (has_text_prompt(g)) {
+        in.prompt = text_prompt(g, tok);  // ids < the tokenizer's vocabulary <= the model's (checked above)
+    } else if (!g.prompt_ids.empty()) {
+        in.prompt = parse_token_ids(g.prompt_ids);
+    } else if (tok.present()) {
+        in.prompt = {tok.eot_token()};
+    } else {
+        throw InputError("no prompt: pass --prompt-ids '1,2,3', or --tokenizer tokenizer.bin (then the prompt is its "
+                         "EOT token, or --prompt TEXT)");
+    }
+    for (int id : in.prompt)
+        if (id >= mc.vocab_size)
+            throw InputError("--prompt-ids: token " + std::to_string(id) + " is outside the model's vocabulary [0, " +
+                             std::to_string(mc.vocab_size) + ")");
+    in.max_len = g.max_len > 0 ? g.max_len : mc.max_seq_len;
+    if (in.max_len > mc.max_seq_len)
+        throw InputError("--max-len " + std::to_string(in.max_len) + " exceeds the model's max_seq_len " +
+                         std::to_string(mc.max_seq_len) + "; use --max-len <= " + std::to_string(mc.max_seq_len));
+    return in;
+}
+
+}  // namespace llmc
