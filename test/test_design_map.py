@@ -1,4 +1,5 @@
-"""docs/design.md's layout map names every header under llmc/ and no header that does not exist.
+"""docs/design.md's layout map names every header under llmc/ and no header that does not exist;
+only the factory includes a backend; only the three seams name the emulated build.
 
 The map is the code block of the "## Layout" section: a line `  <folder>/` opens a folder of
 llmc/, and the lines under it indented by four spaces name that folder's headers.
@@ -44,3 +45,26 @@ def test_the_map_names_only_existing_headers():
 def test_no_header_directly_under_llmc():
     loose = sorted(str(p.relative_to(REPO)) for p in (REPO / "llmc").glob("*.h*"))
     assert not loose, f"headers belong in a folder of llmc/ (docs/design.md): {loose}"
+
+
+def product_files():
+    return sorted(p for p in list((REPO / "llmc").rglob("*")) + list(REPO.glob("*.cu")) if p.suffix in (".h", ".cuh", ".cu"))
+
+
+def test_only_the_factory_includes_a_backend():
+    backend_include = re.compile(r'#\s*include\s*"llmc/(cpu|cuda)/')
+    offenders = []
+    for p in product_files():
+        rel = str(p.relative_to(REPO))
+        if rel.startswith(("llmc/cpu/", "llmc/cuda/")) or rel == "llmc/app/backends.h":
+            continue
+        if backend_include.search(p.read_text()):
+            offenders.append(rel)
+    assert not offenders, f"only llmc/app/backends.h may include llmc/cpu or llmc/cuda (docs/design.md): {offenders}"
+
+
+def test_only_the_seams_name_the_emulated_build():
+    seams = {"llmc/app/device.h", "llmc/cuda/launch.cuh", "llmc/cuda/ptx.cuh"}
+    naming = {str(p.relative_to(REPO)) for p in product_files() if "LLMC_EMULATE" in p.read_text()}
+    assert naming <= seams, f"LLMC_EMULATE outside the seams (docs/design.md): {sorted(naming - seams)}"
+    assert naming, "no seam names LLMC_EMULATE: the emulated build has lost its seams"
