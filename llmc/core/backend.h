@@ -65,7 +65,7 @@ public:
     // grad_multiplier first (clipping: min(1, clip / norm)).
     virtual void adamw_update(const AdamWHyper& h, int t, float grad_multiplier) = 0;
 
-    // --- incremental decoding with a KV cache (issue 8); backends without one keep the defaults ---
+    // --- incremental decoding with a KV cache (docs/generation.md); backends without one keep the defaults ---
     // kv_begin: an empty cache for B sequences of up to max_len (<= max_seq_len) tokens each.
     // kv_forward: appends n tokens to every sequence (tokens: (B, n) int32) and returns the logits of
     // those n positions, (B, n, Vp) fp32 on the host, equal to what forward() gives for the same
@@ -95,7 +95,7 @@ public:
     virtual double peak_flops() const { return 0.0; }
     virtual size_t device_memory_used() const { return 0; }
 
-    // --- data parallelism (issue 6) ---
+    // --- data parallelism (docs/multigpu.md) ---
     // Replaces the gradients by their mean over the ranks of comm. The default goes through the
     // host (get_grads -> all-reduce Avg -> set_grads); a GPU backend may override it to reduce its
     // device buffers in place (NCCL), e.g. per layer overlapped with the backward.

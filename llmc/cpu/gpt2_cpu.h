@@ -11,7 +11,7 @@
 //   logits = lnf(x) @ wte^T (lm_head^T when untied), no bias            (B, T, Vp)
 //   per position objective = CE + z_weight * lse^2 over the real vocabulary [0, V)
 //
-// KV-cached decoding (kv_begin / kv_forward, issue 8; cache layout in llmc/cpu/kv_cache.h): a
+// KV-cached decoding (kv_begin / kv_forward; cache layout in llmc/cpu/kv_cache.h): a
 // prefill into an empty cache runs the ordinary forward over the n positions and copies every
 // layer's (QK-normed) k and v into the cache; a decode step runs only the new row of each
 // sequence through every layer, attending over the cache. Every op computes a row with the same

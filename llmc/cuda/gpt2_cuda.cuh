@@ -16,7 +16,7 @@
 //   - backward() turns the device logits into dlogits in place (one fused classifier pass, no second
 //     (N, Vp) buffer), so logits() must be read before backward() and a second backward() needs a
 //     new forward(); both misuses throw std::logic_error instead of returning garbage.
-//   - KV cache (kv_begin / kv_forward, issue 8): a prefill is the ordinary forward, then every
+//   - KV cache (kv_begin / kv_forward; docs/generation.md): a prefill is the ordinary forward, then every
 //     layer's k (after QK-norm) and v are copied into the cache (llmc/cuda/attention_decode.cuh
 //     layout); a decode step runs one row per sequence through the same ops and attends over the
 //     cache. Unlike the CPU, the logits are close to forward()'s, not bit-identical: cuBLASLt may
@@ -365,7 +365,7 @@ public:
         refresh_working_copy();
     }
 
-    // ---- KV-cached decoding (issue 8). Same semantics and errors as CpuBackend (llmc/cpu/gpt2_cpu.h);
+    // ---- KV-cached decoding. Same semantics and errors as CpuBackend (llmc/cpu/gpt2_cpu.h);
     // cache layout: llmc/cuda/attention_decode.cuh (= llmc/cpu/kv_cache.h with floatX elements).
     bool has_kv_cache() const override { return true; }
 
