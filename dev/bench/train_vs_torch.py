@@ -30,7 +30,7 @@ Per model:
   the CUDA context and allocator caches; for torch also torch.cuda.max_memory_allocated(); for ours
   also whatever memory/MFU fields the trainer writes into metrics.jsonl.
 Output: a table on stdout (last) and DIR/train_vs_torch.json with commit, device and every number.
-Exit status 1 if a side failed or a check failed (the speed targets of GUIDE 6 are reported, not
+Exit status 1 if a side failed or a check failed (the speed targets of the design guide, section 6, are reported, not
 asserted: a benchmark measures, tests assert).
 
 The pure parts (FLOP count, peak table, metrics parsing, statistics, table and JSON) need no torch

@@ -176,7 +176,7 @@ enum class FlagRecord { Both, Toml, Launch, Hidden, Json };
 // clang-format on
 
 // For an expansion that uses only one of the two kinds of rows.
-#define LLMC_NO_SETTING(record, type, field, def, names, help, ok, rule)
+#define LLMC_NO_SETTING(record, type, field, def, names, ok, rule, help)
 #define LLMC_NO_MODEL(type, field, names, help)
 
 }  // namespace llmc

@@ -1,6 +1,6 @@
 // What one optimizer step measured and decided (StepResult), and how it is reported: the console
 // line and the metrics.jsonl record (docs/training.md describes both). The training loop fills a
-// StepResult per step (llmc/train/train_loop.h train_step) and adds what only the device knows
+// StepResult per step (train_step, llmc/train/train_step.h) and adds what only the device knows
 // (MFU, device memory) and the validation loss when one was due.
 #pragma once
 #include <cstdio>
