@@ -564,7 +564,7 @@ def plot_per_layer(plt, runs, labels, title, field, heads, ylabel, threshold=Non
             for h, is_global, steps, v in s.get(layer, []):
                 ls = "-" if is_global in (None, True) else "--"
                 ax.plot(steps, v, lw=0.9 if heads == "max" else 0.7, ls=ls,
-                        **line_style(heads, i, len(runs), h, len(s[layer]), len(steps)))
+                        **line_style(heads, i, len(runs), h, len(hg), len(steps)))
         top = max((np.nanmax(v) for s in series for (_, _, _, v) in s.get(layer, []) if np.isfinite(v).any()),
                   default=0.0)
         if threshold is not None and top >= 0.5 * threshold:  # only where it does not squash the curves
@@ -621,7 +621,7 @@ def plot_near_far(plt, runs, labels, title, heads):
                 nh = len(glob)
 
                 def st(h):
-                    return line_style(heads, i, len(runs), h, nh, len(steps))
+                    return line_style(heads, i, len(runs), h, len(hg), len(steps))
                 with np.errstate(all="ignore"), warnings.catch_warnings():
                     warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices (no far key)
                     if name == "near_mass":
