@@ -431,8 +431,9 @@ def legend_handles(heads, runs, labels, head_globals):
     run_h = [Line2D([], [], color="k", lw=0.8, marker=RUN_MARKERS[i % len(RUN_MARKERS)] if n > 1 else None,
                     ms=3.5, label=lab) for i, lab in enumerate(labels)]
     nh = len(head_globals)
-    head_h = [Line2D([], [], color=head_color(h, nh), ls="--" if g is False else "-",
-                     label=f"h{h}" + {True: " global", False: " local", None: ""}[g]) for h, g in enumerate(head_globals)]
+    kind = {True: " global", False: " local", None: ""}
+    head_h = [Line2D([], [], color=head_color(h, nh), ls="--" if g is False else "-", label=f"h{h}{kind[g]}")
+              for h, g in enumerate(head_globals)]
     return run_h, head_h
 
 

@@ -92,9 +92,8 @@ def test_label_notes_settings_changed_on_resume():
     assert "max-steps 1000->2000 at step 900" in pieces
     assert not any("val" in p for p in pieces)  # bookkeeping flags: a marker, no label piece
     # two runs sharing everything but one's history: only that one is noted
-    labels, title = plot_run.make_labels([plot_run.label_parts(config(train={"learning_rate": 3e-4})),
-                                          plot_run.label_parts(config(train={"learning_rate": 3e-4}, history=hist[1:2]))],
-                                         ["a", "b"])
+    plain, changed = config(train={"learning_rate": 3e-4}), config(train={"learning_rate": 3e-4}, history=hist[1:2])
+    labels, _ = plot_run.make_labels([plot_run.label_parts(plain), plot_run.label_parts(changed)], ["a", "b"])
     assert "lr=3e-4 (1e-4 from step 400)" in labels[1] and "from step" not in labels[0], labels
     assert plot_run.markers_of(cfg) == [(400, "--z-loss 0->1e-4\n--learning-rate 3e-4->1e-4"),
                                         (800, "--qk-clip 100->0"), (900, "-x 1000->2000\n--val-every 20->50")]
