@@ -86,6 +86,25 @@ def num(x):
     return float("nan") if x is None else float(x)
 
 
+def check_config(config, path):
+    """Refuses a config.json whose parts used for the labels have the wrong shape (docs/formats.md)."""
+    fix = "fix or remove it (docs/formats.md)"
+    if not isinstance(config, dict):
+        raise PlotError(f"{path} is not a JSON object; {fix}")
+    history = config.get("history")
+    if history is not None:
+        if not isinstance(history, list):
+            raise PlotError(f'{path}: "history" is not a list; {fix}')
+        for i, h in enumerate(history):
+            if (not isinstance(h, dict) or not isinstance(h.get("step"), int) or isinstance(h.get("step"), bool)
+                    or not isinstance(h.get("flag"), str) or "old" not in h or "new" not in h):
+                raise PlotError(f'{path}: "history" entry {i} is not {{"step": int, "flag": str, "old", "new"}}; {fix}')
+    fork = config.get("forked_from")
+    if fork is not None and (not isinstance(fork, dict) or not isinstance(fork.get("step"), int)
+                             or not isinstance(fork.get("checkpoint"), str)):
+        raise PlotError(f'{path}: "forked_from" is not {{"checkpoint": str, "step": int}}; {fix}')
+
+
 class Run:
     """Everything read from one output directory."""
 
@@ -101,7 +120,12 @@ class Run:
         self.config = None
         if os.path.isfile(cpath):
             with open(cpath, encoding="utf-8") as f:
-                self.config = json.load(f)
+                try:
+                    self.config = json.load(f)
+                except json.JSONDecodeError as e:
+                    raise PlotError(f"{cpath} is not valid JSON ({e}); restore it from the run's config.toml "
+                                    "or move it away to plot without the configuration")
+            check_config(self.config, cpath)
         self.train = [r for r in self.metrics if "loss" in r]
         self.val = [r for r in self.metrics if "val_loss" in r]
 

@@ -223,3 +223,23 @@ def test_history_markers_and_default_out(two_runs):
     for name in ["loss", "logits", "entropy", "near_mass", "near_far_logits"]:
         assert (hist / f"plot_{name}.png").stat().st_size > 1000, name
     assert (hist / "plot_summary.md").exists() and "| ls_history |" in p.stdout
+
+
+@pytest.mark.parametrize("extra,expect", [
+    ({"history": {"step": 4}}, '"history" is not a list'),
+    ({"history": [{"step": "4", "flag": "--z-loss", "old": 0, "new": 1}]}, '"history" entry 0'),
+    ({"history": [{"step": 4, "old": 0, "new": 1}]}, '"history" entry 0'),
+    ({"forked_from": {"checkpoint": "out/run/model_00000004.bin"}}, '"forked_from" is not'),
+])
+def test_malformed_history_or_fork_is_refused(tmp_path, extra, expect):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 1, "loss": 3.0, "max_attn_logit": 1.0}\n')
+    (run / "config.json").write_text(json.dumps(config(**extra)))
+    p = subprocess.run([sys.executable, str(PLOT), str(run), "--formats", "png"], capture_output=True, text=True)
+    assert p.returncode == 1 and p.stderr.startswith("error: ") and p.stderr.count("\n") == 1, p.stderr
+    assert expect in p.stderr and "config.json" in p.stderr
+    assert not list(run.glob("plot_*"))
+    (run / "config.json").write_text("{")
+    p = subprocess.run([sys.executable, str(PLOT), str(run), "--formats", "png"], capture_output=True, text=True)
+    assert p.returncode == 1 and "config.json is not valid JSON" in p.stderr and p.stderr.count("\n") == 1
