@@ -441,7 +441,8 @@ def line_style(heads, i, n, h, nh, npoints):
         return {"color": color(i, n)}
     style = {"color": head_color(h, nh)}
     if n > 1:
-        style.update(marker=RUN_MARKERS[i % len(RUN_MARKERS)], markevery=max(1, npoints // 6), ms=3.5)
+        every = max(1, npoints // 6)  # runs' markers at staggered steps, so that none hides another
+        style.update(marker=RUN_MARKERS[i % len(RUN_MARKERS)], markevery=(i * every // n, every), ms=3.5)
     return style
 
 
