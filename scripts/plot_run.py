@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
 """Plots and a summary table from one or more train_gpt2_ls output directories.
 
-    python3 scripts/plot_run.py out/mhsa out/ls --out out/plots/cmp [--heads max|all] [--threshold 10]
+    python3 scripts/plot_run.py out/mhsa out/ls [--out out/plots/cmp] [--heads max|all] [--threshold 10]
 
 Reads from each directory what the trainer writes there (docs/formats.md): metrics.jsonl (loss,
 val_loss, max_attn_logit, spike flags per step), logit_stats.jsonl (per layer and head max/min
 attention logit and entropy) and config.json (the run's configuration, used for the legend).
-Writes
+Writes, with PREFIX = --out (default: OUT_DIR/plot of the first OUT_DIR),
     PREFIX_loss.{png,svg}      training loss (thin) and validation loss (markers) vs step
     PREFIX_logits.{png,svg}    per layer: max pre-softmax attention logit vs step
-                               (--heads max: the max over the layer's heads, one line per run;
-                                --heads all: one line per head, global heads solid, local dashed)
+                               (--heads max: the max over the layer's heads, one colour per run;
+                                --heads all: one line per head, one colour per head, one marker shape
+                                per run, global heads solid, local dashed)
     PREFIX_entropy.{png,svg}   per layer: attention entropy (nats) vs step
                                (--heads max: the mean over the layer's heads; all: one line per head)
     PREFIX_near_mass.{png,svg} per layer: attention mass on near keys (distance i-j < N, the record's
@@ -23,6 +24,12 @@ Writes
     PREFIX_ratio.{png,svg}     with --by-ratio: peak max-logit and final val loss vs T/C, one line
                                per attention variant (runs of several T and C)
     PREFIX_summary.md          the summary table, also printed on stdout
+Legends lie outside the axes (runs below the panels, heads on the right). A run's label names its
+attention (MHSA, LS G=g/NH P=p, all-local), every stabilizer that is on (QK-norm, soft-cap, z-loss,
+QK-Clip, logit alarm, skip spikes, a non-default grad-clip), T, C, L, lr, seed; the pieces all runs
+share form the title. A training flag changed on resume (config.json's "history") is noted in the
+label ("z-loss 1e-4 from step 400") and drawn as a vertical dash-dot line at its step (with
+"flag old->new" on the loss plot); a fork (config.json's "forked_from") likewise.
 Summary columns: final validation loss and its perplexity exp(loss), peak max-logit (metrics'
 max_attn_logit over all steps) and its step, the first step whose max-logit exceeds --threshold,
 loss spikes (the trainer's `spike` flags; for files without them, our own rule: the loss z-score
@@ -79,6 +86,25 @@ def num(x):
     return float("nan") if x is None else float(x)
 
 
+def check_config(config, path):
+    """Refuses a config.json whose parts used for the labels have the wrong shape (docs/formats.md)."""
+    fix = "fix or remove it (docs/formats.md)"
+    if not isinstance(config, dict):
+        raise PlotError(f"{path} is not a JSON object; {fix}")
+    history = config.get("history")
+    if history is not None:
+        if not isinstance(history, list):
+            raise PlotError(f'{path}: "history" is not a list; {fix}')
+        for i, h in enumerate(history):
+            if (not isinstance(h, dict) or not isinstance(h.get("step"), int) or isinstance(h.get("step"), bool)
+                    or not isinstance(h.get("flag"), str) or "old" not in h or "new" not in h):
+                raise PlotError(f'{path}: "history" entry {i} is not {{"step": int, "flag": str, "old", "new"}}; {fix}')
+    fork = config.get("forked_from")
+    if fork is not None and (not isinstance(fork, dict) or not isinstance(fork.get("step"), int)
+                             or not isinstance(fork.get("checkpoint"), str)):
+        raise PlotError(f'{path}: "forked_from" is not {{"checkpoint": str, "step": int}}; {fix}')
+
+
 class Run:
     """Everything read from one output directory."""
 
@@ -94,7 +120,12 @@ class Run:
         self.config = None
         if os.path.isfile(cpath):
             with open(cpath, encoding="utf-8") as f:
-                self.config = json.load(f)
+                try:
+                    self.config = json.load(f)
+                except json.JSONDecodeError as e:
+                    raise PlotError(f"{cpath} is not valid JSON ({e}); restore it from the run's config.toml "
+                                    "or move it away to plot without the configuration")
+            check_config(self.config, cpath)
         self.train = [r for r in self.metrics if "loss" in r]
         self.val = [r for r in self.metrics if "val_loss" in r]
 
@@ -108,56 +139,206 @@ class Run:
                     "global_heads": s["global_heads"], "window": s["window"]}
         return {}
 
-    def label_parts(self):
-        """Ordered (key, text) pieces describing the run; the legend keeps those that differ."""
-        m = self.model()
-        t = (self.config or {}).get("train", {})
-        parts = []
-        nh, g = m.get("num_heads"), m.get("global_heads")
-        if nh is not None and g is not None:
-            if g == nh:
-                kind = "MHSA"
-            elif g == 0:
-                kind = f"all-local P={m.get('window')}"
-            else:
-                kind = f"LS G={g}/{nh} P={m.get('window')}"
-            parts.append(("kind", kind))
-        if m.get("qk_norm"):
-            parts.append(("qk", "QK-norm"))
-        if t.get("z_loss"):
-            parts.append(("z", f"z-loss {t['z_loss']:g}"))
-        if m.get("attn_softcap"):
-            parts.append(("cap", f"soft-cap {m['attn_softcap']:g}"))
-        if "seq_len" in t:
-            parts.append(("T", f"T={t['seq_len']}"))
-        if "channels" in m:
-            parts.append(("C", f"C={m['channels']}"))
-        if "num_layers" in m:
-            parts.append(("L", f"L={m['num_layers']}"))
-        if "learning_rate" in t:
-            parts.append(("lr", f"lr={t['learning_rate']:.3g}"))
-        if "seed" in t:
-            parts.append(("seed", f"seed {t['seed']}"))
-        return parts
+    def label_config(self):
+        """config.json's content, with the model fields read from logit_stats.jsonl when it is missing."""
+        return dict(self.config) if self.config else {"model": self.model()}
 
 
-def make_labels(runs):
-    """Legend labels with the configuration pieces that differ between the runs; the common ones
-    form the title. Runs that still look alike get their directory name."""
-    parts = [dict(r.label_parts()) for r in runs]
+# ---------------------------------------------------------------------------------------------
+# labels: pure functions of config.json's content (docs/formats.md)
+
+# the short training flags of llmc/app/flags.h (test/test_plot_run.py checks this table against it)
+SHORT_FLAGS = {"-i": "train_data", "-j": "val_data", "-o": "output_dir", "-e": "model", "-b": "batch_size",
+               "-t": "seq_len", "-d": "total_batch_size", "-x": "max_steps", "-l": "learning_rate",
+               "-u": "warmup_steps", "-q": "final_lr_frac", "-k": "lr_schedule", "-c": "weight_decay",
+               "-v": "val_every", "-m": "val_batches", "-s": "sample_every", "-g": "gen_tokens",
+               "-n": "checkpoint_every", "-y": "resume", "-z": "zero_stage"}
+
+# training settings that only change what is recorded or where it runs, never the experiment: a change
+# on resume gets a marker in the plots but no note in the label
+BOOKKEEPING = {"output_dir", "val_every", "val_batches", "sample_every", "gen_tokens", "temperature",
+               "checkpoint_every", "resume", "keep_checkpoints", "logit_stats_every", "near", "device", "threads",
+               "logit_alarm_cooldown"}
+
+
+def short_number(v):
+    """A setting's value, short: 1e-4, 3e-4, 0.02, 100, 1.5; strings and booleans as they are."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    if float(v).is_integer() and abs(v) < 1e6:
+        return str(int(v))
+    if v != 0 and (abs(v) < 1e-2 or abs(v) >= 1e6):
+        mantissa, exponent = f"{v:.2e}".split("e")
+        mantissa = mantissa.rstrip("0").rstrip(".")
+        return f"{mantissa}e{int(exponent)}"
+    return f"{v:.3g}"
+
+
+def flag_key(flag):
+    """config.json's "train" key of a flag as history records it: "--z-loss", "-l", "-l,--learning-rate" or
+    "-l/--learning-rate" (the long name wins) -> "z_loss", "learning_rate"."""
+    names = [n.strip() for n in str(flag).replace("/", ",").split(",") if n.strip()]
+    for n in names:
+        if n.startswith("--"):
+            return n[2:].replace("-", "_")
+    for n in names:
+        if n in SHORT_FLAGS:
+            return SHORT_FLAGS[n]
+    return str(flag).lstrip("-").replace("-", "_")
+
+
+def history_entries(config):
+    """config.json's optional "history" (training flags changed on resume), in step order."""
+    return sorted((config or {}).get("history") or [], key=lambda h: h.get("step", 0))
+
+
+def timeline(train, history, key):
+    """(value at step 0, [(step, new value), ...]) of a training setting: the first change's `old` is the
+    value the run started with, whatever "train" holds."""
+    changes = [(h.get("step"), h.get("new")) for h in history if flag_key(h.get("flag")) == key]
+    firsts = [h.get("old") for h in history if flag_key(h.get("flag")) == key]
+    return (firsts[0] if firsts else train.get(key)), changes
+
+
+def timeline_text(name, sep, start, changes, value_text):
+    """One label piece of a setting that may change during the run; value_text(v) is None for "off".
+    "z-loss 1e-4", "z-loss 1e-4 from step 400" (off before), "lr=3e-4 (1e-4 from step 400)",
+    "QK-Clip 100 (off from step 800)"; None when the setting is off all along."""
+    first = value_text(start)
+    rest = list(changes)
+    if first is None:
+        while rest and value_text(rest[0][1]) is None:
+            rest.pop(0)
+        if not rest:
+            return None
+        step, v = rest.pop(0)
+        head = f"{name}{sep}{value_text(v)} from step {step}"
+    else:
+        head = f"{name}{sep}{first}"
+    if rest:
+        head += " (" + ", ".join(f"{value_text(v) or 'off'} from step {s}" for s, v in rest) + ")"
+    return head
+
+
+def on_value(v):
+    """A stabilizer's value, None when off (0, false or absent)."""
+    return short_number(v) if v not in (None, 0, False) else None
+
+
+# the stabilizers that training flags switch (name, config.json "train" key, separator, value text)
+TRAIN_STABILIZERS = [
+    ("z-loss", "z_loss", " ", on_value),
+    ("QK-Clip", "qk_clip", " ", on_value),
+    ("logit alarm", "logit_alarm", " z>", on_value),
+    ("logit alarm", "logit_alarm_above", " >", on_value),
+    ("skip spikes", "skip_spikes", " z>", on_value),
+]
+
+
+def label_parts(config):
+    """Ordered (key, text, pinned) pieces describing a run, from config.json's content (a dict with "model",
+    "train" and the optional "history" and "forked_from"; docs/formats.md). make_labels keeps the
+    pieces that differ between runs; a pinned piece (a setting changed on resume, a fork) is always shown."""
+    config = config or {}
+    m, t = config.get("model") or {}, config.get("train") or {}
+    history = history_entries(config)
+    changed = {flag_key(h.get("flag")) for h in history}
+    parts = []
+    nh, g = m.get("num_heads"), m.get("global_heads")
+    if nh is not None and g is not None:
+        if g == nh:
+            kind = "MHSA"
+        elif g == 0:
+            kind = f"all-local P={m.get('window')}"
+        else:
+            kind = f"LS G={g}/{nh} P={m.get('window')}"
+        parts.append(("kind", kind, False))
+    if m.get("qk_norm"):
+        parts.append(("qk_norm", "QK-norm", False))
+    if m.get("attn_softcap"):
+        parts.append(("attn_softcap", f"soft-cap {short_number(m['attn_softcap'])}", False))
+    for name, key, sep, value_text in TRAIN_STABILIZERS:
+        start, changes = timeline(t, history, key)
+        text = timeline_text(name, sep, start, changes, value_text)
+        if text:
+            parts.append((key, text, key in changed))
+    start, changes = timeline(t, history, "grad_clip")  # on by default (1): named when it differs or changes
+    if changes or start not in (None, 1, 1.0):
+        text = timeline_text("grad-clip", " ", start, changes, lambda v: "off" if v == 0 else short_number(v))
+        parts.append(("grad_clip", text, bool(changes)))
+    if "seq_len" in t:
+        start, changes = timeline(t, history, "seq_len")
+        parts.append(("seq_len", timeline_text("T", "=", start, changes, short_number), "seq_len" in changed))
+    if "channels" in m:
+        parts.append(("channels", f"C={m['channels']}", False))
+    if "num_layers" in m:
+        parts.append(("num_layers", f"L={m['num_layers']}", False))
+    if "learning_rate" in t or "learning_rate" in changed:
+        start, changes = timeline(t, history, "learning_rate")
+        parts.append(("learning_rate", timeline_text("lr", "=", start, changes, short_number),
+                      "learning_rate" in changed))
+    if "seed" in t:
+        start, changes = timeline(t, history, "seed")
+        parts.append(("seed", timeline_text("seed", " ", start, changes, short_number), "seed" in changed))
+    shown = {k for k, _, _ in parts} | BOOKKEEPING
+    for h in history:  # every other change of the experiment: "max-steps 1000->2000 at step 1000"
+        key = flag_key(h.get("flag"))
+        if key not in shown:
+            parts.append((f"history:{key}:{h.get('step')}", f"{key.replace('_', '-')} "
+                          f"{short_number(h.get('old'))}->{short_number(h.get('new'))} at step {h.get('step')}", True))
+    fork = config.get("forked_from")
+    if fork:
+        ckpt = str(fork.get("checkpoint", "?"))
+        parent = os.path.basename(os.path.dirname(os.path.normpath(ckpt))) or ckpt
+        parts.append(("forked_from", f"forked from {parent} at step {fork.get('step', '?')}", True))
+    return parts
+
+
+# the order of the pieces in a label (label_parts' order; "history" stands for history:FLAG:STEP)
+LABEL_ORDER = ["kind", "qk_norm", "attn_softcap"] + [key for _, key, _, _ in TRAIN_STABILIZERS] + [
+    "grad_clip", "seq_len", "channels", "num_layers", "learning_rate", "seed", "history", "forked_from"]
+
+
+def make_labels(all_parts, names):
+    """Legend labels of runs (all_parts: label_parts of each run; names: their directory names) with the
+    pieces that differ between the runs and the pinned ones; the common pieces form the title. Runs that
+    still look alike get their directory name. With one run, all but lr and seed go to the label."""
+    parts = [{k: text for k, text, _ in p} for p in all_parts]
+    pinned = {k for p in all_parts for k, _, pin in p if pin}
     keys = []
     for p in parts:
         keys += [k for k in p if k not in keys]
-    varying = [k for k in keys if len({p.get(k, "") for p in parts}) > 1]
-    common = [k for k in keys if k not in varying]
-    if len(runs) == 1:
-        varying, common = [k for k in keys if k not in ("lr", "seed")], [k for k in ("lr", "seed") if k in keys]
+    keys.sort(key=lambda k: LABEL_ORDER.index(k.split(":")[0]))
+    if len(parts) == 1:
+        common = [k for k in ("learning_rate", "seed") if k in keys and k not in pinned]
+    else:
+        common = [k for k in keys if k not in pinned and len({p.get(k, "") for p in parts}) == 1]
+    varying = [k for k in keys if k not in common]
     labels = [", ".join(p[k] for k in varying if p.get(k)) for p in parts]
     if len(set(labels)) < len(labels) or not all(labels):
-        labels = [(lab + " " if lab else "") + f"[{os.path.basename(os.path.normpath(r.path))}]"
-                  for lab, r in zip(labels, runs)]
+        labels = [(lab + " " if lab else "") + f"[{name}]" for lab, name in zip(labels, names)]
     title = ", ".join(parts[0][k] for k in common if parts[0].get(k))
     return labels, title
+
+
+def run_labels(runs):
+    return make_labels([label_parts(r.label_config()) for r in runs],
+                       [os.path.basename(os.path.normpath(r.path)) for r in runs])
+
+
+def markers_of(config):
+    """Vertical markers of a run: [(step, text)], one per step where training flags changed on resume
+    ("--z-loss 0->1e-4", several flags of one step on separate lines) and one at a fork's step."""
+    by_step = {}
+    for h in history_entries(config):
+        by_step.setdefault(h.get("step"), []).append(
+            f"{h.get('flag')} {short_number(h.get('old'))}->{short_number(h.get('new'))}")
+    out = [(s, "\n".join(texts)) for s, texts in by_step.items() if isinstance(s, (int, float))]
+    fork = (config or {}).get("forked_from")
+    if fork and isinstance(fork.get("step"), (int, float)):
+        ckpt = str(fork.get("checkpoint", "?"))
+        out.append((fork["step"], f"fork of {os.path.basename(os.path.dirname(os.path.normpath(ckpt))) or ckpt}"))
+    return sorted(out, key=lambda m: m[0])
 
 
 def count_spikes(train):
@@ -231,6 +412,9 @@ def summary_table(runs, labels, rows, threshold):
 # ---------------------------------------------------------------------------------------------
 # plots
 
+RUN_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
+
+
 def color(i, n):
     """Run i of n: matplotlib's 10 default colors, tab20 beyond 10 runs."""
     if n <= 10:
@@ -239,32 +423,120 @@ def color(i, n):
     return matplotlib.colormaps["tab20"](i % 20)
 
 
+def head_color(h, nh):
+    """Head h of nh (--heads all): tab10 up to 10 heads, tab20 up to 20, else evenly spaced on turbo."""
+    import matplotlib
+    if nh <= 10:
+        return matplotlib.colormaps["tab10"](h)
+    if nh <= 20:
+        return matplotlib.colormaps["tab20"](h)
+    return matplotlib.colormaps["turbo"](h / (nh - 1))
+
+
+def line_style(heads, i, n, h, nh, npoints):
+    """Colour and marker of run i of n (head h of nh with --heads all; h None: the run's aggregate line).
+    --heads max: one colour per run. --heads all: one colour per head, one marker shape per run (no
+    marker with a single run), so that both heads and runs are told apart."""
+    if heads == "max" or h is None:
+        return {"color": color(i, n)}
+    style = {"color": head_color(h, nh)}
+    if n > 1:
+        every = max(1, npoints // 6)  # runs' markers at staggered steps, so that none hides another
+        style.update(marker=RUN_MARKERS[i % len(RUN_MARKERS)], markevery=(i * every // n, every), ms=3.5)
+    return style
+
+
+def legend_handles(heads, runs, labels, head_globals):
+    """(run handles, head handles) for the figure legends. head_globals: per head index, True/False when
+    every run that has the head agrees whether it is global, else None."""
+    from matplotlib.lines import Line2D
+    n = len(runs)
+    if heads == "max":
+        return [Line2D([], [], color=color(i, n), label=lab) for i, lab in enumerate(labels)], []
+    run_h = [Line2D([], [], color="k", lw=0.8, marker=RUN_MARKERS[i % len(RUN_MARKERS)] if n > 1 else None,
+                    ms=3.5, label=lab) for i, lab in enumerate(labels)]
+    nh = len(head_globals)
+    kind = {True: " global", False: " local", None: ""}
+    head_h = [Line2D([], [], color=head_color(h, nh), ls="--" if g is False else "-", label=f"h{h}{kind[g]}")
+              for h, g in enumerate(head_globals)]
+    return run_h, head_h
+
+
+def head_globals_of(runs):
+    """Per head index (up to the largest NH): True/False when all runs with that head agree on global, else None."""
+    per_run = []
+    for r in runs:
+        if r.stats:
+            NH = r.stats[0]["num_heads"]
+            per_run.append([bool(a["global"]) for a in r.stats[0]["attn"][:NH]])
+    nh = max((len(g) for g in per_run), default=0)
+    out = []
+    for h in range(nh):
+        vals = {g[h] for g in per_run if h < len(g)}
+        out.append(vals.pop() if len(vals) == 1 else None)
+    return out
+
+
+def add_legends(fig, run_handles, head_handles, note_handles=()):
+    """Legends outside the axes (constrained layout makes room): runs below the panels, heads on the right."""
+    handles = list(run_handles) + list(note_handles)
+    longest = max((len(hd.get_label()) for hd in handles), default=0)
+    fig.legend(handles=handles, fontsize=6, loc="outside lower center", frameon=False,
+               ncol=1 if longest > 60 else min(len(handles), 2 if longest > 30 else 3))
+    if head_handles:
+        fig.legend(handles=list(head_handles), fontsize=6, loc="outside right upper", frameon=False, title="heads",
+                   title_fontsize=6, ncol=1 + len(head_handles) // 13)
+
+
+def draw_markers(ax, runs, heads, with_text):
+    """A vertical line at each step where a run's training flags changed on resume and at a fork's step
+    (markers_of), in the run's colour (black with --heads all); with_text: the changes written above the
+    axes, on a top axis whose ticks are those steps (outside the axes, so they never hide a curve)."""
+    texts = {}
+    for i, run in enumerate(runs):
+        c = color(i, len(runs)) if heads == "max" else "k"
+        for step, text in markers_of(run.config):
+            ax.axvline(step, color=c, ls="-.", lw=0.8, alpha=0.8)
+            texts.setdefault(step, [])
+            if text not in texts[step]:
+                texts[step].append(text)
+    if with_text and texts:
+        top = ax.secondary_xaxis("top")
+        top.set_xticks(sorted(texts), ["\n".join(texts[s]) for s in sorted(texts)], fontsize=6, rotation=90)
+        top.tick_params(length=2, pad=1)
+
+
 def save(fig, prefix, name, formats):
     for ext in formats:
         fig.savefig(f"{prefix}_{name}.{ext}", dpi=80 if ext == "png" else None)
 
 
-def plot_loss(plt, runs, labels, title, prefix, formats):
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for i, (run, lab) in enumerate(zip(runs, labels)):
+def plot_loss(plt, runs, labels, title):
+    """The loss figure: training loss thin, validation loss dashed with markers, one colour per run."""
+    from matplotlib.lines import Line2D
+    marked = any(markers_of(r.config) for r in runs)
+    fig, ax = plt.subplots(figsize=(7, 4.2 + 0.12 * len(runs) + (1.0 if marked else 0)), layout="constrained")
+    for i, run in enumerate(runs):
         c = color(i, len(runs))
-        ax.plot([r["step"] for r in run.train], [num(r.get("loss")) for r in run.train],
-                lw=0.8, alpha=0.7, label=f"{lab} (train)", color=c)
+        ax.plot([r["step"] for r in run.train], [num(r.get("loss")) for r in run.train], lw=0.8, alpha=0.7, color=c)
         if run.val:
             ax.plot([r["step"] for r in run.val], [num(r["val_loss"]) for r in run.val], color=c,
-                    marker="o", ms=3, lw=1.5, ls="--", label=f"{lab} (val)")
+                    marker="o", ms=3, lw=1.5, ls="--")
+    draw_markers(ax, runs, "max", with_text=True)
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy (nats/token)")
     ax.set_title(("loss" + (f" - {title}" if title else ""))[:110], fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=6, ncol=2 if len(runs) > 4 else 1)
-    fig.tight_layout()
-    save(fig, prefix, "loss", formats)
-    plt.close(fig)
+    notes = [Line2D([], [], color="grey", lw=0.8, label="train (thin)"),
+             Line2D([], [], color="grey", lw=1.5, ls="--", marker="o", ms=3, label="val (markers)")]
+    if marked:
+        notes.append(Line2D([], [], color="grey", lw=0.8, ls="-.", label="flags changed on resume / fork"))
+    add_legends(fig, legend_handles("max", runs, labels, [])[0], [], notes)
+    return fig
 
 
 def per_layer_series(run, field, heads):
-    """{layer: [(label_suffix, is_global, steps, values)]} from logit_stats.jsonl."""
+    """{layer: [(head or None, is_global, steps, values)]} from logit_stats.jsonl."""
     if not run.stats:
         return {}
     L, NH = run.stats[0]["num_layers"], run.stats[0]["num_heads"]
@@ -275,54 +547,61 @@ def per_layer_series(run, field, heads):
     for layer in range(L):
         v = vals[:, layer, :]
         if heads == "all":
-            out[layer] = [(f" h{h}", glob[h], steps, v[:, h]) for h in range(NH)]
+            out[layer] = [(h, glob[h], steps, v[:, h]) for h in range(NH)]
         else:
-            with np.errstate(all="ignore"):
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN steps
                 agg = np.nanmax(v, axis=1) if field == "max" else np.nanmean(v, axis=1)
-            out[layer] = [("", None, steps, agg)]
+            out[layer] = [(None, None, steps, agg)]
     return out
 
 
-def plot_per_layer(plt, runs, labels, title, prefix, formats, field, heads, ylabel, name, threshold=None):
+def layer_grid(plt, L, extra_height=0.0):
+    ncol = min(L, 3)
+    nrow = (L + ncol - 1) // ncol
+    fig, axes = plt.subplots(nrow, ncol, figsize=(3.6 * ncol + 1.6, 2.8 * nrow + 0.8 + extra_height), squeeze=False,
+                             sharex=True, layout="constrained")
+    for k in range(L, nrow * ncol):
+        axes[k // ncol][k % ncol].axis("off")
+    return fig, axes, ncol, nrow
+
+
+def label_panel(ax, layer, ncol, nrow, L, ylabel):
+    ax.set_title(f"layer {layer}", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)
+    if layer % ncol == 0:
+        ax.set_ylabel(ylabel, fontsize=7)
+    if layer // ncol == nrow - 1 or layer + ncol >= L:
+        ax.set_xlabel("step", fontsize=7)
+
+
+def plot_per_layer(plt, runs, labels, title, field, heads, ylabel, threshold=None):
+    """One panel per layer of logit_stats.jsonl's `field` (max or entropy); None when no run has records."""
     series = [per_layer_series(r, field, heads) for r in runs]
     L = max((len(s) for s in series), default=0)
     if L == 0:
-        print(f"note: no logit_stats.jsonl records; {name} plot skipped", file=sys.stderr)
-        return
-    ncol = min(L, 3)
-    nrow = (L + ncol - 1) // ncol
-    fig, axes = plt.subplots(nrow, ncol, figsize=(3.6 * ncol + 1, 2.8 * nrow + 0.6), squeeze=False, sharex=True)
-    for layer in range(nrow * ncol):
+        return None
+    fig, axes, ncol, nrow = layer_grid(plt, L, 0.12 * len(runs))
+    hg = head_globals_of(runs)
+    for layer in range(L):
         ax = axes[layer // ncol][layer % ncol]
-        if layer >= L:
-            ax.axis("off")
-            continue
-        for i, (s, lab) in enumerate(zip(series, labels)):
-            for suffix, is_global, steps, v in s.get(layer, []):
+        for i, s in enumerate(series):
+            for h, is_global, steps, v in s.get(layer, []):
                 ls = "-" if is_global in (None, True) else "--"
-                ax.plot(steps, v, color=color(i, len(runs)), lw=0.9 if heads == "max" else 0.6, ls=ls,
-                        label=(lab if heads == "max" else None) if layer == 0 else None)
-            if heads == "all" and layer == 0:
-                ax.plot([], [], color=color(i, len(runs)), label=lab)
+                ax.plot(steps, v, lw=0.9 if heads == "max" else 0.7, ls=ls,
+                        **line_style(heads, i, len(runs), h, len(hg), len(steps)))
         top = max((np.nanmax(v) for s in series for (_, _, _, v) in s.get(layer, []) if np.isfinite(v).any()),
                   default=0.0)
         if threshold is not None and top >= 0.5 * threshold:  # only where it does not squash the curves
             ax.axhline(threshold, color="k", lw=0.6, ls=":")
-        ax.set_title(f"layer {layer}", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.grid(alpha=0.3)
-        if layer % ncol == 0:
-            ax.set_ylabel(ylabel, fontsize=7)
-        if layer // ncol == nrow - 1 or layer + ncol >= L:
-            ax.set_xlabel("step", fontsize=7)
+        draw_markers(ax, runs, heads, with_text=False)
+        label_panel(ax, layer, ncol, nrow, L, ylabel)
     how = {"max": {"max": "max over heads", "all": "each head (global solid, local dashed)"},
            "entropy": {"max": "mean over heads", "all": "each head (global solid, local dashed)"}}[field][heads]
     fig.suptitle((f"{ylabel}: {how}" + (f" - {title}" if title else ""))[:120], fontsize=9)
-    handles, labs = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labs, fontsize=6, loc="lower center", ncol=min(len(labs), 3), frameon=False)
-    fig.tight_layout(rect=(0, 0.04 + 0.025 * ((len(labs) + 2) // 3), 1, 0.95))
-    save(fig, prefix, name, formats)
-    plt.close(fig)
+    add_legends(fig, *legend_handles(heads, runs, labels, hg))
+    return fig
 
 
 def near_far_arrays(run):
@@ -340,90 +619,85 @@ def near_far_arrays(run):
     return [s["step"] for s in recs], arr("near_mass"), arr("near_max"), arr("far_max"), glob, recs[0].get("near")
 
 
-def layer_grid(plt, L):
-    ncol = min(L, 3)
-    nrow = (L + ncol - 1) // ncol
-    fig, axes = plt.subplots(nrow, ncol, figsize=(3.6 * ncol + 1, 2.8 * nrow + 0.6), squeeze=False, sharex=True)
-    for k in range(L, nrow * ncol):
-        axes[k // ncol][k % ncol].axis("off")
-    return fig, axes, ncol, nrow
-
-
-def plot_near_far(plt, runs, labels, title, prefix, formats, heads):
-    """PREFIX_near_mass and PREFIX_near_far_logits (module docstring); a note on stderr for runs
-    without the fields, and no files when no run has them."""
+def plot_near_far(plt, runs, labels, title, heads):
+    """[("near_mass", fig), ("near_far_logits", fig)] (module docstring); a note on stderr for runs
+    without the fields, and no figures when no run has them."""
+    from matplotlib.lines import Line2D
     data = [near_far_arrays(r) for r in runs]
     missing = [lab for lab, d in zip(labels, data) if d is None]
     if len(missing) == len(runs):
         print("note: no near/far statistics in logit_stats.jsonl (older run or CUDA backend); "
               "near_mass and near_far_logits plots skipped", file=sys.stderr)
-        return
+        return []
     if missing:
         print(f"note: no near/far statistics for {', '.join(missing)}; left out of the near/far plots", file=sys.stderr)
     L = max(d[1].shape[1] for d in data if d is not None)
     nvals = sorted({str(d[5]) for d in data if d is not None})
+    hg = head_globals_of([r for r, d in zip(runs, data) if d is not None])
+    figures = []
     for name, ylabel in [("near_mass", "attention mass on near keys"), ("near_far_logits", "max logit: near / far")]:
-        fig, axes, ncol, nrow = layer_grid(plt, L)
+        fig, axes, ncol, nrow = layer_grid(plt, L, 0.12 * len(runs))
         for layer in range(L):
             ax = axes[layer // ncol][layer % ncol]
-            for i, (d, lab) in enumerate(zip(data, labels)):
+            for i, d in enumerate(data):
                 if d is None or layer >= d[1].shape[1]:
                     continue
                 steps, mass, nmax, fmax, glob, near = d
-                c, first = color(i, len(runs)), layer == 0
-                lw = 0.9 if heads == "max" else 0.6
+                lw = 0.9 if heads == "max" else 0.7
+                nh = len(glob)
+
+                def st(h):
+                    return line_style(heads, i, len(runs), h, len(hg), len(steps))
                 with np.errstate(all="ignore"), warnings.catch_warnings():
                     warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices (no far key)
                     if name == "near_mass":
-                        g = [h for h in range(len(glob)) if glob[h]]
-                        loc = [h for h in range(len(glob)) if not glob[h]]
+                        g = [h for h in range(nh) if glob[h]]
+                        loc = [h for h in range(nh) if not glob[h]]
                         if heads == "all":
-                            for h in range(len(glob)):
-                                ax.plot(steps, mass[:, layer, h], color=c, lw=lw, ls="-" if glob[h] else "--")
+                            for h in range(nh):
+                                ax.plot(steps, mass[:, layer, h], lw=lw, ls="-" if glob[h] else "--", **st(h))
                         else:
                             if g:
-                                ax.plot(steps, np.nanmean(mass[:, layer, g], axis=1), color=c, lw=lw, ls="-")
+                                ax.plot(steps, np.nanmean(mass[:, layer, g], axis=1), lw=lw, ls="-", **st(None))
                             if loc:
-                                ax.plot(steps, np.nanmean(mass[:, layer, loc], axis=1), color=c, lw=lw, ls="--")
+                                ax.plot(steps, np.nanmean(mass[:, layer, loc], axis=1), lw=lw, ls="--", **st(None))
                     else:
                         if heads == "all":
-                            for h in range(len(glob)):
-                                ax.plot(steps, nmax[:, layer, h], color=c, lw=lw, ls="-")
-                                ax.plot(steps, fmax[:, layer, h], color=c, lw=lw, ls=":")
+                            for h in range(nh):
+                                ax.plot(steps, nmax[:, layer, h], lw=lw, ls="-", **st(h))
+                                ax.plot(steps, fmax[:, layer, h], lw=lw, ls=":", **st(h))
                         else:
-                            ax.plot(steps, np.nanmax(nmax[:, layer, :], axis=1), color=c, lw=lw, ls="-")
-                            ax.plot(steps, np.nanmax(fmax[:, layer, :], axis=1), color=c, lw=lw, ls=":")
-                if first:
-                    ax.plot([], [], color=c, label=f"{lab} (N={near})" if len(nvals) > 1 else lab)
+                            ax.plot(steps, np.nanmax(nmax[:, layer, :], axis=1), lw=lw, ls="-", **st(None))
+                            ax.plot(steps, np.nanmax(fmax[:, layer, :], axis=1), lw=lw, ls=":", **st(None))
             if name == "near_mass":
                 ax.set_ylim(-0.02, 1.02)
-            ax.set_title(f"layer {layer}", fontsize=8)
-            ax.tick_params(labelsize=7)
-            ax.grid(alpha=0.3)
-            if layer % ncol == 0:
-                ax.set_ylabel(ylabel, fontsize=7)
-            if layer // ncol == nrow - 1 or layer + ncol >= L:
-                ax.set_xlabel("step", fontsize=7)
+            draw_markers(ax, runs, heads, with_text=False)
+            label_panel(ax, layer, ncol, nrow, L, ylabel)
         how = {"near_mass": {"max": "mean over global heads (solid) / local heads (dashed)",
                              "all": "each head (global solid, local dashed)"},
                "near_far_logits": {"max": "max over heads, near keys (solid) / far keys (dotted)",
                                    "all": "each head, near keys (solid) / far keys (dotted)"}}[name][heads]
         near_txt = f"near: i-j < N, N={nvals[0]}" if len(nvals) == 1 else "near: i-j < N"
         fig.suptitle((f"{ylabel}: {how}; {near_txt}" + (f" - {title}" if title else ""))[:140], fontsize=8)
-        handles, labs = axes[0][0].get_legend_handles_labels()
-        fig.legend(handles, labs, fontsize=6, loc="lower center", ncol=min(max(len(labs), 1), 3), frameon=False)
-        fig.tight_layout(rect=(0, 0.04 + 0.025 * ((len(labs) + 2) // 3), 1, 0.95))
-        save(fig, prefix, name, formats)
-        plt.close(fig)
+        run_h, head_h = legend_handles(heads, runs, labels, hg)
+        for hd, d in zip(run_h, data):
+            if len(nvals) > 1 and d is not None:
+                hd.set_label(f"{hd.get_label()} (N={d[5]})")
+        run_h = [hd for hd, d in zip(run_h, data) if d is not None]
+        if name == "near_far_logits" and heads == "all":  # near/far by line style, heads keep theirs
+            head_h = [Line2D([], [], color=hd.get_color(), label=hd.get_label()) for hd in head_h]
+        add_legends(fig, run_h, head_h)
+        figures.append((name, fig))
+    return figures
 
 
-def plot_by_ratio(plt, runs, rows, prefix, formats):
+def plot_by_ratio(plt, runs, rows):
     """Peak max-logit and final val loss vs T/C, one line per attention variant (the run's label
     without T, C and seed)."""
-    parts = [dict(r.label_parts()) for r in runs]
+    parts = [{k: text for k, text, _ in label_parts(r.label_config())} for r in runs]
     keys = []
     for p in parts:
-        keys += [k for k in p if k not in keys and k not in ("T", "C")]
+        keys += [k for k in p if k not in keys and k not in ("seq_len", "channels")]
     shown = [k for k in keys if k == "kind" or len({p.get(k, "") for p in parts}) > 1]
     groups = {}
     for run, row, p in zip(runs, rows, parts):
@@ -432,7 +706,7 @@ def plot_by_ratio(plt, runs, rows, prefix, formats):
             raise PlotError(f"{run.path}/config.json is missing; --by-ratio needs T and C of every run")
         key = ", ".join(p[k] for k in shown if p.get(k))
         groups.setdefault(key, []).append((t["seq_len"] / m["channels"], row))
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6 + 0.12 * len(groups)), layout="constrained")
     for i, (key, pts) in enumerate(sorted(groups.items())):
         pts.sort(key=lambda p: p[0])
         x = [p[0] for p in pts]
@@ -443,52 +717,67 @@ def plot_by_ratio(plt, runs, rows, prefix, formats):
         ax.set_xlabel("T / C")
         ax.set_ylabel(yl)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=6)
-    fig.tight_layout()
-    save(fig, prefix, "ratio", formats)
-    plt.close(fig)
+    add_legends(fig, axes[0].get_legend_handles_labels()[0], [])
+    return fig
+
+
+def build_figures(runs, labels, title, heads="max", threshold=10.0, rows=None):
+    """[(name, matplotlib figure)] of the runs: loss, logits, entropy, near_mass and near_far_logits
+    (those with data), and ratio when rows (summaries) are given. The caller saves and closes them."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    figures = [("loss", plot_loss(plt, runs, labels, title))]
+    for field, ylabel, name, thr in [("max", "max attention logit", "logits", threshold),
+                                     ("entropy", "attention entropy (nats)", "entropy", None)]:
+        fig = plot_per_layer(plt, runs, labels, title, field, heads, ylabel, threshold=thr)
+        if fig is None:
+            print(f"note: no logit_stats.jsonl records; {name} plot skipped", file=sys.stderr)
+        else:
+            figures.append((name, fig))
+    figures += plot_near_far(plt, runs, labels, title, heads)
+    if rows is not None:
+        figures.append(("ratio", plot_by_ratio(plt, runs, rows)))
+    return figures
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description="Plot loss, attention max-logit and entropy of train_gpt2_ls runs; "
                                 "write a summary table.")
     p.add_argument("dirs", nargs="+", metavar="OUT_DIR", help="output directories of train_gpt2_ls (-o)")
-    p.add_argument("--out", required=True, metavar="PREFIX", help="output prefix, e.g. out/plots/cmp")
+    p.add_argument("--out", metavar="PREFIX",
+                   help="output prefix, e.g. out/plots/cmp (default: OUT_DIR/plot of the first OUT_DIR)")
     p.add_argument("--heads", choices=["max", "all"], default="max",
-                   help="max: per layer the max over heads (logits) / mean over heads (entropy); all: every head")
+                   help="max: per layer the max over heads (logits) / mean over heads (entropy); all: every head, "
+                   "one colour per head and one marker shape per run")
     p.add_argument("--threshold", type=float, default=10.0, help="report the first step whose max-logit exceeds this")
     p.add_argument("--labels", help="comma-separated legend labels, one per OUT_DIR (default: from the configs)")
     p.add_argument("--by-ratio", action="store_true",
                    help="also PREFIX_ratio.{png,svg}: peak max-logit and final val loss vs T/C per attention variant")
     p.add_argument("--formats", default="png,svg", help="comma-separated image formats")
     args = p.parse_args(argv)
+    prefix = args.out if args.out else os.path.join(args.dirs[0], "plot")
     try:
         runs = [Run(d) for d in args.dirs]
-        labels, title = make_labels(runs)
+        labels, title = run_labels(runs)
         if args.labels:
             labels = args.labels.split(",")
             if len(labels) != len(runs):
                 raise PlotError(f"--labels has {len(labels)} labels for {len(runs)} directories; give one per OUT_DIR")
         rows = [summarize(r, args.threshold) for r in runs]
         table = summary_table(runs, labels, rows, args.threshold)
-        d = os.path.dirname(args.out)
+        d = os.path.dirname(prefix)
         if d:
             os.makedirs(d, exist_ok=True)
-        with open(args.out + "_summary.md", "w", encoding="utf-8") as f:
+        with open(prefix + "_summary.md", "w", encoding="utf-8") as f:
             f.write((f"Runs: {title}\n\n" if title else "") + table)
         print(table, end="")
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
         formats = [x for x in args.formats.split(",") if x]
-        plot_loss(plt, runs, labels, title, args.out, formats)
-        plot_per_layer(plt, runs, labels, title, args.out, formats, "max", args.heads,
-                       "max attention logit", "logits", threshold=args.threshold)
-        plot_per_layer(plt, runs, labels, title, args.out, formats, "entropy", args.heads,
-                       "attention entropy (nats)", "entropy")
-        plot_near_far(plt, runs, labels, title, args.out, formats, args.heads)
-        if args.by_ratio:
-            plot_by_ratio(plt, runs, rows, args.out, formats)
+        import matplotlib.pyplot as plt
+        for name, fig in build_figures(runs, labels, title, args.heads, args.threshold,
+                                       rows if args.by_ratio else None):
+            save(fig, prefix, name, formats)
+            plt.close(fig)
     except (PlotError, OSError, KeyError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

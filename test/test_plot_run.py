@@ -1,0 +1,245 @@
+"""Tests of scripts/plot_run.py's labels and figures (docs/experiments.md): the legend label is a pure
+function of config.json's content (plain GPT-2 MHSA, LS with G/P, each stabilizer, training flags
+changed on resume, a fork); end to end on two tiny real training runs: the legends lie outside the
+axes, every head of a run and every run are told apart with --heads all, the history markers are
+drawn, and --out defaults to the first run's directory.
+
+The trainer is $TRAINER, else $TRAIN_GPT2_LS, else the repository's ./train_gpt2_ls (`make` builds it).
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(os.environ.get("TRAINER", os.environ.get("TRAIN_GPT2_LS", REPO / "train_gpt2_ls")))
+PLOT = REPO / "scripts" / "plot_run.py"
+sys.path.insert(0, str(PLOT.parent))
+import plot_run  # noqa: E402
+
+# config.json of a plain GPT-2 small run (docs/formats.md), the fields the labels read
+GPT2_MODEL = {"max_seq_len": 1024, "vocab_size": 50257, "padded_vocab_size": 50304, "num_layers": 12, "num_heads": 12,
+              "channels": 768, "global_heads": 12, "window": 0, "qk_norm": False, "attn_softcap": 0.0,
+              "tied_embeddings": True}
+GPT2_TRAIN = {"batch_size": 4, "seq_len": 1024, "learning_rate": 0.0006000000284984708, "grad_clip": 1.0,
+              "z_loss": 0.0, "seed": 1337, "skip_spikes": 0.0, "qk_clip": 0.0, "logit_alarm": 0.0,
+              "logit_alarm_above": 0.0, "max_steps": 1000}
+
+
+def config(model=None, train=None, **extra):
+    c = {"model": dict(GPT2_MODEL, **(model or {})), "train": dict(GPT2_TRAIN, **(train or {}))}
+    c.update(extra)
+    return c
+
+
+def label(cfg):
+    """The label of a run shown alone."""
+    return plot_run.make_labels([plot_run.label_parts(cfg)], ["run"])[0][0]
+
+
+def test_label_plain_gpt2_and_ls():
+    assert label(config()) == "MHSA, T=1024, C=768, L=12"
+    assert plot_run.make_labels([plot_run.label_parts(config())], ["run"])[1] == "lr=6e-4, seed 1337"
+    assert label(config(model={"global_heads": 2, "window": 64})) == "LS G=2/12 P=64, T=1024, C=768, L=12"
+    assert label(config(model={"global_heads": 0, "window": 32})).startswith("all-local P=32,")
+
+
+@pytest.mark.parametrize("model,train,piece", [
+    ({"qk_norm": True}, {}, "QK-norm"),
+    ({"attn_softcap": 50.0}, {}, "soft-cap 50"),
+    ({}, {"z_loss": 9.999999747378752e-05}, "z-loss 1e-4"),
+    ({}, {"qk_clip": 100.0}, "QK-Clip 100"),
+    ({}, {"logit_alarm": 6.0}, "logit alarm z>6"),
+    ({}, {"logit_alarm_above": 30.0}, "logit alarm >30"),
+    ({}, {"skip_spikes": 5.0}, "skip spikes z>5"),
+    ({}, {"grad_clip": 0.0}, "grad-clip off"),
+    ({}, {"grad_clip": 0.5}, "grad-clip 0.5"),
+])
+def test_label_names_each_stabilizer(model, train, piece):
+    lab = label(config(model=model, train=train))
+    assert lab.startswith("MHSA, ") and piece in lab.split(", "), lab
+    assert piece not in label(config())  # off: not named
+    # two runs that differ only in the stabilizer: the labels say which has it, the title the rest
+    labels, title = plot_run.make_labels([plot_run.label_parts(config()), plot_run.label_parts(
+        config(model=model, train=train))], ["a", "b"])
+    assert piece in labels[1] and piece not in labels[0] and piece not in title
+
+
+def test_label_all_stabilizers_of_one_run():
+    cfg = config(model={"qk_norm": True, "attn_softcap": 30.0},
+                 train={"z_loss": 1e-4, "qk_clip": 100.0, "logit_alarm": 6.0})
+    assert label(cfg) == ("MHSA, QK-norm, soft-cap 30, z-loss 1e-4, QK-Clip 100, logit alarm z>6, "
+                          "T=1024, C=768, L=12")
+
+
+def test_label_notes_settings_changed_on_resume():
+    hist = [{"step": 400, "flag": "--z-loss", "old": 0.0, "new": 1e-4},
+            {"step": 400, "flag": "--learning-rate", "old": 0.0003, "new": 0.0001},
+            {"step": 800, "flag": "--qk-clip", "old": 100.0, "new": 0.0},
+            {"step": 900, "flag": "-x", "old": 1000, "new": 2000},
+            {"step": 900, "flag": "--val-every", "old": 20, "new": 50}]
+    # "train" as written at the last start (the new values): the run's starting values come from history
+    cfg = config(train={"z_loss": 1e-4, "learning_rate": 0.0001, "qk_clip": 0.0, "max_steps": 2000, "val_every": 50},
+                 history=hist)
+    pieces = label(cfg).split(", ")
+    assert "z-loss 1e-4 from step 400" in pieces
+    assert "QK-Clip 100 (off from step 800)" in pieces
+    assert "lr=3e-4 (1e-4 from step 400)" in pieces  # a changed setting stays in the label, not the title
+    assert "max-steps 1000->2000 at step 900" in pieces
+    assert not any("val" in p for p in pieces)  # bookkeeping flags: a marker, no label piece
+    # two runs sharing everything but one's history: only that one is noted
+    plain, changed = config(train={"learning_rate": 3e-4}), config(train={"learning_rate": 3e-4}, history=hist[1:2])
+    labels, _ = plot_run.make_labels([plot_run.label_parts(plain), plot_run.label_parts(changed)], ["a", "b"])
+    assert "lr=3e-4 (1e-4 from step 400)" in labels[1] and "from step" not in labels[0], labels
+    assert plot_run.markers_of(cfg) == [(400, "--z-loss 0->1e-4\n--learning-rate 3e-4->1e-4"),
+                                        (800, "--qk-clip 100->0"), (900, "-x 1000->2000\n--val-every 20->50")]
+
+
+def test_label_notes_a_fork():
+    cfg = config(forked_from={"checkpoint": "out/run/model_00000400.bin", "step": 400})
+    assert "forked from run at step 400" in label(cfg).split(", ")
+    assert plot_run.markers_of(cfg) == [(400, "fork of run")]
+    labels, _ = plot_run.make_labels([plot_run.label_parts(config()), plot_run.label_parts(cfg)], ["run", "branch"])
+    assert "forked from run at step 400" in labels[1] and "fork" not in labels[0]
+
+
+def test_flag_keys_match_the_trainer():
+    """Every short flag of llmc/app/flags.h is in SHORT_FLAGS with its field, and the long names map to the
+    fields by the rule of flag_key."""
+    src = (REPO / "llmc" / "app" / "flags.h").read_text()
+    rows = re.findall(r'SETTING\(\w+, [\w:<>]+, (\w+), .*?"(-\w),(--[\w-]+)"', src)
+    assert len(rows) >= 15
+    assert {short: field for field, short, _ in rows} == plot_run.SHORT_FLAGS
+    for field, short, long in rows:
+        assert plot_run.flag_key(long) == field and plot_run.flag_key(short) == field
+        assert plot_run.flag_key(f"{short},{long}") == field and plot_run.flag_key(f"{short}/{long}") == field
+    for field, long in re.findall(r'SETTING\(Both, [\w:<>]+, (\w+), .*?"(?:-\w,)?(--[\w-]+)"', src):
+        assert plot_run.flag_key(long) == field
+
+
+# ---------------------------------------------------------------------------------------------
+# end to end
+
+def sh(cmd):
+    p = subprocess.run([str(c) for c in cmd], cwd=REPO, capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if p.returncode != 0:
+        pytest.fail(f"{' '.join(map(str, cmd))} failed ({p.returncode}):\n{p.stderr[-3000:]}\n{p.stdout[-2000:]}")
+    return p
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    """Two 12-step runs of a tiny 2-layer model on a small synthetic language: MHSA with QK-Clip, and LS
+    (G = 1 of 4 heads, P = 4); a copy of the LS run whose config.json has a history entry and a fork."""
+    if not BIN.exists():
+        pytest.fail(f"{BIN} is missing; build it with `make train_gpt2_ls` (or set TRAINER)")
+    d = tmp_path_factory.mktemp("plot")
+    data = d / "data"
+    sh([sys.executable, REPO / "data" / "prepare.py", "--dataset", "synthetic", "--out", data, "--workers", "1",
+        "--syn-vocab", "16", "--syn-length", "20000", "--syn-doc-len", "1024"])
+    common = ["-i", f"{data}/train_*.bin", "-j", f"{data}/val_*.bin", "--layers", "2", "--channels", "16",
+              "--heads", "4", "--max-seq-len", "32", "-b", "2", "-t", "32", "-x", "12", "-v", "4", "-m", "2",
+              "-s", "0", "-l", "3e-2", "-u", "2", "--threads", "1", "--device", "cpu"]
+    mhsa, ls = d / "mhsa_qkclip", d / "ls"
+    sh([BIN, *common, "-o", mhsa, "--global-heads", "4", "--qk-clip", "100"])
+    sh([BIN, *common, "-o", ls, "--global-heads", "1", "--window", "4"])
+    hist = d / "ls_history"
+    hist.mkdir()
+    for name in ["metrics.jsonl", "logit_stats.jsonl"]:
+        (hist / name).write_bytes((ls / name).read_bytes())
+    cfg = json.loads((ls / "config.json").read_text())
+    cfg["history"] = [{"step": 6, "flag": "--z-loss", "old": 0.0, "new": 1e-4}]
+    cfg["forked_from"] = {"checkpoint": "out/base/model_00000004.bin", "step": 4}
+    (hist / "config.json").write_text(json.dumps(cfg))
+    return d, mhsa, ls, hist
+
+
+def overlaps(a, b):
+    """Whether two display-space bounding boxes share area (touching edges do not count)."""
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def check_legends_outside(fig):
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    axes = [ax for ax in fig.axes if ax.axison]
+    legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
+    assert legends
+    for leg in legends:
+        box = leg.get_window_extent(renderer)
+        for ax in axes:
+            assert not overlaps(box, ax.get_window_extent(renderer)), (leg, ax.get_title())
+    return legends
+
+
+@pytest.mark.parametrize("heads", ["max", "all"])
+def test_figures_have_legends_outside_and_distinct_lines(two_runs, heads):
+    _, mhsa, ls, _ = two_runs
+    runs = [plot_run.Run(str(mhsa)), plot_run.Run(str(ls))]
+    labels, title = plot_run.run_labels(runs)
+    assert labels[0].startswith("MHSA, QK-Clip 100") and labels[1].startswith("LS G=1/4 P=4"), labels
+    figures = dict(plot_run.build_figures(runs, labels, title, heads=heads, threshold=10.0))
+    assert sorted(figures) == ["entropy", "logits", "loss", "near_far_logits", "near_mass"]
+    for name, fig in figures.items():
+        legends = check_legends_outside(fig)
+        texts = [t.get_text() for leg in legends for t in leg.get_texts()]
+        assert all(lab in texts or any(t.startswith(lab) for t in texts) for lab in labels), (name, texts)
+    for name in ["logits", "entropy", "near_mass"]:
+        lines = [ln for ln in figures[name].axes[0].get_lines() if len(ln.get_xdata()) > 1]
+        n = 2 * 4 if heads == "all" else (2 if name != "near_mass" else 3)  # near_mass max: MHSA global, LS both
+        assert len(lines) == n, (name, len(lines))
+        looks = {(str(ln.get_color()), ln.get_marker(), ln.get_linestyle()) for ln in lines}
+        assert len(looks) == n, (name, looks)  # every head of every run drawn differently
+        if heads == "all":
+            for run_marker in {ln.get_marker() for ln in lines}:  # the heads of one run: one colour each
+                assert len({str(ln.get_color()) for ln in lines if ln.get_marker() == run_marker}) == 4
+    import matplotlib.pyplot as plt
+    for fig in figures.values():
+        plt.close(fig)
+
+
+def test_history_markers_and_default_out(two_runs):
+    d, _, _, hist = two_runs
+    runs = [plot_run.Run(str(hist))]
+    labels, title = plot_run.run_labels(runs)
+    assert "z-loss 1e-4 from step 6" in labels[0] and "forked from base at step 4" in labels[0], labels
+    figures = dict(plot_run.build_figures(runs, labels, title))
+    ax = figures["loss"].axes[0]
+    vertical = sorted(ln.get_xdata()[0] for ln in ax.get_lines() if list(ln.get_xdata()) == [ln.get_xdata()[0]] * 2)
+    assert vertical == [4, 6]
+    top = [a for a in ax.child_axes if list(a.get_xticks()) == [4, 6]]  # the changes written above the axes
+    assert len(top) == 1 and [t.get_text() for t in top[0].get_xticklabels()] == ["fork of base", "--z-loss 0->1e-4"]
+    check_legends_outside(figures["loss"])
+    import matplotlib.pyplot as plt
+    for fig in figures.values():
+        plt.close(fig)
+
+    p = sh([sys.executable, PLOT, hist, "--heads", "all", "--formats", "png"])  # no --out: into the run's directory
+    for name in ["loss", "logits", "entropy", "near_mass", "near_far_logits"]:
+        assert (hist / f"plot_{name}.png").stat().st_size > 1000, name
+    assert (hist / "plot_summary.md").exists() and "| ls_history |" in p.stdout
+
+
+@pytest.mark.parametrize("extra,expect", [
+    ({"history": {"step": 4}}, '"history" is not a list'),
+    ({"history": [{"step": "4", "flag": "--z-loss", "old": 0, "new": 1}]}, '"history" entry 0'),
+    ({"history": [{"step": 4, "old": 0, "new": 1}]}, '"history" entry 0'),
+    ({"forked_from": {"checkpoint": "out/run/model_00000004.bin"}}, '"forked_from" is not'),
+])
+def test_malformed_history_or_fork_is_refused(tmp_path, extra, expect):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 1, "loss": 3.0, "max_attn_logit": 1.0}\n')
+    (run / "config.json").write_text(json.dumps(config(**extra)))
+    p = subprocess.run([sys.executable, str(PLOT), str(run), "--formats", "png"], capture_output=True, text=True)
+    assert p.returncode == 1 and p.stderr.startswith("error: ") and p.stderr.count("\n") == 1, p.stderr
+    assert expect in p.stderr and "config.json" in p.stderr
+    assert not list(run.glob("plot_*"))
+    (run / "config.json").write_text("{")
+    p = subprocess.run([sys.executable, str(PLOT), str(run), "--formats", "png"], capture_output=True, text=True)
+    assert p.returncode == 1 and "config.json is not valid JSON" in p.stderr and p.stderr.count("\n") == 1
