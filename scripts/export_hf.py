@@ -138,9 +138,7 @@ def hf_config(cfg, stock, eot, source):
     common = {"vocab_size": cfg.vocab_size, "n_positions": cfg.max_seq_len, "n_embd": cfg.channels,
               "n_layer": cfg.num_layers, "n_head": cfg.num_heads, "layer_norm_epsilon": 1e-5,
               "tie_word_embeddings": cfg.tied_embeddings, "torch_dtype": "float32", "dtype": "float32",
-              "train_gpt2_ls": source}
-    if eot is not None:
-        common.update({"bos_token_id": eot, "eos_token_id": eot})
+              "bos_token_id": eot, "eos_token_id": eot, "train_gpt2_ls": source}  # eot None: unknown
     if stock:
         return {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], **common,
                 "n_ctx": cfg.max_seq_len, "n_inner": None, "activation_function": "gelu_new",

@@ -99,11 +99,12 @@ def hf_logits(model, data, B, T):
 
 
 def assert_logits_equal(hf, ref):
+    """hf: the exported model's logits; ref: the trainer's (or the PyTorch reference's), float64."""
     assert hf.shape == ref.shape, (hf.shape, ref.shape)
     diff = np.abs(hf.astype(np.float64) - ref)
     worst = np.unravel_index(np.argmax(diff / (ATOL + RTOL * np.abs(ref))), ref.shape)
     assert np.all(diff <= ATOL + RTOL * np.abs(ref)), \
-        f"max |diff| {diff.max():.3e} at {worst}: hf {hf[worst]:.6f} vs trainer {ref[worst]:.6f}"
+        f"max |diff| {diff.max():.3e} at {worst}: exported {hf[worst]:.6f} vs expected {ref[worst]:.6f}"
     assert ref.std() > 0.1, "the logits should not be near-constant (the comparison would be weak)"
 
 
@@ -159,6 +160,16 @@ def test_byte_level_models(byte_data, tmp_path, name, flags, stock):
         model = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True)
         assert type(model).__name__ == "GPT2LSForCausalLM"
     model.eval()
+    # greedy generate (no KV cache in GPT2LSForCausalLM) continues exactly like repeated full forwards
+    prompt = torch.from_numpy(read_tokens(byte_data, "val", 40)[None, :])
+    seq = prompt
+    with torch.no_grad():
+        for _ in range(8):
+            seq = torch.cat([seq, model(input_ids=seq).logits[:, -1].argmax(-1, keepdim=True)], 1)
+    gen = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=8, do_sample=False,
+                         pad_token_id=0)
+    n = gen.shape[1]  # shorter than seq only when it stopped at EOS
+    assert n > prompt.shape[1] and gen.tolist() == seq[:, :n].tolist()
     # T = 64 > P: the local windows matter; the model's full context
     B, T = 2, 64
     assert_logits_equal(hf_logits(model, byte_data, B, T),
