@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local: never wait on a hub
 import safetensors  # noqa: F401  (a missing test dependency must fail, not skip)
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2LMHeadModel
