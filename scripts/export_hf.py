@@ -154,26 +154,26 @@ def hf_config(cfg, stock, eot, source):
 
 def gpt2_bpe_dir(arg, meta):
     """Where GPT-2's encoder.json/vocab.json and vocab.bpe/merges.txt are, or None."""
-    candidates = [arg] if arg else []
+    if arg:
+        if not bpe_files(arg):
+            raise ExportError(f"--gpt2-bpe {arg}: no encoder.json/vocab.json and vocab.bpe/merges.txt there; "
+                              f"give the folder holding GPT-2's BPE files")
+        return arg
+    candidates = []
     src = (meta or {}).get("args", {}).get("gpt2_bpe")
     if src:
         candidates.append(src if os.path.isabs(src) else os.path.join(REPO, src))
     candidates.append(os.path.join(os.environ.get("SHARED_DATA", os.path.join(REPO, "..", "shared", "data")), "gpt2"))
-    for d in candidates:
-        if bpe_files(d):
-            return d
-    if arg:
-        raise ExportError(f"--gpt2-bpe {arg}: no encoder.json/vocab.json and vocab.bpe/merges.txt there; "
-                          f"give the folder holding GPT-2's BPE files")
-    return None
+    return next((d for d in candidates if bpe_files(d)), None)
 
 
 def bpe_files(d):
     """(vocab json, merges) paths in d under either naming (OpenAI's or Hugging Face's), or None."""
     if not d or not os.path.isdir(d):
         return None
-    vocab = next((os.path.join(d, n) for n in ("vocab.json", "encoder.json") if os.path.isfile(os.path.join(d, n))), None)
-    merges = next((os.path.join(d, n) for n in ("merges.txt", "vocab.bpe") if os.path.isfile(os.path.join(d, n))), None)
+    def first(*names):
+        return next((os.path.join(d, n) for n in names if os.path.isfile(os.path.join(d, n))), None)
+    vocab, merges = first("vocab.json", "encoder.json"), first("merges.txt", "vocab.bpe")
     return (vocab, merges) if vocab and merges else None
 
 
@@ -203,7 +203,8 @@ def export(source, out_dir, gpt2_bpe=None):
     elif os.path.isfile(source):
         run_dir, ckpt = os.path.dirname(os.path.abspath(source)), source
     else:
-        raise ExportError(f"{source} does not exist; give a run directory (-o of the trainer) or a model_NNNNNNNN.bin file")
+        raise ExportError(f"{source} does not exist; give a run directory (-o of the trainer) "
+                          f"or a model_NNNNNNNN.bin file")
     if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
         raise ExportError(f"{out_dir} already exists and is not an empty directory; choose a new OUT_DIR "
                           f"(nothing was written)")
@@ -217,8 +218,13 @@ def export(source, out_dir, gpt2_bpe=None):
     tokenizer = (meta or {}).get("tokenizer")
     eot = (meta or {}).get("eot_token")
     bpe = gpt2_bpe_dir(gpt2_bpe, meta) if (tokenizer == "gpt2" or gpt2_bpe) else None
-    if eot is None and bpe:
-        eot = 50256
+    if bpe:
+        with open(bpe_files(bpe)[0]) as f:
+            n_tokens = len(json.load(f))
+        if cfg.vocab_size < n_tokens:
+            raise ExportError(f"the model's vocabulary has {cfg.vocab_size} ids but the GPT-2 tokenizer in {bpe} has "
+                              f"{n_tokens}; this model was not trained on GPT-2 BPE: drop --gpt2-bpe")
+        eot = n_tokens - 1 if eot is None else eot  # <|endoftext|>, GPT-2's last id (50256)
 
     tensors = weights_stock_gpt2(cfg, p) if stock else weights_gpt2_ls(cfg, p)
     tensors = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in tensors.items()}

@@ -215,6 +215,12 @@ def test_bad_input_fails_with_one_line_and_writes_nothing(byte_data, tmp_path):
     assert p.returncode == 1 and p.stderr.startswith("error: ") and "magic" in p.stderr
     assert not (tmp_path / "o3").exists() and not list(tmp_path.glob("o3.tmp*"))
 
+    small = REPO / "test" / "fixtures" / "ls_model.bin"  # V = 100: not a GPT-2 BPE model
+    p = export(small, tmp_path / "o4", "--gpt2-bpe", SHARED / "gpt2", check=False)
+    assert p.returncode == 1 and "drop --gpt2-bpe" in p.stderr and not (tmp_path / "o4").exists()
+    p = export(small, tmp_path / "o5", "--gpt2-bpe", tmp_path, check=False)
+    assert p.returncode == 1 and "--gpt2-bpe" in p.stderr and not (tmp_path / "o5").exists()
+
     taken = tmp_path / "taken"
     taken.mkdir()
     (taken / "keep.txt").write_text("mine")
