@@ -2,7 +2,8 @@
 # Installs everything the build and the CPU tests need. Idempotent: safe to run again.
 #   Debian: CLI11, nlohmann/json, Catch2 v2 (header-only), OpenMPI, Boost.Context (the fibers of
 #           the device emulation, make emu), clang with libclang-rt (libFuzzer, make fuzz-smoke).
-#   PyPI:   requirements.txt (numpy, tiktoken, sentencepiece, tqdm, pytest, matplotlib).
+#   PyPI:   requirements.txt (numpy, tiktoken, sentencepiece, tqdm, pytest, matplotlib);
+#           requirements-test.txt (torch, transformers, safetensors: test/test_export_hf.py).
 # The CUDA toolkit (nvcc, cuBLAS/cuBLASLt, NCCL) is expected to be installed already.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,5 +27,11 @@ if ! $PYTHON -c "import numpy, tiktoken, sentencepiece, tqdm, pytest, matplotlib
   $PYTHON -m pip install -q -r requirements.txt
 else
   echo "install_deps: Python packages present"
+fi
+if ! $PYTHON -c "import torch, transformers, safetensors" 2>/dev/null; then
+  echo "install_deps: pip install -r requirements-test.txt (torch, transformers, safetensors; several GB, minutes)"
+  $PYTHON -m pip install -q -r requirements-test.txt
+else
+  echo "install_deps: Python test packages present"
 fi
 command -v nvcc >/dev/null || echo "install_deps: warning: nvcc not on PATH; 'make' needs the CUDA toolkit" >&2

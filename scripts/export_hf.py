@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""
+Exports a train_gpt2_ls checkpoint as a Hugging Face `transformers` model folder (docs/export.md).
+
+  python3 scripts/export_hf.py RUN_OR_CHECKPOINT OUT_DIR [--gpt2-bpe DIR]
+
+RUN_OR_CHECKPOINT: a run directory (-o of the trainer: its newest complete checkpoint, i.e. the
+newest step with a DONE_ marker) or a model file (model_NNNNNNNN.bin).
+
+- A plain GPT-2 (every head attends causally: G = NH, or local heads whose window P >= maxT; no
+  QK-norm, no soft-cap, tied embeddings) becomes a stock GPT2LMHeadModel: config.json +
+  model.safetensors, loadable without custom code.
+- Anything else (local heads, QK-norm, soft-cap, untied head) gets the model code of
+  scripts/hf_modeling_gpt2_ls.py as modeling_gpt2_ls.py, loadable with
+  AutoModelForCausalLM.from_pretrained(OUT_DIR, trust_remote_code=True).
+Both drop the padded vocabulary rows (logits over the real vocabulary V, as --dump-logits).
+When the run's data used GPT-2 BPE (meta.json "tokenizer": "gpt2"), GPT-2's vocab.json and
+merges.txt (from --gpt2-bpe, else the data set's own gpt2_bpe source, else ../shared/data/gpt2)
+and a tokenizer_config.json are added, so AutoTokenizer.from_pretrained(OUT_DIR) works offline.
+
+Needs numpy and safetensors (not torch). Reads the checkpoint with dev/reference/checkpoint.py.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import sys
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "dev", "reference"))
+from checkpoint import read_model  # noqa: E402
+from model_config import param_shapes  # noqa: E402
+
+MODELING_SOURCE = os.path.join(REPO, "scripts", "hf_modeling_gpt2_ls.py")
+MODELING_NAME = "modeling_gpt2_ls"
+MARKER_RE = re.compile(r"^DONE_(\d{8})$")
+EOT_TEXT = "<|endoftext|>"
+
+
+class ExportError(Exception):
+    """A one-line message naming the problem and the fix."""
+
+
+def newest_checkpoint(run_dir):
+    """The model file of the newest step of run_dir that has a DONE_ marker (docs/formats.md)."""
+    steps = sorted((int(m.group(1)) for m in map(MARKER_RE.match, os.listdir(run_dir)) if m), reverse=True)
+    for step in steps:
+        path = os.path.join(run_dir, f"model_{step:08d}.bin")
+        if os.path.isfile(path):
+            return path
+    raise ExportError(f"{run_dir} holds no complete checkpoint (no DONE_ marker with its model file); "
+                      f"give a model_NNNNNNNN.bin file or a run directory with a finished checkpoint")
+
+
+def data_meta(run_dir):
+    """The meta.json of the run's training data (config.json's train.train_data), or None."""
+    conf_path = os.path.join(run_dir, "config.json") if run_dir else None
+    if not conf_path or not os.path.isfile(conf_path):
+        return None
+    with open(conf_path) as f:
+        train_data = json.load(f).get("train", {}).get("train_data")
+    if not train_data:
+        return None
+    for base in (os.getcwd(), os.path.dirname(os.path.abspath(run_dir)), REPO):
+        shards = sorted(glob.glob(os.path.join(base, train_data)))
+        meta = os.path.join(os.path.dirname(shards[0]), "meta.json") if shards else None
+        if meta and os.path.isfile(meta):
+            with open(meta) as f:
+                return json.load(f)
+    return None
+
+
+def weights_stock_gpt2(cfg, p):
+    """GPT2LMHeadModel tensors: Conv1D weights are (in, out), i.e. our (out, in) matrices transposed."""
+    V = cfg.vocab_size
+    t = {"transformer.wte.weight": p["wte"][:V], "transformer.wpe.weight": p["wpe"],
+         "transformer.ln_f.weight": p["lnfw"], "transformer.ln_f.bias": p["lnfb"]}
+    for l in range(cfg.num_layers):
+        h = f"transformer.h.{l}."
+        t.update({h + "ln_1.weight": p["ln1w"][l], h + "ln_1.bias": p["ln1b"][l],
+                  h + "attn.c_attn.weight": p["qkvw"][l].T, h + "attn.c_attn.bias": p["qkvb"][l],
+                  h + "attn.c_proj.weight": p["attprojw"][l].T, h + "attn.c_proj.bias": p["attprojb"][l],
+                  h + "ln_2.weight": p["ln2w"][l], h + "ln_2.bias": p["ln2b"][l],
+                  h + "mlp.c_fc.weight": p["fcw"][l].T, h + "mlp.c_fc.bias": p["fcb"][l],
+                  h + "mlp.c_proj.weight": p["fcprojw"][l].T, h + "mlp.c_proj.bias": p["fcprojb"][l]})
+    return t
+
+
+def weights_gpt2_ls(cfg, p):
+    """GPT2LSForCausalLM tensors (scripts/hf_modeling_gpt2_ls.py): nn.Linear layout (out, in), as ours."""
+    V = cfg.vocab_size
+    t = {"transformer.wte.weight": p["wte"][:V], "transformer.wpe.weight": p["wpe"],
+         "transformer.ln_f.weight": p["lnfw"], "transformer.ln_f.bias": p["lnfb"]}
+    for l in range(cfg.num_layers):
+        h = f"transformer.h.{l}."
+        t.update({h + "ln_1.weight": p["ln1w"][l], h + "ln_1.bias": p["ln1b"][l],
+                  h + "attn.qkv.weight": p["qkvw"][l], h + "attn.qkv.bias": p["qkvb"][l],
+                  h + "attn.proj.weight": p["attprojw"][l], h + "attn.proj.bias": p["attprojb"][l],
+                  h + "ln_2.weight": p["ln2w"][l], h + "ln_2.bias": p["ln2b"][l],
+                  h + "mlp.fc.weight": p["fcw"][l], h + "mlp.fc.bias": p["fcb"][l],
+                  h + "mlp.proj.weight": p["fcprojw"][l], h + "mlp.proj.bias": p["fcprojb"][l]})
+        if cfg.qk_norm:
+            t.update({h + "attn.q_norm.weight": p["qnormw"][l], h + "attn.q_norm.bias": p["qnormb"][l],
+                      h + "attn.k_norm.weight": p["knormw"][l], h + "attn.k_norm.bias": p["knormb"][l]})
+    if not cfg.tied_embeddings:
+        t["lm_head.weight"] = p["lm_head"][:V]
+    return t
+
+
+def is_stock_gpt2(cfg):
+    """Every head causal over the whole context (G = NH, or a window covering maxT), no QK-norm,
+    no soft-cap, tied embeddings: exactly GPT2LMHeadModel."""
+    all_causal = cfg.global_heads == cfg.num_heads or cfg.window >= cfg.max_seq_len
+    return all_causal and not cfg.qk_norm and cfg.attn_softcap == 0 and cfg.tied_embeddings
+
+
+def split_params(cfg, flat):
+    """Named numpy views of the flat parameter vector (llmc/core/params.h order and shapes)."""
+    out, off = {}, 0
+    for name, shape in param_shapes(cfg):
+        n = int(np.prod(shape))
+        out[name] = flat[off:off + n].reshape(shape)
+        off += n
+    return out
+
+
+def source_record(cfg, path, step):
+    return {"checkpoint": os.path.abspath(path), "step": step, "global_heads": cfg.global_heads,
+            "window": cfg.window, "qk_norm": cfg.qk_norm, "attn_softcap": cfg.attn_softcap,
+            "tied_embeddings": cfg.tied_embeddings, "padded_vocab_size": cfg.padded_vocab_size}
+
+
+def hf_config(cfg, stock, eot, source):
+    common = {"vocab_size": cfg.vocab_size, "n_positions": cfg.max_seq_len, "n_embd": cfg.channels,
+              "n_layer": cfg.num_layers, "n_head": cfg.num_heads, "layer_norm_epsilon": 1e-5,
+              "tie_word_embeddings": cfg.tied_embeddings, "torch_dtype": "float32", "dtype": "float32",
+              "bos_token_id": eot, "eos_token_id": eot, "train_gpt2_ls": source}  # eot None: unknown
+    if stock:
+        return {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], **common,
+                "n_ctx": cfg.max_seq_len, "n_inner": None, "activation_function": "gelu_new",
+                "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "initializer_range": 0.02,
+                "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
+                "reorder_and_upcast_attn": False, "use_cache": True}
+    return {"model_type": "gpt2_ls", "architectures": ["GPT2LSForCausalLM"],
+            "auto_map": {"AutoConfig": f"{MODELING_NAME}.GPT2LSConfig",
+                         "AutoModelForCausalLM": f"{MODELING_NAME}.GPT2LSForCausalLM"},
+            **common, "global_heads": cfg.global_heads, "window": cfg.window, "qk_norm": cfg.qk_norm,
+            "attn_softcap": cfg.attn_softcap, "use_cache": False}
+
+
+def gpt2_bpe_dir(arg, meta):
+    """Where GPT-2's encoder.json/vocab.json and vocab.bpe/merges.txt are, or None."""
+    if arg:
+        if not bpe_files(arg):
+            raise ExportError(f"--gpt2-bpe {arg}: no encoder.json/vocab.json and vocab.bpe/merges.txt there; "
+                              f"give the folder holding GPT-2's BPE files")
+        return arg
+    candidates = []
+    src = (meta or {}).get("args", {}).get("gpt2_bpe")
+    if src:
+        candidates.append(src if os.path.isabs(src) else os.path.join(REPO, src))
+    candidates.append(os.path.join(os.environ.get("SHARED_DATA", os.path.join(REPO, "..", "shared", "data")), "gpt2"))
+    return next((d for d in candidates if bpe_files(d)), None)
+
+
+def bpe_files(d):
+    """(vocab json, merges) paths in d under either naming (OpenAI's or Hugging Face's), or None."""
+    if not d or not os.path.isdir(d):
+        return None
+    def first(*names):
+        return next((os.path.join(d, n) for n in names if os.path.isfile(os.path.join(d, n))), None)
+    vocab, merges = first("vocab.json", "encoder.json"), first("merges.txt", "vocab.bpe")
+    return (vocab, merges) if vocab and merges else None
+
+
+def write_gpt2_tokenizer(out_dir, bpe_dir, max_len):
+    vocab, merges = bpe_files(bpe_dir)
+    shutil.copyfile(vocab, os.path.join(out_dir, "vocab.json"))
+    shutil.copyfile(merges, os.path.join(out_dir, "merges.txt"))
+    tok_conf = {"tokenizer_class": "GPT2Tokenizer", "model_max_length": max_len, "add_prefix_space": False,
+                "bos_token": EOT_TEXT, "eos_token": EOT_TEXT, "unk_token": EOT_TEXT}
+    write_json(os.path.join(out_dir, "tokenizer_config.json"), tok_conf)
+    write_json(os.path.join(out_dir, "special_tokens_map.json"),
+               {"bos_token": EOT_TEXT, "eos_token": EOT_TEXT, "unk_token": EOT_TEXT})
+
+
+def write_json(path, obj):
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=2)
+        f.write("\n")
+
+
+def export(source, out_dir, gpt2_bpe=None):
+    """Writes the folder; returns (kind, checkpoint path, tokenizer written) for the summary line."""
+    from safetensors.numpy import save_file
+
+    if os.path.isdir(source):
+        run_dir, ckpt = source, newest_checkpoint(source)
+    elif os.path.isfile(source):
+        run_dir, ckpt = os.path.dirname(os.path.abspath(source)), source
+    else:
+        raise ExportError(f"{source} does not exist; give a run directory (-o of the trainer) "
+                          f"or a model_NNNNNNNN.bin file")
+    if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
+        raise ExportError(f"{out_dir} already exists and is not an empty directory; choose a new OUT_DIR "
+                          f"(nothing was written)")
+    try:
+        cfg, flat, step = read_model(ckpt)
+    except ValueError as e:
+        raise ExportError(f"{e}; export a complete checkpoint of train_gpt2_ls") from None
+    p = split_params(cfg, flat)
+    stock = is_stock_gpt2(cfg)
+    meta = data_meta(run_dir)
+    tokenizer = (meta or {}).get("tokenizer")
+    eot = (meta or {}).get("eot_token")
+    bpe = gpt2_bpe_dir(gpt2_bpe, meta) if (tokenizer == "gpt2" or gpt2_bpe) else None
+    if bpe:
+        with open(bpe_files(bpe)[0]) as f:
+            n_tokens = len(json.load(f))
+        if cfg.vocab_size < n_tokens:
+            raise ExportError(f"the model's vocabulary has {cfg.vocab_size} ids but the GPT-2 tokenizer in {bpe} has "
+                              f"{n_tokens}; this model was not trained on GPT-2 BPE: drop --gpt2-bpe")
+        eot = n_tokens - 1 if eot is None else eot  # <|endoftext|>, GPT-2's last id (50256)
+
+    tensors = weights_stock_gpt2(cfg, p) if stock else weights_gpt2_ls(cfg, p)
+    tensors = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in tensors.items()}
+    # everything goes into a temporary sibling renamed to OUT_DIR at the end: a failed export leaves no OUT_DIR
+    tmp = f"{os.path.abspath(out_dir).rstrip(os.sep)}.tmp.{os.getpid()}"
+    try:
+        os.makedirs(tmp)
+        save_file(tensors, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+        write_json(os.path.join(tmp, "config.json"), hf_config(cfg, stock, eot, source_record(cfg, ckpt, step)))
+        if not stock:
+            shutil.copyfile(MODELING_SOURCE, os.path.join(tmp, MODELING_NAME + ".py"))
+        if bpe:
+            write_gpt2_tokenizer(tmp, bpe, cfg.max_seq_len)
+        if os.path.isdir(out_dir):
+            os.rmdir(out_dir)  # empty (checked above)
+        os.rename(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if tokenizer == "gpt2":
+        print("note: the data used GPT-2 BPE but its vocab files were not found (give --gpt2-bpe DIR); "
+              "exported without a tokenizer", file=sys.stderr)
+    elif tokenizer:
+        print(f"note: the data's tokenizer '{tokenizer}' is not exported (only GPT-2 BPE is); "
+              f"exported without a tokenizer", file=sys.stderr)
+    return ("GPT2LMHeadModel" if stock else "GPT2LSForCausalLM (trust_remote_code=True)"), ckpt, step, bool(bpe)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("source", metavar="RUN_OR_CHECKPOINT", help="run directory or model_NNNNNNNN.bin")
+    ap.add_argument("out_dir", metavar="OUT_DIR", help="new folder for the Hugging Face model")
+    ap.add_argument("--gpt2-bpe", metavar="DIR", help="folder with GPT-2's encoder.json and vocab.bpe "
+                    "(or vocab.json and merges.txt); also adds the tokenizer when the run's data is unknown")
+    args = ap.parse_args()
+    try:
+        kind, ckpt, step, tok = export(args.source, args.out_dir, args.gpt2_bpe)
+    except ExportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"exported {ckpt} (step {step}) to {args.out_dir}: {kind}" + (", GPT-2 tokenizer" if tok else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""scripts/export_hf.py (docs/export.md): tiny models trained by the train_gpt2_ls binary are exported
+and loaded with Hugging Face transformers; their logits must equal the trainer's own
+`--eval-only --dump-logits` on the same tokens. A plain GPT-2 must come out as a stock
+GPT2LMHeadModel (no custom code), an LS model (local heads, QK-norm, soft-cap, untied head) as the
+exported modelling file loaded with trust_remote_code=True.
+
+torch, transformers and safetensors are test dependencies (requirements-test.txt, installed by
+scripts/install_deps.sh): without them this module fails to import, which fails the run.
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local: never wait on a hub
+import safetensors  # noqa: F401  (a missing test dependency must fail, not skip)
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2LMHeadModel
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(os.environ.get("TRAIN_GPT2_LS", REPO / "train_gpt2_ls"))
+EXPORT = REPO / "scripts" / "export_hf.py"
+TS_GPT2 = REPO / "data" / "shards" / "tinyshakespeare_gpt2"
+SHARED = Path(os.environ.get("SHARED_DATA", REPO.parent / "shared" / "data"))
+
+# fp32 on both sides, different summation orders: every logit within ATOL + RTOL * |logit|.
+# Measured: the largest difference is about 1e-6 on logits of magnitude up to ~10 (docs/export.md).
+ATOL, RTOL = 1e-5, 1e-5
+
+
+def train(args, timeout=600):
+    if not BIN.exists():
+        pytest.fail(f"{BIN} is missing; build it with `make train_gpt2_ls`")
+    p = subprocess.run([str(BIN), "--device", "cpu", "--threads", "1"] + [str(a) for a in args], cwd=REPO,
+                       capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        pytest.fail(f"train_gpt2_ls {' '.join(map(str, args))} failed ({p.returncode}):\n{p.stderr}")
+    return p
+
+
+def export(source, out, *extra, check=True):
+    p = subprocess.run([sys.executable, str(EXPORT), str(source), str(out)] + [str(e) for e in extra], cwd=REPO,
+                       capture_output=True, text=True, timeout=600)
+    if check and p.returncode != 0:
+        pytest.fail(f"export_hf.py {source} {out} failed ({p.returncode}):\n{p.stderr}")
+    return p
+
+
+def write_shard(path, tokens):
+    header = np.zeros(256, dtype=np.int32)
+    header[:3] = [20240520, 1, len(tokens)]
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        f.write(np.asarray(tokens, dtype=np.uint16).tobytes())
+
+
+def read_tokens(glob_dir, split, n):
+    """The first n tokens of a split's first shard (all our eval batches start there)."""
+    return np.fromfile(Path(glob_dir) / f"{split}_000000.bin", dtype=np.uint16, offset=1024)[:n].astype(np.int64)
+
+
+@pytest.fixture(scope="module")
+def byte_data(tmp_path_factory):
+    """Byte-level shards (V = 256, EOT = '\\n') of tiny Shakespeare: 40 kB train, 4 kB val."""
+    src = SHARED / "tinyshakespeare" / "input.txt"
+    if not src.exists():
+        pytest.fail(f"{src} is missing; the shared data folder must be at ../shared/data or SHARED_DATA")
+    d = tmp_path_factory.mktemp("bytes")
+    tok = np.frombuffer(src.read_bytes()[:44_000], dtype=np.uint8).astype(np.uint16)
+    write_shard(d / "train_000000.bin", tok[:40_000])
+    write_shard(d / "val_000000.bin", tok[40_000:])
+    (d / "meta.json").write_text(json.dumps({"vocab_size": 256, "eot_token": 10, "tokenizer": "bytes"}))
+    return d
+
+
+@pytest.fixture(scope="module")
+def gpt2_data():
+    if not (TS_GPT2 / "meta.json").exists():
+        env = dict(os.environ, GPT2_BPE_DIR=str(SHARED / "gpt2"))
+        subprocess.run([sys.executable, "data/prepare.py", "--dataset", "tinyshakespeare", "--source",
+                        str(SHARED / "tinyshakespeare" / "input.txt"), "--out", str(TS_GPT2), "--tokenizer", "gpt2"],
+                       cwd=REPO, env=env, check=True)
+    return TS_GPT2
+
+
+def trainer_logits(model_file, data, B, T, V, tmp_path):
+    dump = tmp_path / "logits.bin"
+    train(["--eval-only", "-e", model_file, "-j", f"{data}/val_*.bin", "-b", B, "-t", T, "-m", 1,
+           "--dump-logits", dump])
+    return np.fromfile(dump, dtype=np.float32).reshape(B, T, V)
+
+
+def hf_logits(model, data, B, T):
+    idx = torch.from_numpy(read_tokens(data, "val", B * T).reshape(B, T))
+    with torch.no_grad():
+        return model(input_ids=idx).logits.numpy()
+
+
+def assert_logits_equal(hf, ref):
+    """hf: the exported model's logits; ref: the trainer's (or the PyTorch reference's), float64."""
+    assert hf.shape == ref.shape, (hf.shape, ref.shape)
+    diff = np.abs(hf.astype(np.float64) - ref)
+    worst = np.unravel_index(np.argmax(diff / (ATOL + RTOL * np.abs(ref))), ref.shape)
+    assert np.all(diff <= ATOL + RTOL * np.abs(ref)), \
+        f"max |diff| {diff.max():.3e} at {worst}: exported {hf[worst]:.6f} vs expected {ref[worst]:.6f}"
+    assert ref.std() > 0.1, "the logits should not be near-constant (the comparison would be weak)"
+
+
+def test_plain_gpt2_becomes_a_stock_gpt2_model_with_tokenizer(gpt2_data, tmp_path):
+    run = tmp_path / "mhsa"
+    train(["-i", f"{gpt2_data}/train_*.bin", "-o", run, "--layers", 2, "--channels", 32, "--heads", 4,
+           "--global-heads", 4, "--max-seq-len", 64, "-b", 2, "-t", 64, "-x", 6, "-l", "1e-2", "-u", 2,
+           "-v", 0, "-s", 0])
+    out = tmp_path / "hf"
+    p = export(run, out)
+    assert "GPT2LMHeadModel" in p.stdout and "model_00000006.bin" in p.stdout
+    conf = json.loads((out / "config.json").read_text())
+    assert conf["model_type"] == "gpt2" and conf["architectures"] == ["GPT2LMHeadModel"]
+    assert "auto_map" not in conf and not list(out.glob("*.py")), "a stock model needs no custom code"
+    model = AutoModelForCausalLM.from_pretrained(out)  # no trust_remote_code
+    assert type(model) is GPT2LMHeadModel
+    model.eval()
+
+    B, T = 2, 64
+    assert_logits_equal(hf_logits(model, gpt2_data, B, T), trainer_logits(run / "model_00000006.bin", gpt2_data,
+                                                                           B, T, 50257, tmp_path))
+
+    # the exported GPT-2 tokenizer reproduces the shard's token ids from the text
+    tok = AutoTokenizer.from_pretrained(out)
+    ids = read_tokens(gpt2_data, "val", 2000)[1:1500].tolist()  # the val split starts with EOT
+    text = tok.decode(ids)
+    assert tok(text)["input_ids"] == ids
+    assert tok.eos_token_id == 50256 == model.config.eos_token_id
+
+
+@pytest.mark.parametrize("name,flags,stock", [
+    ("ls_qknorm_softcap_untied", ["--global-heads", 1, "--window", 8, "--qk-norm", "--attn-softcap", 3,
+                                  "--untie-embeddings"], False),
+    ("ls_softcap", ["--global-heads", 2, "--window", 5, "--attn-softcap", 2], False),
+    ("window_covers_max_seq_len", ["--global-heads", 1, "--window", 64], True),
+])
+def test_byte_level_models(byte_data, tmp_path, name, flags, stock):
+    run = tmp_path / name
+    train(["-i", f"{byte_data}/train_*.bin", "-o", run, "--layers", 2, "--channels", 32, "--heads", 4,
+           "--max-seq-len", 64, "-b", 4, "-t", 32, "-x", 8, "-l", "1e-2", "-u", 2, "-v", 0, "-s", 0] + flags)
+    out = tmp_path / "hf"
+    export(run / "model_00000008.bin", out)
+    conf = json.loads((out / "config.json").read_text())
+    assert not (out / "vocab.json").exists(), "a byte-level run has no GPT-2 tokenizer to export"
+    if stock:
+        assert conf["model_type"] == "gpt2" and not list(out.glob("*.py"))
+        model = AutoModelForCausalLM.from_pretrained(out)
+        assert type(model) is GPT2LMHeadModel
+    else:
+        assert conf["model_type"] == "gpt2_ls" and (out / "modeling_gpt2_ls.py").exists()
+        with pytest.raises(ValueError, match="trust_remote_code"):
+            AutoModelForCausalLM.from_pretrained(out, trust_remote_code=False)
+        model = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True)
+        assert type(model).__name__ == "GPT2LSForCausalLM"
+    model.eval()
+    # greedy generate (no KV cache in GPT2LSForCausalLM) continues exactly like repeated full forwards
+    prompt = torch.from_numpy(read_tokens(byte_data, "val", 40)[None, :])
+    seq = prompt
+    with torch.no_grad():
+        for _ in range(8):
+            seq = torch.cat([seq, model(input_ids=seq).logits[:, -1].argmax(-1, keepdim=True)], 1)
+    gen = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=8, do_sample=False,
+                         pad_token_id=0)
+    n = gen.shape[1]  # shorter than seq only when it stopped at EOS
+    assert n > prompt.shape[1] and gen.tolist() == seq[:, :n].tolist()
+    # T = 64 > P: the local windows matter; the model's full context
+    B, T = 2, 64
+    assert_logits_equal(hf_logits(model, byte_data, B, T),
+                        trainer_logits(run / "model_00000008.bin", byte_data, B, T, 256, tmp_path))
+
+
+FIXTURES = ["ls", "mhsa", "local_qknorm_softcap", "ls_p1_qknorm", "ls_hd32", "mhsa_hd32", "local_qknorm_softcap_hd32"]
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_fixtures_match_the_pytorch_reference(name, tmp_path):
+    """The committed fixtures (dev/reference/README.md: all-local, P = 1, QK-norm, soft-cap, untied,
+    bf16 payloads) exported and run by transformers give the independent reference's float64 logits."""
+    sys.path.insert(0, str(REPO / "dev" / "reference"))
+    from debug_state import read_debug
+    ref = read_debug(REPO / "test" / "fixtures" / f"{name}_debug.bin")
+    out = tmp_path / "hf"
+    export(REPO / "test" / "fixtures" / f"{name}_model.bin", out)
+    stock = name.startswith("mhsa")
+    assert json.loads((out / "config.json").read_text())["model_type"] == ("gpt2" if stock else "gpt2_ls")
+    model = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=not stock).eval()
+    assert (type(model) is GPT2LMHeadModel) == stock
+    with torch.no_grad():
+        logits = model(input_ids=torch.from_numpy(ref.inputs.astype(np.int64))).logits.numpy()
+    assert_logits_equal(logits, ref.logits.astype(np.float64))
+
+
+def test_bad_input_fails_with_one_line_and_writes_nothing(byte_data, tmp_path):
+    missing = export(tmp_path / "nope", tmp_path / "o1", check=False)
+    assert missing.returncode == 1 and missing.stderr.startswith("error: ") and missing.stderr.count("\n") == 1
+    assert "run directory" in missing.stderr and not (tmp_path / "o1").exists()
+
+    empty_run = tmp_path / "run"
+    empty_run.mkdir()
+    (empty_run / "model_00000004.bin").write_bytes(b"x" * 2000)  # no DONE_ marker: not a checkpoint
+    p = export(empty_run, tmp_path / "o2", check=False)
+    assert p.returncode == 1 and "no complete checkpoint" in p.stderr and not (tmp_path / "o2").exists()
+
+    (empty_run / "DONE_00000004").write_text("step 4 world_size 1")
+    p = export(empty_run, tmp_path / "o3", check=False)  # marked, but the model file is garbage
+    assert p.returncode == 1 and p.stderr.startswith("error: ") and "magic" in p.stderr
+    assert not (tmp_path / "o3").exists() and not list(tmp_path.glob("o3.tmp*"))
+
+    small = REPO / "test" / "fixtures" / "ls_model.bin"  # V = 100: not a GPT-2 BPE model
+    p = export(small, tmp_path / "o4", "--gpt2-bpe", SHARED / "gpt2", check=False)
+    assert p.returncode == 1 and "drop --gpt2-bpe" in p.stderr and not (tmp_path / "o4").exists()
+    p = export(small, tmp_path / "o5", "--gpt2-bpe", tmp_path, check=False)
+    assert p.returncode == 1 and "--gpt2-bpe" in p.stderr and not (tmp_path / "o5").exists()
+
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "keep.txt").write_text("mine")
+    p = export(empty_run, taken, check=False)
+    assert p.returncode == 1 and "already exists" in p.stderr
+    assert [f.name for f in taken.iterdir()] == ["keep.txt"] and (taken / "keep.txt").read_text() == "mine"
+
