@@ -84,9 +84,9 @@ public:
         if (cfg_.above > 0 && e.value > cfg_.above) armed_ = false;  // NaN compares false both ways: no change
         else if (cfg_.above > 0 && e.value <= cfg_.above) armed_ = true;
         e.flagged = e.by_z || e.by_above;
-        if (e.flagged && (pinned_.empty() || (long)step - pinned_.back() >= cfg_.cooldown)) {
+        if (e.flagged && (ckpt_steps_.empty() || (long)step - ckpt_steps_.back() >= cfg_.cooldown)) {
             e.checkpoint = true;
-            pinned_.push_back(step);
+            ckpt_steps_.push_back(step);
         }
         window_.push(e.value);
         return e;
@@ -94,11 +94,11 @@ public:
 
     const LogitAlarmConfig& config() const { return cfg_; }
     // Every step that got an alarm checkpoint (ascending).
-    const std::vector<int>& checkpoint_steps() const { return pinned_; }
+    const std::vector<int>& checkpoint_steps() const { return ckpt_steps_; }
     // The alarm checkpoints pruning must keep: the newest --logit-alarm-keep of checkpoint_steps().
     std::vector<int> pinned_steps() const {
-        const size_t k = cfg_.keep > 0 ? std::min(pinned_.size(), (size_t)cfg_.keep) : pinned_.size();
-        return std::vector<int>(pinned_.end() - (long)k, pinned_.end());
+        const size_t k = cfg_.keep > 0 ? std::min(ckpt_steps_.size(), (size_t)cfg_.keep) : ckpt_steps_.size();
+        return std::vector<int>(ckpt_steps_.end() - (long)k, ckpt_steps_.end());
     }
     // Whether the absolute rule would flag the next step above X.
     bool armed() const { return armed_; }
@@ -109,8 +109,8 @@ public:
         const std::vector<double> w = window_.to_vector();
         out.insert(out.end(), w.begin(), w.end());
         out.push_back(armed_ ? 1.0 : 0.0);
-        out.push_back((double)pinned_.size());
-        for (int s : pinned_) out.push_back(s);
+        out.push_back((double)ckpt_steps_.size());
+        for (int s : ckpt_steps_) out.push_back(s);
         return out;
     }
     // Restores from data[pos...] (written by to_vector()); returns the position after it.
@@ -128,12 +128,12 @@ public:
         const double n = data[pos++];
         if (!(n >= 0) || n > (double)(data.size() - pos) || n != std::floor(n)) throw corrupt();
         // steps: integers 1 .. INT_MAX, ascending (range-checked before the conversion to int)
-        pinned_.clear();
+        ckpt_steps_.clear();
         for (size_t i = pos; i < pos + (size_t)n; i++) {
             const double s = data[i];
-            if (!(s >= 1 && s <= 2147483647.0 && s == std::floor(s)) || (!pinned_.empty() && s <= pinned_.back()))
+            if (!(s >= 1 && s <= 2147483647.0 && s == std::floor(s)) || (!ckpt_steps_.empty() && s <= ckpt_steps_.back()))
                 throw corrupt();
-            pinned_.push_back((int)s);
+            ckpt_steps_.push_back((int)s);
         }
         return pos + (size_t)n;
     }
@@ -141,7 +141,7 @@ public:
 private:
     LogitAlarmConfig cfg_;
     SpikeDetector window_;
-    std::vector<int> pinned_;  // every step that got an alarm checkpoint
+    std::vector<int> ckpt_steps_;  // every step that got an alarm checkpoint
     bool armed_ = true;        // the absolute rule fires at the next M > X
 };
 

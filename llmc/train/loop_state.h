@@ -6,8 +6,8 @@
 //   rng     [sample RNG state]
 //   loader  LoaderState::to_vector() of the train loader
 //   extra   [loss window, norm window (SpikeDetector::to_vector each),
-//            logit alarm (LogitAlarm::to_vector, starts with its tag) when the alarm is on or pinned a step]
-// A state without the alarm section restores an alarm with an empty window.
+//            logit alarm (LogitAlarm::to_vector, starts with its tag) when the alarm is on or took a checkpoint]
+// A state without the alarm section restores an alarm with an empty window (and an armed absolute rule).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -202,6 +202,8 @@ inline void print_run_header(const TrainConfig& cfg, const RunPlan& plan, const 
         o.log.printf("  data parallel: %d processes (%s)%s\n", cfg.world_size, comm.name(),
                      cfg.zero_stage == 1 ? ", ZeRO-1: AdamW state sharded" : "");
     if (plan.resume) o.log.printf("  resumed from %s at step %d\n", model_path(cfg.output_dir, start).c_str(), start);
+    if (cfg.resume && !plan.resume)
+        o.log.printf("  note: -y 1 but %s has no complete checkpoint; starting from step 0\n", cfg.output_dir.c_str());
     if (start >= max_steps && plan.resume)
         o.log.printf("  note: the checkpoint's step %d is not below -x %d; nothing to train (raise -x to continue)\n",
                      start, max_steps);
@@ -289,8 +291,6 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
         throw std::logic_error("run_training: cfg.rank/world_size must be the collective's");
     const bool main_rank = cfg.rank == 0;  // console, metrics, samples, model files, markers
     const RunPlan plan = plan_run(cfg, comm);
-    if (cfg.resume && !plan.resume && main_rank)
-        std::printf("note: -y 1 but %s has no complete checkpoint; starting from step 0\n", cfg.output_dir.c_str());
     LoopState loop(cfg, *plan.train);
     if (plan.resume) loop.from_train_state(plan.resume->state, state_path(cfg.output_dir, plan.resume->step, cfg.rank));
     TrainingModel model = build_model(cfg, plan, make_backend, comm);
