@@ -7,8 +7,9 @@
 # with QK-norm and z-loss, soft-cap with --near and spike skipping, QK-Clip with the logit alarm and
 # gradient accumulation, untied embeddings with wsd, a run stopped at step 8 and resumed to 12, and
 # --eval-only with --dump-attention and --dump-logits. Every file written (metrics, logit stats,
-# config files, checkpoints, states, dumps, stdout and stderr) must be byte-identical, with timings
-# (ms, tok/s) and the work directory masked. Exit 0 when all are, 1 naming each file that differs.
+# config files, checkpoints, states, dumps, console.log, samples.txt, stdout and stderr) must be
+# byte-identical, with timings (ms, tok/s, elapsed, ETA, wall time), the metrics' wall-clock "time" and
+# the work directory masked. Exit 0 when all are, 1 naming each file that differs.
 set -u
 [ $# -ge 2 ] || { echo "usage: $0 BIN_BEFORE BIN_AFTER [WORKDIR]" >&2; exit 2; }
 A=$(realpath "$1"); B=$(realpath "$2"); W=${3:-$(mktemp -d /tmp/same_outputs.XXXXXX)}
@@ -34,8 +35,9 @@ run_set() {  # BIN OUT
         --dump-attention 0:0,1:3 --dump-logits "$out/logits.bin" >"$out/eval.stdout" 2>"$out/eval.stderr"
     echo "eval rc=$?" >>"$out/rc.txt"
 }
-masked() {  # FILE DIR: timings and the work directory masked
-    sed -E 's/"(ms|tokens_per_s)": *[0-9.eE+-]+/"\1":X/g; s/[0-9.]+ ms/X ms/g; s/[0-9.]+ tok\/s/X tok\/s/g' "$1" |
+masked() {  # FILE DIR: timings, wall-clock times and the work directory masked
+    sed -E 's/"(ms|tokens_per_s|time)": *[0-9.eE+-]+/"\1":X/g; s/[0-9.]+ ms/X ms/g; s/[0-9.]+ tok\/s/X tok\/s/g
+            s/(elapsed|ETA|wall time) [0-9hms.?]+/\1 X/g' "$1" |
         sed "s|$2|DIR|g"
 }
 run_set "$A" "$W/before"; run_set "$B" "$W/after"
@@ -43,7 +45,7 @@ bad=0
 for f in $(cd "$W/before" && find . -type f ! -name .lock | sort); do
     if [ ! -f "$W/after/$f" ]; then echo "missing after: $f"; bad=1; continue; fi
     case $f in
-        *.jsonl|*.stdout|*.stderr|*.json|*.toml|*.txt)
+        *.jsonl|*.stdout|*.stderr|*.json|*.toml|*.txt|*.log)
             cmp -s <(masked "$W/before/$f" "$W/before") <(masked "$W/after/$f" "$W/after") || { echo "differs: $f"; bad=1; } ;;
         *) cmp -s "$W/before/$f" "$W/after/$f" || { echo "differs (bytes): $f"; bad=1; } ;;
     esac

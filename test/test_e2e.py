@@ -136,7 +136,7 @@ def test_training_writes_documented_outputs(trained):
     assert conf["derived"]["vocab_source"].endswith("meta.json")
 
     recs = read_jsonl(out / "metrics.jsonl")
-    assert recs[0] == {"step": 0, "val_loss": recs[0]["val_loss"]}
+    assert recs[0] == {"step": 0, "time": recs[0]["time"], "val_loss": recs[0]["val_loss"]}  # time: wall clock, Unix s
     train = [r for r in recs if "loss" in r]
     assert [r["step"] for r in train] == list(range(1, 21))
     for key in ["loss", "z_loss", "grad_norm", "lr", "ms", "tokens_per_s", "max_attn_logit", "out_max_logit",

@@ -1,6 +1,7 @@
 // The logit alarm (llmc/train/logit_alarm.h) on synthetic logit series: the z-score rule against the
 // moving window, the absolute rule, the layer/head that holds the max, the checkpoint cooldown,
-// and the state round trip a resume relies on. Also: alarm checkpoints are pinned against pruning.
+// and the state round trip a resume relies on. The absolute rule is edge-triggered and only the newest
+// --logit-alarm-keep alarm checkpoints stay pinned against pruning.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -84,7 +85,8 @@ TEST_CASE("logit alarm: a huge cooldown never overflows into a checkpoint per al
 TEST_CASE("logit alarm: absolute rule, cooldown of the checkpoints, state round trip", "[logit_alarm]") {
     const LogitAlarmConfig cfg = alarm_config(0.0f, 50.0f, 4, 3);
     LogitAlarm a(cfg);
-    // series of maxima; above 50 at steps 2, 3, 5, 6, 9 -> checkpoints at 2 (first), 6 (>= 2 + 4), not 9 (< 6 + 4)
+    // series of maxima; above 50 at steps 2, 3, 5, 6, 9, 11; crossing above 50 (edge-triggered) at 2, 5, 9, 11
+    // -> checkpoints at 2 (first), 9 (>= 2 + 4), not 5 (< 2 + 4) nor 11 (< 9 + 4)
     const std::vector<float> series = {10, 60, 70, 20, 55, 80, 30, 40, 51, 49, 52};
     std::vector<int> flagged, ckpt;
     std::vector<double> state_after_5;
@@ -95,8 +97,8 @@ TEST_CASE("logit alarm: absolute rule, cooldown of the checkpoints, state round 
         CHECK_FALSE(e.by_z);  // the z rule is off
         if (s == 5) state_after_5 = a.to_vector();
     }
-    CHECK(flagged == std::vector<int>{2, 3, 5, 6, 9, 11});
-    CHECK(ckpt == std::vector<int>{2, 6, 11});
+    CHECK(flagged == std::vector<int>{2, 5, 9, 11});
+    CHECK(ckpt == std::vector<int>{2, 9});
     CHECK(a.checkpoint_steps() == ckpt);
 
     // resumed after step 5 (from the state vector, behind other data), it repeats steps 6..11 exactly
@@ -149,4 +151,104 @@ TEST_CASE("pruning never deletes the logit alarm's pinned checkpoints, which do 
     CHECK(complete_steps(dir.path.string()) == std::vector<int>{13, 40});
     prune_checkpoints(dir.path.string(), 1, 40);  // unpinned: gone
     CHECK(complete_steps(dir.path.string()) == std::vector<int>{40});
+}
+
+TEST_CASE("logit alarm: the absolute rule fires once per crossing above X, re-armed at M <= X", "[logit_alarm]") {
+    // a diverging run: 25 steps above X = 10 raise one alarm (level-triggered, it was 25 checkpoints)
+    LogitAlarm a(alarm_config(0.0f, 10.0f, 1, 4));
+    std::vector<int> flagged, ckpt;
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    //                            1  2   3   ..25 above; 26 = X (re-arms), 27 above, 28 NaN, 29 above, 30 inf
+    std::vector<float> series = {5};
+    for (int s = 2; s <= 25; s++) series.push_back(10.0f + (float)s);
+    series.insert(series.end(), {10.0f, 11.0f, nan, 12.0f, std::numeric_limits<float>::infinity(), 3.0f, 10.5f});
+    for (int s = 1; s <= (int)series.size(); s++) {
+        const LogitAlarmEvent e = a.observe(s, stats_with(1, 1, 0.0f, 0, 0, series[s - 1]));  // M = the series
+        CHECK(e.flagged == e.by_above);
+        if (e.flagged) flagged.push_back(s);
+        if (e.checkpoint) ckpt.push_back(s);
+        if (!std::isnan(series[s - 1])) CHECK(a.armed() == !(series[s - 1] > 10.0f));
+    }
+    // 2: first crossing; 27: after step 26 (M = X) re-armed; the NaN at 28 leaves it disarmed (29 is silent);
+    // 31 (M = 3) re-arms, 32 crosses again
+    CHECK(flagged == std::vector<int>{2, 27, 32});
+    CHECK(ckpt == flagged);  // cooldown 1
+}
+
+TEST_CASE("logit alarm: only the newest --logit-alarm-keep alarm checkpoints stay pinned", "[logit_alarm]") {
+    LogitAlarmConfig cfg = alarm_config(0.0f, 1.0f, 1, 2);
+    cfg.keep = 2;
+    LogitAlarm a(cfg);
+    for (int s = 1; s <= 10; s++) a.observe(s, stats_with(1, 1, 0.0f, 0, 0, s % 2 ? 2.0f : 0.5f));  // crossings at odd steps
+    CHECK(a.checkpoint_steps() == std::vector<int>{1, 3, 5, 7, 9});
+    CHECK(a.pinned_steps() == std::vector<int>{7, 9});
+    cfg.keep = 0;  // 0 = all
+    LogitAlarm all(cfg);
+    for (int s = 1; s <= 10; s++) all.observe(s, stats_with(1, 1, 0.0f, 0, 0, s % 2 ? 2.0f : 0.5f));
+    CHECK(all.pinned_steps() == std::vector<int>{1, 3, 5, 7, 9});
+    cfg.keep = 9;
+    LogitAlarm more(cfg);
+    more.observe(1, stats_with(1, 1, 0.0f, 0, 0, 2.0f));
+    CHECK(more.pinned_steps() == std::vector<int>{1});
+}
+
+TEST_CASE("logit alarm: the armed state is part of the saved state; a version-1 state restores it armed",
+          "[logit_alarm]") {
+    const LogitAlarmConfig cfg = alarm_config(0.0f, 10.0f, 1, 2);
+    const std::vector<float> series = {5, 20, 30, 40, 5, 50};  // crossings at 2 and 6
+    LogitAlarm full(cfg), resumed(cfg);
+    for (int s = 1; s <= 3; s++) full.observe(s, stats_with(1, 1, 0.0f, 0, 0, series[s - 1]));
+    const std::vector<double> st = full.to_vector();  // saved while above X: disarmed
+    REQUIRE(st[0] == LogitAlarm::kStateTagV2);
+    CHECK_FALSE(full.armed());
+    CHECK(resumed.from_vector(st, 0) == st.size());
+    CHECK_FALSE(resumed.armed());
+    for (int s = 4; s <= 6; s++) {
+        const LogitAlarmEvent x = full.observe(s, stats_with(1, 1, 0.0f, 0, 0, series[s - 1]));
+        const LogitAlarmEvent y = resumed.observe(s, stats_with(1, 1, 0.0f, 0, 0, series[s - 1]));
+        CHECK(x.flagged == (s == 6));
+        CHECK(y.flagged == x.flagged);
+        CHECK(y.checkpoint == x.checkpoint);
+    }
+    CHECK(resumed.to_vector() == full.to_vector());
+    // version 1 (no armed value): [tag, window state, n, steps...] restores an armed rule
+    std::vector<double> v1 = {LogitAlarm::kStateTag};
+    const std::vector<double> window = SpikeDetector(2).to_vector();
+    v1.insert(v1.end(), window.begin(), window.end());
+    v1.insert(v1.end(), {1, 2});
+    LogitAlarm old(cfg);
+    CHECK(old.from_vector(v1, 0) == v1.size());
+    CHECK(old.armed());
+    CHECK(old.checkpoint_steps() == std::vector<int>{2});
+    // an armed value other than 0 or 1 is refused
+    std::vector<double> bad = st;
+    bad[1 + window.size()] = 0.5;
+    LogitAlarm b(cfg);
+    CHECK_THROWS_WITH(b.from_vector(bad, 0), Catch::Contains("logit-alarm state in the checkpoint is corrupt"));
+}
+
+TEST_CASE("pruning keeps only the alarm checkpoints the cap pins", "[logit_alarm]") {
+    llmc_test::TempDir dir;
+    ModelConfig c;
+    c.num_layers = 1; c.channels = 8; c.num_heads = 2; c.global_heads = 1; c.window = 2;
+    c.vocab_size = 10; c.padded_vocab_size = 128; c.max_seq_len = 4;
+    std::vector<float> p(param_layout(c).total, 0.5f);
+    LogitAlarmConfig cfg = alarm_config(0.0f, 1.0f, 1, 2);
+    cfg.keep = 2;
+    LogitAlarm a(cfg);
+    for (int s = 1; s <= 8; s++) {
+        const bool alarm_ckpt = a.observe(s, stats_with(1, 1, 0.0f, 0, 0, s % 2 ? 2.0f : 0.5f)).checkpoint;
+        if (!alarm_ckpt && s != 8) continue;
+        save_model_checkpoint(model_path(dir.path.string(), s), c, p.data(), s);
+        TrainState st;
+        st.step = s;
+        st.m.assign(p.size(), 0.0f);
+        st.v.assign(p.size(), 0.0f);
+        st.rng = {1};
+        save_train_state(state_path(dir.path.string(), s, 0), c, st);
+        write_done_marker(dir.path.string(), s, 1);
+        prune_checkpoints(dir.path.string(), 1, s, a.pinned_steps());
+    }
+    // alarm checkpoints at 1, 3, 5, 7; the newest two stay pinned, plus the newest regular one (8)
+    CHECK(complete_steps(dir.path.string()) == std::vector<int>{5, 7, 8});
 }

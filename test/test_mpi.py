@@ -191,10 +191,13 @@ def test_outputs_come_from_rank_0_only(byte_data, tmp_path):
     assert steps == [0, 1, 2, 3, 4, 5, 6]  # one record per step (plus step 0's val loss), no duplicates
     assert [r["step"] for r in read_jsonl(out / "logit_stats.jsonl")] == [2, 4, 6]
     names = sorted(f.name for f in out.iterdir())
-    assert names == sorted([".lock", "config.json", "config.toml", "metrics.jsonl", "logit_stats.jsonl"] +
+    assert names == sorted([".lock", "config.json", "config.toml", "metrics.jsonl", "logit_stats.jsonl",
+                            "console.log", "samples.txt"] +
                            [f"{k}_{s:08d}{e}" for s in (3, 6) for k, e in (("model", ".bin"), ("DONE", ""))] +
                            [f"state_{s:08d}_{r:05d}.bin" for s in (3, 6) for r in (0, 1)])
     assert (out / "DONE_00000006").read_text().strip() == "step 6 world_size 2"
+    assert (out / "console.log").read_text() == p.stdout  # rank 0's lines, once
+    assert (out / "samples.txt").read_text().count("--- sample at step ") == 2
     keys = {line.split("=", 1)[0] for line in (out / "config.toml").read_text().splitlines()}
     assert not keys & {"rank", "world-size", "local-rank", "rendezvous"}  # launch flags are per process
 

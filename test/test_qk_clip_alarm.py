@@ -59,7 +59,8 @@ def test_qk_clip_refusals(byte_data, tmp_path):
                           (["--qk-clip", 5, "--qk-norm"], "--qk-clip with --qk-norm"),
                           (["--logit-alarm", -2], "--logit-alarm must be >= 0"),
                           (["--logit-alarm-above", -1], "--logit-alarm-above must be >= 0"),
-                          (["--logit-alarm-cooldown", 0], "--logit-alarm-cooldown must be >= 1")]:
+                          (["--logit-alarm-cooldown", 0], "--logit-alarm-cooldown must be >= 1"),
+                          (["--logit-alarm-keep", -1], "--logit-alarm-keep must be >= 0")]:
         out = tmp_path / f"o{len(needle)}"
         p = run(data_args(byte_data) + COMMON + ["-o", out, "-x", 2] + extra, check=False)
         assert p.returncode != 0, extra
@@ -68,46 +69,69 @@ def test_qk_clip_refusals(byte_data, tmp_path):
         assert not out.exists(), f"{extra}: nothing may be written"
 
 
-def test_logit_alarm_flags_names_checkpoints_and_replays(byte_data, tmp_path):
+def crossings(series, x):
+    """The steps where the edge-triggered absolute rule fires: M > X after a step with M <= X (or first)."""
+    res, armed = [], True
+    for s in sorted(series):
+        if series[s] > x and armed:
+            res.append(s)
+        armed = series[s] <= x
+    return res
+
+
+def test_logit_alarm_flags_crossings_pins_the_newest_and_replays(byte_data, tmp_path):
+    """--logit-alarm-above is edge-triggered (one alarm per crossing above X, not one per step above X),
+    and --logit-alarm-keep K pins only the newest K alarm checkpoints."""
     ref, alarm = tmp_path / "ref", tmp_path / "alarm"
-    steps, cooldown = 16, 5
+    steps = 16
     run(data_args(byte_data) + COMMON + ["-o", ref, "-x", steps])
     maxima = step_maxima(ref)
     overall = {s: max(m) for s, m in maxima.items()}
-    x = float(np.percentile([v for v, _, _ in overall.values()], 40))  # about 60% of the steps are above
+    m = {s: v for s, (v, _, _) in overall.items()}
+    # the X (a midpoint between two maxima of the run) with the most crossings: the run dips below it
+    values = sorted(set(m.values()))
+    x = max(((a + b) / 2 for a, b in zip(values, values[1:])), key=lambda t: (len(crossings(m, t)), -t))
+    flagged = crossings(m, x)
+    above = [s for s in sorted(m) if m[s] > x]
+    assert len(flagged) >= 2, f"the run's maxima {m} should cross some X twice; the test would show little"
+    assert len(above) > len(flagged), "and stay above X for a while: a level-triggered alarm would fire more"
     p = run(data_args(byte_data) + COMMON + ["-o", alarm, "-x", steps, "--logit-alarm-above", x,
-                                              "--logit-alarm-cooldown", cooldown, "--keep-checkpoints", 1])
+                                              "--logit-alarm-cooldown", 1, "--logit-alarm-keep", 1,
+                                              "--keep-checkpoints", 1])
     # the alarm observes, it never changes the training (its state file also holds the alarm's window)
     assert [r["loss"] for r in train_records(ref / "metrics.jsonl")] == \
            [r["loss"] for r in train_records(alarm / "metrics.jsonl")]
     assert (ref / f"model_{steps:08d}.bin").read_bytes() == (alarm / f"model_{steps:08d}.bin").read_bytes()
-    flagged = [s for s in sorted(overall) if overall[s][0] > x]
-    want_ckpt = []
-    for s in flagged:
-        if not want_ckpt or s >= want_ckpt[-1] + cooldown:
-            want_ckpt.append(s)
     recs = {r["step"]: r for r in train_records(alarm / "metrics.jsonl")}
     assert [s for s in sorted(recs) if "logit_alarm" in recs[s]] == flagged
     for s in flagged:
         a, (v, li, hi) = recs[s]["logit_alarm"], overall[s]
-        assert (a["layer"], a["head"], a["by_above"], a["by_z"]) == (li, hi, True, False)
-        assert a["checkpoint"] == (s in want_ckpt)
+        assert (a["layer"], a["head"], a["by_above"], a["by_z"], a["checkpoint"]) == (li, hi, True, False, True)
         assert f"logit alarm at step {s}: layer {li} head {hi} max logit" in p.stdout
-    assert 1 < len(want_ckpt) < len(flagged), "the cooldown should matter in this run"
-    # pinned: --keep-checkpoints 1 kept every alarm checkpoint besides the newest regular one
+        assert f"checkpoint of step {s} (logit alarm): {alarm}/model_{s:08d}.bin" in p.stdout
+    assert p.stdout.count("logit alarm at step") == len(flagged)
+    # --logit-alarm-keep 1: only the newest alarm checkpoint is left, besides the newest regular one
     done = sorted(int(f.name[5:]) for f in alarm.glob("DONE_*"))
-    assert done == sorted(set(want_ckpt) | {steps})
-    # replay: lose the final checkpoint; -y 1 resumes from the last alarm checkpoint and repeats the run
+    assert done == sorted({flagged[-1], steps})
+    # replay: lose the final checkpoint; -y 1 resumes from the last alarm checkpoint (taken while above X:
+    # the rule disarmed) and repeats the run, alarms included
     replay = tmp_path / "replay"
     shutil.copytree(alarm, replay)
     for f in [f"DONE_{steps:08d}", f"model_{steps:08d}.bin", f"state_{steps:08d}_00000.bin"]:
         (replay / f).unlink()
     q = run(data_args(byte_data) + COMMON + ["-o", replay, "-x", steps, "--logit-alarm-above", x,
-                                              "--logit-alarm-cooldown", cooldown, "--keep-checkpoints", 1, "-y", 1])
-    assert "resumed from" in q.stdout and f"at step {want_ckpt[-1]}" in q.stdout
+                                              "--logit-alarm-cooldown", 1, "--logit-alarm-keep", 1,
+                                              "--keep-checkpoints", 1, "-y", 1])
+    assert "resumed from" in q.stdout and f"at step {flagged[-1]}" in q.stdout
+    assert "logit alarm at step" not in q.stdout
     assert_same_run(alarm, replay, steps)
     assert [r.get("logit_alarm") for r in train_records(alarm / "metrics.jsonl")] == \
            [r.get("logit_alarm") for r in train_records(replay / "metrics.jsonl")]
+    # --logit-alarm-keep 0 pins every alarm checkpoint
+    every = tmp_path / "every"
+    run(data_args(byte_data) + COMMON + ["-o", every, "-x", steps, "--logit-alarm-above", x,
+                                          "--logit-alarm-cooldown", 1, "--logit-alarm-keep", 0, "--keep-checkpoints", 1])
+    assert sorted(int(f.name[5:]) for f in every.glob("DONE_*")) == sorted(set(flagged) | {steps})
 
 
 def test_logit_alarm_z_rule_waits_for_a_full_window(byte_data, tmp_path):
@@ -138,10 +162,10 @@ def test_resume_switching_the_alarm_on_and_off(byte_data, tmp_path):
     base = data_args(byte_data) + COMMON + ["-n", 4, "--keep-checkpoints", 0]
     run(base + ["-o", ref, "-x", 12])
     run(base + ["-o", d, "-x", 4])                                                   # no alarm
-    p = run(base + ["-o", d, "-x", 8, "-y", 1, "--logit-alarm-above", 1e-6])        # alarm on: every step flagged
+    p = run(base + ["-o", d, "-x", 8, "-y", 1, "--logit-alarm-above", 1e-6])        # alarm on: step 5 crosses
     assert "logit alarm at step 5" in p.stdout
     run(base + ["-o", d, "-x", 12, "-y", 1])                                         # alarm off again
     assert [r["loss"] for r in train_records(ref / "metrics.jsonl")] == \
            [r["loss"] for r in train_records(d / "metrics.jsonl")]
     assert (ref / "model_00000012.bin").read_bytes() == (d / "model_00000012.bin").read_bytes()
-    assert [r["step"] for r in train_records(d / "metrics.jsonl") if "logit_alarm" in r] == [5, 6, 7, 8]
+    assert [r["step"] for r in train_records(d / "metrics.jsonl") if "logit_alarm" in r] == [5]  # edge-triggered

@@ -22,7 +22,8 @@
 //   Json    config.json only: not a flag, set by main() (the number of processes)
 // names: CLI11's "-b,--batch-size" ("" for Json); messages write it "-b/--batch-size"
 // ok: an expression in the value v, true when v is valid (an optional field's only when given);
-//     otherwise the run is refused with "<names> <rule>", each "{}" of rule replaced by v (printf's %g).
+//     otherwise the run is refused with "<names> <rule>", each "{}" of rule replaced by v (an integer
+//     as an integer, a float with printf's %g).
 //     It may throw its own InputError instead (-k: parse_lr_schedule names the schedules).
 // --help and config.toml show a flag's default unless it is optional, on/off, Launch or Hidden.
 #pragma once
@@ -141,10 +142,13 @@ enum class FlagRecord { Both, Toml, Launch, Hidden, Json };
             "flag a step whose max attention logit has z-score > Z over the last --spike-window steps; checkpoint " \
             "it (0 = off)") \
     SETTING(Both, float, logit_alarm_above, 0.0f, "--logit-alarm-above", v >= 0, "must be >= 0 (0 = off)", \
-            "flag a step whose max attention logit exceeds X; checkpoint it (0 = off)") \
+            "flag a step whose max attention logit crosses above X (once until it falls back to <= X); checkpoint " \
+            "it (0 = off)") \
     SETTING(Both, int, logit_alarm_cooldown, 100, "--logit-alarm-cooldown", \
             v >= 1, "must be >= 1 (steps between alarm checkpoints)", \
             "at most one logit-alarm checkpoint per N steps") \
+    SETTING(Both, int, logit_alarm_keep, 3, "--logit-alarm-keep", v >= 0, "must be >= 0 (0 = keep all)", \
+            "keep the newest K logit-alarm checkpoints pinned (not pruned by --keep-checkpoints; 0 = all)") \
     /* modes, machine */ \
     SETTING(Toml, bool, eval_only, false, "--eval-only", true, "", \
             "load -e, report the mean loss over -j, and exit") \

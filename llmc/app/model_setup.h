@@ -66,13 +66,20 @@ inline ModelSetup resolve_model(const TrainConfig& cfg, int data_vocab) {
     return m;
 }
 
+// A float as printf's %g writes it (5, not std::to_string's 5.000000).
+inline std::string fmt_g(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
+}
+
 inline std::string describe_model(const ModelConfig& m, size_t num_params) {
     char buf[320];
     std::snprintf(buf, sizeof buf,
                   "L %d, C %d, NH %d (hd %d; %d global, %d local with window %d), maxT %d, V %d (Vp %d)%s%s%s, %.2fM params",
                   m.num_layers, m.channels, m.num_heads, m.head_size(), m.global_heads, m.local_heads(), m.window,
                   m.max_seq_len, m.vocab_size, m.padded_vocab_size, m.qk_norm ? ", qk-norm" : "",
-                  m.attn_softcap > 0 ? (", softcap " + std::to_string(m.attn_softcap)).c_str() : "",
+                  m.attn_softcap > 0 ? (", softcap " + fmt_g(m.attn_softcap)).c_str() : "",
                   m.tied_embeddings ? "" : ", untied", num_params / 1e6);
     return buf;
 }

@@ -29,8 +29,14 @@ void check_setting(const T& value, const char* names, const char* rule, Ok ok) {
     if (ok(value)) return;
     std::string msg = flag_names_text(names) + " " + rule;
     if constexpr (std::is_arithmetic<T>::value) {
-        char text[32];
-        std::snprintf(text, sizeof text, "%g", (double)value);
+        std::string text;  // an integer as an integer (1000000, not 1e+06), a float with %g
+        if constexpr (std::is_integral<T>::value) {
+            text = std::to_string(value);
+        } else {
+            char buf[32];
+            std::snprintf(buf, sizeof buf, "%g", (double)value);
+            text = buf;
+        }
         for (size_t at = msg.find("{}"); at != std::string::npos; at = msg.find("{}", at))
             msg.replace(at, 2, text);
     }

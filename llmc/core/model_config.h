@@ -68,7 +68,7 @@ inline std::string validate_model_config(const ModelConfig& c) {
     if (!(c.attn_softcap >= 0.0f)) return "--attn-softcap must be >= 0 (0 = off)";
     if (model_param_count(c) > kMaxModelParams) {
         char n[32];
-        std::snprintf(n, sizeof n, "%.3g", model_param_count(c));
+        std::snprintf(n, sizeof n, "%.0f", model_param_count(c));  // a count: an integer
         return std::string("the model would have ") + n + " parameters (L " + s(c.num_layers) + ", C " + s(c.channels) +
                ", Vp " + s(c.padded_vocab_size) + ", maxT " + s(c.max_seq_len) +
                "), more than the 2^40 this trainer supports; use smaller --layers/--channels/--vocab/--max-seq-len";

@@ -256,7 +256,7 @@ inline std::optional<LoadedCheckpoint> load_agreed_checkpoint(const std::string&
 // complete ones, plus leftovers of unfinished saves older than the newest complete step (a
 // crashed run's). Never touches protect_step (the one just written) nor anything newer than
 // the newest complete step (a save in progress), nor the steps in `pinned` (the logit alarm's
-// checkpoints, llmc/train/logit_alarm.h; they do not count toward `keep`). A step's marker is removed
+// pinned checkpoints, LogitAlarm::pinned_steps in llmc/train/logit_alarm.h; they do not count toward `keep`). A step's marker is removed
 // before its files, so a crash mid-prune leaves an unmarked step, never a marked incomplete one.
 inline void prune_checkpoints(const std::string& dir, int keep, int protect_step = -1,
                               const std::vector<int>& pinned = {}) {

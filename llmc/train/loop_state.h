@@ -6,8 +6,8 @@
 //   rng     [sample RNG state]
 //   loader  LoaderState::to_vector() of the train loader
 //   extra   [loss window, norm window (SpikeDetector::to_vector each),
-//            logit alarm (LogitAlarm::to_vector, starts with its tag) when the alarm is on or pinned a step]
-// A state without the alarm section restores an alarm with an empty window.
+//            logit alarm (LogitAlarm::to_vector, starts with its tag) when the alarm is on or took a checkpoint]
+// A state without the alarm section restores an alarm with an empty window (and an armed absolute rule).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -28,6 +28,7 @@ inline LogitAlarmConfig logit_alarm_config(const TrainConfig& c) {
     a.z = c.logit_alarm;
     a.above = c.logit_alarm_above;
     a.cooldown = c.logit_alarm_cooldown;
+    a.keep = c.logit_alarm_keep;
     a.window = c.spike_window;
     return a;
 }
@@ -61,7 +62,7 @@ struct LoopState {
         train.restore(LoaderState::from_vector(st.loader));
         size_t pos = loss_spikes.from_vector(st.extra, 0);
         pos = norm_spikes.from_vector(st.extra, pos);
-        if (pos < st.extra.size() && st.extra[pos] == LogitAlarm::kStateTag)  // a run with the logit alarm
+        if (pos < st.extra.size() && LogitAlarm::is_state_tag(st.extra[pos]))  // a run with the logit alarm
             pos = alarm.from_vector(st.extra, pos);
         if (pos != st.extra.size() || st.rng.size() != 1)
             throw InputError(path + ": unexpected loop-state layout; it was written by another version, start a fresh run");

@@ -1,9 +1,15 @@
 // What one optimizer step measured and decided (StepResult), and how it is reported: the console
-// line and the metrics.jsonl record (docs/training.md describes both). The training loop fills a
-// StepResult per step (train_step, llmc/train/train_step.h) and adds what only the device knows
-// (MFU, device memory) and the validation loss when one was due.
+// line (with the run's elapsed time and ETA), the metrics.jsonl record, the line per checkpoint and
+// the end-of-run summary (docs/training.md describes them). The training loop fills a StepResult per
+// step (train_step, llmc/train/train_step.h) and adds what only the device knows (MFU, device
+// memory) and the validation loss when one was due.
 #pragma once
+#include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <fstream>
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,15 +45,55 @@ inline std::string fmt(const char* f, double v) {
     return buf;
 }
 
+// A wall-clock duration in seconds for the console: "4.2s" below a minute, "3m07s" below an hour,
+// "2h05m" from there ("?" when not finite or negative, e.g. an ETA before any step).
+inline std::string format_duration(double seconds) {
+    if (!(seconds >= 0) || !std::isfinite(seconds)) return "?";
+    char buf[48];
+    if (seconds < 59.95) {
+        std::snprintf(buf, sizeof buf, "%.1fs", seconds);
+    } else if (seconds < 3600) {
+        const long s = std::lround(seconds);
+        std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
+    } else {
+        const long m = std::lround(seconds / 60);
+        std::snprintf(buf, sizeof buf, "%ldh%02ldm", m / 60, m % 60);
+    }
+    return buf;
+}
+
+// Estimated seconds to the last step: the mean wall time of the steps this process took so far
+// (elapsed_s over steps_done, validation, samples and checkpoints included) times the steps left.
+// NaN before the first step.
+inline double eta_seconds(double elapsed_s, int steps_done, int steps_left) {
+    if (steps_done <= 0) return std::nan("");
+    return elapsed_s / steps_done * std::max(0, steps_left);
+}
+
+// Wall-clock progress of this process's run: seconds since its first step began, and the ETA.
+struct StepProgress {
+    double elapsed_s = 0.0;
+    double eta_s = std::nan("");
+};
+
+// The wall-clock time now, in Unix seconds rounded to milliseconds (the "time" of metrics.jsonl).
+inline double unix_time_now() {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::system_clock::now().time_since_epoch()).count();
+    return (double)ms / 1000.0;
+}
+
 // The console line (two lines when the logit alarm flagged the step). mfu < 0: not known.
 // alarm_checkpoint: the model file written for the alarm ("" for none).
 inline std::string step_line(const StepResult& r, int max_steps, const LogitStats& s, std::optional<double> val_loss,
-                             double mfu, double mem_gib, const std::string& alarm_checkpoint, int spike_window) {
+                             double mfu, double mem_gib, const std::string& alarm_checkpoint, int spike_window,
+                             const StepProgress& progress) {
     char buf[256];
     std::snprintf(buf, sizeof buf, "step %*d/%d | loss %.4f | norm %.2f | lr %.2e | %.1f ms | %.0f tok/s | max-logit %.2f",
                   (int)std::to_string(max_steps).size(), r.step, max_steps, r.loss, r.norm, r.lr, r.ms, r.tokens_per_s,
                   s.overall_max());
     std::string line = buf;
+    line += " | elapsed " + format_duration(progress.elapsed_s) + " | ETA " + format_duration(progress.eta_s);
     if (val_loss) line += " | val " + fmt("%.4f", *val_loss);
     if (mfu >= 0) line += " | MFU " + fmt("%.1f%%", 100.0 * mfu) + " | mem " + fmt("%.2f GiB", mem_gib);
     const std::string z = " (z loss " + fmt("%.1f", r.loss_z) + ", norm " + fmt("%.1f", r.norm_z) + ")";
@@ -61,9 +107,11 @@ inline std::string step_line(const StepResult& r, int max_steps, const LogitStat
 
 // The metrics.jsonl record, up to the device measures (mfu, device_memory_bytes) the loop appends.
 // qk_clip_on: --qk-clip is given (the record then lists the clipped heads, possibly none).
+// unix_time: when the record was made (unix_time_now()).
 inline nlohmann::ordered_json step_record(const StepResult& r, const LogitStats& s, std::optional<double> val_loss,
-                                          bool qk_clip_on) {
+                                          bool qk_clip_on, double unix_time) {
     nlohmann::ordered_json rec = {{"step", r.step},
+                                  {"time", unix_time},
                                   {"loss", json_float(r.loss)},
                                   {"z_loss", json_float(r.zloss)},
                                   {"grad_norm", json_float(r.norm)},
@@ -86,6 +134,61 @@ inline nlohmann::ordered_json step_record(const StepResult& r, const LogitStats&
     }
     if (r.alarm.flagged) rec["logit_alarm"] = logit_alarm_json(r.alarm);
     return rec;
+}
+
+// The line after a checkpoint was written; model_file is its model file.
+inline std::string checkpoint_line(int step, const std::string& model_file, bool alarm) {
+    return "checkpoint of step " + std::to_string(step) + (alarm ? " (logit alarm)" : "") + ": " + model_file;
+}
+
+// What the end-of-run summary reports; filled by the loop as it goes (RunSummary::note_*).
+struct RunSummary {
+    int start_step = 0;               // the step this process started from (a resumed run's checkpoint)
+    int last_step = 0;                // the last step taken (or start_step)
+    int64_t tokens_per_step = 0;      // B * T * accum * processes
+    double wall_s = 0.0;              // seconds this process spent from its first step to its end
+    std::optional<double> final_val;  // the last validation loss and its step
+    int final_val_step = 0;
+    std::optional<double> best_val;   // the lowest validation loss of the run (earlier processes' included) and its step
+    int best_val_step = 0;
+    std::string weights;              // the last model file written ("" for none)
+
+    void note_val(int step, double loss) {
+        final_val = loss;
+        final_val_step = step;
+        if (std::isfinite(loss) && (!best_val || loss < *best_val)) {
+            best_val = loss;
+            best_val_step = step;
+        }
+    }
+    // note_val of every "val_loss" in a metrics.jsonl (a resumed run's earlier steps); lines that do
+    // not parse or carry no number are passed over.
+    void note_val_records(const std::string& metrics_path) {
+        std::ifstream in(metrics_path);
+        for (std::string line; std::getline(in, line);) {
+            const nlohmann::json rec = nlohmann::json::parse(line, nullptr, false);
+            if (rec.is_object() && rec.contains("step") && rec["step"].is_number_integer() && rec.contains("val_loss") &&
+                rec["val_loss"].is_number())
+                note_val(rec["step"].get<int>(), rec["val_loss"].get<double>());
+        }
+    }
+};
+
+// The end-of-run summary, one line: steps, tokens, wall time, final and best validation loss, weights.
+inline std::string summary_line(const RunSummary& s) {
+    std::string line = "done: step " + std::to_string(s.last_step) + " (" +
+                       std::to_string(s.last_step - s.start_step) + " in this run) | " +
+                       std::to_string((int64_t)s.last_step * s.tokens_per_step) + " tokens | wall time " +
+                       format_duration(s.wall_s);
+    if (s.final_val) {
+        line += " | val loss " + fmt("%.4f", *s.final_val) + " (step " + std::to_string(s.final_val_step) + ")";
+        if (s.best_val)
+            line += ", best " + fmt("%.4f", *s.best_val) + " (step " + std::to_string(s.best_val_step) + ")";
+    } else {
+        line += " | no validation";
+    }
+    line += " | weights: " + (s.weights.empty() ? std::string("not saved (no -o)") : s.weights);
+    return line;
 }
 
 }  // namespace llmc

@@ -11,13 +11,14 @@
 //   LoopState       the loop's resumable state (llmc/train/loop_state.h), restored from the checkpoint
 //   build_model     the backend with the starting weights and AdamW state (ZeRO-1 shard with -z 1)
 //   open_outputs    <out>/.lock (llmc/io/output_lock.h; rank 0), config.json + config.toml,
-//                   metrics.jsonl and logit_stats.jsonl
+//                   metrics.jsonl and logit_stats.jsonl, console.log and samples.txt (llmc/train/run_log.h)
 //   then per step s = 1..max_steps: train_step (zero grads; accum x (next batch, forward,
 //   backward(1/accum)); grad norm; skip the update when loss or norm is non-finite or
 //   (--skip-spikes) a spike; clip; AdamW with lr(s-1); QK-Clip; spike windows; logit alarm), then
 //   validation, report_step (console line, metrics record, logit stats), a sample and
-//   save_checkpoint, each when due. A checkpoint of step s therefore holds everything after step
-//   s's records, and a resumed run continues at step s+1 exactly as an uninterrupted one.
+//   save_checkpoint (and its console line), each when due; at the end the summary line. A
+//   checkpoint of step s therefore holds everything after step s's records, and a resumed run
+//   continues at step s+1 exactly as an uninterrupted one.
 // A second run on the same -o is refused in plan_run (before it reads checkpoints) or open_outputs (a race).
 //
 // Several processes (docs/multigpu.md; rank and world size come from the Collective): each rank
@@ -67,6 +68,7 @@
 #include "llmc/train/logit_alarm.h"
 #include "llmc/train/loop_state.h"
 #include "llmc/train/qk_clip.h"
+#include "llmc/train/run_log.h"
 #include "llmc/train/run_plan.h"
 #include "llmc/train/schedule.h"
 #include "llmc/train/spikes.h"
@@ -132,6 +134,9 @@ struct RunOutputs {
     Tokenizer tokenizer;        // decodes the samples (absent: they print as token ids)
     std::string tokenizer_note;
     JsonlWriter metrics, logit_log;
+    RunLog log;                 // stdout, and with -o console.log and samples.txt
+    RunSummary summary;         // the end-of-run line
+    std::chrono::steady_clock::time_point started;  // when this process's first step began
     OutputLock lock;
 };
 
@@ -173,31 +178,37 @@ inline void open_outputs(RunOutputs& o, const TrainConfig& cfg, const RunPlan& p
     }
     o.metrics.open(out + "/metrics.jsonl", plan.resume.has_value());
     o.logit_log.open(out + "/logit_stats.jsonl", plan.resume.has_value());
+    o.log.open(out);
+    if (plan.resume) {
+        o.summary.note_val_records(out + "/metrics.jsonl");
+        o.summary.weights = model_path(out, plan.start_step());
+    }
 }
 
 // The console header (rank 0): device, model, data, batch, and notes on what will not happen.
-inline void print_run_header(const TrainConfig& cfg, const RunPlan& plan, const TrainingModel& model,
-                             const RunOutputs& o, const Collective& comm) {
+inline void print_run_header(const TrainConfig& cfg, const RunPlan& plan, const TrainingModel& model, RunOutputs& o,
+                             const Collective& comm) {
     const int B = cfg.batch_size, T = cfg.seq_len, start = plan.start_step(), max_steps = plan.max_steps;
     const DataLoader& train = *plan.train;
-    std::printf("train_gpt2_ls | device %s | model %s\n  %s\n", model.device.c_str(), plan.model_source.c_str(),
-                describe_model(plan.model, model.backend->num_params()).c_str());
-    std::printf("  train: %lld tokens in %zu shard(s), %lld batches/epoch | val: %s\n", (long long)train.total_tokens(),
-                train.num_shards(), (long long)train.batches_per_epoch(),
-                plan.val ? (std::to_string(plan.val->total_tokens()) + " tokens").c_str() : "none");
-    std::printf("  batch: B %d x T %d x accum %d x %d process(es) = %ld tokens/step | %d steps | lr %.2e %s\n", B, T,
-                plan.accum, cfg.world_size, (long)B * T * plan.accum * cfg.world_size, max_steps, cfg.learning_rate,
-                cfg.lr_schedule.c_str());
+    o.log.printf("train_gpt2_ls | device %s | model %s\n  %s\n", model.device.c_str(), plan.model_source.c_str(),
+                 describe_model(plan.model, model.backend->num_params()).c_str());
+    o.log.printf("  train: %lld tokens in %zu shard(s), %lld batches/epoch | val: %s\n", (long long)train.total_tokens(),
+                 train.num_shards(), (long long)train.batches_per_epoch(),
+                 plan.val ? (std::to_string(plan.val->total_tokens()) + " tokens").c_str() : "none");
+    o.log.printf("  batch: B %d x T %d x accum %d x %d process(es) = %ld tokens/step | %d steps | lr %.2e %s\n", B, T,
+                 plan.accum, cfg.world_size, (long)B * T * plan.accum * cfg.world_size, max_steps, cfg.learning_rate,
+                 cfg.lr_schedule.c_str());
     if (cfg.world_size > 1)
-        std::printf("  data parallel: %d processes (%s)%s\n", cfg.world_size, comm.name(),
-                    cfg.zero_stage == 1 ? ", ZeRO-1: AdamW state sharded" : "");
-    if (plan.resume) std::printf("  resumed from %s at step %d\n", model_path(cfg.output_dir, start).c_str(), start);
+        o.log.printf("  data parallel: %d processes (%s)%s\n", cfg.world_size, comm.name(),
+                     cfg.zero_stage == 1 ? ", ZeRO-1: AdamW state sharded" : "");
+    if (plan.resume) o.log.printf("  resumed from %s at step %d\n", model_path(cfg.output_dir, start).c_str(), start);
+    if (cfg.resume && !plan.resume)
+        o.log.printf("  note: -y 1 but %s has no complete checkpoint; starting from step 0\n", cfg.output_dir.c_str());
     if (start >= max_steps && plan.resume)
-        std::printf("  note: the checkpoint's step %d is not below -x %d; nothing to train (raise -x to continue)\n",
-                    start, max_steps);
-    if (!o.tokenizer_note.empty() && cfg.sample_every > 0) std::printf("  note: %s\n", o.tokenizer_note.c_str());
-    if (cfg.output_dir.empty()) std::printf("  note: no -o given; nothing is written (metrics, checkpoints)\n");
-    std::fflush(stdout);
+        o.log.printf("  note: the checkpoint's step %d is not below -x %d; nothing to train (raise -x to continue)\n",
+                     start, max_steps);
+    if (!o.tokenizer_note.empty() && cfg.sample_every > 0) o.log.printf("  note: %s\n", o.tokenizer_note.c_str());
+    if (cfg.output_dir.empty()) o.log.printf("  note: no -o given; nothing is written (metrics, checkpoints)\n");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -215,8 +226,9 @@ inline void report_step0_validation(const TrainConfig& cfg, const RunPlan& plan,
                                     RunOutputs& o, Collective& comm) {
     const double vl = evaluate(model, *plan.val, cfg.batch_size, cfg.seq_len, plan.val_batches, buf.inputs, buf.targets, comm);
     if (cfg.rank == 0)
-        std::printf("step %*d/%d | val loss %.4f\n", (int)std::to_string(plan.max_steps).size(), 0, plan.max_steps, vl);
-    o.metrics.write({{"step", 0}, {"val_loss", json_float(vl)}});
+        o.log.printf("step %*d/%d | val loss %.4f\n", (int)std::to_string(plan.max_steps).size(), 0, plan.max_steps, vl);
+    o.metrics.write({{"step", 0}, {"time", unix_time_now()}, {"val_loss", json_float(vl)}});
+    o.summary.note_val(0, vl);
 }
 
 // The console line (rank 0), the metrics record and, every --logit-stats-every steps, the logit
@@ -229,12 +241,14 @@ inline void report_step(const TrainConfig& cfg, const RunPlan& plan, const StepR
         peak > 0 ? flops_per_token(plan.model, cfg.seq_len) * r.tokens_per_s / cfg.world_size / peak : -1.0;
     const double mem_gib = (double)model.device_memory_used() / (1024.0 * 1024.0 * 1024.0);
     const std::string alarm_ckpt = r.alarm_checkpoint ? model_path(cfg.output_dir, r.step) : "";
-    if (cfg.rank == 0) {
-        const std::string line = step_line(r, plan.max_steps, stats, val_loss, mfu, mem_gib, alarm_ckpt, cfg.spike_window);
-        std::printf("%s\n", line.c_str());
-        std::fflush(stdout);
-    }
-    nlohmann::ordered_json rec = step_record(r, stats, val_loss, cfg.qk_clip > 0);
+    StepProgress progress;  // this process's steps so far, validation and reports included
+    progress.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - o.started).count();
+    progress.eta_s = eta_seconds(progress.elapsed_s, r.step - plan.start_step(), plan.max_steps - r.step);
+    if (cfg.rank == 0)
+        o.log.print(step_line(r, plan.max_steps, stats, val_loss, mfu, mem_gib, alarm_ckpt, cfg.spike_window, progress) +
+                    "\n");
+    if (val_loss) o.summary.note_val(r.step, *val_loss);
+    nlohmann::ordered_json rec = step_record(r, stats, val_loss, cfg.qk_clip > 0, unix_time_now());
     if (mfu >= 0) {
         rec["mfu"] = mfu;
         rec["device_memory_bytes"] = model.device_memory_used();
@@ -246,11 +260,20 @@ inline void report_step(const TrainConfig& cfg, const RunPlan& plan, const StepR
 
 // --gen-tokens tokens sampled after <|endoftext|> (the last token id without a tokenizer).
 inline void print_sample(const TrainConfig& cfg, const ModelConfig& m, Backend& model, const Tokenizer& tok, Rng& rng,
-                         int step) {
+                         int step, RunLog& log) {
     const int eot = tok.present() && tok.eot_token() >= 0 ? tok.eot_token() : m.vocab_size - 1;
     std::vector<int> gen = generate(model, {eot}, cfg.gen_tokens, m.max_seq_len, cfg.temperature, rng);
-    std::printf("--- sample at step %d ---\n%s\n---\n", step, safe_printable(tok.decode(gen.data(), gen.size())).c_str());
-    std::fflush(stdout);
+    log.sample(step, safe_printable(tok.decode(gen.data(), gen.size())));
+}
+
+// The summary of a run that ended now (after its last step).
+inline const RunSummary& finish_summary(const TrainConfig& cfg, const RunPlan& plan, RunOutputs& o) {
+    RunSummary& s = o.summary;
+    s.start_step = plan.start_step();
+    s.last_step = std::max(plan.start_step(), plan.max_steps);
+    s.tokens_per_step = (int64_t)cfg.batch_size * cfg.seq_len * plan.accum * cfg.world_size;
+    s.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - o.started).count();
+    return s;
 }
 
 // A checkpoint after `step`: every -n steps, after the last step, and when the logit alarm asks.
@@ -268,8 +291,6 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
         throw std::logic_error("run_training: cfg.rank/world_size must be the collective's");
     const bool main_rank = cfg.rank == 0;  // console, metrics, samples, model files, markers
     const RunPlan plan = plan_run(cfg, comm);
-    if (cfg.resume && !plan.resume && main_rank)
-        std::printf("note: -y 1 but %s has no complete checkpoint; starting from step 0\n", cfg.output_dir.c_str());
     LoopState loop(cfg, *plan.train);
     if (plan.resume) loop.from_train_state(plan.resume->state, state_path(cfg.output_dir, plan.resume->step, cfg.rank));
     TrainingModel model = build_model(cfg, plan, make_backend, comm);
@@ -279,6 +300,7 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
     if (main_rank) print_run_header(cfg, plan, model, outputs, comm);
     StepBuffers buf(cfg);
     if (!plan.resume && plan.val && cfg.val_every > 0) report_step0_validation(cfg, plan, backend, buf, outputs, comm);
+    outputs.started = std::chrono::steady_clock::now();
 
     for (int step = plan.start_step(); step < plan.max_steps;) {
         const StepResult r = train_step(cfg, plan, model, loop, buf, comm, step);
@@ -286,9 +308,14 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
         const std::optional<double> val_loss = validation_loss(cfg, plan, backend, buf, comm, step);
         report_step(cfg, plan, r, buf.step, val_loss, backend, outputs);
         if (main_rank && cfg.sample_every > 0 && cfg.gen_tokens > 0 && step % cfg.sample_every == 0)
-            print_sample(cfg, plan.model, backend, outputs.tokenizer, loop.sample_rng, step);
-        if (checkpoint_due(cfg, plan, r)) save_checkpoint(cfg, plan.model, step, model, loop, comm);
+            print_sample(cfg, plan.model, backend, outputs.tokenizer, loop.sample_rng, step, outputs.log);
+        if (checkpoint_due(cfg, plan, r)) {
+            save_checkpoint(cfg, plan.model, step, model, loop, comm);
+            outputs.summary.weights = model_path(cfg.output_dir, step);
+            if (main_rank) outputs.log.print(checkpoint_line(step, outputs.summary.weights, r.alarm_checkpoint) + "\n");
+        }
     }
+    if (main_rank) outputs.log.print(summary_line(finish_summary(cfg, plan, outputs)) + "\n");
     return 0;
 }
 

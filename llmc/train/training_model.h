@@ -105,7 +105,7 @@ inline void read_optimizer_state(TrainingModel& model, Collective& comm, TrainSt
 
 // Checkpoint `step` in -o: the model file (rank 0) and this rank's training state (weights'
 // optimizer state and the loop's); once every rank's files exist, the DONE marker and the pruning
-// (rank 0; the logit alarm's checkpoints are kept).
+// (rank 0; the logit alarm's pinned checkpoints are kept).
 inline void save_checkpoint(const TrainConfig& cfg, const ModelConfig& m, int step, TrainingModel& model,
                             const LoopState& loop, Collective& comm) {
     TrainState st;
@@ -120,7 +120,7 @@ inline void save_checkpoint(const TrainConfig& cfg, const ModelConfig& m, int st
     comm.barrier();  // every rank's files exist before the marker
     if (cfg.rank == 0) {
         write_done_marker(out, step, cfg.world_size);
-        prune_checkpoints(out, cfg.keep_checkpoints, step, loop.alarm.checkpoint_steps());
+        prune_checkpoints(out, cfg.keep_checkpoints, step, loop.alarm.pinned_steps());
     }
 }
 

@@ -31,7 +31,7 @@ void restore_loop_state(const TrainState& st) {
     LogitAlarm alarm(ac);
     size_t pos = loss_spikes.from_vector(st.extra, 0);
     pos = norm_spikes.from_vector(st.extra, pos);
-    if (pos < st.extra.size() && st.extra[pos] == LogitAlarm::kStateTag) pos = alarm.from_vector(st.extra, pos);
+    if (pos < st.extra.size() && LogitAlarm::is_state_tag(st.extra[pos])) pos = alarm.from_vector(st.extra, pos);
     FUZZ_CHECK(pos <= st.extra.size());
     if (pos != st.extra.size() || st.rng.size() != 1) throw InputError("unexpected loop-state layout");
     FUZZ_CHECK(loss_spikes.count() >= 0 && loss_spikes.count() <= fuzz::kSpikeWindow);

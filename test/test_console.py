@@ -1,0 +1,96 @@
+"""The trainer's console and its records end to end (CPU backend, test_e2e.py's byte-level data and TINY
+model): every step line carries elapsed time and an ETA, one line per checkpoint written, the
+end-of-run summary, console.log and samples.txt in -o (appended on resume, never truncated), the
+wall-clock "time" of every metrics record, and integers printed as integers. The formatting itself
+is unit-tested in test/test_console.cpp."""
+import re
+import time
+
+from test_e2e import TINY, data_args, read_jsonl, run, train_records  # noqa: F401
+from test_e2e import byte_data  # noqa: F401  (fixture)
+
+COMMON = TINY + ["-k", "constant", "-u", 0, "-l", "3e-3", "-v", 4, "-m", 2, "-s", 4, "-g", 12, "-n", 6,
+                 "--logit-stats-every", 0]
+TOKENS_PER_STEP = 4 * 32  # TINY's B x T, one process, no accumulation
+
+
+def samples_of(text):
+    """[(step, text)] of the --- sample at step N --- blocks in text."""
+    return [(int(m.group(1)), m.group(2)) for m in re.finditer(r"--- sample at step (\d+) ---\n(.*?)\n---\n", text, re.S)]
+
+
+def summary_of(stdout):
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("done: ")]
+    assert len(lines) == 1, stdout[-2000:]
+    return lines[0]
+
+
+def best_val(out):
+    recs = [r for r in read_jsonl(out / "metrics.jsonl") if r.get("val_loss") is not None]
+    best = min(recs, key=lambda r: (r["val_loss"], r["step"]))
+    return best["val_loss"], best["step"], recs[-1]["val_loss"], recs[-1]["step"]
+
+
+def test_step_lines_checkpoint_lines_summary_and_the_files_in_o(byte_data, tmp_path):
+    out = tmp_path / "run"
+    t0 = time.time()
+    p = run(data_args(byte_data) + COMMON + ["-o", out, "-x", 12])
+    t1 = time.time()
+    steps = [ln for ln in p.stdout.splitlines() if ln.startswith("step") and "| loss" in ln]
+    assert len(steps) == 12
+    for ln in steps:
+        assert re.search(r" \| elapsed \d+\.\ds \| ETA (\d+\.\ds|\d+m\d\ds)", ln), ln
+    assert steps[-1].split("| ETA ")[1].startswith("0.0s")
+    # one line per checkpoint written, naming its model file
+    assert [ln for ln in p.stdout.splitlines() if ln.startswith("checkpoint of step")] == \
+           [f"checkpoint of step {s}: {out}/model_{s:08d}.bin" for s in (6, 12)]
+    # the summary: steps, tokens, wall time, final and best validation loss, the weights
+    best, best_step, final, final_step = best_val(out)
+    assert final_step == 12
+    s = summary_of(p.stdout)
+    assert s.startswith(f"done: step 12 (12 in this run) | {12 * TOKENS_PER_STEP} tokens | wall time "), s
+    assert f" | val loss {final:.4f} (step 12), best {best:.4f} (step {best_step}) | " in s, s
+    assert s.endswith(f" | weights: {out}/model_00000012.bin"), s
+    assert p.stdout.rstrip("\n").splitlines()[-1] == s
+    # the console log is what was printed; the samples file holds the samples
+    assert (out / "console.log").read_text() == p.stdout
+    assert samples_of((out / "samples.txt").read_text()) == samples_of(p.stdout)
+    assert [st for st, _ in samples_of((out / "samples.txt").read_text())] == [4, 8, 12]
+    # every metrics record has the wall-clock time (Unix seconds), non-decreasing
+    times = [r["time"] for r in read_jsonl(out / "metrics.jsonl")]
+    assert len(times) == 13  # step 0's validation and 12 steps
+    assert all(isinstance(t, float) and t0 - 1 <= t <= t1 + 1 for t in times), times
+    assert times == sorted(times)
+
+
+def test_resume_appends_to_console_log_and_samples_and_sums_up_the_whole_run(byte_data, tmp_path):
+    out = tmp_path / "run"
+    a = run(data_args(byte_data) + COMMON + ["-o", out, "-x", 6])
+    b = run(data_args(byte_data) + COMMON + ["-o", out, "-x", 12, "-y", 1])
+    assert "resumed from" in b.stdout
+    assert (out / "console.log").read_text() == a.stdout + b.stdout
+    assert samples_of((out / "samples.txt").read_text()) == samples_of(a.stdout) + samples_of(b.stdout)
+    best, best_step, final, _ = best_val(out)  # over steps 0..12: the first run's validations included
+    s = summary_of(b.stdout)
+    assert s.startswith(f"done: step 12 (6 in this run) | {12 * TOKENS_PER_STEP} tokens | wall time "), s
+    assert f" | val loss {final:.4f} (step 12), best {best:.4f} (step {best_step}) | " in s, s
+    # a refused run (a bad flag) writes nothing into either file
+    before = {f: (out / f).read_bytes() for f in ("console.log", "samples.txt")}
+    bad = run(data_args(byte_data) + COMMON + ["-o", out, "-x", 14, "-y", 1, "-b", 0], check=False)
+    assert bad.returncode != 0
+    assert {f: (out / f).read_bytes() for f in before} == before
+
+
+def test_without_o_the_summary_says_nothing_was_saved(byte_data):
+    p = run(data_args(byte_data) + COMMON + ["-x", 2, "-s", 0, "-n", 0])
+    s = summary_of(p.stdout)
+    assert s.endswith(" | weights: not saved (no -o)"), s
+    assert "checkpoint of step" not in p.stdout
+
+
+def test_integers_print_as_integers(byte_data, tmp_path):
+    p = run(data_args(byte_data) + COMMON + ["-o", tmp_path / "x", "-x", -2000000], check=False)
+    assert p.returncode == 1
+    assert "(got -2000000)" in p.stderr and "e+" not in p.stderr, p.stderr
+    p = run(data_args(byte_data) + COMMON + ["-o", tmp_path / "w", "--spike-window", 1], check=False)
+    assert "(got 1)" in p.stderr, p.stderr
