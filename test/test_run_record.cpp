@@ -176,6 +176,8 @@ TEST_CASE("-y 1 takes the run's recorded settings as the base; a changed trainin
     REQUIRE(ch[1].old_value.dump() == "0.0003");  // floats as their shortest decimal
     REQUIRE(ch[1].new_value.dump() == "0.0001");
     REQUIRE(llmc::describe_change(ch[1]) == "--learning-rate 0.0001 (was 0.0003)");
+    REQUIRE(llmc::describe_change({"--qk-clip", 0.0, 50.0}) == "--qk-clip 50 (was 0)");
+    REQUIRE(llmc::describe_change({"--z-loss", 0.0, 1e-5}) == "--z-loss 1e-05 (was 0)");
 
     // the history: appended, the original "train" untouched; a later plain -y 1 continues with it
     const nlohmann::ordered_json after = llmc::record_with_history(rec, ch, 10);

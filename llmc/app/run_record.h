@@ -214,9 +214,16 @@ inline std::vector<SettingChange> setting_changes(const TrainConfig& recorded, c
     return out;
 }
 
+// A value as a note writes it: as JSON, a whole float without its ".0" (50, 0.0001, 1e-05).
+inline std::string change_value_text(const nlohmann::ordered_json& v) {
+    std::string text = json_value_brief(v);
+    if (v.is_number_float() && text.size() > 2 && text.compare(text.size() - 2, 2, ".0") == 0) text.resize(text.size() - 2);
+    return text;
+}
+
 // "--learning-rate 0.0001 (was 0.0003)"
 inline std::string describe_change(const SettingChange& c) {
-    return c.flag + " " + json_value_brief(c.new_value) + " (was " + json_value_brief(c.old_value) + ")";
+    return c.flag + " " + change_value_text(c.new_value) + " (was " + change_value_text(c.old_value) + ")";
 }
 
 // `record` with one "history" entry {step, flag, old, new} per change appended (the list created when absent).
