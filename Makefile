@@ -246,9 +246,13 @@ $(TS_DIR)/meta.json:
 data-tinyshakespeare: $(TS_DIR)/meta.json
 
 # --- the main job ----------------------------------------------------------------------------
+# Run again, it continues the run in TRAIN_OUT (-y 1 once it holds a checkpoint) with the settings
+# recorded there; TRAIN_ARGS given then override them (docs/training.md "Resuming and forking").
 TRAIN_ARGS ?= -x 300 -v 50 -s 100 -n 100
+TRAIN_OUT ?= out/tinyshakespeare
 train: train_gpt2_ls $(TS_DIR)/meta.json
-	./train_gpt2_ls -i "$(TS_DIR)/train_*.bin" -j "$(TS_DIR)/val_*.bin" -o out/tinyshakespeare $(TRAIN_ARGS)
+	./train_gpt2_ls -i "$(TS_DIR)/train_*.bin" -j "$(TS_DIR)/val_*.bin" -o $(TRAIN_OUT) \
+	  $(if $(wildcard $(TRAIN_OUT)/DONE_*),-y 1) $(TRAIN_ARGS)
 
 # --- tests -----------------------------------------------------------------------------------
 JOBS ?= $(shell nproc)

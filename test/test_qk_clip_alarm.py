@@ -164,7 +164,7 @@ def test_resume_switching_the_alarm_on_and_off(byte_data, tmp_path):
     run(base + ["-o", d, "-x", 4])                                                   # no alarm
     p = run(base + ["-o", d, "-x", 8, "-y", 1, "--logit-alarm-above", 1e-6])        # alarm on: step 5 crosses
     assert "logit alarm at step 5" in p.stdout
-    run(base + ["-o", d, "-x", 12, "-y", 1])                                         # alarm off again
+    run(base + ["-o", d, "-x", 12, "-y", 1, "--logit-alarm-above", 0])              # alarm off again
     assert [r["loss"] for r in train_records(ref / "metrics.jsonl")] == \
            [r["loss"] for r in train_records(d / "metrics.jsonl")]
     assert (ref / "model_00000012.bin").read_bytes() == (d / "model_00000012.bin").read_bytes()

@@ -1,7 +1,9 @@
 // The command line: a CLI11 option for each row of the flag table (llmc/app/flags.h), bound straight
 // into TrainConfig, so --help, the parser and the --config file format can never disagree; the
-// --config reader. docs/training.md lists the flags.
+// --config reader (TOML as config.toml, or a run's config.json); the run record that -y 1 and
+// --fork-from continue (llmc/app/run_record.h) as the base of the flags. docs/training.md lists the flags.
 #pragma once
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <cstring>
@@ -16,10 +18,18 @@
 #include <CLI/CLI.hpp>
 
 #include "llmc/app/cli_checks.h"
+#include "llmc/app/flag_suggest.h"
 #include "llmc/app/flags.h"
+#include "llmc/app/run_record.h"
 #include "llmc/app/train_config.h"
+#include "llmc/core/error.h"
 
 namespace llmc {
+
+// A --config file that cannot be read as settings: its message is the whole error line.
+struct ConfigFileError : CLI::ConfigError {
+    explicit ConfigFileError(const std::string& msg) : CLI::ConfigError(msg) {}
+};
 
 // The --config reader: CLI11 2.1's TOML reader with two of its bugs worked around (both found by
 // test/fuzz/fuzz_config.cpp; CLI11 2.1.2 is Debian's):
@@ -32,24 +42,71 @@ namespace llmc {
 //     value is always literal (as CLI11 writes it);
 //   - it reads "seed=[]", or a '[' list still open at the end of the file, as an item with no value
 //     and then indexes its empty value list (undefined behaviour): such items are refused.
+//
+// The format of a --config file, decided by its name and content: a name ending in ".json", or a
+// first non-blank character '{', is a run's config.json (read by record_flag_values,
+// llmc/app/run_record.h); anything else is TOML as config.toml writes it, and must be text (no NUL byte).
+// In TOML, a key that is no flag and any [section] are refused, naming the key and the nearest flag.
 class CheckedConfigFile : public CLI::ConfigTOML {
 public:
+    std::string file;                      // the --config path, named in errors (set before parsing)
+    std::vector<std::string> known_names;  // every option's names without dashes (CLI11 checks the rest)
+    std::vector<std::string> suggestions;  // the configurable flags' long names, for "did you mean"
+
     std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
+        std::stringstream whole;
+        whole << input.rdbuf();
+        const std::string content = whole.str();
+        if (is_json(content)) return json_items(content);
+        if (content.find('\0') != std::string::npos)
+            throw ConfigFileError("config file " + file + ": not a text file (a NUL byte); give a TOML file (as "
+                                  "config.toml) or a run's config.json");
+        std::istringstream lines(content);
         std::string text, line;
-        while (std::getline(input, line)) text += hide_inside_quotes(line) + "\n";
+        while (std::getline(lines, line)) text += hide_inside_quotes(line) + "\n";
         std::istringstream hidden(text);
         std::vector<CLI::ConfigItem> items = CLI::ConfigTOML::from_config(hidden);
         for (CLI::ConfigItem& it : items) {
-            if (it.inputs.empty() && it.name != "++" && it.name != "--")  // "++"/"--": a [section] starts/ends
+            if (!it.parents.empty() || it.name == "++" || it.name == "--")  // "++"/"--": a [section] starts/ends
+                throw ConfigFileError("config file " + file + ": unknown section [" + restore(it.parents.empty() ? it.name : it.parents.front()) +
+                                      "]; the flags are top-level keys (key=value lines, as in config.toml)");
+            if (it.inputs.empty())
                 throw CLI::ConfigError("config file: '" + restore(it.fullname()) +
                                        "' has no value (an empty or unclosed [ list); give it one value");
             it.name = restore(it.name);
             for (std::string& v : it.inputs) v = restore(v);
+            if (std::find(known_names.begin(), known_names.end(), it.name) == known_names.end())
+                throw ConfigFileError("config file " + file + ": unknown key '" + it.name + "'" +
+                                      did_you_mean(it.name, suggestions));
         }
         return items;
     }
 
 private:
+    bool is_json(const std::string& content) const {
+        const size_t first = content.find_first_not_of(" \t\r\n");
+        const bool json_name = file.size() >= 5 && file.compare(file.size() - 5, 5, ".json") == 0;
+        return json_name || (first != std::string::npos && content[first] == '{');
+    }
+    std::vector<CLI::ConfigItem> json_items(const std::string& content) const {
+        std::vector<CLI::ConfigItem> items;
+        try {
+            nlohmann::ordered_json j = nlohmann::ordered_json::parse(content, nullptr, false);
+            if (j.is_discarded())
+                throw InputError("config file " + file + ": not valid JSON; give a run's config.json or a TOML "
+                                 "file (as config.toml)");
+            if (!j.is_object() || !j.contains("train") || !j["train"].is_object())
+                throw InputError("config file " + file + ": has no \"train\" object; give a run's config.json");
+            for (const FlagValue& fv : record_flag_values(j, file)) {
+                items.emplace_back();
+                items.back().name = fv.name;
+                items.back().inputs = {fv.value};
+            }
+        } catch (const InputError& e) {
+            throw ConfigFileError(e.what());
+        }
+        return items;
+    }
     // kMark '1' stands for kMark itself; inside quotes kMark '2' for '#', kMark '3' for a backslash,
     // kMark '4' for a single quote, kMark '5' for a double quote (the kind that did not open the value)
     static constexpr char kMark = '\x01';
@@ -88,8 +145,10 @@ public:
     TrainCli() : app_("train_gpt2_ls: train a GPT-2 with LS-attention (local sliding-window + global heads)") {
         CLI::App& a = app_;
         TrainConfig& c = cfg_;
-        a.set_config("--config", "", "read flags from a TOML/INI file (as written to <out>/config.toml)");
-        a.config_formatter(std::make_shared<CheckedConfigFile>());
+        a.set_config("--config", "", "read flags from a TOML file (as written to <out>/config.toml) or a run's "
+                                     "config.json; flags given here override it");
+        config_file_ = std::make_shared<CheckedConfigFile>();
+        a.config_formatter(config_file_);
         a.get_formatter()->column_width(34);
         a.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: the last wins
         // one option per row of the flag table, in its order
@@ -114,24 +173,47 @@ public:
             },
             "");
         check_flag_values(a);
-        for (CLI::Option* opt : a.get_options())
+        for (CLI::Option* opt : a.get_options()) {
             if (opt->get_type_size() > 0 && opt->get_type_name() == "TEXT") opt->check(one_line);
+            for (const std::string& n : opt->get_lnames()) {
+                config_file_->known_names.push_back(n);
+                if (opt->get_configurable() && n != "config") config_file_->suggestions.push_back(n);
+                flag_names_.push_back(n);
+            }
+            for (const std::string& n : opt->get_snames()) config_file_->known_names.push_back(n);
+        }
     }
 
     // Parses argv. Returns -1 to go on, else the process exit code (0 after --help; 1 after a
     // parse error, printed as one line "error: ...").
+    // With -y 1 (and a config.json in -o) or --fork-from, the settings not given (by a flag or --config)
+    // are the run record's (continue_record).
     int parse(int argc, const char* const* argv) {
+        config_file_->file = config_path(argc, argv);
         try {
             app_.parse(argc, argv);
         } catch (const CLI::CallForHelp& e) {
             return app_.exit(e);
         } catch (const CLI::CallForAllHelp& e) {
             return app_.exit(e);
+        } catch (const ConfigFileError& e) {
+            std::fprintf(stderr, "error: %s\n", e.what());
+            return 1;
+        } catch (const CLI::ExtrasError& e) {
+            const std::string hint = unknown_flag_hint();
+            std::fprintf(stderr, "error: %s%s\n", e.what(), hint.empty() ? "; run with --help for the flags" : hint.c_str());
+            return 1;
         } catch (const CLI::ParseError& e) {
             std::fprintf(stderr, "error: %s; run with --help for the flags\n", e.what());
             return 1;
         }
         cfg_.val_batches_given = app_.count("--val-batches") > 0;
+        try {
+            continue_record();
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "error: %s\n", e.what());
+            return 1;
+        }
         return -1;
     }
 
@@ -156,6 +238,69 @@ public:
 private:
     CLI::App app_;
     TrainConfig cfg_;
+    std::shared_ptr<CheckedConfigFile> config_file_;
+    std::vector<std::string> flag_names_;  // every option's long names, for "did you mean"
+
+    // The --config path in argv ("--config F" or "--config=F"; the last one), "" without one.
+    static std::string config_path(int argc, const char* const* argv) {
+        std::string path;
+        for (int i = 1; i < argc; i++) {
+            const std::string a = argv[i];
+            if (a == "--config" && i + 1 < argc) path = argv[i + 1];
+            else if (a.rfind("--config=", 0) == 0) path = a.substr(9);
+        }
+        return path;
+    }
+
+    // "; did you mean --qk-norm?" for the first unexpected "--name" argument that is near a flag.
+    std::string unknown_flag_hint() const {
+        for (const std::string& arg : app_.remaining()) {
+            if (arg.rfind("--", 0) != 0) continue;
+            const std::string hint = did_you_mean(arg.substr(2, arg.find('=') - 2), flag_names_);
+            if (!hint.empty()) return hint;
+        }
+        return "";
+    }
+
+    // Sets every option not given (on the command line or by --config) from `values`, as a config file
+    // would; only the inherited ones (FlagValue::inherited). `file` is named in errors.
+    void apply_unset(const std::vector<FlagValue>& values, const std::string& file) {
+        for (const FlagValue& fv : values) {
+            if (!fv.inherited) continue;
+            CLI::Option* op = app_.get_option_no_throw("--" + fv.name);
+            if (op == nullptr) throw InputError("config file " + file + ": unknown flag --" + fv.name);
+            if (!op->empty()) continue;
+            try {
+                op->add_result(op->get_expected_min() == 0 ? op->get_flag_value(fv.name, fv.value) : fv.value);
+                op->run_callback();
+            } catch (const CLI::Error& e) {
+                throw InputError("config file " + file + ": --" + fv.name + " " + fv.value + ": " + e.what() +
+                                 "; restore the file");
+            }
+        }
+    }
+
+    // -y 1 with <-o>/config.json, or --fork-from (the config.json beside the checkpoint): the record's
+    // settings (record_flag_values: "train" with its history, the model) fill every inherited flag not
+    // given; cfg_.record_changes lists the given ones that differ from the record. -y 1 together with
+    // --fork-from is refused later (check_flag_combinations).
+    void continue_record() {
+        const bool fork = !cfg_.fork_from.empty();
+        if (fork == (cfg_.resume == 1)) return;  // neither, or both
+        std::string path;
+        if (fork) {
+            path = join_path(fork_source(cfg_.fork_from).dir, "config.json");
+        } else {
+            if (cfg_.output_dir.empty()) return;
+            path = join_path(cfg_.output_dir, "config.json");
+            if (!file_exists(path)) return;
+        }
+        const std::vector<FlagValue> values = record_flag_values(read_run_record(path), path);
+        TrainCli recorded;
+        recorded.apply_unset(values, path);
+        apply_unset(values, path);
+        cfg_.record_changes = setting_changes(recorded.cfg_, cfg_);
+    }
 
     // One row of llmc/app/flags.h as a CLI11 option bound to its field (none for a Json row).
     template <class T>

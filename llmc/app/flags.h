@@ -17,7 +17,8 @@
 // record: where the setting is written (FlagRecord)
 //   Both    config.toml and config.json
 //   Toml    config.toml only (--eval-only and its flags: an evaluation writes eval.json instead)
-//   Launch  neither: a flag of one process (--rank, ...), which --config cannot set
+//   Launch  neither: a flag of one process or launch (--rank, --fork-from, ...), which --config cannot set
+//           and a resumed or forked run never takes from its record (llmc/app/run_record.h)
 //   Hidden  a Launch flag that --help does not list (a test hook)
 //   Json    config.json only: not a flag, set by main() (the number of processes)
 // names: CLI11's "-b,--batch-size" ("" for Json); messages write it "-b/--batch-size"
@@ -120,6 +121,8 @@ enum class FlagRecord { Both, Toml, Launch, Hidden, Json };
             "checkpoint every N steps (0 = only at the end; needs -o)") \
     SETTING(Both, int, resume, 0, "-y,--resume", v == 0 || v == 1, "must be 0 or 1", \
             "1 = resume from the newest complete checkpoint in -o") \
+    SETTING(Launch, std::string, fork_from, "", "--fork-from", true, "", \
+            "start a new run in -o from this complete checkpoint RUN/model_NNNNNNNN.bin, with RUN's settings") \
     SETTING(Both, int, keep_checkpoints, 3, "--keep-checkpoints", v >= 0, "must be >= 0 (0 = keep all)", \
             "keep the newest K checkpoints (0 = all)") \
     /* statistics, spikes */ \

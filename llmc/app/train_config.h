@@ -5,6 +5,9 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "llmc/app/flags.h"
 #include "llmc/core/error.h"
@@ -25,6 +28,13 @@ struct ModelOverrides {
     }
 };
 
+// A setting a continued run (-y 1, --fork-from) gives another value than its run record
+// (llmc/app/run_record.h): flag "--learning-rate", the values as config.json's "history" writes them.
+struct SettingChange {
+    std::string flag;
+    nlohmann::ordered_json old_value, new_value;
+};
+
 // Every setting of a training (or --eval-only) run that is not part of the model: the SETTING rows of
 // llmc/app/flags.h (their flags, defaults and meaning are there), then what main() and the parser derive.
 struct TrainConfig {
@@ -35,6 +45,7 @@ struct TrainConfig {
     int local_rank = 0;              // rank within the node (its GPU): set by main()
     bool val_batches_given = false;  // -m given explicitly (--eval-only defaults to all)
     ModelOverrides overrides;
+    std::vector<SettingChange> record_changes;  // vs the record -y 1 / --fork-from continues (set by the parser)
 };
 
 // Presets for -e:

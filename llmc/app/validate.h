@@ -58,6 +58,9 @@ inline void check_flag_ranges(const TrainConfig& c) {
 // The rules between flags, checked first (so a rule holds whatever the range of a flag it reads).
 inline void check_flag_combinations(const TrainConfig& c) {
     auto fail = [](const char* msg) { throw InputError(msg); };
+    if (!c.fork_from.empty() && c.resume == 1)
+        fail("--fork-from starts a new run in -o and -y 1 continues -o's own; drop one of them");
+    if (!c.fork_from.empty() && c.output_dir.empty()) fail("--fork-from needs -o DIR, a new directory for the forked run");
     check_dump_attention_flags(c);  // --dump-attention: --eval-only, -o, not --device cuda, its syntax
     if (c.eval_only) {
         if (c.val_data.empty()) fail("--eval-only needs -j VAL_GLOB, the shards to evaluate on");

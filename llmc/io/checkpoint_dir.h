@@ -157,6 +157,7 @@ inline int newest_complete_step(const std::string& dir) {
 // loading
 
 struct LoadedCheckpoint {
+    std::string dir;  // the run directory it was loaded from
     int step = 0;
     ModelCheckpoint model;
     TrainState state;
@@ -186,6 +187,7 @@ inline std::string config_difference(const ModelConfig& a, const ModelConfig& b)
 inline LoadedCheckpoint load_checkpoint_at(const std::string& dir, int step, const ModelConfig& expected, int rank,
                                            int world_size) {
     LoadedCheckpoint ck;
+    ck.dir = dir;
     ck.step = step;
     const std::string mpath = model_path(dir, step);
     ck.model = load_model_checkpoint(mpath);

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "llmc/app/run_record.h"
 #include "llmc/app/train_config.h"
 #include "llmc/core/backend.h"
 #include "llmc/core/error.h"
@@ -54,12 +55,26 @@ inline int64_t val_batch_count(const TrainConfig& c, const DataLoader& val, bool
 }
 
 // The checkpoint to resume from: with -y 1 the newest one every rank can load (none: a fresh
-// start); without it an -o that already holds checkpoints is refused, as is an -o another run holds.
+// start); with --fork-from the checkpoint it names (llmc/app/run_record.h fork_source), into an -o
+// without checkpoints; without either an -o that already holds checkpoints is refused, as is an -o
+// another run holds.
 inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, const ModelConfig& m, Collective& comm) {
     const std::string& out = cfg.output_dir;
     if (out.empty()) return std::nullopt;
     if (cfg.rank == 0) check_output_unlocked(out);
     if (cfg.resume) return load_agreed_checkpoint(out, m, comm);
+    if (!cfg.fork_from.empty()) {
+        if (newest_complete_step(out) >= 0)
+            throw InputError("--fork-from starts a new run but " + out + " already holds checkpoints (newest step " +
+                             std::to_string(newest_complete_step(out)) + "); choose a new -o for the fork");
+        const ForkSource src = fork_source(cfg.fork_from);
+        try {
+            return load_checkpoint_at(src.dir, src.step, m, cfg.rank, cfg.world_size);
+        } catch (const CheckpointDamaged& e) {
+            throw InputError("--fork-from " + cfg.fork_from + ": the checkpoint is damaged (" + e.what() +
+                             "); fork from another step");
+        }
+    }
     if (newest_complete_step(out) >= 0)
         throw InputError("output directory " + out + " already holds checkpoints (newest step " +
                          std::to_string(newest_complete_step(out)) + "); resume with -y 1 or choose another -o");

@@ -44,6 +44,7 @@
 
 #include "llmc/app/config_json.h"
 #include "llmc/app/model_setup.h"
+#include "llmc/app/run_record.h"
 #include "llmc/app/train_config.h"
 #include "llmc/app/validate.h"
 #include "llmc/core/backend.h"
@@ -158,7 +159,8 @@ inline nlohmann::ordered_json run_config_json(const TrainConfig& cfg, const RunP
                          {"resumed_from_step", plan.start_step()}}}};
 }
 
-// The samples' tokenizer; with -o the directory, its lock (rank 0), config.json + config.toml and
+// The samples' tokenizer; with -o the directory, its lock (rank 0), config.json + config.toml
+// (llmc/app/run_record.h: a resumed run only appends its changed flags to config.json's "history") and
 // the record files (after a resume: cut back to the checkpoint's step, then appended to).
 inline void open_outputs(RunOutputs& o, const TrainConfig& cfg, const RunPlan& plan, const TrainingModel& model,
                          const std::string& config_toml) {
@@ -170,8 +172,7 @@ inline void open_outputs(RunOutputs& o, const TrainConfig& cfg, const RunPlan& p
     if (ec) throw InputError("cannot create output directory " + out + " (" + ec.message() + "); choose another -o");
     if (cfg.rank != 0) return;
     o.lock.acquire(out);
-    write_text_file(out + "/config.json", json_file_text(run_config_json(cfg, plan, model)));
-    write_text_file(out + "/config.toml", config_toml);
+    write_run_record(out, run_config_json(cfg, plan, model), config_toml, cfg, plan.resume ? plan.start_step() : -1);
     if (plan.resume) {  // drop records the interrupted run wrote after its checkpoint
         truncate_jsonl_after_step(out + "/metrics.jsonl", plan.start_step());
         truncate_jsonl_after_step(out + "/logit_stats.jsonl", plan.start_step());
@@ -201,7 +202,9 @@ inline void print_run_header(const TrainConfig& cfg, const RunPlan& plan, const 
     if (cfg.world_size > 1)
         o.log.printf("  data parallel: %d processes (%s)%s\n", cfg.world_size, comm.name(),
                      cfg.zero_stage == 1 ? ", ZeRO-1: AdamW state sharded" : "");
-    if (plan.resume) o.log.printf("  resumed from %s at step %d\n", model_path(cfg.output_dir, start).c_str(), start);
+    if (plan.resume)
+        o.log.printf("  %s from %s at step %d\n", cfg.fork_from.empty() ? "resumed" : "forked",
+                     model_path(plan.resume->dir, start).c_str(), start);
     if (cfg.resume && !plan.resume)
         o.log.printf("  note: -y 1 but %s has no complete checkpoint; starting from step 0\n", cfg.output_dir.c_str());
     if (start >= max_steps && plan.resume)
@@ -292,7 +295,7 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
     const bool main_rank = cfg.rank == 0;  // console, metrics, samples, model files, markers
     const RunPlan plan = plan_run(cfg, comm);
     LoopState loop(cfg, *plan.train);
-    if (plan.resume) loop.from_train_state(plan.resume->state, state_path(cfg.output_dir, plan.resume->step, cfg.rank));
+    if (plan.resume) loop.from_train_state(plan.resume->state, state_path(plan.resume->dir, plan.resume->step, cfg.rank));
     TrainingModel model = build_model(cfg, plan, make_backend, comm);
     Backend& backend = *model.backend;
     RunOutputs outputs;

@@ -1,0 +1,58 @@
+// "did you mean --qk-norm?": the valid flag name nearest to a mistyped one, for the errors of an
+// unknown command-line flag and of an unknown key in a --config file (llmc/app/cli.h).
+// Nearness is the edit distance (insertions, deletions, substitutions; Levenshtein) between the names
+// lowercased, with '_' read as '-' (so "qk_norm" is 0 away from "qk-norm").
+#pragma once
+#include <algorithm>
+#include <cctype>
+#include <string>
+#include <vector>
+
+namespace llmc {
+
+// Edit distance between a and b (O(|a| |b|) time, O(|b|) memory).
+inline size_t edit_distance(const std::string& a, const std::string& b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); j++) row[j] = j;
+    for (size_t i = 1; i <= a.size(); i++) {
+        size_t diag = row[0];  // row[i-1][j-1]
+        row[0] = i;
+        for (size_t j = 1; j <= b.size(); j++) {
+            const size_t up = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+            diag = up;
+        }
+    }
+    return row[b.size()];
+}
+
+// A flag name as compared: without leading dashes, lowercase, '_' as '-'.
+inline std::string normalized_flag_name(const std::string& name) {
+    std::string out = name.substr(std::min(name.find_first_not_of('-'), name.size()));
+    for (char& ch : out) ch = ch == '_' ? '-' : (char)std::tolower((unsigned char)ch);
+    return out;
+}
+
+// The candidate nearest to `name` (candidates are long names without dashes, e.g. "qk-norm"), or ""
+// when none is near: at most max(1, length/3) edits away (a third of the name may be mistyped). Ties:
+// the first candidate in the list.
+inline std::string nearest_flag_name(const std::string& name, const std::vector<std::string>& candidates) {
+    const std::string n = normalized_flag_name(name);
+    if (n.empty()) return "";
+    const size_t limit = std::max<size_t>(1, n.size() / 3);
+    std::string best;
+    size_t best_distance = limit + 1;
+    for (const std::string& c : candidates) {
+        const size_t d = edit_distance(n, normalized_flag_name(c));
+        if (d < best_distance) { best = c; best_distance = d; }
+    }
+    return best;
+}
+
+// "; did you mean --qk-norm?" for the nearest candidate, or "" when none is near.
+inline std::string did_you_mean(const std::string& name, const std::vector<std::string>& candidates) {
+    const std::string best = nearest_flag_name(name, candidates);
+    return best.empty() ? "" : "; did you mean --" + best + "?";
+}
+
+}  // namespace llmc
