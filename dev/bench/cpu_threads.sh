@@ -50,6 +50,7 @@ stop_busy() {
     busy_pids=()
 }
 trap 'stop_busy; rm -rf "$work"' EXIT
+trap 'exit 130' INT TERM  # so that the EXIT trap stops the busy loops
 
 cpus=$(nproc)
 # the checkpoint the generator starts from
