@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# CPU speed of the trainer and the generator by OpenMP wait policy and thread count, on an idle machine
-# and with BUSY busy-looping processes beside them (cores shared with other work): the table of
-# docs/training.md, "Threads". One command regenerates it:
+# CPU speed of the trainer and the generator by OpenMP wait policy and thread count, alone (beside
+# whatever else runs on the machine) and with BUSY busy-looping processes beside them (cores shared
+# with other work): the table of docs/training.md, "Threads". One command regenerates it:
 #
 #   dev/bench/cpu_threads.sh [--trainer ./train_gpt2_ls] [--generator ./generate_gpt2_ls]
 #       [--data 'data/shards/tinyshakespeare_gpt2'] [--busy 2] [--repeats 3] [--steps 6] [--tokens 48]
@@ -98,7 +98,7 @@ echo
 echo "CPU, $cpus cores ($(uname -m)), commit $commit; median of $repeats runs; trainer ms/step (ls-small, B 2 x T 64),"
 echo "generator tok/s ($tokens tokens, KV cache); busy = $busy busy-looping processes beside it."
 echo
-echo "| wait policy | threads | ms/step idle | ms/step busy | tok/s idle | tok/s busy |"
+echo "| wait policy | threads | ms/step, 0 busy | ms/step, $busy busy | tok/s, 0 busy | tok/s, $busy busy |"
 echo "|---|---|---|---|---|---|"
 for cell in "${cells[@]}"; do
     set -- $cell
