@@ -101,3 +101,19 @@ def test_make_without_nvcc_builds_cpu_programs_that_train_and_generate(tmp_path)
                        env=env)
     assert c.returncode == 1
     assert c.stderr.startswith("error: this build has no CUDA backend (compiled without nvcc)"), c.stderr
+
+
+def test_make_help_prints_the_makefiles_header():
+    """`make help` is the Makefile's header comment (its one list of targets and variables), every
+    target the README's commands use included."""
+    p = subprocess.run(["make", "--no-print-directory", "help"], cwd=REPO, capture_output=True, text=True, timeout=60,
+                       env={k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")})
+    assert p.returncode == 0, p.stderr
+    header = []
+    for line in (REPO / "Makefile").read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        header.append(re.sub(r"^# ?", "", line))
+    assert [line for line in p.stdout.splitlines() if not line.startswith("make: no nvcc")] == header
+    for target in ["make ", "make cpu", "make train", "make test", "make deps", "make help", "HOST_BUILD", "NVCC"]:
+        assert target in p.stdout, target
