@@ -1,17 +1,24 @@
-# train_gpt2_ls: one place for flags.
-#   make                 the trainer, the CPU test binary and every GPU target (needs nvcc, no GPU)
+# train_gpt2_ls: one place for flags. `make help` prints this list.
+#   make                 the trainer, the generator, the CPU test binary and every GPU target (needs nvcc, no
+#                        GPU); without nvcc on PATH: the trainer and the generator built by the host
+#                        compiler (CXX) for the CPU, and the CPU test binary (one line says so)
+#   make cpu             the trainer and the generator built by the host compiler for the CPU only (faster to build;
+#                        --device cuda then says the build has no CUDA); `make` rebuilds them with nvcc
 #   make train           the main job: prepare tiny Shakespeare (GPT-2 BPE) and train on it
 #   make test            every CPU test (Catch2 + pytest + end-to-end), compiles every GPU target, and
-#                        runs the GPU kernels under device emulation (make test-emu)
+#                        runs the GPU kernels under device emulation (make test-emu); without nvcc only
+#                        the CPU tests (the GPU targets and the emulation need the CUDA toolkit's nvcc)
 #   make emu / test-emu  the emulated build of the GPU labs and tests (docs/emulation.md) / run it
 #   make test-gpu        GPU tests (needs a GPU)
 #   make test-asan       Catch2 + a short train/resume/generate under ASan + UBSan (build/asan)
 #   make test-reference  the PyTorch reference's self-tests (needs torch)
 #   make fuzz / fuzz-smoke  libFuzzer harnesses of the file readers: 10 min each / a few s each (build/fuzz)
 #   make deps            install the dependencies (scripts/install_deps.sh)
+#   make help            this list
 # Variables: CUDA_ARCH="80 90"  PRECISION=BF16|FP32  EXTRA_INCLUDE=.deps/include
-#            SHARED_DATA=../shared/data  NVCC=nvcc CXX=g++ PYTHON=python3
+#            SHARED_DATA=../shared/data  NVCC=nvcc CXX=g++ PYTHON=python3  BUILD=build
 #            USE_MPI=auto|0  USE_NCCL=auto|0  MPICXX=mpicxx  CUDA_HOME=<from nvcc's path>
+#            HOST_BUILD=0|1 (1: the trainer and the generator by CXX; default 1 when nvcc is not found)
 
 # `make deps GOALS...` (the README's commands): install first, then make GOALS in a fresh make, so
 # that what the Makefile detects when it is read (MPI, NCCL; below) includes what deps installed.
@@ -28,6 +35,11 @@ $(DEPS_THEN): deps
 .PHONY: deps $(DEPS_THEN)
 endif
 endif
+
+# make help: the header comment above, the one list of targets and variables
+help:
+	@sed -n '1,/^$$/s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
+.PHONY: help
 
 ifndef DEPS_FIRST
 NVCC ?= nvcc
@@ -50,6 +62,19 @@ $(error PRECISION must be BF16 or FP32, got '$(PRECISION)')
 endif
 endif
 
+# nvcc as the shell finds it (PATH, or NVCC=/path/to/nvcc). Without it, or with HOST_BUILD=1 (make cpu),
+# the trainer and the generator are built by $(CXX) as C++ with the CPU backend only (llmc/app/device.h:
+# no LLMC_CUDA_BACKEND), and the GPU targets and the emulated build (which needs CUDA's headers) are left
+# out of `make` and `make test`; one line says so (once per top-level make).
+NVCC_FOUND := $(shell command -v $(NVCC) 2>/dev/null)
+HOST_BUILD ?= $(if $(NVCC_FOUND),0,1)
+ifeq ($(NVCC_FOUND),)
+ifndef LLMC_NO_NVCC_SAID
+$(info make: no nvcc ('$(NVCC)' is not on PATH): building train_gpt2_ls and generate_gpt2_ls with $(CXX) for the CPU; the GPU targets and the emulated GPU tests need the CUDA toolkit)
+export LLMC_NO_NVCC_SAID := 1
+endif
+endif
+
 INCLUDES := -I. $(addprefix -I,$(EXTRA_INCLUDE))
 CXXFLAGS ?= -O2 -g
 CXXFLAGS += -std=c++17 -Wall -Wextra -fopenmp -MMD -MP $(INCLUDES)
@@ -65,7 +90,7 @@ CUDA_LIBS := -lcublas -lcublasLt -lgomp
 USE_MPI ?= auto
 USE_NCCL ?= auto
 MPICXX ?= mpicxx
-CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC_FOUND))
 MPI_FLAGS :=
 MPI_LIBS :=
 MPI_LINK_FLAGS := $(shell $(MPICXX) --showme:link 2>/dev/null)
@@ -90,9 +115,29 @@ DIST_LIBS := $(call dist_libs,$(USE_MPI),$(USE_NCCL))
 
 LLMC_HEADERS := $(wildcard llmc/*.h llmc/*/*.h llmc/*/*.cuh llmc/*.cuh)
 
-# --- the trainer -----------------------------------------------------------------------------
-train_gpt2_ls: train_gpt2_ls.cu $(LLMC_HEADERS)
+# --- the trainer and the generator -------------------------------------------------------------
+# By nvcc, or (HOST_BUILD=1) by $(CXX) as C++ for the CPU backend, with MPI as detected and no NCCL.
+# $(BUILD)/mains-compiler names the compiler of the last build of the two, so that switching between
+# `make` and `make cpu` rebuilds them (it is rewritten only when it changes).
+MAINS_COMPILER := $(if $(filter 1,$(HOST_BUILD)),$(CXX) (host, CPU only),$(NVCC))
+HOST_CXXFLAGS := -std=c++17 -O3 -Wall -Wextra -fopenmp $(INCLUDES)
+# MPI's headers as system headers: Open MPI's C++ bindings warn under -Wextra
+HOST_DIST_FLAGS := $(patsubst -I%,-isystem%,$(call dist_flags,$(USE_MPI),0))
+$(BUILD)/mains-compiler: FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(MAINS_COMPILER)' | cmp -s - $@ || echo '$(MAINS_COMPILER)' >$@
+FORCE:
+ifeq ($(HOST_BUILD),1)
+train_gpt2_ls generate_gpt2_ls: %: %.cu $(LLMC_HEADERS) $(BUILD)/mains-compiler
+	$(CXX) $(HOST_CXXFLAGS) $(HOST_DIST_FLAGS) -x c++ $< -o $@ $(call dist_libs,$(USE_MPI),0)
+else
+train_gpt2_ls: train_gpt2_ls.cu $(LLMC_HEADERS) $(BUILD)/mains-compiler
 	$(NVCC) $(NVCCFLAGS) $(DIST_FLAGS) $< -o $@ $(CUDA_LIBS) $(DIST_LIBS)
+generate_gpt2_ls: generate_gpt2_ls.cu $(LLMC_HEADERS) $(BUILD)/mains-compiler
+	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS)
+endif
+cpu:
+	$(MAKE) HOST_BUILD=1 train_gpt2_ls generate_gpt2_ls
 
 # --- CPU tests (Catch2 v2, one binary) -------------------------------------------------------
 TEST_SRCS := $(wildcard test/test_*.cpp)
@@ -115,11 +160,7 @@ $(BUILD)/dev/%: dev/cuda/%.cu $(LLMC_HEADERS) $(wildcard dev/cuda/*.cuh)
 $(BUILD)/test_gpu/%: test/gpu/%.cu $(LLMC_HEADERS) $(wildcard test/*.h test/gpu/*.cuh)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(DIST_FLAGS) $< -o $@ $(CUDA_LIBS) $(DIST_LIBS)
-# The generation binary, built from the same library.
-GEN_BIN := $(patsubst %.cu,%,$(wildcard generate_gpt2_ls.cu))
-generate_gpt2_ls: generate_gpt2_ls.cu $(LLMC_HEADERS)
-	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS)
-gpu-targets: train_gpt2_ls $(GEN_BIN) $(GPU_LAB_BINS) $(GPU_TEST_BINS)
+gpu-targets: train_gpt2_ls generate_gpt2_ls $(GPU_LAB_BINS) $(GPU_TEST_BINS)
 
 # The trainer in the other USE_MPI x USE_NCCL combinations (the default build is auto x auto), so a
 # machine with NCCL but no MPI (or the reverse, or neither) cannot meet a compile error first.
@@ -137,7 +178,11 @@ $(BUILD)/matrix/test_collective_nccl-nccl0: test/gpu/test_collective_nccl.cu $(L
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS)
 dist-matrix: $(DIST_MATRIX)
 
-all: train_gpt2_ls $(BUILD)/test_cpu gpu-targets
+ifeq ($(NVCC_FOUND),)
+all: train_gpt2_ls generate_gpt2_ls $(BUILD)/test_cpu
+else
+all: train_gpt2_ls generate_gpt2_ls $(BUILD)/test_cpu gpu-targets
+endif
 .DEFAULT_GOAL := all
 
 # --- device emulation (docs/emulation.md): the same .cu/.cuh sources built by the host compiler
@@ -261,26 +306,53 @@ JOBS ?= $(shell nproc)
 # GPU tests (make test-emu) in the background, and in the foreground pytest, the sanitized end-to-end
 # runs (make asan-e2e) and the fuzz smoke test (make fuzz-smoke: every committed crash input, then
 # a few seconds of fuzzing per harness).
+# Without nvcc: the same minus the GPU targets, the trainer matrix and the emulation (builds and
+# lane), and minus the pytest tests of those builds (PYTEST_NEEDS_NVCC); one line says so. CI=true
+# without nvcc is an error: CI runs everything.
+PYTEST_NEEDS_NVCC := test/test_emulated_cuda.py test/test_emulation.py test/test_emulation_cublaslt.py \
+                     test/test_emulation_nccl.py test/test_build_matrix.py::test_every_combination_builds_and_runs \
+                     test/test_build_matrix.py::test_mpirun_of_a_build_without_mpi_says_what_is_missing \
+                     test/test_build_matrix.py::test_nccl_test_without_nccl_is_skipped_not_passed
+ifeq ($(NVCC_FOUND),)
+test-build: $(ASAN_BINS) train_gpt2_ls generate_gpt2_ls  # and the fuzzers ($(FUZZ_BINS), below)
+PYTEST_LEFT_OUT := $(addprefix --deselect ,$(PYTEST_NEEDS_NVCC))
+else
 test-build: $(ASAN_BINS) gpu-targets dist-matrix emu  # and the fuzzers ($(FUZZ_BINS), below)
+PYTEST_LEFT_OUT :=
+endif
 test:
+ifeq ($(NVCC_FOUND),)
+ifeq ($(CI),true)
+	@echo "error: CI=true but no nvcc ('$(NVCC)' not on PATH): CI runs the GPU targets and the emulated tests; install the CUDA toolkit" >&2; exit 1
+endif
+	@echo "== no nvcc: CPU tests only; the GPU targets, the trainer matrix and the emulated GPU tests need nvcc (CUDA toolkit) =="
+endif
 	$(MAKE) -j$(JOBS) test-build
+ifneq ($(NVCC_FOUND),)
 	$(MAKE) -j$(JOBS) PRECISION=FP32 $(BUILD)/emu-fp32/train_gpt2_ls
+endif
 	$(MAKE) $(TS_DIR)/meta.json
 	@echo "== Catch2 (C++ CPU tests) under ASan + UBSan ($(ASAN_DIR)/test_cpu) =="
 	$(ASAN_ENV) $(ASAN_DIR)/test_cpu
+ifneq ($(NVCC_FOUND),)
 	@echo "== emulated GPU tests and kernels (make test-emu: scripts/gpu_check.sh --emulate; ASan + UBSan, two schedules) in the background, log $(BUILD)/test-emu.log =="
-	@$(MAKE) --no-print-directory test-emu >$(BUILD)/test-emu.log 2>&1 & emu=$$!; \
+endif
+	@$(if $(NVCC_FOUND),$(MAKE) --no-print-directory test-emu >$(BUILD)/test-emu.log 2>&1 &,true &) emu=$$!; \
 	echo "== pytest (data pipeline, end to end, emulation faults and mutants) =="; \
-	SHARED_DATA=$(abspath $(SHARED_DATA)) $(PYTHON) -m pytest -q data/tests test; py=$$?; \
+	SHARED_DATA=$(abspath $(SHARED_DATA)) $(PYTHON) -m pytest -q data/tests test $(PYTEST_LEFT_OUT); py=$$?; \
 	$(MAKE) --no-print-directory asan-e2e; asan=$$?; \
 	echo "== fuzz smoke test (make fuzz-smoke) =="; \
 	$(MAKE) --no-print-directory fuzz-smoke; fuzz=$$?; \
 	wait $$emu; emu_rc=$$?; \
-	echo "== make test-emu (from $(BUILD)/test-emu.log) =="; cat $(BUILD)/test-emu.log; \
+	$(if $(NVCC_FOUND),echo "== make test-emu (from $(BUILD)/test-emu.log) =="; cat $(BUILD)/test-emu.log;) \
 	if [ $$py -ne 0 ] || [ $$asan -ne 0 ] || [ $$fuzz -ne 0 ] || [ $$emu_rc -ne 0 ]; then \
 	  echo "== FAILED: pytest exit $$py, make asan-e2e exit $$asan, make fuzz-smoke exit $$fuzz, make test-emu exit $$emu_rc =="; exit 1; fi
+ifneq ($(NVCC_FOUND),)
 	@echo "== all CPU tests passed (Catch2 and the end-to-end runs also under ASan + UBSan; fuzz smoke test); GPU kernels passed EMULATED (not on a GPU): $(EMU_LAB_BINS) $(EMU_TEST_BINS) =="
 	@echo "== GPU targets compiled (nvcc): $(GPU_LAB_BINS) $(GPU_TEST_BINS) train_gpt2_ls $(DIST_MATRIX) =="
+else
+	@echo "== all CPU tests passed (Catch2 and the end-to-end runs also under ASan + UBSan; fuzz smoke test); NOT run without nvcc: the GPU targets, the trainer matrix, the emulated GPU tests =="
+endif
 
 # The PyTorch reference's self-tests and a byte check of the committed fixtures; needs torch
 # (Debian's python3-torch for /usr/bin/python3, or pip's). Not part of `make test` (CI has no torch).
@@ -337,6 +409,6 @@ deps:
 clean:
 	rm -rf $(BUILD) train_gpt2_ls generate_gpt2_ls
 
-.PHONY: all gpu-targets dist-matrix emu test-emu data-tinyshakespeare train test test-build test-gpu test-reference deps clean
+.PHONY: all cpu gpu-targets dist-matrix emu test-emu data-tinyshakespeare train test test-build test-gpu test-reference deps clean
 
 endif  # DEPS_FIRST

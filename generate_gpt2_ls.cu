@@ -12,12 +12,11 @@
 #include <string>
 #include <vector>
 
-#include <omp.h>
-
 #include "llmc/app/backends.h"
 #include "llmc/app/generate_bench.h"
 #include "llmc/app/generate_cli.h"
 #include "llmc/app/generate_input.h"
+#include "llmc/app/threads.h"
 #include "llmc/core/backend.h"
 #include "llmc/core/error.h"
 #include "llmc/core/rng.h"
@@ -70,13 +69,13 @@ int run_generation(const llmc::GenerateConfig& g, const llmc::ModelCheckpoint& c
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!g.print_ids) std::printf("\n");
     std::fprintf(stderr, "generated %zu tokens in %.3f s (%.1f tok/s), %s, %s, KV cache %.1f KiB\n", out.size(), s,
-                 out.size() / (s > 0 ? s : 1e-9), model->name(), g.no_cache ? "no cache" : "cached",
+                 out.size() / (s > 0 ? s : 1e-9), model->device_description().c_str(), g.no_cache ? "no cache" : "cached",
                  g.no_cache ? 0.0 : model->kv_cache_bytes() / 1024.0);
     return 0;
 }
 
 int run(const llmc::GenerateConfig& g) {
-    if (g.threads > 0) omp_set_num_threads(g.threads);
+    llmc::set_thread_count(g.threads);
     if (g.encode_only) return run_encode_only(g);
     const llmc::ModelCheckpoint ck = llmc::load_model_checkpoint(g.model);
     if (!g.bench) return run_generation(g, ck);
@@ -89,6 +88,7 @@ int run(const llmc::GenerateConfig& g) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    llmc::use_passive_wait_policy(argv);  // may re-execute this program (llmc/app/threads.h)
     llmc::GenerateCli cli;
     const int rc = cli.parse(argc, argv);
     if (rc >= 0) return rc;

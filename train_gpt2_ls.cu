@@ -10,16 +10,16 @@
 #include <memory>
 #include <string>
 
-#include <omp.h>
-
 #include "llmc/app/backends.h"
 #include "llmc/app/cli.h"
+#include "llmc/app/threads.h"
 #include "llmc/core/error.h"
 #include "llmc/dist/collective.h"
 #include "llmc/io/atomic_file.h"
 #include "llmc/train/train_loop.h"
 
 int main(int argc, char** argv) {
+    llmc::use_passive_wait_policy(argv);  // may re-execute this program (llmc/app/threads.h)
     // A write past `ulimit -f` fails with EFBIG (one error line, files left intact) instead of SIGXFSZ
     llmc::ignore_file_size_signal();
     llmc::MpiSession mpi(&argc, &argv);  // MPI_Init / MPI_Finalize when started by a launcher
@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
         cfg.rank = comm->rank();
         cfg.world_size = comm->world_size();
         cfg.local_rank = launch.local_rank;
-        if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
+        llmc::set_thread_count(cfg.threads);
         // Once the model is known: a GPU the CUDA backend cannot use for it leaves `auto` on the CPU.
         const llmc::BackendFactory backend_for = [&cfg](const llmc::ModelConfig& m) {
             return llmc::make_backend(llmc::device_for_model(cfg.device, m, cfg.rank == 0), m, cfg.seed, cfg.local_rank);

@@ -4,7 +4,8 @@
 #           the device emulation, make emu), clang with libclang-rt (libFuzzer, make fuzz-smoke).
 #   PyPI:   requirements.txt (numpy, tiktoken, sentencepiece, tqdm, pytest, matplotlib);
 #           requirements-test.txt (torch, transformers, safetensors: test/test_export_hf.py).
-# The CUDA toolkit (nvcc, cuBLAS/cuBLASLt, NCCL) is expected to be installed already.
+# The CUDA toolkit (nvcc, cuBLAS/cuBLASLt, NCCL) is not installed here: with it, make builds the GPU
+# targets too; without it, the CPU programs and tests only (the Makefile says so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 debs=(libcli11-dev nlohmann-json3-dev catch2 libopenmpi-dev openmpi-bin libboost-context-dev clang libclang-rt-14-dev)
@@ -34,4 +35,4 @@ if ! $PYTHON -c "import torch, transformers, safetensors" 2>/dev/null; then
 else
   echo "install_deps: Python test packages present"
 fi
-command -v nvcc >/dev/null || echo "install_deps: warning: nvcc not on PATH; 'make' needs the CUDA toolkit" >&2
+command -v nvcc >/dev/null || echo "install_deps: note: nvcc not on PATH; make builds the trainer and the generator for the CPU only (the GPU targets and the emulated GPU tests need the CUDA toolkit)" >&2

@@ -26,6 +26,9 @@ BIN = Path(os.environ.get("TRAIN_GPT2_LS", REPO / "train_gpt2_ls"))  # override 
 TS_GPT2 = REPO / "data" / "shards" / "tinyshakespeare_gpt2"
 SHARED = Path(os.environ.get("SHARED_DATA", REPO.parent / "shared" / "data"))
 
+# The binary was built by nvcc (it links cuBLAS), not by the host compiler (`make cpu`, or make without nvcc).
+CUDA_BUILD = BIN.exists() and "libcublas" in subprocess.run(["ldd", str(BIN)], capture_output=True, text=True).stdout
+
 # A tiny LS model for the byte-level data: L=2, C=32, NH=4 (hd 8), G=1, P=8.
 TINY = ["--layers", "2", "--channels", "32", "--heads", "4", "--global-heads", "1", "--window", "8",
         "--max-seq-len", "64", "-b", "4", "-t", "32", "--threads", "1"]
@@ -290,7 +293,8 @@ def assert_refused(args, out_dir, expect):
     (["-d", 100], "not a multiple of B*T*processes"),
     (["--vocab", 200], "smaller than the data's 256"),
     (["-k", "cosinus"], "--lr-schedule 'cosinus'"),
-    pytest.param(["--device", "cuda"], "--device cuda: no CUDA device found; use --device cpu",
+    pytest.param(["--device", "cuda"], "--device cuda: no CUDA device found; use --device cpu" if CUDA_BUILD else
+                 "this build has no CUDA backend (compiled without nvcc); use --device cpu or build with nvcc",
                  marks=pytest.mark.skipif(os.path.exists("/dev/nvidia0"), reason="a GPU is present: not refused")),
     (["--bogus-flag"], "--bogus-flag"),
     (["-b", "four"], "four"),

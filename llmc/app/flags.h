@@ -162,8 +162,9 @@ enum class FlagRecord { Both, Toml, Launch, Hidden, Json };
             "DIR/attn_L<l>_H<h>.npy, float32 (T, T) (CPU backend)") \
     SETTING(Both, std::string, device, "auto", "--device", true, "", \
             "auto | cpu | cuda") \
-    SETTING(Both, int, threads, 0, "--threads", v >= 0, "must be >= 0 (0 = OpenMP's default)", \
-            "OpenMP threads (0 = OpenMP's default)") \
+    SETTING(Both, int, threads, 0, "--threads", v >= 0, "must be >= 0 (0 = automatic)", \
+            "OpenMP threads (0 = OMP_NUM_THREADS, else the CPUs this process may use); idle threads sleep " \
+            "(OMP_WAIT_POLICY=PASSIVE) unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set") \
     /* data parallelism (docs/multigpu.md) */ \
     SETTING(Json, int, world_size, 1, "", true, "", \
             "processes, from the collective") \

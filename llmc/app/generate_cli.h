@@ -73,7 +73,7 @@ public:
             ->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "cuda"}));
         a.add_flag("--no-cache", c.no_cache, "no KV cache: a full forward pass per token (the reference path)");
         a.add_flag("--print-ids", c.print_ids, "print the generated token ids, one per line, instead of text");
-        a.add_option("--threads", c.threads, "OpenMP threads (0 = OpenMP's default)")->capture_default_str()
+        a.add_option("--threads", c.threads, "OpenMP threads (0 = OMP_NUM_THREADS, else the CPUs this process may use; as the trainer's)")->capture_default_str()
             ->check(CLI::NonNegativeNumber);
         a.add_flag("--bench", c.bench,
                    "latency benchmark instead of text: prefill and per-token decode times with random tokens, "

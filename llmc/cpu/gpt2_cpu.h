@@ -42,6 +42,7 @@
 #include "llmc/cpu/kv_cache.h"
 #include "llmc/cpu/layernorm.h"
 #include "llmc/cpu/matmul.h"
+#include "llmc/cpu/omp_wait.h"
 #include "llmc/cpu/qknorm.h"
 #include "llmc/cpu/residual.h"
 #include "llmc/core/error.h"
@@ -408,7 +409,7 @@ public:
 
     const char* name() const override { return "cpu"; }
     std::string device_description() const override {
-        return "cpu (" + std::to_string(omp_get_max_threads()) + " threads)";
+        return "cpu (" + std::to_string(omp_get_max_threads()) + " threads, " + wait_policy_description() + ")";
     }
     const ModelConfig& config() const override { return model_.config(); }
 

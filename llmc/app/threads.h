@@ -1,0 +1,70 @@
+// The OpenMP threads of the two programs (train_gpt2_ls, generate_gpt2_ls): how many, and how an idle
+// thread waits. Both are chosen so that a machine whose cores are shared with other work slows the
+// programs down in proportion, not tenfold (docs/training.md, "Threads", has the measurements).
+//
+// Wait policy. libgomp's default lets a thread that waits at a barrier spin for about 300,000
+// iterations (a few ms) before it sleeps. When another process holds one of the cores, every barrier
+// then waits for a descheduled thread while the others burn their time slices spinning: a training
+// step was 10x slower, generation 35x. The programs therefore run with OMP_WAIT_POLICY=PASSIVE (a
+// waiting thread sleeps at once) unless the environment sets OMP_WAIT_POLICY or GOMP_SPINCOUNT, which
+// are then used as given. libgomp reads both once, when it is loaded (before main), so main sets the
+// variable and re-executes the program (same pid, same arguments): use_passive_wait_policy().
+//
+// Thread count. --threads N > 0 is used as given; --threads 0 (the default) takes OMP_NUM_THREADS when
+// it is set, else the number of CPUs this process may run on (its sched_getaffinity mask: `taskset`,
+// cgroups' cpusets, Slurm's binding), which is also libgomp's own default.
+#pragma once
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include <omp.h>
+
+namespace llmc {
+
+// The value the programs give OMP_WAIT_POLICY when the environment chose no wait policy.
+constexpr const char* kDefaultWaitPolicy = "PASSIVE";
+
+// Whether the programs choose the wait policy: neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set (an
+// empty value counts as set: libgomp ignores it, and so do we, rather than overriding the user).
+inline bool program_chooses_wait_policy(const char* omp_wait_policy, const char* gomp_spincount) {
+    return omp_wait_policy == nullptr && gomp_spincount == nullptr;
+}
+
+// First thing in main, before anything starts a thread or MPI: when the environment chose no wait
+// policy, set OMP_WAIT_POLICY=PASSIVE and re-execute this program so that libgomp reads it. Returns
+// only when no re-exec was needed, or when it failed (then the variable is removed again, so that the
+// device line, llmc/cpu/omp_wait.h, reports libgomp's default, which is what is in effect).
+inline void use_passive_wait_policy(char** argv) {
+    if (!program_chooses_wait_policy(std::getenv("OMP_WAIT_POLICY"), std::getenv("GOMP_SPINCOUNT"))) return;
+    if (setenv("OMP_WAIT_POLICY", kDefaultWaitPolicy, 1) != 0) return;
+    execv("/proc/self/exe", argv);
+    unsetenv("OMP_WAIT_POLICY");
+}
+
+// The thread count for --threads `flag` (>= 0): the flag when > 0; 0 (leave OpenMP's count, which
+// OMP_NUM_THREADS sets) when OMP_NUM_THREADS is set and not empty; else `affinity_cpus` (>= 1).
+inline int thread_count_to_set(int flag, const char* omp_num_threads, int affinity_cpus) {
+    if (flag > 0) return flag;
+    if (omp_num_threads != nullptr && omp_num_threads[0] != '\0') return 0;
+    return affinity_cpus > 0 ? affinity_cpus : 1;
+}
+
+// The number of CPUs in this process's affinity mask (1 when it cannot be read).
+inline int affinity_cpu_count() {
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    if (sched_getaffinity(0, sizeof(mask), &mask) != 0) return 1;
+    const int n = CPU_COUNT(&mask);
+    return n > 0 ? n : 1;
+}
+
+// Sets OpenMP's thread count for --threads `flag` (thread_count_to_set with this process's environment
+// and affinity).
+inline void set_thread_count(int flag) {
+    const int n = thread_count_to_set(flag, std::getenv("OMP_NUM_THREADS"), affinity_cpu_count());
+    if (n > 0) omp_set_num_threads(n);
+}
+
+}  // namespace llmc

@@ -1,0 +1,96 @@
+"""The OpenMP set-up of train_gpt2_ls and generate_gpt2_ls (llmc/app/threads.h, docs/training.md
+"Threads"): with neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT in the environment the programs run with
+OMP_WAIT_POLICY=PASSIVE, read back from libgomp itself (OMP_DISPLAY_ENV prints what libgomp read when
+it was loaded, so this fails when the variable is set too late) and shown on the device line; a wait
+policy the user set is kept; the thread count follows --threads, OMP_NUM_THREADS and the affinity mask."""
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from test_e2e import BIN, REPO, TINY, byte_data, data_args  # noqa: F401  (byte_data is a fixture)
+from test_generate import GEN
+
+TASKSET = shutil.which("taskset")
+
+
+def clean_env(**extra):
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS")}
+    env.update(extra)
+    return env
+
+
+def train(data, env, extra=(), prefix=()):
+    if not BIN.exists():
+        pytest.fail(f"{BIN} is missing; build it with `make train_gpt2_ls`")
+    cmd = list(prefix) + [str(BIN), "--device", "cpu"] + data_args(data) + TINY + ["-x", "1", "-v", "0", "-s", "0"]
+    cmd += [str(a) for a in extra]
+    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    return p
+
+
+def device_line(stdout):
+    m = re.search(r"^train_gpt2_ls \| device (cpu \(.*\)) \| model", stdout, re.M)
+    assert m, stdout
+    return m.group(1)
+
+
+def libgomp_wait_policy(stderr):
+    """OMP_WAIT_POLICY and GOMP_SPINCOUNT as libgomp read them, from the last OMP_DISPLAY_ENV block."""
+    blocks = stderr.split("OPENMP DISPLAY ENVIRONMENT BEGIN")
+    assert len(blocks) > 1, f"no OMP_DISPLAY_ENV block on stderr:\n{stderr}"
+    last = blocks[-1]
+    policy = re.search(r"OMP_WAIT_POLICY = '(\w+)'", last)
+    spin = re.search(r"GOMP_SPINCOUNT = '(\d+)'", last)
+    assert policy and spin, last
+    return policy.group(1), int(spin.group(1))
+
+
+def test_default_is_passive_as_libgomp_reads_it(byte_data):  # noqa: F811
+    p = train(byte_data, clean_env(OMP_DISPLAY_ENV="VERBOSE"))
+    assert libgomp_wait_policy(p.stderr) == ("PASSIVE", 0)
+    assert "OMP_WAIT_POLICY=PASSIVE" in device_line(p.stdout)
+
+
+@pytest.mark.parametrize("env, shown, libgomp", [
+    ({"OMP_WAIT_POLICY": "active"}, "OMP_WAIT_POLICY=active", "ACTIVE"),
+    ({"GOMP_SPINCOUNT": "300000"}, "GOMP_SPINCOUNT=300000", None),
+])
+def test_a_wait_policy_in_the_environment_is_kept(byte_data, env, shown, libgomp):  # noqa: F811
+    p = train(byte_data, clean_env(OMP_DISPLAY_ENV="VERBOSE", **env))
+    policy, spin = libgomp_wait_policy(p.stderr)
+    assert spin > 0, "the user's wait policy was replaced by a passive one"
+    if libgomp:
+        assert policy == libgomp
+    line = device_line(p.stdout)
+    assert shown in line and "PASSIVE" not in line
+
+
+@pytest.mark.parametrize("extra, env, prefix, threads", [
+    (["--threads", 2], {}, (), 2),
+    (["--threads", 2], {"OMP_NUM_THREADS": "3"}, (), 2),  # the flag wins
+    (["--threads", 0], {"OMP_NUM_THREADS": "3"}, (), 3),
+    (["--threads", 0], {}, ("taskset", "-c", "0"), 1),   # the affinity mask
+])
+def test_thread_count(byte_data, extra, env, prefix, threads):  # noqa: F811
+    if prefix and TASKSET is None:
+        pytest.fail("taskset (util-linux) is missing")
+    p = train(byte_data, clean_env(**env), extra=extra, prefix=prefix)
+    assert device_line(p.stdout).startswith(f"cpu ({threads} threads, "), p.stdout
+
+
+def test_generator_reports_the_wait_policy(byte_data, tmp_path):  # noqa: F811
+    out = tmp_path / "run"
+    train(byte_data, clean_env(), extra=["-o", out])
+    model = sorted(out.glob("model_*.bin"))[-1]
+    if not GEN.exists():
+        pytest.fail(f"{GEN} is missing; build it with `make generate_gpt2_ls`")
+    p = subprocess.run([str(GEN), "-e", str(model), "--prompt-ids", "70,105", "-n", "4", "--device", "cpu",
+                        "--print-ids"], cwd=REPO, capture_output=True, text=True, timeout=300,
+                       env=clean_env(OMP_DISPLAY_ENV="VERBOSE"))
+    assert p.returncode == 0, p.stderr
+    assert libgomp_wait_policy(p.stderr) == ("PASSIVE", 0)
+    assert re.search(r"generated 4 tokens .*cpu \(\d+ threads, OMP_WAIT_POLICY=PASSIVE\)", p.stderr), p.stderr
