@@ -56,6 +56,7 @@
 #include "llmc/io/attention_dump.h"
 #include "llmc/io/checkpoint.h"
 #include "llmc/io/checkpoint_dir.h"
+#include "llmc/io/data_identity.h"
 #include "llmc/io/data_vocab.h"
 #include "llmc/io/dataloader.h"
 #include "llmc/io/json_text.h"
@@ -112,6 +113,9 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     RunPlan p;
     validate_train_flags(cfg);
     plan_model(cfg, cfg.train_data, p);
+    if (!cfg.val_data.empty())
+        check_same_tokenizer(cfg.train_data, "the training data -i '" + cfg.train_data + "'", cfg.val_data,
+                             "the validation data -j '" + cfg.val_data + "'", cfg.rank == 0);
     const int V = p.model.vocab_size;
     p.train = open_loader(cfg, cfg.train_data, cfg.shuffle == 1, V);
     if (!cfg.val_data.empty()) p.val = open_loader(cfg, cfg.val_data, false, V);
@@ -353,6 +357,8 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
         throw InputError("--eval-only needs -e CHECKPOINT (a model file); '" + cfg.model + "' is not a file");
     RunPlan plan;
     plan_model(cfg, cfg.val_data, plan);
+    const std::string length_note = past_trained_length_note(*plan.init, cfg.model, cfg.seq_len, "--eval-only -t");
+    if (!length_note.empty() && comm.rank() == 0) std::fprintf(stderr, "%s\n", length_note.c_str());
     std::vector<DumpHead> dump_heads;  // --dump-attention
     if (!cfg.dump_attention.empty()) dump_heads = parse_dump_attention(cfg.dump_attention);
     check_dump_attention_heads(dump_heads, plan.model);
