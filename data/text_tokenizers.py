@@ -122,8 +122,11 @@ def train_sentencepiece(lines, model_path, vocab_size, seed, threads):
             remove_extra_whitespaces=False, add_dummy_prefix=False, allow_whitespace_only_pieces=True,
             split_digits=False, user_defined_symbols=[SP_NEWLINE], unk_id=0, eos_id=1, bos_id=-1, pad_id=-1,
             input_sentence_size=0, shuffle_input_sentence=False, num_threads=max(1, threads), minloglevel=2)
-    except RuntimeError as e:  # e.g. the vocabulary is larger than the corpus supports
-        raise PrepareError(f"SentencePiece training failed: {str(e).strip().splitlines()[-1]}; try a smaller --vocab-size or more text") from None
+    except RuntimeError as e:  # the vocabulary is larger than the corpus supports, or too small for its characters
+        reason = str(e).strip().splitlines()[-1]
+        fix = ("try a larger --vocab-size (every character of the text needs a piece)"
+               if "smaller than required_chars" in reason else "try a smaller --vocab-size or more text")
+        raise PrepareError(f"SentencePiece training failed: {reason}; {fix}") from None
     os.remove(prefix + ".vocab")  # the .model file has everything
     return prefix + ".model"
 

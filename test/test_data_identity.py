@@ -4,7 +4,7 @@ two SentencePiece data sets of the same vocabulary but other models, and a plain
 mismatch; -j shards without meta.json or tokenizer.bin train with one note on stderr.
 
 The data sets are made with data/prepare.py from 60 kB of tiny Shakespeare (SentencePiece with a
-300-piece vocabulary trains in about a second; GPT-2 BPE from the shared encoder.json/vocab.bpe).
+400-piece vocabulary trains in about a second; GPT-2 BPE from the shared encoder.json/vocab.bpe).
 """
 import shutil
 import subprocess
@@ -28,13 +28,13 @@ def prepare(out, text, tokenizer, *extra):
 
 @pytest.fixture(scope="module")
 def data_sets(tmp_path_factory):
-    """{"gpt2", "sp", "sp_other"}: directories made by data/prepare.py (sp and sp_other: vocabulary 300 each,
+    """{"gpt2", "sp", "sp_other"}: directories made by data/prepare.py (sp and sp_other: vocabulary 400 each,
     SentencePiece trained on different halves of the text)."""
     text = (SHARED / "tinyshakespeare" / "input.txt").read_text()[:120_000]
     d = tmp_path_factory.mktemp("identity")
     return {"gpt2": prepare(d / "gpt2", text[:60_000], "gpt2", "--gpt2-bpe", SHARED / "gpt2"),
-            "sp": prepare(d / "sp", text[:60_000], "sp", "--vocab-size", 300),
-            "sp_other": prepare(d / "sp_other", text[60_000:], "sp", "--vocab-size", 300)}
+            "sp": prepare(d / "sp", text[:60_000], "sp", "--vocab-size", 400),
+            "sp_other": prepare(d / "sp_other", text[60_000:], "sp", "--vocab-size", 400)}
 
 
 def refused(args, *expect):
@@ -50,7 +50,7 @@ def refused(args, *expect):
 def test_sentencepiece_validation_with_gpt2_training_is_refused(data_sets, tmp_path):
     gpt2, sp = data_sets["gpt2"], data_sets["sp"]
     line = refused(["-i", f"{gpt2}/train_*.bin", "-j", f"{sp}/val_*.bin", "-o", tmp_path / "run"] + TINY_RUN,
-                   f"-j '{sp}/val_*.bin'", f"-i '{gpt2}/train_*.bin'", "tokenizer sp, vocabulary 300",
+                   f"-j '{sp}/val_*.bin'", f"-i '{gpt2}/train_*.bin'", "tokenizer sp, vocabulary 400",
                    "tokenizer gpt2, vocabulary 50257", "the tokenizer differs")
     assert "data/prepare.py" in line
     assert not (tmp_path / "run").exists()  # refused before anything is written
@@ -64,9 +64,9 @@ def test_same_vocabulary_other_sentencepiece_model_is_refused(data_sets):
 
 
 def test_other_vocabulary_without_tokenizer_names_is_refused(byte_data, data_sets):
-    """byte_data's meta.json names no tokenizer: the vocabularies (256 vs 300) still differ."""
+    """byte_data's meta.json names no tokenizer: the vocabularies (256 vs 400) still differ."""
     refused(["-i", f"{byte_data}/train_*.bin", "-j", f"{data_sets['sp']}/val_*.bin"] + TINY_RUN,
-            "the vocabulary differs", "vocabulary 256", "vocabulary 300")
+            "the vocabulary differs", "vocabulary 256", "vocabulary 400")
 
 
 def test_same_tokenizer_in_another_directory_trains(data_sets, tmp_path):

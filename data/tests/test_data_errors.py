@@ -131,3 +131,11 @@ def test_exit_code_is_one(tmp_path):
     proc = run_prepare("--dataset", "tinyshakespeare", "--source", tmp_path / "nope.txt", "--tokenizer", "sp",
                        "--out", tmp_path / "out", check=False)
     assert proc.returncode == 1 and proc.stderr.startswith("error: ")
+
+
+def test_sp_vocab_smaller_than_the_characters_of_the_text(tmp_path):
+    """More distinct characters than pieces: the fix is a larger vocabulary, not a smaller one."""
+    (tmp_path / "t.txt").write_text("".join(chr(0x4E00 + i) for i in range(400)) + "\n" + "some text\n" * 50)
+    line = fails(tmp_path, "--dataset", "text", "--source", tmp_path / "t.txt", "--tokenizer", "sp",
+                 "--vocab-size", "300", expect="try a larger --vocab-size")
+    assert "smaller --vocab-size" not in line

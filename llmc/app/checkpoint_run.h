@@ -23,6 +23,7 @@
 #include "llmc/app/generate_cli.h"
 #include "llmc/app/train_config.h"
 #include "llmc/core/error.h"
+#include "llmc/core/model_config.h"
 #include "llmc/io/data_identity.h"
 #include "llmc/io/dataloader.h"
 
@@ -113,6 +114,17 @@ inline void eval_settings_from_run(TrainConfig& cfg, int argc, const char* const
         for (const std::string& s : taken) list += (list.empty() ? "" : ", ") + s;
         std::fprintf(stderr, "--eval-only: %s from %s (flags given win)\n", list.c_str(), run->config_path.c_str());
     }
+}
+
+// --eval-only of a checkpoint with no run beside it (nothing to compare -j with): the note when the
+// data's known vocabulary differs from the model's ("" otherwise). A smaller data vocabulary is
+// accepted (a model may be trained with a --vocab above its data's), but it usually means another tokenizer.
+inline std::string eval_vocab_note(const std::string& checkpoint, const ModelConfig& model, int data_vocab,
+                                   const std::string& vocab_source, const std::string& val_data) {
+    if (data_vocab <= 0 || data_vocab == model.vocab_size || read_checkpoint_run(checkpoint)) return "";
+    return "note: -j '" + val_data + "' has vocabulary " + std::to_string(data_vocab) + " (" + vocab_source +
+           ") and the model " + std::to_string(model.vocab_size) + ", and " + checkpoint +
+           " has no config.json beside it naming its training data: check that -j was tokenized like it";
 }
 
 // generate_gpt2_ls: --tokenizer from the checkpoint's run (the tokenizer.bin next to its training data)

@@ -82,7 +82,8 @@ inline std::string tokenizer_difference(const DataIdentity& a, const DataIdentit
 
 // Refuses data `other` (named by other_what, e.g. "-j 'data/sp/val_*.bin'") that was tokenized
 // differently from `base` (base_what) with one line naming both and their tokenizers. When
-// either has no known identity and print_note, says on stderr that the check could not be made.
+// either has no known identity (its directory exists but holds neither meta.json nor tokenizer.bin)
+// and print_note, says on stderr that the check could not be made.
 inline void check_same_tokenizer(const std::string& base_pattern, const std::string& base_what,
                                  const std::string& other_pattern, const std::string& other_what, bool print_note) {
     const DataIdentity base = read_data_identity(base_pattern), other = read_data_identity(other_pattern);
@@ -92,8 +93,10 @@ inline void check_same_tokenizer(const std::string& base_pattern, const std::str
                          other_what + " has " + other.describe() + ", " + base_what + " has " + base.describe() +
                          "; a loss on other tokens means nothing: give data prepared with the same tokenizer "
                          "(data/prepare.py)");
-    if (print_note && (!base.known() || !other.known()) && !same_directory(base.dir, other.dir)) {
-        const DataIdentity& unknown = base.known() ? other : base;
+    const DataIdentity& unknown = base.known() ? other : base;
+    std::error_code ec;
+    if (print_note && !unknown.known() && !same_directory(base.dir, other.dir) &&
+        std::filesystem::is_directory(unknown.dir, ec)) {  // a missing directory: the data loader names it
         std::fprintf(stderr, "note: cannot check that %s and %s were tokenized alike: %s has no meta.json or "
                      "tokenizer.bin (only token ids beyond the vocabulary are caught)\n",
                      other_what.c_str(), base_what.c_str(), unknown.dir.c_str());

@@ -41,6 +41,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "llmc/app/checkpoint_run.h"
 #include "llmc/app/config_json.h"
 #include "llmc/app/model_setup.h"
 #include "llmc/app/train_config.h"
@@ -357,8 +358,11 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
         throw InputError("--eval-only needs -e CHECKPOINT (a model file); '" + cfg.model + "' is not a file");
     RunPlan plan;
     plan_model(cfg, cfg.val_data, plan);
-    const std::string length_note = past_trained_length_note(*plan.init, cfg.model, cfg.seq_len, "--eval-only -t");
-    if (!length_note.empty() && comm.rank() == 0) std::fprintf(stderr, "%s\n", length_note.c_str());
+    const std::string notes[] = {
+        past_trained_length_note(*plan.init, cfg.model, cfg.seq_len, "--eval-only -t"),
+        eval_vocab_note(cfg.model, plan.model, plan.data_vocab, plan.vocab_source, cfg.val_data)};
+    for (const std::string& note : notes)
+        if (!note.empty() && comm.rank() == 0) std::fprintf(stderr, "%s\n", note.c_str());
     std::vector<DumpHead> dump_heads;  // --dump-attention
     if (!cfg.dump_attention.empty()) dump_heads = parse_dump_attention(cfg.dump_attention);
     check_dump_attention_heads(dump_heads, plan.model);
