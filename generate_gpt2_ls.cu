@@ -5,7 +5,9 @@
 // Stdout carries only the generated text (or ids with --print-ids); a summary goes to stderr.
 // --bench instead times the KV cache and prints one JSON object (llmc/app/generate_bench.h).
 // Any user error ends as one line "error: <message>" and exit code 1.
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <memory>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "llmc/app/backends.h"
+#include "llmc/app/checkpoint_run.h"
 #include "llmc/app/generate_bench.h"
 #include "llmc/app/generate_cli.h"
 #include "llmc/app/generate_input.h"
@@ -46,10 +49,16 @@ std::unique_ptr<llmc::Backend> load_backend(const llmc::GenerateConfig& g, const
     return backend;
 }
 
-// Samples g.tokens tokens after the prompt, streaming each to stdout as it is chosen.
-int run_generation(const llmc::GenerateConfig& g, const llmc::ModelCheckpoint& ck) {
+// Samples g.tokens tokens after the prompt, streaming each to stdout as it is chosen. Once every input
+// is checked, says on stderr what came from the checkpoint's run (`taken`) and whether the context
+// goes past the length the model was trained at.
+int run_generation(const llmc::GenerateConfig& g, const llmc::ModelCheckpoint& ck, const std::string& taken) {
     const llmc::GenerationInput in = llmc::generation_input(g, ck.config);
     const std::unique_ptr<llmc::Backend> model = load_backend(g, ck, nullptr);
+    const int positions = (int)std::min<int64_t>((int64_t)in.prompt.size() + g.tokens, in.max_len);
+    const std::string length_note = llmc::past_trained_length_note(ck, g.model, positions, "generation");
+    for (const std::string& line : {taken, length_note})
+        if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
     llmc::Rng rng(g.seed);
     llmc::GenerateOptions opt;
     opt.top_k = g.top_k;
@@ -74,11 +83,14 @@ int run_generation(const llmc::GenerateConfig& g, const llmc::ModelCheckpoint& c
     return 0;
 }
 
-int run(const llmc::GenerateConfig& g) {
+int run(llmc::GenerateConfig g) {
     llmc::set_thread_count(g.threads);
     if (g.encode_only) return run_encode_only(g);
     const llmc::ModelCheckpoint ck = llmc::load_model_checkpoint(g.model);
-    if (!g.bench) return run_generation(g, ck);
+    if (!g.bench) {
+        const std::string taken = llmc::generate_settings_from_run(g);  // --tokenizer from the checkpoint's run
+        return run_generation(g, ck, taken);
+    }
     llmc::check_bench_flags(g, ck.config);
     llmc::DeviceFacts facts;
     const std::unique_ptr<llmc::Backend> model = load_backend(g, ck, &facts);

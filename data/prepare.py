@@ -26,6 +26,7 @@ from shards import ShardWriter, shard_version_for_vocab, MAX_SHARD_TOKENS  # noq
 from sources import dataset_splits, load_document  # noqa: E402
 
 DEFAULT_VAL_FRACTION = {"tinyshakespeare": 0.1, "pg19": 0.05, "text": 0.05, "synthetic": 0.05}
+DEFAULT_SP_VOCAB = 10000
 CHUNK_BYTES = 4 << 20  # documents are sent to the workers in chunks of about this many bytes
 OUTPUT_RE = re.compile(r"^((train|val)_\d{6}\.bin|tokenizer\.bin|tokenizer\.model|meta\.json)$")
 
@@ -44,7 +45,8 @@ def parse_args(argv):
     p.add_argument("--out", required=True, help="output directory (shards, tokenizer.bin, meta.json)")
     p.add_argument("--tokenizer", choices=["gpt2", "sp"], help="gpt2 = GPT-2 BPE, sp = SentencePiece BPE trained "
                    "on the training split (required except for synthetic)")
-    p.add_argument("--vocab-size", type=int, default=10000, help="SentencePiece vocabulary size")
+    p.add_argument("--vocab-size", type=int, help="SentencePiece vocabulary size (only with --tokenizer sp; "
+                   f"default {DEFAULT_SP_VOCAB})")
     p.add_argument("--gpt2-bpe", help="directory with GPT-2's encoder.json and vocab.bpe (default: $GPT2_BPE_DIR, "
                    "else tiktoken's public download)")
     p.add_argument("--val-fraction", type=float, help="validation share: of the characters (one file) or of the "
@@ -81,6 +83,12 @@ def parse_args(argv):
             raise PrepareError(f"--source is required for --dataset {args.dataset}; give the input file or directory")
         if not args.tokenizer:
             raise PrepareError("--tokenizer is required: gpt2 or sp")
+    if args.vocab_size is not None and args.tokenizer != "sp":
+        raise PrepareError(f"--vocab-size is the SentencePiece vocabulary and is not used by "
+                           f"{'--tokenizer ' + args.tokenizer if args.tokenizer else '--dataset synthetic'}; "
+                           "drop it (GPT-2's vocabulary is 50257, the synthetic one is --syn-vocab + 1)")
+    if args.vocab_size is None:
+        args.vocab_size = DEFAULT_SP_VOCAB
     if args.tokenizer == "sp" and args.sp_train_lines < 1:
         raise PrepareError(f"--sp-train-lines {args.sp_train_lines} must be at least 1")
     return args
@@ -91,10 +99,13 @@ def prepare_out_dir(out):
     no stale shard is left behind for a loader's glob to pick up."""
     if os.path.exists(out) and not os.path.isdir(out):
         raise PrepareError(f"--out {out} exists and is not a directory; choose another path")
-    os.makedirs(out, exist_ok=True)
-    for name in sorted(os.listdir(out)):
-        if OUTPUT_RE.match(name):
-            os.remove(os.path.join(out, name))
+    try:
+        os.makedirs(out, exist_ok=True)
+        for name in sorted(os.listdir(out)):
+            if OUTPUT_RE.match(name):
+                os.remove(os.path.join(out, name))
+    except OSError as e:
+        raise PrepareError(f"cannot use --out {out}: {e.strerror}; choose a directory you can write to") from None
 
 
 def write_json(path, obj):
@@ -183,18 +194,18 @@ def source_records(splits):
 def prepare_text(args):
     t0 = time.time()
     splits = dataset_splits(args.dataset, args.source, args.val_fraction, args.seed)
-    prepare_out_dir(args.out)
-    print(f"{args.dataset}: {len(splits['train'])} train / {len(splits['val'])} val documents -> {args.out}")
-
     extra = {}
-    if args.tokenizer == "gpt2":
+    if args.tokenizer == "gpt2":  # loaded (or downloaded) before --out is touched: a failure leaves it as it was
         bpe_dir = tk.resolve_gpt2_dir(args.gpt2_bpe)
         if bpe_dir is None:
             print("no --gpt2-bpe or GPT2_BPE_DIR given: using tiktoken's public GPT-2 download")
         token_bytes = tk.gpt2_token_bytes(tk.load_gpt2(bpe_dir))
         eot, enc_spec = tk.GPT2_EOT, ("gpt2", bpe_dir)
         extra["gpt2_bpe"] = "local files" if bpe_dir else "tiktoken download"
-    else:
+    prepare_out_dir(args.out)
+    print(f"{args.dataset}: {len(splits['train'])} train / {len(splits['val'])} val documents -> {args.out}")
+
+    if args.tokenizer == "sp":
         t = time.time()
         texts = (load_document(s)[0] for s in splits["train"])
         lines = tk.sample_training_lines(texts, args.sp_train_lines, args.seed)
@@ -344,6 +355,8 @@ def finish(args, meta, t0):
 
 
 def main(argv=None):
+    """Exit code 0 on success; 1 with one `error:` line on stderr for every expected failure (bad argument,
+    missing or unreadable input, unwritable output, no network for the GPT-2 download); 2 for a usage error."""
     try:
         args = parse_args(argv)
         if args.dataset == "synthetic":
@@ -352,6 +365,11 @@ def main(argv=None):
             prepare_text(args)
     except PrepareError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # a file that vanished, a full disk, ...: the file and the reason, not a traceback
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"error: {where}{e.strerror or e}; check the paths given to --source and --out and the free space",
+              file=sys.stderr)
         return 1
     return 0
 

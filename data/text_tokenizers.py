@@ -33,6 +33,15 @@ def sha256_file(path):
     return h.hexdigest()
 
 
+def _import(module):
+    """Import a tokenizer library; a missing one is a one-line PrepareError naming the install command."""
+    import importlib
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise PrepareError(f"the Python package {module} is not installed; pip install -r requirements.txt") from None
+
+
 # ----------------------------------------------------------------------------------------------------------
 # GPT-2
 
@@ -52,10 +61,15 @@ def resolve_gpt2_dir(bpe_dir):
 
 def load_gpt2(bpe_dir):
     """tiktoken Encoding for GPT-2 built from bpe_dir/{vocab.bpe,encoder.json}; bpe_dir None -> public download."""
-    import tiktoken
+    tiktoken = _import("tiktoken")
     import tiktoken.load
     if bpe_dir is None:
-        return tiktoken.get_encoding("gpt2")
+        try:
+            return tiktoken.get_encoding("gpt2")
+        except Exception as e:  # requests' connection errors, a proxy, an interrupted or corrupt download
+            raise PrepareError(f"cannot download GPT-2's BPE files with tiktoken ({type(e).__name__}, no network?); "
+                               "without network pass --gpt2-bpe DIR (or set GPT2_BPE_DIR) to a directory holding "
+                               "encoder.json and vocab.bpe") from None
     ranks = tiktoken.load.data_gym_to_mergeable_bpe_ranks(
         vocab_bpe_file=os.path.join(bpe_dir, "vocab.bpe"),
         encoder_json_file=os.path.join(bpe_dir, "encoder.json"))
@@ -94,7 +108,7 @@ def train_sentencepiece(lines, model_path, vocab_size, seed, threads):
     """Train a byte-fallback BPE SentencePiece model on `lines` and save it to model_path.
     Ids: 0 <unk>, 1 </s> (our EOT), 2 "\\n", 3..258 the byte pieces <0x00>..<0xFF>, then merges.
     Identity normalization, no dummy prefix and no whitespace collapsing so decode(encode(s)) == s."""
-    import sentencepiece as spm
+    spm = _import("sentencepiece")
     if not lines:
         raise PrepareError("no text to train SentencePiece on: the training split is empty; give a larger --source")
     if vocab_size < 300:
@@ -108,14 +122,17 @@ def train_sentencepiece(lines, model_path, vocab_size, seed, threads):
             remove_extra_whitespaces=False, add_dummy_prefix=False, allow_whitespace_only_pieces=True,
             split_digits=False, user_defined_symbols=[SP_NEWLINE], unk_id=0, eos_id=1, bos_id=-1, pad_id=-1,
             input_sentence_size=0, shuffle_input_sentence=False, num_threads=max(1, threads), minloglevel=2)
-    except RuntimeError as e:  # e.g. the vocabulary is larger than the corpus supports
-        raise PrepareError(f"SentencePiece training failed: {str(e).strip().splitlines()[-1]}; try a smaller --vocab-size or more text") from None
+    except RuntimeError as e:  # the vocabulary is larger than the corpus supports, or too small for its characters
+        reason = str(e).strip().splitlines()[-1]
+        fix = ("try a larger --vocab-size (every character of the text needs a piece)"
+               if "smaller than required_chars" in reason else "try a smaller --vocab-size or more text")
+        raise PrepareError(f"SentencePiece training failed: {reason}; {fix}") from None
     os.remove(prefix + ".vocab")  # the .model file has everything
     return prefix + ".model"
 
 
 def load_sentencepiece(model_path):
-    import sentencepiece as spm
+    spm = _import("sentencepiece")
     return spm.SentencePieceProcessor(model_file=model_path)
 
 

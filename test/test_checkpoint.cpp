@@ -255,6 +255,46 @@ TEST_CASE("model checkpoint bf16 round trip is within bf16 rounding", "[checkpoi
     }
 }
 
+TEST_CASE("model checkpoint records the trained sequence length in header[19]; 0 = unknown", "[checkpoint]") {
+    TempDir dir;
+    ModelConfig c = small_config();
+    const size_t n = param_layout(c).total;
+    std::vector<float> p = random_floats(n, std::random_device{}());
+    const std::string path = dir / "m.bin";
+    save_model_checkpoint(path, c, p.data(), 5, false, c.max_seq_len - 1);
+    const std::vector<char> with_length = read_bytes(path);
+    CHECK(read_header(path)[19] == c.max_seq_len - 1);
+    ModelCheckpoint ck = load_model_checkpoint(path);
+    CHECK(ck.trained_seq_len == c.max_seq_len - 1);
+    CHECK(past_trained_length_note(ck, path, c.max_seq_len - 1, "generation").empty());
+    const std::string note = past_trained_length_note(ck, path, c.max_seq_len, "generation");
+    CHECK(note.rfind("note: generation uses " + std::to_string(c.max_seq_len) + " positions", 0) == 0);
+    CHECK(note.find(path) != std::string::npos);
+    CHECK(note.find("-t " + std::to_string(c.max_seq_len - 1)) != std::string::npos);
+
+    // the weights' bytes do not depend on it
+    save_model_checkpoint(path, c, p.data(), 5);
+    const std::vector<char> without = read_bytes(path);
+    REQUIRE(without.size() == with_length.size());
+    CHECK(std::memcmp(without.data() + 1024, with_length.data() + 1024, without.size() - 1024) == 0);
+
+    // a file written before the field existed (0 there): unknown, and no note
+    CHECK(read_header(path)[19] == 0);
+    ck = load_model_checkpoint(path);
+    CHECK(ck.trained_seq_len == 0);
+    CHECK(past_trained_length_note(ck, path, c.max_seq_len, "generation").empty());
+
+    // outside [0, maxT]: a damaged header when read, refused when written
+    set_header_int(path, 19, c.max_seq_len + 1);
+    std::string e = error_of<CheckpointDamaged>([&] { load_model_checkpoint(path); });
+    CHECK(e.find("trained sequence length " + std::to_string(c.max_seq_len + 1)) != std::string::npos);
+    set_header_int(path, 19, -1);
+    CHECK(error_of<CheckpointDamaged>([&] { load_model_checkpoint(path); }).find("trained sequence length -1") !=
+          std::string::npos);
+    CHECK(error_of<InputError>([&] { save_model_checkpoint(path, c, p.data(), 5, false, c.max_seq_len + 1); })
+              .find("trained sequence length") != std::string::npos);
+}
+
 TEST_CASE("model checkpoint refusals name the file and the problem", "[checkpoint]") {
     TempDir dir;
     ModelConfig c = small_config();

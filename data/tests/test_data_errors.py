@@ -76,3 +76,66 @@ def test_sp_vocab_larger_than_corpus_supports(tmp_path):
     (tmp_path / "t.txt").write_text("a small text, far too small for 10000 pieces\n" * 3)
     fails(tmp_path, "--dataset", "text", "--source", tmp_path / "t.txt", "--tokenizer", "sp",
           expect="try a smaller --vocab-size")
+
+
+# A proxy on a closed local port makes every download fail at once, like a machine without network;
+# an empty tiktoken cache makes sure tiktoken has to download.
+def no_network_env(tmp_path):
+    cache = tmp_path / "tiktoken-cache"
+    cache.mkdir()
+    proxy = "http://127.0.0.1:9"
+    return {"TIKTOKEN_CACHE_DIR": str(cache), "HTTPS_PROXY": proxy, "https_proxy": proxy, "HTTP_PROXY": proxy,
+            "http_proxy": proxy, "NO_PROXY": "", "no_proxy": ""}
+
+
+def test_no_network_without_gpt2_bpe_names_the_flag_and_keeps_out(tmp_path):
+    (tmp_path / "t.txt").write_text("some text to tokenize\n" * 20)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "meta.json").write_text('{"earlier": "data set"}\n')  # an earlier data set in --out is left alone
+    (out / "train_000000.bin").write_bytes(b"earlier shard")
+    proc = run_prepare("--dataset", "text", "--source", tmp_path / "t.txt", "--tokenizer", "gpt2", "--out", out,
+                       check=False, env=no_network_env(tmp_path))
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: cannot download GPT-2's BPE files"), proc.stderr
+    assert "--gpt2-bpe" in lines[0] and "GPT2_BPE_DIR" in lines[0]
+    assert (out / "meta.json").read_text() == '{"earlier": "data set"}\n'
+    assert (out / "train_000000.bin").read_bytes() == b"earlier shard"
+
+
+def test_out_that_cannot_be_created(tmp_path):
+    (tmp_path / "t.txt").write_text("some text to tokenize\n" * 20)
+    (tmp_path / "a_file").write_text("x")
+    proc = run_prepare("--dataset", "synthetic", "--syn-length", "4000", "--syn-doc-len", "1000",
+                       "--out", tmp_path / "a_file" / "out", check=False)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: cannot use --out "), proc.stderr
+    assert "a_file" in lines[0] and "Not a directory" in lines[0]
+    proc = run_prepare("--dataset", "text", "--source", tmp_path / "t.txt", "--tokenizer", "sp", "--out",
+                       tmp_path / "a_file", check=False)
+    assert proc.returncode == 1 and proc.stderr.startswith("error: --out ") and "is not a directory" in proc.stderr
+    assert (tmp_path / "a_file").read_text() == "x"
+
+
+@pytest.mark.parametrize("args", [["--dataset", "synthetic"], ["--dataset", "text", "--tokenizer", "gpt2"]])
+def test_vocab_size_where_it_is_not_used(tmp_path, args):
+    (tmp_path / "t.txt").write_text("some text\n" * 20)
+    source = [] if "synthetic" in args else ["--source", tmp_path / "t.txt"]
+    line = fails(tmp_path, *args, *source, "--vocab-size", "5000", expect="--vocab-size")
+    assert "drop it" in line
+
+
+def test_exit_code_is_one(tmp_path):
+    proc = run_prepare("--dataset", "tinyshakespeare", "--source", tmp_path / "nope.txt", "--tokenizer", "sp",
+                       "--out", tmp_path / "out", check=False)
+    assert proc.returncode == 1 and proc.stderr.startswith("error: ")
+
+
+def test_sp_vocab_smaller_than_the_characters_of_the_text(tmp_path):
+    """More distinct characters than pieces: the fix is a larger vocabulary, not a smaller one."""
+    (tmp_path / "t.txt").write_text("".join(chr(0x4E00 + i) for i in range(400)) + "\n" + "some text\n" * 50)
+    line = fails(tmp_path, "--dataset", "text", "--source", tmp_path / "t.txt", "--tokenizer", "sp",
+                 "--vocab-size", "300", expect="try a larger --vocab-size")
+    assert "smaller --vocab-size" not in line

@@ -6,7 +6,7 @@ document, independently of the C++ (llmc/io/checkpoint.h):
     [0] magic 20250521  [1] version 1  [2] maxT  [3] V  [4] L  [5] NH  [6] C  [7] Vp  [8] G  [9] P
     [10] qk_norm  [11] tied_embeddings  [12] dtype (0 fp32, 1 bf16)  [13] attn_softcap float bits
     [14,15] number of parameters lo/hi  [16,17] 64-bit FNV-1a of the payload bytes lo/hi
-    [18] step  [19..255] 0
+    [18] step  [19] trained sequence length (-t; 0 = unknown, as this writer leaves it)  [20..255] 0
   payload: the flat parameters in llmc/core/params.h order, fp32 or bf16 (round-to-nearest-even).
 
 Also reads llm.c's token shards (magic 20240520, version 1 uint16 / version 2 uint32), which the

@@ -127,12 +127,16 @@ inline void read_exact(std::FILE* f, void* dst, size_t bytes, const std::string&
 // save
 
 // Writes params (param_layout(config).total fp32 values) atomically to path; bf16 = true stores
-// the payload as bf16 (round to nearest even), halving the file.
+// the payload as bf16 (round to nearest even), halving the file. trained_seq_len: the sequence
+// length T the model was trained at (header[19]; 0 = unknown, at most config.max_seq_len).
 inline void save_model_checkpoint(const std::string& path, const ModelConfig& config,
-                                  const float* params, int step, bool bf16 = false) {
+                                  const float* params, int step, bool bf16 = false, int trained_seq_len = 0) {
     std::string err = validate_model_config(config);
     if (!err.empty()) throw InputError(path + ": refusing to save an invalid model: " + err);
     if (step < 0) throw InputError(path + ": refusing to save with negative step " + std::to_string(step));
+    if (trained_seq_len < 0 || trained_seq_len > config.max_seq_len)
+        throw InputError(path + ": refusing to save trained sequence length " + std::to_string(trained_seq_len) +
+                         " outside [0, max_seq_len " + std::to_string(config.max_seq_len) + "]");
     const size_t n = param_layout(config).total;
 
     std::vector<uint16_t> half;  // (n) bf16 payload when bf16
@@ -153,6 +157,7 @@ inline void save_model_checkpoint(const std::string& path, const ModelConfig& co
     put_u64(h.data(), 14, (uint64_t)n);
     put_u64(h.data(), 16, fnv1a64(payload, payload_bytes));
     h[18] = step;
+    h[19] = trained_seq_len;
 
     AtomicFile f(path);
     f.write(h.data(), CKPT_HEADER_BYTES);
@@ -167,6 +172,7 @@ struct ModelCheckpoint {
     ModelConfig config;
     std::vector<float> params;  // (param_layout(config).total) fp32
     int step = 0;               // training step it was written at (0 for llm.c files)
+    int trained_seq_len = 0;    // the sequence length T it was trained at; 0 = unknown (llm.c files, older files)
     bool from_llmc = false;     // read from an llm.c GPT-2 checkpoint
     bool bf16 = false;          // the file stored bf16 (params were widened to fp32)
 };
@@ -257,6 +263,9 @@ inline ModelCheckpoint load_model_checkpoint(const std::string& path) {
     if (h[11] != 0 && h[11] != 1) throw bad_header("tied flag is " + std::to_string(h[11]) + ", expected 0 or 1");
     if (h[12] != 0 && h[12] != 1) throw bad_header("payload dtype is " + std::to_string(h[12]) + ", expected 0 (fp32) or 1 (bf16)");
     if (h[18] < 0) throw bad_header("negative step " + std::to_string(h[18]));
+    if (h[19] < 0 || h[19] > h[2])
+        throw bad_header("trained sequence length " + std::to_string(h[19]) + " is outside [0, max_seq_len " +
+                         std::to_string(h[2]) + "]");
 
     ModelCheckpoint ck;
     ModelConfig& c = ck.config;
@@ -275,6 +284,7 @@ inline ModelCheckpoint load_model_checkpoint(const std::string& path) {
     if (!err.empty()) throw bad_header("it describes an invalid model (" + err + ")");
     ck.bf16 = h[12] == 1;
     ck.step = h[18];
+    ck.trained_seq_len = h[19];
 
     const size_t n = param_layout(c).total;
     const uint64_t stored_n = get_u64(h.data(), 14);
@@ -286,6 +296,17 @@ inline ModelCheckpoint load_model_checkpoint(const std::string& path) {
     if (sum != get_u64(h.data(), 16))
         throw CheckpointDamaged(path + ": checksum mismatch (payload damaged); use another checkpoint");
     return ck;
+}
+
+// The note for using a checkpoint over T positions (`use`: "--eval-only -t", "generation") past the
+// sequence length it was trained at: positions beyond it were never trained. "" when T is within it
+// or the length is unknown (0).
+inline std::string past_trained_length_note(const ModelCheckpoint& ck, const std::string& path, int T,
+                                            const std::string& use) {
+    if (ck.trained_seq_len <= 0 || T <= ck.trained_seq_len) return "";
+    return "note: " + use + " uses " + std::to_string(T) + " positions, more than the " +
+           std::to_string(ck.trained_seq_len) + " " + path + " was trained at (-t " +
+           std::to_string(ck.trained_seq_len) + "); positions beyond them were never trained";
 }
 
 }  // namespace llmc

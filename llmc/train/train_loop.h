@@ -42,6 +42,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "llmc/app/checkpoint_run.h"
 #include "llmc/app/config_json.h"
 #include "llmc/app/model_setup.h"
 #include "llmc/app/run_record.h"
@@ -58,6 +59,7 @@
 #include "llmc/io/attention_dump.h"
 #include "llmc/io/checkpoint.h"
 #include "llmc/io/checkpoint_dir.h"
+#include "llmc/io/data_identity.h"
 #include "llmc/io/data_vocab.h"
 #include "llmc/io/dataloader.h"
 #include "llmc/io/json_text.h"
@@ -115,6 +117,9 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     RunPlan p;
     validate_train_flags(cfg);
     plan_model(cfg, cfg.train_data, p);
+    if (!cfg.val_data.empty())
+        check_same_tokenizer(cfg.train_data, "the training data -i '" + cfg.train_data + "'", cfg.val_data,
+                             "the validation data -j '" + cfg.val_data + "'", cfg.rank == 0);
     const int V = p.model.vocab_size;
     p.train = open_loader(cfg, cfg.train_data, cfg.shuffle == 1, V);
     if (!cfg.val_data.empty()) p.val = open_loader(cfg, cfg.val_data, false, V);
@@ -383,6 +388,11 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
         throw InputError("--eval-only needs -e CHECKPOINT (a model file); '" + cfg.model + "' is not a file");
     RunPlan plan;
     plan_model(cfg, cfg.val_data, plan);
+    const std::string notes[] = {
+        past_trained_length_note(*plan.init, cfg.model, cfg.seq_len, "--eval-only -t"),
+        eval_vocab_note(cfg.model, plan.model, plan.data_vocab, plan.vocab_source, cfg.val_data)};
+    for (const std::string& note : notes)
+        if (!note.empty() && comm.rank() == 0) std::fprintf(stderr, "%s\n", note.c_str());
     std::vector<DumpHead> dump_heads;  // --dump-attention
     if (!cfg.dump_attention.empty()) dump_heads = parse_dump_attention(cfg.dump_attention);
     check_dump_attention_heads(dump_heads, plan.model);

@@ -115,7 +115,7 @@ inline void save_checkpoint(const TrainConfig& cfg, const ModelConfig& m, int st
     read_optimizer_state(model, comm, st);
     loop.to_train_state(st);
     const std::string& out = cfg.output_dir;
-    if (cfg.rank == 0) save_model_checkpoint(model_path(out, step), m, model.params_buf.data(), step);
+    if (cfg.rank == 0) save_model_checkpoint(model_path(out, step), m, model.params_buf.data(), step, false, cfg.seq_len);
     save_train_state(state_path(out, step, cfg.rank), m, st);
     comm.barrier();  // every rank's files exist before the marker
     if (cfg.rank == 0) {

@@ -1,0 +1,145 @@
+// The run a checkpoint belongs to: the config.json the trainer wrote next to it (llmc/app/config_json.h,
+// docs/formats.md), read for what `train_gpt2_ls --eval-only -e RUN/model_N.bin` and
+// `generate_gpt2_ls -e RUN/model_N.bin` were not given (docs/training.md "Evaluating a checkpoint",
+// docs/generation.md):
+//   --eval-only      -j (the run's validation data), -t and -b (the run's), when not on the command line
+//                    and no --config is given; -j given is checked against the run's training data
+//                    (llmc/io/data_identity.h)
+//   generate_gpt2_ls --tokenizer: the tokenizer.bin next to the run's training data
+// Flags given always win; the model itself always comes from the checkpoint. What is taken is said in
+// one line on stderr. A checkpoint without config.json beside it (an llm.c file, a copied model) gets
+// nothing from here.
+#pragma once
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "llmc/app/generate_cli.h"
+#include "llmc/app/train_config.h"
+#include "llmc/core/error.h"
+#include "llmc/core/model_config.h"
+#include "llmc/io/data_identity.h"
+#include "llmc/io/dataloader.h"
+
+namespace llmc {
+
+// What a run recorded in config.json's "train" object that a later use of its checkpoints needs.
+struct CheckpointRun {
+    std::string config_path;       // RUN/config.json
+    std::string train_data;        // -i as recorded ("" when absent)
+    std::string val_data;          // -j as recorded ("" when the run had none)
+    int seq_len = 0;               // -t (0 when absent)
+    int batch_size = 0;            // -b (0 when absent)
+};
+
+// The config.json in the checkpoint's directory; nullopt when there is none. A file that is not a JSON
+// object with a "train" object is refused, naming it.
+inline std::optional<CheckpointRun> read_checkpoint_run(const std::string& checkpoint) {
+    const std::filesystem::path dir = std::filesystem::path(checkpoint).parent_path();
+    CheckpointRun run;
+    run.config_path = ((dir.empty() ? std::filesystem::path(".") : dir) / "config.json").string();
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(run.config_path, ec)) return std::nullopt;
+    std::ifstream in(run.config_path);
+    const auto j = nlohmann::json::parse(in, nullptr, false);
+    const auto bad = [&](const std::string& what) {
+        return InputError(run.config_path + " (the record of the run of " + checkpoint + ") " + what +
+                          "; give the settings as flags, or restore the file");
+    };
+    if (!j.is_object() || !j.contains("train") || !j["train"].is_object())
+        throw bad("is not a config.json with a \"train\" object");
+    const auto& t = j["train"];
+    const auto text = [&](const char* key) -> std::string {
+        if (!t.contains(key) || t[key].is_null()) return "";
+        if (!t[key].is_string()) throw bad(std::string("has a \"") + key + "\" that is not a string");
+        return t[key].get<std::string>();
+    };
+    const auto positive = [&](const char* key) -> int {
+        if (!t.contains(key) || t[key].is_null()) return 0;
+        if (!t[key].is_number_integer() || t[key].get<int64_t>() < 1 || t[key].get<int64_t>() > INT32_MAX)
+            throw bad(std::string("has a \"") + key + "\" that is not a positive integer");
+        return (int)t[key].get<int64_t>();
+    };
+    run.train_data = text("train_data");
+    run.val_data = text("val_data");
+    run.seq_len = positive("seq_len");
+    run.batch_size = positive("batch_size");
+    return run;
+}
+
+// Whether argv holds the option (short "-t": "-t 64" or "-t64"; long "--seq-len": "--seq-len 64" or
+// "--seq-len=64"). The parser (llmc/app/cli.h) has already accepted argv.
+inline bool option_on_command_line(int argc, const char* const* argv, const std::string& short_name,
+                                   const std::string& long_name) {
+    for (int i = 1; i < argc; i++) {
+        const std::string a = argv[i];
+        if (a == "--") break;
+        if (a == long_name || a.rfind(long_name + "=", 0) == 0) return true;
+        if (!short_name.empty() && a.rfind(short_name, 0) == 0 && a.rfind("--", 0) != 0) return true;
+    }
+    return false;
+}
+
+// --eval-only: fills -j, -t and -b from the checkpoint's run when they were not given (-j empty; -t, -b
+// and --config absent from argv), says on stderr (print) what it took, and refuses a -j tokenized
+// differently from the run's training data.
+inline void eval_settings_from_run(TrainConfig& cfg, int argc, const char* const* argv, bool print) {
+    const std::optional<CheckpointRun> run = read_checkpoint_run(cfg.model);
+    if (!run) return;
+    std::vector<std::string> taken;
+    const bool config_file = option_on_command_line(argc, argv, "", "--config");
+    if (cfg.val_data.empty() && !run->val_data.empty()) {
+        cfg.val_data = run->val_data;
+        taken.push_back("-j '" + cfg.val_data + "'");
+    } else if (!cfg.val_data.empty() && !run->train_data.empty()) {
+        check_same_tokenizer(run->train_data, "the training data of " + run->config_path + " '" + run->train_data + "'",
+                             cfg.val_data, "-j '" + cfg.val_data + "'", print);
+    }
+    if (!config_file && run->seq_len > 0 && !option_on_command_line(argc, argv, "-t", "--seq-len")) {
+        cfg.seq_len = run->seq_len;
+        taken.push_back("-t " + std::to_string(cfg.seq_len));
+    }
+    if (!config_file && run->batch_size > 0 && !option_on_command_line(argc, argv, "-b", "--batch-size")) {
+        cfg.batch_size = run->batch_size;
+        taken.push_back("-b " + std::to_string(cfg.batch_size));
+    }
+    if (print && !taken.empty()) {
+        std::string list;
+        for (const std::string& s : taken) list += (list.empty() ? "" : ", ") + s;
+        std::fprintf(stderr, "--eval-only: %s from %s (flags given win)\n", list.c_str(), run->config_path.c_str());
+    }
+}
+
+// --eval-only of a checkpoint with no run beside it (nothing to compare -j with): the note when the
+// data's known vocabulary differs from the model's ("" otherwise). A smaller data vocabulary is
+// accepted (a model may be trained with a --vocab above its data's), but it usually means another tokenizer.
+inline std::string eval_vocab_note(const std::string& checkpoint, const ModelConfig& model, int data_vocab,
+                                   const std::string& vocab_source, const std::string& val_data) {
+    if (data_vocab <= 0 || data_vocab == model.vocab_size || read_checkpoint_run(checkpoint)) return "";
+    return "note: -j '" + val_data + "' has vocabulary " + std::to_string(data_vocab) + " (" + vocab_source +
+           ") and the model " + std::to_string(model.vocab_size) + ", and " + checkpoint +
+           " has no config.json beside it naming its training data: check that -j was tokenized like it";
+}
+
+// generate_gpt2_ls: --tokenizer from the checkpoint's run (the tokenizer.bin next to its training data)
+// when not given. Returns the line saying what it took ("" when nothing), for stderr once the inputs
+// are checked (so an error stays the only line).
+inline std::string generate_settings_from_run(GenerateConfig& g) {
+    if (!g.tokenizer.empty() || g.model.empty()) return "";
+    const std::optional<CheckpointRun> run = read_checkpoint_run(g.model);
+    if (!run || run->train_data.empty()) return "";
+    const std::string tok = glob_dir(run->train_data) + "/tokenizer.bin";
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(tok, ec)) return "";
+    g.tokenizer = tok;
+    return "generate: --tokenizer " + tok + " from " + run->config_path + " (the run's training data -i '" +
+           run->train_data + "')";
+}
+
+}  // namespace llmc

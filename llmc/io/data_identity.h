@@ -1,0 +1,106 @@
+// Which tokenizer a data set was made with, from the files next to its shards, and the rule that
+// two data sets used together (training -i and validation -j, or a run's training data and the
+// data --eval-only evaluates it on) were tokenized alike (docs/training.md, "Data sets"):
+//   - the same directory is the same data set;
+//   - otherwise, each fact both sides know must agree: meta.json's "tokenizer" (gpt2, sp,
+//     synthetic), the vocabulary (llmc/io/data_vocab.h), the bytes of tokenizer.bin, and
+//     meta.json's "sha256_tokenizer_model" (SentencePiece);
+//   - a data set with neither meta.json nor tokenizer.bin (e.g. shards from llm.c's scripts) has no
+//     known identity: nothing can be compared, and the caller prints a note saying so.
+#pragma once
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "llmc/core/error.h"
+#include "llmc/io/data_vocab.h"
+#include "llmc/io/dataloader.h"
+
+namespace llmc {
+
+struct DataIdentity {
+    std::string dir;                   // the directory of the shard glob
+    bool has_meta = false;             // dir/meta.json exists
+    std::string tokenizer;             // meta.json's "tokenizer"; "" unknown
+    std::string sp_model_sha256;       // meta.json's "sha256_tokenizer_model"; "" unknown
+    std::optional<std::string> tokenizer_bin;  // the bytes of dir/tokenizer.bin, when there is one
+    int vocab = -1;                    // data_vocab_size(); -1 unknown
+    std::string vocab_source;          // the file vocab came from
+
+    bool known() const { return has_meta || tokenizer_bin.has_value(); }
+
+    // "sp, vocabulary 300 (data/x/meta.json)" / "no meta.json or tokenizer.bin"
+    std::string describe() const {
+        if (!known()) return "no meta.json or tokenizer.bin";
+        std::string s = tokenizer.empty() ? "tokenizer unnamed" : "tokenizer " + tokenizer;
+        if (vocab > 0) s += ", vocabulary " + std::to_string(vocab);
+        return s + " (" + (has_meta ? dir + "/meta.json" : dir + "/tokenizer.bin") + ")";
+    }
+};
+
+// The identity of the data set whose shards `pattern` matches. A meta.json that is not a JSON
+// object is refused (data_vocab_size) with InputError naming it.
+inline DataIdentity read_data_identity(const std::string& pattern) {
+    DataIdentity id;
+    id.dir = glob_dir(pattern);
+    id.vocab = data_vocab_size(pattern, &id.vocab_source);
+    std::ifstream meta(id.dir + "/meta.json");
+    if (meta) {
+        id.has_meta = true;
+        const auto j = nlohmann::ordered_json::parse(meta, nullptr, false);  // an object: data_vocab_size checked
+        const auto t = j.find("tokenizer");
+        if (t != j.end() && t->is_string()) id.tokenizer = t->get<std::string>();
+        const auto sha = j.find("sha256_tokenizer_model");
+        if (sha != j.end() && sha->is_string()) id.sp_model_sha256 = sha->get<std::string>();
+    }
+    std::ifstream tok(id.dir + "/tokenizer.bin", std::ios::binary);
+    if (tok) id.tokenizer_bin = std::string(std::istreambuf_iterator<char>(tok), std::istreambuf_iterator<char>());
+    return id;
+}
+
+inline bool same_directory(const std::string& a, const std::string& b) {
+    std::error_code ea, eb;
+    const auto ca = std::filesystem::weakly_canonical(a, ea), cb = std::filesystem::weakly_canonical(b, eb);
+    return ea || eb ? a == b : ca == cb;
+}
+
+// The first fact on which a and b disagree ("" when none does, or when they are one directory).
+inline std::string tokenizer_difference(const DataIdentity& a, const DataIdentity& b) {
+    if (same_directory(a.dir, b.dir)) return "";
+    if (!a.tokenizer.empty() && !b.tokenizer.empty() && a.tokenizer != b.tokenizer) return "the tokenizer";
+    if (a.vocab > 0 && b.vocab > 0 && a.vocab != b.vocab) return "the vocabulary";
+    if (a.tokenizer_bin && b.tokenizer_bin && *a.tokenizer_bin != *b.tokenizer_bin) return "tokenizer.bin";
+    if (!a.sp_model_sha256.empty() && !b.sp_model_sha256.empty() && a.sp_model_sha256 != b.sp_model_sha256)
+        return "the SentencePiece model (sha256_tokenizer_model)";
+    return "";
+}
+
+// Refuses data `other` (named by other_what, e.g. "-j 'data/sp/val_*.bin'") that was tokenized
+// differently from `base` (base_what) with one line naming both and their tokenizers. When
+// either has no known identity (its directory exists but holds neither meta.json nor tokenizer.bin)
+// and print_note, says on stderr that the check could not be made.
+inline void check_same_tokenizer(const std::string& base_pattern, const std::string& base_what,
+                                 const std::string& other_pattern, const std::string& other_what, bool print_note) {
+    const DataIdentity base = read_data_identity(base_pattern), other = read_data_identity(other_pattern);
+    const std::string diff = tokenizer_difference(base, other);
+    if (!diff.empty())
+        throw InputError(other_what + " and " + base_what + " were tokenized differently (" + diff + " differs): " +
+                         other_what + " has " + other.describe() + ", " + base_what + " has " + base.describe() +
+                         "; a loss on other tokens means nothing: give data prepared with the same tokenizer "
+                         "(data/prepare.py)");
+    const DataIdentity& unknown = base.known() ? other : base;
+    std::error_code ec;
+    if (print_note && !unknown.known() && !same_directory(base.dir, other.dir) &&
+        std::filesystem::is_directory(unknown.dir, ec)) {  // a missing directory: the data loader names it
+        std::fprintf(stderr, "note: cannot check that %s and %s were tokenized alike: %s has no meta.json or "
+                     "tokenizer.bin (only token ids beyond the vocabulary are caught)\n",
+                     other_what.c_str(), base_what.c_str(), unknown.dir.c_str());
+    }
+}
+
+}  // namespace llmc

@@ -1,0 +1,138 @@
+"""A checkpoint's run directory as the source of what --eval-only and generate_gpt2_ls were not given
+(llmc/app/checkpoint_run.h), and the trained sequence length in the checkpoint (header[19],
+docs/formats.md) with its note when evaluation or generation goes past it.
+
+The run: the tiny LS model of test_e2e (maxT 64) trained 4 steps at -t 32, -b 4 on byte_data.
+"""
+import shutil
+
+import numpy as np
+import pytest
+
+from test_e2e import TINY, byte_data, data_args, run  # noqa: F401  (byte_data is a fixture)
+from test_generate import gen
+
+T_TRAINED = 32  # TINY's -t
+
+
+@pytest.fixture(scope="module")
+def trained_run(byte_data, tmp_path_factory):  # noqa: F811
+    out = tmp_path_factory.mktemp("ckrun")
+    run(data_args(byte_data) + TINY + ["-o", out, "-x", 4, "-v", 0, "-s", 0])
+    return out, out / "model_00000004.bin"
+
+
+def eval_loss(p):
+    return float(p.stdout.split("eval loss ")[1].split()[0])
+
+
+def test_checkpoint_records_the_trained_sequence_length(trained_run):
+    _, ckpt = trained_run
+    header = np.fromfile(ckpt, dtype=np.int32, count=20)
+    assert header[18] == 4 and header[19] == T_TRAINED
+
+
+def test_eval_only_takes_val_data_seq_len_and_batch_from_the_run(trained_run, byte_data):  # noqa: F811
+    out, ckpt = trained_run
+    implicit = run(["--eval-only", "-e", ckpt, "--threads", 1])
+    lines = [ln for ln in implicit.stderr.splitlines() if ln.startswith("--eval-only:")]
+    assert lines == [f"--eval-only: -j '{byte_data}/val_*.bin', -t {T_TRAINED}, -b 4 from {out}/config.json "
+                     "(flags given win)"], implicit.stderr
+    explicit = run(["--eval-only", "-e", ckpt, "-j", f"{byte_data}/val_*.bin", "-t", T_TRAINED, "-b", 4,
+                    "--threads", 1])
+    assert "--eval-only:" not in explicit.stderr
+    assert eval_loss(implicit) == eval_loss(explicit)
+    assert f"B 4 x T {T_TRAINED}" in implicit.stdout
+
+
+def test_eval_only_flags_given_win(trained_run):
+    out, ckpt = trained_run
+    p = run(["--eval-only", "-e", ckpt, "-t", 16, "--batch-size=2", "--threads", 1])
+    assert "B 2 x T 16" in p.stdout
+    taken = [ln for ln in p.stderr.splitlines() if ln.startswith("--eval-only:")]
+    assert len(taken) == 1 and "-t" not in taken[0] and "-b" not in taken[0] and "-j '" in taken[0]
+
+
+def test_eval_only_refuses_data_tokenized_unlike_the_run(trained_run, byte_data, tmp_path):  # noqa: F811
+    """Same vocabulary (256), other token bytes: -j from another tokenizer than the run's -i."""
+    _, ckpt = trained_run
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copy(byte_data / "val_000000.bin", other / "val_000000.bin")
+    tok = bytearray((byte_data / "tokenizer.bin").read_bytes())
+    tok[1024 + 2 * 65 + 1] = ord("?")  # token 65 ('A') decodes to another byte
+    (other / "tokenizer.bin").write_bytes(bytes(tok))
+    p = run(["--eval-only", "-e", ckpt, "-j", f"{other}/val_*.bin", "--threads", 1], check=False)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode != 0 and len(lines) == 1 and lines[0].startswith("error: "), p.stderr
+    assert "tokenizer.bin differs" in lines[0] and f"-j '{other}/val_*.bin'" in lines[0]
+    assert "config.json" in lines[0] and f"{byte_data}/train_*.bin" in lines[0]
+
+
+def test_eval_only_of_data_with_a_smaller_vocabulary(trained_run, tmp_path):
+    """The run's record refuses it; a checkpoint alone (no config.json: nothing to compare) gets a note."""
+    _, ckpt = trained_run
+    small = tmp_path / "small"
+    small.mkdir()
+    tokens = np.arange(2000, dtype=np.uint16) % 100
+    header = np.zeros(256, dtype=np.int32)
+    header[:3] = [20240520, 1, len(tokens)]
+    (small / "val_000000.bin").write_bytes(header.tobytes() + tokens.tobytes())
+    (small / "meta.json").write_text('{"vocab_size": 100}')
+    p = run(["--eval-only", "-e", ckpt, "-j", f"{small}/val_*.bin", "--threads", 1], check=False)
+    assert p.returncode != 0 and p.stderr.startswith("error: ") and "the vocabulary differs" in p.stderr, p.stderr
+    lone = tmp_path / "lone" / "model.bin"
+    lone.parent.mkdir()
+    shutil.copy(ckpt, lone)
+    p = run(["--eval-only", "-e", lone, "-j", f"{small}/val_*.bin", "-t", T_TRAINED, "-m", 1, "--threads", 1])
+    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
+    assert notes == [f"note: -j '{small}/val_*.bin' has vocabulary 100 ({small}/meta.json) and the model 256, and "
+                     f"{lone} has no config.json beside it naming its training data: check that -j was tokenized "
+                     "like it"], p.stderr
+
+
+def test_eval_past_the_trained_length_prints_one_note(trained_run, tmp_path):
+    _, ckpt = trained_run
+    p = run(["--eval-only", "-e", ckpt, "-t", 64, "-m", 1, "--threads", 1])
+    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
+    assert notes == [f"note: --eval-only -t uses 64 positions, more than the {T_TRAINED} {ckpt} was trained at "
+                     f"(-t {T_TRAINED}); positions beyond them were never trained"], p.stderr
+    p = run(["--eval-only", "-e", ckpt, "-m", 1, "--threads", 1])
+    assert "note:" not in p.stderr
+    # a checkpoint from before the field (0 there): unknown, no note, same loss
+    old = tmp_path / "model_00000004.bin"
+    data = bytearray(ckpt.read_bytes())
+    data[19 * 4:20 * 4] = bytes(4)
+    old.write_bytes(bytes(data))
+    a = run(["--eval-only", "-e", old, "-j", p.stdout.split("from '")[1].split("'")[0], "-t", 64, "-b", 4, "-m", 1,
+             "--threads", 1])
+    assert "note:" not in a.stderr
+    b = run(["--eval-only", "-e", ckpt, "-t", 64, "-m", 1, "--threads", 1])
+    assert eval_loss(a) == eval_loss(b)
+
+
+def test_generate_takes_the_tokenizer_from_the_run(trained_run, byte_data):  # noqa: F811
+    out, ckpt = trained_run
+    common = ["-e", ckpt, "-n", 20, "--seed", 3, "--threads", 1]
+    implicit = gen(common)
+    explicit = gen(common + ["--tokenizer", byte_data / "tokenizer.bin"])
+    assert implicit.stdout == explicit.stdout
+    err = implicit.stderr.decode().splitlines()
+    assert f"generate: --tokenizer {byte_data}/tokenizer.bin from {out}/config.json (the run's training data -i " \
+           f"'{byte_data}/train_*.bin')" in err
+    assert not any("generate: --tokenizer" in ln for ln in explicit.stderr.decode().splitlines())
+
+
+def test_generate_past_the_trained_length_prints_one_note(trained_run, byte_data):  # noqa: F811
+    _, ckpt = trained_run
+    tok = ["--tokenizer", byte_data / "tokenizer.bin", "--seed", 3, "--threads", 1]
+    def length_notes(p):  # (a machine without a GPU also gets a note about the device)
+        return [ln for ln in p.stderr.decode().splitlines() if ln.startswith("note:") and "positions" in ln]
+
+    within = gen(["-e", ckpt, "-n", T_TRAINED - 1] + tok)  # EOT + 31 tokens = 32 positions
+    assert length_notes(within) == []
+    past = gen(["-e", ckpt, "-n", T_TRAINED] + tok)
+    assert length_notes(past) == [f"note: generation uses {T_TRAINED + 1} positions, more than the {T_TRAINED} {ckpt} was "
+                     f"trained at (-t {T_TRAINED}); positions beyond them were never trained"]
+    capped = gen(["-e", ckpt, "-n", 40, "--max-len", T_TRAINED] + tok)  # the context kept is at most 32
+    assert length_notes(capped) == []

@@ -1,0 +1,86 @@
+"""Training and validation data tokenized differently are refused (llmc/io/data_identity.h,
+docs/training.md "Data sets"): -j shards of a SentencePiece data set with -i shards of GPT-2 BPE,
+two SentencePiece data sets of the same vocabulary but other models, and a plain vocabulary
+mismatch; -j shards without meta.json or tokenizer.bin train with one note on stderr.
+
+The data sets are made with data/prepare.py from 60 kB of tiny Shakespeare (SentencePiece with a
+400-piece vocabulary trains in about a second; GPT-2 BPE from the shared encoder.json/vocab.bpe).
+"""
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from test_e2e import REPO, SHARED, TINY, byte_data, run  # noqa: F401  (byte_data is a fixture)
+
+TINY_RUN = TINY + ["-x", 1, "-v", 0, "-s", 0]
+
+
+def prepare(out, text, tokenizer, *extra):
+    src = out.parent / (out.name + ".txt")
+    src.write_text(text)
+    subprocess.run([sys.executable, "data/prepare.py", "--dataset", "text", "--source", str(src), "--out", str(out),
+                    "--tokenizer", tokenizer, "--workers", "1", *map(str, extra)], cwd=REPO, check=True,
+                   capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def data_sets(tmp_path_factory):
+    """{"gpt2", "sp", "sp_other"}: directories made by data/prepare.py (sp and sp_other: vocabulary 400 each,
+    SentencePiece trained on different halves of the text)."""
+    text = (SHARED / "tinyshakespeare" / "input.txt").read_text()[:120_000]
+    d = tmp_path_factory.mktemp("identity")
+    return {"gpt2": prepare(d / "gpt2", text[:60_000], "gpt2", "--gpt2-bpe", SHARED / "gpt2"),
+            "sp": prepare(d / "sp", text[:60_000], "sp", "--vocab-size", 400),
+            "sp_other": prepare(d / "sp_other", text[60_000:], "sp", "--vocab-size", 400)}
+
+
+def refused(args, *expect):
+    p = run(args, check=False)
+    assert p.returncode != 0
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), p.stderr
+    for e in expect:
+        assert e in lines[0], lines[0]
+    return lines[0]
+
+
+def test_sentencepiece_validation_with_gpt2_training_is_refused(data_sets, tmp_path):
+    gpt2, sp = data_sets["gpt2"], data_sets["sp"]
+    line = refused(["-i", f"{gpt2}/train_*.bin", "-j", f"{sp}/val_*.bin", "-o", tmp_path / "run"] + TINY_RUN,
+                   f"-j '{sp}/val_*.bin'", f"-i '{gpt2}/train_*.bin'", "tokenizer sp, vocabulary 400",
+                   "tokenizer gpt2, vocabulary 50257", "the tokenizer differs")
+    assert "data/prepare.py" in line
+    assert not (tmp_path / "run").exists()  # refused before anything is written
+    refused(["-i", f"{sp}/train_*.bin", "-j", f"{gpt2}/val_*.bin"] + TINY_RUN, "the tokenizer differs")
+
+
+def test_same_vocabulary_other_sentencepiece_model_is_refused(data_sets):
+    sp, other = data_sets["sp"], data_sets["sp_other"]
+    refused(["-i", f"{sp}/train_*.bin", "-j", f"{other}/val_*.bin"] + TINY_RUN, "tokenizer.bin differs",
+            f"{other}/meta.json", f"{sp}/meta.json")
+
+
+def test_other_vocabulary_without_tokenizer_names_is_refused(byte_data, data_sets):
+    """byte_data's meta.json names no tokenizer: the vocabularies (256 vs 400) still differ."""
+    refused(["-i", f"{byte_data}/train_*.bin", "-j", f"{data_sets['sp']}/val_*.bin"] + TINY_RUN,
+            "the vocabulary differs", "vocabulary 256", "vocabulary 400")
+
+
+def test_same_tokenizer_in_another_directory_trains(data_sets, tmp_path):
+    sp = data_sets["sp"]
+    copy = tmp_path / "sp_copy"
+    shutil.copytree(sp, copy)
+    p = run(["-i", f"{sp}/train_*.bin", "-j", f"{copy}/val_*.bin"] + TINY_RUN)
+    assert "note:" not in p.stderr and "error" not in p.stderr
+
+
+def test_validation_without_meta_or_tokenizer_trains_with_a_note(byte_data, tmp_path):
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(byte_data / "val_000000.bin", bare / "val_000000.bin")
+    p = run(["-i", f"{byte_data}/train_*.bin", "-j", f"{bare}/val_*.bin"] + TINY_RUN)
+    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note: cannot check")]
+    assert len(notes) == 1 and str(bare) in notes[0], p.stderr
