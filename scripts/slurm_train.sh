@@ -6,20 +6,33 @@
 #   file  no MPI: every task reads its rank/world/GPU from SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID
 #         and NCCL's id is exchanged through --rendezvous on a shared file system (RDV_DIR)
 # --kill-on-bad-exit=1: a failing task ends every task (no rank waits forever in a collective).
+# Time limit (docs/training.md, "Interrupts and preemption"): --signal=USR1@60 makes Slurm send SIGUSR1 to
+# every task of the job's steps (every rank; "B:USR1" would signal only this batch shell, which does not
+# pass it on) 60 to 120 s before the limit; the ranks finish their step, write a checkpoint and exit
+# 128+10 = 138 (143 after a SIGTERM: preemption, scancel). With REQUEUE=1 the script then requeues the
+# job (submit it with --requeue where the cluster's default is not to requeue); put -y 1 among the flags
+# so the requeued job resumes from that checkpoint (-y 1 on an empty -o starts at step 0).
 #SBATCH --job-name=train_gpt2_ls
 #SBATCH --ntasks-per-node=8
 #SBATCH --gpus-per-node=8
 #SBATCH --cpus-per-task=8
 #SBATCH --time=24:00:00
+#SBATCH --signal=USR1@60
 #SBATCH --output=slurm-%j.out
 set -euo pipefail
 BIN=${TRAIN_GPT2_LS:-$SLURM_SUBMIT_DIR/train_gpt2_ls}
 LAUNCH=${LAUNCH:-file}
 export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-8}
+status=0
 if [ "$LAUNCH" = mpi ]; then
-    srun --kill-on-bad-exit=1 --mpi=pmix "$BIN" --device cuda "$@"
+    srun --kill-on-bad-exit=1 --mpi=pmix "$BIN" --device cuda "$@" || status=$?
 else
     RDV_DIR=${RDV_DIR:-$SLURM_SUBMIT_DIR/.rendezvous}
     mkdir -p "$RDV_DIR"
-    srun --kill-on-bad-exit=1 "$BIN" --device cuda --rendezvous "$RDV_DIR" "$@"
+    srun --kill-on-bad-exit=1 "$BIN" --device cuda --rendezvous "$RDV_DIR" "$@" || status=$?
 fi
+if [ "${REQUEUE:-0}" = 1 ] && { [ "$status" = 138 ] || [ "$status" = 143 ]; }; then
+    echo "slurm_train.sh: the run stopped for a signal (exit $status) after a checkpoint; requeueing job $SLURM_JOB_ID" >&2
+    scontrol requeue "$SLURM_JOB_ID" || echo "slurm_train.sh: scontrol requeue $SLURM_JOB_ID failed; resubmit with -y 1" >&2
+fi
+exit "$status"

@@ -19,6 +19,8 @@
 //   save_checkpoint (and its console line), each when due; at the end the summary line. A
 //   checkpoint of step s therefore holds everything after step s's records, and a resumed run
 //   continues at step s+1 exactly as an uninterrupted one.
+//   Then, before the last step, the ranks agree whether a signal asks them to stop
+//   (llmc/train/interrupt.h): if so, a checkpoint of step s (when none was due) and the exit code.
 // A second run on the same -o is refused in plan_run (before it reads checkpoints) or open_outputs (a race).
 //
 // Several processes (docs/multigpu.md; rank and world size come from the Collective): each rank
@@ -68,6 +70,7 @@
 #include "llmc/io/train_state.h"
 #include "llmc/text/sampler.h"
 #include "llmc/text/tokenizer.h"
+#include "llmc/train/interrupt.h"
 #include "llmc/train/logit_alarm.h"
 #include "llmc/train/loop_state.h"
 #include "llmc/train/qk_clip.h"
@@ -310,6 +313,7 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
     if (!plan.resume && plan.val && cfg.val_every > 0) report_step0_validation(cfg, plan, backend, buf, outputs, comm);
     outputs.started = std::chrono::steady_clock::now();
 
+    InterruptHandlers interrupts;  // SIGINT/SIGTERM/SIGUSR1: stop after the step, checkpointed (interrupt.h)
     for (int step = plan.start_step(); step < plan.max_steps;) {
         const StepResult r = train_step(cfg, plan, model, loop, buf, comm, step);
         step = r.step;
@@ -317,10 +321,16 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
         report_step(cfg, plan, r, buf.step, val_loss, backend, outputs);
         if (main_rank && cfg.sample_every > 0 && cfg.gen_tokens > 0 && step % cfg.sample_every == 0)
             print_sample(cfg, plan.model, backend, outputs.tokenizer, loop.sample_rng, step, outputs.log);
-        if (checkpoint_due(cfg, plan, r)) {
+        const int sig = step < plan.max_steps ? interrupts.agreed_signal(comm) : 0;  // a stop (interrupt.h)
+        if (checkpoint_due(cfg, plan, r) || (sig != 0 && !cfg.output_dir.empty())) {
             save_checkpoint(cfg, plan.model, step, model, loop, comm);
             outputs.summary.weights = model_path(cfg.output_dir, step);
             if (main_rank) outputs.log.print(checkpoint_line(step, outputs.summary.weights, r.alarm_checkpoint) + "\n");
+        }
+        if (sig != 0) {
+            if (main_rank) std::fprintf(stderr, "%s\n", interrupt_line(sig, step, cfg.output_dir).c_str());
+            comm.barrier();  // no rank exits (non-zero) before rank 0's marker: srun/mpirun then end the rest
+            return interrupt_exit_code(sig);
         }
     }
     if (main_rank) outputs.log.print(summary_line(finish_summary(cfg, plan, outputs)) + "\n");

@@ -1,0 +1,117 @@
+// Interrupts and preemption: SIGINT (Ctrl-C), SIGTERM (kill, Slurm's time limit and preemption) and
+// SIGUSR1 (Slurm's warning before the time limit, `--signal=USR1@60` in scripts/slurm_train.sh) stop a
+// training run cleanly (docs/training.md, "Interrupts and preemption"):
+//   - the handler only records the signal (and writes one fixed acknowledgement line to stderr);
+//   - after every step the loop (llmc/train/train_loop.h) asks agreed_signal(): one all-reduce (Max)
+//     of the recorded signal, so a signal that reached one rank stops every rank after the same step;
+//   - every rank writes its part of a checkpoint of that step through the scheduled save path
+//     (save_checkpoint, llmc/train/training_model.h), rank 0 prints interrupt_line() on stderr, every rank
+//     waits for rank 0's DONE marker (a barrier: launchers end the other ranks at the first non-zero exit),
+//     and the process exits with interrupt_exit_code(): 128 + the signal's number, as a shell reports a
+//     process ended by that signal (Linux: SIGINT 130, SIGUSR1 138, SIGTERM 143).
+// The handler is installed for the loop's lifetime only (before it the default action ends the process).
+// A signal during the last step changes nothing: the run ends as planned (its final checkpoint, exit 0).
+// A second SIGINT while a stop is pending ends the process at once (SIGINT's default action). That
+// cannot damage a checkpoint: every file is written atomically and a step counts only once its DONE
+// marker exists (llmc/io/atomic_file.h, llmc/io/checkpoint_dir.h), so the previous complete checkpoint
+// stays loadable. A further SIGTERM or SIGUSR1 changes nothing (the save already asked for goes on;
+// SIGKILL ends it at once).
+// POSIX (sigaction, write). Host-only, no GPU needed.
+#pragma once
+#include <signal.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+#include <string>
+
+#include "llmc/dist/collective.h"
+#include "llmc/io/checkpoint_dir.h"
+
+namespace llmc {
+
+// The signal that asked this process to stop, 0 while none did. The project's one piece of global
+// mutable state, and necessarily so: a signal handler may only communicate with the rest of the
+// program through an object of type volatile std::sig_atomic_t with static storage duration
+// (C++17 [support.signal]); it is set only by on_interrupt_signal, cleared and read by InterruptHandlers.
+inline volatile std::sig_atomic_t g_interrupt_signal = 0;
+
+// The signals that stop a run, and their names.
+inline constexpr int kInterruptSignals[] = {SIGINT, SIGTERM, SIGUSR1};
+
+inline const char* interrupt_signal_name(int sig) {
+    switch (sig) {
+        case SIGINT: return "SIGINT";
+        case SIGTERM: return "SIGTERM";
+        case SIGUSR1: return "SIGUSR1";
+        default: return "a signal";
+    }
+}
+
+// The process's exit status after a stop for `sig`: 128 + its number, what a shell shows for a
+// process that `sig` ended.
+inline int interrupt_exit_code(int sig) { return 128 + sig; }
+
+// The line rank 0 prints on stderr after the stop at `step`; output_dir empty: nothing was saved.
+inline std::string interrupt_line(int sig, int step, const std::string& output_dir) {
+    const std::string head = std::string("interrupted by ") + interrupt_signal_name(sig) + " at step " +
+                             std::to_string(step) + ": ";
+    if (output_dir.empty()) return head + "nothing was saved (no -o given; give -o DIR to keep checkpoints)";
+    return head + "wrote " + model_path(output_dir, step) + "; resume with -y 1";
+}
+
+// The handler: async-signal-safe (only sig_atomic_t stores, write, signal, raise).
+inline void on_interrupt_signal(int sig) {
+    if (sig == SIGINT && g_interrupt_signal != 0) {  // a second Ctrl-C: SIGINT's default action, now
+        ::signal(SIGINT, SIG_DFL);
+        ::raise(SIGINT);  // delivered as this handler returns (SIGINT is blocked while it runs)
+        return;
+    }
+    if (g_interrupt_signal != 0) return;  // the first signal names the stop
+    g_interrupt_signal = sig;
+    const char* msg = sig == SIGINT    ? "train_gpt2_ls: SIGINT received: stopping after this step with a checkpoint "
+                                         "(a second SIGINT stops at once)\n"
+                      : sig == SIGTERM ? "train_gpt2_ls: SIGTERM received: stopping after this step with a checkpoint "
+                                         "(a SIGINT stops at once)\n"
+                                       : "train_gpt2_ls: SIGUSR1 received: stopping after this step with a checkpoint "
+                                         "(a SIGINT stops at once)\n";
+    ssize_t ignored = ::write(STDERR_FILENO, msg, std::strlen(msg));
+    (void)ignored;
+}
+
+// Usage: InterruptHandlers interrupts;   (the loop's lifetime: installs the handler, restores the
+//        ...                              previous dispositions when it goes out of scope)
+//        if (int sig = interrupts.agreed_signal(comm)) { checkpoint; report; return interrupt_exit_code(sig); }
+class InterruptHandlers {
+public:
+    // A signal the process inherited as ignored (e.g. SIGINT of a `cmd &` started by a script) stays ignored.
+    InterruptHandlers() {
+        g_interrupt_signal = 0;
+        struct sigaction sa;
+        std::memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_interrupt_signal;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESTART;  // reads and writes interrupted by the signal resume
+        for (int i = 0; i < kCount; i++) {
+            installed_[i] = ::sigaction(kInterruptSignals[i], nullptr, &previous_[i]) == 0 &&
+                            previous_[i].sa_handler != SIG_IGN && ::sigaction(kInterruptSignals[i], &sa, nullptr) == 0;
+        }
+    }
+    ~InterruptHandlers() {
+        for (int i = 0; i < kCount; i++)
+            if (installed_[i]) ::sigaction(kInterruptSignals[i], &previous_[i], nullptr);
+    }
+    InterruptHandlers(const InterruptHandlers&) = delete;
+    InterruptHandlers& operator=(const InterruptHandlers&) = delete;
+
+    // The signal every rank stops for after this step, 0 to go on: the largest signal number any rank
+    // received. Collective (one all_reduce_int): every rank calls it after every step it checks.
+    int agreed_signal(Collective& comm) const { return (int)comm.all_reduce_int(g_interrupt_signal, ReduceOp::Max); }
+
+private:
+    static constexpr int kCount = sizeof kInterruptSignals / sizeof kInterruptSignals[0];
+    struct sigaction previous_[kCount];
+    bool installed_[kCount] = {};
+};
+
+}  // namespace llmc

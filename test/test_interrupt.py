@@ -1,0 +1,306 @@
+"""Interrupts and preemption (docs/training.md, llmc/train/interrupt.h), end to end with the real binary on
+test_e2e.py's byte-level tiny Shakespeare and tiny model:
+
+- SIGTERM, SIGUSR1 (Slurm's warning before the time limit) or SIGINT at an arbitrary step: the trainer
+  finishes the step, writes a complete checkpoint of it, prints one line naming it on stderr and exits
+  with 128 + the signal's number; `-y 1` to the same final step then gives the uninterrupted run's
+  metrics and final checkpoint bit for bit;
+- without -o the line says that nothing was saved;
+- a SIGINT the trainer inherited as ignored (a script's `cmd &`) stays ignored;
+- a second SIGINT ends the process at once (killed by SIGINT) and the previous checkpoint stays loadable
+  (a resume from it reproduces the uninterrupted run);
+- with 2 MPI ranks, a SIGTERM that reaches rank 1 only, or a SIGUSR1 to mpirun (which forwards it to
+  every rank), stops both ranks after the same step; both write their part of the checkpoint, and a
+  2-rank resume is bit-identical to the uninterrupted 2-rank run.
+
+Where the step lands: the single-process tests read the trainer's stdout through a pipe shrunk to one
+page (F_SETPIPE_SZ) and stop reading once it printed step FIRST_SEEN; the trainer can then get at most
+two pages (the pipe and the test's read buffer, about 90 step lines) ahead before its next step line
+blocks, so the signal lands at a step between FIRST_SEEN and about FIRST_SEEN + 90, below -x, whatever
+the machine's load. The 2-rank runs go through
+mpirun's forwarding (no such bound): the signal follows the line of step FIRST_SEEN and the test
+fails with a clear message should the run have ended first.
+"""
+import array
+import fcntl
+import os
+import re
+import signal
+import subprocess
+import termios
+import time
+from pathlib import Path
+
+import pytest
+
+from test_e2e import BIN, REPO, TINY, assert_same_run, byte_data, data_args, read_jsonl, run  # noqa: F401
+from test_mpi import MPIRUN, run_np
+
+# Constant LR: the interrupted and the resumed run use the same -x anyway; -n 0: the interrupt writes
+# the only checkpoint before the final one.
+STEPS = 200
+BASE = TINY + ["-k", "constant", "-u", 0, "-l", "2e-3", "-v", 25, "-m", 2, "-s", 0, "-x", STEPS]
+FIRST_SEEN = 5
+F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ (Linux), absent from older Pythons' fcntl
+LINE = re.compile(r"^interrupted by (SIG[A-Z0-9]+) at step (\d+): (.*)$", re.M)
+ACK = "train_gpt2_ls: {} received: stopping after this step with a checkpoint"
+
+
+def start(args, stderr_path, preexec_fn=None):
+    """Starts the trainer with stdout on a one-page pipe (returned: the read end) and stderr into a file."""
+    if not BIN.exists():
+        pytest.fail(f"{BIN} is missing; build it with `make train_gpt2_ls`")
+    r, w = os.pipe()
+    fcntl.fcntl(w, F_SETPIPE_SZ, 4096)
+    with open(stderr_path, "wb") as err:
+        p = subprocess.Popen([str(BIN), "--device", "cpu"] + [str(a) for a in args], cwd=REPO, stdout=w, stderr=err,
+                             preexec_fn=preexec_fn)
+    os.close(w)
+    return p, os.fdopen(r, "r")
+
+
+def step_line(step, steps):
+    """The start of the console line of `step` (the step number is padded to the width of -x)."""
+    return f"step {step:>{len(str(steps))}}/{steps} | loss"
+
+
+def read_until_step(out, step, what):
+    """Reads stdout lines until the console line of `step`; returns what was read."""
+    seen = []
+    for line in out:
+        seen.append(line)
+        if line.startswith(step_line(step, STEPS)):
+            return "".join(seen)
+    pytest.fail(f"{what}: the trainer ended before step {step}:\n{''.join(seen)[-2000:]}")
+
+
+def wait_for_text(path, text, proc, seconds=60):
+    deadline = time.monotonic() + seconds
+    while text not in Path(path).read_text():
+        assert proc.poll() is None, f"the trainer ended (status {proc.returncode}) before '{text}':\n" + \
+            Path(path).read_text()
+        assert time.monotonic() < deadline, f"no '{text}' on stderr within {seconds} s"
+        time.sleep(0.01)
+
+
+def wait_until_blocked(proc, stdout, seconds=60):
+    """Waits until the trainer sleeps with its stdout pipe unchanged for half a second (blocked writing a line)."""
+    deadline, last, still = time.monotonic() + seconds, -1, 0
+    while still < 50:
+        assert proc.poll() is None and time.monotonic() < deadline, "the trainer did not block on its stdout"
+        queued = array.array("i", [0])
+        fcntl.ioctl(stdout.fileno(), termios.FIONREAD, queued)
+        state = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        still = still + 1 if queued[0] == last and queued[0] > 0 and state == "S" else 0
+        last = queued[0]
+        time.sleep(0.01)
+
+
+def interrupted_line(stderr, sig_name):
+    """The one `interrupted by` line; returns its step and its tail."""
+    lines = LINE.findall(stderr)
+    assert len(lines) == 1, f"expected one 'interrupted by' line on stderr, got:\n{stderr}"
+    name, step, tail = lines[0]
+    assert name == sig_name, lines[0]
+    return int(step), tail
+
+
+@pytest.fixture(scope="module")
+def reference(byte_data, tmp_path_factory):
+    """The uninterrupted single-process run."""
+    out = tmp_path_factory.mktemp("ref")
+    run(data_args(byte_data) + BASE + ["-o", out])
+    return out
+
+
+def assert_resumes_to_reference(byte_data, out, from_step, ref):
+    p = run(data_args(byte_data) + BASE + ["-o", out, "-y", 1])
+    assert f"resumed from {out}/model_{from_step:08d}.bin at step {from_step}" in p.stdout, p.stdout[:2000]
+    assert_same_run(ref, out, STEPS)
+    assert read_jsonl(ref / "logit_stats.jsonl") == read_jsonl(out / "logit_stats.jsonl")
+
+
+# ---------------------------------------------------------------------------------------------
+# one process
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1, signal.SIGINT], ids=lambda s: s.name)
+def test_signal_checkpoints_the_step_and_resume_is_bit_identical(byte_data, reference, tmp_path, sig):
+    out, err = tmp_path / "o", tmp_path / "stderr"
+    p, stdout = start(data_args(byte_data) + BASE + ["-o", out], err)
+    console = read_until_step(stdout, FIRST_SEEN, sig.name)
+    p.send_signal(sig)
+    console += stdout.read()  # lets the trainer go on to the end of its step
+    stdout.close()
+    assert p.wait(timeout=120) == 128 + int(sig), f"exit status {p.returncode}:\n{err.read_text()}"
+    stderr = err.read_text()
+    assert ACK.format(sig.name) in stderr
+    step, tail = interrupted_line(stderr, sig.name)
+    assert FIRST_SEEN <= step < STEPS
+    assert tail == f"wrote {out}/model_{step:08d}.bin; resume with -y 1"
+    assert step_line(step, STEPS) in console and step_line(step + 1, STEPS) not in console  # it finished that step
+    assert sorted(f.name for f in out.glob("DONE_*")) == [f"DONE_{step:08d}"]
+    assert (out / f"model_{step:08d}.bin").exists() and (out / f"state_{step:08d}_00000.bin").exists()
+    assert not list(out.glob("*.tmp*"))
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl") if "loss" in r] == list(range(1, step + 1))
+    assert_resumes_to_reference(byte_data, out, step, reference)
+
+
+def test_signal_without_output_dir_says_nothing_was_saved(byte_data, tmp_path):
+    err = tmp_path / "stderr"
+    p, stdout = start(data_args(byte_data) + BASE, err)
+    read_until_step(stdout, FIRST_SEEN, "no -o")
+    p.send_signal(signal.SIGTERM)
+    stdout.read()
+    stdout.close()
+    assert p.wait(timeout=120) == 128 + int(signal.SIGTERM), err.read_text()
+    step, tail = interrupted_line(err.read_text(), "SIGTERM")
+    assert FIRST_SEEN <= step < STEPS
+    assert tail.startswith("nothing was saved (no -o given"), tail
+    assert list(tmp_path.iterdir()) == [err]
+
+
+def test_an_inherited_ignored_sigint_stays_ignored(byte_data, tmp_path):
+    """A trainer started with SIGINT ignored (what a shell script's `cmd &` does) is not stopped by SIGINT;
+    SIGTERM still stops it."""
+    out, err = tmp_path / "o", tmp_path / "stderr"
+    p, stdout = start(data_args(byte_data) + BASE + ["-o", out], err,
+                      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    read_until_step(stdout, FIRST_SEEN, "ignored SIGINT")
+    p.send_signal(signal.SIGINT)
+    read_until_step(stdout, 100, "ignored SIGINT")  # a stop would have come by step FIRST_SEEN + ~90
+    p.send_signal(signal.SIGTERM)
+    stdout.read()
+    stdout.close()
+    assert p.wait(timeout=120) == 128 + int(signal.SIGTERM), err.read_text()
+    assert ACK.format("SIGINT") not in err.read_text()
+    step, _ = interrupted_line(err.read_text(), "SIGTERM")
+    assert 100 <= step < STEPS
+
+
+def test_second_sigint_exits_at_once_and_keeps_the_previous_checkpoint(byte_data, reference, tmp_path):
+    """The trainer is held in the write of a step line (its stdout pipe full, the test reads no more), so
+    the first SIGINT is pending and no step can end while the second one arrives."""
+    out, err = tmp_path / "o", tmp_path / "stderr"
+    p, stdout = start(data_args(byte_data) + BASE + ["-o", out, "-n", 5], err)
+    read_until_step(stdout, 12, "SIGINT twice")  # checkpoints 5 and 10 are complete
+    wait_until_blocked(p, stdout)
+    p.send_signal(signal.SIGINT)
+    wait_for_text(err, ACK.format("SIGINT"), p)
+    p.send_signal(signal.SIGINT)
+    assert p.wait(timeout=10) == -signal.SIGINT, f"exit status {p.returncode}:\n{err.read_text()}"
+    stdout.close()
+    assert "interrupted by" not in err.read_text()
+    done = sorted(int(f.name[5:]) for f in out.glob("DONE_*"))
+    assert done and done[-1] >= 10 and done[-1] % 5 == 0, done  # only the scheduled checkpoints
+    assert_resumes_to_reference(byte_data, out, done[-1], reference)
+
+
+# ---------------------------------------------------------------------------------------------
+# two MPI ranks
+
+MPI_STEPS = 40
+MPI_BASE = TINY + ["-k", "constant", "-u", 0, "-l", "2e-3", "-v", 10, "-m", 2, "-s", 0, "-x", MPI_STEPS]
+
+
+def rank_pids(launcher_pid):
+    """{rank: pid} of the trainer processes below mpirun (from /proc: parent pids and environments)."""
+    parent, found = {}, {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    for pid in parent:
+        up = pid
+        while up in parent and up != launcher_pid and up > 1:
+            up = parent[up]
+        if up != launcher_pid or pid == launcher_pid:
+            continue
+        try:
+            env = dict(kv.split("=", 1) for kv in (Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+                                                   .split("\0")) if "=" in kv)
+            exe = os.readlink(f"/proc/{pid}/exe")
+        except OSError:
+            continue
+        if "OMPI_COMM_WORLD_RANK" in env and os.path.samefile(exe, BIN):
+            found[int(env["OMPI_COMM_WORLD_RANK"])] = pid
+    return found
+
+
+@pytest.fixture(scope="module")
+def mpi_reference(byte_data, tmp_path_factory):
+    """The uninterrupted 2-rank run (run_np skips as test_mpi.py does without mpirun or an MPI build)."""
+    out = tmp_path_factory.mktemp("mpi_ref")
+    run_np(2, data_args(byte_data) + MPI_BASE + ["-o", out], timeout=300)
+    return out
+
+
+@pytest.mark.parametrize("target", ["rank1-SIGTERM", "mpirun-SIGUSR1"])
+def test_two_ranks_stop_at_the_same_step_and_resume_is_bit_identical(byte_data, mpi_reference, tmp_path, target):
+    """A SIGTERM to rank 1 alone (rank 0 learns it from the per-step agreement), or a SIGUSR1 to mpirun,
+    which Open MPI forwards to every rank."""
+    out, err = tmp_path / "o", tmp_path / "stderr"
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2", str(BIN), "--device", "cpu"] + \
+        [str(a) for a in data_args(byte_data) + MPI_BASE + ["-o", out]]
+    with open(err, "wb") as e:
+        p = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=e, text=True)
+    try:
+        seen = []
+        for line in p.stdout:
+            seen.append(line)
+            if line.startswith(step_line(FIRST_SEEN, MPI_STEPS)):
+                break
+        else:
+            pytest.fail(f"the run ended before step {FIRST_SEEN}:\n{''.join(seen)[-2000:]}\n{err.read_text()}")
+        ranks = rank_pids(p.pid)
+        assert sorted(ranks) == [0, 1], f"trainer processes below mpirun: {ranks}"
+        name, sig = target.split("-")
+        (os.kill(ranks[1], signal.SIGTERM) if name == "rank1" else p.send_signal(signal.SIGUSR1))
+        rest, _ = p.communicate(timeout=300)  # ranks that disagree hang in their collectives: a failure
+        status = p.returncode
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    stderr = err.read_text()
+    assert status == 128 + int(getattr(signal, sig)), f"mpirun's exit status {status}:\n{stderr[-3000:]}"
+    step, tail = interrupted_line(stderr, sig)
+    assert step < MPI_STEPS, f"the run ended at step {step} before the signal arrived: raise MPI_STEPS"
+    assert tail == f"wrote {out}/model_{step:08d}.bin; resume with -y 1"
+    console = "".join(seen) + rest
+    assert step_line(step, MPI_STEPS) in console and step_line(step + 1, MPI_STEPS) not in console
+    assert sorted(f.name for f in out.glob("DONE_*")) == [f"DONE_{step:08d}"]
+    assert (out / f"DONE_{step:08d}").read_text().strip() == f"step {step} world_size 2"
+    for r in (0, 1):
+        assert (out / f"state_{step:08d}_{r:05d}.bin").exists()
+    p2 = run_np(2, data_args(byte_data) + MPI_BASE + ["-o", out, "-y", 1], timeout=300)
+    assert f"resumed from {out}/model_{step:08d}.bin at step {step}" in p2.stdout
+    assert_same_run(mpi_reference, out, MPI_STEPS)
+    name = f"state_{MPI_STEPS:08d}_00001.bin"
+    assert (mpi_reference / name).read_bytes() == (out / name).read_bytes(), f"{name} differs"
+
+
+# ---------------------------------------------------------------------------------------------
+# scripts/slurm_train.sh (with a stand-in srun and scontrol)
+
+@pytest.mark.parametrize("status, requeue, requeued", [(138, "1", True), (143, "1", True), (1, "1", False),
+                                                        (0, "1", False), (138, "0", False)])
+def test_slurm_script_asks_for_usr1_and_requeues_a_stopped_run(tmp_path, status, requeue, requeued):
+    script = REPO / "scripts" / "slurm_train.sh"
+    assert "\n#SBATCH --signal=USR1@60\n" in script.read_text()  # every task, not only the batch shell ("B:")
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(f'#!/bin/sh\necho "srun $*" >> {log}\nexit {status}\n')
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "scontrol $*" >> {log}\n')
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", SLURM_SUBMIT_DIR=str(tmp_path),
+               SLURM_JOB_ID="4242", REQUEUE=requeue)
+    p = subprocess.run(["bash", str(script), "-o", "out", "-y", "1"], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == status, p.stderr
+    calls = log.read_text().splitlines()
+    assert calls[0].startswith("srun --kill-on-bad-exit=1 ") and calls[0].endswith(" -o out -y 1")
+    assert calls[1:] == (["scontrol requeue 4242"] if requeued else []), p.stderr
+    assert ("requeueing job 4242" in p.stderr) == requeued
