@@ -13,6 +13,7 @@
 #   make test-asan       Catch2 + a short train/resume/generate under ASan + UBSan (build/asan)
 #   make test-reference  the PyTorch reference's self-tests (needs torch)
 #   make fuzz / fuzz-smoke  libFuzzer harnesses of the file readers: 10 min each / a few s each (build/fuzz)
+#   make format / format-check  apply .clang-format to the C++/CUDA sources / check them (part of make test)
 #   make deps            install the dependencies (scripts/install_deps.sh)
 #   make help            this list
 # Variables: CUDA_ARCH="80 90"  PRECISION=BF16|FP32  EXTRA_INCLUDE=.deps/include
@@ -327,6 +328,7 @@ ifeq ($(CI),true)
 endif
 	@echo "== no nvcc: CPU tests only; the GPU targets, the trainer matrix and the emulated GPU tests need nvcc (CUDA toolkit) =="
 endif
+	scripts/check_format.sh
 	$(MAKE) -j$(JOBS) test-build
 ifneq ($(NVCC_FOUND),)
 	$(MAKE) -j$(JOBS) PRECISION=FP32 $(BUILD)/emu-fp32/train_gpt2_ls
@@ -339,7 +341,7 @@ ifneq ($(NVCC_FOUND),)
 endif
 	@$(if $(NVCC_FOUND),$(MAKE) --no-print-directory test-emu >$(BUILD)/test-emu.log 2>&1 &,true &) emu=$$!; \
 	echo "== pytest (data pipeline, end to end, emulation faults and mutants) =="; \
-	SHARED_DATA=$(abspath $(SHARED_DATA)) $(PYTHON) -m pytest -q data/tests test $(PYTEST_LEFT_OUT); py=$$?; \
+	SHARED_DATA=$(abspath $(SHARED_DATA)) $(PYTHON) -m pytest -q --durations=25 data/tests test $(PYTEST_LEFT_OUT); py=$$?; \
 	$(MAKE) --no-print-directory asan-e2e; asan=$$?; \
 	echo "== fuzz smoke test (make fuzz-smoke) =="; \
 	$(MAKE) --no-print-directory fuzz-smoke; fuzz=$$?; \
@@ -409,6 +411,12 @@ deps:
 clean:
 	rm -rf $(BUILD) train_gpt2_ls generate_gpt2_ls
 
-.PHONY: all cpu gpu-targets dist-matrix emu test-emu data-tinyshakespeare train test test-build test-gpu test-reference deps clean
+# The C++/CUDA sources against .clang-format (clang-format 14; scripts/check_format.sh)
+format:
+	scripts/check_format.sh --fix
+format-check:
+	scripts/check_format.sh
+
+.PHONY: format format-check all cpu gpu-targets dist-matrix emu test-emu data-tinyshakespeare train test test-build test-gpu test-reference deps clean
 
 endif  # DEPS_FIRST

@@ -73,13 +73,13 @@ int run_generation(const llmc::GenerateConfig& g, const llmc::ModelCheckpoint& c
         std::fflush(stdout);
     };
     const auto t0 = std::chrono::steady_clock::now();
-    const std::vector<int> out = llmc::generate(*model, in.prompt, g.tokens, in.max_len,
-                                                g.greedy ? 0.0f : g.temperature, rng, opt);
+    const std::vector<int> out =
+        llmc::generate(*model, in.prompt, g.tokens, in.max_len, g.greedy ? 0.0f : g.temperature, rng, opt);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!g.print_ids) std::printf("\n");
     std::fprintf(stderr, "generated %zu tokens in %.3f s (%.1f tok/s), %s, %s, KV cache %.1f KiB\n", out.size(), s,
-                 out.size() / (s > 0 ? s : 1e-9), model->device_description().c_str(), g.no_cache ? "no cache" : "cached",
-                 g.no_cache ? 0.0 : model->kv_cache_bytes() / 1024.0);
+                 out.size() / (s > 0 ? s : 1e-9), model->device_description().c_str(),
+                 g.no_cache ? "no cache" : "cached", g.no_cache ? 0.0 : model->kv_cache_bytes() / 1024.0);
     return 0;
 }
 

@@ -41,7 +41,8 @@ int main(int argc, char** argv) {
         if (cfg.eval_only) llmc::eval_settings_from_run(cfg, argc, argv, cfg.rank == 0);  // what -e's run recorded
         // Once the model is known: a GPU the CUDA backend cannot use for it leaves `auto` on the CPU.
         const llmc::BackendFactory backend_for = [&cfg](const llmc::ModelConfig& m) {
-            return llmc::make_backend(llmc::device_for_model(cfg.device, m, cfg.rank == 0), m, cfg.seed, cfg.local_rank);
+            return llmc::make_backend(llmc::device_for_model(cfg.device, m, cfg.rank == 0), m, cfg.seed,
+                                      cfg.local_rank);
         };
         return cfg.eval_only ? llmc::run_eval(cfg, backend_for, *comm)
                              : llmc::run_training(cfg, backend_for, cli.config_file_text(), *comm);
@@ -51,8 +52,7 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
         if (comm && comm->world_size() > 1)
             std::fprintf(stderr, "error: rank %d of %d: %s\n", comm->rank(), comm->world_size(), message.c_str());
-        else
-            std::fprintf(stderr, "error: %s\n", message.c_str());
+        else std::fprintf(stderr, "error: %s\n", message.c_str());
         if (comm && comm->world_size() > 1) comm->abort(1);  // ends every rank of the run
         return 1;
     }

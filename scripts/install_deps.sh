@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Installs everything the build and the CPU tests need. Idempotent: safe to run again.
 #   Debian: CLI11, nlohmann/json, Catch2 v2 (header-only), OpenMPI, Boost.Context (the fibers of
-#           the device emulation, make emu), clang with libclang-rt (libFuzzer, make fuzz-smoke).
+#           the device emulation, make emu), clang with libclang-rt (libFuzzer, make fuzz-smoke),
+#           clang-format-14 (make format-check, part of make test).
 #   PyPI:   requirements.txt (numpy, tiktoken, sentencepiece, tqdm, pytest, matplotlib);
 #           requirements-test.txt (torch, transformers, safetensors: test/test_export_hf.py).
 # The CUDA toolkit (nvcc, cuBLAS/cuBLASLt, NCCL) is not installed here: with it, make builds the GPU
 # targets too; without it, the CPU programs and tests only (the Makefile says so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-debs=(libcli11-dev nlohmann-json3-dev catch2 libopenmpi-dev openmpi-bin libboost-context-dev clang libclang-rt-14-dev)
+debs=(libcli11-dev nlohmann-json3-dev catch2 libopenmpi-dev openmpi-bin libboost-context-dev clang libclang-rt-14-dev clang-format-14)
 missing=()
 for p in "${debs[@]}"; do
   # "install ok installed" only: a removed package keeps its config files and dpkg -s still succeeds

@@ -19,10 +19,10 @@ struct DebugState {
     int B = 0, T = 0, V = 0, Vp = 0, L = 0, NH = 0, n_steps = 0;
     size_t num_params = 0;
     float z_weight = 0, lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0, grad_clip = 0;
-    std::vector<int> inputs, targets;   // (B, T)
-    std::vector<float> logits;          // (B, T, V) real vocabulary only
-    float loss = 0, z_loss = 0;         // mean CE; z_weight * mean(lse^2)
-    std::vector<float> grads;           // (num_params) d(loss + z_loss)/d(params), llmc/core/params.h order
+    std::vector<int> inputs, targets;  // (B, T)
+    std::vector<float> logits;         // (B, T, V) real vocabulary only
+    float loss = 0, z_loss = 0;        // mean CE; z_weight * mean(lse^2)
+    std::vector<float> grads;          // (num_params) d(loss + z_loss)/d(params), llmc/core/params.h order
     std::vector<float> attn_max, attn_min, attn_entropy;  // (L, NH), before the soft-cap
     float out_max_logit = 0, out_mean_lse = 0;
     std::vector<float> step_loss, step_z_loss, step_grad_norm;  // (n_steps), measured before update t
@@ -51,7 +51,10 @@ inline DebugState read_debug_state(const std::string& path) {
         throw fail("magic " + std::to_string(h[0]) + " version " + std::to_string(h[1]) + ", expected " +
                    std::to_string(kDebugMagic) + " version " + std::to_string(kDebugVersion));
     DebugState d;
-    d.B = h[2]; d.T = h[3]; d.V = h[4]; d.Vp = h[5];
+    d.B = h[2];
+    d.T = h[3];
+    d.V = h[4];
+    d.Vp = h[5];
     d.num_params = (size_t)(uint32_t)h[6] | ((size_t)(uint32_t)h[7] << 32);
     d.n_steps = h[8];
     d.z_weight = int_bits_to_float(h[9]);
@@ -61,7 +64,8 @@ inline DebugState read_debug_state(const std::string& path) {
     d.eps = int_bits_to_float(h[13]);
     d.weight_decay = int_bits_to_float(h[14]);
     d.grad_clip = int_bits_to_float(h[15]);
-    d.L = h[16]; d.NH = h[17];
+    d.L = h[16];
+    d.NH = h[17];
     if (d.B < 1 || d.T < 1 || d.V < 1 || d.Vp < d.V || d.L < 1 || d.NH < 1 || d.n_steps < 0)
         throw fail("implausible header (B " + std::to_string(d.B) + ", T " + std::to_string(d.T) + ", V " +
                    std::to_string(d.V) + ", Vp " + std::to_string(d.Vp) + ", L " + std::to_string(d.L) + ", NH " +
@@ -78,12 +82,16 @@ inline DebugState read_debug_state(const std::string& path) {
     take(d.inputs, BT);
     take(d.targets, BT);
     take(d.logits, BT * d.V);
-    take(pair, 2); d.loss = pair[0]; d.z_loss = pair[1];
+    take(pair, 2);
+    d.loss = pair[0];
+    d.z_loss = pair[1];
     take(d.grads, d.num_params);
     take(d.attn_max, LH);
     take(d.attn_min, LH);
     take(d.attn_entropy, LH);
-    take(pair, 2); d.out_max_logit = pair[0]; d.out_mean_lse = pair[1];
+    take(pair, 2);
+    d.out_max_logit = pair[0];
+    d.out_mean_lse = pair[1];
     take(d.step_loss, d.n_steps);
     take(d.step_z_loss, d.n_steps);
     take(d.step_grad_norm, d.n_steps);
@@ -102,7 +110,8 @@ inline std::string fixture_path(const std::string& file) {
                                  "../../test/fixtures/" + file};
     for (const std::string& c : cands)
         if (std::ifstream(c).good()) return c;
-    throw std::runtime_error("fixture " + file + " not found in " + dir + "/fixtures or test/fixtures; run the "
+    throw std::runtime_error("fixture " + file + " not found in " + dir +
+                             "/fixtures or test/fixtures; run the "
                              "tests from the repo root (regenerate with dev/reference/make_fixtures.py)");
 }
 

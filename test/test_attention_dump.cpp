@@ -165,8 +165,8 @@ TEST_CASE("--dump-attention checks: flags, range, backend", "[attention_dump]") 
     CHECK_NOTHROW(check_dump_attention_heads({{0, 0}, {2, 3}}, m));
     CHECK_THROWS_WITH(check_dump_attention_heads({{0, 0}, {3, 0}}, m),
                       Catch::Contains("3:0") && Catch::Contains("layer 3") && Catch::Contains("3 layers (0..2)"));
-    CHECK_THROWS_WITH(check_dump_attention_heads({{1, 4}}, m),
-                      Catch::Contains("1:4") && Catch::Contains("head 4") && Catch::Contains("4 heads per layer (0..3)"));
+    CHECK_THROWS_WITH(check_dump_attention_heads({{1, 4}}, m), Catch::Contains("1:4") && Catch::Contains("head 4") &&
+                                                                   Catch::Contains("4 heads per layer (0..3)"));
 
     struct NoMaps : CpuBackend {
         using CpuBackend::CpuBackend;
@@ -174,8 +174,14 @@ TEST_CASE("--dump-attention checks: flags, range, backend", "[attention_dump]") 
         bool has_attention_probs() const override { return false; }
     };
     ModelConfig tiny;
-    tiny.num_layers = 1; tiny.channels = 8; tiny.num_heads = 2; tiny.global_heads = 1; tiny.window = 2;
-    tiny.vocab_size = 5; tiny.padded_vocab_size = 128; tiny.max_seq_len = 4;
+    tiny.num_layers = 1;
+    tiny.channels = 8;
+    tiny.num_heads = 2;
+    tiny.global_heads = 1;
+    tiny.window = 2;
+    tiny.vocab_size = 5;
+    tiny.padded_vocab_size = 128;
+    tiny.max_seq_len = 4;
     CpuBackend cpu(tiny, 1);
     NoMaps other(tiny, 1);
     CHECK_NOTHROW(check_dump_attention_backend(cpu));
@@ -215,9 +221,9 @@ std::vector<double> brute_probs(Gpt2Cpu<float>& m, int l, int h, int b, int B, i
     const ModelConfig& cfg = m.config();
     const int C = cfg.channels, hd = cfg.head_size();
     const size_t N = (size_t)B * T;
-    const float* ln1 = m.acts().ln1.data() + l * N * C;                 // (B, T, C)
-    const float* W = m.param(P_QKVW) + (size_t)l * 3 * C * C;           // (3C, C)
-    const float* bias = m.param(P_QKVB) + (size_t)l * 3 * C;            // (3C)
+    const float* ln1 = m.acts().ln1.data() + l * N * C;        // (B, T, C)
+    const float* W = m.param(P_QKVW) + (size_t)l * 3 * C * C;  // (3C, C)
+    const float* bias = m.param(P_QKVB) + (size_t)l * 3 * C;   // (3C)
     // q, k of head h: rows h*hd.. of the q block and of the k block
     std::vector<double> q((size_t)T * hd), k((size_t)T * hd);
     for (int t = 0; t < T; t++)
@@ -236,10 +242,12 @@ std::vector<double> brute_probs(Gpt2Cpu<float>& m, int l, int h, int b, int B, i
             for (int t = 0; t < T; t++) {
                 double mean = 0, var = 0;
                 for (int d = 0; d < hd; d++) mean += x[(size_t)t * hd + d] / hd;
-                for (int d = 0; d < hd; d++) var += (x[(size_t)t * hd + d] - mean) * (x[(size_t)t * hd + d] - mean) / hd;
                 for (int d = 0; d < hd; d++)
-                    x[(size_t)t * hd + d] = (x[(size_t)t * hd + d] - mean) / std::sqrt(var + 1e-5) * m.param(w)[l * hd + d] +
-                                            m.param(bb)[l * hd + d];
+                    var += (x[(size_t)t * hd + d] - mean) * (x[(size_t)t * hd + d] - mean) / hd;
+                for (int d = 0; d < hd; d++)
+                    x[(size_t)t * hd + d] =
+                        (x[(size_t)t * hd + d] - mean) / std::sqrt(var + 1e-5) * m.param(w)[l * hd + d] +
+                        m.param(bb)[l * hd + d];
             }
         };
         norm(q, P_QNORMW, P_QNORMB);
@@ -275,15 +283,20 @@ TEST_CASE("dumped attention probabilities match a brute-force softmax of the mod
     // so every probability to ~1e-6 (observed: <= 5.3e-7); 1e-5 leaves a 10x margin and still catches
     // a wrong mask, head, layer, sequence, scale, cap or normalization (each moves entries by >= 1e-2).
     const double tol = 1e-5;
-    const Variant variants[] = {{"plain", false, 0.0f}, {"qk_norm", true, 0.0f}, {"softcap", false, 2.0f},
-                                {"qk_norm+softcap", true, 2.0f}};
+    const Variant variants[] = {
+        {"plain", false, 0.0f}, {"qk_norm", true, 0.0f}, {"softcap", false, 2.0f}, {"qk_norm+softcap", true, 2.0f}};
     const int B = 2, T = 13;
     uint64_t seed = 0xA77D0ull + Catch::rngSeed();
     for (const Variant& v : variants) {
         ModelConfig cfg;
-        cfg.num_layers = 2; cfg.channels = 32; cfg.num_heads = 4;  // hd 8
-        cfg.global_heads = 1; cfg.window = 4;                    // heads 0..2 local (P 4), head 3 global
-        cfg.vocab_size = 50; cfg.padded_vocab_size = 128; cfg.max_seq_len = 16;
+        cfg.num_layers = 2;
+        cfg.channels = 32;
+        cfg.num_heads = 4;  // hd 8
+        cfg.global_heads = 1;
+        cfg.window = 4;  // heads 0..2 local (P 4), head 3 global
+        cfg.vocab_size = 50;
+        cfg.padded_vocab_size = 128;
+        cfg.max_seq_len = 16;
         cfg.qk_norm = v.qk_norm;
         cfg.attn_softcap = v.softcap;
         CpuBackend be(cfg, 1);
@@ -327,7 +340,9 @@ TEST_CASE("dumped attention probabilities match a brute-force softmax of the mod
                         REQUIRE(std::isfinite(x));
                         const double e = std::fabs((double)x - ref[(size_t)i * T + j]);
                         worst = std::max(worst, e);
-                        if (e > tol) FAIL_CHECK("p[" << i << "][" << j << "] = " << x << ", brute force " << ref[(size_t)i * T + j]);
+                        if (e > tol)
+                            FAIL_CHECK("p[" << i << "][" << j << "] = " << x << ", brute force "
+                                            << ref[(size_t)i * T + j]);
                         if (i - j >= cfg.window && x > 0) far_positive++;
                         row += x;
                     }
@@ -339,14 +354,16 @@ TEST_CASE("dumped attention probabilities match a brute-force softmax of the mod
                 const ModelConfig& mc = be.model().config();
                 const int C = mc.channels, hd = mc.head_size();
                 const size_t N = (size_t)B * T;
-                const float* att_in = (mc.qk_norm ? be.model().acts().qkvn.data() : be.model().acts().qkv.data()) + l * N * 3 * C;
+                const float* att_in =
+                    (mc.qk_norm ? be.model().acts().qkvn.data() : be.model().acts().qkv.data()) + l * N * 3 * C;
                 const float* atty = be.model().acts().atty.data() + l * N * C;
                 for (int i = 0; i < T; i++) {
                     double num = 0, den = 0;
                     for (int d = 0; d < hd; d++) {
                         double o = 0;
                         for (int j = 0; j <= i; j++)
-                            o += (double)p[(size_t)i * T + j] * att_in[((size_t)b * T + j) * 3 * C + 2 * C + h * hd + d];
+                            o +=
+                                (double)p[(size_t)i * T + j] * att_in[((size_t)b * T + j) * 3 * C + 2 * C + h * hd + d];
                         const double got = atty[((size_t)b * T + i) * C + h * hd + d];
                         num += (got - o) * (got - o);
                         den += o * o;
@@ -364,8 +381,14 @@ TEST_CASE("dumped attention probabilities match a brute-force softmax of the mod
 
 TEST_CASE("attention_probs: refused before a forward and out of range", "[attention_dump]") {
     ModelConfig cfg;
-    cfg.num_layers = 2; cfg.channels = 16; cfg.num_heads = 4; cfg.global_heads = 1; cfg.window = 3;
-    cfg.vocab_size = 20; cfg.padded_vocab_size = 128; cfg.max_seq_len = 8;
+    cfg.num_layers = 2;
+    cfg.channels = 16;
+    cfg.num_heads = 4;
+    cfg.global_heads = 1;
+    cfg.window = 3;
+    cfg.vocab_size = 20;
+    cfg.padded_vocab_size = 128;
+    cfg.max_seq_len = 8;
     CpuBackend be(cfg, 3);
     std::vector<float> p(64);
     CHECK_THROWS_AS(be.attention_probs(0, 0, 0, p.data()), std::logic_error);

@@ -37,7 +37,8 @@ void check_shape(int T, int P, int BQ, int BK, bool local) {
     // predicate
     for (int i = 0; i < T; i++)
         for (int j = 0; j < T; j++)
-            if (llmc::attn_visible(i, j, local, P) != visible_brute(i, j, local, P)) FAIL("attn_visible " << i << "," << j);
+            if (llmc::attn_visible(i, j, local, P) != visible_brute(i, j, local, P))
+                FAIL("attn_visible " << i << "," << j);
     for (int i = 0; i < T; i++) {
         int lo = 0;
         while (lo <= i && !visible_brute(i, lo, local, P)) lo++;

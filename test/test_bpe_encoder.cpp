@@ -61,17 +61,25 @@ TEST_CASE("the generated Unicode class table is sorted, disjoint and classifies 
     }
     using llmc::CharClass;
     const std::vector<std::pair<uint32_t, CharClass>> cases = {
-        {'a', CharClass::Letter},     {'Z', CharClass::Letter},     {'5', CharClass::Number},
-        {' ', CharClass::Space},      {'\t', CharClass::Space},     {'\n', CharClass::Space},
-        {'\r', CharClass::Space},     {0x0B, CharClass::Space},     {0x0C, CharClass::Space},
-        {0x85, CharClass::Space},     {0xA0, CharClass::Space},     {0x2028, CharClass::Space},
-        {0x3000, CharClass::Space},   {0x1C, CharClass::Other},     {0x1F, CharClass::Other},  // isspace but not White_Space
-        {0x200B, CharClass::Other},   {'!', CharClass::Other},      {'\'', CharClass::Other},
-        {'_', CharClass::Other},      {0, CharClass::Other},        {0xE9, CharClass::Letter},  // é
-        {0x301, CharClass::Other},    {0x3A9, CharClass::Letter},   {0x4E2D, CharClass::Letter},  // U+0301 Mn, Ω, 中
-        {0x2B0, CharClass::Letter},   {0xBD, CharClass::Number},    {0x2167, CharClass::Number},  // ʰ Lm, ½ No, Ⅷ Nl
-        {0x663, CharClass::Number},   {0xB2, CharClass::Number},    {0x1F44B, CharClass::Other},  // ٣ Nd, ², 👋
-        {0x1F3FD, CharClass::Other},  {0x20AC, CharClass::Other},   {0x20000, CharClass::Letter},  // skin tone, €, CJK ext B
+        {'a', CharClass::Letter},     {'Z', CharClass::Letter},
+        {'5', CharClass::Number},     {' ', CharClass::Space},
+        {'\t', CharClass::Space},     {'\n', CharClass::Space},
+        {'\r', CharClass::Space},     {0x0B, CharClass::Space},
+        {0x0C, CharClass::Space},     {0x85, CharClass::Space},
+        {0xA0, CharClass::Space},     {0x2028, CharClass::Space},
+        {0x3000, CharClass::Space},   {0x1C, CharClass::Other},
+        {0x1F, CharClass::Other},  // isspace but not White_Space
+        {0x200B, CharClass::Other},   {'!', CharClass::Other},
+        {'\'', CharClass::Other},     {'_', CharClass::Other},
+        {0, CharClass::Other},        {0xE9, CharClass::Letter},  // é
+        {0x301, CharClass::Other},    {0x3A9, CharClass::Letter},
+        {0x4E2D, CharClass::Letter},  // U+0301 Mn, Ω, 中
+        {0x2B0, CharClass::Letter},   {0xBD, CharClass::Number},
+        {0x2167, CharClass::Number},  // ʰ Lm, ½ No, Ⅷ Nl
+        {0x663, CharClass::Number},   {0xB2, CharClass::Number},
+        {0x1F44B, CharClass::Other},  // ٣ Nd, ², 👋
+        {0x1F3FD, CharClass::Other},  {0x20AC, CharClass::Other},
+        {0x20000, CharClass::Letter},  // skin tone, €, CJK ext B
         {0x10FFFF, CharClass::Other}, {0xE000, CharClass::Other},
     };
     for (const auto& c : cases) {
@@ -90,13 +98,17 @@ TEST_CASE("utf8_chars decodes valid UTF-8 and keeps every invalid byte as one Ot
         {"a\xC3\xA9\xE2\x82\xAC\xF0\x9F\x91\x8B", {'a', 0xE9, 0x20AC, 0x1F44B}},
         {"\xF4\x8F\xBF\xBF", {0x10FFFF}},
         {"\xFF", {X}},
-        {"a\x80" "b", {'a', X, 'b'}},                 // stray continuation byte
-        {"\xC0\xAF", {X, X}},                         // overlong '/'
-        {"\xE0\x80\xAF", {X, X, X}},                  // overlong 3-byte form
-        {"\xED\xA0\x80", {X, X, X}},                  // surrogate U+D800
-        {"\xF4\x90\x80\x80", {X, X, X, X}},           // above U+10FFFF
-        {"\xE2\x82", {X, X}},                         // truncated at the end
-        {"\xE2\x82" "a", {X, X, 'a'}},                // truncated before ASCII
+        {"a\x80"
+         "b",
+         {'a', X, 'b'}},                     // stray continuation byte
+        {"\xC0\xAF", {X, X}},                // overlong '/'
+        {"\xE0\x80\xAF", {X, X, X}},         // overlong 3-byte form
+        {"\xED\xA0\x80", {X, X, X}},         // surrogate U+D800
+        {"\xF4\x90\x80\x80", {X, X, X, X}},  // above U+10FFFF
+        {"\xE2\x82", {X, X}},                // truncated at the end
+        {"\xE2\x82"
+         "a",
+         {X, X, 'a'}},  // truncated before ASCII
         {"\xF0\x9F\x91", {X, X, X}},
         {"\xC3\xA9\xC3", {0xE9, X}},
     };
@@ -126,12 +138,13 @@ TEST_CASE("GPT-2 pre-tokenizer splits like the regex", "[bpe]") {
         {"Hello world", {"Hello", " world"}},
         {"Hello, world!", {"Hello", ",", " world", "!"}},
         // contractions: case-sensitive, ASCII apostrophe, matched before letters
-        {"I'm don't we'll they've you're he'd it's", {"I", "'m", " don", "'t", " we", "'ll", " they", "'ve", " you", "'re", " he", "'d", " it", "'s"}},
+        {"I'm don't we'll they've you're he'd it's",
+         {"I", "'m", " don", "'t", " we", "'ll", " they", "'ve", " you", "'re", " he", "'d", " it", "'s"}},
         {"IT'S", {"IT", "'", "S"}},
         {"'sup 'rex 'l", {"'s", "up", " '", "rex", " '", "l"}},
         {"rock 'n' roll", {"rock", " '", "n", "'", " roll"}},
-        {"x''s", {"x", "''", "s"}},                       // ' ?[^\s\p{L}\p{N}]+ takes both apostrophes
-        {"\xE2\x80\x99s", {"\xE2\x80\x99", "s"}},           // U+2019 is not a contraction apostrophe
+        {"x''s", {"x", "''", "s"}},                // ' ?[^\s\p{L}\p{N}]+ takes both apostrophes
+        {"\xE2\x80\x99s", {"\xE2\x80\x99", "s"}},  // U+2019 is not a contraction apostrophe
         // whitespace runs: the last space before a word goes with the word
         {"a  b", {"a", " ", " b"}},
         {"a   b", {"a", "  ", " b"}},
@@ -145,10 +158,18 @@ TEST_CASE("GPT-2 pre-tokenizer splits like the regex", "[bpe]") {
         {"a \n\n", {"a", " \n\n"}},
         {"  !", {" ", " !"}},
         {"\t\tx", {"\t", "\t", "x"}},
-        {"a\xC2\xA0" "b", {"a", "\xC2\xA0", "b"}},           // NBSP is \s but not the ' ' of ' ?'
-        {"a\xC2\xA0\xC2\xA0" "b", {"a", "\xC2\xA0", "\xC2\xA0", "b"}},
-        {"a\xE3\x80\x80" "b", {"a", "\xE3\x80\x80", "b"}},  // U+3000
-        {"a\x1C" "b", {"a", "\x1C", "b"}},                 // U+001C: isspace() but not White_Space
+        {"a\xC2\xA0"
+         "b",
+         {"a", "\xC2\xA0", "b"}},  // NBSP is \s but not the ' ' of ' ?'
+        {"a\xC2\xA0\xC2\xA0"
+         "b",
+         {"a", "\xC2\xA0", "\xC2\xA0", "b"}},
+        {"a\xE3\x80\x80"
+         "b",
+         {"a", "\xE3\x80\x80", "b"}},  // U+3000
+        {"a\x1C"
+         "b",
+         {"a", "\x1C", "b"}},  // U+001C: isspace() but not White_Space
         // digits: not split, ' ?' only before the run
         {"abc123 4567 8.9", {"abc", "123", " 4567", " 8", ".", "9"}},
         {"x\xC2\xBD \xE2\x85\xA7 \xD9\xA3", {"x", "\xC2\xBD", " \xE2\x85\xA7", " \xD9\xA3"}},  // ½ Ⅷ ٣
@@ -157,14 +178,20 @@ TEST_CASE("GPT-2 pre-tokenizer splits like the regex", "[bpe]") {
         {" ?!", {" ?!"}},
         {"<|endoftext|>", {"<|", "endoftext", "|>"}},
         // non-ASCII letters
-        {"na\xC3\xAFve caf\xC3\xA9 \xCE\xA9\xCE\xBC\xCE\xAD\xCE\xB3\xCE\xB1", {"na\xC3\xAFve", " caf\xC3\xA9", " \xCE\xA9\xCE\xBC\xCE\xAD\xCE\xB3\xCE\xB1"}},
-        {"\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E\xE3\x80\x82", {"\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E", "\xE3\x80\x82"}},  // 日本語。
-        {"e\xCC\x81t\xC3\xA9", {"e", "\xCC\x81", "t\xC3\xA9"}},  // combining acute (Mn) is Other
+        {"na\xC3\xAFve caf\xC3\xA9 \xCE\xA9\xCE\xBC\xCE\xAD\xCE\xB3\xCE\xB1",
+         {"na\xC3\xAFve", " caf\xC3\xA9", " \xCE\xA9\xCE\xBC\xCE\xAD\xCE\xB3\xCE\xB1"}},
+        {"\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E\xE3\x80\x82",
+         {"\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E", "\xE3\x80\x82"}},  // 日本語。
+        {"e\xCC\x81t\xC3\xA9", {"e", "\xCC\x81", "t\xC3\xA9"}},      // combining acute (Mn) is Other
         // emoji (So) and a skin-tone modifier (Sk) are Other
         {"hi \xF0\x9F\x91\x8B\xF0\x9F\x8F\xBD!", {"hi", " \xF0\x9F\x91\x8B\xF0\x9F\x8F\xBD!"}},
-        {"\xF0\x9F\x98\x80" "a", {"\xF0\x9F\x98\x80", "a"}},
+        {"\xF0\x9F\x98\x80"
+         "a",
+         {"\xF0\x9F\x98\x80", "a"}},
         // invalid UTF-8: each bad byte is an Other character
-        {"a\xFF" "b", {"a", "\xFF", "b"}},
+        {"a\xFF"
+         "b",
+         {"a", "\xFF", "b"}},
         {" \xFF\xFE!x", {" \xFF\xFE!", "x"}},
         {"ab\xE2\x82", {"ab", "\xE2\x82"}},
         {"\xC3 x", {"\xC3", " x"}},
@@ -177,9 +204,10 @@ TEST_CASE("GPT-2 pre-tokenizer splits like the regex", "[bpe]") {
 
 TEST_CASE("pre-tokenizer pieces tile random text exactly", "[bpe]") {
     std::mt19937 rng(12345);
-    const std::vector<std::string> alphabet = {"a", "Z", "7", " ", " ", "\n", "\t", "'", "s", "l", "!", ".",
-                                               "\xC3\xA9", "\xE2\x85\xA7", "\xC2\xA0", "\xF0\x9F\x91\x8B",
-                                               "\xCC\x81", "\xFF", "\xE2\x82", "\x80"};
+    const std::vector<std::string> alphabet = {
+        "a",        "Z",    "7",        " ",   " ",        "\n",           "\t",       "'",
+        "s",        "l",    "!",        ".",   "\xC3\xA9", "\xE2\x85\xA7", "\xC2\xA0", "\xF0\x9F\x91\x8B",
+        "\xCC\x81", "\xFF", "\xE2\x82", "\x80"};
     for (int trial = 0; trial < 300; trial++) {
         std::string text;
         const int len = (int)(rng() % 40);
@@ -203,12 +231,12 @@ TEST_CASE("byte-pair merging takes the lowest rank first, leftmost on ties", "[b
         enc.encode_piece(piece, out);
         return out;
     };
-    REQUIRE(bpe("abcd") == std::vector<int>{258, 'd'});   // bc (256) before ab (257); then abc (258) before bcd (259)
-    REQUIRE(bpe("abc") == std::vector<int>{258});         // the whole piece is a token
+    REQUIRE(bpe("abcd") == std::vector<int>{258, 'd'});  // bc (256) before ab (257); then abc (258) before bcd (259)
+    REQUIRE(bpe("abc") == std::vector<int>{258});        // the whole piece is a token
     REQUIRE(bpe("bcd") == std::vector<int>{259});
-    REQUIRE(bpe("aaa") == std::vector<int>{260, 'a'});    // tie: the leftmost pair merges
+    REQUIRE(bpe("aaa") == std::vector<int>{260, 'a'});  // tie: the leftmost pair merges
     REQUIRE(bpe("aaaaa") == std::vector<int>{260, 260, 'a'});
-    REQUIRE(bpe("xyz") == std::vector<int>{261});         // tiktoken's shortcut: a piece that is a token
+    REQUIRE(bpe("xyz") == std::vector<int>{261});  // tiktoken's shortcut: a piece that is a token
     REQUIRE(bpe("xyzx") == std::vector<int>{'x', 'y', 'z', 'x'});
     REQUIRE(bpe("q") == std::vector<int>{'q'});
     REQUIRE(bpe(std::string("\xFF\x00", 2)) == std::vector<int>{0xFF, 0});
@@ -286,7 +314,8 @@ TEST_CASE("GPT-2 tokenizer.bin of the tiny-Shakespeare shards encodes like tikto
     REQUIRE(enc.encode(" the") == std::vector<int>{262});
     REQUIRE(enc.encode("First Citizen:\nBefore we proceed") == std::vector<int>{5962, 22307, 25, 198, 8421, 356, 5120});
     REQUIRE(enc.encode("I'm here") == std::vector<int>{40, 1101, 994});
-    REQUIRE(enc.encode("na\xC3\xAFve caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E \xF0\x9F\x91\x8B\xF0\x9F\x8F\xBD!") ==
-            std::vector<int>{2616, 38776, 40304, 10545, 245, 98, 17312, 105, 45739, 252, 50169, 233, 8582, 237, 121, 0});
+    REQUIRE(
+        enc.encode("na\xC3\xAFve caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E \xF0\x9F\x91\x8B\xF0\x9F\x8F\xBD!") ==
+        std::vector<int>{2616, 38776, 40304, 10545, 245, 98, 17312, 105, 45739, 252, 50169, 233, 8582, 237, 121, 0});
     REQUIRE(llmc::encode_prompt(tok, "Hello world") == std::vector<int>{50256, 15496, 995});
 }

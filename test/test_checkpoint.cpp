@@ -35,7 +35,10 @@ struct TempDir {
         REQUIRE(::mkdtemp(buf.data()) != nullptr);
         path = buf.data();
     }
-    ~TempDir() { std::error_code ec; fs::remove_all(path, ec); }
+    ~TempDir() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
     std::string operator/(const std::string& name) const { return path + "/" + name; }
 };
 
@@ -112,9 +115,7 @@ template <class E, class F>
 std::string error_of(F&& f) {
     try {
         f();
-    } catch (const E& e) {
-        return e.what();
-    }
+    } catch (const E& e) { return e.what(); }
     FAIL("expected an exception");
     return "";
 }
@@ -129,15 +130,30 @@ bool has_temp_files(const std::string& dir) {
 std::vector<float> write_llmc_file(const std::string& path, int version, int maxT, int V, int L, int NH, int C, int Vp,
                                    uint64_t seed) {
     ModelConfig c;
-    c.max_seq_len = maxT; c.vocab_size = V; c.num_layers = L; c.num_heads = NH; c.channels = C;
-    c.padded_vocab_size = Vp; c.global_heads = NH; c.window = maxT; c.qk_norm = false; c.tied_embeddings = true;
-    size_t n = 0;  // llm.c's 16 tensors, sized from their shapes here (not from params.h)
-    n += (size_t)Vp * C + (size_t)maxT * C;               // wte, wpe
+    c.max_seq_len = maxT;
+    c.vocab_size = V;
+    c.num_layers = L;
+    c.num_heads = NH;
+    c.channels = C;
+    c.padded_vocab_size = Vp;
+    c.global_heads = NH;
+    c.window = maxT;
+    c.qk_norm = false;
+    c.tied_embeddings = true;
+    size_t n = 0;                            // llm.c's 16 tensors, sized from their shapes here (not from params.h)
+    n += (size_t)Vp * C + (size_t)maxT * C;  // wte, wpe
     n += (size_t)L * (2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C);
-    n += 2 * (size_t)C;                                   // lnfw, lnfb
+    n += 2 * (size_t)C;  // lnfw, lnfb
     std::vector<float> p = random_floats(n, seed);
     std::vector<int32_t> h(256, 0);
-    h[0] = 20240326; h[1] = version; h[2] = maxT; h[3] = V; h[4] = L; h[5] = NH; h[6] = C; h[7] = Vp;
+    h[0] = 20240326;
+    h[1] = version;
+    h[2] = maxT;
+    h[3] = V;
+    h[4] = L;
+    h[5] = NH;
+    h[6] = C;
+    h[7] = Vp;
     std::ofstream f(path, std::ios::binary);
     f.write((const char*)h.data(), 1024);
     if (version == 3) {
@@ -250,7 +266,7 @@ TEST_CASE("model checkpoint bf16 round trip is within bf16 rounding", "[checkpoi
     CHECK(ck.step == 7);
     REQUIRE(ck.params.size() == n);
     for (size_t i = 0; i < n; i++) {
-        REQUIRE(ck.params[i] == bf16_to_float(ref_bf16(p[i])));            // exactly RNE
+        REQUIRE(ck.params[i] == bf16_to_float(ref_bf16(p[i])));                      // exactly RNE
         REQUIRE(std::fabs(ck.params[i] - p[i]) <= std::ldexp(std::fabs(p[i]), -8));  // half an ulp
     }
 }
@@ -291,8 +307,9 @@ TEST_CASE("model checkpoint records the trained sequence length in header[19]; 0
     set_header_int(path, 19, -1);
     CHECK(error_of<CheckpointDamaged>([&] { load_model_checkpoint(path); }).find("trained sequence length -1") !=
           std::string::npos);
-    CHECK(error_of<InputError>([&] { save_model_checkpoint(path, c, p.data(), 5, false, c.max_seq_len + 1); })
-              .find("trained sequence length") != std::string::npos);
+    CHECK(error_of<InputError>([&] {
+              save_model_checkpoint(path, c, p.data(), 5, false, c.max_seq_len + 1);
+          }).find("trained sequence length") != std::string::npos);
 }
 
 TEST_CASE("model checkpoint refusals name the file and the problem", "[checkpoint]") {
@@ -639,7 +656,7 @@ TEST_CASE("pruning keeps the newest K complete checkpoints", "[checkpoint]") {
     save_step(dir.path, c, 50, 2, /*mark=*/false);  // a save in progress: newer than the newest complete
     {
         std::ofstream(dir / "model_00000005.bin.tmp.abcdef") << "x";  // stale temporary
-        std::ofstream(dir / "metrics.jsonl") << "{}\n";                 // not ours
+        std::ofstream(dir / "metrics.jsonl") << "{}\n";               // not ours
     }
     prune_checkpoints(dir.path, 2, 40);
     CHECK(complete_steps(dir.path) == std::vector<int>{30, 40});
@@ -703,9 +720,7 @@ TEST_CASE("a failed save leaves an existing checkpoint intact", "[checkpoint]") 
         std::string e;
         try {
             save_model_checkpoint(path, c, new_params.data(), 20);
-        } catch (const InputError& ex) {
-            e = ex.what();
-        }
+        } catch (const InputError& ex) { e = ex.what(); }
         setrlimit(RLIMIT_FSIZE, &old_lim);
         signal(SIGXFSZ, old_handler);
         CHECK(e.find("writing") != std::string::npos);
@@ -715,14 +730,14 @@ TEST_CASE("a failed save leaves an existing checkpoint intact", "[checkpoint]") 
     SECTION("the directory cannot hold new files") {
         // A regular file where the directory should be: creating the temporary file fails.
         std::ofstream(dir / "not_a_dir") << "x";
-        std::string e = error_of<InputError>(
-            [&] { save_model_checkpoint(dir / "not_a_dir/model.bin", c, new_params.data(), 20); });
+        std::string e =
+            error_of<InputError>([&] { save_model_checkpoint(dir / "not_a_dir/model.bin", c, new_params.data(), 20); });
         CHECK(e.find("cannot create a temporary file next to") != std::string::npos);
     }
     SECTION("the target is a directory: rename fails") {
         fs::create_directory(dir / "model_00000020.bin");
-        std::string e = error_of<InputError>(
-            [&] { save_model_checkpoint(model_path(dir.path, 20), c, new_params.data(), 20); });
+        std::string e =
+            error_of<InputError>([&] { save_model_checkpoint(model_path(dir.path, 20), c, new_params.data(), 20); });
         CHECK(e.find("renaming") != std::string::npos);
     }
     CHECK(read_bytes(path) == before);

@@ -89,8 +89,15 @@ TEST_CASE("the single-process collective is the identity", "[collective]") {
 // must equal the per-tensor AdamW of the backends (weight decay per tensor) bit for bit.
 TEST_CASE("ZeRO-1's sharded AdamW equals the whole-vector update per tensor", "[collective]") {
     llmc::ModelConfig m;
-    m.num_layers = 2; m.channels = 16; m.num_heads = 4; m.global_heads = 1; m.window = 3;
-    m.max_seq_len = 8; m.vocab_size = 40; m.padded_vocab_size = llmc::pad_vocab(40); m.qk_norm = true;
+    m.num_layers = 2;
+    m.channels = 16;
+    m.num_heads = 4;
+    m.global_heads = 1;
+    m.window = 3;
+    m.max_seq_len = 8;
+    m.vocab_size = 40;
+    m.padded_vocab_size = llmc::pad_vocab(40);
+    m.qk_norm = true;
     const llmc::ParamLayout lay = llmc::param_layout(m);
     const size_t n = lay.total;
     const uint32_t seed = std::random_device{}();
@@ -98,9 +105,15 @@ TEST_CASE("ZeRO-1's sharded AdamW equals the whole-vector update per tensor", "[
     std::mt19937 rng(seed);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<float> p(n), g(n), mo(n), v(n);
-    for (size_t i = 0; i < n; i++) { p[i] = nd(rng); g[i] = nd(rng); mo[i] = 0.1f * nd(rng); v[i] = std::abs(nd(rng)); }
+    for (size_t i = 0; i < n; i++) {
+        p[i] = nd(rng);
+        g[i] = nd(rng);
+        mo[i] = 0.1f * nd(rng);
+        v[i] = std::abs(nd(rng));
+    }
     llmc::AdamWHyper h;
-    h.lr = 1e-2f; h.weight_decay = 0.3f;
+    h.lr = 1e-2f;
+    h.weight_decay = 0.3f;
     const int t = 3;
     const float mult = 0.7f;
     // reference: per tensor, as the CPU backend does
@@ -108,8 +121,7 @@ TEST_CASE("ZeRO-1's sharded AdamW equals the whole-vector update per tensor", "[
     for (int id = 0; id < llmc::NUM_PARAM_TENSORS; id++) {
         const size_t off = lay.offset[id];
         llmc::adamw_update(rp.data() + off, g.data() + off, rm.data() + off, rv.data() + off, lay.size[id], h.lr,
-                                h.beta1, h.beta2, h.eps, llmc::param_gets_weight_decay(id) ? h.weight_decay : 0.0f,
-                                t, mult);
+                           h.beta1, h.beta2, h.eps, llmc::param_gets_weight_decay(id) ? h.weight_decay : 0.0f, t, mult);
     }
     for (int world : {1, 3, 7}) {
         std::vector<float> got(n, std::nanf(""));
@@ -179,8 +191,13 @@ TEST_CASE("model FLOPs per token: attention counts exactly the unmasked pairs", 
         }
     }
     llmc::ModelConfig m;  // ls-small: L 6, C 192, NH 6 (hd 32), G 1, P 50
-    m.num_layers = 6; m.channels = 192; m.num_heads = 6; m.global_heads = 1; m.window = 50;
-    m.vocab_size = 50257; m.padded_vocab_size = 50304;
+    m.num_layers = 6;
+    m.channels = 192;
+    m.num_heads = 6;
+    m.global_heads = 1;
+    m.window = 50;
+    m.vocab_size = 50257;
+    m.padded_vocab_size = 50304;
     const int T = 2048;
     const double matmul = 2.0 * (12.0 * 192 * 192 * 6 + 192.0 * 50304);
     const double keys = 5 * llmc::mean_attended_keys(T, 50) + 1 * (T + 1) / 2.0;

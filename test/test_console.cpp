@@ -42,7 +42,7 @@ TEST_CASE("durations print as seconds, minutes or hours; the ETA is the mean ste
     CHECK(format_duration(INFINITY) == "?");
     CHECK(eta_seconds(10.0, 5, 15) == Approx(30.0));  // 2 s per step, 15 steps left
     CHECK(eta_seconds(10.0, 5, 0) == 0.0);
-    CHECK(std::isnan(eta_seconds(0.0, 0, 10)));       // no step yet
+    CHECK(std::isnan(eta_seconds(0.0, 0, 10)));  // no step yet
 }
 
 TEST_CASE("the step line carries the elapsed time and the ETA", "[console]") {
@@ -75,8 +75,10 @@ TEST_CASE("metrics records carry the wall-clock time in Unix seconds", "[console
 }
 
 TEST_CASE("the checkpoint line and the end-of-run summary", "[console]") {
-    CHECK(checkpoint_line(40, "out/run/model_00000040.bin", false) == "checkpoint of step 40: out/run/model_00000040.bin");
-    CHECK(checkpoint_line(7, "o/model_00000007.bin", true) == "checkpoint of step 7 (logit alarm): o/model_00000007.bin");
+    CHECK(checkpoint_line(40, "out/run/model_00000040.bin", false) ==
+          "checkpoint of step 40: out/run/model_00000040.bin");
+    CHECK(checkpoint_line(7, "o/model_00000007.bin", true) ==
+          "checkpoint of step 7 (logit alarm): o/model_00000007.bin");
     RunSummary s;
     s.start_step = 10;
     s.last_step = 1000000;
@@ -92,16 +94,18 @@ TEST_CASE("the checkpoint line and the end-of-run summary", "[console]") {
     RunSummary none;
     none.last_step = 3;
     none.tokens_per_step = 64;
-    CHECK(summary_line(none) == "done: step 3 (3 in this run) | 192 tokens | wall time 0.0s | no validation | weights: "
-                                "not saved (no -o)");
+    CHECK(summary_line(none) ==
+          "done: step 3 (3 in this run) | 192 tokens | wall time 0.0s | no validation | weights: "
+          "not saved (no -o)");
 }
 
 TEST_CASE("a resumed run's summary takes the best validation loss of the earlier steps from metrics.jsonl",
           "[console]") {
     llmc_test::TempDir dir;
-    std::ofstream(dir.file("metrics.jsonl")) << "{\"step\":0,\"val_loss\":9.5}\n{\"step\":5,\"loss\":3.0}\n"
-                                                "{\"step\":10,\"loss\":2.0,\"val_loss\":2.75}\n{\"step\":15,\"val_loss\":null}\n"
-                                                "{\"step\":20,\"val_lo";
+    std::ofstream(dir.file("metrics.jsonl"))
+        << "{\"step\":0,\"val_loss\":9.5}\n{\"step\":5,\"loss\":3.0}\n"
+           "{\"step\":10,\"loss\":2.0,\"val_loss\":2.75}\n{\"step\":15,\"val_loss\":null}\n"
+           "{\"step\":20,\"val_lo";
     RunSummary s;
     s.note_val_records(dir.file("metrics.jsonl"));
     REQUIRE(s.best_val);
@@ -147,10 +151,18 @@ TEST_CASE("integers in the flags' messages print as integers, floats as %g", "[c
     c.beta1 = 1.5f;
     CHECK_THROWS_WITH(check_flag_ranges(c), Contains("(got 1.5)"));
     ModelConfig m;
-    m.num_layers = 2; m.channels = 32; m.num_heads = 4; m.global_heads = 1; m.window = 8;
-    m.vocab_size = 256; m.padded_vocab_size = 256; m.max_seq_len = 64; m.attn_softcap = 5.0f;
+    m.num_layers = 2;
+    m.channels = 32;
+    m.num_heads = 4;
+    m.global_heads = 1;
+    m.window = 8;
+    m.vocab_size = 256;
+    m.padded_vocab_size = 256;
+    m.max_seq_len = 64;
+    m.attn_softcap = 5.0f;
     CHECK_THAT(describe_model(m, 123), Contains(", softcap 5, "));
     CHECK_THAT(describe_model(m, 123), !Contains("5.000000"));
-    m.num_layers = 1000000; m.channels = 100000;  // beyond 2^40 parameters
+    m.num_layers = 1000000;
+    m.channels = 100000;  // beyond 2^40 parameters
     CHECK_THAT(validate_model_config(m), Contains("the model would have ") && !Contains("e+"));
 }

@@ -67,14 +67,14 @@ double max_err(const std::vector<double>& a, const std::vector<double>& b) {
 }
 
 std::vector<AttnHeadStats> fresh_stats(int NH) {
-    return std::vector<AttnHeadStats>(NH, AttnHeadStats{-std::numeric_limits<float>::infinity(),
-                                                        std::numeric_limits<float>::infinity(), 0.0, 0});
+    return std::vector<AttnHeadStats>(
+        NH, AttnHeadStats{-std::numeric_limits<float>::infinity(), std::numeric_limits<float>::infinity(), 0.0, 0});
 }
 
 // ---- naive reference: full T x T score matrix with an explicit mask, in double ----------------
 struct NaiveAttn {
-    std::vector<double> out, lse;                    // (B, T, C), (B, NH, T)
-    std::vector<double> smax, smin, entropy_mean;    // (NH)
+    std::vector<double> out, lse;                  // (B, T, C), (B, NH, T)
+    std::vector<double> smax, smin, entropy_mean;  // (NH)
 };
 
 NaiveAttn naive_attention(const std::vector<double>& qkv, const AttnCase& c, double softcap) {
@@ -109,7 +109,8 @@ NaiveAttn naive_attention(const std::vector<double>& qkv, const AttnCase& c, dou
             }
             for (int i = 0; i < T; i++) {
                 double m = -INFINITY;
-                for (int j = 0; j < T; j++) if (mask[i * T + j]) m = std::max(m, S[i * T + j]);
+                for (int j = 0; j < T; j++)
+                    if (mask[i * T + j]) m = std::max(m, S[i * T + j]);
                 double sum = 0;
                 for (int j = 0; j < T; j++) sum += mask[i * T + j] ? std::exp(S[i * T + j] - m) : 0.0;
                 double ent = 0;
@@ -122,7 +123,8 @@ NaiveAttn naive_attention(const std::vector<double>& qkv, const AttnCase& c, dou
                 r.entropy_mean[h] += ent / (B * T);
                 for (int d = 0; d < hd; d++) {
                     double o = 0;
-                    for (int j = 0; j < T; j++) o += Pm[i * T + j] * qkv[((size_t)b * T + j) * 3 * C + 2 * C + h * hd + d];
+                    for (int j = 0; j < T; j++)
+                        o += Pm[i * T + j] * qkv[((size_t)b * T + j) * 3 * C + 2 * C + h * hd + d];
                     r.out[((size_t)b * T + i) * C + h * hd + d] = o;
                 }
             }
@@ -132,8 +134,9 @@ NaiveAttn naive_attention(const std::vector<double>& qkv, const AttnCase& c, dou
 }
 
 // ---- naive QK-norm in double -------------------------------------------------------------------
-std::vector<double> naive_qknorm(const std::vector<double>& x, const std::vector<double>& qw, const std::vector<double>& qb,
-                                 const std::vector<double>& kw, const std::vector<double>& kb, int B, int T, int C, int NH) {
+std::vector<double> naive_qknorm(const std::vector<double>& x, const std::vector<double>& qw,
+                                 const std::vector<double>& qb, const std::vector<double>& kw,
+                                 const std::vector<double>& kb, int B, int T, int C, int NH) {
     const int hd = C / NH;
     std::vector<double> y = x;
     for (int r = 0; r < B * T; r++) {
@@ -201,8 +204,8 @@ TEST_CASE("attention forward matches the naive full-matrix reference", "[attenti
                 // double
                 std::vector<double> out((size_t)c.B * c.T * c.C, NAN), lse((size_t)c.B * c.NH * c.T, NAN);
                 auto st = fresh_stats(c.NH);
-                llmc::cpu::attention_forward(out.data(), lse.data(), qkv.data(), c.B, c.T, c.C, c.NH, c.G, c.P,
-                                             softcap, st.data());
+                llmc::cpu::attention_forward(out.data(), lse.data(), qkv.data(), c.B, c.T, c.C, c.NH, c.G, c.P, softcap,
+                                             st.data());
                 const double e_out = rel_err(out, ref.out), e_lse = rel_err(lse, ref.lse);
                 INFO("double: out rel err " << e_out << ", lse rel err " << e_lse);
                 CHECK(e_out < 1e-12);
@@ -350,7 +353,9 @@ TEST_CASE("local heads never read keys outside their window, no head reads the f
 }
 
 TEST_CASE("qknorm forward matches a naive per-head LayerNorm", "[qknorm]") {
-    struct Shape { int B, T, C, NH; };
+    struct Shape {
+        int B, T, C, NH;
+    };
     const std::vector<Shape> shapes = {{2, 5, 16, 4}, {1, 7, 24, 3}, {3, 4, 8, 1}};
     for (size_t si = 0; si < shapes.size(); si++) {
         const Shape s = shapes[si];
@@ -386,8 +391,9 @@ TEST_CASE("qknorm forward matches a naive per-head LayerNorm", "[qknorm]") {
                            kbf = cast_vec<float>(kb);
         llmc::cpu::qknorm_forward(yf.data(), meanf.data(), rstdf.data(), xf.data(), qwf.data(), qbf.data(), kwf.data(),
                                   kbf.data(), s.B, s.T, s.C, s.NH);
-        const std::vector<double> reff = naive_qknorm(cast_vec<double>(xf), cast_vec<double>(qwf), cast_vec<double>(qbf),
-                                                      cast_vec<double>(kwf), cast_vec<double>(kbf), s.B, s.T, s.C, s.NH);
+        const std::vector<double> reff =
+            naive_qknorm(cast_vec<double>(xf), cast_vec<double>(qwf), cast_vec<double>(qbf), cast_vec<double>(kwf),
+                         cast_vec<double>(kbf), s.B, s.T, s.C, s.NH);
         CHECK(rel_err(yf, reff) < 1e-5);
     }
 }
@@ -452,8 +458,8 @@ TEST_CASE("qknorm backward matches central finite differences in double", "[qkno
                fd_qb = finite_diff(f.qb, objective), fd_kw = finite_diff(f.kw, objective),
                fd_kb = finite_diff(f.kb, objective);
     f.forward();
-    const auto bx = random_vec(rng, f.x.size(), 1.0), bqw = random_vec(rng, f.hd, 1.0), bqb = random_vec(rng, f.hd, 1.0),
-               bkw = random_vec(rng, f.hd, 1.0), bkb = random_vec(rng, f.hd, 1.0);
+    const auto bx = random_vec(rng, f.x.size(), 1.0), bqw = random_vec(rng, f.hd, 1.0),
+               bqb = random_vec(rng, f.hd, 1.0), bkw = random_vec(rng, f.hd, 1.0), bkb = random_vec(rng, f.hd, 1.0);
     auto dx = bx, dqw = bqw, dqb = bqb, dkw = bkw, dkb = bkb;
     llmc::cpu::qknorm_backward(dx.data(), dqw.data(), dqb.data(), dkw.data(), dkb.data(), R.data(), f.x.data(),
                                f.mean.data(), f.rstd.data(), f.qw.data(), f.kw.data(), f.B, f.T, f.C, f.NH);
@@ -527,13 +533,14 @@ TEST_CASE("attention and qknorm are bit-identical across OpenMP thread counts", 
         const float* qb = &w[hd];
         const float* kw = &w[2 * hd];
         const float* kb = &w[3 * hd];
-        llmc::cpu::qknorm_forward(r.y.data(), r.mean.data(), r.rstd.data(), x.data(), qw, qb, kw, kb, c.B, c.T, c.C, c.NH);
+        llmc::cpu::qknorm_forward(r.y.data(), r.mean.data(), r.rstd.data(), x.data(), qw, qb, kw, kb, c.B, c.T, c.C,
+                                  c.NH);
         llmc::cpu::attention_forward(r.out.data(), r.lse.data(), r.y.data(), c.B, c.T, c.C, c.NH, c.G, c.P, 3.0f,
                                      r.stats.data());
         llmc::cpu::attention_backward(r.dy.data(), dout.data(), r.y.data(), r.out.data(), r.lse.data(), c.B, c.T, c.C,
                                       c.NH, c.G, c.P, 3.0f);
-        llmc::cpu::qknorm_backward(r.dx.data(), &r.dw[0], &r.dw[hd], &r.dw[2 * hd], &r.dw[3 * hd], r.dy.data(), x.data(),
-                                   r.mean.data(), r.rstd.data(), qw, kw, c.B, c.T, c.C, c.NH);
+        llmc::cpu::qknorm_backward(r.dx.data(), &r.dw[0], &r.dw[hd], &r.dw[2 * hd], &r.dw[3 * hd], r.dy.data(),
+                                   x.data(), r.mean.data(), r.rstd.data(), qw, kw, c.B, c.T, c.C, c.NH);
         return r;
     };
     const int saved = omp_get_max_threads();
@@ -561,9 +568,12 @@ TEST_CASE("attention and qknorm refuse impossible shapes", "[attention][qknorm]"
     std::vector<float> buf(4096, 0.0f);
     float* p = buf.data();
     using llmc::InputError;
-    CHECK_THROWS_AS(llmc::cpu::attention_forward(p, p, p, 1, 4, 16, 4, 5, 3, 0.0f, (AttnHeadStats*)nullptr), InputError);
-    CHECK_THROWS_AS(llmc::cpu::attention_forward(p, p, p, 1, 4, 16, 4, 1, 0, 0.0f, (AttnHeadStats*)nullptr), InputError);
-    CHECK_THROWS_AS(llmc::cpu::attention_forward(p, p, p, 1, 4, 18, 4, 1, 3, 0.0f, (AttnHeadStats*)nullptr), InputError);
+    CHECK_THROWS_AS(llmc::cpu::attention_forward(p, p, p, 1, 4, 16, 4, 5, 3, 0.0f, (AttnHeadStats*)nullptr),
+                    InputError);
+    CHECK_THROWS_AS(llmc::cpu::attention_forward(p, p, p, 1, 4, 16, 4, 1, 0, 0.0f, (AttnHeadStats*)nullptr),
+                    InputError);
+    CHECK_THROWS_AS(llmc::cpu::attention_forward(p, p, p, 1, 4, 18, 4, 1, 3, 0.0f, (AttnHeadStats*)nullptr),
+                    InputError);
     CHECK_THROWS_AS(llmc::cpu::attention_backward(p, p, p, p, p, 1, 4, 16, 4, -1, 3, 0.0f), InputError);
     CHECK_THROWS_AS(llmc::cpu::qknorm_forward(p, p, p, p, p, p, p, p, 1, 4, 18, 4), InputError);
 }

@@ -31,9 +31,8 @@ struct Variant {
 };
 
 const Variant kVariants[] = {
-    {"plain", false, 0.0f, 0.0f, false},   {"qk_norm", true, 0.0f, 0.0f, false},
-    {"softcap", false, 1.0f, 0.0f, false}, {"z_loss", false, 0.0f, 0.1f, false},
-    {"untied", false, 0.0f, 0.0f, true},   {"combined", true, 1.0f, 0.1f, true},
+    {"plain", false, 0.0f, 0.0f, false},  {"qk_norm", true, 0.0f, 0.0f, false}, {"softcap", false, 1.0f, 0.0f, false},
+    {"z_loss", false, 0.0f, 0.1f, false}, {"untied", false, 0.0f, 0.0f, true},  {"combined", true, 1.0f, 0.1f, true},
 };
 
 struct Layout {
@@ -88,7 +87,10 @@ std::vector<int> random_tokens(Rng& r, size_t n, int V) {
 
 double rel_norm_err(const std::vector<double>& a, const std::vector<double>& ref) {
     double num = 0, den = 0;
-    for (size_t i = 0; i < a.size(); i++) { num += (a[i] - ref[i]) * (a[i] - ref[i]); den += ref[i] * ref[i]; }
+    for (size_t i = 0; i < a.size(); i++) {
+        num += (a[i] - ref[i]) * (a[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
     return std::sqrt(num) / std::max(std::sqrt(den), 1e-300);
 }
 
@@ -173,7 +175,11 @@ void check_model_gradients(const ModelConfig& cfg, float z_weight, uint64_t seed
         for (int rep = 0; rep < 2; rep++) {
             std::vector<double> u(n), saved(p, p + n);
             double gu = 0, unorm = 0;
-            for (size_t i = 0; i < n; i++) { u[i] = r.normal(); gu += gt[i] * u[i]; unorm += u[i] * u[i]; }
+            for (size_t i = 0; i < n; i++) {
+                u[i] = r.normal();
+                gu += gt[i] * u[i];
+                unorm += u[i] * u[i];
+            }
             unorm = std::sqrt(unorm);
             for (size_t i = 0; i < n; i++) p[i] = saved[i] + eps * u[i];
             const double fp = objective();
@@ -207,7 +213,10 @@ void brute_attention_stats(const ModelConfig& cfg, const float* qkv, int B, int 
                     s.push_back(d / std::sqrt((double)hd));
                 }
                 double m = -1e300, z = 0, e = 0;
-                for (double v : s) { mx[h] = std::max(mx[h], v); mn[h] = std::min(mn[h], v); }
+                for (double v : s) {
+                    mx[h] = std::max(mx[h], v);
+                    mn[h] = std::min(mn[h], v);
+                }
                 for (double v : s) {
                     const double sp = cfg.attn_softcap > 0 ? cfg.attn_softcap * std::tanh(v / cfg.attn_softcap) : v;
                     m = std::max(m, sp);
@@ -384,7 +393,8 @@ TEST_CASE("the model is causal and local heads see only their window, end to end
         const int reach = lo.G == 0 ? t0 + cfg.num_layers * (lo.P - 1) : T - 1;
         for (int t = 0; t < T; t++) {
             bool same = true;
-            for (int j = 0; j < cfg.vocab_size; j++) same = same && m.logits()[(size_t)t * Vp + j] == before[(size_t)t * Vp + j];
+            for (int j = 0; j < cfg.vocab_size; j++)
+                same = same && m.logits()[(size_t)t * Vp + j] == before[(size_t)t * Vp + j];
             INFO("position " << t);
             CHECK(same == (t < t0 || t > reach));
         }
@@ -480,10 +490,19 @@ TEST_CASE("init_params: GPT-2 initialization in table order", "[cpu_model][init]
             for (size_t i = realC; i < n; i++) REQUIRE(t[i] == 0.0f);
             n = realC;
         }
-        if (is_gain(id)) { for (size_t i = 0; i < n; i++) REQUIRE(t[i] == 1.0f); continue; }
-        if (is_bias(id)) { for (size_t i = 0; i < n; i++) REQUIRE(t[i] == 0.0f); continue; }
+        if (is_gain(id)) {
+            for (size_t i = 0; i < n; i++) REQUIRE(t[i] == 1.0f);
+            continue;
+        }
+        if (is_bias(id)) {
+            for (size_t i = 0; i < n; i++) REQUIRE(t[i] == 0.0f);
+            continue;
+        }
         double s = 0, s2 = 0;
-        for (size_t i = 0; i < n; i++) { s += t[i]; s2 += (double)t[i] * t[i]; }
+        for (size_t i = 0; i < n; i++) {
+            s += t[i];
+            s2 += (double)t[i] * t[i];
+        }
         const double mean = s / n, sd = std::sqrt(s2 / n - mean * mean);
         const double want = (id == P_ATTPROJW || id == P_FCPROJW) ? 0.02 / std::sqrt(2.0 * cfg.num_layers) : 0.02;
         CHECK(std::fabs(mean) < 5 * want / std::sqrt((double)n));  // 5 standard errors
@@ -571,7 +590,10 @@ TEST_CASE("CpuBackend: weight decay only on matrices and embeddings; state round
         }
     }
     std::vector<float> m(n), v(n), m2(n), v2(n);
-    for (size_t i = 0; i < n; i++) { m[i] = 0.001f * i; v[i] = 0.002f * i; }
+    for (size_t i = 0; i < n; i++) {
+        m[i] = 0.001f * i;
+        v[i] = 0.002f * i;
+    }
     be.set_optimizer_state(m.data(), v.data());
     be.get_optimizer_state(m2.data(), v2.data());
     CHECK(m == m2);

@@ -92,10 +92,13 @@ void check_close(const A& got, const B& want, double rtol, double atol, const ch
         const double g = got[i], w = want[i];
         const double excess = std::fabs(g - w) - (atol + rtol * std::fabs(w));
         if (!(excess <= 0)) ok = false;  // NaN fails
-        if (!(excess <= worst_excess)) { worst_excess = excess; worst = i; }
+        if (!(excess <= worst_excess)) {
+            worst_excess = excess;
+            worst = i;
+        }
     }
-    INFO(what << ": worst element " << worst << " got " << double(got[worst]) << " want "
-              << double(want[worst]) << " (rtol " << rtol << ", atol " << atol << ")");
+    INFO(what << ": worst element " << worst << " got " << double(got[worst]) << " want " << double(want[worst])
+              << " (rtol " << rtol << ", atol " << atol << ")");
     CHECK(ok);
 }
 
@@ -155,9 +158,7 @@ Vec ref_layernorm(const Vec& x, const Vec& w, const Vec& b, int N, int C) {
     return out;
 }
 
-double ref_gelu(double x) {
-    return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-}
+double ref_gelu(double x) { return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
 
 }  // namespace
 
@@ -177,37 +178,35 @@ void check_matmul(Rand& rng, int N, int IC, int OC, bool with_bias) {
     // forward, double and float, against the naive product
     const Vec want = ref_matmul(inp, w, bias, N, IC, OC);
     Vec out((size_t)N * OC, std::nan(""));
-    detail::matmul_forward_impl<double, Avx2>(out.data(), inp.data(), w.data(),
-                                              with_bias ? b.data() : nullptr, N, IC, OC);
+    detail::matmul_forward_impl<double, Avx2>(out.data(), inp.data(), w.data(), with_bias ? b.data() : nullptr, N, IC,
+                                              OC);
     check_close(out, want, 1e-12, 1e-12, "forward (double)");
     auto inpf = to_float(inp), wf = to_float(w), bf = to_float(b);
     std::vector<float> outf((size_t)N * OC, std::nanf(""));
-    detail::matmul_forward_impl<float, Avx2>(outf.data(), inpf.data(), wf.data(),
-                                             with_bias ? bf.data() : nullptr, N, IC, OC);
+    detail::matmul_forward_impl<float, Avx2>(outf.data(), inpf.data(), wf.data(), with_bias ? bf.data() : nullptr, N,
+                                             IC, OC);
     check_close(outf, want, 1e-5, 1e-5 * std::sqrt((double)IC), "forward (float)");
 
     // backward (double) against finite differences of L = sum(out * R)
     Vec dinp = rng.normal(inp.size()), dw = rng.normal(w.size()), db = rng.normal(b.size());
     const Vec dinp0 = dinp, dw0 = dw, db0 = db;
-    detail::matmul_backward_impl<double, Avx2>(dinp.data(), dw.data(), with_bias ? db.data() : nullptr,
-                                               R.data(), inp.data(), w.data(), N, IC, OC);
+    detail::matmul_backward_impl<double, Avx2>(dinp.data(), dw.data(), with_bias ? db.data() : nullptr, R.data(),
+                                               inp.data(), w.data(), N, IC, OC);
     auto loss = [&]() {
         Vec o((size_t)N * OC);
-        detail::matmul_forward_impl<double, Avx2>(o.data(), inp.data(), w.data(),
-                                                  with_bias ? b.data() : nullptr, N, IC, OC);
+        detail::matmul_forward_impl<double, Avx2>(o.data(), inp.data(), w.data(), with_bias ? b.data() : nullptr, N, IC,
+                                                  OC);
         return dot(o, R);
     };
     check_fd(dinp, numeric_grad(inp, loss), "dinp vs finite differences (overwritten)");
     check_fd(added(dw, dw0), numeric_grad(w, loss), "dweight vs finite differences");
-    if (with_bias)
-        check_fd(added(db, db0), numeric_grad(b, loss), "dbias vs finite differences");
-    else
-        CHECK(db == db0);
+    if (with_bias) check_fd(added(db, db0), numeric_grad(b, loss), "dbias vs finite differences");
+    else CHECK(db == db0);
 
     // backward (float) against the double one
     auto Rf = to_float(R), dinpf = to_float(dinp0), dwf = to_float(dw0), dbf = to_float(db0);
-    detail::matmul_backward_impl<float, Avx2>(dinpf.data(), dwf.data(), with_bias ? dbf.data() : nullptr,
-                                              Rf.data(), inpf.data(), wf.data(), N, IC, OC);
+    detail::matmul_backward_impl<float, Avx2>(dinpf.data(), dwf.data(), with_bias ? dbf.data() : nullptr, Rf.data(),
+                                              inpf.data(), wf.data(), N, IC, OC);
     check_close(dinpf, dinp, 1e-5, 1e-5 * std::sqrt((double)OC), "dinp (float)");
     check_close(dwf, dw, 1e-5, 1e-5 * std::sqrt((double)N), "dweight (float)");
     check_close(dbf, db, 1e-5, 1e-5 * std::sqrt((double)N), "dbias (float)");
@@ -328,8 +327,7 @@ TEST_CASE("layernorm forward and backward", "[cpu_ops][layernorm]") {
 
     Vec dx = rng.normal(x.size()), dw = rng.normal(C), db = rng.normal(C);
     const Vec dx0 = dx, dw0 = dw, db0 = db;
-    layernorm_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), mean.data(),
-                       rstd.data(), N, C);
+    layernorm_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
     auto loss = [&]() {
         Vec o(want.size()), m(N), s(N);
         layernorm_forward(o.data(), m.data(), s.data(), x.data(), w.data(), b.data(), N, C);
@@ -340,8 +338,8 @@ TEST_CASE("layernorm forward and backward", "[cpu_ops][layernorm]") {
     check_fd(added(db, db0), numeric_grad(b, loss), "db vs finite differences");
 
     auto Rf = to_float(R), dxf = to_float(dx0), dwf = to_float(dw0), dbf = to_float(db0);
-    layernorm_backward(dxf.data(), dwf.data(), dbf.data(), Rf.data(), xf.data(), wf.data(),
-                       meanf.data(), rstdf.data(), N, C);
+    layernorm_backward(dxf.data(), dwf.data(), dbf.data(), Rf.data(), xf.data(), wf.data(), meanf.data(), rstdf.data(),
+                       N, C);
     check_close(dxf, dx, 1e-4, 1e-5, "dinp (float)");
     check_close(dwf, dw, 1e-4, 1e-5, "dw (float)");
     check_close(dbf, db, 1e-5, 1e-5, "db (float)");
@@ -512,8 +510,8 @@ TEST_CASE("classifier refuses a target outside the vocabulary", "[cpu_ops][class
     const int N = 2, V = 3, Vp = 4;
     std::vector<float> logits((size_t)N * Vp, 0.0f), loss(N), zl(N), lse(N), dl((size_t)N * Vp);
     std::vector<int> targets = {1, 3};  // 3 is padding, not vocabulary
-    CHECK_THROWS_AS(classifier_forward(loss.data(), zl.data(), lse.data(), logits.data(), targets.data(), 0.0f,
-                                       N, V, Vp, (OutputStats*)nullptr),
+    CHECK_THROWS_AS(classifier_forward(loss.data(), zl.data(), lse.data(), logits.data(), targets.data(), 0.0f, N, V,
+                                       Vp, (OutputStats*)nullptr),
                     llmc::InputError);
     targets[1] = -1;
     CHECK_THROWS_AS(classifier_backward(dl.data(), logits.data(), lse.data(), targets.data(), 1.0f, 0.0f, N, V, Vp),

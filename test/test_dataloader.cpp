@@ -30,7 +30,9 @@ uint32_t fresh_seed() { return std::random_device{}(); }
 // Writes a file of 256 int32 header words (rest zero) followed by `payload` raw bytes.
 void write_raw(const std::string& path, int32_t magic, int32_t version, int32_t count, size_t payload) {
     std::vector<int32_t> header(256, 0);
-    header[0] = magic; header[1] = version; header[2] = count;
+    header[0] = magic;
+    header[1] = version;
+    header[2] = count;
     FILE* f = std::fopen(path.c_str(), "wb");
     REQUIRE(f != nullptr);
     std::fwrite(header.data(), 4, header.size(), f);
@@ -119,7 +121,8 @@ TEST_CASE("malformed shards are refused naming the file, offset and fix", "[shar
     }
     SECTION("zero tokens") {
         write_raw(p, 20240520, 1, 0, 0);
-        REQUIRE_THROWS_WITH(llmc::read_shard_header(p), Contains(p) && Contains("zero tokens") && Contains("byte offset 8"));
+        REQUIRE_THROWS_WITH(llmc::read_shard_header(p),
+                            Contains(p) && Contains("zero tokens") && Contains("byte offset 8"));
     }
     SECTION("shorter than the header") {
         FILE* f = std::fopen(p.c_str(), "wb");
@@ -239,8 +242,8 @@ TEST_CASE("shuffle is deterministic, differs by seed and epoch, and still tiles 
     const std::vector<Batch> ea0 = take(a, B, T, W), ea1 = take(a, B, T, W);
     const std::vector<Batch> eb0 = take(b, B, T, W), eplain = take(plain, B, T, W);
     REQUIRE((take(a2, B, T, W) == ea0 && take(a2, B, T, W) == ea1));  // same seed, same batches
-    REQUIRE(ea0 != eb0);    // different seed
-    REQUIRE(ea0 != ea1);    // different epoch
+    REQUIRE(ea0 != eb0);                                              // different seed
+    REQUIRE(ea0 != ea1);                                              // different epoch
     REQUIRE(ea0 != eplain);
 
     for (const auto* epoch : {&ea0, &ea1, &eb0}) {
@@ -270,7 +273,7 @@ TEST_CASE("shuffle is deterministic, differs by seed and epoch, and still tiles 
             const int shard = (int)std::distance(shard_first.begin(), shard_first.upper_bound((uint32_t)bt.x[0])) - 1;
             if (groups.empty() || groups.back() != shard) groups.push_back(shard);
         }
-        REQUIRE(groups.size() == 5);                                           // each shard one block
+        REQUIRE(groups.size() == 5);  // each shard one block
         REQUIRE(std::set<int>(groups.begin(), groups.end()).size() == 5);
         some_order_shuffled = some_order_shuffled || !std::is_sorted(groups.begin(), groups.end());
     }
@@ -413,8 +416,9 @@ TEST_CASE("the loader refuses bad input with a clear error", "[loader]") {
     SECTION("too few tokens for one B*T+1 window per rank") {
         write_index_shards(dir, {10, 6});  // 16 tokens
         const std::string pat = dir.file("train_*.bin");
-        REQUIRE_THROWS_WITH(llmc::DataLoader(pat, 4, 4, 0, 1, false, 0, 100),
-                            Contains(pat) && Contains("16 tokens") && Contains("B*T+1 = 17") && Contains("smaller -b/-t"));
+        REQUIRE_THROWS_WITH(llmc::DataLoader(pat, 4, 4, 0, 1, false, 0, 100), Contains(pat) && Contains("16 tokens") &&
+                                                                                  Contains("B*T+1 = 17") &&
+                                                                                  Contains("smaller -b/-t"));
         REQUIRE(llmc::DataLoader(pat, 3, 5, 0, 1, false, 0, 100).batches_per_epoch() == 1);  // 16 = 15 + 1 fits
         REQUIRE(llmc::DataLoader(pat, 1, 5, 2, 3, false, 0, 100).batches_per_epoch() == 1);
         REQUIRE_THROWS_WITH(llmc::DataLoader(pat, 1, 6, 2, 3, false, 0, 100),

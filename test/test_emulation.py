@@ -106,8 +106,8 @@ MUTANTS = {
         LAB, ONE_SHAPE, "heap-buffer-overflow"),
     "shared-memory-without-opt-in": (
         "llmc/cuda/attention_ls.cuh",
-        "if (bytes > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(",
-        "if (false) CUDA_CHECK(cudaFuncSetAttribute(",
+        "if (bytes > 48 * 1024)\n        CUDA_CHECK(cudaFuncSetAttribute(",
+        "if (false)\n        CUDA_CHECK(cudaFuncSetAttribute(",
         LAB, ONE_SHAPE, "dynamic shared memory, above 49152"),
     "emulated-mma-wrong-row": (
         "dev/emu/mma.h",

@@ -84,9 +84,7 @@ Outcome run_with_memory_limit(size_t limit, const std::function<void()>& fn) {
         } catch (const InputError& e) {
             code = Outcome::kInputError;
             msg = e.what();
-        } catch (const std::bad_alloc&) {
-            code = Outcome::kBadAlloc;
-        } catch (...) {
+        } catch (const std::bad_alloc&) { code = Outcome::kBadAlloc; } catch (...) {
             code = Outcome::kOtherException;
         }
         if (!msg.empty() && ::write(fds[1], msg.data(), msg.size()) < 0) code = Outcome::kOtherException;
@@ -115,10 +113,18 @@ void require_refused(const Outcome& o, const std::string& what) {
 
 std::vector<uint32_t> model_header(uint32_t magic, uint32_t version, const llmc::ModelConfig& c) {
     std::vector<uint32_t> h(20, 0);
-    h[0] = magic; h[1] = version; h[2] = (uint32_t)c.max_seq_len; h[3] = (uint32_t)c.vocab_size;
-    h[4] = (uint32_t)c.num_layers; h[5] = (uint32_t)c.num_heads; h[6] = (uint32_t)c.channels;
-    h[7] = (uint32_t)c.padded_vocab_size; h[8] = (uint32_t)c.global_heads; h[9] = (uint32_t)c.window;
-    h[10] = c.qk_norm; h[11] = c.tied_embeddings;
+    h[0] = magic;
+    h[1] = version;
+    h[2] = (uint32_t)c.max_seq_len;
+    h[3] = (uint32_t)c.vocab_size;
+    h[4] = (uint32_t)c.num_layers;
+    h[5] = (uint32_t)c.num_heads;
+    h[6] = (uint32_t)c.channels;
+    h[7] = (uint32_t)c.padded_vocab_size;
+    h[8] = (uint32_t)c.global_heads;
+    h[9] = (uint32_t)c.window;
+    h[10] = c.qk_norm;
+    h[11] = c.tied_embeddings;
     return h;
 }
 
@@ -154,7 +160,10 @@ std::vector<int> naive_bpe(const std::unordered_map<std::string, int>& ranks, co
         int best_rank = -1;
         for (size_t k = 0; k + 2 < start.size(); k++) {
             const int r = rank(start[k], start[k + 2]);
-            if (r >= 0 && (best == SIZE_MAX || r < best_rank)) { best = k; best_rank = r; }
+            if (r >= 0 && (best == SIZE_MAX || r < best_rank)) {
+                best = k;
+                best_rank = r;
+            }
         }
         if (best == SIZE_MAX) break;
         start.erase(start.begin() + (std::ptrdiff_t)best + 1);
@@ -191,11 +200,14 @@ TEST_CASE("a tokenizer.bin claiming a vocabulary of 2^30 (or 2^31 - 1) is refuse
     const std::string p = dir.file("tokenizer.bin");
     for (uint32_t V : {1u << 30, (uint32_t)INT32_MAX, 1u << 24}) {
         std::vector<unsigned char> f = header_file({20240328u, 2u, V, 0u});
-        for (int i = 0; i < 300; i++) { f.push_back(1); f.push_back('a'); }
+        for (int i = 0; i < 300; i++) {
+            f.push_back(1);
+            f.push_back('a');
+        }
         write_file(p, f);
         require_refused(run_with_memory_limit(kLimit, [&] { llmc::Tokenizer t(p); }),
-                        "vocabulary size " + std::to_string(V) + " at byte offset 8 needs at least " + std::to_string(V) +
-                            " bytes of token records but the file has 600");
+                        "vocabulary size " + std::to_string(V) + " at byte offset 8 needs at least " +
+                            std::to_string(V) + " bytes of token records but the file has 600");
     }
 }
 
@@ -203,8 +215,14 @@ TEST_CASE("a model file or llm.c checkpoint whose header needs terabytes is refu
     llmc_test::TempDir dir;
     const std::string p = dir.file("model.bin");
     llmc::ModelConfig c;  // 48 layers of width 8192: 3.9e10 parameters, a 155 GB file; this one has 1 KB
-    c.num_layers = 48; c.channels = 8192; c.num_heads = 64; c.global_heads = 64; c.window = 8;
-    c.max_seq_len = 1024; c.vocab_size = 50257; c.padded_vocab_size = 50304;
+    c.num_layers = 48;
+    c.channels = 8192;
+    c.num_heads = 64;
+    c.global_heads = 64;
+    c.window = 8;
+    c.max_seq_len = 1024;
+    c.vocab_size = 50257;
+    c.padded_vocab_size = 50304;
     std::vector<uint32_t> h = model_header(llmc::MODEL_MAGIC, 1, c);
     const uint64_t n = llmc::param_layout(c).total;
     h[14] = (uint32_t)n;
@@ -216,7 +234,10 @@ TEST_CASE("a model file or llm.c checkpoint whose header needs terabytes is refu
     require_refused(run_with_memory_limit(kLimit, [&] { llmc::load_model_checkpoint(p); }),
                     "bytes but its header describes " + std::to_string(1024 + n * 2));
 
-    c.num_layers = 1000; c.channels = 65536; c.num_heads = 1; c.global_heads = 1;  // 5e13 parameters
+    c.num_layers = 1000;
+    c.channels = 65536;
+    c.num_heads = 1;
+    c.global_heads = 1;  // 5e13 parameters
     write_file(p, header_file(model_header(llmc::MODEL_MAGIC, 1, c), 1024));
     require_refused(run_with_memory_limit(kLimit, [&] { llmc::load_model_checkpoint(p); }),
                     "more than the 2^40 this trainer supports");
@@ -255,13 +276,12 @@ TEST_CASE("--vocab 2^31 - 1 is refused instead of overflowing its padding", "[ho
 TEST_CASE("spike-detector state with NaN, fractional or out-of-range numbers is refused", "[hostile]") {
     const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
     const std::vector<std::vector<double>> bad = {
-        {3, nan, 0, 1, 2, 3},   // count NaN (test/fuzz/regressions/train_state/spike_window_nan_count.bin)
-        {nan, 3, 0, 1, 2, 3},   // window NaN
-        {3.5, 3, 0, 1, 2, 3},   // window 3.5 (was read as 3)
-        {3, 2.5, 0, 1, 2, 3},   // fractional count
-        {3, 1e300, 0, 1, 2, 3}, // count beyond int
-        {3, 3, -1e300, 1, 2, 3},
-        {3, 3, 0, 1, nan, 3},   // a non-finite value never enters the window
+        {3, nan, 0, 1, 2, 3},    // count NaN (test/fuzz/regressions/train_state/spike_window_nan_count.bin)
+        {nan, 3, 0, 1, 2, 3},    // window NaN
+        {3.5, 3, 0, 1, 2, 3},    // window 3.5 (was read as 3)
+        {3, 2.5, 0, 1, 2, 3},    // fractional count
+        {3, 1e300, 0, 1, 2, 3},  // count beyond int
+        {3, 3, -1e300, 1, 2, 3}, {3, 3, 0, 1, nan, 3},  // a non-finite value never enters the window
         {3, 3, 0, inf, 2, 3},
     };
     for (const auto& v : bad) {
@@ -355,7 +375,8 @@ TEST_CASE("--config and flags: white space around a number is removed, so config
     REQUIRE(cli.config().batch_size == 8);
     REQUIRE(cli.config().learning_rate == 1e-3f);
     const std::string text = cli.config_file_text();
-    REQUIRE_THAT(text, Contains("\nseq-len=64\n") && Contains("\nbatch-size=8\n") && Contains("\nlearning-rate=1e-3\n"));
+    REQUIRE_THAT(text,
+                 Contains("\nseq-len=64\n") && Contains("\nbatch-size=8\n") && Contains("\nlearning-rate=1e-3\n"));
     llmc::TrainCli again;
     REQUIRE(parse_config_text(again, dir.file("config.toml"), text) == -1);
     REQUIRE(again.config_file_text() == text);
@@ -370,14 +391,15 @@ TEST_CASE("--config and flags: white space around a number is removed, so config
     REQUIRE(blank.parse(3, blank_argv) == 1);
 }
 
-TEST_CASE("--config and flags: an on/off flag's value is a word or a whole integer, written as true or false", "[hostile]") {
+TEST_CASE("--config and flags: an on/off flag's value is a word or a whole integer, written as true or false",
+          "[hostile]") {
     // Found by fuzz_config's round trip (test/fuzz/regressions/config/flag_value_digits_then_junk.toml):
     // CLI11 2.1 reads a flag's value with std::stoll, so "eval-only=99999999'9..." meant on, and
     // config.toml kept the text, which did not read back.
     llmc_test::TempDir dir;
     const std::vector<std::pair<std::string, bool>> accepted = {
-        {"true", true}, {"False", false}, {"ON", true}, {"no", false}, {"1", true}, {"0", false},
-        {"-1", false}, {"+2", true}, {"007", true}, {" yes ", true}, {"-", false}, {"", true}};
+        {"true", true}, {"False", false}, {"ON", true},  {"no", false},   {"1", true},  {"0", false},
+        {"-1", false},  {"+2", true},     {"007", true}, {" yes ", true}, {"-", false}, {"", true}};
     for (const auto& [value, on] : accepted) {
         llmc::TrainCli cli;
         INFO("qk-norm=\"" << value << "\"");
@@ -392,7 +414,8 @@ TEST_CASE("--config and flags: an on/off flag's value is a word or a whole integ
     for (const char* value : {"9x", "99999999'9", "maybe", "1.5", "+-1", "tru"}) {
         llmc::TrainCli cli;
         INFO("eval-only=\"" << value << "\"");
-        REQUIRE(parse_config_text(cli, dir.file("b.toml"), std::string("train-data=\"x\"\neval-only=\"") + value + "\"\n") == 1);
+        REQUIRE(parse_config_text(cli, dir.file("b.toml"),
+                                  std::string("train-data=\"x\"\neval-only=\"") + value + "\"\n") == 1);
     }
     llmc::TrainCli flags;  // the same on the command line
     const char* argv[] = {"train_gpt2_ls", "-i", "x", "--eval-only=2x"};
@@ -420,7 +443,8 @@ TEST_CASE("--config: an empty list or a list left open at the end of the file is
     REQUIRE(ok.config().batch_size == 2);
 }
 
-TEST_CASE("--config: a '#' inside a quoted value is part of it; line breaks, NUL bytes, end spaces are refused", "[hostile]") {
+TEST_CASE("--config: a '#' inside a quoted value is part of it; line breaks, NUL bytes, end spaces are refused",
+          "[hostile]") {
     // Found by fuzz_config (test/fuzz/regressions/config/hash_in_quoted_value.toml): CLI11 2.1 cut
     // output-dir="runs/#3" at the '#', so a run's config.toml gave -o '"runs/' when read back.
     llmc_test::TempDir dir;
@@ -437,8 +461,12 @@ TEST_CASE("--config: a '#' inside a quoted value is part of it; line breaks, NUL
     REQUIRE(again.config().output_dir == "runs/#3");
     REQUIRE(again.config().val_data == "a\\#b");
     llmc::TrainCli marker;  // the reader's private marker byte passes through unchanged
-    REQUIRE(parse_config_text(marker, dir.file("h.toml"), "train-data=\"a\x01" "2\x01#b\"\n") == -1);
-    REQUIRE(marker.config().train_data == "a\x01" "2\x01#b");
+    REQUIRE(parse_config_text(marker, dir.file("h.toml"),
+                              "train-data=\"a\x01"
+                              "2\x01#b\"\n") == -1);
+    REQUIRE(marker.config().train_data ==
+            "a\x01"
+            "2\x01#b");
 
     // a double quote (test/fuzz/regressions/config/unclosed_quote_hash.toml: CLI11 writes quotes without
     // escapes, so a value with both kinds of quote and a '#' did not come back), and a space at either end: CLI11 wrote val-data=" 64" unquoted, as a number, and read back "64"
@@ -535,7 +563,8 @@ TEST_CASE("BPE merging with a heap gives the naive leftmost-lowest merge's ids",
     REQUIRE(back == big);
 }
 
-TEST_CASE("error_message: input errors as they are, running out of memory with the fix, the rest as internal", "[hostile]") {
+TEST_CASE("error_message: input errors as they are, running out of memory with the fix, the rest as internal",
+          "[hostile]") {
     // main() of both programs prints "error: " + this (a model too big for memory used to end with
     // "internal error: std::bad_alloc"; test/test_faults.py runs the trainer into it)
     REQUIRE(llmc::error_message(llmc::InputError("--vocab 0 must be positive"), "x") == "--vocab 0 must be positive");
@@ -543,13 +572,12 @@ TEST_CASE("error_message: input errors as they are, running out of memory with t
     REQUIRE_THAT(oom, Contains("out of memory (std::bad_alloc)") && Contains("; use a smaller model"));
     REQUIRE(oom.find('\n') == std::string::npos);
     REQUIRE(llmc::error_message(std::bad_array_new_length(), "f").rfind("out of memory", 0) == 0);  // a bad_alloc too
-    REQUIRE(llmc::error_message(std::logic_error("vector::_M_range_check"), "f") == "internal error: vector::_M_range_check");
+    REQUIRE(llmc::error_message(std::logic_error("vector::_M_range_check"), "f") ==
+            "internal error: vector::_M_range_check");
 }
 
 namespace {
-void write_text(const std::string& path, const std::string& text) {
-    std::ofstream(path, std::ios::binary) << text;
-}
+void write_text(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 void write_tokenizer_header(const std::string& path, uint32_t vocab) {
     uint32_t header[256] = {};
     header[0] = llmc::kTokenizerMagic;
@@ -559,7 +587,8 @@ void write_tokenizer_header(const std::string& path, uint32_t vocab) {
 }
 }  // namespace
 
-TEST_CASE("the data's vocabulary: meta.json and tokenizer.bin with impossible sizes are refused, not skipped", "[hostile]") {
+TEST_CASE("the data's vocabulary: meta.json and tokenizer.bin with impossible sizes are refused, not skipped",
+          "[hostile]") {
     // Found reading data_vocab_size for fuzz_data_vocab: "vocab_size": 5000000000 became 705032704
     // (int conversion), 0 or -5 and a meta.json that is not JSON were skipped silently (the run then
     // took tokenizer.bin's or the default vocabulary), a tokenizer.bin V of 2^31 wrapped negative.
@@ -576,15 +605,16 @@ TEST_CASE("the data's vocabulary: meta.json and tokenizer.bin with impossible si
     REQUIRE(llmc::data_vocab_size(glob, &source) == 2147483647);
     REQUIRE(source == meta);
     for (const char* bad : {"{\"vocab_size\": 0}", "{\"vocab_size\": -5}", "{\"vocab_size\": 5000000000}",
-                                   "{\"vocab_size\": 18446744073709551615}", "{\"vocab_size\": 2147483648}",
-                                   "{\"vocab_size\": \"256\"}", "{\"vocab_size\": 256.5}", "{\"vocab_size\": null}"}) {
+                            "{\"vocab_size\": 18446744073709551615}", "{\"vocab_size\": 2147483648}",
+                            "{\"vocab_size\": \"256\"}", "{\"vocab_size\": 256.5}", "{\"vocab_size\": null}"}) {
         write_text(meta, bad);
         REQUIRE_THROWS_WITH(llmc::data_vocab_size(glob, &source),
                             Contains(meta + ": \"vocab_size\"") && Contains("is not an integer from 1 to 2147483647"));
     }
     // a deeply nested value is named by its type (review: dumping it recursed once per level)
     write_text(meta, "{\"vocab_size\": " + std::string(200000, '[') + std::string(200000, ']') + "}");
-    REQUIRE_THROWS_WITH(llmc::data_vocab_size(glob, &source), Contains(meta + ": \"vocab_size\" array is not an integer"));
+    REQUIRE_THROWS_WITH(llmc::data_vocab_size(glob, &source),
+                        Contains(meta + ": \"vocab_size\" array is not an integer"));
     for (const char* bad : {"", "{\"vocab_size\": 256", "[256]", "256", "{\"vocab_size\": 256}\xff"}) {
         write_text(meta, bad);
         REQUIRE_THROWS_WITH(llmc::data_vocab_size(glob, &source), Contains(meta + " is not a JSON object"));
@@ -592,7 +622,8 @@ TEST_CASE("the data's vocabulary: meta.json and tokenizer.bin with impossible si
     std::filesystem::remove(meta);
     for (uint32_t v : {0u, 2147483648u, 4294967295u}) {
         write_tokenizer_header(tok, v);
-        REQUIRE_THROWS_WITH(llmc::data_vocab_size(glob, &source),
-                            Contains(tok + ": vocabulary size " + std::to_string(v)) && Contains("is not from 1 to 2147483647"));
+        REQUIRE_THROWS_WITH(
+            llmc::data_vocab_size(glob, &source),
+            Contains(tok + ": vocabulary size " + std::to_string(v)) && Contains("is not from 1 to 2147483647"));
     }
 }

@@ -42,14 +42,10 @@ struct Case {
 };
 // NH = 4, maxT = 20: windows that wrap (P = 1, 3), that never fill (P >= maxT), all-local and MHSA.
 const Case kCases[] = {
-    {"LS G=1 P=3", 1, 3, false, 0.0f, false},
-    {"MHSA G=NH", 4, 3, false, 0.0f, false},
-    {"all-local G=0 P=3", 0, 3, false, 0.0f, false},
-    {"G=1 P=1", 1, 1, false, 0.0f, false},
-    {"G=2 P>=T", 2, 25, false, 0.0f, false},
-    {"G=1 P=4 qk_norm", 1, 4, true, 0.0f, false},
-    {"G=1 P=5 softcap", 1, 5, false, 0.5f, false},
-    {"G=0 P=2 qk_norm softcap untied", 0, 2, true, 0.7f, true},
+    {"LS G=1 P=3", 1, 3, false, 0.0f, false},        {"MHSA G=NH", 4, 3, false, 0.0f, false},
+    {"all-local G=0 P=3", 0, 3, false, 0.0f, false}, {"G=1 P=1", 1, 1, false, 0.0f, false},
+    {"G=2 P>=T", 2, 25, false, 0.0f, false},         {"G=1 P=4 qk_norm", 1, 4, true, 0.0f, false},
+    {"G=1 P=5 softcap", 1, 5, false, 0.5f, false},   {"G=0 P=2 qk_norm softcap untied", 0, 2, true, 0.7f, true},
 };
 
 ModelConfig case_config(const Case& c) {
@@ -132,56 +128,58 @@ TEST_CASE("every cached decode step's logits equal the full forward's row bit fo
         const ModelConfig cfg = case_config(c);
         // B = 2 and 3: decode rows go through the matmul's 1-row and full tiles; the forward's mostly full ones
         for (int B : {2, 3}) {
-        INFO("B " << B);
-        const int T = cfg.max_seq_len, Vp = cfg.padded_vocab_size;
-        Gpt2Cpu<float> model(cfg);
-        const std::vector<float> params = random_params(cfg, rng);
-        model.set_params(params.data());
-        const std::vector<int> tokens = random_tokens((size_t)B * T, cfg.vocab_size, rng);
-        model.forward(tokens.data(), nullptr, B, T, 0.0f, nullptr);
-        const std::vector<float> ref(model.logits(), model.logits() + (size_t)B * T * Vp);  // (B, T, Vp)
-        REQUIRE(all_finite(ref.data(), ref.size()));
+            INFO("B " << B);
+            const int T = cfg.max_seq_len, Vp = cfg.padded_vocab_size;
+            Gpt2Cpu<float> model(cfg);
+            const std::vector<float> params = random_params(cfg, rng);
+            model.set_params(params.data());
+            const std::vector<int> tokens = random_tokens((size_t)B * T, cfg.vocab_size, rng);
+            model.forward(tokens.data(), nullptr, B, T, 0.0f, nullptr);
+            const std::vector<float> ref(model.logits(), model.logits() + (size_t)B * T * Vp);  // (B, T, Vp)
+            REQUIRE(all_finite(ref.data(), ref.size()));
 
-        // Stale contents first (other tokens through the same buffers), so nothing passes by luck.
-        model.kv_begin(B, T);
-        const std::vector<int> junk = random_tokens((size_t)B * T, cfg.vocab_size, rng);
-        model.kv_forward(junk.data(), T);
-
-        for (int prefill : {1, 2, 7, T}) {  // prefill lengths: a single decode step, short, past the window, all
-            INFO("prefill " << prefill);
+            // Stale contents first (other tokens through the same buffers), so nothing passes by luck.
             model.kv_begin(B, T);
-            std::vector<int> pre((size_t)B * prefill);
-            for (int b = 0; b < B; b++)
-                std::copy_n(tokens.data() + (size_t)b * T, prefill, pre.data() + (size_t)b * prefill);
-            const float* lg = model.kv_forward(pre.data(), prefill);  // (B, prefill, Vp)
-            for (int b = 0; b < B; b++)
-                for (int t = 0; t < prefill; t++)
-                    REQUIRE(same_bits(lg + ((size_t)b * prefill + t) * Vp, ref.data() + ((size_t)b * T + t) * Vp, Vp));
-            std::vector<int> col(B);
-            for (int t = prefill; t < T; t++) {
-                INFO("decode position " << t);
-                for (int b = 0; b < B; b++) col[b] = tokens[(size_t)b * T + t];
-                lg = model.kv_forward(col.data(), 1);  // (B, 1, Vp)
-                for (int b = 0; b < B; b++) {
-                    REQUIRE(all_finite(lg + (size_t)b * Vp, Vp));
-                    REQUIRE(same_bits(lg + (size_t)b * Vp, ref.data() + ((size_t)b * T + t) * Vp, Vp));
-                }
-            }
-            REQUIRE(model.kv_cache().pos == T);
-        }
+            const std::vector<int> junk = random_tokens((size_t)B * T, cfg.vocab_size, rng);
+            model.kv_forward(junk.data(), T);
 
-        // Several positions appended to a non-empty cache in one call.
-        model.kv_begin(B, T);
-        std::vector<int> first((size_t)B * 4), rest((size_t)B * (T - 4));
-        for (int b = 0; b < B; b++) {
-            std::copy_n(tokens.data() + (size_t)b * T, 4, first.data() + (size_t)b * 4);
-            std::copy_n(tokens.data() + (size_t)b * T + 4, T - 4, rest.data() + (size_t)b * (T - 4));
-        }
-        model.kv_forward(first.data(), 4);
-        const float* lg = model.kv_forward(rest.data(), T - 4);  // (B, T-4, Vp)
-        for (int b = 0; b < B; b++)
-            for (int t = 4; t < T; t++)
-                REQUIRE(same_bits(lg + ((size_t)b * (T - 4) + t - 4) * Vp, ref.data() + ((size_t)b * T + t) * Vp, Vp));
+            for (int prefill : {1, 2, 7, T}) {  // prefill lengths: a single decode step, short, past the window, all
+                INFO("prefill " << prefill);
+                model.kv_begin(B, T);
+                std::vector<int> pre((size_t)B * prefill);
+                for (int b = 0; b < B; b++)
+                    std::copy_n(tokens.data() + (size_t)b * T, prefill, pre.data() + (size_t)b * prefill);
+                const float* lg = model.kv_forward(pre.data(), prefill);  // (B, prefill, Vp)
+                for (int b = 0; b < B; b++)
+                    for (int t = 0; t < prefill; t++)
+                        REQUIRE(
+                            same_bits(lg + ((size_t)b * prefill + t) * Vp, ref.data() + ((size_t)b * T + t) * Vp, Vp));
+                std::vector<int> col(B);
+                for (int t = prefill; t < T; t++) {
+                    INFO("decode position " << t);
+                    for (int b = 0; b < B; b++) col[b] = tokens[(size_t)b * T + t];
+                    lg = model.kv_forward(col.data(), 1);  // (B, 1, Vp)
+                    for (int b = 0; b < B; b++) {
+                        REQUIRE(all_finite(lg + (size_t)b * Vp, Vp));
+                        REQUIRE(same_bits(lg + (size_t)b * Vp, ref.data() + ((size_t)b * T + t) * Vp, Vp));
+                    }
+                }
+                REQUIRE(model.kv_cache().pos == T);
+            }
+
+            // Several positions appended to a non-empty cache in one call.
+            model.kv_begin(B, T);
+            std::vector<int> first((size_t)B * 4), rest((size_t)B * (T - 4));
+            for (int b = 0; b < B; b++) {
+                std::copy_n(tokens.data() + (size_t)b * T, 4, first.data() + (size_t)b * 4);
+                std::copy_n(tokens.data() + (size_t)b * T + 4, T - 4, rest.data() + (size_t)b * (T - 4));
+            }
+            model.kv_forward(first.data(), 4);
+            const float* lg = model.kv_forward(rest.data(), T - 4);  // (B, T-4, Vp)
+            for (int b = 0; b < B; b++)
+                for (int t = 4; t < T; t++)
+                    REQUIRE(
+                        same_bits(lg + ((size_t)b * (T - 4) + t - 4) * Vp, ref.data() + ((size_t)b * T + t) * Vp, Vp));
         }
     }
 }
@@ -198,10 +196,14 @@ TEST_CASE("cached generation gives exactly the uncached generator's tokens", "[k
         model.set_params(params.data());
         REQUIRE(model.has_kv_cache());
         const std::vector<int> prompt = random_tokens(5, cfg.vocab_size, rng);
-        struct Mode { float temperature; int top_k; int max_len; };
+        struct Mode {
+            float temperature;
+            int top_k;
+            int max_len;
+        };
         // greedy, sampled, top-k; max_len 12 < 5 + 30 makes the context window slide
-        for (const Mode m : {Mode{0.0f, 0, 20}, Mode{1.0f, 0, 20}, Mode{0.8f, 5, 20}, Mode{1.0f, 0, 12},
-                             Mode{0.0f, 0, 12}}) {
+        for (const Mode m :
+             {Mode{0.0f, 0, 20}, Mode{1.0f, 0, 20}, Mode{0.8f, 5, 20}, Mode{1.0f, 0, 12}, Mode{0.0f, 0, 12}}) {
             INFO("temperature " << m.temperature << " top_k " << m.top_k << " max_len " << m.max_len);
             const uint64_t s = rng.next_u64();
             Rng r1(s), r2(s);

@@ -54,11 +54,13 @@ TEST_CASE("resolve_device with a model, as the CUDA build decides (GPU count and
     CHECK(llmc::resolve_device("auto", 1, model_with(256, 2), &note, cuda) == llmc::Device::Cuda);
     note.clear();
     CHECK(llmc::resolve_device("auto", 1, model_with(32, 4), &note, cuda) == llmc::Device::Cpu);
-    CHECK_THAT(note, Contains("a GPU is present but the CUDA backend supports head size") && Contains("running on the CPU"));
+    CHECK_THAT(note,
+               Contains("a GPU is present but the CUDA backend supports head size") && Contains("running on the CPU"));
     CHECK_THROWS_WITH(llmc::resolve_device("cuda", 1, model_with(32, 4), &note, cuda),
                       Contains("--device cuda:") && Contains("is 8") && Contains("use --device cpu"));
     CHECK(llmc::resolve_device("cuda", 1, model_with(192, 6), &note, cuda) == llmc::Device::Cuda);
-    CHECK_THROWS_WITH(llmc::resolve_device("cuda", 0, model_with(192, 6), &note, cuda), Contains("no CUDA device found"));
+    CHECK_THROWS_WITH(llmc::resolve_device("cuda", 0, model_with(192, 6), &note, cuda),
+                      Contains("no CUDA device found"));
     CHECK(llmc::resolve_device("cpu", 1, model_with(192, 6), &note, cuda) == llmc::Device::Cpu);
     // without the CUDA backend, a GPU changes nothing
     note.clear();
@@ -75,7 +77,8 @@ TEST_CASE("choose_collective: every build x launcher combination picks a collect
     two.source = "mpirun (Open MPI)";
     for (bool mpi : {false, true})
         for (bool nccl : {false, true})
-            for (bool cuda : {false, true}) CHECK(llmc::choose_collective(one, cuda, {mpi, nccl}, false, "") == K::Single);
+            for (bool cuda : {false, true})
+                CHECK(llmc::choose_collective(one, cuda, {mpi, nccl}, false, "") == K::Single);
 
     // MPI and NCCL built, started by mpirun
     CHECK(llmc::choose_collective(two, true, {true, true}, true, "") == K::NcclMpi);
@@ -120,9 +123,7 @@ std::vector<RankResult> run_ranks(const llmc::RendezvousOptions& opt, int world,
             std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms[r]));
             try {
                 res[r].bytes = llmc::rendezvous_exchange(opt, r, world, r == 0 ? payload : std::vector<char>());
-            } catch (const std::exception& e) {
-                res[r].error = e.what();
-            }
+            } catch (const std::exception& e) { res[r].error = e.what(); }
         });
     for (auto& t : th) t.join();
     return res;
@@ -208,7 +209,9 @@ TEST_CASE("file rendezvous: rank 0 names the ranks that never came", "[launch][r
     opt.timeout_s = 0.3;
     std::vector<RankResult> res(3);
     std::thread one([&] {
-        try { llmc::rendezvous_exchange(opt, 1, 3, {}); } catch (const std::exception& e) { res[1].error = e.what(); }
+        try {
+            llmc::rendezvous_exchange(opt, 1, 3, {});
+        } catch (const std::exception& e) { res[1].error = e.what(); }
     });
     CHECK_THROWS_WITH(llmc::rendezvous_exchange(opt, 0, 3, std::vector<char>(128, 'x')),
                       Contains("rank 0 waited 0.3 s") && Contains("for ranks 1 2") && !Contains("ranks 1 2 "));

@@ -27,7 +27,10 @@ LogitStats stats_with(int L, int NH, float base, int l, int h, float peak) {
 
 LogitAlarmConfig alarm_config(float z, float above, int cooldown, int window) {
     LogitAlarmConfig c;
-    c.z = z; c.above = above; c.cooldown = cooldown; c.window = window;
+    c.z = z;
+    c.above = above;
+    c.cooldown = cooldown;
+    c.window = window;
     return c;
 }
 
@@ -132,8 +135,14 @@ TEST_CASE("logit alarm: absolute rule, cooldown of the checkpoints, state round 
 TEST_CASE("pruning never deletes the logit alarm's pinned checkpoints, which do not count toward K", "[logit_alarm]") {
     llmc_test::TempDir dir;
     ModelConfig c;
-    c.num_layers = 1; c.channels = 8; c.num_heads = 2; c.global_heads = 1; c.window = 2;
-    c.vocab_size = 10; c.padded_vocab_size = 128; c.max_seq_len = 4;
+    c.num_layers = 1;
+    c.channels = 8;
+    c.num_heads = 2;
+    c.global_heads = 1;
+    c.window = 2;
+    c.vocab_size = 10;
+    c.padded_vocab_size = 128;
+    c.max_seq_len = 4;
     std::vector<float> p(param_layout(c).total, 0.5f);
     for (int s : {10, 13, 20, 30, 40}) {
         save_model_checkpoint(model_path(dir.path.string(), s), c, p.data(), s);
@@ -179,7 +188,8 @@ TEST_CASE("logit alarm: only the newest --logit-alarm-keep alarm checkpoints sta
     LogitAlarmConfig cfg = alarm_config(0.0f, 1.0f, 1, 2);
     cfg.keep = 2;
     LogitAlarm a(cfg);
-    for (int s = 1; s <= 10; s++) a.observe(s, stats_with(1, 1, 0.0f, 0, 0, s % 2 ? 2.0f : 0.5f));  // crossings at odd steps
+    for (int s = 1; s <= 10; s++)
+        a.observe(s, stats_with(1, 1, 0.0f, 0, 0, s % 2 ? 2.0f : 0.5f));  // crossings at odd steps
     CHECK(a.checkpoint_steps() == std::vector<int>{1, 3, 5, 7, 9});
     CHECK(a.pinned_steps() == std::vector<int>{7, 9});
     cfg.keep = 0;  // 0 = all
@@ -230,8 +240,14 @@ TEST_CASE("logit alarm: the armed state is part of the saved state; a version-1 
 TEST_CASE("pruning keeps only the alarm checkpoints the cap pins", "[logit_alarm]") {
     llmc_test::TempDir dir;
     ModelConfig c;
-    c.num_layers = 1; c.channels = 8; c.num_heads = 2; c.global_heads = 1; c.window = 2;
-    c.vocab_size = 10; c.padded_vocab_size = 128; c.max_seq_len = 4;
+    c.num_layers = 1;
+    c.channels = 8;
+    c.num_heads = 2;
+    c.global_heads = 1;
+    c.window = 2;
+    c.vocab_size = 10;
+    c.padded_vocab_size = 128;
+    c.max_seq_len = 4;
     std::vector<float> p(param_layout(c).total, 0.5f);
     LogitAlarmConfig cfg = alarm_config(0.0f, 1.0f, 1, 2);
     cfg.keep = 2;

@@ -45,7 +45,9 @@ TEST_CASE("LoopState round-trips through the training-state sections") {
     std::vector<uint32_t> toks(500);
     for (size_t i = 0; i < toks.size(); i++) toks[i] = (uint32_t)(i % 50);
     llmc::write_shard(dir.file("train_000.bin"), toks, 2);
-    auto loader = [&] { return llmc::DataLoader(dir.file("train_*.bin"), 2, 8, 0, 1, true, 7, 50, llmc::RankSplit::Rows); };
+    auto loader = [&] {
+        return llmc::DataLoader(dir.file("train_*.bin"), 2, 8, 0, 1, true, 7, 50, llmc::RankSplit::Rows);
+    };
 
     for (float alarm_z : {0.0f, 2.0f}) {
         llmc::DataLoader train_a = loader(), train_b = loader();

@@ -109,9 +109,7 @@ NearFarRef brute_near_far(const float* qkv, int B, int T, int C, int NH, int G, 
     return r;
 }
 
-std::vector<AttnHeadStats> fresh(int NH) {
-    return std::vector<AttnHeadStats>(NH, AttnHeadStats{-kInf, kInf, 0.0, 0});
-}
+std::vector<AttnHeadStats> fresh(int NH) { return std::vector<AttnHeadStats>(NH, AttnHeadStats{-kInf, kInf, 0.0, 0}); }
 
 struct NfCase {
     int B, T, C, NH, G, P, near;  // near 0 = P
@@ -209,9 +207,9 @@ TEST_CASE("near/far statistics: the expected layouts have (no) far keys", "[near
     auto far_pairs = [&](int T, int G, int P, int N) {
         return brute_near_far(qkv.data(), 1, T, 16, 4, G, P, 0.0, N).far_pairs;
     };
-    CHECK(far_pairs(12, 0, 5, 5) == std::vector<int64_t>(4, 0));   // all-local, N = P
-    CHECK(far_pairs(12, 4, 50, 50) == std::vector<int64_t>(4, 0)); // MHSA, N >= T
-    CHECK(far_pairs(12, 1, 3, 12) == std::vector<int64_t>(4, 0));  // T <= N
+    CHECK(far_pairs(12, 0, 5, 5) == std::vector<int64_t>(4, 0));    // all-local, N = P
+    CHECK(far_pairs(12, 4, 50, 50) == std::vector<int64_t>(4, 0));  // MHSA, N >= T
+    CHECK(far_pairs(12, 1, 3, 12) == std::vector<int64_t>(4, 0));   // T <= N
     const auto mixed = far_pairs(12, 1, 3, 3);                      // local: none; global: (T-3)(T-2)/2 = 45
     CHECK(mixed == std::vector<int64_t>{0, 0, 0, 45});
 }
@@ -253,7 +251,10 @@ TEST_CASE("near/far statistics accumulate over calls and ignore the thread count
 // ---- the whole CPU model ------------------------------------------------------------------------
 
 TEST_CASE("CPU model: LogitStats near/far vectors match a brute-force computation per layer", "[near_far]") {
-    struct Layout { int G, P; const char* what; };
+    struct Layout {
+        int G, P;
+        const char* what;
+    };
     const Layout layouts[] = {{1, 3, "mixed"}, {4, 3, "MHSA"}, {0, 3, "all-local"}, {1, 20, "P >= T"}};
     int index = 0;
     for (const Layout& lay : layouts) {
@@ -311,8 +312,14 @@ TEST_CASE("CPU model: LogitStats near/far vectors match a brute-force computatio
     }
     // the backend advertises them
     ModelConfig cfg;
-    cfg.num_layers = 1; cfg.channels = 16; cfg.num_heads = 2; cfg.global_heads = 1; cfg.window = 2;
-    cfg.vocab_size = 20; cfg.padded_vocab_size = 128; cfg.max_seq_len = 8;
+    cfg.num_layers = 1;
+    cfg.channels = 16;
+    cfg.num_heads = 2;
+    cfg.global_heads = 1;
+    cfg.window = 2;
+    cfg.vocab_size = 20;
+    cfg.padded_vocab_size = 128;
+    cfg.max_seq_len = 8;
     CHECK(CpuBackend(cfg, 1).has_near_far_stats());
 }
 
@@ -385,9 +392,9 @@ TEST_CASE("near/far statistics merge over micro-batches (mean, max, max) and ran
 
     // over ranks: near mass averaged, maxima maxed; the partner rank's buffers in call order
     ScriptedCollective comm;
-    comm.partner = {{9, 9}, {-9, -9}, {1, 1},  // max_logit, min_logit, entropy
+    comm.partner = {{9, 9},        {-9, -9},     {1, 1},          // max_logit, min_logit, entropy
                     {0.25f, 0.6f}, {5.0f, 0.5f}, {-kInf, -kInf},  // near_mass, near_max, far_max
-                    {0}, {0}};  // out_max_logit, out_mean_lse
+                    {0},           {0}};                          // out_max_logit, out_mean_lse
     LogitStats s = acc;
     reduce_logit_stats(comm, s);
     CHECK(comm.partner.empty());
@@ -405,7 +412,11 @@ TEST_CASE("near/far statistics merge over micro-batches (mean, max, max) and ran
 
 TEST_CASE("logit_stats record: near/far fields, null far max, omitted without them", "[near_far]") {
     ModelConfig cfg;
-    cfg.num_layers = 1; cfg.channels = 16; cfg.num_heads = 2; cfg.global_heads = 1; cfg.window = 5;
+    cfg.num_layers = 1;
+    cfg.channels = 16;
+    cfg.num_heads = 2;
+    cfg.global_heads = 1;
+    cfg.window = 5;
     LogitStats s = make_stats({0.75f, 1.0f}, {2.5f, 1.5f}, {3.5f, -kInf});
     auto rec = logit_stats_record(7, s, cfg);
     CHECK(rec["near"] == 5);  // near_distance 0: the window
@@ -461,8 +472,14 @@ TEST_CASE("--near: parsed, validated (>= 1), refused on a backend without near/f
     }
 
     ModelConfig cfg;
-    cfg.num_layers = 1; cfg.channels = 16; cfg.num_heads = 2; cfg.global_heads = 1; cfg.window = 2;
-    cfg.vocab_size = 20; cfg.padded_vocab_size = 128; cfg.max_seq_len = 8;
+    cfg.num_layers = 1;
+    cfg.channels = 16;
+    cfg.num_heads = 2;
+    cfg.global_heads = 1;
+    cfg.window = 2;
+    cfg.vocab_size = 20;
+    cfg.padded_vocab_size = 128;
+    cfg.max_seq_len = 8;
     const NoNearFarBackend no(cfg, 1);
     const CpuBackend yes(cfg, 1);
     CHECK_NOTHROW(check_near_supported(given, yes));

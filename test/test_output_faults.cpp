@@ -46,9 +46,7 @@ template <class F>
 std::string input_error_of(F&& f) {
     try {
         f();
-    } catch (const InputError& e) {
-        return e.what();
-    }
+    } catch (const InputError& e) { return e.what(); }
     FAIL("expected an InputError");
     return "";
 }
@@ -76,9 +74,7 @@ TEST_CASE("JsonlWriter: a record cut by a failed write is removed", "[faults][me
     std::string e;
     try {
         w.write(rec(4, 2000));
-    } catch (const InputError& ex) {
-        e = ex.what();
-    }
+    } catch (const InputError& ex) { e = ex.what(); }
     setrlimit(RLIMIT_FSIZE, &old_lim);
     signal(SIGXFSZ, old_handler);
 
@@ -95,10 +91,19 @@ TEST_CASE("JsonlWriter: a record cut by a failed write is removed", "[faults][me
 TEST_CASE("JsonlWriter: append keeps, a fresh open truncates", "[faults][metrics]") {
     TempDir dir;
     const std::string path = dir.file("m.jsonl");
-    { JsonlWriter w(path, false); w.write(rec(1)); }
-    { JsonlWriter w(path, true); w.write(rec(2)); }
+    {
+        JsonlWriter w(path, false);
+        w.write(rec(1));
+    }
+    {
+        JsonlWriter w(path, true);
+        w.write(rec(2));
+    }
     CHECK(slurp(path) == rec(1).dump() + "\n" + rec(2).dump() + "\n");
-    { JsonlWriter w(path, false); w.write(rec(3)); }
+    {
+        JsonlWriter w(path, false);
+        w.write(rec(3));
+    }
     CHECK(slurp(path) == rec(3).dump() + "\n");
     std::string e = input_error_of([&] { JsonlWriter w(dir.file("no_such_dir/m.jsonl"), false); });
     CHECK(e.find("cannot open") != std::string::npos);

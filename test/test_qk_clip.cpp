@@ -23,8 +23,15 @@ namespace {
 
 ModelConfig clip_config(int G, float softcap, int L = 2) {
     ModelConfig c;
-    c.num_layers = L; c.channels = 32; c.num_heads = 4; c.global_heads = G; c.window = 4;
-    c.vocab_size = 50; c.padded_vocab_size = 128; c.max_seq_len = 16; c.attn_softcap = softcap;
+    c.num_layers = L;
+    c.channels = 32;
+    c.num_heads = 4;
+    c.global_heads = G;
+    c.window = 4;
+    c.vocab_size = 50;
+    c.padded_vocab_size = 128;
+    c.max_seq_len = 16;
+    c.attn_softcap = softcap;
     return c;
 }
 
@@ -47,64 +54,67 @@ TEST_CASE("QK-Clip: clipped heads reach TAU on the same batch, the others stay b
     const uint64_t seed = std::random_device{}() | 1u;
     INFO("seed " << seed);
     for (int L : {1, 2})
-      for (int G : {0, 1, 4})
-        for (float softcap : {0.0f, 3.0f}) {
-            const ModelConfig cfg = clip_config(G, softcap, L);
-            INFO("L " << L << ", G " << G << ", softcap " << softcap);
-            const int B = 2, T = 16, NH = cfg.num_heads;
-            CpuBackend be(cfg, seed + G);
-            scale_qkv(be, cfg, 8.0f);
-            Rng r(seed ^ 77);
-            std::vector<int> inp(B * T), tgt(B * T);
-            for (int& t : inp) t = (int)(r.uniform() * cfg.vocab_size) % cfg.vocab_size;
-            for (int& t : tgt) t = (int)(r.uniform() * cfg.vocab_size) % cfg.vocab_size;
+        for (int G : {0, 1, 4})
+            for (float softcap : {0.0f, 3.0f}) {
+                const ModelConfig cfg = clip_config(G, softcap, L);
+                INFO("L " << L << ", G " << G << ", softcap " << softcap);
+                const int B = 2, T = 16, NH = cfg.num_heads;
+                CpuBackend be(cfg, seed + G);
+                scale_qkv(be, cfg, 8.0f);
+                Rng r(seed ^ 77);
+                std::vector<int> inp(B * T), tgt(B * T);
+                for (int& t : inp) t = (int)(r.uniform() * cfg.vocab_size) % cfg.vocab_size;
+                for (int& t : tgt) t = (int)(r.uniform() * cfg.vocab_size) % cfg.vocab_size;
 
-            LogitStats before, after;
-            be.forward(inp.data(), tgt.data(), B, T, 0.0f, &before);
-            std::vector<float> sorted = before.max_logit;
-            std::sort(sorted.begin(), sorted.end());
-            const float tau = 0.5f * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);  // half the heads
-            REQUIRE(sorted.front() < tau);
-            REQUIRE(sorted.back() > tau);
+                LogitStats before, after;
+                be.forward(inp.data(), tgt.data(), B, T, 0.0f, &before);
+                std::vector<float> sorted = before.max_logit;
+                std::sort(sorted.begin(), sorted.end());
+                const float tau = 0.5f * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);  // half the heads
+                REQUIRE(sorted.front() < tau);
+                REQUIRE(sorted.back() > tau);
 
-            std::vector<float> p0(be.num_params()), p1(be.num_params()), scratch;
-            be.get_params(p0.data());
-            const std::vector<ClippedHead> clipped = apply_qk_clip(tau, before, cfg, be, nullptr, scratch);
-            be.get_params(p1.data());
-            be.forward(inp.data(), tgt.data(), B, T, 0.0f, &after);
+                std::vector<float> p0(be.num_params()), p1(be.num_params()), scratch;
+                be.get_params(p0.data());
+                const std::vector<ClippedHead> clipped = apply_qk_clip(tau, before, cfg, be, nullptr, scratch);
+                be.get_params(p1.data());
+                be.forward(inp.data(), tgt.data(), B, T, 0.0f, &after);
 
-            CHECK(clipped.size() == sorted.size() / 2);
-            // every parameter outside the clipped heads' q/k rows and biases is bit-identical
-            std::vector<char> touched(p0.size(), 0);
-            for (const ParamScale& s : qk_clip_scales(cfg, clipped))
-                for (size_t i = s.offset; i < s.offset + s.count; i++) touched[i] = 1;
-            size_t changed_outside = 0, n_touched = 0;
-            for (size_t i = 0; i < p0.size(); i++) {
-                if (touched[i]) { n_touched++; continue; }
-                changed_outside += p0[i] != p1[i];
-            }
-            CHECK(changed_outside == 0);
-            int n_checked_clipped = 0;
-            CHECK(n_touched == clipped.size() * 2 * (cfg.head_size() * cfg.channels + cfg.head_size()));
-            for (int l = 0; l < 1; l++)  // the first layer: its input is the same batch's embedding
-                for (int h = 0; h < NH; h++) {
-                    const size_t i = (size_t)l * NH + h;
-                    INFO("layer " << l << " head " << h << ": " << before.max_logit[i] << " -> " << after.max_logit[i]
-                                  << ", tau " << tau);
-                    if (head_is_clipped(clipped, l, h)) {
-                        n_checked_clipped++;
-                        CHECK(before.max_logit[i] > tau);
-                        // the recomputed max logit: TAU up to fp32 rounding of the scaled projections
-                        CHECK(after.max_logit[i] <= tau * (1.0f + 1e-5f));
-                        CHECK(after.max_logit[i] == Approx(tau).epsilon(1e-5));
-                    } else {
-                        CHECK(before.max_logit[i] <= tau);
-                        CHECK(after.max_logit[i] == before.max_logit[i]);  // bit-identical
-                        CHECK(after.min_logit[i] == before.min_logit[i]);
+                CHECK(clipped.size() == sorted.size() / 2);
+                // every parameter outside the clipped heads' q/k rows and biases is bit-identical
+                std::vector<char> touched(p0.size(), 0);
+                for (const ParamScale& s : qk_clip_scales(cfg, clipped))
+                    for (size_t i = s.offset; i < s.offset + s.count; i++) touched[i] = 1;
+                size_t changed_outside = 0, n_touched = 0;
+                for (size_t i = 0; i < p0.size(); i++) {
+                    if (touched[i]) {
+                        n_touched++;
+                        continue;
                     }
+                    changed_outside += p0[i] != p1[i];
                 }
-            if (L == 1) CHECK(n_checked_clipped == (int)clipped.size());
-        }
+                CHECK(changed_outside == 0);
+                int n_checked_clipped = 0;
+                CHECK(n_touched == clipped.size() * 2 * (cfg.head_size() * cfg.channels + cfg.head_size()));
+                for (int l = 0; l < 1; l++)  // the first layer: its input is the same batch's embedding
+                    for (int h = 0; h < NH; h++) {
+                        const size_t i = (size_t)l * NH + h;
+                        INFO("layer " << l << " head " << h << ": " << before.max_logit[i] << " -> "
+                                      << after.max_logit[i] << ", tau " << tau);
+                        if (head_is_clipped(clipped, l, h)) {
+                            n_checked_clipped++;
+                            CHECK(before.max_logit[i] > tau);
+                            // the recomputed max logit: TAU up to fp32 rounding of the scaled projections
+                            CHECK(after.max_logit[i] <= tau * (1.0f + 1e-5f));
+                            CHECK(after.max_logit[i] == Approx(tau).epsilon(1e-5));
+                        } else {
+                            CHECK(before.max_logit[i] <= tau);
+                            CHECK(after.max_logit[i] == before.max_logit[i]);  // bit-identical
+                            CHECK(after.min_logit[i] == before.min_logit[i]);
+                        }
+                    }
+                if (L == 1) CHECK(n_checked_clipped == (int)clipped.size());
+            }
 }
 
 TEST_CASE("QK-Clip: the rows scaled are the head's q and k rows and biases; shards agree with the whole", "[qk_clip]") {

@@ -61,8 +61,7 @@ void check_fixture(const std::string& name) {
     const llmc::ForwardResult r = backend.forward(d.inputs.data(), d.targets.data(), B, T, d.z_weight, &stats);
     const float* logits = backend.logits();  // (B, T, Vp)
     std::vector<float> real((size_t)B * T * V);
-    for (size_t i = 0; i < (size_t)B * T; i++)
-        std::copy(logits + i * Vp, logits + i * Vp + V, real.begin() + i * V);
+    for (size_t i = 0; i < (size_t)B * T; i++) std::copy(logits + i * Vp, logits + i * Vp + V, real.begin() + i * V);
     double max_abs = 0;
     const double logit_rel = rel_error(real.data(), d.logits.data(), real.size(), &max_abs);
     INFO("logits: relative error " << logit_rel << ", max abs diff " << max_abs);
@@ -76,9 +75,9 @@ void check_fixture(const std::string& name) {
     CHECK(std::fabs(r.z_loss - d.z_loss) <= 1e-5 * std::fabs(d.z_loss));
     REQUIRE(stats.max_logit.size() == (size_t)d.L * d.NH);
     for (size_t i = 0; i < stats.max_logit.size(); i++) {
-        INFO("layer " << i / d.NH << " head " << i % d.NH << ": max " << stats.max_logit[i] << " vs "
-                      << d.attn_max[i] << ", min " << stats.min_logit[i] << " vs " << d.attn_min[i]
-                      << ", entropy " << stats.entropy[i] << " vs " << d.attn_entropy[i]);
+        INFO("layer " << i / d.NH << " head " << i % d.NH << ": max " << stats.max_logit[i] << " vs " << d.attn_max[i]
+                      << ", min " << stats.min_logit[i] << " vs " << d.attn_min[i] << ", entropy " << stats.entropy[i]
+                      << " vs " << d.attn_entropy[i]);
         CHECK(close(stats.max_logit[i], d.attn_max[i], 1e-5));
         CHECK(close(stats.min_logit[i], d.attn_min[i], 1e-5));
         CHECK(close(stats.entropy[i], d.attn_entropy[i], 1e-5));
@@ -117,7 +116,11 @@ void check_fixture(const std::string& name) {
 
     // ---- N AdamW steps on the same batch; loss and gradient norm are measured before update t
     llmc::AdamWHyper h;
-    h.lr = d.lr; h.beta1 = d.beta1; h.beta2 = d.beta2; h.eps = d.eps; h.weight_decay = d.weight_decay;
+    h.lr = d.lr;
+    h.beta1 = d.beta1;
+    h.beta2 = d.beta2;
+    h.eps = d.eps;
+    h.weight_decay = d.weight_decay;
     for (int t = 1; t <= d.n_steps; t++) {
         backend.zero_grad();
         const llmc::ForwardResult rt = backend.forward(d.inputs.data(), d.targets.data(), B, T, d.z_weight, nullptr);
@@ -141,8 +144,8 @@ TEST_CASE("CPU backend matches the PyTorch reference on every fixture", "[refere
     // z-loss + untied head, and window 1 with 2 global heads + QK-norm + z-loss (head size 8); then
     // head size 32 (bf16 model files; also used by the GPU test): LS (G=1 of 2, P=4), MHSA (2 heads),
     // two layers of an all-local head (P=5) with QK-norm + soft-cap + z-loss.
-    for (const char* name : {"ls", "mhsa", "local_qknorm_softcap", "ls_p1_qknorm", "ls_hd32", "mhsa_hd32",
-                             "local_qknorm_softcap_hd32"}) {
+    for (const char* name :
+         {"ls", "mhsa", "local_qknorm_softcap", "ls_p1_qknorm", "ls_hd32", "mhsa_hd32", "local_qknorm_softcap_hd32"}) {
         DYNAMIC_SECTION(name) { check_fixture(name); }
     }
 }

@@ -36,9 +36,16 @@ nlohmann::ordered_json record_of(std::vector<std::string> args) {
     llmc::TrainCli cli;
     REQUIRE(parse_args(cli, args) == -1);
     llmc::ModelConfig m;
-    m.num_layers = 2; m.channels = 32; m.num_heads = 4; m.global_heads = 1; m.window = 8; m.max_seq_len = 64;
-    m.vocab_size = 256; m.padded_vocab_size = 256;
-    return {{"train", llmc::train_config_json(cli.config())}, {"model", llmc::model_config_json(m)},
+    m.num_layers = 2;
+    m.channels = 32;
+    m.num_heads = 4;
+    m.global_heads = 1;
+    m.window = 8;
+    m.max_seq_len = 64;
+    m.vocab_size = 256;
+    m.padded_vocab_size = 256;
+    return {{"train", llmc::train_config_json(cli.config())},
+            {"model", llmc::model_config_json(m)},
             {"derived", {{"max_steps", 10}}}};
 }
 
@@ -59,7 +66,8 @@ TEST_CASE("edit distance and the nearest flag name", "[flag_suggest]") {
     REQUIRE(llmc::did_you_mean("zzzzzz", names).empty());
 }
 
-TEST_CASE("--config TOML: an unknown key or any [section] is refused, naming the key and the nearest flag", "[config]") {
+TEST_CASE("--config TOML: an unknown key or any [section] is refused, naming the key and the nearest flag",
+          "[config]") {
     llmc_test::TempDir dir;
     llmc::CheckedConfigFile reader;
     reader.file = "x.toml";
@@ -91,8 +99,8 @@ TEST_CASE("--config TOML: an unknown key or any [section] is refused, naming the
 
 TEST_CASE("--config reads a run's config.json: train (with its history) and the model as flags", "[config]") {
     llmc_test::TempDir dir;
-    nlohmann::ordered_json rec = record_of({"-i", "d/train_*.bin", "-l", "3e-3", "-b", "8", "--z-loss", "1e-4",
-                                            "-o", "out/run", "--qk-clip", "50"});
+    nlohmann::ordered_json rec = record_of(
+        {"-i", "d/train_*.bin", "-l", "3e-3", "-b", "8", "--z-loss", "1e-4", "-o", "out/run", "--qk-clip", "50"});
     rec["history"] = {{{"step", 4}, {"flag", "--learning-rate"}, {"old", 0.003}, {"new", 0.001}}};
     write(dir.file("config.json"), llmc::json_file_text(rec));
 
@@ -144,9 +152,9 @@ TEST_CASE("-y 1 takes the run's recorded settings as the base; a changed trainin
     llmc_test::TempDir dir;
     const std::string out = dir.file("run");
     std::filesystem::create_directories(out);
-    nlohmann::ordered_json rec = record_of({"-i", "d/train_*.bin", "-j", "d/val_*.bin", "-l", "3e-4", "-b", "8",
-                                            "-t", "32", "-x", "10", "--qk-clip", "50", "-o", out, "--threads", "3",
-                                            "--device", "cpu"});
+    nlohmann::ordered_json rec =
+        record_of({"-i", "d/train_*.bin", "-j", "d/val_*.bin", "-l", "3e-4",      "-b", "8",        "-t", "32", "-x",
+                   "10", "--qk-clip",     "50", "-o",          out,  "--threads", "3",  "--device", "cpu"});
     write(out + "/config.json", llmc::json_file_text(rec));
 
     llmc::TrainCli plain;  // nothing retyped
@@ -161,7 +169,7 @@ TEST_CASE("-y 1 takes the run's recorded settings as the base; a changed trainin
     REQUIRE(c.qk_clip == 50.0f);
     REQUIRE(c.overrides.layers == 2);
     REQUIRE(c.overrides.vocab == 256);
-    REQUIRE(c.threads == 0);         // launch settings: never from the record
+    REQUIRE(c.threads == 0);  // launch settings: never from the record
     REQUIRE(c.device == "auto");
     REQUIRE(c.record_changes.empty());
 
@@ -217,7 +225,8 @@ TEST_CASE("--fork-from: a complete checkpoint of a run directory with its config
     const std::string run = dir.file("run");
     std::filesystem::create_directories(run);
     REQUIRE_THROWS_WITH(llmc::fork_source(run + "/model_00000004.bin"), Contains("no such file"));
-    REQUIRE_THROWS_WITH(llmc::fork_source(run + "/state_00000004_00000.bin"), Contains("not a checkpoint's model file"));
+    REQUIRE_THROWS_WITH(llmc::fork_source(run + "/state_00000004_00000.bin"),
+                        Contains("not a checkpoint's model file"));
     write(run + "/model_00000004.bin", "x");
     REQUIRE_THROWS_WITH(llmc::fork_source(run + "/model_00000004.bin"), Contains("is not a complete checkpoint"));
     write(run + "/DONE_00000004", "step 4 world_size 1\n");
@@ -228,7 +237,8 @@ TEST_CASE("--fork-from: a complete checkpoint of a run directory with its config
     REQUIRE(src.step == 4);
 
     llmc::TrainCli fork;  // the source's settings, -o the new one, the change listed
-    REQUIRE(parse_args(fork, {"--fork-from", run + "/model_00000004.bin", "-o", dir.file("branch"), "--qk-clip", "100"}) == -1);
+    REQUIRE(parse_args(fork, {"--fork-from", run + "/model_00000004.bin", "-o", dir.file("branch"), "--qk-clip",
+                              "100"}) == -1);
     REQUIRE(fork.config().train_data == "d/train_*.bin");
     REQUIRE(fork.config().output_dir == dir.file("branch"));
     REQUIRE(fork.config().overrides.layers == 2);

@@ -64,11 +64,11 @@ std::vector<ToyPiece> toy_pieces(const std::vector<std::pair<std::string, float>
 
 struct ToySettings {
     int model_type = 2;
-    int byte_fallback = 1;         // -1: field absent
-    std::string charsmap;          // non-empty: a "nmt_nfkc"-like rule
-    int add_dummy_prefix = 0;      // -1: absent (default true)
-    int remove_extra_ws = 0;       // -1: absent (default true)
-    int escape_ws = -1;            // -1: absent (default true)
+    int byte_fallback = 1;     // -1: field absent
+    std::string charsmap;      // non-empty: a "nmt_nfkc"-like rule
+    int add_dummy_prefix = 0;  // -1: absent (default true)
+    int remove_extra_ws = 0;   // -1: absent (default true)
+    int escape_ws = -1;        // -1: absent (default true)
 };
 
 std::string toy_model_bytes(const std::vector<ToyPiece>& pieces, const ToySettings& st = {}) {
@@ -82,13 +82,13 @@ std::string toy_model_bytes(const std::vector<ToyPiece>& pieces, const ToySettin
         put_bytes(m, 1, sp);
     }
     std::string tr;
-    put_bytes(tr, 2, "prefix");                       // model_prefix (skipped)
+    put_bytes(tr, 2, "prefix");  // model_prefix (skipped)
     put_uint(tr, 3, (uint64_t)st.model_type);
-    put_uint(tr, 41, (uint64_t)(int64_t)-1);          // bos_id -1: a 10-byte varint (skipped)
-    put_key(tr, 10, 5);                               // character_coverage, fixed32 (skipped)
+    put_uint(tr, 41, (uint64_t)(int64_t)-1);  // bos_id -1: a 10-byte varint (skipped)
+    put_key(tr, 10, 5);                       // character_coverage, fixed32 (skipped)
     tr += std::string("\x00\x00\x80\x3f", 4);
     if (st.byte_fallback >= 0) put_uint(tr, 35, (uint64_t)st.byte_fallback);
-    put_key(tr, 99, 1);                               // a fixed64 field (skipped)
+    put_key(tr, 99, 1);  // a fixed64 field (skipped)
     tr += std::string(8, '\x01');
     put_bytes(m, 2, tr);
     std::string no;
@@ -105,8 +105,8 @@ SpBpeEncoder toy_encoder(const std::vector<std::pair<std::string, float>>& norma
     return SpBpeEncoder(llmc::parse_sp_model(toy_model_bytes(toy_pieces(normal), st), "toy"), "toy");
 }
 
-constexpr int kByte0 = 3;     // id of <0x00>
-constexpr int kFirst = 259;   // id of the first normal piece
+constexpr int kByte0 = 3;                   // id of <0x00>
+constexpr int kFirst = 259;                 // id of the first normal piece
 const std::string kSpace = "\xE2\x96\x81";  // U+2581
 
 std::vector<int> enc(const SpBpeEncoder& e, const std::string& s) { return e.encode(s); }
@@ -145,7 +145,8 @@ std::vector<int> naive(const std::vector<ToyPiece>& pieces, const std::string& l
     for (const auto& s : sym) {
         const int id = normal_id(s);
         if (id >= 0) out.push_back(id);
-        else for (unsigned char b : s) out.push_back(kByte0 + b);
+        else
+            for (unsigned char b : s) out.push_back(kByte0 + b);
     }
     return out;
 }
@@ -162,11 +163,13 @@ TEST_CASE("sp proto reader: varints, wire types, truncation", "[sp_encoder]") {
     CHECK(r.done());
 
     const std::string bad[] = {
-        std::string("\x0a\x05" "abc", 5),          // length past the end
-        std::string("\x08\x80", 2),                // truncated varint
-        std::string("\x0b", 1),                    // wire type 3 (groups)
-        std::string(11, '\xff'),                   // varint longer than 10 bytes
-        std::string("\x15\x00\x00", 3),            // truncated fixed32
+        std::string("\x0a\x05"
+                    "abc",
+                    5),                  // length past the end
+        std::string("\x08\x80", 2),      // truncated varint
+        std::string("\x0b", 1),          // wire type 3 (groups)
+        std::string(11, '\xff'),         // varint longer than 10 bytes
+        std::string("\x15\x00\x00", 3),  // truncated fixed32
     };
     for (const auto& b : bad) CHECK_THROWS_AS(llmc::parse_sp_model(b, "t"), llmc::InputError);
     CHECK_THROWS_WITH(llmc::parse_sp_model("", "t"), Catch::Contains("no pieces"));
@@ -212,22 +215,22 @@ TEST_CASE("sp encoder: merges by score, leftmost on ties", "[sp_encoder]") {
 
 TEST_CASE("sp encoder: spaces, byte fallback, invalid UTF-8, newlines", "[sp_encoder]") {
     // ids: ▁ 259, ▁t 260, he 261, ▁the 262, ▁▁ 263, é 264
-    const SpBpeEncoder e = toy_encoder({{kSpace, -1}, {kSpace + "t", -2}, {"he", -3}, {kSpace + "the", -4},
-                                        {kSpace + kSpace, -5}, {"\xC3\xA9", -6}});
+    const SpBpeEncoder e = toy_encoder(
+        {{kSpace, -1}, {kSpace + "t", -2}, {"he", -3}, {kSpace + "the", -4}, {kSpace + kSpace, -5}, {"\xC3\xA9", -6}});
     CHECK(enc(e, " the") == std::vector<int>{262});
-    CHECK(enc(e, "the") == std::vector<int>{kByte0 + 't', 261});         // no dummy prefix
-    CHECK(enc(e, "  the") == std::vector<int>{259, 262});               // ▁ ▁the: ▁t (-2) beats ▁▁ (-5)
-    CHECK(enc(e, "   ") == std::vector<int>{263, 259});                 // spaces kept, not collapsed
-    CHECK(enc(e, kSpace + "the") == enc(e, " the"));                    // a literal U+2581 is a space
-    CHECK(enc(e, "\xC3\xA9") == std::vector<int>{264});                 // é is a piece
+    CHECK(enc(e, "the") == std::vector<int>{kByte0 + 't', 261});  // no dummy prefix
+    CHECK(enc(e, "  the") == std::vector<int>{259, 262});         // ▁ ▁the: ▁t (-2) beats ▁▁ (-5)
+    CHECK(enc(e, "   ") == std::vector<int>{263, 259});           // spaces kept, not collapsed
+    CHECK(enc(e, kSpace + "the") == enc(e, " the"));              // a literal U+2581 is a space
+    CHECK(enc(e, "\xC3\xA9") == std::vector<int>{264});           // é is a piece
     // ü (C3 BC) is no piece: its two bytes; tab is no piece: byte 09
     CHECK(enc(e, "\xC3\xBC\t") == std::vector<int>{kByte0 + 0xC3, kByte0 + 0xBC, kByte0 + 9});
     // invalid UTF-8: each bad byte becomes U+FFFD (EF BF BD), as the library's normalizer does
     const std::vector<int> fffd{kByte0 + 0xEF, kByte0 + 0xBF, kByte0 + 0xBD};
     CHECK(enc(e, "\xFF") == fffd);
     CHECK(enc(e, "\xC3\x28") == std::vector<int>{fffd[0], fffd[1], fffd[2], kByte0 + '('});  // truncated é
-    CHECK(enc(e, "\xED\xA0\x80") == std::vector<int>{fffd[0], fffd[1], fffd[2], fffd[0], fffd[1], fffd[2],
-                                                      fffd[0], fffd[1], fffd[2]});  // surrogate: 3 bad bytes
+    CHECK(enc(e, "\xED\xA0\x80") == std::vector<int>{fffd[0], fffd[1], fffd[2], fffd[0], fffd[1], fffd[2], fffd[0],
+                                                     fffd[1], fffd[2]});  // surrogate: 3 bad bytes
     // newlines: lines encoded alone, joined by the "\n" piece (id 2); no piece spans a line
     CHECK(enc(e, "\n") == std::vector<int>{2});
     CHECK(enc(e, " the\n the") == std::vector<int>{262, 2, 262});

@@ -21,10 +21,10 @@ TEST_CASE("the programs choose the wait policy only when the environment chose n
 
 TEST_CASE("thread count: --threads, else OMP_NUM_THREADS, else the affinity mask", "[threads]") {
     CHECK(llmc::thread_count_to_set(3, nullptr, 8) == 3);
-    CHECK(llmc::thread_count_to_set(3, "5", 8) == 3);     // the flag wins over the environment
-    CHECK(llmc::thread_count_to_set(0, "5", 8) == 0);     // 0: OpenMP keeps OMP_NUM_THREADS's count
-    CHECK(llmc::thread_count_to_set(0, "4,2", 8) == 0);   // (a nested list, which OpenMP parses)
-    CHECK(llmc::thread_count_to_set(0, "", 8) == 8);      // empty = unset
+    CHECK(llmc::thread_count_to_set(3, "5", 8) == 3);    // the flag wins over the environment
+    CHECK(llmc::thread_count_to_set(0, "5", 8) == 0);    // 0: OpenMP keeps OMP_NUM_THREADS's count
+    CHECK(llmc::thread_count_to_set(0, "4,2", 8) == 0);  // (a nested list, which OpenMP parses)
+    CHECK(llmc::thread_count_to_set(0, "", 8) == 8);     // empty = unset
     CHECK(llmc::thread_count_to_set(0, nullptr, 8) == 8);
     CHECK(llmc::thread_count_to_set(0, nullptr, 1) == 1);
     CHECK(llmc::thread_count_to_set(0, nullptr, 0) == 1);  // an unreadable mask: one thread

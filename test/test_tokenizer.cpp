@@ -24,8 +24,8 @@ struct TempDir : llmc_test::TempDir {
 
 // Writes tokenizer.bin in llm.c's layout, independently of llmc/text/tokenizer.h. `trailing` extra
 // bytes are appended; `vocab_override` >= 0 replaces the header's vocabulary size.
-void write_tokenizer(const std::string& path, const std::vector<std::string>& tokens, uint32_t version,
-                     uint32_t eot, uint32_t magic = 20240328, int64_t vocab_override = -1, size_t trailing = 0) {
+void write_tokenizer(const std::string& path, const std::vector<std::string>& tokens, uint32_t version, uint32_t eot,
+                     uint32_t magic = 20240328, int64_t vocab_override = -1, size_t trailing = 0) {
     std::vector<uint32_t> header(256, 0);
     header[0] = magic;
     header[1] = version;
@@ -115,9 +115,7 @@ TEST_CASE("malformed tokenizer.bin files are refused naming the file, offset and
     TempDir dir;
     const std::string p = dir.file("tok.bin");
     const std::vector<std::string> toks = {"a", "bc", "", "def"};
-    SECTION("missing") {
-        REQUIRE_THROWS_WITH(llmc::Tokenizer(p), Contains("cannot open tokenizer") && Contains(p));
-    }
+    SECTION("missing") { REQUIRE_THROWS_WITH(llmc::Tokenizer(p), Contains("cannot open tokenizer") && Contains(p)); }
     SECTION("bad magic") {
         write_tokenizer(p, toks, 2, 0, 20240520);
         REQUIRE_THROWS_WITH(llmc::Tokenizer(p), Contains(p) && Contains("bad magic 20240520 at byte offset 0") &&
@@ -140,11 +138,13 @@ TEST_CASE("malformed tokenizer.bin files are refused naming the file, offset and
     SECTION("a token's bytes cut off") {
         write_tokenizer(p, toks, 2, 0);
         fs::resize_file(p, 1034 - 2);
-        REQUIRE_THROWS_WITH(llmc::Tokenizer(p), Contains("truncated at byte offset 1031") && Contains("bytes of token 3"));
+        REQUIRE_THROWS_WITH(llmc::Tokenizer(p),
+                            Contains("truncated at byte offset 1031") && Contains("bytes of token 3"));
     }
     SECTION("trailing bytes") {
         write_tokenizer(p, toks, 2, 0, 20240328, -1, 3);
-        REQUIRE_THROWS_WITH(llmc::Tokenizer(p), Contains("3 unexpected bytes after the last token at byte offset 1034"));
+        REQUIRE_THROWS_WITH(llmc::Tokenizer(p),
+                            Contains("3 unexpected bytes after the last token at byte offset 1034"));
     }
     SECTION("shorter than the header") {
         FILE* f = std::fopen(p.c_str(), "wb");
@@ -167,16 +167,18 @@ TEST_CASE("safe_printable replaces invalid UTF-8 with U+FFFD", "[tokenizer]") {
         {"caf\xC3\xA9", "caf\xC3\xA9"},
         {"\xE2\x82\xAC", "\xE2\x82\xAC"},
         {"\xF0\x9F\x98\x80", "\xF0\x9F\x98\x80"},
-        {"\x80", R},                      // lone continuation byte
-        {"a\xC3", "a" + R},               // truncated at the end
-        {"\xE2\x82", R},                  // truncated 3-byte sequence: one replacement
+        {"\x80", R},         // lone continuation byte
+        {"a\xC3", "a" + R},  // truncated at the end
+        {"\xE2\x82", R},     // truncated 3-byte sequence: one replacement
         {"\xE2\x82x", R + "x"},
         {"\xF0\x9F\x98", R},
-        {"\xC0\x80", R + R},              // overlong
-        {"\xE0\x80\xAF", R + R + R},      // overlong 3-byte form
-        {"\xED\xA0\x80", R + R + R},      // surrogate
+        {"\xC0\x80", R + R},                  // overlong
+        {"\xE0\x80\xAF", R + R + R},          // overlong 3-byte form
+        {"\xED\xA0\x80", R + R + R},          // surrogate
         {"\xF4\x90\x80\x80", R + R + R + R},  // above U+10FFFF
-        {"\xF5" "a", R + "a"},
+        {"\xF5"
+         "a",
+         R + "a"},
         {"\xFF\xFE", R + R},
         {std::string("a\0b", 3), std::string("a\0b", 3)},
     };

@@ -15,7 +15,10 @@ struct TempDir {
         path = std::filesystem::temp_directory_path() / (prefix + std::to_string(rd()) + std::to_string(rd()));
         std::filesystem::create_directories(path);
     }
-    ~TempDir() { std::error_code ec; std::filesystem::remove_all(path, ec); }
+    ~TempDir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path, ec);
+    }
     TempDir(const TempDir&) = delete;
     TempDir& operator=(const TempDir&) = delete;
     std::string file(const std::string& name) const { return (path / name).string(); }

@@ -213,13 +213,18 @@ int main(int argc, char** argv) {
             DeviceBuffer<floatX> params(n);
             const std::string shape = "n=" + std::to_string(n);
             // read grads, master, m, v; write master, m, v, params
-            table.add("adamw_update", shape, lab::time_ms([&] {
-                llmc::cuda::adamw_update(params.get(), master.get(), grads.get(), m.get(), v.get(), n, 1e-3f, 0.9f,
-                                         0.95f, 1e-8f, 0.1f, 10, 1.f, 5u, 0);
-            }, args.reps), (double)n * (7 * sizeof(float) + sizeof(floatX)));
-            table.add("copy_master_to_params", shape, lab::time_ms([&] {
-                llmc::cuda::copy_master_to_params(params.get(), master.get(), n, 0);
-            }, args.reps), (double)n * (sizeof(float) + sizeof(floatX)));
+            table.add("adamw_update", shape,
+                      lab::time_ms(
+                          [&] {
+                              llmc::cuda::adamw_update(params.get(), master.get(), grads.get(), m.get(), v.get(), n,
+                                                       1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 10, 1.f, 5u, 0);
+                          },
+                          args.reps),
+                      (double)n * (7 * sizeof(float) + sizeof(floatX)));
+            table.add(
+                "copy_master_to_params", shape,
+                lab::time_ms([&] { llmc::cuda::copy_master_to_params(params.get(), master.get(), n, 0); }, args.reps),
+                (double)n * (sizeof(float) + sizeof(floatX)));
         }
         table.print();
         table.write_json(args.json);

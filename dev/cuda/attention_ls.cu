@@ -65,7 +65,10 @@ __global__ void naive_forward_kernel(floatX* out, float* lse, float* att, const 
     const floatX* q = qkv + ((size_t)b * s.T + i) * C3 + h * hd;
     float mx = -INFINITY;
     for (int j = 0; j < s.T; j++) {
-        if (!llmc::attn_visible(i, j, local, s.P)) { row[j] = -INFINITY; continue; }
+        if (!llmc::attn_visible(i, j, local, s.P)) {
+            row[j] = -INFINITY;
+            continue;
+        }
         const floatX* k = qkv + ((size_t)b * s.T + j) * C3 + C + h * hd;
         float d = 0.0f;
         for (int c = 0; c < hd; c++) d += to_float(q[c]) * to_float(k[c]);
@@ -175,7 +178,8 @@ void run_forward(int version, Problem& p, const floatX* qkv, bool with_stats, cu
     const Shape& s = p.s;
     if (version == 1) {
         const long rows = (long)s.B * s.NH * s.T;
-        llmc::cuda::launch_kernel(naive_forward_kernel, (unsigned)ceil_div(rows, 128), 128, 0, st, p.out.get(), p.lse.get(), p.att.get(), qkv, s);
+        llmc::cuda::launch_kernel(naive_forward_kernel, (unsigned)ceil_div(rows, 128), 128, 0, st, p.out.get(),
+                                  p.lse.get(), p.att.get(), qkv, s);
         CUDA_CHECK_LAUNCH();
         return;
     }
@@ -188,15 +192,17 @@ void run_backward(int version, Problem& p, const floatX* qkv, const floatX* dout
     const Shape& s = p.s;
     if (version == 1) {
         const long rows = (long)s.B * s.NH * s.T;
-        llmc::cuda::launch_kernel(naive_dscore_kernel, (unsigned)ceil_div(rows, 128), 128, 0, st, p.dS.get(), p.att.get(), qkv, p.out.get(), dout, s);
+        llmc::cuda::launch_kernel(naive_dscore_kernel, (unsigned)ceil_div(rows, 128), 128, 0, st, p.dS.get(),
+                                  p.att.get(), qkv, p.out.get(), dout, s);
         CUDA_CHECK_LAUNCH();
-        llmc::cuda::launch_kernel(naive_dqkv_kernel, (unsigned)ceil_div(rows, 128), 128, 0, st, p.dqkv.get(), p.dS.get(), p.att.get(), qkv, dout, s);
+        llmc::cuda::launch_kernel(naive_dqkv_kernel, (unsigned)ceil_div(rows, 128), 128, 0, st, p.dqkv.get(),
+                                  p.dS.get(), p.att.get(), qkv, dout, s);
         CUDA_CHECK_LAUNCH();
         return;
     }
     const AttnKernel kind = version == 3 ? AttnKernel::Mma : AttnKernel::Scalar;  // 2, 4: scalar backward
-    attention_ls_backward_with(kind, p.dqkv.get(), dout, qkv, p.out.get(), p.lse.get(), s.B, s.T, s.C(), s.NH, s.G,
-                               s.P, s.softcap, p.bwd_scratch.get(), st);
+    attention_ls_backward_with(kind, p.dqkv.get(), dout, qkv, p.out.get(), p.lse.get(), s.B, s.T, s.C(), s.NH, s.G, s.P,
+                               s.softcap, p.bwd_scratch.get(), st);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -227,7 +233,10 @@ double rel_error(const std::vector<float>& x, const std::vector<float>& ref, siz
     double num = 0, den = 0;
     size_t bad = 0;
     for (size_t i = 0; i < x.size(); i++) {
-        if (!std::isfinite(x[i])) { bad++; continue; }
+        if (!std::isfinite(x[i])) {
+            bad++;
+            continue;
+        }
         const double d = (double)x[i] - ref[i];
         num += d * d;
         den += (double)ref[i] * ref[i];
@@ -252,8 +261,8 @@ constexpr ElemTol kTightTol{1e-3, 1e-3};
 
 // what: name; layout (for the worst element's coordinates) "btc3" = (B, T, 3C), "btc" = (B, T, C),
 // "bht" = (B, NH, T), "" = flat.
-bool report(const char* what, const std::vector<float>& x, const std::vector<float>& ref, bool verbose,
-            const Shape& s, const char* layout, ElemTol tol) {
+bool report(const char* what, const std::vector<float>& x, const std::vector<float>& ref, bool verbose, const Shape& s,
+            const char* layout, ElemTol tol) {
     size_t bad = 0;
     const double e = rel_error(x, ref, &bad);
     double rms = 0;
@@ -265,7 +274,10 @@ bool report(const char* what, const std::vector<float>& x, const std::vector<flo
         const double lim = tol.atol_rms * rms + tol.rtol * std::fabs(ref[i]);
         const double err = std::isfinite(x[i]) ? std::fabs((double)x[i] - ref[i]) : INFINITY;
         if (err > lim) nfail++;
-        if (err - lim > worst_excess) { worst_excess = err - lim; worst = i; }
+        if (err - lim > worst_excess) {
+            worst_excess = err - lim;
+            worst = i;
+        }
     }
     const bool ok = bad == 0 && e <= kTol && nfail == 0;
     if (!ok || verbose) {
@@ -313,8 +325,8 @@ bool validate(const Shape& s, const std::vector<int>& versions, std::mt19937_64&
     std::vector<llmc::cpu::AttnHeadStats> st_ref(s.NH, llmc::cpu::AttnHeadStats{-INFINITY, INFINITY, 0.0, 0});
     llmc::cpu::attention_forward<float>(out_ref.data(), lse_ref.data(), qkv.data(), s.B, s.T, C, s.NH, s.G, s.P,
                                         s.softcap, st_ref.data());
-    llmc::cpu::attention_backward<float>(dqkv_ref.data(), dout.data(), qkv.data(), out_ref.data(), lse_ref.data(),
-                                         s.B, s.T, C, s.NH, s.G, s.P, s.softcap);
+    llmc::cpu::attention_backward<float>(dqkv_ref.data(), dout.data(), qkv.data(), out_ref.data(), lse_ref.data(), s.B,
+                                         s.T, C, s.NH, s.G, s.P, s.softcap);
     std::vector<float> stats_ref(3 * s.NH);
     for (int h = 0; h < s.NH; h++) {
         stats_ref[h] = st_ref[h].max_logit;
@@ -440,9 +452,10 @@ Timing time_version(int version, const Shape& s, int reps) {
 
 // ------------------------------------------------------------------------------------------------
 int usage() {
-    fprintf(stderr,
-            "usage: attention_ls [--check [--small] | --check-one] [--version 1|2|3|4] [-B n] [-T n] [--nh n] [--hd 32|64|128] [-G n] [-P n]\n"
-            "                    [--softcap c] [--reps n] [--seed n] [--json] [--dump FILE]\n");
+    fprintf(
+        stderr,
+        "usage: attention_ls [--check [--small] | --check-one] [--version 1|2|3|4] [-B n] [-T n] [--nh n] [--hd 32|64|128] [-G n] [-P n]\n"
+        "                    [--softcap c] [--reps n] [--seed n] [--json] [--dump FILE]\n");
     return 2;
 }
 
@@ -455,7 +468,10 @@ int main(int argc, char** argv) {
     for (int a = 1; a < argc; a++) {
         const std::string k = argv[a];
         auto val = [&]() -> const char* {
-            if (a + 1 >= argc) { fprintf(stderr, "attention_ls: %s needs a value\n", k.c_str()); exit(2); }
+            if (a + 1 >= argc) {
+                fprintf(stderr, "attention_ls: %s needs a value\n", k.c_str());
+                exit(2);
+            }
             return argv[++a];
         };
         if (k == "--check") check = true;
@@ -496,7 +512,8 @@ int main(int argc, char** argv) {
 
     try {
         if (check_one) {
-            printf("attention_ls --check-one %s (%s build, %s, seed %llu)\n", s.str().c_str(), kPrecisionName, prop.name, seed);
+            printf("attention_ls --check-one %s (%s build, %s, seed %llu)\n", s.str().c_str(), kPrecisionName,
+                   prop.name, seed);
             const bool ok = validate(s, versions, gen, true);
             printf("%s\n", ok ? "OK" : "FAIL");
             return ok ? 0 : 1;
@@ -506,7 +523,8 @@ int main(int argc, char** argv) {
             int n = 0, failed = 0;
             for (int hd : {32, 64, 128}) {
                 // LS with a ragged last tile; all-local with P = 1 and softcap; all-global with P >= T
-                const Shape shapes[] = {{1, 100, 4, hd, 1, 50, 0.0f}, {1, 70, 2, hd, 0, 1, 2.0f}, {2, 67, 2, hd, 2, 300, 0.0f}};
+                const Shape shapes[] = {
+                    {1, 100, 4, hd, 1, 50, 0.0f}, {1, 70, 2, hd, 0, 1, 2.0f}, {2, 67, 2, hd, 2, 300, 0.0f}};
                 for (const Shape& sh : shapes) {
                     n++;
                     if (!validate(sh, versions, gen, false)) failed++;
@@ -562,7 +580,10 @@ int main(int argc, char** argv) {
             CUDA_CHECK(cudaDeviceSynchronize());
             // file: int32 B, T, NH, hd, G, P; float softcap; then fp32 qkv (B,T,3C), out (B,T,C), lse (B,NH,T)
             FILE* f = fopen(dump.c_str(), "wb");
-            if (!f) { fprintf(stderr, "attention_ls: cannot write %s\n", dump.c_str()); return 1; }
+            if (!f) {
+                fprintf(stderr, "attention_ls: cannot write %s\n", dump.c_str());
+                return 1;
+            }
             const int hdr[6] = {s.B, s.T, s.NH, s.hd, s.G, s.P};
             fwrite(hdr, 4, 6, f);
             fwrite(&s.softcap, 4, 1, f);
@@ -584,18 +605,20 @@ int main(int argc, char** argv) {
             const int v = version ? version : 3;
             const Timing t = time_version(v, s, reps);
             const Timing tg = time_version(v, sg, reps);
-            printf("{\"version\": %d, \"precision\": \"%s\", \"device\": \"%s\", \"B\": %d, \"T\": %d, \"NH\": %d, "
-                   "\"hd\": %d, \"G\": %d, \"P\": %d, \"softcap\": %g, \"fwd_ms\": %.5f, \"fwdbwd_ms\": %.5f, "
-                   "\"global_fwd_ms\": %.5f, \"global_fwdbwd_ms\": %.5f, \"fwd_tflops\": %.3f, \"fwdbwd_tflops\": %.3f}\n",
-                   v, kPrecisionName, prop.name, s.B, s.T, s.NH, s.hd, s.G, s.P, s.softcap, t.fwd_ms, t.fwdbwd_ms,
-                   tg.fwd_ms, tg.fwdbwd_ms, fwd_flops / t.fwd_ms * 1e-9, (fwd_flops + bwd_flops) / t.fwdbwd_ms * 1e-9);
+            printf(
+                "{\"version\": %d, \"precision\": \"%s\", \"device\": \"%s\", \"B\": %d, \"T\": %d, \"NH\": %d, "
+                "\"hd\": %d, \"G\": %d, \"P\": %d, \"softcap\": %g, \"fwd_ms\": %.5f, \"fwdbwd_ms\": %.5f, "
+                "\"global_fwd_ms\": %.5f, \"global_fwdbwd_ms\": %.5f, \"fwd_tflops\": %.3f, \"fwdbwd_tflops\": %.3f}\n",
+                v, kPrecisionName, prop.name, s.B, s.T, s.NH, s.hd, s.G, s.P, s.softcap, t.fwd_ms, t.fwdbwd_ms,
+                tg.fwd_ms, tg.fwdbwd_ms, fwd_flops / t.fwd_ms * 1e-9, (fwd_flops + bwd_flops) / t.fwdbwd_ms * 1e-9);
             return 0;
         }
 
         // validate the shape (B=1 keeps the CPU reference quick), then the timing table
         Shape sv = s;
         sv.B = 1;
-        printf("attention_ls (%s build, %s, seed %llu): validating %s\n", kPrecisionName, prop.name, seed, sv.str().c_str());
+        printf("attention_ls (%s build, %s, seed %llu): validating %s\n", kPrecisionName, prop.name, seed,
+               sv.str().c_str());
         if (!validate(sv, versions, gen, true)) return 1;
         printf("\ntiming %s, median of %d, visible pairs %.3g (%.1f%% of all-global)\n", s.str().c_str(), reps, pairs,
                100.0 * pairs / visible_pairs(sg));

@@ -97,7 +97,8 @@ bool check_shape(llmc::Rng& rng, int N, int V, int Vp, float z_weight) {
         size_t nonzero = 0;
         for (int n = 0; n < N; n++)
             for (int v = V; v < Vp; v++) nonzero += dl[(size_t)n * Vp + v] != 0.f;
-        std::printf("  %-14s padding columns exactly 0: %zu non-zero  %s\n", "dlogits", nonzero, nonzero ? "FAIL" : "OK");
+        std::printf("  %-14s padding columns exactly 0: %zu non-zero  %s\n", "dlogits", nonzero,
+                    nonzero ? "FAIL" : "OK");
         ok &= nonzero == 0;
     }
 
@@ -129,8 +130,8 @@ int main(int argc, char** argv) {
         bool threw = false;
         try {
             DeviceBuffer<floatX> l(64);
-            llmc::cuda::classifier_forward_backward(l.get(), nullptr, nullptr, nullptr, nullptr, nullptr, 0.f, 0.f, 2, 30,
-                                                    30, 0);
+            llmc::cuda::classifier_forward_backward(l.get(), nullptr, nullptr, nullptr, nullptr, nullptr, 0.f, 0.f, 2,
+                                                    30, 30, 0);
         } catch (const std::invalid_argument& e) {
             threw = true;
             std::printf("Vp = 30 refused: %s  OK\n", e.what());
@@ -151,15 +152,24 @@ int main(int argc, char** argv) {
             DeviceBuffer<float> lse(N), loss(N), zloss(N), mx(N);
             const std::string shape = "N=" + std::to_string(N) + " Vp=" + std::to_string(Vp);
             const double bytes = (double)N * Vp * sizeof(floatX);
-            table.add("classifier forward", shape, lab::time_ms([&] {
-                llmc::cuda::classifier_forward_backward(logits.get(), lse.get(), loss.get(), zloss.get(), mx.get(),
-                                                        targets.get(), 1e-4f, 0.f, N, V, Vp, 0);
-            }, args.reps), bytes);
+            table.add("classifier forward", shape,
+                      lab::time_ms(
+                          [&] {
+                              llmc::cuda::classifier_forward_backward(logits.get(), lse.get(), loss.get(), zloss.get(),
+                                                                      mx.get(), targets.get(), 1e-4f, 0.f, N, V, Vp, 0);
+                          },
+                          args.reps),
+                      bytes);
             // DRAM traffic: read once + write once (the second read of a row mostly hits L2)
-            table.add("classifier forward+dlogits", shape, lab::time_ms([&] {
-                llmc::cuda::classifier_forward_backward(logits.get(), lse.get(), loss.get(), zloss.get(), mx.get(),
-                                                        targets.get(), 1e-4f, 1.f / N, N, V, Vp, 0);
-            }, args.reps), 2 * bytes);
+            table.add("classifier forward+dlogits", shape,
+                      lab::time_ms(
+                          [&] {
+                              llmc::cuda::classifier_forward_backward(logits.get(), lse.get(), loss.get(), zloss.get(),
+                                                                      mx.get(), targets.get(), 1e-4f, 1.f / N, N, V, Vp,
+                                                                      0);
+                          },
+                          args.reps),
+                      2 * bytes);
         }
         table.print();
         table.write_json(args.json);

@@ -27,7 +27,11 @@ static bool validate(llmc::Rng& rng, size_t n, int offset, bool in_place) {
     llmc::cpu::gelu_backward(ref_dinp.data(), x.data(), dout.data(), n);
 
     std::vector<float> pad(offset, 0.0f);
-    auto with_pad = [&](const std::vector<float>& v) { std::vector<float> p = pad; p.insert(p.end(), v.begin(), v.end()); return p; };
+    auto with_pad = [&](const std::vector<float>& v) {
+        std::vector<float> p = pad;
+        p.insert(p.end(), v.begin(), v.end());
+        return p;
+    };
     auto d_x = lab::upload_as<floatX>(with_pad(x));
     auto d_dout = lab::upload_as<floatX>(with_pad(dout));
     llmc::cuda::DeviceBuffer<floatX> d_out(n + offset), d_dinp(n + offset);
@@ -52,7 +56,7 @@ int main(int argc, char** argv) {
     ok = validate(rng, 1, 0, false) && ok;
     ok = validate(rng, 7, 0, false) && ok;
     ok = validate(rng, 4096 + 3, 0, false) && ok;
-    ok = validate(rng, 4096 + 3, 1, false) && ok;   // unaligned: scalar path
+    ok = validate(rng, 4096 + 3, 1, false) && ok;  // unaligned: scalar path
     ok = validate(rng, (1 << 20) + 5, 0, true) && ok;
     ok = validate(rng, 3 * 768 * 4, 0, true) && ok;
     std::printf("validation: %s\n", ok ? "all OK" : "FAILED");

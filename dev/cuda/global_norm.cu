@@ -51,8 +51,8 @@ int main(int argc, char** argv) {
     llmc::Rng rng(args.seed);
     try {
         bool ok = true;
-        for (size_t n : {size_t(0), size_t(1), size_t(511), size_t(100003), size_t(262144), size_t(262145),
-                         size_t(5000011)})
+        for (size_t n :
+             {size_t(0), size_t(1), size_t(511), size_t(100003), size_t(262144), size_t(262145), size_t(5000011)})
             ok &= check_size(rng, n, false);
         ok &= check_size(rng, 300001, true);
         std::printf("%s\n", ok ? "global_norm: all checks passed" : "global_norm: FAILED");
@@ -61,9 +61,10 @@ int main(int argc, char** argv) {
         lab::Table table(prop);
         for (size_t n : {size_t(124) << 20, size_t(3) << 20}) {
             DeviceBuffer<float> g(n, true), out(1), scratch(llmc::cuda::global_norm_scratch_floats());
-            table.add("global_norm_squared", "n=" + std::to_string(n), lab::time_ms([&] {
-                llmc::cuda::global_norm_squared(out.get(), g.get(), n, scratch.get(), 0);
-            }, args.reps), (double)n * sizeof(float));
+            table.add("global_norm_squared", "n=" + std::to_string(n),
+                      lab::time_ms([&] { llmc::cuda::global_norm_squared(out.get(), g.get(), n, scratch.get(), 0); },
+                                   args.reps),
+                      (double)n * sizeof(float));
         }
         table.print();
         table.write_json(args.json);

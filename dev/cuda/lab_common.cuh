@@ -51,11 +51,11 @@ constexpr double kTol = 1e-2;
 
 // ---- command line ---------------------------------------------------------------------------
 struct Args {
-    bool check = false;   // --check: validate several shapes, no timing; exit status is the verdict
-    uint64_t seed = 0;    // --seed S: reproduce a run (default: a fresh random seed, printed)
-    int reps = 50;        // --reps R: timing repetitions (median)
-    std::string json;     // --json FILE: also write the timing table as JSON
-    std::string name;     // the lab's name, for messages
+    bool check = false;  // --check: validate several shapes, no timing; exit status is the verdict
+    uint64_t seed = 0;   // --seed S: reproduce a run (default: a fresh random seed, printed)
+    int reps = 50;       // --reps R: timing repetitions (median)
+    std::string json;    // --json FILE: also write the timing table as JSON
+    std::string name;    // the lab's name, for messages
 };
 
 inline Args parse_args(int argc, char** argv, const char* lab_name) {
@@ -66,8 +66,10 @@ inline Args parse_args(int argc, char** argv, const char* lab_name) {
         const std::string s = argv[i];
         const bool has_value = i + 1 < argc;
         if (s == "--check") a.check = true;
-        else if (s == "--seed" && has_value) { a.seed = std::strtoull(argv[++i], nullptr, 10); seeded = true; }
-        else if (s == "--reps" && has_value) a.reps = std::max(1, std::atoi(argv[++i]));
+        else if (s == "--seed" && has_value) {
+            a.seed = std::strtoull(argv[++i], nullptr, 10);
+            seeded = true;
+        } else if (s == "--reps" && has_value) a.reps = std::max(1, std::atoi(argv[++i]));
         else if (s == "--json" && has_value) a.json = argv[++i];
         else {
             std::fprintf(stderr, "%s: unknown argument '%s'; usage: %s [--check] [--seed S] [--reps R] [--json FILE]\n",
@@ -146,7 +148,10 @@ inline double rel_error(const std::vector<float>& out, const std::vector<float>&
     double num = 0, den = 0;
     size_t bad = 0;
     for (size_t i = 0; i < out.size(); i++) {
-        if (!std::isfinite(out[i])) { bad++; continue; }
+        if (!std::isfinite(out[i])) {
+            bad++;
+            continue;
+        }
         const double d = (double)out[i] - (double)ref[i];
         num += d * d;
         den += (double)ref[i] * ref[i];
@@ -162,8 +167,8 @@ bool check(const char* what, const T* d_out, const std::vector<float>& ref, doub
     size_t nonfinite = 0;
     const double err = rel_error(out, ref, &nonfinite);
     const bool ok = nonfinite == 0 && err <= tol && std::isfinite(err);
-    std::printf("  %-14s rel err %.2e (tol %.0e), non-finite %zu / %zu  %s\n", what, err, tol, nonfinite,
-                ref.size(), ok ? "OK" : "FAIL");
+    std::printf("  %-14s rel err %.2e (tol %.0e), non-finite %zu / %zu  %s\n", what, err, tol, nonfinite, ref.size(),
+                ok ? "OK" : "FAIL");
     return ok;
 }
 
@@ -178,7 +183,10 @@ bool check_added(const char* what, const T* d_out, const std::vector<float>& bas
     double num = 0, den = 0;
     size_t nonfinite = 0;
     for (size_t i = 0; i < out.size(); i++) {
-        if (!std::isfinite(out[i])) { nonfinite++; continue; }
+        if (!std::isfinite(out[i])) {
+            nonfinite++;
+            continue;
+        }
         const double want = (double)ref[i] - base[i], got = (double)out[i] - base[i];
         num += (got - want) * (got - want);
         den += want * want;
@@ -258,19 +266,28 @@ public:
     void write_json(const std::string& path) const {
         if (path.empty()) return;
         FILE* f = std::fopen(path.c_str(), "w");
-        if (!f) { std::fprintf(stderr, "cannot write %s\n", path.c_str()); std::exit(1); }
+        if (!f) {
+            std::fprintf(stderr, "cannot write %s\n", path.c_str());
+            std::exit(1);
+        }
         std::fprintf(f, "{\"device\": \"%s\", \"precision\": \"%s\", \"peak_gbs\": %.1f, \"rows\": [", device_.c_str(),
                      llmc::cuda::kPrecisionName, peak_gbs_);
         for (size_t i = 0; i < rows_.size(); i++) {
             const Row& r = rows_[i];
-            std::fprintf(f, "%s\n  {\"kernel\": \"%s\", \"shape\": \"%s\", \"ms\": %.6f, \"bytes\": %.0f, \"gbs\": %.2f}",
+            std::fprintf(f,
+                         "%s\n  {\"kernel\": \"%s\", \"shape\": \"%s\", \"ms\": %.6f, \"bytes\": %.0f, \"gbs\": %.2f}",
                          i ? "," : "", r.kernel.c_str(), r.shape.c_str(), r.ms, r.bytes, r.bytes / (r.ms * 1e-3) / 1e9);
         }
         std::fprintf(f, "\n]}\n");
         std::fclose(f);
     }
+
 private:
-    struct Row { std::string kernel, shape; float ms; double bytes; };
+    struct Row {
+        std::string kernel, shape;
+        float ms;
+        double bytes;
+    };
     std::string device_;
     double peak_gbs_;
     std::vector<Row> rows_;

@@ -38,7 +38,8 @@ static bool validate(llmc::Rng& rng, int N, int C, int offset) {
     std::vector<float> res_rounded = res;
     lab::round_to_floatX(res_rounded);  // the fused kernel normalizes the stored (floatX) residual
     std::vector<float> out_ref(NC), mean_ref(N), rstd_ref(N);
-    llmc::cpu::layernorm_forward(out_ref.data(), mean_ref.data(), rstd_ref.data(), a.data(), w.data(), bias.data(), N, C);
+    llmc::cpu::layernorm_forward(out_ref.data(), mean_ref.data(), rstd_ref.data(), a.data(), w.data(), bias.data(), N,
+                                 C);
     std::vector<float> fout_ref(NC), fmean_ref(N), frstd_ref(N);
     llmc::cpu::layernorm_forward(fout_ref.data(), fmean_ref.data(), frstd_ref.data(), res_rounded.data(), w.data(),
                                  bias.data(), N, C);
@@ -48,7 +49,11 @@ static bool validate(llmc::Rng& rng, int N, int C, int offset) {
     std::vector<float> acc_ref = a;  // add_inplace: a += b
     for (size_t i = 0; i < NC; i++) acc_ref[i] += b[i];
 
-    auto pad = [&](const std::vector<float>& v) { std::vector<float> p(offset, 0.0f); p.insert(p.end(), v.begin(), v.end()); return p; };
+    auto pad = [&](const std::vector<float>& v) {
+        std::vector<float> p(offset, 0.0f);
+        p.insert(p.end(), v.begin(), v.end());
+        return p;
+    };
     auto d_a = lab::upload_as<floatX>(pad(a));
     auto d_b = lab::upload_as<floatX>(pad(b));
     auto d_w = lab::upload_as<floatX>(w);
@@ -93,8 +98,8 @@ static bool validate(llmc::Rng& rng, int N, int C, int offset) {
         dw_run[run] = lab::upload_as<float>(dw0);
         db_run[run] = lab::upload_as<float>(db0);
         llmc::cuda::layernorm_backward(dinp_run[run].get() + o, dw_run[run].get(), db_run[run].get(), scratch.get(),
-                                       d_dout.get() + o, d_a.get() + o, d_w.get(), d_mean_ref.get(),
-                                       d_rstd_ref.get(), N, C, 0);
+                                       d_dout.get() + o, d_a.get() + o, d_w.get(), d_mean_ref.get(), d_rstd_ref.get(),
+                                       N, C, 0);
     }
     ok = lab::check("dinp", dinp_run[0].get() + o, dinp_ref) && ok;
     ok = lab::check("dw", dw_run[0].get(), dw_ref) && ok;
@@ -112,12 +117,12 @@ int main(int argc, char** argv) {
 
     bool ok = true;
     ok = validate(rng, 1, 1, 0) && ok;
-    ok = validate(rng, 37, 192, 0) && ok;      // paper model width
-    ok = validate(rng, 13, 100, 0) && ok;      // C not a multiple of the pack: scalar path
-    ok = validate(rng, 64, 768, 1) && ok;      // unaligned pointers: scalar path
-    ok = validate(rng, 4099, 768, 0) && ok;    // more rows than backward workers (ragged)
-    ok = validate(rng, 300, 1600, 0) && ok;    // GPT-2 XL width
-    ok = validate(rng, 8, 7000, 0) && ok;      // partials over 48 KiB of shared memory per warp
+    ok = validate(rng, 37, 192, 0) && ok;    // paper model width
+    ok = validate(rng, 13, 100, 0) && ok;    // C not a multiple of the pack: scalar path
+    ok = validate(rng, 64, 768, 1) && ok;    // unaligned pointers: scalar path
+    ok = validate(rng, 4099, 768, 0) && ok;  // more rows than backward workers (ragged)
+    ok = validate(rng, 300, 1600, 0) && ok;  // GPT-2 XL width
+    ok = validate(rng, 8, 7000, 0) && ok;    // partials over 48 KiB of shared memory per warp
     std::printf("validation: %s\n", ok ? "all OK" : "FAILED");
     if (!ok) return 1;
     if (args.check) return 0;
@@ -136,19 +141,26 @@ int main(int argc, char** argv) {
     DeviceBuffer<float> scratch(llmc::cuda::layernorm_backward_scratch_floats(N, C));
     const std::string shape = "N=" + std::to_string(N) + " C=" + std::to_string(C);
     lab::Table table(prop);
-    float ms = lab::time_ms([&] {
-        llmc::cuda::layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_a.get(), d_w.get(), d_bias.get(), N, C, 0);
-    }, args.reps);
+    float ms = lab::time_ms(
+        [&] {
+            llmc::cuda::layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_a.get(), d_w.get(), d_bias.get(),
+                                          N, C, 0);
+        },
+        args.reps);
     table.add("layernorm_forward", shape, ms, 2.0 * NC * X + 8.0 * N);
-    ms = lab::time_ms([&] {
-        llmc::cuda::fused_residual_layernorm_forward(d_res.get(), d_out.get(), d_mean.get(), d_rstd.get(), d_a.get(),
-                                                     d_b.get(), d_w.get(), d_bias.get(), N, C, 0);
-    }, args.reps);
+    ms = lab::time_ms(
+        [&] {
+            llmc::cuda::fused_residual_layernorm_forward(d_res.get(), d_out.get(), d_mean.get(), d_rstd.get(),
+                                                         d_a.get(), d_b.get(), d_w.get(), d_bias.get(), N, C, 0);
+        },
+        args.reps);
     table.add("fused_residual_layernorm_forward", shape, ms, 4.0 * NC * X + 8.0 * N);
-    ms = lab::time_ms([&] {
-        llmc::cuda::layernorm_backward(d_dinp.get(), d_dw.get(), d_db.get(), scratch.get(), d_dout.get(), d_a.get(),
-                                       d_w.get(), d_mean.get(), d_rstd.get(), N, C, 0);
-    }, args.reps);
+    ms = lab::time_ms(
+        [&] {
+            llmc::cuda::layernorm_backward(d_dinp.get(), d_dw.get(), d_db.get(), scratch.get(), d_dout.get(), d_a.get(),
+                                           d_w.get(), d_mean.get(), d_rstd.get(), N, C, 0);
+        },
+        args.reps);
     table.add("layernorm_backward", shape, ms, 4.0 * NC * X + 8.0 * N + 2.0 * scratch.bytes());
     ms = lab::time_ms([&] { llmc::cuda::residual_forward(d_res.get(), d_a.get(), d_b.get(), NC, 0); }, args.reps);
     table.add("residual_forward", shape, ms, 3.0 * NC * X);

@@ -54,8 +54,8 @@ struct Offset {
     T* get() const { return buf.get() + off; }
 };
 
-bool check_forward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int OC, bool with_bias, bool gelu,
-                   bool fuse, bool offset16 = false) {
+bool check_forward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int OC, bool with_bias, bool gelu, bool fuse,
+                   bool offset16 = false) {
     std::printf("forward N=%d IC=%d OC=%d bias=%d gelu=%s%s\n", N, IC, OC, (int)with_bias,
                 gelu ? (fuse ? "epilogue" : "kernel") : "no", offset16 ? " (operands at 16-byte offsets)" : "");
     const size_t ox = offset16 ? 16 / sizeof(floatX) : 0;
@@ -73,8 +73,8 @@ bool check_forward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int OC, bo
     const Offset<floatX> d_out((size_t)N * OC, ox), d_pre((size_t)N * OC, ox), d_out2((size_t)N * OC, ox);
     const bool default_fuse = ctx.fuse_gelu;
     ctx.fuse_gelu = fuse;
-    llmc::cuda::matmul_forward(ctx, d_out.get(), d_inp.get(), d_w.get(), with_bias ? d_b.get() : nullptr, N, IC, OC,
-                               0, gelu ? d_pre.get() : nullptr);
+    llmc::cuda::matmul_forward(ctx, d_out.get(), d_inp.get(), d_w.get(), with_bias ? d_b.get() : nullptr, N, IC, OC, 0,
+                               gelu ? d_pre.get() : nullptr);
     bool ok = true;
     if (gelu) {
         if (fuse && !ctx.last_gelu_fused)
@@ -84,8 +84,8 @@ bool check_forward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int OC, bo
     } else {
         ok &= lab::check("out", d_out.get(), pre);
     }
-    llmc::cuda::matmul_forward(ctx, d_out2.get(), d_inp.get(), d_w.get(), with_bias ? d_b.get() : nullptr, N, IC, OC,
-                               0, gelu ? d_pre.get() : nullptr);
+    llmc::cuda::matmul_forward(ctx, d_out2.get(), d_inp.get(), d_w.get(), with_bias ? d_b.get() : nullptr, N, IC, OC, 0,
+                               gelu ? d_pre.get() : nullptr);
     ok &= lab::check_identical("out", d_out.get(), d_out2.get(), (size_t)N * OC);
     ctx.fuse_gelu = default_fuse;
     return ok;
@@ -107,17 +107,16 @@ bool check_backward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int OC, b
     const std::vector<float> dw0 = lab::random_normal(rng, (size_t)OC * IC, 0.f, gscale);
     const std::vector<float> db0 = lab::random_normal(rng, OC, 0.f, gscale);
     std::vector<float> dinp_ref((size_t)N * IC, 0.f), dw_ref = dw0, db_ref = db0;
-    llmc::cpu::matmul_backward<float>(dinp_ref.data(), dw_ref.data(), with_dbias ? db_ref.data() : nullptr,
-                                      dout.data(), inp.data(), w.data(), N, IC, OC);
+    llmc::cpu::matmul_backward<float>(dinp_ref.data(), dw_ref.data(), with_dbias ? db_ref.data() : nullptr, dout.data(),
+                                      inp.data(), w.data(), N, IC, OC);
 
     const Offset<floatX> d_inp(inp, ox), d_w(w, ox), d_dout(dout, ox);
     const Offset<floatX> d_dinp((size_t)N * IC, ox), d_dinp2((size_t)N * IC, ox);
     DeviceBuffer<float> d_scratch(llmc::cuda::matmul_backward_scratch_floats(N, OC));
     lab::poison(d_scratch.get(), d_scratch.size());
     const Offset<float> d_dw(dw0, of), d_db(db0, of);
-    llmc::cuda::matmul_backward(ctx, with_dinp ? d_dinp.get() : nullptr, d_dw.get(),
-                                with_dbias ? d_db.get() : nullptr, d_scratch.get(), d_dout.get(), d_inp.get(),
-                                d_w.get(), N, IC, OC, 0);
+    llmc::cuda::matmul_backward(ctx, with_dinp ? d_dinp.get() : nullptr, d_dw.get(), with_dbias ? d_db.get() : nullptr,
+                                d_scratch.get(), d_dout.get(), d_inp.get(), d_w.get(), N, IC, OC, 0);
     bool ok = true;
     if (with_dinp) ok &= lab::check("dinp", d_dinp.get(), dinp_ref);
     ok &= lab::check("dweight", d_dw.get(), dw_ref);
@@ -169,7 +168,10 @@ bool check_gelu_formula(MatmulContext& ctx, bool fuse) {
         const double ulp = std::max(std::fabs(gt) * (sizeof(floatX) == 2 ? 0x1p-7 : 0x1p-23), 1e-30);
         for (int o = 0; o < OC; o++) {
             const double y = out[(size_t)n * OC + o];
-            if (!std::isfinite(y)) { bad++; continue; }
+            if (!std::isfinite(y)) {
+                bad++;
+                continue;
+            }
             if (std::fabs(gt - ge) > 4 * ulp) {
                 decisive++;
                 tanh_closer += std::fabs(y - gt) < std::fabs(y - ge);
@@ -179,10 +181,12 @@ bool check_gelu_formula(MatmulContext& ctx, bool fuse) {
         }
     }
     const bool ok = bad == 0 && (decisive == 0 || sq_tanh < sq_erf);
-    std::printf("  %d decisive outputs (%d closer to tanh-GELU), rms distance to tanh-GELU %.3g, to erf-GELU %.3g, "
-                "%d non-finite  %s\n", decisive, tanh_closer, decisive ? std::sqrt(sq_tanh / decisive) : 0.0,
-                decisive ? std::sqrt(sq_erf / decisive) : 0.0, bad,
-                ok ? "OK" : "FAIL (set MatmulContext::fuse_gelu = false by default)");
+    std::printf(
+        "  %d decisive outputs (%d closer to tanh-GELU), rms distance to tanh-GELU %.3g, to erf-GELU %.3g, "
+        "%d non-finite  %s\n",
+        decisive, tanh_closer, decisive ? std::sqrt(sq_tanh / decisive) : 0.0,
+        decisive ? std::sqrt(sq_erf / decisive) : 0.0, bad,
+        ok ? "OK" : "FAIL (set MatmulContext::fuse_gelu = false by default)");
     return ok;
 }
 
@@ -193,25 +197,32 @@ bool check_rejects(MatmulContext& ctx) {
     bool ok = true;
     auto expect_throw = [&](const char* what, auto fn) {
         bool threw = false;
-        try { fn(); } catch (const std::invalid_argument& e) { threw = true; std::printf("  %-28s -> %s\n", what, e.what()); }
-        if (!threw) { std::printf("  %-28s did NOT throw  FAIL\n", what); ok = false; }
+        try {
+            fn();
+        } catch (const std::invalid_argument& e) {
+            threw = true;
+            std::printf("  %-28s -> %s\n", what, e.what());
+        }
+        if (!threw) {
+            std::printf("  %-28s did NOT throw  FAIL\n", what);
+            ok = false;
+        }
     };
-    expect_throw("IC = 12 (not a multiple of 8)", [&] {
-        llmc::cuda::matmul_forward(ctx, c.get(), a.get(), b.get(), nullptr, 4, 12, 8, 0);
-    });
-    expect_throw("OC = 20 (not a multiple of 8)", [&] {
-        llmc::cuda::matmul_forward(ctx, c.get(), a.get(), b.get(), nullptr, 4, 8, 20, 0);
-    });
-    expect_throw("misaligned inp", [&] {
-        llmc::cuda::matmul_forward(ctx, c.get(), a.get() + 1, b.get(), nullptr, 4, 8, 8, 0);
-    });
-    expect_throw("N = 0", [&] {
-        llmc::cuda::matmul_forward(ctx, c.get(), a.get(), b.get(), nullptr, 0, 8, 8, 0);
-    });
+    expect_throw("IC = 12 (not a multiple of 8)",
+                 [&] { llmc::cuda::matmul_forward(ctx, c.get(), a.get(), b.get(), nullptr, 4, 12, 8, 0); });
+    expect_throw("OC = 20 (not a multiple of 8)",
+                 [&] { llmc::cuda::matmul_forward(ctx, c.get(), a.get(), b.get(), nullptr, 4, 8, 20, 0); });
+    expect_throw("misaligned inp",
+                 [&] { llmc::cuda::matmul_forward(ctx, c.get(), a.get() + 1, b.get(), nullptr, 4, 8, 8, 0); });
+    expect_throw("N = 0", [&] { llmc::cuda::matmul_forward(ctx, c.get(), a.get(), b.get(), nullptr, 0, 8, 8, 0); });
     return ok;
 }
 
-struct Timing { std::string kernel, shape; float ms; double flops; };
+struct Timing {
+    std::string kernel, shape;
+    float ms;
+    double flops;
+};
 
 }  // namespace
 
@@ -223,8 +234,8 @@ int main(int argc, char** argv) {
         MatmulContext ctx;
         bool ok = true;
         // (N, IC, OC): tiny, ragged N, the paper model's layers, an LM head slice, GPT-2 small's fc
-        const int shapes[][3] = {{64, 64, 64}, {77, 192, 576}, {333, 192, 768}, {512, 768, 192},
-                                 {130, 192, 2048}, {256, 768, 3072}};
+        const int shapes[][3] = {{64, 64, 64},    {77, 192, 576},   {333, 192, 768},
+                                 {512, 768, 192}, {130, 192, 2048}, {256, 768, 3072}};
         for (const auto& s : shapes) {
             const int N = s[0], IC = s[1], OC = s[2];
             ok &= check_forward(ctx, rng, N, IC, OC, true, false, true);
@@ -247,10 +258,10 @@ int main(int argc, char** argv) {
 
         // ---- timing: GPT-2 124M (N = 8*1024) and the paper model (N = 8*2048) layer shapes ----
         std::vector<Timing> rows;
-        const int tshapes[][4] = {  // N, IC, OC, gelu
-            {8192, 768, 2304, 0}, {8192, 768, 768, 0}, {8192, 768, 3072, 1}, {8192, 3072, 768, 0},
-            {8192, 768, 50304, 0}, {16384, 192, 576, 0}, {16384, 192, 768, 1}, {16384, 768, 192, 0},
-            {16384, 192, 10112, 0}};
+        const int tshapes[][4] = {// N, IC, OC, gelu
+                                  {8192, 768, 2304, 0}, {8192, 768, 768, 0},   {8192, 768, 3072, 1},
+                                  {8192, 3072, 768, 0}, {8192, 768, 50304, 0}, {16384, 192, 576, 0},
+                                  {16384, 192, 768, 1}, {16384, 768, 192, 0},  {16384, 192, 10112, 0}};
         for (const auto& s : tshapes) {
             const int N = s[0], IC = s[1], OC = s[2];
             const bool gelu = s[3] != 0;
@@ -261,29 +272,50 @@ int main(int argc, char** argv) {
             DeviceBuffer<floatX> out((size_t)N * OC), pre((size_t)N * OC), dinp((size_t)N * IC);
             DeviceBuffer<float> dw((size_t)OC * IC, true), db(OC, true);
             DeviceBuffer<float> scratch(llmc::cuda::matmul_backward_scratch_floats(N, OC));
-            const std::string shape = "N=" + std::to_string(N) + " IC=" + std::to_string(IC) + " OC=" + std::to_string(OC);
+            const std::string shape =
+                "N=" + std::to_string(N) + " IC=" + std::to_string(IC) + " OC=" + std::to_string(OC);
             const double f = 2.0 * N * IC * OC;
             const bool bias = OC != 50304 && OC != 10112;  // LM heads have no bias
-            rows.push_back({"forward", shape, lab::time_ms([&] {
-                llmc::cuda::matmul_forward(ctx, out.get(), inp.get(), w.get(), bias ? b.get() : nullptr, N, IC, OC, 0);
-            }, args.reps), f});
+            rows.push_back({"forward", shape,
+                            lab::time_ms(
+                                [&] {
+                                    llmc::cuda::matmul_forward(ctx, out.get(), inp.get(), w.get(),
+                                                               bias ? b.get() : nullptr, N, IC, OC, 0);
+                                },
+                                args.reps),
+                            f});
             if (gelu) {
                 const bool default_fuse = ctx.fuse_gelu;
                 ctx.fuse_gelu = true;
-                rows.push_back({"forward+gelu (epilogue)", shape, lab::time_ms([&] {
-                    llmc::cuda::matmul_forward(ctx, out.get(), inp.get(), w.get(), b.get(), N, IC, OC, 0, pre.get());
-                }, args.reps), f});
+                rows.push_back({"forward+gelu (epilogue)", shape,
+                                lab::time_ms(
+                                    [&] {
+                                        llmc::cuda::matmul_forward(ctx, out.get(), inp.get(), w.get(), b.get(), N, IC,
+                                                                   OC, 0, pre.get());
+                                    },
+                                    args.reps),
+                                f});
                 if (!ctx.last_gelu_fused) rows.back().kernel = "forward+gelu (no epilogue!)";
                 ctx.fuse_gelu = false;
-                rows.push_back({"forward+gelu (kernel)", shape, lab::time_ms([&] {
-                    llmc::cuda::matmul_forward(ctx, out.get(), inp.get(), w.get(), b.get(), N, IC, OC, 0, pre.get());
-                }, args.reps), f});
+                rows.push_back({"forward+gelu (kernel)", shape,
+                                lab::time_ms(
+                                    [&] {
+                                        llmc::cuda::matmul_forward(ctx, out.get(), inp.get(), w.get(), b.get(), N, IC,
+                                                                   OC, 0, pre.get());
+                                    },
+                                    args.reps),
+                                f});
                 ctx.fuse_gelu = default_fuse;
             }
-            rows.push_back({"backward (dinp+dweight+dbias)", shape, lab::time_ms([&] {
-                llmc::cuda::matmul_backward(ctx, dinp.get(), dw.get(), bias ? db.get() : nullptr, scratch.get(),
-                                            dout.get(), inp.get(), w.get(), N, IC, OC, 0);
-            }, args.reps), 2 * f});
+            rows.push_back({"backward (dinp+dweight+dbias)", shape,
+                            lab::time_ms(
+                                [&] {
+                                    llmc::cuda::matmul_backward(ctx, dinp.get(), dw.get(), bias ? db.get() : nullptr,
+                                                                scratch.get(), dout.get(), inp.get(), w.get(), N, IC,
+                                                                OC, 0);
+                                },
+                                args.reps),
+                            2 * f});
         }
         const double peak = bf16_peak_tflops(prop.name);
         std::printf("\n%-32s %-26s %9s %9s %8s\n", "kernel", "shape", "ms", "TFLOP/s",
@@ -294,13 +326,14 @@ int main(int argc, char** argv) {
             if (peak > 0 && llmc::cuda::kPrecisionName[0] == 'b') std::printf(" %7.1f%%", 100.0 * tf / peak);
             std::printf("\n");
         }
-        if (peak > 0)
-            std::printf("(dense bf16 tensor-core peak of %s: %.0f TFLOP/s)\n", prop.name, peak);
-        else
-            std::printf("(no bf16 peak known for %s)\n", prop.name);
+        if (peak > 0) std::printf("(dense bf16 tensor-core peak of %s: %.0f TFLOP/s)\n", prop.name, peak);
+        else std::printf("(no bf16 peak known for %s)\n", prop.name);
         if (!args.json.empty()) {
             FILE* f = std::fopen(args.json.c_str(), "w");
-            if (!f) { std::fprintf(stderr, "matmul: cannot write %s\n", args.json.c_str()); return 1; }
+            if (!f) {
+                std::fprintf(stderr, "matmul: cannot write %s\n", args.json.c_str());
+                return 1;
+            }
             std::fprintf(f, "{\"device\": \"%s\", \"precision\": \"%s\", \"peak_tflops\": %.1f, \"rows\": [", prop.name,
                          llmc::cuda::kPrecisionName, peak);
             for (size_t i = 0; i < rows.size(); i++)

@@ -64,8 +64,8 @@ static bool validate(llmc::Rng& rng, int N, int C, int NH) {
         lab::poison(scratch.get(), scratch.size());
         for (int j = 0; j < 4; j++) g_run[run][j] = lab::upload_as<float>(g0[j]);
         llmc::cuda::qknorm_backward(dx_run[run].get(), g_run[run][0].get(), g_run[run][1].get(), g_run[run][2].get(),
-                                    g_run[run][3].get(), scratch.get(), d_dy.get(), d_qkv.get(), d_qw.get(),
-                                    d_kw.get(), d_mean_ref.get(), d_rstd_ref.get(), N, C, NH, 0);
+                                    g_run[run][3].get(), scratch.get(), d_dy.get(), d_qkv.get(), d_qw.get(), d_kw.get(),
+                                    d_mean_ref.get(), d_rstd_ref.get(), N, C, NH, 0);
     }
     ok = lab::check("dqkv", dx_run[0].get(), dx_ref) && ok;
     const char* names[4] = {"dqw", "dqb", "dkw", "dkb"};
@@ -82,10 +82,10 @@ int main(int argc, char** argv) {
 
     bool ok = true;
     ok = validate(rng, 1, 1, 1) && ok;
-    ok = validate(rng, 64, 192, 6) && ok;      // paper model: hd = 32
-    ok = validate(rng, 37, 60, 3) && ok;       // hd = 20 < 32
-    ok = validate(rng, 5, 200, 2) && ok;       // hd = 100: lanes loop
-    ok = validate(rng, 3001, 768, 12) && ok;   // hd = 64, more rows than backward workers
+    ok = validate(rng, 64, 192, 6) && ok;     // paper model: hd = 32
+    ok = validate(rng, 37, 60, 3) && ok;      // hd = 20 < 32
+    ok = validate(rng, 5, 200, 2) && ok;      // hd = 100: lanes loop
+    ok = validate(rng, 3001, 768, 12) && ok;  // hd = 64, more rows than backward workers
     std::printf("validation: %s\n", ok ? "all OK" : "FAILED");
     if (!ok) return 1;
     if (args.check) return 0;
@@ -106,16 +106,20 @@ int main(int argc, char** argv) {
         DeviceBuffer<float> d_mean(nstat), d_rstd(nstat), d_g(4 * hd, true);
         DeviceBuffer<float> scratch(llmc::cuda::qknorm_backward_scratch_floats(N, C, NH));
         const std::string shape = "N=" + std::to_string(N) + " C=" + std::to_string(C) + " NH=" + std::to_string(NH);
-        float ms = lab::time_ms([&] {
-            llmc::cuda::qknorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_qkv.get(), d_w.get(), d_b.get(),
-                                       d_w.get(), d_b.get(), N, C, NH, 0);
-        }, args.reps);
+        float ms = lab::time_ms(
+            [&] {
+                llmc::cuda::qknorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_qkv.get(), d_w.get(), d_b.get(),
+                                           d_w.get(), d_b.get(), N, C, NH, 0);
+            },
+            args.reps);
         table.add("qknorm_forward", shape, ms, 2.0 * n3 * X + 8.0 * nstat);
         float* g = d_g.get();
-        ms = lab::time_ms([&] {
-            llmc::cuda::qknorm_backward(d_dx.get(), g, g + hd, g + 2 * hd, g + 3 * hd, scratch.get(), d_dy.get(),
-                                        d_qkv.get(), d_w.get(), d_w.get(), d_mean.get(), d_rstd.get(), N, C, NH, 0);
-        }, args.reps);
+        ms = lab::time_ms(
+            [&] {
+                llmc::cuda::qknorm_backward(d_dx.get(), g, g + hd, g + 2 * hd, g + 3 * hd, scratch.get(), d_dy.get(),
+                                            d_qkv.get(), d_w.get(), d_w.get(), d_mean.get(), d_rstd.get(), N, C, NH, 0);
+            },
+            args.reps);
         // dqkvn read, qkv's q and k read, dqkv written, mean/rstd read, partials written and read
         table.add("qknorm_backward", shape, ms, (3.0 + 2.0 + 3.0) * N * C * X + 8.0 * nstat + 2.0 * scratch.bytes());
     }

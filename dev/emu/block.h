@@ -118,15 +118,14 @@ public:
         stack_ = pool.get();
         fn_ = std::move(fn);
         done_ = false;
-        self_ = boost::context::fiber(std::allocator_arg, Preallocated{stack_},
-                                      [this](boost::context::fiber&& caller) {
-                                          caller_ = std::move(caller);
-                                          after_switch_in(nullptr);
-                                          fn_();
-                                          done_ = true;
-                                          before_switch_out(nullptr);  // this stack ends
-                                          return std::move(caller_);
-                                      });
+        self_ = boost::context::fiber(std::allocator_arg, Preallocated{stack_}, [this](boost::context::fiber&& caller) {
+            caller_ = std::move(caller);
+            after_switch_in(nullptr);
+            fn_();
+            done_ = true;
+            before_switch_out(nullptr);  // this stack ends
+            return std::move(caller_);
+        });
     }
     // From the scheduler: runs the fiber until it yields or ends.
     void resume() {
@@ -192,9 +191,9 @@ struct ThreadCtx {
     uint3 thread_idx{0, 0, 0};
     int linear = 0;  // x + y*Dx + z*Dx*Dy: lane = linear % 32, warp = linear / 32
     ThreadState state = ThreadState::Ready;
-    unsigned warp_mask = 0;      // the mask of the warp collective it waits in
-    uint64_t warp_ops = 0;       // warp collectives it has completed (selects the exchange buffer)
-    Fiber fiber;  // the thread itself
+    unsigned warp_mask = 0;  // the mask of the warp collective it waits in
+    uint64_t warp_ops = 0;   // warp collectives it has completed (selects the exchange buffer)
+    Fiber fiber;             // the thread itself
 };
 
 struct WarpCtx {
@@ -414,9 +413,9 @@ inline void run_block(BlockCtx& b, const std::function<void()>& body, const Sche
                 if (t.state == ThreadState::Done) continue;
                 if (listed++ < 6)
                     who += "\n  " + b.who(t) +
-                           (t.state == ThreadState::AtBarrier ? " waits at __syncthreads"
-                                                              : " waits in a warp collective with mask 0x" +
-                                                                    WarpExchange::hex(t.warp_mask));
+                           (t.state == ThreadState::AtBarrier
+                                ? " waits at __syncthreads"
+                                : " waits in a warp collective with mask 0x" + WarpExchange::hex(t.warp_mask));
             }
             device_fault("deadlock in " + b.where() + ": " + std::to_string(n - done) + " threads wait, " +
                          std::to_string(done) + " ended; none can go on (a GPU hangs here):" + who +

@@ -83,7 +83,7 @@ struct Pref {
 // What the emulated "algorithm" carries in cublasLtMatmulAlgo_t::data.
 struct AlgoInfo {
     uint64_t magic;
-    uint32_t align[4];           // A, B, C, D: from the preference
+    uint32_t align[4];               // A, B, C, D: from the preference
     uint32_t bias_align, aux_align;  // from the pointers in the descriptor at heuristic time
 };
 constexpr uint64_t kAlgoMagic = 0x414C474F454D5532ULL;  // "ALGOEMU2"
@@ -103,7 +103,9 @@ uint32_t alignment_of(const void* p) {
     return (uint32_t)(low > 256 ? 256 : low);
 }
 
-bool has_bias(uint32_t e) { return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
+bool has_bias(uint32_t e) {
+    return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
 bool has_gelu(uint32_t e) {
     return e == CUBLASLT_EPILOGUE_GELU || e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX ||
            e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
@@ -154,13 +156,19 @@ const OtherAttr* other_attr(int attr) {
 }
 int64_t as_int(const std::vector<unsigned char>& b) {
     if (b.size() == 1) return (int8_t)b[0];
-    if (b.size() == 4) { int32_t v; std::memcpy(&v, b.data(), 4); return v; }
+    if (b.size() == 4) {
+        int32_t v;
+        std::memcpy(&v, b.data(), 4);
+        return v;
+    }
     int64_t v;
     std::memcpy(&v, b.data(), 8);
     return v;
 }
 
-bool valid_op(int32_t op) { return op == CUBLAS_OP_N || op == CUBLAS_OP_T || op == CUBLAS_OP_C || op == CUBLAS_OP_CONJG; }
+bool valid_op(int32_t op) {
+    return op == CUBLAS_OP_N || op == CUBLAS_OP_T || op == CUBLAS_OP_C || op == CUBLAS_OP_CONJG;
+}
 
 // The checks cublasLtMatmulAlgoGetHeuristic and cublasLtMatmul share: the problem's shape and types.
 // C == D tells cublasLtMatmul's in-place case apart (the heuristic does not see pointers: same = false).
@@ -174,7 +182,8 @@ cublasStatus_t check_problem(const Desc& d, const Layout& A, const Layout& B, co
                        (o->what == Other::INVALID ? "(no fp8) cannot take" : "does not support"));
     }
     if ((d.compute != CUBLAS_COMPUTE_32F && d.compute != CUBLAS_COMPUTE_32F_PEDANTIC) || d.scale != CUDA_R_32F)
-        return say(CUBLAS_STATUS_NOT_SUPPORTED, "compute/scale type other than CUBLAS_COMPUTE_32F(_PEDANTIC)/CUDA_R_32F");
+        return say(CUBLAS_STATUS_NOT_SUPPORTED,
+                   "compute/scale type other than CUBLAS_COMPUTE_32F(_PEDANTIC)/CUDA_R_32F");
     const bool bf16 = A.type == CUDA_R_16BF && B.type == CUDA_R_16BF && C.type == D.type &&
                       (D.type == CUDA_R_16BF || D.type == CUDA_R_32F);
     const bool fp32 = A.type == CUDA_R_32F && B.type == CUDA_R_32F && C.type == CUDA_R_32F && D.type == CUDA_R_32F;
@@ -183,7 +192,8 @@ cublasStatus_t check_problem(const Desc& d, const Layout& A, const Layout& B, co
         return say(CUBLAS_STATUS_INVALID_VALUE, "TRANSA/TRANSB/TRANSC is not a cublasOperation_t");
     if (d.transa == CUBLAS_OP_CONJG || d.transb == CUBLAS_OP_CONJG)
         return say(CUBLAS_STATUS_NOT_SUPPORTED, "CUBLAS_OP_CONJG (a placeholder, not supported)");
-    if (d.transc != CUBLAS_OP_N) return say(CUBLAS_STATUS_NOT_SUPPORTED, "CUBLASLT_MATMUL_DESC_TRANSC must be CUBLAS_OP_N");
+    if (d.transc != CUBLAS_OP_N)
+        return say(CUBLAS_STATUS_NOT_SUPPORTED, "CUBLASLT_MATMUL_DESC_TRANSC must be CUBLAS_OP_N");
     const uint32_t e = d.epilogue;
     if (e != CUBLASLT_EPILOGUE_DEFAULT && !has_bias(e) && !has_gelu(e))
         return say(CUBLAS_STATUS_NOT_SUPPORTED, "epilogue " + std::to_string(e) + " not in this subset");
@@ -207,7 +217,8 @@ cublasStatus_t check_problem(const Desc& d, const Layout& A, const Layout& B, co
         return say(CUBLAS_STATUS_NOT_SUPPORTED, "bias type other than D's type");
     if (has_aux(e)) {
         if (d.aux_type != -1)
-            return say(CUBLAS_STATUS_INVALID_VALUE, "EPILOGUE_AUX_DATA_TYPE set (only fp8 kernels take one; leave it -1)");
+            return say(CUBLAS_STATUS_INVALID_VALUE,
+                       "EPILOGUE_AUX_DATA_TYPE set (only fp8 kernels take one; leave it -1)");
         if (d.aux_ld % 8 != 0 || d.aux_ld < (int64_t)m)
             return say(CUBLAS_STATUS_INVALID_VALUE, "EPILOGUE_AUX_LD " + std::to_string(d.aux_ld) +
                                                         " must be divisible by 8 and no less than D's rows " +
@@ -242,7 +253,9 @@ cublasStatus_t heuristic(const Desc& d, const Layout& a, const Layout& b, const 
         return say(CUBLAS_STATUS_NOT_SUPPORTED, "CUBLASLT_MATMUL_PREF_SEARCH_MODE other than BEST_FIT");
     std::memset(result, 0, sizeof *result);
     // a pointer not yet set (NULL) when the heuristic runs sets no expectation
-    AlgoInfo info{kAlgoMagic, {p.align[0], p.align[1], p.align[2], p.align[3]}, d.bias ? alignment_of(d.bias) : 1u,
+    AlgoInfo info{kAlgoMagic,
+                  {p.align[0], p.align[1], p.align[2], p.align[3]},
+                  d.bias ? alignment_of(d.bias) : 1u,
                   d.aux ? alignment_of(d.aux) : 1u};
     std::memcpy(result->algo.data, &info, sizeof info);
     result->workspaceSize = 0;
@@ -306,7 +319,8 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasL
     if (!d || !buf) return say(CUBLAS_STATUS_INVALID_VALUE, "MatmulDescSetAttribute: null descriptor or buffer");
     auto wrong_size = [&](size_t want) {
         return say(CUBLAS_STATUS_INVALID_VALUE, "MatmulDescSetAttribute: attribute " + std::to_string((int)attr) +
-                                                    " has size " + std::to_string(want) + ", got " + std::to_string(size));
+                                                    " has size " + std::to_string(want) + ", got " +
+                                                    std::to_string(size));
     };
     auto get = [&](auto& field) {
         if (size != sizeof(field)) return wrong_size(sizeof(field));
@@ -368,7 +382,8 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
     auto check = [&](size_t want) {
         if (size == want) return CUBLAS_STATUS_SUCCESS;
         return say(CUBLAS_STATUS_INVALID_VALUE, "PreferenceSetAttribute: attribute " + std::to_string((int)attr) +
-                                                    " has size " + std::to_string(want) + ", got " + std::to_string(size));
+                                                    " has size " + std::to_string(want) + ", got " +
+                                                    std::to_string(size));
     };
     auto get = [&](auto& field) {
         const cublasStatus_t s = check(sizeof(field));
@@ -393,8 +408,8 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
 
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
                                               cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
-                                              cublasLtMatrixLayout_t dl, cublasLtMatmulPreference_t pref,
-                                              int requested, cublasLtMatmulHeuristicResult_t results[], int* count) {
+                                              cublasLtMatrixLayout_t dl, cublasLtMatmulPreference_t pref, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[], int* count) {
     if (!h || reinterpret_cast<Handle*>(h)->magic != kHandleMagic) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (requested <= 0 || !count || !results)
         return say(CUBLAS_STATUS_INVALID_VALUE, "requestedAlgoCount <= 0 or no result array");
@@ -432,7 +447,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
     }
     AlgoInfo info;
     std::memcpy(&info, algo->data, sizeof info);
-    if (info.magic != kAlgoMagic) return say(CUBLAS_STATUS_INVALID_VALUE, "algorithm not from cublasLtMatmulAlgoGetHeuristic");
+    if (info.magic != kAlgoMagic)
+        return say(CUBLAS_STATUS_INVALID_VALUE, "algorithm not from cublasLtMatmulAlgoGetHeuristic");
     // the algorithm's alignment requirement (the preference it was chosen under) on the four matrices
     const void* ptrs[4] = {A, B, C, D};
     for (int i = 0; i < 4; i++) {
@@ -440,7 +456,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
         if (have < need)
             return say(CUBLAS_STATUS_INVALID_VALUE, std::string("matrix ") + "ABCD"[i] + " is " + std::to_string(have) +
                                                         "-byte aligned, the algorithm was chosen for " +
-                                                        std::to_string(need) + " (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*)");
+                                                        std::to_string(need) +
+                                                        " (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*)");
     }
     if (has_bias(d.epilogue) && alignment_of(d.bias) < info.bias_align)
         return say(CUBLAS_STATUS_INVALID_VALUE, "the bias pointer is " + std::to_string(alignment_of(d.bias)) +
@@ -460,11 +477,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
             {A, span_bytes(la)}, {B, span_bytes(lb)}, {C, be != 0.0f ? span_bytes(lc) : 0}, {D, span_bytes(ld)}};
         for (int i = 0; i < 4; i++)
             if (spans[i].second && !dev.device_range(spans[i].first, spans[i].second))
-                return say(CUBLAS_STATUS_EXECUTION_FAILED, std::string("matrix ") + "ABCD"[i] +
-                                                               " is not device memory or runs past its allocation");
+                return say(CUBLAS_STATUS_EXECUTION_FAILED,
+                           std::string("matrix ") + "ABCD"[i] + " is not device memory or runs past its allocation");
         if (has_bias(d.epilogue) && !dev.device_range(d.bias, ld.rows * elem_size(ld.type)))
             return say(CUBLAS_STATUS_EXECUTION_FAILED, "bias is not device memory of D's rows");
-        if (has_aux(d.epilogue) && !dev.device_range(d.aux, ((ld.cols - 1) * (size_t)d.aux_ld + ld.rows) * elem_size(ld.type)))
+        if (has_aux(d.epilogue) &&
+            !dev.device_range(d.aux, ((ld.cols - 1) * (size_t)d.aux_ld + ld.rows) * elem_size(ld.type)))
             return say(CUBLAS_STATUS_EXECUTION_FAILED, "aux is not device memory of (aux_ld, D's columns)");
     }
     const int64_t k = d.transa == CUBLAS_OP_N ? (int64_t)la.cols : (int64_t)la.rows;
@@ -480,7 +498,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
     for (int64_t j = 0; j < n; j++)
         for (int64_t p = 0; p < k; p++)
             b_op[(size_t)(j * k + p)] = load(B, lb.type, tb ? (size_t)(j + p * lb.ld) : (size_t)(p + j * lb.ld));
-    // C == D is element-wise safe: each element of C is read before the same element of D is written.
+            // C == D is element-wise safe: each element of C is read before the same element of D is written.
 #pragma omp parallel for schedule(static)
     for (int64_t j = 0; j < n; j++) {
         const float* bcol = b_op.data() + (size_t)(j * k);

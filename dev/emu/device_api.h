@@ -30,8 +30,8 @@ inline void __syncwarp(unsigned mask = 0xffffffffu) {
 namespace llmc::emu {
 
 template <typename T>
-inline T shuffle(unsigned mask, T var, int width, const char* op, int (*source)(int lane, int arg, int width, bool* own),
-                 int arg) {
+inline T shuffle(unsigned mask, T var, int width, const char* op,
+                 int (*source)(int lane, int arg, int width, bool* own), int arg) {
     static_assert(std::is_trivially_copyable<T>::value && sizeof(T) <= kWarpSlotBytes, "shuffle of this type");
     if (width < 1 || width > kWarpSize || (width & (width - 1)) != 0)
         device_fault(std::string(op) + ": width " + std::to_string(width) + " is not a power of 2 in [1, 32]");
@@ -45,7 +45,9 @@ inline T shuffle(unsigned mask, T var, int width, const char* op, int (*source)(
 }
 
 // Source lanes, as the Programming Guide defines them for a segment of `width` lanes.
-inline int src_idx(int lane, int src_lane, int width, bool*) { return (lane & ~(width - 1)) + (src_lane & (width - 1)); }
+inline int src_idx(int lane, int src_lane, int width, bool*) {
+    return (lane & ~(width - 1)) + (src_lane & (width - 1));
+}
 inline int src_xor(int lane, int lane_mask, int width, bool* own) {
     const int src = lane ^ lane_mask;
     *own = src >= ((lane / width) + 1) * width;  // a later segment: the caller's own value
@@ -62,16 +64,20 @@ inline int src_down(int lane, int delta, int width, bool* own) {
 
 }  // namespace llmc::emu
 
-template <typename T> inline T __shfl_sync(unsigned mask, T var, int srcLane, int width = 32) {
+template <typename T>
+inline T __shfl_sync(unsigned mask, T var, int srcLane, int width = 32) {
     return ::llmc::emu::shuffle(mask, var, width, "__shfl_sync", ::llmc::emu::src_idx, srcLane);
 }
-template <typename T> inline T __shfl_xor_sync(unsigned mask, T var, int laneMask, int width = 32) {
+template <typename T>
+inline T __shfl_xor_sync(unsigned mask, T var, int laneMask, int width = 32) {
     return ::llmc::emu::shuffle(mask, var, width, "__shfl_xor_sync", ::llmc::emu::src_xor, laneMask);
 }
-template <typename T> inline T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = 32) {
+template <typename T>
+inline T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = 32) {
     return ::llmc::emu::shuffle(mask, var, width, "__shfl_up_sync", ::llmc::emu::src_up, (int)delta);
 }
-template <typename T> inline T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = 32) {
+template <typename T>
+inline T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = 32) {
     return ::llmc::emu::shuffle(mask, var, width, "__shfl_down_sync", ::llmc::emu::src_down, (int)delta);
 }
 

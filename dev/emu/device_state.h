@@ -27,8 +27,8 @@ constexpr unsigned kMaxThreadsPerBlock = 1024;
 constexpr unsigned kMaxBlockDimXY = 1024, kMaxBlockDimZ = 64;
 constexpr unsigned long kMaxGridDimX = 2147483647UL;
 constexpr unsigned kMaxGridDimYZ = 65535;
-constexpr size_t kSharedDefault = 48 * 1024;        // dynamic shared memory without opt-in
-constexpr size_t kSharedOptinMax = 227 * 1024;      // cudaDevAttrMaxSharedMemoryPerBlockOptin on sm_90
+constexpr size_t kSharedDefault = 48 * 1024;    // dynamic shared memory without opt-in
+constexpr size_t kSharedOptinMax = 227 * 1024;  // cudaDevAttrMaxSharedMemoryPerBlockOptin on sm_90
 constexpr int kSmCount = 132;
 
 struct Allocation {
@@ -46,7 +46,8 @@ inline int parse_device_count(const char* s) {
     char* end = nullptr;
     const long n = std::strtol(s, &end, 10);
     if (*end || n < 1 || n > kMaxDevices) {
-        std::fprintf(stderr, "error: LLMC_EMU_DEVICE_COUNT '%s' is not a number of devices from 1 to %d\n", s, kMaxDevices);
+        std::fprintf(stderr, "error: LLMC_EMU_DEVICE_COUNT '%s' is not a number of devices from 1 to %d\n", s,
+                     kMaxDevices);
         std::exit(2);
     }
     return (int)n;
@@ -88,8 +89,10 @@ public:
                 sp.kind = Schedule::Shuffle;
                 sp.seed = std::strtoull(item.c_str() + 8, nullptr, 10);
             } else {
-                std::fprintf(stderr, "error: LLMC_EMU_SCHEDULES item '%s' is not forward, reverse, greedy-forward, greedy-reverse or shuffle:SEED\n",
-                             item.c_str());
+                std::fprintf(
+                    stderr,
+                    "error: LLMC_EMU_SCHEDULES item '%s' is not forward, reverse, greedy-forward, greedy-reverse or shuffle:SEED\n",
+                    item.c_str());
                 std::exit(2);
             }
             out.push_back(sp);
@@ -122,7 +125,8 @@ public:
     std::vector<std::vector<unsigned char>> snapshot() {
         std::vector<std::vector<unsigned char>> s;
         for (auto& [p, a] : allocs)
-            if (!a.host_pinned) s.emplace_back(reinterpret_cast<unsigned char*>(p), reinterpret_cast<unsigned char*>(p) + a.bytes);
+            if (!a.host_pinned)
+                s.emplace_back(reinterpret_cast<unsigned char*>(p), reinterpret_cast<unsigned char*>(p) + a.bytes);
         return s;
     }
     void restore(const std::vector<std::vector<unsigned char>>& s) {

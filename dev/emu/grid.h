@@ -44,7 +44,8 @@ inline std::string launch_config_error(const void* fn, dim3 grid, dim3 block, si
     *code = cudaErrorInvalidConfiguration;
     const unsigned long threads = (unsigned long)block.x * block.y * block.z;
     if (grid.x == 0 || grid.y == 0 || grid.z == 0 || threads == 0) return "an empty grid or block";
-    if (threads > kMaxThreadsPerBlock || block.x > kMaxBlockDimXY || block.y > kMaxBlockDimXY || block.z > kMaxBlockDimZ)
+    if (threads > kMaxThreadsPerBlock || block.x > kMaxBlockDimXY || block.y > kMaxBlockDimXY ||
+        block.z > kMaxBlockDimZ)
         return "block (" + std::to_string(block.x) + "," + std::to_string(block.y) + "," + std::to_string(block.z) +
                ") exceeds 1024 threads per block (x, y <= 1024, z <= 64)";
     if (grid.x > kMaxGridDimX || grid.y > kMaxGridDimYZ || grid.z > kMaxGridDimYZ)
@@ -112,11 +113,13 @@ struct LaunchFootprint {
     std::vector<const void*> pointers;
     bool everything = false;
 };
-template <typename T> void add_to_footprint(LaunchFootprint& f, const T& arg) {
+template <typename T>
+void add_to_footprint(LaunchFootprint& f, const T& arg) {
     if constexpr (std::is_pointer_v<T>) f.pointers.push_back(reinterpret_cast<const void*>(arg));
     else if constexpr (!std::is_arithmetic_v<T> && !std::is_enum_v<T>) f.everything = true;
 }
-template <typename... A> LaunchFootprint launch_footprint(const A&... args) {
+template <typename... A>
+LaunchFootprint launch_footprint(const A&... args) {
     LaunchFootprint f;
     (add_to_footprint(f, args), ...);
     return f;

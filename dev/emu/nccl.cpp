@@ -155,10 +155,18 @@ std::string rank_list(const std::vector<int>& r) {
 // Element size, 0 for a value outside ncclDataType_t.
 size_t type_size(int dt) {
     switch (dt) {
-        case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
-        case ncclFloat16: case ncclBfloat16: return 2;
-        case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-        case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+        case ncclInt8:
+        case ncclUint8:
+        case ncclFloat8e4m3:
+        case ncclFloat8e5m2: return 1;
+        case ncclFloat16:
+        case ncclBfloat16: return 2;
+        case ncclInt32:
+        case ncclUint32:
+        case ncclFloat32: return 4;
+        case ncclInt64:
+        case ncclUint64:
+        case ncclFloat64: return 8;
         default: return 0;
     }
 }
@@ -211,7 +219,8 @@ Bf16 to_bf16(float f) {
 
 // One step of each reduction in the element type (integers wrap, as on the GPU; a NaN operand of
 // max/min gives NaN), and the division of ncclAvg (integers truncate toward zero).
-template <typename T> T apply(int op, T a, T b) {
+template <typename T>
+T apply(int op, T a, T b) {
     if constexpr (std::is_integral_v<T>) {
         using U = std::make_unsigned_t<T>;
         switch (op) {
@@ -229,14 +238,22 @@ template <typename T> T apply(int op, T a, T b) {
         }
     }
 }
-template <> Bf16 apply<Bf16>(int op, Bf16 a, Bf16 b) { return to_bf16(apply<float>(op, to_float(a), to_float(b))); }
-template <typename T> T divide(T a, int n) {
+template <>
+Bf16 apply<Bf16>(int op, Bf16 a, Bf16 b) {
+    return to_bf16(apply<float>(op, to_float(a), to_float(b)));
+}
+template <typename T>
+T divide(T a, int n) {
     if constexpr (std::is_integral_v<T>) return (T)(a / (T)n);
     else return a / (T)n;
 }
-template <> Bf16 divide<Bf16>(Bf16 a, int n) { return to_bf16(to_float(a) / (float)n); }
+template <>
+Bf16 divide<Bf16>(Bf16 a, int n) {
+    return to_bf16(to_float(a) / (float)n);
+}
 
-template <typename T> T load(const unsigned char* p) {
+template <typename T>
+T load(const unsigned char* p) {
     T v;
     std::memcpy(&v, p, sizeof v);
     return v;
@@ -305,7 +322,8 @@ void futex_wait(std::atomic<uint32_t>* word, uint32_t seen, long ns) {
     syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, seen, &ts, nullptr, 0);
 }
 void futex_wake_all(std::atomic<uint32_t>* word) {
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, std::numeric_limits<int>::max(), nullptr, nullptr, 0);
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, std::numeric_limits<int>::max(), nullptr, nullptr,
+            0);
 }
 
 // ---- ids made by this process (unlinked at exit if nobody joined them) ---------------------------
@@ -337,8 +355,8 @@ struct ncclComm {
     Shared* sh = nullptr;
     unsigned char* data = nullptr;
     size_t slot_bytes = 0;
-    uint64_t epoch = 0;  // barriers this rank has passed
-    uint64_t seq = 0;    // collectives this rank has run
+    uint64_t epoch = 0;        // barriers this rank has passed
+    uint64_t seq = 0;          // collectives this rank has run
     std::atomic<int> busy{0};  // a thread is inside a collective (ncclCommAbort waits for it)
 
     unsigned char* slot(int r) const { return data + (size_t)r * slot_bytes; }
@@ -376,15 +394,15 @@ ncclResult_t report_broken(ncclComm* c, const char* call) {
     const int why = c->sh->broken.load(std::memory_order_acquire);
     const int by = c->sh->broken_by.load();
     switch (why) {
-        case kAborted:
-            return fail(ncclRemoteError, call, "rank %d of the communicator called ncclCommAbort", by);
+        case kAborted: return fail(ncclRemoteError, call, "rank %d of the communicator called ncclCommAbort", by);
         case kTimedOut:
             return fail(ncclRemoteError, call, "rank %d of the communicator timed out waiting for other ranks", by);
         case kPeerExited:
             return fail(ncclRemoteError, call, "rank %d of the communicator found a rank whose process has exited", by);
         default:
             return fail(ncclInvalidArgument, call,
-                        "ranks disagree on the communicator (rank %d found a different nranks or a rank given twice)", by);
+                        "ranks disagree on the communicator (rank %d found a different nranks or a rank given twice)",
+                        by);
     }
 }
 
@@ -414,8 +432,8 @@ ncclResult_t wait_all(ncclComm* c, uint64_t target, const char* call, const std:
         if (waited >= c->timeout_s) {
             break_comm(c, kTimedOut);
             return fail(ncclSystemError, call,
-                        "rank %d waited %.1f s (LLMC_EMU_NCCL_TIMEOUT_S) at %s; rank(s) %s of %d never arrived", c->rank,
-                        waited, where.c_str(), rank_list(missing).c_str(), c->nranks);
+                        "rank %d waited %.1f s (LLMC_EMU_NCCL_TIMEOUT_S) at %s; rank(s) %s of %d never arrived",
+                        c->rank, waited, where.c_str(), rank_list(missing).c_str(), c->nranks);
         }
         if (now >= next_liveness && my_ns) {
             next_liveness = now + std::chrono::milliseconds(500);
@@ -547,9 +565,10 @@ ncclResult_t check_overlap(const void* send, size_t sbytes, const void* recv, si
                            const char* rule, const char* call) {
     const auto s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
     if (s < r + rbytes && r < s + sbytes && !in_place)
-        return fail(ncclInvalidArgument, call,
-                    "sendbuff %p and recvbuff %p overlap, but not in the in-place form (%s); the result would be undefined",
-                    send, recv, rule);
+        return fail(
+            ncclInvalidArgument, call,
+            "sendbuff %p and recvbuff %p overlap, but not in the in-place form (%s); the result would be undefined",
+            send, recv, rule);
     return ncclSuccess;
 }
 
@@ -564,8 +583,10 @@ ncclResult_t check_type(int dt, bool reduction, const char* call) {
 }
 ncclResult_t check_op(int op, const char* call) {
     if (op < ncclSum || op > ncclAvg)
-        return fail(ncclInvalidArgument, call, "reduction op %d is not ncclSum, ncclProd, ncclMax, ncclMin or ncclAvg "
-                                               "(ncclRedOpCreatePreMulSum is not emulated)", op);
+        return fail(ncclInvalidArgument, call,
+                    "reduction op %d is not ncclSum, ncclProd, ncclMax, ncclMin or ncclAvg "
+                    "(ncclRedOpCreatePreMulSum is not emulated)",
+                    op);
     return ncclSuccess;
 }
 
@@ -608,7 +629,8 @@ ncclResult_t run_collective(ncclComm* c, const Coll& o) {
                     if (me == o.root) std::memcpy(s, o.send + off * es, len * es);
                     break;
                 case kReduceScatter:
-                    for (int b = 0; b < n; b++) std::memcpy(s + b * sub_bytes, o.send + ((size_t)b * o.count + off) * es, len * es);
+                    for (int b = 0; b < n; b++)
+                        std::memcpy(s + b * sub_bytes, o.send + ((size_t)b * o.count + off) * es, len * es);
                     break;
             }
         }
@@ -620,13 +642,15 @@ ncclResult_t run_collective(ncclComm* c, const Coll& o) {
         if (k == 0)
             for (int q = 0; q < n; q++) {
                 const Sig& s = c->sh->rank[q].sig[c->seq & 1];
-                if (s.kind != mine.kind || s.dt != mine.dt || s.op != mine.op || s.root != mine.root || s.count != mine.count)
-                    return fail(ncclInvalidArgument, call,
-                                "collective #%llu differs between ranks: rank %d called %s(count %llu, %s, op %s, root %d), "
-                                "rank %d called %s(count %llu, %s, op %s, root %d)",
-                                (unsigned long long)c->seq, me, call, (unsigned long long)mine.count, type_name(mine.dt),
-                                op_name(mine.op), mine.root, q, kind_name(s.kind), (unsigned long long)s.count,
-                                type_name(s.dt), op_name(s.op), s.root);
+                if (s.kind != mine.kind || s.dt != mine.dt || s.op != mine.op || s.root != mine.root ||
+                    s.count != mine.count)
+                    return fail(
+                        ncclInvalidArgument, call,
+                        "collective #%llu differs between ranks: rank %d called %s(count %llu, %s, op %s, root %d), "
+                        "rank %d called %s(count %llu, %s, op %s, root %d)",
+                        (unsigned long long)c->seq, me, call, (unsigned long long)mine.count, type_name(mine.dt),
+                        op_name(mine.op), mine.root, q, kind_name(s.kind), (unsigned long long)s.count, type_name(s.dt),
+                        op_name(s.op), s.root);
             }
         {  // my output from the slots
             std::lock_guard<std::mutex> lock(dev.mu);
@@ -641,7 +665,8 @@ ncclResult_t run_collective(ncclComm* c, const Coll& o) {
                     reduce(o.recv + off * es, src, len, o.dt, o.op);
                     break;
                 case kAllGather:
-                    for (int q = 0; q < n; q++) std::memcpy(o.recv + ((size_t)q * o.count + off) * es, c->slot(q), len * es);
+                    for (int q = 0; q < n; q++)
+                        std::memcpy(o.recv + ((size_t)q * o.count + off) * es, c->slot(q), len * es);
                     break;
                 case kBroadcast: std::memcpy(o.recv + off * es, c->slot(o.root), len * es); break;
             }
@@ -671,13 +696,15 @@ ncclResult_t start(ncclComm* c, const Coll& o) {
         case kAllReduce:
             if (ncclResult_t e = check_buffer(o.send, bytes, "sendbuff", call)) return e;
             if (ncclResult_t e = check_buffer(o.recv, bytes, "recvbuff", call)) return e;
-            if (ncclResult_t e = check_overlap(o.send, bytes, o.recv, bytes, o.send == o.recv, "sendbuff == recvbuff", call))
+            if (ncclResult_t e =
+                    check_overlap(o.send, bytes, o.recv, bytes, o.send == o.recv, "sendbuff == recvbuff", call))
                 return e;
             break;
         case kBroadcast:  // sendbuff is used on the root only
             if (c->rank == o.root) {
                 if (ncclResult_t e = check_buffer(o.send, bytes, "sendbuff", call)) return e;
-                if (ncclResult_t e = check_overlap(o.send, bytes, o.recv, bytes, o.send == o.recv, "sendbuff == recvbuff", call))
+                if (ncclResult_t e =
+                        check_overlap(o.send, bytes, o.recv, bytes, o.send == o.recv, "sendbuff == recvbuff", call))
                     return e;
             }
             if (ncclResult_t e = check_buffer(o.recv, bytes, "recvbuff", call)) return e;
@@ -734,8 +761,8 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
         char* end = nullptr;
         const unsigned long long v = std::strtoull(s, &end, 10);
         if (*end || v < kMinSlotBytes || v > (1ull << 26))
-            return fail(ncclInvalidArgument, call, "LLMC_EMU_NCCL_SLOT_BYTES '%s' is not a size from %zu to 2^26 bytes", s,
-                        kMinSlotBytes);
+            return fail(ncclInvalidArgument, call, "LLMC_EMU_NCCL_SLOT_BYTES '%s' is not a size from %zu to 2^26 bytes",
+                        s, kMinSlotBytes);
         slot = (size_t)v / 64 * 64;
     }
     const char* dir = access("/dev/shm", W_OK | X_OK) == 0 ? "/dev/shm" : "/tmp";
@@ -787,7 +814,8 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
     if (!comm) return fail(ncclInvalidArgument, call, "comm is NULL");
     *comm = nullptr;
     if (nranks < 1 || nranks > kMaxRanks)
-        return fail(ncclInvalidArgument, call, "nranks %d is not from 1 to %d (the emulation's limit)", nranks, kMaxRanks);
+        return fail(ncclInvalidArgument, call, "nranks %d is not from 1 to %d (the emulation's limit)", nranks,
+                    kMaxRanks);
     if (rank < 0 || rank >= nranks)
         return fail(ncclInvalidArgument, call, "rank %d is not from 0 to nranks-1 = %d", rank, nranks - 1);
     if (std::memcmp(commId.internal, kIdMagic, sizeof kIdMagic) != 0 ||
@@ -854,7 +882,8 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
         break_comm(comm, kAborted);  // the other ranks fail at once instead of waiting for this one
         if (comm->state != ncclComm::Ready) unlink(comm->path.c_str());
         // a thread of this process inside a collective on this comm wakes and leaves (bounded)
-        for (int i = 0; i < 2000 && comm->busy.load() > 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        for (int i = 0; i < 2000 && comm->busy.load() > 0; i++)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     if (comm->busy.load() == 0) {
         unmap(comm);
@@ -872,9 +901,9 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm) {
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
     if (ncclResult_t e = check_comm(comm, "ncclCommGetAsyncError")) return e;
     if (!asyncError) return fail(ncclInvalidArgument, "ncclCommGetAsyncError", "asyncError is NULL");
-    *asyncError = comm->state == ncclComm::Failed ? ncclInvalidUsage
+    *asyncError = comm->state == ncclComm::Failed                     ? ncclInvalidUsage
                   : comm->sh && comm->sh->broken.load() != kNotBroken ? ncclRemoteError
-                                                                       : ncclSuccess;
+                                                                      : ncclSuccess;
     return ncclSuccess;
 }
 
@@ -935,8 +964,8 @@ ncclResult_t ncclGroupEnd() {
 
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t) {
-    return start(comm, Coll{kAllReduce, static_cast<const unsigned char*>(sendbuff), static_cast<unsigned char*>(recvbuff),
-                            count, (int)datatype, (int)op, -1});
+    return start(comm, Coll{kAllReduce, static_cast<const unsigned char*>(sendbuff),
+                            static_cast<unsigned char*>(recvbuff), count, (int)datatype, (int)op, -1});
 }
 
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
@@ -947,17 +976,18 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
 
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
                            ncclComm_t comm, cudaStream_t) {
-    return start(comm, Coll{kAllGather, static_cast<const unsigned char*>(sendbuff), static_cast<unsigned char*>(recvbuff),
-                            sendcount, (int)datatype, -1, -1});
+    return start(comm, Coll{kAllGather, static_cast<const unsigned char*>(sendbuff),
+                            static_cast<unsigned char*>(recvbuff), sendcount, (int)datatype, -1, -1});
 }
 
 ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                            ncclComm_t comm, cudaStream_t) {
-    return start(comm, Coll{kBroadcast, static_cast<const unsigned char*>(sendbuff), static_cast<unsigned char*>(recvbuff),
-                            count, (int)datatype, -1, root});
+    return start(comm, Coll{kBroadcast, static_cast<const unsigned char*>(sendbuff),
+                            static_cast<unsigned char*>(recvbuff), count, (int)datatype, -1, root});
 }
 
-ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+                       cudaStream_t stream) {
     return ncclBroadcast(buff, buff, count, datatype, root, comm, stream);
 }
 

@@ -56,7 +56,8 @@ cudaError_t check_side(const void* p, size_t n, bool want_device, const char* wh
                                                    (d.is_device(p) ? "range runs past the end of its allocation"
                                                                    : "is not device memory from cudaMalloc"));
     } else if (d.is_device(p)) {
-        return fail(cudaErrorInvalidValue, std::string(call) + ": " + what + " is device memory but the copy kind says host");
+        return fail(cudaErrorInvalidValue,
+                    std::string(call) + ": " + what + " is device memory but the copy kind says host");
     }
     return cudaSuccess;
 }
@@ -71,7 +72,10 @@ cudaError_t do_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, c
         case cudaMemcpyHostToDevice: dst_dev = true; break;
         case cudaMemcpyDeviceToHost: src_dev = true; break;
         case cudaMemcpyDeviceToDevice: dst_dev = src_dev = true; break;
-        case cudaMemcpyDefault: dst_dev = d.is_device(dst); src_dev = d.is_device(src); break;
+        case cudaMemcpyDefault:
+            dst_dev = d.is_device(dst);
+            src_dev = d.is_device(src);
+            break;
         default: return fail(cudaErrorInvalidMemcpyDirection, std::string(call) + ": unknown copy kind");
     }
     if (cudaError_t e = check_side(dst, n, dst_dev, "destination", call)) return e;
@@ -92,7 +96,9 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
     }
     // 256-byte aligned like the real allocator; exact size so that AddressSanitizer sees overruns
     void* m = ::operator new(bytes, std::align_val_t(256), std::nothrow);
-    if (!m) return fail(cudaErrorMemoryAllocation, "cudaMalloc: out of (host) memory for " + std::to_string(bytes) + " bytes");
+    if (!m)
+        return fail(cudaErrorMemoryAllocation,
+                    "cudaMalloc: out of (host) memory for " + std::to_string(bytes) + " bytes");
     std::memset(m, 0xFF, bytes);  // NaN in float and bf16: reading memory nothing wrote shows up
     std::lock_guard<std::mutex> lock(device().mu);
     device().allocs[reinterpret_cast<uintptr_t>(m)] = {bytes, false, current_device};
@@ -126,7 +132,8 @@ cudaError_t cudaFreeHost(void* p) {
     std::lock_guard<std::mutex> lock(device().mu);
     auto& a = device().allocs;
     auto it = a.find(reinterpret_cast<uintptr_t>(p));
-    if (it == a.end() || !it->second.host_pinned) return fail(cudaErrorInvalidValue, "cudaFreeHost: not from cudaMallocHost");
+    if (it == a.end() || !it->second.host_pinned)
+        return fail(cudaErrorInvalidValue, "cudaFreeHost: not from cudaMallocHost");
     a.erase(it);
     ::operator delete(p, std::align_val_t(256));
     return cudaSuccess;
@@ -178,7 +185,8 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
 cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
     auto *x = reinterpret_cast<EmuEvent*>(a), *y = reinterpret_cast<EmuEvent*>(b);
-    if (!x->recorded || !y->recorded) return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: event not recorded");
+    if (!x->recorded || !y->recorded)
+        return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: event not recorded");
     *ms = std::chrono::duration<float, std::milli>(y->t - x->t).count();
     return cudaSuccess;
 }
@@ -255,16 +263,17 @@ cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr attr, int d) {
         case cudaDevAttrMaxThreadsPerBlock: *v = 1024; return cudaSuccess;
         case cudaDevAttrWarpSize: *v = 32; return cudaSuccess;
         case cudaDevAttrClockRate: *v = 1980000; return cudaSuccess;
-        default: return fail(cudaErrorInvalidValue, "cudaDeviceGetAttribute: attribute " + std::to_string((int)attr) +
-                                                        " is not emulated; add it to dev/emu/runtime.cpp");
+        default:
+            return fail(cudaErrorInvalidValue, "cudaDeviceGetAttribute: attribute " + std::to_string((int)attr) +
+                                                   " is not emulated; add it to dev/emu/runtime.cpp");
     }
 }
 
 cudaError_t cudaFuncSetAttribute(const void* fn, cudaFuncAttribute attr, int value) {
     if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
         if (value < 0 || (size_t)value > llmc::emu::kSharedOptinMax)
-            return fail(cudaErrorInvalidValue, "cudaFuncSetAttribute: MaxDynamicSharedMemorySize " + std::to_string(value) +
-                                                   " above the device's 227 KB opt-in limit");
+            return fail(cudaErrorInvalidValue, "cudaFuncSetAttribute: MaxDynamicSharedMemorySize " +
+                                                   std::to_string(value) + " above the device's 227 KB opt-in limit");
         device().max_dynamic_smem[fn] = value;
         return cudaSuccess;
     }

@@ -78,9 +78,9 @@ inline std::unique_ptr<Backend> make_backend(Device device, const ModelConfig& m
 
 // What a benchmark reports about the device beside the backend's own numbers.
 struct DeviceFacts {
-    std::string name = "cpu";     // CUDA: "NVIDIA H100 ... (sm_90, 132 SMs, 79.1 GiB, bf16)"
+    std::string name = "cpu";  // CUDA: "NVIDIA H100 ... (sm_90, 132 SMs, 79.1 GiB, bf16)"
     std::string precision = "fp32";
-    size_t memory_baseline = 0;   // device memory in use before any model (CUDA context, other processes)
+    size_t memory_baseline = 0;  // device memory in use before any model (CUDA context, other processes)
 };
 
 // Call before make_backend: on CUDA it creates the context on GPU 0, so the baseline includes it.

@@ -31,11 +31,11 @@ namespace llmc {
 
 // What a run recorded in config.json's "train" object that a later use of its checkpoints needs.
 struct CheckpointRun {
-    std::string config_path;       // RUN/config.json
-    std::string train_data;        // -i as recorded ("" when absent)
-    std::string val_data;          // -j as recorded ("" when the run had none)
-    int seq_len = 0;               // -t (0 when absent)
-    int batch_size = 0;            // -b (0 when absent)
+    std::string config_path;  // RUN/config.json
+    std::string train_data;   // -i as recorded ("" when absent)
+    std::string val_data;     // -j as recorded ("" when the run had none)
+    int seq_len = 0;          // -t (0 when absent)
+    int batch_size = 0;       // -b (0 when absent)
 };
 
 // The config.json in the checkpoint's directory; nullopt when there is none. A file that is not a JSON

@@ -59,7 +59,8 @@ public:
         const std::string content = whole.str();
         if (is_json(content)) return json_items(content);
         if (content.find('\0') != std::string::npos)
-            throw ConfigFileError("config file " + file + ": not a text file (a NUL byte); give a TOML file (as "
+            throw ConfigFileError("config file " + file +
+                                  ": not a text file (a NUL byte); give a TOML file (as "
                                   "config.toml) or a run's config.json");
         std::istringstream lines(content);
         std::string text, line;
@@ -68,7 +69,8 @@ public:
         std::vector<CLI::ConfigItem> items = CLI::ConfigTOML::from_config(hidden);
         for (CLI::ConfigItem& it : items) {
             if (!it.parents.empty() || it.name == "++" || it.name == "--")  // "++"/"--": a [section] starts/ends
-                throw ConfigFileError("config file " + file + ": unknown section [" + restore(it.parents.empty() ? it.name : it.parents.front()) +
+                throw ConfigFileError("config file " + file + ": unknown section [" +
+                                      restore(it.parents.empty() ? it.name : it.parents.front()) +
                                       "]; the flags are top-level keys (key=value lines, as in config.toml)");
             if (it.inputs.empty())
                 throw CLI::ConfigError("config file: '" + restore(it.fullname()) +
@@ -93,7 +95,8 @@ private:
         try {
             nlohmann::ordered_json j = nlohmann::ordered_json::parse(content, nullptr, false);
             if (j.is_discarded())
-                throw InputError("config file " + file + ": not valid JSON; give a run's config.json or a TOML "
+                throw InputError("config file " + file +
+                                 ": not valid JSON; give a run's config.json or a TOML "
                                  "file (as config.toml)");
             if (!j.is_object() || !j.contains("train") || !j["train"].is_object())
                 throw InputError("config file " + file + ": has no \"train\" object; give a run's config.json");
@@ -102,9 +105,7 @@ private:
                 items.back().name = fv.name;
                 items.back().inputs = {fv.value};
             }
-        } catch (const InputError& e) {
-            throw ConfigFileError(e.what());
-        }
+        } catch (const InputError& e) { throw ConfigFileError(e.what()); }
         return items;
     }
     // kMark '1' stands for kMark itself; inside quotes kMark '2' for '#', kMark '3' for a backslash,
@@ -116,9 +117,17 @@ private:
         char quote = 0;      // the open quote of a value, or 0
         bool value = false;  // past the first '='
         for (char c : line) {
-            if (c == kMark) { out += kMark; out += '1'; continue; }
+            if (c == kMark) {
+                out += kMark;
+                out += '1';
+                continue;
+            }
             const char* hidden = quote != 0 && c != quote && c != 0 ? std::strchr(kHidden, c) : nullptr;
-            if (hidden != nullptr) { out += kMark; out += (char)('2' + (hidden - kHidden)); continue; }
+            if (hidden != nullptr) {
+                out += kMark;
+                out += (char)('2' + (hidden - kHidden));
+                continue;
+            }
             if (quote != 0 && c == quote) quote = 0;
             else if (quote == 0 && value && (c == '"' || c == '\'')) quote = c;
             else if (c == '=') value = true;
@@ -145,8 +154,9 @@ public:
     TrainCli() : app_("train_gpt2_ls: train a GPT-2 with LS-attention (local sliding-window + global heads)") {
         CLI::App& a = app_;
         TrainConfig& c = cfg_;
-        a.set_config("--config", "", "read flags from a TOML file (as written to <out>/config.toml) or a run's "
-                                     "config.json; flags given here override it");
+        a.set_config("--config", "",
+                     "read flags from a TOML file (as written to <out>/config.toml) or a run's "
+                     "config.json; flags given here override it");
         config_file_ = std::make_shared<CheckedConfigFile>();
         a.config_formatter(config_file_);
         a.get_formatter()->column_width(34);
@@ -154,8 +164,7 @@ public:
         // one option per row of the flag table, in its order
 #define LLMC_ADD_SETTING(record, type, field, def, names, ok, rule, help) \
     add_setting(a, FlagRecord::record, names, c.field, help);
-#define LLMC_ADD_MODEL_FLAG(type, field, names, help) \
-    add_setting(a, FlagRecord::Toml, names, c.overrides.field, help);
+#define LLMC_ADD_MODEL_FLAG(type, field, names, help) add_setting(a, FlagRecord::Toml, names, c.overrides.field, help);
         LLMC_TRAIN_FLAGS(LLMC_ADD_SETTING, LLMC_ADD_MODEL_FLAG)
 #undef LLMC_ADD_SETTING
 #undef LLMC_ADD_MODEL_FLAG
@@ -192,16 +201,15 @@ public:
         config_file_->file = config_path(argc, argv);
         try {
             app_.parse(argc, argv);
-        } catch (const CLI::CallForHelp& e) {
-            return app_.exit(e);
-        } catch (const CLI::CallForAllHelp& e) {
+        } catch (const CLI::CallForHelp& e) { return app_.exit(e); } catch (const CLI::CallForAllHelp& e) {
             return app_.exit(e);
         } catch (const ConfigFileError& e) {
             std::fprintf(stderr, "error: %s\n", e.what());
             return 1;
         } catch (const CLI::ExtrasError& e) {
             const std::string hint = unknown_flag_hint();
-            std::fprintf(stderr, "error: %s%s\n", e.what(), hint.empty() ? "; run with --help for the flags" : hint.c_str());
+            std::fprintf(stderr, "error: %s%s\n", e.what(),
+                         hint.empty() ? "; run with --help for the flags" : hint.c_str());
             return 1;
         } catch (const CLI::ParseError& e) {
             std::fprintf(stderr, "error: %s; run with --help for the flags\n", e.what());
@@ -327,8 +335,10 @@ private:
     static CLI::Option* add_bound(CLI::App& a, const std::string& names, bool& field, const std::string& help) {
         return a.add_flag(names, field, help);
     }
-    template <class T> struct is_optional : std::false_type {};
-    template <class T> struct is_optional<std::optional<T>> : std::true_type {};
+    template <class T>
+    struct is_optional : std::false_type {};
+    template <class T>
+    struct is_optional<std::optional<T>> : std::true_type {};
 };
 
 }  // namespace llmc

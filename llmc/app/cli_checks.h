@@ -46,9 +46,15 @@ inline CLI::Validator flag_text_check() {
             std::string w = trim_space(v);
             for (char& ch : w) ch = (char)std::tolower((unsigned char)ch);
             for (const char* on : {"true", "on", "yes", "enable", "t", "y", "+"})
-                if (w == on) { v = "true"; return std::string(); }
+                if (w == on) {
+                    v = "true";
+                    return std::string();
+                }
             for (const char* off : {"false", "off", "no", "disable", "f", "n", "-"})
-                if (w == off) { v = "false"; return std::string(); }
+                if (w == off) {
+                    v = "false";
+                    return std::string();
+                }
             const size_t digits = !w.empty() && (w[0] == '+' || w[0] == '-') ? 1 : 0;  // after a sign
             if (digits < w.size() && w.find_first_not_of("0123456789", digits) == std::string::npos) {
                 const bool positive = w[0] != '-' && w.find_first_not_of('0', digits) != std::string::npos;

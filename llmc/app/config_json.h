@@ -13,10 +13,17 @@
 namespace llmc {
 
 inline nlohmann::ordered_json model_config_json(const ModelConfig& m) {
-    return {{"max_seq_len", m.max_seq_len}, {"vocab_size", m.vocab_size}, {"padded_vocab_size", m.padded_vocab_size},
-            {"num_layers", m.num_layers},   {"num_heads", m.num_heads},   {"channels", m.channels},
-            {"global_heads", m.global_heads}, {"window", m.window},       {"qk_norm", m.qk_norm},
-            {"attn_softcap", m.attn_softcap}, {"tied_embeddings", m.tied_embeddings}};
+    return {{"max_seq_len", m.max_seq_len},
+            {"vocab_size", m.vocab_size},
+            {"padded_vocab_size", m.padded_vocab_size},
+            {"num_layers", m.num_layers},
+            {"num_heads", m.num_heads},
+            {"channels", m.channels},
+            {"global_heads", m.global_heads},
+            {"window", m.window},
+            {"qk_norm", m.qk_norm},
+            {"attn_softcap", m.attn_softcap},
+            {"tied_embeddings", m.tied_embeddings}};
 }
 
 // A setting's JSON value: an optional one is null when not given.
@@ -32,7 +39,7 @@ nlohmann::ordered_json setting_json(const std::optional<T>& v) {
 // The settings under their field names.
 inline nlohmann::ordered_json train_config_json(const TrainConfig& c) {
     nlohmann::ordered_json j = nlohmann::ordered_json::object();
-#define LLMC_SETTING_JSON(record, type, field, def, names, ok, rule, help) \
+#define LLMC_SETTING_JSON(record, type, field, def, names, ok, rule, help)                \
     if (FlagRecord::record == FlagRecord::Both || FlagRecord::record == FlagRecord::Json) \
         j[#field] = setting_json(c.field);
     LLMC_TRAIN_FLAGS(LLMC_SETTING_JSON, LLMC_NO_MODEL)

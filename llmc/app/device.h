@@ -34,15 +34,19 @@ inline Device resolve_device(const std::string& requested, int gpu_count, std::s
                              bool cuda_built = kCudaBackendBuilt) {
     if (requested == "cpu") return Device::Cpu;
     if (requested == "cuda") {
-        if (!cuda_built) throw InputError("this build has no CUDA backend (compiled without nvcc); use --device cpu or build with nvcc");
+        if (!cuda_built)
+            throw InputError(
+                "this build has no CUDA backend (compiled without nvcc); use --device cpu or build with nvcc");
         if (gpu_count < 1) throw InputError("--device cuda: no CUDA device found; use --device cpu");
         return Device::Cuda;
     }
     if (requested == "auto") {
         if (gpu_count > 0 && cuda_built) return Device::Cuda;
         if (notice)
-            *notice = gpu_count > 0 ? "note: a GPU is present but this build has no CUDA backend (compiled without nvcc); running on the CPU"
-                                    : "note: no CUDA device found; running on the CPU";
+            *notice =
+                gpu_count > 0
+                    ? "note: a GPU is present but this build has no CUDA backend (compiled without nvcc); running on the CPU"
+                    : "note: no CUDA device found; running on the CPU";
         return Device::Cpu;
     }
     throw InputError("unknown --device '" + requested + "'; use auto, cpu or cuda");
@@ -63,13 +67,14 @@ inline std::string cuda_model_unsupported_reason(const ModelConfig& m) {
 
 // The device for a known model: resolve_device, then a CUDA choice the backend cannot run falls back
 // to the CPU under auto (with *notice saying why) and is refused under --device cuda.
-inline Device resolve_device(const std::string& requested, int gpu_count, const ModelConfig& model,
-                             std::string* notice, bool cuda_built = kCudaBackendBuilt) {
+inline Device resolve_device(const std::string& requested, int gpu_count, const ModelConfig& model, std::string* notice,
+                             bool cuda_built = kCudaBackendBuilt) {
     const Device d = resolve_device(requested, gpu_count, notice, cuda_built);
     if (d != Device::Cuda) return d;
     const std::string why = cuda_model_unsupported_reason(model);
     if (why.empty()) return d;
-    if (requested == "cuda") throw InputError("--device cuda: " + why + "; change --channels/--heads or use --device cpu");
+    if (requested == "cuda")
+        throw InputError("--device cuda: " + why + "; change --channels/--heads or use --device cpu");
     if (notice) *notice = "note: a GPU is present but " + why + "; running on the CPU";
     return Device::Cpu;
 }

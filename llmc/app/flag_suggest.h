@@ -44,7 +44,10 @@ inline std::string nearest_flag_name(const std::string& name, const std::vector<
     size_t best_distance = limit + 1;
     for (const std::string& c : candidates) {
         const size_t d = edit_distance(n, normalized_flag_name(c));
-        if (d < best_distance) { best = c; best_distance = d; }
+        if (d < best_distance) {
+            best = c;
+            best_distance = d;
+        }
     }
     return best;
 }

@@ -13,82 +13,98 @@
 namespace llmc {
 
 struct GenerateConfig {
-    std::string model;              // checkpoint (ours or llm.c's GPT-2)
-    std::string prompt_ids;         // "1,2,3"; empty = the tokenizer's EOT
-    std::string prompt_text;        // --prompt: text, encoded with --tokenizer (llmc/text/bpe_encoder.h, llmc/text/sp_encoder.h)
-    std::string prompt_file;        // --prompt-file: a file whose bytes are the prompt text
-    bool has_prompt_text = false;   // --prompt was given (it may be empty)
-    bool encode_only = false;       // print the prompt's token ids and exit (no model needed)
-    std::string tokenizer;          // tokenizer.bin for decoding the output ('' = print ids)
-    std::string sp_model;           // SentencePiece tokenizer.model for --prompt ('' = the one next to --tokenizer)
-    int tokens = 64;                // tokens to generate
+    std::string model;       // checkpoint (ours or llm.c's GPT-2)
+    std::string prompt_ids;  // "1,2,3"; empty = the tokenizer's EOT
+    std::string
+        prompt_text;  // --prompt: text, encoded with --tokenizer (llmc/text/bpe_encoder.h, llmc/text/sp_encoder.h)
+    std::string prompt_file;       // --prompt-file: a file whose bytes are the prompt text
+    bool has_prompt_text = false;  // --prompt was given (it may be empty)
+    bool encode_only = false;      // print the prompt's token ids and exit (no model needed)
+    std::string tokenizer;         // tokenizer.bin for decoding the output ('' = print ids)
+    std::string sp_model;          // SentencePiece tokenizer.model for --prompt ('' = the one next to --tokenizer)
+    int tokens = 64;               // tokens to generate
     float temperature = 1.0f;
-    int top_k = 0;                  // 0 = whole vocabulary
+    int top_k = 0;  // 0 = whole vocabulary
     uint64_t seed = 1337;
-    bool greedy = false;            // argmax instead of sampling
-    int max_len = 0;                // context kept (0 = the model's max_seq_len)
-    std::string device = "auto";    // auto | cpu | cuda (llmc/app/device.h, as the trainer's --device)
-    bool no_cache = false;          // full forward per token (the reference path)
-    bool print_ids = false;         // print token ids, one per line, instead of text
-    int threads = 0;                // OpenMP threads (0 = OpenMP's default)
+    bool greedy = false;          // argmax instead of sampling
+    int max_len = 0;              // context kept (0 = the model's max_seq_len)
+    std::string device = "auto";  // auto | cpu | cuda (llmc/app/device.h, as the trainer's --device)
+    bool no_cache = false;        // full forward per token (the reference path)
+    bool print_ids = false;       // print token ids, one per line, instead of text
+    int threads = 0;              // OpenMP threads (0 = OpenMP's default)
     // --bench: time the KV cache instead of generating (dev/bench/generate_latency.py drives it)
     bool bench = false;
-    int bench_batch = 1;            // sequences per batch
-    int bench_prompt = 2048;        // prefill length T
+    int bench_batch = 1;                                       // sequences per batch
+    int bench_prompt = 2048;                                   // prefill length T
     std::string bench_contexts = "1024,2048,4096,8192,16384";  // decode timed at these context lengths
-    int bench_steps = 32;           // decode steps timed per context
-    int bench_repeats = 5;          // prefill repetitions (the median is reported)
+    int bench_steps = 32;                                      // decode steps timed per context
+    int bench_repeats = 5;                                     // prefill repetitions (the median is reported)
 };
 
 class GenerateCli {
 public:
-    GenerateCli() : app_("generate_gpt2_ls: sample text from a train_gpt2_ls (or llm.c GPT-2) checkpoint with a KV cache") {
+    GenerateCli()
+        : app_("generate_gpt2_ls: sample text from a train_gpt2_ls (or llm.c GPT-2) checkpoint with a KV cache") {
         CLI::App& a = app_;
         GenerateConfig& c = cfg_;
         a.get_formatter()->column_width(30);
         a.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
         a.add_option("-e,--model", c.model, "checkpoint file: model_NNNNNNNN.bin or an llm.c gpt2_*.bin (required)");
-        CLI::Option* ids = a.add_option("--prompt-ids", c.prompt_ids,
-                     "prompt as comma-separated token ids, e.g. '50256,464' (default: the tokenizer's EOT)");
-        CLI::Option* text = a.add_option("--prompt", c.prompt_text,
-                     "prompt text, encoded with --tokenizer (GPT-2 BPE, byte-level or SentencePiece) after its EOT token");
-        CLI::Option* file = a.add_option("--prompt-file", c.prompt_file, "like --prompt, the text being this file's bytes");
+        CLI::Option* ids =
+            a.add_option("--prompt-ids", c.prompt_ids,
+                         "prompt as comma-separated token ids, e.g. '50256,464' (default: the tokenizer's EOT)");
+        CLI::Option* text = a.add_option(
+            "--prompt", c.prompt_text,
+            "prompt text, encoded with --tokenizer (GPT-2 BPE, byte-level or SentencePiece) after its EOT token");
+        CLI::Option* file =
+            a.add_option("--prompt-file", c.prompt_file, "like --prompt, the text being this file's bytes");
         ids->excludes(text)->excludes(file);
         text->excludes(file);
         a.add_flag("--encode-only", c.encode_only,
                    "print the token ids of --prompt/--prompt-file (EOT first), one per line, and exit; needs no model");
         a.add_option("--tokenizer", c.tokenizer, "tokenizer.bin to print text ('' = print token ids)");
-        a.add_option("--sp-model", c.sp_model, "SentencePiece tokenizer.model to encode --prompt with "
+        a.add_option("--sp-model", c.sp_model,
+                     "SentencePiece tokenizer.model to encode --prompt with "
                      "(default: the tokenizer.model next to --tokenizer, if any)");
         a.add_option("-n,--tokens", c.tokens, "tokens to generate")->capture_default_str()->check(CLI::PositiveNumber);
         a.add_option("--temperature", c.temperature, "sampling temperature (> 0)")->capture_default_str();
-        a.add_option("--top-k", c.top_k, "sample only among the k most likely tokens (0 = all)")->capture_default_str()
+        a.add_option("--top-k", c.top_k, "sample only among the k most likely tokens (0 = all)")
+            ->capture_default_str()
             ->check(CLI::NonNegativeNumber);
         a.add_option("--seed", c.seed, "seed of the sampler")->capture_default_str();
         a.add_flag("--greedy", c.greedy, "always take the most likely token (ignores --temperature/--top-k)");
         a.add_option("--max-len", c.max_len, "context kept, newest tokens (0 = the model's max_seq_len)")
-            ->capture_default_str()->check(CLI::NonNegativeNumber);
-        a.add_option("--device", c.device, "auto | cpu | cuda (auto: CUDA when the binary has the CUDA backend, a GPU "
+            ->capture_default_str()
+            ->check(CLI::NonNegativeNumber);
+        a.add_option("--device", c.device,
+                     "auto | cpu | cuda (auto: CUDA when the binary has the CUDA backend, a GPU "
                      "is present and the backend runs the model; else the CPU)")
-            ->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+            ->capture_default_str()
+            ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
         a.add_flag("--no-cache", c.no_cache, "no KV cache: a full forward pass per token (the reference path)");
         a.add_flag("--print-ids", c.print_ids, "print the generated token ids, one per line, instead of text");
-        a.add_option("--threads", c.threads, "OpenMP threads (0 = OMP_NUM_THREADS, else the CPUs this process may use; as the trainer's)")->capture_default_str()
+        a.add_option("--threads", c.threads,
+                     "OpenMP threads (0 = OMP_NUM_THREADS, else the CPUs this process may use; as the trainer's)")
+            ->capture_default_str()
             ->check(CLI::NonNegativeNumber);
         a.add_flag("--bench", c.bench,
                    "latency benchmark instead of text: prefill and per-token decode times with random tokens, "
                    "one JSON object on stdout (docs/generation.md)");
-        a.add_option("--bench-batch", c.bench_batch, "--bench: sequences per batch")->capture_default_str()
+        a.add_option("--bench-batch", c.bench_batch, "--bench: sequences per batch")
+            ->capture_default_str()
             ->check(CLI::PositiveNumber);
-        a.add_option("--bench-prompt", c.bench_prompt, "--bench: prefill length T")->capture_default_str()
+        a.add_option("--bench-prompt", c.bench_prompt, "--bench: prefill length T")
+            ->capture_default_str()
             ->check(CLI::PositiveNumber);
         a.add_option("--bench-contexts", c.bench_contexts,
                      "--bench: comma-separated context lengths at which decode is timed (each <= max_seq_len)")
             ->capture_default_str();
-        a.add_option("--bench-steps", c.bench_steps, "--bench: decode steps timed per context")->capture_default_str()
+        a.add_option("--bench-steps", c.bench_steps, "--bench: decode steps timed per context")
+            ->capture_default_str()
             ->check(CLI::PositiveNumber);
         a.add_option("--bench-repeats", c.bench_repeats, "--bench: prefill repetitions (median reported)")
-            ->capture_default_str()->check(CLI::PositiveNumber);
+            ->capture_default_str()
+            ->check(CLI::PositiveNumber);
         check_flag_values(a);  // "--tokens ''" is not 0, " 5" is 5, "--greedy=2x" is refused (llmc/app/cli_checks.h)
     }
 
@@ -96,9 +112,7 @@ public:
     int parse(int argc, const char* const* argv) {
         try {
             app_.parse(argc, argv);
-        } catch (const CLI::CallForHelp& e) {
-            return app_.exit(e);
-        } catch (const CLI::ParseError& e) {
+        } catch (const CLI::CallForHelp& e) { return app_.exit(e); } catch (const CLI::ParseError& e) {
             std::fprintf(stderr, "error: %s; run with --help for the flags\n", e.what());
             return 1;
         }
@@ -140,11 +154,10 @@ inline std::vector<int> parse_token_ids(const std::string& s) {
         long v = -1;
         try {
             v = std::stol(item, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
+        } catch (const std::exception&) { used = 0; }
         if (item.empty() || used != item.size() || v < 0 || v > 2147483647L)
-            throw InputError("--prompt-ids: '" + item + "' is not a token id; pass non-negative integers separated by commas, e.g. '50256,464'");
+            throw InputError("--prompt-ids: '" + item +
+                             "' is not a token id; pass non-negative integers separated by commas, e.g. '50256,464'");
         ids.push_back((int)v);
         pos = end + 1;
     }
@@ -156,9 +169,7 @@ inline std::vector<int> parse_context_list(const std::string& s) {
     std::vector<int> out;
     try {
         out = parse_token_ids(s);
-    } catch (const InputError&) {
-        out.clear();
-    }
+    } catch (const InputError&) { out.clear(); }
     bool ok = !out.empty();
     for (int v : out) ok = ok && v > 0;
     if (!ok)

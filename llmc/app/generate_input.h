@@ -42,9 +42,9 @@ inline std::vector<int> text_prompt(const GenerateConfig& g, const Tokenizer& to
 }
 
 struct GenerationInput {
-    Tokenizer tokenizer;     // absent without --tokenizer (tokens then print as <id>)
-    std::vector<int> prompt; // token ids < the model's vocab_size
-    int max_len = 0;         // context kept, <= the model's max_seq_len
+    Tokenizer tokenizer;      // absent without --tokenizer (tokens then print as <id>)
+    std::vector<int> prompt;  // token ids < the model's vocab_size
+    int max_len = 0;          // context kept, <= the model's max_seq_len
 };
 
 // The tokenizer, prompt and context of a generation with model `mc`, in this order of checks.
@@ -65,8 +65,9 @@ inline GenerationInput generation_input(const GenerateConfig& g, const ModelConf
     } else if (tok.present()) {
         in.prompt = {tok.eot_token()};
     } else {
-        throw InputError("no prompt: pass --prompt-ids '1,2,3', or --tokenizer tokenizer.bin (then the prompt is its "
-                         "EOT token, or --prompt TEXT)");
+        throw InputError(
+            "no prompt: pass --prompt-ids '1,2,3', or --tokenizer tokenizer.bin (then the prompt is its "
+            "EOT token, or --prompt TEXT)");
     }
     for (int id : in.prompt)
         if (id >= mc.vocab_size)

@@ -51,7 +51,8 @@ inline ModelSetup resolve_model(const TrainConfig& cfg, int data_vocab) {
         check_overrides_match(m.config, cfg.overrides, cfg.model);
     } else {
         if (!is_model_preset(cfg.model))
-            throw InputError("-e '" + cfg.model + "' is neither an existing checkpoint file nor a preset "
+            throw InputError("-e '" + cfg.model +
+                             "' is neither an existing checkpoint file nor a preset "
                              "(ls-small, d6, d12, ...); check the path");
         m.config = model_preset(cfg.model);
         if (!cfg.overrides.vocab && data_vocab > 0) {
@@ -75,12 +76,13 @@ inline std::string fmt_g(double v) {
 
 inline std::string describe_model(const ModelConfig& m, size_t num_params) {
     char buf[320];
-    std::snprintf(buf, sizeof buf,
-                  "L %d, C %d, NH %d (hd %d; %d global, %d local with window %d), maxT %d, V %d (Vp %d)%s%s%s, %.2fM params",
-                  m.num_layers, m.channels, m.num_heads, m.head_size(), m.global_heads, m.local_heads(), m.window,
-                  m.max_seq_len, m.vocab_size, m.padded_vocab_size, m.qk_norm ? ", qk-norm" : "",
-                  m.attn_softcap > 0 ? (", softcap " + fmt_g(m.attn_softcap)).c_str() : "",
-                  m.tied_embeddings ? "" : ", untied", num_params / 1e6);
+    std::snprintf(
+        buf, sizeof buf,
+        "L %d, C %d, NH %d (hd %d; %d global, %d local with window %d), maxT %d, V %d (Vp %d)%s%s%s, %.2fM params",
+        m.num_layers, m.channels, m.num_heads, m.head_size(), m.global_heads, m.local_heads(), m.window, m.max_seq_len,
+        m.vocab_size, m.padded_vocab_size, m.qk_norm ? ", qk-norm" : "",
+        m.attn_softcap > 0 ? (", softcap " + fmt_g(m.attn_softcap)).c_str() : "", m.tied_embeddings ? "" : ", untied",
+        num_params / 1e6);
     return buf;
 }
 

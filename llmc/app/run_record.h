@@ -86,7 +86,8 @@ inline nlohmann::ordered_json read_run_record(const std::string& path) {
     text << in.rdbuf();
     nlohmann::ordered_json j = nlohmann::ordered_json::parse(text.str(), nullptr, false);
     if (j.is_discarded())
-        throw InputError("config file " + path + ": not valid JSON; give a run's config.json or a TOML file "
+        throw InputError("config file " + path +
+                         ": not valid JSON; give a run's config.json or a TOML file "
                          "(as config.toml)");
     if (!j.is_object() || !j.contains("train") || !j["train"].is_object())
         throw InputError("config file " + path + ": has no \"train\" object; give a run's config.json");
@@ -100,7 +101,10 @@ inline std::string flag_value_text(const nlohmann::ordered_json& v, const std::s
     if (v.is_string()) return v.get<std::string>();
     if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
     if (v.is_number()) return v.dump();
-    if (v.is_null()) { ok = false; return ""; }
+    if (v.is_null()) {
+        ok = false;
+        return "";
+    }
     throw InputError("config file " + file + ": '" + key + "' is " + json_value_brief(v) +
                      "; give a number, string or true/false");
 }
@@ -131,8 +135,10 @@ inline nlohmann::ordered_json effective_train(const nlohmann::ordered_json& reco
                                     ? setting_row_of_flag(normalized_flag_name(e["flag"].get<std::string>()))
                                     : nullptr;
         if (row == nullptr)
-            throw InputError("config file " + file + ": a \"history\" entry is not {step, flag, old, new} with a "
-                             "known flag (" + json_value_brief(e.is_object() && e.contains("flag") ? e["flag"] : e) +
+            throw InputError("config file " + file +
+                             ": a \"history\" entry is not {step, flag, old, new} with a "
+                             "known flag (" +
+                             json_value_brief(e.is_object() && e.contains("flag") ? e["flag"] : e) +
                              "); restore the file");
         train[row->field] = e["new"];
     }
@@ -162,9 +168,9 @@ inline std::vector<FlagValue> record_flag_values(const nlohmann::ordered_json& r
     if (!record["model"].is_object()) throw InputError("config file " + file + ": \"model\" is not an object");
     // config.json's model fields (llmc/app/config_json.h model_config_json) -> the flags that set them
     static const char* const kModelFlags[][2] = {
-        {"max_seq_len", "max-seq-len"}, {"vocab_size", "vocab"},     {"num_layers", "layers"},
-        {"num_heads", "heads"},         {"channels", "channels"},    {"global_heads", "global-heads"},
-        {"window", "window"},           {"qk_norm", "qk-norm"},      {"attn_softcap", "attn-softcap"}};
+        {"max_seq_len", "max-seq-len"}, {"vocab_size", "vocab"},  {"num_layers", "layers"},
+        {"num_heads", "heads"},         {"channels", "channels"}, {"global_heads", "global-heads"},
+        {"window", "window"},           {"qk_norm", "qk-norm"},   {"attn_softcap", "attn-softcap"}};
     for (const auto& kv : record["model"].items()) {
         const std::string key = "model." + kv.key();
         if (kv.key() == "padded_vocab_size") continue;  // follows from vocab_size
@@ -206,7 +212,7 @@ nlohmann::ordered_json history_value(const std::optional<T>& v) {
 // The inherited settings (inherited_setting) in which `now` differs from `recorded`, in table order.
 inline std::vector<SettingChange> setting_changes(const TrainConfig& recorded, const TrainConfig& now) {
     std::vector<SettingChange> out;
-#define LLMC_SETTING_CHANGE(record, type, field, def, names, ok, rule, help) \
+#define LLMC_SETTING_CHANGE(record, type, field, def, names, ok, rule, help)             \
     if (inherited_setting(#field, FlagRecord::record) && !(recorded.field == now.field)) \
         out.push_back({"--" + long_flag_name(names), history_value(recorded.field), history_value(now.field)});
     LLMC_TRAIN_FLAGS(LLMC_SETTING_CHANGE, LLMC_NO_MODEL)
@@ -217,7 +223,8 @@ inline std::vector<SettingChange> setting_changes(const TrainConfig& recorded, c
 // A value as a note writes it: as JSON, a whole float without its ".0" (50, 0.0001, 1e-05).
 inline std::string change_value_text(const nlohmann::ordered_json& v) {
     std::string text = json_value_brief(v);
-    if (v.is_number_float() && text.size() > 2 && text.compare(text.size() - 2, 2, ".0") == 0) text.resize(text.size() - 2);
+    if (v.is_number_float() && text.size() > 2 && text.compare(text.size() - 2, 2, ".0") == 0)
+        text.resize(text.size() - 2);
     return text;
 }
 
@@ -251,13 +258,17 @@ inline ForkSource fork_source(const std::string& path) {
     const std::string name = p.filename().string();
     if (parse_checkpoint_name(name, src.step) != CkptFileKind::Model || name.find(".tmp.") != std::string::npos)
         throw InputError("--fork-from " + path + ": not a checkpoint's model file; give RUN_DIR/model_NNNNNNNN.bin");
-    if (!file_exists(path)) throw InputError("--fork-from " + path + ": no such file; check the path (ls RUN_DIR/model_*.bin)");
+    if (!file_exists(path))
+        throw InputError("--fork-from " + path + ": no such file; check the path (ls RUN_DIR/model_*.bin)");
     if (!file_exists(done_path(src.dir, src.step)))
-        throw InputError("--fork-from " + path + ": step " + std::to_string(src.step) + " is not a complete checkpoint (no " +
-                         done_path(src.dir, src.step) + "); fork from a step that has a DONE_ marker");
+        throw InputError("--fork-from " + path + ": step " + std::to_string(src.step) +
+                         " is not a complete checkpoint (no " + done_path(src.dir, src.step) +
+                         "); fork from a step that has a DONE_ marker");
     if (!file_exists(join_path(src.dir, "config.json")))
-        throw InputError("--fork-from " + path + ": no config.json beside it to take the run's settings from; copy the "
-                         "run's config.json into " + src.dir);
+        throw InputError("--fork-from " + path +
+                         ": no config.json beside it to take the run's settings from; copy the "
+                         "run's config.json into " +
+                         src.dir);
     return src;
 }
 
@@ -265,8 +276,8 @@ inline ForkSource fork_source(const std::string& path) {
 // "forked_from") writes config.json and config.toml; a resumed one (resumed_step >= 0, its config.json
 // present) keeps both and only appends the changed settings to config.json's "history", printing a
 // note per change on stderr.
-inline void write_run_record(const std::string& out, nlohmann::ordered_json fresh_record, const std::string& config_toml,
-                             const TrainConfig& cfg, int resumed_step) {
+inline void write_run_record(const std::string& out, nlohmann::ordered_json fresh_record,
+                             const std::string& config_toml, const TrainConfig& cfg, int resumed_step) {
     const std::string json_path = join_path(out, "config.json");
     const bool forked = !cfg.fork_from.empty();
     const char* verb = forked ? "forking" : "resuming";

@@ -68,14 +68,21 @@ inline ModelConfig model_preset(const std::string& name) {
     c.global_heads = 1;
     c.window = 50;
     if (name == "ls-small") {
-        c.num_layers = 6; c.channels = 192; c.num_heads = 6; c.max_seq_len = 2048;
+        c.num_layers = 6;
+        c.channels = 192;
+        c.num_heads = 6;
+        c.max_seq_len = 2048;
         return c;
     }
     if (!is_model_preset(name))
-        throw InputError("-e '" + name + "' is neither a preset (ls-small, d6, d12, d24, ...) nor an existing checkpoint file");
+        throw InputError("-e '" + name +
+                         "' is neither a preset (ls-small, d6, d12, d24, ...) nor an existing checkpoint file");
     const int n = std::stoi(name.substr(1));
     if (n < 1) throw InputError("-e " + name + ": depth must be >= 1 (e.g. d6, d12)");
-    c.num_layers = n; c.channels = 64 * n; c.num_heads = n; c.max_seq_len = 1024;
+    c.num_layers = n;
+    c.channels = 64 * n;
+    c.num_heads = n;
+    c.max_seq_len = 1024;
     return c;
 }
 
@@ -87,7 +94,10 @@ inline void apply_overrides(ModelConfig& c, const ModelOverrides& o) {
     if (o.global_heads) c.global_heads = *o.global_heads;
     if (o.window) c.window = *o.window;
     if (o.max_seq_len) c.max_seq_len = *o.max_seq_len;
-    if (o.vocab) { c.vocab_size = *o.vocab; c.padded_vocab_size = pad_vocab(c.vocab_size); }
+    if (o.vocab) {
+        c.vocab_size = *o.vocab;
+        c.padded_vocab_size = pad_vocab(c.vocab_size);
+    }
     if (o.attn_softcap) c.attn_softcap = *o.attn_softcap;
     if (o.qk_norm) c.qk_norm = true;
     if (o.untie_embeddings) c.tied_embeddings = false;

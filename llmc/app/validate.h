@@ -37,8 +37,7 @@ void check_setting(const T& value, const char* names, const char* rule, Ok ok) {
             std::snprintf(buf, sizeof buf, "%g", (double)value);
             text = buf;
         }
-        for (size_t at = msg.find("{}"); at != std::string::npos; at = msg.find("{}", at))
-            msg.replace(at, 2, text);
+        for (size_t at = msg.find("{}"); at != std::string::npos; at = msg.find("{}", at)) msg.replace(at, 2, text);
     }
     throw InputError(msg);
 }
@@ -50,7 +49,10 @@ void check_setting(const std::optional<T>& value, const char* names, const char*
 // Every flag's own range, in table order.
 inline void check_flag_ranges(const TrainConfig& c) {
 #define LLMC_CHECK_SETTING(record, type, field, def, names, ok, rule, help) \
-    check_setting(c.field, names, rule, [](const auto& v) { (void)v; return ok; });
+    check_setting(c.field, names, rule, [](const auto& v) {                 \
+        (void)v;                                                            \
+        return ok;                                                          \
+    });
     LLMC_TRAIN_FLAGS(LLMC_CHECK_SETTING, LLMC_NO_MODEL)
 #undef LLMC_CHECK_SETTING
 }
@@ -60,12 +62,14 @@ inline void check_flag_combinations(const TrainConfig& c) {
     auto fail = [](const char* msg) { throw InputError(msg); };
     if (!c.fork_from.empty() && c.resume == 1)
         fail("--fork-from starts a new run in -o and -y 1 continues -o's own; drop one of them");
-    if (!c.fork_from.empty() && c.output_dir.empty()) fail("--fork-from needs -o DIR, a new directory for the forked run");
+    if (!c.fork_from.empty() && c.output_dir.empty())
+        fail("--fork-from needs -o DIR, a new directory for the forked run");
     check_dump_attention_flags(c);  // --dump-attention: --eval-only, -o, not --device cuda, its syntax
     if (c.eval_only) {
         if (c.val_data.empty()) fail("--eval-only needs -j VAL_GLOB, the shards to evaluate on");
     } else {
-        if (c.train_data.empty()) fail("no training data: give -i 'DIR/train_*.bin' (make shards with data/prepare.py)");
+        if (c.train_data.empty())
+            fail("no training data: give -i 'DIR/train_*.bin' (make shards with data/prepare.py)");
         if (!c.dump_logits.empty()) fail("--dump-logits works with --eval-only only; add --eval-only");
     }
     if (c.resume == 1 && c.output_dir.empty()) fail("-y 1 resumes from the checkpoints in -o; give -o DIR");
@@ -87,11 +91,12 @@ inline int validate_run(const TrainConfig& c, const ModelConfig& m, int data_voc
                          " or a larger --max-seq-len");
     if (data_vocab > m.vocab_size)
         throw InputError("the model's vocabulary " + std::to_string(m.vocab_size) + " is smaller than the data's " +
-                         std::to_string(data_vocab) + " (from " + vocab_source + "); use --vocab >= " +
-                         std::to_string(data_vocab) + " or drop --vocab");
+                         std::to_string(data_vocab) + " (from " + vocab_source +
+                         "); use --vocab >= " + std::to_string(data_vocab) + " or drop --vocab");
     if (c.qk_clip > 0 && m.qk_norm)
-        throw InputError("--qk-clip with --qk-norm: QK-norm normalizes q and k, so scaling their projections changes "
-                         "no logit; use one of the two");
+        throw InputError(
+            "--qk-clip with --qk-norm: QK-norm normalizes q and k, so scaling their projections changes "
+            "no logit; use one of the two");
     const long per_micro = (long)c.batch_size * c.seq_len * c.world_size;
     if (c.total_batch_size == -1) return 1;
     if (c.total_batch_size % per_micro != 0)

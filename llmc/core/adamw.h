@@ -11,9 +11,8 @@
 namespace llmc {
 
 // params, grads, m, v: (n) fp32; m and v are updated in place.
-inline void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr,
-                         float beta1, float beta2, float eps, float weight_decay, int t,
-                         float grad_multiplier) {
+inline void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
+                         float beta2, float eps, float weight_decay, int t, float grad_multiplier) {
     const float bc1 = 1.0f - std::pow(beta1, (float)t);
     const float bc2 = 1.0f - std::pow(beta2, (float)t);
 #pragma omp parallel for schedule(static)

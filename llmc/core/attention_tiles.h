@@ -33,9 +33,7 @@ LLMC_HD inline int attn_imax(int a, int b) { return a > b ? a : b; }
 LLMC_HD inline int attn_key_lo(int i, bool local, int P) { return local ? attn_imax(0, i - P + 1) : 0; }
 
 // Is the pair (query i, key j) visible? (i, j in [0, T))
-LLMC_HD inline bool attn_visible(int i, int j, bool local, int P) {
-    return j <= i && (!local || j > i - P);
-}
+LLMC_HD inline bool attn_visible(int i, int j, bool local, int P) { return j <= i && (!local || j > i - P); }
 
 // Key tiles [begin, end) a query tile qt (rows [qt*BQ, min(qt*BQ+BQ, T))) must visit.
 LLMC_HD inline int attn_kv_tile_begin(int qt, int BQ, int BK, bool local, int P) {
@@ -61,7 +59,7 @@ LLMC_HD inline bool attn_tile_needs_mask(int qt, int kt, int BQ, int BK, int T, 
     const int q0 = qt * BQ, q1 = q0 + BQ;  // full tile extents: a ragged tile always masks
     const int k0 = kt * BK, k1 = k0 + BK;
     if (q1 > T || k1 > T) return true;
-    if (k1 - 1 > q0) return true;                // causal: the last key must be <= the first row
+    if (k1 - 1 > q0) return true;                  // causal: the last key must be <= the first row
     if (local && k0 <= (q1 - 1) - P) return true;  // window: the first key must be > last row - P
     return false;
 }

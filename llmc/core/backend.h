@@ -45,8 +45,8 @@ public:
     // targets == nullptr: logits only (no loss, no backward possible).
     // stats != nullptr: the attention kernels and the classifier fill it for this pass.
     // z_loss_weight > 0 adds z_loss_weight * logsumexp(logits)^2 per position to the objective.
-    virtual ForwardResult forward(const int* inputs, const int* targets, int B, int T,
-                                  float z_loss_weight, LogitStats* stats) = 0;
+    virtual ForwardResult forward(const int* inputs, const int* targets, int B, int T, float z_loss_weight,
+                                  LogitStats* stats) = 0;
     // Logits of the last forward, (B, T, Vp) fp32 on the host; entries [V, Vp) are meaningless.
     virtual const float* logits() = 0;
     // Whether forward fills LogitStats' near/far vectors (honouring stats->near_distance).
@@ -72,8 +72,12 @@ public:
     // positions of the whole sequence. Global heads cache every position; local heads only their
     // last P keys and values (a ring buffer). kv_cache_bytes: memory the cache holds now.
     virtual bool has_kv_cache() const { return false; }
-    virtual void kv_begin(int /*B*/, int /*max_len*/) { throw std::logic_error(std::string(name()) + " backend has no KV cache"); }
-    virtual const float* kv_forward(const int* /*tokens*/, int /*n*/) { throw std::logic_error(std::string(name()) + " backend has no KV cache"); }
+    virtual void kv_begin(int /*B*/, int /*max_len*/) {
+        throw std::logic_error(std::string(name()) + " backend has no KV cache");
+    }
+    virtual const float* kv_forward(const int* /*tokens*/, int /*n*/) {
+        throw std::logic_error(std::string(name()) + " backend has no KV cache");
+    }
     virtual size_t kv_cache_bytes() const { return 0; }
     // kv_prefill_device: kv_forward of n (1 <= n <= max_len) positions into an empty cache, returning
     // once the work is done, the logits left where the backend computed them (CUDA: on the device, no

@@ -19,8 +19,8 @@ struct InputError : std::runtime_error {
 // calls current_error_message, which rethrows what it caught to find its type.
 inline std::string error_message(const InputError& e, const std::string& /*oom_fix*/) { return e.what(); }
 inline std::string error_message(const std::bad_alloc& e, const std::string& oom_fix) {
-    return std::string("out of memory (") + e.what() + "): this machine's memory cannot hold the model and its buffers; " +
-           oom_fix;
+    return std::string("out of memory (") + e.what() +
+           "): this machine's memory cannot hold the model and its buffers; " + oom_fix;
 }
 inline std::string error_message(const std::exception& e, const std::string& /*oom_fix*/) {
     return std::string("internal error: ") + e.what();
@@ -30,13 +30,9 @@ inline std::string error_message(const std::exception& e, const std::string& /*o
 inline std::string current_error_message(const std::string& oom_fix) {
     try {
         throw;
-    } catch (const InputError& e) {
+    } catch (const InputError& e) { return error_message(e, oom_fix); } catch (const std::bad_alloc& e) {
         return error_message(e, oom_fix);
-    } catch (const std::bad_alloc& e) {
-        return error_message(e, oom_fix);
-    } catch (const std::exception& e) {
-        return error_message(e, oom_fix);
-    }
+    } catch (const std::exception& e) { return error_message(e, oom_fix); }
 }
 
 }  // namespace llmc

@@ -40,20 +40,20 @@ struct LayerActs {
 // block, so a block's stride is the pass's N (layer() takes it).
 template <template <typename> class Buf, typename X, typename S>
 struct LayerActBuffers {
-    Buf<X> encoded;                 // (B, T, C)        wte[inp] + wpe
-    Buf<X> ln1;                     // (L, B, T, C)
-    Buf<S> ln1_mean, ln1_rstd;      // (L, B, T)
-    Buf<X> qkv;                     // (L, B, T, 3C)
-    Buf<X> qkvn;                    // (L, B, T, 3C)    empty unless qk_norm
-    Buf<S> qkn_mean, qkn_rstd;      // (L, B, T, 2, NH) empty unless qk_norm
-    Buf<X> atty;                    // (L, B, T, C)
-    Buf<S> att_lse;                 // (L, B, NH, T)
-    Buf<X> residual2;               // (L, B, T, C)
-    Buf<X> ln2;                     // (L, B, T, C)
-    Buf<S> ln2_mean, ln2_rstd;      // (L, B, T)
-    Buf<X> fch;                     // (L, B, T, 4C)
-    Buf<X> fch_gelu;                // (L, B, T, 4C)
-    Buf<X> residual3;               // (L, B, T, C)
+    Buf<X> encoded;             // (B, T, C)        wte[inp] + wpe
+    Buf<X> ln1;                 // (L, B, T, C)
+    Buf<S> ln1_mean, ln1_rstd;  // (L, B, T)
+    Buf<X> qkv;                 // (L, B, T, 3C)
+    Buf<X> qkvn;                // (L, B, T, 3C)    empty unless qk_norm
+    Buf<S> qkn_mean, qkn_rstd;  // (L, B, T, 2, NH) empty unless qk_norm
+    Buf<X> atty;                // (L, B, T, C)
+    Buf<S> att_lse;             // (L, B, NH, T)
+    Buf<X> residual2;           // (L, B, T, C)
+    Buf<X> ln2;                 // (L, B, T, C)
+    Buf<S> ln2_mean, ln2_rstd;  // (L, B, T)
+    Buf<X> fch;                 // (L, B, T, 4C)
+    Buf<X> fch_gelu;            // (L, B, T, 4C)
+    Buf<X> residual3;           // (L, B, T, C)
 
     // Sizes every buffer above for N rows, in declaration order: alloc(buffer, element count).
     template <typename Alloc>
@@ -63,13 +63,21 @@ struct LayerActBuffers {
         heads_ = NH;
         qk_norm_ = cfg.qk_norm;
         alloc(encoded, N * C);
-        alloc(ln1, L * N * C); alloc(ln1_mean, L * N); alloc(ln1_rstd, L * N);
+        alloc(ln1, L * N * C);
+        alloc(ln1_mean, L * N);
+        alloc(ln1_rstd, L * N);
         alloc(qkv, L * N * 3 * C);
-        alloc(qkvn, qk * L * N * 3 * C); alloc(qkn_mean, qk * L * N * 2 * NH); alloc(qkn_rstd, qk * L * N * 2 * NH);
-        alloc(atty, L * N * C); alloc(att_lse, L * N * NH);
+        alloc(qkvn, qk * L * N * 3 * C);
+        alloc(qkn_mean, qk * L * N * 2 * NH);
+        alloc(qkn_rstd, qk * L * N * 2 * NH);
+        alloc(atty, L * N * C);
+        alloc(att_lse, L * N * NH);
         alloc(residual2, L * N * C);
-        alloc(ln2, L * N * C); alloc(ln2_mean, L * N); alloc(ln2_rstd, L * N);
-        alloc(fch, L * N * 4 * C); alloc(fch_gelu, L * N * 4 * C);
+        alloc(ln2, L * N * C);
+        alloc(ln2_mean, L * N);
+        alloc(ln2_rstd, L * N);
+        alloc(fch, L * N * 4 * C);
+        alloc(fch_gelu, L * N * 4 * C);
         alloc(residual3, L * N * C);
     }
 

@@ -15,24 +15,25 @@ namespace llmc {
 // kernel itself (never from a materialized T x T matrix). Indexed [layer * NH + head].
 struct LogitStats {
     int num_layers = 0, num_heads = 0;
-    std::vector<float> max_logit;    // max pre-softmax logit q.k/sqrt(hd) over unmasked pairs
-    std::vector<float> min_logit;    //   (after QK-norm, before soft-capping)
-    std::vector<float> entropy;      // mean over query rows of the attention distribution's entropy (nats)
-    float out_max_logit = 0.0f;      // max output-softmax logit over the batch (real vocabulary only)
-    float out_mean_lse = 0.0f;       // mean over positions of logsumexp(output logits)
+    std::vector<float> max_logit;  // max pre-softmax logit q.k/sqrt(hd) over unmasked pairs
+    std::vector<float> min_logit;  //   (after QK-norm, before soft-capping)
+    std::vector<float> entropy;    // mean over query rows of the attention distribution's entropy (nats)
+    float out_max_logit = 0.0f;    // max output-softmax logit over the batch (real vocabulary only)
+    float out_mean_lse = 0.0f;     // mean over positions of logsumexp(output logits)
     // Near/far statistics (docs/training.md). Key j of query i (j <= i, visible to the head) is "near" when
     // its distance i - j < N, else "far"; N = near_distance, or the model's window P when that is 0
     // (near_or). Empty when the backend does not compute them (Backend::has_near_far_stats; CUDA).
-    int near_distance = 0;                // input set by the caller before forward; 0 = window P
-    std::vector<float> near_mass;         // mean over query rows of the softmax probability on near keys
-                                          //   (far mass = 1 - near_mass)
-    std::vector<float> near_max_logit;    // max pre-softmax logit over near keys (as max_logit: after
-    std::vector<float> far_max_logit;     //   QK-norm, before soft-cap) / over far keys; -inf: no far key
+    int near_distance = 0;              // input set by the caller before forward; 0 = window P
+    std::vector<float> near_mass;       // mean over query rows of the softmax probability on near keys
+                                        //   (far mass = 1 - near_mass)
+    std::vector<float> near_max_logit;  // max pre-softmax logit over near keys (as max_logit: after
+    std::vector<float> far_max_logit;   //   QK-norm, before soft-cap) / over far keys; -inf: no far key
     int near_or(int window) const { return near_distance > 0 ? near_distance : window; }
     bool has_near_far() const { return !near_mass.empty(); }
     // Sizes the per-head vectors for L x NH; the near/far ones are emptied (resize_near fills them).
     void resize(int L, int NH) {
-        num_layers = L; num_heads = NH;
+        num_layers = L;
+        num_heads = NH;
         max_logit.assign((size_t)L * NH, 0.0f);
         min_logit.assign((size_t)L * NH, 0.0f);
         entropy.assign((size_t)L * NH, 0.0f);

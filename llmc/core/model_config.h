@@ -8,17 +8,17 @@
 namespace llmc {
 
 struct ModelConfig {
-    int max_seq_len = 1024;      // maxT: rows of the position embedding
-    int vocab_size = 50257;      // V: real vocabulary
-    int padded_vocab_size = 50304; // Vp: V rounded up to a multiple of 128; logits [V, Vp) are never used
-    int num_layers = 6;          // L
-    int num_heads = 6;           // NH
-    int channels = 192;          // C; head size hd = C / NH
-    int global_heads = 1;        // G: heads NH-G .. NH-1 are global (causal), 0 .. NH-G-1 local
-    int window = 50;             // P: a local head's query i sees keys i-P < j <= i
-    bool qk_norm = false;        // LayerNorm over the head dimension on q and k (per-layer gain/bias)
-    float attn_softcap = 0.0f;   // > 0: attention logits s -> c * tanh(s / c); 0 = off
-    bool tied_embeddings = true; // LM head shares wte; false adds a separate lm_head (Vp, C)
+    int max_seq_len = 1024;         // maxT: rows of the position embedding
+    int vocab_size = 50257;         // V: real vocabulary
+    int padded_vocab_size = 50304;  // Vp: V rounded up to a multiple of 128; logits [V, Vp) are never used
+    int num_layers = 6;             // L
+    int num_heads = 6;              // NH
+    int channels = 192;             // C; head size hd = C / NH
+    int global_heads = 1;           // G: heads NH-G .. NH-1 are global (causal), 0 .. NH-G-1 local
+    int window = 50;                // P: a local head's query i sees keys i-P < j <= i
+    bool qk_norm = false;           // LayerNorm over the head dimension on q and k (per-layer gain/bias)
+    float attn_softcap = 0.0f;      // > 0: attention logits s -> c * tanh(s / c); 0 = off
+    bool tied_embeddings = true;    // LM head shares wte; false adds a separate lm_head (Vp, C)
 
     int head_size() const { return channels / num_heads; }
     int local_heads() const { return num_heads - global_heads; }
@@ -42,7 +42,8 @@ constexpr double kMaxModelParams = 1099511627776.0;  // 2^40
 inline double model_param_count(const ModelConfig& c) {
     const double Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, T = c.max_seq_len;
     const double hd = c.num_heads > 0 ? (double)(c.channels / c.num_heads) : 0.0;
-    return (c.tied_embeddings ? 1 : 2) * Vp * C + T * C + L * (12 * C * C + 13 * C) + 2 * C + (c.qk_norm ? 4 * L * hd : 0);
+    return (c.tied_embeddings ? 1 : 2) * Vp * C + T * C + L * (12 * C * C + 13 * C) + 2 * C +
+           (c.qk_norm ? 4 * L * hd : 0);
 }
 
 // Returns "" when the configuration is buildable, else one line naming the problem and the fix.
@@ -61,7 +62,8 @@ inline std::string validate_model_config(const ModelConfig& c) {
     if (c.max_seq_len < 1) return "--max-seq-len must be >= 1 (got " + s(c.max_seq_len) + ")";
     if (c.vocab_size < 2) return "--vocab must be >= 2 (got " + s(c.vocab_size) + ")";
     if (c.vocab_size > kMaxVocab)
-        return "--vocab " + s(c.vocab_size) + " is too large: at most " + s(kMaxVocab) + " (padded to a multiple of 128 in int32)";
+        return "--vocab " + s(c.vocab_size) + " is too large: at most " + s(kMaxVocab) +
+               " (padded to a multiple of 128 in int32)";
     if (c.padded_vocab_size < c.vocab_size || c.padded_vocab_size % 128 != 0)
         return "padded vocabulary " + s(c.padded_vocab_size) + " must be a multiple of 128 and >= vocab " +
                s(c.vocab_size);

@@ -37,19 +37,19 @@ public:
         : flat_(flat), layout_(&layout), num_layers_((size_t)num_layers) {}
 
     T* operator[](ParamId id) const { return flat_ + layout_->offset[id]; }  // the whole tensor
-    T* wte() const { return (*this)[P_WTE]; }                                 // (Vp, C)
-    T* wpe() const { return (*this)[P_WPE]; }                                 // (maxT, C)
-    T* lnfw() const { return (*this)[P_LNFW]; }                               // (C)
-    T* lnfb() const { return (*this)[P_LNFB]; }                               // (C)
+    T* wte() const { return (*this)[P_WTE]; }                                // (Vp, C)
+    T* wpe() const { return (*this)[P_WPE]; }                                // (maxT, C)
+    T* lnfw() const { return (*this)[P_LNFW]; }                              // (C)
+    T* lnfb() const { return (*this)[P_LNFB]; }                              // (C)
     // (Vp, C) the LM head: wte when the embeddings are tied (the untied tensor is then empty)
     T* lm_head() const { return (*this)[layout_->size[P_LMHEAD] > 0 ? P_LMHEAD : P_WTE]; }
 
     // Layer l's slice of every per-layer tensor: its (L, ...) tensor at offset l * size / L.
     LayerParams<T> layer(int l) const {
-        return {slice(P_LN1W, l),     slice(P_LN1B, l),    slice(P_QKVW, l),   slice(P_QKVB, l),
-                slice(P_ATTPROJW, l), slice(P_ATTPROJB, l), slice(P_LN2W, l),  slice(P_LN2B, l),
-                slice(P_FCW, l),      slice(P_FCB, l),     slice(P_FCPROJW, l), slice(P_FCPROJB, l),
-                slice(P_QNORMW, l),   slice(P_QNORMB, l),  slice(P_KNORMW, l), slice(P_KNORMB, l)};
+        return {slice(P_LN1W, l),     slice(P_LN1B, l),     slice(P_QKVW, l),    slice(P_QKVB, l),
+                slice(P_ATTPROJW, l), slice(P_ATTPROJB, l), slice(P_LN2W, l),    slice(P_LN2B, l),
+                slice(P_FCW, l),      slice(P_FCB, l),      slice(P_FCPROJW, l), slice(P_FCPROJB, l),
+                slice(P_QNORMW, l),   slice(P_QNORMB, l),   slice(P_KNORMW, l),  slice(P_KNORMB, l)};
     }
 
 private:

@@ -38,8 +38,8 @@ enum ParamId {
 
 inline const char* param_name(int id) {
     static const char* names[NUM_PARAM_TENSORS] = {
-        "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b", "fcw",
-        "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb", "qnormw", "qnormb", "knormw", "knormb", "lm_head"};
+        "wte", "wpe",     "ln1w",    "ln1b", "qkvw", "qkvb",   "attprojw", "attprojb", "ln2w",   "ln2b",   "fcw",
+        "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb", "qnormw", "qnormb",   "knormw",   "knormb", "lm_head"};
     return names[id];
 }
 
@@ -53,9 +53,27 @@ inline ParamLayout param_layout(const ModelConfig& c) {
     const size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, maxT = c.max_seq_len;
     const size_t hd = c.head_size(), qk = c.qk_norm ? L * hd : 0;
     ParamLayout p;
-    p.size = {Vp * C, maxT * C, L * C, L * C, L * 3 * C * C, L * 3 * C, L * C * C, L * C,
-              L * C, L * C, L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C, C, C,
-              qk, qk, qk, qk, c.tied_embeddings ? 0 : Vp * C};
+    p.size = {Vp * C,
+              maxT * C,
+              L * C,
+              L * C,
+              L * 3 * C * C,
+              L * 3 * C,
+              L * C * C,
+              L * C,
+              L * C,
+              L * C,
+              L * 4 * C * C,
+              L * 4 * C,
+              L * C * 4 * C,
+              L * C,
+              C,
+              C,
+              qk,
+              qk,
+              qk,
+              qk,
+              c.tied_embeddings ? 0 : Vp * C};
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
         p.offset[i] = p.total;
         p.total += p.size[i];
@@ -66,8 +84,8 @@ inline ParamLayout param_layout(const ModelConfig& c) {
 // AdamW's decoupled weight decay applies to matrices and embeddings only, not to biases,
 // LayerNorm and QK-norm gains/biases.
 inline bool param_gets_weight_decay(int id) {
-    return id == P_WTE || id == P_WPE || id == P_QKVW || id == P_ATTPROJW || id == P_FCW ||
-           id == P_FCPROJW || id == P_LMHEAD;
+    return id == P_WTE || id == P_WPE || id == P_QKVW || id == P_ATTPROJW || id == P_FCW || id == P_FCPROJW ||
+           id == P_LMHEAD;
 }
 
 }  // namespace llmc

@@ -34,10 +34,10 @@ namespace cpu {
 // attention_forward merges into it, so one struct can collect several forward passes.
 // Mean entropy = entropy_sum / rows; mean near mass = near_mass_sum / rows.
 struct AttnHeadStats {
-    float max_logit;     // max of s = q.k/sqrt(hd) (before soft-capping) over unmasked pairs
-    float min_logit;     // min of the same
-    double entropy_sum;  // sum over query rows of the entropy (nats) of the softmax over s'
-    int64_t rows;        // number of query rows summed
+    float max_logit;             // max of s = q.k/sqrt(hd) (before soft-capping) over unmasked pairs
+    float min_logit;             // min of the same
+    double entropy_sum;          // sum over query rows of the entropy (nats) of the softmax over s'
+    int64_t rows;                // number of query rows summed
     double near_mass_sum = 0.0;  // sum over query rows of the softmax probability on near keys
     float near_max_logit = -std::numeric_limits<float>::infinity();  // max of s over near keys
     float far_max_logit = -std::numeric_limits<float>::infinity();   // over far keys (-inf: none yet)
@@ -46,20 +46,18 @@ struct AttnHeadStats {
 // Throws InputError when the attention shape is impossible.
 inline void attention_check_args(int B, int T, int C, int NH, int G, int P) {
     if (B < 1 || T < 1) {
-        throw InputError("attention: B and T must be >= 1 (got B=" + std::to_string(B) +
-                         ", T=" + std::to_string(T) + "); pass a non-empty batch");
+        throw InputError("attention: B and T must be >= 1 (got B=" + std::to_string(B) + ", T=" + std::to_string(T) +
+                         "); pass a non-empty batch");
     }
     if (NH < 1 || C < 1 || C % NH != 0) {
         throw InputError("attention: channels C=" + std::to_string(C) + " must be a positive multiple of heads NH=" +
                          std::to_string(NH) + "; change --channels or --heads");
     }
     if (G < 0 || G > NH) {
-        throw InputError("attention: global heads G=" + std::to_string(G) + " must be in [0, NH=" +
-                         std::to_string(NH) + "]; change --global-heads");
+        throw InputError("attention: global heads G=" + std::to_string(G) + " must be in [0, NH=" + std::to_string(NH) +
+                         "]; change --global-heads");
     }
-    if (P < 1) {
-        throw InputError("attention: window P=" + std::to_string(P) + " must be >= 1; change --window");
-    }
+    if (P < 1) { throw InputError("attention: window P=" + std::to_string(P) + " must be >= 1; change --window"); }
 }
 
 // First key index query i of head h may see.
@@ -73,10 +71,12 @@ inline int attention_key_lo(int i, int h, int NH, int G, int P) {
 // qkv: (B, T, 3C). stats: NH entries merged into, or nullptr.
 // near: the near/far distance N of the statistics (keys with i - j < N are near); 0 = P.
 template <typename F>
-void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH, int G, int P,
-                       float softcap, AttnHeadStats* stats, int near = 0) {
+void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH, int G, int P, float softcap,
+                       AttnHeadStats* stats, int near = 0) {
     attention_check_args(B, T, C, NH, G, P);
-    if (near < 0) throw InputError("attention: near distance " + std::to_string(near) + " must be >= 1 (0 = the window P); change --near");
+    if (near < 0)
+        throw InputError("attention: near distance " + std::to_string(near) +
+                         " must be >= 1 (0 = the window P); change --near");
     const int near_n = near > 0 ? near : P;
     const int hd = C / NH;
     const int C3 = 3 * C;
@@ -157,8 +157,8 @@ void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH
                 }
             }
             if (stats)
-                partial[task] = AttnHeadStats{smax, smin, ent_sum, (int64_t)(i_end - c * chunk), near_mass_sum,
-                                              near_max, far_max};
+                partial[task] =
+                    AttnHeadStats{smax, smin, ent_sum, (int64_t)(i_end - c * chunk), near_mass_sum, near_max, far_max};
         }
     }
 
@@ -188,8 +188,8 @@ void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH
 //   dq_i += ds_ij k_j / sqrt(hd);  dk_j += ds_ij q_i / sqrt(hd);  dv_j += p_ij dout_i.
 // dqkv: (B, T, 3C), overwritten. dout, out: (B, T, C). lse: (B, NH, T) from the forward.
 template <typename F>
-void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* out, const F* lse, int B, int T,
-                        int C, int NH, int G, int P, float softcap) {
+void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* out, const F* lse, int B, int T, int C, int NH,
+                        int G, int P, float softcap) {
     attention_check_args(B, T, C, NH, G, P);
     const int hd = C / NH;
     const int C3 = 3 * C;
@@ -213,9 +213,9 @@ void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* out, cons
             for (int i = 0; i < T; i++) {
                 const int lo = attention_key_lo(i, h, NH, G, P);
                 const int64_t row_i = ((int64_t)b * T + i);
-                const F* q = qkv + row_i * C3 + h * hd;    // (hd)
-                const F* go = dout + row_i * C + h * hd;   // (hd)
-                const F* o = out + row_i * C + h * hd;     // (hd)
+                const F* q = qkv + row_i * C3 + h * hd;   // (hd)
+                const F* go = dout + row_i * C + h * hd;  // (hd)
+                const F* o = out + row_i * C + h * hd;    // (hd)
                 const F row_lse = lse[((int64_t)b * NH + h) * T + i];
                 F D = 0;
                 for (int d = 0; d < hd; d++) D += go[d] * o[d];

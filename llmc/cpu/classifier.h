@@ -29,9 +29,9 @@ namespace detail {
 inline void check_targets(const int* targets, int N, int V) {
     for (int n = 0; n < N; n++) {
         if (targets[n] < 0 || targets[n] >= V)
-            throw InputError("target token id " + std::to_string(targets[n]) + " at position " +
-                             std::to_string(n) + " is outside the vocabulary [0, " +
-                             std::to_string(V) + "); re-tokenize the data or raise --vocab");
+            throw InputError("target token id " + std::to_string(targets[n]) + " at position " + std::to_string(n) +
+                             " is outside the vocabulary [0, " + std::to_string(V) +
+                             "); re-tokenize the data or raise --vocab");
     }
 }
 }  // namespace detail
@@ -39,8 +39,8 @@ inline void check_targets(const int* targets, int N, int V) {
 // losses (N) CE, zlosses (N) z_weight * lse^2, lse (N) (saved for the backward);
 // logits (N, Vp), targets (N) in [0, V). stats (nullable) is overwritten with this call's values.
 template <typename F>
-void classifier_forward(F* losses, F* zlosses, F* lse, const F* logits, const int* targets,
-                        float z_weight, int N, int V, int Vp, OutputStats* stats) {
+void classifier_forward(F* losses, F* zlosses, F* lse, const F* logits, const int* targets, float z_weight, int N,
+                        int V, int Vp, OutputStats* stats) {
     detail::check_targets(targets, N, V);
     std::vector<F> row_max(N);
 #pragma omp parallel for schedule(static)
@@ -89,8 +89,8 @@ void classifier_forward(F* losses, F* zlosses, F* lse, const F* logits, const in
 // for v < V, and 0 in the padding columns [V, Vp).
 // dloss = d objective / d (per-position CE + z-loss), e.g. grad_scale / N.
 template <typename F>
-void classifier_backward(F* dlogits, const F* logits, const F* lse, const int* targets, F dloss,
-                         float z_weight, int N, int V, int Vp) {
+void classifier_backward(F* dlogits, const F* logits, const F* lse, const int* targets, F dloss, float z_weight, int N,
+                         int V, int Vp) {
     detail::check_targets(targets, N, V);
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {

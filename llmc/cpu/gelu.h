@@ -29,8 +29,7 @@ void gelu_backward(F* dinp, const F* inp, const F* dout, size_t n) {
     for (size_t i = 0; i < n; i++) {
         const F x = inp[i];
         const F th = tanh_fast(k * (x + F(0.044715) * x * x * x));
-        const F grad = F(0.5) * (F(1) + th) +
-                       F(0.5) * x * (F(1) - th * th) * k * (F(1) + F(3 * 0.044715) * x * x);
+        const F grad = F(0.5) * (F(1) + th) + F(0.5) * x * (F(1) - th * th) * k * (F(1) + F(3 * 0.044715) * x * x);
         dinp[i] = dout[i] * grad;
     }
 }

@@ -64,30 +64,37 @@ using HostBuffer = std::vector<E>;
 template <typename F>
 struct Gpt2CpuActs : LayerActBuffers<HostBuffer, F, F> {
     // forward
-    std::vector<F> lnf;                  // (B, T, C)
-    std::vector<F> lnf_mean, lnf_rstd;   // (B, T)
-    std::vector<F> logits;               // (B, T, Vp)
-    std::vector<F> losses, zlosses, lse; // (B, T)  per-position CE, z-loss term, output log-sum-exp
-    std::vector<F> branch;               // (B, T, C)  scratch: attproj / fcproj output before the add
+    std::vector<F> lnf;                   // (B, T, C)
+    std::vector<F> lnf_mean, lnf_rstd;    // (B, T)
+    std::vector<F> logits;                // (B, T, Vp)
+    std::vector<F> losses, zlosses, lse;  // (B, T)  per-position CE, z-loss term, output log-sum-exp
+    std::vector<F> branch;                // (B, T, C)  scratch: attproj / fcproj output before the add
     // backward: activation gradients, each overwritten by the op that produces it (docs/design.md)
-    std::vector<F> dlogits;              // (B, T, Vp)
-    std::vector<F> dresidual;            // (B, T, C)  gradient of the residual stream, updated in place
-    std::vector<F> dbtc;                 // (B, T, C)  d lnf / d ln2 / d atty / d ln1
-    std::vector<F> d4c_a, d4c_b;         // (B, T, 4C) d fch_gelu, d fch
-    std::vector<F> d3c_a, d3c_b;         // (B, T, 3C) d qkv(n), d qkv (QK-norm only)
+    std::vector<F> dlogits;       // (B, T, Vp)
+    std::vector<F> dresidual;     // (B, T, C)  gradient of the residual stream, updated in place
+    std::vector<F> dbtc;          // (B, T, C)  d lnf / d ln2 / d atty / d ln1
+    std::vector<F> d4c_a, d4c_b;  // (B, T, 4C) d fch_gelu, d fch
+    std::vector<F> d3c_a, d3c_b;  // (B, T, 3C) d qkv(n), d qkv (QK-norm only)
 
     void allocate(const ModelConfig& cfg, size_t N) {
         const size_t C = cfg.channels, Vp = cfg.padded_vocab_size;
         const size_t qk = cfg.qk_norm ? 1 : 0;
         this->allocate_layers(cfg, N, [](std::vector<F>& buf, size_t count) { buf.resize(count); });
-        lnf.resize(N * C); lnf_mean.resize(N); lnf_rstd.resize(N);
+        lnf.resize(N * C);
+        lnf_mean.resize(N);
+        lnf_rstd.resize(N);
         logits.resize(N * Vp);
-        losses.resize(N); zlosses.resize(N); lse.resize(N);
+        losses.resize(N);
+        zlosses.resize(N);
+        lse.resize(N);
         branch.resize(N * C);
         dlogits.resize(N * Vp);
-        dresidual.resize(N * C); dbtc.resize(N * C);
-        d4c_a.resize(N * 4 * C); d4c_b.resize(N * 4 * C);
-        d3c_a.resize(N * 3 * C); d3c_b.resize(qk * N * 3 * C);
+        dresidual.resize(N * C);
+        dbtc.resize(N * C);
+        d4c_a.resize(N * 4 * C);
+        d4c_b.resize(N * 4 * C);
+        d3c_a.resize(N * 3 * C);
+        d3c_b.resize(qk * N * 3 * C);
     }
 };
 
@@ -113,7 +120,10 @@ public:
     const std::vector<F>& grads() const { return grads_; }
     F* param(ParamId id) { return params_.data() + layout_.offset[id]; }
     F* grad(ParamId id) { return grads_.data() + layout_.offset[id]; }
-    template <typename S> void set_params(const S* src) { std::copy(src, src + layout_.total, params_.begin()); }
+    template <typename S>
+    void set_params(const S* src) {
+        std::copy(src, src + layout_.total, params_.begin());
+    }
     void zero_grad() { std::fill(grads_.begin(), grads_.end(), F(0)); }
 
     // Activations of the last forward (for tests and diagnostics).
@@ -148,15 +158,18 @@ public:
             targets_.resize(N);
             capacity_ = N;
         }
-        B_ = B; T_ = T; z_weight_ = z_weight; has_targets_ = targets != nullptr;
+        B_ = B;
+        T_ = T;
+        z_weight_ = z_weight;
+        has_targets_ = targets != nullptr;
         std::copy(inputs, inputs + N, inputs_.begin());
         if (targets) std::copy(targets, targets + N, targets_.begin());
         else std::fill(targets_.begin(), targets_.begin() + N, 0);  // only for output stats
 
         if (stats) {
             for (AttnHeadStats& s : attn_stats_)
-                s = AttnHeadStats{-std::numeric_limits<float>::infinity(), std::numeric_limits<float>::infinity(),
-                                  0.0, 0};
+                s = AttnHeadStats{-std::numeric_limits<float>::infinity(), std::numeric_limits<float>::infinity(), 0.0,
+                                  0};
         }
         Gpt2CpuActs<F>& a = acts_;
         const ParamView<const F> w = weights();
@@ -169,8 +182,8 @@ public:
             layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, la.residual, lw.ln1w, lw.ln1b, n, C);
             matmul_forward(la.qkv, la.ln1, lw.qkvw, lw.qkvb, n, C, 3 * C);
             if (cfg_.qk_norm)
-                qknorm_forward(la.qkvn, la.qkn_mean, la.qkn_rstd, la.qkv, lw.qnormw, lw.qnormb, lw.knormw, lw.knormb,
-                               B, T, C, NH);
+                qknorm_forward(la.qkvn, la.qkn_mean, la.qkn_rstd, la.qkv, lw.qnormw, lw.qnormb, lw.knormw, lw.knormb, B,
+                               T, C, NH);
             attention_forward(la.atty, la.att_lse, la.att_in(), B, T, C, NH, G, P, cfg_.attn_softcap,
                               stats ? &attn_stats_[(size_t)l * NH] : nullptr, stats ? stats->near_distance : 0);
             matmul_forward(a.branch.data(), la.atty, lw.attprojw, lw.attprojb, n, C, C);
@@ -193,7 +206,10 @@ public:
                                z_weight, n, V, Vp, stats ? &os : nullptr);
             if (targets) {
                 double sum_ce = 0.0, sum_z = 0.0;  // fixed order: deterministic
-                for (size_t i = 0; i < N; i++) { sum_ce += (double)a.losses[i]; sum_z += (double)a.zlosses[i]; }
+                for (size_t i = 0; i < N; i++) {
+                    sum_ce += (double)a.losses[i];
+                    sum_z += (double)a.zlosses[i];
+                }
                 mean_loss_ = sum_ce / (double)N;
                 mean_zloss_ = sum_z / (double)N;
                 res.loss = (float)mean_loss_;
@@ -235,11 +251,10 @@ public:
         // classifier: objective = (1/N) sum over positions of (CE + z), scaled by grad_scale
         classifier_backward(a.dlogits.data(), a.logits.data(), a.lse.data(), targets_.data(),
                             (F)((double)grad_scale / (double)N), z_weight_, n, V, Vp);
-        matmul_backward(a.dbtc.data(), g.lm_head(), (F*)nullptr, a.dlogits.data(), a.lnf.data(), w.lm_head(), n, C,
-                        Vp);
+        matmul_backward(a.dbtc.data(), g.lm_head(), (F*)nullptr, a.dlogits.data(), a.lnf.data(), w.lm_head(), n, C, Vp);
         std::fill(a.dresidual.begin(), a.dresidual.begin() + N * C, F(0));  // the LayerNorm backward adds into it
-        layernorm_backward(a.dresidual.data(), g.lnfw(), g.lnfb(), a.dbtc.data(), a.layer(L - 1, N).residual3,
-                           w.lnfw(), a.lnf_mean.data(), a.lnf_rstd.data(), n, C);
+        layernorm_backward(a.dresidual.data(), g.lnfw(), g.lnfb(), a.dbtc.data(), a.layer(L - 1, N).residual3, w.lnfw(),
+                           a.lnf_mean.data(), a.lnf_rstd.data(), n, C);
 
         // dresidual holds d(objective)/d(x) of the residual stream. A residual add passes its
         // gradient unchanged to both inputs, so the stream's gradient is updated in place (the
@@ -268,8 +283,8 @@ public:
                 dqkv = a.d3c_b.data();
             }
             matmul_backward(a.dbtc.data(), lg.qkvw, lg.qkvb, dqkv, la.ln1, lw.qkvw, n, C, 3 * C);
-            layernorm_backward(dres, lg.ln1w, lg.ln1b, a.dbtc.data(), la.residual, lw.ln1w, la.ln1_mean, la.ln1_rstd,
-                               n, C);
+            layernorm_backward(dres, lg.ln1w, lg.ln1b, a.dbtc.data(), la.residual, lw.ln1w, la.ln1_mean, la.ln1_rstd, n,
+                               C);
         }
         encoder_backward(g.wte(), g.wpe(), dres, inputs_.data(), B, T, C);
     }
@@ -295,7 +310,8 @@ public:
             for (int b = 0; b < B; b++) col[b] = tokens[(size_t)b * n + i];
             const F* lg = kv_decode(col.data());
             for (int b = 0; b < B; b++)
-                std::copy(lg + (size_t)b * Vp, lg + (size_t)(b + 1) * Vp, kv_logits_.begin() + ((size_t)b * n + i) * Vp);
+                std::copy(lg + (size_t)b * Vp, lg + (size_t)(b + 1) * Vp,
+                          kv_logits_.begin() + ((size_t)b * n + i) * Vp);
         }
         return kv_logits_.data();
     }
@@ -321,11 +337,19 @@ private:
         const int B = kv_.B, L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads;
         const int Vp = cfg_.padded_vocab_size, t = kv_.pos;
         DecodeActs& a = dec_;
-        a.x.resize((size_t)B * C); a.ln.resize((size_t)B * C); a.mean.resize(B); a.rstd.resize(B);
-        a.qkv.resize((size_t)B * 3 * C); a.qkvn.resize((size_t)B * 3 * C);
-        a.qkn_mean.resize((size_t)B * 2 * NH); a.qkn_rstd.resize((size_t)B * 2 * NH);
-        a.atty.resize((size_t)B * C); a.branch.resize((size_t)B * C); a.x2.resize((size_t)B * C);
-        a.fch.resize((size_t)B * 4 * C); a.fch_gelu.resize((size_t)B * 4 * C);
+        a.x.resize((size_t)B * C);
+        a.ln.resize((size_t)B * C);
+        a.mean.resize(B);
+        a.rstd.resize(B);
+        a.qkv.resize((size_t)B * 3 * C);
+        a.qkvn.resize((size_t)B * 3 * C);
+        a.qkn_mean.resize((size_t)B * 2 * NH);
+        a.qkn_rstd.resize((size_t)B * 2 * NH);
+        a.atty.resize((size_t)B * C);
+        a.branch.resize((size_t)B * C);
+        a.x2.resize((size_t)B * C);
+        a.fch.resize((size_t)B * 4 * C);
+        a.fch_gelu.resize((size_t)B * 4 * C);
         a.logits.resize((size_t)B * Vp);
         const ParamView<const F> w = weights();
 
@@ -341,8 +365,8 @@ private:
             matmul_forward(a.qkv.data(), a.ln.data(), lw.qkvw, lw.qkvb, B, C, 3 * C);
             const F* att_in = a.qkv.data();  // (B, 3C)
             if (cfg_.qk_norm) {
-                qknorm_forward(a.qkvn.data(), a.qkn_mean.data(), a.qkn_rstd.data(), a.qkv.data(), lw.qnormw,
-                               lw.qnormb, lw.knormw, lw.knormb, B, 1, C, NH);
+                qknorm_forward(a.qkvn.data(), a.qkn_mean.data(), a.qkn_rstd.data(), a.qkv.data(), lw.qnormw, lw.qnormb,
+                               lw.knormw, lw.knormb, B, 1, C, NH);
                 att_in = a.qkvn.data();
             }
             for (int b = 0; b < B; b++) kv_.store(l, b, t, att_in + (size_t)b * 3 * C);
@@ -363,13 +387,13 @@ private:
 
     // Row buffers of a decode step, one row per sequence.
     struct DecodeActs {
-        std::vector<F> x, x2;                 // (B, C) residual stream before / after the attention branch
-        std::vector<F> ln, mean, rstd;        // (B, C), (B), (B)
-        std::vector<F> qkv, qkvn;             // (B, 3C)
-        std::vector<F> qkn_mean, qkn_rstd;    // (B, 2, NH)
-        std::vector<F> atty, branch;          // (B, C)
-        std::vector<F> fch, fch_gelu;         // (B, 4C)
-        std::vector<F> logits;                // (B, Vp)
+        std::vector<F> x, x2;               // (B, C) residual stream before / after the attention branch
+        std::vector<F> ln, mean, rstd;      // (B, C), (B), (B)
+        std::vector<F> qkv, qkvn;           // (B, 3C)
+        std::vector<F> qkn_mean, qkn_rstd;  // (B, 2, NH)
+        std::vector<F> atty, branch;        // (B, C)
+        std::vector<F> fch, fch_gelu;       // (B, 4C)
+        std::vector<F> logits;              // (B, Vp)
     };
 
     // The parameters and the gradients as the model's tensors (llmc/core/param_view.h).
@@ -385,16 +409,16 @@ private:
     ParamLayout layout_;
     std::vector<F> params_, grads_;  // canonical flat layout
     Gpt2CpuActs<F> acts_;
-    size_t capacity_ = 0;            // rows (B*T) the activations are allocated for
-    std::vector<int> inputs_, targets_;  // (B, T) of the last forward (backward needs them)
+    size_t capacity_ = 0;                    // rows (B*T) the activations are allocated for
+    std::vector<int> inputs_, targets_;      // (B, T) of the last forward (backward needs them)
     std::vector<AttnHeadStats> attn_stats_;  // (L, NH) scratch for the attention statistics
     int B_ = 0, T_ = 0;
     float z_weight_ = 0.0f;
     bool has_targets_ = false;
     double mean_loss_ = 0.0, mean_zloss_ = 0.0;
-    KvCache<F> kv_;                  // KV cache of kv_begin / kv_forward
-    DecodeActs dec_;                 // row buffers of a decode step
-    std::vector<F> kv_logits_;       // (B, n, Vp) logits of a multi-position kv_forward after a prefill
+    KvCache<F> kv_;             // KV cache of kv_begin / kv_forward
+    DecodeActs dec_;            // row buffers of a decode step
+    std::vector<F> kv_logits_;  // (B, n, Vp) logits of a multi-position kv_forward after a prefill
 };
 
 // The CPU Backend: Gpt2Cpu<float> plus AdamW moments, all in the canonical flat layout.
@@ -434,9 +458,7 @@ public:
     void zero_grad() override { model_.zero_grad(); }
     void backward(float grad_scale) override { model_.backward(grad_scale); }
     void get_grads(float* dst) const override { std::copy(model_.grads().begin(), model_.grads().end(), dst); }
-    void set_grads(const float* src) override {
-        std::copy(src, src + model_.grads().size(), model_.grads().begin());
-    }
+    void set_grads(const float* src) override { std::copy(src, src + model_.grads().size(), model_.grads().begin()); }
     float grad_norm() override {
         return (float)std::sqrt(global_norm_squared(model_.grads().data(), model_.grads().size()));
     }
@@ -447,7 +469,7 @@ public:
             if (n == 0) continue;
             const float wd = param_gets_weight_decay(id) ? h.weight_decay : 0.0f;
             llmc::adamw_update(model_.params().data() + off, model_.grads().data() + off, m_.data() + off,
-                                    v_.data() + off, n, h.lr, h.beta1, h.beta2, h.eps, wd, t, grad_multiplier);
+                               v_.data() + off, n, h.lr, h.beta1, h.beta2, h.eps, wd, t, grad_multiplier);
         }
     }
 

@@ -33,21 +33,33 @@ namespace cpu {
 template <typename F>
 struct KvCache {
     int L = 0, B = 0, NH = 0, G = 0, hd = 0, P = 0;
-    int max_len = 0;  // positions per sequence the cache can hold
-    int ring = 0;     // R = min(P, max_len): slots of a local head
-    int pos = 0;      // positions cached so far (the same for every sequence)
+    int max_len = 0;                    // positions per sequence the cache can hold
+    int ring = 0;                       // R = min(P, max_len): slots of a local head
+    int pos = 0;                        // positions cached so far (the same for every sequence)
     std::vector<F> k_global, v_global;  // (L, B, G, max_len, hd)
     std::vector<F> k_local, v_local;    // (L, B, NH-G, R, hd)
 
     // An empty cache for B sequences of up to max_len positions (buffers reused when they fit).
     void init(const ModelConfig& cfg, int B_, int max_len_) {
         check_kv_begin(cfg, B_, max_len_);
-        L = cfg.num_layers; B = B_; NH = cfg.num_heads; G = cfg.global_heads; hd = cfg.head_size();
-        P = cfg.window; max_len = max_len_; ring = std::min(P, max_len); pos = 0;
+        L = cfg.num_layers;
+        B = B_;
+        NH = cfg.num_heads;
+        G = cfg.global_heads;
+        hd = cfg.head_size();
+        P = cfg.window;
+        max_len = max_len_;
+        ring = std::min(P, max_len);
+        pos = 0;
         const size_t ng = (size_t)L * B * G * max_len * hd, nl = (size_t)L * B * (NH - G) * ring * hd;
-        k_global.resize(ng); v_global.resize(ng);
-        k_local.resize(nl); v_local.resize(nl);
-        k_global.shrink_to_fit(); v_global.shrink_to_fit(); k_local.shrink_to_fit(); v_local.shrink_to_fit();
+        k_global.resize(ng);
+        v_global.resize(ng);
+        k_local.resize(nl);
+        v_local.resize(nl);
+        k_global.shrink_to_fit();
+        v_global.shrink_to_fit();
+        k_local.shrink_to_fit();
+        v_local.shrink_to_fit();
     }
 
     size_t bytes() const {

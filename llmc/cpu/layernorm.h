@@ -34,8 +34,8 @@ void layernorm_forward(F* out, F* mean, F* rstd, const F* inp, const F* w, const
 //   dinp = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)),  dw = sum_n dout * xhat,  db = sum_n dout
 // dinp is parallel over rows; dw and db over blocks of channels, each summing the rows in order.
 template <typename F>
-void layernorm_backward(F* dinp, F* dw, F* db, const F* dout, const F* inp, const F* w,
-                        const F* mean, const F* rstd, int N, int C) {
+void layernorm_backward(F* dinp, F* dw, F* db, const F* dout, const F* inp, const F* w, const F* mean, const F* rstd,
+                        int N, int C) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const F* x = inp + (size_t)n * C;

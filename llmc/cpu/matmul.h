@@ -30,8 +30,8 @@ namespace detail {
 // vector extension: 16 for SSE, 32 for AVX), so it stays in registers and the compiler cannot
 // re-vectorize the k loop its own way (-O3 did, badly, with plain arrays).
 template <typename F, int R, int W, int VB>
-__attribute__((always_inline)) inline void mm_tile(F* c, size_t ldc, const F* a, size_t ars,
-                                                   size_t aks, const F* b, size_t ldb, int K, bool overwrite) {
+__attribute__((always_inline)) inline void mm_tile(F* c, size_t ldc, const F* a, size_t ars, size_t aks, const F* b,
+                                                   size_t ldb, int K, bool overwrite) {
     typedef F vec __attribute__((vector_size(VB)));
     constexpr int VL = VB / sizeof(F), NV = W / VL;  // lanes per vector, vectors per tile row
     static_assert(W % VL == 0, "the tile width must be a multiple of the vector length");
@@ -63,8 +63,8 @@ __attribute__((always_inline)) inline void mm_tile(F* c, size_t ldc, const F* a,
 
 // The same for a ragged tile of rows x cols (< R x W) at an edge of C: plain loops, same k order.
 template <typename F>
-inline void mm_tile_edge(F* c, size_t ldc, int rows, int cols, const F* a, size_t ars,
-                         size_t aks, const F* b, size_t ldb, int K, bool overwrite) {
+inline void mm_tile_edge(F* c, size_t ldc, int rows, int cols, const F* a, size_t ars, size_t aks, const F* b,
+                         size_t ldb, int K, bool overwrite) {
     for (int r = 0; r < rows; r++) {
         for (int j = 0; j < cols; j++) {
             F acc = overwrite ? F(0) : c[r * ldc + j];
@@ -76,9 +76,8 @@ inline void mm_tile_edge(F* c, size_t ldc, int rows, int cols, const F* a, size_
 
 // One tile of C (rows x cols <= R x W, row stride ldc) += A B over K (= A B with overwrite).
 template <typename F, int R, int W, int VB>
-__attribute__((always_inline)) inline void gemm_tile(F* c, size_t ldc, int rows, int cols,
-                                                     const F* a, size_t ars, size_t aks,
-                                                     const F* b, size_t ldb, int K, bool overwrite) {
+__attribute__((always_inline)) inline void gemm_tile(F* c, size_t ldc, int rows, int cols, const F* a, size_t ars,
+                                                     size_t aks, const F* b, size_t ldb, int K, bool overwrite) {
     if (rows == R && cols == W) {
         mm_tile<F, R, W, VB>(c, ldc, a, ars, aks, b, ldb, K, overwrite);
     } else if (cols == W) {  // the last rows of C: one row at a time, still vectorized
@@ -94,9 +93,8 @@ __attribute__((always_inline)) inline void gemm_tile(F* c, size_t ldc, int rows,
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(__AVX2__)
 #define LLMC_MATMUL_AVX2_DISPATCH 1
 template <typename F, int R, int W>
-__attribute__((target("avx2,fma"))) void gemm_tile_avx2(F* c, size_t ldc, int rows, int cols,
-                                                        const F* a, size_t ars, size_t aks,
-                                                        const F* b, size_t ldb, int K, bool overwrite) {
+__attribute__((target("avx2,fma"))) void gemm_tile_avx2(F* c, size_t ldc, int rows, int cols, const F* a, size_t ars,
+                                                        size_t aks, const F* b, size_t ldb, int K, bool overwrite) {
     gemm_tile<F, R, W, 32>(c, ldc, rows, cols, a, ars, aks, b, ldb, K, overwrite);
 }
 #endif
@@ -116,15 +114,28 @@ inline bool use_avx2_tiles() {
 // Tile shapes R rows x W columns: R*W accumulators fit the 16 vector registers (SSE: 4 floats,
 // AVX: 8) with room for a row of B and a broadcast of A. Picked by measurement on Zen 3 for the
 // LM head (N=1024, IC=192, OC=50304); the forward and the backward prefer different shapes.
-template <bool Avx2, bool Backward> struct TileShape;
-template <> struct TileShape<false, false> { static constexpr int R = 2, W = 32; };
-template <> struct TileShape<false, true> { static constexpr int R = 3, W = 16; };
-template <> struct TileShape<true, false> { static constexpr int R = 3, W = 32; };
-template <> struct TileShape<true, true> { static constexpr int R = 6, W = 16; };
+template <bool Avx2, bool Backward>
+struct TileShape;
+template <>
+struct TileShape<false, false> {
+    static constexpr int R = 2, W = 32;
+};
+template <>
+struct TileShape<false, true> {
+    static constexpr int R = 3, W = 16;
+};
+template <>
+struct TileShape<true, false> {
+    static constexpr int R = 3, W = 32;
+};
+template <>
+struct TileShape<true, true> {
+    static constexpr int R = 6, W = 16;
+};
 
 template <typename F, int R, int W, bool Avx2>
-inline void tile(F* c, size_t ldc, int rows, int cols, const F* a, size_t ars, size_t aks,
-                 const F* b, size_t ldb, int K, bool overwrite) {
+inline void tile(F* c, size_t ldc, int rows, int cols, const F* a, size_t ars, size_t aks, const F* b, size_t ldb,
+                 int K, bool overwrite) {
 #ifdef LLMC_MATMUL_AVX2_DISPATCH
     if (Avx2) {
         gemm_tile_avx2<F, R, W>(c, ldc, rows, cols, a, ars, aks, b, ldb, K, overwrite);
@@ -137,8 +148,7 @@ inline void tile(F* c, size_t ldc, int rows, int cols, const F* a, size_t ars, s
 // out (N, OC) = inp (N, IC) @ weight (OC, IC)^T + bias; tiles of R rows x W outputs, parallel
 // over panels of W outputs whose weight rows are packed into a (IC, W) panel first.
 template <typename F, bool Avx2>
-void matmul_forward_impl(F* out, const F* inp, const F* weight, const F* bias, int N, int IC,
-                         int OC) {
+void matmul_forward_impl(F* out, const F* inp, const F* weight, const F* bias, int N, int IC, int OC) {
     constexpr int R = TileShape<Avx2, false>::R, W = TileShape<Avx2, false>::W;
     const int num_panels = (OC + W - 1) / W;
 #pragma omp parallel
@@ -157,8 +167,8 @@ void matmul_forward_impl(F* out, const F* inp, const F* weight, const F* bias, i
                 F* c = out + (size_t)n0 * OC + o0;
                 for (int r = 0; r < rows; r++)
                     for (int j = 0; j < cols; j++) c[(size_t)r * OC + j] = bias ? bias[o0 + j] : F(0);
-                tile<F, R, W, Avx2>(c, OC, rows, cols, inp + (size_t)n0 * IC, IC, 1, panel.data(), W,
-                                    IC, /*overwrite=*/false);  // adds onto the bias
+                tile<F, R, W, Avx2>(c, OC, rows, cols, inp + (size_t)n0 * IC, IC, 1, panel.data(), W, IC,
+                                    /*overwrite=*/false);  // adds onto the bias
             }
         }
     }
@@ -176,8 +186,8 @@ void matmul_forward_impl(F* out, const F* inp, const F* weight, const F* bias, i
 constexpr int MM_KB = 256;
 
 template <typename F, bool Avx2>
-void matmul_backward_impl(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp,
-                          const F* weight, int N, int IC, int OC) {
+void matmul_backward_impl(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight, int N, int IC,
+                          int OC) {
     constexpr int R = TileShape<Avx2, true>::R, W = TileShape<Avx2, true>::W, KB = MM_KB;
     const int col_tiles = (IC + W - 1) / W;
     const int n_tiles = (N + R - 1) / R;   // row tiles of dinp
@@ -192,8 +202,7 @@ void matmul_backward_impl(F* dinp, F* dweight, F* dbias, const F* dout, const F*
                 for (int ct = 0; ct < col_tiles; ct++) {
                     const int i0 = ct * W, cols = IC - i0 < W ? IC - i0 : W;
                     // A(r, k) = dout[n0 + r, k0 + k], B(k, j) = weight[k0 + k, i0 + j]
-                    tile<F, R, W, Avx2>(dinp + (size_t)n0 * IC + i0, IC, rows, cols,
-                                        dout + (size_t)n0 * OC + k0, OC, 1,
+                    tile<F, R, W, Avx2>(dinp + (size_t)n0 * IC + i0, IC, rows, cols, dout + (size_t)n0 * OC + k0, OC, 1,
                                         weight + (size_t)k0 * IC + i0, IC, kb, /*overwrite=*/k0 == 0);
                 }
             }  // implicit barrier: the next K block adds into the same tiles
@@ -206,9 +215,8 @@ void matmul_backward_impl(F* dinp, F* dweight, F* dbias, const F* dout, const F*
                 for (int ct = 0; ct < col_tiles; ct++) {
                     const int i0 = ct * W, cols = IC - i0 < W ? IC - i0 : W;
                     // A(r, k) = dout[k0 + k, o0 + r], B(k, j) = inp[k0 + k, i0 + j]
-                    tile<F, R, W, Avx2>(dweight + (size_t)o0 * IC + i0, IC, rows, cols,
-                                        dout + (size_t)k0 * OC + o0, 1, OC,
-                                        inp + (size_t)k0 * IC + i0, IC, kb, /*overwrite=*/false);
+                    tile<F, R, W, Avx2>(dweight + (size_t)o0 * IC + i0, IC, rows, cols, dout + (size_t)k0 * OC + o0, 1,
+                                        OC, inp + (size_t)k0 * IC + i0, IC, kb, /*overwrite=*/false);
                 }
             }
         }
@@ -235,22 +243,19 @@ void matmul_backward_impl(F* dinp, F* dweight, F* dbias, const F* dout, const F*
 // out (N, OC) = inp (N, IC) @ weight (OC, IC)^T + bias (OC); bias may be nullptr.
 template <typename F>
 void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N, int IC, int OC) {
-    if (detail::use_avx2_tiles())
-        detail::matmul_forward_impl<F, true>(out, inp, weight, bias, N, IC, OC);
-    else
-        detail::matmul_forward_impl<F, false>(out, inp, weight, bias, N, IC, OC);
+    if (detail::use_avx2_tiles()) detail::matmul_forward_impl<F, true>(out, inp, weight, bias, N, IC, OC);
+    else detail::matmul_forward_impl<F, false>(out, inp, weight, bias, N, IC, OC);
 }
 
 // Backward of matmul_forward: dinp (N, IC) = dout @ weight (overwritten: an activation gradient);
 // dweight (OC, IC) += dout^T @ inp and dbias (OC) += column sums of dout (skipped when nullptr)
 // accumulate (parameter gradients). dout is (N, OC).
 template <typename F>
-void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight,
-                     int N, int IC, int OC) {
+void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight, int N, int IC,
+                     int OC) {
     if (detail::use_avx2_tiles())
         detail::matmul_backward_impl<F, true>(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
-    else
-        detail::matmul_backward_impl<F, false>(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+    else detail::matmul_backward_impl<F, false>(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
 }
 
 }  // namespace cpu

@@ -26,8 +26,8 @@ inline void qknorm_check_args(int B, int T, int C, int NH) {
 // qkv_out: (B, T, 3C) normalized q and k, v copied. mean, rstd: (B, T, 2, NH), part 0 = q, 1 = k.
 // qkv_in: (B, T, 3C). qw, qb, kw, kb: (hd).
 template <typename F>
-void qknorm_forward(F* qkv_out, F* mean, F* rstd, const F* qkv_in, const F* qw, const F* qb, const F* kw,
-                    const F* kb, int B, int T, int C, int NH) {
+void qknorm_forward(F* qkv_out, F* mean, F* rstd, const F* qkv_in, const F* qw, const F* qb, const F* kw, const F* kb,
+                    int B, int T, int C, int NH) {
     qknorm_check_args(B, T, C, NH);
     const int hd = C / NH;
     const int C3 = 3 * C;
@@ -61,8 +61,8 @@ void qknorm_forward(F* qkv_out, F* mean, F* rstd, const F* qkv_in, const F* qw, 
 
 // From dqkv_out (B, T, 3C): dqkv_in (B, T, 3C) overwritten; dqw, dqb, dkw, dkb (hd) added into.
 template <typename F>
-void qknorm_backward(F* dqkv_in, F* dqw, F* dqb, F* dkw, F* dkb, const F* dqkv_out, const F* qkv_in,
-                     const F* mean, const F* rstd, const F* qw, const F* kw, int B, int T, int C, int NH) {
+void qknorm_backward(F* dqkv_in, F* dqw, F* dqb, F* dkw, F* dkb, const F* dqkv_out, const F* qkv_in, const F* mean,
+                     const F* rstd, const F* qw, const F* kw, int B, int T, int C, int NH) {
     qknorm_check_args(B, T, C, NH);
     const int hd = C / NH;
     const int C3 = 3 * C;

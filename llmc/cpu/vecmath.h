@@ -30,8 +30,9 @@ inline float exp_fast(float x) {
     const float n = t - shifter;  // round(x / ln2)
     const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
     const float p =
-        1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
-        r * (1.0f / 720 + r * (1.0f / 5040)))))));
+        1.0f +
+        r * (1.0f +
+             r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720 + r * (1.0f / 5040)))))));
     uint32_t tb, sb;
     std::memcpy(&tb, &t, 4);
     std::memcpy(&sb, &shifter, 4);

@@ -58,9 +58,9 @@ inline __device__ void store_param(__nv_bfloat16* p, float x, uint32_t seed, siz
     p[i] = stochastic_round_bf16(x, seed, i);
 }
 
-__global__ void adamw_kernel(floatX* params, float* master, const float* grads, float* m, float* v, size_t n,
-                             float lr, float beta1, float beta2, float eps, float weight_decay, float bc1,
-                             float bc2, float grad_multiplier, uint32_t seed) {
+__global__ void adamw_kernel(floatX* params, float* master, const float* grads, float* m, float* v, size_t n, float lr,
+                             float beta1, float beta2, float eps, float weight_decay, float bc1, float bc2,
+                             float grad_multiplier, uint32_t seed) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         const float g = __fmul_rn(grads[i], grad_multiplier);
         const float mi = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(1.0f - beta1, g));
@@ -99,8 +99,8 @@ inline void adamw_update(floatX* params, float* master, const float* grads, floa
     const float bc1 = 1.0f - std::pow(beta1, (float)t);
     const float bc2 = 1.0f - std::pow(beta2, (float)t);
     constexpr int block = 256;
-    launch_kernel(detail::adamw_kernel, detail::adamw_grid(n, block), block, 0, st, 
-        params, master, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, grad_multiplier, seed);
+    launch_kernel(detail::adamw_kernel, detail::adamw_grid(n, block), block, 0, st, params, master, grads, m, v, n, lr,
+                  beta1, beta2, eps, weight_decay, bc1, bc2, grad_multiplier, seed);
     CUDA_CHECK_LAUNCH();
 }
 

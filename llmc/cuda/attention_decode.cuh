@@ -29,7 +29,7 @@ constexpr int kDecodeMaxHeadSize = 128;  // hd <= 128 (4 dims per lane)
 struct KvCacheView {
     floatX* k_global = nullptr;  // (L, B, G, max_len, hd)
     floatX* v_global = nullptr;
-    floatX* k_local = nullptr;   // (L, B, NH-G, R, hd)
+    floatX* k_local = nullptr;  // (L, B, NH-G, R, hd)
     floatX* v_local = nullptr;
     int L = 0, B = 0, NH = 0, G = 0, hd = 0, P = 0, max_len = 0, ring = 0;
 
@@ -115,7 +115,10 @@ __global__ void attention_decode_kernel(floatX* out, const floatX* qkv, KvCacheV
         }
         m = m_new;
     }
-    if (lane == 0) { s_m[warp] = m; s_l[warp] = lsum; }
+    if (lane == 0) {
+        s_m[warp] = m;
+        s_l[warp] = lsum;
+    }
 #pragma unroll
     for (int i = 0; i < DPL; i++) {
         const int d = lane + 32 * i;

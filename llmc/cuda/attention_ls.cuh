@@ -76,8 +76,8 @@ inline void attention_ls_check_args(int B, int T, int C, int NH, int G, int P) {
         throw InputError("attention: the CUDA kernel supports head size 32, 64 or 128, got C/NH=" + std::to_string(hd) +
                          "; change --channels or --heads");
     if (G < 0 || G > NH)
-        throw InputError("attention: global heads G=" + std::to_string(G) + " must be in [0, NH=" +
-                         std::to_string(NH) + "]; change --global-heads");
+        throw InputError("attention: global heads G=" + std::to_string(G) + " must be in [0, NH=" + std::to_string(NH) +
+                         "]; change --global-heads");
     if (P < 1) throw InputError("attention: window P=" + std::to_string(P) + " must be >= 1; change --window");
     // grid (B*NH, tiles): gridDim.y <= 65535 tiles of 32 rows
     if (ceil_div(T, kAttnScalarBQ) > 65535)
@@ -90,7 +90,8 @@ inline void attention_ls_check_args(int B, int T, int C, int NH, int G, int P) {
 // The Mma kernels move qkv / out / dout / dqkv with 16-byte (int4) accesses.
 inline void attention_ls_check_aligned(const void* p, const char* what) {
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
-        throw InputError(std::string("attention: ") + what + " is not 16-byte aligned; pass a pointer from cudaMalloc "
+        throw InputError(std::string("attention: ") + what +
+                         " is not 16-byte aligned; pass a pointer from cudaMalloc "
                          "(or offset by a multiple of 8 bf16 elements)");
 }
 
@@ -100,7 +101,8 @@ inline void attention_ls_check_aligned(const void* p, const char* what) {
 
 template <typename KernelT>
 inline void attn_set_smem(KernelT kernel, size_t bytes) {
-    if (bytes > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    if (bytes > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
 template <int HD, bool STATS>
@@ -114,7 +116,8 @@ inline void attn_forward_launch(AttnKernel kind, floatX* out, float* lse, const 
         const dim3 grid(B * NH, nqt);
         const size_t bytes = MmaFwdSmem<HD>::bytes;
         attn_set_smem(attn_fwd_mma_kernel<HD, STATS>, bytes);
-        launch_kernel(attn_fwd_mma_kernel<HD, STATS>, grid, kAttnMmaThreads, bytes, st, out, lse, qkv, T, C, NH, G, P, softcap, part);
+        launch_kernel(attn_fwd_mma_kernel<HD, STATS>, grid, kAttnMmaThreads, bytes, st, out, lse, qkv, T, C, NH, G, P,
+                      softcap, part);
         CUDA_CHECK_LAUNCH();
         return;
     }
@@ -124,7 +127,8 @@ inline void attn_forward_launch(AttnKernel kind, floatX* out, float* lse, const 
     const dim3 grid(B * NH, nqt);
     const size_t bytes = attn_fwd_scalar_smem<HD>();
     attn_set_smem(attn_fwd_scalar_kernel<HD, STATS>, bytes);
-    launch_kernel(attn_fwd_scalar_kernel<HD, STATS>, grid, kAttnScalarThreads, bytes, st, out, lse, qkv, T, C, NH, G, P, softcap, part);
+    launch_kernel(attn_fwd_scalar_kernel<HD, STATS>, grid, kAttnScalarThreads, bytes, st, out, lse, qkv, T, C, NH, G, P,
+                  softcap, part);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -135,7 +139,8 @@ inline void attention_ls_forward_with(AttnKernel kind, floatX* out, float* lse, 
                                       cudaStream_t st) {
     attention_ls_check_args(B, T, C, NH, G, P);
     if (stats && !stats_scratch)
-        throw InputError("attention: stats requested without stats_scratch; pass attention_stats_scratch_floats(B,T,NH) floats");
+        throw InputError(
+            "attention: stats requested without stats_scratch; pass attention_stats_scratch_floats(B,T,NH) floats");
     const int hd = C / NH;
     int nqt = 0;
     auto go = [&](auto hd_tag, auto stats_tag) {
@@ -173,10 +178,12 @@ inline void attn_backward_launch(floatX* dqkv, const floatX* dout, const floatX*
     attn_set_smem(attn_bwd_kv_scalar_kernel<HD>, kv_bytes);
     attn_set_smem(attn_bwd_q_scalar_kernel<HD>, q_bytes);
     const dim3 grid_kv(B * NH, (unsigned)ceil_div(T, kAttnScalarBK));
-    launch_kernel(attn_bwd_kv_scalar_kernel<HD>, grid_kv, kAttnScalarThreads, kv_bytes, st, dqkv, dout, qkv, lse, D, T, C, NH, G, P, softcap);
+    launch_kernel(attn_bwd_kv_scalar_kernel<HD>, grid_kv, kAttnScalarThreads, kv_bytes, st, dqkv, dout, qkv, lse, D, T,
+                  C, NH, G, P, softcap);
     CUDA_CHECK_LAUNCH();
     const dim3 grid_q(B * NH, (unsigned)ceil_div(T, kAttnScalarBQ));
-    launch_kernel(attn_bwd_q_scalar_kernel<HD>, grid_q, kAttnScalarThreads, q_bytes, st, dqkv, dout, qkv, lse, D, T, C, NH, G, P, softcap);
+    launch_kernel(attn_bwd_q_scalar_kernel<HD>, grid_q, kAttnScalarThreads, q_bytes, st, dqkv, dout, qkv, lse, D, T, C,
+                  NH, G, P, softcap);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -192,10 +199,12 @@ inline void attn_backward_mma_launch(floatX* dqkv, const floatX* dout, const flo
     attention_ls_check_aligned(dout, "dout");
     attention_ls_check_aligned(qkv, "qkv");
     const dim3 grid_kv(B * NH, (unsigned)ceil_div(T, MmaBwdKvSmem<HD>::BK));
-    launch_kernel(attn_bwd_kv_mma_kernel<HD>, grid_kv, kAttnMmaThreads, kv_bytes, st, dqkv, dout, qkv, lse, D, T, C, NH, G, P, softcap);
+    launch_kernel(attn_bwd_kv_mma_kernel<HD>, grid_kv, kAttnMmaThreads, kv_bytes, st, dqkv, dout, qkv, lse, D, T, C, NH,
+                  G, P, softcap);
     CUDA_CHECK_LAUNCH();
     const dim3 grid_q(B * NH, (unsigned)ceil_div(T, MmaBwdQSmem<HD>::BQ));
-    launch_kernel(attn_bwd_q_mma_kernel<HD>, grid_q, kAttnMmaThreads, q_bytes, st, dqkv, dout, qkv, lse, D, T, C, NH, G, P, softcap);
+    launch_kernel(attn_bwd_q_mma_kernel<HD>, grid_q, kAttnMmaThreads, q_bytes, st, dqkv, dout, qkv, lse, D, T, C, NH, G,
+                  P, softcap);
     CUDA_CHECK_LAUNCH();
 }
 #endif

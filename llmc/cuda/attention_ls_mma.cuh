@@ -55,8 +55,8 @@ __device__ __forceinline__ void mma_acc_to_a(uint32_t a[4], const float lo[4], c
 // acc (16 x 8*DB) += X (16 x 16*KB, fp32 accumulators x[2*KB][4], rounded to bf16) * Y, where Y
 // (16*KB x 8*DB) is stored transposed in smem: yt[n][k], row stride ldt.
 template <int KB, int DB>
-__device__ __forceinline__ void mma_acc_times(float (&acc)[DB][4], const float (&x)[2 * KB][4],
-                                              const __nv_bfloat16* yt, int ldt) {
+__device__ __forceinline__ void mma_acc_times(float (&acc)[DB][4], const float (&x)[2 * KB][4], const __nv_bfloat16* yt,
+                                              int ldt) {
     const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
 #pragma unroll
     for (int kk = 0; kk < KB; kk++) {
@@ -124,25 +124,25 @@ __device__ __forceinline__ void mma_store_row(__nv_bfloat16* row, const float (&
 
 // Shared-memory row strides (bf16 elements) are padded by 8 so that the fragment loads of the 32
 // lanes (rows g = 0..7, word offset c = 0..3) hit 32 different banks.
-template <int HD> struct MmaFwdSmem {
-    static constexpr int LDQ = HD + 8;              // sQ (BQ, HD)
-    static constexpr int LDK = HD + 8;              // sK (BK, HD)
-    static constexpr int LDV = kAttnMmaBK + 8;      // sVt (HD, BK): V transposed, dims x keys
-    static constexpr size_t bytes =
-        sizeof(__nv_bfloat16) * (size_t)(kAttnMmaBQ * LDQ + kAttnMmaBK * LDK + HD * LDV);
+template <int HD>
+struct MmaFwdSmem {
+    static constexpr int LDQ = HD + 8;          // sQ (BQ, HD)
+    static constexpr int LDK = HD + 8;          // sK (BK, HD)
+    static constexpr int LDV = kAttnMmaBK + 8;  // sVt (HD, BK): V transposed, dims x keys
+    static constexpr size_t bytes = sizeof(__nv_bfloat16) * (size_t)(kAttnMmaBQ * LDQ + kAttnMmaBK * LDK + HD * LDV);
 };
 
 // Forward: grid (B*NH, query tiles of 64), 128 threads; warp w owns rows q0 + 16w .. +15.
 template <int HD, bool STATS>
 __global__ void __launch_bounds__(kAttnMmaThreads)
-    attn_fwd_mma_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int T, int C, int NH, int G,
-                        int P, float softcap, float* stats_part) {
+    attn_fwd_mma_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int T, int C, int NH, int G, int P,
+                        float softcap, float* stats_part) {
     constexpr int BQ = kAttnMmaBQ, BK = kAttnMmaBK, KS = HD / 16, NB = BK / 8, DB = HD / 8;
     using L = MmaFwdSmem<HD>;
     LLMC_DYNAMIC_SHARED(unsigned char, smem_raw);
     __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // (BQ, LDQ)
-    __nv_bfloat16* sK = sQ + BQ * L::LDQ;                               // (BK, LDK)
-    __nv_bfloat16* sVt = sK + BK * L::LDK;                              // (HD, LDV)
+    __nv_bfloat16* sK = sQ + BQ * L::LDQ;                            // (BK, LDK)
+    __nv_bfloat16* sVt = sK + BK * L::LDK;                           // (HD, LDV)
 
     const int nqt = gridDim.y;
     const int qt = nqt - 1 - blockIdx.y;  // longest (causal) tiles first
@@ -271,7 +271,8 @@ __global__ void __launch_bounds__(kAttnMmaThreads)
 
 // Shared memory of the dK/dV kernel. 64 keys per block (16 per warp); the inner query tile is
 // 64 rows (32 for HD = 128, to keep dK + dV + S + dP accumulators in registers without spills).
-template <int HD> struct MmaBwdKvSmem {
+template <int HD>
+struct MmaBwdKvSmem {
     static constexpr int BK = kAttnMmaBK;
     static constexpr int BQ = HD == 128 ? 32 : 64;
     static constexpr int LD = HD + 8;   // sK, sV (BK, LD); sQ, sdO (BQ, LD)
@@ -286,19 +287,19 @@ template <int HD> struct MmaBwdKvSmem {
 // dV += P^T dO, dK += dS^T Q.
 template <int HD>
 __global__ void __launch_bounds__(kAttnMmaThreads)
-    attn_bwd_kv_mma_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
-                           const float* lse, const float* D, int T, int C, int NH, int G, int P, float softcap) {
+    attn_bwd_kv_mma_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv, const float* lse,
+                           const float* D, int T, int C, int NH, int G, int P, float softcap) {
     using L = MmaBwdKvSmem<HD>;
     constexpr int BK = L::BK, BQ = L::BQ, NB = BQ / 8, DB = HD / 8, LD = L::LD, LDT = L::LDT;
     LLMC_DYNAMIC_SHARED(unsigned char, smem_raw);
     __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // (BK, LD)
-    __nv_bfloat16* sV = sK + BK * LD;                                   // (BK, LD)
-    __nv_bfloat16* sQ = sV + BK * LD;                                   // (BQ, LD)
-    __nv_bfloat16* sdO = sQ + BQ * LD;                                  // (BQ, LD)
-    __nv_bfloat16* sQt = sdO + BQ * LD;                                 // (HD, LDT)
-    __nv_bfloat16* sdOt = sQt + HD * LDT;                               // (HD, LDT)
-    float* sL = reinterpret_cast<float*>(sdOt + HD * LDT);              // (BQ) lse of the tile's rows
-    float* sD = sL + BQ;                                                // (BQ) D of the tile's rows
+    __nv_bfloat16* sV = sK + BK * LD;                                // (BK, LD)
+    __nv_bfloat16* sQ = sV + BK * LD;                                // (BQ, LD)
+    __nv_bfloat16* sdO = sQ + BQ * LD;                               // (BQ, LD)
+    __nv_bfloat16* sQt = sdO + BQ * LD;                              // (HD, LDT)
+    __nv_bfloat16* sdOt = sQt + HD * LDT;                            // (HD, LDT)
+    float* sL = reinterpret_cast<float*>(sdOt + HD * LDT);           // (BQ) lse of the tile's rows
+    float* sD = sL + BQ;                                             // (BQ) D of the tile's rows
 
     const int kt = blockIdx.y;  // early key tiles see the most queries (global heads): launched first
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
@@ -370,7 +371,8 @@ __global__ void __launch_bounds__(kAttnMmaThreads)
 }
 
 // Shared memory of the dQ kernel: 64 query rows (16 per warp) x 64 keys per tile.
-template <int HD> struct MmaBwdQSmem {
+template <int HD>
+struct MmaBwdQSmem {
     static constexpr int BQ = kAttnMmaBQ, BK = kAttnMmaBK;
     static constexpr int LD = HD + 8;   // sQ, sdO (BQ, LD); sK, sV (BK, LD)
     static constexpr int LDT = BK + 8;  // sKt (HD, LDT): K transposed
@@ -382,16 +384,16 @@ template <int HD> struct MmaBwdQSmem {
 // dQ += dS K.
 template <int HD>
 __global__ void __launch_bounds__(kAttnMmaThreads)
-    attn_bwd_q_mma_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
-                          const float* lse, const float* D, int T, int C, int NH, int G, int P, float softcap) {
+    attn_bwd_q_mma_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv, const float* lse,
+                          const float* D, int T, int C, int NH, int G, int P, float softcap) {
     using L = MmaBwdQSmem<HD>;
     constexpr int BQ = L::BQ, BK = L::BK, NB = BK / 8, DB = HD / 8, LD = L::LD, LDT = L::LDT;
     LLMC_DYNAMIC_SHARED(unsigned char, smem_raw);
     __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // (BQ, LD)
-    __nv_bfloat16* sdO = sQ + BQ * LD;                                  // (BQ, LD)
-    __nv_bfloat16* sK = sdO + BQ * LD;                                  // (BK, LD)
-    __nv_bfloat16* sV = sK + BK * LD;                                   // (BK, LD)
-    __nv_bfloat16* sKt = sV + BK * LD;                                  // (HD, LDT)
+    __nv_bfloat16* sdO = sQ + BQ * LD;                               // (BQ, LD)
+    __nv_bfloat16* sK = sdO + BQ * LD;                               // (BK, LD)
+    __nv_bfloat16* sV = sK + BK * LD;                                // (BK, LD)
+    __nv_bfloat16* sKt = sV + BK * LD;                               // (HD, LDT)
 
     const int qt = gridDim.y - 1 - blockIdx.y;  // longest (causal) tiles first
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;

@@ -11,8 +11,7 @@ namespace llmc::cuda {
 // Rows [r0, r0+R) of one part of a (rows, stride) tensor (HD channels at base) -> fp32 smem
 // dst (R, ld); rows at or past T are zero-filled.
 template <int HD>
-__device__ inline void attn_scalar_load_rows(float* dst, int ld, const floatX* base, int r0, int R, int T,
-                                             int stride) {
+__device__ inline void attn_scalar_load_rows(float* dst, int ld, const floatX* base, int r0, int R, int T, int stride) {
     for (int idx = threadIdx.x; idx < R * HD; idx += blockDim.x) {
         const int r = idx / HD, d = idx % HD, i = r0 + r;
         dst[r * ld + d] = i < T ? to_float(base[(size_t)i * stride + d]) : 0.0f;
@@ -33,9 +32,9 @@ __global__ void __launch_bounds__(kAttnScalarThreads)
                            float softcap, float* stats_part) {
     constexpr int BQ = kAttnScalarBQ, BK = kAttnScalarBK, RPW = BQ / 4, DPL = HD / 32, LDK = HD + 1;
     LLMC_DYNAMIC_SHARED(float, smem);
-    float* sQ = smem;              // (BQ, HD)
-    float* sK = sQ + BQ * HD;      // (BK, HD+1)
-    float* sV = sK + BK * LDK;     // (BK, HD)
+    float* sQ = smem;           // (BQ, HD)
+    float* sK = sQ + BQ * HD;   // (BK, HD+1)
+    float* sV = sK + BK * LDK;  // (BK, HD)
     const int nqt = gridDim.y;
     const int qt = nqt - 1 - blockIdx.y;  // longest (causal) tiles first
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
@@ -133,13 +132,13 @@ __global__ void __launch_bounds__(kAttnScalarThreads)
                               int T, int C, int NH, int G, int P, float softcap) {
     constexpr int BQ = kAttnScalarBQ, BK = kAttnScalarBK, KPW = BK / 4, DPL = HD / 32, LDQ = HD + 1;
     LLMC_DYNAMIC_SHARED(float, smem);
-    float* sK = smem;              // (BK, HD)
-    float* sV = sK + BK * HD;      // (BK, HD)
-    float* sQ = sV + BK * HD;      // (BQ, HD+1)
-    float* sdO = sQ + BQ * LDQ;    // (BQ, HD+1)
-    float* sL = sdO + BQ * LDQ;    // (BQ)
-    float* sD = sL + BQ;           // (BQ)
-    const int kt = blockIdx.y;  // early key tiles see the most queries (global heads): launched first
+    float* sK = smem;            // (BK, HD)
+    float* sV = sK + BK * HD;    // (BK, HD)
+    float* sQ = sV + BK * HD;    // (BQ, HD+1)
+    float* sdO = sQ + BQ * LDQ;  // (BQ, HD+1)
+    float* sL = sdO + BQ * LDQ;  // (BQ)
+    float* sD = sL + BQ;         // (BQ)
+    const int kt = blockIdx.y;   // early key tiles see the most queries (global heads): launched first
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
     const bool local = h < NH - G;
     const int C3 = 3 * C, k0 = kt * BK;
@@ -223,10 +222,10 @@ __global__ void __launch_bounds__(kAttnScalarThreads)
                              int T, int C, int NH, int G, int P, float softcap) {
     constexpr int BQ = kAttnScalarBQ, BK = kAttnScalarBK, RPW = BQ / 4, DPL = HD / 32, LDK = HD + 1;
     LLMC_DYNAMIC_SHARED(float, smem);
-    float* sQ = smem;              // (BQ, HD)
-    float* sdO = sQ + BQ * HD;     // (BQ, HD)
-    float* sK = sdO + BQ * HD;     // (BK, HD+1)
-    float* sV = sK + BK * LDK;     // (BK, HD+1)
+    float* sQ = smem;                           // (BQ, HD)
+    float* sdO = sQ + BQ * HD;                  // (BQ, HD)
+    float* sK = sdO + BQ * HD;                  // (BK, HD+1)
+    float* sV = sK + BK * LDK;                  // (BK, HD+1)
     const int qt = gridDim.y - 1 - blockIdx.y;  // longest (causal) tiles first
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
     const bool local = h < NH - G;

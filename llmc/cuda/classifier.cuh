@@ -41,12 +41,14 @@ __device__ __host__ inline void softmax_merge(float& m, float& s, float m2, floa
 
 // 16-byte vector of floatX.
 constexpr int kVecX = 16 / sizeof(floatX);
-struct alignas(16) VecX { floatX v[kVecX]; };
+struct alignas(16) VecX {
+    floatX v[kVecX];
+};
 
 // logits (N, Vp) one block per row; lse, losses, zlosses, row_max (N) each nullable.
 __global__ void __launch_bounds__(kClassifierBlock)
-classifier_kernel(floatX* logits, float* lse_out, float* losses, float* zlosses, float* row_max,
-                  const int* targets, float z_weight, float dscale, int V, int Vp) {
+    classifier_kernel(floatX* logits, float* lse_out, float* losses, float* zlosses, float* row_max, const int* targets,
+                      float z_weight, float dscale, int V, int Vp) {
     const int n = blockIdx.x;
     VecX* row = reinterpret_cast<VecX*>(logits + (size_t)n * Vp);
     const int target = targets ? targets[n] : -1;
@@ -80,7 +82,10 @@ classifier_kernel(floatX* logits, float* lse_out, float* losses, float* zlosses,
         softmax_merge(m, s, m2, s2);
     }
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (lane == 0) { sm_m[warp] = m; sm_s[warp] = s; }
+    if (lane == 0) {
+        sm_m[warp] = m;
+        sm_s[warp] = s;
+    }
     __syncthreads();
     if (warp == 0) {
         m = lane < kWarps ? sm_m[lane] : -INFINITY;
@@ -129,19 +134,21 @@ classifier_kernel(floatX* logits, float* lse_out, float* losses, float* zlosses,
 // targets != nullptr (each nullable); row_max (N) nullable: max real-vocabulary logit per row.
 // dlogits_scale != 0: also overwrites logits with dlogits (see the top of this file); needs targets.
 inline void classifier_forward_backward(floatX* logits, float* lse, float* losses, float* zlosses, float* row_max,
-                                        const int* targets, float z_weight, float dlogits_scale, int N, int V,
-                                        int Vp, cudaStream_t st) {
+                                        const int* targets, float z_weight, float dlogits_scale, int N, int V, int Vp,
+                                        cudaStream_t st) {
     if (N < 0 || V < 1 || V > Vp || Vp % detail::kVecX != 0)
-        throw std::invalid_argument("classifier: unsupported shape N=" + std::to_string(N) + " V=" +
-                                    std::to_string(V) + " Vp=" + std::to_string(Vp) + "; need 1 <= V <= Vp and Vp a "
-                                    "multiple of " + std::to_string(detail::kVecX));
+        throw std::invalid_argument("classifier: unsupported shape N=" + std::to_string(N) + " V=" + std::to_string(V) +
+                                    " Vp=" + std::to_string(Vp) +
+                                    "; need 1 <= V <= Vp and Vp a "
+                                    "multiple of " +
+                                    std::to_string(detail::kVecX));
     if (reinterpret_cast<uintptr_t>(logits) % 16 != 0)
         throw std::invalid_argument("classifier: logits must be 16-byte aligned");
     if (dlogits_scale != 0.0f && !targets)
         throw std::invalid_argument("classifier: dlogits (dlogits_scale != 0) need targets");
     if (N == 0) return;
-    launch_kernel(detail::classifier_kernel, N, detail::kClassifierBlock, 0, st, logits, lse, losses, zlosses, row_max, targets,
-                                                                      z_weight, dlogits_scale, V, Vp);
+    launch_kernel(detail::classifier_kernel, N, detail::kClassifierBlock, 0, st, logits, lse, losses, zlosses, row_max,
+                  targets, z_weight, dlogits_scale, V, Vp);
     CUDA_CHECK_LAUNCH();
 }
 

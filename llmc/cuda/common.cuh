@@ -31,8 +31,8 @@ constexpr const char* kPrecisionName = "bf16";
 // A CUDA failure is not a user error: it throws std::runtime_error naming the call and place.
 inline void cuda_check(cudaError_t e, const char* what, const char* file, int line) {
     if (e != cudaSuccess)
-        throw std::runtime_error(std::string("CUDA error: ") + cudaGetErrorString(e) + " in " + what + " at " +
-                                 file + ":" + std::to_string(line));
+        throw std::runtime_error(std::string("CUDA error: ") + cudaGetErrorString(e) + " in " + what + " at " + file +
+                                 ":" + std::to_string(line));
 }
 #define CUDA_CHECK(call) ::llmc::cuda::cuda_check((call), #call, __FILE__, __LINE__)
 // After a kernel launch: catches launch-configuration errors (not asynchronous faults).
@@ -43,9 +43,16 @@ __host__ __device__ constexpr inline long ceil_div(long a, long b) { return (a +
 // Conversions between floatX and float that work in both builds.
 __device__ __host__ inline float to_float(float x) { return x; }
 __device__ __host__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __host__ inline T from_float(float x);
-template <> __device__ __host__ inline float from_float<float>(float x) { return x; }
-template <> __device__ __host__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+template <typename T>
+__device__ __host__ inline T from_float(float x);
+template <>
+__device__ __host__ inline float from_float<float>(float x) {
+    return x;
+}
+template <>
+__device__ __host__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+    return __float2bfloat16(x);
+}
 
 // Warp-wide reductions (all 32 lanes active); every lane gets the result.
 __device__ inline float warp_sum(float v) {
@@ -70,9 +77,18 @@ public:
     ~DeviceBuffer() { release(); }
     DeviceBuffer(const DeviceBuffer&) = delete;
     DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-    DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), n_(o.n_) { o.ptr_ = nullptr; o.n_ = 0; }
+    DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), n_(o.n_) {
+        o.ptr_ = nullptr;
+        o.n_ = 0;
+    }
     DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-        if (this != &o) { release(); ptr_ = o.ptr_; n_ = o.n_; o.ptr_ = nullptr; o.n_ = 0; }
+        if (this != &o) {
+            release();
+            ptr_ = o.ptr_;
+            n_ = o.n_;
+            o.ptr_ = nullptr;
+            o.n_ = 0;
+        }
         return *this;
     }
     void resize(size_t n, bool zero = false) {
@@ -85,8 +101,13 @@ public:
     T* data() const { return ptr_; }  // as std::vector names it (llmc/core/layer_acts.h reads both)
     size_t size() const { return n_; }
     size_t bytes() const { return n_ * sizeof(T); }
+
 private:
-    void release() { if (ptr_) cudaFree(ptr_); ptr_ = nullptr; n_ = 0; }
+    void release() {
+        if (ptr_) cudaFree(ptr_);
+        ptr_ = nullptr;
+        n_ = 0;
+    }
     T* ptr_ = nullptr;
     size_t n_ = 0;
 };

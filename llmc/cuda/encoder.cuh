@@ -21,8 +21,8 @@ namespace llmc::cuda {
 
 // out (B*T, C): item = (bt, j) with channels [j*V, j*V + V). V = kPack needs C % kPack == 0 and aligned pointers.
 template <int V>
-__global__ void encoder_forward_kernel(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B,
-                                       int T, int C) {
+__global__ void encoder_forward_kernel(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B, int T,
+                                       int C) {
     const int per_row = C / V;
     const size_t n_items = (size_t)B * T * per_row;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -65,9 +65,9 @@ __global__ void encoder_backward_wte_kernel(float* dwte, const floatX* dout, con
 // Buffers of encoder_backward, grown on demand. The grouping is built in pinned host memory and copied
 // asynchronously; `copied` marks when the previous copy finished so the host buffer can be rewritten.
 struct EncoderBackwardScratch {
-    DeviceBuffer<int> index;      // positions (B*T) | bucket_start (U+1) | bucket_token (U)
-    int* host = nullptr;          // pinned mirror of `index`
-    size_t host_capacity = 0;     // ints
+    DeviceBuffer<int> index;   // positions (B*T) | bucket_start (U+1) | bucket_token (U)
+    int* host = nullptr;       // pinned mirror of `index`
+    size_t host_capacity = 0;  // ints
     cudaEvent_t copied = nullptr;
     std::vector<std::pair<int, int>> order;  // (token, position), host work array
 
@@ -75,7 +75,10 @@ struct EncoderBackwardScratch {
     EncoderBackwardScratch(const EncoderBackwardScratch&) = delete;
     EncoderBackwardScratch& operator=(const EncoderBackwardScratch&) = delete;
     ~EncoderBackwardScratch() {
-        if (copied) { cudaEventSynchronize(copied); cudaEventDestroy(copied); }
+        if (copied) {
+            cudaEventSynchronize(copied);
+            cudaEventDestroy(copied);
+        }
         if (host) cudaFreeHost(host);
     }
     void reserve(size_t ints) {
@@ -99,9 +102,11 @@ inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, cons
     const bool vec = C % kPack == 0 && aligned16(out) && aligned16(wte) && aligned16(wpe);
     const size_t items = (size_t)B * T * (vec ? C / kPack : C);
     if (vec)
-        launch_kernel(encoder_forward_kernel<kPack>, elementwise_grid(items), kElementwiseBlock, 0, st, out, inp, wte, wpe, B, T, C);
+        launch_kernel(encoder_forward_kernel<kPack>, elementwise_grid(items), kElementwiseBlock, 0, st, out, inp, wte,
+                      wpe, B, T, C);
     else
-        launch_kernel(encoder_forward_kernel<1>, elementwise_grid(items), kElementwiseBlock, 0, st, out, inp, wte, wpe, B, T, C);
+        launch_kernel(encoder_forward_kernel<1>, elementwise_grid(items), kElementwiseBlock, 0, st, out, inp, wte, wpe,
+                      B, T, C);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -152,7 +157,8 @@ inline void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const
     const dim3 grid_wte(U, (unsigned)ceil_div(C, block));
     launch_kernel(encoder_backward_wte_kernel, grid_wte, block, 0, st, dwte, dout, d_positions, d_start, d_token, C);
     CUDA_CHECK_LAUNCH();
-    launch_kernel(encoder_backward_wpe_kernel, elementwise_grid((size_t)T * C), kElementwiseBlock, 0, st, dwpe, dout, B, T, C);
+    launch_kernel(encoder_backward_wpe_kernel, elementwise_grid((size_t)T * C), kElementwiseBlock, 0, st, dwpe, dout, B,
+                  T, C);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -32,7 +32,8 @@ __global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t n_pac
         for (int k = 0; k < kPack; k++) x[k] = gelu_value(x[k]);
         store_vec<kPack>(out + p * kPack, x);
     }
-    for (size_t i = n_packs * kPack + tid; i < n; i += stride) out[i] = from_float<floatX>(gelu_value(to_float(inp[i])));
+    for (size_t i = n_packs * kPack + tid; i < n; i += stride)
+        out[i] = from_float<floatX>(gelu_value(to_float(inp[i])));
 }
 
 // dinp (n) = dout (n) * gelu'(inp (n)); dinp may alias dout (same thread reads then writes an element).

@@ -67,17 +67,17 @@ namespace llmc::cuda {
 // attention lse. The rest, with their shapes:
 struct Gpt2CudaActs : LayerActBuffers<DeviceBuffer, floatX, float> {
     // forward
-    DeviceBuffer<int> inputs, targets;            // (B, T)
-    DeviceBuffer<floatX> lnf;                     // (B, T, C)
-    DeviceBuffer<float> lnf_mean, lnf_rstd;       // (B, T)
-    DeviceBuffer<floatX> logits;                  // (B, T, Vp)      backward overwrites it with dlogits
+    DeviceBuffer<int> inputs, targets;                  // (B, T)
+    DeviceBuffer<floatX> lnf;                           // (B, T, C)
+    DeviceBuffer<float> lnf_mean, lnf_rstd;             // (B, T)
+    DeviceBuffer<floatX> logits;                        // (B, T, Vp)      backward overwrites it with dlogits
     DeviceBuffer<float> losses, zlosses, lse, row_max;  // (B, T)
-    DeviceBuffer<floatX> branch;                  // (B, T, C)       attproj / fcproj output before the add
+    DeviceBuffer<floatX> branch;                        // (B, T, C)       attproj / fcproj output before the add
     // backward
-    DeviceBuffer<floatX> dresidual;               // (B, T, C)  gradient of the residual stream, updated in place
-    DeviceBuffer<floatX> dbtc;                    // (B, T, C)  d lnf / d ln2 / d atty / d ln1
-    DeviceBuffer<floatX> d4c;                     // (B, T, 4C) d fch_gelu, then d fch (GELU backward in place)
-    DeviceBuffer<floatX> d3c_a, d3c_b;            // (B, T, 3C) d qkv(n), d qkv (d3c_b: QK-norm only)
+    DeviceBuffer<floatX> dresidual;     // (B, T, C)  gradient of the residual stream, updated in place
+    DeviceBuffer<floatX> dbtc;          // (B, T, C)  d lnf / d ln2 / d atty / d ln1
+    DeviceBuffer<floatX> d4c;           // (B, T, 4C) d fch_gelu, then d fch (GELU backward in place)
+    DeviceBuffer<floatX> d3c_a, d3c_b;  // (B, T, 3C) d qkv(n), d qkv (d3c_b: QK-norm only)
 
     // Byte totals per group, for the memory plan.
     size_t fwd_bytes = 0, logit_bytes = 0, bwd_bytes = 0;
@@ -94,31 +94,39 @@ struct Gpt2CudaActs : LayerActBuffers<DeviceBuffer, floatX, float> {
             if (n > 0) CUDA_CHECK(cudaMemset(buf.get(), 0xFF, buf.bytes()));
             *group += buf.bytes();
         };
-        alloc(inputs, N); alloc(targets, N);
+        alloc(inputs, N);
+        alloc(targets, N);
         allocate_layers(cfg, N, alloc);
-        alloc(lnf, N * C); alloc(lnf_mean, N); alloc(lnf_rstd, N);
+        alloc(lnf, N * C);
+        alloc(lnf_mean, N);
+        alloc(lnf_rstd, N);
         alloc(branch, N * C);
         group = &logit_bytes;
         alloc(logits, N * Vp);
-        alloc(losses, N); alloc(zlosses, N); alloc(lse, N); alloc(row_max, N);
+        alloc(losses, N);
+        alloc(zlosses, N);
+        alloc(lse, N);
+        alloc(row_max, N);
         group = &bwd_bytes;
-        alloc(dresidual, N * C); alloc(dbtc, N * C);
+        alloc(dresidual, N * C);
+        alloc(dbtc, N * C);
         alloc(d4c, N * 4 * C);
-        alloc(d3c_a, N * 3 * C); alloc(d3c_b, qk * N * 3 * C);
+        alloc(d3c_a, N * 3 * C);
+        alloc(d3c_b, qk * N * 3 * C);
     }
 };
 
 // Row buffers of one decode step (one new position per sequence), for B sequences.
 struct Gpt2CudaDecodeActs {
-    DeviceBuffer<int> tokens;                 // (B)
-    DeviceBuffer<floatX> x, x2;               // (B, C) residual stream before / after the attention branch
-    DeviceBuffer<floatX> ln;                  // (B, C) output of the current LayerNorm
-    DeviceBuffer<float> mean, rstd;           // (B)
-    DeviceBuffer<floatX> qkv, qkvn;           // (B, 3C) (qkvn empty unless qk_norm)
-    DeviceBuffer<float> qkn_mean, qkn_rstd;   // (B, 2, NH) (empty unless qk_norm)
-    DeviceBuffer<floatX> atty, branch;        // (B, C)
-    DeviceBuffer<floatX> fch, fch_gelu;       // (B, 4C)
-    DeviceBuffer<floatX> logits;              // (B, Vp)
+    DeviceBuffer<int> tokens;                // (B)
+    DeviceBuffer<floatX> x, x2;              // (B, C) residual stream before / after the attention branch
+    DeviceBuffer<floatX> ln;                 // (B, C) output of the current LayerNorm
+    DeviceBuffer<float> mean, rstd;          // (B)
+    DeviceBuffer<floatX> qkv, qkvn;          // (B, 3C) (qkvn empty unless qk_norm)
+    DeviceBuffer<float> qkn_mean, qkn_rstd;  // (B, 2, NH) (empty unless qk_norm)
+    DeviceBuffer<floatX> atty, branch;       // (B, C)
+    DeviceBuffer<floatX> fch, fch_gelu;      // (B, 4C)
+    DeviceBuffer<floatX> logits;             // (B, Vp)
     int B = 0;
 
     void allocate(const ModelConfig& cfg, int B_) {
@@ -126,11 +134,19 @@ struct Gpt2CudaDecodeActs {
         B = B_;
         const size_t C = cfg.channels, NH = cfg.num_heads, Vp = cfg.padded_vocab_size, qk = cfg.qk_norm ? 1 : 0;
         tokens.resize(B);
-        x.resize(B * C); x2.resize(B * C); ln.resize(B * C); mean.resize(B); rstd.resize(B);
-        qkv.resize(B * 3 * C); qkvn.resize(qk * B * 3 * C);
-        qkn_mean.resize(qk * B * 2 * NH); qkn_rstd.resize(qk * B * 2 * NH);
-        atty.resize(B * C); branch.resize(B * C);
-        fch.resize(B * 4 * C); fch_gelu.resize(B * 4 * C);
+        x.resize(B * C);
+        x2.resize(B * C);
+        ln.resize(B * C);
+        mean.resize(B);
+        rstd.resize(B);
+        qkv.resize(B * 3 * C);
+        qkvn.resize(qk * B * 3 * C);
+        qkn_mean.resize(qk * B * 2 * NH);
+        qkn_rstd.resize(qk * B * 2 * NH);
+        atty.resize(B * C);
+        branch.resize(B * C);
+        fch.resize(B * 4 * C);
+        fch_gelu.resize(B * 4 * C);
         logits.resize(B * Vp);
     }
 };
@@ -206,22 +222,24 @@ public:
         const size_t N = (size_t)B * T;
         const int n = (int)N;
         ensure_capacity(B, T);
-        B_ = B; T_ = T; z_weight_ = z_weight; has_targets_ = targets != nullptr;
+        B_ = B;
+        T_ = T;
+        z_weight_ = z_weight;
+        has_targets_ = targets != nullptr;
         logits_state_ = LogitsState::OnDevice;
         cudaStream_t st = stream_;
         Gpt2CudaActs& a = acts_;
 
         std::copy(inputs, inputs + N, inputs_host_.begin());
         CUDA_CHECK(cudaMemcpyAsync(a.inputs.get(), inputs_host_.data(), N * sizeof(int), cudaMemcpyHostToDevice, st));
-        if (targets)
-            CUDA_CHECK(cudaMemcpyAsync(a.targets.get(), targets, N * sizeof(int), cudaMemcpyHostToDevice, st));
+        if (targets) CUDA_CHECK(cudaMemcpyAsync(a.targets.get(), targets, N * sizeof(int), cudaMemcpyHostToDevice, st));
         if (stats) reset_attention_stats();
 
         const ParamView<const floatX> w = weights();
         const LayerActs<floatX, float> first = a.layer(0, N);
         encoder_forward(a.encoded.get(), a.inputs.get(), w.wte(), w.wpe(), B, T, C, st);
-        layernorm_forward(first.ln1, first.ln1_mean, first.ln1_rstd, first.residual, w.layer(0).ln1w,
-                          w.layer(0).ln1b, n, C, st);
+        layernorm_forward(first.ln1, first.ln1_mean, first.ln1_rstd, first.residual, w.layer(0).ln1w, w.layer(0).ln1b,
+                          n, C, st);
         for (int l = 0; l < L; l++) layer_forward(l, B, T, stats != nullptr);
         // LM head, no bias: logits = lnf @ wte^T (lm_head^T when untied)   (N, Vp)
         matmul_forward(mm_, a.logits.get(), a.lnf.get(), w.lm_head(), nullptr, n, C, Vp, st);
@@ -238,7 +256,8 @@ public:
                                            cudaMemcpyDeviceToHost, st));
             }
             if (stats) {
-                CUDA_CHECK(cudaMemcpyAsync(lse_host_.data(), a.lse.get(), N * sizeof(float), cudaMemcpyDeviceToHost, st));
+                CUDA_CHECK(
+                    cudaMemcpyAsync(lse_host_.data(), a.lse.get(), N * sizeof(float), cudaMemcpyDeviceToHost, st));
                 CUDA_CHECK(cudaMemcpyAsync(row_max_host_.data(), a.row_max.get(), N * sizeof(float),
                                            cudaMemcpyDeviceToHost, st));
                 CUDA_CHECK(cudaMemcpyAsync(stats_host_.data(), attn_stats_.get(), attn_stats_.bytes(),
@@ -247,7 +266,10 @@ public:
             CUDA_CHECK(cudaStreamSynchronize(st));
             if (targets) {
                 double sum_ce = 0.0, sum_z = 0.0;  // fixed order: deterministic
-                for (size_t i = 0; i < N; i++) { sum_ce += (double)losses_host_[i]; sum_z += (double)zlosses_host_[i]; }
+                for (size_t i = 0; i < N; i++) {
+                    sum_ce += (double)losses_host_[i];
+                    sum_z += (double)zlosses_host_[i];
+                }
                 res.loss = (float)(sum_ce / (double)N);
                 res.z_loss = (float)(sum_z / (double)N);
             }
@@ -258,11 +280,11 @@ public:
 
     // (B, T, Vp) fp32 host copy of the last forward's logits (converted from floatX on first call).
     const float* logits() override {
-        if (logits_state_ == LogitsState::None)
-            throw std::logic_error("CudaBackend::logits: no forward() yet");
+        if (logits_state_ == LogitsState::None) throw std::logic_error("CudaBackend::logits: no forward() yet");
         if (logits_state_ == LogitsState::Overwritten)
-            throw std::logic_error("CudaBackend::logits: backward() replaced the logits by their gradient; "
-                                   "read logits() before backward()");
+            throw std::logic_error(
+                "CudaBackend::logits: backward() replaced the logits by their gradient; "
+                "read logits() before backward()");
         if (logits_state_ == LogitsState::OnDevice) {
             const size_t count = (size_t)B_ * T_ * cfg_.padded_vocab_size;
             if (logits_host_.size() < count) {  // host copies only when asked for (training never is)
@@ -281,8 +303,9 @@ public:
     void backward(float grad_scale) override {
         if (!has_targets_) throw std::logic_error("CudaBackend::backward needs a preceding forward with targets");
         if (logits_state_ == LogitsState::Overwritten)
-            throw std::logic_error("CudaBackend::backward: the logits were already turned into dlogits; run "
-                                   "forward() again before another backward()");
+            throw std::logic_error(
+                "CudaBackend::backward: the logits were already turned into dlogits; run "
+                "forward() again before another backward()");
         const int L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads;
         const int V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size, G = cfg_.global_heads, P = cfg_.window;
         const float softcap = cfg_.attn_softcap;
@@ -358,8 +381,8 @@ public:
             const size_t off = layout_.offset[id], count = layout_.size[id];
             if (count == 0) continue;
             const float wd = param_gets_weight_decay(id) ? h.weight_decay : 0.0f;
-            llmc::cuda::adamw_update(nullptr, master_.get() + off, grads_.get() + off, m_.get() + off,
-                                     v_.get() + off, count, h.lr, h.beta1, h.beta2, h.eps, wd, t, grad_multiplier,
+            llmc::cuda::adamw_update(nullptr, master_.get() + off, grads_.get() + off, m_.get() + off, v_.get() + off,
+                                     count, h.lr, h.beta1, h.beta2, h.eps, wd, t, grad_multiplier,
                                      /*seed (no stochastic rounding: params == nullptr)*/ 0u, stream_);
         }
         refresh_working_copy();
@@ -376,16 +399,25 @@ public:
         check_kv_begin(cfg_, B, max_len);
         CUDA_CHECK(cudaStreamSynchronize(stream_));  // queued work may still use the old buffers
         KvCacheView& c = kv_;
-        c.L = cfg_.num_layers; c.B = B; c.NH = cfg_.num_heads; c.G = cfg_.global_heads; c.hd = cfg_.head_size();
-        c.P = cfg_.window; c.max_len = max_len; c.ring = std::min(c.P, max_len);
-        const size_t ng = (size_t)c.L * B * c.G * max_len * c.hd;        // (L, B, G, max_len, hd)
+        c.L = cfg_.num_layers;
+        c.B = B;
+        c.NH = cfg_.num_heads;
+        c.G = cfg_.global_heads;
+        c.hd = cfg_.head_size();
+        c.P = cfg_.window;
+        c.max_len = max_len;
+        c.ring = std::min(c.P, max_len);
+        const size_t ng = (size_t)c.L * B * c.G * max_len * c.hd;          // (L, B, G, max_len, hd)
         const size_t nl = (size_t)c.L * B * (c.NH - c.G) * c.ring * c.hd;  // (L, B, NH-G, R, hd)
         for (DeviceBuffer<floatX>* buf : {&kv_kg_, &kv_vg_, &kv_kl_, &kv_vl_}) {
             const size_t n = (buf == &kv_kg_ || buf == &kv_vg_) ? ng : nl;
             if (buf->size() != n) buf->resize(n);
             if (n > 0) CUDA_CHECK(cudaMemsetAsync(buf->get(), 0xFF, buf->bytes(), stream_));
         }
-        c.k_global = kv_kg_.get(); c.v_global = kv_vg_.get(); c.k_local = kv_kl_.get(); c.v_local = kv_vl_.get();
+        c.k_global = kv_kg_.get();
+        c.v_global = kv_vg_.get();
+        c.k_local = kv_kl_.get();
+        c.v_local = kv_vl_.get();
         dec_.allocate(cfg_, B);
         dec_tokens_host_.resize(B);
         kv_pos_ = 0;
@@ -425,8 +457,10 @@ public:
         if (B < 1) throw std::logic_error("CudaBackend::kv_prefill_device needs kv_begin first");
         if (kv_pos_ != 0) throw std::logic_error("CudaBackend::kv_prefill_device needs an empty cache (kv_begin)");
         if (n < 1 || n > kv_.max_len)
-            throw InputError("kv_forward: prefill of " + std::to_string(n) + " positions; pass 1 <= n <= the cache "
-                             "length " + std::to_string(kv_.max_len));
+            throw InputError("kv_forward: prefill of " + std::to_string(n) +
+                             " positions; pass 1 <= n <= the cache "
+                             "length " +
+                             std::to_string(kv_.max_len));
         forward(tokens, nullptr, B, n, 0.0f, nullptr);  // checks the tokens
         const size_t N = (size_t)B * n;
         for (int l = 0; l < L; l++) {
@@ -437,9 +471,7 @@ public:
         kv_pos_ = n;
     }
 
-    size_t kv_cache_bytes() const override {
-        return kv_kg_.bytes() + kv_vg_.bytes() + kv_kl_.bytes() + kv_vl_.bytes();
-    }
+    size_t kv_cache_bytes() const override { return kv_kg_.bytes() + kv_vg_.bytes() + kv_kl_.bytes() + kv_vl_.bytes(); }
     // For tests and the latency benchmark: positions cached so far, and the cache's device view.
     int kv_position() const { return kv_pos_; }
     const KvCacheView& kv_view() const { return kv_; }
@@ -544,8 +576,8 @@ private:
         // attention branch: qkv = ln1 @ qkvw^T + qkvb (N, 3C) -> [QK-norm] -> LS-attention (N, C)
         matmul_forward(mm_, la.qkv, la.ln1, lw.qkvw, lw.qkvb, n, C, 3 * C, st);
         if (cfg_.qk_norm)
-            qknorm_forward(la.qkvn, la.qkn_mean, la.qkn_rstd, la.qkv, lw.qnormw, lw.qnormb, lw.knormw, lw.knormb, n,
-                           C, NH, st);
+            qknorm_forward(la.qkvn, la.qkn_mean, la.qkn_rstd, la.qkv, lw.qnormw, lw.qnormb, lw.knormw, lw.knormb, n, C,
+                           NH, st);
         attention_ls_forward(la.atty, la.att_lse, la.att_in(), B, T, C, NH, G, P, cfg_.attn_softcap,
                              with_stats ? attn_stats_.get() + (size_t)l * 3 * NH : nullptr, scratch_.get(), st);
         matmul_forward(mm_, a.branch.get(), la.atty, lw.attprojw, lw.attprojb, n, C, C, st);
@@ -618,7 +650,10 @@ private:
             CUDA_CHECK(cudaStreamSynchronize(stream_));  // buffers in use by queued work are about to be freed
             acts_.allocate(cfg_, N);
             inputs_host_.resize(N);
-            losses_host_.resize(N); zlosses_host_.resize(N); lse_host_.resize(N); row_max_host_.resize(N);
+            losses_host_.resize(N);
+            zlosses_host_.resize(N);
+            lse_host_.resize(N);
+            row_max_host_.resize(N);
             capacity_ = N;
             changed = true;
         }
@@ -645,10 +680,11 @@ private:
         const double opt = (grads_.bytes() + m_.bytes() + v_.bytes()) / MiB;
         const double fwd = acts_.fwd_bytes / MiB, lg = acts_.logit_bytes / MiB, bwd = acts_.bwd_bytes / MiB;
         const double scr = scratch_.bytes() / MiB;
-        std::fprintf(stderr, "cuda memory plan (%s, %zu params, B*T %zu): params %.1f MiB (fp32 master%s), grads+m+v %.1f MiB, "
-                    "activations %.1f MiB, logits %.1f MiB, backward %.1f MiB, scratch %.1f MiB, total %.1f MiB\n",
-                    kPrecisionName, P, capacity_, params, kSeparateWorkingCopy ? " + bf16 copy" : "", opt, fwd, lg,
-                    bwd, scr, params + opt + fwd + lg + bwd + scr);
+        std::fprintf(stderr,
+                     "cuda memory plan (%s, %zu params, B*T %zu): params %.1f MiB (fp32 master%s), grads+m+v %.1f MiB, "
+                     "activations %.1f MiB, logits %.1f MiB, backward %.1f MiB, scratch %.1f MiB, total %.1f MiB\n",
+                     kPrecisionName, P, capacity_, params, kSeparateWorkingCopy ? " + bf16 copy" : "", opt, fwd, lg,
+                     bwd, scr, params + opt + fwd + lg + bwd + scr);
     }
 
     // Refuses what the model cannot run, with the fix in the message (the CPU's checks: llmc/core/batch_check.h).
@@ -664,31 +700,31 @@ private:
     DeviceBuffer<floatX> wparams_buf_;            // (P) BF16 build only
     floatX* wparams_ = nullptr;                   // working copy the kernels read
     Gpt2CudaActs acts_;
-    size_t capacity_ = 0;                         // rows (B*T) the activations hold
-    DeviceBuffer<float> scratch_;                 // shared op scratch (ops run one after another on stream_)
-    DeviceBuffer<float> attn_stats_;              // (L, 3, NH) {max, min, entropy_sum} per layer
-    DeviceBuffer<float> norm_;                    // (1) squared gradient norm
+    size_t capacity_ = 0;             // rows (B*T) the activations hold
+    DeviceBuffer<float> scratch_;     // shared op scratch (ops run one after another on stream_)
+    DeviceBuffer<float> attn_stats_;  // (L, 3, NH) {max, min, entropy_sum} per layer
+    DeviceBuffer<float> norm_;        // (1) squared gradient norm
     EncoderBackwardScratch enc_scratch_;
     // host side
-    std::vector<int> inputs_host_;                // (B, T) of the last forward (encoder backward groups by token)
+    std::vector<int> inputs_host_;  // (B, T) of the last forward (encoder backward groups by token)
     std::vector<float> losses_host_, zlosses_host_, lse_host_, row_max_host_;  // (B, T)
-    std::vector<float> stats_host_;               // (L, 3, NH)
-    std::vector<floatX> logits_stage_;            // (B, T, Vp) raw device logits
-    std::vector<float> logits_host_;              // (B, T, Vp) fp32
+    std::vector<float> stats_host_;                                            // (L, 3, NH)
+    std::vector<floatX> logits_stage_;                                         // (B, T, Vp) raw device logits
+    std::vector<float> logits_host_;                                           // (B, T, Vp) fp32
     LogitsState logits_state_ = LogitsState::None;
     int B_ = 0, T_ = 0;
     float z_weight_ = 0.0f;
     bool has_targets_ = false;
     double peak_flops_ = 0.0;
     // KV cache (kv_begin / kv_forward)
-    KvCacheView kv_;                              // shape + pointers into the four buffers below
-    DeviceBuffer<floatX> kv_kg_, kv_vg_;          // (L, B, G, max_len, hd)
-    DeviceBuffer<floatX> kv_kl_, kv_vl_;          // (L, B, NH-G, R, hd)
-    int kv_pos_ = 0;                              // positions cached so far (every sequence)
-    Gpt2CudaDecodeActs dec_;                      // row buffers of a decode step
-    std::vector<int> dec_tokens_host_;            // (B) tokens of the current decode step
-    std::vector<floatX> kv_logits_stage_;         // (B, Vp) raw logits of one decode step
-    std::vector<float> kv_logits_host_;           // (B, n, Vp) what kv_forward returns after decode steps
+    KvCacheView kv_;                       // shape + pointers into the four buffers below
+    DeviceBuffer<floatX> kv_kg_, kv_vg_;   // (L, B, G, max_len, hd)
+    DeviceBuffer<floatX> kv_kl_, kv_vl_;   // (L, B, NH-G, R, hd)
+    int kv_pos_ = 0;                       // positions cached so far (every sequence)
+    Gpt2CudaDecodeActs dec_;               // row buffers of a decode step
+    std::vector<int> dec_tokens_host_;     // (B) tokens of the current decode step
+    std::vector<floatX> kv_logits_stage_;  // (B, Vp) raw logits of one decode step
+    std::vector<float> kv_logits_host_;    // (B, n, Vp) what kv_forward returns after decode steps
 };
 
 // Entry points for train_gpt2_ls.cu.

@@ -15,7 +15,10 @@
 
 namespace llmc::cuda {
 
-template <typename T> struct NoDeduce { using type = T; };
+template <typename T>
+struct NoDeduce {
+    using type = T;
+};
 
 // Launches `kernel` on `grid` x `block` threads with `smem` bytes of dynamic shared memory on
 // `stream`. The arguments convert to the kernel's parameter types as with <<<>>>. Launch errors
@@ -25,10 +28,11 @@ inline void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t sm
                           typename NoDeduce<P>::type... args) {
 #ifdef LLMC_EMULATE
     (void)stream;  // the emulation runs every stream in issue order
-    ::llmc::emu::run_grid(reinterpret_cast<const void*>(kernel), grid, block, smem, [&] { kernel(args...); },
-                          ::llmc::emu::launch_footprint(args...));
+    ::llmc::emu::run_grid(
+        reinterpret_cast<const void*>(kernel), grid, block, smem, [&] { kernel(args...); },
+        ::llmc::emu::launch_footprint(args...));
 #else
-    kernel<<<grid, block, smem, stream>>>(args...);
+    kernel<<<grid, block, smem, stream> > >(args...);
 #endif
 }
 

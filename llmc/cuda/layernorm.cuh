@@ -124,11 +124,11 @@ inline void layernorm_forward_launch(floatX* residual, floatX* out, float* mean,
     if (FUSED) vec = vec && aligned16(residual) && aligned16(b);
     const unsigned grid = (unsigned)ceil_div(N, kLayerNormForwardBlock / 32);
     if (vec)
-        launch_kernel(layernorm_forward_kernel<kPack, FUSED>, grid, kLayerNormForwardBlock, 0, st, residual, out, mean, rstd, a, b,
-                                                                                       w, bias, N, C);
+        launch_kernel(layernorm_forward_kernel<kPack, FUSED>, grid, kLayerNormForwardBlock, 0, st, residual, out, mean,
+                      rstd, a, b, w, bias, N, C);
     else
-        launch_kernel(layernorm_forward_kernel<1, FUSED>, grid, kLayerNormForwardBlock, 0, st, residual, out, mean, rstd, a, b, w,
-                                                                                   bias, N, C);
+        launch_kernel(layernorm_forward_kernel<1, FUSED>, grid, kLayerNormForwardBlock, 0, st, residual, out, mean,
+                      rstd, a, b, w, bias, N, C);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -248,10 +248,12 @@ inline void layernorm_backward(floatX* dinp, float* dw, float* db, float* scratc
     const bool vec = C % kPack == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w);
     if (vec) {
         allow_shared_bytes(layernorm_backward_kernel<kPack>, smem, "layernorm_backward");
-        launch_kernel(layernorm_backward_kernel<kPack>, blocks, warps * 32, smem, st, dinp, scratch, dout, inp, w, mean, rstd, N, C);
+        launch_kernel(layernorm_backward_kernel<kPack>, blocks, warps * 32, smem, st, dinp, scratch, dout, inp, w, mean,
+                      rstd, N, C);
     } else {
         allow_shared_bytes(layernorm_backward_kernel<1>, smem, "layernorm_backward");
-        launch_kernel(layernorm_backward_kernel<1>, blocks, warps * 32, smem, st, dinp, scratch, dout, inp, w, mean, rstd, N, C);
+        launch_kernel(layernorm_backward_kernel<1>, blocks, warps * 32, smem, st, dinp, scratch, dout, inp, w, mean,
+                      rstd, N, C);
     }
     CUDA_CHECK_LAUNCH();
     PartialTargets t{{dw, db, nullptr, nullptr}, 2, C};

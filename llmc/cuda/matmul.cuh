@@ -78,7 +78,10 @@ struct MatmulContext {
     // The heuristic's answer per problem (shapes, types, epilogue, alignments), so each distinct
     // matmul queries it once (the query costs tens of microseconds of host time). found = false
     // records "no algorithm".
-    struct CachedAlgo { bool found; cublasLtMatmulAlgo_t algo; };
+    struct CachedAlgo {
+        bool found;
+        cublasLtMatmulAlgo_t algo;
+    };
     std::map<std::array<int64_t, 16>, CachedAlgo> algo_cache;
 
     MatmulContext() {
@@ -108,15 +111,21 @@ constexpr cudaDataType_t kFloatXType = CUDA_R_16BF;
 // RAII holders so that a throw mid-way frees the descriptors.
 struct LtDesc {
     cublasLtMatmulDesc_t d = nullptr;
-    ~LtDesc() { if (d) cublasLtMatmulDescDestroy(d); }
+    ~LtDesc() {
+        if (d) cublasLtMatmulDescDestroy(d);
+    }
 };
 struct LtLayout {
     cublasLtMatrixLayout_t l = nullptr;
-    ~LtLayout() { if (l) cublasLtMatrixLayoutDestroy(l); }
+    ~LtLayout() {
+        if (l) cublasLtMatrixLayoutDestroy(l);
+    }
 };
 struct LtPref {
     cublasLtMatmulPreference_t p = nullptr;
-    ~LtPref() { if (p) cublasLtMatmulPreferenceDestroy(p); }
+    ~LtPref() {
+        if (p) cublasLtMatmulPreferenceDestroy(p);
+    }
 };
 
 // Largest power of two (at most 256) that divides the address.
@@ -144,8 +153,8 @@ inline bool lt_matmul(MatmulContext& ctx, void* d, cudaDataType_t dtype, const v
     CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
     if (bias) {
         const int32_t bias_type = dtype;  // bias has D's type (floatX) in every call we make
-        CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                                      sizeof(bias_type)));
+        CUBLASLT_CHECK(
+            cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
         CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     }
     if (aux) {
@@ -153,10 +162,10 @@ inline bool lt_matmul(MatmulContext& ctx, void* d, cudaDataType_t dtype, const v
         // it is meant for fp8 kernels, and an unsupported setting makes cublasLtMatmul itself (not the
         // heuristic, whose failure we can fall back from) return CUBLAS_STATUS_INVALID_VALUE.
         const int64_t aux_ld = ldd;
-        CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
-                                                      sizeof(aux)));
-        CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
-                                                      sizeof(aux_ld)));
+        CUBLASLT_CHECK(
+            cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+        CUBLASLT_CHECK(
+            cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
     }
     LtLayout la, lb, ld;
     CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&la.l, abtype, transa ? k : m, transa ? m : k, lda));
@@ -166,8 +175,8 @@ inline bool lt_matmul(MatmulContext& ctx, void* d, cudaDataType_t dtype, const v
     LtPref pref;
     CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref.p));
     const uint64_t ws = ctx.workspace_bytes;
-    CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                                        sizeof(ws)));
+    CUBLASLT_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
     // The heuristic assumes 256-byte aligned matrices unless told otherwise; our operands are often
     // offsets into one parameter buffer (16-byte aligned), so pass the true alignment of each. The
     // alignment an algorithm needs covers "the buffer pointer, leading dimension, and possibly other
@@ -177,7 +186,8 @@ inline bool lt_matmul(MatmulContext& ctx, void* d, cudaDataType_t dtype, const v
     auto aligned = [](const void* p, int ld, size_t elem) {
         return std::min(pointer_alignment(p), pointer_alignment(reinterpret_cast<const void*>((uintptr_t)ld * elem)));
     };
-    const uint32_t align_a = aligned(a, lda, ab_size), align_b = aligned(b, ldb, ab_size), align_d = aligned(d, ldd, d_size);
+    const uint32_t align_a = aligned(a, lda, ab_size), align_b = aligned(b, ldb, ab_size),
+                   align_d = aligned(d, ldd, d_size);
     CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
                                                         sizeof(align_a)));
     CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
@@ -186,8 +196,21 @@ inline bool lt_matmul(MatmulContext& ctx, void* d, cudaDataType_t dtype, const v
                                                         sizeof(align_d)));
     CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
                                                         sizeof(align_d)));
-    const std::array<int64_t, 16> key = {m, n, k, lda, ldb, ldd, transa, transb, dtype, abtype, (int64_t)epilogue,
-                                         align_a, align_b, align_d, bias ? pointer_alignment(bias) : 0,
+    const std::array<int64_t, 16> key = {m,
+                                         n,
+                                         k,
+                                         lda,
+                                         ldb,
+                                         ldd,
+                                         transa,
+                                         transb,
+                                         dtype,
+                                         abtype,
+                                         (int64_t)epilogue,
+                                         align_a,
+                                         align_b,
+                                         align_d,
+                                         bias ? pointer_alignment(bias) : 0,
                                          aux ? pointer_alignment(aux) : 0};
     auto it = ctx.algo_cache.find(key);
     if (it == ctx.algo_cache.end()) {
@@ -200,19 +223,20 @@ inline bool lt_matmul(MatmulContext& ctx, void* d, cudaDataType_t dtype, const v
     }
     if (!it->second.found) {
         if (may_fail) return false;
-        throw std::runtime_error("cuBLASLt: cublasLtMatmulAlgoGetHeuristic found no algorithm for m=" +
-                                 std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
-                                 " epilogue=" + std::to_string((int)epilogue));
+        throw std::runtime_error(
+            "cuBLASLt: cublasLtMatmulAlgoGetHeuristic found no algorithm for m=" + std::to_string(m) +
+            " n=" + std::to_string(n) + " k=" + std::to_string(k) + " epilogue=" + std::to_string((int)epilogue));
     }
     const float alpha = 1.0f;
-    CUBLASLT_CHECK(cublasLtMatmul(ctx.handle, desc.d, &alpha, a, la.l, b, lb.l, &beta, d, ld.l, d, ld.l, &it->second.algo,
-                                  ctx.workspace, ctx.workspace_bytes, st));
+    CUBLASLT_CHECK(cublasLtMatmul(ctx.handle, desc.d, &alpha, a, la.l, b, lb.l, &beta, d, ld.l, d, ld.l,
+                                  &it->second.algo, ctx.workspace, ctx.workspace_bytes, st));
     return true;
 }
 
 inline void matmul_check_aligned(const void* p, const char* name) {
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
-        throw std::invalid_argument(std::string("matmul: ") + name + " is not 16-byte aligned; cuBLASLt needs "
+        throw std::invalid_argument(std::string("matmul: ") + name +
+                                    " is not 16-byte aligned; cuBLASLt needs "
                                     "aligned operands (allocate with cudaMalloc, offsets in multiples of 16 bytes)");
 }
 inline void matmul_check_shape(int N, int IC, int OC) {
@@ -254,8 +278,8 @@ __global__ void bias_final_kernel(float* dbias, const float* partial, int chunks
 
 // out (N, OC) floatX OVERWRITTEN = inp (N, IC) @ weight (OC, IC)^T + bias (OC, nullable).
 // pre_gelu (N, OC) non-null: pre_gelu = inp @ weight^T + bias and out = gelu(pre_gelu).
-inline void matmul_forward(MatmulContext& ctx, floatX* out, const floatX* inp, const floatX* weight,
-                           const floatX* bias, int N, int IC, int OC, cudaStream_t st, floatX* pre_gelu = nullptr) {
+inline void matmul_forward(MatmulContext& ctx, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
+                           int N, int IC, int OC, cudaStream_t st, floatX* pre_gelu = nullptr) {
     detail::matmul_check_shape(N, IC, OC);
     detail::matmul_check_aligned(out, "out");
     detail::matmul_check_aligned(inp, "inp");
@@ -265,8 +289,8 @@ inline void matmul_forward(MatmulContext& ctx, floatX* out, const floatX* inp, c
     const cudaDataType_t t = detail::kFloatXType;
     if (pre_gelu && ctx.fuse_gelu) {
         const cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
-        ctx.last_gelu_fused = detail::lt_matmul(ctx, out, t, weight, true, IC, inp, false, IC, t, OC, N, IC, OC,
-                                                0.0f, epi, bias, pre_gelu, st, /*may_fail=*/true);
+        ctx.last_gelu_fused = detail::lt_matmul(ctx, out, t, weight, true, IC, inp, false, IC, t, OC, N, IC, OC, 0.0f,
+                                                epi, bias, pre_gelu, st, /*may_fail=*/true);
         if (ctx.last_gelu_fused) return;
     }
     ctx.last_gelu_fused = false;
@@ -302,11 +326,13 @@ inline void matmul_backward(MatmulContext& ctx, floatX* dinp, float* dweight, fl
     detail::lt_matmul(ctx, dweight, CUDA_R_32F, inp, false, IC, dout, true, OC, t, IC, OC, N, IC, 1.0f,
                       CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, st);
     if (dbias) {
-        if (!scratch) throw std::invalid_argument("matmul_backward: dbias needs scratch of "
-                                                  "matmul_backward_scratch_floats(N, OC) floats");
+        if (!scratch)
+            throw std::invalid_argument(
+                "matmul_backward: dbias needs scratch of "
+                "matmul_backward_scratch_floats(N, OC) floats");
         const int chunks = (int)ceil_div(N, detail::kBiasRows);
-        launch_kernel(detail::bias_partial_kernel, dim3((unsigned)ceil_div(OC, 32), (unsigned)chunks), dim3(32, 8), 0, st, 
-            scratch, dout, N, OC);
+        launch_kernel(detail::bias_partial_kernel, dim3((unsigned)ceil_div(OC, 32), (unsigned)chunks), dim3(32, 8), 0,
+                      st, scratch, dout, N, OC);
         CUDA_CHECK_LAUNCH();
         launch_kernel(detail::bias_final_kernel, (unsigned)ceil_div(OC, 256), 256, 0, st, dbias, scratch, chunks, OC);
         CUDA_CHECK_LAUNCH();

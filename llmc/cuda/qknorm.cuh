@@ -22,8 +22,8 @@ namespace llmc::cuda {
 
 inline void qknorm_check_args_cuda(int N, int C, int NH) {
     if (N < 0 || NH < 1 || C < 1 || C % NH != 0)
-        throw InputError("qknorm: need channels C=" + std::to_string(C) + " a positive multiple of heads NH=" +
-                         std::to_string(NH) + "; change --channels or --heads");
+        throw InputError("qknorm: need channels C=" + std::to_string(C) +
+                         " a positive multiple of heads NH=" + std::to_string(NH) + "; change --channels or --heads");
 }
 
 // qkvn (N,3C) written; mean, rstd (N,2,NH) written; qkv (N,3C); qw, qb, kw, kb (hd).
@@ -33,7 +33,7 @@ __global__ void qknorm_forward_kernel(floatX* qkvn, float* mean, float* rstd, co
     const int segs = 2 * NH + 1;
     const int lane = threadIdx.x % 32;
     const long gw = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // global warp
-    if (gw >= (long)N * segs) return;  // whole warp leaves together
+    if (gw >= (long)N * segs) return;                                         // whole warp leaves together
     const long row = gw / segs;
     const int seg = (int)(gw % segs);
     const size_t row_off = (size_t)row * 3 * C;
@@ -141,8 +141,8 @@ inline void qknorm_forward(floatX* qkvn, float* mean, float* rstd, const floatX*
     if (N == 0) return;
     const int block = 256;  // 8 warps
     const long warps_total = (long)N * (2 * NH + 1);
-    launch_kernel(qknorm_forward_kernel, (unsigned)ceil_div(warps_total, block / 32), block, 0, st, qkvn, mean, rstd, qkv, qw, qb,
-                                                                                         kw, kb, N, C, NH);
+    launch_kernel(qknorm_forward_kernel, (unsigned)ceil_div(warps_total, block / 32), block, 0, st, qkvn, mean, rstd,
+                  qkv, qw, qb, kw, kb, N, C, NH);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -158,7 +158,8 @@ inline void qknorm_backward(floatX* dqkv, float* dqw, float* dqb, float* dkw, fl
     const int blocks = qknorm_backward_blocks(N, hd);
     const size_t smem = (size_t)warps * 4 * hd * sizeof(float);
     allow_shared_bytes(qknorm_backward_kernel, smem, "qknorm_backward");
-    launch_kernel(qknorm_backward_kernel, blocks, warps * 32, smem, st, dqkv, scratch, dqkvn, qkv, qw, kw, mean, rstd, N, C, NH);
+    launch_kernel(qknorm_backward_kernel, blocks, warps * 32, smem, st, dqkv, scratch, dqkvn, qkv, qw, kw, mean, rstd,
+                  N, C, NH);
     CUDA_CHECK_LAUNCH();
     PartialTargets t{{dqw, dqb, dkw, dkb}, 4, hd};
     reduce_partials_add(t, scratch, blocks * warps, st);

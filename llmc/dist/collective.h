@@ -94,7 +94,9 @@ inline LaunchInfo detect_launch(int flag_rank, int flag_world, int flag_local,
         return true;
     };
     LaunchInfo li;
-    struct Source { const char *rank, *size, *local, *what; };
+    struct Source {
+        const char *rank, *size, *local, *what;
+    };
     const Source sources[] = {
         {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "mpirun (Open MPI)"},
         {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "Slurm"},
@@ -111,8 +113,14 @@ inline LaunchInfo detect_launch(int flag_rank, int flag_world, int flag_local,
             break;
         }
     }
-    if (flag_world >= 0) { li.world_size = flag_world; li.source = "flags"; }
-    if (flag_rank >= 0) { li.rank = flag_rank; li.source = "flags"; }
+    if (flag_world >= 0) {
+        li.world_size = flag_world;
+        li.source = "flags";
+    }
+    if (flag_rank >= 0) {
+        li.rank = flag_rank;
+        li.source = "flags";
+    }
     if (flag_local >= 0) li.local_rank = flag_local;
     if (li.world_size < 1 || li.rank < 0 || li.rank >= li.world_size)
         throw InputError("rank " + std::to_string(li.rank) + " of world size " + std::to_string(li.world_size) +

@@ -30,16 +30,15 @@ inline CollectiveKind choose_collective(const LaunchInfo& li, bool cuda, Collect
     if (cuda && built.nccl) {
         if (mpi_active) return CollectiveKind::NcclMpi;
         if (!rendezvous.empty()) return CollectiveKind::NcclFile;
-        throw InputError(who + (built.mpi ? "this process was not started by mpirun" :
-                                            "this build has no MPI (the Makefile found no mpicxx)") +
+        throw InputError(who +
+                         (built.mpi ? "this process was not started by mpirun"
+                                    : "this build has no MPI (the Makefile found no mpicxx)") +
                          ", so nothing can hand out NCCL's id; give --rendezvous DIR (a directory every rank sees)");
     }
     if (mpi_active) return CollectiveKind::Mpi;
     std::string why;
-    if (!built.mpi)
-        why = "this build has no MPI (the Makefile found no mpicxx)";
-    else
-        why = "this process was not started by mpirun";
+    if (!built.mpi) why = "this build has no MPI (the Makefile found no mpicxx)";
+    else why = "this process was not started by mpirun";
     std::string fix = cuda ? "; this build has no NCCL either (no nccl.h): install NCCL and rebuild, then use "
                              "--rendezvous DIR or mpirun, or run one process"
                            : "; the CPU backend needs `mpirun -np N` with an MPI build (install Open MPI and "

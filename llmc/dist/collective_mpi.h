@@ -72,7 +72,8 @@ public:
         if (op == ReduceOp::Avg) divide(buf, n);
     }
     void reduce_scatter(const float* send, float* recv, size_t count, ReduceOp op) override {
-        if (count > (size_t)1 << 30) throw InputError("reduce-scatter of more than 2^30 floats per rank is not supported");
+        if (count > (size_t)1 << 30)
+            throw InputError("reduce-scatter of more than 2^30 floats per rank is not supported");
         MPI_Reduce_scatter_block(send, recv, (int)count, MPI_FLOAT, mpi_op(op), MPI_COMM_WORLD);
         if (op == ReduceOp::Avg) divide(recv, count);
     }

@@ -97,7 +97,8 @@ inline bool decode_id(const std::vector<char>& b, int world, int rank, uint64_t 
 inline uint64_t fresh_nonce(int rank) {
     std::random_device rd;
     const uint64_t t = (uint64_t)std::chrono::steady_clock::now().time_since_epoch().count();
-    uint64_t x = ((uint64_t)rd() << 32) ^ rd() ^ (t * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)::getpid() << 20) ^ (uint64_t)rank;
+    uint64_t x =
+        ((uint64_t)rd() << 32) ^ rd() ^ (t * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)::getpid() << 20) ^ (uint64_t)rank;
     return x ? x : 1;
 }
 
@@ -109,7 +110,8 @@ inline std::vector<char> rendezvous_exchange(const RendezvousOptions& opt, int r
                                              const std::vector<char>& payload) {
     using namespace rdv_detail;
     if (world < 1 || rank < 0 || rank >= world)
-        throw InputError("--rendezvous: rank " + std::to_string(rank) + " of " + std::to_string(world) + " is out of range");
+        throw InputError("--rendezvous: rank " + std::to_string(rank) + " of " + std::to_string(world) +
+                         " is out of range");
     if (world == 1) return payload;
     const std::string job = opt.job.empty() ? rendezvous_job_from_env() : opt.job;
     const std::string base = opt.dir + "/rdv_" + job + "_";
@@ -117,7 +119,9 @@ inline std::vector<char> rendezvous_exchange(const RendezvousOptions& opt, int r
     auto join_path = [&](int r) { return base + "join_" + std::to_string(r); };
     auto ack_path = [&](int r) { return base + "ack_" + std::to_string(r); };
     const auto t0 = std::chrono::steady_clock::now();
-    auto timed_out = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > opt.timeout_s; };
+    auto timed_out = [&] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > opt.timeout_s;
+    };
     auto nap = [&] { std::this_thread::sleep_for(std::chrono::milliseconds(opt.poll_ms)); };
     char secs[32];
     std::snprintf(secs, sizeof secs, "%g", opt.timeout_s);
@@ -150,10 +154,12 @@ inline std::vector<char> rendezvous_exchange(const RendezvousOptions& opt, int r
                 std::string missing;
                 for (int r = 1; r < world; r++) {
                     uint64_t a = 0;
-                    if (!(read_u64(ack_path(r), a) && !written.empty() && a == written[r - 1])) missing += " " + std::to_string(r);
+                    if (!(read_u64(ack_path(r), a) && !written.empty() && a == written[r - 1]))
+                        missing += " " + std::to_string(r);
                 }
                 throw InputError("--rendezvous: rank 0 waited " + std::string(secs) + " s in " + opt.dir +
-                                 " for ranks" + missing + "; start every rank with the same --rendezvous directory "
+                                 " for ranks" + missing +
+                                 "; start every rank with the same --rendezvous directory "
                                  "(one all ranks see) and world size");
             }
             nap();
@@ -177,7 +183,8 @@ inline std::vector<char> rendezvous_exchange(const RendezvousOptions& opt, int r
         }
         if (timed_out())
             throw InputError("--rendezvous: rank " + std::to_string(rank) + " waited " + std::string(secs) + " s in " +
-                             opt.dir + " for rank 0 of this run; start rank 0 with the same --rendezvous directory "
+                             opt.dir +
+                             " for rank 0 of this run; start rank 0 with the same --rendezvous directory "
                              "(one all ranks see) and world size");
         nap();
     }

@@ -39,8 +39,12 @@ inline ShardRange shard_range(size_t n, int rank, int world) {
 class Zero1Optimizer {
 public:
     Zero1Optimizer(const ParamLayout& layout, int rank, int world)
-        : layout_(layout), range_(shard_range(layout.total, rank, world)), world_(world),
-          master_(range_.chunk, 0.0f), m_(range_.chunk, 0.0f), v_(range_.chunk, 0.0f),
+        : layout_(layout),
+          range_(shard_range(layout.total, rank, world)),
+          world_(world),
+          master_(range_.chunk, 0.0f),
+          m_(range_.chunk, 0.0f),
+          v_(range_.chunk, 0.0f),
           grad_(range_.chunk, 0.0f) {}
 
     const ShardRange& range() const { return range_; }
@@ -74,8 +78,8 @@ public:
             if (b >= e) continue;
             const float wd = param_gets_weight_decay(id) ? h.weight_decay : 0.0f;
             const size_t o = b - range_.begin;
-            llmc::adamw_update(master_.data() + o, grad_.data() + o, m_.data() + o, v_.data() + o, e - b, h.lr,
-                              h.beta1, h.beta2, h.eps, wd, t, grad_multiplier);
+            llmc::adamw_update(master_.data() + o, grad_.data() + o, m_.data() + o, v_.data() + o, e - b, h.lr, h.beta1,
+                               h.beta2, h.eps, wd, t, grad_multiplier);
         }
         comm.all_gather(master_.data(), params_padded, range_.chunk);
     }

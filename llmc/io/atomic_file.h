@@ -38,8 +38,7 @@ inline void fsync_dir(const std::string& dir) {
     ::close(fd);
     // Some filesystems do not support fsync on directories (EINVAL); the rename itself is done.
     if (rc != 0 && err != EINVAL)
-        throw InputError("fsync of directory " + dir + " failed: " + std::strerror(err) +
-                         "; check the filesystem");
+        throw InputError("fsync of directory " + dir + " failed: " + std::strerror(err) + "; check the filesystem");
 }
 
 // What to check after a failed write with errno err into directory dir (the end of an error line).
@@ -68,9 +67,8 @@ public:
         buf.push_back('\0');
         fd_ = ::mkstemp(buf.data());
         if (fd_ < 0)
-            throw InputError("cannot create a temporary file next to " + path + ": " +
-                             std::strerror(errno) + "; check that " + parent_dir(path) +
-                             " exists and is writable");
+            throw InputError("cannot create a temporary file next to " + path + ": " + std::strerror(errno) +
+                             "; check that " + parent_dir(path) + " exists and is writable");
         tmp_path_ = buf.data();
         ::fchmod(fd_, 0644);  // mkstemp makes 0600; checkpoints are ordinary files
     }
@@ -115,7 +113,8 @@ public:
 
 private:
     [[noreturn]] void fail(const std::string& what, int err) {
-        throw InputError(what + "; " + path_ + " was left unchanged; check " + write_error_hint(err, parent_dir(path_)));
+        throw InputError(what + "; " + path_ + " was left unchanged; check " +
+                         write_error_hint(err, parent_dir(path_)));
     }
 
     std::string path_, tmp_path_;

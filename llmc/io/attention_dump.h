@@ -95,8 +95,8 @@ inline void check_dump_attention_heads(const std::vector<DumpHead>& heads, const
 // The backend must be able to hand out attention probabilities (--device auto may have chosen CUDA).
 inline void check_dump_attention_backend(const Backend& b) {
     if (!b.has_attention_probs())
-        throw InputError(std::string("--dump-attention runs on the CPU backend only and this run uses the ") + b.name() +
-                         " backend; use --device cpu (checkpoints are portable)");
+        throw InputError(std::string("--dump-attention runs on the CPU backend only and this run uses the ") +
+                         b.name() + " backend; use --device cpu (checkpoints are portable)");
 }
 
 inline std::string attention_dump_path(const std::string& dir, const DumpHead& h) {

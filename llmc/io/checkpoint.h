@@ -70,10 +70,23 @@ inline float bf16_to_float(uint16_t b) {
 // ----------------------------------------------------------------------------------------------
 // header fields
 
-inline uint32_t float_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
-inline float bits_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
-inline void put_u64(int32_t* h, int i, uint64_t v) { h[i] = (int32_t)(uint32_t)v; h[i + 1] = (int32_t)(uint32_t)(v >> 32); }
-inline uint64_t get_u64(const int32_t* h, int i) { return (uint64_t)(uint32_t)h[i] | ((uint64_t)(uint32_t)h[i + 1] << 32); }
+inline uint32_t float_bits(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+}
+inline float bits_float(uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+inline void put_u64(int32_t* h, int i, uint64_t v) {
+    h[i] = (int32_t)(uint32_t)v;
+    h[i + 1] = (int32_t)(uint32_t)(v >> 32);
+}
+inline uint64_t get_u64(const int32_t* h, int i) {
+    return (uint64_t)(uint32_t)h[i] | ((uint64_t)(uint32_t)h[i + 1] << 32);
+}
 
 // Header indices 2..13 (see docs/formats.md); dtype (12) is set by the writer.
 inline void put_config_fields(int32_t* h, const ModelConfig& c) {
@@ -102,7 +115,11 @@ inline uint64_t model_config_hash(const ModelConfig& c) {
 // ----------------------------------------------------------------------------------------------
 // small file-reading helpers shared by the checkpoint readers
 
-struct FileCloser { void operator()(std::FILE* f) const { if (f) std::fclose(f); } };
+struct FileCloser {
+    void operator()(std::FILE* f) const {
+        if (f) std::fclose(f);
+    }
+};
 using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
 
 // Opens path for reading; a missing or unreadable file is CheckpointDamaged (the caller may
@@ -129,8 +146,8 @@ inline void read_exact(std::FILE* f, void* dst, size_t bytes, const std::string&
 // Writes params (param_layout(config).total fp32 values) atomically to path; bf16 = true stores
 // the payload as bf16 (round to nearest even), halving the file. trained_seq_len: the sequence
 // length T the model was trained at (header[19]; 0 = unknown, at most config.max_seq_len).
-inline void save_model_checkpoint(const std::string& path, const ModelConfig& config,
-                                  const float* params, int step, bool bf16 = false, int trained_seq_len = 0) {
+inline void save_model_checkpoint(const std::string& path, const ModelConfig& config, const float* params, int step,
+                                  bool bf16 = false, int trained_seq_len = 0) {
     std::string err = validate_model_config(config);
     if (!err.empty()) throw InputError(path + ": refusing to save an invalid model: " + err);
     if (step < 0) throw InputError(path + ": refusing to save with negative step " + std::to_string(step));
@@ -180,8 +197,7 @@ struct ModelCheckpoint {
 namespace detail {
 
 // Reads n parameters stored as fp32 or bf16 after the header; returns the payload checksum.
-inline uint64_t read_payload(std::FILE* f, size_t n, bool bf16, std::vector<float>& params,
-                             const std::string& path) {
+inline uint64_t read_payload(std::FILE* f, size_t n, bool bf16, std::vector<float>& params, const std::string& path) {
     params.resize(n);
     if (!bf16) {
         read_exact(f, params.data(), n * sizeof(float), path);
@@ -261,7 +277,8 @@ inline ModelCheckpoint load_model_checkpoint(const std::string& path) {
     };
     if (h[10] != 0 && h[10] != 1) throw bad_header("qk_norm flag is " + std::to_string(h[10]) + ", expected 0 or 1");
     if (h[11] != 0 && h[11] != 1) throw bad_header("tied flag is " + std::to_string(h[11]) + ", expected 0 or 1");
-    if (h[12] != 0 && h[12] != 1) throw bad_header("payload dtype is " + std::to_string(h[12]) + ", expected 0 (fp32) or 1 (bf16)");
+    if (h[12] != 0 && h[12] != 1)
+        throw bad_header("payload dtype is " + std::to_string(h[12]) + ", expected 0 (fp32) or 1 (bf16)");
     if (h[18] < 0) throw bad_header("negative step " + std::to_string(h[18]));
     if (h[19] < 0 || h[19] > h[2])
         throw bad_header("trained sequence length " + std::to_string(h[19]) + " is outside [0, max_seq_len " +
@@ -289,8 +306,8 @@ inline ModelCheckpoint load_model_checkpoint(const std::string& path) {
     const size_t n = param_layout(c).total;
     const uint64_t stored_n = get_u64(h.data(), 14);
     if (stored_n != n)
-        throw bad_header("parameter count " + std::to_string(stored_n) + " does not match the " +
-                         std::to_string(n) + " its model fields imply");
+        throw bad_header("parameter count " + std::to_string(stored_n) + " does not match the " + std::to_string(n) +
+                         " its model fields imply");
     detail::check_size(path, size, n, ck.bf16 ? 2 : 4);
     uint64_t sum = detail::read_payload(f.get(), n, ck.bf16, ck.params, path);
     if (sum != get_u64(h.data(), 16))

@@ -171,13 +171,13 @@ inline std::string config_difference(const ModelConfig& a, const ModelConfig& b)
     auto i = [](const char* name, int x, int y) {
         return x == y ? std::string() : std::string(name) + " " + std::to_string(x) + " vs " + std::to_string(y);
     };
-    for (std::string s : {i("max-seq-len", a.max_seq_len, b.max_seq_len), i("vocab", a.vocab_size, b.vocab_size),
-                          i("padded vocab", a.padded_vocab_size, b.padded_vocab_size),
-                          i("layers", a.num_layers, b.num_layers), i("heads", a.num_heads, b.num_heads),
-                          i("channels", a.channels, b.channels), i("global-heads", a.global_heads, b.global_heads),
-                          i("window", a.window, b.window), i("qk-norm", a.qk_norm, b.qk_norm),
-                          d("attn-softcap", a.attn_softcap, b.attn_softcap),
-                          i("tied embeddings", a.tied_embeddings, b.tied_embeddings)})
+    for (std::string s :
+         {i("max-seq-len", a.max_seq_len, b.max_seq_len), i("vocab", a.vocab_size, b.vocab_size),
+          i("padded vocab", a.padded_vocab_size, b.padded_vocab_size), i("layers", a.num_layers, b.num_layers),
+          i("heads", a.num_heads, b.num_heads), i("channels", a.channels, b.channels),
+          i("global-heads", a.global_heads, b.global_heads), i("window", a.window, b.window),
+          i("qk-norm", a.qk_norm, b.qk_norm), d("attn-softcap", a.attn_softcap, b.attn_softcap),
+          i("tied embeddings", a.tied_embeddings, b.tied_embeddings)})
         if (!s.empty()) return s;
     return "";
 }
@@ -196,13 +196,13 @@ inline LoadedCheckpoint load_checkpoint_at(const std::string& dir, int step, con
         throw InputError(mpath + ": checkpoint is for a different model (checkpoint vs this run: " + diff +
                          "); resume with the same model flags or use another output directory");
     if (ck.model.step != step)
-        throw CheckpointDamaged(mpath + ": header says step " + std::to_string(ck.model.step) +
-                                " but the name says " + std::to_string(step) + "; use another checkpoint");
+        throw CheckpointDamaged(mpath + ": header says step " + std::to_string(ck.model.step) + " but the name says " +
+                                std::to_string(step) + "; use another checkpoint");
     const std::string spath = state_path(dir, step, rank);
     ck.state = load_train_state(spath, expected, rank, world_size);
     if (ck.state.step != step)
-        throw CheckpointDamaged(spath + ": header says step " + std::to_string(ck.state.step) +
-                                " but the name says " + std::to_string(step) + "; use another checkpoint");
+        throw CheckpointDamaged(spath + ": header says step " + std::to_string(ck.state.step) + " but the name says " +
+                                std::to_string(step) + "; use another checkpoint");
     return ck;
 }
 
@@ -211,7 +211,7 @@ inline LoadedCheckpoint load_checkpoint_at(const std::string& dir, int step, con
 // dir has no complete checkpoint; throws InputError when all of them are damaged, or on a
 // mismatch that is the user's (model flags, process count), which no fallback would fix.
 inline std::optional<LoadedCheckpoint> load_newest_checkpoint(const std::string& dir, const ModelConfig& expected,
-                                                               int rank, int world_size, int max_step = INT_MAX) {
+                                                              int rank, int world_size, int max_step = INT_MAX) {
     std::vector<int> steps = complete_steps(dir);
     std::string first_error;
     int tried = 0;

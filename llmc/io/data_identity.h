@@ -24,13 +24,13 @@
 namespace llmc {
 
 struct DataIdentity {
-    std::string dir;                   // the directory of the shard glob
-    bool has_meta = false;             // dir/meta.json exists
-    std::string tokenizer;             // meta.json's "tokenizer"; "" unknown
-    std::string sp_model_sha256;       // meta.json's "sha256_tokenizer_model"; "" unknown
+    std::string dir;                           // the directory of the shard glob
+    bool has_meta = false;                     // dir/meta.json exists
+    std::string tokenizer;                     // meta.json's "tokenizer"; "" unknown
+    std::string sp_model_sha256;               // meta.json's "sha256_tokenizer_model"; "" unknown
     std::optional<std::string> tokenizer_bin;  // the bytes of dir/tokenizer.bin, when there is one
-    int vocab = -1;                    // data_vocab_size(); -1 unknown
-    std::string vocab_source;          // the file vocab came from
+    int vocab = -1;                            // data_vocab_size(); -1 unknown
+    std::string vocab_source;                  // the file vocab came from
 
     bool known() const { return has_meta || tokenizer_bin.has_value(); }
 
@@ -97,7 +97,8 @@ inline void check_same_tokenizer(const std::string& base_pattern, const std::str
     std::error_code ec;
     if (print_note && !unknown.known() && !same_directory(base.dir, other.dir) &&
         std::filesystem::is_directory(unknown.dir, ec)) {  // a missing directory: the data loader names it
-        std::fprintf(stderr, "note: cannot check that %s and %s were tokenized alike: %s has no meta.json or "
+        std::fprintf(stderr,
+                     "note: cannot check that %s and %s were tokenized alike: %s has no meta.json or "
                      "tokenizer.bin (only token ids beyond the vocabulary are caught)\n",
                      other_what.c_str(), base_what.c_str(), unknown.dir.c_str());
     }

@@ -29,7 +29,8 @@ inline int data_vocab_size(const std::string& pattern, std::string* source) {
     if (in) {
         const auto j = nlohmann::ordered_json::parse(in, nullptr, false);
         if (!j.is_object())
-            throw InputError(meta + " is not a JSON object; regenerate the data with data/prepare.py or remove the file");
+            throw InputError(meta +
+                             " is not a JSON object; regenerate the data with data/prepare.py or remove the file");
         const auto v = j.find("vocab_size");
         if (v != j.end()) {
             if (!v->is_number_integer() || v->get<int64_t>() < 1 || v->get<int64_t>() > INT32_MAX)

@@ -51,8 +51,8 @@ inline std::string glob_dir(const std::string& pattern) {
 enum class RankSplit { Interleave, Rows };
 
 struct LoaderState {
-    int64_t epoch = 0;         // epochs completed
-    int64_t batch = 0;         // batches this rank has taken in the current epoch
+    int64_t epoch = 0;  // epochs completed
+    int64_t batch = 0;  // batches this rank has taken in the current epoch
     int64_t B = 0, T = 0, world_size = 0, shuffle = 0, seed = 0;
     int64_t total_tokens = 0, num_shards = 0;
 
@@ -70,21 +70,35 @@ struct LoaderState {
                              "); the training-state file is corrupt or from another version, start a fresh run");
         }
         LoaderState s;
-        s.epoch = v[1]; s.batch = v[2]; s.B = v[3]; s.T = v[4]; s.world_size = v[5];
-        s.shuffle = v[6]; s.seed = v[7]; s.total_tokens = v[8]; s.num_shards = v[9];
+        s.epoch = v[1];
+        s.batch = v[2];
+        s.B = v[3];
+        s.T = v[4];
+        s.world_size = v[5];
+        s.shuffle = v[6];
+        s.seed = v[7];
+        s.total_tokens = v[8];
+        s.num_shards = v[9];
         return s;
     }
 };
 
 class DataLoader {
 public:
-    DataLoader(const std::string& pattern, int B, int T, int rank, int world_size, bool shuffle,
-               uint64_t seed, int vocab_size, RankSplit split = RankSplit::Interleave)
-        : pattern_(pattern), B_(B), T_(T), rank_(rank), world_(world_size), shuffle_(shuffle),
-          seed_(seed), vocab_(vocab_size), rows_(split == RankSplit::Rows) {
+    DataLoader(const std::string& pattern, int B, int T, int rank, int world_size, bool shuffle, uint64_t seed,
+               int vocab_size, RankSplit split = RankSplit::Interleave)
+        : pattern_(pattern),
+          B_(B),
+          T_(T),
+          rank_(rank),
+          world_(world_size),
+          shuffle_(shuffle),
+          seed_(seed),
+          vocab_(vocab_size),
+          rows_(split == RankSplit::Rows) {
         if (B <= 0 || T <= 0) {
-            throw InputError("data loader: batch size B=" + std::to_string(B) + " and sequence length T=" +
-                             std::to_string(T) + " must both be positive; fix -b/-t");
+            throw InputError("data loader: batch size B=" + std::to_string(B) +
+                             " and sequence length T=" + std::to_string(T) + " must both be positive; fix -b/-t");
         }
         if (world_size <= 0 || rank < 0 || rank >= world_size) {
             throw InputError("data loader: rank " + std::to_string(rank) + " of " + std::to_string(world_size) +
@@ -103,10 +117,10 @@ public:
         batches_per_epoch_ = rows_ ? windows_ : windows_ / world_size;
         if (batches_per_epoch_ < 1) {
             throw InputError("shards matching '" + pattern + "' hold " + std::to_string(total_) + " tokens in " +
-                             std::to_string(paths_.size()) + " file(s), too few for one window of B*T+1 = " +
-                             std::to_string(bt + 1) + " tokens for each of " + std::to_string(world_size) +
-                             " rank(s) (need at least " + std::to_string(bt * world_size + 1) +
-                             "); use a smaller -b/-t or more data");
+                             std::to_string(paths_.size()) +
+                             " file(s), too few for one window of B*T+1 = " + std::to_string(bt + 1) +
+                             " tokens for each of " + std::to_string(world_size) + " rank(s) (need at least " +
+                             std::to_string(bt * world_size + 1) + "); use a smaller -b/-t or more data");
         }
         window_buf_.resize((size_t)bt + 1);
     }
@@ -131,13 +145,22 @@ public:
     }
 
     // Back to the first batch of epoch 0 (used before each validation pass).
-    void reset() { epoch_ = 0; batch_ = 0; }
+    void reset() {
+        epoch_ = 0;
+        batch_ = 0;
+    }
 
     LoaderState state() const {
         LoaderState s;
-        s.epoch = epoch_; s.batch = batch_;
-        s.B = B_; s.T = T_; s.world_size = world_; s.shuffle = shuffle_ ? 1 : 0; s.seed = (int64_t)seed_;
-        s.total_tokens = total_; s.num_shards = (int64_t)paths_.size();
+        s.epoch = epoch_;
+        s.batch = batch_;
+        s.B = B_;
+        s.T = T_;
+        s.world_size = world_;
+        s.shuffle = shuffle_ ? 1 : 0;
+        s.seed = (int64_t)seed_;
+        s.total_tokens = total_;
+        s.num_shards = (int64_t)paths_.size();
         return s;
     }
 
@@ -145,9 +168,10 @@ public:
         const LoaderState mine = state();
         if (s.B != mine.B || s.T != mine.T || s.world_size != mine.world_size || s.shuffle != mine.shuffle ||
             s.seed != mine.seed || s.total_tokens != mine.total_tokens || s.num_shards != mine.num_shards) {
-            throw InputError("data-loader state was saved by " + describe(s) + " but this loader (shards '" +
-                             pattern_ + "') has " + describe(mine) +
-                             "; resume with the same -b/-t, process count, shuffle, seed and shards, or start a fresh run");
+            throw InputError(
+                "data-loader state was saved by " + describe(s) + " but this loader (shards '" + pattern_ + "') has " +
+                describe(mine) +
+                "; resume with the same -b/-t, process count, shuffle, seed and shards, or start a fresh run");
         }
         if (s.epoch < 0 || s.batch < 0 || s.batch >= batches_per_epoch_) {
             throw InputError("data-loader state has epoch " + std::to_string(s.epoch) + " batch " +
@@ -172,10 +196,12 @@ private:
         if (rc == 0) paths.assign(g.gl_pathv, g.gl_pathv + g.gl_pathc);
         globfree(&g);
         if (rc == GLOB_NOMATCH || (rc == 0 && paths.empty())) {
-            throw InputError("no files match the shard pattern '" + pattern +
-                             "'; check -i/-j or create the shards with python3 data/prepare.py (e.g. make data-tinyshakespeare)");
+            throw InputError(
+                "no files match the shard pattern '" + pattern +
+                "'; check -i/-j or create the shards with python3 data/prepare.py (e.g. make data-tinyshakespeare)");
         }
-        if (rc != 0) throw InputError("cannot read the files matching '" + pattern + "' (glob error); check the pattern");
+        if (rc != 0)
+            throw InputError("cannot read the files matching '" + pattern + "' (glob error); check the pattern");
         for (const std::string& p : paths) {
             if (!p.empty() && p.back() == '/') {
                 throw InputError("the shard pattern '" + pattern + "' matches the directory '" + p +
@@ -229,8 +255,8 @@ private:
         ensure_layout();
         if (!shuffle_) return item;
         // The group (shard position) holding item: the last p with first_window_[p] <= item.
-        const int64_t p = (int64_t)(std::upper_bound(first_window_.begin(), first_window_.end(), item) -
-                                    first_window_.begin()) - 1;
+        const int64_t p =
+            (int64_t)(std::upper_bound(first_window_.begin(), first_window_.end(), item) - first_window_.begin()) - 1;
         if (p != perm_group_) {
             perm_.resize((size_t)(first_window_[(size_t)p + 1] - first_window_[(size_t)p]));
             std::iota(perm_.begin(), perm_.end(), (int64_t)0);
@@ -266,8 +292,9 @@ private:
         }
         std::vector<uint32_t> toks = read_shard_tokens(paths_[(size_t)f], vocab_);
         if ((int64_t)toks.size() != counts_[(size_t)f]) {
-            throw InputError("shard '" + paths_[(size_t)f] + "' changed while training (" + std::to_string(toks.size()) +
-                             " tokens, was " + std::to_string(counts_[(size_t)f]) + "); do not rewrite shards during a run");
+            throw InputError("shard '" + paths_[(size_t)f] + "' changed while training (" +
+                             std::to_string(toks.size()) + " tokens, was " + std::to_string(counts_[(size_t)f]) +
+                             "); do not rewrite shards during a run");
         }
         if (cache_.size() == 2) cache_.pop_back();
         cache_.insert(cache_.begin(), {f, std::move(toks)});
@@ -280,14 +307,14 @@ private:
     bool shuffle_;
     uint64_t seed_;
     int vocab_;
-    bool rows_;                          // RankSplit::Rows
+    bool rows_;  // RankSplit::Rows
     // shards (sorted by path) and derived sizes
     std::vector<std::string> paths_;
-    std::vector<int64_t> counts_;        // tokens per shard file
-    int64_t total_ = 0;                  // tokens in all shards
-    int64_t window_tokens_ = 0;          // B*T (Interleave) or world*B*T (Rows)
-    int64_t windows_ = 0;                // W = (total - 1) / window_tokens_ windows per epoch
-    int64_t batches_per_epoch_ = 0;      // W / world_size (Interleave) or W (Rows)
+    std::vector<int64_t> counts_;    // tokens per shard file
+    int64_t total_ = 0;              // tokens in all shards
+    int64_t window_tokens_ = 0;      // B*T (Interleave) or world*B*T (Rows)
+    int64_t windows_ = 0;            // W = (total - 1) / window_tokens_ windows per epoch
+    int64_t batches_per_epoch_ = 0;  // W / world_size (Interleave) or W (Rows)
     // position (all that state() saves)
     int64_t epoch_ = 0, batch_ = 0;
     // caches derived from the position
@@ -296,9 +323,9 @@ private:
     std::vector<int64_t> offsets_;       // (S+1,) first token of each position in the epoch sequence
     std::vector<int64_t> first_window_;  // (S+1,) first window starting at or after offsets_[p]
     int64_t perm_group_ = -1;
-    std::vector<int64_t> perm_;          // window permutation of group perm_group_
+    std::vector<int64_t> perm_;                                 // window permutation of group perm_group_
     std::vector<std::pair<int, std::vector<uint32_t>>> cache_;  // most recently used first
-    std::vector<uint32_t> window_buf_;   // (B*T + 1,)
+    std::vector<uint32_t> window_buf_;                          // (B*T + 1,)
 };
 
 }  // namespace llmc

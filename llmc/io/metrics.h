@@ -38,8 +38,9 @@ public:
         close();
         // O_APPEND also without `append`: after a rolled-back record the next one starts at the end
         fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (append ? 0 : O_TRUNC), 0644);
-        if (fd_ < 0) throw InputError("cannot open " + path + " for writing (" + std::strerror(errno) +
-                                      "); check that -o is a writable directory");
+        if (fd_ < 0)
+            throw InputError("cannot open " + path + " for writing (" + std::strerror(errno) +
+                             "); check that -o is a writable directory");
         struct stat st;
         if (::fstat(fd_, &st) != 0) {
             const int err = errno;

@@ -41,7 +41,8 @@ inline std::string npy_header_f32(const std::vector<size_t>& shape) {
     const size_t unpadded = 10 + dict.size() + 1;  // + '\n'
     dict.append((64 - unpadded % 64) % 64, ' ');
     dict += '\n';
-    if (dict.size() > 65535) throw InputError("npy: shape " + npy_shape_repr(shape) + " is too long for a version 1.0 header");
+    if (dict.size() > 65535)
+        throw InputError("npy: shape " + npy_shape_repr(shape) + " is too long for a version 1.0 header");
     std::string out("\x93NUMPY\x01\x00", 8);
     out += (char)(dict.size() & 0xff);
     out += (char)(dict.size() >> 8);
@@ -91,7 +92,8 @@ inline NpyArrayF32 read_npy_f32(const std::string& path) {
     if (!in) throw InputError("npy: cannot open " + path);
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     auto fail = [&](const std::string& why) -> NpyArrayF32 { throw InputError("npy: " + path + ": " + why); };
-    if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY", 6) != 0) return fail("not a .npy file (no \\x93NUMPY magic)");
+    if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY", 6) != 0)
+        return fail("not a .npy file (no \\x93NUMPY magic)");
     const int major = (unsigned char)bytes[6];
     size_t hlen, pos;
     if (major == 1) {

@@ -32,15 +32,17 @@ struct ShardHeader {
 namespace shard_detail {
 
 struct FileCloser {
-    void operator()(FILE* f) const { if (f) std::fclose(f); }
+    void operator()(FILE* f) const {
+        if (f) std::fclose(f);
+    }
 };
 using File = std::unique_ptr<FILE, FileCloser>;
 
 inline File open_or_throw(const std::string& path, const char* mode, const char* what) {
     File f(std::fopen(path.c_str(), mode));
     if (!f) {
-        throw InputError(std::string("cannot open ") + what + " '" + path + "': " +
-                         std::strerror(errno) + "; check the path (data/prepare.py makes shards and tokenizer.bin)");
+        throw InputError(std::string("cannot open ") + what + " '" + path + "': " + std::strerror(errno) +
+                         "; check the path (data/prepare.py makes shards and tokenizer.bin)");
     }
     return f;
 }
@@ -79,8 +81,9 @@ inline ShardHeader read_shard_header(const std::string& path) {
     }
     const int version = header[1];
     if (version != 1 && version != 2) {
-        throw InputError(where + "unknown version " + std::to_string(version) +
-                         " at byte offset 4 (expected 1 = uint16 or 2 = uint32 tokens); regenerate it with data/prepare.py");
+        throw InputError(
+            where + "unknown version " + std::to_string(version) +
+            " at byte offset 4 (expected 1 = uint16 or 2 = uint32 tokens); regenerate it with data/prepare.py");
     }
     const int64_t n = header[2];
     if (n < 0) {  // a count of 2^31 or more (as uint32): no shard holds that many
@@ -89,8 +92,9 @@ inline ShardHeader read_shard_header(const std::string& path) {
                          "regenerate it with data/prepare.py");
     }
     if (n == 0) {
-        throw InputError(where + "header token count is " + std::to_string(n) +
-                         " at byte offset 8 (zero tokens); remove the empty shard or regenerate it with data/prepare.py");
+        throw InputError(
+            where + "header token count is " + std::to_string(n) +
+            " at byte offset 8 (zero tokens); remove the empty shard or regenerate it with data/prepare.py");
     }
     const int64_t expected = kShardHeaderBytes + n * shard_detail::token_bytes(version);
     if (size != expected) {
@@ -120,10 +124,11 @@ inline std::vector<uint32_t> read_shard_tokens(const std::string& path, int voca
     if (!ok) throw InputError("shard '" + path + "': could not read its tokens; regenerate it with data/prepare.py");
     for (size_t i = 0; i < tokens.size(); i++) {
         if (tokens[i] >= (uint32_t)vocab_size) {
-            throw InputError("shard '" + path + "': token id " + std::to_string(tokens[i]) + " at token offset " +
-                             std::to_string(i) + " (byte offset " + std::to_string(kShardHeaderBytes + (int64_t)i * tb) +
-                             ") is >= the model's vocabulary size " + std::to_string(vocab_size) +
-                             "; use a vocabulary size that matches the shards or regenerate them with the model's tokenizer");
+            throw InputError(
+                "shard '" + path + "': token id " + std::to_string(tokens[i]) + " at token offset " +
+                std::to_string(i) + " (byte offset " + std::to_string(kShardHeaderBytes + (int64_t)i * tb) +
+                ") is >= the model's vocabulary size " + std::to_string(vocab_size) +
+                "; use a vocabulary size that matches the shards or regenerate them with the model's tokenizer");
         }
     }
     return tokens;

@@ -47,10 +47,14 @@ inline void save_train_state(const std::string& path, const ModelConfig& config,
         throw refuse("master weights have " + std::to_string(s.master.size()) + " values, expected 0 or " +
                      std::to_string(n));
     if (s.world_size < 1 || s.rank < 0 || s.rank >= s.world_size)
-        throw refuse("rank " + std::to_string(s.rank) + " is not in 0..world size " + std::to_string(s.world_size) + "-1");
+        throw refuse("rank " + std::to_string(s.rank) + " is not in 0..world size " + std::to_string(s.world_size) +
+                     "-1");
     if (s.step < 0) throw refuse("negative step " + std::to_string(s.step));
 
-    struct Section { const void* data; size_t bytes; };
+    struct Section {
+        const void* data;
+        size_t bytes;
+    };
     const Section sections[] = {
         {s.m.data(), n * sizeof(float)},
         {s.v.data(), n * sizeof(float)},
@@ -90,15 +94,18 @@ inline TrainState load_train_state(const std::string& path, const ModelConfig& c
     FilePtr f = open_for_read(path, size);
     if (size < CKPT_HEADER_BYTES)
         throw CheckpointDamaged(path + ": file is " + std::to_string(size) + " bytes, shorter than the " +
-                                std::to_string(CKPT_HEADER_BYTES) + "-byte header; it is truncated, use another checkpoint");
+                                std::to_string(CKPT_HEADER_BYTES) +
+                                "-byte header; it is truncated, use another checkpoint");
     std::vector<int32_t> h(CKPT_HEADER_INTS);
     read_exact(f.get(), h.data(), CKPT_HEADER_BYTES, path);
     if (h[0] != STATE_MAGIC)
         throw CheckpointDamaged(path + ": bad magic " + std::to_string(h[0]) + ", expected " +
-                                std::to_string(STATE_MAGIC) + "; not a training-state file or damaged, use another checkpoint");
+                                std::to_string(STATE_MAGIC) +
+                                "; not a training-state file or damaged, use another checkpoint");
     if (h[1] != STATE_VERSION)
-        throw InputError(path + ": training-state version " + std::to_string(h[1]) + " is not supported (this build reads " +
-                         std::to_string(STATE_VERSION) + "); resume with the train_gpt2_ls build that wrote it");
+        throw InputError(path + ": training-state version " + std::to_string(h[1]) +
+                         " is not supported (this build reads " + std::to_string(STATE_VERSION) +
+                         "); resume with the train_gpt2_ls build that wrote it");
     if (h[4] != world_size)
         throw InputError(path + ": checkpoint written by " + std::to_string(h[4]) + " processes, this run has " +
                          std::to_string(world_size) + "; resume with the same -np (" + std::to_string(h[4]) +
@@ -107,7 +114,8 @@ inline TrainState load_train_state(const std::string& path, const ModelConfig& c
         throw InputError(path + ": training state of rank " + std::to_string(h[3]) + " opened by rank " +
                          std::to_string(rank) + "; each rank must load its own state_NNNNNNNN_RRRRR.bin");
     if (get_u64(h.data(), 7) != model_config_hash(config))
-        throw InputError(path + ": written for a different model configuration (config hash mismatch); "
+        throw InputError(path +
+                         ": written for a different model configuration (config hash mismatch); "
                          "resume with the model flags the checkpoint was trained with");
 
     const size_t n = param_layout(config).total;
@@ -117,16 +125,17 @@ inline TrainState load_train_state(const std::string& path, const ModelConfig& c
         return CheckpointDamaged(path + ": " + what + "; the file is damaged, use another checkpoint");
     };
     if (hn != n) throw damaged("header says " + std::to_string(hn) + " parameters, the model has " + std::to_string(n));
-    if (nmaster != 0 && nmaster != n) throw damaged("master-weight count " + std::to_string(nmaster) + " is neither 0 nor " + std::to_string(n));
+    if (nmaster != 0 && nmaster != n)
+        throw damaged("master-weight count " + std::to_string(nmaster) + " is neither 0 nor " + std::to_string(n));
     if (h[2] < 0) throw damaged("negative step " + std::to_string(h[2]));
     // Counts come from an unchecked header: bound each by the file size before multiplying.
     for (uint64_t c : {nrng, nloader, nextra})
         if (c > size) throw damaged("section length " + std::to_string(c) + " exceeds the file size");
-    const uint64_t expected = CKPT_HEADER_BYTES + (2 * n + nmaster) * sizeof(float) +
-                              (nrng + nloader + nextra) * sizeof(uint64_t);
+    const uint64_t expected =
+        CKPT_HEADER_BYTES + (2 * n + nmaster) * sizeof(float) + (nrng + nloader + nextra) * sizeof(uint64_t);
     if (size != expected)
-        throw damaged("file is " + std::to_string(size) + " bytes but its header describes " + std::to_string(expected) +
-                      " (truncated?)");
+        throw damaged("file is " + std::to_string(size) + " bytes but its header describes " +
+                      std::to_string(expected) + " (truncated?)");
 
     TrainState s;
     s.step = h[2];

@@ -69,14 +69,38 @@ inline std::vector<TextChar> utf8_chars(const std::string& s) {
         int len = 0;                         // total length of the sequence c starts
         unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
         uint32_t cp = 0;
-        if (c >= 0xC2 && c <= 0xDF) { len = 2; cp = c & 0x1F; }
-        else if (c == 0xE0) { len = 3; lo = 0xA0; cp = c & 0x0F; }           // no overlong 3-byte forms
-        else if (c >= 0xE1 && c <= 0xEC) { len = 3; cp = c & 0x0F; }
-        else if (c == 0xED) { len = 3; hi = 0x9F; cp = c & 0x0F; }          // no surrogates
-        else if (c >= 0xEE && c <= 0xEF) { len = 3; cp = c & 0x0F; }
-        else if (c == 0xF0) { len = 4; lo = 0x90; cp = c & 0x07; }           // no overlong 4-byte forms
-        else if (c >= 0xF1 && c <= 0xF3) { len = 4; cp = c & 0x07; }
-        else if (c == 0xF4) { len = 4; hi = 0x8F; cp = c & 0x07; }           // nothing above U+10FFFF
+        if (c >= 0xC2 && c <= 0xDF) {
+            len = 2;
+            cp = c & 0x1F;
+        } else if (c == 0xE0) {
+            len = 3;
+            lo = 0xA0;
+            cp = c & 0x0F;
+        }  // no overlong 3-byte forms
+        else if (c >= 0xE1 && c <= 0xEC) {
+            len = 3;
+            cp = c & 0x0F;
+        } else if (c == 0xED) {
+            len = 3;
+            hi = 0x9F;
+            cp = c & 0x0F;
+        }  // no surrogates
+        else if (c >= 0xEE && c <= 0xEF) {
+            len = 3;
+            cp = c & 0x0F;
+        } else if (c == 0xF0) {
+            len = 4;
+            lo = 0x90;
+            cp = c & 0x07;
+        }  // no overlong 4-byte forms
+        else if (c >= 0xF1 && c <= 0xF3) {
+            len = 4;
+            cp = c & 0x07;
+        } else if (c == 0xF4) {
+            len = 4;
+            hi = 0x8F;
+            cp = c & 0x07;
+        }  // nothing above U+10FFFF
         bool ok = len > 0 && i + (size_t)len <= n;
         for (int k = 1; ok && k < len; k++) {
             const unsigned char b = (unsigned char)s[i + (size_t)k];
@@ -178,7 +202,9 @@ public:
             int rank;
             size_t left, mid, right;  // parts [left, mid) and [mid, right)
         };
-        auto later = [](const Cand& a, const Cand& b) { return a.rank > b.rank || (a.rank == b.rank && a.left > b.left); };
+        auto later = [](const Cand& a, const Cand& b) {
+            return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
+        };
         std::priority_queue<Cand, std::vector<Cand>, decltype(later)> heap(later);
         auto consider = [&](size_t left) {  // part `left` joined with the part after it
             const size_t mid = end[left];
@@ -222,7 +248,8 @@ public:
             if (b < '!' || (b > '~' && b < 0xA1) || b == 0xAD) order.push_back(b);
         for (int id = 0; id < 256; id++)
             if (tok.decode(id) != std::string(1, (char)order[(size_t)id]))
-                return fail("token " + std::to_string(id) + " is not GPT-2's byte " + std::to_string(order[(size_t)id]));
+                return fail("token " + std::to_string(id) + " is not GPT-2's byte " +
+                            std::to_string(order[(size_t)id]));
         for (int id = 0; id < tok.vocab_size(); id++)
             if (tok.decode(id).size() >= 255)
                 return fail("token " + std::to_string(id) + " has 255 bytes, so it may have been cut");
@@ -272,7 +299,8 @@ inline bool is_byte_vocabulary(const Tokenizer& tok) {
 // text's tokens. GPT-2 BPE or byte-level tokenizers; others (SentencePiece, synthetic) -> InputError.
 inline std::vector<int> encode_prompt(const Tokenizer& tok, const std::string& text) {
     if (!tok.present())
-        throw InputError("--prompt/--prompt-file need --tokenizer: the tokenizer.bin of the model's data set, to encode the text");
+        throw InputError(
+            "--prompt/--prompt-file need --tokenizer: the tokenizer.bin of the model's data set, to encode the text");
     std::vector<int> ids{tok.eot_token()};
     std::vector<int> body;
     if (Gpt2BpeEncoder::is_gpt2_vocabulary(tok, nullptr)) {

@@ -49,9 +49,9 @@ inline int sample_token(const float* logits, int V, float temperature, Rng& rng,
 }
 
 struct GenerateOptions {
-    int top_k = 0;                        // 0 = sample from the whole vocabulary
-    bool use_cache = true;                // use the backend's KV cache when it has one
-    std::function<void(int)> on_token;    // called with each token as soon as it is chosen (streaming)
+    int top_k = 0;                      // 0 = sample from the whole vocabulary
+    bool use_cache = true;              // use the backend's KV cache when it has one
+    std::function<void(int)> on_token;  // called with each token as soon as it is chosen (streaming)
 };
 
 // Generates n tokens after `prompt` (at least one token, e.g. EOT), keeping at most max_len
@@ -61,13 +61,13 @@ struct GenerateOptions {
 // context outgrows max_len the window slides, positions shift and the cache is invalid, so each
 // further token re-prefills the newest max_len tokens (what the uncached path computes anyway).
 // Both paths produce the same tokens (the cached logits equal the uncached ones bit for bit).
-inline std::vector<int> generate(Backend& model, std::vector<int> prompt, int n, int max_len,
-                                 float temperature, Rng& rng, const GenerateOptions& opt = {}) {
+inline std::vector<int> generate(Backend& model, std::vector<int> prompt, int n, int max_len, float temperature,
+                                 Rng& rng, const GenerateOptions& opt = {}) {
     const int V = model.config().vocab_size, Vp = model.config().padded_vocab_size;
     if (prompt.empty()) throw InputError("generate: the prompt is empty; pass at least one token (e.g. EOT)");
     if (max_len < 1 || max_len > model.config().max_seq_len)
-        throw InputError("generate: context length " + std::to_string(max_len) + " must be in [1, max_seq_len=" +
-                         std::to_string(model.config().max_seq_len) + "]");
+        throw InputError("generate: context length " + std::to_string(max_len) +
+                         " must be in [1, max_seq_len=" + std::to_string(model.config().max_seq_len) + "]");
     const bool cached = opt.use_cache && model.has_kv_cache();
     size_t in_cache = 0;  // prompt[0, in_cache) is in the KV cache at positions 0.. (0 = no valid cache)
     std::vector<int> out;

@@ -54,7 +54,8 @@ namespace llmc {
 
 class ProtoReader {
 public:
-    ProtoReader(const char* data, size_t size, std::string what) : p_(data), end_(data + size), what_(std::move(what)) {}
+    ProtoReader(const char* data, size_t size, std::string what)
+        : p_(data), end_(data + size), what_(std::move(what)) {}
 
     bool done() const { return p_ == end_; }
 
@@ -105,7 +106,8 @@ public:
     }
 
     [[noreturn]] void fail(const std::string& why) const {
-        throw InputError(what_ + ": not a SentencePiece model (" + why + "); pass the tokenizer.model that "
+        throw InputError(what_ + ": not a SentencePiece model (" + why +
+                         "); pass the tokenizer.model that "
                          "data/prepare.py --tokenizer sp wrote next to the shards");
     }
 
@@ -134,12 +136,12 @@ struct SpPiece {
 };
 
 struct SpModel {
-    std::vector<SpPiece> pieces;                 // id = index
-    int model_type = 1;                          // TrainerSpec.model_type: 1 UNIGRAM, 2 BPE, 3 WORD, 4 CHAR
-    bool byte_fallback = false;                  // TrainerSpec.byte_fallback
-    std::string normalizer_name;                 // NormalizerSpec.name
-    std::string precompiled_charsmap;            // NormalizerSpec.precompiled_charsmap (empty = identity)
-    bool add_dummy_prefix = true;                // NormalizerSpec defaults
+    std::vector<SpPiece> pieces;       // id = index
+    int model_type = 1;                // TrainerSpec.model_type: 1 UNIGRAM, 2 BPE, 3 WORD, 4 CHAR
+    bool byte_fallback = false;        // TrainerSpec.byte_fallback
+    std::string normalizer_name;       // NormalizerSpec.name
+    std::string precompiled_charsmap;  // NormalizerSpec.precompiled_charsmap (empty = identity)
+    bool add_dummy_prefix = true;      // NormalizerSpec defaults
     bool remove_extra_whitespaces = true;
     bool escape_whitespaces = true;
 };
@@ -158,9 +160,13 @@ inline SpModel parse_sp_model(const std::string& data, const std::string& what) 
             SpPiece p;
             while (!s.done()) {
                 s.next_key(&f, &w);
-                if (f == 1) { s.expect(w, 2, "piece"); p.piece = std::string(s.bytes()); }
-                else if (f == 2) { s.expect(w, 5, "score"); p.score = s.fixed32_float(); }
-                else if (f == 3) {
+                if (f == 1) {
+                    s.expect(w, 2, "piece");
+                    p.piece = std::string(s.bytes());
+                } else if (f == 2) {
+                    s.expect(w, 5, "score");
+                    p.score = s.fixed32_float();
+                } else if (f == 3) {
                     s.expect(w, 0, "type");
                     const uint64_t t = s.varint();
                     if (t < 1 || t > 6) s.fail("piece type " + std::to_string(t));
@@ -174,9 +180,13 @@ inline SpModel parse_sp_model(const std::string& data, const std::string& what) 
             ProtoReader s(sub.data(), sub.size(), what);
             while (!s.done()) {
                 s.next_key(&f, &w);
-                if (f == 3) { s.expect(w, 0, "model_type"); m.model_type = (int)s.varint(); }
-                else if (f == 35) { s.expect(w, 0, "byte_fallback"); m.byte_fallback = s.varint() != 0; }
-                else s.skip(w);
+                if (f == 3) {
+                    s.expect(w, 0, "model_type");
+                    m.model_type = (int)s.varint();
+                } else if (f == 35) {
+                    s.expect(w, 0, "byte_fallback");
+                    m.byte_fallback = s.varint() != 0;
+                } else s.skip(w);
             }
         } else if (f == 3) {  // normalizer_spec
             r.expect(w, 2, "normalizer_spec");
@@ -184,12 +194,22 @@ inline SpModel parse_sp_model(const std::string& data, const std::string& what) 
             ProtoReader s(sub.data(), sub.size(), what);
             while (!s.done()) {
                 s.next_key(&f, &w);
-                if (f == 1) { s.expect(w, 2, "name"); m.normalizer_name = std::string(s.bytes()); }
-                else if (f == 2) { s.expect(w, 2, "precompiled_charsmap"); m.precompiled_charsmap = std::string(s.bytes()); }
-                else if (f == 3) { s.expect(w, 0, "add_dummy_prefix"); m.add_dummy_prefix = s.varint() != 0; }
-                else if (f == 4) { s.expect(w, 0, "remove_extra_whitespaces"); m.remove_extra_whitespaces = s.varint() != 0; }
-                else if (f == 5) { s.expect(w, 0, "escape_whitespaces"); m.escape_whitespaces = s.varint() != 0; }
-                else s.skip(w);
+                if (f == 1) {
+                    s.expect(w, 2, "name");
+                    m.normalizer_name = std::string(s.bytes());
+                } else if (f == 2) {
+                    s.expect(w, 2, "precompiled_charsmap");
+                    m.precompiled_charsmap = std::string(s.bytes());
+                } else if (f == 3) {
+                    s.expect(w, 0, "add_dummy_prefix");
+                    m.add_dummy_prefix = s.varint() != 0;
+                } else if (f == 4) {
+                    s.expect(w, 0, "remove_extra_whitespaces");
+                    m.remove_extra_whitespaces = s.varint() != 0;
+                } else if (f == 5) {
+                    s.expect(w, 0, "escape_whitespaces");
+                    m.escape_whitespaces = s.varint() != 0;
+                } else s.skip(w);
             }
         } else {
             r.skip(w);
@@ -201,7 +221,9 @@ inline SpModel parse_sp_model(const std::string& data, const std::string& what) 
 
 inline SpModel read_sp_model(const std::string& path) {
     std::FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f) throw InputError("SentencePiece model '" + path + "' cannot be opened; pass the tokenizer.model of the data set");
+    if (!f)
+        throw InputError("SentencePiece model '" + path +
+                         "' cannot be opened; pass the tokenizer.model of the data set");
     std::string data;
     char buf[1 << 16];
     size_t n;
@@ -220,7 +242,8 @@ public:
     // `what` names the model in errors. Refuses models whose settings this encoder does not implement.
     explicit SpBpeEncoder(SpModel model, const std::string& what = "SentencePiece model") : m_(std::move(model)) {
         auto refuse = [&](const std::string& why) {
-            throw InputError(what + ": " + why + "; only models trained by data/text_tokenizers.py "
+            throw InputError(what + ": " + why +
+                             "; only models trained by data/text_tokenizers.py "
                              "train_sentencepiece can encode prompts here (else pass --prompt-ids)");
         };
         if (m_.model_type != 2) refuse("model_type " + std::to_string(m_.model_type) + " is not BPE (2)");
@@ -309,7 +332,9 @@ public:
             int left, right;
             size_t len;  // bytes of the merged piece
         };
-        auto worse = [](const Cand& a, const Cand& b) { return a.score < b.score || (a.score == b.score && a.left > b.left); };
+        auto worse = [](const Cand& a, const Cand& b) {
+            return a.score < b.score || (a.score == b.score && a.left > b.left);
+        };
         std::priority_queue<Cand, std::vector<Cand>, decltype(worse)> queue(worse);
         auto consider = [&](int l, int r) {
             if (l < 0 || r < 0) return;
@@ -357,8 +382,10 @@ public:
         if (p.type == SpType::Control || p.type == SpType::Unknown) return p.piece;
         std::string s;
         for (size_t i = 0; i < p.piece.size(); i++) {
-            if (p.piece.compare(i, 3, "\xE2\x96\x81") == 0) { s += ' '; i += 2; }
-            else s += p.piece[i];
+            if (p.piece.compare(i, 3, "\xE2\x96\x81") == 0) {
+                s += ' ';
+                i += 2;
+            } else s += p.piece[i];
         }
         return s;
     }
@@ -372,7 +399,8 @@ public:
                              std::to_string(tok.vocab_size()) + " tokens" + fix);
         const int eot = tok.eot_token();
         if (eot < 0 || eot >= vocab_size() || m_.pieces[(size_t)eot].type != SpType::Control)
-            throw InputError(model_what + ": the tokenizer.bin's EOT " + std::to_string(eot) + " is not a control piece" + fix);
+            throw InputError(model_what + ": the tokenizer.bin's EOT " + std::to_string(eot) +
+                             " is not a control piece" + fix);
         for (int id = 0; id < vocab_size(); id++)
             if (tok.decode(id) != token_bytes(id).substr(0, 255))
                 throw InputError(model_what + ": piece " + std::to_string(id) + " differs from token " +
@@ -381,9 +409,7 @@ public:
 
     // "<0x4A>" -> 0x4A; anything else -> -1.
     static int byte_of_piece(const std::string& s) {
-        auto hex = [](char c) {
-            return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-        };
+        auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; };
         if (s.size() != 6 || s.compare(0, 3, "<0x") != 0 || s[5] != '>') return -1;
         const int hi = hex(s[3]), lo = hex(s[4]);
         return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
@@ -404,13 +430,15 @@ private:
 // The SentencePiece model to encode prompts with: `explicit_path` if given, else the tokenizer.model
 // next to `tokenizer_path` when that file exists and `tok` is neither GPT-2 BPE nor byte-level
 // (data/prepare.py --tokenizer sp writes both files into the shard directory); "" = none.
-inline std::string sp_model_for(const std::string& explicit_path, const std::string& tokenizer_path, const Tokenizer& tok) {
+inline std::string sp_model_for(const std::string& explicit_path, const std::string& tokenizer_path,
+                                const Tokenizer& tok) {
     if (!explicit_path.empty()) return explicit_path;
     if (tokenizer_path.empty() || !tok.present() || is_byte_vocabulary(tok) ||
         Gpt2BpeEncoder::is_gpt2_vocabulary(tok, nullptr))
         return "";
     const size_t slash = tokenizer_path.find_last_of('/');
-    const std::string path = (slash == std::string::npos ? std::string() : tokenizer_path.substr(0, slash + 1)) + "tokenizer.model";
+    const std::string path =
+        (slash == std::string::npos ? std::string() : tokenizer_path.substr(0, slash + 1)) + "tokenizer.model";
     std::FILE* f = std::fopen(path.c_str(), "rb");
     if (!f) return "";
     std::fclose(f);
@@ -421,7 +449,8 @@ inline std::string sp_model_for(const std::string& explicit_path, const std::str
 // the shards starts with it), then sp_encode(text). The model must match `tok` (check_tokenizer).
 inline std::vector<int> encode_prompt_sp(const Tokenizer& tok, const std::string& model_path, const std::string& text) {
     if (!tok.present())
-        throw InputError("--prompt/--prompt-file need --tokenizer: the tokenizer.bin of the model's data set, to encode the text");
+        throw InputError(
+            "--prompt/--prompt-file need --tokenizer: the tokenizer.bin of the model's data set, to encode the text");
     const std::string what = "SentencePiece model '" + model_path + "'";
     const SpBpeEncoder enc(read_sp_model(model_path), what);
     enc.check_tokenizer(tok, what);

@@ -45,7 +45,8 @@ public:
                              " at byte offset 4 (expected 1 or 2)" + fix);
         }
         if (header[2] == 0 || header[2] > (uint32_t)INT32_MAX) {
-            throw InputError(where + "vocabulary size " + std::to_string(header[2]) + " at byte offset 8 is invalid" + fix);
+            throw InputError(where + "vocabulary size " + std::to_string(header[2]) + " at byte offset 8 is invalid" +
+                             fix);
         }
         const int V = (int)header[2];
         const uint32_t eot = version == 1 ? 50256u : header[3];
@@ -59,7 +60,8 @@ public:
         if (V > size - offset) {  // every record has its length byte: refuse before allocating V strings
             throw InputError(where + "vocabulary size " + std::to_string(V) + " at byte offset 8 needs at least " +
                              std::to_string(V) + " bytes of token records but the file has " +
-                             std::to_string(size - offset) + " after the header; the file is truncated or corrupt" + fix);
+                             std::to_string(size - offset) + " after the header; the file is truncated or corrupt" +
+                             fix);
         }
         tokens_.resize((size_t)V);
         for (int id = 0; id < V; id++) {
@@ -70,15 +72,15 @@ public:
             }
             tokens_[(size_t)id].resize(len);
             if (len > 0 && std::fread(&tokens_[(size_t)id][0], 1, len, f.get()) != len) {
-                throw InputError(where + "truncated at byte offset " + std::to_string(offset + 1) + " (bytes of token " +
-                                 std::to_string(id) + " of " + std::to_string(V) + ")" + fix);
+                throw InputError(where + "truncated at byte offset " + std::to_string(offset + 1) +
+                                 " (bytes of token " + std::to_string(id) + " of " + std::to_string(V) + ")" + fix);
             }
             offset += 1 + len;
         }
         if (offset != size) {
-            throw InputError(where + std::to_string(size - offset) + " unexpected bytes after the last token at byte offset " +
-                             std::to_string(offset) + "; the header's vocabulary size " + std::to_string(V) +
-                             " does not match the file" + fix);
+            throw InputError(where + std::to_string(size - offset) +
+                             " unexpected bytes after the last token at byte offset " + std::to_string(offset) +
+                             "; the header's vocabulary size " + std::to_string(V) + " does not match the file" + fix);
         }
     }
 
@@ -87,7 +89,8 @@ public:
         FILE* probe = std::fopen(path.c_str(), "rb");
         if (!probe) {
             if (warning) {
-                *warning = "no tokenizer at '" + path + "'; samples are printed as token ids (make it with data/prepare.py)";
+                *warning =
+                    "no tokenizer at '" + path + "'; samples are printed as token ids (make it with data/prepare.py)";
             }
             return Tokenizer();
         }
@@ -131,25 +134,49 @@ inline std::string safe_printable(const std::string& s) {
     size_t i = 0;
     while (i < n) {
         const unsigned char c = (unsigned char)s[i];
-        if (c < 0x80) { out += (char)c; i++; continue; }
-        int len = 0;                          // total length of the sequence c starts
-        unsigned char lo = 0x80, hi = 0xBF;   // allowed range of the second byte
-        if (c >= 0xC2 && c <= 0xDF) { len = 2; }
-        else if (c == 0xE0) { len = 3; lo = 0xA0; }             // no overlong 3-byte forms
-        else if (c >= 0xE1 && c <= 0xEC) { len = 3; }
-        else if (c == 0xED) { len = 3; hi = 0x9F; }             // no surrogates
-        else if (c >= 0xEE && c <= 0xEF) { len = 3; }
-        else if (c == 0xF0) { len = 4; lo = 0x90; }             // no overlong 4-byte forms
-        else if (c >= 0xF1 && c <= 0xF3) { len = 4; }
-        else if (c == 0xF4) { len = 4; hi = 0x8F; }             // nothing above U+10FFFF
-        if (len == 0) { out += kReplacement; i++; continue; }   // 0x80..0xC1, 0xF5..0xFF
-        size_t j = i + 1;                     // consume the valid prefix of the sequence
+        if (c < 0x80) {
+            out += (char)c;
+            i++;
+            continue;
+        }
+        int len = 0;                         // total length of the sequence c starts
+        unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+        if (c >= 0xC2 && c <= 0xDF) {
+            len = 2;
+        } else if (c == 0xE0) {
+            len = 3;
+            lo = 0xA0;
+        }  // no overlong 3-byte forms
+        else if (c >= 0xE1 && c <= 0xEC) {
+            len = 3;
+        } else if (c == 0xED) {
+            len = 3;
+            hi = 0x9F;
+        }  // no surrogates
+        else if (c >= 0xEE && c <= 0xEF) {
+            len = 3;
+        } else if (c == 0xF0) {
+            len = 4;
+            lo = 0x90;
+        }  // no overlong 4-byte forms
+        else if (c >= 0xF1 && c <= 0xF3) {
+            len = 4;
+        } else if (c == 0xF4) {
+            len = 4;
+            hi = 0x8F;
+        }  // nothing above U+10FFFF
+        if (len == 0) {
+            out += kReplacement;
+            i++;
+            continue;
+        }                  // 0x80..0xC1, 0xF5..0xFF
+        size_t j = i + 1;  // consume the valid prefix of the sequence
         for (int k = 1; k < len && j < n; k++, j++) {
             const unsigned char b = (unsigned char)s[j];
             if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) break;
         }
         if ((int)(j - i) == len) out.append(s, i, (size_t)len);
-        else out += kReplacement;             // incomplete: one U+FFFD for the consumed prefix
+        else out += kReplacement;  // incomplete: one U+FFFD for the consumed prefix
         i = j;
     }
     return out;

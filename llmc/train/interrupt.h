@@ -54,8 +54,8 @@ inline int interrupt_exit_code(int sig) { return 128 + sig; }
 
 // The line rank 0 prints on stderr after the stop at `step`; output_dir empty: nothing was saved.
 inline std::string interrupt_line(int sig, int step, const std::string& output_dir) {
-    const std::string head = std::string("interrupted by ") + interrupt_signal_name(sig) + " at step " +
-                             std::to_string(step) + ": ";
+    const std::string head =
+        std::string("interrupted by ") + interrupt_signal_name(sig) + " at step " + std::to_string(step) + ": ";
     if (output_dir.empty()) return head + "nothing was saved (no -o given; give -o DIR to keep checkpoints)";
     return head + "wrote " + model_path(output_dir, step) + "; resume with -y 1";
 }

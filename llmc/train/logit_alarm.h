@@ -52,7 +52,7 @@ struct LogitAlarmEvent {
     float value = 0.0f;         // M
     double z = 0.0;             // M's z-score against the window (NaN while it fills)
     bool by_z = false, by_above = false;
-    bool checkpoint = false;    // the loop writes a checkpoint at this step
+    bool checkpoint = false;  // the loop writes a checkpoint at this step
 };
 
 class LogitAlarm {
@@ -73,7 +73,9 @@ public:
             for (int h = 0; h < s.num_heads; h++) {
                 const float v = s.max_logit[(size_t)l * s.num_heads + h];
                 if (e.layer < 0 || v > e.value || (std::isnan(e.value) && !std::isnan(v))) {
-                    e.layer = l; e.head = h; e.value = v;
+                    e.layer = l;
+                    e.head = h;
+                    e.value = v;
                 }
             }
         e.z = window_.zscore(e.value);
@@ -115,7 +117,9 @@ public:
     }
     // Restores from data[pos...] (written by to_vector()); returns the position after it.
     size_t from_vector(const std::vector<double>& data, size_t pos) {
-        auto corrupt = [] { return InputError("logit-alarm state in the checkpoint is corrupt; resume from an earlier checkpoint"); };
+        auto corrupt = [] {
+            return InputError("logit-alarm state in the checkpoint is corrupt; resume from an earlier checkpoint");
+        };
         if (pos >= data.size() || !is_state_tag(data[pos])) throw corrupt();
         const bool has_armed = data[pos] == kStateTagV2;
         pos = window_.from_vector(data, pos + 1);
@@ -131,7 +135,8 @@ public:
         ckpt_steps_.clear();
         for (size_t i = pos; i < pos + (size_t)n; i++) {
             const double s = data[i];
-            if (!(s >= 1 && s <= 2147483647.0 && s == std::floor(s)) || (!ckpt_steps_.empty() && s <= ckpt_steps_.back()))
+            if (!(s >= 1 && s <= 2147483647.0 && s == std::floor(s)) ||
+                (!ckpt_steps_.empty() && s <= ckpt_steps_.back()))
                 throw corrupt();
             ckpt_steps_.push_back((int)s);
         }
@@ -142,7 +147,7 @@ private:
     LogitAlarmConfig cfg_;
     SpikeDetector window_;
     std::vector<int> ckpt_steps_;  // every step that got an alarm checkpoint
-    bool armed_ = true;        // the absolute rule fires at the next M > X
+    bool armed_ = true;            // the absolute rule fires at the next M > X
 };
 
 // The console line of a flagged step; checkpoint is the model file written for it ("" for none).
@@ -160,8 +165,8 @@ inline std::string logit_alarm_line(int step, const LogitAlarmEvent& e, int wind
 
 // The "logit_alarm" entry of a flagged step's metrics record.
 inline nlohmann::ordered_json logit_alarm_json(const LogitAlarmEvent& e) {
-    return {{"layer", e.layer}, {"head", e.head}, {"value", json_float(e.value)}, {"z", json_float(e.z)},
-            {"by_z", e.by_z}, {"by_above", e.by_above}, {"checkpoint", e.checkpoint}};
+    return {{"layer", e.layer}, {"head", e.head},         {"value", json_float(e.value)}, {"z", json_float(e.z)},
+            {"by_z", e.by_z},   {"by_above", e.by_above}, {"checkpoint", e.checkpoint}};
 }
 
 }  // namespace llmc

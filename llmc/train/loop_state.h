@@ -40,8 +40,11 @@ struct LoopState {
     Rng sample_rng;                          // draws of the samples printed every -s steps
 
     LoopState(const TrainConfig& c, DataLoader& train_loader)
-        : train(train_loader), loss_spikes(c.spike_window), norm_spikes(c.spike_window),
-          alarm(logit_alarm_config(c)), sample_rng(c.seed ^ 0x53414D504C45ull) {}  // "SAMPLE"
+        : train(train_loader),
+          loss_spikes(c.spike_window),
+          norm_spikes(c.spike_window),
+          alarm(logit_alarm_config(c)),
+          sample_rng(c.seed ^ 0x53414D504C45ull) {}  // "SAMPLE"
 
     // Fills st's loop sections (rng, loader, extra); the caller fills the rest.
     void to_train_state(TrainState& st) const {
@@ -65,7 +68,8 @@ struct LoopState {
         if (pos < st.extra.size() && LogitAlarm::is_state_tag(st.extra[pos]))  // a run with the logit alarm
             pos = alarm.from_vector(st.extra, pos);
         if (pos != st.extra.size() || st.rng.size() != 1)
-            throw InputError(path + ": unexpected loop-state layout; it was written by another version, start a fresh run");
+            throw InputError(path +
+                             ": unexpected loop-state layout; it was written by another version, start a fresh run");
         sample_rng.set_state(st.rng[0]);
     }
 };

@@ -45,9 +45,9 @@ struct ScheduleConfig {
     LrSchedule kind = LrSchedule::Cosine;
     float max_lr = 6e-4f;
     int warmup_steps = 0;
-    float final_lr_frac = 0.1f;  // min_lr = max_lr * final_lr_frac
-    int total_steps = 1;         // number of updates in the run
-    float wsd_decay_frac = 0.2f; // wsd: fraction of the post-warmup steps spent decaying
+    float final_lr_frac = 0.1f;   // min_lr = max_lr * final_lr_frac
+    int total_steps = 1;          // number of updates in the run
+    float wsd_decay_frac = 0.2f;  // wsd: fraction of the post-warmup steps spent decaying
 };
 
 // Learning rate of update `step` (0-based).

@@ -78,8 +78,9 @@ struct StepProgress {
 
 // The wall-clock time now, in Unix seconds rounded to milliseconds (the "time" of metrics.jsonl).
 inline double unix_time_now() {
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-        std::chrono::system_clock::now().time_since_epoch()).count();
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count();
     return (double)ms / 1000.0;
 }
 
@@ -89,7 +90,8 @@ inline std::string step_line(const StepResult& r, int max_steps, const LogitStat
                              double mfu, double mem_gib, const std::string& alarm_checkpoint, int spike_window,
                              const StepProgress& progress) {
     char buf[256];
-    std::snprintf(buf, sizeof buf, "step %*d/%d | loss %.4f | norm %.2f | lr %.2e | %.1f ms | %.0f tok/s | max-logit %.2f",
+    std::snprintf(buf, sizeof buf,
+                  "step %*d/%d | loss %.4f | norm %.2f | lr %.2e | %.1f ms | %.0f tok/s | max-logit %.2f",
                   (int)std::to_string(max_steps).size(), r.step, max_steps, r.loss, r.norm, r.lr, r.ms, r.tokens_per_s,
                   s.overall_max());
     std::string line = buf;
@@ -149,9 +151,9 @@ struct RunSummary {
     double wall_s = 0.0;              // seconds this process spent from its first step to its end
     std::optional<double> final_val;  // the last validation loss and its step
     int final_val_step = 0;
-    std::optional<double> best_val;   // the lowest validation loss of the run (earlier processes' included) and its step
+    std::optional<double> best_val;  // the lowest validation loss of the run (earlier processes' included) and its step
     int best_val_step = 0;
-    std::string weights;              // the last model file written ("" for none)
+    std::string weights;  // the last model file written ("" for none)
 
     void note_val(int step, double loss) {
         final_val = loss;
@@ -167,8 +169,8 @@ struct RunSummary {
         std::ifstream in(metrics_path);
         for (std::string line; std::getline(in, line);) {
             const nlohmann::json rec = nlohmann::json::parse(line, nullptr, false);
-            if (rec.is_object() && rec.contains("step") && rec["step"].is_number_integer() && rec.contains("val_loss") &&
-                rec["val_loss"].is_number())
+            if (rec.is_object() && rec.contains("step") && rec["step"].is_number_integer() &&
+                rec.contains("val_loss") && rec["val_loss"].is_number())
                 note_val(rec["step"].get<int>(), rec["val_loss"].get<double>());
         }
     }
@@ -176,10 +178,9 @@ struct RunSummary {
 
 // The end-of-run summary, one line: steps, tokens, wall time, final and best validation loss, weights.
 inline std::string summary_line(const RunSummary& s) {
-    std::string line = "done: step " + std::to_string(s.last_step) + " (" +
-                       std::to_string(s.last_step - s.start_step) + " in this run) | " +
-                       std::to_string((int64_t)s.last_step * s.tokens_per_step) + " tokens | wall time " +
-                       format_duration(s.wall_s);
+    std::string line = "done: step " + std::to_string(s.last_step) + " (" + std::to_string(s.last_step - s.start_step) +
+                       " in this run) | " + std::to_string((int64_t)s.last_step * s.tokens_per_step) +
+                       " tokens | wall time " + format_duration(s.wall_s);
     if (s.final_val) {
         line += " | val loss " + fmt("%.4f", *s.final_val) + " (step " + std::to_string(s.final_val_step) + ")";
         if (s.best_val)

@@ -126,7 +126,8 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     const int V = p.model.vocab_size;
     p.train = open_loader(cfg, cfg.train_data, cfg.shuffle == 1, V);
     if (!cfg.val_data.empty()) p.val = open_loader(cfg, cfg.val_data, false, V);
-    p.max_steps = cfg.max_steps >= 0 ? cfg.max_steps : (int)std::max<int64_t>(1, p.train->batches_per_epoch() / p.accum);
+    p.max_steps =
+        cfg.max_steps >= 0 ? cfg.max_steps : (int)std::max<int64_t>(1, p.train->batches_per_epoch() / p.accum);
     p.val_batches = p.val ? val_batch_count(cfg, *p.val, false) : 0;
     p.resume = choose_resume(cfg, p.model, comm);
     p.schedule = schedule_config(cfg, p.max_steps);
@@ -140,11 +141,11 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
 // Held until run_training returns: the lock of -o and the open record files (rank 0; elsewhere
 // closed, and writing to them does nothing).
 struct RunOutputs {
-    Tokenizer tokenizer;        // decodes the samples (absent: they print as token ids)
+    Tokenizer tokenizer;  // decodes the samples (absent: they print as token ids)
     std::string tokenizer_note;
     JsonlWriter metrics, logit_log;
-    RunLog log;                 // stdout, and with -o console.log and samples.txt
-    RunSummary summary;         // the end-of-run line
+    RunLog log;                                     // stdout, and with -o console.log and samples.txt
+    RunSummary summary;                             // the end-of-run line
     std::chrono::steady_clock::time_point started;  // when this process's first step began
     OutputLock lock;
 };
@@ -154,17 +155,18 @@ inline nlohmann::ordered_json run_config_json(const TrainConfig& cfg, const RunP
     const ModelConfig& m = plan.model;
     return {{"train", train_config_json(cfg)},
             {"model", model_config_json(m)},
-            {"derived", {{"model_source", plan.model_source},
-                         {"vocab_source", plan.data_vocab > 0 ? plan.vocab_source : "default"},
-                         {"grad_accum_steps", plan.accum},
-                         {"tokens_per_step", (long)cfg.batch_size * cfg.seq_len * plan.accum * cfg.world_size},
-                         {"max_steps", plan.max_steps},
-                         {"num_params", model.backend->num_params()},
-                         {"device", model.device},
-                         {"world_size", cfg.world_size},
-                         {"zero_stage", cfg.zero_stage},
-                         {"flops_per_token", flops_per_token(m, cfg.seq_len)},
-                         {"resumed_from_step", plan.start_step()}}}};
+            {"derived",
+             {{"model_source", plan.model_source},
+              {"vocab_source", plan.data_vocab > 0 ? plan.vocab_source : "default"},
+              {"grad_accum_steps", plan.accum},
+              {"tokens_per_step", (long)cfg.batch_size * cfg.seq_len * plan.accum * cfg.world_size},
+              {"max_steps", plan.max_steps},
+              {"num_params", model.backend->num_params()},
+              {"device", model.device},
+              {"world_size", cfg.world_size},
+              {"zero_stage", cfg.zero_stage},
+              {"flops_per_token", flops_per_token(m, cfg.seq_len)},
+              {"resumed_from_step", plan.start_step()}}}};
 }
 
 // The samples' tokenizer; with -o the directory, its lock (rank 0), config.json + config.toml
@@ -201,8 +203,8 @@ inline void print_run_header(const TrainConfig& cfg, const RunPlan& plan, const 
     const DataLoader& train = *plan.train;
     o.log.printf("train_gpt2_ls | device %s | model %s\n  %s\n", model.device.c_str(), plan.model_source.c_str(),
                  describe_model(plan.model, model.backend->num_params()).c_str());
-    o.log.printf("  train: %lld tokens in %zu shard(s), %lld batches/epoch | val: %s\n", (long long)train.total_tokens(),
-                 train.num_shards(), (long long)train.batches_per_epoch(),
+    o.log.printf("  train: %lld tokens in %zu shard(s), %lld batches/epoch | val: %s\n",
+                 (long long)train.total_tokens(), train.num_shards(), (long long)train.batches_per_epoch(),
                  plan.val ? (std::to_string(plan.val->total_tokens()) + " tokens").c_str() : "none");
     o.log.printf("  batch: B %d x T %d x accum %d x %d process(es) = %ld tokens/step | %d steps | lr %.2e %s\n", B, T,
                  plan.accum, cfg.world_size, (long)B * T * plan.accum * cfg.world_size, max_steps, cfg.learning_rate,
@@ -235,9 +237,11 @@ inline std::optional<double> validation_loss(const TrainConfig& cfg, const RunPl
 // The untrained model's validation loss, as step 0 (a fresh run with -j and -v).
 inline void report_step0_validation(const TrainConfig& cfg, const RunPlan& plan, Backend& model, StepBuffers& buf,
                                     RunOutputs& o, Collective& comm) {
-    const double vl = evaluate(model, *plan.val, cfg.batch_size, cfg.seq_len, plan.val_batches, buf.inputs, buf.targets, comm);
+    const double vl =
+        evaluate(model, *plan.val, cfg.batch_size, cfg.seq_len, plan.val_batches, buf.inputs, buf.targets, comm);
     if (cfg.rank == 0)
-        o.log.printf("step %*d/%d | val loss %.4f\n", (int)std::to_string(plan.max_steps).size(), 0, plan.max_steps, vl);
+        o.log.printf("step %*d/%d | val loss %.4f\n", (int)std::to_string(plan.max_steps).size(), 0, plan.max_steps,
+                     vl);
     o.metrics.write({{"step", 0}, {"time", unix_time_now()}, {"val_loss", json_float(vl)}});
     o.summary.note_val(0, vl);
 }
@@ -256,8 +260,8 @@ inline void report_step(const TrainConfig& cfg, const RunPlan& plan, const StepR
     progress.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - o.started).count();
     progress.eta_s = eta_seconds(progress.elapsed_s, r.step - plan.start_step(), plan.max_steps - r.step);
     if (cfg.rank == 0)
-        o.log.print(step_line(r, plan.max_steps, stats, val_loss, mfu, mem_gib, alarm_ckpt, cfg.spike_window, progress) +
-                    "\n");
+        o.log.print(
+            step_line(r, plan.max_steps, stats, val_loss, mfu, mem_gib, alarm_ckpt, cfg.spike_window, progress) + "\n");
     if (val_loss) o.summary.note_val(r.step, *val_loss);
     nlohmann::ordered_json rec = step_record(r, stats, val_loss, cfg.qk_clip > 0, unix_time_now());
     if (mfu >= 0) {
@@ -296,14 +300,15 @@ inline bool checkpoint_due(const TrainConfig& cfg, const RunPlan& plan, const St
 // ---------------------------------------------------------------------------------------------
 // training
 
-inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backend,
-                        const std::string& config_toml, Collective& comm) {
+inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backend, const std::string& config_toml,
+                        Collective& comm) {
     if (cfg.rank != comm.rank() || cfg.world_size != comm.world_size())
         throw std::logic_error("run_training: cfg.rank/world_size must be the collective's");
     const bool main_rank = cfg.rank == 0;  // console, metrics, samples, model files, markers
     const RunPlan plan = plan_run(cfg, comm);
     LoopState loop(cfg, *plan.train);
-    if (plan.resume) loop.from_train_state(plan.resume->state, state_path(plan.resume->dir, plan.resume->step, cfg.rank));
+    if (plan.resume)
+        loop.from_train_state(plan.resume->state, state_path(plan.resume->dir, plan.resume->step, cfg.rank));
     TrainingModel model = build_model(cfg, plan, make_backend, comm);
     Backend& backend = *model.backend;
     RunOutputs outputs;
@@ -381,13 +386,15 @@ inline void report_eval(const TrainConfig& cfg, const RunPlan& plan, const std::
     if (!cfg.dump_logits.empty())
         std::printf("wrote the first batch's logits (%d, %d, %d) float32 to %s\n", B, T, V, cfg.dump_logits.c_str());
     for (const std::string& p : dump_paths)
-        std::printf("wrote the attention probabilities (%d, %d) float32 of the first sequence to %s\n", T, T, p.c_str());
+        std::printf("wrote the attention probabilities (%d, %d) float32 of the first sequence to %s\n", T, T,
+                    p.c_str());
     if (cfg.output_dir.empty()) return;
     std::error_code ec;
     std::filesystem::create_directories(cfg.output_dir, ec);
     if (ec) throw InputError("cannot create output directory " + cfg.output_dir + " (" + ec.message() + ")");
-    nlohmann::ordered_json rec = {{"model", cfg.model}, {"val_data", cfg.val_data}, {"batch_size", B}, {"seq_len", T},
-                                  {"batches", batches}, {"tokens", tokens}, {"loss", json_float(loss)}};
+    nlohmann::ordered_json rec = {
+        {"model", cfg.model}, {"val_data", cfg.val_data}, {"batch_size", B},         {"seq_len", T},
+        {"batches", batches}, {"tokens", tokens},         {"loss", json_float(loss)}};
     write_text_file(cfg.output_dir + "/eval.json", json_file_text(rec));
 }
 

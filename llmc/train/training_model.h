@@ -37,8 +37,9 @@ struct TrainingModel {
 // not yet, and a CUDA run's records simply omit them).
 inline void check_near_supported(const TrainConfig& c, const Backend& b) {
     if (c.near && !b.has_near_far_stats())
-        throw InputError(std::string("--near: the ") + b.name() +
-                         " backend does not compute near/far attention statistics yet; use --device cpu or drop --near");
+        throw InputError(
+            std::string("--near: the ") + b.name() +
+            " backend does not compute near/far attention statistics yet; use --device cpu or drop --near");
 }
 
 // -z 1: this rank's shard of the master weights and moments (the checkpoint's when resuming).
@@ -115,7 +116,8 @@ inline void save_checkpoint(const TrainConfig& cfg, const ModelConfig& m, int st
     read_optimizer_state(model, comm, st);
     loop.to_train_state(st);
     const std::string& out = cfg.output_dir;
-    if (cfg.rank == 0) save_model_checkpoint(model_path(out, step), m, model.params_buf.data(), step, false, cfg.seq_len);
+    if (cfg.rank == 0)
+        save_model_checkpoint(model_path(out, step), m, model.params_buf.data(), step, false, cfg.seq_len);
     save_train_state(state_path(out, step, cfg.rank), m, st);
     comm.barrier();  // every rank's files exist before the marker
     if (cfg.rank == 0) {

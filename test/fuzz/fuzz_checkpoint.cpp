@@ -22,8 +22,7 @@ void load_and_check(const std::string& path, size_t size) {
         FUZZ_CHECK(ck.params.size() == n && n == fuzz::exact_param_count(ck.config));  // n did not wrap around
         FUZZ_CHECK(size == CKPT_HEADER_BYTES + n * (ck.bf16 ? 2 : 4));
         FUZZ_CHECK(ck.step >= 0);
-    } catch (const InputError&) {
-    }
+    } catch (const InputError&) {}
 }
 
 }  // namespace
@@ -37,9 +36,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     int32_t h[CKPT_HEADER_INTS];
     std::memcpy(h, fixed.data(), CKPT_HEADER_BYTES);
     ModelConfig c;
-    c.max_seq_len = h[2]; c.vocab_size = h[3]; c.num_layers = h[4]; c.num_heads = h[5]; c.channels = h[6];
-    c.padded_vocab_size = h[7]; c.global_heads = h[8]; c.window = h[9]; c.qk_norm = h[10] == 1;
-    c.tied_embeddings = h[11] == 1; c.attn_softcap = bits_float((uint32_t)h[13]);
+    c.max_seq_len = h[2];
+    c.vocab_size = h[3];
+    c.num_layers = h[4];
+    c.num_heads = h[5];
+    c.channels = h[6];
+    c.padded_vocab_size = h[7];
+    c.global_heads = h[8];
+    c.window = h[9];
+    c.qk_norm = h[10] == 1;
+    c.tied_embeddings = h[11] == 1;
+    c.attn_softcap = bits_float((uint32_t)h[13]);
     if (validate_model_config(c).empty()) put_u64(h, 14, (uint64_t)param_layout(c).total);
     put_u64(h, 16, fnv1a64(fixed.data() + CKPT_HEADER_BYTES, size - CKPT_HEADER_BYTES));
     std::memcpy(fixed.data(), h, CKPT_HEADER_BYTES);

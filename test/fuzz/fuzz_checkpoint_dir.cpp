@@ -57,7 +57,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (kind != CkptFileKind::None) {
             int again = -2;
             FUZZ_CHECK(parse_checkpoint_name(model_path("", step), again) == CkptFileKind::Model && again == step);
-            FUZZ_CHECK(parse_checkpoint_name(state_path("", step, step % 100000), again) == CkptFileKind::State && again == step);
+            FUZZ_CHECK(parse_checkpoint_name(state_path("", step, step % 100000), again) == CkptFileKind::State &&
+                       again == step);
             FUZZ_CHECK(parse_checkpoint_name(done_path("", step), again) == CkptFileKind::Done && again == step);
         }
     }
@@ -87,8 +88,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const std::string& n : before) {
         const int step = step_of(n);
         // (with no complete step everything is newer than the newest: a first save in progress)
-        const bool kept = step < 0 || keep <= 0 || must_keep.count(step) == 1 || complete.empty() ||
-                          step >= complete.back();
+        const bool kept =
+            step < 0 || keep <= 0 || must_keep.count(step) == 1 || complete.empty() || step >= complete.back();
         // only checkpoint files go, only when pruning, and then every one not kept
         FUZZ_CHECK(after.count(n) == (kept ? 1u : 0u));
     }

@@ -26,13 +26,13 @@ namespace fuzz {
 
 // A violated invariant of a reader's result: print it and abort (libFuzzer saves the input). The
 // line also goes to the sanitizers' report stream, which survives libFuzzer's -close_fd_mask=2.
-#define FUZZ_CHECK(cond)                                                                              \
-    do {                                                                                              \
-        if (!(cond)) {                                                                                \
-            std::fprintf(stderr, "FUZZ_CHECK failed: %s at %s:%d\n", #cond, __FILE__, __LINE__);     \
-            __sanitizer_report_error_summary("FUZZ_CHECK failed: " #cond);                            \
-            std::abort();                                                                             \
-        }                                                                                             \
+#define FUZZ_CHECK(cond)                                                                         \
+    do {                                                                                         \
+        if (!(cond)) {                                                                           \
+            std::fprintf(stderr, "FUZZ_CHECK failed: %s at %s:%d\n", #cond, __FILE__, __LINE__); \
+            __sanitizer_report_error_summary("FUZZ_CHECK failed: " #cond);                       \
+            std::abort();                                                                        \
+        }                                                                                        \
     } while (0)
 
 // Where the temporary files and directories go: /dev/shm when it is writable (a disk-backed /tmp
@@ -66,12 +66,18 @@ public:
 
     // Replaces the file's contents with `data` and returns its path.
     const std::string& write(const void* data, size_t size) {
-        if (::ftruncate(fd_, 0) != 0) { std::perror("fuzz: ftruncate"); std::abort(); }
+        if (::ftruncate(fd_, 0) != 0) {
+            std::perror("fuzz: ftruncate");
+            std::abort();
+        }
         const char* p = static_cast<const char*>(data);
         size_t off = 0;
         while (off < size) {
             const ssize_t n = ::pwrite(fd_, p + off, size - off, (off_t)off);
-            if (n <= 0) { std::perror("fuzz: pwrite"); std::abort(); }
+            if (n <= 0) {
+                std::perror("fuzz: pwrite");
+                std::abort();
+            }
             off += (size_t)n;
         }
         return path_;
@@ -154,9 +160,11 @@ inline llmc::ModelConfig tiny_model() {
 // wraps for int fields): a loaded model's size_t count must equal it.
 inline unsigned __int128 exact_param_count(const llmc::ModelConfig& c) {
     using u128 = unsigned __int128;
-    const u128 Vp = (u128)(uint32_t)c.padded_vocab_size, C = (u128)(uint32_t)c.channels, L = (u128)(uint32_t)c.num_layers,
-               T = (u128)(uint32_t)c.max_seq_len, hd = c.num_heads > 0 ? (u128)(uint32_t)(c.channels / c.num_heads) : 0;
-    return (c.tied_embeddings ? 1 : 2) * Vp * C + T * C + L * (12 * C * C + 13 * C) + 2 * C + (c.qk_norm ? 4 * L * hd : 0);
+    const u128 Vp = (u128)(uint32_t)c.padded_vocab_size, C = (u128)(uint32_t)c.channels,
+               L = (u128)(uint32_t)c.num_layers, T = (u128)(uint32_t)c.max_seq_len,
+               hd = c.num_heads > 0 ? (u128)(uint32_t)(c.channels / c.num_heads) : 0;
+    return (c.tied_embeddings ? 1 : 2) * Vp * C + T * C + L * (12 * C * C + 13 * C) + 2 * C +
+           (c.qk_norm ? 4 * L * hd : 0);
 }
 
 // --spike-window of the training-state seeds and harness (the loop's loss/norm windows and alarm).

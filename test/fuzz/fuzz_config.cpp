@@ -23,8 +23,8 @@ namespace {
 std::string describe(const TrainConfig& c) {
     const ModelOverrides& o = c.overrides;
     auto opt = [](const auto& v) { return v ? std::to_string(*v) : std::string("-"); };
-    return json_file_text(train_config_json(c)) + " " + opt(o.layers) + opt(o.channels) + opt(o.heads) + opt(o.global_heads) +
-           opt(o.window) + opt(o.vocab) + opt(o.max_seq_len) + opt(o.attn_softcap) + opt(c.near) +
+    return json_file_text(train_config_json(c)) + " " + opt(o.layers) + opt(o.channels) + opt(o.heads) +
+           opt(o.global_heads) + opt(o.window) + opt(o.vocab) + opt(o.max_seq_len) + opt(o.attn_softcap) + opt(c.near) +
            std::to_string(o.qk_norm) + std::to_string(o.untie_embeddings);
 }
 

@@ -49,7 +49,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         FUZZ_CHECK(ms.config.padded_vocab_size >= vocab && ms.config.padded_vocab_size % 128 == 0);
         FUZZ_CHECK(param_layout(ms.config).total == fuzz::exact_param_count(ms.config));
         (void)validate_run(cfg, ms.config, vocab, source);
-    } catch (const InputError&) {
-    }
+    } catch (const InputError&) {}
     return 0;
 }

@@ -23,7 +23,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const size_t n = param_layout(c).total;
         FUZZ_CHECK(ck.params.size() == n && size == CKPT_HEADER_BYTES + n * (ck.bf16 ? 2 : 4));
         FUZZ_CHECK(n == fuzz::exact_param_count(c));  // n did not wrap around
-    } catch (const InputError&) {
-    }
+    } catch (const InputError&) {}
     return 0;
 }

@@ -47,15 +47,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const std::vector<uint32_t> toks = read_shard_tokens(path, kVocab);
         FUZZ_CHECK((int64_t)toks.size() == h.num_tokens);
         for (uint32_t t : toks) FUZZ_CHECK(t < (uint32_t)kVocab);
-    } catch (const InputError&) {
-    }
+    } catch (const InputError&) {}
     try {
         exercise_loader(path, 1, 1, 0, 1, false, RankSplit::Interleave);
-    } catch (const InputError&) {
-    }
+    } catch (const InputError&) {}
     try {
         exercise_loader(path, 2, 3, 1, 2, true, RankSplit::Rows);
-    } catch (const InputError&) {
-    }
+    } catch (const InputError&) {}
     return 0;
 }

@@ -12,7 +12,8 @@ using namespace llmc;
 
 namespace {
 
-const char kText[] = "First Citizen:\nWe're  all resolved;\n\n3.14 \xC3\xA9t\xC3\xA9 \xF0\x9F\x98\x80 \xFF\xC3 end \xE2\x96\x81";
+const char kText[] =
+    "First Citizen:\nWe're  all resolved;\n\n3.14 \xC3\xA9t\xC3\xA9 \xF0\x9F\x98\x80 \xFF\xC3 end \xE2\x96\x81";
 
 }  // namespace
 
@@ -27,8 +28,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const int V = enc.vocab_size();
         for (int id = 0; id < V; id++) (void)enc.token_bytes(id);
         for (int id : enc.encode(kText)) FUZZ_CHECK(id >= 0 && id < V);
-        for (int id : enc.encode(std::string((const char*)data, size < 256 ? size : 256))) FUZZ_CHECK(id >= 0 && id < V);
-    } catch (const InputError&) {
-    }
+        for (int id : enc.encode(std::string((const char*)data, size < 256 ? size : 256)))
+            FUZZ_CHECK(id >= 0 && id < V);
+    } catch (const InputError&) {}
     return 0;
 }

@@ -43,16 +43,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         try {
             (void)tok.decode(tok.vocab_size());
             FUZZ_CHECK(false);  // outside the vocabulary: must throw
-        } catch (const InputError&) {
-        }
+        } catch (const InputError&) {}
         (void)Gpt2BpeEncoder::is_gpt2_vocabulary(tok, nullptr);
         (void)is_byte_vocabulary(tok);
         try {
             const std::vector<int> ids = encode_prompt(tok, kText);
             FUZZ_CHECK(!ids.empty() && ids[0] == tok.eot_token());
             for (int id : ids) FUZZ_CHECK(id >= 0 && id < tok.vocab_size());
-        } catch (const InputError&) {
-        }
+        } catch (const InputError&) {}
         try {  // any vocabulary holding every byte is a BPE vocabulary (rank = id): decoding gives the text back
             const Gpt2BpeEncoder enc(tokens, tok.eot_token());
             std::string back;
@@ -61,9 +59,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 back += tokens[(size_t)id];
             }
             FUZZ_CHECK(back == kText);
-        } catch (const InputError&) {
-        }
-    } catch (const InputError&) {
-    }
+        } catch (const InputError&) {}
+    } catch (const InputError&) {}
     return 0;
 }

@@ -54,8 +54,7 @@ void load_and_check(const std::string& path, size_t size, int rank, int world) {
         FUZZ_CHECK(size == CKPT_HEADER_BYTES + (2 * n + st.master.size()) * 4 +
                                (st.rng.size() + st.loader.size() + st.extra.size()) * 8);
         restore_loop_state(st);
-    } catch (const InputError&) {
-    }
+    } catch (const InputError&) {}
 }
 
 }  // namespace

@@ -48,8 +48,14 @@ std::vector<float> random_params(const ModelConfig& c, uint64_t seed) {
 // llm.c's gpt2_*.bin: magic 20240326, version 3 (fp32) or 5 (bf16), the first 16 tensors.
 void write_llmc_checkpoint(const std::string& path, const ModelConfig& c, int version) {
     std::vector<int32_t> h(CKPT_HEADER_INTS, 0);
-    h[0] = LLMC_MAGIC; h[1] = version; h[2] = c.max_seq_len; h[3] = c.vocab_size; h[4] = c.num_layers;
-    h[5] = c.num_heads; h[6] = c.channels; h[7] = c.padded_vocab_size;
+    h[0] = LLMC_MAGIC;
+    h[1] = version;
+    h[2] = c.max_seq_len;
+    h[3] = c.vocab_size;
+    h[4] = c.num_layers;
+    h[5] = c.num_heads;
+    h[6] = c.channels;
+    h[7] = c.padded_vocab_size;
     const std::vector<float> p = random_params(c, 5);
     std::vector<unsigned char> out((unsigned char*)h.data(), (unsigned char*)h.data() + CKPT_HEADER_BYTES);
     if (version == LLMC_VERSION_FP32) {
@@ -72,12 +78,22 @@ TrainState loop_state(const ModelConfig& c, bool master, bool alarm_section) {
     Rng rng(3);
     s.m.resize(n);
     s.v.resize(n);
-    for (size_t i = 0; i < n; i++) { s.m[i] = 0.01f * rng.normal(); s.v[i] = 1e-4f * rng.uniform(); }
+    for (size_t i = 0; i < n; i++) {
+        s.m[i] = 0.01f * rng.normal();
+        s.v[i] = 1e-4f * rng.uniform();
+    }
     if (master) s.master = random_params(c, 9);
     s.rng = {0x1234567887654321ull};
     LoaderState ls;
-    ls.epoch = 1; ls.batch = 2; ls.B = 2; ls.T = 3; ls.world_size = 1; ls.shuffle = 1; ls.seed = 7;
-    ls.total_tokens = 100; ls.num_shards = 1;
+    ls.epoch = 1;
+    ls.batch = 2;
+    ls.B = 2;
+    ls.T = 3;
+    ls.world_size = 1;
+    ls.shuffle = 1;
+    ls.seed = 7;
+    ls.total_tokens = 100;
+    ls.num_shards = 1;
     s.loader = ls.to_vector();
     SpikeDetector loss(fuzz::kSpikeWindow), norm(fuzz::kSpikeWindow);
     for (double x : {3.0, 2.9, 2.7, 2.6}) loss.push(x);
@@ -91,7 +107,8 @@ TrainState loop_state(const ModelConfig& c, bool master, bool alarm_section) {
         ac.above = 2.0f;
         LogitAlarm alarm(ac);
         LogitStats st;
-        st.num_layers = 1; st.num_heads = 2;
+        st.num_layers = 1;
+        st.num_heads = 2;
         for (int step = 1; step <= 4; step++) {
             st.max_logit = {1.0f, 1.5f * step};
             alarm.observe(step, st);
@@ -134,7 +151,10 @@ int main(int argc, char** argv) {
         save_model_checkpoint(d + "/tiny_fp32.bin", tiny, random_params(tiny, 1).data(), 12);
         save_model_checkpoint(d + "/tiny_bf16.bin", tiny, random_params(tiny, 2).data(), 0, true);
         ModelConfig c = tiny;
-        c.qk_norm = true; c.attn_softcap = 30.0f; c.tied_embeddings = false; c.global_heads = 2;
+        c.qk_norm = true;
+        c.attn_softcap = 30.0f;
+        c.tied_embeddings = false;
+        c.global_heads = 2;
         save_model_checkpoint(d + "/tiny_qknorm_softcap_untied_bf16.bin", c, random_params(c, 3).data(), 3, true);
     }
     // llm.c GPT-2 checkpoints, versions 3 and 5
@@ -158,7 +178,10 @@ int main(int argc, char** argv) {
         std::vector<unsigned char> out(1024, 0);
         const uint32_t h[4] = {20240328u, 2u, 256u, 10u};
         std::memcpy(out.data(), h, sizeof h);
-        for (int b = 0; b < 256; b++) { out.push_back(1); out.push_back((unsigned char)b); }
+        for (int b = 0; b < 256; b++) {
+            out.push_back(1);
+            out.push_back((unsigned char)b);
+        }
         write_bytes(d + "/bytes_256.bin", out.data(), out.size());
     }
     // config files as the trainer writes them (<out>/config.toml)
@@ -166,13 +189,49 @@ int main(int argc, char** argv) {
         const std::string d = dir("config");
         const std::string def = config_text({});
         write_bytes(d + "/default.toml", def.data(), def.size());
-        const std::string flags = config_text({"-i", "data/x/train_*.bin", "-j", "data/x/val_*.bin", "-o", "out/x", "-e", "d6",
-                                               "--layers", "2", "--channels", "64", "--heads", "4", "--global-heads", "1",
-                                               "--window", "8", "--vocab", "300", "--max-seq-len", "64", "--qk-norm",
-                                               "--attn-softcap", "30", "--untie-embeddings", "-k", "wsd", "--near", "4",
-                                               "--logit-alarm", "6", "--qk-clip", "0", "-b", "2", "-t", "32", "-d", "128"});
+        const std::string flags = config_text({"-i",
+                                               "data/x/train_*.bin",
+                                               "-j",
+                                               "data/x/val_*.bin",
+                                               "-o",
+                                               "out/x",
+                                               "-e",
+                                               "d6",
+                                               "--layers",
+                                               "2",
+                                               "--channels",
+                                               "64",
+                                               "--heads",
+                                               "4",
+                                               "--global-heads",
+                                               "1",
+                                               "--window",
+                                               "8",
+                                               "--vocab",
+                                               "300",
+                                               "--max-seq-len",
+                                               "64",
+                                               "--qk-norm",
+                                               "--attn-softcap",
+                                               "30",
+                                               "--untie-embeddings",
+                                               "-k",
+                                               "wsd",
+                                               "--near",
+                                               "4",
+                                               "--logit-alarm",
+                                               "6",
+                                               "--qk-clip",
+                                               "0",
+                                               "-b",
+                                               "2",
+                                               "-t",
+                                               "32",
+                                               "-d",
+                                               "128"});
         write_bytes(d + "/flags.toml", flags.data(), flags.size());
-        const std::string ini = "; an INI-style file\n[default]\nbatch-size=8\nseq-len = 64\nmodel=\"ls-small\"\nshuffle=0\n";
+        const std::string ini =
+            "; an INI-style file\n[default]\nbatch-size=8\nseq-len = 64\nmodel=\"ls-small\"\nshuffle=0\n";
         write_bytes(d + "/ini_style.ini", ini.data(), ini.size());
     }
     return 0;

@@ -67,12 +67,20 @@ inline bool close(double a, double b, double tol) { return std::fabs(a - b) <= t
 inline bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
 
 // A model configuration for a test case (padded vocabulary as the trainer pads it).
-inline llmc::ModelConfig model_config(int L, int C, int NH, int G, int P, int V, int maxT, bool qk_norm,
-                                      float softcap, bool tied) {
+inline llmc::ModelConfig model_config(int L, int C, int NH, int G, int P, int V, int maxT, bool qk_norm, float softcap,
+                                      bool tied) {
     llmc::ModelConfig c;
-    c.num_layers = L; c.channels = C; c.num_heads = NH; c.global_heads = G; c.window = P;
-    c.vocab_size = V; c.padded_vocab_size = llmc::pad_vocab(V); c.max_seq_len = maxT;
-    c.qk_norm = qk_norm; c.attn_softcap = softcap; c.tied_embeddings = tied;
+    c.num_layers = L;
+    c.channels = C;
+    c.num_heads = NH;
+    c.global_heads = G;
+    c.window = P;
+    c.vocab_size = V;
+    c.padded_vocab_size = llmc::pad_vocab(V);
+    c.max_seq_len = maxT;
+    c.qk_norm = qk_norm;
+    c.attn_softcap = softcap;
+    c.tied_embeddings = tied;
     return c;
 }
 

@@ -26,12 +26,9 @@ struct Shape {
     float softcap;
 };
 const Shape kShapes[] = {
-    {"LS G=1 P=8 hd=32", 2, 6, 1, 32, 8, 40, 0.0f},
-    {"MHSA G=NH hd=64", 1, 4, 4, 64, 8, 70, 0.0f},
-    {"all-local G=0 P=5 hd=16", 3, 4, 0, 16, 5, 33, 0.0f},
-    {"P=1 hd=128", 2, 3, 1, 128, 1, 20, 0.0f},
-    {"P>=T softcap hd=48", 2, 4, 2, 48, 64, 30, 1.0f},
-    {"long LS G=1 P=50 hd=32", 1, 6, 1, 32, 50, 300, 5.0f},
+    {"LS G=1 P=8 hd=32", 2, 6, 1, 32, 8, 40, 0.0f},        {"MHSA G=NH hd=64", 1, 4, 4, 64, 8, 70, 0.0f},
+    {"all-local G=0 P=5 hd=16", 3, 4, 0, 16, 5, 33, 0.0f}, {"P=1 hd=128", 2, 3, 1, 128, 1, 20, 0.0f},
+    {"P>=T softcap hd=48", 2, 4, 2, 48, 64, 30, 1.0f},     {"long LS G=1 P=50 hd=32", 1, 6, 1, 32, 50, 300, 5.0f},
 };
 
 float round_x(float x) { return cuda::to_float(cuda::from_float<floatX>(x)); }
@@ -52,11 +49,20 @@ bool check_shape(const Shape& s, std::mt19937_64& gen) {
     cpu::KvCache<float> ref;
     ref.init(cfg, B, T);
     cuda::KvCacheView view;
-    view.L = cfg.num_layers; view.B = B; view.NH = s.NH; view.G = s.G; view.hd = s.hd; view.P = s.P;
-    view.max_len = T; view.ring = ref.ring;
+    view.L = cfg.num_layers;
+    view.B = B;
+    view.NH = s.NH;
+    view.G = s.G;
+    view.hd = s.hd;
+    view.P = s.P;
+    view.max_len = T;
+    view.ring = ref.ring;
     cuda::DeviceBuffer<floatX> kg(ref.k_global.size()), vg(ref.v_global.size()), kl(ref.k_local.size()),
         vl(ref.v_local.size()), d_qkv((size_t)B * 3 * C), d_out((size_t)B * C);
-    view.k_global = kg.get(); view.v_global = vg.get(); view.k_local = kl.get(); view.v_local = vl.get();
+    view.k_global = kg.get();
+    view.v_global = vg.get();
+    view.k_local = kl.get();
+    view.v_local = vl.get();
 
     std::vector<floatX> row_x((size_t)B * 3 * C), out_x((size_t)B * C);
     std::vector<float> ref_out((size_t)B * C);
@@ -86,8 +92,8 @@ bool check_shape(const Shape& s, std::mt19937_64& gen) {
     }
     const double tol = sizeof(floatX) == 2 ? 1e-2 : 1e-5;
     const bool ok = worst < tol;
-    std::printf("  %-26s B=%d NH=%d G=%d hd=%d P=%d T=%d cap=%g: worst rel err %.2e (tol %.0e) %s\n", s.name, B,
-                s.NH, s.G, s.hd, s.P, T, s.softcap, worst, tol, ok ? "ok" : "FAIL");
+    std::printf("  %-26s B=%d NH=%d G=%d hd=%d P=%d T=%d cap=%g: worst rel err %.2e (tol %.0e) %s\n", s.name, B, s.NH,
+                s.G, s.hd, s.P, T, s.softcap, worst, tol, ok ? "ok" : "FAIL");
     return ok;
 }
 

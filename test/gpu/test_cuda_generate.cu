@@ -90,12 +90,16 @@ std::vector<float> real_rows(const float* logits, size_t count, int V, int Vp) {
     return out;
 }
 
-struct Top2 { int arg; float margin; };
+struct Top2 {
+    int arg;
+    float margin;
+};
 Top2 top2(const float* row, int V) {  // first index of the max (as sample_token's greedy), max - second
     int best = 0;
     for (int i = 1; i < V; i++) best = row[i] > row[best] ? i : best;
     float second = -INFINITY;
-    for (int i = 0; i < V; i++) if (i != best) second = std::max(second, row[i]);
+    for (int i = 0; i < V; i++)
+        if (i != best) second = std::max(second, row[i]);
     return {best, row[best] - second};
 }
 
@@ -114,13 +118,18 @@ double cache_rel_err(const llmc::cuda::CudaBackend& gpu, const llmc::cpu::KvCach
             const int slot = (int)((i / v.hd) % slots);
             if (slot >= valid) continue;
             const double g = llmc::cuda::to_float(hx[i]);
-            if (!std::isfinite(g)) { num = INFINITY; continue; }
+            if (!std::isfinite(g)) {
+                num = INFINITY;
+                continue;
+            }
             num += (g - ref[i]) * (g - ref[i]);
             den += (double)ref[i] * ref[i];
         }
     };
-    part(v.k_global, cpu.k_global, false); part(v.v_global, cpu.v_global, false);
-    part(v.k_local, cpu.k_local, true); part(v.v_local, cpu.v_local, true);
+    part(v.k_global, cpu.k_global, false);
+    part(v.v_global, cpu.v_global, false);
+    part(v.k_local, cpu.k_local, true);
+    part(v.v_local, cpu.v_local, true);
     return std::sqrt(num / std::max(den, 1e-30));
 }
 
@@ -155,7 +164,8 @@ void check_case(const Case& cs, uint64_t seed, Checks& ck) {
     cpu.kv_begin(B, maxlen);
     std::vector<int> prompt = flat(0, cs.prompt);
     const std::vector<float> pre = real_rows(gpu.kv_forward(prompt.data(), cs.prompt), (size_t)B * cs.prompt, V, Vp);
-    const std::vector<float> pre_cpu = real_rows(cpu.kv_forward(prompt.data(), cs.prompt), (size_t)B * cs.prompt, V, Vp);
+    const std::vector<float> pre_cpu =
+        real_rows(cpu.kv_forward(prompt.data(), cs.prompt), (size_t)B * cs.prompt, V, Vp);
     gpu_ref.forward(prompt.data(), nullptr, B, cs.prompt, 0.0f, nullptr);
     const std::vector<float> pre_ref = real_rows(gpu_ref.logits(), (size_t)B * cs.prompt, V, Vp);
     size_t diff = 0;
@@ -205,8 +215,8 @@ void check_case(const Case& cs, uint64_t seed, Checks& ck) {
     ck.expect(worst_gc <= kTol, "decode: GPU cached vs CPU cached logits, worst step rel err %.2e <= %.0e", worst_gc,
               kTol);
     ck.expect(wrong == 0 && clear * 2 >= clear + unclear,
-              "greedy tokens: %d clear rows, %d differ (must be 0); %d unclear rows (need clear >= half)", clear,
-              wrong, unclear);
+              "greedy tokens: %d clear rows, %d differ (must be 0); %d unclear rows (need clear >= half)", clear, wrong,
+              unclear);
     const double e_cache1 = cache_rel_err(gpu, cpu.kv_cache());
     ck.expect(e_cache1 <= kTol, "cache after %d steps (rings wrapped) vs CPU cache: rel err %.2e <= %.0e", cs.steps,
               e_cache1, kTol);
@@ -225,7 +235,8 @@ void check_case(const Case& cs, uint64_t seed, Checks& ck) {
             std::vector<int> col(B);
             for (int b = 0; b < B; b++) col[b] = tail[(size_t)b * k + i];
             const float* lg = gpu.kv_forward(col.data(), 1);
-            for (int b = 0; b < B; b++) std::copy(lg + (size_t)b * Vp, lg + (size_t)b * Vp + V, one.begin() + ((size_t)b * k + i) * V);
+            for (int b = 0; b < B; b++)
+                std::copy(lg + (size_t)b * Vp, lg + (size_t)b * Vp + V, one.begin() + ((size_t)b * k + i) * V);
         }
         size_t d = 0;
         for (size_t i = 0; i < one.size(); i++) d += !(one[i] == many[i]);
@@ -236,9 +247,10 @@ void check_case(const Case& cs, uint64_t seed, Checks& ck) {
     {
         const int ml = std::max(1, maxlen / 2);
         gpu.kv_begin(B, ml);
-        const size_t want = 2ull * cfg.num_layers * B * cfg.head_size() *
-                            ((size_t)cfg.global_heads * ml + (size_t)(cfg.num_heads - cfg.global_heads) * std::min(cfg.window, ml)) *
-                            sizeof(floatX);
+        const size_t want =
+            2ull * cfg.num_layers * B * cfg.head_size() *
+            ((size_t)cfg.global_heads * ml + (size_t)(cfg.num_heads - cfg.global_heads) * std::min(cfg.window, ml)) *
+            sizeof(floatX);
         ck.expect(gpu.kv_cache_bytes() == want, "kv_cache_bytes %zu == formula %zu (max_len %d)", gpu.kv_cache_bytes(),
                   want, ml);
     }
@@ -283,16 +295,15 @@ void check_generate(Checks& ck, uint64_t seed) {
     const Top2 t = top2(row, cfg.vocab_size);
     ck.expect(t.margin < 4.0 * kTol * rms,
               "generate(): tokens identical for %d steps; step %d differs with top-2 margin %.3g (allowed only if < "
-              "4*kTol*rms = %.3g)", first, first, t.margin, 4.0 * kTol * rms);
+              "4*kTol*rms = %.3g)",
+              first, first, t.margin, 4.0 * kTol * rms);
 }
 
 template <typename E, typename F>
 bool throws(F&& f) {
     try {
         f();
-    } catch (const E&) {
-        return true;
-    } catch (...) {
+    } catch (const E&) { return true; } catch (...) {
         return false;
     }
     return false;
@@ -305,7 +316,8 @@ void check_errors(Checks& ck) {
     int tok[4] = {1, 2, 3, 4};
     ck.expect(throws<std::logic_error>([&] { gpu.kv_forward(tok, 1); }), "kv_forward before kv_begin: logic_error");
     ck.expect(throws<llmc::InputError>([&] { gpu.kv_begin(0, 8); }), "kv_begin(B=0): InputError");
-    ck.expect(throws<llmc::InputError>([&] { gpu.kv_begin(1, cfg.max_seq_len + 1); }), "kv_begin(max_len > maxT): InputError");
+    ck.expect(throws<llmc::InputError>([&] { gpu.kv_begin(1, cfg.max_seq_len + 1); }),
+              "kv_begin(max_len > maxT): InputError");
     gpu.kv_begin(1, 3);
     ck.expect(throws<llmc::InputError>([&] { gpu.kv_forward(tok, 4); }), "4 positions into a cache of 3: InputError");
     int bad = cfg.vocab_size;
@@ -323,7 +335,10 @@ void check_all_reduce_grads(Checks& ck) {
     llmc::cuda::CudaBackend gpu(cfg, 3);
     std::vector<int> x(2 * 16), y(2 * 16);
     std::mt19937 gen(std::random_device{}());
-    for (size_t i = 0; i < x.size(); i++) { x[i] = (int)(gen() % cfg.vocab_size); y[i] = (int)(gen() % cfg.vocab_size); }
+    for (size_t i = 0; i < x.size(); i++) {
+        x[i] = (int)(gen() % cfg.vocab_size);
+        y[i] = (int)(gen() % cfg.vocab_size);
+    }
     gpu.zero_grad();
     gpu.forward(x.data(), y.data(), 2, 16, 0.0f, nullptr);
     gpu.backward(1.0f);
@@ -335,9 +350,13 @@ void check_all_reduce_grads(Checks& ck) {
     gpu.all_reduce_grads(comm);
     gpu.get_grads(after.data());
     size_t d = 0, nonzero = 0;
-    for (size_t i = 0; i < before.size(); i++) { d += !(before[i] == after[i]); nonzero += before[i] != 0.0f; }
-    ck.expect(d == 0 && nonzero > 0, "gradients unchanged by a 1-rank device all-reduce (%zu of %zu differ, %zu nonzero)",
-              d, before.size(), nonzero);
+    for (size_t i = 0; i < before.size(); i++) {
+        d += !(before[i] == after[i]);
+        nonzero += before[i] != 0.0f;
+    }
+    ck.expect(d == 0 && nonzero > 0,
+              "gradients unchanged by a 1-rank device all-reduce (%zu of %zu differ, %zu nonzero)", d, before.size(),
+              nonzero);
 }
 #endif
 

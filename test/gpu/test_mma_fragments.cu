@@ -113,13 +113,12 @@ int run_case(const char* name, bool integers, std::mt19937& gen) {
     for (int i = 0; i < 128; i++) {
         const double err = std::fabs((double)D[i] - ref[i]);
         const bool ok = integers ? D[i] == ref[i] : err <= 1e-6 * scale;  // 16 fp32 additions: ~1e-6 of the magnitude
-        if (!ok && bad++ < 5)
-            std::printf("    D[%d][%d] = %.9g, expected %.9g\n", i / 8, i % 8, D[i], ref[i]);
+        if (!ok && bad++ < 5) std::printf("    D[%d][%d] = %.9g, expected %.9g\n", i / 8, i % 8, D[i], ref[i]);
         if (std::isfinite(err)) worst = std::max(worst, err / std::max(scale, 1e-30));
         else worst = INFINITY;
     }
-    std::printf("  %-34s %s: %d of 128 elements wrong, worst |err| / magnitude %.2e\n", name, bad ? "FAIL" : "ok  ", bad,
-                worst);
+    std::printf("  %-34s %s: %d of 128 elements wrong, worst |err| / magnitude %.2e\n", name, bad ? "FAIL" : "ok  ",
+                bad, worst);
     return bad;
 }
 

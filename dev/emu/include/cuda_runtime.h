@@ -29,13 +29,16 @@
 
 #include "dev/emu/device_api.h"
 
-template <typename T> inline cudaError_t cudaMalloc(T** p, size_t bytes) {
+template <typename T>
+inline cudaError_t cudaMalloc(T** p, size_t bytes) {
     return ::cudaMalloc(reinterpret_cast<void**>(p), bytes);
 }
-template <typename T> inline cudaError_t cudaMallocHost(T** p, size_t bytes) {
+template <typename T>
+inline cudaError_t cudaMallocHost(T** p, size_t bytes) {
     return ::cudaMallocHost(reinterpret_cast<void**>(p), bytes);
 }
-template <typename T> inline cudaError_t cudaFuncSetAttribute(T* kernel, cudaFuncAttribute attr, int value) {
+template <typename T>
+inline cudaError_t cudaFuncSetAttribute(T* kernel, cudaFuncAttribute attr, int value) {
     return ::cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), attr, value);
 }
 inline cudaError_t cudaEventCreate(cudaEvent_t* e, unsigned int flags) { return ::cudaEventCreateWithFlags(e, flags); }

@@ -41,25 +41,29 @@ constexpr uint16_t kNaN16 = 0x7FC0u;
 
 enum Fault {
     NONE,
-    LD_A, LD_B, LD_C, LD_D,  // that matrix's layout with ld = rows - 1
-    INPLACE_LD,              // C == D, but Cdesc's ld differs from Ddesc's
-    AUX_LD,                  // EPILOGUE_AUX_LD set to fault_value
-    TYPES,                   // the layouts' types replaced by fault_types
-    COMPUTE_16F,             // a descriptor with CUBLAS_COMPUTE_16F / CUDA_R_16F
-    MISALIGN_A, MISALIGN_D,  // the pointer moved by one element after the heuristic
-    MISALIGN_BIAS,           // the bias pointer moved by one element after the heuristic
-    NULL_BIAS,               // BIAS_POINTER set back to NULL
-    AUX_TYPE,                // EPILOGUE_AUX_DATA_TYPE set to fault_value
-    WORKSPACE_MISALIGNED,    // a workspace 16 bytes past a 256-byte boundary
-    ALPHA_NULL,              // alpha = NULL
-    TRANSC,                  // TRANSC = CUBLAS_OP_T
-    NULL_HANDLE,             // cublasLtMatmul with a NULL handle
+    LD_A,
+    LD_B,
+    LD_C,
+    LD_D,         // that matrix's layout with ld = rows - 1
+    INPLACE_LD,   // C == D, but Cdesc's ld differs from Ddesc's
+    AUX_LD,       // EPILOGUE_AUX_LD set to fault_value
+    TYPES,        // the layouts' types replaced by fault_types
+    COMPUTE_16F,  // a descriptor with CUBLAS_COMPUTE_16F / CUDA_R_16F
+    MISALIGN_A,
+    MISALIGN_D,            // the pointer moved by one element after the heuristic
+    MISALIGN_BIAS,         // the bias pointer moved by one element after the heuristic
+    NULL_BIAS,             // BIAS_POINTER set back to NULL
+    AUX_TYPE,              // EPILOGUE_AUX_DATA_TYPE set to fault_value
+    WORKSPACE_MISALIGNED,  // a workspace 16 bytes past a 256-byte boundary
+    ALPHA_NULL,            // alpha = NULL
+    TRANSC,                // TRANSC = CUBLAS_OP_T
+    NULL_HANDLE,           // cublasLtMatmul with a NULL handle
 };
 const char* fault_name(Fault f) {
-    static const char* names[] = {"none",        "ld_a",       "ld_b",         "ld_c",          "ld_d",
-                                  "inplace_ld",  "aux_ld",     "types",        "compute_16f",   "misalign_a",
-                                  "misalign_d",  "misalign_bias", "null_bias", "aux_type",      "workspace_misaligned",
-                                  "alpha_null",  "transc",     "null_handle"};
+    static const char* names[] = {"none",       "ld_a",          "ld_b",       "ld_c",        "ld_d",
+                                  "inplace_ld", "aux_ld",        "types",      "compute_16f", "misalign_a",
+                                  "misalign_d", "misalign_bias", "null_bias",  "aux_type",    "workspace_misaligned",
+                                  "alpha_null", "transc",        "null_handle"};
     return names[f];
 }
 
@@ -71,13 +75,13 @@ struct Spec {
     int64_t pad_a = 3, pad_b = 5, pad_c = 2, pad_d = 7;  // ld = rows + pad
     float alpha = 1.0f, beta = 0.0f;
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
-    int64_t aux_ld = 0;         // 0: the next multiple of 8 at or above m, plus 8 (so it differs from D's ld)
-    bool inplace = false;       // C == D
-    bool c_nan = false;         // C filled with NaN (the cases with beta = 0)
-    bool c_ld0 = false;         // out of place, C's ld = 0 (broadcast of C's first column)
-    bool algo_null = false;     // cublasLtMatmul with algo = NULL
-    bool workspace = false;     // a 1 MiB workspace, allowed by the preference
-    int32_t aux_type = -2;      // -2: EPILOGUE_AUX_DATA_TYPE not set; else set to this value
+    int64_t aux_ld = 0;      // 0: the next multiple of 8 at or above m, plus 8 (so it differs from D's ld)
+    bool inplace = false;    // C == D
+    bool c_nan = false;      // C filled with NaN (the cases with beta = 0)
+    bool c_ld0 = false;      // out of place, C's ld = 0 (broadcast of C's first column)
+    bool algo_null = false;  // cublasLtMatmul with algo = NULL
+    bool workspace = false;  // a 1 MiB workspace, allowed by the preference
+    int32_t aux_type = -2;   // -2: EPILOGUE_AUX_DATA_TYPE not set; else set to this value
     uint32_t pref_align[4] = {0, 0, 0, 0};  // MIN_ALIGNMENT_{A,B,C,D}_BYTES, 0 = not set (default 256)
     size_t offset[4] = {0, 0, 0, 0};        // bytes past a 256-byte boundary for A, B, C, D
     Fault fault = NONE;
@@ -108,13 +112,25 @@ void check_cuda(cudaError_t e, const char* what) {
 
 void put(std::vector<unsigned char>& h, Ty t, size_t i, uint32_t bits) {
     if (t == F32) std::memcpy(&h[i * 4], &bits, 4);
-    else { const uint16_t b = (uint16_t)bits; std::memcpy(&h[i * 2], &b, 2); }
+    else {
+        const uint16_t b = (uint16_t)bits;
+        std::memcpy(&h[i * 2], &b, 2);
+    }
 }
 uint32_t random_bits(Ty t) {
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     const float v = u(rng);
-    if (t == F32) { uint32_t b; std::memcpy(&b, &v, 4); return b; }
-    if (t == BF16) { const __nv_bfloat16 h = __float2bfloat16(v); uint16_t b; std::memcpy(&b, &h, 2); return b; }
+    if (t == F32) {
+        uint32_t b;
+        std::memcpy(&b, &v, 4);
+        return b;
+    }
+    if (t == BF16) {
+        const __nv_bfloat16 h = __float2bfloat16(v);
+        uint16_t b;
+        std::memcpy(&b, &h, 2);
+        return b;
+    }
     return 0;  // f16: only in refused cases, never read
 }
 uint32_t poison(Ty t) { return t == F32 ? kPoison32 : kPoison16; }
@@ -126,7 +142,10 @@ std::vector<unsigned char> host_matrix(const Matrix& m, bool nan_values, bool al
     for (size_t i = 0; i < n; i++) {
         const uint64_t r = m.ld == 0 ? i : i % (uint64_t)m.ld;
         const bool inside = r < m.rows;
-        put(h, m.t, i, all_poison || !inside ? poison(m.t) : nan_values ? (m.t == F32 ? kNaN32 : kNaN16) : random_bits(m.t));
+        put(h, m.t, i,
+            all_poison || !inside ? poison(m.t)
+            : nan_values          ? (m.t == F32 ? kNaN32 : kNaN16)
+                                  : random_bits(m.t));
     }
     return h;
 }
@@ -189,17 +208,36 @@ void emit(const Spec& s, const Matrix& A, const Matrix& B, const Matrix& C, cons
         off += (i ? ", " : "") + std::to_string(s.offset[i]);
     }
     json_cases.push_back(json_obj({
-        {"name", q(s.name)}, {"a", q(ty_name(A.t))}, {"b", q(ty_name(B.t))}, {"c", q(ty_name(C.t))},
-        {"d", q(ty_name(D.t))}, {"m", std::to_string(s.m)}, {"n", std::to_string(s.n)}, {"k", std::to_string(s.k)},
-        {"opa", q(s.opa == CUBLAS_OP_N ? "N" : "T")}, {"opb", q(s.opb == CUBLAS_OP_N ? "N" : "T")},
-        {"lda", std::to_string(A.ld)}, {"ldb", std::to_string(B.ld)}, {"ldc", std::to_string(C.ld)},
-        {"ldd", std::to_string(D.ld)}, {"alpha", num(s.alpha)}, {"beta", num(s.beta)},
-        {"epilogue", std::to_string((unsigned)s.epi)}, {"aux_ld", std::to_string(aux_ld)},
-        {"inplace", s.inplace ? "true" : "false"}, {"c_nan", s.c_nan ? "true" : "false"},
-        {"c_ld0", s.c_ld0 ? "true" : "false"}, {"algo_null", s.algo_null ? "true" : "false"},
-        {"workspace", s.workspace ? "true" : "false"}, {"aux_type", std::to_string(s.aux_type)},
-        {"pref_align", pa + "]"}, {"offset", off + "]"}, {"fault", q(fault_name(s.fault))},
-        {"fault_value", std::to_string(s.fault_value)}, {"statuses", json_obj(st)}, {"files", json_obj(files)},
+        {"name", q(s.name)},
+        {"a", q(ty_name(A.t))},
+        {"b", q(ty_name(B.t))},
+        {"c", q(ty_name(C.t))},
+        {"d", q(ty_name(D.t))},
+        {"m", std::to_string(s.m)},
+        {"n", std::to_string(s.n)},
+        {"k", std::to_string(s.k)},
+        {"opa", q(s.opa == CUBLAS_OP_N ? "N" : "T")},
+        {"opb", q(s.opb == CUBLAS_OP_N ? "N" : "T")},
+        {"lda", std::to_string(A.ld)},
+        {"ldb", std::to_string(B.ld)},
+        {"ldc", std::to_string(C.ld)},
+        {"ldd", std::to_string(D.ld)},
+        {"alpha", num(s.alpha)},
+        {"beta", num(s.beta)},
+        {"epilogue", std::to_string((unsigned)s.epi)},
+        {"aux_ld", std::to_string(aux_ld)},
+        {"inplace", s.inplace ? "true" : "false"},
+        {"c_nan", s.c_nan ? "true" : "false"},
+        {"c_ld0", s.c_ld0 ? "true" : "false"},
+        {"algo_null", s.algo_null ? "true" : "false"},
+        {"workspace", s.workspace ? "true" : "false"},
+        {"aux_type", std::to_string(s.aux_type)},
+        {"pref_align", pa + "]"},
+        {"offset", off + "]"},
+        {"fault", q(fault_name(s.fault))},
+        {"fault_value", std::to_string(s.fault_value)},
+        {"statuses", json_obj(st)},
+        {"files", json_obj(files)},
     }));
 }
 
@@ -268,28 +306,33 @@ void run_case(const Spec& s) {
     }
     if (has_aux(s.epi)) {
         void* p = dAux.ptr;
-        r.status("set_aux", cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &p, sizeof p));
-        r.status("set_aux_ld", cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
+        r.status("set_aux",
+                 cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &p, sizeof p));
+        r.status("set_aux_ld",
+                 cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
         if (s.aux_type != -2)
             r.status("set_aux_type", cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
-                                                                     &s.aux_type, sizeof s.aux_type));
+                                                                    &s.aux_type, sizeof s.aux_type));
     }
-    cublasLtMatrixLayout_t lA = layout(r, "A", A), lB = layout(r, "B", B), lC = layout(r, "C", C), lD = layout(r, "D", D);
+    cublasLtMatrixLayout_t lA = layout(r, "A", A), lB = layout(r, "B", B), lC = layout(r, "C", C),
+                           lD = layout(r, "D", D);
 
     // the preference and the heuristic, on the valid problem
     cublasLtMatmulPreference_t pref = nullptr;
     r.status("pref_create", cublasLtMatmulPreferenceCreate(&pref));
     if (s.workspace) {
         const uint64_t ws = 1 << 20;
-        r.status("pref_workspace", cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+        r.status("pref_workspace",
+                 cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     }
     const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     for (int i = 0; i < 4; i++)
         if (s.pref_align[i])
-            r.status(std::string("pref_align_") + "ABCD"[i],
-                     cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &s.pref_align[i], sizeof s.pref_align[i]));
+            r.status(
+                std::string("pref_align_") + "ABCD"[i],
+                cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &s.pref_align[i], sizeof s.pref_align[i]));
     cublasLtMatmulHeuristicResult_t heur[4];
     std::memset(heur, 0, sizeof heur);
     int count = -1;
@@ -309,14 +352,40 @@ void run_case(const Spec& s) {
     bool second_heuristic = true;
     switch (s.fault) {
         case NONE: second_heuristic = false; break;
-        case LD_A: { Matrix x = A; x.ld = (int64_t)A.rows - 1; fA = extra = layout(r, "A_fault", x); break; }
-        case LD_B: { Matrix x = B; x.ld = (int64_t)B.rows - 1; fB = extra = layout(r, "B_fault", x); break; }
-        case LD_C: { Matrix x = C; x.ld = (int64_t)C.rows - 1; fC = extra = layout(r, "C_fault", x); break; }
-        case LD_D: { Matrix x = D; x.ld = (int64_t)D.rows - 1; fD = extra = layout(r, "D_fault", x); break; }
-        case INPLACE_LD: { Matrix x = C; x.ld = D.ld + 8; fC = extra = layout(r, "C_fault", x); pC = dD.ptr; break; }
+        case LD_A: {
+            Matrix x = A;
+            x.ld = (int64_t)A.rows - 1;
+            fA = extra = layout(r, "A_fault", x);
+            break;
+        }
+        case LD_B: {
+            Matrix x = B;
+            x.ld = (int64_t)B.rows - 1;
+            fB = extra = layout(r, "B_fault", x);
+            break;
+        }
+        case LD_C: {
+            Matrix x = C;
+            x.ld = (int64_t)C.rows - 1;
+            fC = extra = layout(r, "C_fault", x);
+            break;
+        }
+        case LD_D: {
+            Matrix x = D;
+            x.ld = (int64_t)D.rows - 1;
+            fD = extra = layout(r, "D_fault", x);
+            break;
+        }
+        case INPLACE_LD: {
+            Matrix x = C;
+            x.ld = D.ld + 8;
+            fC = extra = layout(r, "C_fault", x);
+            pC = dD.ptr;
+            break;
+        }
         case AUX_LD:
             r.status("set_aux_ld_fault", cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
-                                                                         &s.fault_value, sizeof s.fault_value));
+                                                                        &s.fault_value, sizeof s.fault_value));
             break;
         case TYPES: {
             Matrix xa = A, xb = B, xc = C, xd = D;
@@ -327,47 +396,66 @@ void run_case(const Spec& s) {
         }
         case COMPUTE_16F:
             r.status("desc16_create", cublasLtMatmulDescCreate(&fdesc, CUBLAS_COMPUTE_16F, CUDA_R_16F));
-            r.status("desc16_transa", cublasLtMatmulDescSetAttribute(fdesc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
-            r.status("desc16_transb", cublasLtMatmulDescSetAttribute(fdesc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+            r.status("desc16_transa",
+                     cublasLtMatmulDescSetAttribute(fdesc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+            r.status("desc16_transb",
+                     cublasLtMatmulDescSetAttribute(fdesc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
             break;
-        case MISALIGN_A: pA = dA.ptr + bytes_of(A.t); second_heuristic = false; break;
-        case MISALIGN_D: pD = dD.ptr + bytes_of(D.t); second_heuristic = false; break;
+        case MISALIGN_A:
+            pA = dA.ptr + bytes_of(A.t);
+            second_heuristic = false;
+            break;
+        case MISALIGN_D:
+            pD = dD.ptr + bytes_of(D.t);
+            second_heuristic = false;
+            break;
         case MISALIGN_BIAS: {
             const void* p = dBias.ptr + bytes_of(Bias.t);
-            r.status("set_bias_fault", cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p, sizeof p));
+            r.status("set_bias_fault",
+                     cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p, sizeof p));
             second_heuristic = false;
             break;
         }
         case NULL_BIAS: {
             const void* p = nullptr;
-            r.status("set_bias_fault", cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p, sizeof p));
+            r.status("set_bias_fault",
+                     cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p, sizeof p));
             second_heuristic = false;
             break;
         }
         case AUX_TYPE: {
             const int32_t t = (int32_t)s.fault_value;
-            r.status("set_aux_type_fault", cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &t, sizeof t));
+            r.status("set_aux_type_fault",
+                     cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &t, sizeof t));
             break;
         }
         case WORKSPACE_MISALIGNED: second_heuristic = false; break;
-        case ALPHA_NULL: alpha = nullptr; second_heuristic = false; break;
+        case ALPHA_NULL:
+            alpha = nullptr;
+            second_heuristic = false;
+            break;
         case TRANSC: {
             const int32_t t = CUBLAS_OP_T;
-            r.status("set_transc_fault", cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSC, &t, sizeof t));
+            r.status("set_transc_fault",
+                     cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSC, &t, sizeof t));
             break;
         }
-        case NULL_HANDLE: h = nullptr; second_heuristic = false; break;
+        case NULL_HANDLE:
+            h = nullptr;
+            second_heuristic = false;
+            break;
     }
     if (second_heuristic) {
         cublasLtMatmulHeuristicResult_t fh[4];
         std::memset(fh, 0, sizeof fh);
         int fcount = -1;
-        r.status("fault_heuristic", cublasLtMatmulAlgoGetHeuristic(handle, fdesc, fA, fB, fC, fD, pref, 4, fh, &fcount));
+        r.status("fault_heuristic",
+                 cublasLtMatmulAlgoGetHeuristic(handle, fdesc, fA, fB, fC, fD, pref, 4, fh, &fcount));
         r.status("fault_heuristic_count", fcount);
     }
     const cublasLtMatmulAlgo_t* algo = s.algo_null || count <= 0 ? nullptr : &heur[0].algo;
-    r.status("matmul", cublasLtMatmul(h, fdesc, alpha, pA, fA, pB, fB, &s.beta, pC, fC, pD, fD, algo, work,
-                                      work_bytes, 0));
+    r.status("matmul",
+             cublasLtMatmul(h, fdesc, alpha, pA, fA, pB, fB, &s.beta, pC, fC, pD, fD, algo, work, work_bytes, 0));
     check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 
     r.files.emplace_back("C", dump(s.name, "C", dC.ptr, C.bytes()) + ":" + ty_name(C.t));
@@ -376,7 +464,11 @@ void run_case(const Spec& s) {
     emit(s, A, B, C, D, aux_ld, r);
 
     for (cublasLtMatrixLayout_t l : {lA, lB, lC, lD}) cublasLtMatrixLayoutDestroy(l);
-    if (s.fault == TYPES) { cublasLtMatrixLayoutDestroy(fA); cublasLtMatrixLayoutDestroy(fB); cublasLtMatrixLayoutDestroy(fC); }
+    if (s.fault == TYPES) {
+        cublasLtMatrixLayoutDestroy(fA);
+        cublasLtMatrixLayoutDestroy(fB);
+        cublasLtMatrixLayoutDestroy(fC);
+    }
     if (extra) cublasLtMatrixLayoutDestroy(extra);
     if (fdesc != desc) cublasLtMatmulDescDestroy(fdesc);
     cublasLtMatmulDescDestroy(desc);
@@ -400,22 +492,34 @@ void run_attribute_case() {
     const void* ptr = nullptr;
     const int32_t ptr32 = 0;
     r.status("desc_transa_int32", cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op, sizeof op));
-    r.status("desc_transa_int64", cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op64, sizeof op64));
-    r.status("desc_epilogue_uint32", cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-    r.status("desc_epilogue_uint64", cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi64, sizeof epi64));
-    r.status("desc_aux_ld_int64", cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld64, sizeof ld64));
-    r.status("desc_aux_ld_int32", cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld32, sizeof ld32));
-    r.status("desc_bias_pointer_ptr", cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr, sizeof ptr));
-    r.status("desc_bias_pointer_4bytes", cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr32, sizeof ptr32));
-    r.status("desc_transa_null_buf", cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, nullptr, sizeof op));
+    r.status("desc_transa_int64",
+             cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op64, sizeof op64));
+    r.status("desc_epilogue_uint32",
+             cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    r.status("desc_epilogue_uint64",
+             cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi64, sizeof epi64));
+    r.status("desc_aux_ld_int64",
+             cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld64, sizeof ld64));
+    r.status("desc_aux_ld_int32",
+             cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld32, sizeof ld32));
+    r.status("desc_bias_pointer_ptr",
+             cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr, sizeof ptr));
+    r.status("desc_bias_pointer_4bytes",
+             cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr32, sizeof ptr32));
+    r.status("desc_transa_null_buf",
+             cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, nullptr, sizeof op));
     cublasLtMatmulPreference_t pref = nullptr;
     r.status("pref_create", cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t ws64 = 1 << 20, al64 = 16;
     const uint32_t ws32 = 1 << 20, al32 = 16;
-    r.status("pref_workspace_uint64", cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws64, sizeof ws64));
-    r.status("pref_workspace_uint32", cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws32, sizeof ws32));
-    r.status("pref_align_a_uint32", cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al32, sizeof al32));
-    r.status("pref_align_a_uint64", cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al64, sizeof al64));
+    r.status("pref_workspace_uint64",
+             cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws64, sizeof ws64));
+    r.status("pref_workspace_uint32",
+             cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws32, sizeof ws32));
+    r.status("pref_align_a_uint32", cublasLtMatmulPreferenceSetAttribute(
+                                        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al32, sizeof al32));
+    r.status("pref_align_a_uint64", cublasLtMatmulPreferenceSetAttribute(
+                                        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al64, sizeof al64));
     // the heuristic with requestedAlgoCount 0 and 1 on a valid all-fp32 problem
     cublasLtMatmulDesc_t d2 = nullptr;
     r.status("desc2_create", cublasLtMatmulDescCreate(&d2, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -432,7 +536,8 @@ void run_attribute_case() {
     cublasLtMatmulPreferenceDestroy(pref);
     std::vector<std::pair<std::string, std::string>> st;
     for (const auto& kv : r.statuses) st.emplace_back(kv.first, std::to_string(kv.second));
-    json_cases.push_back(json_obj({{"name", q("attribute_sizes")}, {"fault", q("statuses")}, {"statuses", json_obj(st)}}));
+    json_cases.push_back(
+        json_obj({{"name", q("attribute_sizes")}, {"fault", q("statuses")}, {"statuses", json_obj(st)}}));
 }
 
 std::vector<Spec> all_specs() {
@@ -441,7 +546,10 @@ std::vector<Spec> all_specs() {
     const cublasOperation_t N = CUBLAS_OP_N, T = CUBLAS_OP_T;
     // the four transpose combinations, for each supported type combination, with ld > rows everywhere,
     // alpha != 1 and beta != 0, 1
-    struct TypeCombo { const char* tag; Ty ab, cd; };
+    struct TypeCombo {
+        const char* tag;
+        Ty ab, cd;
+    };
     for (TypeCombo tc : {TypeCombo{"f32", F32, F32}, TypeCombo{"bf16_f32", BF16, F32}, TypeCombo{"bf16", BF16, BF16}})
         for (cublasOperation_t oa : {N, T})
             for (cublasOperation_t ob : {N, T}) {
@@ -476,9 +584,12 @@ std::vector<Spec> all_specs() {
         add(s);
     }
     // epilogues, for each supported type combination; beta = 0 (NaN C) and alpha = 1 first
-    struct Epi { const char* tag; cublasLtEpilogue_t e; };
-    const Epi epis[] = {{"default", CUBLASLT_EPILOGUE_DEFAULT}, {"bias", CUBLASLT_EPILOGUE_BIAS},
-                        {"gelu", CUBLASLT_EPILOGUE_GELU},       {"gelu_bias", CUBLASLT_EPILOGUE_GELU_BIAS},
+    struct Epi {
+        const char* tag;
+        cublasLtEpilogue_t e;
+    };
+    const Epi epis[] = {{"default", CUBLASLT_EPILOGUE_DEFAULT},   {"bias", CUBLASLT_EPILOGUE_BIAS},
+                        {"gelu", CUBLASLT_EPILOGUE_GELU},         {"gelu_bias", CUBLASLT_EPILOGUE_GELU_BIAS},
                         {"gelu_aux", CUBLASLT_EPILOGUE_GELU_AUX}, {"gelu_aux_bias", CUBLASLT_EPILOGUE_GELU_AUX_BIAS}};
     for (TypeCombo tc : {TypeCombo{"f32", F32, F32}, TypeCombo{"bf16_f32", BF16, F32}, TypeCombo{"bf16", BF16, BF16}})
         for (const Epi& e : epis) {
@@ -492,7 +603,8 @@ std::vector<Spec> all_specs() {
     for (TypeCombo tc : {TypeCombo{"f32", F32, F32}, TypeCombo{"bf16_f32", BF16, F32}, TypeCombo{"bf16", BF16, BF16}})
         for (cublasLtEpilogue_t e : {CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_GELU_AUX_BIAS}) {
             Spec s;
-            s.name = std::string(e == CUBLASLT_EPILOGUE_BIAS ? "epi_bias_scaled_" : "epi_gelu_aux_bias_scaled_") + tc.tag;
+            s.name =
+                std::string(e == CUBLASLT_EPILOGUE_BIAS ? "epi_bias_scaled_" : "epi_gelu_aux_bias_scaled_") + tc.tag;
             s.a = s.b = tc.ab, s.c = s.d = tc.cd;
             s.opb = T, s.epi = e, s.alpha = 0.5f, s.beta = 0.75f;
             add(s);
@@ -511,14 +623,46 @@ std::vector<Spec> all_specs() {
     }
     // shapes: vectors, k = 1, a long k (the tolerance grows with k), alpha = 0
     {
-        Spec s; s.name = "shape_m1_f32"; s.a = s.b = s.c = s.d = F32; s.m = 1; s.alpha = 2.0f; s.beta = 0.5f; add(s);
-        s.name = "shape_n1_bf16"; s.a = s.b = s.c = s.d = BF16; s.m = 37; s.n = 1; s.opa = T; add(s);
-        s.name = "shape_k1_bf16_f32"; s.c = s.d = F32; s.n = 19; s.k = 1; s.opa = N; s.opb = T; add(s);
-        s.name = "shape_k1024_bf16"; s.c = s.d = BF16; s.m = 24; s.n = 16; s.k = 1024; s.opa = T; s.opb = N;
-        s.epi = CUBLASLT_EPILOGUE_GELU_BIAS; s.alpha = 0.0625f; s.beta = 0.0f; s.c_nan = true; add(s);
+        Spec s;
+        s.name = "shape_m1_f32";
+        s.a = s.b = s.c = s.d = F32;
+        s.m = 1;
+        s.alpha = 2.0f;
+        s.beta = 0.5f;
+        add(s);
+        s.name = "shape_n1_bf16";
+        s.a = s.b = s.c = s.d = BF16;
+        s.m = 37;
+        s.n = 1;
+        s.opa = T;
+        add(s);
+        s.name = "shape_k1_bf16_f32";
+        s.c = s.d = F32;
+        s.n = 19;
+        s.k = 1;
+        s.opa = N;
+        s.opb = T;
+        add(s);
+        s.name = "shape_k1024_bf16";
+        s.c = s.d = BF16;
+        s.m = 24;
+        s.n = 16;
+        s.k = 1024;
+        s.opa = T;
+        s.opb = N;
+        s.epi = CUBLASLT_EPILOGUE_GELU_BIAS;
+        s.alpha = 0.0625f;
+        s.beta = 0.0f;
+        s.c_nan = true;
+        add(s);
     }
     {
-        Spec s; s.name = "alpha0_f32"; s.a = s.b = s.c = s.d = F32; s.alpha = 0.0f; s.beta = -2.0f; add(s);
+        Spec s;
+        s.name = "alpha0_f32";
+        s.a = s.b = s.c = s.d = F32;
+        s.alpha = 0.0f;
+        s.beta = -2.0f;
+        add(s);
     }
     // C's ld = 0 out of place: C's first column broadcast to every column (the guide, cublasLtMatmul)
     for (TypeCombo tc : {TypeCombo{"f32", F32, F32}, TypeCombo{"bf16", BF16, BF16}}) {
@@ -560,32 +704,80 @@ std::vector<Spec> all_specs() {
         add(s);
     }
     // refused calls: each fault applied after a valid heuristic (so the matmul has an algorithm)
-    auto fault = [&](const char* name, Fault f, Spec s) { s.name = name; s.fault = f; add(s); };
+    auto fault = [&](const char* name, Fault f, Spec s) {
+        s.name = name;
+        s.fault = f;
+        add(s);
+    };
     Spec base;
     base.alpha = 1.0f, base.beta = 1.0f;
     fault("err_ld_a_lt_rows", LD_A, base);
-    { Spec s = base; s.opb = T; fault("err_ld_b_lt_rows", LD_B, s); }
+    {
+        Spec s = base;
+        s.opb = T;
+        fault("err_ld_b_lt_rows", LD_B, s);
+    }
     fault("err_ld_c_lt_rows", LD_C, base);
     fault("err_ld_d_lt_rows", LD_D, base);
-    { Spec s = base; s.inplace = true; fault("err_inplace_ld_differs", INPLACE_LD, s); }
+    {
+        Spec s = base;
+        s.inplace = true;
+        fault("err_inplace_ld_differs", INPLACE_LD, s);
+    }
     Spec gelu = base;
     gelu.epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;  // m = 37
-    { Spec s = gelu; s.fault_value = 39; fault("err_aux_ld_not_multiple_of_8", AUX_LD, s); }
-    { Spec s = gelu; s.fault_value = 32; fault("err_aux_ld_lt_rows", AUX_LD, s); }
-    { Spec s = gelu; s.fault_value = CUDA_R_16BF; fault("err_aux_type_set_bf16", AUX_TYPE, s); }
-    { Spec s = base; s.fault_types[0] = s.fault_types[1] = BF16, s.fault_types[2] = s.fault_types[3] = F16;
-      fault("err_types_bf16_in_f16_out", TYPES, s); }
-    { Spec s = base; s.fault_types[0] = BF16, s.fault_types[1] = F32, s.fault_types[2] = s.fault_types[3] = F32;
-      fault("err_types_a_bf16_b_f32", TYPES, s); }
-    { Spec s = base; s.fault_types[0] = s.fault_types[1] = F32, s.fault_types[2] = s.fault_types[3] = BF16;
-      fault("err_types_f32_in_bf16_out", TYPES, s); }
-    { Spec s = base; s.fault_types[0] = s.fault_types[1] = BF16, s.fault_types[2] = BF16, s.fault_types[3] = F32;
-      fault("err_types_c_bf16_d_f32", TYPES, s); }
+    {
+        Spec s = gelu;
+        s.fault_value = 39;
+        fault("err_aux_ld_not_multiple_of_8", AUX_LD, s);
+    }
+    {
+        Spec s = gelu;
+        s.fault_value = 32;
+        fault("err_aux_ld_lt_rows", AUX_LD, s);
+    }
+    {
+        Spec s = gelu;
+        s.fault_value = CUDA_R_16BF;
+        fault("err_aux_type_set_bf16", AUX_TYPE, s);
+    }
+    {
+        Spec s = base;
+        s.fault_types[0] = s.fault_types[1] = BF16, s.fault_types[2] = s.fault_types[3] = F16;
+        fault("err_types_bf16_in_f16_out", TYPES, s);
+    }
+    {
+        Spec s = base;
+        s.fault_types[0] = BF16, s.fault_types[1] = F32, s.fault_types[2] = s.fault_types[3] = F32;
+        fault("err_types_a_bf16_b_f32", TYPES, s);
+    }
+    {
+        Spec s = base;
+        s.fault_types[0] = s.fault_types[1] = F32, s.fault_types[2] = s.fault_types[3] = BF16;
+        fault("err_types_f32_in_bf16_out", TYPES, s);
+    }
+    {
+        Spec s = base;
+        s.fault_types[0] = s.fault_types[1] = BF16, s.fault_types[2] = BF16, s.fault_types[3] = F32;
+        fault("err_types_c_bf16_d_f32", TYPES, s);
+    }
     fault("err_compute_16f", COMPUTE_16F, base);
     fault("err_misaligned_a", MISALIGN_A, base);
-    { Spec s = base; s.a = s.b = s.c = s.d = F32; fault("err_misaligned_d", MISALIGN_D, s); }
-    { Spec s = base; s.epi = CUBLASLT_EPILOGUE_BIAS; fault("err_misaligned_bias", MISALIGN_BIAS, s); }
-    { Spec s = base; s.epi = CUBLASLT_EPILOGUE_GELU_BIAS; fault("err_null_bias", NULL_BIAS, s); }
+    {
+        Spec s = base;
+        s.a = s.b = s.c = s.d = F32;
+        fault("err_misaligned_d", MISALIGN_D, s);
+    }
+    {
+        Spec s = base;
+        s.epi = CUBLASLT_EPILOGUE_BIAS;
+        fault("err_misaligned_bias", MISALIGN_BIAS, s);
+    }
+    {
+        Spec s = base;
+        s.epi = CUBLASLT_EPILOGUE_GELU_BIAS;
+        fault("err_null_bias", NULL_BIAS, s);
+    }
     fault("err_workspace_misaligned", WORKSPACE_MISALIGNED, base);
     fault("err_alpha_null", ALPHA_NULL, base);
     fault("err_transc", TRANSC, base);

@@ -205,17 +205,20 @@ int main(int argc, char** argv) {
         launch_kernel(misaligned_int4_kernel, 1, 1, 0, 0, reinterpret_cast<int*>(out), in);
     } else if (mode == "oob-global") launch_kernel(oob_global_kernel, 1, 32, 0, 0, out, 4096 - 16);
     else if (mode == "oob-static-shared") launch_kernel(oob_static_shared_kernel, 1, 32, 0, 0, out);
-    else if (mode == "oob-dynamic-shared") launch_kernel(oob_dynamic_shared_kernel, 1, 32, 32 * sizeof(float), 0, out, 8);
+    else if (mode == "oob-dynamic-shared")
+        launch_kernel(oob_dynamic_shared_kernel, 1, 32, 32 * sizeof(float), 0, out, 8);
     else if (mode == "bad-copy") {
         std::vector<float> h(8);
         const cudaError_t e = cudaMemcpy(h.data(), out, 8 * sizeof(float), cudaMemcpyHostToDevice);  // kinds swapped
-        const cudaError_t e2 = cudaMemcpy(h.data(), out + 4090, 8 * sizeof(float), cudaMemcpyDeviceToHost);  // past the end
+        const cudaError_t e2 =
+            cudaMemcpy(h.data(), out + 4090, 8 * sizeof(float), cudaMemcpyDeviceToHost);  // past the end
         std::printf("swapped kind: %s; past the end: %s\n", cudaGetErrorString(e), cudaGetErrorString(e2));
         return e == cudaErrorInvalidValue && e2 == cudaErrorInvalidValue ? 0 : 3;
     } else {
-        std::fprintf(stderr, "usage: emu_faults ok|shuffle-semantics|missing-barrier|divergent-barrier|warp-deadlock|"
-                             "mask-mismatch|too-many-threads|block-z|grid-y|smem-no-optin|smem-optin|"
-                             "smem-optin-too-big|misaligned-int4|oob-global|oob-static-shared|oob-dynamic-shared|bad-copy\n");
+        std::fprintf(stderr,
+                     "usage: emu_faults ok|shuffle-semantics|missing-barrier|divergent-barrier|warp-deadlock|"
+                     "mask-mismatch|too-many-threads|block-z|grid-y|smem-no-optin|smem-optin|"
+                     "smem-optin-too-big|misaligned-int4|oob-global|oob-static-shared|oob-dynamic-shared|bad-copy\n");
         return 2;
     }
     CUDA_CHECK(cudaGetLastError());

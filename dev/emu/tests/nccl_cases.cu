@@ -79,10 +79,22 @@ const Type kCopyTypes[] = {kF32, kBF16, kI64, kU8, kF16};
 // v is a small integer (or, for float, any float value): exact in every type used here.
 void encode(const Type& t, double v, unsigned char* p) {
     switch (t.t) {
-        case ncclFloat: { const float f = (float)v; std::memcpy(p, &f, 4); break; }
+        case ncclFloat: {
+            const float f = (float)v;
+            std::memcpy(p, &f, 4);
+            break;
+        }
         case ncclDouble: std::memcpy(p, &v, 8); break;
-        case ncclInt32: { const int32_t x = (int32_t)v; std::memcpy(p, &x, 4); break; }
-        case ncclInt64: { const int64_t x = (int64_t)v; std::memcpy(p, &x, 8); break; }
+        case ncclInt32: {
+            const int32_t x = (int32_t)v;
+            std::memcpy(p, &x, 4);
+            break;
+        }
+        case ncclInt64: {
+            const int64_t x = (int64_t)v;
+            std::memcpy(p, &x, 8);
+            break;
+        }
         case ncclUint8: *p = (unsigned char)v; break;
         case ncclBfloat16: {  // bf16 is the upper half of a float; small integers lose nothing
             const float f = (float)v;
@@ -98,10 +110,26 @@ void encode(const Type& t, double v, unsigned char* p) {
 }
 double decode(const Type& t, const unsigned char* p) {
     switch (t.t) {
-        case ncclFloat: { float f; std::memcpy(&f, p, 4); return f; }
-        case ncclDouble: { double d; std::memcpy(&d, p, 8); return d; }
-        case ncclInt32: { int32_t x; std::memcpy(&x, p, 4); return x; }
-        case ncclInt64: { int64_t x; std::memcpy(&x, p, 8); return (double)x; }
+        case ncclFloat: {
+            float f;
+            std::memcpy(&f, p, 4);
+            return f;
+        }
+        case ncclDouble: {
+            double d;
+            std::memcpy(&d, p, 8);
+            return d;
+        }
+        case ncclInt32: {
+            int32_t x;
+            std::memcpy(&x, p, 4);
+            return x;
+        }
+        case ncclInt64: {
+            int64_t x;
+            std::memcpy(&x, p, 8);
+            return (double)x;
+        }
         case ncclUint8: return *p;
         case ncclBfloat16: {
             uint16_t h;
@@ -190,8 +218,12 @@ struct Rank {
 std::string describe(const Rank& R, const char* coll, const Type& t, int op, size_t count, bool in_place) {
     char b[256];
     std::snprintf(b, sizeof b, "%s: %s %s%s%s count %zu %s", R.tag.c_str(), coll, t.name, op >= 0 ? " " : "",
-                  op == ncclSum ? "sum" : op == ncclProd ? "prod" : op == ncclMax ? "max" : op == ncclMin ? "min"
-                  : op == ncclAvg ? "avg" : "",
+                  op == ncclSum    ? "sum"
+                  : op == ncclProd ? "prod"
+                  : op == ncclMax  ? "max"
+                  : op == ncclMin  ? "min"
+                  : op == ncclAvg  ? "avg"
+                                   : "",
                   count, in_place ? "in place" : "out of place");
     return b;
 }
@@ -262,8 +294,8 @@ void all_gather_case(const Rank& R, const Type& t, size_t count, bool in_place, 
 }
 
 void broadcast_case(const Rank& R, const Type& t, size_t count, bool in_place, int root, uint64_t seed, bool legacy) {
-    const std::string what = describe(R, legacy ? "ncclBcast" : "ncclBroadcast", t, -1, count, in_place) + " root " +
-                             std::to_string(root);
+    const std::string what =
+        describe(R, legacy ? "ncclBcast" : "ncclBroadcast", t, -1, count, in_place) + " root " + std::to_string(root);
     const size_t bytes = count * t.size;
     const Bytes data = raw(seed, root, bytes);
     DevBuf recv(bytes);
@@ -281,7 +313,9 @@ void broadcast_case(const Rank& R, const Type& t, size_t count, bool in_place, i
 // A float average of arbitrary values: close to the exact average and the same bits on every rank.
 Bytes inexact_average(const Rank& R, size_t count, uint64_t seed) {
     const std::string what = R.tag + ": ncclAllReduce float avg of arbitrary values";
-    auto val = [&](int q, size_t j) { return (double)(float)((double)(mix(seed ^ ((uint64_t)q << 32) ^ j) >> 11) * 0x1p-53 * 2.0 - 1.0); };
+    auto val = [&](int q, size_t j) {
+        return (double)(float)((double)(mix(seed ^ ((uint64_t)q << 32) ^ j) >> 11) * 0x1p-53 * 2.0 - 1.0);
+    };
     Bytes mine(count * 4);
     for (size_t j = 0; j < count; j++) encode(kF32, val(R.r, j), &mine[j * 4]);
     DevBuf buf(mine.size());
@@ -317,7 +351,8 @@ Bytes sweep(const Rank& R) {
             for (bool in_place : {false, true}) all_gather_case(R, t, count, in_place, ++seed);
     for (size_t count : counts)
         for (int root = 0; root < R.n; root++)
-            for (bool in_place : {false, true}) broadcast_case(R, count == 7 ? kU8 : kF32, count, in_place, root, ++seed, false);
+            for (bool in_place : {false, true})
+                broadcast_case(R, count == 7 ? kU8 : kF32, count, in_place, root, ++seed, false);
     broadcast_case(R, kI64, 5, true, R.n - 1, ++seed, true);
     // count 0: nothing to do, on every rank (buffers may be NULL)
     const ncclResult_t e = ncclAllReduce(nullptr, nullptr, 0, ncclFloat, ncclSum, R.comm, 0);
@@ -400,7 +435,8 @@ void group_world() {
     if (!check(e == ncclSuccess, "group: ncclGroupEnd after the ranks' ncclCommInitRank returned " + res(e))) return;
     for (int r = 0; r < n; r++) {
         int dev = -1;
-        check(ncclCommCuDevice(comms[r], &dev) == ncclSuccess && dev == r, "group: ncclCommCuDevice of rank " + std::to_string(r));
+        check(ncclCommCuDevice(comms[r], &dev) == ncclSuccess && dev == r,
+              "group: ncclCommCuDevice of rank " + std::to_string(r));
     }
     const size_t count = 1001;
     const uint64_t seed = 77;
@@ -435,13 +471,16 @@ void large_world() {
 }
 
 // ---- errors --------------------------------------------------------------------------------------
-bool last_error_has(const std::string& text) { return std::string(ncclGetLastError(nullptr)).find(text) != std::string::npos; }
+bool last_error_has(const std::string& text) {
+    return std::string(ncclGetLastError(nullptr)).find(text) != std::string::npos;
+}
 
 void api_checks() {
     int v = 0;
     check(ncclGetVersion(&v) == ncclSuccess && v == NCCL_VERSION_CODE, "ncclGetVersion gives NCCL_VERSION_CODE");
     for (int r = ncclSuccess; r <= ncclInProgress; r++)
-        check(ncclGetErrorString((ncclResult_t)r) && *ncclGetErrorString((ncclResult_t)r), "ncclGetErrorString(" + std::to_string(r) + ")");
+        check(ncclGetErrorString((ncclResult_t)r) && *ncclGetErrorString((ncclResult_t)r),
+              "ncclGetErrorString(" + std::to_string(r) + ")");
     int devices = 0;
     check(cudaGetDeviceCount(&devices) == cudaSuccess && devices == 4, "LLMC_EMU_DEVICE_COUNT=4 gives 4 devices");
     check(cudaSetDevice(3) == cudaSuccess, "cudaSetDevice(3)");
@@ -493,7 +532,8 @@ void error_cases() {
     check(ncclCommInitRank(&c, 0, id, 0) == ncclInvalidArgument, "nranks 0 is ncclInvalidArgument");
     ncclUniqueId zero;
     std::memset(&zero, 0, sizeof zero);
-    check(ncclCommInitRank(&c, 1, zero, 0) == ncclInvalidArgument, "an id not from ncclGetUniqueId is ncclInvalidArgument");
+    check(ncclCommInitRank(&c, 1, zero, 0) == ncclInvalidArgument,
+          "an id not from ncclGetUniqueId is ncclInvalidArgument");
     {  // the id above is still good: a world of 1 on it
         Rank R;
         R.tag = "errors world 1";
@@ -501,15 +541,19 @@ void error_cases() {
             DevBuf d(64 * 4), small(63 * 4);
             std::vector<float> host(64);
             ncclResult_t e = ncclAllReduce(host.data(), d.p, 64, ncclFloat, ncclSum, R.comm, 0);
-            check(e == ncclInvalidArgument && last_error_has("sendbuff"), "host sendbuff is ncclInvalidArgument naming sendbuff");
+            check(e == ncclInvalidArgument && last_error_has("sendbuff"),
+                  "host sendbuff is ncclInvalidArgument naming sendbuff");
             e = ncclAllReduce(d.p, host.data(), 64, ncclFloat, ncclSum, R.comm, 0);
-            check(e == ncclInvalidArgument && last_error_has("recvbuff"), "host recvbuff is ncclInvalidArgument naming recvbuff");
+            check(e == ncclInvalidArgument && last_error_has("recvbuff"),
+                  "host recvbuff is ncclInvalidArgument naming recvbuff");
             e = ncclAllReduce(d.p, small.p, 64, ncclFloat, ncclSum, R.comm, 0);
-            check(e == ncclInvalidArgument && last_error_has("past the end"), "a recvbuff too small is ncclInvalidArgument");
+            check(e == ncclInvalidArgument && last_error_has("past the end"),
+                  "a recvbuff too small is ncclInvalidArgument");
             e = ncclAllGather(d.p, d.p, 64, ncclFloat, R.comm, 0);  // recvbuff needs nranks * sendcount: 64 here
             check(e == ncclSuccess, "all-gather of one rank in place returned " + res(e));
             e = ncclAllReduce(d.p, d.p, 64, ncclFloat16, ncclSum, R.comm, 0);
-            check(e == ncclInvalidArgument && last_error_has("ncclFloat16"), "a half reduction is ncclInvalidArgument (not emulated)");
+            check(e == ncclInvalidArgument && last_error_has("ncclFloat16"),
+                  "a half reduction is ncclInvalidArgument (not emulated)");
             e = ncclAllReduce(d.p, d.p, 64, ncclFloat8e4m3, ncclMax, R.comm, 0);
             check(e == ncclInvalidArgument, "an fp8 reduction is ncclInvalidArgument (not emulated)");
             e = ncclAllReduce(d.p, d.p, 4, (ncclDataType_t)99, ncclSum, R.comm, 0);
@@ -517,11 +561,13 @@ void error_cases() {
             e = ncclAllReduce(d.p, d.p, 4, ncclFloat, (ncclRedOp_t)7, R.comm, 0);
             check(e == ncclInvalidArgument, "op 7 is ncclInvalidArgument");
             e = ncclAllReduce(d.p, d.p + 4, 32, ncclFloat, ncclSum, R.comm, 0);
-            check(e == ncclInvalidArgument && last_error_has("overlap"), "all-reduce with recvbuff = sendbuff + 1 element is refused");
+            check(e == ncclInvalidArgument && last_error_has("overlap"),
+                  "all-reduce with recvbuff = sendbuff + 1 element is refused");
             e = ncclBroadcast(d.p, d.p, 64, ncclFloat, 1, R.comm, 0);
             check(e == ncclInvalidArgument, "broadcast root 1 of 1 rank is ncclInvalidArgument");
             e = ncclAllGather(d.p + 4, d.p, 16, ncclFloat, R.comm, 0);
-            check(e == ncclInvalidArgument && last_error_has("overlap"), "all-gather with sendbuff inside recvbuff at the wrong offset is refused");
+            check(e == ncclInvalidArgument && last_error_has("overlap"),
+                  "all-gather with sendbuff inside recvbuff at the wrong offset is refused");
             check(ncclCommDestroy(R.comm) == ncclSuccess, "ncclCommDestroy");
             int n = 0;
             check(ncclCommCount(R.comm, &n) == ncclInvalidArgument, "a destroyed communicator is ncclInvalidArgument");
@@ -538,8 +584,9 @@ void error_cases() {
         return e;
     });
     for (int r = 0; r < 2; r++)
-        check(o[r].r == ncclInvalidArgument && o[r].s < 0.9, "nranks 2 vs 3: rank " + std::to_string(r) + " got " + res(o[r].r) +
-                                                                  " after " + std::to_string(o[r].s) + " s");
+        check(o[r].r == ncclInvalidArgument && o[r].s < 0.9, "nranks 2 vs 3: rank " + std::to_string(r) + " got " +
+                                                                 res(o[r].r) + " after " + std::to_string(o[r].s) +
+                                                                 " s");
     // a rank given twice
     new_id(&id, "");
     o = on_threads(2, [&](int) {
@@ -572,7 +619,8 @@ void error_cases() {
     int named = 0;
     for (int r = 0; r < 2; r++) {
         check((o[r].r == ncclSystemError || o[r].r == ncclRemoteError) && o[r].s < 5,
-              "rank 2 of 3 never joins: rank " + std::to_string(r) + " got " + res(o[r].r) + " after " + std::to_string(o[r].s) + " s");
+              "rank 2 of 3 never joins: rank " + std::to_string(r) + " got " + res(o[r].r) + " after " +
+                  std::to_string(o[r].s) + " s");
         named += o[r].r == ncclSystemError && o[r].msg.find("rank(s) 2 of 3 never arrived") != std::string::npos;
     }
     check(named >= 1, "the timeout names the rank that never arrived: " + o[0].msg + " | " + o[1].msg);
@@ -586,8 +634,7 @@ void error_cases() {
         if (R.r == 0)
             check(e == ncclSystemError && last_error_has("rank(s) 1 of 2 never arrived") && seconds_since(t0) < 5,
                   R.tag + ": a late rank gives a bounded ncclSystemError naming it, got " + res(e));
-        else
-            check(e == ncclRemoteError, R.tag + ": the late rank finds the communicator broken, got " + res(e));
+        else check(e == ncclRemoteError, R.tag + ": the late rank finds the communicator broken, got " + res(e));
     });
     // collectives that differ between ranks: refused on every rank; the communicator still works
     set_env("LLMC_EMU_NCCL_TIMEOUT_S", "30");
@@ -595,7 +642,8 @@ void error_cases() {
         DevBuf d(8 * 4);
         d.put(input(ncclSum, kF32, 6, R.r, 8, 2));
         ncclResult_t e = ncclAllReduce(d.p, d.p, R.r == 0 ? 7 : 8, ncclFloat, ncclSum, R.comm, 0);
-        check(e == ncclInvalidArgument && last_error_has("differs between ranks"), R.tag + ": counts 7 vs 8 refused, got " + res(e));
+        check(e == ncclInvalidArgument && last_error_has("differs between ranks"),
+              R.tag + ": counts 7 vs 8 refused, got " + res(e));
         e = ncclAllReduce(d.p, d.p, 8, ncclFloat, R.r == 0 ? ncclSum : ncclMax, R.comm, 0);
         check(e == ncclInvalidArgument, R.tag + ": ops sum vs max refused, got " + res(e));
         all_reduce_case(R, kF32, ncclSum, 8, true, 6);
@@ -646,9 +694,10 @@ std::vector<ChildResult> run_processes(int n, const std::string& scenario, const
     std::vector<pid_t> pids(n, -1);
     for (int r = 0; r < n; r++) {
         const std::string rs = std::to_string(r), ns = std::to_string(n);
-        const char* argv[] = {self_path.c_str(), "--rank", rs.c_str(), "--nranks", ns.c_str(), "--id-file", idfile,
-                              "--scenario", scenario.c_str(), nullptr};
-        if (posix_spawn(&pids[r], self_path.c_str(), nullptr, nullptr, const_cast<char**>(argv), environ) != 0) pids[r] = -1;
+        const char* argv[] = {self_path.c_str(), "--rank", rs.c_str(),   "--nranks",       ns.c_str(),
+                              "--id-file",       idfile,   "--scenario", scenario.c_str(), nullptr};
+        if (posix_spawn(&pids[r], self_path.c_str(), nullptr, nullptr, const_cast<char**>(argv), environ) != 0)
+            pids[r] = -1;
     }
     set_env("LLMC_EMU_NCCL_TIMEOUT_S", default_timeout);
     const auto t0 = Clock::now();
@@ -679,8 +728,9 @@ void process_worlds() {
         const auto t0 = Clock::now();
         const auto o = run_processes(n, "sweep", "");
         for (int r = 0; r < n; r++)
-            check(o[r].status == 0, "processes world " + std::to_string(n) + " rank " + std::to_string(r) + ": exit status " +
-                                        std::to_string(o[r].status) + (o[r].hung ? " (killed after 120 s)" : ""));
+            check(o[r].status == 0, "processes world " + std::to_string(n) + " rank " + std::to_string(r) +
+                                        ": exit status " + std::to_string(o[r].status) +
+                                        (o[r].hung ? " (killed after 120 s)" : ""));
         std::printf("processes world %d: done in %.2f s\n", n, seconds_since(t0));
     }
 }
@@ -710,9 +760,11 @@ int child(int r, int n, const std::string& idfile, const std::string& scenario) 
     if (scenario == "absent") {  // the last rank never calls ncclCommInitRank
         if (r == n - 1) return 0;
         const ncclResult_t e = ncclCommInitRank(&R.comm, n, id, r);
-        const bool named = last_error_has("rank(s) " + std::to_string(n - 1) + " of " + std::to_string(n) + " never arrived");
-        check((e == ncclSystemError && named) || e == ncclRemoteError,
-              R.tag + ": a rank that never starts gives " + res(e) + " after " + std::to_string(seconds_since(t0)) + " s");
+        const bool named =
+            last_error_has("rank(s) " + std::to_string(n - 1) + " of " + std::to_string(n) + " never arrived");
+        check((e == ncclSystemError && named) || e == ncclRemoteError, R.tag + ": a rank that never starts gives " +
+                                                                           res(e) + " after " +
+                                                                           std::to_string(seconds_since(t0)) + " s");
         check(seconds_since(t0) < 5, R.tag + ": bounded by LLMC_EMU_NCCL_TIMEOUT_S=1");
     } else if (!join(R, id)) {
         return 1;
@@ -728,9 +780,9 @@ int child(int r, int n, const std::string& idfile, const std::string& scenario) 
         DevBuf d(4);
         const auto t1 = Clock::now();
         const ncclResult_t e = ncclAllReduce(d.p, d.p, 1, ncclFloat, ncclSum, R.comm, 0);
-        check(e == ncclRemoteError && seconds_since(t1) < 10,
-              R.tag + ": a peer that " + scenario + " gives " + res(e) + " after " + std::to_string(seconds_since(t1)) +
-                  " s (the time limit is 60 s)");
+        check(e == ncclRemoteError && seconds_since(t1) < 10, R.tag + ": a peer that " + scenario + " gives " + res(e) +
+                                                                  " after " + std::to_string(seconds_since(t1)) +
+                                                                  " s (the time limit is 60 s)");
         ncclCommDestroy(R.comm);
     }
     std::printf("%s: %d checks, %d failed\n", R.tag.c_str(), n_checks, n_failed);
@@ -745,7 +797,8 @@ void no_files_left() {
         DIR* d = opendir(dir);
         if (!d) continue;
         while (dirent* e = readdir(d))
-            if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0) left += std::string(" ") + dir + "/" + e->d_name;
+            if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0)
+                left += std::string(" ") + dir + "/" + e->d_name;
         closedir(d);
     }
     check(left.empty(), "communicator files left behind:" + left);
@@ -775,8 +828,12 @@ int main(int argc, char** argv) {
         const char* name;
         void (*run)();
     };
-    const Section sections[] = {{"api", api_checks},           {"threads", thread_worlds},   {"group", group_world},
-                                {"large", large_world},        {"errors", error_cases},      {"processes", process_worlds},
+    const Section sections[] = {{"api", api_checks},
+                                {"threads", thread_worlds},
+                                {"group", group_world},
+                                {"large", large_world},
+                                {"errors", error_cases},
+                                {"processes", process_worlds},
                                 {"process-errors", process_errors}};
     bool ran = false;
     for (const Section& s : sections)
