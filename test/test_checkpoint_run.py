@@ -45,6 +45,16 @@ def test_eval_only_takes_val_data_seq_len_and_batch_from_the_run(trained_run, by
     assert f"B 4 x T {T_TRAINED}" in implicit.stdout
 
 
+def test_eval_only_takes_the_val_data_a_resume_changed(trained_run, byte_data, tmp_path):  # noqa: F811
+    """A -j changed on resume is in config.json's history: eval takes the run's current -j, not the first."""
+    src, _ = trained_run
+    out = tmp_path / "run"
+    shutil.copytree(src, out)
+    run(["-o", out, "-y", 1, "-x", 5, "-j", f"{byte_data}/train_*.bin", "-v", 0, "-s", 0, "--threads", 1])
+    p = run(["--eval-only", "-e", out / "model_00000005.bin", "--threads", 1])
+    assert f"--eval-only: -j '{byte_data}/train_*.bin'" in p.stderr, p.stderr
+
+
 def test_eval_only_flags_given_win(trained_run):
     out, ckpt = trained_run
     p = run(["--eval-only", "-e", ckpt, "-t", 16, "--batch-size=2", "--threads", 1])

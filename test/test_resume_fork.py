@@ -81,6 +81,19 @@ def test_resume_refuses_a_change_the_data_position_depends_on(byte_data, tmp_pat
     assert_refused(["-o", out, "-y", 1, "-x", 8, "--layers", 3], out, "different model")
 
 
+def test_resume_and_fork_refuse_other_weights(byte_data, tmp_path):
+    """-e on a resumed or forked run would name weights the run does not use: refused, not recorded."""
+    out = tmp_path / "run"
+    run(data_args(byte_data) + COMMON + ["-o", out, "-x", 4])
+    assert_refused(["-o", out, "-y", 1, "-x", 8, "-e", "d6"], out,
+                   "-e d6 differs from the run's -e ls-small, but a resumed run continues its checkpoint's weights")
+    assert_refused(["-o", out, "-y", 1, "-x", 8, "-e", out / "model_00000004.bin"], out, "resumed run continues")
+    assert_refused(["--fork-from", out / "model_00000004.bin", "-o", tmp_path / "branch", "-e", "d6"], out,
+                   "but a forked run continues its checkpoint's weights")
+    assert not (tmp_path / "branch").exists() or not any((tmp_path / "branch").iterdir())
+    run(["-o", out, "-y", 1, "-x", 6, "-e", "ls-small", "--threads", 1])  # the run's own -e: no change
+
+
 def test_config_reads_a_runs_config_json(byte_data, tmp_path):
     src = tmp_path / "src"
     run(data_args(byte_data) + COMMON + ["-o", src, "-x", 2, "--z-loss", "1e-4"])

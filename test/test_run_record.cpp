@@ -83,6 +83,13 @@ TEST_CASE("--config TOML: an unknown key or any [section] is refused, naming the
     REQUIRE_THROWS_WITH(read("[train]\nlearning-rate=0.001\n"), Contains("unknown section [train]"));
     REQUIRE_THROWS_WITH(read("train.learning-rate=0.001\n"), Contains("unknown section [train]"));
     REQUIRE_THROWS_WITH(read(std::string("qk-norm=true\n\0\1\2", 16)), Contains("x.toml: not a text file"));
+    // a key with several values: CLI11 would keep the last one without a word
+    for (const char* text : {"learning-rate=1e-3,5e-4\n", "learning-rate=[1e-3, 5e-4]\n", "l=2 4\n", "l=2\nl=3\n"}) {
+        INFO(text);
+        REQUIRE_THROWS_WITH(read(text),
+                            Contains("x.toml: 'l") && Contains("has 2 values (a list, or the key given twice)"));
+    }
+    REQUIRE(read("learning-rate=\"a,b c\"\n").at(0).inputs.size() == 1);  // one quoted value with ',' and ' '
 
     // through the parser: the real flag names, exit code 1
     for (const char* text : {"qknorm=true\n", "[train]\nlearning-rate=0.001\n", "seq_len=32\n"}) {

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "llmc/app/generate_cli.h"
+#include "llmc/app/run_record.h"
 #include "llmc/app/train_config.h"
 #include "llmc/core/error.h"
 #include "llmc/core/model_config.h"
@@ -29,7 +30,8 @@
 
 namespace llmc {
 
-// What a run recorded in config.json's "train" object that a later use of its checkpoints needs.
+// What a run recorded in config.json's "train" object, with the changes of its "history" applied (the
+// settings it trains with now, as -y 1 takes them), that a later use of its checkpoints needs.
 struct CheckpointRun {
     std::string config_path;  // RUN/config.json
     std::string train_data;   // -i as recorded ("" when absent)
@@ -47,14 +49,14 @@ inline std::optional<CheckpointRun> read_checkpoint_run(const std::string& check
     std::error_code ec;
     if (!std::filesystem::is_regular_file(run.config_path, ec)) return std::nullopt;
     std::ifstream in(run.config_path);
-    const auto j = nlohmann::json::parse(in, nullptr, false);
+    const auto j = nlohmann::ordered_json::parse(in, nullptr, false);
     const auto bad = [&](const std::string& what) {
         return InputError(run.config_path + " (the record of the run of " + checkpoint + ") " + what +
                           "; give the settings as flags, or restore the file");
     };
     if (!j.is_object() || !j.contains("train") || !j["train"].is_object())
         throw bad("is not a config.json with a \"train\" object");
-    const auto& t = j["train"];
+    const nlohmann::ordered_json t = effective_train(j, run.config_path);  // "train" with its "history" applied
     const auto text = [&](const char* key) -> std::string {
         if (!t.contains(key) || t[key].is_null()) return "";
         if (!t[key].is_string()) throw bad(std::string("has a \"") + key + "\" that is not a string");

@@ -46,7 +46,8 @@ struct ConfigFileError : CLI::ConfigError {
 // The format of a --config file, decided by its name and content: a name ending in ".json", or a
 // first non-blank character '{', is a run's config.json (read by record_flag_values,
 // llmc/app/run_record.h); anything else is TOML as config.toml writes it, and must be text (no NUL byte).
-// In TOML, a key that is no flag and any [section] are refused, naming the key and the nearest flag.
+// In TOML, a key that is no flag and any [section] are refused, naming the key and the nearest flag, and
+// so is a key with more than one value (a list, or the key twice), which CLI11 would reduce to its last.
 class CheckedConfigFile : public CLI::ConfigTOML {
 public:
     std::string file;                      // the --config path, named in errors (set before parsing)
@@ -80,6 +81,10 @@ public:
             if (std::find(known_names.begin(), known_names.end(), it.name) == known_names.end())
                 throw ConfigFileError("config file " + file + ": unknown key '" + it.name + "'" +
                                       did_you_mean(it.name, suggestions));
+            if (it.inputs.size() > 1)  // "a,b", "[a, b]", "a b" or the key on two lines: CLI11 would take the last
+                throw ConfigFileError("config file " + file + ": '" + it.name + "' has " +
+                                      std::to_string(it.inputs.size()) +
+                                      " values (a list, or the key given twice); every flag takes one value: keep one");
         }
         return items;
     }

@@ -233,6 +233,18 @@ inline std::string describe_change(const SettingChange& c) {
     return c.flag + " " + change_value_text(c.new_value) + " (was " + change_value_text(c.old_value) + ")";
 }
 
+// A resumed or forked run continues its checkpoint's weights, so an -e (weights or preset) other than
+// the run's would only relabel it: refused, naming both.
+inline void check_weights_unchanged(const std::vector<SettingChange>& changes, bool forked) {
+    const auto text = [](const nlohmann::ordered_json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+    for (const SettingChange& c : changes)
+        if (c.flag == "--model")
+            throw InputError("-e " + text(c.new_value) + " differs from the run's -e " + text(c.old_value) +
+                             ", but a " + (forked ? "forked" : "resumed") +
+                             " run continues its checkpoint's weights; drop -e (to train other weights, start "
+                             "a new run: another -o, without -y 1 or --fork-from)");
+}
+
 // `record` with one "history" entry {step, flag, old, new} per change appended (the list created when absent).
 inline nlohmann::ordered_json record_with_history(nlohmann::ordered_json record,
                                                   const std::vector<SettingChange>& changes, int step) {

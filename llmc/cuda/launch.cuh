@@ -32,7 +32,7 @@ inline void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t sm
         reinterpret_cast<const void*>(kernel), grid, block, smem, [&] { kernel(args...); },
         ::llmc::emu::launch_footprint(args...));
 #else
-    kernel<<<grid, block, smem, stream> > >(args...);
+    kernel<<<grid, block, smem, stream>>>(args...);
 #endif
 }
 

@@ -130,6 +130,7 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
         cfg.max_steps >= 0 ? cfg.max_steps : (int)std::max<int64_t>(1, p.train->batches_per_epoch() / p.accum);
     p.val_batches = p.val ? val_batch_count(cfg, *p.val, false) : 0;
     p.resume = choose_resume(cfg, p.model, comm);
+    if (p.resume) check_weights_unchanged(cfg.record_changes, !cfg.fork_from.empty());
     p.schedule = schedule_config(cfg, p.max_steps);
     p.adamw = adamw_hyper(cfg);
     return p;
