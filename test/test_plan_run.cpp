@@ -89,3 +89,28 @@ TEST_CASE("plan_run resolves model, vocabulary, accumulation, loaders and schedu
         REQUIRE_THROWS_WITH(llmc::plan_run(c, comm), Contains("exceeds the model's --max-seq-len"));
     }
 }
+
+TEST_CASE("a model flag that contradicts the checkpoint is named with the values as written", "[plan_run]") {
+    llmc::ModelConfig ck;
+    ck.num_layers = 2;
+    ck.vocab_size = 50257;
+    ck.attn_softcap = 30.0f;
+    ck.qk_norm = false;
+    llmc::ModelOverrides o;
+    o.layers = 3;
+    REQUIRE_THROWS_WITH(llmc::check_overrides_match(ck, o, "m.bin"),
+                        "--layers 3 contradicts the checkpoint m.bin (which has 2); drop the flag, a checkpoint "
+                        "fixes the model");
+    o = llmc::ModelOverrides();
+    o.vocab = 1000000;
+    REQUIRE_THROWS_WITH(llmc::check_overrides_match(ck, o, "m.bin"),
+                        Contains("--vocab 1000000 contradicts") && Contains("(which has 50257)"));
+    o = llmc::ModelOverrides();
+    o.attn_softcap = 0.5f;
+    REQUIRE_THROWS_WITH(llmc::check_overrides_match(ck, o, "m.bin"),
+                        Contains("--attn-softcap 0.5 contradicts") && Contains("(which has 30)"));
+    o = llmc::ModelOverrides();
+    o.qk_norm = true;
+    REQUIRE_THROWS_WITH(llmc::check_overrides_match(ck, o, "m.bin"),
+                        Contains("--qk-norm 1 contradicts") && Contains("(which has 0)"));
+}

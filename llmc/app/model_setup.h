@@ -22,10 +22,15 @@ struct ModelSetup {
 
 // Model flags given together with a checkpoint must agree with it (they cannot change it).
 inline void check_overrides_match(const ModelConfig& ck, const ModelOverrides& o, const std::string& path) {
+    auto text = [](double v) {  // integers as integers (3, 50257), other values as written (0.5)
+        char buf[32];
+        std::snprintf(buf, sizeof(buf), "%.10g", v);
+        return std::string(buf);
+    };
     auto mismatch = [&](const char* flag, double given, double have) {
         if (given != have)
-            throw InputError(std::string(flag) + " " + std::to_string(given) + " contradicts the checkpoint " + path +
-                             " (which has " + std::to_string(have) + "); drop the flag, a checkpoint fixes the model");
+            throw InputError(std::string(flag) + " " + text(given) + " contradicts the checkpoint " + path +
+                             " (which has " + text(have) + "); drop the flag, a checkpoint fixes the model");
     };
     if (o.layers) mismatch("--layers", *o.layers, ck.num_layers);
     if (o.channels) mismatch("--channels", *o.channels, ck.channels);
