@@ -8,10 +8,13 @@
 Data sets, tokenizers and the synthetic language: docs/data.md. File formats: docs/formats.md.
 """
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
 import re
+import secrets
+import shutil
 import sys
 import time
 
@@ -34,6 +37,21 @@ OUTPUT_RE = re.compile(r"^((train|val)_\d{6}\.bin|tokenizer\.bin|tokenizer\.mode
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line instead of usage + message
         self.exit(2, f"error: {message}; see python3 data/prepare.py --help\n")
+
+    def parse_args(self, args=None, namespace=None):
+        """Unknown arguments are reported first: argparse checks the required ones before it reports unknown
+        ones, so a misspelled required flag (--datset) would otherwise only say that --dataset is missing."""
+        required = [a for a in self._actions if a.required]
+        for a in required:
+            a.required = False
+        try:
+            _, unknown = self.parse_known_args(args, namespace)
+        finally:
+            for a in required:
+                a.required = True
+        if unknown:
+            self.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return super().parse_args(args, namespace)
 
 
 def parse_args(argv):
@@ -89,23 +107,100 @@ def parse_args(argv):
                            "drop it (GPT-2's vocabulary is 50257, the synthetic one is --syn-vocab + 1)")
     if args.vocab_size is None:
         args.vocab_size = DEFAULT_SP_VOCAB
+    if args.tokenizer == "sp" and args.vocab_size <= tk.SP_FIXED_IDS:
+        raise PrepareError(tk.sp_vocab_too_small(args.vocab_size))
     if args.tokenizer == "sp" and args.sp_train_lines < 1:
         raise PrepareError(f"--sp-train-lines {args.sp_train_lines} must be at least 1")
     return args
 
 
-def prepare_out_dir(out):
-    """Create the output directory and delete outputs of an earlier run (only files this script writes), so
-    no stale shard is left behind for a loader's glob to pick up."""
+# ---------------------------------------------------------------------------------------------------------
+# --out: the data set is built in a work directory and moved into --out only when it is complete
+
+WORK_PREFIX = ".prepare-"  # work directories: .<out name>.prepare-<pid>-<random>, beside --out
+
+
+def make_work_dir(out):
+    """A new empty directory to build the data set in, on --out's file system: beside --out (in its parent,
+    created if missing), or inside an existing --out when it is a mount point or its parent is not writable.
+    Nothing in --out is touched."""
     if os.path.exists(out) and not os.path.isdir(out):
         raise PrepareError(f"--out {out} exists and is not a directory; choose another path")
+    real = os.path.realpath(out)  # a symlinked --out: work beside its target, the directory the files go to
+    name = f".{os.path.basename(real)}{WORK_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+    places = [os.path.dirname(real), real] if os.path.isdir(real) else [os.path.dirname(real)]
+    if os.path.ismount(real):
+        places = [real]
+    first_error = None
+    for parent in places:
+        work = os.path.join(parent, name)
+        try:
+            try:
+                os.mkdir(work)
+            except FileNotFoundError:  # --out's parent does not exist yet
+                os.makedirs(parent)
+                os.mkdir(work)
+            return work
+        except OSError as e:
+            first_error = first_error or e
+    raise PrepareError(f"cannot use --out {out}: {first_error.strerror}; choose a directory you can write to")
+
+
+def _meta_first(names):
+    return sorted(names, key=lambda n: (n != "meta.json", n))
+
+
+def commit_out(work, out):
+    """Move the complete data set from `work` into --out. A new --out: one rename. An existing one: its earlier
+    outputs of this script (OUTPUT_RE; other files stay) are moved aside, meta.json first, then the new files
+    are moved in, meta.json last, so --out never holds a meta.json beside a mix of old and new files; the old
+    files are deleted afterwards. If a rename fails, the old files are moved back and the error is raised."""
+    if not os.path.exists(out):
+        os.rename(work, out)
+        return
+    aside = os.path.join(work, ".earlier")
+    os.mkdir(aside)
+    new = [n for n in os.listdir(work) if OUTPUT_RE.match(n)]
+    old_moved, new_moved = [], []
     try:
-        os.makedirs(out, exist_ok=True)
-        for name in sorted(os.listdir(out)):
-            if OUTPUT_RE.match(name):
+        for name in _meta_first(n for n in os.listdir(out) if OUTPUT_RE.match(n)):
+            os.rename(os.path.join(out, name), os.path.join(aside, name))
+            old_moved.append(name)
+        for name in reversed(_meta_first(new)):
+            os.rename(os.path.join(work, name), os.path.join(out, name))
+            new_moved.append(name)
+    except BaseException:
+        try:
+            for name in reversed(new_moved):
                 os.remove(os.path.join(out, name))
-    except OSError as e:
-        raise PrepareError(f"cannot use --out {out}: {e.strerror}; choose a directory you can write to") from None
+            for name in reversed(old_moved):
+                os.rename(os.path.join(aside, name), os.path.join(out, name))
+        except OSError as e:
+            raise _RollbackFailed(f"cannot move the new data set into --out {out} ({e.strerror}) nor the earlier "
+                                  f"one back; the earlier files are in {aside}") from None
+        raise
+
+
+class _RollbackFailed(PrepareError):
+    """commit_out could not restore --out: the work directory holds the earlier files and is kept."""
+
+
+@contextlib.contextmanager
+def building(out):
+    """with building(out) as work: write the data set into work. On success it replaces --out's earlier data
+    set (commit_out); on any failure, an exception or Ctrl-C, the work directory is deleted and --out is left
+    as it was, byte for byte."""
+    work = make_work_dir(out)
+    keep = False
+    try:
+        yield work
+        commit_out(work, out)
+    except _RollbackFailed:
+        keep = True
+        raise
+    finally:
+        if not keep and os.path.isdir(work):
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def write_json(path, obj):
@@ -195,21 +290,27 @@ def prepare_text(args):
     t0 = time.time()
     splits = dataset_splits(args.dataset, args.source, args.val_fraction, args.seed)
     extra = {}
-    if args.tokenizer == "gpt2":  # loaded (or downloaded) before --out is touched: a failure leaves it as it was
+    if args.tokenizer == "gpt2":  # loaded (or downloaded) before anything is written: a failure costs nothing
         bpe_dir = tk.resolve_gpt2_dir(args.gpt2_bpe)
         if bpe_dir is None:
             print("no --gpt2-bpe or GPT2_BPE_DIR given: using tiktoken's public GPT-2 download")
         token_bytes = tk.gpt2_token_bytes(tk.load_gpt2(bpe_dir))
         eot, enc_spec = tk.GPT2_EOT, ("gpt2", bpe_dir)
         extra["gpt2_bpe"] = "local files" if bpe_dir else "tiktoken download"
-    prepare_out_dir(args.out)
-    print(f"{args.dataset}: {len(splits['train'])} train / {len(splits['val'])} val documents -> {args.out}")
+    else:
+        token_bytes = eot = enc_spec = None  # trained below
+    with building(args.out) as work:
+        meta = _build_text(args, work, splits, token_bytes, eot, enc_spec, extra)
+    done(meta, t0)
 
+
+def _build_text(args, work, splits, token_bytes, eot, enc_spec, extra):
+    print(f"{args.dataset}: {len(splits['train'])} train / {len(splits['val'])} val documents -> {args.out}")
     if args.tokenizer == "sp":
         t = time.time()
         texts = (load_document(s)[0] for s in splits["train"])
         lines = tk.sample_training_lines(texts, args.sp_train_lines, args.seed)
-        model = tk.train_sentencepiece(lines, os.path.join(args.out, "tokenizer.model"), args.vocab_size,
+        model = tk.train_sentencepiece(lines, os.path.join(work, "tokenizer.model"), args.vocab_size,
                                        args.seed, args.workers)
         sp = tk.load_sentencepiece(model)
         token_bytes, eot, enc_spec = tk.sp_token_bytes(sp), sp.eos_id(), ("sp", os.path.abspath(model))
@@ -218,10 +319,10 @@ def prepare_text(args):
         extra["sha256_tokenizer_model"] = tk.sha256_file(model)
         print(f"SentencePiece BPE trained on {len(lines)} lines, vocab {len(token_bytes)}: {time.time() - t:.1f}s")
     vocab = len(token_bytes)
-    extra["tokenizer_bin_truncated"] = tk.write_tokenizer_bin(os.path.join(args.out, "tokenizer.bin"), token_bytes, eot)
+    extra["tokenizer_bin_truncated"] = tk.write_tokenizer_bin(os.path.join(work, "tokenizer.bin"), token_bytes, eot)
 
     version = shard_version_for_vocab(vocab)
-    writers = {s: ShardWriter(args.out, s, args.shard_tokens, version) for s in ("train", "val")}
+    writers = {s: ShardWriter(work, s, args.shard_tokens, version) for s in ("train", "val")}
     docs = {"train": 0, "val": 0}
     empty, no_header, no_footer = [], [], []
     tasks = make_chunks(splits)
@@ -256,10 +357,11 @@ def prepare_text(args):
     extra["empty_documents"] = empty
     print(f"tokenized in {time.time() - t:.1f}s")
 
-    meta = meta_dict(args, vocab, eot, version, writers, docs, paths)
+    meta = meta_dict(args, work, vocab, eot, version, writers, docs, paths)
     meta["sources"] = source_records(splits)
     meta.update(extra)
-    finish(args, meta, t0)
+    write_meta(work, meta)
+    return meta
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -285,9 +387,14 @@ def prepare_synthetic(args):
                            "train and val need one each: raise --syn-length or lower --syn-doc-len")
     n_val = min(len(lens) - 1, max(1, int(round(args.val_fraction * len(lens)))))
     split_of = ["train"] * (len(lens) - n_val) + ["val"] * n_val  # the last documents are validation
-    prepare_out_dir(args.out)
+    with building(args.out) as work:
+        meta = _build_synthetic(args, work, spec, lens, n_val, split_of)
+    done(meta, t0)
+
+
+def _build_synthetic(args, work, spec, lens, n_val, split_of):
     vocab, eot = spec.vocab + 1, spec.vocab
-    tk.write_tokenizer_bin(os.path.join(args.out, "tokenizer.bin"), synthetic.token_bytes(spec), eot)
+    tk.write_tokenizer_bin(os.path.join(work, "tokenizer.bin"), synthetic.token_bytes(spec), eot)
 
     group = 64  # documents generated together (vectorized); the output does not depend on it
     tasks = []
@@ -296,7 +403,7 @@ def prepare_synthetic(args):
         for i in range(0, len(ids), group):
             tasks.append((spec, split, ids[i:i + group], [lens[d] for d in ids[i:i + group]]))
     version = shard_version_for_vocab(vocab)
-    writers = {s: ShardWriter(args.out, s, args.shard_tokens, version) for s in ("train", "val")}
+    writers = {s: ShardWriter(work, s, args.shard_tokens, version) for s in ("train", "val")}
     sums = {s: {"tokens": 0, "entropy_sum": 0.0, "nll_sum": 0.0, "has_source": 0, "copied": 0} for s in writers}
     print(f"synthetic: {len(lens)} documents ({len(lens) - n_val} train, {n_val} val), "
           f"{spec.length} tokens, V={spec.vocab}, k={spec.order} -> {args.out}")
@@ -309,7 +416,7 @@ def prepare_synthetic(args):
     paths = {s: writers[s].close() for s in ("train", "val")}
     docs = {s: split_of.count(s) for s in ("train", "val")}
 
-    meta = meta_dict(args, vocab, eot, version, writers, docs, paths)
+    meta = meta_dict(args, work, vocab, eot, version, writers, docs, paths)
     meta["synthetic"] = {
         "vocab": spec.vocab, "order": spec.order, "strength": spec.strength, "copy_rate": spec.copy_rate,
         "copy_min_dist": spec.copy_min_dist, "copy_max_dist": spec.copy_max_dist, "doc_len": spec.doc_len,
@@ -323,12 +430,13 @@ def prepare_synthetic(args):
     }
     floor = meta["synthetic"]["entropy_floor_nats"]
     print(f"entropy floor (nats/token): train {floor['train']:.4f}  val {floor['val']:.4f}")
-    finish(args, meta, t0)
+    write_meta(work, meta)
+    return meta
 
 
 # ---------------------------------------------------------------------------------------------------------
 
-def meta_dict(args, vocab, eot, version, writers, docs, paths):
+def meta_dict(args, work, vocab, eot, version, writers, docs, paths):
     return {
         "dataset": args.dataset,
         "tokenizer": "synthetic" if args.dataset == "synthetic" else args.tokenizer,
@@ -340,14 +448,17 @@ def meta_dict(args, vocab, eot, version, writers, docs, paths):
         "num_documents": docs,
         "num_shards": {s: len(paths[s]) for s in ("train", "val")},
         "shards": {s: [os.path.basename(p) for p in paths[s]] for s in ("train", "val")},
-        "sha256_tokenizer_bin": tk.sha256_file(os.path.join(args.out, "tokenizer.bin")),
+        "sha256_tokenizer_bin": tk.sha256_file(os.path.join(work, "tokenizer.bin")),
         "args": {k: v for k, v in vars(args).items() if k.startswith("syn_") == (args.dataset == "synthetic")
                  or k in ("dataset", "out", "val_fraction", "shard_tokens", "seed", "workers")},
     }
 
 
-def finish(args, meta, t0):
-    write_json(os.path.join(args.out, "meta.json"), meta)  # written last: its presence marks a complete run
+def write_meta(work, meta):
+    write_json(os.path.join(work, "meta.json"), meta)  # written last: its presence marks a complete run
+
+
+def done(meta, t0):
     n = meta["num_tokens"]
     print(f"done in {time.time() - t0:.1f}s: train {n['train']:,} tokens in {meta['num_shards']['train']} shard(s), "
           f"val {n['val']:,} tokens in {meta['num_shards']['val']} shard(s), vocab {meta['vocab_size']}, "

@@ -6,7 +6,9 @@ tokenizer.bin (docs/formats.md): 256 little-endian uint32 header
 then for each token id 0..vocab-1: one uint8 length L followed by L raw bytes.
 """
 import hashlib
+import io
 import os
+import re
 
 import numpy as np
 
@@ -86,6 +88,7 @@ def gpt2_token_bytes(enc):
 # SentencePiece
 
 SP_NEWLINE = "\n"  # a user-defined symbol: newline is always its own token and pieces never span lines
+SP_FIXED_IDS = 259  # <unk>, </s>, the newline and the 256 byte pieces; every kept character needs one more id
 
 
 def sample_training_lines(texts, max_lines, seed):
@@ -107,28 +110,45 @@ def sample_training_lines(texts, max_lines, seed):
 def train_sentencepiece(lines, model_path, vocab_size, seed, threads):
     """Train a byte-fallback BPE SentencePiece model on `lines` and save it to model_path.
     Ids: 0 <unk>, 1 </s> (our EOT), 2 "\\n", 3..258 the byte pieces <0x00>..<0xFF>, then merges.
-    Identity normalization, no dummy prefix and no whitespace collapsing so decode(encode(s)) == s."""
+    Identity normalization, no dummy prefix and no whitespace collapsing so decode(encode(s)) == s.
+    The model is written through a model_writer, not a model_prefix, so it does not record the path it was
+    trained at (data/prepare.py trains it in a temporary directory): the bytes depend on the text and settings only."""
     spm = _import("sentencepiece")
     if not lines:
         raise PrepareError("no text to train SentencePiece on: the training split is empty; give a larger --source")
-    if vocab_size < 300:
-        raise PrepareError(f"--vocab-size {vocab_size} is too small for SentencePiece with byte fallback (>= 300 needed)")
-    prefix = model_path[: -len(".model")] if model_path.endswith(".model") else model_path
+    if vocab_size <= SP_FIXED_IDS:
+        raise PrepareError(sp_vocab_too_small(vocab_size))
+    model_path = model_path if model_path.endswith(".model") else model_path + ".model"
     spm.set_random_generator_seed(seed)
+    model = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(lines), model_prefix=prefix, vocab_size=vocab_size, model_type="bpe",
+            sentence_iterator=iter(lines), model_writer=model, vocab_size=vocab_size, model_type="bpe",
             byte_fallback=True, character_coverage=0.9995, normalization_rule_name="identity",
             remove_extra_whitespaces=False, add_dummy_prefix=False, allow_whitespace_only_pieces=True,
             split_digits=False, user_defined_symbols=[SP_NEWLINE], unk_id=0, eos_id=1, bos_id=-1, pad_id=-1,
             input_sentence_size=0, shuffle_input_sentence=False, num_threads=max(1, threads), minloglevel=2)
     except RuntimeError as e:  # the vocabulary is larger than the corpus supports, or too small for its characters
         reason = str(e).strip().splitlines()[-1]
-        fix = ("try a larger --vocab-size (every character of the text needs a piece)"
-               if "smaller than required_chars" in reason else "try a smaller --vocab-size or more text")
-        raise PrepareError(f"SentencePiece training failed: {reason}; {fix}") from None
-    os.remove(prefix + ".vocab")  # the .model file has everything
-    return prefix + ".model"
+        m = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", reason)
+        if m:  # "<vocab_size> vs <fixed ids + kept characters>"
+            raise PrepareError(sp_vocab_too_small(vocab_size, int(m.group(2)))) from None
+        raise PrepareError(f"SentencePiece training failed: {reason}; try a smaller --vocab-size or more text") \
+            from None
+    with open(model_path, "wb") as f:
+        f.write(model.getvalue())
+    return model_path
+
+
+def sp_vocab_too_small(vocab_size, needed=None):
+    """The error for a SentencePiece vocabulary too small for its fixed ids, or (needed given) for the text."""
+    fixed = f"{SP_FIXED_IDS} fixed ids (<unk>, </s>, the newline, 256 bytes)"
+    if needed is None:
+        return (f"--vocab-size {vocab_size} is too small for SentencePiece with byte fallback: {fixed} plus one "
+                "per distinct character of the training text; try a larger --vocab-size")
+    return (f"--vocab-size {vocab_size} is too small for this text: SentencePiece needs at least {needed}, {fixed} "
+            f"plus {needed - SP_FIXED_IDS} for the characters of the training text; try a larger --vocab-size "
+            f"(at least {needed})")
 
 
 def load_sentencepiece(model_path):

@@ -1,4 +1,5 @@
 """Bad input to data/prepare.py: a one-line message naming the problem, a non-zero exit, no meta.json."""
+import json
 import os
 
 import pytest
@@ -139,3 +140,182 @@ def test_sp_vocab_smaller_than_the_characters_of_the_text(tmp_path):
     line = fails(tmp_path, "--dataset", "text", "--source", tmp_path / "t.txt", "--tokenizer", "sp",
                  "--vocab-size", "300", expect="try a larger --vocab-size")
     assert "smaller --vocab-size" not in line
+
+
+# An earlier data set in --out survives every failure byte for byte: the new one is built in a work directory
+# beside --out and moved in only when complete (data/prepare.py: building, commit_out).
+
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"  # 52 characters: SentencePiece needs 259 + 52
+
+
+def snapshot(directory):
+    """{relative path: sha256} of every file under directory, and the names beside it (no work dir left)."""
+    import hashlib
+    files = {}
+    for root, dirs, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(root, name)
+            files[os.path.relpath(path, directory)] = hashlib.sha256(open(path, "rb").read()).hexdigest()
+        for name in dirs:
+            files[os.path.relpath(os.path.join(root, name), directory) + "/"] = "dir"
+    return files, sorted(os.listdir(os.path.dirname(directory)))
+
+
+@pytest.fixture
+def earlier(tmp_path):
+    """(source text, --out holding a complete earlier data set plus a file of the user's, its snapshot)."""
+    src = tmp_path / "letters.txt"
+    src.write_text((LETTERS + " some words, and more words\n") * 60)
+    out = tmp_path / "out"
+    run_prepare("--dataset", "text", "--source", src, "--out", out, "--tokenizer", "sp", "--vocab-size", 340,
+                "--shard-tokens", 500, "--workers", 1)
+    (out / "notes.txt").write_text("the user's file\n")
+    assert (out / "meta.json").exists() and (out / "train_000001.bin").exists()
+    return src, out, snapshot(str(out))
+
+
+def fails_keeping(earlier, *args, expect, code=1):
+    src, out, before = earlier
+    proc = run_prepare("--dataset", "text", "--source", src, "--out", out, "--workers", 1, *args, check=False)
+    assert proc.returncode == code, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expect in lines[0], proc.stderr
+    assert snapshot(str(out)) == before
+    return lines[0]
+
+
+def test_sp_vocab_below_the_fixed_ids_keeps_earlier_data_set(earlier):
+    line = fails_keeping(earlier, "--tokenizer", "sp", "--vocab-size", 259, expect="--vocab-size 259 is too small")
+    assert "259 fixed ids" in line
+
+
+def test_sp_vocab_too_small_for_the_text_names_the_size_needed_and_keeps_earlier_data_set(earlier):
+    line = fails_keeping(earlier, "--tokenizer", "sp", "--vocab-size", 299, expect="--vocab-size 299 is too small")
+    # the source has the 52 letters, space and ',': 259 + 54 ids
+    assert "at least 313" in line and "try a larger --vocab-size" in line
+    src, out, _ = earlier
+    run_prepare("--dataset", "text", "--source", src, "--out", out, "--tokenizer", "sp", "--vocab-size", 313,
+                "--workers", 1)  # the size named works
+
+
+def test_sentencepiece_failure_keeps_earlier_data_set(earlier):
+    fails_keeping(earlier, "--tokenizer", "sp", "--vocab-size", 1000000, expect="Vocabulary size too high")
+
+
+def test_source_failing_mid_run_keeps_earlier_data_set(earlier, tmp_path_factory):
+    """Two files, the validation one not UTF-8: it is read after SentencePiece was trained on the other one and
+    tokenizer.model, tokenizer.bin and the training shards were written."""
+    import sources
+    d = tmp_path_factory.mktemp("two")
+    paths = [str(d / "a.txt"), str(d / "b.txt")]
+    val = sources.split_by_file(paths, ["a.txt", "b.txt"], False, 0.05, 1337)["val"][0].path
+    for p in paths:
+        with open(p, "wb") as f:
+            good = (LETTERS + " some words, and more words\n").encode() * 60
+            f.write(b"caf\xe9 latin-1\n" * 300 if p == val else good)
+    _, out, before = earlier
+    proc = run_prepare("--dataset", "text", "--source", d, "--out", out, "--tokenizer", "sp", "--vocab-size", 340,
+                       "--shard-tokens", 100, "--workers", 1, check=False)
+    assert proc.returncode == 1 and f"{os.path.basename(val)} is not UTF-8" in proc.stderr, proc.stderr
+    assert "SentencePiece BPE trained" in proc.stdout
+    assert snapshot(str(out)) == before
+
+
+def run_in_process(monkeypatch, earlier, fail_on):
+    """data/prepare.py's main() in this process (--workers 1: no worker processes) with ShardWriter._write
+    raising fail_on() at the third shard, after the tokenizer files and two shards were written."""
+    import prepare
+    import shards
+    src, out, _ = earlier
+    real_write, calls = shards.ShardWriter._write, []
+
+    def write(self, tokens):
+        calls.append(self.split)
+        real_write(self, tokens)
+        if len(calls) == 3:
+            raise fail_on()
+    monkeypatch.setattr(shards.ShardWriter, "_write", write)
+    return prepare.main(["--dataset", "text", "--source", str(src), "--out", str(out), "--tokenizer", "sp",
+                         "--vocab-size", "320", "--shard-tokens", "300", "--workers", "1"]), calls
+
+
+def test_disk_full_mid_write_keeps_earlier_data_set(monkeypatch, earlier, capsys):
+    import errno
+    rc, calls = run_in_process(monkeypatch, earlier, lambda: OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+    assert rc == 1 and len(calls) == 3
+    assert "error: No space left on device" in capsys.readouterr().err
+    assert snapshot(str(earlier[1])) == earlier[2]
+
+
+def test_unexpected_exception_mid_write_keeps_earlier_data_set(monkeypatch, earlier):
+    with pytest.raises(KeyboardInterrupt):  # Ctrl-C, or a bug: not reported as a one-line error, but cleaned up
+        run_in_process(monkeypatch, earlier, KeyboardInterrupt)
+    assert snapshot(str(earlier[1])) == earlier[2]
+
+
+def test_failure_while_moving_in_restores_earlier_data_set(monkeypatch, earlier, capsys):
+    """The new meta.json (moved in last) cannot be moved: the new files already moved in are removed and the
+    earlier ones moved back."""
+    import prepare
+    src, out, before = earlier
+    real_rename = os.rename
+
+    def rename(a, b):
+        if os.path.basename(str(a)) == "meta.json" and os.path.dirname(str(b)) == str(out):
+            if ".earlier" not in str(a):
+                raise OSError(5, os.strerror(5), str(b))
+        return real_rename(a, b)
+    monkeypatch.setattr(os, "rename", rename)
+    rc = prepare.main(["--dataset", "text", "--source", str(src), "--out", str(out), "--tokenizer", "sp",
+                       "--vocab-size", "320", "--workers", "1"])
+    assert rc == 1 and "Input/output error" in capsys.readouterr().err
+    assert snapshot(str(out)) == before
+
+
+def test_success_replaces_only_the_scripts_files(earlier):
+    """A new run into --out: earlier shards that the new data set does not have are gone, the user's file stays,
+    nothing is left beside --out, and the files equal those of a run into a new directory."""
+    src, out, (files, beside) = earlier
+    assert "train_000003.bin" in files
+    run_prepare("--dataset", "text", "--source", src, "--out", out, "--tokenizer", "sp", "--vocab-size", 340,
+                "--workers", 1)
+    fresh = out.parent / "fresh"
+    run_prepare("--dataset", "text", "--source", src, "--out", fresh, "--tokenizer", "sp", "--vocab-size", 340,
+                "--workers", 1)
+    now, now_beside = snapshot(str(out))
+    assert now.pop("notes.txt") == files["notes.txt"]
+    assert sorted(now) == ["meta.json", "tokenizer.bin", "tokenizer.model", "train_000000.bin", "val_000000.bin"]
+    fresh_files = snapshot(str(fresh))[0]
+    assert now.pop("meta.json") and fresh_files.pop("meta.json") and now == fresh_files  # meta.json names --out
+    meta, fresh_meta = (json.loads((d / "meta.json").read_text()) for d in (out, fresh))
+    assert meta["args"].pop("out") == str(out) and fresh_meta["args"].pop("out") == str(fresh) and meta == fresh_meta
+    assert now_beside == sorted(beside + ["fresh"])
+
+
+def test_misspelled_flag_is_named(tmp_path):
+    """argparse reports missing required flags before unknown ones: --datset must still be named."""
+    for args in (["--datset", "text", "--out", tmp_path / "out"],
+                 ["--datset", "text", "--source", tmp_path, "--out", tmp_path / "out", "--tokenizer", "sp"]):
+        proc = run_prepare(*args, check=False)
+        assert proc.returncode == 2
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: unrecognized arguments: --datset text"), proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_parent_of_out_not_writable_builds_inside_out(monkeypatch, earlier):
+    """The work directory goes inside an existing --out when its parent refuses it (and is removed after)."""
+    import prepare
+    _, out, (files, beside) = earlier
+    real_mkdir = os.mkdir
+
+    def mkdir(path, *a, **k):
+        if os.path.dirname(str(path)) == str(out.parent):
+            raise PermissionError(13, os.strerror(13), str(path))
+        return real_mkdir(path, *a, **k)
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    assert prepare.main(["--dataset", "synthetic", "--syn-length", "4000", "--syn-doc-len", "1000", "--out", str(out),
+                         "--workers", "1"]) == 0
+    now, now_beside = snapshot(str(out))
+    assert sorted(now) == ["meta.json", "notes.txt", "tokenizer.bin", "train_000000.bin", "val_000000.bin"]
+    assert now_beside == beside
