@@ -1,6 +1,6 @@
 // train_gpt2_ls: the binary. Thin on purpose: parse the flags (llmc/app/cli.h), set up the processes
 // and build the backend for the device (llmc/app/backends.h, llmc/app/device.h), run the training
-// loop or --eval-only (llmc/train/train_loop.h).
+// loop (llmc/train/train_loop.h) or --eval-only (llmc/train/eval_run.h).
 // Any user error (flags, data, checkpoints) ends as one line "error: <message>" and exit code 1;
 // in a multi-process run the failing rank then aborts every rank (MPI_Abort), so nothing hangs.
 // A failed write (disk full, `ulimit -f`: SIGXFSZ is ignored) is such an error: the previous
@@ -17,6 +17,7 @@
 #include "llmc/core/error.h"
 #include "llmc/dist/collective.h"
 #include "llmc/io/atomic_file.h"
+#include "llmc/train/eval_run.h"
 #include "llmc/train/train_loop.h"
 
 int main(int argc, char** argv) {

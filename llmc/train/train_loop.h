@@ -1,6 +1,6 @@
-// The training loop and --eval-only, written once against llmc/core/backend.h so the CPU and CUDA
-// backends run the same code. train_gpt2_ls.cu parses the flags (llmc/app/cli.h), picks the device
-// and calls run_training() or run_eval() with a factory that builds the backend.
+// The training loop, written once against llmc/core/backend.h so the CPU and CUDA backends run the
+// same code. train_gpt2_ls.cu parses the flags (llmc/app/cli.h), picks the device and calls
+// run_training() or run_eval() (--eval-only, llmc/train/eval_run.h) with a factory that builds the backend.
 //
 // run_training's phases (nothing is written before every check has passed, so bad flags or a bad
 // checkpoint leave the output directory untouched):
@@ -340,91 +340,6 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
         }
     }
     if (main_rank) outputs.log.print(summary_line(finish_summary(cfg, plan, outputs)) + "\n");
-    return 0;
-}
-
-// ---------------------------------------------------------------------------------------------
-// --eval-only
-
-// --dump-logits: the last forward's logits, (B, T, V) fp32 (the real vocabulary of each row).
-inline void write_logits_dump(const std::string& path, Backend& model, int B, int T) {
-    const int V = model.config().vocab_size, Vp = model.config().padded_vocab_size;
-    std::string bytes;
-    bytes.reserve((size_t)B * T * V * sizeof(float));
-    const float* lg = model.logits();
-    for (size_t r = 0; r < (size_t)B * T; r++)
-        bytes.append(reinterpret_cast<const char*>(lg + r * Vp), (size_t)V * sizeof(float));
-    write_file_atomic(path, bytes.data(), bytes.size());
-}
-
-// The summed loss of `batches` batches of val. From the first one, on rank 0, the --dump-logits
-// file and the --dump-attention maps (their paths into *dump_paths).
-inline double eval_loss_sum(const TrainConfig& cfg, Backend& model, DataLoader& val, int64_t batches, bool main_rank,
-                            const std::vector<DumpHead>& dump_heads, std::vector<std::string>* dump_paths) {
-    const int B = cfg.batch_size, T = cfg.seq_len;
-    std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
-    double sum = 0.0;
-    for (int64_t i = 0; i < batches; i++) {
-        val.next_batch(inputs.data(), targets.data());
-        sum += model.forward(inputs.data(), targets.data(), B, T, 0.0f, nullptr).loss;
-        if (i == 0 && main_rank && !cfg.dump_logits.empty()) write_logits_dump(cfg.dump_logits, model, B, T);
-        if (i == 0 && main_rank && !dump_heads.empty())  // sequence 0's (T, T) attention probabilities per head
-            *dump_paths = write_attention_dumps(model, dump_heads, T, cfg.output_dir);
-    }
-    return sum;
-}
-
-// The console summary of --eval-only and, with -o, <out>/eval.json (rank 0).
-inline void report_eval(const TrainConfig& cfg, const RunPlan& plan, const std::string& device, size_t num_params,
-                        int64_t batches, double loss, const std::vector<std::string>& dump_paths) {
-    const int B = cfg.batch_size, T = cfg.seq_len, V = plan.model.vocab_size;
-    const long long tokens = (long long)batches * B * T * cfg.world_size;
-    std::printf("eval | device %s | model %s | %s\n", device.c_str(), plan.model_source.c_str(),
-                describe_model(plan.model, num_params).c_str());
-    std::printf("eval loss %.6f over %lld batches of B %d x T %d%s (%lld tokens) from '%s'\n", loss, (long long)batches,
-                B, T, cfg.world_size > 1 ? (" x " + std::to_string(cfg.world_size) + " processes").c_str() : "", tokens,
-                cfg.val_data.c_str());
-    if (!cfg.dump_logits.empty())
-        std::printf("wrote the first batch's logits (%d, %d, %d) float32 to %s\n", B, T, V, cfg.dump_logits.c_str());
-    for (const std::string& p : dump_paths)
-        std::printf("wrote the attention probabilities (%d, %d) float32 of the first sequence to %s\n", T, T,
-                    p.c_str());
-    if (cfg.output_dir.empty()) return;
-    std::error_code ec;
-    std::filesystem::create_directories(cfg.output_dir, ec);
-    if (ec) throw InputError("cannot create output directory " + cfg.output_dir + " (" + ec.message() + ")");
-    nlohmann::ordered_json rec = {
-        {"model", cfg.model}, {"val_data", cfg.val_data}, {"batch_size", B},         {"seq_len", T},
-        {"batches", batches}, {"tokens", tokens},         {"loss", json_float(loss)}};
-    write_text_file(cfg.output_dir + "/eval.json", json_file_text(rec));
-}
-
-inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, Collective& comm) {
-    validate_train_flags(cfg);
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(cfg.model, ec))
-        throw InputError("--eval-only needs -e CHECKPOINT (a model file); '" + cfg.model + "' is not a file");
-    RunPlan plan;
-    plan_model(cfg, cfg.val_data, plan);
-    const std::string notes[] = {
-        past_trained_length_note(*plan.init, cfg.model, cfg.seq_len, "--eval-only -t"),
-        eval_vocab_note(cfg.model, plan.model, plan.data_vocab, plan.vocab_source, cfg.val_data)};
-    for (const std::string& note : notes)
-        if (!note.empty() && comm.rank() == 0) std::fprintf(stderr, "%s\n", note.c_str());
-    std::vector<DumpHead> dump_heads;  // --dump-attention
-    if (!cfg.dump_attention.empty()) dump_heads = parse_dump_attention(cfg.dump_attention);
-    check_dump_attention_heads(dump_heads, plan.model);
-    plan.val = open_loader(cfg, cfg.val_data, false, plan.model.vocab_size);
-    const int64_t batches = val_batch_count(cfg, *plan.val, true);
-
-    std::unique_ptr<Backend> model = make_backend(plan.model);
-    const std::string device = model->device_description();
-    if (!dump_heads.empty()) check_dump_attention_backend(*model);
-    model->set_params(plan.init->params.data());
-    std::vector<std::string> dump_paths;
-    const double sum = eval_loss_sum(cfg, *model, *plan.val, batches, comm.rank() == 0, dump_heads, &dump_paths);
-    const double loss = comm.all_reduce_double(sum / (double)batches, ReduceOp::Avg);  // the ranks' rows
-    if (comm.rank() == 0) report_eval(cfg, plan, device, model->num_params(), batches, loss, dump_paths);
     return 0;
 }
 
