@@ -128,15 +128,29 @@ $(BUILD)/mains-compiler: FORCE
 	@mkdir -p $(dir $@)
 	@echo '$(MAINS_COMPILER)' | cmp -s - $@ || echo '$(MAINS_COMPILER)' >$@
 FORCE:
+# The CUDA kernels of the programs, compiled once per precision (llmc/cuda/backend_entry.cu: the
+# backend behind llmc/cuda/backend_entry.h) and linked into the trainer, its build matrix and the
+# generator, whose own translation units then hold host code only.
+CUDA_BACKEND_OBJ := $(BUILD)/cuda_backend_$(PRECISION).o
+# cuda_program USE_MPI USE_NCCL: the recipe of a program ($< -> $@) with the CUDA backend: its source
+# compiled as C++ by $(CXX) (host code only; CUDA's and MPI's headers as system headers) into
+# $(BUILD)/obj/NAME.o, then linked by nvcc with the kernels ($(CUDA_BACKEND_OBJ)) and the CUDA libraries.
+cuda_program = mkdir -p $(BUILD)/obj && \
+	$(CXX) $(HOST_CXXFLAGS) -DENABLE_$(PRECISION) -DLLMC_CUDA_BACKEND=1 -isystem $(CUDA_HOME)/include \
+	  $(patsubst -I%,-isystem%,$(call dist_flags,$(1),$(2))) -x c++ -c $< -o $(BUILD)/obj/$(notdir $@).o && \
+	$(NVCC) $(NVCC_GENCODE) $(BUILD)/obj/$(notdir $@).o $(CUDA_BACKEND_OBJ) -o $@ $(CUDA_LIBS) $(call dist_libs,$(1),$(2))
 ifeq ($(HOST_BUILD),1)
 train_gpt2_ls generate_gpt2_ls: %: %.cu $(LLMC_HEADERS) $(BUILD)/mains-compiler
 	$(CXX) $(HOST_CXXFLAGS) $(HOST_DIST_FLAGS) -x c++ $< -o $@ $(call dist_libs,$(USE_MPI),0)
 else
-train_gpt2_ls: train_gpt2_ls.cu $(LLMC_HEADERS) $(BUILD)/mains-compiler
-	$(NVCC) $(NVCCFLAGS) $(DIST_FLAGS) $< -o $@ $(CUDA_LIBS) $(DIST_LIBS)
-generate_gpt2_ls: generate_gpt2_ls.cu $(LLMC_HEADERS) $(BUILD)/mains-compiler
-	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS)
+train_gpt2_ls: train_gpt2_ls.cu $(CUDA_BACKEND_OBJ) $(LLMC_HEADERS) $(BUILD)/mains-compiler
+	$(call cuda_program,$(USE_MPI),$(USE_NCCL))
+generate_gpt2_ls: generate_gpt2_ls.cu $(CUDA_BACKEND_OBJ) $(LLMC_HEADERS) $(BUILD)/mains-compiler
+	$(call cuda_program,0,0)
 endif
+$(CUDA_BACKEND_OBJ): llmc/cuda/backend_entry.cu $(LLMC_HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 cpu:
 	$(MAKE) HOST_BUILD=1 train_gpt2_ls generate_gpt2_ls
 
@@ -168,10 +182,9 @@ gpu-targets: train_gpt2_ls generate_gpt2_ls $(GPU_LAB_BINS) $(GPU_TEST_BINS)
 # build/matrix/train_gpt2_ls-mpi<auto|0>-nccl<auto|0>; `make test` builds them.
 DIST_MATRIX := $(BUILD)/matrix/train_gpt2_ls-mpi0-ncclauto $(BUILD)/matrix/train_gpt2_ls-mpiauto-nccl0 \
                $(BUILD)/matrix/train_gpt2_ls-mpi0-nccl0
-$(BUILD)/matrix/train_gpt2_ls-mpi%: train_gpt2_ls.cu $(LLMC_HEADERS)
+$(BUILD)/matrix/train_gpt2_ls-mpi%: train_gpt2_ls.cu $(CUDA_BACKEND_OBJ) $(LLMC_HEADERS)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $(call dist_flags,$(word 1,$(subst -nccl, ,$*)),$(word 2,$(subst -nccl, ,$*))) $< -o $@ \
-	  $(CUDA_LIBS) $(call dist_libs,$(word 1,$(subst -nccl, ,$*)),$(word 2,$(subst -nccl, ,$*)))
+	$(call cuda_program,$(word 1,$(subst -nccl, ,$*)),$(word 2,$(subst -nccl, ,$*)))
 # and the NCCL test built without NCCL: it must exit 77 (SKIPPED), never 0 (test/test_build_matrix.py)
 DIST_MATRIX += $(BUILD)/matrix/test_collective_nccl-nccl0
 $(BUILD)/matrix/test_collective_nccl-nccl0: test/gpu/test_collective_nccl.cu $(LLMC_HEADERS) $(wildcard test/gpu/*.cuh)
@@ -225,9 +238,14 @@ $(EMU_DIR)/self/%: dev/emu/tests/%.cu $(EMU_LIB) $(EMU_HEADERS) $(wildcard test/
 # The trainer and the generator, emulated: the same .cu files, with --device cuda running the CUDA
 # backend on the emulated device, MPI as detected, NCCL from the emulation (dev/emu/nccl.cpp).
 EMU_BINS := $(EMU_DIR)/train_gpt2_ls $(EMU_DIR)/generate_gpt2_ls
-$(EMU_BINS): $(EMU_DIR)/%: %.cu $(EMU_LIB) $(EMU_HEADERS)
+$(EMU_BINS): $(EMU_DIR)/%: %.cu $(EMU_DIR)/cuda_backend.o $(EMU_LIB) $(EMU_HEADERS)
 	@mkdir -p $(dir $@)
-	$(EMU_CXX) $(EMU_CXXFLAGS) $(MPI_FLAGS) $(EMU_NCCL) -x c++ $< -x none $(EMU_LIB) -o $@ $(EMU_LDFLAGS) $(MPI_LIBS)
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(MPI_FLAGS) $(EMU_NCCL) -x c++ $< -x none $(EMU_DIR)/cuda_backend.o $(EMU_LIB) -o $@ \
+	  $(EMU_LDFLAGS) $(MPI_LIBS)
+# their kernels, compiled once (llmc/cuda/backend_entry.cu, as $(CUDA_BACKEND_OBJ) for nvcc)
+$(EMU_DIR)/cuda_backend.o: llmc/cuda/backend_entry.cu $(EMU_HEADERS)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_CXXFLAGS) -x c++ -c $< -o $@
 emu: $(EMU_LAB_BINS) $(EMU_TEST_BINS) $(EMU_SELF_BINS) $(EMU_BINS)
 
 # scripts/gpu_check.sh against the emulated build (--emulate): every emulated test and lab check

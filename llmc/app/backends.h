@@ -21,7 +21,7 @@
 #ifdef LLMC_CUDA_BACKEND
 #include <cuda_runtime.h>
 
-#include "llmc/cuda/gpt2_cuda.cuh"
+#include "llmc/cuda/backend_entry.h"  // the kernels: compiled once, in llmc/cuda/backend_entry.cu
 #ifdef USE_NCCL
 #include "llmc/cuda/collective_nccl.cuh"
 #endif
@@ -67,8 +67,8 @@ inline std::unique_ptr<Backend> make_backend(Device device, const ModelConfig& m
         if (local_rank >= gpus)
             throw InputError("local rank " + std::to_string(local_rank) + " has no GPU (" + std::to_string(gpus) +
                              " on this node); start at most one process per GPU");
-        CUDA_CHECK(cudaSetDevice(local_rank));
-        return cuda::make_cuda_backend(model, seed);
+        cuda_backend::use_device(local_rank);
+        return cuda_backend::create(model, seed);
     }
 #endif
     (void)device;
@@ -88,10 +88,10 @@ inline DeviceFacts device_facts(Device device) {
     DeviceFacts f;
 #ifdef LLMC_CUDA_BACKEND
     if (device == Device::Cuda) {
-        CUDA_CHECK(cudaFree(nullptr));
-        f.memory_baseline = cuda::device_memory_in_use();
-        f.name = cuda::cuda_device_description();
-        f.precision = cuda::kPrecisionName;
+        cuda_backend::create_context();
+        f.memory_baseline = cuda_backend::device_memory_in_use();
+        f.name = cuda_backend::device_description();
+        f.precision = cuda_backend::precision_name();
     }
 #endif
     (void)device;

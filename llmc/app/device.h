@@ -14,11 +14,13 @@ namespace llmc {
 
 enum class Device { Cpu, Cuda };
 
-// LLMC_CUDA_BACKEND: the CUDA backend (llmc/cuda/) is part of the binary - the binary was compiled
-// by nvcc, or by the host compiler against the device emulation (-DLLMC_EMULATE, docs/emulation.md,
-// where "CUDA" runs on the CPU). A plain host-compiler build (g++, e.g. the CPU tests) has none.
-// The programs test this one macro, never __CUDACC__ directly, in llmc/app/backends.h only.
-#if defined(__CUDACC__) || defined(LLMC_EMULATE)
+// LLMC_CUDA_BACKEND: the CUDA backend (llmc/cuda/) is part of the binary. The Makefile defines it
+// for the programs it links with the separately compiled kernels (llmc/cuda/backend_entry.cu; the
+// programs' own source is then host code, compiled by the host compiler); it also follows from nvcc
+// and from the device emulation (-DLLMC_EMULATE, docs/emulation.md, where "CUDA" runs on the CPU).
+// A plain host-compiler build (g++, e.g. the CPU tests, `make cpu`) has none. The programs test this
+// one macro, never __CUDACC__ directly, in llmc/app/backends.h only.
+#if !defined(LLMC_CUDA_BACKEND) && (defined(__CUDACC__) || defined(LLMC_EMULATE))
 #define LLMC_CUDA_BACKEND 1
 #endif
 #ifdef LLMC_CUDA_BACKEND

@@ -23,7 +23,7 @@
 #include "llmc/io/atomic_file.h"
 #include "llmc/dist/collective.h"
 #include "llmc/dist/collective_mpi.h"
-#include "llmc/cuda/common.cuh"
+#include "llmc/cuda/device_buffer.h"
 #include "llmc/core/error.h"
 #include "llmc/dist/rendezvous.h"
 
