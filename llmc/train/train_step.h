@@ -1,6 +1,7 @@
 // One optimizer step of the training loop (train_step), in order: zero the gradients; accum
-// micro-batches of next batch, forward, backward(1/accum); the mean losses, the logit statistics and
-// the gradients reduced over the ranks; the global gradient norm; the spike verdict; the AdamW update
+// micro-batches of next batch, forward, backward(1/accum); the mean losses, the logit statistics (with
+// the ranks' stop vote, llmc/train/interrupt.h) and the gradients reduced over the ranks; the global
+// gradient norm; the spike verdict; the AdamW update
 // with the step's learning rate and clipped gradients (skipped when loss or norm is not finite, or
 // on a spike with --skip-spikes); QK-Clip; the spike windows and the logit alarm. Every decision
 // is taken from values reduced over the ranks, so all ranks decide alike.
@@ -16,6 +17,7 @@
 #include "llmc/core/logit_stats.h"
 #include "llmc/dist/collective.h"
 #include "llmc/io/dataloader.h"
+#include "llmc/train/interrupt.h"
 #include "llmc/train/loop_state.h"
 #include "llmc/train/qk_clip.h"
 #include "llmc/train/run_plan.h"
@@ -85,9 +87,10 @@ inline void update_weights(const TrainConfig& cfg, const RunPlan& plan, Training
     }
 }
 
-// Optimizer step `step` + 1 (0-based `step` steps are done), as described at the top of this file.
+// Optimizer step `step` + 1 (0-based `step` steps are done), as described at the top of this file; casts
+// this rank's stop vote (interrupts.cast_vote()) into the reduction of the logit statistics.
 inline StepResult train_step(const TrainConfig& cfg, const RunPlan& plan, TrainingModel& model, LoopState& loop,
-                             StepBuffers& buf, Collective& comm, int step) {
+                             StepBuffers& buf, Collective& comm, int step, InterruptHandlers& interrupts) {
     const auto t0 = std::chrono::steady_clock::now();
     const LossSums sums = accumulate_gradients(cfg, plan.accum, *model.backend, loop.train, buf);
     if (cfg.debug_fail_rank == cfg.rank)  // test hook: the other ranks are about to wait for this one
@@ -96,7 +99,7 @@ inline StepResult train_step(const TrainConfig& cfg, const RunPlan& plan, Traini
     StepResult r;
     r.loss = (float)comm.all_reduce_double(sums.loss / plan.accum, ReduceOp::Avg);
     r.zloss = (float)comm.all_reduce_double(sums.z_loss / plan.accum, ReduceOp::Avg);
-    reduce_logit_stats(comm, buf.step);
+    reduce_logit_stats(comm, buf.step, interrupts.cast_vote());  // the stop vote rides on its Max all-reduce
     r.norm = reduced_grad_norm(model, comm);
     r.loss_z = loop.loss_spikes.zscore(r.loss);
     r.norm_z = loop.norm_spikes.zscore(r.norm);
