@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_e2e import TINY, write_byte_tokenizer, write_shard
+from run_helpers import TINY, write_byte_tokenizer, write_shard
 
 REPO = Path(__file__).resolve().parents[1]
 MATRIX = REPO / "build" / "matrix"

@@ -1,5 +1,5 @@
 """Interrupts and preemption (docs/training.md, llmc/train/interrupt.h), end to end with the real binary on
-test_e2e.py's byte-level tiny Shakespeare and tiny model:
+run_helpers.py's byte-level tiny Shakespeare and tiny model:
 
 - SIGTERM, SIGUSR1 (Slurm's warning before the time limit) or SIGINT at an arbitrary step: the trainer
   finishes the step, writes a complete checkpoint of it, prints one line naming it on stderr and exits
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from test_e2e import BIN, REPO, TINY, assert_same_run, byte_data, data_args, read_jsonl, run  # noqa: F401
+from run_helpers import BIN, REPO, TINY, assert_same_run, data_args, read_jsonl, run
 from test_mpi import MPIRUN, run_np
 
 # Constant LR: the interrupted and the resumed run use the same -x anyway; -n 0: the interrupt writes
