@@ -58,7 +58,8 @@ def loop_span_by_text(text: str):
 def hot_loops_of(text: str):
     functions = parse_sass(text)
     assert list(functions) == ["hot_loop"]
-    return cfg.build_cfg(functions["hot_loop"]), cfg.hot_loops(cfg.build_cfg(functions["hot_loop"]))
+    graph = cfg.build_cfg(functions["hot_loop"])
+    return graph, cfg.hot_loops(graph)
 
 
 def check_tile_loop(text: str):

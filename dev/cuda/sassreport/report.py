@@ -151,12 +151,13 @@ def loop_table(kernels: list) -> str:
 
 
 def _format(head, rows) -> str:
+    """Columns padded to their widest cell, the first left-aligned; a row whose first cell starts
+    with '## ' is a group heading printed alone."""
     widths = [max(len(str(r[c])) for r in [head] + rows) for c in range(len(head))]
-    lines = ["  ".join(h.ljust(w) if c == 0 else h.rjust(w) for c, (h, w) in enumerate(zip(head, widths)))]
-    lines.append("  ".join("-" * w for w in widths))
-    for r in rows:
-        if str(r[0]).startswith("## "):
-            lines.append(r[0])
-            continue
-        lines.append("  ".join(str(v).ljust(w) if c == 0 else str(v).rjust(w) for c, (v, w) in enumerate(zip(r, widths))))
+
+    def line(cells):
+        return "  ".join(str(v).ljust(w) if c == 0 else str(v).rjust(w) for c, (v, w) in enumerate(zip(cells, widths)))
+
+    lines = [line(head), "  ".join("-" * w for w in widths)]
+    lines += [r[0] if str(r[0]).startswith("## ") else line(r) for r in rows]
     return "\n".join(lines)
