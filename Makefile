@@ -21,6 +21,9 @@
 #   make test-reference  the PyTorch reference's self-tests (needs torch; TORCH_PYTHON=/usr/bin/python3)
 #   make fuzz / fuzz-smoke  libFuzzer harnesses of the file readers: 10 min each / a few s each (build/fuzz)
 #   make format / format-check  apply .clang-format to the C++/CUDA sources / check them (part of make test)
+#   make sass-report     static SASS report of the sm_90 kernels of the nvcc-built trainer and generator:
+#                        registers, spills, shared memory, H100 occupancy, hot-loop instruction mix
+#                        (dev/cuda/sass_report; table on stdout, JSON in $(BUILD)/sass/report.json; part of make test)
 #   make deps            install the dependencies (scripts/install_deps.sh); `make deps X` then makes X
 #   make clean           remove BUILD and the two programs
 #   make help            this list
@@ -359,6 +362,8 @@ endif
 	$(MAKE) -j$(JOBS) test-build
 ifneq ($(NVCC_FOUND),)
 	$(MAKE) -j$(JOBS) PRECISION=FP32 $(BUILD)/emu-fp32/train_gpt2_ls
+	@echo "== static SASS report of the sm_90 kernels (make sass-report; static, not measured on a GPU) =="
+	$(MAKE) --no-print-directory sass-report
 endif
 	$(MAKE) $(TS_DIR)/meta.json
 	@echo "== Catch2 (C++ CPU tests) under ASan + UBSan ($(ASAN_DIR)/test_cpu) =="
@@ -368,7 +373,8 @@ ifneq ($(NVCC_FOUND),)
 endif
 	@$(if $(NVCC_FOUND),$(MAKE) --no-print-directory test-emu >$(BUILD)/test-emu.log 2>&1 &,true &) emu=$$!; \
 	echo "== pytest (data pipeline, end to end, emulation faults and mutants) =="; \
-	SHARED_DATA=$(abspath $(SHARED_DATA)) $(PYTHON) -m pytest -q --durations=25 data/tests test $(PYTEST_LEFT_OUT); py=$$?; \
+	SHARED_DATA=$(abspath $(SHARED_DATA)) $(if $(NVCC_FOUND),SASS_REPORT_JSON=$(abspath $(SASS_REPORT_JSON))) \
+	  $(PYTHON) -m pytest -q --durations=25 data/tests test $(PYTEST_LEFT_OUT); py=$$?; \
 	$(MAKE) --no-print-directory asan-e2e; asan=$$?; \
 	echo "== fuzz smoke test (make fuzz-smoke) =="; \
 	$(MAKE) --no-print-directory fuzz-smoke; fuzz=$$?; \
@@ -432,6 +438,18 @@ fuzz-smoke: $(FUZZ_BINS)
 	test/fuzz/run_fuzz.sh --seconds $(FUZZ_SMOKE_SECONDS) --bin-dir $(FUZZ_DIR) --work $(FUZZ_DIR)/smoke $(FUZZ_NAMES)
 .PHONY: fuzz fuzz-smoke
 
+# --- static SASS report (dev/cuda/sass_report, docs/cuda_kernels.md) --------------------------
+# Reads the sm_90 code of the trainer and the generator as the nvcc build made them (no second
+# compile of the kernels; cuobjdump from the toolkit or from `make deps`). It prints a report and
+# fails only when it cannot make one (tool missing, no sm_90 code, no kernel found).
+SASS_REPORT_JSON := $(BUILD)/sass/report.json
+sass-report: train_gpt2_ls generate_gpt2_ls
+ifeq ($(HOST_BUILD),1)
+	@echo "error: make sass-report reads the sm_90 code of the nvcc build; this build is by $(CXX) for the CPU (install the CUDA toolkit, or HOST_BUILD=0)" >&2; exit 1
+endif
+	$(PYTHON) dev/cuda/sass_report --build-dir $(BUILD)/sass --json $(SASS_REPORT_JSON) --nvcc $(NVCC) --cxx $(CXX) \
+	  train_gpt2_ls generate_gpt2_ls
+
 deps:
 	scripts/install_deps.sh
 
@@ -444,6 +462,6 @@ format:
 format-check:
 	scripts/check_format.sh
 
-.PHONY: format format-check all cpu gpu-targets dist-matrix emu test-emu data-tinyshakespeare train test test-build test-gpu test-reference deps clean
+.PHONY: format format-check all cpu gpu-targets dist-matrix emu test-emu data-tinyshakespeare train test test-build test-gpu test-reference deps clean sass-report
 
 endif  # DEPS_FIRST
