@@ -341,7 +341,8 @@ JOBS ?= $(shell nproc)
 # lane), and minus the pytest tests of those builds (PYTEST_NEEDS_NVCC); one line says so. CI=true
 # without nvcc is an error: CI runs everything.
 PYTEST_NEEDS_NVCC := test/test_emulated_cuda.py test/test_emulation.py test/test_emulation_cublaslt.py \
-                     test/test_emulation_nccl.py test/test_build_matrix.py::test_every_combination_builds_and_runs \
+                     test/test_emulation_nccl.py test/test_emu_step_report.py \
+                     test/test_build_matrix.py::test_every_combination_builds_and_runs \
                      test/test_build_matrix.py::test_mpirun_of_a_build_without_mpi_says_what_is_missing \
                      test/test_build_matrix.py::test_nccl_test_without_nccl_is_skipped_not_passed
 ifeq ($(NVCC_FOUND),)

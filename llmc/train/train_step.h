@@ -4,7 +4,8 @@
 // gradient norm; the spike verdict; the AdamW update
 // with the step's learning rate and clipped gradients (skipped when loss or norm is not finite, or
 // on a spike with --skip-spikes); QK-Clip; the spike windows and the logit alarm. Every decision
-// is taken from values reduced over the ranks, so all ranks decide alike.
+// is taken from values reduced over the ranks, so all ranks decide alike. The step is bracketed by
+// Backend::on_step_begin / on_step_end (instruments: the emulated device's per-step report).
 #pragma once
 #include <chrono>
 #include <cmath>
@@ -92,6 +93,7 @@ inline void update_weights(const TrainConfig& cfg, const RunPlan& plan, Training
 inline StepResult train_step(const TrainConfig& cfg, const RunPlan& plan, TrainingModel& model, LoopState& loop,
                              StepBuffers& buf, Collective& comm, int step, InterruptHandlers& interrupts) {
     const auto t0 = std::chrono::steady_clock::now();
+    model.backend->on_step_begin(step + 1);
     const LossSums sums = accumulate_gradients(cfg, plan.accum, *model.backend, loop.train, buf);
     if (cfg.debug_fail_rank == cfg.rank)  // test hook: the other ranks are about to wait for this one
         throw InputError("--debug-fail-rank " + std::to_string(cfg.rank) + ": rank " + std::to_string(cfg.rank) +
@@ -118,6 +120,7 @@ inline StepResult train_step(const TrainConfig& cfg, const RunPlan& plan, Traini
     // every step, rules on or off, so a checkpoint's alarm window is always the last W steps'
     r.alarm = loop.alarm.observe(r.step, buf.step);
     r.alarm_checkpoint = r.alarm.checkpoint && !cfg.output_dir.empty();
+    model.backend->on_step_end(step + 1);
     r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     r.tokens_per_s = (double)cfg.batch_size * cfg.seq_len * plan.accum * cfg.world_size / (r.ms / 1000.0);
     return r;
