@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_e2e import REPO, write_shard
+from run_helpers import REPO, write_shard
 
 EMU_TRAIN = Path(os.environ.get("EMU_TRAIN_GPT2_LS", REPO / "build" / "emu" / "train_gpt2_ls"))
 ENV = dict(os.environ, LLMC_EMU_SCHEDULES="forward", UBSAN_OPTIONS="print_stacktrace=1")
