@@ -5,9 +5,10 @@ shapes, same thread count, fp32: the table of issue 27 and docs/cpu_performance.
   python3 dev/bench/cpu_vs_torch.py [--trainer ./train_gpt2_ls] [--rows paper-ls,tiny-mhsa,...]
                                     [--steps 10] [--warmup 3] [--json FILE] [--work DIR] [--smoke]
 
-Rows (ROWS below; --rows picks some): the paper model (L6 C192 NH6 hd32, V 50304) at B4 T256 with LS
-attention G1 P50, at B1 T1024, and as plain MHSA (G6), on 2 threads; a tiny model (L2 C32 NH4 hd8,
-V 64, Vp 128) at B4 T512 as MHSA and with LS attention G1 P32, on 1 thread.
+Rows (ROWS below; --rows picks some): the paper model (L6 C192 NH6 hd32, V 50304, maxT 2048) at B4
+T256 with LS attention G1 P50, at B1 T1024, and as plain MHSA (G6), on 2 threads; a tiny model (L2
+C32 NH4 hd8, V 64 so Vp 128, maxT 512) at B4 T512 as MHSA and with LS attention G1 P32, on 1
+thread. Not in the default table: paper-ls-1t, the first row on 1 thread (thread scaling).
 
 Each cell is the median ms of one training step (forward + backward + gradient clipping at 1.0 +
 AdamW, fp32) over --steps steps after --warmup untimed ones, uniform random tokens:
@@ -80,7 +81,10 @@ ROWS = {
     "paper-mhsa": dict(PAPER, global_heads=6, window=50, batch=4, seq_len=256, threads=2),
     "tiny-mhsa": dict(TINY, global_heads=4, window=32, batch=4, seq_len=512, threads=1),
     "tiny-ls": dict(TINY, global_heads=1, window=32, batch=4, seq_len=512, threads=1),
+    # not in the default table: with paper-ls, the 1-thread to 2-thread scaling (--rows paper-ls,paper-ls-1t)
+    "paper-ls-1t": dict(PAPER, global_heads=1, window=50, batch=4, seq_len=256, threads=1),
 }
+DEFAULT_ROWS = ["paper-ls", "paper-ls-t1024", "paper-mhsa", "tiny-mhsa", "tiny-ls"]
 SMOKE = dict(layers=1, channels=16, heads=4, vocab=64, max_seq_len=64, batch=2, seq_len=64)
 SMOKE_ROWS = {
     "smoke-ls-2t": dict(SMOKE, global_heads=1, window=8, threads=2),
@@ -414,7 +418,8 @@ def conditions_text(meta):
         f"commit {meta['commit']}; trainer {meta['trainer']}; torch {meta['torch']}",
         f"CPU: {meta['cpu']}; niceness {meta['niceness']}; OpenMP wait policy of both sides: {meta['wait_policy']}",
         f"load average (1 min) {meta['loadavg_before'][0]:.2f} before, {meta['loadavg_after'][0]:.2f} after "
-        f"(other processes share the machine when it is above 0)",
+        f"on {len(os.sched_getaffinity(0))} CPUs (this benchmark adds up to a row's threads; more: other "
+        "processes share the machine and the numbers are noisy)",
         f"fp32 GEMM ceiling, torch.mm {meta['gemm_n']}^3 (median of {meta['gemm_repeats']}): {g}",
         f"ms/step = median of {meta['steps']} steps after {meta['warmup']} warm-up steps; fp32; "
         "ratio = SDPA + compile ms / ours ms (> 1: ours faster)",
@@ -424,10 +429,11 @@ def conditions_text(meta):
 # ------------------------------------------------------------------------------------------------
 
 def parse_args(argv):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].strip(),
+    ap = argparse.ArgumentParser(description=__doc__.strip(),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trainer", default=os.path.join(REPO, "train_gpt2_ls"), help="the trainer binary")
-    ap.add_argument("--rows", default=None, help=f"comma-separated subset of {', '.join(ROWS)}")
+    ap.add_argument("--rows", default=None, help=f"comma-separated rows of {', '.join(ROWS)} (default: "
+                    f"{', '.join(DEFAULT_ROWS)}; --smoke: {', '.join(SMOKE_ROWS)})")
     ap.add_argument("--steps", type=int, default=None, help="timed steps per side (default 10; --smoke 2)")
     ap.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 3; --smoke 1)")
     ap.add_argument("--json", default=None, help="also write every number to this JSON file")
@@ -458,7 +464,7 @@ def main(argv):
         return 0
 
     table = SMOKE_ROWS if args.smoke else ROWS
-    names = list(table) if not args.rows else [n.strip() for n in args.rows.split(",") if n.strip()]
+    names = (list(table) if args.smoke else DEFAULT_ROWS) if not args.rows else [n.strip() for n in args.rows.split(",") if n.strip()]
     unknown = [n for n in names if n not in table]
     if unknown or not names:
         fail(f"--rows: unknown row {', '.join(unknown) or '(none given)'}; the rows are {', '.join(table)}")
