@@ -32,7 +32,8 @@ def rel(a, b):
 
 
 def reference_config(shape):
-    return Config(max_seq_len=shape["max_seq_len"], vocab_size=shape["vocab"], padded_vocab_size=pad_vocab(shape["vocab"]),
+    return Config(max_seq_len=shape["max_seq_len"], vocab_size=shape["vocab"],
+                  padded_vocab_size=pad_vocab(shape["vocab"]),
                   num_layers=shape["layers"], num_heads=shape["heads"], channels=shape["channels"],
                   global_heads=shape["global_heads"], window=shape["window"])
 
@@ -168,6 +169,7 @@ def test_smoke_run_writes_the_whole_table(tmp_path):
 
 
 @pytest.mark.parametrize("argv,expect", [(["--rows", "nope"], "--rows: unknown row nope"),
+                                         (["--rows", ""], "--rows: unknown row (none given)"),
                                          (["--trainer", "/nonexistent/t"], "--trainer /nonexistent/t is not"),
                                          (["--steps", "0"], "--steps 0 and --warmup")])
 def test_bad_arguments_are_one_line(argv, expect):

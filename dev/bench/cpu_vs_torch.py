@@ -64,7 +64,8 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
-from train_vs_torch import git_commit, parse_trainer_metrics, summarize_ms, write_json, write_random_shards  # noqa: E402
+from train_vs_torch import (git_commit, parse_trainer_metrics, summarize_ms, write_json,  # noqa: E402
+                            write_random_shards)
 
 LN_EPS = 1e-5
 ADAMW = dict(lr=6e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)  # the trainer's defaults
@@ -203,8 +204,9 @@ class GPT(nn.Module):
         self.wte.weight.copy_(p["wte"])
         self.wpe.weight.copy_(p["wpe"])
         for l, b in enumerate(self.blocks):
-            for mod, w, bias in ((b.ln_1, "ln1w", "ln1b"), (b.c_attn, "qkvw", "qkvb"), (b.c_proj, "attprojw", "attprojb"),
-                                 (b.ln_2, "ln2w", "ln2b"), (b.c_fc, "fcw", "fcb"), (b.mlp_proj, "fcprojw", "fcprojb")):
+            for mod, w, bias in ((b.ln_1, "ln1w", "ln1b"), (b.c_attn, "qkvw", "qkvb"),
+                                 (b.c_proj, "attprojw", "attprojb"), (b.ln_2, "ln2w", "ln2b"),
+                                 (b.c_fc, "fcw", "fcb"), (b.mlp_proj, "fcprojw", "fcprojb")):
                 mod.weight.copy_(p[w][l])
                 mod.bias.copy_(p[bias][l])
         self.ln_f.weight.copy_(p["lnfw"])
@@ -235,7 +237,7 @@ def make_adamw(model):
 # workers (subprocesses: the OpenMP settings must be in the environment before torch loads)
 
 def time_torch_side(row, side, steps, warmup, seed=1234):
-    """Trains a fresh GPT for warmup + steps steps; returns per-step ms and the first loss."""
+    """Trains a fresh GPT for warmup + steps steps; returns every step's ms and loss."""
     torch.manual_seed(seed)
     model = GPT(row, "dense" if side == "eager" else "sdpa")
     opt, opt_kind = make_adamw(model)
@@ -464,7 +466,10 @@ def main(argv):
         return 0
 
     table = SMOKE_ROWS if args.smoke else ROWS
-    names = (list(table) if args.smoke else DEFAULT_ROWS) if not args.rows else [n.strip() for n in args.rows.split(",") if n.strip()]
+    if args.rows is not None:
+        names = [n.strip() for n in args.rows.split(",") if n.strip()]
+    else:
+        names = list(table) if args.smoke else DEFAULT_ROWS
     unknown = [n for n in names if n not in table]
     if unknown or not names:
         fail(f"--rows: unknown row {', '.join(unknown) or '(none given)'}; the rows are {', '.join(table)}")
