@@ -2,24 +2,39 @@
 #   make                 the trainer, the generator, the CPU test binary and every GPU target (needs nvcc, no
 #                        GPU); without nvcc on PATH: the trainer and the generator built by the host
 #                        compiler (CXX) for the CPU, and the CPU test binary (one line says so)
+#   make train_gpt2_ls / generate_gpt2_ls  one of the two programs (by nvcc; HOST_BUILD=1: by CXX)
+#   make build/test_cpu / build/dev/NAME / build/test_gpu/NAME  the Catch2 binary / a kernel lab / a GPU test
 #   make cpu             the trainer and the generator built by the host compiler for the CPU only (faster to build;
 #                        --device cuda then says the build has no CUDA); `make` rebuilds them with nvcc
-#   make train           the main job: prepare tiny Shakespeare (GPT-2 BPE) and train on it
+#   make train           the main job: prepare tiny Shakespeare (GPT-2 BPE) and train on it into TRAIN_OUT;
+#                        run again, it continues that run (-y 1). It trains with the programs' current build:
+#                        after `make cpu` the host build (one line says so; HOST_BUILD=0 rebuilds with nvcc)
+#   make data-tinyshakespeare  only the data of make train: data/shards/tinyshakespeare_gpt2/ (data/prepare.py)
 #   make test            every CPU test (Catch2 + pytest + end-to-end), compiles every GPU target, and
 #                        runs the GPU kernels under device emulation (make test-emu); without nvcc only
 #                        the CPU tests (the GPU targets and the emulation need the CUDA toolkit's nvcc)
 #   make emu / test-emu  the emulated build of the GPU labs and tests (docs/emulation.md) / run it
 #   make test-gpu        GPU tests (needs a GPU)
+#   make gpu-targets / dist-matrix  compile every GPU target / the trainer without MPI and/or NCCL (build/matrix)
 #   make test-asan       Catch2 + a short train/resume/generate under ASan + UBSan (build/asan)
-#   make test-reference  the PyTorch reference's self-tests (needs torch)
+#   make asan-e2e        only the short train/resume/generate of test-asan (scripts/asan_e2e.sh)
+#   make test-reference  the PyTorch reference's self-tests (needs torch; TORCH_PYTHON=/usr/bin/python3)
 #   make fuzz / fuzz-smoke  libFuzzer harnesses of the file readers: 10 min each / a few s each (build/fuzz)
 #   make format / format-check  apply .clang-format to the C++/CUDA sources / check them (part of make test)
-#   make deps            install the dependencies (scripts/install_deps.sh)
+#   make sass-report     static SASS report of the sm_90 kernels of the nvcc-built trainer and generator:
+#                        registers, spills, shared memory, H100 occupancy, hot-loop instruction mix
+#                        (dev/cuda/sass_report; table on stdout, JSON in $(BUILD)/sass/report.json; part of make test)
+#   make deps            install the dependencies (scripts/install_deps.sh); `make deps X` then makes X
+#   make clean           remove BUILD and the two programs
 #   make help            this list
 # Variables: CUDA_ARCH="80 90"  PRECISION=BF16|FP32  EXTRA_INCLUDE=.deps/include
 #            SHARED_DATA=../shared/data  NVCC=nvcc CXX=g++ PYTHON=python3  BUILD=build
 #            USE_MPI=auto|0  USE_NCCL=auto|0  MPICXX=mpicxx  CUDA_HOME=<from nvcc's path>
 #            HOST_BUILD=0|1 (1: the trainer and the generator by CXX; default 1 when nvcc is not found)
+#            TRAIN_ARGS="-x 300 -v 50 -s 100 -n 100" (make train's flags)  TRAIN_OUT=out/tinyshakespeare
+#            CI=true (GPU targets for sm_90 only; make test fails without nvcc)  JOBS=<nproc> (make test)
+#            GPU_CHECK_EMU_PARTS=build,first,...|all (make test-emu)  EMU_SCHEDULES=greedy-forward,greedy-reverse
+#            FUZZ_SECONDS=600  FUZZ_SMOKE_SECONDS=5  FUZZ_NAMES="shard config"  FUZZ_ARGS=-runs=N (libFuzzer flags)
 
 # `make deps GOALS...` (the README's commands): install first, then make GOALS in a fresh make, so
 # that what the Makefile detects when it is read (MPI, NCCL; below) includes what deps installed.
@@ -68,6 +83,21 @@ endif
 # no LLMC_CUDA_BACKEND), and the GPU targets and the emulated build (which needs CUDA's headers) are left
 # out of `make` and `make test`; one line says so (once per top-level make).
 NVCC_FOUND := $(shell command -v $(NVCC) 2>/dev/null)
+# `make train` (alone, or with data-tinyshakespeare) trains with the programs' current build: when the last
+# build of the two was the host build (`make cpu`: $(BUILD)/mains-compiler, below, holds HOST_BUILD_MARK)
+# and HOST_BUILD is not given, it keeps that build (rebuilt by CXX only when a source changed) instead of
+# rebuilding the trainer with nvcc, and one line says so. `make` and the other goals rebuild with nvcc.
+HOST_BUILD_MARK := (host, CPU only)
+ifeq ($(origin HOST_BUILD)$(filter-out train data-tinyshakespeare,$(MAKECMDGOALS)),undefined)
+ifneq ($(NVCC_FOUND),)
+ifneq ($(filter train,$(MAKECMDGOALS)),)
+ifneq ($(findstring $(HOST_BUILD_MARK),$(shell cat $(BUILD)/mains-compiler 2>/dev/null)),)
+HOST_BUILD := 1
+$(info make train: train_gpt2_ls is the host build of `make cpu` (CPU only): training with it; `make train HOST_BUILD=0` rebuilds it with nvcc)
+endif
+endif
+endif
+endif
 HOST_BUILD ?= $(if $(NVCC_FOUND),0,1)
 ifeq ($(NVCC_FOUND),)
 ifndef LLMC_NO_NVCC_SAID
@@ -120,7 +150,7 @@ LLMC_HEADERS := $(wildcard llmc/*.h llmc/*/*.h llmc/*/*.cuh llmc/*.cuh)
 # By nvcc, or (HOST_BUILD=1) by $(CXX) as C++ for the CPU backend, with MPI as detected and no NCCL.
 # $(BUILD)/mains-compiler names the compiler of the last build of the two, so that switching between
 # `make` and `make cpu` rebuilds them (it is rewritten only when it changes).
-MAINS_COMPILER := $(if $(filter 1,$(HOST_BUILD)),$(CXX) (host, CPU only),$(NVCC))
+MAINS_COMPILER := $(if $(filter 1,$(HOST_BUILD)),$(CXX) $(HOST_BUILD_MARK),$(NVCC))
 HOST_CXXFLAGS := -std=c++17 -O3 -Wall -Wextra -fopenmp $(INCLUDES)
 # MPI's headers as system headers: Open MPI's C++ bindings warn under -Wextra
 HOST_DIST_FLAGS := $(patsubst -I%,-isystem%,$(call dist_flags,$(USE_MPI),0))
@@ -329,7 +359,8 @@ JOBS ?= $(shell nproc)
 # lane), and minus the pytest tests of those builds (PYTEST_NEEDS_NVCC); one line says so. CI=true
 # without nvcc is an error: CI runs everything.
 PYTEST_NEEDS_NVCC := test/test_emulated_cuda.py test/test_emulation.py test/test_emulation_cublaslt.py \
-                     test/test_emulation_nccl.py test/test_build_matrix.py::test_every_combination_builds_and_runs \
+                     test/test_emulation_nccl.py test/test_emu_step_report.py \
+                     test/test_build_matrix.py::test_every_combination_builds_and_runs \
                      test/test_build_matrix.py::test_mpirun_of_a_build_without_mpi_says_what_is_missing \
                      test/test_build_matrix.py::test_nccl_test_without_nccl_is_skipped_not_passed
 ifeq ($(NVCC_FOUND),)
@@ -350,6 +381,8 @@ endif
 	$(MAKE) -j$(JOBS) test-build
 ifneq ($(NVCC_FOUND),)
 	$(MAKE) -j$(JOBS) PRECISION=FP32 $(BUILD)/emu-fp32/train_gpt2_ls
+	@echo "== static SASS report of the sm_90 kernels (make sass-report; static, not measured on a GPU) =="
+	$(MAKE) --no-print-directory sass-report
 endif
 	$(MAKE) $(TS_DIR)/meta.json
 	@echo "== Catch2 (C++ CPU tests) under ASan + UBSan ($(ASAN_DIR)/test_cpu) =="
@@ -359,7 +392,8 @@ ifneq ($(NVCC_FOUND),)
 endif
 	@$(if $(NVCC_FOUND),$(MAKE) --no-print-directory test-emu >$(BUILD)/test-emu.log 2>&1 &,true &) emu=$$!; \
 	echo "== pytest (data pipeline, end to end, emulation faults and mutants) =="; \
-	SHARED_DATA=$(abspath $(SHARED_DATA)) $(PYTHON) -m pytest -q --durations=25 data/tests test $(PYTEST_LEFT_OUT); py=$$?; \
+	SHARED_DATA=$(abspath $(SHARED_DATA)) $(if $(NVCC_FOUND),SASS_REPORT_JSON=$(abspath $(SASS_REPORT_JSON))) \
+	  $(PYTHON) -m pytest -q --durations=25 data/tests test $(PYTEST_LEFT_OUT); py=$$?; \
 	$(MAKE) --no-print-directory asan-e2e; asan=$$?; \
 	echo "== fuzz smoke test (make fuzz-smoke) =="; \
 	$(MAKE) --no-print-directory fuzz-smoke; fuzz=$$?; \
@@ -423,6 +457,18 @@ fuzz-smoke: $(FUZZ_BINS)
 	test/fuzz/run_fuzz.sh --seconds $(FUZZ_SMOKE_SECONDS) --bin-dir $(FUZZ_DIR) --work $(FUZZ_DIR)/smoke $(FUZZ_NAMES)
 .PHONY: fuzz fuzz-smoke
 
+# --- static SASS report (dev/cuda/sass_report, docs/cuda_kernels.md) --------------------------
+# Reads the sm_90 code of the trainer and the generator as the nvcc build made them (no second
+# compile of the kernels; cuobjdump from the toolkit or from `make deps`). It prints a report and
+# fails only when it cannot make one (tool missing, no sm_90 code, no kernel found).
+SASS_REPORT_JSON := $(BUILD)/sass/report.json
+sass-report: train_gpt2_ls generate_gpt2_ls
+ifeq ($(HOST_BUILD),1)
+	@echo "error: make sass-report reads the sm_90 code of the nvcc build; this build is by $(CXX) for the CPU (install the CUDA toolkit, or HOST_BUILD=0)" >&2; exit 1
+endif
+	$(PYTHON) dev/cuda/sass_report --build-dir $(BUILD)/sass --json $(SASS_REPORT_JSON) --nvcc $(NVCC) --cxx $(CXX) \
+	  train_gpt2_ls generate_gpt2_ls
+
 deps:
 	scripts/install_deps.sh
 
@@ -435,6 +481,6 @@ format:
 format-check:
 	scripts/check_format.sh
 
-.PHONY: format format-check all cpu gpu-targets dist-matrix emu test-emu data-tinyshakespeare train test test-build test-gpu test-reference deps clean
+.PHONY: format format-check all cpu gpu-targets dist-matrix emu test-emu data-tinyshakespeare train test test-build test-gpu test-reference deps clean sass-report
 
 endif  # DEPS_FIRST

@@ -26,7 +26,8 @@
 #                      compute-sanitizer memcheck and racecheck of the LS-attention lab (production
 #                      version 3) on small shapes
 #   3 = labs,bench,train   every kernel lab with no arguments (timing tables); every peer benchmark
-#                      dev/bench/*.py with --out (except the end-to-end one); a short real training
+#                      dev/bench/*.py with --out (except the end-to-end one and the CPU-only
+#                      cpu_vs_torch.py, which times the CPU backend); a short real training
 #                      run of the paper model on the GPU (synthetic data, T=2048): loss must fall
 #   4 = e2e-small      dev/bench/train_vs_torch.py --models ls-small   (ours vs PyTorch, paper model)
 #   5 = e2e-d12        dev/bench/train_vs_torch.py --models d12        (ours vs PyTorch, GPT-2 124M shape)
@@ -293,7 +294,7 @@ stage_bench() {  # peer benchmarks; the end-to-end one is its own stage, torch_f
     for f in dev/bench/*.py; do
         [ -e "$f" ] || continue
         n=$(basename "$f" .py)
-        case $n in train_vs_torch|torch_fast_model|test_*|_*) continue ;; esac
+        case $n in train_vs_torch|torch_fast_model|cpu_vs_torch|test_*|_*) continue ;; esac  # cpu_vs_torch: CPU only
         if [ "$emulate" = 1 ]; then skip_step "bench:$n" "emulated: peer benchmarks need torch with CUDA and a GPU"; continue; fi
         mkdir -p "$work/bench/$n"
         step "bench:$n" 480 "$PY" "$f" --out "$work/bench/$n"

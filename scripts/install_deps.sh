@@ -3,7 +3,9 @@
 #   Debian: CLI11, nlohmann/json, Catch2 v2 (header-only), OpenMPI, Boost.Context (the fibers of
 #           the device emulation, make emu), clang with libclang-rt (libFuzzer, make fuzz-smoke),
 #           clang-format-14 (make format-check, part of make test).
-#   PyPI:   requirements.txt (numpy, tiktoken, sentencepiece, tqdm, pytest, matplotlib);
+#   PyPI:   requirements.txt (numpy, tiktoken, sentencepiece, tqdm, pytest, matplotlib; cuobjdump and
+#           nvdisasm as the wheels nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm, pinned, for
+#           dev/cuda/sass_report, which finds them in the wheel without PATH changes);
 #           requirements-test.txt (torch, transformers, safetensors: test/test_export_hf.py).
 # The CUDA toolkit (nvcc, cuBLAS/cuBLASLt, NCCL) is not installed here: with it, make builds the GPU
 # targets too; without it, the CPU programs and tests only (the Makefile says so).
@@ -24,7 +26,18 @@ else
   echo "install_deps: Debian packages present"
 fi
 PYTHON=${PYTHON:-python3}
-if ! $PYTHON -c "import numpy, tiktoken, sentencepiece, tqdm, pytest, matplotlib" 2>/dev/null; then
+# the pinned versions of requirements.txt's '==' lines installed, and the modules importable
+pinned_ok() {
+  $PYTHON - <<'PY' 2>/dev/null
+import importlib.metadata as md, re, sys
+for line in open("requirements.txt"):
+    m = re.match(r"^([A-Za-z0-9_.-]+)==(\S+)", line.strip())
+    if m and md.version(m.group(1)) != m.group(2):
+        sys.exit(1)
+import numpy, tiktoken, sentencepiece, tqdm, pytest, matplotlib
+PY
+}
+if ! pinned_ok; then
   echo "install_deps: pip install -r requirements.txt"
   $PYTHON -m pip install -q -r requirements.txt
 else

@@ -24,7 +24,8 @@ Writes, with PREFIX = --out (default: OUT_DIR/plot of the first OUT_DIR),
     PREFIX_ratio.{png,svg}     with --by-ratio: peak max-logit and final val loss vs T/C, one line
                                per attention variant (runs of several T and C)
     PREFIX_summary.md          the summary table, also printed on stdout
-Legends lie outside the axes (runs below the panels, heads on the right). A run's label names its
+Legends lie outside the axes (runs below the panels, heads on the right), a label longer than the
+figure is wide wrapped between its pieces. A run's label names its
 attention (MHSA, LS G=g/NH P=p, all-local), every stabilizer that is on (QK-norm, soft-cap, z-loss,
 QK-Clip, logit alarm, skip spikes, a non-default grad-clip), T, C, L, lr, seed; the pieces all runs
 share form the title. A training flag changed on resume (config.json's "history") is noted in the
@@ -43,6 +44,7 @@ import json
 import math
 import os
 import sys
+import textwrap
 import warnings
 
 import numpy as np
@@ -477,15 +479,53 @@ def head_globals_of(runs):
     return out
 
 
+def wrap_label(text, width):
+    """A legend label broken into lines of at most `width` characters at the ", " between its pieces (a
+    piece longer than `width` at its spaces)."""
+    lines = []
+    for piece in text.split(", "):
+        if lines and len(lines[-1]) + 2 + len(piece) <= width:
+            lines[-1] += ", " + piece
+        else:
+            if lines:
+                lines[-1] += ","
+            lines += textwrap.wrap(piece, max(width, 1), break_on_hyphens=False) or [piece]
+    return "\n".join(lines)
+
+
+def fit_legend(fig, legend, margin=0.02):
+    """Wraps the legend's labels (wrap_label) until it is no wider than the figure less `margin` on each side,
+    and makes the figure taller by the lines added, so that the axes keep their height. Without it a long
+    label (a run with several stabilizers and flags changed on resume) ran past both edges of the figure."""
+    texts = legend.get_texts()
+    labels = [t.get_text() for t in texts]
+    longest = max((len(lab) for lab in labels), default=0)
+    width = longest
+    line_in = legend.prop.get_size_in_points() * 1.25 / 72  # height of one more line of text, inches
+    for _ in range(8):
+        fig.canvas.draw()
+        have = fig.bbox.width * (1 - 2 * margin)
+        need = legend.get_window_extent(fig.canvas.get_renderer()).width
+        if need <= have or width <= 10:
+            return
+        width = max(10, min(width - 1, int(width * have / need)))
+        lines_before = sum(t.get_text().count("\n") for t in texts)
+        for t, lab in zip(texts, labels):
+            t.set_text(wrap_label(lab, width))
+        fig.set_figheight(fig.get_figheight() + (sum(t.get_text().count("\n") for t in texts) - lines_before) * line_in)
+
+
 def add_legends(fig, run_handles, head_handles, note_handles=()):
-    """Legends outside the axes (constrained layout makes room): runs below the panels, heads on the right."""
+    """Legends outside the axes (constrained layout makes room): runs below the panels, heads on the right;
+    labels too long for the figure's width are wrapped (fit_legend)."""
     handles = list(run_handles) + list(note_handles)
     longest = max((len(hd.get_label()) for hd in handles), default=0)
-    fig.legend(handles=handles, fontsize=6, loc="outside lower center", frameon=False,
-               ncol=1 if longest > 60 else min(len(handles), 2 if longest > 30 else 3))
+    legend = fig.legend(handles=handles, fontsize=6, loc="outside lower center", frameon=False,
+                        ncol=1 if longest > 60 else min(len(handles), 2 if longest > 30 else 3))
     if head_handles:
         fig.legend(handles=list(head_handles), fontsize=6, loc="outside right upper", frameon=False, title="heads",
                    title_fontsize=6, ncol=1 + len(head_handles) // 13)
+    fit_legend(fig, legend)
 
 
 def draw_markers(ax, runs, heads, with_text):

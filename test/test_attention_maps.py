@@ -9,10 +9,9 @@ window, the same map whatever -b. Bad flags fail with one `error:` line, a non-z
 written. The plot script makes a PNG per dump, prints each head's near mass (checked against the
 number computed here) and refuses bad input. The plot tests skip only when matplotlib is missing.
 
-The trainer is $TRAIN_GPT2_LS, else the repository's ./train_gpt2_ls (`make train_gpt2_ls`).
+The trainer is $TRAIN_GPT2_LS, else the repository's ./train_gpt2_ls (`make train_gpt2_ls`), run on the
+CPU (test/run_helpers.py).
 """
-import json
-import os
 import struct
 import subprocess
 import sys
@@ -21,9 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = Path(os.environ.get("TRAIN_GPT2_LS", REPO / "train_gpt2_ls"))
-SHARED = Path(os.environ.get("SHARED_DATA", REPO.parent / "shared" / "data"))
+from run_helpers import REPO, run, shakespeare_bytes, write_byte_data
+
 PLOT = REPO / "scripts" / "plot_attention.py"
 
 # Tiny LS model: L=2, C=32, NH=4 (hd 8), heads 0..2 local with P=6, head 3 global; T=24 > 3P.
@@ -36,16 +34,6 @@ ALL_HEADS = ",".join(f"{l}:{h}" for l in range(L) for h in range(NH))
 PROB_TOL = 1e-5
 
 
-def run(args, check=True, timeout=300):
-    if not BIN.exists():
-        pytest.fail(f"{BIN} is missing; build it with `make train_gpt2_ls` (or set TRAIN_GPT2_LS)")
-    p = subprocess.run([str(BIN)] + [str(a) for a in args], cwd=REPO, capture_output=True, text=True,
-                       timeout=timeout)
-    if check and p.returncode != 0:
-        pytest.fail(f"train_gpt2_ls {' '.join(map(str, args))} failed ({p.returncode}):\n{p.stderr}\n{p.stdout[-2000:]}")
-    return p
-
-
 def plot(args, check=True):
     p = subprocess.run([sys.executable, str(PLOT)] + [str(a) for a in args], cwd=REPO, capture_output=True,
                        text=True, timeout=300)
@@ -54,43 +42,23 @@ def plot(args, check=True):
     return p
 
 
-def write_shard(path, tokens):
-    header = np.zeros(256, dtype=np.int32)
-    header[:3] = [20240520, 1, len(tokens)]
-    with open(path, "wb") as f:
-        f.write(header.tobytes())
-        f.write(np.asarray(tokens, dtype=np.uint16).tobytes())
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """Byte-level shards (V = 256): 60 kB of tiny Shakespeare to train on, the next 4 kB to evaluate."""
-    src = SHARED / "tinyshakespeare" / "input.txt"
-    if src.exists():
-        text = src.read_bytes()[:64_000]
-    else:  # no local copy: a deterministic stand-in with some structure to learn
-        rng = np.random.default_rng(0)
-        words = [b"the", b"king", b"shall", b"not", b"be", b"so", b"and", b"my", b"lord", b"good"]
-        text = b" ".join(words[i] for i in rng.integers(0, len(words), 16000))[:64_000]
-    d = tmp_path_factory.mktemp("attn_data")
-    tok = np.frombuffer(text, dtype=np.uint8).astype(np.uint16)
-    write_shard(d / "train_000000.bin", tok[:60_000])
-    write_shard(d / "val_000000.bin", tok[60_000:])
-    (d / "meta.json").write_text(json.dumps({"vocab_size": 256, "eot": 10}))
-    return d
+    return write_byte_data(tmp_path_factory.mktemp("attn_data"), shakespeare_bytes(64_000), [60_000])
 
 
 @pytest.fixture(scope="module", params=sorted(VARIANTS))
 def trained(request, data, tmp_path_factory):
     """(run dir, checkpoint) of a 12-step run of the tiny model (variant: plain, or QK-norm + soft-cap)."""
     out = tmp_path_factory.mktemp(f"attn_run_{request.param}")
-    run(["--device", "cpu", "-i", f"{data}/train_*.bin", "-o", out, "-x", 12, "-b", 4, "-t", T, "-v", 0, "-s", 0,
+    run(["-i", f"{data}/train_*.bin", "-o", out, "-x", 12, "-b", 4, "-t", T, "-v", 0, "-s", 0,
          "-l", "1e-2", "-u", 2, "--threads", 1] + MODEL + VARIANTS[request.param])
     return out, out / "model_00000012.bin"
 
 
 def eval_args(data, ckpt, out, heads=ALL_HEADS, b=2):
-    return ["--device", "cpu", "--eval-only", "-e", ckpt, "-j", f"{data}/val_*.bin", "-b", b, "-t", T, "-m", 1,
+    return ["--eval-only", "-e", ckpt, "-j", f"{data}/val_*.bin", "-b", b, "-t", T, "-m", 1,
             "--threads", 1, "--dump-attention", heads, "-o", out]
 
 

@@ -4,6 +4,7 @@ machine without nvcc (the last test: nvcc hidden from PATH) building a trainer a
 the CPU that train and generate. No GPU needed: nothing here touches CUDA before it answers."""
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_e2e import TINY, write_byte_tokenizer, write_shard
+from run_helpers import TINY, write_byte_tokenizer, write_shard
 
 REPO = Path(__file__).resolve().parents[1]
 MATRIX = REPO / "build" / "matrix"
@@ -103,6 +104,65 @@ def test_make_without_nvcc_builds_cpu_programs_that_train_and_generate(tmp_path)
     assert c.stderr.startswith("error: this build has no CUDA backend (compiled without nvcc)"), c.stderr
 
 
+def fake_compiler(path, name, log):
+    """A stand-in compiler `name`: logs its call to `log` and writes its -o file as a script that logs its
+    own calls (so a build takes no time and a run of the built program is seen)."""
+    path.write_text(f"""#!/bin/sh
+echo "{name} $*" >> {log}
+while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done
+printf '#!/bin/sh\\necho "run {name}-built $0 $*" >> {log}\\n' > "$out"
+chmod +x "$out"
+""")
+    path.chmod(0o755)
+
+
+def test_make_train_after_make_cpu_trains_with_the_host_build(tmp_path):
+    """`make cpu`, then `make train`: the trainer of `make cpu` trains (no nvcc rebuild), and one line says so;
+    `make train HOST_BUILD=0` and `make train_gpt2_ls` rebuild it with nvcc. The compilers are stand-ins
+    (fake_compiler) in a copy of the Makefile with placeholder sources, so no build takes time."""
+    src = tmp_path / "src"
+    (src / "llmc").mkdir(parents=True)
+    shutil.copy(REPO / "Makefile", src / "Makefile")
+    for f in ["train_gpt2_ls.cu", "generate_gpt2_ls.cu"]:
+        (src / f).write_text("int main() {}\n")
+    ts = src / "data" / "shards" / "tinyshakespeare_gpt2"  # make train's data, already prepared
+    ts.mkdir(parents=True)
+    (ts / "meta.json").write_text("{}")
+    log = tmp_path / "calls"
+    fake_compiler(tmp_path / "fake-nvcc", "nvcc", log)
+    fake_compiler(tmp_path / "fake-cxx", "cxx", log)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "HOST_BUILD")}
+    env.update(NVCC=str(tmp_path / "fake-nvcc"), CXX=str(tmp_path / "fake-cxx"))
+
+    def make(*args):
+        log.write_text("")
+        p = subprocess.run(["make", "--no-print-directory"] + list(args), cwd=src, env=env, capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 0, p.stdout + p.stderr
+        return p.stdout, log.read_text().splitlines()
+
+    _, calls = make("cpu")
+    assert [c.split()[0] for c in calls] == ["cxx", "cxx"], calls
+    out, calls = make("train")
+    said = [line for line in out.splitlines() if line.startswith("make train:")]
+    assert said == ["make train: train_gpt2_ls is the host build of `make cpu` (CPU only): training with it; "
+                    "`make train HOST_BUILD=0` rebuilds it with nvcc"], out
+    assert len(calls) == 1 and calls[0].startswith("run cxx-built ./train_gpt2_ls -i "), calls  # no rebuild
+    out, calls = make("train", "TRAIN_ARGS=-x 7")  # again, other flags: still the host build
+    assert len(calls) == 1 and calls[0].startswith("run cxx-built ") and calls[0].endswith(" -x 7"), calls
+    (src / "train_gpt2_ls.cu").write_text("int main() { return 0; }\n")  # a source changed: the host compiler
+    _, calls = make("train")
+    assert [c.split()[0] for c in calls] == ["cxx", "run"] and calls[1].startswith("run cxx-built "), calls
+    out, calls = make("train", "HOST_BUILD=0")  # asked for nvcc: rebuilt by nvcc, no note
+    assert "make train:" not in out
+    assert [c.split()[0] for c in calls] == ["nvcc", "run"] and calls[1].startswith("run nvcc-built "), calls
+    _, calls = make("train")  # the last build was nvcc's: it stays
+    assert len(calls) == 1 and calls[0].startswith("run nvcc-built "), calls
+    make("cpu")
+    _, calls = make("train_gpt2_ls")  # any goal but train: nvcc, as the help says `make` does
+    assert [c.split()[0] for c in calls] == ["nvcc"], calls
+
+
 def test_make_help_prints_the_makefiles_header():
     """`make help` is the Makefile's header comment (its one list of targets and variables), every
     target the README's commands use included."""
@@ -117,3 +177,50 @@ def test_make_help_prints_the_makefiles_header():
     assert [line for line in p.stdout.splitlines() if not line.startswith("make: no nvcc")] == header
     for target in ["make ", "make cpu", "make train", "make test", "make deps", "make help", "HOST_BUILD", "NVCC"]:
         assert target in p.stdout, target
+
+
+def documented_make_commands():
+    """{file name: [argument lists of the `make ...` commands]} in README.md and docs/*.md: code spans and
+    lines of code blocks that start with `make` (up to a `&&`, a `;` or a comment)."""
+    found = {}
+    for f in [REPO / "README.md"] + sorted((REPO / "docs").glob("*.md")):
+        text = f.read_text()
+        cmds = re.findall(r"`(make(?: [^`]*)?)`", text)
+        for block in re.findall(r"^```[a-z]*\n(.*?)^```", text, re.S | re.M):
+            cmds += [line.split("#")[0] for line in block.splitlines() if re.match(r"\s*make( |$)", line)]
+        found[f.name] = [shlex.split(re.split(r"&&|;", c)[0])[1:] for c in cmds]
+    return found
+
+
+def test_make_help_names_every_target_and_variable_the_docs_use():
+    """Every target and variable of a `make` command in README.md or docs/*.md is in `make help` (a target
+    as a word, a path target as itself or its folder + /NAME, a variable as NAME=); upper-case words without
+    `=` are placeholders (`make deps X`). The help shows make train's defaults as the Makefile sets them."""
+    p = subprocess.run(["make", "--no-print-directory", "help"], cwd=REPO, capture_output=True, text=True, timeout=60,
+                       env={k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")})
+    assert p.returncode == 0, p.stderr
+    help_text = p.stdout
+    commands = documented_make_commands()
+    assert len(commands["README.md"]) >= 10, commands["README.md"]  # the extraction finds the README's commands
+    missing = []
+    for doc, cmds in commands.items():
+        for args in cmds:
+            for a in args:
+                if "=" in a:
+                    name = a.split("=", 1)[0]
+                    ok = f"{name}=" in help_text
+                elif "/" in a:
+                    ok = re.search(rf"(^|\s){re.escape(a)}(\s|$)", help_text, re.M) is not None or \
+                        f"{a.rsplit('/', 1)[0]}/NAME" in help_text
+                elif a.isupper() or a.startswith("-"):
+                    continue
+                else:
+                    ok = re.search(rf"(?<![\w/-]){re.escape(a)}(?![\w-])", help_text) is not None
+                if not ok:
+                    missing.append(f"{doc}: make {' '.join(args)}: {a}")
+    assert not missing, "not in `make help`:\n" + "\n".join(missing)
+    for var in ["TRAIN_ARGS", "TRAIN_OUT"]:
+        value = subprocess.run(["make", "--no-print-directory", "-s", "--eval", f"print-value: ; @echo '$({var})'",
+                                "print-value"], cwd=REPO, capture_output=True, text=True, timeout=60).stdout.strip()
+        value = value.splitlines()[-1]  # after a possible "no nvcc" line
+        assert re.search(rf"{var}=\"?{re.escape(value)}\"?(\s|$)", help_text, re.M), (var, value)

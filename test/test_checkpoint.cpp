@@ -249,6 +249,35 @@ TEST_CASE("model checkpoint fp32 round trip is bit-exact with every header field
         }
 }
 
+TEST_CASE("get_config_fields reads header indices 2..13 as docs/formats.md lays them out", "[checkpoint]") {
+    std::mt19937 rng(std::random_device{}());
+    for (int trial = 0; trial < 100; trial++) {
+        int32_t h[CKPT_HEADER_INTS] = {0};
+        for (size_t i = 0; i < CKPT_HEADER_INTS; i++) h[i] = (int32_t)rng();
+        h[10] = (int32_t)(rng() % 3);  // 0, 1, or a value no writer writes
+        h[11] = (int32_t)(rng() % 3);
+        const ModelConfig c = get_config_fields(h);
+        INFO("trial " << trial);
+        CHECK(c.max_seq_len == h[2]);
+        CHECK(c.vocab_size == h[3]);
+        CHECK(c.num_layers == h[4]);
+        CHECK(c.num_heads == h[5]);
+        CHECK(c.channels == h[6]);
+        CHECK(c.padded_vocab_size == h[7]);
+        CHECK(c.global_heads == h[8]);
+        CHECK(c.window == h[9]);
+        CHECK(c.qk_norm == (h[10] == 1));
+        CHECK(c.tied_embeddings == (h[11] == 1));
+        float cap;
+        std::memcpy(&cap, &h[13], 4);
+        CHECK(std::memcmp(&c.attn_softcap, &cap, 4) == 0);  // the bits, NaN included
+        int32_t back[CKPT_HEADER_INTS] = {0};
+        put_config_fields(back, c);  // and put_config_fields writes them back (flags as 0/1)
+        for (int i = 2; i <= 13; i++)
+            if (i != 12) CHECK(back[i] == (i == 10 || i == 11 ? (h[i] == 1 ? 1 : 0) : h[i]));
+    }
+}
+
 TEST_CASE("model checkpoint bf16 round trip is within bf16 rounding", "[checkpoint]") {
     TempDir dir;
     ModelConfig c = small_config();

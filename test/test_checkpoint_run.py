@@ -2,14 +2,14 @@
 (llmc/app/checkpoint_run.h), and the trained sequence length in the checkpoint (header[19],
 docs/formats.md) with its note when evaluation or generation goes past it.
 
-The run: the tiny LS model of test_e2e (maxT 64) trained 4 steps at -t 32, -b 4 on byte_data.
+The run: the tiny LS model TINY of run_helpers.py (maxT 64) trained 4 steps at -t 32, -b 4 on byte_data.
 """
 import shutil
 
 import numpy as np
 import pytest
 
-from test_e2e import TINY, byte_data, data_args, run  # noqa: F401  (byte_data is a fixture)
+from run_helpers import TINY, data_args, run
 from test_generate import gen
 
 T_TRAINED = 32  # TINY's -t

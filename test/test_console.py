@@ -1,4 +1,4 @@
-"""The trainer's console and its records end to end (CPU backend, test_e2e.py's byte-level data and TINY
+"""The trainer's console and its records end to end (CPU backend, run_helpers.py's byte-level data and TINY
 model): every step line carries elapsed time and an ETA, one line per checkpoint written, the
 end-of-run summary, console.log and samples.txt in -o (appended on resume, never truncated), the
 wall-clock "time" of every metrics record, and integers printed as integers. The formatting itself
@@ -6,8 +6,7 @@ is unit-tested in test/test_console.cpp."""
 import re
 import time
 
-from test_e2e import TINY, data_args, read_jsonl, run, train_records  # noqa: F401
-from test_e2e import byte_data  # noqa: F401  (fixture)
+from run_helpers import TINY, data_args, read_jsonl, run
 
 COMMON = TINY + ["-k", "constant", "-u", 0, "-l", "3e-3", "-v", 4, "-m", 2, "-s", 4, "-g", 12, "-n", 6,
                  "--logit-stats-every", 0]

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from test_e2e import REPO, SHARED, TINY, byte_data, run  # noqa: F401  (byte_data is a fixture)
+from run_helpers import REPO, SHARED, TINY, run
 
 TINY_RUN = TINY + ["-x", 1, "-v", 0, "-s", 0]
 

@@ -3,102 +3,28 @@ repository root: training lowers the loss, kill-and-resume is bit-identical to a
 run, the metrics and logit-statistics files follow docs/formats.md, bad flags and bad
 checkpoints fail with one line and leave existing files untouched, --eval-only and --dump-logits.
 
-Most tests use byte-level shards of tiny Shakespeare written by a helper here (vocabulary 256, so
-a tiny model takes milliseconds per step); one test trains on the real GPT-2-BPE shards of
-data/shards/tinyshakespeare_gpt2 (`make data-tinyshakespeare`; created here when missing).
+Most tests use the byte-level shards of tiny Shakespeare of the `byte_data` fixture (test/conftest.py,
+test/run_helpers.py: vocabulary 256, so a tiny model takes milliseconds per step); one test trains on
+the real GPT-2-BPE shards of data/shards/tinyshakespeare_gpt2 (`make data-tinyshakespeare`; created
+here when missing).
 """
-import hashlib
 import json
 import os
 import shutil
 import signal
 import struct
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = Path(os.environ.get("TRAIN_GPT2_LS", REPO / "train_gpt2_ls"))  # override to test another build
-TS_GPT2 = REPO / "data" / "shards" / "tinyshakespeare_gpt2"
-SHARED = Path(os.environ.get("SHARED_DATA", REPO.parent / "shared" / "data"))
+from run_helpers import (BIN, REPO, TINY, assert_refused, assert_same_run, data_args, gpt2_tinyshakespeare, read_jsonl,
+                         run, train_records)
 
 # The binary was built by nvcc (it links cuBLAS), not by the host compiler (`make cpu`, or make without nvcc).
 CUDA_BUILD = BIN.exists() and "libcublas" in subprocess.run(["ldd", str(BIN)], capture_output=True, text=True).stdout
-
-# A tiny LS model for the byte-level data: L=2, C=32, NH=4 (hd 8), G=1, P=8.
-TINY = ["--layers", "2", "--channels", "32", "--heads", "4", "--global-heads", "1", "--window", "8",
-        "--max-seq-len", "64", "-b", "4", "-t", "32", "--threads", "1"]
-L, NH = 2, 4
-
-
-def run(args, check=True, timeout=300):
-    """Runs the binary from the repository root on the CPU (these tests mean the CPU backend even on
-    a machine with a GPU; a later --device in args wins); returns the CompletedProcess."""
-    if not BIN.exists():
-        pytest.fail(f"{BIN} is missing; build it with `make train_gpt2_ls`")
-    p = subprocess.run([str(BIN), "--device", "cpu"] + [str(a) for a in args], cwd=REPO, capture_output=True,
-                       text=True, timeout=timeout)
-    if check and p.returncode != 0:
-        pytest.fail(f"train_gpt2_ls {' '.join(map(str, args))} failed ({p.returncode}):\n{p.stderr}\n{p.stdout[-2000:]}")
-    return p
-
-
-def write_shard(path, tokens):
-    header = np.zeros(256, dtype=np.int32)
-    header[:3] = [20240520, 1, len(tokens)]
-    with open(path, "wb") as f:
-        f.write(header.tobytes())
-        f.write(np.asarray(tokens, dtype=np.uint16).tobytes())
-
-
-def write_byte_tokenizer(path, eot):
-    header = np.zeros(256, dtype=np.uint32)
-    header[:4] = [20240328, 2, 256, eot]
-    with open(path, "wb") as f:
-        f.write(header.tobytes())
-        for b in range(256):
-            f.write(bytes([1, b]))
-
-
-@pytest.fixture(scope="session")
-def byte_data(tmp_path_factory):
-    """Byte-level shards (V = 256, EOT = '\\n') of the first 120 kB of tiny Shakespeare (train, in
-    two shards) and the next 12 kB (val), with meta.json and tokenizer.bin."""
-    src = SHARED / "tinyshakespeare" / "input.txt"
-    if src.exists():
-        text = src.read_bytes()[:132_000]
-    else:  # no local copy: a deterministic stand-in with some structure to learn
-        rng = np.random.default_rng(0)
-        words = [b"the", b"king", b"shall", b"not", b"be", b"so", b"and", b"my", b"lord", b"good"]
-        text = b" ".join(words[i] for i in rng.integers(0, len(words), 30000))[:132_000]
-    d = tmp_path_factory.mktemp("bytes")
-    tok = np.frombuffer(text, dtype=np.uint8).astype(np.uint16)
-    write_shard(d / "train_000000.bin", tok[:60_000])
-    write_shard(d / "train_000001.bin", tok[60_000:120_000])
-    write_shard(d / "val_000000.bin", tok[120_000:])
-    (d / "meta.json").write_text(json.dumps({"vocab_size": 256, "eot": 10}))
-    write_byte_tokenizer(d / "tokenizer.bin", 10)
-    return d
-
-
-def data_args(d):
-    return ["-i", f"{d}/train_*.bin", "-j", f"{d}/val_*.bin"]
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in Path(path).read_text().splitlines()]
-
-
-def train_records(path):
-    return [r for r in read_jsonl(path) if "loss" in r]
-
-
-def dir_hashes(d):
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(Path(d).iterdir()) if p.is_file()}
+L, NH = 2, 4  # TINY's layers and heads
 
 
 @pytest.fixture(scope="session")
@@ -177,13 +103,9 @@ def test_training_writes_documented_outputs(trained):
 
 def test_training_lowers_loss_on_tinyshakespeare(tmp_path):
     """30 steps of a tiny model on the GPT-2-BPE tiny-Shakespeare shards lower the loss."""
-    if not (TS_GPT2 / "meta.json").exists():
-        env = dict(os.environ, GPT2_BPE_DIR=str(SHARED / "gpt2"))
-        subprocess.run([sys.executable, "data/prepare.py", "--dataset", "tinyshakespeare", "--source",
-                        str(SHARED / "tinyshakespeare" / "input.txt"), "--out", str(TS_GPT2), "--tokenizer", "gpt2"],
-                       cwd=REPO, env=env, check=True)
+    ts = gpt2_tinyshakespeare()
     out = tmp_path / "ts"
-    run(["-i", f"{TS_GPT2}/train_*.bin", "-j", f"{TS_GPT2}/val_*.bin", "-o", out, "--layers", 2, "--channels", 64,
+    run(["-i", f"{ts}/train_*.bin", "-j", f"{ts}/val_*.bin", "-o", out, "--layers", 2, "--channels", 64,
          "--heads", 4, "-b", 2, "-t", 64, "-x", 30, "-l", "3e-3", "-u", 5, "-v", 30, "-m", 2, "-s", 0, "--threads", 1])
     recs = read_jsonl(out / "metrics.jsonl")
     train = [r["loss"] for r in recs if "loss" in r]
@@ -191,20 +113,6 @@ def test_training_lowers_loss_on_tinyshakespeare(tmp_path):
     assert abs(train[0] - np.log(50257)) < 0.5, "an untrained model should start near ln(V)"
     assert np.mean(train[-5:]) < np.mean(train[:5]) - 1.0, train
     assert recs[-1]["val_loss"] < recs[0]["val_loss"] - 1.0
-
-
-def assert_same_run(ref_dir, other_dir, step):
-    """Every training loss (bitwise, as written) and the final model and state files are identical."""
-    ref = {r["step"]: r for r in read_jsonl(ref_dir / "metrics.jsonl")}
-    got = {r["step"]: r for r in read_jsonl(other_dir / "metrics.jsonl")}
-    assert sorted(ref) == sorted(got)
-    for s in ref:
-        for key in ["loss", "z_loss", "grad_norm", "lr", "val_loss", "loss_z", "norm_z", "skipped_spike"]:
-            assert ref[s].get(key) == got[s].get(key), f"step {s}: {key} {ref[s].get(key)} != {got[s].get(key)}"
-    name = f"model_{step:08d}.bin"
-    assert (ref_dir / name).read_bytes() == (other_dir / name).read_bytes(), f"{name} differs"
-    name = f"state_{step:08d}_00000.bin"
-    assert (ref_dir / name).read_bytes() == (other_dir / name).read_bytes(), f"{name} differs"
 
 
 def samples(stdout):
@@ -272,17 +180,6 @@ def test_kill_9_and_resume_is_bit_identical(byte_data, tmp_path):
 
 # ---------------------------------------------------------------------------------------------
 # refusals: one line on stderr, non-zero exit, nothing in the output directory changed
-
-def assert_refused(args, out_dir, expect):
-    before = dir_hashes(out_dir)
-    p = run(args, check=False)
-    assert p.returncode != 0, f"{args} should fail"
-    err = p.stderr.strip().splitlines()
-    assert len(err) >= 1 and err[-1].startswith("error: "), p.stderr
-    assert expect in err[-1], f"expected '{expect}' in: {err[-1]}"
-    assert len([ln for ln in err if ln.startswith("error")]) == 1
-    assert dir_hashes(out_dir) == before, "a refused run changed files in the output directory"
-
 
 @pytest.mark.parametrize("extra,expect", [
     (["--channels", 30], "not divisible by --heads"),

@@ -4,7 +4,7 @@ dev/emu/ (kernels on CPU fibers, the emulated cuBLASLt and NCCL, ASan + UBSan), 
 `--device cuda` runs every CUDA kernel, the cuBLASLt matmuls, the backend's memory plan and op order,
 checkpoints and resume. EMULATED, not GPU-verified: nothing here says how a real H100 behaves.
 
-Data and models: test_e2e.py's byte-level tiny Shakespeare (V = 256), models of head size 32 and 64
+Data and models: run_helpers.py's byte-level tiny Shakespeare (V = 256), models of head size 32 and 64
 (the CUDA attention supports 32/64/128), with and without QK-norm, soft-cap and z-loss. Each emulated
 launch runs under one thread schedule here (LLMC_EMU_SCHEDULES=forward): the two-schedule race check
 runs on the kernel labs (make test-emu), and repeating it for every launch of a training run would
@@ -23,12 +23,11 @@ import shutil
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from test_e2e import BIN, REPO, assert_same_run, byte_data, data_args, read_jsonl, train_records  # noqa: F401
+from run_helpers import BIN, REPO, assert_same_run, data_args, need_emulated_build, read_jsonl, train_records
 
 EMU = REPO / "build" / "emu"
 EMU_TRAIN, EMU_GEN = EMU / "train_gpt2_ls", EMU / "generate_gpt2_ls"
@@ -49,15 +48,8 @@ FULL_ARGS = BASE + LS_HD32 + ["-k", "constant", "-u", 0, "-l", "3e-3", "-x", FUL
                               "--keep-checkpoints", 0, "--qk-clip", "0.25"]
 
 
-def need(path):
-    if not Path(path).exists():
-        pytest.fail(f"{path} is missing; build it with `make emu` (part of `make test`)"
-                    + (" and `make emu PRECISION=FP32`" if "fp32" in str(path) else ""))
-    return path
-
-
 def run_bin(binary, args, device, check=True, timeout=900, env=ENV):
-    p = subprocess.run([str(need(binary)), "--device", device] + [str(a) for a in args], cwd=REPO,
+    p = subprocess.run([str(need_emulated_build(binary)), "--device", device] + [str(a) for a in args], cwd=REPO,
                        capture_output=True, text=True, timeout=timeout, env=env)
     if check and p.returncode != 0:
         pytest.fail(f"{binary.name} --device {device} {' '.join(map(str, args))} failed ({p.returncode}):\n"
@@ -215,7 +207,7 @@ def test_emulated_nccl_ranks_train_the_rows_of_one_rank(byte_data, one_rank_whol
     env = dict(ENV, LLMC_EMU_DEVICE_COUNT=str(ranks), ASAN_OPTIONS="detect_leaks=0")
     cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks),
            "-x", "LLMC_EMU_SCHEDULES", "-x", "LLMC_EMU_DEVICE_COUNT", "-x", "ASAN_OPTIONS", "-x", "UBSAN_OPTIONS",
-           str(need(EMU_TRAIN)), "--device", "cuda"] + args + ["-o", str(out), "--threads", "1", "-z", str(zero)]
+           str(need_emulated_build(EMU_TRAIN)), "--device", "cuda"] + args + ["-o", str(out), "--threads", "1", "-z", str(zero)]
     p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900, env=env)
     assert p.returncode == 0, f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-4000:]}\n{p.stdout[-2000:]}"
     assert f"data parallel: {ranks} processes (NCCL)" in p.stdout, p.stdout[-2000:]

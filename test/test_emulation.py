@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from run_helpers import need_emulated_build
+
 REPO = Path(__file__).resolve().parents[1]
 EMU = REPO / "build" / "emu"
 FAULTS = EMU / "self" / "emu_faults"
@@ -29,12 +31,6 @@ TWO_SCHEDULES = dict(os.environ, LLMC_EMU_SCHEDULES="greedy-forward,greedy-rever
 
 def run(cmd, env=TWO_SCHEDULES, timeout=600, cwd=REPO):
     return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
-
-
-def need(path):
-    if not Path(path).exists():
-        pytest.fail(f"{path} is missing; build it with `make emu` (part of `make test`)")
-    return path
 
 
 # mode -> (exit status must be 0?, text that must appear in stdout+stderr)
@@ -62,7 +58,7 @@ FAULT_CASES = {
 @pytest.mark.parametrize("mode", list(FAULT_CASES))
 def test_device_rules(mode):
     must_pass, text = FAULT_CASES[mode]
-    p = run([need(FAULTS), mode], timeout=120)
+    p = run([need_emulated_build(FAULTS), mode], timeout=120)
     out = p.stdout + p.stderr
     if must_pass:
         assert p.returncode == 0, f"{mode}: rc {p.returncode}\n{out[-3000:]}"
@@ -74,7 +70,7 @@ def test_device_rules(mode):
 
 def test_a_race_needs_two_schedules_to_show():
     """With one schedule the missing barrier is not a fault the emulation can see (documented)."""
-    p = run([need(FAULTS), "missing-barrier"], env=dict(TWO_SCHEDULES, LLMC_EMU_SCHEDULES="forward"))
+    p = run([need_emulated_build(FAULTS), "missing-barrier"], env=dict(TWO_SCHEDULES, LLMC_EMU_SCHEDULES="forward"))
     assert p.returncode == 0 and "ran to the end unnoticed" in p.stdout
 
 
@@ -139,7 +135,7 @@ def build_mutant(name, root):
 @pytest.fixture(scope="module")
 def mutants(tmp_path_factory):
     """Every mutant built, two at a time (the emulated builds are single-threaded compiles)."""
-    need(REPO / LAB)  # the unmutated build must exist (and pass: make test-emu)
+    need_emulated_build(REPO / LAB)  # the unmutated build must exist (and pass: make test-emu)
     root = tmp_path_factory.mktemp("mutants")
     with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as ex:
         futures = {n: ex.submit(build_mutant, n, root) for n in MUTANTS}
@@ -159,6 +155,6 @@ def test_mutated_kernel_fails_its_check(mutants, name):
 
 def test_unmutated_shape_passes():
     """The shape the mutants fail on passes without a mutation (so the failures are the mutations')."""
-    p = run([need(REPO / LAB)] + ONE_SHAPE, timeout=900)
+    p = run([need_emulated_build(REPO / LAB)] + ONE_SHAPE, timeout=900)
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     assert p.stdout.rstrip().endswith("OK")

@@ -33,6 +33,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from run_helpers import need_emulated_build
+
 REPO = Path(__file__).resolve().parents[1]
 EMU = REPO / "build" / "emu"
 CASES = EMU / "self" / "cublaslt_cases"
@@ -47,12 +49,6 @@ HAS_BIAS = {BIAS, GELU_BIAS, GELU_AUX_BIAS}
 HAS_GELU = {GELU, GELU_BIAS, GELU_AUX, GELU_AUX_BIAS}
 HAS_AUX = {GELU_AUX, GELU_AUX_BIAS}
 POISON = {"f32": 0x7FC0DEAD, "bf16": 0x7FDD}  # the padding's bit pattern (cublaslt_cases.cu)
-
-
-def need(path):
-    if not Path(path).exists():
-        pytest.fail(f"{path} is missing; build it with `make emu` (part of `make test`)")
-    return path
 
 
 # --- the documented arithmetic -------------------------------------------------------------------
@@ -349,7 +345,7 @@ def load_cases(out):
 
 @pytest.fixture(scope="module")
 def main_run(tmp_path_factory):
-    exe = need(CASES)
+    exe = need_emulated_build(CASES)
     out = tmp_path_factory.mktemp("cublaslt_cases")
     seed = os.environ.get("LLMC_CUBLASLT_SEED")
     p = run_cases(exe, out, seed)
@@ -478,8 +474,8 @@ def mutants(main_run, tmp_path_factory):
     """Each mutant of cublaslt.cpp compiled the way the Makefile compiles build/emu/cublaslt.o, linked with
     dev/emu/tests/cublaslt_cases.cu (compiled once) and the rest of the emulation (libemu.a: its runtime; the
     mutant's own cuBLASLt symbols come first), two compiles at a time; then run with the main run's seed."""
-    need(CASES)
-    lib = need(EMU / "libemu.a")
+    need_emulated_build(CASES)
+    lib = need_emulated_build(EMU / "libemu.a")
     root = tmp_path_factory.mktemp("cublaslt_mutants")
     cxx, cxxflags, ldflags = _read_flags(root)
     text = SRC.read_text()

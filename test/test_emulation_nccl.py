@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from run_helpers import need_emulated_build
+
 REPO = Path(__file__).resolve().parents[1]
 EMU = REPO / "build" / "emu"
 CASES = EMU / "self" / "nccl_cases"
@@ -24,18 +26,12 @@ SOURCE = REPO / "dev" / "emu" / "nccl.cpp"
 ENV = dict(os.environ, UBSAN_OPTIONS="print_stacktrace=1")
 
 
-def need(path):
-    if not Path(path).exists():
-        pytest.fail(f"{path} is missing; build it with `make emu` (part of `make test`)")
-    return path
-
-
 def run(cmd, env=ENV, timeout=300):
     return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
 
 
 def test_nccl_cases_pass():
-    p = run([need(CASES)])
+    p = run([need_emulated_build(CASES)])
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-4000:]
     assert "nccl_cases: all" in p.stdout and "checks passed" in p.stdout, out[-4000:]
@@ -76,11 +72,11 @@ def make_var(name):
 @pytest.fixture(scope="module")
 def mutants(tmp_path_factory):
     """Each mutant of nccl.cpp compiled and linked with the test (compiled once), in parallel."""
-    need(CASES)  # the unmutated build must exist (and pass: test_nccl_cases_pass)
+    need_emulated_build(CASES)  # the unmutated build must exist (and pass: test_nccl_cases_pass)
     others = [EMU / (src.stem + ".o") for src in sorted((REPO / "dev" / "emu").glob("*.cpp"))
               if src.name != "nccl.cpp"]
     for o in others:
-        need(o)
+        need_emulated_build(o)
     cxx, cxxflags, ldflags = make_var("EMU_CXX"), make_var("EMU_CXXFLAGS"), make_var("EMU_LDFLAGS")
     root = tmp_path_factory.mktemp("nccl_mutants")
     text = SOURCE.read_text()

@@ -21,11 +21,9 @@ import safetensors  # noqa: F401  (a missing test dependency must fail, not skip
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2LMHeadModel
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = Path(os.environ.get("TRAIN_GPT2_LS", REPO / "train_gpt2_ls"))
+from run_helpers import REPO, SHARED, gpt2_tinyshakespeare, run, shakespeare_bytes, write_byte_data
+
 EXPORT = REPO / "scripts" / "export_hf.py"
-TS_GPT2 = REPO / "data" / "shards" / "tinyshakespeare_gpt2"
-SHARED = Path(os.environ.get("SHARED_DATA", REPO.parent / "shared" / "data"))
 
 # fp32 on both sides, different summation orders: every logit within ATOL + RTOL * |logit|.
 # Measured: the largest difference is about 1e-6 on logits of magnitude up to ~10 (docs/export.md).
@@ -33,13 +31,8 @@ ATOL, RTOL = 1e-5, 1e-5
 
 
 def train(args, timeout=600):
-    if not BIN.exists():
-        pytest.fail(f"{BIN} is missing; build it with `make train_gpt2_ls`")
-    p = subprocess.run([str(BIN), "--device", "cpu", "--threads", "1"] + [str(a) for a in args], cwd=REPO,
-                       capture_output=True, text=True, timeout=timeout)
-    if p.returncode != 0:
-        pytest.fail(f"train_gpt2_ls {' '.join(map(str, args))} failed ({p.returncode}):\n{p.stderr}")
-    return p
+    """The trainer on the CPU with one thread (run_helpers.run); a failure fails the test."""
+    return run(["--threads", 1] + list(args), timeout=timeout)
 
 
 def export(source, out, *extra, check=True):
@@ -50,14 +43,6 @@ def export(source, out, *extra, check=True):
     return p
 
 
-def write_shard(path, tokens):
-    header = np.zeros(256, dtype=np.int32)
-    header[:3] = [20240520, 1, len(tokens)]
-    with open(path, "wb") as f:
-        f.write(header.tobytes())
-        f.write(np.asarray(tokens, dtype=np.uint16).tobytes())
-
-
 def read_tokens(glob_dir, split, n):
     """The first n tokens of a split's first shard (all our eval batches start there)."""
     return np.fromfile(Path(glob_dir) / f"{split}_000000.bin", dtype=np.uint16, offset=1024)[:n].astype(np.int64)
@@ -65,26 +50,15 @@ def read_tokens(glob_dir, split, n):
 
 @pytest.fixture(scope="module")
 def byte_data(tmp_path_factory):
-    """Byte-level shards (V = 256, EOT = '\\n') of tiny Shakespeare: 40 kB train, 4 kB val."""
-    src = SHARED / "tinyshakespeare" / "input.txt"
-    if not src.exists():
-        pytest.fail(f"{src} is missing; the shared data folder must be at ../shared/data or SHARED_DATA")
-    d = tmp_path_factory.mktemp("bytes")
-    tok = np.frombuffer(src.read_bytes()[:44_000], dtype=np.uint8).astype(np.uint16)
-    write_shard(d / "train_000000.bin", tok[:40_000])
-    write_shard(d / "val_000000.bin", tok[40_000:])
-    (d / "meta.json").write_text(json.dumps({"vocab_size": 256, "eot_token": 10, "tokenizer": "bytes"}))
-    return d
+    """Byte-level shards (V = 256, EOT = '\\n') of tiny Shakespeare: 40 kB train, 4 kB val (this module's own,
+    smaller than the session's byte_data of test/conftest.py)."""
+    return write_byte_data(tmp_path_factory.mktemp("bytes"), shakespeare_bytes(44_000, required=True), [40_000],
+                           meta={"vocab_size": 256, "eot_token": 10, "tokenizer": "bytes"})
 
 
 @pytest.fixture(scope="module")
 def gpt2_data():
-    if not (TS_GPT2 / "meta.json").exists():
-        env = dict(os.environ, GPT2_BPE_DIR=str(SHARED / "gpt2"))
-        subprocess.run([sys.executable, "data/prepare.py", "--dataset", "tinyshakespeare", "--source",
-                        str(SHARED / "tinyshakespeare" / "input.txt"), "--out", str(TS_GPT2), "--tokenizer", "gpt2"],
-                       cwd=REPO, env=env, check=True)
-    return TS_GPT2
+    return gpt2_tinyshakespeare()
 
 
 def trainer_logits(model_file, data, B, T, V, tmp_path):

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from test_e2e import BIN, REPO, TINY, assert_same_run, byte_data, data_args, dir_hashes, read_jsonl, run  # noqa: F401
+from run_helpers import BIN, REPO, TINY, assert_same_run, data_args, dir_hashes, read_jsonl, run
 
 # Constant LR: the interrupted runs use -x 10 first and -x 20 later, like an uninterrupted -x 20.
 BASE = TINY + ["-k", "constant", "-u", 0, "-l", "2e-3", "-v", 5, "-m", 2, "-s", 0]

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from test_e2e import BIN, REPO
+from run_helpers import BIN, REPO
 
 DOC = REPO / "docs" / "from_llmc.md"
 FLAG = re.compile(r"`(-{1,2}[A-Za-z][\w-]*)[` ]")  # `-x`, `--model`, `--global-heads N`

@@ -1,6 +1,6 @@
 """End-to-end tests of generate_gpt2_ls (built by `make generate_gpt2_ls`), run from the repository
 root, on a tiny LS model trained for a few steps by train_gpt2_ls on byte-level tiny Shakespeare
-(the helpers and the data fixture come from test_e2e.py): KV-cached output equals the uncached
+(the helpers and the data fixture come from run_helpers.py and conftest.py): KV-cached output equals the uncached
 path (--no-cache) token for token, greedy and sampled, with the context window sliding; the same
 seed reproduces the output; text is the tokenizer's decoding of the ids; bad input fails with one
 line and exit code 1.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from test_e2e import SHARED, TINY, byte_data, data_args, run  # noqa: F401  (byte_data is a fixture)
+from run_helpers import SHARED, TINY, data_args, run
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "data"))
@@ -182,25 +182,36 @@ UNICODE_EDGES = (
 )
 
 
+def corpus_texts(source, edges):
+    """The texts of a prompt-encoding comparison: the whole tiny Shakespeare ("tinyshakespeare"), PG-19
+    excerpts ("pg19"), both WikiText-2 files and 100 of their single lines ("wikitext2"), else `edges`."""
+    if source == "tinyshakespeare":
+        return [shared_text("tinyshakespeare/input.txt")]  # the whole file
+    if source == "pg19":
+        return pg19_excerpts()
+    if source == "wikitext2":
+        texts = [shared_text("wikitext2/valid.txt"), shared_text("wikitext2/test.txt")]
+        return texts + [ln for ln in texts[0].split("\n")[:400] if ln.strip()][:100]  # single lines too
+    return edges
+
+
+def assert_same_ids(got, want, what, reference, near):
+    """The C++ encoder's ids `got` equal the reference encoder's `want`; else a failure at the first difference
+    k, with near(k), the reference's text around it."""
+    if got != want:
+        k = next((j for j in range(min(len(got), len(want))) if got[j] != want[j]), min(len(got), len(want)))
+        pytest.fail(f"{what}: first difference at id {k}: C++ {got[k:k + 8]} vs {reference} {want[k:k + 8]} "
+                    f"near {near(k)!r}")
+
+
 @pytest.mark.parametrize("source", ["tinyshakespeare", "pg19", "wikitext2", "unicode"])
 def test_prompt_encoding_equals_tiktoken(gpt2, tmp_path, source):
     enc, tok, _ = gpt2
-    if source == "tinyshakespeare":
-        texts = [shared_text("tinyshakespeare/input.txt")]  # the whole file
-    elif source == "pg19":
-        texts = pg19_excerpts()
-    elif source == "wikitext2":
-        texts = [shared_text("wikitext2/valid.txt"), shared_text("wikitext2/test.txt")]
-        texts += [ln for ln in texts[0].split("\n")[:400] if ln.strip()][:100]  # single lines too
-    else:
-        texts = [UNICODE_EDGES, UNICODE_EDGES.strip(), " " + UNICODE_EDGES, "", " ", "\n", "a", "'s", " \t\n "]
-    for i, text in enumerate(texts):
+    edges = [UNICODE_EDGES, UNICODE_EDGES.strip(), " " + UNICODE_EDGES, "", " ", "\n", "a", "'s", " \t\n "]
+    for i, text in enumerate(corpus_texts(source, edges)):
         want = [GPT2_EOT] + enc.encode_ordinary(text)
         got = encode_file(tok, text.encode("utf-8"), tmp_path, f"p{i}.txt")
-        if got != want:
-            k = next((j for j in range(min(len(got), len(want))) if got[j] != want[j]), min(len(got), len(want)))
-            pytest.fail(f"{source} text {i}: first difference at id {k}: C++ {got[k:k + 8]} vs tiktoken "
-                        f"{want[k:k + 8]} near {enc.decode(want[max(0, k - 8):k + 8])!r}")
+        assert_same_ids(got, want, f"{source} text {i}", "tiktoken", lambda k: enc.decode(want[max(0, k - 8):k + 8]))
 
 
 def test_prompt_flag_equals_prompt_file(gpt2, tmp_path):

@@ -9,7 +9,7 @@ sentencepiece gives for the same bytes. Set GENERATE_GPT2_LS to test another bui
 """
 import pytest
 
-from test_generate import UNICODE_EDGES, encode_file, gen, ids, pg19_excerpts, shared_text
+from test_generate import UNICODE_EDGES, assert_same_ids, corpus_texts, encode_file, gen, ids, shared_text
 
 pytest.importorskip("sentencepiece")
 import text_tokenizers as tk  # noqa: E402  (data/ is on sys.path via test_generate)
@@ -33,22 +33,12 @@ SP_EDGES = UNICODE_EDGES + "\u2581lower block\u2581\u2581 \ufffd replacement \u0
 @pytest.mark.parametrize("source", ["tinyshakespeare", "pg19", "wikitext2", "unicode"])
 def test_sp_prompt_encoding_equals_sentencepiece(sp_data, tmp_path, source):
     sp, d = sp_data
-    if source == "tinyshakespeare":
-        texts = [shared_text("tinyshakespeare/input.txt")]
-    elif source == "pg19":
-        texts = pg19_excerpts()
-    elif source == "wikitext2":
-        texts = [shared_text("wikitext2/valid.txt"), shared_text("wikitext2/test.txt")]
-        texts += [ln for ln in texts[0].split("\n")[:400] if ln.strip()][:100]
-    else:
-        texts = [SP_EDGES, SP_EDGES.strip(), " " + SP_EDGES, "", " ", "\n", "a", "  a  ", "\n\n", " \t\n "]
-    for i, text in enumerate(texts):
+    edges = [SP_EDGES, SP_EDGES.strip(), " " + SP_EDGES, "", " ", "\n", "a", "  a  ", "\n\n", " \t\n "]
+    for i, text in enumerate(corpus_texts(source, edges)):
         want = [sp.eos_id()] + tk.sp_encode(sp, text)
         got = encode_file(d / "tokenizer.bin", text.encode("utf-8"), tmp_path, f"p{i}.txt")
-        if got != want:
-            k = next((j for j in range(min(len(got), len(want))) if got[j] != want[j]), min(len(got), len(want)))
-            pytest.fail(f"{source} text {i}: first difference at id {k}: C++ {got[k:k + 8]} vs sentencepiece "
-                        f"{want[k:k + 8]} near {sp.decode(want[max(1, k - 8):k + 8])!r}")
+        assert_same_ids(got, want, f"{source} text {i}", "sentencepiece",
+                        lambda k: sp.decode(want[max(1, k - 8):k + 8]))  # from 1: past the EOS put first
 
 
 def test_sp_invalid_utf8_like_sentencepiece(sp_data, tmp_path):

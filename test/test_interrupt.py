@@ -1,5 +1,5 @@
 """Interrupts and preemption (docs/training.md, llmc/train/interrupt.h), end to end with the real binary on
-test_e2e.py's byte-level tiny Shakespeare and tiny model:
+run_helpers.py's byte-level tiny Shakespeare and tiny model:
 
 - SIGTERM, SIGUSR1 (Slurm's warning before the time limit) or SIGINT at an arbitrary step: the trainer
   finishes the step, writes a complete checkpoint of it, prints one line naming it on stderr and exits
@@ -17,14 +17,17 @@ Where the step lands: the single-process tests read the trainer's stdout through
 page (F_SETPIPE_SZ) and stop reading once it printed step FIRST_SEEN; the trainer can then get at most
 two pages (the pipe and the test's read buffer, about 90 step lines) ahead before its next step line
 blocks, so the signal lands at a step between FIRST_SEEN and about FIRST_SEEN + 90, below -x, whatever
-the machine's load. The 2-rank runs go through
-mpirun's forwarding (no such bound): the signal follows the line of step FIRST_SEEN and the test
-fails with a clear message should the run have ended first.
+the machine's load. The 2-rank runs bound it the same way: rank 0's stdout (the console; mpirun would
+buffer it without limit) goes into a FIFO shrunk to one page that the test reads byte by byte, and the
+ranks move in step (every step reduces over both), so neither rank gets more than a page of step lines
+(at most 40 of over 100 bytes) past step FIRST_SEEN, plus the line rank 0 is held in and the one step a
+vote may take (llmc/train/interrupt.h): far below MPI_STEPS, whatever the machine's load.
 """
 import array
 import fcntl
 import os
 import re
+import select
 import signal
 import subprocess
 import termios
@@ -33,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from test_e2e import BIN, REPO, TINY, assert_same_run, byte_data, data_args, read_jsonl, run  # noqa: F401
+from run_helpers import BIN, REPO, TINY, assert_same_run, data_args, read_jsonl, run
 from test_mpi import MPIRUN, run_np
 
 # Constant LR: the interrupted and the resumed run use the same -x anyway; -n 0: the interrupt writes
@@ -198,8 +201,11 @@ def test_second_sigint_exits_at_once_and_keeps_the_previous_checkpoint(byte_data
 # ---------------------------------------------------------------------------------------------
 # two MPI ranks
 
-MPI_STEPS = 40
-MPI_BASE = TINY + ["-k", "constant", "-u", 0, "-l", "2e-3", "-v", 10, "-m", 2, "-s", 0, "-x", MPI_STEPS]
+MPI_STEPS = 120
+MPI_BASE = TINY + ["-k", "constant", "-u", 0, "-l", "2e-3", "-v", 30, "-m", 2, "-s", 0, "-x", MPI_STEPS]
+# rank 0 with its stdout into the FIFO named by $CONSOLE_FIFO, rank 1 as mpirun starts it (exec: the
+# processes below mpirun are the trainers, with their own pids and signals)
+RANK0_STDOUT_TO_FIFO = 'if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then exec "$@" >"$CONSOLE_FIFO"; else exec "$@"; fi'
 
 
 def rank_pids(launcher_pid):
@@ -228,6 +234,52 @@ def rank_pids(launcher_pid):
     return found
 
 
+class ConsoleFifo:
+    """A FIFO at `path` for rank 0's stdout, its read end shrunk to one page, so that rank 0 blocks on its
+    console once a page of lines is unread. A stand-in write end, open until rank 0's first byte arrives,
+    keeps a read from seeing the end of the file before rank 0 opened the FIFO."""
+
+    def __init__(self, path):
+        os.mkfifo(path)
+        self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # no writer yet: a blocking open would wait
+        fcntl.fcntl(self.fd, fcntl.F_SETFL, fcntl.fcntl(self.fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        fcntl.fcntl(self.fd, F_SETPIPE_SZ, 4096)
+        self.stand_in = os.open(path, os.O_WRONLY)
+
+    def read_until(self, prefix, proc):
+        """Reads byte by byte (nothing read ahead) through the line starting with `prefix`; returns the text
+        read. Fails when the trainer ends before writing, or closes its console before that line."""
+        text = b""
+        while not text.endswith(b"\n") or not text.rsplit(b"\n", 2)[-2].startswith(prefix.encode()):
+            while self.stand_in is not None and not select.select([self.fd], [], [], 0.1)[0]:
+                if proc.poll() is not None:
+                    pytest.fail(f"the run ended (status {proc.returncode}) before writing its console")
+            c = os.read(self.fd, 1)
+            self.close_stand_in()
+            if not c:
+                proc.wait(timeout=60)
+                pytest.fail(f"the run ended (status {proc.returncode}) before '{prefix}':\n{text.decode()[-2000:]}")
+            text += c
+        return text.decode()
+
+    def read_to_end(self):
+        chunks = []
+        while True:
+            c = os.read(self.fd, 65536)
+            if not c:
+                return b"".join(chunks).decode()
+            chunks.append(c)
+
+    def close_stand_in(self):
+        if self.stand_in is not None:
+            os.close(self.stand_in)
+            self.stand_in = None
+
+    def close(self):
+        self.close_stand_in()
+        os.close(self.fd)
+
+
 @pytest.fixture(scope="module")
 def mpi_reference(byte_data, tmp_path_factory):
     """The uninterrupted 2-rank run (run_np skips as test_mpi.py does without mpirun or an MPI build)."""
@@ -238,37 +290,37 @@ def mpi_reference(byte_data, tmp_path_factory):
 
 @pytest.mark.parametrize("target", ["rank1-SIGTERM", "mpirun-SIGUSR1"])
 def test_two_ranks_stop_at_the_same_step_and_resume_is_bit_identical(byte_data, mpi_reference, tmp_path, target):
-    """A SIGTERM to rank 1 alone (rank 0 learns it from the per-step agreement), or a SIGUSR1 to mpirun,
-    which Open MPI forwards to every rank."""
-    out, err = tmp_path / "o", tmp_path / "stderr"
-    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2", str(BIN), "--device", "cpu"] + \
+    """A SIGTERM to rank 1 alone (rank 0 learns it from the vote in the step's reduction), or a SIGUSR1 to
+    mpirun, which Open MPI forwards to every rank. Where the step lands: the module's docstring."""
+    out, err, fifo = tmp_path / "o", tmp_path / "stderr", tmp_path / "console"
+    console_fifo = ConsoleFifo(fifo)
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2", "-x", "CONSOLE_FIFO", "sh", "-c",
+           RANK0_STDOUT_TO_FIFO, "sh", str(BIN), "--device", "cpu"] + \
         [str(a) for a in data_args(byte_data) + MPI_BASE + ["-o", out]]
     with open(err, "wb") as e:
-        p = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=e, text=True)
+        p = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=e, text=True,
+                             env=dict(os.environ, CONSOLE_FIFO=str(fifo)))
     try:
-        seen = []
-        for line in p.stdout:
-            seen.append(line)
-            if line.startswith(step_line(FIRST_SEEN, MPI_STEPS)):
-                break
-        else:
-            pytest.fail(f"the run ended before step {FIRST_SEEN}:\n{''.join(seen)[-2000:]}\n{err.read_text()}")
+        console = console_fifo.read_until(step_line(FIRST_SEEN, MPI_STEPS), p)
         ranks = rank_pids(p.pid)
         assert sorted(ranks) == [0, 1], f"trainer processes below mpirun: {ranks}"
         name, sig = target.split("-")
         (os.kill(ranks[1], signal.SIGTERM) if name == "rank1" else p.send_signal(signal.SIGUSR1))
-        rest, _ = p.communicate(timeout=300)  # ranks that disagree hang in their collectives: a failure
+        console += console_fifo.read_to_end()  # lets rank 0 go on to the end of its step
+        p.communicate(timeout=300)  # ranks that disagree hang in their collectives: a failure
         status = p.returncode
     finally:
+        console_fifo.close()
         if p.poll() is None:
             p.kill()
             p.wait()
     stderr = err.read_text()
     assert status == 128 + int(getattr(signal, sig)), f"mpirun's exit status {status}:\n{stderr[-3000:]}"
     step, tail = interrupted_line(stderr, sig)
-    assert step < MPI_STEPS, f"the run ended at step {step} before the signal arrived: raise MPI_STEPS"
+    # the lines of a page after FIRST_SEEN's (a step line has over 100 bytes), the one rank 0 is held in,
+    # and the step a vote may take
+    assert FIRST_SEEN <= step <= FIRST_SEEN + 4096 // 100 + 2 < MPI_STEPS, step
     assert tail == f"wrote {out}/model_{step:08d}.bin; resume with -y 1"
-    console = "".join(seen) + rest
     assert step_line(step, MPI_STEPS) in console and step_line(step + 1, MPI_STEPS) not in console
     assert sorted(f.name for f in out.glob("DONE_*")) == [f"DONE_{step:08d}"]
     assert (out / f"DONE_{step:08d}").read_text().strip() == f"step {step} world_size 2"

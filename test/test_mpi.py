@@ -1,6 +1,6 @@
 """Multi-process data parallelism on the CPU backend (docs/multigpu.md): `mpirun -np 2
 ./train_gpt2_ls --device cpu` against one process, ZeRO-1 against ZeRO-0, 2-rank resume, outputs
-from rank 0 only, and a failing rank ending every rank. Uses test_e2e.py's byte-level data and
+from rank 0 only, and a failing rank ending every rank. Uses run_helpers.py's byte-level data and
 tiny model (imported, not copied). Skipped when mpirun is missing or the binary has no MPI, except
 under CI=true, where scripts/install_deps.sh installs OpenMPI and a skip would hide a broken build.
 
@@ -28,7 +28,7 @@ import time
 import numpy as np
 import pytest
 
-from test_e2e import BIN, REPO, TINY, byte_data, data_args, read_jsonl, train_records  # noqa: F401
+from run_helpers import BIN, REPO, TINY, data_args, read_jsonl, train_records
 
 MPIRUN = shutil.which("mpirun")
 STEPS, LR = 6, 3e-3

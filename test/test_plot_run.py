@@ -165,6 +165,7 @@ def overlaps(a, b):
 
 
 def check_legends_outside(fig):
+    """Every legend lies outside every axes and wholly inside the figure (none of its text cut off)."""
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     axes = [ax for ax in fig.axes if ax.axison]
@@ -174,6 +175,8 @@ def check_legends_outside(fig):
         box = leg.get_window_extent(renderer)
         for ax in axes:
             assert not overlaps(box, ax.get_window_extent(renderer)), (leg, ax.get_title())
+        assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and fig.bbox.y0 <= box.y0 and box.y1 <= fig.bbox.y1, \
+            ("legend past the figure's edge", box, fig.bbox, [t.get_text() for t in leg.get_texts()])
     return legends
 
 
@@ -223,6 +226,35 @@ def test_history_markers_and_default_out(two_runs):
     for name in ["loss", "logits", "entropy", "near_mass", "near_far_logits"]:
         assert (hist / f"plot_{name}.png").stat().st_size > 1000, name
     assert (hist / "plot_summary.md").exists() and "| ls_history |" in p.stdout
+
+
+@pytest.mark.parametrize("heads", ["max", "all"])
+@pytest.mark.parametrize("with_other_run", [False, True], ids=["alone", "with_mhsa"])
+def test_a_long_history_label_is_wrapped_inside_the_figure(two_runs, tmp_path, heads, with_other_run):
+    """A run with several flags changed on resume has a label longer than the figure is wide: the legend
+    wraps it between its pieces, all of it inside the figure (with the figure no shorter), nothing lost."""
+    _, mhsa, ls, _ = two_runs
+    run = tmp_path / "ls_long_history"
+    run.mkdir()
+    for name in ["metrics.jsonl", "logit_stats.jsonl"]:
+        (run / name).write_bytes((ls / name).read_bytes())
+    cfg = json.loads((ls / "config.json").read_text())
+    cfg["history"] = [{"step": 4, "flag": "--z-loss", "old": 0.0, "new": 1e-4},
+                      {"step": 4, "flag": "--learning-rate", "old": 0.03, "new": 0.01},
+                      {"step": 8, "flag": "--qk-clip", "old": 0.0, "new": 50.0},
+                      {"step": 8, "flag": "-x", "old": 10, "new": 12},
+                      {"step": 10, "flag": "--grad-clip", "old": 1.0, "new": 0.5}]
+    (run / "config.json").write_text(json.dumps(cfg))
+    runs = [plot_run.Run(str(run))] + ([plot_run.Run(str(mhsa))] if with_other_run else [])
+    labels, title = plot_run.run_labels(runs)
+    assert len(labels[0]) > 140, labels[0]  # longer than a line of the loss figure's legend
+    import matplotlib.pyplot as plt
+    for name, fig in plot_run.build_figures(runs, labels, title, heads=heads):
+        legends = check_legends_outside(fig)
+        texts = [t.get_text() for leg in legends for t in leg.get_texts()]
+        for lab in labels:  # every label whole, wrapped or not (the near/far plots may add " (N=...)")
+            assert any(t.replace(",\n", ", ").replace("\n", " ").startswith(lab) for t in texts), (name, lab, texts)
+        plt.close(fig)
 
 
 @pytest.mark.parametrize("extra,expect", [

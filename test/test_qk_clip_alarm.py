@@ -1,5 +1,5 @@
 """QK-Clip (--qk-clip) and the logit alarm (--logit-alarm, --logit-alarm-above) end to end on the CPU
-backend, byte-level tiny Shakespeare (test_e2e.py's data and TINY model). The unit tests are in
+backend, byte-level tiny Shakespeare (run_helpers.py's data and TINY model). The unit tests are in
 test/test_qk_clip.cpp (logits recomputed after the scaling) and test/test_logit_alarm.cpp (rules on
 synthetic series); here: the loop applies them at the right steps, logs them, and a resumed run
 repeats an uninterrupted one bit for bit."""
@@ -7,8 +7,7 @@ import shutil
 
 import numpy as np
 
-from test_e2e import TINY, assert_same_run, data_args, read_jsonl, run, train_records  # noqa: F401
-from test_e2e import byte_data  # noqa: F401  (fixture)
+from run_helpers import TINY, assert_same_run, data_args, read_jsonl, run, train_records
 
 COMMON = TINY + ["-k", "constant", "-u", 0, "-l", "4e-3", "-v", 0, "-s", 0, "--logit-stats-every", 1]
 L, NH = 2, 4

@@ -7,15 +7,13 @@ the real binary on byte-level tiny Shakespeare and a tiny model:
   - `make train` twice continues the run.
 """
 import json
-import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 
-from test_e2e import (BIN, REPO, SHARED, TINY, TS_GPT2, assert_refused, byte_data, data_args, dir_hashes,  # noqa: F401
-                      read_jsonl, run)
+from run_helpers import (BIN, REPO, TINY, assert_refused, data_args, dir_hashes, gpt2_tinyshakespeare, read_jsonl,
+                         run)
 
 # constant LR, so a run continued to another -x follows the same schedule as an uninterrupted one
 COMMON = TINY + ["-k", "constant", "-u", 0, "-l", "2e-3", "-v", 3, "-m", 2, "-s", 0, "--logit-stats-every", 2]
@@ -164,11 +162,7 @@ def test_fork_from_a_checkpoint_leaves_the_source_untouched(byte_data, tmp_path)
 
 def make_train(out, args):
     """`make train` with the Makefile's own rule, the trainer and data taken as built (make -o)."""
-    if not (TS_GPT2 / "meta.json").exists():
-        env = dict(os.environ, GPT2_BPE_DIR=str(SHARED / "gpt2"))
-        subprocess.run([sys.executable, "data/prepare.py", "--dataset", "tinyshakespeare", "--source",
-                        str(SHARED / "tinyshakespeare" / "input.txt"), "--out", str(TS_GPT2), "--tokenizer", "gpt2"],
-                       cwd=REPO, env=env, check=True)
+    gpt2_tinyshakespeare()
     if not BIN.exists():
         pytest.fail(f"{BIN} is missing; build it with `make train_gpt2_ls`")
     return subprocess.run(["make", "-s", "-o", "train_gpt2_ls", "-o", "data/shards/tinyshakespeare_gpt2/meta.json", "train",

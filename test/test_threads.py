@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from test_e2e import BIN, REPO, TINY, byte_data, data_args  # noqa: F401  (byte_data is a fixture)
+from run_helpers import BIN, REPO, TINY, data_args
 from test_generate import GEN
 
 TASKSET = shutil.which("taskset")

@@ -4,6 +4,7 @@
 // schedules every launch runs under, and the properties of an H100 SXM (sm_90, 132 SMs, 227 KB of
 // opt-in shared memory per block). Like the driver it stands in for, it is process-wide: device().
 // LLMC_EMU_DEVICE_COUNT > 1 numbers several devices that all share this one state (parse_device_count).
+// It also keeps the per-step counts of launches, copies and synchronisations (step_counters.h).
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -18,6 +19,7 @@
 #include <driver_types.h>
 
 #include "dev/emu/block.h"
+#include "dev/emu/step_counters.h"
 
 namespace llmc::emu {
 
@@ -63,7 +65,8 @@ public:
     StackPool stacks;
     uint64_t launches = 0, blocks_run = 0;
     bool verbose = false;
-    int device_count = 1;  // LLMC_EMU_DEVICE_COUNT
+    int device_count = 1;                                   // LLMC_EMU_DEVICE_COUNT
+    StepCounters counters{std::getenv("LLMC_EMU_REPORT")};  // per-step report (step_counters.h)
 
     DeviceState() {
         schedules = parse_schedules(std::getenv("LLMC_EMU_SCHEDULES"));

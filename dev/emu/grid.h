@@ -162,6 +162,7 @@ inline void run_grid(const void* fn, dim3 grid, dim3 block, size_t smem, const s
         return;
     }
     const std::string name = kernel_name(fn);
+    d.counters.kernel(name);
     if (d.verbose)
         std::fprintf(stderr, "emu: launch %s grid (%u,%u,%u) block (%u,%u,%u) smem %zu\n", name.c_str(), grid.x, grid.y,
                      grid.z, block.x, block.y, block.z, smem);

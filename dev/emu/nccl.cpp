@@ -687,11 +687,13 @@ ncclResult_t start(ncclComm* c, const Coll& o) {
         if (ncclResult_t e = check_op(o.op, call)) return e;
     if (o.kind == kBroadcast && (o.root < 0 || o.root >= c->nranks))
         return fail(ncclInvalidArgument, call, "root %d is not a rank of this %d-rank communicator", o.root, c->nranks);
-    if (o.count == 0) return ncclSuccess;  // nothing to move, on every rank alike
     const size_t es = type_size(o.dt), n = (size_t)c->nranks, me = (size_t)c->rank;
     if (o.count > std::numeric_limits<size_t>::max() / es / n)
         return fail(ncclInvalidArgument, call, "count %zu is too large", o.count);
     const size_t bytes = o.count * es;
+    // for the per-step report (step_counters.h): the size of the send buffer the call implies
+    llmc::emu::device().counters.collective(call, o.kind == kReduceScatter ? bytes * n : bytes);
+    if (o.count == 0) return ncclSuccess;  // nothing to move, on every rank alike
     switch (o.kind) {
         case kAllReduce:
             if (ncclResult_t e = check_buffer(o.send, bytes, "sendbuff", call)) return e;

@@ -62,7 +62,9 @@ cudaError_t check_side(const void* p, size_t n, bool want_device, const char* wh
     return cudaSuccess;
 }
 
-cudaError_t do_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, const char* call) {
+// synchronous: cudaMemcpy (counted as a host synchronisation when a side is host memory, per the
+// Runtime API's "API synchronization behavior"); otherwise cudaMemcpyAsync.
+cudaError_t do_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, const char* call, bool synchronous) {
     if (n == 0) return cudaSuccess;
     std::lock_guard<std::mutex> lock(device().mu);
     auto& d = device();
@@ -81,6 +83,10 @@ cudaError_t do_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, c
     if (cudaError_t e = check_side(dst, n, dst_dev, "destination", call)) return e;
     if (cudaError_t e = check_side(src, n, src_dev, "source", call)) return e;
     std::memmove(dst, src, n);
+    const void* host_side = !dst_dev ? dst : !src_dev ? src : nullptr;
+    const auto* pinned = host_side ? d.find(host_side) : nullptr;
+    static const char* const kDirection[2][2] = {{"HtoH", "HtoD"}, {"DtoH", "DtoD"}};  // [src_dev][dst_dev]
+    d.counters.copy(kDirection[src_dev][dst_dev], n, synchronous, host_side && !pinned);
     return cudaSuccess;
 }
 
@@ -140,10 +146,10 @@ cudaError_t cudaFreeHost(void* p) {
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
-    return do_copy(dst, src, n, kind, "cudaMemcpy");
+    return do_copy(dst, src, n, kind, "cudaMemcpy", true);
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t) {
-    return do_copy(dst, src, n, kind, "cudaMemcpyAsync");
+    return do_copy(dst, src, n, kind, "cudaMemcpyAsync", false);
 }
 
 cudaError_t cudaMemset(void* p, int value, size_t n) {
@@ -151,6 +157,7 @@ cudaError_t cudaMemset(void* p, int value, size_t n) {
     std::lock_guard<std::mutex> lock(device().mu);
     if (cudaError_t e = check_side(p, n, true, "pointer", "cudaMemset")) return e;
     std::memset(p, value, n);
+    device().counters.memset(n);
     return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t) { return cudaMemset(p, value, n); }
@@ -164,8 +171,16 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     delete reinterpret_cast<EmuStream*>(s);
     return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+// Every call has completed already (issue order, synchronous); the host synchronisations are counted
+// for the per-step report (step_counters.h).
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+    device().counters.sync("cudaStreamSynchronize");
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void) {
+    device().counters.sync("cudaDeviceSynchronize");
+    return cudaSuccess;
+}
 
 cudaError_t cudaEventCreate(cudaEvent_t* e) {
     *e = reinterpret_cast<cudaEvent_t>(new EmuEvent());
@@ -182,7 +197,10 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
     ev->recorded = true;
     return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t) {
+    device().counters.sync("cudaEventSynchronize");
+    return cudaSuccess;
+}
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
     auto *x = reinterpret_cast<EmuEvent*>(a), *y = reinterpret_cast<EmuEvent*>(b);
     if (!x->recorded || !y->recorded)

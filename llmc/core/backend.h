@@ -99,6 +99,13 @@ public:
     virtual double peak_flops() const { return 0.0; }
     virtual size_t device_memory_used() const { return 0; }
 
+    // --- instruments ---
+    // Called by the training loop at the start and at the end of optimizer step `step` (1-based;
+    // llmc/train/train_step.h). They must not change the computation; the CUDA backend marks the
+    // steps for the emulated device's per-step report (llmc/cuda/step_marker.cuh).
+    virtual void on_step_begin(int /*step*/) {}
+    virtual void on_step_end(int /*step*/) {}
+
     // --- data parallelism (docs/multigpu.md) ---
     // Replaces the gradients by their mean over the ranks of comm. The default goes through the
     // host (get_grads -> all-reduce Avg -> set_grads); a GPU backend may override it to reduce its

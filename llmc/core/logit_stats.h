@@ -80,7 +80,10 @@ inline void merge_logit_stats(LogitStats& acc, const LogitStats& s, int index, i
 }
 
 // The step's logit statistics over all ranks: max of maxima, min of minima, mean of the means.
-inline void reduce_logit_stats(Collective& comm, LogitStats& s) {
+// carried_max, when given: one more value of the caller's that needs the Max over the ranks, reduced in
+// place in the same all-reduce as the output max logit, so that it costs no collective call of its own
+// (the ranks' stop vote, llmc/train/interrupt.h).
+inline void reduce_logit_stats(Collective& comm, LogitStats& s, float* carried_max = nullptr) {
     if (comm.world_size() == 1) return;
     comm.all_reduce(s.max_logit.data(), s.max_logit.size(), ReduceOp::Max);
     comm.all_reduce(s.min_logit.data(), s.min_logit.size(), ReduceOp::Min);
@@ -90,11 +93,13 @@ inline void reduce_logit_stats(Collective& comm, LogitStats& s) {
         comm.all_reduce(s.near_max_logit.data(), s.near_max_logit.size(), ReduceOp::Max);
         comm.all_reduce(s.far_max_logit.data(), s.far_max_logit.size(), ReduceOp::Max);
     }
-    float outs[2] = {s.out_max_logit, s.out_mean_lse};
-    comm.all_reduce(&outs[0], 1, ReduceOp::Max);
-    comm.all_reduce(&outs[1], 1, ReduceOp::Avg);
-    s.out_max_logit = outs[0];
-    s.out_mean_lse = outs[1];
+    float maxima[2] = {s.out_max_logit, carried_max ? *carried_max : 0.0f};
+    comm.all_reduce(maxima, carried_max ? 2 : 1, ReduceOp::Max);
+    float mean_lse = s.out_mean_lse;
+    comm.all_reduce(&mean_lse, 1, ReduceOp::Avg);
+    s.out_max_logit = maxima[0];
+    s.out_mean_lse = mean_lse;
+    if (carried_max) *carried_max = maxima[1];
 }
 
 }  // namespace llmc

@@ -52,6 +52,7 @@
 #include "llmc/cuda/layernorm.cuh"
 #include "llmc/cuda/matmul.cuh"
 #include "llmc/cuda/qknorm.cuh"
+#include "llmc/cuda/step_marker.cuh"
 #include "llmc/core/error.h"
 #include "llmc/core/init.h"
 #include "llmc/core/model_config.h"
@@ -488,6 +489,10 @@ public:
         }
         Backend::all_reduce_grads(comm);
     }
+
+    // The step boundaries for the emulated device's per-step report (nothing under nvcc).
+    void on_step_begin(int step) override { mark_step(step, true); }
+    void on_step_end(int step) override { mark_step(step, false); }
 
     double peak_flops() const override { return peak_flops_; }
     size_t device_memory_used() const override { return device_memory_in_use(); }

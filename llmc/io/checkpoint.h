@@ -103,6 +103,24 @@ inline void put_config_fields(int32_t* h, const ModelConfig& c) {
     h[13] = (int32_t)float_bits(c.attn_softcap);
 }
 
+// The ModelConfig of header indices 2..13, put_config_fields' inverse (a flag is on when its field is
+// exactly 1; whether the fields are valid is the caller's to check).
+inline ModelConfig get_config_fields(const int32_t* h) {
+    ModelConfig c;
+    c.max_seq_len = h[2];
+    c.vocab_size = h[3];
+    c.num_layers = h[4];
+    c.num_heads = h[5];
+    c.channels = h[6];
+    c.padded_vocab_size = h[7];
+    c.global_heads = h[8];
+    c.window = h[9];
+    c.qk_norm = h[10] == 1;
+    c.tied_embeddings = h[11] == 1;
+    c.attn_softcap = bits_float((uint32_t)h[13]);
+    return c;
+}
+
 // Identifies a model architecture: FNV-1a of the config header fields (not the dtype). The
 // training-state file stores it so optimizer state is never loaded into a different model.
 inline uint64_t model_config_hash(const ModelConfig& c) {
@@ -224,12 +242,7 @@ inline ModelCheckpoint load_llmc_checkpoint(std::FILE* f, const int32_t* h, size
                          " is not supported; use version 3 (fp32) or 5 (bf16) from llm.c's train_gpt2");
     ModelCheckpoint ck;
     ModelConfig& c = ck.config;
-    c.max_seq_len = h[2];
-    c.vocab_size = h[3];
-    c.num_layers = h[4];
-    c.num_heads = h[5];
-    c.channels = h[6];
-    c.padded_vocab_size = h[7];
+    c = get_config_fields(h);  // llm.c's indices 2..7 are ours (maxT, V, L, NH, C, Vp); the rest set here
     c.global_heads = c.num_heads;
     c.window = c.max_seq_len;
     c.qk_norm = false;
@@ -285,18 +298,8 @@ inline ModelCheckpoint load_model_checkpoint(const std::string& path) {
                          std::to_string(h[2]) + "]");
 
     ModelCheckpoint ck;
-    ModelConfig& c = ck.config;
-    c.max_seq_len = h[2];
-    c.vocab_size = h[3];
-    c.num_layers = h[4];
-    c.num_heads = h[5];
-    c.channels = h[6];
-    c.padded_vocab_size = h[7];
-    c.global_heads = h[8];
-    c.window = h[9];
-    c.qk_norm = h[10] == 1;
-    c.tied_embeddings = h[11] == 1;
-    c.attn_softcap = bits_float((uint32_t)h[13]);
+    ck.config = get_config_fields(h.data());
+    const ModelConfig& c = ck.config;
     std::string err = validate_model_config(c);
     if (!err.empty()) throw bad_header("it describes an invalid model (" + err + ")");
     ck.bf16 = h[12] == 1;

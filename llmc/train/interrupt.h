@@ -2,8 +2,15 @@
 // SIGUSR1 (Slurm's warning before the time limit, `--signal=USR1@60` in scripts/slurm_train.sh) stop a
 // training run cleanly (docs/training.md, "Interrupts and preemption"):
 //   - the handler only records the signal (and writes one fixed acknowledgement line to stderr);
-//   - after every step the loop (llmc/train/train_loop.h) asks agreed_signal(): one all-reduce (Max)
-//     of the recorded signal, so a signal that reached one rank stops every rank after the same step;
+//   - the ranks agree on the stop without a collective of their own (with NCCL every collective is a
+//     device synchronization): in each step every rank casts its vote, the signal it has recorded so
+//     far (cast_vote()), into a reduction the step does anyway, the Max of the logit statistics
+//     (train_step, llmc/train/train_step.h); after the step the loop (llmc/train/train_loop.h) asks
+//     agreed_signal(), the Max over the ranks, so a signal that reached one rank stops every rank
+//     after the same step. The bound on the delay: a signal stops the run after the step during which
+//     it arrived when it arrived before that step's vote (after its forward and backward passes, the
+//     bulk of a step), else after the next step (one step more; with one process there is no vote and
+//     no delay: the signal as of the end of the step counts);
 //   - every rank writes its part of a checkpoint of that step through the scheduled save path
 //     (save_checkpoint, llmc/train/training_model.h), rank 0 prints interrupt_line() on stderr, every rank
 //     waits for rank 0's DONE marker (a barrier: launchers end the other ranks at the first non-zero exit),
@@ -81,6 +88,7 @@ inline void on_interrupt_signal(int sig) {
 
 // Usage: InterruptHandlers interrupts;   (the loop's lifetime: installs the handler, restores the
 //        ...                              previous dispositions when it goes out of scope)
+//        per step: reduce_logit_stats(comm, stats, interrupts.cast_vote());   (train_step)
 //        if (int sig = interrupts.agreed_signal(comm)) { checkpoint; report; return interrupt_exit_code(sig); }
 class InterruptHandlers {
 public:
@@ -104,14 +112,27 @@ public:
     InterruptHandlers(const InterruptHandlers&) = delete;
     InterruptHandlers& operator=(const InterruptHandlers&) = delete;
 
-    // The signal every rank stops for after this step, 0 to go on: the largest signal number any rank
-    // received. Collective (one all_reduce_int): every rank calls it after every step it checks.
-    int agreed_signal(Collective& comm) const { return (int)comm.all_reduce_int(g_interrupt_signal, ReduceOp::Max); }
+    // This step's vote, set to the signal this rank has recorded so far (0: none), for the step to reduce
+    // in place with Max over the ranks in a reduction it does anyway (a signal number is exact in a float).
+    // Every rank casts it at the same point of every step.
+    float* cast_vote() {
+        vote_ = (float)g_interrupt_signal;
+        return &vote_;
+    }
+    // The signal every rank stops for after this step, 0 to go on: the largest signal number in the votes
+    // the ranks cast in this step (one process: the signal recorded so far). Makes no collective call; a
+    // step that cast no vote agrees on 0. Clears the vote for the next step.
+    int agreed_signal(const Collective& comm) {
+        const int sig = comm.world_size() == 1 ? (int)g_interrupt_signal : (int)vote_;
+        vote_ = 0.0f;
+        return sig;
+    }
 
 private:
     static constexpr int kCount = sizeof kInterruptSignals / sizeof kInterruptSignals[0];
     struct sigaction previous_[kCount];
     bool installed_[kCount] = {};
+    float vote_ = 0.0f;  // cast_vote() .. agreed_signal(): this rank's vote, then (reduced) the ranks' Max
 };
 
 }  // namespace llmc

@@ -19,8 +19,9 @@
 //   save_checkpoint (and its console line), each when due; at the end the summary line. A
 //   checkpoint of step s therefore holds everything after step s's records, and a resumed run
 //   continues at step s+1 exactly as an uninterrupted one.
-//   Then, before the last step, the ranks agree whether a signal asks them to stop
-//   (llmc/train/interrupt.h): if so, a checkpoint of step s (when none was due) and the exit code.
+//   Then, before the last step, the ranks agree whether a signal asks them to stop (llmc/train/interrupt.h:
+//   their votes ride on the step's reduction of the logit statistics): if so, a checkpoint of step s (when
+//   none was due) and the exit code.
 // A second run on the same -o is refused in plan_run (before it reads checkpoints) or open_outputs (a race).
 //
 // Several processes (docs/multigpu.md; rank and world size come from the Collective): each rank
@@ -321,13 +322,14 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
 
     InterruptHandlers interrupts;  // SIGINT/SIGTERM/SIGUSR1: stop after the step, checkpointed (interrupt.h)
     for (int step = plan.start_step(); step < plan.max_steps;) {
-        const StepResult r = train_step(cfg, plan, model, loop, buf, comm, step);
+        const StepResult r = train_step(cfg, plan, model, loop, buf, comm, step, interrupts);
         step = r.step;
         const std::optional<double> val_loss = validation_loss(cfg, plan, backend, buf, comm, step);
         report_step(cfg, plan, r, buf.step, val_loss, backend, outputs);
         if (main_rank && cfg.sample_every > 0 && cfg.gen_tokens > 0 && step % cfg.sample_every == 0)
             print_sample(cfg, plan.model, backend, outputs.tokenizer, loop.sample_rng, step, outputs.log);
-        const int sig = step < plan.max_steps ? interrupts.agreed_signal(comm) : 0;  // a stop (interrupt.h)
+        const int agreed = interrupts.agreed_signal(comm);  // the votes of this step (interrupt.h)
+        const int sig = step < plan.max_steps ? agreed : 0;
         if (checkpoint_due(cfg, plan, r) || (sig != 0 && !cfg.output_dir.empty())) {
             save_checkpoint(cfg, plan.model, step, model, loop, comm);
             outputs.summary.weights = model_path(cfg.output_dir, step);

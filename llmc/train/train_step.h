@@ -1,9 +1,11 @@
 // One optimizer step of the training loop (train_step), in order: zero the gradients; accum
-// micro-batches of next batch, forward, backward(1/accum); the mean losses, the logit statistics and
-// the gradients reduced over the ranks; the global gradient norm; the spike verdict; the AdamW update
+// micro-batches of next batch, forward, backward(1/accum); the mean losses, the logit statistics (with
+// the ranks' stop vote, llmc/train/interrupt.h) and the gradients reduced over the ranks; the global
+// gradient norm; the spike verdict; the AdamW update
 // with the step's learning rate and clipped gradients (skipped when loss or norm is not finite, or
 // on a spike with --skip-spikes); QK-Clip; the spike windows and the logit alarm. Every decision
-// is taken from values reduced over the ranks, so all ranks decide alike.
+// is taken from values reduced over the ranks, so all ranks decide alike. The step is bracketed by
+// Backend::on_step_begin / on_step_end (instruments: the emulated device's per-step report).
 #pragma once
 #include <chrono>
 #include <cmath>
@@ -16,6 +18,7 @@
 #include "llmc/core/logit_stats.h"
 #include "llmc/dist/collective.h"
 #include "llmc/io/dataloader.h"
+#include "llmc/train/interrupt.h"
 #include "llmc/train/loop_state.h"
 #include "llmc/train/qk_clip.h"
 #include "llmc/train/run_plan.h"
@@ -85,10 +88,12 @@ inline void update_weights(const TrainConfig& cfg, const RunPlan& plan, Training
     }
 }
 
-// Optimizer step `step` + 1 (0-based `step` steps are done), as described at the top of this file.
+// Optimizer step `step` + 1 (0-based `step` steps are done), as described at the top of this file; casts
+// this rank's stop vote (interrupts.cast_vote()) into the reduction of the logit statistics.
 inline StepResult train_step(const TrainConfig& cfg, const RunPlan& plan, TrainingModel& model, LoopState& loop,
-                             StepBuffers& buf, Collective& comm, int step) {
+                             StepBuffers& buf, Collective& comm, int step, InterruptHandlers& interrupts) {
     const auto t0 = std::chrono::steady_clock::now();
+    model.backend->on_step_begin(step + 1);
     const LossSums sums = accumulate_gradients(cfg, plan.accum, *model.backend, loop.train, buf);
     if (cfg.debug_fail_rank == cfg.rank)  // test hook: the other ranks are about to wait for this one
         throw InputError("--debug-fail-rank " + std::to_string(cfg.rank) + ": rank " + std::to_string(cfg.rank) +
@@ -96,7 +101,7 @@ inline StepResult train_step(const TrainConfig& cfg, const RunPlan& plan, Traini
     StepResult r;
     r.loss = (float)comm.all_reduce_double(sums.loss / plan.accum, ReduceOp::Avg);
     r.zloss = (float)comm.all_reduce_double(sums.z_loss / plan.accum, ReduceOp::Avg);
-    reduce_logit_stats(comm, buf.step);
+    reduce_logit_stats(comm, buf.step, interrupts.cast_vote());  // the stop vote rides on its Max all-reduce
     r.norm = reduced_grad_norm(model, comm);
     r.loss_z = loop.loss_spikes.zscore(r.loss);
     r.norm_z = loop.norm_spikes.zscore(r.norm);
@@ -115,6 +120,7 @@ inline StepResult train_step(const TrainConfig& cfg, const RunPlan& plan, Traini
     // every step, rules on or off, so a checkpoint's alarm window is always the last W steps'
     r.alarm = loop.alarm.observe(r.step, buf.step);
     r.alarm_checkpoint = r.alarm.checkpoint && !cfg.output_dir.empty();
+    model.backend->on_step_end(step + 1);
     r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     r.tokens_per_s = (double)cfg.batch_size * cfg.seq_len * plan.accum * cfg.world_size / (r.ms / 1000.0);
     return r;

@@ -35,18 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::vector<uint8_t> fixed(data, data + size);
     int32_t h[CKPT_HEADER_INTS];
     std::memcpy(h, fixed.data(), CKPT_HEADER_BYTES);
-    ModelConfig c;
-    c.max_seq_len = h[2];
-    c.vocab_size = h[3];
-    c.num_layers = h[4];
-    c.num_heads = h[5];
-    c.channels = h[6];
-    c.padded_vocab_size = h[7];
-    c.global_heads = h[8];
-    c.window = h[9];
-    c.qk_norm = h[10] == 1;
-    c.tied_embeddings = h[11] == 1;
-    c.attn_softcap = bits_float((uint32_t)h[13]);
+    const ModelConfig c = get_config_fields(h);  // the reader's own decoding of the header
     if (validate_model_config(c).empty()) put_u64(h, 14, (uint64_t)param_layout(c).total);
     put_u64(h, 16, fnv1a64(fixed.data() + CKPT_HEADER_BYTES, size - CKPT_HEADER_BYTES));
     std::memcpy(fixed.data(), h, CKPT_HEADER_BYTES);

@@ -1,0 +1,386 @@
+#!/usr/bin/env python3
+"""Roofline model of one training step (forward + backward + AdamW) on an H100 SXM. MODELED, not
+measured on a GPU: every figure comes from counting, none from a run.
+
+    python3 dev/bench/roofline.py                          # paper model and GPT-2 124M, markdown
+    python3 dev/bench/roofline.py --model paper --batch 8 --seq 1024
+    python3 dev/bench/roofline.py --sass sass.json         # + the column modeled from SASS figures
+    python3 dev/bench/roofline.py --out out/bench/roofline    # + DIR/roofline.json (scripts/gpu_check.sh)
+
+The step is the CUDA backend's op list (llmc/cuda/gpt2_cuda.cuh: forward, backward, grad_norm,
+adamw_update), one micro-batch of B x T tokens (N = B T). Per op:
+  FLOPs   the op's arithmetic: 2 per multiply-add of its GEMMs; for element-wise and row ops a
+          nominal count per element (they are memory-bound by orders of magnitude either way).
+          Attention counts only VISIBLE (query, key) pairs: a global head's causal triangle
+          T (T + 1) / 2, a local head's sum_i min(i + 1, P) (window P). Forward 4 hd per pair
+          (S = Q K^T and O = P V); backward 10 hd per pair (S recomputed as FlashAttention-2 does,
+          then dV, dP, dQ, dK: 2.5x the forward; storing P instead is not an option at T = 2048).
+  bytes   compulsory HBM traffic: every input read once and every output written once, in the
+          dtypes the BF16 build stores (activations and the weights' working copy bf16, LayerNorm
+          statistics, attention lse and parameter gradients fp32); nothing re-read, nothing spilled.
+          Parameter gradients are written once (fp32; the first micro-batch needs no zeroed buffer
+          to add into); a matmul's bias gradient is taken as fused into its dW GEMM (no extra read);
+          an activation gradient that an op adds into (the residual stream's) is read and written.
+          The two GEMMs of a matmul backward (dinp, dW) each read the output gradient.
+  time    max(FLOPs / peak, bytes / bandwidth) at 989 TFLOP/s dense bf16 and 3.35 TB/s (H100 SXM);
+          "bound" names the larger. The step's roofline is the SUM over ops (ops run one after
+          another on one stream; an op cannot overlap the next), which is more than
+          max(total FLOPs / peak, total bytes / bandwidth).
+The model ignores launch gaps, the host, tail effects and the kernels' real efficiency, so a real
+step is slower; it says how fast the op list could be, and which ops are bound by what.
+
+Today's passes (a second time column): the same ops with the traffic today's kernels add beyond
+the compulsory - the bias gradients' own pass over dout, dW added into with beta = 1 (read), the
+gradient memset, the bf16 weight copy as its own pass, the backward classifier re-reading the
+logits to recompute the log-sum-exp, the attention backward's D = rowsum(dO O) pass and the dQ
+kernel's second read of q, k, v, dO. FLOPs are the same.
+
+Modeled from SASS (--sass FILE, optional). The attention kernels' tensor-core work is modeled from
+the instruction mix of their compiled hot loops, as dev/cuda/sass_report --json reports it. FILE is
+JSON: either {"kernels": [ENTRY, ...]} or a list of ENTRY, where ENTRY is
+    {"name": "<demangled kernel name>", "instructions_per_hmma": I, "smem_wavefronts_per_hmma": W}
+(W optional; other keys ignored). An entry belongs to a kernel of ATTENTION_KERNELS when its name
+contains the kernel's base name and, if it has template arguments, the first is the head size;
+of several matches (e.g. statistics on / off) the slowest is used. Per kernel:
+    tensor work = GEMMs per visited tile pair x 2 hd x 64 x 64 FLOPs x visited 64 x 64 tile pairs
+    (a visited tile is computed whole, masked pairs included: the kernels' tile rule,
+    llmc/core/attention_tiles.h);
+    efficiency = min(1, 4 / I, 1 / W): at 989 TFLOP/s (= 132 SMs x 4096 FLOPs x 1.83 GHz) an SM
+    retires one m16n8k16 HMMA (4096 FLOPs) per cycle, i.e. each of its 4 schedulers one per 4 cycles while it can issue one instruction per
+    cycle (so I instructions per HMMA cap it at 4 / I), and the SM's shared memory delivers one
+    128-byte wavefront per cycle (W wavefronts per HMMA, as a warp's hot loop issues them, cap it
+    at 1 / W);
+    time = max(sum over the op's kernels of tensor work / (peak x efficiency), bytes / bandwidth)
+    (bytes: the op's traffic with today's passes).
+An attention op whose kernels have no entry shows "-". The other ops keep their today's-passes time
+in that column (cuBLASLt and the memory-bound kernels are not modeled), so the column isolates the
+attention kernels' distance from their roofline. No factor is added for mma.sync against Hopper's
+wgmma (the peak is the device's).
+"""
+import argparse
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+
+PEAK_FLOPS = 989e12  # H100 SXM dense bf16 tensor-core rate, FLOP/s
+BANDWIDTH = 3.35e12  # H100 SXM HBM3, bytes/s
+ACT = 2  # bf16 activation / working-weight bytes
+F32 = 4
+TILE = 64  # the tensor-core attention kernels' query and key tile (llmc/cuda/attention_ls_common.cuh)
+
+# The shapes modeled. paper: the paper's small model (docs/experiments.md, scripts/exp_pg19.sh:
+# ls-small, 6 layers, C 192, 6 heads of 32, one global head, P = 50, SentencePiece 10K vocabulary,
+# T = 2048; 16 sequences = the script's default 32768 tokens per step). gpt2-124m: GPT-2 small (12
+# layers, C 768, 12 heads of 64, every head global as in GPT-2, vocabulary 50257) at llm.c's
+# B 16 x T 1024 (dev/bench/train_vs_torch.py's d12 shape).
+MODELS = {
+    "paper": dict(L=6, C=192, NH=6, G=1, P=50, V=10000, maxT=2048, B=16, T=2048),
+    "gpt2-124m": dict(L=12, C=768, NH=12, G=12, P=1024, V=50257, maxT=1024, B=16, T=1024),
+}
+
+# Today's attention kernels (llmc/cuda/attention_ls*.cuh, BF16 build) for the SASS column: the op
+# they belong to and the GEMMs each computes per visited tile pair.
+ATTENTION_KERNELS = {
+    "attn_fwd_mma_kernel": ("attention fwd", 2),  # S = Q K^T, O += P V
+    "attn_bwd_kv_mma_kernel": ("attention bwd", 4),  # S, dP = dO V^T, dV += P^T dO, dK += dS^T Q
+    "attn_bwd_q_mma_kernel": ("attention bwd", 3),  # S, dP again, dQ += dS K
+}
+
+
+@dataclass
+class Op:
+    name: str
+    phase: str  # forward, backward, optimizer
+    count: int = 0  # calls of this op per step (an op of every layer: L)
+    flops: float = 0.0
+    bytes: float = 0.0
+    tile_flops: dict = field(default_factory=dict)  # attention: kernel -> tensor FLOPs on visited tiles
+
+    def add(self, flops, nbytes):
+        self.count += 1
+        self.flops += flops
+        self.bytes += nbytes
+
+
+def padded_vocab(V):
+    return (V + 127) // 128 * 128
+
+
+def visible_pairs(T, window, local):
+    """Visible (query, key) pairs of one head over one sequence of T."""
+    if not local:
+        return T * (T + 1) // 2
+    P = min(window, T)
+    return P * (P + 1) // 2 + (T - P) * P  # sum_i min(i + 1, P)
+
+
+def visited_tiles(T, window, local, tile=TILE):
+    """64 x 64 tile pairs (query tile, key tile) holding at least one visible pair (the tiles the
+    kernels visit and compute whole)."""
+    n = 0
+    nt = (T + tile - 1) // tile
+    for qt in range(nt):
+        q0, q1 = qt * tile, min(qt * tile + tile, T)
+        for kt in range(nt):
+            k0, k1 = kt * tile, min(kt * tile + tile, T)
+            if k0 > q1 - 1:
+                continue  # every key after every query
+            nearest = max(0, q0 - (k1 - 1))  # smallest i - j >= 0 in the tile
+            if not local or nearest < window:
+                n += 1
+    return n
+
+
+def step_ops(m, as_implemented=False):
+    """The ops of one training step for model shape m (a MODELS entry), in execution order.
+    as_implemented: add the traffic today's kernels cause beyond the compulsory ("today's passes" in
+    the module docstring)."""
+    L, C, NH, G, P, V, maxT, B, T = (m[k] for k in ("L", "C", "NH", "G", "P", "V", "maxT", "B", "T"))
+    qk_norm = m.get("qk_norm", False)
+    Vp, hd, N = padded_vocab(V), C // NH, B * T
+    rows_wte = min(N, V)  # distinct embedding rows a batch can touch
+    params = Vp * C + maxT * C + L * (12 * C * C + 13 * C) + 2 * C + (4 * L * hd if qk_norm else 0)
+    ops = {}
+
+    def op(name, phase):
+        if name not in ops:
+            ops[name] = Op(name, phase)
+        return ops[name]
+
+    def matmul_fwd(name, IC, OC, bias=True, extra_out=0):
+        op(name, "forward").add(2 * N * IC * OC,
+                                (N * IC + OC * IC + (OC if bias else 0) + N * OC * (1 + extra_out)) * ACT)
+
+    def matmul_bwd(name, IC, OC, bias=True):
+        dinp = (N * OC + OC * IC + N * IC) * ACT  # read dout, W; write dinp
+        dw = (N * OC + N * IC) * ACT + (OC * IC + (OC if bias else 0)) * F32  # read dout, inp; write dW (+db)
+        if as_implemented:  # dW added with beta = 1 (read), the bias gradient's own pass over dout
+            dw += OC * IC * F32 + ((N * OC * ACT + OC * F32) if bias else 0)
+        op(name, "backward").add(4 * N * IC * OC, dinp + dw)
+
+    def layernorm_fwd(name, residual):
+        reads = N * C * ACT * (2 if residual else 1) + 2 * C * ACT
+        writes = N * C * ACT * (2 if residual else 1) + 2 * N * F32
+        op(name, "forward").add(8 * N * C, reads + writes)
+
+    def layernorm_bwd():
+        nbytes = (N * C * ACT * 2 + 2 * N * F32 + C * ACT) + N * C * ACT * 2 + 2 * C * F32  # dout, inp, stats, w; dres +=; dw, db
+        op("layernorm bwd", "backward").add(16 * N * C, nbytes)
+
+    pairs = B * ((NH - G) * visible_pairs(T, P, True) + G * visible_pairs(T, P, False))
+    tiles = B * ((NH - G) * visited_tiles(T, P, True) + G * visited_tiles(T, P, False))
+    attn_io_fwd = (N * 3 * C + N * C) * ACT + N * NH * F32  # read qkv; write out, lse
+    attn_io_bwd = (N * 3 * C + 2 * N * C) * ACT + N * NH * F32 + N * 3 * C * ACT  # qkv, out, dout, lse; dqkv
+
+    if as_implemented:  # D = rowsum(dO O) (reads dO, O; written, read twice); both kernels read q, k, v, dO, lse
+        attn_io_bwd += 5 * N * C * ACT + 4 * N * NH * F32
+
+    def attention(phase):
+        o = op(f"attention {phase}", "forward" if phase == "fwd" else "backward")
+        o.add((4 if phase == "fwd" else 10) * hd * pairs, attn_io_fwd if phase == "fwd" else attn_io_bwd)
+        for kernel, (owner, gemms) in ATTENTION_KERNELS.items():
+            if owner == o.name:
+                o.tile_flops[kernel] = o.tile_flops.get(kernel, 0) + gemms * 2 * hd * TILE * TILE * tiles
+
+    if as_implemented:
+        op("zero gradients (memset)", "backward").add(0, params * F32)
+    # forward
+    op("encoder fwd", "forward").add(N * C, N * 4 + (rows_wte + T) * C * ACT + N * C * ACT)
+    layernorm_fwd("layernorm fwd", residual=False)
+    for _ in range(L):
+        matmul_fwd("matmul qkv fwd", C, 3 * C)
+        if qk_norm:
+            op("qk-norm fwd", "forward").add(8 * N * 2 * C, 2 * N * 3 * C * ACT + 4 * N * NH * F32)
+        attention("fwd")
+        matmul_fwd("matmul attproj fwd", C, C)
+        layernorm_fwd("residual + layernorm fwd", residual=True)
+        matmul_fwd("matmul fc + GELU fwd", C, 4 * C, extra_out=1)  # GELU output and its input (aux)
+        matmul_fwd("matmul fcproj fwd", 4 * C, C)
+        layernorm_fwd("residual + layernorm fwd", residual=True)
+    matmul_fwd("matmul LM head fwd", C, Vp, bias=False)
+    op("classifier fwd (loss, lse)", "forward").add(5 * N * V, N * V * ACT + N * 4 + 4 * N * F32)
+    # backward
+    # as implemented, the backward's classifier pass recomputes the log-sum-exp: one more read of the logits
+    op("classifier bwd (dlogits)", "backward").add(
+        3 * N * V, N * V * ACT * (2 if as_implemented else 1) + N * F32 + N * 4 + N * Vp * ACT)
+    matmul_bwd("matmul LM head bwd", C, Vp, bias=False)
+    layernorm_bwd()
+    for _ in range(L):
+        matmul_bwd("matmul fcproj bwd", 4 * C, C)
+        op("gelu bwd", "backward").add(15 * N * 4 * C, 3 * N * 4 * C * ACT)
+        matmul_bwd("matmul fc bwd", C, 4 * C)
+        layernorm_bwd()
+        matmul_bwd("matmul attproj bwd", C, C)
+        attention("bwd")
+        if qk_norm:
+            op("qk-norm bwd", "backward").add(16 * N * 2 * C, 3 * N * 3 * C * ACT + 4 * N * NH * F32 + 4 * hd * F32)
+        matmul_bwd("matmul qkv bwd", C, 3 * C)
+        layernorm_bwd()
+    # the tied wte gradient: positions' rows read and written (the LM head wrote it), wpe written
+    op("encoder bwd", "backward").add(N * C, N * C * ACT + N * 4 + rows_wte * C * F32 * 2 + T * C * F32)
+    # optimizer
+    op("gradient norm", "optimizer").add(2 * params, params * F32)
+    # as implemented, the bf16 copy is its own pass (reads the new master again)
+    op("AdamW + bf16 copy", "optimizer").add(15 * params,
+                                             params * (4 * F32 + 3 * F32 + ACT + (F32 if as_implemented else 0)))
+    return list(ops.values()), dict(N=N, Vp=Vp, hd=hd, params=params, pairs=pairs, tiles=tiles)
+
+
+def parse_sass(path):
+    """{(kernel base name, head size or None): (instructions per HMMA, wavefronts per HMMA or None,
+    efficiency)} for the kernels of ATTENTION_KERNELS, from a sass_report JSON (module docstring)."""
+    with open(path) as f:
+        data = json.load(f)
+    entries = data.get("kernels", data) if isinstance(data, dict) else data
+    if isinstance(entries, dict):
+        entries = [dict(v, name=k) for k, v in entries.items()]
+    out = {}
+    for e in entries:
+        name = e.get("name", "")
+        ipm = e.get("instructions_per_hmma")
+        if ipm is None:
+            continue
+        for base in ATTENTION_KERNELS:
+            if base not in name:
+                continue
+            t = re.search(re.escape(base) + r"\s*<\s*(\d+)", name)
+            hd = int(t.group(1)) if t else None
+            key = (base, hd)
+            w = e.get("smem_wavefronts_per_hmma")
+            eff = min(1.0, 4.0 / float(ipm), 1.0 / float(w) if w else 1.0)
+            if key not in out or eff < out[key][2]:
+                out[key] = (float(ipm), w, eff)
+    return out
+
+
+def sass_time(o, hd, sass):
+    """Modeled seconds of an attention op from SASS figures, or None when a kernel has none."""
+    t = 0.0
+    for kernel, work in o.tile_flops.items():
+        fig = sass.get((kernel, hd)) or sass.get((kernel, None))
+        if fig is None:
+            return None
+        t += work / (PEAK_FLOPS * fig[2])
+    return max(t, o.bytes / BANDWIDTH)
+
+
+def model_table(name, m, sass=None):
+    """Rows (one per op: compulsory figures, the as-implemented time, the SASS-modeled time) and a summary."""
+    ops, info = step_ops(m)
+    today = {o.name: o for o in step_ops(m, as_implemented=True)[0]}
+    rows = []
+    for o in list(today.values()):
+        c = next((x for x in ops if x.name == o.name), None) or Op(o.name, o.phase)
+        tf, tm = c.flops / PEAK_FLOPS, c.bytes / BANDWIDTH
+        t_today = max(o.flops / PEAK_FLOPS, o.bytes / BANDWIDTH)
+        modeled = t_today
+        if sass is not None and o.tile_flops:
+            modeled = sass_time(o, info["hd"], sass)
+        rows.append(dict(op=o.name, phase=o.phase, count=o.count, flops=c.flops, bytes=c.bytes, t_flops=tf,
+                         t_bytes=tm, bound="compute" if tf > tm else "memory" if c.count else "-",
+                         t=max(tf, tm), bytes_today=o.bytes, t_today=t_today, modeled=modeled))
+    total = sum(r["t"] for r in rows)
+    flops = sum(r["flops"] for r in rows)
+    nbytes = sum(r["bytes"] for r in rows)
+    tokens = info["N"]
+    # the model FLOPs of MFU (llmc/core/flops.h): 6 x matmul weights x tokens + 12 hd x visible pairs
+    mfu_flops = 6 * tokens * (12 * m["C"] ** 2 * m["L"] + m["C"] * info["Vp"]) + 12 * info["hd"] * info["pairs"] * m["L"]
+    T, P = m["T"], m["P"]
+    summary = dict(model=name, shape=m, tokens=tokens, params=info["params"], flops=flops, bytes=nbytes,
+                   roofline_s=total, flops_only_s=flops / PEAK_FLOPS, bytes_only_s=nbytes / BANDWIDTH,
+                   today_s=sum(r["t_today"] for r in rows), bytes_today=sum(r["bytes_today"] for r in rows),
+                   tokens_per_s=tokens / total, mfu_at_roofline=mfu_flops / total / PEAK_FLOPS,
+                   visible_fraction_local=visible_pairs(T, P, True) / (visited_tiles(T, P, True) * TILE * TILE),
+                   visible_fraction_global=visible_pairs(T, P, False) / (visited_tiles(T, P, False) * TILE * TILE),
+                   peak_flops=PEAK_FLOPS, bandwidth=BANDWIDTH)
+    if sass is not None:
+        mod = [r["modeled"] for r in rows]
+        summary["modeled_s"] = None if any(x is None for x in mod) else sum(mod)
+    return rows, summary
+
+
+def fmt_us(s):
+    return "-" if s is None else f"{s * 1e6:,.0f}"
+
+
+def markdown(name, rows, summary, with_sass):
+    m = summary["shape"]
+    hd = m["C"] // m["NH"]
+    heads = "all global" if m["G"] == m["NH"] else f"G {m['G']} global + {m['NH'] - m['G']} local, P {m['P']}"
+    out = [f"**{name}**: L {m['L']}, C {m['C']}, NH {m['NH']} (hd {hd}), {heads}, V {m['V']} "
+           f"(Vp {padded_vocab(m['V'])}), B {m['B']} x T {m['T']} = {summary['tokens']:,} tokens, "
+           f"{summary['params'] / 1e6:.2f}M parameters; H100 SXM {PEAK_FLOPS / 1e12:.0f} TFLOP/s dense bf16, "
+           f"{BANDWIDTH / 1e12:.2f} TB/s. Modeled, not measured on a GPU.", ""]
+    head = "| op | per step | GFLOP | MB | compute µs | memory µs | bound | roofline µs | today's passes µs |"
+    sep = "|---|---:|---:|---:|---:|---:|---|---:|---:|"
+    if with_sass:
+        head += " modeled from SASS µs |"
+        sep += "---:|"
+    out += [head, sep]
+    for r in rows:
+        line = (f"| {r['op']} | {r['count']} | {r['flops'] / 1e9:,.1f} | {r['bytes'] / 1e6:,.1f} | "
+                f"{fmt_us(r['t_flops'])} | {fmt_us(r['t_bytes'])} | {r['bound']} | {fmt_us(r['t'])} | "
+                f"{fmt_us(r['t_today'])} |")
+        if with_sass:
+            line += f" {fmt_us(r['modeled'])} |"
+        out.append(line)
+    s = summary
+    total = (f"| **step** | | {s['flops'] / 1e9:,.1f} | {s['bytes'] / 1e6:,.1f} | {fmt_us(s['flops_only_s'])} | "
+             f"{fmt_us(s['bytes_only_s'])} | | **{fmt_us(s['roofline_s'])}** | **{fmt_us(s['today_s'])}** |")
+    if with_sass:
+        total += f" **{fmt_us(s.get('modeled_s'))}** |"
+    out.append(total)
+    vis = f"{100 * s['visible_fraction_global']:.0f}% (global heads)"
+    if m["G"] < m["NH"]:
+        vis = f"{100 * s['visible_fraction_local']:.0f}% (local heads), " + vis
+    out += ["", f"Roofline step {s['roofline_s'] * 1e3:.2f} ms = {s['tokens_per_s'] / 1e6:.2f}M tokens/s, MFU at the "
+            f"roofline {100 * s['mfu_at_roofline']:.0f}% (llmc/core/flops.h's model FLOPs); today's passes at their "
+            f"roofline {s['today_s'] * 1e3:.2f} ms ({s['bytes_today'] / 1e9:.1f} GB moved). Visible pairs in the 64 x 64 "
+            f"tiles the attention kernels visit: {vis}."]
+    if with_sass and s.get("modeled_s") is not None:
+        out.append(f"Modeled from SASS: {s['modeled_s'] * 1e3:.2f} ms ({s['modeled_s'] / s['roofline_s']:.2f}x the roofline).")
+    return "\n".join(out)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", choices=sorted(MODELS) + ["all"], default="all")
+    ap.add_argument("--batch", type=int, help="sequences per step (default: the model's)")
+    ap.add_argument("--seq", type=int, help="sequence length T (default: the model's)")
+    ap.add_argument("--sass", help="sass_report JSON: adds the column modeled from SASS figures")
+    ap.add_argument("--out", help="also write every figure as JSON to DIR/roofline.json")
+    a = ap.parse_args(argv)
+    sass = None
+    if a.sass:
+        try:
+            sass = parse_sass(a.sass)
+        except (OSError, ValueError) as e:
+            print(f"error: --sass {a.sass}: {e}; give the JSON dev/cuda/sass_report --json writes", file=sys.stderr)
+            return 2
+    names = sorted(MODELS, key=lambda k: k != "paper") if a.model == "all" else [a.model]
+    results, text = [], []
+    for name in names:
+        m = dict(MODELS[name])
+        if a.batch:
+            m["B"] = a.batch
+        if a.seq:
+            if a.seq > m["maxT"]:
+                print(f"error: --seq {a.seq} is above {name}'s maximum sequence length {m['maxT']}; "
+                      f"give --seq <= {m['maxT']}", file=sys.stderr)
+                return 2
+            m["T"] = a.seq
+        rows, summary = model_table(name, m, sass)
+        results.append(dict(summary=summary, ops=rows))
+        text.append(markdown(name, rows, summary, sass is not None))
+    print("\n\n".join(text))
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+        with open(os.path.join(a.out, "roofline.json"), "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

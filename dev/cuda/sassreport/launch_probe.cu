@@ -1,0 +1,86 @@
+// The launch configuration of the production kernels, read from the launchers' own constants and
+// helpers (llmc/cuda/*.cuh), for dev/cuda/sass_report's occupancy: one line per kernel and shape,
+//   <kernel as c++filt names it, without namespace and parameters> \t <threads per block> \t
+//   <dynamic shared memory bytes> \t <shape the numbers hold for, "-" when any>
+// Kernels whose block size is a literal inside a launcher are not listed (the report says so).
+// Shape-dependent sizes are printed for the paper model (C 192, NH 6) and GPT-2 124M (C 768, NH 12).
+// Built by nvcc (PTX only: no device code is run or read) and run on the host; needs no GPU.
+#include <cstdio>
+
+#include "llmc/cuda/attention_decode.cuh"
+#include "llmc/cuda/attention_ls.cuh"
+#include "llmc/cuda/classifier.cuh"
+#include "llmc/cuda/global_norm.cuh"
+#include "llmc/cuda/layernorm.cuh"
+#include "llmc/cuda/qknorm.cuh"
+#include "llmc/cuda/residual.cuh"
+
+using namespace llmc::cuda;
+
+namespace {
+
+void line(const char* kernel, int threads, size_t smem, const char* shape = "-") {
+    std::printf("%s\t%d\t%zu\t%s\n", kernel, threads, smem, shape);
+}
+
+template <int HD>
+void attention(const char* hd) {
+    char name[128];
+    for (const char* stats : {"false", "true"}) {
+        std::snprintf(name, sizeof name, "attn_fwd_mma_kernel<%s, %s>", hd, stats);
+        line(name, kAttnMmaThreads, MmaFwdSmem<HD>::bytes);
+        std::snprintf(name, sizeof name, "attn_fwd_scalar_kernel<%s, %s>", hd, stats);
+        line(name, kAttnScalarThreads, attn_fwd_scalar_smem<HD>());
+    }
+    std::snprintf(name, sizeof name, "attn_bwd_kv_mma_kernel<%s>", hd);
+    line(name, kAttnMmaThreads, MmaBwdKvSmem<HD>::bytes);
+    std::snprintf(name, sizeof name, "attn_bwd_q_mma_kernel<%s>", hd);
+    line(name, kAttnMmaThreads, MmaBwdQSmem<HD>::bytes);
+    std::snprintf(name, sizeof name, "attn_bwd_kv_scalar_kernel<%s>", hd);
+    line(name, kAttnScalarThreads, attn_bwd_kv_smem<HD>());
+    std::snprintf(name, sizeof name, "attn_bwd_q_scalar_kernel<%s>", hd);
+    line(name, kAttnScalarThreads, attn_bwd_q_smem<HD>());
+}
+
+// layernorm_backward and qknorm_backward as their launchers size them for one model shape
+void norms_backward(int C, int NH, const char* shape) {
+    const int ln_warps = layernorm_backward_warps(C);
+    for (int pack : {1, kPack}) {
+        char name[64];
+        std::snprintf(name, sizeof name, "layernorm_backward_kernel<%d>", pack);
+        line(name, ln_warps * 32, (size_t)ln_warps * 2 * C * sizeof(float), shape);
+    }
+    const int hd = C / NH, qk_warps = qknorm_backward_warps(hd);
+    line("qknorm_backward_kernel", qk_warps * 32, (size_t)qk_warps * 4 * hd * sizeof(float), shape);
+}
+
+}  // namespace
+
+int main() {
+    attention<32>("32");
+    attention<64>("64");
+    attention<128>("128");
+    for (const char* fused : {"false", "true"}) {
+        char name[64];
+        for (int pack : {1, kPack}) {
+            std::snprintf(name, sizeof name, "layernorm_forward_kernel<%d, %s>", pack, fused);
+            line(name, kLayerNormForwardBlock, 0);
+        }
+    }
+    norms_backward(192, 6, "C=192,NH=6");
+    norms_backward(768, 12, "C=768,NH=12");
+    line("residual_forward_kernel", kElementwiseBlock, 0);
+    line("gelu_forward_kernel", kElementwiseBlock, 0);
+    line("gelu_backward_kernel", kElementwiseBlock, 0);
+    for (int pack : {1, kPack}) {
+        char name[64];
+        std::snprintf(name, sizeof name, "encoder_forward_kernel<%d>", pack);
+        line(name, kElementwiseBlock, 0);
+    }
+    line("encoder_backward_wpe_kernel", kElementwiseBlock, 0);
+    line("classifier_kernel", detail::kClassifierBlock, 0);
+    line("norm_partial_kernel", detail::kNormBlock, 0);
+    line("norm_final_kernel", detail::kNormBlock, 0);
+    line("attention_decode_kernel", kDecodeWarps * 32, 0);
+    return 0;
+}

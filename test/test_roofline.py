@@ -1,0 +1,155 @@
+"""dev/bench/roofline.py, the roofline model of a training step (docs/cuda_kernels.md, "Roofline
+model"). Its FLOP counts are checked against counts made another way:
+  - the matmuls against 6 x (weights in matmuls) x tokens, and, at a small shape, against PyTorch's
+    own FLOP counter (torch.utils.flop_counter) on a stack of the same linear layers, forward and
+    backward;
+  - attention against the visible (query, key) pairs of an explicit boolean mask built from the
+    visibility rule (docs/design.md: query i of a local head sees keys i - P < j <= i, a global
+    head j <= i), and the visited 64 x 64 tiles against the same mask cut into tiles;
+  - each op's time is max(FLOPs / peak, bytes / bandwidth) and the step the sum;
+  - the SASS column follows its documented rule, and a bad --sass file is refused;
+  - the table in docs/cuda_kernels.md is the script's current output.
+Modeled figures: nothing here ran on a GPU.
+"""
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "dev" / "bench" / "roofline.py"
+spec = importlib.util.spec_from_file_location("roofline", SCRIPT)
+roofline = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(roofline)
+
+SMALL = dict(L=2, C=64, NH=2, G=1, P=8, V=300, maxT=64, B=2, T=40)
+
+
+def mask(T, P, local):
+    i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+    m = j <= i
+    return m & (i - j < P) if local else m
+
+
+def op_flops(ops, prefix):
+    return sum(o.flops for o in ops if o.name.startswith(prefix))
+
+
+@pytest.mark.parametrize("name", sorted(roofline.MODELS) + ["small"])
+def test_matmul_flops_are_six_n_tokens(name):
+    m = SMALL if name == "small" else roofline.MODELS[name]
+    ops, info = roofline.step_ops(m)
+    Vp = (m["V"] + 127) // 128 * 128
+    weights = 12 * m["C"] ** 2 * m["L"] + m["C"] * Vp  # qkv 3C^2 + attproj C^2 + fc 4C^2 + fcproj 4C^2; LM head
+    assert op_flops(ops, "matmul") == 6 * weights * m["B"] * m["T"]
+    assert info["N"] == m["B"] * m["T"]
+
+
+def test_matmul_flops_match_torch_flop_counter():
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+    m = SMALL
+    L, C, B, T = m["L"], m["C"], m["B"], m["T"]
+    Vp = (m["V"] + 127) // 128 * 128
+    g = torch.Generator().manual_seed(0)
+    wte = torch.randn(Vp, C, generator=g, requires_grad=True)
+    layers = [[torch.nn.Linear(C, 3 * C), torch.nn.Linear(C, C), torch.nn.Linear(C, 4 * C), torch.nn.Linear(4 * C, C)]
+              for _ in range(L)]
+    tokens = torch.randint(0, m["V"], (B, T), generator=g)
+    with FlopCounterMode(display=False) as counter:
+        x = wte[tokens]
+        for qkv, proj, fc, fcproj in layers:
+            h = qkv(x)
+            a = h[..., :C] * h[..., C:2 * C] + h[..., 2 * C:]  # stand-in for attention: no matmul
+            x = x + proj(a)
+            x = x + fcproj(torch.nn.functional.gelu(fc(x)))
+        logits = x @ wte.T
+        logits.float().logsumexp(-1).sum().backward()
+    ops, _ = roofline.step_ops(m)
+    assert op_flops(ops, "matmul") == counter.get_total_flops()
+
+
+@pytest.mark.parametrize("T,P", [(2048, 50), (1024, 1024), (40, 8), (130, 64), (130, 65), (128, 1), (64, 200)])
+def test_attention_flops_count_the_visible_pairs(T, P):
+    m = dict(SMALL, T=T, P=P, maxT=max(T, 64), NH=3, G=1, C=96)
+    ops, _ = roofline.step_ops(m)
+    pairs = m["B"] * ((m["NH"] - m["G"]) * mask(T, P, True).sum() + m["G"] * mask(T, P, False).sum())
+    hd = m["C"] // m["NH"]
+    fwd = next(o for o in ops if o.name == "attention fwd")
+    bwd = next(o for o in ops if o.name == "attention bwd")
+    assert fwd.flops == m["L"] * 4 * hd * pairs
+    assert bwd.flops == m["L"] * 10 * hd * pairs
+
+
+@pytest.mark.parametrize("T,P", [(2048, 50), (130, 64), (130, 65), (128, 63), (192, 1), (100, 100), (64, 500)])
+def test_visited_tiles_are_the_tiles_holding_a_visible_pair(T, P):
+    for local in (True, False):
+        mk = mask(T, P, local)
+        nt = (T + 63) // 64
+        pad = np.zeros((nt * 64, nt * 64), dtype=bool)
+        pad[:T, :T] = mk
+        tiles = pad.reshape(nt, 64, nt, 64).any(axis=(1, 3)).sum()
+        assert roofline.visited_tiles(T, P, local) == tiles, (T, P, local)
+
+
+@pytest.mark.parametrize("name", sorted(roofline.MODELS))
+def test_each_op_is_at_its_roofline_and_the_step_is_their_sum(name):
+    rows, s = roofline.model_table(name, roofline.MODELS[name])
+    for r in rows:
+        assert r["t"] == max(r["flops"] / roofline.PEAK_FLOPS, r["bytes"] / roofline.BANDWIDTH)
+        assert r["t_today"] >= r["t"], r["op"]  # today's passes move at least the compulsory bytes
+    assert s["roofline_s"] == pytest.approx(sum(r["t"] for r in rows), rel=1e-12)
+    assert s["roofline_s"] >= max(s["flops_only_s"], s["bytes_only_s"])
+    assert s["today_s"] > s["roofline_s"]
+
+
+def write_sass(path, entries):
+    path.write_text(json.dumps({"kernels": entries}))
+    return str(path)
+
+
+def test_sass_column_follows_the_documented_rule(tmp_path):
+    m = roofline.MODELS["paper"]
+    hd = m["C"] // m["NH"]
+    entries = [{"name": f"void llmc::cuda::{k}<{hd}, true>(...)", "instructions_per_hmma": 27.0}
+               for k in roofline.ATTENTION_KERNELS]
+    entries.append({"name": f"void llmc::cuda::attn_fwd_mma_kernel<{hd}, false>(...)", "instructions_per_hmma": 20.0})
+    entries.append({"name": "void llmc::cuda::attn_fwd_mma_kernel<64, true>(...)", "instructions_per_hmma": 4.0})
+    sass = roofline.parse_sass(write_sass(tmp_path / "s.json", entries))
+    rows, s = roofline.model_table("paper", m, sass)
+    fwd = next(r for r in rows if r["op"] == "attention fwd")
+    B, T, P, NH, G, L = m["B"], m["T"], m["P"], m["NH"], m["G"], m["L"]
+    tiles = B * ((NH - G) * roofline.visited_tiles(T, P, True) + G * roofline.visited_tiles(T, P, False))
+    work = L * 2 * 2 * hd * 64 * 64 * tiles  # 2 GEMMs per visited tile, every layer
+    # the slower of the hd-32 entries (27, not 20) at 4/27 of peak; the hd-64 entry is not used
+    assert fwd["modeled"] == pytest.approx(max(work / (roofline.PEAK_FLOPS * 4 / 27), fwd["bytes_today"] / roofline.BANDWIDTH))
+    assert s["modeled_s"] > s["today_s"]
+    # a kernel without figures leaves its op (and the step) unmodeled
+    sass_fwd_only = roofline.parse_sass(write_sass(tmp_path / "f.json", entries[:1]))
+    rows, s = roofline.model_table("paper", m, sass_fwd_only)
+    assert next(r for r in rows if r["op"] == "attention bwd")["modeled"] is None and s["modeled_s"] is None
+    # shared-memory wavefronts cap it too: 1 / W
+    entries_w = [dict(e, instructions_per_hmma=4.0, smem_wavefronts_per_hmma=2.0) for e in entries[:3]]
+    rows, _ = roofline.model_table("paper", m, roofline.parse_sass(write_sass(tmp_path / "w.json", entries_w)))
+    fwd = next(r for r in rows if r["op"] == "attention fwd")
+    assert fwd["modeled"] == pytest.approx(max(work * 2 / roofline.PEAK_FLOPS, fwd["bytes_today"] / roofline.BANDWIDTH))
+
+
+def test_bad_sass_file_is_refused(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    p = subprocess.run([sys.executable, str(SCRIPT), "--sass", str(bad)], capture_output=True, text=True)
+    assert p.returncode == 2 and p.stdout == ""
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --sass"), p.stderr
+
+
+def test_docs_hold_the_current_table():
+    p = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, check=True)
+    doc = (REPO / "docs" / "cuda_kernels.md").read_text()
+    current = p.stdout.strip() in doc
+    assert current, "docs/cuda_kernels.md's roofline tables differ from `python3 dev/bench/roofline.py`"

@@ -1,0 +1,239 @@
+"""dev/cuda/sass_report: the SASS parser and loop analysis against a fixture whose counts are known
+from its source (test/fixtures/sass/hot_loop.cu), the fixture against a fresh compile and nvdisasm's
+own control-flow graph, the occupancy against the toolkit's cuda_occupancy.h on random inputs, and
+the real report of the production binaries (it must list the attention kernels with their hot loops).
+
+The real report: SASS_REPORT_JSON names the JSON `make sass-report` wrote (make test sets it), else
+the script runs here on TRAIN_GPT2_LS (default ./train_gpt2_ls, an nvcc build) or, when that holds no
+sm_90 code, compiles the production sources itself. Without nvcc those tests skip (say why).
+"""
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "dev/cuda/sass_report"
+FIXTURE = REPO / "test/fixtures/sass"
+sys.path.insert(0, str(REPO / "dev/cuda/sassreport"))
+
+import build  # noqa: E402
+import cfg  # noqa: E402
+import occupancy  # noqa: E402
+from sass_parse import parse_sass  # noqa: E402
+from tools import cuda_home, find_cuda_tool, run  # noqa: E402
+
+HAVE_NVCC = shutil.which("nvcc") is not None
+needs_nvcc = pytest.mark.skipif(not HAVE_NVCC, reason="needs nvcc (the CUDA toolkit) to compile sm_90 code")
+
+# hot_loop.cu's tile loop, per trip, from its source (see the comment at its top)
+TILE_LOOP = {"HMMA": 2, "MUFU": 1, "MUFU.EX2": 1, "BAR": 2, "SHFL": 1, "LDS": 2, "STS": 1, "LDG": 1, "STG": 0,
+             "LDSM": 0, "LDGSTS": 0, "LDL": 0, "STL": 0, "CALL": 0}
+
+
+def instruction_lines(text: str):
+    """[(address, text)] of the instruction lines, read without the parser."""
+    return [(int(m.group(1), 16), m.group(2)) for m in re.finditer(r"/\*([0-9a-f]{4})\*/\s+([^;]*);", text)]
+
+
+def loop_span_by_text(text: str):
+    """(head, tail) addresses of the backward branch that encloses the HMMAs, and the number of
+    instruction lines from head to tail: found by reading the listing, not by the CFG code."""
+    lines = instruction_lines(text)
+    hmma = [a for a, t in lines if "HMMA" in t]
+    for addr, t in lines:
+        m = re.search(r"BRA (0x[0-9a-f]+)", t)
+        if m and int(m.group(1), 16) <= min(hmma) and addr >= max(hmma):
+            head = int(m.group(1), 16)
+            return head, addr, sum(1 for a, _ in lines if head <= a <= addr)
+    raise AssertionError("no backward branch around the HMMAs")
+
+
+def hot_loops_of(text: str):
+    functions = parse_sass(text)
+    assert list(functions) == ["hot_loop"]
+    graph = cfg.build_cfg(functions["hot_loop"])
+    return graph, cfg.hot_loops(graph)
+
+
+def check_tile_loop(text: str):
+    graph, loops = hot_loops_of(text)
+    assert len(loops) == 1, "exactly one innermost loop holds the mma.sync"
+    loop = loops[0]
+    head, tail, n = loop_span_by_text(text)
+    assert (loop.start, loop.end) == (head, tail)
+    # one path through the trip: every instruction of the body, the nested copy loop entered once
+    for mix in (loop.min_path, loop.max_path, loop.body):
+        assert mix["instructions"] == n
+        for key, want in TILE_LOOP.items():
+            assert mix[key] == want, f"{key}: {mix[key]} != {want}"
+    assert len(loop.inner_loop_sizes) == 1 and loop.paths_enter_inner
+    return graph
+
+
+def test_fixture_hot_loop_counts_are_the_sources():
+    check_tile_loop((FIXTURE / "hot_loop.sass").read_text())
+
+
+def test_fixture_loops_found_and_only_the_mma_loop_is_hot():
+    graph, loops = hot_loops_of((FIXTURE / "hot_loop.sass").read_text())
+    heads = [graph.instrs[graph.blocks[lp.head].start].addr for lp in graph.loops]
+    # the tile loop, its copy loop, the ex2 tail loop; the trap after EXIT (BRA to itself) is unreachable
+    assert len(heads) == 3
+    tail_loop = max(graph.loops, key=lambda lp: graph.blocks[lp.head].start)
+    tail_instrs = [i for b in tail_loop.blocks for i in graph.block_instrs(b)]
+    assert sum(i.opcode == "MUFU.EX2" for i in tail_instrs) == 1 and not any(i.base == "HMMA" for i in tail_instrs)
+    assert all(lp.start != graph.instrs[graph.blocks[tail_loop.head].start].addr for lp in loops)
+
+
+def test_min_path_takes_the_shorter_branch_and_max_the_longer():
+    # a loop with an if/else inside: min and max paths must take different arms, body both
+    text = """
+	code for sm_90
+		Function : diamond
+        /*0000*/                   MOV R0, RZ ;
+        /*0010*/                   HMMA.16816.F32.BF16 R8, R4, R2, R8 ;
+        /*0020*/               @P0 BRA 0x60 ;
+        /*0030*/                   MUFU.EX2 R1, R1 ;
+        /*0040*/                   MUFU.EX2 R1, R1 ;
+        /*0050*/                   BRA 0x70 ;
+        /*0060*/                   LDS R3, [R2] ;
+        /*0070*/                   IADD3 R0, R0, 0x1, RZ ;
+        /*0080*/               @P1 BRA 0x10 ;
+        /*0090*/                   EXIT ;
+"""
+    graph = cfg.build_cfg(parse_sass(text)["diamond"])
+    (loop, ) = cfg.hot_loops(graph)
+    assert (loop.start, loop.end) == (0x10, 0x80)
+    assert loop.min_path["instructions"] == 5 and loop.min_path["LDS"] == 1 and loop.min_path["MUFU"] == 0
+    assert loop.max_path["instructions"] == 7 and loop.max_path["MUFU.EX2"] == 2 and loop.max_path["LDS"] == 0
+    assert loop.body["instructions"] == 8 and loop.body["MUFU.EX2"] == 2 and loop.body["LDS"] == 1
+
+
+def nvdisasm_back_edges(cubin: Path):
+    """{(head address, tail address)} of nvdisasm -bbcfg's edges to a block at or before the edge's
+    source: loops as NVIDIA's disassembler sees the control flow."""
+    dot = run([find_cuda_tool("nvdisasm"), "-bbcfg", "-poff", cubin])  # -poff: print the addresses
+    first, last = {}, {}
+    for m in re.finditer(r'^"([^"]+)"\n\[label="\{(.*)\}"\]', dot, re.M):
+        addrs = [int(a, 16) for a in re.findall(r"(?:^|\\l|>)([0-9a-f]{4}):", m.group(2))]
+        if addrs:  # a node of labels only (the function's end) has no instruction
+            first[m.group(1)], last[m.group(1)] = min(addrs), max(addrs)
+    edges = set()
+    for m in re.finditer(r'^"([^"]+)":\S+ -> "([^"]+)":', dot, re.M):
+        src, dst = m.groups()
+        if src in first and dst in first and first[dst] <= last[src]:
+            edges.add((first[dst], last[src]))
+    return edges
+
+
+@needs_nvcc
+def test_fixture_is_what_nvcc_makes_and_nvdisasm_sees_the_same_loops(tmp_path):
+    cubin = tmp_path / "hot_loop.cubin"
+    run(["nvcc", *build.NVCC_DEVICE_FLAGS, "-cubin", FIXTURE / "hot_loop.cu", "-o", cubin])
+    fresh = run([find_cuda_tool("cuobjdump"), "-sass", cubin])
+    graph = check_tile_loop(fresh)
+    ours = set()
+    for lp in graph.loops:
+        for t in lp.tails:
+            ours.add((graph.instrs[graph.blocks[lp.head].start].addr, graph.instrs[graph.blocks[t].end - 1].addr))
+    assert ours == nvdisasm_back_edges(cubin)
+
+
+@needs_nvcc
+def test_occupancy_agrees_with_cuda_occupancy_h(tmp_path):
+    checker = build.occupancy_checker(tmp_path, cuda_home() / "include", "g++")
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    cases = []
+    for k in range(400):
+        threads = rng.choice([32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, rng.randrange(1, 1025)])
+        regs = rng.randrange(8, 256)
+        static = rng.choice([0, rng.randrange(0, 48 * 1024)])
+        dynamic = rng.choice([0, rng.randrange(0, 200 * 1024)])
+        if regs * ((threads + 31) // 32 * 32) > 65536 or static + dynamic > 227 * 1024:
+            continue  # launches that fail; the calculator and ours may name them differently
+        cases.append((f"c{k}", regs, threads, static, dynamic))
+    got = occupancy.parse_cross_check(run([checker], stdin="".join(f"{' '.join(map(str, c))}\n" for c in cases)))
+    for key, regs, threads, static, dynamic in cases:
+        mine = occupancy.occupancy(regs, threads, static, dynamic).blocks_per_sm
+        assert got[key] == mine, f"seed {seed}: regs {regs} threads {threads} smem {static}+{dynamic}"
+
+
+def real_report(tmp_path_factory):
+    env = os.environ.get("SASS_REPORT_JSON")
+    if env:
+        path = Path(env)
+        assert path.is_file(), f"SASS_REPORT_JSON={env} does not exist (make sass-report writes it)"
+        return json.loads(path.read_text())
+    out = tmp_path_factory.mktemp("sass") / "report.json"
+    trainer = Path(os.environ.get("TRAIN_GPT2_LS", REPO / "train_gpt2_ls"))
+    cmd = [sys.executable, SCRIPT, "--build-dir", out.parent, "--json", out]
+    binaries = [trainer] if trainer.is_file() else []
+    proc = subprocess.run([*map(str, cmd + binaries)], capture_output=True, text=True)
+    if proc.returncode != 0 and binaries and "holds no sm_90 code" in proc.stderr:
+        proc = subprocess.run([*map(str, cmd)], capture_output=True, text=True)  # a host build: compile here
+    assert proc.returncode == 0, proc.stderr
+    assert "attn_fwd_mma_kernel<32, true>" in proc.stdout
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    if not HAVE_NVCC and not os.environ.get("SASS_REPORT_JSON"):
+        pytest.skip("needs nvcc (the CUDA toolkit) to build the sm_90 binaries")
+    return real_report(tmp_path_factory)
+
+
+def test_report_lists_every_attention_kernel_with_its_hot_loop(report):
+    assert report["schema_version"] == 1 and report["static"] is True and report["arch"] == "sm_90"
+    by_name = {k["name"]: k for k in report["kernels"]}
+    wanted = [f"attn_fwd_mma_kernel<{hd}, {s}>" for hd in (32, 64, 128) for s in ("false", "true")]
+    wanted += [f"attn_bwd_{p}_mma_kernel<{hd}>" for p in ("kv", "q") for hd in (32, 64, 128)]
+    for name in wanted:
+        assert name in by_name, f"{name} missing from the report"
+        k = by_name[name]
+        assert k["group"].startswith("attention") and k["registers"] > 0
+        assert k["hot_loops"], f"{name}: no loop with HMMA found"
+        for loop in k["hot_loops"]:
+            assert loop["min_path"]["HMMA"] > 0
+            assert loop["min_path"]["instructions"] <= loop["max_path"]["instructions"] <= loop["body"]["instructions"]
+        (launch, ) = k["launches"]
+        assert launch["threads"] == 128 and launch["dynamic_smem"] > 0
+        assert launch["occupancy_cuda_occupancy_h"] == launch["occupancy"]["blocks_per_sm"]
+    # an mma.sync m16n8k16 per 16x8x16 block: the forward's S = QK^T and O += PV over a 64-key tile
+    # are 2 * (16 x 64 x hd) / (16 x 8 x 16) = hd HMMA per warp on every path
+    for hd in (32, 64, 128):
+        for loop in by_name[f"attn_fwd_mma_kernel<{hd}, true>"]["hot_loops"]:
+            assert loop["min_path"]["HMMA"] == loop["max_path"]["HMMA"] == hd
+
+
+def test_report_covers_the_other_ops(report):
+    groups = {k["group"] for k in report["kernels"]}
+    for g in ("layernorm", "adamw", "classifier", "encoder", "gelu", "global norm", "qk-norm"):
+        assert g in groups, f"no {g} kernel in the report"
+    assert all(k["registers"] and k["instructions"] > 0 for k in report["kernels"])
+
+
+@needs_nvcc
+def test_a_binary_without_sm90_code_is_an_error(tmp_path):
+    host_only = tmp_path / "host_only"
+    subprocess.run(["g++", "-x", "c++", "-", "-o", host_only], input="int main() { return 0; }\n", text=True,
+                   check=True)
+    proc = subprocess.run([sys.executable, SCRIPT, "--build-dir", tmp_path, host_only], capture_output=True, text=True)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith("error: ") and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_missing_cuobjdump_is_an_error(tmp_path):
+    # no toolkit (CUDA_HOME elsewhere, no nvcc on PATH) and no site-packages (-S: the wheel is not found)
+    env = {"PATH": str(tmp_path), "CUDA_HOME": str(tmp_path / "no-cuda")}
+    proc = subprocess.run([sys.executable, "-S", SCRIPT, "x"], capture_output=True, text=True, env=env)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: cuobjdump not found") and "make deps" in proc.stderr
