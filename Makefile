@@ -21,7 +21,7 @@
 #   make test-reference  the PyTorch reference's self-tests (needs torch; TORCH_PYTHON=/usr/bin/python3)
 #   make fuzz / fuzz-smoke  libFuzzer harnesses of the file readers: 10 min each / a few s each (build/fuzz)
 #   make format / format-check  apply .clang-format to the C++/CUDA sources / check them (part of make test)
-#   make sass-report     static SASS report of the sm_90 kernels of the nvcc-built trainer and generator:
+#   make sass-report     static SASS report of the sm_90 kernels the nvcc-built trainer and generator link:
 #                        registers, spills, shared memory, H100 occupancy, hot-loop instruction mix
 #                        (dev/cuda/sass_report; table on stdout, JSON in $(BUILD)/sass/report.json; part of make test)
 #   make deps            install the dependencies (scripts/install_deps.sh); `make deps X` then makes X
@@ -237,7 +237,7 @@ EMU_CXX ?= $(CXX)
 # build/emu (BF16, the default) or build/emu-fp32 (PRECISION=FP32)
 EMU_DIR := $(BUILD)/emu$(if $(filter FP32,$(PRECISION)),-fp32)
 EMU_SAN ?= -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-EMU_CXXFLAGS := -std=c++17 -O1 -g -Wall -Wno-unknown-pragmas -ffp-contract=off -fopenmp $(EMU_SAN) -DLLMC_EMULATE \
+EMU_CXXFLAGS := -std=c++17 -O1 -g1 -Wall -Wno-unknown-pragmas -ffp-contract=off -fopenmp $(EMU_SAN) -DLLMC_EMULATE \
                 -DENABLE_$(PRECISION) -Idev/emu/include -include dev/emu/include/cuda_runtime.h \
                 $(INCLUDES) -I$(CUDA_HOME)/include
 EMU_LDFLAGS := $(EMU_SAN) -rdynamic -fopenmp -lboost_context
@@ -308,7 +308,9 @@ test-emu: emu
 ASAN_DIR := $(BUILD)/asan
 ASAN_SAN ?= -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 # (-Wno-maybe-uninitialized: GCC's false positives in libstdc++'s <regex> under -fsanitize, in catch.hpp)
-ASAN_CXXFLAGS := -std=c++17 -O1 -g -Wall -Wextra -Wno-maybe-uninitialized -fopenmp -MMD -MP $(ASAN_SAN) $(INCLUDES)
+# (-g1: line tables, all the sanitizers' stack traces need; a third less compile time than -g,
+# as in the emulated build and the fuzzers)
+ASAN_CXXFLAGS := -std=c++17 -O1 -g1 -Wall -Wextra -Wno-maybe-uninitialized -fopenmp -MMD -MP $(ASAN_SAN) $(INCLUDES)
 ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:exitcode=86 UBSAN_OPTIONS=print_stacktrace=1:exitcode=86
 ASAN_TEST_OBJS := $(patsubst test/%.cpp,$(ASAN_DIR)/test/%.o,$(TEST_SRCS))
 $(ASAN_DIR)/test/%.o: test/%.cpp
@@ -441,7 +443,7 @@ FUZZ_DIR := $(BUILD)/fuzz
 FUZZ_CXX ?= clang++
 FUZZ_SECONDS ?= 600
 FUZZ_SMOKE_SECONDS ?= 5
-FUZZ_CXXFLAGS := -std=c++17 -O1 -g -Wall -Wextra -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+FUZZ_CXXFLAGS := -std=c++17 -O1 -g1 -Wall -Wextra -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
                  -fno-omit-frame-pointer -DLLMC_FUZZ_DIR='"$(abspath test/fuzz)"' $(INCLUDES)
 FUZZ_NAMES ?= $(patsubst test/fuzz/fuzz_%.cpp,%,$(wildcard test/fuzz/fuzz_*.cpp))
 FUZZ_BINS := $(addprefix $(FUZZ_DIR)/fuzz_,$(FUZZ_NAMES))
@@ -458,16 +460,16 @@ fuzz-smoke: $(FUZZ_BINS)
 .PHONY: fuzz fuzz-smoke
 
 # --- static SASS report (dev/cuda/sass_report, docs/cuda_kernels.md) --------------------------
-# Reads the sm_90 code of the trainer and the generator as the nvcc build made them (no second
-# compile of the kernels; cuobjdump from the toolkit or from `make deps`). It prints a report and
+# Reads the sm_90 code of the programs' kernels as the nvcc build made them ($(CUDA_BACKEND_OBJ), which
+# the trainer and the generator link; no second compile of the kernels; cuobjdump from the toolkit or from `make deps`). It prints a report and
 # fails only when it cannot make one (tool missing, no sm_90 code, no kernel found).
 SASS_REPORT_JSON := $(BUILD)/sass/report.json
-sass-report: train_gpt2_ls generate_gpt2_ls
+sass-report: $(if $(filter 1,$(HOST_BUILD)),,$(CUDA_BACKEND_OBJ))
 ifeq ($(HOST_BUILD),1)
 	@echo "error: make sass-report reads the sm_90 code of the nvcc build; this build is by $(CXX) for the CPU (install the CUDA toolkit, or HOST_BUILD=0)" >&2; exit 1
 endif
 	$(PYTHON) dev/cuda/sass_report --build-dir $(BUILD)/sass --json $(SASS_REPORT_JSON) --nvcc $(NVCC) --cxx $(CXX) \
-	  train_gpt2_ls generate_gpt2_ls
+	  $(CUDA_BACKEND_OBJ)
 
 deps:
 	scripts/install_deps.sh

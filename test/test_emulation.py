@@ -113,6 +113,16 @@ MUTANTS = {
 }
 
 
+def reuse_emulator_objects(d):
+    """The unmutated build's emulator objects (build/emu/*.o, libemu.a) copied into the mutant's tree
+    with their times: make rebuilds them only when the mutation is in one of their inputs (a
+    dev/emu header or source, written after them), so a kernel mutant compiles its kernels only."""
+    (d / "build" / "emu").mkdir(parents=True)
+    for obj in list((REPO / "build" / "emu").glob("*.o")) + [REPO / "build" / "emu" / "libemu.a"]:
+        if obj.is_file():
+            shutil.copy2(obj, d / "build" / "emu" / obj.name)
+
+
 def build_mutant(name, root):
     """Copies the sources to root/name, applies the mutation, builds the target; returns (dir, log)."""
     path, old, new, target, _, _ = MUTANTS[name]
@@ -128,6 +138,7 @@ def build_mutant(name, root):
     text = (d / path).read_text()
     assert text.count(old) == 1, f"{name}: the code to mutate is not in {path} exactly once; update the mutation"
     (d / path).write_text(text.replace(old, new))
+    reuse_emulator_objects(d)
     b = subprocess.run(["make", "-C", str(d), "CI=true", target], capture_output=True, text=True, timeout=1200)
     return d, b
 

@@ -8,7 +8,7 @@ from tools import ToolError, find_program, run
 # The device-code flags of the Makefile's nvcc build (NVCCFLAGS: -O3 -std=c++17, -DENABLE_BF16, -I.)
 # for sm_90 only; the host flags (-Xcompiler ...) do not change the device code.
 NVCC_DEVICE_FLAGS = ["-O3", "-std=c++17", "-gencode", "arch=compute_90,code=sm_90", "-DENABLE_BF16"]
-PRODUCTION_SOURCES = ["train_gpt2_ls.cu", "generate_gpt2_ls.cu"]
+PRODUCTION_SOURCES = ["llmc/cuda/backend_entry.cu"]  # the one translation unit with the programs' kernels
 
 
 def _stale(out: Path, inputs: list) -> bool:
