@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 
-from test_e2e import BIN, REPO, TINY, byte_data, data_args, dir_hashes, run  # noqa: F401  (byte_data: fixture)
+from run_helpers import BIN, REPO, TINY, data_args, dir_hashes, run
 
 # constant LR and no samples: short runs whose only outputs are the ones looked at
 COMMON = TINY + ["-k", "constant", "-u", 0, "-l", "2e-3", "-v", 0, "-s", 0, "--logit-stats-every", 0]
