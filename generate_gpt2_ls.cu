@@ -77,6 +77,7 @@ int run_generation(const llmc::GenerateConfig& g, const llmc::ModelCheckpoint& c
         llmc::generate(*model, in.prompt, g.tokens, in.max_len, g.greedy ? 0.0f : g.temperature, rng, opt);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!g.print_ids) std::printf("\n");
+    std::fflush(stdout);  // the text and its newline before the summary, also when both go to one file
     std::fprintf(stderr, "generated %zu tokens in %.3f s (%.1f tok/s), %s, %s, KV cache %.1f KiB\n", out.size(), s,
                  out.size() / (s > 0 ? s : 1e-9), model->device_description().c_str(),
                  g.no_cache ? "no cache" : "cached", g.no_cache ? 0.0 : model->kv_cache_bytes() / 1024.0);
@@ -109,6 +110,7 @@ int main(int argc, char** argv) {
     } catch (const std::exception&) {
         const std::string message =
             llmc::current_error_message("use a smaller --max-len or --bench-batch, or a machine with more memory");
+        std::fflush(stdout);  // what was generated before the error line
         std::fprintf(stderr, "error: %s\n", message.c_str());
         return 1;
     }

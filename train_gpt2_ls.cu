@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
         cfg.world_size = comm->world_size();
         cfg.local_rank = launch.local_rank;
         llmc::set_thread_count(cfg.threads);
-        if (cfg.eval_only) llmc::eval_settings_from_run(cfg, argc, argv, cfg.rank == 0);  // what -e's run recorded
+        if (cfg.eval_only) llmc::eval_settings_from_run(cfg, cfg.rank == 0);  // what -e's run recorded
         // Once the model is known: a GPU the CUDA backend cannot use for it leaves `auto` on the CPU.
         const llmc::BackendFactory backend_for = [&cfg](const llmc::ModelConfig& m) {
             return llmc::make_backend(llmc::device_for_model(cfg.device, m, cfg.rank == 0), m, cfg.seed,

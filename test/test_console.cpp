@@ -83,6 +83,7 @@ TEST_CASE("the checkpoint line and the end-of-run summary", "[console]") {
     s.start_step = 10;
     s.last_step = 1000000;
     s.tokens_per_step = 524288;
+    s.tokens_before = 10 * 524288;  // steps 1..10, an earlier process's (from the run record)
     s.wall_s = 3725;
     s.note_val(0, 10.5);
     s.note_val(500, 3.25);

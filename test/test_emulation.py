@@ -5,11 +5,19 @@
    reach, launch limits, shared memory without opt-in, a misaligned 16-byte access, out-of-bounds
    global / static shared / dynamic shared stores, a copy with the wrong kind) must each be refused
    with the right message, and the correct kernels must pass.
+   The same for the emulated ldmatrix and cp.async (build/emu/self/emu_ptx_faults,
+   dev/emu/tests/emu_ptx_faults.cu): misaligned, non-shared or mixed-qualifier ldmatrix rows, a
+   partial warp; cp.async with a misaligned or non-shared destination, a non-global source,
+   src-size 17, copies never waited for (committed or not), a source or destination touched while
+   the copy is pending, overlapping pending copies; and two correct kernels (the poisoned state of
+   pending copies after each wait, .x1 ignoring the addresses of lanes 8-31).
 2. Mutations of the production kernels: the test copies the sources, applies one deliberate bug
    (an off-by-one in the local window, two swapped A-fragment registers, a removed __syncthreads,
    an out-of-bounds store, a kernel launched with more than 48 KB of shared memory without the
-   opt-in; and a wrong C/D row in the emulation's own mma table), builds the emulated lab or test
-   from the mutated copy and expects its check to fail in the stated way. Nothing broken is committed.
+   opt-in; a wrong C/D row in the emulation's own mma table, a wrong .trans lane map and a swapped
+   matrix order of .x4 in its ldmatrix, and a missing cp.async.wait_group in the cp.async test
+   kernel), builds the emulated lab or test from the mutated copy and expects its check to fail in
+   the stated way. Nothing broken is committed.
 
 Needs the emulated build (`make emu`, part of `make test`); a missing binary is a failure.
 """
@@ -68,6 +76,41 @@ def test_device_rules(mode):
     assert text in out, f"{mode}: expected '{text}' in the output\n{out[-3000:]}"
 
 
+# The emulated ldmatrix and cp.async: mode -> (exit status must be 0?, text that must appear)
+PTX_FAULTS = EMU / "self" / "emu_ptx_faults"
+PTX_FAULT_CASES = {
+    "cp-async-group-states": (True, "cp.async group states: OK"),
+    "ldmatrix-x1-unused-lanes": (True, "ldmatrix .x1 with unused lane addresses: OK"),
+    "ldmatrix-misaligned": (False, "[warp 0 lane 3] supplies the row address"),
+    "ldmatrix-global": (False, "which is not 16 bytes of shared memory (ldmatrix reads .shared)"),
+    "ldmatrix-mixed-qualifiers": (False, "executes ldmatrix .x2 (every lane must use the same qualifiers)"),
+    "ldmatrix-partial-warp": (False, "names lanes beyond the 16 threads of warp 0"),
+    "cp-async-misaligned-dst": (False, "both addresses must be aligned to cp-size, 16 bytes"),
+    "cp-async-global-dst": (False, "which is not 16 bytes of shared memory"),
+    "cp-async-shared-src": (False, "which are not in one global-memory allocation"),
+    "cp-async-src-size-17": (False, "gives src-size 17, above cp-size 16"),
+    "cp-async-pending-at-exit": (False, "ended while 1 of its cp.async copies were not complete"),
+    "cp-async-uncommitted-at-exit": (False, "ended while 1 of its cp.async copies were not complete"),
+    "cp-async-source-written": (False, "whose source changed after the cp.async"),
+    "cp-async-destination-written": (False, "whose destination was written while the copy was pending"),
+    "cp-async-overlap": (False, "which overlaps its pending copy"),
+}
+
+
+@pytest.mark.parametrize("mode", list(PTX_FAULT_CASES))
+def test_ptx_rules(mode):
+    must_pass, text = PTX_FAULT_CASES[mode]
+    p = run([need(PTX_FAULTS), mode], timeout=120)
+    out = p.stdout + p.stderr
+    if must_pass:
+        assert p.returncode == 0, f"{mode}: rc {p.returncode}\n{out[-3000:]}"
+    else:
+        assert p.returncode != 0, f"{mode}: the emulation did not notice the broken kernel\n{out[-3000:]}"
+        assert "ran to the end unnoticed" not in out
+        assert "emulated device error: " in out, f"{mode}: not refused by the emulation\n{out[-3000:]}"
+    assert text in out, f"{mode}: expected '{text}' in the output\n{out[-3000:]}"
+
+
 def test_a_race_needs_two_schedules_to_show():
     """With one schedule the missing barrier is not a fault the emulation can see (documented)."""
     p = run([need_emulated_build(FAULTS), "missing-barrier"], env=dict(TWO_SCHEDULES, LLMC_EMU_SCHEDULES="forward"))
@@ -110,6 +153,27 @@ MUTANTS = {
         "c_row[lane][i] = group + (i >= 2 ? 8 : 0);",
         "c_row[lane][i] = group + (i >= 1 ? 8 : 0);",
         "build/emu/test_gpu/test_mma_fragments", [], "test_mma_fragments: FAIL"),
+    # .trans: the two halves of a register from rows t%4 and t%4 + 4 instead of 2*(t%4) and 2*(t%4) + 1
+    "emulated-ldmatrix-trans-lane-map": (
+        "dev/emu/ldmatrix.h",
+        "const int src_row = trans ? frag_col + i : frag_row;",
+        "const int src_row = trans ? lane % 4 + 4 * i : frag_row;",
+        "build/emu/test_gpu/test_ldmatrix_cp_async", [], "FAIL ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16"),
+    # .x4: matrices 2 and 3 exchanged (the rows of lanes 16-23 delivered as matrix 3 and 24-31 as matrix 2)
+    "emulated-ldmatrix-x4-matrix-order": (
+        "dev/emu/ldmatrix.h",
+        "inline int ldmatrix_row_supplier(int m, int row) { return 8 * m + row; }",
+        "inline int ldmatrix_row_supplier(int m, int row) { return 8 * (m < 2 ? m : 5 - m) + row; }",
+        "build/emu/test_gpu/test_ldmatrix_cp_async", [], "FAIL ldmatrix.sync.aligned.m8n8.x4.shared.b16"),
+    # the oldest group read back without its wait: the readers get the poison of the copies not yet
+    # completed, and which those are depends on the schedule (test_missing_wait_reads_the_poison:
+    # with one schedule the poison itself shows)
+    "missing-cp-async-wait-group": (
+        "test/gpu/test_ldmatrix_cp_async.cu",
+        "    llmc::cuda::cp_async_wait_group<1>();  // group 0 complete (group 1 may still be pending)\n",
+        "",
+        "build/emu/test_gpu/test_ldmatrix_cp_async", [],
+        "race: kernel ldmatrix_cp_async::cp_async_groups_kernel"),
 }
 
 
@@ -169,3 +233,15 @@ def test_unmutated_shape_passes():
     p = run([need_emulated_build(REPO / LAB)] + ONE_SHAPE, timeout=900)
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     assert p.stdout.rstrip().endswith("OK")
+
+
+def test_missing_wait_reads_the_poison(mutants):
+    """The missing cp.async.wait_group under one schedule: no race to compare, the values are wrong,
+    and the wrong bytes it shows are the emulation's 0xFF poison of copies not yet completed."""
+    d, build = mutants["missing-cp-async-wait-group"]
+    assert build.returncode == 0, build.stderr[-3000:]
+    p = run([d / MUTANTS["missing-cp-async-wait-group"][3]], env=dict(TWO_SCHEDULES, LLMC_EMU_SCHEDULES="forward"))
+    out = p.stdout + p.stderr
+    assert p.returncode == 1, out[-3000:]
+    assert "FAIL cp.async groups" in out and "= 0xff, expected" in out, out[-3000:]
+    assert "ok   cp.async.cg 16, src-size" in out  # the kernels the mutation did not touch still pass

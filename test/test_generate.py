@@ -91,6 +91,17 @@ def test_text_is_the_decoding_of_the_ids(model):
     assert text == bytes(token_ids) + b"\n"  # byte-level tokenizer: token i is byte i
 
 
+def test_the_text_ends_its_line_before_the_summary_in_one_stream(model):
+    """stdout and stderr into one file (2>&1, a log): the text's final newline comes before the summary
+    line, not after it (stdout to a pipe is buffered; the summary on stderr is not)."""
+    ckpt, tok = model
+    args = ["-e", str(ckpt), "--tokenizer", str(tok), "-n", "20", "--seed", "3", "--threads", "1", "--device", "cpu"]
+    p = subprocess.run([str(GEN)] + args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
+    assert p.returncode == 0, p.stdout
+    text = gen(args).stdout
+    assert text.endswith(b"\n") and p.stdout.startswith(text + b"generated 20 tokens"), p.stdout
+
+
 def test_help_lists_every_flag():
     out = gen(["--help"]).stdout.decode()
     for flag in ["--model", "--prompt-ids", "--prompt", "--prompt-file", "--encode-only", "--tokenizer", "--tokens", "--temperature", "--top-k", "--seed",

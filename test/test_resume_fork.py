@@ -137,7 +137,7 @@ def test_fork_from_a_checkpoint_leaves_the_source_untouched(byte_data, tmp_path)
     assert_same_steps(src, same, [5, 6])
     assert (src / "model_00000006.bin").read_bytes() == (same / "model_00000006.bin").read_bytes()
     conf = json.loads((same / "config.json").read_text())
-    assert conf["forked_from"] == {"checkpoint": str(src / "model_00000004.bin"), "step": 4}
+    assert conf["forked_from"] == {"checkpoint": str(src / "model_00000004.bin"), "step": 4, "tokens": 4 * 4 * 32}
     assert conf["train"]["output_dir"] == str(same) and "history" not in conf
 
     branch = tmp_path / "branch"  # from the alarm checkpoint, with another stabilizer

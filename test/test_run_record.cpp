@@ -1,8 +1,14 @@
 // The flag/config/resume rules: "did you mean" (llmc/app/flag_suggest.h), --config reading a TOML file
-// strictly or a run's config.json (llmc/app/cli.h), and the run record that -y 1 and --fork-from
-// continue (llmc/app/run_record.h): its settings as the base, the changes as "history".
+// strictly or a run's config.json (llmc/app/cli.h, config_file.h), the run record that -y 1 and
+// --fork-from continue (llmc/app/run_record.h): its settings as the base, the changes as "history"
+// (llmc/app/run_history.h), which holds only what trained; the tokens trained follow the history's -d;
+// a record never sets the machine (--device, --threads), by -y 1, --fork-from or --config alike; which
+// flags were given is one notion (TrainConfig::given) for the record and for --eval-only; paths are
+// recorded absolute; and the command-line mistakes CLI11 would misreport get their own line
+// (llmc/app/argv_mistakes.h).
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -10,11 +16,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "llmc/app/checkpoint_run.h"
 #include "llmc/app/cli.h"
 #include "llmc/app/config_json.h"
 #include "llmc/app/flag_suggest.h"
+#include "llmc/app/model_setup.h"
+#include "llmc/app/run_history.h"
 #include "llmc/app/run_record.h"
 #include "llmc/app/validate.h"
+#include "llmc/train/step_report.h"
 #include "test/test_util.h"
 
 using Catch::Matchers::Contains;
@@ -47,6 +57,17 @@ nlohmann::ordered_json record_of(std::vector<std::string> args) {
     return {{"train", llmc::train_config_json(cli.config())},
             {"model", llmc::model_config_json(m)},
             {"derived", {{"max_steps", 10}}}};
+}
+
+llmc::TrainConfig parsed(std::vector<std::string> args) {
+    llmc::TrainCli cli;
+    REQUIRE(parse_args(cli, args) == -1);
+    return cli.config();
+}
+
+nlohmann::ordered_json entry(int step, const char* flag, nlohmann::ordered_json old_value,
+                             nlohmann::ordered_json new_value) {
+    return {{"step", step}, {"flag", flag}, {"old", old_value}, {"new", new_value}};
 }
 
 }  // namespace
@@ -114,12 +135,13 @@ TEST_CASE("--config reads a run's config.json: train (with its history) and the 
     llmc::TrainCli cli;
     REQUIRE(parse_args(cli, {"--config", dir.file("config.json"), "-b", "2"}) == -1);
     const llmc::TrainConfig& c = cli.config();
-    REQUIRE(c.train_data == "d/train_*.bin");
+    // -i as recorded: an absolute path
+    REQUIRE(c.train_data == (std::filesystem::current_path() / "d/train_*.bin").string());
     REQUIRE(c.learning_rate == 1e-3f);  // the history's value
     REQUIRE(c.batch_size == 2);         // the command line wins
     REQUIRE(c.z_loss == 1e-4f);
     REQUIRE(c.qk_clip == 50.0f);
-    REQUIRE(c.output_dir == "out/run");
+    REQUIRE(c.output_dir.empty());  // what -y 1 takes: never -o, -y, --device, --threads
     REQUIRE(c.overrides.layers == 2);
     REQUIRE(c.overrides.channels == 32);
     REQUIRE(c.overrides.heads == 4);
@@ -167,8 +189,8 @@ TEST_CASE("-y 1 takes the run's recorded settings as the base; a changed trainin
     llmc::TrainCli plain;  // nothing retyped
     REQUIRE(parse_args(plain, {"-o", out, "-y", "1"}) == -1);
     const llmc::TrainConfig& c = plain.config();
-    REQUIRE(c.train_data == "d/train_*.bin");
-    REQUIRE(c.val_data == "d/val_*.bin");
+    REQUIRE(c.train_data == (std::filesystem::current_path() / "d/train_*.bin").string());
+    REQUIRE(c.val_data == (std::filesystem::current_path() / "d/val_*.bin").string());
     REQUIRE(c.learning_rate == 3e-4f);
     REQUIRE(c.batch_size == 8);
     REQUIRE(c.seq_len == 32);
@@ -176,8 +198,9 @@ TEST_CASE("-y 1 takes the run's recorded settings as the base; a changed trainin
     REQUIRE(c.qk_clip == 50.0f);
     REQUIRE(c.overrides.layers == 2);
     REQUIRE(c.overrides.vocab == 256);
-    REQUIRE(c.threads == 0);  // launch settings: never from the record
+    REQUIRE(c.threads == 0);  // the machine's settings: never from the record
     REQUIRE(c.device == "auto");
+    REQUIRE(rec["train"]["threads"] == 3);  // though it records them
     REQUIRE(c.record_changes.empty());
 
     llmc::TrainCli changed;
@@ -195,8 +218,8 @@ TEST_CASE("-y 1 takes the run's recorded settings as the base; a changed trainin
     REQUIRE(llmc::describe_change({"--z-loss", 0.0, 1e-5}) == "--z-loss 1e-05 (was 0)");
 
     // the history: appended, the original "train" untouched; a later plain -y 1 continues with it
-    const nlohmann::ordered_json after = llmc::record_with_history(rec, ch, 10);
-    REQUIRE(after["train"] == rec["train"]);
+    nlohmann::ordered_json after = rec;
+    after["history"] = llmc::resumed_history(rec, 10, changed.config(), "r").entries;
     REQUIRE(after["history"].dump() ==
             "[{\"step\":10,\"flag\":\"--max-steps\",\"old\":10,\"new\":20},"
             "{\"step\":10,\"flag\":\"--learning-rate\",\"old\":0.0003,\"new\":0.0001}]");
@@ -206,9 +229,12 @@ TEST_CASE("-y 1 takes the run's recorded settings as the base; a changed trainin
     REQUIRE(again.config().learning_rate == 1e-4f);
     REQUIRE(again.config().max_steps == 20);
     REQUIRE(again.config().record_changes.empty());
-    const nlohmann::ordered_json twice = llmc::record_with_history(after, {{"--z-loss", 0.0, 0.001}}, 20);
-    REQUIRE(twice["history"].size() == 3);
-    REQUIRE(twice["history"][2]["step"] == 20);
+    llmc::TrainCli zloss;
+    REQUIRE(parse_args(zloss, {"-o", out, "-y", "1", "--z-loss", "0.001"}) == -1);
+    const llmc::ResumedHistory twice = llmc::resumed_history(after, 20, zloss.config(), "r");
+    REQUIRE(twice.entries.size() == 3);
+    REQUIRE(twice.entries[2]["step"] == 20);
+    REQUIRE(twice.entries[2]["flag"] == "--z-loss");
 
     // --config on top of the record: config file over record, command line over both
     write(dir.file("c.toml"), "learning-rate=0.002\nz-loss=0.5\n");
@@ -246,7 +272,7 @@ TEST_CASE("--fork-from: a complete checkpoint of a run directory with its config
     llmc::TrainCli fork;  // the source's settings, -o the new one, the change listed
     REQUIRE(parse_args(fork, {"--fork-from", run + "/model_00000004.bin", "-o", dir.file("branch"), "--qk-clip",
                               "100"}) == -1);
-    REQUIRE(fork.config().train_data == "d/train_*.bin");
+    REQUIRE(fork.config().train_data == (std::filesystem::current_path() / "d/train_*.bin").string());
     REQUIRE(fork.config().output_dir == dir.file("branch"));
     REQUIRE(fork.config().overrides.layers == 2);
     REQUIRE(fork.config().record_changes.size() == 1);
@@ -255,4 +281,234 @@ TEST_CASE("--fork-from: a complete checkpoint of a run directory with its config
     llmc::TrainConfig both = fork.config();
     both.resume = 1;
     REQUIRE_THROWS_WITH(llmc::validate_train_flags(both), Contains("drop one of them"));
+}
+
+TEST_CASE("the history says only what trained: one entry per flag and step, none for a change back", "[run_history]") {
+    llmc_test::TempDir dir;
+    const std::string out = dir.file("run");
+    std::filesystem::create_directories(out);
+    nlohmann::ordered_json rec = record_of({"-i", "/d/train_*.bin", "-l", "2e-3", "-x", "4", "-o", out});
+    write(out + "/config.json", llmc::json_file_text(rec));
+
+    // resumed at step 4 with -l 1e-3, then stopped before its first step
+    llmc::TrainConfig first = parsed({"-o", out, "-y", "1", "-l", "1e-3"});
+    rec["history"] = llmc::resumed_history(rec, 4, first, "r").entries;
+    REQUIRE(rec["history"] == nlohmann::ordered_json::array({entry(4, "--learning-rate", 0.002, 0.001)}));
+    write(out + "/config.json", llmc::json_file_text(rec));
+
+    // resumed at step 4 again, with another -l: one entry for -l, old = what trained before step 4
+    const llmc::ResumedHistory again =
+        llmc::resumed_history(rec, 4, parsed({"-o", out, "-y", "1", "-l", "3e-3", "-x", "6"}), "r");
+    REQUIRE(again.entries ==
+            nlohmann::ordered_json::array({entry(4, "--max-steps", 4, 6), entry(4, "--learning-rate", 0.002, 0.003)}));
+    REQUIRE(again.dropped.empty());
+    REQUIRE(again.changes.size() == 2);
+
+    // resumed at step 4 with the -l that trained: no entry, and a note on the one dropped
+    const llmc::ResumedHistory back = llmc::resumed_history(rec, 4, parsed({"-o", out, "-y", "1", "-l", "2e-3"}), "r");
+    REQUIRE(back.entries == nlohmann::ordered_json::array());
+    REQUIRE(back.changes.empty());
+    REQUIRE(back.dropped.size() == 1);
+    REQUIRE_THAT(back.dropped[0], Contains("--learning-rate 0.001 (was 0.002) of step 4"));
+
+    // entries before the step stay as they are; entries after it (steps rolled back to an older
+    // checkpoint) go, their setting recorded at the resume step when it is still in effect
+    rec["history"] = {entry(2, "--learning-rate", 0.002, 0.001), entry(8, "--learning-rate", 0.001, 0.0005),
+                      entry(8, "--z-loss", 0, 0.0001)};
+    write(out + "/config.json", llmc::json_file_text(rec));
+    const llmc::TrainConfig latest = parsed({"-o", out, "-y", "1", "--z-loss", "0"});  // -l 0.0005 from the record
+    REQUIRE(latest.learning_rate == 0.0005f);
+    const llmc::ResumedHistory rolled = llmc::resumed_history(rec, 6, latest, "r");
+    REQUIRE(rolled.entries == nlohmann::ordered_json::array({entry(2, "--learning-rate", 0.002, 0.001),
+                                                             entry(6, "--learning-rate", 0.001, 0.0005)}));
+    REQUIRE(rolled.dropped.size() == 1);
+    REQUIRE_THAT(rolled.dropped[0], Contains("--z-loss"));
+}
+
+TEST_CASE("a fork takes its source's settings up to the checkpoint's step", "[run_history]") {
+    llmc_test::TempDir dir;
+    const std::string run = dir.file("run");
+    std::filesystem::create_directories(run);
+    nlohmann::ordered_json rec = record_of({"-i", "/d/train_*.bin", "-l", "2e-3", "-x", "10", "-o", run});
+    rec["history"] = {entry(4, "--learning-rate", 0.002, 0.001), entry(8, "--learning-rate", 0.001, 0.0005)};
+    write(run + "/config.json", llmc::json_file_text(rec));
+    for (int step : {4, 6, 8}) {
+        write(run + "/model_0000000" + std::to_string(step) + ".bin", "x");
+        write(run + "/DONE_0000000" + std::to_string(step), "x");
+    }
+    // step 5 on trained at 0.001: a fork at 4 or 6 repeats that; at 8, the 0.0005 of steps 9 on
+    REQUIRE(parsed({"--fork-from", run + "/model_00000004.bin", "-o", dir.file("a")}).learning_rate == 0.001f);
+    REQUIRE(parsed({"--fork-from", run + "/model_00000006.bin", "-o", dir.file("b")}).learning_rate == 0.001f);
+    REQUIRE(parsed({"--fork-from", run + "/model_00000008.bin", "-o", dir.file("c")}).learning_rate == 0.0005f);
+    const llmc::TrainConfig fork =
+        parsed({"--fork-from", run + "/model_00000006.bin", "-o", dir.file("b"), "-l", "3e-3"});
+    REQUIRE(fork.record_changes.size() == 1);
+    REQUIRE(llmc::describe_change(fork.record_changes[0]) == "--learning-rate 0.003 (was 0.001)");
+}
+
+TEST_CASE("the tokens trained follow the history's -d", "[run_history]") {
+    // B 4 x T 32 = 128 tokens a step with -d -1; -d 256 from step 3, -d 512 from step 6
+    nlohmann::ordered_json rec = record_of({"-i", "/d/x", "-b", "4", "-t", "32"});
+    rec["history"] = {entry(2, "--total-batch-size", -1, 256), entry(5, "--total-batch-size", 256, 512)};
+    for (int step = 0; step <= 9; step++) {
+        int64_t expected = 0;  // step by step, each at its own -d
+        for (int k = 1; k <= step; k++) expected += k <= 2 ? 128 : k <= 5 ? 256 : 512;
+        INFO(step);
+        REQUIRE(llmc::tokens_trained(rec, step, "r") == expected);
+    }
+    // a fork: the tokens its source trained up to the fork, then its own steps
+    nlohmann::ordered_json fork = record_of({"-i", "/d/x", "-b", "4", "-t", "32", "-d", "256"});
+    fork["forked_from"] = {{"checkpoint", "run/model_00000005.bin"}, {"step", 5}, {"tokens", 1024}};
+    fork["history"] = {entry(7, "--total-batch-size", 256, 128)};
+    REQUIRE(llmc::tokens_trained(fork, 5, "f") == 1024);
+    REQUIRE(llmc::tokens_trained(fork, 9, "f") == 1024 + 2 * 256 + 2 * 128);
+
+    // the summary line: the earlier processes' tokens, then this one's steps at its -d
+    llmc::RunSummary s;
+    s.start_step = 5;
+    s.last_step = 9;
+    s.tokens_before = llmc::tokens_trained(rec, 5, "r");
+    s.tokens_per_step = 512;
+    // 256 + 768 + 4 * 512, where all steps at the last -d would be 9 * 512 = 4608
+    REQUIRE_THAT(llmc::summary_line(s), Contains("done: step 9 (4 in this run) | 3072 tokens |"));
+}
+
+TEST_CASE("a record never sets --device or --threads: -y 1, --config FILE.json and --config FILE.toml alike",
+          "[run_history][config]") {
+    llmc_test::TempDir dir;
+    const std::string out = dir.file("run");
+    std::filesystem::create_directories(out);
+    llmc::TrainCli first;
+    REQUIRE(parse_args(first, {"-i", "/d/x", "-o", out, "--threads", "3", "--device", "cpu", "-t", "16"}) == -1);
+    const std::string toml = first.config_file_text();
+    REQUIRE(toml.find("threads") == std::string::npos);  // config.toml: not written
+    REQUIRE(toml.find("device") == std::string::npos);
+    const nlohmann::ordered_json rec = {{"train", llmc::train_config_json(first.config())}};
+    REQUIRE(rec["train"]["threads"] == 3);  // config.json: recorded, as what the run ran on
+    write(out + "/config.json", llmc::json_file_text(rec));
+    write(dir.file("old.toml"), toml + "device=\"cpu\"\nthreads=3\n");  // as older versions wrote it
+
+    for (const std::vector<std::string>& args : {std::vector<std::string>{"-o", out, "-y", "1"},
+                                                 {"--config", out + "/config.json"},
+                                                 {"--config", dir.file("old.toml")}}) {
+        INFO(args[1]);
+        const llmc::TrainConfig c = parsed(args);
+        REQUIRE(c.seq_len == 16);  // the experiment's settings are taken
+        REQUIRE(c.threads == 0);   // the machine's are not
+        REQUIRE(c.device == "auto");
+        REQUIRE_FALSE(c.was_given("threads"));
+    }
+    const llmc::TrainConfig typed = parsed({"--config", dir.file("old.toml"), "--threads", "2"});
+    REQUIRE(typed.threads == 2);
+}
+
+TEST_CASE("the flags given are one notion: typed or by --config, for the record and for --eval-only",
+          "[run_history][checkpoint_run]") {
+    llmc_test::TempDir dir;
+    write(dir.file("c.toml"), "seq-len=16\n");
+    const llmc::TrainConfig c = parsed({"--config", dir.file("c.toml"), "-b", "2", "-i", "x"});
+    REQUIRE(c.was_given("seq-len"));
+    REQUIRE(c.was_given("batch-size"));
+    REQUIRE(c.was_given("train-data"));
+    REQUIRE_FALSE(c.was_given("learning-rate"));
+
+    // --eval-only of a checkpoint: -t from --config wins, -b (not given) comes from the run
+    const std::string run = dir.file("run");
+    std::filesystem::create_directories(run);
+    nlohmann::ordered_json rec = record_of({"-i", "/d/train_*.bin", "-j", "/d/val_*.bin", "-t", "32", "-b", "8"});
+    rec["history"] = {entry(4, "--val-data", "/d/val_*.bin", "/e/val_*.bin")};
+    write(run + "/config.json", llmc::json_file_text(rec));
+    llmc::TrainConfig ev = parsed({"--eval-only", "-e", run + "/model_00000004.bin", "--config", dir.file("c.toml")});
+    llmc::eval_settings_from_run(ev, false);
+    REQUIRE(ev.seq_len == 16);
+    REQUIRE(ev.batch_size == 8);
+    REQUIRE(ev.val_data == "/d/val_*.bin");  // step 4 trained before the entry of step 4
+    const std::optional<llmc::CheckpointRun> later = llmc::read_checkpoint_run(run + "/model_00000005.bin");
+    REQUIRE(later);
+    REQUIRE(later->val_data == "/e/val_*.bin");
+    // the one reader's errors name the file
+    write(run + "/config.json", "{\"model\": {}}");
+    REQUIRE_THROWS_WITH(
+        llmc::read_checkpoint_run(run + "/model_00000004.bin"),
+        Contains(run + "/config.json: has no \"train\" object") && Contains("give the settings as flags"));
+}
+
+TEST_CASE("paths are recorded absolute, so a run resumes from any directory", "[run_history]") {
+    const std::string cwd = std::filesystem::current_path().string();
+    REQUIRE(llmc::recorded_form("train_data", std::string("d/train_*.bin")) == cwd + "/d/train_*.bin");
+    REQUIRE(llmc::recorded_form("val_data", std::string("./d/val_*.bin")) == cwd + "/d/val_*.bin");
+    REQUIRE(llmc::recorded_form("train_data", std::string("/abs/x")) == "/abs/x");
+    REQUIRE(llmc::recorded_form("model", std::string("ls-small")) == "ls-small");
+    REQUIRE(llmc::recorded_form("model", std::string("run/model_00000004.bin")) == cwd + "/run/model_00000004.bin");
+    REQUIRE(llmc::recorded_form("output_dir", std::string("out")) == "out");
+    REQUIRE(llmc::recorded_form("val_data", std::string()).empty());
+    // the same files typed relative are no change against the absolute record
+    const nlohmann::ordered_json rec = record_of({"-i", "d/train_*.bin"});
+    REQUIRE(rec["train"]["train_data"] == cwd + "/d/train_*.bin");
+    REQUIRE(llmc::setting_changes(rec["train"], parsed({"-i", "d/train_*.bin"}), "r").empty());
+    REQUIRE(llmc::setting_changes(rec["train"], parsed({"-i", "e/train_*.bin"}), "r").size() == 1);
+}
+
+TEST_CASE("command-line mistakes CLI11 would misreport get one line naming the fix", "[run_history][cli]") {
+    llmc_test::TempDir dir;
+    const auto error_of = [](std::vector<std::string> args) {
+        llmc::TrainCli cli;
+        REQUIRE(parse_args(cli, args) == 1);
+        return cli.error();
+    };
+    REQUIRE_THAT(error_of({"-lr", "1e-3"}), Contains("-lr: this trainer spells it -l/--learning-rate"));
+    REQUIRE_THAT(error_of({"-nk", "4"}), Contains("-nk: this trainer spells it --keep-checkpoints"));
+    REQUIRE_THAT(error_of({"-sl", "5"}), Contains("--skip-spikes"));
+    REQUIRE_THAT(error_of({"-pn", "2"}), Contains("--world-size"));
+    REQUIRE_THAT(error_of({"-nm", "1"}), Contains("-nm is llm.c's flag") && Contains("no counterpart"));
+    REQUIRE_THAT(error_of({"-xs"}), Contains("-xs is not a flag") && Contains("-x VALUE"));
+    REQUIRE_THAT(error_of({"-h", "1"}),
+                 Contains("-h is --help here") && Contains("HellaSwag") && Contains("drop -h 1"));
+    REQUIRE(parsed({"-ofoo", "-x5", "-i", "x"}).output_dir == "foo");  // values attached to one-letter flags
+    REQUIRE(parsed({"-ofoo", "-x5", "-i", "x"}).max_steps == 5);
+
+    // a glob the shell expanded: the paths after the first are named
+    std::vector<std::string> shards;
+    for (int i = 0; i < 3; i++) {
+        shards.push_back(dir.file("train_00000" + std::to_string(i) + ".bin"));
+        write(shards.back(), "x");
+    }
+    const std::string glob = error_of({"-x", "3", "-i", shards[0], shards[1], shards[2], "-o", "out"});
+    REQUIRE_THAT(glob, Contains("-i takes one value, but 2 more path(s) follow " + shards[0]) && Contains(shards[1]) &&
+                           Contains("the shell expanded a glob; quote it"));
+    REQUIRE_THAT(error_of({"-i", shards[0], "not-a-file"}), !Contains("glob") && Contains("not-a-file"));
+
+    // --config DIR, --config with no file
+    REQUIRE(error_of({"--config", dir.path.string()}) ==
+            "--config " + dir.path.string() + " is a directory; give a file: " + dir.path.string() +
+                "/config.json (a run's record) or " + dir.path.string() + "/config.toml");
+    REQUIRE_THAT(error_of({"--config", dir.file("none.toml")}), Contains("none.toml: no such file"));
+
+    // -y 2: its own range first, not "no training data"
+    REQUIRE_THROWS_WITH(llmc::validate_train_flags(parsed({"-y", "2", "-o", "x"})),
+                        "-y/--resume must be 0 or 1 (got 2); -y 1 resumes the run in -o");
+}
+
+TEST_CASE("-t past the model's positions: --max-seq-len only where a flag can change them", "[run_history][cli]") {
+    llmc::ModelConfig m = llmc::model_preset("ls-small");
+    m.max_seq_len = 64;
+    llmc::TrainConfig preset = parsed({"-i", "x", "-t", "128", "--max-seq-len", "64"});
+    REQUIRE_THROWS_WITH(llmc::validate_run(preset, m, -1, ""), Contains("or a larger --max-seq-len"));
+    llmc::TrainConfig ck = parsed({"--eval-only", "-j", "x", "-t", "128", "-e", "run/model_00000004.bin"});
+    REQUIRE_THROWS_WITH(llmc::validate_run(ck, m, -1, ""),
+                        "-t 128 exceeds the model's --max-seq-len 64, which the checkpoint -e "
+                        "run/model_00000004.bin fixes; use -t <= 64");
+}
+
+TEST_CASE("notes show values whole; the run header names every stabilizer that is on", "[run_history][console]") {
+    const std::string long_path = "/" + std::string(70, 'p') + "/train_*.bin";
+    REQUIRE(llmc::describe_change({"--train-data", "/x", long_path}) ==
+            "--train-data \"" + long_path + "\" (was \"/x\")");
+    llmc::ModelConfig m = llmc::model_preset("ls-small");
+    REQUIRE(llmc::describe_stabilizers(m, parsed({})).empty());
+    m.attn_softcap = 30;
+    REQUIRE(llmc::describe_stabilizers(m, parsed({"--z-loss", "1e-4", "--qk-clip", "100", "--skip-spikes", "6"})) ==
+            "attn-softcap 30, z-loss 0.0001, qk-clip 100, skip-spikes 6");
+    m.qk_norm = true;
+    REQUIRE(llmc::describe_stabilizers(m, parsed({})) == "qk-norm, attn-softcap 30");
 }

@@ -1,8 +1,9 @@
 // Device emulation, the execution of one thread block: its threads as cooperative fibers
 // (Boost.Context fibers with AddressSanitizer's fiber-switch annotations; see Fiber below), a real
 // __syncthreads barrier, warp-synchronous exchanges among the 32 lanes of a warp (the basis of
-// __shfl*_sync and mma.sync), a schedule that decides the order in which runnable threads go on,
-// and deadlock / barrier-divergence reports naming the kernel, the block and the threads.
+// __shfl*_sync, mma.sync and ldmatrix), each thread's pending cp.async copies, a schedule that
+// decides the order in which runnable threads go on, and deadlock / barrier-divergence reports
+// naming the kernel, the block and the threads.
 //
 // Design after ROCm's HIP-CPU (a block's threads as fibers that run until they reach a barrier),
 // written here for CUDA's names and for what the project's tests need (schedules, diagnostics).
@@ -187,13 +188,29 @@ private:
 
 enum class ThreadState { Ready, AtBarrier, AtWarp, Done };
 
+// One cp.async a thread has issued and not yet completed. What the copies mean (groups, waits,
+// the poisoned destination) is dev/emu/cp_async.h; the block only refuses a thread that ends
+// with copies still pending (run_block).
+struct PendingAsyncCopy {
+    unsigned char* dst = nullptr;        // in shared memory, cp_bytes long
+    const unsigned char* src = nullptr;  // in global memory, src_bytes long (0: not read)
+    uint32_t cp_bytes = 0, src_bytes = 0;
+    uint64_t group = 0;                   // the thread's cp.async-group (== committed: not committed yet)
+    unsigned char src_at_issue[16] = {};  // the source when issued: it must not change before completion
+};
+struct AsyncCopyQueue {
+    std::vector<PendingAsyncCopy> pending;  // in issue order
+    uint64_t committed = 0;                 // cp.async.commit_group calls so far (groups 0 .. committed-1)
+};
+
 struct ThreadCtx {
     uint3 thread_idx{0, 0, 0};
     int linear = 0;  // x + y*Dx + z*Dx*Dy: lane = linear % 32, warp = linear / 32
     ThreadState state = ThreadState::Ready;
-    unsigned warp_mask = 0;  // the mask of the warp collective it waits in
-    uint64_t warp_ops = 0;   // warp collectives it has completed (selects the exchange buffer)
-    Fiber fiber;             // the thread itself
+    unsigned warp_mask = 0;       // the mask of the warp collective it waits in
+    uint64_t warp_ops = 0;        // warp collectives it has completed (selects the exchange buffer)
+    AsyncCopyQueue async_copies;  // its cp.async copies not yet completed (cp_async.h)
+    Fiber fiber;                  // the thread itself
 };
 
 struct WarpCtx {
@@ -357,8 +374,18 @@ inline void run_block(BlockCtx& b, const std::function<void()>& body, const Sche
                              (unsigned)(i / (b.block_dim.x * b.block_dim.y))};
         t.state = ThreadState::Ready;
         t.warp_ops = 0;
+        t.async_copies.pending.clear();
+        t.async_copies.committed = 0;
         t.fiber.start(stacks, [&b, &t, &body]() {
             body();
+            // the PTX ISA makes a cp.async's result visible only after a wait that covers it; a
+            // thread that ends before that has issued a copy nothing can legally read (the
+            // emulation's rule, stricter than the ISA, which says nothing of a thread's end)
+            if (!t.async_copies.pending.empty())
+                device_fault("cp.async in " + b.where() + ": " + b.who(t) + " ended while " +
+                             std::to_string(t.async_copies.pending.size()) +
+                             " of its cp.async copies were not complete (end every thread's copies with "
+                             "cp.async.wait_group 0 or cp.async.wait_all before it returns)");
             t.state = ThreadState::Done;
             b.ended++;
             // a thread that ends while others wait at a barrier never arrives

@@ -20,6 +20,7 @@
 
 #include "dev/emu/block.h"
 #include "dev/emu/device_state.h"
+#include "dev/emu/shared_space.h"  // the static __shared__ section
 
 namespace llmc::emu {
 
@@ -63,11 +64,6 @@ inline std::string launch_config_error(const void* fn, dim3 grid, dim3 block, si
     }
     return "";
 }
-
-// The static __shared__ variables of the whole program (the section the emulated __shared__ puts
-// them in; the linker defines its bounds; weak: a program may have none).
-extern "C" char __start_llmc_emu_shared[] __attribute__((weak));
-extern "C" char __stop_llmc_emu_shared[] __attribute__((weak));
 
 // Fills every static shared variable with 0xFF bytes (NaN), redzones between them included, so
 // written byte by byte without AddressSanitizer's checks.

@@ -2,17 +2,17 @@
 // docs/formats.md), read for what `train_gpt2_ls --eval-only -e RUN/model_N.bin` and
 // `generate_gpt2_ls -e RUN/model_N.bin` were not given (docs/training.md "Evaluating a checkpoint",
 // docs/generation.md):
-//   --eval-only      -j (the run's validation data), -t and -b (the run's), when not on the command line
-//                    and no --config is given; -j given is checked against the run's training data
+//   --eval-only      -j (the run's validation data), -t and -b (the run's), when not given (on the
+//                    command line or by --config); -j given is checked against the run's training data
 //                    (llmc/io/data_identity.h)
 //   generate_gpt2_ls --tokenizer: the tokenizer.bin next to the run's training data
 // Flags given always win; the model itself always comes from the checkpoint. What is taken is said in
 // one line on stderr. A checkpoint without config.json beside it (an llm.c file, a copied model) gets
 // nothing from here.
 #pragma once
+#include <climits>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -21,17 +21,19 @@
 #include <nlohmann/json.hpp>
 
 #include "llmc/app/generate_cli.h"
+#include "llmc/app/run_history.h"
 #include "llmc/app/run_record.h"
 #include "llmc/app/train_config.h"
 #include "llmc/core/error.h"
 #include "llmc/core/model_config.h"
 #include "llmc/io/data_identity.h"
+#include "llmc/io/checkpoint_dir.h"
 #include "llmc/io/dataloader.h"
 
 namespace llmc {
 
-// What a run recorded in config.json's "train" object, with the changes of its "history" applied (the
-// settings it trains with now, as -y 1 takes them), that a later use of its checkpoints needs.
+// What a run recorded in config.json's "train" object, with the changes of its "history" that trained
+// the checkpoint applied, that a later use of its checkpoints needs.
 struct CheckpointRun {
     std::string config_path;  // RUN/config.json
     std::string train_data;   // -i as recorded ("" when absent)
@@ -40,62 +42,41 @@ struct CheckpointRun {
     int batch_size = 0;       // -b (0 when absent)
 };
 
-// The config.json in the checkpoint's directory; nullopt when there is none. A file that is not a JSON
-// object with a "train" object is refused, naming it.
+// The config.json in the checkpoint's directory (read_run_record, the one reader), with the history
+// entries before the checkpoint's step applied (all of them when its name has no step); nullopt when
+// there is none. A file that cannot be read as a run's record is refused, naming it.
 inline std::optional<CheckpointRun> read_checkpoint_run(const std::string& checkpoint) {
     const std::filesystem::path dir = std::filesystem::path(checkpoint).parent_path();
     CheckpointRun run;
     run.config_path = ((dir.empty() ? std::filesystem::path(".") : dir) / "config.json").string();
     std::error_code ec;
     if (!std::filesystem::is_regular_file(run.config_path, ec)) return std::nullopt;
-    std::ifstream in(run.config_path);
-    const auto j = nlohmann::ordered_json::parse(in, nullptr, false);
-    const auto bad = [&](const std::string& what) {
-        return InputError(run.config_path + " (the record of the run of " + checkpoint + ") " + what +
-                          "; give the settings as flags, or restore the file");
+    const std::string fix = "give the settings as flags, or restore the record of the run of " + checkpoint;
+    int step = 0;
+    const bool named =
+        parse_checkpoint_name(std::filesystem::path(checkpoint).filename().string(), step) == CkptFileKind::Model;
+    const nlohmann::ordered_json t =
+        effective_train(read_run_record(run.config_path, fix), run.config_path, named ? step - 1 : INT_MAX);
+    const auto positive = [&](const char* key) {
+        const int v = recorded_setting(t, key, 0, run.config_path);
+        if (t.contains(key) && v < 1)
+            throw InputError("config file " + run.config_path + ": '" + key + "' is not a positive integer; " + fix);
+        return v;
     };
-    if (!j.is_object() || !j.contains("train") || !j["train"].is_object())
-        throw bad("is not a config.json with a \"train\" object");
-    const nlohmann::ordered_json t = effective_train(j, run.config_path);  // "train" with its "history" applied
-    const auto text = [&](const char* key) -> std::string {
-        if (!t.contains(key) || t[key].is_null()) return "";
-        if (!t[key].is_string()) throw bad(std::string("has a \"") + key + "\" that is not a string");
-        return t[key].get<std::string>();
-    };
-    const auto positive = [&](const char* key) -> int {
-        if (!t.contains(key) || t[key].is_null()) return 0;
-        if (!t[key].is_number_integer() || t[key].get<int64_t>() < 1 || t[key].get<int64_t>() > INT32_MAX)
-            throw bad(std::string("has a \"") + key + "\" that is not a positive integer");
-        return (int)t[key].get<int64_t>();
-    };
-    run.train_data = text("train_data");
-    run.val_data = text("val_data");
+    run.train_data = recorded_setting(t, "train_data", std::string(), run.config_path);
+    run.val_data = recorded_setting(t, "val_data", std::string(), run.config_path);
     run.seq_len = positive("seq_len");
     run.batch_size = positive("batch_size");
     return run;
 }
 
-// Whether argv holds the option (short "-t": "-t 64" or "-t64"; long "--seq-len": "--seq-len 64" or
-// "--seq-len=64"). The parser (llmc/app/cli.h) has already accepted argv.
-inline bool option_on_command_line(int argc, const char* const* argv, const std::string& short_name,
-                                   const std::string& long_name) {
-    for (int i = 1; i < argc; i++) {
-        const std::string a = argv[i];
-        if (a == "--") break;
-        if (a == long_name || a.rfind(long_name + "=", 0) == 0) return true;
-        if (!short_name.empty() && a.rfind(short_name, 0) == 0 && a.rfind("--", 0) != 0) return true;
-    }
-    return false;
-}
-
 // --eval-only: fills -j, -t and -b from the checkpoint's run when they were not given (-j empty; -t, -b
-// and --config absent from argv), says on stderr (print) what it took, and refuses a -j tokenized
-// differently from the run's training data.
-inline void eval_settings_from_run(TrainConfig& cfg, int argc, const char* const* argv, bool print) {
+// not given by a flag or --config: TrainConfig::was_given), says on stderr (print) what it took, and
+// refuses a -j tokenized differently from the run's training data.
+inline void eval_settings_from_run(TrainConfig& cfg, bool print) {
     const std::optional<CheckpointRun> run = read_checkpoint_run(cfg.model);
     if (!run) return;
     std::vector<std::string> taken;
-    const bool config_file = option_on_command_line(argc, argv, "", "--config");
     if (cfg.val_data.empty() && !run->val_data.empty()) {
         cfg.val_data = run->val_data;
         taken.push_back("-j '" + cfg.val_data + "'");
@@ -103,11 +84,11 @@ inline void eval_settings_from_run(TrainConfig& cfg, int argc, const char* const
         check_same_tokenizer(run->train_data, "the training data of " + run->config_path + " '" + run->train_data + "'",
                              cfg.val_data, "-j '" + cfg.val_data + "'", print);
     }
-    if (!config_file && run->seq_len > 0 && !option_on_command_line(argc, argv, "-t", "--seq-len")) {
+    if (run->seq_len > 0 && !cfg.was_given("seq-len")) {
         cfg.seq_len = run->seq_len;
         taken.push_back("-t " + std::to_string(cfg.seq_len));
     }
-    if (!config_file && run->batch_size > 0 && !option_on_command_line(argc, argv, "-b", "--batch-size")) {
+    if (run->batch_size > 0 && !cfg.was_given("batch-size")) {
         cfg.batch_size = run->batch_size;
         taken.push_back("-b " + std::to_string(cfg.batch_size));
     }

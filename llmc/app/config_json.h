@@ -1,7 +1,10 @@
-// config.json's two objects: "train", the settings of llmc/app/flags.h recorded there (rows Both and
-// Json, in table order), and "model", the resolved ModelConfig. docs/formats.md describes the file.
+// config.json's two objects: "train", the settings of llmc/app/flags.h recorded there (rows Both,
+// Machine and Json, in table order; paths absolute: recorded_form), and "model", the resolved
+// ModelConfig. docs/formats.md describes the file.
 #pragma once
+#include <filesystem>
 #include <optional>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -36,12 +39,28 @@ nlohmann::ordered_json setting_json(const std::optional<T>& v) {
     return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
 }
 
-// The settings under their field names.
+// A setting as a record holds it: -i, -j and an -e that names a file (not a preset) as absolute paths
+// (a relative one taken from the current directory), so that the record names the same files from any
+// directory; the rest as given.
+inline std::string recorded_form(const std::string& field, const std::string& v) {
+    const bool path = field == "train_data" || field == "val_data" || (field == "model" && !is_model_preset(v));
+    if (!path || v.empty() || v[0] == '/') return v;
+    std::string rel = v;
+    while (rel.size() > 2 && rel.compare(0, 2, "./") == 0) rel.erase(0, 2);
+    return (std::filesystem::current_path() / rel).string();
+}
+template <class T>
+const T& recorded_form(const std::string&, const T& v) {
+    return v;
+}
+
+// The settings config.json records (rows Both, Machine and Json) under their field names.
 inline nlohmann::ordered_json train_config_json(const TrainConfig& c) {
     nlohmann::ordered_json j = nlohmann::ordered_json::object();
-#define LLMC_SETTING_JSON(record, type, field, def, names, ok, rule, help)                \
-    if (FlagRecord::record == FlagRecord::Both || FlagRecord::record == FlagRecord::Json) \
-        j[#field] = setting_json(c.field);
+#define LLMC_SETTING_JSON(record, type, field, def, names, ok, rule, help)                     \
+    if (FlagRecord::record == FlagRecord::Both || FlagRecord::record == FlagRecord::Machine || \
+        FlagRecord::record == FlagRecord::Json)                                                \
+        j[#field] = setting_json(recorded_form(#field, c.field));
     LLMC_TRAIN_FLAGS(LLMC_SETTING_JSON, LLMC_NO_MODEL)
 #undef LLMC_SETTING_JSON
     return j;

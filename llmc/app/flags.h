@@ -17,8 +17,11 @@
 // record: where the setting is written (FlagRecord)
 //   Both    config.toml and config.json
 //   Toml    config.toml only (--eval-only and its flags: an evaluation writes eval.json instead)
+//   Machine config.json only: the machine the run ran on (--device, --threads), not the experiment;
+//           never taken from a file: not by --config (a config.toml that holds it gets a note) nor by
+//           a resumed or forked run from its record (llmc/app/run_record.h)
 //   Launch  neither: a flag of one process or launch (--rank, --fork-from, ...), which --config cannot set
-//           and a resumed or forked run never takes from its record (llmc/app/run_record.h)
+//           and a resumed or forked run never takes from its record
 //   Hidden  a Launch flag that --help does not list (a test hook)
 //   Json    config.json only: not a flag, set by main() (the number of processes)
 // names: CLI11's "-b,--batch-size" ("" for Json); messages write it "-b/--batch-size"
@@ -34,7 +37,7 @@
 
 namespace llmc {
 
-enum class FlagRecord { Both, Toml, Launch, Hidden, Json };
+enum class FlagRecord { Both, Toml, Machine, Launch, Hidden, Json };
 
 // clang-format off
 #define LLMC_TRAIN_FLAGS(SETTING, MODEL) \
@@ -119,7 +122,8 @@ enum class FlagRecord { Both, Toml, Launch, Hidden, Json };
     /* checkpoints */ \
     SETTING(Both, int, checkpoint_every, 0, "-n,--checkpoint-every", v >= 0, "must be >= 0 (0 = only at the end)", \
             "checkpoint every N steps (0 = only at the end; needs -o)") \
-    SETTING(Both, int, resume, 0, "-y,--resume", v == 0 || v == 1, "must be 0 or 1", \
+    SETTING(Both, int, resume, 0, "-y,--resume", v == 0 || v == 1, \
+            "must be 0 or 1 (got {}); -y 1 resumes the run in -o", \
             "1 = resume from the newest complete checkpoint in -o") \
     SETTING(Launch, std::string, fork_from, "", "--fork-from", true, "", \
             "start a new run in -o from this complete checkpoint RUN/model_NNNNNNNN.bin, with RUN's settings") \
@@ -160,9 +164,9 @@ enum class FlagRecord { Both, Toml, Launch, Hidden, Json };
     SETTING(Toml, std::string, dump_attention, "", "--dump-attention", true, "", \
             "--eval-only: write the attention probabilities of heads L:H[,L:H...] for the first sequence to -o " \
             "DIR/attn_L<l>_H<h>.npy, float32 (T, T) (CPU backend)") \
-    SETTING(Both, std::string, device, "auto", "--device", true, "", \
+    SETTING(Machine, std::string, device, "auto", "--device", true, "", \
             "auto | cpu | cuda") \
-    SETTING(Both, int, threads, 0, "--threads", v >= 0, "must be >= 0 (0 = automatic)", \
+    SETTING(Machine, int, threads, 0, "--threads", v >= 0, "must be >= 0 (0 = automatic)", \
             "OpenMP threads (0 = OMP_NUM_THREADS, else the CPUs this process may use); idle threads sleep " \
             "(OMP_WAIT_POLICY=PASSIVE) unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set") \
     /* data parallelism (docs/multigpu.md) */ \

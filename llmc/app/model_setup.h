@@ -1,5 +1,6 @@
 // The model a run trains or evaluates: -e (a checkpoint file, ours or llm.c's, or a preset), the
-// model flags on top of a preset, the data's vocabulary; and its one-line description.
+// model flags on top of a preset, the data's vocabulary; its one-line description, and the run's
+// stabilizers for the run header.
 #pragma once
 #include <cstdio>
 #include <filesystem>
@@ -89,6 +90,19 @@ inline std::string describe_model(const ModelConfig& m, size_t num_params) {
         m.attn_softcap > 0 ? (", softcap " + fmt_g(m.attn_softcap)).c_str() : "", m.tied_embeddings ? "" : ", untied",
         num_params / 1e6);
     return buf;
+}
+
+// Every stabilizer that is on, model and training ("qk-norm, attn-softcap 30, z-loss 0.0001, qk-clip
+// 100, skip-spikes 6"), for the run header; "" when none is.
+inline std::string describe_stabilizers(const ModelConfig& m, const TrainConfig& c) {
+    std::string out;
+    const auto add = [&out](const std::string& s) { out += (out.empty() ? "" : ", ") + s; };
+    if (m.qk_norm) add("qk-norm");
+    if (m.attn_softcap > 0) add("attn-softcap " + fmt_g(m.attn_softcap));
+    if (c.z_loss > 0) add("z-loss " + fmt_g(c.z_loss));
+    if (c.qk_clip > 0) add("qk-clip " + fmt_g(c.qk_clip));
+    if (c.skip_spikes > 0) add("skip-spikes " + fmt_g(c.skip_spikes));
+    return out;
 }
 
 }  // namespace llmc

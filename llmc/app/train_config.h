@@ -41,11 +41,20 @@ struct TrainConfig {
 #define LLMC_SETTING_FIELD(record, type, field, def, names, ok, rule, help) type field = def;
     LLMC_TRAIN_FLAGS(LLMC_SETTING_FIELD, LLMC_NO_MODEL)
 #undef LLMC_SETTING_FIELD
-    int rank = 0;                    // this process's rank: set by main() from the collective
-    int local_rank = 0;              // rank within the node (its GPU): set by main()
-    bool val_batches_given = false;  // -m given explicitly (--eval-only defaults to all)
+    int rank = 0;        // this process's rank: set by main() from the collective
+    int local_rank = 0;  // rank within the node (its GPU): set by main()
     ModelOverrides overrides;
+    std::vector<std::string> given;             // long names of the flags given, typed or by --config (the parser's)
     std::vector<SettingChange> record_changes;  // vs the record -y 1 / --fork-from continues (set by the parser)
+
+    // Whether the flag (long name, "seq-len") was given on the command line or by --config; the
+    // settings not given are the defaults or what a run record (-y 1, --fork-from) or a checkpoint's
+    // run (--eval-only, llmc/app/checkpoint_run.h) gives.
+    bool was_given(const std::string& long_name) const {
+        for (const std::string& g : given)
+            if (g == long_name) return true;
+        return false;
+    }
 };
 
 // Presets for -e:

@@ -1,8 +1,9 @@
-// The checks of a run's settings, in the order the trainer makes them: the rules between flags
-// (check_flag_combinations), each flag's own range (from the table, llmc/app/flags.h), then, once
+// The checks of a run's settings, in the order the trainer makes them: -y's range, the rules between
+// flags (check_flag_combinations), each flag's own range (from the table, llmc/app/flags.h), then, once
 // the model is known, validate_run. Each refusal is an InputError naming the flag and the fix.
 #pragma once
 #include <cstdio>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -12,6 +13,7 @@
 #include "llmc/core/error.h"
 #include "llmc/core/model_config.h"
 #include "llmc/io/attention_dump.h"
+#include "llmc/io/checkpoint_dir.h"
 #include "llmc/train/schedule.h"
 
 namespace llmc {
@@ -46,13 +48,14 @@ void check_setting(const std::optional<T>& value, const char* names, const char*
     if (value) check_setting(*value, names, rule, ok);
 }
 
-// Every flag's own range, in table order.
-inline void check_flag_ranges(const TrainConfig& c) {
+// Every flag's own range, in table order (only the field `only_field` when given).
+inline void check_flag_ranges(const TrainConfig& c, const char* only_field = nullptr) {
 #define LLMC_CHECK_SETTING(record, type, field, def, names, ok, rule, help) \
-    check_setting(c.field, names, rule, [](const auto& v) {                 \
-        (void)v;                                                            \
-        return ok;                                                          \
-    });
+    if (only_field == nullptr || std::strcmp(only_field, #field) == 0)      \
+        check_setting(c.field, names, rule, [](const auto& v) {             \
+            (void)v;                                                        \
+            return ok;                                                      \
+        });
     LLMC_TRAIN_FLAGS(LLMC_CHECK_SETTING, LLMC_NO_MODEL)
 #undef LLMC_CHECK_SETTING
 }
@@ -78,17 +81,29 @@ inline void check_flag_combinations(const TrainConfig& c) {
 
 // The flags, without the model.
 inline void validate_train_flags(const TrainConfig& c) {
+    check_flag_ranges(c, "resume");  // -y decides where the settings come from: its range before any rule
     check_flag_combinations(c);
     check_flag_ranges(c);
+}
+
+// The checkpoint whose model the run takes, whose size (its --max-seq-len too) no flag can change, as
+// messages name it; "" for a preset (model flags size it).
+inline std::string checkpoint_of_model(const TrainConfig& c) {
+    if (!c.fork_from.empty()) return "the checkpoint of --fork-from " + c.fork_from;
+    if (c.resume == 1 && newest_complete_step(c.output_dir) >= 0) return "the checkpoint in -o " + c.output_dir;
+    if (!is_model_preset(c.model)) return "the checkpoint -e " + c.model;
+    return "";
 }
 
 // Checks that need the model: sequence length, batch divisibility, vocabulary vs the data.
 // Returns the gradient-accumulation steps.
 inline int validate_run(const TrainConfig& c, const ModelConfig& m, int data_vocab, const std::string& vocab_source) {
-    if (c.seq_len > m.max_seq_len)
-        throw InputError("-t " + std::to_string(c.seq_len) + " exceeds the model's --max-seq-len " +
-                         std::to_string(m.max_seq_len) + "; use -t <= " + std::to_string(m.max_seq_len) +
-                         " or a larger --max-seq-len");
+    if (c.seq_len > m.max_seq_len) {
+        const std::string checkpoint = checkpoint_of_model(c), maxT = std::to_string(m.max_seq_len);
+        throw InputError("-t " + std::to_string(c.seq_len) + " exceeds the model's --max-seq-len " + maxT +
+                         (checkpoint.empty() ? "; use -t <= " + maxT + " or a larger --max-seq-len"
+                                             : ", which " + checkpoint + " fixes; use -t <= " + maxT));
+    }
     if (data_vocab > m.vocab_size)
         throw InputError("the model's vocabulary " + std::to_string(m.vocab_size) + " is smaller than the data's " +
                          std::to_string(data_vocab) + " (from " + vocab_source +

@@ -433,7 +433,8 @@ public:
 
     const char* name() const override { return "cpu"; }
     std::string device_description() const override {
-        return "cpu (" + std::to_string(omp_get_max_threads()) + " threads, " + wait_policy_description() + ")";
+        const int n = omp_get_max_threads();
+        return "cpu (" + std::to_string(n) + (n == 1 ? " thread, " : " threads, ") + wait_policy_description() + ")";
     }
     const ModelConfig& config() const override { return model_.config(); }
 

@@ -1,12 +1,16 @@
 // Inline PTX, one device function per instruction: the only place the kernels touch PTX, so that
 // the emulated build (make emu) swaps in a twin written from NVIDIA's PTX ISA document
-// (dev/emu/mma.h) and nothing else changes.
+// (dev/emu/mma.h, dev/emu/ldmatrix.h, dev/emu/cp_async.h) and nothing else changes.
+// Shared-memory addresses are passed as generic pointers; on the GPU the wrapper converts them to
+// the .shared window (__cvta_generic_to_shared), in the emulation the pointer is the address.
 #pragma once
 #include <cstdint>
 
 #include <cuda_runtime.h>
 
 #ifdef LLMC_EMULATE
+#include "dev/emu/cp_async.h"
+#include "dev/emu/ldmatrix.h"
 #include "dev/emu/mma.h"
 #endif
 
@@ -27,6 +31,151 @@ __device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #else
     __trap();  // the host launcher only runs this path on sm_80+
+#endif
+}
+
+// ---- ldmatrix: 8x8 matrices of 16-bit elements from shared memory into mma fragments ----------
+// One warp, all 32 lanes: lane 8*m + j passes the address of row j (16 bytes, 16-byte aligned, in
+// shared memory) of matrix m, m < the count (.x1: lanes 0-7, .x2: 0-15, .x4: all; the other lanes'
+// addresses are ignored). r[m] receives this lane's fragment of matrix m: lane t holds elements
+// (t/4, 2*(t%4)) in its low and (t/4, 2*(t%4)+1) in its high 16 bits ("ldmatrix fragment layout
+// for one 8x8 Matrix with 16-bit elements"), the layout of an mma A or B fragment register. The
+// .trans forms deliver the transposed matrices. Shared stores the rows depend on must be ordered
+// before the call by __syncthreads / __syncwarp (the asm takes no "memory" clobber, like the
+// loads the compiler schedules around it).
+__device__ __forceinline__ void ldmatrix_x1(uint32_t (&r)[1], const void* smem_row) {
+#if defined(LLMC_EMULATE)
+    ::llmc::emu::ldmatrix_m8n8_b16(r, 1, false, smem_row);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem_row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(a));
+#else
+    __trap();  // ldmatrix needs sm_75+
+#endif
+}
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const void* smem_row) {
+#if defined(LLMC_EMULATE)
+    ::llmc::emu::ldmatrix_m8n8_b16(r, 2, false, smem_row);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem_row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+#else
+    __trap();
+#endif
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
+#if defined(LLMC_EMULATE)
+    ::llmc::emu::ldmatrix_m8n8_b16(r, 4, false, smem_row);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem_row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+#else
+    __trap();
+#endif
+}
+__device__ __forceinline__ void ldmatrix_x1_trans(uint32_t (&r)[1], const void* smem_row) {
+#if defined(LLMC_EMULATE)
+    ::llmc::emu::ldmatrix_m8n8_b16(r, 1, true, smem_row);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem_row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(a));
+#else
+    __trap();
+#endif
+}
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const void* smem_row) {
+#if defined(LLMC_EMULATE)
+    ::llmc::emu::ldmatrix_m8n8_b16(r, 2, true, smem_row);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem_row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+#else
+    __trap();
+#endif
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem_row) {
+#if defined(LLMC_EMULATE)
+    ::llmc::emu::ldmatrix_m8n8_b16(r, 4, true, smem_row);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem_row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+#else
+    __trap();
+#endif
+}
+
+// ---- cp.async: 16 bytes from global to shared memory, completed per thread in groups ----------
+// The copy runs in the background: its destination must not be read, nor its source written,
+// until a cp.async.wait_group / wait_all of the issuing thread covers it; other threads see it
+// after that wait and a barrier. Both addresses 16-byte aligned. The asm statements clobber
+// "memory", so the compiler moves no load or store of ours across them.
+
+// cp.async.cg.shared.global [smem_dst], [gmem_src], 16;
+__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src) {
+#if defined(LLMC_EMULATE)
+    ::llmc::emu::cp_async_cg_shared_global(smem_dst, gmem_src, 16);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned d = (unsigned)__cvta_generic_to_shared(smem_dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(__cvta_generic_to_global(gmem_src))
+                 : "memory");
+#else
+    __trap();  // cp.async needs sm_80+
+#endif
+}
+
+// cp.async.cg.shared.global [smem_dst], [gmem_src], 16, src_bytes;  the first src_bytes (0..16)
+// bytes from gmem_src, the rest of the 16 zeros: the ragged tail of a row. With src_bytes = 0
+// nothing is read (gmem_src must still be 16-byte aligned).
+__device__ __forceinline__ void cp_async_16_zfill(void* smem_dst, const void* gmem_src, uint32_t src_bytes) {
+#if defined(LLMC_EMULATE)
+    ::llmc::emu::cp_async_cg_shared_global(smem_dst, gmem_src, src_bytes);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned d = (unsigned)__cvta_generic_to_shared(smem_dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(__cvta_generic_to_global(gmem_src)),
+                 "r"(src_bytes)
+                 : "memory");
+#else
+    __trap();
+#endif
+}
+
+// cp.async.commit_group;  this thread's copies issued since its last commit become one group.
+__device__ __forceinline__ void cp_async_commit_group() {
+#if defined(LLMC_EMULATE)
+    ::llmc::emu::cp_async_commit_group();
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#else
+    __trap();
+#endif
+}
+
+// cp.async.wait_group N;  waits until at most this thread's N most recent groups are pending (all
+// older ones complete). Copies not yet committed are not waited for.
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+    static_assert(N >= 0, "cp.async.wait_group takes N >= 0");
+#if defined(LLMC_EMULATE)
+    ::llmc::emu::cp_async_wait_group(N);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#else
+    __trap();
+#endif
+}
+
+// cp.async.wait_all;  commits the uncommitted copies and waits for every copy of this thread.
+__device__ __forceinline__ void cp_async_wait_all() {
+#if defined(LLMC_EMULATE)
+    ::llmc::emu::cp_async_wait_all();
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#else
+    __trap();
 #endif
 }
 

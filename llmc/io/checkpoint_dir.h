@@ -28,6 +28,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "llmc/io/atomic_file.h"
@@ -163,24 +164,46 @@ struct LoadedCheckpoint {
     TrainState state;
 };
 
+// The first field in which two models differ: its name (the model flag's where there is one, e.g.
+// "layers") and both values as text (integers as integers, "2" and "3").
+struct ModelDifference {
+    std::string field, a, b;
+};
+inline std::optional<ModelDifference> first_model_difference(const ModelConfig& a, const ModelConfig& b) {
+    auto text = [](double v) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%g", v);
+        return std::string(buf);
+    };
+    const std::pair<const char*, std::pair<double, double>> fields[] = {
+        {"max-seq-len", {a.max_seq_len, b.max_seq_len}},
+        {"vocab", {a.vocab_size, b.vocab_size}},
+        {"padded vocab", {a.padded_vocab_size, b.padded_vocab_size}},
+        {"layers", {a.num_layers, b.num_layers}},
+        {"heads", {a.num_heads, b.num_heads}},
+        {"channels", {a.channels, b.channels}},
+        {"global-heads", {a.global_heads, b.global_heads}},
+        {"window", {a.window, b.window}},
+        {"qk-norm", {a.qk_norm, b.qk_norm}},
+        {"attn-softcap", {a.attn_softcap, b.attn_softcap}},
+        {"tied embeddings", {a.tied_embeddings, b.tied_embeddings}}};
+    for (const auto& f : fields)
+        if (f.second.first != f.second.second)
+            return ModelDifference{f.first, text(f.second.first), text(f.second.second)};
+    return std::nullopt;
+}
+
 // Returns "" when a and b are the same model, else the first differing field, e.g. "layers 6 vs 12".
 inline std::string config_difference(const ModelConfig& a, const ModelConfig& b) {
-    auto d = [](const char* name, double x, double y) {
-        return x == y ? std::string() : std::string(name) + " " + std::to_string(x) + " vs " + std::to_string(y);
-    };
-    auto i = [](const char* name, int x, int y) {
-        return x == y ? std::string() : std::string(name) + " " + std::to_string(x) + " vs " + std::to_string(y);
-    };
-    for (std::string s :
-         {i("max-seq-len", a.max_seq_len, b.max_seq_len), i("vocab", a.vocab_size, b.vocab_size),
-          i("padded vocab", a.padded_vocab_size, b.padded_vocab_size), i("layers", a.num_layers, b.num_layers),
-          i("heads", a.num_heads, b.num_heads), i("channels", a.channels, b.channels),
-          i("global-heads", a.global_heads, b.global_heads), i("window", a.window, b.window),
-          i("qk-norm", a.qk_norm, b.qk_norm), d("attn-softcap", a.attn_softcap, b.attn_softcap),
-          i("tied embeddings", a.tied_embeddings, b.tied_embeddings)})
-        if (!s.empty()) return s;
-    return "";
+    const std::optional<ModelDifference> d = first_model_difference(a, b);
+    return d ? d->field + " " + d->a + " vs " + d->b : "";
 }
+
+// A checkpoint of another model than the one the run's flags make (load_checkpoint_at).
+struct CheckpointModelMismatch : InputError {
+    ModelDifference difference;  // a: the checkpoint's, b: the run's
+    CheckpointModelMismatch(const std::string& msg, const ModelDifference& d) : InputError(msg), difference(d) {}
+};
 
 // Loads the model file and this rank's state of one complete step, checking that they belong
 // to `expected` (InputError if not) and to each other (CheckpointDamaged if not).
@@ -191,10 +214,12 @@ inline LoadedCheckpoint load_checkpoint_at(const std::string& dir, int step, con
     ck.step = step;
     const std::string mpath = model_path(dir, step);
     ck.model = load_model_checkpoint(mpath);
-    std::string diff = config_difference(ck.model.config, expected);
-    if (!diff.empty())
-        throw InputError(mpath + ": checkpoint is for a different model (checkpoint vs this run: " + diff +
-                         "); resume with the same model flags or use another output directory");
+    const std::optional<ModelDifference> diff = first_model_difference(ck.model.config, expected);
+    if (diff)
+        throw CheckpointModelMismatch(mpath + ": checkpoint is for a different model (checkpoint vs this run: " +
+                                          config_difference(ck.model.config, expected) +
+                                          "); resume with the same model flags or use another output directory",
+                                      *diff);
     if (ck.model.step != step)
         throw CheckpointDamaged(mpath + ": header says step " + std::to_string(ck.model.step) + " but the name says " +
                                 std::to_string(step) + "; use another checkpoint");

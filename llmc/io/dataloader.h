@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <numeric>
 #include <string>
 #include <utility>
@@ -196,9 +197,15 @@ private:
         if (rc == 0) paths.assign(g.gl_pathv, g.gl_pathv + g.gl_pathc);
         globfree(&g);
         if (rc == GLOB_NOMATCH || (rc == 0 && paths.empty())) {
+            // a relative pattern is read from the current directory: name the path looked for
+            const std::string where =
+                !pattern.empty() && pattern[0] != '/'
+                    ? " (relative to the current directory: " + (std::filesystem::current_path() / pattern).string() +
+                          ")"
+                    : "";
             throw InputError(
-                "no files match the shard pattern '" + pattern +
-                "'; check -i/-j or create the shards with python3 data/prepare.py (e.g. make data-tinyshakespeare)");
+                "no files match the shard pattern '" + pattern + "'" + where +
+                "; check -i/-j or create the shards with python3 data/prepare.py (e.g. make data-tinyshakespeare)");
         }
         if (rc != 0)
             throw InputError("cannot read the files matching '" + pattern + "' (glob error); check the pattern");

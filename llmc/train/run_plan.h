@@ -50,7 +50,7 @@ inline std::unique_ptr<DataLoader> open_loader(const TrainConfig& c, const std::
 // all_by_default (--eval-only), when -m is not given.
 inline int64_t val_batch_count(const TrainConfig& c, const DataLoader& val, bool all_by_default) {
     const int64_t avail = val.batches_per_epoch();
-    if (c.val_batches == -1 || (all_by_default && !c.val_batches_given)) return avail;
+    if (c.val_batches == -1 || (all_by_default && !c.was_given("val-batches"))) return avail;
     return std::min<int64_t>(c.val_batches, avail);
 }
 
@@ -73,6 +73,14 @@ inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, con
         } catch (const CheckpointDamaged& e) {
             throw InputError("--fork-from " + cfg.fork_from + ": the checkpoint is damaged (" + e.what() +
                              "); fork from another step");
+        } catch (const CheckpointModelMismatch& e) {
+            const ModelDifference& d = e.difference;
+            const std::string flag = d.field == "tied embeddings" ? "--untie-embeddings"
+                                     : d.field == "padded vocab"  ? "--vocab"
+                                                                  : "--" + d.field;
+            throw InputError("--fork-from " + cfg.fork_from + ": " + flag + " differs from the checkpoint's model (" +
+                             d.field + " " + d.a + " there, " + d.b + " here); a fork continues the checkpoint's " +
+                             "weights, so model flags cannot change in a fork: drop " + flag);
         }
     }
     if (newest_complete_step(out) >= 0)

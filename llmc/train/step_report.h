@@ -147,7 +147,8 @@ inline std::string checkpoint_line(int step, const std::string& model_file, bool
 struct RunSummary {
     int start_step = 0;               // the step this process started from (a resumed run's checkpoint)
     int last_step = 0;                // the last step taken (or start_step)
-    int64_t tokens_per_step = 0;      // B * T * accum * processes
+    int64_t tokens_per_step = 0;      // B * T * accum * processes, this process's
+    int64_t tokens_before = 0;        // tokens of the steps up to start_step, per the run record (resumed, forked)
     double wall_s = 0.0;              // seconds this process spent from its first step to its end
     std::optional<double> final_val;  // the last validation loss and its step
     int final_val_step = 0;
@@ -176,10 +177,12 @@ struct RunSummary {
     }
 };
 
-// The end-of-run summary, one line: steps, tokens, wall time, final and best validation loss, weights.
+// The end-of-run summary, one line: steps, tokens (all the run trained: earlier processes' at their -d),
+// wall time, final and best validation loss, weights.
 inline std::string summary_line(const RunSummary& s) {
     std::string line = "done: step " + std::to_string(s.last_step) + " (" + std::to_string(s.last_step - s.start_step) +
-                       " in this run) | " + std::to_string((int64_t)s.last_step * s.tokens_per_step) +
+                       " in this run) | " +
+                       std::to_string(s.tokens_before + (int64_t)(s.last_step - s.start_step) * s.tokens_per_step) +
                        " tokens | wall time " + format_duration(s.wall_s);
     if (s.final_val) {
         line += " | val loss " + fmt("%.4f", *s.final_val) + " (step " + std::to_string(s.final_val_step) + ")";

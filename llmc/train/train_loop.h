@@ -48,6 +48,7 @@
 #include "llmc/app/checkpoint_run.h"
 #include "llmc/app/config_json.h"
 #include "llmc/app/model_setup.h"
+#include "llmc/app/run_history.h"
 #include "llmc/app/run_record.h"
 #include "llmc/app/train_config.h"
 #include "llmc/app/validate.h"
@@ -195,6 +196,8 @@ inline void open_outputs(RunOutputs& o, const TrainConfig& cfg, const RunPlan& p
     if (plan.resume) {
         o.summary.note_val_records(out + "/metrics.jsonl");
         o.summary.weights = model_path(out, plan.start_step());
+        const std::string record = join_path(out, "config.json");
+        o.summary.tokens_before = tokens_trained(read_run_record(record), plan.start_step(), record);
     }
 }
 
@@ -211,6 +214,8 @@ inline void print_run_header(const TrainConfig& cfg, const RunPlan& plan, const 
     o.log.printf("  batch: B %d x T %d x accum %d x %d process(es) = %ld tokens/step | %d steps | lr %.2e %s\n", B, T,
                  plan.accum, cfg.world_size, (long)B * T * plan.accum * cfg.world_size, max_steps, cfg.learning_rate,
                  cfg.lr_schedule.c_str());
+    const std::string stabilizers = describe_stabilizers(plan.model, cfg);
+    if (!stabilizers.empty()) o.log.printf("  stabilizers: %s\n", stabilizers.c_str());
     if (cfg.world_size > 1)
         o.log.printf("  data parallel: %d processes (%s)%s\n", cfg.world_size, comm.name(),
                      cfg.zero_stage == 1 ? ", ZeRO-1: AdamW state sharded" : "");

@@ -19,7 +19,7 @@ using namespace llmc;
 namespace {
 
 // Every setting the file can make: TrainConfig's fields (as config.json writes them) and the model flags.
-// Not val_batches_given: config.toml lists every flag with its default, so -m always counts as given there.
+// Not was_given("val-batches"): config.toml lists every flag with its default, so -m always counts as given there.
 std::string describe(const TrainConfig& c) {
     const ModelOverrides& o = c.overrides;
     auto opt = [](const auto& v) { return v ? std::to_string(*v) : std::string("-"); };

@@ -1,0 +1,131 @@
+// Mistakes on a train_gpt2_ls command line that CLI11 would misreport, found before it parses, each
+// as one error line naming the mistake and its fix (docs/training.md "Flags"):
+//   llm.c's flags of two letters ("-nk 4": CLI11 reads -n with the value "k", "Could not convert");
+//   llm.c's "-h 1" (HellaSwag there; CLI11 prints the help and exits 0);
+//   a glob the shell expanded ("-i d/train_*.bin" unquoted: CLI11 names one "argument not expected");
+//   --config naming a directory or no file (CLI11: "was not readable (missing?)").
+// docs/from_llmc.md lists llm.c's flags and ours.
+#pragma once
+#include <cctype>
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace llmc {
+
+// One of llm.c's train_gpt2.cu flags of more than one letter and what does its job here ("" for
+// nothing); -lr, a common spelling of the learning rate, too. The rows of docs/from_llmc.md.
+struct LlmcFlag {
+    const char* llmc;
+    const char* here;
+};
+inline const std::vector<LlmcFlag>& multi_letter_llmc_flags() {
+    static const std::vector<LlmcFlag> flags = {{"-nk", "--keep-checkpoints"},
+                                                {"-nm", ""},
+                                                {"-sl", "--skip-spikes"},
+                                                {"-sg", "--skip-spikes"},
+                                                {"-pn", "--world-size"},
+                                                {"-pr", "--rank"},
+                                                {"-pg", "--local-rank"},
+                                                {"-pm", "--rendezvous"},
+                                                {"-pp", "--rendezvous"},
+                                                {"-ps", "--rendezvous"},
+                                                {"-lg", ""},
+                                                {"-ge", ""},
+                                                {"-lr", "-l/--learning-rate"}};
+    return flags;
+}
+
+// Whether `arg` is an option rather than a value: "-x", "--name", "-x5", but not "-", "-1" or "-.5".
+inline bool looks_like_option(const std::string& arg) {
+    return arg.size() >= 2 && arg[0] == '-' && !std::isdigit((unsigned char)arg[1]) && arg[1] != '.';
+}
+
+// The error for a single-dash token of two or more letters ("-nk"), "" when it is none of these: one
+// of llm.c's (multi_letter_llmc_flags), or one CLI11 would read as a one-letter flag that takes a
+// number followed by letters (-x with "s" for "-xs"). A flag that takes text keeps its attached
+// value ("-ofoo" is -o foo).
+inline std::string multi_letter_error(const CLI::App& app, const std::string& arg) {
+    if (arg.size() < 3 || arg[0] != '-' || arg[1] == '-') return "";
+    for (size_t i = 1; i < arg.size(); i++)
+        if (!std::isalpha((unsigned char)arg[i])) return "";
+    for (const LlmcFlag& f : multi_letter_llmc_flags()) {
+        if (arg != f.llmc) continue;
+        if (*f.here == '\0')
+            return arg +
+                   " is llm.c's flag, which this trainer has no counterpart of; drop it (llm.c's flags and ours: "
+                   "docs/from_llmc.md)";
+        return arg + ": this trainer spells it " + f.here + " (llm.c's flags and ours: docs/from_llmc.md)";
+    }
+    const CLI::Option* first = app.get_option_no_throw(arg.substr(0, 2));
+    if (first == nullptr || first->get_expected_min() == 0 || first->get_type_name().rfind("TEXT", 0) == 0) return "";
+    return arg + " is not a flag: a short flag is one letter, its value after a space (" + arg.substr(0, 2) +
+           " VALUE); run with --help for the flags";
+}
+
+// The error for arguments `strays` that follow the value of `option` (as typed) and that exist as
+// files, as a glob the shell expanded does; "" otherwise (CLI11 then names the first one).
+inline std::string stray_arguments_error(const std::string& option, const std::string& value,
+                                         const std::vector<std::string>& strays) {
+    std::error_code ec;
+    if (option.empty() || strays.empty() || !std::filesystem::exists(value, ec)) return "";
+    std::string named;
+    for (size_t i = 0; i < strays.size(); i++) {
+        if (!std::filesystem::exists(strays[i], ec)) return "";
+        if (i < 2) named += (i ? ", " : "") + strays[i];
+    }
+    if (strays.size() > 2) named += ", ...";
+    return option + " takes one value, but " + std::to_string(strays.size()) + " more path(s) follow " + value + " (" +
+           named + "): the shell expanded a glob; quote it (" + option +
+           " 'DIR/train_*.bin') so that the trainer reads the pattern";
+}
+
+// The error for a --config path that is a directory or does not exist ("" when it is a file or empty).
+inline std::string config_path_error(const std::string& path) {
+    std::error_code ec;
+    if (path.empty() || std::filesystem::is_regular_file(path, ec)) return "";
+    if (std::filesystem::is_directory(path, ec))
+        return "--config " + path + " is a directory; give a file: " + path + "/config.json (a run's record) or " +
+               path + "/config.toml";
+    return "--config " + path + ": no such file; check the path";
+}
+
+// The first mistake of the kinds above in argv (before "--"), "" when there is none. `config_file`:
+// the --config path given ("" for none).
+inline std::string argv_mistake(const CLI::App& app, int argc, const char* const* argv,
+                                const std::string& config_file) {
+    std::string value_of, value;  // the option whose value argv[i - 1] was, and that value
+    for (int i = 1; i < argc; i++) {
+        const std::string a = argv[i];
+        if (a == "--") break;
+        if (!looks_like_option(a)) {  // an argument no option takes: the first of a run of them
+            std::vector<std::string> strays;
+            while (i < argc && !looks_like_option(argv[i])) strays.push_back(argv[i++]);
+            const std::string e = stray_arguments_error(value_of, value, strays);
+            if (!e.empty()) return e;
+            i--;
+            value_of.clear();
+            continue;
+        }
+        value_of.clear();
+        if (a == "-h" && i + 1 < argc && !looks_like_option(argv[i + 1]))
+            return "-h is --help here; llm.c's -h " + std::string(argv[i + 1]) +
+                   " (HellaSwag evaluation) has no counterpart in this trainer (it reports the validation loss "
+                   "of -j); drop -h " +
+                   argv[i + 1];
+        const std::string e = multi_letter_error(app, a);
+        if (!e.empty()) return e;
+        if (a.find('=') != std::string::npos || (a[1] != '-' && a.size() > 2)) continue;  // value attached
+        const CLI::Option* opt = app.get_option_no_throw(a);
+        if (opt != nullptr && opt->get_expected_min() > 0 && i + 1 < argc) {
+            value_of = a;
+            value = argv[++i];
+        }
+    }
+    return config_path_error(config_file);
+}
+
+}  // namespace llmc

@@ -1,0 +1,154 @@
+// The --config file reader (CheckedConfigFile): TOML as config.toml writes it, or a run's config.json
+// (through llmc/app/run_record.h, the one config.json reader), both checked strictly. llmc/app/cli.h
+// installs it as CLI11's config formatter; docs/training.md (--config) states the rules.
+#pragma once
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <istream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "llmc/app/flag_suggest.h"
+#include "llmc/app/run_record.h"
+#include "llmc/core/error.h"
+
+namespace llmc {
+
+// A --config file that cannot be read as settings: its message is the whole error line.
+struct ConfigFileError : CLI::ConfigError {
+    explicit ConfigFileError(const std::string& msg) : CLI::ConfigError(msg) {}
+};
+
+// The --config reader: CLI11 2.1's TOML reader with two of its bugs worked around (both found by
+// test/fuzz/fuzz_config.cpp; CLI11 2.1.2 is Debian's):
+//   - it cuts a value at its first '#' even inside quotes, so output-dir="runs/#3" read back as
+//     "runs/ : here the '#' of a quoted value is hidden from it behind a marker and restored after;
+//   - a quoted value with a ',' or a space goes through its list splitter, which reads backslash-quote
+//     as an escaped quote (a value ending in a backslash, written "a,b\", read back as a,b\") and then
+//     strips a second pair of quotes (the value 'a b', written "'a b'", read back as a b): a backslash
+//     and the other kind of quote inside quotes are hidden the same way, so what is inside a quoted
+//     value is always literal (as CLI11 writes it);
+//   - it reads "seed=[]", or a '[' list still open at the end of the file, as an item with no value
+//     and then indexes its empty value list (undefined behaviour): such items are refused.
+//
+// The format of a --config file, decided by its name and content: a name ending in ".json", or a
+// first non-blank character '{', is a run's config.json, which gives what -y 1 would take from it
+// (record_flag_values, llmc/app/run_record.h); anything else is TOML as config.toml writes it, and must
+// be text (no NUL byte). In TOML, a key that is no flag and any [section] are refused, naming the key
+// and the nearest flag, and so is a key with more than one value (a list, or the key twice), which
+// CLI11 would reduce to its last; a Machine key (device, threads: written by older versions) is left
+// out with a note, as a record never sets the machine.
+class CheckedConfigFile : public CLI::ConfigTOML {
+public:
+    std::string file;                        // the --config path, named in errors (set before parsing)
+    std::vector<std::string> known_names;    // every option's names without dashes (CLI11 checks the rest)
+    std::vector<std::string> suggestions;    // the configurable flags' long names, for "did you mean"
+    std::vector<std::string> machine_names;  // the Machine rows' long names (--device, --threads): skipped
+
+    std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
+        std::stringstream whole;
+        whole << input.rdbuf();
+        const std::string content = whole.str();
+        if (is_json(content)) return json_items(content);
+        if (content.find('\0') != std::string::npos)
+            throw ConfigFileError("config file " + file +
+                                  ": not a text file (a NUL byte); give a TOML file (as "
+                                  "config.toml) or a run's config.json");
+        std::istringstream lines(content);
+        std::string text, line;
+        while (std::getline(lines, line)) text += hide_inside_quotes(line) + "\n";
+        std::istringstream hidden(text);
+        std::vector<CLI::ConfigItem> items = CLI::ConfigTOML::from_config(hidden), kept;
+        for (CLI::ConfigItem& it : items) {
+            if (!it.parents.empty() || it.name == "++" || it.name == "--")  // "++"/"--": a [section] starts/ends
+                throw ConfigFileError("config file " + file + ": unknown section [" +
+                                      restore(it.parents.empty() ? it.name : it.parents.front()) +
+                                      "]; the flags are top-level keys (key=value lines, as in config.toml)");
+            if (it.inputs.empty())
+                throw CLI::ConfigError("config file: '" + restore(it.fullname()) +
+                                       "' has no value (an empty or unclosed [ list); give it one value");
+            it.name = restore(it.name);
+            for (std::string& v : it.inputs) v = restore(v);
+            if (std::find(known_names.begin(), known_names.end(), it.name) == known_names.end())
+                throw ConfigFileError("config file " + file + ": unknown key '" + it.name + "'" +
+                                      did_you_mean(it.name, suggestions));
+            if (it.inputs.size() > 1)  // "a,b", "[a, b]", "a b" or the key on two lines: CLI11 would take the last
+                throw ConfigFileError("config file " + file + ": '" + it.name + "' has " +
+                                      std::to_string(it.inputs.size()) +
+                                      " values (a list, or the key given twice); every flag takes one value: keep one");
+            if (std::find(machine_names.begin(), machine_names.end(), it.name) == machine_names.end())
+                kept.push_back(it);
+            else
+                std::fprintf(stderr,
+                             "note: config file %s: %s=%s is not taken: --device and --threads describe the "
+                             "machine, not the run; give them on the command line\n",
+                             file.c_str(), it.name.c_str(), it.inputs.front().c_str());
+        }
+        return kept;
+    }
+
+private:
+    bool is_json(const std::string& content) const {
+        const size_t first = content.find_first_not_of(" \t\r\n");
+        const bool json_name = file.size() >= 5 && file.compare(file.size() - 5, 5, ".json") == 0;
+        return json_name || (first != std::string::npos && content[first] == '{');
+    }
+    // A run's config.json: what -y 1 would take from it (record_flag_values).
+    std::vector<CLI::ConfigItem> json_items(const std::string& content) const {
+        std::vector<CLI::ConfigItem> items;
+        try {
+            for (const FlagValue& fv : record_flag_values(parse_run_record(content, file), file)) {
+                items.emplace_back();
+                items.back().name = fv.name;
+                items.back().inputs = {fv.value};
+            }
+        } catch (const InputError& e) { throw ConfigFileError(e.what()); }
+        return items;
+    }
+    // kMark '1' stands for kMark itself; inside quotes kMark '2' for '#', kMark '3' for a backslash,
+    // kMark '4' for a single quote, kMark '5' for a double quote (the kind that did not open the value)
+    static constexpr char kMark = '\x01';
+    static constexpr char kHidden[] = "#\\'\"";  // the characters kMark '2'..'5' stand for
+    static std::string hide_inside_quotes(const std::string& line) {
+        std::string out;
+        char quote = 0;      // the open quote of a value, or 0
+        bool value = false;  // past the first '='
+        for (char c : line) {
+            if (c == kMark) {
+                out += kMark;
+                out += '1';
+                continue;
+            }
+            const char* hidden = quote != 0 && c != quote && c != 0 ? std::strchr(kHidden, c) : nullptr;
+            if (hidden != nullptr) {
+                out += kMark;
+                out += (char)('2' + (hidden - kHidden));
+                continue;
+            }
+            if (quote != 0 && c == quote) quote = 0;
+            else if (quote == 0 && value && (c == '"' || c == '\'')) quote = c;
+            else if (c == '=') value = true;
+            out += c;
+        }
+        return out;
+    }
+    static std::string restore(const std::string& s) {
+        std::string out;
+        for (size_t i = 0; i < s.size(); i++) {
+            if (s[i] == kMark && i + 1 < s.size()) {
+                const char code = s[++i];
+                out += code >= '2' && code <= '5' ? kHidden[code - '2'] : kMark;
+            } else {
+                out += s[i];
+            }
+        }
+        return out;
+    }
+};
+
+}  // namespace llmc

@@ -1,0 +1,220 @@
+// What a continued run (-y 1, --fork-from) changes in a run record (llmc/app/run_record.h), and what
+// the record says about the steps already trained:
+//   setting_changes    the inherited settings in which a run differs from recorded ones
+//   resumed_history    config.json's "history" for a run resumed at step s: the entries before s as they
+//                      were, then one entry per setting that differs from what trained step s. So the
+//                      history says only what trained: entries at one step collapse into one (old =
+//                      what trained before it), a change back before any step leaves none, and entries
+//                      past s (steps rolled back to the checkpoint) go
+//   tokens_trained     the tokens of steps 1..s, each step at the -d then in effect
+//   write_run_record   config.json + config.toml of a starting run (fresh or forked), or the history
+//                      of a resumed one
+// docs/training.md "Resuming and forking", docs/formats.md "config.json".
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "llmc/app/config_json.h"
+#include "llmc/app/run_record.h"
+#include "llmc/app/train_config.h"
+#include "llmc/core/error.h"
+#include "llmc/io/atomic_file.h"
+#include "llmc/io/checkpoint_dir.h"
+#include "llmc/io/json_text.h"
+
+namespace llmc {
+
+// A setting's value in a "history" entry: a float as its shortest decimal form (0.0001, not
+// 0.00009999999747), an optional one null when not given.
+template <class T>
+nlohmann::ordered_json history_value(const T& v) {
+    return v;
+}
+inline nlohmann::ordered_json history_value(float v) {
+    char text[32];
+    for (int digits = 1; digits <= 9; digits++) {
+        std::snprintf(text, sizeof text, "%.*g", digits, (double)v);
+        if (std::strtof(text, nullptr) == v) break;
+    }
+    return std::strtod(text, nullptr);
+}
+template <class T>
+nlohmann::ordered_json history_value(const std::optional<T>& v) {
+    return v ? history_value(*v) : nlohmann::ordered_json(nullptr);
+}
+
+// A recorded JSON value as the setting's type T (null: an optional setting not given).
+template <class T>
+T setting_of_json(const nlohmann::ordered_json& v, T*) {
+    return v.get<T>();
+}
+template <class T>
+std::optional<T> setting_of_json(const nlohmann::ordered_json& v, std::optional<T>*) {
+    return v.is_null() ? std::nullopt : std::optional<T>(v.get<T>());
+}
+
+// train[key] as the setting's type T, `def` when absent; InputError naming the file and key when the
+// value is of another type.
+template <class T>
+T recorded_setting(const nlohmann::ordered_json& train, const char* key, const T& def, const std::string& file) {
+    if (!train.contains(key)) return def;
+    try {
+        return setting_of_json(train[key], (T*)nullptr);
+    } catch (const nlohmann::json::exception&) {
+        throw InputError("config file " + file + ": 'train." + key + "' is " + json_value_brief(train[key]) +
+                         ", not a value of that setting; restore the file");
+    }
+}
+
+// The inherited settings (inherited_setting) in which `now` differs from the "train" object
+// `recorded` (a missing key: the flag's default), in table order, old and new as history_value.
+inline std::vector<SettingChange> setting_changes(const nlohmann::ordered_json& recorded, const TrainConfig& now,
+                                                  const std::string& file) {
+    const TrainConfig defaults;
+    std::vector<SettingChange> out;
+#define LLMC_SETTING_CHANGE(record, type, field, def, names, ok, rule, help)                                \
+    if (inherited_setting(#field, FlagRecord::record)) {                                                    \
+        const nlohmann::ordered_json old_value =                                                            \
+            history_value(recorded_form(#field, recorded_setting(recorded, #field, defaults.field, file))); \
+        const nlohmann::ordered_json new_value = history_value(recorded_form(#field, now.field));           \
+        if (old_value != new_value) out.push_back({"--" + long_flag_name(names), old_value, new_value});    \
+    }
+    LLMC_TRAIN_FLAGS(LLMC_SETTING_CHANGE, LLMC_NO_MODEL)
+#undef LLMC_SETTING_CHANGE
+    return out;
+}
+
+// A value as a note writes it: as JSON, whole (a long path too), a whole float without its ".0" (50,
+// 0.0001, 1e-05).
+inline std::string change_value_text(const nlohmann::ordered_json& v) {
+    std::string text = v.dump(-1, ' ', true, nlohmann::ordered_json::error_handler_t::replace);
+    if (v.is_number_float() && text.size() > 2 && text.compare(text.size() - 2, 2, ".0") == 0)
+        text.resize(text.size() - 2);
+    return text;
+}
+
+// "--learning-rate 0.0001 (was 0.0003)"
+inline std::string describe_change(const SettingChange& c) {
+    return c.flag + " " + change_value_text(c.new_value) + " (was " + change_value_text(c.old_value) + ")";
+}
+
+// A resumed or forked run continues its checkpoint's weights, so an -e (weights or preset) other than
+// the run's would only relabel it: refused, naming both.
+inline void check_weights_unchanged(const std::vector<SettingChange>& changes, bool forked) {
+    const auto text = [](const nlohmann::ordered_json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+    for (const SettingChange& c : changes)
+        if (c.flag == "--model")
+            throw InputError("-e " + text(c.new_value) + " differs from the run's -e " + text(c.old_value) +
+                             ", but a " + (forked ? "forked" : "resumed") +
+                             " run continues its checkpoint's weights; drop -e (to train other weights, start "
+                             "a new run: another -o, without -y 1 or --fork-from)");
+}
+
+// The "history" of a run resumed at `step` with the settings `now` (resumed_history).
+struct ResumedHistory {
+    nlohmann::ordered_json entries = nlohmann::ordered_json::array();  // the whole new list
+    std::vector<SettingChange> changes;                                // its entries at `step`
+    std::vector<std::string> dropped;  // notes on the entries that go with no change of their flag now
+};
+
+// The record's history for a run resumed at `step`: its entries before `step`, then one per setting
+// in which `now` differs from what trained step `step` (the record up to step - 1). An entry at or
+// after `step` goes: its setting never trained a step that is kept.
+inline ResumedHistory resumed_history(const nlohmann::ordered_json& record, int step, const TrainConfig& now,
+                                      const std::string& file) {
+    ResumedHistory h;
+    h.changes = setting_changes(effective_train(record, file, step - 1), now, file);
+    std::vector<std::string> flags;  // of the changes and the entries noted as dropped
+    for (const SettingChange& c : h.changes) flags.push_back(c.flag);
+    for (const nlohmann::ordered_json& e : history_entries(record, file)) {
+        if (e["step"].get<int64_t>() < step) {
+            h.entries.push_back(e);
+            continue;
+        }
+        const std::string flag = e["flag"].get<std::string>();
+        if (std::find(flags.begin(), flags.end(), flag) != flags.end()) continue;
+        flags.push_back(flag);
+        h.dropped.push_back("drops the history entry " + describe_change({flag, e["old"], e["new"]}) + " of step " +
+                            std::to_string(e["step"].get<int64_t>()) + ": no step trained with it is kept");
+    }
+    for (const SettingChange& c : h.changes)
+        h.entries.push_back({{"step", step}, {"flag", c.flag}, {"old", c.old_value}, {"new", c.new_value}});
+    return h;
+}
+
+// Tokens per optimizer step of recorded settings: -d, or B*T*processes when -d is -1.
+inline int64_t recorded_tokens_per_step(const nlohmann::ordered_json& train, const std::string& file) {
+    const TrainConfig d;
+    const long total = recorded_setting(train, "total_batch_size", d.total_batch_size, file);
+    if (total > 0) return total;
+    return (int64_t)recorded_setting(train, "batch_size", d.batch_size, file) *
+           recorded_setting(train, "seq_len", d.seq_len, file) * recorded_setting(train, "world_size", 1, file);
+}
+
+// The tokens the record's run trained in steps 1..step: a fork's "forked_from" tokens, then each step
+// k after it at the -d of the record up to step k - 1 (a fork recorded without "tokens": its own -d
+// for its first steps).
+inline int64_t tokens_trained(const nlohmann::ordered_json& record, int step, const std::string& file) {
+    int at = 0;
+    int64_t tokens = 0;
+    if (record.contains("forked_from") && record["forked_from"].is_object()) {
+        const nlohmann::ordered_json& f = record["forked_from"];
+        at = f.contains("step") && f["step"].is_number_integer() ? f["step"].get<int>() : 0;
+        tokens = f.contains("tokens") && f["tokens"].is_number_integer()
+                     ? f["tokens"].get<int64_t>()
+                     : at * recorded_tokens_per_step(effective_train(record, file, at), file);
+    }
+    std::vector<int64_t> cuts;  // the steps after which the settings change
+    for (const nlohmann::ordered_json& e : history_entries(record, file))
+        if (e["step"].get<int64_t>() > at && e["step"].get<int64_t>() < step) cuts.push_back(e["step"].get<int64_t>());
+    std::sort(cuts.begin(), cuts.end());
+    cuts.push_back(step);
+    for (const int64_t next : cuts) {
+        if (next <= at) continue;
+        tokens += (next - at) * recorded_tokens_per_step(effective_train(record, file, at), file);
+        at = (int)next;
+    }
+    return tokens;
+}
+
+// Rank 0 at the start of a run with -o: a run that starts (fresh, or forked: `fresh_record` plus
+// "forked_from" with the source's step and tokens) writes config.json and config.toml; a resumed one
+// (resumed_step >= 0, its config.json present) keeps both but for config.json's "history"
+// (resumed_history), rewritten only when it changes. Each change is a note on stderr.
+inline void write_run_record(const std::string& out, nlohmann::ordered_json fresh_record,
+                             const std::string& config_toml, const TrainConfig& cfg, int resumed_step) {
+    const std::string json_path = join_path(out, "config.json");
+    const bool forked = !cfg.fork_from.empty();
+    if (resumed_step >= 0 && !forked && file_exists(json_path)) {
+        nlohmann::ordered_json record = read_run_record(json_path, "restore the run's config.json");
+        const ResumedHistory h = resumed_history(record, resumed_step, cfg, json_path);
+        for (const SettingChange& c : h.changes)
+            std::fprintf(stderr, "note: resuming at step %d with %s\n", resumed_step, describe_change(c).c_str());
+        for (const std::string& d : h.dropped)
+            std::fprintf(stderr, "note: resuming at step %d %s\n", resumed_step, d.c_str());
+        if (h.entries == (record.contains("history") ? record["history"] : nlohmann::ordered_json::array())) return;
+        if (h.entries.empty()) record.erase("history");
+        else record["history"] = h.entries;
+        write_text_file(json_path, json_file_text(record));
+        return;
+    }
+    if (forked) {
+        for (const SettingChange& c : resumed_step >= 0 ? cfg.record_changes : std::vector<SettingChange>{})
+            std::fprintf(stderr, "note: forking at step %d with %s\n", resumed_step, describe_change(c).c_str());
+        const std::string source = join_path(fork_source(cfg.fork_from).dir, "config.json");
+        fresh_record["forked_from"] = {{"checkpoint", cfg.fork_from},
+                                       {"step", resumed_step},
+                                       {"tokens", tokens_trained(read_run_record(source), resumed_step, source)}};
+    }
+    write_text_file(json_path, json_file_text(fresh_record));
+    write_text_file(join_path(out, "config.toml"), config_toml);
+}
+
+}  // namespace llmc

@@ -1,0 +1,182 @@
+"""The run record's rules end to end, with the real binary on test_e2e's byte-level data and TINY model
+(docs/training.md "Resuming and forking"):
+  - a record never sets the machine (--threads, --device): not by -y 1, --config RUN/config.json or
+    --config RUN/config.toml (an older one that holds threads= gets a note);
+  - the end-of-run summary counts the tokens actually trained, each step at the -d then in effect;
+  - config.json's history holds only what trained: a resume that trained nothing leaves no trace of
+    its setting once another resume at the same step changes it, or changes it back;
+  - -i/-j are recorded as absolute paths, so a run resumes from any directory; a relative record
+    (older versions) fails naming the path it looked for;
+  - command-line mistakes CLI11 would misreport, and a model flag in a fork: one error line each;
+  - the run header says "1 thread" and names every stabilizer that is on.
+"""
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from run_helpers import BIN, REPO, TINY, data_args, dir_hashes, run
+
+# constant LR and no samples: short runs whose only outputs are the ones looked at
+COMMON = TINY + ["-k", "constant", "-u", 0, "-l", "2e-3", "-v", 0, "-s", 0, "--logit-stats-every", 0]
+
+
+def run_in(cwd, args, env=None, check=True):
+    """run() from another working directory and with another environment."""
+    p = subprocess.run([str(BIN.resolve()), "--device", "cpu"] + [str(a) for a in args], cwd=cwd,
+                       capture_output=True, text=True, timeout=300, env=env)
+    if check and p.returncode != 0:
+        pytest.fail(f"train_gpt2_ls {args} failed ({p.returncode}):\n{p.stderr}")
+    return p
+
+
+def summary(p):
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("done: ")]
+    assert len(lines) == 1, p.stdout
+    return lines[0]
+
+
+def notes(p):
+    return [ln for ln in p.stderr.splitlines() if ln.startswith("note: resuming")]
+
+
+def history(out):
+    return json.loads((out / "config.json").read_text()).get("history")
+
+
+def one_error_line(p):
+    err = p.stderr.strip().splitlines()
+    assert p.returncode == 1 and len(err) == 1 and err[0].startswith("error: "), p.stderr
+    return err[0]
+
+
+def test_a_record_never_sets_the_thread_count(byte_data, tmp_path):
+    out = tmp_path / "run"
+    run(data_args(byte_data) + COMMON + ["-o", out, "-x", 2])  # TINY has --threads 1
+    toml = (out / "config.toml").read_text()
+    assert "threads" not in toml and "device" not in toml
+    assert json.loads((out / "config.json").read_text())["train"]["threads"] == 1  # recorded all the same
+    old = tmp_path / "old.toml"
+    old.write_text(toml + "threads=1\n")  # as versions before wrote config.toml
+    env = dict(os.environ, OMP_NUM_THREADS="3")
+    for args in (["-o", out, "-y", 1, "-x", 3], ["--config", out / "config.json", "-o", tmp_path / "a", "-x", 1],
+                 ["--config", old, "-o", tmp_path / "b", "-x", 1]):
+        p = run_in(REPO, args, env)
+        assert p.stdout.startswith("train_gpt2_ls | device cpu (3 threads, "), (args, p.stdout[:200])
+    p = run_in(REPO, ["--config", old, "-o", tmp_path / "c", "-x", 1], env)
+    assert f"note: config file {old}: threads=1 is not taken" in p.stderr, p.stderr
+    p = run_in(REPO, ["--config", old, "-o", tmp_path / "d", "-x", 1, "--threads", 2], env)
+    assert p.stdout.startswith("train_gpt2_ls | device cpu (2 threads, ")
+
+
+def test_the_summary_counts_the_tokens_trained_at_each_d(byte_data, tmp_path):
+    out = tmp_path / "run"
+    run(data_args(byte_data) + COMMON + ["-o", out, "-x", 2])  # B 4 x T 32: 128 tokens a step
+    p = run(["-o", out, "-y", 1, "-x", 4, "-d", 256, "-n", 1])
+    assert summary(p).startswith("done: step 4 (2 in this run) | 768 tokens |"), summary(p)  # 2*128 + 2*256
+    fork = tmp_path / "fork"
+    p = run(["--fork-from", out / "model_00000003.bin", "-o", fork, "-x", 5, "-d", 128])
+    assert json.loads((fork / "config.json").read_text())["forked_from"]["tokens"] == 2 * 128 + 256
+    assert summary(p).startswith("done: step 5 (2 in this run) | 768 tokens |"), summary(p)  # 512 + 2*128
+
+
+def test_the_history_holds_only_what_trained(byte_data, tmp_path):
+    out = tmp_path / "run"
+    run(data_args(byte_data) + COMMON + ["-o", out, "-x", 4])
+    p = run(["-o", out, "-y", 1, "-x", 4, "-l", "1e-3"])  # a resume that trains nothing
+    assert "nothing to train" in p.stdout
+    assert history(out) == [{"step": 4, "flag": "--learning-rate", "old": 0.002, "new": 0.001}]
+    p = run(["-o", out, "-y", 1, "-x", 6, "-l", "3e-3"])
+    assert notes(p) == ["note: resuming at step 4 with --max-steps 6 (was 4)",
+                        "note: resuming at step 4 with --learning-rate 0.003 (was 0.002)"]
+    assert history(out) == [{"step": 4, "flag": "--max-steps", "old": 4, "new": 6},
+                            {"step": 4, "flag": "--learning-rate", "old": 0.002, "new": 0.003}]
+    # set at step 6, never trained, then set back to what trained: no entry for it
+    run(["-o", out, "-y", 1, "-l", "1e-4"])
+    p = run(["-o", out, "-y", 1, "-x", 8, "-l", "3e-3"])
+    assert notes(p) == ["note: resuming at step 6 with --max-steps 8 (was 6)",
+                        "note: resuming at step 6 drops the history entry --learning-rate 0.0001 (was 0.003) of "
+                        "step 6: no step trained with it is kept"]
+    assert history(out) == [{"step": 4, "flag": "--max-steps", "old": 4, "new": 6},
+                            {"step": 4, "flag": "--learning-rate", "old": 0.002, "new": 0.003},
+                            {"step": 6, "flag": "--max-steps", "old": 6, "new": 8}]
+
+
+def test_a_run_resumes_from_another_directory(byte_data, tmp_path):
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    shutil.copytree(byte_data, work / "data")
+    elsewhere.mkdir()
+    run_in(work, ["-i", "data/train_*.bin", "-j", "./data/val_*.bin"] + COMMON + ["-o", "run", "-x", 2])
+    conf = json.loads((work / "run" / "config.json").read_text())
+    assert conf["train"]["train_data"] == f"{work}/data/train_*.bin"
+    assert conf["train"]["val_data"] == f"{work}/data/val_*.bin"
+    p = run_in(elsewhere, ["-o", work / "run", "-y", 1, "-x", 3])
+    assert summary(p).startswith("done: step 3 (1 in this run)"), summary(p)
+    # a record with a relative path (older versions): the error names the path looked for
+    conf = json.loads((work / "run" / "config.json").read_text())
+    conf["train"]["train_data"] = "data/train_*.bin"
+    (work / "run" / "config.json").write_text(json.dumps(conf))
+    before = dir_hashes(work / "run")
+    line = one_error_line(run_in(elsewhere, ["-o", work / "run", "-y", 1, "-x", 4], check=False))
+    assert f"'data/train_*.bin' (relative to the current directory: {elsewhere}/data/train_*.bin)" in line, line
+    assert dir_hashes(work / "run") == before
+
+
+@pytest.mark.parametrize("args, expect", [
+    (["-lr", "1e-3"], "error: -lr: this trainer spells it -l/--learning-rate"),
+    (["-nk", "4"], "error: -nk: this trainer spells it --keep-checkpoints"),
+    (["-h", "1"], "error: -h is --help here; llm.c's -h 1 (HellaSwag evaluation) has no counterpart"),
+    (["-y", "2"], "error: -y/--resume must be 0 or 1 (got 2)"),
+    (["--config", "{data}"], "error: --config {data} is a directory; give a file: {data}/config.json"),
+    (["-i", "{data}/train_000000.bin", "{data}/train_000001.bin"],
+     "error: -i takes one value, but 1 more path(s) follow {data}/train_000000.bin ({data}/train_000001.bin): "
+     "the shell expanded a glob; quote it"),
+])
+def test_mistakes_get_one_line(byte_data, tmp_path, args, expect):
+    out = tmp_path / "run"
+    p = run([a.format(data=byte_data) for a in args] + ["-o", out], check=False)
+    assert one_error_line(p).startswith(expect.format(data=byte_data)), p.stderr
+    assert not out.exists()
+
+
+def test_a_model_flag_in_a_fork_and_t_past_a_checkpoints_positions(byte_data, tmp_path):
+    out = tmp_path / "run"
+    run(data_args(byte_data) + COMMON + ["-o", out, "-x", 2])
+    ck = out / "model_00000002.bin"
+    line = one_error_line(run(["--fork-from", ck, "-o", tmp_path / "fork", "--layers", 3], check=False))
+    assert line == (f"error: --fork-from {ck}: --layers differs from the checkpoint's model (layers 2 there, 3 "
+                    "here); a fork continues the checkpoint's weights, so model flags cannot change in a fork: "
+                    "drop --layers")
+    assert not (tmp_path / "fork").exists()
+    p = run(["--eval-only", "-e", ck, "-t", 128], check=False)
+    assert p.returncode == 1 and p.stderr.strip().splitlines()[-1] == (
+        f"error: -t 128 exceeds the model's --max-seq-len 64, which the checkpoint -e {ck} fixes; use -t <= 64")
+
+
+def test_the_header_says_1_thread_and_names_the_stabilizers(byte_data):
+    p = run(data_args(byte_data) + COMMON + ["-x", 1, "--z-loss", "1e-4", "--qk-clip", 50, "--threads", 1])
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith("train_gpt2_ls | device cpu (1 thread, "), lines[0]
+    assert "  stabilizers: z-loss 0.0001, qk-clip 50" in lines[:6], lines[:6]
+    p = run(data_args(byte_data) + COMMON + ["-x", 1])
+    assert not any("stabilizers" in ln for ln in p.stdout.splitlines())
+
+
+def test_llmc_two_letter_flags_name_ours_as_docs_from_llmc_does(tmp_path):
+    """Each row of docs/from_llmc.md with two-letter llm.c flags: the error names the row's flags of ours."""
+    from test_from_llmc import FLAG, table_rows
+    checked = 0
+    for llmc, here, _ in table_rows():
+        for flag in FLAG.findall(llmc):
+            if len(flag) != 3 or flag == "--":
+                continue
+            line = one_error_line(run([flag, "1", "-o", tmp_path / "run"], check=False))
+            ours = FLAG.findall(here)
+            if ours:
+                assert any(f in line for f in ours) and "this trainer spells it" in line, (flag, line)
+            else:
+                assert "no counterpart" in line, (flag, line)
+            checked += 1
+    assert checked >= 12
