@@ -125,6 +125,8 @@ def test_make_train_after_make_cpu_trains_with_the_host_build(tmp_path):
     shutil.copy(REPO / "Makefile", src / "Makefile")
     for f in ["train_gpt2_ls.cu", "generate_gpt2_ls.cu"]:
         (src / f).write_text("int main() {}\n")
+    (src / "llmc" / "cuda").mkdir()
+    (src / "llmc" / "cuda" / "backend_entry.cu").write_text("// the kernels\n")
     ts = src / "data" / "shards" / "tinyshakespeare_gpt2"  # make train's data, already prepared
     ts.mkdir(parents=True)
     (ts / "meta.json").write_text("{}")
@@ -153,14 +155,16 @@ def test_make_train_after_make_cpu_trains_with_the_host_build(tmp_path):
     (src / "train_gpt2_ls.cu").write_text("int main() { return 0; }\n")  # a source changed: the host compiler
     _, calls = make("train")
     assert [c.split()[0] for c in calls] == ["cxx", "run"] and calls[1].startswith("run cxx-built "), calls
-    out, calls = make("train", "HOST_BUILD=0")  # asked for nvcc: rebuilt by nvcc, no note
+    out, calls = make("train", "HOST_BUILD=0")  # asked for nvcc: the kernels by nvcc, linked by nvcc, no note
     assert "make train:" not in out
-    assert [c.split()[0] for c in calls] == ["nvcc", "run"] and calls[1].startswith("run nvcc-built "), calls
+    assert [c.split()[0] for c in calls] == ["nvcc", "cxx", "nvcc", "run"], calls
+    assert " -c llmc/cuda/backend_entry.cu " in calls[0] and "-DLLMC_CUDA_BACKEND=1" in calls[1], calls
+    assert calls[3].startswith("run nvcc-built "), calls
     _, calls = make("train")  # the last build was nvcc's: it stays
     assert len(calls) == 1 and calls[0].startswith("run nvcc-built "), calls
     make("cpu")
-    _, calls = make("train_gpt2_ls")  # any goal but train: nvcc, as the help says `make` does
-    assert [c.split()[0] for c in calls] == ["nvcc"], calls
+    _, calls = make("train_gpt2_ls")  # any goal but train: the CUDA build, as the help says `make` does
+    assert [c.split()[0] for c in calls] == ["cxx", "nvcc"] and "-DLLMC_CUDA_BACKEND=1" in calls[0], calls
 
 
 def test_make_help_prints_the_makefiles_header():

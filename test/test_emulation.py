@@ -100,7 +100,7 @@ PTX_FAULT_CASES = {
 @pytest.mark.parametrize("mode", list(PTX_FAULT_CASES))
 def test_ptx_rules(mode):
     must_pass, text = PTX_FAULT_CASES[mode]
-    p = run([need(PTX_FAULTS), mode], timeout=120)
+    p = run([need_emulated_build(PTX_FAULTS), mode], timeout=120)
     out = p.stdout + p.stderr
     if must_pass:
         assert p.returncode == 0, f"{mode}: rc {p.returncode}\n{out[-3000:]}"
