@@ -11,13 +11,16 @@
 //   attention_ls --check                    validate every version on a matrix of shapes; exit 1 on failure
 //   attention_ls --check --small            a smaller matrix (every case kind, T <= 200), for the emulated build
 //   attention_ls --check-one -T 100 ...     validate the one shape given by the flags (every version)
-//   attention_ls --sweep [--version V]      forward sweep around the 64-row tiles (hd 32, one local +
-//                                           one global head, statistics on; default version 5): every
-//                                           P in 1..192 at T = 192 (windows starting and ending on
-//                                           every tile, warp and 8-key edge), and every T in 1..192,
-//                                           each with one P from {1, 8, 63, 64, 65, 128, T, T+1} in turn
-//   attention_ls --sweep-full [--version V] every (T, P) with T in 1..192 and P in 1..T+1 (long), and
-//                                           the backward too
+//   attention_ls --sweep-full [--version V] forward sweep around the 64-row tiles (hd 32, one local +
+//                                           one global head, statistics on, determinism; default
+//                                           version 5): every P in 1..192 at T = 192 (windows starting
+//                                           and ending on every tile, warp and 8-key edge) and every T
+//                                           in 1..192, each with one P of {1, 8, 63, 64, 65, 128, T,
+//                                           T+1} in turn. Long when emulated.
+//   attention_ls --sweep [--version V]      the same around the edges only (make test's share): P in
+//                                           1..9 and within 1 of every multiple of 8 up to 193 at
+//                                           T = 192; T in 1..9 and within 1 of 16, 32, 63, 64, 65, 128,
+//                                           192; the forward, no determinism rerun
 //   attention_ls [--version V] [-B 8 -T 2048 --nh 6 --hd 32 -G 1 -P 50 --softcap 0]
 //                                           validate that shape (B=1 for the CPU), then a timing table
 //   attention_ls ... --json                 timing of one version (default 5, the production path) as one JSON line (dev/bench)
@@ -318,9 +321,9 @@ bool report(const char* what, const std::vector<float>& x, const std::vector<flo
 // Validates versions `versions` on shape s against the CPU; returns true when all pass.
 // stats: the forward also collects the logit statistics (checked against the CPU); false runs the
 // forward without them (the path a step without --logit-stats takes). backward = false: the forward
-// alone (out, lse, statistics, determinism), for the sweep.
+// alone (out, lse, statistics), for the sweeps; determinism = false skips the second run.
 bool validate(const Shape& s, const std::vector<int>& versions, std::mt19937_64& gen, bool verbose, bool stats = true,
-              bool backward = true) {
+              bool backward = true, bool determinism = true) {
     const int C = s.C();
     const size_t N = (size_t)s.B * s.T;
     std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -542,20 +545,21 @@ int main(int argc, char** argv) {
             printf(")\n");
             constexpr int kMaxT = 3 * kAttnMmaBQ;  // three 64-row tiles
             std::vector<std::pair<int, int>> tp;   // (T, P)
-            if (sweep_full) {
-                for (int T = 1; T <= kMaxT; T++)
-                    for (int P = 1; P <= T + 1; P++) tp.emplace_back(T, P);
-            } else {
-                for (int P = 1; P <= kMaxT; P++) tp.emplace_back(kMaxT, P);
-                for (int T = 1; T <= kMaxT; T++) {
-                    const int cycle[] = {1, 8, 63, 64, 65, 128, T, T + 1};
-                    tp.emplace_back(T, cycle[T % 8]);
-                }
+            // near(x): x is 1..9, or within 1 of a multiple of 8 (the 8-key blocks, 16-row warps and
+            // 64-key tiles all have edges on multiples of 8)
+            auto near = [&](int x, bool full) { return full || x <= 9 || (x + 1) % 8 <= 2; };
+            for (int P = 1; P <= kMaxT + 1; P++)
+                if (near(P, sweep_full)) tp.emplace_back(kMaxT, P);
+            for (int T = 1; T <= kMaxT; T++) {
+                const bool edge = T <= 9 || T == 16 || T == 32 || T == 128 || T == kMaxT || T == kMaxT - 1 || T == 15 ||
+                                  T == 17 || T == 31 || T == 33 || T == 127 || T == 129 || (T >= 63 && T <= 65);
+                const int cycle[] = {1, 8, 63, 64, 65, 128, T, T + 1};
+                if (sweep_full || edge) tp.emplace_back(T, cycle[T % 8]);
             }
             int failed = 0;
             for (const auto& [T, P] : tp) {
                 const Shape sh{1, T, 2, 32, 1, P, 0.0f};
-                if (!validate(sh, sv, gen, false, true, sweep_full)) failed++;
+                if (!validate(sh, sv, gen, false, true, false, sweep_full)) failed++;  // forward only
             }
             printf("%s: %d of %zu (T, P) shapes passed\n", failed ? "FAIL" : "OK", (int)tp.size() - failed, tp.size());
             return failed ? 1 : 0;
