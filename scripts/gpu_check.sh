@@ -21,10 +21,10 @@
 #                      CUDA_LAUNCH_BLOCKING=1 (an asynchronous fault then names its kernel); build:
 #                      sm_90 BF16 build of every GPU target; test: every test/gpu binary and every
 #                      kernel lab with --check (the binaries `make test-gpu` runs, one step each, so one
-#                      failure does not hide the rest)
+#                      failure does not hide the rest), and the attention lab's --sweep (BF16 build)
 #   2 = fp32,sanitize  PRECISION=FP32 build into build/fp32 (make BUILD=build/fp32) and the same tests;
 #                      compute-sanitizer memcheck and racecheck of the LS-attention lab (production
-#                      version 3) on small shapes
+#                      version 5: the FA2-class forward + the tensor-core backward) on small shapes
 #   3 = labs,bench,train   every kernel lab with no arguments (timing tables); every peer benchmark
 #                      dev/bench/*.py with --out (except the end-to-end one and the CPU-only
 #                      cpu_vs_torch.py, which times the CPU backend); a short real training
@@ -229,6 +229,11 @@ run_tests() {  # run_tests BUILD_DIR TAG: every GPU test and every lab --check o
         if [ -x "$dir/dev/$n" ]; then step "check$tag:$n" 600 run_bin "$n" "$dir/dev/$n" $(check_args "$n")
         else fail_step "check$tag:$n" "not built"; fi
     done
+    # the attention lab's window / length sweep around the tile edges (the FA2-class forward, BF16 build)
+    if [ -z "$tag" ]; then
+        if [ -x "$dir/dev/attention_ls" ]; then step "sweep:attention_ls" 600 run_bin attention_ls "$dir/dev/attention_ls" --sweep
+        else fail_step "sweep:attention_ls" "not built"; fi
+    fi
 }
 
 fp32_make() {  # fp32_make TARGETS...: the FP32 build of these targets (build/fp32, or build/emu-fp32 emulated)
@@ -253,7 +258,7 @@ stage_sanitize() {  # memcheck + racecheck of the attention kernels on small rag
         for i in "${!shapes[@]}"; do
             # shellcheck disable=SC2086  # the shape is a list of flags
             step "sanitize:emu-asan-race:attention_ls:$i" 300 run_bin attention_ls "$bf16_dir/dev/attention_ls" \
-                --version 3 --check-one ${shapes[$i]}
+                --version 5 --check-one ${shapes[$i]}
         done
         return
     fi
@@ -262,7 +267,7 @@ stage_sanitize() {  # memcheck + racecheck of the attention kernels on small rag
         for i in "${!shapes[@]}"; do
             # shellcheck disable=SC2086  # the shape is a list of flags
             step "sanitize:$tool:attention_ls:$i" 300 compute-sanitizer --tool "$tool" --error-exitcode 3 \
-                build/dev/attention_ls --version 3 --reps 1 ${shapes[$i]}
+                build/dev/attention_ls --version 5 --reps 1 ${shapes[$i]}
         done
     done
 }

@@ -14,9 +14,10 @@
 2. Mutations of the production kernels: the test copies the sources, applies one deliberate bug
    (an off-by-one in the local window, two swapped A-fragment registers, a removed __syncthreads,
    an out-of-bounds store, a kernel launched with more than 48 KB of shared memory without the
-   opt-in; a wrong C/D row in the emulation's own mma table, a wrong .trans lane map and a swapped
-   matrix order of .x4 in its ldmatrix, and a missing cp.async.wait_group in the cp.async test
-   kernel), builds the emulated lab or test from the mutated copy and expects its check to fail in
+   opt-in, the FA2-class forward's V operand loaded without .trans; a wrong C/D row in the
+   emulation's own mma table, a wrong .trans lane map and a swapped matrix order of .x4 in its
+   ldmatrix, a missing cp.async.wait_group in the cp.async test kernel, and the emulated ex2
+   without its flush of subnormal results), builds the emulated lab or test from the mutated copy and expects its check to fail in
    the stated way. Nothing broken is committed.
 
 Needs the emulated build (`make emu`, part of `make test`); a missing binary is a failure.
@@ -165,6 +166,18 @@ MUTANTS = {
         "inline int ldmatrix_row_supplier(int m, int row) { return 8 * m + row; }",
         "inline int ldmatrix_row_supplier(int m, int row) { return 8 * (m < 2 ? m : 5 - m) + row; }",
         "build/emu/test_gpu/test_ldmatrix_cp_async", [], "FAIL ldmatrix.sync.aligned.m8n8.x4.shared.b16"),
+    # the FA2-class forward's V operand loaded without .trans (the B fragments of P V transposed)
+    "fa2-v-operand-without-trans": (
+        "llmc/cuda/attention_ls_fa2.cuh",
+        "ldmatrix_x4_trans(vb, sV",
+        "ldmatrix_x4(vb, sV",
+        LAB, ONE_SHAPE, "FAIL version 5"),
+    # the emulated ex2.approx.ftz without its .ftz of subnormal results
+    "emulated-ex2-without-ftz": (
+        "dev/emu/ex2.h",
+        "    if (std::fpclassify(d) == FP_SUBNORMAL) return 0.0f;  // .ftz result\n",
+        "",
+        "build/emu/test_gpu/test_ex2_approx", [], "test_ex2_approx: FAIL"),
     # the oldest group read back without its wait: the readers get the poison of the copies not yet
     # completed, and which those are depends on the schedule (test_missing_wait_reads_the_poison:
     # with one schedule the poison itself shows)

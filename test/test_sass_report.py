@@ -116,6 +116,30 @@ def test_min_path_takes_the_shorter_branch_and_max_the_longer():
     assert loop.body["instructions"] == 8 and loop.body["MUFU.EX2"] == 2 and loop.body["LDS"] == 1
 
 
+def test_full_path_keeps_every_hmma_and_the_prefetch():
+    # one arm skips an HMMA (a masked tile's skipped block) and is the shortest; one arm copies
+    # (LDGSTS, the prefetch): full_path is the shortest trip with both HMMA and the copy
+    text = """
+	code for sm_90
+		Function : skip
+        /*0000*/                   MOV R0, RZ ;
+        /*0010*/                   HMMA.16816.F32.BF16 R8, R4, R2, R8 ;
+        /*0020*/               @P0 BRA 0x50 ;
+        /*0030*/                   HMMA.16816.F32.BF16 R12, R4, R2, R12 ;
+        /*0040*/                   FADD R1, R1, R1 ;
+        /*0050*/               @P2 BRA 0x70 ;
+        /*0060*/                   LDGSTS.E.BYPASS.128 [R3], desc[UR8][R10.64] ;
+        /*0070*/                   IADD3 R0, R0, 0x1, RZ ;
+        /*0080*/               @P1 BRA 0x10 ;
+        /*0090*/                   EXIT ;
+"""
+    graph = cfg.build_cfg(parse_sass(text)["skip"])
+    (loop, ) = cfg.hot_loops(graph)
+    assert loop.min_path["instructions"] == 5 and loop.min_path["HMMA"] == 1 and loop.min_path["LDGSTS"] == 0
+    assert loop.full_path["instructions"] == 8 and loop.full_path["HMMA"] == 2 and loop.full_path["LDGSTS"] == 1
+    assert loop.max_path["instructions"] == 8
+
+
 def nvdisasm_back_edges(cubin: Path):
     """{(head address, tail address)} of nvdisasm -bbcfg's edges to a block at or before the edge's
     source: loops as NVIDIA's disassembler sees the control flow."""

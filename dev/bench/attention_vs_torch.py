@@ -268,7 +268,7 @@ def main():
 
     rows, records = [], []
     for name, B, T, NH, hd, G, P in SHAPES:
-        lab = subprocess.run([args.lab, "--json", "--version", "3", "-B", str(B), "-T", str(T), "--nh", str(NH),
+        lab = subprocess.run([args.lab, "--json", "--version", "5", "-B", str(B), "-T", str(T), "--nh", str(NH),
                               "--hd", str(hd), "-G", str(G), "-P", str(P), "--reps", str(args.reps)],
                              check=True, capture_output=True, text=True)
         ours = parse_lab_json(lab.stdout)

@@ -3,16 +3,27 @@
 // llmc/cpu/attention_ls.h (fp32).
 //   version 1: naive kernels that materialize the (B, NH, T, T) probabilities (lab only)
 //   version 2: the production scalar tiled kernels (AttnKernel::Scalar; the FP32 build's path)
-//   version 3: the production tensor-core forward + backward (AttnKernel::Mma; bf16 build, sm_80+)
-//   version 4: the tensor-core forward + the scalar backward (the fallback; isolates a failing
-//              tensor-core backward). In the FP32 build versions 3 and 4 run the scalar kernels.
+//   version 3: the first tensor-core forward + the tensor-core backward (AttnKernel::Mma; bf16 build, sm_80+)
+//   version 4: the first tensor-core forward + the scalar backward (isolates a failing tensor-core backward)
+//   version 5: the production FA2-class forward + the tensor-core backward (AttnKernel::Fa2; bf16, sm_80+)
+//   In the FP32 build versions 3, 4 and 5 run the scalar kernels.
 // Usage:
 //   attention_ls --check                    validate every version on a matrix of shapes; exit 1 on failure
 //   attention_ls --check --small            a smaller matrix (every case kind, T <= 200), for the emulated build
 //   attention_ls --check-one -T 100 ...     validate the one shape given by the flags (every version)
+//   attention_ls --sweep-full [--version V] forward sweep around the 64-row tiles (hd 32, one local +
+//                                           one global head, statistics on, determinism; default
+//                                           version 5): every P in 1..192 at T = 192 (windows starting
+//                                           and ending on every tile, warp and 8-key edge) and every T
+//                                           in 1..192, each with one P of {1, 8, 63, 64, 65, 128, T,
+//                                           T+1} in turn. Long when emulated.
+//   attention_ls --sweep [--version V]      the same around the edges only (make test's share): P in
+//                                           1..9 and within 1 of every multiple of 8 up to 193 at
+//                                           T = 192; T in 1..9 and within 1 of 16, 32, 63, 64, 65, 128,
+//                                           192; the forward, no determinism rerun
 //   attention_ls [--version V] [-B 8 -T 2048 --nh 6 --hd 32 -G 1 -P 50 --softcap 0]
 //                                           validate that shape (B=1 for the CPU), then a timing table
-//   attention_ls ... --json                 timing of one version (default 3) as one JSON line (dev/bench)
+//   attention_ls ... --json                 timing of one version (default 5, the production path) as one JSON line (dev/bench)
 //   attention_ls ... --dump FILE            write qkv, out, lse of the production path (dev/bench)
 // Validation: relative error ||x - ref|| / ||ref|| of out, lse, dqkv (and the statistics), fresh
 // random inputs (seed printed; --seed to repeat), outputs poisoned with NaN first, every element
@@ -183,7 +194,9 @@ void run_forward(int version, Problem& p, const floatX* qkv, bool with_stats, cu
         CUDA_CHECK_LAUNCH();
         return;
     }
-    const AttnKernel kind = version == 2 ? AttnKernel::Scalar : AttnKernel::Mma;  // 3, 4: Mma forward
+    const AttnKernel kind = version == 2   ? AttnKernel::Scalar
+                            : version == 5 ? AttnKernel::Fa2
+                                           : AttnKernel::Mma;  // 3, 4: the first tensor-core forward
     attention_ls_forward_with(kind, p.out.get(), p.lse.get(), qkv, s.B, s.T, s.C(), s.NH, s.G, s.P, s.softcap,
                               with_stats ? p.stats.get() : nullptr, p.stats_scratch.get(), st);
 }
@@ -200,7 +213,7 @@ void run_backward(int version, Problem& p, const floatX* qkv, const floatX* dout
         CUDA_CHECK_LAUNCH();
         return;
     }
-    const AttnKernel kind = version == 3 ? AttnKernel::Mma : AttnKernel::Scalar;  // 2, 4: scalar backward
+    const AttnKernel kind = version == 3 || version == 5 ? AttnKernel::Mma : AttnKernel::Scalar;  // 2, 4: scalar
     attention_ls_backward_with(kind, p.dqkv.get(), dout, qkv, p.out.get(), p.lse.get(), s.B, s.T, s.C(), s.NH, s.G, s.P,
                                s.softcap, p.bwd_scratch.get(), st);
 }
@@ -307,8 +320,10 @@ bool report(const char* what, const std::vector<float>& x, const std::vector<flo
 
 // Validates versions `versions` on shape s against the CPU; returns true when all pass.
 // stats: the forward also collects the logit statistics (checked against the CPU); false runs the
-// forward without them (the path a step without --logit-stats takes).
-bool validate(const Shape& s, const std::vector<int>& versions, std::mt19937_64& gen, bool verbose, bool stats = true) {
+// forward without them (the path a step without --logit-stats takes). backward = false: the forward
+// alone (out, lse, statistics), for the sweeps; determinism = false skips the second run.
+bool validate(const Shape& s, const std::vector<int>& versions, std::mt19937_64& gen, bool verbose, bool stats = true,
+              bool backward = true, bool determinism = true) {
     const int C = s.C();
     const size_t N = (size_t)s.B * s.T;
     std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -325,8 +340,9 @@ bool validate(const Shape& s, const std::vector<int>& versions, std::mt19937_64&
     std::vector<llmc::cpu::AttnHeadStats> st_ref(s.NH, llmc::cpu::AttnHeadStats{-INFINITY, INFINITY, 0.0, 0});
     llmc::cpu::attention_forward<float>(out_ref.data(), lse_ref.data(), qkv.data(), s.B, s.T, C, s.NH, s.G, s.P,
                                         s.softcap, st_ref.data());
-    llmc::cpu::attention_backward<float>(dqkv_ref.data(), dout.data(), qkv.data(), out_ref.data(), lse_ref.data(), s.B,
-                                         s.T, C, s.NH, s.G, s.P, s.softcap);
+    if (backward)
+        llmc::cpu::attention_backward<float>(dqkv_ref.data(), dout.data(), qkv.data(), out_ref.data(), lse_ref.data(),
+                                             s.B, s.T, C, s.NH, s.G, s.P, s.softcap);
     std::vector<float> stats_ref(3 * s.NH);
     for (int h = 0; h < s.NH; h++) {
         stats_ref[h] = st_ref[h].max_logit;
@@ -354,13 +370,14 @@ bool validate(const Shape& s, const std::vector<int>& versions, std::mt19937_64&
         CUDA_CHECK(cudaMemcpy(p.stats.get(), st_init.data(), st_init.size() * 4, cudaMemcpyHostToDevice));
 
         run_forward(v, p, p.qkv.get(), stats, 0);
-        run_backward(v, p, p.qkv.get(), p.dout.get(), 0);
+        if (backward) run_backward(v, p, p.qkv.get(), p.dout.get(), 0);
         CUDA_CHECK(cudaDeviceSynchronize());
         bool ok = true;
         if (verbose) printf("  version %d:\n", v);
         ok &= report("out", download(p.out.get(), p.out.size()), out_ref, verbose, s, "btc", kElemTol);
         ok &= report("lse", download(p.lse.get(), p.lse.size()), lse_ref, verbose, s, "bht", kTightTol);
-        ok &= report("dqkv", download(p.dqkv.get(), p.dqkv.size()), dqkv_ref, verbose, s, "btc3", kElemTol);
+        if (backward)
+            ok &= report("dqkv", download(p.dqkv.get(), p.dqkv.size()), dqkv_ref, verbose, s, "btc3", kElemTol);
         if (v != 1 && stats) {  // statistics: max and min per head, mean entropy per head
             std::vector<float> st = download(p.stats.get(), 3 * s.NH);
             for (int h = 0; h < s.NH; h++) st[2 * s.NH + h] /= (float)(s.B * s.T);
@@ -371,7 +388,7 @@ bool validate(const Shape& s, const std::vector<int>& versions, std::mt19937_64&
             const auto dq1 = download_bytes(p.dqkv.get(), p.dqkv.size());
             CUDA_CHECK(cudaMemcpy(p.stats.get(), st_init.data(), st_init.size() * 4, cudaMemcpyHostToDevice));
             run_forward(v, p, p.qkv.get(), true, 0);
-            run_backward(v, p, p.qkv.get(), p.dout.get(), 0);
+            if (backward) run_backward(v, p, p.qkv.get(), p.dout.get(), 0);
             CUDA_CHECK(cudaDeviceSynchronize());
             std::vector<float> st2 = download(p.stats.get(), 3 * s.NH);
             for (int h = 0; h < s.NH; h++) st2[2 * s.NH + h] /= (float)(s.B * s.T);
@@ -454,7 +471,7 @@ Timing time_version(int version, const Shape& s, int reps) {
 int usage() {
     fprintf(
         stderr,
-        "usage: attention_ls [--check [--small] | --check-one] [--version 1|2|3|4] [-B n] [-T n] [--nh n] [--hd 32|64|128] [-G n] [-P n]\n"
+        "usage: attention_ls [--check [--small] | --check-one | --sweep | --sweep-full] [--version 1|2|3|4|5] [-B n] [-T n] [--nh n] [--hd 32|64|128] [-G n] [-P n]\n"
         "                    [--softcap c] [--reps n] [--seed n] [--json] [--dump FILE]\n");
     return 2;
 }
@@ -462,7 +479,7 @@ int usage() {
 int main(int argc, char** argv) {
     Shape s{8, 2048, 6, 32, 1, 50, 0.0f};
     int version = 0, reps = 50;
-    bool check = false, small = false, check_one = false, json = false;
+    bool check = false, small = false, check_one = false, json = false, sweep = false, sweep_full = false;
     std::string dump;
     unsigned long long seed = std::random_device{}();
     for (int a = 1; a < argc; a++) {
@@ -477,6 +494,8 @@ int main(int argc, char** argv) {
         if (k == "--check") check = true;
         else if (k == "--small") small = true;
         else if (k == "--check-one") check_one = true;
+        else if (k == "--sweep") sweep = true;
+        else if (k == "--sweep-full") sweep_full = true;
         else if (k == "--json") json = true;
         else if (k == "--version") version = atoi(val());
         else if (k == "-B") s.B = atoi(val());
@@ -491,7 +510,7 @@ int main(int argc, char** argv) {
         else if (k == "--dump") dump = val();
         else return usage();
     }
-    if (version < 0 || version > 4) return usage();
+    if (version < 0 || version > 5) return usage();
 
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -503,8 +522,8 @@ int main(int argc, char** argv) {
     const bool has_mma = prop.major >= 8;
     std::vector<int> versions;
     if (version) versions = {version};
-    else versions = has_mma ? std::vector<int>{1, 2, 3, 4} : std::vector<int>{1, 2};
-    if (!has_mma && (version == 3 || version == 4)) {
+    else versions = has_mma ? std::vector<int>{1, 2, 3, 4, 5} : std::vector<int>{1, 2};
+    if (!has_mma && version >= 3) {
         printf("attention_ls: version %d needs sm_80+, this is sm_%d%d\n", version, prop.major, prop.minor);
         return 1;
     }
@@ -517,6 +536,33 @@ int main(int argc, char** argv) {
             const bool ok = validate(s, versions, gen, true);
             printf("%s\n", ok ? "OK" : "FAIL");
             return ok ? 0 : 1;
+        }
+        if (sweep || sweep_full) {
+            const std::vector<int> sv = version ? versions : std::vector<int>{has_mma ? 5 : 2};
+            printf("attention_ls --sweep%s (%s build, %s, seed %llu, versions", sweep_full ? "-full" : "",
+                   kPrecisionName, prop.name, seed);
+            for (int v : sv) printf(" %d", v);
+            printf(")\n");
+            constexpr int kMaxT = 3 * kAttnMmaBQ;  // three 64-row tiles
+            std::vector<std::pair<int, int>> tp;   // (T, P)
+            // near(x): x is 1..9, or within 1 of a multiple of 8 (the 8-key blocks, 16-row warps and
+            // 64-key tiles all have edges on multiples of 8)
+            auto near = [&](int x, bool full) { return full || x <= 9 || (x + 1) % 8 <= 2; };
+            for (int P = 1; P <= kMaxT + 1; P++)
+                if (near(P, sweep_full)) tp.emplace_back(kMaxT, P);
+            for (int T = 1; T <= kMaxT; T++) {
+                const bool edge = T <= 9 || T == 16 || T == 32 || T == 128 || T == kMaxT || T == kMaxT - 1 || T == 15 ||
+                                  T == 17 || T == 31 || T == 33 || T == 127 || T == 129 || (T >= 63 && T <= 65);
+                const int cycle[] = {1, 8, 63, 64, 65, 128, T, T + 1};
+                if (sweep_full || edge) tp.emplace_back(T, cycle[T % 8]);
+            }
+            int failed = 0;
+            for (const auto& [T, P] : tp) {
+                const Shape sh{1, T, 2, 32, 1, P, 0.0f};
+                if (!validate(sh, sv, gen, false, true, false, sweep_full)) failed++;  // forward only
+            }
+            printf("%s: %d of %zu (T, P) shapes passed\n", failed ? "FAIL" : "OK", (int)tp.size() - failed, tp.size());
+            return failed ? 1 : 0;
         }
         if (check && small) {  // the emulated build's matrix (make test-emu): every case kind, small T
             printf("attention_ls --check --small (%s build, %s, seed %llu)\n", kPrecisionName, prop.name, seed);
@@ -602,7 +648,7 @@ int main(int argc, char** argv) {
         Shape sg = s;
         sg.G = s.NH;  // all-global run of the same shape
         if (json) {
-            const int v = version ? version : 3;
+            const int v = version ? version : 5;
             const Timing t = time_version(v, s, reps);
             const Timing tg = time_version(v, sg, reps);
             printf(

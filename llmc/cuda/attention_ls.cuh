@@ -8,13 +8,17 @@
 // (query i sees keys max(0, i-P+1) .. i), heads NH-G .. NH-1 global (keys 0 .. i).
 // Score s = q.k / sqrt(hd); the softmax sees c*tanh(s/c) when softcap c > 0.
 //
-// Two kernel families, both tiled with the same tile-range math (llmc/core/attention_tiles.h):
+// Kernel families, all tiled with the same tile-range math (llmc/core/attention_tiles.h):
 //   AttnKernel::Scalar  fp32 FMA math on 32x32 tiles, any floatX. The FP32 build's path (tight
 //                       comparison with the CPU) and the fallback if the tensor-core path misbehaves.
 //   AttnKernel::Mma     bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), 64x64 tiles, sm_80+;
-//                       forward and backward (dK/dV kernel over key tiles, dQ kernel over query tiles).
+//                       forward (the first one, kept for the lab) and backward (dK/dV kernel over key
+//                       tiles, dQ kernel over query tiles).
+//   AttnKernel::Fa2     the FlashAttention-2-class forward (ldmatrix, swizzled shared memory, cp.async
+//                       double buffering, base-2 softmax; llmc/cuda/attention_ls_fa2.cuh) + the Mma
+//                       backward. sm_80+.
 // attention_ls_forward/backward (the contract's functions) use attention_default_kernel():
-// Mma in the bf16 build, Scalar in the FP32 build. The *_with variants let the lab pick.
+// Fa2 in the bf16 build, Scalar in the FP32 build. The *_with variants let the lab pick.
 //
 // Head sizes 32, 64, 128 (templates); any T, any P >= 1, any G in 0..NH. The Mma kernels read
 // qkv and dout with 16-byte loads: qkv, out, dout, dqkv must be 16-byte aligned (cudaMalloc pointers are).
@@ -26,7 +30,8 @@
 // small kernel merges them per head in a fixed order into stats (max, min, +=).
 //
 // Files: this header holds the contract functions, argument checks and launchers; the kernels are
-// in llmc/cuda/attention_ls_scalar.cuh and llmc/cuda/attention_ls_mma.cuh, what they share in
+// in llmc/cuda/attention_ls_scalar.cuh, llmc/cuda/attention_ls_mma.cuh and
+// llmc/cuda/attention_ls_fa2.cuh, what they share in
 // llmc/cuda/attention_ls_common.cuh, the per-element math and tile ranges in llmc/core/attention_tiles.h.
 #pragma once
 #include <cmath>
@@ -36,6 +41,7 @@
 
 #include "llmc/core/attention_tiles.h"
 #include "llmc/cuda/attention_ls_common.cuh"
+#include "llmc/cuda/attention_ls_fa2.cuh"
 #include "llmc/cuda/attention_ls_mma.cuh"
 #include "llmc/cuda/attention_ls_scalar.cuh"
 #include "llmc/cuda/common.cuh"
@@ -44,13 +50,15 @@
 
 namespace llmc::cuda {
 
-enum class AttnKernel { Scalar, Mma };
+// Scalar: fp32-FMA kernels. Mma: the first tensor-core forward + the tensor-core backward.
+// Fa2: the FlashAttention-2-class forward (llmc/cuda/attention_ls_fa2.cuh) + the Mma backward.
+enum class AttnKernel { Scalar, Mma, Fa2 };
 
 inline AttnKernel attention_default_kernel() {
 #if defined(ENABLE_FP32)
     return AttnKernel::Scalar;
 #else
-    return AttnKernel::Mma;
+    return AttnKernel::Fa2;
 #endif
 }
 
@@ -109,6 +117,21 @@ template <int HD, bool STATS>
 inline void attn_forward_launch(AttnKernel kind, floatX* out, float* lse, const floatX* qkv, int B, int T, int C,
                                 int NH, int G, int P, float softcap, float* part, int& nqt, cudaStream_t st) {
 #if !defined(ENABLE_FP32)
+    if (kind == AttnKernel::Fa2) {
+        attention_ls_check_aligned(qkv, "qkv");
+        attention_ls_check_aligned(out, "out");
+        nqt = (int)ceil_div(T, kAttnMmaBQ);
+        const dim3 grid(B * NH, nqt);
+        const size_t bytes = Fa2FwdSmem<HD>::bytes;
+        auto go = [&](auto kernel) {  // soft-cap as a template parameter: one dispatch here
+            attn_set_smem(kernel, bytes);
+            launch_kernel(kernel, grid, kAttnMmaThreads, bytes, st, out, lse, qkv, T, C, NH, G, P, softcap, part);
+            CUDA_CHECK_LAUNCH();
+        };
+        if (softcap > 0.0f) go(attn_fwd_fa2_kernel<HD, STATS, true>);
+        else go(attn_fwd_fa2_kernel<HD, STATS, false>);
+        return;
+    }
     if (kind == AttnKernel::Mma) {
         attention_ls_check_aligned(qkv, "qkv");
         attention_ls_check_aligned(out, "out");
@@ -132,8 +155,8 @@ inline void attn_forward_launch(AttnKernel kind, floatX* out, float* lse, const 
     CUDA_CHECK_LAUNCH();
 }
 
-// The forward with an explicit kernel family (the lab's versions 2 and 3). In the FP32 build Mma
-// falls back to Scalar (no fp32 tensor-core path). The Mma path needs sm_80+.
+// The forward with an explicit kernel family (the lab's versions 2, 3 and 5). In the FP32 build Mma
+// and Fa2 fall back to Scalar (no fp32 tensor-core path). The Mma path needs sm_80+.
 inline void attention_ls_forward_with(AttnKernel kind, floatX* out, float* lse, const floatX* qkv, int B, int T, int C,
                                       int NH, int G, int P, float softcap, float* stats, float* stats_scratch,
                                       cudaStream_t st) {
@@ -209,7 +232,7 @@ inline void attn_backward_mma_launch(floatX* dqkv, const floatX* dout, const flo
 }
 #endif
 
-// The backward with an explicit kernel family: Mma = tensor-core dK/dV and dQ kernels (bf16 build,
+// The backward with an explicit kernel family: Mma and Fa2 = tensor-core dK/dV and dQ kernels (bf16 build,
 // sm_80+), Scalar = the fp32-FMA kernels (the FP32 build always runs these; Mma falls back to them).
 inline void attention_ls_backward_with(AttnKernel kind, floatX* dqkv, const floatX* dout, const floatX* qkv,
                                        const floatX* out, const float* lse, int B, int T, int C, int NH, int G, int P,
@@ -221,7 +244,7 @@ inline void attention_ls_backward_with(AttnKernel kind, floatX* dqkv, const floa
     launch_kernel(attn_bwd_dot_kernel, (unsigned)ceil_div(rows, 8), 256, 0, st, D, dout, out, B, T, C, NH);
     CUDA_CHECK_LAUNCH();
 #if !defined(ENABLE_FP32)
-    if (kind == AttnKernel::Mma) {
+    if (kind == AttnKernel::Mma || kind == AttnKernel::Fa2) {
         if (hd == 32) attn_backward_mma_launch<32>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, st);
         else if (hd == 64) attn_backward_mma_launch<64>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, st);
         else attn_backward_mma_launch<128>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, st);

@@ -1,6 +1,6 @@
 // Inline PTX, one device function per instruction: the only place the kernels touch PTX, so that
 // the emulated build (make emu) swaps in a twin written from NVIDIA's PTX ISA document
-// (dev/emu/mma.h, dev/emu/ldmatrix.h, dev/emu/cp_async.h) and nothing else changes.
+// (dev/emu/mma.h, dev/emu/ldmatrix.h, dev/emu/cp_async.h, dev/emu/ex2.h) and nothing else changes.
 // Shared-memory addresses are passed as generic pointers; on the GPU the wrapper converts them to
 // the .shared window (__cvta_generic_to_shared), in the emulation the pointer is the address.
 #pragma once
@@ -10,6 +10,7 @@
 
 #ifdef LLMC_EMULATE
 #include "dev/emu/cp_async.h"
+#include "dev/emu/ex2.h"
 #include "dev/emu/ldmatrix.h"
 #include "dev/emu/mma.h"
 #endif
@@ -176,6 +177,23 @@ __device__ __forceinline__ void cp_async_wait_all() {
     asm volatile("cp.async.wait_all;\n" ::: "memory");
 #else
     __trap();
+#endif
+}
+
+// ---- ex2: the special-function unit's base-2 exponential ---------------------------------------
+// ex2.approx.ftz.f32 d, a;  d approximates 2^a in one MUFU.EX2 (exp2f adds a range fix-up for
+// subnormal results: three more instructions). .ftz: a subnormal a counts as 0 (d = 1) and a
+// subnormal result is +0; ex2(-Inf) = +0, ex2(+Inf) = +Inf, ex2(NaN) = NaN.
+__device__ __forceinline__ float ex2_approx_ftz(float a) {
+#if defined(LLMC_EMULATE)
+    return ::llmc::emu::ex2_approx_ftz_f32(a);
+#elif defined(__CUDA_ARCH__)
+    float d;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(d) : "f"(a));
+    return d;
+#else
+    __trap();
+    return a;
 #endif
 }
 

@@ -189,10 +189,12 @@ def _add(a: dict, b: dict) -> dict:
 
 
 def _trip_mixes(cfg: Cfg, loop: Loop):
-    """(min_path, max_path) Mix over one trip of `loop`: paths from the head to a back edge inside
-    the loop's blocks, without its back edges and without those of the loops nested in it, that
-    enter every nested loop (each walked once) if any path does (else the paths that enter the most).
-    min and max compare total instructions."""
+    """(min_path, max_path, full_path) Mix over one trip of `loop`: paths from the head to a back
+    edge inside the loop's blocks, without its back edges and without those of the loops nested in
+    it, that enter every nested loop (each walked once) if any path does (else the paths that enter
+    the most). min and max compare total instructions; full_path is the shortest of the paths with
+    the most HMMA and, among those, the most LDGSTS (the FA2-class forward, which skips MMAs on
+    masked tiles and prefetches on all but the last tile: an unmasked tile that prefetches)."""
     inner = [o for o in cfg.loops if o.head != loop.head and o.blocks < loop.blocks]
     inner_back = {(t, o.head) for o in inner for t in o.tails}
     bit = {o.head: 1 << k for k, o in enumerate(inner)}
@@ -204,27 +206,32 @@ def _trip_mixes(cfg: Cfg, loop: Loop):
     order = _topological(succ, loop.head)
     block_mix = {b: mix_of(cfg.block_instrs(b)) for b in loop.blocks}
     # best[(block, mask of the nested loops entered)] = (min Mix, max Mix) of the paths head -> block
-    best = {(loop.head, bit.get(loop.head, 0)): (block_mix[loop.head], block_mix[loop.head])}
+    def full_key(m):
+        return (-m["HMMA"], -m["LDGSTS"], m["instructions"])
+
+    best = {(loop.head, bit.get(loop.head, 0)): (block_mix[loop.head], ) * 3}
     for b in order:
         for mask in [m for (x, m) in list(best) if x == b]:
-            lo, hi = best[(b, mask)]
+            lo, hi, full = best[(b, mask)]
             for s in succ[b]:
                 key = (s, mask | bit.get(s, 0))
-                cand_lo, cand_hi = _add(lo, block_mix[s]), _add(hi, block_mix[s])
+                cand = (_add(lo, block_mix[s]), _add(hi, block_mix[s]), _add(full, block_mix[s]))
                 if key not in best:
-                    best[key] = (cand_lo, cand_hi)
+                    best[key] = cand
                 else:
-                    old_lo, old_hi = best[key]
+                    old_lo, old_hi, old_full = best[key]
                     best[key] = (
-                        cand_lo if cand_lo["instructions"] < old_lo["instructions"] else old_lo,
-                        cand_hi if cand_hi["instructions"] > old_hi["instructions"] else old_hi,
+                        cand[0] if cand[0]["instructions"] < old_lo["instructions"] else old_lo,
+                        cand[1] if cand[1]["instructions"] > old_hi["instructions"] else old_hi,
+                        cand[2] if full_key(cand[2]) < full_key(old_full) else old_full,
                     )
     ends = [(t, m) for (t, m) in best if t in loop.tails]
     most = max(bin(m).count("1") for _, m in ends)
     ends = [(t, m) for (t, m) in ends if bin(m).count("1") == most]
     lo = min((best[e][0] for e in ends), key=lambda m: m["instructions"])
     hi = max((best[e][1] for e in ends), key=lambda m: m["instructions"])
-    return lo, hi, most == len(inner)
+    full = min((best[e][2] for e in ends), key=full_key)
+    return lo, hi, full, most == len(inner)
 
 
 def _topological(succ: dict, head: int) -> list:
@@ -255,6 +262,7 @@ class HotLoop:
     body: dict  # Mix of every instruction of the loop once
     min_path: dict  # Mix of the shortest trip (nested loops entered once each)
     max_path: dict  # Mix of the longest trip
+    full_path: dict  # Mix of the shortest trip among those with the most HMMA, then the most LDGSTS
     inner_loop_sizes: list  # instructions of each loop nested in this one (none has an HMMA)
     paths_enter_inner: bool  # False: no trip enters every nested loop (the paths enter the most)
 
@@ -267,6 +275,7 @@ class HotLoop:
             "body": self.body,
             "min_path": self.min_path,
             "max_path": self.max_path,
+            "full_path": self.full_path,
         }
 
 
@@ -280,7 +289,7 @@ def hot_loops(cfg: Cfg) -> list:
     for loop in with_hmma:
         if any(o.head != loop.head and o.blocks < loop.blocks for o in with_hmma):
             continue
-        lo, hi, all_inner = _trip_mixes(cfg, loop)
+        lo, hi, full, all_inner = _trip_mixes(cfg, loop)
         inner = [o for o in cfg.loops if o.head != loop.head and o.blocks < loop.blocks]
         last = max(loop.blocks, key=lambda b: cfg.blocks[b].start)
         out.append(
@@ -290,6 +299,7 @@ def hot_loops(cfg: Cfg) -> list:
                 mix_of([i for b in loop.blocks for i in cfg.block_instrs(b)]),
                 lo,
                 hi,
+                full,
                 [sum(len(cfg.block_instrs(b)) for b in o.blocks) for o in inner],
                 all_inner,
             ))

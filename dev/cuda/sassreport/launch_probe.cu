@@ -31,6 +31,10 @@ void attention(const char* hd) {
         line(name, kAttnMmaThreads, MmaFwdSmem<HD>::bytes);
         std::snprintf(name, sizeof name, "attn_fwd_scalar_kernel<%s, %s>", hd, stats);
         line(name, kAttnScalarThreads, attn_fwd_scalar_smem<HD>());
+        for (const char* softcap : {"false", "true"}) {
+            std::snprintf(name, sizeof name, "attn_fwd_fa2_kernel<%s, %s, %s>", hd, stats, softcap);
+            line(name, kAttnMmaThreads, Fa2FwdSmem<HD>::bytes);
+        }
     }
     std::snprintf(name, sizeof name, "attn_bwd_kv_mma_kernel<%s>", hd);
     line(name, kAttnMmaThreads, MmaBwdKvSmem<HD>::bytes);

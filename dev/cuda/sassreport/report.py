@@ -9,6 +9,7 @@ SCHEMA_VERSION = 1
 
 # (group, pattern on the short name), first match wins; the order is the table's.
 GROUPS = [
+    ("attention fwd (FA2 class)", r"^attn_fwd_fa2_kernel<"),
     ("attention fwd (tensor cores)", r"^attn_fwd_mma_kernel<"),
     ("attention bwd dK/dV (tensor cores)", r"^attn_bwd_kv_mma_kernel<"),
     ("attention bwd dQ (tensor cores)", r"^attn_bwd_q_mma_kernel<"),
@@ -93,7 +94,7 @@ def kernel_entry(mangled: str, demangled: str, instrs: list, res, launches: list
         loop = hl.as_json()
         loop["instructions_per_hmma"] = {
             k: round(loop[k]["instructions"] / loop[k]["HMMA"], 2) if loop[k]["HMMA"] else None
-            for k in ("body", "min_path", "max_path")
+            for k in ("body", "min_path", "max_path", "full_path")
         }
         entry["hot_loops"].append(loop)
     return entry
@@ -141,7 +142,7 @@ def loop_table(kernels: list) -> str:
     rows = []
     for k in kernels:
         for n, loop in enumerate(k["hot_loops"]):
-            for j, path in enumerate(("min_path", "max_path", "body")):
+            for j, path in enumerate(("min_path", "max_path", "full_path", "body")):
                 mix = loop[path]
                 per = loop["instructions_per_hmma"][path]
                 rows.append((k["name"] if n == 0 and j == 0 else "", f"{loop['start']}" if j == 0 else "",

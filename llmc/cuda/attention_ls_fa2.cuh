@@ -1,0 +1,325 @@
+// LS-attention forward, FlashAttention-2 class (AttnKernel::Fa2): bf16 mma.sync m16n8k16 with fp32
+// accumulation, sm_80+, bf16 build only. Launched by llmc/cuda/attention_ls.cuh; the backward of
+// this family is the Mma one (llmc/cuda/attention_ls_mma.cuh). Design: docs/attention_kernel.md.
+//
+// Block: 64 query rows (4 warps x 16 rows) of one (b, h); key / value tiles of 64 keys.
+// Shared memory, every tile row-major (row = token, HD bf16 per row) and XOR-swizzled in 16-byte
+// chunks (llmc/core/smem_swizzle.h), so every ldmatrix phase and every cp.async store phase hits
+// 8 different bank groups:   sQ (64, HD) | sK[2] (64, HD) | sV[2] (64, HD)   (double buffer).
+// Copies: cp.async 16 bytes per thread, zero-filled past T (ragged last tile). Tile kt+1 is
+// prefetched into the other buffer while tile kt computes; one barrier per tile.
+// Fragments (PTX ISA "Matrix Fragments for mma.m16n8k16", g = lane/4, c = lane%4):
+//   Q: A fragments with ldmatrix.x4 (matrices: rows 0-7 / 8-15 x cols 0-7 / 8-15), loaded once per
+//      block into registers at hd 32 / 64; at hd 128 (64 more registers would spill) once per tile
+//      from sQ, which stays resident;
+//   K: B operand of S = Q K^T, B(k = dim, n = key) = K[key][dim]: the row-major K tile is already
+//      "n-major", so plain ldmatrix.x4 gives the b0, b1 pairs of two 8-key blocks;
+//   V: B operand of O = P V, B(k = key, n = dim) = V[key][dim]: ldmatrix.x4.trans of the row-major
+//      V tile gives the b0, b1 pairs of two 8-dim blocks (no transposed shared stores);
+//   P: the S accumulators of two 8-key blocks repacked as an A fragment (mma_acc_to_a).
+// Softmax in base 2: x = the score in "x units" (the raw accumulator q.k without soft-cap, the capped
+// score with it), mul = log2(e) * (1/sqrt(hd) without soft-cap, 1 with it), p = exp2(x*mul - m*mul):
+// one FFMA and one ex2.approx.ftz (MUFU.EX2) per score; m is the running row max in x units.
+// Compile-time: HD, STATS (logit statistics), SOFTCAP (c*tanh(s/c)), MASK (per tile: a tile that
+// attn_tile_needs_mask clears runs the unmasked body, without the per-element visibility test).
+// Masked tiles skip the 8-key MMA blocks a warp's 16 rows cannot see (fa2_visible_blocks).
+// qkv and out are accessed with 16- and 4-byte accesses: 16-byte aligned base pointers (the
+// launcher checks).
+#pragma once
+#include "llmc/core/smem_swizzle.h"
+#include "llmc/cuda/attention_ls_common.cuh"
+#include "llmc/cuda/attention_ls_mma.cuh"  // pack_bf16x2, mma_acc_to_a, mma_store_row
+#include "llmc/cuda/ptx.cuh"               // mma_bf16_16816, ldmatrix_x4(_trans), cp_async_*, ex2_approx_ftz
+
+namespace llmc::cuda {
+
+// Q's A fragments stay in registers for the whole block (else they are reloaded per key tile).
+template <int HD>
+constexpr bool kFa2QInRegs = HD <= 64;
+
+template <int HD>
+struct Fa2FwdSmem {
+    static constexpr int TILE = kAttnMmaBK * HD;  // elements of one 64-row tile (Q, K or V)
+    static constexpr size_t bytes = sizeof(__nv_bfloat16) * 5 * (size_t)TILE;  // sQ, sK[2], sV[2]
+};
+
+// Rows [r0, r0+64) of one part (HD channels at src, row stride `stride` elements) into the swizzled
+// tile dst (64, HD) with cp.async, zeros for rows >= T. Uncommitted: the caller commits.
+// Thread t copies chunk t % CH of rows t / CH + RSTEP * it: RSTEP = 128 / CH rows apart, a multiple
+// of 8, so every row it copies has the same swizzled chunk (only the row offset changes).
+template <int HD>
+__device__ __forceinline__ void fa2_load_tile_async(__nv_bfloat16* dst, const __nv_bfloat16* src, int r0, int T,
+                                                    int stride) {
+    constexpr int CH = HD / 8, RSTEP = kAttnMmaThreads / CH, ITER = kAttnMmaBK / RSTEP;
+    static_assert(kAttnMmaThreads % CH == 0 && RSTEP % 8 == 0 && kAttnMmaBK % RSTEP == 0, "rows 8k apart");
+    const int r = (int)threadIdx.x / CH, ch = (int)threadIdx.x % CH;
+    __nv_bfloat16* d = dst + smem_swizzle_offset(r, ch, CH);
+    const __nv_bfloat16* g = src + (size_t)(r0 + r) * stride + ch * 8;
+#pragma unroll
+    for (int it = 0; it < ITER; it++) {
+        const bool in = r0 + r + it * RSTEP < T;  // past T: nothing read, 16 zero bytes written
+        cp_async_16_zfill(d + it * RSTEP * HD, in ? g + (size_t)it * RSTEP * stride : src, in ? 16u : 0u);
+    }
+}
+
+// Byte offset of (row, chunk0), chunk0 in {0, 1}, in a swizzled (rows, HD) tile: the address a lane
+// supplies to ldmatrix for the first pair of chunks. Chunk 2k + chunk0 is at this offset ^ 32k (the
+// swizzle XORs the chunk index, whose bits lie below the row stride, and 2k shares no bit with
+// chunk0); row + 16n is 16n * HD * 2 bytes further (16n is a multiple of 8: the same swizzle).
+template <int HD>
+__device__ __forceinline__ uint32_t fa2_lane_offset(int row, int chunk0) {
+    return 2u * (uint32_t)smem_swizzle_offset(row, chunk0, HD / 8);
+}
+
+// Bit nb (0..7) set when the 8-key block k0 + 8nb .. +7 holds a key that one of the warp's rows
+// r0 .. r0+15 (< T) sees. The rows' windows overlap into [key_lo(r0), min(r0+15, T-1)].
+__device__ __forceinline__ unsigned fa2_visible_blocks(int r0, int k0, int T, bool local, int P) {
+    const int rl = attn_imin(r0 + 15, T - 1), klo = attn_key_lo(r0, local, P);
+    unsigned bits = 0;
+#pragma unroll
+    for (int nb = 0; nb < kAttnMmaBK / 8; nb++) {
+        const int kj = k0 + nb * 8;
+        if (r0 <= rl && kj <= rl && kj + 7 >= klo) bits |= 1u << nb;
+    }
+    return bits;
+}
+
+// Running state of one warp (this thread: rows hf = 0 (g) and hf = 1 (g+8) of the warp's 16).
+template <int HD>
+struct Fa2Rows {
+    float m[2], l[2], es[2];  // running max (x units), sum of p, sum of p*x (STATS)
+    float o[HD / 8][4];       // O accumulators: dims db*8 + 2c + {0,1}
+    float smax, smin;         // max / min raw accumulator over visible pairs (STATS)
+};
+
+// One key tile for one warp: S = Q K^T, online softmax, O += P V. qa: Q's fragments when
+// kFa2QInRegs, else read here from sQ (the swizzled Q tile); sK, sV: the tile's swizzled buffers;
+// i_row: this thread's two rows; r0: the warp's first row; k0: the tile's first key.
+template <int HD, bool STATS, bool SOFTCAP, bool MASK>
+__device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[kFa2QInRegs<HD> ? HD / 16 : 1][4],
+                                         const __nv_bfloat16* sQ, const __nv_bfloat16* sK, const __nv_bfloat16* sV,
+                                         const int (&i_row)[2], int k0, int r0, int T, bool local, int P, float mul,
+                                         float cap, float scale_over_cap) {
+    constexpr int KS = HD / 16, NB = kAttnMmaBK / 8, DB = HD / 8;
+    const int lane = threadIdx.x % 32, c = lane % 4, mi = lane / 8, j8 = lane % 8;
+    const unsigned vis_blocks = MASK ? fa2_visible_blocks(r0, k0, T, local, P) : 0xffu;
+
+    // S = Q K^T: s[nb] covers keys k0 + nb*8 + 2c + {0,1} of rows g, g+8
+    float s[NB][4];
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
+    const int warp = threadIdx.x / 32;
+    constexpr uint32_t ROW16 = 16u * HD * 2u;  // bytes of 16 tile rows
+    const char* q_bytes = reinterpret_cast<const char*>(sQ) + (uint32_t)warp * ROW16;
+    const char* k_bytes = reinterpret_cast<const char*>(sK);
+    const uint32_t q_off = fa2_lane_offset<HD>((mi & 1) * 8 + j8, mi >> 1);
+    const uint32_t k_off = fa2_lane_offset<HD>((mi >> 1) * 8 + j8, mi & 1);
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+        uint32_t qk[4];
+        if constexpr (kFa2QInRegs<HD>) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) qk[e] = qa[ks][e];
+        } else {  // matrices: (rows 0..7 | 8..15) x (cols ks*16 + 0..7 | 8..15)
+            ldmatrix_x4(qk, q_bytes + (q_off ^ (32u * ks)));
+        }
+        const char* k_ks = k_bytes + (k_off ^ (32u * ks));
+#pragma unroll
+        for (int np = 0; np < NB / 2; np++) {
+            if (MASK && !((vis_blocks >> (2 * np)) & 3u)) continue;  // warp-uniform
+            // matrices: (keys np*16 + 0..7 | 8..15) x (dims ks*16 + 0..7 | 8..15); lane 8mi + j8 -> row j8
+            uint32_t kb[4];
+            ldmatrix_x4(kb, k_ks + np * ROW16);
+            if (!MASK || ((vis_blocks >> (2 * np)) & 1u)) mma_bf16_16816(s[2 * np], qk, kb[0], kb[1]);
+            if (!MASK || ((vis_blocks >> (2 * np + 1)) & 1u)) mma_bf16_16816(s[2 * np + 1], qk, kb[2], kb[3]);
+        }
+    }
+
+    // soft-cap, mask, statistics; row max (x units). Row hf sees keys [jlo, jhi] (empty past T).
+    int jlo[2] = {0, 0}, jhi[2] = {0, 0};
+    if (MASK) {
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            jlo[hf] = attn_key_lo(i_row[hf], local, P);
+            jhi[hf] = i_row[hf] < T ? i_row[hf] : -1;
+        }
+    }
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int hf = e / 2;
+            const float a = s[nb][e];
+            bool vis = true;
+            if (MASK) {
+                const int j = k0 + nb * 8 + 2 * c + (e & 1);
+                vis = j >= jlo[hf] && j <= jhi[hf];
+            }
+            float x = SOFTCAP ? cap * tanhf(a * scale_over_cap) : a;
+            if (MASK) x = vis ? x : -INFINITY;
+            if (STATS) {  // without soft-cap x = a: the max comes from the row max below
+                if (SOFTCAP) st.smax = fmaxf(st.smax, vis ? a : -INFINITY);
+                st.smin = fminf(st.smin, vis ? a : INFINITY);
+            }
+            s[nb][e] = x;
+            mx[hf] = fmaxf(mx[hf], x);
+        }
+    }
+    if (STATS && !SOFTCAP) st.smax = fmaxf(st.smax, fmaxf(mx[0], mx[1]));
+    float neg_m[2];  // -m_use * mul: the FFMA's addend
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        // the 4 lanes of a quad (same g) hold the same row
+        mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
+        mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
+        const float m_new = fmaxf(st.m[hf], mx[hf]);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // nothing visible yet: p = 0, alpha = 0
+        const float alpha = ex2_approx_ftz((st.m[hf] - m_use) * mul);
+        st.m[hf] = m_new;
+        neg_m[hf] = -m_use * mul;
+        st.l[hf] *= alpha;
+        if (STATS) st.es[hf] *= alpha;
+#pragma unroll
+        for (int db = 0; db < DB; db++) {
+            st.o[db][2 * hf] *= alpha;
+            st.o[db][2 * hf + 1] *= alpha;
+        }
+    }
+    // P = exp2(x*mul - m*mul) (thread-partial row sums; the quad is summed at the end)
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int hf = e / 2;
+            const float x = s[nb][e];
+            const float p = ex2_approx_ftz(fmaf(x, mul, neg_m[hf]));  // ex2(-inf) = 0 for masked
+            st.l[hf] += p;
+            if (STATS) st.es[hf] += (!MASK || p > 0.0f) ? p * x : 0.0f;  // masked: never 0 * -inf
+            s[nb][e] = p;
+        }
+    }
+
+    // O += P V: A = P (16 rows x 16 keys) from two accumulator blocks; B from V via ldmatrix.trans
+    const char* v_bytes = reinterpret_cast<const char*>(sV);
+    const uint32_t v_off = fa2_lane_offset<HD>((mi & 1) * 8 + j8, mi >> 1);
+#pragma unroll
+    for (int kk = 0; kk < NB / 2; kk++) {
+        if (MASK && !((vis_blocks >> (2 * kk)) & 3u)) continue;  // p = 0 on both blocks
+        uint32_t pa[4];
+        mma_acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+        for (int dp = 0; dp < DB / 2; dp++) {
+            // matrices: (keys kk*16 + 0..7 | 8..15) x (dims dp*16 + 0..7 | 8..15), transposed
+            uint32_t vb[4];
+            ldmatrix_x4_trans(vb, v_bytes + kk * ROW16 + (v_off ^ (32u * dp)));
+            mma_bf16_16816(st.o[2 * dp], pa, vb[0], vb[1]);
+            mma_bf16_16816(st.o[2 * dp + 1], pa, vb[2], vb[3]);
+        }
+    }
+}
+
+// Forward: grid (B*NH, query tiles of 64), 128 threads; warp w owns rows q0 + 16w .. +15.
+// Outputs as attn_fwd_mma_kernel: out (B, T, C) bf16, lse (B, NH, T) natural log, and with STATS
+// the block's {max raw logit, min raw logit, entropy sum} in stats_part.
+template <int HD, bool STATS, bool SOFTCAP>
+__global__ void __launch_bounds__(kAttnMmaThreads)
+    attn_fwd_fa2_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int T, int C, int NH, int G, int P,
+                        float softcap, float* stats_part) {
+    constexpr int BQ = kAttnMmaBQ, BK = kAttnMmaBK, CH = HD / 8, KS = HD / 16, DB = HD / 8;
+    static_assert(BQ == 64 && BK == 64, "4 warps x 16 rows, 8 key blocks of 8");
+    constexpr int TILE = Fa2FwdSmem<HD>::TILE;
+    LLMC_DYNAMIC_SHARED(unsigned char, smem_raw);
+    __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // (BQ, HD) swizzled
+    __nv_bfloat16* sK = sQ + TILE;                                   // [2] (BK, HD) swizzled
+    __nv_bfloat16* sV = sK + 2 * TILE;                               // [2] (BK, HD) swizzled
+
+    const int nqt = gridDim.y;
+    const int qt = nqt - 1 - blockIdx.y;  // longest (causal) tiles first
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const bool local = h < NH - G;
+    const int C3 = 3 * C, q0 = qt * BQ;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    const int mi = lane / 8, j8 = lane % 8;
+    const float scale = attn_scale(HD);
+    constexpr float kLog2e = 1.4426950408889634f;
+    // x units -> natural units: scale (x = raw accumulator) or 1 (x = capped score)
+    const float nat = SOFTCAP ? 1.0f : scale;
+    const float mul = nat * kLog2e;
+    const float scale_over_cap = SOFTCAP ? scale / softcap : 0.0f;
+    const __nv_bfloat16* base = qkv + (size_t)b * T * C3 + h * HD;
+
+    const int kb = attn_kv_tile_begin(qt, BQ, BK, local, P), ke = attn_kv_tile_end(qt, BQ, BK, T);
+    // prologue: Q and the first K / V tile in one group; Q's fragments once
+    fa2_load_tile_async<HD>(sQ, base, q0, T, C3);
+    fa2_load_tile_async<HD>(sK, base + C, kb * BK, T, C3);
+    fa2_load_tile_async<HD>(sV, base + 2 * C, kb * BK, T, C3);
+    cp_async_commit_group();
+    cp_async_wait_group<0>();
+    __syncthreads();
+    uint32_t qa[kFa2QInRegs<HD> ? KS : 1][4];
+    if constexpr (kFa2QInRegs<HD>) {
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)  // matrices: (rows 0..7 | 8..15) x (cols ks*16 + 0..7 | 8..15)
+            ldmatrix_x4(qa[ks], sQ + smem_swizzle_offset(warp * 16 + (mi & 1) * 8 + j8, ks * 2 + (mi >> 1), CH));
+    }
+
+    const int r0 = q0 + warp * 16;
+    const int i_row[2] = {r0 + g, r0 + g + 8};
+    Fa2Rows<HD> st;
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) st.m[hf] = -INFINITY, st.l[hf] = 0.0f, st.es[hf] = 0.0f;
+#pragma unroll
+    for (int db = 0; db < DB; db++) st.o[db][0] = st.o[db][1] = st.o[db][2] = st.o[db][3] = 0.0f;
+    st.smax = -INFINITY;
+    st.smin = INFINITY;
+
+    for (int kt = kb; kt < ke; kt++) {
+        const int buf = (kt - kb) & 1;
+        if (kt != kb) {
+            cp_async_wait_group<0>();  // this thread's copies of tile kt (the only group in flight)
+            __syncthreads();           // everyone's copies landed; every warp is done with tile kt-1
+        }
+        if (kt + 1 < ke) {  // prefetch tile kt+1 into the buffer tile kt-1 used
+            fa2_load_tile_async<HD>(sK + (buf ^ 1) * TILE, base + C, (kt + 1) * BK, T, C3);
+            fa2_load_tile_async<HD>(sV + (buf ^ 1) * TILE, base + 2 * C, (kt + 1) * BK, T, C3);
+            cp_async_commit_group();
+        }
+        const __nv_bfloat16* k_tile = sK + buf * TILE;
+        const __nv_bfloat16* v_tile = sV + buf * TILE;
+        if (attn_tile_needs_mask(qt, kt, BQ, BK, T, local, P))
+            fa2_tile<HD, STATS, SOFTCAP, true>(st, qa, sQ, k_tile, v_tile, i_row, kt * BK, r0, T, local, P, mul,
+                                               softcap, scale_over_cap);
+        else
+            fa2_tile<HD, STATS, SOFTCAP, false>(st, qa, sQ, k_tile, v_tile, i_row, kt * BK, r0, T, local, P, mul,
+                                                softcap, scale_over_cap);
+    }
+
+    // finish: quad sums, normalize, write out (bf16 pairs), lse (natural log), entropy
+    float ent = 0.0f;
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        float l = st.l[hf], es = st.es[hf];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        if (STATS) {
+            es += __shfl_xor_sync(0xffffffffu, es, 1);
+            es += __shfl_xor_sync(0xffffffffu, es, 2);
+        }
+        const int i = i_row[hf];
+        if (i < T) {
+            const float inv = 1.0f / l;  // l > 0: key i is always visible
+            mma_store_row<DB>(out + ((size_t)b * T + i) * C + h * HD + 2 * c, st.o, hf, inv);
+            const float row_lse = st.m[hf] * nat + logf(l);
+            if (c == 0) {
+                lse[((size_t)b * NH + h) * T + i] = row_lse;
+                if (STATS) ent += row_lse - es * nat * inv;
+            }
+        }
+    }
+    if (STATS)  // raw logit = accumulator * scale; scaling by scale > 0 commutes with max / min
+        attn_block_stats<kAttnMmaThreads / 32>(st.smax * scale, st.smin * scale, ent,
+                                               stats_part + ((size_t)bh * nqt + qt) * 3);
+}
+
+}  // namespace llmc::cuda
