@@ -234,3 +234,57 @@ def test_emulated_cuda_omits_near_far_stats_and_refuses_near(byte_data, full_run
     err = [ln for ln in p.stderr.splitlines() if ln.startswith("error")]
     assert len(err) == 1 and "--near" in err[0] and "--device cpu" in err[0], p.stderr[-2000:]
     assert not out.exists() or not any(out.iterdir()), "a refused run wrote files"
+
+
+# The queued step (llmc/train/train_step.h: no host wait inside the step, the clip factor and the
+# non-finite skip decided on the device) runs when neither --skip-spikes nor --qk-clip needs the step's
+# numbers on the host inside it; --skip-spikes with a threshold no z-score reaches forces the
+# synchronous path without changing any decision. Both paths must give the same bits.
+QUEUED_ARGS = BASE + LS_HD32 + ["-k", "constant", "-u", 0, "-l", "3e-3", "--grad-clip", "0.5"]
+FORCE_SYNC = ["--skip-spikes", "1e30"]
+STEP_KEYS = ["loss", "z_loss", "grad_norm", "lr", "loss_z", "norm_z", "skipped_spike", "skipped_nonfinite"]
+
+
+def assert_same_records(ref_dir, got_dir, keys=STEP_KEYS):
+    ref = {r["step"]: r for r in train_records(ref_dir / "metrics.jsonl")}
+    got = {r["step"]: r for r in train_records(got_dir / "metrics.jsonl")}
+    assert sorted(ref) == sorted(got) and ref, f"steps {sorted(ref)} vs {sorted(got)}"
+    for st in ref:
+        for key in keys:
+            assert key in ref[st], f"step {st}: no {key} recorded"
+            assert ref[st][key] == got[st][key], f"step {st}: {key} {ref[st][key]} != {got[st][key]}"
+    return ref
+
+
+def test_emulated_queued_step_equals_the_synchronous_step(byte_data, tmp_path):
+    """8 steps with gradient clipping active and 2 micro-batches per step: the queued and the synchronous
+    path record the same numbers every step and write the same model and optimizer state."""
+    args = data_args(byte_data) + QUEUED_ARGS + ["-x", 8, "-n", 8, "--total-batch-size", 128]
+    run_bin(EMU_TRAIN, args + ["-o", tmp_path / "queued"], "cuda")
+    run_bin(EMU_TRAIN, args + FORCE_SYNC + ["-o", tmp_path / "sync"], "cuda")
+    recs = assert_same_records(tmp_path / "sync", tmp_path / "queued")
+    assert any(r["grad_norm"] > 0.5 for r in recs.values()), "clipping never active: the test would not see it"
+    for name in ["model_00000008.bin", "state_00000008_00000.bin"]:
+        assert (tmp_path / "sync" / name).read_bytes() == (tmp_path / "queued" / name).read_bytes(), f"{name} differs"
+
+
+def test_emulated_queued_step_skips_non_finite_steps_like_the_loop(byte_data, tmp_path):
+    """A learning rate of 1e30 overflows the weights after step 1: every later step has a non-finite loss
+    or norm. The device must skip those updates exactly where the loop's rule does (train_step checks the
+    device's verdict against the rule every step) and the records equal the synchronous path's."""
+    args = data_args(byte_data) + BASE + LS_HD32 + ["-k", "constant", "-u", 0, "-l", "1e30", "-x", 4]
+    run_bin(EMU_TRAIN, args + ["-o", tmp_path / "queued"], "cuda")
+    run_bin(EMU_TRAIN, args + FORCE_SYNC + ["-o", tmp_path / "sync"], "cuda")
+    recs = assert_same_records(tmp_path / "sync", tmp_path / "queued", ["loss", "grad_norm", "skipped_nonfinite"])
+    skipped = [st for st, r in sorted(recs.items()) if r["skipped_nonfinite"]]
+    assert skipped and skipped[0] >= 2 and skipped == list(range(skipped[0], 5)), f"skipped steps {skipped}"
+
+
+def test_emulated_queued_step_resumes_bit_identically(byte_data, tmp_path):
+    """The queued path: 4 steps and a checkpoint, then a resumed run to step 8, equal an uninterrupted
+    8-step run bit for bit."""
+    args = data_args(byte_data) + QUEUED_ARGS + ["-n", 4, "--keep-checkpoints", 0]
+    run_bin(EMU_TRAIN, args + ["-x", 8, "-o", tmp_path / "whole"], "cuda")
+    run_bin(EMU_TRAIN, args + ["-x", 4, "-o", tmp_path / "parts"], "cuda")
+    run_bin(EMU_TRAIN, args + ["-x", 8, "-o", tmp_path / "parts", "-y", 1], "cuda")
+    assert_same_run(tmp_path / "whole", tmp_path / "parts", 8)

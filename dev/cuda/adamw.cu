@@ -7,7 +7,9 @@
 // a bf16 neighbour of master (BF16 build) or exactly master (FP32 build, also aliased);
 // stochastic rounding deterministic for a seed, different across seeds, and unbiased: the mean of
 // many rounded copies (over seeds, and over indices with one seed) lands on the fp32 value far
-// closer than round-to-nearest could; copy_master_to_params rounds to nearest.
+// closer than round-to-nearest could; copy_master_to_params rounds to nearest; adamw_update_all (one
+// launch over several tensors, the gradient multiplier from the host or decided on the device, a
+// skipped update that writes nothing) against the CPU reference per tensor.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -191,6 +193,111 @@ bool check_copy(llmc::Rng& rng, size_t n) {
     return lab::check("params", d_p.get(), master, 0.0);
 }
 
+// adamw_update_all: tensors of several sizes (one empty) with their own weight decay in one launch,
+// against the CPU reference per tensor; the gradient multiplier from the host, then decided on the
+// device from a squared norm (clipped, not clipped), and the whole update skipped on the device when
+// the norm or the loss check is not finite (master, m, v, params untouched).
+bool check_all(llmc::Rng& rng) {
+    const std::vector<size_t> sizes = {1000, 0, 1, 77777, 4099};
+    const std::vector<float> decay = {0.1f, 0.1f, 0.0f, 0.05f, 0.0f};
+    llmc::cuda::detail::AdamWSegments seg;
+    size_t n = 0;
+    for (size_t j = 0; j < sizes.size(); j++) {
+        n += sizes[j];
+        seg.end[j] = n;
+        seg.weight_decay[j] = decay[j];
+    }
+    seg.count = (int)sizes.size();
+    const float lr = 2e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f;
+    const float inf = INFINITY, nan = NAN;
+    struct Case {
+        const char* name;
+        bool device_gate;
+        float norm_sq, clip;
+        double loss;
+        bool applied;
+    };
+    const Case cases[] = {
+        {"host multiplier 0.7", false, 0.f, 0.f, 0.0, true},
+        {"device: norm 5 > clip 1", true, 25.f, 1.f, 3.0, true},
+        {"device: norm 0.5 < clip 1", true, 0.25f, 1.f, 3.0, true},
+        {"device: no clipping (clip 0)", true, 25.f, 0.f, 3.0, true},
+        {"device: norm inf, skipped", true, inf, 1.f, 3.0, false},
+        {"device: norm NaN, skipped", true, nan, 1.f, 3.0, false},
+        {"device: loss NaN, skipped", true, 25.f, 1.f, (double)nan, false},
+    };
+    std::vector<float> master = lab::random_normal(rng, n, 0.f, 0.5f);
+    std::vector<float> m(n, 0.f), v(n, 0.f);
+    auto d_master = lab::upload_as<float>(master);
+    auto d_m = lab::upload_as<float>(m);
+    auto d_v = lab::upload_as<float>(v);
+    DeviceBuffer<floatX> d_params(n);
+    DeviceBuffer<float> d_grads(n), d_norm(1);
+    DeviceBuffer<double> d_loss(1);
+    DeviceBuffer<int> d_applied(1);
+    bool ok = true;
+    int t = 0;
+    for (const Case& c : cases) {
+        t++;
+        std::printf("adamw_update_all n=%zu in %d tensors, step %d, %s\n", n, seg.count, t, c.name);
+        std::vector<float> g = lab::random_normal(rng, n, 0.f, 1.f);
+        CUDA_CHECK(cudaMemcpy(d_grads.get(), g.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(d_norm.get(), &c.norm_sq, sizeof(float), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(d_loss.get(), &c.loss, sizeof(double), cudaMemcpyHostToDevice));
+        // the loop's rule (llmc/train/train_step.h), on the host
+        const float norm = (float)std::sqrt((double)c.norm_sq);
+        const float mult = !c.device_gate ? 0.7f : c.clip > 0 && norm > c.clip ? c.clip / norm : 1.0f;
+        const std::vector<float> before = lab::download(d_master.get(), n);
+        if (c.applied) {
+            size_t off = 0;
+            for (size_t j = 0; j < sizes.size(); j++) {
+                llmc::adamw_update(master.data() + off, g.data() + off, m.data() + off, v.data() + off, sizes[j], lr,
+                                   b1, b2, eps, decay[j], t, mult);
+                off += sizes[j];
+            }
+        }
+        lab::poison(d_params.get(), n);
+        llmc::cuda::detail::AdamWGate gate;
+        if (c.device_gate) {
+            gate.norm_sq = d_norm.get();
+            gate.loss_check = d_loss.get();
+            gate.grad_clip = c.clip;
+            gate.applied = d_applied.get();
+            const int unset = -1;
+            CUDA_CHECK(cudaMemcpy(d_applied.get(), &unset, sizeof(int), cudaMemcpyHostToDevice));
+        } else {
+            gate.multiplier = mult;
+        }
+        llmc::cuda::adamw_update_all(d_params.get(), d_master.get(), d_grads.get(), d_m.get(), d_v.get(), seg, lr, b1,
+                                     b2, eps, t, gate, 0);
+        if (c.device_gate) {
+            int applied = -1;
+            CUDA_CHECK(cudaMemcpy(&applied, d_applied.get(), sizeof(int), cudaMemcpyDeviceToHost));
+            std::printf("  %-14s %d, expected %d  %s\n", "verdict", applied, (int)c.applied,
+                        applied == (int)c.applied ? "OK" : "FAIL");
+            ok &= applied == (int)c.applied;
+        }
+        ok &= lab::check("master", d_master.get(), master, 1e-6);
+        ok &= lab::check("m", d_m.get(), m, 1e-6);
+        ok &= lab::check("v", d_v.get(), v, 1e-6);
+        const std::vector<float> got = lab::download(d_master.get(), n);
+        if (c.applied) {
+            std::vector<float> rounded = got;
+            lab::round_to_floatX(rounded);  // round to nearest even
+            ok &= lab::check("params", d_params.get(), rounded, 0.0);
+        } else {
+            const bool same = std::memcmp(got.data(), before.data(), n * sizeof(float)) == 0;
+            const std::vector<float> p = lab::download(d_params.get(), n);
+            size_t written = 0;  // params poisoned before the call: a skipped update leaves them so
+            for (size_t i = 0; i < n; i++) written += p[i] == p[i];
+            std::printf("  %-14s master bits unchanged: %s, params written: %zu  %s\n", "skipped", same ? "yes" : "no",
+                        written, same && written == 0 ? "OK" : "FAIL");
+            ok &= same && written == 0;
+        }
+    }
+    return ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -204,6 +311,7 @@ int main(int argc, char** argv) {
         ok &= check_null_params(rng, 50001);
         ok &= check_stochastic_rounding(rng);
         ok &= check_copy(rng, 100003);
+        ok &= check_all(rng);
         std::printf("%s\n", ok ? "adamw: all checks passed" : "adamw: FAILED");
         if (args.check || !ok) return ok ? 0 : 1;
 

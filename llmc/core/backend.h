@@ -21,6 +21,14 @@ struct ForwardResult {
     float z_loss = 0.0f;  // mean of z_loss_weight * logsumexp^2 (0 when the weight is 0)
 };
 
+// What read_queued_step reports for one optimizer step queued without host synchronisation.
+struct QueuedStep {
+    std::vector<ForwardResult> micro;  // per micro-batch queued since zero_grad(), in order
+    std::vector<LogitStats> stats;     // their logit statistics, same order
+    float norm = 0.0f;                 // global gradient norm, as grad_norm() returns it
+    bool applied = false;              // whether the AdamW update was applied (skipped: non-finite)
+};
+
 struct AdamWHyper {
     float lr = 6e-4f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
 };
@@ -64,6 +72,29 @@ public:
     // One AdamW step (t = 1-based step count for bias correction); gradients are multiplied by
     // grad_multiplier first (clipping: min(1, clip / norm)).
     virtual void adamw_update(const AdamWHyper& h, int t, float grad_multiplier) = 0;
+
+    // --- an optimizer step without host synchronisation (docs/cuda_backend.md, "The step") ---
+    // A backend with has_queued_step() lets the training loop queue a whole step and read its numbers
+    // once, after it (llmc/train/train_step.h):
+    //   queue_micro_batch: forward with targets and logit statistics, then backward(grad_scale); the
+    //     losses and statistics stay on the device (the tokens are still checked on the host, and
+    //     bad ones throw InputError as in forward()).
+    //   queue_update: the global gradient norm, then AdamW step t with the gradient multiplier
+    //     grad_clip / norm when grad_clip > 0 and norm > grad_clip (else 1), decided on the device; the
+    //     update is skipped there when the norm or the loss of a queued micro-batch is not finite -
+    //     the loop's rule for a skipped step, taken from the same numbers.
+    //   read_queued_step: waits for the queued work and reports it (QueuedStep).
+    virtual bool has_queued_step() const { return false; }
+    virtual void queue_micro_batch(const int* /*inputs*/, const int* /*targets*/, int /*B*/, int /*T*/,
+                                   float /*z_loss_weight*/, float /*grad_scale*/) {
+        throw std::logic_error(std::string(name()) + " backend has no queued step");
+    }
+    virtual void queue_update(const AdamWHyper& /*h*/, int /*t*/, float /*grad_clip*/) {
+        throw std::logic_error(std::string(name()) + " backend has no queued step");
+    }
+    virtual void read_queued_step(QueuedStep& /*out*/) {
+        throw std::logic_error(std::string(name()) + " backend has no queued step");
+    }
 
     // --- incremental decoding with a KV cache (docs/generation.md); backends without one keep the defaults ---
     // kv_begin: an empty cache for B sequences of up to max_len (<= max_seq_len) tokens each.

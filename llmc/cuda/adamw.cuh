@@ -22,6 +22,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "llmc/cuda/common.cuh"
 
@@ -87,6 +89,67 @@ inline unsigned adamw_grid(size_t n, int block) {
     return (unsigned)(blocks < 8192 ? (blocks > 0 ? blocks : 1) : 8192);  // grid-stride beyond
 }
 
+// ---- one launch over every tensor of a flat buffer (adamw_update_all) ----
+constexpr int kMaxSegments = 32;
+
+// Tensor j of the flat buffer holds elements [end[j-1], end[j]) (end[-1] = 0) and decays with
+// weight_decay[j]; count <= kMaxSegments tensors, ends non-decreasing (empty tensors allowed).
+struct AdamWSegments {
+    size_t end[kMaxSegments];
+    float weight_decay[kMaxSegments];
+    int count = 0;
+};
+
+// Where the gradient multiplier comes from. norm_sq == nullptr: `multiplier`, set by the host.
+// Otherwise it is decided on the device, exactly as the training loop decides it on the host
+// (llmc/train/train_step.h): norm = (float)sqrt((double)*norm_sq); the update is skipped entirely
+// (nothing written) when norm or *loss_check (nullable) is not finite; else the multiplier is
+// grad_clip / norm when grad_clip > 0 and norm > grad_clip, and 1 otherwise. applied (nullable, with
+// norm_sq) gets the verdict: 1 applied, 0 skipped.
+struct AdamWGate {
+    const float* norm_sq = nullptr;
+    const double* loss_check = nullptr;
+    float grad_clip = 0.0f;
+    float multiplier = 1.0f;
+    int* applied = nullptr;
+};
+
+__device__ inline bool finite_float(float x) { return x - x == 0.0f; }
+__device__ inline bool finite_double(double x) { return x - x == 0.0; }
+
+// adamw_kernel's update for every element of the flat buffer, the weight decay by tensor; params
+// (nullable) = round-to-nearest of the new master.
+__global__ void adamw_all_kernel(floatX* params, float* master, const float* grads, float* m, float* v,
+                                 AdamWSegments seg, float lr, float beta1, float beta2, float eps, float bc1, float bc2,
+                                 AdamWGate gate) {
+    float multiplier = gate.multiplier;
+    if (gate.norm_sq) {
+        const float norm = (float)sqrt((double)*gate.norm_sq);
+        const bool apply = finite_float(norm) && (!gate.loss_check || finite_double(*gate.loss_check));
+        if (gate.applied && blockIdx.x == 0 && threadIdx.x == 0) *gate.applied = apply ? 1 : 0;
+        if (!apply) return;
+        multiplier = gate.grad_clip > 0.0f && norm > gate.grad_clip ? __fdiv_rn(gate.grad_clip, norm) : 1.0f;
+    }
+    const size_t n = seg.count > 0 ? seg.end[seg.count - 1] : 0;
+    int j = 0;  // the tensor of element i; i only grows, so j only moves forward
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        while (i >= seg.end[j]) j++;
+        const float weight_decay = seg.weight_decay[j];
+        const float g = __fmul_rn(grads[i], multiplier);
+        const float mi = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(1.0f - beta1, g));
+        const float vi = __fadd_rn(__fmul_rn(beta2, v[i]), __fmul_rn(__fmul_rn(1.0f - beta2, g), g));
+        m[i] = mi;
+        v[i] = vi;
+        const float mhat = __fdiv_rn(mi, bc1);
+        const float vhat = __fdiv_rn(vi, bc2);
+        const float p = master[i];
+        const float step = __fadd_rn(__fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), eps)), __fmul_rn(weight_decay, p));
+        const float np = __fsub_rn(p, __fmul_rn(lr, step));
+        master[i] = np;
+        if (params) params[i] = from_float<floatX>(np);  // round to nearest even, as copy_master_kernel
+    }
+}
+
 }  // namespace detail
 
 // master, m, v (n) fp32 updated in place; grads (n) fp32 read (times grad_multiplier);
@@ -109,6 +172,26 @@ inline void copy_master_to_params(floatX* params, const float* master, size_t n,
     if (n == 0) return;
     constexpr int block = 256;
     launch_kernel(detail::copy_master_kernel, detail::adamw_grid(n, block), block, 0, st, params, master, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+// One AdamW step over every tensor of a flat buffer in one launch: master, m, v (n = seg.end[last])
+// fp32 in place, grads read, params (nullable; FP32 build: may alias master) = round-to-nearest of
+// the new master. Per element the same operations as adamw_update (bit-identical to it with that
+// tensor's weight decay, then copy_master_to_params), with the gradient multiplier from gate.
+inline void adamw_update_all(floatX* params, float* master, const float* grads, float* m, float* v,
+                             const detail::AdamWSegments& seg, float lr, float beta1, float beta2, float eps, int t,
+                             const detail::AdamWGate& gate, cudaStream_t st) {
+    if (seg.count < 1 || seg.count > detail::kMaxSegments)
+        throw std::invalid_argument("adamw_update_all: " + std::to_string(seg.count) + " tensors; need 1 to " +
+                                    std::to_string(detail::kMaxSegments));
+    const size_t n = seg.end[seg.count - 1];
+    if (n == 0) return;
+    const float bc1 = 1.0f - std::pow(beta1, (float)t);
+    const float bc2 = 1.0f - std::pow(beta2, (float)t);
+    constexpr int block = 256;
+    launch_kernel(detail::adamw_all_kernel, detail::adamw_grid(n, block), block, 0, st, params, master, grads, m, v,
+                  seg, lr, beta1, beta2, eps, bc1, bc2, gate);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -128,6 +128,53 @@ __global__ void __launch_bounds__(kClassifierBlock)
     }
 }
 
+constexpr int kSummaryBlock = 1024;
+
+// The four numbers of one pass's summary (classifier_summary), in this order.
+enum SummaryField { kSumCE = 0, kSumZ = 1, kSumLse = 2, kMaxRowMax = 3, kSummaryFields = 4 };
+
+// out[0..3] = {sum losses, sum zlosses, sum lse, max row_max} over n rows, sums in double; one block.
+// Thread k takes rows k, k + kSummaryBlock, ... in increasing order, the block combines the threads in
+// a fixed tree order: the same bits every run. A NaN row_max makes the maximum NaN. losses, zlosses,
+// row_max nullable (their fields stay 0 / -inf). check (nullable): check[0] += out[kSumCE] (a running
+// sum over the passes since it was zeroed, for the device's finite-loss verdict before AdamW).
+__global__ void __launch_bounds__(kSummaryBlock)
+    classifier_summary_kernel(double* out, double* check, const float* losses, const float* zlosses, const float* lse,
+                              const float* row_max, int n) {
+    double ce = 0.0, z = 0.0, l = 0.0;
+    float mx = -INFINITY;
+    for (int i = threadIdx.x; i < n; i += kSummaryBlock) {
+        if (losses) ce += (double)losses[i];
+        if (zlosses) z += (double)zlosses[i];
+        l += (double)lse[i];
+        if (row_max) {
+            const float x = row_max[i];
+            mx = (x > mx || x != x) && mx == mx ? x : mx;  // NaN sticks
+        }
+    }
+    __shared__ double sm[3][kSummaryBlock];
+    __shared__ float smx[kSummaryBlock];
+    const int k = threadIdx.x;
+    sm[0][k] = ce;
+    sm[1][k] = z;
+    sm[2][k] = l;
+    smx[k] = mx;
+    __syncthreads();
+    for (int half = kSummaryBlock / 2; half > 0; half >>= 1) {
+        if (k < half) {
+            for (int f = 0; f < 3; f++) sm[f][k] += sm[f][k + half];
+            const float a = smx[k], b = smx[k + half];
+            smx[k] = (b > a || b != b) && a == a ? b : a;
+        }
+        __syncthreads();
+    }
+    if (k == 0) {
+        for (int f = 0; f < 3; f++) out[f] = sm[f][0];
+        out[kMaxRowMax] = (double)smx[0];
+        if (check) check[0] += sm[0][0];
+    }
+}
+
 }  // namespace detail
 
 // logits (N, Vp) floatX; targets (N) or nullptr; lse (N) written; losses, zlosses (N) written when
@@ -149,6 +196,17 @@ inline void classifier_forward_backward(floatX* logits, float* lse, float* losse
     if (N == 0) return;
     launch_kernel(detail::classifier_kernel, N, detail::kClassifierBlock, 0, st, logits, lse, losses, zlosses, row_max,
                   targets, z_weight, dlogits_scale, V, Vp);
+    CUDA_CHECK_LAUNCH();
+}
+
+// out (4 doubles, device) = the summary of one classifier pass over N rows (detail::SummaryField):
+// {sum of losses, sum of zlosses, sum of lse, max of row_max}; losses, zlosses, row_max nullable.
+// check (nullable, one device double) accumulates the sum of losses. The host reads out instead of
+// the (N) vectors: a fixed-order double reduction, deterministic.
+inline void classifier_summary(double* out, double* check, const float* losses, const float* zlosses, const float* lse,
+                               const float* row_max, int N, cudaStream_t st) {
+    launch_kernel(detail::classifier_summary_kernel, 1, detail::kSummaryBlock, 0, st, out, check, losses, zlosses, lse,
+                  row_max, N);
     CUDA_CHECK_LAUNCH();
 }
 

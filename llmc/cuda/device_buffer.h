@@ -64,4 +64,32 @@ private:
     size_t n_ = 0;
 };
 
+// Owning page-locked host allocation of n elements of T (move-free): what an asynchronous device-to-host
+// copy may target without blocking the host. resize() discards the contents; the caller makes sure no
+// queued copy still targets the old allocation (cudaFreeHost would wait for it).
+template <typename T>
+class PinnedBuffer {
+public:
+    PinnedBuffer() = default;
+    ~PinnedBuffer() { release(); }
+    PinnedBuffer(const PinnedBuffer&) = delete;
+    PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+    void resize(size_t n) {
+        release();
+        if (n > 0) CUDA_CHECK(cudaMallocHost(&ptr_, n * sizeof(T)));
+        n_ = n;
+    }
+    T* get() const { return ptr_; }
+    size_t size() const { return n_; }
+
+private:
+    void release() {
+        if (ptr_) cudaFreeHost(ptr_);
+        ptr_ = nullptr;
+        n_ = 0;
+    }
+    T* ptr_ = nullptr;
+    size_t n_ = 0;
+};
+
 }  // namespace llmc::cuda

@@ -2,20 +2,16 @@
 //   forward:  out[b, t, :] = wte[inp[b, t], :] + wpe[t, :]
 //   backward: dwte[tok, :] += sum over positions (b, t) with inp[b, t] == tok of dout[b, t, :]
 //             dwpe[t, :]   += sum over b of dout[b, t, :]
-// Deterministic backward without atomics: the host groups the positions by token from inp_host
-// (positions of a token in increasing (b, t) order), uploads that grouping, and one thread per
-// (token, channel) sums its positions in that order; one thread per (t, channel) sums b in order.
+// Deterministic backward without atomics and without the host: one block groups the positions by
+// token on the device (encoder_group_kernel: a counting sort, positions of a token in increasing
+// (b, t) order), then one thread per (token, channel) sums its positions in that order; one thread
+// per (t, channel) sums b in order.
 // Token ids must be valid rows of wte (the data loader checks them against the vocabulary).
 #pragma once
-#include <algorithm>
 #include <cstddef>
-#include <string>
-#include <utility>
-#include <vector>
 
 #include "llmc/cuda/common.cuh"
 #include "llmc/cuda/residual.cuh"
-#include "llmc/core/error.h"
 
 namespace llmc::cuda {
 
@@ -50,46 +46,131 @@ __global__ void encoder_backward_wpe_kernel(float* dwpe, const floatX* dout, int
     }
 }
 
-// dwte (Vp, C): block (u, channel chunk), thread = channel. Bucket u is token bucket_token[u] and owns the
-// positions positions[bucket_start[u] .. bucket_start[u+1]) (increasing), summed in that order.
-__global__ void encoder_backward_wte_kernel(float* dwte, const floatX* dout, const int* positions,
-                                            const int* bucket_start, const int* bucket_token, int C) {
-    const int u = blockIdx.x;
+// ---- grouping positions by token, on the device (one block, no atomics) ------------------------------
+// sorted_pos (n) = the positions 0..n-1 ordered by (token, position): the positions of a token form
+// one run, increasing. A counting sort over the vocabulary rows:
+//   1. count[tok] = occurrences of tok;  2. count = exclusive prefix sum (the start of tok's run);
+//   3. each position goes to count[tok] + (earlier positions of tok), and count[tok] advances.
+// Steps 1 and 3 walk the positions in chunks of kGroupBlock in increasing order; inside a chunk the
+// block sorts the keys (token, index in chunk) - all distinct, so the order is unique - with a bitonic
+// network, and a token's occurrences in the chunk are one run of that sorted order. The run's last
+// thread alone updates count[tok], after every thread of the run has read it. The result is a pure
+// function of inp: bit-identical on every run and device.
+constexpr int kGroupBlock = 512;  // power of two (bitonic network)
+
+// The chunk [base, base + kGroupBlock) of inp sorted by (token, index) into keys (shared); each thread
+// gets the element at sorted index threadIdx.x: its token (-1 past n), its position, and the length of
+// the run of its token up to and including it (rank + 1), and whether it is the run's last element.
+struct ChunkElement {
+    int token, position, rank;
+    bool last;
+};
+__device__ inline ChunkElement sort_chunk(const int* inp, int n, int base, unsigned long long* keys, int* run_start) {
+    const int k = threadIdx.x;
+    const int i = base + k;
+    keys[k] = i < n ? ((unsigned long long)(unsigned)inp[i] << 32) | (unsigned)k : ~0ull;
+    __syncthreads();
+    for (int size = 2; size <= kGroupBlock; size <<= 1)
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            const int partner = k ^ stride;
+            if (partner > k) {
+                const bool ascending = (k & size) == 0;
+                const unsigned long long a = keys[k], b = keys[partner];
+                if ((a > b) == ascending) {
+                    keys[k] = b;
+                    keys[partner] = a;
+                }
+            }
+            __syncthreads();
+        }
+    const unsigned long long key = keys[k];
+    const bool valid = key != ~0ull;
+    const unsigned tok = (unsigned)(key >> 32);
+    const bool head = k == 0 || (unsigned)(keys[k - 1] >> 32) != tok;
+    // run_start[k] = the sorted index where k's run begins: an inclusive max-scan of (head ? k : 0)
+    run_start[k] = head ? k : 0;
+    __syncthreads();
+    for (int d = 1; d < kGroupBlock; d <<= 1) {
+        const int other = k >= d ? run_start[k - d] : 0;
+        __syncthreads();
+        if (other > run_start[k]) run_start[k] = other;
+        __syncthreads();
+    }
+    ChunkElement e;
+    e.token = valid ? (int)tok : -1;
+    e.position = base + (int)(key & 0xFFFFFFFFu);
+    e.rank = k - run_start[k];
+    e.last = valid && (k + 1 == kGroupBlock || (unsigned)(keys[k + 1] >> 32) != tok);
+    __syncthreads();  // keys and run_start are rewritten by the next chunk
+    return e;
+}
+
+// sorted_pos (n) written; count (vocab_rows) int scratch; inp (n) token ids in [0, vocab_rows). One block of kGroupBlock.
+__global__ void __launch_bounds__(kGroupBlock)
+    encoder_group_kernel(int* sorted_pos, int* count, const int* inp, int n, int vocab_rows) {
+    __shared__ unsigned long long keys[kGroupBlock];
+    __shared__ int run_start[kGroupBlock];
+    __shared__ long long thread_sum[kGroupBlock];
+    const int k = threadIdx.x;
+    for (int r = k; r < vocab_rows; r += kGroupBlock) count[r] = 0;
+    __syncthreads();
+    // 1. occurrences per token
+    for (int base = 0; base < n; base += kGroupBlock) {
+        const ChunkElement e = sort_chunk(inp, n, base, keys, run_start);
+        if (e.last) count[e.token] += e.rank + 1;
+        __syncthreads();
+    }
+    // 2. exclusive prefix sum over count: thread k owns rows [k*per, (k+1)*per)
+    const int per = (vocab_rows + kGroupBlock - 1) / kGroupBlock;
+    const int lo = k * per < vocab_rows ? k * per : vocab_rows, hi = lo + per < vocab_rows ? lo + per : vocab_rows;
+    long long s = 0;
+    for (int r = lo; r < hi; r++) s += count[r];
+    thread_sum[k] = s;
+    __syncthreads();
+    if (k == 0) {
+        long long acc = 0;
+        for (int j = 0; j < kGroupBlock; j++) {
+            const long long x = thread_sum[j];
+            thread_sum[j] = acc;
+            acc += x;
+        }
+    }
+    __syncthreads();
+    s = thread_sum[k];
+    for (int r = lo; r < hi; r++) {
+        const int c = count[r];
+        count[r] = (int)s;
+        s += c;
+    }
+    __syncthreads();
+    // 3. scatter: a position lands at its token's cursor + its rank among the chunk's occurrences
+    for (int base = 0; base < n; base += kGroupBlock) {
+        const ChunkElement e = sort_chunk(inp, n, base, keys, run_start);
+        if (e.token >= 0) sorted_pos[count[e.token] + e.rank] = e.position;
+        __syncthreads();  // every thread of a run has read count[token]
+        if (e.last) count[e.token] += e.rank + 1;
+        __syncthreads();
+    }
+}
+
+// dwte (Vp, C): block (i, channel chunk), thread = channel. Block i works only when sorted index i starts
+// a token's run (sorted_pos from encoder_group_kernel); it sums that run's positions in increasing order.
+__global__ void encoder_backward_wte_kernel(float* dwte, const floatX* dout, const int* sorted_pos, const int* inp,
+                                            int n, int C) {
+    const int i = blockIdx.x;
+    const int tok = inp[sorted_pos[i]];
+    if (i > 0 && inp[sorted_pos[i - 1]] == tok) return;  // not the first position of its token
     const int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float sum = 0.0f;
-    for (int i = bucket_start[u]; i < bucket_start[u + 1]; i++) sum += to_float(dout[(size_t)positions[i] * C + c]);
-    dwte[(size_t)bucket_token[u] * C + c] += sum;
+    for (int j = i; j < n && inp[sorted_pos[j]] == tok; j++) sum += to_float(dout[(size_t)sorted_pos[j] * C + c]);
+    dwte[(size_t)tok * C + c] += sum;
 }
 
-// Buffers of encoder_backward, grown on demand. The grouping is built in pinned host memory and copied
-// asynchronously; `copied` marks when the previous copy finished so the host buffer can be rewritten.
+// Device scratch of encoder_backward, grown on demand: sorted_pos (B*T) | count (Vp).
 struct EncoderBackwardScratch {
-    DeviceBuffer<int> index;   // positions (B*T) | bucket_start (U+1) | bucket_token (U)
-    int* host = nullptr;       // pinned mirror of `index`
-    size_t host_capacity = 0;  // ints
-    cudaEvent_t copied = nullptr;
-    std::vector<std::pair<int, int>> order;  // (token, position), host work array
-
-    EncoderBackwardScratch() = default;
-    EncoderBackwardScratch(const EncoderBackwardScratch&) = delete;
-    EncoderBackwardScratch& operator=(const EncoderBackwardScratch&) = delete;
-    ~EncoderBackwardScratch() {
-        if (copied) {
-            cudaEventSynchronize(copied);
-            cudaEventDestroy(copied);
-        }
-        if (host) cudaFreeHost(host);
-    }
+    DeviceBuffer<int> index;
     void reserve(size_t ints) {
-        if (!copied) CUDA_CHECK(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming));
-        if (ints > host_capacity) {
-            CUDA_CHECK(cudaEventSynchronize(copied));  // the old buffer may still be read by a pending copy
-            if (host) CUDA_CHECK(cudaFreeHost(host));
-            host = nullptr;
-            CUDA_CHECK(cudaMallocHost(&host, ints * sizeof(int)));
-            host_capacity = ints;
-        }
         if (ints > index.size()) index.resize(ints);
     }
 };
@@ -110,52 +191,21 @@ inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, cons
     CUDA_CHECK_LAUNCH();
 }
 
-// dwte (Vp,C), dwpe (maxT,C) fp32 ADDED from dout (B,T,C). inp_host (B,T): the same ids as inp, on the host.
-// (inp itself is not read: the grouping comes from inp_host.) Blocks the host only when the previous call's
-// grouping copy has not finished yet.
-inline void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* inp, const int* inp_host, int B,
-                             int T, int C, EncoderBackwardScratch& scratch, cudaStream_t st) {
-    (void)inp;
-    if (B <= 0 || T <= 0 || C <= 0) return;
+// dwte (Vp,C), dwpe (maxT,C) fp32 ADDED from dout (B,T,C); inp (B,T) device token ids in [0, Vp)
+// (the caller checks them: llmc/core/batch_check.h). Queues three kernels; never blocks the host.
+// Resizing the scratch (the first call, or a larger B*T or Vp) synchronizes the device (cudaFree).
+inline void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* inp, int B, int T, int C, int Vp,
+                             EncoderBackwardScratch& scratch, cudaStream_t st) {
+    if (B <= 0 || T <= 0 || C <= 0 || Vp <= 0) return;
     const int n = B * T;
-
-    // group positions by token: sort (token, position) pairs; positions of a token stay increasing
-    scratch.order.resize(n);
-    for (int i = 0; i < n; i++) {
-        if (inp_host[i] < 0)
-            throw InputError("encoder_backward: negative token id " + std::to_string(inp_host[i]) + " at position " +
-                             std::to_string(i) + "; check the data shards");
-        scratch.order[i] = {inp_host[i], i};
-    }
-    std::sort(scratch.order.begin(), scratch.order.end());
-    int U = 0;  // distinct tokens
-    for (int i = 0; i < n; i++) U += (i == 0 || scratch.order[i].first != scratch.order[i - 1].first);
-
-    const size_t ints = (size_t)n + 2 * (size_t)U + 1;
-    scratch.reserve(ints);
-    CUDA_CHECK(cudaEventSynchronize(scratch.copied));  // the previous copy has read the pinned buffer
-    int* positions = scratch.host;
-    int* bucket_start = positions + n;
-    int* bucket_token = bucket_start + U + 1;
-    int u = -1;
-    for (int i = 0; i < n; i++) {
-        if (i == 0 || scratch.order[i].first != scratch.order[i - 1].first) {
-            u++;
-            bucket_start[u] = i;
-            bucket_token[u] = scratch.order[i].first;
-        }
-        positions[i] = scratch.order[i].second;
-    }
-    bucket_start[U] = n;
-    CUDA_CHECK(cudaMemcpyAsync(scratch.index.get(), scratch.host, ints * sizeof(int), cudaMemcpyHostToDevice, st));
-    CUDA_CHECK(cudaEventRecord(scratch.copied, st));
-
-    const int* d_positions = scratch.index.get();
-    const int* d_start = d_positions + n;
-    const int* d_token = d_start + U + 1;
+    scratch.reserve((size_t)n + (size_t)Vp);
+    int* sorted_pos = scratch.index.get();
+    int* count = sorted_pos + n;
+    launch_kernel(encoder_group_kernel, 1, kGroupBlock, 0, st, sorted_pos, count, inp, n, Vp);
+    CUDA_CHECK_LAUNCH();
     const int block = 256;
-    const dim3 grid_wte(U, (unsigned)ceil_div(C, block));
-    launch_kernel(encoder_backward_wte_kernel, grid_wte, block, 0, st, dwte, dout, d_positions, d_start, d_token, C);
+    const dim3 grid_wte((unsigned)n, (unsigned)ceil_div(C, block));
+    launch_kernel(encoder_backward_wte_kernel, grid_wte, block, 0, st, dwte, dout, sorted_pos, inp, n, C);
     CUDA_CHECK_LAUNCH();
     launch_kernel(encoder_backward_wpe_kernel, elementwise_grid((size_t)T * C), kElementwiseBlock, 0, st, dwpe, dout, B,
                   T, C);

@@ -174,8 +174,16 @@ public:
             wparams_ = reinterpret_cast<floatX*>(master_.get());  // FP32 build: floatX is float
         }
         attn_stats_.resize((size_t)cfg.num_layers * 3 * cfg.num_heads);
-        stats_host_.resize(attn_stats_.size());
+        init_attention_stats();
         norm_.resize(1);
+        summary_dev_.resize(detail::kSummaryFields);
+        loss_check_.resize(1, true);
+        applied_dev_.resize(1, true);
+        norm_pinned_.resize(1);
+        applied_pinned_.resize(1);
+        CUDA_CHECK(cudaEventCreateWithFlags(&step_done_, cudaEventDisableTiming));
+        for (int id = 0; id < NUM_PARAM_TENSORS; id++) segments_.end[id] = layout_.offset[id] + layout_.size[id];
+        segments_.count = NUM_PARAM_TENSORS;
         scratch_.resize(global_norm_scratch_floats());  // grad_norm() may come before any forward
         const std::vector<float> init = init_params(cfg, seed);
         set_params(init.data());
@@ -183,6 +191,7 @@ public:
     }
     ~CudaBackend() override {
         cudaStreamSynchronize(stream_);  // no throw from a destructor; buffers free after this
+        cudaEventDestroy(step_done_);
         cudaStreamDestroy(stream_);
     }
     CudaBackend(const CudaBackend&) = delete;
@@ -213,70 +222,60 @@ public:
         upload(grads_.get(), src, layout_.total);
         CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
-    void zero_grad() override { CUDA_CHECK(cudaMemsetAsync(grads_.get(), 0, grads_.bytes(), stream_)); }
+    // Also starts a new queued step: its micro-batch slots and the device's running loss sum.
+    void zero_grad() override {
+        CUDA_CHECK(cudaMemsetAsync(grads_.get(), 0, grads_.bytes(), stream_));
+        CUDA_CHECK(cudaMemsetAsync(loss_check_.get(), 0, loss_check_.bytes(), stream_));
+        queued_ = 0;
+        update_queued_ = false;
+    }
 
-    // ---- forward: inputs, targets (B, T) on the host; see Backend::forward
+    // ---- forward: inputs, targets (B, T) on the host; see Backend::forward. The pass is queued as for
+    // queue_micro_batch (its numbers in the next free slot), then the host waits and reads them.
     ForwardResult forward(const int* inputs, const int* targets, int B, int T, float z_weight,
                           LogitStats* stats) override {
-        check_batch(inputs, targets, B, T);
-        const int L = cfg_.num_layers, C = cfg_.channels, V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size;
-        const size_t N = (size_t)B * T;
-        const int n = (int)N;
-        ensure_capacity(B, T);
-        B_ = B;
-        T_ = T;
-        z_weight_ = z_weight;
-        has_targets_ = targets != nullptr;
-        logits_state_ = LogitsState::OnDevice;
-        cudaStream_t st = stream_;
-        Gpt2CudaActs& a = acts_;
+        const int slot = queue_forward(inputs, targets, B, T, z_weight, stats != nullptr);
+        if (slot < 0) return ForwardResult{};
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+        return read_slot(slot, stats);
+    }
 
-        std::copy(inputs, inputs + N, inputs_host_.begin());
-        CUDA_CHECK(cudaMemcpyAsync(a.inputs.get(), inputs_host_.data(), N * sizeof(int), cudaMemcpyHostToDevice, st));
-        if (targets) CUDA_CHECK(cudaMemcpyAsync(a.targets.get(), targets, N * sizeof(int), cudaMemcpyHostToDevice, st));
-        if (stats) reset_attention_stats();
-
-        const ParamView<const floatX> w = weights();
-        const LayerActs<floatX, float> first = a.layer(0, N);
-        encoder_forward(a.encoded.get(), a.inputs.get(), w.wte(), w.wpe(), B, T, C, st);
-        layernorm_forward(first.ln1, first.ln1_mean, first.ln1_rstd, first.residual, w.layer(0).ln1w, w.layer(0).ln1b,
-                          n, C, st);
-        for (int l = 0; l < L; l++) layer_forward(l, B, T, stats != nullptr);
-        // LM head, no bias: logits = lnf @ wte^T (lm_head^T when untied)   (N, Vp)
-        matmul_forward(mm_, a.logits.get(), a.lnf.get(), w.lm_head(), nullptr, n, C, Vp, st);
-
-        ForwardResult res;
-        if (targets || stats) {
-            classifier_forward_backward(a.logits.get(), a.lse.get(), a.losses.get(), a.zlosses.get(),
-                                        stats ? a.row_max.get() : nullptr, targets ? a.targets.get() : nullptr,
-                                        z_weight, 0.0f, n, V, Vp, st);
-            if (targets) {
-                CUDA_CHECK(cudaMemcpyAsync(losses_host_.data(), a.losses.get(), N * sizeof(float),
-                                           cudaMemcpyDeviceToHost, st));
-                CUDA_CHECK(cudaMemcpyAsync(zlosses_host_.data(), a.zlosses.get(), N * sizeof(float),
-                                           cudaMemcpyDeviceToHost, st));
-            }
-            if (stats) {
-                CUDA_CHECK(
-                    cudaMemcpyAsync(lse_host_.data(), a.lse.get(), N * sizeof(float), cudaMemcpyDeviceToHost, st));
-                CUDA_CHECK(cudaMemcpyAsync(row_max_host_.data(), a.row_max.get(), N * sizeof(float),
-                                           cudaMemcpyDeviceToHost, st));
-                CUDA_CHECK(cudaMemcpyAsync(stats_host_.data(), attn_stats_.get(), attn_stats_.bytes(),
-                                           cudaMemcpyDeviceToHost, st));
-            }
-            CUDA_CHECK(cudaStreamSynchronize(st));
-            if (targets) {
-                double sum_ce = 0.0, sum_z = 0.0;  // fixed order: deterministic
-                for (size_t i = 0; i < N; i++) {
-                    sum_ce += (double)losses_host_[i];
-                    sum_z += (double)zlosses_host_[i];
-                }
-                res.loss = (float)(sum_ce / (double)N);
-                res.z_loss = (float)(sum_z / (double)N);
-            }
-            if (stats) read_logit_stats(*stats, N);
-        }
-        return res;
+    // ---- a step without host synchronisation (Backend::has_queued_step). Each micro-batch's summary
+    // (classifier_summary: 4 doubles) and attention statistics are copied asynchronously into its slot
+    // of pinned host memory; queue_update queues the norm, AdamW with the device's verdict and clip
+    // factor, the copies of the norm and the verdict, and records step_done_; read_queued_step waits
+    // for that event (the step's only wait) and reads the slots.
+    bool has_queued_step() const override { return true; }
+    void queue_micro_batch(const int* inputs, const int* targets, int B, int T, float z_weight,
+                           float grad_scale) override {
+        if (!targets) throw std::logic_error("CudaBackend::queue_micro_batch needs targets");
+        queue_forward(inputs, targets, B, T, z_weight, true);
+        queued_++;
+        backward(grad_scale);
+    }
+    void queue_update(const AdamWHyper& h, int t, float grad_clip) override {
+        global_norm_squared(norm_.get(), grads_.get(), layout_.total, scratch_.get(), stream_);
+        detail::AdamWGate gate;
+        gate.norm_sq = norm_.get();
+        gate.loss_check = loss_check_.get();
+        gate.grad_clip = grad_clip;
+        gate.applied = applied_dev_.get();
+        adamw_update_all(working_copy_target(), master_.get(), grads_.get(), m_.get(), v_.get(),
+                         segments_with_decay(h.weight_decay), h.lr, h.beta1, h.beta2, h.eps, t, gate, stream_);
+        CUDA_CHECK(cudaMemcpyAsync(norm_pinned_.get(), norm_.get(), sizeof(float), cudaMemcpyDeviceToHost, stream_));
+        CUDA_CHECK(
+            cudaMemcpyAsync(applied_pinned_.get(), applied_dev_.get(), sizeof(int), cudaMemcpyDeviceToHost, stream_));
+        CUDA_CHECK(cudaEventRecord(step_done_, stream_));
+        update_queued_ = true;
+    }
+    void read_queued_step(QueuedStep& out) override {
+        if (!update_queued_) throw std::logic_error("CudaBackend::read_queued_step needs queue_update first");
+        CUDA_CHECK(cudaEventSynchronize(step_done_));
+        out.micro.resize(queued_);
+        out.stats.resize(queued_);
+        for (int k = 0; k < queued_; k++) out.micro[k] = read_slot(k, &out.stats[k]);
+        out.norm = (float)std::sqrt((double)norm_pinned_.get()[0]);  // grad_norm()'s expression
+        out.applied = applied_pinned_.get()[0] != 0;
     }
 
     // (B, T, Vp) fp32 host copy of the last forward's logits (converted from floatX on first call).
@@ -362,10 +361,11 @@ public:
             layernorm_backward(dres, lg.ln1w, lg.ln1b, scratch, a.dbtc.get(), la.residual, lw.ln1w, la.ln1_mean,
                                la.ln1_rstd, n, C, st);
         }
-        encoder_backward(g.wte(), g.wpe(), dres, a.inputs.get(), inputs_host_.data(), B, T, C, enc_scratch_, st);
+        encoder_backward(g.wte(), g.wpe(), dres, a.inputs.get(), B, T, C, Vp, enc_scratch_, st);
         // backward() returns with the work queued; the next host copy (get_grads, grad_norm) synchronizes.
     }
 
+    // Synchronous: downloads the norm (the loop's path with --skip-spikes, --qk-clip or several ranks).
     float grad_norm() override {
         global_norm_squared(norm_.get(), grads_.get(), layout_.total, scratch_.get(), stream_);
         float sq = 0.0f;
@@ -373,20 +373,16 @@ public:
         return (float)std::sqrt((double)sq);
     }
 
-    // One AdamW step over every parameter tensor, each with its own weight-decay rule (params.h),
-    // as CpuBackend loops. The master weights are updated in fp32; the working copy is then the
-    // round-to-nearest of the new master (a function of the master alone, so a run resumed from the
-    // fp32 checkpoint continues bit-identically; see docs/cuda_backend.md for why not stochastic rounding).
+    // One AdamW step over every parameter tensor, each with its own weight-decay rule (params.h), in
+    // one launch (adamw_update_all) that also writes the working copy. The master weights are updated
+    // in fp32; the working copy is the round-to-nearest of the new master (a function of the master
+    // alone, so a run resumed from the fp32 checkpoint continues bit-identically; see
+    // docs/cuda_backend.md for why not stochastic rounding).
     void adamw_update(const AdamWHyper& h, int t, float grad_multiplier) override {
-        for (int id = 0; id < NUM_PARAM_TENSORS; id++) {
-            const size_t off = layout_.offset[id], count = layout_.size[id];
-            if (count == 0) continue;
-            const float wd = param_gets_weight_decay(id) ? h.weight_decay : 0.0f;
-            llmc::cuda::adamw_update(nullptr, master_.get() + off, grads_.get() + off, m_.get() + off, v_.get() + off,
-                                     count, h.lr, h.beta1, h.beta2, h.eps, wd, t, grad_multiplier,
-                                     /*seed (no stochastic rounding: params == nullptr)*/ 0u, stream_);
-        }
-        refresh_working_copy();
+        detail::AdamWGate gate;
+        gate.multiplier = grad_multiplier;
+        adamw_update_all(working_copy_target(), master_.get(), grads_.get(), m_.get(), v_.get(),
+                         segments_with_decay(h.weight_decay), h.lr, h.beta1, h.beta2, h.eps, t, gate, stream_);
     }
 
     // ---- KV-cached decoding. Same semantics and errors as CpuBackend (llmc/cpu/gpt2_cpu.h);
@@ -553,17 +549,21 @@ private:
     ParamView<const floatX> weights() const { return {wparams_, layout_, cfg_.num_layers}; }
     ParamView<float> grad_view() const { return {grads_.get(), layout_, cfg_.num_layers}; }
 
-    // Per layer {max[NH], min[NH], entropy_sum[NH]} of the attention logits start at (-inf, +inf, 0).
-    void reset_attention_stats() {
+    // Per layer {max[NH], min[NH], entropy_sum[NH]} of the attention logits start at (-inf, +inf, 0):
+    // stats_init_ holds those values (never rewritten, so the asynchronous upload may read it late).
+    void init_attention_stats() {
         const int L = cfg_.num_layers, NH = cfg_.num_heads;
+        stats_init_.resize(attn_stats_.size());
         for (int l = 0; l < L; l++)
             for (int h = 0; h < NH; h++) {
-                float* s = stats_host_.data() + (size_t)l * 3 * NH;
+                float* s = stats_init_.data() + (size_t)l * 3 * NH;
                 s[h] = -std::numeric_limits<float>::infinity();
                 s[NH + h] = std::numeric_limits<float>::infinity();
                 s[2 * NH + h] = 0.0f;
             }
-        CUDA_CHECK(cudaMemcpyAsync(attn_stats_.get(), stats_host_.data(), attn_stats_.bytes(), cudaMemcpyHostToDevice,
+    }
+    void reset_attention_stats() {
+        CUDA_CHECK(cudaMemcpyAsync(attn_stats_.get(), stats_init_.data(), attn_stats_.bytes(), cudaMemcpyHostToDevice,
                                    stream_));
     }
 
@@ -605,27 +605,105 @@ private:
         }
     }
 
-    // The attention and output-logit statistics of the last forward (already on the host) into stats.
-    void read_logit_stats(LogitStats& stats, size_t N) const {
+    // Queues a forward over (B, T) (the body of forward()); with targets or stats, also the classifier
+    // pass, its summary and the copies of the summary and the attention statistics into slot queued_
+    // of the pinned buffers, and returns that slot (-1: logits only, nothing to read).
+    int queue_forward(const int* inputs, const int* targets, int B, int T, float z_weight, bool with_stats) {
+        check_batch(inputs, targets, B, T);
+        const int L = cfg_.num_layers, C = cfg_.channels, V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size;
+        const size_t N = (size_t)B * T;
+        const int n = (int)N;
+        ensure_capacity(B, T);
+        B_ = B;
+        T_ = T;
+        z_weight_ = z_weight;
+        has_targets_ = targets != nullptr;
+        logits_state_ = LogitsState::OnDevice;
+        cudaStream_t st = stream_;
+        Gpt2CudaActs& a = acts_;
+
+        std::copy(inputs, inputs + N, inputs_host_.begin());
+        CUDA_CHECK(cudaMemcpyAsync(a.inputs.get(), inputs_host_.data(), N * sizeof(int), cudaMemcpyHostToDevice, st));
+        if (targets) CUDA_CHECK(cudaMemcpyAsync(a.targets.get(), targets, N * sizeof(int), cudaMemcpyHostToDevice, st));
+        if (with_stats) reset_attention_stats();
+
+        const ParamView<const floatX> w = weights();
+        const LayerActs<floatX, float> first = a.layer(0, N);
+        encoder_forward(a.encoded.get(), a.inputs.get(), w.wte(), w.wpe(), B, T, C, st);
+        layernorm_forward(first.ln1, first.ln1_mean, first.ln1_rstd, first.residual, w.layer(0).ln1w, w.layer(0).ln1b,
+                          n, C, st);
+        for (int l = 0; l < L; l++) layer_forward(l, B, T, with_stats);
+        // LM head, no bias: logits = lnf @ wte^T (lm_head^T when untied)   (N, Vp)
+        matmul_forward(mm_, a.logits.get(), a.lnf.get(), w.lm_head(), nullptr, n, C, Vp, st);
+        if (!targets && !with_stats) return -1;
+
+        classifier_forward_backward(a.logits.get(), a.lse.get(), a.losses.get(), a.zlosses.get(),
+                                    with_stats ? a.row_max.get() : nullptr, targets ? a.targets.get() : nullptr,
+                                    z_weight, 0.0f, n, V, Vp, st);
+        const int slot = queued_;
+        ensure_slots(slot + 1);
+        slot_rows_[slot] = N;
+        classifier_summary(summary_dev_.get(), targets ? loss_check_.get() : nullptr,
+                           targets ? a.losses.get() : nullptr, targets ? a.zlosses.get() : nullptr, a.lse.get(),
+                           with_stats ? a.row_max.get() : nullptr, n, st);
+        CUDA_CHECK(cudaMemcpyAsync(summary_pinned_.get() + (size_t)slot * detail::kSummaryFields, summary_dev_.get(),
+                                   summary_dev_.bytes(), cudaMemcpyDeviceToHost, st));
+        if (with_stats)
+            CUDA_CHECK(cudaMemcpyAsync(stats_pinned_.get() + (size_t)slot * attn_stats_.size(), attn_stats_.get(),
+                                       attn_stats_.bytes(), cudaMemcpyDeviceToHost, st));
+        return slot;
+    }
+
+    // Pinned slots for at least k passes. Growing waits for the queued copies into the old slots
+    // (a host synchronisation, only when a step has more micro-batches than any before).
+    void ensure_slots(int k) {
+        if ((size_t)k <= slot_rows_.size()) return;
+        const size_t old = slot_rows_.size(), cap = std::max<size_t>((size_t)k, 2 * old);
+        const size_t F = detail::kSummaryFields, S = attn_stats_.size();
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+        std::vector<double> summaries(summary_pinned_.get(), summary_pinned_.get() + old * F);
+        std::vector<float> stats(stats_pinned_.get(), stats_pinned_.get() + old * S);
+        summary_pinned_.resize(cap * F);
+        stats_pinned_.resize(cap * S);
+        std::copy(summaries.begin(), summaries.end(), summary_pinned_.get());
+        std::copy(stats.begin(), stats.end(), stats_pinned_.get());
+        slot_rows_.resize(cap, 0);
+    }
+
+    // The numbers of slot k (its copies have completed): the losses as means over its rows and, when
+    // stats != nullptr, the attention and output-logit statistics.
+    ForwardResult read_slot(int k, LogitStats* stats) const {
         const int L = cfg_.num_layers, NH = cfg_.num_heads;
-        stats.resize(L, NH);
+        const double* sum = summary_pinned_.get() + (size_t)k * detail::kSummaryFields;
+        const double N = (double)slot_rows_[k];
+        ForwardResult res;
+        res.loss = (float)(sum[detail::kSumCE] / N);
+        res.z_loss = (float)(sum[detail::kSumZ] / N);
+        if (!stats) return res;
+        stats->resize(L, NH);
         for (int l = 0; l < L; l++) {
-            const float* s = stats_host_.data() + (size_t)l * 3 * NH;
+            const float* s = stats_pinned_.get() + (size_t)k * attn_stats_.size() + (size_t)l * 3 * NH;
             for (int h = 0; h < NH; h++) {
-                stats.max_logit[(size_t)l * NH + h] = s[h];
-                stats.min_logit[(size_t)l * NH + h] = s[NH + h];
-                stats.entropy[(size_t)l * NH + h] = (float)((double)s[2 * NH + h] / (double)N);
+                stats->max_logit[(size_t)l * NH + h] = s[h];
+                stats->min_logit[(size_t)l * NH + h] = s[NH + h];
+                stats->entropy[(size_t)l * NH + h] = (float)((double)s[2 * NH + h] / N);
             }
         }
-        float mx = row_max_host_[0];
-        double lse_sum = 0.0;
-        for (size_t i = 0; i < N; i++) {
-            mx = row_max_host_[i] > mx ? row_max_host_[i] : mx;
-            lse_sum += (double)lse_host_[i];
-        }
-        stats.out_max_logit = mx;
-        stats.out_mean_lse = (float)(lse_sum / (double)N);
+        stats->out_max_logit = (float)sum[detail::kMaxRowMax];
+        stats->out_mean_lse = (float)(sum[detail::kSumLse] / N);
+        return res;
     }
+
+    // AdamW's view of the flat parameter buffer: the tensors of the canonical layout, each with its
+    // weight decay (params.h: param_gets_weight_decay).
+    detail::AdamWSegments segments_with_decay(float weight_decay) const {
+        detail::AdamWSegments seg = segments_;
+        for (int id = 0; id < NUM_PARAM_TENSORS; id++)
+            seg.weight_decay[id] = param_gets_weight_decay(id) ? weight_decay : 0.0f;
+        return seg;
+    }
+    // Where AdamW writes the working copy: the bf16 buffer, or nothing (FP32 build: it is the master).
+    floatX* working_copy_target() const { return kSeparateWorkingCopy ? wparams_ : nullptr; }
 
     static constexpr bool kSeparateWorkingCopy = !std::is_same<floatX, float>::value;
     enum class LogitsState { None, OnDevice, OnHost, Overwritten };
@@ -655,10 +733,6 @@ private:
             CUDA_CHECK(cudaStreamSynchronize(stream_));  // buffers in use by queued work are about to be freed
             acts_.allocate(cfg_, N);
             inputs_host_.resize(N);
-            losses_host_.resize(N);
-            zlosses_host_.resize(N);
-            lse_host_.resize(N);
-            row_max_host_.resize(N);
             capacity_ = N;
             changed = true;
         }
@@ -705,17 +779,28 @@ private:
     DeviceBuffer<floatX> wparams_buf_;            // (P) BF16 build only
     floatX* wparams_ = nullptr;                   // working copy the kernels read
     Gpt2CudaActs acts_;
-    size_t capacity_ = 0;             // rows (B*T) the activations hold
-    DeviceBuffer<float> scratch_;     // shared op scratch (ops run one after another on stream_)
-    DeviceBuffer<float> attn_stats_;  // (L, 3, NH) {max, min, entropy_sum} per layer
-    DeviceBuffer<float> norm_;        // (1) squared gradient norm
+    size_t capacity_ = 0;               // rows (B*T) the activations hold
+    DeviceBuffer<float> scratch_;       // shared op scratch (ops run one after another on stream_)
+    DeviceBuffer<float> attn_stats_;    // (L, 3, NH) {max, min, entropy_sum} per layer
+    DeviceBuffer<float> norm_;          // (1) squared gradient norm
+    DeviceBuffer<double> summary_dev_;  // (4) the last classifier pass's summary (classifier_summary)
+    DeviceBuffer<double> loss_check_;   // (1) sum of the losses queued since zero_grad (AdamW's verdict)
+    DeviceBuffer<int> applied_dev_;     // (1) AdamW's verdict of the last queue_update (1 = applied)
+    detail::AdamWSegments segments_;    // the canonical layout's tensors (weight decay set per call)
     EncoderBackwardScratch enc_scratch_;
     // host side
-    std::vector<int> inputs_host_;  // (B, T) of the last forward (encoder backward groups by token)
-    std::vector<float> losses_host_, zlosses_host_, lse_host_, row_max_host_;  // (B, T)
-    std::vector<float> stats_host_;                                            // (L, 3, NH)
-    std::vector<floatX> logits_stage_;                                         // (B, T, Vp) raw device logits
-    std::vector<float> logits_host_;                                           // (B, T, Vp) fp32
+    std::vector<int> inputs_host_;         // (B, T) staging of the last forward's tokens for the upload
+    std::vector<float> stats_init_;        // (L, 3, NH) the statistics' start values
+    PinnedBuffer<double> summary_pinned_;  // (slots, 4) per pass: classifier_summary
+    PinnedBuffer<float> stats_pinned_;     // (slots, L, 3, NH) per pass: attention statistics
+    std::vector<size_t> slot_rows_;        // (slots) rows B*T of the pass in each slot
+    PinnedBuffer<float> norm_pinned_;      // (1) squared gradient norm of the last queue_update
+    PinnedBuffer<int> applied_pinned_;     // (1) its verdict
+    cudaEvent_t step_done_ = nullptr;      // recorded after queue_update's copies
+    int queued_ = 0;                       // micro-batches queued since zero_grad
+    bool update_queued_ = false;           // queue_update since zero_grad
+    std::vector<floatX> logits_stage_;     // (B, T, Vp) raw device logits
+    std::vector<float> logits_host_;       // (B, T, Vp) fp32
     LogitsState logits_state_ = LogitsState::None;
     int B_ = 0, T_ = 0;
     float z_weight_ = 0.0f;

@@ -6,9 +6,18 @@
 // on a spike with --skip-spikes); QK-Clip; the spike windows and the logit alarm. Every decision
 // is taken from values reduced over the ranks, so all ranks decide alike. The step is bracketed by
 // Backend::on_step_begin / on_step_end (instruments: the emulated device's per-step report).
+//
+// Queued step (Backend::has_queued_step, the CUDA backend; see runs_queued for when): the host queues
+// the whole step - micro-batches, gradient norm, AdamW with the clip factor and the non-finite skip
+// decided on the device - without waiting once, ends the step's bracket, and only then waits for the
+// step's numbers (one wait per step, at the step boundary). Everything the loop reports and decides
+// afterwards (losses, norm, statistics, spike windows, alarm) is computed from step s's own numbers,
+// exactly as on the synchronous path; the device's verdict (update applied or skipped) must equal the
+// loop's rule on those numbers, which is checked every step (std::logic_error otherwise).
 #pragma once
 #include <chrono>
 #include <cmath>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -61,6 +70,38 @@ inline LossSums accumulate_gradients(const TrainConfig& cfg, int accum, Backend&
     return sums;
 }
 
+// Whether the step runs queued: the backend can, one rank without ZeRO (the ranks reduce the losses and
+// the norm on the host before deciding), and no decision needs the step's numbers on the host inside
+// the step: --skip-spikes compares the loss and norm with the host's spike windows before the update,
+// and QK-Clip rescales weights from the step's statistics right after it.
+inline bool runs_queued(const TrainConfig& cfg, const TrainingModel& model, const Collective& comm) {
+    return model.backend->has_queued_step() && !model.zero && comm.world_size() == 1 && !(cfg.skip_spikes > 0) &&
+           !(cfg.qk_clip > 0);
+}
+
+// zero_grad, then accum micro-batches queued (forward + backward(1/accum), their numbers kept on the device).
+inline void queue_gradients(const TrainConfig& cfg, int accum, Backend& model, DataLoader& train, StepBuffers& buf) {
+    model.zero_grad();
+    for (int mb = 0; mb < accum; mb++) {
+        train.next_batch(buf.inputs.data(), buf.targets.data());
+        model.queue_micro_batch(buf.inputs.data(), buf.targets.data(), cfg.batch_size, cfg.seq_len, cfg.z_loss,
+                                1.0f / accum);
+    }
+}
+
+// The read-back numbers of a queued step as accumulate_gradients gives them: the loss sums, and the
+// merged logit statistics in buf.step.
+inline LossSums queued_sums(QueuedStep& q, int accum, StepBuffers& buf) {
+    LossSums sums;
+    for (int mb = 0; mb < accum; mb++) {
+        q.stats[mb].near_distance = buf.micro.near_distance;
+        merge_logit_stats(buf.step, q.stats[mb], mb, accum);
+        sums.loss += q.micro[mb].loss;
+        sums.z_loss += q.micro[mb].z_loss;
+    }
+    return sums;
+}
+
 // Averages the gradients over the ranks (-z 1: reduce-scatters them into this rank's shard) and
 // returns the global gradient norm.
 inline float reduced_grad_norm(TrainingModel& model, Collective& comm) {
@@ -94,22 +135,45 @@ inline StepResult train_step(const TrainConfig& cfg, const RunPlan& plan, Traini
                              StepBuffers& buf, Collective& comm, int step, InterruptHandlers& interrupts) {
     const auto t0 = std::chrono::steady_clock::now();
     model.backend->on_step_begin(step + 1);
-    const LossSums sums = accumulate_gradients(cfg, plan.accum, *model.backend, loop.train, buf);
+    const bool queued = runs_queued(cfg, model, comm);
+    LossSums sums;
+    if (queued) queue_gradients(cfg, plan.accum, *model.backend, loop.train, buf);
+    else sums = accumulate_gradients(cfg, plan.accum, *model.backend, loop.train, buf);
     if (cfg.debug_fail_rank == cfg.rank)  // test hook: the other ranks are about to wait for this one
         throw InputError("--debug-fail-rank " + std::to_string(cfg.rank) + ": rank " + std::to_string(cfg.rank) +
                          " fails on purpose in step " + std::to_string(step + 1) + " (test hook)");
     StepResult r;
+    r.lr = learning_rate(plan.schedule, step);
+    QueuedStep q;
+    if (queued) {
+        AdamWHyper hyper = plan.adamw;
+        hyper.lr = r.lr;
+        model.backend->queue_update(hyper, step + 1, cfg.grad_clip);
+        model.backend->on_step_end(step + 1);  // the step is queued; what follows reads it back
+        model.backend->read_queued_step(q);
+        if ((int)q.micro.size() != plan.accum || (int)q.stats.size() != plan.accum)
+            throw std::logic_error("train_step: the backend read back " + std::to_string(q.micro.size()) +
+                                   " micro-batches of a queued step, expected " + std::to_string(plan.accum));
+        sums = queued_sums(q, plan.accum, buf);
+    }
     r.loss = (float)comm.all_reduce_double(sums.loss / plan.accum, ReduceOp::Avg);
     r.zloss = (float)comm.all_reduce_double(sums.z_loss / plan.accum, ReduceOp::Avg);
     reduce_logit_stats(comm, buf.step, interrupts.cast_vote());  // the stop vote rides on its Max all-reduce
-    r.norm = reduced_grad_norm(model, comm);
+    r.norm = queued ? q.norm : reduced_grad_norm(model, comm);
     r.loss_z = loop.loss_spikes.zscore(r.loss);
     r.norm_z = loop.norm_spikes.zscore(r.norm);
     r.nonfinite = !std::isfinite(r.loss) || !std::isfinite(r.norm);
     r.spike = r.loss_z > cfg.spike_z || r.norm_z > cfg.spike_z;  // NaN (window not full) is false
     r.skip_spike = !r.nonfinite && cfg.skip_spikes > 0 && (r.loss_z > cfg.skip_spikes || r.norm_z > cfg.skip_spikes);
-    r.lr = learning_rate(plan.schedule, step);
-    if (!r.nonfinite && !r.skip_spike) update_weights(cfg, plan, model, comm, step + 1, r.lr, r.norm);
+    if (queued) {  // the update was decided on the device: it must be the rule's decision on these numbers
+        if (q.applied != (!r.nonfinite && !r.skip_spike))
+            throw std::logic_error("train_step: the device " + std::string(q.applied ? "applied" : "skipped") +
+                                   " the update of step " + std::to_string(step + 1) +
+                                   " against the loop's rule (loss " + std::to_string(r.loss) + ", norm " +
+                                   std::to_string(r.norm) + ")");
+    } else if (!r.nonfinite && !r.skip_spike) {
+        update_weights(cfg, plan, model, comm, step + 1, r.lr, r.norm);
+    }
     // QK-Clip after every step (also a skipped one: the logits exceeded TAU on the current weights)
     if (cfg.qk_clip > 0)
         r.clipped =
@@ -120,7 +184,7 @@ inline StepResult train_step(const TrainConfig& cfg, const RunPlan& plan, Traini
     // every step, rules on or off, so a checkpoint's alarm window is always the last W steps'
     r.alarm = loop.alarm.observe(r.step, buf.step);
     r.alarm_checkpoint = r.alarm.checkpoint && !cfg.output_dir.empty();
-    model.backend->on_step_end(step + 1);
+    if (!queued) model.backend->on_step_end(step + 1);
     r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     r.tokens_per_s = (double)cfg.batch_size * cfg.seq_len * plan.accum * cfg.world_size / (r.ms / 1000.0);
     return r;
