@@ -11,6 +11,7 @@
 //
 // Widths: Base = 16 bytes (SSE2), Avx2 = 32 bytes (AVX2 + FMA), Avx512 = 64 bytes (AVX-512F).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -21,8 +22,8 @@
 // no call ABI is involved; GCC's note that such an ABI changed (-Wpsabi) is silenced for the rest of
 // the translation unit (a push/pop pair would not do: nvcc emits the template instantiations that
 // trigger it after the header's end). Vector parameters are const references: GCC notes a 64-byte
-// by-value parameter even then. No value-initialized vector literal (V{}): nvcc 13's device front
-// end crashes on a 64-byte one.
+// by-value parameter even then. No arithmetic on a value-initialized vector temporary (U{} + x):
+// nvcc 13's device front end crashes on a 64-byte one (= {} initialization is fine).
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -97,55 +98,72 @@ template <typename V>
 LLMC_SIMD_INLINE void store(lane_t<V>* p, const V& v) {
     std::memcpy(p, &v, sizeof(V));
 }
+// Every lane = x. Written as x - 0 (exact for every x, -0 included), which compiles to a broadcast;
+// a lane-by-lane fill does not on every target.
 template <typename V>
 LLMC_SIMD_INLINE V splat(lane_t<V> x) {
-    V v;
-    for (int i = 0; i < lanes_of<V>(); i++) v[i] = x;
-    return v;
+    const V zero = {};
+    return x - zero;
 }
 // Lanes 0, 1, ..., L-1 as the vector's lane type.
+template <typename T, int L>
+constexpr std::array<T, L> iota_array() {
+    std::array<T, L> a{};
+    for (int i = 0; i < L; i++) a[i] = (T)i;
+    return a;
+}
 template <typename V>
 LLMC_SIMD_INLINE V lane_index() {
+    static constexpr std::array<lane_t<V>, lanes_of<V>()> idx = iota_array<lane_t<V>, lanes_of<V>()>();
     V v;
-    for (int i = 0; i < lanes_of<V>(); i++) v[i] = (lane_t<V>)i;
+    std::memcpy(&v, idx.data(), sizeof(V));
     return v;
 }
+
 // The integer vector of the same lane size and count as V (what a comparison of two V returns).
 template <typename V>
 using mask_of = typename Vec<lane_t<V>, (int)sizeof(V)>::mask;
 
-// Lane i takes lane i + w for i < L - w (the other lanes keep their value): one step of a reduction.
-template <typename V>
-LLMC_SIMD_INLINE V take_upper(const V& v, int w) {
+// Shuffle indices of take_upper: lane i takes lane i + W for i < L - W, the others keep their own.
+template <typename I, int L, int W>
+constexpr std::array<I, L> upper_indices() {
+    std::array<I, L> idx{};
+    for (int i = 0; i < L; i++) idx[i] = (I)(i + W < L ? i + W : i);
+    return idx;
+}
+// One step of a reduction: lane i takes lane i + W (a compile-time shuffle).
+template <int W, typename V>
+LLMC_SIMD_INLINE V take_upper(const V& v) {
+    static constexpr std::array<lane_t<mask_of<V>>, lanes_of<V>()> idx =
+        upper_indices<lane_t<mask_of<V>>, lanes_of<V>(), W>();
     mask_of<V> m;
-    for (int i = 0; i < lanes_of<V>(); i++) m[i] = i + w < lanes_of<V>() ? i + w : i;
+    std::memcpy(&m, idx.data(), sizeof(m));
     return __builtin_shuffle(v, m);
 }
 // Max / min / sum of the lanes, as a halving tree (lane i with lane i + L/2, then i + L/4, ...):
 // a fixed order, so the result depends only on the lane values.
-template <typename V>
-LLMC_SIMD_INLINE lane_t<V> hmax(const V& v0) {
-    V v = v0;
-    for (int w = lanes_of<V>() / 2; w >= 1; w /= 2) {
-        const V u = take_upper(v, w);
-        v = u > v ? u : v;
+template <typename V, int W = lanes_of<V>() / 2>
+LLMC_SIMD_INLINE lane_t<V> hmax(const V& v) {
+    if constexpr (W == 0) {
+        return v[0];
+    } else {
+        const V u = take_upper<W>(v);
+        return hmax<V, W / 2>(u > v ? u : v);
     }
-    return v[0];
 }
-template <typename V>
-LLMC_SIMD_INLINE lane_t<V> hmin(const V& v0) {
-    V v = v0;
-    for (int w = lanes_of<V>() / 2; w >= 1; w /= 2) {
-        const V u = take_upper(v, w);
-        v = u < v ? u : v;
+template <typename V, int W = lanes_of<V>() / 2>
+LLMC_SIMD_INLINE lane_t<V> hmin(const V& v) {
+    if constexpr (W == 0) {
+        return v[0];
+    } else {
+        const V u = take_upper<W>(v);
+        return hmin<V, W / 2>(u < v ? u : v);
     }
-    return v[0];
 }
-template <typename V>
-LLMC_SIMD_INLINE lane_t<V> hsum(const V& v0) {
-    V v = v0;
-    for (int w = lanes_of<V>() / 2; w >= 1; w /= 2) v = v + take_upper(v, w);
-    return v[0];
+template <typename V, int W = lanes_of<V>() / 2>
+LLMC_SIMD_INLINE lane_t<V> hsum(const V& v) {
+    if constexpr (W == 0) return v[0];
+    else return hsum<V, W / 2>(v + take_upper<W>(v));
 }
 
 }  // namespace simd
