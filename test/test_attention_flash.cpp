@@ -1,8 +1,8 @@
 // Tests of the tiled CPU attention kernel (llmc/cpu/attention_flash.h, through attention_ls.h and
 // kv_cache.h) on every ISA twin this CPU runs and on every head-size instantiation (hd 8, 16, 32,
 // 64, 128 are compiled for their size; hd 4, 12 take the generic path):
-//   - forward (out, lse, max/min logit, entropy, near mass, near/far max) in float against a naive
-//     full-matrix implementation in double written here, on shapes with
+//   - forward (out, lse, max/min logit, entropy, near mass, near/far max) and backward (dq, dk, dv)
+//     in float against a naive full-matrix implementation in double written here, on shapes with
 //     several query and key blocks (32 each), windows that straddle block edges, P = 1, soft-cap on
 //     and off, the near/far split at the window and elsewhere;
 //   - the double instantiation of each twin against the same reference, to double rounding;
@@ -84,16 +84,17 @@ std::vector<AttnHeadStats> fresh_stats(int NH) {
 
 // ---- naive reference in double: full T x T matrices with an explicit mask ----------------------
 struct Ref {
-    std::vector<double> out, lse;                                           // (B,T,C), (B,NH,T)
+    std::vector<double> out, lse, dqkv;                                     // (B,T,C), (B,NH,T), (B,T,3C)
     std::vector<double> smax, smin, entropy, near_mass, near_max, far_max;  // (NH)
 };
 
-Ref naive(const std::vector<double>& qkv, const Case& c, double cap) {
+Ref naive(const std::vector<double>& qkv, const std::vector<double>& dout, const Case& c, double cap) {
     const int B = c.B, T = c.T, C = c.C, NH = c.NH, hd = C / NH, N = c.near > 0 ? c.near : c.P;
     const double scale = 1.0 / std::sqrt((double)hd);
     Ref r;
     r.out.assign((size_t)B * T * C, 0.0);
     r.lse.assign((size_t)B * NH * T, 0.0);
+    r.dqkv.assign((size_t)B * T * 3 * C, 0.0);
     r.smax.assign(NH, -INFINITY);
     r.smin.assign(NH, INFINITY);
     r.entropy.assign(NH, 0.0);
@@ -144,26 +145,49 @@ Ref naive(const std::vector<double>& qkv, const Case& c, double cap) {
                     r.out[((size_t)b * T + i) * C + h * hd + d] = o;
                 }
             }
+            // backward of L = sum(out * dout)
+            for (int i = 0; i < T; i++) {
+                const double* go = &dout[((size_t)b * T + i) * C + h * hd];
+                double D = 0;
+                for (int d = 0; d < hd; d++) D += go[d] * r.out[((size_t)b * T + i) * C + h * hd + d];
+                for (int j = 0; j <= i; j++) {
+                    const size_t ij = (size_t)i * T + j;
+                    if (!vis[ij]) continue;
+                    double dp = 0;
+                    for (int d = 0; d < hd; d++) dp += go[d] * v(b, j, h)[d];
+                    double ds = Pm[ij] * (dp - D);
+                    if (cap > 0) ds *= 1.0 - Tn[ij] * Tn[ij];
+                    ds *= scale;
+                    for (int d = 0; d < hd; d++) {
+                        r.dqkv[((size_t)b * T + i) * 3 * C + h * hd + d] += ds * k(b, j, h)[d];
+                        r.dqkv[((size_t)b * T + j) * 3 * C + C + h * hd + d] += ds * q(b, i, h)[d];
+                        r.dqkv[((size_t)b * T + j) * 3 * C + 2 * C + h * hd + d] += Pm[ij] * go[d];
+                    }
+                }
+            }
         }
     }
     return r;
 }
 
-// The kernel's forward (with statistics) on one twin.
+// The kernel's forward (with statistics) and backward on one twin.
 template <typename F>
 struct Run {
-    std::vector<F> out, lse;
+    std::vector<F> out, lse, dqkv;
     std::vector<AttnHeadStats> st;
 };
 
 template <typename F>
-Run<F> run(const std::vector<F>& qkv, const Case& c, float cap, Isa isa) {
+Run<F> run(const std::vector<F>& qkv, const std::vector<F>& dout, const Case& c, float cap, Isa isa) {
     Run<F> r;
     r.out.assign((size_t)c.B * c.T * c.C, F(NAN));
     r.lse.assign((size_t)c.B * c.NH * c.T, F(NAN));
+    r.dqkv.assign(qkv.size(), F(NAN));
     r.st = fresh_stats(c.NH);
     llmc::cpu::attention_forward(r.out.data(), r.lse.data(), qkv.data(), c.B, c.T, c.C, c.NH, c.G, c.P, cap,
                                  r.st.data(), c.near, isa);
+    llmc::cpu::attention_backward(r.dqkv.data(), dout.data(), qkv.data(), r.out.data(), r.lse.data(), c.B, c.T, c.C,
+                                  c.NH, c.G, c.P, cap, isa);
     return r;
 }
 
@@ -174,16 +198,19 @@ TEST_CASE("tiled attention: every twin and head size against the naive reference
         const Case& c = kCases[ci];
         for (float cap : {0.0f, 2.5f}) {
             llmc::Rng rng(case_seed((int)ci));
-            std::vector<float> qkv((size_t)c.B * c.T * 3 * c.C);
+            std::vector<float> qkv((size_t)c.B * c.T * 3 * c.C), dout((size_t)c.B * c.T * c.C);
             for (float& x : qkv) x = 1.5f * (float)rng.normal();  // logits of a few units: the cap bites
-            const Ref ref = naive(to_double(qkv), c, cap);
+            for (float& x : dout) x = (float)rng.normal();
+            const Ref ref = naive(to_double(qkv), to_double(dout), c, cap);
             for (Isa isa : supported_isas()) {
                 INFO(c.name() << " softcap=" << cap << " isa=" << llmc::cpu::isa_name(isa));
-                const Run<float> f = run(qkv, c, cap, isa);
-                const double e_out = rel_err(f.out, ref.out), e_lse = rel_err(f.lse, ref.lse);
-                INFO("float: out " << e_out << ", lse " << e_lse);
+                const Run<float> f = run(qkv, dout, c, cap, isa);
+                const double e_out = rel_err(f.out, ref.out), e_lse = rel_err(f.lse, ref.lse),
+                             e_d = rel_err(f.dqkv, ref.dqkv);
+                INFO("float: out " << e_out << ", lse " << e_lse << ", dqkv " << e_d);
                 CHECK(e_out < 1e-5);
                 CHECK(e_lse < 1e-5);
+                CHECK(e_d < 1e-5);
                 for (int h = 0; h < c.NH; h++) {
                     INFO("head " << h);
                     const AttnHeadStats& s = f.st[h];
@@ -197,11 +224,13 @@ TEST_CASE("tiled attention: every twin and head size against the naive reference
                     else CHECK(std::fabs(s.far_max_logit - ref.far_max[h]) <= 1e-5 * std::fabs(ref.far_max[h]));
                 }
 
-                const Run<double> d = run(to_double(qkv), c, cap, isa);
-                const double ed_out = rel_err(d.out, ref.out), ed_lse = rel_err(d.lse, ref.lse);
-                INFO("double: out " << ed_out << ", lse " << ed_lse);
+                const Run<double> d = run(to_double(qkv), to_double(dout), c, cap, isa);
+                const double ed_out = rel_err(d.out, ref.out), ed_lse = rel_err(d.lse, ref.lse),
+                             ed_d = rel_err(d.dqkv, ref.dqkv);
+                INFO("double: out " << ed_out << ", lse " << ed_lse << ", dqkv " << ed_d);
                 CHECK(ed_out < 1e-13);
                 CHECK(ed_lse < 1e-13);
+                CHECK(ed_d < 1e-13);
                 for (int h = 0; h < c.NH; h++)
                     CHECK(std::fabs(d.st[h].near_mass_sum / d.st[h].rows - ref.near_mass[h]) <= 1e-13);
             }
@@ -212,19 +241,21 @@ TEST_CASE("tiled attention: every twin and head size against the naive reference
 TEST_CASE("tiled attention: 1, 2 and 3 threads give the same bits on every twin", "[attention][flash]") {
     const Case c{2, 100, 96, 3, 1, 37, 0};  // hd 32
     llmc::Rng rng(case_seed(100));
-    std::vector<float> qkv((size_t)c.B * c.T * 3 * c.C);
+    std::vector<float> qkv((size_t)c.B * c.T * 3 * c.C), dout((size_t)c.B * c.T * c.C);
     for (float& x : qkv) x = 1.5f * (float)rng.normal();
+    for (float& x : dout) x = (float)rng.normal();
     const int saved = omp_get_max_threads();
     for (Isa isa : supported_isas()) {
         INFO("isa " << llmc::cpu::isa_name(isa));
         omp_set_num_threads(1);
-        const Run<float> a = run(qkv, c, 3.0f, isa);
+        const Run<float> a = run(qkv, dout, c, 3.0f, isa);
         for (int threads : {2, 3}) {
             omp_set_num_threads(threads);
-            const Run<float> b = run(qkv, c, 3.0f, isa);
+            const Run<float> b = run(qkv, dout, c, 3.0f, isa);
             INFO(threads << " threads");
             CHECK(std::memcmp(a.out.data(), b.out.data(), a.out.size() * 4) == 0);
             CHECK(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4) == 0);
+            CHECK(std::memcmp(a.dqkv.data(), b.dqkv.data(), a.dqkv.size() * 4) == 0);
             for (int h = 0; h < c.NH; h++) {
                 CHECK(a.st[h].entropy_sum == b.st[h].entropy_sum);
                 CHECK(a.st[h].near_mass_sum == b.st[h].near_mass_sum);

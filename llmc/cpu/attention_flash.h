@@ -1,5 +1,6 @@
 // The tiled (flash-style) CPU kernel of LS-attention: forward with online softmax and logit
-// statistics, and the one-query decode over a KV cache. The API, argument checks and statistics contract are in
+// statistics, backward recomputing the probabilities from the saved log-sum-exp (FlashAttention-2),
+// and the one-query decode over a KV cache. The API, argument checks and statistics contract are in
 // llmc/cpu/attention_ls.h; the algorithm and the determinism rule in docs/cpu_backend.md.
 //
 // Layout: qkv (B, T, 3C), head h of q / k / v at channels h*hd, C + h*hd, 2C + h*hd of a row.
@@ -16,8 +17,8 @@
 //
 // Vectorization: the keys of a block are SIMD lanes: scores come from a register tile of R query
 // rows x BK keys against the block's keys stored transposed (hd, BK) once per call; exp, masking,
-// max and sums work on vectors of keys. Sums over keys of weighted head-dim rows (p_j v_j) run over
-// the head dimension in vectors, in U interleaved
+// max and sums work on vectors of keys. Sums over keys of weighted head-dim rows (p_j v_j, and in the
+// backward ds_ij k_j, ds_ij q_i, p_ij dO_i) run over the head dimension in vectors, in U interleaved
 // partial sums (key a+u, a+u+U, ... into partial u, partials added as a tree) so that short head
 // dimensions still keep several FMAs in flight. Invisible keys never enter a sum or a product: their
 // scores are replaced by -inf (exp gives 0) and the weighted sums run over the visible range only.
@@ -37,7 +38,7 @@ namespace cpu {
 namespace flash {
 
 constexpr int kBK = 32;  // keys per block
-constexpr int kBQ = 32;  // query rows per forward task
+constexpr int kBQ = 32;  // query rows per forward task and per backward query block
 
 // The shape and options of one attention call.
 template <typename F>
@@ -379,12 +380,150 @@ LLMC_SIMD_INLINE void decode_body(F* out, const F* q, int t, int h, const Shape<
     for (int d = 0; d < hd; d++) out[d] = o[d] * inv;
 }
 
+// Scratch of one backward task.
+template <typename F>
+struct BwdScratch {
+    std::vector<F> p, ds, s, dp, dq, tmp, lse, D;
+    void size(int hd) {
+        p.resize((size_t)kBQ * kBK);
+        ds.resize((size_t)kBQ * kBK);
+        s.resize((size_t)16 * kBK);
+        dp.resize((size_t)16 * kBK);
+        dq.resize((size_t)kBQ * hd);
+        tmp.resize(hd);
+        lse.resize(kBQ);
+        D.resize(kBQ);
+    }
+};
+
+// Backward of one (b, h): dq, dk, dv of the head's channel slice of sequence b (overwritten).
+// Query blocks in order; in each, the key blocks it sees in order. Per (row i, key j) visible:
+//   p = exp(s' - lse_i), dp = dO_i . v_j, ds = p (dp - D_i) (1 - tanh^2(s/c) when capped) / sqrt(hd),
+//   dq_i += ds k_j, dk_j += ds q_i, dv_j += p dO_i,  D_i = dO_i . O_i.
+// kt, vt: packed keys and values (pack_blocks).
+template <typename F, int VB, int HD>
+LLMC_SIMD_INLINE void backward_task_body(F* dqkv, const F* dout, const F* qkv, const F* out, const F* lse,
+                                         const F* kt_all, const F* vt_all, const Shape<F>& sh, int b, int h,
+                                         BwdScratch<F>& scr) {
+    typedef Plan<F, VB, HD> Pl;
+    typedef typename Pl::V V;
+    typedef typename Pl::VI VI;
+    typedef typename Pl::VU VU;
+    typedef typename Pl::IL IL;
+    typedef typename Pl::UL UL;
+    constexpr int R = Pl::R, L = Pl::L;
+    const int hd = HD ? HD : sh.hd, C = sh.C, C3 = 3 * C, T = sh.T;
+    const int nkb = sh.key_blocks();
+    const int64_t bh = (int64_t)b * sh.NH + h;
+    const F* kt_bh = kt_all + bh * nkb * hd * kBK;
+    const F* vt_bh = vt_all + bh * nkb * hd * kBK;
+    const int64_t row0 = (int64_t)b * T;
+    const F* q_at = qkv + row0 * C3 + h * hd;      // + i * C3
+    const F* k_at = qkv + row0 * C3 + C + h * hd;  // + j * C3
+    const F* do_at = dout + row0 * C + h * hd;     // + i * C
+    F* dq_at = dqkv + row0 * C3 + h * hd;          // + i * C3
+    F* dk_at = dqkv + row0 * C3 + C + h * hd;      // + j * C3
+    F* dv_at = dqkv + row0 * C3 + 2 * C + h * hd;  // + j * C3
+    const bool capped = sh.cap > F(0);
+    const VI lane = simd::lane_index<VI>();
+    const V zero = simd::splat<V>(F(0));
+    const V ninf_v = simd::splat<V>(-std::numeric_limits<F>::infinity());
+
+    for (int j = 0; j < T; j++) {  // dk, dv sum over the query blocks below: start at 0
+        std::fill(dk_at + (int64_t)j * C3, dk_at + (int64_t)j * C3 + hd, F(0));
+        std::fill(dv_at + (int64_t)j * C3, dv_at + (int64_t)j * C3 + hd, F(0));
+    }
+    const int nqb = (T + kBQ - 1) / kBQ;
+    for (int qb = 0; qb < nqb; qb++) {
+        const int i0 = qb * kBQ, i1 = std::min(T, i0 + kBQ);
+        for (int i = i0; i < i1; i++) {
+            const F* go = do_at + (int64_t)i * C;
+            const F* o = out + (row0 + i) * C + h * hd;
+            F D = 0;
+            for (int d = 0; d < hd; d++) D += go[d] * o[d];
+            scr.D[i - i0] = D;
+            scr.lse[i - i0] = lse[bh * T + i];
+        }
+        std::fill(scr.dq.begin(), scr.dq.begin() + (size_t)(i1 - i0) * hd, F(0));
+        const int kb_begin = sh.key_lo(i0, h) / kBK, kb_end = (i1 - 1) / kBK + 1;
+        for (int kb = kb_begin; kb < kb_end; kb++) {
+            const int k0 = kb * kBK, k_last = std::min(T, k0 + kBK) - 1;
+            const F* kt = kt_bh + (int64_t)kb * hd * kBK;
+            const F* vt = vt_bh + (int64_t)kb * hd * kBK;
+            // p and ds of every visible (row, key) of the tile pair; rows without a visible key skip
+            for (int r0 = i0; r0 < i1; r0 += R) {
+                const int rows = std::min(R, i1 - r0);
+                if (r0 + rows - 1 < k0 || sh.key_lo(r0, h) > k_last) continue;
+                if (rows == R) {
+                    score_tile<F, VB, HD, R>(scr.s.data(), q_at + (int64_t)r0 * C3, C3, kt, hd);
+                    score_tile<F, VB, HD, R>(scr.dp.data(), do_at + (int64_t)r0 * C, C, vt, hd);
+                } else {
+                    for (int r = 0; r < rows; r++) {
+                        score_tile<F, VB, HD, 1>(scr.s.data() + r * kBK, q_at + (int64_t)(r0 + r) * C3, C3, kt, hd);
+                        score_tile<F, VB, HD, 1>(scr.dp.data() + r * kBK, do_at + (int64_t)(r0 + r) * C, C, vt, hd);
+                    }
+                }
+                for (int r = 0; r < rows; r++) {
+                    const int i = r0 + r, ri = i - i0;
+                    const int ja = std::max(k0, sh.key_lo(i, h)) - k0, jb = std::min(k_last, i) - k0;
+                    if (ja > jb) continue;
+                    const UL span = (UL)(jb - ja);
+                    const V lse_v = simd::splat<V>(scr.lse[ri]), D_v = simd::splat<V>(scr.D[ri]);
+                    for (int v = ja / L; v <= jb / L; v++) {
+                        const V sv = simd::load<V>(scr.s.data() + r * kBK + v * L) * sh.scale;
+                        const VU jv = (VU)(lane + (IL)(v * L - ja));  // visible: jv <= span
+                        V t = zero, sc = sv;
+                        if (capped) sc = softcap_vec(sv, sh.cap, t);
+                        const V p = simd::vexp(jv <= span ? sc - lse_v : ninf_v);  // 0 where invisible
+                        V ds = p * (simd::load<V>(scr.dp.data() + r * kBK + v * L) - D_v);
+                        if (capped) ds *= F(1) - t * t;
+                        ds = jv <= span ? ds * sh.scale : zero;  // dp need not be finite where invisible
+                        simd::store(scr.p.data() + ri * kBK + v * L, p);
+                        simd::store(scr.ds.data() + ri * kBK + v * L, ds);
+                    }
+                    // dq_i += sum_j ds_ij k_j
+                    weighted_rows<F, VB, HD>(
+                        scr.tmp.data(), scr.ds.data() + ri * kBK, 1, ja, jb,
+                        [&](int jj) { return k_at + (int64_t)(k0 + jj) * C3; }, hd);
+                    F* dq = scr.dq.data() + (size_t)ri * hd;
+                    for (int d = 0; d < hd; d++) dq[d] += scr.tmp[d];
+                }
+            }
+            // dk_j += sum_i ds_ij q_i, dv_j += sum_i p_ij dO_i over the block's rows that see key j
+            for (int j = k0; j <= k_last; j++) {
+                const int ia = std::max(i0, j) - i0;
+                const int ib = std::min(i1 - 1, sh.local(h) ? j + sh.P - 1 : T - 1) - i0;
+                if (ia > ib) continue;
+                const int jj = j - k0;
+                weighted_rows<F, VB, HD>(
+                    scr.tmp.data(), scr.ds.data() + jj, kBK, ia, ib,
+                    [&](int ri) { return q_at + (int64_t)(i0 + ri) * C3; }, hd);
+                F* dk = dk_at + (int64_t)j * C3;
+                for (int d = 0; d < hd; d++) dk[d] += scr.tmp[d];
+                weighted_rows<F, VB, HD>(
+                    scr.tmp.data(), scr.p.data() + jj, kBK, ia, ib,
+                    [&](int ri) { return do_at + (int64_t)(i0 + ri) * C; }, hd);
+                F* dv = dv_at + (int64_t)j * C3;
+                for (int d = 0; d < hd; d++) dv[d] += scr.tmp[d];
+            }
+        }
+        for (int i = i0; i < i1; i++)
+            std::copy(scr.dq.begin() + (size_t)(i - i0) * hd, scr.dq.begin() + (size_t)(i - i0 + 1) * hd,
+                      dq_at + (int64_t)i * C3);
+    }
+}
+
 // ---- ISA twins: each body compiled for the baseline, AVX2+FMA and AVX-512 -----------------------
 
 template <typename F, int HD, bool Stats>
 void forward_task_base(F* out, F* lse, const F* qkv, const F* kt, const Shape<F>& sh, int b, int h, int qb,
                        FwdScratch<F>& scr, TaskStats* ts) {
     forward_task_body<F, 16, HD, Stats>(out, lse, qkv, kt, sh, b, h, qb, scr, ts);
+}
+template <typename F, int HD>
+void backward_task_base(F* dqkv, const F* dout, const F* qkv, const F* out, const F* lse, const F* kt, const F* vt,
+                        const Shape<F>& sh, int b, int h, BwdScratch<F>& scr) {
+    backward_task_body<F, 16, HD>(dqkv, dout, qkv, out, lse, kt, vt, sh, b, h, scr);
 }
 template <typename F, int HD, typename KRow, typename VRow>
 void decode_base(F* out, const F* q, int t, int h, const Shape<F>& sh, KRow krow, VRow vrow, FwdScratch<F>& scr,
@@ -401,6 +540,17 @@ template <typename F, int HD, bool Stats>
 LLMC_TARGET_AVX512 void forward_task_avx512(F* out, F* lse, const F* qkv, const F* kt, const Shape<F>& sh, int b, int h,
                                             int qb, FwdScratch<F>& scr, TaskStats* ts) {
     forward_task_body<F, 64, HD, Stats>(out, lse, qkv, kt, sh, b, h, qb, scr, ts);
+}
+template <typename F, int HD>
+LLMC_TARGET_AVX2 void backward_task_avx2(F* dqkv, const F* dout, const F* qkv, const F* out, const F* lse, const F* kt,
+                                         const F* vt, const Shape<F>& sh, int b, int h, BwdScratch<F>& scr) {
+    backward_task_body<F, 32, HD>(dqkv, dout, qkv, out, lse, kt, vt, sh, b, h, scr);
+}
+template <typename F, int HD>
+LLMC_TARGET_AVX512 void backward_task_avx512(F* dqkv, const F* dout, const F* qkv, const F* out, const F* lse,
+                                             const F* kt, const F* vt, const Shape<F>& sh, int b, int h,
+                                             BwdScratch<F>& scr) {
+    backward_task_body<F, 64, HD>(dqkv, dout, qkv, out, lse, kt, vt, sh, b, h, scr);
 }
 template <typename F, int HD, typename KRow, typename VRow>
 LLMC_TARGET_AVX2 void decode_avx2(F* out, const F* q, int t, int h, const Shape<F>& sh, KRow krow, VRow vrow,
@@ -461,6 +611,39 @@ void forward(F* out, F* lse, const F* qkv, const Shape<F>& sh, TaskStats* stats,
 #endif
                 if (stats) forward_task_base<F, HD, true>(out, lse, qkv, kt.data(), sh, b, h, qb, scr, ts);
                 else forward_task_base<F, HD, false>(out, lse, qkv, kt.data(), sh, b, h, qb, scr, ts);
+            }
+        }
+    });
+}
+
+// Backward over all (b, h) tasks (each owns its gradient slice; dqkv overwritten).
+template <typename F>
+void backward(F* dqkv, const F* dout, const F* qkv, const F* out, const F* lse, const Shape<F>& sh, Isa isa) {
+    const size_t nkt = (size_t)sh.B * sh.NH * sh.key_blocks() * sh.hd * kBK;
+    std::vector<F> kt(nkt), vt(nkt);
+    pack_blocks(kt.data(), qkv, sh, 1);
+    pack_blocks(vt.data(), qkv, sh, 2);
+    const int64_t ntasks = (int64_t)sh.B * sh.NH;
+    with_head_size(sh.hd, [&](auto hd_const) {
+        constexpr int HD = decltype(hd_const)::value;
+#pragma omp parallel
+        {
+            BwdScratch<F> scr;
+            scr.size(sh.hd);
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t task = 0; task < ntasks; task++) {
+                const int h = (int)(task % sh.NH), b = (int)(task / sh.NH);
+#ifdef LLMC_SIMD_X86
+                if (isa == Isa::Avx512) {
+                    backward_task_avx512<F, HD>(dqkv, dout, qkv, out, lse, kt.data(), vt.data(), sh, b, h, scr);
+                    continue;
+                }
+                if (isa == Isa::Avx2) {
+                    backward_task_avx2<F, HD>(dqkv, dout, qkv, out, lse, kt.data(), vt.data(), sh, b, h, scr);
+                    continue;
+                }
+#endif
+                backward_task_base<F, HD>(dqkv, dout, qkv, out, lse, kt.data(), vt.data(), sh, b, h, scr);
             }
         }
     });

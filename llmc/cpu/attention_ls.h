@@ -17,7 +17,7 @@
 // depends only on its visible keys and the fixed grid of key blocks, never on which task or
 // thread computes it. The forward parallelizes over independent (b, h, query block) tasks and
 // merges the statistics partials in a fixed order; the backward parallelizes over (b, h), whose
-// gradients live in disjoint channel slices, and walks the queries in order inside.
+// gradients live in disjoint channel slices, and walks the query and key blocks in order inside.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -114,7 +114,7 @@ void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH
     }
 }
 
-// Backward, FlashAttention-style: p is recomputed from the saved lse (no stored probabilities).
+// Backward, FlashAttention-2 style: p is recomputed from the saved lse (no stored probabilities).
 // For each query row i: D_i = dout_i . out_i, and for each visible key j:
 //   p_ij = exp(s'_ij - lse_i);  dp_ij = dout_i . v_j;  ds'_ij = p_ij (dp_ij - D_i);
 //   ds_ij = ds'_ij * (1 - tanh^2(s_ij / c)) when capped;
@@ -122,69 +122,9 @@ void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH
 // dqkv: (B, T, 3C), overwritten. dout, out: (B, T, C). lse: (B, NH, T) from the forward.
 template <typename F>
 void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* out, const F* lse, int B, int T, int C, int NH,
-                        int G, int P, float softcap) {
+                        int G, int P, float softcap, Isa isa = isa_best()) {
     attention_check_args(B, T, C, NH, G, P);
-    const int hd = C / NH;
-    const int C3 = 3 * C;
-    const F scale = F(1) / std::sqrt(F(hd));
-    const F cap = F(softcap);
-    const bool capped = softcap > 0.0f;
-
-    // One task per (b, h): its gradients are the channel slice h*hd.. of batch b's rows, which no
-    // other task writes, and the queries are walked in order, so the sums are deterministic.
-#pragma omp parallel
-    {
-        std::vector<F> dq(hd);  // dq of the current query row, added to dqkv once at the end
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t task = 0; task < (int64_t)B * NH; task++) {
-            const int h = (int)(task % NH);
-            const int b = (int)(task / NH);
-            for (int j = 0; j < T; j++) {  // dk, dv of this slice sum over the queries below: start at 0
-                F* dkv = dqkv + ((int64_t)b * T + j) * C3 + h * hd;
-                for (int d = 0; d < hd; d++) dkv[C + d] = dkv[2 * C + d] = 0;
-            }
-            for (int i = 0; i < T; i++) {
-                const int lo = attention_key_lo(i, h, NH, G, P);
-                const int64_t row_i = ((int64_t)b * T + i);
-                const F* q = qkv + row_i * C3 + h * hd;   // (hd)
-                const F* go = dout + row_i * C + h * hd;  // (hd)
-                const F* o = out + row_i * C + h * hd;    // (hd)
-                const F row_lse = lse[((int64_t)b * NH + h) * T + i];
-                F D = 0;
-                for (int d = 0; d < hd; d++) D += go[d] * o[d];
-                for (int d = 0; d < hd; d++) dq[d] = 0;
-
-                for (int j = lo; j <= i; j++) {
-                    const int64_t row_j = ((int64_t)b * T + j);
-                    const F* k = qkv + row_j * C3 + C + h * hd;      // (hd)
-                    const F* v = qkv + row_j * C3 + 2 * C + h * hd;  // (hd)
-                    F* dk = dqkv + row_j * C3 + C + h * hd;
-                    F* dv = dqkv + row_j * C3 + 2 * C + h * hd;
-                    F s = 0;
-                    for (int d = 0; d < hd; d++) s += q[d] * k[d];
-                    s *= scale;
-                    F t = 0, sc = s;
-                    if (capped) {
-                        t = std::tanh(s / cap);
-                        sc = cap * t;
-                    }
-                    const F p = std::exp(sc - row_lse);
-                    F dp = 0;
-                    for (int d = 0; d < hd; d++) dp += go[d] * v[d];
-                    F ds = p * (dp - D);
-                    if (capped) ds *= (F(1) - t * t);
-                    ds *= scale;
-                    for (int d = 0; d < hd; d++) {
-                        dq[d] += ds * k[d];
-                        dk[d] += ds * q[d];
-                        dv[d] += p * go[d];
-                    }
-                }
-                F* dqi = dqkv + row_i * C3 + h * hd;
-                for (int d = 0; d < hd; d++) dqi[d] = dq[d];
-            }
-        }
-    }
+    flash::backward(dqkv, dout, qkv, out, lse, attention_shape<F>(B, T, C, NH, G, P, softcap, 0), isa);
 }
 
 }  // namespace cpu
