@@ -18,10 +18,12 @@
 // Vectorization: the keys of a block are SIMD lanes: scores come from a register tile of R query
 // rows x BK keys against the block's keys stored transposed (hd, BK) once per call; exp, masking,
 // max and sums work on vectors of keys. Sums over keys of weighted head-dim rows (p_j v_j, and in the
-// backward ds_ij k_j, ds_ij q_i, p_ij dO_i) run over the head dimension in vectors, in U interleaved
-// partial sums (key a+u, a+u+U, ... into partial u, partials added as a tree) so that short head
-// dimensions still keep several FMAs in flight. Invisible keys never enter a sum or a product: their
-// scores are replaced by -inf (exp gives 0) and the weighted sums run over the visible range only.
+// backward ds_ij k_j) run over the head dimension in vectors, in U interleaved partial sums (key
+// a+u, a+u+U, ... into partial u, partials added as a tree) so that short head dimensions still keep
+// several FMAs in flight. In the forward invisible keys never enter a sum or a product: their scores
+// are replaced by -inf (exp gives 0) and the weighted sums run over the visible range only. The
+// backward's dK, dV of a key block are a transposed (hd, BK) tile, keys in lanes, updated by a small
+// GEMM over the rows that see the block, whose weights are 0 on the tile's invisible pairs.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -76,6 +78,8 @@ struct Plan {
     static_assert(kBK % L == 0, "a key block holds whole vectors");
     // rows of a score tile: R x NV accumulators fill half the vector registers (16 or 32)
     static constexpr int R = std::max(1, (VB == 64 ? 16 : 8) / NV);
+    // head-dim entries per register chunk of a transposed (hd, BK) dK / dV tile: DC x NV accumulators
+    static constexpr int DC = HD == 0 ? 1 : std::min(HD, std::max(1, (VB == 64 ? 16 : 8) / NV));
     // head-dim vectors: HB bytes, NC of them per head row, U interleaved partial sums
     static constexpr int HBYTES = HD * (int)sizeof(F);
     static constexpr int HB = HD == 0 ? 16 : (HBYTES % VB == 0 ? VB : HBYTES % 32 == 0 && VB >= 32 ? 32 : 16);
@@ -127,10 +131,11 @@ LLMC_SIMD_INLINE void score_tile(F* S, const F* a, size_t as, const F* kt, int h
         for (int v = 0; v < Pl::NV; v++) simd::store(S + r * kBK + v * Pl::L, acc[r][v]);
 }
 
-// out (hd) = sum_{j = a..b} w[j * ws] * rows(j)[0:hd] (a <= b): U interleaved partial sums over j,
-// added as a tree at the end (a fixed order given a, b).
+// acc (hd) = acc * scale + sum_{j = a..b} w[j * ws] * rows(j)[0:hd] (a <= b): the sum in U
+// interleaved partial sums over j (partial u holds j = a+u, a+u+U, ...), added as a tree, then
+// combined with acc once (a fixed order given a, b).
 template <typename F, int VB, int HD, typename Rows>
-LLMC_SIMD_INLINE void weighted_rows(F* out, const F* w, int ws, int a, int b, Rows rows, int hd_rt) {
+LLMC_SIMD_INLINE void weighted_rows(F* acc, F scale, const F* w, int ws, int a, int b, Rows rows, int hd_rt) {
     typedef Plan<F, VB, HD> Pl;
     constexpr int U = Pl::U;
     if constexpr (HD == 0) {
@@ -139,7 +144,7 @@ LLMC_SIMD_INLINE void weighted_rows(F* out, const F* w, int ws, int a, int b, Ro
             for (int j = a; j <= b; j++) part[(j - a) % U] += w[j * ws] * rows(j)[d];
             for (int s = U / 2; s >= 1; s /= 2)
                 for (int u = 0; u < s; u++) part[u] += part[u + s];
-            out[d] = part[0];
+            acc[d] = acc[d] * scale + part[0];
         }
     } else {
         typedef typename Pl::VH VH;
@@ -163,7 +168,34 @@ LLMC_SIMD_INLINE void weighted_rows(F* out, const F* w, int ws, int a, int b, Ro
         for (int s = U / 2; s >= 1; s /= 2)
             for (int u = 0; u < s; u++)
                 for (int c = 0; c < NC; c++) part[u][c] += part[u + s][c];
-        for (int c = 0; c < NC; c++) simd::store(out + c * HL, part[0][c]);
+        for (int c = 0; c < NC; c++) simd::store(acc + c * HL, simd::load<VH>(acc + c * HL) * scale + part[0][c]);
+    }
+}
+
+// acc_t (hd, BK) += sum_{r = r0..r1} x(r)[d] * w[r * BK + jj] for every d, jj: the dK or dV update of
+// one tile pair with the keys in SIMD lanes (the weights w, (BQ, BK), are 0 on invisible pairs).
+// DC head-dim entries x NV key vectors stay in registers while r walks the rows in order.
+template <typename F, int VB, int HD, typename Rows>
+LLMC_SIMD_INLINE void outer_accumulate(F* acc_t, const F* w, int r0, int r1, Rows x, int hd_rt) {
+    typedef Plan<F, VB, HD> Pl;
+    typedef typename Pl::V V;
+    constexpr int NV = Pl::NV, L = Pl::L, DC = Pl::DC;
+    const int hd = HD ? HD : hd_rt;
+    for (int d0 = 0; d0 < hd; d0 += DC) {
+        V acc[DC][NV];
+        for (int dd = 0; dd < DC; dd++)
+            for (int v = 0; v < NV; v++) acc[dd][v] = simd::load<V>(acc_t + (d0 + dd) * kBK + v * L);
+        for (int r = r0; r <= r1; r++) {
+            const F* xr = x(r) + d0;
+            V wv[NV];
+            for (int v = 0; v < NV; v++) wv[v] = simd::load<V>(w + r * kBK + v * L);
+            for (int dd = 0; dd < DC; dd++) {
+                const F xd = xr[dd];
+                for (int v = 0; v < NV; v++) acc[dd][v] += wv[v] * xd;
+            }
+        }
+        for (int dd = 0; dd < DC; dd++)
+            for (int v = 0; v < NV; v++) simd::store(acc_t + (d0 + dd) * kBK + v * L, acc[dd][v]);
     }
 }
 
@@ -191,9 +223,9 @@ struct LaneStats {
 
 // One query row against one key block. s: the block's raw scores q.k (BK); ja..jb (ja <= jb): the
 // visible keys, block-relative; jnear: the first near key, block-relative (any int); vrow(jj): v of
-// key jj (hd); pbuf: BK scratch; o: the row's output accumulator (hd), ot: hd scratch.
+// key jj (hd); pbuf: BK scratch; o: the row's output accumulator (hd).
 template <typename F, int VB, int HD, bool Stats, typename VRow>
-LLMC_SIMD_INLINE void row_block(RowState<F>& st, F* o, F* ot, const F* s, int ja, int jb, int jnear, const Shape<F>& sh,
+LLMC_SIMD_INLINE void row_block(RowState<F>& st, F* o, const F* s, int ja, int jb, int jnear, const Shape<F>& sh,
                                 VRow vrow, F* pbuf, LaneStats<typename Plan<F, VB, HD>::V>& ls) {
     typedef Plan<F, VB, HD> Pl;
     typedef typename Pl::V V;
@@ -234,7 +266,6 @@ LLMC_SIMD_INLINE void row_block(RowState<F>& st, F* o, F* ot, const F* s, int ja
         bmax = sc > bmax ? sc : bmax;
     }
     const F m_new = std::max(st.m, simd::hmax(bmax));
-    // exp(0) = 1 exactly: the call is skipped when the max did not move
     const F alpha = st.m == ninf ? F(0) : std::exp(st.m - m_new);
 
     // p = exp(s' - m'), its sum, and the statistics' sums (p is 0 on invisible keys, so the near
@@ -261,21 +292,19 @@ LLMC_SIMD_INLINE void row_block(RowState<F>& st, F* o, F* ot, const F* s, int ja
 
     // O = alpha O + sum_j p_j v_j
     const int hd = HD ? HD : sh.hd;
-    weighted_rows<F, VB, HD>(ot, pbuf, 1, ja, jb, vrow, hd);
-    for (int d = 0; d < hd; d++) o[d] = o[d] * alpha + ot[d];
+    weighted_rows<F, VB, HD>(o, alpha, pbuf, 1, ja, jb, vrow, hd);
 }
 
 // Scratch of one thread: (BQ, hd) output accumulators, BQ row states, an (R, BK) score tile, a BK row
 // buffer, an hd buffer.
 template <typename F>
 struct FwdScratch {
-    std::vector<F> o, s, pbuf, ot;
+    std::vector<F> o, s, pbuf;
     std::vector<RowState<F>> st;
     void size(int hd) {
         o.resize((size_t)kBQ * hd);
         s.resize((size_t)16 * kBK);
         pbuf.resize(kBK);
-        ot.resize(hd);
         st.resize(kBQ);
     }
 };
@@ -317,7 +346,7 @@ LLMC_SIMD_INLINE void forward_task_body(F* out, F* lse, const F* qkv, const F* k
                 const int i = r0 + r;
                 const int ja = std::max(k0, sh.key_lo(i, h)) - k0, jb = std::min(k_last, i) - k0;
                 if (ja > jb) continue;
-                row_block<F, VB, HD, Stats>(scr.st[i - i0], scr.o.data() + (size_t)(i - i0) * hd, scr.ot.data(),
+                row_block<F, VB, HD, Stats>(scr.st[i - i0], scr.o.data() + (size_t)(i - i0) * hd,
                                             scr.s.data() + r * kBK, ja, jb, i - sh.near_n + 1 - k0, sh, vrow_at(k0),
                                             scr.pbuf.data(), ls);
             }
@@ -373,8 +402,7 @@ LLMC_SIMD_INLINE void decode_body(F* out, const F* q, int t, int h, const Shape<
         }
         score_tile<F, VB, HD, 1>(scr.s.data(), q, 0, kt.data(), hd);
         row_block<F, VB, HD, false>(
-            st, o, scr.ot.data(), scr.s.data(), ja, jb, 0, sh, [&](int jj) { return vrow(k0 + jj); }, scr.pbuf.data(),
-            ls);
+            st, o, scr.s.data(), ja, jb, 0, sh, [&](int jj) { return vrow(k0 + jj); }, scr.pbuf.data(), ls);
     }
     const F inv = F(1) / st.l;
     for (int d = 0; d < hd; d++) out[d] = o[d] * inv;
@@ -383,14 +411,16 @@ LLMC_SIMD_INLINE void decode_body(F* out, const F* q, int t, int h, const Shape<
 // Scratch of one backward task.
 template <typename F>
 struct BwdScratch {
-    std::vector<F> p, ds, s, dp, dq, tmp, lse, D;
-    void size(int hd) {
+    std::vector<F> p, ds, s, dp, dq, lse, D;
+    std::vector<F> dkt, dvt;  // (nkb, hd, BK): dK, dV of the head, transposed per key block
+    void size(int hd, int nkb) {
+        dkt.resize((size_t)nkb * hd * kBK);
+        dvt.resize((size_t)nkb * hd * kBK);
         p.resize((size_t)kBQ * kBK);
         ds.resize((size_t)kBQ * kBK);
         s.resize((size_t)16 * kBK);
         dp.resize((size_t)16 * kBK);
         dq.resize((size_t)kBQ * hd);
-        tmp.resize(hd);
         lse.resize(kBQ);
         D.resize(kBQ);
     }
@@ -400,6 +430,9 @@ struct BwdScratch {
 // Query blocks in order; in each, the key blocks it sees in order. Per (row i, key j) visible:
 //   p = exp(s' - lse_i), dp = dO_i . v_j, ds = p (dp - D_i) (1 - tanh^2(s/c) when capped) / sqrt(hd),
 //   dq_i += ds k_j, dk_j += ds q_i, dv_j += p dO_i,  D_i = dO_i . O_i.
+// dq_i sums over the row's visible keys (head dim in lanes); dK, dV of a key block are kept
+// transposed (hd, BK) with the keys in lanes and get the tile's p and ds (0 on invisible pairs of
+// the rows that see the block) times the rows q_i, dO_i in row order; they are written out at the end.
 // kt, vt: packed keys and values (pack_blocks).
 template <typename F, int VB, int HD>
 LLMC_SIMD_INLINE void backward_task_body(F* dqkv, const F* dout, const F* qkv, const F* out, const F* lse,
@@ -429,10 +462,8 @@ LLMC_SIMD_INLINE void backward_task_body(F* dqkv, const F* dout, const F* qkv, c
     const V zero = simd::splat<V>(F(0));
     const V ninf_v = simd::splat<V>(-std::numeric_limits<F>::infinity());
 
-    for (int j = 0; j < T; j++) {  // dk, dv sum over the query blocks below: start at 0
-        std::fill(dk_at + (int64_t)j * C3, dk_at + (int64_t)j * C3 + hd, F(0));
-        std::fill(dv_at + (int64_t)j * C3, dv_at + (int64_t)j * C3 + hd, F(0));
-    }
+    std::fill(scr.dkt.begin(), scr.dkt.end(), F(0));  // dk, dv sum over the query blocks below
+    std::fill(scr.dvt.begin(), scr.dvt.end(), F(0));
     const int nqb = (T + kBQ - 1) / kBQ;
     for (int qb = 0; qb < nqb; qb++) {
         const int i0 = qb * kBQ, i1 = std::min(T, i0 + kBQ);
@@ -469,6 +500,11 @@ LLMC_SIMD_INLINE void backward_task_body(F* dqkv, const F* dout, const F* qkv, c
                     if (ja > jb) continue;
                     const UL span = (UL)(jb - ja);
                     const V lse_v = simd::splat<V>(scr.lse[ri]), D_v = simd::splat<V>(scr.D[ri]);
+                    for (int v = 0; v < Pl::NV; v++) {  // the vectors without a visible key: 0
+                        if (v >= ja / L && v <= jb / L) continue;
+                        simd::store(scr.p.data() + ri * kBK + v * L, zero);
+                        simd::store(scr.ds.data() + ri * kBK + v * L, zero);
+                    }
                     for (int v = ja / L; v <= jb / L; v++) {
                         const V sv = simd::load<V>(scr.s.data() + r * kBK + v * L) * sh.scale;
                         const VU jv = (VU)(lane + (IL)(v * L - ja));  // visible: jv <= span
@@ -483,33 +519,35 @@ LLMC_SIMD_INLINE void backward_task_body(F* dqkv, const F* dout, const F* qkv, c
                     }
                     // dq_i += sum_j ds_ij k_j
                     weighted_rows<F, VB, HD>(
-                        scr.tmp.data(), scr.ds.data() + ri * kBK, 1, ja, jb,
+                        scr.dq.data() + (size_t)ri * hd, F(1), scr.ds.data() + ri * kBK, 1, ja, jb,
                         [&](int jj) { return k_at + (int64_t)(k0 + jj) * C3; }, hd);
-                    F* dq = scr.dq.data() + (size_t)ri * hd;
-                    for (int d = 0; d < hd; d++) dq[d] += scr.tmp[d];
                 }
             }
-            // dk_j += sum_i ds_ij q_i, dv_j += sum_i p_ij dO_i over the block's rows that see key j
-            for (int j = k0; j <= k_last; j++) {
-                const int ia = std::max(i0, j) - i0;
-                const int ib = std::min(i1 - 1, sh.local(h) ? j + sh.P - 1 : T - 1) - i0;
-                if (ia > ib) continue;
-                const int jj = j - k0;
-                weighted_rows<F, VB, HD>(
-                    scr.tmp.data(), scr.ds.data() + jj, kBK, ia, ib,
+            // dK, dV of the block += ds^T Q, p^T dO over the rows that see the block
+            const int ra = std::max(i0, k0) - i0;
+            const int rb = std::min(i1 - 1, sh.local(h) ? k_last + sh.P - 1 : T - 1) - i0;
+            if (ra <= rb) {
+                outer_accumulate<F, VB, HD>(
+                    scr.dkt.data() + (size_t)kb * hd * kBK, scr.ds.data(), ra, rb,
                     [&](int ri) { return q_at + (int64_t)(i0 + ri) * C3; }, hd);
-                F* dk = dk_at + (int64_t)j * C3;
-                for (int d = 0; d < hd; d++) dk[d] += scr.tmp[d];
-                weighted_rows<F, VB, HD>(
-                    scr.tmp.data(), scr.p.data() + jj, kBK, ia, ib,
+                outer_accumulate<F, VB, HD>(
+                    scr.dvt.data() + (size_t)kb * hd * kBK, scr.p.data(), ra, rb,
                     [&](int ri) { return do_at + (int64_t)(i0 + ri) * C; }, hd);
-                F* dv = dv_at + (int64_t)j * C3;
-                for (int d = 0; d < hd; d++) dv[d] += scr.tmp[d];
             }
         }
         for (int i = i0; i < i1; i++)
             std::copy(scr.dq.begin() + (size_t)(i - i0) * hd, scr.dq.begin() + (size_t)(i - i0 + 1) * hd,
                       dq_at + (int64_t)i * C3);
+    }
+    for (int j = 0; j < T; j++) {  // dk, dv rows from their transposed blocks
+        const F* kt_j = scr.dkt.data() + (size_t)(j / kBK) * hd * kBK + j % kBK;
+        const F* vt_j = scr.dvt.data() + (size_t)(j / kBK) * hd * kBK + j % kBK;
+        F* dk = dk_at + (int64_t)j * C3;
+        F* dv = dv_at + (int64_t)j * C3;
+        for (int d = 0; d < hd; d++) {
+            dk[d] = kt_j[d * kBK];
+            dv[d] = vt_j[d * kBK];
+        }
     }
 }
 
@@ -629,7 +667,7 @@ void backward(F* dqkv, const F* dout, const F* qkv, const F* out, const F* lse, 
 #pragma omp parallel
         {
             BwdScratch<F> scr;
-            scr.size(sh.hd);
+            scr.size(sh.hd, sh.key_blocks());
 #pragma omp for schedule(dynamic, 1)
             for (int64_t task = 0; task < ntasks; task++) {
                 const int h = (int)(task % sh.NH), b = (int)(task / sh.NH);
