@@ -35,6 +35,7 @@
 using namespace llmc::cpu;
 using llmc::adamw_update;  // backend-neutral host math (llmc/core/)
 using llmc::global_norm_squared;
+using llmc::cpu::Isa;
 using Vec = std::vector<double>;
 
 namespace {
@@ -468,6 +469,45 @@ TEST_CASE("classifier: cross-entropy + z-loss over the real vocabulary", "[cpu_o
         auto dlf = to_float(dlogits0);
         classifier_backward(dlf.data(), logitsf.data(), lsef.data(), targets.data(), (float)dloss, z, N, V, Vp);
         check_close(dlf, dlogits, 1e-5, 1e-6, "dlogits (float)");
+    }
+}
+
+TEST_CASE("classifier: every ISA twin on long rows against double", "[cpu_ops][classifier]") {
+    // rows long enough for the vector loops, the blocks of 8 vectors and the ragged tails
+    Rand rng;
+    INFO("seed " << rng.seed);
+    for (int V : {1, 7, 16, 100, 1000, 50257}) {
+        const int N = 3, Vp = V + 47;
+        Vec logits = rng.normal((size_t)N * Vp, 3.0);
+        for (int n = 0; n < N; n++)
+            for (int v = V; v < Vp; v++) logits[(size_t)n * Vp + v] = 100.0;  // padding: never read
+        const std::vector<int> targets = rng.ints(N, 0, V);
+        const float z = 0.1f;
+        const double dloss = 0.37;
+        Vec want_lse(N), want_loss(N), want_dl((size_t)N * Vp, 0.0);
+        for (int n = 0; n < N; n++) {
+            const double* l = &logits[(size_t)n * Vp];
+            double m = l[0], sum = 0;
+            for (int v = 0; v < V; v++) m = std::max(m, l[v]);
+            for (int v = 0; v < V; v++) sum += std::exp(l[v] - m);
+            want_lse[n] = m + std::log(sum);
+            want_loss[n] = want_lse[n] - l[targets[n]];
+            for (int v = 0; v < V; v++)
+                want_dl[(size_t)n * Vp + v] = dloss * std::exp(l[v] - want_lse[n]) * (1 + 2 * z * want_lse[n]);
+            want_dl[(size_t)n * Vp + targets[n]] -= dloss;
+        }
+        const std::vector<float> lf = to_float(logits);
+        for (Isa isa : {Isa::Base, Isa::Avx2, Isa::Avx512}) {
+            if (!isa_supported(isa)) continue;
+            INFO("V " << V << ", isa " << isa_name(isa));
+            std::vector<float> loss(N), zl(N), lse(N), dl((size_t)N * Vp, std::nanf(""));
+            classifier_forward(loss.data(), zl.data(), lse.data(), lf.data(), targets.data(), z, N, V, Vp,
+                               (OutputStats*)nullptr, isa);
+            classifier_backward(dl.data(), lf.data(), lse.data(), targets.data(), (float)dloss, z, N, V, Vp, isa);
+            check_close(lse, want_lse, 1e-6, 1e-6, "lse (float)");
+            check_close(loss, want_loss, 1e-6, 1e-6, "CE (float)");
+            check_close(dl, want_dl, 1e-5, 1e-8, "dlogits (float)");
+        }
     }
 }
 
