@@ -1,5 +1,5 @@
 // Tests of the CPU ops other than attention (llmc/cpu/{encoder,layernorm,matmul,gelu,residual,
-// classifier,adamw,global_norm}.h):
+// classifier,adamw,global_norm}.h; the vector exp and tanh: test_vec_exp.cpp, test_vec_tanh.cpp):
 //   - every forward against a naive implementation written here, in double;
 //   - every backward against central finite differences in double (eps 1e-6) of the scalar
 //     objective L = sum(out * R) for a random R, for every input and parameter element, with the
@@ -29,7 +29,6 @@
 #include "llmc/cpu/layernorm.h"
 #include "llmc/cpu/matmul.h"
 #include "llmc/cpu/residual.h"
-#include "llmc/cpu/vecmath.h"
 #include "llmc/core/error.h"
 
 using namespace llmc::cpu;
@@ -509,41 +508,6 @@ TEST_CASE("classifier: every ISA twin on long rows against double", "[cpu_ops][c
             check_close(dl, want_dl, 1e-5, 1e-8, "dlogits (float)");
         }
     }
-}
-
-TEST_CASE("vectorizable exp matches std::exp", "[cpu_ops][vecmath]") {
-    // every float in [-100, 0] on a fine grid, then the special values
-    double worst = 0, worst_below = 0;
-    for (int i = 0; i <= 2000000; i++) {
-        const float x = -100.0f + 100.0f * (float)i / 2000000.0f;
-        const double want = std::exp((double)x);
-        const double got = exp_fast(x);
-        if (x >= -87.0f) worst = std::max(worst, std::fabs(got - want) / want);
-        else worst_below = std::max(worst_below, got);  // clamped to exp(-87)
-    }
-    INFO("worst relative error " << worst << ", largest value below -87: " << worst_below);
-    CHECK(worst < 3e-7);  // a few float ulp
-    CHECK(worst_below <= 2e-38);
-    CHECK(exp_fast(0.0f) == 1.0f);
-    CHECK(exp_fast(-std::numeric_limits<float>::infinity()) <= 2e-38f);
-    CHECK(std::isnan(exp_fast(std::nanf(""))));
-    CHECK(std::isnan(exp_fast(-std::nanf(""))));
-}
-
-TEST_CASE("vectorizable tanh matches std::tanh", "[cpu_ops][vecmath]") {
-    double worst = 0;
-    for (int i = 0; i <= 2000000; i++) {
-        const float y = -20.0f + 40.0f * (float)i / 2000000.0f;
-        worst = std::max(worst, std::fabs((double)tanh_fast(y) - std::tanh((double)y)));
-    }
-    INFO("worst absolute error " << worst);
-    CHECK(worst < 2.5e-7);  // ~2 ulp of 1
-    CHECK(tanh_fast(0.0f) == 0.0f);
-    CHECK(tanh_fast(1e-30f) >= 0.0f);
-    CHECK(tanh_fast(-1e-30f) <= 0.0f);
-    CHECK(tanh_fast(std::numeric_limits<float>::infinity()) == 1.0f);
-    CHECK(tanh_fast(-std::numeric_limits<float>::infinity()) == -1.0f);
-    CHECK(std::isnan(tanh_fast(std::nanf(""))));
 }
 
 TEST_CASE("classifier refuses a target outside the vocabulary", "[cpu_ops][classifier]") {

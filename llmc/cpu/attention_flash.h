@@ -16,7 +16,7 @@
 // near mass (the same sum as l over the near keys i - j < N) and the max / min of s.
 //
 // Vectorization: the keys of a block are SIMD lanes: scores come from a register tile of R query
-// rows x BK keys against the block's keys stored transposed (hd, BK) once per call; exp, masking,
+// rows x BK keys against the block's keys stored transposed (hd, BK) once per call; exp, tanh, masking,
 // max and sums work on vectors of keys. Sums over keys of weighted head-dim rows (p_j v_j, and in the
 // backward ds_ij k_j) run over the head dimension in vectors, in U interleaved partial sums (key
 // a+u, a+u+U, ... into partial u, partials added as a tree) so that short head dimensions still keep
@@ -34,6 +34,7 @@
 
 #include "llmc/cpu/simd.h"
 #include "llmc/cpu/vec_exp.h"
+#include "llmc/cpu/vec_tanh.h"
 
 namespace llmc {
 namespace cpu {
@@ -202,7 +203,7 @@ LLMC_SIMD_INLINE void outer_accumulate(F* acc_t, const F* w, int r0, int r1, Row
 // Soft-cap of a vector of scores: c tanh(s / c), and t = tanh(s / c) for the backward.
 template <typename V>
 LLMC_SIMD_INLINE V softcap_vec(const V& s, simd::lane_t<V> cap, V& t) {
-    for (int k = 0; k < simd::lanes_of<V>(); k++) t[k] = std::tanh(s[k] / cap);
+    t = simd::vtanh(s / cap);
     return t * cap;
 }
 

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -40,13 +41,25 @@ inline void check_targets(const int* targets, int N, int V) {
     }
 }
 
+// lo, hi (L/2 doubles each) += the lower and upper halves of the float vector x (L floats).
+template <int VB>
+LLMC_SIMD_INLINE void add_to_double(typename simd::Vec<double, VB>::type& lo, typename simd::Vec<double, VB>::type& hi,
+                                    const typename simd::Vec<float, VB>::type& x) {
+    typedef typename simd::Vec<float, VB / 2>::type Vh;
+    typedef typename simd::Vec<double, VB>::type Vd;
+    Vh a, b;
+    std::memcpy(&a, &x, sizeof(Vh));
+    std::memcpy(&b, reinterpret_cast<const char*>(&x) + sizeof(Vh), sizeof(Vh));
+    lo += __builtin_convertvector(a, Vd);
+    hi += __builtin_convertvector(b, Vd);
+}
+
 // The row's max m and sum_v exp(l_v - m) over l (V) in vectors of VB bytes: exps summed in float
 // over blocks of 8 vectors, each block added into L/2-lane double partial sums; the ragged tail is
 // one vector padded with -inf (exp gives 0).
 template <int VB>
 LLMC_SIMD_INLINE void row_max_sumexp_body(const float* l, int V, float* max_out, double* sum_out) {
     typedef typename simd::Vec<float, VB>::type Vf;
-    typedef typename simd::Vec<float, VB / 2>::type Vh;
     typedef typename simd::Vec<double, VB>::type Vd;
     constexpr int L = simd::Vec<float, VB>::lanes, K = 8;
     const float ninf = -std::numeric_limits<float>::infinity();
@@ -61,24 +74,17 @@ LLMC_SIMD_INLINE void row_max_sumexp_body(const float* l, int V, float* max_out,
 
     const Vf m_v = simd::splat<Vf>(m);
     Vd acc_lo = simd::splat<Vd>(0.0), acc_hi = acc_lo;
-    auto add_block = [&](const Vf& blk) {  // float block sum -> the double partial sums
-        Vh lo, hi;
-        std::memcpy(&lo, &blk, sizeof(Vh));
-        std::memcpy(&hi, reinterpret_cast<const char*>(&blk) + sizeof(Vh), sizeof(Vh));
-        acc_lo += __builtin_convertvector(lo, Vd);
-        acc_hi += __builtin_convertvector(hi, Vd);
-    };
     v = 0;
     for (; v + K * L <= V; v += K * L) {
         Vf blk = simd::vexp(simd::load<Vf>(l + v) - m_v);
         for (int k = 1; k < K; k++) blk += simd::vexp(simd::load<Vf>(l + v + k * L) - m_v);
-        add_block(blk);
+        add_to_double<VB>(acc_lo, acc_hi, blk);
     }
-    for (; v + L <= V; v += L) add_block(simd::vexp(simd::load<Vf>(l + v) - m_v));
+    for (; v + L <= V; v += L) add_to_double<VB>(acc_lo, acc_hi, simd::vexp(simd::load<Vf>(l + v) - m_v));
     if (v < V) {
         float buf[L];
         for (int k = 0; k < L; k++) buf[k] = v + k < V ? l[v + k] : ninf;
-        add_block(simd::vexp(simd::load<Vf>(buf) - m_v));
+        add_to_double<VB>(acc_lo, acc_hi, simd::vexp(simd::load<Vf>(buf) - m_v));
     }
     *max_out = m;
     *sum_out = simd::hsum(acc_lo + acc_hi);

@@ -10,6 +10,8 @@
 // they are deterministic, and a machine always picks the same one.
 //
 // Widths: Base = 16 bytes (SSE2), Avx2 = 32 bytes (AVX2 + FMA), Avx512 = 64 bytes (AVX-512F).
+// No lambda may take or return a vector inside such a kernel: a lambda is compiled for the
+// baseline ISA, where a 32- or 64-byte vector crossing its call has another ABI (it crashed).
 #pragma once
 #include <array>
 #include <cstdint>
