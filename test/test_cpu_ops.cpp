@@ -1,5 +1,5 @@
 // Tests of the CPU ops other than attention (llmc/cpu/{encoder,layernorm,matmul,gelu,residual,
-// classifier,adamw,global_norm}.h):
+// classifier,adamw,global_norm}.h; the vector exp and tanh: test_vec_exp.cpp, test_vec_tanh.cpp):
 //   - every forward against a naive implementation written here, in double;
 //   - every backward against central finite differences in double (eps 1e-6) of the scalar
 //     objective L = sum(out * R) for a random R, for every input and parameter element, with the
@@ -29,12 +29,12 @@
 #include "llmc/cpu/layernorm.h"
 #include "llmc/cpu/matmul.h"
 #include "llmc/cpu/residual.h"
-#include "llmc/cpu/vecmath.h"
 #include "llmc/core/error.h"
 
 using namespace llmc::cpu;
 using llmc::adamw_update;  // backend-neutral host math (llmc/core/)
 using llmc::global_norm_squared;
+using llmc::cpu::Isa;
 using Vec = std::vector<double>;
 
 namespace {
@@ -471,39 +471,43 @@ TEST_CASE("classifier: cross-entropy + z-loss over the real vocabulary", "[cpu_o
     }
 }
 
-TEST_CASE("vectorizable exp matches std::exp", "[cpu_ops][vecmath]") {
-    // every float in [-100, 0] on a fine grid, then the special values
-    double worst = 0, worst_below = 0;
-    for (int i = 0; i <= 2000000; i++) {
-        const float x = -100.0f + 100.0f * (float)i / 2000000.0f;
-        const double want = std::exp((double)x);
-        const double got = exp_fast(x);
-        if (x >= -87.0f) worst = std::max(worst, std::fabs(got - want) / want);
-        else worst_below = std::max(worst_below, got);  // clamped to exp(-87)
+TEST_CASE("classifier: every ISA twin on long rows against double", "[cpu_ops][classifier]") {
+    // rows long enough for the vector loops, the blocks of 8 vectors and the ragged tails
+    Rand rng;
+    INFO("seed " << rng.seed);
+    for (int V : {1, 7, 16, 100, 1000, 50257}) {
+        const int N = 3, Vp = V + 47;
+        Vec logits = rng.normal((size_t)N * Vp, 3.0);
+        for (int n = 0; n < N; n++)
+            for (int v = V; v < Vp; v++) logits[(size_t)n * Vp + v] = 100.0;  // padding: never read
+        const std::vector<int> targets = rng.ints(N, 0, V);
+        const float z = 0.1f;
+        const double dloss = 0.37;
+        Vec want_lse(N), want_loss(N), want_dl((size_t)N * Vp, 0.0);
+        for (int n = 0; n < N; n++) {
+            const double* l = &logits[(size_t)n * Vp];
+            double m = l[0], sum = 0;
+            for (int v = 0; v < V; v++) m = std::max(m, l[v]);
+            for (int v = 0; v < V; v++) sum += std::exp(l[v] - m);
+            want_lse[n] = m + std::log(sum);
+            want_loss[n] = want_lse[n] - l[targets[n]];
+            for (int v = 0; v < V; v++)
+                want_dl[(size_t)n * Vp + v] = dloss * std::exp(l[v] - want_lse[n]) * (1 + 2 * z * want_lse[n]);
+            want_dl[(size_t)n * Vp + targets[n]] -= dloss;
+        }
+        const std::vector<float> lf = to_float(logits);
+        for (Isa isa : {Isa::Base, Isa::Avx2, Isa::Avx512}) {
+            if (!isa_supported(isa)) continue;
+            INFO("V " << V << ", isa " << isa_name(isa));
+            std::vector<float> loss(N), zl(N), lse(N), dl((size_t)N * Vp, std::nanf(""));
+            classifier_forward(loss.data(), zl.data(), lse.data(), lf.data(), targets.data(), z, N, V, Vp,
+                               (OutputStats*)nullptr, isa);
+            classifier_backward(dl.data(), lf.data(), lse.data(), targets.data(), (float)dloss, z, N, V, Vp, isa);
+            check_close(lse, want_lse, 1e-6, 1e-6, "lse (float)");
+            check_close(loss, want_loss, 1e-6, 1e-6, "CE (float)");
+            check_close(dl, want_dl, 1e-5, 1e-8, "dlogits (float)");
+        }
     }
-    INFO("worst relative error " << worst << ", largest value below -87: " << worst_below);
-    CHECK(worst < 3e-7);  // a few float ulp
-    CHECK(worst_below <= 2e-38);
-    CHECK(exp_fast(0.0f) == 1.0f);
-    CHECK(exp_fast(-std::numeric_limits<float>::infinity()) <= 2e-38f);
-    CHECK(std::isnan(exp_fast(std::nanf(""))));
-    CHECK(std::isnan(exp_fast(-std::nanf(""))));
-}
-
-TEST_CASE("vectorizable tanh matches std::tanh", "[cpu_ops][vecmath]") {
-    double worst = 0;
-    for (int i = 0; i <= 2000000; i++) {
-        const float y = -20.0f + 40.0f * (float)i / 2000000.0f;
-        worst = std::max(worst, std::fabs((double)tanh_fast(y) - std::tanh((double)y)));
-    }
-    INFO("worst absolute error " << worst);
-    CHECK(worst < 2.5e-7);  // ~2 ulp of 1
-    CHECK(tanh_fast(0.0f) == 0.0f);
-    CHECK(tanh_fast(1e-30f) >= 0.0f);
-    CHECK(tanh_fast(-1e-30f) <= 0.0f);
-    CHECK(tanh_fast(std::numeric_limits<float>::infinity()) == 1.0f);
-    CHECK(tanh_fast(-std::numeric_limits<float>::infinity()) == -1.0f);
-    CHECK(std::isnan(tanh_fast(std::nanf(""))));
 }
 
 TEST_CASE("classifier refuses a target outside the vocabulary", "[cpu_ops][classifier]") {

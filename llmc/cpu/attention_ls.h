@@ -5,17 +5,19 @@
 // Heads 0 .. NH-G-1 are local: query i sees keys max(0, i-P+1) .. i. Heads NH-G .. NH-1 are
 // global (causal): query i sees keys 0 .. i. Score s = q.k / sqrt(hd); the softmax sees
 // s' = softcap * tanh(s / softcap) when softcap > 0, else s. lse = logsumexp(s') per row.
-// A local head only ever touches the keys in its window, so it costs O(T * P); there is no
-// T x T buffer anywhere (one scratch row of <= T scores per thread).
+// A local head only ever touches the keys in its window (to the key block: 32 keys), so it costs
+// O(T * P); there is no T x T buffer anywhere. The kernel is llmc/cpu/attention_flash.h: blocks of
+// queries against blocks of keys with an online softmax, keys in SIMD lanes (docs/cpu_backend.md).
 //
 // Statistics (optional, per head): max / min of s, mean entropy of the softmax, and the near/far
 // split: key j of query i is near when i - j < near (default: P, for global heads too), else far;
 // the softmax mass on near keys and the max of s over near keys and over far keys.
 //
-// Determinism: results are bit-identical for any OpenMP thread count. The forward parallelizes
-// over independent (b, h, row-chunk) tasks and merges the statistics partials in a fixed order;
-// the backward parallelizes over (b, h), whose gradients live in disjoint channel slices, and
-// walks the queries in order inside.
+// Determinism: results are bit-identical for any OpenMP thread count. A query row's result
+// depends only on its visible keys and the fixed grid of key blocks, never on which task or
+// thread computes it. The forward parallelizes over independent (b, h, query block) tasks and
+// merges the statistics partials in a fixed order; the backward parallelizes over (b, h), whose
+// gradients live in disjoint channel slices, and walks the query and key blocks in order inside.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -25,6 +27,8 @@
 #include <vector>
 
 #include "llmc/core/error.h"
+#include "llmc/cpu/attention_flash.h"
+#include "llmc/cpu/simd.h"
 
 namespace llmc {
 namespace cpu {
@@ -66,108 +70,37 @@ inline int attention_key_lo(int i, int h, int NH, int G, int P) {
     return local ? std::max(0, i - P + 1) : 0;
 }
 
+// The call's shape for the kernel (llmc/cpu/attention_flash.h); near = 0 means P.
+template <typename F>
+flash::Shape<F> attention_shape(int B, int T, int C, int NH, int G, int P, float softcap, int near) {
+    const int hd = C / NH;
+    return flash::Shape<F>{B, T, C, NH, G, P, hd, near > 0 ? near : P, F(1) / std::sqrt(F(hd)), F(softcap)};
+}
+
 // out: (B, T, C) attention output, heads concatenated in head order.
 // lse: (B, NH, T) logsumexp of each row's (capped) scores, kept for the backward.
 // qkv: (B, T, 3C). stats: NH entries merged into, or nullptr.
 // near: the near/far distance N of the statistics (keys with i - j < N are near); 0 = P.
+// isa: the kernel twin (llmc/cpu/simd.h); the default is the widest this CPU runs.
 template <typename F>
 void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH, int G, int P, float softcap,
-                       AttnHeadStats* stats, int near = 0) {
+                       AttnHeadStats* stats, int near = 0, Isa isa = isa_best()) {
     attention_check_args(B, T, C, NH, G, P);
     if (near < 0)
         throw InputError("attention: near distance " + std::to_string(near) +
                          " must be >= 1 (0 = the window P); change --near");
-    const int near_n = near > 0 ? near : P;
-    const int hd = C / NH;
-    const int C3 = 3 * C;
-    const F scale = F(1) / std::sqrt(F(hd));
-    const F cap = F(softcap);
-    const bool capped = softcap > 0.0f;
+    const flash::Shape<F> sh = attention_shape<F>(B, T, C, NH, G, P, softcap, near);
+    // one partial per (b, h, query block), merged below in that order: independent of the threads
+    const int nqb = (T + flash::kBQ - 1) / flash::kBQ;
+    std::vector<flash::TaskStats> partial(stats ? (size_t)B * NH * nqb : 0);
+    flash::forward(out, lse, qkv, sh, stats ? partial.data() : nullptr, isa);
 
-    // Rows are processed in fixed chunks so the statistics partials do not depend on the
-    // thread count: one partial per (b, h, chunk), merged below in that order.
-    const int chunk = 32;
-    const int nchunks = (T + chunk - 1) / chunk;
-    const int64_t ntasks = (int64_t)B * NH * nchunks;
-    std::vector<AttnHeadStats> partial(stats ? ntasks : 0);
-
-#pragma omp parallel
-    {
-        std::vector<F> srow(T);  // capped scores s' of the current row (only [0, i-lo] used)
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t task = 0; task < ntasks; task++) {
-            const int c = (int)(task % nchunks);
-            const int h = (int)((task / nchunks) % NH);
-            const int b = (int)(task / ((int64_t)nchunks * NH));
-            float smax = -std::numeric_limits<float>::infinity();
-            float smin = std::numeric_limits<float>::infinity();
-            float near_max = -std::numeric_limits<float>::infinity();
-            float far_max = -std::numeric_limits<float>::infinity();
-            double ent_sum = 0.0, near_mass_sum = 0.0;
-            const int i_end = std::min(T, (c + 1) * chunk);
-            for (int i = c * chunk; i < i_end; i++) {
-                const int lo = attention_key_lo(i, h, NH, G, P);
-                const int n = i - lo + 1;  // number of keys this row sees
-                // keys lo .. lo+jn-1 are far (i - j >= near_n), lo+jn .. i near
-                const int jn = std::max(0, i - near_n + 1 - lo);
-                const F* q = qkv + ((int64_t)b * T + i) * C3 + h * hd;  // (hd)
-
-                // scores s, capped scores s', and their max
-                F row_max = -std::numeric_limits<F>::infinity();
-                for (int jj = 0; jj < n; jj++) {
-                    const F* k = qkv + ((int64_t)b * T + lo + jj) * C3 + C + h * hd;  // (hd)
-                    F s = 0;
-                    for (int d = 0; d < hd; d++) s += q[d] * k[d];
-                    s *= scale;
-                    smax = std::max(smax, (float)s);
-                    smin = std::min(smin, (float)s);
-                    if (jj < jn) far_max = std::max(far_max, (float)s);
-                    else near_max = std::max(near_max, (float)s);
-                    F sc = capped ? cap * std::tanh(s / cap) : s;
-                    srow[jj] = sc;
-                    row_max = std::max(row_max, sc);
-                }
-                // exp and sum; srow becomes the unnormalized probabilities
-                F sum = 0;
-                F sum_es = 0;  // sum of exp(s'-max) * (s'-max), for the entropy
-                for (int jj = 0; jj < n; jj++) {
-                    F z = srow[jj] - row_max;
-                    F e = std::exp(z);
-                    srow[jj] = e;
-                    sum += e;
-                    sum_es += e * z;
-                }
-                const F inv_sum = F(1) / sum;
-                lse[((int64_t)b * NH + h) * T + i] = row_max + std::log(sum);
-                // entropy = lse - sum_j p_j s'_j = log(sum) - sum_j p_j (s'_j - max)
-                ent_sum += (double)std::log(sum) - (double)(sum_es * inv_sum);
-                if (stats) {  // mass on the near keys; exactly 1 when every key is near
-                    F near_e = 0;
-                    for (int jj = jn; jj < n; jj++) near_e += srow[jj];
-                    near_mass_sum += jn == 0 ? 1.0 : (double)(near_e * inv_sum);
-                }
-
-                // out_i = sum_j p_j v_j
-                F* o = out + ((int64_t)b * T + i) * C + h * hd;  // (hd)
-                for (int d = 0; d < hd; d++) o[d] = 0;
-                for (int jj = 0; jj < n; jj++) {
-                    const F* v = qkv + ((int64_t)b * T + lo + jj) * C3 + 2 * C + h * hd;  // (hd)
-                    F p = srow[jj] * inv_sum;
-                    for (int d = 0; d < hd; d++) o[d] += p * v[d];
-                }
-            }
-            if (stats)
-                partial[task] =
-                    AttnHeadStats{smax, smin, ent_sum, (int64_t)(i_end - c * chunk), near_mass_sum, near_max, far_max};
-        }
-    }
-
-    if (stats) {  // fixed-order merge: head, then batch, then chunk
+    if (stats) {  // fixed-order merge: head, then batch, then query block
         for (int h = 0; h < NH; h++) {
             AttnHeadStats& st = stats[h];
             for (int b = 0; b < B; b++) {
-                for (int c = 0; c < nchunks; c++) {
-                    const AttnHeadStats& p = partial[((int64_t)b * NH + h) * nchunks + c];
+                for (int c = 0; c < nqb; c++) {
+                    const flash::TaskStats& p = partial[((size_t)b * NH + h) * nqb + c];
                     st.max_logit = std::max(st.max_logit, p.max_logit);
                     st.min_logit = std::min(st.min_logit, p.min_logit);
                     st.entropy_sum += p.entropy_sum;
@@ -181,7 +114,7 @@ void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH
     }
 }
 
-// Backward, FlashAttention-style: p is recomputed from the saved lse (no stored probabilities).
+// Backward, FlashAttention-2 style: p is recomputed from the saved lse (no stored probabilities).
 // For each query row i: D_i = dout_i . out_i, and for each visible key j:
 //   p_ij = exp(s'_ij - lse_i);  dp_ij = dout_i . v_j;  ds'_ij = p_ij (dp_ij - D_i);
 //   ds_ij = ds'_ij * (1 - tanh^2(s_ij / c)) when capped;
@@ -189,69 +122,9 @@ void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH
 // dqkv: (B, T, 3C), overwritten. dout, out: (B, T, C). lse: (B, NH, T) from the forward.
 template <typename F>
 void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* out, const F* lse, int B, int T, int C, int NH,
-                        int G, int P, float softcap) {
+                        int G, int P, float softcap, Isa isa = isa_best()) {
     attention_check_args(B, T, C, NH, G, P);
-    const int hd = C / NH;
-    const int C3 = 3 * C;
-    const F scale = F(1) / std::sqrt(F(hd));
-    const F cap = F(softcap);
-    const bool capped = softcap > 0.0f;
-
-    // One task per (b, h): its gradients are the channel slice h*hd.. of batch b's rows, which no
-    // other task writes, and the queries are walked in order, so the sums are deterministic.
-#pragma omp parallel
-    {
-        std::vector<F> dq(hd);  // dq of the current query row, added to dqkv once at the end
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t task = 0; task < (int64_t)B * NH; task++) {
-            const int h = (int)(task % NH);
-            const int b = (int)(task / NH);
-            for (int j = 0; j < T; j++) {  // dk, dv of this slice sum over the queries below: start at 0
-                F* dkv = dqkv + ((int64_t)b * T + j) * C3 + h * hd;
-                for (int d = 0; d < hd; d++) dkv[C + d] = dkv[2 * C + d] = 0;
-            }
-            for (int i = 0; i < T; i++) {
-                const int lo = attention_key_lo(i, h, NH, G, P);
-                const int64_t row_i = ((int64_t)b * T + i);
-                const F* q = qkv + row_i * C3 + h * hd;   // (hd)
-                const F* go = dout + row_i * C + h * hd;  // (hd)
-                const F* o = out + row_i * C + h * hd;    // (hd)
-                const F row_lse = lse[((int64_t)b * NH + h) * T + i];
-                F D = 0;
-                for (int d = 0; d < hd; d++) D += go[d] * o[d];
-                for (int d = 0; d < hd; d++) dq[d] = 0;
-
-                for (int j = lo; j <= i; j++) {
-                    const int64_t row_j = ((int64_t)b * T + j);
-                    const F* k = qkv + row_j * C3 + C + h * hd;      // (hd)
-                    const F* v = qkv + row_j * C3 + 2 * C + h * hd;  // (hd)
-                    F* dk = dqkv + row_j * C3 + C + h * hd;
-                    F* dv = dqkv + row_j * C3 + 2 * C + h * hd;
-                    F s = 0;
-                    for (int d = 0; d < hd; d++) s += q[d] * k[d];
-                    s *= scale;
-                    F t = 0, sc = s;
-                    if (capped) {
-                        t = std::tanh(s / cap);
-                        sc = cap * t;
-                    }
-                    const F p = std::exp(sc - row_lse);
-                    F dp = 0;
-                    for (int d = 0; d < hd; d++) dp += go[d] * v[d];
-                    F ds = p * (dp - D);
-                    if (capped) ds *= (F(1) - t * t);
-                    ds *= scale;
-                    for (int d = 0; d < hd; d++) {
-                        dq[d] += ds * k[d];
-                        dk[d] += ds * q[d];
-                        dv[d] += p * go[d];
-                    }
-                }
-                F* dqi = dqkv + row_i * C3 + h * hd;
-                for (int d = 0; d < hd; d++) dqi[d] = dq[d];
-            }
-        }
-    }
+    flash::backward(dqkv, dout, qkv, out, lse, attention_shape<F>(B, T, C, NH, G, P, softcap, 0), isa);
 }
 
 }  // namespace cpu

@@ -134,15 +134,15 @@ public:
     // Mean CE + mean z-loss of the last forward with targets, in F precision (what backward differentiates).
     double objective() const { return mean_loss_ + mean_zloss_; }
     // probs (T, T): the attention probabilities of head h of layer l for sequence b of the last
-    // forward, recomputed from its stored attention input (llmc/cpu/attention_probs.h).
+    // forward, recomputed from its stored attention input and log-sum-exp (llmc/cpu/attention_probs.h).
     void attention_probs(int layer, int head, int b, float* probs) const {
         if (B_ < 1) throw std::logic_error("Gpt2Cpu::attention_probs needs a preceding forward");
         if (layer < 0 || layer >= cfg_.num_layers)
             throw InputError("attention_probs: layer " + std::to_string(layer) + " out of range (the model has " +
                              std::to_string(cfg_.num_layers) + " layers)");
-        const F* att_in = acts_.layer(layer, (size_t)B_ * T_).att_in();  // (B, T, 3C)
-        cpu::attention_probs(probs, att_in, b, head, B_, T_, cfg_.channels, cfg_.num_heads, cfg_.global_heads,
-                             cfg_.window, cfg_.attn_softcap);
+        const LayerActs<const F, const F> la = acts_.layer(layer, (size_t)B_ * T_);
+        cpu::attention_probs(probs, la.att_in(), la.att_lse, b, head, B_, T_, cfg_.channels, cfg_.num_heads,
+                             cfg_.global_heads, cfg_.window, cfg_.attn_softcap);
     }
 
     // inputs, targets: (B, T) token ids in [0, V); targets may be nullptr (logits only).

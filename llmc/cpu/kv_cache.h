@@ -11,9 +11,9 @@
 // so it is flat in max_len for the local heads and linear for the global ones.
 //
 // attention_decode computes, for every sequence b and head h, the attention of ONE new query at
-// position t against the cached keys lo..t in increasing position order, with exactly the per-row
-// arithmetic of llmc/cpu/attention_ls.h's attention_forward (same operations in the same order),
-// so a cached decode step gives bit-identical outputs to the full forward's row t.
+// position t against the cached keys lo..t, with the row arithmetic of the forward's kernel
+// (llmc/cpu/attention_flash.h: the same key-block grid and per-row operations), so a cached decode
+// step gives bit-identical outputs to the full forward's row t.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -26,6 +26,8 @@
 #include "llmc/core/batch_check.h"
 #include "llmc/core/error.h"
 #include "llmc/core/model_config.h"
+#include "llmc/cpu/attention_flash.h"
+#include "llmc/cpu/simd.h"
 
 namespace llmc {
 namespace cpu {
@@ -99,52 +101,22 @@ struct KvCache {
 // out: (B, C) attention output of the query at position t, heads concatenated.
 // qkv: (B, 3C) the new position's qkv row per sequence (only q, channels [0, C), is read; its k
 // and v must already be stored at position t of layer l). Keys lo..t of each head must be cached.
+// isa: the kernel twin; the forward's row t is bit-identical only with the same twin (the default).
 template <typename F>
-void attention_decode(F* out, const F* qkv, const KvCache<F>& cache, int l, int t, float softcap) {
+void attention_decode(F* out, const F* qkv, const KvCache<F>& cache, int l, int t, float softcap,
+                      Isa isa = isa_best()) {
     const int B = cache.B, NH = cache.NH, hd = cache.hd, C = NH * hd;
     if (t < 0 || t >= cache.max_len || l < 0 || l >= cache.L)
         throw InputError("attention_decode: position " + std::to_string(t) + " / layer " + std::to_string(l) +
                          " outside the cache (max_len " + std::to_string(cache.max_len) + ", " +
                          std::to_string(cache.L) + " layers)");
-    const F scale = F(1) / std::sqrt(F(hd));
-    const F cap = F(softcap);
-    const bool capped = softcap > 0.0f;
-#pragma omp parallel
-    {
-        std::vector<F> srow((size_t)t + 1);  // scores of the current row (only [0, t-lo] used)
-#pragma omp for schedule(static)
-        for (int task = 0; task < B * NH; task++) {
-            const int b = task / NH, h = task % NH;
-            const int lo = cache.key_lo(t, h);
-            const int n = t - lo + 1;
-            const F* q = qkv + (size_t)b * 3 * C + h * hd;  // (hd)
-            // The same operations, in the same order, as attention_forward's row loop.
-            F row_max = -std::numeric_limits<F>::infinity();
-            for (int jj = 0; jj < n; jj++) {
-                const F* k = cache.k_row(l, b, h, lo + jj);  // (hd)
-                F s = 0;
-                for (int d = 0; d < hd; d++) s += q[d] * k[d];
-                s *= scale;
-                F sc = capped ? cap * std::tanh(s / cap) : s;
-                srow[jj] = sc;
-                row_max = std::max(row_max, sc);
-            }
-            F sum = 0;
-            for (int jj = 0; jj < n; jj++) {
-                F e = std::exp(srow[jj] - row_max);
-                srow[jj] = e;
-                sum += e;
-            }
-            const F inv_sum = F(1) / sum;
-            F* o = out + (size_t)b * C + h * hd;  // (hd)
-            for (int d = 0; d < hd; d++) o[d] = 0;
-            for (int jj = 0; jj < n; jj++) {
-                const F* v = cache.v_row(l, b, h, lo + jj);  // (hd)
-                F p = srow[jj] * inv_sum;
-                for (int d = 0; d < hd; d++) o[d] += p * v[d];
-            }
-        }
-    }
+    // the shape as the forward sees it (T = t + 1: only the key grid and the window matter)
+    const flash::Shape<F> sh{B, t + 1, C, NH, cache.G, cache.P, hd, cache.P, F(1) / std::sqrt(F(hd)), F(softcap)};
+    flash::decode(
+        sh, t, [&](int b, int h) { return qkv + (size_t)b * 3 * C + h * hd; },
+        [&](int b, int h, int j) { return cache.k_row(l, b, h, j); },
+        [&](int b, int h, int j) { return cache.v_row(l, b, h, j); },
+        [&](int b, int h) { return out + (size_t)b * C + h * hd; }, isa);
 }
 
 }  // namespace cpu
