@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One call of a lent GPU machine, inside a fixed time budget: runs scripts/gpu_check.sh part after
+# part, each limited to the time still left, and always leaves the report and every step's log in
+# the output folder (a part cut off by the budget loses nothing already recorded).
+#
+#   scripts/gpu_lease.sh BUDGET_S PARTS [PARTS...]
+#
+# BUDGET_S: seconds for the whole script (keep it under the call's limit; 20 s are kept back for the
+# report and the log archive). Each PARTS is one --part argument of gpu_check.sh (e.g.
+# "build,test" "train" "labs"), run in the order given while time is left.
+# Output ($OUT, else out/gpu_check): report.txt, report.json (every step recorded on this machine),
+# logs.tar.gz (build/gpu_check: every step's full log and the benchmarks' JSON).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+budget=${1:?usage: scripts/gpu_lease.sh BUDGET_S PARTS [PARTS...]}
+shift
+[ $# -gt 0 ] || { echo "error: name at least one part (e.g. build,test)" >&2; exit 2; }
+out=${OUT:-out/gpu_check}
+mkdir -p "$out"
+reserve=20
+status=0
+for parts in "$@"; do
+    left=$(( budget - reserve - SECONDS ))
+    if [ $left -lt 30 ]; then echo "gpu_lease: no time left for part '$parts' (${left}s)" >&2; status=1; break; fi
+    echo "gpu_lease: part '$parts' with ${left}s left" >&2
+    timeout --kill-after=5 "$left" scripts/gpu_check.sh --part "$parts" --out "$out" || status=1
+done
+tar czf "$out/logs.tar.gz" build/gpu_check 2>/dev/null
+exit $status
