@@ -67,7 +67,7 @@ bool check_forward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int OC, bo
     lab::round_to_floatX(b);
     std::vector<float> pre((size_t)N * OC), out((size_t)N * OC);
     llmc::cpu::matmul_forward<float>(pre.data(), inp.data(), w.data(), with_bias ? b.data() : nullptr, N, IC, OC);
-    if (gelu) llmc::cpu::gelu_forward<float>(out.data(), pre.data(), out.size());
+    if (gelu) llmc::cpu::gelu_forward(out.data(), pre.data(), out.size());
 
     const Offset<floatX> d_inp(inp, ox), d_w(w, ox), d_b(b, ox);
     const Offset<floatX> d_out((size_t)N * OC, ox), d_pre((size_t)N * OC, ox), d_out2((size_t)N * OC, ox);

@@ -5,6 +5,8 @@
 // covered on the CPU by test/test_mpi.py. Exit 0 = pass, 1 = fail or no GPU, 77 = SKIPPED (built
 // without NCCL: nothing tested; gpu_test::kSkipExitCode).
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <cstdio>
 #include <random>
 #include <vector>
@@ -40,6 +42,14 @@ int main() {
         size_t bad = 0;
         for (size_t i = 0; i < n; i++) bad += !(out[i] == x[i]);  // NaN never passes
         std::printf("%-34s %s (%zu of %zu elements differ)\n", what, bad ? "FAIL" : "ok", bad, n);
+        for (size_t i = 0, shown = 0; i < n && shown < 5; i++)  // the first differences, bits included
+            if (!(out[i] == x[i])) {
+                uint32_t got_bits, want_bits;
+                std::memcpy(&got_bits, &out[i], 4);
+                std::memcpy(&want_bits, &x[i], 4);
+                std::printf("    [%zu] got %.9g (0x%08x) want %.9g (0x%08x)\n", i, out[i], got_bits, x[i], want_bits);
+                shown++;
+            }
         failures += bad != 0;
     };
     auto poison = [&]() { std::fill(out.begin(), out.end(), std::nanf("")); };
@@ -55,15 +65,19 @@ int main() {
         CUDA_CHECK(cudaMemcpy(out.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
         expect_equal("all_reduce device");
     }
-    poison();
-    comm.reduce_scatter(x.data(), out.data(), n, ReduceOp::Avg);
-    expect_equal("reduce_scatter host");
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+        poison();
+        comm.reduce_scatter(x.data(), out.data(), n, op);
+        expect_equal(op == ReduceOp::Sum ? "reduce_scatter host sum" : "reduce_scatter host avg");
+    }
     CUDA_CHECK(cudaMemcpy(d, x.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-    poison_dev(d2);
-    comm.reduce_scatter(d, d2, n, ReduceOp::Sum);
-    poison();
-    CUDA_CHECK(cudaMemcpy(out.data(), d2, n * sizeof(float), cudaMemcpyDeviceToHost));
-    expect_equal("reduce_scatter device");
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+        poison_dev(d2);
+        comm.reduce_scatter(d, d2, n, op);
+        poison();
+        CUDA_CHECK(cudaMemcpy(out.data(), d2, n * sizeof(float), cudaMemcpyDeviceToHost));
+        expect_equal(op == ReduceOp::Sum ? "reduce_scatter device sum" : "reduce_scatter device avg");
+    }
     poison();
     comm.all_gather(x.data(), out.data(), n);
     expect_equal("all_gather host");
