@@ -1,7 +1,8 @@
 // The NCCL collective (llmc/cuda/collective_nccl.cuh) with one rank on one GPU: every operation
 // on device buffers and on host buffers (the staged path), fresh random data, outputs poisoned
 // with NaN first, every element checked (with one rank: all_reduce/reduce_scatter/all_gather/
-// broadcast return the input, Avg = Sum, Max = Min = the value). The multi-rank logic is
+// broadcast return the input, Avg = Sum, Max = Min = the value; the reductions are then copies that
+// never reach NCCL, whose one-rank Avg drops the tail before 2.29.7). The multi-rank logic is
 // covered on the CPU by test/test_mpi.py. Exit 0 = pass, 1 = fail or no GPU, 77 = SKIPPED (built
 // without NCCL: nothing tested; gpu_test::kSkipExitCode).
 #include <cmath>
