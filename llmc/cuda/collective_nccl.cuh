@@ -128,8 +128,7 @@ private:
     // leaves the last elements of a one-rank ncclAvg unwritten (NVIDIA/nccl#1950; seen on an H200 with
     // 2.28.3: the last 3 of 100003 floats of a reduce_scatter, test/gpu/test_collective_nccl.cu).
     void one_rank_copy(float* recv, const float* send, size_t count) {
-        if (recv != send)
-            CUDA_CHECK(cudaMemcpyAsync(recv, send, count * sizeof(float), cudaMemcpyDefault, stream_));
+        if (recv != send) CUDA_CHECK(cudaMemcpyAsync(recv, send, count * sizeof(float), cudaMemcpyDefault, stream_));
         CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
     static bool is_device(const void* p) {
