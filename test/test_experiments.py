@@ -1,7 +1,7 @@
 """Tests of the experiment scripts (docs/experiments.md): scripts/plot_run.py on a tiny real run (files
 written, every summary value equal to the number recomputed here from the jsonl files, a partial last
 line ignored, a damaged middle line refused), its own spike rule on hand-made records, and the CPU
-smoke modes of scripts/exp_synthetic.sh and scripts/exp_pg19.sh.
+smoke modes of scripts/exp_synthetic.sh, scripts/exp_pg19.sh and scripts/exp_text_ratio.sh.
 
 The trainer is $TRAINER, else $TRAIN_GPT2_LS, else the repository's ./train_gpt2_ls (`make` builds it).
 """
@@ -234,3 +234,41 @@ def test_exp_pg19_smoke(tmp_path):
     assert json.loads((out / "runs" / "ls" / "config.json").read_text())["model"]["global_heads"] == 1
     for name in ["pg19_loss.png", "pg19_logits.svg", "pg19_entropy.png"]:
         assert (out / "plots" / name).stat().st_size > 1000, name
+
+
+def test_exp_text_ratio_smoke_and_resume(tmp_path):
+    """scripts/exp_text_ratio.sh --smoke: every planned run trains with its variant's flags and the near/far
+    statistics, the summary has one row per run (T = ratio x C, near mass only where there are global heads),
+    and a second start skips the finished runs."""
+    need_trainer()
+    if not (SHARED / "pg19" / "pg45265.txt").exists():
+        pytest.skip(f"no PG-19 books at {SHARED / 'pg19'} (set SHARED_DATA)")
+    out = tmp_path / "ratio"
+    cmd = ["bash", REPO / "scripts" / "exp_text_ratio.sh", "--smoke", "--out", out, "--source", SHARED / "pg19",
+           "--variants", "mhsa ls local mhsa_qkclip", "--jobs", "2"]
+    p = sh(cmd, timeout=600)
+    names = sorted(d.name for d in (out / "runs").iterdir() if d.is_dir())
+    assert names == sorted([f"r{r}_{v}_s1" for r in (2, 4) for v in ("mhsa", "ls", "local", "mhsa_qkclip")]
+                           + ["r2_mhsa_s2", "r2_ls_s2"])
+    for name in names:
+        cfg = json.loads((out / "runs" / name / "config.json").read_text())
+        ratio, variant = int(name[1:].split("_")[0]), name.split("_", 1)[1].rsplit("_s", 1)[0]
+        assert cfg["train"]["seq_len"] == ratio * cfg["model"]["channels"] == ratio * 16
+        assert cfg["model"]["global_heads"] == {"mhsa": 2, "mhsa_qkclip": 2, "ls": 1, "local": 0}[variant]
+        assert cfg["train"]["near"] == cfg["model"]["window"] == 4
+        assert (cfg["train"]["qk_clip"] > 0) == (variant == "mhsa_qkclip")
+        stats = records(out / "runs" / name / "logit_stats.jsonl")
+        assert "near_mass" in stats[-1]["attn"][0]
+    lines = [ln for ln in (out / "summary.md").read_text().splitlines() if ln.startswith("|")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = [dict(zip(head, [c.strip() for c in ln.strip("|").split("|")])) for ln in lines[2:]]
+    assert len(rows) == len(names)
+    for r in rows:
+        assert r["T"] == str(int(r["T/C"]) * 16) and r["steps"] == "6"
+        assert (r["near mass (global heads)"] == "-") == (r["variant"] == "local")
+        if r["variant"] != "local":
+            assert 0 < float(r["near mass (global heads)"]) <= 1
+    assert (out / "plots" / "all_ratio.png").stat().st_size > 1000
+    again = sh(cmd, timeout=300)
+    assert "== " not in again.stderr.replace("== summary", ""), again.stderr  # nothing trained again
+    assert "summary" in p.stderr

@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""The table of a T/C experiment (scripts/exp_text_ratio.sh): one row per run, sorted by T/C, variant
+and seed, as markdown on stdout.
+
+    scripts/exp_summary.py RUN_DIR [RUN_DIR ...] [--threshold X]
+
+Columns: T/C, T, variant (from the directory name r<ratio>_<variant>_s<seed>, else the config),
+seed, steps, tokens, final validation loss and perplexity, peak max-logit and its step, final
+max-logit (the last step's), the first step whose max-logit exceeds --threshold, loss spikes,
+non-finite steps, and the near mass of the global heads at the last statistics record (mean over
+layers and global heads of the attention mass on keys with i - j < N; "-" for runs without global
+heads or without near/far statistics), and the run's wall-clock hours (sum of the steps' ms).
+The numbers are those of scripts/plot_run.py (its reader and summary row), not recomputed here.
+"""
+import argparse
+import math
+import os
+import re
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import plot_run  # noqa: E402  (the reader and the summary row of every run plot)
+
+
+def name_parts(path, config):
+    """(ratio, variant, seed) from r<ratio>_<variant>_s<seed>, else from the config (variant '?')."""
+    m = re.fullmatch(r"r(\d+)_(\w+?)_s(\d+)", os.path.basename(os.path.normpath(path)))
+    if m:
+        return int(m.group(1)), m.group(2), int(m.group(3))
+    train, model = (config or {}).get("train", {}), (config or {}).get("model", {})
+    t, c = train.get("seq_len"), model.get("channels")
+    return (t // c if t and c else None), "?", train.get("seed")
+
+
+def global_near_mass(run):
+    """Mean near mass over layers and global heads at the last record with near/far fields, or None."""
+    arrays = plot_run.near_far_arrays(run)
+    if arrays is None:
+        return None
+    _, mass, _, _, is_global, _ = arrays
+    g = np.array(is_global, dtype=bool)
+    if not g.any():
+        return None
+    last = mass[-1][:, g]
+    return float(np.nanmean(last)) if np.isfinite(last).any() else None
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    ap.add_argument("--threshold", type=float, default=20.0)
+    a = ap.parse_args(argv)
+    rows = []
+    for path in a.runs:
+        try:
+            run = plot_run.Run(path)
+        except plot_run.PlotError as e:
+            sys.exit(f"error: {e}")
+        train = (run.config or {}).get("train", {})
+        ratio, variant, seed = name_parts(path, run.config)
+        s = plot_run.summarize(run, a.threshold)
+        last_ml = plot_run.num(run.train[-1].get("max_attn_logit")) if run.train else float("nan")
+        hours = sum(plot_run.num(r.get("ms")) for r in run.train if math.isfinite(plot_run.num(r.get("ms")))) / 3.6e6
+        T = train.get("seq_len")
+        per_step = train.get("total_batch_size") or -1  # -1: one micro-batch of B x T per step
+        per_step = per_step if per_step > 0 else train.get("batch_size", 0) * (T or 0)
+        tokens = s["steps"] * per_step if per_step else None
+        rows.append(((ratio or 0, variant, seed or 0), [
+            plot_run.fmt(ratio), plot_run.fmt(T), variant, plot_run.fmt(seed), plot_run.fmt(s["steps"]),
+            plot_run.fmt(tokens), plot_run.fmt(s["final_val_loss"]), plot_run.fmt(s["val_ppl"], ".2f"),
+            plot_run.fmt(s["peak_max_logit"], ".2f"), plot_run.fmt(s["peak_step"]), plot_run.fmt(last_ml, ".2f"),
+            plot_run.fmt(s["first_cross"]), plot_run.fmt(s["spikes"]), plot_run.fmt(s["nonfinite"]),
+            plot_run.fmt(global_near_mass(run), ".3f"), plot_run.fmt(hours, ".2f")]))
+    head = ["T/C", "T", "variant", "seed", "steps", "tokens", "final val loss", "val ppl", "peak max-logit", "at step",
+            "final max-logit", f"first step > {a.threshold:g}", "loss spikes", "non-finite", "near mass (global heads)",
+            "hours"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for _, cells in sorted(rows, key=lambda r: (r[0][0], str(r[0][1]), r[0][2])):
+        print("| " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()

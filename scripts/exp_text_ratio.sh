@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# The paper's mechanism on real text at CPU scale (issue 29; docs/experiments.md, "Real text"):
+# small models at fixed width C, the sequence length T varied so that T/C = 8, 16, 32, on PG-19 (or
+# WikiText-2) with a small SentencePiece vocabulary. Per ratio the variants below, same seed, data
+# order and budget; extra seeds for MHSA and LS at the key ratio.
+#
+#   scripts/exp_text_ratio.sh [--out DIR] [--corpus pg19|wikitext2] [--data DIR] [--source DIR]
+#                             [--ratios "16 32 8"] [--variants "mhsa ls ..."] [--seeds "1"]
+#                             [--key-ratio R] [--key-seeds "2"] [--steps N] [--jobs J] [--smoke]
+#                             [--plots-only]
+#
+# Variants: mhsa (G = NH), ls (G = 1, window P), local (G = 0), mhsa_qknorm, mhsa_zloss (1e-4),
+# mhsa_softcap (--attn-softcap SOFTCAP), mhsa_qkclip (--qk-clip QKCLIP). Every run records the
+# near/far statistics with N = P (`--near`), so the global heads' short-range mass is measured at
+# every ratio, and checkpoints on a logit alarm (z-score > 8 against the last 100 steps).
+# Defaults: L 2, C 32, NH 4 (hd 8), so T = 256, 512, 1024; P 32 at every T (the short range of text
+# does not grow with T); 8192 tokens per step (B = 8192 / T), 4000 steps, lr 3e-3 cosine to 10%,
+# warmup 200; SentencePiece vocabulary 1024; one thread per run (--jobs runs at a time; run it under
+# `nice`). Soft-cap and QK-Clip at 30: this size's MHSA logits stay far below the paper-scale values
+# (50, 100), which would never act. Priority order of the runs: MHSA and LS at every ratio (as
+# given), all-local at every ratio, the extra seeds, the stabilizers at the key ratio, then at the
+# other ratios.
+# Every run checkpoints every 250 steps and resumes from its newest checkpoint (-y 1) when the
+# script is started again; a finished run (its DONE marker at --steps) is skipped. --plots-only
+# draws what has finished so far.
+# Writes under --out (default out/exp_text_<corpus>): data/ (shards, tokenizer) unless --data,
+# runs/r<T/C>_<variant>_s<seed>/ (+ .log), plots/, summary.md.
+# Environment: TRAINER (default ./train_gpt2_ls), PYTHON (default python3).
+set -euo pipefail
+
+TRAINER=${TRAINER:-./train_gpt2_ls}
+PYTHON=${PYTHON:-python3}
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/.." && pwd)
+
+CORPUS=pg19
+OUT=""
+DATA=""
+SOURCE=""
+RATIOS="16 32 8"
+VARIANTS="mhsa ls local mhsa_qknorm mhsa_zloss mhsa_softcap mhsa_qkclip"
+SEEDS="1"
+KEY_RATIO=16
+KEY_SEEDS="2"
+STEPS=4000
+JOBS=2
+SMOKE=0
+PLOTS_ONLY=0
+LAYERS=2
+C=32
+HEADS=4
+WINDOW=32
+TOKENS=8192
+LR=3e-3
+WARMUP=200
+VOCAB=1024
+SOFTCAP=30
+QKCLIP=30
+CKPT_EVERY=250
+
+die() { echo "error: $*" >&2; exit 1; }
+need() { [[ $# -ge 2 && -n "$2" ]] || die "$1 needs a value; see $0 --help"; }
+
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --out) need "$@"; OUT=$2; shift 2 ;;
+    --corpus) need "$@"; CORPUS=$2; shift 2 ;;
+    --data) need "$@"; DATA=$2; shift 2 ;;
+    --source) need "$@"; SOURCE=$2; shift 2 ;;
+    --ratios) need "$@"; RATIOS=$2; shift 2 ;;
+    --variants) need "$@"; VARIANTS=$2; shift 2 ;;
+    --seeds) need "$@"; SEEDS=$2; shift 2 ;;
+    --key-ratio) need "$@"; KEY_RATIO=$2; shift 2 ;;
+    --key-seeds) KEY_SEEDS=${2-}; shift 2 ;;
+    --steps) need "$@"; STEPS=$2; shift 2 ;;
+    --jobs) need "$@"; JOBS=$2; shift 2 ;;
+    --smoke) SMOKE=1; shift ;;
+    --plots-only) PLOTS_ONLY=1; shift ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+    *) die "unknown argument '$1'; see $0 --help" ;;
+  esac
+done
+
+case $CORPUS in
+  pg19) SOURCE=${SOURCE:-$REPO/../shared/data/pg19}; PREP=(--dataset pg19) ;;
+  wikitext2) SOURCE=${SOURCE:-$REPO/../shared/data/wikitext2}; PREP=(--dataset text) ;;
+  *) die "--corpus $CORPUS: use pg19 or wikitext2" ;;
+esac
+OUT=${OUT:-out/exp_text_$CORPUS}
+SP_LINES=500000
+if [[ $SMOKE == 1 ]]; then  # checks the pipeline only: 2 books, a tiny model, a few steps
+  C=16; HEADS=2; LAYERS=1; WINDOW=4; TOKENS=256; WARMUP=2; STEPS=${STEPS_SMOKE:-6}; CKPT_EVERY=3
+  RATIOS="2 4"; KEY_RATIO=2; VOCAB=400; SP_LINES=2000
+fi
+for n in STEPS JOBS KEY_RATIO; do [[ ${!n} =~ ^[0-9]+$ && ${!n} -ge 1 ]] || die "--${n,,} ${!n} must be a positive integer"; done
+for r in $RATIOS; do
+  [[ $r =~ ^[0-9]+$ && $r -ge 1 ]] || die "--ratios: '$r' is not a positive integer"
+  (( TOKENS % (r * C) == 0 )) || die "--ratios: T = $r x $C does not divide the $TOKENS tokens of a step"
+done
+for v in $VARIANTS; do
+  case $v in mhsa|ls|local|mhsa_qknorm|mhsa_zloss|mhsa_softcap|mhsa_qkclip) ;;
+    *) die "unknown variant '$v'; pick from: mhsa ls local mhsa_qknorm mhsa_zloss mhsa_softcap mhsa_qkclip" ;; esac
+done
+[[ -x $TRAINER ]] || die "trainer $TRAINER not found; build it with 'make cpu' or set TRAINER=path"
+
+# -- data ------------------------------------------------------------------------------------------
+if [[ -z $DATA ]]; then
+  DATA=$OUT/data
+  if [[ ! -f $DATA/meta.json ]]; then
+    [[ -d $SOURCE ]] || die "no $CORPUS text at $SOURCE; pass --source DIR"
+    src=$SOURCE
+    if [[ $SMOKE == 1 ]]; then  # two small books (or WikiText-2's two files)
+      mkdir -p "$OUT/smoke_src"
+      for f in $(ls "$SOURCE"/*.txt | head -2); do ln -sf "$(cd "$(dirname "$f")" && pwd)/$(basename "$f")" "$OUT/smoke_src/"; done
+      src=$OUT/smoke_src
+    fi
+    echo "== tokenizing $CORPUS ($src) into $DATA: SentencePiece BPE, vocabulary $VOCAB" >&2
+    "$PYTHON" "$REPO/data/prepare.py" "${PREP[@]}" --source "$src" --out "$DATA" --tokenizer sp \
+      --vocab-size "$VOCAB" --sp-train-lines "$SP_LINES" --val-fraction 0.05 --workers 2 >&2
+  fi
+fi
+[[ -f $DATA/meta.json ]] || die "no shards at $DATA (meta.json missing)"
+
+variant_flags() {  # the attention variant's flags
+  case $1 in
+    mhsa) echo "--global-heads $HEADS" ;;
+    ls) echo "--global-heads 1" ;;
+    local) echo "--global-heads 0" ;;
+    mhsa_qknorm) echo "--global-heads $HEADS --qk-norm" ;;
+    mhsa_zloss) echo "--global-heads $HEADS --z-loss 1e-4" ;;
+    mhsa_softcap) echo "--global-heads $HEADS --attn-softcap $SOFTCAP" ;;
+    mhsa_qkclip) echo "--global-heads $HEADS --qk-clip $QKCLIP" ;;
+  esac
+}
+
+# -- the runs, in priority order ---------------------------------------------------------------------
+plan=()  # "ratio variant seed", in priority order
+has() { [[ " $VARIANTS " == *" $1 "* ]]; }
+stabilizers=()
+for v in $VARIANTS; do case $v in mhsa|ls|local) ;; *) stabilizers+=("$v") ;; esac; done
+for s in $SEEDS; do
+  for r in $RATIOS; do for v in mhsa ls; do has $v && plan+=("$r $v $s"); done; done
+  for r in $RATIOS; do has local && plan+=("$r local $s"); done
+done
+for s in $KEY_SEEDS; do
+  for v in mhsa ls; do [[ " $RATIOS " == *" $KEY_RATIO "* ]] && has $v && plan+=("$KEY_RATIO $v $s"); done
+done
+for s in $SEEDS; do
+  for v in "${stabilizers[@]}"; do [[ " $RATIOS " == *" $KEY_RATIO "* ]] && plan+=("$KEY_RATIO $v $s"); done
+  for r in $RATIOS; do
+    [[ $r == "$KEY_RATIO" ]] && continue
+    for v in "${stabilizers[@]}"; do plan+=("$r $v $s"); done
+  done
+done
+done_marker() { echo "$1/DONE_$(printf %08d "$STEPS")"; }
+
+run_one() {  # ratio variant seed
+  local r=$1 v=$2 s=$3 T=$(($1 * C)) dir=$OUT/runs/r$1_$2_s$3
+  if [[ -f $(done_marker "$dir") ]]; then return 0; fi
+  local resume=0
+  ls "$dir"/DONE_* > /dev/null 2>&1 && resume=1
+  echo "== $(date +%H:%M:%S) r$r $v seed $s: T $T, B $((TOKENS / T)), $STEPS steps, resume $resume" >&2
+  mkdir -p "$dir"
+  # shellcheck disable=SC2046  # the variant's flags are a list
+  "$TRAINER" -i "$DATA/train_*.bin" -j "$DATA/val_*.bin" -o "$dir" -y "$resume" --device cpu --threads 1 \
+    --layers "$LAYERS" --channels "$C" --heads "$HEADS" --window "$WINDOW" --near "$WINDOW" \
+    --max-seq-len "$T" $(variant_flags "$v") -b $((TOKENS / T)) -t "$T" -x "$STEPS" -l "$LR" -u "$WARMUP" \
+    --seed "$s" -v $((STEPS / 20 > 0 ? STEPS / 20 : 1)) -m 8 -s 0 -n "$CKPT_EVERY" --keep-checkpoints 2 \
+    --logit-alarm 8 >> "$dir.log" 2>&1 \
+    || { echo "error: run $dir failed; see $dir.log" >&2; tail -3 "$dir.log" >&2; return 1; }
+}
+
+mkdir -p "$OUT/runs" "$OUT/plots"
+failed=0
+if [[ $PLOTS_ONLY == 0 ]]; then
+  for p in "${plan[@]}"; do
+    while [[ $(jobs -rp | wc -l) -ge $JOBS ]]; do wait -n || failed=1; done
+    # shellcheck disable=SC2086  # "ratio variant seed"
+    run_one $p &
+  done
+  while [[ $(jobs -rp | wc -l) -gt 0 ]]; do wait -n || failed=1; done
+fi
+
+# -- plots and the summary of what has finished -------------------------------------------------------
+finished=()
+for p in "${plan[@]}"; do
+  read -r r v s <<< "$p"
+  d=$OUT/runs/r${r}_${v}_s$s
+  [[ -f $(done_marker "$d") ]] && finished+=("$d")
+done
+if [[ ${#finished[@]} -gt 0 ]]; then
+  "$PYTHON" "$HERE/plot_run.py" "${finished[@]}" --out "$OUT/plots/all" --heads max --threshold 20 --by-ratio \
+    --formats png > /dev/null
+  for r in $RATIOS; do
+    sel=()
+    for d in "${finished[@]}"; do [[ $(basename "$d") == r${r}_* ]] && sel+=("$d"); done
+    [[ ${#sel[@]} -gt 0 ]] && "$PYTHON" "$HERE/plot_run.py" "${sel[@]}" --out "$OUT/plots/r$r" --heads max \
+      --threshold 20 --formats png > /dev/null
+  done
+  "$PYTHON" "$HERE/exp_summary.py" "${finished[@]}" > "$OUT/summary.md"
+  echo "== summary of ${#finished[@]} of ${#plan[@]} runs ($OUT/summary.md, plots in $OUT/plots)" >&2
+  cat "$OUT/summary.md"
+fi
+[[ $failed == 0 ]] || die "a run failed (its .log in $OUT/runs says why); start the script again to resume"
+(( ${#finished[@]} == ${#plan[@]} )) || { echo "note: ${#finished[@]} of ${#plan[@]} runs finished" >&2; exit 3; }
