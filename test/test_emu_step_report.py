@@ -36,7 +36,7 @@ BASE = ["-b", "2", "-t", "32", "--max-seq-len", "32", "-s", "0", "--threads", "2
 # Kernel launches per optimizer step, by kernel family (a substring of the demangled kernel name),
 # read from the op list of CudaBackend (forward, backward, grad_norm, adamw_update):
 PER_LAYER = {  # every transformer block
-    "attn_fwd_mma_kernel": 1,  # attention forward (head size 32: the tensor-core kernel)
+    "attn_fwd_fa2_kernel": 1,  # attention forward (the FA2-class kernel of the BF16 build)
     "attn_stats_reduce_kernel": 1,  # its logit statistics (recorded every step)
     "layernorm_forward_kernel": 2,  # the fused residual + LayerNorm after each branch
     "bias_partial_kernel": 4,  # bias gradients of qkv, attproj, fc, fcproj: partial sums ...

@@ -7,15 +7,19 @@
 // max(0, t-P+1) for a local head and 0 for a global one, so a local head reads at most P keys
 // whatever the context length. Soft-capping as in the training kernels: s' = c*tanh(s/c).
 //
-// Kernel: one block per (head, sequence), kDecodeWarps warps. Warp w walks keys lo+w,
-// lo+w+kDecodeWarps, ...; its lanes split the head dimension (lane owns dims lane, lane+32, ...),
-// a warp reduction gives the score, and an online softmax (running max m, sum l, output acc)
-// folds each key in. The warps' (m, l, acc) are merged in shared memory at the end.
+// Kernels (flash-decoding): the visible keys lo..t of a head are cut into splits of
+// kDecodeSplitKeys keys, one block per (head, sequence, split), so a long global context is spread
+// over many SMs (one block per head walked 16K keys serially: on an H200 a global head's decode took
+// as long as six, docs/results/2026-11-26-H200-4628997/). In a block, kDecodeWarps warps: warp w
+// walks keys start+w, start+w+kDecodeWarps, ...; its lanes split the head dimension (lane owns dims
+// lane, lane+32, ...), a warp reduction gives the score, and an online softmax (running max m, sum
+// l, output acc) folds each key in; the warps' (m, l, acc) are merged in shared memory and written
+// to the scratch `partial` (B, NH, max_splits, hd + 2) = (m, l, acc[hd]). The combine kernel merges
+// a head's splits in split order (deterministic) into the output.
 // kv_store writes one new position per sequence (a decode step); kv_store_prefill writes the
 // positions 0..T-1 of a prefill (a local head only its last R, so every slot has one writer).
-// Not yet tuned: no split over keys across blocks (flash-decoding), so a long global context with
-// few sequences uses few SMs; see docs/generation.md.
 #pragma once
+#include <algorithm>
 #include <cmath>
 
 #include "llmc/cuda/common.cuh"
@@ -24,6 +28,15 @@ namespace llmc::cuda {
 
 constexpr int kDecodeWarps = 4;
 constexpr int kDecodeMaxHeadSize = 128;  // hd <= 128 (4 dims per lane)
+constexpr int kDecodeSplitKeys = 128;    // keys per split (32 per warp)
+
+// Splits of max_len keys, and the scratch floats of a cache of B sequences: (B, NH, splits, hd + 2).
+__host__ __device__ inline int decode_max_splits(int max_len) {
+    return (max_len + kDecodeSplitKeys - 1) / kDecodeSplitKeys;
+}
+inline size_t decode_scratch_floats(int B, int NH, int hd, int max_len) {
+    return (size_t)B * NH * decode_max_splits(max_len) * (hd + 2);
+}
 
 // Device pointers and shape of a KV cache (layout above).
 struct KvCacheView {
@@ -32,6 +45,7 @@ struct KvCacheView {
     floatX* k_local = nullptr;  // (L, B, NH-G, R, hd)
     floatX* v_local = nullptr;
     int L = 0, B = 0, NH = 0, G = 0, hd = 0, P = 0, max_len = 0, ring = 0;
+    float* partial = nullptr;  // scratch of decode_scratch_floats(B, NH, hd, max_len) floats
 
     __host__ __device__ bool is_local(int h) const { return h < NH - G; }
     // Offset of the (hd) row of position t of head h of sequence b in layer l.
@@ -72,16 +86,23 @@ __global__ void kv_store_prefill_kernel(KvCacheView cache, const floatX* qkv, in
     (cache.is_local(h) ? cache.v_local : cache.v_global)[o] = row[2 * C + c];
 }
 
-// out: (B, C) attention output at position t; qkv: (B, 3C) (only q, channels [0, C), is read).
-// grid (NH, B), block kDecodeWarps * 32.
-__global__ void attention_decode_kernel(floatX* out, const floatX* qkv, KvCacheView cache, int l, int t,
-                                        float softcap) {
+// Keys lo..t of the query at position t of head h (lo = t-P+1 for a local head, clamped at 0).
+__device__ __forceinline__ int decode_first_key(const KvCacheView& cache, int h, int t) {
+    return cache.is_local(h) ? max(0, t - cache.P + 1) : 0;
+}
+
+// One split of keys for each (head, sequence): partial (m, l, acc) into cache.partial.
+// qkv: (B, 3C) (only q, channels [0, C), is read). grid (NH, B, splits of the longest head), block
+// kDecodeWarps * 32; a block past its head's last split returns at once.
+__global__ void attention_decode_split_kernel(const floatX* qkv, KvCacheView cache, int l, int t, float softcap) {
     constexpr int DPL = kDecodeMaxHeadSize / 32;  // dims per lane, at most
     __shared__ float s_m[kDecodeWarps], s_l[kDecodeWarps];
     __shared__ float s_acc[kDecodeWarps][kDecodeMaxHeadSize];
-    const int h = blockIdx.x, b = blockIdx.y, hd = cache.hd, C = cache.NH * hd;
+    const int h = blockIdx.x, b = blockIdx.y, split = blockIdx.z, hd = cache.hd, C = cache.NH * hd;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int lo = cache.is_local(h) ? max(0, t - cache.P + 1) : 0;
+    const int start = decode_first_key(cache, h, t) + split * kDecodeSplitKeys;
+    if (start > t) return;  // this head has fewer splits
+    const int end = min(t, start + kDecodeSplitKeys - 1);
     const float scale = rsqrtf((float)hd);
     const floatX* kbase = cache.is_local(h) ? cache.k_local : cache.k_global;
     const floatX* vbase = cache.is_local(h) ? cache.v_local : cache.v_global;
@@ -94,7 +115,7 @@ __global__ void attention_decode_kernel(floatX* out, const floatX* qkv, KvCacheV
         acc[i] = 0.0f;
     }
     float m = -INFINITY, lsum = 0.0f;
-    for (int j = lo + warp; j <= t; j += kDecodeWarps) {
+    for (int j = start + warp; j <= end; j += kDecodeWarps) {
         const size_t o = cache.offset(l, b, h, j);
         float part = 0.0f;
 #pragma unroll
@@ -125,15 +146,37 @@ __global__ void attention_decode_kernel(floatX* out, const floatX* qkv, KvCacheV
         if (d < hd) s_acc[warp][d] = acc[i];
     }
     __syncthreads();
-    // merge the warps: out = sum_w acc_w e^(m_w - M) / sum_w l_w e^(m_w - M); a warp that saw no
-    // key has m_w = -inf and contributes 0 (at least one warp saw key t, so M is finite).
+    // merge the warps: (M, L, acc) with acc = sum_w acc_w e^(m_w - M), L = sum_w l_w e^(m_w - M); a warp
+    // that saw no key has m_w = -inf and contributes 0 (warp 0 saw key `start`, so M is finite).
     float M = -INFINITY;
     for (int w = 0; w < kDecodeWarps; w++) M = fmaxf(M, s_m[w]);
-    float L = 0.0f;
-    for (int w = 0; w < kDecodeWarps; w++) L += s_l[w] * expf(s_m[w] - M);
+    float* part = cache.partial + (((size_t)b * cache.NH + h) * decode_max_splits(cache.max_len) + split) * (hd + 2);
+    if (threadIdx.x == 0) {
+        float L = 0.0f;
+        for (int w = 0; w < kDecodeWarps; w++) L += s_l[w] * expf(s_m[w] - M);
+        part[0] = M;
+        part[1] = L;
+    }
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float o = 0.0f;
         for (int w = 0; w < kDecodeWarps; w++) o += s_acc[w][d] * expf(s_m[w] - M);
+        part[2 + d] = o;
+    }
+}
+
+// out: (B, C) attention output at position t: each head's splits merged in split order.
+// grid (NH, B), block 128.
+__global__ void attention_decode_combine_kernel(floatX* out, KvCacheView cache, int t) {
+    const int h = blockIdx.x, b = blockIdx.y, hd = cache.hd, C = cache.NH * hd;
+    const int splits = (t - decode_first_key(cache, h, t)) / kDecodeSplitKeys + 1;
+    const float* part = cache.partial + ((size_t)b * cache.NH + h) * decode_max_splits(cache.max_len) * (hd + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < splits; s++) M = fmaxf(M, part[s * (hd + 2)]);
+    float L = 0.0f;
+    for (int s = 0; s < splits; s++) L += part[s * (hd + 2) + 1] * expf(part[s * (hd + 2)] - M);
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float o = 0.0f;
+        for (int s = 0; s < splits; s++) o += part[s * (hd + 2) + 2 + d] * expf(part[s * (hd + 2)] - M);
         out[(size_t)b * C + h * hd + d] = from_float<floatX>(o / L);
     }
 }
@@ -166,8 +209,13 @@ inline void attention_decode(floatX* out, const floatX* qkv, const KvCacheView& 
     if (l < 0 || l >= cache.L || t < 0 || t >= cache.max_len)
         throw std::invalid_argument("attention_decode: layer " + std::to_string(l) + " / position " +
                                     std::to_string(t) + " outside the cache");
-    dim3 grid(cache.NH, cache.B);
-    launch_kernel(attention_decode_kernel, grid, kDecodeWarps * 32, 0, stream, out, qkv, cache, l, t, softcap);
+    if (cache.partial == nullptr)
+        throw std::invalid_argument("attention_decode: the cache has no scratch (decode_scratch_floats)");
+    const int longest = t + 1 - (cache.G > 0 ? 0 : std::max(0, t - cache.P + 1));  // keys of the longest head
+    dim3 split_grid(cache.NH, cache.B, (unsigned)((longest + kDecodeSplitKeys - 1) / kDecodeSplitKeys));
+    launch_kernel(attention_decode_split_kernel, split_grid, kDecodeWarps * 32, 0, stream, qkv, cache, l, t, softcap);
+    CUDA_CHECK_LAUNCH();
+    launch_kernel(attention_decode_combine_kernel, dim3(cache.NH, cache.B), 128, 0, stream, out, cache, t);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -415,6 +415,9 @@ public:
         c.v_global = kv_vg_.get();
         c.k_local = kv_kl_.get();
         c.v_local = kv_vl_.get();
+        const size_t n_partial = decode_scratch_floats(B, c.NH, c.hd, max_len);
+        if (kv_partial_.size() != n_partial) kv_partial_.resize(n_partial);
+        c.partial = kv_partial_.get();
         dec_.allocate(cfg_, B);
         dec_tokens_host_.resize(B);
         kv_pos_ = 0;
@@ -810,6 +813,7 @@ private:
     KvCacheView kv_;                       // shape + pointers into the four buffers below
     DeviceBuffer<floatX> kv_kg_, kv_vg_;   // (L, B, G, max_len, hd)
     DeviceBuffer<floatX> kv_kl_, kv_vl_;   // (L, B, NH-G, R, hd)
+    DeviceBuffer<float> kv_partial_;       // decode scratch (B, NH, splits, hd + 2): llmc/cuda/attention_decode.cuh
     int kv_pos_ = 0;                       // positions cached so far (every sequence)
     Gpt2CudaDecodeActs dec_;               // row buffers of a decode step
     std::vector<int> dec_tokens_host_;     // (B) tokens of the current decode step

@@ -26,9 +26,15 @@ struct Shape {
     float softcap;
 };
 const Shape kShapes[] = {
-    {"LS G=1 P=8 hd=32", 2, 6, 1, 32, 8, 40, 0.0f},        {"MHSA G=NH hd=64", 1, 4, 4, 64, 8, 70, 0.0f},
-    {"all-local G=0 P=5 hd=16", 3, 4, 0, 16, 5, 33, 0.0f}, {"P=1 hd=128", 2, 3, 1, 128, 1, 20, 0.0f},
-    {"P>=T softcap hd=48", 2, 4, 2, 48, 64, 30, 1.0f},     {"long LS G=1 P=50 hd=32", 1, 6, 1, 32, 50, 300, 5.0f},
+    {"LS G=1 P=8 hd=32", 2, 6, 1, 32, 8, 40, 0.0f},
+    {"MHSA G=NH hd=64", 1, 4, 4, 64, 8, 70, 0.0f},
+    {"all-local G=0 P=5 hd=16", 3, 4, 0, 16, 5, 33, 0.0f},
+    {"P=1 hd=128", 2, 3, 1, 128, 1, 20, 0.0f},
+    {"P>=T softcap hd=48", 2, 4, 2, 48, 64, 30, 1.0f},
+    {"long LS G=1 P=50 hd=32", 1, 6, 1, 32, 50, 300, 5.0f},
+    // past several splits of cuda::kDecodeSplitKeys keys, the last one partial; a local window over two splits
+    {"long MHSA G=NH hd=64", 2, 2, 2, 64, 8, 3 * cuda::kDecodeSplitKeys + 5, 0.0f},
+    {"long local P=130 G=0 hd=32", 1, 2, 0, 32, cuda::kDecodeSplitKeys + 2, cuda::kDecodeSplitKeys + 40, 0.0f},
 };
 
 float round_x(float x) { return cuda::to_float(cuda::from_float<floatX>(x)); }
@@ -59,6 +65,9 @@ bool check_shape(const Shape& s, std::mt19937_64& gen) {
     view.ring = ref.ring;
     cuda::DeviceBuffer<floatX> kg(ref.k_global.size()), vg(ref.v_global.size()), kl(ref.k_local.size()),
         vl(ref.v_local.size()), d_qkv((size_t)B * 3 * C), d_out((size_t)B * C);
+    cuda::DeviceBuffer<float> partial(cuda::decode_scratch_floats(B, s.NH, s.hd, T));
+    CUDA_CHECK(cudaMemset(partial.get(), 0xFF, partial.bytes()));  // NaN: a split read before written shows
+    view.partial = partial.get();
     view.k_global = kg.get();
     view.v_global = vg.get();
     view.k_local = kl.get();
