@@ -33,7 +33,8 @@ inline void apply_param_scales(float* data, size_t begin, size_t n, const std::v
 // Throws std::invalid_argument naming the first offending run.
 inline void check_param_scales(const std::vector<ParamScale>& scales, size_t total) {
     std::vector<ParamScale> sorted = scales;
-    std::sort(sorted.begin(), sorted.end(), [](const ParamScale& a, const ParamScale& b) { return a.offset < b.offset; });
+    std::sort(sorted.begin(), sorted.end(),
+              [](const ParamScale& a, const ParamScale& b) { return a.offset < b.offset; });
     size_t covered_to = 0, covered_by = 0;  // the furthest end of the runs so far, and its run's offset
     for (const ParamScale& s : sorted) {
         if (s.offset > total || s.count > total - s.offset)

@@ -116,8 +116,10 @@ void check_runs(Checks& ck, const char* what, const llmc::ModelConfig& cfg, cons
     for (int& t : tokens) t = (int)(r.uniform() * cfg.vocab_size) % cfg.vocab_size;
     const std::vector<float> a = forward_logits(gpu, tokens, B, T), b = forward_logits(fresh, tokens, B, T);
     const size_t ldiff = count_differences(a, b);
-    ck.expect(ldiff == 0, "%s: working copy (%s) = round-to-nearest of the scaled master: logits equal bit for bit "
-              "(%zu of %zu differ)", what, llmc::cuda::kPrecisionName, ldiff, a.size());
+    ck.expect(ldiff == 0,
+              "%s: working copy (%s) = round-to-nearest of the scaled master: logits equal bit for bit "
+              "(%zu of %zu differ)",
+              what, llmc::cuda::kPrecisionName, ldiff, a.size());
 }
 
 }  // namespace
@@ -156,9 +158,7 @@ int main() {
         for (const std::vector<ParamScale>& runs : bad) {
             try {
                 gpu.scale_params(runs);
-            } catch (const std::invalid_argument&) {
-                refused++;
-            }
+            } catch (const std::invalid_argument&) { refused++; }
         }
         gpu.get_params(after.data());
         ck.expect(refused == (int)bad.size() && after == before, "bad runs: %d of %zu refused, parameters unchanged",
