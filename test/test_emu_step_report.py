@@ -12,6 +12,7 @@ What is checked:
     kernel launches per kernel family = a fixed part + a part per layer (PER_LAYER / FIXED below),
     at 1, 2 and 3 layers, so a launch added or removed anywhere changes the expectation;
   - work the loop does between steps (validation) is reported before the next step, not in it;
+  - a step that QK-Clips scales on the device: no copy of the model, one scaling launch, no extra sync;
   - an unwritable report path is refused with a one-line error.
 The launch tables pin today's op list: a change that fuses or splits kernels (issue 26) updates
 them in the same commit, which is the point - the counts are measured, not assumed.
@@ -19,13 +20,14 @@ Data: a periodic token sequence (every batch holds the same distinct tokens).
 """
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from run_helpers import REPO, write_shard
+from run_helpers import REPO, train_records, write_shard
 
 EMU_TRAIN = Path(os.environ.get("EMU_TRAIN_GPT2_LS", REPO / "build" / "emu" / "train_gpt2_ls"))
 ENV = dict(os.environ, LLMC_EMU_SCHEDULES="forward", UBSAN_OPTIONS="print_stacktrace=1")
@@ -162,6 +164,38 @@ def test_no_host_synchronisation_inside_a_step(periodic_data, tmp_path):
     for r in forced:
         if r["interval"] == "step" and r["step"] >= 2:
             assert r["syncs"] == {"cudaStreamSynchronize": 2}, f"synchronous path, step {r['step']}: {r['syncs']}"
+
+
+def test_qk_clip_scales_on_the_device_without_a_model_copy(periodic_data, tmp_path):
+    """--qk-clip on the emulated CUDA backend: the clipped heads' q/k rows are scaled on the device
+    (Backend::scale_params, llmc/cuda/param_scale.cuh), so a step that clips moves no copy of the
+    model between host and device: its device-to-host and host-to-device bytes are each under 1/20
+    of the parameters' 4 * P bytes (the generic round trip, get_params + set_params, moved 4 * P each
+    way and relaunched the whole working-copy refresh), it launches the scaling kernel once, and it
+    synchronises the host no more than the synchronous path does without QK-Clip (two
+    cudaStreamSynchronize: the step's numbers, then the norm). Tau 1e-6: every step clips."""
+    out = tmp_path / "out"
+    p, report = run_report(periodic_data, tmp_path, "clip",
+                           ["--layers", "2", "-v", "0", "--qk-clip", "1e-6", "-o", str(out)] + MODEL)
+    if p.returncode != 0:
+        pytest.fail(f"emulated trainer failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    recs = [json.loads(line) for line in report.read_text().splitlines()]
+    plan = re.search(r"cuda memory plan \(\w+, (\d+) params", p.stdout + p.stderr)
+    assert plan, f"no memory plan line in the output:\n{p.stdout[-2000:]}"
+    model_bytes = 4 * int(plan.group(1))
+    clipped = {r["step"]: r["qk_clip_heads"] for r in train_records(out / "metrics.jsonl")}
+    assert sorted(clipped) == [1, 2, 3] and all(n > 0 for n in clipped.values()), f"tau 1e-6 must clip: {clipped}"
+    steps = {r["step"]: r for r in recs if r["interval"] == "step"}
+    for s, r in steps.items():
+        moved = {d: r["copies"].get(d, {}).get("bytes", 0) for d in ("DtoH", "HtoD")}
+        assert all(b * 20 < model_bytes for b in moved.values()), \
+            f"step {s} clipped {clipped[s]} head(s) and copied {moved} bytes; the model is {model_bytes} bytes"
+        launches = lambda family: sum(n for k, n in r["kernels"].items() if family in k)  # noqa: E731
+        assert launches("scale_param_runs_kernel") == 1 and launches("copy_master_kernel") == 0, \
+            f"step {s}: one scaling launch and no working-copy refresh expected: {r['kernels']}"
+        if s >= 2:  # step 1 also allocates
+            assert r["syncs"] == {"cudaStreamSynchronize": 2}, f"step {s}: {r['syncs']}"
+    print(f"clipping steps copy {[steps[s]['copies'] for s in sorted(steps)]}; the model is {model_bytes} bytes")
 
 
 def test_unwritable_report_path_is_refused(periodic_data, tmp_path):

@@ -91,7 +91,7 @@ def test_emulated_cuda_trains_like_the_cpu_hd32(full_run):
     assert got[FULL_STEPS] < got[1] - 0.5, f"the emulated CUDA run does not train: {got[1]:.4f} -> {got[FULL_STEPS]:.4f}"
     worst = assert_losses_close(got, ref, TOL_BF16)
     print(f"ls hd32: worst per-step loss relative error vs CPU {worst:.2e}")
-    # QK-Clip ran on the emulated CUDA backend (the parameter round trip), at steps like the CPU's
+    # QK-Clip ran on the emulated CUDA backend (scaled on the device: scale_params), at steps like the CPU's
     clipped = {r["step"]: r["qk_clipped"] for r in train_records(emu_dir / "metrics.jsonl")}
     clipped_cpu = {r["step"]: r["qk_clipped"] for r in train_records(cpu_dir / "metrics.jsonl")}
     assert sum(len(c) for c in clipped.values()) > 0, "tau 0.25 was meant to clip some head in this run"
@@ -217,6 +217,36 @@ def test_emulated_nccl_ranks_train_the_rows_of_one_rank(byte_data, one_rank_whol
     for s in ref:
         for k in ["loss", "grad_norm"]:
             np.testing.assert_allclose(got[s][k], ref[s][k], rtol=1.5e-5, err_msg=f"step {s} {k}")
+
+
+def test_emulated_nccl_qk_clip_zero1_equals_zero0(byte_data, tmp_path):
+    """QK-Clip over 2 ranks on the emulated CUDA backend (NCCL): every rank scales its device weights
+    (scale_params) from the same reduced statistics, and with -z 1 each rank also scales its host
+    master shard (without that the next all-gather would undo the clip). Without gradient clipping
+    ZeRO-1's host AdamW is the device AdamW's fp32 arithmetic per element, so -z 0 and -z 1 give the
+    same losses, the same clipped heads and the same final model, bit for bit."""
+    if MPIRUN is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true but mpirun is missing (scripts/install_deps.sh installs OpenMPI)")
+        pytest.skip("mpirun not found")
+    steps = 6
+    args = data_args(byte_data) + [str(a) for a in BASE + LS_HD32] + [
+        "-x", str(steps), "-k", "constant", "-u", "0", "-l", "3e-3", "--grad-clip", "0", "--qk-clip", "0.15",
+        "--threads", "1"]
+    env = dict(ENV, LLMC_EMU_DEVICE_COUNT="2", ASAN_OPTIONS="detect_leaks=0")  # as in the test above
+    for z in ["0", "1"]:
+        cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2", "-x", "LLMC_EMU_SCHEDULES",
+               "-x", "LLMC_EMU_DEVICE_COUNT", "-x", "ASAN_OPTIONS", "-x", "UBSAN_OPTIONS",
+               str(need_emulated_build(EMU_TRAIN)), "--device", "cuda"] + args + ["-z", z, "-o", str(tmp_path / f"z{z}")]
+        p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900, env=env)
+        assert p.returncode == 0, f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-4000:]}\n{p.stdout[-2000:]}"
+    ra, rb = (train_records(tmp_path / z / "metrics.jsonl") for z in ["z0", "z1"])
+    assert [r["step"] for r in ra] == [r["step"] for r in rb] == list(range(1, steps + 1))
+    assert [r["loss"] for r in ra] == [r["loss"] for r in rb]
+    assert [r["qk_clipped"] for r in ra] == [r["qk_clipped"] for r in rb]
+    assert sum(r["qk_clip_heads"] for r in ra) > 0, "tau 0.15 was meant to clip some head in this run"
+    model = f"model_{steps:08d}.bin"
+    assert (tmp_path / "z0" / model).read_bytes() == (tmp_path / "z1" / model).read_bytes()
 
 
 def test_emulated_cuda_omits_near_far_stats_and_refuses_near(byte_data, full_run, tmp_path):

@@ -74,9 +74,9 @@ TEST_CASE("QK-Clip: clipped heads reach TAU on the same batch, the others stay b
                 REQUIRE(sorted.front() < tau);
                 REQUIRE(sorted.back() > tau);
 
-                std::vector<float> p0(be.num_params()), p1(be.num_params()), scratch;
+                std::vector<float> p0(be.num_params()), p1(be.num_params());
                 be.get_params(p0.data());
-                const std::vector<ClippedHead> clipped = apply_qk_clip(tau, before, cfg, be, nullptr, scratch);
+                const std::vector<ClippedHead> clipped = apply_qk_clip(tau, before, cfg, be, nullptr);
                 be.get_params(p1.data());
                 be.forward(inp.data(), tgt.data(), B, T, 0.0f, &after);
 
@@ -160,5 +160,54 @@ TEST_CASE("QK-Clip: the rows scaled are the head's q and k rows and biases; shar
             std::copy(shard.begin(), shard.end(), joined.begin() + (long)b);
         }
         CHECK(joined == p);
+    }
+}
+
+TEST_CASE("scale_params (CPU backend): the runs scaled in place, nothing else; bad runs refused", "[qk_clip]") {
+    const uint64_t seed = std::random_device{}() | 1u;
+    INFO("seed " << seed);
+    const ModelConfig cfg = clip_config(1, 0.0f);
+    CpuBackend be(cfg, seed);
+    const size_t n = be.num_params();
+    std::vector<float> before(n), after(n), m0(n), v0(n), m1(n), v1(n);
+    Rng r(seed ^ 5);
+    for (float& x : m0) x = r.uniform();
+    for (float& x : v0) x = r.uniform();
+    for (float& x : before) x = 2.0f * r.uniform() - 1.0f;  // no zeros (the initial biases are 0)
+    be.set_optimizer_state(m0.data(), v0.data());
+    be.set_params(before.data());
+    // random disjoint runs with random factors, an empty one, and one ending at the last element
+    std::vector<ParamScale> runs;
+    for (size_t at = (size_t)(r.uniform() * 50); at < n - 40; at += 1 + (size_t)(r.uniform() * 3000)) {
+        const size_t count = std::min(n - 40 - at, (size_t)(r.uniform() * 700));
+        runs.push_back({at, count, 0.25f + 1.5f * r.uniform()});
+        at += count;
+    }
+    runs.push_back({n - 30, 0, 2.0f});
+    runs.push_back({n - 20, 20, 0.5f + r.uniform()});
+    REQUIRE(runs.size() > 3);
+    std::shuffle(runs.begin(), runs.end(), std::mt19937_64(seed));  // the order of the runs does not matter
+    be.scale_params(runs);
+    be.get_params(after.data());
+    // independent reference: each element's factor (1 where no run covers it), one fp32 product
+    std::vector<float> factor(n, 1.0f);
+    for (const ParamScale& s : runs)
+        for (size_t i = s.offset; i < s.offset + s.count; i++) factor[i] = s.factor;
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; i++) wrong += after[i] != (factor[i] == 1.0f ? before[i] : before[i] * factor[i]);
+    CHECK(wrong == 0);
+    be.get_optimizer_state(m1.data(), v1.data());
+    CHECK(m1 == m0);  // the AdamW moments are not touched
+    CHECK(v1 == v0);
+
+    // outside the parameters, or two runs sharing an element: refused, parameters unchanged
+    for (const std::vector<ParamScale>& bad :
+         {std::vector<ParamScale>{{n - 10, 11, 2.0f}}, std::vector<ParamScale>{{n + 1, 0, 2.0f}},
+          std::vector<ParamScale>{{100, 50, 2.0f}, {149, 5, 3.0f}},
+          std::vector<ParamScale>{{100, 50, 2.0f}, {120, 0, 3.0f}, {130, 5, 3.0f}}}) {
+        CHECK_THROWS_AS(be.scale_params(bad), std::invalid_argument);
+        std::vector<float> still(n);
+        be.get_params(still.data());
+        CHECK(still == after);
     }
 }

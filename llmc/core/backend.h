@@ -11,6 +11,7 @@
 #include "llmc/dist/collective.h"
 #include "llmc/core/logit_stats.h"
 #include "llmc/core/model_config.h"
+#include "llmc/core/param_scale.h"
 #include "llmc/core/params.h"
 
 namespace llmc {
@@ -45,6 +46,12 @@ public:
     // Parameters, fp32, canonical layout (params.h), num_params() elements.
     virtual void get_params(float* dst) const = 0;
     virtual void set_params(const float* src) = 0;
+    // Multiplies each run of parameters in place by its factor (llmc/core/param_scale.h: p = p *
+    // factor in fp32), where the backend keeps them, with no copy of the whole model: afterwards
+    // get_params returns exactly apply_param_scales of the parameters before. Runs must lie inside
+    // num_params() and not overlap (check_param_scales; std::invalid_argument otherwise). Gradients
+    // and AdamW moments are not touched. QK-Clip (llmc/train/qk_clip.h) calls it between steps.
+    virtual void scale_params(const std::vector<ParamScale>& runs) = 0;
     // AdamW moments, fp32, same layout (for the training-state file).
     virtual void get_optimizer_state(float* m, float* v) const = 0;
     virtual void set_optimizer_state(const float* m, const float* v) = 0;

@@ -440,6 +440,10 @@ public:
 
     void get_params(float* dst) const override { std::copy(model_.params().begin(), model_.params().end(), dst); }
     void set_params(const float* src) override { model_.set_params(src); }
+    void scale_params(const std::vector<ParamScale>& runs) override {
+        check_param_scales(runs, model_.params().size());
+        apply_param_scales(model_.params().data(), 0, model_.params().size(), runs);
+    }
     void get_optimizer_state(float* m, float* v) const override {
         std::copy(m_.begin(), m_.end(), m);
         std::copy(v_.begin(), v_.end(), v);

@@ -4,9 +4,10 @@
 // for the math). Memory, dtypes and determinism: docs/cuda_backend.md.
 //
 // Buffers (all on the device; N = B*T rows):
-//   master (P) fp32      parameters in the canonical flat layout of llmc/core/params.h (get/set_params copy it)
+//   master (P) fp32      parameters in the canonical flat layout of llmc/core/params.h (get/set_params copy it;
+//                        scale_params scales runs of it in place)
 //   wparams (P) floatX   working copy the kernels read; BF16 build: round-to-nearest of master,
-//                        refreshed after every set_params and AdamW step; FP32 build: the master itself
+//                        refreshed after every set_params, scale_params and AdamW step; FP32 build: the master itself
 //   grads, m, v (P) fp32 gradients (every backward ADDS into them) and AdamW moments, same layout
 //   activations          floatX (LayerNorm mean/rstd, attention lse, losses fp32), per layer in the
 //                        layout the CPU shares (llmc/core/layer_acts.h), planned on the first forward
@@ -51,6 +52,7 @@
 #include "llmc/cuda/global_norm.cuh"
 #include "llmc/cuda/layernorm.cuh"
 #include "llmc/cuda/matmul.cuh"
+#include "llmc/cuda/param_scale.cuh"
 #include "llmc/cuda/qknorm.cuh"
 #include "llmc/cuda/step_marker.cuh"
 #include "llmc/core/error.h"
@@ -207,6 +209,16 @@ public:
         upload(master_.get(), src, layout_.total);
         refresh_working_copy();
         CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    // The runs scaled on the device (llmc/cuda/param_scale.cuh): the master and the working copy,
+    // one launch; only the runs' list crosses to the device (no host copy of the parameters, no
+    // host synchronisation).
+    void scale_params(const std::vector<ParamScale>& runs) override {
+        check_param_scales(runs, layout_.total);
+        if (runs.empty()) return;
+        if (scale_runs_.size() < runs.size()) scale_runs_.resize(runs.size());
+        upload(scale_runs_.get(), runs.data(), runs.size());
+        scale_param_runs(master_.get(), working_copy_target(), scale_runs_.get(), runs, stream_);
     }
     void get_optimizer_state(float* m, float* v) const override {
         download(m, m_.get(), layout_.total);
@@ -779,6 +791,7 @@ private:
     cudaStream_t stream_ = nullptr;
     MatmulContext mm_;
     DeviceBuffer<float> master_, grads_, m_, v_;  // (P) fp32, canonical layout
+    DeviceBuffer<ParamScale> scale_runs_;         // the runs of the last scale_params (grown on demand)
     DeviceBuffer<floatX> wparams_buf_;            // (P) BF16 build only
     floatX* wparams_ = nullptr;                   // working copy the kernels read
     Gpt2CudaActs acts_;

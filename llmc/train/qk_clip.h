@@ -17,6 +17,7 @@
 
 #include "llmc/core/backend.h"
 #include "llmc/core/model_config.h"
+#include "llmc/core/param_scale.h"
 #include "llmc/core/params.h"
 #include "llmc/dist/zero.h"
 
@@ -26,12 +27,6 @@ struct ClippedHead {
     int layer, head;
     float max_logit;  // S, the statistic that triggered the clip
     float gamma;      // sqrt(tau / S), the factor applied to the head's q and k projections
-};
-
-// A run of parameters (canonical layout, element offsets) to multiply by factor.
-struct ParamScale {
-    size_t offset, count;
-    float factor;
 };
 
 // The heads to clip for threshold tau > 0 (non-finite statistics never trigger a clip: a step
@@ -64,29 +59,16 @@ inline std::vector<ParamScale> qk_clip_scales(const ModelConfig& m, const std::v
     return out;
 }
 
-// Applies the scales to a slice of the flat parameter vector: data holds elements
-// [begin, begin + n) (the whole vector: begin 0, n = total; a ZeRO-1 shard: its range).
-inline void apply_param_scales(float* data, size_t begin, size_t n, const std::vector<ParamScale>& scales) {
-    const size_t end = begin + n;
-    for (const ParamScale& s : scales) {
-        const size_t lo = s.offset > begin ? s.offset : begin;
-        const size_t hi = s.offset + s.count < end ? s.offset + s.count : end;
-        for (size_t i = lo; i < hi; i++) data[i - begin] *= s.factor;
-    }
-}
-
-// QK-Clip after a step: scales the q/k projections of the heads whose max logit exceeded tau, in
-// the backend's weights and, with ZeRO-1, in this rank's master shard (which the next step's
-// all-gather publishes). params_buf is scratch. Returns the clipped heads.
+// QK-Clip after a step: scales the q/k projections of the heads whose max logit exceeded tau in
+// the backend's weights, in place where the backend keeps them (Backend::scale_params: no host copy
+// of the model), and, with ZeRO-1, in this rank's master shard (which the next step's all-gather
+// publishes). Returns the clipped heads.
 inline std::vector<ClippedHead> apply_qk_clip(float tau, const LogitStats& s, const ModelConfig& m, Backend& model,
-                                              Zero1Optimizer* zero, std::vector<float>& params_buf) {
+                                              Zero1Optimizer* zero) {
     std::vector<ClippedHead> heads = qk_clip_heads(s, tau);
     if (heads.empty()) return heads;
     const std::vector<ParamScale> scales = qk_clip_scales(m, heads);
-    params_buf.resize(model.num_params());
-    model.get_params(params_buf.data());
-    apply_param_scales(params_buf.data(), 0, params_buf.size(), scales);
-    model.set_params(params_buf.data());
+    model.scale_params(scales);
     if (zero) apply_param_scales(zero->master(), zero->range().begin, zero->range().size(), scales);
     return heads;
 }

@@ -175,9 +175,7 @@ inline StepResult train_step(const TrainConfig& cfg, const RunPlan& plan, Traini
         update_weights(cfg, plan, model, comm, step + 1, r.lr, r.norm);
     }
     // QK-Clip after every step (also a skipped one: the logits exceeded TAU on the current weights)
-    if (cfg.qk_clip > 0)
-        r.clipped =
-            apply_qk_clip(cfg.qk_clip, buf.step, plan.model, *model.backend, model.zero.get(), model.params_buf);
+    if (cfg.qk_clip > 0) r.clipped = apply_qk_clip(cfg.qk_clip, buf.step, plan.model, *model.backend, model.zero.get());
     loop.loss_spikes.push(r.loss);
     loop.norm_spikes.push(r.norm);
     r.step = step + 1;
