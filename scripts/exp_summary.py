@@ -9,7 +9,8 @@ seed, steps, tokens, final validation loss and perplexity, peak max-logit and it
 max-logit (the last step's), the first step whose max-logit exceeds --threshold, loss spikes,
 non-finite steps, and the near mass of the global heads at the last statistics record (mean over
 layers and global heads of the attention mass on keys with i - j < N; "-" for runs without global
-heads or without near/far statistics), and the run's wall-clock hours (sum of the steps' ms).
+heads or without near/far statistics) beside what uniform causal attention would put there (the mean
+over rows i of min(i + 1, N) / (i + 1)), and the run's wall-clock hours (sum of the steps' ms).
 The numbers are those of scripts/plot_run.py (its reader and summary row), not recomputed here.
 """
 import argparse
@@ -47,6 +48,13 @@ def global_near_mass(run):
     return float(np.nanmean(last)) if np.isfinite(last).any() else None
 
 
+def uniform_near_mass(T, near):
+    """The near mass of uniform causal attention over T rows: mean over i of min(i + 1, N) / (i + 1)."""
+    if not T or not near:
+        return None
+    return sum(min(i + 1, near) / (i + 1) for i in range(T)) / T
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR")
@@ -72,10 +80,12 @@ def main(argv=None):
             plot_run.fmt(tokens), plot_run.fmt(s["final_val_loss"]), plot_run.fmt(s["val_ppl"], ".2f"),
             plot_run.fmt(s["peak_max_logit"], ".2f"), plot_run.fmt(s["peak_step"]), plot_run.fmt(last_ml, ".2f"),
             plot_run.fmt(s["first_cross"]), plot_run.fmt(s["spikes"]), plot_run.fmt(s["nonfinite"]),
-            plot_run.fmt(global_near_mass(run), ".3f"), plot_run.fmt(hours, ".2f")]))
+            plot_run.fmt(global_near_mass(run), ".3f"),
+            plot_run.fmt(uniform_near_mass(T, train.get("near") or (run.config or {}).get("model", {}).get("window")),
+                         ".3f"), plot_run.fmt(hours, ".2f")]))
     head = ["T/C", "T", "variant", "seed", "steps", "tokens", "final val loss", "val ppl", "peak max-logit", "at step",
             "final max-logit", f"first step > {a.threshold:g}", "loss spikes", "non-finite", "near mass (global heads)",
-            "hours"]
+            "near mass if uniform", "hours"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for _, cells in sorted(rows, key=lambda r: (r[0][0], str(r[0][1]), r[0][2])):

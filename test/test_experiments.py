@@ -265,6 +265,8 @@ def test_exp_text_ratio_smoke_and_resume(tmp_path):
     assert len(rows) == len(names)
     for r in rows:
         assert r["T"] == str(int(r["T/C"]) * 16) and r["steps"] == "6"
+        T = int(r["T"])  # uniform causal attention's mass on the 4 nearest keys, averaged over the rows
+        assert r["near mass if uniform"] == f"{sum(min(i + 1, 4) / (i + 1) for i in range(T)) / T:.3f}"
         assert (r["near mass (global heads)"] == "-") == (r["variant"] == "local")
         if r["variant"] != "local":
             assert 0 < float(r["near mass (global heads)"]) <= 1
