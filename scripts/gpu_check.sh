@@ -24,7 +24,7 @@
 #                      failure does not hide the rest), and the attention lab's --sweep (BF16 build)
 #   2 = fp32,sanitize  PRECISION=FP32 build into build/fp32 (make BUILD=build/fp32) and the same tests;
 #                      compute-sanitizer memcheck and racecheck of the LS-attention lab (production
-#                      version 5: the FA2-class forward + the tensor-core backward) on small shapes
+#                      version 6: the FA2-class forward + the FA2-class backward) on small shapes
 #   3 = labs,bench,train   every kernel lab with no arguments (timing tables); every peer benchmark
 #                      dev/bench/*.py with --out (except the end-to-end one and the CPU-only
 #                      cpu_vs_torch.py, which times the CPU backend); a short real training
@@ -258,7 +258,7 @@ stage_sanitize() {  # memcheck + racecheck of the attention kernels on small rag
         for i in "${!shapes[@]}"; do
             # shellcheck disable=SC2086  # the shape is a list of flags
             step "sanitize:emu-asan-race:attention_ls:$i" 300 run_bin attention_ls "$bf16_dir/dev/attention_ls" \
-                --version 5 --check-one ${shapes[$i]}
+                --version 6 --check-one ${shapes[$i]}
         done
         return
     fi
@@ -267,7 +267,7 @@ stage_sanitize() {  # memcheck + racecheck of the attention kernels on small rag
         for i in "${!shapes[@]}"; do
             # shellcheck disable=SC2086  # the shape is a list of flags
             step "sanitize:$tool:attention_ls:$i" 300 compute-sanitizer --tool "$tool" --error-exitcode 3 \
-                build/dev/attention_ls --version 5 --reps 1 ${shapes[$i]}
+                build/dev/attention_ls --version 6 --reps 1 ${shapes[$i]}
         done
     done
 }

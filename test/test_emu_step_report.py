@@ -47,8 +47,8 @@ PER_LAYER = {  # every transformer block
     "layernorm_backward_kernel": 2,  # ln1, ln2 backward ...
     "reduce_partials_add_kernel": 2,  # ... and their weight/bias gradient reductions
     "attn_bwd_dot_kernel": 1,  # attention backward: D = rowsum(dO * O),
-    "attn_bwd_kv_mma_kernel": 1,  # dK/dV over key tiles,
-    "attn_bwd_q_mma_kernel": 1,  # dQ over query tiles
+    "attn_bwd_kv_fa2_kernel": 1,  # dK/dV over key tiles (the FA2-class backward),
+    "attn_bwd_q_fa2_kernel": 1,  # dQ over query tiles
 }
 FIXED = {  # once per step, whatever the depth
     "encoder_forward_kernel": 1,

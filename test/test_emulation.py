@@ -14,7 +14,8 @@
 2. Mutations of the production kernels: the test copies the sources, applies one deliberate bug
    (an off-by-one in the local window, two swapped A-fragment registers, a removed __syncthreads,
    an out-of-bounds store, a kernel launched with more than 48 KB of shared memory without the
-   opt-in, the FA2-class forward's V operand loaded without .trans; a wrong C/D row in the
+   opt-in, the FA2-class forward's V operand and the FA2-class backward's dO / Q / K operands loaded
+   without .trans; a wrong C/D row in the
    emulation's own mma table, a wrong .trans lane map and a swapped matrix order of .x4 in its
    ldmatrix, a missing cp.async.wait_group in the cp.async test kernel, and the emulated ex2
    without its flush of subnormal results), builds the emulated lab or test from the mutated copy and expects its check to fail in
@@ -169,9 +170,15 @@ MUTANTS = {
     # the FA2-class forward's V operand loaded without .trans (the B fragments of P V transposed)
     "fa2-v-operand-without-trans": (
         "llmc/cuda/attention_ls_fa2.cuh",
-        "ldmatrix_x4_trans(vb, sV",
-        "ldmatrix_x4(vb, sV",
+        "ldmatrix_x4_trans(vb, v_bytes",
+        "ldmatrix_x4(vb, v_bytes",
         LAB, ONE_SHAPE, "FAIL version 5"),
+    # the FA2-class backward's k-major operands (dO of dV, Q of dK, K of dQ) loaded without .trans
+    "fa2-bwd-operand-without-trans": (
+        "llmc/cuda/attention_ls_fa2_bwd.cuh",
+        "ldmatrix_x4_trans(yb, y",
+        "ldmatrix_x4(yb, y",
+        LAB, ONE_SHAPE, "FAIL version 6"),
     # the emulated ex2.approx.ftz without its .ftz of subnormal results
     "emulated-ex2-without-ftz": (
         "dev/emu/ex2.h",

@@ -6,7 +6,8 @@
 //   version 3: the first tensor-core forward + the tensor-core backward (AttnKernel::Mma; bf16 build, sm_80+)
 //   version 4: the first tensor-core forward + the scalar backward (isolates a failing tensor-core backward)
 //   version 5: the production FA2-class forward + the tensor-core backward (AttnKernel::Fa2; bf16, sm_80+)
-//   In the FP32 build versions 3, 4 and 5 run the scalar kernels.
+//   version 6: the FA2-class forward + the FA2-class backward (AttnKernel::Fa2Bwd; bf16, sm_80+)
+//   In the FP32 build versions 3, 4, 5 and 6 run the scalar kernels.
 // Usage:
 //   attention_ls --check                    validate every version on a matrix of shapes; exit 1 on failure
 //   attention_ls --check --small            a smaller matrix (every case kind, T <= 200), for the emulated build
@@ -23,7 +24,7 @@
 //                                           192; the forward, no determinism rerun
 //   attention_ls [--version V] [-B 8 -T 2048 --nh 6 --hd 32 -G 1 -P 50 --softcap 0]
 //                                           validate that shape (B=1 for the CPU), then a timing table
-//   attention_ls ... --json                 timing of one version (default 5, the production path) as one JSON line (dev/bench)
+//   attention_ls ... --json                 timing of one version (default 6, the production path) as one JSON line (dev/bench)
 //   attention_ls ... --dump FILE            write qkv, out, lse of the production path (dev/bench)
 // Validation: relative error ||x - ref|| / ||ref|| of out, lse, dqkv (and the statistics), fresh
 // random inputs (seed printed; --seed to repeat), outputs poisoned with NaN first, every element
@@ -196,6 +197,7 @@ void run_forward(int version, Problem& p, const floatX* qkv, bool with_stats, cu
     }
     const AttnKernel kind = version == 2   ? AttnKernel::Scalar
                             : version == 5 ? AttnKernel::Fa2
+                            : version == 6 ? AttnKernel::Fa2Bwd
                                            : AttnKernel::Mma;  // 3, 4: the first tensor-core forward
     attention_ls_forward_with(kind, p.out.get(), p.lse.get(), qkv, s.B, s.T, s.C(), s.NH, s.G, s.P, s.softcap,
                               with_stats ? p.stats.get() : nullptr, p.stats_scratch.get(), st);
@@ -213,7 +215,9 @@ void run_backward(int version, Problem& p, const floatX* qkv, const floatX* dout
         CUDA_CHECK_LAUNCH();
         return;
     }
-    const AttnKernel kind = version == 3 || version == 5 ? AttnKernel::Mma : AttnKernel::Scalar;  // 2, 4: scalar
+    const AttnKernel kind = version == 6                   ? AttnKernel::Fa2Bwd
+                            : version == 3 || version == 5 ? AttnKernel::Mma
+                                                           : AttnKernel::Scalar;  // 2, 4: scalar
     attention_ls_backward_with(kind, p.dqkv.get(), dout, qkv, p.out.get(), p.lse.get(), s.B, s.T, s.C(), s.NH, s.G, s.P,
                                s.softcap, p.bwd_scratch.get(), st);
 }
@@ -477,7 +481,7 @@ Timing time_version(int version, const Shape& s, int reps) {
 int usage() {
     fprintf(
         stderr,
-        "usage: attention_ls [--check [--small] | --check-one | --sweep | --sweep-full] [--version 1|2|3|4|5] [-B n] [-T n] [--nh n] [--hd 32|64|128] [-G n] [-P n]\n"
+        "usage: attention_ls [--check [--small] | --check-one | --sweep | --sweep-full] [--version 1|2|3|4|5|6] [-B n] [-T n] [--nh n] [--hd 32|64|128] [-G n] [-P n]\n"
         "                    [--softcap c] [--reps n] [--seed n] [--json] [--dump FILE]\n");
     return 2;
 }
@@ -516,7 +520,7 @@ int main(int argc, char** argv) {
         else if (k == "--dump") dump = val();
         else return usage();
     }
-    if (version < 0 || version > 5) return usage();
+    if (version < 0 || version > 6) return usage();
 
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -528,7 +532,7 @@ int main(int argc, char** argv) {
     const bool has_mma = prop.major >= 8;
     std::vector<int> versions;
     if (version) versions = {version};
-    else versions = has_mma ? std::vector<int>{1, 2, 3, 4, 5} : std::vector<int>{1, 2};
+    else versions = has_mma ? std::vector<int>{1, 2, 3, 4, 5, 6} : std::vector<int>{1, 2};
     if (!has_mma && version >= 3) {
         printf("attention_ls: version %d needs sm_80+, this is sm_%d%d\n", version, prop.major, prop.minor);
         return 1;
@@ -654,7 +658,7 @@ int main(int argc, char** argv) {
         Shape sg = s;
         sg.G = s.NH;  // all-global run of the same shape
         if (json) {
-            const int v = version ? version : 5;
+            const int v = version ? version : 6;
             const Timing t = time_version(v, s, reps);
             const Timing tg = time_version(v, sg, reps);
             printf(

@@ -17,8 +17,11 @@
 //   AttnKernel::Fa2     the FlashAttention-2-class forward (ldmatrix, swizzled shared memory, cp.async
 //                       double buffering, base-2 softmax; llmc/cuda/attention_ls_fa2.cuh) + the Mma
 //                       backward. sm_80+.
+//   AttnKernel::Fa2Bwd  the Fa2 forward + the FlashAttention-2-class backward (the same techniques;
+//                       dK/dV kernel over key tiles, dQ kernel over query tiles;
+//                       llmc/cuda/attention_ls_fa2_bwd.cuh). sm_80+.
 // attention_ls_forward/backward (the contract's functions) use attention_default_kernel():
-// Fa2 in the bf16 build, Scalar in the FP32 build. The *_with variants let the lab pick.
+// Fa2Bwd in the bf16 build, Scalar in the FP32 build. The *_with variants let the lab pick.
 //
 // Head sizes 32, 64, 128 (templates); any T, any P >= 1, any G in 0..NH. The Mma kernels read
 // qkv and dout with 16-byte loads: qkv, out, dout, dqkv must be 16-byte aligned (cudaMalloc pointers are).
@@ -42,6 +45,7 @@
 #include "llmc/core/attention_tiles.h"
 #include "llmc/cuda/attention_ls_common.cuh"
 #include "llmc/cuda/attention_ls_fa2.cuh"
+#include "llmc/cuda/attention_ls_fa2_bwd.cuh"
 #include "llmc/cuda/attention_ls_mma.cuh"
 #include "llmc/cuda/attention_ls_scalar.cuh"
 #include "llmc/cuda/common.cuh"
@@ -52,13 +56,14 @@ namespace llmc::cuda {
 
 // Scalar: fp32-FMA kernels. Mma: the first tensor-core forward + the tensor-core backward.
 // Fa2: the FlashAttention-2-class forward (llmc/cuda/attention_ls_fa2.cuh) + the Mma backward.
-enum class AttnKernel { Scalar, Mma, Fa2 };
+// Fa2Bwd: the Fa2 forward + the FlashAttention-2-class backward (llmc/cuda/attention_ls_fa2_bwd.cuh).
+enum class AttnKernel { Scalar, Mma, Fa2, Fa2Bwd };
 
 inline AttnKernel attention_default_kernel() {
 #if defined(ENABLE_FP32)
     return AttnKernel::Scalar;
 #else
-    return AttnKernel::Fa2;
+    return AttnKernel::Fa2Bwd;
 #endif
 }
 
@@ -117,7 +122,7 @@ template <int HD, bool STATS>
 inline void attn_forward_launch(AttnKernel kind, floatX* out, float* lse, const floatX* qkv, int B, int T, int C,
                                 int NH, int G, int P, float softcap, float* part, int& nqt, cudaStream_t st) {
 #if !defined(ENABLE_FP32)
-    if (kind == AttnKernel::Fa2) {
+    if (kind == AttnKernel::Fa2 || kind == AttnKernel::Fa2Bwd) {
         attention_ls_check_aligned(qkv, "qkv");
         attention_ls_check_aligned(out, "out");
         nqt = (int)ceil_div(T, kAttnMmaBQ);
@@ -230,10 +235,34 @@ inline void attn_backward_mma_launch(floatX* dqkv, const floatX* dout, const flo
                   P, softcap);
     CUDA_CHECK_LAUNCH();
 }
+
+template <int HD>
+inline void attn_backward_fa2_launch(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
+                                     const float* D, int B, int T, int C, int NH, int G, int P, float softcap,
+                                     cudaStream_t st) {
+    attention_ls_check_aligned(dqkv, "dqkv");
+    attention_ls_check_aligned(dout, "dout");
+    attention_ls_check_aligned(qkv, "qkv");
+    const dim3 grid_kv(B * NH, (unsigned)ceil_div(T, Fa2BwdKvSmem<HD>::BK));
+    const dim3 grid_q(B * NH, (unsigned)ceil_div(T, Fa2BwdQSmem<HD>::BQ));
+    auto go = [&](auto kv_kernel, auto q_kernel) {  // soft-cap as a template parameter: one dispatch here
+        attn_set_smem(kv_kernel, Fa2BwdKvSmem<HD>::bytes);
+        attn_set_smem(q_kernel, Fa2BwdQSmem<HD>::bytes);
+        launch_kernel(kv_kernel, grid_kv, kAttnMmaThreads, Fa2BwdKvSmem<HD>::bytes, st, dqkv, dout, qkv, lse, D, T, C,
+                      NH, G, P, softcap);
+        CUDA_CHECK_LAUNCH();
+        launch_kernel(q_kernel, grid_q, kAttnMmaThreads, Fa2BwdQSmem<HD>::bytes, st, dqkv, dout, qkv, lse, D, T, C, NH,
+                      G, P, softcap);
+        CUDA_CHECK_LAUNCH();
+    };
+    if (softcap > 0.0f) go(attn_bwd_kv_fa2_kernel<HD, true>, attn_bwd_q_fa2_kernel<HD, true>);
+    else go(attn_bwd_kv_fa2_kernel<HD, false>, attn_bwd_q_fa2_kernel<HD, false>);
+}
 #endif
 
 // The backward with an explicit kernel family: Mma and Fa2 = tensor-core dK/dV and dQ kernels (bf16 build,
-// sm_80+), Scalar = the fp32-FMA kernels (the FP32 build always runs these; Mma falls back to them).
+// sm_80+), Fa2Bwd = the FlashAttention-2-class dK/dV and dQ kernels (bf16 build, sm_80+), Scalar = the
+// fp32-FMA kernels (the FP32 build always runs these; Mma, Fa2 and Fa2Bwd fall back to them).
 inline void attention_ls_backward_with(AttnKernel kind, floatX* dqkv, const floatX* dout, const floatX* qkv,
                                        const floatX* out, const float* lse, int B, int T, int C, int NH, int G, int P,
                                        float softcap, float* scratch, cudaStream_t st) {
@@ -244,6 +273,12 @@ inline void attention_ls_backward_with(AttnKernel kind, floatX* dqkv, const floa
     launch_kernel(attn_bwd_dot_kernel, (unsigned)ceil_div(rows, 8), 256, 0, st, D, dout, out, B, T, C, NH);
     CUDA_CHECK_LAUNCH();
 #if !defined(ENABLE_FP32)
+    if (kind == AttnKernel::Fa2Bwd) {
+        if (hd == 32) attn_backward_fa2_launch<32>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, st);
+        else if (hd == 64) attn_backward_fa2_launch<64>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, st);
+        else attn_backward_fa2_launch<128>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, st);
+        return;
+    }
     if (kind == AttnKernel::Mma || kind == AttnKernel::Fa2) {
         if (hd == 32) attn_backward_mma_launch<32>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, st);
         else if (hd == 64) attn_backward_mma_launch<64>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, st);

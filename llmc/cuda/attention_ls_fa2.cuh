@@ -43,15 +43,15 @@ struct Fa2FwdSmem {
     static constexpr size_t bytes = sizeof(__nv_bfloat16) * 5 * (size_t)TILE;  // sQ, sK[2], sV[2]
 };
 
-// Rows [r0, r0+64) of one part (HD channels at src, row stride `stride` elements) into the swizzled
-// tile dst (64, HD) with cp.async, zeros for rows >= T. Uncommitted: the caller commits.
+// Rows [r0, r0+ROWS) of one part (HD channels at src, row stride `stride` elements) into the
+// swizzled tile dst (ROWS, HD) with cp.async, zeros for rows >= T. Uncommitted: the caller commits.
 // Thread t copies chunk t % CH of rows t / CH + RSTEP * it: RSTEP = 128 / CH rows apart, a multiple
 // of 8, so every row it copies has the same swizzled chunk (only the row offset changes).
-template <int HD>
+template <int HD, int ROWS = kAttnMmaBK>
 __device__ __forceinline__ void fa2_load_tile_async(__nv_bfloat16* dst, const __nv_bfloat16* src, int r0, int T,
                                                     int stride) {
-    constexpr int CH = HD / 8, RSTEP = kAttnMmaThreads / CH, ITER = kAttnMmaBK / RSTEP;
-    static_assert(kAttnMmaThreads % CH == 0 && RSTEP % 8 == 0 && kAttnMmaBK % RSTEP == 0, "rows 8k apart");
+    constexpr int CH = HD / 8, RSTEP = kAttnMmaThreads / CH, ITER = ROWS / RSTEP;
+    static_assert(kAttnMmaThreads % CH == 0 && RSTEP % 8 == 0 && ROWS % RSTEP == 0, "rows 8k apart");
     const int r = (int)threadIdx.x / CH, ch = (int)threadIdx.x % CH;
     __nv_bfloat16* d = dst + smem_swizzle_offset(r, ch, CH);
     const __nv_bfloat16* g = src + (size_t)(r0 + r) * stride + ch * 8;

@@ -36,6 +36,12 @@ void attention(const char* hd) {
             line(name, kAttnMmaThreads, Fa2FwdSmem<HD>::bytes);
         }
     }
+    for (const char* softcap : {"false", "true"}) {
+        std::snprintf(name, sizeof name, "attn_bwd_kv_fa2_kernel<%s, %s>", hd, softcap);
+        line(name, kAttnMmaThreads, Fa2BwdKvSmem<HD>::bytes);
+        std::snprintf(name, sizeof name, "attn_bwd_q_fa2_kernel<%s, %s>", hd, softcap);
+        line(name, kAttnMmaThreads, Fa2BwdQSmem<HD>::bytes);
+    }
     std::snprintf(name, sizeof name, "attn_bwd_kv_mma_kernel<%s>", hd);
     line(name, kAttnMmaThreads, MmaBwdKvSmem<HD>::bytes);
     std::snprintf(name, sizeof name, "attn_bwd_q_mma_kernel<%s>", hd);

@@ -1,0 +1,411 @@
+// LS-attention backward, FlashAttention-2 class (AttnKernel::Fa2Bwd): bf16 mma.sync m16n8k16 with
+// fp32 accumulation, sm_80+, bf16 build only. Launched by llmc/cuda/attention_ls.cuh after
+// attn_bwd_dot_kernel has written D_i = dO_i . O_i. Design: docs/attention_kernel.md.
+//
+// Two kernels, each output element summed by one thread in a fixed order (deterministic, no atomics):
+//   dK/dV: grid (B*NH, key tiles of 64), 4 warps, warp w owns keys k0 + 16w .. +15; K and V stay
+//          resident, the query tiles that see the key tile (attn_q_tile_begin/end: for a local head
+//          only the window) stream through a cp.async double buffer (Q, dO, -lse*log2(e), D).
+//          Per query tile and warp (16 keys x BQ queries): S^T = K Q^T, dP^T = V dO^T,
+//          P^T = exp2(S^T * mul - lse * log2(e)), dS^T = P^T (dP^T - D) [(1 - tanh^2)],
+//          dV += P^T dO, dK += dS^T Q.
+//   dQ:    grid (B*NH, query tiles of 64), 4 warps, warp w owns rows q0 + 16w .. +15; Q and dO stay
+//          resident, the forward's key tiles stream through a cp.async double buffer (K, V).
+//          Per key tile: S = Q K^T, dP = dO V^T, dS, dQ += dS K.
+//   (dQ is FlashAttention-2's deterministic option: a pass of its own, which recomputes S and dP.)
+// Every tile is row-major (row = token) and XOR-swizzled (llmc/core/smem_swizzle.h), as in the
+// forward (llmc/cuda/attention_ls_fa2.cuh, whose tile loader and lane offsets this file reuses).
+// Fragments (PTX ISA "Matrix Fragments for mma.m16n8k16", g = lane/4, c = lane%4):
+//   A of S^T / dP^T (dK/dV) and of S / dP (dQ): the warp's 16 rows of K, V (or Q, dO) with
+//     ldmatrix.x4, kept in registers at hd 32 / 64 (kFa2BwdARegs), reloaded per tile at hd 128;
+//   B of S^T / dP^T: B(k = dim, n = query) = Q[query][dim], and of S / dP: K, V[key][dim]: the
+//     row-major tiles are n-major, plain ldmatrix.x4;
+//   B of dV += P^T dO, dK += dS^T Q (k = query, n = dim) and of dQ += dS K (k = key): the row-major
+//     tiles are k-major, ldmatrix.x4.trans (no transposed shared copies);
+//   A of those products: P^T, dS^T (or dS) accumulators repacked as bf16 A fragments (mma_acc_to_a).
+// P is recomputed in base 2 from the forward's lse (natural log): x = the raw accumulator q.k
+// (mul = log2(e)/sqrt(hd)) or the capped score c*tanh(q.k/(sqrt(hd) c)) (mul = log2(e)); one FFMA
+// and one ex2.approx.ftz per pair. dS is kept without the 1/sqrt(hd) factor, applied once to dK and
+// dQ at the store. Soft-cap and the per-element mask are compile-time (masked tiles:
+// attn_tile_needs_mask); P and dS are rounded to bf16 for the second products, as in FA2.
+#pragma once
+#include "llmc/core/smem_swizzle.h"
+#include "llmc/cuda/attention_ls_common.cuh"
+#include "llmc/cuda/attention_ls_fa2.cuh"  // fa2_load_tile_async, fa2_lane_offset
+#include "llmc/cuda/attention_ls_mma.cuh"  // mma_acc_to_a, mma_store_row
+#include "llmc/cuda/ptx.cuh"               // mma_bf16_16816, ldmatrix_x4(_trans), cp_async_*, ex2_approx_ftz
+
+namespace llmc::cuda {
+
+// The warp's A fragments (16 rows x HD) stay in registers for the whole block at hd 32 / 64.
+template <int HD>
+constexpr bool kFa2BwdARegs = HD <= 64;
+template <int HD>
+constexpr int kFa2BwdAFrags = kFa2BwdARegs<HD> ? HD / 16 : 1;
+
+// The A fragments of 16 rows of a swizzled (rows, HD) tile; rows: bytes of the first of them.
+// Matrices: (rows 0..7 | 8..15) x (cols ks*16 + 0..7 | 8..15).
+template <int HD>
+__device__ __forceinline__ void fa2_load_a(uint32_t (&a)[4], const char* rows, int ks) {
+    const int lane = threadIdx.x % 32, mi = lane / 8, j8 = lane % 8;
+    ldmatrix_x4(a, rows + (fa2_lane_offset<HD>((mi & 1) * 8 + j8, mi >> 1) ^ (32u * ks)));
+}
+
+// s = A1 B1^T, dp = A2 B2^T (16 x 8*NB each): A1, A2 the warp's 16 rows (from registers a1r / a2r
+// when kFa2BwdARegs, else from the swizzled tiles at a1 / a2), B1, B2 the 8*NB rows of the
+// swizzled tiles b1, b2 (n-major: plain ldmatrix). s[nb], dp[nb]: columns nb*8 + 2c + {0,1}.
+template <int HD, int NB>
+__device__ __forceinline__ void fa2_two_products(float (&s)[NB][4], float (&dp)[NB][4],
+                                                 const uint32_t (&a1r)[kFa2BwdAFrags<HD>][4],
+                                                 const uint32_t (&a2r)[kFa2BwdAFrags<HD>][4], const char* a1,
+                                                 const char* a2, const char* b1, const char* b2) {
+    constexpr uint32_t ROW16 = 16u * HD * 2u;  // bytes of 16 tile rows
+    const int lane = threadIdx.x % 32, mi = lane / 8, j8 = lane % 8;
+    const uint32_t b_off = fa2_lane_offset<HD>((mi >> 1) * 8 + j8, mi & 1);
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) s[nb][e] = dp[nb][e] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < HD / 16; ks++) {
+        uint32_t x1[4], x2[4];
+        if constexpr (kFa2BwdARegs<HD>) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) x1[e] = a1r[ks][e], x2[e] = a2r[ks][e];
+        } else {
+            fa2_load_a<HD>(x1, a1, ks);
+            fa2_load_a<HD>(x2, a2, ks);
+        }
+#pragma unroll
+        for (int np = 0; np < NB / 2; np++) {
+            // matrices: (rows np*16 + 0..7 | 8..15) x (dims ks*16 + 0..7 | 8..15)
+            const uint32_t off = np * ROW16 + (b_off ^ (32u * ks));
+            uint32_t y1[4], y2[4];
+            ldmatrix_x4(y1, b1 + off);
+            ldmatrix_x4(y2, b2 + off);
+            mma_bf16_16816(s[2 * np], x1, y1[0], y1[1]);
+            mma_bf16_16816(s[2 * np + 1], x1, y1[2], y1[3]);
+            mma_bf16_16816(dp[2 * np], x2, y2[0], y2[1]);
+            mma_bf16_16816(dp[2 * np + 1], x2, y2[2], y2[3]);
+        }
+    }
+}
+
+// acc (16 x HD) += X Y: X (16 x 16*KB) from the fp32 accumulators x[2*KB] (rounded to bf16), Y the
+// first 16*KB rows (k) of the swizzled row-major (rows, HD) tile y (k-major: ldmatrix.trans).
+template <int HD, int KB>
+__device__ __forceinline__ void fa2_acc_times_tile(float (&acc)[HD / 8][4], const float (&x)[2 * KB][4],
+                                                   const char* y) {
+    constexpr uint32_t ROW16 = 16u * HD * 2u;
+    const int lane = threadIdx.x % 32, mi = lane / 8, j8 = lane % 8;
+    const uint32_t y_off = fa2_lane_offset<HD>((mi & 1) * 8 + j8, mi >> 1);
+#pragma unroll
+    for (int kk = 0; kk < KB; kk++) {
+        uint32_t xa[4];
+        mma_acc_to_a(xa, x[2 * kk], x[2 * kk + 1]);
+#pragma unroll
+        for (int dp = 0; dp < HD / 16; dp++) {
+            // matrices: (k rows kk*16 + 0..7 | 8..15) x (dims dp*16 + 0..7 | 8..15), transposed
+            uint32_t yb[4];
+            ldmatrix_x4_trans(yb, y + kk * ROW16 + (y_off ^ (32u * dp)));
+            mma_bf16_16816(acc[2 * dp], xa, yb[0], yb[1]);
+            mma_bf16_16816(acc[2 * dp + 1], xa, yb[2], yb[3]);
+        }
+    }
+}
+
+// One pair: a = the raw accumulator q_i.k_j, dp = dO_i.v_j, neg_lse2 = -lse_i*log2(e), Di = D_i.
+// Returns p = exp(s' - lse_i) and replaces dp by dS' = p (dp - D_i) [(1 - tanh^2(s/c))], the
+// gradient of q_i.k_j up to the factor 1/sqrt(hd). (The reference: attn_prob_grad.)
+template <bool SOFTCAP>
+__device__ __forceinline__ float fa2_bwd_pair(float a, float& dp, float neg_lse2, float Di, float mul, float cap,
+                                              float scale_over_cap) {
+    float x = a, t = 0.0f;
+    if (SOFTCAP) {
+        t = tanhf(a * scale_over_cap);
+        x = cap * t;
+    }
+    const float p = ex2_approx_ftz(fmaf(x, mul, neg_lse2));
+    float d = p * (dp - Di);
+    if (SOFTCAP) d *= 1.0f - t * t;
+    dp = d;
+    return p;
+}
+
+template <int HD>
+struct Fa2BwdKvSmem {
+    static constexpr int BK = kAttnMmaBK;
+    static constexpr int BQ = HD == 128 ? 32 : 64;  // hd 128: dK + dV + S + dP accumulators without spills
+    static constexpr int KV_TILE = BK * HD, Q_TILE = BQ * HD;
+    // sK, sV (BK, HD) | sQ[2], sdO[2] (BQ, HD) | sNL[2], sD[2] (BQ) fp32
+    static constexpr size_t bytes =
+        sizeof(__nv_bfloat16) * (2 * (size_t)KV_TILE + 4 * (size_t)Q_TILE) + sizeof(float) * 4 * BQ;
+};
+
+// One query tile of the dK/dV kernel for one warp: keys j_row (this thread's two), queries
+// q0 .. q0+BQ-1 in the swizzled tiles sQ, sdO, their -lse*log2(e) and D in sNL, sD.
+template <int HD, int BQ, bool SOFTCAP, bool MASK>
+__device__ __forceinline__ void fa2_bwd_kv_tile(float (&dk)[HD / 8][4], float (&dv)[HD / 8][4],
+                                                const uint32_t (&ka)[kFa2BwdAFrags<HD>][4],
+                                                const uint32_t (&va)[kFa2BwdAFrags<HD>][4], const char* k_rows,
+                                                const char* v_rows, const __nv_bfloat16* sQ, const __nv_bfloat16* sdO,
+                                                const float* sNL, const float* sD, const int (&j_row)[2], int q0, int T,
+                                                bool local, int P, float mul, float cap, float scale_over_cap) {
+    constexpr int NB = BQ / 8;
+    const int c = threadIdx.x % 4;
+    // S^T = K Q^T, dP^T = V dO^T: (16 keys, BQ queries); [nb] holds queries nb*8 + 2c + {0,1}
+    float s[NB][4], dp[NB][4];
+    fa2_two_products<HD, NB>(s, dp, ka, va, k_rows, v_rows, reinterpret_cast<const char*>(sQ),
+                             reinterpret_cast<const char*>(sdO));
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int qi = nb * 8 + 2 * c + (e & 1);
+            if (MASK) {
+                const int i = q0 + qi;
+                if (!(i < T && attn_visible(i, j_row[e / 2], local, P))) {  // key j >= T implies j > i
+                    s[nb][e] = dp[nb][e] = 0.0f;
+                    continue;
+                }
+            }
+            s[nb][e] = fa2_bwd_pair<SOFTCAP>(s[nb][e], dp[nb][e], sNL[qi], sD[qi], mul, cap, scale_over_cap);
+        }
+    }
+    // dV += P^T dO, dK += dS^T Q: B (k = query, n = dim) from the row-major tiles, transposed
+    fa2_acc_times_tile<HD, BQ / 16>(dv, s, reinterpret_cast<const char*>(sdO));
+    fa2_acc_times_tile<HD, BQ / 16>(dk, dp, reinterpret_cast<const char*>(sQ));
+}
+
+// dK, dV: grid (B*NH, key tiles of 64), 128 threads; writes dqkv's k and v parts.
+template <int HD, bool SOFTCAP>
+__global__ void __launch_bounds__(kAttnMmaThreads)
+    attn_bwd_kv_fa2_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv, const float* lse,
+                           const float* D, int T, int C, int NH, int G, int P, float softcap) {
+    using L = Fa2BwdKvSmem<HD>;
+    constexpr int BK = L::BK, BQ = L::BQ, KS = HD / 16, DB = HD / 8;
+    constexpr float kLog2e = 1.4426950408889634f;
+    LLMC_DYNAMIC_SHARED(unsigned char, smem_raw);
+    __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // (BK, HD) swizzled
+    __nv_bfloat16* sV = sK + L::KV_TILE;                             // (BK, HD) swizzled
+    __nv_bfloat16* sQ = sV + L::KV_TILE;                             // [2] (BQ, HD) swizzled
+    __nv_bfloat16* sdO = sQ + 2 * L::Q_TILE;                         // [2] (BQ, HD) swizzled
+    float* sNL = reinterpret_cast<float*>(sdO + 2 * L::Q_TILE);      // [2] (BQ): -lse * log2(e)
+    float* sD = sNL + 2 * BQ;                                        // [2] (BQ): D
+
+    const int kt = blockIdx.y;  // early key tiles see the most queries (global heads): launched first
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const bool local = h < NH - G;
+    const int C3 = 3 * C, k0 = kt * BK;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    const float scale = attn_scale(HD);
+    const float mul = (SOFTCAP ? 1.0f : scale) * kLog2e;
+    const float scale_over_cap = SOFTCAP ? scale / softcap : 0.0f;
+    const __nv_bfloat16* base = qkv + (size_t)b * T * C3 + h * HD;
+    const __nv_bfloat16* gbase = dout + (size_t)b * T * C + h * HD;
+    const float* lse_bh = lse + (size_t)bh * T;
+    const float* D_bh = D + (size_t)bh * T;
+    // this tile's rows of lse / D into buffer buf (plain loads: lse rows are not 16-byte aligned)
+    auto load_rows = [&](int qt, int buf) {
+        if ((int)threadIdx.x < BQ) {
+            const int i = qt * BQ + (int)threadIdx.x;
+            sNL[buf * BQ + threadIdx.x] = i < T ? -lse_bh[i] * kLog2e : 0.0f;
+            sD[buf * BQ + threadIdx.x] = i < T ? D_bh[i] : 0.0f;
+        }
+    };
+
+    const int qb = attn_q_tile_begin(kt, BQ, BK), qe = attn_q_tile_end(kt, BQ, BK, T, local, P);
+    // prologue: K, V and the first query tile in one group
+    fa2_load_tile_async<HD, BK>(sK, base + C, k0, T, C3);
+    fa2_load_tile_async<HD, BK>(sV, base + 2 * C, k0, T, C3);
+    fa2_load_tile_async<HD, BQ>(sQ, base, qb * BQ, T, C3);
+    fa2_load_tile_async<HD, BQ>(sdO, gbase, qb * BQ, T, C);
+    cp_async_commit_group();
+    load_rows(qb, 0);
+    cp_async_wait_group<0>();
+    __syncthreads();
+    constexpr uint32_t ROW16 = 16u * HD * 2u;
+    const char* k_rows = reinterpret_cast<const char*>(sK) + (uint32_t)warp * ROW16;
+    const char* v_rows = reinterpret_cast<const char*>(sV) + (uint32_t)warp * ROW16;
+    uint32_t ka[kFa2BwdAFrags<HD>][4], va[kFa2BwdAFrags<HD>][4];
+    if constexpr (kFa2BwdARegs<HD>) {
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            fa2_load_a<HD>(ka[ks], k_rows, ks);
+            fa2_load_a<HD>(va[ks], v_rows, ks);
+        }
+    }
+
+    // this thread's two keys (hf = 0: key g, hf = 1: key g+8 of the warp's 16)
+    const int j_row[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
+    float dk[DB][4], dv[DB][4];
+#pragma unroll
+    for (int db = 0; db < DB; db++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[db][e] = dv[db][e] = 0.0f;
+
+    for (int qt = qb; qt < qe; qt++) {
+        const int buf = (qt - qb) & 1;
+        if (qt != qb) {
+            cp_async_wait_group<0>();  // this thread's copies of tile qt (the only group in flight)
+            __syncthreads();           // everyone's copies and row loads landed; tile qt-1 is done
+        }
+        if (qt + 1 < qe) {  // prefetch tile qt+1 into the buffer tile qt-1 used
+            fa2_load_tile_async<HD, BQ>(sQ + (buf ^ 1) * L::Q_TILE, base, (qt + 1) * BQ, T, C3);
+            fa2_load_tile_async<HD, BQ>(sdO + (buf ^ 1) * L::Q_TILE, gbase, (qt + 1) * BQ, T, C);
+            cp_async_commit_group();
+            load_rows(qt + 1, buf ^ 1);
+        }
+        const __nv_bfloat16* q_tile = sQ + buf * L::Q_TILE;
+        const __nv_bfloat16* do_tile = sdO + buf * L::Q_TILE;
+        const float* nl = sNL + buf * BQ;
+        const float* dd = sD + buf * BQ;
+        if (attn_tile_needs_mask(qt, kt, BQ, BK, T, local, P))
+            fa2_bwd_kv_tile<HD, BQ, SOFTCAP, true>(dk, dv, ka, va, k_rows, v_rows, q_tile, do_tile, nl, dd, j_row,
+                                                   qt * BQ, T, local, P, mul, softcap, scale_over_cap);
+        else
+            fa2_bwd_kv_tile<HD, BQ, SOFTCAP, false>(dk, dv, ka, va, k_rows, v_rows, q_tile, do_tile, nl, dd, j_row,
+                                                    qt * BQ, T, local, P, mul, softcap, scale_over_cap);
+    }
+
+    // dk[db], dv[db]: key j_row[e/2], dims db*8 + 2c + (e&1); dK takes the 1/sqrt(hd) of dS here
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int j = j_row[hf];
+        if (j >= T) continue;
+        __nv_bfloat16* drow = dqkv + ((size_t)b * T + j) * C3 + h * HD + 2 * c;
+        mma_store_row<DB>(drow + C, dk, hf, scale);
+        mma_store_row<DB>(drow + 2 * C, dv, hf, 1.0f);
+    }
+}
+
+template <int HD>
+struct Fa2BwdQSmem {
+    static constexpr int BQ = kAttnMmaBQ, BK = kAttnMmaBK;
+    static constexpr int TILE = BQ * HD;  // = BK * HD
+    // sQ, sdO (BQ, HD) | sK[2], sV[2] (BK, HD)
+    static constexpr size_t bytes = sizeof(__nv_bfloat16) * 6 * (size_t)TILE;
+};
+
+// One key tile of the dQ kernel for one warp: rows i_row (this thread's two) with their
+// -lse*log2(e) and D, keys k0 .. k0+63 in the swizzled tiles sK, sV.
+template <int HD, bool SOFTCAP, bool MASK>
+__device__ __forceinline__ void fa2_bwd_q_tile(float (&dq)[HD / 8][4], const uint32_t (&qa)[kFa2BwdAFrags<HD>][4],
+                                               const uint32_t (&da)[kFa2BwdAFrags<HD>][4], const char* q_rows,
+                                               const char* do_rows, const __nv_bfloat16* sK, const __nv_bfloat16* sV,
+                                               const int (&i_row)[2], const float (&neg_lse2)[2],
+                                               const float (&row_D)[2], int k0, int T, bool local, int P, float mul,
+                                               float cap, float scale_over_cap) {
+    constexpr int NB = kAttnMmaBK / 8;
+    const int c = threadIdx.x % 4;
+    // S = Q K^T, dP = dO V^T: (16 rows, 64 keys); [nb] holds keys nb*8 + 2c + {0,1}
+    float s[NB][4], dp[NB][4];
+    fa2_two_products<HD, NB>(s, dp, qa, da, q_rows, do_rows, reinterpret_cast<const char*>(sK),
+                             reinterpret_cast<const char*>(sV));
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int hf = e / 2;
+            if (MASK) {
+                const int i = i_row[hf], j = k0 + nb * 8 + 2 * c + (e & 1);
+                if (!(i < T && attn_visible(i, j, local, P))) {  // key j >= T implies j > i
+                    dp[nb][e] = 0.0f;
+                    continue;
+                }
+            }
+            fa2_bwd_pair<SOFTCAP>(s[nb][e], dp[nb][e], neg_lse2[hf], row_D[hf], mul, cap, scale_over_cap);
+        }
+    }
+    // dQ += dS K: B (k = key, n = dim) from the row-major K tile, transposed
+    fa2_acc_times_tile<HD, kAttnMmaBK / 16>(dq, dp, reinterpret_cast<const char*>(sK));
+}
+
+// dQ: grid (B*NH, query tiles of 64), 128 threads; writes dqkv's q part.
+template <int HD, bool SOFTCAP>
+__global__ void __launch_bounds__(kAttnMmaThreads)
+    attn_bwd_q_fa2_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv, const float* lse,
+                          const float* D, int T, int C, int NH, int G, int P, float softcap) {
+    using L = Fa2BwdQSmem<HD>;
+    constexpr int BQ = L::BQ, BK = L::BK, KS = HD / 16, DB = HD / 8;
+    constexpr float kLog2e = 1.4426950408889634f;
+    LLMC_DYNAMIC_SHARED(unsigned char, smem_raw);
+    __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // (BQ, HD) swizzled
+    __nv_bfloat16* sdO = sQ + L::TILE;                               // (BQ, HD) swizzled
+    __nv_bfloat16* sK = sdO + L::TILE;                               // [2] (BK, HD) swizzled
+    __nv_bfloat16* sV = sK + 2 * L::TILE;                            // [2] (BK, HD) swizzled
+
+    const int qt = gridDim.y - 1 - blockIdx.y;  // longest (causal) tiles first
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const bool local = h < NH - G;
+    const int C3 = 3 * C, q0 = qt * BQ;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    const float scale = attn_scale(HD);
+    const float mul = (SOFTCAP ? 1.0f : scale) * kLog2e;
+    const float scale_over_cap = SOFTCAP ? scale / softcap : 0.0f;
+    const __nv_bfloat16* base = qkv + (size_t)b * T * C3 + h * HD;
+    const __nv_bfloat16* gbase = dout + (size_t)b * T * C + h * HD;
+
+    const int kb = attn_kv_tile_begin(qt, BQ, BK, local, P), ke = attn_kv_tile_end(qt, BQ, BK, T);
+    // prologue: Q, dO and the first K / V tile in one group
+    fa2_load_tile_async<HD, BQ>(sQ, base, q0, T, C3);
+    fa2_load_tile_async<HD, BQ>(sdO, gbase, q0, T, C);
+    fa2_load_tile_async<HD, BK>(sK, base + C, kb * BK, T, C3);
+    fa2_load_tile_async<HD, BK>(sV, base + 2 * C, kb * BK, T, C3);
+    cp_async_commit_group();
+    const int i_row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+    float neg_lse2[2], row_D[2];
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int i = i_row[hf];
+        neg_lse2[hf] = i < T ? -lse[(size_t)bh * T + i] * kLog2e : 0.0f;
+        row_D[hf] = i < T ? D[(size_t)bh * T + i] : 0.0f;
+    }
+    cp_async_wait_group<0>();
+    __syncthreads();
+    constexpr uint32_t ROW16 = 16u * HD * 2u;
+    const char* q_rows = reinterpret_cast<const char*>(sQ) + (uint32_t)warp * ROW16;
+    const char* do_rows = reinterpret_cast<const char*>(sdO) + (uint32_t)warp * ROW16;
+    uint32_t qa[kFa2BwdAFrags<HD>][4], da[kFa2BwdAFrags<HD>][4];
+    if constexpr (kFa2BwdARegs<HD>) {
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            fa2_load_a<HD>(qa[ks], q_rows, ks);
+            fa2_load_a<HD>(da[ks], do_rows, ks);
+        }
+    }
+    float dq[DB][4];
+#pragma unroll
+    for (int db = 0; db < DB; db++) dq[db][0] = dq[db][1] = dq[db][2] = dq[db][3] = 0.0f;
+
+    for (int kt = kb; kt < ke; kt++) {
+        const int buf = (kt - kb) & 1;
+        if (kt != kb) {
+            cp_async_wait_group<0>();  // this thread's copies of tile kt (the only group in flight)
+            __syncthreads();           // everyone's copies landed; every warp is done with tile kt-1
+        }
+        if (kt + 1 < ke) {  // prefetch tile kt+1 into the buffer tile kt-1 used
+            fa2_load_tile_async<HD, BK>(sK + (buf ^ 1) * L::TILE, base + C, (kt + 1) * BK, T, C3);
+            fa2_load_tile_async<HD, BK>(sV + (buf ^ 1) * L::TILE, base + 2 * C, (kt + 1) * BK, T, C3);
+            cp_async_commit_group();
+        }
+        const __nv_bfloat16* k_tile = sK + buf * L::TILE;
+        const __nv_bfloat16* v_tile = sV + buf * L::TILE;
+        if (attn_tile_needs_mask(qt, kt, BQ, BK, T, local, P))
+            fa2_bwd_q_tile<HD, SOFTCAP, true>(dq, qa, da, q_rows, do_rows, k_tile, v_tile, i_row, neg_lse2, row_D,
+                                              kt * BK, T, local, P, mul, softcap, scale_over_cap);
+        else
+            fa2_bwd_q_tile<HD, SOFTCAP, false>(dq, qa, da, q_rows, do_rows, k_tile, v_tile, i_row, neg_lse2, row_D,
+                                               kt * BK, T, local, P, mul, softcap, scale_over_cap);
+    }
+
+    // dq[db]: row i_row[e/2], dims db*8 + 2c + (e&1); the 1/sqrt(hd) of dS here
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int i = i_row[hf];
+        if (i >= T) continue;
+        mma_store_row<DB>(dqkv + ((size_t)b * T + i) * C3 + h * HD + 2 * c, dq, hf, scale);
+    }
+}
+
+}  // namespace llmc::cuda
