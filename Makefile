@@ -184,13 +184,22 @@ $(CUDA_BACKEND_OBJ): llmc/cuda/backend_entry.cu $(LLMC_HEADERS)
 cpu:
 	$(MAKE) HOST_BUILD=1 train_gpt2_ls generate_gpt2_ls
 
+# The builds of many translation units (Catch2, ASan, emulated) compile the CPU kernel drivers once
+# per build directory (llmc/cpu/kernel_instances.cpp, DIR/kernel_instances.o) and every other unit
+# with their explicit instantiation declarations (-include llmc/cpu/kernel_instances.h), instead of
+# compiling every SIMD twin again in each unit; the trainer's own build is one unit and does not.
+CPU_KERNELS_INCLUDE := -include llmc/cpu/kernel_instances.h
+
 # --- CPU tests (Catch2 v2, one binary) -------------------------------------------------------
 TEST_SRCS := $(wildcard test/test_*.cpp)
 TEST_OBJS := $(patsubst test/%.cpp,$(BUILD)/test/%.o,$(TEST_SRCS))
 $(BUILD)/test/%.o: test/%.cpp
 	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $(CPU_KERNELS_INCLUDE) -c $< -o $@
+$(BUILD)/test/kernel_instances.o: llmc/cpu/kernel_instances.cpp
+	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
-$(BUILD)/test_cpu: $(BUILD)/test/catch_main.o $(TEST_OBJS)
+$(BUILD)/test_cpu: $(BUILD)/test/catch_main.o $(TEST_OBJS) $(BUILD)/test/kernel_instances.o
 	$(CXX) $(CXXFLAGS) $^ -o $@
 -include $(wildcard $(BUILD)/test/*.d)
 
@@ -236,11 +245,15 @@ endif
 EMU_CXX ?= $(CXX)
 # build/emu (BF16, the default) or build/emu-fp32 (PRECISION=FP32)
 EMU_DIR := $(BUILD)/emu$(if $(filter FP32,$(PRECISION)),-fp32)
-EMU_SAN ?= -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+# EMU_SAN: the sanitizers the emulated sources are compiled with; the link always names both
+# runtimes, so objects compiled with less (test_emulation.py's mutants: ASan only, ~2.5x faster to
+# compile than ASan + UBSan at -O1) link with the emulator's ASan + UBSan objects.
+EMU_SAN_ALL := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+EMU_SAN ?= $(EMU_SAN_ALL)
 EMU_CXXFLAGS := -std=c++17 -O1 -g1 -Wall -Wno-unknown-pragmas -ffp-contract=off -fopenmp $(EMU_SAN) -DLLMC_EMULATE \
                 -DENABLE_$(PRECISION) -Idev/emu/include -include dev/emu/include/cuda_runtime.h \
                 $(INCLUDES) -I$(CUDA_HOME)/include
-EMU_LDFLAGS := $(EMU_SAN) -rdynamic -fopenmp -lboost_context
+EMU_LDFLAGS := $(EMU_SAN_ALL) -rdynamic -fopenmp -lboost_context
 EMU_NCCL := $(if $(wildcard dev/emu/nccl.cpp),-DUSE_NCCL)
 EMU_SKIP ?= $(if $(EMU_NCCL),,test_collective_nccl)
 EMU_HEADERS := $(LLMC_HEADERS) $(wildcard dev/emu/*.h dev/emu/include/*.h)
@@ -256,22 +269,30 @@ $(EMU_DIR)/%.o: dev/emu/%.cpp $(EMU_HEADERS)
 	$(EMU_CXX) $(EMU_CXXFLAGS) -c $< -o $@
 $(EMU_LIB): $(EMU_OBJS)
 	rm -f $@ && ar rcs $@ $^
-$(EMU_DIR)/dev/%: dev/cuda/%.cu $(EMU_LIB) $(EMU_HEADERS) $(wildcard dev/cuda/*.cuh)
+# (the CPU references' kernels from $(EMU_CPU_KERNELS), compiled once: CPU_KERNELS_INCLUDE above)
+EMU_CPU_KERNELS := $(EMU_DIR)/kernel_instances.o
+$(EMU_CPU_KERNELS): llmc/cpu/kernel_instances.cpp
 	@mkdir -p $(dir $@)
-	$(EMU_CXX) $(EMU_CXXFLAGS) -x c++ $< -x none $(EMU_LIB) -o $@ $(EMU_LDFLAGS)
-$(EMU_DIR)/test_gpu/%: test/gpu/%.cu $(EMU_LIB) $(EMU_HEADERS) $(wildcard test/*.h test/gpu/*.cuh)
+	$(EMU_CXX) $(EMU_CXXFLAGS) -MMD -MP -c $< -o $@
+-include $(wildcard $(EMU_DIR)/*.d)
+$(EMU_DIR)/dev/%: dev/cuda/%.cu $(EMU_LIB) $(EMU_CPU_KERNELS) $(EMU_HEADERS) $(wildcard dev/cuda/*.cuh)
 	@mkdir -p $(dir $@)
-	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_NCCL) -x c++ $< -x none $(EMU_LIB) -o $@ $(EMU_LDFLAGS)
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(CPU_KERNELS_INCLUDE) -x c++ $< -x none $(EMU_CPU_KERNELS) $(EMU_LIB) -o $@ \
+	  $(EMU_LDFLAGS)
+$(EMU_DIR)/test_gpu/%: test/gpu/%.cu $(EMU_LIB) $(EMU_CPU_KERNELS) $(EMU_HEADERS) $(wildcard test/*.h test/gpu/*.cuh)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(CPU_KERNELS_INCLUDE) $(EMU_NCCL) -x c++ $< -x none $(EMU_CPU_KERNELS) $(EMU_LIB) \
+	  -o $@ $(EMU_LDFLAGS)
 $(EMU_DIR)/self/%: dev/emu/tests/%.cu $(EMU_LIB) $(EMU_HEADERS) $(wildcard test/gpu/*.cuh)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) $(EMU_CXXFLAGS) -x c++ $< -x none $(EMU_LIB) -o $@ $(EMU_LDFLAGS)
 # The trainer and the generator, emulated: the same .cu files, with --device cuda running the CUDA
 # backend on the emulated device, MPI as detected, NCCL from the emulation (dev/emu/nccl.cpp).
 EMU_BINS := $(EMU_DIR)/train_gpt2_ls $(EMU_DIR)/generate_gpt2_ls
-$(EMU_BINS): $(EMU_DIR)/%: %.cu $(EMU_DIR)/cuda_backend.o $(EMU_LIB) $(EMU_HEADERS)
+$(EMU_BINS): $(EMU_DIR)/%: %.cu $(EMU_DIR)/cuda_backend.o $(EMU_CPU_KERNELS) $(EMU_LIB) $(EMU_HEADERS)
 	@mkdir -p $(dir $@)
-	$(EMU_CXX) $(EMU_CXXFLAGS) $(MPI_FLAGS) $(EMU_NCCL) -x c++ $< -x none $(EMU_DIR)/cuda_backend.o $(EMU_LIB) -o $@ \
-	  $(EMU_LDFLAGS) $(MPI_LIBS)
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(CPU_KERNELS_INCLUDE) $(MPI_FLAGS) $(EMU_NCCL) -x c++ $< -x none \
+	  $(EMU_DIR)/cuda_backend.o $(EMU_CPU_KERNELS) $(EMU_LIB) -o $@ $(EMU_LDFLAGS) $(MPI_LIBS)
 # their kernels, compiled once (llmc/cuda/backend_entry.cu, as $(CUDA_BACKEND_OBJ) for nvcc)
 $(EMU_DIR)/cuda_backend.o: llmc/cuda/backend_entry.cu $(EMU_HEADERS)
 	@mkdir -p $(dir $@)
@@ -313,14 +334,18 @@ ASAN_SAN ?= -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-om
 ASAN_CXXFLAGS := -std=c++17 -O1 -g1 -Wall -Wextra -Wno-maybe-uninitialized -fopenmp -MMD -MP $(ASAN_SAN) $(INCLUDES)
 ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:exitcode=86 UBSAN_OPTIONS=print_stacktrace=1:exitcode=86
 ASAN_TEST_OBJS := $(patsubst test/%.cpp,$(ASAN_DIR)/test/%.o,$(TEST_SRCS))
+ASAN_CPU_KERNELS := $(ASAN_DIR)/kernel_instances.o
 $(ASAN_DIR)/test/%.o: test/%.cpp
 	@mkdir -p $(dir $@)
-	$(CXX) $(ASAN_CXXFLAGS) -c $< -o $@
-$(ASAN_DIR)/test_cpu: $(ASAN_DIR)/test/catch_main.o $(ASAN_TEST_OBJS)
-	$(CXX) $(ASAN_CXXFLAGS) $^ -o $@
-$(ASAN_DIR)/train_gpt2_ls $(ASAN_DIR)/generate_gpt2_ls: $(ASAN_DIR)/%: %.cu $(LLMC_HEADERS)
+	$(CXX) $(ASAN_CXXFLAGS) $(CPU_KERNELS_INCLUDE) -c $< -o $@
+$(ASAN_CPU_KERNELS): llmc/cpu/kernel_instances.cpp
 	@mkdir -p $(dir $@)
-	$(CXX) $(ASAN_CXXFLAGS) -x c++ $< -o $@
+	$(CXX) $(ASAN_CXXFLAGS) -c $< -o $@
+$(ASAN_DIR)/test_cpu: $(ASAN_DIR)/test/catch_main.o $(ASAN_TEST_OBJS) $(ASAN_CPU_KERNELS)
+	$(CXX) $(ASAN_CXXFLAGS) $^ -o $@
+$(ASAN_DIR)/train_gpt2_ls $(ASAN_DIR)/generate_gpt2_ls: $(ASAN_DIR)/%: %.cu $(ASAN_CPU_KERNELS) $(LLMC_HEADERS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(ASAN_CXXFLAGS) $(CPU_KERNELS_INCLUDE) -x c++ $< -x none $(ASAN_CPU_KERNELS) -o $@
 -include $(wildcard $(ASAN_DIR)/test/*.d $(ASAN_DIR)/*.d)
 ASAN_BINS := $(ASAN_DIR)/test_cpu $(ASAN_DIR)/train_gpt2_ls $(ASAN_DIR)/generate_gpt2_ls
 test-asan: $(ASAN_BINS)

@@ -27,6 +27,9 @@
 # runs/r<T/C>_<variant>_s<seed>/ (+ .log), plots/, summary.md.
 # Environment: TRAINER (default ./train_gpt2_ls), PYTHON (default python3).
 set -euo pipefail
+# `nice` alone does not yield to a build in another terminal where the kernel groups processes by
+# session (sched_autogroup): lower this session's group too, so a CI run beside it keeps its speed
+if [ -w /proc/self/autogroup ]; then echo 19 >/proc/self/autogroup 2>/dev/null || true; fi
 
 TRAINER=${TRAINER:-./train_gpt2_ls}
 PYTHON=${PYTHON:-python3}

@@ -11,15 +11,15 @@
    src-size 17, copies never waited for (committed or not), a source or destination touched while
    the copy is pending, overlapping pending copies; and two correct kernels (the poisoned state of
    pending copies after each wait, .x1 ignoring the addresses of lanes 8-31).
-2. Mutations of the production kernels: the test copies the sources, applies one deliberate bug
-   (an off-by-one in the local window, two swapped A-fragment registers, a removed __syncthreads,
-   an out-of-bounds store, a kernel launched with more than 48 KB of shared memory without the
-   opt-in, the FA2-class forward's V operand and the FA2-class backward's dO / Q / K operands loaded
-   without .trans; a wrong C/D row in the
-   emulation's own mma table, a wrong .trans lane map and a swapped matrix order of .x4 in its
-   ldmatrix, a missing cp.async.wait_group in the cp.async test kernel, and the emulated ex2
-   without its flush of subnormal results), builds the emulated lab or test from the mutated copy and expects its check to fail in
-   the stated way. Nothing broken is committed.
+2. Mutations of the production kernels: the test copies the sources, applies one deliberate bug (an
+   off-by-one in the local window, two swapped A-fragment registers, a removed __syncthreads, an
+   out-of-bounds store, a kernel launched with more than 48 KB of shared memory without the opt-in,
+   the FA2-class forward's V operand and the FA2-class backward's dO / Q / K operands loaded without
+   .trans; a wrong C/D row in the emulation's own mma table, a wrong .trans lane map and a swapped
+   matrix order of .x4 in its ldmatrix, a missing cp.async.wait_group in the cp.async test kernel,
+   and the emulated ex2 without its flush of subnormal results), builds the emulated lab or test
+   from the mutated copy (with ASan, without UBSan: no mutant's failure is UBSan's) and expects its
+   check to fail in the stated way. Nothing broken is committed.
 
 Needs the emulated build (`make emu`, part of `make test`); a missing binary is a failure.
 """
@@ -123,17 +123,25 @@ def test_a_race_needs_two_schedules_to_show():
 # name -> (file, original text (must occur exactly once), mutated text, target, arguments, expected text)
 LAB = "build/emu/dev/attention_ls"
 ONE_SHAPE = ["--check-one", "-B", 1, "-T", 200, "--nh", 2, "--hd", 128, "-G", 1, "-P", 50]
+
+
+def one_version(v):
+    """ONE_SHAPE for the lab's version v alone (the one the mutation is expected to fail; every
+    version at once is ~6x the time, and test_unmutated_shape_passes runs them all unmutated)."""
+    return ONE_SHAPE + ["--version", v]
+
+
 MUTANTS = {
     "window-off-by-one": (
         "llmc/core/attention_tiles.h",
         "return j <= i && (!local || j > i - P);",
         "return j <= i && (!local || j >= i - P);",
-        LAB, ONE_SHAPE, "FAIL version 2"),
+        LAB, one_version(2), "FAIL version 2"),
     "swapped-fragment-register": (
         "llmc/cuda/attention_ls_mma.cuh",
         "    a[1] = ld_bf16x2(p + 8 * ld);\n    a[2] = ld_bf16x2(p + 8);",
         "    a[1] = ld_bf16x2(p + 8);\n    a[2] = ld_bf16x2(p + 8 * ld);",
-        LAB, ONE_SHAPE, "FAIL version 3"),
+        LAB, one_version(3), "FAIL version 3"),
     "missing-syncthreads": (
         "llmc/cuda/attention_ls_mma.cuh",
         "        __syncthreads();  // every warp is done with the previous K / V tile\n"
@@ -172,13 +180,13 @@ MUTANTS = {
         "llmc/cuda/attention_ls_fa2.cuh",
         "ldmatrix_x4_trans(vb, v_bytes",
         "ldmatrix_x4(vb, v_bytes",
-        LAB, ONE_SHAPE, "FAIL version 5"),
+        LAB, one_version(5), "FAIL version 5"),
     # the FA2-class backward's k-major operands (dO of dV, Q of dK, K of dQ) loaded without .trans
     "fa2-bwd-operand-without-trans": (
         "llmc/cuda/attention_ls_fa2_bwd.cuh",
         "ldmatrix_x4_trans(yb, y",
         "ldmatrix_x4(yb, y",
-        LAB, ONE_SHAPE, "FAIL version 6"),
+        LAB, one_version(6), "FAIL version 6"),
     # the emulated ex2.approx.ftz without its .ftz of subnormal results
     "emulated-ex2-without-ftz": (
         "dev/emu/ex2.h",
@@ -198,13 +206,18 @@ MUTANTS = {
 
 
 def reuse_emulator_objects(d):
-    """The unmutated build's emulator objects (build/emu/*.o, libemu.a) copied into the mutant's tree
-    with their times: make rebuilds them only when the mutation is in one of their inputs (a
-    dev/emu header or source, written after them), so a kernel mutant compiles its kernels only."""
+    """The unmutated build's emulator objects (build/emu/*.o, libemu.a; the CPU kernels' object with
+    its dependency file) copied into the mutant's tree with their times: make rebuilds them only
+    when the mutation is in one of their inputs (written after them), so a kernel mutant compiles
+    its kernels only."""
     (d / "build" / "emu").mkdir(parents=True)
-    for obj in list((REPO / "build" / "emu").glob("*.o")) + [REPO / "build" / "emu" / "libemu.a"]:
+    emu = REPO / "build" / "emu"
+    for obj in list(emu.glob("*.o")) + list(emu.glob("*.d")) + [emu / "libemu.a"]:
         if obj.is_file():
             shutil.copy2(obj, d / "build" / "emu" / obj.name)
+
+
+MUTANT_SAN = "-fsanitize=address -fno-omit-frame-pointer"
 
 
 def build_mutant(name, root):
@@ -223,7 +236,10 @@ def build_mutant(name, root):
     assert text.count(old) == 1, f"{name}: the code to mutate is not in {path} exactly once; update the mutation"
     (d / path).write_text(text.replace(old, new))
     reuse_emulator_objects(d)
-    b = subprocess.run(["make", "-C", str(d), "CI=true", target], capture_output=True, text=True, timeout=1200)
+    # ASan without UBSan: every mutant's expected failure is the check's, the emulation's or ASan's
+    # (MUTANTS), none is UBSan's, and UBSan at -O1 makes the lab's compile ~2.5x slower
+    b = subprocess.run(["make", "-C", str(d), "CI=true", f"EMU_SAN={MUTANT_SAN}", target],
+                       capture_output=True, text=True, timeout=1200)
     return d, b
 
 

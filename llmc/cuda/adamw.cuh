@@ -60,21 +60,29 @@ inline __device__ void store_param(__nv_bfloat16* p, float x, uint32_t seed, siz
     p[i] = stochastic_round_bf16(x, seed, i);
 }
 
+// One element of AdamW, every operation rounded as written (no contraction): m[i], v[i], master[i]
+// updated from the scaled gradient g; returns the new master value.
+__device__ inline float adamw_element(float* master, float* m, float* v, size_t i, float g, float lr, float beta1,
+                                      float beta2, float eps, float weight_decay, float bc1, float bc2) {
+    const float mi = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(1.0f - beta1, g));
+    const float vi = __fadd_rn(__fmul_rn(beta2, v[i]), __fmul_rn(__fmul_rn(1.0f - beta2, g), g));
+    m[i] = mi;
+    v[i] = vi;
+    const float mhat = __fdiv_rn(mi, bc1);
+    const float vhat = __fdiv_rn(vi, bc2);
+    const float p = master[i];
+    const float step = __fadd_rn(__fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), eps)), __fmul_rn(weight_decay, p));
+    const float np = __fsub_rn(p, __fmul_rn(lr, step));
+    master[i] = np;
+    return np;
+}
+
 __global__ void adamw_kernel(floatX* params, float* master, const float* grads, float* m, float* v, size_t n, float lr,
                              float beta1, float beta2, float eps, float weight_decay, float bc1, float bc2,
                              float grad_multiplier, uint32_t seed) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         const float g = __fmul_rn(grads[i], grad_multiplier);
-        const float mi = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(1.0f - beta1, g));
-        const float vi = __fadd_rn(__fmul_rn(beta2, v[i]), __fmul_rn(__fmul_rn(1.0f - beta2, g), g));
-        m[i] = mi;
-        v[i] = vi;
-        const float mhat = __fdiv_rn(mi, bc1);
-        const float vhat = __fdiv_rn(vi, bc2);
-        const float p = master[i];
-        const float step = __fadd_rn(__fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), eps)), __fmul_rn(weight_decay, p));
-        const float np = __fsub_rn(p, __fmul_rn(lr, step));
-        master[i] = np;
+        const float np = adamw_element(master, m, v, i, g, lr, beta1, beta2, eps, weight_decay, bc1, bc2);
         if (params) store_param(params, np, seed, i);
     }
 }
@@ -136,16 +144,7 @@ __global__ void adamw_all_kernel(floatX* params, float* master, const float* gra
         while (i >= seg.end[j]) j++;
         const float weight_decay = seg.weight_decay[j];
         const float g = __fmul_rn(grads[i], multiplier);
-        const float mi = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(1.0f - beta1, g));
-        const float vi = __fadd_rn(__fmul_rn(beta2, v[i]), __fmul_rn(__fmul_rn(1.0f - beta2, g), g));
-        m[i] = mi;
-        v[i] = vi;
-        const float mhat = __fdiv_rn(mi, bc1);
-        const float vhat = __fdiv_rn(vi, bc2);
-        const float p = master[i];
-        const float step = __fadd_rn(__fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), eps)), __fmul_rn(weight_decay, p));
-        const float np = __fsub_rn(p, __fmul_rn(lr, step));
-        master[i] = np;
+        const float np = adamw_element(master, m, v, i, g, lr, beta1, beta2, eps, weight_decay, bc1, bc2);
         if (params) params[i] = from_float<floatX>(np);  // round to nearest even, as copy_master_kernel
     }
 }
