@@ -165,17 +165,21 @@ CUDA_BACKEND_OBJ := $(BUILD)/cuda_backend_$(PRECISION).o
 # cuda_program USE_MPI USE_NCCL: the recipe of a program ($< -> $@) with the CUDA backend: its source
 # compiled as C++ by $(CXX) (host code only; CUDA's and MPI's headers as system headers) into
 # $(BUILD)/obj/NAME.o, then linked by nvcc with the kernels ($(CUDA_BACKEND_OBJ)) and the CUDA libraries.
+# Its CPU kernel drivers come from $(NVCC_CPU_KERNELS) (CPU_KERNELS_INCLUDE, below).
+NVCC_CPU_KERNELS := $(BUILD)/obj/kernel_instances_$(PRECISION).o
+CUDA_PROGRAM_CXXFLAGS := $(HOST_CXXFLAGS) -DENABLE_$(PRECISION) -DLLMC_CUDA_BACKEND=1 -isystem $(CUDA_HOME)/include
 cuda_program = mkdir -p $(BUILD)/obj && \
-	$(CXX) $(HOST_CXXFLAGS) -DENABLE_$(PRECISION) -DLLMC_CUDA_BACKEND=1 -isystem $(CUDA_HOME)/include \
+	$(CXX) $(CUDA_PROGRAM_CXXFLAGS) $(CPU_KERNELS_INCLUDE) \
 	  $(patsubst -I%,-isystem%,$(call dist_flags,$(1),$(2))) -x c++ -c $< -o $(BUILD)/obj/$(notdir $@).o && \
-	$(NVCC) $(NVCC_GENCODE) $(BUILD)/obj/$(notdir $@).o $(CUDA_BACKEND_OBJ) -o $@ $(CUDA_LIBS) $(call dist_libs,$(1),$(2))
+	$(NVCC) $(NVCC_GENCODE) $(BUILD)/obj/$(notdir $@).o $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) -o $@ $(CUDA_LIBS) \
+	  $(call dist_libs,$(1),$(2))
 ifeq ($(HOST_BUILD),1)
 train_gpt2_ls generate_gpt2_ls: %: %.cu $(LLMC_HEADERS) $(BUILD)/mains-compiler
 	$(CXX) $(HOST_CXXFLAGS) $(HOST_DIST_FLAGS) -x c++ $< -o $@ $(call dist_libs,$(USE_MPI),0)
 else
-train_gpt2_ls: train_gpt2_ls.cu $(CUDA_BACKEND_OBJ) $(LLMC_HEADERS) $(BUILD)/mains-compiler
+train_gpt2_ls: train_gpt2_ls.cu $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(LLMC_HEADERS) $(BUILD)/mains-compiler
 	$(call cuda_program,$(USE_MPI),$(USE_NCCL))
-generate_gpt2_ls: generate_gpt2_ls.cu $(CUDA_BACKEND_OBJ) $(LLMC_HEADERS) $(BUILD)/mains-compiler
+generate_gpt2_ls: generate_gpt2_ls.cu $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(LLMC_HEADERS) $(BUILD)/mains-compiler
 	$(call cuda_program,0,0)
 endif
 $(CUDA_BACKEND_OBJ): llmc/cuda/backend_entry.cu $(LLMC_HEADERS)
@@ -184,11 +188,19 @@ $(CUDA_BACKEND_OBJ): llmc/cuda/backend_entry.cu $(LLMC_HEADERS)
 cpu:
 	$(MAKE) HOST_BUILD=1 train_gpt2_ls generate_gpt2_ls
 
-# The builds of many translation units (Catch2, ASan, emulated) compile the CPU kernel drivers once
-# per build directory (llmc/cpu/kernel_instances.cpp, DIR/kernel_instances.o) and every other unit
-# with their explicit instantiation declarations (-include llmc/cpu/kernel_instances.h), instead of
-# compiling every SIMD twin again in each unit; the trainer's own build is one unit and does not.
+# The builds of many translation units (Catch2, ASan, emulated, and the nvcc build: the programs'
+# host units, their build matrix, the kernel labs and the GPU tests) compile the CPU kernel drivers
+# once per build directory (llmc/cpu/kernel_instances.cpp, DIR/kernel_instances*.o) and every other
+# unit with their explicit instantiation declarations (-include llmc/cpu/kernel_instances.h),
+# instead of compiling every SIMD twin again in each unit. The CPU programs (`make cpu`, the
+# experiments' trainer) are one unit each and do not.
 CPU_KERNELS_INCLUDE := -include llmc/cpu/kernel_instances.h
+# for the nvcc build ($(NVCC_CPU_KERNELS)): by $(CXX) with the programs' host flags (nvcc's host
+# compiler, -O3, OpenMP)
+$(NVCC_CPU_KERNELS): llmc/cpu/kernel_instances.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CUDA_PROGRAM_CXXFLAGS) -MMD -MP -c $< -o $@
+-include $(wildcard $(BUILD)/obj/kernel_instances_*.d)
 
 # --- CPU tests (Catch2 v2, one binary) -------------------------------------------------------
 TEST_SRCS := $(wildcard test/test_*.cpp)
@@ -208,12 +220,12 @@ GPU_LAB_SRCS := $(wildcard dev/cuda/*.cu)
 GPU_TEST_SRCS := $(wildcard test/gpu/*.cu)
 GPU_LAB_BINS := $(patsubst dev/cuda/%.cu,$(BUILD)/dev/%,$(GPU_LAB_SRCS))
 GPU_TEST_BINS := $(patsubst test/gpu/%.cu,$(BUILD)/test_gpu/%,$(GPU_TEST_SRCS))
-$(BUILD)/dev/%: dev/cuda/%.cu $(LLMC_HEADERS) $(wildcard dev/cuda/*.cuh)
+$(BUILD)/dev/%: dev/cuda/%.cu $(NVCC_CPU_KERNELS) $(LLMC_HEADERS) $(wildcard dev/cuda/*.cuh)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS)
-$(BUILD)/test_gpu/%: test/gpu/%.cu $(LLMC_HEADERS) $(wildcard test/*.h test/gpu/*.cuh)
+	$(NVCC) $(NVCCFLAGS) $(CPU_KERNELS_INCLUDE) $< $(NVCC_CPU_KERNELS) -o $@ $(CUDA_LIBS)
+$(BUILD)/test_gpu/%: test/gpu/%.cu $(NVCC_CPU_KERNELS) $(LLMC_HEADERS) $(wildcard test/*.h test/gpu/*.cuh)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $(DIST_FLAGS) $< -o $@ $(CUDA_LIBS) $(DIST_LIBS)
+	$(NVCC) $(NVCCFLAGS) $(DIST_FLAGS) $(CPU_KERNELS_INCLUDE) $< $(NVCC_CPU_KERNELS) -o $@ $(CUDA_LIBS) $(DIST_LIBS)
 gpu-targets: train_gpt2_ls generate_gpt2_ls $(GPU_LAB_BINS) $(GPU_TEST_BINS)
 
 # The trainer in the other USE_MPI x USE_NCCL combinations (the default build is auto x auto), so a
@@ -221,7 +233,7 @@ gpu-targets: train_gpt2_ls generate_gpt2_ls $(GPU_LAB_BINS) $(GPU_TEST_BINS)
 # build/matrix/train_gpt2_ls-mpi<auto|0>-nccl<auto|0>; `make test` builds them.
 DIST_MATRIX := $(BUILD)/matrix/train_gpt2_ls-mpi0-ncclauto $(BUILD)/matrix/train_gpt2_ls-mpiauto-nccl0 \
                $(BUILD)/matrix/train_gpt2_ls-mpi0-nccl0
-$(BUILD)/matrix/train_gpt2_ls-mpi%: train_gpt2_ls.cu $(CUDA_BACKEND_OBJ) $(LLMC_HEADERS)
+$(BUILD)/matrix/train_gpt2_ls-mpi%: train_gpt2_ls.cu $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(LLMC_HEADERS)
 	@mkdir -p $(dir $@)
 	$(call cuda_program,$(word 1,$(subst -nccl, ,$*)),$(word 2,$(subst -nccl, ,$*)))
 # and the NCCL test built without NCCL: it must exit 77 (SKIPPED), never 0 (test/test_build_matrix.py)
@@ -264,9 +276,9 @@ EMU_SELF_BINS := $(patsubst dev/emu/tests/%.cu,$(EMU_DIR)/self/%,$(wildcard dev/
 # libcudart / libcublasLt / libnccl
 EMU_LIB := $(EMU_DIR)/libemu.a
 EMU_OBJS := $(patsubst dev/emu/%.cpp,$(EMU_DIR)/%.o,$(wildcard dev/emu/*.cpp))
-$(EMU_DIR)/%.o: dev/emu/%.cpp $(EMU_HEADERS)
+$(EMU_DIR)/%.o: dev/emu/%.cpp
 	@mkdir -p $(dir $@)
-	$(EMU_CXX) $(EMU_CXXFLAGS) -c $< -o $@
+	$(EMU_CXX) $(EMU_CXXFLAGS) -MMD -MP -c $< -o $@
 $(EMU_LIB): $(EMU_OBJS)
 	rm -f $@ && ar rcs $@ $^
 # (the CPU references' kernels from $(EMU_CPU_KERNELS), compiled once: CPU_KERNELS_INCLUDE above)
@@ -298,6 +310,11 @@ $(EMU_DIR)/cuda_backend.o: llmc/cuda/backend_entry.cu $(EMU_HEADERS)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) $(EMU_CXXFLAGS) -x c++ -c $< -o $@
 emu: $(EMU_LAB_BINS) $(EMU_TEST_BINS) $(EMU_SELF_BINS) $(EMU_BINS)
+# the FP32 emulated trainer (test/test_emulated_cuda.py), built by a sub-make inside the caller's
+# parallel build
+emu-fp32-trainer:
+	+$(MAKE) --no-print-directory PRECISION=FP32 $(BUILD)/emu-fp32/train_gpt2_ls
+.PHONY: emu-fp32-trainer
 
 # scripts/gpu_check.sh against the emulated build (--emulate): every emulated test and lab check
 # (stage test), each kernel launch run under two schedules of the threads (greedy-forward and
@@ -377,11 +394,14 @@ train: train_gpt2_ls $(TS_DIR)/meta.json
 
 # --- tests -----------------------------------------------------------------------------------
 JOBS ?= $(shell nproc)
-# make test: every build first (the nvcc GPU targets only compile here), then the Catch2 suite under
-# ASan + UBSan, then two lanes side by side (each mostly one thread; CI has 2 cores): the emulated
-# GPU tests (make test-emu) in the background, and in the foreground pytest, the sanitized end-to-end
-# runs (make asan-e2e) and the fuzz smoke test (make fuzz-smoke: every committed crash input, then
-# a few seconds of fuzzing per harness).
+# make test: every build first, in one parallel make (the nvcc GPU targets only compile here; with
+# them the FP32 emulated trainer, the static SASS report and the Tiny Shakespeare shards), then two
+# lanes side by side (each mostly one thread; CI has 2 cores): the emulated GPU tests (make
+# test-emu) in the background, and in the foreground the Catch2 suite under ASan + UBSan, pytest,
+# the sanitized end-to-end runs (make asan-e2e) and the fuzz smoke test (make fuzz-smoke: every
+# committed crash input, then a few seconds of fuzzing per harness). The lanes run with
+# OMP_WAIT_POLICY=PASSIVE: an OpenMP thread that spins while it waits takes the core from the other
+# lane (results do not depend on it; thread counts are unchanged).
 # Without nvcc: the same minus the GPU targets, the trainer matrix and the emulation (builds and
 # lane), and minus the pytest tests of those builds (PYTEST_NEEDS_NVCC); one line says so. CI=true
 # without nvcc is an error: CI runs everything.
@@ -405,19 +425,17 @@ endif
 	@echo "== no nvcc: CPU tests only; the GPU targets, the trainer matrix and the emulated GPU tests need nvcc (CUDA toolkit) =="
 endif
 	scripts/check_format.sh
-	$(MAKE) -j$(JOBS) test-build
 ifneq ($(NVCC_FOUND),)
-	$(MAKE) -j$(JOBS) PRECISION=FP32 $(BUILD)/emu-fp32/train_gpt2_ls
-	@echo "== static SASS report of the sm_90 kernels (make sass-report; static, not measured on a GPU) =="
-	$(MAKE) --no-print-directory sass-report
+	@echo "== builds (make test-build; the FP32 emulated trainer; make sass-report: the static SASS report of the sm_90 kernels, not measured on a GPU; the Tiny Shakespeare shards) =="
 endif
-	$(MAKE) $(TS_DIR)/meta.json
-	@echo "== Catch2 (C++ CPU tests) under ASan + UBSan ($(ASAN_DIR)/test_cpu) =="
-	$(ASAN_ENV) $(ASAN_DIR)/test_cpu
+	$(MAKE) -j$(JOBS) test-build $(if $(NVCC_FOUND),emu-fp32-trainer sass-report) $(TS_DIR)/meta.json
 ifneq ($(NVCC_FOUND),)
 	@echo "== emulated GPU tests and kernels (make test-emu: scripts/gpu_check.sh --emulate; ASan + UBSan, two schedules) in the background, log $(BUILD)/test-emu.log =="
 endif
-	@$(if $(NVCC_FOUND),$(MAKE) --no-print-directory test-emu >$(BUILD)/test-emu.log 2>&1 &,true &) emu=$$!; \
+	@export OMP_WAIT_POLICY=PASSIVE; \
+	$(if $(NVCC_FOUND),$(MAKE) --no-print-directory test-emu >$(BUILD)/test-emu.log 2>&1 &,true &) emu=$$!; \
+	echo "== Catch2 (C++ CPU tests) under ASan + UBSan ($(ASAN_DIR)/test_cpu) =="; \
+	$(ASAN_ENV) $(ASAN_DIR)/test_cpu; catch2=$$?; \
 	echo "== pytest (data pipeline, end to end, emulation faults and mutants) =="; \
 	SHARED_DATA=$(abspath $(SHARED_DATA)) $(if $(NVCC_FOUND),SASS_REPORT_JSON=$(abspath $(SASS_REPORT_JSON))) \
 	  $(PYTHON) -m pytest -q --durations=25 data/tests test $(PYTEST_LEFT_OUT); py=$$?; \
@@ -426,8 +444,8 @@ endif
 	$(MAKE) --no-print-directory fuzz-smoke; fuzz=$$?; \
 	wait $$emu; emu_rc=$$?; \
 	$(if $(NVCC_FOUND),echo "== make test-emu (from $(BUILD)/test-emu.log) =="; cat $(BUILD)/test-emu.log;) \
-	if [ $$py -ne 0 ] || [ $$asan -ne 0 ] || [ $$fuzz -ne 0 ] || [ $$emu_rc -ne 0 ]; then \
-	  echo "== FAILED: pytest exit $$py, make asan-e2e exit $$asan, make fuzz-smoke exit $$fuzz, make test-emu exit $$emu_rc =="; exit 1; fi
+	if [ $$catch2 -ne 0 ] || [ $$py -ne 0 ] || [ $$asan -ne 0 ] || [ $$fuzz -ne 0 ] || [ $$emu_rc -ne 0 ]; then \
+	  echo "== FAILED: Catch2 exit $$catch2, pytest exit $$py, make asan-e2e exit $$asan, make fuzz-smoke exit $$fuzz, make test-emu exit $$emu_rc =="; exit 1; fi
 ifneq ($(NVCC_FOUND),)
 	@echo "== all CPU tests passed (Catch2 and the end-to-end runs also under ASan + UBSan; fuzz smoke test); GPU kernels passed EMULATED (not on a GPU): $(EMU_LAB_BINS) $(EMU_TEST_BINS) =="
 	@echo "== GPU targets compiled (nvcc): $(GPU_LAB_BINS) $(GPU_TEST_BINS) train_gpt2_ls $(DIST_MATRIX) =="
