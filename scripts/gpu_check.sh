@@ -28,7 +28,9 @@
 #   3 = labs,bench,train   every kernel lab with no arguments (timing tables); every peer benchmark
 #                      dev/bench/*.py with --out (except the end-to-end one and the CPU-only
 #                      cpu_vs_torch.py, which times the CPU backend); a short real training
-#                      run of the paper model on the GPU (synthetic data, T=2048): loss must fall
+#                      run of the paper model on the GPU (synthetic data, T=2048): loss must fall;
+#                      then --eval-only --dump-attention of its final model on the GPU: two heads'
+#                      maps finite, zero outside the window, rows summing to 1
 #   4 = e2e-small      dev/bench/train_vs_torch.py --models ls-small   (ours vs PyTorch, paper model)
 #   5 = e2e-d12        dev/bench/train_vs_torch.py --models d12        (ours vs PyTorch, GPT-2 124M shape)
 #   all = 1,2,3,4,5
@@ -192,9 +194,10 @@ skip_step() {
 
 # Emulated runs: the thread schedules each launch runs under (two, compared bit for bit = the race
 # check) and the lab's --check arguments; the whole-backend tests run hundreds of launches of kernels
-# the labs already race-check, so one schedule (Makefile: EMU_SCHEDULES, EMU_BACKEND_SCHEDULES).
+# the labs already race-check, so one schedule (Makefile: EMU_SCHEDULES, EMU_BACKEND_SCHEDULES); the
+# one kernel of their own, attention_probs, has no shared memory and no barrier.
 emu_schedules() {
-    case $1 in test_cuda_model|test_cuda_generate) echo "${EMU_BACKEND_SCHEDULES:-greedy-forward}" ;;
+    case $1 in test_cuda_model|test_cuda_generate|test_cuda_attention_probs) echo "${EMU_BACKEND_SCHEDULES:-greedy-forward}" ;;
         *) echo "${EMU_SCHEDULES:-greedy-forward,greedy-reverse}" ;; esac
 }
 run_bin() {  # run_bin NAME BINARY ARGS...: the binary, under the emulation's settings when emulating
@@ -344,6 +347,32 @@ print(f"steps {len(steps)}, train loss {steps[0]['loss']} -> {steps[-1]['loss']}
 ok = len(steps) == int(sys.argv[3]) and all(r["loss"] is not None and math.isfinite(r["loss"]) for r in steps) \
     and len(val) >= 2 and val[-1][1] is not None and val[-1][1] < val[0][1] - 0.5
 print("PASS" if ok else f"FAIL: expected {sys.argv[3]} finite steps and a validation loss >= 0.5 nats below step 0's")
+sys.exit(0 if ok else 1)
+EOF
+    # the trained model's attention maps from the device (--dump-attention on CUDA), the first (local)
+    # and the last (global) head of layer 0: finite, zero outside the window, rows summing to 1
+    local t nh maps=$d/maps
+    t=$(printf '%s\n' "${run[@]}" | awk 'p { print; exit } $0 == "-t" { p = 1 }')
+    nh=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["model"]["num_heads"])' "$d/out/config.json") || return
+    rm -rf "$maps"
+    step "train:dump-attention" 120 "$trainer" --device cuda --eval-only -e "$(printf '%s/out/model_%08d.bin' "$d" "$steps")" \
+        -j "$d/data/val_*.bin" -b 1 -t "$t" -m 1 --dump-attention "0:0,0:$((nh - 1))" -o "$maps" || return
+    step "train:maps-valid" 60 "$PY" - "$maps" "$d/out/config.json" <<'EOF'
+import json, sys
+import numpy as np
+m = json.load(open(sys.argv[2]))["model"]
+NH, G, P = m["num_heads"], m["global_heads"], m["window"]
+ok = True
+for h in (0, NH - 1):
+    p = np.load(f"{sys.argv[1]}/attn_L0_H{h}.npy")
+    T = p.shape[0]
+    i, j = np.indices((T, T))
+    visible = (j <= i) & ((j > i - P) if h < NH - G else True)
+    sums = np.abs(p.sum(axis=1) - 1).max()
+    good = bool(np.isfinite(p).all() and (p[~visible] == 0).all() and sums <= 1e-4)
+    print(f"head 0:{h} ({'local' if h < NH - G else 'global'}), T {T}: worst |row sum - 1| {sums:.2e}, "
+          f"{int((p[~visible] != 0).sum())} nonzero outside the window: {'PASS' if good else 'FAIL'}")
+    ok = ok and good
 sys.exit(0 if ok else 1)
 EOF
 }

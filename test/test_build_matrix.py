@@ -127,6 +127,8 @@ def test_make_train_after_make_cpu_trains_with_the_host_build(tmp_path):
         (src / f).write_text("int main() {}\n")
     (src / "llmc" / "cuda").mkdir()
     (src / "llmc" / "cuda" / "backend_entry.cu").write_text("// the kernels\n")
+    (src / "llmc" / "cpu").mkdir()
+    (src / "llmc" / "cpu" / "kernel_instances.cpp").write_text("// the CPU kernel drivers, compiled once\n")
     ts = src / "data" / "shards" / "tinyshakespeare_gpt2"  # make train's data, already prepared
     ts.mkdir(parents=True)
     (ts / "meta.json").write_text("{}")
@@ -155,11 +157,14 @@ def test_make_train_after_make_cpu_trains_with_the_host_build(tmp_path):
     (src / "train_gpt2_ls.cu").write_text("int main() { return 0; }\n")  # a source changed: the host compiler
     _, calls = make("train")
     assert [c.split()[0] for c in calls] == ["cxx", "run"] and calls[1].startswith("run cxx-built "), calls
-    out, calls = make("train", "HOST_BUILD=0")  # asked for nvcc: the kernels by nvcc, linked by nvcc, no note
+    # asked for nvcc: the kernels by nvcc, the CPU kernel drivers and the host unit by the host compiler,
+    # linked by nvcc, no note
+    out, calls = make("train", "HOST_BUILD=0")
     assert "make train:" not in out
-    assert [c.split()[0] for c in calls] == ["nvcc", "cxx", "nvcc", "run"], calls
-    assert " -c llmc/cuda/backend_entry.cu " in calls[0] and "-DLLMC_CUDA_BACKEND=1" in calls[1], calls
-    assert calls[3].startswith("run nvcc-built "), calls
+    assert [c.split()[0] for c in calls] == ["nvcc", "cxx", "cxx", "nvcc", "run"], calls
+    assert " -c llmc/cuda/backend_entry.cu " in calls[0] and " -c llmc/cpu/kernel_instances.cpp " in calls[1], calls
+    assert "-DLLMC_CUDA_BACKEND=1" in calls[2] and "-include llmc/cpu/kernel_instances.h" in calls[2], calls
+    assert calls[4].startswith("run nvcc-built "), calls
     _, calls = make("train")  # the last build was nvcc's: it stays
     assert len(calls) == 1 and calls[0].startswith("run nvcc-built "), calls
     make("cpu")

@@ -142,6 +142,35 @@ def test_emulated_cuda_checkpoint_continues_on_the_cpu(byte_data, full_run, tmp_
     assert "loss" in ev.stdout, ev.stdout
 
 
+def test_emulated_cuda_dumps_attention_maps_like_the_cpu(byte_data, full_run, tmp_path):
+    """--eval-only --dump-attention on the emulated CUDA backend (llmc/cuda/attention_probs.cuh) on
+    the run's step-16 checkpoint, T 29 (ragged): the global and the local head of both layers are
+    row-stochastic, exactly 0 outside the causal window, and the CPU backend's maps of the same
+    checkpoint within the bf16 tolerance (3e-2, as test/gpu/test_cuda_attention_probs.cu, which
+    checks the maps' values on attention far from uniform; here the wiring: flag, files, format)."""
+    emu_dir, _, _ = full_run
+    heads = ["0:0", "0:1", "1:0", "1:1"]
+    T, P = 29, 8  # LS_HD32: NH 2, G 1 (head 0 local, head 1 global), window 8
+    maps = {}
+    for device, binary, env in (("cuda", EMU_TRAIN, ENV), ("cpu", BIN, None)):
+        out = tmp_path / device
+        p = run_bin(binary, ["-e", emu_dir / f"model_{FULL_STEPS:08d}.bin", "-j", f"{byte_data}/val_*.bin",
+                             "--eval-only", "-b", 1, "-t", T, "-m", 1, "--threads", 2,
+                             "--dump-attention", ",".join(heads), "-o", out], device, env=env)
+        assert p.stdout.count("attn_L") == len(heads), p.stdout
+        maps[device] = {h: np.load(out / f"attn_L{h[0]}_H{h[2]}.npy") for h in heads}
+    i, j = np.indices((T, T))
+    for h in heads:
+        g, c = maps["cuda"][h], maps["cpu"][h]
+        assert g.shape == (T, T) and g.dtype == np.float32 and np.isfinite(g).all()
+        visible = (j <= i) & ((j > i - P) if h.endswith(":0") else True)
+        assert (g[~visible] == 0).all(), f"{h}: nonzero outside the window"
+        assert np.abs(g.sum(axis=1) - 1).max() <= 1e-4, f"{h}: rows do not sum to 1"
+        err = np.linalg.norm(g - c) / np.linalg.norm(c)
+        print(f"attention map {h}: relative error vs the CPU {err:.2e}")
+        assert err <= 3e-2, f"{h}: map differs from the CPU's by {err:.3g} relative"
+
+
 def test_emulated_cuda_kill_9_and_resume_is_bit_identical(byte_data, full_run, tmp_path):
     """kill -9 after the checkpoint of step 8, then -y 1 on the emulated CUDA backend: every loss
     and the final model and state files equal the uninterrupted emulated run's, bit for bit."""

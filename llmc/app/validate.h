@@ -67,7 +67,7 @@ inline void check_flag_combinations(const TrainConfig& c) {
         fail("--fork-from starts a new run in -o and -y 1 continues -o's own; drop one of them");
     if (!c.fork_from.empty() && c.output_dir.empty())
         fail("--fork-from needs -o DIR, a new directory for the forked run");
-    check_dump_attention_flags(c);  // --dump-attention: --eval-only, -o, not --device cuda, its syntax
+    check_dump_attention_flags(c);  // --dump-attention: --eval-only, -o, its syntax
     if (c.eval_only) {
         if (c.val_data.empty()) fail("--eval-only needs -j VAL_GLOB, the shards to evaluate on");
     } else {

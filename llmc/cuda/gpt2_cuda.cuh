@@ -44,6 +44,7 @@
 #include "llmc/cuda/adamw.cuh"
 #include "llmc/cuda/attention_decode.cuh"
 #include "llmc/cuda/attention_ls.cuh"
+#include "llmc/cuda/attention_probs.cuh"
 #include "llmc/cuda/classifier.cuh"
 #include "llmc/cuda/common.cuh"
 #include "llmc/cuda/device_info.cuh"
@@ -488,6 +489,26 @@ public:
     int kv_position() const { return kv_pos_; }
     const KvCacheView& kv_view() const { return kv_; }
 
+    // ---- attention maps (--eval-only --dump-attention): probs (T, T) fp32 on the host, head `head` of
+    // layer `layer` for sequence b of the last forward, recomputed on the device from that forward's
+    // attention input and log-sum-exp (llmc/cuda/attention_probs.cuh; Backend::attention_probs).
+    bool has_attention_probs() const override { return true; }
+    void attention_probs(int layer, int head, int b, float* probs) override {
+        if (B_ < 1) throw std::logic_error("CudaBackend::attention_probs needs a preceding forward");
+        if (layer < 0 || layer >= cfg_.num_layers)
+            throw InputError("attention_probs: layer " + std::to_string(layer) + " out of range (the model has " +
+                             std::to_string(cfg_.num_layers) + " layers)");
+        if (b < 0 || b >= B_ || head < 0 || head >= cfg_.num_heads)
+            throw InputError("attention_probs: sequence " + std::to_string(b) + " / head " + std::to_string(head) +
+                             " out of range (B=" + std::to_string(B_) + ", NH=" + std::to_string(cfg_.num_heads) + ")");
+        const size_t TT = (size_t)T_ * T_;
+        if (probs_dev_.size() < TT) probs_dev_.resize(TT);
+        const LayerActs<floatX, float> la = acts_.layer(layer, (size_t)B_ * T_);
+        cuda::attention_probs(probs_dev_.get(), la.att_in(), la.att_lse, b, head, T_, cfg_.channels, cfg_.num_heads,
+                              cfg_.global_heads, cfg_.window, cfg_.attn_softcap, stream_);
+        download(probs, probs_dev_.get(), TT);
+    }
+
     // ---- data parallelism: gradients averaged over the ranks. A collective that takes device buffers
     // (NCCL) all-reduces the fp32 device gradient buffer in place; any other collective gets the
     // Backend default (through the host).
@@ -798,6 +819,7 @@ private:
     size_t capacity_ = 0;               // rows (B*T) the activations hold
     DeviceBuffer<float> scratch_;       // shared op scratch (ops run one after another on stream_)
     DeviceBuffer<float> attn_stats_;    // (L, 3, NH) {max, min, entropy_sum} per layer
+    DeviceBuffer<float> probs_dev_;     // (T, T) attention_probs' rows (grown on demand)
     DeviceBuffer<float> norm_;          // (1) squared gradient norm
     DeviceBuffer<double> summary_dev_;  // (4) the last classifier pass's summary (classifier_summary)
     DeviceBuffer<double> loss_check_;   // (1) sum of the losses queued since zero_grad (AdamW's verdict)

@@ -1,7 +1,8 @@
 // --dump-attention L:H[,L:H...] (with --eval-only): the attention probabilities of the listed
 // heads for the first sequence of the first validation batch, one .npy file per head
 // (docs/training.md, docs/formats.md). This file holds the flag's parsing and checks and the
-// writing; the probabilities come from Backend::attention_probs (the CPU backend).
+// writing; the probabilities come from Backend::attention_probs (the CPU backend:
+// llmc/cpu/attention_probs.h; CUDA: llmc/cuda/attention_probs.cuh).
 //
 //   <-o DIR>/attn_L<l>_H<h>.npy   float32 (T, T), row i = query i, column j = key j;
 //                                 masked entries (j > i; j <= i - P for a local head) are 0
@@ -64,16 +65,14 @@ inline std::vector<DumpHead> parse_dump_attention(const std::string& spec) {
     return heads;
 }
 
-// Checks that need only the flags (validate_train_flags calls it): --eval-only, -o, the device,
-// the spec's syntax.
+// Checks that need only the flags (validate_train_flags calls it): --eval-only, -o, the spec's
+// syntax.
 inline void check_dump_attention_flags(const TrainConfig& c) {
     if (c.dump_attention.empty()) return;
     if (!c.eval_only)
         throw InputError("--dump-attention works with --eval-only only; add --eval-only -e CHECKPOINT -j VAL_GLOB");
     if (c.output_dir.empty())
         throw InputError("--dump-attention writes attn_L<layer>_H<head>.npy into the output directory; give -o DIR");
-    if (c.device == "cuda")
-        throw InputError("--dump-attention runs on the CPU backend only; use --device cpu (checkpoints are portable)");
     parse_dump_attention(c.dump_attention);
 }
 
@@ -92,11 +91,11 @@ inline void check_dump_attention_heads(const std::vector<DumpHead>& heads, const
     }
 }
 
-// The backend must be able to hand out attention probabilities (--device auto may have chosen CUDA).
+// The backend must be able to hand out attention probabilities (the CPU and CUDA backends can).
 inline void check_dump_attention_backend(const Backend& b) {
     if (!b.has_attention_probs())
-        throw InputError(std::string("--dump-attention runs on the CPU backend only and this run uses the ") +
-                         b.name() + " backend; use --device cpu (checkpoints are portable)");
+        throw InputError(std::string("--dump-attention: the ") + b.name() +
+                         " backend cannot compute attention maps; use --device cpu (checkpoints are portable)");
 }
 
 inline std::string attention_dump_path(const std::string& dir, const DumpHead& h) {

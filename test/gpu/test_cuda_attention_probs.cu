@@ -1,0 +1,190 @@
+// GPU test: CudaBackend::attention_probs (llmc/cuda/attention_probs.cuh; --eval-only
+// --dump-attention on CUDA) against the CPU backend's (llmc/cpu/attention_probs.h) after a forward
+// of both on the same fresh random parameters and tokens, for LS, MHSA, all-local, soft-cap,
+// QK-norm, a window P >= T, P = 1 and ragged T; every layer and head, the first and the last
+// sequence of the batch. Exit status 0 = every check passed; without a GPU it prints one line and
+// exits 1.
+//
+// Checks per map (T x T, row = query i, column = key j):
+//   - masked entries (j > i; for a local head also j <= i - P) are exactly 0;
+//   - every row sums to 1 within 1e-4: the map is recomputed from the same stored q, k and the
+//     forward's own log-sum-exp, so the sum differs from 1 only by fp32 summation order and exp's
+//     rounding (~1e-6), in either build; a wrong row, head or lse index gives O(1);
+//   - against the CPU map: ||gpu - cpu|| / ||cpu|| <= 1e-4 in the FP32 build (same math, another
+//     summation order); <= 3e-2 in the BF16 build: q and k carry ~2e-3 relative bf16 rounding per op
+//     over a few ops (the logits' budget of test_cuda_model.cu, 2e-2, covers whole layers), and
+//     p = exp(s - lse) turns the score's absolute error into p's relative error; the scores here are
+//     a few units (GPT-2 init with the qkv weights x5), so ~1e-2 of a few units;
+//   - the maps are far from uniform (||cpu - uniform|| / ||uniform|| >= 0.3, 10x the BF16
+//     tolerance; P = 1 is one-hot): a map from the wrong q, k or lse would not pass for the right one.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "llmc/core/init.h"
+#include "llmc/core/params.h"
+#include "llmc/core/rng.h"
+#include "llmc/cpu/gpt2_cpu.h"
+#include "llmc/cuda/gpt2_cuda.cuh"
+#include "test/gpu/gpu_test_util.cuh"
+
+namespace {
+
+#if defined(ENABLE_FP32)
+constexpr double kTolMap = 1e-4;
+#else
+constexpr double kTolMap = 3e-2;
+#endif
+constexpr double kTolRowSum = 1e-4;
+constexpr double kMinSpread = 0.3;  // 10x the BF16 map tolerance
+
+using gpu_test::Checks;
+
+struct Case {
+    const char* name;
+    llmc::ModelConfig cfg;
+    int B, T;
+};
+
+// ||p - u|| / ||u|| over a map, u uniform over each row's visible keys: how far the attention is
+// from uniform (a comparison of near-uniform maps could not tell a wrong q or k from the right one).
+double spread_from_uniform(const std::vector<float>& p, int T, bool local, int P) {
+    double num = 0.0, den = 0.0;
+    for (int i = 0; i < T; i++) {
+        const int lo = local ? std::max(0, i - P + 1) : 0;
+        const double u = 1.0 / (i - lo + 1);
+        for (int j = lo; j <= i; j++) {
+            num += (p[(size_t)i * T + j] - u) * (p[(size_t)i * T + j] - u);
+            den += u * u;
+        }
+    }
+    return std::sqrt(num / den);
+}
+
+// GPT-2 init with the qkv weights x kQkvScale: scores of a few units, attention far from uniform
+// (GPT-2 init itself gives near-uniform maps, which a wrong q or k could match as well).
+constexpr float kQkvScale = 5.0f;
+std::vector<float> test_params(const llmc::ModelConfig& cfg, uint64_t seed) {
+    std::vector<float> p = llmc::init_params(cfg, seed);
+    const llmc::ParamLayout lay = llmc::param_layout(cfg);
+    for (size_t i = 0; i < lay.size[llmc::P_QKVW]; i++) p[lay.offset[llmc::P_QKVW] + i] *= kQkvScale;
+    return p;
+}
+
+void check_case(Checks& ck, const Case& c, uint64_t seed) {
+    const llmc::ModelConfig& cfg = c.cfg;
+    const int B = c.B, T = c.T, NH = cfg.num_heads, G = cfg.global_heads, P = cfg.window;
+    std::printf("== %s (L %d, C %d, NH %d, G %d, P %d, qk_norm %d, softcap %g, B %d, T %d)\n", c.name, cfg.num_layers,
+                cfg.channels, NH, G, P, (int)cfg.qk_norm, cfg.attn_softcap, B, T);
+    llmc::Rng rng(seed);
+    std::vector<int> tokens((size_t)B * T);
+    for (int& t : tokens) t = (int)rng.below((uint64_t)cfg.vocab_size);
+    const std::vector<float> params = test_params(cfg, seed);
+    llmc::CpuBackend cpu(cfg, seed);
+    llmc::cuda::CudaBackend gpu(cfg, seed);
+    cpu.set_params(params.data());
+    gpu.set_params(params.data());
+    ck.expect(gpu.has_attention_probs(), "the CUDA backend has attention_probs");
+    cpu.forward(tokens.data(), nullptr, B, T, 0.0f, nullptr);
+    gpu.forward(tokens.data(), nullptr, B, T, 0.0f, nullptr);
+
+    const size_t TT = (size_t)T * T;
+    std::vector<float> pc(TT), pg(TT);
+    double worst_map = 0.0, worst_sum = 0.0, least_spread = 1e30;
+    long masked_nonzero = 0, nonfinite = 0;
+    for (int l = 0; l < cfg.num_layers; l++)
+        for (int h = 0; h < NH; h++)
+            for (int b : {0, B - 1}) {
+                std::fill(pg.begin(), pg.end(), NAN);
+                cpu.attention_probs(l, h, b, pc.data());
+                gpu.attention_probs(l, h, b, pg.data());
+                const bool local = h < NH - G;
+                for (int i = 0; i < T; i++) {
+                    double sum = 0.0;
+                    for (int j = 0; j < T; j++) {
+                        const float p = pg[(size_t)i * T + j];
+                        if (!std::isfinite(p)) nonfinite++;
+                        const bool visible = j <= i && (!local || j > i - P);
+                        if (!visible && p != 0.0f) masked_nonzero++;
+                        sum += p;
+                    }
+                    worst_sum = std::max(worst_sum, std::fabs(sum - 1.0));
+                }
+                worst_map = std::max(worst_map, gpu_test::rel_error(pg.data(), pc.data(), TT));
+                least_spread = std::min(least_spread, spread_from_uniform(pc, T, local, P));
+            }
+    ck.expect(nonfinite == 0 && masked_nonzero == 0, "every entry finite (%ld not), masked entries 0 (%ld not)",
+              nonfinite, masked_nonzero);
+    ck.expect(worst_sum <= kTolRowSum, "rows sum to 1: worst |sum - 1| %.3g (tol %.0e)", worst_sum, kTolRowSum);
+    ck.expect(worst_map <= kTolMap, "maps vs the CPU backend's: worst relative error %.3g (tol %.0e)", worst_map,
+              kTolMap);
+    // a map from the wrong q, k or lse would be another non-uniform map: it must differ from the
+    // right one by far more than the tolerance (P = 1 is one-hot: spread 0, checked exactly above)
+    if (P > 1)
+        ck.expect(least_spread >= kMinSpread, "the CPU maps are far from uniform: least spread %.3g (>= %.2g)",
+                  least_spread, kMinSpread);
+}
+
+}  // namespace
+
+int main() {
+    if (!gpu_test::have_gpu("test_cuda_attention_probs")) return 1;
+    Checks ck;
+    std::printf("test_cuda_attention_probs: %s, build %s\n", llmc::cuda::cuda_device_description().c_str(),
+                llmc::cuda::kPrecisionName);
+    const uint64_t seed = std::random_device{}() | 1u;
+    std::printf("seed %llu\n", (unsigned long long)seed);
+    using gpu_test::model_config;  // (L, C, NH, G, P, V, maxT, qk_norm, softcap, tied)
+    const Case cases[] = {
+        {"ls, ragged T", model_config(2, 64, 2, 1, 5, 100, 64, false, 0.0f, true), 2, 37},
+        {"mhsa, soft-cap", model_config(1, 64, 2, 2, 8, 100, 64, false, 1.5f, true), 2, 40},
+        {"all-local, qk-norm, hd 64", model_config(1, 128, 2, 0, 9, 100, 64, true, 0.0f, true), 2, 33},
+        {"ls, P >= T", model_config(1, 64, 2, 1, 64, 100, 64, false, 0.0f, true), 1, 48},
+        {"all-local, P = 1", model_config(1, 64, 2, 0, 1, 100, 64, false, 0.0f, true), 2, 20},
+    };
+    uint64_t s = seed;
+    for (const Case& c : cases) {
+        try {
+            check_case(ck, c, s++);
+        } catch (const std::exception& e) {
+            ck.failures++;
+            std::printf("  FAIL %s threw: %s\n", c.name, e.what());
+        }
+    }
+    // misuse: no forward yet, and out-of-range layer / head / sequence
+    try {
+        const llmc::ModelConfig cfg = model_config(1, 64, 2, 1, 4, 100, 16, false, 0.0f, true);
+        llmc::cuda::CudaBackend gpu(cfg, 1);
+        std::vector<float> out(16 * 16);
+        bool threw = false;
+        try {
+            gpu.attention_probs(0, 0, 0, out.data());
+        } catch (const std::logic_error&) { threw = true; }
+        ck.expect(threw, "attention_probs before any forward throws std::logic_error");
+        std::vector<int> tokens(2 * 16, 3);
+        gpu.forward(tokens.data(), nullptr, 2, 16, 0.0f, nullptr);
+        int refused = 0;
+        const int bad[4][3] = {{1, 0, 0}, {0, 2, 0}, {0, 0, 2}, {-1, 0, 0}};  // (layer, head, sequence)
+        for (const auto& lhb : bad) {
+            try {
+                gpu.attention_probs(lhb[0], lhb[1], lhb[2], out.data());
+            } catch (const llmc::InputError&) { refused++; }
+        }
+        ck.expect(refused == 4, "out-of-range layer, head, sequence refused with InputError (%d of 4)", refused);
+    } catch (const std::exception& e) {
+        ck.failures++;
+        std::printf("  FAIL misuse checks threw: %s\n", e.what());
+    }
+    if (ck.failures) {
+        std::printf("test_cuda_attention_probs: %d check(s) FAILED\n", ck.failures);
+        return 1;
+    }
+    std::printf("test_cuda_attention_probs: all checks passed\n");
+    return 0;
+}
