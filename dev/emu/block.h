@@ -226,6 +226,7 @@ struct BlockCtx {
     std::vector<WarpCtx> warps;
     int at_barrier = 0;
     int ended = 0;              // threads that have returned from the kernel (ThreadState::Done)
+    std::vector<int> order;     // the schedule's order of the threads (kept across blocks)
     std::vector<int> position;  // each thread's place in the schedule's order
     int restart = 0;            // greedy schedules: the smallest position made runnable since the last look
     unsigned char* dynamic_smem = nullptr;
@@ -348,6 +349,17 @@ public:
         }
         return warp_->slots[parity_][src];
     }
+    // Every lane's payload (slot l is lane l's), for the .aligned collectives, whose mask must be the
+    // whole warp: one check instead of one per lane read.
+    const unsigned char (*all_payloads(const char* op) const)[kWarpSlotBytes] {
+        if (mask_ != 0xffffffffu) {
+            BlockCtx& b = cur_block();
+            device_fault(std::string(op) + " in " + b.where() + ": " + b.who(cur_thread()) +
+                         " reads every lane under the mask 0x" + hex(mask_) +
+                         " (a .aligned collective needs the whole warp)");
+        }
+        return warp_->slots[parity_];
+    }
     int lane() const { return lane_; }
 
     static std::string hex(unsigned v) {
@@ -396,7 +408,8 @@ inline void run_block(BlockCtx& b, const std::function<void()>& body, const Sche
     }
     const bool reversed = sched.kind == Schedule::Reverse || sched.kind == Schedule::GreedyReverse;
     const bool greedy = sched.kind == Schedule::GreedyForward || sched.kind == Schedule::GreedyReverse;
-    std::vector<int> order(n);
+    std::vector<int>& order = b.order;
+    order.resize(n);
     b.position.assign(n, 0);
     for (int i = 0; i < n; i++) {
         order[i] = reversed ? n - 1 - i : i;

@@ -40,8 +40,14 @@ inline int ldmatrix_row_supplier(int m, int row) { return 8 * m + row; }
 // r[0 .. num-1] = this lane's fragments of `num` (1, 2, 4) matrices, transposed when `trans`;
 // `row` is the row address this lane supplies.
 inline void ldmatrix_m8n8_b16(uint32_t* r, int num, bool trans, const void* row) {
-    char op[64];
-    std::snprintf(op, sizeof op, "ldmatrix.sync.aligned.m8n8.x%d%s.shared.b16", num, trans ? ".trans" : "");
+    static const char* const kNames[2][3] = {
+        {"ldmatrix.sync.aligned.m8n8.x1.shared.b16", "ldmatrix.sync.aligned.m8n8.x2.shared.b16",
+         "ldmatrix.sync.aligned.m8n8.x4.shared.b16"},
+        {"ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16", "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16",
+         "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"}};
+    if (num != 1 && num != 2 && num != 4)
+        device_fault("ldmatrix.sync.aligned.m8n8: .x" + std::to_string(num) + " is not .x1, .x2 or .x4");
+    const char* op = kNames[trans ? 1 : 0][num == 4 ? 2 : num - 1];
     struct Supplied {
         const void* address;
         unsigned char bytes[kLdmatrixRowBytes];  // the row at `address`, read when this lane arrived
@@ -66,9 +72,8 @@ inline void ldmatrix_m8n8_b16(uint32_t* r, int num, bool trans, const void* row)
     }
     WarpExchange x(0xffffffffu, &mine, sizeof mine, op);  // .sync.aligned: all 32 lanes
     // the lanes' payloads, read in place (byte buffers: fields are copied out, never dereferenced)
-    const unsigned char* from[kWarpSize];
+    const unsigned char(*from)[kWarpSlotBytes] = x.all_payloads(op);
     for (int l = 0; l < kWarpSize; l++) {
-        from[l] = x.payload(l, op);
         int32_t q[2];
         std::memcpy(q, from[l] + offsetof(Supplied, num), sizeof q);
         if (q[0] != num || q[1] != (int32_t)trans)

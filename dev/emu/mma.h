@@ -19,6 +19,7 @@
 // fp32 once. A tensor core's internal accumulation order and precision are not documented, so a
 // GPU may differ from this in the last bits of fp32 (docs/emulation.md).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -80,40 +81,70 @@ inline float bf16_bits_to_float(uint32_t bits16) {
     return f;
 }
 
+struct MmaFragments16816 {
+    uint32_t a[4], b[2];
+    float c[4];
+};
+static_assert(sizeof(MmaFragments16816) <= kWarpSlotBytes, "warp slot too small for mma fragments");
+
+// Lane `me`'s four elements of D from the 32 lanes' fragments (slot l holds lane l's, as bytes:
+// registers are copied out, never dereferenced): D[r][col] = C[r][col] + sum_k A[r][k] * B[k][col]
+// at this lane's (c_row, c_col), C being this lane's own c[i]. Each row of A and column of B the lane
+// needs is gathered once. It reads the emulation's own memory only (the warp's slots, the tables),
+// so the sanitizers, which are there for the kernels' accesses, do not instrument it (the
+// fragments were copied in with checks).
+__attribute__((no_sanitize("address", "undefined"))) inline void mma_16816_lane_d(
+    const MmaLayout16816& L, const unsigned char (*from)[kWarpSlotBytes], int me, float d[4]) {
+    auto reg = [&](int lane, size_t field, int index) {
+        uint32_t v;
+        std::memcpy(&v, from[lane] + field + 4 * index, 4);
+        return v;
+    };
+    // element i of a fragment register array: two bf16 per .b32, the lower index in the lower 16 bits
+    auto a_at = [&](int r, int c) {
+        const uint32_t v = reg(L.a_lane[r][c], offsetof(MmaFragments16816, a), L.a_elem[r][c] / 2);
+        return bf16_bits_to_float((L.a_elem[r][c] & 1) ? v >> 16 : v & 0xFFFFu);
+    };
+    auto b_at = [&](int r, int c) {
+        const uint32_t v = reg(L.b_lane[r][c], offsetof(MmaFragments16816, b), L.b_elem[r][c] / 2);
+        return bf16_bits_to_float((L.b_elem[r][c] & 1) ? v >> 16 : v & 0xFFFFu);
+    };
+    float c_own[4];
+    std::memcpy(c_own, from[me] + offsetof(MmaFragments16816, c), sizeof c_own);
+    double a_rows[4][16], b_cols[4][16];
+    int row_of[4], col_of[4], rows = 0, cols = 0;
+    for (int i = 0; i < 4; i++) {
+        const int r = L.c_row[me][i], col = L.c_col[me][i];
+        int ri = 0, ci = 0;
+        while (ri < rows && row_of[ri] != r) ri++;
+        if (ri == rows) {
+            row_of[rows++] = r;
+            for (int k = 0; k < 16; k++) a_rows[ri][k] = a_at(r, k);
+        }
+        while (ci < cols && col_of[ci] != col) ci++;
+        if (ci == cols) {
+            col_of[cols++] = col;
+            for (int k = 0; k < 16; k++) b_cols[ci][k] = b_at(k, col);
+        }
+        double acc = c_own[i];
+        for (int k = 0; k < 16; k++) acc += a_rows[ri][k] * b_cols[ci][k];
+        d[i] = (float)acc;
+    }
+}
+
 // d may alias c (the kernels accumulate in place).
 inline void mma_m16n8k16_row_col_f32_bf16_bf16_f32(float d[4], const uint32_t a[4], const uint32_t b[2],
                                                    const float c[4]) {
     static const MmaLayout16816 L;
-    struct Fragments {
-        uint32_t a[4], b[2];
-        float c[4];
-    } mine;
+    MmaFragments16816 mine;
     std::memcpy(mine.a, a, sizeof mine.a);
     std::memcpy(mine.b, b, sizeof mine.b);
     std::memcpy(mine.c, c, sizeof mine.c);
-    static_assert(sizeof(Fragments) <= kWarpSlotBytes, "warp slot too small for mma fragments");
     const char* op = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32";
     WarpExchange x(0xffffffffu, &mine, sizeof mine, op);  // .sync.aligned: all 32 lanes
-    Fragments all[kWarpSize];
-    for (int lane = 0; lane < kWarpSize; lane++) std::memcpy(&all[lane], x.payload(lane, op), sizeof all[lane]);
-    // element i of a fragment register array: two bf16 per .b32, the lower index in the lower 16 bits
-    auto a_at = [&](int r, int c) {
-        const uint32_t reg = all[L.a_lane[r][c]].a[L.a_elem[r][c] / 2];
-        return bf16_bits_to_float((L.a_elem[r][c] & 1) ? reg >> 16 : reg & 0xFFFFu);
-    };
-    auto b_at = [&](int r, int c) {
-        const uint32_t reg = all[L.b_lane[r][c]].b[L.b_elem[r][c] / 2];
-        return bf16_bits_to_float((L.b_elem[r][c] & 1) ? reg >> 16 : reg & 0xFFFFu);
-    };
-    // this lane's four elements of D: row r, column col of D = C[r][col] + sum_k A[r][k] * B[k][col]
-    // (C's element at (c_row, c_col) of this lane is this lane's own c[i])
-    const int me = x.lane();
-    for (int i = 0; i < 4; i++) {
-        const int r = L.c_row[me][i], col = L.c_col[me][i];
-        double acc = mine.c[i];
-        for (int k = 0; k < 16; k++) acc += (double)a_at(r, k) * (double)b_at(k, col);
-        d[i] = (float)acc;
-    }
+    float out[4];
+    mma_16816_lane_d(L, x.all_payloads(op), x.lane(), out);
+    std::memcpy(d, out, sizeof out);
 }
 
 }  // namespace llmc::emu
