@@ -10,7 +10,8 @@
 #                             [--plots-only]
 #
 # Variants: mhsa (G = NH), ls (G = 1, window P), local (G = 0), mhsa_qknorm, mhsa_zloss (1e-4),
-# mhsa_softcap (--attn-softcap SOFTCAP), mhsa_qkclip (--qk-clip QKCLIP). Every run records the
+# mhsa_softcap (--attn-softcap SOFTCAP), mhsa_qkclip (--qk-clip QKCLIP); mhsa_softcapN and
+# mhsa_qkclipN (N an integer: mhsa_qkclip15) use the threshold N instead. Every run records the
 # near/far statistics with N = P (`--near`), so the global heads' short-range mass is measured at
 # every ratio, and checkpoints on a logit alarm (z-score > 8 against the last 100 steps).
 # Defaults: L 2, C 32, NH 4 (hd 8), so T = 256, 512, 1024; P 32 at every T (the short range of text
@@ -101,8 +102,8 @@ for r in $RATIOS; do
   (( TOKENS % (r * C) == 0 )) || die "--ratios: T = $r x $C does not divide the $TOKENS tokens of a step"
 done
 for v in $VARIANTS; do
-  case $v in mhsa|ls|local|mhsa_qknorm|mhsa_zloss|mhsa_softcap|mhsa_qkclip) ;;
-    *) die "unknown variant '$v'; pick from: mhsa ls local mhsa_qknorm mhsa_zloss mhsa_softcap mhsa_qkclip" ;; esac
+  [[ $v =~ ^(mhsa|ls|local|mhsa_qknorm|mhsa_zloss|mhsa_softcap[0-9]*|mhsa_qkclip[0-9]*)$ ]] \
+    || die "unknown variant '$v'; pick from: mhsa ls local mhsa_qknorm mhsa_zloss mhsa_softcap mhsa_qkclip (mhsa_softcapN, mhsa_qkclipN: threshold N)"
 done
 [[ -x $TRAINER ]] || die "trainer $TRAINER not found; build it with 'make cpu' or set TRAINER=path"
 
@@ -131,8 +132,8 @@ variant_flags() {  # the attention variant's flags
     local) echo "--global-heads 0" ;;
     mhsa_qknorm) echo "--global-heads $HEADS --qk-norm" ;;
     mhsa_zloss) echo "--global-heads $HEADS --z-loss 1e-4" ;;
-    mhsa_softcap) echo "--global-heads $HEADS --attn-softcap $SOFTCAP" ;;
-    mhsa_qkclip) echo "--global-heads $HEADS --qk-clip $QKCLIP" ;;
+    mhsa_softcap*) local cap=${1#mhsa_softcap}; echo "--global-heads $HEADS --attn-softcap ${cap:-$SOFTCAP}" ;;
+    mhsa_qkclip*) local tau=${1#mhsa_qkclip}; echo "--global-heads $HEADS --qk-clip ${tau:-$QKCLIP}" ;;
   esac
 }
 

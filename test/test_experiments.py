@@ -245,18 +245,20 @@ def test_exp_text_ratio_smoke_and_resume(tmp_path):
         pytest.skip(f"no PG-19 books at {SHARED / 'pg19'} (set SHARED_DATA)")
     out = tmp_path / "ratio"
     cmd = ["bash", REPO / "scripts" / "exp_text_ratio.sh", "--smoke", "--out", out, "--source", SHARED / "pg19",
-           "--variants", "mhsa ls local mhsa_qkclip", "--jobs", "2"]
+           "--variants", "mhsa ls local mhsa_qkclip mhsa_qkclip5", "--jobs", "2"]
     p = sh(cmd, timeout=600)
     names = sorted(d.name for d in (out / "runs").iterdir() if d.is_dir())
-    assert names == sorted([f"r{r}_{v}_s1" for r in (2, 4) for v in ("mhsa", "ls", "local", "mhsa_qkclip")]
+    assert names == sorted([f"r{r}_{v}_s1" for r in (2, 4) for v in ("mhsa", "ls", "local", "mhsa_qkclip",
+                                                                        "mhsa_qkclip5")]
                            + ["r2_mhsa_s2", "r2_ls_s2"])
     for name in names:
         cfg = json.loads((out / "runs" / name / "config.json").read_text())
         ratio, variant = int(name[1:].split("_")[0]), name.split("_", 1)[1].rsplit("_s", 1)[0]
         assert cfg["train"]["seq_len"] == ratio * cfg["model"]["channels"] == ratio * 16
-        assert cfg["model"]["global_heads"] == {"mhsa": 2, "mhsa_qkclip": 2, "ls": 1, "local": 0}[variant]
+        assert cfg["model"]["global_heads"] == {"mhsa": 2, "mhsa_qkclip": 2, "mhsa_qkclip5": 2, "ls": 1,
+                                                "local": 0}[variant]
         assert cfg["train"]["near"] == cfg["model"]["window"] == 4
-        assert (cfg["train"]["qk_clip"] > 0) == (variant == "mhsa_qkclip")
+        assert cfg["train"]["qk_clip"] == {"mhsa_qkclip": 30, "mhsa_qkclip5": 5}.get(variant, 0)
         stats = records(out / "runs" / name / "logit_stats.jsonl")
         assert "near_mass" in stats[-1]["attn"][0]
     lines = [ln for ln in (out / "summary.md").read_text().splitlines() if ln.startswith("|")]

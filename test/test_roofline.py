@@ -117,8 +117,11 @@ def test_sass_column_follows_the_documented_rule(tmp_path):
     hd = m["C"] // m["NH"]
     entries = [{"name": f"void llmc::cuda::{k}<{hd}, true>(...)", "instructions_per_hmma": 27.0}
                for k in roofline.ATTENTION_KERNELS]
-    entries.append({"name": f"void llmc::cuda::attn_fwd_mma_kernel<{hd}, false>(...)", "instructions_per_hmma": 20.0})
-    entries.append({"name": "void llmc::cuda::attn_fwd_mma_kernel<64, true>(...)", "instructions_per_hmma": 4.0})
+    entries.append({"name": f"void llmc::cuda::attn_fwd_fa2_kernel<{hd}, false, false>(...)",
+                    "instructions_per_hmma": 20.0})
+    entries.append({"name": "void llmc::cuda::attn_fwd_fa2_kernel<64, true, false>(...)", "instructions_per_hmma": 4.0})
+    # a kernel the step does not run (the older tensor-core family) is not used either
+    entries.append({"name": f"void llmc::cuda::attn_fwd_mma_kernel<{hd}, true>(...)", "instructions_per_hmma": 99.0})
     sass = roofline.parse_sass(write_sass(tmp_path / "s.json", entries))
     rows, s = roofline.model_table("paper", m, sass)
     fwd = next(r for r in rows if r["op"] == "attention fwd")
@@ -137,6 +140,22 @@ def test_sass_column_follows_the_documented_rule(tmp_path):
     rows, _ = roofline.model_table("paper", m, roofline.parse_sass(write_sass(tmp_path / "w.json", entries_w)))
     fwd = next(r for r in rows if r["op"] == "attention fwd")
     assert fwd["modeled"] == pytest.approx(max(work * 2 / roofline.PEAK_FLOPS, fwd["bytes_today"] / roofline.BANDWIDTH))
+
+
+def test_sass_report_json_gives_the_full_path_of_the_hottest_loop(tmp_path):
+    """dev/cuda/sass_report --json's own schema: I is the full path (an interior tile) of the hot loop
+    with the most HMMA; a kernel without such a loop has no figure."""
+    def loop(hmma, full):
+        return {"full_path": {"HMMA": hmma}, "instructions_per_hmma": {"body": 50.0, "min_path": 3.0,
+                                                                        "max_path": 40.0, "full_path": full}}
+    kernels = [{"name": "attn_fwd_fa2_kernel<32, true, false>", "hot_loops": [loop(8, 30.0), loop(32, 12.5)]},
+               {"name": "attn_fwd_fa2_kernel<32, false, false>", "hot_loops": [loop(32, 11.0)]},
+               {"name": "attn_bwd_kv_fa2_kernel<32, false>", "hot_loops": []}]
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps({"schema_version": 1, "kernels": kernels}))
+    sass = roofline.parse_sass(str(path))
+    assert sass[("attn_fwd_fa2_kernel", 32)] == (12.5, None, 4 / 12.5)  # the slower variant's full path
+    assert ("attn_bwd_kv_fa2_kernel", 32) not in sass
 
 
 def test_bad_sass_file_is_refused(tmp_path):

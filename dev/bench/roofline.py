@@ -39,7 +39,9 @@ Modeled from SASS (--sass FILE, optional). The attention kernels' tensor-core wo
 the instruction mix of their compiled hot loops, as dev/cuda/sass_report --json reports it. FILE is
 JSON: either {"kernels": [ENTRY, ...]} or a list of ENTRY, where ENTRY is
     {"name": "<demangled kernel name>", "instructions_per_hmma": I, "smem_wavefronts_per_hmma": W}
-(W optional; other keys ignored). An entry belongs to a kernel of ATTENTION_KERNELS when its name
+(W optional; other keys ignored), or as dev/cuda/sass_report --json writes it (build/sass/report.json,
+`make sass-report`): there I is the hot loop's full path (an interior tile that prefetches: the
+path most tiles take) of the entry's hot loop with the most HMMA, and W is not reported. An entry belongs to a kernel of ATTENTION_KERNELS when its name
 contains the kernel's base name and, if it has template arguments, the first is the head size;
 of several matches (e.g. statistics on / off) the slowest is used. Per kernel:
     tensor work = GEMMs per visited tile pair x 2 hd x 64 x 64 FLOPs x visited 64 x 64 tile pairs
@@ -80,12 +82,15 @@ MODELS = {
     "gpt2-124m": dict(L=12, C=768, NH=12, G=12, P=1024, V=50257, maxT=1024, B=16, T=1024),
 }
 
-# Today's attention kernels (llmc/cuda/attention_ls*.cuh, BF16 build) for the SASS column: the op
-# they belong to and the GEMMs each computes per visited tile pair.
+# The attention kernels the BF16 build trains with (llmc/cuda/attention_ls.cuh's default, the
+# FlashAttention-2-class family: attention_ls_fa2.cuh, attention_ls_fa2_bwd.cuh) for the SASS column:
+# the op they belong to and the GEMMs each computes per visited tile pair. (The forward skips the
+# 8-key blocks of a tile outside a local head's window; the model counts whole tiles, so it
+# overstates the forward's local-head work.)
 ATTENTION_KERNELS = {
-    "attn_fwd_mma_kernel": ("attention fwd", 2),  # S = Q K^T, O += P V
-    "attn_bwd_kv_mma_kernel": ("attention bwd", 4),  # S, dP = dO V^T, dV += P^T dO, dK += dS^T Q
-    "attn_bwd_q_mma_kernel": ("attention bwd", 3),  # S, dP again, dQ += dS K
+    "attn_fwd_fa2_kernel": ("attention fwd", 2),  # S = Q K^T, O += P V
+    "attn_bwd_kv_fa2_kernel": ("attention bwd", 4),  # S, dP = dO V^T, dV += P^T dO, dK += dS^T Q
+    "attn_bwd_q_fa2_kernel": ("attention bwd", 3),  # S, dP again, dQ += dS K
 }
 
 
@@ -240,6 +245,8 @@ def parse_sass(path):
     for e in entries:
         name = e.get("name", "")
         ipm = e.get("instructions_per_hmma")
+        if isinstance(ipm, dict) or (ipm is None and e.get("hot_loops")):
+            ipm = sass_report_full_path(e)
         if ipm is None:
             continue
         for base in ATTENTION_KERNELS:
@@ -253,6 +260,17 @@ def parse_sass(path):
             if key not in out or eff < out[key][2]:
                 out[key] = (float(ipm), w, eff)
     return out
+
+
+def sass_report_full_path(e):
+    """Instructions per HMMA on the full path of the hot loop with the most HMMA of a sass_report
+    kernel entry, or None (no hot loop with tensor-core work)."""
+    loops = [h for h in e.get("hot_loops", []) or []
+             if isinstance(h.get("instructions_per_hmma"), dict) and h["instructions_per_hmma"].get("full_path")]
+    if not loops:
+        return None
+    hot = max(loops, key=lambda h: (h.get("full_path") or {}).get("HMMA", 0))
+    return hot["instructions_per_hmma"]["full_path"]
 
 
 def sass_time(o, hd, sass):
