@@ -285,12 +285,14 @@ $(EMU_DIR)/%.o: dev/emu/%.cpp
 	$(EMU_CXX) $(EMU_CXXFLAGS) -MMD -MP -c $< -o $@
 $(EMU_LIB): $(EMU_OBJS)
 	rm -f $@ && ar rcs $@ $^
-# (the CPU references' kernels from $(EMU_CPU_KERNELS), compiled once: CPU_KERNELS_INCLUDE above)
-EMU_CPU_KERNELS := $(EMU_DIR)/kernel_instances.o
+# (the CPU references' kernels from $(EMU_CPU_KERNELS), compiled once: CPU_KERNELS_INCLUDE above).
+# One object for both precisions, build/emu's: kernel_instances.cpp reads no ENABLE_* macro (its
+# preprocessed text is the same in both), so the FP32 emulated build links the BF16 build's.
+EMU_CPU_KERNELS := $(BUILD)/emu/kernel_instances.o
 $(EMU_CPU_KERNELS): llmc/cpu/kernel_instances.cpp
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) $(EMU_CXXFLAGS) -MMD -MP -c $< -o $@
--include $(wildcard $(EMU_DIR)/*.d)
+-include $(wildcard $(EMU_DIR)/*.d $(BUILD)/emu/kernel_instances.d)
 $(EMU_DIR)/dev/%: dev/cuda/%.cu $(EMU_LIB) $(EMU_CPU_KERNELS) $(EMU_HEADERS) $(wildcard dev/cuda/*.cuh)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(CPU_KERNELS_INCLUDE) -x c++ $< -x none $(EMU_CPU_KERNELS) $(EMU_LIB) -o $@ \
@@ -316,7 +318,7 @@ $(EMU_DIR)/cuda_backend.o: llmc/cuda/backend_entry.cu $(EMU_HEADERS)
 emu: $(EMU_LAB_BINS) $(EMU_TEST_BINS) $(EMU_SELF_BINS) $(EMU_BINS)
 # the FP32 emulated trainer (test/test_emulated_cuda.py), built by a sub-make inside the caller's
 # parallel build
-emu-fp32-trainer:
+emu-fp32-trainer: $(EMU_CPU_KERNELS)  # built here, not by the sub-make beside this make's own
 	+$(MAKE) --no-print-directory PRECISION=FP32 $(BUILD)/emu-fp32/train_gpt2_ls
 .PHONY: emu-fp32-trainer
 

@@ -67,7 +67,7 @@ inline std::string launch_config_error(const void* fn, dim3 grid, dim3 block, si
 }
 
 // Fills every static shared variable with 0xFF bytes (NaN), redzones between them included, so
-// written byte by byte without AddressSanitizer's checks.
+// written without AddressSanitizer's checks.
 __attribute__((no_sanitize("address"))) inline void poison_static_shared() {
     char* p = __start_llmc_emu_shared;
     char* e = __stop_llmc_emu_shared;
