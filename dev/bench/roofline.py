@@ -40,10 +40,11 @@ the instruction mix of their compiled hot loops, as dev/cuda/sass_report --json 
 JSON: either {"kernels": [ENTRY, ...]} or a list of ENTRY, where ENTRY is
     {"name": "<demangled kernel name>", "instructions_per_hmma": I, "smem_wavefronts_per_hmma": W}
 (W optional; other keys ignored), or as dev/cuda/sass_report --json writes it (build/sass/report.json,
-`make sass-report`): there I is the hot loop's full path (an interior tile that prefetches: the
-path most tiles take) of the entry's hot loop with the most HMMA, and W is not reported. An entry belongs to a kernel of ATTENTION_KERNELS when its name
-contains the kernel's base name and, if it has template arguments, the first is the head size;
-of several matches (e.g. statistics on / off) the slowest is used. Per kernel:
+`make sass-report`): there I is the full path (an interior tile that prefetches: the path most
+tiles take) of the entry's hot loop with the most HMMA, and W is not reported. An entry belongs
+to a kernel of ATTENTION_KERNELS when its name contains the kernel's base name and, if it has
+template arguments, the first is the head size; of several matches (e.g. statistics on / off) the
+slowest is used. Per kernel:
     tensor work = GEMMs per visited tile pair x 2 hd x 64 x 64 FLOPs x visited 64 x 64 tile pairs
     (a visited tile is computed whole, masked pairs included: the kernels' tile rule,
     llmc/core/attention_tiles.h);
@@ -245,7 +246,7 @@ def parse_sass(path):
     for e in entries:
         name = e.get("name", "")
         ipm = e.get("instructions_per_hmma")
-        if isinstance(ipm, dict) or (ipm is None and e.get("hot_loops")):
+        if ipm is None or isinstance(ipm, dict):  # sass_report's schema (or no figure at all)
             ipm = sass_report_full_path(e)
         if ipm is None:
             continue
