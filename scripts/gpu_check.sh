@@ -28,9 +28,11 @@
 #   3 = labs,bench,train   every kernel lab with no arguments (timing tables); every peer benchmark
 #                      dev/bench/*.py with --out (except the end-to-end one and the CPU-only
 #                      cpu_vs_torch.py, which times the CPU backend); a short real training
-#                      run of the paper model on the GPU (synthetic data, T=2048): loss must fall;
-#                      then --eval-only --dump-attention of its final model on the GPU: two heads'
-#                      maps finite, zero outside the window, rows summing to 1
+#                      run of the paper model on the GPU (synthetic data, T=2048) with the near/far
+#                      statistics (--near P/2): loss must fall, every step's near/far fields present
+#                      and consistent; then --eval-only --dump-attention of its final model on the
+#                      GPU: two heads' maps finite, zero outside the window, rows summing to 1; and a
+#                      short QK-Clip run (a threshold that clips): heads clipped, losses finite
 #   4 = e2e-small      dev/bench/train_vs_torch.py --models ls-small   (ours vs PyTorch, paper model)
 #   5 = e2e-d12        dev/bench/train_vs_torch.py --models d12        (ours vs PyTorch, GPT-2 124M shape)
 #   all = 1,2,3,4,5
@@ -315,12 +317,13 @@ stage_train() {  # the paper model on the synthetic language (dense local + spar
     rm -rf "$d/out"
     # emulated: a small model on a small synthetic language (64 tokens, order 1, copies 8-48 back) that
     # it learns within 12 steps; on a GPU the paper model at T 2048 (docs/results/README.md)
-    local syn=(--syn-length 3000000) run=(-e ls-small -b 8 -t 2048 -x 300 -u 30 -l 1e-3 -v 100 -m 4) name=ls-small-gpu
+    local syn=(--syn-length 3000000) run=(-e ls-small -b 8 -t 2048 -x 300 -u 30 -l 1e-3 -v 100 -m 4 --near 25)
+    local name=ls-small-gpu
     if [ "$emulate" = 1 ]; then
         syn=(--syn-length 100000 --syn-doc-len 1024 --syn-vocab 64 --syn-order 1 --syn-strength 5
              --syn-copy-min-dist 8 --syn-copy-max-dist 48)
         run=(-e ls-small --layers 2 --channels 64 --heads 2 --global-heads 1 --window 16 --max-seq-len 64
-             -b 4 -t 64 -x 12 -u 2 -l 1e-2 -v 6 -m 4)
+             -b 4 -t 64 -x 12 -u 2 -l 1e-2 -v 6 -m 4 --near 8)
         name=small-emulated
     fi
     if [ ! -f "$d/data/meta.json" ] || [ "$(cat "$d/data/.args" 2>/dev/null)" != "${syn[*]}" ]; then
@@ -349,6 +352,26 @@ ok = len(steps) == int(sys.argv[3]) and all(r["loss"] is not None and math.isfin
 print("PASS" if ok else f"FAIL: expected {sys.argv[3]} finite steps and a validation loss >= 0.5 nats below step 0's")
 sys.exit(0 if ok else 1)
 EOF
+    # the near/far statistics the device computed (--near): every step, every head, consistent
+    step "train:near-far" 60 "$PY" - "$d/out/logit_stats.jsonl" "$steps" <<'EOF'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+bad = []
+for r in recs:
+    for a in r["attn"]:
+        if not all(k in a for k in ("near_mass", "near_max", "far_max")):
+            bad.append((r["step"], a["layer"], a["head"], "missing"))
+            continue
+        top = max(v for v in (a["near_max"], a["far_max"]) if v is not None)
+        if not (0.0 <= a["near_mass"] <= 1.0 + 1e-6 and top == a["max"]):
+            bad.append((r["step"], a["layer"], a["head"], a["near_mass"], a["near_max"], a["far_max"], a["max"]))
+last = recs[-1]["attn"] if recs else []
+print(f"{len(recs)} records, near {recs[-1].get('near') if recs else None}; last step's near mass per head: "
+      + " ".join(f"{a['layer']}:{a['head']}={a.get('near_mass', float('nan')):.3f}" for a in last))
+ok = len(recs) == int(sys.argv[2]) and not bad
+print("PASS" if ok else f"FAIL: {len(recs)} records (want {sys.argv[2]}), bad entries {bad[:5]}")
+sys.exit(0 if ok else 1)
+EOF
     # the trained model's attention maps from the device (--dump-attention on CUDA), the first (local)
     # and the last (global) head of layer 0: finite, zero outside the window, rows summing to 1
     local t nh maps=$d/maps
@@ -373,6 +396,21 @@ for h in (0, NH - 1):
     print(f"head 0:{h} ({'local' if h < NH - G else 'global'}), T {T}: worst |row sum - 1| {sums:.2e}, "
           f"{int((p[~visible] != 0).sum())} nonzero outside the window: {'PASS' if good else 'FAIL'}")
     ok = ok and good
+sys.exit(0 if ok else 1)
+EOF
+    # QK-Clip on the device (the clipped heads' q/k rows scaled in place): a threshold below the
+    # model's max logits, so heads are clipped; the run must stay finite
+    rm -rf "$d/qkclip"
+    step "train:qk-clip" 300 "$trainer" --device cuda "${run[@]}" -x 6 -v 0 -n 0 --qk-clip 0.1 \
+        -s 0 -i "$d/data/train_*.bin" -j "$d/data/val_*.bin" -o "$d/qkclip" || return
+    step "train:qk-clip-valid" 60 "$PY" - "$d/qkclip/metrics.jsonl" <<'EOF'
+import json, math, sys
+steps = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+steps = [r for r in steps if "loss" in r]
+clipped = sum(r.get("qk_clip_heads", 0) for r in steps)
+ok = len(steps) == 6 and all(r["loss"] is not None and math.isfinite(r["loss"]) for r in steps) and clipped > 0
+print(f"{len(steps)} steps, {clipped} head clips, loss {steps[0]['loss'] if steps else None} -> "
+      f"{steps[-1]['loss'] if steps else None}: {'PASS' if ok else 'FAIL'}")
 sys.exit(0 if ok else 1)
 EOF
 }

@@ -310,7 +310,7 @@ TEST_CASE("CPU model: LogitStats near/far vectors match a brute-force computatio
             }
         }
     }
-    // the backend advertises them
+    // the CPU backend computes them without being asked (near_distance 0: at the window P)
     ModelConfig cfg;
     cfg.num_layers = 1;
     cfg.channels = 16;
@@ -320,7 +320,14 @@ TEST_CASE("CPU model: LogitStats near/far vectors match a brute-force computatio
     cfg.vocab_size = 20;
     cfg.padded_vocab_size = 128;
     cfg.max_seq_len = 8;
-    CHECK(CpuBackend(cfg, 1).has_near_far_stats());
+    CpuBackend cpu(cfg, 1);
+    const std::vector<int> tokens = {1, 2, 3, 4, 5, 6, 7, 8};
+    LogitStats unasked;
+    cpu.forward(tokens.data(), tokens.data(), 1, 8, 0.0f, &unasked);
+    CHECK(unasked.has_near_far());
+    CHECK(unasked.near_mass.size() == 2);
+    CHECK(unasked.near_mass[0] == 1.0f);  // the local head's keys (window 2) are all at distance < 2
+    CHECK(unasked.near_mass[1] < 1.0f);   // the global head's row 7 sees keys 0 .. 5 at distance >= 2
 }
 
 // ---- merging, the record, the flag --------------------------------------------------------------
@@ -436,17 +443,7 @@ TEST_CASE("logit_stats record: near/far fields, null far max, omitted without th
     CHECK_FALSE(rec2["attn"][0].contains("far_max"));
 }
 
-namespace {
-// A backend that does not compute near/far statistics (as the CUDA one).
-class NoNearFarBackend : public CpuBackend {
-public:
-    using CpuBackend::CpuBackend;
-    const char* name() const override { return "cuda"; }
-    bool has_near_far_stats() const override { return false; }
-};
-}  // namespace
-
-TEST_CASE("--near: parsed, validated (>= 1), refused on a backend without near/far statistics", "[near_far]") {
+TEST_CASE("--near: parsed and validated (>= 1)", "[near_far]") {
     auto parse = [](std::vector<const char*> args) {
         args.insert(args.begin(), "train_gpt2_ls");
         TrainCli cli;
@@ -470,21 +467,4 @@ TEST_CASE("--near: parsed, validated (>= 1), refused on a backend without near/f
         c.near = bad;
         CHECK_THROWS_WITH(validate_train_flags(c), Catch::Contains("--near must be >= 1"));
     }
-
-    ModelConfig cfg;
-    cfg.num_layers = 1;
-    cfg.channels = 16;
-    cfg.num_heads = 2;
-    cfg.global_heads = 1;
-    cfg.window = 2;
-    cfg.vocab_size = 20;
-    cfg.padded_vocab_size = 128;
-    cfg.max_seq_len = 8;
-    const NoNearFarBackend no(cfg, 1);
-    const CpuBackend yes(cfg, 1);
-    CHECK_NOTHROW(check_near_supported(given, yes));
-    CHECK_NOTHROW(check_near_supported(absent, no));  // without --near a CUDA run just omits the fields
-    CHECK_THROWS_AS(check_near_supported(given, no), InputError);
-    CHECK_THROWS_WITH(check_near_supported(given, no),
-                      Catch::Contains("--near") && Catch::Contains("--device cpu") && !Catch::Contains("\n"));
 }

@@ -251,7 +251,7 @@ def parse_sass(path):
         if ipm is None:
             continue
         for base in ATTENTION_KERNELS:
-            if base not in name:
+            if base not in name or near_far_instance(name):
                 continue
             t = re.search(re.escape(base) + r"\s*<\s*(\d+)", name)
             hd = int(t.group(1)) if t else None
@@ -261,6 +261,14 @@ def parse_sass(path):
             if key not in out or eff < out[key][2]:
                 out[key] = (float(ipm), w, eff)
     return out
+
+
+def near_far_instance(name):
+    """Whether name is a forward instance with the near/far statistics (attn_fwd_fa2_kernel<HD, STATS,
+    NEAR, SOFTCAP> with NEAR true): a run computes them only with --near, so the model leaves them out."""
+    t = re.search(r"attn_fwd_fa2_kernel\s*<([^>]*)>", name)
+    args = [a.strip() for a in t.group(1).split(",")] if t else []
+    return len(args) == 4 and args[2] == "true"
 
 
 def sass_report_full_path(e):

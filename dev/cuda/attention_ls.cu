@@ -22,10 +22,14 @@
 //                                           1..9 and within 1 of every multiple of 8 up to 193 at
 //                                           T = 192; T in 1..9 and within 1 of 16, 32, 63, 64, 65, 128,
 //                                           192; the forward, no determinism rerun
-//   attention_ls [--version V] [-B 8 -T 2048 --nh 6 --hd 32 -G 1 -P 50 --softcap 0]
+//   attention_ls [--version V] [-B 8 -T 2048 --nh 6 --hd 32 -G 1 -P 50 --softcap 0 --near 0]
 //                                           validate that shape (B=1 for the CPU), then a timing table
+//                                           (--near N: validated and timed with the statistics and
+//                                           their near/far split at N; 0 = timed without statistics)
 //   attention_ls ... --json                 timing of one version (default 6, the production path) as one JSON line (dev/bench)
 //   attention_ls ... --dump FILE            write qkv, out, lse of the production path (dev/bench)
+// The matrices and sweeps give about half their shapes a near/far distance (versions 2, 5, 6 compute
+// the near/far statistics: near mass, near and far max logit per head, checked like the others).
 // Validation: relative error ||x - ref|| / ||ref|| of out, lse, dqkv (and the statistics), fresh
 // random inputs (seed printed; --seed to repeat), outputs poisoned with NaN first, every element
 // checked finite; tolerance 1e-2 in the bf16 build, 1e-5 in the FP32 build (make PRECISION=FP32),
@@ -55,13 +59,18 @@ constexpr double kTol = 1e-2;
 struct Shape {
     int B, T, NH, hd, G, P;
     float softcap;
+    int near = 0;  // the statistics' near/far distance N (versions 2, 5, 6); 0: no near/far statistics
     __host__ __device__ int C() const { return NH * hd; }
     std::string str() const {
-        char buf[160];
-        snprintf(buf, sizeof buf, "B=%d T=%d NH=%d hd=%d G=%d P=%d softcap=%g", B, T, NH, hd, G, P, softcap);
+        char buf[192];
+        snprintf(buf, sizeof buf, "B=%d T=%d NH=%d hd=%d G=%d P=%d softcap=%g%s", B, T, NH, hd, G, P, softcap,
+                 near > 0 ? (" near=" + std::to_string(near)).c_str() : "");
         return buf;
     }
 };
+
+// The versions whose forward computes the near/far statistics (Scalar, Fa2; the Mma forward does not).
+bool version_has_near(int version) { return version == 2 || version == 5 || version == 6; }
 
 // ------------------------------------------------------------------------------------------------
 // Version 1: naive kernels, one thread per (b, h, row), probabilities materialized in att (B,NH,T,T)
@@ -176,7 +185,7 @@ struct Problem {
         dout.resize(N * s.C());
         dqkv.resize(N * 3 * s.C());
         lse.resize((size_t)s.B * s.NH * s.T);
-        stats.resize(3 * s.NH);
+        stats.resize(kAttnStatsNear * s.NH);
         stats_scratch.resize(attention_stats_scratch_floats(s.B, s.T, s.NH));
         bwd_scratch.resize(attention_ls_backward_scratch_floats(s.B, s.T, s.C(), s.NH));
         if (naive) {
@@ -200,7 +209,8 @@ void run_forward(int version, Problem& p, const floatX* qkv, bool with_stats, cu
                             : version == 6 ? AttnKernel::Fa2Bwd
                                            : AttnKernel::Mma;  // 3, 4: the first tensor-core forward
     attention_ls_forward_with(kind, p.out.get(), p.lse.get(), qkv, s.B, s.T, s.C(), s.NH, s.G, s.P, s.softcap,
-                              with_stats ? p.stats.get() : nullptr, p.stats_scratch.get(), st);
+                              with_stats ? p.stats.get() : nullptr, p.stats_scratch.get(), st,
+                              with_stats && version_has_near(version) ? s.near : 0);
 }
 
 void run_backward(int version, Problem& p, const floatX* qkv, const floatX* dout, cudaStream_t st) {
@@ -322,6 +332,24 @@ bool report(const char* what, const std::vector<float>& x, const std::vector<flo
     return ok;
 }
 
+// Maxima that may be -inf (a head without any far key): the -inf entries must agree, the others are
+// compared as report() does.
+bool report_maxima(const char* what, const std::vector<float>& x, const std::vector<float>& ref, bool verbose,
+                   const Shape& s) {
+    std::vector<float> xf, rf;
+    size_t one_sided = 0;
+    for (size_t i = 0; i < x.size(); i++) {
+        const bool x_none = x[i] == -INFINITY, ref_none = ref[i] == -INFINITY;
+        if (x_none != ref_none) one_sided++;
+        else if (!ref_none) xf.push_back(x[i]), rf.push_back(ref[i]);
+    }
+    if (one_sided) {
+        printf("    %-8s %zu entries -inf on one side only FAIL\n", what, one_sided);
+        return false;
+    }
+    return rf.empty() || report(what, xf, rf, verbose, s, "", kTightTol);
+}
+
 // Validates versions `versions` on shape s against the CPU; returns true when all pass.
 // stats: the forward also collects the logit statistics (checked against the CPU); false runs the
 // forward without them (the path a step without --logit-stats takes). backward = false: the forward
@@ -343,7 +371,7 @@ bool validate(const Shape& s, const std::vector<int>& versions, std::mt19937_64&
     std::vector<float> out_ref(N * C), lse_ref((size_t)s.B * s.NH * s.T), dqkv_ref(N * 3 * C, 0.0f);
     std::vector<llmc::cpu::AttnHeadStats> st_ref(s.NH, llmc::cpu::AttnHeadStats{-INFINITY, INFINITY, 0.0, 0});
     llmc::cpu::attention_forward<float>(out_ref.data(), lse_ref.data(), qkv.data(), s.B, s.T, C, s.NH, s.G, s.P,
-                                        s.softcap, st_ref.data());
+                                        s.softcap, st_ref.data(), s.near);
     if (backward) {
         // The backward reads the forward's output as stored (floatX), in its D = rowsum(dO * O): the reference
         // reads the same rounding of its own output. (With O in fp32 instead, bf16 rounding alone moved one
@@ -353,12 +381,31 @@ bool validate(const Shape& s, const std::vector<int>& versions, std::mt19937_64&
         llmc::cpu::attention_backward<float>(dqkv_ref.data(), dout.data(), qkv.data(), out_stored.data(),
                                              lse_ref.data(), s.B, s.T, C, s.NH, s.G, s.P, s.softcap);
     }
-    std::vector<float> stats_ref(3 * s.NH);
-    for (int h = 0; h < s.NH; h++) {
-        stats_ref[h] = st_ref[h].max_logit;
-        stats_ref[s.NH + h] = st_ref[h].min_logit;
-        stats_ref[2 * s.NH + h] = (float)(st_ref[h].entropy_sum / (double)st_ref[h].rows);
+    // the CPU's statistics in the device's (field, head) layout (llmc/cuda/attention_ls_common.cuh), the
+    // sums divided by the rows; the near/far fields are compared when s.near > 0
+    const int NH = s.NH;
+    std::vector<float> stats_ref(kAttnStatsNear * NH);
+    for (int h = 0; h < NH; h++) {
+        const double rows = (double)st_ref[h].rows;
+        stats_ref[kAttnMax * NH + h] = st_ref[h].max_logit;
+        stats_ref[kAttnMin * NH + h] = st_ref[h].min_logit;
+        stats_ref[kAttnEntropySum * NH + h] = (float)(st_ref[h].entropy_sum / rows);
+        stats_ref[kAttnNearMassSum * NH + h] = (float)(st_ref[h].near_mass_sum / rows);
+        stats_ref[kAttnNearMax * NH + h] = st_ref[h].near_max_logit;
+        stats_ref[kAttnFarMax * NH + h] = st_ref[h].far_max_logit;
     }
+    auto fields = [NH](const std::vector<float>& v, int f, int n) {  // fields f .. f+n-1
+        return std::vector<float>(v.begin() + (size_t)f * NH, v.begin() + (size_t)(f + n) * NH);
+    };
+    // the device's statistics with the sums divided by the rows
+    auto download_stats = [&](const Problem& p) {
+        std::vector<float> st = download(p.stats.get(), p.stats.size());
+        for (int h = 0; h < NH; h++) {
+            st[kAttnEntropySum * NH + h] /= (float)(s.B * s.T);
+            st[kAttnNearMassSum * NH + h] /= (float)(s.B * s.T);
+        }
+        return st;
+    };
 
     bool all_ok = true;
     for (int v : versions) {
@@ -371,12 +418,9 @@ bool validate(const Shape& s, const std::vector<int>& versions, std::mt19937_64&
         CUDA_CHECK(cudaMemset(p.dqkv.get(), 0xFF, p.dqkv.bytes()));
         CUDA_CHECK(cudaMemset(p.stats_scratch.get(), 0xFF, p.stats_scratch.bytes()));
         CUDA_CHECK(cudaMemset(p.bwd_scratch.get(), 0xFF, p.bwd_scratch.bytes()));
-        std::vector<float> st_init(3 * s.NH);
-        for (int h = 0; h < s.NH; h++) {
-            st_init[h] = -INFINITY;
-            st_init[s.NH + h] = INFINITY;
-            st_init[2 * s.NH + h] = 0.0f;
-        }
+        std::vector<float> st_init(kAttnStatsNear * NH);
+        for (int f = 0; f < kAttnStatsNear; f++)
+            for (int h = 0; h < NH; h++) st_init[f * NH + h] = attn_stat_identity(f);
         CUDA_CHECK(cudaMemcpy(p.stats.get(), st_init.data(), st_init.size() * 4, cudaMemcpyHostToDevice));
 
         run_forward(v, p, p.qkv.get(), stats, 0);
@@ -388,26 +432,50 @@ bool validate(const Shape& s, const std::vector<int>& versions, std::mt19937_64&
         ok &= report("lse", download(p.lse.get(), p.lse.size()), lse_ref, verbose, s, "bht", kTightTol);
         if (backward)
             ok &= report("dqkv", download(p.dqkv.get(), p.dqkv.size()), dqkv_ref, verbose, s, "btc3", kElemTol);
-        if (v != 1 && stats) {  // statistics: max and min per head, mean entropy per head
-            std::vector<float> st = download(p.stats.get(), 3 * s.NH);
-            for (int h = 0; h < s.NH; h++) st[2 * s.NH + h] /= (float)(s.B * s.T);
-            ok &= report("stats", st, stats_ref, verbose, s, "", kTightTol);  // max[NH], min[NH], mean entropy[NH]
-            // determinism: forward (with stats) and backward again, bit-identical
+        if (v != 1 && stats) {  // statistics: max and min per head, mean entropy per head (+ near/far)
+            const std::vector<float> st = download_stats(p);
+            // max[NH], min[NH], mean entropy[NH]
+            ok &= report("stats", fields(st, 0, kAttnStatsBasic), fields(stats_ref, 0, kAttnStatsBasic), verbose, s, "",
+                         kTightTol);
+            if (s.near > 0 && version_has_near(v)) {  // mean near mass[NH]; near max[NH], far max[NH]
+                ok &= report("nearmass", fields(st, kAttnNearMassSum, 1), fields(stats_ref, kAttnNearMassSum, 1),
+                             verbose, s, "", kTightTol);
+                ok &= report_maxima("nearfar", fields(st, kAttnNearMax, 2), fields(stats_ref, kAttnNearMax, 2), verbose,
+                                    s);
+            }
             const auto out1 = download_bytes(p.out.get(), p.out.size());
             const auto lse1 = download_bytes(p.lse.get(), p.lse.size());
-            const auto dq1 = download_bytes(p.dqkv.get(), p.dqkv.size());
-            CUDA_CHECK(cudaMemcpy(p.stats.get(), st_init.data(), st_init.size() * 4, cudaMemcpyHostToDevice));
-            run_forward(v, p, p.qkv.get(), true, 0);
-            if (backward) run_backward(v, p, p.qkv.get(), p.dout.get(), 0);
-            CUDA_CHECK(cudaDeviceSynchronize());
-            std::vector<float> st2 = download(p.stats.get(), 3 * s.NH);
-            for (int h = 0; h < s.NH; h++) st2[2 * s.NH + h] /= (float)(s.B * s.T);
-            const bool same = out1 == download_bytes(p.out.get(), p.out.size()) &&
-                              lse1 == download_bytes(p.lse.get(), p.lse.size()) &&
-                              dq1 == download_bytes(p.dqkv.get(), p.dqkv.size()) &&
-                              std::memcmp(st.data(), st2.data(), st.size() * 4) == 0;
-            if (!same || verbose) printf("    determinism: %s\n", same ? "bit-identical" : "FAIL (runs differ)");
-            ok &= same;
+            if (determinism) {  // forward (with stats) and backward again, bit-identical
+                const auto dq1 = download_bytes(p.dqkv.get(), p.dqkv.size());
+                CUDA_CHECK(cudaMemcpy(p.stats.get(), st_init.data(), st_init.size() * 4, cudaMemcpyHostToDevice));
+                run_forward(v, p, p.qkv.get(), true, 0);
+                if (backward) run_backward(v, p, p.qkv.get(), p.dout.get(), 0);
+                CUDA_CHECK(cudaDeviceSynchronize());
+                const std::vector<float> st2 = download_stats(p);
+                const bool same = out1 == download_bytes(p.out.get(), p.out.size()) &&
+                                  lse1 == download_bytes(p.lse.get(), p.lse.size()) &&
+                                  dq1 == download_bytes(p.dqkv.get(), p.dqkv.size()) &&
+                                  std::memcmp(st.data(), st2.data(), st.size() * 4) == 0;
+                if (!same || verbose) printf("    determinism: %s\n", same ? "bit-identical" : "FAIL (runs differ)");
+                ok &= same;
+            }
+            if (s.near > 0 && version_has_near(v)) {
+                // asking for the near/far statistics changes nothing else: the forward without them
+                // gives the same out, lse and basic statistics, bit for bit
+                p.s.near = 0;
+                CUDA_CHECK(cudaMemcpy(p.stats.get(), st_init.data(), st_init.size() * 4, cudaMemcpyHostToDevice));
+                run_forward(v, p, p.qkv.get(), true, 0);
+                CUDA_CHECK(cudaDeviceSynchronize());
+                p.s.near = s.near;
+                const std::vector<float> st3 = download_stats(p);
+                const bool unchanged = out1 == download_bytes(p.out.get(), p.out.size()) &&
+                                       lse1 == download_bytes(p.lse.get(), p.lse.size()) &&
+                                       std::memcmp(st.data(), st3.data(), kAttnStatsBasic * NH * 4) == 0;
+                if (!unchanged || verbose)
+                    printf("    without near/far: %s\n",
+                           unchanged ? "out, lse, statistics bit-identical" : "FAIL (out, lse or statistics differ)");
+                ok &= unchanged;
+            }
         }
         if (!ok) printf("FAIL version %d at %s\n", v, s.str().c_str());
         all_ok &= ok;
@@ -460,7 +528,7 @@ Timing time_version(int version, const Shape& s, int reps) {
         for (int r = -3; r < reps; r++) {  // 3 warm-up runs
             const int c = (r + 3) % copies;
             CUDA_CHECK(cudaEventRecord(e0));
-            run_forward(version, p, qkvs[c].get(), false, 0);
+            run_forward(version, p, qkvs[c].get(), s.near > 0, 0);  // --near: timed with the statistics
             if (bwd) run_backward(version, p, qkvs[c].get(), douts[c].get(), 0);
             CUDA_CHECK(cudaEventRecord(e1));
             CUDA_CHECK(cudaEventSynchronize(e1));
@@ -482,7 +550,7 @@ int usage() {
     fprintf(
         stderr,
         "usage: attention_ls [--check [--small] | --check-one | --sweep | --sweep-full] [--version 1|2|3|4|5|6] [-B n] [-T n] [--nh n] [--hd 32|64|128] [-G n] [-P n]\n"
-        "                    [--softcap c] [--reps n] [--seed n] [--json] [--dump FILE]\n");
+        "                    [--softcap c] [--near N] [--reps n] [--seed n] [--json] [--dump FILE]\n");
     return 2;
 }
 
@@ -515,6 +583,7 @@ int main(int argc, char** argv) {
         else if (k == "-G") s.G = atoi(val());
         else if (k == "-P") s.P = atoi(val());
         else if (k == "--softcap") s.softcap = (float)atof(val());
+        else if (k == "--near") s.near = atoi(val());
         else if (k == "--reps") reps = atoi(val());
         else if (k == "--seed") seed = strtoull(val(), nullptr, 10);
         else if (k == "--dump") dump = val();
@@ -568,7 +637,9 @@ int main(int argc, char** argv) {
             }
             int failed = 0;
             for (const auto& [T, P] : tp) {
-                const Shape sh{1, T, 2, 32, 1, P, 0.0f};
+                // every other shape with a near/far distance that moves across the tile edges
+                const int near = (T + P) % 2 ? 1 + (T + 3 * P) % 80 : 0;
+                const Shape sh{1, T, 2, 32, 1, P, 0.0f, near};
                 if (!validate(sh, sv, gen, false, true, false, sweep_full)) failed++;  // forward only
             }
             printf("%s: %d of %zu (T, P) shapes passed\n", failed ? "FAIL" : "OK", (int)tp.size() - failed, tp.size());
@@ -578,9 +649,11 @@ int main(int argc, char** argv) {
             printf("attention_ls --check --small (%s build, %s, seed %llu)\n", kPrecisionName, prop.name, seed);
             int n = 0, failed = 0;
             for (int hd : {32, 64, 128}) {
-                // LS with a ragged last tile; all-local with P = 1 and softcap; all-global with P >= T
-                const Shape shapes[] = {
-                    {1, 100, 4, hd, 1, 50, 0.0f}, {1, 70, 2, hd, 0, 1, 2.0f}, {2, 67, 2, hd, 2, 300, 0.0f}};
+                // LS with a ragged last tile (soft-capped at hd 128); all-local with P = 1 and softcap;
+                // all-global with P >= T; near/far distances that cut tiles (and N = P = 1)
+                const Shape shapes[] = {{1, 100, 4, hd, 1, 50, hd == 128 ? 2.0f : 0.0f, 20},
+                                        {1, 70, 2, hd, 0, 1, 2.0f, hd == 64 ? 1 : 0},
+                                        {2, 67, 2, hd, 2, 300, 0.0f, 7}};
                 for (const Shape& sh : shapes) {
                     n++;
                     if (!validate(sh, versions, gen, false)) failed++;
@@ -589,7 +662,7 @@ int main(int argc, char** argv) {
             n += 3;  // statistics off; a single row; the window equal to the 64-row tile over several tiles
             if (!validate(Shape{1, 90, 2, 64, 1, 20, 1.5f}, versions, gen, false, false)) failed++;
             if (!validate(Shape{3, 1, 2, 64, 1, 5, 2.0f}, versions, gen, false)) failed++;
-            if (!validate(Shape{1, 200, 2, 32, 1, 64, 0.0f}, versions, gen, false)) failed++;
+            if (!validate(Shape{1, 200, 2, 32, 1, 64, 0.0f, 64}, versions, gen, false)) failed++;
             printf("%s: %d of %d shapes passed (versions", failed ? "FAIL" : "OK", n - failed, n);
             for (int v : versions) printf(" %d", v);
             printf(", tolerance %.0e)\n", kTol);
@@ -603,7 +676,7 @@ int main(int argc, char** argv) {
                     for (int G : {0, 1, 4})
                         for (int P : {1, 50, 300})
                             for (float cap : {0.0f, 2.0f}) {
-                                const Shape sh{2, T, 4, hd, G, P, cap};
+                                const Shape sh{2, T, 4, hd, G, P, cap, T == 257 ? 1 + P / 3 : 0};
                                 n++;
                                 if (!validate(sh, versions, gen, false)) failed++;
                             }

@@ -135,7 +135,7 @@ enum class FlagRecord { Both, Toml, Machine, Launch, Hidden, Json };
     SETTING(Both, std::optional<int>, near, {}, "--near", \
             v >= 1, "must be >= 1 (got {}); drop it to split at the model's --window", \
             "N: logit statistics split keys at distance i-j < N (near) vs >= N (far), for every head (default: " \
-            "the model's --window P; CPU backend only)") \
+            "the model's --window P on the CPU; the CUDA backend computes them only when N is given)") \
     SETTING(Both, float, skip_spikes, 0.0f, "--skip-spikes", v >= 0, "must be >= 0 (0 = never skip)", \
             "skip updates whose loss or grad-norm z-score exceeds Z (0 = never)") \
     SETTING(Both, int, spike_window, 100, "--spike-window", v >= 2, "must be >= 2 (got {})", \

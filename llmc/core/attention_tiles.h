@@ -35,6 +35,18 @@ LLMC_HD inline int attn_key_lo(int i, bool local, int P) { return local ? attn_i
 // Is the pair (query i, key j) visible? (i, j in [0, T))
 LLMC_HD inline bool attn_visible(int i, int j, bool local, int P) { return j <= i && (!local || j > i - P); }
 
+// Near/far split of the logit statistics (docs/training.md): key j of query i is near when
+// i - j < N (N >= 1), far otherwise. Row i has a far key it can see when its first key is at
+// distance >= N; a row without one has near mass exactly 1.
+LLMC_HD inline bool attn_row_has_far(int i, bool local, int P, int N) { return attn_key_lo(i, local, P) <= i - N; }
+// Over the rows [r0, r1] and keys [k0, k1] of a tile (every pair, visible or not): 1 = every pair
+// is near, -1 = every pair is far, 0 = mixed.
+LLMC_HD inline int attn_tile_near_kind(int r0, int r1, int k0, int k1, int N) {
+    if (r1 - k0 < N) return 1;    // the largest distance is below N
+    if (r0 - k1 >= N) return -1;  // the smallest distance is N or more
+    return 0;
+}
+
 // Key tiles [begin, end) a query tile qt (rows [qt*BQ, min(qt*BQ+BQ, T))) must visit.
 LLMC_HD inline int attn_kv_tile_begin(int qt, int BQ, int BK, bool local, int P) {
     return attn_key_lo(qt * BQ, local, P) / BK;

@@ -64,8 +64,6 @@ public:
                                   LogitStats* stats) = 0;
     // Logits of the last forward, (B, T, Vp) fp32 on the host; entries [V, Vp) are meaningless.
     virtual const float* logits() = 0;
-    // Whether forward fills LogitStats' near/far vectors (honouring stats->near_distance).
-    virtual bool has_near_far_stats() const { return false; }
 
     virtual void zero_grad() = 0;
     // Backward of the last forward; ADDS grad_scale * d(objective)/d(params) into the gradients
@@ -83,9 +81,9 @@ public:
     // --- an optimizer step without host synchronisation (docs/cuda_backend.md, "The step") ---
     // A backend with has_queued_step() lets the training loop queue a whole step and read its numbers
     // once, after it (llmc/train/train_step.h):
-    //   queue_micro_batch: forward with targets and logit statistics, then backward(grad_scale); the
-    //     losses and statistics stay on the device (the tokens are still checked on the host, and
-    //     bad ones throw InputError as in forward()).
+    //   queue_micro_batch: forward with targets and logit statistics (near_distance as
+    //     LogitStats::near_distance), then backward(grad_scale); the losses and statistics stay on the
+    //     device (the tokens are still checked on the host, and bad ones throw InputError as in forward()).
     //   queue_update: the global gradient norm, then AdamW step t with the gradient multiplier
     //     grad_clip / norm when grad_clip > 0 and norm > grad_clip (else 1), decided on the device; the
     //     update is skipped there when the norm or the loss of a queued micro-batch is not finite -
@@ -93,7 +91,7 @@ public:
     //   read_queued_step: waits for the queued work and reports it (QueuedStep).
     virtual bool has_queued_step() const { return false; }
     virtual void queue_micro_batch(const int* /*inputs*/, const int* /*targets*/, int /*B*/, int /*T*/,
-                                   float /*z_loss_weight*/, float /*grad_scale*/) {
+                                   float /*z_loss_weight*/, float /*grad_scale*/, int /*near_distance*/) {
         throw std::logic_error(std::string(name()) + " backend has no queued step");
     }
     virtual void queue_update(const AdamWHyper& /*h*/, int /*t*/, float /*grad_clip*/) {

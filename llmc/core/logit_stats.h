@@ -22,8 +22,9 @@ struct LogitStats {
     float out_mean_lse = 0.0f;     // mean over positions of logsumexp(output logits)
     // Near/far statistics (docs/training.md). Key j of query i (j <= i, visible to the head) is "near" when
     // its distance i - j < N, else "far"; N = near_distance, or the model's window P when that is 0
-    // (near_or). Empty when the backend does not compute them (Backend::has_near_far_stats; CUDA).
-    int near_distance = 0;              // input set by the caller before forward; 0 = window P
+    // (near_or). near_distance 0 means "not asked for" (no --near): the CPU backend computes them anyway
+    // at P, the CUDA backend does not (its kernels compute them only when asked) and leaves them empty.
+    int near_distance = 0;              // input set by the caller before forward: --near, or 0
     std::vector<float> near_mass;       // mean over query rows of the softmax probability on near keys
                                         //   (far mass = 1 - near_mass)
     std::vector<float> near_max_logit;  // max pre-softmax logit over near keys (as max_logit: after

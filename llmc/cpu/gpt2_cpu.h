@@ -458,7 +458,6 @@ public:
         return model_.forward(inputs, targets, B, T, z_loss_weight, stats);
     }
     const float* logits() override { return model_.logits(); }
-    bool has_near_far_stats() const override { return true; }
 
     void zero_grad() override { model_.zero_grad(); }
     void backward(float grad_scale) override { model_.backward(grad_scale); }

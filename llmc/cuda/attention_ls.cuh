@@ -30,7 +30,9 @@
 // the result is deterministic (bit-identical across runs) without atomics.
 // Statistics (stats != nullptr; a template bool, so the off path costs nothing): each block writes
 // {max raw logit, min raw logit, entropy sum} of its (query tile, b, h) to stats_scratch, then a
-// small kernel merges them per head in a fixed order into stats (max, min, +=).
+// small kernel merges them per head in a fixed order into stats (max, min, +=). With near_n >= 1
+// (another template bool) also {near mass sum, near max, far max} at distance near_n (the fields:
+// llmc/cuda/attention_ls_common.cuh). The Fa2 and Scalar forwards compute them; the Mma one does not.
 //
 // Files: this header holds the contract functions, argument checks and launchers; the kernels are
 // in llmc/cuda/attention_ls_scalar.cuh, llmc/cuda/attention_ls_mma.cuh and
@@ -67,9 +69,10 @@ inline AttnKernel attention_default_kernel() {
 #endif
 }
 
-// Per-block statistics partials: 3 floats per (b, h, query tile) of the smallest query tile.
+// Per-block statistics partials: up to kAttnStatsNear floats per (b, h, query tile) of the smallest
+// query tile.
 inline size_t attention_stats_scratch_floats(int B, int T, int NH) {
-    return 3 * (size_t)B * NH * (size_t)ceil_div(T, kAttnScalarBQ);
+    return kAttnStatsNear * (size_t)B * NH * (size_t)ceil_div(T, kAttnScalarBQ);
 }
 // Backward scratch: D (B, NH, T).
 inline size_t attention_ls_backward_scratch_floats(int B, int T, int C, int NH) {
@@ -118,9 +121,10 @@ inline void attn_set_smem(KernelT kernel, size_t bytes) {
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
-template <int HD, bool STATS>
+template <int HD, bool STATS, bool NEAR>
 inline void attn_forward_launch(AttnKernel kind, floatX* out, float* lse, const floatX* qkv, int B, int T, int C,
-                                int NH, int G, int P, float softcap, float* part, int& nqt, cudaStream_t st) {
+                                int NH, int G, int P, float softcap, float* part, int near_n, int& nqt,
+                                cudaStream_t st) {
 #if !defined(ENABLE_FP32)
     if (kind == AttnKernel::Fa2 || kind == AttnKernel::Fa2Bwd) {
         attention_ls_check_aligned(qkv, "qkv");
@@ -130,14 +134,18 @@ inline void attn_forward_launch(AttnKernel kind, floatX* out, float* lse, const 
         const size_t bytes = Fa2FwdSmem<HD>::bytes;
         auto go = [&](auto kernel) {  // soft-cap as a template parameter: one dispatch here
             attn_set_smem(kernel, bytes);
-            launch_kernel(kernel, grid, kAttnMmaThreads, bytes, st, out, lse, qkv, T, C, NH, G, P, softcap, part);
+            launch_kernel(kernel, grid, kAttnMmaThreads, bytes, st, out, lse, qkv, T, C, NH, G, P, softcap, part,
+                          near_n);
             CUDA_CHECK_LAUNCH();
         };
-        if (softcap > 0.0f) go(attn_fwd_fa2_kernel<HD, STATS, true>);
-        else go(attn_fwd_fa2_kernel<HD, STATS, false>);
+        if (softcap > 0.0f) go(attn_fwd_fa2_kernel<HD, STATS, NEAR, true>);
+        else go(attn_fwd_fa2_kernel<HD, STATS, NEAR, false>);
         return;
     }
     if (kind == AttnKernel::Mma) {
+        if (NEAR)
+            throw InputError(
+                "attention: the Mma forward has no near/far statistics; use AttnKernel::Fa2 (or drop near_n)");
         attention_ls_check_aligned(qkv, "qkv");
         attention_ls_check_aligned(out, "out");
         nqt = (int)ceil_div(T, kAttnMmaBQ);
@@ -154,49 +162,56 @@ inline void attn_forward_launch(AttnKernel kind, floatX* out, float* lse, const 
     nqt = (int)ceil_div(T, kAttnScalarBQ);
     const dim3 grid(B * NH, nqt);
     const size_t bytes = attn_fwd_scalar_smem<HD>();
-    attn_set_smem(attn_fwd_scalar_kernel<HD, STATS>, bytes);
-    launch_kernel(attn_fwd_scalar_kernel<HD, STATS>, grid, kAttnScalarThreads, bytes, st, out, lse, qkv, T, C, NH, G, P,
-                  softcap, part);
+    attn_set_smem(attn_fwd_scalar_kernel<HD, STATS, NEAR>, bytes);
+    launch_kernel(attn_fwd_scalar_kernel<HD, STATS, NEAR>, grid, kAttnScalarThreads, bytes, st, out, lse, qkv, T, C, NH,
+                  G, P, softcap, part, near_n);
     CUDA_CHECK_LAUNCH();
 }
 
 // The forward with an explicit kernel family (the lab's versions 2, 3 and 5). In the FP32 build Mma
 // and Fa2 fall back to Scalar (no fp32 tensor-core path). The Mma path needs sm_80+.
+// stats: (kAttnStatsBasic, NH) floats, or (kAttnStatsNear, NH) with near_n >= 1 (0: no near/far).
 inline void attention_ls_forward_with(AttnKernel kind, floatX* out, float* lse, const floatX* qkv, int B, int T, int C,
                                       int NH, int G, int P, float softcap, float* stats, float* stats_scratch,
-                                      cudaStream_t st) {
+                                      cudaStream_t st, int near_n = 0) {
     attention_ls_check_args(B, T, C, NH, G, P);
     if (stats && !stats_scratch)
         throw InputError(
             "attention: stats requested without stats_scratch; pass attention_stats_scratch_floats(B,T,NH) floats");
+    if (near_n < 0 || (near_n > 0 && !stats))
+        throw InputError("attention: near/far distance " + std::to_string(near_n) +
+                         " needs stats and must be >= 1 (0 = no near/far statistics)");
     const int hd = C / NH;
     int nqt = 0;
-    auto go = [&](auto hd_tag, auto stats_tag) {
+    auto go = [&](auto hd_tag, auto stats_tag, auto near_tag) {
         constexpr int HD = decltype(hd_tag)::value;
-        constexpr bool S = decltype(stats_tag)::value;
-        attn_forward_launch<HD, S>(kind, out, lse, qkv, B, T, C, NH, G, P, softcap, stats_scratch, nqt, st);
+        attn_forward_launch<HD, decltype(stats_tag)::value, decltype(near_tag)::value>(
+            kind, out, lse, qkv, B, T, C, NH, G, P, softcap, stats_scratch, near_n, nqt, st);
     };
-    using I32 = std::integral_constant<int, 32>;
-    using I64 = std::integral_constant<int, 64>;
-    using I128 = std::integral_constant<int, 128>;
-    if (stats) {
-        if (hd == 32) go(I32{}, std::true_type{});
-        else if (hd == 64) go(I64{}, std::true_type{});
-        else go(I128{}, std::true_type{});
-        launch_kernel(attn_stats_reduce_kernel, NH, 256, 0, st, stats, stats_scratch, B, NH, nqt);
+    auto by_hd = [&](auto stats_tag, auto near_tag) {
+        if (hd == 32) go(std::integral_constant<int, 32>{}, stats_tag, near_tag);
+        else if (hd == 64) go(std::integral_constant<int, 64>{}, stats_tag, near_tag);
+        else go(std::integral_constant<int, 128>{}, stats_tag, near_tag);
+    };
+    if (!stats) {
+        by_hd(std::false_type{}, std::false_type{});
+    } else if (near_n == 0) {
+        by_hd(std::true_type{}, std::false_type{});
+        launch_kernel(attn_stats_reduce_kernel<kAttnStatsBasic>, NH, 256, 0, st, stats, stats_scratch, B, NH, nqt);
         CUDA_CHECK_LAUNCH();
     } else {
-        if (hd == 32) go(I32{}, std::false_type{});
-        else if (hd == 64) go(I64{}, std::false_type{});
-        else go(I128{}, std::false_type{});
+        by_hd(std::true_type{}, std::true_type{});
+        launch_kernel(attn_stats_reduce_kernel<kAttnStatsNear>, NH, 256, 0, st, stats, stats_scratch, B, NH, nqt);
+        CUDA_CHECK_LAUNCH();
     }
 }
 
-// Outputs: out and lse are overwritten; stats are merged into (max, min, +=; docs/design.md).
+// Outputs: out and lse are overwritten; stats (F, NH) are merged into (max, min, += per field;
+// docs/design.md), F = kAttnStatsNear with near_n >= 1, else kAttnStatsBasic.
 inline void attention_ls_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, int G, int P,
-                                 float softcap, float* stats, float* stats_scratch, cudaStream_t st) {
+                                 float softcap, float* stats, float* stats_scratch, cudaStream_t st, int near_n = 0) {
     attention_ls_forward_with(attention_default_kernel(), out, lse, qkv, B, T, C, NH, G, P, softcap, stats,
-                              stats_scratch, st);
+                              stats_scratch, st, near_n);
 }
 
 template <int HD>

@@ -1,6 +1,7 @@
 // Pieces shared by the LS-attention kernel families (llmc/cuda/attention_ls_scalar.cuh,
-// llmc/cuda/attention_ls_mma.cuh) and the launchers (llmc/cuda/attention_ls.cuh): tile sizes, the
-// grid layout, the block-level statistics merge, the statistics reduce and the backward's D kernel.
+// llmc/cuda/attention_ls_mma.cuh, llmc/cuda/attention_ls_fa2.cuh) and the launchers
+// (llmc/cuda/attention_ls.cuh): tile sizes, the grid layout, the statistics fields with their
+// block-level merge and per-head reduce, and the backward's D kernel.
 //
 // Grid layout of every tiled kernel: blockIdx.x = b*NH + h (up to 2^31-1, so any B*NH), blockIdx.y
 // = tile slot (<= 65535: T <= 65535 * 32, checked by attention_ls_check_args). Blocks are issued
@@ -25,66 +26,81 @@ constexpr int kAttnMmaThreads = 128;
 // 1/sqrt(hd) exactly as the CPU reference computes it (IEEE sqrt and division).
 __device__ inline float attn_scale(int hd) { return 1.0f / sqrtf((float)hd); }
 
-// Block-wide merge of the statistics partials in a fixed order (warp 0..NWARPS-1), written by
-// thread 0 to part[0..2] = {max, min, entropy_sum}. All threads of the block must call it
-// (it holds a __syncthreads).
-template <int NWARPS>
-__device__ inline void attn_block_stats(float smax, float smin, float ent, float* part) {
-    __shared__ float red[NWARPS][3];
+// Statistics fields, in this order, of a block partial (attention_stats_scratch) and of the per-head
+// result stats (F, NH): the basic three always, the near/far three when the forward computes them
+// (llmc/core/logit_stats.h has the definitions). Max and min of raw logits q.k/sqrt(hd); the sums run
+// over query rows (entropy in nats, near mass in [0, 1]); the caller divides them by the rows.
+enum AttnStat { kAttnMax, kAttnMin, kAttnEntropySum, kAttnNearMassSum, kAttnNearMax, kAttnFarMax };
+constexpr int kAttnStatsBasic = 3;  // max, min, entropy sum
+constexpr int kAttnStatsNear = 6;   // + near mass sum, near max, far max
+
+// How field f merges: max, min or sum.
+__host__ __device__ constexpr int attn_stat_op(int f) {
+    return f == kAttnMin ? 1 : (f == kAttnEntropySum || f == kAttnNearMassSum) ? 2 : 0;  // 0 max, 1 min, 2 sum
+}
+__device__ inline float attn_stat_merge(int f, float a, float b) {
+    const int op = attn_stat_op(f);
+    return op == 0 ? fmaxf(a, b) : op == 1 ? fminf(a, b) : a + b;
+}
+// The value a field starts from before anything is merged into it.
+__host__ __device__ constexpr float attn_stat_identity(int f) {
+    return attn_stat_op(f) == 0 ? -INFINITY : attn_stat_op(f) == 1 ? INFINITY : 0.0f;
+}
+
+// Block-wide merge of the F statistics partials v (this thread's) in a fixed order (lanes by the
+// warp reductions, then warp 0..NWARPS-1), written by thread 0 to part[0..F-1]. All threads of the
+// block must call it (it holds a __syncthreads).
+template <int NWARPS, int F>
+__device__ inline void attn_block_stats(const float (&v)[F], float* part) {
+    __shared__ float red[NWARPS][F];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    smax = warp_max(smax);
-    smin = warp_min(smin);
-    ent = warp_sum(ent);
-    if (lane == 0) {
-        red[warp][0] = smax;
-        red[warp][1] = smin;
-        red[warp][2] = ent;
+#pragma unroll
+    for (int f = 0; f < F; f++) {
+        const int op = attn_stat_op(f);
+        const float r = op == 0 ? warp_max(v[f]) : op == 1 ? warp_min(v[f]) : warp_sum(v[f]);
+        if (lane == 0) red[warp][f] = r;
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        float a = red[0][0], b = red[0][1], c = red[0][2];
-        for (int w = 1; w < NWARPS; w++) {
-            a = fmaxf(a, red[w][0]);
-            b = fminf(b, red[w][1]);
-            c += red[w][2];
+#pragma unroll
+        for (int f = 0; f < F; f++) {
+            float a = red[0][f];
+            for (int w = 1; w < NWARPS; w++) a = attn_stat_merge(f, a, red[w][f]);
+            part[f] = a;
         }
-        part[0] = a;
-        part[1] = b;
-        part[2] = c;
     }
 }
 
-// Merge the partials of head h = blockIdx.x, part index ((b*NH + h)*nqt + qt)*3, into
-// stats = {max[NH], min[NH], entropy_sum[NH]} (max, min, +=). Fixed strided order + fixed tree:
-// deterministic.
+// Merge the partials of head h = blockIdx.x, part index ((b*NH + h)*nqt + qt)*F, into
+// stats (F, NH) (max, min, += per field). Fixed strided order + fixed tree: deterministic.
+template <int F>
 __global__ void attn_stats_reduce_kernel(float* stats, const float* part, int B, int NH, int nqt) {
     constexpr int NT = 256;
-    __shared__ float smax[NT], smin[NT], sent[NT];
+    __shared__ float red[F][NT];
     const int h = blockIdx.x;
-    float a = -INFINITY, b = INFINITY, c = 0.0f;
+    float acc[F];
+#pragma unroll
+    for (int f = 0; f < F; f++) acc[f] = attn_stat_identity(f);
     for (int e = threadIdx.x; e < B * nqt; e += NT) {
         const int bb = e / nqt, qt = e % nqt;
-        const float* p = part + (((size_t)bb * NH + h) * nqt + qt) * 3;
-        a = fmaxf(a, p[0]);
-        b = fminf(b, p[1]);
-        c += p[2];
+        const float* p = part + (((size_t)bb * NH + h) * nqt + qt) * F;
+#pragma unroll
+        for (int f = 0; f < F; f++) acc[f] = attn_stat_merge(f, acc[f], p[f]);
     }
-    smax[threadIdx.x] = a;
-    smin[threadIdx.x] = b;
-    sent[threadIdx.x] = c;
+#pragma unroll
+    for (int f = 0; f < F; f++) red[f][threadIdx.x] = acc[f];
     __syncthreads();
     for (int s = NT / 2; s > 0; s >>= 1) {
         if ((int)threadIdx.x < s) {
-            smax[threadIdx.x] = fmaxf(smax[threadIdx.x], smax[threadIdx.x + s]);
-            smin[threadIdx.x] = fminf(smin[threadIdx.x], smin[threadIdx.x + s]);
-            sent[threadIdx.x] += sent[threadIdx.x + s];
+#pragma unroll
+            for (int f = 0; f < F; f++)
+                red[f][threadIdx.x] = attn_stat_merge(f, red[f][threadIdx.x], red[f][threadIdx.x + s]);
         }
         __syncthreads();
     }
     if (threadIdx.x == 0) {
-        stats[h] = fmaxf(stats[h], smax[0]);
-        stats[NH + h] = fminf(stats[NH + h], smin[0]);
-        stats[2 * NH + h] += sent[0];
+#pragma unroll
+        for (int f = 0; f < F; f++) stats[f * NH + h] = attn_stat_merge(f, stats[f * NH + h], red[f][0]);
     }
 }
 

@@ -20,8 +20,12 @@
 // Softmax in base 2: x = the score in "x units" (the raw accumulator q.k without soft-cap, the capped
 // score with it), mul = log2(e) * (1/sqrt(hd) without soft-cap, 1 with it), p = exp2(x*mul - m*mul):
 // one FFMA and one ex2.approx.ftz (MUFU.EX2) per score; m is the running row max in x units.
-// Compile-time: HD, STATS (logit statistics), SOFTCAP (c*tanh(s/c)), MASK (per tile: a tile that
-// attn_tile_needs_mask clears runs the unmasked body, without the per-element visibility test).
+// Compile-time: HD, STATS (logit statistics), NEAR (the near/far statistics too), SOFTCAP (c*tanh(s/c)),
+// MASK (per tile: a tile that attn_tile_needs_mask clears runs the unmasked body, without the
+// per-element visibility test). Near/far per warp and tile: when all of the tile's pairs for the
+// warp's 16 rows are near (or all far), the tile's max goes to one side and its whole sum of p is
+// near (or not) - a few instructions per tile; only the tiles the distance N cuts through test
+// each score.
 // Masked tiles skip the 8-key MMA blocks a warp's 16 rows cannot see (fa2_visible_blocks).
 // qkv and out are accessed with 16- and 4-byte accesses: 16-byte aligned base pointers (the
 // launcher checks).
@@ -88,18 +92,21 @@ __device__ __forceinline__ unsigned fa2_visible_blocks(int r0, int k0, int T, bo
 template <int HD>
 struct Fa2Rows {
     float m[2], l[2], es[2];  // running max (x units), sum of p, sum of p*x (STATS)
+    float nl[2];              // as l over the near keys (NEAR)
     float o[HD / 8][4];       // O accumulators: dims db*8 + 2c + {0,1}
     float smax, smin;         // max / min raw accumulator over visible pairs (STATS)
+    float nmax, fmax;         // max raw accumulator over visible near / far pairs (NEAR)
 };
 
 // One key tile for one warp: S = Q K^T, online softmax, O += P V. qa: Q's fragments when
 // kFa2QInRegs, else read here from sQ (the swizzled Q tile); sK, sV: the tile's swizzled buffers;
-// i_row: this thread's two rows; r0: the warp's first row; k0: the tile's first key.
-template <int HD, bool STATS, bool SOFTCAP, bool MASK>
+// i_row: this thread's two rows; r0: the warp's first row; k0: the tile's first key; near_n: the
+// near/far distance N (NEAR).
+template <int HD, bool STATS, bool NEAR, bool SOFTCAP, bool MASK>
 __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[kFa2QInRegs<HD> ? HD / 16 : 1][4],
                                          const __nv_bfloat16* sQ, const __nv_bfloat16* sK, const __nv_bfloat16* sV,
                                          const int (&i_row)[2], int k0, int r0, int T, bool local, int P, float mul,
-                                         float cap, float scale_over_cap) {
+                                         float cap, float scale_over_cap, int near_n) {
     constexpr int KS = HD / 16, NB = kAttnMmaBK / 8, DB = HD / 8;
     const int lane = threadIdx.x % 32, c = lane % 4, mi = lane / 8, j8 = lane % 8;
     const unsigned vis_blocks = MASK ? fa2_visible_blocks(r0, k0, T, local, P) : 0xffu;
@@ -144,29 +151,41 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[k
             jhi[hf] = i_row[hf] < T ? i_row[hf] : -1;
         }
     }
+    // near/far (warp-uniform): 1 every pair near, -1 every pair far, 0 the tile's scores are tested
+    const int near_kind = NEAR ? attn_tile_near_kind(r0, r0 + 15, k0, k0 + kAttnMmaBK - 1, near_n) : 1;
+    const int jnear[2] = {i_row[0] - near_n + 1, i_row[1] - near_n + 1};  // the first near key of a row
     float mx[2] = {-INFINITY, -INFINITY};
+    float rmax = -INFINITY;  // soft-cap: max raw accumulator over the tile's visible pairs (STATS)
 #pragma unroll
     for (int nb = 0; nb < NB; nb++) {
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int hf = e / 2;
+            const int j = k0 + nb * 8 + 2 * c + (e & 1);
             const float a = s[nb][e];
-            bool vis = true;
-            if (MASK) {
-                const int j = k0 + nb * 8 + 2 * c + (e & 1);
-                vis = j >= jlo[hf] && j <= jhi[hf];
-            }
+            const bool vis = !MASK || (j >= jlo[hf] && j <= jhi[hf]);
             float x = SOFTCAP ? cap * tanhf(a * scale_over_cap) : a;
             if (MASK) x = vis ? x : -INFINITY;
             if (STATS) {  // without soft-cap x = a: the max comes from the row max below
-                if (SOFTCAP) st.smax = fmaxf(st.smax, vis ? a : -INFINITY);
+                if (SOFTCAP) rmax = fmaxf(rmax, vis ? a : -INFINITY);
                 st.smin = fminf(st.smin, vis ? a : INFINITY);
+            }
+            if (NEAR && near_kind == 0) {
+                const float av = vis ? a : -INFINITY;
+                const bool near = j >= jnear[hf];
+                st.nmax = fmaxf(st.nmax, near ? av : -INFINITY);
+                st.fmax = fmaxf(st.fmax, near ? -INFINITY : av);
             }
             s[nb][e] = x;
             mx[hf] = fmaxf(mx[hf], x);
         }
     }
-    if (STATS && !SOFTCAP) st.smax = fmaxf(st.smax, fmaxf(mx[0], mx[1]));
+    if (STATS) {
+        const float tile_max = SOFTCAP ? rmax : fmaxf(mx[0], mx[1]);  // raw accumulator units
+        st.smax = fmaxf(st.smax, tile_max);
+        if (NEAR && near_kind == 1) st.nmax = fmaxf(st.nmax, tile_max);
+        if (NEAR && near_kind == -1) st.fmax = fmaxf(st.fmax, tile_max);
+    }
     float neg_m[2];  // -m_use * mul: the FFMA's addend
 #pragma unroll
     for (int hf = 0; hf < 2; hf++) {
@@ -180,6 +199,7 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[k
         neg_m[hf] = -m_use * mul;
         st.l[hf] *= alpha;
         if (STATS) st.es[hf] *= alpha;
+        if (NEAR) st.nl[hf] *= alpha;
 #pragma unroll
         for (int db = 0; db < DB; db++) {
             st.o[db][2 * hf] *= alpha;
@@ -187,6 +207,7 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[k
         }
     }
     // P = exp2(x*mul - m*mul) (thread-partial row sums; the quad is summed at the end)
+    const float l_before[2] = {st.l[0], st.l[1]};
 #pragma unroll
     for (int nb = 0; nb < NB; nb++) {
 #pragma unroll
@@ -196,8 +217,15 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[k
             const float p = ex2_approx_ftz(fmaf(x, mul, neg_m[hf]));  // ex2(-inf) = 0 for masked
             st.l[hf] += p;
             if (STATS) st.es[hf] += (!MASK || p > 0.0f) ? p * x : 0.0f;  // masked: never 0 * -inf
+            if (NEAR && near_kind == 0) st.nl[hf] += k0 + nb * 8 + 2 * c + (e & 1) >= jnear[hf] ? p : 0.0f;
             s[nb][e] = p;
         }
+    }
+    // an all-near tile: its sum of p is the growth of l (l's own order of additions stays as without
+    // NEAR, so the statistics never change the output's bits)
+    if (NEAR && near_kind == 1) {
+        st.nl[0] += st.l[0] - l_before[0];
+        st.nl[1] += st.l[1] - l_before[1];
     }
 
     // O += P V: A = P (16 rows x 16 keys) from two accumulator blocks; B from V via ldmatrix.trans
@@ -221,11 +249,15 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[k
 
 // Forward: grid (B*NH, query tiles of 64), 128 threads; warp w owns rows q0 + 16w .. +15.
 // Outputs as attn_fwd_mma_kernel: out (B, T, C) bf16, lse (B, NH, T) natural log, and with STATS
-// the block's {max raw logit, min raw logit, entropy sum} in stats_part.
-template <int HD, bool STATS, bool SOFTCAP>
+// the block's statistics partial (kAttnStatsBasic floats, llmc/cuda/attention_ls_common.cuh) in
+// stats_part; with NEAR (implies STATS) the near/far ones too (kAttnStatsNear floats), split at
+// distance near_n >= 1.
+template <int HD, bool STATS, bool NEAR, bool SOFTCAP>
 __global__ void __launch_bounds__(kAttnMmaThreads)
     attn_fwd_fa2_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int T, int C, int NH, int G, int P,
-                        float softcap, float* stats_part) {
+                        float softcap, float* stats_part, int near_n) {
+    static_assert(STATS || !NEAR, "the near/far statistics extend the basic ones");
+    constexpr int NF = NEAR ? kAttnStatsNear : kAttnStatsBasic;
     constexpr int BQ = kAttnMmaBQ, BK = kAttnMmaBK, CH = HD / 8, KS = HD / 16, DB = HD / 8;
     static_assert(BQ == 64 && BK == 64, "4 warps x 16 rows, 8 key blocks of 8");
     constexpr int TILE = Fa2FwdSmem<HD>::TILE;
@@ -268,10 +300,10 @@ __global__ void __launch_bounds__(kAttnMmaThreads)
     const int i_row[2] = {r0 + g, r0 + g + 8};
     Fa2Rows<HD> st;
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++) st.m[hf] = -INFINITY, st.l[hf] = 0.0f, st.es[hf] = 0.0f;
+    for (int hf = 0; hf < 2; hf++) st.m[hf] = -INFINITY, st.l[hf] = 0.0f, st.es[hf] = 0.0f, st.nl[hf] = 0.0f;
 #pragma unroll
     for (int db = 0; db < DB; db++) st.o[db][0] = st.o[db][1] = st.o[db][2] = st.o[db][3] = 0.0f;
-    st.smax = -INFINITY;
+    st.smax = st.nmax = st.fmax = -INFINITY;
     st.smin = INFINITY;
 
     for (int kt = kb; kt < ke; kt++) {
@@ -288,23 +320,27 @@ __global__ void __launch_bounds__(kAttnMmaThreads)
         const __nv_bfloat16* k_tile = sK + buf * TILE;
         const __nv_bfloat16* v_tile = sV + buf * TILE;
         if (attn_tile_needs_mask(qt, kt, BQ, BK, T, local, P))
-            fa2_tile<HD, STATS, SOFTCAP, true>(st, qa, sQ, k_tile, v_tile, i_row, kt * BK, r0, T, local, P, mul,
-                                               softcap, scale_over_cap);
+            fa2_tile<HD, STATS, NEAR, SOFTCAP, true>(st, qa, sQ, k_tile, v_tile, i_row, kt * BK, r0, T, local, P, mul,
+                                                     softcap, scale_over_cap, near_n);
         else
-            fa2_tile<HD, STATS, SOFTCAP, false>(st, qa, sQ, k_tile, v_tile, i_row, kt * BK, r0, T, local, P, mul,
-                                                softcap, scale_over_cap);
+            fa2_tile<HD, STATS, NEAR, SOFTCAP, false>(st, qa, sQ, k_tile, v_tile, i_row, kt * BK, r0, T, local, P, mul,
+                                                      softcap, scale_over_cap, near_n);
     }
 
-    // finish: quad sums, normalize, write out (bf16 pairs), lse (natural log), entropy
-    float ent = 0.0f;
+    // finish: quad sums, normalize, write out (bf16 pairs), lse (natural log), entropy, near mass
+    float ent = 0.0f, near_sum = 0.0f;
 #pragma unroll
     for (int hf = 0; hf < 2; hf++) {
-        float l = st.l[hf], es = st.es[hf];
+        float l = st.l[hf], es = st.es[hf], nl = st.nl[hf];
         l += __shfl_xor_sync(0xffffffffu, l, 1);
         l += __shfl_xor_sync(0xffffffffu, l, 2);
         if (STATS) {
             es += __shfl_xor_sync(0xffffffffu, es, 1);
             es += __shfl_xor_sync(0xffffffffu, es, 2);
+        }
+        if (NEAR) {
+            nl += __shfl_xor_sync(0xffffffffu, nl, 1);
+            nl += __shfl_xor_sync(0xffffffffu, nl, 2);
         }
         const int i = i_row[hf];
         if (i < T) {
@@ -314,12 +350,22 @@ __global__ void __launch_bounds__(kAttnMmaThreads)
             if (c == 0) {
                 lse[((size_t)b * NH + h) * T + i] = row_lse;
                 if (STATS) ent += row_lse - es * nat * inv;
+                if (NEAR) near_sum += attn_row_has_far(i, local, P, near_n) ? nl * inv : 1.0f;
             }
         }
     }
-    if (STATS)  // raw logit = accumulator * scale; scaling by scale > 0 commutes with max / min
-        attn_block_stats<kAttnMmaThreads / 32>(st.smax * scale, st.smin * scale, ent,
-                                               stats_part + ((size_t)bh * nqt + qt) * 3);
+    if (STATS) {  // raw logit = accumulator * scale; scaling by scale > 0 commutes with max / min
+        float v[NF];
+        v[kAttnMax] = st.smax * scale;
+        v[kAttnMin] = st.smin * scale;
+        v[kAttnEntropySum] = ent;
+        if constexpr (NEAR) {
+            v[kAttnNearMassSum] = near_sum;
+            v[kAttnNearMax] = st.nmax * scale;
+            v[kAttnFarMax] = st.fmax * scale;
+        }
+        attn_block_stats<kAttnMmaThreads / 32>(v, stats_part + ((size_t)bh * nqt + qt) * NF);
+    }
 }
 
 }  // namespace llmc::cuda

@@ -259,7 +259,10 @@ __global__ void __launch_bounds__(kAttnMmaThreads)
             }
         }
     }
-    if (STATS) attn_block_stats<kAttnMmaThreads / 32>(smax, smin, ent, stats_part + ((size_t)bh * nqt + qt) * 3);
+    if (STATS) {
+        const float v[kAttnStatsBasic] = {smax, smin, ent};
+        attn_block_stats<kAttnMmaThreads / 32>(v, stats_part + ((size_t)bh * nqt + qt) * kAttnStatsBasic);
+    }
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -21,15 +21,20 @@ __device__ inline void attn_scalar_load_rows(float* dst, int ld, const floatX* b
 // Forward: grid (B*NH, query tiles), 128 threads. Each warp owns 8 query rows; within a key tile
 // lane l handles key k0+l (score, probability), and for the output lane l owns dims l, l+32, ...
 // (HD/32 of them). Dynamic smem: Q (32, HD), K (32, HD+1) padded, V (32, HD), fp32.
+// STATS: the block's basic statistics partial (kAttnStatsBasic floats, llmc/cuda/attention_ls_common.cuh)
+// in stats_part; NEAR (implies STATS): the near/far ones too (kAttnStatsNear floats), split at
+// distance near_n >= 1.
 template <int HD>
 constexpr size_t attn_fwd_scalar_smem() {
     return sizeof(float) * (kAttnScalarBQ * HD + kAttnScalarBK * (HD + 1) + kAttnScalarBK * HD);
 }
 
-template <int HD, bool STATS>
+template <int HD, bool STATS, bool NEAR>
 __global__ void __launch_bounds__(kAttnScalarThreads)
     attn_fwd_scalar_kernel(floatX* out, float* lse, const floatX* qkv, int T, int C, int NH, int G, int P,
-                           float softcap, float* stats_part) {
+                           float softcap, float* stats_part, int near_n) {
+    static_assert(STATS || !NEAR, "the near/far statistics extend the basic ones");
+    constexpr int NF = NEAR ? kAttnStatsNear : kAttnStatsBasic;
     constexpr int BQ = kAttnScalarBQ, BK = kAttnScalarBK, RPW = BQ / 4, DPL = HD / 32, LDK = HD + 1;
     LLMC_DYNAMIC_SHARED(float, smem);
     float* sQ = smem;           // (BQ, HD)
@@ -46,16 +51,17 @@ __global__ void __launch_bounds__(kAttnScalarThreads)
 
     attn_scalar_load_rows<HD>(sQ, HD, base, q0, BQ, T, C3);
 
-    float m[RPW], l[RPW], es[RPW], o[RPW][DPL];
+    float m[RPW], l[RPW], es[RPW], nl[RPW], o[RPW][DPL];  // nl: as l over the near keys (NEAR)
 #pragma unroll
     for (int r = 0; r < RPW; r++) {
         m[r] = -INFINITY;
         l[r] = 0.0f;
         es[r] = 0.0f;
+        nl[r] = 0.0f;
 #pragma unroll
         for (int t = 0; t < DPL; t++) o[r][t] = 0.0f;
     }
-    float smax = -INFINITY, smin = INFINITY;
+    float smax = -INFINITY, smin = INFINITY, near_max = -INFINITY, far_max = -INFINITY;
 
     const int kb = attn_kv_tile_begin(qt, BQ, BK, local, P), ke = attn_kv_tile_end(qt, BQ, BK, T);
     for (int kt = kb; kt < ke; kt++) {
@@ -77,9 +83,12 @@ __global__ void __launch_bounds__(kAttnScalarThreads)
             const bool vis = !need_mask || attn_visible(i, j, local, P);  // j >= T implies j > i
             float t;
             const float sc = attn_softcap(s, softcap, t);
+            const bool near = NEAR && i - j < near_n;
             if (STATS && vis) {
                 smax = fmaxf(smax, s);
                 smin = fminf(smin, s);
+                if (NEAR && near) near_max = fmaxf(near_max, s);
+                if (NEAR && !near) far_max = fmaxf(far_max, s);
             }
             const float tmax = warp_max(vis ? sc : -INFINITY);
             if (tmax == -INFINITY) continue;  // nothing visible for this row in this tile (warp-uniform)
@@ -90,6 +99,7 @@ __global__ void __launch_bounds__(kAttnScalarThreads)
             const float p = vis ? expf(sc - m_new) : 0.0f;
             l[r] = l[r] * alpha + warp_sum(p);
             if (STATS) es[r] = es[r] * alpha + warp_sum(p * sc);
+            if (NEAR) nl[r] = nl[r] * alpha + warp_sum(near ? p : 0.0f);
 #pragma unroll
             for (int t2 = 0; t2 < DPL; t2++) o[r][t2] *= alpha;
             for (int kk = 0; kk < BK; kk++) {
@@ -100,7 +110,7 @@ __global__ void __launch_bounds__(kAttnScalarThreads)
         }
     }
 
-    float ent = 0.0f;
+    float ent = 0.0f, near_sum = 0.0f;
 #pragma unroll
     for (int r = 0; r < RPW; r++) {
         const int i = q0 + warp * RPW + r;
@@ -113,9 +123,21 @@ __global__ void __launch_bounds__(kAttnScalarThreads)
         if (lane == 0) {
             lse[((size_t)b * NH + h) * T + i] = row_lse;
             if (STATS) ent += row_lse - es[r] * inv;  // entropy = lse - sum_j p_j s'_j
+            if (NEAR) near_sum += attn_row_has_far(i, local, P, near_n) ? nl[r] * inv : 1.0f;
         }
     }
-    if (STATS) attn_block_stats<kAttnScalarThreads / 32>(smax, smin, ent, stats_part + ((size_t)bh * nqt + qt) * 3);
+    if (STATS) {
+        float v[NF];
+        v[kAttnMax] = smax;
+        v[kAttnMin] = smin;
+        v[kAttnEntropySum] = ent;
+        if constexpr (NEAR) {
+            v[kAttnNearMassSum] = near_sum;
+            v[kAttnNearMax] = near_max;
+            v[kAttnFarMax] = far_max;
+        }
+        attn_block_stats<kAttnScalarThreads / 32>(v, stats_part + ((size_t)bh * nqt + qt) * NF);
+    }
 }
 
 // dK, dV: grid (B*NH, key tiles), 128 threads; each warp owns 8 keys, lane l handles query row

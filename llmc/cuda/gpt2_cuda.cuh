@@ -176,7 +176,7 @@ public:
         } else {
             wparams_ = reinterpret_cast<floatX*>(master_.get());  // FP32 build: floatX is float
         }
-        attn_stats_.resize((size_t)cfg.num_layers * 3 * cfg.num_heads);
+        attn_stats_.resize((size_t)cfg.num_layers * kAttnStatsNear * cfg.num_heads);
         init_attention_stats();
         norm_.resize(1);
         summary_dev_.resize(detail::kSummaryFields);
@@ -247,7 +247,8 @@ public:
     // queue_micro_batch (its numbers in the next free slot), then the host waits and reads them.
     ForwardResult forward(const int* inputs, const int* targets, int B, int T, float z_weight,
                           LogitStats* stats) override {
-        const int slot = queue_forward(inputs, targets, B, T, z_weight, stats != nullptr);
+        const int slot =
+            queue_forward(inputs, targets, B, T, z_weight, stats != nullptr, stats ? stats->near_distance : 0);
         if (slot < 0) return ForwardResult{};
         CUDA_CHECK(cudaStreamSynchronize(stream_));
         return read_slot(slot, stats);
@@ -259,10 +260,10 @@ public:
     // factor, the copies of the norm and the verdict, and records step_done_; read_queued_step waits
     // for that event (the step's only wait) and reads the slots.
     bool has_queued_step() const override { return true; }
-    void queue_micro_batch(const int* inputs, const int* targets, int B, int T, float z_weight,
-                           float grad_scale) override {
+    void queue_micro_batch(const int* inputs, const int* targets, int B, int T, float z_weight, float grad_scale,
+                           int near_distance) override {
         if (!targets) throw std::logic_error("CudaBackend::queue_micro_batch needs targets");
-        queue_forward(inputs, targets, B, T, z_weight, true);
+        queue_forward(inputs, targets, B, T, z_weight, true, near_distance);
         queued_++;
         backward(grad_scale);
     }
@@ -585,18 +586,16 @@ private:
     ParamView<const floatX> weights() const { return {wparams_, layout_, cfg_.num_layers}; }
     ParamView<float> grad_view() const { return {grads_.get(), layout_, cfg_.num_layers}; }
 
-    // Per layer {max[NH], min[NH], entropy_sum[NH]} of the attention logits start at (-inf, +inf, 0):
+    // Per layer the (kAttnStatsNear, NH) fields of the attention statistics (max, min, entropy sum,
+    // near mass sum, near max, far max) start at their identities (-inf, +inf, 0, 0, -inf, -inf):
     // stats_init_ holds those values (never rewritten, so the asynchronous upload may read it late).
     void init_attention_stats() {
         const int L = cfg_.num_layers, NH = cfg_.num_heads;
         stats_init_.resize(attn_stats_.size());
         for (int l = 0; l < L; l++)
-            for (int h = 0; h < NH; h++) {
-                float* s = stats_init_.data() + (size_t)l * 3 * NH;
-                s[h] = -std::numeric_limits<float>::infinity();
-                s[NH + h] = std::numeric_limits<float>::infinity();
-                s[2 * NH + h] = 0.0f;
-            }
+            for (int f = 0; f < kAttnStatsNear; f++)
+                for (int h = 0; h < NH; h++)
+                    stats_init_[((size_t)l * kAttnStatsNear + f) * NH + h] = attn_stat_identity(f);
     }
     void reset_attention_stats() {
         CUDA_CHECK(cudaMemcpyAsync(attn_stats_.get(), stats_init_.data(), attn_stats_.bytes(), cudaMemcpyHostToDevice,
@@ -605,7 +604,8 @@ private:
 
     // Queues layer l of the forward over (B, T): its input and ln1 are already there; it leaves its
     // output in residual3 and the next LayerNorm (the next layer's ln1, or lnf) fused after it.
-    void layer_forward(int l, int B, int T, bool with_stats) {
+    // near_n >= 1 (with_stats): the near/far statistics at that distance too.
+    void layer_forward(int l, int B, int T, bool with_stats, int near_n) {
         const int L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads, G = cfg_.global_heads, P = cfg_.window;
         const size_t N = (size_t)B * T;
         const int n = (int)N;
@@ -620,7 +620,8 @@ private:
             qknorm_forward(la.qkvn, la.qkn_mean, la.qkn_rstd, la.qkv, lw.qnormw, lw.qnormb, lw.knormw, lw.knormb, n, C,
                            NH, st);
         attention_ls_forward(la.atty, la.att_lse, la.att_in(), B, T, C, NH, G, P, cfg_.attn_softcap,
-                             with_stats ? attn_stats_.get() + (size_t)l * 3 * NH : nullptr, scratch_.get(), st);
+                             with_stats ? attn_stats_.get() + (size_t)l * kAttnStatsNear * NH : nullptr, scratch_.get(),
+                             st, with_stats ? near_n : 0);
         matmul_forward(mm_, a.branch.get(), la.atty, lw.attprojw, lw.attprojb, n, C, C, st);
         // residual2 = residual + attproj; ln2 = LayerNorm(residual2)
         fused_residual_layernorm_forward(la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, la.residual, a.branch.get(),
@@ -643,8 +644,11 @@ private:
 
     // Queues a forward over (B, T) (the body of forward()); with targets or stats, also the classifier
     // pass, its summary and the copies of the summary and the attention statistics into slot queued_
-    // of the pinned buffers, and returns that slot (-1: logits only, nothing to read).
-    int queue_forward(const int* inputs, const int* targets, int B, int T, float z_weight, bool with_stats) {
+    // of the pinned buffers, and returns that slot (-1: logits only, nothing to read). near_distance
+    // (LogitStats::near_distance) >= 1 with stats: the near/far statistics at that distance too; 0:
+    // not asked for, not computed (a run without --near pays nothing for them).
+    int queue_forward(const int* inputs, const int* targets, int B, int T, float z_weight, bool with_stats,
+                      int near_distance) {
         check_batch(inputs, targets, B, T);
         const int L = cfg_.num_layers, C = cfg_.channels, V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size;
         const size_t N = (size_t)B * T;
@@ -668,7 +672,8 @@ private:
         encoder_forward(a.encoded.get(), a.inputs.get(), w.wte(), w.wpe(), B, T, C, st);
         layernorm_forward(first.ln1, first.ln1_mean, first.ln1_rstd, first.residual, w.layer(0).ln1w, w.layer(0).ln1b,
                           n, C, st);
-        for (int l = 0; l < L; l++) layer_forward(l, B, T, with_stats);
+        const int near_n = with_stats ? near_distance : 0;
+        for (int l = 0; l < L; l++) layer_forward(l, B, T, with_stats, near_n);
         // LM head, no bias: logits = lnf @ wte^T (lm_head^T when untied)   (N, Vp)
         matmul_forward(mm_, a.logits.get(), a.lnf.get(), w.lm_head(), nullptr, n, C, Vp, st);
         if (!targets && !with_stats) return -1;
@@ -679,6 +684,7 @@ private:
         const int slot = queued_;
         ensure_slots(slot + 1);
         slot_rows_[slot] = N;
+        slot_near_[slot] = near_n;
         classifier_summary(summary_dev_.get(), targets ? loss_check_.get() : nullptr,
                            targets ? a.losses.get() : nullptr, targets ? a.zlosses.get() : nullptr, a.lse.get(),
                            with_stats ? a.row_max.get() : nullptr, n, st);
@@ -704,6 +710,7 @@ private:
         std::copy(summaries.begin(), summaries.end(), summary_pinned_.get());
         std::copy(stats.begin(), stats.end(), stats_pinned_.get());
         slot_rows_.resize(cap, 0);
+        slot_near_.resize(cap, 0);
     }
 
     // The numbers of slot k (its copies have completed): the losses as means over its rows and, when
@@ -717,12 +724,19 @@ private:
         res.z_loss = (float)(sum[detail::kSumZ] / N);
         if (!stats) return res;
         stats->resize(L, NH);
+        const bool near = slot_near_[k] > 0;
+        if (near) stats->resize_near(L, NH);
         for (int l = 0; l < L; l++) {
-            const float* s = stats_pinned_.get() + (size_t)k * attn_stats_.size() + (size_t)l * 3 * NH;
+            const float* s = stats_pinned_.get() + (size_t)k * attn_stats_.size() + (size_t)l * kAttnStatsNear * NH;
             for (int h = 0; h < NH; h++) {
-                stats->max_logit[(size_t)l * NH + h] = s[h];
-                stats->min_logit[(size_t)l * NH + h] = s[NH + h];
-                stats->entropy[(size_t)l * NH + h] = (float)((double)s[2 * NH + h] / N);
+                const size_t i = (size_t)l * NH + h;
+                stats->max_logit[i] = s[kAttnMax * NH + h];
+                stats->min_logit[i] = s[kAttnMin * NH + h];
+                stats->entropy[i] = (float)((double)s[kAttnEntropySum * NH + h] / N);
+                if (!near) continue;
+                stats->near_mass[i] = (float)((double)s[kAttnNearMassSum * NH + h] / N);
+                stats->near_max_logit[i] = s[kAttnNearMax * NH + h];
+                stats->far_max_logit[i] = s[kAttnFarMax * NH + h];
             }
         }
         stats->out_max_logit = (float)sum[detail::kMaxRowMax];
@@ -818,7 +832,7 @@ private:
     Gpt2CudaActs acts_;
     size_t capacity_ = 0;               // rows (B*T) the activations hold
     DeviceBuffer<float> scratch_;       // shared op scratch (ops run one after another on stream_)
-    DeviceBuffer<float> attn_stats_;    // (L, 3, NH) {max, min, entropy_sum} per layer
+    DeviceBuffer<float> attn_stats_;    // (L, kAttnStatsNear, NH) the attention statistics' fields per layer
     DeviceBuffer<float> probs_dev_;     // (T, T) attention_probs' rows (grown on demand)
     DeviceBuffer<float> norm_;          // (1) squared gradient norm
     DeviceBuffer<double> summary_dev_;  // (4) the last classifier pass's summary (classifier_summary)
@@ -828,10 +842,11 @@ private:
     EncoderBackwardScratch enc_scratch_;
     // host side
     std::vector<int> inputs_host_;         // (B, T) staging of the last forward's tokens for the upload
-    std::vector<float> stats_init_;        // (L, 3, NH) the statistics' start values
+    std::vector<float> stats_init_;        // (L, kAttnStatsNear, NH) the statistics' start values
     PinnedBuffer<double> summary_pinned_;  // (slots, 4) per pass: classifier_summary
     PinnedBuffer<float> stats_pinned_;     // (slots, L, 3, NH) per pass: attention statistics
     std::vector<size_t> slot_rows_;        // (slots) rows B*T of the pass in each slot
+    std::vector<int> slot_near_;           // (slots) its near/far distance (0: no near/far statistics)
     PinnedBuffer<float> norm_pinned_;      // (1) squared gradient norm of the last queue_update
     PinnedBuffer<int> applied_pinned_;     // (1) its verdict
     cudaEvent_t step_done_ = nullptr;      // recorded after queue_update's copies

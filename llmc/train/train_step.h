@@ -85,7 +85,7 @@ inline void queue_gradients(const TrainConfig& cfg, int accum, Backend& model, D
     for (int mb = 0; mb < accum; mb++) {
         train.next_batch(buf.inputs.data(), buf.targets.data());
         model.queue_micro_batch(buf.inputs.data(), buf.targets.data(), cfg.batch_size, cfg.seq_len, cfg.z_loss,
-                                1.0f / accum);
+                                1.0f / accum, buf.micro.near_distance);
     }
 }
 

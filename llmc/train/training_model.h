@@ -33,15 +33,6 @@ struct TrainingModel {
     std::vector<float> grads_pad, params_pad;  // -z 1: (world * chunk) padded full vectors
 };
 
-// --near needs a backend that computes the near/far statistics (the CPU one; the CUDA kernels do
-// not yet, and a CUDA run's records simply omit them).
-inline void check_near_supported(const TrainConfig& c, const Backend& b) {
-    if (c.near && !b.has_near_far_stats())
-        throw InputError(
-            std::string("--near: the ") + b.name() +
-            " backend does not compute near/far attention statistics yet; use --device cpu or drop --near");
-}
-
 // -z 1: this rank's shard of the master weights and moments (the checkpoint's when resuming).
 inline void start_zero1(const TrainConfig& cfg, const RunPlan& plan, TrainingModel& t) {
     t.zero = std::make_unique<Zero1Optimizer>(param_layout(plan.model), cfg.rank, cfg.world_size);
@@ -64,7 +55,6 @@ inline TrainingModel build_model(const TrainConfig& cfg, const RunPlan& plan, co
     TrainingModel t;
     t.backend = make_backend(plan.model);
     Backend& model = *t.backend;
-    check_near_supported(cfg, model);
     t.device = model.device_description();
     const size_t n = model.num_params();
     if (plan.resume) {

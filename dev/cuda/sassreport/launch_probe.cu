@@ -29,10 +29,13 @@ void attention(const char* hd) {
     for (const char* stats : {"false", "true"}) {
         std::snprintf(name, sizeof name, "attn_fwd_mma_kernel<%s, %s>", hd, stats);
         line(name, kAttnMmaThreads, MmaFwdSmem<HD>::bytes);
-        std::snprintf(name, sizeof name, "attn_fwd_scalar_kernel<%s, %s>", hd, stats);
+    }
+    // statistics off, basic, basic + near/far (STATS, NEAR)
+    for (const char* stats_near : {"false, false", "true, false", "true, true"}) {
+        std::snprintf(name, sizeof name, "attn_fwd_scalar_kernel<%s, %s>", hd, stats_near);
         line(name, kAttnScalarThreads, attn_fwd_scalar_smem<HD>());
         for (const char* softcap : {"false", "true"}) {
-            std::snprintf(name, sizeof name, "attn_fwd_fa2_kernel<%s, %s, %s>", hd, stats, softcap);
+            std::snprintf(name, sizeof name, "attn_fwd_fa2_kernel<%s, %s, %s>", hd, stats_near, softcap);
             line(name, kAttnMmaThreads, Fa2FwdSmem<HD>::bytes);
         }
     }
