@@ -22,10 +22,10 @@
 // one FFMA and one ex2.approx.ftz (MUFU.EX2) per score; m is the running row max in x units.
 // Compile-time: HD, STATS (logit statistics), NEAR (the near/far statistics too), SOFTCAP (c*tanh(s/c)),
 // MASK (per tile: a tile that attn_tile_needs_mask clears runs the unmasked body, without the
-// per-element visibility test). Near/far per warp and tile: when all of the tile's pairs for the
-// warp's 16 rows are near (or all far), the tile's max goes to one side and its whole sum of p is
-// near (or not) - a few instructions per tile; only the tiles the distance N cuts through test
-// each score.
+// per-element visibility test). Near/far per warp and tile: the unmasked body only sees tiles whose
+// pairs (for the warp's 16 rows) are all near or all far, so the tile's max goes to one side and its
+// whole sum of p is near or not - a few instructions per tile; the kernel sends the tiles the
+// distance N cuts through to the masked body, which tests each score.
 // Masked tiles skip the 8-key MMA blocks a warp's 16 rows cannot see (fa2_visible_blocks).
 // qkv and out are accessed with 16- and 4-byte accesses: 16-byte aligned base pointers (the
 // launcher checks).
@@ -151,9 +151,10 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[k
             jhi[hf] = i_row[hf] < T ? i_row[hf] : -1;
         }
     }
-    // near/far (warp-uniform): 1 every pair near, -1 every pair far, 0 the tile's scores are tested
-    const int near_kind = NEAR ? attn_tile_near_kind(r0, r0 + 15, k0, k0 + kAttnMmaBK - 1, near_n) : 1;
-    const int jnear[2] = {i_row[0] - near_n + 1, i_row[1] - near_n + 1};  // the first near key of a row
+    // near/far: the masked body tests each score (jnear: a row's first near key); the unmasked one
+    // gets only tiles whose pairs are all near (near_kind 1) or all far (-1) for this warp's rows
+    const bool all_near = NEAR && !MASK && attn_tile_near_kind(r0, r0 + 15, k0, k0 + kAttnMmaBK - 1, near_n) > 0;
+    const int jnear[2] = {i_row[0] - near_n + 1, i_row[1] - near_n + 1};
     float mx[2] = {-INFINITY, -INFINITY};
     float rmax = -INFINITY;  // soft-cap: max raw accumulator over the tile's visible pairs (STATS)
 #pragma unroll
@@ -170,7 +171,7 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[k
                 if (SOFTCAP) rmax = fmaxf(rmax, vis ? a : -INFINITY);
                 st.smin = fminf(st.smin, vis ? a : INFINITY);
             }
-            if (NEAR && near_kind == 0) {
+            if (NEAR && MASK) {
                 const float av = vis ? a : -INFINITY;
                 const bool near = j >= jnear[hf];
                 st.nmax = fmaxf(st.nmax, near ? av : -INFINITY);
@@ -183,8 +184,8 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[k
     if (STATS) {
         const float tile_max = SOFTCAP ? rmax : fmaxf(mx[0], mx[1]);  // raw accumulator units
         st.smax = fmaxf(st.smax, tile_max);
-        if (NEAR && near_kind == 1) st.nmax = fmaxf(st.nmax, tile_max);
-        if (NEAR && near_kind == -1) st.fmax = fmaxf(st.fmax, tile_max);
+        if (NEAR && !MASK && all_near) st.nmax = fmaxf(st.nmax, tile_max);
+        if (NEAR && !MASK && !all_near) st.fmax = fmaxf(st.fmax, tile_max);
     }
     float neg_m[2];  // -m_use * mul: the FFMA's addend
 #pragma unroll
@@ -217,13 +218,13 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[k
             const float p = ex2_approx_ftz(fmaf(x, mul, neg_m[hf]));  // ex2(-inf) = 0 for masked
             st.l[hf] += p;
             if (STATS) st.es[hf] += (!MASK || p > 0.0f) ? p * x : 0.0f;  // masked: never 0 * -inf
-            if (NEAR && near_kind == 0) st.nl[hf] += k0 + nb * 8 + 2 * c + (e & 1) >= jnear[hf] ? p : 0.0f;
+            if (NEAR && MASK) st.nl[hf] += k0 + nb * 8 + 2 * c + (e & 1) >= jnear[hf] ? p : 0.0f;
             s[nb][e] = p;
         }
     }
     // an all-near tile: its sum of p is the growth of l (l's own order of additions stays as without
     // NEAR, so the statistics never change the output's bits)
-    if (NEAR && near_kind == 1) {
+    if (NEAR && !MASK && all_near) {
         st.nl[0] += st.l[0] - l_before[0];
         st.nl[1] += st.l[1] - l_before[1];
     }
@@ -319,7 +320,9 @@ __global__ void __launch_bounds__(kAttnMmaThreads)
         }
         const __nv_bfloat16* k_tile = sK + buf * TILE;
         const __nv_bfloat16* v_tile = sV + buf * TILE;
-        if (attn_tile_needs_mask(qt, kt, BQ, BK, T, local, P))
+        // the masked body also takes a tile the near/far distance cuts through (NEAR; per warp)
+        if (attn_tile_needs_mask(qt, kt, BQ, BK, T, local, P) ||
+            (NEAR && attn_tile_near_kind(r0, r0 + 15, kt * BK, kt * BK + BK - 1, near_n) == 0))
             fa2_tile<HD, STATS, NEAR, SOFTCAP, true>(st, qa, sQ, k_tile, v_tile, i_row, kt * BK, r0, T, local, P, mul,
                                                      softcap, scale_over_cap, near_n);
         else
