@@ -144,12 +144,15 @@ def test_sass_column_follows_the_documented_rule(tmp_path):
 
 def test_sass_report_json_gives_the_full_path_of_the_hottest_loop(tmp_path):
     """dev/cuda/sass_report --json's own schema: I is the full path (an interior tile) of the hot loop
-    with the most HMMA; a kernel without such a loop has no figure."""
+    with the most HMMA; a kernel without such a loop has no figure; the forward's near/far variant
+    is left out (a run without --near does not run it)."""
     def loop(hmma, full):
         return {"full_path": {"HMMA": hmma}, "instructions_per_hmma": {"body": 50.0, "min_path": 3.0,
                                                                         "max_path": 40.0, "full_path": full}}
     kernels = [{"name": "attn_fwd_fa2_kernel<32, true, false>", "hot_loops": [loop(8, 30.0), loop(32, 12.5)]},
                {"name": "attn_fwd_fa2_kernel<32, false, false>", "hot_loops": [loop(32, 11.0)]},
+               # the near/far variant (HD, STATS, NEAR, SOFTCAP) runs only with --near: not modeled
+               {"name": "attn_fwd_fa2_kernel<32, true, true, false>", "hot_loops": [loop(32, 20.0)]},
                {"name": "attn_bwd_kv_fa2_kernel<32, false>", "hot_loops": []}]
     path = tmp_path / "report.json"
     path.write_text(json.dumps({"schema_version": 1, "kernels": kernels}))

@@ -220,6 +220,9 @@ def test_report_lists_every_attention_kernel_with_its_hot_loop(report):
     by_name = {k["name"]: k for k in report["kernels"]}
     wanted = [f"attn_fwd_mma_kernel<{hd}, {s}>" for hd in (32, 64, 128) for s in ("false", "true")]
     wanted += [f"attn_bwd_{p}_mma_kernel<{hd}>" for p in ("kv", "q") for hd in (32, 64, 128)]
+    # the FA2-class forward: statistics off, basic, basic + near/far (STATS, NEAR), soft-cap off / on
+    wanted += [f"attn_fwd_fa2_kernel<{hd}, {sn}, {c}>" for hd in (32, 64, 128)
+               for sn in ("false, false", "true, false", "true, true") for c in ("false", "true")]
     wanted += [f"attn_bwd_{p}_fa2_kernel<{hd}, {c}>" for p in ("kv", "q") for hd in (32, 64, 128)
                for c in ("false", "true")]
     for name in wanted:
