@@ -22,6 +22,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -386,3 +387,21 @@ def test_emulated_queued_step_resumes_bit_identically(byte_data, tmp_path):
     run_bin(EMU_TRAIN, args + ["-x", 4, "-o", tmp_path / "parts"], "cuda")
     run_bin(EMU_TRAIN, args + ["-x", 8, "-o", tmp_path / "parts", "-y", 1], "cuda")
     assert_same_run(tmp_path / "whole", tmp_path / "parts", 8)
+
+
+def test_plot_run_draws_the_emulated_cuda_run_with_near(full_run):
+    """scripts/plot_run.py reads a CUDA run with --near unchanged: the same five figures as for the CPU
+    run, the near mass drawn for every layer and head of both runs."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import matplotlib.pyplot as plt
+    import plot_run
+    emu_dir, cpu_dir, _ = full_run
+    runs = [plot_run.Run(str(emu_dir)), plot_run.Run(str(cpu_dir))]
+    labels, title = plot_run.run_labels(runs)
+    figures = dict(plot_run.build_figures(runs, labels, title, heads="all", threshold=10.0))
+    assert sorted(figures) == ["entropy", "logits", "loss", "near_far_logits", "near_mass"]
+    for layer in range(2):  # one axes per layer, one line per run and head
+        lines = [ln for ln in figures["near_mass"].axes[layer].get_lines() if len(ln.get_xdata()) > 1]
+        assert len(lines) == 2 * 2, (layer, len(lines))
+    for fig in figures.values():
+        plt.close(fig)
