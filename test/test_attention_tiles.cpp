@@ -123,6 +123,30 @@ TEST_CASE("attention tiles: a local head skips the key tiles outside its window"
         REQUIRE(llmc::attn_kv_tile_begin(qt, BQ, BK, true, T) == llmc::attn_kv_tile_begin(qt, BQ, BK, false, T));
 }
 
+TEST_CASE("attention tiles: the near/far split of a row and of a tile, by enumeration", "[attention][tiles]") {
+    // near: i - j < N. A row has a far key when one of its visible keys is at distance >= N; a tile
+    // (rows r0..r1, keys k0..k1, every pair) is all near (1), all far (-1) or mixed (0).
+    for (int N : {1, 2, 7, 16, 64, 65, 200})
+        for (int P : {1, 5, 64, 300})
+            for (bool local : {true, false})
+                for (int i = 0; i < 150; i++) {
+                    bool far = false;
+                    for (int j = 0; j <= i; j++) far |= llmc::attn_visible(i, j, local, P) && i - j >= N;
+                    INFO("N " << N << " P " << P << " local " << local << " i " << i);
+                    REQUIRE(llmc::attn_row_has_far(i, local, P, N) == far);
+                }
+    for (int N : {1, 3, 16, 50, 64, 79, 80, 130})
+        for (int r0 = 0; r0 < 200; r0 += 16)
+            for (int k0 = 0; k0 < 200; k0 += 64) {
+                bool any_near = false, any_far = false;
+                for (int i = r0; i <= r0 + 15; i++)
+                    for (int j = k0; j <= k0 + 63; j++) (i - j < N ? any_near : any_far) = true;
+                const int want = any_near && any_far ? 0 : any_near ? 1 : -1;
+                INFO("N " << N << " r0 " << r0 << " k0 " << k0);
+                REQUIRE(llmc::attn_tile_near_kind(r0, r0 + 15, k0, k0 + 63, N) == want);
+            }
+}
+
 // ------------------------------------------------------------------------------------------------
 // Per-element math shared by the kernels (llmc/core/attention_tiles.h), checked on the CPU.
 // ------------------------------------------------------------------------------------------------
