@@ -266,7 +266,10 @@ EMU_DIR := $(BUILD)/emu$(if $(filter FP32,$(PRECISION)),-fp32)
 # compile than ASan + UBSan at -O1) link with the emulator's ASan + UBSan objects.
 EMU_SAN_ALL := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 EMU_SAN ?= $(EMU_SAN_ALL)
-EMU_CXXFLAGS := -std=c++17 -O1 -g1 -Wall -Wno-unknown-pragmas -ffp-contract=off -fopenmp $(EMU_SAN) -DLLMC_EMULATE \
+# EMU_OPT: the optimization level of the emulated sources (test_emulation.py's mutants: -O0, a
+# third of -O1's compile time for the attention lab; its one-shape checks then run ~2x slower)
+EMU_OPT ?= -O1
+EMU_CXXFLAGS := -std=c++17 $(EMU_OPT) -g1 -Wall -Wno-unknown-pragmas -ffp-contract=off -fopenmp $(EMU_SAN) -DLLMC_EMULATE \
                 -DENABLE_$(PRECISION) -Idev/emu/include -include dev/emu/include/cuda_runtime.h \
                 $(INCLUDES) -I$(CUDA_HOME)/include
 EMU_LDFLAGS := $(EMU_SAN_ALL) -rdynamic -fopenmp -lboost_context
