@@ -151,7 +151,10 @@ LLMC_HEADERS := $(wildcard llmc/*.h llmc/*/*.h llmc/*/*.cuh llmc/*.cuh)
 # $(BUILD)/mains-compiler names the compiler of the last build of the two, so that switching between
 # `make` and `make cpu` rebuilds them (it is rewritten only when it changes).
 MAINS_COMPILER := $(if $(filter 1,$(HOST_BUILD)),$(CXX) $(HOST_BUILD_MARK),$(NVCC))
-HOST_CXXFLAGS := -std=c++17 -O3 -Wall -Wextra -fopenmp $(INCLUDES)
+# HOST_OPT: the programs' host optimization level (test/test_build_matrix.py's no-nvcc build: -O0,
+# it proves the build path and runs a few tiny steps)
+HOST_OPT ?= -O3
+HOST_CXXFLAGS := -std=c++17 $(HOST_OPT) -Wall -Wextra -fopenmp $(INCLUDES)
 # MPI's headers as system headers: Open MPI's C++ bindings warn under -Wextra
 HOST_DIST_FLAGS := $(patsubst -I%,-isystem%,$(call dist_flags,$(USE_MPI),0))
 $(BUILD)/mains-compiler: FORCE
