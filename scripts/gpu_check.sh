@@ -257,7 +257,8 @@ stage_test() { ensure_bf16; run_tests "$bf16_dir" ""; }
 stage_sanitize() {  # memcheck + racecheck of the attention kernels on small ragged shapes (one rep, no timing)
     ensure_bf16
     local tool shape i
-    local shapes=("-B 1 -T 100 --nh 2 --hd 32 -G 1 -P 8" "-B 1 -T 130 --nh 2 --hd 64 -G 1 -P 70 --softcap 5"
+    # the second with the near/far statistics (N 90: all-near and cut tiles, soft-cap)
+    local shapes=("-B 1 -T 100 --nh 2 --hd 32 -G 1 -P 8" "-B 1 -T 130 --nh 2 --hd 64 -G 1 -P 70 --softcap 5 --near 90"
                   "-B 1 -T 67 --nh 1 --hd 128 -G 1 -P 67")
     if [ "$emulate" = 1 ]; then  # the emulation's own memcheck (ASan + UBSan) and racecheck (two schedules)
         for i in "${!shapes[@]}"; do
@@ -362,8 +363,8 @@ for r in recs:
         if not all(k in a for k in ("near_mass", "near_max", "far_max")):
             bad.append((r["step"], a["layer"], a["head"], "missing"))
             continue
-        top = max(v for v in (a["near_max"], a["far_max"]) if v is not None)
-        if not (0.0 <= a["near_mass"] <= 1.0 + 1e-6 and top == a["max"]):
+        mass, top = a["near_mass"], max([v for v in (a["near_max"], a["far_max"]) if v is not None] or [None])
+        if mass is None or top is None or not (0.0 <= mass <= 1.0 + 1e-6 and top == a["max"]):
             bad.append((r["step"], a["layer"], a["head"], a["near_mass"], a["near_max"], a["far_max"], a["max"]))
 last = recs[-1]["attn"] if recs else []
 print(f"{len(recs)} records, near {recs[-1].get('near') if recs else None}; last step's near mass per head: "

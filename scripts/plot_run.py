@@ -20,7 +20,8 @@ Writes, with PREFIX = --out (default: OUT_DIR/plot of the first OUT_DIR),
     PREFIX_near_far_logits.{png,svg}  per layer: max pre-softmax logit among near keys (solid) and
                                among far keys (dotted) vs step (--heads max: max over the layer's
                                heads; all: one pair per head). Both near/far plots are skipped with a
-                               note for runs whose records lack the fields (older runs, CUDA backend)
+                               note for runs whose records lack the fields (older runs, CUDA runs
+                               without --near)
     PREFIX_ratio.{png,svg}     with --by-ratio: peak max-logit and final val loss vs T/C, one line
                                per attention variant (runs of several T and C)
     PREFIX_summary.md          the summary table, also printed on stdout
@@ -647,7 +648,7 @@ def plot_per_layer(plt, runs, labels, title, field, heads, ylabel, threshold=Non
 def near_far_arrays(run):
     """(steps, near_mass, near_max, far_max, is_global, near) from the logit_stats records that carry the
     near/far fields; arrays (steps, L, NH), NaN where the file has null (far_max: the head had no far
-    key). None when no record has them (runs of older versions, the CUDA backend)."""
+    key). None when no record has them (runs of older versions, CUDA runs without --near)."""
     recs = [s for s in run.stats if s.get("attn") and "near_mass" in s["attn"][0]]
     if not recs:
         return None
@@ -666,7 +667,7 @@ def plot_near_far(plt, runs, labels, title, heads):
     data = [near_far_arrays(r) for r in runs]
     missing = [lab for lab, d in zip(labels, data) if d is None]
     if len(missing) == len(runs):
-        print("note: no near/far statistics in logit_stats.jsonl (older run or CUDA backend); "
+        print("note: no near/far statistics in logit_stats.jsonl (older run or CUDA run without --near); "
               "near_mass and near_far_logits plots skipped", file=sys.stderr)
         return []
     if missing:

@@ -844,7 +844,7 @@ private:
     std::vector<int> inputs_host_;         // (B, T) staging of the last forward's tokens for the upload
     std::vector<float> stats_init_;        // (L, kAttnStatsNear, NH) the statistics' start values
     PinnedBuffer<double> summary_pinned_;  // (slots, 4) per pass: classifier_summary
-    PinnedBuffer<float> stats_pinned_;     // (slots, L, 3, NH) per pass: attention statistics
+    PinnedBuffer<float> stats_pinned_;     // (slots, L, kAttnStatsNear, NH) per pass: attention statistics
     std::vector<size_t> slot_rows_;        // (slots) rows B*T of the pass in each slot
     std::vector<int> slot_near_;           // (slots) its near/far distance (0: no near/far statistics)
     PinnedBuffer<float> norm_pinned_;      // (1) squared gradient norm of the last queue_update

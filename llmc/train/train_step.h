@@ -41,7 +41,7 @@ namespace llmc {
 // and of the whole step.
 struct StepBuffers {
     std::vector<int> inputs, targets;  // (B, T)
-    LogitStats micro, step;            // micro.near_distance: --near (0: the model's window)
+    LogitStats micro, step;            // micro.near_distance: --near (0: not given; LogitStats)
     explicit StepBuffers(const TrainConfig& c)
         : inputs((size_t)c.batch_size * c.seq_len), targets((size_t)c.batch_size * c.seq_len) {
         micro.near_distance = c.near.value_or(0);

@@ -20,7 +20,7 @@
 // Near/far statistics (N per case, below P where the window allows, so local heads have far keys):
 //   - near mass per layer and head within kTolNearMass of the CPU's (absolute): a mean over rows of
 //     sums of probabilities, whose errors largely average out (seen: 2e-4 in the BF16 build, so 3e-3;
-//     1e-5 in the FP32 build), while a split one key off (tried on the FA2 forward) moved it by 0.02-0.2;
+//     6e-8 in the FP32 build, so 1e-5), while a split one key off (tried on the FA2 forward) moved it by 0.02-0.2;
 //   - near and far max logit within kTolMap * (1 + |cpu|): the scores' error as above; a head
 //     without far keys (P = 1, N = 1) has far max -inf on both.
 #include <algorithm>
