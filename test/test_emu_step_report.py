@@ -41,8 +41,7 @@ PER_LAYER = {  # every transformer block
     "attn_fwd_fa2_kernel": 1,  # attention forward (the FA2-class kernel of the BF16 build)
     "attn_stats_reduce_kernel": 1,  # its logit statistics (recorded every step)
     "layernorm_forward_kernel": 2,  # the fused residual + LayerNorm after each branch
-    "bias_partial_kernel": 4,  # bias gradients of qkv, attproj, fc, fcproj: partial sums ...
-    "bias_final_kernel": 4,  # ... and their final reduction
+    "bias_sum_kernel": 4,  # bias gradients of qkv, attproj, fc, fcproj (one launch each: grid_arrival.cuh)
     "gelu_backward_kernel": 1,
     "layernorm_backward_kernel": 2,  # ln1, ln2 backward ...
     "reduce_partials_add_kernel": 2,  # ... and their weight/bias gradient reductions
@@ -60,8 +59,7 @@ FIXED = {  # once per step, whatever the depth
     "encoder_group_kernel": 1,  # the encoder backward groups positions by token on the device
     "encoder_backward_wte_kernel": 1,
     "encoder_backward_wpe_kernel": 1,
-    "norm_partial_kernel": 1,  # global gradient norm
-    "norm_final_kernel": 1,
+    "global_norm_kernel": 1,  # global gradient norm (one launch: grid_arrival.cuh)
     "adamw_all_kernel": 1,  # one AdamW launch over every parameter tensor, writing the bf16 working copy
 }
 

@@ -55,6 +55,8 @@ FAULT_CASES = {
     "smem-optin-too-big": (True, "opt-in to 228 KB: invalid argument"),
     "bad-copy": (True, "swapped kind: invalid argument; past the end: invalid argument"),
     "missing-barrier": (False, "race: kernel emu_faults::missing_barrier_kernel"),
+    # the schedules order the blocks too (greedy-forward first to last, greedy-reverse last to first)
+    "block-order": (False, "race: kernel emu_faults::last_writer_kernel"),
     "divergent-barrier": (False, "barrier divergence in kernel emu_faults::divergent_barrier_kernel"),
     "warp-deadlock": (False, "deadlock in kernel emu_faults::warp_deadlock_kernel"),
     "mask-mismatch": (False, "every lane of a *_sync call must name the same mask"),
@@ -87,6 +89,8 @@ PTX_FAULT_CASES = {
     "ldmatrix-global": (False, "which is not 16 bytes of shared memory (ldmatrix reads .shared)"),
     "ldmatrix-mixed-qualifiers": (False, "executes ldmatrix .x2 (every lane must use the same qualifiers)"),
     "ldmatrix-partial-warp": (False, "names lanes beyond the 16 threads of warp 0"),
+    "atom-shared": (False, "passed an address that is not 4 aligned bytes of global memory"),
+    "atom-misaligned": (False, "passed an address that is not 4 aligned bytes of global memory"),
     "cp-async-misaligned-dst": (False, "both addresses must be aligned to cp-size, 16 bytes"),
     "cp-async-global-dst": (False, "which is not 16 bytes of shared memory"),
     "cp-async-shared-src": (False, "which are not in one global-memory allocation"),
@@ -193,6 +197,19 @@ MUTANTS = {
         "    if (std::fpclassify(d) == FP_SUBNORMAL) return 0.0f;  // .ftz result\n",
         "",
         "build/emu/test_gpu/test_ex2_approx", [], "test_ex2_approx: FAIL"),
+    # the emulated atom.global.add returning the new value instead of the old one
+    "emulated-atom-returns-new-value": (
+        "dev/emu/atomic.h",
+        "return __atomic_fetch_add(a, b, __ATOMIC_SEQ_CST);",
+        "return __atomic_add_fetch(a, b, __ATOMIC_SEQ_CST);",
+        "build/emu/test_gpu/test_grid_arrival", [], "test_grid_arrival: FAIL"),
+    # the bias gradient's last block adds its 8 sums starting from one its index picks: the bits then
+    # depend on which block arrives last, which differs between the two schedules' block orders
+    "bias-sum-in-arrival-order": (
+        "llmc/cuda/matmul.cuh",
+        "for (int j = 0; j < 8; j++) total += sm[j][threadIdx.x];",
+        "for (int j = 0; j < 8; j++) total += sm[(j + blockIdx.y) % 8][threadIdx.x];",
+        "build/emu/dev/matmul", ["--check"], "race: kernel llmc::cuda::detail::bias_sum_kernel"),
     # the oldest group read back without its wait: the readers get the poison of the copies not yet
     # completed, and which those are depends on the schedule (test_missing_wait_reads_the_poison:
     # with one schedule the poison itself shows)

@@ -30,15 +30,17 @@ bool check_size(llmc::Rng& rng, size_t n, bool with_nan) {
     lab::poison(d_out.get(), 1);
     lab::poison(d_out2.get(), 1);
     lab::poison(d_scratch.get(), d_scratch.size());
-    llmc::cuda::global_norm_squared(d_out.get(), d_g.get(), n, d_scratch.get(), 0);
+    DeviceBuffer<uint32_t> d_arrival(1, true);
+    llmc::cuda::global_norm_squared(d_out.get(), d_g.get(), n, d_scratch.get(), d_arrival.get(), 0);
     if (with_nan) {
         const float r = lab::download(d_out.get(), 1)[0];
         std::printf("  %-14s %g  %s\n", "norm^2", r, std::isnan(r) ? "OK (NaN)" : "FAIL (expected NaN)");
-        return std::isnan(r);
+        return std::isnan(r) && lab::check_arrivals_zero("norm^2", d_arrival.get(), 1);
     }
     const std::vector<float> ref = {(float)llmc::global_norm_squared(g.data(), n)};
     bool ok = lab::check("norm^2", d_out.get(), ref, 1e-6);
-    llmc::cuda::global_norm_squared(d_out2.get(), d_g.get(), n, d_scratch.get(), 0);
+    ok &= lab::check_arrivals_zero("norm^2", d_arrival.get(), 1);
+    llmc::cuda::global_norm_squared(d_out2.get(), d_g.get(), n, d_scratch.get(), d_arrival.get(), 0);
     ok &= lab::check_identical("norm^2", d_out.get(), d_out2.get(), 1);
     return ok;
 }
@@ -61,10 +63,13 @@ int main(int argc, char** argv) {
         lab::Table table(prop);
         for (size_t n : {size_t(124) << 20, size_t(3) << 20}) {
             DeviceBuffer<float> g(n, true), out(1), scratch(llmc::cuda::global_norm_scratch_floats());
-            table.add("global_norm_squared", "n=" + std::to_string(n),
-                      lab::time_ms([&] { llmc::cuda::global_norm_squared(out.get(), g.get(), n, scratch.get(), 0); },
-                                   args.reps),
-                      (double)n * sizeof(float));
+            DeviceBuffer<uint32_t> arrival(1, true);
+            table.add(
+                "global_norm_squared", "n=" + std::to_string(n),
+                lab::time_ms(
+                    [&] { llmc::cuda::global_norm_squared(out.get(), g.get(), n, scratch.get(), arrival.get(), 0); },
+                    args.reps),
+                (double)n * sizeof(float));
         }
         table.print();
         table.write_json(args.json);

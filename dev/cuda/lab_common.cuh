@@ -212,6 +212,18 @@ bool check_identical(const char* what, const T* d_a, const T* d_b, size_t n) {
     return ok;
 }
 
+// The arrival counters of a one-launch reduction (llmc/cuda/grid_arrival.cuh) are back at zero.
+inline bool check_arrivals_zero(const char* what, const uint32_t* d, size_t n) {
+    std::vector<uint32_t> h(n);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    if (n) CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+    size_t nonzero = 0;
+    for (uint32_t v : h) nonzero += v != 0;
+    std::printf("  %-14s arrival counters left at zero: %zu of %zu nonzero  %s\n", what, nonzero, n,
+                nonzero ? "FAIL" : "OK");
+    return nonzero == 0;
+}
+
 // ---- timing -----------------------------------------------------------------------------------
 // Median time in ms of `launch` (which enqueues work on the default stream), L2 flushed before each rep.
 inline float time_ms(const std::function<void()>& launch, int reps = 50) {

@@ -114,18 +114,20 @@ bool check_backward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int OC, b
     const Offset<floatX> d_dinp((size_t)N * IC, ox), d_dinp2((size_t)N * IC, ox);
     DeviceBuffer<float> d_scratch(llmc::cuda::matmul_backward_scratch_floats(N, OC));
     lab::poison(d_scratch.get(), d_scratch.size());
+    DeviceBuffer<uint32_t> d_arrivals(llmc::cuda::matmul_backward_arrivals(OC), true);
     const Offset<float> d_dw(dw0, of), d_db(db0, of);
     llmc::cuda::matmul_backward(ctx, with_dinp ? d_dinp.get() : nullptr, d_dw.get(), with_dbias ? d_db.get() : nullptr,
-                                d_scratch.get(), d_dout.get(), d_inp.get(), d_w.get(), N, IC, OC, 0);
+                                d_scratch.get(), d_arrivals.get(), d_dout.get(), d_inp.get(), d_w.get(), N, IC, OC, 0);
     bool ok = true;
     if (with_dinp) ok &= lab::check("dinp", d_dinp.get(), dinp_ref);
     ok &= lab::check("dweight", d_dw.get(), dw_ref);
     ok &= lab::check("dbias", d_db.get(), with_dbias ? db_ref : db0);  // untouched when skipped
+    ok &= lab::check_arrivals_zero("dbias", d_arrivals.get(), d_arrivals.size());
     // determinism: the same call again from the same starting gradients
     const Offset<float> d_dw2(dw0, of), d_db2(db0, of);
     llmc::cuda::matmul_backward(ctx, with_dinp ? d_dinp2.get() : nullptr, d_dw2.get(),
-                                with_dbias ? d_db2.get() : nullptr, d_scratch.get(), d_dout.get(), d_inp.get(),
-                                d_w.get(), N, IC, OC, 0);
+                                with_dbias ? d_db2.get() : nullptr, d_scratch.get(), d_arrivals.get(), d_dout.get(),
+                                d_inp.get(), d_w.get(), N, IC, OC, 0);
     if (with_dinp) ok &= lab::check_identical("dinp", d_dinp.get(), d_dinp2.get(), (size_t)N * IC);
     ok &= lab::check_identical("dweight", d_dw.get(), d_dw2.get(), (size_t)OC * IC);
     ok &= lab::check_identical("dbias", d_db.get(), d_db2.get(), (size_t)OC);
@@ -234,8 +236,9 @@ int main(int argc, char** argv) {
         MatmulContext ctx;
         bool ok = true;
         // (N, IC, OC): tiny, ragged N, the paper model's layers, an LM head slice, GPT-2 small's fc
-        const int shapes[][3] = {{64, 64, 64},    {77, 192, 576},   {333, 192, 768},
-                                 {512, 768, 192}, {130, 192, 2048}, {256, 768, 3072}};
+        const int shapes[][3] = {
+            {64, 64, 64},     {77, 192, 576},   {333, 192, 768}, {512, 768, 192},
+            {130, 192, 2048}, {256, 768, 3072}, {2333, 64, 72}};  // 10 row chunks per column group of the bias gradient
         for (const auto& s : shapes) {
             const int N = s[0], IC = s[1], OC = s[2];
             ok &= check_forward(ctx, rng, N, IC, OC, true, false, true);
@@ -272,6 +275,7 @@ int main(int argc, char** argv) {
             DeviceBuffer<floatX> out((size_t)N * OC), pre((size_t)N * OC), dinp((size_t)N * IC);
             DeviceBuffer<float> dw((size_t)OC * IC, true), db(OC, true);
             DeviceBuffer<float> scratch(llmc::cuda::matmul_backward_scratch_floats(N, OC));
+            DeviceBuffer<uint32_t> arrivals(llmc::cuda::matmul_backward_arrivals(OC), true);
             const std::string shape =
                 "N=" + std::to_string(N) + " IC=" + std::to_string(IC) + " OC=" + std::to_string(OC);
             const double f = 2.0 * N * IC * OC;
@@ -311,8 +315,8 @@ int main(int argc, char** argv) {
                             lab::time_ms(
                                 [&] {
                                     llmc::cuda::matmul_backward(ctx, dinp.get(), dw.get(), bias ? db.get() : nullptr,
-                                                                scratch.get(), dout.get(), inp.get(), w.get(), N, IC,
-                                                                OC, 0);
+                                                                scratch.get(), arrivals.get(), dout.get(), inp.get(),
+                                                                w.get(), N, IC, OC, 0);
                                 },
                                 args.reps),
                             2 * f});

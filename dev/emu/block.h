@@ -42,6 +42,7 @@ namespace llmc::emu {
 // or reverse order (GreedyReverse): warp 0 (or the last warp) runs ahead to the next
 // __syncthreads before any other warp moves, the largest skew between warps a GPU may show, which
 // is what exposes a missing __syncthreads between a shared-memory read and the next overwrite.
+// The schedule also orders the grid's blocks (grid.h: forward, reverse, or shuffled).
 enum class Schedule { Forward, Reverse, Shuffle, GreedyForward, GreedyReverse };
 
 struct ScheduleSpec {

@@ -1,7 +1,7 @@
 // Device emulation, a kernel launch: the launch configuration checked against the real device's
 // limits (what would make cudaLaunchKernel fail fails here, with the same error code from
-// cudaGetLastError and a line naming the kernel), then every block of the grid run in order, once
-// per schedule in device().schedules; when there are several, memory is restored between runs and
+// cudaGetLastError and a line naming the kernel), then every block of the grid run one after
+// another, in the schedule's block order, once per schedule in device().schedules; when there are several, memory is restored between runs and
 // the results must be bit-identical, else the kernel has a race or a missing barrier and the run
 // ends naming it (the emulated counterpart of compute-sanitizer's racecheck).
 #pragma once
@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <new>
+#include <random>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -79,6 +80,21 @@ __attribute__((no_sanitize("address"))) inline void poison_static_shared() {
     for (; p < e; ++p) *(volatile char*)p = (char)0xFF;
 }
 
+// The linear index (x + y*Gx + z*Gx*Gy) of the seq-th block to run. A GPU runs a grid's blocks in
+// no order it promises, so the order varies with the schedule: the forward schedules run them in
+// linear order, the reverse ones in reverse, Shuffle in a seeded permutation. A kernel whose result
+// depends on which block runs (or arrives) last then differs between schedules and fails the
+// schedule comparison below.
+inline uint64_t block_in_schedule_order(const ScheduleSpec& sched, uint64_t seq, uint64_t nblocks,
+                                        const std::vector<uint64_t>& shuffled) {
+    switch (sched.kind) {
+        case Schedule::Reverse:
+        case Schedule::GreedyReverse: return nblocks - 1 - seq;
+        case Schedule::Shuffle: return shuffled[seq];
+        default: return seq;
+    }
+}
+
 // Runs every block of the grid once under `sched`; body() is the kernel with its arguments.
 inline void run_grid_once(const std::string& name, dim3 grid, dim3 block, size_t smem,
                           const std::function<void()>& body, const ScheduleSpec& sched) {
@@ -94,16 +110,23 @@ inline void run_grid_once(const std::string& name, dim3 grid, dim3 block, size_t
     std::unique_ptr<unsigned char[]> dyn(smem ? new unsigned char[smem] : nullptr);
     b.dynamic_smem = dyn.get();
     b.dynamic_smem_bytes = smem;
-    uint64_t seq = 0;
-    for (unsigned z = 0; z < grid.z; z++)
-        for (unsigned y = 0; y < grid.y; y++)
-            for (unsigned x = 0; x < grid.x; x++) {
-                b.block_idx = uint3{x, y, z};
-                if (smem) std::memset(b.dynamic_smem, 0xFF, smem);
-                poison_static_shared();
-                run_block(b, body, sched, d.stacks, seq++);
-                d.blocks_run++;
-            }
+    const uint64_t nblocks = (uint64_t)grid.x * grid.y * grid.z;
+    std::vector<uint64_t> shuffled;  // Shuffle only: a seeded permutation of the blocks
+    if (sched.kind == Schedule::Shuffle) {
+        shuffled.resize(nblocks);
+        for (uint64_t i = 0; i < nblocks; i++) shuffled[i] = i;
+        std::mt19937_64 rng(sched.seed);
+        std::shuffle(shuffled.begin(), shuffled.end(), rng);
+    }
+    for (uint64_t seq = 0; seq < nblocks; seq++) {
+        const uint64_t lin = block_in_schedule_order(sched, seq, nblocks, shuffled);
+        b.block_idx = uint3{(unsigned)(lin % grid.x), (unsigned)(lin / grid.x % grid.y),
+                            (unsigned)(lin / ((uint64_t)grid.x * grid.y))};
+        if (smem) std::memset(b.dynamic_smem, 0xFF, smem);
+        poison_static_shared();
+        run_block(b, body, sched, d.stacks, seq);
+        d.blocks_run++;
+    }
 }
 
 // What a launch can write: the device allocations its pointer arguments point into. A kernel

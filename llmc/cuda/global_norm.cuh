@@ -4,13 +4,15 @@
 // Deterministic: a FIXED grid of kGridBlocks blocks of kBlock threads (independent of the device)
 // walks the buffer with a grid stride; each thread sums its squares in double in index order, each
 // block reduces its threads in a fixed tree order and writes one partial (stored as float) to
-// scratch; then one block of kBlock threads sums the partials in a fixed order (in double) and
-// writes the result. No atomics: the same input gives the same bits on every run and every GPU.
+// scratch; the last block to finish (llmc/cuda/grid_arrival.cuh) sums the partials in a fixed
+// order (in double) and writes the result. One launch; the only atomic is the arrival count, so
+// the same input gives the same bits on every run and every GPU.
 // The result OVERWRITES out[0] (one device float).
 #pragma once
 #include <cstddef>
 
 #include "llmc/cuda/common.cuh"
+#include "llmc/cuda/grid_arrival.cuh"
 
 namespace llmc::cuda {
 
@@ -32,7 +34,10 @@ __device__ inline double block_sum_double(double x) {
     return s;
 }
 
-__global__ void __launch_bounds__(kNormBlock) norm_partial_kernel(float* partial, const float* g, size_t n) {
+// One launch: each block writes its partial (as float) to partial[blockIdx.x]; the last block to
+// arrive sums the kNormGridBlocks partials in a fixed order (in double) into out[0].
+__global__ void __launch_bounds__(kNormBlock)
+    global_norm_kernel(float* out, float* partial, uint32_t* arrival, const float* g, size_t n) {
     double acc = 0.0;
     for (size_t i = blockIdx.x * (size_t)kNormBlock + threadIdx.x; i < n; i += (size_t)kNormGridBlocks * kNormBlock) {
         const double x = g[i];
@@ -40,13 +45,11 @@ __global__ void __launch_bounds__(kNormBlock) norm_partial_kernel(float* partial
     }
     const double s = block_sum_double(acc);
     if (threadIdx.x == 0) partial[blockIdx.x] = (float)s;
-}
-
-__global__ void __launch_bounds__(kNormBlock) norm_final_kernel(float* out, const float* partial) {
-    double acc = 0.0;
-    for (int j = threadIdx.x; j < kNormGridBlocks; j += kNormBlock) acc += (double)partial[j];
-    const double s = block_sum_double(acc);
-    if (threadIdx.x == 0) out[0] = (float)s;
+    if (!arrive_last(arrival, gridDim.x)) return;  // (its barriers also end thread 0's reads of the shared sums)
+    double total = 0.0;
+    for (int j = threadIdx.x; j < kNormGridBlocks; j += kNormBlock) total += (double)partial[j];
+    const double t = block_sum_double(total);
+    if (threadIdx.x == 0) out[0] = (float)t;
 }
 
 }  // namespace detail
@@ -54,11 +57,12 @@ __global__ void __launch_bounds__(kNormBlock) norm_final_kernel(float* out, cons
 // Floats of scratch global_norm_squared needs (one partial per block).
 inline size_t global_norm_scratch_floats() { return detail::kNormGridBlocks; }
 
-// out[0] (device float) = sum_i grads[i]^2 over grads (n) fp32; scratch: global_norm_scratch_floats().
-inline void global_norm_squared(float* out, const float* grads, size_t n, float* scratch, cudaStream_t st) {
-    launch_kernel(detail::norm_partial_kernel, detail::kNormGridBlocks, detail::kNormBlock, 0, st, scratch, grads, n);
-    CUDA_CHECK_LAUNCH();
-    launch_kernel(detail::norm_final_kernel, 1, detail::kNormBlock, 0, st, out, scratch);
+// out[0] (device float) = sum_i grads[i]^2 over grads (n) fp32; scratch: global_norm_scratch_floats()
+// floats; arrival: one counter, zero before the call and left zero (llmc/cuda/grid_arrival.cuh).
+inline void global_norm_squared(float* out, const float* grads, size_t n, float* scratch, uint32_t* arrival,
+                                cudaStream_t st) {
+    launch_kernel(detail::global_norm_kernel, detail::kNormGridBlocks, detail::kNormBlock, 0, st, out, scratch, arrival,
+                  grads, n);
     CUDA_CHECK_LAUNCH();
 }
 

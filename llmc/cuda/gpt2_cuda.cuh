@@ -188,6 +188,8 @@ public:
         for (int id = 0; id < NUM_PARAM_TENSORS; id++) segments_.end[id] = layout_.offset[id] + layout_.size[id];
         segments_.count = NUM_PARAM_TENSORS;
         scratch_.resize(global_norm_scratch_floats());  // grad_norm() may come before any forward
+        // the widest bias (fc, 4C) needs the most; zero, and every op leaves them zero
+        arrivals_.resize(std::max<size_t>(1, matmul_backward_arrivals(4 * cfg.channels)), true);
         const std::vector<float> init = init_params(cfg, seed);
         set_params(init.data());
         peak_flops_ = bf16_peak_flops_for(current_device_info().name);
@@ -268,7 +270,7 @@ public:
         backward(grad_scale);
     }
     void queue_update(const AdamWHyper& h, int t, float grad_clip) override {
-        global_norm_squared(norm_.get(), grads_.get(), layout_.total, scratch_.get(), stream_);
+        global_norm_squared(norm_.get(), grads_.get(), layout_.total, scratch_.get(), arrivals_.get(), stream_);
         detail::AdamWGate gate;
         gate.norm_sq = norm_.get();
         gate.loss_check = loss_check_.get();
@@ -328,6 +330,7 @@ public:
         cudaStream_t st = stream_;
         Gpt2CudaActs& a = acts_;
         float* scratch = scratch_.get();
+        uint32_t* arrivals = arrivals_.get();
         const ParamView<const floatX> w = weights();
         const ParamView<float> g = grad_view();
 
@@ -337,8 +340,8 @@ public:
                                     a.targets.get(), z_weight_, dloss, n, V, Vp, st);
         logits_state_ = LogitsState::Overwritten;
         floatX* dlogits = a.logits.get();
-        matmul_backward(mm_, a.dbtc.get(), g.lm_head(), nullptr, scratch, dlogits, a.lnf.get(), w.lm_head(), n, C, Vp,
-                        st);
+        matmul_backward(mm_, a.dbtc.get(), g.lm_head(), nullptr, scratch, arrivals, dlogits, a.lnf.get(), w.lm_head(),
+                        n, C, Vp, st);
         CUDA_CHECK(cudaMemsetAsync(a.dresidual.get(), 0, N * C * sizeof(floatX), st));
         layernorm_backward(a.dresidual.get(), g.lnfw(), g.lnfb(), scratch, a.dbtc.get(), a.layer(L - 1, N).residual3,
                            w.lnfw(), a.lnf_mean.get(), a.lnf_rstd.get(), n, C, st);
@@ -354,15 +357,16 @@ public:
             const LayerParams<float> lg = g.layer(l);
 
             // MLP branch: dres is d residual3 = d fcproj = (so far) d residual2
-            matmul_backward(mm_, d4c, lg.fcprojw, lg.fcprojb, scratch, dres, la.fch_gelu, lw.fcprojw, n, 4 * C, C, st);
+            matmul_backward(mm_, d4c, lg.fcprojw, lg.fcprojb, scratch, arrivals, dres, la.fch_gelu, lw.fcprojw, n,
+                            4 * C, C, st);
             gelu_backward(d4c, la.fch, d4c, N * 4 * C, st);  // d fch_gelu -> d fch, in place
-            matmul_backward(mm_, a.dbtc.get(), lg.fcw, lg.fcb, scratch, d4c, la.ln2, lw.fcw, n, C, 4 * C, st);
+            matmul_backward(mm_, a.dbtc.get(), lg.fcw, lg.fcb, scratch, arrivals, d4c, la.ln2, lw.fcw, n, C, 4 * C, st);
             layernorm_backward(dres, lg.ln2w, lg.ln2b, scratch, a.dbtc.get(), la.residual2, lw.ln2w, la.ln2_mean,
                                la.ln2_rstd, n, C, st);
 
             // attention branch: dres is now d residual2 = d attproj = (so far) d residual
-            matmul_backward(mm_, a.dbtc.get(), lg.attprojw, lg.attprojb, scratch, dres, la.atty, lw.attprojw, n, C, C,
-                            st);
+            matmul_backward(mm_, a.dbtc.get(), lg.attprojw, lg.attprojb, scratch, arrivals, dres, la.atty, lw.attprojw,
+                            n, C, C, st);
             attention_ls_backward(a.d3c_a.get(), a.dbtc.get(), la.att_in(), la.atty, la.att_lse, B, T, C, NH, G, P,
                                   softcap, scratch, st);
             const floatX* dqkv = a.d3c_a.get();
@@ -371,7 +375,8 @@ public:
                                 la.qkv, lw.qnormw, lw.knormw, la.qkn_mean, la.qkn_rstd, n, C, NH, st);
                 dqkv = a.d3c_b.get();
             }
-            matmul_backward(mm_, a.dbtc.get(), lg.qkvw, lg.qkvb, scratch, dqkv, la.ln1, lw.qkvw, n, C, 3 * C, st);
+            matmul_backward(mm_, a.dbtc.get(), lg.qkvw, lg.qkvb, scratch, arrivals, dqkv, la.ln1, lw.qkvw, n, C, 3 * C,
+                            st);
             layernorm_backward(dres, lg.ln1w, lg.ln1b, scratch, a.dbtc.get(), la.residual, lw.ln1w, la.ln1_mean,
                                la.ln1_rstd, n, C, st);
         }
@@ -381,7 +386,7 @@ public:
 
     // Synchronous: downloads the norm (the loop's path with --skip-spikes, --qk-clip or several ranks).
     float grad_norm() override {
-        global_norm_squared(norm_.get(), grads_.get(), layout_.total, scratch_.get(), stream_);
+        global_norm_squared(norm_.get(), grads_.get(), layout_.total, scratch_.get(), arrivals_.get(), stream_);
         float sq = 0.0f;
         download(&sq, norm_.get(), 1);
         return (float)std::sqrt((double)sq);
@@ -832,6 +837,7 @@ private:
     Gpt2CudaActs acts_;
     size_t capacity_ = 0;               // rows (B*T) the activations hold
     DeviceBuffer<float> scratch_;       // shared op scratch (ops run one after another on stream_)
+    DeviceBuffer<uint32_t> arrivals_;   // the ops' arrival counters (llmc/cuda/grid_arrival.cuh), zero between ops
     DeviceBuffer<float> attn_stats_;    // (L, kAttnStatsNear, NH) the attention statistics' fields per layer
     DeviceBuffer<float> probs_dev_;     // (T, T) attention_probs' rows (grown on demand)
     DeviceBuffer<float> norm_;          // (1) squared gradient norm

@@ -18,7 +18,8 @@
 //   dweight   dweight^T (IC, OC) += inp^T (IC, N)  [col-major (IC, N)  ld IC, op N]
 //                                @ dout (N, OC)    [col-major (OC, N)  ld OC, op T]    m=IC n=OC k=N
 //             (C = D = dweight, fp32, beta = 1: accumulates)
-//   dbias     (OC) += column sums of dout: our own deterministic two-pass reduction (below), not
+//   dbias     (OC) += column sums of dout: our own deterministic reduction in one launch (partial
+//             sums, then the last block of each column group adds them in a fixed order; below), not
 //             cuBLASLt's BGRAD epilogue (whose summation order is not documented).
 //
 // GELU. With pre_gelu, matmul_forward writes pre_gelu = inp @ weight^T + bias and
@@ -56,6 +57,7 @@
 
 #include "llmc/cuda/common.cuh"
 #include "llmc/cuda/gelu.cuh"
+#include "llmc/cuda/grid_arrival.cuh"
 
 namespace llmc::cuda {
 
@@ -245,11 +247,14 @@ inline void matmul_check_shape(int N, int IC, int OC) {
                                     " OC=" + std::to_string(OC) + "; need N, IC, OC >= 1 and IC, OC multiples of 8");
 }
 
-// dbias pass 1. Block (32, 8) owns 32 columns x kBiasRows rows of dout (N, OC); column
-// c = blockIdx.x*32 + threadIdx.x; threadIdx.y strides the rows by 8; the 8 partial sums are
-// added in threadIdx.y order. partial (ceil(N/kBiasRows), OC): partial[blockIdx.y*OC + c].
+// dbias in one launch. Grid (ceil(OC/32), chunks), block (32, 8): block (gx, gy) owns columns
+// c = gx*32 + threadIdx.x of rows [gy*kBiasRows, (gy+1)*kBiasRows) of dout (N, OC); threadIdx.y
+// strides the rows by 8; the 8 sums are added in threadIdx.y order into
+// partial[gy*OC + c] ((chunks, OC) fp32). The blocks of column group gx count in on arrivals[gx];
+// the last of them adds, per column, the chunks' partials into dbias in a fixed order (thread y
+// sums chunks y, y+8, ... in order, then the 8 sums in y order): the same bits whichever block is last.
 constexpr int kBiasRows = 256;
-__global__ void bias_partial_kernel(float* partial, const floatX* dout, int N, int OC) {
+__global__ void bias_sum_kernel(float* dbias, float* partial, uint32_t* arrivals, const floatX* dout, int N, int OC) {
     __shared__ float sm[8][33];
     const int c = blockIdx.x * 32 + threadIdx.x;
     const int r0 = blockIdx.y * kBiasRows;
@@ -264,14 +269,17 @@ __global__ void bias_partial_kernel(float* partial, const floatX* dout, int N, i
         for (int j = 0; j < 8; j++) s += sm[j][threadIdx.x];
         partial[(size_t)blockIdx.y * OC + c] = s;
     }
-}
-// dbias pass 2: dbias[c] += sum over row chunks (in chunk order) of partial[chunk, c].
-__global__ void bias_final_kernel(float* dbias, const float* partial, int chunks, int OC) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= OC) return;
+    if (!arrive_last(arrivals + blockIdx.x, gridDim.y)) return;
     float s = 0.0f;
-    for (int j = 0; j < chunks; j++) s += partial[(size_t)j * OC + c];
-    dbias[c] += s;
+    if (c < OC)
+        for (int j = threadIdx.y; j < (int)gridDim.y; j += 8) s += partial[(size_t)j * OC + c];
+    sm[threadIdx.y][threadIdx.x] = s;  // every thread has passed the first read of sm (the barriers in arrive_last)
+    __syncthreads();
+    if (threadIdx.y == 0 && c < OC) {
+        float total = 0.0f;
+        for (int j = 0; j < 8; j++) total += sm[j][threadIdx.x];
+        dbias[c] += total;
+    }
 }
 
 }  // namespace detail
@@ -304,14 +312,18 @@ inline void matmul_forward(MatmulContext& ctx, floatX* out, const floatX* inp, c
 inline size_t matmul_backward_scratch_floats(int N, int OC) {
     return (size_t)ceil_div(N, detail::kBiasRows) * (size_t)OC;
 }
+// Arrival counters matmul_backward needs for the bias gradient: one per 32 columns.
+inline size_t matmul_backward_arrivals(int OC) { return (size_t)ceil_div(OC, 32); }
 
 // dinp (N, IC) floatX OVERWRITTEN = dout @ weight (nullable: skipped);
 // dweight (OC, IC) fp32 ADDED += dout^T @ inp; dbias (OC) fp32 ADDED += column sums of dout
-// (nullable; then scratch may be nullptr, else it holds matmul_backward_scratch_floats(N, OC)).
+// (nullable; then scratch and arrivals may be nullptr, else scratch holds
+// matmul_backward_scratch_floats(N, OC) floats and arrivals matmul_backward_arrivals(OC) counters,
+// zero before the call and left zero: llmc/cuda/grid_arrival.cuh).
 // dout (N, OC), inp (N, IC), weight (OC, IC) floatX.
 inline void matmul_backward(MatmulContext& ctx, floatX* dinp, float* dweight, float* dbias, float* scratch,
-                            const floatX* dout, const floatX* inp, const floatX* weight, int N, int IC, int OC,
-                            cudaStream_t st) {
+                            uint32_t* arrivals, const floatX* dout, const floatX* inp, const floatX* weight, int N,
+                            int IC, int OC, cudaStream_t st) {
     detail::matmul_check_shape(N, IC, OC);
     detail::matmul_check_aligned(dout, "dout");
     detail::matmul_check_aligned(inp, "inp");
@@ -326,15 +338,13 @@ inline void matmul_backward(MatmulContext& ctx, floatX* dinp, float* dweight, fl
     detail::lt_matmul(ctx, dweight, CUDA_R_32F, inp, false, IC, dout, true, OC, t, IC, OC, N, IC, 1.0f,
                       CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, st);
     if (dbias) {
-        if (!scratch)
+        if (!scratch || !arrivals)
             throw std::invalid_argument(
-                "matmul_backward: dbias needs scratch of "
-                "matmul_backward_scratch_floats(N, OC) floats");
+                "matmul_backward: dbias needs scratch of matmul_backward_scratch_floats(N, OC) floats and "
+                "matmul_backward_arrivals(OC) zeroed arrival counters");
         const int chunks = (int)ceil_div(N, detail::kBiasRows);
-        launch_kernel(detail::bias_partial_kernel, dim3((unsigned)ceil_div(OC, 32), (unsigned)chunks), dim3(32, 8), 0,
-                      st, scratch, dout, N, OC);
-        CUDA_CHECK_LAUNCH();
-        launch_kernel(detail::bias_final_kernel, (unsigned)ceil_div(OC, 256), 256, 0, st, dbias, scratch, chunks, OC);
+        launch_kernel(detail::bias_sum_kernel, dim3((unsigned)ceil_div(OC, 32), (unsigned)chunks), dim3(32, 8), 0, st,
+                      dbias, scratch, arrivals, dout, N, OC);
         CUDA_CHECK_LAUNCH();
     }
 }

@@ -1,6 +1,7 @@
 // Inline PTX, one device function per instruction: the only place the kernels touch PTX, so that
 // the emulated build (make emu) swaps in a twin written from NVIDIA's PTX ISA document
-// (dev/emu/mma.h, dev/emu/ldmatrix.h, dev/emu/cp_async.h, dev/emu/ex2.h) and nothing else changes.
+// (dev/emu/mma.h, dev/emu/ldmatrix.h, dev/emu/cp_async.h, dev/emu/ex2.h, dev/emu/atomic.h) and
+// nothing else changes.
 // Shared-memory addresses are passed as generic pointers; on the GPU the wrapper converts them to
 // the .shared window (__cvta_generic_to_shared), in the emulation the pointer is the address.
 #pragma once
@@ -9,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #ifdef LLMC_EMULATE
+#include "dev/emu/atomic.h"
 #include "dev/emu/cp_async.h"
 #include "dev/emu/ex2.h"
 #include "dev/emu/ldmatrix.h"
@@ -194,6 +196,35 @@ __device__ __forceinline__ float ex2_approx_ftz(float a) {
 #else
     __trap();
     return a;
+#endif
+}
+
+// ---- grid-wide ordering: the atomic counter and the fence of a "last block" reduction ----------
+// atom.global.add.u32 d, [a], b;  atomically adds b to the 32-bit word at a (global memory, 4-byte
+// aligned; the sum wraps mod 2^32) and returns the word's value before the add. Relaxed: it
+// orders nothing by itself; pair it with fence_acq_rel_gpu (llmc/cuda/grid_arrival.cuh).
+__device__ __forceinline__ uint32_t atom_add_global_u32(uint32_t* a, uint32_t b) {
+#if defined(LLMC_EMULATE)
+    return ::llmc::emu::atom_global_add_u32(a, b);
+#elif defined(__CUDA_ARCH__)
+    uint32_t d;
+    asm volatile("atom.global.add.u32 %0, [%1], %2;\n" : "=r"(d) : "l"(__cvta_generic_to_global(a)), "r"(b) : "memory");
+    return d;
+#else
+    __trap();
+    return b;
+#endif
+}
+
+// fence.acq_rel.gpu;  this thread's memory accesses before the fence are ordered before its
+// accesses after it, for every thread of the GPU (release and acquire at GPU scope).
+__device__ __forceinline__ void fence_acq_rel_gpu() {
+#if defined(LLMC_EMULATE)
+    ::llmc::emu::fence_acq_rel_gpu();
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+#else
+    __trap();  // fence.acq_rel needs sm_70+
 #endif
 }
 

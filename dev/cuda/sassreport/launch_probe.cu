@@ -92,8 +92,8 @@ int main() {
     }
     line("encoder_backward_wpe_kernel", kElementwiseBlock, 0);
     line("classifier_kernel", detail::kClassifierBlock, 0);
-    line("norm_partial_kernel", detail::kNormBlock, 0);
-    line("norm_final_kernel", detail::kNormBlock, 0);
+    line("global_norm_kernel", detail::kNormBlock, 0);
+    line("bias_sum_kernel", 32 * 8, 0);
     line("attention_decode_kernel", kDecodeWarps * 32, 0);
     return 0;
 }

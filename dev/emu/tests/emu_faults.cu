@@ -52,6 +52,11 @@ __global__ void missing_barrier_kernel(float* out) {
     s[threadIdx.x] = (float)threadIdx.x;
     out[threadIdx.x] = s[(threadIdx.x + 1) % 64];  // needs __syncthreads() before this line
 }
+// Every block writes its index to the same word: the result is whichever block runs last, which a
+// GPU does not promise (the emulation's block order follows the schedule).
+__global__ void last_writer_kernel(float* out) {
+    if (threadIdx.x == 0) out[0] = (float)blockIdx.x;
+}
 // Half the block returns before a barrier the other half waits at.
 __global__ void divergent_barrier_kernel(float* out) {
     if (threadIdx.x < 16) return;
@@ -178,6 +183,7 @@ int main(int argc, char** argv) {
     if (mode == "ok") return block_sum();
     if (mode == "shuffle-semantics") return shuffle_semantics();
     if (mode == "missing-barrier") launch_kernel(missing_barrier_kernel, 2, 64, 0, 0, out);
+    else if (mode == "block-order") launch_kernel(last_writer_kernel, 4, 32, 0, 0, out);
     else if (mode == "divergent-barrier") launch_kernel(divergent_barrier_kernel, 1, 64, 0, 0, out);
     else if (mode == "warp-deadlock") launch_kernel(warp_deadlock_kernel, 1, 32, 0, 0, out);
     else if (mode == "mask-mismatch") launch_kernel(mask_mismatch_kernel, 1, 32, 0, 0, out);
@@ -215,10 +221,11 @@ int main(int argc, char** argv) {
         std::printf("swapped kind: %s; past the end: %s\n", cudaGetErrorString(e), cudaGetErrorString(e2));
         return e == cudaErrorInvalidValue && e2 == cudaErrorInvalidValue ? 0 : 3;
     } else {
-        std::fprintf(stderr,
-                     "usage: emu_faults ok|shuffle-semantics|missing-barrier|divergent-barrier|warp-deadlock|"
-                     "mask-mismatch|too-many-threads|block-z|grid-y|smem-no-optin|smem-optin|"
-                     "smem-optin-too-big|misaligned-int4|oob-global|oob-static-shared|oob-dynamic-shared|bad-copy\n");
+        std::fprintf(
+            stderr,
+            "usage: emu_faults ok|shuffle-semantics|missing-barrier|block-order|divergent-barrier|warp-deadlock|"
+            "mask-mismatch|too-many-threads|block-z|grid-y|smem-no-optin|smem-optin|"
+            "smem-optin-too-big|misaligned-int4|oob-global|oob-static-shared|oob-dynamic-shared|bad-copy\n");
         return 2;
     }
     CUDA_CHECK(cudaGetLastError());

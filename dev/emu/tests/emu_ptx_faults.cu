@@ -96,6 +96,14 @@ __global__ void ldmatrix_partial_warp_kernel(uint32_t* out) {  // launched with 
     out[threadIdx.x] = r[0];
 }
 
+// atom.global.add.u32 on an address the ISA does not allow: shared memory (mode 0) or a word
+// that is not 4-byte aligned (mode 1).
+__global__ void atom_fault_kernel(uint32_t* out, int mode) {
+    __shared__ uint32_t word;
+    if (mode == 0) out[0] = llmc::cuda::atom_add_global_u32(&word, 1u);
+    else out[1] = llmc::cuda::atom_add_global_u32(reinterpret_cast<uint32_t*>(reinterpret_cast<char*>(out) + 2), 1u);
+}
+
 // cp.async misuse, one thread each (mode selects what goes wrong).
 enum class CpFault {
     MisalignedDst,
@@ -211,13 +219,16 @@ int main(int argc, char** argv) {
         launch_kernel(ldmatrix_global_kernel, 1, 32, 0, 0, out, reinterpret_cast<const uint16_t*>(src));
     else if (mode == "ldmatrix-mixed-qualifiers") launch_kernel(ldmatrix_mixed_kernel, 1, 32, 0, 0, out);
     else if (mode == "ldmatrix-partial-warp") launch_kernel(ldmatrix_partial_warp_kernel, 1, 16, 0, 0, out);
+    else if (mode == "atom-shared") launch_kernel(atom_fault_kernel, 1, 1, 0, 0, out, 0);
+    else if (mode == "atom-misaligned") launch_kernel(atom_fault_kernel, 1, 1, 0, 0, out, 1);
     else {
         int k = 0;
         while (k < (int)(sizeof cp_modes / sizeof *cp_modes) && mode != cp_modes[k]) k++;
         if (k == (int)(sizeof cp_modes / sizeof *cp_modes)) {
             std::fprintf(stderr,
                          "usage: emu_ptx_faults cp-async-group-states|ldmatrix-x1-unused-lanes|"
-                         "ldmatrix-misaligned|ldmatrix-global|ldmatrix-mixed-qualifiers|ldmatrix-partial-warp");
+                         "ldmatrix-misaligned|ldmatrix-global|ldmatrix-mixed-qualifiers|ldmatrix-partial-warp|"
+                         "atom-shared|atom-misaligned");
             for (const char* m : cp_modes) std::fprintf(stderr, "|%s", m);
             std::fprintf(stderr, "\n");
             return 2;
