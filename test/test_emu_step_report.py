@@ -39,12 +39,11 @@ BASE = ["-b", "2", "-t", "32", "--max-seq-len", "32", "-s", "0", "--threads", "2
 # read from the op list of CudaBackend (forward, backward, grad_norm, adamw_update):
 PER_LAYER = {  # every transformer block
     "attn_fwd_fa2_kernel": 1,  # attention forward (the FA2-class kernel of the BF16 build)
-    "attn_stats_reduce_kernel": 1,  # its logit statistics (recorded every step)
     "layernorm_forward_kernel": 2,  # the fused residual + LayerNorm after each branch
-    "bias_sum_kernel": 4,  # bias gradients of qkv, attproj, fc, fcproj (one launch each: grid_arrival.cuh)
-    "gelu_backward_kernel": 1,
-    "layernorm_backward_kernel": 2,  # ln1, ln2 backward ...
-    "reduce_partials_add_kernel": 2,  # ... and their weight/bias gradient reductions
+    # bias gradients of qkv, attproj, fc, fcproj (one launch each: grid_arrival.cuh; fc's also does
+    # the GELU backward)
+    "bias_sum_kernel": 4,
+    "layernorm_backward_kernel": 2,  # ln1, ln2 backward (their dw, db partials reduced after the backward)
     "attn_bwd_dot_kernel": 1,  # attention backward: D = rowsum(dO * O),
     "attn_bwd_kv_fa2_kernel": 1,  # dK/dV over key tiles (the FA2-class backward),
     "attn_bwd_q_fa2_kernel": 1,  # dQ over query tiles
@@ -52,10 +51,11 @@ PER_LAYER = {  # every transformer block
 FIXED = {  # once per step, whatever the depth
     "encoder_forward_kernel": 1,
     "layernorm_forward_kernel": 1,  # layer 0's ln1
+    "attn_stats_reduce_kernel": 1,  # every layer's attention logit statistics (recorded every step)
     "classifier_kernel": 2,  # forward (loss, lse) and backward (dlogits)
     "classifier_summary_kernel": 1,  # the forward's loss and statistics summed on the device
-    "layernorm_backward_kernel": 1,  # lnf backward ...
-    "reduce_partials_add_kernel": 1,  # ... and its reduction
+    "layernorm_backward_kernel": 1,  # lnf backward
+    "reduce_layernorm_partials_kernel": 1,  # every LayerNorm's dw, db partials (2L + 1 of them)
     "encoder_group_kernel": 1,  # the encoder backward groups positions by token on the device
     "encoder_backward_wte_kernel": 1,
     "encoder_backward_wpe_kernel": 1,

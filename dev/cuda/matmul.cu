@@ -134,6 +134,51 @@ bool check_backward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int OC, b
     return ok;
 }
 
+// matmul_gelu_backward: the GELU backward (d pre = dout * gelu'(pre), in place, rounded to floatX)
+// in the bias gradient's launch, then the products; against the CPU's gelu_backward (its result
+// rounded to floatX, as the kernel stores it) and matmul_backward, and run to run.
+bool check_gelu_backward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int OC) {
+    std::printf("gelu backward + backward N=%d IC=%d OC=%d\n", N, IC, OC);
+    std::vector<float> inp = lab::random_normal(rng, (size_t)N * IC, 0.f, 1.f);
+    std::vector<float> w = lab::random_normal(rng, (size_t)OC * IC, 0.f, 1.f / std::sqrt((float)IC));
+    std::vector<float> pre = lab::random_normal(rng, (size_t)N * OC, 0.f, 2.f);
+    std::vector<float> dout = lab::random_normal(rng, (size_t)N * OC, 0.f, 1.f);
+    for (auto* v : {&inp, &w, &pre, &dout}) lab::round_to_floatX(*v);
+    const float gscale = std::sqrt((float)N);
+    const std::vector<float> dw0 = lab::random_normal(rng, (size_t)OC * IC, 0.f, gscale);
+    const std::vector<float> db0 = lab::random_normal(rng, OC, 0.f, gscale);
+    std::vector<float> dpre_ref((size_t)N * OC);
+    llmc::cpu::gelu_backward(dpre_ref.data(), pre.data(), dout.data(), dpre_ref.size());
+    lab::round_to_floatX(dpre_ref);
+    std::vector<float> dinp_ref((size_t)N * IC, 0.f), dw_ref = dw0, db_ref = db0;
+    llmc::cpu::matmul_backward<float>(dinp_ref.data(), dw_ref.data(), db_ref.data(), dpre_ref.data(), inp.data(),
+                                      w.data(), N, IC, OC);
+    const Offset<floatX> d_inp(inp, 0), d_w(w, 0), d_pre(pre, 0);
+    DeviceBuffer<float> d_scratch(llmc::cuda::matmul_backward_scratch_floats(N, OC));
+    DeviceBuffer<uint32_t> d_arrivals(llmc::cuda::matmul_backward_arrivals(OC), true);
+    bool ok = true;
+    Offset<floatX> dg[2] = {Offset<floatX>(dout, 0), Offset<floatX>(dout, 0)};
+    Offset<floatX> dinp[2] = {Offset<floatX>((size_t)N * IC, 0), Offset<floatX>((size_t)N * IC, 0)};
+    Offset<float> dw[2] = {Offset<float>(dw0, 0), Offset<float>(dw0, 0)};
+    Offset<float> db[2] = {Offset<float>(db0, 0), Offset<float>(db0, 0)};
+    for (int run = 0; run < 2; run++) {
+        lab::poison(d_scratch.get(), d_scratch.size());
+        llmc::cuda::matmul_gelu_backward(ctx, dinp[run].get(), dw[run].get(), db[run].get(), d_scratch.get(),
+                                         d_arrivals.get(), dg[run].get(), d_pre.get(), d_inp.get(), d_w.get(), N, IC,
+                                         OC, 0);
+    }
+    ok &= lab::check("d pre", dg[0].get(), dpre_ref);
+    ok &= lab::check("dinp", dinp[0].get(), dinp_ref);
+    ok &= lab::check("dweight", dw[0].get(), dw_ref);
+    ok &= lab::check("dbias", db[0].get(), db_ref);
+    ok &= lab::check_arrivals_zero("dbias", d_arrivals.get(), d_arrivals.size());
+    ok &= lab::check_identical("d pre", dg[0].get(), dg[1].get(), (size_t)N * OC);
+    ok &= lab::check_identical("dinp", dinp[0].get(), dinp[1].get(), (size_t)N * IC);
+    ok &= lab::check_identical("dweight", dw[0].get(), dw[1].get(), (size_t)OC * IC);
+    ok &= lab::check_identical("dbias", db[0].get(), db[1].get(), (size_t)OC);
+    return ok;
+}
+
 // Which GELU does the epilogue compute? pre = x exactly (one non-zero input column, unit weights, no
 // bias), so out = gelu(x) for x in [-6, 4]. Over the outputs where the tanh approximation and the
 // exact (erf) GELU differ by more than 4 output ulps, the sum of squared distances to the tanh GELU
@@ -253,6 +298,8 @@ int main(int argc, char** argv) {
         ok &= check_forward(ctx, rng, 333, 192, 768, true, true, true, true);
         ok &= check_forward(ctx, rng, 333, 192, 768, true, false, true, true);
         ok &= check_backward(ctx, rng, 333, 192, 768, true, true, true);
+        ok &= check_gelu_backward(ctx, rng, 333, 192, 768);  // the paper model's fc (4C = 768)
+        ok &= check_gelu_backward(ctx, rng, 2333, 64, 72);   // 10 row chunks, a ragged column group
         ok &= check_gelu_formula(ctx, true);
         ok &= check_gelu_formula(ctx, false);
         ok &= check_rejects(ctx);
@@ -320,6 +367,16 @@ int main(int argc, char** argv) {
                                 },
                                 args.reps),
                             2 * f});
+            if (gelu)  // the fc layer's backward as the trainer runs it: GELU backward in the bias pass
+                rows.push_back({"gelu backward + backward", shape,
+                                lab::time_ms(
+                                    [&] {
+                                        llmc::cuda::matmul_gelu_backward(ctx, dinp.get(), dw.get(), db.get(),
+                                                                         scratch.get(), arrivals.get(), dout.get(),
+                                                                         pre.get(), inp.get(), w.get(), N, IC, OC, 0);
+                                    },
+                                    args.reps),
+                                2 * f});
         }
         const double peak = bf16_peak_tflops(prop.name);
         std::printf("\n%-32s %-26s %9s %9s %8s\n", "kernel", "shape", "ms", "TFLOP/s",

@@ -168,17 +168,16 @@ inline void attn_forward_launch(AttnKernel kind, floatX* out, float* lse, const 
     CUDA_CHECK_LAUNCH();
 }
 
-// The forward with an explicit kernel family (the lab's versions 2, 3 and 5). In the FP32 build Mma
-// and Fa2 fall back to Scalar (no fp32 tensor-core path). The Mma path needs sm_80+.
-// stats: (kAttnStatsBasic, NH) floats, or (kAttnStatsNear, NH) with near_n >= 1 (0: no near/far).
-inline void attention_ls_forward_with(AttnKernel kind, floatX* out, float* lse, const floatX* qkv, int B, int T, int C,
-                                      int NH, int G, int P, float softcap, float* stats, float* stats_scratch,
-                                      cudaStream_t st, int near_n = 0) {
+// The forward with an explicit kernel family, without the statistics' reduction: with stats_part
+// non-null the statistics partials (F floats per (b, h, query tile): F = kAttnStatsNear with
+// near_n >= 1, else kAttnStatsBasic; attention_stats_scratch_floats(B, T, NH) at most) are left
+// there; returns the number of query tiles nqt, which attention_stats_reduce needs. In the FP32 build
+// Mma and Fa2 fall back to Scalar (no fp32 tensor-core path). The Mma path needs sm_80+.
+inline int attention_ls_forward_partials_with(AttnKernel kind, floatX* out, float* lse, const floatX* qkv, int B, int T,
+                                              int C, int NH, int G, int P, float softcap, float* stats_part,
+                                              cudaStream_t st, int near_n = 0) {
     attention_ls_check_args(B, T, C, NH, G, P);
-    if (stats && !stats_scratch)
-        throw InputError(
-            "attention: stats requested without stats_scratch; pass attention_stats_scratch_floats(B,T,NH) floats");
-    if (near_n < 0 || (near_n > 0 && !stats))
+    if (near_n < 0 || (near_n > 0 && !stats_part))
         throw InputError("attention: near/far distance " + std::to_string(near_n) +
                          " needs stats and must be >= 1 (0 = no near/far statistics)");
     const int hd = C / NH;
@@ -186,24 +185,49 @@ inline void attention_ls_forward_with(AttnKernel kind, floatX* out, float* lse, 
     auto go = [&](auto hd_tag, auto stats_tag, auto near_tag) {
         constexpr int HD = decltype(hd_tag)::value;
         attn_forward_launch<HD, decltype(stats_tag)::value, decltype(near_tag)::value>(
-            kind, out, lse, qkv, B, T, C, NH, G, P, softcap, stats_scratch, near_n, nqt, st);
+            kind, out, lse, qkv, B, T, C, NH, G, P, softcap, stats_part, near_n, nqt, st);
     };
     auto by_hd = [&](auto stats_tag, auto near_tag) {
         if (hd == 32) go(std::integral_constant<int, 32>{}, stats_tag, near_tag);
         else if (hd == 64) go(std::integral_constant<int, 64>{}, stats_tag, near_tag);
         else go(std::integral_constant<int, 128>{}, stats_tag, near_tag);
     };
-    if (!stats) {
-        by_hd(std::false_type{}, std::false_type{});
-    } else if (near_n == 0) {
-        by_hd(std::true_type{}, std::false_type{});
-        launch_kernel(attn_stats_reduce_kernel<kAttnStatsBasic>, NH, 256, 0, st, stats, stats_scratch, B, NH, nqt);
-        CUDA_CHECK_LAUNCH();
-    } else {
-        by_hd(std::true_type{}, std::true_type{});
-        launch_kernel(attn_stats_reduce_kernel<kAttnStatsNear>, NH, 256, 0, st, stats, stats_scratch, B, NH, nqt);
-        CUDA_CHECK_LAUNCH();
-    }
+    if (!stats_part) by_hd(std::false_type{}, std::false_type{});
+    else if (near_n == 0) by_hd(std::true_type{}, std::false_type{});
+    else by_hd(std::true_type{}, std::true_type{});
+    return nqt;
+}
+
+// Merges the statistics partials of `layers` forwards into their stats, in one launch: layer y's
+// partials at part + y * part_stride (as attention_ls_forward_partials_with left them, nqt query
+// tiles), its stats (F, NH) at stats + y * stats_stride (max, min, += per field).
+inline void attention_stats_reduce(float* stats, size_t stats_stride, const float* part, size_t part_stride, int layers,
+                                   int B, int NH, int nqt, int near_n, cudaStream_t st) {
+    if (layers <= 0) return;
+    const dim3 grid((unsigned)NH, (unsigned)layers);
+    if (near_n == 0)
+        launch_kernel(attn_stats_reduce_kernel<kAttnStatsBasic>, grid, 256, 0, st, stats, part, B, NH, nqt,
+                      stats_stride, part_stride);
+    else
+        launch_kernel(attn_stats_reduce_kernel<kAttnStatsNear>, grid, 256, 0, st, stats, part, B, NH, nqt, stats_stride,
+                      part_stride);
+    CUDA_CHECK_LAUNCH();
+}
+
+// The forward with an explicit kernel family (the lab's versions 2, 3 and 5), statistics merged.
+// stats: (kAttnStatsBasic, NH) floats, or (kAttnStatsNear, NH) with near_n >= 1 (0: no near/far).
+inline void attention_ls_forward_with(AttnKernel kind, floatX* out, float* lse, const floatX* qkv, int B, int T, int C,
+                                      int NH, int G, int P, float softcap, float* stats, float* stats_scratch,
+                                      cudaStream_t st, int near_n = 0) {
+    if (stats && !stats_scratch)
+        throw InputError(
+            "attention: stats requested without stats_scratch; pass attention_stats_scratch_floats(B,T,NH) floats");
+    if (near_n > 0 && !stats)
+        throw InputError("attention: near/far distance " + std::to_string(near_n) +
+                         " needs stats and must be >= 1 (0 = no near/far statistics)");
+    const int nqt = attention_ls_forward_partials_with(kind, out, lse, qkv, B, T, C, NH, G, P, softcap,
+                                                       stats ? stats_scratch : nullptr, st, near_n);
+    if (stats) attention_stats_reduce(stats, 0, stats_scratch, 0, 1, B, NH, nqt, near_n, st);
 }
 
 // Outputs: out and lse are overwritten; stats (F, NH) are merged into (max, min, += per field;

@@ -71,13 +71,17 @@ __device__ inline void attn_block_stats(const float (&v)[F], float* part) {
     }
 }
 
-// Merge the partials of head h = blockIdx.x, part index ((b*NH + h)*nqt + qt)*F, into
-// stats (F, NH) (max, min, += per field). Fixed strided order + fixed tree: deterministic.
+// Merge the partials of head h = blockIdx.x of layer y = blockIdx.y, part index
+// y * part_stride + ((b*NH + h)*nqt + qt)*F, into stats + y * stats_stride, (F, NH) (max, min, +=
+// per field). Fixed strided order + fixed tree: deterministic. Grid (NH, layers), 256 threads.
 template <int F>
-__global__ void attn_stats_reduce_kernel(float* stats, const float* part, int B, int NH, int nqt) {
+__global__ void attn_stats_reduce_kernel(float* stats, const float* part, int B, int NH, int nqt, size_t stats_stride,
+                                         size_t part_stride) {
     constexpr int NT = 256;
     __shared__ float red[F][NT];
     const int h = blockIdx.x;
+    stats += blockIdx.y * stats_stride;
+    part += blockIdx.y * part_stride;
     float acc[F];
 #pragma unroll
     for (int f = 0; f < F; f++) acc[f] = attn_stat_identity(f);

@@ -343,8 +343,14 @@ public:
         matmul_backward(mm_, a.dbtc.get(), g.lm_head(), nullptr, scratch, arrivals, dlogits, a.lnf.get(), w.lm_head(),
                         n, C, Vp, st);
         CUDA_CHECK(cudaMemsetAsync(a.dresidual.get(), 0, N * C * sizeof(floatX), st));
-        layernorm_backward(a.dresidual.get(), g.lnfw(), g.lnfb(), scratch, a.dbtc.get(), a.layer(L - 1, N).residual3,
-                           w.lnfw(), a.lnf_mean.get(), a.lnf_rstd.get(), n, C, st);
+        // LayerNorm backwards leave their dw, db partials in ln_partials_ ((2L + 1) LayerNorms: every
+        // layer's ln1, every layer's ln2, lnf), reduced for all of them in one launch at the end
+        const size_t ln_part = layernorm_backward_scratch_floats(n, C);
+        float* ln1_part = ln_partials_.get();
+        float* ln2_part = ln1_part + (size_t)L * ln_part;
+        float* lnf_part = ln2_part + (size_t)L * ln_part;
+        layernorm_backward_partials(a.dresidual.get(), lnf_part, a.dbtc.get(), a.layer(L - 1, N).residual3, w.lnfw(),
+                                    a.lnf_mean.get(), a.lnf_rstd.get(), n, C, st);
 
         // dres holds d(objective)/d(x) of the residual stream; a residual add passes it unchanged to
         // both inputs, so it is updated in place: each branch reads it as its dout and the branch's
@@ -359,10 +365,11 @@ public:
             // MLP branch: dres is d residual3 = d fcproj = (so far) d residual2
             matmul_backward(mm_, d4c, lg.fcprojw, lg.fcprojb, scratch, arrivals, dres, la.fch_gelu, lw.fcprojw, n,
                             4 * C, C, st);
-            gelu_backward(d4c, la.fch, d4c, N * 4 * C, st);  // d fch_gelu -> d fch, in place
-            matmul_backward(mm_, a.dbtc.get(), lg.fcw, lg.fcb, scratch, arrivals, d4c, la.ln2, lw.fcw, n, C, 4 * C, st);
-            layernorm_backward(dres, lg.ln2w, lg.ln2b, scratch, a.dbtc.get(), la.residual2, lw.ln2w, la.ln2_mean,
-                               la.ln2_rstd, n, C, st);
+            // d fch_gelu -> d fch in place (the GELU backward, in the bias gradient's launch), then fc's products
+            matmul_gelu_backward(mm_, a.dbtc.get(), lg.fcw, lg.fcb, scratch, arrivals, d4c, la.fch, la.ln2, lw.fcw, n,
+                                 C, 4 * C, st);
+            layernorm_backward_partials(dres, ln2_part + (size_t)l * ln_part, a.dbtc.get(), la.residual2, lw.ln2w,
+                                        la.ln2_mean, la.ln2_rstd, n, C, st);
 
             // attention branch: dres is now d residual2 = d attproj = (so far) d residual
             matmul_backward(mm_, a.dbtc.get(), lg.attprojw, lg.attprojb, scratch, arrivals, dres, la.atty, lw.attprojw,
@@ -377,10 +384,14 @@ public:
             }
             matmul_backward(mm_, a.dbtc.get(), lg.qkvw, lg.qkvb, scratch, arrivals, dqkv, la.ln1, lw.qkvw, n, C, 3 * C,
                             st);
-            layernorm_backward(dres, lg.ln1w, lg.ln1b, scratch, a.dbtc.get(), la.residual, lw.ln1w, la.ln1_mean,
-                               la.ln1_rstd, n, C, st);
+            layernorm_backward_partials(dres, ln1_part + (size_t)l * ln_part, a.dbtc.get(), la.residual, lw.ln1w,
+                                        la.ln1_mean, la.ln1_rstd, n, C, st);
         }
         encoder_backward(g.wte(), g.wpe(), dres, a.inputs.get(), B, T, C, Vp, enc_scratch_, st);
+        const LayerParams<float> g0 = g.layer(0);
+        const LayerNormPartialGroups ln_groups{
+            {ln1_part, ln2_part, lnf_part}, {g0.ln1w, g0.ln2w, g.lnfw()}, {g0.ln1b, g0.ln2b, g.lnfb()}, {L, L, 1}};
+        reduce_layernorm_partials(ln_groups, n, C, st);
         // backward() returns with the work queued; the next host copy (get_grads, grad_norm) synchronizes.
     }
 
@@ -609,8 +620,10 @@ private:
 
     // Queues layer l of the forward over (B, T): its input and ln1 are already there; it leaves its
     // output in residual3 and the next LayerNorm (the next layer's ln1, or lnf) fused after it.
-    // near_n >= 1 (with_stats): the near/far statistics at that distance too.
-    void layer_forward(int l, int B, int T, bool with_stats, int near_n) {
+    // near_n >= 1 (with_stats): the near/far statistics at that distance too. with_stats: the
+    // attention's statistics partials go to layer l's slot of stats_part_ (the forward merges every
+    // layer's in one launch); returns their query tiles.
+    int layer_forward(int l, int B, int T, bool with_stats, int near_n) {
         const int L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads, G = cfg_.global_heads, P = cfg_.window;
         const size_t N = (size_t)B * T;
         const int n = (int)N;
@@ -624,9 +637,10 @@ private:
         if (cfg_.qk_norm)
             qknorm_forward(la.qkvn, la.qkn_mean, la.qkn_rstd, la.qkv, lw.qnormw, lw.qnormb, lw.knormw, lw.knormb, n, C,
                            NH, st);
-        attention_ls_forward(la.atty, la.att_lse, la.att_in(), B, T, C, NH, G, P, cfg_.attn_softcap,
-                             with_stats ? attn_stats_.get() + (size_t)l * kAttnStatsNear * NH : nullptr, scratch_.get(),
-                             st, with_stats ? near_n : 0);
+        const int nqt = attention_ls_forward_partials_with(
+            attention_default_kernel(), la.atty, la.att_lse, la.att_in(), B, T, C, NH, G, P, cfg_.attn_softcap,
+            with_stats ? stats_part_.get() + (size_t)l * attention_stats_scratch_floats(B, T, NH) : nullptr, st,
+            with_stats ? near_n : 0);
         matmul_forward(mm_, a.branch.get(), la.atty, lw.attprojw, lw.attprojb, n, C, C, st);
         // residual2 = residual + attproj; ln2 = LayerNorm(residual2)
         fused_residual_layernorm_forward(la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, la.residual, a.branch.get(),
@@ -645,6 +659,7 @@ private:
                                              la.residual2, a.branch.get(), weights().lnfw(), weights().lnfb(), n, C,
                                              st);
         }
+        return nqt;
     }
 
     // Queues a forward over (B, T) (the body of forward()); with targets or stats, also the classifier
@@ -655,7 +670,8 @@ private:
     int queue_forward(const int* inputs, const int* targets, int B, int T, float z_weight, bool with_stats,
                       int near_distance) {
         check_batch(inputs, targets, B, T);
-        const int L = cfg_.num_layers, C = cfg_.channels, V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size;
+        const int L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads, V = cfg_.vocab_size,
+                  Vp = cfg_.padded_vocab_size;
         const size_t N = (size_t)B * T;
         const int n = (int)N;
         ensure_capacity(B, T);
@@ -678,7 +694,11 @@ private:
         layernorm_forward(first.ln1, first.ln1_mean, first.ln1_rstd, first.residual, w.layer(0).ln1w, w.layer(0).ln1b,
                           n, C, st);
         const int near_n = with_stats ? near_distance : 0;
-        for (int l = 0; l < L; l++) layer_forward(l, B, T, with_stats, near_n);
+        int nqt = 0;
+        for (int l = 0; l < L; l++) nqt = layer_forward(l, B, T, with_stats, near_n);
+        if (with_stats)  // every layer's attention statistics, (F, NH) per layer in attn_stats_
+            attention_stats_reduce(attn_stats_.get(), (size_t)kAttnStatsNear * NH, stats_part_.get(),
+                                   attention_stats_scratch_floats(B, T, NH), L, B, NH, nqt, near_n, st);
         // LM head, no bias: logits = lnf @ wte^T (lm_head^T when untied)   (N, Vp)
         matmul_forward(mm_, a.logits.get(), a.lnf.get(), w.lm_head(), nullptr, n, C, Vp, st);
         if (!targets && !with_stats) return -1;
@@ -793,15 +813,25 @@ private:
         }
         const int n = (int)N;
         size_t need = global_norm_scratch_floats();
-        need = std::max(need, layernorm_backward_scratch_floats(n, C));
         if (cfg_.qk_norm) need = std::max(need, qknorm_backward_scratch_floats(n, C, NH));
         // bias gradients of qkv (3C), attproj/fcproj (C), fc (4C); the LM head has no bias
         for (int oc : {C, 3 * C, 4 * C}) need = std::max(need, matmul_backward_scratch_floats(n, oc));
         need = std::max(need, attention_ls_backward_scratch_floats(B, T, C, NH));
-        need = std::max(need, attention_stats_scratch_floats(B, T, NH));
         if (need > scratch_.size()) {
             CUDA_CHECK(cudaStreamSynchronize(stream_));
             scratch_.resize(need);
+            changed = true;
+        }
+        const size_t stats_need = (size_t)cfg_.num_layers * attention_stats_scratch_floats(B, T, NH);
+        if (stats_need > stats_part_.size()) {
+            CUDA_CHECK(cudaStreamSynchronize(stream_));
+            stats_part_.resize(stats_need);
+            changed = true;
+        }
+        const size_t ln_need = (size_t)(2 * cfg_.num_layers + 1) * layernorm_backward_scratch_floats(n, C);
+        if (ln_need > ln_partials_.size()) {
+            CUDA_CHECK(cudaStreamSynchronize(stream_));
+            ln_partials_.resize(ln_need);
             changed = true;
         }
         if (changed) print_memory_plan();
@@ -813,7 +843,7 @@ private:
         const double params = (master_.bytes() + wparams_buf_.bytes()) / MiB;
         const double opt = (grads_.bytes() + m_.bytes() + v_.bytes()) / MiB;
         const double fwd = acts_.fwd_bytes / MiB, lg = acts_.logit_bytes / MiB, bwd = acts_.bwd_bytes / MiB;
-        const double scr = scratch_.bytes() / MiB;
+        const double scr = (scratch_.bytes() + stats_part_.bytes() + ln_partials_.bytes()) / MiB;  // + the partials
         std::fprintf(stderr,
                      "cuda memory plan (%s, %zu params, B*T %zu): params %.1f MiB (fp32 master%s), grads+m+v %.1f MiB, "
                      "activations %.1f MiB, logits %.1f MiB, backward %.1f MiB, scratch %.1f MiB, total %.1f MiB\n",
@@ -835,9 +865,12 @@ private:
     DeviceBuffer<floatX> wparams_buf_;            // (P) BF16 build only
     floatX* wparams_ = nullptr;                   // working copy the kernels read
     Gpt2CudaActs acts_;
-    size_t capacity_ = 0;               // rows (B*T) the activations hold
-    DeviceBuffer<float> scratch_;       // shared op scratch (ops run one after another on stream_)
-    DeviceBuffer<uint32_t> arrivals_;   // the ops' arrival counters (llmc/cuda/grid_arrival.cuh), zero between ops
+    size_t capacity_ = 0;              // rows (B*T) the activations hold
+    DeviceBuffer<float> scratch_;      // shared op scratch (ops run one after another on stream_)
+    DeviceBuffer<uint32_t> arrivals_;  // the ops' arrival counters (llmc/cuda/grid_arrival.cuh), zero between ops
+    DeviceBuffer<float>
+        stats_part_;  // (L, ...): each layer's attention statistics partials, merged after the last layer
+    DeviceBuffer<float> ln_partials_;   // (2L + 1, blocks, 2, C): the backward's LayerNorm partials, reduced at its end
     DeviceBuffer<float> attn_stats_;    // (L, kAttnStatsNear, NH) the attention statistics' fields per layer
     DeviceBuffer<float> probs_dev_;     // (T, T) attention_probs' rows (grown on demand)
     DeviceBuffer<float> norm_;          // (1) squared gradient norm

@@ -7,8 +7,10 @@
 // Forward: one warp per row (two-pass mean/variance in fp32; the row is re-read from L1/L2).
 // Backward, deterministic: a fixed number of "workers" (one warp each, at most 1024) take rows
 // worker, worker + workers, ... in order; each computes dinp for its rows and accumulates its own
-// dw/db partials in shared memory (every lane owns fixed channels, so no atomics and no races), then
-// writes them to scratch (workers, 2, C); reduce_partials_add_kernel sums the workers in a fixed order.
+// dw/db partials in shared memory (every lane owns fixed channels, so no atomics and no races); each
+// block adds its warps' in warp order and writes them to scratch (blocks, 2, C);
+// reduce_partials_add_kernel sums the blocks in a fixed order (or reduce_layernorm_partials_kernel,
+// all of a backward's LayerNorms in one launch).
 // Both use 16-byte packed accesses when C % kPack == 0 and the pointers are aligned.
 //
 // reduce_partials_add_kernel is shared with qknorm.cuh (same deterministic pattern).
@@ -147,7 +149,8 @@ inline void fused_residual_layernorm_forward(floatX* residual, floatX* out, floa
 
 // ---- backward -----------------------------------------------------------------------------------
 // Worker = warp (blockIdx.x * warps + warp); workers = gridDim.x * warps. Shared memory (warps, 2, C):
-// the warp's dw and db partials. partials (workers, 2, C) written (every worker writes, zeros if it has no row).
+// the warp's dw and db partials. partials (gridDim.x, 2, C) written: each block's warps added in warp
+// order (every block writes, zeros if it has no row).
 template <int V>
 __global__ void layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp,
                                           const floatX* w, const float* mean, const float* rstd, int N, int C) {
@@ -198,13 +201,14 @@ __global__ void layernorm_backward_kernel(floatX* dinp, float* partials, const f
         }
     }
 
-    float* out = partials + (size_t)worker * 2 * C;  // (2, C)
-    for (int c = lane * V; c < C; c += 32 * V)
-#pragma unroll
-        for (int k = 0; k < V; k++) {
-            out[c + k] = dw_acc[c + k];
-            out[C + c + k] = db_acc[c + k];
-        }
+    // the block's partial: its warps' sums added in warp order
+    __syncthreads();
+    float* out = partials + (size_t)blockIdx.x * 2 * C;  // (2, C): dw, db
+    for (int j = threadIdx.x; j < 2 * C; j += blockDim.x) {
+        float s = 0.0f;
+        for (int w2 = 0; w2 < warps; w2++) s += smem[(size_t)w2 * 2 * C + j];
+        out[j] = s;
+    }
 }
 
 constexpr int kLayerNormMaxWorkers = 1024;
@@ -217,10 +221,10 @@ inline int layernorm_backward_warps(int C) {
 inline int layernorm_backward_blocks(int N, int C) {
     return (int)ceil_div(std::min(N, kLayerNormMaxWorkers), layernorm_backward_warps(C));
 }
-// Scratch (workers, 2, C) fp32 for layernorm_backward.
+// Scratch (blocks, 2, C) fp32 for layernorm_backward: one partial (dw, db) per block.
 inline size_t layernorm_backward_scratch_floats(int N, int C) {
     if (N <= 0 || C <= 0) return 0;
-    return (size_t)layernorm_backward_blocks(N, C) * layernorm_backward_warps(C) * 2 * C;
+    return (size_t)layernorm_backward_blocks(N, C) * 2 * C;
 }
 
 // Raises the dynamic shared-memory limit of `kernel` when `bytes` exceeds the default 48 KiB.
@@ -236,11 +240,12 @@ inline void allow_shared_bytes(Kernel kernel, size_t bytes, const char* who) {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
-// dinp (N,C) floatX ADDED; dw, db (C) fp32 ADDED; scratch: layernorm_backward_scratch_floats(N, C) floats.
+// dinp (N,C) floatX ADDED; partials (layernorm_backward_blocks(N, C), 2, C) fp32 OVERWRITTEN with
+// the blocks' dw, db sums (reduce them with layernorm_backward or reduce_layernorm_partials).
 // dout, inp (N,C); w (C); mean, rstd (N) from the forward. dinp must not alias dout or inp.
-inline void layernorm_backward(floatX* dinp, float* dw, float* db, float* scratch, const floatX* dout,
-                               const floatX* inp, const floatX* w, const float* mean, const float* rstd, int N, int C,
-                               cudaStream_t st) {
+inline void layernorm_backward_partials(floatX* dinp, float* partials, const floatX* dout, const floatX* inp,
+                                        const floatX* w, const float* mean, const float* rstd, int N, int C,
+                                        cudaStream_t st) {
     if (N <= 0 || C <= 0) return;
     const int warps = layernorm_backward_warps(C);
     const int blocks = layernorm_backward_blocks(N, C);
@@ -248,16 +253,66 @@ inline void layernorm_backward(floatX* dinp, float* dw, float* db, float* scratc
     const bool vec = C % kPack == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w);
     if (vec) {
         allow_shared_bytes(layernorm_backward_kernel<kPack>, smem, "layernorm_backward");
-        launch_kernel(layernorm_backward_kernel<kPack>, blocks, warps * 32, smem, st, dinp, scratch, dout, inp, w, mean,
-                      rstd, N, C);
+        launch_kernel(layernorm_backward_kernel<kPack>, blocks, warps * 32, smem, st, dinp, partials, dout, inp, w,
+                      mean, rstd, N, C);
     } else {
         allow_shared_bytes(layernorm_backward_kernel<1>, smem, "layernorm_backward");
-        launch_kernel(layernorm_backward_kernel<1>, blocks, warps * 32, smem, st, dinp, scratch, dout, inp, w, mean,
+        launch_kernel(layernorm_backward_kernel<1>, blocks, warps * 32, smem, st, dinp, partials, dout, inp, w, mean,
                       rstd, N, C);
     }
     CUDA_CHECK_LAUNCH();
+}
+
+// dinp (N,C) floatX ADDED; dw, db (C) fp32 ADDED; scratch: layernorm_backward_scratch_floats(N, C) floats.
+// dout, inp (N,C); w (C); mean, rstd (N) from the forward. dinp must not alias dout or inp.
+inline void layernorm_backward(floatX* dinp, float* dw, float* db, float* scratch, const floatX* dout,
+                               const floatX* inp, const floatX* w, const float* mean, const float* rstd, int N, int C,
+                               cudaStream_t st) {
+    if (N <= 0 || C <= 0) return;
+    layernorm_backward_partials(dinp, scratch, dout, inp, w, mean, rstd, N, C, st);
     PartialTargets t{{dw, db, nullptr, nullptr}, 2, C};
-    reduce_partials_add(t, scratch, blocks * warps, st);
+    reduce_partials_add(t, scratch, layernorm_backward_blocks(N, C), st);
+}
+
+// ---- several LayerNorms' partials reduced in one launch ------------------------------------------
+// Up to 3 groups of LayerNorms (e.g. every layer's ln1, every layer's ln2, lnf); group g holds
+// count[g] of them: LayerNorm k of group g left its partials (R, 2, C) at part[g] + k * R * 2C and
+// adds them into dw[g] + k * C and db[g] + k * C (each (C) fp32), summed over the R rows in a fixed
+// order (reduce_partials_add_kernel's). One launch for all of a backward's LayerNorms.
+struct LayerNormPartialGroups {
+    const float* part[3];
+    float* dw[3];
+    float* db[3];
+    int count[3];
+};
+// block (32, 32), grid (ceil(2C/32), total count): blockIdx.y picks the LayerNorm.
+__global__ void reduce_layernorm_partials_kernel(LayerNormPartialGroups g, int R, int C) {
+    int k = blockIdx.y, grp = 0;
+    while (grp < 2 && k >= g.count[grp]) k -= g.count[grp++];
+    const float* part = (grp == 0 ? g.part[0] : grp == 1 ? g.part[1] : g.part[2]) + (size_t)k * R * 2 * C;
+    float* dw = (grp == 0 ? g.dw[0] : grp == 1 ? g.dw[1] : g.dw[2]) + (size_t)k * C;
+    float* db = (grp == 0 ? g.db[0] : grp == 1 ? g.db[1] : g.db[2]) + (size_t)k * C;
+    __shared__ float sums[32][33];
+    const int j = blockIdx.x * 32 + threadIdx.x;  // column of (2, C)
+    float s = 0.0f;
+    if (j < 2 * C)
+        for (int r = threadIdx.y; r < R; r += 32) s += part[(size_t)r * 2 * C + j];
+    sums[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < 2 * C) {
+        float total = 0.0f;
+        for (int y = 0; y < 32; y++) total += sums[y][threadIdx.x];
+        if (j < C) dw[j] += total;
+        else db[j - C] += total;
+    }
+}
+// Every LayerNorm of g had N rows of C channels (so R = layernorm_backward_blocks(N, C) partials each).
+inline void reduce_layernorm_partials(const LayerNormPartialGroups& g, int N, int C, cudaStream_t st) {
+    const int total = g.count[0] + g.count[1] + g.count[2];
+    if (N <= 0 || C <= 0 || total == 0) return;
+    launch_kernel(reduce_layernorm_partials_kernel, dim3((unsigned)ceil_div(2 * C, 32), (unsigned)total), dim3(32, 32),
+                  0, st, g, layernorm_backward_blocks(N, C), C);
+    CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace llmc::cuda

@@ -253,15 +253,28 @@ inline void matmul_check_shape(int N, int IC, int OC) {
 // partial[gy*OC + c] ((chunks, OC) fp32). The blocks of column group gx count in on arrivals[gx];
 // the last of them adds, per column, the chunks' partials into dbias in a fixed order (thread y
 // sums chunks y, y+8, ... in order, then the 8 sums in y order): the same bits whichever block is last.
+// pre non-null: dout holds d gelu(pre) on entry; each element is first replaced by dout * gelu'(pre)
+// (rounded to floatX, which is what is summed): the GELU backward in the same pass. (A runtime
+// switch, not a template: the emulation poisons only a non-template kernel's static shared memory.)
 constexpr int kBiasRows = 256;
-__global__ void bias_sum_kernel(float* dbias, float* partial, uint32_t* arrivals, const floatX* dout, int N, int OC) {
+__global__ void bias_sum_kernel(float* dbias, float* partial, uint32_t* arrivals, floatX* dout, const floatX* pre,
+                                int N, int OC) {
     __shared__ float sm[8][33];
     const int c = blockIdx.x * 32 + threadIdx.x;
     const int r0 = blockIdx.y * kBiasRows;
     const int r1 = min(N, r0 + kBiasRows);
     float acc = 0.0f;
     if (c < OC)
-        for (int r = r0 + threadIdx.y; r < r1; r += 8) acc += to_float(dout[(size_t)r * OC + c]);
+        for (int r = r0 + threadIdx.y; r < r1; r += 8) {
+            const size_t i = (size_t)r * OC + c;
+            if (pre) {
+                const floatX d = from_float<floatX>(to_float(dout[i]) * gelu_grad(to_float(pre[i])));
+                dout[i] = d;
+                acc += to_float(d);
+            } else {
+                acc += to_float(dout[i]);
+            }
+        }
     sm[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y == 0 && c < OC) {
@@ -315,6 +328,38 @@ inline size_t matmul_backward_scratch_floats(int N, int OC) {
 // Arrival counters matmul_backward needs for the bias gradient: one per 32 columns.
 inline size_t matmul_backward_arrivals(int OC) { return (size_t)ceil_div(OC, 32); }
 
+namespace detail {
+// dbias (OC) += column sums of dout (N, OC) in one launch (bias_sum_kernel); with pre, dout is first
+// replaced by dout * gelu'(pre) in the same pass.
+inline void bias_sum(float* dbias, float* scratch, uint32_t* arrivals, floatX* dout, const floatX* pre, int N, int OC,
+                     cudaStream_t st) {
+    if (!scratch || !arrivals)
+        throw std::invalid_argument(
+            "matmul_backward: dbias needs scratch of matmul_backward_scratch_floats(N, OC) floats and "
+            "matmul_backward_arrivals(OC) zeroed arrival counters");
+    const dim3 grid((unsigned)ceil_div(OC, 32), (unsigned)ceil_div(N, kBiasRows));
+    launch_kernel(bias_sum_kernel, grid, dim3(32, 8), 0, st, dbias, scratch, arrivals, dout, pre, N, OC);
+    CUDA_CHECK_LAUNCH();
+}
+// dinp and dweight of matmul_backward (cuBLASLt).
+inline void matmul_backward_products(MatmulContext& ctx, floatX* dinp, float* dweight, const floatX* dout,
+                                     const floatX* inp, const floatX* weight, int N, int IC, int OC, cudaStream_t st) {
+    matmul_check_shape(N, IC, OC);
+    matmul_check_aligned(dout, "dout");
+    matmul_check_aligned(inp, "inp");
+    matmul_check_aligned(weight, "weight");
+    matmul_check_aligned(dweight, "dweight");
+    const cudaDataType_t t = kFloatXType;
+    if (dinp) {
+        matmul_check_aligned(dinp, "dinp");
+        lt_matmul(ctx, dinp, t, weight, false, IC, dout, false, OC, t, IC, N, OC, IC, 0.0f, CUBLASLT_EPILOGUE_DEFAULT,
+                  nullptr, nullptr, st);
+    }
+    lt_matmul(ctx, dweight, CUDA_R_32F, inp, false, IC, dout, true, OC, t, IC, OC, N, IC, 1.0f,
+              CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, st);
+}
+}  // namespace detail
+
 // dinp (N, IC) floatX OVERWRITTEN = dout @ weight (nullable: skipped);
 // dweight (OC, IC) fp32 ADDED += dout^T @ inp; dbias (OC) fp32 ADDED += column sums of dout
 // (nullable; then scratch and arrivals may be nullptr, else scratch holds
@@ -324,29 +369,22 @@ inline size_t matmul_backward_arrivals(int OC) { return (size_t)ceil_div(OC, 32)
 inline void matmul_backward(MatmulContext& ctx, floatX* dinp, float* dweight, float* dbias, float* scratch,
                             uint32_t* arrivals, const floatX* dout, const floatX* inp, const floatX* weight, int N,
                             int IC, int OC, cudaStream_t st) {
+    detail::matmul_backward_products(ctx, dinp, dweight, dout, inp, weight, N, IC, OC, st);
+    // without pre the kernel only reads dout
+    if (dbias) detail::bias_sum(dbias, scratch, arrivals, const_cast<floatX*>(dout), nullptr, N, OC, st);
+}
+
+// matmul_backward of a layer followed by GELU (out = gelu(pre), pre = inp @ weight^T + bias): dout
+// (N, OC) holds d out on entry and is OVERWRITTEN with d pre = dout * gelu'(pre) (rounded to floatX),
+// computed in the bias gradient's launch, then the products as matmul_backward's with d pre.
+// dbias, scratch and arrivals as matmul_backward's, but required; pre (N, OC) floatX.
+inline void matmul_gelu_backward(MatmulContext& ctx, floatX* dinp, float* dweight, float* dbias, float* scratch,
+                                 uint32_t* arrivals, floatX* dout, const floatX* pre, const floatX* inp,
+                                 const floatX* weight, int N, int IC, int OC, cudaStream_t st) {
     detail::matmul_check_shape(N, IC, OC);
-    detail::matmul_check_aligned(dout, "dout");
-    detail::matmul_check_aligned(inp, "inp");
-    detail::matmul_check_aligned(weight, "weight");
-    detail::matmul_check_aligned(dweight, "dweight");
-    const cudaDataType_t t = detail::kFloatXType;
-    if (dinp) {
-        detail::matmul_check_aligned(dinp, "dinp");
-        detail::lt_matmul(ctx, dinp, t, weight, false, IC, dout, false, OC, t, IC, N, OC, IC, 0.0f,
-                          CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, st);
-    }
-    detail::lt_matmul(ctx, dweight, CUDA_R_32F, inp, false, IC, dout, true, OC, t, IC, OC, N, IC, 1.0f,
-                      CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, st);
-    if (dbias) {
-        if (!scratch || !arrivals)
-            throw std::invalid_argument(
-                "matmul_backward: dbias needs scratch of matmul_backward_scratch_floats(N, OC) floats and "
-                "matmul_backward_arrivals(OC) zeroed arrival counters");
-        const int chunks = (int)ceil_div(N, detail::kBiasRows);
-        launch_kernel(detail::bias_sum_kernel, dim3((unsigned)ceil_div(OC, 32), (unsigned)chunks), dim3(32, 8), 0, st,
-                      dbias, scratch, arrivals, dout, N, OC);
-        CUDA_CHECK_LAUNCH();
-    }
+    if (!dbias || !pre) throw std::invalid_argument("matmul_gelu_backward: needs dbias and pre");
+    detail::bias_sum(dbias, scratch, arrivals, dout, pre, N, OC, st);
+    detail::matmul_backward_products(ctx, dinp, dweight, dout, inp, weight, N, IC, OC, st);
 }
 
 }  // namespace llmc::cuda
