@@ -250,6 +250,58 @@ def test_report_covers_the_other_ops(report):
     assert all(k["registers"] and k["instructions"] > 0 for k in report["kernels"])
 
 
+# the kernels that reduce in one launch (llmc/cuda/grid_arrival.cuh): the only ones with global atomics
+ARRIVE_LAST_KERNELS = {"bias_sum_kernel", "global_norm_kernel"}
+
+
+def test_one_launch_reductions_fence_their_arrival(report):
+    """Release fences before the arrival count, an acquire fence after it (static: the emulation
+    cannot show a missing fence), and no other kernel with a global atomic."""
+    with_atomics = set()
+    for k in report["kernels"]:
+        o = k["grid_ordering"]
+        if o["atomics"]:
+            with_atomics.add(k["name"])
+    assert with_atomics == ARRIVE_LAST_KERNELS, f"kernels with global atomics: {sorted(with_atomics)}"
+    for k in report["kernels"]:
+        if k["name"] in ARRIVE_LAST_KERNELS:
+            o = k["grid_ordering"]
+            assert o["gpu_fences_before_first_atomic"] >= 1 and o["gpu_fences_after_last_atomic"] >= 1, (k["name"], o)
+
+
+def grid_ordering_of_fixture(tmp_path, header_text=None):
+    """grid_ordering of test/fixtures/sass/arrive_last.cu compiled for sm_90, against the production
+    grid_arrival.cuh or (header_text) a copy of it that shadows it on the include path."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    includes = []
+    if header_text is not None:
+        shadow = tmp_path / "shadow" / "llmc" / "cuda"
+        shadow.mkdir(parents=True)
+        (shadow / "grid_arrival.cuh").write_text(header_text)
+        includes.append(f"-I{tmp_path / 'shadow'}")
+    cubin = tmp_path / "arrive_last.cubin"
+    run(["nvcc", *build.NVCC_DEVICE_FLAGS, *includes, f"-I{REPO}", "-cubin", FIXTURE / "arrive_last.cu", "-o", cubin])
+    (fn, ) = parse_sass(run([find_cuda_tool("cuobjdump"), "-sass", cubin])).values()
+    from report import grid_ordering  # dev/cuda/sassreport/report.py
+    return grid_ordering(fn)
+
+
+@needs_nvcc
+def test_the_fence_count_fails_without_the_fences(tmp_path):
+    header = (REPO / "llmc/cuda/grid_arrival.cuh").read_text()
+    good = grid_ordering_of_fixture(tmp_path / "good")
+    assert good["atomics"] == 1 and good["gpu_fences_before_first_atomic"] >= 1
+    assert good["gpu_fences_after_last_atomic"] >= 1
+    # every fence removed: neither release nor acquire
+    assert header.count("fence_acq_rel_gpu();") == 3
+    none = grid_ordering_of_fixture(tmp_path / "none", header.replace("fence_acq_rel_gpu();", ""))
+    assert none["atomics"] == 1 and none["gpu_fences"] == 0
+    # the acquire alone removed
+    (acquire, ) = [ln for ln in header.splitlines(keepends=True) if "fence_acq_rel_gpu();" in ln and "(acquire)" in ln]
+    no_acquire = grid_ordering_of_fixture(tmp_path / "noacq", header.replace(acquire, ""))
+    assert no_acquire["gpu_fences_before_first_atomic"] >= 1 and no_acquire["gpu_fences_after_last_atomic"] == 0
+
+
 @needs_nvcc
 def test_a_binary_without_sm90_code_is_an_error(tmp_path):
     host_only = tmp_path / "host_only"

@@ -19,7 +19,7 @@ GROUPS = [
     ("attention bwd (scalar)", r"^attn_bwd_(kv|q)_scalar_kernel<"),
     ("attention helpers", r"^attn_"),
     ("attention decode", r"^(attention_decode|kv_store)"),
-    ("layernorm", r"^(layernorm_|reduce_partials)"),
+    ("layernorm", r"^(layernorm_|reduce_partials|reduce_layernorm)"),
     ("qk-norm", r"^qknorm_"),
     ("matmul bias", r"^bias_"),
     ("gelu", r"^gelu_"),
@@ -27,7 +27,7 @@ GROUPS = [
     ("encoder", r"^encoder_"),
     ("classifier", r"^classifier_"),
     ("adamw", r"^(adamw_|copy_master)"),
-    ("global norm", r"^norm_"),
+    ("global norm", r"^global_norm_"),
     ("other", r""),
 ]
 
@@ -63,6 +63,22 @@ def sort_key(kernel: dict):
     return ([g for g, _ in GROUPS].index(kernel["group"]), _natural_key(kernel["name"]))
 
 
+def grid_ordering(instrs: list) -> dict:
+    """The grid-wide ordering a one-launch reduction needs (llmc/cuda/grid_arrival.cuh), in address
+    order: global atomics (ATOMG, RED) and GPU- or system-scope fences (MEMBAR .GPU / .SYS) before
+    the first and after the last atomic. A fence after its last atomic only is an acquire; the
+    release needs one before."""
+    atomic = [k for k, i in enumerate(instrs) if i.base in ("ATOMG", "RED")]
+    fence = [k for k, i in enumerate(instrs)
+             if i.base == "MEMBAR" and (".GPU" in i.opcode or ".SYS" in i.opcode)]
+    return {
+        "atomics": len(atomic),
+        "gpu_fences": len(fence),
+        "gpu_fences_before_first_atomic": sum(1 for k in fence if atomic and k < atomic[0]),
+        "gpu_fences_after_last_atomic": sum(1 for k in fence if atomic and k > atomic[-1]),
+    }
+
+
 def kernel_entry(mangled: str, demangled: str, instrs: list, res, launches: list) -> dict:
     """One kernel's JSON entry (see the schema). res: resources.Resources; launches: [Launch]."""
     short = short_name(demangled)
@@ -80,6 +96,7 @@ def kernel_entry(mangled: str, demangled: str, instrs: list, res, launches: list
         "local_stores": whole["STL"],
         "static_smem": res.static_smem if res else None,
         "launch_bounds": (res.max_threads or None) if res else None,
+        "grid_ordering": grid_ordering(instrs),
         "launches": [],
         "hot_loops": [],
     }
