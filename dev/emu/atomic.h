@@ -11,9 +11,10 @@
 // consistent, so the atomic is a read-modify-write no other thread can interleave with and the
 // fence has nothing to order. What a fence prevents on a GPU (a block that counts itself in
 // before its stores are visible to the last one) therefore cannot show here: the fence's
-// presence is a static property of the code (docs/emulation.md), and the GPU run of
-// test/gpu/test_grid_arrival.cu is its test. The block order does vary with the schedule
-// (grid.h), so code that depends on which block arrives last does show.
+// presence is checked statically (dev/cuda/sass_report's grid_ordering, required by
+// test/test_sass_report.py; docs/emulation.md), and the GPU run of test/gpu/test_grid_arrival.cu
+// is its test. The block order does vary with the schedule (grid.h), so code that depends on which
+// block arrives last does show.
 // A violation of the ISA's operand rules ends the run with "emulated device error: atom ...".
 // The wrappers that call these are llmc::cuda::atom_add_global_u32 / fence_acq_rel_gpu (llmc/cuda/ptx.cuh).
 #pragma once
