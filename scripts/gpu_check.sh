@@ -112,6 +112,7 @@ for s in "${stages[@]}"; do
     case $s in
         bench|e2e-small|e2e-d12) [ "$emulate" = 1 ] || py_needed="$py_needed numpy torch tqdm tiktoken" ;;
         train) py_needed="$py_needed numpy tqdm" ;;
+        test) [ "$emulate" = 1 ] || py_needed="$py_needed numpy pytest" ;;  # test:cublaslt-real
     esac
 done
 if [ -n "$py_needed" ]; then
@@ -234,11 +235,24 @@ run_tests() {  # run_tests BUILD_DIR TAG: every GPU test and every lab --check o
         if [ -x "$dir/dev/$n" ]; then step "check$tag:$n" 600 run_bin "$n" "$dir/dev/$n" $(check_args "$n")
         else fail_step "check$tag:$n" "not built"; fi
     done
+    # the emulator's cuBLASLt cases against the real library, judged by the same checks (BF16 build's stage)
+    if [ -z "$tag" ]; then
+        if [ "$emulate" = 1 ]; then skip_step "test:cublaslt-real" "the emulated cuBLASLt is tested by make test"
+        else step "test:cublaslt-real" 300 cublaslt_real; fi
+    fi
     # the attention lab's window / length sweep around the tile edges (the FA2-class forward, BF16 build)
     if [ -z "$tag" ]; then
         if [ -x "$dir/dev/attention_ls" ]; then step "sweep:attention_ls" 600 run_bin attention_ls "$dir/dev/attention_ls" --sweep
         else fail_step "sweep:attention_ls" "not built"; fi
     fi
+}
+
+# The emulator's cuBLASLt test cases (dev/emu/tests/cublaslt_cases.cu) built against the real
+# library and judged by test/test_emulation_cublaslt.py's documentation-derived checks: the first GPU
+# run measures the emulation's reading of the documentation against cuBLASLt itself.
+cublaslt_real() {
+    nvcc -O2 -std=c++17 -x cu dev/emu/tests/cublaslt_cases.cu -o "$work/cublaslt_cases_real" -lcublasLt &&
+        LLMC_CUBLASLT_CASES="$work/cublaslt_cases_real" "$PY" -m pytest -q -p no:cacheprovider test/test_emulation_cublaslt.py
 }
 
 fp32_make() {  # fp32_make TARGETS...: the FP32 build of these targets (build/fp32, or build/emu-fp32 emulated)
@@ -423,8 +437,8 @@ stage_e2e() {  # stage_e2e MODEL
     step "e2e:$1" 560 "$PY" dev/bench/train_vs_torch.py --models "$1" --out "$work/e2e/$1" --work "$work/e2e_work"
 }
 
-export -f emu_schedules run_bin fp32_make  # step() runs them in a child bash, under timeout
-export emulate extra arch
+export -f emu_schedules run_bin fp32_make cublaslt_real  # step() runs them in a child bash, under timeout
+export emulate extra arch work PY
 
 if [ -z "$device" ]; then
     fail_step "gpu-present" "no NVIDIA GPU (nvidia-smi; --emulate runs the emulated build)"

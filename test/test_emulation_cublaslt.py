@@ -37,7 +37,13 @@ from run_helpers import need_emulated_build
 
 REPO = Path(__file__).resolve().parents[1]
 EMU = REPO / "build" / "emu"
-CASES = EMU / "self" / "cublaslt_cases"
+# LLMC_CUBLASLT_CASES: the same cases built with nvcc against the real cuBLASLt (scripts/gpu_check.sh,
+# on a GPU), judged by the same documentation-derived checks; the emulation's own choices and its
+# mutants are then not run (they test dev/emu/cublaslt.cpp only).
+REAL_CASES = os.environ.get("LLMC_CUBLASLT_CASES")
+CASES = Path(REAL_CASES) if REAL_CASES else EMU / "self" / "cublaslt_cases"
+emulation_only = pytest.mark.skipif(bool(REAL_CASES), reason="tests the emulation's own choices or its mutants; "
+                                    "LLMC_CUBLASLT_CASES runs the real cuBLASLt")
 ENV = dict(os.environ, ASAN_OPTIONS="detect_leaks=0", UBSAN_OPTIONS="print_stacktrace=1")
 
 # cublasStatus_t (cublas_api.h)
@@ -268,7 +274,8 @@ REFUSED = {
 
 # cublasLt.h: SetAttribute: INVALID_VALUE "if buf is NULL or sizeInBytes doesn't match size of internal
 # storage for selected attribute" (sizes: TRANSA int32, EPILOGUE uint32, AUX_LD int64, BIAS_POINTER a
-# pointer, MAX_WORKSPACE_BYTES uint64, MIN_ALIGNMENT_A_BYTES uint32); AlgoGetHeuristic: INVALID_VALUE
+# pointer, MAX_WORKSPACE_BYTES uint64, MIN_ALIGNMENT_A_BYTES uint32, REDUCTION_SCHEME_MASK uint32);
+# the heuristic (next line) then runs with that preference, the mask set; AlgoGetHeuristic: INVALID_VALUE
 # "if requestedAlgoCount is less or equal to zero".
 ATTRIBUTE_STATUSES = {
     "desc_create": SUCCESS, "desc_transa_int32": SUCCESS, "desc_transa_int64": INVALID_VALUE,
@@ -278,6 +285,7 @@ ATTRIBUTE_STATUSES = {
     "desc_transa_null_buf": INVALID_VALUE, "pref_create": SUCCESS,
     "pref_workspace_uint64": SUCCESS, "pref_workspace_uint32": INVALID_VALUE,
     "pref_align_a_uint32": SUCCESS, "pref_align_a_uint64": INVALID_VALUE,
+    "pref_reduction_mask_uint32": SUCCESS, "pref_reduction_mask_uint64": INVALID_VALUE,
     "desc2_create": SUCCESS, "layout": SUCCESS,
     "heuristic_requested_0": INVALID_VALUE, "heuristic_requested_1": SUCCESS, "heuristic_requested_1_count": 1,
 }
@@ -345,7 +353,9 @@ def load_cases(out):
 
 @pytest.fixture(scope="module")
 def main_run(tmp_path_factory):
-    exe = need_emulated_build(CASES)
+    exe = CASES if REAL_CASES else need_emulated_build(CASES)
+    if REAL_CASES and not exe.is_file():
+        pytest.fail(f"LLMC_CUBLASLT_CASES={REAL_CASES} does not exist")
     out = tmp_path_factory.mktemp("cublaslt_cases")
     seed = os.environ.get("LLMC_CUBLASLT_SEED")
     p = run_cases(exe, out, seed)
@@ -417,6 +427,7 @@ def test_attribute_sizes_and_requested_count(main_run):
     assert not errs, "\n".join(errs)
 
 
+@emulation_only
 def test_emulation_choice_refused_calls_write_nothing(main_run):
     """Emulation's choice: a refused call leaves D, aux and C as they were (the documentation is silent)."""
     seed, cases = main_run
@@ -424,6 +435,7 @@ def test_emulation_choice_refused_calls_write_nothing(main_run):
     assert not problems, report(seed, problems)
 
 
+@emulation_only
 def test_emulation_choice_double_accumulation(main_run):
     """Emulation's choice (the accumulation order and precision are undocumented): every product and
     beta*C summed in double, rounded once to fp32 and then to D's type, so D is the correctly rounded
@@ -515,6 +527,7 @@ def mutants(main_run, tmp_path_factory):
     return root, results
 
 
+@emulation_only
 @pytest.mark.parametrize("name", list(MUTANTS))
 def test_mutant_is_caught(mutants, main_run, name):
     root, results = mutants
@@ -529,6 +542,7 @@ def test_mutant_is_caught(mutants, main_run, name):
     print(f"{name}: caught by {len(problems)} cases, e.g. {problems[must][0]}")
 
 
+@emulation_only
 def test_unmutated_passes_every_check(main_run):
     """The checks the mutants fail all pass without a mutation (so the failures are the mutations')."""
     seed, cases = main_run

@@ -179,6 +179,14 @@ inline bool lt_matmul(MatmulContext& ctx, void* d, cudaDataType_t dtype, const v
     const uint64_t ws = ctx.workspace_bytes;
     CUBLASLT_CHECK(
         cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    // Split-K only with its partial sums kept in the compute type (fp32, in the workspace, reduced in
+    // a separate step): cublasLt.h's INPLACE scheme adds the parts "using the output buffer (and output
+    // data type)", i.e. in bf16 for a bf16 D, which would round every partial sum of long-k products
+    // (the LM head's dinp, k = Vp) and make the result depend on the split the heuristic picks.
+    // NONE (no split) is always allowed.
+    const uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions,
+                                                        sizeof(reductions)));
     // The heuristic assumes 256-byte aligned matrices unless told otherwise; our operands are often
     // offsets into one parameter buffer (16-byte aligned), so pass the true alignment of each. The
     // alignment an algorithm needs covers "the buffer pointer, leading dimension, and possibly other

@@ -520,6 +520,14 @@ void run_attribute_case() {
                                         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al32, sizeof al32));
     r.status("pref_align_a_uint64", cublasLtMatmulPreferenceSetAttribute(
                                         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al64, sizeof al64));
+    const uint32_t mask32 = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    const uint64_t mask64 = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    r.status(
+        "pref_reduction_mask_uint32",
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask32, sizeof mask32));
+    r.status(
+        "pref_reduction_mask_uint64",
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask64, sizeof mask64));
     // the heuristic with requestedAlgoCount 0 and 1 on a valid all-fp32 problem
     cublasLtMatmulDesc_t d2 = nullptr;
     r.status("desc2_create", cublasLtMatmulDescCreate(&d2, CUBLAS_COMPUTE_32F, CUDA_R_32F));
