@@ -30,7 +30,8 @@ The model ignores launch gaps, the host, tail effects and the kernels' real effi
 step is slower; it says how fast the op list could be, and which ops are bound by what.
 
 Today's passes (a second time column): the same ops with the traffic today's kernels add beyond
-the compulsory - the bias gradients' own pass over dout, dW added into with beta = 1 (read), the
+the compulsory - the bias gradients' own pass over dout (except fc's, summed in the GELU
+backward's pass), dW added into with beta = 1 (read), the
 gradient memset, the bf16 weight copy as its own pass, the backward classifier re-reading the
 logits to recompute the log-sum-exp, the attention backward's D = rowsum(dO O) pass and the dQ
 kernel's second read of q, k, v, dO. FLOPs are the same.
@@ -159,11 +160,12 @@ def step_ops(m, as_implemented=False):
         op(name, "forward").add(2 * N * IC * OC,
                                 (N * IC + OC * IC + (OC if bias else 0) + N * OC * (1 + extra_out)) * ACT)
 
-    def matmul_bwd(name, IC, OC, bias=True):
+    def matmul_bwd(name, IC, OC, bias=True, bias_in_gelu_pass=False):
         dinp = (N * OC + OC * IC + N * IC) * ACT  # read dout, W; write dinp
         dw = (N * OC + N * IC) * ACT + (OC * IC + (OC if bias else 0)) * F32  # read dout, inp; write dW (+db)
         if as_implemented:  # dW added with beta = 1 (read), the bias gradient's own pass over dout
-            dw += OC * IC * F32 + ((N * OC * ACT + OC * F32) if bias else 0)
+            # (the fc layer's is summed in the GELU backward's pass, which reads dout anyway)
+            dw += OC * IC * F32 + ((N * OC * ACT + OC * F32) if bias and not bias_in_gelu_pass else 0)
         op(name, "backward").add(4 * N * IC * OC, dinp + dw)
 
     def layernorm_fwd(name, residual):
@@ -216,7 +218,7 @@ def step_ops(m, as_implemented=False):
     for _ in range(L):
         matmul_bwd("matmul fcproj bwd", 4 * C, C)
         op("gelu bwd", "backward").add(15 * N * 4 * C, 3 * N * 4 * C * ACT)
-        matmul_bwd("matmul fc bwd", C, 4 * C)
+        matmul_bwd("matmul fc bwd", C, 4 * C, bias_in_gelu_pass=True)  # matmul_gelu_backward
         layernorm_bwd()
         matmul_bwd("matmul attproj bwd", C, C)
         attention("bwd")
