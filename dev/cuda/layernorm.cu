@@ -108,29 +108,35 @@ static bool validate(llmc::Rng& rng, int N, int C, int offset) {
     ok = lab::check_identical("dw", dw_run[0].get(), dw_run[1].get(), C) && ok;
     ok = lab::check_identical("db", db_run[0].get(), db_run[1].get(), C) && ok;
 
-    // the trainer's path: partials of two LayerNorms (the same inputs) in groups 0 and 2 of one
+    // the trainer's path: partials of three LayerNorms (the same inputs), two in group 0 (their
+    // gradients side by side, as every layer's ln1 is) and one in group 2, reduced in one
     // reduce_layernorm_partials launch (group 1 empty): each the same bits as layernorm_backward's
     const size_t part = llmc::cuda::layernorm_backward_scratch_floats(N, C);
-    DeviceBuffer<float> parts(2 * part);
+    DeviceBuffer<float> parts(3 * part);
     lab::poison(parts.get(), parts.size());
-    DeviceBuffer<floatX> dinp_g[2];
-    DeviceBuffer<float> dw_g[2], db_g[2];
-    for (int k = 0; k < 2; k++) {
+    std::vector<float> dw_pair(dw0), db_pair(db0);
+    dw_pair.insert(dw_pair.end(), dw0.begin(), dw0.end());
+    db_pair.insert(db_pair.end(), db0.begin(), db0.end());
+    auto dw_g0 = lab::upload_as<float>(dw_pair), db_g0 = lab::upload_as<float>(db_pair);
+    auto dw_g2 = lab::upload_as<float>(dw0), db_g2 = lab::upload_as<float>(db0);
+    DeviceBuffer<floatX> dinp_g[3];
+    for (int k = 0; k < 3; k++) {
         dinp_g[k] = lab::upload_as<floatX>(pad(dinp0));
-        dw_g[k] = lab::upload_as<float>(dw0);
-        db_g[k] = lab::upload_as<float>(db0);
         llmc::cuda::layernorm_backward_partials(dinp_g[k].get() + o, parts.get() + k * part, d_dout.get() + o,
                                                 d_a.get() + o, d_w.get(), d_mean_ref.get(), d_rstd_ref.get(), N, C, 0);
     }
-    const llmc::cuda::LayerNormPartialGroups groups{{parts.get(), nullptr, parts.get() + part},
-                                                    {dw_g[0].get(), nullptr, dw_g[1].get()},
-                                                    {db_g[0].get(), nullptr, db_g[1].get()},
-                                                    {1, 0, 1}};
+    const llmc::cuda::LayerNormPartialGroups groups{{parts.get(), nullptr, parts.get() + 2 * part},
+                                                    {dw_g0.get(), nullptr, dw_g2.get()},
+                                                    {db_g0.get(), nullptr, db_g2.get()},
+                                                    {2, 0, 1}};
     llmc::cuda::reduce_layernorm_partials(groups, N, C, 0);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++)
         ok = lab::check_identical("grouped dinp", dinp_run[0].get(), dinp_g[k].get(), NC + o) && ok;
-        ok = lab::check_identical("grouped dw", dw_run[0].get(), dw_g[k].get(), C) && ok;
-        ok = lab::check_identical("grouped db", db_run[0].get(), db_g[k].get(), C) && ok;
+    const float* dw_out[3] = {dw_g0.get(), dw_g0.get() + C, dw_g2.get()};
+    const float* db_out[3] = {db_g0.get(), db_g0.get() + C, db_g2.get()};
+    for (int k = 0; k < 3; k++) {
+        ok = lab::check_identical("grouped dw", dw_run[0].get(), dw_out[k], C) && ok;
+        ok = lab::check_identical("grouped db", db_run[0].get(), db_out[k], C) && ok;
     }
     return ok;
 }

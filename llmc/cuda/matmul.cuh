@@ -391,6 +391,12 @@ inline void matmul_gelu_backward(MatmulContext& ctx, floatX* dinp, float* dweigh
                                  const floatX* weight, int N, int IC, int OC, cudaStream_t st) {
     detail::matmul_check_shape(N, IC, OC);
     if (!dbias || !pre) throw std::invalid_argument("matmul_gelu_backward: needs dbias and pre");
+    // every check before dout and dbias change (matmul_backward_products repeats them, harmlessly)
+    detail::matmul_check_aligned(dout, "dout");
+    detail::matmul_check_aligned(inp, "inp");
+    detail::matmul_check_aligned(weight, "weight");
+    detail::matmul_check_aligned(dweight, "dweight");
+    if (dinp) detail::matmul_check_aligned(dinp, "dinp");
     detail::bias_sum(dbias, scratch, arrivals, dout, pre, N, OC, st);
     detail::matmul_backward_products(ctx, dinp, dweight, dout, inp, weight, N, IC, OC, st);
 }

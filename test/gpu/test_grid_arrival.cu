@@ -7,8 +7,9 @@
 //     s, s + b, ..., s + (n-1) b (mod 2^32), each once, and the word ends at s + n b;
 //   - fence.acq_rel.gpu orders a thread's accesses before it against those after it for the whole
 //     GPU: with it, the block that counts in last sees every other block's partial stores.
-// The protocol's properties: exactly one block of each group is last, it sees every block's
-// partial (the sum it forms equals the host's sum in the same fixed order, bit for bit), the
+// The protocol's properties: exactly one block of each group is last, every one of its threads
+// sees every block's partials (the sums it forms equal the host's in the same fixed order, bit for
+// bit; each launch has fresh values, so a partial left from the previous launch shows), the
 // counter is 0 again after the launch (so back-to-back launches reuse it), and the result does
 // not depend on which block came last (under emulation the block order varies with the schedule:
 // run with LLMC_EMU_SCHEDULES=greedy-forward,greedy-reverse; on a GPU, the launches repeat).
@@ -39,25 +40,25 @@ __global__ void atom_add_kernel(uint32_t* hits, uint32_t* outside, uint32_t* wor
     else outside[0] += 1u;
 }
 
-// Groups of blocks along x (group = blockIdx.y). Each block writes the sum of its slice of values
-// (in order) as its partial, counts in on counters[group]; the last block writes the group's total
-// (the partials in block order) and adds 1 to lasts[group] (a plain store: one block per group).
+// Groups of blocks along x (group = blockIdx.y), launch `launch` of several (each with its own
+// values). Every thread t of block x sums its slice of values (`per_thread` of them, in order: work
+// before arriving, so the stores are still in flight when a fence is missing) and writes it as
+// partial[(group, x, t)]; all threads count the block in; in the last block thread t adds the
+// group's partials (group, 0..blocks-1, t) in block order into totals[(launch, group, t)], and
+// thread 0 counts the last block with atom.global.add into lasts[group].
 __global__ void last_block_kernel(float* totals, uint32_t* lasts, float* partials, uint32_t* counters,
-                                  const float* values, int per_block) {
-    const unsigned group = blockIdx.y, blocks = gridDim.x;
-    const float* v = values + ((size_t)group * blocks + blockIdx.x) * per_block;
-    if (threadIdx.x == 0) {
-        float s = 0.0f;
-        for (int k = 0; k < per_block; k++) s += v[k];
-        partials[(size_t)group * blocks + blockIdx.x] = s;
-    }
+                                  const float* values, int per_thread, int launch) {
+    const unsigned group = blockIdx.y, blocks = gridDim.x, groups = gridDim.y, threads = blockDim.x;
+    const size_t slot = ((size_t)group * blocks + blockIdx.x) * threads + threadIdx.x;
+    const float* v = values + ((size_t)launch * groups * blocks * threads + slot) * per_thread;
+    float s = 0.0f;
+    for (int k = 0; k < per_thread; k++) s += v[k];
+    partials[slot] = s;
     if (!llmc::cuda::arrive_last(counters + group, blocks)) return;
-    if (threadIdx.x == 0) {
-        float t = 0.0f;
-        for (unsigned j = 0; j < blocks; j++) t += partials[(size_t)group * blocks + j];
-        totals[group] = t;
-        lasts[group] += 1u;
-    }
+    float t = 0.0f;
+    for (unsigned j = 0; j < blocks; j++) t += partials[((size_t)group * blocks + j) * threads + threadIdx.x];
+    totals[((size_t)launch * groups + group) * threads + threadIdx.x] = t;
+    if (threadIdx.x == 0) llmc::cuda::atom_add_global_u32(lasts + group, 1u);
 }
 
 template <typename T>
@@ -100,44 +101,47 @@ void check_atom_add(gpu_test::Checks& c, unsigned blocks, unsigned threads, uint
 }
 
 void check_last_block(gpu_test::Checks& c, std::mt19937& gen, unsigned blocks, unsigned groups, unsigned threads,
-                      int per_block, int launches) {
-    const size_t nparts = (size_t)blocks * groups;
+                      int per_thread, int launches) {
+    const size_t slots = (size_t)groups * blocks * threads;
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    std::vector<float> values(nparts * per_block);
+    std::vector<float> values((size_t)launches * slots * per_thread);  // fresh values for every launch
     for (float& x : values) x = u(gen);
     // the host's sums, in the kernel's order
-    std::vector<float> want(groups);
-    for (unsigned gr = 0; gr < groups; gr++) {
-        float t = 0.0f;
-        for (unsigned j = 0; j < blocks; j++) {
-            float s = 0.0f;
-            for (int k = 0; k < per_block; k++) s += values[((size_t)gr * blocks + j) * per_block + k];
-            t += s;
-        }
-        want[gr] = t;
-    }
+    std::vector<float> want((size_t)launches * groups * threads);
+    for (int l = 0; l < launches; l++)
+        for (unsigned gr = 0; gr < groups; gr++)
+            for (unsigned t = 0; t < threads; t++) {
+                float total = 0.0f;
+                for (unsigned j = 0; j < blocks; j++) {
+                    const size_t slot = ((size_t)gr * blocks + j) * threads + t;
+                    float s = 0.0f;
+                    for (int k = 0; k < per_thread; k++) s += values[((size_t)l * slots + slot) * per_thread + k];
+                    total += s;
+                }
+                want[((size_t)l * groups + gr) * threads + t] = total;
+            }
     float* dvalues = upload(values);
-    float* dpartials = upload(std::vector<float>(nparts, std::nanf("")));
-    float* dtotals = upload(std::vector<float>(groups, std::nanf("")));
+    float* dpartials = upload(std::vector<float>(slots, std::nanf("")));
+    float* dtotals = upload(std::vector<float>(want.size(), std::nanf("")));
     uint32_t* dcounters = upload(std::vector<uint32_t>(groups, 0u));
     uint32_t* dlasts = upload(std::vector<uint32_t>(groups, 0u));
     for (int l = 0; l < launches; l++) {
         llmc::cuda::launch_kernel(last_block_kernel, dim3(blocks, groups), threads, 0, 0, dtotals, dlasts, dpartials,
-                                  dcounters, dvalues, per_block);
+                                  dcounters, dvalues, per_thread, l);
         CUDA_CHECK_LAUNCH();
     }
-    const std::vector<float> totals = download(dtotals, groups);
+    const std::vector<float> totals = download(dtotals, want.size());
     const std::vector<uint32_t> counters = download(dcounters, groups), lasts = download(dlasts, groups);
     size_t wrong = 0, bad_lasts = 0, bad_counters = 0;
+    for (size_t k = 0; k < want.size(); k++) wrong += std::memcmp(&totals[k], &want[k], sizeof(float)) != 0;
     for (unsigned gr = 0; gr < groups; gr++) {
-        wrong += std::memcmp(&totals[gr], &want[gr], sizeof(float)) != 0;
         bad_lasts += lasts[gr] != (uint32_t)launches;
         bad_counters += counters[gr] != 0u;
     }
     c.expect(wrong == 0,
-             "last block (%u groups of %u blocks of %u threads, %d launches): its total has the host's "
-             "bits in %u of %u groups",
-             groups, blocks, threads, launches, groups - (unsigned)wrong, groups);
+             "last block (%u groups of %u blocks of %u threads, %d launches): every thread's total has "
+             "the host's bits (%zu of %zu differ)",
+             groups, blocks, threads, launches, wrong, want.size());
     c.expect(bad_lasts == 0, "exactly one last block per group and launch (%zu groups miscounted)", bad_lasts);
     c.expect(bad_counters == 0, "the counters are back at 0 after the launches (%zu not)", bad_counters);
     CUDA_CHECK(cudaFree(dvalues));
@@ -162,7 +166,7 @@ int main() {
     check_last_block(c, gen, 1, 1, 32, 5, 2);   // a group of one block: it is the last
     check_last_block(c, gen, 7, 3, 64, 11, 3);  // groups along y, each with its counter
     check_last_block(c, gen, 40, 2, 128, 3, 4);
-    check_last_block(c, gen, 600, 1, 64, 2, 3);  // on a GPU: several waves of blocks, so arrivals overlap
+    check_last_block(c, gen, 600, 1, 64, 16, 3);  // on a GPU: several waves of blocks, so arrivals overlap
     std::printf("test_grid_arrival: %s\n", c.failures ? "FAIL" : "OK");
     return c.failures ? 1 : 0;
 }
