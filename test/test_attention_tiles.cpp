@@ -5,9 +5,11 @@
 //                 and none of them is wholly invisible;
 //   dK / dV:      the query tiles visited by each key tile cover every visible pair exactly once,
 //                 and none is wholly invisible;
-//   tile_needs_mask is false only for tiles whose pairs are all visible and inside [0, T).
+//   tile_needs_mask is false only for tiles whose pairs are all visible and inside [0, T);
+//   the FA2 forward's masked-tile bits: a warp's visible 16-key pairs, a thread's visible scores.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -145,6 +147,50 @@ TEST_CASE("attention tiles: the near/far split of a row and of a tile, by enumer
                 INFO("N " << N << " r0 " << r0 << " k0 " << k0);
                 REQUIRE(llmc::attn_tile_near_kind(r0, r0 + 15, k0, k0 + 63, N) == want);
             }
+}
+
+TEST_CASE("attention tiles: a warp's visible 16-key pairs and a thread's score bits, by enumeration",
+          "[attention][tiles]") {
+    // The FA2-class forward's masked tiles (llmc/cuda/attention_ls_fa2.cuh): a warp owns rows r0 ..
+    // r0+15 of a 64-key tile at k0, a thread (c = 0..3) the keys k0 + 2c + 8nb + e of its rows. Every
+    // window P from 1 to past two tiles, T up to three tiles and a few rows past, r0 on every 16-row
+    // step and k0 on every key tile a query tile visits, plus offsets that no query tile visits.
+    for (bool local : {true, false})
+        for (int P = 1; P <= (local ? 140 : 1); P++)
+            for (int T : {1, 15, 16, 17, 63, 64, 65, 100, 128, 129, 191, 192, 193})
+                for (int r0 = 0; r0 < T + 16; r0 += 16)
+                    for (int k0 = -64; k0 <= r0 + 16; k0 += 64) {
+                        unsigned want = 0;
+                        for (int np = 0; np < 4; np++)
+                            for (int i = r0; i < std::min(r0 + 16, T); i++)
+                                for (int j = k0 + 16 * np; j < k0 + 16 * np + 16; j++)
+                                    if (j >= 0 && visible_brute(i, j, local, P)) want |= 1u << np;
+                        INFO("local " << local << " P " << P << " T " << T << " r0 " << r0 << " k0 " << k0);
+                        REQUIRE(llmc::attn_warp_visible_pairs(r0, k0, T, local, P) == want);
+                        for (int i = r0; i < r0 + 16; i++)
+                            for (int c = 0; c < 4; c++) {
+                                const int kc = k0 + 2 * c;
+                                const unsigned bits = llmc::attn_thread_score_bits(llmc::attn_key_lo(i, local, P) - kc,
+                                                                                   (i < T ? i : -1) - kc);
+                                for (int q = 0; q < 16; q++) {
+                                    const int j = kc + 8 * (q / 2) + q % 2;
+                                    const bool vis = i < T && j >= 0 && visible_brute(i, j, local, P);
+                                    if (((bits >> q) & 1u) != (vis ? 1u : 0u))
+                                        FAIL("score bit " << q << " of row " << i << " c " << c << ": key " << j);
+                                }
+                            }
+                    }
+    // any range, including ones far outside the 16 offsets 0, 1, 8, 9, ..., 56, 57
+    for (int lo = -80; lo <= 80; lo++)
+        for (int hi = -80; hi <= 80; hi++) {
+            unsigned want = 0;
+            for (int q = 0; q < 16; q++) {
+                const int off = 8 * (q / 2) + q % 2;
+                if (off >= lo && off <= hi) want |= 1u << q;
+            }
+            INFO("lo " << lo << " hi " << hi);
+            REQUIRE(llmc::attn_thread_score_bits(lo, hi) == want);
+        }
 }
 
 // ------------------------------------------------------------------------------------------------

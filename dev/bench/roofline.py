@@ -87,8 +87,8 @@ MODELS = {
 # The attention kernels the BF16 build trains with (llmc/cuda/attention_ls.cuh's default, the
 # FlashAttention-2-class family: attention_ls_fa2.cuh, attention_ls_fa2_bwd.cuh) for the SASS column:
 # the op they belong to and the GEMMs each computes per visited tile pair. (The forward skips the
-# 8-key blocks of a tile outside a local head's window; the model counts whole tiles, so it
-# overstates the forward's local-head work.)
+# 16-key pairs of MMA blocks of a tile outside a local head's window; the model counts whole tiles,
+# so it overstates the forward's local-head work.)
 ATTENTION_KERNELS = {
     "attn_fwd_fa2_kernel": ("attention fwd", 2),  # S = Q K^T, O += P V
     "attn_bwd_kv_fa2_kernel": ("attention bwd", 4),  # S, dP = dO V^T, dV += P^T dO, dK += dS^T Q

@@ -76,6 +76,25 @@ LLMC_HD inline bool attn_tile_needs_mask(int qt, int kt, int BQ, int BK, int T, 
     return false;
 }
 
+// Warp-level visibility inside a 64-key tile (the FA2-class forward, llmc/cuda/attention_ls_fa2.cuh,
+// where a warp owns the 16 rows r0 .. r0+15 and a thread the keys k0 + 8nb + 2c + {0, 1}).
+// Bit np (0..3) set when the 16 keys k0 + 16np .. +15 hold a key that one of the rows r0 .. r0+15
+// (< T) sees: the rows' windows overlap into [key_lo(r0), min(r0+15, T-1)].
+LLMC_HD inline unsigned attn_warp_visible_pairs(int r0, int k0, int T, bool local, int P) {
+    const int hi = r0 < T ? attn_imin((attn_imin(r0 + 15, T - 1) - k0) >> 4, 3) : -1;  // >> 4: floor
+    const int lo = attn_imax((attn_key_lo(r0, local, P) - k0) >> 4, 0);
+    return hi < lo ? 0u : (0xFu >> (3 - hi)) & (0xFu << lo);
+}
+// A thread's 16 scores of one row sit at the key offsets 8nb + e (nb = 0..7, e = 0, 1) from its first
+// key; bit 2nb + e of the result is set when that offset lies in [lo, hi] (any ints; empty when
+// hi < lo). The offsets grow with 2nb + e, so the bits are one run: first bit q_lo = the first
+// index whose offset is >= lo, last bit q_hi = the last whose offset is <= hi.
+LLMC_HD inline unsigned attn_thread_score_bits(int lo, int hi) {
+    const int q_lo = attn_imax(2 * (lo >> 3) + attn_imin(lo & 7, 2), 0);  // >> 3, & 7: floor, mod 8
+    const int q_hi = attn_imin(2 * (hi >> 3) + attn_imin(hi & 7, 1), 15);
+    return q_hi < q_lo ? 0u : (0xFFFFu >> (15 - q_hi)) & (0xFFFFu << q_lo);
+}
+
 // Soft-cap: returns s' = c*tanh(s/c) (s itself when c <= 0) and t = tanh(s/c) (0 when off) for
 // the backward's derivative ds'/ds = 1 - t^2.
 LLMC_HD inline float attn_softcap(float s, float cap, float& t) {

@@ -26,7 +26,9 @@
 // pairs (for the warp's 16 rows) are all near or all far, so the tile's max goes to one side and its
 // whole sum of p is near or not - a few instructions per tile; the kernel sends the tiles the
 // distance N cuts through to the masked body, which tests each score.
-// Masked tiles skip the 8-key MMA blocks a warp's 16 rows cannot see (fa2_visible_blocks).
+// Masked tiles skip the 16-key pairs of MMA blocks a warp's 16 rows cannot see
+// (attn_warp_visible_pairs) and test each score against one word of bits per thread
+// (attn_thread_score_bits); masked scores are kFa2Masked (-FLT_MAX), not -inf.
 // qkv and out are accessed with 16- and 4-byte accesses: 16-byte aligned base pointers (the
 // launcher checks).
 #pragma once
@@ -75,18 +77,10 @@ __device__ __forceinline__ uint32_t fa2_lane_offset(int row, int chunk0) {
     return 2u * (uint32_t)smem_swizzle_offset(row, chunk0, HD / 8);
 }
 
-// Bit nb (0..7) set when the 8-key block k0 + 8nb .. +7 holds a key that one of the warp's rows
-// r0 .. r0+15 (< T) sees. The rows' windows overlap into [key_lo(r0), min(r0+15, T-1)].
-__device__ __forceinline__ unsigned fa2_visible_blocks(int r0, int k0, int T, bool local, int P) {
-    const int rl = attn_imin(r0 + 15, T - 1), klo = attn_key_lo(r0, local, P);
-    unsigned bits = 0;
-#pragma unroll
-    for (int nb = 0; nb < kAttnMmaBK / 8; nb++) {
-        const int kj = k0 + nb * 8;
-        if (r0 <= rl && kj <= rl && kj + 7 >= klo) bits |= 1u << nb;
-    }
-    return bits;
-}
+// A masked score's x on a masked tile: finite, so that p * x = 0 for its p = ex2(x*mul - m*mul) = 0
+// (no select before the entropy's FFMA), and below every visible score; a row max that is still
+// <= kFa2Masked means nothing visible yet, like -inf (the state's initial max).
+constexpr float kFa2Masked = -3.40282347e38f;  // -FLT_MAX
 
 // Running state of one warp (this thread: rows hf = 0 (g) and hf = 1 (g+8) of the warp's 16).
 template <int HD>
@@ -109,7 +103,10 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[k
                                          float cap, float scale_over_cap, int near_n) {
     constexpr int KS = HD / 16, NB = kAttnMmaBK / 8, DB = HD / 8;
     const int lane = threadIdx.x % 32, c = lane % 4, mi = lane / 8, j8 = lane % 8;
-    const unsigned vis_blocks = MASK ? fa2_visible_blocks(r0, k0, T, local, P) : 0xffu;
+    // a global head as a local one with a window past every row (key_lo = 0 for rows < T + 64): one
+    // code path for both kinds
+    const int window = local ? P : T + kAttnMmaBQ;
+    const unsigned vis_pairs = MASK ? attn_warp_visible_pairs(r0, k0, T, true, window) : 0xfu;
 
     // S = Q K^T: s[nb] covers keys k0 + nb*8 + 2c + {0,1} of rows g, g+8
     float s[NB][4];
@@ -120,7 +117,9 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[k
     const char* q_bytes = reinterpret_cast<const char*>(sQ) + (uint32_t)warp * ROW16;
     const char* k_bytes = reinterpret_cast<const char*>(sK);
     const uint32_t q_off = fa2_lane_offset<HD>((mi & 1) * 8 + j8, mi >> 1);
-    const uint32_t k_off = fa2_lane_offset<HD>((mi >> 1) * 8 + j8, mi & 1);
+    // masked: the offsets in one register each, not recomputed per visible pair (opaque_u32)
+    const uint32_t k_off = MASK ? opaque_u32(fa2_lane_offset<HD>((mi >> 1) * 8 + j8, mi & 1))
+                                : fa2_lane_offset<HD>((mi >> 1) * 8 + j8, mi & 1);
 #pragma unroll
     for (int ks = 0; ks < KS; ks++) {
         uint32_t qk[4];
@@ -133,28 +132,31 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[k
         const char* k_ks = k_bytes + (k_off ^ (32u * ks));
 #pragma unroll
         for (int np = 0; np < NB / 2; np++) {
-            if (MASK && !((vis_blocks >> (2 * np)) & 3u)) continue;  // warp-uniform
+            if (MASK && !((vis_pairs >> np) & 1u)) continue;  // warp-uniform
             // matrices: (keys np*16 + 0..7 | 8..15) x (dims ks*16 + 0..7 | 8..15); lane 8mi + j8 -> row j8
             uint32_t kb[4];
             ldmatrix_x4(kb, k_ks + np * ROW16);
-            if (!MASK || ((vis_blocks >> (2 * np)) & 1u)) mma_bf16_16816(s[2 * np], qk, kb[0], kb[1]);
-            if (!MASK || ((vis_blocks >> (2 * np + 1)) & 1u)) mma_bf16_16816(s[2 * np + 1], qk, kb[2], kb[3]);
+            mma_bf16_16816(s[2 * np], qk, kb[0], kb[1]);
+            mma_bf16_16816(s[2 * np + 1], qk, kb[2], kb[3]);
         }
     }
 
-    // soft-cap, mask, statistics; row max (x units). Row hf sees keys [jlo, jhi] (empty past T).
-    int jlo[2] = {0, 0}, jhi[2] = {0, 0};
+    // soft-cap, mask, statistics; row max (x units). Row hf sees keys [key_lo, i] (none past T):
+    // bit 2nb + e + 16hf of vis_bits is score s[nb][2hf + e]'s (near_bits: the key is near, NEAR)
+    unsigned vis_bits = 0u, near_bits = 0u;
+    const unsigned one = opaque_u32(1u);  // the tests below stay LOP3 / R2P (opaque_u32)
     if (MASK) {
+        const int kc = k0 + 2 * c;  // this thread's first key
 #pragma unroll
         for (int hf = 0; hf < 2; hf++) {
-            jlo[hf] = attn_key_lo(i_row[hf], local, P);
-            jhi[hf] = i_row[hf] < T ? i_row[hf] : -1;
+            const int i = i_row[hf];
+            vis_bits |= attn_thread_score_bits(attn_key_lo(i, true, window) - kc, (i < T ? i : -1) - kc) << (16 * hf);
+            if (NEAR) near_bits |= attn_thread_score_bits(i - near_n + 1 - kc, 63) << (16 * hf);
         }
     }
-    // near/far: the masked body tests each score (jnear: a row's first near key); the unmasked one
-    // gets only tiles whose pairs are all near (near_kind 1) or all far (-1) for this warp's rows
+    // near/far: the masked body tests each score; the unmasked one gets only tiles whose pairs are
+    // all near (near_kind 1) or all far (-1) for this warp's rows
     const bool all_near = NEAR && !MASK && attn_tile_near_kind(r0, r0 + 15, k0, k0 + kAttnMmaBK - 1, near_n) > 0;
-    const int jnear[2] = {i_row[0] - near_n + 1, i_row[1] - near_n + 1};
     float mx[2] = {-INFINITY, -INFINITY};
     float rmax = -INFINITY;  // soft-cap: max raw accumulator over the tile's visible pairs (STATS)
 #pragma unroll
@@ -162,18 +164,18 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[k
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int hf = e / 2;
-            const int j = k0 + nb * 8 + 2 * c + (e & 1);
+            const unsigned bit = one << (2 * nb + (e & 1) + 16 * hf);
             const float a = s[nb][e];
-            const bool vis = !MASK || (j >= jlo[hf] && j <= jhi[hf]);
+            const bool vis = !MASK || (vis_bits & bit) != 0;
             float x = SOFTCAP ? cap * tanhf(a * scale_over_cap) : a;
-            if (MASK) x = vis ? x : -INFINITY;
+            if (MASK) x = vis ? x : kFa2Masked;
             if (STATS) {  // without soft-cap x = a: the max comes from the row max below
                 if (SOFTCAP) rmax = fmaxf(rmax, vis ? a : -INFINITY);
                 st.smin = fminf(st.smin, vis ? a : INFINITY);
             }
             if (NEAR && MASK) {
                 const float av = vis ? a : -INFINITY;
-                const bool near = j >= jnear[hf];
+                const bool near = (near_bits & bit) != 0;
                 st.nmax = fmaxf(st.nmax, near ? av : -INFINITY);
                 st.fmax = fmaxf(st.fmax, near ? -INFINITY : av);
             }
@@ -194,7 +196,8 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[k
         mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
         mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
         const float m_new = fmaxf(st.m[hf], mx[hf]);
-        const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // nothing visible yet: p = 0, alpha = 0
+        // nothing visible yet (-inf, or kFa2Masked from a masked tile): shift 0, so p = 0 and alpha = 0
+        const float m_use = m_new <= kFa2Masked ? 0.0f : m_new;
         const float alpha = ex2_approx_ftz((st.m[hf] - m_use) * mul);
         st.m[hf] = m_new;
         neg_m[hf] = -m_use * mul;
@@ -215,10 +218,10 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[k
         for (int e = 0; e < 4; e++) {
             const int hf = e / 2;
             const float x = s[nb][e];
-            const float p = ex2_approx_ftz(fmaf(x, mul, neg_m[hf]));  // ex2(-inf) = 0 for masked
+            const float p = ex2_approx_ftz(fmaf(x, mul, neg_m[hf]));  // masked: ex2(about -FLT_MAX * mul) = 0
             st.l[hf] += p;
-            if (STATS) st.es[hf] += (!MASK || p > 0.0f) ? p * x : 0.0f;  // masked: never 0 * -inf
-            if (NEAR && MASK) st.nl[hf] += k0 + nb * 8 + 2 * c + (e & 1) >= jnear[hf] ? p : 0.0f;
+            if (STATS) st.es[hf] += p * x;  // masked: p = 0, x = kFa2Masked: adds -0
+            if (NEAR && MASK) st.nl[hf] += (near_bits & (one << (2 * nb + (e & 1) + 16 * hf))) != 0 ? p : 0.0f;
             s[nb][e] = p;
         }
     }
@@ -231,10 +234,11 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[k
 
     // O += P V: A = P (16 rows x 16 keys) from two accumulator blocks; B from V via ldmatrix.trans
     const char* v_bytes = reinterpret_cast<const char*>(sV);
-    const uint32_t v_off = fa2_lane_offset<HD>((mi & 1) * 8 + j8, mi >> 1);
+    const uint32_t v_off = MASK ? opaque_u32(fa2_lane_offset<HD>((mi & 1) * 8 + j8, mi >> 1))
+                                : fa2_lane_offset<HD>((mi & 1) * 8 + j8, mi >> 1);
 #pragma unroll
     for (int kk = 0; kk < NB / 2; kk++) {
-        if (MASK && !((vis_blocks >> (2 * kk)) & 3u)) continue;  // p = 0 on both blocks
+        if (MASK && !((vis_pairs >> kk) & 1u)) continue;  // p = 0 on both blocks
         uint32_t pa[4];
         mma_acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
 #pragma unroll

@@ -15,6 +15,8 @@
 // Qkv, out, dout, dqkv are read / written with 16-byte (int4) and 4-byte accesses: 16-byte aligned
 // base pointers required (checked by the launcher).
 #pragma once
+#include <cstring>
+
 #include "llmc/cuda/attention_ls_common.cuh"
 #include "llmc/cuda/ptx.cuh"  // mma_bf16_16816
 
@@ -25,8 +27,10 @@ __device__ __forceinline__ uint32_t ld_bf16x2(const __nv_bfloat16* p) { return *
 
 // Pack two floats to a bf16 pair register: lo in the low half (lower index), hi in the high half.
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x = lo = low 16 bits
-    return *reinterpret_cast<uint32_t*>(&v);
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x = lo = low 16 bits
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof bits);  // no type pun (strict aliasing); one register move
+    return bits;
 }
 
 // A fragment of a row-major 16x16 block in smem; p points at element [g][2c] of the block.

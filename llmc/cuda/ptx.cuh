@@ -228,4 +228,17 @@ __device__ __forceinline__ void fence_acq_rel_gpu() {
 #endif
 }
 
+// ---- a value the front end may not rewrite ------------------------------------------------------
+// An empty inline-PTX statement that reads and writes x: no instruction, and ptxas still sees the
+// value, but NVVM (the C++ front end) does not. So NVVM cannot recompute x from its inputs inside
+// each branch that uses it (it keeps one register), nor rewrite a bit test (w & (x << k)) != 0 with
+// x = 1 into a shift and a compare of the shifted bit (ptxas, seeing the 1, turns the test into one
+// LOP3 or a share of an R2P). The emulation returns x.
+__device__ __forceinline__ uint32_t opaque_u32(uint32_t x) {
+#if defined(__CUDA_ARCH__) && !defined(LLMC_EMULATE)
+    asm volatile("" : "+r"(x));
+#endif
+    return x;
+}
+
 }  // namespace llmc::cuda
