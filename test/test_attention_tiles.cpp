@@ -167,11 +167,14 @@ TEST_CASE("attention tiles: a warp's visible 16-key pairs and a thread's score b
                                     if (j >= 0 && visible_brute(i, j, local, P)) want |= 1u << np;
                         INFO("local " << local << " P " << P << " T " << T << " r0 " << r0 << " k0 " << k0);
                         REQUIRE(llmc::attn_warp_visible_pairs(r0, k0, T, local, P) == want);
+                        // the kernel runs a global head as a local one whose window passes every row
+                        if (!local) REQUIRE(llmc::attn_warp_visible_pairs(r0, k0, T, true, T + 64) == want);
                         for (int i = r0; i < r0 + 16; i++)
                             for (int c = 0; c < 4; c++) {
                                 const int kc = k0 + 2 * c;
-                                const unsigned bits = llmc::attn_thread_score_bits(llmc::attn_key_lo(i, local, P) - kc,
-                                                                                   (i < T ? i : -1) - kc);
+                                const int lo =
+                                    local ? llmc::attn_key_lo(i, true, P) : llmc::attn_key_lo(i, true, T + 64);
+                                const unsigned bits = llmc::attn_thread_score_bits(lo - kc, (i < T ? i : -1) - kc);
                                 for (int q = 0; q < 16; q++) {
                                     const int j = kc + 8 * (q / 2) + q % 2;
                                     const bool vis = i < T && j >= 0 && visible_brute(i, j, local, P);

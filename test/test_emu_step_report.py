@@ -202,3 +202,55 @@ def test_unwritable_report_path_is_refused(periodic_data, tmp_path):
     assert p.returncode != 0
     errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "LLMC_EMU_REPORT" in errors[0], p.stderr[-2000:]
+
+
+def test_cuda_graph_step_is_one_launch_with_the_same_bits(periodic_data, tmp_path):
+    """--cuda-graph 1 (llmc/cuda/step_graph.cuh): 6 steps of 2 micro-batches (-d), a cosine schedule
+    (the learning rate changes every step: it reaches the graph through page-locked memory), validation
+    every 3 steps between them. The run's numbers and files are bit for bit those of --cuda-graph 0;
+    step 1 is issued eagerly (it allocates), step 2 repeats it and is captured and launched as a graph,
+    step 3 replays that graph: one graph launch, the same kernels and matmuls as the eager step, no
+    host synchronisation. The first validation grows the staging (a buffer moves), so step 4 is
+    issued eagerly again, step 5 captured, step 6 replayed."""
+    flags = ["--layers", "2", "-v", "3", "--val-batches", "2", "-x", "6", "-d", "128", "-k", "cosine", "-u", "3",
+             "-l", "3e-3", "--near", "3"] + MODEL
+    outs, recs = {}, {}
+    for g in (0, 1):
+        outs[g] = tmp_path / f"graph{g}"
+        recs[g] = records(periodic_data, tmp_path, f"graph{g}", flags + ["--cuda-graph", str(g), "-o", str(outs[g])])
+    ref = {r["step"]: r for r in train_records(outs[0] / "metrics.jsonl")}
+    got = {r["step"]: r for r in train_records(outs[1] / "metrics.jsonl")}
+    assert sorted(ref) == sorted(got) == [1, 2, 3, 4, 5, 6]
+    for s in ref:
+        for key in ["loss", "z_loss", "grad_norm", "lr", "val_loss", "max_attn_logit", "out_max_logit"]:
+            assert ref[s].get(key) == got[s].get(key), f"step {s}: {key} {ref[s].get(key)} != {got[s].get(key)}"
+    # the replayed steps update with their own learning rate, not the one their graph was captured with
+    assert ref[3]["lr"] != ref[2]["lr"] and ref[6]["lr"] != ref[5]["lr"], {s: ref[s]["lr"] for s in ref}
+    for name in ["model_00000006.bin", "state_00000006_00000.bin", "logit_stats.jsonl"]:
+        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), f"{name} differs"
+    eager = {r["step"]: r for r in recs[0] if r["interval"] == "step"}
+    graph = {r["step"]: r for r in recs[1] if r["interval"] == "step"}
+    assert [graph[s]["graph_launches"] for s in range(1, 7)] == [0, 1, 1, 0, 1, 1], \
+        {s: graph[s]["graph_launches"] for s in graph}
+    assert all(eager[s]["graph_launches"] == 0 for s in eager)
+    for s in (3, 6):  # replays: the eager step's work, as one launch, no host synchronisation
+        assert graph[s]["kernels"] == eager[s]["kernels"] and graph[s]["matmuls"] == eager[s]["matmuls"], s
+        assert graph[s]["host_syncs"] == 0, f"step {s}: {graph[s]['syncs']}"
+        assert graph[s]["copies"] == eager[s]["copies"], f"step {s}: {graph[s]['copies']} vs {eager[s]['copies']}"
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--device", "cpu"], "--cuda-graph 1 needs the CUDA backend"),
+    (["--qk-clip", "100"], "--cuda-graph 1 replays the queued step"),
+    (["--skip-spikes", "6"], "--cuda-graph 1 replays the queued step"),
+])
+def test_cuda_graph_refuses_what_it_cannot_replay(periodic_data, tmp_path, extra, needle):
+    """A run that would not use the graph is refused with one line, not run without it."""
+    args = ["-i", f"{periodic_data}/train_*.bin", "-j", f"{periodic_data}/val_*.bin"] + BASE + \
+        ["--layers", "1", "-v", "0", "--cuda-graph", "1"] + MODEL + extra
+    if "--device" not in extra:
+        args = ["--device", "cuda"] + args
+    p = subprocess.run([str(EMU_TRAIN)] + args, cwd=REPO, capture_output=True, text=True, timeout=600, env=ENV)
+    assert p.returncode != 0, p.stderr[-2000:]
+    errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and needle in errors[0], p.stderr[-2000:]

@@ -210,6 +210,13 @@ MUTANTS = {
         "for (int j = 0; j < 8; j++) total += sm[j][threadIdx.x];",
         "for (int j = 0; j < 8; j++) total += sm[(j + blockIdx.y) % 8][threadIdx.x];",
         "build/emu/dev/matmul", ["--check"], "race: kernel llmc::cuda::detail::bias_sum_kernel"),
+    # a launch on a capturing stream run at once instead of recorded for the graph (the captured
+    # work then happens before the graph runs, and again at each launch)
+    "emulated-capture-runs-launch-now": (
+        "dev/emu/grid.h",
+        "        c->work.push_back([=] { run_grid_now(fn, grid, block, smem, body, footprint); });\n        return;\n",
+        "        (void)c;\n",
+        "build/emu/test_gpu/test_cuda_graph", [], "FAIL captured work is not executed"),
     # the oldest group read back without its wait: the readers get the poison of the copies not yet
     # completed, and which those are depends on the schedule (test_missing_wait_reads_the_poison:
     # with one schedule the poison itself shows)

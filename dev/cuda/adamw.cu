@@ -196,7 +196,8 @@ bool check_copy(llmc::Rng& rng, size_t n) {
 // adamw_update_all: tensors of several sizes (one empty) with their own weight decay in one launch,
 // against the CPU reference per tensor; the gradient multiplier from the host, then decided on the
 // device from a squared norm (clipped, not clipped), and the whole update skipped on the device when
-// the norm or the loss check is not finite (master, m, v, params untouched).
+// the norm or the loss check is not finite (master, m, v, params untouched); and lr and the bias
+// corrections read from device memory (gate.step) while the arguments hold values that must not be used.
 bool check_all(llmc::Rng& rng) {
     const std::vector<size_t> sizes = {1000, 0, 1, 77777, 4099};
     const std::vector<float> decay = {0.1f, 0.1f, 0.0f, 0.05f, 0.0f};
@@ -216,6 +217,7 @@ bool check_all(llmc::Rng& rng) {
         float norm_sq, clip;
         double loss;
         bool applied;
+        bool device_step = false;  // lr and the bias corrections from gate.step
     };
     const Case cases[] = {
         {"host multiplier 0.7", false, 0.f, 0.f, 0.0, true},
@@ -225,6 +227,7 @@ bool check_all(llmc::Rng& rng) {
         {"device: norm inf, skipped", true, inf, 1.f, 3.0, false},
         {"device: norm NaN, skipped", true, nan, 1.f, 3.0, false},
         {"device: loss NaN, skipped", true, 25.f, 1.f, (double)nan, false},
+        {"device: norm 5 > clip 1, lr and t from device memory", true, 25.f, 1.f, 3.0, true, true},
     };
     std::vector<float> master = lab::random_normal(rng, n, 0.f, 0.5f);
     std::vector<float> m(n, 0.f), v(n, 0.f);
@@ -235,6 +238,7 @@ bool check_all(llmc::Rng& rng) {
     DeviceBuffer<float> d_grads(n), d_norm(1);
     DeviceBuffer<double> d_loss(1);
     DeviceBuffer<int> d_applied(1);
+    DeviceBuffer<llmc::cuda::detail::AdamWStepScalars> d_step(1);
     bool ok = true;
     int t = 0;
     for (const Case& c : cases) {
@@ -268,8 +272,17 @@ bool check_all(llmc::Rng& rng) {
         } else {
             gate.multiplier = mult;
         }
-        llmc::cuda::adamw_update_all(d_params.get(), d_master.get(), d_grads.get(), d_m.get(), d_v.get(), seg, lr, b1,
-                                     b2, eps, t, gate, 0);
+        float lr_arg = lr;
+        int t_arg = t;
+        if (c.device_step) {
+            const llmc::cuda::detail::AdamWStepScalars sc = llmc::cuda::detail::adamw_step_scalars(lr, b1, b2, t);
+            CUDA_CHECK(cudaMemcpy(d_step.get(), &sc, sizeof sc, cudaMemcpyHostToDevice));
+            gate.step = d_step.get();
+            lr_arg = 123.0f;  // must not be used
+            t_arg = 999;
+        }
+        llmc::cuda::adamw_update_all(d_params.get(), d_master.get(), d_grads.get(), d_m.get(), d_v.get(), seg, lr_arg,
+                                     b1, b2, eps, t_arg, gate, 0);
         if (c.device_gate) {
             int applied = -1;
             CUDA_CHECK(cudaMemcpy(&applied, d_applied.get(), sizeof(int), cudaMemcpyDeviceToHost));

@@ -280,6 +280,61 @@ cublasStatus_t heuristic(const Desc& d, const Layout& a, const Layout& b, const 
     return CUBLAS_STATUS_SUCCESS;
 }
 
+// Runs a validated matmul (cublasLtMatmul's checks passed): the bounds of the matrices, bias and
+// aux in device memory (EXECUTION_FAILED: a GPU faults), then D = epilogue(al op(A) op(B) + be C + bias).
+cublasStatus_t run_matmul(const Desc& d, const Layout& la, const Layout& lb, const Layout& lc, const Layout& ld,
+                          float al, float be, const void* A, const void* B, const void* C, void* D) {
+    const int64_t m = (int64_t)ld.rows, n = (int64_t)ld.cols;
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    llmc::emu::DeviceState& dev = llmc::emu::device();
+    {
+        std::lock_guard<std::mutex> lock(dev.mu);
+        const std::pair<const void*, size_t> spans[4] = {
+            {A, span_bytes(la)}, {B, span_bytes(lb)}, {C, be != 0.0f ? span_bytes(lc) : 0}, {D, span_bytes(ld)}};
+        for (int i = 0; i < 4; i++)
+            if (spans[i].second && !dev.device_range(spans[i].first, spans[i].second))
+                return say(CUBLAS_STATUS_EXECUTION_FAILED,
+                           std::string("matrix ") + "ABCD"[i] + " is not device memory or runs past its allocation");
+        if (has_bias(d.epilogue) && !dev.device_range(d.bias, ld.rows * elem_size(ld.type)))
+            return say(CUBLAS_STATUS_EXECUTION_FAILED, "bias is not device memory of D's rows");
+        if (has_aux(d.epilogue) &&
+            !dev.device_range(d.aux, ((ld.cols - 1) * (size_t)d.aux_ld + ld.rows) * elem_size(ld.type)))
+            return say(CUBLAS_STATUS_EXECUTION_FAILED, "aux is not device memory of (aux_ld, D's columns)");
+    }
+    dev.counters.matmul();  // for the per-step report (step_counters.h)
+    const int64_t k = d.transa == CUBLAS_OP_N ? (int64_t)la.cols : (int64_t)la.rows;
+    const bool ta = d.transa != CUBLAS_OP_N, tb = d.transb != CUBLAS_OP_N;
+    // op(A) as m rows of k and op(B) as n columns of k, in fp32, each element read once from device
+    // memory (a speed-up only)
+    std::vector<float> a_op((size_t)m * (size_t)k), b_op((size_t)n * (size_t)k);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t p = 0; p < k; p++)
+            a_op[(size_t)(i * k + p)] = load(A, la.type, ta ? (size_t)(p + i * la.ld) : (size_t)(i + p * la.ld));
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t p = 0; p < k; p++)
+            b_op[(size_t)(j * k + p)] = load(B, lb.type, tb ? (size_t)(j + p * lb.ld) : (size_t)(p + j * lb.ld));
+            // C == D is element-wise safe: each element of C is read before the same element of D is written.
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < n; j++) {
+        const float* bcol = b_op.data() + (size_t)(j * k);
+        for (int64_t i = 0; i < m; i++) {
+            const float* arow = a_op.data() + (size_t)(i * k);
+            double x = (double)al * dot_in_double(arow, bcol, k);
+            if (be != 0.0f) x += (double)be * load(C, lc.type, (size_t)(i + j * lc.ld));  // beta = 0: C is not read
+            if (has_bias(d.epilogue)) x += load(d.bias, ld.type, (size_t)i);
+            if (has_aux(d.epilogue)) store(d.aux, ld.type, (size_t)(i + j * d.aux_ld), x);
+            if (has_gelu(d.epilogue)) {
+                const double c = std::sqrt(2.0 / M_PI);
+                x = 0.5 * x * (1.0 + std::tanh(c * (x + 0.044715 * x * x * x)));
+            }
+            store(D, ld.type, (size_t)(i + j * ld.ld), x);
+        }
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" {
@@ -442,7 +497,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
                               cublasLtMatrixLayout_t adesc, const void* B, cublasLtMatrixLayout_t bdesc,
                               const void* beta, const void* C, cublasLtMatrixLayout_t cdesc, void* D,
                               cublasLtMatrixLayout_t ddesc, const cublasLtMatmulAlgo_t* algo, void* workspace,
-                              size_t workspace_bytes, cudaStream_t) {
+                              size_t workspace_bytes, cudaStream_t stream) {
     if (!h || reinterpret_cast<Handle*>(h)->magic != kHandleMagic) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (!desc || !adesc || !bdesc || !cdesc || !ddesc) return say(CUBLAS_STATUS_INVALID_VALUE, "a null descriptor");
     const Desc& d = desc_of(desc);
@@ -483,56 +538,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
         return say(CUBLAS_STATUS_INVALID_VALUE, "the aux pointer is " + std::to_string(alignment_of(d.aux)) +
                                                     "-byte aligned, the algorithm was chosen for one " +
                                                     std::to_string(info.aux_align) + "-byte aligned");
+    // host pointer mode: alpha and beta are read now (a captured matmul keeps these values)
     const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
-    const int64_t m = (int64_t)ld.rows, n = (int64_t)ld.cols;
-    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
-    llmc::emu::DeviceState& dev = llmc::emu::device();
-    {
-        std::lock_guard<std::mutex> lock(dev.mu);
-        const std::pair<const void*, size_t> spans[4] = {
-            {A, span_bytes(la)}, {B, span_bytes(lb)}, {C, be != 0.0f ? span_bytes(lc) : 0}, {D, span_bytes(ld)}};
-        for (int i = 0; i < 4; i++)
-            if (spans[i].second && !dev.device_range(spans[i].first, spans[i].second))
-                return say(CUBLAS_STATUS_EXECUTION_FAILED,
-                           std::string("matrix ") + "ABCD"[i] + " is not device memory or runs past its allocation");
-        if (has_bias(d.epilogue) && !dev.device_range(d.bias, ld.rows * elem_size(ld.type)))
-            return say(CUBLAS_STATUS_EXECUTION_FAILED, "bias is not device memory of D's rows");
-        if (has_aux(d.epilogue) &&
-            !dev.device_range(d.aux, ((ld.cols - 1) * (size_t)d.aux_ld + ld.rows) * elem_size(ld.type)))
-            return say(CUBLAS_STATUS_EXECUTION_FAILED, "aux is not device memory of (aux_ld, D's columns)");
+    if (llmc::emu::Capture* cap = llmc::emu::device().capture_of(stream)) {  // runs when the graph runs
+        cap->work.push_back([d, la, lb, lc, ld, al, be, A, B, C, D] {
+            if (run_matmul(d, la, lb, lc, ld, al, be, A, B, C, D) != CUBLAS_STATUS_SUCCESS)
+                llmc::emu::device_fault("a captured cublasLtMatmul failed when its graph ran");
+        });
+        return CUBLAS_STATUS_SUCCESS;
     }
-    dev.counters.matmul();  // for the per-step report (step_counters.h)
-    const int64_t k = d.transa == CUBLAS_OP_N ? (int64_t)la.cols : (int64_t)la.rows;
-    const bool ta = d.transa != CUBLAS_OP_N, tb = d.transb != CUBLAS_OP_N;
-    // op(A) as m rows of k and op(B) as n columns of k, in fp32, each element read once from device
-    // memory (a speed-up only)
-    std::vector<float> a_op((size_t)m * (size_t)k), b_op((size_t)n * (size_t)k);
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t p = 0; p < k; p++)
-            a_op[(size_t)(i * k + p)] = load(A, la.type, ta ? (size_t)(p + i * la.ld) : (size_t)(i + p * la.ld));
-#pragma omp parallel for schedule(static)
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t p = 0; p < k; p++)
-            b_op[(size_t)(j * k + p)] = load(B, lb.type, tb ? (size_t)(j + p * lb.ld) : (size_t)(p + j * lb.ld));
-            // C == D is element-wise safe: each element of C is read before the same element of D is written.
-#pragma omp parallel for schedule(static)
-    for (int64_t j = 0; j < n; j++) {
-        const float* bcol = b_op.data() + (size_t)(j * k);
-        for (int64_t i = 0; i < m; i++) {
-            const float* arow = a_op.data() + (size_t)(i * k);
-            double x = (double)al * dot_in_double(arow, bcol, k);
-            if (be != 0.0f) x += (double)be * load(C, lc.type, (size_t)(i + j * lc.ld));  // beta = 0: C is not read
-            if (has_bias(d.epilogue)) x += load(d.bias, ld.type, (size_t)i);
-            if (has_aux(d.epilogue)) store(d.aux, ld.type, (size_t)(i + j * d.aux_ld), x);
-            if (has_gelu(d.epilogue)) {
-                const double c = std::sqrt(2.0 / M_PI);
-                x = 0.5 * x * (1.0 + std::tanh(c * (x + 0.044715 * x * x * x)));
-            }
-            store(D, ld.type, (size_t)(i + j * ld.ld), x);
-        }
-    }
-    return CUBLAS_STATUS_SUCCESS;
+    return run_matmul(d, la, lb, lc, ld, al, be, A, B, C, D);
 }
 
 }  // extern "C"

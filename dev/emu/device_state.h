@@ -4,13 +4,15 @@
 // schedules every launch runs under, and the properties of an H100 SXM (sm_90, 132 SMs, 227 KB of
 // opt-in shared memory per block). Like the driver it stands in for, it is process-wide: device().
 // LLMC_EMU_DEVICE_COUNT > 1 numbers several devices that all share this one state (parse_device_count).
-// It also keeps the per-step counts of launches, copies and synchronisations (step_counters.h).
+// It also keeps the per-step counts of launches, copies and synchronisations (step_counters.h), and
+// the stream captures in progress (cudaStreamBeginCapture: the work recorded instead of run).
 #pragma once
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -54,6 +56,15 @@ inline int parse_device_count(const char* s) {
     }
     return (int)n;
 }
+
+// A stream capture in progress (CUDA Runtime API, cudaStreamBeginCapture): the work pushed into the
+// stream, recorded in issue order instead of run (each item runs it when the graph does). A call
+// that capture does not permit sets `invalidated` (what it was); cudaStreamEndCapture then gives no
+// graph.
+struct Capture {
+    std::vector<std::function<void()>> work;
+    std::string invalidated;
+};
 
 class DeviceState {
 public:
@@ -124,6 +135,48 @@ public:
         return a && !a->second.host_pinned && reinterpret_cast<uintptr_t>(p) + n <= a->first + a->second.bytes;
     }
 
+    // ---- stream capture (runtime.cpp: cudaStreamBeginCapture, cudaStreamEndCapture) ----
+    // The capture in progress on `stream`, or nullptr. Work issued to a capturing stream is appended
+    // to it (grid.h's run_grid, runtime.cpp's async copies and memsets, cuBLASLt).
+    Capture* capture_of(const void* stream) {
+        std::lock_guard<std::mutex> lock(capture_mu_);
+        auto it = captures_.find(stream);
+        return it == captures_.end() ? nullptr : &it->second;
+    }
+    void begin_capture(const void* stream) {
+        std::lock_guard<std::mutex> lock(capture_mu_);
+        captures_[stream] = Capture();
+    }
+    // Work for the legacy default stream (nullptr or cudaStreamLegacy, which synchronizes with every
+    // stream) while a stream captures: cudaStreamCaptureModeGlobal prohibits it; true when that is
+    // the case (the captures are then invalidated, and the caller fails with
+    // cudaErrorStreamCaptureImplicit).
+    bool legacy_work_in_capture(const void* stream, const std::string& call) {
+        if (stream != nullptr && stream != reinterpret_cast<const void*>(0x1)) return false;  // 0x1: cudaStreamLegacy
+        return invalidate_captures(call + " on the legacy default stream");
+    }
+    // Moves the capture of `stream` into *out and ends it; false when there is none.
+    bool end_capture(const void* stream, Capture* out) {
+        std::lock_guard<std::mutex> lock(capture_mu_);
+        auto it = captures_.find(stream);
+        if (it == captures_.end()) return false;
+        *out = std::move(it->second);
+        captures_.erase(it);
+        return true;
+    }
+    bool any_capture() {
+        std::lock_guard<std::mutex> lock(capture_mu_);
+        return !captures_.empty();
+    }
+    // For a call that capture does not permit (cudaStreamCaptureModeGlobal's "potentially unsafe"
+    // calls): when some stream captures, marks every capture invalidated by `call` and returns true.
+    bool invalidate_captures(const std::string& call) {
+        std::lock_guard<std::mutex> lock(capture_mu_);
+        for (auto& [stream, c] : captures_)
+            if (c.invalidated.empty()) c.invalidated = call;
+        return !captures_.empty();
+    }
+
     // Copies of every device allocation (for the schedule comparison in launch.h).
     std::vector<std::vector<unsigned char>> snapshot() {
         std::vector<std::vector<unsigned char>> s;
@@ -140,6 +193,10 @@ public:
                 i++;
             }
     }
+
+private:
+    std::mutex capture_mu_;
+    std::map<const void*, Capture> captures_;  // stream -> its capture in progress
 };
 
 inline DeviceState& device() {

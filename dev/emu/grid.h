@@ -174,8 +174,10 @@ inline void restore_footprint(const std::vector<std::pair<uintptr_t, std::vector
     for (const auto& [base, bytes] : s) std::memcpy(reinterpret_cast<void*>(base), bytes.data(), bytes.size());
 }
 
-inline void run_grid(const void* fn, dim3 grid, dim3 block, size_t smem, const std::function<void()>& body,
-                     const LaunchFootprint& footprint) {
+// Runs a launch now: checks its configuration (an error is reported as cudaGetLastError would), then
+// runs the grid under every schedule and compares what they leave in the footprint.
+inline void run_grid_now(const void* fn, dim3 grid, dim3 block, size_t smem, const std::function<void()>& body,
+                         const LaunchFootprint& footprint) {
     DeviceState& d = device();
     d.launches++;
     cudaError_t code = cudaSuccess;
@@ -215,6 +217,36 @@ inline void run_grid(const void* fn, dim3 grid, dim3 block, size_t smem, const s
                          " (a missing __syncthreads or a data race between threads)");
         }
     }
+}
+
+// A launch on `stream` (llmc/cuda/launch.cuh): run now, or, while the stream captures, recorded with
+// body (which holds the kernel's arguments by value, as a captured launch's parameters are copied
+// when it is captured) and run by each cudaGraphLaunch of the graph.
+// A launch on the legacy default stream while a stream captures is an error (the capture is
+// invalidated); a captured launch's configuration is checked when it is captured, as the launch's
+// error would be reported then.
+inline void run_grid(const void* fn, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                     std::function<void()> body, LaunchFootprint footprint) {
+    DeviceState& d = device();
+    if (d.legacy_work_in_capture(stream, "kernel launch")) {
+        std::fprintf(stderr, "emulated launch error: kernel %s on the legacy default stream while a stream captures\n",
+                     kernel_name(fn).c_str());
+        d.last_error = cudaErrorStreamCaptureImplicit;
+        return;
+    }
+    if (Capture* c = d.capture_of(stream)) {
+        cudaError_t code = cudaSuccess;
+        const std::string bad = launch_config_error(fn, grid, block, smem, &code);
+        if (!bad.empty()) {
+            std::fprintf(stderr, "emulated launch error: kernel %s: %s\n", kernel_name(fn).c_str(), bad.c_str());
+            d.last_error = code;
+            d.invalidate_captures("a launch with a bad configuration");
+            return;
+        }
+        c->work.push_back([=] { run_grid_now(fn, grid, block, smem, body, footprint); });
+        return;
+    }
+    run_grid_now(fn, grid, block, smem, body, footprint);
 }
 
 }  // namespace llmc::emu

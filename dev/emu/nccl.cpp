@@ -964,26 +964,37 @@ ncclResult_t ncclGroupEnd() {
     return ncclSuccess;
 }
 
+// The emulated collectives run when called; a stream that captures for a CUDA graph would need them
+// recorded instead, which this emulation does not do: refused (ncclInvalidUsage).
+static ncclResult_t refuse_capture(cudaStream_t stream, const char* call) {
+    if (!llmc::emu::device().capture_of(stream)) return ncclSuccess;
+    return fail(ncclInvalidUsage, call, "the stream captures a CUDA graph; the emulation does not capture NCCL calls");
+}
+
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
-                           ncclComm_t comm, cudaStream_t) {
+                           ncclComm_t comm, cudaStream_t stream) {
+    if (ncclResult_t r = refuse_capture(stream, "ncclAllReduce")) return r;
     return start(comm, Coll{kAllReduce, static_cast<const unsigned char*>(sendbuff),
                             static_cast<unsigned char*>(recvbuff), count, (int)datatype, (int)op, -1});
 }
 
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
-                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+    if (ncclResult_t r = refuse_capture(stream, "ncclReduceScatter")) return r;
     return start(comm, Coll{kReduceScatter, static_cast<const unsigned char*>(sendbuff),
                             static_cast<unsigned char*>(recvbuff), recvcount, (int)datatype, (int)op, -1});
 }
 
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
-                           ncclComm_t comm, cudaStream_t) {
+                           ncclComm_t comm, cudaStream_t stream) {
+    if (ncclResult_t r = refuse_capture(stream, "ncclAllGather")) return r;
     return start(comm, Coll{kAllGather, static_cast<const unsigned char*>(sendbuff),
                             static_cast<unsigned char*>(recvbuff), sendcount, (int)datatype, -1, -1});
 }
 
 ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
-                           ncclComm_t comm, cudaStream_t) {
+                           ncclComm_t comm, cudaStream_t stream) {
+    if (ncclResult_t r = refuse_capture(stream, "ncclBroadcast")) return r;
     return start(comm, Coll{kBroadcast, static_cast<const unsigned char*>(sendbuff),
                             static_cast<unsigned char*>(recvbuff), count, (int)datatype, -1, root});
 }

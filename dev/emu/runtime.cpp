@@ -1,7 +1,8 @@
 // Device emulation, the CUDA runtime C API subset the project uses, defined against NVIDIA's own
 // declarations (cuda_runtime_api.h), so an emulated binary links this instead of libcudart.
 // Semantics follow the CUDA Runtime API reference: streams and events complete in issue order
-// (every call is synchronous here), copies are checked against the kind they name and the bounds of
+// (every call is synchronous here, except work captured for a graph: below), copies are checked
+// against the kind they name and the bounds of
 // the allocation (a GPU faults or returns cudaErrorInvalidValue), errors are returned and
 // remembered for cudaGetLastError. An H100 SXM 80GB (sm_90); LLMC_EMU_DEVICE_COUNT of them (default
 // 1), all sharing one memory pool (device_state.h), the current device kept per host thread.
@@ -10,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <new>
 #include <string>
 
@@ -25,6 +27,15 @@ cudaError_t fail(cudaError_t e, const std::string& why) {
     std::fprintf(stderr, "emulated CUDA runtime: %s\n", why.c_str());
     device().last_error = e;
     return e;
+}
+
+// A call that stream capture does not permit (cudaStreamCaptureModeGlobal: synchronising,
+// allocating or freeing, synchronous copies and memsets): while any stream captures, it fails with
+// cudaErrorStreamCaptureUnsupported and invalidates the captures. cudaSuccess otherwise.
+cudaError_t refuse_in_capture(const char* call) {
+    if (!device().invalidate_captures(call)) return cudaSuccess;
+    return fail(cudaErrorStreamCaptureUnsupported,
+                std::string(call) + ": not permitted while a stream captures (the capture is now invalidated)");
 }
 
 struct EmuEvent {
@@ -65,6 +76,8 @@ cudaError_t check_side(const void* p, size_t n, bool want_device, const char* wh
 // synchronous: cudaMemcpy (counted as a host synchronisation when a side is host memory, per the
 // Runtime API's "API synchronization behavior"); otherwise cudaMemcpyAsync.
 cudaError_t do_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, const char* call, bool synchronous) {
+    if (synchronous)
+        if (cudaError_t e = refuse_in_capture(call)) return e;
     if (n == 0) return cudaSuccess;
     std::lock_guard<std::mutex> lock(device().mu);
     auto& d = device();
@@ -95,6 +108,7 @@ cudaError_t do_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, c
 extern "C" {
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
+    if (cudaError_t e = refuse_in_capture("cudaMalloc")) return e;
     if (!p) return fail(cudaErrorInvalidValue, "cudaMalloc: null pointer argument");
     if (bytes == 0) {
         *p = nullptr;
@@ -113,6 +127,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 }
 
 cudaError_t cudaFree(void* p) {
+    if (cudaError_t e = refuse_in_capture("cudaFree")) return e;
     if (!p) return cudaSuccess;  // also the idiom that creates the context
     std::lock_guard<std::mutex> lock(device().mu);
     auto& a = device().allocs;
@@ -125,6 +140,7 @@ cudaError_t cudaFree(void* p) {
 }
 
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
+    if (cudaError_t e = refuse_in_capture("cudaMallocHost")) return e;
     void* m = ::operator new(std::max<size_t>(bytes, 1), std::align_val_t(256), std::nothrow);
     if (!m) return fail(cudaErrorMemoryAllocation, "cudaMallocHost: out of memory");
     std::lock_guard<std::mutex> lock(device().mu);
@@ -134,6 +150,7 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) {
 }
 
 cudaError_t cudaFreeHost(void* p) {
+    if (cudaError_t e = refuse_in_capture("cudaFreeHost")) return e;
     if (!p) return cudaSuccess;
     std::lock_guard<std::mutex> lock(device().mu);
     auto& a = device().allocs;
@@ -148,11 +165,35 @@ cudaError_t cudaFreeHost(void* p) {
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
     return do_copy(dst, src, n, kind, "cudaMemcpy", true);
 }
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t) {
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t s) {
+    if (device().legacy_work_in_capture(s, "cudaMemcpyAsync"))
+        return fail(cudaErrorStreamCaptureImplicit,
+                    "cudaMemcpyAsync on the legacy default stream while a stream captures");
+    if (llmc::emu::Capture* c = device().capture_of(s)) {  // a copy node: it copies when the graph runs
+        if (n == 0) return cudaSuccess;
+        const bool dst_host = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyHostToHost ||
+                              (kind == cudaMemcpyDefault && !device().is_device(dst));
+        const bool src_host = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyHostToHost ||
+                              (kind == cudaMemcpyDefault && !device().is_device(src));
+        for (const auto& [host, p] : {std::make_pair(dst_host, (const void*)dst), std::make_pair(src_host, src)}) {
+            if (!host) continue;
+            const auto* a = device().find(p);
+            if (!a || !a->second.host_pinned)
+                return fail(cudaErrorInvalidValue,
+                            "cudaMemcpyAsync in a capture: the host side is not page-locked "
+                            "(cudaMallocHost); a graph reads it when it runs");
+        }
+        c->work.push_back([=] {
+            if (do_copy(dst, src, n, kind, "cudaMemcpyAsync (graph)", false) != cudaSuccess)
+                llmc::emu::device_fault("a captured cudaMemcpyAsync failed when its graph ran");
+        });
+        return cudaSuccess;
+    }
     return do_copy(dst, src, n, kind, "cudaMemcpyAsync", false);
 }
 
 cudaError_t cudaMemset(void* p, int value, size_t n) {
+    if (cudaError_t e = refuse_in_capture("cudaMemset")) return e;
     if (n == 0) return cudaSuccess;
     std::lock_guard<std::mutex> lock(device().mu);
     if (cudaError_t e = check_side(p, n, true, "pointer", "cudaMemset")) return e;
@@ -160,7 +201,19 @@ cudaError_t cudaMemset(void* p, int value, size_t n) {
     device().counters.memset(n);
     return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t) { return cudaMemset(p, value, n); }
+cudaError_t cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t s) {
+    if (device().legacy_work_in_capture(s, "cudaMemsetAsync"))
+        return fail(cudaErrorStreamCaptureImplicit,
+                    "cudaMemsetAsync on the legacy default stream while a stream captures");
+    if (llmc::emu::Capture* c = device().capture_of(s)) {  // a memset node
+        c->work.push_back([=] {
+            if (cudaMemset(p, value, n) != cudaSuccess)
+                llmc::emu::device_fault("a captured cudaMemsetAsync failed when its graph ran");
+        });
+        return cudaSuccess;
+    }
+    return cudaMemset(p, value, n);
+}
 
 cudaError_t cudaStreamCreate(cudaStream_t* s) {
     static int next = 1;
@@ -174,10 +227,12 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 // Every call has completed already (issue order, synchronous); the host synchronisations are counted
 // for the per-step report (step_counters.h).
 cudaError_t cudaStreamSynchronize(cudaStream_t) {
+    if (cudaError_t e = refuse_in_capture("cudaStreamSynchronize")) return e;
     device().counters.sync("cudaStreamSynchronize");
     return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize(void) {
+    if (cudaError_t e = refuse_in_capture("cudaDeviceSynchronize")) return e;
     device().counters.sync("cudaDeviceSynchronize");
     return cudaSuccess;
 }
@@ -191,13 +246,18 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
     delete reinterpret_cast<EmuEvent*>(e);
     return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     auto* ev = reinterpret_cast<EmuEvent*>(e);
+    if (device().capture_of(s) || device().legacy_work_in_capture(s, "cudaEventRecord"))
+        return fail(cudaErrorStreamCaptureUnsupported,
+                    "cudaEventRecord in a capture: the emulation does not model events inside a graph (in CUDA they "
+                    "order streams within it); record the event after cudaGraphLaunch");
     ev->t = std::chrono::steady_clock::now();
     ev->recorded = true;
     return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t) {
+    if (cudaError_t e = refuse_in_capture("cudaEventSynchronize")) return e;
     device().counters.sync("cudaEventSynchronize");
     return cudaSuccess;
 }
@@ -206,6 +266,91 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
     if (!x->recorded || !y->recorded)
         return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: event not recorded");
     *ms = std::chrono::duration<float, std::milli>(y->t - x->t).count();
+    return cudaSuccess;
+}
+
+// ---- stream capture and graphs (Runtime API reference: "Stream Management", "Graph Management") ----
+// While a stream captures, the work pushed into it is not executed but recorded in issue order
+// (DeviceState::capture_of): kernel launches with their arguments' values (grid.h), copies and
+// memsets (above), cuBLASLt matmuls with their host scalars' values (cublaslt.cpp). Work for the
+// legacy default stream meanwhile fails (cudaErrorStreamCaptureImplicit) and invalidates the capture.
+// cudaStreamEndCapture makes the record a graph, cudaGraphInstantiate an executable copy of it, and
+// cudaGraphLaunch runs that copy's work in order, all of it again at every launch; a captured copy
+// reads its source when the graph runs. Calls that capture does not permit (refuse_in_capture) fail
+// and invalidate the capture: cudaStreamEndCapture then returns no graph and
+// cudaErrorStreamCaptureInvalidated. This emulation's own rules: only cudaStreamCaptureModeGlobal,
+// the host side of a captured copy must be page-locked (a graph reads it when it runs), no event is
+// recorded in a capture (CUDA uses them to order streams inside a graph, which is not modelled), a
+// graph is launched on a stream that is not capturing, and NCCL calls are not captured
+// (dev/emu/nccl.cpp).
+}  // extern "C"
+struct CUgraph_st {
+    std::vector<std::function<void()>> work;
+};
+struct CUgraphExec_st {
+    std::vector<std::function<void()>> work;
+};
+extern "C" {
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
+    if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread)
+        return fail(cudaErrorStreamCaptureUnsupported,
+                    "cudaStreamBeginCapture: not on a default stream; capture a stream from cudaStreamCreate");
+    if (mode != cudaStreamCaptureModeGlobal)
+        return fail(cudaErrorInvalidValue,
+                    "cudaStreamBeginCapture: the emulation supports cudaStreamCaptureModeGlobal only");
+    if (device().capture_of(s))
+        return fail(cudaErrorIllegalState, "cudaStreamBeginCapture: the stream is capturing already");
+    device().begin_capture(s);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
+    if (!graph) return fail(cudaErrorInvalidValue, "cudaStreamEndCapture: null graph pointer");
+    llmc::emu::Capture c;
+    if (!device().end_capture(s, &c))
+        return fail(cudaErrorIllegalState, "cudaStreamEndCapture: the stream is not capturing");
+    if (!c.invalidated.empty()) {
+        *graph = nullptr;
+        return fail(cudaErrorStreamCaptureInvalidated,
+                    "cudaStreamEndCapture: the capture was invalidated by " + c.invalidated);
+    }
+    *graph = new CUgraph_st{std::move(c.work)};
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status) {
+    if (!status) return fail(cudaErrorInvalidValue, "cudaStreamIsCapturing: null status pointer");
+    const llmc::emu::Capture* c = device().capture_of(s);
+    *status = !c                       ? cudaStreamCaptureStatusNone
+              : c->invalidated.empty() ? cudaStreamCaptureStatusActive
+                                       : cudaStreamCaptureStatusInvalidated;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+    if (!exec || !graph) return fail(cudaErrorInvalidValue, "cudaGraphInstantiate: null argument");
+    *exec = new CUgraphExec_st{graph->work};
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+    if (!exec) return fail(cudaErrorInvalidValue, "cudaGraphLaunch: null executable graph");
+    if (device().capture_of(s))
+        return fail(cudaErrorStreamCaptureUnsupported,
+                    "cudaGraphLaunch: the emulation does not capture a graph launch");
+    device().counters.graph_launch();
+    for (const auto& w : exec->work) w();
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+    delete exec;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+    delete graph;
     return cudaSuccess;
 }
 
@@ -226,6 +371,11 @@ const char* cudaGetErrorString(cudaError_t e) {
         case cudaErrorInvalidDevice: return "invalid device ordinal";
         case cudaErrorInvalidResourceHandle: return "invalid resource handle";
         case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+        case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
+        case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+        case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+        case cudaErrorStreamCaptureImplicit:
+            return "operation would make the legacy stream depend on a capturing blocking stream";
         default: return "unknown error (emulated runtime)";
     }
 }

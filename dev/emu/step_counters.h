@@ -1,7 +1,8 @@
 // Device emulation, the per-step report: what the host asked of the emulated device between two
-// step markers - kernel launches by kernel, cuBLASLt matmuls, copies by direction, memsets, host
-// synchronisations by kind, NCCL collectives - counted by the emulated runtime, cuBLASLt, NCCL and
-// launch (grid.h), and written as one JSON line per interval to the file LLMC_EMU_REPORT names
+// step markers - kernel launches by kernel (those a graph runs included), graph launches, cuBLASLt
+// matmuls, copies by direction, memsets, host synchronisations by kind, NCCL collectives - counted
+// by the emulated runtime, cuBLASLt, NCCL and launch (grid.h), each when it runs (work captured for
+// a graph counts when the graph runs), and written as one JSON line per interval to the file LLMC_EMU_REPORT names
 // ("-" = stderr; "%p" in the name = the process id, for several ranks; unset = nothing written).
 //
 // Intervals. The training loop marks the start and the end of each optimizer step
@@ -58,7 +59,8 @@ struct CountBytes {
 
 // The counts of one interval.
 struct IntervalCounts {
-    std::map<std::string, uint64_t> kernels;        // demangled kernel name -> launches
+    std::map<std::string, uint64_t> kernels;        // demangled kernel name -> launches (run by a graph too)
+    uint64_t graph_launches = 0;                    // cudaGraphLaunch calls
     uint64_t matmuls = 0;                           // cublasLtMatmul calls that ran
     std::map<std::string, CountBytes> copies;       // "HtoD", "DtoH", "DtoD", "HtoH"
     CountBytes async_pageable_copies;               // cudaMemcpyAsync between the device and pageable host memory
@@ -96,6 +98,10 @@ public:
     void kernel(const std::string& name) {
         std::lock_guard<std::mutex> lock(mu_);
         cur_.kernels[name]++;
+    }
+    void graph_launch() {
+        std::lock_guard<std::mutex> lock(mu_);
+        cur_.graph_launches++;
     }
     void matmul() {
         std::lock_guard<std::mutex> lock(mu_);
@@ -162,10 +168,12 @@ public:
         for (const auto& [call, x] : c.collectives)
             colls += (colls.empty() ? "" : ", ") + json_string(call) + ": " + cb(x);
         return "{\"interval\": " + json_string(interval) + ", \"step\": " + std::to_string(step) +
-               ", \"launches\": " + std::to_string(launches) + ", \"matmuls\": " + std::to_string(c.matmuls) +
-               ", \"host_syncs\": " + std::to_string(syncs) + ", \"syncs\": {" + sync_list + "}, \"copies\": {" +
-               copies + "}, \"async_pageable_copies\": " + cb(c.async_pageable_copies) +
-               ", \"memsets\": " + cb(c.memsets) + ", \"nccl\": {" + colls + "}, \"kernels\": {" + kernels + "}}";
+               ", \"launches\": " + std::to_string(launches) +
+               ", \"graph_launches\": " + std::to_string(c.graph_launches) +
+               ", \"matmuls\": " + std::to_string(c.matmuls) + ", \"host_syncs\": " + std::to_string(syncs) +
+               ", \"syncs\": {" + sync_list + "}, \"copies\": {" + copies +
+               "}, \"async_pageable_copies\": " + cb(c.async_pageable_copies) + ", \"memsets\": " + cb(c.memsets) +
+               ", \"nccl\": {" + colls + "}, \"kernels\": {" + kernels + "}}";
     }
 
 private:

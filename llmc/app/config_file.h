@@ -41,8 +41,8 @@ struct ConfigFileError : CLI::ConfigError {
 // (record_flag_values, llmc/app/run_record.h); anything else is TOML as config.toml writes it, and must
 // be text (no NUL byte). In TOML, a key that is no flag and any [section] are refused, naming the key
 // and the nearest flag, and so is a key with more than one value (a list, or the key twice), which
-// CLI11 would reduce to its last; a Machine key (device, threads: written by older versions) is left
-// out with a note, as a record never sets the machine.
+// CLI11 would reduce to its last; a Machine key (device, threads, cuda-graph; older versions wrote the
+// first two) is left out with a note, as a record never sets the machine.
 class CheckedConfigFile : public CLI::ConfigTOML {
 public:
     std::string file;                        // the --config path, named in errors (set before parsing)

@@ -169,6 +169,9 @@ enum class FlagRecord { Both, Toml, Machine, Launch, Hidden, Json };
     SETTING(Machine, int, threads, 0, "--threads", v >= 0, "must be >= 0 (0 = automatic)", \
             "OpenMP threads (0 = OMP_NUM_THREADS, else the CPUs this process may use); idle threads sleep " \
             "(OMP_WAIT_POLICY=PASSIVE) unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set") \
+    SETTING(Machine, int, cuda_graph, 0, "--cuda-graph", v == 0 || v == 1, "must be 0 or 1 (got {})", \
+            "1 = run each training step as one CUDA graph once its shapes repeat (CUDA backend, one process; " \
+            "the same numbers as 0)") \
     /* data parallelism (docs/multigpu.md) */ \
     SETTING(Json, int, world_size, 1, "", true, "", \
             "processes, from the collective") \

@@ -108,18 +108,29 @@ struct AdamWSegments {
     int count = 0;
 };
 
+// Step t's learning rate and bias corrections 1 - beta^t, computed as the CPU computes them (bit for bit).
+struct AdamWStepScalars {
+    float lr, bc1, bc2;
+};
+inline AdamWStepScalars adamw_step_scalars(float lr, float beta1, float beta2, int t) {
+    return {lr, 1.0f - std::pow(beta1, (float)t), 1.0f - std::pow(beta2, (float)t)};
+}
+
 // Where the gradient multiplier comes from. norm_sq == nullptr: `multiplier`, set by the host.
 // Otherwise it is decided on the device, exactly as the training loop decides it on the host
 // (llmc/train/train_step.h): norm = (float)sqrt((double)*norm_sq); the update is skipped entirely
 // (nothing written) when norm or *loss_check (nullable) is not finite; else the multiplier is
 // grad_clip / norm when grad_clip > 0 and norm > grad_clip, and 1 otherwise. applied (nullable, with
-// norm_sq) gets the verdict: 1 applied, 0 skipped.
+// norm_sq) gets the verdict: 1 applied, 0 skipped. step (nullable): the step's AdamWStepScalars read
+// on the device instead of the lr and t arguments (a queued step copies them there from pinned
+// memory inside the step, so a replayed CUDA graph updates with each step's values).
 struct AdamWGate {
     const float* norm_sq = nullptr;
     const double* loss_check = nullptr;
     float grad_clip = 0.0f;
     float multiplier = 1.0f;
     int* applied = nullptr;
+    const AdamWStepScalars* step = nullptr;
 };
 
 __device__ inline bool finite_float(float x) { return x - x == 0.0f; }
@@ -130,6 +141,11 @@ __device__ inline bool finite_double(double x) { return x - x == 0.0; }
 __global__ void adamw_all_kernel(floatX* params, float* master, const float* grads, float* m, float* v,
                                  AdamWSegments seg, float lr, float beta1, float beta2, float eps, float bc1, float bc2,
                                  AdamWGate gate) {
+    if (gate.step) {
+        lr = gate.step->lr;
+        bc1 = gate.step->bc1;
+        bc2 = gate.step->bc2;
+    }
     float multiplier = gate.multiplier;
     if (gate.norm_sq) {
         const float norm = (float)sqrt((double)*gate.norm_sq);
@@ -157,12 +173,10 @@ inline void adamw_update(floatX* params, float* master, const float* grads, floa
                          float beta1, float beta2, float eps, float weight_decay, int t, float grad_multiplier,
                          uint32_t seed, cudaStream_t st) {
     if (n == 0) return;
-    // the CPU's bias corrections, bit for bit
-    const float bc1 = 1.0f - std::pow(beta1, (float)t);
-    const float bc2 = 1.0f - std::pow(beta2, (float)t);
+    const detail::AdamWStepScalars sc = detail::adamw_step_scalars(lr, beta1, beta2, t);  // the CPU's, bit for bit
     constexpr int block = 256;
     launch_kernel(detail::adamw_kernel, detail::adamw_grid(n, block), block, 0, st, params, master, grads, m, v, n, lr,
-                  beta1, beta2, eps, weight_decay, bc1, bc2, grad_multiplier, seed);
+                  beta1, beta2, eps, weight_decay, sc.bc1, sc.bc2, grad_multiplier, seed);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -177,7 +191,8 @@ inline void copy_master_to_params(floatX* params, const float* master, size_t n,
 // One AdamW step over every tensor of a flat buffer in one launch: master, m, v (n = seg.end[last])
 // fp32 in place, grads read, params (nullable; FP32 build: may alias master) = round-to-nearest of
 // the new master. Per element the same operations as adamw_update (bit-identical to it with that
-// tensor's weight decay, then copy_master_to_params), with the gradient multiplier from gate.
+// tensor's weight decay, then copy_master_to_params), with the gradient multiplier from gate (and,
+// when gate.step is set, lr and the bias corrections too: t and lr are then not used).
 inline void adamw_update_all(floatX* params, float* master, const float* grads, float* m, float* v,
                              const detail::AdamWSegments& seg, float lr, float beta1, float beta2, float eps, int t,
                              const detail::AdamWGate& gate, cudaStream_t st) {
@@ -186,11 +201,10 @@ inline void adamw_update_all(floatX* params, float* master, const float* grads, 
                                     std::to_string(detail::kMaxSegments));
     const size_t n = seg.end[seg.count - 1];
     if (n == 0) return;
-    const float bc1 = 1.0f - std::pow(beta1, (float)t);
-    const float bc2 = 1.0f - std::pow(beta2, (float)t);
+    const detail::AdamWStepScalars sc = detail::adamw_step_scalars(lr, beta1, beta2, t);
     constexpr int block = 256;
     launch_kernel(detail::adamw_all_kernel, detail::adamw_grid(n, block), block, 0, st, params, master, grads, m, v,
-                  seg, lr, beta1, beta2, eps, bc1, bc2, gate);
+                  seg, sc.lr, beta1, beta2, eps, sc.bc1, sc.bc2, gate);
     CUDA_CHECK_LAUNCH();
 }
 

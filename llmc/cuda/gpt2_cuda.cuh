@@ -55,6 +55,7 @@
 #include "llmc/cuda/matmul.cuh"
 #include "llmc/cuda/param_scale.cuh"
 #include "llmc/cuda/qknorm.cuh"
+#include "llmc/cuda/step_graph.cuh"
 #include "llmc/cuda/step_marker.cuh"
 #include "llmc/core/error.h"
 #include "llmc/core/init.h"
@@ -177,7 +178,10 @@ public:
             wparams_ = reinterpret_cast<floatX*>(master_.get());  // FP32 build: floatX is float
         }
         attn_stats_.resize((size_t)cfg.num_layers * kAttnStatsNear * cfg.num_heads);
+        stats_identity_.resize(attn_stats_.size());
         init_attention_stats();
+        step_pinned_.resize(1);
+        step_dev_.resize(1);
         norm_.resize(1);
         summary_dev_.resize(detail::kSummaryFields);
         loss_check_.resize(1, true);
@@ -217,6 +221,7 @@ public:
     // one launch; only the runs' list crosses to the device (no host copy of the parameters, no
     // host synchronisation).
     void scale_params(const std::vector<ParamScale>& runs) override {
+        check_no_open_graph_step("scale_params");
         check_param_scales(runs, layout_.total);
         if (runs.empty()) return;
         if (scale_runs_.size() < runs.size()) scale_runs_.resize(runs.size());
@@ -232,15 +237,21 @@ public:
         upload(v_.get(), v, layout_.total);
         CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
-    void get_grads(float* dst) const override { download(dst, grads_.get(), layout_.total); }
+    void get_grads(float* dst) const override {
+        check_no_open_graph_step("get_grads");
+        download(dst, grads_.get(), layout_.total);
+    }
     void set_grads(const float* src) override {
+        check_no_open_graph_step("set_grads");
         upload(grads_.get(), src, layout_.total);
         CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
-    // Also starts a new queued step: its micro-batch slots and the device's running loss sum.
+    // Also starts a new queued step: its micro-batch slots and the device's running loss sum. With
+    // the step graph (use_step_graph) the step's work is issued at queue_update, as one graph.
     void zero_grad() override {
-        CUDA_CHECK(cudaMemsetAsync(grads_.get(), 0, grads_.bytes(), stream_));
-        CUDA_CHECK(cudaMemsetAsync(loss_check_.get(), 0, loss_check_.bytes(), stream_));
+        if (!use_graph_) issue_zero_grad();
+        graph_step_open_ = use_graph_;
+        plan_ = StepPlan();
         queued_ = 0;
         update_queued_ = false;
     }
@@ -249,10 +260,12 @@ public:
     // queue_micro_batch (its numbers in the next free slot), then the host waits and reads them.
     ForwardResult forward(const int* inputs, const int* targets, int B, int T, float z_weight,
                           LogitStats* stats) override {
+        check_no_open_graph_step("forward");
         const int slot =
             queue_forward(inputs, targets, B, T, z_weight, stats != nullptr, stats ? stats->near_distance : 0);
         if (slot < 0) return ForwardResult{};
         CUDA_CHECK(cudaStreamSynchronize(stream_));
+        note_stream_idle();
         return read_slot(slot, stats);
     }
 
@@ -265,28 +278,61 @@ public:
     void queue_micro_batch(const int* inputs, const int* targets, int B, int T, float z_weight, float grad_scale,
                            int near_distance) override {
         if (!targets) throw std::logic_error("CudaBackend::queue_micro_batch needs targets");
+        if (use_graph_) {  // staged now, issued at queue_update
+            check_batch(inputs, targets, B, T);
+            stage_tokens(queued_, inputs, targets, B, T);
+            plan_.micro.push_back({B, T, z_weight, grad_scale, near_distance});
+            queued_++;
+            return;
+        }
         queue_forward(inputs, targets, B, T, z_weight, true, near_distance);
         queued_++;
         backward(grad_scale);
     }
+    // Step t's lr and bias corrections go to the device through page-locked memory inside the step
+    // (issue_update). With the step graph: the step just planned is launched as the graph captured
+    // from an identical plan; else, when it repeats the last step issued eagerly (so every buffer is
+    // allocated and every shape seen), it is captured and launched; else issued eagerly.
     void queue_update(const AdamWHyper& h, int t, float grad_clip) override {
-        global_norm_squared(norm_.get(), grads_.get(), layout_.total, scratch_.get(), arrivals_.get(), stream_);
-        detail::AdamWGate gate;
-        gate.norm_sq = norm_.get();
-        gate.loss_check = loss_check_.get();
-        gate.grad_clip = grad_clip;
-        gate.applied = applied_dev_.get();
-        adamw_update_all(working_copy_target(), master_.get(), grads_.get(), m_.get(), v_.get(),
-                         segments_with_decay(h.weight_decay), h.lr, h.beta1, h.beta2, h.eps, t, gate, stream_);
-        CUDA_CHECK(cudaMemcpyAsync(norm_pinned_.get(), norm_.get(), sizeof(float), cudaMemcpyDeviceToHost, stream_));
-        CUDA_CHECK(
-            cudaMemcpyAsync(applied_pinned_.get(), applied_dev_.get(), sizeof(int), cudaMemcpyDeviceToHost, stream_));
+        *step_pinned_.get() = detail::adamw_step_scalars(h.lr, h.beta1, h.beta2, t);
+        if (use_graph_) {
+            if (plan_.micro.empty()) throw std::logic_error("CudaBackend::queue_update needs a queued micro-batch");
+            graph_step_open_ = false;
+            plan_.beta1 = h.beta1;
+            plan_.beta2 = h.beta2;
+            plan_.eps = h.eps;
+            plan_.weight_decay = h.weight_decay;
+            plan_.grad_clip = grad_clip;
+            plan_.buffers_epoch = buffers_epoch_;
+            if (graph_.matches(plan_)) {
+                graph_.launch(stream_);
+                note_issued_step(plan_);
+            } else if (plan_ == eager_plan_) {
+                graph_.capture_and_launch(stream_, plan_, [&] { issue_step(plan_, h, grad_clip); });
+            } else {
+                graph_.reset();
+                issue_step(plan_, h, grad_clip);
+                eager_plan_ = plan_;
+                eager_plan_.buffers_epoch = buffers_epoch_;  // after whatever the step allocated
+            }
+        } else {
+            issue_update(h, grad_clip);
+        }
         CUDA_CHECK(cudaEventRecord(step_done_, stream_));
         update_queued_ = true;
+    }
+    // --cuda-graph: queued steps run as a CUDA graph (llmc/cuda/step_graph.cuh), the same work with
+    // the same bits as without.
+    bool has_step_graph() const override { return true; }
+    void use_step_graph(bool on) override {
+        graph_.reset();
+        use_graph_ = on;
+        eager_plan_ = StepPlan();
     }
     void read_queued_step(QueuedStep& out) override {
         if (!update_queued_) throw std::logic_error("CudaBackend::read_queued_step needs queue_update first");
         CUDA_CHECK(cudaEventSynchronize(step_done_));
+        note_stream_idle();  // step_done_ follows every upload of the step
         out.micro.resize(queued_);
         out.stats.resize(queued_);
         for (int k = 0; k < queued_; k++) out.micro[k] = read_slot(k, &out.stats[k]);
@@ -317,6 +363,7 @@ public:
 
     // ---- backward: ADDS grad_scale * d(mean CE + mean z-loss)/d(params) into the fp32 gradients
     void backward(float grad_scale) override {
+        if (!issuing_step_) check_no_open_graph_step("backward");
         if (!has_targets_) throw std::logic_error("CudaBackend::backward needs a preceding forward with targets");
         if (logits_state_ == LogitsState::Overwritten)
             throw std::logic_error(
@@ -397,6 +444,7 @@ public:
 
     // Synchronous: downloads the norm (the loop's path with --skip-spikes, --qk-clip or several ranks).
     float grad_norm() override {
+        check_no_open_graph_step("grad_norm");
         global_norm_squared(norm_.get(), grads_.get(), layout_.total, scratch_.get(), arrivals_.get(), stream_);
         float sq = 0.0f;
         download(&sq, norm_.get(), 1);
@@ -409,6 +457,7 @@ public:
     // alone, so a run resumed from the fp32 checkpoint continues bit-identically; see
     // docs/cuda_backend.md for why not stochastic rounding).
     void adamw_update(const AdamWHyper& h, int t, float grad_multiplier) override {
+        check_no_open_graph_step("adamw_update");
         detail::AdamWGate gate;
         gate.multiplier = grad_multiplier;
         adamw_update_all(working_copy_target(), master_.get(), grads_.get(), m_.get(), v_.get(),
@@ -530,6 +579,7 @@ public:
     // (NCCL) all-reduces the fp32 device gradient buffer in place; any other collective gets the
     // Backend default (through the host).
     void all_reduce_grads(Collective& comm) override {
+        check_no_open_graph_step("all_reduce_grads");
         if (comm.takes_device_buffers()) {
             // the backward was queued on stream_, NCCL runs on its own stream: wait for the gradients
             CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -604,18 +654,18 @@ private:
 
     // Per layer the (kAttnStatsNear, NH) fields of the attention statistics (max, min, entropy sum,
     // near mass sum, near max, far max) start at their identities (-inf, +inf, 0, 0, -inf, -inf):
-    // stats_init_ holds those values (never rewritten, so the asynchronous upload may read it late).
+    // stats_identity_ holds those values on the device (uploaded once, never rewritten).
     void init_attention_stats() {
         const int L = cfg_.num_layers, NH = cfg_.num_heads;
-        stats_init_.resize(attn_stats_.size());
+        std::vector<float> init(attn_stats_.size());
         for (int l = 0; l < L; l++)
             for (int f = 0; f < kAttnStatsNear; f++)
-                for (int h = 0; h < NH; h++)
-                    stats_init_[((size_t)l * kAttnStatsNear + f) * NH + h] = attn_stat_identity(f);
+                for (int h = 0; h < NH; h++) init[((size_t)l * kAttnStatsNear + f) * NH + h] = attn_stat_identity(f);
+        CUDA_CHECK(cudaMemcpy(stats_identity_.get(), init.data(), stats_identity_.bytes(), cudaMemcpyHostToDevice));
     }
     void reset_attention_stats() {
-        CUDA_CHECK(cudaMemcpyAsync(attn_stats_.get(), stats_init_.data(), attn_stats_.bytes(), cudaMemcpyHostToDevice,
-                                   stream_));
+        CUDA_CHECK(cudaMemcpyAsync(attn_stats_.get(), stats_identity_.get(), attn_stats_.bytes(),
+                                   cudaMemcpyDeviceToDevice, stream_));
     }
 
     // Queues layer l of the forward over (B, T): its input and ln1 are already there; it leaves its
@@ -670,6 +720,46 @@ private:
     int queue_forward(const int* inputs, const int* targets, int B, int T, float z_weight, bool with_stats,
                       int near_distance) {
         check_batch(inputs, targets, B, T);
+        stage_tokens(queued_, inputs, targets, B, T);
+        return issue_forward(queued_, B, T, z_weight, targets != nullptr, with_stats, near_distance);
+    }
+
+    // The tokens of the pass in slot `slot` (inputs, and targets when not null) into its page-locked
+    // staging, which the pass's upload reads when it runs (so a queued step, or a graph, may stage
+    // them before issuing its work).
+    void stage_tokens(int slot, const int* inputs, const int* targets, int B, int T) {
+        const size_t N = (size_t)B * T;
+        ensure_token_staging((size_t)slot + 1, N);
+        if (staged_in_flight_[slot]) {  // an upload issued from this slot may not have run yet
+            CUDA_CHECK(cudaStreamSynchronize(stream_));
+            note_stream_idle();
+        }
+        int* dst = tokens_pinned_.get() + (size_t)slot * 2 * token_stride_;
+        std::copy(inputs, inputs + N, dst);
+        if (targets) std::copy(targets, targets + N, dst + token_stride_);
+    }
+    // Staging for `slots` passes of up to `rows` tokens; growing waits for the queued uploads (a
+    // host synchronisation: only when a step has more passes or rows than any before) and keeps what
+    // is staged (a graph step stages every micro-batch before it issues any).
+    void ensure_token_staging(size_t slots, size_t rows) {
+        const size_t old_stride = token_stride_, old_slots = old_stride ? tokens_pinned_.size() / (2 * old_stride) : 0;
+        if (slots <= old_slots && rows <= old_stride) return;
+        const size_t stride = std::max(rows, old_stride), cap = std::max(slots, 2 * old_slots);
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+        const std::vector<int> kept(tokens_pinned_.get(), tokens_pinned_.get() + tokens_pinned_.size());
+        tokens_pinned_.resize(cap * 2 * stride);
+        for (size_t half = 0; half < 2 * old_slots; half++)
+            std::copy(kept.begin() + half * old_stride, kept.begin() + (half + 1) * old_stride,
+                      tokens_pinned_.get() + half * stride);
+        token_stride_ = stride;
+        staged_in_flight_.assign(cap, false);  // the synchronization above completed every upload
+        buffers_epoch_++;
+    }
+    // The host waited for everything issued on the stream: no upload still reads the staging.
+    void note_stream_idle() { std::fill(staged_in_flight_.begin(), staged_in_flight_.end(), false); }
+
+    // Issues the forward of queue_forward for the tokens staged in `slot` (stage_tokens).
+    int issue_forward(int slot, int B, int T, float z_weight, bool with_targets, bool with_stats, int near_distance) {
         const int L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads, V = cfg_.vocab_size,
                   Vp = cfg_.padded_vocab_size;
         const size_t N = (size_t)B * T;
@@ -678,14 +768,16 @@ private:
         B_ = B;
         T_ = T;
         z_weight_ = z_weight;
-        has_targets_ = targets != nullptr;
+        has_targets_ = with_targets;
         logits_state_ = LogitsState::OnDevice;
         cudaStream_t st = stream_;
         Gpt2CudaActs& a = acts_;
+        const int* inputs = tokens_pinned_.get() + (size_t)slot * 2 * token_stride_;
+        const int* targets = with_targets ? inputs + token_stride_ : nullptr;
 
-        std::copy(inputs, inputs + N, inputs_host_.begin());
-        CUDA_CHECK(cudaMemcpyAsync(a.inputs.get(), inputs_host_.data(), N * sizeof(int), cudaMemcpyHostToDevice, st));
+        CUDA_CHECK(cudaMemcpyAsync(a.inputs.get(), inputs, N * sizeof(int), cudaMemcpyHostToDevice, st));
         if (targets) CUDA_CHECK(cudaMemcpyAsync(a.targets.get(), targets, N * sizeof(int), cudaMemcpyHostToDevice, st));
+        staged_in_flight_[slot] = true;
         if (with_stats) reset_attention_stats();
 
         const ParamView<const floatX> w = weights();
@@ -706,7 +798,6 @@ private:
         classifier_forward_backward(a.logits.get(), a.lse.get(), a.losses.get(), a.zlosses.get(),
                                     with_stats ? a.row_max.get() : nullptr, targets ? a.targets.get() : nullptr,
                                     z_weight, 0.0f, n, V, Vp, st);
-        const int slot = queued_;
         ensure_slots(slot + 1);
         slot_rows_[slot] = N;
         slot_near_[slot] = near_n;
@@ -736,6 +827,72 @@ private:
         std::copy(stats.begin(), stats.end(), stats_pinned_.get());
         slot_rows_.resize(cap, 0);
         slot_near_.resize(cap, 0);
+        buffers_epoch_++;
+    }
+
+    // ---- a queued step's work (queue_micro_batch / queue_update issue it as they come; with the step
+    // graph, issue_step issues a whole planned step at queue_update, eagerly or into a capture)
+    void issue_zero_grad() {
+        CUDA_CHECK(cudaMemsetAsync(grads_.get(), 0, grads_.bytes(), stream_));
+        CUDA_CHECK(cudaMemsetAsync(loss_check_.get(), 0, loss_check_.bytes(), stream_));
+    }
+    // The norm, then AdamW with the device's verdict and clip factor and the step's scalars copied
+    // from step_pinned_ (which queue_update wrote), then the copies of the norm and the verdict.
+    void issue_update(const AdamWHyper& h, float grad_clip) {
+        global_norm_squared(norm_.get(), grads_.get(), layout_.total, scratch_.get(), arrivals_.get(), stream_);
+        CUDA_CHECK(
+            cudaMemcpyAsync(step_dev_.get(), step_pinned_.get(), step_dev_.bytes(), cudaMemcpyHostToDevice, stream_));
+        detail::AdamWGate gate;
+        gate.norm_sq = norm_.get();
+        gate.loss_check = loss_check_.get();
+        gate.grad_clip = grad_clip;
+        gate.applied = applied_dev_.get();
+        gate.step = step_dev_.get();
+        adamw_update_all(working_copy_target(), master_.get(), grads_.get(), m_.get(), v_.get(),
+                         segments_with_decay(h.weight_decay), h.lr, h.beta1, h.beta2, h.eps, 0, gate, stream_);
+        CUDA_CHECK(cudaMemcpyAsync(norm_pinned_.get(), norm_.get(), sizeof(float), cudaMemcpyDeviceToHost, stream_));
+        CUDA_CHECK(
+            cudaMemcpyAsync(applied_pinned_.get(), applied_dev_.get(), sizeof(int), cudaMemcpyDeviceToHost, stream_));
+    }
+    // The whole planned step, its micro-batches' tokens already staged in slots 0.. (queue_micro_batch).
+    void issue_step(const StepPlan& plan, const AdamWHyper& h, float grad_clip) {
+        issuing_step_ = true;
+        struct Done {
+            bool& flag;
+            ~Done() { flag = false; }
+        } done{issuing_step_};
+        issue_zero_grad();
+        queued_ = 0;
+        for (const StepPlan::Micro& m : plan.micro) {
+            issue_forward(queued_, m.B, m.T, m.z_weight, true, true, m.near_distance);
+            queued_++;
+            backward(m.grad_scale);
+        }
+        issue_update(h, grad_clip);
+    }
+    // With the step graph, zero_grad opens a step whose work waits for queue_update: the gradients,
+    // and whatever reads or updates them, are not the step's until then (the training loop never
+    // mixes the two; this refuses it).
+    void check_no_open_graph_step(const char* call) const {
+        if (graph_step_open_)
+            throw std::logic_error(std::string("CudaBackend::") + call +
+                                   " between zero_grad and queue_update with the step graph on; a step is zero_grad, "
+                                   "queue_micro_batch per micro-batch, queue_update");
+    }
+    // The host's record of a step that a graph launch issued: what issue_step would have left.
+    void note_issued_step(const StepPlan& plan) {
+        for (size_t k = 0; k < plan.micro.size(); k++) {
+            const StepPlan::Micro& m = plan.micro[k];
+            slot_rows_[k] = (size_t)m.B * m.T;
+            slot_near_[k] = m.near_distance;
+        }
+        const StepPlan::Micro& last = plan.micro.back();
+        B_ = last.B;
+        T_ = last.T;
+        z_weight_ = last.z_weight;
+        has_targets_ = true;
+        logits_state_ = LogitsState::Overwritten;  // the last backward turned the logits into dlogits
+        queued_ = (int)plan.micro.size();
     }
 
     // The numbers of slot k (its copies have completed): the losses as means over its rows and, when
@@ -807,7 +964,6 @@ private:
         if (N > capacity_) {
             CUDA_CHECK(cudaStreamSynchronize(stream_));  // buffers in use by queued work are about to be freed
             acts_.allocate(cfg_, N);
-            inputs_host_.resize(N);
             capacity_ = N;
             changed = true;
         }
@@ -834,7 +990,18 @@ private:
             ln_partials_.resize(ln_need);
             changed = true;
         }
-        if (changed) print_memory_plan();
+        // the encoder backward's scratch, here rather than on its first use, so that it never moves
+        // under a captured step graph without buffers_epoch_ moving too
+        const size_t enc_need = N + (size_t)cfg_.padded_vocab_size;
+        if (enc_need > enc_scratch_.index.size()) {
+            CUDA_CHECK(cudaStreamSynchronize(stream_));
+            enc_scratch_.reserve(enc_need);
+            changed = true;
+        }
+        if (changed) {
+            buffers_epoch_++;
+            print_memory_plan();
+        }
     }
 
     void print_memory_plan() const {
@@ -879,20 +1046,32 @@ private:
     DeviceBuffer<int> applied_dev_;     // (1) AdamW's verdict of the last queue_update (1 = applied)
     detail::AdamWSegments segments_;    // the canonical layout's tensors (weight decay set per call)
     EncoderBackwardScratch enc_scratch_;
+    DeviceBuffer<float> stats_identity_;               // (L, kAttnStatsNear, NH) the statistics' start values
+    DeviceBuffer<detail::AdamWStepScalars> step_dev_;  // (1) the queued step's lr and bias corrections
     // host side
-    std::vector<int> inputs_host_;         // (B, T) staging of the last forward's tokens for the upload
-    std::vector<float> stats_init_;        // (L, kAttnStatsNear, NH) the statistics' start values
-    PinnedBuffer<double> summary_pinned_;  // (slots, 4) per pass: classifier_summary
-    PinnedBuffer<float> stats_pinned_;     // (slots, L, kAttnStatsNear, NH) per pass: attention statistics
-    std::vector<size_t> slot_rows_;        // (slots) rows B*T of the pass in each slot
-    std::vector<int> slot_near_;           // (slots) its near/far distance (0: no near/far statistics)
-    PinnedBuffer<float> norm_pinned_;      // (1) squared gradient norm of the last queue_update
-    PinnedBuffer<int> applied_pinned_;     // (1) its verdict
-    cudaEvent_t step_done_ = nullptr;      // recorded after queue_update's copies
-    int queued_ = 0;                       // micro-batches queued since zero_grad
-    bool update_queued_ = false;           // queue_update since zero_grad
-    std::vector<floatX> logits_stage_;     // (B, T, Vp) raw device logits
-    std::vector<float> logits_host_;       // (B, T, Vp) fp32
+    PinnedBuffer<int> tokens_pinned_;                     // (slots, 2, token_stride_) per pass: inputs, then targets
+    size_t token_stride_ = 0;                             // tokens per half-slot of tokens_pinned_
+    std::vector<bool> staged_in_flight_;                  // (slots) an upload from the slot may not have run yet
+    PinnedBuffer<detail::AdamWStepScalars> step_pinned_;  // (1) copied to step_dev_ inside the step
+    PinnedBuffer<double> summary_pinned_;                 // (slots, 4) per pass: classifier_summary
+    PinnedBuffer<float> stats_pinned_;  // (slots, L, kAttnStatsNear, NH) per pass: attention statistics
+    std::vector<size_t> slot_rows_;     // (slots) rows B*T of the pass in each slot
+    std::vector<int> slot_near_;        // (slots) its near/far distance (0: no near/far statistics)
+    PinnedBuffer<float> norm_pinned_;   // (1) squared gradient norm of the last queue_update
+    PinnedBuffer<int> applied_pinned_;  // (1) its verdict
+    cudaEvent_t step_done_ = nullptr;   // recorded after queue_update's copies
+    int queued_ = 0;                    // micro-batches queued since zero_grad
+    bool update_queued_ = false;        // queue_update since zero_grad
+    // the step graph (use_step_graph)
+    bool use_graph_ = false;
+    bool graph_step_open_ = false;  // zero_grad was called, queue_update not yet (graph mode)
+    bool issuing_step_ = false;     // inside issue_step
+    StepGraph graph_;
+    StepPlan plan_;                         // the step being queued (graph mode)
+    StepPlan eager_plan_;                   // the last step issued eagerly in graph mode
+    unsigned long long buffers_epoch_ = 0;  // +1 whenever a buffer or staging a step uses is reallocated
+    std::vector<floatX> logits_stage_;      // (B, T, Vp) raw device logits
+    std::vector<float> logits_host_;        // (B, T, Vp) fp32
     LogitsState logits_state_ = LogitsState::None;
     int B_ = 0, T_ = 0;
     float z_weight_ = 0.0f;

@@ -27,9 +27,10 @@ template <typename... P>
 inline void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                           typename NoDeduce<P>::type... args) {
 #ifdef LLMC_EMULATE
-    (void)stream;  // the emulation runs every stream in issue order
+    // the emulation runs every stream in issue order; the body holds the arguments by value (a
+    // capturing stream records it for a graph to run later)
     ::llmc::emu::run_grid(
-        reinterpret_cast<const void*>(kernel), grid, block, smem, [&] { kernel(args...); },
+        reinterpret_cast<const void*>(kernel), grid, block, smem, stream, [kernel, args...] { kernel(args...); },
         ::llmc::emu::launch_footprint(args...));
 #else
     kernel<<<grid, block, smem, stream>>>(args...);

@@ -56,6 +56,12 @@ inline TrainingModel build_model(const TrainConfig& cfg, const RunPlan& plan, co
     t.backend = make_backend(plan.model);
     Backend& model = *t.backend;
     t.device = model.device_description();
+    if (cfg.cuda_graph == 1) {  // the flag combinations are checked with the flags (validate.h)
+        if (!model.has_step_graph())
+            throw InputError("--cuda-graph 1 needs the CUDA backend; this run uses the " + std::string(model.name()) +
+                             " backend (give --device cuda, or drop --cuda-graph)");
+        model.use_step_graph(true);
+    }
     const size_t n = model.num_params();
     if (plan.resume) {
         model.set_params(plan.resume->model.params.data());
