@@ -6,7 +6,8 @@
 //   dK / dV:      the query tiles visited by each key tile cover every visible pair exactly once,
 //                 and none is wholly invisible;
 //   tile_needs_mask is false only for tiles whose pairs are all visible and inside [0, T);
-//   the FA2 forward's masked-tile bits: a warp's visible 16-key pairs, a thread's visible scores.
+//   the FA2 kernels' masked-tile bits: a warp's visible 16-key pairs, a thread's visible scores
+//   (forward and dQ: rows are queries; dK/dV: rows are keys).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -183,6 +184,26 @@ TEST_CASE("attention tiles: a warp's visible 16-key pairs and a thread's score b
                                 }
                             }
                     }
+    // the dK/dV backward's side (llmc/cuda/attention_ls_fa2_bwd.cuh): a thread holds keys j (its rows)
+    // and the queries q0 + 2c + 8nb + e of a query tile of 64 (32 at hd 128); key j is seen by the
+    // queries [j, min(T-1, j+P-1)] ([j, T-1] for a global head)
+    for (bool local : {true, false})
+        for (int P = 1; P <= (local ? 140 : 1); P++)
+            for (int T : {1, 17, 63, 64, 65, 128, 129, 193})
+                for (int BQ : {32, 64})
+                    for (int q0 = 0; q0 < T; q0 += BQ)
+                        for (int j = std::max(0, q0 - P - 2); j < std::min(T + 2, q0 + BQ + 2); j++)
+                            for (int c = 0; c < 4; c++) {
+                                const int qc = q0 + 2 * c, last = local ? std::min(T - 1, j + P - 1) : T - 1;
+                                const unsigned bits = llmc::attn_thread_score_bits(j - qc, last - qc);
+                                for (int q = 0; q < 2 * (BQ / 8); q++) {
+                                    const int i = qc + 8 * (q / 2) + q % 2;
+                                    const bool vis = i < T && j < T && visible_brute(i, j, local, P);
+                                    if (((bits >> q) & 1u) != (vis ? 1u : 0u))
+                                        FAIL("dK/dV bit " << q << ": key " << j << " query " << i << " local " << local
+                                                          << " P " << P << " T " << T);
+                                }
+                            }
     // any range, including ones far outside the 16 offsets 0, 1, 8, 9, ..., 56, 57
     for (int lo = -80; lo <= 80; lo++)
         for (int hi = -80; hi <= 80; hi++) {

@@ -157,19 +157,27 @@ __device__ __forceinline__ void fa2_bwd_kv_tile(float (&dk)[HD / 8][4], float (&
     float s[NB][4], dp[NB][4];
     fa2_two_products<HD, NB>(s, dp, ka, va, k_rows, v_rows, reinterpret_cast<const char*>(sQ),
                              reinterpret_cast<const char*>(sdO));
+    // masked: key j is seen by the queries [j, min(T-1, j+P-1)] ([j, T-1] for a global head): bit
+    // 2nb + e + 16hf of vis_bits is pair (query q0 + 2c + 8nb + e, key j_row[hf])'s
+    unsigned vis_bits = 0u;
+    const unsigned one = opaque_u32(1u);  // the tests below stay LOP3 / R2P (opaque_u32)
+    if (MASK) {
+        const int qc = q0 + 2 * c;  // this thread's first query
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int j = j_row[hf], last = local ? attn_imin(T - 1, j + P - 1) : T - 1;
+            vis_bits |= attn_thread_score_bits(j - qc, last - qc) << (16 * hf);
+        }
+    }
 #pragma unroll
     for (int nb = 0; nb < NB; nb++) {
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int qi = nb * 8 + 2 * c + (e & 1);
-            if (MASK) {
-                const int i = q0 + qi;
-                if (!(i < T && attn_visible(i, j_row[e / 2], local, P))) {  // key j >= T implies j > i
-                    s[nb][e] = dp[nb][e] = 0.0f;
-                    continue;
-                }
-            }
-            s[nb][e] = fa2_bwd_pair<SOFTCAP>(s[nb][e], dp[nb][e], sNL[qi], sD[qi], mul, cap, scale_over_cap);
+            const float p = fa2_bwd_pair<SOFTCAP>(s[nb][e], dp[nb][e], sNL[qi], sD[qi], mul, cap, scale_over_cap);
+            const bool vis = !MASK || (vis_bits & (one << (2 * nb + (e & 1) + 16 * (e / 2)))) != 0;
+            s[nb][e] = vis ? p : 0.0f;  // an invisible pair's p and dS may be inf or NaN: dropped here
+            if (MASK) dp[nb][e] = vis ? dp[nb][e] : 0.0f;
         }
     }
     // dV += P^T dO, dK += dS^T Q: B (k = query, n = dim) from the row-major tiles, transposed
@@ -302,19 +310,26 @@ __device__ __forceinline__ void fa2_bwd_q_tile(float (&dq)[HD / 8][4], const uin
     float s[NB][4], dp[NB][4];
     fa2_two_products<HD, NB>(s, dp, qa, da, q_rows, do_rows, reinterpret_cast<const char*>(sK),
                              reinterpret_cast<const char*>(sV));
+    // masked: row i sees the keys [key_lo(i), i] (none past T): bit 2nb + e + 16hf of vis_bits is
+    // pair (row i_row[hf], key k0 + 2c + 8nb + e)'s
+    unsigned vis_bits = 0u;
+    const unsigned one = opaque_u32(1u);  // the tests below stay LOP3 / R2P (opaque_u32)
+    if (MASK) {
+        const int kc = k0 + 2 * c;  // this thread's first key
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int i = i_row[hf];
+            vis_bits |= attn_thread_score_bits(attn_key_lo(i, local, P) - kc, (i < T ? i : -1) - kc) << (16 * hf);
+        }
+    }
 #pragma unroll
     for (int nb = 0; nb < NB; nb++) {
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int hf = e / 2;
-            if (MASK) {
-                const int i = i_row[hf], j = k0 + nb * 8 + 2 * c + (e & 1);
-                if (!(i < T && attn_visible(i, j, local, P))) {  // key j >= T implies j > i
-                    dp[nb][e] = 0.0f;
-                    continue;
-                }
-            }
             fa2_bwd_pair<SOFTCAP>(s[nb][e], dp[nb][e], neg_lse2[hf], row_D[hf], mul, cap, scale_over_cap);
+            // an invisible pair's dS may be inf or NaN: dropped here
+            if (MASK) dp[nb][e] = (vis_bits & (one << (2 * nb + (e & 1) + 16 * hf))) != 0 ? dp[nb][e] : 0.0f;
         }
     }
     // dQ += dS K: B (k = key, n = dim) from the row-major K tile, transposed
