@@ -82,6 +82,19 @@ __device__ __forceinline__ uint32_t fa2_lane_offset(int row, int chunk0) {
 // <= kFa2Masked means nothing visible yet, like -inf (the state's initial max).
 constexpr float kFa2Masked = -3.40282347e38f;  // -FLT_MAX
 
+// The visibility bits of a thread's two query rows i_row over the keys kc + 8nb + e (kc: its first
+// key): bit 2nb + e + 16hf set when row i_row[hf] (< T) sees that key, i.e. key_lo(i) <= key <= i
+// (attn_thread_score_bits). The forward and the dQ backward (llmc/cuda/attention_ls_fa2_bwd.cuh).
+__device__ __forceinline__ unsigned fa2_query_rows_bits(const int (&i_row)[2], int kc, int T, bool local, int P) {
+    unsigned bits = 0u;
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int i = i_row[hf];
+        bits |= attn_thread_score_bits(attn_key_lo(i, local, P) - kc, (i < T ? i : -1) - kc) << (16 * hf);
+    }
+    return bits;
+}
+
 // Running state of one warp (this thread: rows hf = 0 (g) and hf = 1 (g+8) of the warp's 16).
 template <int HD>
 struct Fa2Rows {
@@ -147,12 +160,11 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[k
     const unsigned one = opaque_u32(1u);  // the tests below stay LOP3 / R2P (opaque_u32)
     if (MASK) {
         const int kc = k0 + 2 * c;  // this thread's first key
+        vis_bits = fa2_query_rows_bits(i_row, kc, T, true, window);
+        if (NEAR)
 #pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const int i = i_row[hf];
-            vis_bits |= attn_thread_score_bits(attn_key_lo(i, true, window) - kc, (i < T ? i : -1) - kc) << (16 * hf);
-            if (NEAR) near_bits |= attn_thread_score_bits(i - near_n + 1 - kc, 63) << (16 * hf);
-        }
+            for (int hf = 0; hf < 2; hf++)
+                near_bits |= attn_thread_score_bits(i_row[hf] - near_n + 1 - kc, 63) << (16 * hf);
     }
     // near/far: the masked body tests each score; the unmasked one gets only tiles whose pairs are
     // all near (near_kind 1) or all far (-1) for this warp's rows

@@ -31,7 +31,7 @@
 #pragma once
 #include "llmc/core/smem_swizzle.h"
 #include "llmc/cuda/attention_ls_common.cuh"
-#include "llmc/cuda/attention_ls_fa2.cuh"  // fa2_load_tile_async, fa2_lane_offset
+#include "llmc/cuda/attention_ls_fa2.cuh"  // fa2_load_tile_async, fa2_lane_offset, fa2_query_rows_bits
 #include "llmc/cuda/attention_ls_mma.cuh"  // mma_acc_to_a, mma_store_row
 #include "llmc/cuda/ptx.cuh"               // mma_bf16_16816, ldmatrix_x4(_trans), cp_async_*, ex2_approx_ftz
 
@@ -312,16 +312,8 @@ __device__ __forceinline__ void fa2_bwd_q_tile(float (&dq)[HD / 8][4], const uin
                              reinterpret_cast<const char*>(sV));
     // masked: row i sees the keys [key_lo(i), i] (none past T): bit 2nb + e + 16hf of vis_bits is
     // pair (row i_row[hf], key k0 + 2c + 8nb + e)'s
-    unsigned vis_bits = 0u;
+    const unsigned vis_bits = MASK ? fa2_query_rows_bits(i_row, k0 + 2 * c, T, local, P) : 0u;
     const unsigned one = opaque_u32(1u);  // the tests below stay LOP3 / R2P (opaque_u32)
-    if (MASK) {
-        const int kc = k0 + 2 * c;  // this thread's first key
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const int i = i_row[hf];
-            vis_bits |= attn_thread_score_bits(attn_key_lo(i, local, P) - kc, (i < T ? i : -1) - kc) << (16 * hf);
-        }
-    }
 #pragma unroll
     for (int nb = 0; nb < NB; nb++) {
 #pragma unroll
