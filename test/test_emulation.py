@@ -17,8 +17,8 @@
    the FA2-class forward's V operand and the FA2-class backward's dO / Q / K operands loaded without
    .trans; a wrong C/D row in the emulation's own mma table, a wrong .trans lane map and a swapped
    matrix order of .x4 in its ldmatrix, a missing cp.async.wait_group in the cp.async test kernel,
-   and the emulated ex2 without its flush of subnormal results), builds the emulated lab or test
-   from the mutated copy (with ASan, without UBSan: no mutant's failure is UBSan's) and expects its
+   the emulated ex2 without its flush of subnormal results and the emulated tanh.approx with twice
+   the ISA's error), builds the emulated lab or test from the mutated copy (with ASan, without UBSan: no mutant's failure is UBSan's) and expects its
    check to fail in the stated way. Nothing broken is committed.
 
 Needs the emulated build (`make emu`, part of `make test`); a missing binary is a failure.
@@ -197,6 +197,12 @@ MUTANTS = {
         "    if (std::fpclassify(d) == FP_SUBNORMAL) return 0.0f;  // .ftz result\n",
         "",
         "build/emu/test_gpu/test_ex2_approx", [], "test_ex2_approx: FAIL"),
+    # the emulated tanh.approx with twice the ISA's relative error (the test's accuracy bound is live)
+    "emulated-tanh-error-past-bound": (
+        "dev/emu/tanh.h",
+        "(kTanhApproxMaxRelError - 0x1p-20)",
+        "(2 * kTanhApproxMaxRelError)",
+        "build/emu/test_gpu/test_tanh_approx", [], "test_tanh_approx: FAIL"),
     # the emulated atom.global.add returning the new value instead of the old one
     "emulated-atom-returns-new-value": (
         "dev/emu/atomic.h",

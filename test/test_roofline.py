@@ -96,6 +96,20 @@ def test_visited_tiles_are_the_tiles_holding_a_visible_pair(T, P):
         assert roofline.visited_tiles(T, P, local) == tiles, (T, P, local)
 
 
+@pytest.mark.parametrize("T", [1, 63, 64, 65, 128, 130, 192, 257])
+def test_masked_tiles_are_the_visited_tiles_with_an_invisible_pair(T):
+    """Every window P from 1 to past T: a visited tile runs masked exactly when one of its 64 x 64
+    pairs (padding past T included) is invisible, brute force."""
+    nt = (T + 63) // 64
+    for P in range(1, T + 70):
+        for local in (True, False):
+            pad = np.zeros((nt * 64, nt * 64), dtype=bool)
+            pad[:T, :T] = mask(T, P, local)
+            blocks = pad.reshape(nt, 64, nt, 64)
+            masked = (blocks.any(axis=(1, 3)) & ~blocks.all(axis=(1, 3))).sum()
+            assert roofline.masked_tiles(T, P, local) == masked, (T, P, local)
+
+
 @pytest.mark.parametrize("name", sorted(roofline.MODELS))
 def test_each_op_is_at_its_roofline_and_the_step_is_their_sum(name):
     rows, s = roofline.model_table(name, roofline.MODELS[name])
@@ -128,6 +142,7 @@ def test_sass_column_follows_the_documented_rule(tmp_path):
     B, T, P, NH, G, L = m["B"], m["T"], m["P"], m["NH"], m["G"], m["L"]
     tiles = B * ((NH - G) * roofline.visited_tiles(T, P, True) + G * roofline.visited_tiles(T, P, False))
     work = L * 2 * 2 * hd * 64 * 64 * tiles  # 2 GEMMs per visited tile, every layer
+    # (hand-written entries: masked tiles at the same figures as interior ones)
     # the slower of the hd-32 entries (27, not 20) at 4/27 of peak; the hd-64 entry is not used
     assert fwd["modeled"] == pytest.approx(max(work / (roofline.PEAK_FLOPS * 4 / 27), fwd["bytes_today"] / roofline.BANDWIDTH))
     assert s["modeled_s"] > s["today_s"]
@@ -140,16 +155,46 @@ def test_sass_column_follows_the_documented_rule(tmp_path):
     rows, _ = roofline.model_table("paper", m, roofline.parse_sass(write_sass(tmp_path / "w.json", entries_w)))
     fwd = next(r for r in rows if r["op"] == "attention fwd")
     assert fwd["modeled"] == pytest.approx(max(work * 2 / roofline.PEAK_FLOPS, fwd["bytes_today"] / roofline.BANDWIDTH))
+    # and the special-function units: 1 / (2 M) with M MUFU per HMMA (3 per HMMA: 1/6 of peak)
+    entries_m = [dict(e, instructions_per_hmma=4.0, mufu_per_hmma=3.0) for e in entries[:3]]
+    rows, _ = roofline.model_table("paper", m, roofline.parse_sass(write_sass(tmp_path / "m.json", entries_m)))
+    fwd = next(r for r in rows if r["op"] == "attention fwd")
+    assert fwd["modeled"] == pytest.approx(max(work * 6 / roofline.PEAK_FLOPS, fwd["bytes_today"] / roofline.BANDWIDTH))
+
+
+def test_masked_tiles_take_the_max_path(tmp_path):
+    """From sass_report's schema, interior tiles at the full path's figures and masked tiles at the
+    max path's: the paper model's local heads (P = 50 < 64) visit masked tiles only."""
+    m = roofline.MODELS["paper"]
+    hd = m["C"] // m["NH"]
+    B, T, P, NH, G, L = m["B"], m["T"], m["P"], m["NH"], m["G"], m["L"]
+    assert roofline.masked_tiles(T, P, True) == roofline.visited_tiles(T, P, True)
+    hot = {"full_path": {"HMMA": 32}, "max_path": {"HMMA": 32},
+           "instructions_per_hmma": {"body": 50.0, "min_path": 3.0, "max_path": 16.0, "full_path": 8.0}}
+    kernels = [{"name": f"{k}<{hd}, true>", "hot_loops": [hot]} for k in roofline.ATTENTION_KERNELS]
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps({"schema_version": 1, "kernels": kernels}))
+    rows, _ = roofline.model_table("paper", m, roofline.parse_sass(str(path)))
+    fwd = next(r for r in rows if r["op"] == "attention fwd")
+    masked = B * ((NH - G) * roofline.masked_tiles(T, P, True) + G * roofline.masked_tiles(T, P, False))
+    tiles = B * ((NH - G) * roofline.visited_tiles(T, P, True) + G * roofline.visited_tiles(T, P, False))
+    per_tile = L * 2 * 2 * hd * 64 * 64
+    want = per_tile * (tiles - masked) / (roofline.PEAK_FLOPS * 4 / 8) + per_tile * masked / (roofline.PEAK_FLOPS * 4 / 16)
+    assert fwd["modeled"] == pytest.approx(max(want, fwd["bytes_today"] / roofline.BANDWIDTH))
+    assert want > fwd["bytes_today"] / roofline.BANDWIDTH  # the tiles, not the bytes, decide here
 
 
 def test_sass_report_json_gives_the_full_path_of_the_hottest_loop(tmp_path):
     """dev/cuda/sass_report --json's own schema: I is the full path (an interior tile) of the hot loop
-    with the most HMMA; a kernel without such a loop has no figure; the forward's near/far variant
-    is left out (a run without --near does not run it)."""
-    def loop(hmma, full):
-        return {"full_path": {"HMMA": hmma}, "instructions_per_hmma": {"body": 50.0, "min_path": 3.0,
-                                                                        "max_path": 40.0, "full_path": full}}
+    with the most HMMA, M its MUFU over its HMMA; a kernel without such a loop has no figure; the
+    forward's near/far variant is left out (a run without --near does not run it)."""
+    def loop(hmma, full, mufu=None):
+        path = {"HMMA": hmma} if mufu is None else {"HMMA": hmma, "MUFU": mufu}
+        return {"full_path": path, "max_path": dict(path), "instructions_per_hmma": {
+            "body": 50.0, "min_path": 3.0, "max_path": 40.0, "full_path": full}}
     kernels = [{"name": "attn_fwd_fa2_kernel<32, true, false>", "hot_loops": [loop(8, 30.0), loop(32, 12.5)]},
+               # 66 MUFU per 32 HMMA cap it at 32 / 132 of peak, below the issue cap 4 / 6
+               {"name": "attn_fwd_fa2_kernel<64, true, false>", "hot_loops": [loop(32, 6.0, mufu=66)]},
                {"name": "attn_fwd_fa2_kernel<32, false, false>", "hot_loops": [loop(32, 11.0)]},
                # the near/far variant (HD, STATS, NEAR, SOFTCAP) runs only with --near: not modeled
                {"name": "attn_fwd_fa2_kernel<32, true, true, false>", "hot_loops": [loop(32, 20.0)]},
@@ -157,7 +202,10 @@ def test_sass_report_json_gives_the_full_path_of_the_hottest_loop(tmp_path):
     path = tmp_path / "report.json"
     path.write_text(json.dumps({"schema_version": 1, "kernels": kernels}))
     sass = roofline.parse_sass(str(path))
-    assert sass[("attn_fwd_fa2_kernel", 32)] == (12.5, None, 4 / 12.5)  # the slower variant's full path
+    fig = sass[("attn_fwd_fa2_kernel", 32)]  # the slower variant's full path; masked tiles: the max path
+    assert (fig.ipm, fig.w, fig.mufu, fig.eff, fig.eff_masked) == (12.5, None, None, 4 / 12.5, 4 / 40.0)
+    fig = sass[("attn_fwd_fa2_kernel", 64)]
+    assert (fig.ipm, fig.mufu, fig.eff, fig.eff_masked) == (6.0, 66 / 32, 32 / 132, 4 / 40.0)
     assert ("attn_bwd_kv_fa2_kernel", 32) not in sass
 
 

@@ -39,22 +39,30 @@ kernel's second read of q, k, v, dO. FLOPs are the same.
 Modeled from SASS (--sass FILE, optional). The attention kernels' tensor-core work is modeled from
 the instruction mix of their compiled hot loops, as dev/cuda/sass_report --json reports it. FILE is
 JSON: either {"kernels": [ENTRY, ...]} or a list of ENTRY, where ENTRY is
-    {"name": "<demangled kernel name>", "instructions_per_hmma": I, "smem_wavefronts_per_hmma": W}
-(W optional; other keys ignored), or as dev/cuda/sass_report --json writes it (build/sass/report.json,
-`make sass-report`): there I is the full path (an interior tile that prefetches: the path most
-tiles take) of the entry's hot loop with the most HMMA, and W is not reported. An entry belongs
+    {"name": "<demangled kernel name>", "instructions_per_hmma": I, "smem_wavefronts_per_hmma": W,
+     "mufu_per_hmma": M}
+(W and M optional; other keys ignored), or as dev/cuda/sass_report --json writes it
+(build/sass/report.json, `make sass-report`): there I and M are the full path's (an interior tile
+that prefetches) of the entry's hot loop with the most HMMA, I' and M' its max path's (a masked
+tile with every pair computed: an upper bound for a masked tile, whose invisible 16-key pairs the
+forward skips), and W is not reported; a hand-written entry's masked tiles take I and M. An entry belongs
 to a kernel of ATTENTION_KERNELS when its name contains the kernel's base name and, if it has
 template arguments, the first is the head size; of several matches (e.g. statistics on / off) the
-slowest is used. Per kernel:
+slowest is used, on interior and on masked tiles separately. Per kernel:
     tensor work = GEMMs per visited tile pair x 2 hd x 64 x 64 FLOPs x visited 64 x 64 tile pairs
     (a visited tile is computed whole, masked pairs included: the kernels' tile rule,
-    llmc/core/attention_tiles.h);
-    efficiency = min(1, 4 / I, 1 / W): at 989 TFLOP/s (= 132 SMs x 4096 FLOPs x 1.83 GHz) an SM
-    retires one m16n8k16 HMMA (4096 FLOPs) per cycle, i.e. each of its 4 schedulers one per 4 cycles while it can issue one instruction per
-    cycle (so I instructions per HMMA cap it at 4 / I), and the SM's shared memory delivers one
-    128-byte wavefront per cycle (W wavefronts per HMMA, as a warp's hot loop issues them, cap it
-    at 1 / W);
-    time = max(sum over the op's kernels of tensor work / (peak x efficiency), bytes / bandwidth)
+    llmc/core/attention_tiles.h), split into interior tiles and masked ones (attn_tile_needs_mask:
+    ragged, crossing the diagonal, or, for a local head, the window's edge; at P < 64 every tile a
+    local head visits is masked);
+    efficiency = min(1, 4 / I, 1 / W, 1 / (2 M)): at 989 TFLOP/s (= 132 SMs x 4096 FLOPs x 1.83 GHz)
+    an SM retires one m16n8k16 HMMA (4096 FLOPs) per cycle, i.e. each of its 4 schedulers one per 4
+    cycles while it can issue one instruction per cycle (so I instructions per HMMA cap it at 4 / I),
+    the SM's shared memory delivers one 128-byte wavefront per cycle (W wavefronts per HMMA, as a
+    warp's hot loop issues them, cap it at 1 / W), and its special-function units 16 results per
+    cycle (3.9 TFLOP/s of special functions on the whole H100 SXM, FlashAttention-3's figure), so a
+    warp's MUFU (ex2, tanh) occupies them 2 cycles (M per HMMA cap it at 1 / (2 M));
+    time = max(sum over the op's kernels of interior work / (peak x efficiency(I, M))
+                   + masked work / (peak x efficiency(I', M')), bytes / bandwidth)
     (bytes: the op's traffic with today's passes).
 An attention op whose kernels have no entry shows "-". The other ops keep their today's-passes time
 in that column (cuBLASLt and the memory-bound kernels are not modeled), so the column isolates the
@@ -103,7 +111,8 @@ class Op:
     count: int = 0  # calls of this op per step (an op of every layer: L)
     flops: float = 0.0
     bytes: float = 0.0
-    tile_flops: dict = field(default_factory=dict)  # attention: kernel -> tensor FLOPs on visited tiles
+    # attention: kernel -> (tensor FLOPs on visited interior tiles, on visited masked tiles)
+    tile_flops: dict = field(default_factory=dict)
 
     def add(self, flops, nbytes):
         self.count += 1
@@ -136,6 +145,26 @@ def visited_tiles(T, window, local, tile=TILE):
                 continue  # every key after every query
             nearest = max(0, q0 - (k1 - 1))  # smallest i - j >= 0 in the tile
             if not local or nearest < window:
+                n += 1
+    return n
+
+
+def masked_tiles(T, window, local, tile=TILE):
+    """Of the visited tiles (visited_tiles), those the kernels run with the per-pair mask: the tile
+    rule attn_tile_needs_mask (llmc/core/attention_tiles.h) - a ragged tile, a tile whose last key
+    is past its first query, and for a local head one whose first key is at or before its last
+    query - window."""
+    n = 0
+    nt = (T + tile - 1) // tile
+    for qt in range(nt):
+        q0, q1 = qt * tile, qt * tile + tile
+        for kt in range(nt):
+            k0, k1 = kt * tile, kt * tile + tile
+            if k0 > min(q1, T) - 1:
+                continue  # not visited: every key after every query
+            if local and max(0, q0 - (min(k1, T) - 1)) >= window:
+                continue  # not visited: every key before every query's window
+            if q1 > T or k1 > T or k1 - 1 > q0 or (local and k0 <= q1 - 1 - window):
                 n += 1
     return n
 
@@ -179,6 +208,7 @@ def step_ops(m, as_implemented=False):
 
     pairs = B * ((NH - G) * visible_pairs(T, P, True) + G * visible_pairs(T, P, False))
     tiles = B * ((NH - G) * visited_tiles(T, P, True) + G * visited_tiles(T, P, False))
+    masked = B * ((NH - G) * masked_tiles(T, P, True) + G * masked_tiles(T, P, False))
     attn_io_fwd = (N * 3 * C + N * C) * ACT + N * NH * F32  # read qkv; write out, lse
     attn_io_bwd = (N * 3 * C + 2 * N * C) * ACT + N * NH * F32 + N * 3 * C * ACT  # qkv, out, dout, lse; dqkv
 
@@ -190,7 +220,9 @@ def step_ops(m, as_implemented=False):
         o.add((4 if phase == "fwd" else 10) * hd * pairs, attn_io_fwd if phase == "fwd" else attn_io_bwd)
         for kernel, (owner, gemms) in ATTENTION_KERNELS.items():
             if owner == o.name:
-                o.tile_flops[kernel] = o.tile_flops.get(kernel, 0) + gemms * 2 * hd * TILE * TILE * tiles
+                per_tile = gemms * 2 * hd * TILE * TILE
+                interior, on_masked = o.tile_flops.get(kernel, (0, 0))
+                o.tile_flops[kernel] = (interior + per_tile * (tiles - masked), on_masked + per_tile * masked)
 
     if as_implemented:
         op("zero gradients (memset)", "backward").add(0, params * F32)
@@ -237,8 +269,8 @@ def step_ops(m, as_implemented=False):
 
 
 def parse_sass(path):
-    """{(kernel base name, head size or None): (instructions per HMMA, wavefronts per HMMA or None,
-    efficiency)} for the kernels of ATTENTION_KERNELS, from a sass_report JSON (module docstring)."""
+    """{(kernel base name, head size or None): SassFigure} for the kernels of ATTENTION_KERNELS, from
+    a sass_report JSON (module docstring)."""
     with open(path) as f:
         data = json.load(f)
     entries = data.get("kernels", data) if isinstance(data, dict) else data
@@ -247,9 +279,11 @@ def parse_sass(path):
     out = {}
     for e in entries:
         name = e.get("name", "")
-        ipm = e.get("instructions_per_hmma")
+        ipm, mufu = e.get("instructions_per_hmma"), e.get("mufu_per_hmma")
+        ipm_masked, mufu_masked = ipm, mufu
         if ipm is None or isinstance(ipm, dict):  # sass_report's schema (or no figure at all)
-            ipm = sass_report_full_path(e)
+            ipm, mufu = sass_report_path(e, "full_path")
+            ipm_masked, mufu_masked = sass_report_path(e, "max_path")
         if ipm is None:
             continue
         for base in ATTENTION_KERNELS:
@@ -259,9 +293,15 @@ def parse_sass(path):
             hd = int(t.group(1)) if t else None
             key = (base, hd)
             w = e.get("smem_wavefronts_per_hmma")
-            eff = min(1.0, 4.0 / float(ipm), 1.0 / float(w) if w else 1.0)
-            if key not in out or eff < out[key][2]:
-                out[key] = (float(ipm), w, eff)
+            fig = SassFigure(float(ipm), w, mufu, efficiency(ipm, w, mufu),
+                             efficiency(ipm_masked if ipm_masked is not None else ipm, w,
+                                        mufu_masked if ipm_masked is not None else mufu))
+            if key in out:  # the slowest variant, per path
+                prev = out[key]
+                if prev.eff < fig.eff:
+                    fig.ipm, fig.w, fig.mufu, fig.eff = prev.ipm, prev.w, prev.mufu, prev.eff
+                fig.eff_masked = min(fig.eff_masked, prev.eff_masked)
+            out[key] = fig
     return out
 
 
@@ -273,25 +313,43 @@ def near_far_instance(name):
     return len(args) == 4 and args[2] == "true"
 
 
-def sass_report_full_path(e):
-    """Instructions per HMMA on the full path of the hot loop with the most HMMA of a sass_report
-    kernel entry, or None (no hot loop with tensor-core work)."""
+@dataclass
+class SassFigure:
+    ipm: float  # instructions per HMMA, interior tile
+    w: float  # shared-memory wavefronts per HMMA, or None
+    mufu: float  # MUFU per HMMA, interior tile, or None
+    eff: float  # efficiency on interior tiles
+    eff_masked: float  # efficiency on masked tiles
+
+
+def efficiency(ipm, w, mufu):
+    """min(1, 4 / I, 1 / W, 1 / (2 M)) (module docstring); a missing W or M does not cap."""
+    return min(1.0, 4.0 / float(ipm), 1.0 / float(w) if w else 1.0, 1.0 / (2.0 * float(mufu)) if mufu else 1.0)
+
+
+def sass_report_path(e, path):
+    """(instructions per HMMA, MUFU per HMMA or None) on one path ("full_path", "max_path") of the
+    hot loop with the most HMMA on its full path of a sass_report kernel entry, or (None, None) (no
+    hot loop with tensor-core work)."""
     loops = [h for h in e.get("hot_loops", []) or []
              if isinstance(h.get("instructions_per_hmma"), dict) and h["instructions_per_hmma"].get("full_path")]
     if not loops:
-        return None
+        return None, None
     hot = max(loops, key=lambda h: (h.get("full_path") or {}).get("HMMA", 0))
-    return hot["instructions_per_hmma"]["full_path"]
+    counts = hot.get(path) or {}
+    ipm = hot["instructions_per_hmma"].get(path)
+    mufu = counts["MUFU"] / counts["HMMA"] if counts.get("HMMA") and "MUFU" in counts else None
+    return ipm, mufu
 
 
 def sass_time(o, hd, sass):
     """Modeled seconds of an attention op from SASS figures, or None when a kernel has none."""
     t = 0.0
-    for kernel, work in o.tile_flops.items():
+    for kernel, (interior, on_masked) in o.tile_flops.items():
         fig = sass.get((kernel, hd)) or sass.get((kernel, None))
         if fig is None:
             return None
-        t += work / (PEAK_FLOPS * fig[2])
+        t += interior / (PEAK_FLOPS * fig.eff) + on_masked / (PEAK_FLOPS * fig.eff_masked)
     return max(t, o.bytes / BANDWIDTH)
 
 

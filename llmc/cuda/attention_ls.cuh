@@ -61,6 +61,13 @@ namespace llmc::cuda {
 // Fa2Bwd: the Fa2 forward + the FlashAttention-2-class backward (llmc/cuda/attention_ls_fa2_bwd.cuh).
 enum class AttnKernel { Scalar, Mma, Fa2, Fa2Bwd };
 
+// Whether a kind's forward soft-caps with tanh.approx.f32 (the FA2-class forward) rather than
+// tanhf: whatever recomputes p = exp(s' - lse) from that forward's lse caps the same way (the
+// FA2-class backward does; the Mma backward after the Fa2 forward, a lab pairing, does not).
+inline bool attention_caps_with_tanh_approx(AttnKernel kind) {
+    return kind == AttnKernel::Fa2 || kind == AttnKernel::Fa2Bwd;
+}
+
 inline AttnKernel attention_default_kernel() {
 #if defined(ENABLE_FP32)
     return AttnKernel::Scalar;

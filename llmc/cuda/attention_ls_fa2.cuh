@@ -17,9 +17,10 @@
 //   V: B operand of O = P V, B(k = key, n = dim) = V[key][dim]: ldmatrix.x4.trans of the row-major
 //      V tile gives the b0, b1 pairs of two 8-dim blocks (no transposed shared stores);
 //   P: the S accumulators of two 8-key blocks repacked as an A fragment (mma_acc_to_a).
-// Softmax in base 2: x = the score in "x units" (the raw accumulator q.k without soft-cap, the capped
-// score with it), mul = log2(e) * (1/sqrt(hd) without soft-cap, 1 with it), p = exp2(x*mul - m*mul):
-// one FFMA and one ex2.approx.ftz (MUFU.EX2) per score; m is the running row max in x units.
+// Softmax in base 2: x = the score in "x units" (the raw accumulator q.k without soft-cap; with it
+// t = tanh(q.k/(sqrt(hd) c)), one tanh.approx (MUFU.TANH), the capped score being c*t),
+// mul = log2(e) * (1/sqrt(hd) without soft-cap, c with it), p = exp2(x*mul - m*mul): one FFMA and one
+// ex2.approx.ftz (MUFU.EX2) per score; m is the running row max in x units.
 // Compile-time: HD, STATS (logit statistics), NEAR (the near/far statistics too), SOFTCAP (c*tanh(s/c)),
 // MASK (per tile: a tile that attn_tile_needs_mask clears runs the unmasked body, without the
 // per-element visibility test). Near/far per warp and tile: the unmasked body only sees tiles whose
@@ -113,7 +114,7 @@ template <int HD, bool STATS, bool NEAR, bool SOFTCAP, bool MASK>
 __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[kFa2QInRegs<HD> ? HD / 16 : 1][4],
                                          const __nv_bfloat16* sQ, const __nv_bfloat16* sK, const __nv_bfloat16* sV,
                                          const int (&i_row)[2], int k0, int r0, int T, bool local, int P, float mul,
-                                         float cap, float scale_over_cap, int near_n) {
+                                         float scale_over_cap, int near_n) {
     constexpr int KS = HD / 16, NB = kAttnMmaBK / 8, DB = HD / 8;
     const int lane = threadIdx.x % 32, c = lane % 4, mi = lane / 8, j8 = lane % 8;
     // a global head as a local one with a window past every row (key_lo = 0 for rows < T + 64): one
@@ -179,7 +180,7 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[k
             const unsigned bit = one << (2 * nb + (e & 1) + 16 * hf);
             const float a = s[nb][e];
             const bool vis = !MASK || (vis_bits & bit) != 0;
-            float x = SOFTCAP ? cap * tanhf(a * scale_over_cap) : a;
+            float x = SOFTCAP ? tanh_approx(a * scale_over_cap) : a;
             if (MASK) x = vis ? x : kFa2Masked;
             if (STATS) {  // without soft-cap x = a: the max comes from the row max below
                 if (SOFTCAP) rmax = fmaxf(rmax, vis ? a : -INFINITY);
@@ -269,8 +270,11 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[k
 // the block's statistics partial (kAttnStatsBasic floats, llmc/cuda/attention_ls_common.cuh) in
 // stats_part; with NEAR (implies STATS) the near/far ones too (kAttnStatsNear floats), split at
 // distance near_n >= 1.
+// Registers: hd 32 without near/far asks for 4 blocks/SM (at most 128 registers; ptxas then keeps
+// the hot loop free of local memory, dev/cuda/sass_report); the others keep ptxas's own choice (a
+// minimum of 0 blocks compiles as none, and 1 would let them grow past today's occupancy).
 template <int HD, bool STATS, bool NEAR, bool SOFTCAP>
-__global__ void __launch_bounds__(kAttnMmaThreads)
+__global__ void __launch_bounds__(kAttnMmaThreads, HD == 32 && !NEAR ? 4 : 0)
     attn_fwd_fa2_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int T, int C, int NH, int G, int P,
                         float softcap, float* stats_part, int near_n) {
     static_assert(STATS || !NEAR, "the near/far statistics extend the basic ones");
@@ -292,8 +296,8 @@ __global__ void __launch_bounds__(kAttnMmaThreads)
     const int mi = lane / 8, j8 = lane % 8;
     const float scale = attn_scale(HD);
     constexpr float kLog2e = 1.4426950408889634f;
-    // x units -> natural units: scale (x = raw accumulator) or 1 (x = capped score)
-    const float nat = SOFTCAP ? 1.0f : scale;
+    // x units -> natural units: scale (x = raw accumulator) or c (x = tanh of the scaled score)
+    const float nat = SOFTCAP ? softcap : scale;
     const float mul = nat * kLog2e;
     const float scale_over_cap = SOFTCAP ? scale / softcap : 0.0f;
     const __nv_bfloat16* base = qkv + (size_t)b * T * C3 + h * HD;
@@ -340,10 +344,10 @@ __global__ void __launch_bounds__(kAttnMmaThreads)
         if (attn_tile_needs_mask(qt, kt, BQ, BK, T, local, P) ||
             (NEAR && attn_tile_near_kind(r0, r0 + 15, kt * BK, kt * BK + BK - 1, near_n) == 0))
             fa2_tile<HD, STATS, NEAR, SOFTCAP, true>(st, qa, sQ, k_tile, v_tile, i_row, kt * BK, r0, T, local, P, mul,
-                                                     softcap, scale_over_cap, near_n);
+                                                     scale_over_cap, near_n);
         else
             fa2_tile<HD, STATS, NEAR, SOFTCAP, false>(st, qa, sQ, k_tile, v_tile, i_row, kt * BK, r0, T, local, P, mul,
-                                                      softcap, scale_over_cap, near_n);
+                                                      scale_over_cap, near_n);
     }
 
     // finish: quad sums, normalize, write out (bf16 pairs), lse (natural log), entropy, near mass

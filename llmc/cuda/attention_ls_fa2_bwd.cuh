@@ -24,9 +24,9 @@
 //     tiles are k-major, ldmatrix.x4.trans (no transposed shared copies);
 //   A of those products: P^T, dS^T (or dS) accumulators repacked as bf16 A fragments (mma_acc_to_a).
 // P is recomputed in base 2 from the forward's lse (natural log): x = the raw accumulator q.k
-// (mul = log2(e)/sqrt(hd)) or the capped score c*tanh(q.k/(sqrt(hd) c)) (mul = log2(e)); one FFMA
-// and one ex2.approx.ftz per pair. dS is kept without the 1/sqrt(hd) factor, applied once to dK and
-// dQ at the store. Soft-cap and the per-element mask are compile-time (masked tiles:
+// (mul = log2(e)/sqrt(hd)) or t = tanh(q.k/(sqrt(hd) c)) (one tanh.approx; mul = c log2(e), the
+// capped score being c*t); one FFMA and one ex2.approx.ftz per pair. dS is kept without the
+// 1/sqrt(hd) factor, applied once to dK and dQ at the store. Soft-cap and the per-element mask are compile-time (masked tiles:
 // attn_tile_needs_mask); P and dS are rounded to bf16 for the second products, as in FA2.
 #pragma once
 #include "llmc/core/smem_swizzle.h"
@@ -114,17 +114,15 @@ __device__ __forceinline__ void fa2_acc_times_tile(float (&acc)[HD / 8][4], cons
     }
 }
 
-// One pair: a = the raw accumulator q_i.k_j, dp = dO_i.v_j, neg_lse2 = -lse_i*log2(e), Di = D_i.
-// Returns p = exp(s' - lse_i) and replaces dp by dS' = p (dp - D_i) [(1 - tanh^2(s/c))], the
-// gradient of q_i.k_j up to the factor 1/sqrt(hd). (The reference: attn_prob_grad.)
+// One pair: a = the raw accumulator q_i.k_j, dp = dO_i.v_j, neg_lse2 = -lse_i*log2(e), Di = D_i,
+// mul = log2(e)/sqrt(hd), or c*log2(e) with soft-cap (x units: a, or t = tanh(s/c)).
+// Returns p = exp(s' - lse_i) and replaces dp by dS' = p (dp - D_i) [(1 - t^2)], the gradient of
+// q_i.k_j up to the factor 1/sqrt(hd). (The reference: attn_prob_grad.)
 template <bool SOFTCAP>
-__device__ __forceinline__ float fa2_bwd_pair(float a, float& dp, float neg_lse2, float Di, float mul, float cap,
+__device__ __forceinline__ float fa2_bwd_pair(float a, float& dp, float neg_lse2, float Di, float mul,
                                               float scale_over_cap) {
-    float x = a, t = 0.0f;
-    if (SOFTCAP) {
-        t = tanhf(a * scale_over_cap);
-        x = cap * t;
-    }
+    const float t = SOFTCAP ? tanh_approx(a * scale_over_cap) : 0.0f;
+    const float x = SOFTCAP ? t : a;
     const float p = ex2_approx_ftz(fmaf(x, mul, neg_lse2));
     float d = p * (dp - Di);
     if (SOFTCAP) d *= 1.0f - t * t;
@@ -150,7 +148,7 @@ __device__ __forceinline__ void fa2_bwd_kv_tile(float (&dk)[HD / 8][4], float (&
                                                 const uint32_t (&va)[kFa2BwdAFrags<HD>][4], const char* k_rows,
                                                 const char* v_rows, const __nv_bfloat16* sQ, const __nv_bfloat16* sdO,
                                                 const float* sNL, const float* sD, const int (&j_row)[2], int q0, int T,
-                                                bool local, int P, float mul, float cap, float scale_over_cap) {
+                                                bool local, int P, float mul, float scale_over_cap) {
     constexpr int NB = BQ / 8;
     const int c = threadIdx.x % 4;
     // S^T = K Q^T, dP^T = V dO^T: (16 keys, BQ queries); [nb] holds queries nb*8 + 2c + {0,1}
@@ -174,7 +172,7 @@ __device__ __forceinline__ void fa2_bwd_kv_tile(float (&dk)[HD / 8][4], float (&
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int qi = nb * 8 + 2 * c + (e & 1);
-            const float p = fa2_bwd_pair<SOFTCAP>(s[nb][e], dp[nb][e], sNL[qi], sD[qi], mul, cap, scale_over_cap);
+            const float p = fa2_bwd_pair<SOFTCAP>(s[nb][e], dp[nb][e], sNL[qi], sD[qi], mul, scale_over_cap);
             const bool vis = !MASK || (vis_bits & (one << (2 * nb + (e & 1) + 16 * (e / 2)))) != 0;
             s[nb][e] = vis ? p : 0.0f;  // an invisible pair's p and dS may be inf or NaN: dropped here
             if (MASK) dp[nb][e] = vis ? dp[nb][e] : 0.0f;
@@ -207,7 +205,7 @@ __global__ void __launch_bounds__(kAttnMmaThreads)
     const int C3 = 3 * C, k0 = kt * BK;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const float scale = attn_scale(HD);
-    const float mul = (SOFTCAP ? 1.0f : scale) * kLog2e;
+    const float mul = (SOFTCAP ? softcap : scale) * kLog2e;  // x units: raw accumulator or tanh
     const float scale_over_cap = SOFTCAP ? scale / softcap : 0.0f;
     const __nv_bfloat16* base = qkv + (size_t)b * T * C3 + h * HD;
     const __nv_bfloat16* gbase = dout + (size_t)b * T * C + h * HD;
@@ -270,10 +268,10 @@ __global__ void __launch_bounds__(kAttnMmaThreads)
         const float* dd = sD + buf * BQ;
         if (attn_tile_needs_mask(qt, kt, BQ, BK, T, local, P))
             fa2_bwd_kv_tile<HD, BQ, SOFTCAP, true>(dk, dv, ka, va, k_rows, v_rows, q_tile, do_tile, nl, dd, j_row,
-                                                   qt * BQ, T, local, P, mul, softcap, scale_over_cap);
+                                                   qt * BQ, T, local, P, mul, scale_over_cap);
         else
             fa2_bwd_kv_tile<HD, BQ, SOFTCAP, false>(dk, dv, ka, va, k_rows, v_rows, q_tile, do_tile, nl, dd, j_row,
-                                                    qt * BQ, T, local, P, mul, softcap, scale_over_cap);
+                                                    qt * BQ, T, local, P, mul, scale_over_cap);
     }
 
     // dk[db], dv[db]: key j_row[e/2], dims db*8 + 2c + (e&1); dK takes the 1/sqrt(hd) of dS here
@@ -303,7 +301,7 @@ __device__ __forceinline__ void fa2_bwd_q_tile(float (&dq)[HD / 8][4], const uin
                                                const char* do_rows, const __nv_bfloat16* sK, const __nv_bfloat16* sV,
                                                const int (&i_row)[2], const float (&neg_lse2)[2],
                                                const float (&row_D)[2], int k0, int T, bool local, int P, float mul,
-                                               float cap, float scale_over_cap) {
+                                               float scale_over_cap) {
     constexpr int NB = kAttnMmaBK / 8;
     const int c = threadIdx.x % 4;
     // S = Q K^T, dP = dO V^T: (16 rows, 64 keys); [nb] holds keys nb*8 + 2c + {0,1}
@@ -319,7 +317,7 @@ __device__ __forceinline__ void fa2_bwd_q_tile(float (&dq)[HD / 8][4], const uin
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int hf = e / 2;
-            fa2_bwd_pair<SOFTCAP>(s[nb][e], dp[nb][e], neg_lse2[hf], row_D[hf], mul, cap, scale_over_cap);
+            fa2_bwd_pair<SOFTCAP>(s[nb][e], dp[nb][e], neg_lse2[hf], row_D[hf], mul, scale_over_cap);
             // an invisible pair's dS may be inf or NaN: dropped here
             if (MASK) dp[nb][e] = (vis_bits & (one << (2 * nb + (e & 1) + 16 * hf))) != 0 ? dp[nb][e] : 0.0f;
         }
@@ -348,7 +346,7 @@ __global__ void __launch_bounds__(kAttnMmaThreads)
     const int C3 = 3 * C, q0 = qt * BQ;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const float scale = attn_scale(HD);
-    const float mul = (SOFTCAP ? 1.0f : scale) * kLog2e;
+    const float mul = (SOFTCAP ? softcap : scale) * kLog2e;  // x units: raw accumulator or tanh
     const float scale_over_cap = SOFTCAP ? scale / softcap : 0.0f;
     const __nv_bfloat16* base = qkv + (size_t)b * T * C3 + h * HD;
     const __nv_bfloat16* gbase = dout + (size_t)b * T * C + h * HD;
@@ -400,10 +398,10 @@ __global__ void __launch_bounds__(kAttnMmaThreads)
         const __nv_bfloat16* v_tile = sV + buf * L::TILE;
         if (attn_tile_needs_mask(qt, kt, BQ, BK, T, local, P))
             fa2_bwd_q_tile<HD, SOFTCAP, true>(dq, qa, da, q_rows, do_rows, k_tile, v_tile, i_row, neg_lse2, row_D,
-                                              kt * BK, T, local, P, mul, softcap, scale_over_cap);
+                                              kt * BK, T, local, P, mul, scale_over_cap);
         else
             fa2_bwd_q_tile<HD, SOFTCAP, false>(dq, qa, da, q_rows, do_rows, k_tile, v_tile, i_row, neg_lse2, row_D,
-                                               kt * BK, T, local, P, mul, softcap, scale_over_cap);
+                                               kt * BK, T, local, P, mul, scale_over_cap);
     }
 
     // dq[db]: row i_row[e/2], dims db*8 + 2c + (e&1); the 1/sqrt(hd) of dS here

@@ -22,6 +22,8 @@
 
 #include "llmc/cuda/common.cuh"
 #include "llmc/cuda/ptx.cuh"
+#include "test/gpu/elementwise_run.cuh"
+#include "test/gpu/gpu_test_util.cuh"
 
 namespace ex2_approx {
 
@@ -30,32 +32,13 @@ __global__ void ex2_kernel(float* d, const float* a, int n) {
     if (i < n) d[i] = llmc::cuda::ex2_approx_ftz(a[i]);
 }
 
-std::vector<float> run(const std::vector<float>& a) {
-    const int n = (int)a.size();
-    float *da = nullptr, *dd = nullptr;
-    CUDA_CHECK(cudaMalloc(&da, n * sizeof(float)));
-    CUDA_CHECK(cudaMalloc(&dd, n * sizeof(float)));
-    CUDA_CHECK(cudaMemcpy(da, a.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-    llmc::cuda::launch_kernel(ex2_kernel, (unsigned)((n + 127) / 128), 128, 0, 0, dd, da, n);
-    CUDA_CHECK_LAUNCH();
-    std::vector<float> d(n);
-    CUDA_CHECK(cudaMemcpy(d.data(), dd, n * sizeof(float), cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaFree(da));
-    CUDA_CHECK(cudaFree(dd));
-    return d;
-}
-
 bool same_bits(float x, float y) { return std::memcmp(&x, &y, 4) == 0; }
 
 }  // namespace ex2_approx
 
 int main() {
     using namespace ex2_approx;
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) {
-        std::fprintf(stderr, "test_ex2_approx: no CUDA device; run on a GPU machine or the emulated build\n");
-        return 1;
-    }
+    if (!gpu_test::have_gpu("test_ex2_approx")) return 1;
     std::printf("test_ex2_approx: ex2.approx.ftz.f32 per the PTX ISA\n");
     const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
     const float sub = std::numeric_limits<float>::denorm_min() * 12345.0f;  // a subnormal input
@@ -76,7 +59,7 @@ int main() {
     for (int k = 0; k < 1000; k++) a.push_back(near_zero(gen));
     const size_t first_flushed = a.size();
     for (int k = 0; k < 500; k++) a.push_back(below_normal(gen));
-    const std::vector<float> d = run(a);
+    const std::vector<float> d = gpu_test::run_elementwise(ex2_kernel, a);
 
     for (size_t i = 0; i < exact.size(); i++)
         if (!same_bits(d[i], exact[i].second)) {
