@@ -229,7 +229,14 @@ $(BUILD)/dev/%: dev/cuda/%.cu $(NVCC_CPU_KERNELS) $(LLMC_HEADERS) $(wildcard dev
 	$(NVCC) $(NVCCFLAGS) $(CPU_KERNELS_INCLUDE) $< $(NVCC_CPU_KERNELS) -o $@ $(CUDA_LIBS)
 $(BUILD)/test_gpu/%: test/gpu/%.cu $(NVCC_CPU_KERNELS) $(LLMC_HEADERS) $(wildcard test/*.h test/gpu/*.cuh)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $(DIST_FLAGS) $(CPU_KERNELS_INCLUDE) $< $(NVCC_CPU_KERNELS) -o $@ $(CUDA_LIBS) $(DIST_LIBS)
+	$(NVCC) $(NVCCFLAGS) $(DIST_FLAGS) $(CPU_KERNELS_INCLUDE) $< $(TEST_BACKEND) $(NVCC_CPU_KERNELS) -o $@ $(CUDA_LIBS) \
+	  $(DIST_LIBS)
+# The GPU tests that reach the CUDA backend only through llmc/cuda/backend_entry.h link the programs'
+# compiled kernels ($(CUDA_BACKEND_OBJ); $(EMU_DIR)/cuda_backend.o in the emulated build) instead of
+# compiling them again: the programs and these tests share one compilation of the device code.
+BACKEND_ENTRY_TESTS := test_cuda_model test_cuda_attention_probs test_cuda_param_scale
+$(addprefix $(BUILD)/test_gpu/,$(BACKEND_ENTRY_TESTS)): private TEST_BACKEND = $(CUDA_BACKEND_OBJ)
+$(addprefix $(BUILD)/test_gpu/,$(BACKEND_ENTRY_TESTS)): $(CUDA_BACKEND_OBJ)
 gpu-targets: train_gpt2_ls generate_gpt2_ls $(GPU_LAB_BINS) $(GPU_TEST_BINS)
 
 # The trainer in the other USE_MPI x USE_NCCL combinations (the default build is auto x auto), so a
@@ -305,8 +312,10 @@ $(EMU_DIR)/dev/%: dev/cuda/%.cu $(EMU_LIB) $(EMU_CPU_KERNELS) $(EMU_HEADERS) $(w
 	  $(EMU_LDFLAGS)
 $(EMU_DIR)/test_gpu/%: test/gpu/%.cu $(EMU_LIB) $(EMU_CPU_KERNELS) $(EMU_HEADERS) $(wildcard test/*.h test/gpu/*.cuh)
 	@mkdir -p $(dir $@)
-	$(EMU_CXX) $(EMU_CXXFLAGS) $(CPU_KERNELS_INCLUDE) $(EMU_NCCL) -x c++ $< -x none $(EMU_CPU_KERNELS) $(EMU_LIB) \
-	  -o $@ $(EMU_LDFLAGS)
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(CPU_KERNELS_INCLUDE) $(EMU_NCCL) -x c++ $< -x none $(EMU_TEST_BACKEND) $(EMU_CPU_KERNELS) \
+	  $(EMU_LIB) -o $@ $(EMU_LDFLAGS)
+$(addprefix $(EMU_DIR)/test_gpu/,$(BACKEND_ENTRY_TESTS)): private EMU_TEST_BACKEND = $(EMU_DIR)/cuda_backend.o
+$(addprefix $(EMU_DIR)/test_gpu/,$(BACKEND_ENTRY_TESTS)): $(EMU_DIR)/cuda_backend.o
 $(EMU_DIR)/self/%: dev/emu/tests/%.cu $(EMU_LIB) $(EMU_HEADERS) $(wildcard test/gpu/*.cuh)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) $(EMU_CXXFLAGS) -x c++ $< -x none $(EMU_LIB) -o $@ $(EMU_LDFLAGS)

@@ -65,7 +65,12 @@ enum class AttnKernel { Scalar, Mma, Fa2, Fa2Bwd };
 // tanhf: whatever recomputes p = exp(s' - lse) from that forward's lse caps the same way (the
 // FA2-class backward does; the Mma backward after the Fa2 forward, a lab pairing, does not).
 inline bool attention_caps_with_tanh_approx(AttnKernel kind) {
+#if defined(ENABLE_FP32)
+    (void)kind;
+    return false;  // the FP32 build runs the Scalar kernels for every kind
+#else
     return kind == AttnKernel::Fa2 || kind == AttnKernel::Fa2Bwd;
+#endif
 }
 
 inline AttnKernel attention_default_kernel() {

@@ -49,7 +49,8 @@ __global__ void __launch_bounds__(kProbsBlock)
             float s = 0.0f;
             for (int d = 0; d < hd; d++) s += to_float(q[d]) * to_float(k[d]);
             float t;
-            const float capped = TANH_APPROX && softcap > 0.0f ? softcap * tanh_approx(s * scale / softcap)
+            // tanh.approx's argument rounded as the forward's: raw score times (scale / c)
+            const float capped = TANH_APPROX && softcap > 0.0f ? softcap * tanh_approx(s * (scale / softcap))
                                                                : attn_softcap(s * scale, softcap, t);
             p = expf(capped - row_lse);
         }

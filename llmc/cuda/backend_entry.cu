@@ -23,4 +23,6 @@ std::string device_description() { return cuda::cuda_device_description(); }
 
 const char* precision_name() { return cuda::kPrecisionName; }
 
+bool softcap_uses_tanh_approx() { return cuda::attention_caps_with_tanh_approx(cuda::attention_default_kernel()); }
+
 }  // namespace llmc::cuda_backend

@@ -1,4 +1,4 @@
-// The CUDA backend as the programs see it: six functions, defined in llmc/cuda/backend_entry.cu,
+// The CUDA backend as the programs see it: seven functions, defined in llmc/cuda/backend_entry.cu,
 // which nvcc (or the emulated build) compiles once per precision into an object that every program
 // links. The programs' own translation units then hold no kernels, so the trainer, its USE_MPI x
 // USE_NCCL variants and the generator share one compilation of the device code instead of one each.
@@ -31,5 +31,9 @@ std::string device_description();
 
 // "bf16" or "fp32": the precision the object was compiled for (PRECISION=BF16|FP32).
 const char* precision_name();
+
+// Whether the attention kernels soft-cap with tanh.approx.f32 (the BF16 build's FA2-class kernels)
+// rather than tanhf (llmc/cuda/attention_ls.cuh, attention_caps_with_tanh_approx).
+bool softcap_uses_tanh_approx();
 
 }  // namespace llmc::cuda_backend

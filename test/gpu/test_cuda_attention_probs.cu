@@ -41,7 +41,7 @@
 #include "llmc/core/params.h"
 #include "llmc/core/rng.h"
 #include "llmc/cpu/gpt2_cpu.h"
-#include "llmc/cuda/gpt2_cuda.cuh"
+#include "llmc/cuda/backend_entry.h"
 #include "test/gpu/gpu_test_util.cuh"
 
 namespace {
@@ -124,7 +124,8 @@ void check_case(Checks& ck, const Case& c, uint64_t seed) {
     for (int& t : tokens) t = (int)rng.below((uint64_t)cfg.vocab_size);
     const std::vector<float> params = test_params(cfg, seed);
     llmc::CpuBackend cpu(cfg, seed);
-    llmc::cuda::CudaBackend gpu(cfg, seed);
+    const std::unique_ptr<llmc::Backend> gpu_owner = llmc::cuda_backend::create(cfg, seed);
+    llmc::Backend& gpu = *gpu_owner;
     cpu.set_params(params.data());
     gpu.set_params(params.data());
     ck.expect(gpu.has_attention_probs(), "the CUDA backend has attention_probs");
@@ -161,8 +162,7 @@ void check_case(Checks& ck, const Case& c, uint64_t seed) {
             }
     ck.expect(nonfinite == 0 && masked_nonzero == 0, "every entry finite (%ld not), masked entries 0 (%ld not)",
               nonfinite, masked_nonzero);
-    const bool approx_cap =
-        cfg.attn_softcap > 0.0f && llmc::cuda::attention_caps_with_tanh_approx(llmc::cuda::attention_default_kernel());
+    const bool approx_cap = cfg.attn_softcap > 0.0f && llmc::cuda_backend::softcap_uses_tanh_approx();
     const double tol_sum = kTolRowSum + (approx_cap ? std::expm1(2.0 * cfg.attn_softcap * std::ldexp(1.0, -11)) : 0.0);
     ck.expect(worst_sum <= tol_sum, "rows sum to 1: worst |sum - 1| %.3g (tol %.2e)", worst_sum, tol_sum);
     ck.expect(worst_map <= kTolMap, "maps vs the CPU backend's: worst relative error %.3g (tol %.0e)", worst_map,
@@ -179,8 +179,8 @@ void check_case(Checks& ck, const Case& c, uint64_t seed) {
 int main() {
     if (!gpu_test::have_gpu("test_cuda_attention_probs")) return 1;
     Checks ck;
-    std::printf("test_cuda_attention_probs: %s, build %s\n", llmc::cuda::cuda_device_description().c_str(),
-                llmc::cuda::kPrecisionName);
+    std::printf("test_cuda_attention_probs: %s, build %s\n", llmc::cuda_backend::device_description().c_str(),
+                llmc::cuda_backend::precision_name());
     const uint64_t seed = std::random_device{}() | 1u;
     std::printf("seed %llu\n", (unsigned long long)seed);
     using gpu_test::model_config;  // (L, C, NH, G, P, V, maxT, qk_norm, softcap, tied)
@@ -203,7 +203,8 @@ int main() {
     // misuse: no forward yet, and out-of-range layer / head / sequence
     try {
         const llmc::ModelConfig cfg = model_config(1, 64, 2, 1, 4, 100, 16, false, 0.0f, true);
-        llmc::cuda::CudaBackend gpu(cfg, 1);
+        const std::unique_ptr<llmc::Backend> gpu_owner = llmc::cuda_backend::create(cfg, 1);
+        llmc::Backend& gpu = *gpu_owner;
         std::vector<float> out(16 * 16);
         bool threw = false;
         try {

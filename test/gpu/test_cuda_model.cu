@@ -52,7 +52,8 @@
 
 #include "llmc/io/checkpoint.h"
 #include "llmc/cpu/gpt2_cpu.h"
-#include "llmc/cuda/gpt2_cuda.cuh"
+#include "llmc/cuda/backend_entry.h"
+#include "llmc/cuda/device_info.cuh"
 #include "llmc/core/error.h"
 #include "llmc/core/init.h"
 #include "llmc/core/params.h"
@@ -152,7 +153,8 @@ void check_case(Checks& ck, const Case& c, uint64_t seed) {
     const std::vector<float> params = random_params(cfg, seed);
 
     llmc::CpuBackend cpu(cfg, seed);
-    llmc::cuda::CudaBackend gpu(cfg, seed);
+    const std::unique_ptr<llmc::Backend> gpu_owner = llmc::cuda_backend::create(cfg, seed);
+    llmc::Backend& gpu = *gpu_owner;
 
     // ---- same initialization as the CPU for the same seed (both build it with llmc::init_params)
     {
@@ -265,7 +267,8 @@ void check_case(Checks& ck, const Case& c, uint64_t seed) {
     {
         llmc::AdamWHyper h;
         h.lr = 1e-3f;
-        llmc::cuda::CudaBackend g2(cfg, seed);
+        const std::unique_ptr<llmc::Backend> g2_owner = llmc::cuda_backend::create(cfg, seed);
+        llmc::Backend& g2 = *g2_owner;
         llmc::CpuBackend c2(cfg, seed);
         g2.set_params(params.data());
         c2.set_params(params.data());
@@ -290,7 +293,10 @@ void check_case(Checks& ck, const Case& c, uint64_t seed) {
     {
         llmc::AdamWHyper h;
         h.lr = 1e-3f;
-        llmc::cuda::CudaBackend a(cfg, seed), b(cfg, seed), r(cfg, seed + 99);
+        const std::unique_ptr<llmc::Backend> a_owner = llmc::cuda_backend::create(cfg, seed),
+                                             b_owner = llmc::cuda_backend::create(cfg, seed),
+                                             r_owner = llmc::cuda_backend::create(cfg, seed + 99);
+        llmc::Backend &a = *a_owner, &b = *b_owner, &r = *r_owner;
         a.set_params(params.data());
         b.set_params(params.data());
         std::vector<float> la, lb, lr_;
@@ -362,7 +368,8 @@ void check_fixture(Checks& ck, const std::string& name) {
     const int B = d.B, T = d.T, V = d.V, Vp = d.Vp;
     const size_t N = (size_t)B * T, P = lay.total;
 
-    llmc::cuda::CudaBackend gpu(cfg, 1234);
+    const std::unique_ptr<llmc::Backend> gpu_owner = llmc::cuda_backend::create(cfg, 1234);
+    llmc::Backend& gpu = *gpu_owner;
     gpu.set_params(m.params.data());
 
     // ---- forward: logits, losses, statistics
@@ -452,8 +459,8 @@ void check_fixture(Checks& ck, const std::string& name) {
 int main() {
     if (!gpu_test::have_gpu("test_cuda_model")) return 1;
     Checks ck;
-    std::printf("test_cuda_model: %s, build %s\n", llmc::cuda::cuda_device_description().c_str(),
-                llmc::cuda::kPrecisionName);
+    std::printf("test_cuda_model: %s, build %s\n", llmc::cuda_backend::device_description().c_str(),
+                llmc::cuda_backend::precision_name());
     // The peak-rate table (no GPU logic): specific names win over their prefixes.
     ck.expect(llmc::cuda::bf16_peak_flops_for("NVIDIA H100 80GB HBM3") == 989.4e12 &&
                   llmc::cuda::bf16_peak_flops_for("NVIDIA H100 PCIe") == 756.0e12 &&
@@ -462,7 +469,9 @@ int main() {
                   llmc::cuda::bf16_peak_flops_for("Unknown GPU") == 0.0,
               "bf16 peak table lookups");
     {
-        llmc::cuda::CudaBackend probe(gpu_test::model_config(1, 64, 2, 1, 4, 100, 16, false, 0.0f, true), 1);
+        const std::unique_ptr<llmc::Backend> probe_owner =
+            llmc::cuda_backend::create(gpu_test::model_config(1, 64, 2, 1, 4, 100, 16, false, 0.0f, true), 1);
+        llmc::Backend& probe = *probe_owner;
         ck.expect(probe.peak_flops() >= 0.0 && probe.device_memory_used() > 0,
                   "peak_flops %.3g FLOP/s, device memory in use %.1f MiB", probe.peak_flops(),
                   probe.device_memory_used() / 1048576.0);

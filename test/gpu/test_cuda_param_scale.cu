@@ -27,7 +27,7 @@
 #include "llmc/core/params.h"
 #include "llmc/core/rng.h"
 #include "llmc/cpu/gpt2_cpu.h"
-#include "llmc/cuda/gpt2_cuda.cuh"
+#include "llmc/cuda/backend_entry.h"
 #include "llmc/train/qk_clip.h"
 #include "test/gpu/gpu_test_util.cuh"
 
@@ -81,7 +81,8 @@ void check_runs(Checks& ck, const char* what, const llmc::ModelConfig& cfg, cons
                 uint64_t seed) {
     llmc::Rng r(seed);
     llmc::cpu::CpuBackend cpu(cfg, seed);
-    llmc::cuda::CudaBackend gpu(cfg, seed);
+    const std::unique_ptr<llmc::Backend> gpu_owner = llmc::cuda_backend::create(cfg, seed);
+    llmc::Backend& gpu = *gpu_owner;
     const size_t n = gpu.num_params();
     const std::vector<float> p0 = random_vector(r, n, -1.0f, 1.0f);  // no zeros: a missed element shows
     const std::vector<float> g0 = random_vector(r, n, -1.0f, 1.0f), m0 = random_vector(r, n, -1.0f, 1.0f),
@@ -109,7 +110,8 @@ void check_runs(Checks& ck, const char* what, const llmc::ModelConfig& cfg, cons
     ck.expect(g1 == g0 && m1 == m0 && v1 == v0, "%s: gradients and AdamW moments untouched", what);
 
     // the working copy: logits after scale_params == logits of a backend given the scaled master
-    llmc::cuda::CudaBackend fresh(cfg, seed + 1);
+    const std::unique_ptr<llmc::Backend> fresh_owner = llmc::cuda_backend::create(cfg, seed + 1);
+    llmc::Backend& fresh = *fresh_owner;
     fresh.set_params(want.data());
     const int B = 2, T = cfg.max_seq_len;
     std::vector<int> tokens((size_t)B * T);
@@ -119,7 +121,7 @@ void check_runs(Checks& ck, const char* what, const llmc::ModelConfig& cfg, cons
     ck.expect(ldiff == 0,
               "%s: working copy (%s) = round-to-nearest of the scaled master: logits equal bit for bit "
               "(%zu of %zu differ)",
-              what, llmc::cuda::kPrecisionName, ldiff, a.size());
+              what, llmc::cuda_backend::precision_name(), ldiff, a.size());
 }
 
 }  // namespace
@@ -127,8 +129,8 @@ void check_runs(Checks& ck, const char* what, const llmc::ModelConfig& cfg, cons
 int main() {
     if (!gpu_test::have_gpu("test_cuda_param_scale")) return 1;
     Checks ck;
-    std::printf("test_cuda_param_scale: %s, build %s\n", llmc::cuda::cuda_device_description().c_str(),
-                llmc::cuda::kPrecisionName);
+    std::printf("test_cuda_param_scale: %s, build %s\n", llmc::cuda_backend::device_description().c_str(),
+                llmc::cuda_backend::precision_name());
     const uint64_t seed = std::random_device{}() | 1u;
     std::printf("seed %llu\n", (unsigned long long)seed);
     // L 2, C 128, 4 heads of 32 (one global), window 4, V 200, T 16
@@ -146,7 +148,8 @@ int main() {
         check_runs(ck, "qk-clip runs", cfg, llmc::qk_clip_scales(cfg, heads), seed + 7);
 
         // bad runs: refused, nothing changed
-        llmc::cuda::CudaBackend gpu(cfg, seed);
+        const std::unique_ptr<llmc::Backend> gpu_owner = llmc::cuda_backend::create(cfg, seed);
+        llmc::Backend& gpu = *gpu_owner;
         const size_t n = gpu.num_params();
         std::vector<float> before(n), after(n);
         gpu.get_params(before.data());
