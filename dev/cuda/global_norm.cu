@@ -2,7 +2,8 @@
 // (llmc/core/global_norm.h, double accumulation).
 //   ./global_norm            validate, then a timing table (ms, GB/s)
 //   ./global_norm --check    validation only; exit status 1 on any failure
-// Checks: several sizes (empty, smaller than one block, ragged, larger than the fixed grid), output
+// Checks: several sizes (empty, smaller than one block, ragged, on and past each edge of the
+// grid's growth with n and past its largest grid), output
 // and scratch poisoned first, relative error <= 1e-6 (fp32 input, double accumulation, in both
 // builds), two runs bit-identical, and a NaN gradient gives a NaN norm (the trainer's
 // non-finite-step check relies on it).
@@ -53,8 +54,8 @@ int main(int argc, char** argv) {
     llmc::Rng rng(args.seed);
     try {
         bool ok = true;
-        for (size_t n :
-             {size_t(0), size_t(1), size_t(511), size_t(100003), size_t(262144), size_t(262145), size_t(5000011)})
+        for (size_t n : {size_t(0), size_t(1), size_t(511), size_t(4096), size_t(4097), size_t(100003), size_t(262144),
+                         size_t(262145), size_t(2097152), size_t(2097153), size_t(5000011)})
             ok &= check_size(rng, n, false);
         ok &= check_size(rng, 300001, true);
         std::printf("%s\n", ok ? "global_norm: all checks passed" : "global_norm: FAILED");

@@ -1,8 +1,8 @@
 // Squared L2 norm of an fp32 gradient buffer on the GPU, for clipping by the global gradient norm.
 // CPU reference: llmc/core/global_norm.h (sum of squares, accumulated in double).
 //
-// Deterministic: a FIXED grid of kGridBlocks blocks of kBlock threads (independent of the device)
-// walks the buffer with a grid stride; each thread sums its squares in double in index order, each
+// Deterministic: a grid of kNormBlock threads per block that depends only on n (never on the
+// device: global_norm_blocks) walks the buffer with a grid stride; each thread sums its squares in double in index order, each
 // block reduces its threads in a fixed tree order and writes one partial (stored as float) to
 // scratch; the last block to finish (llmc/cuda/grid_arrival.cuh) sums the partials in a fixed
 // order (in double) and writes the result. One launch; the only atomic is the arrival count, so
@@ -19,7 +19,16 @@ namespace llmc::cuda {
 namespace detail {
 
 constexpr int kNormBlock = 512;
-constexpr int kNormGridBlocks = 512;
+constexpr int kNormGridBlocks = 512;  // the most blocks (n >= 2^21: every model worth a GPU)
+constexpr int kNormMinPerThread = 8;  // fewer blocks below: at least 8 elements per thread
+
+// Blocks for n floats: ceil(n / (kNormBlock * kNormMinPerThread)) in [1, kNormGridBlocks]. A function
+// of n alone, so the order of additions (and the result's bits) is the same on every GPU.
+inline unsigned global_norm_blocks(size_t n) {
+    const size_t per_block = (size_t)kNormBlock * kNormMinPerThread;
+    const size_t blocks = (n + per_block - 1) / per_block;
+    return (unsigned)(blocks < 1 ? 1 : blocks > (size_t)kNormGridBlocks ? kNormGridBlocks : blocks);
+}
 
 // Fixed-order block sum of one double per thread (kNormBlock threads); the result in thread 0.
 __device__ inline double block_sum_double(double x) {
@@ -35,11 +44,11 @@ __device__ inline double block_sum_double(double x) {
 }
 
 // One launch: each block writes its partial (as float) to partial[blockIdx.x]; the last block to
-// arrive sums the kNormGridBlocks partials in a fixed order (in double) into out[0].
+// arrive sums the gridDim.x partials in a fixed order (in double) into out[0].
 __global__ void __launch_bounds__(kNormBlock)
     global_norm_kernel(float* out, float* partial, uint32_t* arrival, const float* g, size_t n) {
     double acc = 0.0;
-    for (size_t i = blockIdx.x * (size_t)kNormBlock + threadIdx.x; i < n; i += (size_t)kNormGridBlocks * kNormBlock) {
+    for (size_t i = blockIdx.x * (size_t)kNormBlock + threadIdx.x; i < n; i += (size_t)gridDim.x * kNormBlock) {
         const double x = g[i];
         acc += x * x;
     }
@@ -47,22 +56,22 @@ __global__ void __launch_bounds__(kNormBlock)
     if (threadIdx.x == 0) partial[blockIdx.x] = (float)s;
     if (!arrive_last(arrival, gridDim.x)) return;  // (its barriers also end thread 0's reads of the shared sums)
     double total = 0.0;
-    for (int j = threadIdx.x; j < kNormGridBlocks; j += kNormBlock) total += (double)partial[j];
+    for (int j = threadIdx.x; j < (int)gridDim.x; j += kNormBlock) total += (double)partial[j];
     const double t = block_sum_double(total);
     if (threadIdx.x == 0) out[0] = (float)t;
 }
 
 }  // namespace detail
 
-// Floats of scratch global_norm_squared needs (one partial per block).
+// Floats of scratch global_norm_squared needs (one partial per block, for any n).
 inline size_t global_norm_scratch_floats() { return detail::kNormGridBlocks; }
 
 // out[0] (device float) = sum_i grads[i]^2 over grads (n) fp32; scratch: global_norm_scratch_floats()
 // floats; arrival: one counter, zero before the call and left zero (llmc/cuda/grid_arrival.cuh).
 inline void global_norm_squared(float* out, const float* grads, size_t n, float* scratch, uint32_t* arrival,
                                 cudaStream_t st) {
-    launch_kernel(detail::global_norm_kernel, detail::kNormGridBlocks, detail::kNormBlock, 0, st, out, scratch, arrival,
-                  grads, n);
+    launch_kernel(detail::global_norm_kernel, detail::global_norm_blocks(n), detail::kNormBlock, 0, st, out, scratch,
+                  arrival, grads, n);
     CUDA_CHECK_LAUNCH();
 }
 
