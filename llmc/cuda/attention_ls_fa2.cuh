@@ -120,7 +120,10 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[k
     // a global head as a local one with a window past every row (key_lo = 0 for rows < T + 64): one
     // code path for both kinds
     const int window = local ? P : T + kAttnMmaBQ;
-    const unsigned vis_pairs = MASK ? attn_warp_visible_pairs(r0, k0, T, true, window) : 0xfu;
+    // The same in every lane; lane 0's copy makes that known to the compiler, so the pair skips below
+    // are uniform (no WARPSYNC per pair, no divergence fallback at the row-max shuffles).
+    const unsigned vis_pairs =
+        MASK ? __shfl_sync(0xffffffffu, attn_warp_visible_pairs(r0, k0, T, true, window), 0) : 0xfu;
 
     // S = Q K^T: s[nb] covers keys k0 + nb*8 + 2c + {0,1} of rows g, g+8
     float s[NB][4];
@@ -167,6 +170,7 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[k
             for (int hf = 0; hf < 2; hf++)
                 near_bits |= attn_thread_score_bits(i_row[hf] - near_n + 1 - kc, 63) << (16 * hf);
     }
+    const unsigned near_vis = near_bits & vis_bits, far_vis = ~near_bits & vis_bits;
     // near/far: the masked body tests each score; the unmasked one gets only tiles whose pairs are
     // all near (near_kind 1) or all far (-1) for this warp's rows
     const bool all_near = NEAR && !MASK && attn_tile_near_kind(r0, r0 + 15, k0, k0 + kAttnMmaBK - 1, near_n) > 0;
@@ -182,15 +186,14 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[k
             const bool vis = !MASK || (vis_bits & bit) != 0;
             float x = SOFTCAP ? tanh_approx(a * scale_over_cap) : a;
             if (MASK) x = vis ? x : kFa2Masked;
-            if (STATS) {  // without soft-cap x = a: the max comes from the row max below
-                if (SOFTCAP) rmax = fmaxf(rmax, vis ? a : -INFINITY);
-                st.smin = fminf(st.smin, vis ? a : INFINITY);
+            // statistics over the visible scores: a predicated FMNMX each (not a select, then FMNMX)
+            if (STATS && vis) {  // without soft-cap x = a: the max comes from the row max below
+                if (SOFTCAP) rmax = fmaxf(rmax, a);
+                st.smin = fminf(st.smin, a);
             }
-            if (NEAR && MASK) {
-                const float av = vis ? a : -INFINITY;
-                const bool near = (near_bits & bit) != 0;
-                st.nmax = fmaxf(st.nmax, near ? av : -INFINITY);
-                st.fmax = fmaxf(st.fmax, near ? -INFINITY : av);
+            if (NEAR && MASK) {  // visible near / visible far keys (bit words made before the loop)
+                if ((near_vis & bit) != 0) st.nmax = fmaxf(st.nmax, a);
+                if ((far_vis & bit) != 0) st.fmax = fmaxf(st.fmax, a);
             }
             s[nb][e] = x;
             mx[hf] = fmaxf(mx[hf], x);
@@ -234,7 +237,7 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[k
             const float p = ex2_approx_ftz(fmaf(x, mul, neg_m[hf]));  // masked: ex2(about -FLT_MAX * mul) = 0
             st.l[hf] += p;
             if (STATS) st.es[hf] += p * x;  // masked: p = 0, x = kFa2Masked: adds -0
-            if (NEAR && MASK) st.nl[hf] += (near_bits & (one << (2 * nb + (e & 1) + 16 * hf))) != 0 ? p : 0.0f;
+            if (NEAR && MASK && (near_bits & (one << (2 * nb + (e & 1) + 16 * hf))) != 0) st.nl[hf] += p;
             s[nb][e] = p;
         }
     }
