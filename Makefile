@@ -321,11 +321,17 @@ $(EMU_DIR)/self/%: dev/emu/tests/%.cu $(EMU_LIB) $(EMU_HEADERS) $(wildcard test/
 	$(EMU_CXX) $(EMU_CXXFLAGS) -x c++ $< -x none $(EMU_LIB) -o $@ $(EMU_LDFLAGS)
 # The trainer and the generator, emulated: the same .cu files, with --device cuda running the CUDA
 # backend on the emulated device, MPI as detected, NCCL from the emulation (dev/emu/nccl.cpp).
+# Their own translation units are compiled once, into build/emu, for both precisions: they read no
+# ENABLE_* macro (the preprocessed text is the same in both; the precision lives in cuda_backend.o),
+# so the FP32 emulated trainer links the BF16 build's object with its own backend.
 EMU_BINS := $(EMU_DIR)/train_gpt2_ls $(EMU_DIR)/generate_gpt2_ls
-$(EMU_BINS): $(EMU_DIR)/%: %.cu $(EMU_DIR)/cuda_backend.o $(EMU_CPU_KERNELS) $(EMU_LIB) $(EMU_HEADERS)
+EMU_MAIN_OBJS := $(BUILD)/emu/train_gpt2_ls.o $(BUILD)/emu/generate_gpt2_ls.o
+$(EMU_MAIN_OBJS): $(BUILD)/emu/%.o: %.cu $(EMU_HEADERS)
 	@mkdir -p $(dir $@)
-	$(EMU_CXX) $(EMU_CXXFLAGS) $(CPU_KERNELS_INCLUDE) $(MPI_FLAGS) $(EMU_NCCL) -x c++ $< -x none \
-	  $(EMU_DIR)/cuda_backend.o $(EMU_CPU_KERNELS) $(EMU_LIB) -o $@ $(EMU_LDFLAGS) $(MPI_LIBS)
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(CPU_KERNELS_INCLUDE) $(MPI_FLAGS) $(EMU_NCCL) -x c++ -c $< -o $@
+$(EMU_BINS): $(EMU_DIR)/%: $(BUILD)/emu/%.o $(EMU_DIR)/cuda_backend.o $(EMU_CPU_KERNELS) $(EMU_LIB)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(BUILD)/emu/$*.o $(EMU_DIR)/cuda_backend.o $(EMU_CPU_KERNELS) $(EMU_LIB) -o $@ $(EMU_LDFLAGS) $(MPI_LIBS)
 # their kernels, compiled once (llmc/cuda/backend_entry.cu, as $(CUDA_BACKEND_OBJ) for nvcc)
 $(EMU_DIR)/cuda_backend.o: llmc/cuda/backend_entry.cu $(EMU_HEADERS)
 	@mkdir -p $(dir $@)
@@ -333,7 +339,7 @@ $(EMU_DIR)/cuda_backend.o: llmc/cuda/backend_entry.cu $(EMU_HEADERS)
 emu: $(EMU_LAB_BINS) $(EMU_TEST_BINS) $(EMU_SELF_BINS) $(EMU_BINS)
 # the FP32 emulated trainer (test/test_emulated_cuda.py), built by a sub-make inside the caller's
 # parallel build
-emu-fp32-trainer: $(EMU_CPU_KERNELS)  # built here, not by the sub-make beside this make's own
+emu-fp32-trainer: $(EMU_CPU_KERNELS) $(BUILD)/emu/train_gpt2_ls.o  # built here, not by the sub-make beside this make's own
 	+$(MAKE) --no-print-directory PRECISION=FP32 $(BUILD)/emu-fp32/train_gpt2_ls
 .PHONY: emu-fp32-trainer
 
