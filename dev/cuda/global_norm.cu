@@ -3,10 +3,9 @@
 //   ./global_norm            validate, then a timing table (ms, GB/s)
 //   ./global_norm --check    validation only; exit status 1 on any failure
 // Checks: several sizes (empty, smaller than one block, ragged, on and past each edge of the
-// grid's growth with n and past its largest grid), output
-// and scratch poisoned first, relative error <= 1e-6 (fp32 input, double accumulation, in both
-// builds), two runs bit-identical, and a NaN gradient gives a NaN norm (the trainer's
-// non-finite-step check relies on it).
+// grid's growth with n, and past its largest grid), output and scratch poisoned first, relative
+// error <= 1e-6 (fp32 input, double accumulation, in both builds), two runs bit-identical, and a
+// NaN gradient gives a NaN norm (the trainer's non-finite-step check relies on it).
 #include <cmath>
 #include <cstdio>
 #include <limits>

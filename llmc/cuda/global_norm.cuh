@@ -1,12 +1,12 @@
 // Squared L2 norm of an fp32 gradient buffer on the GPU, for clipping by the global gradient norm.
 // CPU reference: llmc/core/global_norm.h (sum of squares, accumulated in double).
 //
-// Deterministic: a grid of kNormBlock threads per block that depends only on n (never on the
-// device: global_norm_blocks) walks the buffer with a grid stride; each thread sums its squares in double in index order, each
-// block reduces its threads in a fixed tree order and writes one partial (stored as float) to
-// scratch; the last block to finish (llmc/cuda/grid_arrival.cuh) sums the partials in a fixed
-// order (in double) and writes the result. One launch; the only atomic is the arrival count, so
-// the same input gives the same bits on every run and every GPU.
+// Deterministic: a grid of kNormBlock-thread blocks whose size depends only on n (never on the
+// device: global_norm_blocks) walks the buffer with a grid stride; each thread sums its squares in
+// double in index order, each block reduces its threads in a fixed tree order and writes one
+// partial (stored as float) to scratch; the last block to finish (llmc/cuda/grid_arrival.cuh) sums
+// the partials in a fixed order (in double) and writes the result. One launch; the only atomic is
+// the arrival count, so the same input gives the same bits on every run and every GPU.
 // The result OVERWRITES out[0] (one device float).
 #pragma once
 #include <cstddef>
