@@ -49,7 +49,14 @@ LINE = re.compile(r"^interrupted by (SIG[A-Z0-9]+) at step (\d+): (.*)$", re.M)
 ACK = "train_gpt2_ls: {} received: stopping after this step with a checkpoint"
 
 
-def start(args, stderr_path, preexec_fn=None):
+def default_sigint():
+    """The trainer's SIGINT as a terminal's foreground job has it (default), whatever this process
+    inherited: a test run started by a script's `cmd &` ignores SIGINT, and the trainer keeps an
+    inherited ignore (test_an_inherited_ignored_sigint_stays_ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start(args, stderr_path, preexec_fn=default_sigint):
     """Starts the trainer with stdout on a one-page pipe (returned: the read end) and stderr into a file."""
     if not BIN.exists():
         pytest.fail(f"{BIN} is missing; build it with `make train_gpt2_ls`")
