@@ -229,8 +229,8 @@ def test_twin_matches_reference_on_cpu():
 
 
 def test_torch_worker_runs_on_cpu(tmp_path):
-    """The benchmark's torch worker end to end on the CPU (tiny model, dense attention, bf16 autocast,
-    no compile): its check against the reference passes and it writes its JSON."""
+    """The benchmark's torch worker end to end on the CPU (tiny model, dense attention, no compile): its
+    check against the reference (fp32, and the loss under bf16 autocast) passes and it writes its JSON."""
     py = torch_python_or_skip()
     out = tmp_path / "w.json"
     p = subprocess.run([py, str(REPO / "dev" / "bench" / "train_vs_torch.py"), "--worker", "torch",
@@ -240,5 +240,25 @@ def test_torch_worker_runs_on_cpu(tmp_path):
     w = json.loads(out.read_text())
     assert w["status"] == "ok" and w["attention"] == "dense" and w["check"]["passed"]
     assert w["check"]["logits_rel"] <= tv.CHECK_TOL["logits_rel"]
+    assert w["check"]["loss_bf16_rel"] <= tv.BF16_LOSS_TOL and w["check"]["loss_bf16"] != w["check"]["loss_twin"]
     assert w["check"]["wrong_layout_logits_rel"] > 2 * tv.CHECK_TOL["logits_rel"]
     assert w["ms"]["n"] == 3 and math.isfinite(w["loss_first"]) and math.isfinite(w["loss_last"])
+
+
+def test_twin_forward_keeps_a_callable_without_truth_value():
+    """TwinForward must call the function it is given, whatever that function's truth value: torch.compile's
+    wrapper of a module raises on len() (so `fn or model` failed on the GPU, in the compiled worker only)."""
+    py = torch_python_or_skip()
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import torch_fast_model as tfm\n"
+        "class NoTruth:\n"
+        "    def __len__(self): raise TypeError('no len()')\n"
+        "    def __call__(self, idx, targets, z): return ('fn', idx, targets, z)\n"
+        "f = NoTruth()\n"
+        "fwd = tfm.TwinForward(object(), f, z_weight=0.5)\n"
+        "assert fwd.fn is f and fwd(1, 2) == ('fn', 1, 2, 0.5), fwd.fn\n"
+        "model = lambda idx, targets, z: ('model', idx, targets, z)\n"
+        "assert tfm.TwinForward(model)(3, 4) == ('model', 3, 4, 0.0)\n"
+        "print('ok')\n")
+    p = subprocess.run([py, "-c", code, str(REPO / "dev" / "bench")], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stdout + p.stderr

@@ -266,7 +266,7 @@ class TwinForward:
     that also hands out the model's gradients by parameter name (for check_against_reference)."""
 
     def __init__(self, model, fn=None, z_weight=0.0):
-        self.model, self.fn, self.z_weight = model, fn or model, z_weight
+        self.model, self.fn, self.z_weight = model, fn if fn is not None else model, z_weight
 
     def __call__(self, idx, targets):
         return self.fn(idx, targets, self.z_weight)
