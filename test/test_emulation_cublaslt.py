@@ -360,7 +360,9 @@ def main_run(tmp_path_factory):
     seed = os.environ.get("LLMC_CUBLASLT_SEED")
     p = run_cases(exe, out, seed)
     log = p.stdout + p.stderr
-    assert p.returncode == 0, f"cublaslt_cases failed (rc {p.returncode})\n{log[-4000:]}"
+    started = [ln.split("case ", 1)[1] for ln in p.stderr.splitlines() if ln.startswith("cublaslt_cases: case ")]
+    where = f" in case {started[-1]} (the last it started)" if p.returncode < 0 and started else ""
+    assert p.returncode == 0, f"cublaslt_cases failed (rc {p.returncode}){where}\n{log[-4000:]}"
     seed, cases = load_cases(out)
     print(f"cublaslt_cases seed {seed} (repeat with LLMC_CUBLASLT_SEED={seed})")
     return seed, cases

@@ -810,7 +810,12 @@ int main(int argc, char** argv) {
     rng.seed(seed);
     if (cublasLtCreate(&handle) != CUBLAS_STATUS_SUCCESS) fail("cublasLtCreate failed");
     const std::vector<Spec> specs = all_specs();
-    for (const Spec& s : specs) run_case(s);
+    // each case named on stderr before it runs: a library that crashes on a case names it
+    for (const Spec& s : specs) {
+        std::fprintf(stderr, "cublaslt_cases: case %s\n", s.name.c_str());
+        run_case(s);
+    }
+    std::fprintf(stderr, "cublaslt_cases: case attributes\n");
     run_attribute_case();
     cublasLtDestroy(handle);
     std::string js = "{\"seed\": " + std::to_string(seed) + ", \"cases\": [\n";
