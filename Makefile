@@ -234,7 +234,7 @@ $(BUILD)/test_gpu/%: test/gpu/%.cu $(NVCC_CPU_KERNELS) $(LLMC_HEADERS) $(wildcar
 # The GPU tests that reach the CUDA backend only through llmc/cuda/backend_entry.h link the programs'
 # compiled kernels ($(CUDA_BACKEND_OBJ); $(EMU_DIR)/cuda_backend.o in the emulated build) instead of
 # compiling them again: the programs and these tests share one compilation of the device code.
-BACKEND_ENTRY_TESTS := test_cuda_model test_cuda_attention_probs test_cuda_param_scale
+BACKEND_ENTRY_TESTS := test_cuda_model test_cuda_attention_probs test_cuda_param_scale test_cuda_generate
 $(addprefix $(BUILD)/test_gpu/,$(BACKEND_ENTRY_TESTS)): private TEST_BACKEND = $(CUDA_BACKEND_OBJ)
 $(addprefix $(BUILD)/test_gpu/,$(BACKEND_ENTRY_TESTS)): $(CUDA_BACKEND_OBJ)
 gpu-targets: train_gpt2_ls generate_gpt2_ls $(GPU_LAB_BINS) $(GPU_TEST_BINS)

@@ -1,4 +1,4 @@
-// The CUDA backend as the programs see it: seven functions, defined in llmc/cuda/backend_entry.cu,
+// The CUDA backend as the programs see it: eight functions, defined in llmc/cuda/backend_entry.cu,
 // which nvcc (or the emulated build) compiles once per precision into an object that every program
 // links. The programs' own translation units then hold no kernels, so the trainer, its USE_MPI x
 // USE_NCCL variants and the generator share one compilation of the device code instead of one each.
@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "llmc/core/backend.h"
 #include "llmc/core/model_config.h"
@@ -35,5 +36,15 @@ const char* precision_name();
 // Whether the attention kernels soft-cap with tanh.approx.f32 (the BF16 build's FA2-class kernels)
 // rather than tanhf (llmc/cuda/attention_ls.cuh, attention_caps_with_tanh_approx).
 bool softcap_uses_tanh_approx();
+
+// The KV cache of a backend made by create(), copied to the host as fp32 (test/gpu/test_cuda_generate.cu
+// compares it with the CPU's): the positions cached so far and the four buffers in their device layout
+// (llmc/cuda/attention_decode.cuh, KvCacheView: global (L, B, G, max_len, hd), local (L, B, NH-G,
+// ring, hd)); empty buffers before kv_begin. std::invalid_argument for a backend of another kind.
+struct KvCacheContents {
+    int position = 0, hd = 0, ring = 0, max_len = 0;
+    std::vector<float> k_global, v_global, k_local, v_local;
+};
+KvCacheContents kv_cache_contents(const Backend& backend);
 
 }  // namespace llmc::cuda_backend

@@ -1,5 +1,6 @@
 // GPU test of KV-cached generation on the CUDA backend (llmc/cuda/gpt2_cuda.cuh kv_begin / kv_forward,
-// llmc/cuda/attention_decode.cuh). Fresh random weights (GPT-2 init, final LayerNorm gain x5 so the
+// llmc/cuda/attention_decode.cuh), reached as the programs reach it: through llmc/cuda/backend_entry.h
+// and the programs' compiled kernels (the Makefile's BACKEND_ENTRY_TESTS). Fresh random weights (GPT-2 init, final LayerNorm gain x5 so the
 // output distribution has clear winners) and random prompts each run, on several configurations
 // (LS, MHSA, all-local, QK-norm, soft-cap, untied head, P >= T, B = 1..3). Three models run in
 // lockstep: the GPU with its cache, the GPU with full uncached forward passes (the reference the
@@ -33,6 +34,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -41,7 +43,7 @@
 #include <cuda_runtime.h>
 
 #include "llmc/cpu/gpt2_cpu.h"
-#include "llmc/cuda/gpt2_cuda.cuh"
+#include "llmc/cuda/backend_entry.h"
 #ifdef USE_NCCL
 #include "llmc/cuda/collective_nccl.cuh"
 #endif
@@ -53,8 +55,6 @@
 #include "test/gpu/gpu_test_util.cuh"
 
 namespace {
-
-using llmc::cuda::floatX;
 
 #if defined(ENABLE_FP32)
 constexpr double kTol = 1e-4;
@@ -103,21 +103,23 @@ Top2 top2(const float* row, int V) {  // first index of the max (as sample_token
     return {best, row[best] - second};
 }
 
-// The CUDA cache (floatX) vs the CPU cache (fp32), over the slots that hold positions < pos.
-double cache_rel_err(const llmc::cuda::CudaBackend& gpu, const llmc::cpu::KvCache<float>& cpu) {
-    const llmc::cuda::KvCacheView& v = gpu.kv_view();
-    const int pos = gpu.kv_position();
+// The CUDA cache (floatX, copied to the host as fp32) vs the CPU cache (fp32), over the slots that
+// hold positions < pos; infinite where a buffer's size differs from the CPU's.
+double cache_rel_err(const llmc::Backend& gpu, const llmc::cpu::KvCache<float>& cpu) {
+    const llmc::cuda_backend::KvCacheContents v = llmc::cuda_backend::kv_cache_contents(gpu);
+    const int pos = v.position;
     double num = 0.0, den = 0.0;
-    auto part = [&](const floatX* dptr, const std::vector<float>& ref, bool local) {
-        if (ref.empty()) return;
-        std::vector<floatX> hx(ref.size());
-        CUDA_CHECK(cudaMemcpy(hx.data(), dptr, hx.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
+    auto part = [&](const std::vector<float>& got, const std::vector<float>& ref, bool local) {
+        if (got.size() != ref.size()) {
+            num = INFINITY;
+            return;
+        }
         const int slots = local ? v.ring : v.max_len;
         const int valid = local ? std::min(pos, v.ring) : pos;  // a ring is filled from slot 0 in order
         for (size_t i = 0; i < ref.size(); i++) {
             const int slot = (int)((i / v.hd) % slots);
             if (slot >= valid) continue;
-            const double g = llmc::cuda::to_float(hx[i]);
+            const double g = got[i];
             if (!std::isfinite(g)) {
                 num = INFINITY;
                 continue;
@@ -133,6 +135,11 @@ double cache_rel_err(const llmc::cuda::CudaBackend& gpu, const llmc::cpu::KvCach
     return std::sqrt(num / std::max(den, 1e-30));
 }
 
+// A CUDA backend (llmc/cuda/backend_entry.h: the programs' compiled kernels) with weights from seed.
+std::unique_ptr<llmc::Backend> make_gpu(const llmc::ModelConfig& cfg, uint64_t seed) {
+    return llmc::cuda_backend::create(cfg, seed);
+}
+
 void check_case(const Case& cs, uint64_t seed, Checks& ck) {
     std::printf("%s (seed %llu)\n", cs.name, (unsigned long long)seed);
     const llmc::ModelConfig cfg = make_config(cs);
@@ -141,9 +148,11 @@ void check_case(const Case& cs, uint64_t seed, Checks& ck) {
     for (size_t i = 0; i < layout.size[llmc::P_LNFW]; i++) params[layout.offset[llmc::P_LNFW] + i] *= 5.0f;
     const int B = cs.B, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
 
-    llmc::cuda::CudaBackend gpu(cfg, 0);  // cached
+    const auto gpu_cached = make_gpu(cfg, 0);
+    llmc::Backend& gpu = *gpu_cached;
     gpu.set_params(params.data());
-    llmc::cuda::CudaBackend gpu_ref(cfg, 0);  // uncached full forwards
+    const auto gpu_uncached = make_gpu(cfg, 0);  // uncached full forwards
+    llmc::Backend& gpu_ref = *gpu_uncached;
     gpu_ref.set_params(params.data());
     llmc::cpu::Gpt2Cpu<float> cpu(cfg);  // cached, fp32
     cpu.set_params(params.data());
@@ -243,14 +252,15 @@ void check_case(const Case& cs, uint64_t seed, Checks& ck) {
         ck.expect(d == 0, "kv_forward(n=%d) after a prefill == %d single steps bit for bit (%zu differ)", k, k, d);
     }
 
-    // kv_cache_bytes: 2 * L * B * hd * (G * max_len + (NH-G) * min(P, max_len)) * sizeof(floatX)
+    // kv_cache_bytes: 2 * L * B * hd * (G * max_len + (NH-G) * min(P, max_len)) * element bytes (bf16 2, fp32 4)
     {
+        const size_t elem = std::string(llmc::cuda_backend::precision_name()) == "bf16" ? 2 : 4;
         const int ml = std::max(1, maxlen / 2);
         gpu.kv_begin(B, ml);
         const size_t want =
             2ull * cfg.num_layers * B * cfg.head_size() *
             ((size_t)cfg.global_heads * ml + (size_t)(cfg.num_heads - cfg.global_heads) * std::min(cfg.window, ml)) *
-            sizeof(floatX);
+            elem;
         ck.expect(gpu.kv_cache_bytes() == want, "kv_cache_bytes %zu == formula %zu (max_len %d)", gpu.kv_cache_bytes(),
                   want, ml);
     }
@@ -265,7 +275,8 @@ void check_generate(Checks& ck, uint64_t seed) {
     const llmc::ParamLayout layout = llmc::param_layout(cfg);
     std::vector<float> params = llmc::init_params(cfg, seed);
     for (size_t i = 0; i < layout.size[llmc::P_LNFW]; i++) params[layout.offset[llmc::P_LNFW] + i] *= 5.0f;
-    llmc::cuda::CudaBackend gpu(cfg, 0);
+    const auto gpu_backend = make_gpu(cfg, 0);
+    llmc::Backend& gpu = *gpu_backend;
     gpu.set_params(params.data());
     std::mt19937_64 gen(seed);
     std::vector<int> prompt(5);
@@ -312,7 +323,8 @@ bool throws(F&& f) {
 void check_errors(Checks& ck) {
     std::printf("errors\n");
     const llmc::ModelConfig cfg = make_config(kCases[0]);
-    llmc::cuda::CudaBackend gpu(cfg, 1);
+    const auto gpu_backend = make_gpu(cfg, 1);
+    llmc::Backend& gpu = *gpu_backend;
     int tok[4] = {1, 2, 3, 4};
     ck.expect(throws<std::logic_error>([&] { gpu.kv_forward(tok, 1); }), "kv_forward before kv_begin: logic_error");
     ck.expect(throws<llmc::InputError>([&] { gpu.kv_begin(0, 8); }), "kv_begin(B=0): InputError");
@@ -324,7 +336,8 @@ void check_errors(Checks& ck) {
     ck.expect(throws<llmc::InputError>([&] { gpu.kv_forward(&bad, 1); }), "token >= V: InputError");
     ck.expect(throws<llmc::InputError>([&] { gpu.kv_forward(tok, 0); }), "n = 0: InputError");
     gpu.kv_forward(tok, 3);
-    ck.expect(gpu.kv_position() == 3 && throws<llmc::InputError>([&] { gpu.kv_forward(tok, 1); }),
+    ck.expect(llmc::cuda_backend::kv_cache_contents(gpu).position == 3 &&
+                  throws<llmc::InputError>([&] { gpu.kv_forward(tok, 1); }),
               "a full cache refuses one more position: InputError");
 }
 
@@ -332,7 +345,8 @@ void check_errors(Checks& ck) {
 void check_all_reduce_grads(Checks& ck) {
     std::printf("all_reduce_grads through a one-rank NcclCollective\n");
     const llmc::ModelConfig cfg = make_config(kCases[0]);
-    llmc::cuda::CudaBackend gpu(cfg, 3);
+    const auto gpu_backend = make_gpu(cfg, 3);
+    llmc::Backend& gpu = *gpu_backend;
     std::vector<int> x(2 * 16), y(2 * 16);
     std::mt19937 gen(std::random_device{}());
     for (size_t i = 0; i < x.size(); i++) {
@@ -364,8 +378,8 @@ void check_all_reduce_grads(Checks& ck) {
 
 int main() {
     if (!gpu_test::have_gpu("test_cuda_generate")) return 1;
-    std::printf("test_cuda_generate: %s, build %s\n", llmc::cuda::cuda_device_description().c_str(),
-                llmc::cuda::kPrecisionName);
+    std::printf("test_cuda_generate: %s, build %s\n", llmc::cuda_backend::device_description().c_str(),
+                llmc::cuda_backend::precision_name());
     Checks ck;
     std::random_device rd;
     try {
