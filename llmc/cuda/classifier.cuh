@@ -5,7 +5,8 @@
 //   dlogits[n, v] = scale * (p_v - [v == target] + 2 * z_weight * lse * p_v),  p_v = exp(l_v - lse)
 // for v < V, and 0 for the padding columns [V, Vp) (never read for the statistics).
 //
-// One block of kBlock threads per row. Pass 1 reads the row once in 16-byte vectors and keeps a
+// One block per row, of classifier_threads(Vp) threads: 512, or fewer (whole warps, at least one
+// 16-byte vector each) for a padded vocabulary under 512 vectors. Pass 1 reads the row once in 16-byte vectors and keeps a
 // running (max, sum of exp(x - max)) per thread ("online softmax"), merged across the block in a
 // fixed order (deterministic). Pass 2 (only when dlogits_scale != 0) re-reads the row (mostly from
 // L2: the rows in flight are small) and overwrites it with dlogits. No fp32 (N, Vp) buffer.
@@ -15,6 +16,7 @@
 // non-null when dlogits_scale != 0. Targets are validated on the host by the data loader; a target
 // outside [0, V) reaching this kernel gives loss = NaN (visible) and no one-hot term.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -27,7 +29,7 @@ namespace llmc::cuda {
 
 namespace detail {
 
-constexpr int kClassifierBlock = 512;
+constexpr int kClassifierBlock = 512;  // the most threads per row
 
 // Merge running softmax state (m, s) with (m2, s2): s = s*e^(m-M) + s2*e^(m2-M), M = max(m, m2).
 // Equal maxima (also both -inf: empty states) scale by exactly 1, never by exp(-inf - -inf) = NaN.
@@ -45,7 +47,16 @@ struct alignas(16) VecX {
     floatX v[kVecX];
 };
 
-// logits (N, Vp) one block per row; lse, losses, zlosses, row_max (N) each nullable.
+// Threads per row: one per 16-byte vector of the padded row, rounded up to whole warps, at most
+// kClassifierBlock. A function of Vp alone, so the order of the block's reduction (and the bits) is
+// the same on every GPU; a small vocabulary leaves no block mostly idle.
+inline int classifier_threads(int Vp) {
+    const int vecs = Vp / kVecX;
+    return std::min(kClassifierBlock, std::max(32, (vecs + 31) / 32 * 32));
+}
+
+// logits (N, Vp) one block of classifier_threads(Vp) threads per row; lse, losses, zlosses, row_max
+// (N) each nullable.
 __global__ void __launch_bounds__(kClassifierBlock)
     classifier_kernel(floatX* logits, float* lse_out, float* losses, float* zlosses, float* row_max, const int* targets,
                       float z_weight, float dscale, int V, int Vp) {
@@ -59,7 +70,7 @@ __global__ void __launch_bounds__(kClassifierBlock)
     // pass 1: per-thread online max / sum over the real vocabulary
     float m = -INFINITY, s = 0.0f;
     const int nvec_real = (V + kVecX - 1) / kVecX;
-    for (int j = threadIdx.x; j < nvec_real; j += kClassifierBlock) {
+    for (int j = threadIdx.x; j < nvec_real; j += blockDim.x) {
         const VecX x = row[j];
         float cm = -INFINITY;
         for (int e = 0; e < kVecX; e++)
@@ -73,8 +84,9 @@ __global__ void __launch_bounds__(kClassifierBlock)
         m = M;
     }
     // block reduction in a fixed order: warps (xor butterfly), then warp 0 over the warp results
-    constexpr int kWarps = kClassifierBlock / 32;
-    __shared__ float sm_m[kWarps], sm_s[kWarps];
+    constexpr int kMaxWarps = kClassifierBlock / 32;
+    const int warps = blockDim.x / 32;
+    __shared__ float sm_m[kMaxWarps], sm_s[kMaxWarps];
     __shared__ float sh_lse;
     for (int o = 16; o > 0; o >>= 1) {
         const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
@@ -88,8 +100,8 @@ __global__ void __launch_bounds__(kClassifierBlock)
     }
     __syncthreads();
     if (warp == 0) {
-        m = lane < kWarps ? sm_m[lane] : -INFINITY;
-        s = lane < kWarps ? sm_s[lane] : 0.0f;
+        m = lane < warps ? sm_m[lane] : -INFINITY;
+        s = lane < warps ? sm_s[lane] : 0.0f;
         for (int o = 16; o > 0; o >>= 1) {
             const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
             const float s2 = __shfl_xor_sync(0xffffffffu, s, o);
@@ -113,7 +125,7 @@ __global__ void __launch_bounds__(kClassifierBlock)
     const float lse = sh_lse;
     const float pscale = dscale * (1.0f + 2.0f * z_weight * lse);
     const int nvec = Vp / kVecX;
-    for (int j = threadIdx.x; j < nvec; j += kClassifierBlock) {
+    for (int j = threadIdx.x; j < nvec; j += blockDim.x) {
         VecX x = row[j];
         for (int e = 0; e < kVecX; e++) {
             const int v = j * kVecX + e;
@@ -194,8 +206,8 @@ inline void classifier_forward_backward(floatX* logits, float* lse, float* losse
     if (dlogits_scale != 0.0f && !targets)
         throw std::invalid_argument("classifier: dlogits (dlogits_scale != 0) need targets");
     if (N == 0) return;
-    launch_kernel(detail::classifier_kernel, N, detail::kClassifierBlock, 0, st, logits, lse, losses, zlosses, row_max,
-                  targets, z_weight, dlogits_scale, V, Vp);
+    launch_kernel(detail::classifier_kernel, N, detail::classifier_threads(Vp), 0, st, logits, lse, losses, zlosses,
+                  row_max, targets, z_weight, dlogits_scale, V, Vp);
     CUDA_CHECK_LAUNCH();
 }
 
