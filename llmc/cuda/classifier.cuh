@@ -8,8 +8,9 @@
 // One block per row, of classifier_threads(Vp) threads: 512, or fewer (whole warps, at least one
 // 16-byte vector each) for a padded vocabulary under 512 vectors. Pass 1 reads the row once in
 // 16-byte vectors and keeps a running (max, sum of exp(x - max)) per thread ("online softmax"),
-// merged across the block in a fixed order (deterministic). Pass 2 (only when dlogits_scale != 0) re-reads the row (mostly from
-// L2: the rows in flight are small) and overwrites it with dlogits. No fp32 (N, Vp) buffer.
+// merged across the block in a fixed order (deterministic). Pass 2 (only when dlogits_scale != 0)
+// re-reads the row (mostly from L2: the rows in flight are small) and overwrites it with dlogits.
+// No fp32 (N, Vp) buffer.
 //
 // Requirements (else std::invalid_argument): 1 <= V <= Vp, Vp a multiple of 8 (16 / sizeof(floatX)
 // elements per vector; the model's Vp is a multiple of 128), logits 16-byte aligned, targets

@@ -1,12 +1,13 @@
 // GPU test of KV-cached generation on the CUDA backend (llmc/cuda/gpt2_cuda.cuh kv_begin / kv_forward,
 // llmc/cuda/attention_decode.cuh), reached as the programs reach it: through llmc/cuda/backend_entry.h
-// and the programs' compiled kernels (the Makefile's BACKEND_ENTRY_TESTS). Fresh random weights (GPT-2 init, final LayerNorm gain x5 so the
-// output distribution has clear winners) and random prompts each run, on several configurations
-// (LS, MHSA, all-local, QK-norm, soft-cap, untied head, P >= T, B = 1..3). Three models run in
-// lockstep: the GPU with its cache, the GPU with full uncached forward passes (the reference the
-// cache must reproduce) and the CPU fp32 Gpt2Cpu with its cache (itself bit-identical to the CPU
-// full forward, test/test_kv_cache.cpp). Every step feeds all three the greedy token of the GPU
-// uncached path (teacher forcing), so a disagreement at one step cannot derail the later ones.
+// and the programs' compiled kernels (the Makefile's BACKEND_ENTRY_TESTS). Fresh random weights (GPT-2
+// init, final LayerNorm gain x5 so the output distribution has clear winners) and random prompts each
+// run, on several configurations (LS, MHSA, all-local, QK-norm, soft-cap, untied head, P >= T, B =
+// 1..3). Three models run in lockstep: the GPU with its cache, the GPU with full uncached forward
+// passes (the reference the cache must reproduce) and the CPU fp32 Gpt2Cpu with its cache (itself
+// bit-identical to the CPU full forward, test/test_kv_cache.cpp). Every step feeds all three the greedy
+// token of the GPU uncached path (teacher forcing), so a disagreement at one step cannot derail the
+// later ones.
 //
 // Checks (logits compared over the real vocabulary [0, V) only):
 //   - prefill logits == forward() logits bit for bit (a prefill IS the ordinary forward);
