@@ -429,8 +429,8 @@ print(f"{len(steps)} steps, {clipped} head clips, loss {steps[0]['loss'] if step
 sys.exit(0 if ok else 1)
 EOF
     # the step captured once and replayed as a CUDA graph (--cuda-graph 1) against the same run without:
-    # every step's loss, gradient norm and max attention logit bit for bit; both medians printed (emulated: compared bit for bit by
-    # test/test_emu_step_report.py, on a small model)
+    # every step's loss, gradient norm and max attention logit bit for bit; both medians printed
+    # (emulated: compared bit for bit by test/test_emu_step_report.py, on a small model)
     if [ "$emulate" = 1 ]; then
         skip_step "train:cuda-graph" "emulated: test/test_emu_step_report.py compares --cuda-graph 1 with 0 bit for bit"
         return
