@@ -299,13 +299,12 @@ $(EMU_DIR)/%.o: dev/emu/%.cpp
 $(EMU_LIB): $(EMU_OBJS)
 	rm -f $@ && ar rcs $@ $^
 # (the CPU references' kernels from $(EMU_CPU_KERNELS), compiled once: CPU_KERNELS_INCLUDE above).
-# One object for both precisions, build/emu's: kernel_instances.cpp reads no ENABLE_* macro (its
-# preprocessed text is the same in both), so the FP32 emulated build links the BF16 build's.
-EMU_CPU_KERNELS := $(BUILD)/emu/kernel_instances.o
-$(EMU_CPU_KERNELS): llmc/cpu/kernel_instances.cpp
-	@mkdir -p $(dir $@)
-	$(EMU_CXX) $(EMU_CXXFLAGS) -MMD -MP -c $< -o $@
--include $(wildcard $(EMU_DIR)/*.d $(BUILD)/emu/kernel_instances.d)
+# One object for both precisions and for the ASan build: the ASan build's ($(ASAN_CPU_KERNELS),
+# below; its rule is there), compiled with the same sanitizers (ASan + UBSan) at the same -O1.
+# kernel_instances.cpp reads no ENABLE_* or LLMC_EMULATE macro; only the emulated sources' own
+# -ffp-contract=off does not apply to these CPU kernels, which then contract as the CPU programs'.
+EMU_CPU_KERNELS := $(BUILD)/asan/kernel_instances.o
+-include $(wildcard $(EMU_DIR)/*.d)
 $(EMU_DIR)/dev/%: dev/cuda/%.cu $(EMU_LIB) $(EMU_CPU_KERNELS) $(EMU_HEADERS) $(wildcard dev/cuda/*.cuh)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(CPU_KERNELS_INCLUDE) -x c++ $< -x none $(EMU_CPU_KERNELS) $(EMU_LIB) -o $@ \
@@ -364,7 +363,8 @@ test-emu: emu
 # --- sanitizers -------------------------------------------------------------------------------
 # make test-asan: the Catch2 suite, the trainer and the generator built by g++ for the CPU with
 # AddressSanitizer + UBSan (-fno-sanitize-recover=undefined: any report fails the run) into
-# build/asan/ (the same sources as $(BUILD)/test_cpu and the .cu files as C++, no MPI, no CUDA);
+# build/asan/ (the same sources as $(BUILD)/test_cpu and the .cu files as C++, no MPI, no CUDA; with
+# nvcc the emulated build's trainer and generator instead, ASAN_E2E_DIR below);
 # runs the Catch2 suite, then scripts/asan_e2e.sh: a short training with checkpoints, a -x
 # extension resume and a kill -9 + resume (both bit-identical to the uninterrupted run), a write
 # that fails at the file-size limit and its resume, --eval-only with --dump-attention, and
@@ -388,6 +388,7 @@ $(addprefix $(ASAN_DIR)/test/,$(addsuffix .o,$(ASAN_TEST_O1))): private ASAN_TES
 $(ASAN_DIR)/test/%.o: test/%.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(ASAN_CXXFLAGS) $(ASAN_TEST_OPT) $(CPU_KERNELS_INCLUDE) -c $< -o $@
+# (also the emulated build's CPU kernels, EMU_CPU_KERNELS above)
 $(ASAN_CPU_KERNELS): llmc/cpu/kernel_instances.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(ASAN_CXXFLAGS) -c $< -o $@
@@ -401,15 +402,20 @@ $(ASAN_DIR)/train_gpt2_ls $(ASAN_DIR)/generate_gpt2_ls: $(ASAN_DIR)/%: %.cu $(AS
 	@mkdir -p $(dir $@)
 	$(CXX) $(ASAN_CXXFLAGS) $(CPU_KERNELS_INCLUDE) -x c++ $< -x none $(ASAN_CPU_KERNELS) -o $@
 -include $(wildcard $(ASAN_DIR)/test/*.d $(ASAN_DIR)/*.d)
-ASAN_BINS := $(ASAN_DIR)/test_cpu $(ASAN_DIR)/train_gpt2_ls $(ASAN_DIR)/generate_gpt2_ls
+# The end-to-end runs' programs: with nvcc, the emulated build's trainer and generator ($(EMU_DIR):
+# the same sources under the same ASan + UBSan at -O1, with MPI and the emulated CUDA backend linked;
+# asan_e2e.sh runs them with --device cpu), which make test builds anyway; without nvcc, build/asan's
+# (CPU only, no MPI). ASAN_E2E_DIR=$(ASAN_DIR) picks those where nvcc is found.
+ASAN_E2E_DIR ?= $(if $(NVCC_FOUND),$(EMU_DIR),$(ASAN_DIR))
+ASAN_BINS := $(ASAN_DIR)/test_cpu $(ASAN_E2E_DIR)/train_gpt2_ls $(ASAN_E2E_DIR)/generate_gpt2_ls
 test-asan: $(ASAN_BINS)
 	@echo "== Catch2 under ASan + UBSan ($(ASAN_DIR)/test_cpu) =="
 	$(ASAN_ENV) $(ASAN_DIR)/test_cpu
 	@$(MAKE) --no-print-directory asan-e2e
 	@echo "== make test-asan passed =="
-asan-e2e: $(ASAN_DIR)/train_gpt2_ls $(ASAN_DIR)/generate_gpt2_ls
-	@echo "== end to end under ASan + UBSan (scripts/asan_e2e.sh) =="
-	SHARED_DATA=$(abspath $(SHARED_DATA)) scripts/asan_e2e.sh $(ASAN_DIR)
+asan-e2e: $(ASAN_E2E_DIR)/train_gpt2_ls $(ASAN_E2E_DIR)/generate_gpt2_ls
+	@echo "== end to end under ASan + UBSan (scripts/asan_e2e.sh $(ASAN_E2E_DIR)) =="
+	SHARED_DATA=$(abspath $(SHARED_DATA)) scripts/asan_e2e.sh $(ASAN_E2E_DIR)
 .PHONY: asan-e2e
 .PHONY: test-asan
 
@@ -433,10 +439,10 @@ train: train_gpt2_ls $(TS_DIR)/meta.json
 JOBS ?= $(shell nproc)
 # make test: every build first, in one parallel make (the nvcc GPU targets only compile here; with
 # them the FP32 emulated trainer, the static SASS report and the Tiny Shakespeare shards), then two
-# lanes side by side (each mostly one thread; CI has 2 cores): the emulated GPU tests (make
-# test-emu) in the background, and in the foreground the Catch2 suite under ASan + UBSan, pytest,
-# the sanitized end-to-end runs (make asan-e2e) and the fuzz smoke test (make fuzz-smoke: every
-# committed crash input, then a few seconds of fuzzing per harness). The lanes run with
+# lanes side by side (each mostly one thread; CI has 2 cores): in the background the emulated GPU
+# tests (make test-emu), then the fuzz smoke test (make fuzz-smoke: every committed crash input,
+# then a few seconds of fuzzing per harness), and in the foreground the Catch2 suite under ASan +
+# UBSan, pytest and the sanitized end-to-end runs (make asan-e2e). The lanes run with
 # OMP_WAIT_POLICY=PASSIVE: an OpenMP thread that spins while it waits takes the core from the other
 # lane (results do not depend on it; thread counts are unchanged).
 # Without nvcc: the same minus the GPU targets, the trainer matrix and the emulation (builds and
@@ -466,21 +472,19 @@ ifneq ($(NVCC_FOUND),)
 	@echo "== builds (make test-build; the FP32 emulated trainer; make sass-report: the static SASS report of the sm_90 kernels, not measured on a GPU; the Tiny Shakespeare shards) =="
 endif
 	$(MAKE) -j$(JOBS) test-build $(if $(NVCC_FOUND),emu-fp32-trainer sass-report) $(TS_DIR)/meta.json
-ifneq ($(NVCC_FOUND),)
-	@echo "== emulated GPU tests and kernels (make test-emu: scripts/gpu_check.sh --emulate; ASan + UBSan, two schedules) in the background, log $(BUILD)/test-emu.log =="
-endif
-	@export OMP_WAIT_POLICY=PASSIVE; \
-	$(if $(NVCC_FOUND),$(MAKE) --no-print-directory test-emu >$(BUILD)/test-emu.log 2>&1 &,true &) emu=$$!; \
+	@echo "== in the background, log $(BUILD)/background.log:$(if $(NVCC_FOUND), the emulated GPU tests and kernels (make test-emu: scripts/gpu_check.sh --emulate; ASan + UBSan, two schedules), then) the fuzz smoke test (make fuzz-smoke) =="
+	@export OMP_WAIT_POLICY=PASSIVE; rm -f $(BUILD)/background.rc; \
+	{ $(if $(NVCC_FOUND),$(MAKE) --no-print-directory test-emu; e=$$?,e=0); \
+	  echo "== fuzz smoke test (make fuzz-smoke) =="; $(MAKE) --no-print-directory fuzz-smoke; f=$$?; \
+	  echo "$$e $$f" >$(BUILD)/background.rc; } >$(BUILD)/background.log 2>&1 & background=$$!; \
 	echo "== Catch2 (C++ CPU tests) under ASan + UBSan ($(ASAN_DIR)/test_cpu) =="; \
 	$(ASAN_ENV) $(ASAN_DIR)/test_cpu; catch2=$$?; \
 	echo "== pytest (data pipeline, end to end, emulation faults and mutants) =="; \
 	SHARED_DATA=$(abspath $(SHARED_DATA)) $(if $(NVCC_FOUND),SASS_REPORT_JSON=$(abspath $(SASS_REPORT_JSON))) \
 	  $(PYTHON) -m pytest -q --durations=25 data/tests test $(PYTEST_LEFT_OUT); py=$$?; \
 	$(MAKE) --no-print-directory asan-e2e; asan=$$?; \
-	echo "== fuzz smoke test (make fuzz-smoke) =="; \
-	$(MAKE) --no-print-directory fuzz-smoke; fuzz=$$?; \
-	wait $$emu; emu_rc=$$?; \
-	$(if $(NVCC_FOUND),echo "== make test-emu (from $(BUILD)/test-emu.log) =="; cat $(BUILD)/test-emu.log;) \
+	wait $$background; emu_rc=1; fuzz=1; read emu_rc fuzz <$(BUILD)/background.rc; \
+	echo "==$(if $(NVCC_FOUND), make test-emu and) make fuzz-smoke (from $(BUILD)/background.log) =="; cat $(BUILD)/background.log; \
 	if [ $$catch2 -ne 0 ] || [ $$py -ne 0 ] || [ $$asan -ne 0 ] || [ $$fuzz -ne 0 ] || [ $$emu_rc -ne 0 ]; then \
 	  echo "== FAILED: Catch2 exit $$catch2, pytest exit $$py, make asan-e2e exit $$asan, make fuzz-smoke exit $$fuzz, make test-emu exit $$emu_rc =="; exit 1; fi
 ifneq ($(NVCC_FOUND),)

@@ -134,10 +134,10 @@ check "$TRAIN" --eval-only -e "$M" -j "$D/val_*.bin" -b 2 -t 32 -m 2 --threads 1
 [ -s "$WORK/eval/attn_L1_H3.npy" ] && [ -s "$WORK/logits.bin" ] || fail "--eval-only wrote no dumps"
 
 step "6. generate_gpt2_ls, with and without the KV cache"
-check "$GEN" -e "$M" --tokenizer "$D/tokenizer.bin" --prompt-ids 10 -n 24 --seed 3 --threads 1
-check "$GEN" -e "$M" --prompt-ids 10,84,104 -n 24 --greedy --print-ids --threads 1
+check "$GEN" -e "$M" --tokenizer "$D/tokenizer.bin" --prompt-ids 10 -n 24 --seed 3 --threads 1 --device cpu
+check "$GEN" -e "$M" --prompt-ids 10,84,104 -n 24 --greedy --print-ids --threads 1 --device cpu
 cp "$WORK/out" "$WORK/cached"
-check "$GEN" -e "$M" --prompt-ids 10,84,104 -n 24 --greedy --print-ids --threads 1 --no-cache
+check "$GEN" -e "$M" --prompt-ids 10,84,104 -n 24 --greedy --print-ids --threads 1 --device cpu --no-cache
 cmp -s "$WORK/cached" "$WORK/out" || fail "generation with and without the KV cache differ"
 
 step "7. the other model and stabilizer paths: qk-norm, soft-cap, untied, cosine, logit alarm, spikes; QK-Clip"

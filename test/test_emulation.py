@@ -236,15 +236,18 @@ MUTANTS = {
 
 
 def reuse_emulator_objects(d):
-    """The unmutated build's emulator objects (build/emu/*.o, libemu.a; the CPU kernels' object with
-    its dependency file) copied into the mutant's tree with their times: make rebuilds them only
-    when the mutation is in one of their inputs (written after them), so a kernel mutant compiles
-    its kernels only."""
-    (d / "build" / "emu").mkdir(parents=True)
-    emu = REPO / "build" / "emu"
-    for obj in list(emu.glob("*.o")) + list(emu.glob("*.d")) + [emu / "libemu.a"]:
+    """The unmutated build's emulator objects (build/emu/*.o, libemu.a; the CPU kernels' object,
+    build/asan/kernel_instances.o, with its dependency file) copied into the mutant's tree with their
+    times: make rebuilds them only when the mutation is in one of their inputs (written after them),
+    so a kernel mutant compiles its kernels only."""
+    emu, asan = REPO / "build" / "emu", REPO / "build" / "asan"
+    copies = list(emu.glob("*.o")) + list(emu.glob("*.d")) + [emu / "libemu.a"]
+    copies += [asan / "kernel_instances.o", asan / "kernel_instances.d"]
+    for obj in copies:
         if obj.is_file():
-            shutil.copy2(obj, d / "build" / "emu" / obj.name)
+            target = d / obj.relative_to(REPO)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(obj, target)
 
 
 MUTANT_SAN = "-fsanitize=address -fno-omit-frame-pointer"

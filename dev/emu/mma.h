@@ -95,17 +95,19 @@ static_assert(sizeof(MmaFragments16816) <= kWarpSlotBytes, "warp slot too small 
 // fragments were copied in with checks).
 __attribute__((no_sanitize("address", "undefined"))) inline void mma_16816_lane_d(
     const MmaLayout16816& L, const unsigned char (*from)[kWarpSlotBytes], int me, float d[4]) {
-    auto reg = [&](int lane, size_t field, int index) {
+    // (always_inline: the emulated build's -O1 would otherwise call these lambdas per element, the
+    // hottest code of an emulated attention kernel)
+    auto reg = [&](int lane, size_t field, int index) __attribute__((always_inline)) {
         uint32_t v;
         std::memcpy(&v, from[lane] + field + 4 * index, 4);
         return v;
     };
     // element i of a fragment register array: two bf16 per .b32, the lower index in the lower 16 bits
-    auto a_at = [&](int r, int c) {
+    auto a_at = [&](int r, int c) __attribute__((always_inline)) {
         const uint32_t v = reg(L.a_lane[r][c], offsetof(MmaFragments16816, a), L.a_elem[r][c] / 2);
         return bf16_bits_to_float((L.a_elem[r][c] & 1) ? v >> 16 : v & 0xFFFFu);
     };
-    auto b_at = [&](int r, int c) {
+    auto b_at = [&](int r, int c) __attribute__((always_inline)) {
         const uint32_t v = reg(L.b_lane[r][c], offsetof(MmaFragments16816, b), L.b_elem[r][c] / 2);
         return bf16_bits_to_float((L.b_elem[r][c] & 1) ? v >> 16 : v & 0xFFFFu);
     };
