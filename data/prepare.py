@@ -8,7 +8,10 @@
 Data sets, tokenizers and the synthetic language: docs/data.md. File formats: docs/formats.md.
 """
 import argparse
+import collections
+import concurrent.futures
 import contextlib
+import itertools
 import json
 import multiprocessing
 import os
@@ -212,15 +215,32 @@ def write_json(path, obj):
 
 
 def run_pool(fn, tasks, workers, initializer=None, initargs=()):
-    """Yield fn(task) for every task, in order: in this process for 1 worker, else through a Pool's imap."""
+    """Yield fn(task) for every task, in order: in this process for 1 worker, else in worker processes
+    with at most two tasks per worker submitted ahead (the results wait in memory only that far).
+    An exception in fn is raised here; on any exit the tasks not started are cancelled and the
+    running ones finish (a multiprocessing.Pool's terminate() can hang for good with its task thread
+    waiting on the queue's lock: seen in data/tests on a bad input, which must fail with its message)."""
     if workers == 1 or len(tasks) <= 1:
         if initializer:
             initializer(*initargs)
         for t in tasks:
             yield fn(t)
         return
-    with multiprocessing.get_context("fork").Pool(min(workers, len(tasks)), initializer, initargs) as pool:
-        yield from pool.imap(fn, tasks)
+    n = min(workers, len(tasks))
+    with concurrent.futures.ProcessPoolExecutor(n, multiprocessing.get_context("fork"), initializer, initargs) as ex:
+        ahead = collections.deque()
+        rest = iter(tasks)
+        try:
+            for t in itertools.islice(rest, 2 * n):
+                ahead.append(ex.submit(fn, t))
+            while ahead:
+                result = ahead.popleft().result()
+                for t in itertools.islice(rest, 1):
+                    ahead.append(ex.submit(fn, t))
+                yield result
+        finally:
+            for f in ahead:
+                f.cancel()
 
 
 # ---------------------------------------------------------------------------------------------------------
