@@ -16,7 +16,8 @@
 #   make emu / test-emu  the emulated build of the GPU labs and tests (docs/emulation.md) / run it
 #   make test-gpu        GPU tests (needs a GPU)
 #   make gpu-targets / dist-matrix  compile every GPU target / the trainer without MPI and/or NCCL (build/matrix)
-#   make test-asan       Catch2 + a short train/resume/generate under ASan + UBSan (build/asan)
+#   make test-asan       Catch2 + a short train/resume/generate under ASan + UBSan (build/asan; the
+#                        train/generate of build/emu where nvcc is found, ASAN_E2E_DIR=build/asan for build/asan's)
 #   make asan-e2e        only the short train/resume/generate of test-asan (scripts/asan_e2e.sh)
 #   make test-reference  the PyTorch reference's self-tests (needs torch; TORCH_PYTHON=/usr/bin/python3)
 #   make fuzz / fuzz-smoke  libFuzzer harnesses of the file readers: 10 min each / a few s each (build/fuzz)
