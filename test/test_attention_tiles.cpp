@@ -60,6 +60,11 @@ void check_shape(int T, int P, int BQ, int BK, bool local) {
             const int nvis = visible_in_tiles(qt, kt, BQ, BK, T, local, P);
             if (nvis == 0) FAIL("forward visits a wholly invisible tile qt=" << qt << " kt=" << kt);
             const bool mask = llmc::attn_tile_needs_mask(qt, kt, BQ, BK, T, local, P);
+            const int ub = llmc::attn_kv_tile_unmasked_begin(qt, BQ, BK, local, P);
+            const int ue = llmc::attn_kv_tile_unmasked_end(qt, BQ, BK, T, local, P);
+            if (mask != !(ub <= kt && kt < ue))
+                FAIL("unmasked range [" << ub << ", " << ue << ") disagrees with tile_needs_mask qt=" << qt
+                                        << " kt=" << kt << " mask=" << mask);
             const int full = BQ * BK;
             if (!mask && nvis != full) FAIL("unmasked tile with invisible pairs qt=" << qt << " kt=" << kt);
             for (int i = qt * BQ; i < std::min(T, qt * BQ + BQ); i++)
@@ -126,6 +131,38 @@ TEST_CASE("attention tiles: a local head skips the key tiles outside its window"
         REQUIRE(llmc::attn_kv_tile_begin(qt, BQ, BK, true, T) == llmc::attn_kv_tile_begin(qt, BQ, BK, false, T));
 }
 
+TEST_CASE("attention tiles: the unmasked key tiles of a query tile, every T and P, by enumeration",
+          "[attention][tiles]") {
+    // A visited tile runs unmasked exactly when every pair in it is visible and inside [0, T) (from
+    // visible_brute row by row, not from attn_tile_needs_mask), for every window P from 1 to past three tiles,
+    // every T up to four tiles, the tile shapes the kernels use, and windows ending on tile edges.
+    const int tiles[][2] = {{64, 64}, {64, 32}, {32, 64}, {16, 64}};
+    for (auto& bt : tiles) {
+        const int BQ = bt[0], BK = bt[1];
+        for (bool local : {true, false})
+            for (int P = 1; P <= (local ? 3 * BK + 5 : 1); P++)
+                for (int T = 1; T <= 4 * std::max(BQ, BK) + 3; T++)
+                    for (int qt = 0; qt * BQ < T; qt++) {
+                        const int kb = llmc::attn_kv_tile_begin(qt, BQ, BK, local, P);
+                        const int ke = llmc::attn_kv_tile_end(qt, BQ, BK, T);
+                        const int ub = llmc::attn_kv_tile_unmasked_begin(qt, BQ, BK, local, P);
+                        const int ue = llmc::attn_kv_tile_unmasked_end(qt, BQ, BK, T, local, P);
+                        for (int kt = kb; kt < ke; kt++) {
+                            // a row's visible keys are one interval (visible_brute), so its two
+                            // end keys in the tile decide the row
+                            bool all = qt * BQ + BQ <= T && kt * BK + BK <= T;
+                            for (int i = qt * BQ; all && i < qt * BQ + BQ; i++)
+                                all =
+                                    visible_brute(i, kt * BK, local, P) && visible_brute(i, kt * BK + BK - 1, local, P);
+                            if (all != (ub <= kt && kt < ue))
+                                FAIL("BQ " << BQ << " BK " << BK << (local ? " local" : " global") << " P " << P
+                                           << " T " << T << " qt " << qt << " kt " << kt << ": all visible " << all
+                                           << ", unmasked range [" << ub << ", " << ue << ")");
+                        }
+                    }
+    }
+}
+
 TEST_CASE("attention tiles: the near/far split of a row and of a tile, by enumeration", "[attention][tiles]") {
     // near: i - j < N. A row has a far key when one of its visible keys is at distance >= N; a tile
     // (rows r0..r1, keys k0..k1, every pair) is all near (1), all far (-1) or mixed (0).
@@ -170,12 +207,17 @@ TEST_CASE("attention tiles: a warp's visible 16-key pairs and a thread's score b
                         REQUIRE(llmc::attn_warp_visible_pairs(r0, k0, T, local, P) == want);
                         // the kernel runs a global head as a local one whose window passes every row
                         if (!local) REQUIRE(llmc::attn_warp_visible_pairs(r0, k0, T, true, T + 64) == want);
+                        // the forward's derivation: pair np is visible when some lane of the warp has
+                        // one of its bits 4np .. 4np+3 (either row) set
+                        unsigned from_bits = 0;
                         for (int i = r0; i < r0 + 16; i++)
                             for (int c = 0; c < 4; c++) {
                                 const int kc = k0 + 2 * c;
                                 const int lo =
                                     local ? llmc::attn_key_lo(i, true, P) : llmc::attn_key_lo(i, true, T + 64);
                                 const unsigned bits = llmc::attn_thread_score_bits(lo - kc, (i < T ? i : -1) - kc);
+                                for (int np = 0; np < 4; np++)
+                                    if ((bits >> (4 * np)) & 0xFu) from_bits |= 1u << np;
                                 for (int q = 0; q < 16; q++) {
                                     const int j = kc + 8 * (q / 2) + q % 2;
                                     const bool vis = i < T && j >= 0 && visible_brute(i, j, local, P);
@@ -183,6 +225,7 @@ TEST_CASE("attention tiles: a warp's visible 16-key pairs and a thread's score b
                                         FAIL("score bit " << q << " of row " << i << " c " << c << ": key " << j);
                                 }
                             }
+                        REQUIRE(from_bits == want);
                     }
     // the dK/dV backward's side (llmc/cuda/attention_ls_fa2_bwd.cuh): a thread holds keys j (its rows)
     // and the queries q0 + 2c + 8nb + e of a query tile of 64 (32 at hd 128); key j is seen by the
@@ -214,6 +257,13 @@ TEST_CASE("attention tiles: a warp's visible 16-key pairs and a thread's score b
             }
             INFO("lo " << lo << " hi " << hi);
             REQUIRE(llmc::attn_thread_score_bits(lo, hi) == want);
+            // the kernels' tables: the same bits from two clamped indices
+            const int li = llmc::attn_score_bits_lo_index(lo), hi_i = llmc::attn_score_bits_hi_index(hi);
+            REQUIRE(li >= 0);
+            REQUIRE(li < llmc::kAttnScoreBitsN);
+            REQUIRE(hi_i >= 0);
+            REQUIRE(hi_i < llmc::kAttnScoreBitsN);
+            REQUIRE((llmc::attn_score_bits_at_least(li) & llmc::attn_score_bits_at_most(hi_i)) == want);
         }
 }
 

@@ -184,6 +184,22 @@ def test_masked_tiles_take_the_max_path(tmp_path):
     assert want > fwd["bytes_today"] / roofline.BANDWIDTH  # the tiles, not the bytes, decide here
 
 
+def test_masked_tiles_take_the_masked_path_when_the_report_has_one(tmp_path):
+    """sass_report's masked_path (the longest trip without a ragged, zero-filling copy) rather than
+    its max_path, which may take the ragged copy that runs at most once per block."""
+    hot = {"full_path": {"HMMA": 32}, "max_path": {"HMMA": 32}, "masked_path": {"HMMA": 32},
+           "instructions_per_hmma": {"body": 50.0, "min_path": 3.0, "max_path": 20.0, "masked_path": 16.0,
+                                     "full_path": 8.0}}
+    without = {k: v for k, v in hot.items() if k != "masked_path"}
+    without["instructions_per_hmma"] = {k: v for k, v in hot["instructions_per_hmma"].items() if k != "masked_path"}
+    for loop, want in ((hot, 4 / 16.0), (without, 4 / 20.0)):
+        path = tmp_path / "report.json"
+        path.write_text(json.dumps({"schema_version": 1, "kernels": [{"name": "attn_fwd_fa2_kernel<32, true, false, false>",
+                                                                       "hot_loops": [loop]}]}))
+        fig = roofline.parse_sass(str(path))[("attn_fwd_fa2_kernel", 32)]
+        assert (fig.eff, fig.eff_masked) == (4 / 8.0, want)
+
+
 def test_sass_report_json_gives_the_full_path_of_the_hottest_loop(tmp_path):
     """dev/cuda/sass_report --json's own schema: I is the full path (an interior tile) of the hot loop
     with the most HMMA, M its MUFU over its HMMA; a kernel without such a loop has no figure; the

@@ -140,6 +140,45 @@ def test_full_path_keeps_every_hmma_and_the_prefetch():
     assert loop.max_path["instructions"] == 8
 
 
+def test_masked_path_is_the_longest_trip_without_a_zero_filling_copy():
+    # a masked arm (the longer compute) and an interior arm, then a whole-tile copy or a ragged one
+    # (zero-fill predicate operands, the longest copy): max_path takes masked + ragged, masked_path
+    # masked + whole, full_path interior + whole
+    text = """
+	code for sm_90
+		Function : ragged
+        /*0000*/                   MOV R0, RZ ;
+        /*0010*/                   HMMA.16816.F32.BF16 R8, R4, R2, R8 ;
+        /*0020*/               @P0 BRA 0x60 ;
+        /*0030*/                   FSEL R1, R1, RZ, P3 ;
+        /*0040*/                   FSEL R2, R2, RZ, P3 ;
+        /*0050*/                   BRA 0x70 ;
+        /*0060*/                   FADD R1, R1, R1 ;
+        /*0070*/               @P2 BRA 0xb0 ;
+        /*0080*/                   LDGSTS.E.BYPASS.128 [R3], desc[UR8][R10.64] ;
+        /*0090*/                   LDGSTS.E.BYPASS.128 [R3+0x800], desc[UR8][R12.64] ;
+        /*00a0*/                   BRA 0xf0 ;
+        /*00b0*/                   ISETP.GE.AND P4, PT, R5, R6, PT ;
+        /*00c0*/                   SEL R10, R10, R7, !P4 ;
+        /*00d0*/                   LDGSTS.E.BYPASS.128 [R3], desc[UR8][R10.64], !P4 ;
+        /*00e0*/                   LDGSTS.E.BYPASS.128 [R3+0x800], desc[UR8][R12.64], !P5 ;
+        /*00f0*/                   IADD3 R0, R0, 0x1, RZ ;
+        /*0100*/               @P1 BRA 0x10 ;
+        /*0110*/                   EXIT ;
+"""
+    graph = cfg.build_cfg(parse_sass(text)["ragged"])
+    (loop, ) = cfg.hot_loops(graph)
+    # head 2 + the copy branch 1 (MOV is outside), masked arm 3 / interior 1, whole copy 3 / ragged 4, tail 2
+    assert loop.max_path["instructions"] == 3 + 3 + 4 + 2 and loop.max_path["LDGSTS.ZFILL"] == 2
+    assert loop.masked_path["instructions"] == 3 + 3 + 3 + 2 and loop.masked_path["LDGSTS.ZFILL"] == 0
+    assert loop.masked_path["LDGSTS"] == 2
+    assert loop.full_path["instructions"] == 3 + 1 + 3 + 2 and loop.full_path["LDGSTS.ZFILL"] == 0
+    # every trip zero-fills: no masked path
+    only_ragged = text.replace("@P2 BRA 0xb0", "BRA 0xb0")
+    (loop, ) = cfg.hot_loops(cfg.build_cfg(parse_sass(only_ragged)["ragged"]))
+    assert loop.masked_path is None and loop.max_path["LDGSTS.ZFILL"] == 2
+
+
 def nvdisasm_back_edges(cubin: Path):
     """{(head address, tail address)} of nvdisasm -bbcfg's edges to a block at or before the edge's
     source: loops as NVIDIA's disassembler sees the control flow."""

@@ -43,9 +43,10 @@ JSON: either {"kernels": [ENTRY, ...]} or a list of ENTRY, where ENTRY is
      "mufu_per_hmma": M}
 (W and M optional; other keys ignored), or as dev/cuda/sass_report --json writes it
 (build/sass/report.json, `make sass-report`): there I and M are the full path's (an interior tile
-that prefetches) of the entry's hot loop with the most HMMA, I' and M' its max path's (a masked
-tile with every pair computed: an upper bound for a masked tile, whose invisible 16-key pairs the
-forward skips), and W is not reported; a hand-written entry's masked tiles take I and M. An entry belongs
+that prefetches) of the entry's hot loop with the most HMMA, I' and M' its masked path's (a masked
+tile with every pair computed that prefetches a whole tile: an upper bound for a masked tile, whose
+invisible 16-key pairs the forward skips; the max path, which may take the ragged-tile copy that
+runs at most once per block, for a report without masked_path), and W is not reported; a hand-written entry's masked tiles take I and M. An entry belongs
 to a kernel of ATTENTION_KERNELS when its name contains the kernel's base name and, if it has
 template arguments, the first is the head size; of several matches (e.g. statistics on / off) the
 slowest is used, on interior and on masked tiles separately. Per kernel:
@@ -283,7 +284,11 @@ def parse_sass(path):
         ipm_masked, mufu_masked = ipm, mufu
         if ipm is None or isinstance(ipm, dict):  # sass_report's schema (or no figure at all)
             ipm, mufu = sass_report_path(e, "full_path")
-            ipm_masked, mufu_masked = sass_report_path(e, "max_path")
+            # masked tiles: the longest trip without a ragged (zero-filling) copy, which runs at most
+            # once per block; max_path where the report has no such trip (or predates it)
+            ipm_masked, mufu_masked = sass_report_path(e, "masked_path")
+            if ipm_masked is None:
+                ipm_masked, mufu_masked = sass_report_path(e, "max_path")
         if ipm is None:
             continue
         for base in ATTENTION_KERNELS:
@@ -328,7 +333,7 @@ def efficiency(ipm, w, mufu):
 
 
 def sass_report_path(e, path):
-    """(instructions per HMMA, MUFU per HMMA or None) on one path ("full_path", "max_path") of the
+    """(instructions per HMMA, MUFU per HMMA or None) on one path ("full_path", "masked_path", "max_path") of the
     hot loop with the most HMMA on its full path of a sass_report kernel entry, or (None, None) (no
     hot loop with tensor-core work)."""
     loops = [h for h in e.get("hot_loops", []) or []

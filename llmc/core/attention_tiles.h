@@ -76,6 +76,24 @@ LLMC_HD inline bool attn_tile_needs_mask(int qt, int kt, int BQ, int BK, int T, 
     return false;
 }
 
+// The key tiles of query tile qt that need no mask: [unmasked_begin, unmasked_end), clamped into
+// [kv_tile_begin, kv_tile_end) (empty: begin == end). Within the visited tiles the masked ones are a
+// prefix (the window's edge) and a suffix (the diagonal, keys past T), so for kv_tile_begin <= kt <
+// kv_tile_end, attn_tile_needs_mask(qt, kt, ...) == !(unmasked_begin <= kt < unmasked_end): the
+// kernels decide it per tile with two compares (test/test_attention_tiles.cpp checks the identity).
+// From attn_tile_needs_mask: no mask when q1 <= T, k1 <= T (kt < T / BK), k1 - 1 <= q0
+// (kt < (q0 + 1) / BK) and, local, k0 >= q1 - P (kt >= ceil((q1 - P) / BK)).
+LLMC_HD inline int attn_kv_tile_unmasked_begin(int qt, int BQ, int BK, bool local, int P) {
+    const int q1 = qt * BQ + BQ, lo = local ? attn_imax(q1 - P, 0) : 0;
+    return attn_imax(attn_kv_tile_begin(qt, BQ, BK, local, P), (lo + BK - 1) / BK);
+}
+LLMC_HD inline int attn_kv_tile_unmasked_end(int qt, int BQ, int BK, int T, bool local, int P) {
+    const int q0 = qt * BQ, begin = attn_kv_tile_unmasked_begin(qt, BQ, BK, local, P);
+    if (q0 + BQ > T) return begin;  // a ragged query tile masks every key tile
+    const int end = attn_imin(attn_kv_tile_end(qt, BQ, BK, T), attn_imin(T / BK, (q0 + 1) / BK));
+    return attn_imax(end, begin);
+}
+
 // Warp-level visibility inside a 64-key tile (the FA2-class forward, llmc/cuda/attention_ls_fa2.cuh,
 // where a warp owns the 16 rows r0 .. r0+15 and a thread the keys k0 + 8nb + 2c + {0, 1}).
 // Bit np (0..3) set when the 16 keys k0 + 16np .. +15 hold a key that one of the rows r0 .. r0+15
@@ -94,6 +112,17 @@ LLMC_HD inline unsigned attn_thread_score_bits(int lo, int hi) {
     const int q_hi = attn_imin(2 * (hi >> 3) + attn_imin(hi & 7, 1), 15);
     return q_hi < q_lo ? 0u : (0xFFFFu >> (15 - q_hi)) & (0xFFFFu << q_lo);
 }
+
+// attn_thread_score_bits(lo, hi) as the AND of two halves, each a function of one clamped index
+// in [0, kAttnScoreBitsN): the offsets >= lo (index clamp(lo, 0, 58): every offset is >= 0 and none
+// is >= 58) and the offsets <= hi (index clamp(hi + 1, 0, 58)). Kernels tabulate the halves once
+// per block and look a thread's bits up (two clamps and two loads per row instead of the
+// arithmetic); test/test_attention_tiles.cpp checks the identity for every lo, hi.
+constexpr int kAttnScoreBitsN = 59;
+LLMC_HD inline int attn_score_bits_lo_index(int lo) { return attn_imin(attn_imax(lo, 0), kAttnScoreBitsN - 1); }
+LLMC_HD inline int attn_score_bits_hi_index(int hi) { return attn_imin(attn_imax(hi + 1, 0), kAttnScoreBitsN - 1); }
+LLMC_HD inline unsigned attn_score_bits_at_least(int lo_index) { return attn_thread_score_bits(lo_index, 57); }
+LLMC_HD inline unsigned attn_score_bits_at_most(int hi_index) { return attn_thread_score_bits(0, hi_index - 1); }
 
 // Soft-cap: returns s' = c*tanh(s/c) (s itself when c <= 0) and t = tanh(s/c) (0 when off) for
 // the backward's derivative ds'/ds = 1 - t^2.

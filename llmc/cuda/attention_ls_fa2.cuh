@@ -44,30 +44,93 @@ namespace llmc::cuda {
 template <int HD>
 constexpr bool kFa2QInRegs = HD <= 64;
 
+// attn_thread_score_bits(lo, hi) << 16 hf from shared tables of its two halves
+// (attn_score_bits_at_least / _at_most, llmc/core/attention_tiles.h): two clamps, two loads and an
+// AND per row instead of ~25 instructions of arithmetic. The forward keeps one at the end of its
+// dynamic shared memory (an address the tiles' base plus a constant) and fills it before its
+// prologue's barrier.
+struct Fa2ScoreBitTables {
+    unsigned at_least[2][kAttnScoreBitsN], at_most[2][kAttnScoreBitsN];  // [hf]: shifted by 16 hf
+
+    __device__ __forceinline__ void fill() {
+        for (int x = (int)threadIdx.x; x < kAttnScoreBitsN; x += (int)blockDim.x) {
+            const unsigned lo = attn_score_bits_at_least(x), hi = attn_score_bits_at_most(x);
+            at_least[0][x] = lo;
+            at_least[1][x] = lo << 16;
+            at_most[0][x] = hi;
+            at_most[1][x] = hi << 16;
+        }
+    }
+    __device__ __forceinline__ unsigned bits(int lo, int hi, int hf) const {
+        return at_least[hf][attn_score_bits_lo_index(lo)] & at_most[hf][attn_score_bits_hi_index(hi)];
+    }
+};
+
 template <int HD>
 struct Fa2FwdSmem {
     static constexpr int TILE = kAttnMmaBK * HD;  // elements of one 64-row tile (Q, K or V)
-    static constexpr size_t bytes = sizeof(__nv_bfloat16) * 5 * (size_t)TILE;  // sQ, sK[2], sV[2]
+    // sQ, sK[2], sV[2] | the score-bit tables
+    static constexpr size_t tables = sizeof(__nv_bfloat16) * 5 * (size_t)TILE;
+    static constexpr size_t bytes = tables + sizeof(Fa2ScoreBitTables);
 };
 
-// Rows [r0, r0+ROWS) of one part (HD channels at src, row stride `stride` elements) into the
-// swizzled tile dst (ROWS, HD) with cp.async, zeros for rows >= T. Uncommitted: the caller commits.
-// Thread t copies chunk t % CH of rows t / CH + RSTEP * it: RSTEP = 128 / CH rows apart, a multiple
-// of 8, so every row it copies has the same swizzled chunk (only the row offset changes).
+// cp.async copies of one thread into swizzled (ROWS, HD) tiles of one part (HD channels at `part`,
+// row stride `stride` elements), the thread's addresses set up once per block. copy() fills a tile
+// with rows [r0, r0+ROWS), zeros for rows >= T; uncommitted: the caller commits. Thread t copies
+// chunk t % CH of rows t / CH + RSTEP * it: RSTEP = 128 / CH rows apart, a multiple of 8, so every
+// row it copies has the same swizzled chunk (only the row offset changes). A tile whose rows are all
+// < T (every tile but a ragged last one) takes no per-row test and no zero-fill select.
 template <int HD, int ROWS = kAttnMmaBK>
-__device__ __forceinline__ void fa2_load_tile_async(__nv_bfloat16* dst, const __nv_bfloat16* src, int r0, int T,
-                                                    int stride) {
-    constexpr int CH = HD / 8, RSTEP = kAttnMmaThreads / CH, ITER = ROWS / RSTEP;
+struct Fa2TileCopy {
+    static constexpr int CH = HD / 8, RSTEP = kAttnMmaThreads / CH, ITER = ROWS / RSTEP;
     static_assert(kAttnMmaThreads % CH == 0 && RSTEP % 8 == 0 && ROWS % RSTEP == 0, "rows 8k apart");
-    const int r = (int)threadIdx.x / CH, ch = (int)threadIdx.x % CH;
-    __nv_bfloat16* d = dst + smem_swizzle_offset(r, ch, CH);
-    const __nv_bfloat16* g = src + (size_t)(r0 + r) * stride + ch * 8;
-#pragma unroll
-    for (int it = 0; it < ITER; it++) {
-        const bool in = r0 + r + it * RSTEP < T;  // past T: nothing read, 16 zero bytes written
-        cp_async_16_zfill(d + it * RSTEP * HD, in ? g + (size_t)it * RSTEP * stride : src, in ? 16u : 0u);
+    const char* src;     // chunk ch of row 0 of the part; row r0 + r is (r0 + r) * row_bytes further
+    uint32_t row_bytes;  // stride * 2
+    uint32_t dst;        // byte offset of (row r, chunk ch) in a swizzled tile
+    int r;               // this thread's first row of a tile
+
+    __device__ __forceinline__ Fa2TileCopy(const __nv_bfloat16* part, int stride)
+        : src(reinterpret_cast<const char*>(part + ((int)threadIdx.x % CH) * 8)),
+          row_bytes(2u * (uint32_t)stride),
+          dst(2u * (uint32_t)smem_swizzle_offset((int)threadIdx.x / CH, (int)threadIdx.x % CH, CH)),
+          r((int)threadIdx.x / CH) {}
+
+    // Rows [r0, r0+ROWS) into `tile`.
+    __device__ __forceinline__ void copy(__nv_bfloat16* tile, int r0, int T) const {
+        copy_parts<1>(tile, nullptr, r0, T, 0u);
     }
-}
+    // The same rows into `tile` and, of the part `extra` bytes further (V = K + C elements), into
+    // tile2: one decision "ragged or not" for both.
+    __device__ __forceinline__ void copy_pair(__nv_bfloat16* tile, __nv_bfloat16* tile2, int r0, int T,
+                                              uint32_t extra) const {
+        copy_parts<2>(tile, tile2, r0, T, extra);
+    }
+
+private:
+    template <int NP>
+    __device__ __forceinline__ void copy_parts(__nv_bfloat16* tile, __nv_bfloat16* tile2, int r0, int T,
+                                               uint32_t extra) const {
+        char* d[2] = {reinterpret_cast<char*>(tile) + dst, reinterpret_cast<char*>(tile2) + dst};
+        const char* g = src + (size_t)(uint32_t)(r0 + r) * row_bytes;
+        constexpr uint32_t kDstStep = (uint32_t)RSTEP * HD * 2u;
+        if (r0 + ROWS <= T) {
+#pragma unroll
+            for (int part = 0; part < NP; part++)
+#pragma unroll
+                for (int it = 0; it < ITER; it++)
+                    cp_async_16(d[part] + it * kDstStep, g + part * extra + (size_t)it * RSTEP * row_bytes);
+        } else {
+#pragma unroll
+            for (int part = 0; part < NP; part++)
+#pragma unroll
+                for (int it = 0; it < ITER; it++) {
+                    const bool in = r0 + r + it * RSTEP < T;  // past T: nothing read, 16 zero bytes written
+                    cp_async_16_zfill(d[part] + it * kDstStep,
+                                      in ? g + part * extra + (size_t)it * RSTEP * row_bytes : src, in ? 16u : 0u);
+                }
+        }
+    }
+};
 
 // Byte offset of (row, chunk0), chunk0 in {0, 1}, in a swizzled (rows, HD) tile: the address a lane
 // supplies to ldmatrix for the first pair of chunks. Chunk 2k + chunk0 is at this offset ^ 32k (the
@@ -85,7 +148,19 @@ constexpr float kFa2Masked = -3.40282347e38f;  // -FLT_MAX
 
 // The visibility bits of a thread's two query rows i_row over the keys kc + 8nb + e (kc: its first
 // key): bit 2nb + e + 16hf set when row i_row[hf] (< T) sees that key, i.e. key_lo(i) <= key <= i
-// (attn_thread_score_bits). The forward and the dQ backward (llmc/cuda/attention_ls_fa2_bwd.cuh).
+// (attn_thread_score_bits). The forward looks them up (tab); the dQ backward
+// (llmc/cuda/attention_ls_fa2_bwd.cuh) computes them: with the tables its interior tiles grew by
+// ~10 instructions (ptxas recomputed the ldmatrix offsets each trip) for ~10 fewer on masked ones.
+__device__ __forceinline__ unsigned fa2_query_rows_bits(const Fa2ScoreBitTables& tab, const int (&i_row)[2], int kc,
+                                                        int T, bool local, int P) {
+    unsigned bits = 0u;
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int i = i_row[hf];
+        bits |= tab.bits(attn_key_lo(i, local, P) - kc, (i < T ? i : -1) - kc, hf);
+    }
+    return bits;
+}
 __device__ __forceinline__ unsigned fa2_query_rows_bits(const int (&i_row)[2], int kc, int T, bool local, int P) {
     unsigned bits = 0u;
 #pragma unroll
@@ -111,7 +186,8 @@ struct Fa2Rows {
 // i_row: this thread's two rows; r0: the warp's first row; k0: the tile's first key; near_n: the
 // near/far distance N (NEAR).
 template <int HD, bool STATS, bool NEAR, bool SOFTCAP, bool MASK>
-__device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[kFa2QInRegs<HD> ? HD / 16 : 1][4],
+__device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const Fa2ScoreBitTables& tab,
+                                         const uint32_t (&qa)[kFa2QInRegs<HD> ? HD / 16 : 1][4],
                                          const __nv_bfloat16* sQ, const __nv_bfloat16* sK, const __nv_bfloat16* sV,
                                          const int (&i_row)[2], int k0, int r0, int T, bool local, int P, float mul,
                                          float scale_over_cap, int near_n) {
@@ -120,10 +196,22 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[k
     // a global head as a local one with a window past every row (key_lo = 0 for rows < T + 64): one
     // code path for both kinds
     const int window = local ? P : T + kAttnMmaBQ;
-    // The same in every lane; lane 0's copy makes that known to the compiler, so the pair skips below
-    // are uniform (no WARPSYNC per pair, no divergence fallback at the row-max shuffles).
-    const unsigned vis_pairs =
-        MASK ? __shfl_sync(0xffffffffu, attn_warp_visible_pairs(r0, k0, T, true, window), 0) : 0xfu;
+    // masked: row hf sees keys [key_lo, i] (none past T): bit 2nb + e + 16hf of vis_bits is score
+    // s[nb][2hf + e]'s. The warp's visible 16-key pairs: bit 4np of vis_pairs set when a lane sees
+    // a key of pair np (its bits 4np .. 4np+3 of either row), the OR over the warp; lane 0's copy
+    // makes the pair skips below uniform (no WARPSYNC per pair, no divergence fallback at the
+    // row-max shuffles). Equal to attn_warp_visible_pairs (test/test_attention_tiles.cpp: the
+    // warp's score bits cover exactly its visible pairs).
+    const int kc = k0 + 2 * c;  // this thread's first key
+    const unsigned vis_bits = MASK ? fa2_query_rows_bits(tab, i_row, kc, T, true, window) : 0u;
+    unsigned vis_pairs = 0x1111u;
+    if (MASK) {
+        unsigned any = vis_bits | (vis_bits >> 16);
+#pragma unroll
+        for (int d = 1; d < 32; d *= 2) any |= __shfl_xor_sync(0xffffffffu, any, d);
+        any |= any >> 1;
+        vis_pairs = __shfl_sync(0xffffffffu, any | (any >> 2), 0);
+    }
 
     // S = Q K^T: s[nb] covers keys k0 + nb*8 + 2c + {0,1} of rows g, g+8
     float s[NB][4];
@@ -149,7 +237,7 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[k
         const char* k_ks = k_bytes + (k_off ^ (32u * ks));
 #pragma unroll
         for (int np = 0; np < NB / 2; np++) {
-            if (MASK && !((vis_pairs >> np) & 1u)) continue;  // warp-uniform
+            if (MASK && !((vis_pairs >> (4 * np)) & 1u)) continue;  // warp-uniform
             // matrices: (keys np*16 + 0..7 | 8..15) x (dims ks*16 + 0..7 | 8..15); lane 8mi + j8 -> row j8
             uint32_t kb[4];
             ldmatrix_x4(kb, k_ks + np * ROW16);
@@ -158,17 +246,13 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[k
         }
     }
 
-    // soft-cap, mask, statistics; row max (x units). Row hf sees keys [key_lo, i] (none past T):
-    // bit 2nb + e + 16hf of vis_bits is score s[nb][2hf + e]'s (near_bits: the key is near, NEAR)
-    unsigned vis_bits = 0u, near_bits = 0u;
+    // soft-cap, mask, statistics; row max (x units). near_bits: the key is near (NEAR), bits as vis_bits
+    unsigned near_bits = 0u;
     const unsigned one = opaque_u32(1u);  // the tests below stay LOP3 / R2P (opaque_u32)
     if (MASK) {
-        const int kc = k0 + 2 * c;  // this thread's first key
-        vis_bits = fa2_query_rows_bits(i_row, kc, T, true, window);
         if (NEAR)
 #pragma unroll
-            for (int hf = 0; hf < 2; hf++)
-                near_bits |= attn_thread_score_bits(i_row[hf] - near_n + 1 - kc, 63) << (16 * hf);
+            for (int hf = 0; hf < 2; hf++) near_bits |= tab.bits(i_row[hf] - near_n + 1 - kc, 63, hf);
     }
     const unsigned near_vis = near_bits & vis_bits, far_vis = ~near_bits & vis_bits;
     // near/far: the masked body tests each score; the unmasked one gets only tiles whose pairs are
@@ -254,7 +338,7 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[k
                                 : fa2_lane_offset<HD>((mi & 1) * 8 + j8, mi >> 1);
 #pragma unroll
     for (int kk = 0; kk < NB / 2; kk++) {
-        if (MASK && !((vis_pairs >> kk) & 1u)) continue;  // p = 0 on both blocks
+        if (MASK && !((vis_pairs >> (4 * kk)) & 1u)) continue;  // p = 0 on both blocks
         uint32_t pa[4];
         mma_acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
 #pragma unroll
@@ -273,11 +357,11 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const uint32_t (&qa)[k
 // the block's statistics partial (kAttnStatsBasic floats, llmc/cuda/attention_ls_common.cuh) in
 // stats_part; with NEAR (implies STATS) the near/far ones too (kAttnStatsNear floats), split at
 // distance near_n >= 1.
-// Registers: hd 32 without near/far asks for 4 blocks/SM (at most 128 registers; ptxas then keeps
-// the hot loop free of local memory, dev/cuda/sass_report); the others keep ptxas's own choice (a
-// minimum of 0 blocks compiles as none, and 1 would let them grow past today's occupancy).
+// Registers: ptxas's own choice. A minimum of 4 blocks/SM at hd 32 (at most 128 registers) made
+// ptxas fill the 128 and spill in the soft-capped trainer's kernel; without it every hd-32 variant
+// takes 93-129 registers (3-5 blocks/SM) and no local memory (dev/cuda/sass_report).
 template <int HD, bool STATS, bool NEAR, bool SOFTCAP>
-__global__ void __launch_bounds__(kAttnMmaThreads, HD == 32 && !NEAR ? 4 : 0)
+__global__ void __launch_bounds__(kAttnMmaThreads)
     attn_fwd_fa2_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int T, int C, int NH, int G, int P,
                         float softcap, float* stats_part, int near_n) {
     static_assert(STATS || !NEAR, "the near/far statistics extend the basic ones");
@@ -306,10 +390,16 @@ __global__ void __launch_bounds__(kAttnMmaThreads, HD == 32 && !NEAR ? 4 : 0)
     const __nv_bfloat16* base = qkv + (size_t)b * T * C3 + h * HD;
 
     const int kb = attn_kv_tile_begin(qt, BQ, BK, local, P), ke = attn_kv_tile_end(qt, BQ, BK, T);
+    // masked tiles: [kb, ub) (the window's edge) and [ue, ke) (the diagonal, a ragged end)
+    const int ub = attn_kv_tile_unmasked_begin(qt, BQ, BK, local, P);
+    const int ue = attn_kv_tile_unmasked_end(qt, BQ, BK, T, local, P);
+    const Fa2TileCopy<HD> kv_copy(base + C, C3);  // K; V is C elements further
+    const uint32_t v_extra = 2u * (uint32_t)C;
+    Fa2ScoreBitTables& score_bits = *reinterpret_cast<Fa2ScoreBitTables*>(smem_raw + Fa2FwdSmem<HD>::tables);
+    score_bits.fill();  // read after the prologue's barrier
     // prologue: Q and the first K / V tile in one group; Q's fragments once
-    fa2_load_tile_async<HD>(sQ, base, q0, T, C3);
-    fa2_load_tile_async<HD>(sK, base + C, kb * BK, T, C3);
-    fa2_load_tile_async<HD>(sV, base + 2 * C, kb * BK, T, C3);
+    Fa2TileCopy<HD>(base, C3).copy(sQ, q0, T);
+    kv_copy.copy_pair(sK, sV, kb * BK, T, v_extra);
     cp_async_commit_group();
     cp_async_wait_group<0>();
     __syncthreads();
@@ -337,20 +427,19 @@ __global__ void __launch_bounds__(kAttnMmaThreads, HD == 32 && !NEAR ? 4 : 0)
             __syncthreads();           // everyone's copies landed; every warp is done with tile kt-1
         }
         if (kt + 1 < ke) {  // prefetch tile kt+1 into the buffer tile kt-1 used
-            fa2_load_tile_async<HD>(sK + (buf ^ 1) * TILE, base + C, (kt + 1) * BK, T, C3);
-            fa2_load_tile_async<HD>(sV + (buf ^ 1) * TILE, base + 2 * C, (kt + 1) * BK, T, C3);
+            kv_copy.copy_pair(sK + (buf ^ 1) * TILE, sV + (buf ^ 1) * TILE, (kt + 1) * BK, T, v_extra);
             cp_async_commit_group();
         }
         const __nv_bfloat16* k_tile = sK + buf * TILE;
         const __nv_bfloat16* v_tile = sV + buf * TILE;
         // the masked body also takes a tile the near/far distance cuts through (NEAR; per warp)
-        if (attn_tile_needs_mask(qt, kt, BQ, BK, T, local, P) ||
+        if (kt < ub || kt >= ue ||  // attn_tile_needs_mask(qt, kt, ...)
             (NEAR && attn_tile_near_kind(r0, r0 + 15, kt * BK, kt * BK + BK - 1, near_n) == 0))
-            fa2_tile<HD, STATS, NEAR, SOFTCAP, true>(st, qa, sQ, k_tile, v_tile, i_row, kt * BK, r0, T, local, P, mul,
-                                                     scale_over_cap, near_n);
+            fa2_tile<HD, STATS, NEAR, SOFTCAP, true>(st, score_bits, qa, sQ, k_tile, v_tile, i_row, kt * BK, r0, T,
+                                                     local, P, mul, scale_over_cap, near_n);
         else
-            fa2_tile<HD, STATS, NEAR, SOFTCAP, false>(st, qa, sQ, k_tile, v_tile, i_row, kt * BK, r0, T, local, P, mul,
-                                                      scale_over_cap, near_n);
+            fa2_tile<HD, STATS, NEAR, SOFTCAP, false>(st, score_bits, qa, sQ, k_tile, v_tile, i_row, kt * BK, r0, T,
+                                                      local, P, mul, scale_over_cap, near_n);
     }
 
     // finish: quad sums, normalize, write out (bf16 pairs), lse (natural log), entropy, near mass

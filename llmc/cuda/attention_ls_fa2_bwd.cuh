@@ -31,7 +31,7 @@
 #pragma once
 #include "llmc/core/smem_swizzle.h"
 #include "llmc/cuda/attention_ls_common.cuh"
-#include "llmc/cuda/attention_ls_fa2.cuh"  // fa2_load_tile_async, fa2_lane_offset, fa2_query_rows_bits
+#include "llmc/cuda/attention_ls_fa2.cuh"  // Fa2TileCopy, fa2_lane_offset, fa2_query_rows_bits
 #include "llmc/cuda/attention_ls_mma.cuh"  // mma_acc_to_a, mma_store_row
 #include "llmc/cuda/ptx.cuh"               // mma_bf16_16816, ldmatrix_x4(_trans), cp_async_*, ex2_approx_ftz
 
@@ -222,10 +222,13 @@ __global__ void __launch_bounds__(kAttnMmaThreads)
 
     const int qb = attn_q_tile_begin(kt, BQ, BK), qe = attn_q_tile_end(kt, BQ, BK, T, local, P);
     // prologue: K, V and the first query tile in one group
-    fa2_load_tile_async<HD, BK>(sK, base + C, k0, T, C3);
-    fa2_load_tile_async<HD, BK>(sV, base + 2 * C, k0, T, C3);
-    fa2_load_tile_async<HD, BQ>(sQ, base, qb * BQ, T, C3);
-    fa2_load_tile_async<HD, BQ>(sdO, gbase, qb * BQ, T, C);
+    const Fa2TileCopy<HD, BQ> q_copy(base, C3), do_copy(gbase, C);
+    {
+        const Fa2TileCopy<HD, BK> kv_copy(base + C, C3);  // K; V is C elements further
+        kv_copy.copy_pair(sK, sV, k0, T, 2u * (uint32_t)C);
+    }
+    q_copy.copy(sQ, qb * BQ, T);
+    do_copy.copy(sdO, qb * BQ, T);
     cp_async_commit_group();
     load_rows(qb, 0);
     cp_async_wait_group<0>();
@@ -257,8 +260,8 @@ __global__ void __launch_bounds__(kAttnMmaThreads)
             __syncthreads();           // everyone's copies and row loads landed; tile qt-1 is done
         }
         if (qt + 1 < qe) {  // prefetch tile qt+1 into the buffer tile qt-1 used
-            fa2_load_tile_async<HD, BQ>(sQ + (buf ^ 1) * L::Q_TILE, base, (qt + 1) * BQ, T, C3);
-            fa2_load_tile_async<HD, BQ>(sdO + (buf ^ 1) * L::Q_TILE, gbase, (qt + 1) * BQ, T, C);
+            q_copy.copy(sQ + (buf ^ 1) * L::Q_TILE, (qt + 1) * BQ, T);
+            do_copy.copy(sdO + (buf ^ 1) * L::Q_TILE, (qt + 1) * BQ, T);
             cp_async_commit_group();
             load_rows(qt + 1, buf ^ 1);
         }
@@ -327,8 +330,10 @@ __device__ __forceinline__ void fa2_bwd_q_tile(float (&dq)[HD / 8][4], const uin
 }
 
 // dQ: grid (B*NH, query tiles of 64), 128 threads; writes dqkv's q part.
+// Registers: hd 32 without soft-cap asks for 4 blocks/SM (at most 128 registers: ptxas's own choice
+// was 129, 3 blocks/SM); the others keep ptxas's choice.
 template <int HD, bool SOFTCAP>
-__global__ void __launch_bounds__(kAttnMmaThreads)
+__global__ void __launch_bounds__(kAttnMmaThreads, HD == 32 && !SOFTCAP ? 4 : 0)
     attn_bwd_q_fa2_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv, const float* lse,
                           const float* D, int T, int C, int NH, int G, int P, float softcap) {
     using L = Fa2BwdQSmem<HD>;
@@ -352,11 +357,15 @@ __global__ void __launch_bounds__(kAttnMmaThreads)
     const __nv_bfloat16* gbase = dout + (size_t)b * T * C + h * HD;
 
     const int kb = attn_kv_tile_begin(qt, BQ, BK, local, P), ke = attn_kv_tile_end(qt, BQ, BK, T);
+    // masked tiles: [kb, ub) (the window's edge) and [ue, ke) (the diagonal, a ragged end)
+    const int ub = attn_kv_tile_unmasked_begin(qt, BQ, BK, local, P);
+    const int ue = attn_kv_tile_unmasked_end(qt, BQ, BK, T, local, P);
+    const Fa2TileCopy<HD, BK> kv_copy(base + C, C3);  // K; V is C elements further
+    const uint32_t v_extra = 2u * (uint32_t)C;
     // prologue: Q, dO and the first K / V tile in one group
-    fa2_load_tile_async<HD, BQ>(sQ, base, q0, T, C3);
-    fa2_load_tile_async<HD, BQ>(sdO, gbase, q0, T, C);
-    fa2_load_tile_async<HD, BK>(sK, base + C, kb * BK, T, C3);
-    fa2_load_tile_async<HD, BK>(sV, base + 2 * C, kb * BK, T, C3);
+    Fa2TileCopy<HD, BQ>(base, C3).copy(sQ, q0, T);
+    Fa2TileCopy<HD, BQ>(gbase, C).copy(sdO, q0, T);
+    kv_copy.copy_pair(sK, sV, kb * BK, T, v_extra);
     cp_async_commit_group();
     const int i_row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
     float neg_lse2[2], row_D[2];
@@ -390,13 +399,12 @@ __global__ void __launch_bounds__(kAttnMmaThreads)
             __syncthreads();           // everyone's copies landed; every warp is done with tile kt-1
         }
         if (kt + 1 < ke) {  // prefetch tile kt+1 into the buffer tile kt-1 used
-            fa2_load_tile_async<HD, BK>(sK + (buf ^ 1) * L::TILE, base + C, (kt + 1) * BK, T, C3);
-            fa2_load_tile_async<HD, BK>(sV + (buf ^ 1) * L::TILE, base + 2 * C, (kt + 1) * BK, T, C3);
+            kv_copy.copy_pair(sK + (buf ^ 1) * L::TILE, sV + (buf ^ 1) * L::TILE, (kt + 1) * BK, T, v_extra);
             cp_async_commit_group();
         }
         const __nv_bfloat16* k_tile = sK + buf * L::TILE;
         const __nv_bfloat16* v_tile = sV + buf * L::TILE;
-        if (attn_tile_needs_mask(qt, kt, BQ, BK, T, local, P))
+        if (kt < ub || kt >= ue)  // attn_tile_needs_mask(qt, kt, ...)
             fa2_bwd_q_tile<HD, SOFTCAP, true>(dq, qa, da, q_rows, do_rows, k_tile, v_tile, i_row, neg_lse2, row_D,
                                               kt * BK, T, local, P, mul, scale_over_cap);
         else

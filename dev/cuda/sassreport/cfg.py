@@ -14,7 +14,13 @@ Per hot loop three counts (each a Mix, see MIX_KEYS):
   body      every instruction of the loop once (all paths, the code of every branch);
   min_path  the shortest trip from the head to a back edge, inner loops counted as one trip (for
             an attention kernel: a tile without masking and without soft-cap);
-  max_path  the longest such trip (a masked tile with soft-cap).
+  max_path  the longest such trip (a masked tile with soft-cap);
+  masked_path  the longest trip whose cp.async copies (LDGSTS) all copy whole rows, i.e. none has
+            a zero-fill predicate operand (LDGSTS.ZFILL): an attention kernel's masked tile that
+            prefetches a whole tile. The FA2-class kernels copy a ragged tile (rows past T, zero
+            filled) in a separate branch that runs at most once per block and never when T is a
+            multiple of the tile; max_path may take it, masked_path does not. None when every trip
+            takes a zero-filling copy.
 A trip enters an inner loop only if its path does (a guard that skips it is a shorter path).
 """
 import re
@@ -28,6 +34,7 @@ MIX_KEYS = {
     "HMMA": lambda i: i.base == "HMMA",
     "LDSM": lambda i: i.base == "LDSM",
     "LDGSTS": lambda i: i.base == "LDGSTS",
+    "LDGSTS.ZFILL": lambda i: i.base == "LDGSTS" and bool(_ZFILL_OPERAND.search(i.operands)),
     "LDS": lambda i: i.base == "LDS",
     "STS": lambda i: i.base == "STS",
     "LDG": lambda i: i.base == "LDG",
@@ -43,6 +50,9 @@ MIX_KEYS = {
 }
 
 _PRED_OPERAND = re.compile(r"^!?U?P[0-6]\b")
+# LDGSTS's last operand, when present, is the predicate that turns the copy into a zero fill
+# (cp.async with src-size 0 for a row past T): `LDGSTS.E.BYPASS.128 [R29+0x1000], desc[UR8][R12.64], !P2`
+_ZFILL_OPERAND = re.compile(r",\s*!?P[0-6T]\s*$")
 
 
 def _unconditional(ins: Instr) -> bool:
@@ -209,21 +219,32 @@ def _trip_mixes(cfg: Cfg, loop: Loop):
     def full_key(m):
         return (-m["HMMA"], -m["LDGSTS"], m["instructions"])
 
-    best = {(loop.head, bit.get(loop.head, 0)): (block_mix[loop.head], ) * 3}
+    def whole(m):  # a path without a zero-filling copy, or None
+        return m if m is not None and m["LDGSTS.ZFILL"] == 0 else None
+
+    def longer(a, b):  # the longer of two optional paths
+        if a is None or b is None:
+            return a if b is None else b
+        return a if a["instructions"] > b["instructions"] else b
+
+    head_mix = block_mix[loop.head]
+    best = {(loop.head, bit.get(loop.head, 0)): (head_mix, head_mix, head_mix, whole(head_mix))}
     for b in order:
         for mask in [m for (x, m) in list(best) if x == b]:
-            lo, hi, full = best[(b, mask)]
+            lo, hi, full, masked = best[(b, mask)]
             for s in succ[b]:
                 key = (s, mask | bit.get(s, 0))
-                cand = (_add(lo, block_mix[s]), _add(hi, block_mix[s]), _add(full, block_mix[s]))
+                cand = (_add(lo, block_mix[s]), _add(hi, block_mix[s]), _add(full, block_mix[s]),
+                        whole(_add(masked, block_mix[s])) if masked is not None else None)
                 if key not in best:
                     best[key] = cand
                 else:
-                    old_lo, old_hi, old_full = best[key]
+                    old_lo, old_hi, old_full, old_masked = best[key]
                     best[key] = (
                         cand[0] if cand[0]["instructions"] < old_lo["instructions"] else old_lo,
                         cand[1] if cand[1]["instructions"] > old_hi["instructions"] else old_hi,
                         cand[2] if full_key(cand[2]) < full_key(old_full) else old_full,
+                        longer(cand[3], old_masked),
                     )
     ends = [(t, m) for (t, m) in best if t in loop.tails]
     most = max(bin(m).count("1") for _, m in ends)
@@ -231,7 +252,10 @@ def _trip_mixes(cfg: Cfg, loop: Loop):
     lo = min((best[e][0] for e in ends), key=lambda m: m["instructions"])
     hi = max((best[e][1] for e in ends), key=lambda m: m["instructions"])
     full = min((best[e][2] for e in ends), key=full_key)
-    return lo, hi, full, most == len(inner)
+    masked = None
+    for e in ends:
+        masked = longer(masked, best[e][3])
+    return lo, hi, full, masked, most == len(inner)
 
 
 def _topological(succ: dict, head: int) -> list:
@@ -263,6 +287,7 @@ class HotLoop:
     min_path: dict  # Mix of the shortest trip (nested loops entered once each)
     max_path: dict  # Mix of the longest trip
     full_path: dict  # Mix of the shortest trip among those with the most HMMA, then the most LDGSTS
+    masked_path: object  # Mix of the longest trip without a zero-filling LDGSTS, or None
     inner_loop_sizes: list  # instructions of each loop nested in this one (none has an HMMA)
     paths_enter_inner: bool  # False: no trip enters every nested loop (the paths enter the most)
 
@@ -276,6 +301,7 @@ class HotLoop:
             "min_path": self.min_path,
             "max_path": self.max_path,
             "full_path": self.full_path,
+            "masked_path": self.masked_path,
         }
 
 
@@ -289,7 +315,7 @@ def hot_loops(cfg: Cfg) -> list:
     for loop in with_hmma:
         if any(o.head != loop.head and o.blocks < loop.blocks for o in with_hmma):
             continue
-        lo, hi, full, all_inner = _trip_mixes(cfg, loop)
+        lo, hi, full, masked, all_inner = _trip_mixes(cfg, loop)
         inner = [o for o in cfg.loops if o.head != loop.head and o.blocks < loop.blocks]
         last = max(loop.blocks, key=lambda b: cfg.blocks[b].start)
         out.append(
@@ -300,6 +326,7 @@ def hot_loops(cfg: Cfg) -> list:
                 lo,
                 hi,
                 full,
+                masked,
                 [sum(len(cfg.block_instrs(b)) for b in o.blocks) for o in inner],
                 all_inner,
             ))

@@ -112,8 +112,8 @@ def kernel_entry(mangled: str, demangled: str, instrs: list, res, launches: list
     for hl in hot_loops(build_cfg(instrs)):
         loop = hl.as_json()
         loop["instructions_per_hmma"] = {
-            k: round(loop[k]["instructions"] / loop[k]["HMMA"], 2) if loop[k]["HMMA"] else None
-            for k in ("body", "min_path", "max_path", "full_path")
+            k: round(loop[k]["instructions"] / loop[k]["HMMA"], 2) if loop[k] and loop[k]["HMMA"] else None
+            for k in ("body", "min_path", "max_path", "full_path", "masked_path")
         }
         entry["hot_loops"].append(loop)
     return entry
@@ -151,7 +151,7 @@ def resource_table(kernels: list) -> str:
     return _format(head, rows)
 
 
-MIX_COLUMNS = ["instructions", "HMMA", "LDSM", "LDGSTS", "LDS", "STS", "LDG", "STG", "MUFU", "MUFU.EX2", "BAR", "SHFL",
+MIX_COLUMNS = ["instructions", "HMMA", "LDSM", "LDGSTS", "LDGSTS.ZFILL", "LDS", "STS", "LDG", "STG", "MUFU", "MUFU.EX2", "BAR", "SHFL",
                "LDL", "STL", "CALL"]
 
 
@@ -161,8 +161,10 @@ def loop_table(kernels: list) -> str:
     rows = []
     for k in kernels:
         for n, loop in enumerate(k["hot_loops"]):
-            for j, path in enumerate(("min_path", "max_path", "full_path", "body")):
+            for j, path in enumerate(("min_path", "max_path", "masked_path", "full_path", "body")):
                 mix = loop[path]
+                if mix is None:  # masked_path of a loop whose every trip zero-fills a copy
+                    continue
                 per = loop["instructions_per_hmma"][path]
                 rows.append((k["name"] if n == 0 and j == 0 else "", f"{loop['start']}" if j == 0 else "",
                              path.replace("_", " "), str(mix["instructions"]), str(mix["HMMA"]),
