@@ -25,7 +25,10 @@
 #   2 = fp32,sanitize  PRECISION=FP32 build into build/fp32 (make BUILD=build/fp32) and the same tests;
 #                      compute-sanitizer memcheck and racecheck of the LS-attention lab (production
 #                      version 6: the FA2-class forward + the FA2-class backward) on small shapes
-#   3 = labs,bench,train   every kernel lab with no arguments (timing tables); every peer benchmark
+#   3 = labs,bench,train   every kernel lab with no arguments (timing tables), and the attention
+#                      lab's production version at the paper shape for B = 1 .. 64 (--json, LS and
+#                      all-global: how its time scales with the batch, docs/cuda_kernels.md "What the
+#                      fa663e0 timings say"); every peer benchmark
 #                      dev/bench/*.py with --out (except the end-to-end one and the CPU-only
 #                      cpu_vs_torch.py, which times the CPU backend); a short real training
 #                      run of the paper model on the GPU (synthetic data, T=2048) with the near/far
@@ -303,7 +306,7 @@ stage_fp32() {
 stage_labs() {
     local n
     if [ "$emulate" = 1 ]; then
-        for n in $(lab_names); do skip_step "lab:$n" "emulated: a timing table would time the emulator, not a GPU"; done
+        for n in $(lab_names) attention_ls:batch; do skip_step "lab:$n" "emulated: a timing table would time the emulator, not a GPU"; done
         return
     fi
     ensure_bf16
@@ -311,6 +314,13 @@ stage_labs() {
         if [ -x "build/dev/$n" ]; then step "lab:$n" 300 "build/dev/$n"
         else fail_step "lab:$n" "not built"; fi
     done
+    if [ -x build/dev/attention_ls ]; then step "lab:attention_ls:batch" 240 attention_batch_scaling
+    else fail_step "lab:attention_ls:batch" "not built"; fi
+}
+
+attention_batch_scaling() {  # one JSON line per batch size: LS (G 1) and all-global, forward and f+b
+    local b
+    for b in 1 2 4 8 16 32 64; do build/dev/attention_ls --json -B "$b" -T 2048 --nh 6 --hd 32 -G 1 -P 50 || return 1; done
 }
 
 stage_bench() {  # peer benchmarks; the end-to-end one is its own stage, torch_fast_model.py is a module
@@ -461,7 +471,7 @@ stage_e2e() {  # stage_e2e MODEL
     step "e2e:$1" 560 "$PY" dev/bench/train_vs_torch.py --models "$1" --out "$work/e2e/$1" --work "$work/e2e_work"
 }
 
-export -f emu_schedules run_bin fp32_make cublaslt_real  # step() runs them in a child bash, under timeout
+export -f emu_schedules run_bin fp32_make cublaslt_real attention_batch_scaling  # step() runs them in a child bash, under timeout
 export emulate extra arch work PY
 
 if [ -z "$device" ]; then
