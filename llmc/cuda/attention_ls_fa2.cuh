@@ -110,7 +110,6 @@ private:
     template <int NP>
     __device__ __forceinline__ void copy_parts(__nv_bfloat16* tile, __nv_bfloat16* tile2, int r0, int T,
                                                uint32_t extra) const {
-        char* d[2] = {reinterpret_cast<char*>(tile) + dst, reinterpret_cast<char*>(tile2) + dst};
         const char* g = src + (size_t)(uint32_t)(r0 + r) * row_bytes;
         constexpr uint32_t kDstStep = (uint32_t)RSTEP * HD * 2u;
         if (r0 + ROWS <= T) {
@@ -118,14 +117,15 @@ private:
             for (int part = 0; part < NP; part++)
 #pragma unroll
                 for (int it = 0; it < ITER; it++)
-                    cp_async_16(d[part] + it * kDstStep, g + part * extra + (size_t)it * RSTEP * row_bytes);
+                    cp_async_16(reinterpret_cast<char*>(part == 0 ? tile : tile2) + dst + it * kDstStep,
+                                g + part * extra + (size_t)it * RSTEP * row_bytes);
         } else {
 #pragma unroll
             for (int part = 0; part < NP; part++)
 #pragma unroll
                 for (int it = 0; it < ITER; it++) {
                     const bool in = r0 + r + it * RSTEP < T;  // past T: nothing read, 16 zero bytes written
-                    cp_async_16_zfill(d[part] + it * kDstStep,
+                    cp_async_16_zfill(reinterpret_cast<char*>(part == 0 ? tile : tile2) + dst + it * kDstStep,
                                       in ? g + part * extra + (size_t)it * RSTEP * row_bytes : src, in ? 16u : 0u);
                 }
         }
