@@ -5,9 +5,11 @@
 // Block: 64 query rows (4 warps x 16 rows) of one (b, h); key / value tiles of 64 keys.
 // Shared memory, every tile row-major (row = token, HD bf16 per row) and XOR-swizzled in 16-byte
 // chunks (llmc/core/smem_swizzle.h), so every ldmatrix phase and every cp.async store phase hits
-// 8 different bank groups:   sQ (64, HD) | sK[2] (64, HD) | sV[2] (64, HD)   (double buffer).
-// Copies: cp.async 16 bytes per thread, zero-filled past T (ragged last tile). Tile kt+1 is
-// prefetched into the other buffer while tile kt computes; one barrier per tile.
+// 8 different bank groups:   sQ (64, HD) | sK[2] (64, HD) | sV[2] (64, HD)   (double buffer),
+// then the score-bit tables (Fa2ScoreBitTables).
+// Copies: cp.async 16 bytes per thread (Fa2TileCopy, addresses set up once per block), zero-filled
+// past T (ragged last tile only). Tile kt+1 is prefetched into the other buffer while tile kt
+// computes; one barrier per tile.
 // Fragments (PTX ISA "Matrix Fragments for mma.m16n8k16", g = lane/4, c = lane%4):
 //   Q: A fragments with ldmatrix.x4 (matrices: rows 0-7 / 8-15 x cols 0-7 / 8-15), loaded once per
 //      block into registers at hd 32 / 64; at hd 128 (64 more registers would spill) once per tile
@@ -23,13 +25,13 @@
 // ex2.approx.ftz (MUFU.EX2) per score; m is the running row max in x units.
 // Compile-time: HD, STATS (logit statistics), NEAR (the near/far statistics too), SOFTCAP (c*tanh(s/c)),
 // MASK (per tile: a tile that attn_tile_needs_mask clears runs the unmasked body, without the
-// per-element visibility test). Near/far per warp and tile: the unmasked body only sees tiles whose
+// per-element visibility test; decided against the query tile's unmasked key-tile range). Near/far per warp and tile: the unmasked body only sees tiles whose
 // pairs (for the warp's 16 rows) are all near or all far, so the tile's max goes to one side and its
 // whole sum of p is near or not - a few instructions per tile; the kernel sends the tiles the
 // distance N cuts through to the masked body, which tests each score.
-// Masked tiles skip the 16-key pairs of MMA blocks a warp's 16 rows cannot see
-// (attn_warp_visible_pairs) and test each score against one word of bits per thread
-// (attn_thread_score_bits); masked scores are kFa2Masked (-FLT_MAX), not -inf.
+// Masked tiles test each score against one word of bits per thread (attn_thread_score_bits, looked
+// up in the tables) and skip the 16-key pairs of MMA blocks no bit of the warp's words reaches
+// (= attn_warp_visible_pairs); masked scores are kFa2Masked (-FLT_MAX), not -inf.
 // qkv and out are accessed with 16- and 4-byte accesses: 16-byte aligned base pointers (the
 // launcher checks).
 #pragma once
