@@ -204,11 +204,8 @@ TEST_CASE("attention tiles: a warp's visible 16-key pairs and a thread's score b
                                 for (int j = k0 + 16 * np; j < k0 + 16 * np + 16; j++)
                                     if (j >= 0 && visible_brute(i, j, local, P)) want |= 1u << np;
                         INFO("local " << local << " P " << P << " T " << T << " r0 " << r0 << " k0 " << k0);
-                        REQUIRE(llmc::attn_warp_visible_pairs(r0, k0, T, local, P) == want);
-                        // the kernel runs a global head as a local one whose window passes every row
-                        if (!local) REQUIRE(llmc::attn_warp_visible_pairs(r0, k0, T, true, T + 64) == want);
                         // the forward's derivation: pair np is visible when some lane of the warp has
-                        // one of its bits 4np .. 4np+3 (either row) set
+                        // one of its bits 4np .. 4np+3 (either row) set; checked against `want` below
                         unsigned from_bits = 0;
                         for (int i = r0; i < r0 + 16; i++)
                             for (int c = 0; c < 4; c++) {

@@ -94,15 +94,8 @@ LLMC_HD inline int attn_kv_tile_unmasked_end(int qt, int BQ, int BK, int T, bool
     return attn_imax(end, begin);
 }
 
-// Warp-level visibility inside a 64-key tile (the FA2-class forward, llmc/cuda/attention_ls_fa2.cuh,
-// where a warp owns the 16 rows r0 .. r0+15 and a thread the keys k0 + 8nb + 2c + {0, 1}).
-// Bit np (0..3) set when the 16 keys k0 + 16np .. +15 hold a key that one of the rows r0 .. r0+15
-// (< T) sees: the rows' windows overlap into [key_lo(r0), min(r0+15, T-1)].
-LLMC_HD inline unsigned attn_warp_visible_pairs(int r0, int k0, int T, bool local, int P) {
-    const int hi = r0 < T ? attn_imin((attn_imin(r0 + 15, T - 1) - k0) >> 4, 3) : -1;  // >> 4: floor
-    const int lo = attn_imax((attn_key_lo(r0, local, P) - k0) >> 4, 0);
-    return hi < lo ? 0u : (0xFu >> (3 - hi)) & (0xFu << lo);
-}
+// Score bits of the FA2-class kernels (llmc/cuda/attention_ls_fa2.cuh: a warp owns the 16 rows
+// r0 .. r0+15 of a 64-key tile at k0, a thread the keys k0 + 8nb + 2c + {0, 1} of its two rows).
 // A thread's 16 scores of one row sit at the key offsets 8nb + e (nb = 0..7, e = 0, 1) from its first
 // key; bit 2nb + e of the result is set when that offset lies in [lo, hi] (any ints; empty when
 // hi < lo). The offsets grow with 2nb + e, so the bits are one run: first bit q_lo = the first

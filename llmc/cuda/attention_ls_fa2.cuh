@@ -31,7 +31,7 @@
 // distance N cuts through to the masked body, which tests each score.
 // Masked tiles test each score against one word of bits per thread (attn_thread_score_bits, looked
 // up in the tables) and skip the 16-key pairs of MMA blocks no bit of the warp's words reaches
-// (= attn_warp_visible_pairs); masked scores are kFa2Masked (-FLT_MAX), not -inf.
+// (test/test_attention_tiles.cpp: exactly its visible pairs); masked scores are kFa2Masked (-FLT_MAX), not -inf.
 // qkv and out are accessed with 16- and 4-byte accesses: 16-byte aligned base pointers (the
 // launcher checks).
 #pragma once
@@ -202,8 +202,7 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const Fa2ScoreBitTable
     // s[nb][2hf + e]'s. The warp's visible 16-key pairs: bit 4np of vis_pairs set when a lane sees
     // a key of pair np (its bits 4np .. 4np+3 of either row), the OR over the warp; lane 0's copy
     // makes the pair skips below uniform (no WARPSYNC per pair, no divergence fallback at the
-    // row-max shuffles). Equal to attn_warp_visible_pairs (test/test_attention_tiles.cpp: the
-    // warp's score bits cover exactly its visible pairs).
+    // row-max shuffles). test/test_attention_tiles.cpp checks them against brute-force visibility.
     const int kc = k0 + 2 * c;  // this thread's first key
     const unsigned vis_bits = MASK ? fa2_query_rows_bits(tab, i_row, kc, T, true, window) : 0u;
     unsigned vis_pairs = 0x1111u;
