@@ -143,6 +143,22 @@ __device__ __forceinline__ uint32_t fa2_lane_offset(int row, int chunk0) {
     return 2u * (uint32_t)smem_swizzle_offset(row, chunk0, HD / 8);
 }
 
+// A lane's two ldmatrix offsets in the forward's tiles, computed once per block and kept in
+// registers across the key-tile loop (computed inside the loop, ptxas re-derived them from the
+// thread index on every trip: ~20 instructions). Of a 16 x 16 block, lane 8mi + j8 addresses row
+// j8 of matrix mi: a orders the matrices (rows 0..7, cols 0..7), (8..15, 0..7), (0..7, 8..15),
+// (8..15, 8..15) - Q as the A operand, V as the B operand through .trans; b orders them (0..7,
+// 0..7), (0..7, 8..15), (8..15, 0..7), (8..15, 8..15) - K as the B operand of two n8 blocks.
+template <int HD>
+struct Fa2LaneOffsets {
+    uint32_t a, b;
+    __device__ __forceinline__ Fa2LaneOffsets() {
+        const int lane = threadIdx.x % 32, mi = lane / 8, j8 = lane % 8;
+        a = opaque_u32(fa2_lane_offset<HD>((mi & 1) * 8 + j8, mi >> 1));
+        b = opaque_u32(fa2_lane_offset<HD>((mi >> 1) * 8 + j8, mi & 1));
+    }
+};
+
 // A masked score's x on a masked tile: finite, so that p * x = 0 for its p = ex2(x*mul - m*mul) = 0
 // (no select before the entropy's FFMA), and below every visible score; a row max that is still
 // <= kFa2Masked means nothing visible yet, like -inf (the state's initial max).
@@ -188,13 +204,13 @@ struct Fa2Rows {
 // i_row: this thread's two rows; r0: the warp's first row; k0: the tile's first key; near_n: the
 // near/far distance N (NEAR).
 template <int HD, bool STATS, bool NEAR, bool SOFTCAP, bool MASK>
-__device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const Fa2ScoreBitTables& tab,
+__device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const Fa2ScoreBitTables& tab, Fa2LaneOffsets<HD> off,
                                          const uint32_t (&qa)[kFa2QInRegs<HD> ? HD / 16 : 1][4],
                                          const __nv_bfloat16* sQ, const __nv_bfloat16* sK, const __nv_bfloat16* sV,
                                          const int (&i_row)[2], int k0, int r0, int T, bool local, int P, float mul,
                                          float scale_over_cap, int near_n) {
     constexpr int KS = HD / 16, NB = kAttnMmaBK / 8, DB = HD / 8;
-    const int lane = threadIdx.x % 32, c = lane % 4, mi = lane / 8, j8 = lane % 8;
+    const int c = threadIdx.x % 4;
     // a global head as a local one with a window past every row (key_lo = 0 for rows < T + 64): one
     // code path for both kinds
     const int window = local ? P : T + kAttnMmaBQ;
@@ -222,28 +238,36 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const Fa2ScoreBitTable
     constexpr uint32_t ROW16 = 16u * HD * 2u;  // bytes of 16 tile rows
     const char* q_bytes = reinterpret_cast<const char*>(sQ) + (uint32_t)warp * ROW16;
     const char* k_bytes = reinterpret_cast<const char*>(sK);
-    const uint32_t q_off = fa2_lane_offset<HD>((mi & 1) * 8 + j8, mi >> 1);
-    // masked: the offsets in one register each, not recomputed per visible pair (opaque_u32)
-    const uint32_t k_off = MASK ? opaque_u32(fa2_lane_offset<HD>((mi >> 1) * 8 + j8, mi & 1))
-                                : fa2_lane_offset<HD>((mi >> 1) * 8 + j8, mi & 1);
-#pragma unroll
-    for (int ks = 0; ks < KS; ks++) {
-        uint32_t qk[4];
-        if constexpr (kFa2QInRegs<HD>) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) qk[e] = qa[ks][e];
-        } else {  // matrices: (rows 0..7 | 8..15) x (cols ks*16 + 0..7 | 8..15)
-            ldmatrix_x4(qk, q_bytes + (q_off ^ (32u * ks)));
-        }
-        const char* k_ks = k_bytes + (k_off ^ (32u * ks));
+    const uint32_t q_off = off.a, k_off = off.b;
+    // K's fragments for keys np*16 + 0..15, dims ks*16 + 0..15 (matrices: (keys 0..7 | 8..15) x
+    // (dims 0..7 | 8..15)), multiplied into s[2np], s[2np + 1]; each s block adds its ks in order
+    auto qk_pair = [&](const uint32_t(&qk)[4], int ks, int np) {
+        uint32_t kb[4];
+        ldmatrix_x4(kb, k_bytes + (k_off ^ (32u * ks)) + np * ROW16);
+        mma_bf16_16816(s[2 * np], qk, kb[0], kb[1]);
+        mma_bf16_16816(s[2 * np + 1], qk, kb[2], kb[3]);
+    };
+    if constexpr (HD == 32) {  // pairs outer: one warp-uniform skip test per pair (at hd 64 the
+                               // pair's 4 dependent HMMAs took NOPs: ks outer there)
 #pragma unroll
         for (int np = 0; np < NB / 2; np++) {
-            if (MASK && !((vis_pairs >> (4 * np)) & 1u)) continue;  // warp-uniform
-            // matrices: (keys np*16 + 0..7 | 8..15) x (dims ks*16 + 0..7 | 8..15); lane 8mi + j8 -> row j8
-            uint32_t kb[4];
-            ldmatrix_x4(kb, k_ks + np * ROW16);
-            mma_bf16_16816(s[2 * np], qk, kb[0], kb[1]);
-            mma_bf16_16816(s[2 * np + 1], qk, kb[2], kb[3]);
+            if (MASK && !((vis_pairs >> (4 * np)) & 1u)) continue;
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++) qk_pair(qa[ks], ks, np);
+        }
+    } else {
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            uint32_t qk[4];
+            if constexpr (kFa2QInRegs<HD>) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) qk[e] = qa[ks][e];
+            } else {  // matrices: (rows 0..7 | 8..15) x (cols ks*16 + 0..7 | 8..15)
+                ldmatrix_x4(qk, q_bytes + (q_off ^ (32u * ks)));
+            }
+#pragma unroll
+            for (int np = 0; np < NB / 2; np++)
+                if (!MASK || ((vis_pairs >> (4 * np)) & 1u)) qk_pair(qk, ks, np);  // warp-uniform
         }
     }
 
@@ -298,7 +322,8 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const Fa2ScoreBitTable
         mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
         const float m_new = fmaxf(st.m[hf], mx[hf]);
         // nothing visible yet (-inf, or kFa2Masked from a masked tile): shift 0, so p = 0 and alpha = 0
-        const float m_use = m_new <= kFa2Masked ? 0.0f : m_new;
+        // (an interior tile has every score visible: its m_new is one of them)
+        const float m_use = MASK && m_new <= kFa2Masked ? 0.0f : m_new;
         const float alpha = ex2_approx_ftz((st.m[hf] - m_use) * mul);
         st.m[hf] = m_new;
         neg_m[hf] = -m_use * mul;
@@ -335,8 +360,7 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const Fa2ScoreBitTable
 
     // O += P V: A = P (16 rows x 16 keys) from two accumulator blocks; B from V via ldmatrix.trans
     const char* v_bytes = reinterpret_cast<const char*>(sV);
-    const uint32_t v_off = MASK ? opaque_u32(fa2_lane_offset<HD>((mi & 1) * 8 + j8, mi >> 1))
-                                : fa2_lane_offset<HD>((mi & 1) * 8 + j8, mi >> 1);
+    const uint32_t v_off = off.a;
 #pragma unroll
     for (int kk = 0; kk < NB / 2; kk++) {
         if (MASK && !((vis_pairs >> (4 * kk)) & 1u)) continue;  // p = 0 on both blocks
@@ -362,7 +386,7 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const Fa2ScoreBitTable
 // ptxas fill the 128 and spill in the soft-capped trainer's kernel; without it every hd-32 variant
 // takes 93-129 registers (3-5 blocks/SM) and no local memory (dev/cuda/sass_report).
 template <int HD, bool STATS, bool NEAR, bool SOFTCAP>
-__global__ void __launch_bounds__(kAttnMmaThreads)
+__global__ void __launch_bounds__(kAttnMmaThreads, HD == 32 && NEAR && !SOFTCAP ? 3 : 0)
     attn_fwd_fa2_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int T, int C, int NH, int G, int P,
                         float softcap, float* stats_part, int near_n) {
     static_assert(STATS || !NEAR, "the near/far statistics extend the basic ones");
@@ -413,6 +437,7 @@ __global__ void __launch_bounds__(kAttnMmaThreads)
 
     const int r0 = q0 + warp * 16;
     const int i_row[2] = {r0 + g, r0 + g + 8};
+    const Fa2LaneOffsets<HD> lane_off;
     Fa2Rows<HD> st;
 #pragma unroll
     for (int hf = 0; hf < 2; hf++) st.m[hf] = -INFINITY, st.l[hf] = 0.0f, st.es[hf] = 0.0f, st.nl[hf] = 0.0f;
@@ -436,11 +461,11 @@ __global__ void __launch_bounds__(kAttnMmaThreads)
         // the masked body also takes a tile the near/far distance cuts through (NEAR; per warp)
         if (kt < ub || kt >= ue ||  // attn_tile_needs_mask(qt, kt, ...)
             (NEAR && attn_tile_near_kind(r0, r0 + 15, kt * BK, kt * BK + BK - 1, near_n) == 0))
-            fa2_tile<HD, STATS, NEAR, SOFTCAP, true>(st, score_bits, qa, sQ, k_tile, v_tile, i_row, kt * BK, r0, T,
-                                                     local, P, mul, scale_over_cap, near_n);
+            fa2_tile<HD, STATS, NEAR, SOFTCAP, true>(st, score_bits, lane_off, qa, sQ, k_tile, v_tile, i_row, kt * BK,
+                                                     r0, T, local, P, mul, scale_over_cap, near_n);
         else
-            fa2_tile<HD, STATS, NEAR, SOFTCAP, false>(st, score_bits, qa, sQ, k_tile, v_tile, i_row, kt * BK, r0, T,
-                                                      local, P, mul, scale_over_cap, near_n);
+            fa2_tile<HD, STATS, NEAR, SOFTCAP, false>(st, score_bits, lane_off, qa, sQ, k_tile, v_tile, i_row, kt * BK,
+                                                      r0, T, local, P, mul, scale_over_cap, near_n);
     }
 
     // finish: quad sums, normalize, write out (bf16 pairs), lse (natural log), entropy, near mass
