@@ -43,7 +43,8 @@ PER_LAYER = {  # every transformer block
     # bias gradients of qkv, attproj, fc, fcproj (one launch each: grid_arrival.cuh; fc's also does
     # the GELU backward)
     "bias_sum_kernel": 4,
-    "layernorm_backward_kernel": 2,  # ln1, ln2 backward (their dw, db partials reduced after the backward)
+    # ln1, ln2 backward (their dw, db partials reduced after the backward; C 64: the row-in-registers kernel)
+    "layernorm_backward_cached_kernel": 2,
     "attn_bwd_dot_kernel": 1,  # attention backward: D = rowsum(dO * O),
     "attn_bwd_kv_fa2_kernel": 1,  # dK/dV over key tiles (the FA2-class backward),
     "attn_bwd_q_fa2_kernel": 1,  # dQ over query tiles
@@ -54,7 +55,7 @@ FIXED = {  # once per step, whatever the depth
     "attn_stats_reduce_kernel": 1,  # every layer's attention logit statistics (recorded every step)
     "classifier_kernel": 2,  # forward (loss, lse) and backward (dlogits)
     "classifier_summary_kernel": 1,  # the forward's loss and statistics summed on the device
-    "layernorm_backward_kernel": 1,  # lnf backward
+    "layernorm_backward_cached_kernel": 1,  # lnf backward
     "reduce_layernorm_partials_kernel": 1,  # every LayerNorm's dw, db partials (2L + 1 of them)
     "encoder_group_kernel": 1,  # the encoder backward groups positions by token on the device
     "encoder_backward_wte_kernel": 1,

@@ -5,12 +5,13 @@
 //   dinp += rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)),  dw += sum_n dout * xhat,  db += sum_n dout
 //
 // Forward: one warp per row (two-pass mean/variance in fp32; the row is re-read from L1/L2).
-// Backward, deterministic: a fixed number of "workers" (one warp each, at most 1024) take rows
-// worker, worker + workers, ... in order; each computes dinp for its rows and accumulates its own
+// Backward, deterministic: a fixed number of "workers" (one warp each, layernorm_backward_workers(C))
+// take rows worker, worker + workers, ... in order; each computes dinp for its rows and accumulates its own
 // dw/db partials in shared memory (every lane owns fixed channels, so no atomics and no races); each
 // block adds its warps' in warp order and writes them to scratch (blocks, 2, C);
 // reduce_partials_add_kernel sums the blocks in a fixed order (or reduce_layernorm_partials_kernel,
-// all of a backward's LayerNorms in one launch).
+// all of a backward's LayerNorms in one launch). Rows up to 32 * kPack * kLayerNormCachedChunks
+// channels are held in registers between the two passes (layernorm_backward_cached_kernel).
 // Both use 16-byte packed accesses when C % kPack == 0 and the pointers are aligned.
 //
 // reduce_partials_add_kernel is shared with qknorm.cuh (same deterministic pattern).
@@ -211,15 +212,131 @@ __global__ void layernorm_backward_kernel(floatX* dinp, float* partials, const f
     }
 }
 
-constexpr int kLayerNormMaxWorkers = 1024;
-constexpr size_t kSharedDefault = 48 * 1024;
+// The same with the row held in registers (C <= CH * 32 * kPack, 16-byte packed accesses): a
+// lane's chunks of x, dout and dinp are loaded together once per row (the warp's whole row in
+// flight: one memory round trip per row), w once per worker. The per-channel arithmetic and the
+// order of every sum are layernorm_backward_kernel<kPack>'s.
+// Registers: at one chunk (C <= 256 in bf16: 4096 workers, 512 blocks of 8 warps) at most 64, so
+// that 4 blocks per SM hold the whole grid on an H100 (ptxas's own choice, 68, left 3: a second
+// wave); at two or three chunks at most 128 (2 blocks of 8 warps per SM hold the 256 blocks of
+// C <= 768). Four chunks took 181 registers (one block per SM; at most 128 it spilled): wider rows
+// take the looping kernel.
+// A warp's dw, db accumulators (each CH * 32 * kPack floats) are laid out [ch][k / 4][lane][k % 4]
+// for channel (ch * 32 + lane) * kPack + k (layernorm_cached_slot): a lane's 4-channel float4 at
+// 16-byte lane stride, so a warp's access covers 512 contiguous bytes without bank conflicts (the
+// channel-order layout puts the lanes 32 bytes apart: 8-way conflicts on scalar accesses).
+__host__ __device__ constexpr int layernorm_cached_width(int C) {
+    return (C + 32 * kPack - 1) / (32 * kPack) * 32 * kPack;
+}
+__device__ __forceinline__ int layernorm_cached_slot(int channel) {
+    constexpr int V = kPack;
+    const int ch = channel / (32 * V), lane = channel / V % 32, k = channel % V;
+    return ch * 32 * V + k / 4 * 128 + lane * 4 + k % 4;
+}
+template <int CH>
+__global__ void __launch_bounds__(256, CH == 1 ? 4 : 2)
+    layernorm_backward_cached_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp,
+                                     const floatX* w, const float* mean, const float* rstd, int N, int C) {
+    constexpr int V = kPack, Q = V / 4;  // Q float4 per lane per chunk and accumulator
+    static_assert(V % 4 == 0, "whole float4 accumulators per lane");
+    constexpr int CW = CH * 32 * V;  // accumulator width (layernorm_cached_width(C))
+    LLMC_DYNAMIC_SHARED(float, smem);
+    const int warps = blockDim.x / 32;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int workers = gridDim.x * warps;
+    const int worker = blockIdx.x * warps + warp;
+    float4* dw_acc = reinterpret_cast<float4*>(smem + (size_t)warp * 2 * CW);  // (CW / 4)
+    float4* db_acc = dw_acc + CW / 4;                                          // (CW / 4)
+    for (int i = lane; i < CW / 2; i += 32) dw_acc[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    // chunk ch of this lane: channels (ch * 32 + lane) * V .. + V (present when below C)
+    PackX wp[CH];
+#pragma unroll
+    for (int ch = 0; ch < CH; ch++)
+        if ((ch * 32 + lane) * V < C) wp[ch] = *reinterpret_cast<const PackX*>(w + (ch * 32 + lane) * V);
 
-// Warps per block of the backward: as many as fit 48 KiB of partials (at most 4), at least 1.
+    for (int row = worker; row < N; row += workers) {
+        const size_t off = (size_t)row * C;
+        PackX xp[CH], dp[CH], ap[CH];
+#pragma unroll
+        for (int ch = 0; ch < CH; ch++) {
+            const int c = (ch * 32 + lane) * V;
+            if (c < C) {
+                xp[ch] = *reinterpret_cast<const PackX*>(inp + off + c);
+                dp[ch] = *reinterpret_cast<const PackX*>(dout + off + c);
+                ap[ch] = *reinterpret_cast<const PackX*>(dinp + off + c);
+            }
+        }
+        const float m = mean[row], s = rstd[row];
+        float g_sum = 0.0f, gx_sum = 0.0f;
+#pragma unroll
+        for (int ch = 0; ch < CH; ch++) {
+            if ((ch * 32 + lane) * V >= C) continue;
+#pragma unroll
+            for (int q = 0; q < Q; q++) {
+                float4& dw4 = dw_acc[ch * 8 * V + q * 32 + lane];  // channels (ch*32 + lane)*V + 4q .. +3
+                float4& db4 = db_acc[ch * 8 * V + q * 32 + lane];
+                float4 dw = dw4, db = db4;
+                float* dwv = &dw.x;
+                float* dbv = &db.x;
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const int k = 4 * q + r;
+                    const float dv = to_float(dp[ch].v[k]);
+                    const float xhat = (to_float(xp[ch].v[k]) - m) * s;
+                    const float g = dv * to_float(wp[ch].v[k]);
+                    g_sum += g;
+                    gx_sum += g * xhat;
+                    dwv[r] += dv * xhat;
+                    dbv[r] += dv;
+                }
+                dw4 = dw;
+                db4 = db;
+            }
+        }
+        const float g_mean = warp_sum(g_sum) / C;
+        const float gx_mean = warp_sum(gx_sum) / C;
+#pragma unroll
+        for (int ch = 0; ch < CH; ch++) {
+            const int c = (ch * 32 + lane) * V;
+            if (c >= C) continue;
+            PackX out;
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                const float xhat = (to_float(xp[ch].v[k]) - m) * s;
+                const float g = to_float(dp[ch].v[k]) * to_float(wp[ch].v[k]);
+                out.v[k] = from_float<floatX>(to_float(ap[ch].v[k]) + s * (g - g_mean - xhat * gx_mean));
+            }
+            *reinterpret_cast<PackX*>(dinp + off + c) = out;
+        }
+    }
+
+    // the block's partial: its warps' sums added in warp order, written in channel order
+    __syncthreads();
+    float* out = partials + (size_t)blockIdx.x * 2 * C;  // (2, C): dw, db
+    for (int j = threadIdx.x; j < 2 * C; j += blockDim.x) {
+        const int slot = (j < C ? 0 : CW) + layernorm_cached_slot(j < C ? j : j - C);
+        float s = 0.0f;
+        for (int w2 = 0; w2 < warps; w2++) s += smem[(size_t)w2 * 2 * CW + slot];
+        out[j] = s;
+    }
+}
+
+// Workers of the backward: one warp per row at a time, rows worker, worker + workers, ... A number
+// fixed by C, so the dw, db partials are summed in the same order every run; enough warps that
+// each SM has its share of HBM's bytes in flight (~20 KB at ~3.35 TB/s and ~0.8 us latency; with
+// 1024 workers, ~8 warps per SM, the H200 measured 22% of its bandwidth at N 16384, C 768): a
+// cached row of C 768 puts 4.5 KB per warp in flight, of C 192 1.1 KB, hence more workers there.
+inline int layernorm_backward_workers(int C) { return C <= 256 ? 4096 : 2048; }
+constexpr size_t kSharedDefault = 48 * 1024;
+// Widest row the cached backward takes, in chunks of 32 lanes x kPack channels (bf16: C <= 768).
+constexpr int kLayerNormCachedChunks = 3;
+
+// Warps per block of the backward: as many as fit 48 KiB of partials (at most 8), at least 1.
 inline int layernorm_backward_warps(int C) {
-    return (int)std::max<size_t>(1, std::min<size_t>(4, kSharedDefault / (2 * sizeof(float) * (size_t)C)));
+    return (int)std::max<size_t>(1, std::min<size_t>(8, kSharedDefault / (2 * sizeof(float) * (size_t)C)));
 }
 inline int layernorm_backward_blocks(int N, int C) {
-    return (int)ceil_div(std::min(N, kLayerNormMaxWorkers), layernorm_backward_warps(C));
+    return (int)ceil_div(std::min(N, layernorm_backward_workers(C)), layernorm_backward_warps(C));
 }
 // Scratch (blocks, 2, C) fp32 for layernorm_backward: one partial (dw, db) per block.
 inline size_t layernorm_backward_scratch_floats(int N, int C) {
@@ -251,7 +368,17 @@ inline void layernorm_backward_partials(floatX* dinp, float* partials, const flo
     const int blocks = layernorm_backward_blocks(N, C);
     const size_t smem = (size_t)warps * 2 * C * sizeof(float);
     const bool vec = C % kPack == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w);
-    if (vec) {
+    const int chunks = (int)ceil_div(C, 32 * kPack);
+    auto cached = [&](auto kernel) {  // accumulators padded to whole chunks (layernorm_cached_width)
+        const size_t bytes = (size_t)warps * 2 * layernorm_cached_width(C) * sizeof(float);
+        allow_shared_bytes(kernel, bytes, "layernorm_backward");
+        launch_kernel(kernel, blocks, warps * 32, bytes, st, dinp, partials, dout, inp, w, mean, rstd, N, C);
+    };
+    static_assert(kLayerNormCachedChunks == 3, "one launch per cached width below");
+    if (vec && chunks == 1) cached(layernorm_backward_cached_kernel<1>);
+    else if (vec && chunks == 2) cached(layernorm_backward_cached_kernel<2>);
+    else if (vec && chunks == 3) cached(layernorm_backward_cached_kernel<3>);
+    else if (vec) {
         allow_shared_bytes(layernorm_backward_kernel<kPack>, smem, "layernorm_backward");
         launch_kernel(layernorm_backward_kernel<kPack>, blocks, warps * 32, smem, st, dinp, partials, dout, inp, w,
                       mean, rstd, N, C);

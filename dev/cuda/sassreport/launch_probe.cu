@@ -58,13 +58,21 @@ void attention(const char* hd) {
 // layernorm_backward and qknorm_backward as their launchers size them for one model shape
 void norms_backward(int C, int NH, const char* shape) {
     const int ln_warps = layernorm_backward_warps(C);
+    char name[64];
+    if (C % kPack == 0 && C <= 32 * kPack * kLayerNormCachedChunks) {  // the launcher's choice for this C
+        std::snprintf(name, sizeof name, "layernorm_backward_cached_kernel<%d>", (int)ceil_div(C, 32 * kPack));
+        line(name, ln_warps * 32, (size_t)ln_warps * 2 * layernorm_cached_width(C) * sizeof(float), shape);
+    }
     for (int pack : {1, kPack}) {
-        char name[64];
         std::snprintf(name, sizeof name, "layernorm_backward_kernel<%d>", pack);
         line(name, ln_warps * 32, (size_t)ln_warps * 2 * C * sizeof(float), shape);
     }
     const int hd = C / NH, qk_warps = qknorm_backward_warps(hd);
     line("qknorm_backward_kernel", qk_warps * 32, (size_t)qk_warps * 4 * hd * sizeof(float), shape);
+    if (qknorm_packed_lanes(hd, true) > 0) {  // the launchers' choice for this head size (aligned pointers)
+        line("qknorm_forward_packed_kernel", 256, 0, shape);
+        line("qknorm_backward_packed_kernel", qk_warps * 32, 0, shape);
+    }
 }
 
 }  // namespace
