@@ -7,6 +7,7 @@
 // must give the same bits (deterministic reduction).
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dev/cuda/lab_common.cuh"
@@ -162,45 +163,47 @@ int main(int argc, char** argv) {
     if (!ok) return 1;
     if (args.check) return 0;
 
-    // timing: GPT-2 124M activations at B*T = 16384
-    const int N = 16384, C = 768;
-    const size_t NC = (size_t)N * C;
-    const double X = sizeof(floatX);
-    auto d_a = lab::upload_as<floatX>(lab::random_normal(rng, NC, 0.0f, 1.0f));
-    auto d_b = lab::upload_as<floatX>(lab::random_normal(rng, NC, 0.0f, 1.0f));
-    auto d_dout = lab::upload_as<floatX>(lab::random_normal(rng, NC, 0.0f, 1.0f));
-    auto d_w = lab::upload_as<floatX>(lab::random_normal(rng, C, 1.0f, 0.1f));
-    auto d_bias = lab::upload_as<floatX>(lab::random_normal(rng, C, 0.0f, 0.1f));
-    DeviceBuffer<floatX> d_out(NC), d_res(NC), d_dinp(NC, true);
-    DeviceBuffer<float> d_mean(N), d_rstd(N), d_dw(C, true), d_db(C, true);
-    DeviceBuffer<float> scratch(llmc::cuda::layernorm_backward_scratch_floats(N, C));
-    const std::string shape = "N=" + std::to_string(N) + " C=" + std::to_string(C);
+    // timing: GPT-2 124M activations at B*T = 16384, and the paper model's (C 192) at B*T = 32768
     lab::Table table(prop);
-    float ms = lab::time_ms(
-        [&] {
-            llmc::cuda::layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_a.get(), d_w.get(), d_bias.get(),
-                                          N, C, 0);
-        },
-        args.reps);
-    table.add("layernorm_forward", shape, ms, 2.0 * NC * X + 8.0 * N);
-    ms = lab::time_ms(
-        [&] {
-            llmc::cuda::fused_residual_layernorm_forward(d_res.get(), d_out.get(), d_mean.get(), d_rstd.get(),
-                                                         d_a.get(), d_b.get(), d_w.get(), d_bias.get(), N, C, 0);
-        },
-        args.reps);
-    table.add("fused_residual_layernorm_forward", shape, ms, 4.0 * NC * X + 8.0 * N);
-    ms = lab::time_ms(
-        [&] {
-            llmc::cuda::layernorm_backward(d_dinp.get(), d_dw.get(), d_db.get(), scratch.get(), d_dout.get(), d_a.get(),
-                                           d_w.get(), d_mean.get(), d_rstd.get(), N, C, 0);
-        },
-        args.reps);
-    table.add("layernorm_backward", shape, ms, 4.0 * NC * X + 8.0 * N + 2.0 * scratch.bytes());
-    ms = lab::time_ms([&] { llmc::cuda::residual_forward(d_res.get(), d_a.get(), d_b.get(), NC, 0); }, args.reps);
-    table.add("residual_forward", shape, ms, 3.0 * NC * X);
-    ms = lab::time_ms([&] { llmc::cuda::add_inplace(d_res.get(), d_b.get(), NC, 0); }, args.reps);
-    table.add("add_inplace", shape, ms, 3.0 * NC * X);
+    for (const std::pair<int, int> nc : {std::pair<int, int>{16384, 768}, std::pair<int, int>{32768, 192}}) {
+        const int N = nc.first, C = nc.second;
+        const size_t NC = (size_t)N * C;
+        const double X = sizeof(floatX);
+        auto d_a = lab::upload_as<floatX>(lab::random_normal(rng, NC, 0.0f, 1.0f));
+        auto d_b = lab::upload_as<floatX>(lab::random_normal(rng, NC, 0.0f, 1.0f));
+        auto d_dout = lab::upload_as<floatX>(lab::random_normal(rng, NC, 0.0f, 1.0f));
+        auto d_w = lab::upload_as<floatX>(lab::random_normal(rng, C, 1.0f, 0.1f));
+        auto d_bias = lab::upload_as<floatX>(lab::random_normal(rng, C, 0.0f, 0.1f));
+        DeviceBuffer<floatX> d_out(NC), d_res(NC), d_dinp(NC, true);
+        DeviceBuffer<float> d_mean(N), d_rstd(N), d_dw(C, true), d_db(C, true);
+        DeviceBuffer<float> scratch(llmc::cuda::layernorm_backward_scratch_floats(N, C));
+        const std::string shape = "N=" + std::to_string(N) + " C=" + std::to_string(C);
+        float ms = lab::time_ms(
+            [&] {
+                llmc::cuda::layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_a.get(), d_w.get(),
+                                              d_bias.get(), N, C, 0);
+            },
+            args.reps);
+        table.add("layernorm_forward", shape, ms, 2.0 * NC * X + 8.0 * N);
+        ms = lab::time_ms(
+            [&] {
+                llmc::cuda::fused_residual_layernorm_forward(d_res.get(), d_out.get(), d_mean.get(), d_rstd.get(),
+                                                             d_a.get(), d_b.get(), d_w.get(), d_bias.get(), N, C, 0);
+            },
+            args.reps);
+        table.add("fused_residual_layernorm_forward", shape, ms, 4.0 * NC * X + 8.0 * N);
+        ms = lab::time_ms(
+            [&] {
+                llmc::cuda::layernorm_backward(d_dinp.get(), d_dw.get(), d_db.get(), scratch.get(), d_dout.get(),
+                                               d_a.get(), d_w.get(), d_mean.get(), d_rstd.get(), N, C, 0);
+            },
+            args.reps);
+        table.add("layernorm_backward", shape, ms, 4.0 * NC * X + 8.0 * N + 2.0 * scratch.bytes());
+        ms = lab::time_ms([&] { llmc::cuda::residual_forward(d_res.get(), d_a.get(), d_b.get(), NC, 0); }, args.reps);
+        table.add("residual_forward", shape, ms, 3.0 * NC * X);
+        ms = lab::time_ms([&] { llmc::cuda::add_inplace(d_res.get(), d_b.get(), NC, 0); }, args.reps);
+        table.add("add_inplace", shape, ms, 3.0 * NC * X);
+    }
     table.print();
     table.write_json(args.json);
     return 0;

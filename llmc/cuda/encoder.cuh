@@ -2,7 +2,7 @@
 //   forward:  out[b, t, :] = wte[inp[b, t], :] + wpe[t, :]
 //   backward: dwte[tok, :] += sum over positions (b, t) with inp[b, t] == tok of dout[b, t, :]
 //             dwpe[t, :]   += sum over b of dout[b, t, :]
-// Deterministic backward without atomics and without the host: one block groups the positions by
+// Deterministic backward without floating-point atomics and without the host: one block groups the positions by
 // token on the device (encoder_group_kernel: a counting sort, positions of a token in increasing
 // (b, t) order), then one thread per (token, channel) sums its positions in that order; one thread
 // per (t, channel) sums b in order.
@@ -11,6 +11,7 @@
 #include <cstddef>
 
 #include "llmc/cuda/common.cuh"
+#include "llmc/cuda/ptx.cuh"  // atom_add_global_u32
 #include "llmc/cuda/residual.cuh"
 
 namespace llmc::cuda {
@@ -49,9 +50,11 @@ __global__ void encoder_backward_wpe_kernel(float* dwpe, const floatX* dout, int
 // ---- grouping positions by token, on the device (one block, no atomics) ------------------------------
 // sorted_pos (n) = the positions 0..n-1 ordered by (token, position): the positions of a token form
 // one run, increasing. A counting sort over the vocabulary rows:
-//   1. count[tok] = occurrences of tok;  2. count = exclusive prefix sum (the start of tok's run);
-//   3. each position goes to count[tok] + (earlier positions of tok), and count[tok] advances.
-// Steps 1 and 3 walk the positions in chunks of kGroupBlock in increasing order; inside a chunk the
+//   1. count[tok] = occurrences of tok (integer atomics: the counts do not depend on their order);
+//   2. count = exclusive prefix sum (the start of tok's run);
+//   3. each position goes to count[tok] + (earlier positions of tok), and count[tok] advances, so
+//      that afterwards count[tok] is the end of tok's run (encoder_backward_wte_kernel reads it).
+// Step 3 walks the positions in chunks of kGroupBlock in increasing order; inside a chunk the
 // block sorts the keys (token, index in chunk) - all distinct, so the order is unique - with a bitonic
 // network, and a token's occurrences in the chunk are one run of that sorted order. The run's last
 // thread alone updates count[tok], after every thread of the run has read it. The result is a pure
@@ -114,12 +117,9 @@ __global__ void __launch_bounds__(kGroupBlock)
     const int k = threadIdx.x;
     for (int r = k; r < vocab_rows; r += kGroupBlock) count[r] = 0;
     __syncthreads();
-    // 1. occurrences per token
-    for (int base = 0; base < n; base += kGroupBlock) {
-        const ChunkElement e = sort_chunk(inp, n, base, keys, run_start);
-        if (e.last) count[e.token] += e.rank + 1;
-        __syncthreads();
-    }
+    // 1. occurrences per token (the barrier orders the atomics before step 2's reads)
+    for (int i = k; i < n; i += kGroupBlock) atom_add_global_u32(reinterpret_cast<uint32_t*>(count + inp[i]), 1u);
+    __syncthreads();
     // 2. exclusive prefix sum over count: thread k owns rows [k*per, (k+1)*per)
     const int per = (vocab_rows + kGroupBlock - 1) / kGroupBlock;
     const int lo = k * per < vocab_rows ? k * per : vocab_rows, hi = lo + per < vocab_rows ? lo + per : vocab_rows;
@@ -154,16 +154,20 @@ __global__ void __launch_bounds__(kGroupBlock)
 }
 
 // dwte (Vp, C): block (i, channel chunk), thread = channel. Block i works only when sorted index i starts
-// a token's run (sorted_pos from encoder_group_kernel); it sums that run's positions in increasing order.
+// a token's run (sorted_pos and run_end = the group kernel's count); it sums that run's positions in
+// increasing order. The run's end is known before the loop, so its loads do not wait on a test of
+// the previous position's token (a frequent token's run is hundreds of positions long).
 __global__ void encoder_backward_wte_kernel(float* dwte, const floatX* dout, const int* sorted_pos, const int* inp,
-                                            int n, int C) {
+                                            const int* run_end, int C) {
     const int i = blockIdx.x;
     const int tok = inp[sorted_pos[i]];
     if (i > 0 && inp[sorted_pos[i - 1]] == tok) return;  // not the first position of its token
     const int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= C) return;
+    const int end = run_end[tok];
     float sum = 0.0f;
-    for (int j = i; j < n && inp[sorted_pos[j]] == tok; j++) sum += to_float(dout[(size_t)sorted_pos[j] * C + c]);
+#pragma unroll 8
+    for (int j = i; j < end; j++) sum += to_float(dout[(size_t)sorted_pos[j] * C + c]);
     dwte[(size_t)tok * C + c] += sum;
 }
 
@@ -205,7 +209,7 @@ inline void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const
     CUDA_CHECK_LAUNCH();
     const int block = 256;
     const dim3 grid_wte((unsigned)n, (unsigned)ceil_div(C, block));
-    launch_kernel(encoder_backward_wte_kernel, grid_wte, block, 0, st, dwte, dout, sorted_pos, inp, n, C);
+    launch_kernel(encoder_backward_wte_kernel, grid_wte, block, 0, st, dwte, dout, sorted_pos, inp, count, C);
     CUDA_CHECK_LAUNCH();
     launch_kernel(encoder_backward_wpe_kernel, elementwise_grid((size_t)T * C), kElementwiseBlock, 0, st, dwpe, dout, B,
                   T, C);
