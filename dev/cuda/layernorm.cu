@@ -150,13 +150,15 @@ int main(int argc, char** argv) {
     bool ok = true;
     ok = validate(rng, 1, 1, 0) && ok;
     // the backward's paths: rows held in registers (layernorm_backward_cached_kernel<CH>, CH chunks
-    // of 32 lanes x kPack channels) up to 3 chunks, else the packed or the scalar loop
+    // of 32 lanes x kPack channels) up to 3 chunks, else the packed or the scalar loop. Chunk
+    // counts below are the bf16 build's (kPack 8); fp32 (kPack 4): C 192 two chunks, C 320 three,
+    // C 768 and above the packed loop
     ok = validate(rng, 37, 192, 0) && ok;    // paper model width (cached, 1 chunk, lanes 24..31 idle)
     ok = validate(rng, 50, 320, 0) && ok;    // cached, 2 chunks, the second ragged
     ok = validate(rng, 13, 100, 0) && ok;    // C not a multiple of the pack: scalar path
     ok = validate(rng, 64, 768, 1) && ok;    // unaligned pointers: scalar path
     ok = validate(rng, 4099, 768, 0) && ok;  // more rows than backward workers (ragged); cached, 3 chunks
-    ok = validate(rng, 40, 1024, 0) && ok;   // 4 chunks: the packed loop (fp32 build: from C 512 on)
+    ok = validate(rng, 40, 1024, 0) && ok;   // 4 chunks: the packed loop
     ok = validate(rng, 300, 1600, 0) && ok;  // GPT-2 XL width (packed loop)
     ok = validate(rng, 8, 7000, 0) && ok;    // partials over 48 KiB of shared memory per warp
     std::printf("validation: %s\n", ok ? "all OK" : "FAILED");

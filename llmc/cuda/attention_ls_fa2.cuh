@@ -322,7 +322,8 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const Fa2ScoreBitTable
         mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
         const float m_new = fmaxf(st.m[hf], mx[hf]);
         // nothing visible yet (-inf, or kFa2Masked from a masked tile): shift 0, so p = 0 and alpha = 0
-        // (an interior tile has every score visible: its m_new is one of them)
+        // (an interior tile has every score visible: its m_new is one of them; finite scores assumed,
+        // a row of -inf scores gives NaN here, as inf does everywhere - the step's check skips it)
         const float m_use = MASK && m_new <= kFa2Masked ? 0.0f : m_new;
         const float alpha = ex2_approx_ftz((st.m[hf] - m_use) * mul);
         st.m[hf] = m_new;
@@ -382,9 +383,10 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const Fa2ScoreBitTable
 // the block's statistics partial (kAttnStatsBasic floats, llmc/cuda/attention_ls_common.cuh) in
 // stats_part; with NEAR (implies STATS) the near/far ones too (kAttnStatsNear floats), split at
 // distance near_n >= 1.
-// Registers: ptxas's own choice. A minimum of 4 blocks/SM at hd 32 (at most 128 registers) made
-// ptxas fill the 128 and spill in the soft-capped trainer's kernel; without it every hd-32 variant
-// takes 93-129 registers (3-5 blocks/SM) and no local memory (dev/cuda/sass_report).
+// Registers: ptxas's own choice, but for the near/far hd-32 kernel without soft-cap (at least 3
+// blocks/SM: left alone it took 128 registers and spilled 3 LDL per trip). A minimum of 4 blocks/SM
+// at hd 32 (at most 128 registers) made ptxas spill in the soft-capped trainer's kernel; without it
+// the hd-32 variants take 101-153 registers (3-5 blocks/SM), no local memory (dev/cuda/sass_report).
 template <int HD, bool STATS, bool NEAR, bool SOFTCAP>
 __global__ void __launch_bounds__(kAttnMmaThreads, HD == 32 && NEAR && !SOFTCAP ? 3 : 0)
     attn_fwd_fa2_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int T, int C, int NH, int G, int P,

@@ -47,7 +47,7 @@ __global__ void encoder_backward_wpe_kernel(float* dwpe, const floatX* dout, int
     }
 }
 
-// ---- grouping positions by token, on the device (one block, no atomics) ------------------------------
+// ---- grouping positions by token, on the device (one block; integer atomics for the counts) ---------
 // sorted_pos (n) = the positions 0..n-1 ordered by (token, position): the positions of a token form
 // one run, increasing. A counting sort over the vocabulary rows:
 //   1. count[tok] = occurrences of tok (integer atomics: the counts do not depend on their order);

@@ -65,10 +65,10 @@ def sort_key(kernel: dict):
 
 def grid_ordering(instrs: list) -> dict:
     """The grid-wide ordering a one-launch reduction needs (llmc/cuda/grid_arrival.cuh), in address
-    order: global atomics (ATOMG, RED) and GPU- or system-scope fences (MEMBAR .GPU / .SYS) before
-    the first and after the last atomic. A fence after its last atomic only is an acquire; the
-    release needs one before."""
-    atomic = [k for k, i in enumerate(instrs) if i.base in ("ATOMG", "RED")]
+    order: global atomics (ATOMG, RED, and REDG: sm_90's name for a reduction whose result is not
+    used) and GPU- or system-scope fences (MEMBAR .GPU / .SYS) before the first and after the last
+    atomic. A fence after its last atomic only is an acquire; the release needs one before."""
+    atomic = [k for k, i in enumerate(instrs) if i.base in ("ATOMG", "RED", "REDG")]
     fence = [k for k, i in enumerate(instrs)
              if i.base == "MEMBAR" and (".GPU" in i.opcode or ".SYS" in i.opcode)]
     return {
