@@ -331,6 +331,24 @@ def test_emulated_cuda_near_far_stats_like_the_cpu(full_run):
     print(f"near/far bf16 emulated vs CPU: worst near mass difference {worst_mass:.2e}, logits {worst_max:.2e}")
 
 
+def test_emulated_cuda_split_tile_loops_train_like_the_cpu(byte_data, tmp_path):
+    """Rows of 320 tokens (5 tiles of 64): the FA2-class kernels' chunk size chosen from the shape is 4
+    tiles (llmc/core/attention_split.h; test/test_attention_split.cpp), so the global head's last query
+    tile (forward, dQ) and first key tile (dK/dV) run as two blocks each whose partials the last to
+    arrive merges, through the trainer's own scratch (after the backward's D in its op scratch, the
+    counters shared with the matmuls'). 6 steps with the near/far statistics at distance 3 against the
+    CPU backend: per-step losses within the bf16 tolerance, near mass and near / far max logit within
+    the tolerances of test_emulated_cuda_near_far_stats_like_the_cpu (these logits are as small)."""
+    args = data_args(byte_data) + ["-b", "2", "-t", "320", "--max-seq-len", "320", "-v", "0", "-s", "0",
+                                   "--threads", "2"] + LS_HD32[:8] + ["--window", "70"] + \
+        ["-k", "constant", "-u", 0, "-l", "3e-3", "-x", 6, "-n", 0, "--near", 3]
+    run_bin(EMU_TRAIN, args + ["-o", tmp_path / "emu"], "cuda")
+    run_bin(BIN, args + ["-o", tmp_path / "cpu"], "cpu", env=None)
+    worst = assert_losses_close(losses(tmp_path / "emu"), losses(tmp_path / "cpu"), TOL_BF16)
+    worst_mass, worst_max = assert_near_far_close(tmp_path / "emu", tmp_path / "cpu", 3, 2e-3, 2e-3, 0.05)
+    print(f"T 320 split: worst loss error {worst:.2e}, near mass {worst_mass:.2e}, logits {worst_max:.2e}")
+
+
 # The queued step (llmc/train/train_step.h: no host wait inside the step, the clip factor and the
 # non-finite skip decided on the device) runs when neither --skip-spikes nor --qk-clip needs the step's
 # numbers on the host inside it; --skip-spikes with a threshold no z-score reaches forces the

@@ -28,6 +28,8 @@
 //                                           validate that shape (B=1 for the CPU), then a timing table
 //                                           (--near N: validated and timed with the statistics and
 //                                           their near/far split at N; 0 = timed without statistics)
+//   --split S: the FA2-class kernels cut their tile loops into chunks of S tiles (llmc/core/attention_split.h;
+//   0, the default: chosen from the shape; the matrices and sweeps force 1-3 on some shapes)
 //   attention_ls ... --json                 timing of one version (default 6, the production path) as one JSON line (dev/bench)
 //   attention_ls ... --dump FILE            write qkv, out, lse of the production path (dev/bench)
 // The matrices and sweeps give about half their shapes a near/far distance (versions 2, 5, 6 compute
@@ -61,12 +63,14 @@ constexpr double kTol = 1e-2;
 struct Shape {
     int B, T, NH, hd, G, P;
     float softcap;
-    int near = 0;  // the statistics' near/far distance N (versions 2, 5, 6); 0: no near/far statistics
+    int near = 0;   // the statistics' near/far distance N (versions 2, 5, 6); 0: no near/far statistics
+    int split = 0;  // the FA2-class kernels' chunk of tiles (llmc/core/attention_split.h); 0: chosen from the shape
     __host__ __device__ int C() const { return NH * hd; }
     std::string str() const {
-        char buf[192];
-        snprintf(buf, sizeof buf, "B=%d T=%d NH=%d hd=%d G=%d P=%d softcap=%g%s", B, T, NH, hd, G, P, softcap,
-                 near > 0 ? (" near=" + std::to_string(near)).c_str() : "");
+        char buf[224];
+        snprintf(buf, sizeof buf, "B=%d T=%d NH=%d hd=%d G=%d P=%d softcap=%g%s%s", B, T, NH, hd, G, P, softcap,
+                 near > 0 ? (" near=" + std::to_string(near)).c_str() : "",
+                 split > 0 ? (" split=" + std::to_string(split)).c_str() : "");
         return buf;
     }
 };
@@ -180,6 +184,8 @@ struct Problem {
     Shape s;
     DeviceBuffer<floatX> qkv, out, dout, dqkv;
     DeviceBuffer<float> lse, stats, stats_scratch, bwd_scratch, att, dS;
+    DeviceBuffer<float> split_part;   // the FA2-class kernels' split partials (any contents)
+    DeviceBuffer<uint32_t> arrivals;  // its arrival counters (zero; every forward leaves them zero)
     explicit Problem(const Shape& sh, bool naive) : s(sh) {
         const size_t N = (size_t)s.B * s.T;
         qkv.resize(N * 3 * s.C());
@@ -190,11 +196,14 @@ struct Problem {
         stats.resize(kAttnStatsNear * s.NH);
         stats_scratch.resize(attention_stats_scratch_floats(s.B, s.T, s.NH));
         bwd_scratch.resize(attention_ls_backward_scratch_floats(s.B, s.T, s.C(), s.NH));
+        split_part.resize(attention_split_scratch_floats(s.B, s.T, s.C(), s.NH, s.G, s.P, s.split));
+        arrivals.resize(attention_split_arrivals(s.B, s.T, s.NH), true);
         if (naive) {
             att.resize((size_t)s.B * s.NH * s.T * s.T);
             dS.resize((size_t)s.B * s.NH * s.T * s.T);
         }
     }
+    AttnSplitScratch split_scratch() const { return AttnSplitScratch{split_part.get(), arrivals.get(), s.split}; }
 };
 
 void run_forward(int version, Problem& p, const floatX* qkv, bool with_stats, cudaStream_t st) {
@@ -212,7 +221,7 @@ void run_forward(int version, Problem& p, const floatX* qkv, bool with_stats, cu
                                            : AttnKernel::Mma;  // 3, 4: the first tensor-core forward
     attention_ls_forward_with(kind, p.out.get(), p.lse.get(), qkv, s.B, s.T, s.C(), s.NH, s.G, s.P, s.softcap,
                               with_stats ? p.stats.get() : nullptr, p.stats_scratch.get(), st,
-                              with_stats && version_has_near(version) ? s.near : 0);
+                              with_stats && version_has_near(version) ? s.near : 0, p.split_scratch());
 }
 
 void run_backward(int version, Problem& p, const floatX* qkv, const floatX* dout, cudaStream_t st) {
@@ -231,7 +240,7 @@ void run_backward(int version, Problem& p, const floatX* qkv, const floatX* dout
                             : version == 3 || version == 5 ? AttnKernel::Mma
                                                            : AttnKernel::Scalar;  // 2, 4: scalar
     attention_ls_backward_with(kind, p.dqkv.get(), dout, qkv, p.out.get(), p.lse.get(), s.B, s.T, s.C(), s.NH, s.G, s.P,
-                               s.softcap, p.bwd_scratch.get(), st);
+                               s.softcap, p.bwd_scratch.get(), st, p.split_scratch());
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -420,6 +429,7 @@ bool validate(const Shape& s, const std::vector<int>& versions, std::mt19937_64&
         CUDA_CHECK(cudaMemset(p.dqkv.get(), 0xFF, p.dqkv.bytes()));
         CUDA_CHECK(cudaMemset(p.stats_scratch.get(), 0xFF, p.stats_scratch.bytes()));
         CUDA_CHECK(cudaMemset(p.bwd_scratch.get(), 0xFF, p.bwd_scratch.bytes()));
+        if (p.split_part.size()) CUDA_CHECK(cudaMemset(p.split_part.get(), 0xFF, p.split_part.bytes()));
         std::vector<float> st_init(kAttnStatsNear * NH);
         for (int f = 0; f < kAttnStatsNear; f++)
             for (int h = 0; h < NH; h++) st_init[f * NH + h] = attn_stat_identity(f);
@@ -552,7 +562,7 @@ int usage() {
     fprintf(
         stderr,
         "usage: attention_ls [--check [--small] | --check-one | --sweep | --sweep-full] [--version 1|2|3|4|5|6] [-B n] [-T n] [--nh n] [--hd 32|64|128] [-G n] [-P n]\n"
-        "                    [--softcap c] [--near N] [--reps n] [--seed n] [--json] [--dump FILE]\n");
+        "                    [--softcap c] [--near N] [--split S] [--reps n] [--seed n] [--json] [--dump FILE]\n");
     return 2;
 }
 
@@ -586,6 +596,7 @@ int main(int argc, char** argv) {
         else if (k == "-P") s.P = atoi(val());
         else if (k == "--softcap") s.softcap = (float)atof(val());
         else if (k == "--near") s.near = atoi(val());
+        else if (k == "--split") s.split = atoi(val());
         else if (k == "--reps") reps = atoi(val());
         else if (k == "--seed") seed = strtoull(val(), nullptr, 10);
         else if (k == "--dump") dump = val();
@@ -643,7 +654,8 @@ int main(int argc, char** argv) {
                 // every other shape with a near/far distance that moves across the tile edges, up to
                 // 140: from 80 on, some warps' interior tiles are all near (the FA2 forward's shortcut)
                 const int near = (T + P) % 2 ? 1 + (T + 3 * P) % 140 : 0;
-                const Shape sh{1, T, 2, 32, 1, P, 0.0f, near};
+                // two shapes in three split the FA2 forward's tile loops into chunks of 1 or 2 tiles
+                const Shape sh{1, T, 2, 32, 1, P, 0.0f, near, (T + 2 * P) % 3};
                 if (!validate(sh, sv, gen, false, true, false, sweep_full)) failed++;  // forward only
             }
             printf("%s: %d of %zu (T, P) shapes passed\n", failed ? "FAIL" : "OK", (int)tp.size() - failed, tp.size());
@@ -667,6 +679,13 @@ int main(int argc, char** argv) {
             if (!validate(Shape{1, 90, 2, 64, 1, 20, 1.5f}, versions, gen, false, false)) failed++;
             if (!validate(Shape{3, 1, 2, 64, 1, 5, 2.0f}, versions, gen, false)) failed++;
             if (!validate(Shape{1, 200, 2, 32, 1, 64, 0.0f, 64}, versions, gen, false)) failed++;
+            // the FA2-class kernels' split tile loops (chunks of 1 or 2 tiles; the merge of 2-4 partials):
+            // LS with near/far, all-local with a long window and soft-cap, all-global at hd 128, statistics off
+            n += 4;
+            if (!validate(Shape{2, 200, 3, 32, 1, 70, 0.0f, 30, 1}, versions, gen, false)) failed++;
+            if (!validate(Shape{1, 190, 2, 64, 0, 150, 2.0f, 0, 1}, versions, gen, false)) failed++;
+            if (!validate(Shape{1, 256, 2, 128, 2, 1, 0.0f, 65, 2}, versions, gen, false)) failed++;
+            if (!validate(Shape{2, 150, 2, 32, 1, 9, 1.5f, 0, 1}, versions, gen, false, false)) failed++;
             printf("%s: %d of %d shapes passed (versions", failed ? "FAIL" : "OK", n - failed, n);
             for (int v : versions) printf(" %d", v);
             printf(", tolerance %.0e)\n", kTol);
@@ -691,6 +710,14 @@ int main(int argc, char** argv) {
                 if (!validate(Shape{3, 128, 2, hd, 2, 1, 0.0f}, versions, gen, false)) failed++;
                 if (!validate(Shape{1, 640, 3, hd, 1, 64, 0.0f}, versions, gen, false)) failed++;
             }
+            // split key ranges forced to chunks of 1 and 3 tiles (the shapes above split where T = 257 or
+            // 640 gives a global head more than 4 key tiles)
+            for (int hd : {32, 64, 128}) {
+                n += 2;
+                if (!validate(Shape{2, 400, 4, hd, 2, 100, hd == 64 ? 2.0f : 0.0f, 50, 1}, versions, gen, false))
+                    failed++;
+                if (!validate(Shape{1, 700, 2, hd, 1, 260, 0.0f, 0, 3}, versions, gen, false)) failed++;
+            }
             // a single row, and B*NH past 65535 (the grid puts b*NH + h on x, whose limit is 2^31-1)
             n += 2;
             if (!validate(Shape{3, 1, 2, 64, 1, 5, 2.0f}, versions, gen, false)) failed++;
@@ -709,7 +736,7 @@ int main(int argc, char** argv) {
             auto qx = to_device_dtype(q);
             CUDA_CHECK(cudaMemcpy(p.qkv.get(), qx.data(), qx.size() * sizeof(floatX), cudaMemcpyHostToDevice));
             attention_ls_forward(p.out.get(), p.lse.get(), p.qkv.get(), s.B, s.T, s.C(), s.NH, s.G, s.P, s.softcap,
-                                 nullptr, nullptr, 0);
+                                 nullptr, nullptr, 0, 0, p.split_scratch());
             CUDA_CHECK(cudaDeviceSynchronize());
             // file: int32 B, T, NH, hd, G, P; float softcap; then fp32 qkv (B,T,3C), out (B,T,C), lse (B,NH,T)
             FILE* f = fopen(dump.c_str(), "wb");

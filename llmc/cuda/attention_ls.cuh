@@ -39,11 +39,13 @@
 // llmc/cuda/attention_ls_fa2.cuh, what they share in
 // llmc/cuda/attention_ls_common.cuh, the per-element math and tile ranges in llmc/core/attention_tiles.h.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
 #include <type_traits>
 
+#include "llmc/core/attention_split.h"
 #include "llmc/core/attention_tiles.h"
 #include "llmc/cuda/attention_ls_common.cuh"
 #include "llmc/cuda/attention_ls_fa2.cuh"
@@ -86,6 +88,82 @@ inline AttnKernel attention_default_kernel() {
 inline size_t attention_stats_scratch_floats(int B, int T, int NH) {
     return kAttnStatsNear * (size_t)B * NH * (size_t)ceil_div(T, kAttnScalarBQ);
 }
+// The split tile loops of the FA2-class kernels (llmc/core/attention_split.h) for one launch: chunk
+// size `tiles` (0: chosen from the shape, >= 1: forced, as the lab's checks do). geom: the kernel's
+// loop (its local field is ignored).
+struct AttnSplitPlan {
+    AttnSplitKind global, local;
+    size_t slots = 0;   // blocks that keep a partial: 0 when no outer tile is split
+    size_t blocks = 0;  // blocks of the launch
+};
+inline AttnSplitPlan attention_split_plan(AttnSplitGeom geom, int B, int NH, int G, int tiles) {
+    AttnSplitPlan plan;
+    geom.local = false;
+    plan.global = attn_split_kind(geom, tiles, B, NH, G);
+    geom.local = true;
+    plan.local = attn_split_kind(geom, tiles, B, NH, G);
+    const size_t n_global = (size_t)B * G * plan.global.items, n_local = (size_t)B * (NH - G) * plan.local.items;
+    plan.blocks = n_global + n_local;
+    // blocks of the global heads come first: their slots are [0, n_global)
+    if (NH > G && plan.local.items > geom.n_outer()) plan.slots = plan.blocks;
+    else if (G > 0 && plan.global.items > geom.n_outer()) plan.slots = n_global;
+    return plan;
+}
+// The three loops: the forward and dQ (a query tile of 64 over key tiles of 64) and dK/dV (a key
+// tile of 64 over query tiles of 64, 32 at hd 128: Fa2BwdKvSmem), and their partials' floats per block
+// (Fa2Partial<HD> in llmc/cuda/attention_ls_fa2.cuh; dQ; dK + dV: 4 floats per 8 dims per thread).
+inline AttnSplitGeom attention_split_geom_rows(int T, int P) {
+    return AttnSplitGeom{T, kAttnMmaBQ, kAttnMmaBK, P, false, false};
+}
+inline AttnSplitGeom attention_split_geom_kv(int T, int P, int hd) {
+    return AttnSplitGeom{T, hd == 128 ? 32 : kAttnMmaBQ, kAttnMmaBK, P, false, true};
+}
+inline size_t attention_split_fwd_floats(int hd) { return (size_t)(hd / 2 + 12) * kAttnMmaThreads; }
+inline size_t attention_split_dq_floats(int hd) { return (size_t)(hd / 2) * kAttnMmaThreads; }
+inline size_t attention_split_dkv_floats(int hd) { return (size_t)hd * kAttnMmaThreads; }
+
+// Where the FA2-class kernels' split tile loops keep their state. part: attention_split_scratch_floats(B,
+// T, C, NH, G, P, tiles) floats, any contents (null: no loop is split); arrivals:
+// attention_split_arrivals(B, T, NH) counters, zero before the first launch (every launch leaves them
+// zero: they may be shared with other ops' counters that keep the same rule); tiles: the chunk size
+// part was sized for (0: chosen from the shape). The forward and the backward may share them (one
+// launch at a time); the other kernel families do not use them.
+struct AttnSplitScratch {
+    float* part = nullptr;
+    uint32_t* arrivals = nullptr;
+    int tiles = 0;
+};
+inline size_t attention_split_scratch_floats(int B, int T, int C, int NH, int G, int P, int tiles = 0) {
+    const int hd = C / NH;
+    const size_t fwd =
+        attention_split_plan(attention_split_geom_rows(T, P), B, NH, G, tiles).slots * attention_split_fwd_floats(hd);
+    const size_t dq =
+        attention_split_plan(attention_split_geom_rows(T, P), B, NH, G, tiles).slots * attention_split_dq_floats(hd);
+    const size_t dkv =
+        attention_split_plan(attention_split_geom_kv(T, P, hd), B, NH, G, tiles).slots * attention_split_dkv_floats(hd);
+    return std::max(fwd, std::max(dq, dkv));
+}
+// One counter per (b, h, outer tile): query tiles of 32 rows bound both tile sizes.
+inline size_t attention_split_arrivals(int B, int T, int NH) { return (size_t)B * NH * ceil_div(T, 32); }
+
+// The kernels' split argument for a launch with plan (the scratch unused when nothing splits).
+inline Fa2Split attention_split_args(const AttnSplitPlan& plan, int B, const AttnSplitScratch& scratch) {
+    Fa2Split a;
+    a.global = plan.global;
+    a.local = plan.local;
+    a.B = B;
+    a.part = scratch.part;
+    a.arrivals = scratch.arrivals;
+    if (plan.blocks > 2147483647u)
+        throw InputError("attention: " + std::to_string(plan.blocks) +
+                         " blocks in one launch exceed the grid's 2^31-1; use a smaller batch or a shorter -t");
+    return a;
+}
+// The plan a launch uses: without scratch nothing is split (every kind one chunk of all inner tiles).
+inline AttnSplitPlan attention_split_plan_for(AttnSplitGeom geom, int B, int NH, int G, const AttnSplitScratch& s) {
+    return attention_split_plan(geom, B, NH, G, s.part && s.arrivals ? s.tiles : geom.n_inner());
+}
+
 // Backward scratch: D (B, NH, T).
 inline size_t attention_ls_backward_scratch_floats(int B, int T, int C, int NH) {
     (void)C;
@@ -136,18 +214,21 @@ inline void attn_set_smem(KernelT kernel, size_t bytes) {
 template <int HD, bool STATS, bool NEAR>
 inline void attn_forward_launch(AttnKernel kind, floatX* out, float* lse, const floatX* qkv, int B, int T, int C,
                                 int NH, int G, int P, float softcap, float* part, int near_n, int& nqt,
-                                cudaStream_t st) {
+                                AttnSplitScratch split_scratch, cudaStream_t st) {
 #if !defined(ENABLE_FP32)
     if (kind == AttnKernel::Fa2 || kind == AttnKernel::Fa2Bwd) {
         attention_ls_check_aligned(qkv, "qkv");
         attention_ls_check_aligned(out, "out");
         nqt = (int)ceil_div(T, kAttnMmaBQ);
-        const dim3 grid(B * NH, nqt);
+        static_assert(Fa2Partial<HD>::floats == (size_t)(HD / 2 + 12) * kAttnMmaThreads, "attention_split_fwd_floats");
+        const AttnSplitPlan plan = attention_split_plan_for(attention_split_geom_rows(T, P), B, NH, G, split_scratch);
+        const Fa2Split split = attention_split_args(plan, B, split_scratch);
+        const dim3 grid((unsigned)plan.blocks);
         const size_t bytes = Fa2FwdSmem<HD>::bytes;
         auto go = [&](auto kernel) {  // soft-cap as a template parameter: one dispatch here
             attn_set_smem(kernel, bytes);
             launch_kernel(kernel, grid, kAttnMmaThreads, bytes, st, out, lse, qkv, T, C, NH, G, P, softcap, part,
-                          near_n);
+                          near_n, split);
             CUDA_CHECK_LAUNCH();
         };
         if (softcap > 0.0f) go(attn_fwd_fa2_kernel<HD, STATS, NEAR, true>);
@@ -171,6 +252,7 @@ inline void attn_forward_launch(AttnKernel kind, floatX* out, float* lse, const 
     }
 #endif
     (void)kind;
+    (void)split_scratch;
     nqt = (int)ceil_div(T, kAttnScalarBQ);
     const dim3 grid(B * NH, nqt);
     const size_t bytes = attn_fwd_scalar_smem<HD>();
@@ -185,9 +267,10 @@ inline void attn_forward_launch(AttnKernel kind, floatX* out, float* lse, const 
 // near_n >= 1, else kAttnStatsBasic; attention_stats_scratch_floats(B, T, NH) at most) are left
 // there; returns the number of query tiles nqt, which attention_stats_reduce needs. In the FP32 build
 // Mma and Fa2 fall back to Scalar (no fp32 tensor-core path). The Mma path needs sm_80+.
+// split_scratch: AttnSplitScratch (default: the Fa2 forward splits no key range).
 inline int attention_ls_forward_partials_with(AttnKernel kind, floatX* out, float* lse, const floatX* qkv, int B, int T,
                                               int C, int NH, int G, int P, float softcap, float* stats_part,
-                                              cudaStream_t st, int near_n = 0) {
+                                              cudaStream_t st, int near_n = 0, AttnSplitScratch split_scratch = {}) {
     attention_ls_check_args(B, T, C, NH, G, P);
     if (near_n < 0 || (near_n > 0 && !stats_part))
         throw InputError("attention: near/far distance " + std::to_string(near_n) +
@@ -197,7 +280,7 @@ inline int attention_ls_forward_partials_with(AttnKernel kind, floatX* out, floa
     auto go = [&](auto hd_tag, auto stats_tag, auto near_tag) {
         constexpr int HD = decltype(hd_tag)::value;
         attn_forward_launch<HD, decltype(stats_tag)::value, decltype(near_tag)::value>(
-            kind, out, lse, qkv, B, T, C, NH, G, P, softcap, stats_part, near_n, nqt, st);
+            kind, out, lse, qkv, B, T, C, NH, G, P, softcap, stats_part, near_n, nqt, split_scratch, st);
     };
     auto by_hd = [&](auto stats_tag, auto near_tag) {
         if (hd == 32) go(std::integral_constant<int, 32>{}, stats_tag, near_tag);
@@ -230,7 +313,7 @@ inline void attention_stats_reduce(float* stats, size_t stats_stride, const floa
 // stats: (kAttnStatsBasic, NH) floats, or (kAttnStatsNear, NH) with near_n >= 1 (0: no near/far).
 inline void attention_ls_forward_with(AttnKernel kind, floatX* out, float* lse, const floatX* qkv, int B, int T, int C,
                                       int NH, int G, int P, float softcap, float* stats, float* stats_scratch,
-                                      cudaStream_t st, int near_n = 0) {
+                                      cudaStream_t st, int near_n = 0, AttnSplitScratch split_scratch = {}) {
     if (stats && !stats_scratch)
         throw InputError(
             "attention: stats requested without stats_scratch; pass attention_stats_scratch_floats(B,T,NH) floats");
@@ -238,16 +321,18 @@ inline void attention_ls_forward_with(AttnKernel kind, floatX* out, float* lse, 
         throw InputError("attention: near/far distance " + std::to_string(near_n) +
                          " needs stats and must be >= 1 (0 = no near/far statistics)");
     const int nqt = attention_ls_forward_partials_with(kind, out, lse, qkv, B, T, C, NH, G, P, softcap,
-                                                       stats ? stats_scratch : nullptr, st, near_n);
+                                                       stats ? stats_scratch : nullptr, st, near_n, split_scratch);
     if (stats) attention_stats_reduce(stats, 0, stats_scratch, 0, 1, B, NH, nqt, near_n, st);
 }
 
 // Outputs: out and lse are overwritten; stats (F, NH) are merged into (max, min, += per field;
-// docs/design.md), F = kAttnStatsNear with near_n >= 1, else kAttnStatsBasic.
+// docs/design.md), F = kAttnStatsNear with near_n >= 1, else kAttnStatsBasic. split_scratch as
+// attention_ls_forward_partials_with (chunk size chosen from the shape).
 inline void attention_ls_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, int G, int P,
-                                 float softcap, float* stats, float* stats_scratch, cudaStream_t st, int near_n = 0) {
+                                 float softcap, float* stats, float* stats_scratch, cudaStream_t st, int near_n = 0,
+                                 AttnSplitScratch split_scratch = {}) {
     attention_ls_forward_with(attention_default_kernel(), out, lse, qkv, B, T, C, NH, G, P, softcap, stats,
-                              stats_scratch, st, near_n);
+                              stats_scratch, st, near_n, split_scratch);
 }
 
 template <int HD>
@@ -290,20 +375,23 @@ inline void attn_backward_mma_launch(floatX* dqkv, const floatX* dout, const flo
 template <int HD>
 inline void attn_backward_fa2_launch(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
                                      const float* D, int B, int T, int C, int NH, int G, int P, float softcap,
-                                     cudaStream_t st) {
+                                     const AttnSplitScratch& split_scratch, cudaStream_t st) {
     attention_ls_check_aligned(dqkv, "dqkv");
     attention_ls_check_aligned(dout, "dout");
     attention_ls_check_aligned(qkv, "qkv");
-    const dim3 grid_kv(B * NH, (unsigned)ceil_div(T, Fa2BwdKvSmem<HD>::BK));
-    const dim3 grid_q(B * NH, (unsigned)ceil_div(T, Fa2BwdQSmem<HD>::BQ));
+    static_assert(Fa2BwdKvSmem<HD>::BQ == (HD == 128 ? 32 : kAttnMmaBQ), "attention_split_geom_kv");
+    const AttnSplitPlan kv_plan = attention_split_plan_for(attention_split_geom_kv(T, P, HD), B, NH, G, split_scratch);
+    const AttnSplitPlan q_plan = attention_split_plan_for(attention_split_geom_rows(T, P), B, NH, G, split_scratch);
+    const Fa2Split kv_split = attention_split_args(kv_plan, B, split_scratch);
+    const Fa2Split q_split = attention_split_args(q_plan, B, split_scratch);
     auto go = [&](auto kv_kernel, auto q_kernel) {  // soft-cap as a template parameter: one dispatch here
         attn_set_smem(kv_kernel, Fa2BwdKvSmem<HD>::bytes);
         attn_set_smem(q_kernel, Fa2BwdQSmem<HD>::bytes);
-        launch_kernel(kv_kernel, grid_kv, kAttnMmaThreads, Fa2BwdKvSmem<HD>::bytes, st, dqkv, dout, qkv, lse, D, T, C,
-                      NH, G, P, softcap);
+        launch_kernel(kv_kernel, dim3((unsigned)kv_plan.blocks), kAttnMmaThreads, Fa2BwdKvSmem<HD>::bytes, st, dqkv,
+                      dout, qkv, lse, D, T, C, NH, G, P, softcap, kv_split);
         CUDA_CHECK_LAUNCH();
-        launch_kernel(q_kernel, grid_q, kAttnMmaThreads, Fa2BwdQSmem<HD>::bytes, st, dqkv, dout, qkv, lse, D, T, C, NH,
-                      G, P, softcap);
+        launch_kernel(q_kernel, dim3((unsigned)q_plan.blocks), kAttnMmaThreads, Fa2BwdQSmem<HD>::bytes, st, dqkv, dout,
+                      qkv, lse, D, T, C, NH, G, P, softcap, q_split);
         CUDA_CHECK_LAUNCH();
     };
     if (softcap > 0.0f) go(attn_bwd_kv_fa2_kernel<HD, true>, attn_bwd_q_fa2_kernel<HD, true>);
@@ -316,7 +404,8 @@ inline void attn_backward_fa2_launch(floatX* dqkv, const floatX* dout, const flo
 // fp32-FMA kernels (the FP32 build always runs these; Mma, Fa2 and Fa2Bwd fall back to them).
 inline void attention_ls_backward_with(AttnKernel kind, floatX* dqkv, const floatX* dout, const floatX* qkv,
                                        const floatX* out, const float* lse, int B, int T, int C, int NH, int G, int P,
-                                       float softcap, float* scratch, cudaStream_t st) {
+                                       float softcap, float* scratch, cudaStream_t st,
+                                       AttnSplitScratch split_scratch = {}) {
     attention_ls_check_args(B, T, C, NH, G, P);
     const int hd = C / NH;
     float* D = scratch;  // (B, NH, T)
@@ -325,9 +414,11 @@ inline void attention_ls_backward_with(AttnKernel kind, floatX* dqkv, const floa
     CUDA_CHECK_LAUNCH();
 #if !defined(ENABLE_FP32)
     if (kind == AttnKernel::Fa2Bwd) {
-        if (hd == 32) attn_backward_fa2_launch<32>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, st);
-        else if (hd == 64) attn_backward_fa2_launch<64>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, st);
-        else attn_backward_fa2_launch<128>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, st);
+        if (hd == 32)
+            attn_backward_fa2_launch<32>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, split_scratch, st);
+        else if (hd == 64)
+            attn_backward_fa2_launch<64>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, split_scratch, st);
+        else attn_backward_fa2_launch<128>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, split_scratch, st);
         return;
     }
     if (kind == AttnKernel::Mma || kind == AttnKernel::Fa2) {
@@ -343,12 +434,13 @@ inline void attention_ls_backward_with(AttnKernel kind, floatX* dqkv, const floa
     else attn_backward_launch<128>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, st);
 }
 
-// Contract function: dqkv (B, T, 3C) OVERWRITTEN; scratch: attention_ls_backward_scratch_floats.
+// Contract function: dqkv (B, T, 3C) OVERWRITTEN; scratch: attention_ls_backward_scratch_floats;
+// split_scratch: AttnSplitScratch (default: the FA2-class backward splits no tile loop).
 inline void attention_ls_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
                                   const float* lse, int B, int T, int C, int NH, int G, int P, float softcap,
-                                  float* scratch, cudaStream_t st) {
+                                  float* scratch, cudaStream_t st, AttnSplitScratch split_scratch = {}) {
     attention_ls_backward_with(attention_default_kernel(), dqkv, dout, qkv, out, lse, B, T, C, NH, G, P, softcap,
-                               scratch, st);
+                               scratch, st, split_scratch);
 }
 
 }  // namespace llmc::cuda

@@ -2,7 +2,9 @@
 // accumulation, sm_80+, bf16 build only. Launched by llmc/cuda/attention_ls.cuh; the backward of
 // this family is the Mma one (llmc/cuda/attention_ls_mma.cuh). Design: docs/attention_kernel.md.
 //
-// Block: 64 query rows (4 warps x 16 rows) of one (b, h); key / value tiles of 64 keys.
+// Block: 64 query rows (4 warps x 16 rows) of one (b, h); key / value tiles of 64 keys; a long key
+// range is cut into chunks over several blocks whose partials the last to arrive merges
+// (llmc/core/attention_split.h: Fa2Split, fa2_block_work; docs/attention_kernel.md "Split tile loops").
 // Shared memory, every tile row-major (row = token, HD bf16 per row) and XOR-swizzled in 16-byte
 // chunks (llmc/core/smem_swizzle.h), so every ldmatrix phase and every cp.async store phase hits
 // 8 different bank groups:   sQ (64, HD) | sK[2] (64, HD) | sV[2] (64, HD)   (double buffer),
@@ -35,9 +37,11 @@
 // qkv and out are accessed with 16- and 4-byte accesses: 16-byte aligned base pointers (the
 // launcher checks).
 #pragma once
+#include "llmc/core/attention_split.h"
 #include "llmc/core/smem_swizzle.h"
 #include "llmc/cuda/attention_ls_common.cuh"
 #include "llmc/cuda/attention_ls_mma.cuh"  // pack_bf16x2, mma_acc_to_a, mma_store_row
+#include "llmc/cuda/grid_arrival.cuh"      // arrive_last
 #include "llmc/cuda/ptx.cuh"               // mma_bf16_16816, ldmatrix_x4(_trans), cp_async_*, ex2_approx_ftz
 
 namespace llmc::cuda {
@@ -198,6 +202,151 @@ struct Fa2Rows {
     float smax, smin;         // max / min raw accumulator over visible pairs (STATS)
     float nmax, fmax;         // max raw accumulator over visible near / far pairs (NEAR)
 };
+
+// A launch's split tile loops (llmc/core/attention_split.h), passed by value: each kind's chunk
+// size and items per head, the partials of the blocks of split outer tiles and one arrival counter
+// per (b, h, outer tile) (both unused when no kind splits). The forward, dQ and dK/dV kernels.
+struct Fa2Split {
+    AttnSplitKind global, local;
+    int B = 0;
+    float* part = nullptr;         // per block of a split outer tile: the kernel's partial
+    uint32_t* arrivals = nullptr;  // (B, NH, outer tiles), 0 between launches
+};
+
+// What one block computes: head (b, h), outer tile, inner tiles [inner_begin, inner_end), and for a
+// split outer tile its chunks and where its siblings' partials are. Blocks: the global heads'
+// items, then the local heads' (llmc/core/attention_split.h), item y of every (b, head) of a kind
+// before y + 1.
+struct Fa2BlockWork {
+    int b, h, outer, inner_begin, inner_end;
+    int j_first, chunks;  // the outer tile's chunks (chunks == 1: not split)
+    int S, y_stride, r;   // chunk size; blocks per item (B x heads of the kind); (b, head) index in the kind
+    long long kind_base;  // first block of the kind
+    bool local;
+    // the block whose partial is chunk j's (the outer tile must visit chunk j)
+    __device__ __forceinline__ long long block_of(const AttnSplitGeom& g, int j) const {
+        return kind_base + (long long)attn_split_item(g, outer, j, S) * y_stride + r;
+    }
+};
+// geom: the kernel's tile loop; its local field is set here (the block's kind).
+__device__ __forceinline__ Fa2BlockWork fa2_block_work(const Fa2Split& split, AttnSplitGeom& geom, unsigned block,
+                                                       int NH, int G) {
+    Fa2BlockWork w;
+    long long L = block;
+    const long long n_global = (long long)split.B * G * split.global.items;
+    w.local = L >= n_global;
+    geom.local = w.local;
+    const int heads = w.local ? NH - G : G;
+    w.kind_base = w.local ? n_global : 0;
+    L -= w.kind_base;
+    w.y_stride = split.B * heads;
+    const int y = (int)(L / w.y_stride);
+    w.r = (int)(L % w.y_stride);
+    w.b = w.r / heads;
+    w.h = (w.local ? 0 : NH - G) + w.r % heads;
+    w.S = w.local ? split.local.chunk : split.global.chunk;
+    const AttnSplitItem it = attn_split_decode(geom, y, w.S);
+    w.outer = it.outer;
+    w.inner_begin = it.inner_begin;
+    w.inner_end = it.inner_end;
+    w.j_first = it.j_first;
+    w.chunks = it.chunks;
+    return w;
+}
+
+// The accumulators acc[n][e] of every thread of a block as a partial, field-major ([4n + e][thread]:
+// a warp's stores and loads are 128 contiguous bytes), and their sum over the partials of chunks
+// [j_first, j_first + chunks) in chunk order (slot(j): chunk j's partial). The backward's dK, dV, dQ.
+template <int N>
+__device__ __forceinline__ void fa2_store_acc(const float (&acc)[N][4], float* slot) {
+#pragma unroll
+    for (int n = 0; n < N; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) slot[(4 * n + e) * kAttnMmaThreads + threadIdx.x] = acc[n][e];
+}
+template <int N, typename SlotOf>
+__device__ __forceinline__ void fa2_sum_acc(float (&acc)[N][4], int j_first, int chunks, SlotOf slot) {
+#pragma unroll
+    for (int n = 0; n < N; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    for (int j = j_first; j < j_first + chunks; j++) {
+        const float* p = slot(j) + threadIdx.x;
+#pragma unroll
+        for (int n = 0; n < N; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[n][e] += p[(4 * n + e) * kAttnMmaThreads];
+    }
+}
+
+// One block's partial result of a split query tile: each thread's Fa2Rows fields, field-major
+// ([field][thread]: a warp's stores and loads are 128 contiguous bytes).
+template <int HD>
+struct Fa2Partial {
+    static constexpr int kO = 4 * (HD / 8);  // o[db][e] at field 4 db + e
+    // then m[2], l[2], es[2], nl[2], smax, smin, nmax, fmax
+    static constexpr int kFields = kO + 12;
+    static constexpr size_t floats = (size_t)kFields * kAttnMmaThreads;
+};
+
+template <int HD, bool STATS, bool NEAR>
+__device__ __forceinline__ void fa2_store_partial(const Fa2Rows<HD>& st, float* slot) {
+    constexpr int O = Fa2Partial<HD>::kO, NT = kAttnMmaThreads;
+    float* p = slot + threadIdx.x;
+#pragma unroll
+    for (int db = 0; db < HD / 8; db++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) p[(4 * db + e) * NT] = st.o[db][e];
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        p[(O + hf) * NT] = st.m[hf];
+        p[(O + 2 + hf) * NT] = st.l[hf];
+        if (STATS) p[(O + 4 + hf) * NT] = st.es[hf];
+        if (NEAR) p[(O + 6 + hf) * NT] = st.nl[hf];
+    }
+    if (STATS) p[(O + 8) * NT] = st.smax, p[(O + 9) * NT] = st.smin;
+    if (NEAR) p[(O + 10) * NT] = st.nmax, p[(O + 11) * NT] = st.fmax;
+}
+
+// st = the merge of the query tile's chunks' partials, in chunk order (whichever block merges: the
+// same bits): the row max over the chunks, each chunk's sums rescaled to it (exp2 in x units, as the
+// tile loop's alpha) and added chunk by chunk; the statistics' max / min over the chunks. slot(j):
+// chunk j's partial. A row past T or with nothing visible keeps m <= kFa2Masked and l = 0 (not
+// written).
+template <int HD, bool STATS, bool NEAR, typename SlotOf>
+__device__ __forceinline__ void fa2_merge_partials(Fa2Rows<HD>& st, int j_first, int chunks, float mul, SlotOf slot) {
+    constexpr int O = Fa2Partial<HD>::kO, NT = kAttnMmaThreads;
+    float m_use[2];
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        float m = -INFINITY;
+#pragma unroll 1
+        for (int j = j_first; j < j_first + chunks; j++) m = fmaxf(m, slot(j)[(O + hf) * NT + threadIdx.x]);
+        st.m[hf] = m;
+        m_use[hf] = m <= kFa2Masked ? 0.0f : m;
+        st.l[hf] = st.es[hf] = st.nl[hf] = 0.0f;
+    }
+#pragma unroll
+    for (int db = 0; db < HD / 8; db++) st.o[db][0] = st.o[db][1] = st.o[db][2] = st.o[db][3] = 0.0f;
+    st.smax = st.nmax = st.fmax = -INFINITY;
+    st.smin = INFINITY;
+#pragma unroll 1  // one chunk's fields in flight at a time: unrolled, the loads took registers past the tile loop's
+    for (int j = j_first; j < j_first + chunks; j++) {
+        const float* p = slot(j) + threadIdx.x;
+        float alpha[2];
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            alpha[hf] = ex2_approx_ftz((p[(O + hf) * NT] - m_use[hf]) * mul);
+            st.l[hf] += alpha[hf] * p[(O + 2 + hf) * NT];
+            if (STATS) st.es[hf] += alpha[hf] * p[(O + 4 + hf) * NT];
+            if (NEAR) st.nl[hf] += alpha[hf] * p[(O + 6 + hf) * NT];
+        }
+#pragma unroll
+        for (int db = 0; db < HD / 8; db++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) st.o[db][e] += alpha[e / 2] * p[(4 * db + e) * NT];
+        if (STATS) st.smax = fmaxf(st.smax, p[(O + 8) * NT]), st.smin = fminf(st.smin, p[(O + 9) * NT]);
+        if (NEAR) st.nmax = fmaxf(st.nmax, p[(O + 10) * NT]), st.fmax = fmaxf(st.fmax, p[(O + 11) * NT]);
+    }
+}
 
 // One key tile for one warp: S = Q K^T, online softmax, O += P V. qa: Q's fragments when
 // kFa2QInRegs, else read here from sQ (the swizzled Q tile); sK, sV: the tile's swizzled buffers;
@@ -378,19 +527,28 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const Fa2ScoreBitTable
     }
 }
 
-// Forward: grid (B*NH, query tiles of 64), 128 threads; warp w owns rows q0 + 16w .. +15.
+// Forward: a 1-D grid of the split's blocks (fa2_block_work: one per (b, h, query tile of 64,
+// chunk of its key tiles); without a split one per (b, h, query tile), longest first), 128
+// threads; warp w owns rows q0 + 16w .. +15. The blocks of a split query tile leave partials and
+// the last to arrive merges them (fa2_merge_partials) and writes the tile's outputs.
 // Outputs as attn_fwd_mma_kernel: out (B, T, C) bf16, lse (B, NH, T) natural log, and with STATS
 // the block's statistics partial (kAttnStatsBasic floats, llmc/cuda/attention_ls_common.cuh) in
 // stats_part; with NEAR (implies STATS) the near/far ones too (kAttnStatsNear floats), split at
 // distance near_n >= 1.
-// Registers: ptxas's own choice, but for the near/far hd-32 kernel without soft-cap (at least 3
-// blocks/SM: left alone it took 128 registers and spilled 3 LDL per trip). A minimum of 4 blocks/SM
-// at hd 32 (at most 128 registers) made ptxas spill in the soft-capped trainer's kernel; without it
-// the hd-32 variants take 101-153 registers (3-5 blocks/SM), no local memory (dev/cuda/sass_report).
+// Registers: bounded where ptxas, left alone, takes more than the tile loop needs (with the merge,
+// 138 in the soft-capped hd-32 kernel with statistics, 192 at hd 64: a block per SM fewer): 4 blocks at
+// hd 32 without near/far statistics, 3 for the hd-32 near/far one without soft-cap (unbounded it
+// spilled 3 LDL per trip), 3 at hd 64; ptxas's own choice otherwise. Static (dev/cuda/sass_report):
+// no local memory in the hot loops but 2 LDL per trip in <64, true, true, true>; the other spills
+// the bounds cause are in the prologue and the merge.
 template <int HD, bool STATS, bool NEAR, bool SOFTCAP>
-__global__ void __launch_bounds__(kAttnMmaThreads, HD == 32 && NEAR && !SOFTCAP ? 3 : 0)
+__global__ void __launch_bounds__(kAttnMmaThreads, HD == 64   ? 3
+                                                   : HD != 32 ? 0
+                                                   : !NEAR    ? 4
+                                                   : SOFTCAP  ? 0
+                                                              : 3)
     attn_fwd_fa2_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int T, int C, int NH, int G, int P,
-                        float softcap, float* stats_part, int near_n) {
+                        float softcap, float* stats_part, int near_n, Fa2Split split) {
     static_assert(STATS || !NEAR, "the near/far statistics extend the basic ones");
     constexpr int NF = NEAR ? kAttnStatsNear : kAttnStatsBasic;
     constexpr int BQ = kAttnMmaBQ, BK = kAttnMmaBK, CH = HD / 8, KS = HD / 16, DB = HD / 8;
@@ -401,10 +559,11 @@ __global__ void __launch_bounds__(kAttnMmaThreads, HD == 32 && NEAR && !SOFTCAP 
     __nv_bfloat16* sK = sQ + TILE;                                   // [2] (BK, HD) swizzled
     __nv_bfloat16* sV = sK + 2 * TILE;                               // [2] (BK, HD) swizzled
 
-    const int nqt = gridDim.y;
-    const int qt = nqt - 1 - blockIdx.y;  // longest (causal) tiles first
-    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-    const bool local = h < NH - G;
+    const int nqt = (T + BQ - 1) / BQ;
+    AttnSplitGeom geom{T, BQ, BK, P, false, false};
+    const Fa2BlockWork work = fa2_block_work(split, geom, blockIdx.x, NH, G);
+    const int qt = work.outer, b = work.b, h = work.h, bh = b * NH + h;
+    const bool local = work.local;
     const int C3 = 3 * C, q0 = qt * BQ;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const int mi = lane / 8, j8 = lane % 8;
@@ -416,7 +575,7 @@ __global__ void __launch_bounds__(kAttnMmaThreads, HD == 32 && NEAR && !SOFTCAP 
     const float scale_over_cap = SOFTCAP ? scale / softcap : 0.0f;
     const __nv_bfloat16* base = qkv + (size_t)b * T * C3 + h * HD;
 
-    const int kb = attn_kv_tile_begin(qt, BQ, BK, local, P), ke = attn_kv_tile_end(qt, BQ, BK, T);
+    const int kb = work.inner_begin, ke = work.inner_end;  // this block's key tiles (all of them unless split)
     // masked tiles: [kb, ub) (the window's edge) and [ue, ke) (the diagonal, a ragged end)
     const int ub = attn_kv_tile_unmasked_begin(qt, BQ, BK, local, P);
     const int ue = attn_kv_tile_unmasked_end(qt, BQ, BK, T, local, P);
@@ -468,6 +627,15 @@ __global__ void __launch_bounds__(kAttnMmaThreads, HD == 32 && NEAR && !SOFTCAP 
         else
             fa2_tile<HD, STATS, NEAR, SOFTCAP, false>(st, score_bits, lane_off, qa, sQ, k_tile, v_tile, i_row, kt * BK,
                                                       r0, T, local, P, mul, scale_over_cap, near_n);
+    }
+
+    // decoded again from an opaque block index: the split's fields are not kept live across the loop
+    const Fa2BlockWork again = fa2_block_work(split, geom, opaque_u32(blockIdx.x), NH, G);
+    if (again.chunks > 1) {  // a split query tile: leave this chunk's partial; the last block merges
+        const auto slot = [&](int j) { return split.part + (size_t)again.block_of(geom, j) * Fa2Partial<HD>::floats; };
+        fa2_store_partial<HD, STATS, NEAR>(st, split.part + (size_t)blockIdx.x * Fa2Partial<HD>::floats);
+        if (!arrive_last(split.arrivals + (size_t)bh * nqt + qt, (uint32_t)again.chunks)) return;
+        fa2_merge_partials<HD, STATS, NEAR>(st, again.j_first, again.chunks, mul, slot);
     }
 
     // finish: quad sums, normalize, write out (bf16 pairs), lse (natural log), entropy, near mass

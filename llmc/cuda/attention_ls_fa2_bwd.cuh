@@ -2,14 +2,16 @@
 // fp32 accumulation, sm_80+, bf16 build only. Launched by llmc/cuda/attention_ls.cuh after
 // attn_bwd_dot_kernel has written D_i = dO_i . O_i. Design: docs/attention_kernel.md.
 //
-// Two kernels, each output element summed by one thread in a fixed order (deterministic, no atomics):
-//   dK/dV: grid (B*NH, key tiles of 64), 4 warps, warp w owns keys k0 + 16w .. +15; K and V stay
+// Two kernels, each output element summed by one thread in a fixed order, or by the blocks of a
+// split tile loop (llmc/core/attention_split.h) and their partials added in chunk order
+// (deterministic, no float atomics):
+//   dK/dV: key tiles of 64, 4 warps, warp w owns keys k0 + 16w .. +15; K and V stay
 //          resident, the query tiles that see the key tile (attn_q_tile_begin/end: for a local head
 //          only the window) stream through a cp.async double buffer (Q, dO, -lse*log2(e), D).
 //          Per query tile and warp (16 keys x BQ queries): S^T = K Q^T, dP^T = V dO^T,
 //          P^T = exp2(S^T * mul - lse * log2(e)), dS^T = P^T (dP^T - D) [(1 - tanh^2)],
 //          dV += P^T dO, dK += dS^T Q.
-//   dQ:    grid (B*NH, query tiles of 64), 4 warps, warp w owns rows q0 + 16w .. +15; Q and dO stay
+//   dQ:    query tiles of 64, 4 warps, warp w owns rows q0 + 16w .. +15; Q and dO stay
 //          resident, the forward's key tiles stream through a cp.async double buffer (K, V).
 //          Per key tile: S = Q K^T, dP = dO V^T, dS, dQ += dS K.
 //   (dQ is FlashAttention-2's deterministic option: a pass of its own, which recomputes S and dP.)
@@ -183,11 +185,14 @@ __device__ __forceinline__ void fa2_bwd_kv_tile(float (&dk)[HD / 8][4], float (&
     fa2_acc_times_tile<HD, BQ / 16>(dk, dp, reinterpret_cast<const char*>(sQ));
 }
 
-// dK, dV: grid (B*NH, key tiles of 64), 128 threads; writes dqkv's k and v parts.
+// dK, dV: a 1-D grid of the split's blocks (fa2_block_work over key tiles of 64 looping over query
+// tiles: one per (b, h, key tile, chunk of its query tiles)), 128 threads; writes dqkv's k and v
+// parts. The blocks of a split key tile leave their dK, dV sums and the last to arrive adds them in
+// chunk order (fa2_sum_acc) and writes them.
 template <int HD, bool SOFTCAP>
 __global__ void __launch_bounds__(kAttnMmaThreads)
     attn_bwd_kv_fa2_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv, const float* lse,
-                           const float* D, int T, int C, int NH, int G, int P, float softcap) {
+                           const float* D, int T, int C, int NH, int G, int P, float softcap, Fa2Split split) {
     using L = Fa2BwdKvSmem<HD>;
     constexpr int BK = L::BK, BQ = L::BQ, KS = HD / 16, DB = HD / 8;
     constexpr float kLog2e = 1.4426950408889634f;
@@ -199,9 +204,10 @@ __global__ void __launch_bounds__(kAttnMmaThreads)
     float* sNL = reinterpret_cast<float*>(sdO + 2 * L::Q_TILE);      // [2] (BQ): -lse * log2(e)
     float* sD = sNL + 2 * BQ;                                        // [2] (BQ): D
 
-    const int kt = blockIdx.y;  // early key tiles see the most queries (global heads): launched first
-    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-    const bool local = h < NH - G;
+    AttnSplitGeom geom{T, BQ, BK, P, false, true};
+    const Fa2BlockWork work = fa2_block_work(split, geom, blockIdx.x, NH, G);
+    const int kt = work.outer, b = work.b, h = work.h, bh = b * NH + h;
+    const bool local = work.local;
     const int C3 = 3 * C, k0 = kt * BK;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const float scale = attn_scale(HD);
@@ -220,7 +226,7 @@ __global__ void __launch_bounds__(kAttnMmaThreads)
         }
     };
 
-    const int qb = attn_q_tile_begin(kt, BQ, BK), qe = attn_q_tile_end(kt, BQ, BK, T, local, P);
+    const int qb = work.inner_begin, qe = work.inner_end;  // this block's query tiles (all of them unless split)
     // prologue: K, V and the first query tile in one group
     const Fa2TileCopy<HD, BQ> q_copy(base, C3), do_copy(gbase, C);
     {
@@ -277,6 +283,20 @@ __global__ void __launch_bounds__(kAttnMmaThreads)
                                                     qt * BQ, T, local, P, mul, scale_over_cap);
     }
 
+    // decoded again from an opaque block index: the split's fields are not kept live across the loop
+    const Fa2BlockWork again = fa2_block_work(split, geom, opaque_u32(blockIdx.x), NH, G);
+    if (again.chunks > 1) {  // a split key tile: leave this chunk's sums; the last block adds them
+        const auto slot = [&](int j) {
+            return split.part + (size_t)again.block_of(geom, j) * (2 * 4 * DB * kAttnMmaThreads);
+        };
+        float* mine = split.part + (size_t)blockIdx.x * (2 * 4 * DB * kAttnMmaThreads);
+        fa2_store_acc<DB>(dk, mine);
+        fa2_store_acc<DB>(dv, mine + 4 * DB * kAttnMmaThreads);
+        if (!arrive_last(split.arrivals + (size_t)bh * geom.n_key_tiles() + kt, (uint32_t)again.chunks)) return;
+        fa2_sum_acc<DB>(dk, again.j_first, again.chunks, slot);
+        fa2_sum_acc<DB>(dv, again.j_first, again.chunks, [&](int j) { return slot(j) + 4 * DB * kAttnMmaThreads; });
+    }
+
     // dk[db], dv[db]: key j_row[e/2], dims db*8 + 2c + (e&1); dK takes the 1/sqrt(hd) of dS here
 #pragma unroll
     for (int hf = 0; hf < 2; hf++) {
@@ -329,13 +349,18 @@ __device__ __forceinline__ void fa2_bwd_q_tile(float (&dq)[HD / 8][4], const uin
     fa2_acc_times_tile<HD, kAttnMmaBK / 16>(dq, dp, reinterpret_cast<const char*>(sK));
 }
 
-// dQ: grid (B*NH, query tiles of 64), 128 threads; writes dqkv's q part.
+// dQ: a 1-D grid of the split's blocks (fa2_block_work, as the forward's), 128 threads; writes dqkv's q
+// part. The blocks of a split query tile leave their dQ sums and the last to arrive adds them in
+// chunk order (fa2_sum_acc) and writes them.
 // Registers: hd 32 without soft-cap asks for 4 blocks/SM (at most 128 registers: ptxas's own choice
-// was 129, 3 blocks/SM); the others keep ptxas's choice.
+// was 129, 3 blocks/SM) and hd 64 for 3 (with the split's sums ptxas chose 230: 2 blocks/SM); the
+// others keep ptxas's choice.
 template <int HD, bool SOFTCAP>
-__global__ void __launch_bounds__(kAttnMmaThreads, HD == 32 && !SOFTCAP ? 4 : 0)
+__global__ void __launch_bounds__(kAttnMmaThreads, HD == 32 && !SOFTCAP ? 4
+                                                   : HD == 64           ? 3
+                                                                        : 0)
     attn_bwd_q_fa2_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv, const float* lse,
-                          const float* D, int T, int C, int NH, int G, int P, float softcap) {
+                          const float* D, int T, int C, int NH, int G, int P, float softcap, Fa2Split split) {
     using L = Fa2BwdQSmem<HD>;
     constexpr int BQ = L::BQ, BK = L::BK, KS = HD / 16, DB = HD / 8;
     constexpr float kLog2e = 1.4426950408889634f;
@@ -345,9 +370,10 @@ __global__ void __launch_bounds__(kAttnMmaThreads, HD == 32 && !SOFTCAP ? 4 : 0)
     __nv_bfloat16* sK = sdO + L::TILE;                               // [2] (BK, HD) swizzled
     __nv_bfloat16* sV = sK + 2 * L::TILE;                            // [2] (BK, HD) swizzled
 
-    const int qt = gridDim.y - 1 - blockIdx.y;  // longest (causal) tiles first
-    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-    const bool local = h < NH - G;
+    AttnSplitGeom geom{T, BQ, BK, P, false, false};
+    const Fa2BlockWork work = fa2_block_work(split, geom, blockIdx.x, NH, G);
+    const int qt = work.outer, b = work.b, h = work.h, bh = b * NH + h;
+    const bool local = work.local;
     const int C3 = 3 * C, q0 = qt * BQ;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const float scale = attn_scale(HD);
@@ -356,7 +382,7 @@ __global__ void __launch_bounds__(kAttnMmaThreads, HD == 32 && !SOFTCAP ? 4 : 0)
     const __nv_bfloat16* base = qkv + (size_t)b * T * C3 + h * HD;
     const __nv_bfloat16* gbase = dout + (size_t)b * T * C + h * HD;
 
-    const int kb = attn_kv_tile_begin(qt, BQ, BK, local, P), ke = attn_kv_tile_end(qt, BQ, BK, T);
+    const int kb = work.inner_begin, ke = work.inner_end;  // this block's key tiles (all of them unless split)
     // masked tiles: [kb, ub) (the window's edge) and [ue, ke) (the diagonal, a ragged end)
     const int ub = attn_kv_tile_unmasked_begin(qt, BQ, BK, local, P);
     const int ue = attn_kv_tile_unmasked_end(qt, BQ, BK, T, local, P);
@@ -410,6 +436,17 @@ __global__ void __launch_bounds__(kAttnMmaThreads, HD == 32 && !SOFTCAP ? 4 : 0)
         else
             fa2_bwd_q_tile<HD, SOFTCAP, false>(dq, qa, da, q_rows, do_rows, k_tile, v_tile, i_row, neg_lse2, row_D,
                                                kt * BK, T, local, P, mul, scale_over_cap);
+    }
+
+    // decoded again from an opaque block index: the split's fields are not kept live across the loop
+    const Fa2BlockWork again = fa2_block_work(split, geom, opaque_u32(blockIdx.x), NH, G);
+    if (again.chunks > 1) {  // a split query tile: leave this chunk's sum; the last block adds them
+        const auto slot = [&](int j) {
+            return split.part + (size_t)again.block_of(geom, j) * (4 * DB * kAttnMmaThreads);
+        };
+        fa2_store_acc<DB>(dq, split.part + (size_t)blockIdx.x * (4 * DB * kAttnMmaThreads));
+        if (!arrive_last(split.arrivals + (size_t)bh * geom.n_query_tiles() + qt, (uint32_t)again.chunks)) return;
+        fa2_sum_acc<DB>(dq, again.j_first, again.chunks, slot);
     }
 
     // dq[db]: row i_row[e/2], dims db*8 + 2c + (e&1); the 1/sqrt(hd) of dS here

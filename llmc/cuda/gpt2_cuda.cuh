@@ -422,7 +422,7 @@ public:
             matmul_backward(mm_, a.dbtc.get(), lg.attprojw, lg.attprojb, scratch, arrivals, dres, la.atty, lw.attprojw,
                             n, C, C, st);
             attention_ls_backward(a.d3c_a.get(), a.dbtc.get(), la.att_in(), la.atty, la.att_lse, B, T, C, NH, G, P,
-                                  softcap, scratch, st);
+                                  softcap, scratch, st, attn_split_scratch(B, T));
             const floatX* dqkv = a.d3c_a.get();
             if (cfg_.qk_norm) {
                 qknorm_backward(a.d3c_b.get(), lg.qnormw, lg.qnormb, lg.knormw, lg.knormb, scratch, a.d3c_a.get(),
@@ -691,7 +691,7 @@ private:
         const int nqt = attention_ls_forward_partials_with(
             attention_default_kernel(), la.atty, la.att_lse, la.att_in(), B, T, C, NH, G, P, cfg_.attn_softcap,
             with_stats ? stats_part_.get() + (size_t)l * attention_stats_scratch_floats(B, T, NH) : nullptr, st,
-            with_stats ? near_n : 0);
+            with_stats ? near_n : 0, attn_split_scratch(B, T));
         matmul_forward(mm_, a.branch.get(), la.atty, lw.attprojw, lw.attprojb, n, C, C, st);
         // residual2 = residual + attproj; ln2 = LayerNorm(residual2)
         fused_residual_layernorm_forward(la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, la.residual, a.branch.get(),
@@ -974,9 +974,17 @@ private:
         // bias gradients of qkv (3C), attproj/fcproj (C), fc (4C); the LM head has no bias
         for (int oc : {C, 3 * C, 4 * C}) need = std::max(need, matmul_backward_scratch_floats(n, oc));
         need = std::max(need, attention_ls_backward_scratch_floats(B, T, C, NH));
+        // attention's split tile loops: partials in scratch_ after the backward's D, counters in arrivals_
+        need = std::max(need, attention_ls_backward_scratch_floats(B, T, C, NH) +
+                                  attention_split_scratch_floats(B, T, C, NH, cfg_.global_heads, cfg_.window));
         if (need > scratch_.size()) {
             CUDA_CHECK(cudaStreamSynchronize(stream_));
             scratch_.resize(need);
+            changed = true;
+        }
+        if (attention_split_arrivals(B, T, NH) > arrivals_.size()) {
+            CUDA_CHECK(cudaStreamSynchronize(stream_));
+            arrivals_.resize(attention_split_arrivals(B, T, NH), true);  // zero: every op leaves them zero
             changed = true;
         }
         const size_t stats_need = (size_t)cfg_.num_layers * attention_stats_scratch_floats(B, T, NH);
@@ -1003,6 +1011,14 @@ private:
             buffers_epoch_++;
             print_memory_plan();
         }
+    }
+
+    // Attention's split tile loops (llmc/core/attention_split.h): their partials in scratch_ after the
+    // backward's D (ensure_capacity sizes both), their counters in arrivals_ (zero between ops).
+    AttnSplitScratch attn_split_scratch(int B, int T) const {
+        return AttnSplitScratch{
+            scratch_.get() + attention_ls_backward_scratch_floats(B, T, cfg_.channels, cfg_.num_heads), arrivals_.get(),
+            0};
     }
 
     void print_memory_plan() const {

@@ -1,0 +1,150 @@
+// Tests of the split tile loops of the FA2-class kernels (llmc/core/attention_split.h), against a
+// brute-force enumeration: for every T up to a few tiles, every window P from 1 to past T, both head
+// kinds, both loop directions (a query tile over key tiles; a key tile over query tiles) and every
+// forced chunk size S, the items of a head are exactly the (outer tile, chunk) pairs whose inner
+// tiles meet the outer tile's (a visible pair in the tile pair), each once; an outer tile's chunks
+// cut its inner range into disjoint aligned pieces; the item index round-trips; the chosen S splits
+// only a kind whose longest inner range exceeds it.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "llmc/core/attention_split.h"
+
+namespace {
+
+// The inner tiles outer tile o visits, by brute force over the pairs: the tiles with a visible pair
+// (test_attention_tiles.cpp checks that attention_tiles.h's ranges are exactly these).
+bool tiles_meet(int qt, int kt, int BQ, int BK, int T, bool local, int P) {
+    for (int i = qt * BQ; i < std::min(T, qt * BQ + BQ); i++)
+        for (int j = kt * BK; j < std::min(T, kt * BK + BK); j++)
+            if (j <= i && (!local || i - j < P)) return true;
+    return false;
+}
+
+void check_split(const llmc::AttnSplitGeom& g, int S) {
+    INFO("T=" << g.T << " P=" << g.P << " BQ=" << g.BQ << " BK=" << g.BK << (g.local ? " local" : " global")
+              << (g.by_key ? " by key" : " by query") << " S=" << S);
+    const int n_outer = g.n_outer(), n_inner = g.n_inner();
+    // brute force: the inner tiles of each outer tile, and the (outer, chunk) pairs they make
+    std::vector<std::vector<int>> meets(n_outer);
+    std::set<std::pair<int, int>> expected;
+    for (int o = 0; o < n_outer; o++)
+        for (int i = 0; i < n_inner; i++)
+            if (g.by_key ? tiles_meet(i, o, g.BQ, g.BK, g.T, g.local, g.P)
+                         : tiles_meet(o, i, g.BQ, g.BK, g.T, g.local, g.P)) {
+                meets[o].push_back(i);
+                expected.insert({o, i / S});
+            }
+    const llmc::AttnSplitKind kind = llmc::attn_split_kind(g, S, 1, 1, g.local ? 0 : 1);
+    REQUIRE(kind.chunk == S);
+    REQUIRE(kind.items == (int)expected.size());
+
+    std::set<std::pair<int, int>> seen;
+    std::vector<std::vector<int>> covered(n_outer, std::vector<int>(n_inner, 0));
+    int prev_o = -1, prev_j = -1;
+    for (int y = 0; y < kind.items; y++) {
+        const llmc::AttnSplitItem it = llmc::attn_split_decode(g, y, S);
+        INFO("item " << y << " -> outer " << it.outer << " chunk " << it.j);
+        REQUIRE(expected.count({it.outer, it.j}) == 1);
+        REQUIRE(seen.insert({it.outer, it.j}).second);
+        REQUIRE(llmc::attn_split_item(g, it.outer, it.j, S) == y);
+        // chunk-major order; within a chunk query tiles descending, key tiles ascending
+        if (it.j == prev_j) {
+            REQUIRE((g.by_key ? it.outer == prev_o + 1 : it.outer == prev_o - 1));
+        } else {
+            REQUIRE(it.j > prev_j);
+        }
+        prev_o = it.outer;
+        prev_j = it.j;
+        const int ib = meets[it.outer].front(), ie = meets[it.outer].back() + 1;
+        REQUIRE(it.inner_begin < it.inner_end);
+        REQUIRE(it.inner_begin >= ib);
+        REQUIRE(it.inner_end <= ie);
+        REQUIRE(it.inner_begin >= it.j * S);
+        REQUIRE(it.inner_end <= (it.j + 1) * S);
+        REQUIRE(it.j_first == ib / S);
+        REQUIRE(it.chunks == (ie - 1) / S - ib / S + 1);
+        REQUIRE(it.j >= it.j_first);
+        REQUIRE(it.j < it.j_first + it.chunks);
+        for (int i = it.inner_begin; i < it.inner_end; i++) covered[it.outer][i]++;
+    }
+    // every outer tile's inner tiles covered exactly once, nothing else
+    for (int o = 0; o < n_outer; o++)
+        for (int i = 0; i < n_inner; i++) {
+            INFO("outer " << o << " inner " << i);
+            const bool in = std::find(meets[o].begin(), meets[o].end(), i) != meets[o].end();
+            REQUIRE(covered[o][i] == (in ? 1 : 0));
+        }
+}
+
+}  // namespace
+
+TEST_CASE("split items cover every outer tile's inner range once, in chunk order", "[attention][split]") {
+    for (int BQ : {4, 8})
+        for (int BK : {4, 8}) {
+            if (BQ != BK && BQ != 8) continue;  // BQ 8 / BK 4 too (the arithmetic allows unequal tiles)
+            for (int T = 1; T <= 7 * BK + 1; T++)
+                for (int P = 1; P <= T + BK + 1; P += (P < 2 * BK + 2 ? 1 : 3))
+                    for (bool local : {true, false})
+                        for (bool by_key : {false, true}) {
+                            const llmc::AttnSplitGeom g{T, BQ, BK, P, local, by_key};
+                            for (int S = 1; S <= g.n_inner() + 1; S++) check_split(g, S);
+                        }
+        }
+}
+
+TEST_CASE("the kernels' tile sizes: ragged T, windows ending on a tile boundary", "[attention][split]") {
+    for (int BQ : {64, 32})  // the dK/dV kernel's query tiles are 32 rows at hd 128
+        for (int T : {1, 63, 64, 65, 127, 128, 129, 320, 321, 640, 700})
+            for (int P : {1, 2, 63, 64, 65, 128, 129, 191, 192, 700})
+                for (bool local : {true, false})
+                    for (bool by_key : {false, true})
+                        for (int S : {1, 2, 3, 4, 5, 11})
+                            check_split(llmc::AttnSplitGeom{T, BQ, 64, P, local, by_key}, S);
+}
+
+TEST_CASE("the chosen chunk splits only a kind whose longest inner range exceeds it", "[attention][split]") {
+    struct Shape {
+        int B, T, NH, G, P;
+    };
+    const Shape shapes[] = {{8, 2048, 6, 1, 50},  {16, 2048, 6, 1, 50}, {16, 1024, 12, 12, 1024},
+                            {1, 256, 4, 2, 32},   {1, 4096, 4, 4, 64},  {2, 640, 2, 1, 300},
+                            {64, 2048, 6, 1, 50}, {1, 64, 1, 1, 1},     {4, 8192, 8, 0, 2000}};
+    for (const Shape& s : shapes)
+        for (bool local : {true, false})
+            for (bool by_key : {false, true}) {
+                INFO("B=" << s.B << " T=" << s.T << " NH=" << s.NH << " G=" << s.G << " P=" << s.P
+                          << (local ? " local" : " global") << (by_key ? " by key" : " by query"));
+                const llmc::AttnSplitGeom g{s.T, 64, 64, s.P, local, by_key};
+                const llmc::AttnSplitKind k = llmc::attn_split_kind(g, 0, s.B, s.NH, s.G);
+                const int heads = local ? s.NH - s.G : s.G;
+                if (heads == 0) {
+                    REQUIRE(k.items == 0);
+                    continue;
+                }
+                int longest = 0;
+                for (int o = 0; o < g.n_outer(); o++) longest = std::max(longest, g.inner_end(o) - g.inner_begin(o));
+                if (k.chunk >= g.n_inner()) {  // not split: one item per outer tile
+                    REQUIRE(k.items == g.n_outer());
+                } else {
+                    REQUIRE(k.chunk >= llmc::kAttnSplitMinTiles);
+                    REQUIRE(longest > k.chunk);
+                    REQUIRE(k.items > g.n_outer());
+                }
+                check_split(g, k.chunk);
+            }
+    // the paper model at B 8: the global head's 32-tile loops are cut, the local heads' (2 tiles) not
+    const llmc::AttnSplitKind g8 =
+        llmc::attn_split_kind(llmc::AttnSplitGeom{2048, 64, 64, 50, false, false}, 0, 8, 6, 1);
+    const llmc::AttnSplitKind l8 =
+        llmc::attn_split_kind(llmc::AttnSplitGeom{2048, 64, 64, 50, true, false}, 0, 8, 6, 1);
+    REQUIRE(g8.chunk == 4);    // 6744 tiles / (528 x 4) -> 4 (the minimum)
+    REQUIRE(g8.items == 144);  // chunks of 32, 28, ..., 4 query tiles
+    REQUIRE(l8.chunk == 32);
+    REQUIRE(l8.items == 32);
+}
