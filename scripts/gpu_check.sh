@@ -314,13 +314,17 @@ stage_labs() {
         if [ -x "build/dev/$n" ]; then step "lab:$n" 300 "build/dev/$n"
         else fail_step "lab:$n" "not built"; fi
     done
-    if [ -x build/dev/attention_ls ]; then step "lab:attention_ls:batch" 240 attention_batch_scaling
+    if [ -x build/dev/attention_ls ]; then step "lab:attention_ls:batch" 300 attention_batch_scaling
     else fail_step "lab:attention_ls:batch" "not built"; fi
 }
 
 attention_batch_scaling() {  # one JSON line per batch size: LS (G 1) and all-global, forward and f+b
     local b
     for b in 1 2 4 8 16 32 64; do build/dev/attention_ls --json -B "$b" -T 2048 --nh 6 --hd 32 -G 1 -P 50 || return 1; done
+    # the same without the split tile loops (chunks of 1000 tiles: one per loop), where the split matters
+    for b in 1 4 8 16; do
+        build/dev/attention_ls --json -B "$b" -T 2048 --nh 6 --hd 32 -G 1 -P 50 --split 1000 || return 1
+    done
 }
 
 stage_bench() {  # peer benchmarks; the end-to-end one is its own stage, torch_fast_model.py is a module

@@ -768,9 +768,11 @@ int main(int argc, char** argv) {
             printf(
                 "{\"version\": %d, \"precision\": \"%s\", \"device\": \"%s\", \"B\": %d, \"T\": %d, \"NH\": %d, "
                 "\"hd\": %d, \"G\": %d, \"P\": %d, \"softcap\": %g, \"fwd_ms\": %.5f, \"fwdbwd_ms\": %.5f, "
-                "\"global_fwd_ms\": %.5f, \"global_fwdbwd_ms\": %.5f, \"fwd_tflops\": %.3f, \"fwdbwd_tflops\": %.3f}\n",
+                "\"global_fwd_ms\": %.5f, \"global_fwdbwd_ms\": %.5f, \"fwd_tflops\": %.3f, \"fwdbwd_tflops\": %.3f, "
+                "\"split\": %d}\n",
                 v, kPrecisionName, prop.name, s.B, s.T, s.NH, s.hd, s.G, s.P, s.softcap, t.fwd_ms, t.fwdbwd_ms,
-                tg.fwd_ms, tg.fwdbwd_ms, fwd_flops / t.fwd_ms * 1e-9, (fwd_flops + bwd_flops) / t.fwdbwd_ms * 1e-9);
+                tg.fwd_ms, tg.fwdbwd_ms, fwd_flops / t.fwd_ms * 1e-9, (fwd_flops + bwd_flops) / t.fwdbwd_ms * 1e-9,
+                s.split);
             return 0;
         }
 
