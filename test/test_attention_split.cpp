@@ -30,7 +30,8 @@ void check_split(const llmc::AttnSplitGeom& g, int S) {
     INFO("T=" << g.T << " P=" << g.P << " BQ=" << g.BQ << " BK=" << g.BK << (g.local ? " local" : " global")
               << (g.by_key ? " by key" : " by query") << " S=" << S);
     const int n_outer = g.n_outer(), n_inner = g.n_inner();
-    // brute force: the inner tiles of each outer tile, and the (outer, chunk) pairs they make
+    // chunk boundaries: multiples of S from inner tile 0 for a query tile's loop, from the end for a key tile's
+    const int z = g.by_key ? (S - n_inner % S) % S : 0;
     std::vector<std::vector<int>> meets(n_outer);
     std::set<std::pair<int, int>> expected;
     for (int o = 0; o < n_outer; o++)
@@ -38,13 +39,14 @@ void check_split(const llmc::AttnSplitGeom& g, int S) {
             if (g.by_key ? tiles_meet(i, o, g.BQ, g.BK, g.T, g.local, g.P)
                          : tiles_meet(o, i, g.BQ, g.BK, g.T, g.local, g.P)) {
                 meets[o].push_back(i);
-                expected.insert({o, i / S});
+                expected.insert({o, (i + z) / S});
             }
     const llmc::AttnSplitKind kind = llmc::attn_split_kind(g, S, 1, 1, g.local ? 0 : 1);
     REQUIRE(kind.chunk == S);
     REQUIRE(kind.items == (int)expected.size());
 
     std::set<std::pair<int, int>> seen;
+    std::set<int> slots;
     std::vector<std::vector<int>> covered(n_outer, std::vector<int>(n_inner, 0));
     int prev_o = -1, prev_j = -1;
     for (int y = 0; y < kind.items; y++) {
@@ -65,14 +67,25 @@ void check_split(const llmc::AttnSplitGeom& g, int S) {
         REQUIRE(it.inner_begin < it.inner_end);
         REQUIRE(it.inner_begin >= ib);
         REQUIRE(it.inner_end <= ie);
-        REQUIRE(it.inner_begin >= it.j * S);
-        REQUIRE(it.inner_end <= (it.j + 1) * S);
-        REQUIRE(it.j_first == ib / S);
-        REQUIRE(it.chunks == (ie - 1) / S - ib / S + 1);
+        REQUIRE(it.inner_begin >= it.j * S - z);
+        REQUIRE(it.inner_end <= (it.j + 1) * S - z);
+        REQUIRE(it.j_first == (ib + z) / S);
+        REQUIRE(it.chunks == (ie - 1 + z) / S - (ib + z) / S + 1);
+        // a split outer tile's chunks each own one partial slot of the head, [0, slots)
+        if (it.chunks > 1) {
+            const int slot = llmc::attn_split_slot(g, it.outer, it.j, S);
+            REQUIRE(slot >= 0);
+            REQUIRE(slot < kind.slots);
+            REQUIRE(slots.insert(slot).second);
+        }
+        // a global head's loops start (query tile) or end (key tile) at the same tile, so only loops
+        // longer than S are cut
+        if (!g.local && ie - ib <= S) REQUIRE(it.chunks == 1);
         REQUIRE(it.j >= it.j_first);
         REQUIRE(it.j < it.j_first + it.chunks);
         for (int i = it.inner_begin; i < it.inner_end; i++) covered[it.outer][i]++;
     }
+    REQUIRE((int)slots.size() == kind.slots);  // every slot used
     // every outer tile's inner tiles covered exactly once, nothing else
     for (int o = 0; o < n_outer; o++)
         for (int i = 0; i < n_inner; i++) {

@@ -334,8 +334,8 @@ def test_emulated_cuda_near_far_stats_like_the_cpu(full_run):
 def test_emulated_cuda_split_tile_loops_train_like_the_cpu(byte_data, tmp_path):
     """Rows of 320 tokens (5 tiles of 64): the FA2-class kernels' chunk size chosen from the shape is 4
     tiles (llmc/core/attention_split.h; test/test_attention_split.cpp), so the global head's last query
-    tile (forward, dQ) and first key tile (dK/dV) run as two blocks each whose partials the last to
-    arrive merges, through the trainer's own scratch (after the backward's D in its op scratch, the
+    tile (forward, dQ) and first key tile (dK/dV: chunks aligned to the last query tile) run as two
+    blocks each whose partials the last to arrive merges, through the trainer's own scratch (after the backward's D in its op scratch, the
     counters shared with the matmuls'). 6 steps with the near/far statistics at distance 3 against the
     CPU backend: per-step losses within the bf16 tolerance, near mass and near / far max logit within
     the tolerances of test_emulated_cuda_near_far_stats_like_the_cpu (these logits are as small)."""

@@ -7,9 +7,11 @@
 // (forward, dQ) or a key tile over query tiles (dK/dV) - and a global head's last query tile (first
 // key tile) walks all of them in sequence (T 2048: 32), so at a small batch the launch waits for a
 // few long blocks after the rest of the grid has finished. The inner tiles are cut into aligned
-// chunks of S tiles, chunk j = inner tiles [j S, min((j+1) S, n_inner)); an outer tile o visits the
-// chunks [ib / S, (ie - 1) / S] of its inner range [ib, ie) (llmc/core/attention_tiles.h), one block
-// per (outer tile, chunk): an item. An outer tile with one chunk runs as before; the blocks of an
+// chunks of S tiles, chunk j = inner tiles [j S - z, (j+1) S - z) within [0, n_inner), z the shift
+// (0 for a query tile's loop, whose ranges all start at key tile 0 for a global head; for a key
+// tile's loop, whose ranges all end at the last query tile, z aligns the chunks to that end: only
+// a global head's ranges of at most S tiles are never cut); an outer tile o visits the chunks of its inner range
+// [ib, ie) (llmc/core/attention_tiles.h), one block per (outer tile, chunk): an item. An outer tile with one chunk runs as before; the blocks of an
 // outer tile with several chunks leave fp32 partials and the last of them to arrive merges them in
 // chunk order (llmc/cuda/grid_arrival.cuh), so the result does not depend on which block ran last.
 //
@@ -61,18 +63,40 @@ struct AttnSplitGeom {
 // One kind of head (local or global): chunk size S in inner tiles (>= n_inner: not split), items per head.
 struct AttnSplitKind {
     int chunk = 1, items = 0;
+    int slots = 0;  // partials per head: the chunks of its split outer tiles
 };
 
-// Outer tiles [begin, end) that visit chunk j (inner tiles [j S, min((j+1) S, n_inner))).
-LLMC_HD inline int attn_split_outer_begin(const AttnSplitGeom& g, int j, int S) { return g.outer_begin(j * S); }
+// The shift z of the chunk boundaries (above): chunk of inner tile i = (i + z) / S.
+LLMC_HD inline int attn_split_shift(const AttnSplitGeom& g, int S) { return g.by_key ? (S - g.n_inner() % S) % S : 0; }
+// Chunk j's inner tiles [attn_split_inner_lo, attn_split_inner_hi).
+LLMC_HD inline int attn_split_inner_lo(const AttnSplitGeom& g, int j, int S) {
+    return attn_imax(0, j * S - attn_split_shift(g, S));
+}
+LLMC_HD inline int attn_split_inner_hi(const AttnSplitGeom& g, int j, int S) {
+    return attn_imin(g.n_inner(), (j + 1) * S - attn_split_shift(g, S));
+}
+LLMC_HD inline int attn_split_chunk_of(const AttnSplitGeom& g, int i, int S) {
+    return (i + attn_split_shift(g, S)) / S;
+}
+// The chunks outer tile o visits: [chunk of its first inner tile, that of its last].
+LLMC_HD inline int attn_split_outer_chunks(const AttnSplitGeom& g, int o, int S) {
+    return attn_split_chunk_of(g, g.inner_end(o) - 1, S) - attn_split_chunk_of(g, g.inner_begin(o), S) + 1;
+}
+
+// Outer tiles [begin, end) that visit chunk j.
+LLMC_HD inline int attn_split_outer_begin(const AttnSplitGeom& g, int j, int S) {
+    return g.outer_begin(attn_split_inner_lo(g, j, S));
+}
 LLMC_HD inline int attn_split_outer_end(const AttnSplitGeom& g, int j, int S) {
-    return g.outer_end(attn_imin((j + 1) * S, g.n_inner()) - 1);
+    return g.outer_end(attn_split_inner_hi(g, j, S) - 1);
 }
 LLMC_HD inline int attn_split_chunk_items(const AttnSplitGeom& g, int j, int S) {
     return attn_split_outer_end(g, j, S) - attn_split_outer_begin(g, j, S);
 }
-// Chunks of one head: ceil(n_inner / S).
-LLMC_HD inline int attn_split_chunks(const AttnSplitGeom& g, int S) { return (g.n_inner() + S - 1) / S; }
+// Chunks of one head: ceil((n_inner + z) / S).
+LLMC_HD inline int attn_split_chunks(const AttnSplitGeom& g, int S) {
+    return (g.n_inner() + attn_split_shift(g, S) + S - 1) / S;
+}
 
 // Outer tile of the i-th item of chunk j (query tiles from the end, key tiles from the start), and back.
 LLMC_HD inline int attn_split_outer_at(const AttnSplitGeom& g, int j, int S, int i) {
@@ -106,11 +130,23 @@ LLMC_HD inline AttnSplitItem attn_split_decode(const AttnSplitGeom& g, int y, in
         y -= n;
     }
     const int ib = g.inner_begin(it.outer), ie = g.inner_end(it.outer);
-    it.inner_begin = attn_imax(ib, it.j * S);
-    it.inner_end = attn_imin(ie, (it.j + 1) * S);
-    it.j_first = ib / S;
-    it.chunks = (ie - 1) / S - it.j_first + 1;
+    it.inner_begin = attn_imax(ib, attn_split_inner_lo(g, it.j, S));
+    it.inner_end = attn_imin(ie, attn_split_inner_hi(g, it.j, S));
+    it.j_first = attn_split_chunk_of(g, ib, S);
+    it.chunks = attn_split_chunk_of(g, ie - 1, S) - it.j_first + 1;
     return it;
+}
+
+// Partial slot (within its head, [0, slots)) of chunk j of a split outer tile o: the split outer
+// tiles' chunks one after another, outer tile by outer tile (o trips: only the blocks of a split
+// outer tile ask, after their tile loop).
+LLMC_HD inline int attn_split_slot(const AttnSplitGeom& g, int o, int j, int S) {
+    int base = 0;
+    for (int oo = 0; oo < o; oo++) {
+        const int c = attn_split_outer_chunks(g, oo, S);
+        base += c > 1 ? c : 0;
+    }
+    return base + j - attn_split_chunk_of(g, g.inner_begin(o), S);
 }
 
 // Host: the split of one kind (g.local) for a launch of B batch rows, NH heads of which G global.
@@ -136,11 +172,17 @@ inline AttnSplitKind attn_split_kind(const AttnSplitGeom& g, int S, int B, int N
         longest_and_work(!g.local, g.local ? work_global : work_local);
         const long long work = (long long)B * ((long long)G * work_global + (long long)(NH - G) * work_local);
         const long long share = kAttnSplitResidentBlocks * kAttnSplitChainShare;
-        S = attn_imax(kAttnSplitMinTiles, (int)((work + share - 1) / share));
-        if (S >= longest) S = g.n_inner();  // every inner range fits in one chunk: not split
+        const long long s = (work + share - 1) / share;
+        // every inner range fits in one chunk: not split
+        S = s >= longest ? g.n_inner() : attn_imax(kAttnSplitMinTiles, (int)s);
+        if (S >= longest) S = g.n_inner();
     }
     k.chunk = S;
     for (int j = 0; j < attn_split_chunks(g, S); j++) k.items += attn_split_chunk_items(g, j, S);
+    for (int o = 0; o < g.n_outer(); o++) {
+        const int c = attn_split_outer_chunks(g, o, S);
+        k.slots += c > 1 ? c : 0;
+    }
     return k;
 }
 

@@ -93,7 +93,7 @@ inline size_t attention_stats_scratch_floats(int B, int T, int NH) {
 // loop (its local field is ignored).
 struct AttnSplitPlan {
     AttnSplitKind global, local;
-    size_t slots = 0;   // blocks that keep a partial: 0 when no outer tile is split
+    size_t slots = 0;   // partials: one per chunk of a split outer tile (0: nothing is split)
     size_t blocks = 0;  // blocks of the launch
 };
 inline AttnSplitPlan attention_split_plan(AttnSplitGeom geom, int B, int NH, int G, int tiles) {
@@ -104,9 +104,8 @@ inline AttnSplitPlan attention_split_plan(AttnSplitGeom geom, int B, int NH, int
     plan.local = attn_split_kind(geom, tiles, B, NH, G);
     const size_t n_global = (size_t)B * G * plan.global.items, n_local = (size_t)B * (NH - G) * plan.local.items;
     plan.blocks = n_global + n_local;
-    // blocks of the global heads come first: their slots are [0, n_global)
-    if (NH > G && plan.local.items > geom.n_outer()) plan.slots = plan.blocks;
-    else if (G > 0 && plan.global.items > geom.n_outer()) plan.slots = n_global;
+    // partial slots: the global heads' split outer tiles' chunks, then the local heads'
+    plan.slots = (size_t)B * G * plan.global.slots + (size_t)B * (NH - G) * plan.local.slots;
     return plan;
 }
 // The three loops: the forward and dQ (a query tile of 64 over key tiles of 64) and dK/dV (a key

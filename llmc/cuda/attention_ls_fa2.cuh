@@ -214,18 +214,19 @@ struct Fa2Split {
 };
 
 // What one block computes: head (b, h), outer tile, inner tiles [inner_begin, inner_end), and for a
-// split outer tile its chunks and where its siblings' partials are. Blocks: the global heads'
+// split outer tile its chunks and where their partials are (attn_split_slot: only split outer tiles
+// have slots, the global heads' first). Blocks: the global heads'
 // items, then the local heads' (llmc/core/attention_split.h), item y of every (b, head) of a kind
 // before y + 1.
 struct Fa2BlockWork {
     int b, h, outer, inner_begin, inner_end;
-    int j_first, chunks;  // the outer tile's chunks (chunks == 1: not split)
-    int S, y_stride, r;   // chunk size; blocks per item (B x heads of the kind); (b, head) index in the kind
-    long long kind_base;  // first block of the kind
+    int j, j_first, chunks;  // this block's chunk; the outer tile's chunks (chunks == 1: not split)
+    int S, r;                // chunk size; (b, head) index in the kind
+    long long slot_base;     // the head's first partial slot (the global heads' slots first)
     bool local;
-    // the block whose partial is chunk j's (the outer tile must visit chunk j)
-    __device__ __forceinline__ long long block_of(const AttnSplitGeom& g, int j) const {
-        return kind_base + (long long)attn_split_item(g, outer, j, S) * y_stride + r;
+    // the partial slot of this (split) outer tile's first chunk; chunk j's is j - j_first further
+    __device__ __forceinline__ long long first_slot(const AttnSplitGeom& g) const {
+        return slot_base + attn_split_slot(g, outer, j_first, S);
     }
 };
 // geom: the kernel's tile loop; its local field is set here (the block's kind).
@@ -237,18 +238,20 @@ __device__ __forceinline__ Fa2BlockWork fa2_block_work(const Fa2Split& split, At
     w.local = L >= n_global;
     geom.local = w.local;
     const int heads = w.local ? NH - G : G;
-    w.kind_base = w.local ? n_global : 0;
-    L -= w.kind_base;
-    w.y_stride = split.B * heads;
-    const int y = (int)(L / w.y_stride);
-    w.r = (int)(L % w.y_stride);
+    if (w.local) L -= n_global;
+    const int y_stride = split.B * heads;  // blocks per item
+    const int y = (int)(L / y_stride);
+    w.r = (int)(L % y_stride);
     w.b = w.r / heads;
     w.h = (w.local ? 0 : NH - G) + w.r % heads;
-    w.S = w.local ? split.local.chunk : split.global.chunk;
+    const AttnSplitKind& kind = w.local ? split.local : split.global;
+    w.S = kind.chunk;
+    w.slot_base = (w.local ? (long long)split.B * G * split.global.slots : 0) + (long long)w.r * kind.slots;
     const AttnSplitItem it = attn_split_decode(geom, y, w.S);
     w.outer = it.outer;
     w.inner_begin = it.inner_begin;
     w.inner_end = it.inner_end;
+    w.j = it.j;
     w.j_first = it.j_first;
     w.chunks = it.chunks;
     return w;
@@ -539,7 +542,7 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const Fa2ScoreBitTable
 // 138 in the soft-capped hd-32 kernel with statistics, 192 at hd 64: a block per SM fewer): 4 blocks at
 // hd 32 without near/far statistics, 3 for the hd-32 near/far one without soft-cap (unbounded it
 // spilled 3 LDL per trip), 3 at hd 64; ptxas's own choice otherwise. Static (dev/cuda/sass_report):
-// no local memory in the hot loops but 2 LDL per trip in <64, true, true, true>; the other spills
+// no local memory in the hot loops but 5-7 LDL per trip in <64, true, true, true>; the other spills
 // the bounds cause are in the prologue and the merge.
 template <int HD, bool STATS, bool NEAR, bool SOFTCAP>
 __global__ void __launch_bounds__(kAttnMmaThreads, HD == 64   ? 3
@@ -632,8 +635,9 @@ __global__ void __launch_bounds__(kAttnMmaThreads, HD == 64   ? 3
     // decoded again from an opaque block index: the split's fields are not kept live across the loop
     const Fa2BlockWork again = fa2_block_work(split, geom, opaque_u32(blockIdx.x), NH, G);
     if (again.chunks > 1) {  // a split query tile: leave this chunk's partial; the last block merges
-        const auto slot = [&](int j) { return split.part + (size_t)again.block_of(geom, j) * Fa2Partial<HD>::floats; };
-        fa2_store_partial<HD, STATS, NEAR>(st, split.part + (size_t)blockIdx.x * Fa2Partial<HD>::floats);
+        const long long s0 = again.first_slot(geom) - again.j_first;
+        const auto slot = [&](int j) { return split.part + (size_t)(s0 + j) * Fa2Partial<HD>::floats; };
+        fa2_store_partial<HD, STATS, NEAR>(st, slot(again.j));
         if (!arrive_last(split.arrivals + (size_t)bh * nqt + qt, (uint32_t)again.chunks)) return;
         fa2_merge_partials<HD, STATS, NEAR>(st, again.j_first, again.chunks, mul, slot);
     }

@@ -286,10 +286,9 @@ __global__ void __launch_bounds__(kAttnMmaThreads)
     // decoded again from an opaque block index: the split's fields are not kept live across the loop
     const Fa2BlockWork again = fa2_block_work(split, geom, opaque_u32(blockIdx.x), NH, G);
     if (again.chunks > 1) {  // a split key tile: leave this chunk's sums; the last block adds them
-        const auto slot = [&](int j) {
-            return split.part + (size_t)again.block_of(geom, j) * (2 * 4 * DB * kAttnMmaThreads);
-        };
-        float* mine = split.part + (size_t)blockIdx.x * (2 * 4 * DB * kAttnMmaThreads);
+        const long long s0 = again.first_slot(geom) - again.j_first;
+        const auto slot = [&](int j) { return split.part + (size_t)(s0 + j) * (2 * 4 * DB * kAttnMmaThreads); };
+        float* mine = slot(again.j);
         fa2_store_acc<DB>(dk, mine);
         fa2_store_acc<DB>(dv, mine + 4 * DB * kAttnMmaThreads);
         if (!arrive_last(split.arrivals + (size_t)bh * geom.n_key_tiles() + kt, (uint32_t)again.chunks)) return;
@@ -441,10 +440,9 @@ __global__ void __launch_bounds__(kAttnMmaThreads, HD == 32 && !SOFTCAP ? 4
     // decoded again from an opaque block index: the split's fields are not kept live across the loop
     const Fa2BlockWork again = fa2_block_work(split, geom, opaque_u32(blockIdx.x), NH, G);
     if (again.chunks > 1) {  // a split query tile: leave this chunk's sum; the last block adds them
-        const auto slot = [&](int j) {
-            return split.part + (size_t)again.block_of(geom, j) * (4 * DB * kAttnMmaThreads);
-        };
-        fa2_store_acc<DB>(dq, split.part + (size_t)blockIdx.x * (4 * DB * kAttnMmaThreads));
+        const long long s0 = again.first_slot(geom) - again.j_first;
+        const auto slot = [&](int j) { return split.part + (size_t)(s0 + j) * (4 * DB * kAttnMmaThreads); };
+        fa2_store_acc<DB>(dq, slot(again.j));
         if (!arrive_last(split.arrivals + (size_t)bh * geom.n_query_tiles() + qt, (uint32_t)again.chunks)) return;
         fa2_sum_acc<DB>(dq, again.j_first, again.chunks, slot);
     }
