@@ -213,16 +213,16 @@ struct Fa2Split {
     uint32_t* arrivals = nullptr;  // (B, NH, outer tiles), 0 between launches
 };
 
-// What one block computes: head (b, h), outer tile, inner tiles [inner_begin, inner_end), and for a
-// split outer tile its chunks and where their partials are (attn_split_slot: only split outer tiles
-// have slots, the global heads' first). Blocks: the global heads'
-// items, then the local heads' (llmc/core/attention_split.h), item y of every (b, head) of a kind
-// before y + 1.
-struct Fa2BlockWork {
-    int b, h, outer, inner_begin, inner_end;
-    int j, j_first, chunks;  // this block's chunk; the outer tile's chunks (chunks == 1: not split)
-    int S, r;                // chunk size; (b, head) index in the kind
-    long long slot_base;     // the head's first partial slot (the global heads' slots first)
+// What one block computes: head (b, h) and its item (AttnSplitItem: outer tile, inner tiles
+// [inner_begin, inner_end), this block's chunk j, the outer tile's first chunk j_first and its
+// chunks, 1 when not split), and for a split outer tile where its chunks' partials are
+// (attn_split_slot: only split outer tiles have slots, the global heads' first). Blocks: the
+// global heads' items, then the local heads' (llmc/core/attention_split.h), item y of every
+// (b, head) of a kind before y + 1.
+struct Fa2BlockWork : AttnSplitItem {
+    int b, h;
+    int S, r;             // chunk size; (b, head) index in the kind
+    long long slot_base;  // the head's first partial slot (the global heads' slots first)
     bool local;
     // the partial slot of this (split) outer tile's first chunk; chunk j's is j - j_first further
     __device__ __forceinline__ long long first_slot(const AttnSplitGeom& g) const {
@@ -247,13 +247,7 @@ __device__ __forceinline__ Fa2BlockWork fa2_block_work(const Fa2Split& split, At
     const AttnSplitKind& kind = w.local ? split.local : split.global;
     w.S = kind.chunk;
     w.slot_base = (w.local ? (long long)split.B * G * split.global.slots : 0) + (long long)w.r * kind.slots;
-    const AttnSplitItem it = attn_split_decode(geom, y, w.S);
-    w.outer = it.outer;
-    w.inner_begin = it.inner_begin;
-    w.inner_end = it.inner_end;
-    w.j = it.j;
-    w.j_first = it.j_first;
-    w.chunks = it.chunks;
+    static_cast<AttnSplitItem&>(w) = attn_split_decode(geom, y, w.S);
     return w;
 }
 
