@@ -239,3 +239,33 @@ def test_docs_hold_the_current_table():
     doc = (REPO / "docs" / "cuda_kernels.md").read_text()
     current = p.stdout.strip() in doc
     assert current, "docs/cuda_kernels.md's roofline tables differ from `python3 dev/bench/roofline.py`"
+
+
+@pytest.mark.parametrize("T,P", [(2048, 50), (130, 64), (130, 65), (100, 100)])
+def test_dq_designs_count_per_visited_tile_of_the_mask(T, P):
+    # the two designs' extra work per visited 64 x 64 tile, with the visited tiles counted from the
+    # boolean mask cut into tiles (not from the script's own tile count)
+    m = dict(SMALL, T=T, P=P, maxT=max(T, 64), NH=3, G=1, C=96, B=2)
+    hd = 32
+    rows = {r["kind"]: r for r in roofline.dq_designs(m)}
+    nt = (T + 63) // 64
+    for kind, heads, local in (("local", 2, True), ("global", 1, False)):
+        mk = mask(T, P, local)
+        tiles = sum(mk[a * 64:a * 64 + 64, b * 64:b * 64 + 64].any() for a in range(nt) for b in range(nt))
+        r = rows[kind]
+        assert r["tiles"] == m["B"] * heads * tiles
+        assert r["recompute_flops"] == r["tiles"] * 2 * (2 * 64 * 64 * hd)  # S and dP again
+        assert r["recompute_ex2"] == r["tiles"] * 64 * 64
+        assert r["reread_bytes"] == r["tiles"] * 2 * 64 * hd * 2  # K and V tiles, bf16
+        assert r["handoff_bytes"] == r["tiles"] * 64 * hd * 4 * 2  # fp32 dQ part, written and read
+    assert rows["all"]["tiles"] == rows["local"]["tiles"] + rows["global"]["tiles"]
+
+
+def test_dq_designs_at_the_paper_shape():
+    # P = 50 < 64: a local head visits each query tile's diagonal tile and the one before it
+    local, glob, total = roofline.dq_designs(roofline.MODELS["paper"])
+    assert local["tiles"] == 16 * 5 * (32 + 31) and glob["tiles"] == 16 * 1 * (32 * 33 // 2)
+    assert total["handoff_bytes"] == 2 * total["reread_bytes"]
+    p = subprocess.run([sys.executable, str(SCRIPT), "--model", "paper", "--dq-designs"], capture_output=True,
+                       text=True, check=True)
+    assert "| all | 32 | 13,488 |" in p.stdout

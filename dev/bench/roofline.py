@@ -6,6 +6,7 @@ measured on a GPU: every figure comes from counting, none from a run.
     python3 dev/bench/roofline.py --model paper --batch 8 --seq 1024
     python3 dev/bench/roofline.py --sass sass.json         # + the column modeled from SASS figures
     python3 dev/bench/roofline.py --out out/bench/roofline    # + DIR/roofline.json (scripts/gpu_check.sh)
+    python3 dev/bench/roofline.py --dq-designs             # + the backward's dQ in two designs
 
 The step is the CUDA backend's op list (llmc/cuda/gpt2_cuda.cuh: forward, backward, grad_norm,
 adamw_update), one micro-batch of B x T tokens (N = B T). Per op:
@@ -269,6 +270,57 @@ def step_ops(m, as_implemented=False):
     return list(ops.values()), dict(N=N, Vp=Vp, hd=hd, params=params, pairs=pairs, tiles=tiles)
 
 
+SFU_RATE = PEAK_FLOPS / 4096 * 16  # special-function results per second: 16 per SM cycle (module docstring)
+
+
+def dq_designs(m):
+    """The dQ half of the attention backward in two designs, per layer of model shape m (B x T
+    tokens), from the visited 64 x 64 tiles. MODELED at the H100 limits above, nothing measured
+    (docs/attention_kernel.md, "Why dQ has a pass of its own"):
+      two-pass (built): the dQ kernel visits the forward's tiles again and recomputes S = Q K^T and
+        dP = dO V^T there: per visited tile 2 more GEMMs (2 x 2 hd x 64 x 64 FLOPs), one more ex2
+        per pair (64 x 64), and K and V read again (2 x 64 x hd bf16: a head's K and V tiles are
+        read by each of its query tiles, reuse an L2 can serve);
+      one-pass (FlashAttention-2's loop): the dK/dV kernel forms dQ's part dS K of every visited
+        tile without recomputing, and hands it to the tile's query rows: a (64 x hd) fp32 part
+        written and read once per visited tile (per-tile partials summed in a fixed order; FA2's
+        atomic adds move the same bytes, in no fixed order), dS through shared memory besides.
+    Returns one dict per head kind present and a total: tiles; the two-pass's recompute (flops, ex2,
+    compute_s = max of the two at peak) and re-read bytes (reread_hbm_s: were none an L2 hit); the
+    one-pass's handoff bytes (handoff_hbm_s at HBM bandwidth)."""
+    NH, G, P, B, T = (m[k] for k in ("NH", "G", "P", "B", "T"))
+    hd = m["C"] // NH
+    out = []
+    for kind, heads, local in (("local", NH - G, True), ("global", G, False)):
+        if heads == 0:
+            continue
+        tiles = B * heads * visited_tiles(T, P, local)
+        flops = tiles * 2 * 2 * hd * TILE * TILE
+        ex2 = tiles * TILE * TILE
+        reread = tiles * 2 * TILE * hd * ACT
+        handoff = tiles * 2 * TILE * hd * F32
+        out.append(dict(kind=kind, heads=heads, hd=hd, tiles=tiles, recompute_flops=flops, recompute_ex2=ex2,
+                        compute_s=max(flops / PEAK_FLOPS, ex2 / SFU_RATE), reread_bytes=reread,
+                        reread_hbm_s=reread / BANDWIDTH, handoff_bytes=handoff, handoff_hbm_s=handoff / BANDWIDTH))
+    total = {k: sum(r[k] for r in out) for k in out[0] if k not in ("kind", "heads", "hd")}
+    out.append(dict(total, kind="all", heads=NH, hd=hd))
+    return out
+
+
+def dq_designs_markdown(name, m):
+    rows = dq_designs(m)
+    out = [f"**{name}** (B {m['B']} x T {m['T']}, per layer; modeled, not measured on a GPU)", "",
+           "| heads | hd | visited tiles | two-pass: recompute GFLOP | ex2 (M) | compute µs | K, V re-read MB | "
+           "µs if all from HBM | one-pass: dQ handoff MB (fp32, written + read) | µs at HBM |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        kind = "all" if r["kind"] == "all" else f"{r['heads']} {r['kind']}"
+        out.append(f"| {kind} | {r['hd']} | {r['tiles']:,} | {r['recompute_flops'] / 1e9:,.2f} | "
+                   f"{r['recompute_ex2'] / 1e6:,.1f} | {fmt_us(r['compute_s'])} | {r['reread_bytes'] / 1e6:,.1f} | "
+                   f"{fmt_us(r['reread_hbm_s'])} | {r['handoff_bytes'] / 1e6:,.1f} | {fmt_us(r['handoff_hbm_s'])} |")
+    return "\n".join(out)
+
+
 def parse_sass(path):
     """{(kernel base name, head size or None): SassFigure} for the kernels of ATTENTION_KERNELS, from
     a sass_report JSON (module docstring)."""
@@ -443,6 +495,8 @@ def main(argv=None):
     ap.add_argument("--seq", type=int, help="sequence length T (default: the model's)")
     ap.add_argument("--sass", help="sass_report JSON: adds the column modeled from SASS figures")
     ap.add_argument("--out", help="also write every figure as JSON to DIR/roofline.json")
+    ap.add_argument("--dq-designs", action="store_true",
+                    help="also the attention backward's dQ half in two designs (dq_designs)")
     a = ap.parse_args(argv)
     sass = None
     if a.sass:
@@ -466,6 +520,8 @@ def main(argv=None):
         rows, summary = model_table(name, m, sass)
         results.append(dict(summary=summary, ops=rows))
         text.append(markdown(name, rows, summary, sass is not None))
+        if a.dq_designs:
+            text.append(dq_designs_markdown(name, m))
     print("\n\n".join(text))
     if a.out:
         os.makedirs(a.out, exist_ok=True)

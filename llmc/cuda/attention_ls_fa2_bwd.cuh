@@ -14,7 +14,8 @@
 //   dQ:    query tiles of 64, 4 warps, warp w owns rows q0 + 16w .. +15; Q and dO stay
 //          resident, the forward's key tiles stream through a cp.async double buffer (K, V).
 //          Per key tile: S = Q K^T, dP = dO V^T, dS, dQ += dS K.
-//   (dQ is FlashAttention-2's deterministic option: a pass of its own, which recomputes S and dP.)
+//   (dQ is a pass of its own, which recomputes S and dP, where FlashAttention-2 hands each tile's dS K
+//   over in fp32 through global memory; docs/attention_kernel.md, "Why dQ has a pass of its own".)
 // Every tile is row-major (row = token) and XOR-swizzled (llmc/core/smem_swizzle.h), as in the
 // forward (llmc/cuda/attention_ls_fa2.cuh, whose tile loader and lane offsets this file reuses).
 // Fragments (PTX ISA "Matrix Fragments for mma.m16n8k16", g = lane/4, c = lane%4):
