@@ -242,7 +242,7 @@ run_tests() {  # run_tests BUILD_DIR TAG: every GPU test and every lab --check o
         if [ "$emulate" = 1 ]; then skip_step "test:cublaslt-real" "the emulated cuBLASLt is tested by make test"
         else step "test:cublaslt-real" 300 cublaslt_real; fi
     fi
-    # the attention lab's window / length sweep around the tile edges (the FA2-class forward, BF16 build)
+    # the attention lab's window / length sweep around the tile edges (the FA2-class forward and backward, BF16 build)
     if [ -z "$tag" ]; then
         if [ -x "$dir/dev/attention_ls" ]; then step "sweep:attention_ls" 600 run_bin attention_ls "$dir/dev/attention_ls" --sweep
         else fail_step "sweep:attention_ls" "not built"; fi

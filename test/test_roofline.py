@@ -269,3 +269,53 @@ def test_dq_designs_at_the_paper_shape():
     p = subprocess.run([sys.executable, str(SCRIPT), "--model", "paper", "--dq-designs"], capture_output=True,
                        text=True, check=True)
     assert "| all | 32 | 13,488 |" in p.stdout
+
+
+@pytest.mark.parametrize("T,P", [(192, 50), (130, 64), (129, 17), (100, 100), (64, 1)])
+def test_warp_pairs_are_the_pairs_holding_a_visible_score(T, P):
+    # the model's port of attn_rows_key_pairs / attn_keys_query_pairs against the mask: a warp of 16
+    # rows (keys) and a pair of 16 keys (queries) of a tile at t0
+    for local in (True, False):
+        mk = mask(T, P, local)
+        for w0 in range(0, T + 16, 16):
+            for t0 in range(0, T + 64, 64):
+                rows = sum(mk[w0:w0 + 16, t0 + 16 * n:t0 + 16 * n + 16].any() for n in range(4))
+                keys = sum(mk[t0 + 16 * n:t0 + 16 * n + 16, w0:w0 + 16].any() for n in range(4))
+                window = P if local else T
+                assert roofline.warp_pairs("rows", w0, t0, T, window, local) == rows, (w0, t0, local)
+                assert roofline.warp_pairs("keys", w0, t0, T, window, local) == keys, (w0, t0, local)
+
+
+def test_masked_tiles_of_a_kernel_that_skips_pairs(tmp_path):
+    """A sass_report entry whose shortest trip has no HMMA (the FA2-class backward at hd 32 / 64
+    skips the 16-wide pairs a warp cannot see): its masked tiles cost max(f, I(f) / 4, 2 M(f)) times
+    their tensor time, I and M interpolated at the fraction f of pairs computed between the trip
+    with no pair and the one with all (at the paper shape f = 5/8: a local head's warp computes 5 of
+    the 8 pairs of its two tiles, a global head's diagonal tile 10 of 16)."""
+    m = roofline.MODELS["paper"]
+    B, T, P, NH, G, L = m["B"], m["T"], m["P"], m["NH"], m["G"], m["L"]
+    hd = m["C"] // m["NH"]
+    assert roofline.masked_pair_fraction("rows", T, P, True) == roofline.masked_pair_fraction("keys", T, P, True) == 5 / 8
+    assert roofline.masked_pair_fraction("rows", T, T, False) == roofline.masked_pair_fraction("keys", T, T, False) == 10 / 16
+    hot = {"full_path": {"HMMA": 64, "instructions": 512, "MUFU": 32},
+           "masked_path": {"HMMA": 64, "instructions": 1024, "MUFU": 64},
+           "max_path": {"HMMA": 64, "instructions": 1024, "MUFU": 64},
+           "min_path": {"HMMA": 0, "instructions": 128, "MUFU": 0},
+           "instructions_per_hmma": {"full_path": 8.0, "masked_path": 16.0, "max_path": 16.0, "min_path": None}}
+    kernels = [{"name": f"{k}<{hd}, false>", "hot_loops": [hot]} for k in roofline.ATTENTION_KERNELS]
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps({"schema_version": 1, "kernels": kernels}))
+    sass = roofline.parse_sass(str(path))
+    fig = sass[("attn_bwd_q_fa2_kernel", hd)]
+    assert fig.skip == (16.0, 1.0, 2.0, 0.0)
+    f = 5 / 8
+    # I(f) = 2 + f (16 - 2) = 10.75 per HMMA of the whole trip: issue-bound at 10.75 / 4
+    assert roofline.masked_factor(fig, f) == pytest.approx((2 + f * 14) / 4)
+    assert roofline.masked_factor(fig, 1.0) == pytest.approx(1 / fig.eff_masked)  # every pair: as before
+    rows, _ = roofline.model_table("paper", m, sass)
+    bwd = next(r for r in rows if r["op"] == "attention bwd")
+    masked = B * ((NH - G) * roofline.masked_tiles(T, P, True) + G * roofline.masked_tiles(T, P, False))
+    tiles = B * ((NH - G) * roofline.visited_tiles(T, P, True) + G * roofline.visited_tiles(T, P, False))
+    per_tile = L * (4 + 3) * 2 * hd * 64 * 64  # dK/dV's 4 GEMMs and dQ's 3
+    want = per_tile * (tiles - masked) * 8 / 4 / roofline.PEAK_FLOPS + per_tile * masked * (2 + f * 14) / 4 / roofline.PEAK_FLOPS
+    assert bwd["modeled"] == pytest.approx(max(want, bwd["bytes_today"] / roofline.BANDWIDTH))

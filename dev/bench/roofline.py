@@ -66,6 +66,13 @@ slowest is used, on interior and on masked tiles separately. Per kernel:
     time = max(sum over the op's kernels of interior work / (peak x efficiency(I, M))
                    + masked work / (peak x efficiency(I', M')), bytes / bandwidth)
     (bytes: the op's traffic with today's passes).
+    A kernel whose hot loop's shortest trip holds no HMMA skips the 16-wide pairs a warp cannot see
+    on masked tiles (the FA2-class backward at hd 32 / 64; the forward skips too, but its shortest
+    trip is an interior tile, so its masked tiles stay at I', M'): its masked work is modeled at the
+    fraction f of pairs its warps compute over the shape's masked tiles (masked_pair_fraction: the
+    kernels' pair rule, llmc/core/attention_tiles.h), masked work / peak x max(f, I(f) / 4, 2 M(f)),
+    with I(f) = I0 + f (I' - I0) and M(f) likewise, I0 and M0 the shortest trip's instructions and
+    MUFU over the masked trip's HMMA (each pair is the same code, so a trip is linear in its pairs).
 An attention op whose kernels have no entry shows "-". The other ops keep their today's-passes time
 in that column (cuBLASLt and the memory-bound kernels are not modeled), so the column isolates the
 attention kernels' distance from their roofline. No factor is added for mma.sync against Hopper's
@@ -100,9 +107,9 @@ MODELS = {
 # 16-key pairs of MMA blocks of a tile outside a local head's window; the model counts whole tiles,
 # so it overstates the forward's local-head work.)
 ATTENTION_KERNELS = {
-    "attn_fwd_fa2_kernel": ("attention fwd", 2),  # S = Q K^T, O += P V
-    "attn_bwd_kv_fa2_kernel": ("attention bwd", 4),  # S, dP = dO V^T, dV += P^T dO, dK += dS^T Q
-    "attn_bwd_q_fa2_kernel": ("attention bwd", 3),  # S, dP again, dQ += dS K
+    "attn_fwd_fa2_kernel": ("attention fwd", 2, "rows"),  # S = Q K^T, O += P V
+    "attn_bwd_kv_fa2_kernel": ("attention bwd", 4, "keys"),  # S, dP = dO V^T, dV += P^T dO, dK += dS^T Q
+    "attn_bwd_q_fa2_kernel": ("attention bwd", 3, "rows"),  # S, dP again, dQ += dS K
 }
 
 
@@ -115,6 +122,9 @@ class Op:
     bytes: float = 0.0
     # attention: kernel -> (tensor FLOPs on visited interior tiles, on visited masked tiles)
     tile_flops: dict = field(default_factory=dict)
+    # attention: kernel -> the mean fraction of a masked tile's 16-wide pairs a warp computes
+    # (masked_pair_fraction, weighted by the masked tiles of each head kind)
+    pair_fraction: dict = field(default_factory=dict)
 
     def add(self, flops, nbytes):
         self.count += 1
@@ -151,12 +161,12 @@ def visited_tiles(T, window, local, tile=TILE):
     return n
 
 
-def masked_tiles(T, window, local, tile=TILE):
-    """Of the visited tiles (visited_tiles), those the kernels run with the per-pair mask: the tile
-    rule attn_tile_needs_mask (llmc/core/attention_tiles.h) - a ragged tile, a tile whose last key
-    is past its first query, and for a local head one whose first key is at or before its last
-    query - window."""
-    n = 0
+def masked_tile_list(T, window, local, tile=TILE):
+    """Of the visited tiles (visited_tiles), the (query tile, key tile) pairs the kernels run with the
+    per-pair mask: the tile rule attn_tile_needs_mask (llmc/core/attention_tiles.h) - a ragged tile,
+    a tile whose last key is past its first query, and for a local head one whose first key is at
+    or before its last query - window."""
+    out = []
     nt = (T + tile - 1) // tile
     for qt in range(nt):
         q0, q1 = qt * tile, qt * tile + tile
@@ -167,8 +177,41 @@ def masked_tiles(T, window, local, tile=TILE):
             if local and max(0, q0 - (min(k1, T) - 1)) >= window:
                 continue  # not visited: every key before every query's window
             if q1 > T or k1 > T or k1 - 1 > q0 or (local and k0 <= q1 - 1 - window):
-                n += 1
-    return n
+                out.append((qt, kt))
+    return out
+
+
+def masked_tiles(T, window, local, tile=TILE):
+    return len(masked_tile_list(T, window, local, tile))
+
+
+def warp_pairs(side, w0, t0, T, window, local):
+    """How many of a 64 x 64 tile's four 16-wide pairs a warp computes on a masked tile (the
+    FA2-class kernels' skips; llmc/core/attention_tiles.h): side "rows", a warp of rows w0 .. w0+15
+    over the keys t0 .. t0+63 (attn_rows_key_pairs: forward, dQ); side "keys", a warp of keys w0 ..
+    w0+15 over the queries t0 .. t0+63 (attn_keys_query_pairs: dK/dV). Only the rows / keys < T."""
+    if w0 >= T:
+        return 0
+    last_own = min(w0 + 15, T - 1)
+    if side == "rows":
+        first, last = ((max(0, w0 - window + 1) if local else 0) - t0) >> 4, (last_own - t0) >> 4
+    else:
+        last_query = min(T - 1, last_own + window - 1) if local else T - 1
+        first, last = (w0 - t0) >> 4, (last_query - t0) >> 4
+    return max(0, min(last, 3) - max(first, 0) + 1)
+
+
+def masked_pair_fraction(side, T, window, local, tile=TILE):
+    """The mean over the masked tiles (masked_tile_list) and their four warps of warp_pairs / 4;
+    1.0 when there is no masked tile."""
+    tiles = masked_tile_list(T, window, local, tile)
+    if not tiles:
+        return 1.0
+    total = 0
+    for qt, kt in tiles:
+        own, other = (qt, kt) if side == "rows" else (kt, qt)
+        total += sum(warp_pairs(side, own * tile + 16 * w, other * tile, T, window, local) for w in range(4))
+    return total / (4 * 4 * len(tiles))
 
 
 def step_ops(m, as_implemented=False):
@@ -216,15 +259,24 @@ def step_ops(m, as_implemented=False):
 
     if as_implemented:  # D = rowsum(dO O) (reads dO, O; written, read twice); both kernels read q, k, v, dO, lse
         attn_io_bwd += 5 * N * C * ACT + 4 * N * NH * F32
+    # the pairs a warp computes on a masked tile, by side, weighted by each head kind's masked tiles
+    window = {True: P, False: T}
+    pair_fraction = {}
+    for side in ("rows", "keys"):
+        weights = [(B * heads * masked_tiles(T, P, local), masked_pair_fraction(side, T, window[local], local))
+                   for heads, local in ((NH - G, True), (G, False)) if heads]
+        n = sum(wt for wt, _ in weights)
+        pair_fraction[side] = sum(wt * f for wt, f in weights) / n if n else 1.0
 
     def attention(phase):
         o = op(f"attention {phase}", "forward" if phase == "fwd" else "backward")
         o.add((4 if phase == "fwd" else 10) * hd * pairs, attn_io_fwd if phase == "fwd" else attn_io_bwd)
-        for kernel, (owner, gemms) in ATTENTION_KERNELS.items():
+        for kernel, (owner, gemms, side) in ATTENTION_KERNELS.items():
             if owner == o.name:
                 per_tile = gemms * 2 * hd * TILE * TILE
                 interior, on_masked = o.tile_flops.get(kernel, (0, 0))
                 o.tile_flops[kernel] = (interior + per_tile * (tiles - masked), on_masked + per_tile * masked)
+                o.pair_fraction[kernel] = pair_fraction[side]
 
     if as_implemented:
         op("zero gradients (memset)", "backward").add(0, params * F32)
@@ -334,13 +386,17 @@ def parse_sass(path):
         name = e.get("name", "")
         ipm, mufu = e.get("instructions_per_hmma"), e.get("mufu_per_hmma")
         ipm_masked, mufu_masked = ipm, mufu
+        skip = None
         if ipm is None or isinstance(ipm, dict):  # sass_report's schema (or no figure at all)
             ipm, mufu = sass_report_path(e, "full_path")
             # masked tiles: the longest trip without a ragged (zero-filling) copy, which runs at most
             # once per block; max_path where the report has no such trip (or predates it)
-            ipm_masked, mufu_masked = sass_report_path(e, "masked_path")
+            masked = "masked_path"
+            ipm_masked, mufu_masked = sass_report_path(e, masked)
             if ipm_masked is None:
-                ipm_masked, mufu_masked = sass_report_path(e, "max_path")
+                masked = "max_path"
+                ipm_masked, mufu_masked = sass_report_path(e, masked)
+            skip = sass_report_skip(e, masked)
         if ipm is None:
             continue
         for base in ATTENTION_KERNELS:
@@ -352,12 +408,13 @@ def parse_sass(path):
             w = e.get("smem_wavefronts_per_hmma")
             fig = SassFigure(float(ipm), w, mufu, efficiency(ipm, w, mufu),
                              efficiency(ipm_masked if ipm_masked is not None else ipm, w,
-                                        mufu_masked if ipm_masked is not None else mufu))
-            if key in out:  # the slowest variant, per path
+                                        mufu_masked if ipm_masked is not None else mufu), skip)
+            if key in out:  # the slowest variant, per path (masked: with every pair computed)
                 prev = out[key]
                 if prev.eff < fig.eff:
                     fig.ipm, fig.w, fig.mufu, fig.eff = prev.ipm, prev.w, prev.mufu, prev.eff
-                fig.eff_masked = min(fig.eff_masked, prev.eff_masked)
+                if prev.eff_masked < fig.eff_masked:
+                    fig.eff_masked, fig.skip = prev.eff_masked, prev.skip
             out[key] = fig
     return out
 
@@ -376,7 +433,10 @@ class SassFigure:
     w: float  # shared-memory wavefronts per HMMA, or None
     mufu: float  # MUFU per HMMA, interior tile, or None
     eff: float  # efficiency on interior tiles
-    eff_masked: float  # efficiency on masked tiles
+    eff_masked: float  # efficiency on masked tiles (every pair computed)
+    # a kernel whose masked trips skip pairs (its shortest trip has no HMMA): the masked trip with
+    # every pair and the one with none, in instructions and MUFU per HMMA of the whole trip
+    skip: tuple = None  # (ipm all, mufu all, ipm none, mufu none)
 
 
 def efficiency(ipm, w, mufu):
@@ -399,6 +459,33 @@ def sass_report_path(e, path):
     return ipm, mufu
 
 
+def masked_factor(fig, f):
+    """A masked tile's time over its tensor time at peak: 1 / eff_masked, or for a kernel that skips
+    pairs (fig.skip) with a fraction f of them computed, max(f, I(f) / 4, 2 M(f)), I and M
+    interpolated between the trips with no pair and with every pair (module docstring)."""
+    if fig.skip is None:
+        return 1.0 / fig.eff_masked
+    ipm_all, mufu_all, ipm_none, mufu_none = fig.skip
+    ipm = ipm_none + f * (ipm_all - ipm_none)
+    mufu = (mufu_none or 0.0) + f * ((mufu_all or 0.0) - (mufu_none or 0.0))
+    return max(f, ipm / 4.0, 2.0 * mufu)
+
+
+def sass_report_skip(e, masked):
+    """SassFigure.skip of a sass_report kernel entry: when the shortest trip of its hottest loop has
+    no HMMA (masked tiles skip pairs), (instructions, MUFU) per HMMA of the masked trip (path
+    masked) with every pair and of that shortest trip, both over the masked trip's HMMA; else None."""
+    loops = [h for h in e.get("hot_loops", []) or [] if (h.get("full_path") or {}).get("HMMA")]
+    if not loops:
+        return None
+    hot = max(loops, key=lambda h: h["full_path"]["HMMA"])
+    full, none = hot.get(masked) or {}, hot.get("min_path") or {}
+    if not full.get("HMMA") or none.get("HMMA", 1) != 0 or "instructions" not in none:
+        return None
+    h = full["HMMA"]
+    return (full["instructions"] / h, full.get("MUFU", 0) / h, none["instructions"] / h, none.get("MUFU", 0) / h)
+
+
 def sass_time(o, hd, sass):
     """Modeled seconds of an attention op from SASS figures, or None when a kernel has none."""
     t = 0.0
@@ -406,7 +493,7 @@ def sass_time(o, hd, sass):
         fig = sass.get((kernel, hd)) or sass.get((kernel, None))
         if fig is None:
             return None
-        t += interior / (PEAK_FLOPS * fig.eff) + on_masked / (PEAK_FLOPS * fig.eff_masked)
+        t += interior / (PEAK_FLOPS * fig.eff) + on_masked / PEAK_FLOPS * masked_factor(fig, o.pair_fraction[kernel])
     return max(t, o.bytes / BANDWIDTH)
 
 

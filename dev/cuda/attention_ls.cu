@@ -14,16 +14,16 @@
 //                                           versions 1, 2, 5, 6 unless --version (3 and 4, the first
 //                                           tensor-core forward, run by no program: in --check)
 //   attention_ls --check-one -T 100 ...     validate the one shape given by the flags (every version)
-//   attention_ls --sweep-full [--version V] forward sweep around the 64-row tiles (hd 32, one local +
-//                                           one global head, statistics on, determinism; default
-//                                           version 5): every P in 1..192 at T = 192 (windows starting
+//   attention_ls --sweep-full [--version V] forward + backward sweep around the 64-row tiles (hd 32,
+//                                           one local + one global head, statistics on, determinism;
+//                                           default version 6): every P in 1..192 at T = 192 (windows starting
 //                                           and ending on every tile, warp and 8-key edge) and every T
 //                                           in 1..192, each with one P of {1, 8, 63, 64, 65, 128, T,
 //                                           T+1} in turn. Long when emulated.
 //   attention_ls --sweep [--version V]      the same around the edges only (make test's share): P in
 //                                           1..9 and within 1 of every multiple of 8 up to 193 at
 //                                           T = 192; T in 1..9 and within 1 of 16, 32, 63, 64, 65, 128,
-//                                           192; the forward, no determinism rerun
+//                                           192; no determinism rerun
 //   attention_ls [--version V] [-B 8 -T 2048 --nh 6 --hd 32 -G 1 -P 50 --softcap 0 --near 0]
 //                                           validate that shape (B=1 for the CPU), then a timing table
 //                                           (--near N: validated and timed with the statistics and
@@ -631,7 +631,7 @@ int main(int argc, char** argv) {
             return ok ? 0 : 1;
         }
         if (sweep || sweep_full) {
-            const std::vector<int> sv = version ? versions : std::vector<int>{has_mma ? 5 : 2};
+            const std::vector<int> sv = version ? versions : std::vector<int>{has_mma ? 6 : 2};
             printf("attention_ls --sweep%s (%s build, %s, seed %llu, versions", sweep_full ? "-full" : "",
                    kPrecisionName, prop.name, seed);
             for (int v : sv) printf(" %d", v);
@@ -654,9 +654,9 @@ int main(int argc, char** argv) {
                 // every other shape with a near/far distance that moves across the tile edges, up to
                 // 140: from 80 on, some warps' interior tiles are all near (the FA2 forward's shortcut)
                 const int near = (T + P) % 2 ? 1 + (T + 3 * P) % 140 : 0;
-                // two shapes in three split the FA2 forward's tile loops into chunks of 1 or 2 tiles
+                // two shapes in three split the FA2 kernels' tile loops into chunks of 1 or 2 tiles
                 const Shape sh{1, T, 2, 32, 1, P, 0.0f, near, (T + 2 * P) % 3};
-                if (!validate(sh, sv, gen, false, true, false, sweep_full)) failed++;  // forward only
+                if (!validate(sh, sv, gen, false, true, true, sweep_full)) failed++;
             }
             printf("%s: %d of %zu (T, P) shapes passed\n", failed ? "FAIL" : "OK", (int)tp.size() - failed, tp.size());
             return failed ? 1 : 0;

@@ -16,6 +16,9 @@
 //          Per key tile: S = Q K^T, dP = dO V^T, dS, dQ += dS K.
 //   (dQ is a pass of its own, which recomputes S and dP, where FlashAttention-2 hands each tile's dS K
 //   over in fp32 through global memory; docs/attention_kernel.md, "Why dQ has a pass of its own".)
+// At hd 32 / 64 a tile is taken one 16-wide pair (16 queries for dK/dV, 16 keys for dQ) at a time
+// through all its products, and a masked tile skips the pairs its warp cannot see
+// (attn_keys_query_pairs, attn_rows_key_pairs); at hd 128 every pair, the products one after the other.
 // Every tile is row-major (row = token) and XOR-swizzled (llmc/core/smem_swizzle.h), as in the
 // forward (llmc/cuda/attention_ls_fa2.cuh, whose tile loader and lane offsets this file reuses).
 // Fragments (PTX ISA "Matrix Fragments for mma.m16n8k16", g = lane/4, c = lane%4):
@@ -54,17 +57,34 @@ __device__ __forceinline__ void fa2_load_a(uint32_t (&a)[4], const char* rows, i
     ldmatrix_x4(a, rows + (fa2_lane_offset<HD>((mi & 1) * 8 + j8, mi >> 1) ^ (32u * ks)));
 }
 
+// One 16-column pair np of s = A1 B1^T, dp = A2 B2^T, dims ks*16 .. +15: x1, x2 the A fragments of
+// the warp's 16 rows, B1, B2 rows np*16 .. +15 of the swizzled tiles b1, b2 (n-major: plain
+// ldmatrix; matrices (rows np*16 + 0..7 | 8..15) x (dims ks*16 + 0..7 | 8..15)), accumulated into
+// s[2*np + 0..1], dp[2*np + 0..1] (columns nb*8 + 2c + {0,1}).
+template <int HD, int NB>
+__device__ __forceinline__ void fa2_pair_step(float (&s)[NB][4], float (&dp)[NB][4], const uint32_t (&x1)[4],
+                                              const uint32_t (&x2)[4], const char* b1, const char* b2, int ks, int np,
+                                              int sb) {
+    constexpr uint32_t ROW16 = 16u * HD * 2u;  // bytes of 16 tile rows
+    const int lane = threadIdx.x % 32, mi = lane / 8, j8 = lane % 8;
+    const uint32_t off = np * ROW16 + (fa2_lane_offset<HD>((mi >> 1) * 8 + j8, mi & 1) ^ (32u * ks));
+    uint32_t y1[4], y2[4];
+    ldmatrix_x4(y1, b1 + off);
+    ldmatrix_x4(y2, b2 + off);
+    mma_bf16_16816(s[sb], x1, y1[0], y1[1]);
+    mma_bf16_16816(s[sb + 1], x1, y1[2], y1[3]);
+    mma_bf16_16816(dp[sb], x2, y2[0], y2[1]);
+    mma_bf16_16816(dp[sb + 1], x2, y2[2], y2[3]);
+}
+
 // s = A1 B1^T, dp = A2 B2^T (16 x 8*NB each): A1, A2 the warp's 16 rows (from registers a1r / a2r
 // when kFa2BwdARegs, else from the swizzled tiles at a1 / a2), B1, B2 the 8*NB rows of the
-// swizzled tiles b1, b2 (n-major: plain ldmatrix). s[nb], dp[nb]: columns nb*8 + 2c + {0,1}.
+// swizzled tiles b1, b2. s[nb], dp[nb]: columns nb*8 + 2c + {0,1}.
 template <int HD, int NB>
 __device__ __forceinline__ void fa2_two_products(float (&s)[NB][4], float (&dp)[NB][4],
                                                  const uint32_t (&a1r)[kFa2BwdAFrags<HD>][4],
                                                  const uint32_t (&a2r)[kFa2BwdAFrags<HD>][4], const char* a1,
                                                  const char* a2, const char* b1, const char* b2) {
-    constexpr uint32_t ROW16 = 16u * HD * 2u;  // bytes of 16 tile rows
-    const int lane = threadIdx.x % 32, mi = lane / 8, j8 = lane % 8;
-    const uint32_t b_off = fa2_lane_offset<HD>((mi >> 1) * 8 + j8, mi & 1);
 #pragma unroll
     for (int nb = 0; nb < NB; nb++)
 #pragma unroll
@@ -80,40 +100,60 @@ __device__ __forceinline__ void fa2_two_products(float (&s)[NB][4], float (&dp)[
             fa2_load_a<HD>(x2, a2, ks);
         }
 #pragma unroll
-        for (int np = 0; np < NB / 2; np++) {
-            // matrices: (rows np*16 + 0..7 | 8..15) x (dims ks*16 + 0..7 | 8..15)
-            const uint32_t off = np * ROW16 + (b_off ^ (32u * ks));
-            uint32_t y1[4], y2[4];
-            ldmatrix_x4(y1, b1 + off);
-            ldmatrix_x4(y2, b2 + off);
-            mma_bf16_16816(s[2 * np], x1, y1[0], y1[1]);
-            mma_bf16_16816(s[2 * np + 1], x1, y1[2], y1[3]);
-            mma_bf16_16816(dp[2 * np], x2, y2[0], y2[1]);
-            mma_bf16_16816(dp[2 * np + 1], x2, y2[2], y2[3]);
-        }
+        for (int np = 0; np < NB / 2; np++) fa2_pair_step<HD, NB>(s, dp, x1, x2, b1, b2, ks, np, 2 * np);
     }
 }
 
-// acc (16 x HD) += X Y: X (16 x 16*KB) from the fp32 accumulators x[2*KB] (rounded to bf16), Y the
-// first 16*KB rows (k) of the swizzled row-major (rows, HD) tile y (k-major: ldmatrix.trans).
-template <int HD, int KB>
-__device__ __forceinline__ void fa2_acc_times_tile(float (&acc)[HD / 8][4], const float (&x)[2 * KB][4],
-                                                   const char* y) {
+// acc (16 x HD) += X Y for one 16-row block kk of k: X (16 x 16) from the fp32 accumulators x0, x1
+// (its columns 0..7, 8..15; rounded to bf16), Y rows kk*16 .. +15 of the swizzled row-major
+// (rows, HD) tile y (k-major: ldmatrix.trans).
+template <int HD>
+__device__ __forceinline__ void fa2_acc_times_block(float (&acc)[HD / 8][4], const float (&x0)[4], const float (&x1)[4],
+                                                    const char* y, int kk) {
     constexpr uint32_t ROW16 = 16u * HD * 2u;
     const int lane = threadIdx.x % 32, mi = lane / 8, j8 = lane % 8;
     const uint32_t y_off = fa2_lane_offset<HD>((mi & 1) * 8 + j8, mi >> 1);
+    uint32_t xa[4];
+    mma_acc_to_a(xa, x0, x1);
 #pragma unroll
-    for (int kk = 0; kk < KB; kk++) {
-        uint32_t xa[4];
-        mma_acc_to_a(xa, x[2 * kk], x[2 * kk + 1]);
+    for (int dp = 0; dp < HD / 16; dp++) {
+        // matrices: (k rows kk*16 + 0..7 | 8..15) x (dims dp*16 + 0..7 | 8..15), transposed
+        uint32_t yb[4];
+        ldmatrix_x4_trans(yb, y + kk * ROW16 + (y_off ^ (32u * dp)));
+        mma_bf16_16816(acc[2 * dp], xa, yb[0], yb[1]);
+        mma_bf16_16816(acc[2 * dp + 1], xa, yb[2], yb[3]);
+    }
+}
+
+// A tile's products for one warp, by 16-wide pairs of columns: S = A1 B1^T, dP = A2 B2^T
+// (fa2_pair_step), then finish(s0, s1, d0, d1, np) turns pair np's two 8-column blocks of S and dP
+// into the A operands of the second products, and accumulate(s0, s1, d0, d1, np) adds their terms
+// (the second products' k block np). With A in registers (hd 32 / 64) one pair at a time through
+// all of it, skipping the pairs whose bit 4np of pairs is clear (warp-uniform; a skipped pair's
+// blocks are never read, so never zeroed); at hd 128 (A reloaded from the tiles a1, a2 per 16
+// dims, dims outer) every pair's products first, then every finish, then every accumulate.
+template <int HD, int NB, typename Finish, typename Accumulate>
+__device__ __forceinline__ void fa2_tile_pairs(const uint32_t (&a1r)[kFa2BwdAFrags<HD>][4],
+                                               const uint32_t (&a2r)[kFa2BwdAFrags<HD>][4], const char* a1,
+                                               const char* a2, const char* b1, const char* b2, unsigned pairs,
+                                               Finish finish, Accumulate accumulate) {
+    if constexpr (kFa2BwdARegs<HD>) {
 #pragma unroll
-        for (int dp = 0; dp < HD / 16; dp++) {
-            // matrices: (k rows kk*16 + 0..7 | 8..15) x (dims dp*16 + 0..7 | 8..15), transposed
-            uint32_t yb[4];
-            ldmatrix_x4_trans(yb, y + kk * ROW16 + (y_off ^ (32u * dp)));
-            mma_bf16_16816(acc[2 * dp], xa, yb[0], yb[1]);
-            mma_bf16_16816(acc[2 * dp + 1], xa, yb[2], yb[3]);
+        for (int np = 0; np < NB / 2; np++) {
+            if (!((pairs >> (4 * np)) & 1u)) continue;
+            float s[2][4] = {}, dp[2][4] = {};  // columns np*16 + nb*8 + 2c + {0,1}
+#pragma unroll
+            for (int ks = 0; ks < HD / 16; ks++) fa2_pair_step<HD, 2>(s, dp, a1r[ks], a2r[ks], b1, b2, ks, np, 0);
+            finish(s[0], s[1], dp[0], dp[1], np);
+            accumulate(s[0], s[1], dp[0], dp[1], np);
         }
+    } else {
+        float s[NB][4], dp[NB][4];  // [nb]: columns nb*8 + 2c + {0,1}
+        fa2_two_products<HD, NB>(s, dp, a1r, a2r, a1, a2, b1, b2);
+#pragma unroll
+        for (int np = 0; np < NB / 2; np++) finish(s[2 * np], s[2 * np + 1], dp[2 * np], dp[2 * np + 1], np);
+#pragma unroll
+        for (int np = 0; np < NB / 2; np++) accumulate(s[2 * np], s[2 * np + 1], dp[2 * np], dp[2 * np + 1], np);
     }
 }
 
@@ -154,10 +194,6 @@ __device__ __forceinline__ void fa2_bwd_kv_tile(float (&dk)[HD / 8][4], float (&
                                                 bool local, int P, float mul, float scale_over_cap) {
     constexpr int NB = BQ / 8;
     const int c = threadIdx.x % 4;
-    // S^T = K Q^T, dP^T = V dO^T: (16 keys, BQ queries); [nb] holds queries nb*8 + 2c + {0,1}
-    float s[NB][4], dp[NB][4];
-    fa2_two_products<HD, NB>(s, dp, ka, va, k_rows, v_rows, reinterpret_cast<const char*>(sQ),
-                             reinterpret_cast<const char*>(sdO));
     // masked: key j is seen by the queries [j, min(T-1, j+P-1)] ([j, T-1] for a global head): bit
     // 2nb + e + 16hf of vis_bits is pair (query q0 + 2c + 8nb + e, key j_row[hf])'s
     unsigned vis_bits = 0u;
@@ -170,20 +206,36 @@ __device__ __forceinline__ void fa2_bwd_kv_tile(float (&dk)[HD / 8][4], float (&
             vis_bits |= attn_thread_score_bits(j - qc, last - qc) << (16 * hf);
         }
     }
-#pragma unroll
-    for (int nb = 0; nb < NB; nb++) {
+    // block nb of S^T, dP^T (queries nb*8 + 2c + {0,1}) -> P^T, dS^T, 0 on invisible pairs
+    auto finish_block = [&](float(&sb)[4], float(&db)[4], int nb) {
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int qi = nb * 8 + 2 * c + (e & 1);
-            const float p = fa2_bwd_pair<SOFTCAP>(s[nb][e], dp[nb][e], sNL[qi], sD[qi], mul, scale_over_cap);
+            const float p = fa2_bwd_pair<SOFTCAP>(sb[e], db[e], sNL[qi], sD[qi], mul, scale_over_cap);
             const bool vis = !MASK || (vis_bits & (one << (2 * nb + (e & 1) + 16 * (e / 2)))) != 0;
-            s[nb][e] = vis ? p : 0.0f;  // an invisible pair's p and dS may be inf or NaN: dropped here
-            if (MASK) dp[nb][e] = vis ? dp[nb][e] : 0.0f;
+            sb[e] = vis ? p : 0.0f;  // an invisible pair's p and dS may be inf or NaN: dropped here
+            if (MASK) db[e] = vis ? db[e] : 0.0f;
         }
-    }
-    // dV += P^T dO, dK += dS^T Q: B (k = query, n = dim) from the row-major tiles, transposed
-    fa2_acc_times_tile<HD, BQ / 16>(dv, s, reinterpret_cast<const char*>(sdO));
-    fa2_acc_times_tile<HD, BQ / 16>(dk, dp, reinterpret_cast<const char*>(sQ));
+    };
+    const char* q_bytes = reinterpret_cast<const char*>(sQ);
+    const char* do_bytes = reinterpret_cast<const char*>(sdO);
+    // masked: the 16-query pairs in which a query sees one of the warp's keys (attn_keys_query_pairs
+    // of its first key; lane 0's copy: warp-uniform)
+    const unsigned pairs =
+        MASK ? __shfl_sync(0xffffffffu, attn_keys_query_pairs(j_row[0] - threadIdx.x % 32 / 4, q0, T, local, P), 0)
+             : 0x1111u;
+    // S^T = K Q^T, dP^T = V dO^T (16 keys, BQ queries); dV += P^T dO, dK += dS^T Q (B: k = query,
+    // n = dim, from the row-major tiles, transposed)
+    fa2_tile_pairs<HD, NB>(
+        ka, va, k_rows, v_rows, q_bytes, do_bytes, pairs,
+        [&](float(&s0)[4], float(&s1)[4], float(&d0)[4], float(&d1)[4], int np) {
+            finish_block(s0, d0, 2 * np);
+            finish_block(s1, d1, 2 * np + 1);
+        },
+        [&](float(&s0)[4], float(&s1)[4], float(&d0)[4], float(&d1)[4], int np) {
+            fa2_acc_times_block<HD>(dv, s0, s1, do_bytes, np);
+            fa2_acc_times_block<HD>(dk, d0, d1, q_bytes, np);
+        });
 }
 
 // dK, dV: a 1-D grid of the split's blocks (fa2_block_work over key tiles of 64 looping over query
@@ -327,26 +379,37 @@ __device__ __forceinline__ void fa2_bwd_q_tile(float (&dq)[HD / 8][4], const uin
                                                float scale_over_cap) {
     constexpr int NB = kAttnMmaBK / 8;
     const int c = threadIdx.x % 4;
-    // S = Q K^T, dP = dO V^T: (16 rows, 64 keys); [nb] holds keys nb*8 + 2c + {0,1}
-    float s[NB][4], dp[NB][4];
-    fa2_two_products<HD, NB>(s, dp, qa, da, q_rows, do_rows, reinterpret_cast<const char*>(sK),
-                             reinterpret_cast<const char*>(sV));
     // masked: row i sees the keys [key_lo(i), i] (none past T): bit 2nb + e + 16hf of vis_bits is
     // pair (row i_row[hf], key k0 + 2c + 8nb + e)'s
     const unsigned vis_bits = MASK ? fa2_query_rows_bits(i_row, k0 + 2 * c, T, local, P) : 0u;
     const unsigned one = opaque_u32(1u);  // the tests below stay LOP3 / R2P (opaque_u32)
-#pragma unroll
-    for (int nb = 0; nb < NB; nb++) {
+    // block nb of S, dP (keys nb*8 + 2c + {0,1}) -> dS, 0 on invisible pairs
+    auto finish_block = [&](float(&sb)[4], float(&db)[4], int nb) {
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int hf = e / 2;
-            fa2_bwd_pair<SOFTCAP>(s[nb][e], dp[nb][e], neg_lse2[hf], row_D[hf], mul, scale_over_cap);
+            fa2_bwd_pair<SOFTCAP>(sb[e], db[e], neg_lse2[hf], row_D[hf], mul, scale_over_cap);
             // an invisible pair's dS may be inf or NaN: dropped here
-            if (MASK) dp[nb][e] = (vis_bits & (one << (2 * nb + (e & 1) + 16 * hf))) != 0 ? dp[nb][e] : 0.0f;
+            if (MASK) db[e] = (vis_bits & (one << (2 * nb + (e & 1) + 16 * hf))) != 0 ? db[e] : 0.0f;
         }
-    }
-    // dQ += dS K: B (k = key, n = dim) from the row-major K tile, transposed
-    fa2_acc_times_tile<HD, kAttnMmaBK / 16>(dq, dp, reinterpret_cast<const char*>(sK));
+    };
+    const char* k_bytes = reinterpret_cast<const char*>(sK);
+    // masked: the 16-key pairs in which one of the warp's rows sees a key (attn_rows_key_pairs of its
+    // first row; lane 0's copy: warp-uniform)
+    const unsigned pairs =
+        MASK ? __shfl_sync(0xffffffffu, attn_rows_key_pairs(i_row[0] - threadIdx.x % 32 / 4, k0, T, local, P), 0)
+             : 0x1111u;
+    // S = Q K^T, dP = dO V^T (16 rows, 64 keys); dQ += dS K (B: k = key, n = dim, from the row-major
+    // K tile, transposed)
+    fa2_tile_pairs<HD, NB>(
+        qa, da, q_rows, do_rows, k_bytes, reinterpret_cast<const char*>(sV), pairs,
+        [&](float(&s0)[4], float(&s1)[4], float(&d0)[4], float(&d1)[4], int np) {
+            finish_block(s0, d0, 2 * np);
+            finish_block(s1, d1, 2 * np + 1);
+        },
+        [&](float(&)[4], float(&)[4], float(&d0)[4], float(&d1)[4], int np) {
+            fa2_acc_times_block<HD>(dq, d0, d1, k_bytes, np);
+        });
 }
 
 // dQ: a 1-D grid of the split's blocks (fa2_block_work, as the forward's), 128 threads; writes dqkv's q
