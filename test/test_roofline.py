@@ -258,6 +258,7 @@ def test_dq_designs_count_per_visited_tile_of_the_mask(T, P):
         assert r["recompute_ex2"] == r["tiles"] * 64 * 64
         assert r["reread_bytes"] == r["tiles"] * 2 * 64 * hd * 2  # K and V tiles, bf16
         assert r["handoff_bytes"] == r["tiles"] * 64 * hd * 4 * 2  # fp32 dQ part, written and read
+        assert r["floor_bytes"] == m["B"] * T * heads * hd * 4 * 2  # the fp32 dQ buffer, written and read once
     assert rows["all"]["tiles"] == rows["local"]["tiles"] + rows["global"]["tiles"]
 
 
@@ -268,7 +269,7 @@ def test_dq_designs_at_the_paper_shape():
     assert total["handoff_bytes"] == 2 * total["reread_bytes"]
     p = subprocess.run([sys.executable, str(SCRIPT), "--model", "paper", "--dq-designs"], capture_output=True,
                        text=True, check=True)
-    assert "| all | 32 | 13,488 |" in p.stdout
+    assert "| all | 32 | 13,488 |" in p.stdout and "| 50.3 - 221.0 | 15 - 66 |" in p.stdout
 
 
 @pytest.mark.parametrize("T,P", [(192, 50), (130, 64), (129, 17), (100, 100), (64, 1)])

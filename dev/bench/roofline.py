@@ -72,7 +72,8 @@ slowest is used, on interior and on masked tiles separately. Per kernel:
     fraction f of pairs its warps compute over the shape's masked tiles (masked_pair_fraction: the
     kernels' pair rule, llmc/core/attention_tiles.h), masked work / peak x max(f, I(f) / 4, 2 M(f)),
     with I(f) = I0 + f (I' - I0) and M(f) likewise, I0 and M0 the shortest trip's instructions and
-    MUFU over the masked trip's HMMA (each pair is the same code, so a trip is linear in its pairs).
+    MUFU over the masked trip's HMMA (each pair is the same code, so a trip is linear in its pairs;
+    the shortest trip lacks the prefetch and barrier of the others, so I(f) is a few percent low).
 An attention op whose kernels have no entry shows "-". The other ops keep their today's-passes time
 in that column (cuBLASLt and the memory-bound kernels are not modeled), so the column isolates the
 attention kernels' distance from their roofline. No factor is added for mma.sync against Hopper's
@@ -334,12 +335,14 @@ def dq_designs(m):
         per pair (64 x 64), and K and V read again (2 x 64 x hd bf16: a head's K and V tiles are
         read by each of its query tiles, reuse an L2 can serve);
       one-pass (FlashAttention-2's loop): the dK/dV kernel forms dQ's part dS K of every visited
-        tile without recomputing, and hands it to the tile's query rows: a (64 x hd) fp32 part
-        written and read once per visited tile (per-tile partials summed in a fixed order; FA2's
-        atomic adds move the same bytes, in no fixed order), dS through shared memory besides.
+        tile without recomputing, and hands it to the tile's query rows through an fp32 dQ buffer
+        in global memory, dS through shared memory besides. Its traffic lies between a floor, the
+        fp32 buffer written and read once (an L2 that holds the buffer absorbs every add: FA2's
+        atomic adds resolve there), and an upper bound, each visited tile's (64 x hd) fp32 part
+        written and read once at HBM (per-tile partials summed in a fixed order, none in the L2).
     Returns one dict per head kind present and a total: tiles; the two-pass's recompute (flops, ex2,
     compute_s = max of the two at peak) and re-read bytes (reread_hbm_s: were none an L2 hit); the
-    one-pass's handoff bytes (handoff_hbm_s at HBM bandwidth)."""
+    one-pass's handoff bytes (handoff_hbm_s, the upper bound) and floor bytes (floor_hbm_s)."""
     NH, G, P, B, T = (m[k] for k in ("NH", "G", "P", "B", "T"))
     hd = m["C"] // NH
     out = []
@@ -351,9 +354,11 @@ def dq_designs(m):
         ex2 = tiles * TILE * TILE
         reread = tiles * 2 * TILE * hd * ACT
         handoff = tiles * 2 * TILE * hd * F32
+        floor = 2 * B * T * heads * hd * F32
         out.append(dict(kind=kind, heads=heads, hd=hd, tiles=tiles, recompute_flops=flops, recompute_ex2=ex2,
                         compute_s=max(flops / PEAK_FLOPS, ex2 / SFU_RATE), reread_bytes=reread,
-                        reread_hbm_s=reread / BANDWIDTH, handoff_bytes=handoff, handoff_hbm_s=handoff / BANDWIDTH))
+                        reread_hbm_s=reread / BANDWIDTH, handoff_bytes=handoff, handoff_hbm_s=handoff / BANDWIDTH,
+                        floor_bytes=floor, floor_hbm_s=floor / BANDWIDTH))
     total = {k: sum(r[k] for r in out) for k in out[0] if k not in ("kind", "heads", "hd")}
     out.append(dict(total, kind="all", heads=NH, hd=hd))
     return out
@@ -363,13 +368,14 @@ def dq_designs_markdown(name, m):
     rows = dq_designs(m)
     out = [f"**{name}** (B {m['B']} x T {m['T']}, per layer; modeled, not measured on a GPU)", "",
            "| heads | hd | visited tiles | two-pass: recompute GFLOP | ex2 (M) | compute µs | K, V re-read MB | "
-           "µs if all from HBM | one-pass: dQ handoff MB (fp32, written + read) | µs at HBM |",
+           "µs if all from HBM | one-pass: dQ handoff, floor - bound MB | µs at HBM |",
            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         kind = "all" if r["kind"] == "all" else f"{r['heads']} {r['kind']}"
         out.append(f"| {kind} | {r['hd']} | {r['tiles']:,} | {r['recompute_flops'] / 1e9:,.2f} | "
                    f"{r['recompute_ex2'] / 1e6:,.1f} | {fmt_us(r['compute_s'])} | {r['reread_bytes'] / 1e6:,.1f} | "
-                   f"{fmt_us(r['reread_hbm_s'])} | {r['handoff_bytes'] / 1e6:,.1f} | {fmt_us(r['handoff_hbm_s'])} |")
+                   f"{fmt_us(r['reread_hbm_s'])} | {r['floor_bytes'] / 1e6:,.1f} - {r['handoff_bytes'] / 1e6:,.1f} | "
+                   f"{fmt_us(r['floor_hbm_s'])} - {fmt_us(r['handoff_hbm_s'])} |")
     return "\n".join(out)
 
 

@@ -15,8 +15,8 @@
 //                                           tensor-core forward, run by no program: in --check)
 //   attention_ls --check-one -T 100 ...     validate the one shape given by the flags (every version)
 //   attention_ls --sweep-full [--version V] forward + backward sweep around the 64-row tiles (hd 32,
-//                                           one local + one global head, statistics on, determinism;
-//                                           default version 6): every P in 1..192 at T = 192 (windows starting
+//                                           a third at hd 64, a quarter soft-capped; one local + one
+//                                           global head, statistics on, determinism; default version 6): every P in 1..192 at T = 192 (windows starting
 //                                           and ending on every tile, warp and 8-key edge) and every T
 //                                           in 1..192, each with one P of {1, 8, 63, 64, 65, 128, T,
 //                                           T+1} in turn. Long when emulated.
@@ -654,8 +654,12 @@ int main(int argc, char** argv) {
                 // every other shape with a near/far distance that moves across the tile edges, up to
                 // 140: from 80 on, some warps' interior tiles are all near (the FA2 forward's shortcut)
                 const int near = (T + P) % 2 ? 1 + (T + 3 * P) % 140 : 0;
-                // two shapes in three split the FA2 kernels' tile loops into chunks of 1 or 2 tiles
-                const Shape sh{1, T, 2, 32, 1, P, 0.0f, near, (T + 2 * P) % 3};
+                // two shapes in three split the FA2 kernels' tile loops into chunks of 1 or 2 tiles; one
+                // in three at hd 64, one in four with soft-cap (the backward's pair skips at both head
+                // sizes that skip, with and without tanh)
+                const int hd = (T + P) % 3 == 1 ? 64 : 32;
+                const float softcap = (T + 5 * P) % 4 == 2 ? 2.0f : 0.0f;
+                const Shape sh{1, T, 2, hd, 1, P, softcap, near, (T + 2 * P) % 3};
                 if (!validate(sh, sv, gen, false, true, true, sweep_full)) failed++;
             }
             printf("%s: %d of %zu (T, P) shapes passed\n", failed ? "FAIL" : "OK", (int)tp.size() - failed, tp.size());

@@ -416,8 +416,8 @@ __device__ __forceinline__ void fa2_bwd_q_tile(float (&dq)[HD / 8][4], const uin
 // part. The blocks of a split query tile leave their dQ sums and the last to arrive adds them in
 // chunk order (fa2_sum_acc) and writes them.
 // Registers: hd 32 without soft-cap asks for 4 blocks/SM (at most 128 registers: ptxas's own choice
-// was 129, 3 blocks/SM) and hd 64 for 3 (with the split's sums ptxas chose 230: 2 blocks/SM); the
-// others keep ptxas's choice.
+// was 129, 3 blocks/SM) and hd 64 for 3 (with the split's sums ptxas chose 230: 2 blocks/SM; at its
+// 168 one LDL/STL pair outside the tile loop); the others keep ptxas's choice.
 template <int HD, bool SOFTCAP>
 __global__ void __launch_bounds__(kAttnMmaThreads, HD == 32 && !SOFTCAP ? 4
                                                    : HD == 64           ? 3
