@@ -60,7 +60,7 @@ __device__ __forceinline__ void fa2_load_a(uint32_t (&a)[4], const char* rows, i
 // One 16-column pair np of s = A1 B1^T, dp = A2 B2^T, dims ks*16 .. +15: x1, x2 the A fragments of
 // the warp's 16 rows, B1, B2 rows np*16 .. +15 of the swizzled tiles b1, b2 (n-major: plain
 // ldmatrix; matrices (rows np*16 + 0..7 | 8..15) x (dims ks*16 + 0..7 | 8..15)), accumulated into
-// s[2*np + 0..1], dp[2*np + 0..1] (columns nb*8 + 2c + {0,1}).
+// s[sb], s[sb + 1], dp[sb], dp[sb + 1] (the pair's two 8-column blocks: columns 2c + {0,1} of each).
 template <int HD, int NB>
 __device__ __forceinline__ void fa2_pair_step(float (&s)[NB][4], float (&dp)[NB][4], const uint32_t (&x1)[4],
                                               const uint32_t (&x2)[4], const char* b1, const char* b2, int ks, int np,
