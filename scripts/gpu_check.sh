@@ -200,9 +200,11 @@ skip_step() {
 # Emulated runs: the thread schedules each launch runs under (two, compared bit for bit = the race
 # check) and the lab's --check arguments; the whole-backend tests run hundreds of launches of kernels
 # the labs already race-check, so one schedule (Makefile: EMU_SCHEDULES, EMU_BACKEND_SCHEDULES); the
-# one kernel of their own, attention_probs, has no shared memory and no barrier.
+# one kernel of their own, attention_probs, has no shared memory and no barrier. The attention lab's
+# --sweep (attention_ls_sweep) too: it checks the tile and window edges, which no schedule changes,
+# on kernels whose races --check --small and the sanitize stage look for under two schedules.
 emu_schedules() {
-    case $1 in test_cuda_model|test_cuda_generate|test_cuda_attention_probs) echo "${EMU_BACKEND_SCHEDULES:-greedy-forward}" ;;
+    case $1 in test_cuda_model|test_cuda_generate|test_cuda_attention_probs|attention_ls_sweep) echo "${EMU_BACKEND_SCHEDULES:-greedy-forward}" ;;
         *) echo "${EMU_SCHEDULES:-greedy-forward,greedy-reverse}" ;; esac
 }
 run_bin() {  # run_bin NAME BINARY ARGS...: the binary, under the emulation's settings when emulating
@@ -244,7 +246,7 @@ run_tests() {  # run_tests BUILD_DIR TAG: every GPU test and every lab --check o
     fi
     # the attention lab's window / length sweep around the tile edges (the FA2-class forward and backward, BF16 build)
     if [ -z "$tag" ]; then
-        if [ -x "$dir/dev/attention_ls" ]; then step "sweep:attention_ls" 600 run_bin attention_ls "$dir/dev/attention_ls" --sweep
+        if [ -x "$dir/dev/attention_ls" ]; then step "sweep:attention_ls" 600 run_bin attention_ls_sweep "$dir/dev/attention_ls" --sweep
         else fail_step "sweep:attention_ls" "not built"; fi
     fi
 }

@@ -17,8 +17,8 @@
    the FA2-class forward's V operand and the FA2-class backward's dO / Q / K operands loaded without
    .trans; a wrong C/D row in the emulation's own mma table, a wrong .trans lane map and a swapped
    matrix order of .x4 in its ldmatrix, a missing cp.async.wait_group in the cp.async test kernel,
-   the emulated ex2 without its flush of subnormal results and the emulated tanh.approx with twice
-   the ISA's error), builds the emulated lab or test from the mutated copy (with ASan, without UBSan: no mutant's failure is UBSan's) and expects its
+   the emulated ex2 without its flush of subnormal results, the emulated tanh.approx with twice
+   the ISA's error and the emulated redux.sync.or without lane 31), builds the emulated lab or test from the mutated copy (with ASan, without UBSan: no mutant's failure is UBSan's) and expects its
    check to fail in the stated way. Nothing broken is committed.
 
 Needs the emulated build (`make emu`, part of `make test`); a missing binary is a failure.
@@ -209,6 +209,12 @@ MUTANTS = {
         "return __atomic_fetch_add(a, b, __ATOMIC_SEQ_CST);",
         "return __atomic_add_fetch(a, b, __ATOMIC_SEQ_CST);",
         "build/emu/test_gpu/test_grid_arrival", [], "FAIL atom.global.add.u32"),
+    # the emulated redux.sync.or.b32 without the last lane of the warp in its OR
+    "emulated-redux-or-drops-lane-31": (
+        "dev/emu/redux.h",
+        "for (int lane = 0; lane < kWarpSize; lane++) {",
+        "for (int lane = 0; lane < kWarpSize - 1; lane++) {",
+        "build/emu/test_gpu/test_redux", [], "FAIL redux.sync.or.b32"),
     # the bias gradient's last block adds its 8 sums starting from one its index picks: the bits then
     # depend on which block arrives last, which differs between the two schedules' block orders
     "bias-sum-in-arrival-order": (

@@ -289,6 +289,25 @@ def test_report_lists_every_attention_kernel_with_its_hot_loop(report):
             assert loop["min_path"]["HMMA"] == loop["max_path"]["HMMA"] == hd
 
 
+def test_fa2_forward_meets_the_static_targets_of_issue_26(report):
+    """Issue 26's forward targets, read from the binaries (static, not a timing): every FA2-class
+    forward without the near/far statistics (those run only with --near) takes at most 1.5x its
+    interior trip's instructions on its longest masked trip, and the trainer's forwards (statistics
+    on, no soft-cap) at most ~11 instructions per HMMA at hd 32 and ~7 at hd 64 on an interior tile.
+    A change that fails this gave back what docs/cuda_kernels.md records."""
+    by_name = {k["name"]: k for k in report["kernels"]}
+    for hd in (32, 64, 128):
+        for stats in ("false", "true"):
+            for cap in ("false", "true"):
+                name = f"attn_fwd_fa2_kernel<{hd}, {stats}, false, {cap}>"
+                (loop, ) = by_name[name]["hot_loops"]
+                ratio = loop["masked_path"]["instructions"] / loop["full_path"]["instructions"]
+                assert ratio <= 1.5, f"{name}: masked trip {ratio:.3f}x the interior one (target 1.5)"
+    for hd, target in ((32, 11.0), (64, 7.0)):
+        (loop, ) = by_name[f"attn_fwd_fa2_kernel<{hd}, true, false, false>"]["hot_loops"]
+        assert loop["instructions_per_hmma"]["full_path"] <= target, (hd, loop["instructions_per_hmma"])
+
+
 def test_report_covers_the_other_ops(report):
     groups = {k["group"] for k in report["kernels"]}
     for g in ("layernorm", "adamw", "classifier", "encoder", "gelu", "global norm", "qk-norm"):

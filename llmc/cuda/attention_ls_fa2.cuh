@@ -153,13 +153,18 @@ __device__ __forceinline__ uint32_t fa2_lane_offset(int row, int chunk0) {
 // j8 of matrix mi: a orders the matrices (rows 0..7, cols 0..7), (8..15, 0..7), (0..7, 8..15),
 // (8..15, 8..15) - Q as the A operand, V as the B operand through .trans; b orders them (0..7,
 // 0..7), (0..7, 8..15), (8..15, 0..7), (8..15, 8..15) - K as the B operand of two n8 blocks.
+// b1 and col2 are used at hd 32 only (room under its register bound; at hd 64, under its 168,
+// ptxas spilled them into the loop): without them a masked trip re-derived both (4 + 3 instructions).
 template <int HD>
 struct Fa2LaneOffsets {
-    uint32_t a, b;
+    uint32_t a, b, b1;  // b1 = b ^ 32: K's dims 16..31
+    int col2;           // 2 (lane % 4): the thread's first column of an accumulator block
     __device__ __forceinline__ Fa2LaneOffsets() {
         const int lane = threadIdx.x % 32, mi = lane / 8, j8 = lane % 8;
+        col2 = (int)opaque_u32(2u * (uint32_t)(lane % 4));
         a = opaque_u32(fa2_lane_offset<HD>((mi & 1) * 8 + j8, mi >> 1));
         b = opaque_u32(fa2_lane_offset<HD>((mi >> 1) * 8 + j8, mi & 1));
+        b1 = opaque_u32(b ^ 32u);
     }
 };
 
@@ -356,25 +361,19 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const Fa2ScoreBitTable
                                          const int (&i_row)[2], int k0, int r0, int T, bool local, int P, float mul,
                                          float scale_over_cap, int near_n) {
     constexpr int KS = HD / 16, NB = kAttnMmaBK / 8, DB = HD / 8;
-    const int c = threadIdx.x % 4;
     // a global head as a local one with a window past every row (key_lo = 0 for rows < T + 64): one
     // code path for both kinds
     const int window = local ? P : T + kAttnMmaBQ;
     // masked: row hf sees keys [key_lo, i] (none past T): bit 2nb + e + 16hf of vis_bits is score
-    // s[nb][2hf + e]'s. The warp's visible 16-key pairs: bit 4np of vis_pairs set when a lane sees
-    // a key of pair np (its bits 4np .. 4np+3 of either row), the OR over the warp; lane 0's copy
-    // makes the pair skips below uniform (no WARPSYNC per pair, no divergence fallback at the
-    // row-max shuffles). test/test_attention_tiles.cpp checks them against brute-force visibility.
-    const int kc = k0 + 2 * c;  // this thread's first key
+    // s[nb][2hf + e]'s. vis_any: the OR of vis_bits over the warp (one REDUX, its result in a
+    // uniform register); the warp sees 16-key pair np when any of its bits 4np .. 4np+3 (either row)
+    // is set, the same test in every lane, so the pair skips below are uniform (no WARPSYNC per pair,
+    // no divergence fallback at the row-max shuffles). test/test_attention_tiles.cpp checks the pair
+    // rule against brute-force visibility.
+    const int kc = k0 + (HD == 32 ? off.col2 : 2 * (threadIdx.x % 4));  // this thread's first key
     const unsigned vis_bits = MASK ? fa2_query_rows_bits(tab, i_row, kc, T, true, window) : 0u;
-    unsigned vis_pairs = 0x1111u;
-    if (MASK) {
-        unsigned any = vis_bits | (vis_bits >> 16);
-#pragma unroll
-        for (int d = 1; d < 32; d *= 2) any |= __shfl_xor_sync(0xffffffffu, any, d);
-        any |= any >> 1;
-        vis_pairs = __shfl_sync(0xffffffffu, any | (any >> 2), 0);
-    }
+    const unsigned vis_any = MASK ? redux_sync_or_b32(vis_bits, 0xffffffffu) : ~0u;
+    auto pair_seen = [&](int np) { return (vis_any & (0x000f000fu << (4 * np))) != 0u; };
 
     // S = Q K^T: s[nb] covers keys k0 + nb*8 + 2c + {0,1} of rows g, g+8
     float s[NB][4];
@@ -389,7 +388,7 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const Fa2ScoreBitTable
     // (dims 0..7 | 8..15)), multiplied into s[2np], s[2np + 1]; each s block adds its ks in order
     auto qk_pair = [&](const uint32_t(&qk)[4], int ks, int np) {
         uint32_t kb[4];
-        ldmatrix_x4(kb, k_bytes + (k_off ^ (32u * ks)) + np * ROW16);
+        ldmatrix_x4(kb, k_bytes + (HD == 32 && ks == 1 ? off.b1 : k_off ^ (32u * ks)) + np * ROW16);
         mma_bf16_16816(s[2 * np], qk, kb[0], kb[1]);
         mma_bf16_16816(s[2 * np + 1], qk, kb[2], kb[3]);
     };
@@ -397,7 +396,7 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const Fa2ScoreBitTable
                                // pair's 4 dependent HMMAs took NOPs: ks outer there)
 #pragma unroll
         for (int np = 0; np < NB / 2; np++) {
-            if (MASK && !((vis_pairs >> (4 * np)) & 1u)) continue;
+            if (MASK && !pair_seen(np)) continue;
 #pragma unroll
             for (int ks = 0; ks < KS; ks++) qk_pair(qa[ks], ks, np);
         }
@@ -413,7 +412,7 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const Fa2ScoreBitTable
             }
 #pragma unroll
             for (int np = 0; np < NB / 2; np++)
-                if (!MASK || ((vis_pairs >> (4 * np)) & 1u)) qk_pair(qk, ks, np);  // warp-uniform
+                if (!MASK || pair_seen(np)) qk_pair(qk, ks, np);  // warp-uniform
         }
     }
 
@@ -510,7 +509,7 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const Fa2ScoreBitTable
     const uint32_t v_off = off.a;
 #pragma unroll
     for (int kk = 0; kk < NB / 2; kk++) {
-        if (MASK && !((vis_pairs >> (4 * kk)) & 1u)) continue;  // p = 0 on both blocks
+        if (MASK && !pair_seen(kk)) continue;  // p = 0 on both blocks
         uint32_t pa[4];
         mma_acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
 #pragma unroll

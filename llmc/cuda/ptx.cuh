@@ -1,7 +1,7 @@
 // Inline PTX, one device function per instruction: the only place the kernels touch PTX, so that
 // the emulated build (make emu) swaps in a twin written from NVIDIA's PTX ISA document
 // (dev/emu/mma.h, dev/emu/ldmatrix.h, dev/emu/cp_async.h, dev/emu/ex2.h, dev/emu/tanh.h,
-// dev/emu/atomic.h) and nothing else changes.
+// dev/emu/redux.h, dev/emu/atomic.h) and nothing else changes.
 // Shared-memory addresses are passed as generic pointers; on the GPU the wrapper converts them to
 // the .shared window (__cvta_generic_to_shared), in the emulation the pointer is the address.
 #pragma once
@@ -15,6 +15,7 @@
 #include "dev/emu/ex2.h"
 #include "dev/emu/ldmatrix.h"
 #include "dev/emu/mma.h"
+#include "dev/emu/redux.h"
 #include "dev/emu/tanh.h"
 #endif
 
@@ -210,6 +211,23 @@ __device__ __forceinline__ float tanh_approx(float a) {
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
     float d;
     asm("tanh.approx.f32 %0, %1;\n" : "=f"(d) : "f"(a));
+    return d;
+#else
+    __trap();
+    return a;
+#endif
+}
+
+// ---- redux: a warp-wide bitwise OR -------------------------------------------------------------
+// redux.sync.or.b32 d, a, membermask;  each thread named in membermask (every one of them executing
+// it with the same membermask, the caller among them) receives the OR of a over those threads. One
+// REDUX, its result in a uniform register (a 5-step shuffle tree takes ~10 instructions). sm_80+.
+__device__ __forceinline__ uint32_t redux_sync_or_b32(uint32_t a, uint32_t membermask) {
+#if defined(LLMC_EMULATE)
+    return ::llmc::emu::redux_sync_or_b32(a, membermask);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    uint32_t d;
+    asm volatile("redux.sync.or.b32 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(membermask));
     return d;
 #else
     __trap();
