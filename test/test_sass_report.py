@@ -293,7 +293,8 @@ def test_fa2_forward_meets_the_static_targets_of_issue_26(report):
     """Issue 26's forward targets, read from the binaries (static, not a timing): every FA2-class
     forward without the near/far statistics (those run only with --near) takes at most 1.5x its
     interior trip's instructions on its longest masked trip, and the trainer's forwards (statistics
-    on, no soft-cap) at most ~11 instructions per HMMA at hd 32 and ~7 at hd 64 on an interior tile.
+    on, no soft-cap) at most ~11 instructions per HMMA at hd 32 and ~7 at hd 64 on an interior tile;
+    LDSM and LDGSTS in every FA2-class kernel, no STS in the forward's loop, one MUFU.EX2 per score.
     A change that fails this gave back what docs/cuda_kernels.md records."""
     by_name = {k["name"]: k for k in report["kernels"]}
     for hd in (32, 64, 128):
@@ -306,6 +307,17 @@ def test_fa2_forward_meets_the_static_targets_of_issue_26(report):
     for hd, target in ((32, 11.0), (64, 7.0)):
         (loop, ) = by_name[f"attn_fwd_fa2_kernel<{hd}, true, false, false>"]["hot_loops"]
         assert loop["instructions_per_hmma"]["full_path"] <= target, (hd, loop["instructions_per_hmma"])
+    # ldmatrix and cp.async in every FA2-class kernel's interior trip; the forward stores nothing to
+    # shared memory in its loop (no transposed copies) and takes one MUFU.EX2 per score (a warp's 16 x
+    # 64 scores over 32 lanes) plus one per row for the rescale
+    for k in report["kernels"]:
+        if "_fa2_kernel<" not in k["name"]:
+            continue
+        (loop, ) = k["hot_loops"]
+        assert loop["full_path"]["LDSM"] > 0 and loop["full_path"]["LDGSTS"] > 0, k["name"]
+        if k["name"].startswith("attn_fwd_fa2_kernel<"):
+            assert loop["body"]["STS"] == 0, k["name"]
+            assert loop["full_path"]["MUFU.EX2"] == 16 * 64 // 32 + 2, k["name"]
 
 
 def test_report_covers_the_other_ops(report):
