@@ -264,39 +264,35 @@ TEST_CASE("attention tiles: a warp's visible 16-key pairs and a thread's score b
         }
 }
 
-TEST_CASE("attention tiles: a warp's 16-wide pairs holding a visible score, by enumeration", "[attention][tiles]") {
-    // The MMA-block skips of the FA2-class backward (llmc/cuda/attention_ls_fa2_bwd.cuh): dQ's warp
-    // owns rows r0 .. r0+15 of a 64-key tile at k0 (attn_rows_key_pairs: bit 4np when some row < T
-    // sees a key of k0 + 16np .. +15), dK/dV's warp owns keys kw .. kw+15 of a query tile at q0
-    // (attn_keys_query_pairs: bit 4np when a query of q0 + 16np .. +15 below T sees one of the keys
-    // below T). Every window P from 1 to past two tiles, T up to three tiles and a few rows past,
-    // warps on every 16-row step, tiles at every 64 (and 32: hd 128's dK/dV query tiles) offset a
-    // loop visits, and some no loop visits.
+TEST_CASE("attention tiles: the dK/dV warp's 16-query pairs from its score bits, by enumeration",
+          "[attention][tiles]") {
+    // The FA2-class dK/dV backward (llmc/cuda/attention_ls_fa2_bwd.cuh) skips a masked tile's
+    // 16-query pair np when no thread of the warp (keys kw .. kw+15; thread c: queries q0 + 2c + 8nb
+    // + e) has a score bit of that pair set (bits 4np .. 4np+3 of either key's half: the OR over the
+    // warp). That must be exactly the pairs in which a query < T sees a key < T. (The forward and
+    // dQ side, rows over keys, is the first case above.) Every window P from 1 to past two tiles, T
+    // up to three tiles and a few keys past, warps on every 16-key step, query tiles at every 32
+    // offset (hd 128's are 32 queries: pairs 0 and 1), and some no loop visits.
     for (bool local : {true, false})
         for (int P = 1; P <= (local ? 140 : 1); P++)
             for (int T : {1, 15, 16, 17, 63, 64, 65, 100, 128, 129, 191, 192, 193})
-                for (int w0 = 0; w0 < T + 16; w0 += 16)
-                    for (int t0 = -64; t0 <= T + 64; t0 += 32) {
-                        unsigned rows_want = 0, keys_want = 0;
+                for (int kw = 0; kw < T + 16; kw += 16)
+                    for (int q0 = -64; q0 <= T + 64; q0 += 32) {
+                        unsigned want = 0, from_bits = 0;
                         for (int np = 0; np < 4; np++)
-                            for (int a = w0; a < std::min(w0 + 16, T); a++)
-                                for (int b = t0 + 16 * np; b < std::min(t0 + 16 * np + 16, T); b++) {
-                                    if (b < 0) continue;
-                                    if (visible_brute(a, b, local, P)) rows_want |= 1u << (4 * np);  // row a, key b
-                                    if (visible_brute(b, a, local, P)) keys_want |= 1u << (4 * np);  // query b, key a
-                                }
-                        INFO("local " << local << " P " << P << " T " << T << " warp " << w0 << " tile " << t0);
-                        REQUIRE(llmc::attn_rows_key_pairs(w0, t0, T, local, P) == rows_want);
-                        REQUIRE(llmc::attn_keys_query_pairs(w0, t0, T, local, P) == keys_want);
+                            for (int j = kw; j < std::min(kw + 16, T); j++)
+                                for (int i = std::max(0, q0 + 16 * np); i < std::min(q0 + 16 * np + 16, T); i++)
+                                    if (visible_brute(i, j, local, P)) want |= 1u << np;
+                        for (int j = kw; j < kw + 16; j++)
+                            for (int c = 0; c < 4; c++) {
+                                const int qc = q0 + 2 * c, last = local ? std::min(T - 1, j + P - 1) : T - 1;
+                                const unsigned bits = llmc::attn_thread_score_bits(j - qc, last - qc);
+                                for (int np = 0; np < 4; np++)
+                                    if ((bits >> (4 * np)) & 0xFu) from_bits |= 1u << np;
+                            }
+                        INFO("local " << local << " P " << P << " T " << T << " keys " << kw << " tile " << q0);
+                        REQUIRE(from_bits == want);
                     }
-    // the runs themselves: every first, last (including far outside 0..3)
-    for (int first = -9; first <= 9; first++)
-        for (int last = -9; last <= 9; last++) {
-            unsigned want = 0;
-            for (int np = 0; np < 4; np++)
-                if (np >= first && np <= last) want |= 1u << (4 * np);
-            REQUIRE(llmc::attn_pair_run_bits(first, last) == want);
-        }
 }
 
 // ------------------------------------------------------------------------------------------------

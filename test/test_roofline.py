@@ -274,7 +274,7 @@ def test_dq_designs_at_the_paper_shape():
 
 @pytest.mark.parametrize("T,P", [(192, 50), (130, 64), (129, 17), (100, 100), (64, 1)])
 def test_warp_pairs_are_the_pairs_holding_a_visible_score(T, P):
-    # the model's port of attn_rows_key_pairs / attn_keys_query_pairs against the mask: a warp of 16
+    # the model's pair count (the kernels' pairs holding a visible score) against the mask: a warp of 16
     # rows (keys) and a pair of 16 keys (queries) of a tile at t0
     for local in (True, False):
         mk = mask(T, P, local)

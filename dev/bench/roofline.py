@@ -188,9 +188,10 @@ def masked_tiles(T, window, local, tile=TILE):
 
 def warp_pairs(side, w0, t0, T, window, local):
     """How many of a 64 x 64 tile's four 16-wide pairs a warp computes on a masked tile (the
-    FA2-class kernels' skips; llmc/core/attention_tiles.h): side "rows", a warp of rows w0 .. w0+15
-    over the keys t0 .. t0+63 (attn_rows_key_pairs: forward, dQ); side "keys", a warp of keys w0 ..
-    w0+15 over the queries t0 .. t0+63 (attn_keys_query_pairs: dK/dV). Only the rows / keys < T."""
+    FA2-class kernels' skips: the pairs holding a visible score, from the OR of the warp's score
+    bits): side "rows", a warp of rows w0 .. w0+15 over the keys t0 .. t0+63 (forward, dQ); side
+    "keys", a warp of keys w0 .. w0+15 over the queries t0 .. t0+63 (dK/dV). Only the rows / keys < T.
+    The visible part is one run of pairs (the windows [key_lo(i), i] move right with i)."""
     if w0 >= T:
         return 0
     last_own = min(w0 + 15, T - 1)

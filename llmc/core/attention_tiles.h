@@ -117,30 +117,6 @@ LLMC_HD inline int attn_score_bits_hi_index(int hi) { return attn_imin(attn_imax
 LLMC_HD inline unsigned attn_score_bits_at_least(int lo_index) { return attn_thread_score_bits(lo_index, 57); }
 LLMC_HD inline unsigned attn_score_bits_at_most(int hi_index) { return attn_thread_score_bits(0, hi_index - 1); }
 
-// A warp's 16-wide pairs of a tile that hold a visible score, for the kernels' warp-uniform skips
-// of MMA blocks: bit 4np set for pair np (np = 0..3), the others 0. The visible part of a warp's
-// 16 rows (or keys) is one run of pairs, because the windows [key_lo(i), i] move right with i.
-// attn_pair_run_bits(first, last): pairs first..last (none when last < first), branch-free
-// (clamped to first in 0..4, last in -1..3, the two halves are disjoint then).
-LLMC_HD inline unsigned attn_pair_run_bits(int first, int last) {
-    first = attn_imin(attn_imax(first, 0), 4);
-    last = attn_imax(attn_imin(last, 3), -1);
-    return (0x1111u << (4 * first)) & (0x1111u >> (4 * (3 - last)));
-}
-// Forward / dQ: the 16-key pairs of the key tile at k0 in which the rows r0 .. r0+15 (those < T)
-// see a key: the keys [key_lo(r0), last row] (>> 4: floor).
-LLMC_HD inline unsigned attn_rows_key_pairs(int r0, int k0, int T, bool local, int P) {
-    const int last_row = attn_imin(r0 + 15, T - 1);
-    return r0 < T ? attn_pair_run_bits((attn_key_lo(r0, local, P) - k0) >> 4, (last_row - k0) >> 4) : 0u;
-}
-// dK / dV: the 16-query pairs of the query tile at q0 in which a query sees one of the keys
-// kw .. kw+15 (those < T): the queries [kw, min(T-1, last key + P - 1)] ([kw, T-1] for a global head).
-LLMC_HD inline unsigned attn_keys_query_pairs(int kw, int q0, int T, bool local, int P) {
-    const int last_key = attn_imin(kw + 15, T - 1);
-    const int last_query = local ? attn_imin(T - 1, last_key + P - 1) : T - 1;
-    return kw < T ? attn_pair_run_bits((kw - q0) >> 4, (last_query - q0) >> 4) : 0u;
-}
-
 // Soft-cap: returns s' = c*tanh(s/c) (s itself when c <= 0) and t = tanh(s/c) (0 when off) for
 // the backward's derivative ds'/ds = 1 - t^2.
 LLMC_HD inline float attn_softcap(float s, float cap, float& t) {

@@ -42,7 +42,7 @@
 #include "llmc/cuda/attention_ls_common.cuh"
 #include "llmc/cuda/attention_ls_mma.cuh"  // pack_bf16x2, mma_acc_to_a, mma_store_row
 #include "llmc/cuda/grid_arrival.cuh"      // arrive_last
-#include "llmc/cuda/ptx.cuh"               // mma_bf16_16816, ldmatrix_x4(_trans), cp_async_*, ex2_approx_ftz
+#include "llmc/cuda/ptx.cuh"  // mma_bf16_16816, ldmatrix_x4(_trans), cp_async_*, ex2_approx_ftz, redux_sync_or_b32
 
 namespace llmc::cuda {
 

@@ -17,8 +17,8 @@
 //   (dQ is a pass of its own, which recomputes S and dP, where FlashAttention-2 hands each tile's dS K
 //   over in fp32 through global memory; docs/attention_kernel.md, "Why dQ has a pass of its own".)
 // At hd 32 / 64 a tile is taken one 16-wide pair (16 queries for dK/dV, 16 keys for dQ) at a time
-// through all its products, and a masked tile skips the pairs its warp cannot see
-// (attn_keys_query_pairs, attn_rows_key_pairs); at hd 128 every pair, the products one after the other.
+// through all its products, and a masked tile skips the pairs its warp cannot see (the OR of its
+// threads' score bits); at hd 128 every pair, the products one after the other.
 // Every tile is row-major (row = token) and XOR-swizzled (llmc/core/smem_swizzle.h), as in the
 // forward (llmc/cuda/attention_ls_fa2.cuh, whose tile loader and lane offsets this file reuses).
 // Fragments (PTX ISA "Matrix Fragments for mma.m16n8k16", g = lane/4, c = lane%4):
@@ -39,7 +39,7 @@
 #include "llmc/cuda/attention_ls_common.cuh"
 #include "llmc/cuda/attention_ls_fa2.cuh"  // Fa2TileCopy, fa2_lane_offset, fa2_query_rows_bits
 #include "llmc/cuda/attention_ls_mma.cuh"  // mma_acc_to_a, mma_store_row
-#include "llmc/cuda/ptx.cuh"               // mma_bf16_16816, ldmatrix_x4(_trans), cp_async_*, ex2_approx_ftz
+#include "llmc/cuda/ptx.cuh"  // mma_bf16_16816, ldmatrix_x4(_trans), cp_async_*, ex2_approx_ftz, redux_sync_or_b32
 
 namespace llmc::cuda {
 
@@ -129,8 +129,9 @@ __device__ __forceinline__ void fa2_acc_times_block(float (&acc)[HD / 8][4], con
 // (fa2_pair_step), then finish(s0, s1, d0, d1, np) turns pair np's two 8-column blocks of S and dP
 // into the A operands of the second products, and accumulate(s0, s1, d0, d1, np) adds their terms
 // (the second products' k block np). With A in registers (hd 32 / 64) one pair at a time through
-// all of it, skipping the pairs whose bit 4np of pairs is clear (warp-uniform; a skipped pair's
-// blocks are never read, so never zeroed); at hd 128 (A reloaded from the tiles a1, a2 per 16
+// all of it, skipping pair np when pairs, the OR of the warp's score words (bit 2nb + e + 16hf per
+// thread), has none of the bits 0x000f000f << 4np (its 16 x 16 scores: warp-uniform; a skipped
+// pair's blocks are never read, so never zeroed); at hd 128 (A reloaded from the tiles a1, a2 per 16
 // dims, dims outer) every pair's products first, then every finish, then every accumulate.
 template <int HD, int NB, typename Finish, typename Accumulate>
 __device__ __forceinline__ void fa2_tile_pairs(const uint32_t (&a1r)[kFa2BwdAFrags<HD>][4],
@@ -140,7 +141,7 @@ __device__ __forceinline__ void fa2_tile_pairs(const uint32_t (&a1r)[kFa2BwdAFra
     if constexpr (kFa2BwdARegs<HD>) {
 #pragma unroll
         for (int np = 0; np < NB / 2; np++) {
-            if (!((pairs >> (4 * np)) & 1u)) continue;
+            if (!(pairs & (0x000f000fu << (4 * np)))) continue;
             float s[2][4] = {}, dp[2][4] = {};  // columns np*16 + nb*8 + 2c + {0,1}
 #pragma unroll
             for (int ks = 0; ks < HD / 16; ks++) fa2_pair_step<HD, 2>(s, dp, a1r[ks], a2r[ks], b1, b2, ks, np, 0);
@@ -219,11 +220,9 @@ __device__ __forceinline__ void fa2_bwd_kv_tile(float (&dk)[HD / 8][4], float (&
     };
     const char* q_bytes = reinterpret_cast<const char*>(sQ);
     const char* do_bytes = reinterpret_cast<const char*>(sdO);
-    // masked: the 16-query pairs in which a query sees one of the warp's keys (attn_keys_query_pairs
-    // of its first key; lane 0's copy: warp-uniform)
-    const unsigned pairs =
-        MASK ? __shfl_sync(0xffffffffu, attn_keys_query_pairs(j_row[0] - threadIdx.x % 32 / 4, q0, T, local, P), 0)
-             : 0x1111u;
+    // masked: the OR of vis_bits over the warp (one REDUX, a uniform register): the 16-query pairs in
+    // which a query sees one of the warp's keys have a bit set (fa2_tile_pairs)
+    const unsigned pairs = MASK ? redux_sync_or_b32(vis_bits, 0xffffffffu) : ~0u;
     // S^T = K Q^T, dP^T = V dO^T (16 keys, BQ queries); dV += P^T dO, dK += dS^T Q (B: k = query,
     // n = dim, from the row-major tiles, transposed)
     fa2_tile_pairs<HD, NB>(
@@ -394,11 +393,9 @@ __device__ __forceinline__ void fa2_bwd_q_tile(float (&dq)[HD / 8][4], const uin
         }
     };
     const char* k_bytes = reinterpret_cast<const char*>(sK);
-    // masked: the 16-key pairs in which one of the warp's rows sees a key (attn_rows_key_pairs of its
-    // first row; lane 0's copy: warp-uniform)
-    const unsigned pairs =
-        MASK ? __shfl_sync(0xffffffffu, attn_rows_key_pairs(i_row[0] - threadIdx.x % 32 / 4, k0, T, local, P), 0)
-             : 0x1111u;
+    // masked: the OR of vis_bits over the warp (one REDUX, a uniform register): the 16-key pairs in
+    // which one of the warp's rows sees a key have a bit set (fa2_tile_pairs)
+    const unsigned pairs = MASK ? redux_sync_or_b32(vis_bits, 0xffffffffu) : ~0u;
     // S = Q K^T, dP = dO V^T (16 rows, 64 keys); dQ += dS K (B: k = key, n = dim, from the row-major
     // K tile, transposed)
     fa2_tile_pairs<HD, NB>(
