@@ -221,8 +221,8 @@ __device__ __forceinline__ void fa2_bwd_kv_tile(float (&dk)[HD / 8][4], float (&
     const char* q_bytes = reinterpret_cast<const char*>(sQ);
     const char* do_bytes = reinterpret_cast<const char*>(sdO);
     // masked: the OR of vis_bits over the warp (one REDUX, a uniform register): the 16-query pairs in
-    // which a query sees one of the warp's keys have a bit set (fa2_tile_pairs)
-    const unsigned pairs = MASK ? redux_sync_or_b32(vis_bits, 0xffffffffu) : ~0u;
+    // which a query sees one of the warp's keys have a bit set (fa2_tile_pairs; hd 128 skips none)
+    const unsigned pairs = MASK && kFa2BwdARegs<HD> ? redux_sync_or_b32(vis_bits, 0xffffffffu) : ~0u;
     // S^T = K Q^T, dP^T = V dO^T (16 keys, BQ queries); dV += P^T dO, dK += dS^T Q (B: k = query,
     // n = dim, from the row-major tiles, transposed)
     fa2_tile_pairs<HD, NB>(
@@ -394,8 +394,8 @@ __device__ __forceinline__ void fa2_bwd_q_tile(float (&dq)[HD / 8][4], const uin
     };
     const char* k_bytes = reinterpret_cast<const char*>(sK);
     // masked: the OR of vis_bits over the warp (one REDUX, a uniform register): the 16-key pairs in
-    // which one of the warp's rows sees a key have a bit set (fa2_tile_pairs)
-    const unsigned pairs = MASK ? redux_sync_or_b32(vis_bits, 0xffffffffu) : ~0u;
+    // which one of the warp's rows sees a key have a bit set (fa2_tile_pairs; hd 128 skips none)
+    const unsigned pairs = MASK && kFa2BwdARegs<HD> ? redux_sync_or_b32(vis_bits, 0xffffffffu) : ~0u;
     // S = Q K^T, dP = dO V^T (16 rows, 64 keys); dQ += dS K (B: k = key, n = dim, from the row-major
     // K tile, transposed)
     fa2_tile_pairs<HD, NB>(
