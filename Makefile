@@ -348,7 +348,8 @@ emu-fp32-trainer: $(EMU_CPU_KERNELS) $(BUILD)/emu/train_gpt2_ls.o  # built here,
 # greedy-reverse: dev/emu/block.h) whose results must be bit-identical (a race or a missing
 # barrier ends the run naming the kernel), under AddressSanitizer + UBSan; the attention lab uses
 # its --small matrix. The whole-backend tests (hundreds of launches of kernels the labs already
-# race-check) run under one schedule, EMU_BACKEND_SCHEDULES. GPU_CHECK_EMU_PARTS picks the stages:
+# race-check) and the attention lab's --sweep (tile and window edges) run under one schedule,
+# EMU_BACKEND_SCHEDULES. GPU_CHECK_EMU_PARTS picks the stages:
 # make test runs all but the FP32 stage (the whole FP32 emulated build and its runs, ~10 min on 2
 # cores; its first stage runs the FP32 test_cuda_model); `make test-emu GPU_CHECK_EMU_PARTS=all`
 # runs everything. The report: $(BUILD)/gpu_check_emu/report/report.txt.

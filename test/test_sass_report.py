@@ -302,6 +302,7 @@ def test_fa2_forward_meets_the_static_targets_of_issue_26(report):
             for cap in ("false", "true"):
                 name = f"attn_fwd_fa2_kernel<{hd}, {stats}, false, {cap}>"
                 (loop, ) = by_name[name]["hot_loops"]
+                assert loop["masked_path"] is not None, f"{name}: no masked trip found in its hot loop"
                 ratio = loop["masked_path"]["instructions"] / loop["full_path"]["instructions"]
                 assert ratio <= 1.5, f"{name}: masked trip {ratio:.3f}x the interior one (target 1.5)"
     for hd, target in ((32, 11.0), (64, 7.0)):

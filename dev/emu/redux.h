@@ -4,7 +4,9 @@
 //                                          have executed it with the same membermask, then each
 //                                          receives d = the bitwise OR of a over those threads
 // A thread absent from its own membermask, or threads naming different masks, are undefined on a
-// GPU: the warp exchange (block.h) refuses both ("emulated device error: ..."). sm_80+.
+// GPU: the warp exchange (block.h) refuses both ("emulated device error: ..."). The ISA reduces over
+// the non-exited threads of the mask; a lane of the mask that has exited is reported as a deadlock
+// here (stricter: no kernel of ours calls it after lanes exit). sm_80+.
 // test/gpu/test_redux.cu checks this reading of the ISA, on emulation and on a GPU. The wrapper
 // that calls it is llmc::cuda::redux_sync_or_b32 (llmc/cuda/ptx.cuh).
 #pragma once

@@ -153,18 +153,19 @@ __device__ __forceinline__ uint32_t fa2_lane_offset(int row, int chunk0) {
 // j8 of matrix mi: a orders the matrices (rows 0..7, cols 0..7), (8..15, 0..7), (0..7, 8..15),
 // (8..15, 8..15) - Q as the A operand, V as the B operand through .trans; b orders them (0..7,
 // 0..7), (0..7, 8..15), (8..15, 0..7), (8..15, 8..15) - K as the B operand of two n8 blocks.
-// b1 and col2 are used at hd 32 only (room under its register bound; at hd 64, under its 168,
-// ptxas spilled them into the loop): without them a masked trip re-derived both (4 + 3 instructions).
+// b1 serves every head size; col2 is computed and used at hd 32 only (room under its register
+// bound; at hd 64, under its 168, ptxas spilled it into the loop). Without them a masked hd-32 trip
+// re-derived both (4 + 3 instructions).
 template <int HD>
 struct Fa2LaneOffsets {
     uint32_t a, b, b1;  // b1 = b ^ 32: K's dims 16..31
     int col2;           // 2 (lane % 4): the thread's first column of an accumulator block
     __device__ __forceinline__ Fa2LaneOffsets() {
         const int lane = threadIdx.x % 32, mi = lane / 8, j8 = lane % 8;
-        col2 = (int)opaque_u32(2u * (uint32_t)(lane % 4));
         a = opaque_u32(fa2_lane_offset<HD>((mi & 1) * 8 + j8, mi >> 1));
         b = opaque_u32(fa2_lane_offset<HD>((mi >> 1) * 8 + j8, mi & 1));
         b1 = opaque_u32(b ^ 32u);
+        col2 = HD == 32 ? (int)opaque_u32(2u * (uint32_t)(lane % 4)) : 0;
     }
 };
 
@@ -388,7 +389,7 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const Fa2ScoreBitTable
     // (dims 0..7 | 8..15)), multiplied into s[2np], s[2np + 1]; each s block adds its ks in order
     auto qk_pair = [&](const uint32_t(&qk)[4], int ks, int np) {
         uint32_t kb[4];
-        ldmatrix_x4(kb, k_bytes + (HD == 32 && ks == 1 ? off.b1 : k_off ^ (32u * ks)) + np * ROW16);
+        ldmatrix_x4(kb, k_bytes + (ks == 1 ? off.b1 : k_off ^ (32u * ks)) + np * ROW16);
         mma_bf16_16816(s[2 * np], qk, kb[0], kb[1]);
         mma_bf16_16816(s[2 * np + 1], qk, kb[2], kb[3]);
     };

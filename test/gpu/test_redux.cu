@@ -36,7 +36,9 @@ int main() {
     using namespace redux_test;
     if (!gpu_test::have_gpu("test_redux")) return 1;
     std::printf("test_redux: redux.sync.or.b32 per the PTX ISA\n");
-    std::mt19937 gen(std::random_device{}());
+    const unsigned seed = std::random_device{}();
+    std::printf("  seed %u\n", seed);
+    std::mt19937 gen(seed);
     std::vector<uint32_t> masks = {0xffffffffu, 0x55555555u, 0x80000001u, 0x00000400u, 0x0000ffffu, 0xffff0000u};
     for (int k = 0; k < 10; k++) masks.push_back((uint32_t)gen() | 1u << (gen() % 32));  // never empty
     const int cases = 2 * (int)masks.size();  // each mask with distinct bits, then with random words
