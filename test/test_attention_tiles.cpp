@@ -214,7 +214,7 @@ TEST_CASE("attention tiles: a warp's visible 16-key pairs and a thread's score b
                                     local ? llmc::attn_key_lo(i, true, P) : llmc::attn_key_lo(i, true, T + 64);
                                 const unsigned bits = llmc::attn_thread_score_bits(lo - kc, (i < T ? i : -1) - kc);
                                 for (int np = 0; np < 4; np++)
-                                    if ((bits >> (4 * np)) & 0xFu) from_bits |= 1u << np;
+                                    if (bits & llmc::attn_pair_bits(np)) from_bits |= 1u << np;
                                 for (int q = 0; q < 16; q++) {
                                     const int j = kc + 8 * (q / 2) + q % 2;
                                     const bool vis = i < T && j >= 0 && visible_brute(i, j, local, P);
@@ -288,7 +288,7 @@ TEST_CASE("attention tiles: the dK/dV warp's 16-query pairs from its score bits,
                                 const int qc = q0 + 2 * c, last = local ? std::min(T - 1, j + P - 1) : T - 1;
                                 const unsigned bits = llmc::attn_thread_score_bits(j - qc, last - qc);
                                 for (int np = 0; np < 4; np++)
-                                    if ((bits >> (4 * np)) & 0xFu) from_bits |= 1u << np;
+                                    if (bits & llmc::attn_pair_bits(np)) from_bits |= 1u << np;
                             }
                         INFO("local " << local << " P " << P << " T " << T << " keys " << kw << " tile " << q0);
                         REQUIRE(from_bits == want);

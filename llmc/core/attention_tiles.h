@@ -117,6 +117,12 @@ LLMC_HD inline int attn_score_bits_hi_index(int hi) { return attn_imin(attn_imax
 LLMC_HD inline unsigned attn_score_bits_at_least(int lo_index) { return attn_thread_score_bits(lo_index, 57); }
 LLMC_HD inline unsigned attn_score_bits_at_most(int hi_index) { return attn_thread_score_bits(0, hi_index - 1); }
 
+// The bits of a thread's score word (row hf's at bit 16hf, attn_thread_score_bits) that fall in the
+// 16-wide pair np (np = 0..3) of a 64-wide tile: the FA2-class kernels skip pair np of a masked
+// tile when the OR of their warp's words has none of them (a pair's 16 x 16 scores are spread over
+// the warp's lanes, so that is exactly "no visible score in the pair").
+LLMC_HD inline unsigned attn_pair_bits(int np) { return 0x000f000fu << (4 * np); }
+
 // Soft-cap: returns s' = c*tanh(s/c) (s itself when c <= 0) and t = tanh(s/c) (0 when off) for
 // the backward's derivative ds'/ds = 1 - t^2.
 LLMC_HD inline float attn_softcap(float s, float cap, float& t) {

@@ -374,7 +374,7 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const Fa2ScoreBitTable
     const int kc = k0 + (HD == 32 ? off.col2 : 2 * (threadIdx.x % 4));  // this thread's first key
     const unsigned vis_bits = MASK ? fa2_query_rows_bits(tab, i_row, kc, T, true, window) : 0u;
     const unsigned vis_any = MASK ? redux_sync_or_b32(vis_bits, 0xffffffffu) : ~0u;
-    auto pair_seen = [&](int np) { return (vis_any & (0x000f000fu << (4 * np))) != 0u; };
+    auto pair_seen = [&](int np) { return (vis_any & attn_pair_bits(np)) != 0u; };
 
     // S = Q K^T: s[nb] covers keys k0 + nb*8 + 2c + {0,1} of rows g, g+8
     float s[NB][4];

@@ -130,7 +130,7 @@ __device__ __forceinline__ void fa2_acc_times_block(float (&acc)[HD / 8][4], con
 // into the A operands of the second products, and accumulate(s0, s1, d0, d1, np) adds their terms
 // (the second products' k block np). With A in registers (hd 32 / 64) one pair at a time through
 // all of it, skipping pair np when pairs, the OR of the warp's score words (bit 2nb + e + 16hf per
-// thread), has none of the bits 0x000f000f << 4np (its 16 x 16 scores: warp-uniform; a skipped
+// thread), has none of its bits attn_pair_bits(np) (its 16 x 16 scores: warp-uniform; a skipped
 // pair's blocks are never read, so never zeroed); at hd 128 (A reloaded from the tiles a1, a2 per 16
 // dims, dims outer) every pair's products first, then every finish, then every accumulate.
 template <int HD, int NB, typename Finish, typename Accumulate>
@@ -141,7 +141,7 @@ __device__ __forceinline__ void fa2_tile_pairs(const uint32_t (&a1r)[kFa2BwdAFra
     if constexpr (kFa2BwdARegs<HD>) {
 #pragma unroll
         for (int np = 0; np < NB / 2; np++) {
-            if (!(pairs & (0x000f000fu << (4 * np)))) continue;
+            if (!(pairs & attn_pair_bits(np))) continue;
             float s[2][4] = {}, dp[2][4] = {};  // columns np*16 + nb*8 + 2c + {0,1}
 #pragma unroll
             for (int ks = 0; ks < HD / 16; ks++) fa2_pair_step<HD, 2>(s, dp, a1r[ks], a2r[ks], b1, b2, ks, np, 0);
