@@ -320,3 +320,40 @@ def test_masked_tiles_of_a_kernel_that_skips_pairs(tmp_path):
     per_tile = L * (4 + 3) * 2 * hd * 64 * 64  # dK/dV's 4 GEMMs and dQ's 3
     want = per_tile * (tiles - masked) * 8 / 4 / roofline.PEAK_FLOPS + per_tile * masked * (2 + f * 14) / 4 / roofline.PEAK_FLOPS
     assert bwd["modeled"] == pytest.approx(max(want, bwd["bytes_today"] / roofline.BANDWIDTH))
+
+
+def test_one_pass_kernel_is_kept_apart_and_modeled_per_visited_tile(tmp_path):
+    """The one-pass dK/dV kernel (attn_bwd_kv_fa2_kernel<HD, SOFTCAP, true>, lab version 7) never
+    stands in for the production kernel's figure (its per-HMMA rate here is the worse one), and its
+    design's time is 5 GEMMs per visited tile at its own rate against the compulsory bytes, the D
+    pass and the dQ parts (written and read once at the bound, the fp32 dQ once at the floor)."""
+    def loop(ipm):  # no masked path, and a shortest trip with HMMA: masked tiles at the max path's ipm
+        path = {"HMMA": 64}
+        return {"full_path": path, "max_path": dict(path), "min_path": dict(path),
+                "instructions_per_hmma": {"body": 50.0, "min_path": ipm, "max_path": ipm, "full_path": ipm}}
+    kernels = [{"name": "attn_fwd_fa2_kernel<32, true, false, false>", "hot_loops": [loop(8.0)]},
+               {"name": "attn_bwd_kv_fa2_kernel<32, false, false>", "hot_loops": [loop(4.0)]},
+               {"name": "attn_bwd_kv_fa2_kernel<32, false, true>", "hot_loops": [loop(16.0)]},
+               {"name": "attn_bwd_q_fa2_kernel<32, false>", "hot_loops": [loop(4.0)]}]
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps({"schema_version": 1, "kernels": kernels}))
+    sass = roofline.parse_sass(str(path))
+    assert sass[("attn_bwd_kv_fa2_kernel", 32)].eff == 1.0
+    assert sass[(roofline.ONE_PASS_KERNEL, 32)].eff == 4 / 16.0
+    m = roofline.MODELS["paper"]
+    B, T, C, NH, hd = m["B"], m["T"], m["C"], m["NH"], m["C"] // m["NH"]
+    N = B * T
+    tiles = sum(r["tiles"] for r in roofline.dq_designs(m) if r["kind"] != "all")
+    d = roofline.dq_designs_sass(m, sass)
+    assert d["one_pass_compute_s"] == pytest.approx(tiles * 5 * 2 * hd * 64 * 64 / (roofline.PEAK_FLOPS / 4))
+    io = (N * 3 * C + 2 * N * C) * 2 + N * NH * 4 + N * 3 * C * 2 + 2 * N * C * 2 + 2 * N * NH * 4
+    assert d["one_pass_bound_bytes"] == pytest.approx(io + tiles * 64 * hd * 4 * 2)
+    assert d["one_pass_floor_bytes"] == pytest.approx(io + 2 * N * NH * hd * 4)
+    for edge in ("floor", "bound"):
+        want = max(d["one_pass_compute_s"], d[f"one_pass_{edge}_bytes"] / roofline.BANDWIDTH)
+        assert d[f"one_pass_{edge}_s"] == pytest.approx(want)
+    # the two-pass: 4 + 3 GEMMs per visited tile at rate 1, against today's passes' bytes
+    assert d["two_pass_compute_s"] == pytest.approx(tiles * 7 * 2 * hd * 64 * 64 / roofline.PEAK_FLOPS)
+    # without a one-pass figure there is nothing to compare
+    del sass[(roofline.ONE_PASS_KERNEL, 32)]
+    assert roofline.dq_designs_sass(m, sass) is None

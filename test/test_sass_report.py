@@ -262,8 +262,10 @@ def test_report_lists_every_attention_kernel_with_its_hot_loop(report):
     # the FA2-class forward: statistics off, basic, basic + near/far (STATS, NEAR), soft-cap off / on
     wanted += [f"attn_fwd_fa2_kernel<{hd}, {sn}, {c}>" for hd in (32, 64, 128)
                for sn in ("false, false", "true, false", "true, true") for c in ("false", "true")]
-    wanted += [f"attn_bwd_{p}_fa2_kernel<{hd}, {c}>" for p in ("kv", "q") for hd in (32, 64, 128)
-               for c in ("false", "true")]
+    wanted += [f"attn_bwd_q_fa2_kernel<{hd}, {c}>" for hd in (32, 64, 128) for c in ("false", "true")]
+    # dK/dV (HD, SOFTCAP, ONEPASS): the two-pass kernel, and at hd 32 / 64 the one-pass one (lab version 7)
+    wanted += [f"attn_bwd_kv_fa2_kernel<{hd}, {c}, false>" for hd in (32, 64, 128) for c in ("false", "true")]
+    wanted += [f"attn_bwd_kv_fa2_kernel<{hd}, {c}, true>" for hd in (32, 64) for c in ("false", "true")]
     for name in wanted:
         assert name in by_name, f"{name} missing from the report"
         k = by_name[name]
@@ -280,7 +282,7 @@ def test_report_lists_every_attention_kernel_with_its_hot_loop(report):
     for p in ("kv", "q"):
         for c in ("false", "true"):
             for hd in (32, 64, 128):
-                (loop, ) = by_name[f"attn_bwd_{p}_fa2_kernel<{hd}, {c}>"]["hot_loops"]
+                (loop, ) = by_name[f"attn_bwd_{p}_fa2_kernel<{hd}, {c}{', false' if p == 'kv' else ''}>"]["hot_loops"]
                 assert (loop["min_path"]["HMMA"] == 0) == (hd != 128), (p, hd, c)
     # an mma.sync m16n8k16 per 16x8x16 block: the forward's S = QK^T and O += PV over a 64-key tile
     # are 2 * (16 x 64 x hd) / (16 x 8 x 16) = hd HMMA per warp on every path

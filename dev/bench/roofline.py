@@ -112,6 +112,11 @@ ATTENTION_KERNELS = {
     "attn_bwd_kv_fa2_kernel": ("attention bwd", 4, "keys"),  # S, dP = dO V^T, dV += P^T dO, dK += dS^T Q
     "attn_bwd_q_fa2_kernel": ("attention bwd", 3, "rows"),  # S, dP again, dQ += dS K
 }
+# The one-pass backward's dK/dV kernel (attn_bwd_kv_fa2_kernel<HD, SOFTCAP, true>, lab version 7:
+# AttnKernel::Fa2OnePass): the four GEMMs above and dQ's part dS K per visited tile. Its instances
+# are kept apart from the production kernel's under this key (dq_designs_sass), never in the step.
+ONE_PASS_KERNEL = "attn_bwd_kv_fa2_kernel+dq"
+ONE_PASS_GEMMS = 5
 
 
 @dataclass
@@ -365,7 +370,7 @@ def dq_designs(m):
     return out
 
 
-def dq_designs_markdown(name, m):
+def dq_designs_markdown(name, m, sass=None):
     rows = dq_designs(m)
     out = [f"**{name}** (B {m['B']} x T {m['T']}, per layer; modeled, not measured on a GPU)", "",
            "| heads | hd | visited tiles | two-pass: recompute GFLOP | ex2 (M) | compute µs | K, V re-read MB | "
@@ -377,7 +382,50 @@ def dq_designs_markdown(name, m):
                    f"{r['recompute_ex2'] / 1e6:,.1f} | {fmt_us(r['compute_s'])} | {r['reread_bytes'] / 1e6:,.1f} | "
                    f"{fmt_us(r['reread_hbm_s'])} | {r['floor_bytes'] / 1e6:,.1f} - {r['handoff_bytes'] / 1e6:,.1f} | "
                    f"{fmt_us(r['floor_hbm_s'])} - {fmt_us(r['handoff_hbm_s'])} |")
+    d = dq_designs_sass(m, sass) if sass is not None else None
+    if d is not None:
+        out += ["", f"**{name}**, the attention backward per layer from SASS figures (modeled, not measured on a GPU)", "",
+                "| design | tensor work at its SASS rate µs | MB | memory µs | modeled µs |", "|---|---:|---:|---:|---:|",
+                f"| two-pass (dK/dV + dQ kernels, built) | {fmt_us(d['two_pass_compute_s'])} | "
+                f"{d['two_pass_bytes'] / 1e6:,.1f} | {fmt_us(d['two_pass_bytes'] / BANDWIDTH)} | {fmt_us(d['two_pass_s'])} |"]
+        for edge in ("floor", "bound"):
+            out.append(f"| one-pass (lab version 7), handoff at its {edge} | {fmt_us(d['one_pass_compute_s'])} | "
+                       f"{d[f'one_pass_{edge}_bytes'] / 1e6:,.1f} | {fmt_us(d[f'one_pass_{edge}_bytes'] / BANDWIDTH)} | "
+                       f"{fmt_us(d[f'one_pass_{edge}_s'])} |")
     return "\n".join(out)
+
+
+def dq_designs_sass(m, sass):
+    """The attention backward per layer of model shape m in both designs, modeled from SASS figures
+    (MODELED, nothing measured): two-pass (built: the dK/dV and dQ kernels, sass_time of the step's
+    op with today's passes) and one-pass (lab version 7: the one-pass dK/dV kernel's tensor work,
+    ONE_PASS_GEMMS per visited tile at its SASS efficiency, masked tiles by its pair fraction, against
+    the compulsory traffic plus the D pass and the dQ parts' handoff, at its floor and at its bound
+    (dq_designs); one max(compute, bytes) per design, as sass_time). Returns None when the figures
+    of either design's kernels are missing."""
+    ops, info = step_ops(m, as_implemented=True)
+    o = next(x for x in ops if x.name == "attention bwd")
+    hd, L = info["hd"], o.count
+    fig = sass.get((ONE_PASS_KERNEL, hd))
+    two = sass_time(o, hd, sass)
+    if fig is None or two is None:
+        return None
+    kv = "attn_bwd_kv_fa2_kernel"
+    interior, on_masked = (x * ONE_PASS_GEMMS / ATTENTION_KERNELS[kv][1] for x in o.tile_flops[kv])
+    compute1 = interior / (PEAK_FLOPS * fig.eff) + on_masked / PEAK_FLOPS * masked_factor(fig, o.pair_fraction[kv])
+    compulsory = next(x for x in step_ops(m)[0] if x.name == "attention bwd").bytes
+    N, NH = m["B"] * m["T"], m["NH"]
+    io1 = compulsory + L * (2 * N * m["C"] * ACT + 2 * N * NH * F32)  # D: dO, O read; D written, read once
+    total = dq_designs(m)[-1]
+    compute2 = sum(sass_time(Op(o.name, o.phase, tile_flops={k: v}, pair_fraction=o.pair_fraction), hd, sass)
+                   for k, v in o.tile_flops.items())
+    out = dict(two_pass_compute_s=compute2 / L, two_pass_bytes=o.bytes / L, two_pass_s=two / L,
+               one_pass_compute_s=compute1 / L)
+    for edge, handoff in (("floor", total["floor_bytes"]), ("bound", total["handoff_bytes"])):
+        nbytes = io1 / L + handoff
+        out[f"one_pass_{edge}_bytes"] = nbytes
+        out[f"one_pass_{edge}_s"] = max(compute1 / L, nbytes / BANDWIDTH)
+    return out
 
 
 def parse_sass(path):
@@ -411,7 +459,7 @@ def parse_sass(path):
                 continue
             t = re.search(re.escape(base) + r"\s*<\s*(\d+)", name)
             hd = int(t.group(1)) if t else None
-            key = (base, hd)
+            key = (ONE_PASS_KERNEL if one_pass_instance(name) else base, hd)
             w = e.get("smem_wavefronts_per_hmma")
             fig = SassFigure(float(ipm), w, mufu, efficiency(ipm, w, mufu),
                              efficiency(ipm_masked if ipm_masked is not None else ipm, w,
@@ -432,6 +480,14 @@ def near_far_instance(name):
     t = re.search(r"attn_fwd_fa2_kernel\s*<([^>]*)>", name)
     args = [a.strip() for a in t.group(1).split(",")] if t else []
     return len(args) == 4 and args[2] == "true"
+
+
+def one_pass_instance(name):
+    """Whether name is the one-pass backward's dK/dV kernel (attn_bwd_kv_fa2_kernel<HD, SOFTCAP, ONEPASS>
+    with ONEPASS true), which the step does not run (lab version 7)."""
+    t = re.search(r"attn_bwd_kv_fa2_kernel\s*<([^>]*)>", name)
+    args = [a.strip() for a in t.group(1).split(",")] if t else []
+    return len(args) == 3 and args[2] == "true"
 
 
 @dataclass
@@ -615,7 +671,7 @@ def main(argv=None):
         results.append(dict(summary=summary, ops=rows))
         text.append(markdown(name, rows, summary, sass is not None))
         if a.dq_designs:
-            text.append(dq_designs_markdown(name, m))
+            text.append(dq_designs_markdown(name, m, sass))
     print("\n\n".join(text))
     if a.out:
         os.makedirs(a.out, exist_ok=True)

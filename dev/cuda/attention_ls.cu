@@ -7,11 +7,13 @@
 //   version 4: the first tensor-core forward + the scalar backward (isolates a failing tensor-core backward)
 //   version 5: the production FA2-class forward + the tensor-core backward (AttnKernel::Fa2; bf16, sm_80+)
 //   version 6: the FA2-class forward + the FA2-class backward (AttnKernel::Fa2Bwd; bf16, sm_80+)
-//   In the FP32 build versions 3, 4, 5 and 6 run the scalar kernels.
+//   version 7: the FA2-class forward + the one-pass FA2-class backward (AttnKernel::Fa2OnePass: dQ by
+//              parts from the dK/dV kernel, no dQ kernel; hd 128 runs version 6's backward; bf16, sm_80+)
+//   In the FP32 build versions 3 to 7 run the scalar kernels.
 // Usage:
 //   attention_ls --check                    validate every version on a matrix of shapes; exit 1 on failure
 //   attention_ls --check --small            a smaller matrix (every case kind, T <= 200), for the emulated build;
-//                                           versions 1, 2, 5, 6 unless --version (3 and 4, the first
+//                                           versions 1, 2, 5, 6, 7 unless --version (3 and 4, the first
 //                                           tensor-core forward, run by no program: in --check)
 //   attention_ls --check-one -T 100 ...     validate the one shape given by the flags (every version)
 //   attention_ls --sweep-full [--version V] forward + backward sweep around the 64-row tiles (hd 32,
@@ -32,7 +34,7 @@
 //   0, the default: chosen from the shape; the matrices and sweeps force 1-3 on some shapes)
 //   attention_ls ... --json                 timing of one version (default 6, the production path) as one JSON line (dev/bench)
 //   attention_ls ... --dump FILE            write qkv, out, lse of the production path (dev/bench)
-// The matrices and sweeps give about half their shapes a near/far distance (versions 2, 5, 6 compute
+// The matrices and sweeps give about half their shapes a near/far distance (versions 2, 5, 6, 7 compute
 // the near/far statistics: near mass, near and far max logit per head, checked like the others).
 // Validation: relative error ||x - ref|| / ||ref|| of out, lse, dqkv (and the statistics), fresh
 // random inputs (seed printed; --seed to repeat), outputs poisoned with NaN first, every element
@@ -76,7 +78,7 @@ struct Shape {
 };
 
 // The versions whose forward computes the near/far statistics (Scalar, Fa2; the Mma forward does not).
-bool version_has_near(int version) { return version == 2 || version == 5 || version == 6; }
+bool version_has_near(int version) { return version == 2 || version >= 5; }
 
 // ------------------------------------------------------------------------------------------------
 // Version 1: naive kernels, one thread per (b, h, row), probabilities materialized in att (B,NH,T,T)
@@ -180,13 +182,22 @@ __global__ void naive_dqkv_kernel(floatX* dqkv, const float* dS, const float* at
 // ------------------------------------------------------------------------------------------------
 // Device buffers of one problem and the dispatch by version
 // ------------------------------------------------------------------------------------------------
+// The backward's kernel family of versions 2 .. 7.
+AttnKernel backward_kind(int version) {
+    return version == 6                   ? AttnKernel::Fa2Bwd
+           : version == 7                 ? AttnKernel::Fa2OnePass
+           : version == 3 || version == 5 ? AttnKernel::Mma
+                                          : AttnKernel::Scalar;  // 2, 4: scalar
+}
+
 struct Problem {
     Shape s;
     DeviceBuffer<floatX> qkv, out, dout, dqkv;
     DeviceBuffer<float> lse, stats, stats_scratch, bwd_scratch, att, dS;
     DeviceBuffer<float> split_part;   // the FA2-class kernels' split partials (any contents)
     DeviceBuffer<uint32_t> arrivals;  // its arrival counters (zero; every forward leaves them zero)
-    explicit Problem(const Shape& sh, bool naive) : s(sh) {
+    explicit Problem(const Shape& sh, int version) : s(sh) {
+        const bool naive = version == 1;
         const size_t N = (size_t)s.B * s.T;
         qkv.resize(N * 3 * s.C());
         out.resize(N * s.C());
@@ -195,7 +206,8 @@ struct Problem {
         lse.resize((size_t)s.B * s.NH * s.T);
         stats.resize(kAttnStatsNear * s.NH);
         stats_scratch.resize(attention_stats_scratch_floats(s.B, s.T, s.NH));
-        bwd_scratch.resize(attention_ls_backward_scratch_floats(s.B, s.T, s.C(), s.NH));
+        bwd_scratch.resize(
+            attention_ls_backward_scratch_floats_with(backward_kind(version), s.B, s.T, s.C(), s.NH, s.G, s.P));
         split_part.resize(attention_split_scratch_floats(s.B, s.T, s.C(), s.NH, s.G, s.P, s.split));
         arrivals.resize(attention_split_arrivals(s.B, s.T, s.NH), true);
         if (naive) {
@@ -218,6 +230,7 @@ void run_forward(int version, Problem& p, const floatX* qkv, bool with_stats, cu
     const AttnKernel kind = version == 2   ? AttnKernel::Scalar
                             : version == 5 ? AttnKernel::Fa2
                             : version == 6 ? AttnKernel::Fa2Bwd
+                            : version == 7 ? AttnKernel::Fa2OnePass
                                            : AttnKernel::Mma;  // 3, 4: the first tensor-core forward
     attention_ls_forward_with(kind, p.out.get(), p.lse.get(), qkv, s.B, s.T, s.C(), s.NH, s.G, s.P, s.softcap,
                               with_stats ? p.stats.get() : nullptr, p.stats_scratch.get(), st,
@@ -236,11 +249,8 @@ void run_backward(int version, Problem& p, const floatX* qkv, const floatX* dout
         CUDA_CHECK_LAUNCH();
         return;
     }
-    const AttnKernel kind = version == 6                   ? AttnKernel::Fa2Bwd
-                            : version == 3 || version == 5 ? AttnKernel::Mma
-                                                           : AttnKernel::Scalar;  // 2, 4: scalar
-    attention_ls_backward_with(kind, p.dqkv.get(), dout, qkv, p.out.get(), p.lse.get(), s.B, s.T, s.C(), s.NH, s.G, s.P,
-                               s.softcap, p.bwd_scratch.get(), st, p.split_scratch());
+    attention_ls_backward_with(backward_kind(version), p.dqkv.get(), dout, qkv, p.out.get(), p.lse.get(), s.B, s.T,
+                               s.C(), s.NH, s.G, s.P, s.softcap, p.bwd_scratch.get(), st, p.split_scratch());
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -420,7 +430,7 @@ bool validate(const Shape& s, const std::vector<int>& versions, std::mt19937_64&
 
     bool all_ok = true;
     for (int v : versions) {
-        Problem p(s, v == 1);
+        Problem p(s, v);
         CUDA_CHECK(cudaMemcpy(p.qkv.get(), qkv_x.data(), qkv_x.size() * sizeof(floatX), cudaMemcpyHostToDevice));
         CUDA_CHECK(cudaMemcpy(p.dout.get(), dout_x.data(), dout_x.size() * sizeof(floatX), cudaMemcpyHostToDevice));
         // poison every output (0xFF bytes are NaN in fp32 and bf16)
@@ -513,7 +523,7 @@ struct Timing {
 };
 
 Timing time_version(int version, const Shape& s, int reps) {
-    Problem p(s, version == 1);
+    Problem p(s, version);
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     // rotate inputs over copies whose total exceeds twice the L2 so no run finds its inputs cached
@@ -561,7 +571,7 @@ Timing time_version(int version, const Shape& s, int reps) {
 int usage() {
     fprintf(
         stderr,
-        "usage: attention_ls [--check [--small] | --check-one | --sweep | --sweep-full] [--version 1|2|3|4|5|6] [-B n] [-T n] [--nh n] [--hd 32|64|128] [-G n] [-P n]\n"
+        "usage: attention_ls [--check [--small] | --check-one | --sweep | --sweep-full] [--version 1..7] [-B n] [-T n] [--nh n] [--hd 32|64|128] [-G n] [-P n]\n"
         "                    [--softcap c] [--near N] [--split S] [--reps n] [--seed n] [--json] [--dump FILE]\n");
     return 2;
 }
@@ -602,7 +612,7 @@ int main(int argc, char** argv) {
         else if (k == "--dump") dump = val();
         else return usage();
     }
-    if (version < 0 || version > 6) return usage();
+    if (version < 0 || version > 7) return usage();
 
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -614,8 +624,8 @@ int main(int argc, char** argv) {
     const bool has_mma = prop.major >= 8;
     std::vector<int> versions;
     if (version) versions = {version};
-    else if (check && small) versions = has_mma ? std::vector<int>{1, 2, 5, 6} : std::vector<int>{1, 2};
-    else versions = has_mma ? std::vector<int>{1, 2, 3, 4, 5, 6} : std::vector<int>{1, 2};
+    else if (check && small) versions = has_mma ? std::vector<int>{1, 2, 5, 6, 7} : std::vector<int>{1, 2};
+    else versions = has_mma ? std::vector<int>{1, 2, 3, 4, 5, 6, 7} : std::vector<int>{1, 2};
     if (!has_mma && version >= 3) {
         printf("attention_ls: version %d needs sm_80+, this is sm_%d%d\n", version, prop.major, prop.minor);
         return 1;
@@ -733,7 +743,7 @@ int main(int argc, char** argv) {
         }
 
         if (!dump.empty()) {  // production path on one shape, for dev/bench/attention_vs_torch.py
-            Problem p(s, false);
+            Problem p(s, 6);
             std::normal_distribution<float> nd(0.0f, 1.0f);
             std::vector<float> q(p.qkv.size());
             for (auto& x : q) x = nd(gen);

@@ -20,6 +20,10 @@
 //   AttnKernel::Fa2Bwd  the Fa2 forward + the FlashAttention-2-class backward (the same techniques;
 //                       dK/dV kernel over key tiles, dQ kernel over query tiles;
 //                       llmc/cuda/attention_ls_fa2_bwd.cuh). sm_80+.
+//   AttnKernel::Fa2OnePass  the Fa2 forward + the one-pass FA2-class backward at hd 32 / 64 (the
+//                       dK/dV kernel also forms each tile's dQ part dS K into an fp32 buffer, a small
+//                       kernel sums the parts per query tile in key-tile order; no dQ kernel); hd 128
+//                       runs Fa2Bwd's backward. Lab only (version 7), to time against Fa2Bwd.
 // attention_ls_forward/backward (the contract's functions) use attention_default_kernel():
 // Fa2Bwd in the bf16 build, Scalar in the FP32 build. The *_with variants let the lab pick.
 //
@@ -61,7 +65,7 @@ namespace llmc::cuda {
 // Scalar: fp32-FMA kernels. Mma: the first tensor-core forward + the tensor-core backward.
 // Fa2: the FlashAttention-2-class forward (llmc/cuda/attention_ls_fa2.cuh) + the Mma backward.
 // Fa2Bwd: the Fa2 forward + the FlashAttention-2-class backward (llmc/cuda/attention_ls_fa2_bwd.cuh).
-enum class AttnKernel { Scalar, Mma, Fa2, Fa2Bwd };
+enum class AttnKernel { Scalar, Mma, Fa2, Fa2Bwd, Fa2OnePass };
 
 // Whether a kind's forward soft-caps with tanh.approx.f32 (the FA2-class forward) rather than
 // tanhf: whatever recomputes p = exp(s' - lse) from that forward's lse caps the same way (the
@@ -71,7 +75,7 @@ inline bool attention_caps_with_tanh_approx(AttnKernel kind) {
     (void)kind;
     return false;  // the FP32 build runs the Scalar kernels for every kind
 #else
-    return kind == AttnKernel::Fa2 || kind == AttnKernel::Fa2Bwd;
+    return kind == AttnKernel::Fa2 || kind == AttnKernel::Fa2Bwd || kind == AttnKernel::Fa2OnePass;
 #endif
 }
 
@@ -169,6 +173,30 @@ inline size_t attention_ls_backward_scratch_floats(int B, int T, int C, int NH) 
     return (size_t)B * NH * T;
 }
 
+// The one-pass backward's dQ parts per query tile of 64 (Fa2DqParts::span): the most key tiles of 64
+// a query tile of any head visits.
+inline int attention_dq_parts_span(int T, int NH, int G, int P) {
+    int span = 0;
+    for (int qt = 0; qt < (int)ceil_div(T, kAttnMmaBQ); qt++)
+        for (int local = 0; local < 2; local++)
+            if (local ? NH - G > 0 : G > 0)
+                span = std::max(span, attn_kv_tile_end(qt, kAttnMmaBQ, kAttnMmaBK, T) -
+                                          attn_kv_tile_begin(qt, kAttnMmaBQ, kAttnMmaBK, local != 0, P));
+    return span;
+}
+// Backward scratch of a kernel family: D, then for Fa2OnePass at hd 32 / 64 (bf16 build) the dQ
+// parts, (B, NH, query tiles, span, 64 x hd) fp32.
+inline size_t attention_ls_backward_scratch_floats_with(AttnKernel kind, int B, int T, int C, int NH, int G, int P) {
+    size_t n = attention_ls_backward_scratch_floats(B, T, C, NH);
+#if !defined(ENABLE_FP32)
+    if (kind == AttnKernel::Fa2OnePass && C / NH <= 64)
+        n += (size_t)B * NH * ceil_div(T, kAttnMmaBQ) * attention_dq_parts_span(T, NH, G, P) * kAttnMmaBQ * (C / NH);
+#else
+    (void)kind, (void)G, (void)P;
+#endif
+    return n;
+}
+
 inline void attention_ls_check_args(int B, int T, int C, int NH, int G, int P) {
     if (B < 1 || T < 1)
         throw InputError("attention: B and T must be >= 1 (got B=" + std::to_string(B) + ", T=" + std::to_string(T) +
@@ -215,7 +243,7 @@ inline void attn_forward_launch(AttnKernel kind, floatX* out, float* lse, const 
                                 int NH, int G, int P, float softcap, float* part, int near_n, int& nqt,
                                 AttnSplitScratch split_scratch, cudaStream_t st) {
 #if !defined(ENABLE_FP32)
-    if (kind == AttnKernel::Fa2 || kind == AttnKernel::Fa2Bwd) {
+    if (kind == AttnKernel::Fa2 || kind == AttnKernel::Fa2Bwd || kind == AttnKernel::Fa2OnePass) {
         attention_ls_check_aligned(qkv, "qkv");
         attention_ls_check_aligned(out, "out");
         nqt = (int)ceil_div(T, kAttnMmaBQ);
@@ -371,10 +399,12 @@ inline void attn_backward_mma_launch(floatX* dqkv, const floatX* dout, const flo
     CUDA_CHECK_LAUNCH();
 }
 
+// dq.part non-null (one pass, hd 32 / 64): the dK/dV kernel also writes the dQ parts and
+// attn_bwd_dq_reduce_kernel sums them, instead of the dQ kernel.
 template <int HD>
 inline void attn_backward_fa2_launch(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
                                      const float* D, int B, int T, int C, int NH, int G, int P, float softcap,
-                                     const AttnSplitScratch& split_scratch, cudaStream_t st) {
+                                     const AttnSplitScratch& split_scratch, Fa2DqParts dq, cudaStream_t st) {
     attention_ls_check_aligned(dqkv, "dqkv");
     attention_ls_check_aligned(dout, "dout");
     attention_ls_check_aligned(qkv, "qkv");
@@ -383,11 +413,28 @@ inline void attn_backward_fa2_launch(floatX* dqkv, const floatX* dout, const flo
     const AttnSplitPlan q_plan = attention_split_plan_for(attention_split_geom_rows(T, P), B, NH, G, split_scratch);
     const Fa2Split kv_split = attention_split_args(kv_plan, B, split_scratch);
     const Fa2Split q_split = attention_split_args(q_plan, B, split_scratch);
+    if constexpr (kFa2BwdARegs<HD>) {
+        if (dq.part) {  // one pass
+            constexpr size_t kv_bytes = Fa2BwdKvSmem<HD>::bytes + kFa2BwdOnePassExtraBytes;
+            auto go = [&](auto kv_kernel) {  // soft-cap as a template parameter: one dispatch here
+                attn_set_smem(kv_kernel, kv_bytes);
+                launch_kernel(kv_kernel, dim3((unsigned)kv_plan.blocks), kAttnMmaThreads, kv_bytes, st, dqkv, dout, qkv,
+                              lse, D, T, C, NH, G, P, softcap, kv_split, dq);
+                CUDA_CHECK_LAUNCH();
+            };
+            if (softcap > 0.0f) go(attn_bwd_kv_fa2_kernel<HD, true, true>);
+            else go(attn_bwd_kv_fa2_kernel<HD, false, true>);
+            launch_kernel(attn_bwd_dq_reduce_kernel<HD>, (unsigned)(B * NH * ceil_div(T, kAttnMmaBQ)), kAttnMmaThreads,
+                          0, st, dqkv, dq, T, C, NH, G, P);
+            CUDA_CHECK_LAUNCH();
+            return;
+        }
+    }
     auto go = [&](auto kv_kernel, auto q_kernel) {  // soft-cap as a template parameter: one dispatch here
         attn_set_smem(kv_kernel, Fa2BwdKvSmem<HD>::bytes);
         attn_set_smem(q_kernel, Fa2BwdQSmem<HD>::bytes);
         launch_kernel(kv_kernel, dim3((unsigned)kv_plan.blocks), kAttnMmaThreads, Fa2BwdKvSmem<HD>::bytes, st, dqkv,
-                      dout, qkv, lse, D, T, C, NH, G, P, softcap, kv_split);
+                      dout, qkv, lse, D, T, C, NH, G, P, softcap, kv_split, Fa2DqParts{});
         CUDA_CHECK_LAUNCH();
         launch_kernel(q_kernel, dim3((unsigned)q_plan.blocks), kAttnMmaThreads, Fa2BwdQSmem<HD>::bytes, st, dqkv, dout,
                       qkv, lse, D, T, C, NH, G, P, softcap, q_split);
@@ -399,8 +446,9 @@ inline void attn_backward_fa2_launch(floatX* dqkv, const floatX* dout, const flo
 #endif
 
 // The backward with an explicit kernel family: Mma and Fa2 = tensor-core dK/dV and dQ kernels (bf16 build,
-// sm_80+), Fa2Bwd = the FlashAttention-2-class dK/dV and dQ kernels (bf16 build, sm_80+), Scalar = the
-// fp32-FMA kernels (the FP32 build always runs these; Mma, Fa2 and Fa2Bwd fall back to them).
+// sm_80+), Fa2Bwd = the FlashAttention-2-class dK/dV and dQ kernels (bf16 build, sm_80+), Fa2OnePass = the
+// one-pass FA2-class backward (scratch: attention_ls_backward_scratch_floats_with), Scalar = the
+// fp32-FMA kernels (the FP32 build always runs these; Mma, Fa2, Fa2Bwd and Fa2OnePass fall back to them).
 inline void attention_ls_backward_with(AttnKernel kind, floatX* dqkv, const floatX* dout, const floatX* qkv,
                                        const floatX* out, const float* lse, int B, int T, int C, int NH, int G, int P,
                                        float softcap, float* scratch, cudaStream_t st,
@@ -412,12 +460,18 @@ inline void attention_ls_backward_with(AttnKernel kind, floatX* dqkv, const floa
     launch_kernel(attn_bwd_dot_kernel, (unsigned)ceil_div(rows, 8), 256, 0, st, D, dout, out, B, T, C, NH);
     CUDA_CHECK_LAUNCH();
 #if !defined(ENABLE_FP32)
-    if (kind == AttnKernel::Fa2Bwd) {
+    if (kind == AttnKernel::Fa2Bwd || kind == AttnKernel::Fa2OnePass) {
+        // Fa2OnePass: the dQ parts follow D in scratch (attention_ls_backward_scratch_floats_with)
+        Fa2DqParts dq;
+        if (kind == AttnKernel::Fa2OnePass && hd <= 64) {
+            dq.part = scratch + attention_ls_backward_scratch_floats(B, T, C, NH);
+            dq.span = attention_dq_parts_span(T, NH, G, P);
+        }
         if (hd == 32)
-            attn_backward_fa2_launch<32>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, split_scratch, st);
+            attn_backward_fa2_launch<32>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, split_scratch, dq, st);
         else if (hd == 64)
-            attn_backward_fa2_launch<64>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, split_scratch, st);
-        else attn_backward_fa2_launch<128>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, split_scratch, st);
+            attn_backward_fa2_launch<64>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, split_scratch, dq, st);
+        else attn_backward_fa2_launch<128>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, split_scratch, dq, st);
         return;
     }
     if (kind == AttnKernel::Mma || kind == AttnKernel::Fa2) {

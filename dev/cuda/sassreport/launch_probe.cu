@@ -40,8 +40,12 @@ void attention(const char* hd) {
         }
     }
     for (const char* softcap : {"false", "true"}) {
-        std::snprintf(name, sizeof name, "attn_bwd_kv_fa2_kernel<%s, %s>", hd, softcap);
+        std::snprintf(name, sizeof name, "attn_bwd_kv_fa2_kernel<%s, %s, false>", hd, softcap);
         line(name, kAttnMmaThreads, Fa2BwdKvSmem<HD>::bytes);
+        if (kFa2BwdARegs<HD>) {  // the one-pass dK/dV kernel (AttnKernel::Fa2OnePass, lab version 7)
+            std::snprintf(name, sizeof name, "attn_bwd_kv_fa2_kernel<%s, %s, true>", hd, softcap);
+            line(name, kAttnMmaThreads, Fa2BwdKvSmem<HD>::bytes + kFa2BwdOnePassExtraBytes);
+        }
         std::snprintf(name, sizeof name, "attn_bwd_q_fa2_kernel<%s, %s>", hd, softcap);
         line(name, kAttnMmaThreads, Fa2BwdQSmem<HD>::bytes);
     }
