@@ -327,6 +327,13 @@ attention_batch_scaling() {  # one JSON line per batch size: LS (G 1) and all-gl
     for b in 1 4 8 16; do
         build/dev/attention_ls --json -B "$b" -T 2048 --nh 6 --hd 32 -G 1 -P 50 --split 1000 || return 1
     done
+    # the backward's two designs (docs/attention_kernel.md, "Why dQ has a pass of its own"): version 6
+    # (two-pass, production) and 7 (one-pass) at the paper shape and at GPT-2 124M's (12 heads of 64)
+    local v
+    for v in 6 7; do
+        build/dev/attention_ls --json --version "$v" -B 16 -T 2048 --nh 6 --hd 32 -G 1 -P 50 || return 1
+        build/dev/attention_ls --json --version "$v" -B 16 -T 1024 --nh 12 --hd 64 -G 12 -P 1024 || return 1
+    done
 }
 
 stage_bench() {  # peer benchmarks; the end-to-end one is its own stage, torch_fast_model.py is a module

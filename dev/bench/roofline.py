@@ -7,6 +7,7 @@ measured on a GPU: every figure comes from counting, none from a run.
     python3 dev/bench/roofline.py --sass sass.json         # + the column modeled from SASS figures
     python3 dev/bench/roofline.py --out out/bench/roofline    # + DIR/roofline.json (scripts/gpu_check.sh)
     python3 dev/bench/roofline.py --dq-designs             # + the backward's dQ in two designs
+    python3 dev/bench/roofline.py --dq-designs --sass FILE # + both backward designs from SASS figures
 
 The step is the CUDA backend's op list (llmc/cuda/gpt2_cuda.cuh: forward, backward, grad_norm,
 adamw_update), one micro-batch of B x T tokens (N = B T). Per op:
