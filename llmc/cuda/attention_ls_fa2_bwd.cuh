@@ -304,8 +304,10 @@ __device__ __forceinline__ float* fa2_dq_part_block(const Fa2DqParts& dq, int bh
 // chunk order (fa2_sum_acc) and writes them. ONEPASS (hd 32 / 64): per visited query tile the warps
 // also leave dS^T in shared memory (sdS) and form the tile's dQ part dS K (fa2_bwd_dq_part) into
 // dq's block of (query tile, key tile), which attn_bwd_dq_reduce_kernel sums (no dQ kernel).
+// Registers: the one-pass kernel at hd 64 asks for 3 blocks/SM (ptxas's own choice was 255 registers,
+// 2 blocks/SM; at 168 its interior trip has two LDL); the others keep ptxas's choice.
 template <int HD, bool SOFTCAP, bool ONEPASS = false>
-__global__ void __launch_bounds__(kAttnMmaThreads)
+__global__ void __launch_bounds__(kAttnMmaThreads, (ONEPASS && HD == 64) ? 3 : 0)
     attn_bwd_kv_fa2_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv, const float* lse,
                            const float* D, int T, int C, int NH, int G, int P, float softcap, Fa2Split split,
                            Fa2DqParts dq) {
