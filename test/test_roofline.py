@@ -325,35 +325,54 @@ def test_masked_tiles_of_a_kernel_that_skips_pairs(tmp_path):
 def test_one_pass_kernel_is_kept_apart_and_modeled_per_visited_tile(tmp_path):
     """The one-pass dK/dV kernel (attn_bwd_kv_fa2_kernel<HD, SOFTCAP, true>, lab version 7) never
     stands in for the production kernel's figure (its per-HMMA rate here is the worse one), and its
-    design's time is 5 GEMMs per visited tile at its own rate against the compulsory bytes, the D
-    pass and the dQ parts (written and read once at the bound, the fp32 dQ once at the floor)."""
-    def loop(ipm):  # no masked path, and a shortest trip with HMMA: masked tiles at the max path's ipm
+    design's time is 5 GEMMs per visited tile at its own rates (interior and masked tiles apart)
+    against its bytes: the backward's inputs and outputs, the D pass, and the dQ parts (each visited
+    tile's 64 x hd fp32 written and read at the bound, one fp32 dQ written and read at the floor)."""
+    def loop(ipm, ipm_masked):  # a shortest trip with HMMA: no pair skipping
         path = {"HMMA": 64}
-        return {"full_path": path, "max_path": dict(path), "min_path": dict(path),
-                "instructions_per_hmma": {"body": 50.0, "min_path": ipm, "max_path": ipm, "full_path": ipm}}
-    kernels = [{"name": "attn_fwd_fa2_kernel<32, true, false, false>", "hot_loops": [loop(8.0)]},
-               {"name": "attn_bwd_kv_fa2_kernel<32, false, false>", "hot_loops": [loop(4.0)]},
-               {"name": "attn_bwd_kv_fa2_kernel<32, false, true>", "hot_loops": [loop(16.0)]},
-               {"name": "attn_bwd_q_fa2_kernel<32, false>", "hot_loops": [loop(4.0)]}]
+        return {"full_path": path, "max_path": dict(path), "min_path": dict(path), "masked_path": dict(path),
+                "instructions_per_hmma": {"body": 50.0, "min_path": ipm, "max_path": ipm_masked,
+                                          "masked_path": ipm_masked, "full_path": ipm}}
+    kernels = [{"name": "attn_fwd_fa2_kernel<32, true, false, false>", "hot_loops": [loop(8.0, 8.0)]},
+               {"name": "attn_bwd_kv_fa2_kernel<32, false, false>", "hot_loops": [loop(4.0, 4.0)]},
+               {"name": "attn_bwd_kv_fa2_kernel<32, false, true>", "hot_loops": [loop(16.0, 32.0)]},
+               {"name": "attn_bwd_q_fa2_kernel<32, false>", "hot_loops": [loop(4.0, 4.0)]}]
     path = tmp_path / "report.json"
     path.write_text(json.dumps({"schema_version": 1, "kernels": kernels}))
     sass = roofline.parse_sass(str(path))
     assert sass[("attn_bwd_kv_fa2_kernel", 32)].eff == 1.0
     assert sass[(roofline.ONE_PASS_KERNEL, 32)].eff == 4 / 16.0
     m = roofline.MODELS["paper"]
-    B, T, C, NH, hd = m["B"], m["T"], m["C"], m["NH"], m["C"] // m["NH"]
+    B, T, C, NH, G, P, hd = m["B"], m["T"], m["C"], m["NH"], m["G"], m["P"], m["C"] // m["NH"]
     N = B * T
-    tiles = sum(r["tiles"] for r in roofline.dq_designs(m) if r["kind"] != "all")
+    # visited and masked tiles from the mask cut into 64 x 64 tiles (not from the script's counts)
+    nt = T // 64
+    visited = masked = 0
+    for heads, local in ((NH - G, True), (G, False)):
+        mk = mask(T, P, local)
+        for a in range(nt):
+            for b in range(nt):
+                blk = mk[a * 64:a * 64 + 64, b * 64:b * 64 + 64]
+                if blk.any():
+                    visited += B * heads
+                    masked += B * heads * (not blk.all())
     d = roofline.dq_designs_sass(m, sass)
-    assert d["one_pass_compute_s"] == pytest.approx(tiles * 5 * 2 * hd * 64 * 64 / (roofline.PEAK_FLOPS / 4))
-    io = (N * 3 * C + 2 * N * C) * 2 + N * NH * 4 + N * 3 * C * 2 + 2 * N * C * 2 + 2 * N * NH * 4
-    assert d["one_pass_bound_bytes"] == pytest.approx(io + tiles * 64 * hd * 4 * 2)
+    work = 5 * 2 * hd * 64 * 64
+    want = (visited - masked) * work / (roofline.PEAK_FLOPS * 4 / 16) + masked * work / (roofline.PEAK_FLOPS * 4 / 32)
+    assert d["one_pass_compute_s"] == pytest.approx(want)
+    # D pass: read dO, O, write D; dK/dV: read q, k, v, dO, lse, D, write dK, dV; reduce: write dQ
+    io = (2 * N * C + 4 * N * C + 3 * N * C) * 2 + 3 * N * NH * 4
+    assert d["one_pass_bound_bytes"] == pytest.approx(io + visited * 64 * hd * 4 * 2)
     assert d["one_pass_floor_bytes"] == pytest.approx(io + 2 * N * NH * hd * 4)
     for edge in ("floor", "bound"):
         want = max(d["one_pass_compute_s"], d[f"one_pass_{edge}_bytes"] / roofline.BANDWIDTH)
         assert d[f"one_pass_{edge}_s"] == pytest.approx(want)
-    # the two-pass: 4 + 3 GEMMs per visited tile at rate 1, against today's passes' bytes
-    assert d["two_pass_compute_s"] == pytest.approx(tiles * 7 * 2 * hd * 64 * 64 / roofline.PEAK_FLOPS)
+    # the two-pass: 4 + 3 GEMMs per visited tile at rate 1, against today's passes' bytes (D pass; the
+    # dK/dV and dQ kernels each read q, k, v, dO, lse, D; dK, dV and dQ written)
+    assert d["two_pass_compute_s"] == pytest.approx(visited * 7 * 2 * hd * 64 * 64 / roofline.PEAK_FLOPS)
+    two_io = (2 * N * C + 2 * 4 * N * C + 3 * N * C) * 2 + (N * NH + 2 * 2 * N * NH) * 4
+    assert d["two_pass_bytes"] == pytest.approx(two_io)
+    assert d["two_pass_s"] == pytest.approx(max(d["two_pass_compute_s"], two_io / roofline.BANDWIDTH))
     # without a one-pass figure there is nothing to compare
     del sass[(roofline.ONE_PASS_KERNEL, 32)]
     assert roofline.dq_designs_sass(m, sass) is None

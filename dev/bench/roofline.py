@@ -416,10 +416,10 @@ def dq_designs_sass(m, sass):
     compute1 = interior / (PEAK_FLOPS * fig.eff) + on_masked / PEAK_FLOPS * masked_factor(fig, o.pair_fraction[kv])
     compulsory = next(x for x in step_ops(m)[0] if x.name == "attention bwd").bytes
     N, NH = m["B"] * m["T"], m["NH"]
-    io1 = compulsory + L * (2 * N * m["C"] * ACT + 2 * N * NH * F32)  # D: dO, O read; D written, read once
+    # beyond the compulsory: dO read twice (the D pass and the dK/dV kernel), D written and read once
+    io1 = compulsory + L * (N * m["C"] * ACT + 2 * N * NH * F32)
     total = dq_designs(m)[-1]
-    compute2 = sum(sass_time(Op(o.name, o.phase, tile_flops={k: v}, pair_fraction=o.pair_fraction), hd, sass)
-                   for k, v in o.tile_flops.items())
+    compute2 = sass_time(Op(o.name, o.phase, tile_flops=o.tile_flops, pair_fraction=o.pair_fraction), hd, sass)
     out = dict(two_pass_compute_s=compute2 / L, two_pass_bytes=o.bytes / L, two_pass_s=two / L,
                one_pass_compute_s=compute1 / L)
     for edge, handoff in (("floor", total["floor_bytes"]), ("bound", total["handoff_bytes"])):
@@ -431,7 +431,8 @@ def dq_designs_sass(m, sass):
 
 def parse_sass(path):
     """{(kernel base name, head size or None): SassFigure} for the kernels of ATTENTION_KERNELS, from
-    a sass_report JSON (module docstring)."""
+    a sass_report JSON (module docstring); the one-pass dK/dV kernel's instances under
+    (ONE_PASS_KERNEL, head size), apart from the production kernel's."""
     with open(path) as f:
         data = json.load(f)
     entries = data.get("kernels", data) if isinstance(data, dict) else data

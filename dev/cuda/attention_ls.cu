@@ -194,6 +194,7 @@ struct Problem {
     Shape s;
     DeviceBuffer<floatX> qkv, out, dout, dqkv;
     DeviceBuffer<float> lse, stats, stats_scratch, bwd_scratch, att, dS;
+    DeviceBuffer<float> dq_parts;     // the one-pass backward's dQ parts (version 7; any contents)
     DeviceBuffer<float> split_part;   // the FA2-class kernels' split partials (any contents)
     DeviceBuffer<uint32_t> arrivals;  // its arrival counters (zero; every forward leaves them zero)
     explicit Problem(const Shape& sh, int version) : s(sh) {
@@ -206,8 +207,8 @@ struct Problem {
         lse.resize((size_t)s.B * s.NH * s.T);
         stats.resize(kAttnStatsNear * s.NH);
         stats_scratch.resize(attention_stats_scratch_floats(s.B, s.T, s.NH));
-        bwd_scratch.resize(
-            attention_ls_backward_scratch_floats_with(backward_kind(version), s.B, s.T, s.C(), s.NH, s.G, s.P));
+        bwd_scratch.resize(attention_ls_backward_scratch_floats(s.B, s.T, s.C(), s.NH));
+        dq_parts.resize(attention_dq_parts_floats(backward_kind(version), s.B, s.T, s.C(), s.NH, s.G, s.P));
         split_part.resize(attention_split_scratch_floats(s.B, s.T, s.C(), s.NH, s.G, s.P, s.split));
         arrivals.resize(attention_split_arrivals(s.B, s.T, s.NH), true);
         if (naive) {
@@ -250,7 +251,8 @@ void run_backward(int version, Problem& p, const floatX* qkv, const floatX* dout
         return;
     }
     attention_ls_backward_with(backward_kind(version), p.dqkv.get(), dout, qkv, p.out.get(), p.lse.get(), s.B, s.T,
-                               s.C(), s.NH, s.G, s.P, s.softcap, p.bwd_scratch.get(), st, p.split_scratch());
+                               s.C(), s.NH, s.G, s.P, s.softcap, p.bwd_scratch.get(), st, p.split_scratch(),
+                               p.dq_parts.get());
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -440,6 +442,7 @@ bool validate(const Shape& s, const std::vector<int>& versions, std::mt19937_64&
         CUDA_CHECK(cudaMemset(p.stats_scratch.get(), 0xFF, p.stats_scratch.bytes()));
         CUDA_CHECK(cudaMemset(p.bwd_scratch.get(), 0xFF, p.bwd_scratch.bytes()));
         if (p.split_part.size()) CUDA_CHECK(cudaMemset(p.split_part.get(), 0xFF, p.split_part.bytes()));
+        if (p.dq_parts.size()) CUDA_CHECK(cudaMemset(p.dq_parts.get(), 0xFF, p.dq_parts.bytes()));
         std::vector<float> st_init(kAttnStatsNear * NH);
         for (int f = 0; f < kAttnStatsNear; f++)
             for (int h = 0; h < NH; h++) st_init[f * NH + h] = attn_stat_identity(f);

@@ -65,6 +65,7 @@ namespace llmc::cuda {
 // Scalar: fp32-FMA kernels. Mma: the first tensor-core forward + the tensor-core backward.
 // Fa2: the FlashAttention-2-class forward (llmc/cuda/attention_ls_fa2.cuh) + the Mma backward.
 // Fa2Bwd: the Fa2 forward + the FlashAttention-2-class backward (llmc/cuda/attention_ls_fa2_bwd.cuh).
+// Fa2OnePass: the Fa2 forward + the one-pass backward (same file; lab only).
 enum class AttnKernel { Scalar, Mma, Fa2, Fa2Bwd, Fa2OnePass };
 
 // Whether a kind's forward soft-caps with tanh.approx.f32 (the FA2-class forward) rather than
@@ -173,28 +174,27 @@ inline size_t attention_ls_backward_scratch_floats(int B, int T, int C, int NH) 
     return (size_t)B * NH * T;
 }
 
-// The one-pass backward's dQ parts per query tile of 64 (Fa2DqParts::span): the most key tiles of 64
-// a query tile of any head visits.
-inline int attention_dq_parts_span(int T, int NH, int G, int P) {
+// The one-pass backward's dQ parts per query tile of 64 of a head kind (Fa2DqParts::span_local /
+// span_global): the most key tiles of 64 such a query tile visits.
+inline int attention_dq_parts_span(int T, bool local, int P) {
     int span = 0;
     for (int qt = 0; qt < (int)ceil_div(T, kAttnMmaBQ); qt++)
-        for (int local = 0; local < 2; local++)
-            if (local ? NH - G > 0 : G > 0)
-                span = std::max(span, attn_kv_tile_end(qt, kAttnMmaBQ, kAttnMmaBK, T) -
-                                          attn_kv_tile_begin(qt, kAttnMmaBQ, kAttnMmaBK, local != 0, P));
+        span = std::max(span, attn_kv_tile_end(qt, kAttnMmaBQ, kAttnMmaBK, T) -
+                                  attn_kv_tile_begin(qt, kAttnMmaBQ, kAttnMmaBK, local, P));
     return span;
 }
-// Backward scratch of a kernel family: D, then for Fa2OnePass at hd 32 / 64 (bf16 build) the dQ
-// parts, (B, NH, query tiles, span, 64 x hd) fp32.
-inline size_t attention_ls_backward_scratch_floats_with(AttnKernel kind, int B, int T, int C, int NH, int G, int P) {
-    size_t n = attention_ls_backward_scratch_floats(B, T, C, NH);
+// The one-pass backward's dQ parts (AttnKernel::Fa2OnePass at hd 32 / 64 in the bf16 build; 0
+// otherwise): per batch row, head and query tile of 64, span blocks of 64 x hd fp32 (fa2_dq_part_block).
+inline size_t attention_dq_parts_floats(AttnKernel kind, int B, int T, int C, int NH, int G, int P) {
 #if !defined(ENABLE_FP32)
-    if (kind == AttnKernel::Fa2OnePass && C / NH <= 64)
-        n += (size_t)B * NH * ceil_div(T, kAttnMmaBQ) * attention_dq_parts_span(T, NH, G, P) * kAttnMmaBQ * (C / NH);
-#else
-    (void)kind, (void)G, (void)P;
+    if (kind == AttnKernel::Fa2OnePass && C / NH <= 64) {
+        const size_t spans =
+            (size_t)(NH - G) * attention_dq_parts_span(T, true, P) + (size_t)G * attention_dq_parts_span(T, false, P);
+        return (size_t)B * ceil_div(T, kAttnMmaBQ) * spans * kAttnMmaBQ * (C / NH);
+    }
 #endif
-    return n;
+    (void)kind, (void)B, (void)T, (void)C, (void)NH, (void)G, (void)P;
+    return 0;
 }
 
 inline void attention_ls_check_args(int B, int T, int C, int NH, int G, int P) {
@@ -410,9 +410,7 @@ inline void attn_backward_fa2_launch(floatX* dqkv, const floatX* dout, const flo
     attention_ls_check_aligned(qkv, "qkv");
     static_assert(Fa2BwdKvSmem<HD>::BQ == (HD == 128 ? 32 : kAttnMmaBQ), "attention_split_geom_kv");
     const AttnSplitPlan kv_plan = attention_split_plan_for(attention_split_geom_kv(T, P, HD), B, NH, G, split_scratch);
-    const AttnSplitPlan q_plan = attention_split_plan_for(attention_split_geom_rows(T, P), B, NH, G, split_scratch);
     const Fa2Split kv_split = attention_split_args(kv_plan, B, split_scratch);
-    const Fa2Split q_split = attention_split_args(q_plan, B, split_scratch);
     if constexpr (kFa2BwdARegs<HD>) {
         if (dq.part) {  // one pass
             constexpr size_t kv_bytes = Fa2BwdKvSmem<HD>::bytes + kFa2BwdOnePassExtraBytes;
@@ -424,12 +422,18 @@ inline void attn_backward_fa2_launch(floatX* dqkv, const floatX* dout, const flo
             };
             if (softcap > 0.0f) go(attn_bwd_kv_fa2_kernel<HD, true, true>);
             else go(attn_bwd_kv_fa2_kernel<HD, false, true>);
-            launch_kernel(attn_bwd_dq_reduce_kernel<HD>, (unsigned)(B * NH * ceil_div(T, kAttnMmaBQ)), kAttnMmaThreads,
-                          0, st, dqkv, dq, T, C, NH, G, P);
+            const long reduce_blocks = (long)B * NH * ceil_div(T, kAttnMmaBQ);
+            if (reduce_blocks > 2147483647L)
+                throw InputError("attention: B * NH * ceil(T/64) = " + std::to_string(reduce_blocks) +
+                                 " blocks exceed the grid's 2^31-1; use a smaller batch");
+            launch_kernel(attn_bwd_dq_reduce_kernel<HD>, (unsigned)reduce_blocks, kAttnMmaThreads, 0, st, dqkv, dq, T,
+                          C, NH, G, P);
             CUDA_CHECK_LAUNCH();
             return;
         }
     }
+    const AttnSplitPlan q_plan = attention_split_plan_for(attention_split_geom_rows(T, P), B, NH, G, split_scratch);
+    const Fa2Split q_split = attention_split_args(q_plan, B, split_scratch);
     auto go = [&](auto kv_kernel, auto q_kernel) {  // soft-cap as a template parameter: one dispatch here
         attn_set_smem(kv_kernel, Fa2BwdKvSmem<HD>::bytes);
         attn_set_smem(q_kernel, Fa2BwdQSmem<HD>::bytes);
@@ -447,12 +451,12 @@ inline void attn_backward_fa2_launch(floatX* dqkv, const floatX* dout, const flo
 
 // The backward with an explicit kernel family: Mma and Fa2 = tensor-core dK/dV and dQ kernels (bf16 build,
 // sm_80+), Fa2Bwd = the FlashAttention-2-class dK/dV and dQ kernels (bf16 build, sm_80+), Fa2OnePass = the
-// one-pass FA2-class backward (scratch: attention_ls_backward_scratch_floats_with), Scalar = the
+// one-pass FA2-class backward (dq_parts: attention_dq_parts_floats, its own buffer), Scalar = the
 // fp32-FMA kernels (the FP32 build always runs these; Mma, Fa2, Fa2Bwd and Fa2OnePass fall back to them).
 inline void attention_ls_backward_with(AttnKernel kind, floatX* dqkv, const floatX* dout, const floatX* qkv,
                                        const floatX* out, const float* lse, int B, int T, int C, int NH, int G, int P,
                                        float softcap, float* scratch, cudaStream_t st,
-                                       AttnSplitScratch split_scratch = {}) {
+                                       AttnSplitScratch split_scratch = {}, float* dq_parts = nullptr) {
     attention_ls_check_args(B, T, C, NH, G, P);
     const int hd = C / NH;
     float* D = scratch;  // (B, NH, T)
@@ -461,11 +465,15 @@ inline void attention_ls_backward_with(AttnKernel kind, floatX* dqkv, const floa
     CUDA_CHECK_LAUNCH();
 #if !defined(ENABLE_FP32)
     if (kind == AttnKernel::Fa2Bwd || kind == AttnKernel::Fa2OnePass) {
-        // Fa2OnePass: the dQ parts follow D in scratch (attention_ls_backward_scratch_floats_with)
         Fa2DqParts dq;
-        if (kind == AttnKernel::Fa2OnePass && hd <= 64) {
-            dq.part = scratch + attention_ls_backward_scratch_floats(B, T, C, NH);
-            dq.span = attention_dq_parts_span(T, NH, G, P);
+        if (attention_dq_parts_floats(kind, B, T, C, NH, G, P) > 0) {  // Fa2OnePass at hd 32 / 64
+            if (!dq_parts)
+                throw InputError(
+                    "attention: the one-pass backward needs dq_parts; pass "
+                    "attention_dq_parts_floats(kind, B, T, C, NH, G, P) floats of its own");
+            dq.part = dq_parts;
+            dq.span_local = attention_dq_parts_span(T, true, P);
+            dq.span_global = attention_dq_parts_span(T, false, P);
         }
         if (hd == 32)
             attn_backward_fa2_launch<32>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, split_scratch, dq, st);

@@ -138,8 +138,8 @@ private:
     }
 };
 
-// Byte offset of (row, chunk0), chunk0 in {0, 1}, in a swizzled (rows, HD) tile: the address a lane
-// supplies to ldmatrix for the first pair of chunks. Chunk 2k + chunk0 is at this offset ^ 32k (the
+// Byte offset of (row, chunk0) in a swizzled (rows, HD) tile (any chunk; the loops pass chunk0 in
+// {0, 1}): the address a lane supplies to ldmatrix for the first pair of chunks. Chunk 2k + chunk0 is at this offset ^ 32k (the
 // swizzle XORs the chunk index, whose bits lie below the row stride, and 2k shares no bit with
 // chunk0); row + 16n is 16n * HD * 2 bytes further (16n is a multiple of 8: the same swizzle).
 template <int HD>

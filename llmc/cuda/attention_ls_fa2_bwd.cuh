@@ -1,8 +1,9 @@
-// LS-attention backward, FlashAttention-2 class (AttnKernel::Fa2Bwd): bf16 mma.sync m16n8k16 with
-// fp32 accumulation, sm_80+, bf16 build only. Launched by llmc/cuda/attention_ls.cuh after
-// attn_bwd_dot_kernel has written D_i = dO_i . O_i. Design: docs/attention_kernel.md.
+// LS-attention backward, FlashAttention-2 class (AttnKernel::Fa2Bwd, and the one-pass
+// AttnKernel::Fa2OnePass of the lab): bf16 mma.sync m16n8k16 with fp32 accumulation, sm_80+, bf16
+// build only. Launched by llmc/cuda/attention_ls.cuh after attn_bwd_dot_kernel has written
+// D_i = dO_i . O_i. Design: docs/attention_kernel.md.
 //
-// Two kernels, each output element summed by one thread in a fixed order, or by the blocks of a
+// Two kernels (Fa2Bwd), each output element summed by one thread in a fixed order, or by the blocks of a
 // split tile loop (llmc/core/attention_split.h) and their partials added in chunk order
 // (deterministic, no float atomics):
 //   dK/dV: key tiles of 64, 4 warps, warp w owns keys k0 + 16w .. +15; K and V stay
@@ -16,6 +17,9 @@
 //          Per key tile: S = Q K^T, dP = dO V^T, dS, dQ += dS K.
 //   (dQ is a pass of its own, which recomputes S and dP, where FlashAttention-2 hands each tile's dS K
 //   over in fp32 through global memory; docs/attention_kernel.md, "Why dQ has a pass of its own".)
+// One pass (Fa2OnePass, hd 32 / 64; the dK/dV kernel's ONEPASS flag): the dK/dV kernel also forms each
+//   visited tile's dS K (dS^T through shared memory) into an fp32 block per (query tile, key tile)
+//   and attn_bwd_dq_reduce_kernel sums a query tile's blocks in key-tile order, instead of the dQ kernel.
 // At hd 32 / 64 a tile is taken one 16-wide pair (16 queries for dK/dV, 16 keys for dQ) at a time
 // through all its products, and a masked tile skips the pairs its warp cannot see (the OR of its
 // threads' score bits); at hd 128 every pair, the products one after the other.
@@ -248,7 +252,7 @@ __device__ __forceinline__ unsigned fa2_bwd_kv_tile(float (&dk)[HD / 8][4], floa
         [&](float(&s0)[4], float(&s1)[4], float(&d0)[4], float(&d1)[4], int np) {
             fa2_acc_times_block<HD>(dv, s0, s1, do_bytes, np);
             fa2_acc_times_block<HD>(dk, d0, d1, q_bytes, np);
-            if constexpr (DQ) {  // dS^T rows g, g+8 (e / 2), queries np*16 + 8 half + 2c + {0, 1}
+            if constexpr (DQ) {  // dS^T rows g, g+8 (e / 2), queries np*16 + 2c + {0, 1} (d0), + 8 (d1)
 #pragma unroll
                 for (int hf = 0; hf < 2; hf++) {
                     const int row = threadIdx.x % 32 / 4 + 8 * hf;
@@ -285,17 +289,33 @@ __device__ __forceinline__ void fa2_bwd_dq_part(float (&acc)[HD / 8][4], const c
 
 // The one-pass backward's dQ parts (fp32): per (b, h, query tile qt of 64, key tile kt of qt's range
 // [attn_kv_tile_begin, attn_kv_tile_end)) one 64 x HD block, in the thread-major order of
-// fa2_store_acc (the dQ-phase accumulators of the dK/dV kernel's 128 threads); span blocks per query
-// tile (attention_dq_parts_span: the widest range of the heads). The dK/dV kernel writes the blocks
-// of the (qt, kt) it visits - the same tiles as that range (test/test_attention_tiles.cpp: both
-// loops visit exactly the tiles holding a visible pair) - and attn_bwd_dq_reduce_kernel sums them.
+// fa2_store_acc (the dQ-phase accumulators of the dK/dV kernel's 128 threads). Per batch row the
+// local heads' blocks, then the global heads'; per head and query tile span_local / span_global blocks
+// (the widest key-tile range of a query tile of that kind: attention_dq_parts_span). The dK/dV kernel
+// writes the blocks of the (qt, kt) it visits - the same tiles as that range
+// (test/test_attention_tiles.cpp: both loops visit exactly the tiles holding a visible pair) - and
+// attn_bwd_dq_reduce_kernel sums them.
 struct Fa2DqParts {
     float* part = nullptr;  // null: the two-pass backward (no parts)
-    int span = 0;
+    int span_local = 0, span_global = 0;
+};
+// Head (b, h)'s blocks: block (qt, kt_rel) is head + (qt * span + kt_rel) * 64 * HD floats.
+struct Fa2DqHeadParts {
+    float* head;
+    int span;
+    template <int HD>
+    __device__ __forceinline__ float* block(int qt, int kt_rel) const {
+        return head + ((size_t)qt * span + kt_rel) * (size_t)(kAttnMmaBQ * HD);
+    }
 };
 template <int HD>
-__device__ __forceinline__ float* fa2_dq_part_block(const Fa2DqParts& dq, int bh, int nqt, int qt, int kt_rel) {
-    return dq.part + (((size_t)bh * nqt + qt) * dq.span + kt_rel) * (size_t)(kAttnMmaBQ * HD);
+__device__ __forceinline__ Fa2DqHeadParts fa2_dq_head_parts(const Fa2DqParts& dq, int b, int h, int NH, int G,
+                                                            int nqt) {
+    const int NL = NH - G;
+    const size_t row = (size_t)nqt * ((size_t)NL * dq.span_local + (size_t)G * dq.span_global);  // blocks per b
+    const size_t in_row = h < NL ? (size_t)h * nqt * dq.span_local
+                                 : (size_t)nqt * ((size_t)NL * dq.span_local + (size_t)(h - NL) * dq.span_global);
+    return {dq.part + ((size_t)b * row + in_row) * (size_t)(kAttnMmaBQ * HD), h < NL ? dq.span_local : dq.span_global};
 }
 
 // dK, dV: a 1-D grid of the split's blocks (fa2_block_work over key tiles of 64 looping over query
@@ -313,6 +333,10 @@ __global__ void __launch_bounds__(kAttnMmaThreads, (ONEPASS && HD == 64) ? 3 : 0
                            Fa2DqParts dq) {
     static_assert(!ONEPASS || kFa2BwdARegs<HD>, "the one-pass backward is built for hd 32 / 64");
     using L = Fa2BwdKvSmem<HD>;
+    // the dQ parts' tiles (sdS, fa2_bwd_dq_part, the reduce kernel): 64 x 64, warp w = query pair w
+    static_assert(!ONEPASS || (L::BQ == kAttnMmaBQ && L::BK == kAttnMmaBK && kAttnMmaBK / 16 == kAttnMmaThreads / 32 &&
+                               kAttnMmaBQ / 16 == kAttnMmaThreads / 32),
+                  "the one-pass dQ part assumes 64 x 64 tiles and one 16-query pair per warp");
     constexpr int BK = L::BK, BQ = L::BQ, KS = HD / 16, DB = HD / 8;
     constexpr float kLog2e = 1.4426950408889634f;
     LLMC_DYNAMIC_SHARED(unsigned char, smem_raw);
@@ -381,6 +405,9 @@ __global__ void __launch_bounds__(kAttnMmaThreads, (ONEPASS && HD == 64) ? 3 : 0
 #pragma unroll
         for (int e = 0; e < 4; e++) dk[db][e] = dv[db][e] = 0.0f;
 
+    // ONEPASS: this head's dQ parts
+    const Fa2DqHeadParts dq_head =
+        ONEPASS ? fa2_dq_head_parts<HD>(dq, b, h, NH, G, (int)ceil_div(T, BQ)) : Fa2DqHeadParts{nullptr, 0};
     for (int qt = qb; qt < qe; qt++) {
         const int buf = (qt - qb) & 1;
         if (qt != qb) {
@@ -410,9 +437,7 @@ __global__ void __launch_bounds__(kAttnMmaThreads, (ONEPASS && HD == 64) ? 3 : 0
             __syncthreads();  // every warp's dS^T and pairs in shared memory
             float dqp[DB][4];
             fa2_bwd_dq_part<HD>(dqp, sdS, reinterpret_cast<const char*>(sK), sPairs, warp);
-            const int nqt = (int)ceil_div(T, BQ);
-            fa2_store_acc<DB>(dqp,
-                              fa2_dq_part_block<HD>(dq, bh, nqt, qt, kt - attn_kv_tile_begin(qt, BQ, BK, local, P)));
+            fa2_store_acc<DB>(dqp, dq_head.block<HD>(qt, kt - attn_kv_tile_begin(qt, BQ, BK, local, P)));
         }  // the next trip's barrier orders these reads of sdS before its writes
     }
 
@@ -612,7 +637,8 @@ __global__ void __launch_bounds__(kAttnMmaThreads)
     const bool local = h < NH - G;
     const int kb = attn_kv_tile_begin(qt, BQ, BK, local, P), ke = attn_kv_tile_end(qt, BQ, BK, T);
     float acc[DB][4];
-    fa2_sum_acc<DB>(acc, 0, ke - kb, [&](int j) { return fa2_dq_part_block<HD>(dq, bh, nqt, qt, j); });
+    const Fa2DqHeadParts dq_head = fa2_dq_head_parts<HD>(dq, b, h, NH, G, nqt);
+    fa2_sum_acc<DB>(acc, 0, ke - kb, [&](int j) { return dq_head.block<HD>(qt, j); });
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
 #pragma unroll
     for (int hf = 0; hf < 2; hf++) {
