@@ -11,6 +11,7 @@ SCHEMA_VERSION = 1
 GROUPS = [
     ("attention fwd (FA2 class)", r"^attn_fwd_fa2_kernel<"),
     ("attention fwd (tensor cores)", r"^attn_fwd_mma_kernel<"),
+    ("attention bwd one-pass (lab version 7)", r"^(attn_bwd_kv_fa2_kernel<\d+, \w+, true>|attn_bwd_dq_reduce_kernel<)"),
     ("attention bwd dK/dV (FA2 class)", r"^attn_bwd_kv_fa2_kernel<"),
     ("attention bwd dQ (FA2 class)", r"^attn_bwd_q_fa2_kernel<"),
     ("attention bwd dK/dV (tensor cores)", r"^attn_bwd_kv_mma_kernel<"),
