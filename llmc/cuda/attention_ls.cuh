@@ -197,6 +197,15 @@ inline size_t attention_dq_parts_floats(AttnKernel kind, int B, int T, int C, in
     return 0;
 }
 
+// The one head-size dispatch: f(std::integral_constant<int, HD>{}) for hd 32, 64 or 128 (the sizes
+// attention_ls_check_args admits).
+template <typename F>
+inline void attention_head_dim_switch(int hd, F&& f) {
+    if (hd == 32) f(std::integral_constant<int, 32>{});
+    else if (hd == 64) f(std::integral_constant<int, 64>{});
+    else f(std::integral_constant<int, 128>{});
+}
+
 inline void attention_ls_check_args(int B, int T, int C, int NH, int G, int P) {
     if (B < 1 || T < 1)
         throw InputError("attention: B and T must be >= 1 (got B=" + std::to_string(B) + ", T=" + std::to_string(T) +
@@ -304,15 +313,11 @@ inline int attention_ls_forward_partials_with(AttnKernel kind, floatX* out, floa
                          " needs stats and must be >= 1 (0 = no near/far statistics)");
     const int hd = C / NH;
     int nqt = 0;
-    auto go = [&](auto hd_tag, auto stats_tag, auto near_tag) {
-        constexpr int HD = decltype(hd_tag)::value;
-        attn_forward_launch<HD, decltype(stats_tag)::value, decltype(near_tag)::value>(
-            kind, out, lse, qkv, B, T, C, NH, G, P, softcap, stats_part, near_n, nqt, split_scratch, st);
-    };
     auto by_hd = [&](auto stats_tag, auto near_tag) {
-        if (hd == 32) go(std::integral_constant<int, 32>{}, stats_tag, near_tag);
-        else if (hd == 64) go(std::integral_constant<int, 64>{}, stats_tag, near_tag);
-        else go(std::integral_constant<int, 128>{}, stats_tag, near_tag);
+        attention_head_dim_switch(hd, [&](auto hd_tag) {
+            attn_forward_launch<decltype(hd_tag)::value, decltype(stats_tag)::value, decltype(near_tag)::value>(
+                kind, out, lse, qkv, B, T, C, NH, G, P, softcap, stats_part, near_n, nqt, split_scratch, st);
+        });
     };
     if (!stats_part) by_hd(std::false_type{}, std::false_type{});
     else if (near_n == 0) by_hd(std::true_type{}, std::false_type{});
@@ -475,24 +480,23 @@ inline void attention_ls_backward_with(AttnKernel kind, floatX* dqkv, const floa
             dq.span_local = attention_dq_parts_span(T, true, P);
             dq.span_global = attention_dq_parts_span(T, false, P);
         }
-        if (hd == 32)
-            attn_backward_fa2_launch<32>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, split_scratch, dq, st);
-        else if (hd == 64)
-            attn_backward_fa2_launch<64>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, split_scratch, dq, st);
-        else attn_backward_fa2_launch<128>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, split_scratch, dq, st);
+        attention_head_dim_switch(hd, [&](auto hd_tag) {
+            attn_backward_fa2_launch<decltype(hd_tag)::value>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap,
+                                                              split_scratch, dq, st);
+        });
         return;
     }
     if (kind == AttnKernel::Mma || kind == AttnKernel::Fa2) {
-        if (hd == 32) attn_backward_mma_launch<32>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, st);
-        else if (hd == 64) attn_backward_mma_launch<64>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, st);
-        else attn_backward_mma_launch<128>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, st);
+        attention_head_dim_switch(hd, [&](auto hd_tag) {
+            attn_backward_mma_launch<decltype(hd_tag)::value>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, st);
+        });
         return;
     }
 #endif
     (void)kind;
-    if (hd == 32) attn_backward_launch<32>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, st);
-    else if (hd == 64) attn_backward_launch<64>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, st);
-    else attn_backward_launch<128>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, st);
+    attention_head_dim_switch(hd, [&](auto hd_tag) {
+        attn_backward_launch<decltype(hd_tag)::value>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, st);
+    });
 }
 
 // Contract function: dqkv (B, T, 3C) OVERWRITTEN; scratch: attention_ls_backward_scratch_floats;
