@@ -26,7 +26,9 @@ inline nlohmann::ordered_json model_config_json(const ModelConfig& m) {
             {"window", m.window},
             {"qk_norm", m.qk_norm},
             {"attn_softcap", m.attn_softcap},
-            {"tied_embeddings", m.tied_embeddings}};
+            {"tied_embeddings", m.tied_embeddings},
+            {"bias", m.bias},
+            {"gelu", gelu_name(m.gelu)}};
 }
 
 // A setting's JSON value: an optional one is null when not given.

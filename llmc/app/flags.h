@@ -108,6 +108,10 @@ enum class FlagRecord { Both, Toml, Machine, Launch, Hidden, Json };
           "LayerNorm over the head dimension on q and k") \
     MODEL(bool, untie_embeddings, "--untie-embeddings", \
           "separate LM head instead of sharing the token embedding") \
+    MODEL(std::optional<int>, bias, "--bias", \
+          "1 = biases in every linear layer and LayerNorm (GPT-2), 0 = none (the paper's code, bias=False)") \
+    MODEL(std::optional<std::string>, gelu, "--gelu", \
+          "MLP activation: tanh (GPT-2's approximation, llm.c) | erf (exact, PyTorch's nn.GELU())") \
     /* evaluation, samples */ \
     SETTING(Both, int, val_every, 20, "-v,--val-every", v >= 0, "must be >= 0 (0 = never)", \
             "validation loss every N steps (0 = never) and at the end") \

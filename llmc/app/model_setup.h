@@ -43,6 +43,10 @@ inline void check_overrides_match(const ModelConfig& ck, const ModelOverrides& o
     if (o.attn_softcap) mismatch("--attn-softcap", *o.attn_softcap, ck.attn_softcap);
     if (o.qk_norm && !ck.qk_norm) mismatch("--qk-norm", 1, 0);
     if (o.untie_embeddings && ck.tied_embeddings) mismatch("--untie-embeddings", 1, 0);
+    if (o.bias) mismatch("--bias", parse_bias(*o.bias) ? 1 : 0, ck.bias ? 1 : 0);
+    if (o.gelu && parse_gelu(*o.gelu) != ck.gelu)
+        throw InputError("--gelu " + *o.gelu + " contradicts the checkpoint " + path + " (which has " +
+                         gelu_name(ck.gelu) + "); drop the flag, a checkpoint fixes the model");
 }
 
 // -e: a checkpoint file (ours or llm.c's) or a preset, then the model flags on top of a preset.
@@ -84,11 +88,11 @@ inline std::string describe_model(const ModelConfig& m, size_t num_params) {
     char buf[320];
     std::snprintf(
         buf, sizeof buf,
-        "L %d, C %d, NH %d (hd %d; %d global, %d local with window %d), maxT %d, V %d (Vp %d)%s%s%s, %.2fM params",
+        "L %d, C %d, NH %d (hd %d; %d global, %d local with window %d), maxT %d, V %d (Vp %d)%s%s%s%s%s, %.2fM params",
         m.num_layers, m.channels, m.num_heads, m.head_size(), m.global_heads, m.local_heads(), m.window, m.max_seq_len,
         m.vocab_size, m.padded_vocab_size, m.qk_norm ? ", qk-norm" : "",
         m.attn_softcap > 0 ? (", softcap " + fmt_g(m.attn_softcap)).c_str() : "", m.tied_embeddings ? "" : ", untied",
-        num_params / 1e6);
+        m.bias ? "" : ", no biases", m.gelu == Gelu::Erf ? ", erf GELU" : "", num_params / 1e6);
     return buf;
 }
 

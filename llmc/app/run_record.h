@@ -188,10 +188,16 @@ inline void model_flag_values(const nlohmann::ordered_json& record, const std::s
     if (!record.contains("model")) return;
     if (!record["model"].is_object()) throw InputError("config file " + file + ": \"model\" is not an object");
     // config.json's model fields (llmc/app/config_json.h model_config_json) -> the flags that set them
-    static const char* const kModelFlags[][2] = {
-        {"max_seq_len", "max-seq-len"}, {"vocab_size", "vocab"},  {"num_layers", "layers"},
-        {"num_heads", "heads"},         {"channels", "channels"}, {"global_heads", "global-heads"},
-        {"window", "window"},           {"qk_norm", "qk-norm"},   {"attn_softcap", "attn-softcap"}};
+    static const char* const kModelFlags[][2] = {{"max_seq_len", "max-seq-len"},
+                                                 {"vocab_size", "vocab"},
+                                                 {"num_layers", "layers"},
+                                                 {"num_heads", "heads"},
+                                                 {"channels", "channels"},
+                                                 {"global_heads", "global-heads"},
+                                                 {"window", "window"},
+                                                 {"qk_norm", "qk-norm"},
+                                                 {"attn_softcap", "attn-softcap"},
+                                                 {"gelu", "gelu"}};
     for (const auto& kv : record["model"].items()) {
         const std::string key = "model." + kv.key();
         if (kv.key() == "padded_vocab_size") continue;  // follows from vocab_size
@@ -199,6 +205,11 @@ inline void model_flag_values(const nlohmann::ordered_json& record, const std::s
         if (kv.key() == "tied_embeddings") {
             if (!kv.value().is_boolean()) throw InputError("config file " + file + ": '" + key + "' is not true/false");
             out.push_back({"untie-embeddings", kv.value().get<bool>() ? "false" : "true"});
+            continue;
+        }
+        if (kv.key() == "bias") {
+            if (!kv.value().is_boolean()) throw InputError("config file " + file + ": '" + key + "' is not true/false");
+            out.push_back({"bias", kv.value().get<bool>() ? "1" : "0"});
             continue;
         }
         const char* flag = nullptr;

@@ -95,6 +95,19 @@ inline ModelConfig model_preset(const std::string& name) {
     return c;
 }
 
+// --gelu's value as the model's activation; InputError naming the choices otherwise.
+inline Gelu parse_gelu(const std::string& v) {
+    if (v == "tanh") return Gelu::Tanh;
+    if (v == "erf") return Gelu::Erf;
+    throw InputError("--gelu '" + v + "' is not an activation; use tanh (GPT-2's approximation) or erf (exact)");
+}
+// --bias's value; InputError unless 0 or 1.
+inline bool parse_bias(int v) {
+    if (v != 0 && v != 1)
+        throw InputError("--bias must be 0 (no biases) or 1 (GPT-2's biases) (got " + std::to_string(v) + ")");
+    return v == 1;
+}
+
 // Applies the command-line model flags on top of a preset's configuration.
 inline void apply_overrides(ModelConfig& c, const ModelOverrides& o) {
     if (o.layers) c.num_layers = *o.layers;
@@ -110,6 +123,8 @@ inline void apply_overrides(ModelConfig& c, const ModelOverrides& o) {
     if (o.attn_softcap) c.attn_softcap = *o.attn_softcap;
     if (o.qk_norm) c.qk_norm = true;
     if (o.untie_embeddings) c.tied_embeddings = false;
+    if (o.bias) c.bias = parse_bias(*o.bias);
+    if (o.gelu) c.gelu = parse_gelu(*o.gelu);
 }
 
 }  // namespace llmc

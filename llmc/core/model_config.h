@@ -7,6 +7,13 @@
 
 namespace llmc {
 
+// The MLP's activation. Tanh: GPT-2's and llm.c's approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
+// x^3))); Erf: the exact 0.5 x (1 + erf(x / sqrt(2))) (PyTorch's nn.GELU(), the paper's code). The
+// values are the checkpoint header's (docs/formats.md).
+enum class Gelu : int { Tanh = 0, Erf = 1 };
+
+inline const char* gelu_name(Gelu g) { return g == Gelu::Erf ? "erf" : "tanh"; }
+
 struct ModelConfig {
     int max_seq_len = 1024;         // maxT: rows of the position embedding
     int vocab_size = 50257;         // V: real vocabulary
@@ -19,6 +26,9 @@ struct ModelConfig {
     bool qk_norm = false;           // LayerNorm over the head dimension on q and k (per-layer gain/bias)
     float attn_softcap = 0.0f;      // > 0: attention logits s -> c * tanh(s / c); 0 = off
     bool tied_embeddings = true;    // LM head shares wte; false adds a separate lm_head (Vp, C)
+    bool bias = true;               // biases in every linear layer and LayerNorm (GPT-2); false: none at all
+                                    // (no qkv/attproj/fc/fcproj bias, LayerNorms and QK-norm gain only)
+    Gelu gelu = Gelu::Tanh;         // the MLP's activation
 
     int head_size() const { return channels / num_heads; }
     int local_heads() const { return num_heads - global_heads; }
@@ -42,8 +52,9 @@ constexpr double kMaxModelParams = 1099511627776.0;  // 2^40
 inline double model_param_count(const ModelConfig& c) {
     const double Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, T = c.max_seq_len;
     const double hd = c.num_heads > 0 ? (double)(c.channels / c.num_heads) : 0.0;
-    return (c.tied_embeddings ? 1 : 2) * Vp * C + T * C + L * (12 * C * C + 13 * C) + 2 * C +
-           (c.qk_norm ? 4 * L * hd : 0);
+    const double per_layer_vectors = c.bias ? 13 * C : 2 * C;  // LayerNorm gains (2C) + biases (11C)
+    return (c.tied_embeddings ? 1 : 2) * Vp * C + T * C + L * (12 * C * C + per_layer_vectors) + (c.bias ? 2 : 1) * C +
+           (c.qk_norm ? (c.bias ? 4 : 2) * L * hd : 0);
 }
 
 // Returns "" when the configuration is buildable, else one line naming the problem and the fix.
@@ -68,6 +79,7 @@ inline std::string validate_model_config(const ModelConfig& c) {
         return "padded vocabulary " + s(c.padded_vocab_size) + " must be a multiple of 128 and >= vocab " +
                s(c.vocab_size);
     if (!(c.attn_softcap >= 0.0f)) return "--attn-softcap must be >= 0 (0 = off)";
+    if (c.gelu != Gelu::Tanh && c.gelu != Gelu::Erf) return "--gelu must be tanh or erf";
     if (model_param_count(c) > kMaxModelParams) {
         char n[32];
         std::snprintf(n, sizeof n, "%.0f", model_param_count(c));  // a count: an integer

@@ -12,7 +12,7 @@ namespace llmc {
 template <typename T>
 struct LayerParams {
     T* ln1w;      // (C)
-    T* ln1b;      // (C)
+    T* ln1b;      // (C) every bias is nullptr when the model has none (ModelConfig::bias false)
     T* qkvw;      // (3C, C)
     T* qkvb;      // (3C)
     T* attprojw;  // (C, C)
@@ -36,11 +36,11 @@ public:
     ParamView(T* flat, const ParamLayout& layout, int num_layers)
         : flat_(flat), layout_(&layout), num_layers_((size_t)num_layers) {}
 
-    T* operator[](ParamId id) const { return flat_ + layout_->offset[id]; }  // the whole tensor
-    T* wte() const { return (*this)[P_WTE]; }                                // (Vp, C)
-    T* wpe() const { return (*this)[P_WPE]; }                                // (maxT, C)
-    T* lnfw() const { return (*this)[P_LNFW]; }                              // (C)
-    T* lnfb() const { return (*this)[P_LNFB]; }                              // (C)
+    T* operator[](ParamId id) const { return flat_ + layout_->offset[id]; }            // the whole tensor
+    T* wte() const { return (*this)[P_WTE]; }                                          // (Vp, C)
+    T* wpe() const { return (*this)[P_WPE]; }                                          // (maxT, C)
+    T* lnfw() const { return (*this)[P_LNFW]; }                                        // (C)
+    T* lnfb() const { return layout_->size[P_LNFB] > 0 ? (*this)[P_LNFB] : nullptr; }  // (C); nullptr without biases
     // (Vp, C) the LM head: wte when the embeddings are tied (the untied tensor is then empty)
     T* lm_head() const { return (*this)[layout_->size[P_LMHEAD] > 0 ? P_LMHEAD : P_WTE]; }
 
@@ -55,7 +55,7 @@ public:
 private:
     T* slice(ParamId id, int l) const {
         const size_t size = layout_->size[id];
-        if (size == 0) return nullptr;  // a tensor the model does not have (QK-norm off)
+        if (size == 0) return nullptr;  // a tensor the model does not have (QK-norm off, no biases)
         return flat_ + layout_->offset[id] + (size_t)l * (size / num_layers_);
     }
 

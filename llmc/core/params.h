@@ -1,7 +1,8 @@
 // The parameter table: every trainable tensor of the model, its shape and its offset in the one
 // flat fp32 buffer that holds them all. Code refers to tensors by the ParamId enum, never by
 // hand-computed offsets. The order is llm.c's (so its GPT-2 checkpoints load by a plain copy of
-// the first 16 tensors), followed by our additions, which are empty when unused.
+// the first 16 tensors), followed by our additions, which are empty when unused. Without biases
+// (ModelConfig::bias false) every bias tensor (the *B rows) is empty too: the layout keeps its order.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -52,27 +53,28 @@ struct ParamLayout {
 inline ParamLayout param_layout(const ModelConfig& c) {
     const size_t Vp = c.padded_vocab_size, C = c.channels, L = c.num_layers, maxT = c.max_seq_len;
     const size_t hd = c.head_size(), qk = c.qk_norm ? L * hd : 0;
+    const size_t b = c.bias ? 1 : 0;  // bias tensors are empty without biases
     ParamLayout p;
     p.size = {Vp * C,
               maxT * C,
               L * C,
-              L * C,
+              b * L * C,
               L * 3 * C * C,
-              L * 3 * C,
+              b * L * 3 * C,
               L * C * C,
+              b * L * C,
               L * C,
-              L * C,
-              L * C,
+              b * L * C,
               L * 4 * C * C,
-              L * 4 * C,
+              b * L * 4 * C,
               L * C * 4 * C,
-              L * C,
+              b * L * C,
               C,
-              C,
+              b * C,
               qk,
+              b * qk,
               qk,
-              qk,
-              qk,
+              b * qk,
               c.tied_embeddings ? 0 : Vp * C};
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
         p.offset[i] = p.total;

@@ -8,6 +8,8 @@
 //                 qkv = qknorm(qkv)                     if cfg.qk_norm
 //                 x  += attention_ls(qkv) @ attprojw^T + attprojb       (B, T, C)
 //                 x  += gelu(ln2(x) @ fcw^T + fcb) @ fcprojw^T + fcprojb
+//   without biases (cfg.bias false) every bias above and every LayerNorm's is absent (nullptr); gelu is
+//   cfg.gelu's kind (tanh or erf)
 //   logits = lnf(x) @ wte^T (lm_head^T when untied), no bias            (B, T, Vp)
 //   per position objective = CE + z_weight * lse^2 over the real vocabulary [0, V)
 //
@@ -190,7 +192,7 @@ public:
             residual_forward(la.residual2, la.residual, a.branch.data(), N * C);
             layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, lw.ln2w, lw.ln2b, n, C);
             matmul_forward(la.fch, la.ln2, lw.fcw, lw.fcb, n, C, 4 * C);
-            gelu_forward(la.fch_gelu, la.fch, N * 4 * C);
+            gelu_forward(la.fch_gelu, la.fch, N * 4 * C, cfg_.gelu);
             matmul_forward(a.branch.data(), la.fch_gelu, lw.fcprojw, lw.fcprojb, n, 4 * C, C);
             residual_forward(la.residual3, la.residual2, a.branch.data(), N * C);
         }
@@ -267,7 +269,7 @@ public:
 
             // MLP branch: dres is d residual3 = d fcproj = (so far) d residual2
             matmul_backward(a.d4c_a.data(), lg.fcprojw, lg.fcprojb, dres, la.fch_gelu, lw.fcprojw, n, 4 * C, C);
-            gelu_backward(a.d4c_b.data(), la.fch, a.d4c_a.data(), N * 4 * C);
+            gelu_backward(a.d4c_b.data(), la.fch, a.d4c_a.data(), N * 4 * C, cfg_.gelu);
             matmul_backward(a.dbtc.data(), lg.fcw, lg.fcb, a.d4c_b.data(), la.ln2, lw.fcw, n, C, 4 * C);
             layernorm_backward(dres, lg.ln2w, lg.ln2b, a.dbtc.data(), la.residual2, lw.ln2w, la.ln2_mean, la.ln2_rstd,
                                n, C);
@@ -375,7 +377,7 @@ private:
             residual_forward(a.x2.data(), a.x.data(), a.branch.data(), (size_t)B * C);
             layernorm_forward(a.ln.data(), a.mean.data(), a.rstd.data(), a.x2.data(), lw.ln2w, lw.ln2b, B, C);
             matmul_forward(a.fch.data(), a.ln.data(), lw.fcw, lw.fcb, B, C, 4 * C);
-            gelu_forward(a.fch_gelu.data(), a.fch.data(), (size_t)B * 4 * C);
+            gelu_forward(a.fch_gelu.data(), a.fch.data(), (size_t)B * 4 * C, cfg_.gelu);
             matmul_forward(a.branch.data(), a.fch_gelu.data(), lw.fcprojw, lw.fcprojb, B, 4 * C, C);
             residual_forward(a.x.data(), a.x2.data(), a.branch.data(), (size_t)B * C);  // x = layer output
         }

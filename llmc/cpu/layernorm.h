@@ -9,7 +9,8 @@ namespace cpu {
 
 constexpr float LAYERNORM_EPS = 1e-5f;
 
-// out (N, C), mean (N), rstd (N) (saved for the backward); inp (N, C); w, b (C). N = B*T rows.
+// out (N, C), mean (N), rstd (N) (saved for the backward); inp (N, C); w (C), b (C) or nullptr (no bias).
+// N = B*T rows.
 template <typename F>
 void layernorm_forward(F* out, F* mean, F* rstd, const F* inp, const F* w, const F* b, int N, int C) {
 #pragma omp parallel for schedule(static)
@@ -23,14 +24,17 @@ void layernorm_forward(F* out, F* mean, F* rstd, const F* inp, const F* w, const
         v /= C;
         const F s = F(1) / std::sqrt(v + F(LAYERNORM_EPS));
         F* o = out + (size_t)n * C;
-        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
+        if (b)
+            for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
+        else
+            for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c];
         mean[n] = m;
         rstd[n] = s;
     }
 }
 
 // ADDS into dinp (N, C) (the residual stream's gradient: the gradient contract's exception,
-// docs/design.md), dw (C), db (C). With xhat = (inp - mean) * rstd and g = dout * w:
+// docs/design.md), dw (C), db (C; nullptr: a LayerNorm without bias). With xhat = (inp - mean) * rstd and g = dout * w:
 //   dinp = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)),  dw = sum_n dout * xhat,  db = sum_n dout
 // dinp is parallel over rows; dw and db over blocks of channels, each summing the rows in order.
 template <typename F>
@@ -67,7 +71,7 @@ void layernorm_backward(F* dinp, F* dw, F* db, const F* dout, const F* inp, cons
             const F m = mean[n], s = rstd[n];
             for (int c = c0; c < c1; c++) {
                 dw[c] += d[c] * (x[c] - m) * s;
-                db[c] += d[c];
+                if (db) db[c] += d[c];
             }
         }
     }

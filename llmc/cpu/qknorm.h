@@ -24,7 +24,7 @@ inline void qknorm_check_args(int B, int T, int C, int NH) {
 }
 
 // qkv_out: (B, T, 3C) normalized q and k, v copied. mean, rstd: (B, T, 2, NH), part 0 = q, 1 = k.
-// qkv_in: (B, T, 3C). qw, qb, kw, kb: (hd).
+// qkv_in: (B, T, 3C). qw, qb, kw, kb: (hd); qb and kb both nullptr for a model without biases.
 template <typename F>
 void qknorm_forward(F* qkv_out, F* mean, F* rstd, const F* qkv_in, const F* qw, const F* qb, const F* kw, const F* kb,
                     int B, int T, int C, int NH) {
@@ -50,7 +50,7 @@ void qknorm_forward(F* qkv_out, F* mean, F* rstd, const F* qkv_in, const F* qw, 
                 for (int d = 0; d < hd; d++) var += (x[d] - m) * (x[d] - m);
                 var /= F(hd);
                 const F rs = F(1) / std::sqrt(var + eps);
-                for (int d = 0; d < hd; d++) y[d] = (x[d] - m) * rs * w[d] + bias[d];
+                for (int d = 0; d < hd; d++) y[d] = (x[d] - m) * rs * w[d] + (bias ? bias[d] : F(0));
                 mean[(r * 2 + part) * NH + h] = m;
                 rstd[(r * 2 + part) * NH + h] = rs;
             }
@@ -59,7 +59,8 @@ void qknorm_forward(F* qkv_out, F* mean, F* rstd, const F* qkv_in, const F* qw, 
     }
 }
 
-// From dqkv_out (B, T, 3C): dqkv_in (B, T, 3C) overwritten; dqw, dqb, dkw, dkb (hd) added into.
+// From dqkv_out (B, T, 3C): dqkv_in (B, T, 3C) overwritten; dqw, dqb, dkw, dkb (hd) added into (dqb, dkb
+// both nullptr without biases).
 template <typename F>
 void qknorm_backward(F* dqkv_in, F* dqw, F* dqb, F* dkw, F* dkb, const F* dqkv_out, const F* qkv_in, const F* mean,
                      const F* rstd, const F* qw, const F* kw, int B, int T, int C, int NH) {
@@ -118,10 +119,10 @@ void qknorm_backward(F* dqkv_in, F* dqw, F* dqb, F* dkw, F* dkb, const F* dqkv_o
         }
         if (part == 0) {
             dqw[d] += dw;
-            dqb[d] += db;
+            if (dqb) dqb[d] += db;
         } else {
             dkw[d] += dw;
-            dkb[d] += db;
+            if (dkb) dkb[d] += db;
         }
     }
 }

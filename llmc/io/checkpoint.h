@@ -88,7 +88,11 @@ inline uint64_t get_u64(const int32_t* h, int i) {
     return (uint64_t)(uint32_t)h[i] | ((uint64_t)(uint32_t)h[i + 1] << 32);
 }
 
-// Header indices 2..13 (see docs/formats.md); dtype (12) is set by the writer.
+// Header indices 2..13, 20 and 21 (see docs/formats.md); dtype (12) is set by the writer. Index 20
+// holds "no biases" and 21 the GELU, so that the zeros of a file written before they existed read as
+// GPT-2's biases and tanh GELU.
+constexpr int CKPT_NO_BIAS = 20;
+constexpr int CKPT_GELU = 21;
 inline void put_config_fields(int32_t* h, const ModelConfig& c) {
     h[2] = c.max_seq_len;
     h[3] = c.vocab_size;
@@ -101,9 +105,11 @@ inline void put_config_fields(int32_t* h, const ModelConfig& c) {
     h[10] = c.qk_norm ? 1 : 0;
     h[11] = c.tied_embeddings ? 1 : 0;
     h[13] = (int32_t)float_bits(c.attn_softcap);
+    h[CKPT_NO_BIAS] = c.bias ? 0 : 1;
+    h[CKPT_GELU] = (int32_t)c.gelu;
 }
 
-// The ModelConfig of header indices 2..13, put_config_fields' inverse (a flag is on when its field is
+// The ModelConfig of header indices 2..13, 20 and 21, put_config_fields' inverse (a flag is on when its field is
 // exactly 1; whether the fields are valid is the caller's to check).
 inline ModelConfig get_config_fields(const int32_t* h) {
     ModelConfig c;
@@ -118,16 +124,22 @@ inline ModelConfig get_config_fields(const int32_t* h) {
     c.qk_norm = h[10] == 1;
     c.tied_embeddings = h[11] == 1;
     c.attn_softcap = bits_float((uint32_t)h[13]);
+    c.bias = h[CKPT_NO_BIAS] != 1;
+    c.gelu = (Gelu)h[CKPT_GELU];
     return c;
 }
 
 // Identifies a model architecture: FNV-1a of the config header fields (not the dtype). The
-// training-state file stores it so optimizer state is never loaded into a different model.
+// training-state file stores it so optimizer state is never loaded into a different model. Indices 2..13
+// always; 20 and 21 only when either is not 0 (a model without biases or with erf GELU), so that the
+// hash of every model that existed before them, and the state files that store it, stay as they were.
 inline uint64_t model_config_hash(const ModelConfig& c) {
-    int32_t h[14] = {0};
+    int32_t h[CKPT_GELU + 1] = {0};
     put_config_fields(h, c);
     h[12] = 0;
-    return fnv1a64(h + 2, 12 * sizeof(int32_t));
+    const uint64_t base = fnv1a64(h + 2, 12 * sizeof(int32_t));
+    if (h[CKPT_NO_BIAS] == 0 && h[CKPT_GELU] == 0) return base;
+    return fnv1a64(h + CKPT_NO_BIAS, 2 * sizeof(int32_t), base);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -248,6 +260,8 @@ inline ModelCheckpoint load_llmc_checkpoint(std::FILE* f, const int32_t* h, size
     c.qk_norm = false;
     c.attn_softcap = 0.0f;
     c.tied_embeddings = true;
+    c.bias = true;
+    c.gelu = Gelu::Tanh;
     std::string err = validate_model_config(c);
     if (!err.empty())
         throw CheckpointDamaged(path + ": llm.c header describes an invalid model (" + err +
@@ -290,6 +304,10 @@ inline ModelCheckpoint load_model_checkpoint(const std::string& path) {
     };
     if (h[10] != 0 && h[10] != 1) throw bad_header("qk_norm flag is " + std::to_string(h[10]) + ", expected 0 or 1");
     if (h[11] != 0 && h[11] != 1) throw bad_header("tied flag is " + std::to_string(h[11]) + ", expected 0 or 1");
+    if (h[CKPT_NO_BIAS] != 0 && h[CKPT_NO_BIAS] != 1)
+        throw bad_header("no-bias flag is " + std::to_string(h[CKPT_NO_BIAS]) + ", expected 0 or 1");
+    if (h[CKPT_GELU] != 0 && h[CKPT_GELU] != 1)
+        throw bad_header("GELU kind is " + std::to_string(h[CKPT_GELU]) + ", expected 0 (tanh) or 1 (erf)");
     if (h[12] != 0 && h[12] != 1)
         throw bad_header("payload dtype is " + std::to_string(h[12]) + ", expected 0 (fp32) or 1 (bf16)");
     if (h[18] < 0) throw bad_header("negative step " + std::to_string(h[18]));

@@ -41,8 +41,8 @@ inline std::vector<ClippedHead> qk_clip_heads(const LogitStats& s, float tau) {
     return out;
 }
 
-// The parameter runs QK-Clip scales for these heads: per head, 2 weight blocks of hd*C and 2 bias
-// runs of hd.
+// The parameter runs QK-Clip scales for these heads: per head, 2 weight blocks of hd*C and (when the
+// model has biases) 2 bias runs of hd.
 inline std::vector<ParamScale> qk_clip_scales(const ModelConfig& m, const std::vector<ClippedHead>& heads) {
     const ParamLayout p = param_layout(m);
     const size_t C = m.channels, hd = m.head_size();
@@ -53,7 +53,7 @@ inline std::vector<ParamScale> qk_clip_scales(const ModelConfig& m, const std::v
         for (size_t part : {(size_t)0, C}) {                              // q rows, then k rows
             const size_t row = part + (size_t)c.head * hd;
             out.push_back({w + row * C, hd * C, c.gamma});
-            out.push_back({b + row, hd, c.gamma});
+            if (m.bias) out.push_back({b + row, hd, c.gamma});
         }
     }
     return out;
