@@ -249,6 +249,57 @@ TEST_CASE("model checkpoint fp32 round trip is bit-exact with every header field
         }
 }
 
+TEST_CASE("model checkpoint: --bias 0 and --gelu erf in header words 20 and 21, no bias tensors stored",
+          "[checkpoint]") {
+    TempDir dir;
+    for (bool bias : {true, false})
+        for (Gelu gelu : {Gelu::Tanh, Gelu::Erf}) {
+            INFO("bias " << bias << ", gelu " << gelu_name(gelu));
+            ModelConfig c = small_config(/*qk_norm=*/true, /*tied=*/false);
+            c.bias = bias;
+            c.gelu = gelu;
+            // without biases: 2 layers x (C + 3C + C + C + 4C + C) + lnfb C + 2 layers x 2 QK-norm biases of hd
+            const size_t C = 16, hd = 4, with_bias = param_layout(small_config(true, false)).total;
+            const size_t n = param_layout(c).total;
+            CHECK(n == (bias ? with_bias : with_bias - 2 * 11 * C - C - 2 * 2 * hd));
+            CHECK((double)n == model_param_count(c));
+            const std::vector<float> p = random_floats(n, std::random_device{}());
+            const std::string path = dir / "m.bin";
+            save_model_checkpoint(path, c, p.data(), 5);
+            REQUIRE(read_bytes(path).size() == 1024 + 4 * n);
+            const std::vector<int32_t> h = read_header(path);
+            CHECK(h[20] == (bias ? 0 : 1));
+            CHECK(h[21] == (gelu == Gelu::Erf ? 1 : 0));
+            for (int i = 22; i < 256; i++) REQUIRE(h[i] == 0);
+            const ModelCheckpoint ck = load_model_checkpoint(path);
+            CHECK(config_difference(ck.config, c) == "");
+            CHECK(ck.config.bias == bias);
+            CHECK(ck.config.gelu == gelu);
+            CHECK(std::memcmp(ck.params.data(), p.data(), 4 * n) == 0);
+        }
+}
+
+TEST_CASE("model config hash: unchanged for biases + tanh, distinct for --bias 0 and --gelu erf", "[checkpoint]") {
+    // the hash state files written before header words 20/21 existed hold: FNV-1a of words 2..13, dtype 0
+    const ModelConfig c = small_config();
+    int32_t w[12];
+    w[0] = c.max_seq_len, w[1] = c.vocab_size, w[2] = c.num_layers, w[3] = c.num_heads, w[4] = c.channels;
+    w[5] = c.padded_vocab_size, w[6] = c.global_heads, w[7] = c.window, w[8] = c.qk_norm, w[9] = c.tied_embeddings;
+    w[10] = 0;
+    std::memcpy(&w[11], &c.attn_softcap, 4);
+    std::vector<char> bytes((const char*)w, (const char*)w + sizeof w);
+    CHECK(model_config_hash(c) == ref_fnv1a(bytes, 0));
+    ModelConfig no_bias = c, erf = c, both = c;
+    no_bias.bias = false;
+    erf.gelu = Gelu::Erf;
+    both.bias = false;
+    both.gelu = Gelu::Erf;
+    const uint64_t hs[4] = {model_config_hash(c), model_config_hash(no_bias), model_config_hash(erf),
+                            model_config_hash(both)};
+    for (int i = 0; i < 4; i++)
+        for (int j = i + 1; j < 4; j++) CHECK(hs[i] != hs[j]);
+}
+
 TEST_CASE("get_config_fields reads header indices 2..13 as docs/formats.md lays them out", "[checkpoint]") {
     std::mt19937 rng(std::random_device{}());
     for (int trial = 0; trial < 100; trial++) {
@@ -256,6 +307,8 @@ TEST_CASE("get_config_fields reads header indices 2..13 as docs/formats.md lays 
         for (size_t i = 0; i < CKPT_HEADER_INTS; i++) h[i] = (int32_t)rng();
         h[10] = (int32_t)(rng() % 3);  // 0, 1, or a value no writer writes
         h[11] = (int32_t)(rng() % 3);
+        h[20] = (int32_t)(rng() % 3);
+        h[21] = (int32_t)(rng() % 2);
         const ModelConfig c = get_config_fields(h);
         INFO("trial " << trial);
         CHECK(c.max_seq_len == h[2]);
@@ -268,6 +321,8 @@ TEST_CASE("get_config_fields reads header indices 2..13 as docs/formats.md lays 
         CHECK(c.window == h[9]);
         CHECK(c.qk_norm == (h[10] == 1));
         CHECK(c.tied_embeddings == (h[11] == 1));
+        CHECK(c.bias == (h[20] != 1));
+        CHECK((int)c.gelu == h[21]);
         float cap;
         std::memcpy(&cap, &h[13], 4);
         CHECK(std::memcmp(&c.attn_softcap, &cap, 4) == 0);  // the bits, NaN included
@@ -275,6 +330,8 @@ TEST_CASE("get_config_fields reads header indices 2..13 as docs/formats.md lays 
         put_config_fields(back, c);  // and put_config_fields writes them back (flags as 0/1)
         for (int i = 2; i <= 13; i++)
             if (i != 12) CHECK(back[i] == (i == 10 || i == 11 ? (h[i] == 1 ? 1 : 0) : h[i]));
+        CHECK(back[20] == (h[20] == 1 ? 1 : 0));
+        CHECK(back[21] == h[21]);
     }
 }
 
@@ -396,6 +453,18 @@ TEST_CASE("model checkpoint refusals name the file and the problem", "[checkpoin
         set_header_int(path, 12, 7);  // dtype
         e = error_of<CheckpointDamaged>([&] { load_model_checkpoint(path); });
         CHECK(e.find("payload dtype is 7") != std::string::npos);
+        fresh();
+        set_header_int(path, 20, 2);  // no-bias flag
+        e = error_of<CheckpointDamaged>([&] { load_model_checkpoint(path); });
+        CHECK(e.find("no-bias flag is 2") != std::string::npos);
+        fresh();
+        set_header_int(path, 21, 3);  // GELU kind
+        e = error_of<CheckpointDamaged>([&] { load_model_checkpoint(path); });
+        CHECK(e.find("GELU kind is 3") != std::string::npos);
+        fresh();
+        set_header_int(path, 20, 1);  // says "no biases" over a payload that has them
+        e = error_of<CheckpointDamaged>([&] { load_model_checkpoint(path); });
+        CHECK(e.find("parameter count") != std::string::npos);
     }
     SECTION("missing file") {
         std::string e = error_of<CheckpointDamaged>([&] { load_model_checkpoint(dir / "nope.bin"); });

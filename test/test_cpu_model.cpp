@@ -28,11 +28,22 @@ struct Variant {
     float softcap;
     float z_weight;
     bool untied;
+    bool bias = true;
+    Gelu gelu = Gelu::Tanh;
 };
 
+// The last three: the paper code's model (no biases anywhere, exact GELU, untied), with every
+// stabilizer, and erf GELU alone.
 const Variant kVariants[] = {
-    {"plain", false, 0.0f, 0.0f, false},  {"qk_norm", true, 0.0f, 0.0f, false}, {"softcap", false, 1.0f, 0.0f, false},
-    {"z_loss", false, 0.0f, 0.1f, false}, {"untied", false, 0.0f, 0.0f, true},  {"combined", true, 1.0f, 0.1f, true},
+    {"plain", false, 0.0f, 0.0f, false},
+    {"qk_norm", true, 0.0f, 0.0f, false},
+    {"softcap", false, 1.0f, 0.0f, false},
+    {"z_loss", false, 0.0f, 0.1f, false},
+    {"untied", false, 0.0f, 0.0f, true},
+    {"combined", true, 1.0f, 0.1f, true},
+    {"paper (no bias, erf, untied)", false, 0.0f, 0.0f, true, false, Gelu::Erf},
+    {"paper + every stabilizer", true, 1.0f, 0.1f, true, false, Gelu::Erf},
+    {"erf", false, 0.0f, 0.0f, false, true, Gelu::Erf},
 };
 
 struct Layout {
@@ -55,6 +66,8 @@ ModelConfig tiny_config(int G, int P, const Variant& v) {
     c.qk_norm = v.qk_norm;
     c.attn_softcap = v.softcap;
     c.tied_embeddings = !v.untied;
+    c.bias = v.bias;
+    c.gelu = v.gelu;
     return c;
 }
 
@@ -306,6 +319,8 @@ TEST_CASE("float and double forward and backward agree", "[cpu_model]") {
         cfg.qk_norm = v.qk_norm;
         cfg.attn_softcap = v.softcap;
         cfg.tied_embeddings = !v.untied;
+        cfg.bias = v.bias;
+        cfg.gelu = v.gelu;
         Gpt2Cpu<double> md(cfg);
         randomize(md, 31);
         Gpt2Cpu<float> mf(cfg);

@@ -345,6 +345,27 @@ TEST_CASE("layernorm forward and backward", "[cpu_ops][layernorm]") {
     check_close(dbf, db, 1e-5, 1e-5, "db (float)");
 }
 
+// A LayerNorm without bias (--bias 0): b = nullptr is the reference with b = 0, and db = nullptr leaves
+// dinp and dw as they are with a bias.
+TEST_CASE("layernorm without bias", "[cpu_ops][layernorm]") {
+    Rand rng;
+    INFO("seed " << rng.seed);
+    const int N = 5, C = 19;
+    const Vec x = rng.normal((size_t)N * C, 2.0), w = rng.normal(C), R = rng.normal((size_t)N * C);
+    const Vec zero(C, 0.0);
+    const Vec want = ref_layernorm(x, w, zero, N, C);
+    Vec out((size_t)N * C, std::nan("")), mean(N), rstd(N);
+    layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), (const double*)nullptr, N, C);
+    check_close(out, want, 1e-12, 1e-12, "layernorm forward without bias");
+    Vec dx_b((size_t)N * C, 0.0), dw_b(C, 0.0), db(C, 0.0), dx((size_t)N * C, 0.0), dw(C, 0.0);
+    layernorm_backward(dx_b.data(), dw_b.data(), db.data(), R.data(), x.data(), w.data(), mean.data(), rstd.data(), N,
+                       C);
+    layernorm_backward(dx.data(), dw.data(), (double*)nullptr, R.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                       N, C);
+    CHECK(dx == dx_b);
+    CHECK(dw == dw_b);
+}
+
 // ---- gelu and residual ------------------------------------------------------------------------
 
 TEST_CASE("gelu forward and backward", "[cpu_ops][gelu]") {
@@ -375,6 +396,45 @@ TEST_CASE("gelu forward and backward", "[cpu_ops][gelu]") {
     auto Rf = to_float(R), dxf = to_float(dx0);
     gelu_backward(dxf.data(), xf.data(), Rf.data(), n);
     check_close(dxf, dx, 1e-5, 1e-5, "gelu dinp (float)");
+}
+
+// The exact GELU (--gelu erf) against x Phi(x) with Phi from erfc (another library function than the
+// kernel's erf), its gradient against finite differences; n spans several of the float path's chunks.
+TEST_CASE("gelu erf forward and backward", "[cpu_ops][gelu]") {
+    Rand rng;
+    INFO("seed " << rng.seed);
+    const size_t n = 9001;
+    const Vec x = rng.normal(n, 3.0);
+    const Vec R = rng.normal(n);
+    Vec want(n);
+    for (size_t i = 0; i < n; i++) want[i] = x[i] * 0.5 * std::erfc(-x[i] / std::sqrt(2.0));
+    Vec out(n, std::nan(""));
+    gelu_forward(out.data(), x.data(), n, llmc::Gelu::Erf);
+    check_close(out, want, 1e-14, 1e-14, "gelu erf forward (double)");
+    const auto xf = to_float(x);
+    std::vector<float> outf(n, std::nanf(""));
+    gelu_forward(outf.data(), xf.data(), n, llmc::Gelu::Erf);
+    check_close(outf, want, 1e-5, 1e-6, "gelu erf forward (float)");
+    // the kind is honoured: tanh's approximation is up to ~4.7e-4 away (near x = -2.7)
+    std::vector<float> tanhf_out(n);
+    gelu_forward(tanhf_out.data(), xf.data(), n, llmc::Gelu::Tanh);
+    double most = 0;
+    for (size_t i = 0; i < n; i++) most = std::max(most, std::fabs((double)tanhf_out[i] - (double)outf[i]));
+    CHECK(most > 1e-4);
+
+    Vec dx(n, std::nan(""));
+    gelu_backward(dx.data(), x.data(), R.data(), n, llmc::Gelu::Erf);
+    Vec xs(x.begin(), x.begin() + 200), Rs(R.begin(), R.begin() + 200), dxs(dx.begin(), dx.begin() + 200);
+    auto loss = [&]() {
+        Vec o(xs.size());
+        gelu_forward(o.data(), xs.data(), xs.size(), llmc::Gelu::Erf);
+        return dot(o, Rs);
+    };
+    check_fd(dxs, numeric_grad(xs, loss), "gelu erf dinp vs finite differences");
+    auto Rf = to_float(R);
+    std::vector<float> dxf(n, std::nanf(""));
+    gelu_backward(dxf.data(), xf.data(), Rf.data(), n, llmc::Gelu::Erf);
+    check_close(dxf, dx, 1e-5, 1e-5, "gelu erf dinp (float)");
 }
 
 TEST_CASE("residual forward and backward", "[cpu_ops][residual]") {

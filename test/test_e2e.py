@@ -429,3 +429,40 @@ def test_gradient_accumulation_matches_a_bigger_batch(byte_data, tmp_path):
     np.testing.assert_allclose(acc, big, rtol=1e-5)
     norms = [[r["grad_norm"] for r in train_records(tmp_path / d / "metrics.jsonl")] for d in ("acc", "big")]
     np.testing.assert_allclose(norms[0], norms[1], rtol=1e-4)  # the 1/accum scaling of the gradients
+
+
+def test_paper_model_options_train_resume_evaluate_and_refuse_contradictions(byte_data, tmp_path):
+    """--bias 0 --gelu erf --untie-embeddings (the paper code's model): the checkpoint header says so
+    (words 20, 21), config.json records it, -y 1 continues bit-identically, --eval-only and -e take the
+    model from the file, and a flag that contradicts it (on -e, or on -y 1) is refused."""
+    paper = ["--bias", 0, "--gelu", "erf", "--untie-embeddings"]
+    common = data_args(byte_data) + TINY + paper + ["-k", "constant", "-u", 0, "-l", "2e-3", "-v", 4, "-m", 2,
+                                                     "-s", 0]
+    full, part = tmp_path / "full", tmp_path / "part"
+    run(common + ["-o", full, "-x", 8, "-n", 4])
+    run(common + ["-o", part, "-x", 4])
+    run(common + ["-o", part, "-x", 8, "-y", 1])
+    assert_same_run(full, part, 8)
+
+    hdr = np.fromfile(full / "model_00000008.bin", dtype=np.int32, count=256)
+    assert hdr[20] == 1 and hdr[21] == 1 and hdr[11] == 0  # no biases, erf, untied
+    C, Lyr, V, maxT = 32, 2, 256, 64
+    no_bias_params = 2 * V * C + maxT * C + Lyr * (12 * C * C + 2 * C) + C  # wte, lm_head, wpe, layers, lnfw
+    assert int(hdr[14]) == no_bias_params
+    model = json.loads((full / "config.json").read_text())["model"]
+    assert model["bias"] is False and model["gelu"] == "erf"
+
+    ev = run(["--eval-only", "-e", full / "model_00000008.bin", "-j", f"{byte_data}/val_*.bin", "-b", 2, "-t", 16,
+              "-m", 2, "--threads", 1])
+    assert "no biases" in ev.stdout + ev.stderr and "erf GELU" in ev.stdout + ev.stderr
+    for flag, value in [("--bias", 1), ("--gelu", "tanh")]:
+        p = run(["--eval-only", "-e", full / "model_00000008.bin", "-j", f"{byte_data}/val_*.bin", "-b", 2, "-t", 16,
+                 "-m", 1, "--threads", 1, flag, value], check=False)
+        assert p.returncode != 0 and f"{flag} {value} contradicts the checkpoint" in p.stderr, p.stderr
+    assert_refused(data_args(byte_data) + TINY + ["--untie-embeddings", "--bias", 0, "-o", full, "-x", 12, "-y", 1,
+                                                  "--gelu", "tanh"], full, "different model")
+    (tmp_path / "bad").mkdir()
+    assert_refused(data_args(byte_data) + TINY + ["-o", tmp_path / "bad", "--bias", 2], tmp_path / "bad",
+                   "--bias must be 0 (no biases) or 1")
+    assert_refused(data_args(byte_data) + TINY + ["-o", tmp_path / "bad", "--gelu", "exact"], tmp_path / "bad",
+                   "--gelu 'exact' is not an activation")

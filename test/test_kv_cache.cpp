@@ -39,13 +39,21 @@ struct Case {
     bool qk_norm;
     float softcap;
     bool untied;
+    bool bias = true;
+    Gelu gelu = Gelu::Tanh;
 };
-// NH = 4, maxT = 20: windows that wrap (P = 1, 3), that never fill (P >= maxT), all-local and MHSA.
+// NH = 4, maxT = 20: windows that wrap (P = 1, 3), that never fill (P >= maxT), all-local and MHSA;
+// the paper code's model (no biases, erf GELU, untied) with QK-norm.
 const Case kCases[] = {
-    {"LS G=1 P=3", 1, 3, false, 0.0f, false},        {"MHSA G=NH", 4, 3, false, 0.0f, false},
-    {"all-local G=0 P=3", 0, 3, false, 0.0f, false}, {"G=1 P=1", 1, 1, false, 0.0f, false},
-    {"G=2 P>=T", 2, 25, false, 0.0f, false},         {"G=1 P=4 qk_norm", 1, 4, true, 0.0f, false},
-    {"G=1 P=5 softcap", 1, 5, false, 0.5f, false},   {"G=0 P=2 qk_norm softcap untied", 0, 2, true, 0.7f, true},
+    {"G=1 P=3 qk_norm untied no-bias erf", 1, 3, true, 0.0f, true, false, Gelu::Erf},
+    {"LS G=1 P=3", 1, 3, false, 0.0f, false},
+    {"MHSA G=NH", 4, 3, false, 0.0f, false},
+    {"all-local G=0 P=3", 0, 3, false, 0.0f, false},
+    {"G=1 P=1", 1, 1, false, 0.0f, false},
+    {"G=2 P>=T", 2, 25, false, 0.0f, false},
+    {"G=1 P=4 qk_norm", 1, 4, true, 0.0f, false},
+    {"G=1 P=5 softcap", 1, 5, false, 0.5f, false},
+    {"G=0 P=2 qk_norm softcap untied", 0, 2, true, 0.7f, true},
 };
 
 ModelConfig case_config(const Case& c) {
@@ -61,6 +69,8 @@ ModelConfig case_config(const Case& c) {
     m.qk_norm = c.qk_norm;
     m.attn_softcap = c.softcap;
     m.tied_embeddings = !c.untied;
+    m.bias = c.bias;
+    m.gelu = c.gelu;
     return m;
 }
 

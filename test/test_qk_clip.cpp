@@ -131,23 +131,35 @@ TEST_CASE("QK-Clip: the rows scaled are the head's q and k rows and biases; shar
     CHECK(heads[1].layer == 1);
     CHECK(heads[1].head == 1);
 
-    // independent index arithmetic: qkvw is (L, 3C, C) with q rows [0, C), k rows [C, 2C)
+    // independent index arithmetic: qkvw is (L, 3C, C) with q rows [0, C), k rows [C, 2C); without
+    // biases (--bias 0) the weight rows only
+    for (bool bias : {true, false}) {
+        INFO("bias " << bias);
+        ModelConfig m = cfg;
+        m.bias = bias;
+        const ParamLayout lb = param_layout(m);
+        std::vector<float> pb(lb.total, 1.0f);
+        apply_param_scales(pb.data(), 0, pb.size(), qk_clip_scales(m, heads));
+        size_t scaled = 0;
+        for (size_t i = 0; i < lb.total; i++) {
+            float want = 1.0f;
+            if (i >= lb.offset[P_QKVW] && i < lb.offset[P_QKVW] + lb.size[P_QKVW]) {
+                const size_t e = i - lb.offset[P_QKVW], layer = e / (3 * C * C), row = e % (3 * C * C) / C;
+                for (const ClippedHead& h : heads)
+                    if ((int)layer == h.layer && row < 2 * C && (row % C) / hd == (size_t)h.head) want = h.gamma;
+            } else if (i >= lb.offset[P_QKVB] && i < lb.offset[P_QKVB] + lb.size[P_QKVB]) {
+                const size_t e = i - lb.offset[P_QKVB], layer = e / (3 * C), row = e % (3 * C);
+                for (const ClippedHead& h : heads)
+                    if ((int)layer == h.layer && row < 2 * C && (row % C) / hd == (size_t)h.head) want = h.gamma;
+            }
+            scaled += want != 1.0f;
+            if (pb[i] != want) FAIL("element " << i << " is " << pb[i] << ", expected " << want);
+        }
+        CHECK(scaled == heads.size() * 2 * hd * (C + (bias ? 1 : 0)));  // q and k: hd rows of C, hd biases
+    }
     const ParamLayout l = param_layout(cfg);
     std::vector<float> p(l.total, 1.0f);
     apply_param_scales(p.data(), 0, p.size(), qk_clip_scales(cfg, heads));
-    for (size_t i = 0; i < l.total; i++) {
-        float want = 1.0f;
-        if (i >= l.offset[P_QKVW] && i < l.offset[P_QKVW] + l.size[P_QKVW]) {
-            const size_t e = i - l.offset[P_QKVW], layer = e / (3 * C * C), row = e % (3 * C * C) / C;
-            for (const ClippedHead& h : heads)
-                if ((int)layer == h.layer && row < 2 * C && (row % C) / hd == (size_t)h.head) want = h.gamma;
-        } else if (i >= l.offset[P_QKVB] && i < l.offset[P_QKVB] + l.size[P_QKVB]) {
-            const size_t e = i - l.offset[P_QKVB], layer = e / (3 * C), row = e % (3 * C);
-            for (const ClippedHead& h : heads)
-                if ((int)layer == h.layer && row < 2 * C && (row % C) / hd == (size_t)h.head) want = h.gamma;
-        }
-        if (p[i] != want) FAIL("element " << i << " is " << p[i] << ", expected " << want);
-    }
 
     // ZeRO-1: each rank scales its shard [begin, begin + n); together they equal the whole vector
     for (int world : {2, 3, 7}) {

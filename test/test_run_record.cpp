@@ -125,6 +125,45 @@ TEST_CASE("--config TOML: an unknown key or any [section] is refused, naming the
     REQUIRE(cli.config().overrides.qk_norm);
 }
 
+TEST_CASE("a run record's model bias and gelu come back as --bias and --gelu; older records have neither", "[config]") {
+    llmc_test::TempDir dir;
+    nlohmann::ordered_json rec = record_of({"-i", "d/train_*.bin"});
+    rec["model"]["bias"] = false;
+    rec["model"]["gelu"] = "erf";
+    write(dir.file("config.json"), llmc::json_file_text(rec));
+    llmc::TrainCli cli;
+    REQUIRE(parse_args(cli, {"--config", dir.file("config.json")}) == -1);
+    REQUIRE(cli.config().overrides.bias == 0);
+    REQUIRE(cli.config().overrides.gelu == std::string("erf"));
+    llmc::ModelConfig m;
+    llmc::apply_overrides(m, cli.config().overrides);
+    REQUIRE_FALSE(m.bias);
+    REQUIRE(m.gelu == llmc::Gelu::Erf);
+
+    rec["model"].erase("bias");  // a record written before the fields existed: the preset's values
+    rec["model"].erase("gelu");
+    write(dir.file("old.json"), llmc::json_file_text(rec));
+    llmc::TrainCli old;
+    REQUIRE(parse_args(old, {"--config", dir.file("old.json")}) == -1);
+    REQUIRE_FALSE(old.config().overrides.bias.has_value());
+    REQUIRE_FALSE(old.config().overrides.gelu.has_value());
+
+    rec["model"]["bias"] = 0;  // not true/false
+    write(dir.file("bad.json"), llmc::json_file_text(rec));
+    llmc::TrainCli bad;
+    REQUIRE(parse_args(bad, {"--config", dir.file("bad.json")}) == 1);
+    REQUIRE_THAT(bad.error(), Contains("'model.bias' is not true/false"));
+
+    // bad values on the command line: one line naming the choices
+    llmc::ModelConfig c;
+    llmc::ModelOverrides o;
+    o.bias = 2;
+    REQUIRE_THROWS_WITH(llmc::apply_overrides(c, o), Contains("--bias must be 0 (no biases) or 1"));
+    o.bias.reset();
+    o.gelu = "relu";
+    REQUIRE_THROWS_WITH(llmc::apply_overrides(c, o), Contains("--gelu 'relu' is not an activation; use tanh"));
+}
+
 TEST_CASE("--config reads a run's config.json: train (with its history) and the model as flags", "[config]") {
     llmc_test::TempDir dir;
     nlohmann::ordered_json rec = record_of(

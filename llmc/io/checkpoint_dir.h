@@ -186,10 +186,12 @@ inline std::optional<ModelDifference> first_model_difference(const ModelConfig& 
         {"window", {a.window, b.window}},
         {"qk-norm", {a.qk_norm, b.qk_norm}},
         {"attn-softcap", {a.attn_softcap, b.attn_softcap}},
-        {"tied embeddings", {a.tied_embeddings, b.tied_embeddings}}};
+        {"tied embeddings", {a.tied_embeddings, b.tied_embeddings}},
+        {"bias", {a.bias, b.bias}}};
     for (const auto& f : fields)
         if (f.second.first != f.second.second)
             return ModelDifference{f.first, text(f.second.first), text(f.second.second)};
+    if (a.gelu != b.gelu) return ModelDifference{"gelu", gelu_name(a.gelu), gelu_name(b.gelu)};
     return std::nullopt;
 }
 
