@@ -199,6 +199,8 @@ def test_kill_9_and_resume_is_bit_identical(byte_data, tmp_path):
     (["--layers", 3], "different model"),
     (["-b", 2], "resume with the same -b/-t"),
     (["--spike-window", 5], "resume with the same --spike-window"),
+    (["--profile-steps", 2], "--profile-steps times GPU kernels; the cpu backend has none"),
+    (["--profile-steps", 9], "--profile-steps 9 needs 11 steps to train (2 warm-up steps first) but this run trains 10"),
 ])
 def test_bad_flags_fail_cleanly(trained, byte_data, extra, expect):
     out, _ = trained  # a finished run: -y 1 would resume it if the flags were fine

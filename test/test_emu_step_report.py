@@ -255,3 +255,27 @@ def test_cuda_graph_refuses_what_it_cannot_replay(periodic_data, tmp_path, extra
     assert p.returncode != 0, p.stderr[-2000:]
     errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and needle in errors[0], p.stderr[-2000:]
+
+
+def test_profile_steps_counts_the_profiled_step(periodic_data, tmp_path):
+    """--profile-steps 1 on the emulated device (llmc/cuda/kernel_profiler.cuh): step 3 (after 2 warm-up
+    steps) is profiled, with validation every step (-v 1) between the steps; its table counts the launches
+    of the model's op list by family (expected_launches) and its cuBLASLt matmuls, untimed, and
+    profile.json holds the same rows."""
+    out = tmp_path / "run"
+    p, report = run_report(periodic_data, tmp_path, "profile",
+                           ["--layers", "2", "-v", "1", "--profile-steps", "1", "-o", str(out)] + MODEL)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "profile of 1 training steps (emulated device: launch counts, not times)" in p.stdout
+    prof = json.loads((out / "profile.json").read_text())
+    assert prof["timed"] is False and prof["steps"] == 1 and "step_us" not in prof
+    rows = {r["kernel"]: r["calls_per_step"] for r in prof["kernels"]}
+    matmul_rows = [k for k in rows if k.startswith("cublasLtMatmul")]
+    assert len(matmul_rows) == 1 and rows.pop(matmul_rows[0]) == expected_matmuls(2)
+    got, want = family_counts(rows), expected_launches(2)
+    assert got == want, f"profiled launches by family {got}, the op list's {want}"
+    step3 = [json.loads(line) for line in report.read_text().splitlines()][-1]
+    assert step3["interval"] == "step" and step3["step"] == 3
+    assert prof["launches_per_step"] == step3["launches"] + step3["matmuls"]
+    for name, n in rows.items():
+        assert f"{n:10.1f}  {name}\n" in p.stdout, name

@@ -98,6 +98,7 @@ public:
     void kernel(const std::string& name) {
         std::lock_guard<std::mutex> lock(mu_);
         cur_.kernels[name]++;
+        totals_.kernels[name]++;
     }
     void graph_launch() {
         std::lock_guard<std::mutex> lock(mu_);
@@ -106,6 +107,13 @@ public:
     void matmul() {
         std::lock_guard<std::mutex> lock(mu_);
         cur_.matmuls++;
+        totals_.matmuls++;
+    }
+    // The kernel launches (by name) and matmuls since the process started, never reset by a mark
+    // (llmc/cuda/kernel_profiler.cuh counts a step's as the difference of two of these).
+    IntervalCounts totals() {
+        std::lock_guard<std::mutex> lock(mu_);
+        return totals_;
     }
     // dir: "HtoD", "DtoH", "DtoD", "HtoH"; synchronous: cudaMemcpy (not ...Async); pageable: the host
     // side is not from cudaMallocHost.
@@ -179,6 +187,7 @@ public:
 private:
     std::mutex mu_;
     IntervalCounts cur_;
+    IntervalCounts totals_;  // kernels and matmuls only
     std::FILE* out_ = nullptr;
     bool owns_ = false;
 };

@@ -13,6 +13,7 @@
 #include "llmc/app/device.h"  // LLMC_CUDA_BACKEND: nvcc, or the device emulation (docs/emulation.md)
 #include "llmc/core/backend.h"
 #include "llmc/core/error.h"
+#include "llmc/core/kernel_profile.h"
 #include "llmc/core/model_config.h"
 #include "llmc/cpu/gpt2_cpu.h"
 #include "llmc/dist/collective.h"
@@ -74,6 +75,16 @@ inline std::unique_ptr<Backend> make_backend(Device device, const ModelConfig& m
     (void)device;
     (void)local_rank;
     return std::make_unique<CpuBackend>(model, seed);
+}
+
+// The profiler of --profile-steps for `backend` (llmc/cuda/kernel_profiler.cuh: CUPTI on a GPU, launch
+// counts on the emulated device); InputError for a backend without kernels to time.
+inline std::unique_ptr<StepProfiler> make_step_profiler(const Backend& backend) {
+#ifdef LLMC_CUDA_BACKEND
+    if (std::string(backend.name()) == "cuda") return cuda_backend::create_step_profiler();
+#endif
+    throw InputError(std::string("--profile-steps times GPU kernels; the ") + backend.name() +
+                     " backend has none: use --device cuda, or drop --profile-steps");
 }
 
 // What a benchmark reports about the device beside the backend's own numbers.

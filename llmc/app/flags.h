@@ -173,6 +173,9 @@ enum class FlagRecord { Both, Toml, Machine, Launch, Hidden, Json };
     SETTING(Machine, int, threads, 0, "--threads", v >= 0, "must be >= 0 (0 = automatic)", \
             "OpenMP threads (0 = OMP_NUM_THREADS, else the CPUs this process may use); idle threads sleep " \
             "(OMP_WAIT_POLICY=PASSIVE) unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set") \
+    SETTING(Launch, int, profile_steps, 0, "--profile-steps", v >= 0, "must be >= 0 (0 = off)", \
+            "time every kernel of N training steps after 2 warm-up steps and print a table per kernel; profile.json " \
+            "in -o (CUDA backend: CUPTI; the emulated device counts launches)") \
     SETTING(Machine, int, cuda_graph, 0, "--cuda-graph", v == 0 || v == 1, "must be 0 or 1 (got {})", \
             "1 = run each training step as one CUDA graph once its shapes repeat (CUDA backend, one process; " \
             "the same numbers as 0)") \

@@ -8,6 +8,7 @@
 #include "llmc/cuda/common.cuh"
 #include "llmc/cuda/device_info.cuh"
 #include "llmc/cuda/gpt2_cuda.cuh"
+#include "llmc/cuda/kernel_profiler.cuh"
 
 namespace llmc::cuda_backend {
 
@@ -18,6 +19,8 @@ void use_device(int device) { CUDA_CHECK(cudaSetDevice(device)); }
 std::unique_ptr<Backend> create(const ModelConfig& model, uint64_t seed) {
     return cuda::make_cuda_backend(model, seed);
 }
+
+std::unique_ptr<StepProfiler> create_step_profiler() { return cuda::make_step_profiler(); }
 
 size_t device_memory_in_use() { return cuda::device_memory_in_use(); }
 

@@ -1,4 +1,4 @@
-// The CUDA backend as the programs see it: eight functions, defined in llmc/cuda/backend_entry.cu,
+// The CUDA backend as the programs see it: nine functions, defined in llmc/cuda/backend_entry.cu,
 // which nvcc (or the emulated build) compiles once per precision into an object that every program
 // links. The programs' own translation units then hold no kernels, so the trainer, its USE_MPI x
 // USE_NCCL variants and the generator share one compilation of the device code instead of one each.
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "llmc/core/backend.h"
+#include "llmc/core/kernel_profile.h"
 #include "llmc/core/model_config.h"
 
 namespace llmc::cuda_backend {
@@ -23,6 +24,10 @@ void use_device(int device);
 
 // The CudaBackend of llmc/cuda/gpt2_cuda.cuh on the current GPU, its weights drawn from `seed`.
 std::unique_ptr<Backend> create(const ModelConfig& model, uint64_t seed);
+
+// The profiler of --profile-steps on the current GPU (llmc/cuda/kernel_profiler.cuh: CUPTI; launch counts
+// on the emulated device). InputError when CUPTI cannot be opened.
+std::unique_ptr<StepProfiler> create_step_profiler();
 
 // Bytes of device memory in use on the current GPU (by anything: context, other processes).
 size_t device_memory_in_use();

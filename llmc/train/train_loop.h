@@ -55,6 +55,7 @@
 #include "llmc/core/backend.h"
 #include "llmc/core/error.h"
 #include "llmc/core/flops.h"
+#include "llmc/core/kernel_profile.h"
 #include "llmc/core/logit_stats.h"
 #include "llmc/core/model_config.h"
 #include "llmc/dist/collective.h"
@@ -307,8 +308,23 @@ inline bool checkpoint_due(const TrainConfig& cfg, const RunPlan& plan, const St
 // ---------------------------------------------------------------------------------------------
 // training
 
+// --profile-steps N: steps start + kProfileWarmupSteps + 1 .. + N are profiled (the first steps of a
+// process allocate, choose cuBLASLt algorithms and fill caches), on rank 0 only.
+constexpr int kProfileWarmupSteps = 2;
+
+// The profile's table on the console (and console.log) and profile.json in the output directory.
+inline void report_profile(const TrainConfig& cfg, StepProfiler& profiler, RunOutputs& o) {
+    const ProfileTable t = profile_table(profiler.finish());
+    o.log.print(profile_table_text(t));
+    if (cfg.output_dir.empty()) return;
+    const std::string text = json_file_text(profile_table_json(t));
+    AtomicFile f(join_path(cfg.output_dir, "profile.json"));
+    f.write(text.data(), text.size());
+    f.commit();
+}
+
 inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backend, const std::string& config_toml,
-                        Collective& comm) {
+                        Collective& comm, const ProfilerFactory& make_profiler = {}) {
     if (cfg.rank != comm.rank() || cfg.world_size != comm.world_size())
         throw std::logic_error("run_training: cfg.rank/world_size must be the collective's");
     const bool main_rank = cfg.rank == 0;  // console, metrics, samples, model files, markers
@@ -318,6 +334,18 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
         loop.from_train_state(plan.resume->state, state_path(plan.resume->dir, plan.resume->step, cfg.rank));
     TrainingModel model = build_model(cfg, plan, make_backend, comm);
     Backend& backend = *model.backend;
+    const int profile_first = plan.start_step() + kProfileWarmupSteps + 1;  // 1-based
+    std::unique_ptr<StepProfiler> profiler;
+    if (cfg.profile_steps > 0) {
+        if (plan.max_steps < profile_first + cfg.profile_steps - 1)
+            throw InputError("--profile-steps " + std::to_string(cfg.profile_steps) + " needs " +
+                             std::to_string(kProfileWarmupSteps + cfg.profile_steps) + " steps to train (" +
+                             std::to_string(kProfileWarmupSteps) + " warm-up steps first) but this run trains " +
+                             std::to_string(std::max(0, plan.max_steps - plan.start_step())) +
+                             "; raise -x or lower --profile-steps");
+        if (!make_profiler) throw InputError("--profile-steps: this program has no profiler");
+        if (main_rank) profiler = make_profiler(backend);
+    }
     RunOutputs outputs;
     open_outputs(outputs, cfg, plan, model, config_toml);
     if (main_rank) print_run_header(cfg, plan, model, outputs, comm);
@@ -327,8 +355,15 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
 
     InterruptHandlers interrupts;  // SIGINT/SIGTERM/SIGUSR1: stop after the step, checkpointed (interrupt.h)
     for (int step = plan.start_step(); step < plan.max_steps;) {
+        const bool profiled = profiler && step + 1 >= profile_first && step + 1 < profile_first + cfg.profile_steps;
+        if (profiled) profiler->step_begin();
         const StepResult r = train_step(cfg, plan, model, loop, buf, comm, step, interrupts);
+        if (profiled) profiler->step_end();
         step = r.step;
+        if (profiled && step == profile_first + cfg.profile_steps - 1) {
+            report_profile(cfg, *profiler, outputs);
+            profiler.reset();
+        }
         const std::optional<double> val_loss = validation_loss(cfg, plan, backend, buf, comm, step);
         report_step(cfg, plan, r, buf.step, val_loss, backend, outputs);
         if (main_rank && cfg.sample_every > 0 && cfg.gen_tokens > 0 && step % cfg.sample_every == 0)

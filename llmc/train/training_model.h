@@ -17,6 +17,7 @@
 #include "llmc/dist/zero.h"
 #include "llmc/io/checkpoint.h"
 #include "llmc/io/checkpoint_dir.h"
+#include "llmc/core/kernel_profile.h"
 #include "llmc/io/train_state.h"
 #include "llmc/train/loop_state.h"
 #include "llmc/train/run_plan.h"
@@ -24,6 +25,8 @@
 namespace llmc {
 
 using BackendFactory = std::function<std::unique_ptr<Backend>(const ModelConfig&)>;
+// The profiler of --profile-steps for a backend (llmc/app/backends.h make_step_profiler).
+using ProfilerFactory = std::function<std::unique_ptr<StepProfiler>(const Backend&)>;
 
 struct TrainingModel {
     std::unique_ptr<Backend> backend;

@@ -1,0 +1,222 @@
+// The per-kernel profile of training steps (--profile-steps N, docs/training.md "Profiling the step"):
+// what a StepProfiler captured over the profiled steps, folded into one row per kernel name, and its
+// table and JSON. Host-only, no GPU needed: the capture itself is the backend's (llmc/cuda/
+// kernel_profiler.cuh: CUPTI's activity records on a GPU, launch counts on the emulated device).
+//
+// Per row, per profiled step: calls, total time, mean time per call, share of the step; per profile:
+// the step's wall time between its two device synchronisations (before its first launch, after its
+// last), the time some kernel ran (the union of the kernels' intervals) and the rest ("idle": launch
+// gaps, host work, synchronisations). An untimed capture (the emulation) has calls only.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace llmc {
+
+// One device activity: a kernel (or copy / memset) with its start and end in ns on the device's
+// clock; start = end = 0 when not timed.
+struct DeviceActivity {
+    std::string name;
+    uint64_t start_ns = 0, end_ns = 0;
+};
+
+// What a profiler captured: the activities of every profiled step and each step's window [begin, end]
+// on the same clock (timed), or only the activities (untimed).
+struct ProfileCapture {
+    bool timed = false;
+    std::string source;  // "CUPTI activity records (GPU)" or "emulated device: launch counts, not times"
+    std::vector<DeviceActivity> activities;
+    std::vector<std::pair<uint64_t, uint64_t>> windows;  // (steps) [begin, end] ns
+    int steps = 0;
+};
+
+// Captures the device activity of the steps between step_begin and step_end (the training loop calls
+// them around each profiled step) until finish. One per process.
+class StepProfiler {
+public:
+    virtual ~StepProfiler() = default;
+    virtual void step_begin() = 0;
+    virtual void step_end() = 0;
+    virtual ProfileCapture finish() = 0;
+};
+
+struct ProfileRow {
+    std::string name;
+    double calls_per_step = 0;  // launches per step
+    double us_per_step = 0;     // total time per step (0 when untimed)
+    double mean_us = 0;         // per call
+    double share = 0;           // of the step's wall time
+};
+
+struct ProfileTable {
+    bool timed = false;
+    std::string source;
+    int steps = 0;
+    double step_us = 0;  // mean wall time per step
+    double busy_us = 0;  // per step: time at least one activity ran (union of intervals)
+    double idle_us = 0;  // step_us - busy_us
+    double calls_per_step = 0;
+    std::vector<ProfileRow> rows;  // by time (timed) or calls (untimed), largest first, then by name
+};
+
+// A kernel's demangled name without its parameter list ("void f<32, true>(float*, int)" ->
+// "f<32, true>"), so a row names the instantiation; names CUPTI gives unmangled stay as they are.
+inline std::string short_kernel_name(const std::string& name) {
+    std::string s = name;
+    if (s.compare(0, 5, "void ") == 0) s = s.substr(5);
+    // the parameter list: the last top-level '(' (template arguments may hold parentheses)
+    int depth = 0;
+    size_t cut = std::string::npos;
+    for (size_t i = 0; i < s.size(); i++) {
+        const char c = s[i];
+        if (c == '<') depth++;
+        if (c == '>') depth--;
+        if (c == '(' && depth == 0) {
+            cut = i;
+            break;
+        }
+    }
+    if (cut != std::string::npos) s = s.substr(0, cut);
+    while (!s.empty() && s.back() == ' ') s.pop_back();
+    return s;
+}
+
+// Folds a capture into rows. Activities outside every window are ignored (timed captures only).
+inline ProfileTable profile_table(const ProfileCapture& cap) {
+    ProfileTable t;
+    t.timed = cap.timed;
+    t.source = cap.source;
+    t.steps = cap.steps;
+    if (cap.steps <= 0) return t;
+    const double steps = cap.steps;
+    struct Acc {
+        uint64_t calls = 0;
+        double ns = 0;
+    };
+    std::map<std::string, Acc> by_name;
+    std::vector<std::pair<uint64_t, uint64_t>> busy;  // intervals of the activities inside a window
+    double wall_ns = 0;
+    for (const auto& w : cap.windows) wall_ns += (double)(w.second - w.first);
+    for (const DeviceActivity& a : cap.activities) {
+        if (cap.timed) {
+            bool inside = false;
+            for (const auto& w : cap.windows) inside |= a.start_ns >= w.first && a.start_ns <= w.second;
+            if (!inside) continue;
+            busy.push_back({a.start_ns, std::max(a.start_ns, a.end_ns)});
+        }
+        Acc& acc = by_name[short_kernel_name(a.name)];
+        acc.calls++;
+        acc.ns += cap.timed ? (double)(std::max(a.start_ns, a.end_ns) - a.start_ns) : 0.0;
+    }
+    std::sort(busy.begin(), busy.end());
+    double busy_ns = 0;
+    uint64_t cur_b = 0, cur_e = 0;
+    bool open = false;
+    for (const auto& iv : busy) {
+        if (open && iv.first <= cur_e) {
+            cur_e = std::max(cur_e, iv.second);
+            continue;
+        }
+        if (open) busy_ns += (double)(cur_e - cur_b);
+        cur_b = iv.first;
+        cur_e = iv.second;
+        open = true;
+    }
+    if (open) busy_ns += (double)(cur_e - cur_b);
+    t.step_us = wall_ns / steps / 1e3;
+    t.busy_us = busy_ns / steps / 1e3;
+    t.idle_us = std::max(0.0, t.step_us - t.busy_us);
+    for (const auto& [name, acc] : by_name) {
+        ProfileRow r;
+        r.name = name;
+        r.calls_per_step = (double)acc.calls / steps;
+        r.us_per_step = acc.ns / steps / 1e3;
+        r.mean_us = acc.calls > 0 ? acc.ns / (double)acc.calls / 1e3 : 0.0;
+        r.share = t.step_us > 0 ? r.us_per_step / t.step_us : 0.0;
+        t.calls_per_step += r.calls_per_step;
+        t.rows.push_back(r);
+    }
+    std::sort(t.rows.begin(), t.rows.end(), [&](const ProfileRow& a, const ProfileRow& b) {
+        const double ka = t.timed ? a.us_per_step : a.calls_per_step, kb = t.timed ? b.us_per_step : b.calls_per_step;
+        return ka != kb ? ka > kb : a.name < b.name;
+    });
+    return t;
+}
+
+// The table as printed: a header line, one line per row (at most max_rows; the rest summed in one
+// line), and the step's totals last.
+inline std::string profile_table_text(const ProfileTable& t, size_t max_rows = 40) {
+    std::string out;
+    char buf[512];
+    std::snprintf(buf, sizeof buf, "profile of %d training steps (%s)\n", t.steps, t.source.c_str());
+    out += buf;
+    if (t.timed)
+        std::snprintf(buf, sizeof buf, "%10s %12s %10s %7s  %s\n", "calls/step", "us/step", "mean us", "share",
+                      "kernel");
+    else std::snprintf(buf, sizeof buf, "%10s  %s\n", "calls/step", "kernel");
+    out += buf;
+    ProfileRow rest;
+    size_t rest_n = 0;
+    for (size_t i = 0; i < t.rows.size(); i++) {
+        const ProfileRow& r = t.rows[i];
+        if (i >= max_rows) {
+            rest.calls_per_step += r.calls_per_step;
+            rest.us_per_step += r.us_per_step;
+            rest.share += r.share;
+            rest_n++;
+            continue;
+        }
+        if (t.timed)
+            std::snprintf(buf, sizeof buf, "%10.1f %12.1f %10.2f %6.1f%%  %s\n", r.calls_per_step, r.us_per_step,
+                          r.mean_us, 100.0 * r.share, r.name.c_str());
+        else std::snprintf(buf, sizeof buf, "%10.1f  %s\n", r.calls_per_step, r.name.c_str());
+        out += buf;
+    }
+    if (rest_n > 0) {
+        if (t.timed)
+            std::snprintf(buf, sizeof buf, "%10.1f %12.1f %10s %6.1f%%  (%zu more kernels)\n", rest.calls_per_step,
+                          rest.us_per_step, "", 100.0 * rest.share, rest_n);
+        else std::snprintf(buf, sizeof buf, "%10.1f  (%zu more kernels)\n", rest.calls_per_step, rest_n);
+        out += buf;
+    }
+    if (t.timed)
+        std::snprintf(buf, sizeof buf,
+                      "step %.1f us: some kernel running %.1f us (%.1f%%), idle %.1f us (launch gaps, host work, "
+                      "syncs); %.1f launches per step\n",
+                      t.step_us, t.busy_us, t.step_us > 0 ? 100.0 * t.busy_us / t.step_us : 0.0, t.idle_us,
+                      t.calls_per_step);
+    else std::snprintf(buf, sizeof buf, "%.1f launches per step (not timed)\n", t.calls_per_step);
+    out += buf;
+    return out;
+}
+
+inline nlohmann::ordered_json profile_table_json(const ProfileTable& t) {
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    for (const ProfileRow& r : t.rows) {
+        nlohmann::ordered_json j = {{"kernel", r.name}, {"calls_per_step", r.calls_per_step}};
+        if (t.timed) {
+            j["us_per_step"] = r.us_per_step;
+            j["mean_us"] = r.mean_us;
+            j["share"] = r.share;
+        }
+        rows.push_back(j);
+    }
+    nlohmann::ordered_json j = {
+        {"timed", t.timed}, {"source", t.source}, {"steps", t.steps}, {"launches_per_step", t.calls_per_step}};
+    if (t.timed) {
+        j["step_us"] = t.step_us;
+        j["busy_us"] = t.busy_us;
+        j["idle_us"] = t.idle_us;
+    }
+    j["kernels"] = rows;
+    return j;
+}
+
+}  // namespace llmc
