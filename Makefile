@@ -355,7 +355,7 @@ emu-fp32-trainer: $(EMU_CPU_KERNELS) $(BUILD)/emu/train_gpt2_ls.o  # built here,
 # runs everything. The report: $(BUILD)/gpu_check_emu/report/report.txt.
 EMU_SCHEDULES ?= greedy-forward,greedy-reverse
 EMU_BACKEND_SCHEDULES ?= greedy-forward
-GPU_CHECK_EMU_PARTS ?= build,first,test,sanitize,labs,bench,train,e2e-small,e2e-d12
+GPU_CHECK_EMU_PARTS ?= build,first,test,sanitize,labs,bench,train,profile,e2e-small,e2e-d12
 test-emu: emu
 	rm -f build/gpu_check_emu/results.tsv  # this run's steps only in the report (gpu_check accumulates them)
 	EMU_SCHEDULES=$(EMU_SCHEDULES) EMU_BACKEND_SCHEDULES=$(EMU_BACKEND_SCHEDULES) \

@@ -38,7 +38,9 @@
 #                      short QK-Clip run (a threshold that clips): heads clipped, losses finite
 #   4 = e2e-small      dev/bench/train_vs_torch.py --models ls-small   (ours vs PyTorch, paper model)
 #   5 = e2e-d12        dev/bench/train_vs_torch.py --models d12        (ours vs PyTorch, GPT-2 124M shape)
-#   all = 1,2,3,4,5
+#   6 = profile        the trainer's per-kernel profile (--profile-steps 8) of the paper model at B 8 and
+#                      B 16 and of d12 (stage_profile)
+#   all = 1,2,3,6,4,5
 # DIR (default $OUT if set, else out/gpu_check) receives report.txt (every step's output, the short
 # table last) and report.json (steps, statuses, times, and the benchmarks' JSON), covering every step
 # run on this machine so far (build/gpu_check/results.tsv), not only this call's.
@@ -69,14 +71,15 @@ stages=()
 IFS=',' read -ra wanted <<<"$parts"
 for p in "${wanted[@]}"; do
     case $p in
-        all) stages+=(first build test fp32 sanitize labs bench train e2e-small e2e-d12) ;;
+        all) stages+=(first build test fp32 sanitize labs bench train profile e2e-small e2e-d12) ;;
         1) stages+=(first build test) ;;
         2) stages+=(fp32 sanitize) ;;
         3) stages+=(labs bench train) ;;
         4) stages+=(e2e-small) ;;
         5) stages+=(e2e-d12) ;;
-        first|build|test|sanitize|fp32|labs|bench|train|e2e-small|e2e-d12) stages+=("$p") ;;
-        *) echo "error: unknown part '$p'; parts are 1-5, all, or first, build, test, fp32, sanitize, labs, bench, train, e2e-small, e2e-d12" >&2
+        6) stages+=(profile) ;;
+        first|build|test|sanitize|fp32|labs|bench|train|profile|e2e-small|e2e-d12) stages+=("$p") ;;
+        *) echo "error: unknown part '$p'; parts are 1-6, all, or first, build, test, fp32, sanitize, labs, bench, train, profile, e2e-small, e2e-d12" >&2
            exit 2 ;;
     esac
 done
@@ -114,7 +117,7 @@ py_needed=""
 for s in "${stages[@]}"; do
     case $s in
         bench|e2e-small|e2e-d12) [ "$emulate" = 1 ] || py_needed="$py_needed numpy torch tqdm tiktoken" ;;
-        train) py_needed="$py_needed numpy tqdm" ;;
+        train|profile) py_needed="$py_needed numpy tqdm" ;;
     esac
 done
 if [ -n "$py_needed" ]; then
@@ -349,6 +352,49 @@ stage_bench() {  # peer benchmarks; the end-to-end one is its own stage, torch_f
     done
 }
 
+# ensure_train_data SYN_ARGS...: the synthetic language of the train and profile stages in $work/train/data
+# (made once per set of arguments).
+ensure_train_data() {
+    local d=$work/train
+    if [ ! -f "$d/data/meta.json" ] || [ "$(cat "$d/data/.args" 2>/dev/null)" != "$*" ]; then
+        rm -rf "$d/data"
+        step "train:data" 300 "$PY" data/prepare.py --dataset synthetic --out "$d/data" "$@" \
+            --workers "$(nproc)" || return
+        echo "$*" >"$d/data/.args"
+    fi
+}
+
+# The per-kernel profile of the training step (--profile-steps, docs/training.md "Profiling the step"):
+# the paper model at B 8 and B 16 (T 2048, V 10000) and the GPT-2-124M-shaped d12 (LS G 1 P 64, B 16,
+# T 1024, V 50257), 8 profiled steps after 2 warm-up steps each, on the train stage's synthetic data;
+# each table in the step's log, its profile.json in bench/profile/ (report.json). Emulated: one small
+# model, one profiled step (launch counts, no times).
+stage_profile() {
+    ensure_bf16
+    local syn=(--syn-length 3000000)
+    local cases=("ls-small-b8|-e ls-small --vocab 10000 -b 8 -t 2048"
+                 "ls-small-b16|-e ls-small --vocab 10000 -b 16 -t 2048"
+                 "d12-b16|-e d12 --window 64 --vocab 50257 -b 16 -t 1024")
+    local steps=8
+    if [ "$emulate" = 1 ]; then
+        syn=(--syn-length 100000 --syn-doc-len 1024 --syn-vocab 64 --syn-order 1 --syn-strength 5
+             --syn-copy-min-dist 8 --syn-copy-max-dist 48)
+        cases=("small-emulated|-e ls-small --layers 2 --channels 64 --heads 2 --global-heads 1 --window 16 --max-seq-len 64 -b 4 -t 64")
+        steps=1
+    fi
+    ensure_train_data "${syn[@]}" || return
+    mkdir -p "$work/bench/profile"
+    local c name args
+    for c in "${cases[@]}"; do
+        name=${c%%|*}
+        read -ra args <<<"${c#*|}"
+        rm -rf "$work/profile/$name"
+        step "profile:$name" 240 "$trainer" --device cuda "${args[@]}" -x $((steps + 2)) --profile-steps "$steps" \
+            -v 0 -s 0 -i "$work/train/data/train_*.bin" -o "$work/profile/$name" || continue
+        cp "$work/profile/$name/profile.json" "$work/bench/profile/$name.json"
+    done
+}
+
 stage_train() {  # the paper model on the synthetic language (dense local + sparse long-range), T=2048
     ensure_bf16
     local d=$work/train
@@ -364,12 +410,7 @@ stage_train() {  # the paper model on the synthetic language (dense local + spar
              -b 4 -t 64 -x 12 -u 2 -l 1e-2 -v 6 -m 4 --near 8)
         name=small-emulated
     fi
-    if [ ! -f "$d/data/meta.json" ] || [ "$(cat "$d/data/.args" 2>/dev/null)" != "${syn[*]}" ]; then
-        rm -rf "$d/data"
-        step "train:data" 300 "$PY" data/prepare.py --dataset synthetic --out "$d/data" "${syn[@]}" \
-            --workers "$(nproc)" || return
-        echo "${syn[*]}" >"$d/data/.args"
-    fi
+    ensure_train_data "${syn[@]}" || return
     step "train:$name" 420 "$trainer" --device cuda "${run[@]}" \
         -s 0 -i "$d/data/train_*.bin" -j "$d/data/val_*.bin" -o "$d/out" || return
     # the run must have learned: finite losses, validation loss down by >= 0.5 nats from the untrained model
@@ -493,7 +534,7 @@ else
     for s in "${stages[@]}"; do
         case $s in
             first) stage_first ;; build) stage_build ;; test) stage_test ;; sanitize) stage_sanitize ;; fp32) stage_fp32 ;; labs) stage_labs ;;
-            bench) stage_bench ;; train) stage_train ;; e2e-small) stage_e2e ls-small ;; e2e-d12) stage_e2e d12 ;;
+            bench) stage_bench ;; train) stage_train ;; profile) stage_profile ;; e2e-small) stage_e2e ls-small ;; e2e-d12) stage_e2e d12 ;;
         esac
     done
 fi
