@@ -8,9 +8,9 @@ RUN_OR_CHECKPOINT: a run directory (-o of the trainer: its newest complete check
 newest step with a DONE_ marker) or a model file (model_NNNNNNNN.bin).
 
 - A plain GPT-2 (every head attends causally: G = NH, or local heads whose window P >= maxT; no
-  QK-norm, no soft-cap, tied embeddings) becomes a stock GPT2LMHeadModel: config.json +
-  model.safetensors, loadable without custom code.
-- Anything else (local heads, QK-norm, soft-cap, untied head) gets the model code of
+  QK-norm, no soft-cap, tied embeddings, GPT-2's biases; tanh or erf GELU, transformers' "gelu_new" or
+  "gelu") becomes a stock GPT2LMHeadModel: config.json + model.safetensors, loadable without custom code.
+- Anything else (local heads, QK-norm, soft-cap, untied head, no biases) gets the model code of
   scripts/hf_modeling_gpt2_ls.py as modeling_gpt2_ls.py, loadable with
   AutoModelForCausalLM.from_pretrained(OUT_DIR, trust_remote_code=True).
 Both drop the padded vocabulary rows (logits over the real vocabulary V, as --dump-logits).
@@ -91,31 +91,39 @@ def weights_stock_gpt2(cfg, p):
 
 
 def weights_gpt2_ls(cfg, p):
-    """GPT2LSForCausalLM tensors (scripts/hf_modeling_gpt2_ls.py): nn.Linear layout (out, in), as ours."""
+    """GPT2LSForCausalLM tensors (scripts/hf_modeling_gpt2_ls.py): nn.Linear layout (out, in), as ours.
+    Without biases (cfg.bias False) no *.bias tensor exists (the modules are built with bias=False)."""
     V = cfg.vocab_size
+    # per layer: (HF module, our weight, our bias); the bias only when the model has biases
+    per_layer = [("ln_1", "ln1w", "ln1b"), ("attn.qkv", "qkvw", "qkvb"), ("attn.proj", "attprojw", "attprojb"),
+                 ("ln_2", "ln2w", "ln2b"), ("mlp.fc", "fcw", "fcb"), ("mlp.proj", "fcprojw", "fcprojb")]
+    if cfg.qk_norm:
+        per_layer += [("attn.q_norm", "qnormw", "qnormb"), ("attn.k_norm", "knormw", "knormb")]
     t = {"transformer.wte.weight": p["wte"][:V], "transformer.wpe.weight": p["wpe"],
-         "transformer.ln_f.weight": p["lnfw"], "transformer.ln_f.bias": p["lnfb"]}
+         "transformer.ln_f.weight": p["lnfw"]}
+    if cfg.bias:
+        t["transformer.ln_f.bias"] = p["lnfb"]
     for l in range(cfg.num_layers):
-        h = f"transformer.h.{l}."
-        t.update({h + "ln_1.weight": p["ln1w"][l], h + "ln_1.bias": p["ln1b"][l],
-                  h + "attn.qkv.weight": p["qkvw"][l], h + "attn.qkv.bias": p["qkvb"][l],
-                  h + "attn.proj.weight": p["attprojw"][l], h + "attn.proj.bias": p["attprojb"][l],
-                  h + "ln_2.weight": p["ln2w"][l], h + "ln_2.bias": p["ln2b"][l],
-                  h + "mlp.fc.weight": p["fcw"][l], h + "mlp.fc.bias": p["fcb"][l],
-                  h + "mlp.proj.weight": p["fcprojw"][l], h + "mlp.proj.bias": p["fcprojb"][l]})
-        if cfg.qk_norm:
-            t.update({h + "attn.q_norm.weight": p["qnormw"][l], h + "attn.q_norm.bias": p["qnormb"][l],
-                      h + "attn.k_norm.weight": p["knormw"][l], h + "attn.k_norm.bias": p["knormb"][l]})
+        for module, weight, bias in per_layer:
+            t[f"transformer.h.{l}.{module}.weight"] = p[weight][l]
+            if cfg.bias:
+                t[f"transformer.h.{l}.{module}.bias"] = p[bias][l]
     if not cfg.tied_embeddings:
         t["lm_head.weight"] = p["lm_head"][:V]
     return t
 
 
+# The MLP's GELU as transformers' activation names (ACT2FN): "gelu" is the exact erf GELU, "gelu_new" the
+# tanh approximation of GPT-2.
+HF_ACTIVATION = {"tanh": "gelu_new", "erf": "gelu"}
+
+
 def is_stock_gpt2(cfg):
     """Every head causal over the whole context (G = NH, or a window covering maxT), no QK-norm,
-    no soft-cap, tied embeddings: exactly GPT2LMHeadModel."""
+    no soft-cap, tied embeddings, GPT-2's biases: exactly GPT2LMHeadModel (which always has biases; its
+    activation_function holds either GELU)."""
     all_causal = cfg.global_heads == cfg.num_heads or cfg.window >= cfg.max_seq_len
-    return all_causal and not cfg.qk_norm and cfg.attn_softcap == 0 and cfg.tied_embeddings
+    return all_causal and not cfg.qk_norm and cfg.attn_softcap == 0 and cfg.tied_embeddings and cfg.bias
 
 
 def split_params(cfg, flat):
@@ -131,17 +139,19 @@ def split_params(cfg, flat):
 def source_record(cfg, path, step):
     return {"checkpoint": os.path.abspath(path), "step": step, "global_heads": cfg.global_heads,
             "window": cfg.window, "qk_norm": cfg.qk_norm, "attn_softcap": cfg.attn_softcap,
-            "tied_embeddings": cfg.tied_embeddings, "padded_vocab_size": cfg.padded_vocab_size}
+            "tied_embeddings": cfg.tied_embeddings, "bias": cfg.bias, "gelu": cfg.gelu,
+            "padded_vocab_size": cfg.padded_vocab_size}
 
 
 def hf_config(cfg, stock, eot, source):
     common = {"vocab_size": cfg.vocab_size, "n_positions": cfg.max_seq_len, "n_embd": cfg.channels,
               "n_layer": cfg.num_layers, "n_head": cfg.num_heads, "layer_norm_epsilon": 1e-5,
-              "tie_word_embeddings": cfg.tied_embeddings, "torch_dtype": "float32", "dtype": "float32",
+              "tie_word_embeddings": cfg.tied_embeddings, "activation_function": HF_ACTIVATION[cfg.gelu],
+              "torch_dtype": "float32", "dtype": "float32",
               "bos_token_id": eot, "eos_token_id": eot, "train_gpt2_ls": source}  # eot None: unknown
     if stock:
         return {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], **common,
-                "n_ctx": cfg.max_seq_len, "n_inner": None, "activation_function": "gelu_new",
+                "n_ctx": cfg.max_seq_len, "n_inner": None,
                 "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "initializer_range": 0.02,
                 "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
                 "reorder_and_upcast_attn": False, "use_cache": True}
@@ -149,7 +159,7 @@ def hf_config(cfg, stock, eot, source):
             "auto_map": {"AutoConfig": f"{MODELING_NAME}.GPT2LSConfig",
                          "AutoModelForCausalLM": f"{MODELING_NAME}.GPT2LSForCausalLM"},
             **common, "global_heads": cfg.global_heads, "window": cfg.window, "qk_norm": cfg.qk_norm,
-            "attn_softcap": cfg.attn_softcap, "use_cache": False}
+            "attn_softcap": cfg.attn_softcap, "bias": cfg.bias, "use_cache": False}
 
 
 def gpt2_bpe_dir(arg, meta):

@@ -1,7 +1,7 @@
 """
 Hugging Face `transformers` model code for train_gpt2_ls checkpoints that a stock GPT2LMHeadModel
-cannot express (local heads, QK-norm, attention soft-capping, untied LM head). scripts/export_hf.py
-copies this file into the exported folder as `modeling_gpt2_ls.py`; load it with
+cannot express (local heads, QK-norm, attention soft-capping, untied LM head, no biases, erf GELU).
+scripts/export_hf.py copies this file into the exported folder as `modeling_gpt2_ls.py`; load it with
 
     AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
 
@@ -13,7 +13,9 @@ The forward pass is the trainer's (llmc/cpu/, dev/reference/gpt2_ls.py), in the 
     QK-norm (when on): LayerNorm over hd on q and on k, one (hd) gain/bias pair each per layer,
     shared by the layer's heads; s = q.k / sqrt(hd); soft-cap c > 0: the softmax sees c*tanh(s/c);
     heads 0 .. NH-G-1 are local (query i sees keys i-P < j <= i), heads NH-G .. NH-1 global (causal).
-  MLP: Linear(C, 4C), tanh-approximated GELU, Linear(4C, C).
+  MLP: Linear(C, 4C), GELU, Linear(4C, C); activation_function "gelu_new" = the tanh approximation
+    (GPT-2), "gelu" = the exact 0.5 x (1 + erf(x / sqrt 2)) (transformers' ACT2FN names).
+  bias False: no bias in any Linear, LayerNorm or QK-norm (weights/gains only).
 The padded vocabulary rows of the checkpoint are not exported: logits cover the real vocabulary V.
 No KV cache: every forward recomputes the whole sequence. Padding (an attention_mask with zeros)
 is refused: the trainer has no padding either.
@@ -27,12 +29,19 @@ from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutput
 
 
+# The MLP's activation by transformers' ACT2FN name: "gelu" exact (erf), "gelu_new" tanh approximation.
+GELU = {"gelu": lambda x: F.gelu(x), "gelu_new": lambda x: F.gelu(x, approximate="tanh")}
+
+
 class GPT2LSConfig(PretrainedConfig):
     model_type = "gpt2_ls"
 
     def __init__(self, vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12, global_heads=1,
                  window=50, qk_norm=False, attn_softcap=0.0, layer_norm_epsilon=1e-5, tie_word_embeddings=True,
-                 **kwargs):
+                 bias=True, activation_function="gelu_new", **kwargs):
+        if activation_function not in GELU:
+            raise ValueError(f"activation_function '{activation_function}' is not supported; "
+                             f"use one of {sorted(GELU)}")
         self.vocab_size = vocab_size            # V, the real vocabulary (the checkpoint's padding dropped)
         self.n_positions = n_positions          # maxT, rows of the position embedding
         self.n_embd = n_embd                    # C
@@ -43,6 +52,8 @@ class GPT2LSConfig(PretrainedConfig):
         self.qk_norm = qk_norm
         self.attn_softcap = attn_softcap        # c; 0 = off
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.bias = bias                        # False: no bias in any Linear, LayerNorm or QK-norm
+        self.activation_function = activation_function  # the MLP's GELU, a key of GELU
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
 
     @property
@@ -72,17 +83,21 @@ def attention_mask(config, T, device):
     return torch.stack([local if h < n_local else causal for h in range(config.n_head)])
 
 
+def layer_norm(n, config):
+    return nn.LayerNorm(n, eps=config.layer_norm_epsilon, bias=config.bias)
+
+
 class LSAttention(nn.Module):
     def __init__(self, config):
         super().__init__()
         C, NH = config.n_embd, config.n_head
         self.config = config
         self.head_size = C // NH
-        self.qkv = nn.Linear(C, 3 * C)
-        self.proj = nn.Linear(C, C)
+        self.qkv = nn.Linear(C, 3 * C, bias=config.bias)
+        self.proj = nn.Linear(C, C, bias=config.bias)
         if config.qk_norm:
-            self.q_norm = nn.LayerNorm(self.head_size, eps=config.layer_norm_epsilon)
-            self.k_norm = nn.LayerNorm(self.head_size, eps=config.layer_norm_epsilon)
+            self.q_norm = layer_norm(self.head_size, config)
+            self.k_norm = layer_norm(self.head_size, config)
 
     def forward(self, x, mask):
         """x (B, T, C), mask (NH, T, T) -> (B, T, C)"""
@@ -105,19 +120,20 @@ class LSAttention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, config):
         super().__init__()
-        self.fc = nn.Linear(config.n_embd, 4 * config.n_embd)
-        self.proj = nn.Linear(4 * config.n_embd, config.n_embd)
+        self.fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.act = GELU[config.activation_function]
 
     def forward(self, x):
-        return self.proj(F.gelu(self.fc(x), approximate="tanh"))
+        return self.proj(self.act(self.fc(x)))
 
 
 class Block(nn.Module):
     def __init__(self, config):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+        self.ln_1 = layer_norm(config.n_embd, config)
         self.attn = LSAttention(config)
-        self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+        self.ln_2 = layer_norm(config.n_embd, config)
         self.mlp = MLP(config)
 
     def forward(self, x, mask):
@@ -134,7 +150,7 @@ class GPT2LSModel(nn.Module):
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)
         self.wpe = nn.Embedding(config.n_positions, config.n_embd)
         self.h = nn.ModuleList([Block(config) for _ in range(config.n_layer)])
-        self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+        self.ln_f = layer_norm(config.n_embd, config)
 
     def forward(self, input_ids):
         """input_ids (B, T) -> hidden states (B, T, C)"""
@@ -169,7 +185,8 @@ class GPT2LSForCausalLM(PreTrainedModel, GenerationMixin):
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.LayerNorm):
             nn.init.ones_(module.weight)
-            nn.init.zeros_(module.bias)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
 
     def get_input_embeddings(self):
         return self.transformer.wte

@@ -260,6 +260,10 @@ def label_parts(config):
         parts.append(("qk_norm", "QK-norm", False))
     if m.get("attn_softcap"):
         parts.append(("attn_softcap", f"soft-cap {short_number(m['attn_softcap'])}", False))
+    if m.get("bias") is False:  # absent (config.json written before the field existed): GPT-2's biases
+        parts.append(("bias", "no bias", False))
+    if m.get("gelu") == "erf":  # absent or "tanh": GPT-2's tanh GELU
+        parts.append(("gelu", "erf GELU", False))
     for name, key, sep, value_text in TRAIN_STABILIZERS:
         start, changes = timeline(t, history, key)
         text = timeline_text(name, sep, start, changes, value_text)
@@ -298,7 +302,7 @@ def label_parts(config):
 
 
 # the order of the pieces in a label (label_parts' order; "history" stands for history:FLAG:STEP)
-LABEL_ORDER = ["kind", "qk_norm", "attn_softcap"] + [key for _, key, _, _ in TRAIN_STABILIZERS] + [
+LABEL_ORDER = ["kind", "qk_norm", "attn_softcap", "bias", "gelu"] + [key for _, key, _, _ in TRAIN_STABILIZERS] + [
     "grad_clip", "seq_len", "channels", "num_layers", "learning_rate", "seed", "history", "forked_from"]
 
 

@@ -12,6 +12,7 @@ number computed here) and refuses bad input. The plot tests skip only when matpl
 The trainer is $TRAIN_GPT2_LS, else the repository's ./train_gpt2_ls (`make train_gpt2_ls`), run on the
 CPU (test/run_helpers.py).
 """
+import math
 import struct
 import subprocess
 import sys
@@ -27,7 +28,8 @@ PLOT = REPO / "scripts" / "plot_attention.py"
 # Tiny LS model: L=2, C=32, NH=4 (hd 8), heads 0..2 local with P=6, head 3 global; T=24 > 3P.
 L, C, NH, G, P, T = 2, 32, 4, 1, 6, 24
 MODEL = ["--layers", L, "--channels", C, "--heads", NH, "--global-heads", G, "--window", P, "--max-seq-len", 32]
-VARIANTS = {"plain": [], "qknorm_softcap": ["--qk-norm", "--attn-softcap", 3]}
+VARIANTS = {"plain": [], "qknorm_softcap": ["--qk-norm", "--attn-softcap", 3],
+            "nobias_erf_qknorm": ["--bias", 0, "--gelu", "erf", "--qk-norm"]}
 ALL_HEADS = ",".join(f"{l}:{h}" for l in range(L) for h in range(NH))
 # fp32 trainer vs float64 NumPy through two small layers: scores agree to ~1e-6, probabilities to
 # ~1e-6; 1e-5 still catches a wrong head, layer, sequence, mask, scale or cap (>= 1e-3 here).
@@ -50,7 +52,8 @@ def data(tmp_path_factory):
 
 @pytest.fixture(scope="module", params=sorted(VARIANTS))
 def trained(request, data, tmp_path_factory):
-    """(run dir, checkpoint) of a 12-step run of the tiny model (variant: plain, or QK-norm + soft-cap)."""
+    """(run dir, checkpoint) of a 12-step run of the tiny model (variant: plain, QK-norm + soft-cap, or
+    the paper's no biases + erf GELU with QK-norm)."""
     out = tmp_path_factory.mktemp(f"attn_run_{request.param}")
     run(["-i", f"{data}/train_*.bin", "-o", out, "-x", 12, "-b", 4, "-t", T, "-v", 0, "-s", 0,
          "-l", "1e-2", "-u", 2, "--threads", 1] + MODEL + VARIANTS[request.param])
@@ -71,21 +74,28 @@ def load_checkpoint(path):
     assert h[0] == 20250521 and h[1] == 1 and h[12] == 0, "our fp32 model file"
     cfg = dict(maxT=int(h[2]), V=int(h[3]), L=int(h[4]), NH=int(h[5]), C=int(h[6]), Vp=int(h[7]), G=int(h[8]),
                P=int(h[9]), qk_norm=bool(h[10]), tied=bool(h[11]),
-               softcap=struct.unpack("<f", struct.pack("<i", int(h[13])))[0])
+               softcap=struct.unpack("<f", struct.pack("<i", int(h[13])))[0],
+               bias=int(h[20]) == 0, erf=int(h[21]) == 1)  # words 20, 21: no biases, erf GELU
+    assert int(h[20]) in (0, 1) and int(h[21]) in (0, 1), "header words 20 (no biases) and 21 (GELU) are 0 or 1"
     Lm, Cm, Vp, maxT, hd = cfg["L"], cfg["C"], cfg["Vp"], cfg["maxT"], cfg["C"] // cfg["NH"]
     qk = Lm * hd if cfg["qk_norm"] else 0
-    shapes = [("wte", (Vp, Cm)), ("wpe", (maxT, Cm)), ("ln1w", (Lm, Cm)), ("ln1b", (Lm, Cm)),
-              ("qkvw", (Lm, 3 * Cm, Cm)), ("qkvb", (Lm, 3 * Cm)), ("attprojw", (Lm, Cm, Cm)), ("attprojb", (Lm, Cm)),
-              ("ln2w", (Lm, Cm)), ("ln2b", (Lm, Cm)), ("fcw", (Lm, 4 * Cm, Cm)), ("fcb", (Lm, 4 * Cm)),
-              ("fcprojw", (Lm, Cm, 4 * Cm)), ("fcprojb", (Lm, Cm)), ("lnfw", (Cm,)), ("lnfb", (Cm,))]
+    b = 1 if cfg["bias"] else 0  # without biases every bias tensor is empty, the others keep their order
+    shapes = [("wte", (Vp, Cm)), ("wpe", (maxT, Cm)), ("ln1w", (Lm, Cm)), ("ln1b", (b * Lm, Cm)),
+              ("qkvw", (Lm, 3 * Cm, Cm)), ("qkvb", (b * Lm, 3 * Cm)), ("attprojw", (Lm, Cm, Cm)),
+              ("attprojb", (b * Lm, Cm)), ("ln2w", (Lm, Cm)), ("ln2b", (b * Lm, Cm)), ("fcw", (Lm, 4 * Cm, Cm)),
+              ("fcb", (b * Lm, 4 * Cm)), ("fcprojw", (Lm, Cm, 4 * Cm)), ("fcprojb", (b * Lm, Cm)), ("lnfw", (Cm,)),
+              ("lnfb", (b * Cm,))]
     if qk:
-        shapes += [(n, (Lm, hd)) for n in ("qnormw", "qnormb", "knormw", "knormb")]
+        shapes += [("qnormw", (Lm, hd)), ("qnormb", (b * Lm, hd)), ("knormw", (Lm, hd)), ("knormb", (b * Lm, hd))]
     payload = np.frombuffer(raw[1024:], dtype="<f4").astype(np.float64)
     w, off = {}, 0
     for name, shape in shapes:
         n = int(np.prod(shape))
         w[name] = payload[off:off + n].reshape(shape)
         off += n
+    for name, shape in shapes:  # a model without biases: the bias terms are 0
+        if w[name].size == 0:
+            w[name] = np.zeros((Lm,) + shape[1:] if name != "lnfb" else (Cm,))
     return cfg, w
 
 
@@ -124,7 +134,10 @@ def reference_probs(ckpt, tokens):
             y[:, h] = p @ v[:, h]
         x = x + y.reshape(n, Cm) @ w["attprojw"][l].T + w["attprojb"][l]
         f = layernorm(x, w["ln2w"][l], w["ln2b"][l]) @ w["fcw"][l].T + w["fcb"][l]
-        f = 0.5 * f * (1 + np.tanh(np.sqrt(2 / np.pi) * (f + 0.044715 * f ** 3)))
+        if cfg["erf"]:
+            f = 0.5 * f * (1 + np.vectorize(math.erf)(f / np.sqrt(2)))
+        else:
+            f = 0.5 * f * (1 + np.tanh(np.sqrt(2 / np.pi) * (f + 0.044715 * f ** 3)))
         x = x + f @ w["fcprojw"][l].T + w["fcprojb"][l]
     return out
 

@@ -1,8 +1,8 @@
 """scripts/export_hf.py (docs/export.md): tiny models trained by the train_gpt2_ls binary are exported
 and loaded with Hugging Face transformers; their logits must equal the trainer's own
 `--eval-only --dump-logits` on the same tokens. A plain GPT-2 must come out as a stock
-GPT2LMHeadModel (no custom code), an LS model (local heads, QK-norm, soft-cap, untied head) as the
-exported modelling file loaded with trust_remote_code=True.
+GPT2LMHeadModel (no custom code), anything else (local heads, QK-norm, soft-cap, untied head, no
+biases, erf GELU) as the exported modelling file loaded with trust_remote_code=True.
 
 torch, transformers and safetensors are test dependencies (requirements-test.txt, installed by
 scripts/install_deps.sh): without them this module fails to import, which fails the run.
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local: never wait on a hub
-import safetensors  # noqa: F401  (a missing test dependency must fail, not skip)
+import safetensors  # a missing test dependency must fail, not skip
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2LMHeadModel
 
@@ -116,15 +116,30 @@ def test_plain_gpt2_becomes_a_stock_gpt2_model_with_tokenizer(gpt2_data, tmp_pat
                                   "--untie-embeddings"], False),
     ("ls_softcap", ["--global-heads", 2, "--window", 5, "--attn-softcap", 2], False),
     ("window_covers_max_seq_len", ["--global-heads", 1, "--window", 64], True),
+    # the paper's configuration: no biases, exact GELU, untied head, local heads + one global head
+    ("ls_nobias_erf_untied", ["--global-heads", 1, "--window", 8, "--bias", 0, "--gelu", "erf",
+                              "--untie-embeddings"], False),
+    # a plain GPT-2 with the exact GELU is still stock (activation_function "gelu"); without biases it
+    # is not (GPT2LMHeadModel always has them)
+    ("mhsa_erf", ["--global-heads", 4, "--gelu", "erf"], True),
+    ("mhsa_nobias", ["--global-heads", 4, "--bias", 0], False),
 ])
 def test_byte_level_models(byte_data, tmp_path, name, flags, stock):
     run = tmp_path / name
+    erf = "erf" in flags
+    # erf GELU runs train at lr 5e-2, so that the MLP's pre-activations grow to where the erf and tanh GELU
+    # differ (measured: the tanh GELU then misses the bound 10x; after 8 steps at 1e-2 it stays within it)
+    lr = "5e-2" if erf else "1e-2"
     train(["-i", f"{byte_data}/train_*.bin", "-o", run, "--layers", 2, "--channels", 32, "--heads", 4,
-           "--max-seq-len", 64, "-b", 4, "-t", 32, "-x", 8, "-l", "1e-2", "-u", 2, "-v", 0, "-s", 0] + flags)
+           "--max-seq-len", 64, "-b", 4, "-t", 32, "-x", 8, "-l", lr, "-u", 2, "-v", 0, "-s", 0] + flags)
     out = tmp_path / "hf"
     export(run / "model_00000008.bin", out)
     conf = json.loads((out / "config.json").read_text())
     assert not (out / "vocab.json").exists(), "a byte-level run has no GPT-2 tokenizer to export"
+    # erf GELU is transformers' "gelu", the tanh approximation "gelu_new"
+    assert conf["activation_function"] == ("gelu" if erf else "gelu_new")
+    assert conf["train_gpt2_ls"]["bias"] == ("--bias" not in flags)
+    assert conf["train_gpt2_ls"]["gelu"] == ("erf" if erf else "tanh")
     if stock:
         assert conf["model_type"] == "gpt2" and not list(out.glob("*.py"))
         model = AutoModelForCausalLM.from_pretrained(out)
@@ -135,6 +150,11 @@ def test_byte_level_models(byte_data, tmp_path, name, flags, stock):
             AutoModelForCausalLM.from_pretrained(out, trust_remote_code=False)
         model = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True)
         assert type(model).__name__ == "GPT2LSForCausalLM"
+        assert conf["bias"] == ("--bias" not in flags)
+        # every exported tensor was loaded (none left at its initialization) and, without biases, none exists
+        names = set(safetensors.safe_open(str(out / "model.safetensors"), "pt").keys())
+        assert names == set(model.state_dict().keys())
+        assert any(n.endswith(".bias") for n in names) == conf["bias"]
     model.eval()
     # greedy generate (no KV cache in GPT2LSForCausalLM) continues exactly like repeated full forwards
     prompt = torch.from_numpy(read_tokens(byte_data, "val", 40)[None, :])
@@ -148,17 +168,24 @@ def test_byte_level_models(byte_data, tmp_path, name, flags, stock):
     assert n > prompt.shape[1] and gen.tolist() == seq[:, :n].tolist()
     # T = 64 > P: the local windows matter; the model's full context
     B, T = 2, 64
-    assert_logits_equal(hf_logits(model, byte_data, B, T),
-                        trainer_logits(run / "model_00000008.bin", byte_data, B, T, 256, tmp_path))
+    ref = trainer_logits(run / "model_00000008.bin", byte_data, B, T, 256, tmp_path)
+    assert_logits_equal(hf_logits(model, byte_data, B, T), ref)
+    if erf:  # the comparison tells the GELUs apart: the same folder read with the tanh GELU misses the bound
+        (out / "config.json").write_text(json.dumps(dict(conf, activation_function="gelu_new")))
+        tanh_model = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=not stock).eval()
+        with pytest.raises(AssertionError, match=r"max \|diff\|"):
+            assert_logits_equal(hf_logits(tanh_model, byte_data, B, T), ref)
 
 
-FIXTURES = ["ls", "mhsa", "local_qknorm_softcap", "ls_p1_qknorm", "ls_hd32", "mhsa_hd32", "local_qknorm_softcap_hd32"]
+FIXTURES = ["ls", "mhsa", "local_qknorm_softcap", "ls_p1_qknorm", "paper", "ls_hd32", "mhsa_hd32",
+            "local_qknorm_softcap_hd32", "paper_qknorm_hd32"]
 
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_fixtures_match_the_pytorch_reference(name, tmp_path):
     """The committed fixtures (dev/reference/README.md: all-local, P = 1, QK-norm, soft-cap, untied,
-    bf16 payloads) exported and run by transformers give the independent reference's float64 logits."""
+    no biases with erf GELU, bf16 payloads) exported and run by transformers give the independent
+    reference's float64 logits."""
     sys.path.insert(0, str(REPO / "dev" / "reference"))
     from debug_state import read_debug
     ref = read_debug(REPO / "test" / "fixtures" / f"{name}_debug.bin")

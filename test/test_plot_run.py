@@ -51,6 +51,8 @@ def test_label_plain_gpt2_and_ls():
 @pytest.mark.parametrize("model,train,piece", [
     ({"qk_norm": True}, {}, "QK-norm"),
     ({"attn_softcap": 50.0}, {}, "soft-cap 50"),
+    ({"bias": False}, {}, "no bias"),
+    ({"gelu": "erf"}, {}, "erf GELU"),
     ({}, {"z_loss": 9.999999747378752e-05}, "z-loss 1e-4"),
     ({}, {"qk_clip": 100.0}, "QK-Clip 100"),
     ({}, {"logit_alarm": 6.0}, "logit alarm z>6"),
@@ -67,6 +69,13 @@ def test_label_names_each_stabilizer(model, train, piece):
     labels, title = plot_run.make_labels([plot_run.label_parts(config()), plot_run.label_parts(
         config(model=model, train=train))], ["a", "b"])
     assert piece in labels[1] and piece not in labels[0] and piece not in title
+
+
+def test_label_gpt2_biases_and_tanh_gelu_are_not_named():
+    # written by the trainer (bias true, gelu "tanh") or absent (config.json from before those fields)
+    assert label(config(model={"bias": True, "gelu": "tanh"})) == label(config()) == "MHSA, T=1024, C=768, L=12"
+    assert label(config(model={"bias": False, "gelu": "erf", "global_heads": 1, "window": 50})) == \
+        "LS G=1/12 P=50, no bias, erf GELU, T=1024, C=768, L=12"
 
 
 def test_label_all_stabilizers_of_one_run():

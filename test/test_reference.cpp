@@ -143,10 +143,32 @@ TEST_CASE("CPU backend matches the PyTorch reference on every fixture", "[refere
     // dev/reference/make_fixtures.py: LS (G=1, P=3), MHSA, all-local with QK-norm + soft-cap +
     // z-loss + untied head, and window 1 with 2 global heads + QK-norm + z-loss (head size 8); then
     // head size 32 (bf16 model files; also used by the GPU test): LS (G=1 of 2, P=4), MHSA (2 heads),
-    // two layers of an all-local head (P=5) with QK-norm + soft-cap + z-loss.
-    for (const char* name :
-         {"ls", "mhsa", "local_qknorm_softcap", "ls_p1_qknorm", "ls_hd32", "mhsa_hd32", "local_qknorm_softcap_hd32"}) {
+    // two layers of an all-local head (P=5) with QK-norm + soft-cap + z-loss. The paper's configuration
+    // (no bias anywhere, erf GELU, untied head, local heads + one global head): "paper" (head size 4)
+    // and "paper_qknorm_hd32" (with QK-norm, gains only; z-loss; bf16 model file).
+    for (const char* name : {"ls", "mhsa", "local_qknorm_softcap", "ls_p1_qknorm", "paper", "ls_hd32", "mhsa_hd32",
+                             "local_qknorm_softcap_hd32", "paper_qknorm_hd32"}) {
         DYNAMIC_SECTION(name) { check_fixture(name); }
+    }
+}
+
+TEST_CASE("the paper fixtures hold the model options they are meant to cover", "[reference]") {
+    // A fixture that silently lost its options (header words 20/21 written as 0) would pass the
+    // comparison above while testing nothing new.
+    for (const char* name : {"paper", "paper_qknorm_hd32"}) {
+        INFO("fixture " << name);
+        const llmc::ModelConfig c = llmc::load_model_checkpoint(fixture_path(std::string(name) + "_model.bin")).config;
+        CHECK_FALSE(c.bias);
+        CHECK(c.gelu == llmc::Gelu::Erf);
+        CHECK_FALSE(c.tied_embeddings);
+        CHECK(c.global_heads >= 1);
+        CHECK(c.local_heads() >= 1);
+        CHECK(c.window < c.max_seq_len);
+        CHECK(c.qk_norm == (std::string(name) == "paper_qknorm_hd32"));
+        const llmc::ParamLayout lay = llmc::param_layout(c);
+        for (int id : {llmc::P_LN1B, llmc::P_QKVB, llmc::P_ATTPROJB, llmc::P_LN2B, llmc::P_FCB, llmc::P_FCPROJB,
+                       llmc::P_LNFB, llmc::P_QNORMB, llmc::P_KNORMB})
+            CHECK(lay.size[id] == 0);
     }
 }
 

@@ -144,24 +144,28 @@ class TwinGPT(nn.Module):
         B, T = idx.shape
         C, NH, hd, V = cfg.channels, cfg.num_heads, cfg.head_size, cfg.vocab_size
         kind, block_mask = self._prepared[T] if T in self._prepared else self.prepare(T, idx.device)
+
+        def b(name, l=None):  # a bias, or None for a model without biases (cfg.bias False)
+            return None if not cfg.bias else p[name] if l is None else p[name][l]
+        approximate = "tanh" if cfg.gelu == "tanh" else "none"             # "erf": the exact GELU
         x = p["wte"][idx] + p["wpe"][:T]                                  # (B, T, C)
         for l in range(cfg.num_layers):
-            h = F.layer_norm(x, (C,), p["ln1w"][l], p["ln1b"][l], LN_EPS)
-            qkv = F.linear(h, p["qkvw"][l], p["qkvb"][l])                  # (B, T, 3C)
+            h = F.layer_norm(x, (C,), p["ln1w"][l], b("ln1b", l), LN_EPS)
+            qkv = F.linear(h, p["qkvw"][l], b("qkvb", l))                  # (B, T, 3C)
             q, k, v = qkv.split(C, dim=2)
             q = q.view(B, T, NH, hd).transpose(1, 2)                        # (B, NH, T, hd)
             k = k.view(B, T, NH, hd).transpose(1, 2)
             v = v.view(B, T, NH, hd).transpose(1, 2)
             if cfg.qk_norm:  # layer_norm runs in fp32 under autocast: back to v's dtype
-                q = F.layer_norm(q, (hd,), p["qnormw"][l], p["qnormb"][l], LN_EPS).to(v.dtype)
-                k = F.layer_norm(k, (hd,), p["knormw"][l], p["knormb"][l], LN_EPS).to(v.dtype)
+                q = F.layer_norm(q, (hd,), p["qnormw"][l], b("qnormb", l), LN_EPS).to(v.dtype)
+                k = F.layer_norm(k, (hd,), p["knormw"][l], b("knormb", l), LN_EPS).to(v.dtype)
             y = self._attend(q, k, v, kind, block_mask)                                # (B, NH, T, hd)
             y = y.transpose(1, 2).reshape(B, T, C)                           # heads in head order
-            x = x + F.linear(y, p["attprojw"][l], p["attprojb"][l])
-            h = F.layer_norm(x, (C,), p["ln2w"][l], p["ln2b"][l], LN_EPS)
-            h = F.gelu(F.linear(h, p["fcw"][l], p["fcb"][l]), approximate="tanh")  # (B, T, 4C)
-            x = x + F.linear(h, p["fcprojw"][l], p["fcprojb"][l])
-        x = F.layer_norm(x, (C,), p["lnfw"], p["lnfb"], LN_EPS)
+            x = x + F.linear(y, p["attprojw"][l], b("attprojb", l))
+            h = F.layer_norm(x, (C,), p["ln2w"][l], b("ln2b", l), LN_EPS)
+            h = F.gelu(F.linear(h, p["fcw"][l], b("fcb", l)), approximate=approximate)  # (B, T, 4C)
+            x = x + F.linear(h, p["fcprojw"][l], b("fcprojb", l))
+        x = F.layer_norm(x, (C,), p["lnfw"], b("lnfb"), LN_EPS)
         head = p["wte"] if cfg.tied_embeddings else p["lm_head"]
         logits = F.linear(x, head)                                           # (B, T, Vp)
         if targets is None:
@@ -286,6 +290,8 @@ SELF_TEST_LAYOUTS = {
     "qknorm_softcap_untied": (dict(global_heads=2, window=4, qk_norm=True, attn_softcap=2.0,
                                    tied_embeddings=False), 1e-2, dict(global_heads=1)),
     "window_ge_T": (dict(global_heads=1, window=64), 0.0, dict(window=12)),
+    "paper_nobias_erf_qknorm": (dict(global_heads=1, window=3, qk_norm=True, tied_embeddings=False, bias=False,
+                                     gelu="erf"), 0.0, dict(global_heads=4)),
 }
 
 

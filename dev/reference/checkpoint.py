@@ -6,20 +6,25 @@ document, independently of the C++ (llmc/io/checkpoint.h):
     [0] magic 20250521  [1] version 1  [2] maxT  [3] V  [4] L  [5] NH  [6] C  [7] Vp  [8] G  [9] P
     [10] qk_norm  [11] tied_embeddings  [12] dtype (0 fp32, 1 bf16)  [13] attn_softcap float bits
     [14,15] number of parameters lo/hi  [16,17] 64-bit FNV-1a of the payload bytes lo/hi
-    [18] step  [19] trained sequence length (-t; 0 = unknown, as this writer leaves it)  [20..255] 0
-  payload: the flat parameters in llmc/core/params.h order, fp32 or bf16 (round-to-nearest-even).
+    [18] step  [19] trained sequence length (-t; 0 = unknown, as this writer leaves it)
+    [20] no biases (1 = none, 0 = GPT-2's biases)  [21] GELU (0 tanh, 1 erf)  [22..255] 0
+    (files written before 20 and 21 existed hold 0 there: biases, tanh GELU)
+  payload: the flat parameters in llmc/core/params.h order, fp32 or bf16 (round-to-nearest-even);
+  without biases the bias tensors are absent (size 0), the others keep their order.
 
 Also reads llm.c's token shards (magic 20240520, version 1 uint16 / version 2 uint32), which the
 cross-check tool needs. numpy only (no torch), so it can be imported anywhere.
 """
 import numpy as np
 
-from model_config import Config, num_params
+from model_config import GELU_KINDS, Config, num_params
 
 MODEL_MAGIC = 20250521
 MODEL_VERSION = 1
 SHARD_MAGIC = 20240520
 HEADER_INTS = 256
+NO_BIAS = 20  # header index: 1 = the model has no biases
+GELU = 21     # header index: GELU_KINDS index (0 tanh, 1 erf)
 
 FNV_OFFSET = 0xCBF29CE484222325
 FNV_PRIME = 0x100000001B3
@@ -73,6 +78,8 @@ def write_model(path, cfg: Config, params: np.ndarray, step=0, dtype="fp32"):
     h[14:16] = np.array([n & 0xFFFFFFFF, n >> 32], dtype=np.uint32).view(np.int32)
     h[16:18] = np.array([checksum & 0xFFFFFFFF, checksum >> 32], dtype=np.uint32).view(np.int32)
     h[18] = step
+    h[NO_BIAS] = 0 if cfg.bias else 1
+    h[GELU] = GELU_KINDS.index(cfg.gelu)
     with open(path, "wb") as f:
         f.write(h.astype("<i4").tobytes())
         f.write(payload)
@@ -89,9 +96,14 @@ def read_model(path):
         raise ValueError(f"{path}: bad magic {h[0]} (expected {MODEL_MAGIC}); not one of our model checkpoints")
     if h[1] != MODEL_VERSION:
         raise ValueError(f"{path}: unsupported version {h[1]} (expected {MODEL_VERSION})")
+    if h[NO_BIAS] not in (0, 1):
+        raise ValueError(f"{path}: no-bias flag (header index {NO_BIAS}) is {h[NO_BIAS]}, expected 0 or 1")
+    if not 0 <= h[GELU] < len(GELU_KINDS):
+        raise ValueError(f"{path}: GELU kind (header index {GELU}) is {h[GELU]}, expected 0 (tanh) or 1 (erf)")
     cfg = Config(max_seq_len=int(h[2]), vocab_size=int(h[3]), num_layers=int(h[4]), num_heads=int(h[5]),
                  channels=int(h[6]), padded_vocab_size=int(h[7]), global_heads=int(h[8]), window=int(h[9]),
-                 qk_norm=bool(h[10]), tied_embeddings=bool(h[11]), attn_softcap=_bits_float(int(h[13])))
+                 qk_norm=bool(h[10]), tied_embeddings=bool(h[11]), attn_softcap=_bits_float(int(h[13])),
+                 bias=int(h[NO_BIAS]) == 0, gelu=GELU_KINDS[int(h[GELU])])
     dtype = int(h[12])
     if dtype not in (0, 1):
         raise ValueError(f"{path}: unknown payload dtype {dtype} (0 = fp32, 1 = bf16)")

@@ -10,7 +10,9 @@ Model (docs/design.md):
   attention: NH heads of size hd = C / NH; heads 0..NH-G-1 are local (query i sees keys
   i-P < j <= i), heads NH-G..NH-1 are global (causal). s = q.k / sqrt(hd), after the optional
   QK-norm (LayerNorm over hd, gain/bias of size hd shared by the layer's heads, one for q, one for k).
-  With soft-capping c > 0 the softmax sees c * tanh(s / c).  MLP: 4C with tanh-GELU.
+  With soft-capping c > 0 the softmax sees c * tanh(s / c).  MLP: 4C with GELU, the tanh approximation
+  (GPT-2) or the exact 0.5 x (1 + erf(x / sqrt 2)) (cfg.gelu "erf").  Without biases (cfg.bias False)
+  no linear layer, LayerNorm or QK-norm has a bias (their table entries are empty).
   loss = mean cross-entropy over the REAL vocabulary [0, V); z_loss = z_weight * mean(logsumexp^2);
   the objective differentiated is loss + z_loss.
 
@@ -22,7 +24,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from model_config import Config, PARAM_NAMES, WEIGHT_DECAY_PARAMS, num_params, pad_vocab, param_shapes  # noqa: F401
+from model_config import (BIAS_PARAMS, Config, PARAM_NAMES, WEIGHT_DECAY_PARAMS, num_params, pad_vocab,  # noqa: F401
+                          param_shapes)
 
 LN_EPS = 1e-5
 
@@ -61,11 +64,31 @@ def new_attn_stats(cfg):
             "out_max_logit": 0.0, "out_mean_lse": 0.0}
 
 
+def linear(x, w, b):
+    """x @ w^T (+ b when the model has biases; b is None without)."""
+    y = x @ w.t()
+    return y if b is None else y + b
+
+
+def bias(cfg, p, name, l=None):
+    """The bias tensor `name` (layer l's row when given), or None for a model without biases."""
+    if not cfg.bias:
+        return None
+    return p[name] if l is None else p[name][l]
+
+
+def gelu(cfg, x):
+    """The MLP's activation: tanh approximation (GPT-2) or exact erf GELU."""
+    assert cfg.gelu in ("tanh", "erf"), cfg.gelu
+    return F.gelu(x, approximate="tanh") if cfg.gelu == "tanh" else F.gelu(x)
+
+
 def attention(cfg, x, qkvw, qkvb, qnorm, knorm, mask, stats=None):
-    """x (B, T, C) -> (B, T, C): LS-attention before the output projection."""
+    """x (B, T, C) -> (B, T, C): LS-attention before the output projection. qkvb and the QK-norm
+    biases (qnorm[1], knorm[1]) are None without biases."""
     B, T, C = x.shape
     NH, hd = cfg.num_heads, cfg.head_size
-    qkv = x @ qkvw.t() + qkvb                                # (B, T, 3C): q, k, v
+    qkv = linear(x, qkvw, qkvb)                               # (B, T, 3C): q, k, v
     q, k, v = qkv.split(C, dim=2)
     q = q.view(B, T, NH, hd).transpose(1, 2)                 # (B, NH, T, hd)
     k = k.view(B, T, NH, hd).transpose(1, 2)
@@ -104,20 +127,20 @@ def forward(cfg, p, idx, targets=None, z_weight=0.0, attn_stats=None):
     mask = attention_mask(cfg, T, idx.device)
     x = p["wte"][idx] + p["wpe"][:T]                          # (B, T, C)
     for l in range(cfg.num_layers):
-        h = F.layer_norm(x, (C,), p["ln1w"][l], p["ln1b"][l], LN_EPS)
-        qnorm = (p["qnormw"][l], p["qnormb"][l]) if cfg.qk_norm else None
-        knorm = (p["knormw"][l], p["knormb"][l]) if cfg.qk_norm else None
+        h = F.layer_norm(x, (C,), p["ln1w"][l], bias(cfg, p, "ln1b", l), LN_EPS)
+        qnorm = (p["qnormw"][l], bias(cfg, p, "qnormb", l)) if cfg.qk_norm else None
+        knorm = (p["knormw"][l], bias(cfg, p, "knormb", l)) if cfg.qk_norm else None
         st = {} if attn_stats is not None else None
-        y = attention(cfg, h, p["qkvw"][l], p["qkvb"][l], qnorm, knorm, mask, st)
+        y = attention(cfg, h, p["qkvw"][l], bias(cfg, p, "qkvb", l), qnorm, knorm, mask, st)
         if st is not None:
             attn_stats["max_logit"][l] = st["max"].cpu()
             attn_stats["min_logit"][l] = st["min"].cpu()
             attn_stats["entropy"][l] = st["entropy"].cpu()
-        x = x + (y @ p["attprojw"][l].t() + p["attprojb"][l])
-        h = F.layer_norm(x, (C,), p["ln2w"][l], p["ln2b"][l], LN_EPS)
-        h = F.gelu(h @ p["fcw"][l].t() + p["fcb"][l], approximate="tanh")  # (B, T, 4C)
-        x = x + (h @ p["fcprojw"][l].t() + p["fcprojb"][l])
-    x = F.layer_norm(x, (C,), p["lnfw"], p["lnfb"], LN_EPS)
+        x = x + linear(y, p["attprojw"][l], bias(cfg, p, "attprojb", l))
+        h = F.layer_norm(x, (C,), p["ln2w"][l], bias(cfg, p, "ln2b", l), LN_EPS)
+        h = gelu(cfg, linear(h, p["fcw"][l], bias(cfg, p, "fcb", l)))  # (B, T, 4C)
+        x = x + linear(h, p["fcprojw"][l], bias(cfg, p, "fcprojb", l))
+    x = F.layer_norm(x, (C,), p["lnfw"], bias(cfg, p, "lnfb"), LN_EPS)
     head = p["wte"] if cfg.tied_embeddings else p["lm_head"]
     logits = x @ head.t()                                     # (B, T, Vp)
     real = logits[:, :, :V]                                   # the padded columns [V, Vp) never count

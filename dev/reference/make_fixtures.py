@@ -39,6 +39,14 @@ ADAM = dict(lr=1e-2, beta1=0.9, beta2=0.95, eps=1e-6, weight_decay=0.1)
 N_STEPS = 4
 
 
+def FC_STD_ERF(C):
+    """fcw's std for the erf-GELU fixtures: the MLP's pre-activations (fcw times LayerNorm outputs of
+    about unit size, summed over C) get a std of about 2, where the erf GELU and its tanh approximation
+    differ by 1e-4 to 5e-4 (|x| 1 to 3). At init_params' 0.02 they stay within about 0.1 of 0, where
+    the two agree to 3e-8, and a backend that ran the wrong kind would pass."""
+    return 2.0 / C ** 0.5
+
+
 def fixture_list():
     V = 100
     base = dict(max_seq_len=16, vocab_size=V, padded_vocab_size=pad_vocab(V), num_layers=2, num_heads=4,
@@ -57,6 +65,12 @@ def fixture_list():
         #     soft-cap, odd T
         dict(name="ls_p1_qknorm", cfg=Config(**base, global_heads=2, window=1, qk_norm=True),
              B=2, T=9, z=1e-3, clip=1.0, seed=4),
+        # (h) the paper's configuration (arXiv 2505.15548, its author's nanoGPT code) in miniature: no
+        #     bias anywhere, exact erf GELU, untied LM head, 3 local heads (window 4) + 1 global head;
+        #     C = 16 (head size 4) to keep the files small; fcw std 0.5 (FC_STD_ERF)
+        dict(name="paper", cfg=Config(**dict(base, channels=16), global_heads=1, window=4, tied_embeddings=False,
+                                      bias=False, gelu="erf"),
+             B=2, T=16, z=0.0, clip=1.0, seed=8, init_std={"fcw": FC_STD_ERF(16)}),
     ] + fixture_list_hd32()
 
 
@@ -81,6 +95,12 @@ def fixture_list_hd32():
         dict(name="local_qknorm_softcap_hd32", cfg=Config(**c32, num_layers=2, global_heads=0, window=5,
                                                           qk_norm=True, attn_softcap=5.0),
              B=2, T=21, z=1e-2, clip=0.05, seed=7, model_dtype="bf16"),
+        # (i) the paper's configuration with QK-norm: no bias anywhere (the QK-norm has gains only), erf
+        #     GELU, untied LM head, one local head (window 6) + one global head; z-loss 1e-3 and grad
+        #     clip 0.05 so clipping is active in the AdamW steps
+        dict(name="paper_qknorm_hd32", cfg=Config(**c64, num_layers=1, global_heads=1, window=6, qk_norm=True,
+                                                  tied_embeddings=False, bias=False, gelu="erf"),
+             B=2, T=22, z=1e-3, clip=0.05, seed=9, model_dtype="bf16", init_std={"fcw": FC_STD_ERF(64)}),
     ]
 
 
@@ -130,6 +150,8 @@ def make_one(fx, out_dir):
     cfg, B, T, z, clip = fx["cfg"], fx["B"], fx["T"], fx["z"], fx["clip"]
     gen = torch.Generator().manual_seed(1000 + fx["seed"])
     params = init_params(cfg, gen)
+    for name, std in fx.get("init_std", {}).items():  # the N(0, 0.02) draw rescaled to std
+        params[name] = params[name] * (std / 0.02)
     # the model file holds fp32 (or bf16); compute the reference from exactly those values
     dtype = fx.get("model_dtype", "fp32")
     if dtype == "bf16":

@@ -19,6 +19,8 @@ class Config:
     qk_norm: bool = False
     attn_softcap: float = 0.0    # 0 = off
     tied_embeddings: bool = True
+    bias: bool = True            # False: no bias in any linear layer, LayerNorm or QK-norm
+    gelu: str = "tanh"           # the MLP's GELU: "tanh" (GPT-2's approximation) or "erf" (exact)
 
     @property
     def head_size(self):
@@ -29,12 +31,16 @@ def pad_vocab(V):
     return ((V + 127) // 128) * 128
 
 
+GELU_KINDS = ("tanh", "erf")  # index = the checkpoint header's word 21
+
 # The parameter table of llmc/core/params.h, in order. Absent tensors have a zero-sized shape (0,).
 PARAM_NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b",
                "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb", "qnormw", "qnormb", "knormw", "knormb",
                "lm_head"]
 # AdamW's decoupled weight decay applies only to these (matrices and embeddings).
 WEIGHT_DECAY_PARAMS = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw", "lm_head"}
+# Empty (0,) when the model has no biases (Config.bias False); the others keep their order.
+BIAS_PARAMS = {"ln1b", "qkvb", "attprojb", "ln2b", "fcb", "fcprojb", "lnfb", "qnormb", "knormb"}
 
 
 def param_shapes(cfg):
@@ -49,7 +55,7 @@ def param_shapes(cfg):
         "qnormw": qk, "qnormb": qk, "knormw": qk, "knormb": qk,
         "lm_head": (Vp, C) if not cfg.tied_embeddings else (0,),
     }
-    return [(n, shapes[n]) for n in PARAM_NAMES]
+    return [(n, (0,) if n in BIAS_PARAMS and not cfg.bias else shapes[n]) for n in PARAM_NAMES]
 
 
 def num_params(cfg):

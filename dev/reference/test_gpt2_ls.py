@@ -14,8 +14,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from checkpoint import fnv1a64, read_model, write_model  # noqa: E402
 from debug_state import read_debug  # noqa: E402
-from gpt2_ls import (Config, adamw_step, attention, attention_mask, flatten, forward, init_params, num_params,  # noqa: E402
-                     param_shapes, split_flat, WEIGHT_DECAY_PARAMS)
+from gpt2_ls import (Config, adamw_step, attention, attention_mask, flatten, forward, gelu, init_params,  # noqa: E402
+                     num_params, param_shapes, split_flat, BIAS_PARAMS, WEIGHT_DECAY_PARAMS)
 import make_fixtures  # noqa: E402
 
 # tiny configs for gradcheck: Vp = V + 3 (padding columns that must get no gradient from the loss)
@@ -29,6 +29,11 @@ LAYOUTS = {
     "ls_qknorm": Config(**dict(TINY, num_heads=2), global_heads=1, window=2, qk_norm=True),
     "all_stabilizers_untied": Config(**dict(TINY, num_heads=2), global_heads=1, window=3, qk_norm=True,
                                      attn_softcap=1.5, tied_embeddings=False),
+    # the paper's configuration: no bias anywhere, exact erf GELU, untied head; with and without QK-norm
+    "paper_nobias_erf_untied": Config(**TINY, global_heads=1, window=2, tied_embeddings=False, bias=False,
+                                      gelu="erf"),
+    "paper_nobias_erf_qknorm": Config(**dict(TINY, num_heads=2), global_heads=1, window=2, qk_norm=True,
+                                      tied_embeddings=False, bias=False, gelu="erf"),
 }
 
 
@@ -63,7 +68,7 @@ def _attention_by_loops(cfg, x, qkvw, qkvb, qnorm, knorm):
     """A second, loop-based attention: for each query only the keys its head may see."""
     B, T, C = x.shape
     NH, hd = cfg.num_heads, cfg.head_size
-    qkv = x @ qkvw.t() + qkvb
+    qkv = x @ qkvw.t() + (0 if qkvb is None else qkvb)
     out = torch.zeros(B, T, C, dtype=x.dtype)
     for b in range(B):
         for h in range(NH):
@@ -89,10 +94,12 @@ def test_attention_mask_matches_loops():
         g = torch.Generator().manual_seed(3)
         p = init_params(cfg, g)
         x = torch.randn(2, 6, cfg.channels, generator=g, dtype=torch.float64)
-        qn = (p["qnormw"][0], p["qnormb"][0]) if cfg.qk_norm else None
-        kn = (p["knormw"][0], p["knormb"][0]) if cfg.qk_norm else None
-        a = attention(cfg, x, p["qkvw"][0], p["qkvb"][0], qn, kn, attention_mask(cfg, 6))
-        b = _attention_by_loops(cfg, x, p["qkvw"][0], p["qkvb"][0], qn, kn)
+        def b0(name):  # layer 0's bias, None without biases
+            return p[name][0] if cfg.bias else None
+        qn = (p["qnormw"][0], b0("qnormb")) if cfg.qk_norm else None
+        kn = (p["knormw"][0], b0("knormb")) if cfg.qk_norm else None
+        a = attention(cfg, x, p["qkvw"][0], b0("qkvb"), qn, kn, attention_mask(cfg, 6))
+        b = _attention_by_loops(cfg, x, p["qkvw"][0], b0("qkvb"), qn, kn)
         assert torch.allclose(a, b, rtol=1e-12, atol=1e-12), name
 
 
@@ -152,6 +159,31 @@ def test_param_table_matches_params_h():
               L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C, C, C, L * hd, L * hd, L * hd, L * hd, 128 * C]
     assert [math.prod(s) for _, s in param_shapes(cfg)] == expect
     assert num_params(cfg) == sum(expect)
+    # without biases every bias tensor is empty and the others keep their order
+    nobias = dataclasses.replace(cfg, bias=False)
+    expect_nobias = [0 if name in BIAS_PARAMS else n for name, n in zip([n for n, _ in param_shapes(cfg)], expect)]
+    assert expect_nobias == [128 * C, 16 * C, L * C, 0, L * 3 * C * C, 0, L * C * C, 0, L * C, 0,
+                             L * 4 * C * C, 0, L * C * 4 * C, 0, C, 0, L * hd, 0, L * hd, 0, 128 * C]
+    assert [math.prod(s) for _, s in param_shapes(nobias)] == expect_nobias
+    assert num_params(nobias) == sum(expect_nobias)
+
+
+def test_nobias_model_has_no_bias_and_erf_gelu_is_exact():
+    """bias=False: no parameter named *b exists and the forward needs none; gelu "erf" is x Phi(x)."""
+    x = torch.linspace(-6, 6, 241, dtype=torch.float64)
+    erf = torch.tensor([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x.tolist()], dtype=torch.float64)
+    tanh = 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    assert torch.allclose(gelu(Config(gelu="erf"), x), erf, rtol=0, atol=1e-15)
+    assert torch.allclose(gelu(Config(gelu="tanh"), x), tanh, rtol=0, atol=1e-15)
+    assert (erf - tanh).abs().max() > 1e-4  # the two kinds differ enough for the fixtures to tell apart
+    cfg = LAYOUTS["paper_nobias_erf_qknorm"]
+    p = init_params(cfg, torch.Generator().manual_seed(2))
+    assert all(p[name].numel() == 0 for name in BIAS_PARAMS)
+    p["fcw"] = p["fcw"] * 25  # std 0.5: MLP pre-activations of order 1, where the two GELUs differ
+    idx, tgt = _batch(cfg, 2, 5, 3)
+    logits_erf = forward(cfg, p, idx, tgt)[0]
+    logits_tanh = forward(dataclasses.replace(cfg, gelu="tanh"), p, idx, tgt)[0]
+    assert (logits_erf - logits_tanh).abs().max() > 1e-5
 
 
 def test_checkpoint_round_trip_and_damage():
@@ -184,6 +216,28 @@ def test_checkpoint_round_trip_and_damage():
         write_model(path, cfg, flat, dtype="bf16")
         _, fb, _ = read_model(path)
         assert np.array_equal(fb, torch.from_numpy(flat).bfloat16().float().numpy())
+        # header words 20 (no biases) and 21 (GELU): 0 for GPT-2's biases and tanh GELU, as older files hold
+        assert hdr[20] == 0 and hdr[21] == 0
+        for bias, kind in [(False, "erf"), (False, "tanh"), (True, "erf")]:
+            c = dataclasses.replace(cfg, bias=bias, gelu=kind)
+            flat_c = flatten(c, init_params(c, torch.Generator().manual_seed(2))).float().numpy()
+            write_model(path, c, flat_c, step=3)
+            raw = open(path, "rb").read()
+            hdr = np.frombuffer(raw[:1024], dtype="<i4")
+            assert hdr[20] == (0 if bias else 1) and hdr[21] == {"tanh": 0, "erf": 1}[kind]
+            assert len(raw) == 1024 + 4 * num_params(c)
+            c2, f2, _ = read_model(path)
+            assert c2 == c and np.array_equal(f2, flat_c)
+            assert type(c2.bias) is bool and type(c2.gelu) is str  # plain Python values (JSON-serializable)
+        for word, value in [(20, 2), (21, 2), (21, -1)]:
+            bad = bytearray(raw)
+            bad[4 * word:4 * word + 4] = np.array([value], dtype="<i4").tobytes()
+            open(path, "wb").write(bad)
+            try:
+                read_model(path)
+                raise AssertionError(f"header word {word} = {value} was accepted")
+            except ValueError as e:
+                assert f"header index {word}" in str(e), e
 
 
 def test_fixtures_are_up_to_date():
