@@ -1,56 +1,98 @@
 #!/usr/bin/env bash
-# The paper's setting on PG-19 (arXiv 2505.15548): SentencePiece 10K vocabulary; 6 layers, C = 192,
-# 6 heads of 32, T = 2048; AdamW lr 6e-4, betas 0.9/0.95, weight decay 0.1, clip 1.0, warmup 2000.
-# Six variants, one run each, then plots and a summary table (scripts/plot_run.py):
+# The paper's setting on PG-19 (arXiv 2505.15548) with its author's settings (configs/paper_pg19.toml:
+# SentencePiece 10K; 6 layers, C 192, 6 heads of 32, T 2048; untied LM head, no biases, exact GELU;
+# AdamW lr 6e-4, betas 0.9/0.95, weight decay 0.1, clip 1.0, warmup 2000 then constant), one run per
+# variant, then plots, a summary and a folder of packed logs. Variants:
 #   mhsa          plain MHSA (G = 6)
-#   ls            LS-attention: 5 local heads (P = 50) + 1 global
+#   ls            LS-attention: 5 local heads (P = 50) + 1 global (the preset)
+#   local         all-local (G = 0, P = 50)
 #   mhsa_qknorm   MHSA + QK-norm
 #   mhsa_zloss    MHSA + z-loss 1e-4
 #   mhsa_softcap  MHSA + attention soft-cap c = 50 (Gemma 2's value)
 #   mhsa_qkclip   MHSA + QK-Clip tau = 100 (Kimi K2's threshold)
 #
-#   scripts/exp_pg19.sh [--out DIR] [--data DIR] [--source DIR] [--steps N | --tokens N]
-#                       [--batch B] [--total-batch D] [--device auto|cpu|cuda] [--np N]
-#                       [--variants "mhsa ls ..."] [--threads N] [--smoke]
+#   scripts/exp_pg19.sh [--budget SECONDS] [--parallel 0|1] [--stagger S] [--variants "mhsa ls"]
+#                       [--steps N | --tokens N] [--batch 8] [--total-batch 16384] [--seed S]
+#                       [--device auto|cpu|cuda] [--np N] [--threads N] [--out DIR] [--results DIR]
+#                       [--data DIR] [--source DIR] [--config FILE] [--build auto|0|1]
+#                       [--check-cmd CMD ...] [--reserve S] [--extra "FLAGS"] [--smoke]
 #
-# --data: the shards (default data/shards/pg19_sp; made with data/prepare.py from --source, default
-# ../shared/data/pg19, when meta.json is missing). --steps (default 8000) or --tokens (steps =
-# tokens / D). Per process B = --batch (default 8) sequences of 2048; D = --total-batch tokens per
-# step (default 32768; gradient accumulation D / (B*2048*np)). --np N > 1 launches each run with
-# `$MPIRUN -np N` (MPIRUN default "mpirun"; add e.g. MPIRUN="mpirun --allow-run-as-root").
-# --smoke: a tiny model and data made from 3 small books, a few CPU steps (checks the pipeline only).
-# Writes runs/<variant>/ (trainer output), plots/pg19_* and summary.md under --out
-# (default out/exp_pg19). A run whose final checkpoint marker exists is not run again; an
-# interrupted one resumes from its newest checkpoint (-y 1).
-# Environment: TRAINER (default ./train_gpt2_ls), PYTHON (default python3). Docs: docs/experiments.md.
+# One GPU window = one complete experiment (docs/experiments.md, "PG-19, the paper's setting"):
+#   1. build (--build auto: on CUDA) the trainer, build/test_gpu/test_cuda_model and build/dev/attention_ls
+#      with make (a no-op when the same machine built them already);
+#   2. checks: test_cuda_model and `attention_ls --check` (each --check-cmd replaces the list); a
+#      failed check ends the script (exit 4) before any training. On the CPU the GPU checks are
+#      skipped with a line saying so (their emulated builds run in `make test-emu`);
+#   3. trains every variant until --steps or, with --budget, until the time left (SIGTERM: the
+#      trainer finishes its step, checkpoints it and exits 143; a later start resumes it with -y 1).
+#      --parallel 0: one after another, each an equal share of the time left; 1: all at once on the
+#      one GPU, started --stagger S seconds apart and stopped S seconds apart in the same order, so
+#      that the first runs alone for its first S seconds and the last alone for its last S: the
+#      window table compares each run's median ms/step alone and shared and says whether running
+#      them at once gave more steps per minute (scripts/pack_results.py);
+#   4. plots and summary (scripts/plot_run.py), and --results (default OUT/results; on the GPU
+#      machine $OUT/NAME) receives at most 8 files of at most 16 MiB: report.txt (all this script
+#      printed), summary.md, window.md, logs.tar.gz (build and check logs, plots, events) and one
+#      NAME.tar.gz per run (metrics, logit statistics, configs, console; no checkpoints).
+# --budget SECONDS: the whole script's wall time, build and checks included; --reserve (default 45,
+# smoke 5) of it is kept for the last checkpoints and the packing. Without --budget, runs end at
+# --steps (default 50000, the paper's max_iters) or --tokens / D.
+# Batch: --batch B sequences of 2048 per process and micro-batch (default 8), --total-batch D tokens
+# per step (default 16384 = 8 x 2048, no accumulation; the paper's is 524288: a GPU window holds
+# ~1B tokens, and 16K per step gives 20-30k steps per run in it). lr and warmup stay the paper's.
+# --seed S: the trainer's seed, and the runs are named VARIANT_sS. --extra FLAGS: more trainer flags
+# for every run (e.g. "--cuda-graph 1"). --np N > 1: each run under `$MPIRUN -np N` (stopped by SIGUSR1).
+# --data: the shards (default data/shards/pg19_sp; scripts/pack_pg19.sh makes them, or this script
+# with data/prepare.py from --source, default ../shared/data/pg19, when meta.json is missing).
+# --smoke: a tiny model and data made from 3 small books, a few CPU steps, the same stages (checks
+# skipped on the CPU, or the --check-cmd given): checks the script, nothing more (`make test`).
+# Exit status: 0 all runs ended (at --steps or at the budget), 1 a usage or run error, 4 the build
+# or a check failed (nothing trained), 130 the script itself was interrupted (Ctrl-C, SIGTERM: it
+# stops its runs the same way, each checkpointing its step, and packs nothing). The logs are packed
+# when the runs have ended, and after a failed build or check.
+# Environment: TRAINER (default ./train_gpt2_ls), PYTHON (default python3), MPIRUN, CUDA_ARCH (90),
+# EXP_COMMIT (the commit the report names where the tree has no .git, as on the GPU machine),
+# KILL_AFTER (60: seconds a stopped run may take before SIGKILL), STAGGER_SMOKE (--smoke's stagger, 1).
 set -euo pipefail
 
-TRAINER=${TRAINER:-./train_gpt2_ls}
+TRAINER=${TRAINER:-}
 PYTHON=${PYTHON:-python3}
 MPIRUN=${MPIRUN:-mpirun}
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
 
 OUT=out/exp_pg19
+RESULTS=""
 DATA=data/shards/pg19_sp
 SOURCE=$REPO/../shared/data/pg19
-STEPS=8000
+CONFIG=$REPO/configs/paper_pg19.toml
+STEPS=50000
 TOKENS=""
+STEPS_GIVEN=""
 BATCH=8
-TOTAL=32768
+TOTAL=16384
 DEVICE=auto
 NP=1
 THREADS=0
-VARIANTS="mhsa ls mhsa_qknorm mhsa_zloss mhsa_softcap mhsa_qkclip"
+VARIANTS="mhsa ls"
+SEED=""
 SMOKE=0
+BUDGET=""
+PARALLEL=0
+STAGGER=15
+RESERVE=""
+KILL_AFTER=${KILL_AFTER:-60}
+BUILD=auto
+CHECK_CMDS=()
+EXTRA=""
 SOFTCAP=50
 QKCLIP=100
-WINDOW=50
-# the paper's model and optimizer (ls-small preset = 6 layers, C 192, 6 heads, maxT 2048)
-MODEL=(-e ls-small --layers 6 --channels 192 --heads 6 --max-seq-len 2048)
 T=2048
-OPT=(-l 6e-4 --beta1 0.9 --beta2 0.95 -c 0.1 --grad-clip 1.0 -u 2000 -k cosine -q 0.1)
-EVAL=(-v 250 -m 20 -s 0 -n 1000)
+# what the script sets beside the preset: validation every 500 steps on 32 batches (524K tokens, about
+# half the validation split: ~2% of a run's time at B 8), statistics every 10 steps (the per-step
+# maximum is in metrics.jsonl), no samples, checkpoints only at the end (and when stopped)
+RUN=(-v 500 -m 32 -s 0 --logit-stats-every 10 -n 0)
+SMALL=()
 PREP=(--vocab-size 10000)
 
 die() { echo "error: $*" >&2; exit 1; }
@@ -59,16 +101,26 @@ need() { [[ $# -ge 2 && -n "$2" ]] || die "$1 needs a value; see $0 --help"; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --out) need "$@"; OUT=$2; shift 2 ;;
+    --results) need "$@"; RESULTS=$2; shift 2 ;;
     --data) need "$@"; DATA=$2; shift 2 ;;
     --source) need "$@"; SOURCE=$2; shift 2 ;;
-    --steps) need "$@"; STEPS=$2; TOKENS=""; shift 2 ;;
+    --config) need "$@"; CONFIG=$2; shift 2 ;;
+    --steps) need "$@"; STEPS=$2; TOKENS=""; STEPS_GIVEN=1; shift 2 ;;
     --tokens) need "$@"; TOKENS=$2; shift 2 ;;
     --batch) need "$@"; BATCH=$2; shift 2 ;;
     --total-batch) need "$@"; TOTAL=$2; shift 2 ;;
     --device) need "$@"; DEVICE=$2; shift 2 ;;
     --np) need "$@"; NP=$2; shift 2 ;;
     --variants) need "$@"; VARIANTS=$2; shift 2 ;;
+    --seed) need "$@"; SEED=$2; shift 2 ;;
     --threads) need "$@"; THREADS=$2; shift 2 ;;
+    --budget) need "$@"; BUDGET=$2; shift 2 ;;
+    --parallel) need "$@"; PARALLEL=$2; shift 2 ;;
+    --stagger) need "$@"; STAGGER=$2; shift 2 ;;
+    --reserve) need "$@"; RESERVE=$2; shift 2 ;;
+    --build) need "$@"; BUILD=$2; shift 2 ;;
+    --check-cmd) need "$@"; CHECK_CMDS+=("$2"); shift 2 ;;
+    --extra) need "$@"; EXTRA=$2; shift 2 ;;
     --smoke) SMOKE=1; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) die "unknown argument '$1'; see $0 --help" ;;
@@ -76,11 +128,12 @@ while [[ $# -gt 0 ]]; do
 done
 
 if [[ $SMOKE == 1 ]]; then  # 6 heads kept (the variants are defined by them), everything else tiny
-  MODEL=(-e ls-small --layers 1 --channels 48 --heads 6 --max-seq-len 64)
-  WINDOW=8
-  T=64; BATCH=2; TOTAL=smoke; STEPS=4; TOKENS=""
-  OPT=(-l 6e-4 --beta1 0.9 --beta2 0.95 -c 0.1 --grad-clip 1.0 -u 2 -k cosine -q 0.1)
-  EVAL=(-v 2 -m 2 -s 0)
+  SMALL=(--layers 1 --channels 48 --heads 6 --max-seq-len 64 --window 8 --near 8 -u 2)
+  T=64; BATCH=2; TOTAL=smoke
+  [[ -z $BUDGET && -z $STEPS_GIVEN && -z $TOKENS ]] && STEPS=4
+  RUN=(-v 2 -m 2 -s 0 --logit-stats-every 1 -n 0)
+  STAGGER=${STAGGER_SMOKE:-1}
+  [[ -z $RESERVE ]] && RESERVE=5
   [[ $DEVICE == auto ]] && DEVICE=cpu
   [[ $THREADS == 0 ]] && THREADS=1
   if [[ $DATA == data/shards/pg19_sp ]]; then  # 3 small books, vocabulary 400
@@ -94,61 +147,254 @@ if [[ $SMOKE == 1 ]]; then  # 6 heads kept (the variants are defined by them), e
     PREP=(--vocab-size 400 --sp-train-lines 3000 --val-fraction 0.34)
   fi
 fi
+[[ -z $RESERVE ]] && RESERVE=45
 
-[[ -x $TRAINER ]] || die "trainer $TRAINER not found; build it with 'make train_gpt2_ls' or set TRAINER=path"
+# -- arguments --------------------------------------------------------------------------------------
+[[ -f $CONFIG ]] || die "no preset $CONFIG; pass --config FILE (configs/paper_pg19.toml is the paper's)"
 [[ $TOTAL == smoke ]] && TOTAL=$((BATCH * T * ${NP//[^0-9]/}))  # smoke: one micro-batch per process
 for n in STEPS BATCH TOTAL NP; do  # (TOTAL is --total-batch)
   [[ ${!n} =~ ^[0-9]+$ && ${!n} -ge 1 ]] || die "${n,,} = ${!n} must be a positive integer (--steps, --batch, --total-batch, --np)"
 done
+for n in STAGGER RESERVE; do
+  [[ ${!n} =~ ^[0-9]+$ ]] || die "--${n,,} ${!n} must be a whole number of seconds"
+done
+[[ -z $BUDGET || $BUDGET =~ ^[0-9]+$ ]] || die "--budget $BUDGET must be a whole number of seconds"
+[[ -z $SEED || $SEED =~ ^[0-9]+$ ]] || die "--seed $SEED must be a non-negative integer"
+[[ $PARALLEL == 0 || $PARALLEL == 1 ]] || die "--parallel $PARALLEL: use 0 (one after another) or 1 (all at once)"
+[[ $BUILD == auto || $BUILD == 0 || $BUILD == 1 ]] || die "--build $BUILD: use auto, 0 or 1"
+case $DEVICE in auto|cpu|cuda) ;; *) die "--device $DEVICE: use auto, cpu or cuda" ;; esac
 (( TOTAL % (BATCH * T * NP) == 0 )) || \
   die "--total-batch $TOTAL is not a multiple of B*T*np = $BATCH*$T*$NP; change --total-batch or --batch"
 if [[ -n $TOKENS ]]; then
   [[ $TOKENS =~ ^[0-9]+$ ]] || die "--tokens $TOKENS must be a positive integer"
   STEPS=$(( TOKENS / TOTAL )); (( STEPS >= 1 )) || die "--tokens $TOKENS is less than one step of $TOTAL tokens"
 fi
+[[ -n $VARIANTS ]] || die "--variants is empty; name at least one of: mhsa ls local mhsa_qknorm mhsa_zloss mhsa_softcap mhsa_qkclip"
 for v in $VARIANTS; do
-  case $v in mhsa|ls|mhsa_qknorm|mhsa_zloss|mhsa_softcap|mhsa_qkclip) ;;
-    *) die "unknown variant '$v'; pick from: mhsa ls mhsa_qknorm mhsa_zloss mhsa_softcap mhsa_qkclip" ;; esac
+  case $v in mhsa|ls|local|mhsa_qknorm|mhsa_zloss|mhsa_softcap|mhsa_qkclip) ;;
+    *) die "unknown variant '$v'; pick from: mhsa ls local mhsa_qknorm mhsa_zloss mhsa_softcap mhsa_qkclip" ;; esac
 done
+read -r -a variants <<< "$VARIANTS"
+[[ -z $BUDGET ]] || (( ${#variants[@]} <= 4 )) || \
+  die "--budget with ${#variants[@]} variants: at most 4 per GPU window (8 files come back: 4 + one per run)"
 
-# -- data: PG-19 with a SentencePiece BPE vocabulary ------------------------------------------------
+if [[ $DEVICE == auto ]]; then  # resolved here, so the build, the checks and the runs agree
+  if command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L > /dev/null 2>&1; then DEVICE=cuda; else DEVICE=cpu; fi
+fi
+[[ $BUILD == auto ]] && { [[ $DEVICE == cuda ]] && BUILD=1 || BUILD=0; }
+[[ -z $TRAINER ]] && TRAINER=./train_gpt2_ls
+if [[ ${#CHECK_CMDS[@]} -eq 0 && $DEVICE == cuda ]]; then
+  CHECK_CMDS=("build/test_gpu/test_cuda_model" "build/dev/attention_ls --check")
+fi
+[[ -z $RESULTS ]] && RESULTS=$OUT/results
+
+START=$(date +%s)
+deadline=""
+[[ -n $BUDGET ]] && deadline=$(( START + BUDGET - RESERVE ))
+now() { date +%s; }
+left() { echo $(( deadline - $(now) )); }
+
+mkdir -p "$OUT/runs" "$OUT/logs" "$OUT/plots" "$RESULTS"
+REPORT=$OUT/logs/report.txt
+EVENTS=$OUT/logs/events.tsv
+: > "$EVENTS"
+exec > >(tee -a "$REPORT") 2> >(tee -a "$REPORT" >&2)
+event() { printf '%s\t%s\n' "$(date +%s.%N)" "$*" >> "$EVENTS"; }
+commit=${EXP_COMMIT:-$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)}
+dirty=$(git -C "$REPO" status --porcelain --untracked-files=no 2>/dev/null | wc -l || true)
+echo "== exp_pg19 $(date -u +%FT%TZ) | commit $commit$([[ ${dirty:-0} -gt 0 ]] && echo " + $dirty changed files") | device $DEVICE$([[ $DEVICE == cuda ]] && nvidia-smi -L 2>/dev/null | head -1 | sed 's/^/ (/;s/$/)/') | budget ${BUDGET:-none} s | parallel $PARALLEL | variants ${variants[*]} | $TOTAL tokens/step (B $BATCH x T $T) | preset $CONFIG"
+
+# -- 1. build -----------------------------------------------------------------------------------------
+step_timed() {  # step_timed NAME LOG TIMEOUT CMD...: runs CMD, one PASS/FAIL line with the seconds
+  local name=$1 log=$2 limit=$3 t0 rc=0; shift 3
+  t0=$(date +%s.%N)
+  timeout --kill-after=5 "$limit" "$@" > "$log" 2>&1 || rc=$?
+  local dt; dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  if [[ $rc == 0 ]]; then echo "   $name: PASS (${dt} s)"; else
+    echo "   $name: FAIL (exit $rc, ${dt} s; log $log), last lines:"; tail -n 15 "$log" | sed 's/^/     /'; fi
+  return $rc
+}
+abort_pack() {  # abort_pack MESSAGE: nothing trained; pack the logs that exist and exit 4
+  echo "error: $1" >&2
+  cp "$REPORT" "$RESULTS/report.txt" 2>/dev/null || true
+  tar czf "$RESULTS/logs.tar.gz" -C "$OUT" logs 2>/dev/null || true
+  exit 4
+}
+if [[ $BUILD == 1 ]]; then
+  extra_inc=""; [[ -d $REPO/.deps/include ]] && extra_inc=.deps/include
+  budget_build=540; [[ -n $BUDGET ]] && budget_build=$(( $(left) > 60 ? $(left) - 60 : 1 ))
+  echo "== build (make, ${budget_build} s at most): train_gpt2_ls build/test_gpu/test_cuda_model build/dev/attention_ls"
+  step_timed build "$OUT/logs/build.log" "$budget_build" make -C "$REPO" -j"$(nproc)" CUDA_ARCH="${CUDA_ARCH:-90}" \
+    PRECISION=BF16 EXTRA_INCLUDE="$extra_inc" train_gpt2_ls build/test_gpu/test_cuda_model build/dev/attention_ls \
+    || abort_pack "the build failed (see $OUT/logs/build.log); nothing was trained"
+  [[ $TRAINER == ./train_gpt2_ls ]] && TRAINER=$REPO/train_gpt2_ls
+else
+  echo "== build: skipped (--build 0$([[ $DEVICE == cpu ]] && echo ", --device cpu: the CPU trainer is $TRAINER; make cpu builds it")) "
+fi
+[[ -x $TRAINER ]] || die "trainer $TRAINER not found; build it with 'make train_gpt2_ls' (CPU: 'make cpu') or set TRAINER=path"
+
+# -- 2. checks ----------------------------------------------------------------------------------------
+if [[ ${#CHECK_CMDS[@]} -eq 0 ]]; then
+  echo "== checks: SKIPPED on the CPU: test_cuda_model and the attention lab's --check need a GPU (their emulated builds run in make test-emu)"
+else
+  echo "== checks (${#CHECK_CMDS[@]}): a failure stops the script before any training"
+  i=0
+  for c in "${CHECK_CMDS[@]}"; do
+    i=$((i + 1))
+    limit=300; [[ -n $BUDGET ]] && limit=$(( $(left) > 30 ? $(left) - 30 : 1 ))
+    step_timed "check $i: $c" "$OUT/logs/check_$i.log" "$limit" bash -c "cd '$REPO' && $c" \
+      || abort_pack "check '$c' failed (see $OUT/logs/check_$i.log); nothing was trained: a wrong kernel makes every later number meaningless"
+  done
+fi
+
+# -- data: PG-19 with a SentencePiece BPE vocabulary ---------------------------------------------------
 if [[ ! -f $DATA/meta.json ]]; then
-  [[ -d $SOURCE ]] || die "no PG-19 books at $SOURCE; pass --source DIR (a directory of Gutenberg .txt books)"
+  [[ -d $SOURCE ]] || die "no shards at $DATA and no PG-19 books at $SOURCE; run scripts/pack_pg19.sh, or pass --data DIR or --source DIR"
   echo "== tokenizing PG-19 ($SOURCE) into $DATA"
   "$PYTHON" "$REPO/data/prepare.py" --dataset pg19 --source "$SOURCE" --out "$DATA" --tokenizer sp "${PREP[@]}"
 fi
 
+# -- 3. runs ------------------------------------------------------------------------------------------
 variant_flags() {
   case $1 in
     mhsa) echo "--global-heads 6" ;;
-    ls) echo "--global-heads 1 --window $WINDOW" ;;
+    ls) echo "--global-heads 1" ;;
+    local) echo "--global-heads 0" ;;
     mhsa_qknorm) echo "--global-heads 6 --qk-norm" ;;
     mhsa_zloss) echo "--global-heads 6 --z-loss 1e-4" ;;
     mhsa_softcap) echo "--global-heads 6 --attn-softcap $SOFTCAP" ;;
     mhsa_qkclip) echo "--global-heads 6 --qk-clip $QKCLIP" ;;
   esac
 }
-
 launch=("$TRAINER")
-if [[ $NP -gt 1 ]]; then read -r -a mpi <<< "$MPIRUN"; launch=("${mpi[@]}" -np "$NP" "$TRAINER"); fi
+stop_sig=TERM
+if [[ $NP -gt 1 ]]; then read -r -a mpi <<< "$MPIRUN"; launch=("${mpi[@]}" -np "$NP" "$TRAINER"); stop_sig=USR1; fi
+seed_flags=(); [[ -n $SEED ]] && seed_flags=(--seed "$SEED")
+read -r -a extra_flags <<< "$EXTRA"
 
-mkdir -p "$OUT/runs" "$OUT/plots"
-dirs=()
-for v in $VARIANTS; do
-  dir=$OUT/runs/$v
-  dirs+=("$dir")
-  if [[ -f $dir/DONE_$(printf %08d "$STEPS") ]]; then echo "== $dir done already"; continue; fi
-  resume=0; ls "$dir"/DONE_* > /dev/null 2>&1 && resume=1
-  echo "== $v: $(variant_flags "$v") | $STEPS steps of $TOTAL tokens | device $DEVICE | np $NP | resume $resume"
-  mkdir -p "$dir"
-  # shellcheck disable=SC2046
-  "${launch[@]}" -i "$DATA/train_*.bin" -j "$DATA/val_*.bin" -o "$dir" -y "$resume" \
-    "${MODEL[@]}" $(variant_flags "$v") -b "$BATCH" -t "$T" -d "$TOTAL" -x "$STEPS" "${OPT[@]}" "${EVAL[@]}" \
-    --device "$DEVICE" --threads "$THREADS" >> "$dir.log" 2>&1 \
-    || { tail -3 "$dir.log" >&2; die "run $v failed; see $dir.log"; }
+names=(); dirs=()
+for v in "${variants[@]}"; do
+  n=$v; [[ -n $SEED ]] && n=${v}_s$SEED
+  names+=("$n"); dirs+=("$OUT/runs/$n")
 done
+declare -A PID=() RC=()
+start_run() {  # start_run INDEX: the trainer of run INDEX in the background
+  local k=$1 n=${names[$1]} v=${variants[$1]} dir=${dirs[$1]} resume=0
+  if [[ -f $dir/DONE_$(printf %08d "$STEPS") ]]; then echo "== $n: done already ($dir)"; RC[$n]=0; return; fi
+  ls "$dir"/DONE_* > /dev/null 2>&1 && resume=1
+  mkdir -p "$dir"
+  echo "== $n: $(variant_flags "$v") | up to $STEPS steps of $TOTAL tokens | $([[ -n $deadline ]] && echo "until $(( ${STOP_AT[$k]} - START )) s")| device $DEVICE | np $NP | resume $resume"
+  # shellcheck disable=SC2046
+  "${launch[@]}" --config "$CONFIG" -i "$DATA/train_*.bin" -j "$DATA/val_*.bin" -o "$dir" -y "$resume" \
+    "${SMALL[@]}" $(variant_flags "$v") -b "$BATCH" -t "$T" -d "$TOTAL" -x "$STEPS" "${RUN[@]}" "${seed_flags[@]}" \
+    "${extra_flags[@]}" --device "$DEVICE" --threads "$THREADS" >> "$dir.log" 2>&1 &
+  PID[$n]=$!
+  event "start $n"
+}
+stop_run() {  # stop_run INDEX [REASON]: ask run INDEX to checkpoint and stop
+  local n=${names[$1]}
+  [[ -n ${PID[$n]:-} ]] && kill -0 "${PID[$n]}" 2> /dev/null || return 0
+  echo "== $n: ${2:-budget reached} at $(( $(now) - START )) s: SIG$stop_sig (it finishes the step, checkpoints, exits)"
+  event "stop $n"
+  kill -"$stop_sig" "${PID[$n]}" 2> /dev/null || true
+}
+reap() {  # reap INDEX: wait for run INDEX, record its exit status
+  local n=${names[$1]} rc=0
+  [[ -n ${PID[$n]:-} ]] || return 0
+  wait "${PID[$n]}" || rc=$?
+  RC[$n]=$rc; unset "PID[$n]"
+  event "end $n $rc"
+  case $rc in
+    0) echo "== $n: finished ($(tail -n 1 "${dirs[$1]}/console.log" 2>/dev/null | cut -c1-160))" ;;
+    130|138|143) echo "== $n: stopped (exit $rc) with a checkpoint of its last step; -y 1 continues it" ;;
+    *) echo "error: run $n failed (exit $rc); last lines of ${dirs[$1]}.log:" >&2; tail -n 5 "${dirs[$1]}.log" >&2 ;;
+  esac
+}
+alive() { [[ -n ${PID[${names[$1]}]:-} ]] && kill -0 "${PID[${names[$1]}]}" 2> /dev/null; }
+# shellcheck disable=SC2317  # (called by the trap)
+cleanup() {  # on the script's own interruption: stop the trainers it started (by pid), wait for them
+  trap - INT TERM
+  echo "== interrupted: stopping the runs" >&2
+  for k in "${!names[@]}"; do stop_run "$k" "the script was interrupted"; done
+  for k in "${!names[@]}"; do reap "$k" || true; done
+  exit 130
+}
+trap cleanup INT TERM
+wait_for() {  # wait_for INDEX STOP_AT: until run INDEX ends, or stop it at STOP_AT (epoch s; "" = never)
+  local stopped=""
+  while alive "$1"; do
+    if [[ -n $2 && -z $stopped ]] && (( $(now) >= $2 )); then stop_run "$1"; stopped=$(now); fi
+    if [[ -n $stopped ]] && (( $(now) >= stopped + KILL_AFTER )); then  # a run that does not stop
+      echo "error: ${names[$1]} did not stop within $KILL_AFTER s of the signal: SIGKILL (its last checkpoint stays)" >&2
+      kill -KILL "${PID[${names[$1]}]}" 2> /dev/null || true
+      break
+    fi
+    sleep 1
+  done
+  reap "$1"
+}
 
-"$PYTHON" "$HERE/plot_run.py" "${dirs[@]}" --out "$OUT/plots/pg19" --heads max --threshold 20 > /dev/null
-cp "$OUT/plots/pg19_summary.md" "$OUT/summary.md"
-echo "== summary ($OUT/summary.md, plots in $OUT/plots)"
-cat "$OUT/summary.md"
+declare -A STOP_AT=()
+nrun=${#names[@]}
+if [[ -n $deadline ]] && (( $(left) < 10 )); then
+  abort_pack "only $(left) s of the budget are left for training after the build and the checks; raise --budget"
+fi
+echo "== training: $nrun run(s) $([[ $PARALLEL == 1 ]] && echo "at once, started $STAGGER s apart" || echo "one after another")$([[ -n $deadline ]] && echo ", $(left) s left")"
+if [[ $PARALLEL == 1 ]]; then
+  for k in "${!names[@]}"; do  # run k stops at deadline - (nrun-1-k)*STAGGER: all equally long
+    [[ -n $deadline ]] && STOP_AT[$k]=$(( deadline - (nrun - 1 - k) * STAGGER ))
+    [[ $k -gt 0 ]] && sleep "$STAGGER"
+    start_run "$k"
+  done
+  for k in "${!names[@]}"; do wait_for "$k" "${STOP_AT[$k]:-}"; done
+else
+  for k in "${!names[@]}"; do
+    [[ -n $deadline ]] && STOP_AT[$k]=$(( $(now) + $(left) / (nrun - k) ))
+    start_run "$k"
+    wait_for "$k" "${STOP_AT[$k]:-}"
+  done
+fi
+trap - INT TERM
+failed=()
+for n in "${names[@]}"; do case ${RC[$n]:-1} in 0|130|138|143) ;; *) failed+=("$n") ;; esac; done
+
+# -- 4. plots, summary, packed logs -------------------------------------------------------------------
+# The runs' logs are packed (scripts/pack_results.py, in the background) while the plots are drawn.
+# With --budget (and --smoke) only the plots over the layers' maxima (plot_run.py --heads max, which
+# also writes the summary) are drawn here: the per-head plots take a minute at 50k steps and are drawn
+# after the window from the packed logs, which hold everything they need.
+echo "== plots and summary ($(( $(now) - START )) s)"
+plotted=(); pairs=()
+for k in "${!names[@]}"; do
+  [[ -s ${dirs[$k]}/metrics.jsonl ]] && { plotted+=("${dirs[$k]}"); pairs+=("${names[$k]}=${dirs[$k]}"); }
+done
+status=0
+pack_pid=""
+if [[ ${#pairs[@]} -gt 0 ]]; then
+  "$PYTHON" "$HERE/pack_results.py" --results "$RESULTS" --runs "${pairs[@]}" --events "$EVENTS" \
+    --table "$OUT/window.md" --max-files "$([[ -n $BUDGET ]] && echo 4 || echo 99)" > /dev/null &
+  pack_pid=$!
+  "$PYTHON" "$HERE/plot_run.py" "${plotted[@]}" --out "$OUT/plots/pg19" --heads max --threshold 50 --formats png \
+    > /dev/null || status=1
+  if [[ -z $BUDGET && $SMOKE == 0 ]]; then
+    for d in "${plotted[@]}"; do
+      "$PYTHON" "$HERE/plot_run.py" "$d" --out "$OUT/plots/$(basename "$d")" --heads all --threshold 50 \
+        --formats png > /dev/null || status=1
+    done
+  fi
+  [[ -f $OUT/plots/pg19_summary.md ]] && cp "$OUT/plots/pg19_summary.md" "$OUT/summary.md"
+  wait "$pack_pid" || { status=1; echo "error: packing the run logs failed (scripts/pack_results.py)" >&2; }
+  cp "$OUT/summary.md" "$OUT/window.md" "$RESULTS/" 2> /dev/null || true
+fi
+echo "== summary ($OUT/summary.md; plots in $OUT/plots; packed logs in $RESULTS)"
+[[ -f $OUT/summary.md ]] && cat "$OUT/summary.md"
+[[ -f $OUT/window.md ]] && { echo; cat "$OUT/window.md"; }
+echo "== done in $(( $(now) - START )) s"
+[[ ${#failed[@]} -eq 0 ]] || { echo "error: run(s) failed: ${failed[*]} (logs in $OUT/runs/*.log)" >&2; status=1; }
+cp "$REPORT" "$RESULTS/report.txt"
+tar czf "$RESULTS/logs.tar.gz" -C "$OUT" logs plots
+nfiles=$(find "$RESULTS" -maxdepth 1 -type f | wc -l)
+[[ -z $BUDGET ]] || (( nfiles <= 8 )) || { echo "error: $RESULTS holds $nfiles files; at most 8 come back from the GPU machine" >&2; status=1; }
+big=$(find "$RESULTS" -maxdepth 1 -type f -size +16M)
+[[ -z $big ]] || { echo "error: over 16 MiB, will not come back from the GPU machine: $big" >&2; status=1; }
+exit $status

@@ -1,10 +1,13 @@
 """Tests of the experiment scripts (docs/experiments.md): scripts/plot_run.py on a tiny real run (files
 written, every summary value equal to the number recomputed here from the jsonl files, a partial last
 line ignored, a damaged middle line refused), its own spike rule on hand-made records, and the CPU
-smoke modes of scripts/exp_synthetic.sh, scripts/exp_pg19.sh and scripts/exp_text_ratio.sh.
+smoke modes of scripts/exp_synthetic.sh, scripts/exp_pg19.sh (with the paper preset configs/paper_pg19.toml:
+one GPU window's stages with a budget, runs at once, checks that pass and fail, the packed results;
+scripts/pack_results.py on hand-made runs) and scripts/exp_text_ratio.sh.
 
 The trainer is $TRAINER, else $TRAIN_GPT2_LS, else the repository's ./train_gpt2_ls (`make` builds it).
 """
+import hashlib
 import json
 import math
 import os
@@ -219,21 +222,234 @@ def test_exp_synthetic_smoke(tmp_path):
     assert "summary" in p.stdout
 
 
+PAPER = {  # configs/paper_pg19.toml: the paper code's values (docs/experiments.md, "PG-19, the paper's setting")
+    "model": "ls-small", "layers": 6, "channels": 192, "heads": 6, "max-seq-len": 2048, "global-heads": 1,
+    "window": 50, "bias": 0, "gelu": "erf", "untie-embeddings": True, "seq-len": 2048, "batch-size": 64,
+    "total-batch-size": 524288, "max-steps": 50000, "learning-rate": 0.0006, "weight-decay": 0.1, "beta1": 0.9,
+    "beta2": 0.95, "grad-clip": 1, "warmup-steps": 2000, "lr-schedule": "constant", "val-every": 500,
+    "val-batches": -1, "sample-every": 0, "near": 50, "logit-stats-every": 1,
+    "train-data": "data/shards/pg19_sp/train_*.bin", "val-data": "data/shards/pg19_sp/val_*.bin"}
+
+
+def test_paper_preset_values_and_trainer_reads_it(tmp_path):
+    """The preset holds exactly the documented keys and values, and the trainer takes every setting not
+    overridden on the command line from it (a tiny shape given on the command line, as exp_pg19.sh --smoke does)."""
+    import tomllib
+    cfg = tomllib.loads((REPO / "configs" / "paper_pg19.toml").read_text())
+    assert cfg == PAPER
+    need_trainer()
+    data = tmp_path / "data"
+    sh([sys.executable, REPO / "data" / "prepare.py", "--dataset", "synthetic", "--out", data, "--workers", "1",
+        "--syn-vocab", "16", "--syn-length", "20000", "--syn-doc-len", "1024"])
+    out = tmp_path / "run"
+    sh([BIN, "--config", REPO / "configs" / "paper_pg19.toml", "-i", f"{data}/train_*.bin", "-j", f"{data}/val_*.bin",
+        "-o", out, "--layers", "1", "--channels", "48", "--max-seq-len", "64", "-t", "64", "-b", "2", "-d", "128",
+        "-x", "2", "-m", "1", "--device", "cpu", "--threads", "1"])
+    rec = json.loads((out / "config.json").read_text())
+    m, t = rec["model"], rec["train"]
+    assert (m["num_heads"], m["global_heads"], m["window"]) == (6, 1, 50)
+    assert m["bias"] is False and m["gelu"] == "erf" and m["tied_embeddings"] is False
+    assert t["lr_schedule"] == "constant" and t["warmup_steps"] == 2000 and t["near"] == 50
+    assert math.isclose(t["learning_rate"], 6e-4, rel_tol=1e-6) and math.isclose(t["weight_decay"], 0.1, rel_tol=1e-6)
+    assert math.isclose(t["beta2"], 0.95, rel_tol=1e-6) and t["val_every"] == 500 and t["sample_every"] == 0
+    lrs = [r["lr"] for r in records(out / "metrics.jsonl") if "loss" in r]
+    assert [round(x / 6e-4 * 2000, 3) for x in lrs] == [1.0, 2.0]  # the paper's warmup: 2000 steps
+
+
+PG19_VARIANTS = {"mhsa": 6, "ls": 1, "local": 0, "mhsa_qknorm": 6, "mhsa_zloss": 6, "mhsa_softcap": 6, "mhsa_qkclip": 6}
+
+
 def test_exp_pg19_smoke(tmp_path):
+    """Every variant with the paper preset (tiny shapes on the command line), one after another: the preset's
+    settings and each variant's flags reach config.json, the summary and window tables have a row per run, and
+    the results folder holds one archive of logs per run (no checkpoints) beside the report."""
     need_trainer()
     if not (SHARED / "pg19" / "pg45265.txt").exists():
         pytest.skip(f"no PG-19 books at {SHARED / 'pg19'} (set SHARED_DATA)")
     out = tmp_path / "pg19"
-    sh(["bash", REPO / "scripts" / "exp_pg19.sh", "--smoke", "--out", out, "--source", SHARED / "pg19"])
+    p = sh(["bash", REPO / "scripts" / "exp_pg19.sh", "--smoke", "--out", out, "--source", SHARED / "pg19",
+            "--variants", " ".join(PG19_VARIANTS)], timeout=300)
+    assert "== checks: SKIPPED on the CPU" in p.stdout and "== build: skipped" in p.stdout
     rows = table_rows(out / "summary.md")
-    assert sorted(rows) == sorted(["mhsa", "ls", "mhsa_qknorm", "mhsa_zloss", "mhsa_softcap", "mhsa_qkclip"])
-    cfg = json.loads((out / "runs" / "mhsa_softcap" / "config.json").read_text())
-    assert cfg["model"]["attn_softcap"] == 50 and cfg["model"]["global_heads"] == 6
-    cfg = json.loads((out / "runs" / "mhsa_qkclip" / "config.json").read_text())
-    assert cfg["train"]["qk_clip"] == 100 and cfg["model"]["global_heads"] == 6
-    assert json.loads((out / "runs" / "ls" / "config.json").read_text())["model"]["global_heads"] == 1
-    for name in ["pg19_loss.png", "pg19_logits.svg", "pg19_entropy.png"]:
-        assert (out / "plots" / name).stat().st_size > 1000, name
+    assert sorted(rows) == sorted(PG19_VARIANTS)
+    for v, g in PG19_VARIANTS.items():
+        cfg = json.loads((out / "runs" / v / "config.json").read_text())
+        m, t = cfg["model"], cfg["train"]
+        assert m["global_heads"] == g and m["bias"] is False and m["gelu"] == "erf" and m["tied_embeddings"] is False
+        assert t["lr_schedule"] == "constant" and t["max_steps"] == 4 and t["logit_stats_every"] == 1
+        assert m["attn_softcap"] == (50 if v == "mhsa_softcap" else 0)
+        assert t["qk_clip"] == (100 if v == "mhsa_qkclip" else 0)
+        assert m["qk_norm"] == (v == "mhsa_qknorm") and math.isclose(t["z_loss"], 1e-4 if v == "mhsa_zloss" else 0, rel_tol=1e-6)
+    window = (out / "window.md").read_text()
+    for v in PG19_VARIANTS:
+        assert f"| {v} | 4 | 512 |" in window, v
+    assert (out / "plots" / "pg19_logits.png").stat().st_size > 1000
+    res = out / "results"
+    assert sorted(f.name for f in res.iterdir()) == sorted(
+        [f"{v}.tar.gz" for v in PG19_VARIANTS] + ["report.txt", "summary.md", "window.md", "logs.tar.gz"])
+    import tarfile
+    with tarfile.open(res / "ls.tar.gz") as tar:
+        names = tar.getnames()
+        assert sorted(names) == sorted(f"ls/{f}" for f in ["metrics.jsonl", "logit_stats.jsonl", "config.json",
+                                                             "config.toml", "console.log", "ls.log"])
+        packed = [json.loads(x) for x in tar.extractfile("ls/metrics.jsonl").read().decode().splitlines()]
+    assert packed == records(out / "runs" / "ls" / "metrics.jsonl")
+    assert "== done in" in (res / "report.txt").read_text()
+
+
+def test_exp_pg19_budget_parallel_window(tmp_path):
+    """One 'GPU window' on the CPU: --budget with both runs at once, started and stopped 8 s apart, and checks
+    that pass. Both runs are stopped by the budget (SIGTERM: checkpoint, exit 143), the script ends within its
+    budget (plus the packing), and the results folder is what comes back from the GPU machine: at most 8 files
+    of at most 16 MiB, one archive per run, the window table with each run's steps alone and shared."""
+    need_trainer()
+    if not (SHARED / "pg19" / "pg45265.txt").exists():
+        pytest.skip(f"no PG-19 books at {SHARED / 'pg19'} (set SHARED_DATA)")
+    out = tmp_path / "win"
+    env = dict(ENV, STAGGER_SMOKE="8")
+    budget = 36
+    p = subprocess.run(["bash", str(REPO / "scripts" / "exp_pg19.sh"), "--smoke", "--out", str(out), "--source",
+                        str(SHARED / "pg19"), "--budget", str(budget), "--parallel", "1", "--check-cmd", "true",
+                        "--check-cmd", "test -x " + str(BIN)], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=180)
+    assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-3000:]
+    assert "check 1: true: PASS" in p.stdout and "check 2: test -x" in p.stdout
+    events = [ln.split("\t") for ln in (out / "logs" / "events.tsv").read_text().splitlines()]
+    verbs = [e[1] for e in events]
+    assert verbs == ["start mhsa", "start ls", "stop mhsa", "end mhsa 143", "stop ls", "end ls 143"], verbs
+    t = {e[1]: float(e[0]) for e in events}
+    assert 7 <= t["start ls"] - t["start mhsa"] <= 10 and 7 <= t["stop ls"] - t["stop mhsa"] <= 10
+    done = [ln for ln in p.stdout.splitlines() if ln.startswith("== done in ")]
+    assert len(done) == 1 and int(done[0].split()[3]) <= budget + 10, done  # the reserve (5 s) and the packing
+    for v in ("mhsa", "ls"):
+        steps = [r["step"] for r in records(out / "runs" / v / "metrics.jsonl") if "loss" in r]
+        assert steps and (out / "runs" / v / f"DONE_{steps[-1]:08d}").exists(), v  # the stop's checkpoint
+    res = sorted(f.name for f in (out / "results").iterdir())
+    assert res == ["logs.tar.gz", "ls.tar.gz", "mhsa.tar.gz", "report.txt", "summary.md", "window.md"]
+    assert all((out / "results" / f).stat().st_size < 16 << 20 for f in res)
+    rows = {ln.split("|")[1].strip(): [c.strip() for c in ln.split("|")[1:-1]]
+            for ln in (out / "window.md").read_text().splitlines() if ln.startswith("| mhsa") or ln.startswith("| ls")}
+    assert rows["mhsa"][5] != "-" and rows["mhsa"][6] != "-"  # mhsa alone at the start, both shared after
+    assert rows["ls"][5] != "-" and rows["ls"][6] != "-"  # ls alone at the end
+    assert "Runs at once vs one after another: throughput x" in (out / "window.md").read_text()
+    assert "budget reached" in p.stdout and "ls: stopped (exit 143) with a checkpoint" in p.stdout
+
+
+def test_exp_pg19_failed_check_stops_before_training(tmp_path):
+    """A failing check ends the script with exit 4 before any run starts, and its log still comes back."""
+    need_trainer()
+    if not (SHARED / "pg19" / "pg45265.txt").exists():
+        pytest.skip(f"no PG-19 books at {SHARED / 'pg19'} (set SHARED_DATA)")
+    out = tmp_path / "bad"
+    p = sh(["bash", REPO / "scripts" / "exp_pg19.sh", "--smoke", "--out", out, "--source", SHARED / "pg19",
+            "--check-cmd", "true", "--check-cmd", "echo wrong kernel; exit 3"], check=False)
+    assert p.returncode == 4, p.stderr
+    assert "check 2: echo wrong kernel; exit 3: FAIL (exit 3" in p.stdout and "wrong kernel" in p.stdout
+    assert p.stderr.strip().splitlines()[-1].startswith("error: check 'echo wrong kernel; exit 3' failed")
+    assert not (out / "runs").exists() or not any((out / "runs").iterdir())
+    assert sorted(f.name for f in (out / "results").iterdir()) == ["logs.tar.gz", "report.txt"]
+
+
+def test_exp_pg19_sigterm_stops_the_runs(tmp_path):
+    """SIGTERM to the script while a run trains: the run is stopped the same way (its step finished and
+    checkpointed, exit 143), no later run starts, and the script exits 130."""
+    need_trainer()
+    if not (SHARED / "pg19" / "pg45265.txt").exists():
+        pytest.skip(f"no PG-19 books at {SHARED / 'pg19'} (set SHARED_DATA)")
+    import signal
+    import time
+    out = tmp_path / "int"
+    proc = subprocess.Popen(["bash", str(REPO / "scripts" / "exp_pg19.sh"), "--smoke", "--steps", "1000000", "--out",
+                             str(out), "--source", str(SHARED / "pg19")], cwd=REPO, env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    metrics = out / "runs" / "mhsa" / "metrics.jsonl"
+    t0 = time.time()
+    while not (metrics.exists() and metrics.stat().st_size > 0) and time.time() - t0 < 60:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    verbs = [ln.split("\t")[1] for ln in (out / "logs" / "events.tsv").read_text().splitlines()]
+    assert verbs == ["start mhsa", "stop mhsa", "end mhsa 143"], verbs
+    assert "mhsa: the script was interrupted" in stdout and "== interrupted: stopping the runs" in stderr
+    last = [r["step"] for r in records(metrics) if "loss" in r][-1]
+    assert (out / "runs" / "mhsa" / f"DONE_{last:08d}").exists()
+
+
+def test_exp_pg19_bad_arguments(tmp_path):
+    for args, words in [(["--parallel", "2"], "--parallel 2"), (["--budget", "9m"], "--budget 9m"),
+                        (["--variants", "mhsa foo"], "unknown variant 'foo'"),
+                        (["--budget", "300", "--variants", "mhsa ls local mhsa_qknorm mhsa_zloss"], "at most 4"),
+                        (["--config", str(tmp_path / "none.toml")], "no preset")]:
+        p = sh(["bash", REPO / "scripts" / "exp_pg19.sh", "--out", tmp_path / "o", *args], check=False)
+        assert p.returncode == 1 and p.stderr.startswith("error: ") and words in p.stderr, (args, p.stderr)
+        assert p.stderr.count("\n") == 1, p.stderr
+
+
+def test_pack_results_phases_thinning_and_limits(tmp_path):
+    """pack_results.py on hand-made runs: the medians of a run's steps alone and shared follow the events
+    (steps within 2 s of a start or an end in neither), the at-once throughput is the sum of alone/shared,
+    an archive over the limit gets its statistics thinned (and says so), and too many files is an error."""
+    pack = REPO / "scripts" / "pack_results.py"
+    t0 = 1000.0
+    # a: alone 0-20 s at 4 ms, shared 20-60 s at 6 ms; b: shared 20-60 s at 8 ms, alone 60-80 s at 5 ms
+    spans = {"a": [(0, 20, 4.0), (20, 60, 6.0)], "b": [(20, 60, 8.0), (60, 80, 5.0)]}
+    for name, parts in spans.items():
+        d = tmp_path / name
+        d.mkdir()
+        recs, stats, step = [], [], 0
+        for a, b, ms in parts:
+            t = t0 + a + 0.05
+            while t < t0 + b:
+                step += 1
+                recs.append({"step": step, "time": t, "loss": 3.0, "ms": ms, "max_attn_logit": step / 10,
+                             "spike": False})
+                stats.append({"step": step, "attn": [{"layer": 0, "head": 0, "global": True, "max": 1.0,
+                                                      "near_mass": 0.25, "pad": hashlib.sha256(str(step).encode()).hexdigest() * 3}]})
+                t += 0.05
+        recs[-1]["val_loss"] = 3.5
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+        (d / "logit_stats.jsonl").write_text("".join(json.dumps(r) + "\n" for r in stats))
+        (d / "config.json").write_text(json.dumps({"train": {"total_batch_size": 100}, "model": {}, "derived": {}}))
+        (d / "model_00000001.bin").write_bytes(b"x" * 1000)
+    ev = tmp_path / "events.tsv"
+    ev.write_text(f"{t0}\tstart a\n{t0 + 20}\tstart b\n{t0 + 60}\tstop a\n{t0 + 60}\tend a 143\n"
+                  f"{t0 + 80}\tstop b\n{t0 + 80}\tend b 143\n")
+    res = tmp_path / "res"
+    p = sh([sys.executable, pack, "--results", res, "--runs", f"a={tmp_path / 'a'}", f"b={tmp_path / 'b'}",
+            "--events", ev, "--limit-mib", "0.05"])
+    rows = {ln.split("|")[1].strip(): [c.strip() for c in ln.split("|")[1:-1]]
+            for ln in p.stdout.splitlines() if ln.startswith("| a ") or ln.startswith("| b ")}
+    assert rows["a"][5:7] == ["4.00", "6.00"] and rows["b"][5:7] == ["5.00", "8.00"]
+    assert rows["a"][2] == f"{len(records(tmp_path / 'a' / 'metrics.jsonl')) * 100:,}"
+    n_a = len(records(tmp_path / "a" / "metrics.jsonl"))
+    assert rows["a"][-1] == "0.250" and rows["a"][13] == f"3.5000 ({n_a})" and rows["a"][1] == str(n_a)
+    assert f"throughput x{4 / 6 + 5 / 8:.2f}" in p.stdout
+    assert "logit_stats.jsonl thinned to every" in p.stdout
+    import tarfile
+    for name in ("a", "b"):
+        f = res / f"{name}.tar.gz"
+        assert f.stat().st_size <= 0.05 * (1 << 20)
+        with tarfile.open(f) as tar:
+            assert not any(n.endswith(".bin") for n in tar.getnames())
+            kept = tar.extractfile(f"{name}/logit_stats.jsonl").read().decode().splitlines()
+            metrics = tar.extractfile(f"{name}/metrics.jsonl").read().decode().splitlines()
+        assert 1 < len(kept) < len(records(tmp_path / name / "logit_stats.jsonl"))
+        assert len(metrics) == len(records(tmp_path / name / "metrics.jsonl"))
+    p = sh([sys.executable, pack, "--results", tmp_path / "res2", "--runs", f"a={tmp_path / 'a'}", f"b={tmp_path / 'b'}",
+            "--max-files", "1"], check=False)
+    assert p.returncode == 1 and p.stderr.startswith("error: ") and "more than --max-files 1" in p.stderr
+    p = sh([sys.executable, pack, "--results", tmp_path / "res3", "--runs", f"c={tmp_path / 'c'}"], check=False)
+    assert p.returncode == 1 and "run c left no metrics" in p.stderr
+
+
+def test_pack_pg19_refuses_paths_that_do_not_travel(tmp_path):
+    script = REPO / "scripts" / "pack_pg19.sh"
+    p = sh(["bash", script, "--out", tmp_path / "x", "--no-deps"], check=False)
+    assert p.returncode == 1 and "give a path inside the repository" in p.stderr and p.stderr.count("\n") == 1
+    p = sh(["bash", script, "--out", "scripts/not_ignored", "--no-deps"], check=False)
+    assert p.returncode == 1 and "is not ignored by git" in p.stderr and p.stderr.count("\n") == 1
+    assert not (REPO / "scripts" / "not_ignored").exists()
 
 
 def test_exp_text_ratio_smoke_and_resume(tmp_path):

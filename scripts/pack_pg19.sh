@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Packs what the GPU machine needs for scripts/exp_pg19.sh and says what to carry (docs/experiments.md,
+# "PG-19, the paper's setting"): PG-19 tokenized with the 10K SentencePiece vocabulary, validation by
+# whole books, in a git-ignored folder of the repository, and the header-only C++ deps (.deps).
+#
+#   scripts/pack_pg19.sh [--source ../shared/data/pg19] [--out data/shards/pg19_sp] [--force] [--no-deps]
+#
+# --source: the directory of PG-19 books (the 201 local ones, or the full set); --out: the shards
+# (default data/shards/pg19_sp, what configs/paper_pg19.toml and exp_pg19.sh read; /data/shards/ is in
+# .gitignore, so it travels only when named in the device tool's `carry`). An --out whose meta.json
+# records the same settings (pg19, sp, vocabulary 10000) is kept (--force: tokenize again). --no-deps:
+# leave .deps alone (otherwise ../shared/tools/device-deps.sh fills .deps/include when it is missing).
+# Then it measures what would travel: the working tree (tracked files and untracked files git does not
+# ignore) plus the carried folders, which must stay within the tool's 64 MiB; it prints the `carry`
+# list and exits 1 when over. Needs python3 with sentencepiece (requirements.txt).
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/.." && pwd)
+cd "$REPO"
+SOURCE=$REPO/../shared/data/pg19
+OUT=data/shards/pg19_sp
+FORCE=0
+DEPS=1
+PYTHON=${PYTHON:-python3}
+LIMIT=$((64 * 1024 * 1024))
+
+die() { echo "error: $*" >&2; exit 1; }
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --source) [[ -n ${2:-} ]] || die "--source needs a directory"; SOURCE=$2; shift 2 ;;
+    --out) [[ -n ${2:-} ]] || die "--out needs a directory"; OUT=$2; shift 2 ;;
+    --force) FORCE=1; shift ;;
+    --no-deps) DEPS=0; shift ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+    *) die "unknown argument '$1'; see $0 --help" ;;
+  esac
+done
+case $OUT in /*) die "--out $OUT: give a path inside the repository (it must travel with the tree)" ;; esac
+git check-ignore -q "$OUT" || die "--out $OUT is not ignored by git: it would travel as an untracked file and could be committed; use a folder under data/shards/"
+
+same=0
+if [[ -f $OUT/meta.json && $FORCE == 0 ]]; then
+  same=$("$PYTHON" -c 'import json,sys; m=json.load(open(sys.argv[1])); print(int(m.get("dataset")=="pg19" and m.get("tokenizer")=="sp" and m.get("vocab_size")==10000))' "$OUT/meta.json")
+fi
+if [[ $same == 1 ]]; then
+  echo "== $OUT holds PG-19 with the 10K SentencePiece vocabulary already (--force tokenizes again)"
+else
+  [[ -d $SOURCE ]] || die "no PG-19 books at $SOURCE; pass --source DIR (a directory of Gutenberg .txt books)"
+  echo "== tokenizing $SOURCE into $OUT (SentencePiece BPE, vocabulary 10000, 5% of the books for validation)"
+  t0=$(date +%s)
+  "$PYTHON" data/prepare.py --dataset pg19 --source "$SOURCE" --out "$OUT" --tokenizer sp --vocab-size 10000
+  echo "== tokenized in $(( $(date +%s) - t0 )) s"
+fi
+"$PYTHON" - "$OUT/meta.json" <<'EOF'
+import json, sys
+m = json.load(open(sys.argv[1]))
+val = m.get("val_books", [])
+print(f"   validation: {len(val)} whole books ({', '.join(str(b).split('/')[-1] for b in val[:10])}{' ...' if len(val) > 10 else ''})")
+EOF
+
+carry=("$OUT")
+if [[ $DEPS == 1 ]]; then
+  if [[ ! -f .deps/include/CLI/CLI.hpp || ! -f .deps/include/nlohmann/json.hpp ]]; then
+    [[ -x ../shared/tools/device-deps.sh ]] || die ".deps/include lacks CLI11 or nlohmann/json and ../shared/tools/device-deps.sh is missing; pass --no-deps if the GPU machine has them"
+    echo "== header-only deps into .deps (../shared/tools/device-deps.sh)"
+    ../shared/tools/device-deps.sh > /dev/null
+  fi
+  carry+=(.deps)
+fi
+
+tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -c %s 2> /dev/null | awk '{ s += $1 } END { print s + 0 }')
+total=$tree
+echo "== what travels to the GPU machine"
+printf '   %-28s %6.1f MiB\n' "working tree (git)" "$(awk -v b="$tree" 'BEGIN { print b / 1048576 }')"
+for c in "${carry[@]}"; do
+  b=$(du -sb "$c" | cut -f1); total=$((total + b))
+  printf '   %-28s %6.1f MiB (carry)\n' "$c" "$(awk -v b="$b" 'BEGIN { print b / 1048576 }')"
+done
+printf '   %-28s %6.1f MiB of 64\n' "total" "$(awk -v b="$total" 'BEGIN { print b / 1048576 }')"
+(( total <= LIMIT )) || die "the working tree and the carried folders are $total bytes, over the device tool's 64 MiB; carry less"
+list=$(printf '"%s", ' "${carry[@]}")
+echo "carry: [${list%, }]"
