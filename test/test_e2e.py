@@ -468,3 +468,12 @@ def test_paper_model_options_train_resume_evaluate_and_refuse_contradictions(byt
                    "--bias must be 0 (no biases) or 1")
     assert_refused(data_args(byte_data) + TINY + ["-o", tmp_path / "bad", "--gelu", "exact"], tmp_path / "bad",
                    "--gelu 'exact' is not an activation")
+
+
+def test_warmup_longer_than_the_run_is_noted(byte_data, tmp_path):
+    """-u 20 -x 10: the learning rate never reaches -l; one note on stderr says so (and none for -u 9)."""
+    p = run(data_args(byte_data) + TINY + ["-o", tmp_path / "a", "-x", 10, "-u", 20, "-l", "1e-3", "-v", 0, "-s", 0])
+    assert "note: --warmup-steps 20 is not shorter than the run's 10 steps: the learning rate rises to 5.00e-04 " \
+           "at most, never to -l 1.00e-03" in p.stderr, p.stderr
+    p = run(data_args(byte_data) + TINY + ["-o", tmp_path / "b", "-x", 10, "-u", 9, "-v", 0, "-s", 0])
+    assert "--warmup-steps" not in p.stderr
