@@ -125,6 +125,20 @@ TEST_CASE("--config TOML: an unknown key or any [section] is refused, naming the
     REQUIRE(cli.config().overrides.qk_norm);
 }
 
+TEST_CASE("a whole number with leading zeros is decimal, not octal (-t 064 is 64)", "[config]") {
+    llmc::TrainCli cli;
+    REQUIRE(parse_args(cli, {"-i", "d/train_*.bin", "-t", "064", "-b", "+08", "-x", "-0001", "-u", "000"}) == -1);
+    REQUIRE(cli.config().seq_len == 64);
+    REQUIRE(cli.config().batch_size == 8);
+    REQUIRE(cli.config().max_steps == -1);
+    REQUIRE(cli.config().warmup_steps == 0);
+    REQUIRE(cli.config_file_text().find("seq-len=64\n") != std::string::npos);  // and config.toml says so
+    llmc::TrainCli floats;
+    REQUIRE(parse_args(floats, {"-i", "d/train_*.bin", "-l", "0.0005", "--z-loss", "01e-4"}) == -1);
+    REQUIRE(floats.config().learning_rate == 5e-4f);
+    REQUIRE(floats.config().z_loss == 1e-4f);
+}
+
 TEST_CASE("a run record's model bias and gelu come back as --bias and --gelu; older records have neither", "[config]") {
     llmc_test::TempDir dir;
     nlohmann::ordered_json rec = record_of({"-i", "d/train_*.bin"});

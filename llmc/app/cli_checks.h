@@ -23,12 +23,20 @@ inline std::string trim_space(const std::string& v) {
 // docs/reliability.md):
 //   - white space around it is removed: CLI11 converts " 64" to 64 (strtoll skips it) but keeps the
 //     text " 64", which config.toml then held unquoted, read back as "64" (a different config.toml);
-//   - an empty value ("-l ''", "learning-rate=" in a config file) is refused: CLI11 converts it to 0.
+//   - an empty value ("-l ''", "learning-rate=" in a config file) is refused: CLI11 converts it to 0;
+//   - leading zeros of a whole number are dropped ("-t 064" -> "64"): CLI11 converts integers with
+//     strtoll's base 0, which reads a leading 0 as octal (064 = 52); everyone writing 064 means 64.
 inline CLI::Validator number_text_check() {
     return CLI::Validator(
         [](std::string& v) {
             v = trim_space(v);
-            return v.empty() ? std::string("an empty value is not a number; give one") : std::string();
+            if (v.empty()) return std::string("an empty value is not a number; give one");
+            const size_t sign = v[0] == '+' || v[0] == '-' ? 1 : 0;
+            if (v.size() > sign + 1 && v[sign] == '0' && v.find_first_not_of("0123456789", sign) == std::string::npos) {
+                const size_t first = v.find_first_not_of('0', sign);
+                v = v.substr(0, sign) + (first == std::string::npos ? "0" : v.substr(first));
+            }
+            return std::string();
         },
         "");
 }
