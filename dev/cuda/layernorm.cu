@@ -6,6 +6,7 @@
 // The backward's contract is checked too: dinp, dw, db are ADDED into random initial values, and two runs
 // must give the same bits (deterministic reduction).
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,8 +21,9 @@ using llmc::cuda::DeviceBuffer;
 using llmc::cuda::floatX;
 
 // offset: every floatX activation pointer is shifted by that many elements (1 = the scalar path).
-static bool validate(llmc::Rng& rng, int N, int C, int offset) {
-    std::printf("layernorm N=%d C=%d offset=%d\n", N, C, offset);
+// with_bias false: a LayerNorm without bias (--bias 0): bias and db nullptr on both sides.
+static bool validate(llmc::Rng& rng, int N, int C, int offset, bool with_bias = true) {
+    std::printf("layernorm N=%d C=%d offset=%d%s\n", N, C, offset, with_bias ? "" : " no bias");
     const size_t NC = (size_t)N * C;
     std::vector<float> a = lab::random_normal(rng, NC, 0.3f, 1.0f);
     std::vector<float> b = lab::random_normal(rng, NC, -0.1f, 0.5f);
@@ -39,14 +41,14 @@ static bool validate(llmc::Rng& rng, int N, int C, int offset) {
     std::vector<float> res_rounded = res;
     lab::round_to_floatX(res_rounded);  // the fused kernel normalizes the stored (floatX) residual
     std::vector<float> out_ref(NC), mean_ref(N), rstd_ref(N);
-    llmc::cpu::layernorm_forward(out_ref.data(), mean_ref.data(), rstd_ref.data(), a.data(), w.data(), bias.data(), N,
-                                 C);
+    const float* bias_ref = with_bias ? bias.data() : nullptr;
+    llmc::cpu::layernorm_forward(out_ref.data(), mean_ref.data(), rstd_ref.data(), a.data(), w.data(), bias_ref, N, C);
     std::vector<float> fout_ref(NC), fmean_ref(N), frstd_ref(N);
     llmc::cpu::layernorm_forward(fout_ref.data(), fmean_ref.data(), frstd_ref.data(), res_rounded.data(), w.data(),
-                                 bias.data(), N, C);
+                                 bias_ref, N, C);
     std::vector<float> dinp_ref = dinp0, dw_ref = dw0, db_ref = db0;
-    llmc::cpu::layernorm_backward(dinp_ref.data(), dw_ref.data(), db_ref.data(), dout.data(), a.data(), w.data(),
-                                  mean_ref.data(), rstd_ref.data(), N, C);
+    llmc::cpu::layernorm_backward(dinp_ref.data(), dw_ref.data(), with_bias ? db_ref.data() : nullptr, dout.data(),
+                                  a.data(), w.data(), mean_ref.data(), rstd_ref.data(), N, C);
     std::vector<float> acc_ref = a;  // add_inplace: a += b
     for (size_t i = 0; i < NC; i++) acc_ref[i] += b[i];
 
@@ -65,11 +67,12 @@ static bool validate(llmc::Rng& rng, int N, int C, int offset) {
     for (auto* p : {&d_out, &d_res, &d_fout}) lab::poison(p->get(), NC + offset);
     for (auto* p : {&d_mean, &d_rstd, &d_fmean, &d_frstd}) lab::poison(p->get(), N);
     const int o = offset;
+    const floatX* d_bias_p = with_bias ? d_bias.get() : nullptr;
 
-    llmc::cuda::layernorm_forward(d_out.get() + o, d_mean.get(), d_rstd.get(), d_a.get() + o, d_w.get(), d_bias.get(),
-                                  N, C, 0);
+    llmc::cuda::layernorm_forward(d_out.get() + o, d_mean.get(), d_rstd.get(), d_a.get() + o, d_w.get(), d_bias_p, N, C,
+                                  0);
     llmc::cuda::fused_residual_layernorm_forward(d_res.get() + o, d_fout.get() + o, d_fmean.get(), d_frstd.get(),
-                                                 d_a.get() + o, d_b.get() + o, d_w.get(), d_bias.get(), N, C, 0);
+                                                 d_a.get() + o, d_b.get() + o, d_w.get(), d_bias_p, N, C, 0);
     bool ok = lab::check("out", d_out.get() + o, out_ref);
     ok = lab::check("mean", d_mean.get(), mean_ref) && ok;
     ok = lab::check("rstd", d_rstd.get(), rstd_ref) && ok;
@@ -98,13 +101,13 @@ static bool validate(llmc::Rng& rng, int N, int C, int offset) {
         dinp_run[run] = lab::upload_as<floatX>(pad(dinp0));
         dw_run[run] = lab::upload_as<float>(dw0);
         db_run[run] = lab::upload_as<float>(db0);
-        llmc::cuda::layernorm_backward(dinp_run[run].get() + o, dw_run[run].get(), db_run[run].get(), scratch.get(),
-                                       d_dout.get() + o, d_a.get() + o, d_w.get(), d_mean_ref.get(), d_rstd_ref.get(),
-                                       N, C, 0);
+        llmc::cuda::layernorm_backward(dinp_run[run].get() + o, dw_run[run].get(),
+                                       with_bias ? db_run[run].get() : nullptr, scratch.get(), d_dout.get() + o,
+                                       d_a.get() + o, d_w.get(), d_mean_ref.get(), d_rstd_ref.get(), N, C, 0);
     }
     ok = lab::check("dinp", dinp_run[0].get() + o, dinp_ref) && ok;
     ok = lab::check("dw", dw_run[0].get(), dw_ref) && ok;
-    ok = lab::check("db", db_run[0].get(), db_ref) && ok;
+    ok = lab::check("db", db_run[0].get(), db_ref) && ok;  // without bias: db0, untouched
     ok = lab::check_identical("dinp", dinp_run[0].get(), dinp_run[1].get(), NC + o) && ok;
     ok = lab::check_identical("dw", dw_run[0].get(), dw_run[1].get(), C) && ok;
     ok = lab::check_identical("db", db_run[0].get(), db_run[1].get(), C) && ok;
@@ -126,10 +129,11 @@ static bool validate(llmc::Rng& rng, int N, int C, int offset) {
         llmc::cuda::layernorm_backward_partials(dinp_g[k].get() + o, parts.get() + k * part, d_dout.get() + o,
                                                 d_a.get() + o, d_w.get(), d_mean_ref.get(), d_rstd_ref.get(), N, C, 0);
     }
-    const llmc::cuda::LayerNormPartialGroups groups{{parts.get(), nullptr, parts.get() + 2 * part},
-                                                    {dw_g0.get(), nullptr, dw_g2.get()},
-                                                    {db_g0.get(), nullptr, db_g2.get()},
-                                                    {2, 0, 1}};
+    const llmc::cuda::LayerNormPartialGroups groups{
+        {parts.get(), nullptr, parts.get() + 2 * part},
+        {dw_g0.get(), nullptr, dw_g2.get()},
+        {with_bias ? db_g0.get() : nullptr, nullptr, with_bias ? db_g2.get() : nullptr},
+        {2, 0, 1}};
     llmc::cuda::reduce_layernorm_partials(groups, N, C, 0);
     for (int k = 0; k < 3; k++)
         ok = lab::check_identical("grouped dinp", dinp_run[0].get(), dinp_g[k].get(), NC + o) && ok;
@@ -137,7 +141,19 @@ static bool validate(llmc::Rng& rng, int N, int C, int offset) {
     const float* db_out[3] = {db_g0.get(), db_g0.get() + C, db_g2.get()};
     for (int k = 0; k < 3; k++) {
         ok = lab::check_identical("grouped dw", dw_run[0].get(), dw_out[k], C) && ok;
-        ok = lab::check_identical("grouped db", db_run[0].get(), db_out[k], C) && ok;
+        ok = lab::check_identical("grouped db", db_run[0].get(), db_out[k], C) && ok;  // without bias: db0
+    }
+    if (!with_bias) {  // db given for some groups and not others: refused
+        const llmc::cuda::LayerNormPartialGroups mixed{{parts.get(), nullptr, parts.get() + 2 * part},
+                                                       {dw_g0.get(), nullptr, dw_g2.get()},
+                                                       {db_g0.get(), nullptr, nullptr},
+                                                       {2, 0, 1}};
+        bool threw = false;
+        try {
+            llmc::cuda::reduce_layernorm_partials(mixed, N, C, 0);
+        } catch (const std::invalid_argument&) { threw = true; }
+        std::printf("  reduce_layernorm_partials with db for one group only: %s\n", threw ? "refused  OK" : "FAIL");
+        ok = threw && ok;
     }
     return ok;
 }
@@ -161,6 +177,11 @@ int main(int argc, char** argv) {
     ok = validate(rng, 40, 1024, 0) && ok;   // 4 chunks: the packed loop
     ok = validate(rng, 300, 1600, 0) && ok;  // GPT-2 XL width (packed loop)
     ok = validate(rng, 8, 7000, 0) && ok;    // partials over 48 KiB of shared memory per warp
+    // without bias (--bias 0): the forward's packed and scalar kernels, the cached and packed backwards
+    ok = validate(rng, 37, 192, 0, false) && ok;
+    ok = validate(rng, 13, 100, 0, false) && ok;
+    ok = validate(rng, 64, 768, 1, false) && ok;
+    ok = validate(rng, 300, 1600, 0, false) && ok;
     std::printf("validation: %s\n", ok ? "all OK" : "FAILED");
     if (!ok) return 1;
     if (args.check) return 0;

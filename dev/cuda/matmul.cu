@@ -3,8 +3,10 @@
 //   ./matmul            validate every shape below, then a timing table (ms, TFLOP/s, % of peak)
 //   ./matmul --check    validation only; exit status 1 on any failure
 // Validation per shape: forward with/without bias, GELU through the fused epilogue and through the
-// separate kernel; backward with/without dinp and dbias, dweight/dbias ADDED onto random values of
-// the gradient's own size; two runs bit-identical; unsupported shapes throw std::invalid_argument.
+// separate kernel, the erf GELU (Gelu::Erf: never the epilogue, asked for or not); backward with/without
+// dinp and dbias, dweight/dbias ADDED onto random values of the gradient's own size; the GELU backward
+// of both kinds with and without the bias gradient; two runs bit-identical; unsupported shapes throw
+// std::invalid_argument.
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -54,10 +56,12 @@ struct Offset {
     T* get() const { return buf.get() + off; }
 };
 
+// kind: the GELU's (with gelu); Erf must run the separate kernel even with fuse (the epilogue is tanh).
 bool check_forward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int OC, bool with_bias, bool gelu, bool fuse,
-                   bool offset16 = false) {
-    std::printf("forward N=%d IC=%d OC=%d bias=%d gelu=%s%s\n", N, IC, OC, (int)with_bias,
-                gelu ? (fuse ? "epilogue" : "kernel") : "no", offset16 ? " (operands at 16-byte offsets)" : "");
+                   bool offset16 = false, llmc::Gelu kind = llmc::Gelu::Tanh) {
+    std::printf("forward N=%d IC=%d OC=%d bias=%d gelu=%s%s%s\n", N, IC, OC, (int)with_bias,
+                gelu ? (fuse ? "epilogue" : "kernel") : "no", gelu ? (kind == llmc::Gelu::Erf ? " erf" : " tanh") : "",
+                offset16 ? " (operands at 16-byte offsets)" : "");
     const size_t ox = offset16 ? 16 / sizeof(floatX) : 0;
     std::vector<float> inp = lab::random_normal(rng, (size_t)N * IC, 0.f, 1.f);
     std::vector<float> w = lab::random_normal(rng, (size_t)OC * IC, 0.f, 1.f / std::sqrt((float)IC));
@@ -67,17 +71,21 @@ bool check_forward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int OC, bo
     lab::round_to_floatX(b);
     std::vector<float> pre((size_t)N * OC), out((size_t)N * OC);
     llmc::cpu::matmul_forward<float>(pre.data(), inp.data(), w.data(), with_bias ? b.data() : nullptr, N, IC, OC);
-    if (gelu) llmc::cpu::gelu_forward(out.data(), pre.data(), out.size());
+    if (gelu) llmc::cpu::gelu_forward(out.data(), pre.data(), out.size(), kind);
 
     const Offset<floatX> d_inp(inp, ox), d_w(w, ox), d_b(b, ox);
     const Offset<floatX> d_out((size_t)N * OC, ox), d_pre((size_t)N * OC, ox), d_out2((size_t)N * OC, ox);
     const bool default_fuse = ctx.fuse_gelu;
     ctx.fuse_gelu = fuse;
     llmc::cuda::matmul_forward(ctx, d_out.get(), d_inp.get(), d_w.get(), with_bias ? d_b.get() : nullptr, N, IC, OC, 0,
-                               gelu ? d_pre.get() : nullptr);
+                               gelu ? d_pre.get() : nullptr, kind);
     bool ok = true;
+    if (gelu && kind == llmc::Gelu::Erf && ctx.last_gelu_fused) {
+        std::printf("  the erf GELU ran in cuBLASLt's GELU epilogue  FAIL\n");
+        ok = false;
+    }
     if (gelu) {
-        if (fuse && !ctx.last_gelu_fused)
+        if (fuse && !ctx.last_gelu_fused && kind == llmc::Gelu::Tanh)
             std::printf("  note: cuBLASLt offered no GELU epilogue for this shape/type; the separate kernel ran\n");
         ok &= lab::check("pre_gelu", d_pre.get(), pre);
         ok &= lab::check("out", d_out.get(), out, ctx.last_gelu_fused ? kEpilogueGeluTol : lab::kTol);
@@ -85,7 +93,7 @@ bool check_forward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int OC, bo
         ok &= lab::check("out", d_out.get(), pre);
     }
     llmc::cuda::matmul_forward(ctx, d_out2.get(), d_inp.get(), d_w.get(), with_bias ? d_b.get() : nullptr, N, IC, OC, 0,
-                               gelu ? d_pre.get() : nullptr);
+                               gelu ? d_pre.get() : nullptr, kind);
     ok &= lab::check_identical("out", d_out.get(), d_out2.get(), (size_t)N * OC);
     ctx.fuse_gelu = default_fuse;
     return ok;
@@ -134,11 +142,14 @@ bool check_backward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int OC, b
     return ok;
 }
 
-// matmul_gelu_backward: the GELU backward (d pre = dout * gelu'(pre), in place, rounded to floatX)
-// in the bias gradient's launch, then the products; against the CPU's gelu_backward (its result
-// rounded to floatX, as the kernel stores it) and matmul_backward, and run to run.
-bool check_gelu_backward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int OC) {
-    std::printf("gelu backward + backward N=%d IC=%d OC=%d\n", N, IC, OC);
+// matmul_gelu_backward: the GELU backward of `kind` (d pre = dout * gelu'(pre), in place, rounded to
+// floatX) in the bias gradient's launch (with_dbias) or its own (without: a layer without bias, no
+// scratch nor arrivals given), then the products; against the CPU's gelu_backward (its result rounded
+// to floatX, as the kernel stores it) and matmul_backward, and run to run.
+bool check_gelu_backward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int OC, llmc::Gelu kind = llmc::Gelu::Tanh,
+                         bool with_dbias = true) {
+    std::printf("gelu (%s) backward + backward N=%d IC=%d OC=%d dbias=%d\n", llmc::gelu_name(kind), N, IC, OC,
+                (int)with_dbias);
     std::vector<float> inp = lab::random_normal(rng, (size_t)N * IC, 0.f, 1.f);
     std::vector<float> w = lab::random_normal(rng, (size_t)OC * IC, 0.f, 1.f / std::sqrt((float)IC));
     std::vector<float> pre = lab::random_normal(rng, (size_t)N * OC, 0.f, 2.f);
@@ -148,11 +159,11 @@ bool check_gelu_backward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int 
     const std::vector<float> dw0 = lab::random_normal(rng, (size_t)OC * IC, 0.f, gscale);
     const std::vector<float> db0 = lab::random_normal(rng, OC, 0.f, gscale);
     std::vector<float> dpre_ref((size_t)N * OC);
-    llmc::cpu::gelu_backward(dpre_ref.data(), pre.data(), dout.data(), dpre_ref.size());
+    llmc::cpu::gelu_backward(dpre_ref.data(), pre.data(), dout.data(), dpre_ref.size(), kind);
     lab::round_to_floatX(dpre_ref);
     std::vector<float> dinp_ref((size_t)N * IC, 0.f), dw_ref = dw0, db_ref = db0;
-    llmc::cpu::matmul_backward<float>(dinp_ref.data(), dw_ref.data(), db_ref.data(), dpre_ref.data(), inp.data(),
-                                      w.data(), N, IC, OC);
+    llmc::cpu::matmul_backward<float>(dinp_ref.data(), dw_ref.data(), with_dbias ? db_ref.data() : nullptr,
+                                      dpre_ref.data(), inp.data(), w.data(), N, IC, OC);
     const Offset<floatX> d_inp(inp, 0), d_w(w, 0), d_pre(pre, 0);
     DeviceBuffer<float> d_scratch(llmc::cuda::matmul_backward_scratch_floats(N, OC));
     DeviceBuffer<uint32_t> d_arrivals(llmc::cuda::matmul_backward_arrivals(OC), true);
@@ -163,14 +174,15 @@ bool check_gelu_backward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int 
     Offset<float> db[2] = {Offset<float>(db0, 0), Offset<float>(db0, 0)};
     for (int run = 0; run < 2; run++) {
         lab::poison(d_scratch.get(), d_scratch.size());
-        llmc::cuda::matmul_gelu_backward(ctx, dinp[run].get(), dw[run].get(), db[run].get(), d_scratch.get(),
-                                         d_arrivals.get(), dg[run].get(), d_pre.get(), d_inp.get(), d_w.get(), N, IC,
-                                         OC, 0);
+        llmc::cuda::matmul_gelu_backward(ctx, dinp[run].get(), dw[run].get(), with_dbias ? db[run].get() : nullptr,
+                                         with_dbias ? d_scratch.get() : nullptr,
+                                         with_dbias ? d_arrivals.get() : nullptr, dg[run].get(), d_pre.get(),
+                                         d_inp.get(), d_w.get(), N, IC, OC, 0, kind);
     }
     ok &= lab::check("d pre", dg[0].get(), dpre_ref);
     ok &= lab::check("dinp", dinp[0].get(), dinp_ref);
     ok &= lab::check("dweight", dw[0].get(), dw_ref);
-    ok &= lab::check("dbias", db[0].get(), db_ref);
+    ok &= lab::check("dbias", db[0].get(), with_dbias ? db_ref : db0);  // untouched without dbias
     ok &= lab::check_arrivals_zero("dbias", d_arrivals.get(), d_arrivals.size());
     ok &= lab::check_identical("d pre", dg[0].get(), dg[1].get(), (size_t)N * OC);
     ok &= lab::check_identical("dinp", dinp[0].get(), dinp[1].get(), (size_t)N * IC);
@@ -184,9 +196,13 @@ bool check_gelu_backward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int 
 // exact (erf) GELU differ by more than 4 output ulps, the sum of squared distances to the tanh GELU
 // must be smaller than to the erf GELU (robust to a hardware tanh approximation's own error, which a
 // point-by-point "closer" vote is not: near x = -2.7 that error is as large as the tanh/erf gap).
-bool check_gelu_formula(MatmulContext& ctx, bool fuse) {
+// kind Erf: matmul_forward asked for the erf GELU (with fuse: it must not take the epilogue) must be
+// closer to erf (the relative-error checks above cannot tell the kinds apart in the BF16 build).
+bool check_gelu_formula(MatmulContext& ctx, bool fuse, llmc::Gelu kind = llmc::Gelu::Tanh) {
     const int N = 512, IC = 8, OC = 8;
-    std::printf("GELU formula (%s): tanh approximation, not erf\n", fuse ? "epilogue" : "kernel");
+    const bool want_erf = kind == llmc::Gelu::Erf;
+    std::printf("GELU formula (%s, asked for %s): %s\n", fuse ? "epilogue" : "kernel", llmc::gelu_name(kind),
+                want_erf ? "erf, not the tanh approximation" : "tanh approximation, not erf");
     std::vector<float> inp((size_t)N * IC, 0.f), w((size_t)OC * IC, 0.f);
     for (int n = 0; n < N; n++) inp[(size_t)n * IC] = -6.f + 10.f * n / (N - 1);
     lab::round_to_floatX(inp);
@@ -197,10 +213,14 @@ bool check_gelu_formula(MatmulContext& ctx, bool fuse) {
     lab::poison(d_out.get(), d_out.size());
     const bool default_fuse = ctx.fuse_gelu;
     ctx.fuse_gelu = fuse;
-    llmc::cuda::matmul_forward(ctx, d_out.get(), d_inp.get(), d_w.get(), nullptr, N, IC, OC, 0, d_pre.get());
+    llmc::cuda::matmul_forward(ctx, d_out.get(), d_inp.get(), d_w.get(), nullptr, N, IC, OC, 0, d_pre.get(), kind);
     const bool fused = ctx.last_gelu_fused;
     ctx.fuse_gelu = default_fuse;
-    if (fuse && !fused) {
+    if (want_erf && fused) {
+        std::printf("  the erf GELU ran in cuBLASLt's GELU epilogue  FAIL\n");
+        return false;
+    }
+    if (fuse && !fused && !want_erf) {
         std::printf("  cuBLASLt offered no GELU epilogue here (the kernel ran); nothing to decide\n");
         return true;
     }
@@ -227,13 +247,16 @@ bool check_gelu_formula(MatmulContext& ctx, bool fuse) {
             }
         }
     }
-    const bool ok = bad == 0 && (decisive == 0 || sq_tanh < sq_erf);
+    const bool ok =
+        bad == 0 && (decisive == 0 || (want_erf ? sq_erf < sq_tanh : sq_tanh < sq_erf)) && (!want_erf || decisive > 0);
     std::printf(
         "  %d decisive outputs (%d closer to tanh-GELU), rms distance to tanh-GELU %.3g, to erf-GELU %.3g, "
         "%d non-finite  %s\n",
         decisive, tanh_closer, decisive ? std::sqrt(sq_tanh / decisive) : 0.0,
         decisive ? std::sqrt(sq_erf / decisive) : 0.0, bad,
-        ok ? "OK" : "FAIL (set MatmulContext::fuse_gelu = false by default)");
+        ok         ? "OK"
+        : want_erf ? "FAIL"
+                   : "FAIL (set MatmulContext::fuse_gelu = false by default)");
     return ok;
 }
 
@@ -301,8 +324,18 @@ int main(int argc, char** argv) {
         ok &= check_backward(ctx, rng, 333, 192, 768, true, true, true);
         ok &= check_gelu_backward(ctx, rng, 333, 192, 768);  // the paper model's fc (4C = 768)
         ok &= check_gelu_backward(ctx, rng, 2333, 64, 72);   // 10 row chunks, a ragged column group
+        // the erf GELU (never the epilogue, even when asked for) and layers without bias
+        ok &= check_forward(ctx, rng, 333, 192, 768, true, true, true, false, llmc::Gelu::Erf);
+        ok &= check_forward(ctx, rng, 77, 192, 576, false, true, true, true, llmc::Gelu::Erf);
+        ok &= check_forward(ctx, rng, 64, 64, 64, true, true, false, false, llmc::Gelu::Erf);
+        ok &= check_gelu_backward(ctx, rng, 333, 192, 768, llmc::Gelu::Erf, true);
+        ok &= check_gelu_backward(ctx, rng, 2333, 64, 72, llmc::Gelu::Erf, true);
+        ok &= check_gelu_backward(ctx, rng, 333, 192, 768, llmc::Gelu::Erf, false);
+        ok &= check_gelu_backward(ctx, rng, 77, 64, 72, llmc::Gelu::Tanh, false);
         ok &= check_gelu_formula(ctx, true);
         ok &= check_gelu_formula(ctx, false);
+        ok &= check_gelu_formula(ctx, true, llmc::Gelu::Erf);
+        ok &= check_gelu_formula(ctx, false, llmc::Gelu::Erf);
         ok &= check_rejects(ctx);
         std::printf("%s\n", ok ? "matmul: all checks passed" : "matmul: FAILED");
         if (args.check || !ok) return ok ? 0 : 1;
@@ -348,6 +381,14 @@ int main(int argc, char** argv) {
                                     args.reps),
                                 f});
                 if (!ctx.last_gelu_fused) rows.back().kernel = "forward+gelu (no epilogue!)";
+                rows.push_back({"forward+gelu erf (kernel)", shape,
+                                lab::time_ms(
+                                    [&] {
+                                        llmc::cuda::matmul_forward(ctx, out.get(), inp.get(), w.get(), b.get(), N, IC,
+                                                                   OC, 0, pre.get(), llmc::Gelu::Erf);
+                                    },
+                                    args.reps),
+                                f});
                 ctx.fuse_gelu = false;
                 rows.push_back({"forward+gelu (kernel)", shape,
                                 lab::time_ms(
@@ -378,6 +419,17 @@ int main(int argc, char** argv) {
                                         llmc::cuda::matmul_gelu_backward(ctx, dinp.get(), dw.get(), db.get(),
                                                                          scratch.get(), arrivals.get(), dout.get(),
                                                                          pre.get(), inp.get(), w.get(), N, IC, OC, 0);
+                                    },
+                                    args.reps),
+                                2 * f});
+            // without bias (--bias 0): the GELU backward in its own launch, then the products
+            if (gelu)
+                rows.push_back({"gelu erf backward + backward, no bias", shape,
+                                lab::time_ms(
+                                    [&] {
+                                        llmc::cuda::matmul_gelu_backward(ctx, dinp.get(), dw.get(), nullptr, nullptr,
+                                                                         nullptr, dout.get(), pre.get(), inp.get(),
+                                                                         w.get(), N, IC, OC, 0, llmc::Gelu::Erf);
                                     },
                                     args.reps),
                                 2 * f});

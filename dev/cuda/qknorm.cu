@@ -15,9 +15,10 @@
 using llmc::cuda::DeviceBuffer;
 using llmc::cuda::floatX;
 
-static bool validate(llmc::Rng& rng, int N, int C, int NH) {
+// with_bias false: QK-norm without biases (--bias 0): qb, kb, dqb, dkb nullptr on both sides.
+static bool validate(llmc::Rng& rng, int N, int C, int NH, bool with_bias = true) {
     const int hd = C / NH;
-    std::printf("qknorm N=%d C=%d NH=%d (hd=%d)\n", N, C, NH, hd);
+    std::printf("qknorm N=%d C=%d NH=%d (hd=%d)%s\n", N, C, NH, hd, with_bias ? "" : " no bias");
     const size_t n3 = (size_t)N * 3 * C;
     const size_t nstat = (size_t)N * 2 * NH;
     std::vector<float> qkv = lab::random_normal(rng, n3, 0.2f, 1.5f);
@@ -29,13 +30,13 @@ static bool validate(llmc::Rng& rng, int N, int C, int NH) {
     for (auto* v : {&qkv, &dy, &qw, &qb, &kw, &kb}) lab::round_to_floatX(*v);
 
     std::vector<float> out_ref(n3), mean_ref(nstat), rstd_ref(nstat);
-    llmc::cpu::qknorm_forward(out_ref.data(), mean_ref.data(), rstd_ref.data(), qkv.data(), qw.data(), qb.data(),
-                              kw.data(), kb.data(), 1, N, C, NH);
+    llmc::cpu::qknorm_forward(out_ref.data(), mean_ref.data(), rstd_ref.data(), qkv.data(), qw.data(),
+                              with_bias ? qb.data() : nullptr, kw.data(), with_bias ? kb.data() : nullptr, 1, N, C, NH);
     std::vector<float> dx_ref(n3);  // overwritten, as on the GPU
     std::vector<float> g_ref[4] = {g0[0], g0[1], g0[2], g0[3]};
-    llmc::cpu::qknorm_backward(dx_ref.data(), g_ref[0].data(), g_ref[1].data(), g_ref[2].data(), g_ref[3].data(),
-                               dy.data(), qkv.data(), mean_ref.data(), rstd_ref.data(), qw.data(), kw.data(), 1, N, C,
-                               NH);
+    llmc::cpu::qknorm_backward(dx_ref.data(), g_ref[0].data(), with_bias ? g_ref[1].data() : nullptr, g_ref[2].data(),
+                               with_bias ? g_ref[3].data() : nullptr, dy.data(), qkv.data(), mean_ref.data(),
+                               rstd_ref.data(), qw.data(), kw.data(), 1, N, C, NH);
 
     auto d_qkv = lab::upload_as<floatX>(qkv);
     auto d_dy = lab::upload_as<floatX>(dy);
@@ -46,8 +47,9 @@ static bool validate(llmc::Rng& rng, int N, int C, int NH) {
     lab::poison(d_out.get(), n3);
     lab::poison(d_mean.get(), nstat);
     lab::poison(d_rstd.get(), nstat);
-    llmc::cuda::qknorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_qkv.get(), d_qw.get(), d_qb.get(), d_kw.get(),
-                               d_kb.get(), N, C, NH, 0);
+    llmc::cuda::qknorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_qkv.get(), d_qw.get(),
+                               with_bias ? d_qb.get() : nullptr, d_kw.get(), with_bias ? d_kb.get() : nullptr, N, C, NH,
+                               0);
     bool ok = lab::check("qkvn", d_out.get(), out_ref);
     ok = lab::check("mean", d_mean.get(), mean_ref) && ok;
     ok = lab::check("rstd", d_rstd.get(), rstd_ref) && ok;
@@ -63,13 +65,14 @@ static bool validate(llmc::Rng& rng, int N, int C, int NH) {
         lab::poison(dx_run[run].get(), n3);
         lab::poison(scratch.get(), scratch.size());
         for (int j = 0; j < 4; j++) g_run[run][j] = lab::upload_as<float>(g0[j]);
-        llmc::cuda::qknorm_backward(dx_run[run].get(), g_run[run][0].get(), g_run[run][1].get(), g_run[run][2].get(),
-                                    g_run[run][3].get(), scratch.get(), d_dy.get(), d_qkv.get(), d_qw.get(), d_kw.get(),
-                                    d_mean_ref.get(), d_rstd_ref.get(), N, C, NH, 0);
+        llmc::cuda::qknorm_backward(dx_run[run].get(), g_run[run][0].get(), with_bias ? g_run[run][1].get() : nullptr,
+                                    g_run[run][2].get(), with_bias ? g_run[run][3].get() : nullptr, scratch.get(),
+                                    d_dy.get(), d_qkv.get(), d_qw.get(), d_kw.get(), d_mean_ref.get(), d_rstd_ref.get(),
+                                    N, C, NH, 0);
     }
     ok = lab::check("dqkv", dx_run[0].get(), dx_ref) && ok;
     const char* names[4] = {"dqw", "dqb", "dkw", "dkb"};
-    for (int j = 0; j < 4; j++) ok = lab::check(names[j], g_run[0][j].get(), g_ref[j]) && ok;
+    for (int j = 0; j < 4; j++) ok = lab::check(names[j], g_run[0][j].get(), g_ref[j]) && ok;  // no bias: dqb, dkb g0
     ok = lab::check_identical("dqkv", dx_run[0].get(), dx_run[1].get(), n3) && ok;
     for (int j = 0; j < 4; j++) ok = lab::check_identical(names[j], g_run[0][j].get(), g_run[1][j].get(), hd) && ok;
     return ok;
@@ -92,6 +95,10 @@ int main(int argc, char** argv) {
     ok = validate(rng, 21, 64, 4) && ok;      // hd = 16, a chunk's 32 packs straddle q and k (packed)
     ok = validate(rng, 17, 512, 4) && ok;     // hd = 128 (packed)
     ok = validate(rng, 9, 512, 2) && ok;      // hd = 256: 32 lanes per head in bf16 (packed)
+    // without biases (--bias 0): both forward kernels and both backwards
+    ok = validate(rng, 64, 192, 6, false) && ok;     // packed
+    ok = validate(rng, 37, 60, 3, false) && ok;      // scalar
+    ok = validate(rng, 3001, 768, 12, false) && ok;  // packed, more rows than workers
     std::printf("validation: %s\n", ok ? "all OK" : "FAILED");
     if (!ok) return 1;
     if (args.check) return 0;

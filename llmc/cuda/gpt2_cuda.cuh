@@ -2,6 +2,10 @@
 // --device cuda. It wires the CUDA ops of llmc/cuda/<op>.cuh together exactly as CpuBackend
 // (llmc/cpu/gpt2_cpu.h) wires the CPU ops, so both compute the same model (see that file's header
 // for the math). Memory, dtypes and determinism: docs/cuda_backend.md.
+// Model options as on the CPU: without biases (cfg.bias false) every bias of the ParamViews is nullptr
+// and each op takes nullptr for none (matmuls: no bias epilogue, no bias gradient; LayerNorms and
+// QK-norm: gains only); cfg.gelu is the MLP's GELU (erf never runs in cuBLASLt's GELU epilogue:
+// llmc/cuda/matmul.cuh).
 //
 // Buffers (all on the device; N = B*T rows):
 //   master (P) fp32      parameters in the canonical flat layout of llmc/core/params.h (get/set_params copy it;
@@ -412,9 +416,10 @@ public:
             // MLP branch: dres is d residual3 = d fcproj = (so far) d residual2
             matmul_backward(mm_, d4c, lg.fcprojw, lg.fcprojb, scratch, arrivals, dres, la.fch_gelu, lw.fcprojw, n,
                             4 * C, C, st);
-            // d fch_gelu -> d fch in place (the GELU backward, in the bias gradient's launch), then fc's products
+            // d fch_gelu -> d fch in place (the GELU backward, in the bias gradient's launch; without biases
+            // its own launch), then fc's products
             matmul_gelu_backward(mm_, a.dbtc.get(), lg.fcw, lg.fcb, scratch, arrivals, d4c, la.fch, la.ln2, lw.fcw, n,
-                                 C, 4 * C, st);
+                                 C, 4 * C, st, cfg_.gelu);
             layernorm_backward_partials(dres, ln2_part + (size_t)l * ln_part, a.dbtc.get(), la.residual2, lw.ln2w,
                                         la.ln2_mean, la.ln2_rstd, n, C, st);
 
@@ -637,7 +642,7 @@ private:
             // x2 = x + attproj; ln = LayerNorm2(x2)
             fused_residual_layernorm_forward(a.x2.get(), a.ln.get(), a.mean.get(), a.rstd.get(), a.x.get(),
                                              a.branch.get(), lw.ln2w, lw.ln2b, B, C, st);
-            matmul_forward(mm_, a.fch_gelu.get(), a.ln.get(), lw.fcw, lw.fcb, B, C, 4 * C, st, a.fch.get());
+            matmul_forward(mm_, a.fch_gelu.get(), a.ln.get(), lw.fcw, lw.fcb, B, C, 4 * C, st, a.fch.get(), cfg_.gelu);
             matmul_forward(mm_, a.branch.get(), a.fch_gelu.get(), lw.fcprojw, lw.fcprojb, B, 4 * C, C, st);
             // x = x2 + fcproj (the layer output); ln = the next layer's ln1, or lnf after the last layer
             const bool last = l + 1 == L;
@@ -696,8 +701,9 @@ private:
         // residual2 = residual + attproj; ln2 = LayerNorm(residual2)
         fused_residual_layernorm_forward(la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, la.residual, a.branch.get(),
                                          lw.ln2w, lw.ln2b, n, C, st);
-        // MLP branch: fch = ln2 @ fcw^T + fcb, fch_gelu = gelu(fch) (fused epilogue), then fcproj
-        matmul_forward(mm_, la.fch_gelu, la.ln2, lw.fcw, lw.fcb, n, C, 4 * C, st, la.fch);
+        // MLP branch: fch = ln2 @ fcw^T + fcb, fch_gelu = gelu(fch) (tanh: the fused epilogue; erf: the
+        // matmul, then gelu_forward), then fcproj
+        matmul_forward(mm_, la.fch_gelu, la.ln2, lw.fcw, lw.fcb, n, C, 4 * C, st, la.fch, cfg_.gelu);
         matmul_forward(mm_, a.branch.get(), la.fch_gelu, lw.fcprojw, lw.fcprojb, n, 4 * C, C, st);
         // residual3 = residual2 + fcproj, and the next LayerNorm (the next layer's ln1, or lnf) fused
         if (l + 1 < L) {
@@ -971,8 +977,10 @@ private:
         const int n = (int)N;
         size_t need = global_norm_scratch_floats();
         if (cfg_.qk_norm) need = std::max(need, qknorm_backward_scratch_floats(n, C, NH));
-        // bias gradients of qkv (3C), attproj/fcproj (C), fc (4C); the LM head has no bias
-        for (int oc : {C, 3 * C, 4 * C}) need = std::max(need, matmul_backward_scratch_floats(n, oc));
+        // bias gradients of qkv (3C), attproj/fcproj (C), fc (4C); the LM head has no bias (nor any
+        // layer of a model without biases)
+        if (cfg_.bias)
+            for (int oc : {C, 3 * C, 4 * C}) need = std::max(need, matmul_backward_scratch_floats(n, oc));
         need = std::max(need, attention_ls_backward_scratch_floats(B, T, C, NH));
         // attention's split tile loops: partials in scratch_ after the backward's D, counters in arrivals_
         need = std::max(need, attention_ls_backward_scratch_floats(B, T, C, NH) +

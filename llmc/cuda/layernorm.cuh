@@ -1,8 +1,9 @@
 // LayerNorm over the last dimension on the GPU (eps 1e-5, biased variance, as GPT-2), plus the fused
 // residual-add + LayerNorm of the transformer block. CPU reference: llmc/cpu/layernorm.h.
-//   out = (x - mean) * rstd * w + b,   rstd = 1 / sqrt(var + eps)
+//   out = (x - mean) * rstd * w + b,   rstd = 1 / sqrt(var + eps)   (b nullptr: no bias, no + b)
 //   backward, with xhat = (x - mean) * rstd and g = dout * w:
 //   dinp += rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)),  dw += sum_n dout * xhat,  db += sum_n dout
+//   (db nullptr: a LayerNorm without bias; its partials are still computed, and not added anywhere)
 //
 // Forward: one warp per row (two-pass mean/variance in fp32; the row is re-read from L1/L2).
 // Backward, deterministic: a fixed number of "workers" (one warp each, layernorm_backward_workers(C))
@@ -18,6 +19,7 @@
 #pragma once
 #include <algorithm>
 #include <cstddef>
+#include <stdexcept>
 #include <string>
 
 #include "llmc/cuda/common.cuh"
@@ -30,7 +32,8 @@ constexpr float kLayerNormEps = 1e-5f;
 
 // ---- deterministic sum of per-worker partials ----------------------------------------------------
 // partials (R, count * len): column j = (target j / len, channel j % len). Each target gets
-// out[target][channel] += sum over r = 0..R-1 of partials[r][j], always in the same order.
+// out[target][channel] += sum over r = 0..R-1 of partials[r][j], always in the same order; a nullptr
+// target (a bias gradient of a model without biases) is skipped.
 struct PartialTargets {
     float* out[4];
     int count;  // targets used (<= 4)
@@ -52,7 +55,7 @@ __global__ void reduce_partials_add_kernel(PartialTargets t, const float* partia
         for (int y = 0; y < 32; y++) total += sums[y][threadIdx.x];
         const int target = j / t.len;  // select without indexing the parameter array (keeps it out of local memory)
         float* dst = target == 0 ? t.out[0] : target == 1 ? t.out[1] : target == 2 ? t.out[2] : t.out[3];
-        dst[j % t.len] += total;
+        if (dst) dst[j % t.len] += total;
     }
 }
 inline void reduce_partials_add(const PartialTargets& t, const float* partials, int R, cudaStream_t st) {
@@ -64,7 +67,7 @@ inline void reduce_partials_add(const PartialTargets& t, const float* partials, 
 // ---- forward ------------------------------------------------------------------------------------
 // One warp per row n. FUSED: residual[n] = a[n] + b[n] is written (rounded to floatX) and normalized;
 // otherwise a[n] is normalized (residual and b unused). Lane owns channels lane*V + k*32*V + [0, V).
-// mean, rstd may be nullptr (inference).
+// mean, rstd may be nullptr (inference); bias may be nullptr (no bias: out = (x - mean) * rstd * w).
 template <int V, bool FUSED>
 __global__ void layernorm_forward_kernel(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a,
                                          const floatX* b, const floatX* w, const floatX* bias, int N, int C) {
@@ -102,12 +105,18 @@ __global__ void layernorm_forward_kernel(floatX* residual, floatX* out, float* m
     const float s = rsqrtf(warp_sum(var) / C + kLayerNormEps);
 
     for (int c = lane * V; c < C; c += 32 * V) {
-        float v[V], wv[V], bv[V];
+        float v[V], wv[V];
         load_vec<V>(v, x + c);
         load_vec<V>(wv, w + c);
-        load_vec<V>(bv, bias + c);
+        if (bias) {
+            float bv[V];
+            load_vec<V>(bv, bias + c);
 #pragma unroll
-        for (int k = 0; k < V; k++) v[k] = (v[k] - m) * s * wv[k] + bv[k];
+            for (int k = 0; k < V; k++) v[k] = (v[k] - m) * s * wv[k] + bv[k];
+        } else {
+#pragma unroll
+            for (int k = 0; k < V; k++) v[k] = (v[k] - m) * s * wv[k];
+        }
         store_vec<V>(out + off + c, v);
     }
     if (lane == 0) {
@@ -135,7 +144,7 @@ inline void layernorm_forward_launch(floatX* residual, floatX* out, float* mean,
     CUDA_CHECK_LAUNCH();
 }
 
-// out (N,C) OVERWRITTEN = layernorm(inp (N,C)); mean, rstd (N) fp32 written (nullable); w, b (C).
+// out (N,C) OVERWRITTEN = layernorm(inp (N,C)); mean, rstd (N) fp32 written (nullable); w (C), b (C, nullable).
 inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* w,
                               const floatX* b, int N, int C, cudaStream_t st) {
     layernorm_forward_launch<false>(nullptr, out, mean, rstd, inp, nullptr, w, b, N, C, st);
@@ -390,7 +399,8 @@ inline void layernorm_backward_partials(floatX* dinp, float* partials, const flo
     CUDA_CHECK_LAUNCH();
 }
 
-// dinp (N,C) floatX ADDED; dw, db (C) fp32 ADDED; scratch: layernorm_backward_scratch_floats(N, C) floats.
+// dinp (N,C) floatX ADDED; dw, db (C) fp32 ADDED (db nullable: no bias); scratch:
+// layernorm_backward_scratch_floats(N, C) floats.
 // dout, inp (N,C); w (C); mean, rstd (N) from the forward. dinp must not alias dout or inp.
 inline void layernorm_backward(floatX* dinp, float* dw, float* db, float* scratch, const floatX* dout,
                                const floatX* inp, const floatX* w, const float* mean, const float* rstd, int N, int C,
@@ -405,7 +415,9 @@ inline void layernorm_backward(floatX* dinp, float* dw, float* db, float* scratc
 // Up to 3 groups of LayerNorms (e.g. every layer's ln1, every layer's ln2, lnf); group g holds
 // count[g] of them: LayerNorm k of group g left its partials (R, 2, C) at part[g] + k * R * 2C and
 // adds them into dw[g] + k * C and db[g] + k * C (each (C) fp32), summed over the R rows in a fixed
-// order (reduce_partials_add_kernel's). One launch for all of a backward's LayerNorms.
+// order (reduce_partials_add_kernel's). One launch for all of a backward's LayerNorms. db[g] nullptr
+// (a model without biases): group g's db sums are not formed nor added (every group's db must then be
+// nullptr: the grid covers only the dw columns).
 struct LayerNormPartialGroups {
     const float* part[3];
     float* dw[3];
@@ -418,7 +430,8 @@ __global__ void reduce_layernorm_partials_kernel(LayerNormPartialGroups g, int R
     while (grp < 2 && k >= g.count[grp]) k -= g.count[grp++];
     const float* part = (grp == 0 ? g.part[0] : grp == 1 ? g.part[1] : g.part[2]) + (size_t)k * R * 2 * C;
     float* dw = (grp == 0 ? g.dw[0] : grp == 1 ? g.dw[1] : g.dw[2]) + (size_t)k * C;
-    float* db = (grp == 0 ? g.db[0] : grp == 1 ? g.db[1] : g.db[2]) + (size_t)k * C;
+    float* db = grp == 0 ? g.db[0] : grp == 1 ? g.db[1] : g.db[2];
+    if (db) db += (size_t)k * C;
     __shared__ float sums[32][33];
     const int j = blockIdx.x * 32 + threadIdx.x;  // column of (2, C)
     float s = 0.0f;
@@ -430,15 +443,20 @@ __global__ void reduce_layernorm_partials_kernel(LayerNormPartialGroups g, int R
         float total = 0.0f;
         for (int y = 0; y < 32; y++) total += sums[y][threadIdx.x];
         if (j < C) dw[j] += total;
-        else db[j - C] += total;
+        else if (db) db[j - C] += total;
     }
 }
 // Every LayerNorm of g had N rows of C channels (so R = layernorm_backward_blocks(N, C) partials each).
 inline void reduce_layernorm_partials(const LayerNormPartialGroups& g, int N, int C, cudaStream_t st) {
     const int total = g.count[0] + g.count[1] + g.count[2];
     if (N <= 0 || C <= 0 || total == 0) return;
-    launch_kernel(reduce_layernorm_partials_kernel, dim3((unsigned)ceil_div(2 * C, 32), (unsigned)total), dim3(32, 32),
-                  0, st, g, layernorm_backward_blocks(N, C), C);
+    const bool with_db = g.db[0] || g.db[1] || g.db[2];
+    for (int i = 0; i < 3; i++)
+        if (g.count[i] > 0 && (g.db[i] != nullptr) != with_db)
+            throw std::invalid_argument("reduce_layernorm_partials: every group's db or none must be given");
+    launch_kernel(reduce_layernorm_partials_kernel,
+                  dim3((unsigned)ceil_div((with_db ? 2 : 1) * C, 32), (unsigned)total), dim3(32, 32), 0, st, g,
+                  layernorm_backward_blocks(N, C), C);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -23,8 +23,10 @@
 //             cuBLASLt's BGRAD epilogue (whose summation order is not documented).
 //
 // GELU. With pre_gelu, matmul_forward writes pre_gelu = inp @ weight^T + bias and
-// out = gelu(pre_gelu) (tanh approximation, llmc/cpu/gelu.h). BF16 build, by default
-// (ctx.fuse_gelu): cuBLASLt's GELU_AUX(_BIAS) epilogue, D = gelu(x), aux = x. cuBLASLt's
+// out = gelu(pre_gelu) of the given kind (Gelu::Tanh or Gelu::Erf, llmc/cpu/gelu.h). Erf never takes
+// the epilogue below (believed to be the tanh approximation): always the BIAS (or no) epilogue, then
+// gelu_forward(pre_gelu, Erf), two launches. Tanh, BF16 build, by default
+// (ctx.fuse_gelu): cuBLASLt's GELU_AUX(_BIAS) epilogue, D = gelu(x), aux = x, one launch. cuBLASLt's
 // documentation only says "GELU"; we believe it is the tanh approximation (llm.c relies on it for
 // GPT-2's tanh GELU), but that is NOT verified yet, nor how exactly it evaluates tanh (a hardware
 // tanh approximation would be ~1e-4 off: invisible in bf16, not in an fp32 comparison). The lab
@@ -262,11 +264,12 @@ inline void matmul_check_shape(int N, int IC, int OC) {
 // the last of them adds, per column, the chunks' partials into dbias in a fixed order (thread y
 // sums chunks y, y+8, ... in order, then the 8 sums in y order): the same bits whichever block is last.
 // pre non-null: dout holds d gelu(pre) on entry; each element is first replaced by dout * gelu'(pre)
-// (rounded to floatX, which is what is summed): the GELU backward in the same pass. (A runtime
-// switch, not a template: the emulation poisons only a non-template kernel's static shared memory.)
+// of kind `gelu` (rounded to floatX, which is what is summed): the GELU backward in the same pass.
+// (Runtime switches, not templates: the emulation poisons only a non-template kernel's static shared
+// memory.)
 constexpr int kBiasRows = 256;
 __global__ void bias_sum_kernel(float* dbias, float* partial, uint32_t* arrivals, floatX* dout, const floatX* pre,
-                                int N, int OC) {
+                                Gelu gelu, int N, int OC) {
     __shared__ float sm[8][33];
     const int c = blockIdx.x * 32 + threadIdx.x;
     const int r0 = blockIdx.y * kBiasRows;
@@ -276,7 +279,7 @@ __global__ void bias_sum_kernel(float* dbias, float* partial, uint32_t* arrivals
         for (int r = r0 + threadIdx.y; r < r1; r += 8) {
             const size_t i = (size_t)r * OC + c;
             if (pre) {
-                const floatX d = from_float<floatX>(to_float(dout[i]) * gelu_grad(to_float(pre[i])));
+                const floatX d = from_float<floatX>(to_float(dout[i]) * gelu_grad(to_float(pre[i]), gelu));
                 dout[i] = d;
                 acc += to_float(d);
             } else {
@@ -306,9 +309,11 @@ __global__ void bias_sum_kernel(float* dbias, float* partial, uint32_t* arrivals
 }  // namespace detail
 
 // out (N, OC) floatX OVERWRITTEN = inp (N, IC) @ weight (OC, IC)^T + bias (OC, nullable).
-// pre_gelu (N, OC) non-null: pre_gelu = inp @ weight^T + bias and out = gelu(pre_gelu).
+// pre_gelu (N, OC) non-null: pre_gelu = inp @ weight^T + bias and out = gelu(pre_gelu) of kind gelu.
+// Launches: one (the cuBLASLt matmul; with pre_gelu, Tanh and the fused epilogue found), else two (the
+// matmul, then gelu_forward).
 inline void matmul_forward(MatmulContext& ctx, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
-                           int N, int IC, int OC, cudaStream_t st, floatX* pre_gelu = nullptr) {
+                           int N, int IC, int OC, cudaStream_t st, floatX* pre_gelu = nullptr, Gelu gelu = Gelu::Tanh) {
     detail::matmul_check_shape(N, IC, OC);
     detail::matmul_check_aligned(out, "out");
     detail::matmul_check_aligned(inp, "inp");
@@ -316,7 +321,7 @@ inline void matmul_forward(MatmulContext& ctx, floatX* out, const floatX* inp, c
     if (bias) detail::matmul_check_aligned(bias, "bias");
     if (pre_gelu) detail::matmul_check_aligned(pre_gelu, "pre_gelu");
     const cudaDataType_t t = detail::kFloatXType;
-    if (pre_gelu && ctx.fuse_gelu) {
+    if (pre_gelu && ctx.fuse_gelu && gelu == Gelu::Tanh) {
         const cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
         ctx.last_gelu_fused = detail::lt_matmul(ctx, out, t, weight, true, IC, inp, false, IC, t, OC, N, IC, OC, 0.0f,
                                                 epi, bias, pre_gelu, st, /*may_fail=*/true);
@@ -326,7 +331,7 @@ inline void matmul_forward(MatmulContext& ctx, floatX* out, const floatX* inp, c
     floatX* d = pre_gelu ? pre_gelu : out;
     detail::lt_matmul(ctx, d, t, weight, true, IC, inp, false, IC, t, OC, N, IC, OC, 0.0f,
                       bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, nullptr, st);
-    if (pre_gelu) gelu_forward(out, pre_gelu, (size_t)N * OC, st);
+    if (pre_gelu) gelu_forward(out, pre_gelu, (size_t)N * OC, gelu, st);
 }
 
 // Floats of scratch matmul_backward needs for the bias gradient: (ceil(N / 256), OC).
@@ -338,15 +343,15 @@ inline size_t matmul_backward_arrivals(int OC) { return (size_t)ceil_div(OC, 32)
 
 namespace detail {
 // dbias (OC) += column sums of dout (N, OC) in one launch (bias_sum_kernel); with pre, dout is first
-// replaced by dout * gelu'(pre) in the same pass.
-inline void bias_sum(float* dbias, float* scratch, uint32_t* arrivals, floatX* dout, const floatX* pre, int N, int OC,
-                     cudaStream_t st) {
+// replaced by dout * gelu'(pre) (kind gelu) in the same pass.
+inline void bias_sum(float* dbias, float* scratch, uint32_t* arrivals, floatX* dout, const floatX* pre, Gelu gelu,
+                     int N, int OC, cudaStream_t st) {
     if (!scratch || !arrivals)
         throw std::invalid_argument(
             "matmul_backward: dbias needs scratch of matmul_backward_scratch_floats(N, OC) floats and "
             "matmul_backward_arrivals(OC) zeroed arrival counters");
     const dim3 grid((unsigned)ceil_div(OC, 32), (unsigned)ceil_div(N, kBiasRows));
-    launch_kernel(bias_sum_kernel, grid, dim3(32, 8), 0, st, dbias, scratch, arrivals, dout, pre, N, OC);
+    launch_kernel(bias_sum_kernel, grid, dim3(32, 8), 0, st, dbias, scratch, arrivals, dout, pre, gelu, N, OC);
     CUDA_CHECK_LAUNCH();
 }
 // dinp and dweight of matmul_backward (cuBLASLt).
@@ -379,25 +384,28 @@ inline void matmul_backward(MatmulContext& ctx, floatX* dinp, float* dweight, fl
                             int IC, int OC, cudaStream_t st) {
     detail::matmul_backward_products(ctx, dinp, dweight, dout, inp, weight, N, IC, OC, st);
     // without pre the kernel only reads dout
-    if (dbias) detail::bias_sum(dbias, scratch, arrivals, const_cast<floatX*>(dout), nullptr, N, OC, st);
+    if (dbias) detail::bias_sum(dbias, scratch, arrivals, const_cast<floatX*>(dout), nullptr, Gelu::Tanh, N, OC, st);
 }
 
-// matmul_backward of a layer followed by GELU (out = gelu(pre), pre = inp @ weight^T + bias): dout
-// (N, OC) holds d out on entry and is OVERWRITTEN with d pre = dout * gelu'(pre) (rounded to floatX),
-// computed in the bias gradient's launch, then the products as matmul_backward's with d pre.
-// dbias, scratch and arrivals as matmul_backward's, but required; pre (N, OC) floatX.
+// matmul_backward of a layer followed by GELU of kind gelu (out = gelu(pre), pre = inp @ weight^T
+// [+ bias]): dout (N, OC) holds d out on entry and is OVERWRITTEN with d pre = dout * gelu'(pre)
+// (rounded to floatX), then the products as matmul_backward's with d pre. Launches, with dbias: the
+// bias gradient's (bias_sum_kernel, the GELU backward in the same pass) + the products; without
+// dbias (a layer without bias): gelu_backward in place + the products. dbias, scratch and arrivals
+// as matmul_backward's; pre (N, OC) floatX, required.
 inline void matmul_gelu_backward(MatmulContext& ctx, floatX* dinp, float* dweight, float* dbias, float* scratch,
                                  uint32_t* arrivals, floatX* dout, const floatX* pre, const floatX* inp,
-                                 const floatX* weight, int N, int IC, int OC, cudaStream_t st) {
+                                 const floatX* weight, int N, int IC, int OC, cudaStream_t st, Gelu gelu = Gelu::Tanh) {
     detail::matmul_check_shape(N, IC, OC);
-    if (!dbias || !pre) throw std::invalid_argument("matmul_gelu_backward: needs dbias and pre");
+    if (!pre) throw std::invalid_argument("matmul_gelu_backward: needs pre");
     // every check before dout and dbias change (matmul_backward_products repeats them, harmlessly)
     detail::matmul_check_aligned(dout, "dout");
     detail::matmul_check_aligned(inp, "inp");
     detail::matmul_check_aligned(weight, "weight");
     detail::matmul_check_aligned(dweight, "dweight");
     if (dinp) detail::matmul_check_aligned(dinp, "dinp");
-    detail::bias_sum(dbias, scratch, arrivals, dout, pre, N, OC, st);
+    if (dbias) detail::bias_sum(dbias, scratch, arrivals, dout, pre, gelu, N, OC, st);
+    else gelu_backward(dout, pre, dout, (size_t)N * OC, gelu, st);
     detail::matmul_backward_products(ctx, dinp, dweight, dout, inp, weight, N, IC, OC, st);
 }
 

@@ -1,6 +1,8 @@
 // QK-norm on the GPU (Dehghani et al. 2023; docs/design.md): LayerNorm over the head dimension hd of
 // every head's q and every head's k inside the qkv buffer (N, 3C); one gain/bias pair (hd) for q and
-// one for k, shared by the heads; v copied through. eps 1e-5, biased variance.
+// one for k, shared by the heads; v copied through. eps 1e-5, biased variance. Without biases
+// (ModelConfig::bias false) qb, kb and dqb, dkb are all nullptr: gains only (their partials are still
+// computed and not added anywhere).
 // CPU reference: llmc/cpu/qknorm.h (same math and gradient contract: dqkv overwritten, the gains and
 // biases added into; docs/design.md). mean, rstd (N, 2, NH): index (n * 2 + part) * NH + h, part 0 = q, 1 = k.
 //
@@ -30,7 +32,7 @@ inline void qknorm_check_args_cuda(int N, int C, int NH) {
                          " a positive multiple of heads NH=" + std::to_string(NH) + "; change --channels or --heads");
 }
 
-// qkvn (N,3C) written; mean, rstd (N,2,NH) written; qkv (N,3C); qw, qb, kw, kb (hd).
+// qkvn (N,3C) written; mean, rstd (N,2,NH) written; qkv (N,3C); qw, qb, kw, kb (hd); qb, kb nullable.
 __global__ void qknorm_forward_kernel(floatX* qkvn, float* mean, float* rstd, const floatX* qkv, const floatX* qw,
                                       const floatX* qb, const floatX* kw, const floatX* kb, int N, int C, int NH) {
     const int hd = C / NH;
@@ -60,7 +62,8 @@ __global__ void qknorm_forward_kernel(floatX* qkvn, float* mean, float* rstd, co
     }
     const float rs = rsqrtf(warp_sum(var) / hd + kLayerNormEps);
     for (int d = lane; d < hd; d += 32)
-        qkvn[off + d] = from_float<floatX>((to_float(qkv[off + d]) - m) * rs * to_float(w[d]) + to_float(b[d]));
+        qkvn[off + d] = from_float<floatX>(b ? (to_float(qkv[off + d]) - m) * rs * to_float(w[d]) + to_float(b[d])
+                                             : (to_float(qkv[off + d]) - m) * rs * to_float(w[d]));
     if (lane == 0) {
         const size_t i = ((size_t)row * 2 + part) * NH + h;
         mean[i] = m;
@@ -114,11 +117,17 @@ __global__ void qknorm_forward_packed_kernel(floatX* qkvn, float* mean, float* r
         }
         const float rs = rsqrtf(qknorm_group_sum(mask, L, var) / hd + kLayerNormEps);
         const PackX w = *reinterpret_cast<const PackX*>((part == 0 ? qw : kw) + j * V);
-        const PackX b = *reinterpret_cast<const PackX*>((part == 0 ? qb : kb) + j * V);
+        const floatX* bias = part == 0 ? qb : kb;
         PackX y;
+        if (bias) {
+            const PackX b = *reinterpret_cast<const PackX*>(bias + j * V);
 #pragma unroll
-        for (int k = 0; k < V; k++)
-            y.v[k] = from_float<floatX>((to_float(x.v[k]) - m) * rs * to_float(w.v[k]) + to_float(b.v[k]));
+            for (int k = 0; k < V; k++)
+                y.v[k] = from_float<floatX>((to_float(x.v[k]) - m) * rs * to_float(w.v[k]) + to_float(b.v[k]));
+        } else {
+#pragma unroll
+            for (int k = 0; k < V; k++) y.v[k] = from_float<floatX>((to_float(x.v[k]) - m) * rs * to_float(w.v[k]));
+        }
         *reinterpret_cast<PackX*>(qkvn + off) = y;
         if (j == 0) {
             mean[rp * NH + h] = m;
@@ -279,7 +288,8 @@ inline size_t qknorm_backward_scratch_floats(int N, int C, int NH) {
 }
 
 // ---- host API -------------------------------------------------------------------------------------
-// qkvn (N,3C) OVERWRITTEN; mean, rstd (N,2,NH) fp32 written; qkv (N,3C); qw, qb, kw, kb (hd). qkvn must not alias qkv.
+// qkvn (N,3C) OVERWRITTEN; mean, rstd (N,2,NH) fp32 written; qkv (N,3C); qw, qb, kw, kb (hd), qb and kb
+// both nullptr without biases. qkvn must not alias qkv.
 inline void qknorm_forward(floatX* qkvn, float* mean, float* rstd, const floatX* qkv, const floatX* qw,
                            const floatX* qb, const floatX* kw, const floatX* kb, int N, int C, int NH,
                            cudaStream_t st) {
@@ -301,7 +311,8 @@ inline void qknorm_forward(floatX* qkvn, float* mean, float* rstd, const floatX*
     CUDA_CHECK_LAUNCH();
 }
 
-// dqkv (N,3C) OVERWRITTEN (q, k from the norm backward, v copied from dqkvn); dqw, dqb, dkw, dkb (hd) fp32 ADDED.
+// dqkv (N,3C) OVERWRITTEN (q, k from the norm backward, v copied from dqkvn); dqw, dqb, dkw, dkb (hd) fp32
+// ADDED (dqb, dkb both nullptr without biases).
 // scratch: qknorm_backward_scratch_floats(N, C, NH) floats. dqkv must not alias dqkvn.
 inline void qknorm_backward(floatX* dqkv, float* dqw, float* dqb, float* dkw, float* dkb, float* scratch,
                             const floatX* dqkvn, const floatX* qkv, const floatX* qw, const floatX* kw,

@@ -83,5 +83,11 @@ inline llmc::ModelConfig model_config(int L, int C, int NH, int G, int P, int V,
     c.tied_embeddings = tied;
     return c;
 }
+// c with the model options of issue 51: biases on or off, the MLP's GELU kind.
+inline llmc::ModelConfig with_bias_gelu(llmc::ModelConfig c, bool bias, llmc::Gelu gelu) {
+    c.bias = bias;
+    c.gelu = gelu;
+    return c;
+}
 
 }  // namespace gpu_test

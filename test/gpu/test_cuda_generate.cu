@@ -3,7 +3,7 @@
 // and the programs' compiled kernels (the Makefile's BACKEND_ENTRY_TESTS). Fresh random weights (GPT-2
 // init, final LayerNorm gain x5 so the output distribution has clear winners) and random prompts each
 // run, on several configurations (LS, MHSA, all-local, QK-norm, soft-cap, untied head, P >= T, B =
-// 1..3). Three models run in lockstep: the GPU with its cache, the GPU with full uncached forward
+// 1..3, a model without biases and with the erf GELU). Three models run in lockstep: the GPU with its cache, the GPU with full uncached forward
 // passes (the reference the cache must reproduce) and the CPU fp32 Gpt2Cpu with its cache (itself
 // bit-identical to the CPU full forward, test/test_kv_cache.cpp). Every step feeds all three the greedy
 // token of the GPU uncached path (teacher forcing), so a disagreement at one step cannot derail the
@@ -72,16 +72,21 @@ struct Case {
     float softcap;
     bool tied;
     int B, prompt, steps;
+    bool bias = true;                    // ModelConfig::bias
+    llmc::Gelu gelu = llmc::Gelu::Tanh;  // ModelConfig::gelu
 };
 const Case kCases[] = {
     {"LS G=1 P=4 hd=32", 2, 4, 128, 1, 4, 64, 300, false, 0.0f, true, 2, 7, 20},
     {"MHSA G=NH hd=64", 2, 2, 128, 2, 8, 64, 256, false, 0.0f, true, 1, 5, 20},
     {"all-local G=0 P=3 qk-norm softcap untied", 2, 4, 128, 0, 3, 48, 300, true, 5.0f, false, 3, 4, 20},
     {"P>=T qk-norm B=2", 1, 4, 128, 1, 100, 40, 200, true, 0.0f, true, 2, 9, 16},
+    {"no bias, erf GELU, LS G=1 P=4 qk-norm untied", 2, 4, 128, 1, 4, 64, 300, true, 0.0f, false, 2, 6, 16, false,
+     llmc::Gelu::Erf},
 };
 
 llmc::ModelConfig make_config(const Case& c) {
-    return gpu_test::model_config(c.L, c.C, c.NH, c.G, c.P, c.V, c.maxT, c.qk_norm, c.softcap, c.tied);
+    return gpu_test::with_bias_gelu(
+        gpu_test::model_config(c.L, c.C, c.NH, c.G, c.P, c.V, c.maxT, c.qk_norm, c.softcap, c.tied), c.bias, c.gelu);
 }
 
 // Rows (count, each V real entries) out of logits laid out with row stride Vp.

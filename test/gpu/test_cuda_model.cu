@@ -1,6 +1,6 @@
 // GPU test: the whole model on the CUDA backend (llmc/cuda/gpt2_cuda.cuh) against the CPU reference
 // backend (llmc/cpu/gpt2_cpu.h, fp32, itself checked against PyTorch in test/test_reference.cpp) on
-// several small random configurations: logits, losses, logit statistics and every gradient tensor;
+// several small random configurations (with and without biases, tanh and erf GELU): logits, losses, logit statistics and every gradient tensor;
 // gradient accumulation; 10 AdamW steps; bit-identical reruns; parameter / optimizer-state round
 // trips and resume identity; input validation. Needs a GPU: without one it prints one line and
 // exits 1. Exit status 0 = every check passed.
@@ -14,7 +14,9 @@
 //     <= 1e-2 relative (ten steps of bf16 noise). A broken kernel (wrong index, missing term)
 //     gives O(1) errors, far above these.
 //   FP32 build (-DENABLE_FP32): the same math in fp32 with a different summation order: 1e-4
-//     for everything (observed CPU-vs-PyTorch agreement is ~1e-6).
+//     for everything (observed CPU-vs-PyTorch agreement is ~1e-6). There the logits must also be 10x
+//     nearer the CPU's than the CPU's with the other GELU kind (tanh vs erf differ by <= 4.7e-4 per
+//     element: below the BF16 build's noise, so only the FP32 build can tell the kind was applied).
 // Tensors whose gradient is ~0 in exact arithmetic (the k-norm bias: softmax is shift invariant)
 // are compared against a floor of 1e-3 of the whole gradient's norm, as test_reference.cpp does.
 // The k-norm bias's floor is also at least the norm of the k-norm *weight's* gradient: knormb's
@@ -139,10 +141,12 @@ float train_step(llmc::Backend& m, const std::vector<int>& in, const std::vector
 }
 
 void check_case(Checks& ck, const Case& c, uint64_t seed) {
-    std::printf("== %s (L %d, C %d, NH %d, G %d, P %d, V %d, qk_norm %d, softcap %g, tied %d, z %g, B %d, T %d)\n",
-                c.name, c.cfg.num_layers, c.cfg.channels, c.cfg.num_heads, c.cfg.global_heads, c.cfg.window,
-                c.cfg.vocab_size, (int)c.cfg.qk_norm, c.cfg.attn_softcap, (int)c.cfg.tied_embeddings, c.z_weight, c.B,
-                c.T);
+    std::printf(
+        "== %s (L %d, C %d, NH %d, G %d, P %d, V %d, qk_norm %d, softcap %g, tied %d, bias %d, gelu %s, z %g, B %d, "
+        "T %d)\n",
+        c.name, c.cfg.num_layers, c.cfg.channels, c.cfg.num_heads, c.cfg.global_heads, c.cfg.window, c.cfg.vocab_size,
+        (int)c.cfg.qk_norm, c.cfg.attn_softcap, (int)c.cfg.tied_embeddings, (int)c.cfg.bias,
+        llmc::gelu_name(c.cfg.gelu), c.z_weight, c.B, c.T);
     const llmc::ModelConfig& cfg = c.cfg;
     const int B = c.B, T = c.T, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
     const size_t N = (size_t)B * T;
@@ -175,6 +179,22 @@ void check_case(Checks& ck, const Case& c, uint64_t seed) {
     const double e_logits = rel_error(lg.data(), lc.data(), lc.size());
     ck.expect(e_logits <= kTolLogits, "logits (%zu values): relative error %.3g (tol %.1g)", lc.size(), e_logits,
               kTolLogits);
+#if defined(ENABLE_FP32)
+    // The GELU kind reaches the device: the tanh and erf GELU differ by up to 4.7e-4 per element, far
+    // below the BF16 build's noise but far above the FP32 build's (~1e-6), so there the logits must be
+    // at least 10x nearer the CPU's of the same kind than the CPU's of the other kind.
+    {
+        llmc::ModelConfig other = cfg;
+        other.gelu = cfg.gelu == llmc::Gelu::Erf ? llmc::Gelu::Tanh : llmc::Gelu::Erf;
+        llmc::CpuBackend co(other, seed);
+        co.set_params(params.data());
+        co.forward(in.data(), nullptr, B, T, c.z_weight, nullptr);
+        const std::vector<float> lo = real_logits(co.logits(), N, V, Vp);
+        const double e_other = rel_error(lg.data(), lo.data(), lo.size());
+        ck.expect(10 * e_logits < e_other, "GELU kind %s: logits %.3g from the CPU's, %.3g from the CPU's with %s",
+                  llmc::gelu_name(cfg.gelu), e_logits, e_other, llmc::gelu_name(other.gelu));
+    }
+#endif
     ck.expect(std::isfinite(rg.loss) && std::fabs(rg.loss - rc.loss) <= kTolLoss * std::fabs(rc.loss),
               "loss %.6f vs cpu %.6f", rg.loss, rc.loss);
     if (c.z_weight > 0)
@@ -456,8 +476,11 @@ void check_fixture(Checks& ck, const std::string& name) {
 
 }  // namespace
 
-int main() {
+// Optional argument: run only the random cases whose name contains it (and no fixture), e.g.
+// `test_cuda_model nobias_erf`; a filter that selects nothing is a failure.
+int main(int argc, char** argv) {
     if (!gpu_test::have_gpu("test_cuda_model")) return 1;
+    const std::string filter = argc > 1 ? argv[1] : "";
     Checks ck;
     std::printf("test_cuda_model: %s, build %s\n", llmc::cuda_backend::device_description().c_str(),
                 llmc::cuda_backend::precision_name());
@@ -478,6 +501,8 @@ int main() {
     }
 
     // Head sizes 32 and 64 (the kernel supports 32, 64, 128); V not a multiple of 128 everywhere.
+    const auto with = gpu_test::with_bias_gelu;
+    constexpr llmc::Gelu Erf = llmc::Gelu::Erf, Tanh = llmc::Gelu::Tanh;
     const Case cases[] = {
         {"mhsa", gpu_test::model_config(2, 128, 4, 4, 4, 200, 32, false, 0.0f, true), 2, 32, 0.0f},
         {"ls_g1_p4", gpu_test::model_config(2, 128, 4, 1, 4, 200, 32, false, 0.0f, true), 2, 32, 0.0f},
@@ -485,18 +510,38 @@ int main() {
         {"local_softcap_zloss_untied", gpu_test::model_config(2, 64, 2, 0, 5, 150, 32, false, 1.0f, false), 2, 32,
          1e-2f},
         {"ragged_all_options", gpu_test::model_config(3, 96, 3, 1, 6, 300, 16, true, 2.0f, false), 3, 13, 1e-3f},
+        // the model options (--bias 0, --gelu erf): no bias tensors at all (matmuls without bias epilogue
+        // or bias gradient, LayerNorms and QK-norm gains only, the MLP's GELU backward in its own launch),
+        // the exact erf GELU (never cuBLASLt's GELU epilogue); and each option alone (erf with biases: the
+        // erf derivative inside the bias gradient's launch; no biases with tanh)
+        {"mhsa_nobias_erf", with(gpu_test::model_config(2, 128, 4, 4, 4, 200, 32, false, 0.0f, true), false, Erf), 2,
+         32, 0.0f},
+        {"ls_g1_p4_nobias_erf", with(gpu_test::model_config(2, 128, 4, 1, 4, 200, 32, false, 0.0f, true), false, Erf),
+         2, 32, 0.0f},
+        {"ls_qknorm_hd64_untied_zloss_nobias_erf",
+         with(gpu_test::model_config(2, 128, 2, 1, 3, 200, 32, true, 0.0f, false), false, Erf), 2, 24, 1e-2f},
+        {"ls_bias_erf", with(gpu_test::model_config(1, 64, 2, 1, 5, 150, 32, false, 0.0f, true), true, Erf), 2, 32,
+         0.0f},
+        {"ls_qknorm_nobias_tanh", with(gpu_test::model_config(1, 64, 2, 1, 5, 150, 32, true, 0.0f, true), false, Tanh),
+         2, 32, 0.0f},
     };
     uint64_t seed = 1000;
+    int selected = 0;
     for (const Case& c : cases) {
+        seed++;
+        if (!filter.empty() && std::string(c.name).find(filter) == std::string::npos) continue;
+        selected++;
         try {
-            check_case(ck, c, seed++);
+            check_case(ck, c, seed - 1);
         } catch (const std::exception& e) {
             ck.failures++;
             std::printf("  FAIL %s threw: %s\n", c.name, e.what());
         }
     }
+    ck.expect(selected > 0, "the filter '%s' selects %d case(s)", filter.c_str(), selected);
     // The PyTorch reference's head-size-32 fixtures (the hd-8 ones need a head size the kernel lacks).
     for (const char* name : {"ls_hd32", "mhsa_hd32", "local_qknorm_softcap_hd32"}) {
+        if (!filter.empty()) break;
         try {
             check_fixture(ck, name);
         } catch (const std::exception& e) {
