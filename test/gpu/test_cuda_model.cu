@@ -476,8 +476,8 @@ void check_fixture(Checks& ck, const std::string& name) {
 
 }  // namespace
 
-// Optional argument: run only the random cases whose name contains it (and no fixture), e.g.
-// `test_cuda_model nobias_erf`; a filter that selects nothing is a failure.
+// Optional argument: run only the random cases and fixtures whose name contains it, e.g.
+// `test_cuda_model nobias_erf` or `test_cuda_model paper`; a filter that selects nothing is a failure.
 int main(int argc, char** argv) {
     if (!gpu_test::have_gpu("test_cuda_model")) return 1;
     const std::string filter = argc > 1 ? argv[1] : "";
@@ -538,10 +538,11 @@ int main(int argc, char** argv) {
             std::printf("  FAIL %s threw: %s\n", c.name, e.what());
         }
     }
-    ck.expect(selected > 0, "the filter '%s' selects %d case(s)", filter.c_str(), selected);
-    // The PyTorch reference's head-size-32 fixtures (the hd-8 ones need a head size the kernel lacks).
-    for (const char* name : {"ls_hd32", "mhsa_hd32", "local_qknorm_softcap_hd32"}) {
-        if (!filter.empty()) break;
+    // The PyTorch reference's head-size-32 fixtures (the hd-8 ones need a head size the kernel lacks);
+    // paper_qknorm_hd32: the paper code's model (no biases, erf GELU, untied) with QK-norm.
+    for (const char* name : {"ls_hd32", "mhsa_hd32", "local_qknorm_softcap_hd32", "paper_qknorm_hd32"}) {
+        if (!filter.empty() && std::string(name).find(filter) == std::string::npos) continue;
+        selected++;
         try {
             check_fixture(ck, name);
         } catch (const std::exception& e) {
@@ -549,6 +550,7 @@ int main(int argc, char** argv) {
             std::printf("  FAIL fixture %s threw: %s\n", name, e.what());
         }
     }
+    ck.expect(selected > 0, "the filter '%s' selects %d case(s) or fixture(s)", filter.c_str(), selected);
     if (ck.failures) {
         std::printf("test_cuda_model: %d check(s) FAILED\n", ck.failures);
         return 1;
