@@ -245,3 +245,20 @@ def test_second_launch_on_a_locked_output_dir_is_refused(byte_data, tmp_path):
     finally:
         first.kill()
         first.wait()
+
+
+def test_paper_options_over_ranks_zero1_equals_zero0(byte_data, tmp_path):
+    """The paper code's model (--bias 0 --gelu erf --untie-embeddings: a parameter layout without bias
+    tensors) over 2 ranks with QK-Clip (weight rows only, no bias runs): ZeRO-1's shards of that layout
+    give bit-identically ZeRO-0's run (no gradient clipping: the same fp32 update per element)."""
+    args = data_args(byte_data) + TINY + ["--bias", 0, "--gelu", "erf", "--untie-embeddings", "-x", 6, "-k",
+                                          "constant", "-u", 0, "-l", "4e-3", "-v", 0, "-s", 0, "--grad-clip", 0,
+                                          "--qk-clip", 0.1]
+    for z in ["0", "1"]:
+        run_np(2, args + ["-z", z, "-o", tmp_path / f"z{z}"])
+    a, b = tmp_path / "z0", tmp_path / "z1"
+    ra, rb = train_records(a / "metrics.jsonl"), train_records(b / "metrics.jsonl")
+    assert [r["loss"] for r in ra] == [r["loss"] for r in rb]
+    assert sum(r["qk_clip_heads"] for r in ra) > 0, "tau 0.1 was meant to clip some head in this run"
+    assert model_file(a, 6).read_bytes() == model_file(b, 6).read_bytes()
+    assert np.fromfile(model_file(a, 6), dtype=np.int32, count=256)[20] == 1  # no biases
