@@ -45,9 +45,9 @@ int main(int argc, char** argv) {
             return llmc::make_backend(llmc::device_for_model(cfg.device, m, cfg.rank == 0), m, cfg.seed,
                                       cfg.local_rank);
         };
-        return cfg.eval_only ? llmc::run_eval(cfg, backend_for, *comm)
-                             : llmc::run_training(cfg, backend_for, cli.config_file_text(), *comm,
-                                                  llmc::make_step_profiler);
+        return cfg.eval_only
+                   ? llmc::run_eval(cfg, backend_for, *comm)
+                   : llmc::run_training(cfg, backend_for, cli.config_file_text(), *comm, llmc::make_step_profiler);
     } catch (const std::exception&) {
         const std::string message = llmc::current_error_message(
             "use a smaller model (--layers, --channels, --vocab, --max-seq-len) or batch (-b, -t)");
