@@ -167,7 +167,7 @@ enum class FlagRecord { Both, Toml, Machine, Launch, Hidden, Json };
             "--eval-only: write the first batch's logits, raw float32 (B, T, V)") \
     SETTING(Toml, std::string, dump_attention, "", "--dump-attention", true, "", \
             "--eval-only: write the attention probabilities of heads L:H[,L:H...] for the first sequence to -o " \
-            "DIR/attn_L<l>_H<h>.npy, float32 (T, T) (CPU backend)") \
+            "DIR/attn_L<l>_H<h>.npy, float32 (T, T) (CPU and CUDA backends)") \
     SETTING(Machine, std::string, device, "auto", "--device", true, "", \
             "auto | cpu | cuda") \
     SETTING(Machine, int, threads, 0, "--threads", v >= 0, "must be >= 0 (0 = automatic)", \
