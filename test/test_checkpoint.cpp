@@ -249,7 +249,7 @@ TEST_CASE("model checkpoint fp32 round trip is bit-exact with every header field
         }
 }
 
-TEST_CASE("model checkpoint: --bias 0 and --gelu erf in header words 20 and 21, no bias tensors stored",
+TEST_CASE("model checkpoint: --bias 0 and --gelu erf in header words 20 and 21 (version 2), no bias tensors stored",
           "[checkpoint]") {
     TempDir dir;
     for (bool bias : {true, false})
@@ -268,6 +268,7 @@ TEST_CASE("model checkpoint: --bias 0 and --gelu erf in header words 20 and 21, 
             save_model_checkpoint(path, c, p.data(), 5);
             REQUIRE(read_bytes(path).size() == 1024 + 4 * n);
             const std::vector<int32_t> h = read_header(path);
+            CHECK(h[1] == (bias && gelu == Gelu::Tanh ? 1 : 2));  // older readers refuse version 2
             CHECK(h[20] == (bias ? 0 : 1));
             CHECK(h[21] == (gelu == Gelu::Erf ? 1 : 0));
             for (int i = 22; i < 256; i++) REQUIRE(h[i] == 0);
@@ -415,9 +416,15 @@ TEST_CASE("model checkpoint refusals name the file and the problem", "[checkpoin
     }
     SECTION("wrong version") {
         fresh();
-        set_header_int(path, 1, 2);
+        set_header_int(path, 1, 3);
         std::string e = error_of<InputError>([&] { load_model_checkpoint(path); });
-        CHECK(e.find("version 2 is not supported") != std::string::npos);
+        CHECK(e.find("version 3 is not supported") != std::string::npos);
+        // version 2 is a model without biases or with erf GELU: not this one (words 20, 21 are 0)
+        fresh();
+        set_header_int(path, 1, 2);
+        e = error_of<CheckpointDamaged>([&] { load_model_checkpoint(path); });
+        CHECK(e.find("version 2 does not match its model fields (biases on, tanh GELU: version 1)") !=
+              std::string::npos);
     }
     SECTION("truncated payload") {
         fresh();
@@ -465,6 +472,11 @@ TEST_CASE("model checkpoint refusals name the file and the problem", "[checkpoin
         set_header_int(path, 20, 1);  // says "no biases" over a payload that has them
         e = error_of<CheckpointDamaged>([&] { load_model_checkpoint(path); });
         CHECK(e.find("parameter count") != std::string::npos);
+        fresh();
+        set_header_int(path, 21, 1);  // says "erf" in a version-1 file: a damaged (or hand-edited) header
+        e = error_of<CheckpointDamaged>([&] { load_model_checkpoint(path); });
+        CHECK(e.find("version 1 does not match its model fields (biases on, erf GELU: version 2)") !=
+              std::string::npos);
     }
     SECTION("missing file") {
         std::string e = error_of<CheckpointDamaged>([&] { load_model_checkpoint(dir / "nope.bin"); });

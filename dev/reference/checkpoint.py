@@ -20,7 +20,15 @@ import numpy as np
 from model_config import GELU_KINDS, Config, num_params
 
 MODEL_MAGIC = 20250521
+# version 1: GPT-2's biases and tanh GELU (header words 20, 21 zero); version 2: no biases or erf GELU
+# (llmc/io/checkpoint.h: a reader that predates words 20 and 21 refuses it); the version must match them
 MODEL_VERSION = 1
+MODEL_VERSION_OPTIONS = 2
+
+
+def model_file_version(cfg):
+    return MODEL_VERSION if cfg.bias and cfg.gelu == "tanh" else MODEL_VERSION_OPTIONS
+
 SHARD_MAGIC = 20240520
 HEADER_INTS = 256
 NO_BIAS = 20  # header index: 1 = the model has no biases
@@ -69,7 +77,7 @@ def write_model(path, cfg: Config, params: np.ndarray, step=0, dtype="fp32"):
     payload = params.tobytes() if dtype == "fp32" else fp32_to_bf16_bits(params).tobytes()
     checksum = fnv1a64(payload)
     h = np.zeros(HEADER_INTS, dtype=np.int32)
-    h[0], h[1] = MODEL_MAGIC, MODEL_VERSION
+    h[0], h[1] = MODEL_MAGIC, model_file_version(cfg)
     h[2], h[3], h[4], h[5], h[6] = cfg.max_seq_len, cfg.vocab_size, cfg.num_layers, cfg.num_heads, cfg.channels
     h[7], h[8], h[9] = cfg.padded_vocab_size, cfg.global_heads, cfg.window
     h[10], h[11] = int(cfg.qk_norm), int(cfg.tied_embeddings)
@@ -94,8 +102,8 @@ def read_model(path):
     h = np.frombuffer(raw[:HEADER_INTS * 4], dtype="<i4")
     if h[0] != MODEL_MAGIC:
         raise ValueError(f"{path}: bad magic {h[0]} (expected {MODEL_MAGIC}); not one of our model checkpoints")
-    if h[1] != MODEL_VERSION:
-        raise ValueError(f"{path}: unsupported version {h[1]} (expected {MODEL_VERSION})")
+    if h[1] not in (MODEL_VERSION, MODEL_VERSION_OPTIONS):
+        raise ValueError(f"{path}: unsupported version {h[1]} (expected {MODEL_VERSION} or {MODEL_VERSION_OPTIONS})")
     if h[NO_BIAS] not in (0, 1):
         raise ValueError(f"{path}: no-bias flag (header index {NO_BIAS}) is {h[NO_BIAS]}, expected 0 or 1")
     if not 0 <= h[GELU] < len(GELU_KINDS):
@@ -104,6 +112,9 @@ def read_model(path):
                  channels=int(h[6]), padded_vocab_size=int(h[7]), global_heads=int(h[8]), window=int(h[9]),
                  qk_norm=bool(h[10]), tied_embeddings=bool(h[11]), attn_softcap=_bits_float(int(h[13])),
                  bias=int(h[NO_BIAS]) == 0, gelu=GELU_KINDS[int(h[GELU])])
+    if h[1] != model_file_version(cfg):
+        raise ValueError(f"{path}: version {h[1]} does not match its model fields (bias {cfg.bias}, {cfg.gelu} "
+                         f"GELU: version {model_file_version(cfg)})")
     dtype = int(h[12])
     if dtype not in (0, 1):
         raise ValueError(f"{path}: unknown payload dtype {dtype} (0 = fp32, 1 = bf16)")

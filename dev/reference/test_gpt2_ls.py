@@ -225,10 +225,19 @@ def test_checkpoint_round_trip_and_damage():
             raw = open(path, "rb").read()
             hdr = np.frombuffer(raw[:1024], dtype="<i4")
             assert hdr[20] == (0 if bias else 1) and hdr[21] == {"tanh": 0, "erf": 1}[kind]
+            assert hdr[1] == 2  # version 2: a reader that predates words 20 and 21 refuses the file
             assert len(raw) == 1024 + 4 * num_params(c)
             c2, f2, _ = read_model(path)
             assert c2 == c and np.array_equal(f2, flat_c)
             assert type(c2.bias) is bool and type(c2.gelu) is str  # plain Python values (JSON-serializable)
+        bad = bytearray(raw)  # version 1 with the words of a version-2 model: damaged
+        bad[4:8] = np.array([1], dtype="<i4").tobytes()
+        open(path, "wb").write(bad)
+        try:
+            read_model(path)
+            raise AssertionError("version 1 with header word 21 = 1 was accepted")
+        except ValueError as e:
+            assert "does not match its model fields" in str(e), e
         for word, value in [(20, 2), (21, 2), (21, -1)]:
             bad = bytearray(raw)
             bad[4 * word:4 * word + 4] = np.array([value], dtype="<i4").tobytes()

@@ -21,7 +21,14 @@
 namespace llmc {
 
 constexpr int MODEL_MAGIC = 20250521;
+// Version 1: a model with GPT-2's biases and tanh GELU (header words 20 and 21 are 0). Version 2: a
+// model without biases or with the erf GELU, so that a reader that predates words 20 and 21 refuses
+// the file instead of reading an erf model as a tanh one. A file's version must match its words.
 constexpr int MODEL_VERSION = 1;
+constexpr int MODEL_VERSION_OPTIONS = 2;
+inline int model_file_version(const ModelConfig& c) {
+    return c.bias && c.gelu == Gelu::Tanh ? MODEL_VERSION : MODEL_VERSION_OPTIONS;
+}
 constexpr int LLMC_MAGIC = 20240326;  // llm.c gpt2_*.bin
 constexpr int LLMC_VERSION_FP32 = 3;
 constexpr int LLMC_VERSION_BF16 = 5;
@@ -198,7 +205,7 @@ inline void save_model_checkpoint(const std::string& path, const ModelConfig& co
 
     std::vector<int32_t> h(CKPT_HEADER_INTS, 0);
     h[0] = MODEL_MAGIC;
-    h[1] = MODEL_VERSION;
+    h[1] = model_file_version(config);
     put_config_fields(h.data(), config);
     h[12] = bf16 ? 1 : 0;
     put_u64(h.data(), 14, (uint64_t)n);
@@ -294,9 +301,10 @@ inline ModelCheckpoint load_model_checkpoint(const std::string& path) {
         throw CheckpointDamaged(path + ": bad magic " + std::to_string(h[0]) + ": not a train_gpt2_ls model (" +
                                 std::to_string(MODEL_MAGIC) + ") nor an llm.c GPT-2 checkpoint (" +
                                 std::to_string(LLMC_MAGIC) + "); pass a model_NNNNNNNN.bin or an llm.c gpt2_*.bin");
-    if (h[1] != MODEL_VERSION)
+    if (h[1] != MODEL_VERSION && h[1] != MODEL_VERSION_OPTIONS)
         throw InputError(path + ": model checkpoint version " + std::to_string(h[1]) +
-                         " is not supported (this build reads version " + std::to_string(MODEL_VERSION) +
+                         " is not supported (this build reads versions " + std::to_string(MODEL_VERSION) + " and " +
+                         std::to_string(MODEL_VERSION_OPTIONS) +
                          "); use a train_gpt2_ls build that wrote it");
 
     auto bad_header = [&](const std::string& what) {
@@ -329,6 +337,10 @@ inline ModelCheckpoint load_model_checkpoint(const std::string& path) {
     if (stored_n != n)
         throw bad_header("parameter count " + std::to_string(stored_n) + " does not match the " + std::to_string(n) +
                          " its model fields imply");
+    if (h[1] != model_file_version(c))
+        throw bad_header("version " + std::to_string(h[1]) + " does not match its model fields (biases " +
+                         (c.bias ? "on" : "off") + ", " + gelu_name(c.gelu) + " GELU: version " +
+                         std::to_string(model_file_version(c)) + ")");
     detail::check_size(path, size, n, ck.bf16 ? 2 : 4);
     uint64_t sum = detail::read_payload(f.get(), n, ck.bf16, ck.params, path);
     if (sum != get_u64(h.data(), 16))
