@@ -38,8 +38,8 @@
 #                      short QK-Clip run (a threshold that clips): heads clipped, losses finite
 #   4 = e2e-small      dev/bench/train_vs_torch.py --models ls-small   (ours vs PyTorch, paper model)
 #   5 = e2e-d12        dev/bench/train_vs_torch.py --models d12        (ours vs PyTorch, GPT-2 124M shape)
-#   6 = profile        the trainer's per-kernel profile (--profile-steps 8) of the paper model at B 8 and
-#                      B 16 and of d12 (stage_profile)
+#   6 = profile        the trainer's per-kernel profile (--profile-steps 8) of the paper's shape at B 8,
+#                      the paper code's model at B 16 and d12 (stage_profile)
 #   all = 1,2,3,6,4,5
 # DIR (default $OUT if set, else out/gpu_check) receives report.txt (every step's output, the short
 # table last) and report.json (steps, statuses, times, and the benchmarks' JSON), covering every step
@@ -365,15 +365,17 @@ ensure_train_data() {
 }
 
 # The per-kernel profile of the training step (--profile-steps, docs/training.md "Profiling the step"):
-# the paper model at B 8 and B 16 (T 2048, V 10000) and the GPT-2-124M-shaped d12 (LS G 1 P 64, B 16,
-# T 1024, V 50257), 8 profiled steps after 2 warm-up steps each, on the train stage's synthetic data;
+# the paper's shape at B 8 (T 2048, V 10000, as timed at fa663e0), the paper code's model at B 16 and the
+# GPT-2-124M-shaped d12 (LS G 1 P 64, B 16, T 1024, V 50257), 8 profiled steps after 2 warm-up steps each, on the train stage's synthetic data;
 # each table in the step's log, its profile.json in bench/profile/ (report.json). Emulated: one small
 # model, one profiled step (launch counts, no times).
 stage_profile() {
     ensure_bf16
     local syn=(--syn-length 3000000)
+    # ls-small-b8: the shape timed at fa663e0 (biases, tanh GELU, tied); paper-b16: the paper code's model
+    # (configs/paper_pg19.toml: no biases, erf GELU (its own launch), untied) at B 16
     local cases=("ls-small-b8|-e ls-small --vocab 10000 -b 8 -t 2048"
-                 "ls-small-b16|-e ls-small --vocab 10000 -b 16 -t 2048"
+                 "paper-b16|-e ls-small --vocab 10000 --bias 0 --gelu erf --untie-embeddings -b 16 -t 2048"
                  "d12-b16|-e d12 --window 64 --vocab 50257 -b 16 -t 1024")
     local steps=8
     if [ "$emulate" = 1 ]; then
@@ -389,9 +391,11 @@ stage_profile() {
         name=${c%%|*}
         read -ra args <<<"${c#*|}"
         rm -rf "$work/profile/$name"
+        rm -f "$work/bench/profile/$name.json"  # never an earlier call's profile in this call's report
         step "profile:$name" 240 "$trainer" --device cuda "${args[@]}" -x $((steps + 2)) --profile-steps "$steps" \
             -v 0 -s 0 -i "$work/train/data/train_*.bin" -o "$work/profile/$name" || continue
-        cp "$work/profile/$name/profile.json" "$work/bench/profile/$name.json"
+        cp "$work/profile/$name/profile.json" "$work/bench/profile/$name.json" ||
+            fail_step "profile:$name:json" "the run passed but wrote no profile.json"
     done
 }
 

@@ -68,7 +68,9 @@ if [[ $DEPS == 1 ]]; then
   carry+=(.deps)
 fi
 
-tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -c %s 2> /dev/null | awk '{ s += $1 } END { print s + 0 }')
+# (a tracked file deleted from the work tree does not travel: stat skips it, and its failure is not the script's)
+tree=$( (git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -c %s 2> /dev/null || true) |
+  awk '{ s += $1 } END { print s + 0 }')
 total=$tree
 echo "== what travels to the GPU machine"
 printf '   %-28s %6.1f MiB\n' "working tree (git)" "$(awk -v b="$tree" 'BEGIN { print b / 1048576 }')"

@@ -74,19 +74,26 @@ def intervals(events):
 
 
 def phase_ms(name, train, spans, events):
-    """Median ms per step of the run's steps alone and shared (None where it had none)."""
+    """Median ms per step of the run's steps alone and shared with every other run of this session (None
+    where it had none). Only the run's steps of this session count (a resumed run's earlier records are
+    before its start event); steps with some but not all other runs active (the middle of a stagger of
+    three or more) are neither."""
     if name not in spans:
         return None, None
+    own_start, own_end = spans[name]
     marks = [t for t, verb, _ in events if verb in ("start", "end")]
     alone, shared = [], []
     for r in train:
         t, ms = r.get("time"), r.get("ms")
-        if t is None or ms is None:
+        if t is None or ms is None or not own_start <= t - ms / 1000.0 <= own_end:
             continue
         if any(abs(t - m) < SETTLE_S or abs(t - ms / 1000.0 - m) < SETTLE_S for m in marks):
             continue
         others = [o for o, (a, b) in spans.items() if o != name and a <= t <= b]
-        (shared if others else alone).append(ms)
+        if not others:
+            alone.append(ms)
+        elif len(others) == len(spans) - 1:
+            shared.append(ms)
     med = lambda xs: statistics.median(xs) if len(xs) >= 5 else None  # noqa: E731
     return med(alone), med(shared)
 

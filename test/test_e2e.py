@@ -471,9 +471,19 @@ def test_paper_model_options_train_resume_evaluate_and_refuse_contradictions(byt
 
 
 def test_warmup_longer_than_the_run_is_noted(byte_data, tmp_path):
-    """-u 20 -x 10: the learning rate never reaches -l; one note on stderr says so (and none for -u 9)."""
+    """-u 20 -x 10: the learning rate never reaches -l; one note on stderr says so. None for -u 10 (its
+    last step, s = 9, runs at lr * 10 / 10) nor -u 9."""
     p = run(data_args(byte_data) + TINY + ["-o", tmp_path / "a", "-x", 10, "-u", 20, "-l", "1e-3", "-v", 0, "-s", 0])
-    assert "note: --warmup-steps 20 is not shorter than the run's 10 steps: the learning rate rises to 5.00e-04 " \
+    assert "note: --warmup-steps 20 is longer than the run's 10 steps: the learning rate rises to 5.00e-04 " \
            "at most, never to -l 1.00e-03" in p.stderr, p.stderr
-    p = run(data_args(byte_data) + TINY + ["-o", tmp_path / "b", "-x", 10, "-u", 9, "-v", 0, "-s", 0])
-    assert "--warmup-steps" not in p.stderr
+    for u in [10, 9]:
+        p = run(data_args(byte_data) + TINY + ["-o", tmp_path / f"u{u}", "-x", 10, "-u", u, "-l", "1e-3", "-v", 0,
+                                               "-s", 0])
+        assert "--warmup-steps" not in p.stderr
+        assert train_records(tmp_path / f"u{u}" / "metrics.jsonl")[-1]["lr"] == pytest.approx(1e-3)
+
+
+def test_eval_only_refuses_profile_steps(trained, byte_data):
+    out, _ = trained
+    assert_refused(["--eval-only", "-e", out / "model_00000020.bin", "-j", f"{byte_data}/val_*.bin", "-b", 2, "-t", 16,
+                    "--profile-steps", 2], out, "--profile-steps profiles training steps; drop it with --eval-only")

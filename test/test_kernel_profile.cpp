@@ -51,7 +51,8 @@ TEST_CASE("profile_table: per-step calls, time, mean and share; busy time is the
     const std::string text = profile_table_text(t);
     CHECK(text.find("profile of 2 training steps (test)") == 0);
     CHECK(text.find("a<1>") < text.find("  b\n"));
-    CHECK(text.find("step 1.0 us: some kernel running 0.4 us (40.0%), idle 0.6 us") != std::string::npos);
+    CHECK(text.find("step 1.0 us: some activity running 0.4 us (40.0%), idle 0.6 us") != std::string::npos);
+    CHECK(text.find("WARNING") == std::string::npos);
     const nlohmann::ordered_json j = profile_table_json(t);
     CHECK(j["kernels"].size() == 2);
     CHECK(j["kernels"][0]["kernel"] == "a<1>");
@@ -78,6 +79,9 @@ TEST_CASE("profile_table: an untimed capture has calls per step only", "[profile
     CHECK(t.rows[1].calls_per_step == 1.0);
     const std::string text = profile_table_text(t);
     CHECK(text.find("us/step") == std::string::npos);
-    CHECK(text.find("4.0 launches per step (not timed)") != std::string::npos);
+    CHECK(text.find("4.0 activities per step (not timed)") != std::string::npos);
     CHECK_FALSE(profile_table_json(t).contains("step_us"));
+    cap.dropped = 7;  // records the capture lost are said, in the table and the JSON
+    CHECK(profile_table_text(profile_table(cap)).find("WARNING: 7 activity records were dropped") != std::string::npos);
+    CHECK(profile_table_json(profile_table(cap))["dropped_records"] == 7);
 }

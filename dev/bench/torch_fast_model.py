@@ -147,6 +147,8 @@ class TwinGPT(nn.Module):
 
         def b(name, l=None):  # a bias, or None for a model without biases (cfg.bias False)
             return None if not cfg.bias else p[name] if l is None else p[name][l]
+        if cfg.gelu not in ("tanh", "erf"):
+            raise ValueError(f"gelu {cfg.gelu!r}: tanh or erf")
         approximate = "tanh" if cfg.gelu == "tanh" else "none"             # "erf": the exact GELU
         x = p["wte"][idx] + p["wpe"][:T]                                  # (B, T, C)
         for l in range(cfg.num_layers):

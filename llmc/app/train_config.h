@@ -58,7 +58,8 @@ struct TrainConfig {
 };
 
 // Presets for -e:
-//   ls-small  the paper's small model: L=6, C=192, NH=6 (hd 32), G=1, P=50, maxT=2048
+//   ls-small  the paper's small model's shape: L=6, C=192, NH=6 (hd 32), G=1, P=50, maxT=2048 (GPT-2's
+//             biases, tanh GELU and tied embeddings: the paper code's model is configs/paper_pg19.toml)
 //   dN        llm.c's depth-N GPT-2 family: L=N, C=64*N, NH=N (hd 64), maxT=1024, with LS-attention
 //             G=1, P=50 (d12 is GPT-2 124M's shape; add --global-heads N for plain MHSA)
 // Vocabulary 50257 (Vp 50304) unless --vocab or the data say otherwise.

@@ -70,6 +70,7 @@ inline void check_flag_combinations(const TrainConfig& c) {
     check_dump_attention_flags(c);  // --dump-attention: --eval-only, -o, its syntax
     if (c.eval_only) {
         if (c.val_data.empty()) fail("--eval-only needs -j VAL_GLOB, the shards to evaluate on");
+        if (c.profile_steps > 0) fail("--profile-steps profiles training steps; drop it with --eval-only");
     } else {
         if (c.train_data.empty())
             fail("no training data: give -i 'DIR/train_*.bin' (make shards with data/prepare.py)");

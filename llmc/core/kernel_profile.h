@@ -5,8 +5,9 @@
 //
 // Per row, per profiled step: calls, total time, mean time per call, share of the step; per profile:
 // the step's wall time between its two device synchronisations (before its first launch, after its
-// last), the time some kernel ran (the union of the kernels' intervals) and the rest ("idle": launch
-// gaps, host work, synchronisations). An untimed capture (the emulation) has calls only.
+// last), the time some activity ran (the union of the kernels', copies' and memsets' intervals) and the
+// rest ("idle": launch gaps, host work, synchronisations). An untimed capture (the emulation) has calls
+// only.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -31,10 +32,11 @@ struct DeviceActivity {
 // on the same clock (timed), or only the activities (untimed).
 struct ProfileCapture {
     bool timed = false;
-    std::string source;  // "CUPTI activity records (GPU)" or "emulated device: launch counts, not times"
+    std::string source;  // "CUPTI activity records, GPU" or "emulated device: launch counts, not times"
     std::vector<DeviceActivity> activities;
     std::vector<std::pair<uint64_t, uint64_t>> windows;  // (steps) [begin, end] ns
     int steps = 0;
+    uint64_t dropped = 0;  // activity records the capture lost (CUPTI's count): the table then undercounts
 };
 
 // Captures the device activity of the steps between step_begin and step_end (the training loop calls
@@ -49,7 +51,7 @@ public:
 
 struct ProfileRow {
     std::string name;
-    double calls_per_step = 0;  // launches per step
+    double calls_per_step = 0;  // calls per step
     double us_per_step = 0;     // total time per step (0 when untimed)
     double mean_us = 0;         // per call
     double share = 0;           // of the step's wall time
@@ -59,10 +61,12 @@ struct ProfileTable {
     bool timed = false;
     std::string source;
     int steps = 0;
-    double step_us = 0;  // mean wall time per step
-    double busy_us = 0;  // per step: time at least one activity ran (union of intervals)
-    double idle_us = 0;  // step_us - busy_us
-    double calls_per_step = 0;
+    double step_us = 0;         // mean wall time per step
+    double busy_us = 0;         // per step: time at least one activity ran (union of intervals)
+    double idle_us = 0;         // step_us - busy_us
+    double calls_per_step = 0;  // activities per step: kernels (cuBLASLt's own ones on a GPU; one per
+                                // cuBLASLt call emulated), copies and memsets
+    uint64_t dropped = 0;
     std::vector<ProfileRow> rows;  // by time (timed) or calls (untimed), largest first, then by name
 };
 
@@ -94,6 +98,7 @@ inline ProfileTable profile_table(const ProfileCapture& cap) {
     t.timed = cap.timed;
     t.source = cap.source;
     t.steps = cap.steps;
+    t.dropped = cap.dropped;
     if (cap.steps <= 0) return t;
     const double steps = cap.steps;
     struct Acc {
@@ -188,12 +193,17 @@ inline std::string profile_table_text(const ProfileTable& t, size_t max_rows = 4
     }
     if (t.timed)
         std::snprintf(buf, sizeof buf,
-                      "step %.1f us: some kernel running %.1f us (%.1f%%), idle %.1f us (launch gaps, host work, "
-                      "syncs); %.1f launches per step\n",
+                      "step %.1f us: some activity running %.1f us (%.1f%%), idle %.1f us (launch gaps, host work, "
+                      "syncs); %.1f activities per step\n",
                       t.step_us, t.busy_us, t.step_us > 0 ? 100.0 * t.busy_us / t.step_us : 0.0, t.idle_us,
                       t.calls_per_step);
-    else std::snprintf(buf, sizeof buf, "%.1f launches per step (not timed)\n", t.calls_per_step);
+    else std::snprintf(buf, sizeof buf, "%.1f activities per step (not timed)\n", t.calls_per_step);
     out += buf;
+    if (t.dropped > 0) {
+        std::snprintf(buf, sizeof buf, "WARNING: %llu activity records were dropped: the rows above undercount\n",
+                      (unsigned long long)t.dropped);
+        out += buf;
+    }
     return out;
 }
 
@@ -208,8 +218,11 @@ inline nlohmann::ordered_json profile_table_json(const ProfileTable& t) {
         }
         rows.push_back(j);
     }
-    nlohmann::ordered_json j = {
-        {"timed", t.timed}, {"source", t.source}, {"steps", t.steps}, {"launches_per_step", t.calls_per_step}};
+    nlohmann::ordered_json j = {{"timed", t.timed},
+                                {"source", t.source},
+                                {"steps", t.steps},
+                                {"activities_per_step", t.calls_per_step},
+                                {"dropped_records", t.dropped}};
     if (t.timed) {
         j["step_us"] = t.step_us;
         j["busy_us"] = t.busy_us;

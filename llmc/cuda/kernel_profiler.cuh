@@ -24,13 +24,14 @@
 
 #ifdef LLMC_EMULATE
 #include "dev/emu/device_state.h"
-#else
+#elif __has_include(<cupti.h>)
 #include <dlfcn.h>
 
 #include <cstdlib>
 #include <mutex>
 
 #include <cupti.h>
+#define LLMC_HAVE_CUPTI 1
 #endif
 
 namespace llmc::cuda {
@@ -64,6 +65,14 @@ private:
 
 inline std::unique_ptr<StepProfiler> make_step_profiler() { return std::make_unique<EmulatedLaunchProfiler>(); }
 
+#elif !defined(LLMC_HAVE_CUPTI)
+
+inline std::unique_ptr<StepProfiler> make_step_profiler() {
+    throw InputError(
+        "--profile-steps: this build found no cupti.h (CUDA's extras/CUPTI/include); rebuild with it on the "
+        "include path (EXTRA_INCLUDE=...), or drop --profile-steps");
+}
+
 #else
 
 namespace detail {
@@ -72,6 +81,7 @@ namespace detail {
 struct CuptiSink {
     std::mutex mu;
     std::vector<DeviceActivity> activities;
+    uint64_t dropped = 0;  // records CUPTI could not store (cuptiActivityGetNumDroppedRecords)
     bool active = false;
 };
 inline CuptiSink& cupti_sink() {
@@ -89,6 +99,7 @@ struct CuptiApi {
     decltype(&cuptiActivityGetNextRecord) next_record = nullptr;
     decltype(&cuptiGetTimestamp) timestamp = nullptr;
     decltype(&cuptiGetResultString) result_string = nullptr;
+    decltype(&cuptiActivityGetNumDroppedRecords) num_dropped = nullptr;
 };
 
 // Opens libcupti: the dynamic loader's search, then $CUDA_HOME and /usr/local/cuda (lib64,
@@ -111,7 +122,7 @@ inline std::string open_cupti(CuptiApi& api) {
     if (!get(api.register_callbacks, "cuptiActivityRegisterCallbacks") || !get(api.enable, "cuptiActivityEnable") ||
         !get(api.disable, "cuptiActivityDisable") || !get(api.flush_all, "cuptiActivityFlushAll") ||
         !get(api.next_record, "cuptiActivityGetNextRecord") || !get(api.timestamp, "cuptiGetTimestamp") ||
-        !get(api.result_string, "cuptiGetResultString"))
+        !get(api.result_string, "cuptiGetResultString") || !get(api.num_dropped, "cuptiActivityGetNumDroppedRecords"))
         return "libcupti lacks a function of the activity API";
     return "";
 }
@@ -138,11 +149,14 @@ inline const char* copy_kind_name(uint8_t kind) {
     }
 }
 
-inline void CUPTIAPI cupti_buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+inline void CUPTIAPI cupti_buffer_completed(CUcontext context, uint32_t stream, uint8_t* buffer, size_t, size_t valid) {
     CuptiSink& sink = cupti_sink();
     CUpti_Activity* rec = nullptr;
+    size_t dropped = 0;
+    if (cupti_api().num_dropped(context, stream, &dropped) != CUPTI_SUCCESS) dropped = 0;
     {
         std::lock_guard<std::mutex> lock(sink.mu);
+        sink.dropped += dropped;
         while (cupti_api().next_record(buffer, valid, &rec) == CUPTI_SUCCESS) {
             if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
                 const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
@@ -177,6 +191,7 @@ public:
             if (sink.active) throw std::logic_error("CuptiProfiler: one profiler at a time");
             sink.active = true;
             sink.activities.clear();
+            sink.dropped = 0;
         }
         try {
             check(api.register_callbacks(detail::cupti_buffer_requested, detail::cupti_buffer_completed),
@@ -185,12 +200,12 @@ public:
                  {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET})
                 check(api.enable(k), "cuptiActivityEnable");
         } catch (...) {
-            stop();
+            stop(/*check=*/false);
             throw;
         }
     }
     ~CuptiProfiler() override {
-        if (!finished_) stop();
+        if (!finished_) stop(/*check=*/false);
     }
 
     void step_begin() override { begin_ = now(); }
@@ -199,7 +214,7 @@ public:
         steps_++;
     }
     ProfileCapture finish() override {
-        stop();
+        stop(/*check=*/true);
         ProfileCapture cap;
         cap.timed = true;
         cap.source = "CUPTI activity records, GPU";
@@ -207,6 +222,7 @@ public:
         cap.steps = steps_;
         std::lock_guard<std::mutex> lock(detail::cupti_sink().mu);
         cap.activities = std::move(detail::cupti_sink().activities);
+        cap.dropped = detail::cupti_sink().dropped;
         return cap;
     }
 
@@ -218,16 +234,27 @@ private:
         check(detail::cupti_api().timestamp(&t), "cuptiGetTimestamp");
         return t;
     }
-    void stop() {
+    // Disables the records and flushes every buffer (also incomplete ones) into the sink; check: a CUPTI
+    // error is an InputError (else ignored: a constructor that failed, a destructor).
+    void stop(bool check_errors) {
         finished_ = true;
         detail::CuptiApi& api = detail::cupti_api();
         (void)cudaDeviceSynchronize();
+        CUptiResult r = CUPTI_SUCCESS;
         for (CUpti_ActivityKind k :
-             {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET})
-            api.disable(k);
-        api.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);  // every buffer, also incomplete ones
-        std::lock_guard<std::mutex> lock(detail::cupti_sink().mu);
-        detail::cupti_sink().active = false;
+             {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET}) {
+            const CUptiResult d = api.disable(k);
+            if (r == CUPTI_SUCCESS) r = d;
+        }
+        const CUptiResult f = api.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+        {
+            std::lock_guard<std::mutex> lock(detail::cupti_sink().mu);
+            detail::cupti_sink().active = false;
+        }
+        if (check_errors) {
+            check(r, "cuptiActivityDisable");
+            check(f, "cuptiActivityFlushAll");
+        }
     }
     static void check(CUptiResult r, const char* what) {
         if (r == CUPTI_SUCCESS) return;

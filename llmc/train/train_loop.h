@@ -230,10 +230,11 @@ inline void print_run_header(const TrainConfig& cfg, const RunPlan& plan, const 
                      start, max_steps);
     if (!o.tokenizer_note.empty() && cfg.sample_every > 0) o.log.printf("  note: %s\n", o.tokenizer_note.c_str());
     if (cfg.output_dir.empty()) o.log.printf("  note: no -o given; nothing is written (metrics, checkpoints)\n");
-    // the warmup ramps lr * (s + 1) / W over steps s < W: a run that ends inside it never reaches -l
-    if (cfg.warmup_steps >= max_steps && start < max_steps)
+    // the warmup ramps lr * (s + 1) / W over steps s < W (step W - 1 at the full rate): a run of fewer
+    // than W steps never reaches -l
+    if (cfg.warmup_steps > max_steps && start < max_steps)
         std::fprintf(stderr,
-                     "note: --warmup-steps %d is not shorter than the run's %d steps: the learning rate rises to "
+                     "note: --warmup-steps %d is longer than the run's %d steps: the learning rate rises to "
                      "%.2e at most, never to -l %.2e; lower -u or raise -x if that is not the intent\n",
                      cfg.warmup_steps, max_steps, cfg.learning_rate * (double)max_steps / cfg.warmup_steps,
                      cfg.learning_rate);
