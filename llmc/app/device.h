@@ -57,7 +57,13 @@ inline Device resolve_device(const std::string& requested, int gpu_count, std::s
 // The head sizes the CUDA LS-attention kernels are instantiated for (llmc/cuda/attention_ls.cuh).
 inline bool cuda_head_size_supported(int hd) { return hd == 32 || hd == 64 || hd == 128; }
 
-// Why the CUDA backend cannot run this model, or "" when it can.
+// Why the CUDA backend cannot run this model, or "" when it can. Every ModelConfig field is a decision
+// of the CUDA backend: today it implements all of them (llmc/cuda/gpt2_cuda.cuh) at the head sizes below.
+// A field added to ModelConfig changes its size and stops the build here until that decision is made:
+// implemented on the GPU, or refused in this function; never silently ignored.
+static_assert(sizeof(ModelConfig) == 48,
+              "ModelConfig gained or lost a field: decide whether the CUDA backend runs it (refuse it here if "
+              "not), then update this size");
 inline std::string cuda_model_unsupported_reason(const ModelConfig& m) {
     if (m.num_heads < 1 || m.channels % m.num_heads != 0) return "";  // validate_model_config reports it
     const int hd = m.channels / m.num_heads;
