@@ -14,7 +14,7 @@ import pytest
 
 from run_helpers import REPO, SHARED, TINY, run
 
-TINY_RUN = TINY + ["-x", 1, "-v", 0, "-s", 0]
+TINY_RUN = TINY + ["-x", 1, "-u", 1, "-v", 0, "-s", 0]  # -u 1: no warmup note (a one-step run)
 
 
 def prepare(out, text, tokenizer, *extra):
