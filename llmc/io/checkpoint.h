@@ -304,8 +304,7 @@ inline ModelCheckpoint load_model_checkpoint(const std::string& path) {
     if (h[1] != MODEL_VERSION && h[1] != MODEL_VERSION_OPTIONS)
         throw InputError(path + ": model checkpoint version " + std::to_string(h[1]) +
                          " is not supported (this build reads versions " + std::to_string(MODEL_VERSION) + " and " +
-                         std::to_string(MODEL_VERSION_OPTIONS) +
-                         "); use a train_gpt2_ls build that wrote it");
+                         std::to_string(MODEL_VERSION_OPTIONS) + "); use a train_gpt2_ls build that wrote it");
 
     auto bad_header = [&](const std::string& what) {
         return CheckpointDamaged(path + ": corrupt header: " + what + "; the file is damaged, use another checkpoint");
