@@ -85,16 +85,20 @@ def test_the_summary_counts_the_tokens_trained_at_each_d(byte_data, tmp_path):
 def test_the_history_holds_only_what_trained(byte_data, tmp_path):
     out = tmp_path / "run"
     run(data_args(byte_data) + COMMON + ["-o", out, "-x", 4])
-    p = run(["-o", out, "-y", 1, "-x", 4, "-l", "1e-3"])  # a resume that trains nothing
+    p = run(["-o", out, "-y", 1, "-x", 4, "-l", "1e-3"])  # a resume that trains nothing records nothing
     assert "nothing to train" in p.stdout
-    assert history(out) == [{"step": 4, "flag": "--learning-rate", "old": 0.002, "new": 0.001}]
+    assert "note: --learning-rate 0.001 (was 0.002) is not recorded: no step is trained " \
+        "(config.json unchanged)" in p.stderr and notes(p) == []
+    assert history(out) is None
     p = run(["-o", out, "-y", 1, "-x", 6, "-l", "3e-3"])
     assert notes(p) == ["note: resuming at step 4 with --max-steps 6 (was 4)",
                         "note: resuming at step 4 with --learning-rate 0.003 (was 0.002)"]
     assert history(out) == [{"step": 4, "flag": "--max-steps", "old": 4, "new": 6},
                             {"step": 4, "flag": "--learning-rate", "old": 0.002, "new": 0.003}]
-    # set at step 6, never trained, then set back to what trained: no entry for it
-    run(["-o", out, "-y", 1, "-l", "1e-4"])
+    # set at step 6, its step 7 rolled back (the checkpoint of step 7 lost), then set back to what
+    # trained: no entry for it
+    run(["-o", out, "-y", 1, "-x", 7, "-l", "1e-4"])
+    (out / "DONE_00000007").unlink()
     p = run(["-o", out, "-y", 1, "-x", 8, "-l", "3e-3"])
     assert notes(p) == ["note: resuming at step 6 with --max-steps 8 (was 6)",
                         "note: resuming at step 6 drops the history entry --learning-rate 0.0001 (was 0.003) of "

@@ -187,14 +187,21 @@ inline int64_t tokens_trained(const nlohmann::ordered_json& record, int step, co
 // Rank 0 at the start of a run with -o: a run that starts (fresh, or forked: `fresh_record` plus
 // "forked_from" with the source's step and tokens) writes config.json and config.toml; a resumed one
 // (resumed_step >= 0, its config.json present) keeps both but for config.json's "history"
-// (resumed_history), rewritten only when it changes. Each change is a note on stderr.
+// (resumed_history), rewritten only when it changes and only when the run trains a step (`trains`):
+// a change that trained nothing is not history. Each change is a note on stderr.
 inline void write_run_record(const std::string& out, nlohmann::ordered_json fresh_record,
-                             const std::string& config_toml, const TrainConfig& cfg, int resumed_step) {
+                             const std::string& config_toml, const TrainConfig& cfg, int resumed_step, bool trains) {
     const std::string json_path = join_path(out, "config.json");
     const bool forked = !cfg.fork_from.empty();
     if (resumed_step >= 0 && !forked && file_exists(json_path)) {
         nlohmann::ordered_json record = read_run_record(json_path, "restore the run's config.json");
         const ResumedHistory h = resumed_history(record, resumed_step, cfg, json_path);
+        if (!trains) {
+            for (const SettingChange& c : h.changes)
+                std::fprintf(stderr, "note: %s is not recorded: no step is trained (config.json unchanged)\n",
+                             describe_change(c).c_str());
+            return;
+        }
         for (const SettingChange& c : h.changes)
             std::fprintf(stderr, "note: resuming at step %d with %s\n", resumed_step, describe_change(c).c_str());
         for (const std::string& d : h.dropped)

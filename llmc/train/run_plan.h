@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "llmc/app/output_intent.h"
 #include "llmc/app/run_record.h"
 #include "llmc/app/train_config.h"
 #include "llmc/core/backend.h"
@@ -54,19 +55,35 @@ inline int64_t val_batch_count(const TrainConfig& c, const DataLoader& val, bool
     return std::min<int64_t>(c.val_batches, avail);
 }
 
-// The checkpoint to resume from: with -y 1 the newest one every rank can load (none: a fresh
-// start); with --fork-from the checkpoint it names (llmc/app/run_record.h fork_source), into an -o
-// without checkpoints; without either an -o that already holds checkpoints is refused, as is an -o
-// another run holds.
+// A new run (fresh or forked) into an -o that holds a run's files but no checkpoint would overwrite
+// them: refused, naming them and the choices.
+inline void check_no_run_files(const std::string& out, bool fork) {
+    const std::vector<std::string> files = run_files_in(out);
+    if (files.empty()) return;
+    throw InputError(std::string(fork ? "--fork-from starts a new run but " : "output directory ") + out +
+                     " holds a run without a checkpoint (" + name_list(files) + "); continue it with -y 1 " +
+                     "(from step 0, with its recorded settings), remove those files, or choose another -o");
+}
+
+// The checkpoint to resume from: with -y 1 the newest one every rank can load (none: a start from
+// step 0, said on stderr); with --fork-from the checkpoint it names (llmc/app/run_record.h
+// fork_source), into an -o without checkpoints; without either an -o that already holds checkpoints
+// is refused. A new run (fresh or forked) into an -o holding another run's files, and any run into an
+// -o another process holds, are refused too.
 inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, const ModelConfig& m, Collective& comm) {
     const std::string& out = cfg.output_dir;
     if (out.empty()) return std::nullopt;
     if (cfg.rank == 0) check_output_unlocked(out);
-    if (cfg.resume) return load_agreed_checkpoint(out, m, comm);
+    if (cfg.resume) {
+        std::optional<LoadedCheckpoint> from = load_agreed_checkpoint(out, m, comm);
+        if (!from && cfg.rank == 0) note_resume_without_checkpoint(out);
+        return from;
+    }
     if (!cfg.fork_from.empty()) {
         if (newest_complete_step(out) >= 0)
             throw InputError("--fork-from starts a new run but " + out + " already holds checkpoints (newest step " +
                              std::to_string(newest_complete_step(out)) + "); choose a new -o for the fork");
+        if (cfg.rank == 0) check_no_run_files(out, true);
         const ForkSource src = fork_source(cfg.fork_from);
         try {
             return load_checkpoint_at(src.dir, src.step, m, cfg.rank, cfg.world_size);
@@ -86,6 +103,7 @@ inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, con
     if (newest_complete_step(out) >= 0)
         throw InputError("output directory " + out + " already holds checkpoints (newest step " +
                          std::to_string(newest_complete_step(out)) + "); resume with -y 1 or choose another -o");
+    if (cfg.rank == 0) check_no_run_files(out, false);
     return std::nullopt;
 }
 

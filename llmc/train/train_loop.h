@@ -186,7 +186,8 @@ inline void open_outputs(RunOutputs& o, const TrainConfig& cfg, const RunPlan& p
     if (ec) throw InputError("cannot create output directory " + out + " (" + ec.message() + "); choose another -o");
     if (cfg.rank != 0) return;
     o.lock.acquire(out);
-    write_run_record(out, run_config_json(cfg, plan, model), config_toml, cfg, plan.resume ? plan.start_step() : -1);
+    write_run_record(out, run_config_json(cfg, plan, model), config_toml, cfg, plan.resume ? plan.start_step() : -1,
+                     plan.start_step() < plan.max_steps);
     if (plan.resume) {  // drop records the interrupted run wrote after its checkpoint
         truncate_jsonl_after_step(out + "/metrics.jsonl", plan.start_step());
         truncate_jsonl_after_step(out + "/logit_stats.jsonl", plan.start_step());
@@ -211,7 +212,11 @@ inline void print_run_header(const TrainConfig& cfg, const RunPlan& plan, const 
                  describe_model(plan.model, model.backend->num_params()).c_str());
     o.log.printf("  train: %lld tokens in %zu shard(s), %lld batches/epoch | val: %s\n",
                  (long long)train.total_tokens(), train.num_shards(), (long long)train.batches_per_epoch(),
-                 plan.val ? (std::to_string(plan.val->total_tokens()) + " tokens").c_str() : "none");
+                 plan.val ? (std::to_string(plan.val->total_tokens()) + " tokens, " + std::to_string(plan.val_batches) +
+                             " of its " + std::to_string(plan.val->batches_per_epoch()) +
+                             " batches per validation (-m; --eval-only reads all)")
+                                .c_str()
+                          : "none");
     o.log.printf("  batch: B %d x T %d x accum %d x %d process(es) = %ld tokens/step | %d steps | lr %.2e %s\n", B, T,
                  plan.accum, cfg.world_size, (long)B * T * plan.accum * cfg.world_size, max_steps, cfg.learning_rate,
                  cfg.lr_schedule.c_str());
@@ -223,8 +228,11 @@ inline void print_run_header(const TrainConfig& cfg, const RunPlan& plan, const 
     if (plan.resume)
         o.log.printf("  %s from %s at step %d\n", cfg.fork_from.empty() ? "resumed" : "forked",
                      model_path(plan.resume->dir, start).c_str(), start);
-    if (cfg.resume && !plan.resume)
-        o.log.printf("  note: -y 1 but %s has no complete checkpoint; starting from step 0\n", cfg.output_dir.c_str());
+    if (plan.init && !plan.init->from_llmc && !plan.resume)
+        std::fprintf(stderr,
+                     "note: -e %s: a new run from its weights only (step 0, new AdamW moments and data order); "
+                     "to continue its run's training, --fork-from a checkpoint of it\n",
+                     cfg.model.c_str());
     if (start >= max_steps && plan.resume)
         o.log.printf("  note: the checkpoint's step %d is not below -x %d; nothing to train (raise -x to continue)\n",
                      start, max_steps);
