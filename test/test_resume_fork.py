@@ -7,6 +7,7 @@ the real binary on byte-level tiny Shakespeare and a tiny model:
   - `make train` twice continues the run.
 """
 import json
+import os
 import shutil
 import subprocess
 
@@ -160,14 +161,16 @@ def test_fork_from_a_checkpoint_leaves_the_source_untouched(byte_data, tmp_path)
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
 
 
-def make_train(out, args):
-    """`make train` with the Makefile's own rule, the trainer and data taken as built (make -o)."""
+def make_train(out, args=None):
+    """`make train` with the Makefile's own rule, the trainer and data taken as built (make -o);
+    args None: no TRAIN_ARGS given (the Makefile's defaults apply)."""
     gpt2_tinyshakespeare()
     if not BIN.exists():
         pytest.fail(f"{BIN} is missing; build it with `make train_gpt2_ls`")
+    given = [] if args is None else ["TRAIN_ARGS=" + " ".join(map(str, args))]
+    env = {k: v for k, v in os.environ.items() if k != "TRAIN_ARGS"}
     return subprocess.run(["make", "-s", "-o", "train_gpt2_ls", "-o", "data/shards/tinyshakespeare_gpt2/meta.json", "train",
-                           f"TRAIN_OUT={out}", "TRAIN_ARGS=" + " ".join(map(str, args))],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
+                           f"TRAIN_OUT={out}"] + given, cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
 
 
 def test_make_train_twice_continues_the_run(tmp_path):
@@ -182,3 +185,101 @@ def test_make_train_twice_continues_the_run(tmp_path):
     assert sorted(train_losses(out)) == [1, 2, 3, 4]
     assert json.loads((out / "config.json").read_text())["history"] == [
         {"step": 2, "flag": "--max-steps", "old": 2, "new": 4}]
+
+
+def test_plain_make_train_continues_with_the_recorded_settings(tmp_path):
+    """A run started by `make train TRAIN_ARGS=...` and stopped early is continued by a plain `make
+    train` with its recorded settings: the Makefile's default TRAIN_ARGS (-x 300 ...) never override
+    the record (neither on a run with a checkpoint nor on one stopped before its first)."""
+    tiny = ["--device", "cpu", "--layers", 1, "--channels", 32, "--heads", 2, "-b", 2, "-t", 32, "-v", 0,
+            "--threads", 1]
+    out = tmp_path / "mk"
+    first = make_train(out, tiny + ["-x", 4, "-n", 2, "-s", 0])
+    assert first.returncode == 0, first.stderr
+    for f in ["DONE_00000004", "model_00000004.bin"]:  # as if stopped after step 2's checkpoint
+        (out / f).unlink()
+    again = make_train(out)
+    assert again.returncode == 0, again.stderr
+    assert "note: resuming" not in again.stderr, again.stderr  # no recorded setting was changed
+    assert "resumed from" in again.stdout and "at step 2" in again.stdout
+    assert sorted(train_losses(out)) == [1, 2, 3, 4]
+    assert "history" not in json.loads((out / "config.json").read_text())
+    # stopped before its first checkpoint: the run starts again from step 0 with its own settings
+    early = tmp_path / "early"
+    assert make_train(early, tiny + ["-x", 2, "-n", 0, "-s", 0]).returncode == 0
+    for f in early.glob("*_0000000*"):
+        f.unlink()
+    again = make_train(early)
+    assert again.returncode == 0, again.stderr
+    assert sorted(train_losses(early)) == [1, 2]
+    assert json.loads((early / "config.json").read_text())["train"]["max_steps"] == 2
+
+
+def test_a_new_run_never_overwrites_a_run_without_a_checkpoint(byte_data, tmp_path):
+    """A run stopped before its first checkpoint still has its record files: a new run (fresh or
+    forked) into that -o is refused and they stay as they were; -y 1 continues it from step 0."""
+    killed, src = tmp_path / "killed", tmp_path / "src"
+    run(data_args(byte_data) + COMMON + ["-o", killed, "-x", 3, "-n", 0])
+    for f in killed.glob("*_0000000*"):
+        f.unlink()  # as if killed before its first checkpoint: records of steps 1..3, no checkpoint
+    assert_refused(data_args(byte_data) + COMMON + ["-o", killed, "-x", 2], killed,
+                   "holds a run without a checkpoint (config.json, config.toml, metrics.jsonl")
+    run(data_args(byte_data) + COMMON + ["-o", src, "-x", 2, "-n", 2])
+    assert_refused(["--fork-from", src / "model_00000002.bin", "-o", killed, "-x", 4], killed,
+                   "continue it with -y 1")
+    p = run(["-o", killed, "-y", 1, "--threads", 1])
+    assert "note: -y 1: " + str(killed) + " has no complete checkpoint yet; its run starts again from step 0" \
+        in p.stderr
+    assert sorted(train_losses(killed)) == [1, 2, 3]
+
+
+def test_resume_into_a_directory_without_a_run_says_so_on_stderr(byte_data, tmp_path):
+    """-y 1 with a mistyped -o starts a new run (a requeued job's first start does the same), and says so
+    on stderr, naming a run directory with a near name."""
+    run(data_args(byte_data) + COMMON + ["-o", tmp_path / "run_a", "-x", 2, "-n", 2])
+    p = run(data_args(byte_data) + COMMON + ["-o", tmp_path / "run-b", "-y", 1, "-x", 2])
+    assert (f"note: -y 1: {tmp_path / 'run-b'} holds no run (no config.json); a new run starts there from step 0; "
+            f"did you mean -o {tmp_path / 'run_a'}?") in p.stderr.splitlines()
+    assert "note:" not in p.stdout
+
+
+def test_a_resume_that_trains_nothing_records_nothing(byte_data, tmp_path):
+    """-y 1 -x 3 on a run at step 4: nothing to train, so config.json gains no history entry (a copy by
+    --config would otherwise run 3 steps)."""
+    out = tmp_path / "run"
+    run(data_args(byte_data) + COMMON + ["-o", out, "-x", 4, "-n", 2])
+    before = (out / "config.json").read_bytes()
+    p = run(["-o", out, "-y", 1, "-x", 3, "--threads", 1])
+    assert "nothing to train" in p.stdout
+    assert "note: --max-steps 3 (was 4) is not recorded: no step is trained (config.json unchanged)" in p.stderr
+    assert (out / "config.json").read_bytes() == before
+
+
+def test_config_of_a_run_whose_settings_changed_asks_for_each_value(byte_data, tmp_path):
+    """--config RUN/config.json of a run that changed settings while it trained (z-loss turned on at step
+    3, extended to 5 steps): a new run cannot repeat a change at a step, so each changed setting must be
+    given (its start or its end value, or another); then the copy runs with those, from step 1."""
+    src = tmp_path / "src"
+    run(data_args(byte_data) + COMMON + ["-o", src, "-x", 3])
+    run(["-o", src, "-y", 1, "-x", 5, "--z-loss", "1e-4", "--threads", 1])
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    assert_refused(["--config", src / "config.json", "-o", copy, "--threads", 1], copy,
+                   "the run changed settings while it trained: --max-steps (3 at the start, 5 at the end), "
+                   "--z-loss (0 at the start, 0.0001 at the end); a new run takes one value from its first step")
+    assert_refused(["--config", src / "config.json", "-o", copy, "-x", 5, "--threads", 1], copy,
+                   "while it trained: --z-loss (0 at the start, 0.0001 at the end);")
+    p = run(["--config", src / "config.json", "-o", copy, "-x", 5, "--z-loss", "1e-4", "--threads", 1])
+    assert f"note: --config {src / 'config.json'}: a new run with that run's settings and model" in p.stderr
+    train = json.loads((copy / "config.json").read_text())["train"]
+    assert train["max_steps"] == 5 and train["z_loss"] == pytest.approx(1e-4)
+    assert sorted(train_losses(copy)) == [1, 2, 3, 4, 5]
+
+
+def test_training_from_a_checkpoint_with_e_says_it_takes_the_weights_only(byte_data, tmp_path):
+    src = tmp_path / "src"
+    run(data_args(byte_data) + COMMON + ["-o", src, "-x", 2, "-n", 2])
+    p = run(data_args(byte_data) + COMMON + ["-e", src / "model_00000002.bin", "-o", tmp_path / "new", "-x", 2])
+    assert (f"note: -e {src / 'model_00000002.bin'}: a new run from its weights only (step 0, new AdamW moments "
+            "and data order); to continue its run's training, --fork-from a checkpoint of it") in p.stderr
+    assert sorted(train_losses(tmp_path / "new")) == [1, 2]

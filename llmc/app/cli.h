@@ -84,6 +84,7 @@ public:
     // are the run record's (continue_record).
     int parse(int argc, const char* const* argv) {
         config_file_->file = config_path(argc, argv);
+        config_file_->app = &app_;
         const std::string mistake = argv_mistake(app_, argc, argv, config_file_->file);
         if (!mistake.empty()) return fail(mistake);
         try {

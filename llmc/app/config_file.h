@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "llmc/app/flag_suggest.h"
+#include "llmc/app/run_history.h"
 #include "llmc/app/run_record.h"
 #include "llmc/core/error.h"
 
@@ -49,6 +50,7 @@ public:
     std::vector<std::string> known_names;    // every option's names without dashes (CLI11 checks the rest)
     std::vector<std::string> suggestions;    // the configurable flags' long names, for "did you mean"
     std::vector<std::string> machine_names;  // the Machine rows' long names (--device, --threads): skipped
+    const CLI::App* app = nullptr;           // the parser: which flags the command line gave (set before parsing)
 
     std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
         std::stringstream whole;
@@ -98,17 +100,48 @@ private:
         const bool json_name = file.size() >= 5 && file.compare(file.size() - 5, 5, ".json") == 0;
         return json_name || (first != std::string::npos && content[first] == '{');
     }
-    // A run's config.json: what -y 1 would take from it (record_flag_values).
+    // A run's config.json: what -y 1 would take from it (record_flag_values). A new run applies one
+    // value per setting from its first step, so a setting the record's "history" changed during the
+    // run must be given on the command line (its start or its end value): refused otherwise, naming them.
     std::vector<CLI::ConfigItem> json_items(const std::string& content) const {
         std::vector<CLI::ConfigItem> items;
         try {
-            for (const FlagValue& fv : record_flag_values(parse_run_record(content, file), file)) {
+            const nlohmann::ordered_json record = parse_run_record(content, file);
+            std::vector<std::string> open;  // "--z-loss 0 at the start, 0.0001 from step 301"
+            for (const nlohmann::ordered_json& e : history_entries(record, file)) {
+                const std::string flag = "--" + normalized_flag_name(e["flag"].get<std::string>());
+                const CLI::Option* op = app ? app->get_option_no_throw(flag) : nullptr;
+                if (op != nullptr && op->count() > 0) continue;  // given on the command line
+                const std::string start = change_text(effective_train(record, file, -1), flag);
+                const std::string end = change_text(effective_train(record, file), flag);
+                const std::string text = flag + " (" + start + " at the start, " + end + " at the end)";
+                if (std::find(open.begin(), open.end(), text) == open.end()) open.push_back(text);
+            }
+            if (!open.empty()) {
+                std::string list;
+                for (const std::string& t : open) list += (list.empty() ? "" : ", ") + t;
+                throw InputError("config file " + file + ": the run changed settings while it trained: " + list +
+                                 "; a new run takes one value from its first step: give each of these flags " +
+                                 "with the value you want (or --fork-from a checkpoint to continue the run)");
+            }
+            std::fprintf(stderr,
+                         "note: --config %s: a new run with that run's settings and model; flags given here "
+                         "override them\n",
+                         file.c_str());
+            for (const FlagValue& fv : record_flag_values(record, file)) {
                 items.emplace_back();
                 items.back().name = fv.name;
                 items.back().inputs = {fv.value};
             }
         } catch (const InputError& e) { throw ConfigFileError(e.what()); }
         return items;
+    }
+    // The value of the setting of `flag` ("--z-loss") in a "train" object, as a note writes it.
+    static std::string change_text(const nlohmann::ordered_json& train, const std::string& flag) {
+        const SettingRow* row = setting_row_of_flag(flag.substr(2));
+        if (row == nullptr || !train.contains(row->field)) return "the default";
+        const nlohmann::ordered_json& v = train[row->field];
+        return v.is_string() ? v.get<std::string>() : change_value_text(v);
     }
     // kMark '1' stands for kMark itself; inside quotes kMark '2' for '#', kMark '3' for a backslash,
     // kMark '4' for a single quote, kMark '5' for a double quote (the kind that did not open the value)
