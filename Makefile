@@ -32,7 +32,8 @@
 #            SHARED_DATA=../shared/data  NVCC=nvcc CXX=g++ PYTHON=python3  BUILD=build
 #            USE_MPI=auto|0  USE_NCCL=auto|0  MPICXX=mpicxx  CUDA_HOME=<from nvcc's path>
 #            HOST_BUILD=0|1 (1: the trainer and the generator by CXX; default 1 when nvcc is not found)
-#            TRAIN_ARGS="-x 300 -v 50 -s 100 -n 100" (make train's flags)  TRAIN_OUT=out/tinyshakespeare
+#            TRAIN_ARGS="-x 300 -v 50 -s 100 -n 100" (a new run's flags; continuing one: only those given)
+#            TRAIN_OUT=out/tinyshakespeare
 #            CI=true (GPU targets for sm_90 only; make test fails without nvcc)  JOBS=<nproc> (make test)
 #            GPU_CHECK_EMU_PARTS=build,first,...|all (make test-emu)  EMU_SCHEDULES=greedy-forward,greedy-reverse
 #            FUZZ_SECONDS=600  FUZZ_SMOKE_SECONDS=5  FUZZ_NAMES="shard config"  FUZZ_ARGS=-runs=N (libFuzzer flags)
@@ -429,13 +430,19 @@ $(TS_DIR)/meta.json:
 data-tinyshakespeare: $(TS_DIR)/meta.json
 
 # --- the main job ----------------------------------------------------------------------------
-# Run again, it continues the run in TRAIN_OUT (-y 1 once it holds a checkpoint) with the settings
-# recorded there; TRAIN_ARGS given then override them (docs/training.md "Resuming and forking").
-TRAIN_ARGS ?= -x 300 -v 50 -s 100 -n 100
+# A new run in TRAIN_OUT trains with TRAIN_ARGS (default TRAIN_ARGS_NEW). Run again once TRAIN_OUT
+# holds a run (its config.json), it continues that run (-y 1: from its newest checkpoint, or from
+# step 0 when it has none yet) with the settings recorded there, and only the
+# TRAIN_ARGS given on the make command line (or in the environment) override them: the defaults
+# never do (docs/training.md "Resuming and forking").
+TRAIN_ARGS_NEW := -x 300 -v 50 -s 100 -n 100
+TRAIN_ARGS ?= $(TRAIN_ARGS_NEW)
 TRAIN_OUT ?= out/tinyshakespeare
+TRAIN_RESUMES = $(wildcard $(TRAIN_OUT)/config.json)
+TRAIN_ARGS_GIVEN = $(if $(filter file,$(origin TRAIN_ARGS)),,$(TRAIN_ARGS))
 train: train_gpt2_ls $(TS_DIR)/meta.json
 	./train_gpt2_ls -i "$(TS_DIR)/train_*.bin" -j "$(TS_DIR)/val_*.bin" -o $(TRAIN_OUT) \
-	  $(if $(wildcard $(TRAIN_OUT)/DONE_*),-y 1) $(TRAIN_ARGS)
+	  $(if $(TRAIN_RESUMES),-y 1 $(TRAIN_ARGS_GIVEN),$(TRAIN_ARGS))
 
 # --- tests -----------------------------------------------------------------------------------
 JOBS ?= $(shell nproc)

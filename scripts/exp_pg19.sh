@@ -281,7 +281,7 @@ declare -A PID=() RC=()
 start_run() {  # start_run INDEX: the trainer of run INDEX in the background
   local k=$1 n=${names[$1]} v=${variants[$1]} dir=${dirs[$1]} resume=0
   if [[ -f $dir/DONE_$(printf %08d "$STEPS") ]]; then echo "== $n: done already ($dir)"; RC[$n]=0; return; fi
-  ls "$dir"/DONE_* > /dev/null 2>&1 && resume=1
+  [[ -f $dir/config.json ]] && resume=1  # its run, checkpointed or not: continue it (a new run there is refused)
   mkdir -p "$dir"
   echo "== $n: $(variant_flags "$v") | up to $STEPS steps of $TOTAL tokens | $([[ -n $deadline ]] && echo "until $(( ${STOP_AT[$k]} - START )) s")| device $DEVICE | np $NP | resume $resume"
   # shellcheck disable=SC2046

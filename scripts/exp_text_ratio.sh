@@ -16,8 +16,8 @@
 # every ratio, and checkpoints on a logit alarm (z-score > 8 against the last 100 steps).
 # Defaults: L 2, C 32, NH 4 (hd 8), so T = 256, 512, 1024; P 32 at every T (the short range of text
 # does not grow with T); 8192 tokens per step (B = 8192 / T), 4000 steps, lr 3e-3 cosine to 10%,
-# warmup 200; SentencePiece vocabulary 1024; one thread per run (--jobs runs at a time; run it under
-# `nice`). Soft-cap and QK-Clip at 30: this size's MHSA logits stay far below the paper-scale values
+# warmup 200; SentencePiece vocabulary 1024; one thread per run (--jobs runs at a time), each under
+# `nice -n $NICE` (default 10; the script never changes its caller's priority). Soft-cap and QK-Clip at 30: this size's MHSA logits stay far below the paper-scale values
 # (50, 100), which would never act. Priority order of the runs: MHSA and LS at every ratio (as
 # given), all-local at every ratio, the extra seeds, the stabilizers at the key ratio, then at the
 # other ratios.
@@ -26,13 +26,11 @@
 # draws what has finished so far.
 # Writes under --out (default out/exp_text_<corpus>): data/ (shards, tokenizer) unless --data,
 # runs/r<T/C>_<variant>_s<seed>/ (+ .log), plots/, summary.md.
-# Environment: TRAINER (default ./train_gpt2_ls), PYTHON (default python3).
+# Environment: TRAINER (default ./train_gpt2_ls), PYTHON (default python3), NICE (default 10).
 set -euo pipefail
-# `nice` alone does not yield to a build in another terminal where the kernel groups processes by
-# session (sched_autogroup): lower this session's group too, so a CI run beside it keeps its speed
-if [ -w /proc/self/autogroup ]; then echo 19 >/proc/self/autogroup 2>/dev/null || true; fi
 
 TRAINER=${TRAINER:-./train_gpt2_ls}
+NICE=${NICE:-10}
 PYTHON=${PYTHON:-python3}
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
@@ -162,11 +160,11 @@ run_one() {  # ratio variant seed
   local r=$1 v=$2 s=$3 T=$(($1 * C)) dir=$OUT/runs/r$1_$2_s$3
   if [[ -f $(done_marker "$dir") ]]; then return 0; fi
   local resume=0
-  ls "$dir"/DONE_* > /dev/null 2>&1 && resume=1
+  [[ -f $dir/config.json ]] && resume=1  # its run, checkpointed or not: continue it (a new run there is refused)
   echo "== $(date +%H:%M:%S) r$r $v seed $s: T $T, B $((TOKENS / T)), $STEPS steps, resume $resume" >&2
   mkdir -p "$dir"
   # shellcheck disable=SC2046  # the variant's flags are a list
-  "$TRAINER" -i "$DATA/train_*.bin" -j "$DATA/val_*.bin" -o "$dir" -y "$resume" --device cpu --threads 1 \
+  nice -n "$NICE" "$TRAINER" -i "$DATA/train_*.bin" -j "$DATA/val_*.bin" -o "$dir" -y "$resume" --device cpu --threads 1 \
     --layers "$LAYERS" --channels "$C" --heads "$HEADS" --window "$WINDOW" --near "$WINDOW" \
     --max-seq-len "$T" $(variant_flags "$v") -b $((TOKENS / T)) -t "$T" -x "$STEPS" -l "$LR" -u "$WARMUP" \
     --seed "$s" -v $((STEPS / 20 > 0 ? STEPS / 20 : 1)) -m 8 -s 0 -n "$CKPT_EVERY" --keep-checkpoints 2 \
