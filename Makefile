@@ -85,15 +85,20 @@ endif
 # no LLMC_CUDA_BACKEND), and the GPU targets and the emulated build (which needs CUDA's headers) are left
 # out of `make` and `make test`; one line says so (once per top-level make).
 NVCC_FOUND := $(shell command -v $(NVCC) 2>/dev/null)
-# `make train` (alone, or with data-tinyshakespeare) trains with the programs' current build: when the last
-# build of the two was the host build (`make cpu`: $(BUILD)/mains-compiler, below, holds HOST_BUILD_MARK)
-# and HOST_BUILD is not given, it keeps that build (rebuilt by CXX only when a source changed) instead of
-# rebuilding the trainer with nvcc, and one line says so. `make` and the other goals rebuild with nvcc.
+# `make train` (alone, or with data-tinyshakespeare) and HOST_BUILD not given: on a machine without a
+# GPU (nvidia-smi lists none) it builds and trains with the host build (CXX, CPU only; ~1 minute
+# instead of the nvcc build's ~3), and where the last build of the two was the host build (`make cpu`:
+# $(BUILD)/mains-compiler, below, holds HOST_BUILD_MARK) it keeps that build (rebuilt by CXX only when a
+# source changed); one line says which. `make` and the other goals build with nvcc.
 HOST_BUILD_MARK := (host, CPU only)
+NVIDIA_SMI ?= nvidia-smi
 ifeq ($(origin HOST_BUILD)$(filter-out train data-tinyshakespeare,$(MAKECMDGOALS)),undefined)
 ifneq ($(NVCC_FOUND),)
 ifneq ($(filter train,$(MAKECMDGOALS)),)
-ifneq ($(findstring $(HOST_BUILD_MARK),$(shell cat $(BUILD)/mains-compiler 2>/dev/null)),)
+ifeq ($(shell $(NVIDIA_SMI) -L 2>/dev/null | grep -c '^GPU'),0)
+HOST_BUILD := 1
+$(info make train: no GPU on this machine (nvidia-smi lists none): training with the host build of train_gpt2_ls (CPU only); `make train HOST_BUILD=0` builds it with nvcc)
+else ifneq ($(findstring $(HOST_BUILD_MARK),$(shell cat $(BUILD)/mains-compiler 2>/dev/null)),)
 HOST_BUILD := 1
 $(info make train: train_gpt2_ls is the host build of `make cpu` (CPU only): training with it; `make train HOST_BUILD=0` rebuilds it with nvcc)
 endif

@@ -137,7 +137,10 @@ def test_make_train_after_make_cpu_trains_with_the_host_build(tmp_path):
     fake_compiler(tmp_path / "fake-nvcc", "nvcc", log)
     fake_compiler(tmp_path / "fake-cxx", "cxx", log)
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "HOST_BUILD")}
-    env.update(NVCC=str(tmp_path / "fake-nvcc"), CXX=str(tmp_path / "fake-cxx"))
+    smi = tmp_path / "fake-nvidia-smi"  # a machine with one GPU
+    smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0)'\n")
+    smi.chmod(0o755)
+    env.update(NVCC=str(tmp_path / "fake-nvcc"), CXX=str(tmp_path / "fake-cxx"), NVIDIA_SMI=str(smi))
 
     def make(*args):
         log.write_text("")
@@ -168,6 +171,14 @@ def test_make_train_after_make_cpu_trains_with_the_host_build(tmp_path):
     assert calls[4].startswith("run nvcc-built "), calls
     _, calls = make("train")  # the last build was nvcc's: it stays
     assert len(calls) == 1 and calls[0].startswith("run nvcc-built "), calls
+    # a machine without a GPU: make train builds and trains with the host compiler, and says so
+    env["NVIDIA_SMI"] = "false"
+    out, calls = make("train")
+    said = [line for line in out.splitlines() if line.startswith("make train:")]
+    assert said == ["make train: no GPU on this machine (nvidia-smi lists none): training with the host build of "
+                    "train_gpt2_ls (CPU only); `make train HOST_BUILD=0` builds it with nvcc"], out
+    assert [c.split()[0] for c in calls][-1] == "run" and calls[-1].startswith("run cxx-built "), calls
+    assert all(not c.startswith("nvcc") for c in calls), calls
     make("cpu")
     _, calls = make("train_gpt2_ls")  # any goal but train: the CUDA build, as the help says `make` does
     assert [c.split()[0] for c in calls] == ["cxx", "nvcc"] and "-DLLMC_CUDA_BACKEND=1" in calls[0], calls
