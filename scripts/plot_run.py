@@ -552,8 +552,11 @@ def draw_markers(ax, runs, heads, with_text):
 
 
 def save(fig, prefix, name, formats):
-    for ext in formats:
-        fig.savefig(f"{prefix}_{name}.{ext}", dpi=80 if ext == "png" else None)
+    """Writes the figure in each format; returns the paths written."""
+    paths = [f"{prefix}_{name}.{ext}" for ext in formats]
+    for path, ext in zip(paths, formats):
+        fig.savefig(path, dpi=80 if ext == "png" else None)
+    return paths
 
 
 def plot_loss(plt, runs, labels, title):
@@ -819,10 +822,12 @@ def main(argv=None):
         print(table, end="")
         formats = [x for x in args.formats.split(",") if x]
         import matplotlib.pyplot as plt
+        written = [prefix + "_summary.md"]
         for name, fig in build_figures(runs, labels, title, args.heads, args.threshold,
                                        rows if args.by_ratio else None):
-            save(fig, prefix, name, formats)
+            written += save(fig, prefix, name, formats)
             plt.close(fig)
+        print(f"wrote {len(written)} files: " + ", ".join(written), file=sys.stderr)
     except (PlotError, OSError, KeyError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -235,6 +235,9 @@ def test_history_markers_and_default_out(two_runs):
     for name in ["loss", "logits", "entropy", "near_mass", "near_far_logits"]:
         assert (hist / f"plot_{name}.png").stat().st_size > 1000, name
     assert (hist / "plot_summary.md").exists() and "| ls_history |" in p.stdout
+    said = [ln for ln in p.stderr.splitlines() if ln.startswith("wrote ")]  # every file written, named
+    written = said[0].split(": ", 1)[1].split(", ") if len(said) == 1 else said
+    assert sorted(written) == sorted(str(f) for f in hist.glob("plot_*")), said
 
 
 @pytest.mark.parametrize("heads", ["max", "all"])
