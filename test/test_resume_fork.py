@@ -283,3 +283,10 @@ def test_training_from_a_checkpoint_with_e_says_it_takes_the_weights_only(byte_d
     assert (f"note: -e {src / 'model_00000002.bin'}: a new run from its weights only (step 0, new AdamW moments "
             "and data order); to continue its run's training, --fork-from a checkpoint of it") in p.stderr
     assert sorted(train_losses(tmp_path / "new")) == [1, 2]
+
+
+def test_a_window_not_below_t_is_noted_as_mhsa(byte_data, tmp_path):
+    p = run(data_args(byte_data) + COMMON + ["-x", 1, "--window", 32])  # -t 32: the window covers it
+    assert ("note: --window 32 is not below -t 32: a local head sees the whole context, so its 3 local head(s) "
+            "compute as global ones (MHSA); lower --window for LS-attention") in p.stderr
+    assert "--window" not in run(data_args(byte_data) + COMMON + ["-x", 1]).stderr

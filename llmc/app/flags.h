@@ -131,8 +131,8 @@ enum class FlagRecord { Both, Toml, Machine, Launch, Hidden, Json };
             "1 = resume from the newest complete checkpoint in -o") \
     SETTING(Launch, std::string, fork_from, "", "--fork-from", true, "", \
             "start a new run in -o from this complete checkpoint RUN/model_NNNNNNNN.bin, with RUN's settings") \
-    SETTING(Both, int, keep_checkpoints, 3, "--keep-checkpoints", v >= 0, "must be >= 0 (0 = keep all)", \
-            "keep the newest K checkpoints (0 = all)") \
+    SETTING(Both, int, keep_checkpoints, 0, "--keep-checkpoints", v >= 0, "must be >= 0 (0 = keep all)", \
+            "keep the newest K checkpoints (0 = all: every step stays a fork point)") \
     /* statistics, spikes */ \
     SETTING(Both, int, logit_stats_every, 1, "--logit-stats-every", v >= 0, "must be >= 0 (0 = never)", \
             "write attention-logit statistics every N steps (0 = never)") \

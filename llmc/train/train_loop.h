@@ -228,6 +228,11 @@ inline void print_run_header(const TrainConfig& cfg, const RunPlan& plan, const 
     if (plan.resume)
         o.log.printf("  %s from %s at step %d\n", cfg.fork_from.empty() ? "resumed" : "forked",
                      model_path(plan.resume->dir, start).c_str(), start);
+    if (plan.model.local_heads() > 0 && plan.model.window >= T)
+        std::fprintf(stderr,
+                     "note: --window %d is not below -t %d: a local head sees the whole context, so its %d local "
+                     "head(s) compute as global ones (MHSA); lower --window for LS-attention\n",
+                     plan.model.window, T, plan.model.local_heads());
     if (plan.init && !plan.init->from_llmc && !plan.resume)
         std::fprintf(stderr,
                      "note: -e %s: a new run from its weights only (step 0, new AdamW moments and data order); "
