@@ -8,6 +8,15 @@ measured on a GPU: every figure comes from counting, none from a run.
     python3 dev/bench/roofline.py --out out/bench/roofline    # + DIR/roofline.json (scripts/gpu_check.sh)
     python3 dev/bench/roofline.py --dq-designs             # + the backward's dQ in two designs
     python3 dev/bench/roofline.py --dq-designs --sass FILE # + both backward designs from SASS figures
+    python3 dev/bench/roofline.py --calibration            # the calibrated H200 model: parameters, errors
+    python3 dev/bench/roofline.py --speed-steps            # issue 52's speed steps as modeled gains
+    python3 dev/bench/roofline.py --predict PREFIX --commit SHA   # per-kernel prediction, PREFIX.json/.md
+    python3 dev/bench/roofline.py --compare PROFILE.json --prediction PRED.json [--case NAME]
+
+The roofline below is the static model (H100 limits, no calibration). The calibrated model of the
+H200 (a kernel's duration from fixed costs, waves, tails and per-family efficiencies fitted to the
+GPU runs at fa663e0 and 4628997) is the section "Calibrated model of the GPU" further down; its rules
+are in that section's comment and in docs/cuda_kernels.md ("Calibrated model").
 
 The step is the CUDA backend's op list (llmc/cuda/gpt2_cuda.cuh: forward, backward, grad_norm,
 adamw_update), one micro-batch of B x T tokens (N = B T). Per op:
@@ -640,6 +649,1104 @@ def markdown(name, rows, summary, with_sass):
     return "\n".join(out)
 
 
+
+# ================================================================================================
+# Calibrated model of the GPU: MODELED, calibrated against GPU measurements at fa663e0 (H200)
+# ================================================================================================
+# Rules (docs/cuda_kernels.md "Calibrated model", dev/bench/README.md): a kernel's duration is a fixed
+# cost per launch plus the work of its family at a calibrated rate:
+#   memory-bound kernels  t = kernel_fixed_us + bytes / (H200 bandwidth x eff_<family>); a lab row timed
+#                         with events around its launches adds lab_event_us once per timed window
+#   cuBLASLt GEMMs        t = gemm_fixed_us + gemm_wave_us x ceil(tiles / 132) + max(gemm_kstep_us x
+#                         k-steps per SM, bytes / H200 bandwidth), tiles = M N / 128^2, k-steps per SM =
+#                         tiles x ceil(K / 64) / 132 (the K loop spread evenly over the SMs: stream-K /
+#                         split-K); an output of fewer than 132 tiles is split over K (splits =
+#                         min(ceil(K / 64), 132 // tiles)) and cuBLASLt's reduction kernel adds
+#                         kernel_fixed_us + the fp32 partials read and the output written at eff_elementwise
+#   attention (FA2 class) the launch's real grid (llmc/core/attention_split.h: items, their order, the
+#                         split of long tile loops; fa663e0: the unsplit (b, head) x tile grid, longest
+#                         first) filling 132 SMs x occupancy (attn_kernel_us): resident blocks share an
+#                         SM's issue rate (a lone block at most attn_lone_share / occupancy of it), a
+#                         block's work = attn_block_setup_us + its tiles (+ one to merge a split), a tile's
+#                         = occupancy x its tensor work at an SM's peak / its SASS efficiency (interior,
+#                         masked, pair skips: STATIC_ATTENTION_FIGURES) / the family's issue efficiency
+#   encoder grouping      one block: kernel_fixed_us + positions x enc_group_ns_per_position
+#   classifier            a block a row: memory-bound + rows x classifier_row_ns
+#   the step              sum of its kernels + (launches - 1) x gap_us (the idle time between them)
+# Each parameter is fitted from named measurements (MEASUREMENTS, fit_calibration: CALIBRATION_SOURCES
+# says which fixes which) and checked on measurements not used to fit it (calibration_checks).
+
+H200_SMS = 132
+H200_BANDWIDTH = 4.814e12  # bytes/s: the datasheet figure the labs' "% peak" uses
+H200_PEAK = 989e12  # dense bf16 tensor-core FLOP/s (the labs' figure)
+
+# The attention kernels' static figures: blocks per SM (sass_report's occupancy from registers and
+# shared memory) and the efficiencies of parse_sass's rule for one instance (efficiency() of its
+# full path, of its masked path, sass_report_skip), from `make sass-report` (build/sass/report.json at
+# 5ce31b6: HEAD's kernels; fa663e0's hot loops are the same code, the split added an entry and a
+# merge outside them).
+STATIC_ATTENTION_FIGURES = {
+    # (kernel, hd): (blocks per SM, eff interior, eff masked, skip or None); the instances a training
+    # step runs (no soft-cap; the forward with statistics): attn_fwd_fa2_kernel<HD, true, false, false>,
+    # attn_bwd_kv_fa2_kernel<HD, false, false>, attn_bwd_q_fa2_kernel<HD, false>
+    ("attn_fwd_fa2_kernel", 32): (4, 0.37523452, 0.26075619, None),
+    ("attn_fwd_fa2_kernel", 64): (3, 0.61728395, 0.45454545, None),
+    ("attn_bwd_kv_fa2_kernel", 32): (4, 0.70175439, 0.44052863, (9.078125, 0.5, 1.234375, 0.0)),
+    ("attn_bwd_kv_fa2_kernel", 64): (3, 1.0, 0.70546737, (5.671875, 0.25, 0.609375, 0.0)),
+    ("attn_bwd_q_fa2_kernel", 32): (4, 0.69084629, 0.44345898, (9.02083333, 2.0 / 3.0, 1.54166667, 0.0)),
+    ("attn_bwd_q_fa2_kernel", 64): (3, 1.0, 0.7518797, (5.32291667, 1.0 / 3.0, 0.76041667, 0.0)),
+}
+ATTN_GEMMS = {"attn_fwd_fa2_kernel": 2, "attn_bwd_kv_fa2_kernel": 4, "attn_bwd_q_fa2_kernel": 3}
+# llmc/core/attention_split.h's chunk-size constants
+SPLIT_MIN_TILES, SPLIT_RESIDENT_BLOCKS, SPLIT_CHAIN_SHARE = 4, 132 * 4, 4
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def attn_ranges(T, P, local, by_key, tile=TILE):
+    """Inner tile ranges [begin, end) per outer tile (llmc/core/attention_tiles.h, tiles of 64): a
+    query tile's key tiles (forward, dQ) or a key tile's query tiles (dK/dV)."""
+    out = []
+    for o in range(_cdiv(T, tile)):
+        if by_key:
+            k1 = min(o * tile + tile, T)
+            out.append((o, _cdiv(min(T, k1 - 1 + P) if local else T, tile)))
+        else:
+            out.append(((max(0, o * tile - P + 1) if local else 0) // tile, _cdiv(min(o * tile + tile, T), tile)))
+    return out
+
+
+def attn_split_chunk(T, P, B, NH, G, by_key, local):
+    """attn_split_kind's chunk size S (chosen from the shape) of one head kind; n_inner: not split."""
+    work, longest = {}, {}
+    for kind in (True, False):
+        r = attn_ranges(T, P, kind, by_key)
+        work[kind], longest[kind] = sum(e - b for b, e in r), max(e - b for b, e in r)
+    n_inner = _cdiv(T, TILE)
+    s = _cdiv(B * (G * work[False] + (NH - G) * work[True]), SPLIT_RESIDENT_BLOCKS * SPLIT_CHAIN_SHARE)
+    S = n_inner if s >= longest[local] else max(SPLIT_MIN_TILES, s)
+    return n_inner if S >= longest[local] else S
+
+
+def attn_blocks(T, P, B, NH, G, by_key, split=True):
+    """The blocks of one FA2-class launch in launch order: (masked flag per tile, merges partials,
+    local head). split=True: HEAD's grid (attention_split.h: the global heads' items first, item-major
+    over (b, head), then the local heads'; long tile loops cut into chunks); split=False: fa663e0's
+    grid (blockIdx.x = (b, head) fastest, blockIdx.y = the outer tile, longest first)."""
+    def tiles(o, lo, hi, local):
+        return tuple(masked_tile(i if by_key else o, o if by_key else i, T, P, local) for i in range(lo, hi))
+
+    if not split:
+        kinds = {}
+        for local in (True, False):
+            r = attn_ranges(T, P, local, by_key)
+            order = range(len(r)) if by_key else range(len(r) - 1, -1, -1)
+            kinds[local] = [tiles(o, *r[o], local) for o in order]
+        return [(kinds[h >= G][y], False, h >= G) for y in range(len(kinds[True])) for _ in range(B)
+                for h in range(NH)]
+    blocks = []
+    for local, heads in ((False, G), (True, NH - G)):
+        if heads <= 0:
+            continue
+        r = attn_ranges(T, P, local, by_key)
+        n_inner = _cdiv(T, TILE)
+        S = attn_split_chunk(T, P, B, NH, G, by_key, local)
+        z = (S - n_inner % S) % S if by_key else 0
+        for j in range(_cdiv(n_inner + z, S)):
+            lo, hi = max(0, j * S - z), min(n_inner, (j + 1) * S - z)
+            outers = [o for o, (b, e) in enumerate(r) if b < hi and e > lo]
+            for o in (outers if by_key else outers[::-1]):
+                b, e = r[o]
+                merges = _cdiv(e + z, S) - (b + z) // S > 1
+                blocks.extend([(tiles(o, max(b, lo), min(e, hi), local), merges, local)] * (B * heads))
+    return blocks
+
+
+def masked_tile(qt, kt, T, P, local, tile=TILE):
+    """attn_tile_needs_mask for one visited tile (masked_tile_list's rule)."""
+    q0, q1, k0, k1 = qt * tile, qt * tile + tile, kt * tile, kt * tile + tile
+    return q1 > T or k1 > T or k1 - 1 > q0 or (local and k0 <= q1 - 1 - P)
+
+
+def attn_tile_us(kernel, hd, masked, pair_fraction, issue_eff):
+    """One tile's time on one slot (µs): occupancy x its tensor work at an SM's peak x its SASS factor
+    (1 / eff, or masked_factor on a masked tile) / the calibrated issue efficiency."""
+    occ, eff, eff_m, skip = STATIC_ATTENTION_FIGURES[(kernel, hd)]
+    work = ATTN_GEMMS[kernel] * 2 * hd * TILE * TILE / (H200_PEAK / H200_SMS)
+    if not masked:
+        factor = 1.0 / eff
+    else:
+        factor = masked_factor(SassFigure(0, None, None, eff, eff_m, skip), pair_fraction)
+    return occ * work * factor / issue_eff * 1e6
+
+
+_BLOCK_CACHE = {}
+
+
+def attn_block_kinds(T, P, B, NH, G, by_key, split=True):
+    """attn_blocks folded for speed: per block in launch order (interior tiles, masked tiles, merges,
+    local), as a list of (kind, count) runs of equal consecutive blocks (cached per shape)."""
+    key = (T, P, B, NH, G, by_key, split)
+    if key not in _BLOCK_CACHE:
+        runs = []
+        for tl, merges, local in attn_blocks(T, P, B, NH, G, by_key, split):
+            kind = (len(tl) - sum(tl), sum(tl), merges, local)
+            if runs and runs[-1][0] == kind:
+                runs[-1][1] += 1
+            else:
+                runs.append([kind, 1])
+        _BLOCK_CACHE[key] = [(k, n) for k, n in runs]
+    return _BLOCK_CACHE[key]
+
+
+def attn_kernel_us(kernel, hd, T, P, B, NH, G, cal, split=True):
+    """A FA2-class attention launch's modeled duration (µs). Its blocks, in launch order, fill 132 SMs x
+    occupancy slots (breadth first, then each freed slot takes the next block); an SM's resident
+    blocks share its issue rate: each runs at min(1 / resident, attn_lone_share / occupancy) of the
+    SM's rate (attn_lone_share = 1: a block never runs faster than with the SM full; = occupancy: a
+    lone block takes the whole SM), so the tail of a launch (a global head's long tile chain) runs
+    faster than the full waves. A block's work at the whole SM's rate: attn_block_setup_us + its
+    tiles (attn_tile_us / occupancy; + one tile to merge a split)."""
+    import heapq
+    by_key = kernel == "attn_bwd_kv_fa2_kernel"
+    family = "attn_fwd" if kernel == "attn_fwd_fa2_kernel" else "attn_bwd"
+    issue = cal[f"{family}_issue_eff_hd{hd}"]
+    side = "keys" if by_key else "rows"
+    occ = STATIC_ATTENTION_FIGURES[(kernel, hd)][0]
+    t_int = attn_tile_us(kernel, hd, False, 1.0, issue) / occ
+    t_mask = {loc: attn_tile_us(kernel, hd, True, masked_pair_fraction(side, T, P if loc else T, loc), issue) / occ
+              for loc in (True, False)}
+    lone = min(1.0, cal["attn_lone_share"] / occ)
+    work = []
+    for (n_int, n_mask, merges, local), count in attn_block_kinds(T, P, B, NH, G, by_key, split):
+        w = cal["attn_block_setup_us"] / occ + n_int * t_int + n_mask * t_mask[local] + (t_int if merges else 0.0)
+        work.extend([w] * count)
+    sms = [[] for _ in range(H200_SMS)]  # remaining work of each SM's resident blocks
+    last = [0.0] * H200_SMS
+    nxt = 0
+    for _ in range(occ):  # breadth-first fill
+        for sm in range(H200_SMS):
+            if nxt < len(work):
+                sms[sm].append(work[nxt])
+                nxt += 1
+    events = []
+
+    def schedule(sm, now):
+        if sms[sm]:
+            rate = min(lone, 1.0 / len(sms[sm]))
+            heapq.heappush(events, (now + min(sms[sm]) / rate, sm))
+
+    for sm in range(H200_SMS):
+        schedule(sm, 0.0)
+    end = 0.0
+    while events:
+        t, sm = heapq.heappop(events)
+        if not sms[sm]:
+            continue
+        rate = min(lone, 1.0 / len(sms[sm]))
+        done = (t - last[sm]) * rate
+        due = min(sms[sm]) / rate + last[sm]
+        if due > t * (1 + 1e-12) + 1e-12:
+            continue  # a stale event: this SM's set changed since
+        rem = [r - done for r in sms[sm]]
+        keep = [r for r in rem if r > 1e-9]
+        finished = len(rem) - len(keep)
+        last[sm] = t
+        end = max(end, t)
+        while finished > 0 and nxt < len(work):
+            keep.append(work[nxt])
+            nxt += 1
+            finished -= 1
+        sms[sm] = keep
+        schedule(sm, t)
+    return cal["kernel_fixed_us"] + end
+
+
+def gemm_waves_ksteps(M, N, K, tile=128):
+    """(waves, k-steps per SM) of a GEMM with an M x N output and depth K: waves = ceil(tiles / 132)
+    of 128 x 128 output tiles; the k-steps (128 x 128 x 64 multiply-adds) spread evenly over the 132
+    SMs (stream-K / split-K: cuBLASLt's Hopper kernels balance the K loop over the SMs)."""
+    tiles = M * N / (tile * tile)
+    return _cdiv(M * N, tile * tile * H200_SMS), tiles * _cdiv(K, 64) / H200_SMS
+
+
+def gemm_splits(M, N, K, tile=128):
+    """The K splits of a GEMM whose output has fewer 128 x 128 tiles than the device has SMs:
+    min(k-steps, 132 // tiles) (1: not split)."""
+    tiles = _cdiv(M, tile) * _cdiv(N, tile)
+    return 1 if tiles >= H200_SMS else max(1, min(_cdiv(K, 64), H200_SMS // tiles))
+
+
+def gemm_bytes(M, N, K, out_bytes=ACT, accumulate=False):
+    """A GEMM's compulsory traffic: both operands read once (bf16), the output written (and read when
+    accumulating, beta = 1)."""
+    return (M * K + K * N) * ACT + M * N * out_bytes * (2 if accumulate else 1)
+
+
+def gemm_us(M, N, K, cal, out_bytes=ACT, accumulate=False, gelu_epilogue=False):
+    """A cuBLASLt call's modeled duration (µs): gemm_fixed_us + gemm_wave_us x waves + max(gemm_kstep_us
+    x k-steps per SM, bytes / bandwidth); the GELU epilogue's pre-activation copy (M x N bf16) at
+    eff_gelu_epilogue on top."""
+    w, s = gemm_waves_ksteps(M, N, K)
+    t = cal["gemm_fixed_us"] + cal["gemm_wave_us"] * w + max(
+        cal["gemm_kstep_us"] * s, gemm_bytes(M, N, K, out_bytes, accumulate) / H200_BANDWIDTH * 1e6)
+    splits = gemm_splits(M, N, K)
+    if splits > 1:  # split-K: cuBLASLt's reduction kernel reads the fp32 partials and writes the output
+        t += cal["kernel_fixed_us"] + (splits + 1) * M * N * F32 / (H200_BANDWIDTH * cal["eff_elementwise"]) * 1e6
+    if gelu_epilogue:
+        t += M * N * ACT / (H200_BANDWIDTH * cal["eff_gelu_epilogue"]) * 1e6
+    return t
+
+
+def classifier_us(rows, nbytes, family, cal):
+    """The classifier kernel (one block a row): mem_us + rows x classifier_row_ns."""
+    return mem_us(nbytes, family, cal) + rows * cal["classifier_row_ns"] * 1e-3
+
+
+def mem_us(nbytes, family, cal):
+    """A memory-bound kernel's modeled duration (µs)."""
+    return cal["kernel_fixed_us"] + nbytes / (H200_BANDWIDTH * cal[f"eff_{family}"]) * 1e6
+
+
+def matmul_backward_us(Ntok, IC, OC, cal, bias=True, gelu_pass=False):
+    """The matmul backward as the lab times it: dinp GEMM (Ntok x IC, K = OC), dW GEMM (OC x IC, K =
+    Ntok, fp32, added into), and the bias-sum kernel (reads dout; with gelu_pass also the GELU
+    backward: reads the pre-activation, writes dinp of the GELU in place)."""
+    t = gemm_us(Ntok, IC, OC, cal) + gemm_us(OC, IC, Ntok, cal, out_bytes=F32, accumulate=True)
+    if gelu_pass:
+        t += mem_us(Ntok * OC * ACT * 3, "bias_gelu_bwd", cal)
+    elif bias:
+        t += mem_us(Ntok * OC * ACT, "elementwise", cal)
+    return t
+
+
+# The GPU measurements the calibration uses or is checked on: id -> (µs, what it is). ids name the run
+# and the table: docs/results/2026-11-27-H200-fa663e0/report.txt unless they start with 4628997.
+MEASUREMENTS = {
+    # lab:matmul (cuBLASLt), median of 50, L2 flushed
+    "fa663e0 matmul fwd N8192 IC768 OC2304": 48.6,
+    "fa663e0 matmul fwd N8192 IC768 OC768": 20.7,
+    "fa663e0 matmul fwd N8192 IC768 OC3072": 60.6,
+    "fa663e0 matmul fwd N8192 IC3072 OC768": 53.8,
+    "fa663e0 matmul fwd N8192 IC768 OC50304": 896.1,
+    "fa663e0 matmul fwd N16384 IC192 OC576": 16.4,
+    "fa663e0 matmul fwd N16384 IC192 OC768": 17.5,
+    "fa663e0 matmul fwd N16384 IC768 OC192": 15.9,
+    "fa663e0 matmul fwd N16384 IC192 OC10112": 132.4,
+    "fa663e0 matmul fwd+gelu-epilogue N8192 IC768 OC3072": 79.3,
+    "fa663e0 matmul fwd+gelu-epilogue N16384 IC192 OC768": 29.0,
+    "fa663e0 matmul bwd N8192 IC768 OC2304": 112.8,
+    "fa663e0 matmul bwd N8192 IC768 OC768": 50.5,
+    "fa663e0 matmul bwd N8192 IC768 OC3072": 139.7,
+    "fa663e0 matmul bwd N8192 IC3072 OC768": 126.2,
+    "fa663e0 matmul bwd N8192 IC768 OC50304": 1766.7,
+    "fa663e0 matmul bwd N16384 IC192 OC576": 39.8,
+    "fa663e0 matmul bwd N16384 IC192 OC768": 46.9,
+    "fa663e0 matmul bwd N16384 IC768 OC192": 46.6,
+    "fa663e0 matmul bwd N16384 IC192 OC10112": 208.3,
+    "fa663e0 matmul gelu-bwd+bwd N8192 IC768 OC3072": 212.6,
+    "fa663e0 matmul gelu-bwd+bwd N16384 IC192 OC768": 88.4,
+    # memory-bound labs: (µs, bytes the lab counts = its GB/s x its ms)
+    "fa663e0 adamw n130023424": 1337.3,
+    "fa663e0 adamw n3145728": 38.2,
+    "fa663e0 copy_master n130023424": 279.4,
+    "fa663e0 copy_master n3145728": 12.2,
+    "4628997 global_norm n130023424": 135.2,
+    "4628997 global_norm n3145728": 11.2,
+    "fa663e0 gelu_forward n50331648": 55.9,
+    "fa663e0 gelu_backward n50331648": 78.8,
+    "fa663e0 residual_forward N16384 C768": 22.8,
+    "fa663e0 add_inplace N16384 C768": 22.4,
+    "fa663e0 layernorm_forward N16384 C768": 20.7,
+    "fa663e0 fused_residual_layernorm_forward N16384 C768": 31.6,
+    "fa663e0 layernorm_backward N16384 C768": 97.2,
+    "fa663e0 encoder_forward B16 T1024 C768": 20.0,
+    "fa663e0 encoder_backward B16 T1024 C768": 527.2,
+    "fa663e0 classifier forward N8192 Vp50304": 374.4,
+    "fa663e0 classifier forward+dlogits N8192 Vp50304": 681.0,
+    "fa663e0 classifier forward N16384 Vp10112": 223.6,
+    "fa663e0 classifier forward+dlogits N16384 Vp10112": 327.6,
+    # lab:attention_ls version 6 (the production pair) and bench:attention_vs_torch's "ours" forward
+    # (versions 5 and 6 share the forward; its f+b ran version 5, not used)
+    "fa663e0 attention fwd paper LS B8": 42.8,
+    "fa663e0 attention fwd+bwd paper LS B8": 157.3,
+    "fa663e0 attention fwd paper LS B64": 176.6,
+    "fa663e0 attention fwd paper MHSA B64": 537.4,
+    "fa663e0 attention fwd 124M LS T1024 B16": 52.9,
+    "fa663e0 attention fwd 124M MHSA T1024 B16": 132.0,
+    "fa663e0 attention fwd 124M LS T2048 B8": 59.7,
+    "fa663e0 attention fwd 124M MHSA T2048 B8": 207.4,
+    # training steps (the trainer's ms per step; medians)
+    "fa663e0 step ls-small B8 V257": 3900.0,
+    "fa663e0 step ls-small B16 V10000": 7710.0,
+    "fa663e0 step d12 B16 V50257": 32190.0,
+}
+# bytes each memory-bound lab row counts (its GB/s x its ms, as printed)
+LAB_BYTES = {
+    "fa663e0 adamw n130023424": 2916.9e9 * 1.3373e-3, "fa663e0 adamw n3145728": 2469.9e9 * 0.0382e-3,
+    "fa663e0 copy_master n130023424": 2792.0e9 * 0.2794e-3, "fa663e0 copy_master n3145728": 1548.1e9 * 0.0122e-3,
+    "4628997 global_norm n130023424": 3846.8e9 * 0.1352e-3, "4628997 global_norm n3145728": 1120.3e9 * 0.0112e-3,
+    "fa663e0 gelu_forward n50331648": 3603.4e9 * 0.0559e-3, "fa663e0 gelu_backward n50331648": 3830.0e9 * 0.0788e-3,
+    "fa663e0 residual_forward N16384 C768": 3304.3e9 * 0.0228e-3,
+    "fa663e0 add_inplace N16384 C768": 3365.6e9 * 0.0224e-3,
+    "fa663e0 layernorm_forward N16384 C768": 2433.6e9 * 0.0207e-3,
+    "fa663e0 fused_residual_layernorm_forward N16384 C768": 3188.1e9 * 0.0316e-3,
+    "fa663e0 layernorm_backward N16384 C768": 1069.5e9 * 0.0972e-3,
+    "fa663e0 encoder_forward B16 T1024 C768": 3774.9e9 * 0.0200e-3,
+    "fa663e0 encoder_backward B16 T1024 C768": 298.4e9 * 0.5272e-3,
+    "fa663e0 classifier forward N8192 Vp50304": 2201.1e9 * 0.3744e-3,
+    "fa663e0 classifier forward+dlogits N8192 Vp50304": 2420.4e9 * 0.6810e-3,
+    "fa663e0 classifier forward N16384 Vp10112": 1481.6e9 * 0.2236e-3,
+    "fa663e0 classifier forward+dlogits N16384 Vp10112": 2023.0e9 * 0.3276e-3,
+}
+# launches a lab row times (default one): the layernorm backward's partials + reduce, the global norm's
+# partials + final at 4628997 (HEAD's is one launch)
+LAB_LAUNCHES = {"fa663e0 layernorm_backward N16384 C768": 2, "4628997 global_norm n130023424": 2,
+                "4628997 global_norm n3145728": 2}
+
+
+def lab_mem_us(row, family, cal):
+    """A memory-bound lab row's modeled time: the event window's cost, its launches' fixed costs and its
+    bytes at the family's rate."""
+    return (cal["lab_event_us"] + mem_us(LAB_BYTES[row], family, cal)
+            + (LAB_LAUNCHES.get(row, 1) - 1) * cal["kernel_fixed_us"])
+
+
+# memory-bound family -> the lab row that fixes its efficiency
+MEM_FAMILY_ROWS = {
+    "adamw": "fa663e0 adamw n130023424",
+    "copy": "fa663e0 copy_master n130023424",
+    "global_norm": "4628997 global_norm n130023424",
+    "elementwise": "fa663e0 gelu_backward n50331648",
+    "layernorm_fwd": "fa663e0 layernorm_forward N16384 C768",
+    "fused_ln_fwd": "fa663e0 fused_residual_layernorm_forward N16384 C768",
+    "layernorm_bwd": "fa663e0 layernorm_backward N16384 C768",
+    "encoder_fwd": "fa663e0 encoder_forward B16 T1024 C768",
+}
+
+
+def _gemm_rows(kind):
+    out = []
+    for k in MEASUREMENTS:
+        t = re.match(r"fa663e0 matmul (\S+) N(\d+) IC(\d+) OC(\d+)$", k)
+        if t and t.group(1) == kind:
+            out.append((k, int(t.group(2)), int(t.group(3)), int(t.group(4))))
+    return out
+
+
+def _fit_gemm(cal):
+    """gemm_fixed_us, gemm_wave_us, gemm_kstep_us: least squares in relative error over the forward
+    rows of lab:matmul (each row compute- or bytes-bound as the current fit says, refitted until that
+    settles); then eff_gelu_epilogue from the 124M fc forward with the GELU epilogue and
+    eff_bias_gelu_bwd from its GELU backward + backward."""
+    import numpy as np
+    cal.update(gemm_fixed_us=5.0, gemm_wave_us=0.1, gemm_kstep_us=0.27)
+    for _ in range(30):
+        A, y = [], []
+        for k, N, IC, OC in _gemm_rows("fwd"):
+            w, s = gemm_waves_ksteps(N, OC, IC)
+            m, nbytes = MEASUREMENTS[k] - cal["lab_event_us"], gemm_bytes(N, OC, IC) / H200_BANDWIDTH * 1e6
+            if cal["gemm_kstep_us"] * s >= nbytes:
+                A.append([1.0 / m, w / m, s / m])
+                y.append(1.0)
+            else:
+                A.append([1.0 / m, w / m, 0.0])
+                y.append((m - nbytes) / m)
+        c, a, b = np.linalg.lstsq(np.array(A), np.array(y), rcond=None)[0]
+        cal.update(gemm_fixed_us=float(c), gemm_wave_us=float(a), gemm_kstep_us=float(b))
+    k = "fa663e0 matmul fwd+gelu-epilogue N8192 IC768 OC3072"
+    busy = MEASUREMENTS[k] - cal["lab_event_us"] - gemm_us(8192, 3072, 768, cal)
+    cal["eff_gelu_epilogue"] = 8192 * 3072 * ACT / (busy * 1e-6) / H200_BANDWIDTH
+    k = "fa663e0 matmul gelu-bwd+bwd N8192 IC768 OC3072"
+    rest = MEASUREMENTS[k] - cal["lab_event_us"] - matmul_backward_us(8192, 768, 3072, cal, bias=False) - cal[
+        "kernel_fixed_us"]
+    cal["eff_bias_gelu_bwd"] = 8192 * 3072 * ACT * 3 / (rest * 1e-6) / H200_BANDWIDTH
+
+
+def _solve(f, target, x0):
+    """x with f(x) = target for f decreasing in x (an efficiency): secant steps in log space."""
+    import math
+    x1, y1 = x0, f(x0)
+    x2 = x1 * y1 / target if y1 > 0 else x1 * 2
+    for _ in range(12):
+        y2 = f(x2)
+        if abs(y2 / target - 1) < 1e-4 or y2 == y1:
+            break
+        slope = (math.log(y2) - math.log(y1)) / (math.log(x2) - math.log(x1))
+        x1, y1 = x2, y2
+        x2 = x2 * math.exp((math.log(target) - math.log(y2)) / (slope if slope < -0.05 else -1.0))
+    return x2
+
+
+def _fit_attention(cal):
+    """The attention parameters (CALIBRATION_SOURCES): attn_fwd_issue_eff_hd32 makes the MHSA B64
+    forward exact for each setup; attn_block_setup_us minimises the squared log error of the two LS
+    rows (B8, B64) (golden section on [0, 4] µs); attn_fwd_issue_eff_hd64 then makes the 124M MHSA
+    T1024 forward exact; attn_bwd_issue_eff_hd32 the B8 backward (f+b minus the forward, minus the D
+    kernel). fa663e0's grid (unsplit)."""
+    import math
+
+    def fwd(name, c):  # as the lab times it: one launch in an event window
+        T, P, B, NH, G, hd = ATTN_SHAPES[name]
+        return c["lab_event_us"] + attn_kernel_us("attn_fwd_fa2_kernel", hd, T, P, B, NH, G, c, split=False)
+
+    def fit_eff(key, name):
+        def f(x):
+            cal[key] = x
+            return fwd(name, cal)
+        cal[key] = _solve(f, MEASUREMENTS[name], cal.get(key, 0.8))
+
+    ls8, ls64, mh64 = ("fa663e0 attention fwd paper LS B8", "fa663e0 attention fwd paper LS B64",
+                       "fa663e0 attention fwd paper MHSA B64")
+
+    def loss(setup):
+        cal["attn_block_setup_us"] = setup
+        fit_eff("attn_fwd_issue_eff_hd32", mh64)
+        return sum(math.log(fwd(n, cal) / MEASUREMENTS[n]) ** 2 for n in (ls8, ls64))
+
+    lo, hi = 0.0, 4.0
+    g = (5 ** 0.5 - 1) / 2
+    x1, x2 = hi - g * (hi - lo), lo + g * (hi - lo)
+    f1, f2 = loss(x1), loss(x2)
+    for _ in range(14):
+        if f1 < f2:
+            hi, x2, f2 = x2, x1, f1
+            x1 = hi - g * (hi - lo)
+            f1 = loss(x1)
+        else:
+            lo, x1, f1 = x1, x2, f2
+            x2 = lo + g * (hi - lo)
+            f2 = loss(x2)
+    loss((lo + hi) / 2)
+    fit_eff("attn_fwd_issue_eff_hd64", "fa663e0 attention fwd 124M MHSA T1024 B16")
+    T, P, B, NH, G, hd = ATTN_SHAPES[ls8]
+    target = MEASUREMENTS["fa663e0 attention fwd+bwd paper LS B8"] - MEASUREMENTS[ls8]
+    d_us = mem_us(2 * B * T * NH * hd * ACT + B * NH * T * F32, "elementwise", cal)
+
+    def bwd(x):
+        cal["attn_bwd_issue_eff_hd32"] = x
+        return d_us + sum(attn_kernel_us(k, hd, T, P, B, NH, G, cal, split=False)
+                          for k in ("attn_bwd_kv_fa2_kernel", "attn_bwd_q_fa2_kernel"))
+    cal["attn_bwd_issue_eff_hd32"] = _solve(bwd, target, 0.8)
+    # hd 64: no FA2-class backward was measured (attention_vs_torch's f+b ran version 5): the hd-32
+    # backward's efficiency times the forward's hd-64 / hd-32 ratio
+    cal["attn_bwd_issue_eff_hd64"] = (cal["attn_bwd_issue_eff_hd32"] * cal["attn_fwd_issue_eff_hd64"]
+                                      / cal["attn_fwd_issue_eff_hd32"])
+
+
+# A lone block's share of its SM's issue rate, in units of a full SM's per-block share (1 / occupancy):
+# assumed, not fitted - 2 (four warps on four schedulers, their dependent HMMA chains at about half
+# rate); the measurements cannot separate it from attn_block_setup_us (both move the B8 row by ~5%).
+ATTN_LONE_SHARE = 2.0
+
+# (T, P, B, NH, G, hd) of the attention rows
+ATTN_SHAPES = {
+    "fa663e0 attention fwd paper LS B8": (2048, 50, 8, 6, 1, 32),
+    "fa663e0 attention fwd paper LS B64": (2048, 50, 64, 6, 1, 32),
+    "fa663e0 attention fwd paper MHSA B64": (2048, 2048, 64, 6, 6, 32),
+    "fa663e0 attention fwd 124M LS T1024 B16": (1024, 64, 16, 12, 1, 64),
+    "fa663e0 attention fwd 124M MHSA T1024 B16": (1024, 1024, 16, 12, 12, 64),
+    "fa663e0 attention fwd 124M LS T2048 B8": (2048, 64, 8, 12, 1, 64),
+    "fa663e0 attention fwd 124M MHSA T2048 B8": (2048, 2048, 8, 12, 12, 64),
+}
+
+# Which measurement fixes which parameter (the held-out table checks the others).
+CALIBRATION_SOURCES = {
+    "kernel_fixed_us, lab_event_us": "the intercepts (µs at zero bytes) of lab rows at two sizes: fa663e0 adamw "
+                                     "(one launch in the timed window: event + fixed) and 4628997 global norm (two "
+                                     "launches: event + 2 x fixed); one pair each, nothing else separates them",
+    "eff_<family>": "the family's largest lab row at fa663e0 (MEM_FAMILY_ROWS; global_norm: 4628997's, the "
+                    "four-loads loop HEAD restored), after kernel_fixed_us per launch it times (LAB_LAUNCHES)",
+    "classifier_row_ns, eff_classifier_fwd": "lab:classifier forward at N8192 Vp50304 and N16384 Vp10112 (exact)",
+    "eff_classifier_dlogits": "lab:classifier forward+dlogits at N8192 Vp50304",
+    "eff_gelu_epilogue": "lab:matmul fc forward with the GELU epilogue minus without, N8192 IC768 OC3072",
+    "eff_bias_gelu_bwd": "lab:matmul GELU backward + backward minus the backward without bias, N8192 IC768 OC3072",
+    "gemm_fixed_us, gemm_wave_us, gemm_kstep_us": "least squares over the 9 forward rows of lab:matmul at fa663e0",
+    "attn_fwd_issue_eff_hd32": "attention_vs_torch paper MHSA B64 forward (long global blocks, full waves), exact",
+    "attn_block_setup_us": "least squares over attention lab v6 forward paper LS B8 and attention_vs_torch paper "
+                           "LS B64 forward (many short local blocks)",
+    "attn_lone_share": "assumed (2), not fitted: the data cannot separate it from attn_block_setup_us",
+    "attn_fwd_issue_eff_hd64": "attention_vs_torch 124M MHSA T1024 B16 forward",
+    "attn_bwd_issue_eff_hd32": "attention lab v6 f+b minus forward, paper LS B8 (one row: no held-out check)",
+    "attn_bwd_issue_eff_hd64": "not measured: the hd-32 backward's scaled by the forward's hd-64/hd-32 ratio",
+    "enc_group_ns_per_position": "lab:encoder backward at B16 T1024 C768 minus its modeled wte/wpe kernels "
+                                 "(one row: no held-out check)",
+    "gap_us": "trainer step ls-small B8 V257 at fa663e0 minus its modeled kernels, over its launches (gap_us_fit; "
+              "used as max(0, fit)); it rests on kernel_fixed_us, i.e. on the one global-norm pair",
+}
+
+
+def fit_calibration():
+    """Every calibration parameter from MEASUREMENTS (CALIBRATION_SOURCES); a dict of floats."""
+    cal = {"attn_lone_share": ATTN_LONE_SHARE}
+    def intercept(big, small):  # µs at zero bytes of a lab row measured at two sizes
+        slope = (MEASUREMENTS[big] - MEASUREMENTS[small]) / (LAB_BYTES[big] - LAB_BYTES[small])
+        return MEASUREMENTS[small] - slope * LAB_BYTES[small]
+
+    # one launch (AdamW) and two (4628997's global norm: partials + final) in one event-timed window
+    one = intercept("fa663e0 adamw n130023424", "fa663e0 adamw n3145728")
+    two = intercept("4628997 global_norm n130023424", "4628997 global_norm n3145728")
+    cal["kernel_fixed_us"] = two - one
+    cal["lab_event_us"] = 2 * one - two
+    for fam, row in MEM_FAMILY_ROWS.items():
+        busy = MEASUREMENTS[row] - cal["lab_event_us"] - LAB_LAUNCHES.get(row, 1) * cal["kernel_fixed_us"]
+        cal[f"eff_{fam}"] = LAB_BYTES[row] / (busy * 1e-6) / H200_BANDWIDTH
+    # classifier: one block a row, t = kernel_fixed_us + rows x classifier_row_ns + bytes / (bw x eff):
+    # the two forward rows fix classifier_row_ns and eff_classifier_fwd, the N8192 dlogits row
+    # eff_classifier_dlogits (its N16384 row is held out)
+    (f1, f2), d1 = ("fa663e0 classifier forward N8192 Vp50304", "fa663e0 classifier forward N16384 Vp10112"), \
+        "fa663e0 classifier forward+dlogits N8192 Vp50304"
+    x1, x2 = (MEASUREMENTS[k] - cal["lab_event_us"] - cal["kernel_fixed_us"] for k in (f1, f2))
+    # x = rows r + bytes u: two equations
+    r1, r2, b1, b2 = 8192, 16384, LAB_BYTES[f1], LAB_BYTES[f2]
+    u = (x1 * r2 - x2 * r1) / (b1 * r2 - b2 * r1)
+    cal["classifier_row_ns"] = (x1 - b1 * u) / r1 * 1e3
+    cal["eff_classifier_fwd"] = 1e6 / u / H200_BANDWIDTH
+    busy = MEASUREMENTS[d1] - cal["lab_event_us"] - cal["kernel_fixed_us"] - 8192 * cal["classifier_row_ns"] * 1e-3
+    cal["eff_classifier_dlogits"] = LAB_BYTES[d1] / (busy * 1e-6) / H200_BANDWIDTH
+    _fit_gemm(cal)
+    _fit_attention(cal)
+    # encoder backward = grouping (one block) + wte (reads dout, writes its rows fp32) + wpe
+    B, T, C = 16, 1024, 768
+    rest = encoder_bwd_wte_wpe_us(B, T, C, cal)
+    cal["enc_group_ns_per_position"] = (MEASUREMENTS["fa663e0 encoder_backward B16 T1024 C768"] - rest
+                                        - cal["lab_event_us"] - cal["kernel_fixed_us"]) / (B * T) * 1e3
+    # gaps: the B8 step minus its modeled kernels, over the launches
+    cal["gap_us"] = 0.0
+    rows = predict_case("ls-small-b8", cal, dict(CASES["ls-small-b8"], V=257), split=False)
+    kernels_us = sum(r["us_per_step"] for r in rows)
+    launches = sum(r["calls_per_step"] for r in rows)
+    cal["gap_us_fit"] = (MEASUREMENTS["fa663e0 step ls-small B8 V257"] - kernels_us) / (launches - 1)
+    cal["gap_us"] = max(0.0, cal["gap_us_fit"])
+    return cal
+
+
+def calibration_checks(cal):
+    """Every measurement the model can predict, modeled beside measured: rows (id, group, measured µs,
+    modeled µs, "fit" when the measurement fixed a parameter, else "held out")."""
+    fit_ids = set(MEM_FAMILY_ROWS.values()) | {
+        "fa663e0 adamw n3145728", "4628997 global_norm n3145728", "fa663e0 attention fwd paper LS B8",
+        "fa663e0 attention fwd paper LS B64", "fa663e0 attention fwd paper MHSA B64",
+        "fa663e0 attention fwd 124M MHSA T1024 B16", "fa663e0 attention fwd+bwd paper LS B8",
+        "fa663e0 encoder_backward B16 T1024 C768", "fa663e0 step ls-small B8 V257",
+        "fa663e0 classifier forward N8192 Vp50304", "fa663e0 classifier forward N16384 Vp10112",
+        "fa663e0 classifier forward+dlogits N8192 Vp50304", "fa663e0 matmul fwd+gelu-epilogue N8192 IC768 OC3072",
+        "fa663e0 matmul gelu-bwd+bwd N8192 IC768 OC3072"}
+    fit_ids |= {k for k, *_ in _gemm_rows("fwd")}
+    rows = []
+
+    def row(k, group, model):
+        rows.append(dict(id=k, group=group, measured_us=MEASUREMENTS[k], modeled_us=model,
+                         use="fit" if k in fit_ids else "held out"))
+
+    for kind in ("fwd", "fwd+gelu-epilogue", "bwd", "gelu-bwd+bwd"):
+        for k, N, IC, OC in _gemm_rows(kind):
+            if kind == "fwd":
+                t = gemm_us(N, OC, IC, cal)
+            elif kind == "fwd+gelu-epilogue":
+                t = gemm_us(N, OC, IC, cal, gelu_epilogue=True)
+            else:
+                t = matmul_backward_us(N, IC, OC, cal, bias=True, gelu_pass=kind == "gelu-bwd+bwd")
+            row(k, "GEMMs", cal["lab_event_us"] + t)
+    for k, fam in (("fa663e0 adamw n130023424", "adamw"), ("fa663e0 adamw n3145728", "adamw"),
+                   ("fa663e0 copy_master n130023424", "copy"), ("fa663e0 copy_master n3145728", "copy"),
+                   ("4628997 global_norm n130023424", "global_norm"), ("4628997 global_norm n3145728", "global_norm")):
+        row(k, "optimizer", lab_mem_us(k, fam, cal))
+    for k, fam in (("fa663e0 gelu_backward n50331648", "elementwise"),
+                   ("fa663e0 gelu_forward n50331648", "elementwise"),
+                   ("fa663e0 residual_forward N16384 C768", "elementwise"),
+                   ("fa663e0 add_inplace N16384 C768", "elementwise")):
+        row(k, "other", lab_mem_us(k, fam, cal))
+    for k, fam in (("fa663e0 layernorm_forward N16384 C768", "layernorm_fwd"),
+                   ("fa663e0 fused_residual_layernorm_forward N16384 C768", "fused_ln_fwd"),
+                   ("fa663e0 layernorm_backward N16384 C768", "layernorm_bwd")):
+        row(k, "LayerNorm", lab_mem_us(k, fam, cal))
+    row("fa663e0 encoder_forward B16 T1024 C768", "encoder", lab_mem_us("fa663e0 encoder_forward B16 T1024 C768",
+                                                                         "encoder_fwd", cal))
+    row("fa663e0 encoder_backward B16 T1024 C768", "encoder", cal["lab_event_us"] + cal["kernel_fixed_us"] + 16 * 1024 *
+        cal["enc_group_ns_per_position"] * 1e-3 + encoder_bwd_wte_wpe_us(16, 1024, 768, cal))
+    for k, rows_n in (("fa663e0 classifier forward N8192 Vp50304", 8192),
+                      ("fa663e0 classifier forward N16384 Vp10112", 16384)):
+        row(k, "classifier/loss", cal["lab_event_us"] + classifier_us(rows_n, LAB_BYTES[k], "classifier_fwd", cal))
+    for k, rows_n in (("fa663e0 classifier forward+dlogits N8192 Vp50304", 8192),
+                      ("fa663e0 classifier forward+dlogits N16384 Vp10112", 16384)):
+        row(k, "classifier/loss", cal["lab_event_us"] + classifier_us(rows_n, LAB_BYTES[k], "classifier_dlogits", cal))
+    for k, (T, P, B, NH, G, hd) in ATTN_SHAPES.items():
+        row(k, "attention fwd", cal["lab_event_us"] + attn_kernel_us("attn_fwd_fa2_kernel", hd, T, P, B, NH, G, cal,
+                                                                     split=False))
+    T, P, B, NH, G, hd = ATTN_SHAPES["fa663e0 attention fwd paper LS B8"]
+    row("fa663e0 attention fwd+bwd paper LS B8", "attention bwd", cal["lab_event_us"] +
+        sum(attn_kernel_us(k, hd, T, P, B, NH, G, cal, split=False) for k in
+            ("attn_fwd_fa2_kernel", "attn_bwd_kv_fa2_kernel", "attn_bwd_q_fa2_kernel"))
+        + mem_us(2 * B * T * NH * hd * ACT + B * NH * T * F32, "elementwise", cal))
+    for k, case, over in (("fa663e0 step ls-small B8 V257", "ls-small-b8", dict(V=257)),
+                          ("fa663e0 step ls-small B16 V10000", "ls-small-b8", dict(B=16)),
+                          ("fa663e0 step d12 B16 V50257", "d12-b16", {})):
+        rows_k = predict_case(case, cal, dict(CASES[case], **over), split=False)
+        row(k, "step", step_us(rows_k, cal))
+    return rows
+
+
+def step_us(rows, cal):
+    """A step's modeled wall time: its kernels' sum + (launches - 1) gaps."""
+    launches = sum(r["calls_per_step"] for r in rows)
+    return sum(r["us_per_step"] for r in rows) + max(0.0, launches - 1) * cal["gap_us"]
+
+
+def encoder_bwd_wte_wpe_us(B, T, C, cal, Vp=None):
+    N = B * T
+    wte = mem_us(N * C * ACT + N * 4 * 2 + min(N, Vp or N) * C * F32 * 2, "elementwise", cal)
+    wpe = mem_us(N * C * ACT + T * C * F32 * 2, "elementwise", cal)
+    return wte + wpe
+
+
+# The emulated profile's one row for every cuBLASLt call (llmc/cuda/kernel_profiler.cuh)
+EMULATED_GEMM_ROW = "cublasLtMatmul [emulated cuBLASLt: one call, its kernels unknown]"
+
+# The three shapes of gpu_check.sh's profile stage (their trainer flags there).
+CASES = {
+    "ls-small-b8": dict(L=6, C=192, NH=6, G=1, P=50, V=10000, maxT=2048, B=8, T=2048, bias=True, gelu="tanh",
+                        tied=True),
+    "paper-b16": dict(L=6, C=192, NH=6, G=1, P=50, V=10000, maxT=2048, B=16, T=2048, bias=False, gelu="erf",
+                      tied=False),
+    "d12-b16": dict(L=12, C=768, NH=12, G=1, P=64, V=50257, maxT=1024, B=16, T=1024, bias=True, gelu="tanh",
+                    tied=True),
+}
+CASE_FLAGS = {
+    "ls-small-b8": "-e ls-small --vocab 10000 -b 8 -t 2048",
+    "paper-b16": "-e ls-small --vocab 10000 --bias 0 --gelu erf --untie-embeddings -b 16 -t 2048",
+    "d12-b16": "-e d12 --window 64 --vocab 50257 -b 16 -t 1024",
+}
+
+# Kernel groups (issue 52): the first pattern that matches a kernel's name names its group; a GPU
+# profile's cuBLASLt kernels (nvjet_*, sm90_xmma_*, cutlass_*, *splitK*, ...) fall in GEMMs.
+GROUPS = ["GEMMs", "attention fwd", "attention bwd", "LayerNorm", "encoder", "classifier/loss", "optimizer",
+          "other", "gaps"]
+GROUP_PATTERNS = [
+    ("attention fwd", r"attn_fwd_|attn_stats_reduce"),
+    ("attention bwd", r"attn_bwd_"),
+    ("LayerNorm", r"layernorm|reduce_partials_add"),
+    ("encoder", r"encoder_"),
+    ("classifier/loss", r"classifier"),
+    ("optimizer", r"adamw|global_norm|copy_master"),
+    ("GEMMs", r"cublasLt|gemm|nvjet|xmma|cutlass|splitK|cublas|sm90_|sm80_|ampere_|hopper"),
+]
+
+
+def kernel_group(name):
+    if name.startswith("llmc::"):
+        for g, pat in GROUP_PATTERNS[:-1]:
+            if re.search(pat, name):
+                return g
+        return "other"
+    for g, pat in GROUP_PATTERNS:
+        if re.search(pat, name, re.I):
+            return g
+    return "other"
+
+
+def predict_case(case, cal, shape=None, split=True):
+    """Per-kernel rows of one step of a CASES shape at HEAD: the launches --profile-steps counts on
+    the emulated device (the kernel names and calls of the emulated profile, HEAD-<sha>), each with its
+    modeled µs per step. The GEMMs are one row per cuBLASLt call kind (their GPU kernels' names are
+    cuBLASLt's own, compared as a group)."""
+    m = dict(shape or CASES[case])
+    L, C, NH, G, P, V, B, T = (m[k] for k in ("L", "C", "NH", "G", "P", "V", "B", "T"))
+    bias, tanh, tied = m["bias"], m["gelu"] == "tanh", m["tied"]
+    Vp, hd, N = padded_vocab(V), C // NH, B * T
+    params = Vp * C * (1 if tied else 2) + m["maxT"] * C + L * (12 * C * C + (13 if bias else 4) * C) + 2 * C
+    rows = {}
+
+    def add(name, us, calls=1, note=""):
+        r = rows.setdefault(name, dict(kernel=name, group=kernel_group(name), calls_per_step=0, us_per_step=0.0,
+                                       note=note))
+        r["calls_per_step"] += calls
+        r["us_per_step"] += us * calls
+
+    gemm = EMULATED_GEMM_ROW
+
+    def add_gemms(times):
+        add(gemm, 0.0, 0)
+        rows[gemm]["calls_per_step"] += len(times)
+        rows[gemm]["us_per_step"] += sum(times)
+
+    # forward: qkv, attproj, fc (tanh with bias: the GELU epilogue also writes the pre-activation),
+    # fcproj per layer; the LM head
+    for IC, OC, epi in ((C, 3 * C, False), (C, C, False), (C, 4 * C, tanh and bias), (4 * C, C, False)):
+        add_gemms([gemm_us(N, OC, IC, cal, gelu_epilogue=epi)] * L)
+    add_gemms([gemm_us(N, Vp, C, cal)])
+    # backward: dinp and dW (fp32, added into) of the LM head, then of fcproj, fc, attproj, qkv per layer
+    add_gemms([gemm_us(N, C, Vp, cal), gemm_us(Vp, C, N, cal, out_bytes=F32, accumulate=True)])
+    for IC, OC in ((4 * C, C), (C, 4 * C), (C, C), (C, 3 * C)):
+        add_gemms([gemm_us(N, IC, OC, cal), gemm_us(OC, IC, N, cal, out_bytes=F32, accumulate=True)] * L)
+    rows[gemm]["note"] = "every cuBLASLt call (on a GPU its rows are cuBLASLt's own kernels: compare the group)"
+    # bias gradients (bias_sum_kernel: reads dout; fc's also runs the GELU backward: reads pre, writes d)
+    if bias:
+        for OC, gelu in ((C, False), (4 * C, True), (C, False), (3 * C, False)):
+            add("llmc::cuda::detail::bias_sum_kernel",
+                mem_us(N * OC * ACT * 3, "bias_gelu_bwd", cal) if gelu and tanh
+                else mem_us(N * OC * ACT, "elementwise", cal),
+                L)
+    if not tanh or not bias:  # erf, or no bias: the GELU's own kernels
+        add("llmc::cuda::gelu_forward_kernel", mem_us(2 * N * 4 * C * ACT, "elementwise", cal), L)
+        add("llmc::cuda::gelu_backward_kernel", mem_us(3 * N * 4 * C * ACT, "elementwise", cal), L)
+    # encoder
+    # (bytes as lab:encoder counts them: a wte row and a wpe row read and the output written per position)
+    add("llmc::cuda::encoder_forward_kernel<8>", mem_us(3 * N * C * ACT, "encoder_fwd", cal))
+    add("llmc::cuda::encoder_group_kernel", cal["kernel_fixed_us"] + N * cal["enc_group_ns_per_position"] * 1e-3, 1,
+        "fa663e0's per-position cost carried over; the grouping changed since (6851561: integer-atomic counts)")
+    add("llmc::cuda::encoder_backward_wte_kernel",
+        mem_us(N * C * ACT + N * 8 + min(N, Vp) * C * F32 * 2, "elementwise", cal))
+    add("llmc::cuda::encoder_backward_wpe_kernel", mem_us(N * C * ACT + T * C * F32 * 2, "elementwise", cal))
+    # LayerNorm: the first (plain), 2L fused residual + LN forwards, 2L+1 backwards and their one reduce
+    add("llmc::cuda::layernorm_forward_kernel<8, false>", mem_us(2 * N * C * ACT + 8 * N, "layernorm_fwd", cal))
+    add("llmc::cuda::layernorm_forward_kernel<8, true>", mem_us(4 * N * C * ACT + 8 * N, "fused_ln_fwd", cal), 2 * L)
+    ln_blocks = _cdiv(min(N, 4096 if C <= 256 else 2048), max(1, min(8, 48 * 1024 // (8 * C))))
+    ch = _cdiv(C, 256) if C <= 768 else 8
+    add(f"llmc::cuda::layernorm_backward_cached_kernel<{min(ch, 3)}>",
+        mem_us(4 * N * C * ACT + 8 * N + ln_blocks * 2 * C * F32, "layernorm_bwd", cal), 2 * L + 1,
+        "fa663e0's LayerNorm backward's 24% of bandwidth carried over; rewritten since (1955330), its gain not modeled")
+    add("llmc::cuda::reduce_layernorm_partials_kernel",
+        mem_us((2 * L + 1) * ln_blocks * 2 * C * F32 + (2 * L + 1) * 2 * C * F32, "elementwise", cal))
+    # attention (stats every step: STATS true in the forward)
+    fw = attn_kernel_us("attn_fwd_fa2_kernel", hd, T, P, B, NH, G, cal, split)
+    add(f"llmc::cuda::attn_fwd_fa2_kernel<{hd}, true, false, false>", fw, L,
+        "HEAD's split grid (fa663e0 measured the unsplit one)")
+    add("llmc::cuda::attn_stats_reduce_kernel<3>", cal["kernel_fixed_us"])
+    add("llmc::cuda::attn_bwd_dot_kernel", mem_us(2 * N * C * ACT + N * NH * F32, "elementwise", cal), L)
+    add(f"llmc::cuda::attn_bwd_kv_fa2_kernel<{hd}, false, false>",
+        attn_kernel_us("attn_bwd_kv_fa2_kernel", hd, T, P, B, NH, G, cal, split), L)
+    add(f"llmc::cuda::attn_bwd_q_fa2_kernel<{hd}, false>",
+        attn_kernel_us("attn_bwd_q_fa2_kernel", hd, T, P, B, NH, G, cal, split), L)
+    # classifier: the forward's loss + lse pass, the backward's dlogits pass in place; the summary
+    add("llmc::cuda::detail::classifier_kernel", classifier_us(N, N * Vp * ACT + 16 * N, "classifier_fwd", cal))
+    add("llmc::cuda::detail::classifier_kernel", classifier_us(N, 2 * N * Vp * ACT + 16 * N, "classifier_dlogits", cal))
+    add("llmc::cuda::detail::classifier_summary_kernel", cal["kernel_fixed_us"])
+    # optimizer: the global norm (reads the fp32 gradients), AdamW (30 bytes a parameter, lab:adamw's count)
+    add("llmc::cuda::detail::global_norm_kernel", mem_us(params * F32, "global_norm", cal), 1,
+        "4628997's four-loads loop (restored by 3ed6efb), not fa663e0's")
+    add("llmc::cuda::detail::adamw_all_kernel", mem_us(params * 30, "adamw", cal))
+    # the step's memsets and copies (on a GPU only: the emulated profile counts kernels); their fixed
+    # cost is kernel_fixed_us, not measured on its own
+    add("memset", mem_us(params * F32, "copy", cal) + mem_us(N * C * ACT, "copy", cal) + cal["kernel_fixed_us"], 1)
+    rows["memset"]["calls_per_step"] += 2
+    rows["memset"]["note"] = "not in the emulated profile; gradients, loss check, dresidual"
+    add("memcpy HtoD", cal["kernel_fixed_us"], 3, "not in the emulated profile: tokens, targets, step scalars")
+    add("memcpy DtoH", cal["kernel_fixed_us"], 3, "not in the emulated profile: summary, statistics, norm")
+    add("memcpy DtoD", cal["kernel_fixed_us"], 1, "not in the emulated profile: statistics reset")
+    return sorted(rows.values(), key=lambda r: -r["us_per_step"])
+
+
+
+def group_totals(rows, idle_us):
+    """{group: µs per step} over GROUPS ("gaps" = idle_us)."""
+    out = {g: 0.0 for g in GROUPS}
+    for r in rows:
+        out[r["group"]] += r["us_per_step"]
+    out["gaps"] = idle_us
+    return out
+
+
+def prediction(cal, commit):
+    """The prediction document (JSON-able): per CASES shape its kernel rows, groups and step, at HEAD's
+    grid (split tile loops), labelled modeled."""
+    cases = {}
+    for case in CASES:
+        rows = predict_case(case, cal)
+        launches = sum(r["calls_per_step"] for r in rows)
+        idle = max(0.0, launches - 1) * cal["gap_us"]
+        busy = sum(r["us_per_step"] for r in rows)
+        cases[case] = dict(shape=CASES[case], trainer_flags=CASE_FLAGS[case], kernels=rows,
+                           groups=group_totals(rows, idle), busy_us=busy, idle_us=idle, step_us=busy + idle,
+                           launches_per_step=launches)
+    return dict(label="modeled", commit=commit, device="NVIDIA H200 (132 SMs)",
+                model="dev/bench/roofline.py calibrated model (docs/cuda_kernels.md, Calibrated model)",
+                calibrated_on="GPU at fa663e0 (docs/results/2026-11-27-H200-fa663e0), global norm at 4628997",
+                calibration=cal, cases=cases)
+
+
+def prediction_markdown(pred):
+    out = [f"# Per-kernel prediction for {pred['commit']} (modeled)", "",
+           f"**Modeled, not measured**: {pred['model']}, calibrated on {pred['calibrated_on']}; "
+           f"device {pred['device']}. The next GPU run's `bench/profile/<case>.json` is compared with "
+           "`python3 dev/bench/roofline.py --compare PROFILE.json --prediction THIS.json`. Kernel names and "
+           "calls per step are the emulated `--profile-steps 1` counts of this commit (plus the step's "
+           "memsets and copies, which the emulation does not count); cuBLASLt is one row here and its own "
+           "kernels on a GPU: compare the GEMMs group. The emulated profiles ran the cases' model flags at "
+           "-b 1 -t 128 (the full shapes take over 10 minutes emulated; the launches do not depend on B and T: the "
+           "attention split is inside its kernels). A kernel's fixed cost (kernel_fixed_us, "
+           f"{pred['calibration']['kernel_fixed_us']:.1f} µs) and the gap after each launch (gap_us, "
+           f"{pred['calibration']['gap_us']:.2f} µs) rest on one pair of lab rows (docs/cuda_kernels.md): if the "
+           "small kernels' rows read low and the gaps high (or the other way round), that split is what the "
+           "measurement corrects; the step total does not depend on it.", ""]
+    for case, c in pred["cases"].items():
+        out += [f"## {case} (`{c['trainer_flags']}`)", "",
+                f"Step {c['step_us'] / 1e3:.2f} ms modeled: kernels {c['busy_us'] / 1e3:.2f} ms, gaps "
+                f"{c['idle_us'] / 1e3:.2f} ms, {c['launches_per_step']:.0f} launches per step.", "",
+                "| group | µs per step | share |", "|---|---:|---:|"]
+        for g in GROUPS:
+            out.append(f"| {g} | {c['groups'][g]:,.0f} | {100 * c['groups'][g] / c['step_us']:.1f}% |")
+        out += ["", "| kernel | group | calls/step | µs/step | note |", "|---|---|---:|---:|---|"]
+        for r in c["kernels"]:
+            out.append(f"| `{r['kernel']}` | {r['group']} | {r['calls_per_step']:g} | {r['us_per_step']:,.1f} | "
+                       f"{r['note']} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def load_profile(path_or_json):
+    """A --profile-steps profile.json (llmc/core/kernel_profile.h's profile_table_json), checked; a path
+    or the parsed JSON."""
+    if isinstance(path_or_json, dict):
+        j = path_or_json
+    else:
+        with open(path_or_json) as f:
+            j = json.load(f)
+    if not isinstance(j, dict) or not isinstance(j.get("kernels"), list) or "timed" not in j:
+        raise ValueError("not a --profile-steps profile.json (no 'timed' and 'kernels')")
+    for k in j["kernels"]:
+        if "kernel" not in k or "calls_per_step" not in k or (j["timed"] and "us_per_step" not in k):
+            raise ValueError(f"kernel row without kernel / calls_per_step{' / us_per_step' if j['timed'] else ''}: {k}")
+    if j["timed"] and "idle_us" not in j:
+        raise ValueError("a timed profile without idle_us")
+    return j
+
+
+def report_profiles(report):
+    """{case: profile JSON} of a scripts/gpu_check.sh report.json (its benchmarks bench/profile/<case>.json)."""
+    out = {}
+    for key, val in (report.get("benchmarks") or {}).items():
+        t = re.fullmatch(r"bench/profile/([^/]+)\.json", key)
+        if t:
+            out[t.group(1)] = val
+    return out
+
+
+def compare_profile(profile, pred_case, tolerance=1.3):
+    """Measured (a profile.json) against predicted (one case of a prediction): per kernel row and per
+    group (ratio measured / predicted, flagged outside [1 / tolerance, tolerance]); an untimed
+    (emulated) profile compares calls per step only. Returns a dict (rows, groups, flagged, timed)."""
+    timed = bool(profile["timed"])
+    pred_rows = {r["kernel"]: r for r in pred_case["kernels"]}
+    meas_rows = {k["kernel"]: k for k in profile["kernels"]}
+    rows = []
+    for name in list(meas_rows) + [n for n in pred_rows if n not in meas_rows]:
+        m, p = meas_rows.get(name), pred_rows.get(name)
+        group = p["group"] if p else kernel_group(name)
+        r = dict(kernel=name, group=group, calls_measured=m["calls_per_step"] if m else 0.0,
+                 calls_predicted=p["calls_per_step"] if p else 0.0,
+                 us_measured=(m.get("us_per_step") if m else 0.0) if timed else None,
+                 us_predicted=p["us_per_step"] if p else 0.0)
+        r["ratio"] = (r["us_measured"] / r["us_predicted"] if timed and r["us_predicted"] > 0 else None)
+        rows.append(r)
+    groups = []
+    flagged = []
+    for g in GROUPS:
+        pg = pred_case["groups"].get(g, 0.0)
+        calls_m = sum(r["calls_measured"] for r in rows if r["group"] == g)
+        calls_p = sum(r["calls_predicted"] for r in rows if r["group"] == g)
+        if timed:
+            mg = profile["idle_us"] if g == "gaps" else sum(r["us_measured"] or 0.0 for r in rows if r["group"] == g)
+            ratio = mg / pg if pg > 0 else (None if mg == 0 else float("inf"))
+            out = ratio is not None and not (1 / tolerance <= ratio <= tolerance)
+        else:
+            mg, ratio = None, None
+            # calls only; cuBLASLt's kernels per call differ on a GPU, memsets and copies are not counted
+            out = g not in ("GEMMs", "other", "gaps") and calls_m != calls_p
+        groups.append(dict(group=g, us_measured=mg, us_predicted=pg, ratio=ratio, calls_measured=calls_m,
+                           calls_predicted=calls_p, flagged=out))
+        if out:
+            flagged.append(g)
+    step = None
+    if timed:
+        step = dict(us_measured=profile.get("step_us"), us_predicted=pred_case["step_us"],
+                    ratio=profile.get("step_us", 0.0) / pred_case["step_us"])
+    return dict(timed=timed, rows=rows, groups=groups, flagged=flagged, step=step, tolerance=tolerance)
+
+
+def compare_text(res, title):
+    tol = res["tolerance"]
+    out = [f"{title}: measured (profile) vs predicted (modeled); ratio = measured / predicted, "
+           f"flagged outside [{1 / tol:.2f}, {tol:.2f}]" + ("" if res["timed"] else " (untimed profile: calls only)")]
+    out.append(f"{'kernel':70s} {'group':16s} {'calls m/p':>13s} {'us m':>10s} {'us p':>10s} {'ratio':>7s}")
+    for r in res["rows"]:
+        um = "-" if r["us_measured"] is None else f"{r['us_measured']:.1f}"
+        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}"
+        out.append(f"{r['kernel'][:70]:70s} {r['group']:16s} {r['calls_measured']:6g}/{r['calls_predicted']:<6g} "
+                   f"{um:>10s} {r['us_predicted']:10.1f} {ratio:>7s}")
+    out.append("")
+    out.append(f"{'group':16s} {'calls m/p':>13s} {'us m':>10s} {'us p':>10s} {'ratio':>7s}")
+    for g in res["groups"]:
+        um = "-" if g["us_measured"] is None else f"{g['us_measured']:.1f}"
+        ratio = "-" if g["ratio"] is None else f"{g['ratio']:.2f}"
+        out.append(f"{g['group']:16s} {g['calls_measured']:6g}/{g['calls_predicted']:<6g} {um:>10s} "
+                   f"{g['us_predicted']:10.1f} {ratio:>7s}" + ("  FLAG" if g["flagged"] else ""))
+    if res["step"]:
+        s = res["step"]
+        out.append(f"{'step':16s} {'':13s} {s['us_measured']:10.1f} {s['us_predicted']:10.1f} {s['ratio']:7.2f}")
+    out.append(f"groups outside the tolerance: {', '.join(res['flagged']) if res['flagged'] else 'none'}")
+    return "\n".join(out)
+
+
+def speed_steps(cal, case="paper-b16"):
+    """Issue 52's speed steps as modeled gains at one case (HEAD's grid): (step, modeled gain µs, the
+    assumption the figure rests on). Each variant changes the kernel rows as the step would and
+    re-sums; none of them is built."""
+    m = CASES[case]
+    rows = predict_case(case, cal)
+    base = step_us(rows, cal)
+    N, C, L, Vp = m["B"] * m["T"], m["C"], m["L"], padded_vocab(m["V"])
+    by = {r["kernel"]: r for r in rows}
+
+    def us(prefix):
+        return sum(r["us_per_step"] for r in rows if r["kernel"].startswith(prefix))
+
+    out = []
+    # 1. C = 192 GEMM path: GELU forward and backward as GEMM epilogues (erf needs one cuBLASLt lacks:
+    # modeled at eff_gelu_epilogue / eff_bias_gelu_bwd), bias gradients in the dW GEMM's epilogue, and
+    # the ln forward folded into the next GEMM's prologue (the LN kernels' traffic gone, their stats kept)
+    gelu_now = us("llmc::cuda::gelu_") + us("llmc::cuda::detail::bias_sum_kernel")
+    gelu_epi = L * (N * 4 * C * ACT / (H200_BANDWIDTH * cal["eff_gelu_epilogue"]) * 1e6
+                    + N * 4 * C * ACT * 2 / (H200_BANDWIDTH * cal["eff_bias_gelu_bwd"]) * 1e6)
+    calls = by[EMULATED_GEMM_ROW]["calls_per_step"]
+    gemm_fixed = calls * cal["gemm_fixed_us"]
+    out.append(("C = 192 GEMM path: GELU fwd/bwd and bias gradients in GEMM epilogues",
+                gelu_now - gelu_epi, "erf GELU (paper) in a custom epilogue at the measured tanh epilogue's rate"))
+    out.append(("C = 192 GEMM path: a small-C GEMM without cuBLASLt's per-call cost (upper bound)",
+                gemm_fixed * 0.5, f"half of gemm_fixed_us x calls ({cal['gemm_fixed_us']:.1f} µs x {calls:.0f}): the "
+                "model cannot say how much of the per-call cost a hand-written kernel keeps"))
+    # 2. encoder backward grouping: a device radix sort (4 passes of 8 bytes a position) instead of one block
+    sort = 4 * (cal["kernel_fixed_us"] + N * 8 * 2 / (H200_BANDWIDTH * cal["eff_elementwise"]) * 1e6)
+    out.append(("encoder backward grouping: device radix sort (or host grouping)",
+                by["llmc::cuda::encoder_group_kernel"]["us_per_step"] - sort,
+                "grouping at the elementwise rate in 4 launches (host grouping: the whole grouping kernel)"))
+    # 3. attention scheduling: local-head blocks over 4 query tiles (a quarter of the block set-ups)
+    c4 = dict(cal, attn_block_setup_us=cal["attn_block_setup_us"] / 4)
+    att_now = us("llmc::cuda::attn_fwd_fa2") + us("llmc::cuda::attn_bwd_kv") + us("llmc::cuda::attn_bwd_q")
+    r4 = predict_case(case, c4)
+    att4 = sum(r["us_per_step"] for r in r4 if r["kernel"].startswith(("llmc::cuda::attn_fwd_fa2",
+                                                                          "llmc::cuda::attn_bwd_kv",
+                                                                          "llmc::cuda::attn_bwd_q")))
+    out.append(("attention scheduling: blocks over 4 query tiles (a quarter of the per-block set-up)", att_now - att4,
+                "attn_block_setup_us / 4 on every block (local and global); longest-first is already modeled"))
+    # 4. classifier in one pass: the forward's pass folded into the backward's (one read of the logits)
+    fwd_pass = classifier_us(N, N * Vp * ACT + 16 * N, "classifier_fwd", cal)
+    out.append(("classifier loss + logit gradient in one pass", fwd_pass,
+                "the forward's classifier pass gone (the backward's pass already reads the logits and writes dlogits)"))
+    # 5. CUDA graphs + programmatic dependent launch: the launch gaps
+    launches = sum(r["calls_per_step"] for r in rows)
+    out.append(("CUDA graphs on by default (+ PDL)", (launches - 1) * cal["gap_us"],
+                f"every gap gone ({launches - 1:.0f} x gap_us {cal['gap_us']:.2f} µs): an upper bound; the gap rests "
+                f"on the one pair of lab rows that splits the fixed cost ({cal['kernel_fixed_us']:.1f} µs a kernel, "
+                f"{cal['lab_event_us']:.1f} µs a timed window)"))
+    return base, out
+
+
+def calibration_markdown(cal, checks):
+    out = ["**Calibrated model** (modeled; calibrated on GPU measurements at fa663e0, H200): parameters", "",
+           "| parameter | value |", "|---|---:|"]
+    for k, v in cal.items():
+        out.append(f"| {k} | {v:.4g} |")
+    out += ["", "Which measurement fixes which parameter:", ""]
+    out += [f"- `{k}`: {v}" for k, v in CALIBRATION_SOURCES.items()]
+    out += ["", "| measurement | group | use | measured µs | modeled µs | modeled / measured |",
+            "|---|---|---|---:|---:|---:|"]
+    for r in checks:
+        out.append(f"| {r['id']} | {r['group']} | {r['use']} | {r['measured_us']:,.1f} | {r['modeled_us']:,.1f} | "
+                   f"{r['modeled_us'] / r['measured_us']:.2f} |")
+    out += ["", "| group | held-out measurements | worst modeled / measured | mean factor off (exp of mean abs. log) |",
+            "|---|---:|---:|---:|"]
+    for g, n, worst, mean in held_out_summary(checks):
+        out.append(f"| {g} | {n} | {worst:.2f} | {mean:.2f} |")
+    return "\n".join(out)
+
+
+def held_out_summary(checks):
+    """Per group over the held-out rows: (group, count, the worst ratio (farthest from 1), the mean of
+    |ln(modeled / measured)| as a factor)."""
+    import math
+    out = []
+    for g in dict.fromkeys(r["group"] for r in checks):
+        rs = [r["modeled_us"] / r["measured_us"] for r in checks if r["group"] == g and r["use"] == "held out"]
+        if rs:
+            worst = max(rs, key=lambda x: abs(math.log(x)))
+            out.append((g, len(rs), worst, math.exp(sum(abs(math.log(x)) for x in rs) / len(rs))))
+    return out
+
+
+def calibrated_main(a):
+    cal = fit_calibration()
+    if a.calibration:
+        print(calibration_markdown(cal, calibration_checks(cal)))
+    if a.speed_steps:
+        base, steps = speed_steps(cal)
+        print(f"\nIssue 52's speed steps at paper-b16, modeled (calibrated model; HEAD's step {base / 1e3:.2f} ms):\n")
+        print("| speed step | modeled gain ms | share of the step | assumption |\n|---|---:|---:|---|")
+        for name, gain, why in sorted(steps, key=lambda x: -x[1]):
+            print(f"| {name} | {gain / 1e3:.2f} | {100 * gain / base:.1f}% | {why} |")
+    if a.predict:
+        pred = prediction(cal, a.commit)
+        os.makedirs(os.path.dirname(a.predict) or ".", exist_ok=True)
+        with open(a.predict + ".json", "w") as f:
+            json.dump(pred, f, indent=1)
+        with open(a.predict + ".md", "w") as f:
+            f.write(prediction_markdown(pred) + "\n")
+        print(f"wrote {a.predict}.json and {a.predict}.md", file=sys.stderr)
+    return 0
+
+
+def compare_main(a):
+    """--compare PROFILE --prediction PRED: PROFILE a profile.json (its case: --case, or its file or
+    directory name) or a gpu_check.sh report.json (every bench/profile/<case>.json in it, or --case)."""
+    if not (a.compare and a.prediction):
+        print("error: --compare PROFILE needs --prediction PRED (and the other way round); give both", file=sys.stderr)
+        return 2
+    try:
+        with open(a.prediction) as f:
+            pred = json.load(f)
+        cases = pred["cases"]
+        if not isinstance(cases, dict):
+            raise ValueError("its 'cases' is not an object")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(f"error: --prediction {a.prediction}: {e}; give a file `roofline.py --predict` wrote", file=sys.stderr)
+        return 2
+    try:
+        with open(a.compare) as f:
+            raw = json.load(f)
+        if isinstance(raw, dict) and "benchmarks" in raw:  # a gpu_check.sh report.json
+            found = report_profiles(raw)
+            if a.case and a.case not in found:
+                raise ValueError(f"the report has no bench/profile/{a.case}.json "
+                                 f"(it has: {', '.join(found) or 'none'})")
+            if not found:
+                raise ValueError("the report has no bench/profile/*.json (did the profile stage run?)")
+            todo = {a.case: found[a.case]} if a.case else found
+        else:
+            case = a.case or os.path.splitext(os.path.basename(a.compare))[0]
+            if not a.case and case == "profile":  # the trainer's -o DIR/profile.json: the case is DIR's name
+                case = os.path.basename(os.path.dirname(os.path.abspath(a.compare)))
+            todo = {case: raw}
+        todo = {case: load_profile(prof) for case, prof in todo.items()}
+    except (OSError, ValueError) as e:
+        print(f"error: --compare {a.compare}: {e}; give the profile.json a --profile-steps run wrote "
+              "(or gpu_check.sh's report.json)", file=sys.stderr)
+        return 2
+    missing = [c for c in todo if c not in cases]
+    if missing:
+        print(f"error: the prediction has no case '{missing[0]}' (it has {', '.join(cases)}); name one with --case",
+              file=sys.stderr)
+        return 2
+    texts = []
+    for case, prof in todo.items():
+        res = compare_profile(prof, cases[case], a.tolerance)
+        texts.append(compare_text(res, f"{case}: {a.compare} vs {a.prediction} ({pred.get('label', '?')}, "
+                                       f"{pred.get('commit', '?')})"))
+    print("\n\n".join(texts))
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", choices=sorted(MODELS) + ["all"], default="all")
@@ -649,7 +1756,27 @@ def main(argv=None):
     ap.add_argument("--out", help="also write every figure as JSON to DIR/roofline.json")
     ap.add_argument("--dq-designs", action="store_true",
                     help="also the attention backward's dQ half in two designs (dq_designs)")
+    ap.add_argument("--calibration", action="store_true",
+                    help="the calibrated model (modeled): its parameters, what fixed each, and its error on the "
+                         "measurements it was fitted on and on those held out")
+    ap.add_argument("--predict", metavar="PREFIX",
+                    help="write the calibrated per-kernel prediction of the profile stage's shapes to PREFIX.json "
+                         "and PREFIX.md (labelled modeled), with --commit")
+    ap.add_argument("--commit", default="HEAD", help="the commit a --predict file is for")
+    ap.add_argument("--speed-steps", action="store_true",
+                    help="issue 52's speed steps as modeled gains at paper-b16 (calibrated model)")
+    ap.add_argument("--compare", metavar="PROFILE",
+                    help="a --profile-steps profile.json to compare with --prediction, row by row and per group")
+    ap.add_argument("--prediction", metavar="PRED", help="a --predict JSON (docs/results/predictions/)")
+    ap.add_argument("--case", help="the prediction's case for --compare (default: PROFILE's file name, e.g. "
+                                   "paper-b16 for bench/profile/paper-b16.json, or its directory's for "
+                                   "profile/paper-b16/profile.json)")
+    ap.add_argument("--tolerance", type=float, default=1.3, help="--compare flags groups outside this ratio")
     a = ap.parse_args(argv)
+    if a.compare or a.prediction:
+        return compare_main(a)
+    if a.calibration or a.predict or a.speed_steps:
+        return calibrated_main(a)
     sass = None
     if a.sass:
         try:
