@@ -10,7 +10,7 @@
 //
 // Kernel families, all tiled with the same tile-range math (llmc/core/attention_tiles.h):
 //   AttnKernel::Scalar  fp32 FMA math on 32x32 tiles, any floatX. The FP32 build's path (tight
-//                       comparison with the CPU) and the fallback if the tensor-core path misbehaves.
+//                       comparison with the CPU); in the bf16 build only the lab runs it.
 //   AttnKernel::Mma     bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), 64x64 tiles, sm_80+;
 //                       forward (the first one, kept for the lab) and backward (dK/dV kernel over key
 //                       tiles, dQ kernel over query tiles).
@@ -39,8 +39,9 @@
 // llmc/cuda/attention_ls_common.cuh). The Fa2 and Scalar forwards compute them; the Mma one does not.
 //
 // Files: this header holds the contract functions, argument checks and launchers; the kernels are
-// in llmc/cuda/attention_ls_scalar.cuh, llmc/cuda/attention_ls_mma.cuh and
-// llmc/cuda/attention_ls_fa2.cuh, what they share in
+// in llmc/cuda/attention_ls_scalar.cuh, llmc/cuda/attention_ls_mma.cuh,
+// llmc/cuda/attention_ls_fa2.cuh (forward) and llmc/cuda/attention_ls_fa2_bwd.cuh (backward, the
+// one-pass variant too), what they share in
 // llmc/cuda/attention_ls_common.cuh, the per-element math and tile ranges in llmc/core/attention_tiles.h.
 #pragma once
 #include <algorithm>
