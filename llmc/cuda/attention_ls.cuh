@@ -27,7 +27,7 @@
 // attention_ls_forward/backward (the contract's functions) use attention_default_kernel():
 // Fa2Bwd in the bf16 build, Scalar in the FP32 build. The *_with variants let the lab pick.
 //
-// Head sizes 32, 64, 128 (templates); any T, any P >= 1, any G in 0..NH. The Mma kernels read
+// Head sizes 32, 64, 128 (templates); any T, any P >= 1, any G in 0..NH. The tensor-core kernels read
 // qkv and dout with 16-byte loads: qkv, out, dout, dqkv must be 16-byte aligned (cudaMalloc pointers are).
 // Backward: D_i = rowsum(dO*O) (pre-kernel), then one kernel over key tiles writes dK, dV and one
 // over query tiles writes dQ; each output element is summed by one thread in a fixed order, so
@@ -230,7 +230,7 @@ inline void attention_ls_check_args(int B, int T, int C, int NH, int G, int P) {
         throw InputError("attention: B*NH=" + std::to_string((long)B * NH) + " exceeds 2^31-1; use a smaller batch");
 }
 
-// The Mma kernels move qkv / out / dout / dqkv with 16-byte (int4) accesses.
+// The tensor-core kernels (Mma, FA2-class) move qkv / out / dout / dqkv with 16-byte (int4) accesses.
 inline void attention_ls_check_aligned(const void* p, const char* what) {
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
         throw InputError(std::string("attention: ") + what +
