@@ -12,11 +12,11 @@
 //   AttnKernel::Scalar  fp32 FMA math on 32x32 tiles, any floatX. The FP32 build's path (tight
 //                       comparison with the CPU); in the bf16 build only the lab runs it.
 //   AttnKernel::Mma     bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), 64x64 tiles, sm_80+;
-//                       forward (the first one, kept for the lab) and backward (dK/dV kernel over key
-//                       tiles, dQ kernel over query tiles).
+//                       the first forward and backward (dK/dV kernel over key tiles, dQ kernel over
+//                       query tiles). Lab only (versions 3, 4, 5).
 //   AttnKernel::Fa2     the FlashAttention-2-class forward (ldmatrix, swizzled shared memory, cp.async
 //                       double buffering, base-2 softmax; llmc/cuda/attention_ls_fa2.cuh) + the Mma
-//                       backward. sm_80+.
+//                       backward. sm_80+. Lab only (version 5).
 //   AttnKernel::Fa2Bwd  the Fa2 forward + the FlashAttention-2-class backward (the same techniques;
 //                       dK/dV kernel over key tiles, dQ kernel over query tiles;
 //                       llmc/cuda/attention_ls_fa2_bwd.cuh). sm_80+.
@@ -30,8 +30,10 @@
 // Head sizes 32, 64, 128 (templates); any T, any P >= 1, any G in 0..NH. The tensor-core kernels read
 // qkv and dout with 16-byte loads: qkv, out, dout, dqkv must be 16-byte aligned (cudaMalloc pointers are).
 // Backward: D_i = rowsum(dO*O) (pre-kernel), then one kernel over key tiles writes dK, dV and one
-// over query tiles writes dQ; each output element is summed by one thread in a fixed order, so
-// the result is deterministic (bit-identical across runs) without atomics.
+// over query tiles writes dQ; each output element is summed in a fixed order (by one thread, or in
+// the FA2-class kernels by the blocks of a split tile loop, whose partials the last block to arrive
+// adds in chunk order), so the result is deterministic (bit-identical across runs) without float
+// atomics.
 // Statistics (stats != nullptr; a template bool, so the off path costs nothing): each block writes
 // {max raw logit, min raw logit, entropy sum} of its (query tile, b, h) to stats_scratch, then a
 // small kernel merges them per head in a fixed order into stats (max, min, +=). With near_n >= 1
