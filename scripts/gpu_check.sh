@@ -27,8 +27,8 @@
 #                      version 6: the FA2-class forward + the FA2-class backward) on small shapes
 #   3 = labs,bench,train   every kernel lab with no arguments (timing tables), and the attention
 #                      lab's production version at the paper shape for B = 1 .. 64 (--json, LS and
-#                      all-global: how its time scales with the batch, docs/cuda_kernels.md "What the
-#                      fa663e0 timings say"); every peer benchmark
+#                      all-global: how its time scales with the batch, docs/results/attention_journal.md
+#                      "What the two H200 runs said"); every peer benchmark
 #                      dev/bench/*.py with --out (except the end-to-end one and the CPU-only
 #                      cpu_vs_torch.py, which times the CPU backend); a short real training
 #                      run of the paper model on the GPU (synthetic data, T=2048) with the near/far

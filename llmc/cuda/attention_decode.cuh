@@ -9,8 +9,8 @@
 //
 // Kernels (flash-decoding): the visible keys lo..t of a head are cut into splits of
 // kDecodeSplitKeys keys, one block per (head, sequence, split), so a long global context is spread
-// over many SMs (one block per head walked 16K keys serially: on an H200 a global head's decode took
-// as long as six, docs/results/2026-11-26-H200-4628997/). In a block, kDecodeWarps warps: warp w
+// over many SMs (one block per head would walk a global head's keys serially:
+// docs/results/kernel_journal.md). In a block, kDecodeWarps warps: warp w
 // walks keys start+w, start+w+kDecodeWarps, ...; its lanes split the head dimension (lane owns dims
 // lane, lane+32, ...), a warp reduction gives the score, and an online softmax (running max m, sum
 // l, output acc) folds each key in; the warps' (m, l, acc) are merged in shared memory and written

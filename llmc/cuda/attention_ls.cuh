@@ -10,13 +10,13 @@
 //
 // Kernel families, all tiled with the same tile-range math (llmc/core/attention_tiles.h):
 //   AttnKernel::Scalar  fp32 FMA math on 32x32 tiles, any floatX. The FP32 build's path (tight
-//                       comparison with the CPU) and the fallback if the tensor-core path misbehaves.
+//                       comparison with the CPU); in the bf16 build only the lab runs it.
 //   AttnKernel::Mma     bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), 64x64 tiles, sm_80+;
-//                       forward (the first one, kept for the lab) and backward (dK/dV kernel over key
-//                       tiles, dQ kernel over query tiles).
+//                       the first forward and backward (dK/dV kernel over key tiles, dQ kernel over
+//                       query tiles). Lab only (versions 3, 4, 5).
 //   AttnKernel::Fa2     the FlashAttention-2-class forward (ldmatrix, swizzled shared memory, cp.async
 //                       double buffering, base-2 softmax; llmc/cuda/attention_ls_fa2.cuh) + the Mma
-//                       backward. sm_80+.
+//                       backward. sm_80+. Lab only (version 5).
 //   AttnKernel::Fa2Bwd  the Fa2 forward + the FlashAttention-2-class backward (the same techniques;
 //                       dK/dV kernel over key tiles, dQ kernel over query tiles;
 //                       llmc/cuda/attention_ls_fa2_bwd.cuh). sm_80+.
@@ -27,11 +27,13 @@
 // attention_ls_forward/backward (the contract's functions) use attention_default_kernel():
 // Fa2Bwd in the bf16 build, Scalar in the FP32 build. The *_with variants let the lab pick.
 //
-// Head sizes 32, 64, 128 (templates); any T, any P >= 1, any G in 0..NH. The Mma kernels read
+// Head sizes 32, 64, 128 (templates); any T, any P >= 1, any G in 0..NH. The tensor-core kernels read
 // qkv and dout with 16-byte loads: qkv, out, dout, dqkv must be 16-byte aligned (cudaMalloc pointers are).
 // Backward: D_i = rowsum(dO*O) (pre-kernel), then one kernel over key tiles writes dK, dV and one
-// over query tiles writes dQ; each output element is summed by one thread in a fixed order, so
-// the result is deterministic (bit-identical across runs) without atomics.
+// over query tiles writes dQ; each output element is summed in a fixed order (by one thread, or in
+// the FA2-class kernels by the blocks of a split tile loop, whose partials the last block to arrive
+// adds in chunk order), so the result is deterministic (bit-identical across runs) without float
+// atomics.
 // Statistics (stats != nullptr; a template bool, so the off path costs nothing): each block writes
 // {max raw logit, min raw logit, entropy sum} of its (query tile, b, h) to stats_scratch, then a
 // small kernel merges them per head in a fixed order into stats (max, min, +=). With near_n >= 1
@@ -39,8 +41,9 @@
 // llmc/cuda/attention_ls_common.cuh). The Fa2 and Scalar forwards compute them; the Mma one does not.
 //
 // Files: this header holds the contract functions, argument checks and launchers; the kernels are
-// in llmc/cuda/attention_ls_scalar.cuh, llmc/cuda/attention_ls_mma.cuh and
-// llmc/cuda/attention_ls_fa2.cuh, what they share in
+// in llmc/cuda/attention_ls_scalar.cuh, llmc/cuda/attention_ls_mma.cuh,
+// llmc/cuda/attention_ls_fa2.cuh (forward) and llmc/cuda/attention_ls_fa2_bwd.cuh (backward, the
+// one-pass variant too), what they share in
 // llmc/cuda/attention_ls_common.cuh, the per-element math and tile ranges in llmc/core/attention_tiles.h.
 #pragma once
 #include <algorithm>
@@ -229,7 +232,7 @@ inline void attention_ls_check_args(int B, int T, int C, int NH, int G, int P) {
         throw InputError("attention: B*NH=" + std::to_string((long)B * NH) + " exceeds 2^31-1; use a smaller batch");
 }
 
-// The Mma kernels move qkv / out / dout / dqkv with 16-byte (int4) accesses.
+// The tensor-core kernels (Mma, FA2-class) move qkv / out / dout / dqkv with 16-byte (int4) accesses.
 inline void attention_ls_check_aligned(const void* p, const char* what) {
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
         throw InputError(std::string("attention: ") + what +

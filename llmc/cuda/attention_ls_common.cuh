@@ -1,11 +1,13 @@
 // Pieces shared by the LS-attention kernel families (llmc/cuda/attention_ls_scalar.cuh,
-// llmc/cuda/attention_ls_mma.cuh, llmc/cuda/attention_ls_fa2.cuh) and the launchers
+// llmc/cuda/attention_ls_mma.cuh, llmc/cuda/attention_ls_fa2.cuh, llmc/cuda/attention_ls_fa2_bwd.cuh)
+// and the launchers
 // (llmc/cuda/attention_ls.cuh): tile sizes, the grid layout, the statistics fields with their
 // block-level merge and per-head reduce, and the backward's D kernel.
 //
-// Grid layout of every tiled kernel: blockIdx.x = b*NH + h (up to 2^31-1, so any B*NH), blockIdx.y
-// = tile slot (<= 65535: T <= 65535 * 32, checked by attention_ls_check_args). Blocks are issued
-// x-fastest, so all heads' slot-0 tiles (the longest ones) go first.
+// Grid layout of the scalar and Mma kernels: blockIdx.x = b*NH + h (up to 2^31-1, so any B*NH),
+// blockIdx.y = tile slot (<= 65535: T <= 65535 * 32, checked by attention_ls_check_args). Blocks are
+// issued x-fastest, so all heads' slot-0 tiles (the longest ones) go first. The FA2-class kernels
+// take a 1-D grid of work items instead (llmc/core/attention_split.h).
 #pragma once
 #include <cmath>
 

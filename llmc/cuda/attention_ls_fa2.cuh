@@ -1,6 +1,7 @@
 // LS-attention forward, FlashAttention-2 class (AttnKernel::Fa2): bf16 mma.sync m16n8k16 with fp32
-// accumulation, sm_80+, bf16 build only. Launched by llmc/cuda/attention_ls.cuh; the backward of
-// this family is the Mma one (llmc/cuda/attention_ls_mma.cuh). Design: docs/attention_kernel.md.
+// accumulation, sm_80+, bf16 build only. Launched by llmc/cuda/attention_ls.cuh; the trainer pairs it
+// with the FA2-class backward (AttnKernel::Fa2Bwd, llmc/cuda/attention_ls_fa2_bwd.cuh), the lab also
+// with the Mma backward (AttnKernel::Fa2). Design: docs/attention_kernel.md.
 //
 // Block: 64 query rows (4 warps x 16 rows) of one (b, h); key / value tiles of 64 keys; a long key
 // range is cut into chunks over several blocks whose partials the last to arrive merges
@@ -148,14 +149,13 @@ __device__ __forceinline__ uint32_t fa2_lane_offset(int row, int chunk0) {
 }
 
 // A lane's two ldmatrix offsets in the forward's tiles, computed once per block and kept in
-// registers across the key-tile loop (computed inside the loop, ptxas re-derived them from the
-// thread index on every trip: ~20 instructions). Of a 16 x 16 block, lane 8mi + j8 addresses row
+// registers across the key-tile loop (opaque_u32: ptxas may not re-derive them from the thread
+// index on every trip). Of a 16 x 16 block, lane 8mi + j8 addresses row
 // j8 of matrix mi: a orders the matrices (rows 0..7, cols 0..7), (8..15, 0..7), (0..7, 8..15),
 // (8..15, 8..15) - Q as the A operand, V as the B operand through .trans; b orders them (0..7,
 // 0..7), (0..7, 8..15), (8..15, 0..7), (8..15, 8..15) - K as the B operand of two n8 blocks.
-// b1 serves every head size; col2 is computed and used at hd 32 only (room under its register
-// bound; at hd 64, under its 168, ptxas spilled it into the loop). Without them a masked hd-32 trip
-// re-derived both (4 + 3 instructions).
+// b1 serves every head size; col2 is computed and used at hd 32 only (where it fits under the
+// register bound; at hd 64 it would spill into the loop).
 template <int HD>
 struct Fa2LaneOffsets {
     uint32_t a, b, b1;  // b1 = b ^ 32: K's dims 16..31
@@ -177,8 +177,8 @@ constexpr float kFa2Masked = -3.40282347e38f;  // -FLT_MAX
 // The visibility bits of a thread's two query rows i_row over the keys kc + 8nb + e (kc: its first
 // key): bit 2nb + e + 16hf set when row i_row[hf] (< T) sees that key, i.e. key_lo(i) <= key <= i
 // (attn_thread_score_bits). The forward looks them up (tab); the dQ backward
-// (llmc/cuda/attention_ls_fa2_bwd.cuh) computes them: with the tables its interior tiles grew by
-// ~10 instructions (ptxas recomputed the ldmatrix offsets each trip) for ~10 fewer on masked ones.
+// (llmc/cuda/attention_ls_fa2_bwd.cuh) computes them (the tables would lengthen its interior trips
+// by as much as they shorten its masked ones).
 __device__ __forceinline__ unsigned fa2_query_rows_bits(const Fa2ScoreBitTables& tab, const int (&i_row)[2], int kc,
                                                         int T, bool local, int P) {
     unsigned bits = 0u;
@@ -532,12 +532,11 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const Fa2ScoreBitTable
 // the block's statistics partial (kAttnStatsBasic floats, llmc/cuda/attention_ls_common.cuh) in
 // stats_part; with NEAR (implies STATS) the near/far ones too (kAttnStatsNear floats), split at
 // distance near_n >= 1.
-// Registers: bounded where ptxas, left alone, takes more than the tile loop needs (with the merge,
-// 138 in the soft-capped hd-32 kernel with statistics, 192 at hd 64: a block per SM fewer): 4 blocks at
-// hd 32 without near/far statistics, 3 for the hd-32 near/far one without soft-cap (unbounded it
-// spilled 3 LDL per trip), 3 at hd 64; ptxas's own choice otherwise. Static (dev/cuda/sass_report):
-// no local memory in the hot loops but 5-7 LDL per trip in <64, true, true, true>; the other spills
-// the bounds cause are in the prologue and the merge.
+// Registers: bounded where ptxas, left alone, takes more than the tile loop needs (the split's merge
+// raises its choice by a block per SM): 4 blocks at hd 32 without near/far statistics, 3 for the
+// hd-32 near/far one without soft-cap, 3 at hd 64; ptxas's own choice otherwise. A bound is checked
+// with make sass-report: the spills it causes belong in the prologue and the merge, not the tile
+// loop (one exception, <64, true, true, true>; figures: docs/results/attention_journal.md).
 template <int HD, bool STATS, bool NEAR, bool SOFTCAP>
 __global__ void __launch_bounds__(kAttnMmaThreads, HD == 64   ? 3
                                                    : HD != 32 ? 0

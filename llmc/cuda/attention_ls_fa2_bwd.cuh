@@ -324,8 +324,8 @@ __device__ __forceinline__ Fa2DqHeadParts fa2_dq_head_parts(const Fa2DqParts& dq
 // chunk order (fa2_sum_acc) and writes them. ONEPASS (hd 32 / 64): per visited query tile the warps
 // also leave dS^T in shared memory (sdS) and form the tile's dQ part dS K (fa2_bwd_dq_part) into
 // dq's block of (query tile, key tile), which attn_bwd_dq_reduce_kernel sums (no dQ kernel).
-// Registers: the one-pass kernel at hd 64 asks for 3 blocks/SM (ptxas's own choice was 255 registers,
-// 2 blocks/SM; at 168 its interior trip has two LDL); the others keep ptxas's choice.
+// Registers: the one-pass kernel at hd 64 asks for 3 blocks/SM (ptxas's own choice takes every
+// register: 2 blocks/SM); the others keep ptxas's choice (figures: docs/results/attention_journal.md).
 template <int HD, bool SOFTCAP, bool ONEPASS = false>
 __global__ void __launch_bounds__(kAttnMmaThreads, (ONEPASS && HD == 64) ? 3 : 0)
     attn_bwd_kv_fa2_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv, const float* lse,
@@ -518,9 +518,9 @@ __device__ __forceinline__ void fa2_bwd_q_tile(float (&dq)[HD / 8][4], const uin
 // dQ: a 1-D grid of the split's blocks (fa2_block_work, as the forward's), 128 threads; writes dqkv's q
 // part. The blocks of a split query tile leave their dQ sums and the last to arrive adds them in
 // chunk order (fa2_sum_acc) and writes them.
-// Registers: hd 32 without soft-cap asks for 4 blocks/SM (at most 128 registers: ptxas's own choice
-// was 129, 3 blocks/SM) and hd 64 for 3 (with the split's sums ptxas chose 230: 2 blocks/SM; at its
-// 168 one LDL/STL pair outside the tile loop); the others keep ptxas's choice.
+// Registers: hd 32 without soft-cap asks for 4 blocks/SM (at most 128 registers) and hd 64 for 3
+// (ptxas's own choices hold a block per SM fewer); the others keep ptxas's choice (figures:
+// docs/results/attention_journal.md).
 template <int HD, bool SOFTCAP>
 __global__ void __launch_bounds__(kAttnMmaThreads, HD == 32 && !SOFTCAP ? 4
                                                    : HD == 64           ? 3

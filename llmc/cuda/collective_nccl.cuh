@@ -8,7 +8,7 @@
 //       error naming the ranks that did not show up).
 // abort(): ncclCommAbort, then MPI_Abort when MPI is up, else exit (under Slurm use
 // `srun --kill-on-bad-exit=1` so the other ranks are ended too).
-// One rank on an H200 at 4628997 (docs/results/); several ranks never on GPUs (see docs/multigpu.md).
+// What has run on GPUs, and at which commit: docs/multigpu.md, docs/results/README.md.
 #pragma once
 #include <cstdio>
 #include <cstdlib>

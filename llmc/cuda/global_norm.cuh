@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(kNormBlock)
     global_norm_kernel(float* out, float* partial, uint32_t* arrival, const float* g, size_t n) {
     // Each thread adds its squares in index order. Four loads are issued before their four additions
     // (the order of additions unchanged): with a stride known only at run time the compiler keeps one
-    // load in flight per thread, which left the kernel at 49% of an H200's bandwidth (80% unrolled).
+    // load in flight per thread otherwise, too few to reach the bandwidth (docs/results/kernel_journal.md).
     const size_t stride = (size_t)gridDim.x * kNormBlock;
     size_t i = blockIdx.x * (size_t)kNormBlock + threadIdx.x;
     double acc = 0.0;

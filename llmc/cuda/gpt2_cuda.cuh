@@ -29,7 +29,8 @@
 //     order than the training kernel (test/gpu/test_cuda_generate.cu states the comparison rule).
 //   - all_reduce_grads: with an NCCL collective, the device gradients are all-reduced in place
 //     (no host round trip); otherwise the Backend default (host path).
-//   - Not done yet: recomputation (-r), CUDA graphs.
+//   - queued steps may run as one CUDA graph (use_step_graph, --cuda-graph; llmc/cuda/step_graph.cuh).
+//   - no activation recomputation (llm.c's -r): every layer's activations stay stored, as on the CPU.
 #pragma once
 #include <algorithm>
 #include <cmath>

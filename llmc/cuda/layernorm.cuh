@@ -226,10 +226,9 @@ __global__ void layernorm_backward_kernel(floatX* dinp, float* partials, const f
 // flight: one memory round trip per row), w once per worker. The per-channel arithmetic and the
 // order of every sum are layernorm_backward_kernel<kPack>'s.
 // Registers: at one chunk (C <= 256 in bf16: 4096 workers, 512 blocks of 8 warps) at most 64, so
-// that 4 blocks per SM hold the whole grid on an H100 (ptxas's own choice, 68, left 3: a second
-// wave); at two or three chunks at most 128 (2 blocks of 8 warps per SM hold the 256 blocks of
-// C <= 768). Four chunks took 181 registers (one block per SM; at most 128 it spilled): wider rows
-// take the looping kernel.
+// that 4 blocks per SM hold the whole grid on an H100 in one wave; at two or three chunks at most
+// 128 (2 blocks of 8 warps per SM hold the 256 blocks of C <= 768). Wider rows take the looping
+// kernel (a row of four chunks does not fit in 128 registers). Figures: docs/results/kernel_journal.md.
 // A warp's dw, db accumulators (each CH * 32 * kPack floats) are laid out [ch][k / 4][lane][k % 4]
 // for channel (ch * 32 + lane) * kPack + k (layernorm_cached_slot): a lane's 4-channel float4 at
 // 16-byte lane stride, so a warp's access covers 512 contiguous bytes without bank conflicts (the
@@ -332,9 +331,9 @@ __global__ void __launch_bounds__(256, CH == 1 ? 4 : 2)
 
 // Workers of the backward: one warp per row at a time, rows worker, worker + workers, ... A number
 // fixed by C, so the dw, db partials are summed in the same order every run; enough warps that
-// each SM has its share of HBM's bytes in flight (~20 KB at ~3.35 TB/s and ~0.8 us latency; with
-// 1024 workers, ~8 warps per SM, the H200 measured 22% of its bandwidth at N 16384, C 768): a
-// cached row of C 768 puts 4.5 KB per warp in flight, of C 192 1.1 KB, hence more workers there.
+// each SM has its share of HBM's bytes in flight (~20 KB at ~3.35 TB/s and ~0.8 us latency; 1024
+// workers, ~8 warps per SM, are too few: docs/results/kernel_journal.md): a cached row of C 768
+// puts 4.5 KB per warp in flight, of C 192 1.1 KB, hence more workers there.
 inline int layernorm_backward_workers(int C) { return C <= 256 ? 4096 : 2048; }
 constexpr size_t kSharedDefault = 48 * 1024;
 // Widest row the cached backward takes, in chunks of 32 lanes x kPack channels (bf16: C <= 768).

@@ -24,14 +24,14 @@
 //
 // GELU. With pre_gelu, matmul_forward writes pre_gelu = inp @ weight^T + bias and
 // out = gelu(pre_gelu) of the given kind (Gelu::Tanh or Gelu::Erf, llmc/cpu/gelu.h). Erf never takes
-// the epilogue below (believed to be the tanh approximation): always the BIAS (or no) epilogue, then
+// the epilogue below (the tanh approximation): always the BIAS (or no) epilogue, then
 // gelu_forward(pre_gelu, Erf), two launches. Tanh, BF16 build, by default
 // (ctx.fuse_gelu): cuBLASLt's GELU_AUX(_BIAS) epilogue, D = gelu(x), aux = x, one launch. cuBLASLt's
-// documentation only says "GELU"; we believe it is the tanh approximation (llm.c relies on it for
-// GPT-2's tanh GELU), but that is NOT verified yet, nor how exactly it evaluates tanh (a hardware
-// tanh approximation would be ~1e-4 off: invisible in bf16, not in an fp32 comparison). The lab
-// (dev/cuda/matmul.cu) checks the epilogue against the CPU and decides tanh vs erf (they differ by
-// up to 4.7e-4 near x = -2.7); if it fails, set fuse_gelu = false by default. FP32 build, by
+// documentation only says "GELU" (llm.c relies on it for GPT-2's tanh GELU), not how it evaluates
+// tanh (a hardware tanh approximation would be ~1e-4 off: invisible in bf16, not in an
+// fp32 comparison). The lab (dev/cuda/matmul.cu) checks the epilogue against the CPU and decides
+// tanh vs erf (they differ by up to 4.7e-4 near x = -2.7; what a GPU found: docs/cuda_kernels.md);
+// if it fails on a GPU or toolkit, set fuse_gelu = false by default. FP32 build, by
 // default: no epilogue (the FP32 build is the exact reference path). If the heuristic finds no
 // algorithm for the fused epilogue, or ctx.fuse_gelu is false, the matmul writes pre_gelu with the
 // BIAS epilogue and then out = gelu_forward(pre_gelu) (llmc/cuda/gelu.cuh, the CPU's formula).
