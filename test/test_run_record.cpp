@@ -178,19 +178,24 @@ TEST_CASE("a run record's model bias and gelu come back as --bias and --gelu; ol
     REQUIRE_THROWS_WITH(llmc::apply_overrides(c, o), Contains("--gelu 'relu' is not an activation; use tanh"));
 }
 
-TEST_CASE("--config reads a run's config.json: train (with its history) and the model as flags", "[config]") {
+TEST_CASE("--config reads a run's config.json: train (a changed setting given) and the model as flags", "[config]") {
     llmc_test::TempDir dir;
     nlohmann::ordered_json rec = record_of(
         {"-i", "d/train_*.bin", "-l", "3e-3", "-b", "8", "--z-loss", "1e-4", "-o", "out/run", "--qk-clip", "50"});
     rec["history"] = {{{"step", 4}, {"flag", "--learning-rate"}, {"old", 0.003}, {"new", 0.001}}};
     write(dir.file("config.json"), llmc::json_file_text(rec));
 
+    // the history changed -l while the run trained: a new run must be given one value
+    llmc::TrainCli refused;
+    REQUIRE(parse_args(refused, {"--config", dir.file("config.json"), "-b", "2"}) == 1);
+    REQUIRE_THAT(refused.error(), Contains("the run changed settings while it trained: --learning-rate (0.003 at "
+                                           "the start, 0.001 at the end)"));
     llmc::TrainCli cli;
-    REQUIRE(parse_args(cli, {"--config", dir.file("config.json"), "-b", "2"}) == -1);
+    REQUIRE(parse_args(cli, {"--config", dir.file("config.json"), "-b", "2", "-l", "2e-3"}) == -1);
     const llmc::TrainConfig& c = cli.config();
     // -i as recorded: an absolute path
     REQUIRE(c.train_data == (std::filesystem::current_path() / "d/train_*.bin").string());
-    REQUIRE(c.learning_rate == 1e-3f);  // the history's value
+    REQUIRE(c.learning_rate == 2e-3f);  // the value given
     REQUIRE(c.batch_size == 2);         // the command line wins
     REQUIRE(c.z_loss == 1e-4f);
     REQUIRE(c.qk_clip == 50.0f);
@@ -208,8 +213,9 @@ TEST_CASE("--config reads a run's config.json: train (with its history) and the 
     // the same file under another name is recognised by its content
     write(dir.file("settings.cfg"), llmc::json_file_text(rec));
     llmc::TrainCli by_content;
-    REQUIRE(parse_args(by_content, {"--config", dir.file("settings.cfg")}) == -1);
+    REQUIRE(parse_args(by_content, {"--config", dir.file("settings.cfg"), "-l", "1e-3"}) == -1);
     REQUIRE(by_content.config().learning_rate == 1e-3f);
+    REQUIRE(by_content.config().z_loss == 1e-4f);  // from the file
 
     // what it cannot read: one line naming the file
     llmc::CheckedConfigFile reader;

@@ -141,7 +141,9 @@ private:
         const SettingRow* row = setting_row_of_flag(flag.substr(2));
         if (row == nullptr || !train.contains(row->field)) return "the default";
         const nlohmann::ordered_json& v = train[row->field];
-        return v.is_string() ? v.get<std::string>() : change_value_text(v);
+        if (v.is_string()) return v.get<std::string>();
+        // settings are floats recorded as doubles (0.003000000026): written as the float's shortest form
+        return change_value_text(v.is_number_float() ? history_value((float)v.get<double>()) : v);
     }
     // kMark '1' stands for kMark itself; inside quotes kMark '2' for '#', kMark '3' for a backslash,
     // kMark '4' for a single quote, kMark '5' for a double quote (the kind that did not open the value)
