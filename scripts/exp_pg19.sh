@@ -52,7 +52,8 @@
 # when the runs have ended, and after a failed build or check.
 # Environment: TRAINER (default ./train_gpt2_ls), PYTHON (default python3), MPIRUN, CUDA_ARCH (90),
 # EXP_COMMIT (the commit the report names where the tree has no .git, as on the GPU machine),
-# KILL_AFTER (60: seconds a stopped run may take before SIGKILL), STAGGER_SMOKE (--smoke's stagger, 1).
+# KILL_AFTER (60: seconds a stopped run may take before SIGKILL), STAGGER_SMOKE (--smoke's stagger, 1),
+# PROGRESS_EVERY (60: seconds between the lines giving each running run's newest step; 0: none).
 set -euo pipefail
 
 TRAINER=${TRAINER:-}
@@ -82,6 +83,7 @@ PARALLEL=0
 STAGGER=15
 RESERVE=""
 KILL_AFTER=${KILL_AFTER:-60}
+PROGRESS_EVERY=${PROGRESS_EVERY:-60}  # seconds between the progress lines of the running runs (0: none)
 BUILD=auto
 CHECK_CMDS=()
 EXTRA=""
@@ -320,9 +322,19 @@ cleanup() {  # on the script's own interruption: stop the trainers it started (b
   exit 130
 }
 trap cleanup INT TERM
+progress() {  # one line per running run: its newest step line (console.log)
+  local k line
+  for k in "${!names[@]}"; do
+    alive "$k" || continue
+    line=$(grep -a '^step ' "${dirs[$k]}/console.log" 2>/dev/null | tail -n 1 | cut -c1-140)
+    echo "== ${names[$k]} at $(( $(now) - START )) s: ${line:-starting}"
+  done
+}
 wait_for() {  # wait_for INDEX STOP_AT: until run INDEX ends, or stop it at STOP_AT (epoch s; "" = never)
-  local stopped=""
+  local stopped="" said
+  said=$(now)
   while alive "$1"; do
+    if (( PROGRESS_EVERY > 0 && $(now) >= said + PROGRESS_EVERY )); then progress; said=$(now); fi
     if [[ -n $2 && -z $stopped ]] && (( $(now) >= $2 )); then stop_run "$1"; stopped=$(now); fi
     if [[ -n $stopped ]] && (( $(now) >= stopped + KILL_AFTER )); then  # a run that does not stop
       echo "error: ${names[$1]} did not stop within $KILL_AFTER s of the signal: SIGKILL (its last checkpoint stays)" >&2

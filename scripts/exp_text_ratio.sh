@@ -170,6 +170,7 @@ run_one() {  # ratio variant seed
     --seed "$s" -v $((STEPS / 20 > 0 ? STEPS / 20 : 1)) -m 8 -s 0 -n "$CKPT_EVERY" --keep-checkpoints 2 \
     --logit-alarm 8 >> "$dir.log" 2>&1 \
     || { echo "error: run $dir failed; see $dir.log" >&2; tail -3 "$dir.log" >&2; return 1; }
+  echo "== $(date +%H:%M:%S) r$r $v seed $s: $(grep -a '^done:' "$dir.log" | tail -n 1 | cut -c1-150)" >&2
 }
 
 mkdir -p "$OUT/runs" "$OUT/plots"

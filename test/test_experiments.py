@@ -9,6 +9,7 @@ The trainer is $TRAINER, else $TRAIN_GPT2_LS, else the repository's ./train_gpt2
 """
 import hashlib
 import json
+import re
 import math
 import os
 import shutil
@@ -306,7 +307,7 @@ def test_exp_pg19_budget_parallel_window(tmp_path):
     if not (SHARED / "pg19" / "pg45265.txt").exists():
         pytest.skip(f"no PG-19 books at {SHARED / 'pg19'} (set SHARED_DATA)")
     out = tmp_path / "win"
-    env = dict(ENV, STAGGER_SMOKE="8")
+    env = dict(ENV, STAGGER_SMOKE="8", PROGRESS_EVERY="5")
     budget = 36
     p = subprocess.run(["bash", str(REPO / "scripts" / "exp_pg19.sh"), "--smoke", "--out", str(out), "--source",
                         str(SHARED / "pg19"), "--budget", str(budget), "--parallel", "1", "--check-cmd", "true",
@@ -333,6 +334,8 @@ def test_exp_pg19_budget_parallel_window(tmp_path):
     assert rows["ls"][5] != "-" and rows["ls"][6] != "-"  # ls alone at the end
     assert "Runs at once vs one after another: throughput x" in (out / "window.md").read_text()
     assert "budget reached" in p.stdout and "ls: stopped (exit 143) with a checkpoint" in p.stdout
+    progress = [ln for ln in p.stdout.splitlines() if re.match(r"== (mhsa|ls) at \d+ s: step +\d+", ln)]
+    assert len(progress) >= 2, p.stdout[-3000:]  # the running runs' newest steps, every PROGRESS_EVERY s
 
 
 def test_exp_pg19_failed_check_stops_before_training(tmp_path):
@@ -464,6 +467,8 @@ def test_exp_text_ratio_smoke_and_resume(tmp_path):
            "--variants", "mhsa ls local mhsa_qkclip mhsa_qkclip5", "--jobs", "2"]
     p = sh(cmd, timeout=600)
     names = sorted(d.name for d in (out / "runs").iterdir() if d.is_dir())
+    finished = [ln for ln in p.stderr.splitlines() if re.match(r"== \S+ r\d+ \S+ seed \d+: done: step 6 ", ln)]
+    assert len(finished) == len(names), p.stderr  # one line per run as it finishes
     assert names == sorted([f"r{r}_{v}_s1" for r in (2, 4) for v in ("mhsa", "ls", "local", "mhsa_qkclip",
                                                                         "mhsa_qkclip5")]
                            + ["r2_mhsa_s2", "r2_ls_s2"])
