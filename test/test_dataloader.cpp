@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -431,4 +432,85 @@ TEST_CASE("the loader refuses bad input with a clear error", "[loader]") {
         REQUIRE_THROWS_WITH(llmc::DataLoader(pat, 1, 4, 3, 3, false, 0, 100), Contains("rank 3 of 3"));
         REQUIRE_THROWS_WITH(llmc::DataLoader(pat, 1, 4, 0, 1, false, 0, 0), Contains("vocabulary size 0"));
     }
+}
+
+// --- random rows (--sampler random) ------------------------------------------------------------
+
+namespace {
+// splitmix64's finalizer of a + golden * (b + 1), written from docs/dataloader.md "Random rows".
+uint64_t doc_mix(uint64_t a, uint64_t b) {
+    uint64_t z = a + 0x9E3779B97F4A7C15ull * (b + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+}  // namespace
+
+TEST_CASE("random rows: each row starts at the documented offset, across shard boundaries", "[loader]") {
+    TempDir dir;
+    const uint32_t seed = fresh_seed();
+    INFO("seed " << seed);
+    std::mt19937 rng(seed);
+    std::vector<int> sizes;
+    for (int s = 0; s < 5; s++) sizes.push_back(7 + (int)(rng() % 40));  // rows of T+1 often straddle two
+    const std::vector<uint32_t> all = write_index_shards(dir, sizes, 1);
+    const int B = 3, T = 5, V = (int)all.size();
+    const uint64_t data_seed = rng();
+    llmc::DataLoader dl(dir.file("train_*.bin"), B, T, 0, 1, true, data_seed, V, llmc::RankSplit::Rows, true);
+    const int64_t N = (int64_t)all.size(), steps = 3 * dl.batches_per_epoch() + 2;  // over epoch ends
+    int straddling = 0;
+    for (int64_t k = 0; k < steps; k++) {
+        const Batch b = next(dl, B, T);
+        for (int r = 0; r < B; r++) {
+            const uint64_t o =
+                doc_mix(doc_mix(data_seed ^ 0x52414E44524F5753ull, (uint64_t)k), (uint64_t)r) % (uint64_t)(N - T);
+            for (int i = 0; i < T; i++) {
+                INFO("batch " << k << " row " << r << " i " << i);
+                REQUIRE(b.x[(size_t)(r * T + i)] == (int)all[o + (uint64_t)i]);
+                REQUIRE(b.y[(size_t)(r * T + i)] == (int)all[o + (uint64_t)i + 1]);
+            }
+            int64_t start = 0;
+            for (int s : sizes) {
+                if ((int64_t)o < start + s && (int64_t)o + T >= start + s) straddling++;
+                start += s;
+            }
+        }
+    }
+    REQUIRE(straddling > 0);  // the boundary path ran
+}
+
+TEST_CASE("random rows: n ranks x B = 1 rank x nB, and a restored loader continues them", "[loader]") {
+    TempDir dir;
+    const uint32_t seed = fresh_seed();
+    INFO("seed " << seed);
+    std::mt19937 rng(seed);
+    const std::vector<uint32_t> all = write_index_shards(dir, {300, 211}, 2);
+    const int B = 2, T = 4, n = 3, V = (int)all.size();
+    const std::string glob = dir.file("train_*.bin");
+    llmc::DataLoader one(glob, n * B, T, 0, 1, false, 42, V, llmc::RankSplit::Rows, true);
+    std::vector<std::unique_ptr<llmc::DataLoader>> ranks;
+    for (int r = 0; r < n; r++)
+        ranks.push_back(
+            std::make_unique<llmc::DataLoader>(glob, B, T, r, n, false, 42, V, llmc::RankSplit::Rows, true));
+    for (int k = 0; k < 2 * (int)one.batches_per_epoch() + 3; k++) {
+        const Batch whole = next(one, n * B, T);
+        for (int r = 0; r < n; r++) {
+            const Batch part = next(*ranks[(size_t)r], B, T);
+            const auto at = (std::ptrdiff_t)r * B * T;
+            REQUIRE(std::vector<int>(whole.x.begin() + at, whole.x.begin() + at + B * T) == part.x);
+            REQUIRE(std::vector<int>(whole.y.begin() + at, whole.y.begin() + at + B * T) == part.y);
+        }
+    }
+    llmc::DataLoader run(glob, B, T, 1, n, false, 42, V, llmc::RankSplit::Rows, true);
+    take(run, B, T, (int64_t)(rng() % 50));
+    const llmc::LoaderState saved = run.state();
+    const std::vector<Batch> expect = take(run, B, T, 20);
+    llmc::DataLoader resumed(glob, B, T, 1, n, false, 42, V, llmc::RankSplit::Rows, true);
+    resumed.restore(saved);
+    REQUIRE(take(resumed, B, T, 20) == expect);
+    // a windows loader cannot continue a random-rows state, nor the other way round
+    llmc::DataLoader windows(glob, B, T, 1, n, false, 42, V, llmc::RankSplit::Rows);
+    REQUIRE_THROWS_WITH(windows.restore(saved),
+                        Contains("sampler=random") && Contains("shuffle=0") && Contains("sampler"));
+    REQUIRE_THROWS_WITH(resumed.restore(windows.state()), Contains("sampler=random"));
 }

@@ -228,7 +228,7 @@ PAPER = {  # configs/paper_pg19.toml: the paper code's values (docs/experiments.
     "window": 50, "bias": 0, "gelu": "erf", "untie-embeddings": True, "seq-len": 2048, "batch-size": 64,
     "total-batch-size": 524288, "max-steps": 50000, "learning-rate": 0.0006, "weight-decay": 0.1, "beta1": 0.9,
     "beta2": 0.95, "grad-clip": 1, "warmup-steps": 2000, "lr-schedule": "constant", "val-every": 500,
-    "val-batches": -1, "sample-every": 0, "near": 50, "logit-stats-every": 1,
+    "val-batches": -1, "sample-every": 0, "near": 50, "logit-stats-every": 1, "sampler": "random",
     "train-data": "data/shards/pg19_sp/train_*.bin", "val-data": "data/shards/pg19_sp/val_*.bin"}
 
 
@@ -251,6 +251,7 @@ def test_paper_preset_values_and_trainer_reads_it(tmp_path):
     assert (m["num_heads"], m["global_heads"], m["window"]) == (6, 1, 50)
     assert m["bias"] is False and m["gelu"] == "erf" and m["tied_embeddings"] is False
     assert t["lr_schedule"] == "constant" and t["warmup_steps"] == 2000 and t["near"] == 50
+    assert t["sampler"] == "random"  # the paper's get_batch
     assert math.isclose(t["learning_rate"], 6e-4, rel_tol=1e-6) and math.isclose(t["weight_decay"], 0.1, rel_tol=1e-6)
     assert math.isclose(t["beta2"], 0.95, rel_tol=1e-6) and t["val_every"] == 500 and t["sample_every"] == 0
     lrs = [r["lr"] for r in records(out / "metrics.jsonl") if "loss" in r]

@@ -290,3 +290,18 @@ def test_a_window_not_below_t_is_noted_as_mhsa(byte_data, tmp_path):
     assert ("note: --window 32 is not below -t 32: a local head sees the whole context, so its 3 local head(s) "
             "compute as global ones (MHSA); lower --window for LS-attention") in p.stderr
     assert "--window" not in run(data_args(byte_data) + COMMON + ["-x", 1]).stderr
+
+
+def test_random_rows_resume_bit_identical_and_a_sampler_change_is_refused(byte_data, tmp_path):
+    full, part = tmp_path / "full", tmp_path / "part"
+    rand = data_args(byte_data) + COMMON + ["--sampler", "random"]
+    run(rand + ["-o", full, "-x", 6, "-n", 3])
+    run(rand + ["-o", part, "-x", 3, "-n", 3])
+    run(["-o", part, "-y", 1, "-x", 6, "-n", 3, "--threads", 1])
+    assert_same_steps(full, part, range(1, 7))
+    assert (full / "model_00000006.bin").read_bytes() == (part / "model_00000006.bin").read_bytes()
+    windows = tmp_path / "windows"
+    run(data_args(byte_data) + COMMON + ["-o", windows, "-x", 6, "-n", 3])
+    assert train_losses(windows)[1]["loss"] != train_losses(full)[1]["loss"]  # other rows
+    assert_refused(["-o", part, "-y", 1, "-x", 8, "--sampler", "windows", "--threads", 1], part,
+                   "resume with the same -b/-t, process count, shuffle, sampler, seed and shards")

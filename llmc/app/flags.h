@@ -87,6 +87,10 @@ enum class FlagRecord { Both, Toml, Machine, Launch, Hidden, Json };
             "seed of weight init, data shuffling and sampling") \
     SETTING(Both, int, shuffle, 1, "--shuffle", v == 0 || v == 1, "must be 0 or 1", \
             "1 = shuffle the training data (seeded), 0 = read it in order") \
+    SETTING(Both, std::string, sampler, "windows", "--sampler", v == "windows" || v == "random", \
+            "must be windows or random", \
+            "training rows: windows = B*T+1-token windows in order or shuffled (--shuffle); random = each row " \
+            "from a random offset, drawn with replacement (nanoGPT's get_batch; seeded)") \
     /* model (on/off flags are bools: in a config file "qk-norm=false", as config.toml writes it, means off) */ \
     MODEL(std::optional<int>, layers, "--layers", \
           "L: transformer blocks") \

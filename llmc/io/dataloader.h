@@ -16,11 +16,16 @@
 //         (W = (N - 1) / (n*B*T)), and rank r reads rows r*B .. r*B+B-1 of it, i.e. the B*T + 1
 //         tokens starting at r*B*T inside the window. So n ranks with batch B see, step by step,
 //         exactly the rows (in the same order) that 1 rank with batch n*B sees, shuffled or not.
+//   - Random rows (Rows only; the trainer's --sampler random): instead of windows, each row is the
+//     T + 1 tokens at a random offset of the sequence (shards in path order), drawn with
+//     replacement as nanoGPT's get_batch; the offset is a pure function of (seed, batch number,
+//     global row), so the Rows equivalence and bit-exact resume hold. An "epoch" is still
+//     batches_per_epoch batches (about N tokens).
 //   - The position is (epoch, batches taken in the epoch): state()/restore() save and restore it,
 //     and a restored loader yields exactly the batches an uninterrupted one would.
 //   - Shard headers are read and validated up front; token contents are loaded lazily (at most
-//     two shards are kept in memory), and every token id is checked against the vocabulary when
-//     its shard is loaded.
+//     two shards are kept in memory; with random rows every shard, as any row may be in any), and
+//     every token id is checked against the vocabulary when its shard is loaded.
 #pragma once
 #include <glob.h>
 
@@ -86,17 +91,22 @@ struct LoaderState {
 
 class DataLoader {
 public:
+    // random_rows (RankSplit::Rows only): every row from a random offset instead of windows ("Random
+    // rows" in docs/dataloader.md); `shuffle` is then not used.
     DataLoader(const std::string& pattern, int B, int T, int rank, int world_size, bool shuffle, uint64_t seed,
-               int vocab_size, RankSplit split = RankSplit::Interleave)
+               int vocab_size, RankSplit split = RankSplit::Interleave, bool random_rows = false)
         : pattern_(pattern),
           B_(B),
           T_(T),
           rank_(rank),
           world_(world_size),
-          shuffle_(shuffle),
+          shuffle_(shuffle && !random_rows),
           seed_(seed),
           vocab_(vocab_size),
-          rows_(split == RankSplit::Rows) {
+          rows_(split == RankSplit::Rows),
+          random_(random_rows) {
+        if (random_rows && split != RankSplit::Rows)
+            throw std::logic_error("DataLoader: random rows need RankSplit::Rows");
         if (B <= 0 || T <= 0) {
             throw InputError("data loader: batch size B=" + std::to_string(B) +
                              " and sequence length T=" + std::to_string(T) + " must both be positive; fix -b/-t");
@@ -123,19 +133,21 @@ public:
                              " tokens for each of " + std::to_string(world_size) + " rank(s) (need at least " +
                              std::to_string(bt * world_size + 1) + "); use a smaller -b/-t or more data");
         }
-        window_buf_.resize((size_t)bt + 1);
+        window_buf_.resize((size_t)(random_ ? T : bt) + 1);
     }
 
     // Fills inputs and targets, each (B, T) int32 row-major: targets[i] = token after inputs[i].
     void next_batch(int* inputs, int* targets) {
         const int64_t bt = (int64_t)B_ * T_;
-        if (rows_) {  // rows r*B .. r*B+B-1 of the global window
+        if (random_) {
+            next_random_rows(inputs, targets);
+        } else if (rows_) {  // rows r*B .. r*B+B-1 of the global window
             read_window(window_at(batch_) * window_tokens_ + (int64_t)rank_ * bt);
         } else {
             const int64_t item = rank_ + batch_ * world_;  // index into this epoch's window order
             read_window(window_at(item) * window_tokens_);
         }
-        for (int64_t i = 0; i < bt; i++) {
+        for (int64_t i = 0; !random_ && i < bt; i++) {
             inputs[i] = (int)window_buf_[(size_t)i];
             targets[i] = (int)window_buf_[(size_t)i + 1];
         }
@@ -158,7 +170,7 @@ public:
         s.B = B_;
         s.T = T_;
         s.world_size = world_;
-        s.shuffle = shuffle_ ? 1 : 0;
+        s.shuffle = random_ ? kRandomRows : shuffle_ ? 1 : 0;
         s.seed = (int64_t)seed_;
         s.total_tokens = total_;
         s.num_shards = (int64_t)paths_.size();
@@ -172,7 +184,7 @@ public:
             throw InputError(
                 "data-loader state was saved by " + describe(s) + " but this loader (shards '" + pattern_ + "') has " +
                 describe(mine) +
-                "; resume with the same -b/-t, process count, shuffle, seed and shards, or start a fresh run");
+                "; resume with the same -b/-t, process count, shuffle, sampler, seed and shards, or start a fresh run");
         }
         if (s.epoch < 0 || s.batch < 0 || s.batch >= batches_per_epoch_) {
             throw InputError("data-loader state has epoch " + std::to_string(s.epoch) + " batch " +
@@ -221,8 +233,9 @@ private:
 
     static std::string describe(const LoaderState& s) {
         return "B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " processes=" + std::to_string(s.world_size) +
-               " shuffle=" + std::to_string(s.shuffle) + " seed=" + std::to_string((uint64_t)s.seed) + " over " +
-               std::to_string(s.total_tokens) + " tokens in " + std::to_string(s.num_shards) + " shard(s)";
+               (s.shuffle == kRandomRows ? std::string(" sampler=random") : " shuffle=" + std::to_string(s.shuffle)) +
+               " seed=" + std::to_string((uint64_t)s.seed) + " over " + std::to_string(s.total_tokens) + " tokens in " +
+               std::to_string(s.num_shards) + " shard(s)";
     }
 
     // splitmix64 finalizer: turns (seed, epoch, shard) into independent RNG seeds.
@@ -257,6 +270,23 @@ private:
         perm_group_ = -1;
     }
 
+    // Random rows: row g = rank*B + b (of the world's n*B rows) of batch k = epoch*batches_per_epoch +
+    // batch is the T+1 tokens of the sequence (shards in path order) from offset
+    // mix(mix(seed ^ kRandomSalt, k), g) mod (N - T): drawn with replacement, a pure function of
+    // (seed, k, g), so n processes x B rows are 1 process x n*B rows and a resumed loader continues.
+    void next_random_rows(int* inputs, int* targets) {
+        const int64_t k = epoch_ * batches_per_epoch_ + batch_;
+        const uint64_t span = (uint64_t)(total_ - T_);  // offsets 0 .. N-T-1: the row's T+1 tokens fit
+        for (int b = 0; b < B_; b++) {
+            const uint64_t g = (uint64_t)rank_ * (uint64_t)B_ + (uint64_t)b;
+            read_window((int64_t)(mix(mix(seed_ ^ kRandomSalt, (uint64_t)k), g) % span));
+            for (int i = 0; i < T_; i++) {
+                inputs[(size_t)b * T_ + i] = (int)window_buf_[(size_t)i];
+                targets[(size_t)b * T_ + i] = (int)window_buf_[(size_t)i + 1];
+            }
+        }
+    }
+
     // Window id (its start is id * window_tokens_) of item `item` in this epoch's window order.
     int64_t window_at(int64_t item) {
         ensure_layout();
@@ -273,8 +303,10 @@ private:
         return first_window_[(size_t)p] + perm_[(size_t)(item - first_window_[(size_t)p])];
     }
 
-    // Copies the B*T + 1 tokens starting at `start` of this epoch's sequence into window_buf_.
+    // Copies the window_buf_.size() tokens (B*T + 1, or T + 1 for random rows) starting at `start` of
+    // this epoch's sequence into window_buf_.
     void read_window(int64_t start) {
+        ensure_layout();
         size_t filled = 0;
         size_t p = (size_t)(std::upper_bound(offsets_.begin(), offsets_.end(), start) - offsets_.begin()) - 1;
         int64_t local = start - offsets_[p];
@@ -303,7 +335,7 @@ private:
                              std::to_string(toks.size()) + " tokens, was " + std::to_string(counts_[(size_t)f]) +
                              "); do not rewrite shards during a run");
         }
-        if (cache_.size() == 2) cache_.pop_back();
+        if (cache_.size() == (random_ ? paths_.size() : 2)) cache_.pop_back();  // random rows: every shard
         cache_.insert(cache_.begin(), {f, std::move(toks)});
         return cache_[0].second;
     }
@@ -314,7 +346,10 @@ private:
     bool shuffle_;
     uint64_t seed_;
     int vocab_;
-    bool rows_;  // RankSplit::Rows
+    bool rows_;                                                     // RankSplit::Rows
+    bool random_;                                                   // random rows (shuffle_ is then false)
+    static constexpr int64_t kRandomRows = 2;                       // LoaderState::shuffle of random rows
+    static constexpr uint64_t kRandomSalt = 0x52414E44524F5753ull;  // "RANDROWS": offsets apart from shuffles
     // shards (sorted by path) and derived sizes
     std::vector<std::string> paths_;
     std::vector<int64_t> counts_;    // tokens per shard file

@@ -41,10 +41,11 @@ struct RunPlan {
 };
 
 // A loader of this rank's rows of the shards matching `pattern` (RankSplit::Rows).
+// random_rows: each row from a random offset (--sampler random; the training data only).
 inline std::unique_ptr<DataLoader> open_loader(const TrainConfig& c, const std::string& pattern, bool shuffle,
-                                               int vocab_size) {
+                                               int vocab_size, bool random_rows = false) {
     return std::make_unique<DataLoader>(pattern, c.batch_size, c.seq_len, c.rank, c.world_size, shuffle, c.seed,
-                                        vocab_size, RankSplit::Rows);
+                                        vocab_size, RankSplit::Rows, random_rows);
 }
 
 // Batches per validation: -m (at most an epoch of val), or the whole epoch for -m -1 and, when

@@ -127,7 +127,7 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
         check_same_tokenizer(cfg.train_data, "the training data -i '" + cfg.train_data + "'", cfg.val_data,
                              "the validation data -j '" + cfg.val_data + "'", cfg.rank == 0);
     const int V = p.model.vocab_size;
-    p.train = open_loader(cfg, cfg.train_data, cfg.shuffle == 1, V);
+    p.train = open_loader(cfg, cfg.train_data, cfg.shuffle == 1, V, cfg.sampler == "random");
     if (!cfg.val_data.empty()) p.val = open_loader(cfg, cfg.val_data, false, V);
     p.max_steps =
         cfg.max_steps >= 0 ? cfg.max_steps : (int)std::max<int64_t>(1, p.train->batches_per_epoch() / p.accum);
