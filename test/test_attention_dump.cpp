@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/app/validate.h"  // check_dump_attention_flags
 #include "llmc/io/attention_dump.h"
 #include "llmc/cpu/gpt2_cpu.h"
 #include "llmc/core/error.h"

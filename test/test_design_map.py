@@ -69,3 +69,13 @@ def test_only_the_seams_name_the_emulated_build():
     naming = {str(p.relative_to(REPO)) for p in product_files() if "LLMC_EMULATE" in p.read_text()}
     assert naming <= seams, f"LLMC_EMULATE outside the seams (docs/design.md): {sorted(naming - seams)}"
     assert naming, "no seam names LLMC_EMULATE: the emulated build has lost its seams"
+
+
+def test_lower_layers_never_include_the_app_or_the_loop():
+    """core/, io/, text/, dist/, cpu/ and cuda/ never include the app layer (flags, run records) or the
+    training loop (docs/design.md, "Layout")."""
+    upward = re.compile(r'#\s*include\s*"llmc/(app|train)/')
+    lower = ("llmc/core/", "llmc/io/", "llmc/text/", "llmc/dist/", "llmc/cpu/", "llmc/cuda/")
+    offenders = [str(p.relative_to(REPO)) for p in product_files()
+                 if str(p.relative_to(REPO)).startswith(lower) and upward.search(p.read_text())]
+    assert not offenders, f"a lower layer includes llmc/app or llmc/train (docs/design.md): {offenders}"

@@ -7,6 +7,7 @@
 #pragma once
 #include <string>
 
+#include "llmc/core/attention_tiles.h"  // cuda_head_size_supported
 #include "llmc/core/error.h"
 #include "llmc/core/model_config.h"
 
@@ -53,9 +54,6 @@ inline Device resolve_device(const std::string& requested, int gpu_count, std::s
     }
     throw InputError("unknown --device '" + requested + "'; use auto, cpu or cuda");
 }
-
-// The head sizes the CUDA LS-attention kernels are instantiated for (llmc/cuda/attention_ls.cuh).
-inline bool cuda_head_size_supported(int hd) { return hd == 32 || hd == 64 || hd == 128; }
 
 // Why the CUDA backend cannot run this model, or "" when it can. Every ModelConfig field is a decision
 // of the CUDA backend: today it implements all of them (llmc/cuda/gpt2_cuda.cuh) at the head sizes below.

@@ -60,6 +60,17 @@ inline void check_flag_ranges(const TrainConfig& c, const char* only_field = nul
 #undef LLMC_CHECK_SETTING
 }
 
+// Checks that need only the flags (check_flag_combinations calls it): --eval-only, -o, the spec's
+// syntax.
+inline void check_dump_attention_flags(const TrainConfig& c) {
+    if (c.dump_attention.empty()) return;
+    if (!c.eval_only)
+        throw InputError("--dump-attention works with --eval-only only; add --eval-only -e CHECKPOINT -j VAL_GLOB");
+    if (c.output_dir.empty())
+        throw InputError("--dump-attention writes attn_L<layer>_H<head>.npy into the output directory; give -o DIR");
+    parse_dump_attention(c.dump_attention);
+}
+
 // The rules between flags, checked first (so a rule holds whatever the range of a flag it reads).
 inline void check_flag_combinations(const TrainConfig& c) {
     auto fail = [](const char* msg) { throw InputError(msg); };

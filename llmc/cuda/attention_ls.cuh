@@ -60,7 +60,6 @@
 #include "llmc/cuda/attention_ls_mma.cuh"
 #include "llmc/cuda/attention_ls_scalar.cuh"
 #include "llmc/cuda/common.cuh"
-#include "llmc/app/device.h"  // cuda_head_size_supported
 #include "llmc/core/error.h"
 
 namespace llmc::cuda {

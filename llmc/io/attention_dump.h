@@ -16,7 +16,6 @@
 #include "llmc/core/error.h"
 #include "llmc/core/model_config.h"
 #include "llmc/io/npy.h"
-#include "llmc/app/train_config.h"
 
 namespace llmc {
 
@@ -63,17 +62,6 @@ inline std::vector<DumpHead> parse_dump_attention(const std::string& spec) {
         pos = comma + 1;
     }
     return heads;
-}
-
-// Checks that need only the flags (validate_train_flags calls it): --eval-only, -o, the spec's
-// syntax.
-inline void check_dump_attention_flags(const TrainConfig& c) {
-    if (c.dump_attention.empty()) return;
-    if (!c.eval_only)
-        throw InputError("--dump-attention works with --eval-only only; add --eval-only -e CHECKPOINT -j VAL_GLOB");
-    if (c.output_dir.empty())
-        throw InputError("--dump-attention writes attn_L<layer>_H<head>.npy into the output directory; give -o DIR");
-    parse_dump_attention(c.dump_attention);
 }
 
 // Every requested layer and head must exist in the model.
