@@ -447,7 +447,7 @@ public:
         if (!slot_grouped_[pass_slot_]) group_slot(pass_slot_, n);
         CUDA_CHECK(cudaMemcpyAsync(enc_groups_.get(), slot_groups(pass_slot_), token_groups_ints(n, Vp) * sizeof(int),
                                    cudaMemcpyHostToDevice, st));
-        staged_in_flight_[pass_slot_] = true;
+        groups_in_flight_[pass_slot_] = true;
         encoder_backward(g.wte(), g.wpe(), dres, a.inputs.get(), enc_groups_.get(), B, T, C, Vp, st);
         const LayerParams<float> g0 = g.layer(0);
         const LayerNormPartialGroups ln_groups{
@@ -746,7 +746,7 @@ private:
     void stage_tokens(int slot, const int* inputs, const int* targets, int B, int T) {
         const size_t N = (size_t)B * T;
         ensure_token_staging((size_t)slot + 1, N);
-        if (staged_in_flight_[slot]) {  // an upload issued from this slot may not have run yet
+        if (staged_in_flight_[slot]) {  // an upload of the slot's tokens may not have run yet
             CUDA_CHECK(cudaStreamSynchronize(stream_));
             note_stream_idle();
         }
@@ -756,9 +756,14 @@ private:
         slot_grouped_[slot] = false;
     }
     // The positions of the inputs staged in `slot` (n of them) grouped by token into the slot's groups
-    // (llmc/core/token_groups.h), which the backward uploads for the encoder backward. Host work only:
-    // the slot's last groups upload completed before its inputs were restaged (stage_tokens waits).
+    // (llmc/core/token_groups.h), which the backward uploads for the encoder backward. Waits only if
+    // the slot's last groups upload may not have run yet (no flow of the training loop leaves one:
+    // every step and every synchronous forward waits for the stream first).
     void group_slot(int slot, int n) {
+        if (groups_in_flight_[slot]) {
+            CUDA_CHECK(cudaStreamSynchronize(stream_));
+            note_stream_idle();
+        }
         group_tokens(slot_groups(slot), slot_inputs(slot), n, cfg_.padded_vocab_size, group_scratch_);
         slot_grouped_[slot] = true;
     }
@@ -787,11 +792,15 @@ private:
         token_stride_ = stride;
         slot_stride_ = slot_stride;
         staged_in_flight_.assign(cap, false);  // the synchronization above completed every upload
+        groups_in_flight_.assign(cap, false);
         slot_grouped_.resize(cap, false);
         buffers_epoch_++;
     }
     // The host waited for everything issued on the stream: no upload still reads the staging.
-    void note_stream_idle() { std::fill(staged_in_flight_.begin(), staged_in_flight_.end(), false); }
+    void note_stream_idle() {
+        std::fill(staged_in_flight_.begin(), staged_in_flight_.end(), false);
+        std::fill(groups_in_flight_.begin(), groups_in_flight_.end(), false);
+    }
 
     // Issues the forward of queue_forward for the tokens staged in `slot` (stage_tokens).
     int issue_forward(int slot, int B, int T, float z_weight, bool with_targets, bool with_stats, int near_distance) {
@@ -1107,7 +1116,8 @@ private:
     // (token_groups_ints(token_stride_, Vp): llmc/core/token_groups.h)
     PinnedBuffer<int> tokens_pinned_;
     size_t token_stride_ = 0, slot_stride_ = 0;
-    std::vector<bool> staged_in_flight_;  // (slots) an upload from the slot may not have run yet
+    std::vector<bool> staged_in_flight_;  // (slots) an upload of the slot's tokens may not have run yet
+    std::vector<bool> groups_in_flight_;  // (slots) an upload of the slot's groups may not have run yet
     std::vector<bool> slot_grouped_;      // (slots) the slot's groups are those of its staged inputs
     int pass_slot_ = 0;                   // the slot of the last forward (its backward uploads its groups)
     TokenGroupScratch group_scratch_;     // group_tokens' host scratch
