@@ -16,7 +16,8 @@ What is checked:
   - an unwritable report path is refused with a one-line error.
 The launch tables pin today's op list: a change that fuses or splits kernels (issue 26) updates
 them in the same commit, which is the point - the counts are measured, not assumed.
-Data: a periodic token sequence (every batch holds the same distinct tokens).
+Data: a periodic token sequence (every batch holds the same distinct tokens); the step graph's test:
+random tokens (every micro-batch holds other tokens at other positions).
 """
 import json
 import os
@@ -57,8 +58,7 @@ FIXED = {  # once per step, whatever the depth
     "classifier_summary_kernel": 1,  # the forward's loss and statistics summed on the device
     "layernorm_backward_cached_kernel": 1,  # lnf backward
     "reduce_layernorm_partials_kernel": 1,  # every LayerNorm's dw, db partials (2L + 1 of them)
-    "encoder_group_kernel": 1,  # the encoder backward groups positions by token on the device
-    "encoder_backward_wte_kernel": 1,
+    "encoder_backward_wte_kernel": 1,  # its positions grouped by token on the host (token_groups.h)
     "encoder_backward_wpe_kernel": 1,
     "global_norm_kernel": 1,  # global gradient norm (one launch: grid_arrival.cuh)
     "adamw_all_kernel": 1,  # one AdamW launch over every parameter tensor, writing the bf16 working copy
@@ -78,6 +78,18 @@ def expected_matmuls(L):
 def periodic_data(tmp_path_factory):
     d = tmp_path_factory.mktemp("periodic")
     tokens = np.tile(np.arange(1, 17, dtype=np.uint16), 4000)  # period 16 < T: every window holds all 16
+    write_shard(d / "train_000000.bin", tokens[:40000])
+    write_shard(d / "val_000000.bin", tokens[40000:])
+    (d / "meta.json").write_text(json.dumps({"vocab_size": 256, "eot": 0}))
+    return d
+
+
+@pytest.fixture(scope="module")
+def varied_data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("varied")
+    rng = np.random.default_rng(5)
+    # skewed (a few tokens in many positions, long runs in the encoder backward's grouping), no period
+    tokens = np.minimum(rng.zipf(1.3, 44000), 255).astype(np.uint16)
     write_shard(d / "train_000000.bin", tokens[:40000])
     write_shard(d / "val_000000.bin", tokens[40000:])
     (d / "meta.json").write_text(json.dumps({"vocab_size": 256, "eot": 0}))
@@ -205,10 +217,12 @@ def test_unwritable_report_path_is_refused(periodic_data, tmp_path):
     assert len(errors) == 1 and "LLMC_EMU_REPORT" in errors[0], p.stderr[-2000:]
 
 
-def test_cuda_graph_step_is_one_launch_with_the_same_bits(periodic_data, tmp_path):
+def test_cuda_graph_step_is_one_launch_with_the_same_bits(varied_data, tmp_path):
     """--cuda-graph 1 (llmc/cuda/step_graph.cuh): 6 steps of 2 micro-batches (-d), a cosine schedule
     (the learning rate changes every step: it reaches the graph through page-locked memory), validation
-    every 3 steps between them. The run's numbers and files are bit for bit those of --cuda-graph 0;
+    every 3 steps between them. Every micro-batch has other tokens: a replay must upload its own tokens
+    and their grouping by token for the encoder backward (staged in page-locked memory), not the
+    captured step's. The run's numbers and files are bit for bit those of --cuda-graph 0;
     step 1 is issued eagerly (it allocates), step 2 repeats it and is captured and launched as a graph,
     step 3 replays that graph: one graph launch, the same kernels and matmuls as the eager step, no
     host synchronisation. The first validation grows the staging (a buffer moves), so step 4 is
@@ -218,7 +232,7 @@ def test_cuda_graph_step_is_one_launch_with_the_same_bits(periodic_data, tmp_pat
     outs, recs = {}, {}
     for g in (0, 1):
         outs[g] = tmp_path / f"graph{g}"
-        recs[g] = records(periodic_data, tmp_path, f"graph{g}", flags + ["--cuda-graph", str(g), "-o", str(outs[g])])
+        recs[g] = records(varied_data, tmp_path, f"graph{g}", flags + ["--cuda-graph", str(g), "-o", str(outs[g])])
     ref = {r["step"]: r for r in train_records(outs[0] / "metrics.jsonl")}
     got = {r["step"]: r for r in train_records(outs[1] / "metrics.jsonl")}
     assert sorted(ref) == sorted(got) == [1, 2, 3, 4, 5, 6]

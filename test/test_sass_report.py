@@ -339,8 +339,8 @@ ARRIVE_LAST_PREFIXES = ("attn_fwd_fa2_kernel<", "attn_bwd_kv_fa2_kernel<", "attn
 def is_arrive_last(name):
     return name in ARRIVE_LAST_KERNELS or name.startswith(ARRIVE_LAST_PREFIXES)
 # one-block kernels whose global atomics only other threads of the block read, after a
-# __syncthreads (which orders them): encoder_group_kernel's integer occurrence counts
-ONE_BLOCK_ATOMIC_KERNELS = {"encoder_group_kernel"}
+# __syncthreads (which orders them): none today
+ONE_BLOCK_ATOMIC_KERNELS = set()
 
 
 def test_one_launch_reductions_fence_their_arrival(report):

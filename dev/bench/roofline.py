@@ -670,7 +670,9 @@ def markdown(name, rows, summary, with_sass):
 #                         block's work = attn_block_setup_us + its tiles (+ one to merge a split), a tile's
 #                         = occupancy x its tensor work at an SM's peak / its SASS efficiency (interior,
 #                         masked, pair skips: STATIC_ATTENTION_FIGURES) / the family's issue efficiency
-#   encoder grouping      one block: kernel_fixed_us + positions x enc_group_ns_per_position
+#   encoder grouping      fa663e0 (and HEAD up to 28765d1): one block on the device, kernel_fixed_us +
+#                         positions x enc_group_ns_per_position; HEAD: on the host (off the device), its
+#                         upload a copy of kernel_fixed_us + bytes / PCIE_HTOD (assumed)
 #   classifier            a block a row: memory-bound + rows x classifier_row_ns
 #   the step              sum of its kernels + (launches - 1) x gap_us (the idle time between them)
 # Each parameter is fitted from named measurements (MEASUREMENTS, fit_calibration: CALIBRATION_SOURCES
@@ -679,6 +681,9 @@ def markdown(name, rows, summary, with_sass):
 H200_SMS = 132
 H200_BANDWIDTH = 4.814e12  # bytes/s: the datasheet figure the labs' "% peak" uses
 H200_PEAK = 989e12  # dense bf16 tensor-core FLOP/s (the labs' figure)
+# host -> device copies from page-locked memory: ASSUMED (PCIe 5 x16 at about 80% of its 64 GB/s), not
+# calibrated (no GPU run has timed a copy); only the encoder's token-group upload is charged by its bytes
+PCIE_HTOD = 50e9
 
 # The attention kernels' static figures: blocks per SM (sass_report's occupancy from registers and
 # shared memory) and the efficiencies of parse_sass's rule for one instance (efficiency() of its
@@ -1215,7 +1220,7 @@ def fit_calibration():
                                         - cal["lab_event_us"] - cal["kernel_fixed_us"]) / (B * T) * 1e3
     # gaps: the B8 step minus its modeled kernels, over the launches
     cal["gap_us"] = 0.0
-    rows = predict_case("ls-small-b8", cal, dict(CASES["ls-small-b8"], V=257), split=False)
+    rows = predict_case("ls-small-b8", cal, dict(CASES["ls-small-b8"], V=257), split=False, host_groups=False)
     kernels_us = sum(r["us_per_step"] for r in rows)
     launches = sum(r["calls_per_step"] for r in rows)
     cal["gap_us_fit"] = (MEASUREMENTS["fa663e0 step ls-small B8 V257"] - kernels_us) / (launches - 1)
@@ -1284,7 +1289,7 @@ def calibration_checks(cal):
     for k, case, over in (("fa663e0 step ls-small B8 V257", "ls-small-b8", dict(V=257)),
                           ("fa663e0 step ls-small B16 V10000", "ls-small-b8", dict(B=16)),
                           ("fa663e0 step d12 B16 V50257", "d12-b16", {})):
-        rows_k = predict_case(case, cal, dict(CASES[case], **over), split=False)
+        rows_k = predict_case(case, cal, dict(CASES[case], **over), split=False, host_groups=False)
         row(k, "step", step_us(rows_k, cal))
     return rows
 
@@ -1347,11 +1352,13 @@ def kernel_group(name):
     return "other"
 
 
-def predict_case(case, cal, shape=None, split=True):
+def predict_case(case, cal, shape=None, split=True, host_groups=True):
     """Per-kernel rows of one step of a CASES shape at HEAD: the launches --profile-steps counts on
     the emulated device (the kernel names and calls of the emulated profile, HEAD-<sha>), each with its
     modeled µs per step. The GEMMs are one row per cuBLASLt call kind (their GPU kernels' names are
-    cuBLASLt's own, compared as a group)."""
+    cuBLASLt's own, compared as a group). split=False: fa663e0's attention grid; host_groups=False: the
+    encoder backward's grouping on the device in one block (fa663e0 up to 28765d1) instead of HEAD's
+    host grouping and its upload."""
     m = dict(shape or CASES[case])
     L, C, NH, G, P, V, B, T = (m[k] for k in ("L", "C", "NH", "G", "P", "V", "B", "T"))
     bias, tanh, tied = m["bias"], m["gelu"] == "tanh", m["tied"]
@@ -1395,10 +1402,17 @@ def predict_case(case, cal, shape=None, split=True):
     # encoder
     # (bytes as lab:encoder counts them: a wte row and a wpe row read and the output written per position)
     add("llmc::cuda::encoder_forward_kernel<8>", mem_us(3 * N * C * ACT, "encoder_fwd", cal))
-    add("llmc::cuda::encoder_group_kernel", cal["kernel_fixed_us"] + N * cal["enc_group_ns_per_position"] * 1e-3, 1,
-        "fa663e0's per-position cost carried over; the grouping changed since (6851561: integer-atomic counts)")
-    add("llmc::cuda::encoder_backward_wte_kernel",
-        mem_us(N * C * ACT + N * 8 + min(N, Vp) * C * F32 * 2, "elementwise", cal))
+    # the backward's positions grouped by token: HEAD on the host (llmc/core/token_groups.h; the wte
+    # kernel reads run_begin (G + 1) and sorted_pos (N), G = min(N, Vp)), before on the device in one block
+    runs = min(N, Vp)
+    if host_groups:
+        add("llmc::cuda::encoder_backward_wte_kernel",
+            mem_us(N * C * ACT + N * 8 + runs * 4 + runs * C * F32 * 2, "elementwise", cal))
+    else:
+        add("llmc::cuda::encoder_group_kernel", cal["kernel_fixed_us"] + N * cal["enc_group_ns_per_position"] * 1e-3,
+            1, "fa663e0's per-position cost carried over; the grouping changed since (6851561: integer-atomic counts)")
+        add("llmc::cuda::encoder_backward_wte_kernel",
+            mem_us(N * C * ACT + N * 8 + runs * C * F32 * 2, "elementwise", cal))
     add("llmc::cuda::encoder_backward_wpe_kernel", mem_us(N * C * ACT + T * C * F32 * 2, "elementwise", cal))
     # LayerNorm: the first (plain), 2L fused residual + LN forwards, 2L+1 backwards and their one reduce
     add("llmc::cuda::layernorm_forward_kernel<8, false>", mem_us(2 * N * C * ACT + 8 * N, "layernorm_fwd", cal))
@@ -1433,7 +1447,10 @@ def predict_case(case, cal, shape=None, split=True):
     add("memset", mem_us(params * F32, "copy", cal) + mem_us(N * C * ACT, "copy", cal) + cal["kernel_fixed_us"], 1)
     rows["memset"]["calls_per_step"] += 2
     rows["memset"]["note"] = "not in the emulated profile; gradients, loss check, dresidual"
-    add("memcpy HtoD", cal["kernel_fixed_us"], 3, "not in the emulated profile: tokens, targets, step scalars")
+    add("memcpy HtoD", cal["kernel_fixed_us"], 3, "not in the emulated profile: tokens, targets, step scalars"
+        + (", token groups (their bytes at PCIE_HTOD, assumed)" if host_groups else ""))
+    if host_groups:
+        add("memcpy HtoD", cal["kernel_fixed_us"] + (runs + 1 + N) * 4 / PCIE_HTOD * 1e6)
     add("memcpy DtoH", cal["kernel_fixed_us"], 3, "not in the emulated profile: summary, statistics, norm")
     add("memcpy DtoD", cal["kernel_fixed_us"], 1, "not in the emulated profile: statistics reset")
     return sorted(rows.values(), key=lambda r: -r["us_per_step"])
@@ -1590,6 +1607,16 @@ def compare_text(res, title):
     return "\n".join(out)
 
 
+def built_steps(cal, case="paper-b16"):
+    """Issue 52's speed steps built since the calibration, as modeled gains at one case: (step, modeled
+    gain µs, the modeled step with it undone µs, the assumption the figure rests on)."""
+    now = step_us(predict_case(case, cal), cal)
+    undone = step_us(predict_case(case, cal, host_groups=False), cal)
+    return [("encoder backward grouping on the host, uploaded with the batch", undone - now, undone,
+             "the one-block grouping kernel gone; its upload one copy at PCIE_HTOD (assumed, 50 GB/s); the host's "
+             "counting sort is off the device (docs/cuda_kernels.md, Encoder)")]
+
+
 def speed_steps(cal, case="paper-b16"):
     """Issue 52's speed steps as modeled gains at one case (HEAD's grid): (step, modeled gain µs, the
     assumption the figure rests on). Each variant changes the kernel rows as the step would and
@@ -1617,11 +1644,6 @@ def speed_steps(cal, case="paper-b16"):
     out.append(("C = 192 GEMM path: a small-C GEMM without cuBLASLt's per-call cost (upper bound)",
                 gemm_fixed * 0.5, f"half of gemm_fixed_us x calls ({cal['gemm_fixed_us']:.1f} µs x {calls:.0f}): the "
                 "model cannot say how much of the per-call cost a hand-written kernel keeps"))
-    # 2. encoder backward grouping: a device radix sort (4 passes of 8 bytes a position) instead of one block
-    sort = 4 * (cal["kernel_fixed_us"] + N * 8 * 2 / (H200_BANDWIDTH * cal["eff_elementwise"]) * 1e6)
-    out.append(("encoder backward grouping: device radix sort (or host grouping)",
-                by["llmc::cuda::encoder_group_kernel"]["us_per_step"] - sort,
-                "grouping at the elementwise rate in 4 launches (host grouping: the whole grouping kernel)"))
     # 3. attention scheduling: local-head blocks over 4 query tiles (a quarter of the block set-ups)
     c4 = dict(cal, attn_block_setup_us=cal["attn_block_setup_us"] / 4)
     att_now = us("llmc::cuda::attn_fwd_fa2") + us("llmc::cuda::attn_bwd_kv") + us("llmc::cuda::attn_bwd_q")
@@ -1686,6 +1708,10 @@ def calibrated_main(a):
         print("| speed step | modeled gain ms | share of the step | assumption |\n|---|---:|---:|---|")
         for name, gain, why in sorted(steps, key=lambda x: -x[1]):
             print(f"| {name} | {gain / 1e3:.2f} | {100 * gain / base:.1f}% | {why} |")
+        print("\nBuilt since the calibration, at paper-b16, modeled (HEAD against HEAD with the step undone):\n")
+        print("| built speed step | modeled gain ms | share of the undone step | assumption |\n|---|---:|---:|---|")
+        for name, gain, undone, why in built_steps(cal):
+            print(f"| {name} | {gain / 1e3:.2f} | {100 * gain / undone:.1f}% | {why} |")
     if a.predict:
         pred = prediction(cal, a.commit)
         os.makedirs(os.path.dirname(a.predict) or ".", exist_ok=True)

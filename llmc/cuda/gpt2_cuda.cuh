@@ -68,6 +68,7 @@
 #include "llmc/core/layer_acts.h"
 #include "llmc/core/param_view.h"
 #include "llmc/core/params.h"
+#include "llmc/core/token_groups.h"
 
 namespace llmc::cuda {
 
@@ -286,6 +287,7 @@ public:
         if (use_graph_) {  // staged now, issued at queue_update
             check_batch(inputs, targets, B, T);
             stage_tokens(queued_, inputs, targets, B, T);
+            group_slot(queued_, B * T);  // the graph's copy reads the slot: grouped before the launch
             plan_.micro.push_back({B, T, z_weight, grad_scale, near_distance});
             queued_++;
             return;
@@ -440,7 +442,13 @@ public:
             layernorm_backward_partials(dres, ln1_part + (size_t)l * ln_part, a.dbtc.get(), la.residual, lw.ln1w,
                                         la.ln1_mean, la.ln1_rstd, n, C, st);
         }
-        encoder_backward(g.wte(), g.wpe(), dres, a.inputs.get(), B, T, C, Vp, enc_scratch_, st);
+        // the positions grouped by token: on the host now (unless staged so: the step graph), while
+        // the device runs the work queued above, then uploaded from the pass's slot
+        if (!slot_grouped_[pass_slot_]) group_slot(pass_slot_, n);
+        CUDA_CHECK(cudaMemcpyAsync(enc_groups_.get(), slot_groups(pass_slot_), token_groups_ints(n, Vp) * sizeof(int),
+                                   cudaMemcpyHostToDevice, st));
+        groups_in_flight_[pass_slot_] = true;
+        encoder_backward(g.wte(), g.wpe(), dres, a.inputs.get(), enc_groups_.get(), B, T, C, Vp, st);
         const LayerParams<float> g0 = g.layer(0);
         const LayerNormPartialGroups ln_groups{
             {ln1_part, ln2_part, lnf_part}, {g0.ln1w, g0.ln2w, g.lnfw()}, {g0.ln1b, g0.ln2b, g.lnfb()}, {L, L, 1}};
@@ -738,33 +746,61 @@ private:
     void stage_tokens(int slot, const int* inputs, const int* targets, int B, int T) {
         const size_t N = (size_t)B * T;
         ensure_token_staging((size_t)slot + 1, N);
-        if (staged_in_flight_[slot]) {  // an upload issued from this slot may not have run yet
+        if (staged_in_flight_[slot]) {  // an upload of the slot's tokens may not have run yet
             CUDA_CHECK(cudaStreamSynchronize(stream_));
             note_stream_idle();
         }
-        int* dst = tokens_pinned_.get() + (size_t)slot * 2 * token_stride_;
+        int* dst = slot_inputs(slot);
         std::copy(inputs, inputs + N, dst);
         if (targets) std::copy(targets, targets + N, dst + token_stride_);
+        slot_grouped_[slot] = false;
     }
+    // The positions of the inputs staged in `slot` (n of them) grouped by token into the slot's groups
+    // (llmc/core/token_groups.h), which the backward uploads for the encoder backward. Waits only if
+    // the slot's last groups upload may not have run yet (no flow of the training loop leaves one:
+    // every step and every synchronous forward waits for the stream first).
+    void group_slot(int slot, int n) {
+        if (groups_in_flight_[slot]) {
+            CUDA_CHECK(cudaStreamSynchronize(stream_));
+            note_stream_idle();
+        }
+        group_tokens(slot_groups(slot), slot_inputs(slot), n, cfg_.padded_vocab_size, group_scratch_);
+        slot_grouped_[slot] = true;
+    }
+    // A slot of the token staging: inputs (token_stride_), targets (token_stride_), groups.
+    int* slot_inputs(int slot) const { return tokens_pinned_.get() + (size_t)slot * slot_stride_; }
+    int* slot_groups(int slot) const { return slot_inputs(slot) + 2 * token_stride_; }
     // Staging for `slots` passes of up to `rows` tokens; growing waits for the queued uploads (a
     // host synchronisation: only when a step has more passes or rows than any before) and keeps what
     // is staged (a graph step stages every micro-batch before it issues any).
     void ensure_token_staging(size_t slots, size_t rows) {
-        const size_t old_stride = token_stride_, old_slots = old_stride ? tokens_pinned_.size() / (2 * old_stride) : 0;
+        const size_t old_stride = token_stride_, old_slot_stride = slot_stride_;
+        const size_t old_slots = old_slot_stride ? tokens_pinned_.size() / old_slot_stride : 0;
         if (slots <= old_slots && rows <= old_stride) return;
         const size_t stride = std::max(rows, old_stride), cap = std::max(slots, 2 * old_slots);
+        const size_t slot_stride = 2 * stride + token_groups_ints((int)stride, cfg_.padded_vocab_size);
         CUDA_CHECK(cudaStreamSynchronize(stream_));
         const std::vector<int> kept(tokens_pinned_.get(), tokens_pinned_.get() + tokens_pinned_.size());
-        tokens_pinned_.resize(cap * 2 * stride);
-        for (size_t half = 0; half < 2 * old_slots; half++)
-            std::copy(kept.begin() + half * old_stride, kept.begin() + (half + 1) * old_stride,
-                      tokens_pinned_.get() + half * stride);
+        tokens_pinned_.resize(cap * slot_stride);
+        for (size_t k = 0; k < old_slots; k++) {  // inputs, targets, groups at their new offsets
+            const auto from = kept.begin() + k * old_slot_stride;
+            int* to = tokens_pinned_.get() + k * slot_stride;
+            std::copy(from, from + old_stride, to);
+            std::copy(from + old_stride, from + 2 * old_stride, to + stride);
+            std::copy(from + 2 * old_stride, from + old_slot_stride, to + 2 * stride);
+        }
         token_stride_ = stride;
+        slot_stride_ = slot_stride;
         staged_in_flight_.assign(cap, false);  // the synchronization above completed every upload
+        groups_in_flight_.assign(cap, false);
+        slot_grouped_.resize(cap, false);
         buffers_epoch_++;
     }
     // The host waited for everything issued on the stream: no upload still reads the staging.
-    void note_stream_idle() { std::fill(staged_in_flight_.begin(), staged_in_flight_.end(), false); }
+    void note_stream_idle() {
+        std::fill(staged_in_flight_.begin(), staged_in_flight_.end(), false);
+        std::fill(groups_in_flight_.begin(), groups_in_flight_.end(), false);
+    }
 
     // Issues the forward of queue_forward for the tokens staged in `slot` (stage_tokens).
     int issue_forward(int slot, int B, int T, float z_weight, bool with_targets, bool with_stats, int near_distance) {
@@ -780,8 +816,9 @@ private:
         logits_state_ = LogitsState::OnDevice;
         cudaStream_t st = stream_;
         Gpt2CudaActs& a = acts_;
-        const int* inputs = tokens_pinned_.get() + (size_t)slot * 2 * token_stride_;
+        const int* inputs = slot_inputs(slot);
         const int* targets = with_targets ? inputs + token_stride_ : nullptr;
+        pass_slot_ = slot;
 
         CUDA_CHECK(cudaMemcpyAsync(a.inputs.get(), inputs, N * sizeof(int), cudaMemcpyHostToDevice, st));
         if (targets) CUDA_CHECK(cudaMemcpyAsync(a.targets.get(), targets, N * sizeof(int), cudaMemcpyHostToDevice, st));
@@ -1008,12 +1045,12 @@ private:
             ln_partials_.resize(ln_need);
             changed = true;
         }
-        // the encoder backward's scratch, here rather than on its first use, so that it never moves
-        // under a captured step graph without buffers_epoch_ moving too
-        const size_t enc_need = N + (size_t)cfg_.padded_vocab_size;
-        if (enc_need > enc_scratch_.index.size()) {
+        // the encoder backward's token groups, here rather than on their first use, so that they never
+        // move under a captured step graph without buffers_epoch_ moving too
+        const size_t enc_need = token_groups_ints(n, cfg_.padded_vocab_size);
+        if (enc_need > enc_groups_.size()) {
             CUDA_CHECK(cudaStreamSynchronize(stream_));
-            enc_scratch_.reserve(enc_need);
+            enc_groups_.resize(enc_need);
             changed = true;
         }
         if (changed) {
@@ -1071,13 +1108,19 @@ private:
     DeviceBuffer<double> loss_check_;   // (1) sum of the losses queued since zero_grad (AdamW's verdict)
     DeviceBuffer<int> applied_dev_;     // (1) AdamW's verdict of the last queue_update (1 = applied)
     detail::AdamWSegments segments_;    // the canonical layout's tensors (weight decay set per call)
-    EncoderBackwardScratch enc_scratch_;
+    DeviceBuffer<int> enc_groups_;      // (token_groups_ints(B*T, Vp)) the backward pass's token groups, uploaded
     DeviceBuffer<float> stats_identity_;               // (L, kAttnStatsNear, NH) the statistics' start values
     DeviceBuffer<detail::AdamWStepScalars> step_dev_;  // (1) the queued step's lr and bias corrections
     // host side
-    PinnedBuffer<int> tokens_pinned_;                     // (slots, 2, token_stride_) per pass: inputs, then targets
-    size_t token_stride_ = 0;                             // tokens per half-slot of tokens_pinned_
-    std::vector<bool> staged_in_flight_;                  // (slots) an upload from the slot may not have run yet
+    // (slots, slot_stride_) per pass: inputs, targets (token_stride_ each), then the inputs' token groups
+    // (token_groups_ints(token_stride_, Vp): llmc/core/token_groups.h)
+    PinnedBuffer<int> tokens_pinned_;
+    size_t token_stride_ = 0, slot_stride_ = 0;
+    std::vector<bool> staged_in_flight_;  // (slots) an upload of the slot's tokens may not have run yet
+    std::vector<bool> groups_in_flight_;  // (slots) an upload of the slot's groups may not have run yet
+    std::vector<bool> slot_grouped_;      // (slots) the slot's groups are those of its staged inputs
+    int pass_slot_ = 0;                   // the slot of the last forward (its backward uploads its groups)
+    TokenGroupScratch group_scratch_;     // group_tokens' host scratch
     PinnedBuffer<detail::AdamWStepScalars> step_pinned_;  // (1) copied to step_dev_ inside the step
     PinnedBuffer<double> summary_pinned_;                 // (slots, 4) per pass: classifier_summary
     PinnedBuffer<float> stats_pinned_;  // (slots, L, kAttnStatsNear, NH) per pass: attention statistics
