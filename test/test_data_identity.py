@@ -84,3 +84,55 @@ def test_validation_without_meta_or_tokenizer_trains_with_a_note(byte_data, tmp_
     p = run(["-i", f"{byte_data}/train_*.bin", "-j", f"{bare}/val_*.bin"] + TINY_RUN)
     notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note: cannot check")]
     assert len(notes) == 1 and str(bare) in notes[0], p.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# data roles (llmc/io/data_roles.h, docs/training.md "Data roles")
+
+def test_a_glob_matching_validation_shards_for_training_is_refused(data_sets, tmp_path):
+    sp = data_sets["sp"]
+    line = refused(["-i", f"{sp}/*_0*.bin", "-j", f"{sp}/val_*.bin", "-o", tmp_path / "run"] + TINY_RUN,
+                   f"-i '{sp}/*_0*.bin'", "both read")  # the shared file comes first
+    assert f"{sp}/val_000000.bin" in line
+    refused(["-i", f"{sp}/*_0*.bin"] + TINY_RUN, f"{sp}/val_000000.bin", "a validation shard", f"in {sp}/meta.json")
+    assert not (tmp_path / "run").exists()
+
+
+def test_swapped_or_shared_train_and_val_are_refused(data_sets):
+    sp = data_sets["sp"]
+    refused(["-i", f"{sp}/val_*.bin", "-j", f"{sp}/train_*.bin"] + TINY_RUN, "a validation shard")
+    refused(["-i", f"{sp}/train_*.bin", "-j", f"{sp}/train_*.bin"] + TINY_RUN, "both read",
+            f"{sp}/train_000000.bin")
+
+
+def test_a_shard_meta_json_does_not_list_is_refused(data_sets, tmp_path):
+    copy = tmp_path / "sp"
+    shutil.copytree(data_sets["sp"], copy)
+    shutil.copy(copy / "val_000000.bin", copy / "train_000001.bin")  # a stray file named like a training shard
+    refused(["-i", f"{copy}/train_*.bin", "-j", f"{copy}/val_*.bin"] + TINY_RUN, f"{copy}/train_000001.bin",
+            f"{copy}/meta.json does not list")
+
+
+def test_roles_from_names_without_a_shards_list(byte_data, tmp_path):
+    """byte_data's meta.json has no "shards": the names say train/val; a name saying neither gets a note."""
+    refused(["-i", f"{byte_data}/*_0*.bin"] + TINY_RUN, f"{byte_data}/val_000000.bin", "by its name")
+    llmc = tmp_path / "llmc"
+    llmc.mkdir()
+    shutil.copy(byte_data / "train_000000.bin", llmc / "shakespeare_train.bin")  # llm.c's names
+    shutil.copy(byte_data / "val_000000.bin", llmc / "shakespeare_val.bin")
+    shutil.copy(byte_data / "meta.json", llmc / "meta.json")
+    refused(["-i", f"{llmc}/*.bin"] + TINY_RUN, "shakespeare_val.bin", "a validation shard")
+    p = run(["-i", f"{llmc}/*_train.bin", "-j", f"{llmc}/*_val.bin"] + TINY_RUN)
+    assert "note:" not in p.stderr
+    shutil.copy(byte_data / "train_000000.bin", llmc / "tokens.bin")
+    p = run(["-i", f"{llmc}/tokens.bin", "-j", f"{llmc}/*_val.bin"] + TINY_RUN)
+    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
+    assert len(notes) == 1 and "role of 1 shard(s) is not known" in notes[0] and "tokens.bin" in notes[0], p.stderr
+
+
+def test_eval_only_of_training_shards_says_so(byte_data, tmp_path):
+    run(["-i", f"{byte_data}/train_*.bin", "-o", tmp_path / "run"] + TINY_RUN)
+    p = run(["--eval-only", "-e", tmp_path / "run" / "model_00000001.bin", "-j", f"{byte_data}/train_*.bin",
+             "-m", 1])
+    notes = [ln for ln in p.stderr.splitlines() if "training shards" in ln]
+    assert len(notes) == 1 and notes[0].startswith("note: ") and "trained on" in notes[0], p.stderr

@@ -79,6 +79,7 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
     if (!cfg.dump_attention.empty()) dump_heads = parse_dump_attention(cfg.dump_attention);
     check_dump_attention_heads(dump_heads, plan.model);
     plan.val = open_loader(cfg, cfg.val_data, false, plan.model.vocab_size);
+    check_shard_roles(plan.val->shard_paths(), ShardRole::Val, "-j '" + cfg.val_data + "'", false, comm.rank() == 0);
     const int64_t batches = val_batch_count(cfg, *plan.val, true);
 
     std::unique_ptr<Backend> model = make_backend(plan.model);

@@ -65,6 +65,7 @@
 #include "llmc/io/checkpoint.h"
 #include "llmc/io/checkpoint_dir.h"
 #include "llmc/io/data_identity.h"
+#include "llmc/io/data_roles.h"
 #include "llmc/io/data_vocab.h"
 #include "llmc/io/dataloader.h"
 #include "llmc/io/json_text.h"
@@ -117,6 +118,15 @@ inline void plan_model(const TrainConfig& cfg, const std::string& data_glob, Run
     p.accum = validate_run(cfg, p.model, p.data_vocab, p.vocab_source);
 }
 
+// The role of every shard (llmc/io/data_roles.h): -i reads training shards, -j validation shards, no
+// file both.
+inline void check_data_roles(const TrainConfig& cfg, const RunPlan& p) {
+    const std::string train_what = "-i '" + cfg.train_data + "'", val_what = "-j '" + cfg.val_data + "'";
+    if (p.val) check_no_shared_shard(p.train->shard_paths(), p.val->shard_paths(), train_what, val_what);
+    check_shard_roles(p.train->shard_paths(), ShardRole::Train, train_what, true, cfg.rank == 0);
+    if (p.val) check_shard_roles(p.val->shard_paths(), ShardRole::Val, val_what, true, cfg.rank == 0);
+}
+
 // Every check that needs no backend, in the order a user meets them: flags, model and vocabulary,
 // data (shard headers), output directory and checkpoint. Reads files, writes none.
 inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
@@ -129,6 +139,7 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     const int V = p.model.vocab_size;
     p.train = open_loader(cfg, cfg.train_data, cfg.shuffle == 1, V);
     if (!cfg.val_data.empty()) p.val = open_loader(cfg, cfg.val_data, false, V);
+    check_data_roles(cfg, p);
     p.max_steps =
         cfg.max_steps >= 0 ? cfg.max_steps : (int)std::max<int64_t>(1, p.train->batches_per_epoch() / p.accum);
     p.val_batches = p.val ? val_batch_count(cfg, *p.val, false) : 0;
