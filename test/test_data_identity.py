@@ -6,6 +6,7 @@ mismatch; -j shards without meta.json or tokenizer.bin train with one note on st
 The data sets are made with data/prepare.py from 60 kB of tiny Shakespeare (SentencePiece with a
 400-piece vocabulary trains in about a second; GPT-2 BPE from the shared encoder.json/vocab.bpe).
 """
+import json
 import shutil
 import subprocess
 import sys
@@ -136,3 +137,117 @@ def test_eval_only_of_training_shards_says_so(byte_data, tmp_path):
              "-m", 1])
     notes = [ln for ln in p.stderr.splitlines() if "training shards" in ln]
     assert len(notes) == 1 and notes[0].startswith("note: ") and "trained on" in notes[0], p.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# a run's data identity (config.json "data", llmc/app/run_data.h): every reader of the run compares it
+
+GEN = REPO / "generate_gpt2_ls"
+
+
+def generate(args, check=True):
+    p = subprocess.run([str(GEN), "--device", "cpu", "--threads", "1"] + [str(a) for a in args], cwd=REPO,
+                       capture_output=True, text=True, timeout=120)
+    if check and p.returncode != 0:
+        pytest.fail(f"generate_gpt2_ls {args} failed ({p.returncode}):\n{p.stderr}")
+    return p
+
+
+def refused_by(p, *expect):
+    assert p.returncode != 0, p.stdout
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), p.stderr
+    for e in expect:
+        assert e in lines[0], lines[0]
+    return lines[0]
+
+
+def export(source, out):
+    return subprocess.run([sys.executable, "scripts/export_hf.py", str(source), str(out)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture()
+def sp_run(data_sets, tmp_path):
+    """(data, run): a copy of the sp data set and a one-step run on it with a checkpoint."""
+    data = tmp_path / "sp"
+    shutil.copytree(data_sets["sp"], data)
+    out = tmp_path / "run"
+    run(["-i", f"{data}/train_*.bin", "-j", f"{data}/val_*.bin", "-o", out] + TINY_RUN)
+    return data, out
+
+
+def retokenize(data, text_of):
+    """data/prepare.py again into the same --out, with SentencePiece trained on other text (vocabulary 400)."""
+    shutil.rmtree(data)
+    prepare(data, text_of, "sp", "--vocab-size", 400)
+
+
+def other_text():
+    return (SHARED / "tinyshakespeare" / "input.txt").read_text()[60_000:120_000]
+
+
+def test_run_records_its_data_identity(sp_run):
+    data, out = sp_run
+    rec = json.loads((out / "config.json").read_text())["data"]
+    meta = json.loads((data / "meta.json").read_text())
+    assert rec["train"]["glob"] == f"{data}/train_*.bin" and rec["val"]["glob"] == f"{data}/val_*.bin"
+    assert rec["train"]["tokenizer"] == "sp" and rec["train"]["vocab_size"] == 400
+    assert rec["train"]["tokens"] == meta["num_tokens"]["train"] and rec["val"]["tokens"] == meta["num_tokens"]["val"]
+    assert rec["train"]["tokenizer_bin_fnv1a64"] == fnv1a64((data / "tokenizer.bin").read_bytes())
+
+
+def fnv1a64(data):
+    h = 0xcbf29ce484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+def test_every_reader_refuses_retokenized_data(sp_run, tmp_path):
+    data, out = sp_run
+    model = out / "model_00000001.bin"
+    retokenize(data, other_text())  # same vocabulary, another SentencePiece model
+    expect = ("tokenizer.bin differs", f"{out}/config.json records tokenizer sp, vocabulary 400")
+    refused(["--eval-only", "-e", model, "-m", 1], *expect, "prepare it with the run's tokenizer")
+    refused(["--eval-only", "-e", model, "-m", 1, "-j", f"{data}/val_*.bin"], *expect)
+    refused(["-y", 1, "-o", out, "-x", 2, "--threads", 1], *expect, f"-i '{data}/train_*.bin'")
+    refused(["--fork-from", model, "-o", tmp_path / "fork", "-x", 2, "--threads", 1], *expect)
+    assert not (tmp_path / "fork").exists()
+    refused_by(generate(["-e", model, "-n", 4], check=False), f"{data}/tokenizer.bin", "is not the tokenizer the model was "
+               "trained with", "the data was prepared again")
+    line = refused_by(export(out, tmp_path / "hf"), "tokenizer", "changed since the run", f"{out}/config.json")
+    assert "data/prepare.py" in line and not (tmp_path / "hf").exists()
+
+
+def test_a_run_recorded_without_identity_still_reads_with_a_note(sp_run, tmp_path):
+    data, out = sp_run
+    conf = json.loads((out / "config.json").read_text())
+    del conf["data"]  # as written before config.json had "data"
+    (out / "config.json").write_text(json.dumps(conf, indent=2))
+    model = out / "model_00000001.bin"
+    note = "records no data identity"
+    for p in (run(["--eval-only", "-e", model, "-m", 1]), generate(["-e", model, "-n", 4]),
+              run(["-y", 1, "-o", out, "-x", 2, "--threads", 1])):
+        assert sum(note in ln for ln in p.stderr.splitlines()) == 1, p.stderr
+    assert note in export(out, tmp_path / "hf").stderr
+
+
+def test_generate_refuses_a_tokenizer_of_another_data_set(data_sets, tmp_path):
+    """A GPT-2-BPE model given the 400-token SentencePiece tokenizer (fewer tokens than the model: this direction
+    printed garbage with exit 0); also for a run recorded without identity (compared with its data's tokenizer)."""
+    gpt2, sp = data_sets["gpt2"], data_sets["sp"]
+    out = tmp_path / "run"
+    run(["-i", f"{gpt2}/train_*.bin", "-j", f"{gpt2}/val_*.bin", "-o", out, "--layers", 1, "--channels", 16,
+         "--heads", 2, "--max-seq-len", 16, "-b", 1, "-t", 16, "-x", 1, "-u", 1, "-v", 0, "-s", 0, "--threads", 1])
+    model = out / "model_00000001.bin"
+    line = refused_by(generate(["-e", model, "-n", 4, "--tokenizer", sp / "tokenizer.bin"], check=False),
+                      f"--tokenizer {sp}/tokenizer.bin is not the tokenizer the model was trained with",
+                      "tokenizer gpt2, vocabulary 50257")
+    assert f"pass --tokenizer {gpt2}/tokenizer.bin, or leave --tokenizer out" in line
+    assert generate(["-e", model, "-n", 4, "--tokenizer", gpt2 / "tokenizer.bin"]).returncode == 0
+    conf = json.loads((out / "config.json").read_text())
+    del conf["data"]
+    (out / "config.json").write_text(json.dumps(conf))
+    refused_by(generate(["-e", model, "-n", 4, "--tokenizer", sp / "tokenizer.bin"], check=False),
+               f"names the training data '{gpt2}/train_*.bin'", f"pass --tokenizer {gpt2}/tokenizer.bin")

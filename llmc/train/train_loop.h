@@ -48,6 +48,7 @@
 #include "llmc/app/checkpoint_run.h"
 #include "llmc/app/config_json.h"
 #include "llmc/app/model_setup.h"
+#include "llmc/app/run_data.h"
 #include "llmc/app/run_history.h"
 #include "llmc/app/run_record.h"
 #include "llmc/app/train_config.h"
@@ -127,6 +128,23 @@ inline void check_data_roles(const TrainConfig& cfg, const RunPlan& p) {
     if (p.val) check_shard_roles(p.val->shard_paths(), ShardRole::Val, val_what, true, cfg.rank == 0);
 }
 
+// -y 1 and --fork-from continue a model on -i and -j: both must be tokenized as the run's training data
+// was when it recorded it (llmc/app/run_data.h); a run recorded without an identity gets a note.
+inline void check_data_of_continued_run(const TrainConfig& cfg) {
+    const std::string dir = cfg.fork_from.empty() ? cfg.output_dir : fork_source(cfg.fork_from).dir;
+    const std::string path = join_path(dir, "config.json");
+    if (!file_exists(path)) return;  // -y 1 of a run whose record is gone: nothing to compare
+    const RecordedData rec = recorded_data(read_run_record(path, "restore the run's config.json"), path);
+    if (!rec.known()) {
+        if (cfg.rank == 0) std::fprintf(stderr, "%s\n", unknown_data_note(rec).c_str());
+        return;
+    }
+    const std::string fix = std::string("the model was trained on other tokens: prepare the data with the run's ") +
+                            "tokenizer (data/prepare.py), or start a new run on this data";
+    check_data_against_record(rec, cfg.train_data, "-i '" + cfg.train_data + "'", fix);
+    if (!cfg.val_data.empty()) check_data_against_record(rec, cfg.val_data, "-j '" + cfg.val_data + "'", fix);
+}
+
 // Every check that needs no backend, in the order a user meets them: flags, model and vocabulary,
 // data (shard headers), output directory and checkpoint. Reads files, writes none.
 inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
@@ -145,6 +163,7 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     p.val_batches = p.val ? val_batch_count(cfg, *p.val, false) : 0;
     p.resume = choose_resume(cfg, p.model, comm);
     if (p.resume) check_weights_unchanged(cfg.record_changes, !cfg.fork_from.empty());
+    if (p.resume) check_data_of_continued_run(cfg);
     p.schedule = schedule_config(cfg, p.max_steps);
     p.adamw = adamw_hyper(cfg);
     return p;
@@ -170,6 +189,12 @@ inline nlohmann::ordered_json run_config_json(const TrainConfig& cfg, const RunP
     const ModelConfig& m = plan.model;
     return {{"train", train_config_json(cfg)},
             {"model", model_config_json(m)},
+            {"data",
+             {{"train", data_identity_json(read_data_identity(cfg.train_data), cfg.train_data, plan.train->num_shards(),
+                                           plan.train->total_tokens())},
+              {"val", plan.val ? data_identity_json(read_data_identity(cfg.val_data), cfg.val_data,
+                                                    plan.val->num_shards(), plan.val->total_tokens())
+                               : nlohmann::ordered_json()}}},
             {"derived",
              {{"model_source", plan.model_source},
               {"vocab_source", plan.data_vocab > 0 ? plan.vocab_source : "default"},
