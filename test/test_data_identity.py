@@ -7,9 +7,11 @@ The data sets are made with data/prepare.py from 60 kB of tiny Shakespeare (Sent
 400-piece vocabulary trains in about a second; GPT-2 BPE from the shared encoder.json/vocab.bpe).
 """
 import json
+import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -142,7 +144,7 @@ def test_eval_only_of_training_shards_says_so(byte_data, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # a run's data identity (config.json "data", llmc/app/run_data.h): every reader of the run compares it
 
-GEN = REPO / "generate_gpt2_ls"
+GEN = Path(os.environ.get("GENERATE_GPT2_LS", REPO / "generate_gpt2_ls"))  # override to test another build
 
 
 def generate(args, check=True):
@@ -251,3 +253,12 @@ def test_generate_refuses_a_tokenizer_of_another_data_set(data_sets, tmp_path):
     (out / "config.json").write_text(json.dumps(conf))
     refused_by(generate(["-e", model, "-n", 4, "--tokenizer", sp / "tokenizer.bin"], check=False),
                f"names the training data '{gpt2}/train_*.bin'", f"pass --tokenizer {gpt2}/tokenizer.bin")
+
+
+def test_generate_refuses_another_tokenizer_of_the_same_vocabulary(sp_run, data_sets):
+    """Two SentencePiece tokenizers of 400 pieces: no id is out of range, so this printed garbage with exit 0."""
+    data, out = sp_run
+    other = data_sets["sp_other"] / "tokenizer.bin"
+    refused_by(generate(["-e", out / "model_00000001.bin", "-n", 4, "--tokenizer", other], check=False),
+               f"--tokenizer {other} is not the tokenizer the model was trained with",
+               f"pass --tokenizer {data}/tokenizer.bin, or leave --tokenizer out")
