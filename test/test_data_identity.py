@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from run_helpers import REPO, SHARED, TINY, run
+from run_helpers import REPO, SHARED, TINY, run, write_shard
 
 TINY_RUN = TINY + ["-x", 1, "-u", 1, "-v", 0, "-s", 0]  # -u 1: no warmup note (a one-step run)
 
@@ -253,6 +253,12 @@ def test_generate_refuses_a_tokenizer_of_another_data_set(data_sets, tmp_path):
     (out / "config.json").write_text(json.dumps(conf))
     refused_by(generate(["-e", model, "-n", 4, "--tokenizer", sp / "tokenizer.bin"], check=False),
                f"names the training data '{gpt2}/train_*.bin'", f"pass --tokenizer {gpt2}/tokenizer.bin")
+    lone = tmp_path / "lone"  # a copied model: nothing names its tokenizer, a vocabulary mismatch is a note
+    lone.mkdir()
+    shutil.copy(model, lone / "model.bin")
+    p = generate(["-e", lone / "model.bin", "-n", 2, "--print-ids", "--tokenizer", sp / "tokenizer.bin"])
+    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
+    assert len(notes) == 1 and "has 400 tokens and the model 50257" in notes[0], p.stderr
 
 
 def test_generate_refuses_another_tokenizer_of_the_same_vocabulary(sp_run, data_sets):
@@ -262,3 +268,16 @@ def test_generate_refuses_another_tokenizer_of_the_same_vocabulary(sp_run, data_
     refused_by(generate(["-e", out / "model_00000001.bin", "-n", 4, "--tokenizer", other], check=False),
                f"--tokenizer {other} is not the tokenizer the model was trained with",
                f"pass --tokenizer {data}/tokenizer.bin, or leave --tokenizer out")
+
+
+def test_eval_of_the_runs_validation_data_changed_since_says_so(sp_run):
+    """The same tokenizer, other tokens (as after data/prepare.py with another --val-fraction): evaluated, with a
+    note that the loss is not comparable with the run's."""
+    import numpy as np
+    data, out = sp_run
+    tokens = np.fromfile(data / "val_000000.bin", dtype=np.uint16, offset=1024)
+    write_shard(data / "val_000000.bin", tokens[:len(tokens) // 2])
+    p = run(["--eval-only", "-e", out / "model_00000001.bin", "-m", 1])
+    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
+    assert len(notes) == 1 and f"holds {len(tokens) // 2} tokens in 1 shard(s) now, {len(tokens)} in 1" in notes[0]
+    assert "not comparable" in notes[0]

@@ -123,6 +123,37 @@ inline std::string eval_vocab_note(const std::string& checkpoint, const ModelCon
            " has no config.json beside it naming its training data: check that -j was tokenized like it";
 }
 
+// --eval-only of the run's own validation data (-j as the run recorded it): the note when the loader
+// finds other shards or tokens there than the run recorded ("" otherwise). The tokenizer is checked
+// (eval_settings_from_run); this is the same tokenizer on other text, e.g. prepared again with another
+// --val-fraction, so the loss is valid but not comparable with the run's validation losses.
+inline std::string eval_data_changed_note(const std::string& checkpoint, const std::string& val_data, size_t shards,
+                                          int64_t tokens) {
+    const std::optional<CheckpointRun> run = read_checkpoint_run(checkpoint);
+    if (!run || !run->data.val.is_object()) return "";
+    const nlohmann::ordered_json& v = run->data.val;
+    const auto glob = v.find("glob"), n_shards = v.find("shards"), n_tokens = v.find("tokens");
+    if (glob == v.end() || !glob->is_string() || glob->get<std::string>() != val_data) return "";
+    if (n_shards == v.end() || n_tokens == v.end() || !n_shards->is_number_integer() || !n_tokens->is_number_integer())
+        return "";
+    if (n_shards->get<int64_t>() == (int64_t)shards && n_tokens->get<int64_t>() == tokens) return "";
+    return "note: -j '" + val_data + "' holds " + std::to_string(tokens) + " tokens in " + std::to_string(shards) +
+           " shard(s) now, " + std::to_string(n_tokens->get<int64_t>()) + " in " +
+           std::to_string(n_shards->get<int64_t>()) + " when " + run->config_path +
+           " recorded it: the data changed after the run (same tokenizer), so this loss is not comparable with the "
+           "run's validation losses";
+}
+
+// generate_gpt2_ls of a checkpoint with no run beside it (nothing names its tokenizer): the note when
+// --tokenizer's vocabulary differs from the model's ("" otherwise; a larger one is refused later).
+inline std::string generate_vocab_note(const std::string& checkpoint, const std::string& tokenizer, int tok_vocab,
+                                       int model_vocab) {
+    if (tokenizer.empty() || tok_vocab >= model_vocab || read_checkpoint_run(checkpoint)) return "";
+    return "note: --tokenizer " + tokenizer + " has " + std::to_string(tok_vocab) + " tokens and the model " +
+           std::to_string(model_vocab) + ", and " + checkpoint +
+           " has no config.json beside it naming its training data: check that the tokenizer is the model's";
+}
+
 // generate_gpt2_ls: --tokenizer from the checkpoint's run (the tokenizer.bin next to its training data)
 // when not given, and the tokenizer, given or taken, checked to be the run's: the bytes the run
 // recorded (tokenizer_bin_fnv1a64), or for a run recorded without an identity, the tokenizer.bin next

@@ -23,6 +23,7 @@ namespace llmc {
 struct RecordedData {
     std::string config_path;       // RUN/config.json
     nlohmann::ordered_json train;  // "data"."train" (null when the record has none)
+    nlohmann::ordered_json val;    // "data"."val" (null when the record or the run has none)
 
     bool known() const { return train.is_object(); }
     std::string glob() const {
@@ -42,6 +43,8 @@ inline RecordedData recorded_data(const nlohmann::ordered_json& record, const st
     if (data != record.end() && data->is_object()) {
         const auto t = data->find("train");
         if (t != data->end() && t->is_object()) d.train = *t;
+        const auto v = data->find("val");
+        if (v != data->end() && v->is_object()) d.val = *v;
     }
     return d;
 }
