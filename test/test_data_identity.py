@@ -1,7 +1,13 @@
-"""Training and validation data tokenized differently are refused (llmc/io/data_identity.h,
-docs/training.md "Data sets"): -j shards of a SentencePiece data set with -i shards of GPT-2 BPE,
-two SentencePiece data sets of the same vocabulary but other models, and a plain vocabulary
-mismatch; -j shards without meta.json or tokenizer.bin train with one note on stderr.
+"""What a run reads is the data it means (llmc/io/data_identity.h, llmc/io/data_roles.h, llmc/app/run_data.h;
+docs/training.md "Data sets tokenized alike", "Data roles", "A run's data identity"):
+- training and validation data tokenized differently are refused: -j shards of a SentencePiece data set with
+  -i shards of GPT-2 BPE, two SentencePiece data sets of the same vocabulary but other models, and a plain
+  vocabulary mismatch; -j shards without meta.json or tokenizer.bin train with one note on stderr;
+- every shard has a role (meta.json "shards", else its name): -i of validation shards, -j of training shards,
+  a file read by both and a shard meta.json does not list are refused;
+- a run records its data identity in config.json "data", and --eval-only, generate_gpt2_ls, -y 1, --fork-from
+  and scripts/export_hf.py refuse data prepared again with another tokenizer; a run recorded without it still
+  reads, with one note; generate_gpt2_ls refuses a --tokenizer that is not the run's.
 
 The data sets are made with data/prepare.py from 60 kB of tiny Shakespeare (SentencePiece with a
 400-piece vocabulary trains in about a second; GPT-2 BPE from the shared encoder.json/vocab.bpe).
