@@ -226,6 +226,10 @@ def test_every_reader_refuses_retokenized_data(sp_run, tmp_path):
                "trained with", "the data was prepared again")
     line = refused_by(export(out, tmp_path / "hf"), "tokenizer", "changed since the run", f"{out}/config.json")
     assert "data/prepare.py" in line and not (tmp_path / "hf").exists()
+    shutil.rmtree(data)
+    prepare(data, other_text(), "sp", "--vocab-size", 450)  # a larger vocabulary: not a --vocab problem of the run
+    refused(["-y", 1, "-o", out, "-x", 2, "--threads", 1], "the vocabulary differs", "vocabulary 450",
+            "prepare the data with the run's tokenizer")
 
 
 def test_a_run_recorded_without_identity_still_reads_with_a_note(sp_run, tmp_path):

@@ -128,8 +128,9 @@ inline void check_data_roles(const TrainConfig& cfg, const RunPlan& p) {
     if (p.val) check_shard_roles(p.val->shard_paths(), ShardRole::Val, val_what, true, cfg.rank == 0);
 }
 
-// -y 1 and --fork-from continue a model on -i and -j: both must be tokenized as the run's training data
-// was when it recorded it (llmc/app/run_data.h); a run recorded without an identity gets a note.
+// -y 1 (of a run with a checkpoint) and --fork-from continue a model on -i and -j: both must be
+// tokenized as the run's training data was when it recorded it (llmc/app/run_data.h); a run recorded
+// without an identity gets a note.
 inline void check_data_of_continued_run(const TrainConfig& cfg) {
     const std::string dir = cfg.fork_from.empty() ? cfg.output_dir : fork_source(cfg.fork_from).dir;
     const std::string path = join_path(dir, "config.json");
@@ -150,6 +151,9 @@ inline void check_data_of_continued_run(const TrainConfig& cfg) {
 inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     RunPlan p;
     validate_train_flags(cfg);
+    // before the model's checks: a vocabulary that changed with the data is the data's fault, not --vocab's
+    if (!cfg.fork_from.empty() || (cfg.resume && newest_complete_step(cfg.output_dir) >= 0))
+        check_data_of_continued_run(cfg);
     plan_model(cfg, cfg.train_data, p);
     if (!cfg.val_data.empty())
         check_same_tokenizer(cfg.train_data, "the training data -i '" + cfg.train_data + "'", cfg.val_data,
@@ -163,7 +167,6 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     p.val_batches = p.val ? val_batch_count(cfg, *p.val, false) : 0;
     p.resume = choose_resume(cfg, p.model, comm);
     if (p.resume) check_weights_unchanged(cfg.record_changes, !cfg.fork_from.empty());
-    if (p.resume) check_data_of_continued_run(cfg);
     p.schedule = schedule_config(cfg, p.max_steps);
     p.adamw = adamw_hyper(cfg);
     return p;
