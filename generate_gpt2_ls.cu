@@ -57,7 +57,9 @@ int run_generation(const llmc::GenerateConfig& g, const llmc::ModelCheckpoint& c
     const std::unique_ptr<llmc::Backend> model = load_backend(g, ck, nullptr);
     const int positions = (int)std::min<int64_t>((int64_t)in.prompt.size() + g.tokens, in.max_len);
     const std::string length_note = llmc::past_trained_length_note(ck, g.model, positions, "generation");
-    for (const std::string& line : {taken, length_note})
+    const std::string vocab_note = llmc::generate_vocab_note(
+        g.model, g.tokenizer, in.tokenizer.present() ? in.tokenizer.vocab_size() : 0, ck.config.vocab_size);
+    for (const std::string& line : {taken, length_note, vocab_note})
         if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
     llmc::Rng rng(g.seed);
     llmc::GenerateOptions opt;

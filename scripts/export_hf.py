@@ -16,7 +16,12 @@ newest step with a DONE_ marker) or a model file (model_NNNNNNNN.bin).
 Both drop the padded vocabulary rows (logits over the real vocabulary V, as --dump-logits).
 When the run's data used GPT-2 BPE (meta.json "tokenizer": "gpt2"), GPT-2's vocab.json and
 merges.txt (from --gpt2-bpe, else the data set's own gpt2_bpe source, else ../shared/data/gpt2)
-and a tokenizer_config.json are added, so AutoTokenizer.from_pretrained(OUT_DIR) works offline.
+and a tokenizer_config.json are added, so AutoTokenizer.from_pretrained(OUT_DIR) works offline
+(with trust_remote_code=True for an LS export: its config.json names the modelling file).
+SentencePiece data ("tokenizer": "sp"): the data's tokenizer.model is copied; the installed
+transformers cannot load it as an AutoTokenizer without protobuf (a note says so): use sentencepiece.
+The run's config.json "data" records its tokenizer; an export whose data was prepared again with
+another tokenizer is refused.
 
 Needs numpy and safetensors (not torch). Reads the checkpoint with dev/reference/checkpoint.py.
 """
@@ -56,22 +61,63 @@ def newest_checkpoint(run_dir):
                       f"give a model_NNNNNNNN.bin file or a run directory with a finished checkpoint")
 
 
-def data_meta(run_dir):
-    """The meta.json of the run's training data (config.json's train.train_data), or None."""
+def run_record(run_dir):
+    """The run's config.json (a dict), or None without one."""
     conf_path = os.path.join(run_dir, "config.json") if run_dir else None
     if not conf_path or not os.path.isfile(conf_path):
         return None
     with open(conf_path) as f:
-        train_data = json.load(f).get("train", {}).get("train_data")
+        return json.load(f)
+
+
+def data_dir(run_dir, record):
+    """The directory of the run's training data (config.json's train.train_data), or None when it is not found."""
+    train_data = (record or {}).get("train", {}).get("train_data")
     if not train_data:
         return None
     for base in (os.getcwd(), os.path.dirname(os.path.abspath(run_dir)), REPO):
         shards = sorted(glob.glob(os.path.join(base, train_data)))
-        meta = os.path.join(os.path.dirname(shards[0]), "meta.json") if shards else None
-        if meta and os.path.isfile(meta):
-            with open(meta) as f:
-                return json.load(f)
+        if shards:
+            return os.path.dirname(shards[0])
     return None
+
+
+def data_meta(directory):
+    """The meta.json of the data directory, or None."""
+    meta = os.path.join(directory, "meta.json") if directory else None
+    if meta and os.path.isfile(meta):
+        with open(meta) as f:
+            return json.load(f)
+    return None
+
+
+def fnv1a64(path):
+    """FNV-1a 64 of a file's bytes as 16 hex digits (config.json's "tokenizer_bin_fnv1a64")."""
+    h = 0xcbf29ce484222325
+    with open(path, "rb") as f:
+        for b in f.read():
+            h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+def check_data_identity(run_dir, record, directory):
+    """The tokenizer next to the run's training data must be the one the run recorded (config.json "data",
+    docs/training.md "A run's data identity"): ExportError when it changed; a note when the run recorded none."""
+    if record is None or directory is None:
+        return
+    conf = os.path.join(run_dir, "config.json")
+    recorded = ((record.get("data") or {}).get("train") or {})
+    if not recorded:
+        print(f"note: {conf} records no data identity (a run from before config.json's \"data\"): cannot check that "
+              f"its data and tokenizer are still those it trained on", file=sys.stderr)
+        return
+    tok = os.path.join(directory, "tokenizer.bin")
+    want = recorded.get("tokenizer_bin_fnv1a64")
+    if want and os.path.isfile(tok) and fnv1a64(tok) != want:
+        raise ExportError(f"the tokenizer of the run's training data changed since the run: {conf} records "
+                          f"tokenizer {recorded.get('tokenizer')}, vocabulary {recorded.get('vocab_size')}, "
+                          f"tokenizer.bin fnv1a64 {want}, and {tok} has {fnv1a64(tok)} now (the data was prepared "
+                          f"again); prepare it with the run's tokenizer (data/prepare.py) and export again")
 
 
 def weights_stock_gpt2(cfg, p):
@@ -224,10 +270,15 @@ def export(source, out_dir, gpt2_bpe=None):
         raise ExportError(f"{e}; export a complete checkpoint of train_gpt2_ls") from None
     p = split_params(cfg, flat)
     stock = is_stock_gpt2(cfg)
-    meta = data_meta(run_dir)
+    record = run_record(run_dir)
+    directory = data_dir(run_dir, record)
+    check_data_identity(run_dir, record, directory)
+    meta = data_meta(directory)
     tokenizer = (meta or {}).get("tokenizer")
     eot = (meta or {}).get("eot_token")
     bpe = gpt2_bpe_dir(gpt2_bpe, meta) if (tokenizer == "gpt2" or gpt2_bpe) else None
+    sp_model = os.path.join(directory, "tokenizer.model") if (directory and tokenizer == "sp" and not bpe) else None
+    sp_model = sp_model if sp_model and os.path.isfile(sp_model) else None
     if bpe:
         with open(bpe_files(bpe)[0]) as f:
             n_tokens = len(json.load(f))
@@ -248,19 +299,36 @@ def export(source, out_dir, gpt2_bpe=None):
             shutil.copyfile(MODELING_SOURCE, os.path.join(tmp, MODELING_NAME + ".py"))
         if bpe:
             write_gpt2_tokenizer(tmp, bpe, cfg.max_seq_len)
+        elif sp_model:
+            shutil.copyfile(sp_model, os.path.join(tmp, "tokenizer.model"))
         if os.path.isdir(out_dir):
             os.rmdir(out_dir)  # empty (checked above)
         os.rename(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if tokenizer == "gpt2":
+    if bpe:
+        written = "GPT-2 tokenizer"
+    elif sp_model:
+        written = "SentencePiece tokenizer.model"
+        print(f"note: {out_dir}/tokenizer.model is the data's SentencePiece model, but the installed transformers "
+              f"cannot load it as an AutoTokenizer offline (its SentencePiece converter needs protobuf): encode with "
+              f"sentencepiece.SentencePieceProcessor(model_file='{out_dir}/tokenizer.model').encode(text)",
+              file=sys.stderr)
+    elif tokenizer == "gpt2":
+        written = None
         print("note: the data used GPT-2 BPE but its vocab files were not found (give --gpt2-bpe DIR); "
               "exported without a tokenizer", file=sys.stderr)
-    elif tokenizer:
-        print(f"note: the data's tokenizer '{tokenizer}' is not exported (only GPT-2 BPE is); "
+    elif tokenizer == "sp":
+        written = None
+        print(f"note: the data's SentencePiece model was not found (no tokenizer.model in {directory}); "
               f"exported without a tokenizer", file=sys.stderr)
-    return ("GPT2LMHeadModel" if stock else "GPT2LSForCausalLM (trust_remote_code=True)"), ckpt, step, bool(bpe)
+    else:
+        written = None
+        if tokenizer:
+            print(f"note: the data's tokenizer '{tokenizer}' is not exported (only GPT-2 BPE and SentencePiece "
+                  f"are); exported without a tokenizer", file=sys.stderr)
+    return ("GPT2LMHeadModel" if stock else "GPT2LSForCausalLM"), ckpt, step, written, stock
 
 
 def main():
@@ -271,11 +339,16 @@ def main():
                     "(or vocab.json and merges.txt); also adds the tokenizer when the run's data is unknown")
     args = ap.parse_args()
     try:
-        kind, ckpt, step, tok = export(args.source, args.out_dir, args.gpt2_bpe)
+        kind, ckpt, step, tok, stock = export(args.source, args.out_dir, args.gpt2_bpe)
     except ExportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"exported {ckpt} (step {step}) to {args.out_dir}: {kind}" + (", GPT-2 tokenizer" if tok else ""))
+    line = f"exported {ckpt} (step {step}) to {args.out_dir}: {kind}" + (f", {tok}" if tok else ", no tokenizer")
+    if not stock:  # its config.json names modeling_gpt2_ls.py (auto_map): transformers asks before running it
+        line += (f"; load with trust_remote_code=True: AutoModelForCausalLM.from_pretrained('{args.out_dir}', "
+                 f"trust_remote_code=True)" + (f", AutoTokenizer.from_pretrained('{args.out_dir}', "
+                                               f"trust_remote_code=True)" if tok == "GPT-2 tokenizer" else ""))
+    print(line)
     return 0
 
 

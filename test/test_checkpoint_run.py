@@ -50,9 +50,13 @@ def test_eval_only_takes_the_val_data_a_resume_changed(trained_run, byte_data, t
     src, _ = trained_run
     out = tmp_path / "run"
     shutil.copytree(src, out)
-    run(["-o", out, "-y", 1, "-x", 5, "-j", f"{byte_data}/train_*.bin", "-v", 0, "-s", 0, "--threads", 1])
+    val2 = tmp_path / "val2"  # the same data set's validation shard in another directory
+    val2.mkdir()
+    for name in ("val_000000.bin", "tokenizer.bin", "meta.json"):
+        shutil.copy(byte_data / name, val2 / name)
+    run(["-o", out, "-y", 1, "-x", 5, "-j", f"{val2}/val_*.bin", "-v", 0, "-s", 0, "--threads", 1])
     p = run(["--eval-only", "-e", out / "model_00000005.bin", "--threads", 1])
-    assert f"--eval-only: -j '{byte_data}/train_*.bin'" in p.stderr, p.stderr
+    assert f"--eval-only: -j '{val2}/val_*.bin'" in p.stderr, p.stderr
 
 
 def test_eval_only_flags_given_win(trained_run):

@@ -1,18 +1,27 @@
-"""Training and validation data tokenized differently are refused (llmc/io/data_identity.h,
-docs/training.md "Data sets"): -j shards of a SentencePiece data set with -i shards of GPT-2 BPE,
-two SentencePiece data sets of the same vocabulary but other models, and a plain vocabulary
-mismatch; -j shards without meta.json or tokenizer.bin train with one note on stderr.
+"""What a run reads is the data it means (llmc/io/data_identity.h, llmc/io/data_roles.h, llmc/app/run_data.h;
+docs/training.md "Data sets tokenized alike", "Data roles", "A run's data identity"):
+- training and validation data tokenized differently are refused: -j shards of a SentencePiece data set with
+  -i shards of GPT-2 BPE, two SentencePiece data sets of the same vocabulary but other models, and a plain
+  vocabulary mismatch; -j shards without meta.json or tokenizer.bin train with one note on stderr;
+- every shard has a role (meta.json "shards", else its name): -i of validation shards, -j of training shards,
+  a file read by both and a shard meta.json does not list are refused;
+- a run records its data identity in config.json "data", and --eval-only, generate_gpt2_ls, -y 1, --fork-from
+  and scripts/export_hf.py refuse data prepared again with another tokenizer; a run recorded without it still
+  reads, with one note; generate_gpt2_ls refuses a --tokenizer that is not the run's.
 
 The data sets are made with data/prepare.py from 60 kB of tiny Shakespeare (SentencePiece with a
 400-piece vocabulary trains in about a second; GPT-2 BPE from the shared encoder.json/vocab.bpe).
 """
+import json
+import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from run_helpers import REPO, SHARED, TINY, run
+from run_helpers import REPO, SHARED, TINY, run, write_shard
 
 TINY_RUN = TINY + ["-x", 1, "-u", 1, "-v", 0, "-s", 0]  # -u 1: no warmup note (a one-step run)
 
@@ -84,3 +93,201 @@ def test_validation_without_meta_or_tokenizer_trains_with_a_note(byte_data, tmp_
     p = run(["-i", f"{byte_data}/train_*.bin", "-j", f"{bare}/val_*.bin"] + TINY_RUN)
     notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note: cannot check")]
     assert len(notes) == 1 and str(bare) in notes[0], p.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# data roles (llmc/io/data_roles.h, docs/training.md "Data roles")
+
+def test_a_glob_matching_validation_shards_for_training_is_refused(data_sets, tmp_path):
+    sp = data_sets["sp"]
+    line = refused(["-i", f"{sp}/*_0*.bin", "-j", f"{sp}/val_*.bin", "-o", tmp_path / "run"] + TINY_RUN,
+                   f"-i '{sp}/*_0*.bin'", "both read")  # the shared file comes first
+    assert f"{sp}/val_000000.bin" in line
+    refused(["-i", f"{sp}/*_0*.bin"] + TINY_RUN, f"{sp}/val_000000.bin", "a validation shard", f"in {sp}/meta.json")
+    assert not (tmp_path / "run").exists()
+
+
+def test_swapped_or_shared_train_and_val_are_refused(data_sets):
+    sp = data_sets["sp"]
+    refused(["-i", f"{sp}/val_*.bin", "-j", f"{sp}/train_*.bin"] + TINY_RUN, "a validation shard")
+    refused(["-i", f"{sp}/train_*.bin", "-j", f"{sp}/train_*.bin"] + TINY_RUN, "both read",
+            f"{sp}/train_000000.bin")
+
+
+def test_a_shard_meta_json_does_not_list_is_refused(data_sets, tmp_path):
+    copy = tmp_path / "sp"
+    shutil.copytree(data_sets["sp"], copy)
+    shutil.copy(copy / "val_000000.bin", copy / "train_000001.bin")  # a stray file named like a training shard
+    refused(["-i", f"{copy}/train_*.bin", "-j", f"{copy}/val_*.bin"] + TINY_RUN, f"{copy}/train_000001.bin",
+            f"{copy}/meta.json does not list")
+
+
+def test_roles_from_names_without_a_shards_list(byte_data, tmp_path):
+    """byte_data's meta.json has no "shards": the names say train/val; a name saying neither gets a note."""
+    refused(["-i", f"{byte_data}/*_0*.bin"] + TINY_RUN, f"{byte_data}/val_000000.bin", "by its name")
+    llmc = tmp_path / "llmc"
+    llmc.mkdir()
+    shutil.copy(byte_data / "train_000000.bin", llmc / "shakespeare_train.bin")  # llm.c's names
+    shutil.copy(byte_data / "val_000000.bin", llmc / "shakespeare_val.bin")
+    shutil.copy(byte_data / "meta.json", llmc / "meta.json")
+    refused(["-i", f"{llmc}/*.bin"] + TINY_RUN, "shakespeare_val.bin", "a validation shard")
+    p = run(["-i", f"{llmc}/*_train.bin", "-j", f"{llmc}/*_val.bin"] + TINY_RUN)
+    assert "note:" not in p.stderr
+    shutil.copy(byte_data / "train_000000.bin", llmc / "tokens.bin")
+    p = run(["-i", f"{llmc}/tokens.bin", "-j", f"{llmc}/*_val.bin"] + TINY_RUN)
+    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
+    assert len(notes) == 1 and "role of 1 shard(s) is not known" in notes[0] and "tokens.bin" in notes[0], p.stderr
+
+
+def test_eval_only_of_training_shards_says_so(byte_data, tmp_path):
+    run(["-i", f"{byte_data}/train_*.bin", "-o", tmp_path / "run"] + TINY_RUN)
+    p = run(["--eval-only", "-e", tmp_path / "run" / "model_00000001.bin", "-j", f"{byte_data}/train_*.bin",
+             "-m", 1])
+    notes = [ln for ln in p.stderr.splitlines() if "training shards" in ln]
+    assert len(notes) == 1 and notes[0].startswith("note: ") and "trained on" in notes[0], p.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# a run's data identity (config.json "data", llmc/app/run_data.h): every reader of the run compares it
+
+GEN = Path(os.environ.get("GENERATE_GPT2_LS", REPO / "generate_gpt2_ls"))  # override to test another build
+
+
+def generate(args, check=True):
+    p = subprocess.run([str(GEN), "--device", "cpu", "--threads", "1"] + [str(a) for a in args], cwd=REPO,
+                       capture_output=True, text=True, timeout=120)
+    if check and p.returncode != 0:
+        pytest.fail(f"generate_gpt2_ls {args} failed ({p.returncode}):\n{p.stderr}")
+    return p
+
+
+def refused_by(p, *expect):
+    assert p.returncode != 0, p.stdout
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), p.stderr
+    for e in expect:
+        assert e in lines[0], lines[0]
+    return lines[0]
+
+
+def export(source, out):
+    return subprocess.run([sys.executable, "scripts/export_hf.py", str(source), str(out)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture()
+def sp_run(data_sets, tmp_path):
+    """(data, run): a copy of the sp data set and a one-step run on it with a checkpoint."""
+    data = tmp_path / "sp"
+    shutil.copytree(data_sets["sp"], data)
+    out = tmp_path / "run"
+    run(["-i", f"{data}/train_*.bin", "-j", f"{data}/val_*.bin", "-o", out] + TINY_RUN)
+    return data, out
+
+
+def retokenize(data, text_of):
+    """data/prepare.py again into the same --out, with SentencePiece trained on other text (vocabulary 400)."""
+    shutil.rmtree(data)
+    prepare(data, text_of, "sp", "--vocab-size", 400)
+
+
+def other_text():
+    return (SHARED / "tinyshakespeare" / "input.txt").read_text()[60_000:120_000]
+
+
+def test_run_records_its_data_identity(sp_run):
+    data, out = sp_run
+    rec = json.loads((out / "config.json").read_text())["data"]
+    meta = json.loads((data / "meta.json").read_text())
+    assert rec["train"]["glob"] == f"{data}/train_*.bin" and rec["val"]["glob"] == f"{data}/val_*.bin"
+    assert rec["train"]["tokenizer"] == "sp" and rec["train"]["vocab_size"] == 400
+    assert rec["train"]["tokens"] == meta["num_tokens"]["train"] and rec["val"]["tokens"] == meta["num_tokens"]["val"]
+    assert rec["train"]["tokenizer_bin_fnv1a64"] == fnv1a64((data / "tokenizer.bin").read_bytes())
+
+
+def fnv1a64(data):
+    h = 0xcbf29ce484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+def test_every_reader_refuses_retokenized_data(sp_run, tmp_path):
+    data, out = sp_run
+    model = out / "model_00000001.bin"
+    retokenize(data, other_text())  # same vocabulary, another SentencePiece model
+    expect = ("tokenizer.bin differs", f"{out}/config.json records tokenizer sp, vocabulary 400")
+    refused(["--eval-only", "-e", model, "-m", 1], *expect, "prepare it with the run's tokenizer")
+    refused(["--eval-only", "-e", model, "-m", 1, "-j", f"{data}/val_*.bin"], *expect)
+    refused(["-y", 1, "-o", out, "-x", 2, "--threads", 1], *expect, f"-i '{data}/train_*.bin'")
+    refused(["--fork-from", model, "-o", tmp_path / "fork", "-x", 2, "--threads", 1], *expect)
+    assert not (tmp_path / "fork").exists()
+    refused_by(generate(["-e", model, "-n", 4], check=False), f"{data}/tokenizer.bin", "is not the tokenizer the model was "
+               "trained with", "the data was prepared again")
+    line = refused_by(export(out, tmp_path / "hf"), "tokenizer", "changed since the run", f"{out}/config.json")
+    assert "data/prepare.py" in line and not (tmp_path / "hf").exists()
+    shutil.rmtree(data)
+    prepare(data, other_text(), "sp", "--vocab-size", 450)  # a larger vocabulary: not a --vocab problem of the run
+    refused(["-y", 1, "-o", out, "-x", 2, "--threads", 1], "the vocabulary differs", "vocabulary 450",
+            "prepare the data with the run's tokenizer")
+
+
+def test_a_run_recorded_without_identity_still_reads_with_a_note(sp_run, tmp_path):
+    data, out = sp_run
+    conf = json.loads((out / "config.json").read_text())
+    del conf["data"]  # as written before config.json had "data"
+    (out / "config.json").write_text(json.dumps(conf, indent=2))
+    model = out / "model_00000001.bin"
+    note = "records no data identity"
+    for p in (run(["--eval-only", "-e", model, "-m", 1]), generate(["-e", model, "-n", 4]),
+              run(["-y", 1, "-o", out, "-x", 2, "--threads", 1])):
+        assert sum(note in ln for ln in p.stderr.splitlines()) == 1, p.stderr
+    assert note in export(out, tmp_path / "hf").stderr
+
+
+def test_generate_refuses_a_tokenizer_of_another_data_set(data_sets, tmp_path):
+    """A GPT-2-BPE model given the 400-token SentencePiece tokenizer (fewer tokens than the model: this direction
+    printed garbage with exit 0); also for a run recorded without identity (compared with its data's tokenizer)."""
+    gpt2, sp = data_sets["gpt2"], data_sets["sp"]
+    out = tmp_path / "run"
+    run(["-i", f"{gpt2}/train_*.bin", "-j", f"{gpt2}/val_*.bin", "-o", out, "--layers", 1, "--channels", 16,
+         "--heads", 2, "--max-seq-len", 16, "-b", 1, "-t", 16, "-x", 1, "-u", 1, "-v", 0, "-s", 0, "--threads", 1])
+    model = out / "model_00000001.bin"
+    line = refused_by(generate(["-e", model, "-n", 4, "--tokenizer", sp / "tokenizer.bin"], check=False),
+                      f"--tokenizer {sp}/tokenizer.bin is not the tokenizer the model was trained with",
+                      "tokenizer gpt2, vocabulary 50257")
+    assert f"pass --tokenizer {gpt2}/tokenizer.bin, or leave --tokenizer out" in line
+    assert generate(["-e", model, "-n", 4, "--tokenizer", gpt2 / "tokenizer.bin"]).returncode == 0
+    conf = json.loads((out / "config.json").read_text())
+    del conf["data"]
+    (out / "config.json").write_text(json.dumps(conf))
+    refused_by(generate(["-e", model, "-n", 4, "--tokenizer", sp / "tokenizer.bin"], check=False),
+               f"names the training data '{gpt2}/train_*.bin'", f"pass --tokenizer {gpt2}/tokenizer.bin")
+    lone = tmp_path / "lone"  # a copied model: nothing names its tokenizer, a vocabulary mismatch is a note
+    lone.mkdir()
+    shutil.copy(model, lone / "model.bin")
+    p = generate(["-e", lone / "model.bin", "-n", 2, "--print-ids", "--tokenizer", sp / "tokenizer.bin"])
+    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
+    assert len(notes) == 1 and "has 400 tokens and the model 50257" in notes[0], p.stderr
+
+
+def test_generate_refuses_another_tokenizer_of_the_same_vocabulary(sp_run, data_sets):
+    """Two SentencePiece tokenizers of 400 pieces: no id is out of range, so this printed garbage with exit 0."""
+    data, out = sp_run
+    other = data_sets["sp_other"] / "tokenizer.bin"
+    refused_by(generate(["-e", out / "model_00000001.bin", "-n", 4, "--tokenizer", other], check=False),
+               f"--tokenizer {other} is not the tokenizer the model was trained with",
+               f"pass --tokenizer {data}/tokenizer.bin, or leave --tokenizer out")
+
+
+def test_eval_of_the_runs_validation_data_changed_since_says_so(sp_run):
+    """The same tokenizer, other tokens (as after data/prepare.py with another --val-fraction): evaluated, with a
+    note that the loss is not comparable with the run's."""
+    import numpy as np
+    data, out = sp_run
+    tokens = np.fromfile(data / "val_000000.bin", dtype=np.uint16, offset=1024)
+    write_shard(data / "val_000000.bin", tokens[:len(tokens) // 2])
+    p = run(["--eval-only", "-e", out / "model_00000001.bin", "-m", 1])
+    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
+    assert len(notes) == 1 and f"holds {len(tokens) // 2} tokens in 1 shard(s) now, {len(tokens)} in 1" in notes[0]
+    assert "not comparable" in notes[0]

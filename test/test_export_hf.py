@@ -92,6 +92,8 @@ def test_plain_gpt2_becomes_a_stock_gpt2_model_with_tokenizer(gpt2_data, tmp_pat
     out = tmp_path / "hf"
     p = export(run, out)
     assert "GPT2LMHeadModel" in p.stdout and "model_00000006.bin" in p.stdout
+    assert "GPT-2 tokenizer" in p.stdout and "trust_remote_code" not in p.stdout
+    assert p.stderr == ""  # the tokenizer was written: no note says otherwise
     conf = json.loads((out / "config.json").read_text())
     assert conf["model_type"] == "gpt2" and conf["architectures"] == ["GPT2LMHeadModel"]
     assert "auto_map" not in conf and not list(out.glob("*.py")), "a stock model needs no custom code"
@@ -229,3 +231,43 @@ def test_bad_input_fails_with_one_line_and_writes_nothing(byte_data, tmp_path):
     assert p.returncode == 1 and "already exists" in p.stderr
     assert [f.name for f in taken.iterdir()] == ["keep.txt"] and (taken / "keep.txt").read_text() == "mine"
 
+
+def test_ls_export_says_trust_remote_code_and_its_tokenizer_loads_with_it(gpt2_data, tmp_path):
+    """An LS export's config.json names modeling_gpt2_ls.py: the summary line says trust_remote_code=True,
+    and with it AutoTokenizer loads the GPT-2 tokenizer offline."""
+    run = tmp_path / "ls"
+    train(["-i", f"{gpt2_data}/train_*.bin", "-o", run, "--layers", 1, "--channels", 16, "--heads", 2,
+           "--global-heads", 1, "--window", 4, "--max-seq-len", 16, "-b", 1, "-t", 16, "-x", 1, "-u", 1,
+           "-v", 0, "-s", 0])
+    out = tmp_path / "hf"
+    p = export(run, out)
+    assert p.stderr == "", p.stderr
+    assert "GPT2LSForCausalLM, GPT-2 tokenizer; load with trust_remote_code=True" in p.stdout
+    assert f"AutoTokenizer.from_pretrained('{out}', trust_remote_code=True)" in p.stdout
+    tok = AutoTokenizer.from_pretrained(out, trust_remote_code=True)
+    assert tok("Hello world")["input_ids"] == [15496, 995]
+
+
+def test_sentencepiece_export_writes_the_tokenizer_model_and_says_how_to_load_it(tmp_path):
+    """A run on SentencePiece data: the export holds the data's tokenizer.model, and one note on stderr says that
+    transformers cannot load it here, and how to encode with it."""
+    import sentencepiece
+    data = tmp_path / "sp"
+    (tmp_path / "sp.txt").write_text(shakespeare_bytes(40_000, required=True).decode("utf-8", "replace"))
+    subprocess.run([sys.executable, "data/prepare.py", "--dataset", "text", "--source", str(tmp_path / "sp.txt"),
+                    "--out", str(data), "--tokenizer", "sp", "--vocab-size", "400", "--workers", "1"], cwd=REPO,
+                   check=True, capture_output=True)
+    run = tmp_path / "run"
+    train(["-i", f"{data}/train_*.bin", "-o", run, "--layers", 1, "--channels", 16, "--heads", 2,
+           "--max-seq-len", 16, "-b", 1, "-t", 16, "-x", 1, "-u", 1, "-v", 0, "-s", 0])
+    out = tmp_path / "hf"
+    p = export(run, out)
+    assert (out / "tokenizer.model").read_bytes() == (data / "tokenizer.model").read_bytes()
+    assert "SentencePiece tokenizer.model" in p.stdout
+    notes = p.stderr.strip().splitlines()
+    assert len(notes) == 1 and notes[0].startswith("note: ") and "sentencepiece.SentencePieceProcessor" in notes[0]
+    assert "without a tokenizer" not in p.stderr
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(out / "tokenizer.model"))
+    ids = read_tokens(data, "train", 300)[1:].tolist()  # the split starts with EOT
+    ids = ids[:len(ids) - ids[::-1].index(sp.piece_to_id("\n"))]  # whole lines: a cut word encodes otherwise
+    assert len(ids) > 100 and sp.encode(sp.decode(ids)) == ids

@@ -1,11 +1,12 @@
 // The run a checkpoint belongs to: the config.json the trainer wrote next to it (llmc/app/config_json.h,
 // docs/formats.md), read for what `train_gpt2_ls --eval-only -e RUN/model_N.bin` and
 // `generate_gpt2_ls -e RUN/model_N.bin` were not given (docs/training.md "Evaluating a checkpoint",
-// docs/generation.md):
+// docs/generation.md), and checked against the data identity the run recorded (llmc/app/run_data.h):
 //   --eval-only      -j (the run's validation data), -t and -b (the run's), when not given (on the
-//                    command line or by --config); -j given is checked against the run's training data
-//                    (llmc/io/data_identity.h)
-//   generate_gpt2_ls --tokenizer: the tokenizer.bin next to the run's training data
+//                    command line or by --config); -j, given or taken, must be tokenized as the run's
+//                    training data was (for a run recorded without an identity: as its training data is)
+//   generate_gpt2_ls --tokenizer: the tokenizer.bin next to the run's training data when not given;
+//                    given or taken, it must be the one the run trained with
 // Flags given always win; the model itself always comes from the checkpoint. What is taken is said in
 // one line on stderr. A checkpoint without config.json beside it (an llm.c file, a copied model) gets
 // nothing from here.
@@ -21,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "llmc/app/generate_cli.h"
+#include "llmc/app/run_data.h"
 #include "llmc/app/run_history.h"
 #include "llmc/app/run_record.h"
 #include "llmc/app/train_config.h"
@@ -40,6 +42,7 @@ struct CheckpointRun {
     std::string val_data;     // -j as recorded ("" when the run had none)
     int seq_len = 0;          // -t (0 when absent)
     int batch_size = 0;       // -b (0 when absent)
+    RecordedData data;        // the data identity the run recorded
 };
 
 // The config.json in the checkpoint's directory (read_run_record, the one reader), with the history
@@ -55,8 +58,9 @@ inline std::optional<CheckpointRun> read_checkpoint_run(const std::string& check
     int step = 0;
     const bool named =
         parse_checkpoint_name(std::filesystem::path(checkpoint).filename().string(), step) == CkptFileKind::Model;
-    const nlohmann::ordered_json t =
-        effective_train(read_run_record(run.config_path, fix), run.config_path, named ? step - 1 : INT_MAX);
+    const nlohmann::ordered_json record = read_run_record(run.config_path, fix);
+    const nlohmann::ordered_json t = effective_train(record, run.config_path, named ? step - 1 : INT_MAX);
+    run.data = recorded_data(record, run.config_path);
     const auto positive = [&](const char* key) {
         const int v = recorded_setting(t, key, 0, run.config_path);
         if (t.contains(key) && v < 1)
@@ -72,18 +76,27 @@ inline std::optional<CheckpointRun> read_checkpoint_run(const std::string& check
 
 // --eval-only: fills -j, -t and -b from the checkpoint's run when they were not given (-j empty; -t, -b
 // not given by a flag or --config: TrainConfig::was_given), says on stderr (print) what it took, and
-// refuses a -j tokenized differently from the run's training data.
+// refuses a -j tokenized differently from the run's training data: as the run recorded it, or for a
+// run recorded without an identity (with a note saying so), as its training data is now.
 inline void eval_settings_from_run(TrainConfig& cfg, bool print) {
     const std::optional<CheckpointRun> run = read_checkpoint_run(cfg.model);
     if (!run) return;
     std::vector<std::string> taken;
-    if (cfg.val_data.empty() && !run->val_data.empty()) {
+    const bool given = !cfg.val_data.empty();
+    if (!given && !run->val_data.empty()) {
         cfg.val_data = run->val_data;
         taken.push_back("-j '" + cfg.val_data + "'");
-    } else if (!cfg.val_data.empty() && !run->train_data.empty()) {
+    }
+    if (!cfg.val_data.empty() && run->data.known()) {
+        check_data_against_record(run->data, cfg.val_data, "-j '" + cfg.val_data + "'",
+                                  given ? "give -j data prepared with the run's tokenizer (data/prepare.py)"
+                                        : "the data was prepared again after the run: prepare it with the run's "
+                                          "tokenizer (data/prepare.py), or give -j data prepared with it");
+    } else if (given && !run->train_data.empty()) {
         check_same_tokenizer(run->train_data, "the training data of " + run->config_path + " '" + run->train_data + "'",
                              cfg.val_data, "-j '" + cfg.val_data + "'", print);
     }
+    if (!run->data.known() && print) std::fprintf(stderr, "%s\n", unknown_data_note(run->data).c_str());
     if (run->seq_len > 0 && !cfg.was_given("seq-len")) {
         cfg.seq_len = run->seq_len;
         taken.push_back("-t " + std::to_string(cfg.seq_len));
@@ -110,19 +123,77 @@ inline std::string eval_vocab_note(const std::string& checkpoint, const ModelCon
            " has no config.json beside it naming its training data: check that -j was tokenized like it";
 }
 
+// --eval-only of the run's own validation data (-j as the run recorded it): the note when the loader
+// finds other shards or tokens there than the run recorded ("" otherwise). The tokenizer is checked
+// (eval_settings_from_run); this is the same tokenizer on other text, e.g. prepared again with another
+// --val-fraction, so the loss is valid but not comparable with the run's validation losses.
+inline std::string eval_data_changed_note(const std::string& checkpoint, const std::string& val_data, size_t shards,
+                                          int64_t tokens) {
+    const std::optional<CheckpointRun> run = read_checkpoint_run(checkpoint);
+    if (!run || !run->data.val.is_object()) return "";
+    const nlohmann::ordered_json& v = run->data.val;
+    const auto glob = v.find("glob"), n_shards = v.find("shards"), n_tokens = v.find("tokens");
+    if (glob == v.end() || !glob->is_string() || glob->get<std::string>() != val_data) return "";
+    if (n_shards == v.end() || n_tokens == v.end() || !n_shards->is_number_integer() || !n_tokens->is_number_integer())
+        return "";
+    if (n_shards->get<int64_t>() == (int64_t)shards && n_tokens->get<int64_t>() == tokens) return "";
+    return "note: -j '" + val_data + "' holds " + std::to_string(tokens) + " tokens in " + std::to_string(shards) +
+           " shard(s) now, " + std::to_string(n_tokens->get<int64_t>()) + " in " +
+           std::to_string(n_shards->get<int64_t>()) + " when " + run->config_path +
+           " recorded it: the data changed after the run (same tokenizer), so this loss is not comparable with the "
+           "run's validation losses";
+}
+
+// generate_gpt2_ls of a checkpoint with no run beside it (nothing names its tokenizer): the note when
+// --tokenizer's vocabulary differs from the model's ("" otherwise; a larger one is refused later).
+inline std::string generate_vocab_note(const std::string& checkpoint, const std::string& tokenizer, int tok_vocab,
+                                       int model_vocab) {
+    if (tokenizer.empty() || tok_vocab >= model_vocab || read_checkpoint_run(checkpoint)) return "";
+    return "note: --tokenizer " + tokenizer + " has " + std::to_string(tok_vocab) + " tokens and the model " +
+           std::to_string(model_vocab) + ", and " + checkpoint +
+           " has no config.json beside it naming its training data: check that the tokenizer is the model's";
+}
+
 // generate_gpt2_ls: --tokenizer from the checkpoint's run (the tokenizer.bin next to its training data)
-// when not given. Returns the line saying what it took ("" when nothing), for stderr once the inputs
-// are checked (so an error stays the only line).
+// when not given, and the tokenizer, given or taken, checked to be the run's: the bytes the run
+// recorded (tokenizer_bin_fnv1a64), or for a run recorded without an identity, the tokenizer.bin next
+// to its training data now. Returns the lines to say on stderr ("" when none: what it took, a note on
+// an unknown identity), for stderr once the inputs are checked (so an error stays the only line).
 inline std::string generate_settings_from_run(GenerateConfig& g) {
-    if (!g.tokenizer.empty() || g.model.empty()) return "";
+    if (g.model.empty()) return "";
     const std::optional<CheckpointRun> run = read_checkpoint_run(g.model);
-    if (!run || run->train_data.empty()) return "";
-    const std::string tok = glob_dir(run->train_data) + "/tokenizer.bin";
+    if (!run) return "";
+    const std::string run_tok = run->train_data.empty() ? "" : glob_dir(run->train_data) + "/tokenizer.bin";
     std::error_code ec;
-    if (!std::filesystem::is_regular_file(tok, ec)) return "";
-    g.tokenizer = tok;
-    return "generate: --tokenizer " + tok + " from " + run->config_path + " (the run's training data -i '" +
-           run->train_data + "')";
+    const bool run_tok_exists = !run_tok.empty() && std::filesystem::is_regular_file(run_tok, ec);
+    const std::string recorded = run->data.tokenizer_bin_hash();
+    std::string lines = run->data.known() ? "" : unknown_data_note(run->data);
+    if (!g.tokenizer.empty()) {
+        const std::string given = file_fnv1a64(g.tokenizer);  // "" unreadable: generation_input names it
+        const std::string want = !recorded.empty() ? recorded : run_tok_exists ? file_fnv1a64(run_tok) : "";
+        if (!given.empty() && !want.empty() && given != want) {
+            const bool run_tok_right = run_tok_exists && file_fnv1a64(run_tok) == want;
+            throw InputError(
+                "--tokenizer " + g.tokenizer + " is not the tokenizer the model was trained with: " + run->config_path +
+                (recorded.empty()
+                     ? " names the training data '" + run->train_data + "', whose tokenizer.bin is " + run_tok
+                     : " records " + describe_recorded(run->data.train)) +
+                ", and --tokenizer has fnv1a64 " + given + "; " +
+                (run_tok_right ? "pass --tokenizer " + run_tok + ", or leave --tokenizer out"
+                               : "pass the tokenizer.bin of the data the run trained on"));
+        }
+        return lines;
+    }
+    if (!run_tok_exists) return lines;
+    if (!recorded.empty() && file_fnv1a64(run_tok) != recorded)
+        throw InputError(run_tok + " (next to the run's training data -i '" + run->train_data +
+                         "') is not the tokenizer the model was trained with: " + run->config_path + " records " +
+                         describe_recorded(run->data.train) + ", and it has fnv1a64 " + file_fnv1a64(run_tok) +
+                         " now (the data was prepared again after the run); prepare it with the run's tokenizer "
+                         "(data/prepare.py), or pass --tokenizer with the tokenizer.bin the run trained with");
+    g.tokenizer = run_tok;
+    return lines + (lines.empty() ? "" : "\n") + "generate: --tokenizer " + run_tok + " from " + run->config_path +
+           " (the run's training data -i '" + run->train_data + "')";
 }
 
 }  // namespace llmc

@@ -8,6 +8,7 @@
 //   - a data set with neither meta.json nor tokenizer.bin (e.g. shards from llm.c's scripts) has no
 //     known identity: nothing can be compared, and the caller prints a note saying so.
 #pragma once
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +20,7 @@
 
 #include "llmc/core/error.h"
 #include "llmc/io/data_vocab.h"
+#include "llmc/io/checkpoint.h"  // fnv1a64
 #include "llmc/io/dataloader.h"
 
 namespace llmc {
@@ -33,6 +35,15 @@ struct DataIdentity {
     std::string vocab_source;                  // the file vocab came from
 
     bool known() const { return has_meta || tokenizer_bin.has_value(); }
+
+    // FNV-1a 64 of tokenizer.bin's bytes as 16 hex digits ("" without one)
+    std::string tokenizer_bin_hash() const {
+        if (!tokenizer_bin) return "";
+        char hex[17];
+        std::snprintf(hex, sizeof hex, "%016llx",
+                      (unsigned long long)fnv1a64(tokenizer_bin->data(), tokenizer_bin->size()));
+        return hex;
+    }
 
     // "sp, vocabulary 300 (data/x/meta.json)" / "no meta.json or tokenizer.bin"
     std::string describe() const {
@@ -76,6 +87,65 @@ inline std::string tokenizer_difference(const DataIdentity& a, const DataIdentit
     if (a.vocab > 0 && b.vocab > 0 && a.vocab != b.vocab) return "the vocabulary";
     if (a.tokenizer_bin && b.tokenizer_bin && *a.tokenizer_bin != *b.tokenizer_bin) return "tokenizer.bin";
     if (!a.sp_model_sha256.empty() && !b.sp_model_sha256.empty() && a.sp_model_sha256 != b.sp_model_sha256)
+        return "the SentencePiece model (sha256_tokenizer_model)";
+    return "";
+}
+
+// The identity as config.json's "data" records it for the shards of `pattern` (shards, tokens: what
+// the data loader found); unknown facts are null.
+inline nlohmann::ordered_json data_identity_json(const DataIdentity& id, const std::string& pattern, size_t shards,
+                                                 int64_t tokens) {
+    const auto text_or_null = [](const std::string& s) {
+        return s.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(s);
+    };
+    return {{"glob", pattern},
+            {"tokenizer", text_or_null(id.tokenizer)},
+            {"vocab_size", id.vocab > 0 ? nlohmann::ordered_json(id.vocab) : nlohmann::ordered_json()},
+            {"tokenizer_bin_fnv1a64", text_or_null(id.tokenizer_bin_hash())},
+            {"sha256_tokenizer_model", text_or_null(id.sp_model_sha256)},
+            {"shards", shards},
+            {"tokens", tokens}};
+}
+
+// "tokenizer sp, vocabulary 400, tokenizer.bin fnv1a64 0123456789abcdef" from a recorded identity.
+inline std::string describe_recorded(const nlohmann::ordered_json& rec) {
+    const auto text = [&](const char* key) {
+        const auto it = rec.find(key);
+        return it != rec.end() && it->is_string() ? it->get<std::string>() : std::string();
+    };
+    std::string s = text("tokenizer").empty() ? "tokenizer unnamed" : "tokenizer " + text("tokenizer");
+    const auto v = rec.find("vocab_size");
+    if (v != rec.end() && v->is_number_integer()) s += ", vocabulary " + std::to_string(v->get<int64_t>());
+    if (!text("tokenizer_bin_fnv1a64").empty()) s += ", tokenizer.bin fnv1a64 " + text("tokenizer_bin_fnv1a64");
+    return s;
+}
+
+// The current identity described with the same facts as describe_recorded, naming where it was read.
+inline std::string describe_now(const DataIdentity& id) {
+    if (!id.known()) return "no meta.json or tokenizer.bin in " + id.dir;
+    std::string s = id.tokenizer.empty() ? "tokenizer unnamed" : "tokenizer " + id.tokenizer;
+    if (id.vocab > 0) s += ", vocabulary " + std::to_string(id.vocab);
+    if (id.tokenizer_bin) s += ", tokenizer.bin fnv1a64 " + id.tokenizer_bin_hash();
+    return s + " (" + id.dir + ")";
+}
+
+// The first tokenizer fact on which a recorded identity (data_identity_json) and the data found now
+// disagree ("" when none does); as tokenizer_difference, only facts both sides know are compared.
+inline std::string recorded_tokenizer_difference(const nlohmann::ordered_json& rec, const DataIdentity& now) {
+    const auto text = [&](const char* key) {
+        const auto it = rec.find(key);
+        return it != rec.end() && it->is_string() ? it->get<std::string>() : std::string();
+    };
+    if (!text("tokenizer").empty() && !now.tokenizer.empty() && text("tokenizer") != now.tokenizer)
+        return "the tokenizer";
+    const auto v = rec.find("vocab_size");
+    if (v != rec.end() && v->is_number_integer() && now.vocab > 0 && v->get<int64_t>() != now.vocab)
+        return "the vocabulary";
+    if (!text("tokenizer_bin_fnv1a64").empty() && now.tokenizer_bin &&
+        text("tokenizer_bin_fnv1a64") != now.tokenizer_bin_hash())
+        return "tokenizer.bin";
+    if (!text("sha256_tokenizer_model").empty() && !now.sp_model_sha256.empty() &&
+        text("sha256_tokenizer_model") != now.sp_model_sha256)
         return "the SentencePiece model (sha256_tokenizer_model)";
     return "";
 }

@@ -79,6 +79,10 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
     if (!cfg.dump_attention.empty()) dump_heads = parse_dump_attention(cfg.dump_attention);
     check_dump_attention_heads(dump_heads, plan.model);
     plan.val = open_loader(cfg, cfg.val_data, false, plan.model.vocab_size);
+    check_shard_roles(plan.val->shard_paths(), ShardRole::Val, "-j '" + cfg.val_data + "'", false, comm.rank() == 0);
+    const std::string changed =
+        eval_data_changed_note(cfg.model, cfg.val_data, plan.val->num_shards(), plan.val->total_tokens());
+    if (!changed.empty() && comm.rank() == 0) std::fprintf(stderr, "%s\n", changed.c_str());
     const int64_t batches = val_batch_count(cfg, *plan.val, true);
 
     std::unique_ptr<Backend> model = make_backend(plan.model);

@@ -48,6 +48,7 @@
 #include "llmc/app/checkpoint_run.h"
 #include "llmc/app/config_json.h"
 #include "llmc/app/model_setup.h"
+#include "llmc/app/run_data.h"
 #include "llmc/app/run_history.h"
 #include "llmc/app/run_record.h"
 #include "llmc/app/train_config.h"
@@ -65,6 +66,7 @@
 #include "llmc/io/checkpoint.h"
 #include "llmc/io/checkpoint_dir.h"
 #include "llmc/io/data_identity.h"
+#include "llmc/io/data_roles.h"
 #include "llmc/io/data_vocab.h"
 #include "llmc/io/dataloader.h"
 #include "llmc/io/json_text.h"
@@ -117,11 +119,41 @@ inline void plan_model(const TrainConfig& cfg, const std::string& data_glob, Run
     p.accum = validate_run(cfg, p.model, p.data_vocab, p.vocab_source);
 }
 
+// The role of every shard (llmc/io/data_roles.h): -i reads training shards, -j validation shards, no
+// file both.
+inline void check_data_roles(const TrainConfig& cfg, const RunPlan& p) {
+    const std::string train_what = "-i '" + cfg.train_data + "'", val_what = "-j '" + cfg.val_data + "'";
+    if (p.val) check_no_shared_shard(p.train->shard_paths(), p.val->shard_paths(), train_what, val_what);
+    check_shard_roles(p.train->shard_paths(), ShardRole::Train, train_what, true, cfg.rank == 0);
+    if (p.val) check_shard_roles(p.val->shard_paths(), ShardRole::Val, val_what, true, cfg.rank == 0);
+}
+
+// -y 1 (of a run with a checkpoint) and --fork-from continue a model on -i and -j: both must be
+// tokenized as the run's training data was when it recorded it (llmc/app/run_data.h); a run recorded
+// without an identity gets a note.
+inline void check_data_of_continued_run(const TrainConfig& cfg) {
+    const std::string dir = cfg.fork_from.empty() ? cfg.output_dir : fork_source(cfg.fork_from).dir;
+    const std::string path = join_path(dir, "config.json");
+    if (!file_exists(path)) return;  // -y 1 of a run whose record is gone: nothing to compare
+    const RecordedData rec = recorded_data(read_run_record(path, "restore the run's config.json"), path);
+    if (!rec.known()) {
+        if (cfg.rank == 0) std::fprintf(stderr, "%s\n", unknown_data_note(rec).c_str());
+        return;
+    }
+    const std::string fix = std::string("the model was trained on other tokens: prepare the data with the run's ") +
+                            "tokenizer (data/prepare.py), or start a new run on this data";
+    check_data_against_record(rec, cfg.train_data, "-i '" + cfg.train_data + "'", fix);
+    if (!cfg.val_data.empty()) check_data_against_record(rec, cfg.val_data, "-j '" + cfg.val_data + "'", fix);
+}
+
 // Every check that needs no backend, in the order a user meets them: flags, model and vocabulary,
 // data (shard headers), output directory and checkpoint. Reads files, writes none.
 inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     RunPlan p;
     validate_train_flags(cfg);
+    // before the model's checks: a vocabulary that changed with the data is the data's fault, not --vocab's
+    if (!cfg.fork_from.empty() || (cfg.resume && newest_complete_step(cfg.output_dir) >= 0))
+        check_data_of_continued_run(cfg);
     plan_model(cfg, cfg.train_data, p);
     if (!cfg.val_data.empty())
         check_same_tokenizer(cfg.train_data, "the training data -i '" + cfg.train_data + "'", cfg.val_data,
@@ -129,6 +161,7 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     const int V = p.model.vocab_size;
     p.train = open_loader(cfg, cfg.train_data, cfg.shuffle == 1, V, cfg.sampler == "random");
     if (!cfg.val_data.empty()) p.val = open_loader(cfg, cfg.val_data, false, V);
+    check_data_roles(cfg, p);
     p.max_steps =
         cfg.max_steps >= 0 ? cfg.max_steps : (int)std::max<int64_t>(1, p.train->batches_per_epoch() / p.accum);
     p.val_batches = p.val ? val_batch_count(cfg, *p.val, false) : 0;
@@ -159,6 +192,12 @@ inline nlohmann::ordered_json run_config_json(const TrainConfig& cfg, const RunP
     const ModelConfig& m = plan.model;
     return {{"train", train_config_json(cfg)},
             {"model", model_config_json(m)},
+            {"data",
+             {{"train", data_identity_json(read_data_identity(cfg.train_data), cfg.train_data, plan.train->num_shards(),
+                                           plan.train->total_tokens())},
+              {"val", plan.val ? data_identity_json(read_data_identity(cfg.val_data), cfg.val_data,
+                                                    plan.val->num_shards(), plan.val->total_tokens())
+                               : nlohmann::ordered_json()}}},
             {"derived",
              {{"model_source", plan.model_source},
               {"vocab_source", plan.data_vocab > 0 ? plan.vocab_source : "default"},

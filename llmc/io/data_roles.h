@@ -1,0 +1,169 @@
+// The role of every shard a run reads, training or validation (docs/training.md "Data roles"):
+//   - a shard whose directory has a meta.json with a "shards" object (data/prepare.py writes
+//     {"train": [names], "val": [names]}) has the role of the list naming it; a shard that no list
+//     names is not part of that data set and is refused;
+//   - otherwise the role comes from the file name: a word "train" (train_000000.bin, llm.c's
+//     fineweb_train_000001.bin) is training, "val", "valid", "validation", "test" or "eval" is
+//     validation (words split at anything but letters and digits); neither or both: unknown.
+// The rules a training run keeps: -i reads only training shards, -j only validation shards, and no
+// file is read by both; a shard of unknown role is read with one note on stderr per glob.
+// --eval-only may read training shards (a loss on tokens the model trained on), said on stderr.
+#pragma once
+#include <cctype>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "llmc/core/error.h"
+
+namespace llmc {
+
+enum class ShardRole { Train, Val, Unlisted, Unknown };
+
+inline const char* role_name(ShardRole r) {
+    switch (r) {
+        case ShardRole::Train: return "training";
+        case ShardRole::Val: return "validation";
+        case ShardRole::Unlisted: return "unlisted";
+        default: return "unknown";
+    }
+}
+
+struct ShardRoleOf {
+    ShardRole role = ShardRole::Unknown;
+    std::string source;  // "DIR/meta.json" when its "shards" lists decided, "its name" otherwise
+};
+
+// The role a file name states: train / val words of the name without its extension.
+inline ShardRole role_from_name(const std::string& path) {
+    const std::string stem = std::filesystem::path(path).stem().string();
+    bool train = false, val = false;
+    std::string word;
+    for (size_t i = 0; i <= stem.size(); i++) {
+        const char c = i < stem.size() ? stem[i] : '_';
+        if (std::isalnum((unsigned char)c)) {
+            word += (char)std::tolower((unsigned char)c);
+            continue;
+        }
+        train = train || word == "train";
+        val = val || word == "val" || word == "valid" || word == "validation" || word == "test" || word == "eval";
+        word.clear();
+    }
+    return train == val ? ShardRole::Unknown : train ? ShardRole::Train : ShardRole::Val;
+}
+
+// Reads the "shards" lists of the meta.json files of the directories it is asked about, once each.
+class ShardRoles {
+public:
+    ShardRoleOf of(const std::string& path) {
+        const std::filesystem::path p(path);
+        const std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
+        const Lists& lists = lists_of(dir);
+        const std::string name = p.filename().string();
+        if (!lists.known) return {role_from_name(path), "its name"};
+        const auto named = [&](const std::vector<std::string>& v) {
+            for (const std::string& n : v)
+                if (n == name) return true;
+            return false;
+        };
+        const std::string meta = dir + "/meta.json";
+        if (named(lists.train)) return {ShardRole::Train, meta};
+        if (named(lists.val)) return {ShardRole::Val, meta};
+        return {ShardRole::Unlisted, meta};
+    }
+
+private:
+    struct Lists {
+        bool known = false;  // meta.json has a "shards" object
+        std::vector<std::string> train, val;
+    };
+    std::map<std::string, Lists> dirs_;
+
+    const Lists& lists_of(const std::string& dir) {
+        const auto hit = dirs_.find(dir);
+        if (hit != dirs_.end()) return hit->second;
+        Lists& l = dirs_[dir];
+        std::ifstream in(dir + "/meta.json");
+        if (!in) return l;
+        const auto j = nlohmann::ordered_json::parse(in, nullptr, false);
+        if (!j.is_object() || !j.contains("shards") || !j["shards"].is_object()) return l;
+        const auto names = [&](const char* key, std::vector<std::string>& out) {
+            const auto it = j["shards"].find(key);
+            if (it == j["shards"].end() || !it->is_array()) return;
+            for (const auto& n : *it)
+                if (n.is_string()) out.push_back(n.get<std::string>());
+        };
+        names("train", l.train);
+        names("val", l.val);
+        l.known = true;
+        return l;
+    }
+};
+
+// Checks that the shards `paths` matched by `what` (e.g. "-i 'data/x/*.bin'") all have the role
+// `want` (Train or Val). A shard of the other role is refused when `refuse_other_role` (a training
+// run), else (--eval-only reading training shards) said in one note; an unlisted shard is always
+// refused; shards of unknown role get one note. Notes only when print_notes.
+inline void check_shard_roles(const std::vector<std::string>& paths, ShardRole want, const std::string& what,
+                              bool refuse_other_role, bool print_notes) {
+    ShardRoles roles;
+    const std::string want_name = role_name(want);
+    std::vector<std::string> unknown, other;
+    for (const std::string& path : paths) {
+        const ShardRoleOf r = roles.of(path);
+        if (r.role == ShardRole::Unlisted)
+            throw InputError(what + " matches " + path + ", which " + r.source +
+                             " does not list among its shards: it is not part of that data set; remove it, or "
+                             "regenerate the data set with data/prepare.py");
+        if (r.role == ShardRole::Unknown) unknown.push_back(path);
+        if (r.role == want || r.role == ShardRole::Unknown) continue;
+        const std::string why = r.source == "its name" ? "by its name" : "in " + r.source;
+        if (refuse_other_role)
+            throw InputError(what + " matches " + path + ", a " + role_name(r.role) + " shard (" + why + "); " +
+                             (want == ShardRole::Train ? "training on validation data makes the validation loss "
+                                                         "meaningless: give -i a pattern of the training shards only "
+                                                         "(e.g. DIR/train_*.bin)"
+                                                       : "a validation loss on training data measures memory, not "
+                                                         "generalization: give -j a pattern of the validation shards "
+                                                         "only (e.g. DIR/val_*.bin)"));
+        if (other.empty()) other.push_back(path + " (" + why + ")");
+    }
+    if (!print_notes) return;
+    if (!other.empty())
+        std::fprintf(stderr, "note: %s reads %s shards, e.g. %s: the loss is on tokens the model trained on\n",
+                     what.c_str(), role_name(want == ShardRole::Train ? ShardRole::Val : ShardRole::Train),
+                     other.front().c_str());
+    if (!unknown.empty())
+        std::fprintf(stderr,
+                     "note: %s: the role of %zu shard(s) is not known (no meta.json \"shards\" list beside them and "
+                     "no train/val in the name, e.g. %s): check that they are %s data\n",
+                     what.c_str(), unknown.size(), unknown.front().c_str(), want_name.c_str());
+}
+
+// Refuses a file read both as training (-i) and as validation (-j) data.
+inline void check_no_shared_shard(const std::vector<std::string>& train, const std::vector<std::string>& val,
+                                  const std::string& train_what, const std::string& val_what) {
+    std::map<std::string, std::string> seen;
+    for (const std::string& p : train) {
+        std::error_code ec;
+        const auto c = std::filesystem::weakly_canonical(p, ec);
+        seen[ec ? p : c.string()] = p;
+    }
+    for (const std::string& p : val) {
+        std::error_code ec;
+        const auto c = std::filesystem::weakly_canonical(p, ec);
+        const auto hit = seen.find(ec ? p : c.string());
+        if (hit != seen.end())
+            throw InputError(val_what + " and " + train_what + " both read " + p +
+                             ": validation data must be held out from training; give -i and -j disjoint shards "
+                             "(e.g. DIR/train_*.bin and DIR/val_*.bin)");
+    }
+}
+
+}  // namespace llmc
