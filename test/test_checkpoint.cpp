@@ -792,6 +792,34 @@ TEST_CASE("pruning keeps the newest K complete checkpoints", "[checkpoint]") {
     CHECK(fs::exists(model_path(dir.path, 50)));
 }
 
+TEST_CASE("pruning removes stale temporaries of kept steps, whatever the keep count", "[checkpoint]") {
+    // docs/reliability.md "Chaos soak" fix 1: a kill in the middle of writing step s's file left
+    // "<file>.tmp.XXXXXX"; once s was complete (written again after the resume) the temporary was
+    // kept with its step, and with --keep-checkpoints 0 no temporary was ever removed.
+    TempDir dir;
+    ModelConfig c = small_config(false, true);
+    for (int s : {10, 20, 30}) save_step(dir.path, c, s, 1);
+    const std::vector<std::string> stale = {"model_00000030.bin.tmp.aaaaaa", "state_00000020_00000.bin.tmp.bbbbbb",
+                                            "DONE_00000030.tmp.cccccc", "model_00000010.bin.tmp.dddddd"};
+    const std::string in_progress = "model_00000040.bin.tmp.eeeeee";  // newer than the newest complete
+    auto make_temporaries = [&] {
+        for (const std::string& n : stale) std::ofstream(dir / n) << "x";
+        std::ofstream(dir / in_progress) << "x";
+    };
+    SECTION("keep 3") {
+        make_temporaries();
+        prune_checkpoints(dir.path, 3, 30);
+    }
+    SECTION("keep 0 (keep all)") {
+        make_temporaries();
+        prune_checkpoints(dir.path, 0, 30);
+    }
+    for (const std::string& n : stale) CHECK_FALSE(fs::exists(dir / n));
+    CHECK(fs::exists(dir / in_progress));
+    CHECK(complete_steps(dir.path) == std::vector<int>{10, 20, 30});
+    for (int s : {10, 20, 30}) CHECK(fs::exists(model_path(dir.path, s)));
+}
+
 TEST_CASE("a step marked twice (DONE_5 and DONE_00000005) is one complete step", "[checkpoint]") {
     // docs/reliability.md fix 13: it was listed twice, so --keep-checkpoints 2 could keep one step
     TempDir dir;

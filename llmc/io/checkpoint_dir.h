@@ -287,9 +287,11 @@ inline std::optional<LoadedCheckpoint> load_agreed_checkpoint(const std::string&
 // the newest complete step (a save in progress), nor the steps in `pinned` (the logit alarm's
 // pinned checkpoints, LogitAlarm::pinned_steps in llmc/train/logit_alarm.h; they do not count toward `keep`). A step's marker is removed
 // before its files, so a crash mid-prune leaves an unmarked step, never a marked incomplete one.
+// Whatever `keep` (0 included), the atomic-write temporaries ("<name>.tmp.XXXXXX") of steps up to the
+// newest complete one are deleted: pruning runs after every rank finished its save, so they are a
+// killed writer's; a kept step keeps only its own files.
 inline void prune_checkpoints(const std::string& dir, int keep, int protect_step = -1,
                               const std::vector<int>& pinned = {}) {
-    if (keep <= 0) return;
     std::vector<int> complete = complete_steps(dir);
     if (complete.empty()) return;
     const int newest = complete.back();
@@ -306,8 +308,9 @@ inline void prune_checkpoints(const std::string& dir, int keep, int protect_step
     for (const std::string& name : list_dir(dir)) {
         int step;
         CkptFileKind kind = parse_checkpoint_name(name, step);
-        if (kind == CkptFileKind::None || kept(step)) continue;
-        bool is_marker = kind == CkptFileKind::Done && name.find(".tmp.") == std::string::npos;
+        const bool temporary = name.find(".tmp.") != std::string::npos;
+        if (kind == CkptFileKind::None || (temporary ? step > newest : keep <= 0 || kept(step))) continue;
+        bool is_marker = kind == CkptFileKind::Done && !temporary;
         (is_marker ? markers : files).push_back(join_path(dir, name));
     }
     auto remove = [](const std::string& p) {

@@ -1,0 +1,459 @@
+#!/usr/bin/env python3
+"""Chaos soak of train_gpt2_ls's checkpoints and resume (issue 55; docs/reliability.md "Chaos soak").
+
+A reference run of N steps on a tiny model, uninterrupted; then episodes of the same run in fresh
+output directories, each driven by a loop that starts the trainer with `-y 1`, injects one fault per
+round and starts it again, until the run reaches step N. The faults:
+
+  kill    SIGKILL                     term   SIGTERM          usr1   SIGUSR1
+  int     SIGINT                      int2   SIGINT twice     disk   a full disk (a tmpfs shrunk under
+                                                                     the run, or the file-size limit)
+  trunc   truncate the newest checkpoint's model or state file while the trainer is stopped
+  flip    flip one byte of the newest checkpoint's model or state file while stopped
+  undone  delete the newest DONE_ marker while stopped
+
+A signal lands after a random time (up to a little more than a whole run, so some land before the
+first step, some after the last) or at the first temporary file of a checkpoint write seen after a
+random time (mid-write). A damage fault is followed by a random SIGKILL. After every exit:
+
+- the exit is one the fault allows (128 + signal after a clean stop, killed by the signal before the
+  first step or by a second SIGINT, 0 when the run had finished), and stderr has no `error:` line,
+  or the fault is one the trainer cannot recover from alone (a full disk; every checkpoint damaged)
+  and stderr ends with one `error:` line naming the action, which the soak then takes (frees the disk,
+  restores the damaged files) as a user's script would;
+- a resume starts at the newest complete checkpoint the soak did not damage;
+- the newest checkpoint the trainer reported complete and the soak did not damage is still complete
+  with the same bytes; every complete checkpoint of a step the reference has equals the reference's.
+
+At step N the final model and state files, metrics.jsonl and logit_stats.jsonl (the timing fields
+masked) must equal the reference's byte for byte, and no temporary file may be left.
+
+Modes: --quick (about 40 interruptions; `make test` runs it through test/test_chaos_soak.py), --long
+(at least 500 interruptions), or --rounds R. A failure prints the seed that reproduces it
+(`--seed S`). Exit status 0 when every check held, 1 otherwise. Counts go to stdout (and --json FILE).
+"""
+import argparse
+import hashlib
+import json
+import os
+import random
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test"))
+from run_helpers import BIN, REPO, TINY, byte_data_in, data_args  # noqa: E402
+
+STEPS = 60
+# Constant LR, validation every 5, a sample every 2, statistics every step, a checkpoint every 3 steps.
+RUN = TINY + ["-k", "constant", "-u", "0", "-l", "2e-3", "-v", "5", "-m", "2", "-s", "0", "--logit-stats-every", "1",
+              "-x", str(STEPS), "-n", "3"]
+SIGNALS = {"kill": signal.SIGKILL, "term": signal.SIGTERM, "usr1": signal.SIGUSR1, "int": signal.SIGINT,
+           "int2": signal.SIGINT}
+KINDS = ["kill", "term", "usr1", "int", "int2", "disk", "trunc", "flip", "undone"]
+WEIGHTS = [4, 2, 2, 2, 2, 2, 1, 1, 1]
+TIMING = re.compile(r'"(time|ms|tokens_per_s)":[^,}]*')
+DONE = re.compile(r"DONE_(\d{8})")
+REPORTED = re.compile(r"^checkpoint of step (\d+)", re.M)
+INTERRUPTED = re.compile(r"^interrupted by (SIG\w+) at step (\d+): wrote", re.M)
+RESUMED = re.compile(r"^\s*resumed from \S+ at step (\d+)", re.M)
+
+
+class SoakFailure(Exception):
+    pass
+
+
+def sha(path):
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def ckpt_files(out, step):
+    return [out / f"model_{step:08d}.bin", out / f"state_{step:08d}_00000.bin"]
+
+
+def complete_steps(out):
+    return sorted(int(m.group(1)) for p in out.iterdir() if (m := DONE.fullmatch(p.name)))
+
+
+def temporaries(out):
+    return sorted(p.name for p in out.iterdir() if ".tmp." in p.name)
+
+
+def masked(path):
+    """The file's text with the timing fields' values replaced by '_'."""
+    return TIMING.sub(lambda m: f'"{m.group(1)}":_', Path(path).read_text()) if Path(path).exists() else None
+
+
+def default_sigint():
+    """The trainer's SIGINT as a foreground job has it (a script started with `cmd &` inherits it ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+class Disk:
+    """The episodes' output directories: on a tmpfs the soak mounts (root) and shrinks for a full disk,
+    else in the work directory with the file-size limit (RLIMIT_FSIZE) for a full disk."""
+
+    BIG = 256 << 20
+
+    def __init__(self, work, mode):
+        self.path = work / "fs"
+        self.path.mkdir()
+        self.tmpfs = False
+        if mode in ("auto", "tmpfs") and os.geteuid() == 0 and shutil.which("mount"):
+            p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.BIG},mode=0755", "tmpfs", str(self.path)],
+                               capture_output=True, text=True)
+            self.tmpfs = p.returncode == 0
+        if mode == "tmpfs" and not self.tmpfs:
+            raise SystemExit("error: --disk tmpfs needs to mount a tmpfs (root); use --disk fsize")
+
+    def used(self):
+        st = os.statvfs(self.path)
+        return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+    def shrink(self, room):
+        subprocess.run(["mount", "-o", f"remount,size={self.used() + room}", str(self.path)], check=True)
+
+    def free(self):
+        if self.tmpfs:
+            subprocess.run(["mount", "-o", f"remount,size={self.BIG}", str(self.path)], check=True)
+
+    def close(self):
+        if self.tmpfs:
+            subprocess.run(["umount", "-l", str(self.path)], check=False)
+
+
+class Trainer:
+    """One trainer process in its own process group (killed as a group when the soak ends)."""
+
+    def __init__(self, args, log, fsize=None):
+        def setup():
+            default_sigint()
+            if fsize is not None:
+                resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+        self.stdout_path, self.stderr_path = log.with_suffix(".out"), log.with_suffix(".err")
+        with open(self.stdout_path, "wb") as o, open(self.stderr_path, "wb") as e:
+            self.p = subprocess.Popen([str(BIN), "--device", "cpu"] + args, cwd=REPO, stdout=o, stderr=e,
+                                      preexec_fn=setup, start_new_session=True)
+
+    def wait(self, timeout=120):
+        try:
+            return self.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill_group()
+            raise SoakFailure(f"the trainer did not end within {timeout} s")
+
+    def kill_group(self):
+        try:
+            os.killpg(self.p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.p.wait()
+
+    def stdout(self):
+        return self.stdout_path.read_text(errors="replace")
+
+    def stderr(self):
+        return self.stderr_path.read_text(errors="replace")
+
+
+class Soak:
+    def __init__(self, opts, work):
+        self.opts, self.work = opts, work
+        self.rng = random.Random(opts.seed)
+        self.data = byte_data_in(self.mkdir(work / "data"))
+        self.args = data_args(self.data) + RUN
+        self.disk = Disk(work, opts.disk)
+        self.running = None
+        self.counts = {"interruptions": {k: 0 for k in KINDS}, "finished_before_fault": {k: 0 for k in KINDS},
+                       "mid_write_kills": 0, "starts": 0, "resumes": 0, "fresh_starts": 0,
+                       "damaged_newest_recoveries": 0, "user_actions": {}, "episodes": 0,
+                       "episodes_byte_identical": 0}
+
+    @staticmethod
+    def mkdir(p):
+        p.mkdir(parents=True)
+        return p
+
+    # -- the reference --------------------------------------------------------------------------
+
+    def reference(self):
+        out = self.work / "ref"
+        t = Trainer(self.args + ["-o", str(out), "--keep-checkpoints", "0"], self.work / "ref")
+        start = time.monotonic()
+        if t.wait() != 0:
+            raise SoakFailure(f"the reference run failed:\n{t.stderr()}")
+        self.ref_wall = time.monotonic() - start
+        self.ref = out
+        self.ref_ckpt = {s: [sha(f) for f in ckpt_files(out, s)] for s in complete_steps(out)}
+        self.ref_sizes = [f.stat().st_size for f in ckpt_files(out, STEPS)]
+
+    # -- one episode: a run driven to step N through faults ---------------------------------------
+
+    def episode(self, index, budget):
+        out = self.disk.path / f"run{index}"
+        self.counts["episodes"] += 1
+        st = {"reported": {}, "damaged": {}, "rounds": 0}  # step -> hashes; step -> original bytes
+        while True:
+            st["rounds"] += 1
+            if st["rounds"] > 400:
+                raise SoakFailure("the run made no progress in 400 rounds")
+            kind = self.rng.choices(KINDS, WEIGHTS)[0] if budget() else None
+            if self.round(out, kind, st):
+                break
+        self.check_final(out)
+        self.counts["episodes_byte_identical"] += 1
+
+    def round(self, out, kind, st):
+        """One start of the trainer with fault `kind` (None: none, let it finish). Returns whether the run
+        reached step N."""
+        if kind in ("trunc", "flip", "undone") and not self.damage(out, kind, st):
+            kind = "kill"  # nothing complete to damage yet
+        fsize = None
+        if kind == "disk":
+            room = self.rng.randrange(0, sum(self.ref_sizes) + 64 * 1024)
+            if self.disk.tmpfs and (not self.opts.disk == "auto" or self.rng.random() < 0.5):
+                self.disk.shrink(room)
+            else:
+                fsize = max(room, 1)
+        expect_resume = self.newest_usable(out, st) if out.exists() else None
+        t = Trainer(self.args + ["-o", str(out), "-y", "1"], self.work / "last", fsize)
+        self.running = t
+        self.counts["starts"] += 1
+        left_tmp = False
+        if kind in SIGNALS or kind in ("trunc", "flip", "undone"):
+            sig = SIGNALS.get(kind, signal.SIGKILL)
+            left_tmp = self.fire(t, out, sig, twice=kind == "int2")
+        rc = t.wait()
+        self.running = None
+        self.log(f"{out.name} round {st['rounds']}: {kind}, exit {rc}")
+        finished = self.check_exit(t, kind, rc, out, st)
+        if kind == "disk":
+            self.disk.free()  # also when the run did not hit the limit
+        if kind is not None:
+            self.counts["finished_before_fault" if finished and rc == 0 else "interruptions"][kind] += 1
+        if kind == "kill" and rc == -signal.SIGKILL and left_tmp:
+            self.counts["mid_write_kills"] += 1
+        self.check_resume(t, expect_resume, out)
+        self.check_checkpoints(t, out, st)
+        return finished
+
+    def fire(self, t, out, sig, twice):
+        """Sends `sig` after a random time, or at the first temporary file seen after a random time.
+        Returns whether a temporary file existed when it landed."""
+        horizon = self.ref_wall * (1.3 if self.rng.random() < 0.1 else 0.9)
+        at_write = self.rng.random() < 0.4
+        delay = self.rng.uniform(0, horizon * (0.7 if at_write else 1.0))
+        deadline = time.monotonic() + delay
+        while time.monotonic() < deadline and t.p.poll() is None:
+            time.sleep(min(0.002, max(0.0, deadline - time.monotonic())))
+        if at_write:
+            end = time.monotonic() + horizon
+            while t.p.poll() is None and time.monotonic() < end:
+                if out.exists() and temporaries(out):
+                    break
+        if t.p.poll() is not None:
+            return False
+        t.p.send_signal(sig)
+        left = out.exists() and bool(temporaries(out))
+        if twice:
+            time.sleep(self.rng.uniform(0, 0.02))
+            if t.p.poll() is None:
+                t.p.send_signal(sig)
+        return left
+
+    def damage(self, out, kind, st):
+        """Damages the newest complete checkpoint while the trainer is stopped; False when there is none."""
+        steps = complete_steps(out) if out.exists() else []
+        if not steps:
+            return False
+        s = steps[-1]
+        if kind == "undone":
+            victim = out / f"DONE_{s:08d}"
+        else:
+            victim = self.rng.choice(ckpt_files(out, s))
+        data = victim.read_bytes()
+        st["damaged"].setdefault(s, {})
+        st["damaged"][s].setdefault(victim.name, data)
+        if kind == "undone":
+            victim.unlink()
+            self.log(f"deleted {victim.name}")
+        elif kind == "trunc":
+            n = self.rng.randrange(0, len(data))
+            victim.write_bytes(data[:n])
+            self.log(f"truncated {victim.name} to {n} of {len(data)} bytes")
+        else:
+            i, bit = self.rng.randrange(len(data)), self.rng.randrange(8)
+            victim.write_bytes(data[:i] + bytes([data[i] ^ (1 << bit)]) + data[i + 1:])
+            self.log(f"flipped bit {bit} of byte {i} of {victim.name} ({len(data)} bytes)")
+        return True
+
+    def log(self, text):
+        with open(self.work / "events.log", "a") as f:
+            f.write(text + "\n")
+
+    def newest_usable(self, out, st):
+        """The step a resume must start at: the newest complete checkpoint the soak did not damage
+        (0 when none; a step whose marker the soak deleted is not complete)."""
+        ok = [s for s in complete_steps(out) if s not in st["damaged"]]
+        return ok[-1] if ok else 0
+
+    # -- checks after each exit -------------------------------------------------------------------
+
+    def check_exit(self, t, kind, rc, out, st):
+        """Checks the exit status and stderr against the fault; takes the action an error names.
+        Returns whether the run reached step N."""
+        err = t.stderr()
+        errors = [ln for ln in err.splitlines() if ln.startswith("error")]
+        if "done: step" in t.stdout() and rc == 0:
+            if errors:
+                raise SoakFailure(f"exit 0 with an error line:\n{err}")
+            return True
+        if rc == 1:
+            lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+            if len(errors) != 1 or not lines[-1].startswith("error: "):
+                raise SoakFailure(f"exit 1 without exactly one final `error:` line (fault {kind}):\n{err}")
+            line = lines[-1]
+            if kind == "disk" and ("ulimit -f" in line or "free disk space" in line):
+                self.disk.free()  # the user frees space (the next start has no file-size limit)
+                self.action("free disk space")
+                return False
+            if "restore the files" in line and st["damaged"]:
+                for s, files in st["damaged"].items():
+                    for name, data in files.items():
+                        (out / name).write_bytes(data)
+                st["damaged"].clear()
+                self.action("restore damaged checkpoint files")
+                return False
+            raise SoakFailure(f"an error the fault ({kind}) does not explain, or one whose advice the soak cannot "
+                              f"follow:\n{err}")
+        if errors:
+            raise SoakFailure(f"exit {rc} with an error line (fault {kind}):\n{err}")
+        sig = SIGNALS.get(kind, signal.SIGKILL) if kind != "disk" else None
+        allowed = {0}
+        if sig is not None:
+            allowed |= {-sig, 128 + sig if sig != signal.SIGKILL else -sig}
+        if rc not in allowed:
+            raise SoakFailure(f"exit status {rc} after fault {kind} (allowed: {sorted(allowed)}):\n{err}")
+        if rc > 128:
+            m = INTERRUPTED.findall(err)
+            if len(m) != 1 or m[0][0] != signal.Signals(rc - 128).name:
+                raise SoakFailure(f"exit {rc} without one matching `interrupted by` line:\n{err}")
+        if rc == 0:
+            raise SoakFailure(f"exit 0 without the `done:` line:\n{t.stdout()[-2000:]}\n{err}")
+        return False
+
+    def action(self, what):
+        self.counts["user_actions"][what] = self.counts["user_actions"].get(what, 0) + 1
+
+    def check_resume(self, t, expect, out):
+        out_text = t.stdout()
+        m = RESUMED.search(out_text)
+        if "warning: checkpoint step" in t.stderr():
+            self.counts["damaged_newest_recoveries"] += 1
+        if m:
+            self.counts["resumes"] += 1
+            if expect is not None and int(m.group(1)) != expect:
+                raise SoakFailure(f"resumed at step {m.group(1)}, but the newest usable checkpoint is step {expect}")
+        elif "step " in out_text and "/%d | loss" % STEPS in out_text:
+            self.counts["fresh_starts"] += 1
+            if expect:
+                raise SoakFailure(f"started at step 0 while checkpoint {expect} was usable:\n{out_text[:2000]}")
+
+    def check_checkpoints(self, t, out, st):
+        if not out.exists():
+            return
+        reported = [int(s) for s in REPORTED.findall(t.stdout())] + [int(s) for _, s in INTERRUPTED.findall(t.stderr())]
+        complete = complete_steps(out)
+        for s in reported:
+            if s not in complete:
+                continue  # pruned after it, or never marked (a kill between the line and ... ) is checked below
+            st["damaged"].pop(s, None)  # written again: the soak's damage is gone
+            st["reported"][s] = [sha(f) for f in ckpt_files(out, s)]
+        for s in complete:
+            files = ckpt_files(out, s)
+            if s in st["damaged"]:
+                continue
+            missing = [f.name for f in files if not f.exists()]
+            if missing:
+                raise SoakFailure(f"step {s} is marked complete but {missing} are missing")
+            if s in self.ref_ckpt and [sha(f) for f in files] != self.ref_ckpt[s]:
+                raise SoakFailure(f"checkpoint {s} differs from the reference's")
+        alive = [s for s in st["reported"] if s not in st["damaged"]]
+        if alive:
+            s = max(alive)
+            if s not in complete or [sha(f) for f in ckpt_files(out, s)] != st["reported"][s]:
+                raise SoakFailure(f"checkpoint {s}, reported complete, was destroyed or changed")
+
+    def check_final(self, out):
+        for f in [p.name for p in ckpt_files(self.ref, STEPS)] + [f"DONE_{STEPS:08d}"]:
+            if not (out / f).exists() or (out / f).read_bytes() != (self.ref / f).read_bytes():
+                raise SoakFailure(f"final {f} differs from the reference's")
+        for f in ("metrics.jsonl", "logit_stats.jsonl"):
+            if masked(out / f) != masked(self.ref / f):
+                raise SoakFailure(f"{f} differs from the reference's (timings masked)")
+        if temporaries(out):
+            raise SoakFailure(f"temporary files left: {temporaries(out)}")
+
+    def close(self):
+        if self.running is not None:
+            self.running.kill_group()
+        self.disk.close()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="about 40 interruptions (make test)")
+    mode.add_argument("--long", action="store_true", help="at least 500 interruptions")
+    mode.add_argument("--rounds", type=int, help="at least this many interruptions")
+    ap.add_argument("--seed", type=int, help="the soak's random seed (default: from the clock, printed)")
+    ap.add_argument("--disk", choices=["auto", "tmpfs", "fsize"], default="auto",
+                    help="full disk by a shrunk tmpfs (needs root), the file-size limit, or both (auto)")
+    ap.add_argument("--work", type=Path, help="work directory (default: a temporary one, removed on success)")
+    ap.add_argument("--json", type=Path, help="write the counts to this file")
+    opts = ap.parse_args()
+    target = opts.rounds or (500 if opts.long else 40)
+    if opts.seed is None:
+        opts.seed = int(time.time() * 1000) % 1_000_000_007
+    if not BIN.exists():
+        raise SystemExit(f"error: {BIN} is missing; build it with `make train_gpt2_ls` (or set TRAIN_GPT2_LS)")
+    work = opts.work or Path(tempfile.mkdtemp(prefix="chaos_soak_"))
+    work.mkdir(parents=True, exist_ok=True)
+    soak = Soak(opts, work)
+    start = time.monotonic()
+    ok = False
+    try:
+        soak.reference()
+        index = 0
+
+        def budget():
+            return sum(soak.counts["interruptions"].values()) < target
+        while budget():
+            index += 1
+            soak.episode(index, budget)
+        ok = True
+    except SoakFailure as e:
+        print(f"chaos soak FAILED (seed {opts.seed}; reproduce: scripts/chaos_soak.py --seed {opts.seed} "
+              f"{'--long' if opts.long else f'--rounds {target}'} --disk {opts.disk}): {e}\nlogs and files: {work}",
+              file=sys.stderr)
+    finally:
+        soak.close()
+    c = soak.counts
+    c.update(seed=opts.seed, disk="tmpfs and file-size limit" if soak.disk.tmpfs else "file-size limit",
+             wall_s=round(time.monotonic() - start, 1), ok=ok)
+    print(json.dumps(c, indent=1))
+    if opts.json:
+        opts.json.write_text(json.dumps(c, indent=1) + "\n")
+    if ok and opts.work is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
