@@ -278,20 +278,35 @@ class Soak:
         else:
             victim = self.rng.choice(ckpt_files(out, s))
         data = victim.read_bytes()
-        st["damaged"].setdefault(s, {})
-        st["damaged"][s].setdefault(victim.name, data)
         if kind == "undone":
             victim.unlink()
+            bad = None
             self.log(f"deleted {victim.name}")
         elif kind == "trunc":
             n = self.rng.randrange(0, len(data))
-            victim.write_bytes(data[:n])
+            bad = data[:n]
             self.log(f"truncated {victim.name} to {n} of {len(data)} bytes")
         else:
             i, bit = self.rng.randrange(len(data)), self.rng.randrange(8)
-            victim.write_bytes(data[:i] + bytes([data[i] ^ (1 << bit)]) + data[i + 1:])
+            bad = data[:i] + bytes([data[i] ^ (1 << bit)]) + data[i + 1:]
             self.log(f"flipped bit {bit} of byte {i} of {victim.name} ({len(data)} bytes)")
+        if bad is not None:
+            victim.write_bytes(bad)
+        original = st["damaged"].get(s, {}).get(victim.name, (data, None))[0]
+        st["damaged"].setdefault(s, {})[victim.name] = (original, None if bad is None else hashlib.sha256(bad).digest())
         return True
+
+    @staticmethod
+    def forget_repaired(out, st):
+        """Drops the damage the trainer has since replaced (a file written again, a marker back)."""
+        for s in list(st["damaged"]):
+            files = st["damaged"][s]
+            for name in list(files):
+                p, bad = out / name, files[name][1]
+                if (p.exists() if bad is None else not p.exists() or hashlib.sha256(p.read_bytes()).digest() != bad):
+                    del files[name]
+            if not files:
+                del st["damaged"][s]
 
     def log(self, text):
         with open(self.work / "events.log", "a") as f:
@@ -300,6 +315,7 @@ class Soak:
     def newest_usable(self, out, st):
         """The step a resume must start at: the newest complete checkpoint the soak did not damage
         (0 when none; a step whose marker the soak deleted is not complete)."""
+        self.forget_repaired(out, st)
         ok = [s for s in complete_steps(out) if s not in st["damaged"]]
         return ok[-1] if ok else 0
 
@@ -325,7 +341,7 @@ class Soak:
                 return False
             if "restore the files" in line and st["damaged"]:
                 for s, files in st["damaged"].items():
-                    for name, data in files.items():
+                    for name, (data, _) in files.items():
                         (out / name).write_bytes(data)
                 st["damaged"].clear()
                 self.action("restore damaged checkpoint files")
@@ -368,6 +384,7 @@ class Soak:
     def check_checkpoints(self, t, out, st):
         if not out.exists():
             return
+        self.forget_repaired(out, st)
         reported = [int(s) for s in REPORTED.findall(t.stdout())] + [int(s) for _, s in INTERRUPTED.findall(t.stderr())]
         complete = complete_steps(out)
         for s in reported:
