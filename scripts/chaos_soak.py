@@ -25,6 +25,11 @@ random time (mid-write). A damage fault is followed by a random SIGKILL. After e
 - the newest checkpoint the trainer reported complete and the soak did not damage is still complete
   with the same bytes; every complete checkpoint of a step the reference has equals the reference's.
 
+In a quarter of the rounds (--readers) a reader of the newest complete checkpoint the soak did not
+damage runs beside the trainer (`--eval-only -e`, or generate_gpt2_ls): it must print its result, or
+end with one error line saying the file is gone (pruned by the trainer meanwhile); never a crash, never
+a damaged or partial file.
+
 At step N the final model and state files, metrics.jsonl and logit_stats.jsonl (the timing fields
 masked) must equal the reference's byte for byte, and no temporary file may be left.
 
@@ -49,6 +54,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test"))
 from run_helpers import BIN, REPO, TINY, byte_data_in, data_args  # noqa: E402
+
+GEN = Path(os.environ.get("GENERATE_GPT2_LS", REPO / "generate_gpt2_ls"))
 
 STEPS = 60
 # Constant LR, validation every 5, a sample every 2, statistics every step, a checkpoint every 3 steps.
@@ -170,7 +177,9 @@ class Soak:
         self.args = data_args(self.data) + RUN
         self.disk = Disk(work, opts.disk)
         self.running = None
-        self.counts = {"interruptions": {k: 0 for k in KINDS}, "finished_before_fault": {k: 0 for k in KINDS},
+        self.readers = []
+        self.counts = {"readers": {k: 0 for k in ("eval", "eval (file pruned meanwhile)", "generate",
+                                                    "generate (file pruned meanwhile)")},"interruptions": {k: 0 for k in KINDS}, "finished_before_fault": {k: 0 for k in KINDS},
                        "mid_write_kills": 0, "starts": 0, "resumes": 0, "fresh_starts": 0,
                        "damaged_newest_recoveries": 0, "user_actions": {}, "episodes": 0,
                        "episodes_byte_identical": 0}
@@ -225,6 +234,7 @@ class Soak:
         t = Trainer(self.args + ["-o", str(out), "-y", "1"], self.work / "last", fsize)
         self.running = t
         self.counts["starts"] += 1
+        reader = self.start_reader(out, st) if self.rng.random() < self.opts.readers else None
         left_tmp = False
         if kind in SIGNALS or kind in ("trunc", "flip", "undone"):
             sig = SIGNALS.get(kind, signal.SIGKILL)
@@ -239,9 +249,50 @@ class Soak:
             self.counts["finished_before_fault" if finished and rc == 0 else "interruptions"][kind] += 1
         if kind == "kill" and rc == -signal.SIGKILL and left_tmp:
             self.counts["mid_write_kills"] += 1
+        if reader is not None:
+            self.check_reader(*reader)
         self.check_resume(t, expect_resume, out)
         self.check_checkpoints(t, out, st)
         return finished
+
+    def start_reader(self, out, st):
+        """A reader of the newest complete checkpoint the soak did not damage, beside the trainer just
+        started: --eval-only or generate_gpt2_ls. Returns (kind, process, model path) or None."""
+        if not out.exists():
+            return None
+        self.forget_repaired(out, st)
+        ok = [s for s in complete_steps(out) if s not in st["damaged"]]
+        if not ok:
+            return None
+        model = out / f"model_{ok[-1]:08d}.bin"
+        if self.rng.random() < 0.5:
+            kind, cmd = "eval", [str(BIN), "--device", "cpu", "--eval-only", "-e", str(model), "-m", "1", "--threads",
+                                 "1"]
+        else:
+            kind, cmd = "generate", [str(GEN), "--device", "cpu", "-e", str(model), "-n", "4", "--print-ids",
+                                     "--threads", "1"]
+        p = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+        self.readers.append(p)
+        return kind, p, model
+
+    def check_reader(self, kind, p, model):
+        """A reader ends with its result, or with one error line saying the file is gone (pruned
+        meanwhile); never a crash, never a damaged or partial file."""
+        try:
+            out, err = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            raise SoakFailure(f"{kind} reader of {model} did not end within 120 s")
+        self.readers.remove(p)
+        lines = [ln for ln in err.strip().splitlines() if ln.startswith("error")]
+        if p.returncode == 0 and not lines and out.strip():
+            self.counts["readers"][kind] += 1
+        elif p.returncode == 1 and len(lines) == 1 and "No such file or directory" in lines[0] and \
+                not (model.exists() and (model.parent / f"DONE_{model.name[6:14]}").exists()):
+            self.counts["readers"][kind + " (file pruned meanwhile)"] += 1
+        else:
+            raise SoakFailure(f"{kind} reader of {model} (beside the trainer) exited {p.returncode}:\n{err}")
 
     def fire(self, t, out, sig, twice):
         """Sends `sig` after a random time, or at the first temporary file seen after a random time.
@@ -420,6 +471,12 @@ class Soak:
     def close(self):
         if self.running is not None:
             self.running.kill_group()
+        for p in self.readers:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
         self.disk.close()
 
 
@@ -432,6 +489,9 @@ def main():
     ap.add_argument("--seed", type=int, help="the soak's random seed (default: from the clock, printed)")
     ap.add_argument("--disk", choices=["auto", "tmpfs", "fsize"], default="auto",
                     help="full disk by a shrunk tmpfs (needs root), the file-size limit, or both (auto)")
+    ap.add_argument("--readers", type=float, default=0.25,
+                    help="share of rounds that also start a reader (--eval-only or generate_gpt2_ls) of the newest "
+                    "complete checkpoint beside the trainer (default 0.25)")
     ap.add_argument("--work", type=Path, help="work directory (default: a temporary one, removed on success)")
     ap.add_argument("--json", type=Path, help="write the counts to this file")
     opts = ap.parse_args()
@@ -440,6 +500,8 @@ def main():
         opts.seed = int(time.time() * 1000) % 1_000_000_007
     if not BIN.exists():
         raise SystemExit(f"error: {BIN} is missing; build it with `make train_gpt2_ls` (or set TRAIN_GPT2_LS)")
+    if opts.readers > 0 and not GEN.exists():
+        raise SystemExit(f"error: {GEN} is missing; build it with `make generate_gpt2_ls` (or --readers 0)")
     work = opts.work or Path(tempfile.mkdtemp(prefix="chaos_soak_"))
     work.mkdir(parents=True, exist_ok=True)
     soak = Soak(opts, work)
