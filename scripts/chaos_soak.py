@@ -65,6 +65,13 @@ SIGNALS = {"kill": signal.SIGKILL, "term": signal.SIGTERM, "usr1": signal.SIGUSR
            "int2": signal.SIGINT}
 KINDS = ["kill", "term", "usr1", "int", "int2", "disk", "trunc", "flip", "undone"]
 WEIGHTS = [4, 2, 2, 2, 2, 2, 1, 1, 1]
+# With 2 ranks under mpirun: kill = SIGKILL to every process of the job (a lost node), kill1 = SIGKILL
+# to one rank, term1 = SIGTERM to one rank, usr1 / term / killmpi = SIGUSR1 / SIGTERM / SIGKILL to
+# mpirun (after which Open MPI 4's ranks go on alone; the soak waits for them as a requeued job would
+# wait for the directory's lock).
+KINDS_MPI = ["kill", "kill1", "term1", "usr1", "term", "killmpi", "disk", "trunc", "flip", "undone"]
+WEIGHTS_MPI = [2, 2, 2, 2, 1, 1, 2, 1, 1, 1]
+MPIRUN = shutil.which("mpirun") or "mpirun"
 TIMING = re.compile(r'"(time|ms|tokens_per_s)":[^,}]*')
 DONE = re.compile(r"DONE_(\d{8})")
 REPORTED = re.compile(r"^checkpoint of step (\d+)", re.M)
@@ -80,8 +87,8 @@ def sha(path):
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def ckpt_files(out, step):
-    return [out / f"model_{step:08d}.bin", out / f"state_{step:08d}_00000.bin"]
+def ckpt_files(out, step, ranks):
+    return [out / f"model_{step:08d}.bin"] + [out / f"state_{step:08d}_{r:05d}.bin" for r in range(ranks)]
 
 
 def complete_steps(out):
@@ -138,14 +145,15 @@ class Disk:
 class Trainer:
     """One trainer process in its own process group (killed as a group when the soak ends)."""
 
-    def __init__(self, args, log, fsize=None):
+    def __init__(self, args, log, fsize=None, ranks=1):
         def setup():
             default_sigint()
             if fsize is not None:
                 resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
         self.stdout_path, self.stderr_path = log.with_suffix(".out"), log.with_suffix(".err")
         with open(self.stdout_path, "wb") as o, open(self.stderr_path, "wb") as e:
-            self.p = subprocess.Popen([str(BIN), "--device", "cpu"] + args, cwd=REPO, stdout=o, stderr=e,
+            mpi = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks)] if ranks > 1 else []
+            self.p = subprocess.Popen(mpi + [str(BIN), "--device", "cpu"] + args, cwd=REPO, stdout=o, stderr=e,
                                       preexec_fn=setup, start_new_session=True)
 
     def wait(self, timeout=120):
@@ -155,11 +163,37 @@ class Trainer:
             self.kill_group()
             raise SoakFailure(f"the trainer did not end within {timeout} s")
 
+    def session(self, comm=None):
+        """The processes of this start's session (mpirun puts each rank in a process group of its own),
+        those named `comm` when given, less the session leader."""
+        pids = []
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit() and int(d.name) != self.p.pid:
+                try:
+                    stat = (d / "stat").read_text()
+                except OSError:
+                    continue
+                name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+                if int(rest[3]) == self.p.pid and (comm is None or name == comm):
+                    pids.append(int(d.name))
+        return sorted(pids)
+
+    def ranks(self):
+        """The trainer processes mpirun started (their name may read "exe": found by their program)."""
+        def program(pid):
+            try:
+                return os.readlink(f"/proc/{pid}/exe")
+            except OSError:
+                return None
+        return [pid for pid in self.session() if program(pid) == str(BIN.resolve())]
+
     def kill_group(self):
-        try:
-            os.killpg(self.p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        """SIGKILL to the trainer and every process of its session (mpirun's ranks)."""
+        for pid in [self.p.pid] + self.session():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self.p.wait()
 
     def stdout(self):
@@ -178,8 +212,12 @@ class Soak:
         self.disk = Disk(work, opts.disk)
         self.running = None
         self.readers = []
-        self.counts = {"readers": {k: 0 for k in ("eval", "eval (file pruned meanwhile)", "generate",
-                                                    "generate (file pruned meanwhile)")},"interruptions": {k: 0 for k in KINDS}, "finished_before_fault": {k: 0 for k in KINDS},
+        self.ranks = opts.ranks
+        self.kinds, self.weights = (KINDS, WEIGHTS) if self.ranks == 1 else (KINDS_MPI, WEIGHTS_MPI)
+        self.counts = {"ranks": self.ranks,
+                       "readers": {k: 0 for k in ("eval", "eval (file pruned meanwhile)", "generate",
+                                                  "generate (file pruned meanwhile)")},
+                       "interruptions": {k: 0 for k in self.kinds}, "finished_before_fault": {k: 0 for k in self.kinds},
                        "mid_write_kills": 0, "starts": 0, "resumes": 0, "fresh_starts": 0,
                        "damaged_newest_recoveries": 0, "user_actions": {}, "episodes": 0,
                        "episodes_byte_identical": 0}
@@ -193,53 +231,67 @@ class Soak:
 
     def reference(self):
         out = self.work / "ref"
-        t = Trainer(self.args + ["-o", str(out), "--keep-checkpoints", "0"], self.work / "ref")
+        t = Trainer(self.args + ["-o", str(out), "--keep-checkpoints", "0"], self.work / "ref", ranks=self.ranks)
         start = time.monotonic()
         if t.wait() != 0:
             raise SoakFailure(f"the reference run failed:\n{t.stderr()}")
         self.ref_wall = time.monotonic() - start
         self.ref = out
-        self.ref_ckpt = {s: [sha(f) for f in ckpt_files(out, s)] for s in complete_steps(out)}
-        self.ref_sizes = [f.stat().st_size for f in ckpt_files(out, STEPS)]
+        self.ref_ckpt = {s: [sha(f) for f in ckpt_files(out, s, self.ranks)] for s in complete_steps(out)}
+        self.ref_sizes = [f.stat().st_size for f in ckpt_files(out, STEPS, self.ranks)]
 
     # -- one episode: a run driven to step N through faults ---------------------------------------
 
     def episode(self, index, budget):
         out = self.disk.path / f"run{index}"
+        self.current = out
         self.counts["episodes"] += 1
         st = {"reported": {}, "damaged": {}, "rounds": 0}  # step -> hashes; step -> original bytes
         while True:
             st["rounds"] += 1
             if st["rounds"] > 400:
                 raise SoakFailure("the run made no progress in 400 rounds")
-            kind = self.rng.choices(KINDS, WEIGHTS)[0] if budget() else None
+            kind = self.rng.choices(self.kinds, self.weights)[0] if budget() else None
             if self.round(out, kind, st):
                 break
         self.check_final(out)
         self.counts["episodes_byte_identical"] += 1
+        shutil.rmtree(out)  # the tmpfs holds one episode at a time
 
     def round(self, out, kind, st):
         """One start of the trainer with fault `kind` (None: none, let it finish). Returns whether the run
         reached step N."""
         if kind in ("trunc", "flip", "undone") and not self.damage(out, kind, st):
             kind = "kill"  # nothing complete to damage yet
+        if kind == "disk" and self.ranks > 1 and not self.disk.tmpfs:
+            kind = "kill"
         fsize = None
         if kind == "disk":
             room = self.rng.randrange(0, sum(self.ref_sizes) + 64 * 1024)
-            if self.disk.tmpfs and (not self.opts.disk == "auto" or self.rng.random() < 0.5):
+            # (with mpirun the file-size limit would hit mpirun's own shared-memory files: tmpfs only)
+            if self.disk.tmpfs and (self.opts.disk != "auto" or self.ranks > 1 or self.rng.random() < 0.5):
                 self.disk.shrink(room)
             else:
                 fsize = max(room, 1)
         expect_resume = self.newest_usable(out, st) if out.exists() else None
-        t = Trainer(self.args + ["-o", str(out), "-y", "1"], self.work / "last", fsize)
+        t = Trainer(self.args + ["-o", str(out), "-y", "1"], self.work / "last", fsize, self.ranks)
         self.running = t
         self.counts["starts"] += 1
         reader = self.start_reader(out, st) if self.rng.random() < self.opts.readers else None
         left_tmp = False
-        if kind in SIGNALS or kind in ("trunc", "flip", "undone"):
-            sig = SIGNALS.get(kind, signal.SIGKILL)
-            left_tmp = self.fire(t, out, sig, twice=kind == "int2")
-        rc = t.wait()
+        if kind in SIGNALS or kind in ("trunc", "flip", "undone", "kill1", "term1", "killmpi"):
+            sig = SIGNALS.get(kind, signal.SIGTERM if kind == "term1" else signal.SIGKILL)
+            target = "rank" if kind in ("kill1", "term1") else "main" if self.ranks == 1 or kind != "kill" and \
+                kind in SIGNALS or kind == "killmpi" else "group"
+            left_tmp = self.fire(t, out, sig, twice=kind == "int2", target=target)
+        rc = t.wait(timeout=180)
+        if self.ranks > 1:
+            deadline = time.monotonic() + 30
+            while t.session() and time.monotonic() < deadline:
+                time.sleep(0.01)  # the ranks mpirun was ending
+            if t.session():
+                t.kill_group()
+                raise SoakFailure(f"processes of the job outlived mpirun by 30 s (fault {kind})")
         self.running = None
         self.log(f"{out.name} round {st['rounds']}: {kind}, exit {rc}")
         finished = self.check_exit(t, kind, rc, out, st)
@@ -294,7 +346,7 @@ class Soak:
         else:
             raise SoakFailure(f"{kind} reader of {model} (beside the trainer) exited {p.returncode}:\n{err}")
 
-    def fire(self, t, out, sig, twice):
+    def fire(self, t, out, sig, twice, target="main"):
         """Sends `sig` after a random time, or at the first temporary file seen after a random time.
         Returns whether a temporary file existed when it landed."""
         horizon = self.ref_wall * (1.3 if self.rng.random() < 0.1 else 0.9)
@@ -310,7 +362,28 @@ class Soak:
                     break
         if t.p.poll() is not None:
             return False
-        t.p.send_signal(sig)
+        if target == "group":  # SIGKILL to every process of the job, until none is left
+            end = time.monotonic() + 5
+            while time.monotonic() < end:
+                pids = [pid for pid in [t.p.pid] + t.session() if pid != t.p.pid or t.p.poll() is None]
+                if not pids:
+                    break
+                for pid in pids:
+                    try:
+                        os.kill(pid, sig)
+                    except ProcessLookupError:
+                        pass
+                time.sleep(0.001)
+        elif target == "rank":
+            ranks = t.ranks()
+            if not ranks:
+                return False  # not started yet, or already ended
+            try:
+                os.kill(self.rng.choice(ranks), sig)
+            except ProcessLookupError:
+                return False
+        else:
+            t.p.send_signal(sig)
         left = out.exists() and bool(temporaries(out))
         if twice:
             time.sleep(self.rng.uniform(0, 0.02))
@@ -327,7 +400,7 @@ class Soak:
         if kind == "undone":
             victim = out / f"DONE_{s:08d}"
         else:
-            victim = self.rng.choice(ckpt_files(out, s))
+            victim = self.rng.choice(ckpt_files(out, s, self.ranks))
         data = victim.read_bytes()
         if kind == "undone":
             victim.unlink()
@@ -381,9 +454,16 @@ class Soak:
             if errors:
                 raise SoakFailure(f"exit 0 with an error line:\n{err}")
             return True
+        if rc == 1 and self.ranks > 1 and not errors:
+            return self.check_mpi_exit(t, kind, rc, err, errors)  # mpirun ended the job
         if rc == 1:
             lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-            if len(errors) != 1 or not lines[-1].startswith("error: "):
+            if self.ranks > 1:  # one line per failing rank ("error: rank R of N: ..."), then mpirun's
+                if not 1 <= len(errors) <= self.ranks or len(set(e.split(":")[1] for e in errors)) != len(errors):
+                    raise SoakFailure(f"exit 1 without one `error: rank R` line per failing rank (fault {kind}):\n{err}")
+                lines = errors[-1:] if all(e.split(":", 2)[2].split(";")[-1] == errors[0].split(":", 2)[2].split(
+                    ";")[-1] for e in errors) else []
+            if len(errors) != 1 and self.ranks == 1 or not lines or not lines[-1].startswith("error: "):
                 raise SoakFailure(f"exit 1 without exactly one final `error:` line (fault {kind}):\n{err}")
             line = lines[-1]
             if kind == "disk" and ("ulimit -f" in line or "free disk space" in line):
@@ -399,6 +479,8 @@ class Soak:
                 return False
             raise SoakFailure(f"an error the fault ({kind}) does not explain, or one whose advice the soak cannot "
                               f"follow:\n{err}")
+        if self.ranks > 1:
+            return self.check_mpi_exit(t, kind, rc, err, errors)
         if errors:
             raise SoakFailure(f"exit {rc} with an error line (fault {kind}):\n{err}")
         sig = SIGNALS.get(kind, signal.SIGKILL) if kind != "disk" else None
@@ -413,6 +495,17 @@ class Soak:
                 raise SoakFailure(f"exit {rc} without one matching `interrupted by` line:\n{err}")
         if rc == 0:
             raise SoakFailure(f"exit 0 without the `done:` line:\n{t.stdout()[-2000:]}\n{err}")
+        return False
+
+    def check_mpi_exit(self, t, kind, rc, err, errors):
+        """mpirun's exit: not 0 (the run did not finish), no trainer `error:` line; a clean stop (a
+        signal to one rank or SIGUSR1 to mpirun) has one `interrupted by` line."""
+        if rc == 0:
+            raise SoakFailure(f"exit 0 without the `done:` line:\n{t.stdout()[-2000:]}\n{err}")
+        if errors:
+            raise SoakFailure(f"exit {rc} with an error line (fault {kind}):\n{err}")
+        if len(INTERRUPTED.findall(err)) > 1:
+            raise SoakFailure(f"more than one `interrupted by` line:\n{err}")
         return False
 
     def action(self, what):
@@ -436,15 +529,17 @@ class Soak:
         if not out.exists():
             return
         self.forget_repaired(out, st)
-        reported = [int(s) for s in REPORTED.findall(t.stdout())] + [int(s) for _, s in INTERRUPTED.findall(t.stderr())]
+        # reported complete: the lines, and every marked step seen (a killed mpirun loses rank 0's lines)
         complete = complete_steps(out)
+        reported = [int(s) for s in REPORTED.findall(t.stdout())] + \
+            [int(s) for _, s in INTERRUPTED.findall(t.stderr())] + [s for s in complete if s not in st["damaged"]]
         for s in reported:
             if s not in complete:
                 continue  # pruned after it, or never marked (a kill between the line and ... ) is checked below
             st["damaged"].pop(s, None)  # written again: the soak's damage is gone
-            st["reported"][s] = [sha(f) for f in ckpt_files(out, s)]
+            st["reported"][s] = [sha(f) for f in ckpt_files(out, s, self.ranks)]
         for s in complete:
-            files = ckpt_files(out, s)
+            files = ckpt_files(out, s, self.ranks)
             if s in st["damaged"]:
                 continue
             missing = [f.name for f in files if not f.exists()]
@@ -455,11 +550,12 @@ class Soak:
         alive = [s for s in st["reported"] if s not in st["damaged"]]
         if alive:
             s = max(alive)
-            if s not in complete or [sha(f) for f in ckpt_files(out, s)] != st["reported"][s]:
-                raise SoakFailure(f"checkpoint {s}, reported complete, was destroyed or changed")
+            if s not in complete or [sha(f) for f in ckpt_files(out, s, self.ranks)] != st["reported"][s]:
+                raise SoakFailure(f"checkpoint {s}, reported complete, was destroyed or changed (reported now: "
+                                  f"{reported}, complete: {complete}, damaged: {sorted(st['damaged'])})")
 
     def check_final(self, out):
-        for f in [p.name for p in ckpt_files(self.ref, STEPS)] + [f"DONE_{STEPS:08d}"]:
+        for f in [p.name for p in ckpt_files(self.ref, STEPS, self.ranks)] + [f"DONE_{STEPS:08d}"]:
             if not (out / f).exists() or (out / f).read_bytes() != (self.ref / f).read_bytes():
                 raise SoakFailure(f"final {f} differs from the reference's")
         for f in ("metrics.jsonl", "logit_stats.jsonl"):
@@ -489,6 +585,7 @@ def main():
     ap.add_argument("--seed", type=int, help="the soak's random seed (default: from the clock, printed)")
     ap.add_argument("--disk", choices=["auto", "tmpfs", "fsize"], default="auto",
                     help="full disk by a shrunk tmpfs (needs root), the file-size limit, or both (auto)")
+    ap.add_argument("--ranks", type=int, choices=[1, 2], default=1, help="processes (2: under mpirun)")
     ap.add_argument("--readers", type=float, default=0.25,
                     help="share of rounds that also start a reader (--eval-only or generate_gpt2_ls) of the newest "
                     "complete checkpoint beside the trainer (default 0.25)")
@@ -518,8 +615,10 @@ def main():
             soak.episode(index, budget)
         ok = True
     except SoakFailure as e:
+        if getattr(soak, "current", None) is not None and soak.current.exists():
+            shutil.copytree(soak.current, work / "failed_run", dirs_exist_ok=True)  # before the tmpfs goes
         print(f"chaos soak FAILED (seed {opts.seed}; reproduce: scripts/chaos_soak.py --seed {opts.seed} "
-              f"{'--long' if opts.long else f'--rounds {target}'} --disk {opts.disk}): {e}\nlogs and files: {work}",
+              f"{'--long' if opts.long else f'--rounds {target}'} --disk {opts.disk} --ranks {opts.ranks}): {e}\nlogs and files: {work}",
               file=sys.stderr)
     finally:
         soak.close()
