@@ -61,6 +61,9 @@ STEPS = 60
 # Constant LR, validation every 5, a sample every 2, statistics every step, a checkpoint every 3 steps.
 RUN = TINY + ["-k", "constant", "-u", "0", "-l", "2e-3", "-v", "5", "-m", "2", "-s", "0", "--logit-stats-every", "1",
               "-x", str(STEPS), "-n", "3"]
+# --device cuda (the emulated CUDA build, TRAIN_GPT2_LS=build/emu/train_gpt2_ls): head size 32, which
+# the CUDA backend supports (TINY's is 8).
+CUDA_MODEL = ["--channels", "64", "--heads", "2"]
 SIGNALS = {"kill": signal.SIGKILL, "term": signal.SIGTERM, "usr1": signal.SIGUSR1, "int": signal.SIGINT,
            "int2": signal.SIGINT}
 KINDS = ["kill", "term", "usr1", "int", "int2", "disk", "trunc", "flip", "undone"]
@@ -145,7 +148,7 @@ class Disk:
 class Trainer:
     """One trainer process in its own process group (killed as a group when the soak ends)."""
 
-    def __init__(self, args, log, fsize=None, ranks=1):
+    def __init__(self, args, log, fsize=None, ranks=1, device="cpu"):
         def setup():
             default_sigint()
             if fsize is not None:
@@ -153,7 +156,7 @@ class Trainer:
         self.stdout_path, self.stderr_path = log.with_suffix(".out"), log.with_suffix(".err")
         with open(self.stdout_path, "wb") as o, open(self.stderr_path, "wb") as e:
             mpi = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks)] if ranks > 1 else []
-            self.p = subprocess.Popen(mpi + [str(BIN), "--device", "cpu"] + args, cwd=REPO, stdout=o, stderr=e,
+            self.p = subprocess.Popen(mpi + [str(BIN), "--device", device] + args, cwd=REPO, stdout=o, stderr=e,
                                       preexec_fn=setup, start_new_session=True)
 
     def wait(self, timeout=120):
@@ -208,7 +211,7 @@ class Soak:
         self.opts, self.work = opts, work
         self.rng = random.Random(opts.seed)
         self.data = byte_data_in(self.mkdir(work / "data"))
-        self.args = data_args(self.data) + RUN
+        self.args = data_args(self.data) + RUN + (CUDA_MODEL if opts.device == "cuda" else [])
         self.disk = Disk(work, opts.disk)
         self.running = None
         self.readers = []
@@ -231,7 +234,8 @@ class Soak:
 
     def reference(self):
         out = self.work / "ref"
-        t = Trainer(self.args + ["-o", str(out), "--keep-checkpoints", "0"], self.work / "ref", ranks=self.ranks)
+        t = Trainer(self.args + ["-o", str(out), "--keep-checkpoints", "0"], self.work / "ref", ranks=self.ranks,
+                    device=self.opts.device)
         start = time.monotonic()
         if t.wait() != 0:
             raise SoakFailure(f"the reference run failed:\n{t.stderr()}")
@@ -274,7 +278,7 @@ class Soak:
             else:
                 fsize = max(room, 1)
         expect_resume = self.newest_usable(out, st) if out.exists() else None
-        t = Trainer(self.args + ["-o", str(out), "-y", "1"], self.work / "last", fsize, self.ranks)
+        t = Trainer(self.args + ["-o", str(out), "-y", "1"], self.work / "last", fsize, self.ranks, self.opts.device)
         self.running = t
         self.counts["starts"] += 1
         reader = self.start_reader(out, st) if self.rng.random() < self.opts.readers else None
@@ -586,6 +590,8 @@ def main():
     ap.add_argument("--disk", choices=["auto", "tmpfs", "fsize"], default="auto",
                     help="full disk by a shrunk tmpfs (needs root), the file-size limit, or both (auto)")
     ap.add_argument("--ranks", type=int, choices=[1, 2], default=1, help="processes (2: under mpirun)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="the trainer's --device (cuda: e.g. the emulated build, TRAIN_GPT2_LS=build/emu/train_gpt2_ls)")
     ap.add_argument("--readers", type=float, default=0.25,
                     help="share of rounds that also start a reader (--eval-only or generate_gpt2_ls) of the newest "
                     "complete checkpoint beside the trainer (default 0.25)")
@@ -618,7 +624,7 @@ def main():
         if getattr(soak, "current", None) is not None and soak.current.exists():
             shutil.copytree(soak.current, work / "failed_run", dirs_exist_ok=True)  # before the tmpfs goes
         print(f"chaos soak FAILED (seed {opts.seed}; reproduce: scripts/chaos_soak.py --seed {opts.seed} "
-              f"{'--long' if opts.long else f'--rounds {target}'} --disk {opts.disk} --ranks {opts.ranks}): {e}\nlogs and files: {work}",
+              f"{'--long' if opts.long else f'--rounds {target}'} --disk {opts.disk} --ranks {opts.ranks} --device {opts.device}): {e}\nlogs and files: {work}",
               file=sys.stderr)
     finally:
         soak.close()
