@@ -758,6 +758,69 @@ TEST_CASE("a damaged newest checkpoint falls back to the previous complete one",
     std::cerr.rdbuf(old_buf);
 }
 
+TEST_CASE("a bit flip in the newest checkpoint's header falls back too", "[checkpoint]") {
+    // docs/reliability.md "Chaos soak" fix 3: the headers carry no checksum, so a flip in a model field
+    // that leaves the parameter count (window, global heads, soft-cap) read as the user's model
+    // mismatch, and one in the state file's config hash, rank or world size too: the run stopped with
+    // an error instead of falling back; a flip in a reserved (zero) field went unnoticed.
+    TempDir dir;
+    ModelConfig c = small_config();
+    for (int s : {10, 20, 30}) save_step(dir.path, c, s);
+    const std::string model30 = model_path(dir.path, 30), state30 = state_path(dir.path, 30, 0);
+    std::stringstream err;
+    auto* old_buf = std::cerr.rdbuf(err.rdbuf());
+    std::string expect;
+    SECTION("model: window") {
+        set_header_int(model30, 9, c.window + 1);
+        expect = "describes another model";
+    }
+    SECTION("model: global heads") {
+        set_header_int(model30, 8, c.global_heads ^ 1);
+        expect = "describes another model";
+    }
+    SECTION("model: a reserved field") {
+        set_header_int(model30, 200, 1 << 20);
+        expect = "reserved header field 200";
+    }
+    SECTION("state: config hash") {
+        flip_byte(state30, 7 * 4 + 2);
+        expect = "another model";
+    }
+    SECTION("state: rank") {
+        set_header_int(state30, 3, 1);
+        expect = "rank 1";
+    }
+    SECTION("state: world size (the marker says 1)") {
+        set_header_int(state30, 4, 3);
+        expect = "3 processes";
+    }
+    SECTION("state: a reserved field") {
+        set_header_int(state30, 100, -1);
+        expect = "reserved header field 100";
+    }
+    std::optional<LoadedCheckpoint> ck;
+    std::string e;
+    try {
+        ck = load_newest_checkpoint(dir.path, c, 0, 1);
+    } catch (const std::exception& x) { e = x.what(); }
+    std::cerr.rdbuf(old_buf);
+    CHECK(e == "");
+    REQUIRE(ck.has_value());
+    CHECK(ck->step == 20);
+    CHECK(err.str().find("warning: checkpoint step 30 is damaged") != std::string::npos);
+    CHECK(err.str().find(expect) != std::string::npos);
+}
+
+TEST_CASE("another model's or process count's checkpoint is still refused, not skipped", "[checkpoint]") {
+    TempDir dir;
+    ModelConfig c = small_config(), other = small_config();
+    other.window = c.window + 1;  // the same parameter count: only the header and the hash differ
+    save_step(dir.path, other, 10);
+    CHECK(error_of<InputError>([&] { load_newest_checkpoint(dir.path, c, 0, 1); }).find("window") != std::string::npos);
+    CHECK(error_of<InputError>([&] { load_newest_checkpoint(dir.path, other, 0, 2); }).find("1 processes") !=
+          std::string::npos);
+}
+
 TEST_CASE("pruning keeps the newest K complete checkpoints", "[checkpoint]") {
     TempDir dir;
     ModelConfig c = small_config(false, true);
@@ -790,6 +853,34 @@ TEST_CASE("pruning keeps the newest K complete checkpoints", "[checkpoint]") {
     prune_checkpoints(dir.path, 1);
     CHECK(complete_steps(dir.path) == std::vector<int>{40});
     CHECK(fs::exists(model_path(dir.path, 50)));
+}
+
+TEST_CASE("pruning removes stale temporaries of kept steps, whatever the keep count", "[checkpoint]") {
+    // docs/reliability.md "Chaos soak" fix 1: a kill in the middle of writing step s's file left
+    // "<file>.tmp.XXXXXX"; once s was complete (written again after the resume) the temporary was
+    // kept with its step, and with --keep-checkpoints 0 no temporary was ever removed.
+    TempDir dir;
+    ModelConfig c = small_config(false, true);
+    for (int s : {10, 20, 30}) save_step(dir.path, c, s, 1);
+    const std::vector<std::string> stale = {"model_00000030.bin.tmp.aaaaaa", "state_00000020_00000.bin.tmp.bbbbbb",
+                                            "DONE_00000030.tmp.cccccc", "model_00000010.bin.tmp.dddddd"};
+    const std::string in_progress = "model_00000040.bin.tmp.eeeeee";  // newer than the newest complete
+    auto make_temporaries = [&] {
+        for (const std::string& n : stale) std::ofstream(dir / n) << "x";
+        std::ofstream(dir / in_progress) << "x";
+    };
+    SECTION("keep 3") {
+        make_temporaries();
+        prune_checkpoints(dir.path, 3, 30);
+    }
+    SECTION("keep 0 (keep all)") {
+        make_temporaries();
+        prune_checkpoints(dir.path, 0, 30);
+    }
+    for (const std::string& n : stale) CHECK_FALSE(fs::exists(dir / n));
+    CHECK(fs::exists(dir / in_progress));
+    CHECK(complete_steps(dir.path) == std::vector<int>{10, 20, 30});
+    for (int s : {10, 20, 30}) CHECK(fs::exists(model_path(dir.path, s)));
 }
 
 TEST_CASE("a step marked twice (DONE_5 and DONE_00000005) is one complete step", "[checkpoint]") {

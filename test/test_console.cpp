@@ -4,7 +4,10 @@
 // integers printed as integers in the flags' messages (llmc/app/validate.h).
 #include <catch2/catch.hpp>
 
+#include <sys/resource.h>
+
 #include <cmath>
+#include <csignal>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -139,6 +142,27 @@ TEST_CASE("console.log and samples.txt are appended to, never truncated", "[cons
     closed.print("");
     RunLog bad;
     CHECK_THROWS_WITH(bad.open(dir.file("no/such/dir")), Contains("console.log") && Contains("writable directory"));
+}
+
+TEST_CASE("a console.log write past the file-size limit names ulimit -f", "[console]") {
+    // docs/reliability.md "Chaos soak" fix 4: it said "free space on the file system of -o" for EFBIG
+    llmc_test::TempDir dir;
+    RunLog log;
+    log.open(dir.path.string());
+    struct rlimit old_lim;
+    REQUIRE(getrlimit(RLIMIT_FSIZE, &old_lim) == 0);
+    auto old_handler = signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim = old_lim;
+    lim.rlim_cur = 100;
+    REQUIRE(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    std::string e;
+    try {
+        log.print(std::string(300, 'x') + "\n");
+    } catch (const InputError& ex) { e = ex.what(); }
+    setrlimit(RLIMIT_FSIZE, &old_lim);
+    signal(SIGXFSZ, old_handler);
+    CHECK(e.find("console.log failed (File too large)") != std::string::npos);
+    CHECK(e.find("ulimit -f") != std::string::npos);
 }
 
 TEST_CASE("integers in the flags' messages print as integers, floats as %g", "[console]") {

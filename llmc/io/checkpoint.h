@@ -309,6 +309,10 @@ inline ModelCheckpoint load_model_checkpoint(const std::string& path) {
     auto bad_header = [&](const std::string& what) {
         return CheckpointDamaged(path + ": corrupt header: " + what + "; the file is damaged, use another checkpoint");
     };
+    for (size_t i = CKPT_GELU + 1; i < CKPT_HEADER_INTS; i++)
+        if (h[i] != 0)
+            throw bad_header("reserved header field " + std::to_string(i) + " is " + std::to_string(h[i]) +
+                             ", expected 0");
     if (h[10] != 0 && h[10] != 1) throw bad_header("qk_norm flag is " + std::to_string(h[10]) + ", expected 0 or 1");
     if (h[11] != 0 && h[11] != 1) throw bad_header("tied flag is " + std::to_string(h[11]) + ", expected 0 or 1");
     if (h[CKPT_NO_BIAS] != 0 && h[CKPT_NO_BIAS] != 1)

@@ -148,6 +148,16 @@ inline std::vector<int> complete_steps(const std::string& dir) {
     return steps;
 }
 
+// The world size a step's marker records ("step S world_size W"), or -1 when it cannot be read.
+inline int marker_world_size(const std::string& dir, int step) {
+    std::FILE* f = std::fopen(done_path(dir, step).c_str(), "r");
+    if (!f) return -1;
+    int s = -1, w = -1;
+    const bool ok = std::fscanf(f, "step %d world_size %d", &s, &w) == 2 && s == step;
+    std::fclose(f);
+    return ok ? w : -1;
+}
+
 // The newest step with a marker, or -1 when there is none.
 inline int newest_complete_step(const std::string& dir) {
     std::vector<int> s = complete_steps(dir);
@@ -214,9 +224,18 @@ inline LoadedCheckpoint load_checkpoint_at(const std::string& dir, int step, con
     LoadedCheckpoint ck;
     ck.dir = dir;
     ck.step = step;
-    const std::string mpath = model_path(dir, step);
+    const std::string mpath = model_path(dir, step), spath = state_path(dir, step, rank);
     ck.model = load_model_checkpoint(mpath);
+    // The headers carry no checksum: the step's other file says whether a mismatch is the user's or a
+    // damaged header's (CheckpointDamaged: the caller falls back). A model file of another model than
+    // its own state file records is damaged; so is a state file naming another model than a matching
+    // model file, another rank than its name, or another process count than the step's marker.
+    const std::optional<TrainStateHeader> sh = peek_train_state_header(spath);
     const std::optional<ModelDifference> diff = first_model_difference(ck.model.config, expected);
+    if (diff && sh && sh->config_hash == model_config_hash(expected))
+        throw CheckpointDamaged(mpath + ": the header describes another model (" +
+                                config_difference(ck.model.config, expected) + ") than its training state " + spath +
+                                " records; the file is damaged, use another checkpoint");
     if (diff)
         throw CheckpointModelMismatch(mpath + ": checkpoint is for a different model (checkpoint vs this run: " +
                                           config_difference(ck.model.config, expected) +
@@ -225,7 +244,18 @@ inline LoadedCheckpoint load_checkpoint_at(const std::string& dir, int step, con
     if (ck.model.step != step)
         throw CheckpointDamaged(mpath + ": header says step " + std::to_string(ck.model.step) + " but the name says " +
                                 std::to_string(step) + "; use another checkpoint");
-    const std::string spath = state_path(dir, step, rank);
+    if (sh) {
+        auto damaged = [&](const std::string& what) {
+            return CheckpointDamaged(spath + ": the header " + what + "; the file is damaged, use another checkpoint");
+        };
+        if (sh->config_hash != model_config_hash(expected))
+            throw damaged("describes another model than " + mpath + " (config hash mismatch)");
+        if (sh->rank != rank)
+            throw damaged("says rank " + std::to_string(sh->rank) + ", its name rank " + std::to_string(rank));
+        if (sh->world_size != world_size && marker_world_size(dir, step) == world_size)
+            throw damaged("says " + std::to_string(sh->world_size) + " processes, the step's marker " +
+                          std::to_string(world_size));
+    }
     ck.state = load_train_state(spath, expected, rank, world_size);
     if (ck.state.step != step)
         throw CheckpointDamaged(spath + ": header says step " + std::to_string(ck.state.step) + " but the name says " +
@@ -287,9 +317,11 @@ inline std::optional<LoadedCheckpoint> load_agreed_checkpoint(const std::string&
 // the newest complete step (a save in progress), nor the steps in `pinned` (the logit alarm's
 // pinned checkpoints, LogitAlarm::pinned_steps in llmc/train/logit_alarm.h; they do not count toward `keep`). A step's marker is removed
 // before its files, so a crash mid-prune leaves an unmarked step, never a marked incomplete one.
+// Whatever `keep` (0 included), the atomic-write temporaries ("<name>.tmp.XXXXXX") of steps up to the
+// newest complete one are deleted: pruning runs after every rank finished its save, so they are a
+// killed writer's; a kept step keeps only its own files.
 inline void prune_checkpoints(const std::string& dir, int keep, int protect_step = -1,
                               const std::vector<int>& pinned = {}) {
-    if (keep <= 0) return;
     std::vector<int> complete = complete_steps(dir);
     if (complete.empty()) return;
     const int newest = complete.back();
@@ -306,8 +338,9 @@ inline void prune_checkpoints(const std::string& dir, int keep, int protect_step
     for (const std::string& name : list_dir(dir)) {
         int step;
         CkptFileKind kind = parse_checkpoint_name(name, step);
-        if (kind == CkptFileKind::None || kept(step)) continue;
-        bool is_marker = kind == CkptFileKind::Done && name.find(".tmp.") == std::string::npos;
+        const bool temporary = name.find(".tmp.") != std::string::npos;
+        if (kind == CkptFileKind::None || (temporary ? step > newest : keep <= 0 || kept(step))) continue;
+        bool is_marker = kind == CkptFileKind::Done && !temporary;
         (is_marker ? markers : files).push_back(join_path(dir, name));
     }
     auto remove = [](const std::string& p) {
@@ -317,6 +350,24 @@ inline void prune_checkpoints(const std::string& dir, int keep, int protect_step
     for (const std::string& p : markers) remove(p);
     if (!markers.empty()) fsync_dir(dir);
     for (const std::string& p : files) remove(p);
+}
+
+// Deletes the atomic-write temporaries ("<name>.tmp.XXXXXX") that a killed training run left in dir:
+// those of checkpoint files and of the run's own files (config.json, config.toml, metrics.jsonl,
+// logit_stats.jsonl). Call only while holding dir's lock (llmc/io/output_lock.h) before writing:
+// then no other trainer writes there, and --eval-only's files (eval.json, attention maps) are left alone.
+inline void remove_stale_temporaries(const std::string& dir) {
+    static const char* const run_files[] = {"config.json", "config.toml", "metrics.jsonl", "logit_stats.jsonl"};
+    for (const std::string& name : list_dir(dir)) {
+        const size_t at = name.find(".tmp.");
+        if (at == std::string::npos) continue;
+        int step;
+        bool ours = parse_checkpoint_name(name, step) != CkptFileKind::None;
+        for (const char* f : run_files) ours = ours || name.compare(0, at, f) == 0;
+        if (ours && ::unlink(join_path(dir, name).c_str()) != 0 && errno != ENOENT)
+            std::cerr << "warning: could not delete a killed run's temporary file " << join_path(dir, name) << ": "
+                      << std::strerror(errno) << "\n";
+    }
 }
 
 }  // namespace llmc

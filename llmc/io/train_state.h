@@ -5,6 +5,7 @@
 // Host-only, no GPU needed.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@ namespace llmc {
 
 constexpr int STATE_MAGIC = 20250522;
 constexpr int STATE_VERSION = 1;
+constexpr size_t STATE_HEADER_USED = 19;  // header ints 0..18 hold fields (docs/formats.md), the rest are 0
 
 struct TrainState {
     int step = 0;                 // optimizer steps completed when it was written
@@ -86,6 +88,22 @@ inline void save_train_state(const std::string& path, const ModelConfig& config,
     f.commit();
 }
 
+// The header of a training-state file of this build's version: its step, rank, world size and
+// model config hash, unchecked (a damaged file may hold anything); nullopt when the file cannot be
+// read or is not such a file. Lets a caller that knows what the file should hold tell damage from
+// the user's mismatch (load_checkpoint_at).
+struct TrainStateHeader {
+    int step = 0, rank = 0, world_size = 0;
+    uint64_t config_hash = 0;
+};
+inline std::optional<TrainStateHeader> peek_train_state_header(const std::string& path) {
+    FilePtr f(std::fopen(path.c_str(), "rb"));
+    std::vector<int32_t> h(CKPT_HEADER_INTS);
+    if (!f || std::fread(h.data(), 1, CKPT_HEADER_BYTES, f.get()) != CKPT_HEADER_BYTES) return std::nullopt;
+    if (h[0] != STATE_MAGIC || h[1] != STATE_VERSION) return std::nullopt;
+    return TrainStateHeader{h[2], h[3], h[4], get_u64(h.data(), 7)};
+}
+
 // Reads the state file of this rank for a run of world_size processes training `config`.
 // Refuses (InputError) a different process count, rank or model; damage (size, checksum,
 // garbage header) is CheckpointDamaged so the caller can fall back to an older checkpoint.
@@ -119,6 +137,10 @@ inline TrainState load_train_state(const std::string& path, const ModelConfig& c
                          "resume with the model flags the checkpoint was trained with");
 
     const size_t n = param_layout(config).total;
+    for (size_t i = STATE_HEADER_USED; i < CKPT_HEADER_INTS; i++)
+        if (h[i] != 0)
+            throw CheckpointDamaged(path + ": reserved header field " + std::to_string(i) + " is " +
+                                    std::to_string(h[i]) + ", expected 0; the file is damaged, use another checkpoint");
     const uint64_t hn = get_u64(h.data(), 5), nmaster = get_u64(h.data(), 9), nrng = get_u64(h.data(), 11),
                    nloader = get_u64(h.data(), 13), nextra = get_u64(h.data(), 15);
     auto damaged = [&](const std::string& what) {

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "llmc/core/error.h"
+#include "llmc/io/atomic_file.h"
 
 namespace llmc {
 
@@ -82,9 +83,11 @@ private:
         while (left > 0) {
             const ssize_t n = ::write(fd, p, left);
             if (n < 0 && errno == EINTR) continue;
-            if (n <= 0)
-                throw InputError("writing to " + dir_ + "/" + name + " failed (" + std::strerror(n < 0 ? errno : EIO) +
-                                 "); free space on the file system of -o");
+            if (n <= 0) {
+                const int err = n < 0 ? errno : EIO;
+                throw InputError("writing to " + dir_ + "/" + name + " failed (" + std::strerror(err) + "); check " +
+                                 write_error_hint(err, dir_));
+            }
             p += n;
             left -= (size_t)n;
         }

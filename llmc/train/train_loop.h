@@ -225,6 +225,7 @@ inline void open_outputs(RunOutputs& o, const TrainConfig& cfg, const RunPlan& p
     if (ec) throw InputError("cannot create output directory " + out + " (" + ec.message() + "); choose another -o");
     if (cfg.rank != 0) return;
     o.lock.acquire(out);
+    remove_stale_temporaries(out);
     write_run_record(out, run_config_json(cfg, plan, model), config_toml, cfg, plan.resume ? plan.start_step() : -1,
                      plan.start_step() < plan.max_steps);
     if (plan.resume) {  // drop records the interrupted run wrote after its checkpoint

@@ -6,8 +6,9 @@
 // a fresh directory. What must hold after pruning (docs/reliability.md): nothing but checkpoint files
 // is deleted; the newest complete step, anything newer, the protected and pinned steps and the newest
 // `keep` other complete steps keep their marker and all their files; every other checkpoint file
-// (older steps, unfinished saves, temporaries) is gone when keep > 0; any step still marked complete
-// has all the files it had.
+// (older steps, unfinished saves, temporaries) is gone when keep > 0; the temporaries of steps up to
+// the newest complete one are gone whatever `keep`; any step still marked complete has all the
+// (non-temporary) files it had.
 #include <algorithm>
 #include <cstdint>
 #include <set>
@@ -88,8 +89,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const std::string& n : before) {
         const int step = step_of(n);
         // (with no complete step everything is newer than the newest: a first save in progress)
-        const bool kept =
-            step < 0 || keep <= 0 || must_keep.count(step) == 1 || complete.empty() || step >= complete.back();
+        const bool temporary = step >= 0 && n.find(".tmp.") != std::string::npos;
+        const bool kept = temporary ? complete.empty() || step > complete.back()
+                                    : step < 0 || keep <= 0 || must_keep.count(step) == 1 || complete.empty() ||
+                                          step >= complete.back();
         // only checkpoint files go, only when pruning, and then every one not kept
         FUZZ_CHECK(after.count(n) == (kept ? 1u : 0u));
     }
@@ -97,7 +100,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         FUZZ_CHECK(before.count(n) == 1);
         if (!is_marker(n)) continue;  // a step still marked complete keeps every file it had
         for (const auto& f : ckpt_files)
-            if (f.second == step_of(n)) FUZZ_CHECK(after.count(f.first) == 1);
+            if (f.second == step_of(n) && f.first.find(".tmp.") == std::string::npos)
+                FUZZ_CHECK(after.count(f.first) == 1);
     }
     return 0;
 }
