@@ -563,6 +563,8 @@ class Soak:
             if not (out / f).exists() or (out / f).read_bytes() != (self.ref / f).read_bytes():
                 raise SoakFailure(f"final {f} differs from the reference's")
         for f in ("metrics.jsonl", "logit_stats.jsonl"):
+            if masked(self.ref / f) is None:  # a reference without its records proves nothing
+                raise SoakFailure(f"the reference run wrote no {f}")
             if masked(out / f) != masked(self.ref / f):
                 raise SoakFailure(f"{f} differs from the reference's (timings masked)")
         if temporaries(out):

@@ -326,7 +326,8 @@ progress() {  # one line per running run: its newest step line (console.log)
   local k line
   for k in "${!names[@]}"; do
     alive "$k" || continue
-    line=$(grep -a '^step ' "${dirs[$k]}/console.log" 2>/dev/null | tail -n 1 | cut -c1-140)
+    # no console.log or no step line yet is normal at a run's start: never an error (set -e, pipefail)
+    line=$(grep -a '^step ' "${dirs[$k]}/console.log" 2>/dev/null | tail -n 1 | cut -c1-140) || line=""
     echo "== ${names[$k]} at $(( $(now) - START )) s: ${line:-starting}"
   done
 }

@@ -29,7 +29,9 @@ def test_quick_chaos_soak(tmp_path):
     if not BIN.exists():
         pytest.fail(f"{BIN} is missing; build it with `make train_gpt2_ls`")
     seed = os.environ.get("CHAOS_SOAK_SEED")
-    cmd = [sys.executable, str(SOAK), "--quick", "--work", str(tmp_path / "soak"), "--json", str(tmp_path / "c.json")]
+    # --disk fsize: no tmpfs mount that a killed test could leave behind (the long soak uses tmpfs as root)
+    cmd = [sys.executable, str(SOAK), "--quick", "--disk", "fsize", "--work", str(tmp_path / "soak"), "--json",
+           str(tmp_path / "c.json")]
     p = subprocess.Popen(cmd + (["--seed", seed] if seed else []), cwd=REPO, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:

@@ -308,7 +308,7 @@ def test_exp_pg19_budget_parallel_window(tmp_path):
     if not (SHARED / "pg19" / "pg45265.txt").exists():
         pytest.skip(f"no PG-19 books at {SHARED / 'pg19'} (set SHARED_DATA)")
     out = tmp_path / "win"
-    env = dict(ENV, STAGGER_SMOKE="8", PROGRESS_EVERY="5")
+    env = dict(ENV, STAGGER_SMOKE="8", PROGRESS_EVERY="1")  # ticks before a run has its first step line
     budget = 36
     p = subprocess.run(["bash", str(REPO / "scripts" / "exp_pg19.sh"), "--smoke", "--out", str(out), "--source",
                         str(SHARED / "pg19"), "--budget", str(budget), "--parallel", "1", "--check-cmd", "true",

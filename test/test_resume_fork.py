@@ -227,9 +227,10 @@ def test_a_new_run_never_overwrites_a_run_without_a_checkpoint(byte_data, tmp_pa
     run(data_args(byte_data) + COMMON + ["-o", src, "-x", 2, "-n", 2])
     assert_refused(["--fork-from", src / "model_00000002.bin", "-o", killed, "-x", 4], killed,
                    "continue it with -y 1")
-    p = run(["-o", killed, "-y", 1, "--threads", 1])
+    p = run(["-o", killed, "-y", 1, "--threads", 1, "--seed", 5])
     assert "note: -y 1: " + str(killed) + " has no complete checkpoint yet; its run starts again from step 0" \
         in p.stderr
+    assert "note: -y 1: starting again from step 0 with --seed 5 (was 1337)" in p.stderr  # a flag over the record
     assert sorted(train_losses(killed)) == [1, 2, 3]
 
 
@@ -270,7 +271,8 @@ def test_config_of_a_run_whose_settings_changed_asks_for_each_value(byte_data, t
     assert_refused(["--config", src / "config.json", "-o", copy, "-x", 5, "--threads", 1], copy,
                    "while it trained: --z-loss (0 at the start, 0.0001 at the end);")
     p = run(["--config", src / "config.json", "-o", copy, "-x", 5, "--z-loss", "1e-4", "--threads", 1])
-    assert f"note: --config {src / 'config.json'}: a new run with that run's settings and model" in p.stderr
+    assert (f"note: --config {src / 'config.json'}: that run's recorded settings and model, under the flags "
+            "given here") in p.stderr
     train = json.loads((copy / "config.json").read_text())["train"]
     assert train["max_steps"] == 5 and train["z_loss"] == pytest.approx(1e-4)
     assert sorted(train_losses(copy)) == [1, 2, 3, 4, 5]

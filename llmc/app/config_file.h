@@ -125,8 +125,8 @@ private:
                                  "with the value you want (or --fork-from a checkpoint to continue the run)");
             }
             std::fprintf(stderr,
-                         "note: --config %s: a new run with that run's settings and model; flags given here "
-                         "override them\n",
+                         "note: --config %s: that run's recorded settings and model, under the flags given "
+                         "here\n",
                          file.c_str());
             for (const FlagValue& fv : record_flag_values(record, file)) {
                 items.emplace_back();

@@ -63,7 +63,7 @@ inline void note_resume_without_checkpoint(const std::string& dir) {
     if (!run_files_in(dir).empty()) {
         std::fprintf(stderr,
                      "note: -y 1: %s has no complete checkpoint yet; its run starts again from step 0 with its "
-                     "recorded settings\n",
+                     "recorded settings and the flags given\n",
                      dir.c_str());
         return;
     }

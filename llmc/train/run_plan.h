@@ -10,6 +10,7 @@
 #include <string>
 
 #include "llmc/app/output_intent.h"
+#include "llmc/app/run_history.h"
 #include "llmc/app/run_record.h"
 #include "llmc/app/train_config.h"
 #include "llmc/core/backend.h"
@@ -77,7 +78,11 @@ inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, con
     if (cfg.rank == 0) check_output_unlocked(out);
     if (cfg.resume) {
         std::optional<LoadedCheckpoint> from = load_agreed_checkpoint(out, m, comm);
-        if (!from && cfg.rank == 0) note_resume_without_checkpoint(out);
+        if (!from && cfg.rank == 0) {
+            note_resume_without_checkpoint(out);
+            for (const SettingChange& c : cfg.record_changes)  // flags given over the record: said, as a resume does
+                std::fprintf(stderr, "note: -y 1: starting again from step 0 with %s\n", describe_change(c).c_str());
+        }
         return from;
     }
     if (!cfg.fork_from.empty()) {
