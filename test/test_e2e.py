@@ -221,7 +221,8 @@ def test_bad_checkpoints(trained, byte_data, tmp_path):
     ref, _ = trained
     args = data_args(byte_data) + TINY + ["-x", 30, "-y", 1]
 
-    # a checkpoint written by another process count is refused
+    # a checkpoint written by another process count is refused (its state header and its step's marker
+    # both say 2; a header alone that disagrees with its marker is damage, test_chaos_soak.py)
     d = tmp_path / "world"
     shutil.copytree(ref, d)
     for step in (10, 20):
@@ -229,6 +230,7 @@ def test_bad_checkpoints(trained, byte_data, tmp_path):
         b = bytearray(st.read_bytes())
         b[16:20] = struct.pack("<i", 2)  # header[4] = world size
         st.write_bytes(bytes(b))
+        (d / f"DONE_{step:08d}").write_text(f"step {step} world_size 2\n")
     assert_refused(args + ["-o", d], d, "written by 2 processes")
 
     # every complete checkpoint damaged: refused
