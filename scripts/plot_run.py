@@ -7,9 +7,10 @@ Reads from each directory what the trainer writes there (docs/formats.md): metri
 val_loss, max_attn_logit, spike flags per step), logit_stats.jsonl (per layer and head max/min
 attention logit and entropy) and config.json (the run's configuration, used for the legend).
 Writes, with PREFIX = --out (default: OUT_DIR/plot of the first OUT_DIR),
-    PREFIX_loss.{png,svg}      training loss (thin) and validation loss (markers) vs step
+    PREFIX_loss.{png,svg}      training loss (thin) and validation loss (dashed, every point marked) vs step
     PREFIX_logits.{png,svg}    per layer: max pre-softmax attention logit vs step
-                               (--heads max: the max over the layer's heads, one colour per run;
+                               (--heads max: the max over the layer's heads, one colour and one
+                                marker shape per run;
                                 --heads all: one line per head, one colour per head, one marker shape
                                 per run, global heads solid, local dashed)
     PREFIX_entropy.{png,svg}   per layer: attention entropy (nats) vs step
@@ -26,7 +27,9 @@ Writes, with PREFIX = --out (default: OUT_DIR/plot of the first OUT_DIR),
                                per attention variant (runs of several T and C)
     PREFIX_summary.md          the summary table, also printed on stdout
 Legends lie outside the axes (runs below the panels, heads on the right), a label longer than the
-figure is wide wrapped between its pieces. A run's label names its
+figure is wide wrapped between its pieces; a title too wide for the figure is wrapped, never cut. With
+several runs each has a colour and a marker shape (at staggered steps), so that runs whose curves
+coincide are still told apart. A run's label names its
 attention (MHSA, LS G=g/NH P=p, all-local), every stabilizer that is on (QK-norm, soft-cap, z-loss,
 QK-Clip, logit alarm, skip spikes, a non-default grad-clip), T, C, L, lr, seed; the pieces all runs
 share form the title. A training flag changed on resume (config.json's "history") is noted in the
@@ -44,6 +47,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import textwrap
 import warnings
@@ -440,16 +444,21 @@ def head_color(h, nh):
     return matplotlib.colormaps["turbo"](h / (nh - 1))
 
 
+def run_marker(i, n, npoints):
+    """Run i of n's marker shape, at staggered steps (so that none hides another); none for a single run.
+    Runs whose curves coincide are then still told apart: the curve drawn last has the other runs' marks on it."""
+    if n <= 1:
+        return {}
+    every = max(1, npoints // 6)
+    return {"marker": RUN_MARKERS[i % len(RUN_MARKERS)], "markevery": (i * every // n, every), "ms": 3.5}
+
+
 def line_style(heads, i, n, h, nh, npoints):
     """Colour and marker of run i of n (head h of nh with --heads all; h None: the run's aggregate line).
-    --heads max: one colour per run. --heads all: one colour per head, one marker shape per run (no
-    marker with a single run), so that both heads and runs are told apart."""
-    if heads == "max" or h is None:
-        return {"color": color(i, n)}
-    style = {"color": head_color(h, nh)}
-    if n > 1:
-        every = max(1, npoints // 6)  # runs' markers at staggered steps, so that none hides another
-        style.update(marker=RUN_MARKERS[i % len(RUN_MARKERS)], markevery=(i * every // n, every), ms=3.5)
+    --heads max: one colour and one marker shape per run. --heads all: one colour per head, one marker
+    shape per run. No marker with a single run."""
+    style = {"color": color(i, n) if heads == "max" or h is None else head_color(h, nh)}
+    style.update(run_marker(i, n, npoints))
     return style
 
 
@@ -459,7 +468,8 @@ def legend_handles(heads, runs, labels, head_globals):
     from matplotlib.lines import Line2D
     n = len(runs)
     if heads == "max":
-        return [Line2D([], [], color=color(i, n), label=lab) for i, lab in enumerate(labels)], []
+        return [Line2D([], [], color=color(i, n), marker=RUN_MARKERS[i % len(RUN_MARKERS)] if n > 1 else None,
+                       ms=3.5, label=lab) for i, lab in enumerate(labels)], []
     run_h = [Line2D([], [], color="k", lw=0.8, marker=RUN_MARKERS[i % len(RUN_MARKERS)] if n > 1 else None,
                     ms=3.5, label=lab) for i, lab in enumerate(labels)]
     nh = len(head_globals)
@@ -520,6 +530,39 @@ def fit_legend(fig, legend, margin=0.02):
         fig.set_figheight(fig.get_figheight() + (sum(t.get_text().count("\n") for t in texts) - lines_before) * line_in)
 
 
+def wrap_title(text, width):
+    """A title broken into lines of at most `width` characters after a ", " or "; " or before a " - " between
+    its pieces (a piece longer than `width` at its spaces)."""
+    pieces = re.split(r"(?<=[,;]) | (?=- )", text)
+    lines = []
+    for piece in pieces:
+        if lines and len(lines[-1]) + 1 + len(piece) <= width:
+            lines[-1] += " " + piece
+        else:
+            lines += textwrap.wrap(piece, max(width, 1), break_on_hyphens=False) or [piece]
+    return "\n".join(lines)
+
+
+def fit_title(fig, artist, margin=0.02):
+    """Wraps a title (the figure's suptitle or an axes title; wrap_title) until it lies within the figure
+    less `margin` on each side, and makes the figure taller by the lines added. The whole text is kept: cut
+    to a fixed length, or set on one line in a narrow figure (one panel per layer, 1 layer), it lost its ends."""
+    text = artist.get_text()
+    width = len(text)
+    line_in = artist.get_fontsize() * 1.25 / 72  # height of one more line of text, inches
+    for _ in range(40):
+        fig.canvas.draw()
+        box = artist.get_window_extent(fig.canvas.get_renderer())
+        room = fig.bbox.width * margin
+        if (box.x0 >= fig.bbox.x0 + room and box.x1 <= fig.bbox.x1 - room) or width <= 10:
+            return
+        have = fig.bbox.width * (1 - 2 * margin)
+        width = max(10, min(width - 1, int(width * have / max(box.width, 1.0))))
+        lines_before = artist.get_text().count("\n")
+        artist.set_text(wrap_title(text, width))
+        fig.set_figheight(fig.get_figheight() + (artist.get_text().count("\n") - lines_before) * line_in)
+
+
 def add_legends(fig, run_handles, head_handles, note_handles=()):
     """Legends outside the axes (constrained layout makes room): runs below the panels, heads on the right;
     labels too long for the figure's width are wrapped (fit_legend)."""
@@ -564,22 +607,28 @@ def plot_loss(plt, runs, labels, title):
     from matplotlib.lines import Line2D
     marked = any(markers_of(r.config) for r in runs)
     fig, ax = plt.subplots(figsize=(7, 4.2 + 0.12 * len(runs) + (1.0 if marked else 0)), layout="constrained")
+    n = len(runs)
     for i, run in enumerate(runs):
-        c = color(i, len(runs))
-        ax.plot([r["step"] for r in run.train], [num(r.get("loss")) for r in run.train], lw=0.8, alpha=0.7, color=c)
+        c = color(i, n)
+        ax.plot([r["step"] for r in run.train], [num(r.get("loss")) for r in run.train], lw=0.8, alpha=0.7, color=c,
+                **run_marker(i, n, len(run.train)))
         if run.val:
             ax.plot([r["step"] for r in run.val], [num(r["val_loss"]) for r in run.val], color=c,
-                    marker="o", ms=3, lw=1.5, ls="--")
+                    marker=RUN_MARKERS[i % len(RUN_MARKERS)] if n > 1 else "o", lw=1.5, ls="--",
+                    # several runs: hollow, the earlier runs' larger, so that a point under another shows
+                    **({"mfc": "none", "ms": 3 + 2 * (n - 1 - i) / max(1, n - 1) * 2} if n > 1 else {"ms": 3}))
     draw_markers(ax, runs, "max", with_text=True)
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy (nats/token)")
-    ax.set_title(("loss" + (f" - {title}" if title else ""))[:110], fontsize=9)
+    ax.set_title("loss" + (f" - {title}" if title else ""), fontsize=9)
     ax.grid(alpha=0.3)
     notes = [Line2D([], [], color="grey", lw=0.8, label="train (thin)"),
-             Line2D([], [], color="grey", lw=1.5, ls="--", marker="o", ms=3, label="val (markers)")]
+             Line2D([], [], color="grey", lw=1.5, ls="--", marker="o", ms=3, mfc="none" if n > 1 else None,
+                    label="val (dashed, every point marked)")]
     if marked:
         notes.append(Line2D([], [], color="grey", lw=0.8, ls="-.", label="flags changed on resume / fork"))
     add_legends(fig, legend_handles("max", runs, labels, [])[0], [], notes)
+    fit_title(fig, ax.title)
     return fig
 
 
@@ -647,8 +696,9 @@ def plot_per_layer(plt, runs, labels, title, field, heads, ylabel, threshold=Non
         label_panel(ax, layer, ncol, nrow, L, ylabel)
     how = {"max": {"max": "max over heads", "all": "each head (global solid, local dashed)"},
            "entropy": {"max": "mean over heads", "all": "each head (global solid, local dashed)"}}[field][heads]
-    fig.suptitle((f"{ylabel}: {how}" + (f" - {title}" if title else ""))[:120], fontsize=9)
+    suptitle = fig.suptitle(f"{ylabel}: {how}" + (f" - {title}" if title else ""), fontsize=9)
     add_legends(fig, *legend_handles(heads, runs, labels, hg))
+    fit_title(fig, suptitle)
     return fig
 
 
@@ -726,7 +776,7 @@ def plot_near_far(plt, runs, labels, title, heads):
                "near_far_logits": {"max": "max over heads, near keys (solid) / far keys (dotted)",
                                    "all": "each head, near keys (solid) / far keys (dotted)"}}[name][heads]
         near_txt = f"near: i-j < N, N={nvals[0]}" if len(nvals) == 1 else "near: i-j < N"
-        fig.suptitle((f"{ylabel}: {how}; {near_txt}" + (f" - {title}" if title else ""))[:140], fontsize=8)
+        suptitle = fig.suptitle(f"{ylabel}: {how}; {near_txt}" + (f" - {title}" if title else ""), fontsize=8)
         run_h, head_h = legend_handles(heads, runs, labels, hg)
         for hd, d in zip(run_h, data):
             if len(nvals) > 1 and d is not None:
@@ -735,6 +785,7 @@ def plot_near_far(plt, runs, labels, title, heads):
         if name == "near_far_logits" and heads == "all":  # near/far by line style, heads keep theirs
             head_h = [Line2D([], [], color=hd.get_color(), label=hd.get_label()) for hd in head_h]
         add_legends(fig, run_h, head_h)
+        fit_title(fig, suptitle)
         figures.append((name, fig))
     return figures
 

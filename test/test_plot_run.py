@@ -1,8 +1,9 @@
 """Tests of scripts/plot_run.py's labels and figures (docs/experiments.md): the legend label is a pure
 function of config.json's content (plain GPT-2 MHSA, LS with G/P, each stabilizer, training flags
 changed on resume, a fork); end to end on two tiny real training runs: the legends lie outside the
-axes, every head of a run and every run are told apart with --heads all, the history markers are
-drawn, and --out defaults to the first run's directory.
+axes, every head of a run and every run are told apart with --heads all, runs whose curves coincide by
+their marker shapes, titles lie whole inside the figure (a 1-layer run, a long common title), the history
+markers are drawn, and --out defaults to the first run's directory.
 
 The trainer is $TRAINER, else $TRAIN_GPT2_LS, else the repository's ./train_gpt2_ls (`make` builds it).
 """
@@ -13,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -287,3 +289,96 @@ def test_malformed_history_or_fork_is_refused(tmp_path, extra, expect):
     (run / "config.json").write_text("{")
     p = subprocess.run([sys.executable, str(PLOT), str(run), "--formats", "png"], capture_output=True, text=True)
     assert p.returncode == 1 and "config.json is not valid JSON" in p.stderr and p.stderr.count("\n") == 1
+
+
+def titles_of(fig):
+    """The figure's suptitle and its axes' titles, as Text artists."""
+    texts = [fig._suptitle] if fig._suptitle is not None else []
+    return texts + [ax.title for ax in fig.axes if ax.get_title()]
+
+
+def check_titles_inside(fig):
+    """Every title lies wholly inside the figure (none of its text cut off)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for t in titles_of(fig):
+        box = t.get_window_extent(renderer)
+        assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and fig.bbox.y0 <= box.y0 and box.y1 <= fig.bbox.y1, \
+            ("title past the figure's edge", t.get_text(), box, fig.bbox)
+
+
+def twin_runs(ls, tmp_path, layers_run=None):
+    """Two copies of one run's records (so their curves coincide) whose configs share many stabilizers and
+    differ only in the seed: the title (their common pieces) is long, the labels short."""
+    runs = []
+    for seed in (1, 2):
+        run = tmp_path / f"twin_{seed}"
+        run.mkdir()
+        src = layers_run or ls
+        for name in ["metrics.jsonl", "logit_stats.jsonl"]:
+            (run / name).write_bytes((src / name).read_bytes())
+        cfg = json.loads((src / "config.json").read_text())
+        cfg["train"].update(seed=seed, z_loss=1e-4, qk_clip=100.0, logit_alarm=6.0, skip_spikes=5.0, grad_clip=0.5)
+        cfg["model"].update(qk_norm=True, attn_softcap=30.0)
+        (run / "config.json").write_text(json.dumps(cfg))
+        runs.append(plot_run.Run(str(run)))
+    return runs
+
+
+@pytest.fixture(scope="module")
+def one_layer_run(two_runs):
+    """A 1-layer run: one panel per figure, the narrowest figure (its titles were cut at both sides)."""
+    d = two_runs[0]
+    out = d / "one_layer"
+    sh([BIN, "-i", f"{d}/data/train_*.bin", "-j", f"{d}/data/val_*.bin", "--layers", "1", "--channels", "16",
+        "--heads", "4", "--max-seq-len", "32", "-b", "2", "-t", "32", "-x", "6", "-v", "3", "-m", "1", "-s", "0",
+        "-l", "3e-2", "-u", "2", "--threads", "1", "--device", "cpu", "-o", out, "--global-heads", "1",
+        "--window", "4"])
+    return out
+
+
+@pytest.mark.parametrize("heads", ["max", "all"])
+@pytest.mark.parametrize("which", ["one_layer", "twins"])
+def test_titles_fit_whole_inside_the_figure(two_runs, one_layer_run, tmp_path, heads, which):
+    """A title wider than the figure (a 1-layer run's one panel; the long common title of runs that share many
+    settings) is wrapped, whole: it was cut to 110-140 characters, and past both edges of a narrow figure."""
+    _, _, ls, _ = two_runs
+    runs = [plot_run.Run(str(one_layer_run))] if which == "one_layer" else twin_runs(ls, tmp_path)
+    labels, title = plot_run.run_labels(runs)
+    if which == "twins":
+        assert len(title) > 100 and labels == ["seed 1", "seed 2"], (title, labels)
+    import matplotlib.pyplot as plt
+    for name, fig in plot_run.build_figures(runs, labels, title, heads=heads):
+        check_titles_inside(fig)
+        check_legends_outside(fig)
+        main = titles_of(fig)[0].get_text().replace("\n", " ")
+        assert main.endswith(f" - {title}"), (name, main)  # nothing lost
+        plt.close(fig)
+
+
+@pytest.mark.parametrize("heads", ["max", "all"])
+def test_runs_whose_curves_coincide_are_told_apart(two_runs, tmp_path, heads):
+    """Two runs with the same records: every curve of one lies on the other's. Each run has its own marker
+    shape (not only a colour: the curve drawn last hid the other), and the legend shows it."""
+    _, _, ls, _ = two_runs
+    runs = twin_runs(ls, tmp_path)
+    labels, title = plot_run.run_labels(runs)
+    import matplotlib.pyplot as plt
+    for name, fig in plot_run.build_figures(runs, labels, title, heads=heads):
+        for ax in fig.axes:
+            lines = [ln for ln in ax.get_lines() if len(ln.get_xdata()) > 1 and ln.get_linestyle() != "None"]
+            for i, a in enumerate(lines):
+                for b in lines[i + 1:]:
+                    same = (list(a.get_xdata()) == list(b.get_xdata())
+                            and np.array_equal(np.asarray(a.get_ydata(), float), np.asarray(b.get_ydata(), float),
+                                               equal_nan=True))
+                    # --heads all: a colour per head, so coinciding heads of one run cannot differ; the same
+                    # head of two runs must
+                    one_head = heads == "max" or a.get_color() == b.get_color()
+                    if same and a.get_linestyle() == b.get_linestyle() and one_head:
+                        assert a.get_marker() not in (None, "None", "") and a.get_marker() != b.get_marker(), \
+                            (name, ax.get_title(), a.get_marker(), b.get_marker())
+        legend = fig.legends[0]
+        shapes = {h.get_marker() for h in legend.legend_handles if h.get_label() in labels}
+        assert len(shapes) == 2 and None not in shapes and "None" not in shapes, (name, shapes)
+        plt.close(fig)
