@@ -49,11 +49,13 @@ std::unique_ptr<llmc::Backend> load_backend(const llmc::GenerateConfig& g, const
     return backend;
 }
 
-// Samples g.tokens tokens after the prompt, streaming each to stdout as it is chosen. Once every input
+// Prints the prompt (prompt_echo; not with --print-ids, which prints the new tokens' ids only), then
+// samples g.tokens tokens after it, streaming each to stdout as it is chosen. Once every input
 // is checked, says on stderr what came from the checkpoint's run (`taken`) and whether the context
 // goes past the length the model was trained at.
 int run_generation(const llmc::GenerateConfig& g, const llmc::ModelCheckpoint& ck, const std::string& taken) {
     const llmc::GenerationInput in = llmc::generation_input(g, ck.config);
+    const std::string echo = g.print_ids ? "" : llmc::prompt_echo(in);  // decoded now: a bad id is refused first
     const std::unique_ptr<llmc::Backend> model = load_backend(g, ck, nullptr);
     const int positions = (int)std::min<int64_t>((int64_t)in.prompt.size() + g.tokens, in.max_len);
     const std::string length_note = llmc::past_trained_length_note(ck, g.model, positions, "generation");
@@ -74,6 +76,7 @@ int run_generation(const llmc::GenerateConfig& g, const llmc::ModelCheckpoint& c
         }
         std::fflush(stdout);
     };
+    std::fwrite(echo.data(), 1, echo.size(), stdout);
     const auto t0 = std::chrono::steady_clock::now();
     const std::vector<int> out =
         llmc::generate(*model, in.prompt, g.tokens, in.max_len, g.greedy ? 0.0f : g.temperature, rng, opt);

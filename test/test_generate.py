@@ -2,8 +2,8 @@
 root, on a tiny LS model trained for a few steps by train_gpt2_ls on byte-level tiny Shakespeare
 (the helpers and the data fixture come from run_helpers.py and conftest.py): KV-cached output equals the uncached
 path (--no-cache) token for token, greedy and sampled, with the context window sliding; the same
-seed reproduces the output; text is the tokenizer's decoding of the ids; bad input fails with one
-line and exit code 1.
+seed reproduces the output; text is the tokenizer's decoding of the ids, after the prompt's text; bad
+input fails with one line and exit code 1.
 
 Text prompts (--prompt, --prompt-file, llmc/text/bpe_encoder.h): --encode-only's ids must equal
 tiktoken's GPT-2 encode_ordinary exactly (after the EOT put first) on the whole tiny Shakespeare,
@@ -89,6 +89,22 @@ def test_text_is_the_decoding_of_the_ids(model):
     text = gen(common + ["--tokenizer", tok]).stdout
     token_ids = ids(gen(common + ["--prompt-ids", "10", "--print-ids"]))  # the tokenizer's EOT is 10
     assert text == bytes(token_ids) + b"\n"  # byte-level tokenizer: token i is byte i
+
+
+def test_the_text_is_the_prompt_then_the_continuation(model):
+    """As nanoGPT's sample.py prints the decoded start and its continuation: stdout is the prompt's text,
+    then the generated text, then a newline. A leading EOT (the document start of --prompt TEXT and of the
+    default prompt) is not echoed; --print-ids prints the new tokens' ids only."""
+    ckpt, tok = model
+    common = ["-e", ckpt, "-n", 20, "--seed", 9, "--threads", 1, "--tokenizer", tok]
+    for prompt in [["--prompt", "First"], ["--prompt-ids", "10,70,105,114,115,116"],
+                   ["--prompt-ids", "70,105,114,115,116"]]:
+        text = gen(common + prompt).stdout
+        new = ids(gen(common + prompt + ["--print-ids"]))
+        assert len(new) == 20 and text == b"First" + bytes(new) + b"\n", (prompt, text, new)
+    # a mid-prompt EOT (byte 10, a newline) is the prompt's own: echoed
+    text = gen(common + ["--prompt-ids", "10,70,10,105"]).stdout
+    assert text.startswith(b"F\ni") and len(text) == 3 + 20 + 1, text
 
 
 def test_the_text_ends_its_line_before_the_summary_in_one_stream(model):

@@ -82,7 +82,8 @@ public:
             ->capture_default_str()
             ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
         a.add_flag("--no-cache", c.no_cache, "no KV cache: a full forward pass per token (the reference path)");
-        a.add_flag("--print-ids", c.print_ids, "print the generated token ids, one per line, instead of text");
+        a.add_flag("--print-ids", c.print_ids,
+                   "print the generated token ids, one per line, instead of the prompt and the text");
         a.add_option("--threads", c.threads,
                      "OpenMP threads (0 = OMP_NUM_THREADS, else the CPUs this process may use; as the trainer's)")
             ->capture_default_str()

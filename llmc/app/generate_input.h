@@ -80,4 +80,15 @@ inline GenerationInput generation_input(const GenerateConfig& g, const ModelConf
     return in;
 }
 
+// The prompt as generate_gpt2_ls echoes it on stdout before the continuation (as nanoGPT's sample.py
+// prints the decoded start): its tokens' bytes, without a leading EOT (the document start a text prompt
+// and the default prompt begin with: the text the user gave, not "<|endoftext|>"). Without a
+// tokenizer, each id as <id>, as the continuation prints.
+inline std::string prompt_echo(const GenerationInput& in) {
+    const bool leading_eot =
+        in.tokenizer.present() && !in.prompt.empty() && in.prompt.front() == in.tokenizer.eot_token();
+    const size_t from = leading_eot ? 1 : 0;
+    return in.tokenizer.decode(in.prompt.data() + from, in.prompt.size() - from);
+}
+
 }  // namespace llmc
