@@ -150,3 +150,25 @@ def test_generate_past_the_trained_length_prints_one_note(trained_run, byte_data
                      f"trained at (-t {T_TRAINED}); positions beyond them were never trained"]
     capped = gen(["-e", ckpt, "-n", 40, "--max-len", T_TRAINED] + tok)  # the context kept is at most 32
     assert length_notes(capped) == []
+
+
+@pytest.mark.parametrize("key,value,flag", [("warmup_steps", -5, "warmup-steps"), ("learning_rate", "fast", "learning")])
+def test_every_reader_refuses_a_record_value_its_flag_refuses(trained_run, tmp_path, key, value, flag):
+    """config.json has one reader (llmc/app/run_record.h): a recorded value that its flag refuses is refused by
+    --eval-only and generate_gpt2_ls of a checkpoint as by -y 1, in one line naming the file and the setting
+    (eval and generate read only four fields and took the rest; -y 1 named -u, which nobody typed, not the file)."""
+    import json
+    src, _ = trained_run
+    out = tmp_path / "run"
+    shutil.copytree(src, out)
+    conf = json.loads((out / "config.json").read_text())
+    conf["train"][key] = value
+    (out / "config.json").write_text(json.dumps(conf))
+    ckpt = out / "model_00000004.bin"
+    for p in (run(["-o", out, "-y", 1, "-x", 5, "--threads", 1], check=False),
+              run(["--eval-only", "-e", ckpt, "--threads", 1], check=False),
+              gen(["-e", ckpt, "-n", 2, "--threads", 1], check=False)):
+        err = p.stderr if isinstance(p.stderr, str) else p.stderr.decode()
+        lines = err.strip().splitlines()
+        assert p.returncode != 0 and len(lines) == 1 and lines[0].startswith("error: "), err
+        assert str(out / "config.json") in lines[0] and flag in lines[0] and "restore the file" in lines[0], lines[0]

@@ -492,6 +492,45 @@ TEST_CASE("the flags given are one notion: typed or by --config, for the record 
         Contains(run + "/config.json: has no \"train\" object") && Contains("give the settings as flags"));
 }
 
+TEST_CASE("recorded_settings: a train object as typed settings, each value checked by its flag", "[run_record]") {
+    const nlohmann::ordered_json rec =
+        record_of({"-i", "/d/train_*.bin", "-t", "32", "-l", "2e-3", "--z-loss", "1e-4"});
+    const llmc::TrainConfig t = llmc::recorded_settings(rec["train"], "r/config.json");
+    REQUIRE(t.train_data == "/d/train_*.bin");
+    REQUIRE(t.seq_len == 32);
+    REQUIRE(t.learning_rate == 2e-3f);
+    REQUIRE(t.z_loss == 1e-4f);
+    REQUIRE(t.was_given("seq-len"));  // the record holds every row it writes
+    // a key absent: the flag's default, and not given
+    nlohmann::ordered_json partial = rec["train"];
+    partial.erase("seq_len");
+    const llmc::TrainConfig p = llmc::recorded_settings(partial, "r/config.json");
+    REQUIRE(p.seq_len == llmc::TrainConfig().seq_len);
+    REQUIRE_FALSE(p.was_given("seq-len"));
+    // a value of another type, or one its flag's rule refuses: one error naming the file and the key
+    nlohmann::ordered_json bad = rec["train"];
+    bad["warmup_steps"] = -5;
+    REQUIRE_THROWS_WITH(llmc::recorded_settings(bad, "r/config.json"),
+                        Contains("config file r/config.json: 'train.warmup_steps': -u/--warmup-steps must be >= 0"));
+    bad = rec["train"];
+    bad["batch_size"] = "four";
+    REQUIRE_THROWS_WITH(llmc::recorded_settings(bad, "r/config.json"),
+                        Contains("'train.batch_size' is \"four\", not a value of that setting"));
+    // the same record's parts through the one reader: "forked_from" and "data"
+    nlohmann::ordered_json fork = rec;
+    REQUIRE_FALSE(llmc::recorded_fork(fork));
+    fork["forked_from"] = {{"checkpoint", "a/model_00000004.bin"}, {"step", 4}, {"tokens", 512}};
+    REQUIRE(llmc::recorded_fork(fork)->step == 4);
+    REQUIRE(*llmc::recorded_fork(fork)->tokens == 512);
+    fork["data"] = {{"train", {{"glob", "/d/train_*.bin"}, {"shards", 2}, {"tokens", 1000}}}};
+    const llmc::RecordedData data = llmc::recorded_data(fork, "r/config.json");
+    REQUIRE(data.known());
+    REQUIRE(data.glob() == "/d/train_*.bin");
+    REQUIRE(data.train_count("tokens") == 1000);
+    REQUIRE(data.train_count("shards") == 2);
+    REQUIRE_FALSE(llmc::recorded_data(rec, "r/config.json").known());
+}
+
 TEST_CASE("paths are recorded absolute, so a run resumes from any directory", "[run_history]") {
     const std::string cwd = std::filesystem::current_path().string();
     REQUIRE(llmc::recorded_form("train_data", std::string("d/train_*.bin")) == cwd + "/d/train_*.bin");

@@ -45,9 +45,10 @@ struct CheckpointRun {
     RecordedData data;        // the data identity the run recorded
 };
 
-// The config.json in the checkpoint's directory (read_run_record, the one reader), with the history
-// entries before the checkpoint's step applied (all of them when its name has no step); nullopt when
-// there is none. A file that cannot be read as a run's record is refused, naming it.
+// The config.json in the checkpoint's directory (read through llmc/app/run_record.h, the one reader),
+// with the history entries before the checkpoint's step applied (all of them when its name has no
+// step); nullopt when there is none. A file that cannot be read as a run's record, or that records a
+// value its flag refuses, is refused, naming it.
 inline std::optional<CheckpointRun> read_checkpoint_run(const std::string& checkpoint) {
     const std::filesystem::path dir = std::filesystem::path(checkpoint).parent_path();
     CheckpointRun run;
@@ -59,18 +60,13 @@ inline std::optional<CheckpointRun> read_checkpoint_run(const std::string& check
     const bool named =
         parse_checkpoint_name(std::filesystem::path(checkpoint).filename().string(), step) == CkptFileKind::Model;
     const nlohmann::ordered_json record = read_run_record(run.config_path, fix);
-    const nlohmann::ordered_json t = effective_train(record, run.config_path, named ? step - 1 : INT_MAX);
+    const TrainConfig t =
+        recorded_settings(effective_train(record, run.config_path, named ? step - 1 : INT_MAX), run.config_path);
     run.data = recorded_data(record, run.config_path);
-    const auto positive = [&](const char* key) {
-        const int v = recorded_setting(t, key, 0, run.config_path);
-        if (t.contains(key) && v < 1)
-            throw InputError("config file " + run.config_path + ": '" + key + "' is not a positive integer; " + fix);
-        return v;
-    };
-    run.train_data = recorded_setting(t, "train_data", std::string(), run.config_path);
-    run.val_data = recorded_setting(t, "val_data", std::string(), run.config_path);
-    run.seq_len = positive("seq_len");
-    run.batch_size = positive("batch_size");
+    run.train_data = t.train_data;
+    run.val_data = t.val_data;
+    run.seq_len = t.was_given("seq-len") ? t.seq_len : 0;
+    run.batch_size = t.was_given("batch-size") ? t.batch_size : 0;
     return run;
 }
 

@@ -1,5 +1,5 @@
-// The data a run recorded in config.json's "data" (llmc/io/data_identity.h data_identity_json) and
-// the check every reader of the run makes with it (docs/training.md "A run's data identity"):
+// The data a run recorded in config.json's "data" (recorded_data, llmc/app/run_record.h) and the
+// check every reader of the run makes with it (docs/training.md "A run's data identity"):
 //   --eval-only          -j (given, or the run's own) against the run's training tokenizer
 //   generate_gpt2_ls     --tokenizer (given, or the run's) against the run's tokenizer.bin
 //   -y 1, --fork-from    -i and -j now against the run's training tokenizer
@@ -14,40 +14,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "llmc/app/run_record.h"
 #include "llmc/core/error.h"
 #include "llmc/io/checkpoint.h"
 #include "llmc/io/data_identity.h"
 
 namespace llmc {
-
-struct RecordedData {
-    std::string config_path;       // RUN/config.json
-    nlohmann::ordered_json train;  // "data"."train" (null when the record has none)
-    nlohmann::ordered_json val;    // "data"."val" (null when the record or the run has none)
-
-    bool known() const { return train.is_object(); }
-    std::string glob() const {
-        const auto g = train.find("glob");
-        return g != train.end() && g->is_string() ? g->get<std::string>() : std::string();
-    }
-    std::string tokenizer_bin_hash() const {
-        const auto h = train.find("tokenizer_bin_fnv1a64");
-        return h != train.end() && h->is_string() ? h->get<std::string>() : std::string();
-    }
-};
-
-inline RecordedData recorded_data(const nlohmann::ordered_json& record, const std::string& config_path) {
-    RecordedData d;
-    d.config_path = config_path;
-    const auto data = record.find("data");
-    if (data != record.end() && data->is_object()) {
-        const auto t = data->find("train");
-        if (t != data->end() && t->is_object()) d.train = *t;
-        const auto v = data->find("val");
-        if (v != data->end() && v->is_object()) d.val = *v;
-    }
-    return d;
-}
 
 // The note of a reader of a run recorded without "data".
 inline std::string unknown_data_note(const RecordedData& rec) {

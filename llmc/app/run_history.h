@@ -50,41 +50,17 @@ nlohmann::ordered_json history_value(const std::optional<T>& v) {
     return v ? history_value(*v) : nlohmann::ordered_json(nullptr);
 }
 
-// A recorded JSON value as the setting's type T (null: an optional setting not given).
-template <class T>
-T setting_of_json(const nlohmann::ordered_json& v, T*) {
-    return v.get<T>();
-}
-template <class T>
-std::optional<T> setting_of_json(const nlohmann::ordered_json& v, std::optional<T>*) {
-    return v.is_null() ? std::nullopt : std::optional<T>(v.get<T>());
-}
-
-// train[key] as the setting's type T, `def` when absent; InputError naming the file and key when the
-// value is of another type.
-template <class T>
-T recorded_setting(const nlohmann::ordered_json& train, const char* key, const T& def, const std::string& file) {
-    if (!train.contains(key)) return def;
-    try {
-        return setting_of_json(train[key], (T*)nullptr);
-    } catch (const nlohmann::json::exception&) {
-        throw InputError("config file " + file + ": 'train." + key + "' is " + json_value_brief(train[key]) +
-                         ", not a value of that setting; restore the file");
-    }
-}
-
 // The inherited settings (inherited_setting) in which `now` differs from the "train" object
 // `recorded` (a missing key: the flag's default), in table order, old and new as history_value.
 inline std::vector<SettingChange> setting_changes(const nlohmann::ordered_json& recorded, const TrainConfig& now,
                                                   const std::string& file) {
-    const TrainConfig defaults;
+    const TrainConfig then = recorded_settings(recorded, file);
     std::vector<SettingChange> out;
-#define LLMC_SETTING_CHANGE(record, type, field, def, names, ok, rule, help)                                \
-    if (inherited_setting(#field, FlagRecord::record)) {                                                    \
-        const nlohmann::ordered_json old_value =                                                            \
-            history_value(recorded_form(#field, recorded_setting(recorded, #field, defaults.field, file))); \
-        const nlohmann::ordered_json new_value = history_value(recorded_form(#field, now.field));           \
-        if (old_value != new_value) out.push_back({"--" + long_flag_name(names), old_value, new_value});    \
+#define LLMC_SETTING_CHANGE(record, type, field, def, names, ok, rule, help)                             \
+    if (inherited_setting(#field, FlagRecord::record)) {                                                 \
+        const nlohmann::ordered_json old_value = history_value(recorded_form(#field, then.field));       \
+        const nlohmann::ordered_json new_value = history_value(recorded_form(#field, now.field));        \
+        if (old_value != new_value) out.push_back({"--" + long_flag_name(names), old_value, new_value}); \
     }
     LLMC_TRAIN_FLAGS(LLMC_SETTING_CHANGE, LLMC_NO_MODEL)
 #undef LLMC_SETTING_CHANGE
@@ -151,11 +127,9 @@ inline ResumedHistory resumed_history(const nlohmann::ordered_json& record, int 
 
 // Tokens per optimizer step of recorded settings: -d, or B*T*processes when -d is -1.
 inline int64_t recorded_tokens_per_step(const nlohmann::ordered_json& train, const std::string& file) {
-    const TrainConfig d;
-    const long total = recorded_setting(train, "total_batch_size", d.total_batch_size, file);
-    if (total > 0) return total;
-    return (int64_t)recorded_setting(train, "batch_size", d.batch_size, file) *
-           recorded_setting(train, "seq_len", d.seq_len, file) * recorded_setting(train, "world_size", 1, file);
+    const TrainConfig t = recorded_settings(train, file);
+    if (t.total_batch_size > 0) return t.total_batch_size;
+    return (int64_t)t.batch_size * t.seq_len * t.world_size;
 }
 
 // The tokens the record's run trained in steps 1..step: a fork's "forked_from" tokens, then each step
@@ -164,12 +138,9 @@ inline int64_t recorded_tokens_per_step(const nlohmann::ordered_json& train, con
 inline int64_t tokens_trained(const nlohmann::ordered_json& record, int step, const std::string& file) {
     int at = 0;
     int64_t tokens = 0;
-    if (record.contains("forked_from") && record["forked_from"].is_object()) {
-        const nlohmann::ordered_json& f = record["forked_from"];
-        at = f.contains("step") && f["step"].is_number_integer() ? f["step"].get<int>() : 0;
-        tokens = f.contains("tokens") && f["tokens"].is_number_integer()
-                     ? f["tokens"].get<int64_t>()
-                     : at * recorded_tokens_per_step(effective_train(record, file, at), file);
+    if (const std::optional<RecordedFork> fork = recorded_fork(record)) {
+        at = fork->step;
+        tokens = fork->tokens ? *fork->tokens : at * recorded_tokens_per_step(effective_train(record, file, at), file);
     }
     std::vector<int64_t> cuts;  // the steps after which the settings change
     for (const nlohmann::ordered_json& e : history_entries(record, file))

@@ -1,7 +1,12 @@
-// A run's record, <out>/config.json (docs/formats.md), read back as settings. read_run_record is the
-// one reader of a config.json: --config FILE.json, -y 1, --fork-from, and --eval-only and
-// generate_gpt2_ls of a checkpoint (llmc/app/checkpoint_run.h) all read through it.
+// A run's record, <out>/config.json (docs/formats.md), read back. The one reader of the file:
+// parse_run_record / read_run_record parse it, and the functions below are the only code that knows
+// its fields; --config FILE.json, -y 1, --fork-from, --eval-only and generate_gpt2_ls of a checkpoint
+// (llmc/app/checkpoint_run.h), the data checks (llmc/app/run_data.h) and the history of a continued
+// run (llmc/app/run_history.h) all read through them:
 //   effective_train      "train" with the "history" entries up to a step applied: the settings then
+//   recorded_settings    a "train" object as a TrainConfig, each value checked by its flag's rule
+//   recorded_data        "data": the identity of the run's training and validation data
+//   recorded_fork        "forked_from": the checkpoint a fork started from, its step and tokens
 //   record_flag_values   those settings as flag values, then "model" as the model flags that recreate
 //                        that model: the base of -y 1 (the run's own record, every entry applied),
 //                        --fork-from (the record beside the checkpoint, up to the checkpoint's step)
@@ -27,6 +32,7 @@
 #include "llmc/app/flag_suggest.h"
 #include "llmc/app/flags.h"
 #include "llmc/app/train_config.h"
+#include "llmc/app/validate.h"
 #include "llmc/core/error.h"
 #include "llmc/io/atomic_file.h"
 #include "llmc/io/checkpoint_dir.h"
@@ -162,6 +168,103 @@ inline nlohmann::ordered_json effective_train(const nlohmann::ordered_json& reco
     for (size_t i = 0; i < entries.size(); i++)
         if (entries[i]["step"].get<int64_t>() <= through_step) train[rows[i]->field] = entries[i]["new"];
     return train;
+}
+
+// A recorded JSON value as the setting's type T (null: an optional setting not given).
+template <class T>
+T setting_of_json(const nlohmann::ordered_json& v, T*) {
+    return v.get<T>();
+}
+template <class T>
+std::optional<T> setting_of_json(const nlohmann::ordered_json& v, std::optional<T>*) {
+    return v.is_null() ? std::nullopt : std::optional<T>(v.get<T>());
+}
+
+// train[key] as the setting's type T, `def` when absent; InputError naming the file and key when the
+// value is of another type.
+template <class T>
+T recorded_setting(const nlohmann::ordered_json& train, const char* key, const T& def, const std::string& file) {
+    if (!train.contains(key)) return def;
+    try {
+        return setting_of_json(train[key], (T*)nullptr);
+    } catch (const nlohmann::json::exception&) {
+        throw InputError("config file " + file + ": 'train." + key + "' is " + json_value_brief(train[key]) +
+                         ", not a value of that setting; restore the file");
+    }
+}
+
+// The settings a "train" object records (effective_train), as a TrainConfig: each SETTING row's field
+// from its key, the flag's default when the key is absent; `given` lists the long names of the keys
+// present (TrainConfig::was_given then says what the record gives). Each recorded value is checked by
+// its flag's own rule (llmc/app/flags.h "ok"); InputError naming the file and key otherwise. Keys of no
+// row are ignored here (train_flag_values refuses them where a record sets a run).
+inline TrainConfig recorded_settings(const nlohmann::ordered_json& train, const std::string& file) {
+    TrainConfig c;
+#define LLMC_RECORDED_SETTING(record, type, field, def, names, ok, rule, help)                                    \
+    if (train.contains(#field)) {                                                                                 \
+        c.field = recorded_setting(train, #field, c.field, file);                                                 \
+        try {                                                                                                     \
+            check_flag_ranges(c, #field);                                                                         \
+        } catch (const InputError& e) {                                                                           \
+            throw InputError("config file " + file + ": 'train." #field "': " + e.what() + "; restore the file"); \
+        }                                                                                                         \
+        if (*names) c.given.push_back(long_flag_name(names));                                                     \
+    }
+    LLMC_TRAIN_FLAGS(LLMC_RECORDED_SETTING, LLMC_NO_MODEL)
+#undef LLMC_RECORDED_SETTING
+    return c;
+}
+
+// config.json's "data" (llmc/io/data_identity.h data_identity_json): the identity of the run's data.
+struct RecordedData {
+    std::string config_path;       // RUN/config.json
+    nlohmann::ordered_json train;  // "data"."train" (null when the record has none)
+    nlohmann::ordered_json val;    // "data"."val" (null when the record or the run has none)
+
+    bool known() const { return train.is_object(); }
+    std::string glob() const { return text(train, "glob"); }
+    std::string tokenizer_bin_hash() const { return text(train, "tokenizer_bin_fnv1a64"); }
+    // "data"."train"'s "shards" and "tokens" (-1 when not recorded as integers)
+    int64_t train_count(const char* key) const {
+        const auto v = train.is_object() ? train.find(key) : train.end();
+        return v != train.end() && v->is_number_integer() ? v->get<int64_t>() : -1;
+    }
+
+private:
+    static std::string text(const nlohmann::ordered_json& o, const char* key) {
+        const auto v = o.is_object() ? o.find(key) : o.end();
+        return v != o.end() && v->is_string() ? v->get<std::string>() : std::string();
+    }
+};
+
+inline RecordedData recorded_data(const nlohmann::ordered_json& record, const std::string& config_path) {
+    RecordedData d;
+    d.config_path = config_path;
+    const auto data = record.find("data");
+    if (data != record.end() && data->is_object()) {
+        const auto t = data->find("train");
+        if (t != data->end() && t->is_object()) d.train = *t;
+        const auto v = data->find("val");
+        if (v != data->end() && v->is_object()) d.val = *v;
+    }
+    return d;
+}
+
+// config.json's "forked_from" (a forked run's record): the source checkpoint's step, and the tokens
+// trained up to it when recorded.
+struct RecordedFork {
+    int step = 0;
+    std::optional<int64_t> tokens;
+};
+
+inline std::optional<RecordedFork> recorded_fork(const nlohmann::ordered_json& record) {
+    const auto f = record.find("forked_from");
+    if (f == record.end() || !f->is_object()) return std::nullopt;
+    RecordedFork fork;
+    const auto step = f->find("step"), tokens = f->find("tokens");
+    if (step != f->end() && step->is_number_integer()) fork.step = step->get<int>();
+    if (tokens != f->end() && tokens->is_number_integer()) fork.tokens = tokens->get<int64_t>();
+    return fork;
 }
 
 // The inherited settings (inherited_setting) of a "train" object as flag values, in its order. Unknown
