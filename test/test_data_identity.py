@@ -291,3 +291,35 @@ def test_eval_of_the_runs_validation_data_changed_since_says_so(sp_run):
     notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
     assert len(notes) == 1 and f"holds {len(tokens) // 2} tokens in 1 shard(s) now, {len(tokens)} in 1" in notes[0]
     assert "not comparable" in notes[0]
+
+
+def test_config_of_a_run_checks_the_new_runs_data(sp_run, data_sets, tmp_path):
+    """--config RUN/config.json starts a new run with that run's settings and model (docs/training.md "Starting
+    from a run's settings"). Its model was made for the run's tokenizer: data of another tokenizer of the same
+    vocabulary size trained silently with it; now refused, naming --config RUN/config.toml (the run's flags with
+    this data's vocabulary), which trains. Other data of the same tokenizer trains with one note; the run's own
+    data, without."""
+    import numpy as np
+    data, out = sp_run
+    record = out / "config.json"
+    other_tok = data_sets["sp_other"]
+    p = run(["--config", record, "-i", f"{other_tok}/train_*.bin", "-j", f"{other_tok}/val_*.bin"], check=False)
+    lines = [ln for ln in p.stderr.splitlines() if "that run's recorded settings and model" not in ln]  # --config's
+    assert p.returncode != 0 and len(lines) == 1 and lines[0].startswith("error: "), p.stderr
+    for e in (f"-i '{other_tok}/train_*.bin'", "tokenizer.bin differs", f"{out}/config.json records",
+              f"--config {out}/config.toml", "data/prepare.py"):
+        assert e in lines[0], lines[0]
+    run(["--config", out / "config.toml", "-i", f"{other_tok}/train_*.bin", "-j", f"{other_tok}/val_*.bin",
+         "-o", tmp_path / "from_toml", "--threads", 1])
+
+    own = run(["--config", record, "--threads", 1])
+    assert not [ln for ln in own.stderr.splitlines() if "other data" in ln], own.stderr
+
+    more = tmp_path / "sp_more"  # the same tokenizer, other text: half of the training tokens
+    shutil.copytree(data, more)
+    tokens = np.fromfile(more / "train_000000.bin", dtype=np.uint16, offset=1024)
+    write_shard(more / "train_000000.bin", tokens[:len(tokens) // 2])
+    p = run(["--config", record, "-i", f"{more}/train_*.bin", "-j", f"{more}/val_*.bin", "--threads", 1])
+    notes = [ln for ln in p.stderr.splitlines() if "other data" in ln]
+    assert len(notes) == 1 and notes[0].startswith(f"note: --config {record}: -i '{more}/train_*.bin' "), p.stderr
+    assert f"({len(tokens) // 2} tokens in 1 shard(s))" in notes[0] and f"{len(tokens)} tokens in 1" in notes[0]

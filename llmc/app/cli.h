@@ -97,6 +97,7 @@ public:
         } catch (const CLI::ParseError& e) { return fail(e.what() + std::string("; run with --help for the flags")); }
         for (const CLI::Option* opt : app_.get_options())
             if (opt->count() > 0 && !opt->get_lnames().empty()) cfg_.given.push_back(opt->get_lnames().front());
+        cfg_.config_record = config_file_->record_path;
         try {
             continue_record();
         } catch (const std::exception& e) { return fail(e.what()); }

@@ -51,6 +51,7 @@ public:
     std::vector<std::string> suggestions;    // the configurable flags' long names, for "did you mean"
     std::vector<std::string> machine_names;  // the Machine rows' long names (--device, --threads): skipped
     const CLI::App* app = nullptr;           // the parser: which flags the command line gave (set before parsing)
+    mutable std::string record_path;         // `file` once it was read as a run's config.json; "" otherwise
 
     std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
         std::stringstream whole;
@@ -107,6 +108,7 @@ private:
         std::vector<CLI::ConfigItem> items;
         try {
             const nlohmann::ordered_json record = parse_run_record(content, file);
+            record_path = file;
             std::vector<std::string> open;  // "--z-loss 0 at the start, 0.0001 from step 301"
             for (const nlohmann::ordered_json& e : history_entries(record, file)) {
                 const std::string flag = "--" + normalized_flag_name(e["flag"].get<std::string>());

@@ -42,6 +42,36 @@ inline void check_data_against_record(const RecordedData& rec, const std::string
                      rec.glob() + "', and the data has " + describe_now(now) + " now; " + fix);
 }
 
+// --config RUN/config.json starts a new run with that run's settings and model (docs/training.md
+// "Starting from a run's settings"): its model (vocabulary, shape) was made for the tokenizer of the
+// data it recorded, so training data `pattern` tokenized otherwise is refused, naming --config
+// RUN/config.toml (the run's flags, with this data's vocabulary) as the way to a run on it on purpose.
+inline void check_data_for_config_record(const RecordedData& rec, const std::string& pattern) {
+    std::string toml = rec.config_path;
+    if (toml.size() >= 5 && toml.compare(toml.size() - 5, 5, ".json") == 0) toml.replace(toml.size() - 5, 5, ".toml");
+    check_data_against_record(rec, pattern, "-i '" + pattern + "'",
+                              "--config " + rec.config_path + " gives this run that run's model, made for its " +
+                                  "tokenizer: give -i data prepared with that tokenizer (data/prepare.py), or take " +
+                                  "the run's flags without its vocabulary with --config " + toml + " and another -o");
+}
+
+// --config RUN/config.json with training data `pattern` tokenized as the recorded run's (checked by
+// check_data_for_config_record): a note when it is other data than the run recorded (another
+// directory, or other shard or token counts), "" when it is the same. A new run on other data is a
+// legitimate experiment; the note says it is one.
+inline std::string config_record_data_note(const RecordedData& rec, const std::string& pattern, size_t shards,
+                                           int64_t tokens) {
+    if (!rec.known()) return "";
+    const int64_t rec_shards = rec.train_count("shards"), rec_tokens = rec.train_count("tokens");
+    const bool same = same_directory(glob_dir(rec.glob()), glob_dir(pattern)) && rec_shards == (int64_t)shards &&
+                      rec_tokens == tokens;
+    if (same) return "";
+    return "note: --config " + rec.config_path + ": -i '" + pattern + "' (" + std::to_string(tokens) + " tokens in " +
+           std::to_string(shards) + " shard(s)) is other data than that run trained on ('" + rec.glob() + "', " +
+           std::to_string(rec_tokens) + " tokens in " + std::to_string(rec_shards) +
+           " shard(s)), tokenized alike: a new run on other data";
+}
+
 // FNV-1a 64 of a file's bytes as 16 hex digits ("" when it cannot be read).
 inline std::string file_fnv1a64(const std::string& path) {
     std::ifstream in(path, std::ios::binary);

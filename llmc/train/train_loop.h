@@ -154,6 +154,13 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     // before the model's checks: a vocabulary that changed with the data is the data's fault, not --vocab's
     if (!cfg.fork_from.empty() || (cfg.resume && newest_complete_step(cfg.output_dir) >= 0))
         check_data_of_continued_run(cfg);
+    std::optional<RecordedData> config_record;  // --config RUN/config.json: the data that run recorded
+    if (!cfg.config_record.empty()) {
+        config_record = recorded_data(read_run_record(cfg.config_record), cfg.config_record);
+        if (!config_record->known() && cfg.rank == 0)
+            std::fprintf(stderr, "%s\n", unknown_data_note(*config_record).c_str());
+        check_data_for_config_record(*config_record, cfg.train_data);  // before the model's vocabulary checks
+    }
     plan_model(cfg, cfg.train_data, p);
     if (!cfg.val_data.empty())
         check_same_tokenizer(cfg.train_data, "the training data -i '" + cfg.train_data + "'", cfg.val_data,
@@ -162,6 +169,11 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     p.train = open_loader(cfg, cfg.train_data, cfg.shuffle == 1, V, cfg.sampler == "random");
     if (!cfg.val_data.empty()) p.val = open_loader(cfg, cfg.val_data, false, V);
     check_data_roles(cfg, p);
+    const std::string other_data =
+        config_record
+            ? config_record_data_note(*config_record, cfg.train_data, p.train->num_shards(), p.train->total_tokens())
+            : "";
+    if (!other_data.empty() && cfg.rank == 0) std::fprintf(stderr, "%s\n", other_data.c_str());
     p.max_steps =
         cfg.max_steps >= 0 ? cfg.max_steps : (int)std::max<int64_t>(1, p.train->batches_per_epoch() / p.accum);
     p.val_batches = p.val ? val_batch_count(cfg, *p.val, false) : 0;
