@@ -546,12 +546,14 @@ def wrap_title(text, width):
 def fit_title(fig, artist, margin=0.02):
     """Wraps a title (the figure's suptitle or an axes title; wrap_title) until it lies within the figure
     less `margin` on each side, and makes the figure taller by the lines added. The whole text is kept: cut
-    to a fixed length, or set on one line in a narrow figure (one panel per layer, 1 layer), it lost its ends."""
+    to a fixed length, or set on one line in a narrow figure (one panel per layer, 1 layer), it lost its ends.
+    Called after add_legends (fit_legend draws the figure)."""
     text = artist.get_text()
     width = len(text)
     line_in = artist.get_fontsize() * 1.25 / 72  # height of one more line of text, inches
-    for _ in range(40):
-        fig.canvas.draw()
+    for attempt in range(40):
+        if attempt:  # the first time, the layout of add_legends' last draw holds (it is called after it)
+            fig.canvas.draw()
         box = artist.get_window_extent(fig.canvas.get_renderer())
         room = fig.bbox.width * margin
         if (box.x0 >= fig.bbox.x0 + room and box.x1 <= fig.bbox.x1 - room) or width <= 10:
