@@ -323,3 +323,24 @@ def test_config_of_a_run_checks_the_new_runs_data(sp_run, data_sets, tmp_path):
     notes = [ln for ln in p.stderr.splitlines() if "other data" in ln]
     assert len(notes) == 1 and notes[0].startswith(f"note: --config {record}: -i '{more}/train_*.bin' "), p.stderr
     assert f"({len(tokens) // 2} tokens in 1 shard(s))" in notes[0] and f"{len(tokens)} tokens in 1" in notes[0]
+
+
+def test_a_run_started_with_relative_globs_records_them_absolute(data_sets, tmp_path):
+    """"data"'s globs are absolute, as "train"'s -i and -j are: a run started with relative ones recorded them
+    as typed, so --eval-only compared its own (absolute) -j with a relative glob and never said that the
+    validation data changed since the run."""
+    import numpy as np
+    data = tmp_path / "sp"
+    shutil.copytree(data_sets["sp"], data)
+    rel = os.path.relpath(data, REPO)
+    out = tmp_path / "run"
+    run(["-i", f"{rel}/train_*.bin", "-j", f"{rel}/val_*.bin", "-o", out] + TINY_RUN)
+    rec = json.loads((out / "config.json").read_text())
+    for role, key in (("train", "train_data"), ("val", "val_data")):
+        glob = rec["data"][role]["glob"]
+        assert glob == rec["train"][key] and os.path.normpath(glob) == f"{data}/{role}_*.bin", rec["data"]
+    tokens = np.fromfile(data / "val_000000.bin", dtype=np.uint16, offset=1024)
+    write_shard(data / "val_000000.bin", tokens[:len(tokens) // 2])
+    p = run(["--eval-only", "-e", out / "model_00000001.bin", "-m", 1])
+    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
+    assert len(notes) == 1 and "not comparable" in notes[0], p.stderr

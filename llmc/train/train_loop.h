@@ -202,13 +202,16 @@ struct RunOutputs {
 // config.json: the flags, the model and what the run derived from them.
 inline nlohmann::ordered_json run_config_json(const TrainConfig& cfg, const RunPlan& plan, const TrainingModel& model) {
     const ModelConfig& m = plan.model;
+    // "data": the globs as "train" records -i and -j (absolute), which the readers compare them with
+    const std::string train_glob = recorded_form("train_data", cfg.train_data);
+    const std::string val_glob = recorded_form("val_data", cfg.val_data);
     return {{"train", train_config_json(cfg)},
             {"model", model_config_json(m)},
             {"data",
-             {{"train", data_identity_json(read_data_identity(cfg.train_data), cfg.train_data, plan.train->num_shards(),
+             {{"train", data_identity_json(read_data_identity(cfg.train_data), train_glob, plan.train->num_shards(),
                                            plan.train->total_tokens())},
-              {"val", plan.val ? data_identity_json(read_data_identity(cfg.val_data), cfg.val_data,
-                                                    plan.val->num_shards(), plan.val->total_tokens())
+              {"val", plan.val ? data_identity_json(read_data_identity(cfg.val_data), val_glob, plan.val->num_shards(),
+                                                    plan.val->total_tokens())
                                : nlohmann::ordered_json()}}},
             {"derived",
              {{"model_source", plan.model_source},
