@@ -278,6 +278,23 @@ def test_config_of_a_run_whose_settings_changed_asks_for_each_value(byte_data, t
     assert sorted(train_losses(copy)) == [1, 2, 3, 4, 5]
 
 
+def test_config_toml_of_a_run_whose_settings_changed_notes_the_start_values(byte_data, tmp_path):
+    """--config RUN/config.toml holds the run's first start; when the config.json beside it records
+    changes made while it trained, a note names them and that the copy takes the start values."""
+    src = tmp_path / "src"
+    run(data_args(byte_data) + COMMON + ["-o", src, "-x", 3])
+    run(["-o", src, "-y", 1, "-x", 5, "--z-loss", "1e-4", "--threads", 1])
+    p = run(["--config", src / "config.toml", "-o", tmp_path / "copy", "--threads", 1])
+    assert (f"note: --config {src / 'config.toml'} holds the flags of that run's first start, but the run "
+            f"changed settings while it trained ({src / 'config.json'}): --max-steps (3 at the start, 5 at the "
+            "end), --z-loss (0 at the start, 0.0001 at the end); this run takes the start values (give a flag "
+            "to choose)") in p.stderr.splitlines()
+    assert sorted(train_losses(tmp_path / "copy")) == [1, 2, 3]
+    p = run(["--config", src / "config.toml", "-o", tmp_path / "given", "-x", 5, "--z-loss", "1e-4",
+             "--threads", 1])
+    assert "holds the flags of that run's first start" not in p.stderr  # every changed flag given
+
+
 def test_training_from_a_checkpoint_with_e_says_it_takes_the_weights_only(byte_data, tmp_path):
     src = tmp_path / "src"
     run(data_args(byte_data) + COMMON + ["-o", src, "-x", 2, "-n", 2])

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <istream>
 #include <sstream>
 #include <string>
@@ -62,6 +63,7 @@ public:
             throw ConfigFileError("config file " + file +
                                   ": not a text file (a NUL byte); give a TOML file (as "
                                   "config.toml) or a run's config.json");
+        note_history_beside_toml();
         std::istringstream lines(content);
         std::string text, line;
         while (std::getline(lines, line)) text += hide_inside_quotes(line) + "\n";
@@ -109,19 +111,8 @@ private:
         try {
             const nlohmann::ordered_json record = parse_run_record(content, file);
             record_path = file;
-            std::vector<std::string> open;  // "--z-loss 0 at the start, 0.0001 from step 301"
-            for (const nlohmann::ordered_json& e : history_entries(record, file)) {
-                const std::string flag = "--" + normalized_flag_name(e["flag"].get<std::string>());
-                const CLI::Option* op = app ? app->get_option_no_throw(flag) : nullptr;
-                if (op != nullptr && op->count() > 0) continue;  // given on the command line
-                const std::string start = change_text(effective_train(record, file, -1), flag);
-                const std::string end = change_text(effective_train(record, file), flag);
-                const std::string text = flag + " (" + start + " at the start, " + end + " at the end)";
-                if (std::find(open.begin(), open.end(), text) == open.end()) open.push_back(text);
-            }
-            if (!open.empty()) {
-                std::string list;
-                for (const std::string& t : open) list += (list.empty() ? "" : ", ") + t;
+            const std::string list = changes_not_given(record, file);
+            if (!list.empty()) {
                 throw InputError("config file " + file + ": the run changed settings while it trained: " + list +
                                  "; a new run takes one value from its first step: give each of these flags " +
                                  "with the value you want (or --fork-from a checkpoint to continue the run)");
@@ -137,6 +128,46 @@ private:
             }
         } catch (const InputError& e) { throw ConfigFileError(e.what()); }
         return items;
+    }
+    // The settings the record's "history" changed while the run trained and the command line does not
+    // give, as "--z-loss (0 at the start, 0.0001 at the end), ..."; "" when none.
+    std::string changes_not_given(const nlohmann::ordered_json& record, const std::string& path) const {
+        std::vector<std::string> open;
+        for (const nlohmann::ordered_json& e : history_entries(record, path)) {
+            const std::string flag = "--" + normalized_flag_name(e["flag"].get<std::string>());
+            const CLI::Option* op = app ? app->get_option_no_throw(flag) : nullptr;
+            if (op != nullptr && op->count() > 0) continue;  // given on the command line
+            const std::string start = change_text(effective_train(record, path, -1), flag);
+            const std::string end = change_text(effective_train(record, path), flag);
+            const std::string text = flag + " (" + start + " at the start, " + end + " at the end)";
+            if (std::find(open.begin(), open.end(), text) == open.end()) open.push_back(text);
+        }
+        std::string list;
+        for (const std::string& t : open) list += (list.empty() ? "" : ", ") + t;
+        return list;
+    }
+    // A run's config.toml holds the flags of its first start. When the config.json beside it records
+    // settings the run changed while it trained (and the command line does not give them), a note
+    // names them: this run takes the start values. A config.json that cannot be read adds nothing.
+    void note_history_beside_toml() const {
+        const size_t slash = file.find_last_of('/');
+        const std::string base = slash == std::string::npos ? file : file.substr(slash + 1);
+        if (base != "config.toml") return;
+        const std::string json_path =
+            (slash == std::string::npos ? std::string() : file.substr(0, slash + 1)) + "config.json";
+        std::ifstream in(json_path, std::ios::binary);
+        if (!in) return;
+        std::stringstream whole;
+        whole << in.rdbuf();
+        std::string list;
+        try {
+            list = changes_not_given(parse_run_record(whole.str(), json_path), json_path);
+        } catch (const InputError&) { return; }
+        if (list.empty()) return;
+        std::fprintf(stderr,
+                     "note: --config %s holds the flags of that run's first start, but the run changed settings "
+                     "while it trained (%s): %s; this run takes the start values (give a flag to choose)\n",
+                     file.c_str(), json_path.c_str(), list.c_str());
     }
     // The value of the setting of `flag` ("--z-loss") in a "train" object, as a note writes it.
     static std::string change_text(const nlohmann::ordered_json& train, const std::string& flag) {
