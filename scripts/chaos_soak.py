@@ -12,9 +12,10 @@ round and starts it again, until the run reaches step N. The faults:
   flip    flip one byte of the newest checkpoint's model or state file while stopped
   undone  delete the newest DONE_ marker while stopped
 
-A signal lands after a random time (up to a little more than a whole run, so some land before the
-first step, some after the last) or at the first temporary file of a checkpoint write seen after a
-random time (mid-write). A damage fault is followed by a random SIGKILL. After every exit:
+Half the episodes keep every checkpoint, half the newest 2 (--keep-checkpoints 2). A signal lands
+after a random time (up to a little more than a whole run, so some land before the first step, some
+after the last) or at the first temporary file of a checkpoint write seen after a random time
+(mid-write). A damage fault is followed by a random SIGKILL. After every exit:
 
 - the exit is one the fault allows (128 + signal after a clean stop, killed by the signal before the
   first step or by a second SIGINT, 0 when the run had finished), and stderr has no `error:` line,
@@ -25,10 +26,17 @@ random time (mid-write). A damage fault is followed by a random SIGKILL. After e
 - the newest checkpoint the trainer reported complete and the soak did not damage is still complete
   with the same bytes; every complete checkpoint of a step the reference has equals the reference's.
 
-In a quarter of the rounds (--readers) a reader of the newest complete checkpoint the soak did not
-damage runs beside the trainer (`--eval-only -e`, or generate_gpt2_ls): it must print its result, or,
-when the trainer pruned the file meanwhile, end with one error line that does not call it damaged;
-never a crash, never a damaged or partial file. --ranks 2 runs everything under `mpirun -np 2`.
+In a quarter of the rounds (--readers) a reader runs beside the trainer, one of:
+  eval      `--eval-only -e` of the newest complete checkpoint the soak did not damage
+  generate  generate_gpt2_ls of that checkpoint
+  export    scripts/export_hf.py of the run directory: its newest complete checkpoint that reads; the
+            exported weights must equal an export of the reference's checkpoint of that step (when the
+            reference wrote one: a clean stop checkpoints steps between)
+  fork      `--fork-from` that checkpoint into a new directory, trained to step N: its final model and
+            state files must equal the reference's (under `mpirun -np 2` with --ranks 2)
+It must print its result, or, when the trainer pruned the file meanwhile, end with one error line that
+does not call it damaged; never a crash, never a damaged or partial file. --ranks 2 runs everything
+under `mpirun -np 2`.
 
 At step N the final model and state files, metrics.jsonl and logit_stats.jsonl (the timing fields
 masked) must equal the reference's byte for byte, and no temporary file may be left.
@@ -56,6 +64,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test"))
 from run_helpers import BIN, REPO, TINY, byte_data_in, data_args  # noqa: E402
 
 GEN = Path(os.environ.get("GENERATE_GPT2_LS", REPO / "generate_gpt2_ls"))
+EXPORT = REPO / "scripts" / "export_hf.py"
+READERS = ["eval", "generate", "export", "fork"]
+EXPORTED = re.compile(r"^exported (\S+) \(step (\d+)\) to ", re.M)
 
 STEPS = 60
 # Constant LR, validation every 5, a sample every 2, statistics every step, a checkpoint every 3 steps.
@@ -217,9 +228,10 @@ class Soak:
         self.readers = []
         self.ranks = opts.ranks
         self.kinds, self.weights = (KINDS, WEIGHTS) if self.ranks == 1 else (KINDS_MPI, WEIGHTS_MPI)
+        self.ref_exports = {}  # step -> model.safetensors bytes of the reference's checkpoint exported
+        self.reader_index = 0
         self.counts = {"ranks": self.ranks,
-                       "readers": {k: 0 for k in ("eval", "eval (file pruned meanwhile)", "generate",
-                                                  "generate (file pruned meanwhile)")},
+                       "readers": {k: 0 for r in READERS for k in (r, r + " (file pruned meanwhile)")},
                        "interruptions": {k: 0 for k in self.kinds}, "finished_before_fault": {k: 0 for k in self.kinds},
                        "mid_write_kills": 0, "starts": 0, "resumes": 0, "fresh_starts": 0,
                        "damaged_newest_recoveries": 0, "user_actions": {}, "episodes": 0,
@@ -250,7 +262,9 @@ class Soak:
         out = self.disk.path / f"run{index}"
         self.current = out
         self.counts["episodes"] += 1
-        st = {"reported": {}, "damaged": {}, "rounds": 0}  # step -> hashes; step -> original bytes
+        # step -> hashes; step -> original bytes; half the episodes prune to the newest 2 checkpoints, so
+        # that readers meet files deleted under them
+        st = {"reported": {}, "damaged": {}, "rounds": 0, "keep": self.rng.choice([0, 2])}
         while True:
             st["rounds"] += 1
             if st["rounds"] > 400:
@@ -278,7 +292,8 @@ class Soak:
             else:
                 fsize = max(room, 1)
         expect_resume = self.newest_usable(out, st) if out.exists() else None
-        t = Trainer(self.args + ["-o", str(out), "-y", "1"], self.work / "last", fsize, self.ranks, self.opts.device)
+        t = Trainer(self.args + ["-o", str(out), "-y", "1", "--keep-checkpoints", str(st["keep"])], self.work / "last",
+                    fsize, self.ranks, self.opts.device)
         self.running = t
         self.counts["starts"] += 1
         reader = self.start_reader(out, st) if self.rng.random() < self.opts.readers else None
@@ -312,8 +327,9 @@ class Soak:
         return finished
 
     def start_reader(self, out, st):
-        """A reader of the newest complete checkpoint the soak did not damage, beside the trainer just
-        started: --eval-only or generate_gpt2_ls. Returns (kind, process, model path) or None."""
+        """A reader beside the trainer just started, of the newest complete checkpoint the soak did not
+        damage (eval, generate, fork) or of the run directory (export). Returns (kind, process, model
+        path, its step, output directory) or None."""
         if not out.exists():
             return None
         self.forget_repaired(out, st)
@@ -321,31 +337,76 @@ class Soak:
         if not ok:
             return None
         model = out / f"model_{ok[-1]:08d}.bin"
-        if self.rng.random() < 0.5:
-            kind, cmd = "eval", [str(BIN), "--device", "cpu", "--eval-only", "-e", str(model), "-m", "1", "--threads",
-                                 "1"]
+        self.reader_index += 1
+        dest = self.work / "readers" / f"r{self.reader_index}"
+        dest.parent.mkdir(exist_ok=True)
+        kind = self.rng.choice(READERS)
+        if kind == "eval":
+            cmd = [str(BIN), "--device", "cpu", "--eval-only", "-e", str(model), "-m", "1", "--threads", "1"]
+        elif kind == "generate":
+            cmd = [str(GEN), "--device", "cpu", "-e", str(model), "-n", "4", "--print-ids", "--threads", "1"]
+        elif kind == "export":
+            cmd = [sys.executable, str(EXPORT), str(out), str(dest)]
         else:
-            kind, cmd = "generate", [str(GEN), "--device", "cpu", "-e", str(model), "-n", "4", "--print-ids",
-                                     "--threads", "1"]
+            mpi = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(self.ranks)] if self.ranks > 1 else []
+            cmd = mpi + [str(BIN), "--device", self.opts.device, "--fork-from", str(model), "-o", str(dest)]
         p = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              start_new_session=True)
         self.readers.append(p)
-        return kind, p, model
+        return kind, p, model, ok[-1], dest
 
-    def check_reader(self, kind, p, model):
+    def ref_export(self, step):
+        """model.safetensors of the reference's checkpoint of `step` exported (cached)."""
+        if step not in self.ref_exports:
+            dest = self.work / "ref_exports" / str(step)
+            p = subprocess.run([sys.executable, str(EXPORT), str(self.ref / f"model_{step:08d}.bin"), str(dest)],
+                               cwd=REPO, capture_output=True, text=True, timeout=120)
+            if p.returncode != 0:
+                raise SoakFailure(f"export of the reference's step {step} failed:\n{p.stderr}")
+            self.ref_exports[step] = (dest / "model.safetensors").read_bytes()
+            shutil.rmtree(dest)
+        return self.ref_exports[step]
+
+    def check_reader_result(self, kind, out, step, dest):
+        """What a reader that ended with 0 made equals what the reference's checkpoint makes (export: the
+        reference's checkpoint of the step exported when the reference has one)."""
+        if kind == "export":
+            m = EXPORTED.search(out)
+            if not m:
+                raise SoakFailure(f"export reader: no `exported ... (step s)` line:\n{out}")
+            s = int(m.group(2))
+            if s < step:
+                raise SoakFailure(f"export reader exported step {s}; the newest complete one was {step} at its start")
+            # (a step of a clean stop, between the every-3-steps ones, has no reference to compare with)
+            if s in self.ref_ckpt and (dest / "model.safetensors").read_bytes() != self.ref_export(s):
+                raise SoakFailure(f"export reader: step {s}'s exported weights differ from the reference's")
+        elif kind == "fork":
+            if f"done: step {STEPS}" not in out:
+                raise SoakFailure(f"fork reader: no `done: step {STEPS}` line:\n{out[-2000:]}")
+            for f in ckpt_files(self.ref, STEPS, self.ranks):
+                if not (dest / f.name).exists() or (dest / f.name).read_bytes() != f.read_bytes():
+                    raise SoakFailure(f"fork reader from step {step}: final {f.name} differs from the reference's")
+            if temporaries(dest):
+                raise SoakFailure(f"fork reader: temporary files left: {temporaries(dest)}")
+
+    def check_reader(self, kind, p, model, step, dest):
         """A reader ends with its result, or, when the file is gone (pruned meanwhile), with one error
         line that does not call it damaged; never a crash, never a damaged or partial file."""
         try:
-            out, err = p.communicate(timeout=120)
+            out, err = p.communicate(timeout=180)
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
-            raise SoakFailure(f"{kind} reader of {model} did not end within 120 s")
+            raise SoakFailure(f"{kind} reader of {model} did not end within 180 s")
         self.readers.remove(p)
         lines = [ln for ln in err.strip().splitlines() if ln.startswith("error")]
         if p.returncode == 0 and not lines and out.strip():
+            self.check_reader_result(kind, out, step, dest)
+            shutil.rmtree(dest, ignore_errors=True)
             self.counts["readers"][kind] += 1
         elif p.returncode == 1 and len(lines) == 1 and not model.exists() and \
                 not any(w in lines[0] for w in ("damaged", "checksum", "truncated", "corrupt")):
+            shutil.rmtree(dest, ignore_errors=True)
+            self.log(f"{kind} reader of {model.name}: {lines[0]}")
             self.counts["readers"][kind + " (file pruned meanwhile)"] += 1
         else:
             raise SoakFailure(f"{kind} reader of {model} (beside the trainer) exited {p.returncode}:\n{err}")
@@ -595,8 +656,8 @@ def main():
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="the trainer's --device (cuda: e.g. the emulated build, TRAIN_GPT2_LS=build/emu/train_gpt2_ls)")
     ap.add_argument("--readers", type=float, default=0.25,
-                    help="share of rounds that also start a reader (--eval-only or generate_gpt2_ls) of the newest "
-                    "complete checkpoint beside the trainer (default 0.25)")
+                    help="share of rounds that also start a reader (--eval-only, generate_gpt2_ls, export_hf.py or "
+                    "--fork-from) of the newest complete checkpoint beside the trainer (default 0.25)")
     ap.add_argument("--work", type=Path, help="work directory (default: a temporary one, removed on success)")
     ap.add_argument("--json", type=Path, help="write the counts to this file")
     opts = ap.parse_args()

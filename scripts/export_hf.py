@@ -5,7 +5,9 @@ Exports a train_gpt2_ls checkpoint as a Hugging Face `transformers` model folder
   python3 scripts/export_hf.py RUN_OR_CHECKPOINT OUT_DIR [--gpt2-bpe DIR]
 
 RUN_OR_CHECKPOINT: a run directory (-o of the trainer: its newest complete checkpoint, i.e. the
-newest step with a DONE_ marker) or a model file (model_NNNNNNNN.bin).
+newest step with a DONE_ marker, that reads; a damaged one is named in a warning and the previous one
+is taken, as `-y 1` does; one deleted meanwhile by the run's pruning is passed over) or a model file
+(model_NNNNNNNN.bin). A trainer may be writing the run meanwhile: its files are complete once marked.
 
 - A plain GPT-2 (every head attends causally: G = NH, or local heads whose window P >= maxT; no
   QK-norm, no soft-cap, tied embeddings, GPT-2's biases; tanh or erf GELU, transformers' "gelu_new" or
@@ -51,12 +53,27 @@ class ExportError(Exception):
 
 
 def newest_checkpoint(run_dir):
-    """The model file of the newest step of run_dir that has a DONE_ marker (docs/formats.md)."""
+    """(model file, read_model's (config, params, step)) of the newest step of run_dir that has a DONE_
+    marker (docs/formats.md) and reads: a damaged one gets a warning on stderr and the previous one is
+    tried; one gone meanwhile (pruned by a trainer writing the run) is passed over."""
     steps = sorted((int(m.group(1)) for m in map(MARKER_RE.match, os.listdir(run_dir)) if m), reverse=True)
+    damaged = []
     for step in steps:
         path = os.path.join(run_dir, f"model_{step:08d}.bin")
-        if os.path.isfile(path):
-            return path
+        try:
+            model = read_model(path)
+        except FileNotFoundError:
+            continue  # pruned since the listing (its marker goes first), or never there
+        except (ValueError, OSError) as e:
+            damaged.append((step, str(e)))
+            continue
+        for s, e in damaged:  # said only when a fallback is taken: otherwise the one error line below
+            print(f"warning: checkpoint step {s} is damaged ({e}); falling back to the previous complete checkpoint",
+                  file=sys.stderr)
+        return path, model
+    if damaged:
+        raise ExportError(f"{run_dir} holds no usable checkpoint: all {len(damaged)} complete checkpoints are "
+                          f"damaged (newest: {damaged[0][1]}); restore the files, or give a model_NNNNNNNN.bin file")
     raise ExportError(f"{run_dir} holds no complete checkpoint (no DONE_ marker with its model file); "
                       f"give a model_NNNNNNNN.bin file or a run directory with a finished checkpoint")
 
@@ -254,20 +271,23 @@ def export(source, out_dir, gpt2_bpe=None):
     """Writes the folder; returns (kind, checkpoint path, tokenizer written) for the summary line."""
     from safetensors.numpy import save_file
 
-    if os.path.isdir(source):
-        run_dir, ckpt = source, newest_checkpoint(source)
-    elif os.path.isfile(source):
-        run_dir, ckpt = os.path.dirname(os.path.abspath(source)), source
-    else:
+    if not os.path.isdir(source) and not os.path.isfile(source):
         raise ExportError(f"{source} does not exist; give a run directory (-o of the trainer) "
                           f"or a model_NNNNNNNN.bin file")
     if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
         raise ExportError(f"{out_dir} already exists and is not an empty directory; choose a new OUT_DIR "
                           f"(nothing was written)")
-    try:
-        cfg, flat, step = read_model(ckpt)
-    except ValueError as e:
-        raise ExportError(f"{e}; export a complete checkpoint of train_gpt2_ls") from None
+    if os.path.isdir(source):
+        run_dir, (ckpt, (cfg, flat, step)) = source, newest_checkpoint(source)
+    else:
+        run_dir, ckpt = os.path.dirname(os.path.abspath(source)), source
+        try:
+            cfg, flat, step = read_model(ckpt)
+        except ValueError as e:
+            raise ExportError(f"{e}; export a complete checkpoint of train_gpt2_ls") from None
+        except OSError as e:  # deleted since (a run's pruning), unreadable
+            raise ExportError(f"{ckpt}: cannot read: {e.strerror}; give an existing model_NNNNNNNN.bin (ls "
+                              f"{run_dir}) or the run directory") from None
     p = split_params(cfg, flat)
     stock = is_stock_gpt2(cfg)
     record = run_record(run_dir)

@@ -100,6 +100,13 @@ uint64_t ref_fnv1a(const std::vector<char>& b, size_t begin) {
     for (size_t i = begin; i < b.size(); i++) h = (h ^ (uint8_t)b[i]) * 1099511628211ull;
     return h;
 }
+// The header checksum a file stores in words w and w + 1 (docs/formats.md): FNV-1a of its first 1024
+// bytes with those 8 bytes zero.
+uint64_t ref_header_sum(const std::vector<char>& file, int w) {
+    std::vector<char> b(file.begin(), file.begin() + 1024);
+    std::fill(b.begin() + 4 * w, b.begin() + 4 * w + 8, 0);
+    return ref_fnv1a(b, 0);
+}
 uint16_t ref_bf16(float f) {
     uint32_t x;
     std::memcpy(&x, &f, 4);
@@ -217,7 +224,7 @@ TEST_CASE("model checkpoint fp32 round trip is bit-exact with every header field
             REQUIRE(bytes.size() == 1024 + 4 * n);
             std::vector<int32_t> h = read_header(path);
             CHECK(h[0] == 20250521);
-            CHECK(h[1] == 1);
+            CHECK(h[1] == 3);
             CHECK(h[2] == 16);
             CHECK(h[3] == 100);
             CHECK(h[4] == 2);
@@ -235,7 +242,9 @@ TEST_CASE("model checkpoint fp32 round trip is bit-exact with every header field
             CHECK(((uint64_t)(uint32_t)h[14] | ((uint64_t)(uint32_t)h[15] << 32)) == n);
             CHECK(((uint64_t)(uint32_t)h[16] | ((uint64_t)(uint32_t)h[17] << 32)) == ref_fnv1a(bytes, 1024));
             CHECK(h[18] == 1234);
-            for (int i = 19; i < 256; i++) REQUIRE(h[i] == 0);
+            for (int i = 19; i < 22; i++) REQUIRE(h[i] == 0);
+            CHECK(((uint64_t)(uint32_t)h[22] | ((uint64_t)(uint32_t)h[23] << 32)) == ref_header_sum(bytes, 22));
+            for (int i = 24; i < 256; i++) REQUIRE(h[i] == 0);
 
             ModelCheckpoint ck = load_model_checkpoint(path);
             CHECK(config_difference(ck.config, c) == "");
@@ -268,10 +277,10 @@ TEST_CASE("model checkpoint: --bias 0 and --gelu erf in header words 20 and 21 (
             save_model_checkpoint(path, c, p.data(), 5);
             REQUIRE(read_bytes(path).size() == 1024 + 4 * n);
             const std::vector<int32_t> h = read_header(path);
-            CHECK(h[1] == (bias && gelu == Gelu::Tanh ? 1 : 2));  // older readers refuse version 2
+            CHECK(h[1] == 3);  // readers that predate words 20 and 21 (versions 1 and 2 only) refuse it
             CHECK(h[20] == (bias ? 0 : 1));
             CHECK(h[21] == (gelu == Gelu::Erf ? 1 : 0));
-            for (int i = 22; i < 256; i++) REQUIRE(h[i] == 0);
+            for (int i = 24; i < 256; i++) REQUIRE(h[i] == 0);
             const ModelCheckpoint ck = load_model_checkpoint(path);
             CHECK(config_difference(ck.config, c) == "");
             CHECK(ck.config.bias == bias);
@@ -415,13 +424,27 @@ TEST_CASE("model checkpoint refusals name the file and the problem", "[checkpoin
         CHECK(e.find("bad magic 12345") != std::string::npos);
     }
     SECTION("wrong version") {
-        fresh();
-        set_header_int(path, 1, 3);
+        fresh();  // another build's version 4, its header checksum consistent: the user's to resolve
+        std::vector<int32_t> h = read_header(path);
+        h[1] = 4;
+        put_u64(h.data(), 22, header_checksum(h.data(), 22));
+        for (int i = 0; i < 24; i++) set_header_int(path, i, h[i]);
         std::string e = error_of<InputError>([&] { load_model_checkpoint(path); });
-        CHECK(e.find("version 3 is not supported") != std::string::npos);
+        CHECK(e.find("version 4 is not supported") != std::string::npos);
+        CHECK(e.find("damaged") == std::string::npos);
+        fresh();  // version 3's word flipped to 7: damaged
+        set_header_int(path, 1, 7);
+        e = error_of<CheckpointDamaged>([&] { load_model_checkpoint(path); });
+        CHECK(e.find("version word is 7, its header checksum says 3") != std::string::npos);
+        fresh();  // flipped to 2 (a version without a header checksum): words 22-23 must then be 0
+        set_header_int(path, 1, 2);
+        e = error_of<CheckpointDamaged>([&] { load_model_checkpoint(path); });
+        CHECK(e.find("reserved header field 22") != std::string::npos);
         // version 2 is a model without biases or with erf GELU: not this one (words 20, 21 are 0)
         fresh();
         set_header_int(path, 1, 2);
+        set_header_int(path, 22, 0);
+        set_header_int(path, 23, 0);
         e = error_of<CheckpointDamaged>([&] { load_model_checkpoint(path); });
         CHECK(e.find("version 2 does not match its model fields (biases on, tanh GELU: version 1)") !=
               std::string::npos);
@@ -473,7 +496,10 @@ TEST_CASE("model checkpoint refusals name the file and the problem", "[checkpoin
         e = error_of<CheckpointDamaged>([&] { load_model_checkpoint(path); });
         CHECK(e.find("parameter count") != std::string::npos);
         fresh();
-        set_header_int(path, 21, 1);  // says "erf" in a version-1 file: a damaged (or hand-edited) header
+        set_header_int(path, 1, 1);  // a version-1 file (no header checksum) ...
+        set_header_int(path, 22, 0);
+        set_header_int(path, 23, 0);
+        set_header_int(path, 21, 1);  // ... that says "erf": a damaged (or hand-edited) header
         e = error_of<CheckpointDamaged>([&] { load_model_checkpoint(path); });
         CHECK(e.find("version 1 does not match its model fields (biases on, erf GELU: version 2)") !=
               std::string::npos);
@@ -563,10 +589,12 @@ TEST_CASE("training state round trip is bit-exact", "[checkpoint]") {
     REQUIRE(fs::file_size(path) == 1024 + 3 * 4 * n + 8 * (3 + 7 + 6));
     std::vector<int32_t> h = read_header(path);
     CHECK(h[0] == 20250522);
-    CHECK(h[1] == 1);
+    CHECK(h[1] == 2);
     CHECK(h[2] == 40);
     CHECK(h[3] == 2);
     CHECK(h[4] == 4);
+    CHECK(((uint64_t)(uint32_t)h[19] | ((uint64_t)(uint32_t)h[20] << 32)) == ref_header_sum(read_bytes(path), 19));
+    for (int i = 21; i < 256; i++) REQUIRE(h[i] == 0);
 
     TrainState r = load_train_state(path, c, 2, 4);
     CHECK(r.step == 40);
@@ -646,7 +674,6 @@ void save_step(const std::string& dir, const ModelConfig& c, int step, int world
     }
     if (mark) write_done_marker(dir, step, world);
 }
-}  // namespace
 
 TEST_CASE("checkpoint names", "[checkpoint]") {
     CHECK(model_path("out", 42) == "out/model_00000042.bin");
@@ -758,11 +785,25 @@ TEST_CASE("a damaged newest checkpoint falls back to the previous complete one",
     std::cerr.rdbuf(old_buf);
 }
 
+// Rewrites step's model and state files (world 1) as a build before header checksums wrote them: model
+// version 1 or 2 by its fields and words 22-23 zero, state version 1 and words 19-20 zero.
+void make_legacy_step(const std::string& dir, const ModelConfig& c, int step) {
+    const std::string m = model_path(dir, step), s = state_path(dir, step, 0);
+    set_header_int(m, 1, c.bias && c.gelu == Gelu::Tanh ? 1 : 2);
+    set_header_int(m, 22, 0);
+    set_header_int(m, 23, 0);
+    set_header_int(s, 1, 1);
+    set_header_int(s, 19, 0);
+    set_header_int(s, 20, 0);
+}
+}  // namespace
+
 TEST_CASE("a bit flip in the newest checkpoint's header falls back too", "[checkpoint]") {
-    // docs/reliability.md "Chaos soak" fix 3: the headers carry no checksum, so a flip in a model field
-    // that leaves the parameter count (window, global heads, soft-cap) read as the user's model
-    // mismatch, and one in the state file's config hash, rank or world size too: the run stopped with
-    // an error instead of falling back; a flip in a reserved (zero) field went unnoticed.
+    // docs/reliability.md "Chaos soak" fix 3: without a header checksum (files of older builds) a flip in
+    // a model field that leaves the parameter count (window, global heads, soft-cap) read as the user's
+    // model mismatch, and one in the state file's config hash, rank or world size too: the run stopped
+    // with an error instead of falling back; a flip in a reserved (zero) field went unnoticed. The
+    // sections "legacy ..." keep that pairing of the two files tested on such files.
     TempDir dir;
     ModelConfig c = small_config();
     for (int s : {10, 20, 30}) save_step(dir.path, c, s);
@@ -770,33 +811,60 @@ TEST_CASE("a bit flip in the newest checkpoint's header falls back too", "[check
     std::stringstream err;
     auto* old_buf = std::cerr.rdbuf(err.rdbuf());
     std::string expect;
-    SECTION("model: window") {
+    SECTION("legacy model: window") {
+        make_legacy_step(dir.path, c, 30);
         set_header_int(model30, 9, c.window + 1);
         expect = "describes another model";
     }
-    SECTION("model: global heads") {
+    SECTION("legacy model: global heads") {
+        make_legacy_step(dir.path, c, 30);
         set_header_int(model30, 8, c.global_heads ^ 1);
         expect = "describes another model";
     }
-    SECTION("model: a reserved field") {
+    SECTION("legacy model: a reserved field") {
+        make_legacy_step(dir.path, c, 30);
         set_header_int(model30, 200, 1 << 20);
         expect = "reserved header field 200";
     }
-    SECTION("state: config hash") {
+    SECTION("legacy state: config hash") {
+        make_legacy_step(dir.path, c, 30);
         flip_byte(state30, 7 * 4 + 2);
         expect = "another model";
     }
-    SECTION("state: rank") {
+    SECTION("legacy state: rank") {
+        make_legacy_step(dir.path, c, 30);
         set_header_int(state30, 3, 1);
         expect = "rank 1";
     }
-    SECTION("state: world size (the marker says 1)") {
+    SECTION("legacy state: world size (the marker says 1)") {
+        make_legacy_step(dir.path, c, 30);
         set_header_int(state30, 4, 3);
         expect = "3 processes";
     }
-    SECTION("state: a reserved field") {
+    SECTION("legacy state: a reserved field") {
+        make_legacy_step(dir.path, c, 30);
         set_header_int(state30, 100, -1);
         expect = "reserved header field 100";
+    }
+    SECTION("model: window") {
+        set_header_int(model30, 9, c.window + 1);
+        expect = "header checksum";
+    }
+    SECTION("model: trained sequence length") {
+        set_header_int(model30, 19, 1);
+        expect = "header checksum";
+    }
+    SECTION("model: version (to one this build does not read)") {
+        set_header_int(model30, 1, read_header(model30)[1] ^ 4);
+        expect = "version word";
+    }
+    SECTION("state: version (to one this build does not read)") {
+        set_header_int(state30, 1, read_header(state30)[1] ^ 1);
+        expect = "version word";
+    }
+    SECTION("state: step") {
+        set_header_int(state30, 2, 29);
+        expect = "header checksum";
     }
     std::optional<LoadedCheckpoint> ck;
     std::string e;
@@ -804,11 +872,86 @@ TEST_CASE("a bit flip in the newest checkpoint's header falls back too", "[check
         ck = load_newest_checkpoint(dir.path, c, 0, 1);
     } catch (const std::exception& x) { e = x.what(); }
     std::cerr.rdbuf(old_buf);
+    INFO(err.str());
     CHECK(e == "");
     REQUIRE(ck.has_value());
     CHECK(ck->step == 20);
     CHECK(err.str().find("warning: checkpoint step 30 is damaged") != std::string::npos);
     CHECK(err.str().find(expect) != std::string::npos);
+}
+
+TEST_CASE("every single-bit flip in a checkpoint header this build wrote is detected and falls back", "[checkpoint]") {
+    // A flip anywhere in the 1024-byte header of the newest step's model or state file: every bit of the
+    // fields' words (model 0..23, state 0..20), one bit of each other byte. The step is skipped as
+    // damaged (never loaded, never an error that names the user's flags) and step 20 loads.
+    TempDir dir;
+    ModelConfig c = small_config();
+    for (int s : {10, 20, 30}) save_step(dir.path, c, s);
+    int checked = 0;
+    for (const std::string& path : {model_path(dir.path, 30), state_path(dir.path, 30, 0)}) {
+        const bool model = path == model_path(dir.path, 30);
+        const std::vector<char> original = read_bytes(path);
+        for (size_t byte = 0; byte < CKPT_HEADER_BYTES; byte++) {
+            const bool field = byte < (model ? 24u : 21u) * 4;
+            for (int bit = field ? 0 : (int)(byte % 8); bit < (field ? 8 : (int)(byte % 8) + 1); bit++) {
+                std::vector<char> b = original;
+                b[byte] = (char)(b[byte] ^ (1 << bit));
+                write_bytes(path, b);
+                std::stringstream err;
+                auto* old_buf = std::cerr.rdbuf(err.rdbuf());
+                std::optional<LoadedCheckpoint> ck;
+                std::string e;
+                try {
+                    ck = load_newest_checkpoint(dir.path, c, 0, 1);
+                } catch (const std::exception& x) { e = x.what(); }
+                std::cerr.rdbuf(old_buf);
+                INFO((model ? "model" : "state") << " byte " << byte << " bit " << bit << ": " << e << err.str());
+                REQUIRE(e == "");
+                REQUIRE(ck.has_value());
+                REQUIRE(ck->step == 20);
+                checked++;
+            }
+        }
+        write_bytes(path, original);
+    }
+    CHECK(checked == (24 + 21) * 4 * 8 + (2 * 1024 - (24 + 21) * 4));
+    REQUIRE(load_newest_checkpoint(dir.path, c, 0, 1)->step == 30);
+}
+
+TEST_CASE("a model or state file of another version with an intact header is refused, not skipped", "[checkpoint]") {
+    // A file of another build (a version this build does not read, its header checksum consistent with
+    // it) is the user's to resolve: "use the build that wrote it", not a silent fallback.
+    TempDir dir;
+    ModelConfig c = small_config();
+    save_step(dir.path, c, 10);
+    for (const std::string& path : {model_path(dir.path, 10), state_path(dir.path, 10, 0)}) {
+        const std::vector<char> original = read_bytes(path);
+        const bool model = path == model_path(dir.path, 10);
+        const int sum_at = model ? 22 : 19;
+        std::vector<int32_t> h = read_header(path);
+        h[1] = 9;
+        h[sum_at] = h[sum_at + 1] = 0;
+        const uint64_t sum = fnv1a64(h.data(), CKPT_HEADER_BYTES);
+        put_u64(h.data(), sum_at, sum);
+        std::vector<char> b = original;
+        std::memcpy(b.data(), h.data(), CKPT_HEADER_BYTES);
+        write_bytes(path, b);
+        const std::string e = error_of<InputError>([&] { load_newest_checkpoint(dir.path, c, 0, 1); });
+        INFO(e);
+        CHECK(e.find("version 9") != std::string::npos);
+        CHECK(e.find("damaged") == std::string::npos);
+        write_bytes(path, original);
+    }
+}
+
+TEST_CASE("a checkpoint of a build before header checksums still loads", "[checkpoint]") {
+    TempDir dir;
+    ModelConfig c = small_config();
+    save_step(dir.path, c, 10);
+    make_legacy_step(dir.path, c, 10);
+    std::optional<LoadedCheckpoint> ck = load_newest_checkpoint(dir.path, c, 0, 1);
+    REQUIRE(ck.has_value());
+    CHECK(ck->step == 10);
 }
 
 TEST_CASE("another model's or process count's checkpoint is still refused, not skipped", "[checkpoint]") {

@@ -113,10 +113,13 @@ def test_eval_past_the_trained_length_prints_one_note(trained_run, tmp_path):
                      f"(-t {T_TRAINED}); positions beyond them were never trained"], p.stderr
     p = run(["--eval-only", "-e", ckpt, "-m", 1, "--threads", 1])
     assert "note:" not in p.stderr
-    # a checkpoint from before the field (0 there): unknown, no note, same loss
+    # a checkpoint from before the field (0 there; version 1 or 2, without the header checksum of words
+    # 22-23): unknown, no note, same loss
     old = tmp_path / "model_00000004.bin"
     data = bytearray(ckpt.read_bytes())
     data[19 * 4:20 * 4] = bytes(4)
+    data[4:8] = (1 if data[80:88] == bytes(8) else 2).to_bytes(4, "little")
+    data[88:96] = bytes(8)
     old.write_bytes(bytes(data))
     a = run(["--eval-only", "-e", old, "-j", p.stdout.split("from '")[1].split("'")[0], "-t", 64, "-b", 4, "-m", 1,
              "--threads", 1])

@@ -14,13 +14,18 @@ import shutil
 import signal
 import struct
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from run_helpers import (BIN, REPO, TINY, assert_refused, assert_same_run, data_args, gpt2_tinyshakespeare, read_jsonl,
                          run, train_records)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dev" / "reference"))
+from checkpoint import header_checksum  # noqa: E402
 
 # The binary was built by nvcc (it links cuBLAS), not by the host compiler (`make cpu`, or make without nvcc).
 CUDA_BUILD = BIN.exists() and "libcublas" in subprocess.run(["ldd", str(BIN)], capture_output=True, text=True).stdout
@@ -229,6 +234,8 @@ def test_bad_checkpoints(trained, byte_data, tmp_path):
         st = d / f"state_{step:08d}_00000.bin"
         b = bytearray(st.read_bytes())
         b[16:20] = struct.pack("<i", 2)  # header[4] = world size
+        h = np.frombuffer(bytes(b[:1024]), dtype="<i4")
+        b[76:84] = struct.pack("<Q", header_checksum(h, 19))  # header[19..20]: the header's own checksum
         st.write_bytes(bytes(b))
         (d / f"DONE_{step:08d}").write_text(f"step {step} world_size 2\n")
     assert_refused(args + ["-o", d], d, "written by 2 processes")

@@ -271,3 +271,44 @@ def test_sentencepiece_export_writes_the_tokenizer_model_and_says_how_to_load_it
     ids = read_tokens(data, "train", 300)[1:].tolist()  # the split starts with EOT
     ids = ids[:len(ids) - ids[::-1].index(sp.piece_to_id("\n"))]  # whole lines: a cut word encodes otherwise
     assert len(ids) > 100 and sp.encode(sp.decode(ids)) == ids
+
+
+def test_a_run_being_written_exports_its_newest_readable_checkpoint(byte_data, tmp_path, monkeypatch):
+    """A run directory as a trainer leaves it while it writes and is killed (scripts/chaos_soak.py's
+    readers): a damaged newest checkpoint is named in a warning and the previous one exported, one
+    pruned between the listing and the read is passed over; never a traceback, never a damaged file."""
+    run = tmp_path / "run"
+    train(["-i", f"{byte_data}/train_*.bin", "-o", run, "--layers", 2, "--channels", 32, "--heads", 4,
+           "--max-seq-len", 64, "-b", 4, "-t", 32, "-x", 6, "-n", 3, "-v", 0, "-s", 0])
+    newest = run / "model_00000006.bin"
+    good = newest.read_bytes()
+    newest.write_bytes(good[:-7] + bytes([good[-7] ^ 8]) + good[-6:])
+    p = export(run, tmp_path / "hf")
+    assert "(step 3)" in p.stdout and "warning: checkpoint step 6 is damaged" in p.stderr, p.stdout + p.stderr
+    newest.write_bytes(good)
+
+    # a flipped bit anywhere in the header of the trainer's file: refused as damaged by the reader, never
+    # read as another model (every bit of words 0..23, one bit of each other byte)
+    sys.path.insert(0, str(REPO / "scripts"))
+    import export_hf  # noqa: E402 (also puts dev/reference on the path)
+    from checkpoint import read_model
+    flipped = tmp_path / "flipped.bin"
+    for byte in range(1024):
+        for bit in (range(8) if byte < 96 else [byte % 8]):
+            b = bytearray(good)
+            b[byte] ^= 1 << bit
+            flipped.write_bytes(bytes(b))
+            with pytest.raises(ValueError, match="damaged|bad magic"):
+                read_model(str(flipped))
+
+    # pruned by the trainer between the listing and the read: its marker goes first, then its files
+    real = export_hf.read_model
+
+    def pruned_meanwhile(path):
+        if path.endswith("model_00000006.bin"):
+            (run / "DONE_00000006").unlink()
+            os.unlink(path)
+        return real(path)
+    monkeypatch.setattr(export_hf, "read_model", pruned_meanwhile)
+    path, (_, _, step) = export_hf.newest_checkpoint(str(run))
+    assert step == 3 and path.endswith("model_00000003.bin")

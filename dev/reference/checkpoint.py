@@ -3,12 +3,16 @@ Reads and writes our model checkpoint format (docs/formats.md), written from tha
 document, independently of the C++ (llmc/io/checkpoint.h):
 
   header: 256 int32 little-endian
-    [0] magic 20250521  [1] version 1  [2] maxT  [3] V  [4] L  [5] NH  [6] C  [7] Vp  [8] G  [9] P
+    [0] magic 20250521  [1] version (3; 1 or 2 without [22,23])
+    [2] maxT  [3] V  [4] L  [5] NH  [6] C  [7] Vp  [8] G  [9] P
     [10] qk_norm  [11] tied_embeddings  [12] dtype (0 fp32, 1 bf16)  [13] attn_softcap float bits
     [14,15] number of parameters lo/hi  [16,17] 64-bit FNV-1a of the payload bytes lo/hi
     [18] step  [19] trained sequence length (-t; 0 = unknown, as this writer leaves it)
-    [20] no biases (1 = none, 0 = GPT-2's biases)  [21] GELU (0 tanh, 1 erf)  [22..255] 0
-    (files written before 20 and 21 existed hold 0 there: biases, tanh GELU)
+    [20] no biases (1 = none, 0 = GPT-2's biases)  [21] GELU (0 tanh, 1 erf)
+    [22,23] version 3: 64-bit FNV-1a of the 1024 header bytes with these 8 bytes 0, lo/hi  [24..255] 0
+    (files written before 20 and 21 existed hold 0 there: biases, tanh GELU; versions 1 and 2 have no
+    header checksum, [22..255] are 0 and the version must match [20, 21]: 1 for biases and tanh GELU)
+  write_model writes version 1 or 2 (no header checksum), which the trainer reads too.
   payload: the flat parameters in llmc/core/params.h order, fp32 or bf16 (round-to-nearest-even);
   without biases the bias tensors are absent (size 0), the others keep their order.
 
@@ -24,6 +28,8 @@ MODEL_MAGIC = 20250521
 # (llmc/io/checkpoint.h: a reader that predates words 20 and 21 refuses it); the version must match them
 MODEL_VERSION = 1
 MODEL_VERSION_OPTIONS = 2
+MODEL_VERSION_SUMMED = 3  # the trainer's: header checksum in words 22-23
+HEADER_SUM = 22
 
 
 def model_file_version(cfg):
@@ -44,6 +50,18 @@ def fnv1a64(data: bytes) -> int:
     for b in data:  # plain Python ints; about 5 MB/s, fine for the small models this tool checks
         h = ((h ^ b) * FNV_PRIME) & 0xFFFFFFFFFFFFFFFF
     return h
+
+
+def header_checksum(h: np.ndarray, sum_at=HEADER_SUM) -> int:
+    """The checksum a version-3 model header (256 int32; sum_at 22) or version-2 training-state header
+    (sum_at 19) stores in words sum_at, sum_at + 1: FNV-1a 64 of its 1024 bytes with those words 0."""
+    z = np.array(h, dtype="<i4").copy()
+    z[sum_at:sum_at + 2] = 0
+    return fnv1a64(z.tobytes())
+
+
+def _stored_header_sum(h: np.ndarray, sum_at=HEADER_SUM) -> int:
+    return (int(h[sum_at]) & 0xFFFFFFFF) | ((int(h[sum_at + 1]) & 0xFFFFFFFF) << 32)
 
 
 def _float_bits(x: float) -> int:
@@ -102,8 +120,21 @@ def read_model(path):
     h = np.frombuffer(raw[:HEADER_INTS * 4], dtype="<i4")
     if h[0] != MODEL_MAGIC:
         raise ValueError(f"{path}: bad magic {h[0]} (expected {MODEL_MAGIC}); not one of our model checkpoints")
-    if h[1] not in (MODEL_VERSION, MODEL_VERSION_OPTIONS):
-        raise ValueError(f"{path}: unsupported version {h[1]} (expected {MODEL_VERSION} or {MODEL_VERSION_OPTIONS})")
+    summed = h[1] == MODEL_VERSION_SUMMED
+    if h[1] not in (MODEL_VERSION, MODEL_VERSION_OPTIONS, MODEL_VERSION_SUMMED):
+        as_v3 = h.copy()
+        as_v3[1] = MODEL_VERSION_SUMMED
+        if _stored_header_sum(h) == header_checksum(as_v3):
+            raise ValueError(f"{path}: corrupt header: version word is {h[1]}, its header checksum says 3; "
+                             f"the file is damaged")
+        raise ValueError(f"{path}: unsupported version {h[1]} (expected {MODEL_VERSION} to {MODEL_VERSION_SUMMED})")
+    first_reserved = HEADER_SUM + 2 if summed else HEADER_SUM
+    nonzero = [i for i in range(first_reserved, HEADER_INTS) if h[i] != 0]
+    if nonzero:
+        raise ValueError(f"{path}: corrupt header: reserved header field {nonzero[0]} is {h[nonzero[0]]}, expected 0; "
+                         f"the file is damaged")
+    if summed and _stored_header_sum(h) != header_checksum(h):
+        raise ValueError(f"{path}: corrupt header: header checksum mismatch; the file is damaged")
     if h[NO_BIAS] not in (0, 1):
         raise ValueError(f"{path}: no-bias flag (header index {NO_BIAS}) is {h[NO_BIAS]}, expected 0 or 1")
     if not 0 <= h[GELU] < len(GELU_KINDS):
@@ -112,9 +143,11 @@ def read_model(path):
                  channels=int(h[6]), padded_vocab_size=int(h[7]), global_heads=int(h[8]), window=int(h[9]),
                  qk_norm=bool(h[10]), tied_embeddings=bool(h[11]), attn_softcap=_bits_float(int(h[13])),
                  bias=int(h[NO_BIAS]) == 0, gelu=GELU_KINDS[int(h[GELU])])
-    if h[1] != model_file_version(cfg):
+    if not summed and h[1] != model_file_version(cfg):
         raise ValueError(f"{path}: version {h[1]} does not match its model fields (bias {cfg.bias}, {cfg.gelu} "
                          f"GELU: version {model_file_version(cfg)})")
+    if not 0 <= h[19] <= h[2]:
+        raise ValueError(f"{path}: trained sequence length (header index 19) is {h[19]}, outside [0, maxT {h[2]}]")
     dtype = int(h[12])
     if dtype not in (0, 1):
         raise ValueError(f"{path}: unknown payload dtype {dtype} (0 = fp32, 1 = bf16)")

@@ -1,7 +1,8 @@
-// Model checkpoint files (docs/formats.md): a 256-int32 header carrying every
-// ModelConfig field, then all parameters in the order of llmc/core/params.h as fp32 or bf16, with a
-// 64-bit FNV-1a checksum of the payload. Also reads llm.c's GPT-2 checkpoints (magic 20240326,
-// version 3 = fp32, version 5 = bf16) as an all-global model. Host-only, no GPU needed.
+// Model checkpoint files (docs/formats.md): a 256-int32 header carrying every ModelConfig field and
+// a 64-bit FNV-1a checksum of the header itself, then all parameters in the order of
+// llmc/core/params.h as fp32 or bf16, with a 64-bit FNV-1a checksum of the payload. Also reads
+// llm.c's GPT-2 checkpoints (magic 20240326, version 3 = fp32, version 5 = bf16) as an all-global
+// model. Host-only, no GPU needed.
 // Files are little-endian; like llm.c we read and write them with the host's byte order.
 #pragma once
 #include <sys/stat.h>
@@ -21,12 +22,15 @@
 namespace llmc {
 
 constexpr int MODEL_MAGIC = 20250521;
-// Version 1: a model with GPT-2's biases and tanh GELU (header words 20 and 21 are 0). Version 2: a
-// model without biases or with the erf GELU, so that a reader that predates words 20 and 21 refuses
-// the file instead of reading an erf model as a tanh one. A file's version must match its words.
+// Version 3 (written): any model (words 20 and 21 say biases and GELU), with the header's checksum in
+// words 22-23, so that a flip anywhere in the header is damage, never another model or build. Read
+// too, without a header checksum: version 1, a model with GPT-2's biases and tanh GELU (words 20 and
+// 21 are 0), and version 2, a model without biases or with the erf GELU; their version must match
+// their words 20 and 21.
 constexpr int MODEL_VERSION = 1;
 constexpr int MODEL_VERSION_OPTIONS = 2;
-inline int model_file_version(const ModelConfig& c) {
+constexpr int MODEL_VERSION_SUMMED = 3;
+inline int model_file_version_unsummed(const ModelConfig& c) {
     return c.bias && c.gelu == Gelu::Tanh ? MODEL_VERSION : MODEL_VERSION_OPTIONS;
 }
 constexpr int LLMC_MAGIC = 20240326;  // llm.c gpt2_*.bin
@@ -95,11 +99,30 @@ inline uint64_t get_u64(const int32_t* h, int i) {
     return (uint64_t)(uint32_t)h[i] | ((uint64_t)(uint32_t)h[i + 1] << 32);
 }
 
+// The checksum of a 1024-byte header (h: CKPT_HEADER_INTS words) that stores it in words sum_at and
+// sum_at + 1: FNV-1a 64 of the header's bytes with those two words taken as 0.
+inline uint64_t header_checksum(const int32_t* h, int sum_at) {
+    int32_t copy[CKPT_HEADER_INTS];
+    std::memcpy(copy, h, CKPT_HEADER_BYTES);
+    copy[sum_at] = copy[sum_at + 1] = 0;
+    return fnv1a64(copy, CKPT_HEADER_BYTES);
+}
+
+// Whether a header whose version word (1) is not one this build reads is one of `summed_version`'s with
+// only that word damaged: its stored checksum holds for the header with the version put back.
+inline bool version_word_damaged(const int32_t* h, int sum_at, int summed_version) {
+    int32_t copy[CKPT_HEADER_INTS];
+    std::memcpy(copy, h, CKPT_HEADER_BYTES);
+    copy[1] = summed_version;
+    return get_u64(h, sum_at) == header_checksum(copy, sum_at);
+}
+
 // Header indices 2..13, 20 and 21 (see docs/formats.md); dtype (12) is set by the writer. Index 20
 // holds "no biases" and 21 the GELU, so that the zeros of a file written before they existed read as
 // GPT-2's biases and tanh GELU.
 constexpr int CKPT_NO_BIAS = 20;
 constexpr int CKPT_GELU = 21;
+constexpr int CKPT_HEADER_SUM = 22;  // words 22-23 of a version-3 file: header_checksum(h, 22)
 inline void put_config_fields(int32_t* h, const ModelConfig& c) {
     h[2] = c.max_seq_len;
     h[3] = c.vocab_size;
@@ -205,13 +228,14 @@ inline void save_model_checkpoint(const std::string& path, const ModelConfig& co
 
     std::vector<int32_t> h(CKPT_HEADER_INTS, 0);
     h[0] = MODEL_MAGIC;
-    h[1] = model_file_version(config);
+    h[1] = MODEL_VERSION_SUMMED;
     put_config_fields(h.data(), config);
     h[12] = bf16 ? 1 : 0;
     put_u64(h.data(), 14, (uint64_t)n);
     put_u64(h.data(), 16, fnv1a64(payload, payload_bytes));
     h[18] = step;
     h[19] = trained_seq_len;
+    put_u64(h.data(), CKPT_HEADER_SUM, header_checksum(h.data(), CKPT_HEADER_SUM));
 
     AtomicFile f(path);
     f.write(h.data(), CKPT_HEADER_BYTES);
@@ -301,15 +325,19 @@ inline ModelCheckpoint load_model_checkpoint(const std::string& path) {
         throw CheckpointDamaged(path + ": bad magic " + std::to_string(h[0]) + ": not a train_gpt2_ls model (" +
                                 std::to_string(MODEL_MAGIC) + ") nor an llm.c GPT-2 checkpoint (" +
                                 std::to_string(LLMC_MAGIC) + "); pass a model_NNNNNNNN.bin or an llm.c gpt2_*.bin");
-    if (h[1] != MODEL_VERSION && h[1] != MODEL_VERSION_OPTIONS)
-        throw InputError(path + ": model checkpoint version " + std::to_string(h[1]) +
-                         " is not supported (this build reads versions " + std::to_string(MODEL_VERSION) + " and " +
-                         std::to_string(MODEL_VERSION_OPTIONS) + "); use a train_gpt2_ls build that wrote it");
-
     auto bad_header = [&](const std::string& what) {
         return CheckpointDamaged(path + ": corrupt header: " + what + "; the file is damaged, use another checkpoint");
     };
-    for (size_t i = CKPT_GELU + 1; i < CKPT_HEADER_INTS; i++)
+    const bool summed = h[1] == MODEL_VERSION_SUMMED;
+    if (h[1] != MODEL_VERSION && h[1] != MODEL_VERSION_OPTIONS && !summed) {
+        if (version_word_damaged(h.data(), CKPT_HEADER_SUM, MODEL_VERSION_SUMMED))
+            throw bad_header("version word is " + std::to_string(h[1]) + ", its header checksum says " +
+                             std::to_string(MODEL_VERSION_SUMMED));
+        throw InputError(path + ": model checkpoint version " + std::to_string(h[1]) +
+                         " is not supported (this build reads versions 1 to " + std::to_string(MODEL_VERSION_SUMMED) +
+                         "); use a train_gpt2_ls build that wrote it");
+    }
+    for (size_t i = summed ? CKPT_HEADER_SUM + 2 : CKPT_GELU + 1; i < CKPT_HEADER_INTS; i++)
         if (h[i] != 0)
             throw bad_header("reserved header field " + std::to_string(i) + " is " + std::to_string(h[i]) +
                              ", expected 0");
@@ -340,10 +368,12 @@ inline ModelCheckpoint load_model_checkpoint(const std::string& path) {
     if (stored_n != n)
         throw bad_header("parameter count " + std::to_string(stored_n) + " does not match the " + std::to_string(n) +
                          " its model fields imply");
-    if (h[1] != model_file_version(c))
+    if (!summed && h[1] != model_file_version_unsummed(c))
         throw bad_header("version " + std::to_string(h[1]) + " does not match its model fields (biases " +
                          (c.bias ? "on" : "off") + ", " + gelu_name(c.gelu) + " GELU: version " +
-                         std::to_string(model_file_version(c)) + ")");
+                         std::to_string(model_file_version_unsummed(c)) + ")");
+    if (summed && get_u64(h.data(), CKPT_HEADER_SUM) != header_checksum(h.data(), CKPT_HEADER_SUM))
+        throw bad_header("header checksum mismatch");
     detail::check_size(path, size, n, ck.bf16 ? 2 : 4);
     uint64_t sum = detail::read_payload(f.get(), n, ck.bf16, ck.params, path);
     if (sum != get_u64(h.data(), 16))

@@ -226,7 +226,8 @@ inline LoadedCheckpoint load_checkpoint_at(const std::string& dir, int step, con
     ck.step = step;
     const std::string mpath = model_path(dir, step), spath = state_path(dir, step, rank);
     ck.model = load_model_checkpoint(mpath);
-    // The headers carry no checksum: the step's other file says whether a mismatch is the user's or a
+    // A header with its checksum (this build's files) that fails it is damaged in the loaders. Older
+    // builds' headers carry none: the step's other file says whether a mismatch is the user's or a
     // damaged header's (CheckpointDamaged: the caller falls back). A model file of another model than
     // its own state file records is damaged; so is a state file naming another model than a matching
     // model file, another rank than its name, or another process count than the step's marker.

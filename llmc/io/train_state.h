@@ -18,8 +18,11 @@
 namespace llmc {
 
 constexpr int STATE_MAGIC = 20250522;
-constexpr int STATE_VERSION = 1;
-constexpr size_t STATE_HEADER_USED = 19;  // header ints 0..18 hold fields (docs/formats.md), the rest are 0
+// Version 2 (written): header words 19-20 hold the header's checksum, so that a flip anywhere in the
+// header is damage, never another run's file. Version 1 (read too): no header checksum.
+constexpr int STATE_VERSION_UNSUMMED = 1;
+constexpr int STATE_VERSION = 2;
+constexpr int STATE_HEADER_SUM = 19;  // words 19-20 of a version-2 file: header_checksum(h, 19)
 
 struct TrainState {
     int step = 0;                 // optimizer steps completed when it was written
@@ -35,7 +38,8 @@ struct TrainState {
 // Header (256 int32, like the model file); 64-bit values as low, high 32 bits.
 //   0 magic, 1 version, 2 step, 3 rank, 4 world size, 5-6 num_params (length of m and v),
 //   7-8 model_config_hash, 9-10 length of master (0 or num_params), 11-12 rng count,
-//   13-14 loader count, 15-16 extra count, 17-18 FNV-1a of the payload bytes, 19..255 zero.
+//   13-14 loader count, 15-16 extra count, 17-18 FNV-1a of the payload bytes, 19-20 the header's
+//   checksum (header_checksum(h, 19); version 2), 21..255 zero.
 // Payload: m (fp32), v (fp32), master (fp32), rng (uint64), loader (int64), extra (float64).
 inline void save_train_state(const std::string& path, const ModelConfig& config, const TrainState& s) {
     const size_t n = param_layout(config).total;
@@ -81,6 +85,7 @@ inline void save_train_state(const std::string& path, const ModelConfig& config,
     put_u64(h.data(), 13, s.loader.size());
     put_u64(h.data(), 15, s.extra.size());
     put_u64(h.data(), 17, sum);
+    put_u64(h.data(), STATE_HEADER_SUM, header_checksum(h.data(), STATE_HEADER_SUM));
 
     AtomicFile f(path);
     f.write(h.data(), CKPT_HEADER_BYTES);
@@ -88,7 +93,7 @@ inline void save_train_state(const std::string& path, const ModelConfig& config,
     f.commit();
 }
 
-// The header of a training-state file of this build's version: its step, rank, world size and
+// The header of a training-state file of a version this build reads: its step, rank, world size and
 // model config hash, unchecked (a damaged file may hold anything); nullopt when the file cannot be
 // read or is not such a file. Lets a caller that knows what the file should hold tell damage from
 // the user's mismatch (load_checkpoint_at).
@@ -100,7 +105,7 @@ inline std::optional<TrainStateHeader> peek_train_state_header(const std::string
     FilePtr f(std::fopen(path.c_str(), "rb"));
     std::vector<int32_t> h(CKPT_HEADER_INTS);
     if (!f || std::fread(h.data(), 1, CKPT_HEADER_BYTES, f.get()) != CKPT_HEADER_BYTES) return std::nullopt;
-    if (h[0] != STATE_MAGIC || h[1] != STATE_VERSION) return std::nullopt;
+    if (h[0] != STATE_MAGIC || (h[1] != STATE_VERSION && h[1] != STATE_VERSION_UNSUMMED)) return std::nullopt;
     return TrainStateHeader{h[2], h[3], h[4], get_u64(h.data(), 7)};
 }
 
@@ -120,10 +125,18 @@ inline TrainState load_train_state(const std::string& path, const ModelConfig& c
         throw CheckpointDamaged(path + ": bad magic " + std::to_string(h[0]) + ", expected " +
                                 std::to_string(STATE_MAGIC) +
                                 "; not a training-state file or damaged, use another checkpoint");
-    if (h[1] != STATE_VERSION)
+    const bool summed = h[1] == STATE_VERSION;
+    if (!summed && h[1] != STATE_VERSION_UNSUMMED) {
+        if (version_word_damaged(h.data(), STATE_HEADER_SUM, STATE_VERSION))
+            throw CheckpointDamaged(path + ": version word is " + std::to_string(h[1]) + ", its header checksum says " +
+                                    std::to_string(STATE_VERSION) + "; the file is damaged, use another checkpoint");
         throw InputError(path + ": training-state version " + std::to_string(h[1]) +
-                         " is not supported (this build reads " + std::to_string(STATE_VERSION) +
-                         "); resume with the train_gpt2_ls build that wrote it");
+                         " is not supported (this build reads " + std::to_string(STATE_VERSION_UNSUMMED) + " and " +
+                         std::to_string(STATE_VERSION) + "); resume with the train_gpt2_ls build that wrote it");
+    }
+    // before the checks below, which name the user's mismatch: a damaged header is no mismatch
+    if (summed && get_u64(h.data(), STATE_HEADER_SUM) != header_checksum(h.data(), STATE_HEADER_SUM))
+        throw CheckpointDamaged(path + ": header checksum mismatch (training state damaged); use another checkpoint");
     if (h[4] != world_size)
         throw InputError(path + ": checkpoint written by " + std::to_string(h[4]) + " processes, this run has " +
                          std::to_string(world_size) + "; resume with the same -np (" + std::to_string(h[4]) +
@@ -137,7 +150,7 @@ inline TrainState load_train_state(const std::string& path, const ModelConfig& c
                          "resume with the model flags the checkpoint was trained with");
 
     const size_t n = param_layout(config).total;
-    for (size_t i = STATE_HEADER_USED; i < CKPT_HEADER_INTS; i++)
+    for (size_t i = summed ? STATE_HEADER_SUM + 2 : STATE_HEADER_SUM; i < CKPT_HEADER_INTS; i++)
         if (h[i] != 0)
             throw CheckpointDamaged(path + ": reserved header field " + std::to_string(i) + " is " +
                                     std::to_string(h[i]) + ", expected 0; the file is damaged, use another checkpoint");

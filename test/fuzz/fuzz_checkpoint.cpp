@@ -1,8 +1,8 @@
 // libFuzzer harness: train_gpt2_ls model files (llmc/io/checkpoint.h load_model_checkpoint).
 // The input is the file. Each input is loaded twice: as it is, and (when it carries our magic) with
-// the header's parameter count and payload checksum fixed up, so mutations of the header fields
-// and of the file size reach the checks behind the checksum. Expected: a valid result or
-// llmc::InputError (docs/reliability.md).
+// the header's parameter count, payload checksum and (version 3) header checksum fixed up, so
+// mutations of the header fields and of the file size reach the checks behind the checksum.
+// Expected: a valid result or llmc::InputError (docs/reliability.md).
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -38,6 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const ModelConfig c = get_config_fields(h);  // the reader's own decoding of the header
     if (validate_model_config(c).empty()) put_u64(h, 14, (uint64_t)param_layout(c).total);
     put_u64(h, 16, fnv1a64(fixed.data() + CKPT_HEADER_BYTES, size - CKPT_HEADER_BYTES));
+    if (h[1] == MODEL_VERSION_SUMMED) put_u64(h, CKPT_HEADER_SUM, header_checksum(h, CKPT_HEADER_SUM));
     std::memcpy(fixed.data(), h, CKPT_HEADER_BYTES);
     load_and_check(file.write(fixed.data(), size), size);
     return 0;

@@ -2,9 +2,9 @@
 // inside them (data-loader position, spike windows, logit alarm, RNG: what llmc/train/loop_state.h does
 // with them on resume, repeated here). The input is the file, loaded for test/fuzz/fuzz_common.h's
 // tiny model with the rank and process count its header names (so those checks pass and the rest is
-// reached). Each input is loaded twice: as it is, and with the payload checksum fixed up, so
-// mutations reach the section parsing behind the checksum. Expected: a valid result or
-// llmc::InputError (docs/reliability.md).
+// reached). Each input is loaded twice: as it is, and with the payload checksum (and, version 2, the
+// header checksum) fixed up, so mutations reach the section parsing behind the checksum. Expected: a
+// valid result or llmc::InputError (docs/reliability.md).
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -69,6 +69,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     int32_t h[CKPT_HEADER_INTS];
     std::memcpy(h, fixed.data(), CKPT_HEADER_BYTES);
     put_u64(h, 17, fnv1a64(fixed.data() + CKPT_HEADER_BYTES, size - CKPT_HEADER_BYTES));
+    if (h[1] == STATE_VERSION) put_u64(h, STATE_HEADER_SUM, header_checksum(h, STATE_HEADER_SUM));
     std::memcpy(fixed.data(), h, CKPT_HEADER_BYTES);
     load_and_check(file.write(fixed.data(), size), size, rank, world);
     return 0;
