@@ -31,8 +31,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <numeric>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,12 +45,38 @@
 
 namespace llmc {
 
-// The directory part of a shard glob ("." when it has none): where meta.json and tokenizer.bin
-// of the data are.
+// The directory of the data set a shard glob reads: where its meta.json and tokenizer.bin are.
+//   - a directory part without wildcards is that directory ("." when the pattern has none);
+//   - a directory part with wildcards (data/*_sp/train_*.bin) is the one directory all its matches
+//     are in; matches in several directories are refused (one glob reads one data set: one
+//     tokenizer, one identity in the run's record; docs/training.md "One data set per glob");
+//   - a pattern that matches nothing gives its directory part as written (the data loader then
+//     names the missing files).
 inline std::string glob_dir(const std::string& pattern) {
     const size_t slash = pattern.find_last_of('/');
     if (slash == std::string::npos) return ".";
-    return slash == 0 ? "/" : pattern.substr(0, slash);
+    const std::string written = slash == 0 ? "/" : pattern.substr(0, slash);
+    if (written.find_first_of("*?[") == std::string::npos) return written;
+    std::set<std::string> dirs;
+    glob_t g;
+    if (glob(pattern.c_str(), 0, nullptr, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            const std::string match = g.gl_pathv[i];
+            const size_t end = match.find_last_of('/');
+            dirs.insert(end == 0 ? "/" : match.substr(0, end));
+        }
+    }
+    globfree(&g);
+    if (dirs.empty()) return written;
+    if (dirs.size() > 1) {
+        std::string names;
+        for (const std::string& d : dirs) names += (names.empty() ? "" : ", ") + d;
+        throw InputError("the shard pattern '" + pattern + "' matches shards in " + std::to_string(dirs.size()) +
+                         " directories (" + names +
+                         "): a glob reads one data set (one meta.json and tokenizer); give one directory, e.g. '" +
+                         *dirs.begin() + pattern.substr(slash) + "'");
+    }
+    return *dirs.begin();
 }
 
 // The loader's position plus a fingerprint of the loader that produced it; restore() refuses
