@@ -131,6 +131,15 @@ def test_a_wildcard_directory_without_identity_says_it_cannot_check(byte_data, t
     assert len(notes) == 1 and str(bare) in notes[0], p.stderr
 
 
+def test_samples_without_a_tokenizer_say_so_on_stderr(byte_data, tmp_path):
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(byte_data / "train_000000.bin", bare / "train_000000.bin")
+    p = run(["-i", f"{bare}/train_*.bin", "--vocab", 256] + TINY_RUN[:-2] + ["-s", 1, "-g", 4])
+    assert f"note: no tokenizer at '{bare}/tokenizer.bin'" in p.stderr, p.stderr
+    assert "no tokenizer" not in p.stdout  # a diagnostic: stderr only
+
+
 # ---------------------------------------------------------------------------------------------
 # data roles (llmc/io/data_roles.h, docs/training.md "Data roles")
 

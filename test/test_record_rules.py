@@ -86,7 +86,8 @@ def test_the_history_holds_only_what_trained(byte_data, tmp_path):
     out = tmp_path / "run"
     run(data_args(byte_data) + COMMON + ["-o", out, "-x", 4])
     p = run(["-o", out, "-y", 1, "-x", 4, "-l", "1e-3"])  # a resume that trains nothing records nothing
-    assert "nothing to train" in p.stdout
+    assert "note: the checkpoint's step 4 is not below -x 4; nothing to train" in p.stderr
+    assert "nothing to train" not in p.stdout  # a diagnostic: stderr only
     assert "note: --learning-rate 0.001 (was 0.002) is not recorded: no step is trained " \
         "(config.json unchanged)" in p.stderr and notes(p) == []
     assert history(out) is None
