@@ -146,6 +146,19 @@ def test_mistakes_get_one_line(byte_data, tmp_path, args, expect):
     assert not out.exists()
 
 
+def test_a_flag_under_both_its_names_in_a_config_file_is_refused(byte_data, tmp_path):
+    """x=6 beside max-steps=3 (or l= beside learning-rate=) is refused as a key given twice is, whichever comes
+    first (CLI11 would keep the first)."""
+    base = f'train-data="{byte_data}/train_*.bin"\nlayers=2\nchannels=32\nheads=4\nbatch-size=4\nseq-len=32\n'
+    for extra, names in (("max-steps=3\nx=6\n", "'max-steps' and 'x'"), ("x=5\nmax-steps=3\n", "'x' and 'max-steps'"),
+                         ("learning-rate=0.0006\nl=0.003\nx=1\n", "'learning-rate' and 'l'")):
+        conf = tmp_path / "c.toml"
+        conf.write_text(base + extra)
+        line = one_error_line(run(["--config", conf, "-o", tmp_path / "run"], check=False))
+        assert f"{conf}: {names} are one flag" in line and "keep one" in line, line
+        assert not (tmp_path / "run").exists()
+
+
 def test_a_model_flag_in_a_fork_and_t_past_a_checkpoints_positions(byte_data, tmp_path):
     out = tmp_path / "run"
     run(data_args(byte_data) + COMMON + ["-o", out, "-x", 2])
