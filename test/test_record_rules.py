@@ -138,6 +138,10 @@ def test_a_run_resumes_from_another_directory(byte_data, tmp_path):
     (["-i", "{data}/train_000000.bin", "{data}/train_000001.bin"],
      "error: -i takes one value, but 1 more path(s) follow {data}/train_000000.bin ({data}/train_000001.bin): "
      "the shell expanded a glob; quote it"),
+    (["-x", "1e3"], "error: --max-steps takes an integer in digits (e.g. 1000, not 1e3), not '1e3'"),
+    (["-b", "4.0"], "error: --batch-size takes an integer in digits"),
+    (["-i", "{data}/*.bin"], "error: the shard pattern '{data}/*.bin' matches {data}/tokenizer.bin, which is not a "
+     "token shard"),
 ])
 def test_mistakes_get_one_line(byte_data, tmp_path, args, expect):
     out = tmp_path / "run"

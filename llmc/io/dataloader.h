@@ -148,7 +148,10 @@ public:
                              " must be positive; fix --vocab");
         }
         paths_ = glob_paths(pattern);
-        for (const std::string& p : paths_) counts_.push_back(read_shard_header(p).num_tokens);
+        for (const std::string& p : paths_) {
+            check_is_shard(pattern, p);
+            counts_.push_back(read_shard_header(p).num_tokens);
+        }
         total_ = std::accumulate(counts_.begin(), counts_.end(), (int64_t)0);
         const int64_t bt = (int64_t)B * T;
         window_tokens_ = rows_ ? bt * world_size : bt;  // tokens a window advances (plus one shared)
@@ -230,6 +233,22 @@ public:
     const std::vector<std::string>& shard_paths() const { return paths_; }
 
 private:
+    // A file whose first 4 bytes are not a shard's magic, matched by a wildcard pattern, is another kind
+    // of file the glob caught (DIR/*.bin and DIR/tokenizer.bin): refused naming the pattern, not the file.
+    static void check_is_shard(const std::string& pattern, const std::string& path) {
+        if (pattern.find_first_of("*?[") == std::string::npos) return;  // a file named on its own: its header
+        std::FILE* f = std::fopen(path.c_str(), "rb");
+        if (f == nullptr) return;  // read_shard_header names the error
+        int32_t magic = 0;
+        const bool read = std::fread(&magic, 4, 1, f) == 1;
+        std::fclose(f);
+        if (!read || magic == kShardMagic) return;
+        throw InputError("the shard pattern '" + pattern + "' matches " + path +
+                         ", which is not a token shard (magic " + std::to_string(magic) + ", a shard's is " +
+                         std::to_string(kShardMagic) + "): give a pattern that matches only the shards, e.g. '" +
+                         glob_dir(pattern) + "/train_*.bin' (a damaged shard: regenerate it with data/prepare.py)");
+    }
+
     static std::vector<std::string> glob_paths(const std::string& pattern) {
         glob_t g;
         const int rc = glob(pattern.c_str(), GLOB_MARK, nullptr, &g);  // GLOB_MARK: dirs end in '/'
