@@ -163,6 +163,15 @@ def test_a_flag_under_both_its_names_in_a_config_file_is_refused(byte_data, tmp_
         assert not (tmp_path / "run").exists()
 
 
+def test_a_fork_refused_for_its_data_order_says_fork(byte_data, tmp_path):
+    out = tmp_path / "run"
+    run(data_args(byte_data) + COMMON + ["-o", out, "-x", 2])
+    line = one_error_line(run(["--fork-from", out / "model_00000002.bin", "-o", tmp_path / "fork", "-t", 16],
+                              check=False))
+    assert "fork with the -b/-t, process count, shuffle, sampler, seed and shards of the checkpoint's run" in line
+    assert "resume" not in line, line
+
+
 def test_a_model_flag_in_a_fork_and_t_past_a_checkpoints_positions(byte_data, tmp_path):
     out = tmp_path / "run"
     run(data_args(byte_data) + COMMON + ["-o", out, "-x", 2])

@@ -208,14 +208,18 @@ public:
         return s;
     }
 
-    void restore(const LoaderState& s) {
+    // `fork`: the state is a checkpoint's that --fork-from continues (named so in the error).
+    void restore(const LoaderState& s, bool fork = false) {
         const LoaderState mine = state();
         if (s.B != mine.B || s.T != mine.T || s.world_size != mine.world_size || s.shuffle != mine.shuffle ||
             s.seed != mine.seed || s.total_tokens != mine.total_tokens || s.num_shards != mine.num_shards) {
             throw InputError(
                 "data-loader state was saved by " + describe(s) + " but this loader (shards '" + pattern_ + "') has " +
                 describe(mine) +
-                "; resume with the same -b/-t, process count, shuffle, sampler, seed and shards, or start a fresh run");
+                (fork ? "; fork with the -b/-t, process count, shuffle, sampler, seed and shards of the checkpoint's "
+                        "run, or start a fresh run (-e CHECKPOINT: its weights only)"
+                      : "; resume with the same -b/-t, process count, shuffle, sampler, seed and shards, or start a "
+                        "fresh run"));
         }
         if (s.epoch < 0 || s.batch < 0 || s.batch >= batches_per_epoch_) {
             throw InputError("data-loader state has epoch " + std::to_string(s.epoch) + " batch " +

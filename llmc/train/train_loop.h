@@ -393,7 +393,8 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
     const RunPlan plan = plan_run(cfg, comm);
     LoopState loop(cfg, *plan.train);
     if (plan.resume)
-        loop.from_train_state(plan.resume->state, state_path(plan.resume->dir, plan.resume->step, cfg.rank));
+        loop.from_train_state(plan.resume->state, state_path(plan.resume->dir, plan.resume->step, cfg.rank),
+                              !cfg.fork_from.empty());
     TrainingModel model = build_model(cfg, plan, make_backend, comm);
     Backend& backend = *model.backend;
     const int profile_first = plan.start_step() + kProfileWarmupSteps + 1;  // 1-based
