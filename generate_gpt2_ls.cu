@@ -29,11 +29,14 @@
 
 namespace {
 
-// --encode-only: the prompt's ids, one per line; no model.
-int run_encode_only(const llmc::GenerateConfig& g) {
+// --encode-only: the prompt's ids, one per line; no model is loaded. With -e of a run's checkpoint and
+// no --tokenizer, the run's tokenizer, as generation takes it (generate_settings_from_run).
+int run_encode_only(llmc::GenerateConfig g) {
+    const std::string taken = llmc::generate_settings_from_run(g);
     const llmc::Tokenizer tok = g.tokenizer.empty() ? llmc::Tokenizer() : llmc::Tokenizer(g.tokenizer);
     std::string out;
     for (int id : llmc::text_prompt(g, tok)) out += std::to_string(id) + "\n";
+    if (!taken.empty()) std::fprintf(stderr, "%s\n", taken.c_str());
     std::fwrite(out.data(), 1, out.size(), stdout);
     return 0;
 }

@@ -312,9 +312,9 @@ def prepare_text(args):
     extra = {}
     if args.tokenizer == "gpt2":  # loaded (or downloaded) before anything is written: a failure costs nothing
         bpe_dir = tk.resolve_gpt2_dir(args.gpt2_bpe)
-        if bpe_dir is None:
-            print("no --gpt2-bpe or GPT2_BPE_DIR given: using tiktoken's public GPT-2 download")
         token_bytes = tk.gpt2_token_bytes(tk.load_gpt2(bpe_dir))
+        if bpe_dir is None:  # said once it worked: a failed download is one error line
+            print("note: no --gpt2-bpe or GPT2_BPE_DIR given: used tiktoken's public GPT-2 download", file=sys.stderr)
         eot, enc_spec = tk.GPT2_EOT, ("gpt2", bpe_dir)
         extra["gpt2_bpe"] = "local files" if bpe_dir else "tiktoken download"
     else:
@@ -366,12 +366,12 @@ def _build_text(args, work, splits, token_bytes, eot, enc_spec, extra):
         if not paths[s]:
             raise PrepareError(f"the {s} split has no text; give more input or change --val-fraction")
     for name in empty:
-        print(f"warning: {name} has no text after stripping; skipped")
+        print(f"warning: {name} has no text after stripping; skipped", file=sys.stderr)
     if args.dataset == "pg19":
         for name in no_header:
-            print(f"note: {name}: no Gutenberg header marker found, kept from its first line")
+            print(f"note: {name}: no Gutenberg header marker found, kept from its first line", file=sys.stderr)
         for name in no_footer:
-            print(f"note: {name}: no Gutenberg footer marker found, kept to its last line")
+            print(f"note: {name}: no Gutenberg footer marker found, kept to its last line", file=sys.stderr)
         extra["val_books"] = [s.name for s in splits["val"]]
         extra["gutenberg_no_header"], extra["gutenberg_no_footer"] = no_header, no_footer
     extra["empty_documents"] = empty

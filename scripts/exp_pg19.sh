@@ -14,7 +14,7 @@
 #   scripts/exp_pg19.sh [--budget SECONDS] [--parallel 0|1] [--stagger S] [--variants "mhsa ls"]
 #                       [--steps N | --tokens N] [--batch 8] [--total-batch 16384] [--seed S]
 #                       [--device auto|cpu|cuda] [--np N] [--threads N] [--out DIR] [--results DIR]
-#                       [--data DIR] [--source DIR] [--config FILE] [--build auto|0|1]
+#                       [--data DIR] [--vocab N] [--source DIR] [--config FILE] [--build auto|0|1]
 #                       [--check-cmd CMD ...] [--reserve S] [--extra "FLAGS"] [--smoke]
 #
 # One GPU window = one complete experiment (docs/experiments.md, "PG-19, the paper's setting"):
@@ -44,8 +44,14 @@
 # for every run (e.g. "--cuda-graph 1"). --np N > 1: each run under `$MPIRUN -np N` (stopped by SIGUSR1).
 # --data: the shards (default data/shards/pg19_sp; scripts/pack_pg19.sh makes them, or this script
 # with data/prepare.py from --source, default ../shared/data/pg19, when meta.json is missing).
-# --smoke: a tiny model and data made from 3 small books, a few CPU steps, the same stages (checks
-# skipped on the CPU, or the --check-cmd given): checks the script, nothing more (`make test`).
+# --vocab N: the vocabulary the data must have (default 10000, the paper's SentencePiece 10K). Data whose
+# meta.json says another vocabulary, or another tokenizer than SentencePiece, is refused before the build
+# with the command that makes the paper's data; --vocab N runs on vocabulary N deliberately (not the
+# paper's setting: the header says so). The header names the vocabulary; the trainer's notes (e.g. a
+# warmup longer than the run) are relayed to the console as "== RUN: note: ...".
+# --smoke: a tiny model and data made from 3 small books (vocabulary 400: --smoke sets --vocab 400), a few
+# CPU steps, the same stages (checks skipped on the CPU, or the --check-cmd given): checks the script,
+# nothing more (`make test`).
 # Exit status: 0 all runs ended (at --steps or at the budget), 1 a usage or run error, 4 the build
 # or a check failed (nothing trained), 130 the script itself was interrupted (Ctrl-C, SIGTERM: it
 # stops its runs the same way, each checkpointing its step, and packs nothing). The logs are packed
@@ -95,7 +101,8 @@ T=2048
 # maximum is in metrics.jsonl), no samples, checkpoints only at the end (and when stopped)
 RUN=(-v 500 -m 32 -s 0 --logit-stats-every 10 -n 0)
 SMALL=()
-PREP=(--vocab-size 10000)
+VOCAB=10000  # the paper's SentencePiece vocabulary; --vocab N (or --smoke's data) runs on another
+VOCAB_WHY=""
 
 die() { echo "error: $*" >&2; exit 1; }
 need() { [[ $# -ge 2 && -n "$2" ]] || die "$1 needs a value; see $0 --help"; }
@@ -105,6 +112,7 @@ while [[ $# -gt 0 ]]; do
     --out) need "$@"; OUT=$2; shift 2 ;;
     --results) need "$@"; RESULTS=$2; shift 2 ;;
     --data) need "$@"; DATA=$2; shift 2 ;;
+    --vocab) need "$@"; VOCAB=$2; VOCAB_WHY=--vocab; shift 2 ;;
     --source) need "$@"; SOURCE=$2; shift 2 ;;
     --config) need "$@"; CONFIG=$2; shift 2 ;;
     --steps) need "$@"; STEPS=$2; TOKENS=""; STEPS_GIVEN=1; shift 2 ;;
@@ -146,10 +154,13 @@ if [[ $SMOKE == 1 ]]; then  # 6 heads kept (the variants are defined by them), e
       ln -sf "$(cd "$SOURCE" && pwd)/$b.txt" "$OUT/books/$b.txt"
     done
     SOURCE=$OUT/books
-    PREP=(--vocab-size 400 --sp-train-lines 3000 --val-fraction 0.34)
+    VOCAB=400; VOCAB_WHY=--smoke  # deliberately not the paper's 10000: a tokenizer that trains in seconds
+    PREP=(--sp-train-lines 3000 --val-fraction 0.34)
   fi
 fi
 [[ -z $RESERVE ]] && RESERVE=45
+[[ $VOCAB =~ ^[0-9]+$ && $VOCAB -ge 1 ]] || die "--vocab $VOCAB must be a positive integer"
+PREP=(--vocab-size "$VOCAB" "${PREP[@]}")
 
 # -- arguments --------------------------------------------------------------------------------------
 [[ -f $CONFIG ]] || die "no preset $CONFIG; pass --config FILE (configs/paper_pg19.toml is the paper's)"
@@ -190,6 +201,15 @@ if [[ ${#CHECK_CMDS[@]} -eq 0 && $DEVICE == cuda ]]; then
 fi
 [[ -z $RESULTS ]] && RESULTS=$OUT/results
 
+# -- the data's vocabulary: the paper's (or --vocab's), checked before anything is built or trained ------
+if [[ -f $DATA/meta.json ]]; then
+  read -r data_tok data_vocab < <("$PYTHON" -c 'import json,sys; m=json.load(open(sys.argv[1])); print(m.get("tokenizer") or "unnamed", m.get("vocab_size") or "unknown")' "$DATA/meta.json") \
+    || die "$DATA/meta.json is not readable JSON; make the data again with scripts/pack_pg19.sh --out $DATA --force"
+  [[ $data_tok == sp ]] || die "$DATA holds data of tokenizer $data_tok, not SentencePiece (the paper's); make it with scripts/pack_pg19.sh --out $DATA --force"
+  [[ $data_vocab == "$VOCAB" ]] || die "$DATA holds vocabulary $data_vocab, not $([[ -z $VOCAB_WHY ]] && echo "the paper's $VOCAB" || echo "$VOCAB ($VOCAB_WHY)"): make the paper's data with scripts/pack_pg19.sh --out $DATA --force, or pass --vocab $data_vocab to run on this vocabulary (not the paper's setting)"
+fi
+vocab_label="vocabulary $VOCAB$([[ $VOCAB != 10000 ]] && echo " (not the paper's 10000${VOCAB_WHY:+: $VOCAB_WHY})")"
+
 START=$(date +%s)
 deadline=""
 [[ -n $BUDGET ]] && deadline=$(( START + BUDGET - RESERVE ))
@@ -204,7 +224,7 @@ exec > >(tee -a "$REPORT") 2> >(tee -a "$REPORT" >&2)
 event() { printf '%s\t%s\n' "$(date +%s.%N)" "$*" >> "$EVENTS"; }
 commit=${EXP_COMMIT:-$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)}
 dirty=$(git -C "$REPO" status --porcelain --untracked-files=no 2>/dev/null | wc -l || true)
-echo "== exp_pg19 $(date -u +%FT%TZ) | commit $commit$([[ ${dirty:-0} -gt 0 ]] && echo " + $dirty changed files") | device $DEVICE$([[ $DEVICE == cuda ]] && nvidia-smi -L 2>/dev/null | head -1 | sed 's/^/ (/;s/$/)/') | budget ${BUDGET:-none} s | parallel $PARALLEL | variants ${variants[*]} | $TOTAL tokens/step (B $BATCH x T $T) | preset $CONFIG"
+echo "== exp_pg19 $(date -u +%FT%TZ) | commit $commit$([[ ${dirty:-0} -gt 0 ]] && echo " + $dirty changed files") | device $DEVICE$([[ $DEVICE == cuda ]] && nvidia-smi -L 2>/dev/null | head -1 | sed 's/^/ (/;s/$/)/') | budget ${BUDGET:-none} s | parallel $PARALLEL | variants ${variants[*]} | $TOTAL tokens/step (B $BATCH x T $T) | SentencePiece $vocab_label ($DATA) | preset $CONFIG"
 
 # -- 1. build -----------------------------------------------------------------------------------------
 step_timed() {  # step_timed NAME LOG TIMEOUT CMD...: runs CMD, one PASS/FAIL line with the seconds
@@ -285,6 +305,7 @@ start_run() {  # start_run INDEX: the trainer of run INDEX in the background
   if [[ -f $dir/DONE_$(printf %08d "$STEPS") ]]; then echo "== $n: done already ($dir)"; RC[$n]=0; return; fi
   [[ -f $dir/config.json ]] && resume=1  # its run, checkpointed or not: continue it (a new run there is refused)
   mkdir -p "$dir"
+  LOG_FROM[$k]=$(( $( (cat "$dir.log" 2>/dev/null || true) | wc -l) + 1 ))  # this start's lines of the log
   echo "== $n: $(variant_flags "$v") | up to $STEPS steps of $TOTAL tokens | $([[ -n $deadline ]] && echo "until $(( ${STOP_AT[$k]} - START )) s")| device $DEVICE | np $NP | resume $resume"
   # shellcheck disable=SC2046
   "${launch[@]}" --config "$CONFIG" -i "$DATA/train_*.bin" -j "$DATA/val_*.bin" -o "$dir" -y "$resume" \
@@ -304,6 +325,7 @@ reap() {  # reap INDEX: wait for run INDEX, record its exit status
   local n=${names[$1]} rc=0
   [[ -n ${PID[$n]:-} ]] || return 0
   wait "${PID[$n]}" || rc=$?
+  relay_notes
   RC[$n]=$rc; unset "PID[$n]"
   event "end $n $rc"
   case $rc in
@@ -313,6 +335,17 @@ reap() {  # reap INDEX: wait for run INDEX, record its exit status
   esac
 }
 alive() { [[ -n ${PID[${names[$1]}]:-} ]] && kill -0 "${PID[${names[$1]}]}" 2> /dev/null; }
+declare -A LOG_FROM=() RELAYED=()
+relay_notes() {  # relay_notes: the "note:" lines (its header's) of each run this script started to the
+  local k new    # console, once, when the run has printed its first step or ended
+  for k in "${!LOG_FROM[@]}"; do
+    [[ -z ${RELAYED[$k]:-} ]] || continue
+    new=$(tail -n +"${LOG_FROM[$k]}" "${dirs[$k]}.log" 2>/dev/null) || new=""
+    alive "$k" && ! grep -aq '^step ' <<< "$new" && continue
+    RELAYED[$k]=1
+    grep -a '^note: ' <<< "$new" | sed "s/^/== ${names[$k]}: /" || true
+  done
+}
 # shellcheck disable=SC2317  # (called by the trap)
 cleanup() {  # on the script's own interruption: stop the trainers it started (by pid), wait for them
   trap - INT TERM
@@ -335,6 +368,7 @@ wait_for() {  # wait_for INDEX STOP_AT: until run INDEX ends, or stop it at STOP
   local stopped="" said
   said=$(now)
   while alive "$1"; do
+    relay_notes
     if (( PROGRESS_EVERY > 0 && $(now) >= said + PROGRESS_EVERY )); then progress; said=$(now); fi
     if [[ -n $2 && -z $stopped ]] && (( $(now) >= $2 )); then stop_run "$1"; stopped=$(now); fi
     if [[ -n $stopped ]] && (( $(now) >= stopped + KILL_AFTER )); then  # a run that does not stop

@@ -6,9 +6,14 @@
 
 Inputs: `attn_L<l>_H<h>.npy` files (docs/formats.md: float32 (T, T), row i = query i, column j =
 key j, masked entries 0), or directories holding them. Whether head h is local, and its window P,
-come from the training run's config.json (`--config`, the file the trainer writes into its -o
-directory: model.window, model.global_heads, model.num_heads, and train.near when the run set
---near) or from --window, --global-heads and --heads (which override the config).
+come from the training run's config.json (the file the trainer writes into its -o directory:
+model.window, model.global_heads, model.num_heads, and train.near when the run set --near), or from
+--window, --global-heads and --heads (which override the config). The dumps' own model wins: when
+the directory of the dumps holds the eval.json that `--eval-only -o DIR` writes, its "model" names the
+checkpoint, and the config.json beside that checkpoint is the one used; `--config` is then not needed,
+and a `--config` whose model (P, G, NH, near) differs from it is refused. Without that eval.json (or
+with a checkpoint that has no config.json beside it) `--config` is used with a note on stderr that it
+cannot be checked against the dump.
 
 Writes one PNG per input, `attn_L<l>_H<h>.png`, into --out DIR (default: next to the .npy):
   - the probabilities p[i, j] as a heatmap, query i down, key j across; color scale logarithmic
@@ -66,21 +71,66 @@ def find_dumps(paths):
     return dumps
 
 
-def model_geometry(args):
-    """(window P, global heads G, heads NH, near N) from --config and the flags (flags win)."""
-    window = global_heads = heads = near = None
-    if args.config:
+def read_geometry(path, what):
+    """(P, G, NH, near or None) of a run's config.json; `what` names it in errors ("--config X")."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            conf = json.load(f)
+        model = conf["model"]
+        near = conf.get("train", {}).get("near")
+        return int(model["window"]), int(model["global_heads"]), int(model["num_heads"]), near
+    except (OSError, json.JSONDecodeError) as e:
+        raise PlotError(f"{what}: cannot read it as JSON ({e}); give the run's config.json")
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise PlotError(f"{what}: no model.window / model.global_heads / model.num_heads; "
+                        "give the config.json that train_gpt2_ls wrote into the run's -o directory")
+
+
+def dump_config(dump_dirs):
+    """(eval.json, config.json) of the run whose checkpoint the dumps' eval.json names, or None when a
+    directory has no such eval.json or the checkpoint no config.json beside it; refuses dumps of two models."""
+    found = set()
+    for d in sorted(set(dump_dirs)):
+        ev = os.path.join(d, "eval.json")
         try:
-            with open(args.config, encoding="utf-8") as f:
-                conf = json.load(f)
-            model = conf["model"]
-            window, global_heads, heads = int(model["window"]), int(model["global_heads"]), int(model["num_heads"])
-            near = conf.get("train", {}).get("near")
-        except (OSError, json.JSONDecodeError) as e:
-            raise PlotError(f"--config {args.config}: cannot read it as JSON ({e}); give the run's config.json")
-        except (KeyError, TypeError, ValueError):
-            raise PlotError(f"--config {args.config}: no model.window / model.global_heads / model.num_heads; "
-                            "give the config.json that train_gpt2_ls wrote into the run's -o directory")
+            with open(ev, encoding="utf-8") as f:
+                model = json.load(f).get("model")
+        except (OSError, ValueError, AttributeError):
+            return None
+        conf = os.path.join(os.path.dirname(model), "config.json") if isinstance(model, str) and model else ""
+        if not conf or not os.path.isfile(conf):
+            return None
+        found.add((ev, conf))
+    if len({read_geometry(c, f"{c} (named by {e})") for e, c in found}) > 1:
+        raise PlotError("the dumps come from models of different shapes (" +
+                        ", ".join(f"{e} names {c}" for e, c in sorted(found)) + "); plot each directory on its own")
+    return sorted(found)[0] if found else None
+
+
+def describe_geometry(g):
+    return f"window {g[0]}, global heads {g[1]}, heads {g[2]}, near {g[3] if g[3] is not None else g[0]}"
+
+
+def model_geometry(args, dump_dirs=(), notes=None):
+    """(window P, global heads G, heads NH, near N): the dumps' own model (dump_config), else --config (a line
+    saying it cannot be checked is appended to `notes`), then the flags (flags win); a --config that differs
+    from the dumps' own model is refused."""
+    window = global_heads = heads = near = None
+    own = dump_config(dump_dirs)
+    geometry = read_geometry(own[1], f"{own[1]} (named by {own[0]})") if own else None
+    if args.config:
+        given = read_geometry(args.config, f"--config {args.config}")
+        if geometry is not None and given != geometry:
+            raise PlotError(f"--config {args.config} describes another model ({describe_geometry(given)}) than "
+                            f"the dumps': {own[0]} names a checkpoint of the run {own[1]} "
+                            f"({describe_geometry(geometry)}); drop --config or give that run's config.json")
+        if geometry is None:
+            if notes is not None:
+                notes.append(f"note: the dumps have no eval.json naming a checkpoint with a config.json beside it: "
+                             f"cannot check that --config {args.config} describes the model that wrote them")
+            geometry = given
+    if geometry is not None:
+        window, global_heads, heads, near = geometry
     if args.window is not None:
         window = args.window
     if args.global_heads is not None:
@@ -192,7 +242,8 @@ def main(argv=None):
                                  "--eval-only --dump-attention.")
     ap.add_argument("inputs", nargs="+", metavar="DUMP", help="attn_L<l>_H<h>.npy files, or directories holding them")
     ap.add_argument("--config", help="the training run's config.json (model.window, model.global_heads, "
-                    "model.num_heads, train.near)")
+                    "model.num_heads, train.near); default: the one beside the checkpoint the dumps' eval.json "
+                    "names, which a --config must agree with")
     ap.add_argument("--window", type=int, help="P: a local head's window (overrides --config)")
     ap.add_argument("--global-heads", type=int, help="G: the last G heads are global (overrides --config)")
     ap.add_argument("--heads", type=int, help="NH: heads per layer (overrides --config)")
@@ -206,8 +257,10 @@ def main(argv=None):
     try:
         if not 0 < args.vmin < 1:
             raise PlotError(f"--vmin {args.vmin} must be in (0, 1)")
-        window, global_heads, heads, near = model_geometry(args)
         dumps = find_dumps(args.inputs)
+        notes = []  # printed once every file has passed its checks
+        window, global_heads, heads, near = model_geometry(args, [os.path.dirname(p) or "." for p, _, _ in dumps],
+                                                           notes)
         loaded = []
         for path, layer, head in dumps:  # check every file before writing anything
             if head >= heads:
@@ -216,6 +269,8 @@ def main(argv=None):
             local = head < heads - global_heads
             p, vis = load_dump(path, local, window)
             loaded.append((path, layer, head, local, p, vis))
+        for note in notes:
+            print(note, file=sys.stderr)
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.colors as colors

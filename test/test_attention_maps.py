@@ -12,6 +12,7 @@ number computed here) and refuses bad input. The plot tests skip only when matpl
 The trainer is $TRAIN_GPT2_LS, else the repository's ./train_gpt2_ls (`make train_gpt2_ls`), run on the
 CPU (test/run_helpers.py).
 """
+import json
 import math
 import struct
 import subprocess
@@ -312,9 +313,38 @@ def test_plot_attention_refuses_bad_input(dumps, tmp_path):
     refused([bad / "attn_L0_H1.npy"] + conf, "is not (T, T)")
     np.save(bad / "attn_L0_H2.npy", good * 0.5)
     refused([bad / "attn_L0_H2.npy"] + conf, "sums to 0.5")
-    refused([eo / "attn_L0_H0.npy"], "give --config")
+    lone = tmp_path / "lone"  # a dump without the eval.json that names its model
+    lone.mkdir()
+    (lone / "attn_L0_H0.npy").write_bytes((eo / "attn_L0_H0.npy").read_bytes())
+    refused([lone / "attn_L0_H0.npy"], "give --config")
     refused([eo / "attn_L0_H0.npy", "--config", tmp_path / "nothing.json"], "cannot read")
     # the global head's map under a config that calls it local: far keys are non-zero
     refused([eo / "attn_L0_H3.npy", "--window", P, "--global-heads", 0, "--heads", NH], "do not match")
     refused([eo / "attn_L0_H3.npy", "--window", P, "--global-heads", G, "--heads", 3], "head 3 does not exist")
     refused([eo / "attn_L0_H0.npy", "--window", 0, "--global-heads", G, "--heads", NH], "--window 0")
+
+
+def test_plot_attention_takes_the_model_the_dump_names(dumps, tmp_path):
+    """eval.json beside the dumps names the checkpoint, whose run's config.json describes the model: it is used
+    without --config, and a --config of another model is refused; a dump without eval.json uses --config with a
+    note that it cannot be checked."""
+    run_dir, eo = dumps
+    p = plot([eo, "--out", tmp_path / "own"])
+    for h in range(NH):
+        kind = f"local P={P}" if h < NH - G else "global"
+        assert f"layer 0 head {h} ({kind})" in p.stdout, p.stdout
+    other = json.loads((run_dir / "config.json").read_text())
+    other["model"]["global_heads"] = NH  # another run: every head global
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    out = tmp_path / "refused"
+    p = plot([eo, "--config", tmp_path / "other.json", "--out", out], check=False)
+    err = p.stderr.strip().splitlines()
+    assert p.returncode == 1 and len(err) == 1 and err[0].startswith("error: --config "), p.stderr
+    assert f"{eo}/eval.json" in err[0] and f"{run_dir}/config.json" in err[0] and "global heads" in err[0], err[0]
+    assert not out.exists() or not any(out.iterdir())
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    (lone / "attn_L0_H0.npy").write_bytes((eo / "attn_L0_H0.npy").read_bytes())
+    p = plot([lone, "--config", run_dir / "config.json"])
+    notes = p.stderr.strip().splitlines()
+    assert len(notes) == 1 and notes[0].startswith("note: ") and "cannot check" in notes[0], p.stderr

@@ -96,6 +96,51 @@ def test_validation_without_meta_or_tokenizer_trains_with_a_note(byte_data, tmp_
 
 
 # ---------------------------------------------------------------------------------------------
+# a wildcard in a glob's directory part (llmc/io/dataloader.h glob_dir, docs/training.md "One data set per
+# glob"): the data set is the one directory the shards are in; shards of several directories are refused
+
+def test_a_wildcard_directory_of_one_data_set_keeps_its_identity(data_sets, tmp_path):
+    sp = data_sets["sp"]
+    pattern = f"{sp.parent}/s?/train_*.bin"  # matches sp only
+    run(["-i", pattern, "-j", f"{sp}/val_*.bin", "-o", tmp_path / "run"] + TINY_RUN)
+    conf = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert conf["model"]["vocab_size"] == 400, conf["model"]  # the data's vocabulary, not 50257
+    assert conf["data"]["train"]["tokenizer"] == "sp" and conf["data"]["train"]["vocab_size"] == 400
+    # the -i/-j check is made: -j of another tokenizer through a wildcard directory is refused
+    gpt2 = data_sets["gpt2"]
+    refused(["-i", f"{gpt2}/train_*.bin", "-j", f"{sp.parent}/s?/val_*.bin"] + TINY_RUN, "the tokenizer differs",
+            f"{sp}/meta.json")
+
+
+def test_a_glob_over_several_data_set_directories_is_refused(data_sets, tmp_path):
+    sp, other = data_sets["sp"], data_sets["sp_other"]
+    for flags in (["-i", f"{sp.parent}/sp*/train_*.bin"],
+                  ["-i", f"{sp}/train_*.bin", "-j", f"{sp.parent}/sp*/val_*.bin"]):
+        line = refused(flags + ["-o", tmp_path / "run"] + TINY_RUN, f"{sp.parent}/sp*/", str(sp), str(other),
+                       "2 directories")
+        assert "one data set" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_wildcard_directory_without_identity_says_it_cannot_check(byte_data, tmp_path):
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(byte_data / "val_000000.bin", bare / "val_000000.bin")
+    p = run(["-i", f"{byte_data}/train_*.bin", "-j", f"{tmp_path}/ba?e/val_*.bin"] + TINY_RUN)
+    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note: cannot check")]
+    assert len(notes) == 1 and str(bare) in notes[0], p.stderr
+
+
+def test_samples_without_a_tokenizer_say_so_on_stderr(byte_data, tmp_path):
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(byte_data / "train_000000.bin", bare / "train_000000.bin")
+    p = run(["-i", f"{bare}/train_*.bin", "--vocab", 256] + TINY_RUN[:-2] + ["-s", 1, "-g", 4])
+    assert f"note: no tokenizer at '{bare}/tokenizer.bin'" in p.stderr, p.stderr
+    assert "no tokenizer" not in p.stdout  # a diagnostic: stderr only
+
+
+# ---------------------------------------------------------------------------------------------
 # data roles (llmc/io/data_roles.h, docs/training.md "Data roles")
 
 def test_a_glob_matching_validation_shards_for_training_is_refused(data_sets, tmp_path):

@@ -446,6 +446,23 @@ uint64_t doc_mix(uint64_t a, uint64_t b) {
 }
 }  // namespace
 
+TEST_CASE("glob_dir: a wildcard directory is the one its shards are in; several are refused", "[loader]") {
+    TempDir dir;
+    fs::create_directories(dir.file("set_a"));
+    fs::create_directories(dir.file("set_b"));
+    llmc::write_shard(dir.file("set_a/train_000000.bin"), {1, 2, 3}, 1);
+    llmc::write_shard(dir.file("set_b/val_000000.bin"), {1, 2, 3}, 1);
+    CHECK(llmc::glob_dir(dir.file("set_a/train_*.bin")) == dir.file("set_a"));  // no wildcard: as written
+    CHECK(llmc::glob_dir(dir.file("set_?/train_*.bin")) == dir.file("set_a"));  // only set_a has train shards
+    CHECK(llmc::glob_dir(dir.file("*/val_*.bin")) == dir.file("set_b"));
+    CHECK(llmc::glob_dir(dir.file("nothing_*/train_*.bin")) == dir.file("nothing_*"));  // the loader names the miss
+    CHECK(llmc::glob_dir("train_*.bin") == ".");
+    llmc::write_shard(dir.file("set_b/train_000000.bin"), {1, 2, 3}, 1);
+    REQUIRE_THROWS_WITH(llmc::glob_dir(dir.file("set_?/train_*.bin")),
+                        Contains("matches shards in 2 directories (" + dir.file("set_a") + ", " + dir.file("set_b")) &&
+                            Contains("a glob reads one data set"));
+}
+
 TEST_CASE("random rows: each row starts at the documented offset, across shard boundaries", "[loader]") {
     TempDir dir;
     const uint32_t seed = fresh_seed();

@@ -380,6 +380,37 @@ def test_exp_pg19_sigterm_stops_the_runs(tmp_path):
     assert (out / "runs" / "mhsa" / f"DONE_{last:08d}").exists()
 
 
+def test_exp_pg19_refuses_data_of_another_vocabulary(tmp_path):
+    """The paper's setting is SentencePiece 10K: data of another vocabulary is refused with the command that makes
+    the paper's data, before anything is built or trained; --vocab N runs on it, saying so in the header."""
+    data = tmp_path / "pg19_sp"
+    data.mkdir()
+    (data / "meta.json").write_text(json.dumps({"dataset": "pg19", "tokenizer": "sp", "vocab_size": 1024}))
+    args = ["bash", REPO / "scripts" / "exp_pg19.sh", "--data", data, "--device", "cpu", "--steps", 1,
+            "--variants", "ls", "--out", tmp_path / "o"]
+    p = sh(args, check=False)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1 and p.stderr.startswith("error: "), p.stderr
+    assert f"{data} holds vocabulary 1024, not the paper's 10000" in p.stderr, p.stderr
+    assert f"scripts/pack_pg19.sh --out {data} --force" in p.stderr and "--vocab 1024" in p.stderr
+    assert not (tmp_path / "o").exists()
+    p = sh(args + ["--vocab", 1024], check=False)  # no shards: the run itself fails, after the header
+    assert "vocabulary 1024 (not the paper's 10000: --vocab)" in p.stdout.splitlines()[0], p.stdout
+    assert "holds vocabulary" not in p.stderr
+
+
+def test_exp_pg19_relays_the_trainers_notes(tmp_path):
+    """-u 2 (the smoke's warmup) of a 1-step run: the trainer's note reaches the console and report.txt."""
+    need_trainer()
+    if not (SHARED / "pg19" / "pg45265.txt").exists():
+        pytest.skip(f"no PG-19 books at {SHARED / 'pg19'} (set SHARED_DATA)")
+    out = tmp_path / "pg19"
+    p = sh(["bash", REPO / "scripts" / "exp_pg19.sh", "--smoke", "--steps", 1, "--out", out, "--source",
+            SHARED / "pg19", "--variants", "ls"], timeout=300)
+    assert "vocabulary 400 (not the paper's 10000: --smoke)" in p.stdout.splitlines()[0], p.stdout
+    note = "== ls: note: --warmup-steps 2 is longer than the run's 1 steps"
+    assert note in p.stdout and note in (out / "logs" / "report.txt").read_text(), p.stdout
+
+
 def test_exp_pg19_bad_arguments(tmp_path):
     for args, words in [(["--parallel", "2"], "--parallel 2"), (["--budget", "9m"], "--budget 9m"),
                         (["--variants", "mhsa foo"], "unknown variant 'foo'"),

@@ -86,7 +86,8 @@ def test_the_history_holds_only_what_trained(byte_data, tmp_path):
     out = tmp_path / "run"
     run(data_args(byte_data) + COMMON + ["-o", out, "-x", 4])
     p = run(["-o", out, "-y", 1, "-x", 4, "-l", "1e-3"])  # a resume that trains nothing records nothing
-    assert "nothing to train" in p.stdout
+    assert "note: the checkpoint's step 4 is not below -x 4; nothing to train" in p.stderr
+    assert "nothing to train" not in p.stdout  # a diagnostic: stderr only
     assert "note: --learning-rate 0.001 (was 0.002) is not recorded: no step is trained " \
         "(config.json unchanged)" in p.stderr and notes(p) == []
     assert history(out) is None
@@ -137,12 +138,38 @@ def test_a_run_resumes_from_another_directory(byte_data, tmp_path):
     (["-i", "{data}/train_000000.bin", "{data}/train_000001.bin"],
      "error: -i takes one value, but 1 more path(s) follow {data}/train_000000.bin ({data}/train_000001.bin): "
      "the shell expanded a glob; quote it"),
+    (["-x", "1e3"], "error: --max-steps takes an integer in digits (e.g. 1000, not 1e3), not '1e3'"),
+    (["-b", "4.0"], "error: --batch-size takes an integer in digits"),
+    (["-i", "{data}/*.bin"], "error: the shard pattern '{data}/*.bin' matches {data}/tokenizer.bin, which is not a "
+     "token shard"),
 ])
 def test_mistakes_get_one_line(byte_data, tmp_path, args, expect):
     out = tmp_path / "run"
     p = run([a.format(data=byte_data) for a in args] + ["-o", out], check=False)
     assert one_error_line(p).startswith(expect.format(data=byte_data)), p.stderr
     assert not out.exists()
+
+
+def test_a_flag_under_both_its_names_in_a_config_file_is_refused(byte_data, tmp_path):
+    """x=6 beside max-steps=3 (or l= beside learning-rate=) is refused as a key given twice is, whichever comes
+    first (CLI11 would keep the first)."""
+    base = f'train-data="{byte_data}/train_*.bin"\nlayers=2\nchannels=32\nheads=4\nbatch-size=4\nseq-len=32\n'
+    for extra, names in (("max-steps=3\nx=6\n", "'max-steps' and 'x'"), ("x=5\nmax-steps=3\n", "'x' and 'max-steps'"),
+                         ("learning-rate=0.0006\nl=0.003\nx=1\n", "'learning-rate' and 'l'")):
+        conf = tmp_path / "c.toml"
+        conf.write_text(base + extra)
+        line = one_error_line(run(["--config", conf, "-o", tmp_path / "run"], check=False))
+        assert f"{conf}: {names} are one flag" in line and "keep one" in line, line
+        assert not (tmp_path / "run").exists()
+
+
+def test_a_fork_refused_for_its_data_order_says_fork(byte_data, tmp_path):
+    out = tmp_path / "run"
+    run(data_args(byte_data) + COMMON + ["-o", out, "-x", 2])
+    line = one_error_line(run(["--fork-from", out / "model_00000002.bin", "-o", tmp_path / "fork", "-t", 16],
+                              check=False))
+    assert "fork with the -b/-t, process count, shuffle, sampler, seed and shards of the checkpoint's run" in line
+    assert "resume" not in line, line
 
 
 def test_a_model_flag_in_a_fork_and_t_past_a_checkpoints_positions(byte_data, tmp_path):

@@ -251,7 +251,7 @@ def test_a_resume_that_trains_nothing_records_nothing(byte_data, tmp_path):
     run(data_args(byte_data) + COMMON + ["-o", out, "-x", 4, "-n", 2])
     before = (out / "config.json").read_bytes()
     p = run(["-o", out, "-y", 1, "-x", 3, "--threads", 1])
-    assert "nothing to train" in p.stdout
+    assert "nothing to train" in p.stderr and "nothing to train" not in p.stdout
     assert "note: --max-steps 3 (was 4) is not recorded: no step is trained (config.json unchanged)" in p.stderr
     assert (out / "config.json").read_bytes() == before
 

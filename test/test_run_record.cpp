@@ -113,16 +113,18 @@ TEST_CASE("--config TOML: an unknown key or any [section] is refused, naming the
     REQUIRE(read("learning-rate=\"a,b c\"\n").at(0).inputs.size() == 1);  // one quoted value with ',' and ' '
 
     // through the parser: the real flag names, exit code 1
-    for (const char* text : {"qknorm=true\n", "[train]\nlearning-rate=0.001\n", "seq_len=32\n"}) {
+    // (seq-len and t: one flag under both its names, refused as a key given twice)
+    for (const char* text : {"qknorm=true\n", "[train]\nlearning-rate=0.001\n", "seq_len=32\n", "seq-len=32\nt=16\n"}) {
         INFO(text);
         write(dir.file("c.toml"), text);
         llmc::TrainCli cli;
         REQUIRE(parse_args(cli, {"--config", dir.file("c.toml")}) == 1);
     }
-    write(dir.file("ok.toml"), "qk-norm=true\nseq-len=32\nt=16\n");
+    write(dir.file("ok.toml"), "qk-norm=true\nt=16\n");  // a short name alone is the flag
     llmc::TrainCli cli;
     REQUIRE(parse_args(cli, {"--config=" + dir.file("ok.toml")}) == -1);
     REQUIRE(cli.config().overrides.qk_norm);
+    REQUIRE(cli.config().seq_len == 16);
 }
 
 TEST_CASE("a whole number with leading zeros is decimal, not octal (-t 064 is 64)", "[config]") {

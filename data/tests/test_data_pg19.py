@@ -137,3 +137,17 @@ def test_pg19_pipeline(small_pg19, gpt2_dir, gpt2_enc, shared_data, tmp_path):
     assert {s["file"]: s["sha256"] for s in meta["sources"]} == {n: digests[n] for n in os.listdir(small_pg19)}
     for s in meta["sources"]:
         assert s["splits"] == (["val"] if s["file"] in val_books else ["train"])
+
+
+def test_books_without_markers_are_noted_on_stderr(gpt2_dir, tmp_path):
+    """A book without Gutenberg markers is kept whole; the notes saying so are diagnostics (stderr), stdout
+    keeps only the progress lines."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):
+        (src / f"b{i}.txt").write_text(f"Book {i}.\n" + "A line of plain text without any marker.\n" * 20)
+    proc = run_prepare("--dataset", "pg19", "--source", src, "--out", tmp_path / "out", "--tokenizer", "gpt2",
+                       "--gpt2-bpe", gpt2_dir, "--val-fraction", 0.34, "--workers", 1)
+    notes = [ln for ln in proc.stderr.splitlines() if ln.startswith("note: b")]
+    assert len(notes) == 6 and "note: b0.txt: no Gutenberg header marker found, kept from its first line" in notes
+    assert "Gutenberg" not in proc.stdout, proc.stdout

@@ -94,6 +94,8 @@ public:
         } catch (const ConfigFileError& e) { return fail(e.what()); } catch (const CLI::ExtrasError& e) {
             const std::string hint = unknown_flag_hint();
             return fail(e.what() + (hint.empty() ? "; run with --help for the flags" : hint));
+        } catch (const CLI::ConversionError& e) {
+            return fail(conversion_error(e.what()));
         } catch (const CLI::ParseError& e) { return fail(e.what() + std::string("; run with --help for the flags")); }
         for (const CLI::Option* opt : app_.get_options())
             if (opt->count() > 0 && !opt->get_lnames().empty()) cfg_.given.push_back(opt->get_lnames().front());
@@ -147,6 +149,22 @@ private:
             else if (a.rfind("--config=", 0) == 0) path = a.substr(9);
         }
         return path;
+    }
+
+    // CLI11's "Could not convert: --max-steps = 1e3" as what the flag takes: "--max-steps takes an integer
+    // (e.g. 1000), not '1e3'".
+    std::string conversion_error(const std::string& what) const {
+        const size_t name = what.find("--"), eq = what.find(" = ");
+        if (name == std::string::npos || eq == std::string::npos || eq < name)
+            return what + "; run with --help for the flags";
+        const std::string flag = what.substr(name, eq - name), value = what.substr(eq + 3);
+        const CLI::Option* opt = app_.get_option_no_throw(flag);
+        const std::string type = opt == nullptr ? "" : opt->get_type_name();
+        const std::string takes = type == "INT" || type == "UINT" ? "an integer in digits (e.g. 1000, not 1e3)"
+                                  : type == "FLOAT"               ? "a number (e.g. 6e-4)"
+                                                                  : "a " + type + " value";
+        return flag + " takes " + takes + ", not '" + value + "'" +
+               (value.find(',') != std::string::npos ? " (the flag was given more than once)" : "") + "; fix its value";
     }
 
     // "; did you mean --qk-norm?" for the first unexpected "--name" argument that is near a flag.

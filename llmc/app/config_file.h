@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <istream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -43,7 +44,8 @@ struct ConfigFileError : CLI::ConfigError {
 // (record_flag_values, llmc/app/run_record.h); anything else is TOML as config.toml writes it, and must
 // be text (no NUL byte). In TOML, a key that is no flag and any [section] are refused, naming the key
 // and the nearest flag, and so is a key with more than one value (a list, or the key twice), which
-// CLI11 would reduce to its last; a Machine key (device, threads, cuda-graph; older versions wrote the
+// CLI11 would reduce to its last, and one flag under both its names (x and max-steps), of which CLI11
+// would keep the first; a Machine key (device, threads, cuda-graph; older versions wrote the
 // first two) is left out with a note, as a record never sets the machine.
 class CheckedConfigFile : public CLI::ConfigTOML {
 public:
@@ -69,6 +71,7 @@ public:
         while (std::getline(lines, line)) text += hide_inside_quotes(line) + "\n";
         std::istringstream hidden(text);
         std::vector<CLI::ConfigItem> items = CLI::ConfigTOML::from_config(hidden), kept;
+        std::map<const CLI::Option*, std::string> named_as;  // a flag's key in the file (x, or max-steps)
         for (CLI::ConfigItem& it : items) {
             if (!it.parents.empty() || it.name == "++" || it.name == "--")  // "++"/"--": a [section] starts/ends
                 throw ConfigFileError("config file " + file + ": unknown section [" +
@@ -86,6 +89,12 @@ public:
                 throw ConfigFileError("config file " + file + ": '" + it.name + "' has " +
                                       std::to_string(it.inputs.size()) +
                                       " values (a list, or the key given twice); every flag takes one value: keep one");
+            const CLI::Option* opt =
+                app == nullptr ? nullptr : app->get_option_no_throw((it.name.size() == 1 ? "-" : "--") + it.name);
+            if (opt != nullptr && !named_as.emplace(opt, it.name).second)  // the flag under its other name too
+                throw ConfigFileError("config file " + file + ": '" + named_as[opt] + "' and '" + it.name +
+                                      "' are one flag (" + opt->get_name() +
+                                      ") given 2 values; every flag takes one value: keep one");
             if (std::find(machine_names.begin(), machine_names.end(), it.name) == machine_names.end())
                 kept.push_back(it);
             else

@@ -123,7 +123,9 @@ public:
             return 1;
         }
         if (cfg_.encode_only && !cfg_.has_prompt_text && cfg_.prompt_file.empty()) {
-            std::fprintf(stderr, "error: --encode-only needs --prompt TEXT or --prompt-file F (and --tokenizer)\n");
+            std::fprintf(
+                stderr,
+                "error: --encode-only needs --prompt TEXT or --prompt-file F (and --tokenizer, or -e of a run's checkpoint)\n");
             return 1;
         }
         if (!cfg_.greedy && !(cfg_.temperature > 0.0f)) {

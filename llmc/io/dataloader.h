@@ -31,8 +31,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <numeric>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,12 +45,38 @@
 
 namespace llmc {
 
-// The directory part of a shard glob ("." when it has none): where meta.json and tokenizer.bin
-// of the data are.
+// The directory of the data set a shard glob reads: where its meta.json and tokenizer.bin are.
+//   - a directory part without wildcards is that directory ("." when the pattern has none);
+//   - a directory part with wildcards (data/*_sp/train_*.bin) is the one directory all its matches
+//     are in; matches in several directories are refused (one glob reads one data set: one
+//     tokenizer, one identity in the run's record; docs/training.md "One data set per glob");
+//   - a pattern that matches nothing gives its directory part as written (the data loader then
+//     names the missing files).
 inline std::string glob_dir(const std::string& pattern) {
     const size_t slash = pattern.find_last_of('/');
     if (slash == std::string::npos) return ".";
-    return slash == 0 ? "/" : pattern.substr(0, slash);
+    const std::string written = slash == 0 ? "/" : pattern.substr(0, slash);
+    if (written.find_first_of("*?[") == std::string::npos) return written;
+    std::set<std::string> dirs;
+    glob_t g;
+    if (glob(pattern.c_str(), 0, nullptr, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            const std::string match = g.gl_pathv[i];
+            const size_t end = match.find_last_of('/');
+            dirs.insert(end == 0 ? "/" : match.substr(0, end));
+        }
+    }
+    globfree(&g);
+    if (dirs.empty()) return written;
+    if (dirs.size() > 1) {
+        std::string names;
+        for (const std::string& d : dirs) names += (names.empty() ? "" : ", ") + d;
+        throw InputError("the shard pattern '" + pattern + "' matches shards in " + std::to_string(dirs.size()) +
+                         " directories (" + names +
+                         "): a glob reads one data set (one meta.json and tokenizer); give one directory, e.g. '" +
+                         *dirs.begin() + pattern.substr(slash) + "'");
+    }
+    return *dirs.begin();
 }
 
 // The loader's position plus a fingerprint of the loader that produced it; restore() refuses
@@ -120,7 +148,10 @@ public:
                              " must be positive; fix --vocab");
         }
         paths_ = glob_paths(pattern);
-        for (const std::string& p : paths_) counts_.push_back(read_shard_header(p).num_tokens);
+        for (const std::string& p : paths_) {
+            check_is_shard(pattern, p);
+            counts_.push_back(read_shard_header(p).num_tokens);
+        }
         total_ = std::accumulate(counts_.begin(), counts_.end(), (int64_t)0);
         const int64_t bt = (int64_t)B * T;
         window_tokens_ = rows_ ? bt * world_size : bt;  // tokens a window advances (plus one shared)
@@ -177,14 +208,18 @@ public:
         return s;
     }
 
-    void restore(const LoaderState& s) {
+    // `fork`: the state is a checkpoint's that --fork-from continues (named so in the error).
+    void restore(const LoaderState& s, bool fork = false) {
         const LoaderState mine = state();
         if (s.B != mine.B || s.T != mine.T || s.world_size != mine.world_size || s.shuffle != mine.shuffle ||
             s.seed != mine.seed || s.total_tokens != mine.total_tokens || s.num_shards != mine.num_shards) {
             throw InputError(
                 "data-loader state was saved by " + describe(s) + " but this loader (shards '" + pattern_ + "') has " +
                 describe(mine) +
-                "; resume with the same -b/-t, process count, shuffle, sampler, seed and shards, or start a fresh run");
+                (fork ? "; fork with the -b/-t, process count, shuffle, sampler, seed and shards of the checkpoint's "
+                        "run, or start a fresh run (-e CHECKPOINT: its weights only)"
+                      : "; resume with the same -b/-t, process count, shuffle, sampler, seed and shards, or start a "
+                        "fresh run"));
         }
         if (s.epoch < 0 || s.batch < 0 || s.batch >= batches_per_epoch_) {
             throw InputError("data-loader state has epoch " + std::to_string(s.epoch) + " batch " +
@@ -202,6 +237,23 @@ public:
     const std::vector<std::string>& shard_paths() const { return paths_; }
 
 private:
+    // A file whose first 4 bytes are not a shard's magic, matched by a wildcard pattern, is another kind
+    // of file the glob caught (DIR/*.bin and DIR/tokenizer.bin): refused naming the pattern, not the file.
+    static void check_is_shard(const std::string& pattern, const std::string& path) {
+        if (pattern.find_first_of("*?[") == std::string::npos) return;  // a file named on its own: its header
+        std::FILE* f = std::fopen(path.c_str(), "rb");
+        if (f == nullptr) return;  // read_shard_header names the error
+        int32_t magic = 0;
+        const bool read = std::fread(&magic, 4, 1, f) == 1;
+        std::fclose(f);
+        if (!read || magic == kShardMagic) return;
+        throw InputError("the shard pattern '" + pattern + "' matches " + path +
+                         ", which is not a token shard (bad magic " + std::to_string(magic) +
+                         " at byte offset 0, a shard's is " + std::to_string(kShardMagic) +
+                         "): give a pattern that matches only the shards, e.g. '" + glob_dir(pattern) +
+                         "/train_*.bin' (a damaged shard: regenerate it with data/prepare.py)");
+    }
+
     static std::vector<std::string> glob_paths(const std::string& pattern) {
         glob_t g;
         const int rc = glob(pattern.c_str(), GLOB_MARK, nullptr, &g);  // GLOB_MARK: dirs end in '/'

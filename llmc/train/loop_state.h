@@ -60,9 +60,9 @@ struct LoopState {
     }
 
     // Restores from st's loop sections, read from the file `path` (named in the error when the
-    // sections do not have the layout above).
-    void from_train_state(const TrainState& st, const std::string& path) {
-        train.restore(LoaderState::from_vector(st.loader));
+    // sections do not have the layout above); `fork`: for --fork-from, not -y 1.
+    void from_train_state(const TrainState& st, const std::string& path, bool fork = false) {
+        train.restore(LoaderState::from_vector(st.loader), fork);
         size_t pos = loss_spikes.from_vector(st.extra, 0);
         pos = norm_spikes.from_vector(st.extra, pos);
         if (pos < st.extra.size() && LogitAlarm::is_state_tag(st.extra[pos]))  // a run with the logit alarm

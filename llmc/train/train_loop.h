@@ -294,9 +294,10 @@ inline void print_run_header(const TrainConfig& cfg, const RunPlan& plan, const 
                      "to continue its run's training, --fork-from a checkpoint of it\n",
                      cfg.model.c_str());
     if (start >= max_steps && plan.resume)
-        o.log.printf("  note: the checkpoint's step %d is not below -x %d; nothing to train (raise -x to continue)\n",
+        std::fprintf(stderr,
+                     "note: the checkpoint's step %d is not below -x %d; nothing to train (raise -x to continue)\n",
                      start, max_steps);
-    if (!o.tokenizer_note.empty() && cfg.sample_every > 0) o.log.printf("  note: %s\n", o.tokenizer_note.c_str());
+    if (!o.tokenizer_note.empty() && cfg.sample_every > 0) std::fprintf(stderr, "note: %s\n", o.tokenizer_note.c_str());
     if (cfg.output_dir.empty()) o.log.printf("  note: no -o given; nothing is written (metrics, checkpoints)\n");
     // the warmup ramps lr * (s + 1) / W over steps s < W (step W - 1 at the full rate): a run of fewer
     // than W steps never reaches -l
@@ -407,7 +408,8 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
     const RunPlan plan = plan_run(cfg, comm);
     LoopState loop(cfg, *plan.train);
     if (plan.resume)
-        loop.from_train_state(plan.resume->state, state_path(plan.resume->dir, plan.resume->step, cfg.rank));
+        loop.from_train_state(plan.resume->state, state_path(plan.resume->dir, plan.resume->step, cfg.rank),
+                              !cfg.fork_from.empty());
     TrainingModel model = build_model(cfg, plan, make_backend, comm);
     Backend& backend = *model.backend;
     const int profile_first = plan.start_step() + kProfileWarmupSteps + 1;  // 1-based
