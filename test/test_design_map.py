@@ -79,3 +79,16 @@ def test_lower_layers_never_include_the_app_or_the_loop():
     offenders = [str(p.relative_to(REPO)) for p in product_files()
                  if str(p.relative_to(REPO)).startswith(lower) and upward.search(p.read_text())]
     assert not offenders, f"a lower layer includes llmc/app or llmc/train (docs/design.md): {offenders}"
+
+
+MAX_LINES = 700
+
+
+def test_no_file_in_llmc_is_longer_than_the_limit():
+    """A file of llmc/ holds one concern in at most ~700 lines (docs/design.md, "The CUDA backend's
+    files"); a longer one is split at a seam of its concern."""
+    lengths = {str(p.relative_to(REPO)): len(p.read_text().splitlines())
+               for p in (REPO / "llmc").rglob("*") if p.suffix in (".h", ".cuh", ".cu", ".cpp")}
+    long = {f: n for f, n in sorted(lengths.items()) if n > MAX_LINES}
+    assert lengths, "no source file found under llmc/"
+    assert not long, f"files of llmc/ longer than {MAX_LINES} lines (docs/design.md): {long}"

@@ -7,8 +7,8 @@ What is checked:
   - the report's intervals: "before_step" s then "step" s for every step, in order;
   - a step repeats itself: steps 2 and 3 give identical records (step 1 also allocates);
   - the counts follow from the model's structure, derived here from the code's op list
-    (llmc/cuda/gpt2_cuda.cuh and the op headers), not from a previous run: cuBLASLt matmuls
-    = 4 linear layers per block x (1 forward + 2 backward: dinp, dweight) + the LM head's 3;
+    (llmc/cuda/gpt2_cuda.cuh, gpt2_cuda_step.cuh and the op headers), not from a previous run:
+    cuBLASLt matmuls = 4 linear layers per block x (1 forward + 2 backward: dinp, dweight) + the LM head's 3;
     kernel launches per kernel family = a fixed part + a part per layer (PER_LAYER / FIXED below),
     at 1, 2 and 3 layers, so a launch added or removed anywhere changes the expectation;
   - work the loop does between steps (validation) is reported before the next step, not in it;

@@ -18,8 +18,8 @@ H200 (a kernel's duration from fixed costs, waves, tails and per-family efficien
 GPU runs at fa663e0 and 4628997) is the section "Calibrated model of the GPU" further down; its rules
 are in that section's comment and in docs/cuda_kernels.md ("Calibrated model").
 
-The step is the CUDA backend's op list (llmc/cuda/gpt2_cuda.cuh: forward, backward, grad_norm,
-adamw_update), one micro-batch of B x T tokens (N = B T). Per op:
+The step is the CUDA backend's op list (llmc/cuda/gpt2_cuda.cuh: forward, backward;
+llmc/cuda/gpt2_cuda_io.cuh: grad_norm, adamw_update), one micro-batch of B x T tokens (N = B T). Per op:
   FLOPs   the op's arithmetic: 2 per multiply-add of its GEMMs; for element-wise and row ops a
           nominal count per element (they are memory-bound by orders of magnitude either way).
           Attention counts only VISIBLE (query, key) pairs: a global head's causal triangle

@@ -1,4 +1,4 @@
-// GPU test of KV-cached generation on the CUDA backend (llmc/cuda/gpt2_cuda.cuh kv_begin / kv_forward,
+// GPU test of KV-cached generation on the CUDA backend (llmc/cuda/gpt2_cuda_decode.cuh kv_begin / kv_forward,
 // llmc/cuda/attention_decode.cuh), reached as the programs reach it: through llmc/cuda/backend_entry.h
 // and the programs' compiled kernels (the Makefile's BACKEND_ENTRY_TESTS). Fresh random weights (GPT-2
 // init, final LayerNorm gain x5 so the output distribution has clear winners) and random prompts each

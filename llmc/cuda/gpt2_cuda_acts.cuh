@@ -1,0 +1,107 @@
+// The CUDA backend's activation buffers (llmc/cuda/gpt2_cuda_backend.cuh owns them):
+//   Gpt2CudaActs         a training or evaluation pass over (B, T): every layer's activations, the
+//                        final LayerNorm, the logits, the losses, the backward's gradient buffers;
+//                        allocated by the memory plan (llmc/cuda/gpt2_cuda_memory.cuh), its byte
+//                        totals per group printed there
+//   Gpt2CudaDecodeActs   one decode step over B sequences (llmc/cuda/gpt2_cuda_decode.cuh)
+#pragma once
+#include <cstddef>
+
+#include "llmc/core/layer_acts.h"
+#include "llmc/core/model_config.h"
+#include "llmc/cuda/common.cuh"
+#include "llmc/cuda/device_buffer.h"
+
+namespace llmc::cuda {
+
+// Every activation buffer of the model on the device, for a capacity of N = B*T rows; a pass with
+// B*T <= capacity uses the leading part. The per-layer blocks (and their views) are
+// LayerActBuffers' (llmc/core/layer_acts.h): floatX activations, fp32 LayerNorm statistics and
+// attention lse. The rest, with their shapes:
+struct Gpt2CudaActs : LayerActBuffers<DeviceBuffer, floatX, float> {
+    // forward
+    DeviceBuffer<int> inputs, targets;                  // (B, T)
+    DeviceBuffer<floatX> lnf;                           // (B, T, C)
+    DeviceBuffer<float> lnf_mean, lnf_rstd;             // (B, T)
+    DeviceBuffer<floatX> logits;                        // (B, T, Vp)      backward overwrites it with dlogits
+    DeviceBuffer<float> losses, zlosses, lse, row_max;  // (B, T)
+    DeviceBuffer<floatX> branch;                        // (B, T, C)       attproj / fcproj output before the add
+    // backward
+    DeviceBuffer<floatX> dresidual;     // (B, T, C)  gradient of the residual stream, updated in place
+    DeviceBuffer<floatX> dbtc;          // (B, T, C)  d lnf / d ln2 / d atty / d ln1
+    DeviceBuffer<floatX> d4c;           // (B, T, 4C) d fch_gelu, then d fch (GELU backward in place)
+    DeviceBuffer<floatX> d3c_a, d3c_b;  // (B, T, 3C) d qkv(n), d qkv (d3c_b: QK-norm only)
+
+    // Byte totals per group, for the memory plan.
+    size_t fwd_bytes = 0, logit_bytes = 0, bwd_bytes = 0;
+
+    // Allocates for N rows. Every buffer is filled with 0xFF bytes (NaN in bf16 and fp32), so a
+    // kernel that reads what nothing wrote shows up as NaN instead of a plausible stale value.
+    void allocate(const ModelConfig& cfg, size_t N) {
+        const size_t C = cfg.channels, Vp = cfg.padded_vocab_size;
+        const size_t qk = cfg.qk_norm ? 1 : 0;
+        size_t* group = &fwd_bytes;
+        fwd_bytes = logit_bytes = bwd_bytes = 0;
+        auto alloc = [&](auto& buf, size_t n) {
+            buf.resize(n);
+            if (n > 0) CUDA_CHECK(cudaMemset(buf.get(), 0xFF, buf.bytes()));
+            *group += buf.bytes();
+        };
+        alloc(inputs, N);
+        alloc(targets, N);
+        allocate_layers(cfg, N, alloc);
+        alloc(lnf, N * C);
+        alloc(lnf_mean, N);
+        alloc(lnf_rstd, N);
+        alloc(branch, N * C);
+        group = &logit_bytes;
+        alloc(logits, N * Vp);
+        alloc(losses, N);
+        alloc(zlosses, N);
+        alloc(lse, N);
+        alloc(row_max, N);
+        group = &bwd_bytes;
+        alloc(dresidual, N * C);
+        alloc(dbtc, N * C);
+        alloc(d4c, N * 4 * C);
+        alloc(d3c_a, N * 3 * C);
+        alloc(d3c_b, qk * N * 3 * C);
+    }
+};
+
+// Row buffers of one decode step (one new position per sequence), for B sequences.
+struct Gpt2CudaDecodeActs {
+    DeviceBuffer<int> tokens;                // (B)
+    DeviceBuffer<floatX> x, x2;              // (B, C) residual stream before / after the attention branch
+    DeviceBuffer<floatX> ln;                 // (B, C) output of the current LayerNorm
+    DeviceBuffer<float> mean, rstd;          // (B)
+    DeviceBuffer<floatX> qkv, qkvn;          // (B, 3C) (qkvn empty unless qk_norm)
+    DeviceBuffer<float> qkn_mean, qkn_rstd;  // (B, 2, NH) (empty unless qk_norm)
+    DeviceBuffer<floatX> atty, branch;       // (B, C)
+    DeviceBuffer<floatX> fch, fch_gelu;      // (B, 4C)
+    DeviceBuffer<floatX> logits;             // (B, Vp)
+    int B = 0;
+
+    void allocate(const ModelConfig& cfg, int B_) {
+        if (B_ == B) return;
+        B = B_;
+        const size_t C = cfg.channels, NH = cfg.num_heads, Vp = cfg.padded_vocab_size, qk = cfg.qk_norm ? 1 : 0;
+        tokens.resize(B);
+        x.resize(B * C);
+        x2.resize(B * C);
+        ln.resize(B * C);
+        mean.resize(B);
+        rstd.resize(B);
+        qkv.resize(B * 3 * C);
+        qkvn.resize(qk * B * 3 * C);
+        qkn_mean.resize(qk * B * 2 * NH);
+        qkn_rstd.resize(qk * B * 2 * NH);
+        atty.resize(B * C);
+        branch.resize(B * C);
+        fch.resize(B * 4 * C);
+        fch_gelu.resize(B * 4 * C);
+        logits.resize(B * Vp);
+    }
+};
+
+}  // namespace llmc::cuda

@@ -1,0 +1,160 @@
+// CudaBackend's KV-cached decoding (Backend::has_kv_cache; docs/generation.md): same semantics and
+// errors as CpuBackend (llmc/cpu/gpt2_cpu.h); cache layout: llmc/cuda/attention_decode.cuh
+// (= llmc/cpu/kv_cache.h with floatX elements). The class and its buffers:
+// llmc/cuda/gpt2_cuda_backend.cuh.
+//
+// Phases:
+//   kv_begin           an empty cache for B sequences of up to max_len positions: the cache
+//                      (L, B, G, max_len, hd) global and (L, B, NH-G, R, hd) local ring, the decode
+//                      scratch and the row buffers (llmc/cuda/gpt2_cuda_acts.cuh) sized
+//   kv_prefill_device  n > 1 positions into an empty cache: the ordinary forward (llmc/cuda/gpt2_cuda.cuh)
+//                      over (B, n), then every layer's k (after QK-norm) and v copied into the cache
+//   kv_forward         appends n positions: the prefill, or one kv_decode per position, and returns the
+//                      logits (B, n, Vp) fp32 on the host
+//   kv_decode          one position per sequence through every layer with the forward's ops, attending
+//                      over the cache (attention_decode); logits (B, Vp) on the device
+#pragma once
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "llmc/core/error.h"
+#include "llmc/cuda/attention_decode.cuh"
+#include "llmc/cuda/encoder.cuh"
+#include "llmc/cuda/gpt2_cuda_backend.cuh"
+#include "llmc/cuda/layernorm.cuh"
+#include "llmc/cuda/matmul.cuh"
+#include "llmc/cuda/qknorm.cuh"
+
+namespace llmc::cuda {
+
+// An empty cache for B sequences of up to max_len (<= max_seq_len) positions each. The cache
+// buffers are reallocated only when their size changes, and filled with NaN bytes (a read of a
+// slot nothing wrote shows up as NaN).
+inline void CudaBackend::kv_begin(int B, int max_len) {
+    check_kv_begin(cfg_, B, max_len);
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // queued work may still use the old buffers
+    KvCacheView& c = kv_;
+    c.L = cfg_.num_layers;
+    c.B = B;
+    c.NH = cfg_.num_heads;
+    c.G = cfg_.global_heads;
+    c.hd = cfg_.head_size();
+    c.P = cfg_.window;
+    c.max_len = max_len;
+    c.ring = std::min(c.P, max_len);
+    const size_t ng = (size_t)c.L * B * c.G * max_len * c.hd;          // (L, B, G, max_len, hd)
+    const size_t nl = (size_t)c.L * B * (c.NH - c.G) * c.ring * c.hd;  // (L, B, NH-G, R, hd)
+    for (DeviceBuffer<floatX>* buf : {&kv_kg_, &kv_vg_, &kv_kl_, &kv_vl_}) {
+        const size_t n = (buf == &kv_kg_ || buf == &kv_vg_) ? ng : nl;
+        if (buf->size() != n) buf->resize(n);
+        if (n > 0) CUDA_CHECK(cudaMemsetAsync(buf->get(), 0xFF, buf->bytes(), stream_));
+    }
+    c.k_global = kv_kg_.get();
+    c.v_global = kv_vg_.get();
+    c.k_local = kv_kl_.get();
+    c.v_local = kv_vl_.get();
+    const size_t n_partial = decode_scratch_floats(B, c.NH, c.hd, max_len);
+    if (kv_partial_.size() != n_partial) kv_partial_.resize(n_partial);
+    c.partial = kv_partial_.get();
+    dec_.allocate(cfg_, B);
+    dec_tokens_host_.resize(B);
+    kv_pos_ = 0;
+}
+
+// Appends n positions to every cached sequence; tokens: (B, n) on the host. Returns their logits
+// (B, n, Vp) fp32 on the host, valid until the next call. Prefill (n > 1 into an empty cache): the
+// ordinary forward, then the cache filled from its qkv; otherwise one decode step per position.
+inline const float* CudaBackend::kv_forward(const int* tokens, int n) {
+    const int B = kv_.B, Vp = cfg_.padded_vocab_size;
+    if (B < 1) throw std::logic_error("CudaBackend::kv_forward needs kv_begin first");
+    check_kv_append(kv_pos_, n, kv_.max_len);
+    check_batch(tokens, nullptr, B, n);
+    if (kv_pos_ == 0 && n > 1) return kv_prefill(tokens, n);
+    const size_t row = (size_t)Vp;
+    kv_logits_host_.resize((size_t)B * n * row);
+    kv_logits_stage_.resize((size_t)B * row);
+    for (int i = 0; i < n; i++) {
+        for (int b = 0; b < B; b++) dec_tokens_host_[b] = tokens[(size_t)b * n + i];
+        kv_decode();
+        download(kv_logits_stage_.data(), dec_.logits.get(), (size_t)B * row);  // waits for the step
+        for (int b = 0; b < B; b++) {
+            const floatX* src = kv_logits_stage_.data() + b * row;
+            float* dst = kv_logits_host_.data() + ((size_t)b * n + i) * row;
+            for (size_t v = 0; v < row; v++) dst[v] = to_float(src[v]);
+        }
+    }
+    return kv_logits_host_.data();
+}
+
+// Prefill of an empty cache with tokens (B, n), n >= 1: the ordinary forward over (B, n), then k
+// (after QK-norm) and v of every layer copied into the cache. Returns when the device is done; the
+// logits stay on the device (logits() fetches them). kv_forward uses it; the latency benchmark
+// calls it directly so that the (B, n, Vp) host copy is not timed.
+inline void CudaBackend::kv_prefill_device(const int* tokens, int n) {
+    const int B = kv_.B, L = cfg_.num_layers;
+    if (B < 1) throw std::logic_error("CudaBackend::kv_prefill_device needs kv_begin first");
+    if (kv_pos_ != 0) throw std::logic_error("CudaBackend::kv_prefill_device needs an empty cache (kv_begin)");
+    if (n < 1 || n > kv_.max_len)
+        throw InputError("kv_forward: prefill of " + std::to_string(n) +
+                         " positions; pass 1 <= n <= the cache "
+                         "length " +
+                         std::to_string(kv_.max_len));
+    forward(tokens, nullptr, B, n, 0.0f, nullptr);  // checks the tokens
+    const size_t N = (size_t)B * n;
+    for (int l = 0; l < L; l++) {
+        const floatX* qkv = acts_.layer(l, N).att_in();  // (B, n, 3C)
+        kv_store_prefill(kv_, qkv, l, n, stream_);
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    kv_pos_ = n;
+}
+
+inline const float* CudaBackend::kv_prefill(const int* tokens, int n) {
+    kv_prefill_device(tokens, n);
+    return logits();  // (B, n, Vp) converted to fp32 on the host
+}
+
+// Queues one decode step: the tokens in dec_tokens_host_ (B) at position kv_pos_ through every
+// layer, one row per sequence, with the same ops as forward(); logits (B, Vp) in dec_.logits.
+inline void CudaBackend::kv_decode() {
+    const int B = kv_.B, L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads;
+    const int Vp = cfg_.padded_vocab_size, t = kv_pos_;
+    const float softcap = cfg_.attn_softcap;
+    cudaStream_t st = stream_;
+    Gpt2CudaDecodeActs& a = dec_;
+    const ParamView<const floatX> w = weights();
+
+    upload(a.tokens.get(), dec_tokens_host_.data(), (size_t)B);
+    // x = wte[token] + wpe[t]  (B, C): the encoder with T = 1 and the position table shifted to row t
+    encoder_forward(a.x.get(), a.tokens.get(), w.wte(), w.wpe() + (size_t)t * C, B, 1, C, st);
+    layernorm_forward(a.ln.get(), a.mean.get(), a.rstd.get(), a.x.get(), w.layer(0).ln1w, w.layer(0).ln1b, B, C, st);
+    for (int l = 0; l < L; l++) {
+        const LayerParams<const floatX> lw = w.layer(l);
+        matmul_forward(mm_, a.qkv.get(), a.ln.get(), lw.qkvw, lw.qkvb, B, C, 3 * C, st);
+        const floatX* att_in = a.qkv.get();  // (B, 3C)
+        if (cfg_.qk_norm) {
+            qknorm_forward(a.qkvn.get(), a.qkn_mean.get(), a.qkn_rstd.get(), a.qkv.get(), lw.qnormw, lw.qnormb,
+                           lw.knormw, lw.knormb, B, C, NH, st);
+            att_in = a.qkvn.get();
+        }
+        kv_store(kv_, att_in, l, t, st);
+        attention_decode(a.atty.get(), att_in, kv_, l, t, softcap, st);
+        matmul_forward(mm_, a.branch.get(), a.atty.get(), lw.attprojw, lw.attprojb, B, C, C, st);
+        // x2 = x + attproj; ln = LayerNorm2(x2)
+        fused_residual_layernorm_forward(a.x2.get(), a.ln.get(), a.mean.get(), a.rstd.get(), a.x.get(), a.branch.get(),
+                                         lw.ln2w, lw.ln2b, B, C, st);
+        matmul_forward(mm_, a.fch_gelu.get(), a.ln.get(), lw.fcw, lw.fcb, B, C, 4 * C, st, a.fch.get(), cfg_.gelu);
+        matmul_forward(mm_, a.branch.get(), a.fch_gelu.get(), lw.fcprojw, lw.fcprojb, B, 4 * C, C, st);
+        // x = x2 + fcproj (the layer output); ln = the next layer's ln1, or lnf after the last layer
+        const bool last = l + 1 == L;
+        fused_residual_layernorm_forward(a.x.get(), a.ln.get(), a.mean.get(), a.rstd.get(), a.x2.get(), a.branch.get(),
+                                         last ? w.lnfw() : w.layer(l + 1).ln1w, last ? w.lnfb() : w.layer(l + 1).ln1b,
+                                         B, C, st);
+    }
+    matmul_forward(mm_, a.logits.get(), a.ln.get(), w.lm_head(), nullptr, B, C, Vp, st);
+    kv_pos_ = t + 1;
+}
+
+}  // namespace llmc::cuda
