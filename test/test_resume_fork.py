@@ -304,6 +304,13 @@ def test_training_from_a_checkpoint_with_e_says_it_takes_the_weights_only(byte_d
     assert sorted(train_losses(tmp_path / "new")) == [1, 2]
 
 
+def test_a_run_without_o_says_so_on_stderr(byte_data, tmp_path):
+    p = run(data_args(byte_data) + COMMON + ["-x", 1])
+    assert ("note: no -o given; nothing is written (metrics, checkpoints): give -o DIR to keep them"
+            in p.stderr.splitlines())
+    assert "note:" not in p.stdout
+
+
 def test_a_window_not_below_t_is_noted_as_mhsa(byte_data, tmp_path):
     p = run(data_args(byte_data) + COMMON + ["-x", 1, "--window", 32])  # -t 32: the window covers it
     assert ("note: --window 32 is not below -t 32: a local head sees the whole context, so its 3 local head(s) "
