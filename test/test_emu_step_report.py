@@ -54,7 +54,7 @@ FIXED = {  # once per step, whatever the depth
     "encoder_forward_kernel": 1,
     "layernorm_forward_kernel": 1,  # layer 0's ln1
     "attn_stats_reduce_kernel": 1,  # every layer's attention logit statistics (recorded every step)
-    "classifier_kernel": 2,  # forward (loss, lse) and backward (dlogits)
+    "classifier_kernel": 1,  # loss, lse and dlogits in one pass (the step's forward; its backward takes them)
     "classifier_summary_kernel": 1,  # the forward's loss and statistics summed on the device
     "layernorm_backward_cached_kernel": 1,  # lnf backward
     "reduce_layernorm_partials_kernel": 1,  # every LayerNorm's dw, db partials (2L + 1 of them)

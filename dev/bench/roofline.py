@@ -1220,7 +1220,8 @@ def fit_calibration():
                                         - cal["lab_event_us"] - cal["kernel_fixed_us"]) / (B * T) * 1e3
     # gaps: the B8 step minus its modeled kernels, over the launches
     cal["gap_us"] = 0.0
-    rows = predict_case("ls-small-b8", cal, dict(CASES["ls-small-b8"], V=257), split=False, host_groups=False)
+    rows = predict_case("ls-small-b8", cal, dict(CASES["ls-small-b8"], V=257), split=False, host_groups=False,
+                        one_pass_classifier=False)
     kernels_us = sum(r["us_per_step"] for r in rows)
     launches = sum(r["calls_per_step"] for r in rows)
     cal["gap_us_fit"] = (MEASUREMENTS["fa663e0 step ls-small B8 V257"] - kernels_us) / (launches - 1)
@@ -1289,7 +1290,8 @@ def calibration_checks(cal):
     for k, case, over in (("fa663e0 step ls-small B8 V257", "ls-small-b8", dict(V=257)),
                           ("fa663e0 step ls-small B16 V10000", "ls-small-b8", dict(B=16)),
                           ("fa663e0 step d12 B16 V50257", "d12-b16", {})):
-        rows_k = predict_case(case, cal, dict(CASES[case], **over), split=False, host_groups=False)
+        rows_k = predict_case(case, cal, dict(CASES[case], **over), split=False, host_groups=False,
+                              one_pass_classifier=False)
         row(k, "step", step_us(rows_k, cal))
     return rows
 
@@ -1352,13 +1354,14 @@ def kernel_group(name):
     return "other"
 
 
-def predict_case(case, cal, shape=None, split=True, host_groups=True):
+def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_classifier=True):
     """Per-kernel rows of one step of a CASES shape at HEAD: the launches --profile-steps counts on
     the emulated device (the kernel names and calls of the emulated profile, HEAD-<sha>), each with its
     modeled µs per step. The GEMMs are one row per cuBLASLt call kind (their GPU kernels' names are
     cuBLASLt's own, compared as a group). split=False: fa663e0's attention grid; host_groups=False: the
     encoder backward's grouping on the device in one block (fa663e0 up to 28765d1) instead of HEAD's
-    host grouping and its upload."""
+    host grouping and its upload; one_pass_classifier=False: the classifier's forward pass (loss, lse)
+    and the backward's (dlogits) as two launches (as at fa663e0), not HEAD's one in the step."""
     m = dict(shape or CASES[case])
     L, C, NH, G, P, V, B, T = (m[k] for k in ("L", "C", "NH", "G", "P", "V", "B", "T"))
     bias, tanh, tied = m["bias"], m["gelu"] == "tanh", m["tied"]
@@ -1434,8 +1437,10 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True):
         attn_kernel_us("attn_bwd_kv_fa2_kernel", hd, T, P, B, NH, G, cal, split), L)
     add(f"llmc::cuda::attn_bwd_q_fa2_kernel<{hd}, false>",
         attn_kernel_us("attn_bwd_q_fa2_kernel", hd, T, P, B, NH, G, cal, split), L)
-    # classifier: the forward's loss + lse pass, the backward's dlogits pass in place; the summary
-    add("llmc::cuda::detail::classifier_kernel", classifier_us(N, N * Vp * ACT + 16 * N, "classifier_fwd", cal))
+    # classifier: HEAD's step computes loss, lse and the dlogits in place in one pass (the forward's);
+    # before, the forward's loss + lse pass and the backward's dlogits pass; the summary
+    if not one_pass_classifier:
+        add("llmc::cuda::detail::classifier_kernel", classifier_us(N, N * Vp * ACT + 16 * N, "classifier_fwd", cal))
     add("llmc::cuda::detail::classifier_kernel", classifier_us(N, 2 * N * Vp * ACT + 16 * N, "classifier_dlogits", cal))
     add("llmc::cuda::detail::classifier_summary_kernel", cal["kernel_fixed_us"])
     # optimizer: the global norm (reads the fp32 gradients), AdamW (30 bytes a parameter, lab:adamw's count)
@@ -1612,9 +1617,13 @@ def built_steps(cal, case="paper-b16"):
     gain µs, the modeled step with it undone µs, the assumption the figure rests on)."""
     now = step_us(predict_case(case, cal), cal)
     undone = step_us(predict_case(case, cal, host_groups=False), cal)
+    two_pass = step_us(predict_case(case, cal, one_pass_classifier=False), cal)
     return [("encoder backward grouping on the host, uploaded with the batch", undone - now, undone,
              "the one-block grouping kernel gone; its upload one copy at PCIE_HTOD (assumed, 50 GB/s); the host's "
-             "counting sort is off the device (docs/cuda_kernels.md, Encoder)")]
+             "counting sort is off the device (docs/cuda_kernels.md, Encoder)"),
+            ("classifier loss + logit gradient in one pass (the step's forward writes the dlogits)", two_pass - now,
+             two_pass, "the forward's classifier pass gone (the fused pass already reads the logits and writes "
+             "dlogits; its L2 re-read as measured for forward+dlogits)")]
 
 
 def speed_steps(cal, case="paper-b16"):
@@ -1653,10 +1662,6 @@ def speed_steps(cal, case="paper-b16"):
                                                                           "llmc::cuda::attn_bwd_q")))
     out.append(("attention scheduling: blocks over 4 query tiles (a quarter of the per-block set-up)", att_now - att4,
                 "attn_block_setup_us / 4 on every block (local and global); longest-first is already modeled"))
-    # 4. classifier in one pass: the forward's pass folded into the backward's (one read of the logits)
-    fwd_pass = classifier_us(N, N * Vp * ACT + 16 * N, "classifier_fwd", cal)
-    out.append(("classifier loss + logit gradient in one pass", fwd_pass,
-                "the forward's classifier pass gone (the backward's pass already reads the logits and writes dlogits)"))
     # 5. CUDA graphs + programmatic dependent launch: the launch gaps
     launches = sum(r["calls_per_step"] for r in rows)
     out.append(("CUDA graphs on by default (+ PDL)", (launches - 1) * cal["gap_us"],

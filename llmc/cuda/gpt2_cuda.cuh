@@ -147,7 +147,7 @@ inline ForwardResult CudaBackend::forward(const int* inputs, const int* targets,
 
 // Issues the forward of queue_forward for the tokens staged in `slot` (stage_tokens).
 inline int CudaBackend::issue_forward(int slot, int B, int T, float z_weight, bool with_targets, bool with_stats,
-                                      int near_distance) {
+                                      int near_distance, float grad_scale) {
     const int L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads, V = cfg_.vocab_size,
               Vp = cfg_.padded_vocab_size;
     const size_t N = (size_t)B * T;
@@ -184,9 +184,13 @@ inline int CudaBackend::issue_forward(int slot, int B, int T, float z_weight, bo
     matmul_forward(mm_, a.logits.get(), a.lnf.get(), w.lm_head(), nullptr, n, C, Vp, st);
     if (!targets && !with_stats) return -1;
 
+    // grad_scale != 0 (a queued step's micro-batch, whose backward follows): the same pass also turns
+    // the logits into dlogits, as backward's own pass would (the scale backward would use)
+    const float dloss = targets && grad_scale != 0.0f ? dlogits_scale(grad_scale, N) : 0.0f;
     classifier_forward_backward(a.logits.get(), a.lse.get(), a.losses.get(), a.zlosses.get(),
                                 with_stats ? a.row_max.get() : nullptr, targets ? a.targets.get() : nullptr, z_weight,
-                                0.0f, n, V, Vp, st);
+                                dloss, n, V, Vp, st);
+    if (dloss != 0.0f) logits_state_ = LogitsState::Dlogits;
     ensure_slots(slot + 1);
     slot_rows_[slot] = N;
     slot_near_[slot] = near_n;
@@ -264,10 +268,11 @@ inline void CudaBackend::backward(float grad_scale) {
     const ParamView<const floatX> w = weights();
     const ParamView<float> g = grad_view();
 
-    // classifier: logits -> dlogits in place, objective (1/N) sum (CE + z), scaled by grad_scale
-    const float dloss = (float)((double)grad_scale / (double)N);
-    classifier_forward_backward(a.logits.get(), a.lse.get(), a.losses.get(), a.zlosses.get(), nullptr, a.targets.get(),
-                                z_weight_, dloss, n, V, Vp, st);
+    // classifier: logits -> dlogits in place, objective (1/N) sum (CE + z), scaled by grad_scale (done
+    // already when a queued step's forward computed them: LogitsState::Dlogits)
+    if (logits_state_ != LogitsState::Dlogits)
+        classifier_forward_backward(a.logits.get(), a.lse.get(), a.losses.get(), a.zlosses.get(), nullptr,
+                                    a.targets.get(), z_weight_, dlogits_scale(grad_scale, N), n, V, Vp, st);
     logits_state_ = LogitsState::Overwritten;
     floatX* dlogits = a.logits.get();
     matmul_backward(mm_, a.dbtc.get(), g.lm_head(), nullptr, scratch, arrivals, dlogits, a.lnf.get(), w.lm_head(), n, C,

@@ -110,11 +110,16 @@ public:
 
 private:
     static constexpr bool kSeparateWorkingCopy = !std::is_same<floatX, float>::value;
-    enum class LogitsState { None, OnDevice, OnHost, Overwritten };
+    // The classifier's dlogits scale for a backward of grad_scale over N rows: d(mean)/d(row) = 1/N.
+    static float dlogits_scale(float grad_scale, size_t N) { return (float)((double)grad_scale / (double)N); }
+    // Dlogits: the queued step's forward already turned the logits into dlogits (its classifier pass
+    // computes both), and the backward that follows takes them; Overwritten: a backward consumed them.
+    enum class LogitsState { None, OnDevice, OnHost, Dlogits, Overwritten };
 
     // model wiring (gpt2_cuda.cuh)
     int layer_forward(int l, int B, int T, bool with_stats, int near_n);
-    int issue_forward(int slot, int B, int T, float z_weight, bool with_targets, bool with_stats, int near_distance);
+    int issue_forward(int slot, int B, int T, float z_weight, bool with_targets, bool with_stats, int near_distance,
+                      float grad_scale = 0.0f);
     void init_attention_stats();
     void reset_attention_stats();
     // The working copy of the weights and the fp32 gradients as the model's tensors (llmc/core/param_view.h).
@@ -127,7 +132,7 @@ private:
 
     // the queued step (gpt2_cuda_step.cuh)
     int queue_forward(const int* inputs, const int* targets, int B, int T, float z_weight, bool with_stats,
-                      int near_distance);
+                      int near_distance, float grad_scale = 0.0f);
     void stage_tokens(int slot, const int* inputs, const int* targets, int B, int T);
     void group_slot(int slot, int n);
     // A slot of the token staging: inputs (token_stride_), targets (token_stride_), groups.

@@ -123,7 +123,7 @@ inline void CudaBackend::all_reduce_grads(Collective& comm) {
 // (B, T, Vp) fp32 host copy of the last forward's logits (converted from floatX on first call).
 inline const float* CudaBackend::logits() {
     if (logits_state_ == LogitsState::None) throw std::logic_error("CudaBackend::logits: no forward() yet");
-    if (logits_state_ == LogitsState::Overwritten)
+    if (logits_state_ == LogitsState::Overwritten || logits_state_ == LogitsState::Dlogits)
         throw std::logic_error(
             "CudaBackend::logits: backward() replaced the logits by their gradient; "
             "read logits() before backward()");

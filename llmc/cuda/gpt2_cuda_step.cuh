@@ -61,7 +61,7 @@ inline void CudaBackend::queue_micro_batch(const int* inputs, const int* targets
         queued_++;
         return;
     }
-    queue_forward(inputs, targets, B, T, z_weight, true, near_distance);
+    queue_forward(inputs, targets, B, T, z_weight, true, near_distance, grad_scale);
     queued_++;
     backward(grad_scale);
 }
@@ -124,10 +124,10 @@ inline void CudaBackend::read_queued_step(QueuedStep& out) {
 // (LogitStats::near_distance) >= 1 with stats: the near/far statistics at that distance too; 0:
 // not asked for, not computed (a run without --near pays nothing for them).
 inline int CudaBackend::queue_forward(const int* inputs, const int* targets, int B, int T, float z_weight,
-                                      bool with_stats, int near_distance) {
+                                      bool with_stats, int near_distance, float grad_scale) {
     check_batch(inputs, targets, B, T);
     stage_tokens(queued_, inputs, targets, B, T);
-    return issue_forward(queued_, B, T, z_weight, targets != nullptr, with_stats, near_distance);
+    return issue_forward(queued_, B, T, z_weight, targets != nullptr, with_stats, near_distance, grad_scale);
 }
 
 // The tokens of the pass in slot `slot` (inputs, and targets when not null) into its page-locked
@@ -246,7 +246,7 @@ inline void CudaBackend::issue_step(const StepPlan& plan, const AdamWHyper& h, f
     issue_zero_grad();
     queued_ = 0;
     for (const StepPlan::Micro& m : plan.micro) {
-        issue_forward(queued_, m.B, m.T, m.z_weight, true, true, m.near_distance);
+        issue_forward(queued_, m.B, m.T, m.z_weight, true, true, m.near_distance, m.grad_scale);
         queued_++;
         backward(m.grad_scale);
     }
