@@ -1,7 +1,6 @@
-// LS-attention forward, FlashAttention-2 class (AttnKernel::Fa2): bf16 mma.sync m16n8k16 with fp32
-// accumulation, sm_80+, bf16 build only. Launched by llmc/cuda/attention_ls.cuh; the trainer pairs it
-// with the FA2-class backward (AttnKernel::Fa2Bwd, llmc/cuda/attention_ls_fa2_bwd.cuh), the lab also
-// with the Mma backward (AttnKernel::Fa2). Design: docs/attention_kernel.md.
+// LS-attention forward, FlashAttention-2 class: bf16 mma.sync m16n8k16 with fp32 accumulation,
+// sm_80+, the bf16 build's forward. Launched by llmc/cuda/attention_ls.cuh, paired with the
+// FA2-class backward (llmc/cuda/attention_ls_fa2_bwd.cuh). Design: docs/attention_kernel.md.
 //
 // Block: 64 query rows (4 warps x 16 rows) of one (b, h); key / value tiles of 64 keys; a long key
 // range is cut into chunks over several blocks whose partials the last to arrive merges
@@ -38,14 +37,45 @@
 // qkv and out are accessed with 16- and 4-byte accesses: 16-byte aligned base pointers (the
 // launcher checks).
 #pragma once
+#include <cstring>
+
 #include "llmc/core/attention_split.h"
 #include "llmc/core/smem_swizzle.h"
 #include "llmc/cuda/attention_ls_common.cuh"
-#include "llmc/cuda/attention_ls_mma.cuh"  // pack_bf16x2, mma_acc_to_a, mma_store_row
-#include "llmc/cuda/grid_arrival.cuh"      // arrive_last
+#include "llmc/cuda/grid_arrival.cuh"  // arrive_last
 #include "llmc/cuda/ptx.cuh"  // mma_bf16_16816, ldmatrix_x4(_trans), cp_async_*, ex2_approx_ftz, redux_sync_or_b32
 
 namespace llmc::cuda {
+
+// mma.m16n8k16 fragment helpers (layouts: PTX ISA "Matrix Fragments for mma.m16n8k16 with floating
+// point type"; g = lane/4, c = lane%4; C/D (16x8 fp32), 4 floats: c0,c1 = C[g][2c, 2c+1], c2,c3 =
+// C[g+8][2c, 2c+1]), shared with the backward (llmc/cuda/attention_ls_fa2_bwd.cuh).
+
+// Pack two floats to a bf16 pair register: lo in the low half (lower index), hi in the high half.
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x = lo = low 16 bits
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof bits);  // no type pun (strict aliasing); one register move
+    return bits;
+}
+
+// The accumulators of two adjacent n-blocks (columns 0..7 in lo, 8..15 in hi) as the A fragment of
+// the 16x16 block they form (rounded to bf16).
+__device__ __forceinline__ void mma_acc_to_a(uint32_t a[4], const float lo[4], const float hi[4]) {
+    a[0] = pack_bf16x2(lo[0], lo[1]);  // row g,   cols 2c, 2c+1
+    a[1] = pack_bf16x2(lo[2], lo[3]);  // row g+8, cols 2c, 2c+1
+    a[2] = pack_bf16x2(hi[0], hi[1]);  // row g,   cols 8+2c, 8+2c+1
+    a[3] = pack_bf16x2(hi[2], hi[3]);  // row g+8
+}
+
+// Writes one of this thread's two rows (hf) of a (16 x 8*DB) accumulator, times mul, as bf16 pairs;
+// row points at column 2c of that row in global memory.
+template <int DB>
+__device__ __forceinline__ void mma_store_row(__nv_bfloat16* row, const float (&acc)[DB][4], int hf, float mul) {
+#pragma unroll
+    for (int db = 0; db < DB; db++)
+        *reinterpret_cast<uint32_t*>(row + db * 8) = pack_bf16x2(acc[db][2 * hf] * mul, acc[db][2 * hf + 1] * mul);
+}
 
 // Q's A fragments stay in registers for the whole block (else they are reloaded per key tile).
 template <int HD>
@@ -528,7 +558,7 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const Fa2ScoreBitTable
 // chunk of its key tiles); without a split one per (b, h, query tile), longest first), 128
 // threads; warp w owns rows q0 + 16w .. +15. The blocks of a split query tile leave partials and
 // the last to arrive merges them (fa2_merge_partials) and writes the tile's outputs.
-// Outputs as attn_fwd_mma_kernel: out (B, T, C) bf16, lse (B, NH, T) natural log, and with STATS
+// Outputs: out (B, T, C) bf16, lse (B, NH, T) natural log, and with STATS
 // the block's statistics partial (kAttnStatsBasic floats, llmc/cuda/attention_ls_common.cuh) in
 // stats_part; with NEAR (implies STATS) the near/far ones too (kAttnStatsNear floats), split at
 // distance near_n >= 1.

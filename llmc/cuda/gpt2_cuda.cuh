@@ -585,8 +585,8 @@ public:
         if (probs_dev_.size() < TT) probs_dev_.resize(TT);
         const LayerActs<floatX, float> la = acts_.layer(layer, (size_t)B_ * T_);
         cuda::attention_probs(probs_dev_.get(), la.att_in(), la.att_lse, b, head, T_, cfg_.channels, cfg_.num_heads,
-                              cfg_.global_heads, cfg_.window, cfg_.attn_softcap,
-                              attention_caps_with_tanh_approx(attention_default_kernel()), stream_);
+                              cfg_.global_heads, cfg_.window, cfg_.attn_softcap, attention_caps_with_tanh_approx(),
+                              stream_);
         download(probs, probs_dev_.get(), TT);
     }
 
@@ -702,8 +702,8 @@ private:
         if (cfg_.qk_norm)
             qknorm_forward(la.qkvn, la.qkn_mean, la.qkn_rstd, la.qkv, lw.qnormw, lw.qnormb, lw.knormw, lw.knormb, n, C,
                            NH, st);
-        const int nqt = attention_ls_forward_partials_with(
-            attention_default_kernel(), la.atty, la.att_lse, la.att_in(), B, T, C, NH, G, P, cfg_.attn_softcap,
+        const int nqt = attention_ls_forward_partials(
+            la.atty, la.att_lse, la.att_in(), B, T, C, NH, G, P, cfg_.attn_softcap,
             with_stats ? stats_part_.get() + (size_t)l * attention_stats_scratch_floats(B, T, NH) : nullptr, st,
             with_stats ? near_n : 0, attn_split_scratch(B, T));
         matmul_forward(mm_, a.branch.get(), la.atty, lw.attprojw, lw.attprojb, n, C, C, st);
