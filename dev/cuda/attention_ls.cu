@@ -665,7 +665,7 @@ int main(int argc, char** argv) {
                    kPrecisionName, prop.name, seed);
             for (LabKernel v : sv) printf(" %s", lab_kernel_name(v));
             printf(")\n");
-            constexpr int kMaxT = 3 * kAttnMmaBQ;  // three 64-row tiles
+            constexpr int kMaxT = 3 * kAttnFa2BQ;  // three 64-row tiles
             std::vector<std::pair<int, int>> tp;   // (T, P)
             // near(x): x is 1..9, or within 1 of a multiple of 8 (the 8-key blocks, 16-row warps and
             // 64-key tiles all have edges on multiples of 8)

@@ -96,14 +96,14 @@ inline AttnSplitPlan attention_split_plan(AttnSplitGeom geom, int B, int NH, int
 // tile of 64 over query tiles of 64, 32 at hd 128: Fa2BwdKvSmem), and their partials' floats per block
 // (Fa2Partial<HD> in llmc/cuda/attention_ls_fa2.cuh; dQ; dK + dV: 4 floats per 8 dims per thread).
 inline AttnSplitGeom attention_split_geom_rows(int T, int P) {
-    return AttnSplitGeom{T, kAttnMmaBQ, kAttnMmaBK, P, false, false};
+    return AttnSplitGeom{T, kAttnFa2BQ, kAttnFa2BK, P, false, false};
 }
 inline AttnSplitGeom attention_split_geom_kv(int T, int P, int hd) {
-    return AttnSplitGeom{T, hd == 128 ? 32 : kAttnMmaBQ, kAttnMmaBK, P, false, true};
+    return AttnSplitGeom{T, hd == 128 ? 32 : kAttnFa2BQ, kAttnFa2BK, P, false, true};
 }
-inline size_t attention_split_fwd_floats(int hd) { return (size_t)(hd / 2 + 12) * kAttnMmaThreads; }
-inline size_t attention_split_dq_floats(int hd) { return (size_t)(hd / 2) * kAttnMmaThreads; }
-inline size_t attention_split_dkv_floats(int hd) { return (size_t)hd * kAttnMmaThreads; }
+inline size_t attention_split_fwd_floats(int hd) { return (size_t)(hd / 2 + 12) * kAttnFa2Threads; }
+inline size_t attention_split_dq_floats(int hd) { return (size_t)(hd / 2) * kAttnFa2Threads; }
+inline size_t attention_split_dkv_floats(int hd) { return (size_t)hd * kAttnFa2Threads; }
 
 // Where the FA2-class kernels' split tile loops keep their state. part: attention_split_scratch_floats(B,
 // T, C, NH, G, P, tiles) floats, any contents (null: no loop is split); arrivals:
@@ -212,15 +212,15 @@ inline void attn_forward_launch(floatX* out, float* lse, const floatX* qkv, int 
 #if !defined(ENABLE_FP32)
     attention_ls_check_aligned(qkv, "qkv");
     attention_ls_check_aligned(out, "out");
-    nqt = (int)ceil_div(T, kAttnMmaBQ);
-    static_assert(Fa2Partial<HD>::floats == (size_t)(HD / 2 + 12) * kAttnMmaThreads, "attention_split_fwd_floats");
+    nqt = (int)ceil_div(T, kAttnFa2BQ);
+    static_assert(Fa2Partial<HD>::floats == (size_t)(HD / 2 + 12) * kAttnFa2Threads, "attention_split_fwd_floats");
     const AttnSplitPlan plan = attention_split_plan_for(attention_split_geom_rows(T, P), B, NH, G, split_scratch);
     const Fa2Split split = attention_split_args(plan, B, split_scratch);
     const dim3 grid((unsigned)plan.blocks);
     const size_t bytes = Fa2FwdSmem<HD>::bytes;
     auto go = [&](auto kernel) {  // soft-cap as a template parameter: one dispatch here
         attn_set_smem(kernel, bytes);
-        launch_kernel(kernel, grid, kAttnMmaThreads, bytes, st, out, lse, qkv, T, C, NH, G, P, softcap, part, near_n,
+        launch_kernel(kernel, grid, kAttnFa2Threads, bytes, st, out, lse, qkv, T, C, NH, G, P, softcap, part, near_n,
                       split);
         CUDA_CHECK_LAUNCH();
     };
@@ -331,7 +331,7 @@ inline void attn_backward_launch(floatX* dqkv, const floatX* dout, const floatX*
     attention_ls_check_aligned(dqkv, "dqkv");
     attention_ls_check_aligned(dout, "dout");
     attention_ls_check_aligned(qkv, "qkv");
-    static_assert(Fa2BwdKvSmem<HD>::BQ == (HD == 128 ? 32 : kAttnMmaBQ), "attention_split_geom_kv");
+    static_assert(Fa2BwdKvSmem<HD>::BQ == (HD == 128 ? 32 : kAttnFa2BQ), "attention_split_geom_kv");
     const AttnSplitPlan kv_plan = attention_split_plan_for(attention_split_geom_kv(T, P, HD), B, NH, G, split_scratch);
     const Fa2Split kv_split = attention_split_args(kv_plan, B, split_scratch);
     const AttnSplitPlan q_plan = attention_split_plan_for(attention_split_geom_rows(T, P), B, NH, G, split_scratch);
@@ -339,10 +339,10 @@ inline void attn_backward_launch(floatX* dqkv, const floatX* dout, const floatX*
     auto go = [&](auto kv_kernel, auto q_kernel) {  // soft-cap as a template parameter: one dispatch here
         attn_set_smem(kv_kernel, Fa2BwdKvSmem<HD>::bytes);
         attn_set_smem(q_kernel, Fa2BwdQSmem<HD>::bytes);
-        launch_kernel(kv_kernel, dim3((unsigned)kv_plan.blocks), kAttnMmaThreads, Fa2BwdKvSmem<HD>::bytes, st, dqkv,
+        launch_kernel(kv_kernel, dim3((unsigned)kv_plan.blocks), kAttnFa2Threads, Fa2BwdKvSmem<HD>::bytes, st, dqkv,
                       dout, qkv, lse, D, T, C, NH, G, P, softcap, kv_split);
         CUDA_CHECK_LAUNCH();
-        launch_kernel(q_kernel, dim3((unsigned)q_plan.blocks), kAttnMmaThreads, Fa2BwdQSmem<HD>::bytes, st, dqkv, dout,
+        launch_kernel(q_kernel, dim3((unsigned)q_plan.blocks), kAttnFa2Threads, Fa2BwdQSmem<HD>::bytes, st, dqkv, dout,
                       qkv, lse, D, T, C, NH, G, P, softcap, q_split);
         CUDA_CHECK_LAUNCH();
     };

@@ -21,9 +21,9 @@ constexpr int kAttnScalarBQ = 32;
 constexpr int kAttnScalarBK = 32;
 constexpr int kAttnScalarThreads = 128;
 // FA2-class kernels: 64 query rows (16 per warp) x 64 keys per tile.
-constexpr int kAttnMmaBQ = 64;
-constexpr int kAttnMmaBK = 64;
-constexpr int kAttnMmaThreads = 128;
+constexpr int kAttnFa2BQ = 64;
+constexpr int kAttnFa2BK = 64;
+constexpr int kAttnFa2Threads = 128;
 
 // 1/sqrt(hd) exactly as the CPU reference computes it (IEEE sqrt and division).
 __device__ inline float attn_scale(int hd) { return 1.0f / sqrtf((float)hd); }

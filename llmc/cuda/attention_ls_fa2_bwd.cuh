@@ -181,7 +181,7 @@ __device__ __forceinline__ float fa2_bwd_pair(float a, float& dp, float neg_lse2
 
 template <int HD>
 struct Fa2BwdKvSmem {
-    static constexpr int BK = kAttnMmaBK;
+    static constexpr int BK = kAttnFa2BK;
     static constexpr int BQ = HD == 128 ? 32 : 64;  // hd 128: dK + dV + S + dP accumulators without spills
     static constexpr int KV_TILE = BK * HD, Q_TILE = BQ * HD;
     // sK, sV (BK, HD) | sQ[2], sdO[2] (BQ, HD) | sNL[2], sD[2] (BQ) fp32
@@ -247,7 +247,7 @@ __device__ __forceinline__ void fa2_bwd_kv_tile(float (&dk)[HD / 8][4], float (&
 // parts. The blocks of a split key tile leave their dK, dV sums and the last to arrive adds them in
 // chunk order (fa2_sum_acc) and writes them. Registers: ptxas's own choice.
 template <int HD, bool SOFTCAP>
-__global__ void __launch_bounds__(kAttnMmaThreads, 0)
+__global__ void __launch_bounds__(kAttnFa2Threads, 0)
     attn_bwd_kv_fa2_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv, const float* lse,
                            const float* D, int T, int C, int NH, int G, int P, float softcap, Fa2Split split) {
     using L = Fa2BwdKvSmem<HD>;
@@ -344,13 +344,13 @@ __global__ void __launch_bounds__(kAttnMmaThreads, 0)
     const Fa2BlockWork again = fa2_block_work(split, geom, opaque_u32(blockIdx.x), NH, G);
     if (again.chunks > 1) {  // a split key tile: leave this chunk's sums; the last block adds them
         const long long s0 = again.first_slot(geom) - again.j_first;
-        const auto slot = [&](int j) { return split.part + (size_t)(s0 + j) * (2 * 4 * DB * kAttnMmaThreads); };
+        const auto slot = [&](int j) { return split.part + (size_t)(s0 + j) * (2 * 4 * DB * kAttnFa2Threads); };
         float* mine = slot(again.j);
         fa2_store_acc<DB>(dk, mine);
-        fa2_store_acc<DB>(dv, mine + 4 * DB * kAttnMmaThreads);
+        fa2_store_acc<DB>(dv, mine + 4 * DB * kAttnFa2Threads);
         if (!arrive_last(split.arrivals + (size_t)bh * geom.n_key_tiles() + kt, (uint32_t)again.chunks)) return;
         fa2_sum_acc<DB>(dk, again.j_first, again.chunks, slot);
-        fa2_sum_acc<DB>(dv, again.j_first, again.chunks, [&](int j) { return slot(j) + 4 * DB * kAttnMmaThreads; });
+        fa2_sum_acc<DB>(dv, again.j_first, again.chunks, [&](int j) { return slot(j) + 4 * DB * kAttnFa2Threads; });
     }
 
     // dk[db], dv[db]: key j_row[e/2], dims db*8 + 2c + (e&1); dK takes the 1/sqrt(hd) of dS here
@@ -366,7 +366,7 @@ __global__ void __launch_bounds__(kAttnMmaThreads, 0)
 
 template <int HD>
 struct Fa2BwdQSmem {
-    static constexpr int BQ = kAttnMmaBQ, BK = kAttnMmaBK;
+    static constexpr int BQ = kAttnFa2BQ, BK = kAttnFa2BK;
     static constexpr int TILE = BQ * HD;  // = BK * HD
     // sQ, sdO (BQ, HD) | sK[2], sV[2] (BK, HD)
     static constexpr size_t bytes = sizeof(__nv_bfloat16) * 6 * (size_t)TILE;
@@ -381,7 +381,7 @@ __device__ __forceinline__ void fa2_bwd_q_tile(float (&dq)[HD / 8][4], const uin
                                                const int (&i_row)[2], const float (&neg_lse2)[2],
                                                const float (&row_D)[2], int k0, int T, bool local, int P, float mul,
                                                float scale_over_cap) {
-    constexpr int NB = kAttnMmaBK / 8;
+    constexpr int NB = kAttnFa2BK / 8;
     const int c = threadIdx.x % 4;
     // masked: row i sees the keys [key_lo(i), i] (none past T): bit 2nb + e + 16hf of vis_bits is
     // pair (row i_row[hf], key k0 + 2c + 8nb + e)'s
@@ -421,7 +421,7 @@ __device__ __forceinline__ void fa2_bwd_q_tile(float (&dq)[HD / 8][4], const uin
 // (ptxas's own choices hold a block per SM fewer); the others keep ptxas's choice (figures:
 // docs/results/attention_journal.md).
 template <int HD, bool SOFTCAP>
-__global__ void __launch_bounds__(kAttnMmaThreads, HD == 32 && !SOFTCAP ? 4
+__global__ void __launch_bounds__(kAttnFa2Threads, HD == 32 && !SOFTCAP ? 4
                                                    : HD == 64           ? 3
                                                                         : 0)
     attn_bwd_q_fa2_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv, const float* lse,
@@ -507,7 +507,7 @@ __global__ void __launch_bounds__(kAttnMmaThreads, HD == 32 && !SOFTCAP ? 4
     const Fa2BlockWork again = fa2_block_work(split, geom, opaque_u32(blockIdx.x), NH, G);
     if (again.chunks > 1) {  // a split query tile: leave this chunk's sum; the last block adds them
         const long long s0 = again.first_slot(geom) - again.j_first;
-        const auto slot = [&](int j) { return split.part + (size_t)(s0 + j) * (4 * DB * kAttnMmaThreads); };
+        const auto slot = [&](int j) { return split.part + (size_t)(s0 + j) * (4 * DB * kAttnFa2Threads); };
         fa2_store_acc<DB>(dq, slot(again.j));
         if (!arrive_last(split.arrivals + (size_t)bh * geom.n_query_tiles() + qt, (uint32_t)again.chunks)) return;
         fa2_sum_acc<DB>(dq, again.j_first, again.chunks, slot);

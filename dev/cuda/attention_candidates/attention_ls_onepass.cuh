@@ -17,7 +17,7 @@
 namespace llmc::cuda {
 
 // The one-pass dK/dV kernel's extra shared memory: sdS (64 keys, 64 queries) bf16 and sPairs[4].
-constexpr size_t kOnePassDsBytes = sizeof(__nv_bfloat16) * kAttnMmaBK * kAttnMmaBQ;
+constexpr size_t kOnePassDsBytes = sizeof(__nv_bfloat16) * kAttnFa2BK * kAttnFa2BQ;
 constexpr size_t kOnePassExtraBytes = kOnePassDsBytes + 4 * sizeof(unsigned);
 
 // One query tile of the one-pass dK/dV kernel for one warp: fa2_bwd_kv_tile (the production
@@ -98,11 +98,11 @@ __device__ __forceinline__ void fa2_bwd_dq_part(float (&acc)[HD / 8][4], const c
 #pragma unroll
     for (int db = 0; db < HD / 8; db++) acc[db][0] = acc[db][1] = acc[db][2] = acc[db][3] = 0.0f;
 #pragma unroll
-    for (int kk = 0; kk < kAttnMmaBK / 16; kk++) {
+    for (int kk = 0; kk < kAttnFa2BK / 16; kk++) {
         if (!(pairs[kk] & attn_pair_bits(w))) continue;
         // matrices (queries 0..7 | 8..15) x (keys 0..7 | 8..15), stored as rows = keys: transposed
         uint32_t xa[4];
-        ldmatrix_x4_trans(xa, sds + fa2_lane_offset<kAttnMmaBQ>(kk * 16 + (mi >> 1) * 8 + j8, 2 * w + (mi & 1)));
+        ldmatrix_x4_trans(xa, sds + fa2_lane_offset<kAttnFa2BQ>(kk * 16 + (mi >> 1) * 8 + j8, 2 * w + (mi & 1)));
         fa2_a_times_block<HD>(acc, xa, sk, kk);
     }
 }
@@ -125,7 +125,7 @@ struct Fa2DqHeadParts {
     int span;
     template <int HD>
     __device__ __forceinline__ float* block(int qt, int kt_rel) const {
-        return head + ((size_t)qt * span + kt_rel) * (size_t)(kAttnMmaBQ * HD);
+        return head + ((size_t)qt * span + kt_rel) * (size_t)(kAttnFa2BQ * HD);
     }
 };
 template <int HD>
@@ -135,7 +135,7 @@ __device__ __forceinline__ Fa2DqHeadParts fa2_dq_head_parts(const Fa2DqParts& dq
     const size_t row = (size_t)nqt * ((size_t)NL * dq.span_local + (size_t)G * dq.span_global);  // blocks per b
     const size_t in_row = h < NL ? (size_t)h * nqt * dq.span_local
                                  : (size_t)nqt * ((size_t)NL * dq.span_local + (size_t)(h - NL) * dq.span_global);
-    return {dq.part + ((size_t)b * row + in_row) * (size_t)(kAttnMmaBQ * HD), h < NL ? dq.span_local : dq.span_global};
+    return {dq.part + ((size_t)b * row + in_row) * (size_t)(kAttnFa2BQ * HD), h < NL ? dq.span_local : dq.span_global};
 }
 
 // dK, dV and the dQ parts (hd 32 / 64): the production dK/dV kernel (attn_bwd_kv_fa2_kernel: a 1-D
@@ -146,15 +146,15 @@ __device__ __forceinline__ Fa2DqHeadParts fa2_dq_head_parts(const Fa2DqParts& dq
 // (no dQ kernel). Registers: at hd 64 it asks for 3 blocks/SM (ptxas's own choice takes every
 // register: 2 blocks/SM).
 template <int HD, bool SOFTCAP>
-__global__ void __launch_bounds__(kAttnMmaThreads, HD == 64 ? 3 : 0)
+__global__ void __launch_bounds__(kAttnFa2Threads, HD == 64 ? 3 : 0)
     attn_bwd_kv_onepass_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                                const float* lse, const float* D, int T, int C, int NH, int G, int P, float softcap,
                                Fa2Split split, Fa2DqParts dq) {
     static_assert(kFa2BwdARegs<HD>, "the one-pass backward is built for hd 32 / 64");
     using L = Fa2BwdKvSmem<HD>;
     // the dQ parts' tiles (sdS, fa2_bwd_dq_part, the reduce kernel): 64 x 64, warp w = query pair w
-    static_assert(L::BQ == kAttnMmaBQ && L::BK == kAttnMmaBK && kAttnMmaBK / 16 == kAttnMmaThreads / 32 &&
-                      kAttnMmaBQ / 16 == kAttnMmaThreads / 32,
+    static_assert(L::BQ == kAttnFa2BQ && L::BK == kAttnFa2BK && kAttnFa2BK / 16 == kAttnFa2Threads / 32 &&
+                      kAttnFa2BQ / 16 == kAttnFa2Threads / 32,
                   "the one-pass dQ part assumes 64 x 64 tiles and one 16-query pair per warp");
     constexpr int BK = L::BK, BQ = L::BQ, KS = HD / 16, DB = HD / 8;
     constexpr float kLog2e = 1.4426950408889634f;
@@ -262,13 +262,13 @@ __global__ void __launch_bounds__(kAttnMmaThreads, HD == 64 ? 3 : 0)
     const Fa2BlockWork again = fa2_block_work(split, geom, opaque_u32(blockIdx.x), NH, G);
     if (again.chunks > 1) {  // a split key tile: leave this chunk's sums; the last block adds them
         const long long s0 = again.first_slot(geom) - again.j_first;
-        const auto slot = [&](int j) { return split.part + (size_t)(s0 + j) * (2 * 4 * DB * kAttnMmaThreads); };
+        const auto slot = [&](int j) { return split.part + (size_t)(s0 + j) * (2 * 4 * DB * kAttnFa2Threads); };
         float* mine = slot(again.j);
         fa2_store_acc<DB>(dk, mine);
-        fa2_store_acc<DB>(dv, mine + 4 * DB * kAttnMmaThreads);
+        fa2_store_acc<DB>(dv, mine + 4 * DB * kAttnFa2Threads);
         if (!arrive_last(split.arrivals + (size_t)bh * geom.n_key_tiles() + kt, (uint32_t)again.chunks)) return;
         fa2_sum_acc<DB>(dk, again.j_first, again.chunks, slot);
-        fa2_sum_acc<DB>(dv, again.j_first, again.chunks, [&](int j) { return slot(j) + 4 * DB * kAttnMmaThreads; });
+        fa2_sum_acc<DB>(dv, again.j_first, again.chunks, [&](int j) { return slot(j) + 4 * DB * kAttnFa2Threads; });
     }
 
     // dk[db], dv[db]: key j_row[e/2], dims db*8 + 2c + (e&1); dK takes the 1/sqrt(hd) of dS here
@@ -287,9 +287,9 @@ __global__ void __launch_bounds__(kAttnMmaThreads, HD == 64 ? 3 : 0)
 // blocks ran in) and writes dqkv's q part, with the 1/sqrt(hd) of dS. Thread t holds what thread t of
 // the dK/dV kernel's dQ phase stored: rows q0 + 16 (t / 32) + g (+ 8), dims 8 db + 2c + {0, 1}.
 template <int HD>
-__global__ void __launch_bounds__(kAttnMmaThreads)
+__global__ void __launch_bounds__(kAttnFa2Threads)
     attn_bwd_dq_reduce_kernel(__nv_bfloat16* dqkv, Fa2DqParts dq, int T, int C, int NH, int G, int P) {
-    constexpr int BQ = kAttnMmaBQ, BK = kAttnMmaBK, DB = HD / 8;
+    constexpr int BQ = kAttnFa2BQ, BK = kAttnFa2BK, DB = HD / 8;
     const int nqt = (int)ceil_div(T, BQ);
     const int bh = (int)(blockIdx.x / (unsigned)nqt), qt = (int)(blockIdx.x % (unsigned)nqt);
     const int b = bh / NH, h = bh % NH;
@@ -311,9 +311,9 @@ __global__ void __launch_bounds__(kAttnMmaThreads)
 // span_global): the most key tiles of 64 such a query tile visits.
 inline int attention_onepass_dq_span(int T, bool local, int P) {
     int span = 0;
-    for (int qt = 0; qt < (int)ceil_div(T, kAttnMmaBQ); qt++)
-        span = std::max(span, attn_kv_tile_end(qt, kAttnMmaBQ, kAttnMmaBK, T) -
-                                  attn_kv_tile_begin(qt, kAttnMmaBQ, kAttnMmaBK, local, P));
+    for (int qt = 0; qt < (int)ceil_div(T, kAttnFa2BQ); qt++)
+        span = std::max(span, attn_kv_tile_end(qt, kAttnFa2BQ, kAttnFa2BK, T) -
+                                  attn_kv_tile_begin(qt, kAttnFa2BQ, kAttnFa2BK, local, P));
     return span;
 }
 // The one-pass backward's dQ parts (hd 32 / 64; 0 at hd 128, which runs the production backward):
@@ -322,7 +322,7 @@ inline size_t attention_onepass_dq_floats(int B, int T, int C, int NH, int G, in
     if (C / NH > 64) return 0;
     const size_t spans =
         (size_t)(NH - G) * attention_onepass_dq_span(T, true, P) + (size_t)G * attention_onepass_dq_span(T, false, P);
-    return (size_t)B * ceil_div(T, kAttnMmaBQ) * spans * kAttnMmaBQ * (C / NH);
+    return (size_t)B * ceil_div(T, kAttnFa2BQ) * spans * kAttnFa2BQ * (C / NH);
 }
 
 template <int HD>
@@ -337,17 +337,17 @@ inline void attn_backward_onepass_launch(floatX* dqkv, const floatX* dout, const
     constexpr size_t kv_bytes = Fa2BwdKvSmem<HD>::bytes + kOnePassExtraBytes;
     auto go = [&](auto kv_kernel) {  // soft-cap as a template parameter: one dispatch here
         attn_set_smem(kv_kernel, kv_bytes);
-        launch_kernel(kv_kernel, dim3((unsigned)kv_plan.blocks), kAttnMmaThreads, kv_bytes, st, dqkv, dout, qkv, lse, D,
+        launch_kernel(kv_kernel, dim3((unsigned)kv_plan.blocks), kAttnFa2Threads, kv_bytes, st, dqkv, dout, qkv, lse, D,
                       T, C, NH, G, P, softcap, kv_split, dq);
         CUDA_CHECK_LAUNCH();
     };
     if (softcap > 0.0f) go(attn_bwd_kv_onepass_kernel<HD, true>);
     else go(attn_bwd_kv_onepass_kernel<HD, false>);
-    const long reduce_blocks = (long)B * NH * ceil_div(T, kAttnMmaBQ);
+    const long reduce_blocks = (long)B * NH * ceil_div(T, kAttnFa2BQ);
     if (reduce_blocks > 2147483647L)
         throw InputError("attention: B * NH * ceil(T/64) = " + std::to_string(reduce_blocks) +
                          " blocks exceed the grid's 2^31-1; use a smaller batch");
-    launch_kernel(attn_bwd_dq_reduce_kernel<HD>, (unsigned)reduce_blocks, kAttnMmaThreads, 0, st, dqkv, dq, T, C, NH, G,
+    launch_kernel(attn_bwd_dq_reduce_kernel<HD>, (unsigned)reduce_blocks, kAttnFa2Threads, 0, st, dqkv, dq, T, C, NH, G,
                   P);
     CUDA_CHECK_LAUNCH();
 }

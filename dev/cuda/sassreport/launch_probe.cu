@@ -36,7 +36,7 @@ void attention(const char* hd) {
 #else
         for (const char* softcap : {"false", "true"}) {
             std::snprintf(name, sizeof name, "attn_fwd_fa2_kernel<%s, %s, %s>", hd, stats_near, softcap);
-            line(name, kAttnMmaThreads, Fa2FwdSmem<HD>::bytes);
+            line(name, kAttnFa2Threads, Fa2FwdSmem<HD>::bytes);
         }
 #endif
     }
@@ -48,9 +48,9 @@ void attention(const char* hd) {
 #else
     for (const char* softcap : {"false", "true"}) {
         std::snprintf(name, sizeof name, "attn_bwd_kv_fa2_kernel<%s, %s>", hd, softcap);
-        line(name, kAttnMmaThreads, Fa2BwdKvSmem<HD>::bytes);
+        line(name, kAttnFa2Threads, Fa2BwdKvSmem<HD>::bytes);
         std::snprintf(name, sizeof name, "attn_bwd_q_fa2_kernel<%s, %s>", hd, softcap);
-        line(name, kAttnMmaThreads, Fa2BwdQSmem<HD>::bytes);
+        line(name, kAttnFa2Threads, Fa2BwdQSmem<HD>::bytes);
     }
 #endif
 }
