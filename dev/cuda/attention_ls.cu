@@ -221,7 +221,13 @@ struct Problem {
             dS.resize((size_t)s.B * s.NH * s.T * s.T);
         }
     }
-    AttnSplitScratch split_scratch() const { return AttnSplitScratch{split_part.get(), arrivals.get(), s.split}; }
+    // the production entry points' description of this problem (statistics off)
+    AttnCall call() {
+        AttnCall a{s.B, s.T, s.C(), s.NH, s.G, s.P, s.softcap};
+        a.bwd_scratch = bwd_scratch.get();
+        a.split = AttnSplitScratch{split_part.get(), arrivals.get(), s.split};
+        return a;
+    }
 };
 
 void run_forward(LabKernel kernel, Problem& p, const floatX* qkv, bool with_stats, cudaStream_t st) {
@@ -233,10 +239,14 @@ void run_forward(LabKernel kernel, Problem& p, const floatX* qkv, bool with_stat
         CUDA_CHECK_LAUNCH();
         return;
     }
-    // the production forward for the production kernels and the candidate
-    attention_ls_forward(p.out.get(), p.lse.get(), qkv, s.B, s.T, s.C(), s.NH, s.G, s.P, s.softcap,
-                         with_stats ? p.stats.get() : nullptr, p.stats_scratch.get(), st, with_stats ? s.near : 0,
-                         p.split_scratch());
+    // the production forward for the production kernels and the candidate, its statistics merged
+    AttnCall a = p.call();
+    if (with_stats) {
+        a.stats_part = p.stats_scratch.get();
+        a.near_n = s.near;
+    }
+    const int nqt = attention_forward(a, p.out.get(), p.lse.get(), qkv, st);
+    if (with_stats) attention_stats_reduce(p.stats.get(), 0, a.stats_part, 0, 1, s.B, s.NH, nqt, a.near_n, st);
 }
 
 void run_backward(LabKernel kernel, Problem& p, const floatX* qkv, const floatX* dout, cudaStream_t st) {
@@ -253,13 +263,11 @@ void run_backward(LabKernel kernel, Problem& p, const floatX* qkv, const floatX*
     }
 #if !defined(ENABLE_FP32)
     if (kernel == LabKernel::OnePass) {
-        attention_ls_backward_onepass(p.dqkv.get(), dout, qkv, p.out.get(), p.lse.get(), s.B, s.T, s.C(), s.NH, s.G,
-                                      s.P, s.softcap, p.bwd_scratch.get(), st, p.split_scratch(), p.dq_parts.get());
+        attention_backward_onepass(p.call(), p.dq_parts.get(), p.dqkv.get(), dout, qkv, p.out.get(), p.lse.get(), st);
         return;
     }
 #endif
-    attention_ls_backward(p.dqkv.get(), dout, qkv, p.out.get(), p.lse.get(), s.B, s.T, s.C(), s.NH, s.G, s.P, s.softcap,
-                          p.bwd_scratch.get(), st, p.split_scratch());
+    attention_backward(p.call(), p.dqkv.get(), dout, qkv, p.out.get(), p.lse.get(), st);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -768,8 +776,7 @@ int main(int argc, char** argv) {
             for (auto& x : q) x = nd(gen);
             auto qx = to_device_dtype(q);
             CUDA_CHECK(cudaMemcpy(p.qkv.get(), qx.data(), qx.size() * sizeof(floatX), cudaMemcpyHostToDevice));
-            attention_ls_forward(p.out.get(), p.lse.get(), p.qkv.get(), s.B, s.T, s.C(), s.NH, s.G, s.P, s.softcap,
-                                 nullptr, nullptr, 0, 0, p.split_scratch());
+            attention_forward(p.call(), p.out.get(), p.lse.get(), p.qkv.get(), 0);
             CUDA_CHECK(cudaDeviceSynchronize());
             // file: int32 B, T, NH, hd, G, P; float softcap; then fp32 qkv (B,T,3C), out (B,T,C), lse (B,NH,T)
             FILE* f = fopen(dump.c_str(), "wb");

@@ -32,9 +32,10 @@
 // (another template bool) also {near mass sum, near max, far max} at distance near_n (the fields:
 // llmc/cuda/attention_ls_common.cuh).
 //
-// Files: this header holds the contract functions, argument checks and launchers; the kernels are
-// in llmc/cuda/attention_ls_fa2.cuh (forward) and llmc/cuda/attention_ls_fa2_bwd.cuh (backward)
-// of the bf16 build and llmc/cuda/attention_ls_scalar.cuh of the FP32 build, what they share in
+// Files: this header holds the entry points (AttnCall, attention_forward, attention_backward), the
+// argument checks and the launchers; the kernels are in llmc/cuda/attention_ls_fa2.cuh (forward)
+// and llmc/cuda/attention_ls_fa2_bwd.cuh (backward) of the bf16 build and
+// llmc/cuda/attention_ls_scalar.cuh of the FP32 build, what they share in
 // llmc/cuda/attention_ls_common.cuh, the per-element math and tile ranges in llmc/core/attention_tiles.h.
 #pragma once
 #include <algorithm>
@@ -195,6 +196,25 @@ inline void attention_ls_check_aligned(const void* p, const char* what) {
                          "(or offset by a multiple of 8 bf16 elements)");
 }
 
+// One attention call as the host describes it to attention_forward / attention_backward (the
+// trainer's and the lab's one entry point each). The kernels keep positional scalars
+// (docs/attention_kernel.md, "Dispatch and arguments").
+struct AttnCall {
+    int B = 0, T = 0;      // batch rows, sequence length
+    int C = 0, NH = 0;     // channels, heads: head size hd() = C / NH (32, 64 or 128)
+    int G = 0;             // global heads: heads NH-G .. NH-1 (the others local)
+    int P = 1;             // local window: query i sees keys max(0, i-P+1) .. i
+    float softcap = 0.0f;  // > 0: the softmax sees softcap * tanh(s / softcap)
+    // Forward statistics: with stats_part non-null each block leaves its partial there
+    // (attention_stats_scratch_floats(B, T, NH) floats at most; attention_stats_reduce merges them);
+    // near_n >= 1 (needs stats_part): the near/far fields too, at that distance (0: none).
+    float* stats_part = nullptr;
+    int near_n = 0;
+    float* bwd_scratch = nullptr;  // backward: attention_ls_backward_scratch_floats(B, T, C, NH) floats (D)
+    AttnSplitScratch split;        // the FA2-class kernels' split tile loops (default: nothing split)
+    int hd() const { return C / NH; }
+};
+
 // ------------------------------------------------------------------------------------------------
 // Host launchers
 // ------------------------------------------------------------------------------------------------
@@ -206,67 +226,62 @@ inline void attn_set_smem(KernelT kernel, size_t bytes) {
 }
 
 template <int HD, bool STATS, bool NEAR>
-inline void attn_forward_launch(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, int G, int P,
-                                float softcap, float* part, int near_n, int& nqt, AttnSplitScratch split_scratch,
-                                cudaStream_t st) {
+inline int attn_forward_launch(const AttnCall& a, floatX* out, float* lse, const floatX* qkv, cudaStream_t st) {
+    const int B = a.B, T = a.T, C = a.C, NH = a.NH, G = a.G, P = a.P;
 #if !defined(ENABLE_FP32)
     attention_ls_check_aligned(qkv, "qkv");
     attention_ls_check_aligned(out, "out");
-    nqt = (int)ceil_div(T, kAttnFa2BQ);
+    const int nqt = (int)ceil_div(T, kAttnFa2BQ);
     static_assert(Fa2Partial<HD>::floats == (size_t)(HD / 2 + 12) * kAttnFa2Threads, "attention_split_fwd_floats");
-    const AttnSplitPlan plan = attention_split_plan_for(attention_split_geom_rows(T, P), B, NH, G, split_scratch);
-    const Fa2Split split = attention_split_args(plan, B, split_scratch);
+    const AttnSplitPlan plan = attention_split_plan_for(attention_split_geom_rows(T, P), B, NH, G, a.split);
+    const Fa2Split split = attention_split_args(plan, B, a.split);
     const dim3 grid((unsigned)plan.blocks);
     const size_t bytes = Fa2FwdSmem<HD>::bytes;
     auto go = [&](auto kernel) {  // soft-cap as a template parameter: one dispatch here
         attn_set_smem(kernel, bytes);
-        launch_kernel(kernel, grid, kAttnFa2Threads, bytes, st, out, lse, qkv, T, C, NH, G, P, softcap, part, near_n,
-                      split);
+        launch_kernel(kernel, grid, kAttnFa2Threads, bytes, st, out, lse, qkv, T, C, NH, G, P, a.softcap, a.stats_part,
+                      a.near_n, split);
         CUDA_CHECK_LAUNCH();
     };
-    if (softcap > 0.0f) go(attn_fwd_fa2_kernel<HD, STATS, NEAR, true>);
+    if (a.softcap > 0.0f) go(attn_fwd_fa2_kernel<HD, STATS, NEAR, true>);
     else go(attn_fwd_fa2_kernel<HD, STATS, NEAR, false>);
 #else
-    (void)split_scratch;
-    nqt = (int)ceil_div(T, kAttnScalarBQ);
+    const int nqt = (int)ceil_div(T, kAttnScalarBQ);
     const dim3 grid(B * NH, nqt);
     const size_t bytes = attn_fwd_scalar_smem<HD>();
     attn_set_smem(attn_fwd_scalar_kernel<HD, STATS, NEAR>, bytes);
     launch_kernel(attn_fwd_scalar_kernel<HD, STATS, NEAR>, grid, kAttnScalarThreads, bytes, st, out, lse, qkv, T, C, NH,
-                  G, P, softcap, part, near_n);
+                  G, P, a.softcap, a.stats_part, a.near_n);
     CUDA_CHECK_LAUNCH();
 #endif
+    return nqt;
 }
 
-// The forward without the statistics' reduction: with stats_part non-null the statistics partials
-// (F floats per (b, h, query tile): F = kAttnStatsNear with near_n >= 1, else kAttnStatsBasic;
-// attention_stats_scratch_floats(B, T, NH) at most) are left there; returns the number of query
-// tiles nqt, which attention_stats_reduce needs. split_scratch: AttnSplitScratch (default: the
-// FA2-class forward splits no key range).
-inline int attention_ls_forward_partials(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, int G,
-                                         int P, float softcap, float* stats_part, cudaStream_t st, int near_n = 0,
-                                         AttnSplitScratch split_scratch = {}) {
-    attention_ls_check_args(B, T, C, NH, G, P);
-    if (near_n < 0 || (near_n > 0 && !stats_part))
-        throw InputError("attention: near/far distance " + std::to_string(near_n) +
+// The forward: out (B, T, C) and lse (B, NH, T) overwritten; with a.stats_part the statistics
+// partials (F floats per (b, h, query tile): F = kAttnStatsNear with near_n >= 1, else
+// kAttnStatsBasic) are left there. Returns the number of query tiles nqt, which
+// attention_stats_reduce needs to merge them.
+inline int attention_forward(const AttnCall& a, floatX* out, float* lse, const floatX* qkv, cudaStream_t st) {
+    attention_ls_check_args(a.B, a.T, a.C, a.NH, a.G, a.P);
+    if (a.near_n < 0 || (a.near_n > 0 && !a.stats_part))
+        throw InputError("attention: near/far distance " + std::to_string(a.near_n) +
                          " needs stats and must be >= 1 (0 = no near/far statistics)");
-    const int hd = C / NH;
     int nqt = 0;
     auto by_hd = [&](auto stats_tag, auto near_tag) {
-        attention_head_dim_switch(hd, [&](auto hd_tag) {
-            attn_forward_launch<decltype(hd_tag)::value, decltype(stats_tag)::value, decltype(near_tag)::value>(
-                out, lse, qkv, B, T, C, NH, G, P, softcap, stats_part, near_n, nqt, split_scratch, st);
+        attention_head_dim_switch(a.hd(), [&](auto hd_tag) {
+            nqt = attn_forward_launch<decltype(hd_tag)::value, decltype(stats_tag)::value, decltype(near_tag)::value>(
+                a, out, lse, qkv, st);
         });
     };
-    if (!stats_part) by_hd(std::false_type{}, std::false_type{});
-    else if (near_n == 0) by_hd(std::true_type{}, std::false_type{});
+    if (!a.stats_part) by_hd(std::false_type{}, std::false_type{});
+    else if (a.near_n == 0) by_hd(std::true_type{}, std::false_type{});
     else by_hd(std::true_type{}, std::true_type{});
     return nqt;
 }
 
 // Merges the statistics partials of `layers` forwards into their stats, in one launch: layer y's
-// partials at part + y * part_stride (as attention_ls_forward_partials left them, nqt query
-// tiles), its stats (F, NH) at stats + y * stats_stride (max, min, += per field).
+// partials at part + y * part_stride (as attention_forward left them, nqt query tiles), its stats
+// (F, NH) at stats + y * stats_stride (max, min, += per field; docs/design.md).
 inline void attention_stats_reduce(float* stats, size_t stats_stride, const float* part, size_t part_stride, int layers,
                                    int B, int NH, int nqt, int near_n, cudaStream_t st) {
     if (layers <= 0) return;
@@ -280,24 +295,6 @@ inline void attention_stats_reduce(float* stats, size_t stats_stride, const floa
     CUDA_CHECK_LAUNCH();
 }
 
-// Outputs: out and lse are overwritten; stats (F, NH) are merged into (max, min, += per field;
-// docs/design.md), F = kAttnStatsNear with near_n >= 1, else kAttnStatsBasic; stats_scratch:
-// attention_stats_scratch_floats(B, T, NH) floats when stats is non-null. split_scratch as
-// attention_ls_forward_partials (chunk size chosen from the shape).
-inline void attention_ls_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, int G, int P,
-                                 float softcap, float* stats, float* stats_scratch, cudaStream_t st, int near_n = 0,
-                                 AttnSplitScratch split_scratch = {}) {
-    if (stats && !stats_scratch)
-        throw InputError(
-            "attention: stats requested without stats_scratch; pass attention_stats_scratch_floats(B,T,NH) floats");
-    if (near_n > 0 && !stats)
-        throw InputError("attention: near/far distance " + std::to_string(near_n) +
-                         " needs stats and must be >= 1 (0 = no near/far statistics)");
-    const int nqt = attention_ls_forward_partials(out, lse, qkv, B, T, C, NH, G, P, softcap,
-                                                  stats ? stats_scratch : nullptr, st, near_n, split_scratch);
-    if (stats) attention_stats_reduce(stats, 0, stats_scratch, 0, 1, B, NH, nqt, near_n, st);
-}
-
 // The backward's first step: D (B, NH, T) = rowsum(dout * out) per head.
 inline void attention_backward_row_dots(float* D, const floatX* dout, const floatX* out, int B, int T, int C, int NH,
                                         cudaStream_t st) {
@@ -308,61 +305,60 @@ inline void attention_backward_row_dots(float* D, const floatX* dout, const floa
 
 #if defined(ENABLE_FP32)
 template <int HD>
-inline void attn_backward_launch(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse, const float* D,
-                                 int B, int T, int C, int NH, int G, int P, float softcap, const AttnSplitScratch&,
-                                 cudaStream_t st) {
+inline void attn_backward_launch(const AttnCall& a, floatX* dqkv, const floatX* dout, const floatX* qkv,
+                                 const float* lse, const float* D, cudaStream_t st) {
+    const int B = a.B, T = a.T, C = a.C, NH = a.NH, G = a.G, P = a.P;
     const size_t kv_bytes = attn_bwd_kv_smem<HD>(), q_bytes = attn_bwd_q_smem<HD>();
     attn_set_smem(attn_bwd_kv_scalar_kernel<HD>, kv_bytes);
     attn_set_smem(attn_bwd_q_scalar_kernel<HD>, q_bytes);
     const dim3 grid_kv(B * NH, (unsigned)ceil_div(T, kAttnScalarBK));
     launch_kernel(attn_bwd_kv_scalar_kernel<HD>, grid_kv, kAttnScalarThreads, kv_bytes, st, dqkv, dout, qkv, lse, D, T,
-                  C, NH, G, P, softcap);
+                  C, NH, G, P, a.softcap);
     CUDA_CHECK_LAUNCH();
     const dim3 grid_q(B * NH, (unsigned)ceil_div(T, kAttnScalarBQ));
     launch_kernel(attn_bwd_q_scalar_kernel<HD>, grid_q, kAttnScalarThreads, q_bytes, st, dqkv, dout, qkv, lse, D, T, C,
-                  NH, G, P, softcap);
+                  NH, G, P, a.softcap);
     CUDA_CHECK_LAUNCH();
 }
 #else
 template <int HD>
-inline void attn_backward_launch(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse, const float* D,
-                                 int B, int T, int C, int NH, int G, int P, float softcap,
-                                 const AttnSplitScratch& split_scratch, cudaStream_t st) {
+inline void attn_backward_launch(const AttnCall& a, floatX* dqkv, const floatX* dout, const floatX* qkv,
+                                 const float* lse, const float* D, cudaStream_t st) {
+    const int B = a.B, T = a.T, C = a.C, NH = a.NH, G = a.G, P = a.P;
     attention_ls_check_aligned(dqkv, "dqkv");
     attention_ls_check_aligned(dout, "dout");
     attention_ls_check_aligned(qkv, "qkv");
     static_assert(Fa2BwdKvSmem<HD>::BQ == (HD == 128 ? 32 : kAttnFa2BQ), "attention_split_geom_kv");
-    const AttnSplitPlan kv_plan = attention_split_plan_for(attention_split_geom_kv(T, P, HD), B, NH, G, split_scratch);
-    const Fa2Split kv_split = attention_split_args(kv_plan, B, split_scratch);
-    const AttnSplitPlan q_plan = attention_split_plan_for(attention_split_geom_rows(T, P), B, NH, G, split_scratch);
-    const Fa2Split q_split = attention_split_args(q_plan, B, split_scratch);
+    const AttnSplitPlan kv_plan = attention_split_plan_for(attention_split_geom_kv(T, P, HD), B, NH, G, a.split);
+    const Fa2Split kv_split = attention_split_args(kv_plan, B, a.split);
+    const AttnSplitPlan q_plan = attention_split_plan_for(attention_split_geom_rows(T, P), B, NH, G, a.split);
+    const Fa2Split q_split = attention_split_args(q_plan, B, a.split);
     auto go = [&](auto kv_kernel, auto q_kernel) {  // soft-cap as a template parameter: one dispatch here
         attn_set_smem(kv_kernel, Fa2BwdKvSmem<HD>::bytes);
         attn_set_smem(q_kernel, Fa2BwdQSmem<HD>::bytes);
         launch_kernel(kv_kernel, dim3((unsigned)kv_plan.blocks), kAttnFa2Threads, Fa2BwdKvSmem<HD>::bytes, st, dqkv,
-                      dout, qkv, lse, D, T, C, NH, G, P, softcap, kv_split);
+                      dout, qkv, lse, D, T, C, NH, G, P, a.softcap, kv_split);
         CUDA_CHECK_LAUNCH();
         launch_kernel(q_kernel, dim3((unsigned)q_plan.blocks), kAttnFa2Threads, Fa2BwdQSmem<HD>::bytes, st, dqkv, dout,
-                      qkv, lse, D, T, C, NH, G, P, softcap, q_split);
+                      qkv, lse, D, T, C, NH, G, P, a.softcap, q_split);
         CUDA_CHECK_LAUNCH();
     };
-    if (softcap > 0.0f) go(attn_bwd_kv_fa2_kernel<HD, true>, attn_bwd_q_fa2_kernel<HD, true>);
+    if (a.softcap > 0.0f) go(attn_bwd_kv_fa2_kernel<HD, true>, attn_bwd_q_fa2_kernel<HD, true>);
     else go(attn_bwd_kv_fa2_kernel<HD, false>, attn_bwd_q_fa2_kernel<HD, false>);
 }
 #endif
 
-// Contract function: dqkv (B, T, 3C) OVERWRITTEN; scratch: attention_ls_backward_scratch_floats;
-// split_scratch: AttnSplitScratch (default: the FA2-class backward splits no tile loop).
-inline void attention_ls_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                  const float* lse, int B, int T, int C, int NH, int G, int P, float softcap,
-                                  float* scratch, cudaStream_t st, AttnSplitScratch split_scratch = {}) {
-    attention_ls_check_args(B, T, C, NH, G, P);
-    float* D = scratch;  // (B, NH, T)
-    attention_backward_row_dots(D, dout, out, B, T, C, NH, st);
-    attention_head_dim_switch(C / NH, [&](auto hd_tag) {
-        attn_backward_launch<decltype(hd_tag)::value>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap,
-                                                      split_scratch, st);
-    });
+// The backward: dqkv (B, T, 3C) OVERWRITTEN from dout (B, T, C), the forward's qkv, out and lse;
+// a.bwd_scratch holds D (attention_ls_backward_scratch_floats floats, any contents).
+inline void attention_backward(const AttnCall& a, floatX* dqkv, const floatX* dout, const floatX* qkv,
+                               const floatX* out, const float* lse, cudaStream_t st) {
+    attention_ls_check_args(a.B, a.T, a.C, a.NH, a.G, a.P);
+    if (!a.bwd_scratch)
+        throw InputError("attention: the backward needs bwd_scratch; pass attention_ls_backward_scratch_floats floats");
+    float* D = a.bwd_scratch;  // (B, NH, T)
+    attention_backward_row_dots(D, dout, out, a.B, a.T, a.C, a.NH, st);
+    attention_head_dim_switch(
+        a.hd(), [&](auto hd_tag) { attn_backward_launch<decltype(hd_tag)::value>(a, dqkv, dout, qkv, lse, D, st); });
 }
 
 }  // namespace llmc::cuda

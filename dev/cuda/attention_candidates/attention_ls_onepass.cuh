@@ -326,22 +326,22 @@ inline size_t attention_onepass_dq_floats(int B, int T, int C, int NH, int G, in
 }
 
 template <int HD>
-inline void attn_backward_onepass_launch(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
-                                         const float* D, int B, int T, int C, int NH, int G, int P, float softcap,
-                                         const AttnSplitScratch& split_scratch, Fa2DqParts dq, cudaStream_t st) {
+inline void attn_backward_onepass_launch(const AttnCall& a, Fa2DqParts dq, floatX* dqkv, const floatX* dout,
+                                         const floatX* qkv, const float* lse, const float* D, cudaStream_t st) {
+    const int B = a.B, T = a.T, C = a.C, NH = a.NH, G = a.G, P = a.P;
     attention_ls_check_aligned(dqkv, "dqkv");
     attention_ls_check_aligned(dout, "dout");
     attention_ls_check_aligned(qkv, "qkv");
-    const AttnSplitPlan kv_plan = attention_split_plan_for(attention_split_geom_kv(T, P, HD), B, NH, G, split_scratch);
-    const Fa2Split kv_split = attention_split_args(kv_plan, B, split_scratch);
+    const AttnSplitPlan kv_plan = attention_split_plan_for(attention_split_geom_kv(T, P, HD), B, NH, G, a.split);
+    const Fa2Split kv_split = attention_split_args(kv_plan, B, a.split);
     constexpr size_t kv_bytes = Fa2BwdKvSmem<HD>::bytes + kOnePassExtraBytes;
     auto go = [&](auto kv_kernel) {  // soft-cap as a template parameter: one dispatch here
         attn_set_smem(kv_kernel, kv_bytes);
         launch_kernel(kv_kernel, dim3((unsigned)kv_plan.blocks), kAttnFa2Threads, kv_bytes, st, dqkv, dout, qkv, lse, D,
-                      T, C, NH, G, P, softcap, kv_split, dq);
+                      T, C, NH, G, P, a.softcap, kv_split, dq);
         CUDA_CHECK_LAUNCH();
     };
-    if (softcap > 0.0f) go(attn_bwd_kv_onepass_kernel<HD, true>);
+    if (a.softcap > 0.0f) go(attn_bwd_kv_onepass_kernel<HD, true>);
     else go(attn_bwd_kv_onepass_kernel<HD, false>);
     const long reduce_blocks = (long)B * NH * ceil_div(T, kAttnFa2BQ);
     if (reduce_blocks > 2147483647L)
@@ -352,30 +352,28 @@ inline void attn_backward_onepass_launch(floatX* dqkv, const floatX* dout, const
     CUDA_CHECK_LAUNCH();
 }
 
-// The one-pass backward, arguments as attention_ls_backward plus dq_parts
-// (attention_onepass_dq_floats floats of its own, any contents; null at hd 128).
-inline void attention_ls_backward_onepass(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                          const float* lse, int B, int T, int C, int NH, int G, int P, float softcap,
-                                          float* scratch, cudaStream_t st, AttnSplitScratch split_scratch,
-                                          float* dq_parts) {
-    if (C / NH > 64) {
-        attention_ls_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, G, P, softcap, scratch, st, split_scratch);
+// The one-pass backward, as attention_backward (llmc/cuda/attention_ls.cuh) with dq_parts:
+// attention_onepass_dq_floats floats of its own, any contents (null at hd 128, which runs
+// attention_backward).
+inline void attention_backward_onepass(const AttnCall& a, float* dq_parts, floatX* dqkv, const floatX* dout,
+                                       const floatX* qkv, const floatX* out, const float* lse, cudaStream_t st) {
+    if (a.hd() > 64) {
+        attention_backward(a, dqkv, dout, qkv, out, lse, st);
         return;
     }
-    attention_ls_check_args(B, T, C, NH, G, P);
-    if (!dq_parts)
+    attention_ls_check_args(a.B, a.T, a.C, a.NH, a.G, a.P);
+    if (!dq_parts || !a.bwd_scratch)
         throw InputError(
-            "attention: the one-pass backward needs dq_parts; pass attention_onepass_dq_floats(B, T, C, NH, G, P) "
-            "floats of its own");
-    float* D = scratch;  // (B, NH, T)
-    attention_backward_row_dots(D, dout, out, B, T, C, NH, st);
+            "attention: the one-pass backward needs bwd_scratch and dq_parts; pass attention_onepass_dq_floats(B, T, "
+            "C, NH, G, P) floats of its own");
+    float* D = a.bwd_scratch;  // (B, NH, T)
+    attention_backward_row_dots(D, dout, out, a.B, a.T, a.C, a.NH, st);
     Fa2DqParts dq;
     dq.part = dq_parts;
-    dq.span_local = attention_onepass_dq_span(T, true, P);
-    dq.span_global = attention_onepass_dq_span(T, false, P);
-    if (C / NH == 32)
-        attn_backward_onepass_launch<32>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, split_scratch, dq, st);
-    else attn_backward_onepass_launch<64>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, split_scratch, dq, st);
+    dq.span_local = attention_onepass_dq_span(a.T, true, a.P);
+    dq.span_global = attention_onepass_dq_span(a.T, false, a.P);
+    if (a.hd() == 32) attn_backward_onepass_launch<32>(a, dq, dqkv, dout, qkv, lse, D, st);
+    else attn_backward_onepass_launch<64>(a, dq, dqkv, dout, qkv, lse, D, st);
 }
 
 }  // namespace llmc::cuda
