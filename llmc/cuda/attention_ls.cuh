@@ -141,7 +141,7 @@ inline Fa2Split attention_split_args(const AttnSplitPlan& plan, int B, const Att
     a.arrivals = scratch.arrivals;
     if (plan.blocks > 2147483647u)
         throw InputError("attention: " + std::to_string(plan.blocks) +
-                         " blocks in one launch exceed the grid's 2^31-1; use a smaller batch or a shorter -t");
+                         " blocks in one launch exceed the grid's 2^31-1; use fewer batch rows or a shorter sequence");
     return a;
 }
 #endif
@@ -171,21 +171,23 @@ inline void attention_ls_check_args(int B, int T, int C, int NH, int G, int P) {
                          "); pass a non-empty batch");
     if (NH < 1 || C < 1 || C % NH != 0)
         throw InputError("attention: channels C=" + std::to_string(C) + " must be a positive multiple of heads NH=" +
-                         std::to_string(NH) + "; change --channels or --heads");
+                         std::to_string(NH) + "; pick C and NH with C % NH == 0");
     const int hd = C / NH;
     if (!cuda_head_size_supported(hd))
-        throw InputError("attention: the CUDA kernel supports head size 32, 64 or 128, got C/NH=" + std::to_string(hd) +
-                         "; change --channels or --heads");
+        throw InputError("attention: the CUDA kernels support head size 32, 64 or 128, got C/NH=" + std::to_string(hd) +
+                         "; pick C and NH with C/NH one of those");
     if (G < 0 || G > NH)
         throw InputError("attention: global heads G=" + std::to_string(G) + " must be in [0, NH=" + std::to_string(NH) +
-                         "]; change --global-heads");
-    if (P < 1) throw InputError("attention: window P=" + std::to_string(P) + " must be >= 1; change --window");
+                         "]");
+    if (P < 1) throw InputError("attention: window P=" + std::to_string(P) + " must be >= 1");
     // grid (B*NH, tiles): gridDim.y <= 65535 tiles of 32 rows
-    if (ceil_div(T, kAttnScalarBQ) > 65535)
-        throw InputError("attention: sequence length T=" + std::to_string(T) + " exceeds the CUDA kernel's limit " +
-                         std::to_string(65535 * kAttnScalarBQ) + "; use a shorter -t");
+    static_assert(kCudaAttnMaxSeqLen == 65535L * kAttnScalarBQ, "the app layer's limit (llmc/core/attention_tiles.h)");
+    if (T > kCudaAttnMaxSeqLen)
+        throw InputError("attention: sequence length T=" + std::to_string(T) + " exceeds the CUDA kernels' limit " +
+                         std::to_string(kCudaAttnMaxSeqLen) + "; use a shorter sequence");
     if ((long)B * NH > 2147483647L)
-        throw InputError("attention: B*NH=" + std::to_string((long)B * NH) + " exceeds 2^31-1; use a smaller batch");
+        throw InputError("attention: B*NH=" + std::to_string((long)B * NH) +
+                         " exceeds 2^31-1; use fewer batch rows or heads");
 }
 
 // The FA2-class kernels move qkv / out / dout / dqkv with 16-byte (int4) accesses.
