@@ -136,10 +136,12 @@ def one_kernel(k):
 
 
 MUTANTS = {
+    # a local head's first visible key one too early (the FA2-class forward's masked tiles and tile
+    # ranges read attn_key_lo; the CPU reference does not)
     "window-off-by-one": (
         "llmc/core/attention_tiles.h",
-        "return j <= i && (!local || j > i - P);",
-        "return j <= i && (!local || j >= i - P);",
+        "return local ? attn_imax(0, i - P + 1) : 0;",
+        "return local ? attn_imax(0, i - P) : 0;",
         LAB, one_kernel("production"), "FAIL production"),
     # P's A fragment (mma_acc_to_a) with its registers 1 and 2 swapped
     "swapped-fragment-register": (
