@@ -231,7 +231,7 @@ GPU_LAB_SRCS := $(wildcard dev/cuda/*.cu)
 GPU_TEST_SRCS := $(wildcard test/gpu/*.cu)
 GPU_LAB_BINS := $(patsubst dev/cuda/%.cu,$(BUILD)/dev/%,$(GPU_LAB_SRCS))
 GPU_TEST_BINS := $(patsubst test/gpu/%.cu,$(BUILD)/test_gpu/%,$(GPU_TEST_SRCS))
-$(BUILD)/dev/%: dev/cuda/%.cu $(NVCC_CPU_KERNELS) $(LLMC_HEADERS) $(wildcard dev/cuda/*.cuh)
+$(BUILD)/dev/%: dev/cuda/%.cu $(NVCC_CPU_KERNELS) $(LLMC_HEADERS) $(wildcard dev/cuda/*.cuh dev/cuda/attention_candidates/*.cuh)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(CPU_KERNELS_INCLUDE) $< $(NVCC_CPU_KERNELS) -o $@ $(CUDA_LIBS)
 $(BUILD)/test_gpu/%: test/gpu/%.cu $(NVCC_CPU_KERNELS) $(LLMC_HEADERS) $(wildcard test/*.h test/gpu/*.cuh)
@@ -312,7 +312,7 @@ $(EMU_LIB): $(EMU_OBJS)
 # -ffp-contract=off does not apply to these CPU kernels, which then contract as the CPU programs'.
 EMU_CPU_KERNELS := $(BUILD)/asan/kernel_instances.o
 -include $(wildcard $(EMU_DIR)/*.d)
-$(EMU_DIR)/dev/%: dev/cuda/%.cu $(EMU_LIB) $(EMU_CPU_KERNELS) $(EMU_HEADERS) $(wildcard dev/cuda/*.cuh)
+$(EMU_DIR)/dev/%: dev/cuda/%.cu $(EMU_LIB) $(EMU_CPU_KERNELS) $(EMU_HEADERS) $(wildcard dev/cuda/*.cuh dev/cuda/attention_candidates/*.cuh)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(CPU_KERNELS_INCLUDE) -x c++ $< -x none $(EMU_CPU_KERNELS) $(EMU_LIB) -o $@ \
 	  $(EMU_LDFLAGS)

@@ -23,10 +23,10 @@
 #                      kernel lab with --check (the binaries `make test-gpu` runs, one step each, so one
 #                      failure does not hide the rest), and the attention lab's --sweep (BF16 build)
 #   2 = fp32,sanitize  PRECISION=FP32 build into build/fp32 (make BUILD=build/fp32) and the same tests;
-#                      compute-sanitizer memcheck and racecheck of the LS-attention lab (production
-#                      version 6: the FA2-class forward + the FA2-class backward) on small shapes
+#                      compute-sanitizer memcheck and racecheck of the LS-attention lab (--kernel
+#                      production: the FA2-class forward + the FA2-class backward) on small shapes
 #   3 = labs,bench,train   every kernel lab with no arguments (timing tables), and the attention
-#                      lab's production version at the paper shape for B = 1 .. 64 (--json, LS and
+#                      lab's production kernels at the paper shape for B = 1 .. 64 (--json, LS and
 #                      all-global: how its time scales with the batch, docs/results/attention_journal.md
 #                      "What the two H200 runs said"); every peer benchmark
 #                      dev/bench/*.py with --out (except the end-to-end one and the CPU-only
@@ -286,7 +286,7 @@ stage_sanitize() {  # memcheck + racecheck of the attention kernels on small rag
         for i in "${!shapes[@]}"; do
             # shellcheck disable=SC2086  # the shape is a list of flags
             step "sanitize:emu-asan-race:attention_ls:$i" 300 run_bin attention_ls "$bf16_dir/dev/attention_ls" \
-                --version 6 --check-one ${shapes[$i]}
+                --kernel production --check-one ${shapes[$i]}
         done
         return
     fi
@@ -295,7 +295,7 @@ stage_sanitize() {  # memcheck + racecheck of the attention kernels on small rag
         for i in "${!shapes[@]}"; do
             # shellcheck disable=SC2086  # the shape is a list of flags
             step "sanitize:$tool:attention_ls:$i" 300 compute-sanitizer --tool "$tool" --error-exitcode 3 \
-                build/dev/attention_ls --version 6 --reps 1 ${shapes[$i]}
+                build/dev/attention_ls --kernel production --reps 1 ${shapes[$i]}
         done
     done
 }
@@ -330,12 +330,12 @@ attention_batch_scaling() {  # one JSON line per batch size: LS (G 1) and all-gl
     for b in 1 4 8 16; do
         build/dev/attention_ls --json -B "$b" -T 2048 --nh 6 --hd 32 -G 1 -P 50 --split 1000 || return 1
     done
-    # the backward's two designs (docs/attention_kernel.md, "Why dQ has a pass of its own"): version 6
-    # (two-pass, production) and 7 (one-pass) at the paper shape and at GPT-2 124M's (12 heads of 64)
-    local v
-    for v in 6 7; do
-        build/dev/attention_ls --json --version "$v" -B 16 -T 2048 --nh 6 --hd 32 -G 1 -P 50 || return 1
-        build/dev/attention_ls --json --version "$v" -B 16 -T 1024 --nh 12 --hd 64 -G 12 -P 1024 || return 1
+    # the backward's two designs (docs/attention_kernel.md, "Why dQ has a pass of its own"): production
+    # (two-pass) and the onepass candidate at the paper shape and at GPT-2 124M's (12 heads of 64)
+    local k
+    for k in production onepass; do
+        build/dev/attention_ls --json --kernel "$k" -B 16 -T 2048 --nh 6 --hd 32 -G 1 -P 50 || return 1
+        build/dev/attention_ls --json --kernel "$k" -B 16 -T 1024 --nh 12 --hd 64 -G 12 -P 1024 || return 1
     done
 }
 

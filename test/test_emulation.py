@@ -129,39 +129,42 @@ LAB = "build/emu/dev/attention_ls"
 ONE_SHAPE = ["--check-one", "-B", 1, "-T", 200, "--nh", 2, "--hd", 128, "-G", 1, "-P", 50]
 
 
-def one_version(v):
-    """ONE_SHAPE for the lab's version v alone (the one the mutation is expected to fail; every
-    version at once is ~6x the time, and test_unmutated_shape_passes runs them all unmutated)."""
-    return ONE_SHAPE + ["--version", v]
+def one_kernel(k):
+    """ONE_SHAPE for the lab's kernel k alone (the one the mutation is expected to fail; every
+    kernel at once is ~3x the time, and test_unmutated_shape_passes runs them all unmutated)."""
+    return ONE_SHAPE + ["--kernel", k]
 
 
 MUTANTS = {
+    # a local head's first visible key one too early (the FA2-class forward's masked tiles and tile
+    # ranges read attn_key_lo; the CPU reference does not)
     "window-off-by-one": (
         "llmc/core/attention_tiles.h",
-        "return j <= i && (!local || j > i - P);",
-        "return j <= i && (!local || j >= i - P);",
-        LAB, one_version(2), "FAIL version 2"),
+        "return local ? attn_imax(0, i - P + 1) : 0;",
+        "return local ? attn_imax(0, i - P) : 0;",
+        LAB, one_kernel("production"), "FAIL production"),
+    # P's A fragment (mma_acc_to_a) with its registers 1 and 2 swapped
     "swapped-fragment-register": (
-        "llmc/cuda/attention_ls_mma.cuh",
-        "    a[1] = ld_bf16x2(p + 8 * ld);\n    a[2] = ld_bf16x2(p + 8);",
-        "    a[1] = ld_bf16x2(p + 8);\n    a[2] = ld_bf16x2(p + 8 * ld);",
-        LAB, one_version(3), "FAIL version 3"),
+        "llmc/cuda/attention_ls_fa2.cuh",
+        "    a[1] = pack_bf16x2(lo[2], lo[3]);  // row g+8, cols 2c, 2c+1\n"
+        "    a[2] = pack_bf16x2(hi[0], hi[1]);  // row g,   cols 8+2c, 8+2c+1",
+        "    a[1] = pack_bf16x2(hi[0], hi[1]);\n    a[2] = pack_bf16x2(lo[2], lo[3]);",
+        LAB, one_kernel("production"), "FAIL production"),
     "missing-syncthreads": (
-        "llmc/cuda/attention_ls_mma.cuh",
-        "        __syncthreads();  // every warp is done with the previous K / V tile\n"
-        "        mma_load_rows<HD, BK>(sK, L::LDK, nullptr, 0, base + C, k0, T, C3);",
-        "        mma_load_rows<HD, BK>(sK, L::LDK, nullptr, 0, base + C, k0, T, C3);",
-        LAB, one_version(3), "race: kernel void llmc::cuda::attn_fwd_mma_kernel<128, true>"),
+        "llmc/cuda/attention_ls_fa2.cuh",
+        "            __syncthreads();           // everyone's copies landed; every warp is done with tile kt-1\n",
+        "",
+        LAB, one_kernel("production"), "race: kernel void llmc::cuda::attn_fwd_fa2_kernel<128, true, false, false>"),
     "out-of-bounds-store": (
-        "llmc/cuda/attention_ls_mma.cuh",
-        "        if (i < T) {\n            const float inv = 1.0f / l[hf];",
-        "        if (i < T + 16) {\n            const float inv = 1.0f / l[hf];",
-        LAB, one_version(3), "heap-buffer-overflow"),
+        "llmc/cuda/attention_ls_fa2.cuh",
+        "        if (i < T) {\n            const float inv = 1.0f / l;",
+        "        if (i < T + 16) {\n            const float inv = 1.0f / l;",
+        LAB, one_kernel("production"), "heap-buffer-overflow"),
     "shared-memory-without-opt-in": (
         "llmc/cuda/attention_ls.cuh",
         "if (bytes > 48 * 1024)\n        CUDA_CHECK(cudaFuncSetAttribute(",
         "if (false)\n        CUDA_CHECK(cudaFuncSetAttribute(",
-        LAB, one_version(2), "dynamic shared memory, above 49152"),  # the scalar forward's 48.1 KiB at hd 128
+        LAB, one_kernel("production"), "dynamic shared memory, above 49152"),  # the FA2-class forward's 80+ KiB at hd 128
     "emulated-mma-wrong-row": (
         "dev/emu/mma.h",
         "c_row[lane][i] = group + (i >= 2 ? 8 : 0);",
@@ -184,13 +187,13 @@ MUTANTS = {
         "llmc/cuda/attention_ls_fa2.cuh",
         "ldmatrix_x4_trans(vb, v_bytes",
         "ldmatrix_x4(vb, v_bytes",
-        LAB, one_version(5), "FAIL version 5"),
+        LAB, one_kernel("production"), "FAIL production"),
     # the FA2-class backward's k-major operands (dO of dV, Q of dK, K of dQ) loaded without .trans
     "fa2-bwd-operand-without-trans": (
         "llmc/cuda/attention_ls_fa2_bwd.cuh",
         "ldmatrix_x4_trans(yb, y",
         "ldmatrix_x4(yb, y",
-        LAB, one_version(6), "FAIL version 6"),
+        LAB, one_kernel("production"), "FAIL production"),
     # the emulated ex2.approx.ftz without its .ftz of subnormal results
     "emulated-ex2-without-ftz": (
         "dev/emu/ex2.h",

@@ -62,6 +62,16 @@ TEST_CASE("resolve_device with a model, as the CUDA build decides (GPU count and
     CHECK_THROWS_WITH(llmc::resolve_device("cuda", 0, model_with(192, 6), &note, cuda),
                       Contains("no CUDA device found"));
     CHECK(llmc::resolve_device("cpu", 1, model_with(192, 6), &note, cuda) == llmc::Device::Cpu);
+    // a sequence past the CUDA attention kernels' limit: refused before the run, naming the flag
+    llmc::ModelConfig long_t = model_with(192, 6);
+    long_t.max_seq_len = (int)llmc::kCudaAttnMaxSeqLen;
+    CHECK(llmc::resolve_device("cuda", 1, long_t, &note, cuda) == llmc::Device::Cuda);
+    long_t.max_seq_len++;
+    CHECK_THAT(llmc::cuda_model_unsupported_reason(long_t), Contains("up to 2097120") && Contains("2097121"));
+    CHECK_THROWS_WITH(llmc::resolve_device("cuda", 1, long_t, &note, cuda),
+                      Contains("--device cuda:") && Contains("change --max-seq-len or use --device cpu"));
+    CHECK_THROWS_WITH(llmc::resolve_device("cuda", 1, model_with(32, 4), &note, cuda),
+                      Contains("change --channels/--heads or use --device cpu"));
     // without the CUDA backend, a GPU changes nothing
     note.clear();
     CHECK(llmc::resolve_device("auto", 1, model_with(192, 6), &note, false) == llmc::Device::Cpu);

@@ -323,7 +323,7 @@ def test_masked_tiles_of_a_kernel_that_skips_pairs(tmp_path):
 
 
 def test_one_pass_kernel_is_kept_apart_and_modeled_per_visited_tile(tmp_path):
-    """The one-pass dK/dV kernel (attn_bwd_kv_fa2_kernel<HD, SOFTCAP, true>, lab version 7) never
+    """The one-pass dK/dV kernel (attn_bwd_kv_onepass_kernel<HD, SOFTCAP>, the lab's candidate) never
     stands in for the production kernel's figure (its per-HMMA rate here is the worse one), and its
     design's time is 5 GEMMs per visited tile at its own rates (interior and masked tiles apart)
     against its bytes: the backward's inputs and outputs, the D pass, and the dQ parts (each visited
@@ -334,8 +334,8 @@ def test_one_pass_kernel_is_kept_apart_and_modeled_per_visited_tile(tmp_path):
                 "instructions_per_hmma": {"body": 50.0, "min_path": ipm, "max_path": ipm_masked,
                                           "masked_path": ipm_masked, "full_path": ipm}}
     kernels = [{"name": "attn_fwd_fa2_kernel<32, true, false, false>", "hot_loops": [loop(8.0, 8.0)]},
-               {"name": "attn_bwd_kv_fa2_kernel<32, false, false>", "hot_loops": [loop(4.0, 4.0)]},
-               {"name": "attn_bwd_kv_fa2_kernel<32, false, true>", "hot_loops": [loop(16.0, 32.0)]},
+               {"name": "attn_bwd_kv_fa2_kernel<32, false>", "hot_loops": [loop(4.0, 4.0)]},
+               {"name": "attn_bwd_kv_onepass_kernel<32, false>", "hot_loops": [loop(16.0, 32.0)]},
                {"name": "attn_bwd_q_fa2_kernel<32, false>", "hot_loops": [loop(4.0, 4.0)]}]
     path = tmp_path / "report.json"
     path.write_text(json.dumps({"schema_version": 1, "kernels": kernels}))

@@ -243,7 +243,7 @@ def real_report(tmp_path_factory):
     if proc.returncode != 0 and binaries and "holds no sm_90 code" in proc.stderr:
         proc = subprocess.run([*map(str, cmd)], capture_output=True, text=True)  # a host build: compile here
     assert proc.returncode == 0, proc.stderr
-    assert "attn_fwd_mma_kernel<32, true>" in proc.stdout
+    assert "attn_fwd_fa2_kernel<32, true, false, false>" in proc.stdout
     return json.loads(out.read_text())
 
 
@@ -257,15 +257,7 @@ def report(tmp_path_factory):
 def test_report_lists_every_attention_kernel_with_its_hot_loop(report):
     assert report["schema_version"] == 1 and report["static"] is True and report["arch"] == "sm_90"
     by_name = {k["name"]: k for k in report["kernels"]}
-    wanted = [f"attn_fwd_mma_kernel<{hd}, {s}>" for hd in (32, 64, 128) for s in ("false", "true")]
-    wanted += [f"attn_bwd_{p}_mma_kernel<{hd}>" for p in ("kv", "q") for hd in (32, 64, 128)]
-    # the FA2-class forward: statistics off, basic, basic + near/far (STATS, NEAR), soft-cap off / on
-    wanted += [f"attn_fwd_fa2_kernel<{hd}, {sn}, {c}>" for hd in (32, 64, 128)
-               for sn in ("false, false", "true, false", "true, true") for c in ("false", "true")]
-    wanted += [f"attn_bwd_q_fa2_kernel<{hd}, {c}>" for hd in (32, 64, 128) for c in ("false", "true")]
-    # dK/dV (HD, SOFTCAP, ONEPASS): the two-pass kernel, and at hd 32 / 64 the one-pass one (lab version 7)
-    wanted += [f"attn_bwd_kv_fa2_kernel<{hd}, {c}, false>" for hd in (32, 64, 128) for c in ("false", "true")]
-    wanted += [f"attn_bwd_kv_fa2_kernel<{hd}, {c}, true>" for hd in (32, 64) for c in ("false", "true")]
+    wanted = [n for n in BF16_ATTENTION_KERNELS if "_fa2_" in n]
     for name in wanted:
         assert name in by_name, f"{name} missing from the report"
         k = by_name[name]
@@ -282,13 +274,30 @@ def test_report_lists_every_attention_kernel_with_its_hot_loop(report):
     for p in ("kv", "q"):
         for c in ("false", "true"):
             for hd in (32, 64, 128):
-                (loop, ) = by_name[f"attn_bwd_{p}_fa2_kernel<{hd}, {c}{', false' if p == 'kv' else ''}>"]["hot_loops"]
+                (loop, ) = by_name[f"attn_bwd_{p}_fa2_kernel<{hd}, {c}>"]["hot_loops"]
                 assert (loop["min_path"]["HMMA"] == 0) == (hd != 128), (p, hd, c)
-    # an mma.sync m16n8k16 per 16x8x16 block: the forward's S = QK^T and O += PV over a 64-key tile
-    # are 2 * (16 x 64 x hd) / (16 x 8 x 16) = hd HMMA per warp on every path
-    for hd in (32, 64, 128):
-        for loop in by_name[f"attn_fwd_mma_kernel<{hd}, true>"]["hot_loops"]:
-            assert loop["min_path"]["HMMA"] == loop["max_path"]["HMMA"] == hd
+
+
+# The attention kernels the bf16 trainer can reach (llmc/cuda/attention_ls.cuh): the FA2-class
+# forward (HD; STATS, NEAR: statistics off, basic, basic + near/far; SOFTCAP), the FA2-class backward's
+# dK/dV and dQ kernels (HD, SOFTCAP), the statistics' reduce (basic, near/far fields) and the
+# backward's D kernel.
+BF16_ATTENTION_KERNELS = sorted(
+    [f"attn_fwd_fa2_kernel<{hd}, {sn}, {c}>" for hd in (32, 64, 128)
+     for sn in ("false, false", "true, false", "true, true") for c in ("false", "true")]
+    + [f"attn_bwd_{p}_fa2_kernel<{hd}, {c}>" for p in ("kv", "q") for hd in (32, 64, 128) for c in ("false", "true")]
+    + ["attn_stats_reduce_kernel<3>", "attn_stats_reduce_kernel<6>", "attn_bwd_dot_kernel"])
+
+
+def test_backend_holds_only_the_reachable_attention_kernels(report):
+    """The bf16 backend object (the report's binary: the code the trainer and the generator link)
+    holds exactly the attention kernels its launchers can reach: one kernel family per precision,
+    no lab-only design (the candidates live in dev/cuda/attention_candidates/, the lab's only)."""
+    names = sorted(k["name"] for k in report["kernels"] if k["group"].startswith("attention ")
+                   and k["group"] != "attention decode")
+    assert len(BF16_ATTENTION_KERNELS) == 33
+    assert names == BF16_ATTENTION_KERNELS, (sorted(set(names) - set(BF16_ATTENTION_KERNELS)),
+                                             sorted(set(BF16_ATTENTION_KERNELS) - set(names)))
 
 
 def test_fa2_forward_meets_the_static_targets_of_issue_26(report):

@@ -268,7 +268,7 @@ def main():
 
     rows, records = [], []
     for name, B, T, NH, hd, G, P in SHAPES:
-        # no --version: the lab times its production path (the trainer's kernels), whichever that is
+        # no --kernel: the lab times its production path (the trainer's kernels), whichever that is
         lab = subprocess.run([args.lab, "--json", "-B", str(B), "-T", str(T), "--nh", str(NH),
                               "--hd", str(hd), "-G", str(G), "-P", str(P), "--reps", str(args.reps)],
                              check=True, capture_output=True, text=True)
@@ -286,12 +286,12 @@ def main():
         row = dict(name=name, torch_impl=impl, ours_fwd=ours["fwd_ms"], torch_fwd=t_fwd,
                    ours_fb=ours["fwdbwd_ms"], torch_fb=t_fb)
         rows.append(row)
-        records.append(dict(row, B=B, T=T, NH=NH, hd=hd, G=G, P=P, ours_version=ours["version"],
+        records.append(dict(row, B=B, T=T, NH=NH, hd=hd, G=G, P=P, ours_kernel=ours["kernel"],
                             ours_fwd_tflops=ours["fwd_tflops"], ours_fwdbwd_tflops=ours["fwdbwd_tflops"],
                             torch_fwd_tflops=attention_flops(B, T, NH, hd, G, P, False) / t_fwd * 1e-9,
                             torch_fwdbwd_tflops=attention_flops(B, T, NH, hd, G, P, True) / t_fb * 1e-9,
                             speedup_fwd=t_fwd / ours["fwd_ms"], speedup_fwdbwd=t_fb / ours["fwdbwd_ms"]))
-        print(f"  {name}: ours (lab version {ours['version']}) {ours['fwd_ms']:.3f}/{ours['fwdbwd_ms']:.3f} ms, {impl} {t_fwd:.3f}/{t_fb:.3f} ms")
+        print(f"  {name}: ours (lab --kernel {ours['kernel']}) {ours['fwd_ms']:.3f}/{ours['fwdbwd_ms']:.3f} ms, {impl} {t_fwd:.3f}/{t_fb:.3f} ms")
 
     print()
     print(format_table(rows))

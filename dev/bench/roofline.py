@@ -122,8 +122,8 @@ ATTENTION_KERNELS = {
     "attn_bwd_kv_fa2_kernel": ("attention bwd", 4, "keys"),  # S, dP = dO V^T, dV += P^T dO, dK += dS^T Q
     "attn_bwd_q_fa2_kernel": ("attention bwd", 3, "rows"),  # S, dP again, dQ += dS K
 }
-# The one-pass backward's dK/dV kernel (attn_bwd_kv_fa2_kernel<HD, SOFTCAP, true>, lab version 7:
-# AttnKernel::Fa2OnePass): the four GEMMs above and dQ's part dS K per visited tile. Its instances
+# The one-pass backward's dK/dV kernel (attn_bwd_kv_onepass_kernel<HD, SOFTCAP>, the lab's candidate
+# --kernel onepass, dev/cuda/attention_candidates/): the four GEMMs above and dQ's part dS K per visited tile. Its instances
 # are kept apart from the production kernel's under this key (dq_designs_sass), never in the step.
 ONE_PASS_KERNEL = "attn_bwd_kv_fa2_kernel+dq"
 ONE_PASS_GEMMS = 5
@@ -399,7 +399,7 @@ def dq_designs_markdown(name, m, sass=None):
                 f"| two-pass (dK/dV + dQ kernels, built) | {fmt_us(d['two_pass_compute_s'])} | "
                 f"{d['two_pass_bytes'] / 1e6:,.1f} | {fmt_us(d['two_pass_bytes'] / BANDWIDTH)} | {fmt_us(d['two_pass_s'])} |"]
         for edge in ("floor", "bound"):
-            out.append(f"| one-pass (lab version 7), handoff at its {edge} | {fmt_us(d['one_pass_compute_s'])} | "
+            out.append(f"| one-pass (lab candidate), handoff at its {edge} | {fmt_us(d['one_pass_compute_s'])} | "
                        f"{d[f'one_pass_{edge}_bytes'] / 1e6:,.1f} | {fmt_us(d[f'one_pass_{edge}_bytes'] / BANDWIDTH)} | "
                        f"{fmt_us(d[f'one_pass_{edge}_s'])} |")
     return "\n".join(out)
@@ -408,7 +408,7 @@ def dq_designs_markdown(name, m, sass=None):
 def dq_designs_sass(m, sass):
     """The attention backward per layer of model shape m in both designs, modeled from SASS figures
     (MODELED, nothing measured): two-pass (built: the dK/dV and dQ kernels, sass_time of the step's
-    op with today's passes) and one-pass (lab version 7: the one-pass dK/dV kernel's tensor work,
+    op with today's passes) and one-pass (the lab's candidate --kernel onepass: the one-pass dK/dV kernel's tensor work,
     ONE_PASS_GEMMS per visited tile at its SASS efficiency, masked tiles by its pair fraction, against
     the compulsory traffic plus the D pass and the dQ parts' handoff, at its floor and at its bound
     (dq_designs); one max(compute, bytes) per design, as sass_time). Returns None when the figures
@@ -466,11 +466,12 @@ def parse_sass(path):
         if ipm is None:
             continue
         for base in ATTENTION_KERNELS:
-            if base not in name or near_far_instance(name):
+            one_pass = one_pass_instance(name) and base == "attn_bwd_kv_fa2_kernel"
+            if (base not in name and not one_pass) or near_far_instance(name):
                 continue
-            t = re.search(re.escape(base) + r"\s*<\s*(\d+)", name)
+            t = re.search(r"_kernel\s*<\s*(\d+)", name)
             hd = int(t.group(1)) if t else None
-            key = (ONE_PASS_KERNEL if one_pass_instance(name) else base, hd)
+            key = (ONE_PASS_KERNEL if one_pass else base, hd)
             w = e.get("smem_wavefronts_per_hmma")
             fig = SassFigure(float(ipm), w, mufu, efficiency(ipm, w, mufu),
                              efficiency(ipm_masked if ipm_masked is not None else ipm, w,
@@ -494,11 +495,9 @@ def near_far_instance(name):
 
 
 def one_pass_instance(name):
-    """Whether name is the one-pass backward's dK/dV kernel (attn_bwd_kv_fa2_kernel<HD, SOFTCAP, ONEPASS>
-    with ONEPASS true), which the step does not run (lab version 7)."""
-    t = re.search(r"attn_bwd_kv_fa2_kernel\s*<([^>]*)>", name)
-    args = [a.strip() for a in t.group(1).split(",")] if t else []
-    return len(args) == 3 and args[2] == "true"
+    """Whether name is the one-pass backward's dK/dV kernel (attn_bwd_kv_onepass_kernel<HD, SOFTCAP>),
+    which the step does not run (the lab's candidate --kernel onepass)."""
+    return re.search(r"attn_bwd_kv_onepass_kernel\s*<", name) is not None
 
 
 @dataclass
@@ -693,7 +692,7 @@ PCIE_HTOD = 50e9
 STATIC_ATTENTION_FIGURES = {
     # (kernel, hd): (blocks per SM, eff interior, eff masked, skip or None); the instances a training
     # step runs (no soft-cap; the forward with statistics): attn_fwd_fa2_kernel<HD, true, false, false>,
-    # attn_bwd_kv_fa2_kernel<HD, false, false>, attn_bwd_q_fa2_kernel<HD, false>
+    # attn_bwd_kv_fa2_kernel<HD, false>, attn_bwd_q_fa2_kernel<HD, false>
     ("attn_fwd_fa2_kernel", 32): (4, 0.37523452, 0.26075619, None),
     ("attn_fwd_fa2_kernel", 64): (3, 0.61728395, 0.45454545, None),
     ("attn_bwd_kv_fa2_kernel", 32): (4, 0.70175439, 0.44052863, (9.078125, 0.5, 1.234375, 0.0)),
@@ -973,8 +972,8 @@ MEASUREMENTS = {
     "fa663e0 classifier forward+dlogits N8192 Vp50304": 681.0,
     "fa663e0 classifier forward N16384 Vp10112": 223.6,
     "fa663e0 classifier forward+dlogits N16384 Vp10112": 327.6,
-    # lab:attention_ls version 6 (the production pair) and bench:attention_vs_torch's "ours" forward
-    # (versions 5 and 6 share the forward; its f+b ran version 5, not used)
+    # lab:attention_ls's production pair and bench:attention_vs_torch's "ours" forward (the same
+    # forward; its f+b then ran the FA2-class forward with a since-removed backward, not used)
     "fa663e0 attention fwd paper LS B8": 42.8,
     "fa663e0 attention fwd+bwd paper LS B8": 157.3,
     "fa663e0 attention fwd paper LS B64": 176.6,
@@ -1135,7 +1134,7 @@ def _fit_attention(cal):
         return d_us + sum(attn_kernel_us(k, hd, T, P, B, NH, G, cal, split=False)
                           for k in ("attn_bwd_kv_fa2_kernel", "attn_bwd_q_fa2_kernel"))
     cal["attn_bwd_issue_eff_hd32"] = _solve(bwd, target, 0.8)
-    # hd 64: no FA2-class backward was measured (attention_vs_torch's f+b ran version 5): the hd-32
+    # hd 64: no FA2-class backward was measured (attention_vs_torch's f+b ran a since-removed backward): the hd-32
     # backward's efficiency times the forward's hd-64 / hd-32 ratio
     cal["attn_bwd_issue_eff_hd64"] = (cal["attn_bwd_issue_eff_hd32"] * cal["attn_fwd_issue_eff_hd64"]
                                       / cal["attn_fwd_issue_eff_hd32"])
@@ -1433,7 +1432,7 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
         "HEAD's split grid (fa663e0 measured the unsplit one)")
     add("llmc::cuda::attn_stats_reduce_kernel<3>", cal["kernel_fixed_us"])
     add("llmc::cuda::attn_bwd_dot_kernel", mem_us(2 * N * C * ACT + N * NH * F32, "elementwise", cal), L)
-    add(f"llmc::cuda::attn_bwd_kv_fa2_kernel<{hd}, false, false>",
+    add(f"llmc::cuda::attn_bwd_kv_fa2_kernel<{hd}, false>",
         attn_kernel_us("attn_bwd_kv_fa2_kernel", hd, T, P, B, NH, G, cal, split), L)
     add(f"llmc::cuda::attn_bwd_q_fa2_kernel<{hd}, false>",
         attn_kernel_us("attn_bwd_q_fa2_kernel", hd, T, P, B, NH, G, cal, split), L)

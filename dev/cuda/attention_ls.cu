@@ -1,41 +1,36 @@
 // Kernel lab for LS-attention (llm.c pattern). Includes the production kernels from
 // llmc/cuda/attention_ls.cuh (never a copy) and validates them against the CPU reference
-// llmc/cpu/attention_ls.h (fp32).
-//   version 1: naive kernels that materialize the (B, NH, T, T) probabilities (lab only)
-//   version 2: the production scalar tiled kernels (AttnKernel::Scalar; the FP32 build's path)
-//   version 3: the first tensor-core forward + the tensor-core backward (AttnKernel::Mma; bf16 build, sm_80+)
-//   version 4: the first tensor-core forward + the scalar backward (isolates a failing tensor-core backward)
-//   version 5: the production FA2-class forward + the tensor-core backward (AttnKernel::Fa2; bf16, sm_80+)
-//   version 6: the FA2-class forward + the FA2-class backward (AttnKernel::Fa2Bwd; bf16, sm_80+)
-//   version 7: the FA2-class forward + the one-pass FA2-class backward (AttnKernel::Fa2OnePass: dQ by
-//              parts from the dK/dV kernel, no dQ kernel; hd 128 runs version 6's backward; bf16, sm_80+)
-//   In the FP32 build versions 3 to 7 run the scalar kernels.
+// llmc/cpu/attention_ls.h (fp32). The kernels, by --kernel:
+//   naive       kernels that materialize the (B, NH, T, T) probabilities (lab only)
+//   production  the trainer's kernels: the FA2-class forward + backward in the bf16 build (sm_80+),
+//               the scalar kernels in the FP32 build (make PRECISION=FP32)
+//   onepass     candidate (bf16 build, sm_80+): the production forward + the one-pass FA2-class
+//               backward (dQ by parts from the dK/dV kernel, no dQ kernel; hd 128 runs the production
+//               backward): dev/cuda/attention_candidates/attention_ls_onepass.cuh
 // Usage:
-//   attention_ls --check                    validate every version on a matrix of shapes; exit 1 on failure
-//   attention_ls --check --small            a smaller matrix (every case kind, T <= 200), for the emulated build;
-//                                           versions 1, 2, 5, 6, 7 unless --version (3 and 4, the first
-//                                           tensor-core forward, run by no program: in --check)
-//   attention_ls --check-one -T 100 ...     validate the one shape given by the flags (every version)
-//   attention_ls --sweep-full [--version V] forward + backward sweep around the 64-row tiles (hd 32,
+//   attention_ls --check                    validate every kernel on a matrix of shapes; exit 1 on failure
+//   attention_ls --check --small            a smaller matrix (every case kind, T <= 200), for the emulated build
+//   attention_ls --check-one -T 100 ...     validate the one shape given by the flags (every kernel)
+//   attention_ls --sweep-full [--kernel K]  forward + backward sweep around the 64-row tiles (hd 32,
 //                                           a third at hd 64, a quarter soft-capped; one local + one
-//                                           global head, statistics on, determinism; default version 6): every P in 1..192 at T = 192 (windows starting
+//                                           global head, statistics on, determinism; default production): every P in 1..192 at T = 192 (windows starting
 //                                           and ending on every tile, warp and 8-key edge) and every T
 //                                           in 1..192, each with one P of {1, 8, 63, 64, 65, 128, T,
 //                                           T+1} in turn. Long when emulated.
-//   attention_ls --sweep [--version V]      the same around the edges only (make test's share): P in
+//   attention_ls --sweep [--kernel K]       the same around the edges only (make test's share): P in
 //                                           1..9 and within 1 of every multiple of 8 up to 193 at
 //                                           T = 192; T in 1..9 and within 1 of 16, 32, 63, 64, 65, 128,
 //                                           192; no determinism rerun
-//   attention_ls [--version V] [-B 8 -T 2048 --nh 6 --hd 32 -G 1 -P 50 --softcap 0 --near 0]
+//   attention_ls [--kernel K] [-B 8 -T 2048 --nh 6 --hd 32 -G 1 -P 50 --softcap 0 --near 0]
 //                                           validate that shape (B=1 for the CPU), then a timing table
 //                                           (--near N: validated and timed with the statistics and
 //                                           their near/far split at N; 0 = timed without statistics)
 //   --split S: the FA2-class kernels cut their tile loops into chunks of S tiles (llmc/core/attention_split.h;
 //   0, the default: chosen from the shape; the matrices and sweeps force 1-3 on some shapes)
-//   attention_ls ... --json                 timing of one version (default 6, the production path) as one JSON line (dev/bench)
+//   attention_ls ... --json                 timing of one kernel (default production) as one JSON line (dev/bench)
 //   attention_ls ... --dump FILE            write qkv, out, lse of the production path (dev/bench)
-// The matrices and sweeps give about half their shapes a near/far distance (versions 2, 5, 6, 7 compute
-// the near/far statistics: near mass, near and far max logit per head, checked like the others).
+// The matrices and sweeps give about half their shapes a near/far distance (the production forward
+// computes the near/far statistics: near mass, near and far max logit per head, checked like the others).
 // Validation: relative error ||x - ref|| / ||ref|| of out, lse, dqkv (and the statistics), fresh
 // random inputs (seed printed; --seed to repeat), outputs poisoned with NaN first, every element
 // checked finite; tolerance 1e-2 in the bf16 build, 1e-5 in the FP32 build (make PRECISION=FP32),
@@ -53,6 +48,9 @@
 
 #include "llmc/cpu/attention_ls.h"
 #include "llmc/cuda/attention_ls.cuh"
+#if !defined(ENABLE_FP32)
+#include "dev/cuda/attention_candidates/attention_ls_onepass.cuh"
+#endif
 
 using namespace llmc::cuda;
 
@@ -65,7 +63,7 @@ constexpr double kTol = 1e-2;
 struct Shape {
     int B, T, NH, hd, G, P;
     float softcap;
-    int near = 0;   // the statistics' near/far distance N (versions 2, 5, 6); 0: no near/far statistics
+    int near = 0;   // the statistics' near/far distance N; 0: no near/far statistics
     int split = 0;  // the FA2-class kernels' chunk of tiles (llmc/core/attention_split.h); 0: chosen from the shape
     __host__ __device__ int C() const { return NH * hd; }
     std::string str() const {
@@ -77,11 +75,24 @@ struct Shape {
     }
 };
 
-// The versions whose forward computes the near/far statistics (Scalar, Fa2; the Mma forward does not).
-bool version_has_near(int version) { return version == 2 || version >= 5; }
+// The kernels the lab runs (--kernel NAME).
+enum class LabKernel { Naive, Production, OnePass };
+const char* lab_kernel_name(LabKernel k) {
+    return k == LabKernel::Naive ? "naive" : k == LabKernel::Production ? "production" : "onepass";
+}
+// The kernels this build runs: the one-pass candidate only in the bf16 build.
+std::vector<LabKernel> lab_kernels_built() {
+#if defined(ENABLE_FP32)
+    return {LabKernel::Naive, LabKernel::Production};
+#else
+    return {LabKernel::Naive, LabKernel::Production, LabKernel::OnePass};
+#endif
+}
+// Whether the kernel's forward computes the logit statistics (every one but the naive).
+bool has_stats(LabKernel k) { return k != LabKernel::Naive; }
 
 // ------------------------------------------------------------------------------------------------
-// Version 1: naive kernels, one thread per (b, h, row), probabilities materialized in att (B,NH,T,T)
+// Naive kernels, one thread per (b, h, row), probabilities materialized in att (B,NH,T,T)
 // ------------------------------------------------------------------------------------------------
 __global__ void naive_forward_kernel(floatX* out, float* lse, float* att, const floatX* qkv, Shape s) {
     const long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;  // (b*NH + h)*T + i
@@ -180,25 +191,17 @@ __global__ void naive_dqkv_kernel(floatX* dqkv, const float* dS, const float* at
 }
 
 // ------------------------------------------------------------------------------------------------
-// Device buffers of one problem and the dispatch by version
+// Device buffers of one problem and the dispatch by kernel
 // ------------------------------------------------------------------------------------------------
-// The backward's kernel family of versions 2 .. 7.
-AttnKernel backward_kind(int version) {
-    return version == 6                   ? AttnKernel::Fa2Bwd
-           : version == 7                 ? AttnKernel::Fa2OnePass
-           : version == 3 || version == 5 ? AttnKernel::Mma
-                                          : AttnKernel::Scalar;  // 2, 4: scalar
-}
-
 struct Problem {
     Shape s;
     DeviceBuffer<floatX> qkv, out, dout, dqkv;
     DeviceBuffer<float> lse, stats, stats_scratch, bwd_scratch, att, dS;
-    DeviceBuffer<float> dq_parts;     // the one-pass backward's dQ parts (version 7; any contents)
+    DeviceBuffer<float> dq_parts;     // the one-pass backward's dQ parts (any contents)
     DeviceBuffer<float> split_part;   // the FA2-class kernels' split partials (any contents)
     DeviceBuffer<uint32_t> arrivals;  // its arrival counters (zero; every forward leaves them zero)
-    explicit Problem(const Shape& sh, int version) : s(sh) {
-        const bool naive = version == 1;
+    explicit Problem(const Shape& sh, LabKernel kernel) : s(sh) {
+        const bool naive = kernel == LabKernel::Naive;
         const size_t N = (size_t)s.B * s.T;
         qkv.resize(N * 3 * s.C());
         out.resize(N * s.C());
@@ -208,7 +211,9 @@ struct Problem {
         stats.resize(kAttnStatsNear * s.NH);
         stats_scratch.resize(attention_stats_scratch_floats(s.B, s.T, s.NH));
         bwd_scratch.resize(attention_ls_backward_scratch_floats(s.B, s.T, s.C(), s.NH));
-        dq_parts.resize(attention_dq_parts_floats(backward_kind(version), s.B, s.T, s.C(), s.NH, s.G, s.P));
+#if !defined(ENABLE_FP32)
+        if (kernel == LabKernel::OnePass) dq_parts.resize(attention_onepass_dq_floats(s.B, s.T, s.C(), s.NH, s.G, s.P));
+#endif
         split_part.resize(attention_split_scratch_floats(s.B, s.T, s.C(), s.NH, s.G, s.P, s.split));
         arrivals.resize(attention_split_arrivals(s.B, s.T, s.NH), true);
         if (naive) {
@@ -216,31 +221,37 @@ struct Problem {
             dS.resize((size_t)s.B * s.NH * s.T * s.T);
         }
     }
-    AttnSplitScratch split_scratch() const { return AttnSplitScratch{split_part.get(), arrivals.get(), s.split}; }
+    // the production entry points' description of this problem (statistics off)
+    AttnCall call() {
+        AttnCall a{s.B, s.T, s.C(), s.NH, s.G, s.P, s.softcap};
+        a.bwd_scratch = bwd_scratch.get();
+        a.split = AttnSplitScratch{split_part.get(), arrivals.get(), s.split};
+        return a;
+    }
 };
 
-void run_forward(int version, Problem& p, const floatX* qkv, bool with_stats, cudaStream_t st) {
+void run_forward(LabKernel kernel, Problem& p, const floatX* qkv, bool with_stats, cudaStream_t st) {
     const Shape& s = p.s;
-    if (version == 1) {
+    if (kernel == LabKernel::Naive) {
         const long rows = (long)s.B * s.NH * s.T;
         llmc::cuda::launch_kernel(naive_forward_kernel, (unsigned)ceil_div(rows, 128), 128, 0, st, p.out.get(),
                                   p.lse.get(), p.att.get(), qkv, s);
         CUDA_CHECK_LAUNCH();
         return;
     }
-    const AttnKernel kind = version == 2   ? AttnKernel::Scalar
-                            : version == 5 ? AttnKernel::Fa2
-                            : version == 6 ? AttnKernel::Fa2Bwd
-                            : version == 7 ? AttnKernel::Fa2OnePass
-                                           : AttnKernel::Mma;  // 3, 4: the first tensor-core forward
-    attention_ls_forward_with(kind, p.out.get(), p.lse.get(), qkv, s.B, s.T, s.C(), s.NH, s.G, s.P, s.softcap,
-                              with_stats ? p.stats.get() : nullptr, p.stats_scratch.get(), st,
-                              with_stats && version_has_near(version) ? s.near : 0, p.split_scratch());
+    // the production forward for the production kernels and the candidate, its statistics merged
+    AttnCall a = p.call();
+    if (with_stats) {
+        a.stats_part = p.stats_scratch.get();
+        a.near_n = s.near;
+    }
+    const int nqt = attention_forward(a, p.out.get(), p.lse.get(), qkv, st);
+    if (with_stats) attention_stats_reduce(p.stats.get(), 0, a.stats_part, 0, 1, s.B, s.NH, nqt, a.near_n, st);
 }
 
-void run_backward(int version, Problem& p, const floatX* qkv, const floatX* dout, cudaStream_t st) {
+void run_backward(LabKernel kernel, Problem& p, const floatX* qkv, const floatX* dout, cudaStream_t st) {
     const Shape& s = p.s;
-    if (version == 1) {
+    if (kernel == LabKernel::Naive) {
         const long rows = (long)s.B * s.NH * s.T;
         llmc::cuda::launch_kernel(naive_dscore_kernel, (unsigned)ceil_div(rows, 128), 128, 0, st, p.dS.get(),
                                   p.att.get(), qkv, p.out.get(), dout, s);
@@ -250,9 +261,13 @@ void run_backward(int version, Problem& p, const floatX* qkv, const floatX* dout
         CUDA_CHECK_LAUNCH();
         return;
     }
-    attention_ls_backward_with(backward_kind(version), p.dqkv.get(), dout, qkv, p.out.get(), p.lse.get(), s.B, s.T,
-                               s.C(), s.NH, s.G, s.P, s.softcap, p.bwd_scratch.get(), st, p.split_scratch(),
-                               p.dq_parts.get());
+#if !defined(ENABLE_FP32)
+    if (kernel == LabKernel::OnePass) {
+        attention_backward_onepass(p.call(), p.dq_parts.get(), p.dqkv.get(), dout, qkv, p.out.get(), p.lse.get(), st);
+        return;
+    }
+#endif
+    attention_backward(p.call(), p.dqkv.get(), dout, qkv, p.out.get(), p.lse.get(), st);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -373,12 +388,12 @@ bool report_maxima(const char* what, const std::vector<float>& x, const std::vec
     return rf.empty() || report(what, xf, rf, verbose, s, "", kTightTol);
 }
 
-// Validates versions `versions` on shape s against the CPU; returns true when all pass.
+// Validates the kernels `kernels` on shape s against the CPU; returns true when all pass.
 // stats: the forward also collects the logit statistics (checked against the CPU); false runs the
 // forward without them (the path a step without --logit-stats takes). backward = false: the forward
 // alone (out, lse, statistics), for the sweeps; determinism = false skips the second run.
-bool validate(const Shape& s, const std::vector<int>& versions, std::mt19937_64& gen, bool verbose, bool stats = true,
-              bool backward = true, bool determinism = true) {
+bool validate(const Shape& s, const std::vector<LabKernel>& kernels, std::mt19937_64& gen, bool verbose,
+              bool stats = true, bool backward = true, bool determinism = true) {
     const int C = s.C();
     const size_t N = (size_t)s.B * s.T;
     std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -398,7 +413,7 @@ bool validate(const Shape& s, const std::vector<int>& versions, std::mt19937_64&
     if (backward) {
         // The backward reads the forward's output as stored (floatX), in its D = rowsum(dO * O): the reference
         // reads the same rounding of its own output. (With O in fp32 instead, bf16 rounding alone moved one
-        // dq element of a 2-key row by 9% on an H200 run, past the tolerance, identically in every version.)
+        // dq element of a 2-key row by 9% on an H200 run, past the tolerance, identically in every kernel.)
         std::vector<float> out_stored(out_ref.size());
         for (size_t i = 0; i < out_ref.size(); i++) out_stored[i] = to_float(from_float<floatX>(out_ref[i]));
         llmc::cpu::attention_backward<float>(dqkv_ref.data(), dout.data(), qkv.data(), out_stored.data(),
@@ -431,7 +446,7 @@ bool validate(const Shape& s, const std::vector<int>& versions, std::mt19937_64&
     };
 
     bool all_ok = true;
-    for (int v : versions) {
+    for (LabKernel v : kernels) {
         Problem p(s, v);
         CUDA_CHECK(cudaMemcpy(p.qkv.get(), qkv_x.data(), qkv_x.size() * sizeof(floatX), cudaMemcpyHostToDevice));
         CUDA_CHECK(cudaMemcpy(p.dout.get(), dout_x.data(), dout_x.size() * sizeof(floatX), cudaMemcpyHostToDevice));
@@ -452,17 +467,17 @@ bool validate(const Shape& s, const std::vector<int>& versions, std::mt19937_64&
         if (backward) run_backward(v, p, p.qkv.get(), p.dout.get(), 0);
         CUDA_CHECK(cudaDeviceSynchronize());
         bool ok = true;
-        if (verbose) printf("  version %d:\n", v);
+        if (verbose) printf("  %s:\n", lab_kernel_name(v));
         ok &= report("out", download(p.out.get(), p.out.size()), out_ref, verbose, s, "btc", kElemTol);
         ok &= report("lse", download(p.lse.get(), p.lse.size()), lse_ref, verbose, s, "bht", kTightTol);
         if (backward)
             ok &= report("dqkv", download(p.dqkv.get(), p.dqkv.size()), dqkv_ref, verbose, s, "btc3", kElemTol);
-        if (v != 1 && stats) {  // statistics: max and min per head, mean entropy per head (+ near/far)
+        if (has_stats(v) && stats) {  // statistics: max and min per head, mean entropy per head (+ near/far)
             const std::vector<float> st = download_stats(p);
             // max[NH], min[NH], mean entropy[NH]
             ok &= report("stats", fields(st, 0, kAttnStatsBasic), fields(stats_ref, 0, kAttnStatsBasic), verbose, s, "",
                          kTightTol);
-            if (s.near > 0 && version_has_near(v)) {  // mean near mass[NH]; near max[NH], far max[NH]
+            if (s.near > 0) {  // mean near mass[NH]; near max[NH], far max[NH]
                 ok &= report("nearmass", fields(st, kAttnNearMassSum, 1), fields(stats_ref, kAttnNearMassSum, 1),
                              verbose, s, "", kTightTol);
                 ok &= report_maxima("nearfar", fields(st, kAttnNearMax, 2), fields(stats_ref, kAttnNearMax, 2), verbose,
@@ -484,7 +499,7 @@ bool validate(const Shape& s, const std::vector<int>& versions, std::mt19937_64&
                 if (!same || verbose) printf("    determinism: %s\n", same ? "bit-identical" : "FAIL (runs differ)");
                 ok &= same;
             }
-            if (s.near > 0 && version_has_near(v)) {
+            if (s.near > 0) {
                 // asking for the near/far statistics changes nothing else: the forward without them
                 // gives the same out, lse and basic statistics, bit for bit
                 p.s.near = 0;
@@ -502,7 +517,7 @@ bool validate(const Shape& s, const std::vector<int>& versions, std::mt19937_64&
                 ok &= unchanged;
             }
         }
-        if (!ok) printf("FAIL version %d at %s\n", v, s.str().c_str());
+        if (!ok) printf("FAIL %s at %s\n", lab_kernel_name(v), s.str().c_str());
         all_ok &= ok;
     }
     return all_ok;
@@ -525,8 +540,8 @@ struct Timing {
     double fwd_ms, fwdbwd_ms;
 };
 
-Timing time_version(int version, const Shape& s, int reps) {
-    Problem p(s, version);
+Timing time_kernel(LabKernel kernel, const Shape& s, int reps) {
+    Problem p(s, kernel);
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     // rotate inputs over copies whose total exceeds twice the L2 so no run finds its inputs cached
@@ -553,8 +568,8 @@ Timing time_version(int version, const Shape& s, int reps) {
         for (int r = -3; r < reps; r++) {  // 3 warm-up runs
             const int c = (r + 3) % copies;
             CUDA_CHECK(cudaEventRecord(e0));
-            run_forward(version, p, qkvs[c].get(), s.near > 0, 0);  // --near: timed with the statistics
-            if (bwd) run_backward(version, p, qkvs[c].get(), douts[c].get(), 0);
+            run_forward(kernel, p, qkvs[c].get(), s.near > 0, 0);  // --near: timed with the statistics
+            if (bwd) run_backward(kernel, p, qkvs[c].get(), douts[c].get(), 0);
             CUDA_CHECK(cudaEventRecord(e1));
             CUDA_CHECK(cudaEventSynchronize(e1));
             float t = 0;
@@ -574,14 +589,16 @@ Timing time_version(int version, const Shape& s, int reps) {
 int usage() {
     fprintf(
         stderr,
-        "usage: attention_ls [--check [--small] | --check-one | --sweep | --sweep-full] [--version 1..7] [-B n] [-T n] [--nh n] [--hd 32|64|128] [-G n] [-P n]\n"
+        "usage: attention_ls [--check [--small] | --check-one | --sweep | --sweep-full] [--kernel naive|production|onepass]\n"
+        "                    [-B n] [-T n] [--nh n] [--hd 32|64|128] [-G n] [-P n]\n"
         "                    [--softcap c] [--near N] [--split S] [--reps n] [--seed n] [--json] [--dump FILE]\n");
     return 2;
 }
 
 int main(int argc, char** argv) {
     Shape s{8, 2048, 6, 32, 1, 50, 0.0f};
-    int version = 0, reps = 50;
+    std::string kernel_name;  // empty: every kernel the build runs
+    int reps = 50;
     bool check = false, small = false, check_one = false, json = false, sweep = false, sweep_full = false;
     std::string dump;
     unsigned long long seed = std::random_device{}();
@@ -600,7 +617,7 @@ int main(int argc, char** argv) {
         else if (k == "--sweep") sweep = true;
         else if (k == "--sweep-full") sweep_full = true;
         else if (k == "--json") json = true;
-        else if (k == "--version") version = atoi(val());
+        else if (k == "--kernel") kernel_name = val();
         else if (k == "-B") s.B = atoi(val());
         else if (k == "-T") s.T = atoi(val());
         else if (k == "--nh") s.NH = atoi(val());
@@ -615,7 +632,16 @@ int main(int argc, char** argv) {
         else if (k == "--dump") dump = val();
         else return usage();
     }
-    if (version < 0 || version > 7) return usage();
+    std::vector<LabKernel> kernels;
+    for (LabKernel k : lab_kernels_built())
+        if (kernel_name.empty() || kernel_name == lab_kernel_name(k)) kernels.push_back(k);
+    if (kernels.empty()) {
+        fprintf(stderr, "attention_ls: --kernel %s is not one of this %s build's kernels (", kernel_name.c_str(),
+                kPrecisionName);
+        for (LabKernel k : lab_kernels_built()) fprintf(stderr, " %s", lab_kernel_name(k));
+        fprintf(stderr, " )\n");
+        return 2;
+    }
 
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -624,32 +650,30 @@ int main(int argc, char** argv) {
     }
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    const bool has_mma = prop.major >= 8;
-    std::vector<int> versions;
-    if (version) versions = {version};
-    else if (check && small) versions = has_mma ? std::vector<int>{1, 2, 5, 6, 7} : std::vector<int>{1, 2};
-    else versions = has_mma ? std::vector<int>{1, 2, 3, 4, 5, 6, 7} : std::vector<int>{1, 2};
-    if (!has_mma && version >= 3) {
-        printf("attention_ls: version %d needs sm_80+, this is sm_%d%d\n", version, prop.major, prop.minor);
+#if !defined(ENABLE_FP32)
+    if (prop.major < 8) {  // the bf16 build's kernels use mma.sync bf16
+        printf("attention_ls: the bf16 build's kernels need sm_80+, this is sm_%d%d\n", prop.major, prop.minor);
         return 1;
     }
+#endif
     std::mt19937_64 gen(seed);
 
     try {
         if (check_one) {
             printf("attention_ls --check-one %s (%s build, %s, seed %llu)\n", s.str().c_str(), kPrecisionName,
                    prop.name, seed);
-            const bool ok = validate(s, versions, gen, true);
+            const bool ok = validate(s, kernels, gen, true);
             printf("%s\n", ok ? "OK" : "FAIL");
             return ok ? 0 : 1;
         }
         if (sweep || sweep_full) {
-            const std::vector<int> sv = version ? versions : std::vector<int>{has_mma ? 6 : 2};
-            printf("attention_ls --sweep%s (%s build, %s, seed %llu, versions", sweep_full ? "-full" : "",
+            const std::vector<LabKernel> sv =
+                kernel_name.empty() ? std::vector<LabKernel>{LabKernel::Production} : kernels;
+            printf("attention_ls --sweep%s (%s build, %s, seed %llu, kernels", sweep_full ? "-full" : "",
                    kPrecisionName, prop.name, seed);
-            for (int v : sv) printf(" %d", v);
+            for (LabKernel v : sv) printf(" %s", lab_kernel_name(v));
             printf(")\n");
-            constexpr int kMaxT = 3 * kAttnMmaBQ;  // three 64-row tiles
+            constexpr int kMaxT = 3 * kAttnFa2BQ;  // three 64-row tiles
             std::vector<std::pair<int, int>> tp;   // (T, P)
             // near(x): x is 1..9, or within 1 of a multiple of 8 (the 8-key blocks, 16-row warps and
             // 64-key tiles all have edges on multiples of 8)
@@ -689,22 +713,22 @@ int main(int argc, char** argv) {
                                         {2, 67, 2, hd, 2, 300, 0.0f, 7}};
                 for (const Shape& sh : shapes) {
                     n++;
-                    if (!validate(sh, versions, gen, false)) failed++;
+                    if (!validate(sh, kernels, gen, false)) failed++;
                 }
             }
             n += 3;  // statistics off; a single row; the window equal to the 64-row tile over several tiles
-            if (!validate(Shape{1, 90, 2, 64, 1, 20, 1.5f}, versions, gen, false, false)) failed++;
-            if (!validate(Shape{3, 1, 2, 64, 1, 5, 2.0f}, versions, gen, false)) failed++;
-            if (!validate(Shape{1, 200, 2, 32, 1, 64, 0.0f, 64}, versions, gen, false)) failed++;
+            if (!validate(Shape{1, 90, 2, 64, 1, 20, 1.5f}, kernels, gen, false, false)) failed++;
+            if (!validate(Shape{3, 1, 2, 64, 1, 5, 2.0f}, kernels, gen, false)) failed++;
+            if (!validate(Shape{1, 200, 2, 32, 1, 64, 0.0f, 64}, kernels, gen, false)) failed++;
             // the FA2-class kernels' split tile loops (chunks of 1 or 2 tiles; the merge of 2-4 partials):
             // LS with near/far, all-local with a long window and soft-cap, all-global at hd 128, statistics off
             n += 4;
-            if (!validate(Shape{1, 200, 2, 32, 1, 70, 0.0f, 30, 1}, versions, gen, false)) failed++;
-            if (!validate(Shape{1, 150, 2, 64, 0, 130, 2.0f, 0, 1}, versions, gen, false)) failed++;
-            if (!validate(Shape{1, 130, 2, 128, 2, 1, 0.0f, 65, 2}, versions, gen, false)) failed++;
-            if (!validate(Shape{1, 150, 2, 32, 1, 9, 1.5f, 0, 1}, versions, gen, false, false)) failed++;
-            printf("%s: %d of %d shapes passed (versions", failed ? "FAIL" : "OK", n - failed, n);
-            for (int v : versions) printf(" %d", v);
+            if (!validate(Shape{1, 200, 2, 32, 1, 70, 0.0f, 30, 1}, kernels, gen, false)) failed++;
+            if (!validate(Shape{1, 150, 2, 64, 0, 130, 2.0f, 0, 1}, kernels, gen, false)) failed++;
+            if (!validate(Shape{1, 130, 2, 128, 2, 1, 0.0f, 65, 2}, kernels, gen, false)) failed++;
+            if (!validate(Shape{1, 150, 2, 32, 1, 9, 1.5f, 0, 1}, kernels, gen, false, false)) failed++;
+            printf("%s: %d of %d shapes passed (kernels", failed ? "FAIL" : "OK", n - failed, n);
+            for (LabKernel v : kernels) printf(" %s", lab_kernel_name(v));
             printf(", tolerance %.0e)\n", kTol);
             return failed ? 1 : 0;
         }
@@ -718,42 +742,41 @@ int main(int argc, char** argv) {
                             for (float cap : {0.0f, 2.0f}) {
                                 const Shape sh{2, T, 4, hd, G, P, cap, T == 257 ? 1 + P / 3 : 0};
                                 n++;
-                                if (!validate(sh, versions, gen, false)) failed++;
+                                if (!validate(sh, kernels, gen, false)) failed++;
                             }
             // a global-only shape with a full last tile and a batch > 2, and an LS shape with
             // several full tiles and the window equal to the 64-row tile
             for (int hd : {32, 64, 128}) {
                 n += 2;
-                if (!validate(Shape{3, 128, 2, hd, 2, 1, 0.0f}, versions, gen, false)) failed++;
-                if (!validate(Shape{1, 640, 3, hd, 1, 64, 0.0f}, versions, gen, false)) failed++;
+                if (!validate(Shape{3, 128, 2, hd, 2, 1, 0.0f}, kernels, gen, false)) failed++;
+                if (!validate(Shape{1, 640, 3, hd, 1, 64, 0.0f}, kernels, gen, false)) failed++;
             }
             // split key ranges forced to chunks of 1 and 3 tiles (the shapes above split where T = 257 or
             // 640 gives a global head more than 4 key tiles)
             for (int hd : {32, 64, 128}) {
                 n += 2;
-                if (!validate(Shape{2, 400, 4, hd, 2, 100, hd == 64 ? 2.0f : 0.0f, 50, 1}, versions, gen, false))
+                if (!validate(Shape{2, 400, 4, hd, 2, 100, hd == 64 ? 2.0f : 0.0f, 50, 1}, kernels, gen, false))
                     failed++;
-                if (!validate(Shape{1, 700, 2, hd, 1, 260, 0.0f, 0, 3}, versions, gen, false)) failed++;
+                if (!validate(Shape{1, 700, 2, hd, 1, 260, 0.0f, 0, 3}, kernels, gen, false)) failed++;
             }
             // a single row, and B*NH past 65535 (the grid puts b*NH + h on x, whose limit is 2^31-1)
             n += 2;
-            if (!validate(Shape{3, 1, 2, 64, 1, 5, 2.0f}, versions, gen, false)) failed++;
-            if (!validate(Shape{16400, 3, 4, 32, 1, 2, 0.0f}, versions, gen, false)) failed++;
-            printf("%s: %d of %d shapes passed (versions", failed ? "FAIL" : "OK", n - failed, n);
-            for (int v : versions) printf(" %d", v);
+            if (!validate(Shape{3, 1, 2, 64, 1, 5, 2.0f}, kernels, gen, false)) failed++;
+            if (!validate(Shape{16400, 3, 4, 32, 1, 2, 0.0f}, kernels, gen, false)) failed++;
+            printf("%s: %d of %d shapes passed (kernels", failed ? "FAIL" : "OK", n - failed, n);
+            for (LabKernel v : kernels) printf(" %s", lab_kernel_name(v));
             printf(", tolerance %.0e)\n", kTol);
             return failed ? 1 : 0;
         }
 
         if (!dump.empty()) {  // production path on one shape, for dev/bench/attention_vs_torch.py
-            Problem p(s, 6);
+            Problem p(s, LabKernel::Production);
             std::normal_distribution<float> nd(0.0f, 1.0f);
             std::vector<float> q(p.qkv.size());
             for (auto& x : q) x = nd(gen);
             auto qx = to_device_dtype(q);
             CUDA_CHECK(cudaMemcpy(p.qkv.get(), qx.data(), qx.size() * sizeof(floatX), cudaMemcpyHostToDevice));
-            attention_ls_forward(p.out.get(), p.lse.get(), p.qkv.get(), s.B, s.T, s.C(), s.NH, s.G, s.P, s.softcap,
-                                 nullptr, nullptr, 0, 0, p.split_scratch());
+            attention_forward(p.call(), p.out.get(), p.lse.get(), p.qkv.get(), 0);
             CUDA_CHECK(cudaDeviceSynchronize());
             // file: int32 B, T, NH, hd, G, P; float softcap; then fp32 qkv (B,T,3C), out (B,T,C), lse (B,NH,T)
             FILE* f = fopen(dump.c_str(), "wb");
@@ -779,17 +802,17 @@ int main(int argc, char** argv) {
         Shape sg = s;
         sg.G = s.NH;  // all-global run of the same shape
         if (json) {
-            const int v = version ? version : 6;
-            const Timing t = time_version(v, s, reps);
-            const Timing tg = time_version(v, sg, reps);
+            const LabKernel v = kernel_name.empty() ? LabKernel::Production : kernels[0];
+            const Timing t = time_kernel(v, s, reps);
+            const Timing tg = time_kernel(v, sg, reps);
             printf(
-                "{\"version\": %d, \"precision\": \"%s\", \"device\": \"%s\", \"B\": %d, \"T\": %d, \"NH\": %d, "
+                "{\"kernel\": \"%s\", \"precision\": \"%s\", \"device\": \"%s\", \"B\": %d, \"T\": %d, \"NH\": %d, "
                 "\"hd\": %d, \"G\": %d, \"P\": %d, \"softcap\": %g, \"fwd_ms\": %.5f, \"fwdbwd_ms\": %.5f, "
                 "\"global_fwd_ms\": %.5f, \"global_fwdbwd_ms\": %.5f, \"fwd_tflops\": %.3f, \"fwdbwd_tflops\": %.3f, "
                 "\"split\": %d}\n",
-                v, kPrecisionName, prop.name, s.B, s.T, s.NH, s.hd, s.G, s.P, s.softcap, t.fwd_ms, t.fwdbwd_ms,
-                tg.fwd_ms, tg.fwdbwd_ms, fwd_flops / t.fwd_ms * 1e-9, (fwd_flops + bwd_flops) / t.fwdbwd_ms * 1e-9,
-                s.split);
+                lab_kernel_name(v), kPrecisionName, prop.name, s.B, s.T, s.NH, s.hd, s.G, s.P, s.softcap, t.fwd_ms,
+                t.fwdbwd_ms, tg.fwd_ms, tg.fwdbwd_ms, fwd_flops / t.fwd_ms * 1e-9,
+                (fwd_flops + bwd_flops) / t.fwdbwd_ms * 1e-9, s.split);
             return 0;
         }
 
@@ -798,19 +821,19 @@ int main(int argc, char** argv) {
         sv.B = 1;
         printf("attention_ls (%s build, %s, seed %llu): validating %s\n", kPrecisionName, prop.name, seed,
                sv.str().c_str());
-        if (!validate(sv, versions, gen, true)) return 1;
+        if (!validate(sv, kernels, gen, true)) return 1;
         printf("\ntiming %s, median of %d, visible pairs %.3g (%.1f%% of all-global)\n", s.str().c_str(), reps, pairs,
                100.0 * pairs / visible_pairs(sg));
-        printf("%-8s %10s %10s %12s %12s %10s %10s\n", "version", "fwd ms", "f+b ms", "fwd TFLOP/s", "f+b TFLOP/s",
+        printf("%-10s %10s %10s %12s %12s %10s %10s\n", "kernel", "fwd ms", "f+b ms", "fwd TFLOP/s", "f+b TFLOP/s",
                "fwd/glob", "f+b/glob");
-        for (int v : versions) {
-            if (v == 1 && (double)s.B * s.NH * s.T * s.T * 8 > 0.5 * prop.totalGlobalMem) {
-                printf("%-8d (skipped: the naive version's T x T buffers do not fit)\n", v);
+        for (LabKernel v : kernels) {
+            if (v == LabKernel::Naive && (double)s.B * s.NH * s.T * s.T * 8 > 0.5 * prop.totalGlobalMem) {
+                printf("%-10s (skipped: the naive kernels' T x T buffers do not fit)\n", lab_kernel_name(v));
                 continue;
             }
-            const Timing t = time_version(v, s, reps);
-            const Timing tg = time_version(v, sg, reps);
-            printf("%-8d %10.4f %10.4f %12.2f %12.2f %10.3f %10.3f\n", v, t.fwd_ms, t.fwdbwd_ms,
+            const Timing t = time_kernel(v, s, reps);
+            const Timing tg = time_kernel(v, sg, reps);
+            printf("%-10s %10.4f %10.4f %12.2f %12.2f %10.3f %10.3f\n", lab_kernel_name(v), t.fwd_ms, t.fwdbwd_ms,
                    fwd_flops / t.fwd_ms * 1e-9, (fwd_flops + bwd_flops) / t.fwdbwd_ms * 1e-9, t.fwd_ms / tg.fwd_ms,
                    t.fwdbwd_ms / tg.fwdbwd_ms);
         }

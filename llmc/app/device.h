@@ -62,12 +62,22 @@ inline Device resolve_device(const std::string& requested, int gpu_count, std::s
 static_assert(sizeof(ModelConfig) == 48,
               "ModelConfig gained or lost a field: decide whether the CUDA backend runs it (refuse it here if "
               "not), then update this size");
-inline std::string cuda_model_unsupported_reason(const ModelConfig& m) {
+// flags (optional): the flags that would change the refused setting, as messages write them. The
+// kernels' own checks (llmc/cuda/attention_ls.cuh) state these limits in shape terms; this is
+// where they become flag advice, before the run starts.
+inline std::string cuda_model_unsupported_reason(const ModelConfig& m, std::string* flags = nullptr) {
     if (m.num_heads < 1 || m.channels % m.num_heads != 0) return "";  // validate_model_config reports it
     const int hd = m.channels / m.num_heads;
-    if (!cuda_head_size_supported(hd))
+    if (!cuda_head_size_supported(hd)) {
+        if (flags) *flags = "--channels/--heads";
         return "the CUDA backend supports head size 32, 64 or 128 and this model's is " + std::to_string(hd) +
                " (C=" + std::to_string(m.channels) + " / NH=" + std::to_string(m.num_heads) + ")";
+    }
+    if (m.max_seq_len > kCudaAttnMaxSeqLen) {
+        if (flags) *flags = "--max-seq-len";
+        return "the CUDA attention kernels take sequences up to " + std::to_string(kCudaAttnMaxSeqLen) +
+               " tokens and this model's --max-seq-len is " + std::to_string(m.max_seq_len);
+    }
     return "";
 }
 
@@ -77,10 +87,10 @@ inline Device resolve_device(const std::string& requested, int gpu_count, const 
                              bool cuda_built = kCudaBackendBuilt) {
     const Device d = resolve_device(requested, gpu_count, notice, cuda_built);
     if (d != Device::Cuda) return d;
-    const std::string why = cuda_model_unsupported_reason(model);
+    std::string flags;
+    const std::string why = cuda_model_unsupported_reason(model, &flags);
     if (why.empty()) return d;
-    if (requested == "cuda")
-        throw InputError("--device cuda: " + why + "; change --channels/--heads or use --device cpu");
+    if (requested == "cuda") throw InputError("--device cuda: " + why + "; change " + flags + " or use --device cpu");
     if (notice) *notice = "note: a GPU is present but " + why + "; running on the CPU";
     return Device::Cpu;
 }

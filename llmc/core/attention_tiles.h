@@ -28,6 +28,9 @@ namespace llmc {
 
 // The head sizes the CUDA LS-attention kernels are instantiated for (llmc/cuda/attention_ls.cuh).
 inline bool cuda_head_size_supported(int hd) { return hd == 32 || hd == 64 || hd == 128; }
+// The longest sequence the CUDA LS-attention kernels take: the scalar kernels' grid holds one
+// 32-row query tile per gridDim.y slot, at most 65535 (llmc/cuda/attention_ls.cuh checks it).
+constexpr long kCudaAttnMaxSeqLen = 65535L * 32;
 
 LLMC_HD inline int attn_imin(int a, int b) { return a < b ? a : b; }
 LLMC_HD inline int attn_imax(int a, int b) { return a > b ? a : b; }

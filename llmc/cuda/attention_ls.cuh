@@ -8,24 +8,16 @@
 // (query i sees keys max(0, i-P+1) .. i), heads NH-G .. NH-1 global (keys 0 .. i).
 // Score s = q.k / sqrt(hd); the softmax sees c*tanh(s/c) when softcap c > 0.
 //
-// Kernel families, all tiled with the same tile-range math (llmc/core/attention_tiles.h):
-//   AttnKernel::Scalar  fp32 FMA math on 32x32 tiles, any floatX. The FP32 build's path (tight
-//                       comparison with the CPU); in the bf16 build only the lab runs it.
-//   AttnKernel::Mma     bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), 64x64 tiles, sm_80+;
-//                       the first forward and backward (dK/dV kernel over key tiles, dQ kernel over
-//                       query tiles). Lab only (versions 3, 4, 5).
-//   AttnKernel::Fa2     the FlashAttention-2-class forward (ldmatrix, swizzled shared memory, cp.async
-//                       double buffering, base-2 softmax; llmc/cuda/attention_ls_fa2.cuh) + the Mma
-//                       backward. sm_80+. Lab only (version 5).
-//   AttnKernel::Fa2Bwd  the Fa2 forward + the FlashAttention-2-class backward (the same techniques;
-//                       dK/dV kernel over key tiles, dQ kernel over query tiles;
-//                       llmc/cuda/attention_ls_fa2_bwd.cuh). sm_80+.
-//   AttnKernel::Fa2OnePass  the Fa2 forward + the one-pass FA2-class backward at hd 32 / 64 (the
-//                       dK/dV kernel also forms each tile's dQ part dS K into an fp32 buffer, a small
-//                       kernel sums the parts per query tile in key-tile order; no dQ kernel); hd 128
-//                       runs Fa2Bwd's backward. Lab only (version 7), to time against Fa2Bwd.
-// attention_ls_forward/backward (the contract's functions) use attention_default_kernel():
-// Fa2Bwd in the bf16 build, Scalar in the FP32 build. The *_with variants let the lab pick.
+// Kernel family, chosen at compile time by the precision (each object holds only what it runs):
+//   bf16 build  the FlashAttention-2-class pair (bf16 tensor cores, mma.sync m16n8k16 with fp32
+//               accumulation, ldmatrix, swizzled shared memory, cp.async double buffering, base-2
+//               softmax; sm_80+): forward llmc/cuda/attention_ls_fa2.cuh, backward (dK/dV kernel
+//               over key tiles, dQ kernel over query tiles) llmc/cuda/attention_ls_fa2_bwd.cuh.
+//   FP32 build  the scalar kernels (fp32 FMA math on 32x32 tiles; tight comparison with the CPU):
+//               llmc/cuda/attention_ls_scalar.cuh.
+// Both are tiled with the same tile-range math (llmc/core/attention_tiles.h). The lab
+// (dev/cuda/attention_ls.cu) runs these beside a naive reference and the candidates under
+// dev/cuda/attention_candidates/.
 //
 // Head sizes 32, 64, 128 (templates); any T, any P >= 1, any G in 0..NH. The tensor-core kernels read
 // qkv and dout with 16-byte loads: qkv, out, dout, dqkv must be 16-byte aligned (cudaMalloc pointers are).
@@ -38,12 +30,12 @@
 // {max raw logit, min raw logit, entropy sum} of its (query tile, b, h) to stats_scratch, then a
 // small kernel merges them per head in a fixed order into stats (max, min, +=). With near_n >= 1
 // (another template bool) also {near mass sum, near max, far max} at distance near_n (the fields:
-// llmc/cuda/attention_ls_common.cuh). The Fa2 and Scalar forwards compute them; the Mma one does not.
+// llmc/cuda/attention_ls_common.cuh).
 //
-// Files: this header holds the contract functions, argument checks and launchers; the kernels are
-// in llmc/cuda/attention_ls_scalar.cuh, llmc/cuda/attention_ls_mma.cuh,
-// llmc/cuda/attention_ls_fa2.cuh (forward) and llmc/cuda/attention_ls_fa2_bwd.cuh (backward, the
-// one-pass variant too), what they share in
+// Files: this header holds the entry points (AttnCall, attention_forward, attention_backward), the
+// argument checks and the launchers; the kernels are in llmc/cuda/attention_ls_fa2.cuh (forward)
+// and llmc/cuda/attention_ls_fa2_bwd.cuh (backward) of the bf16 build and
+// llmc/cuda/attention_ls_scalar.cuh of the FP32 build, what they share in
 // llmc/cuda/attention_ls_common.cuh, the per-element math and tile ranges in llmc/core/attention_tiles.h.
 #pragma once
 #include <algorithm>
@@ -55,38 +47,24 @@
 #include "llmc/core/attention_split.h"
 #include "llmc/core/attention_tiles.h"
 #include "llmc/cuda/attention_ls_common.cuh"
+#if defined(ENABLE_FP32)
+#include "llmc/cuda/attention_ls_scalar.cuh"
+#else
 #include "llmc/cuda/attention_ls_fa2.cuh"
 #include "llmc/cuda/attention_ls_fa2_bwd.cuh"
-#include "llmc/cuda/attention_ls_mma.cuh"
-#include "llmc/cuda/attention_ls_scalar.cuh"
+#endif
 #include "llmc/cuda/common.cuh"
 #include "llmc/core/error.h"
 
 namespace llmc::cuda {
 
-// Scalar: fp32-FMA kernels. Mma: the first tensor-core forward + the tensor-core backward.
-// Fa2: the FlashAttention-2-class forward (llmc/cuda/attention_ls_fa2.cuh) + the Mma backward.
-// Fa2Bwd: the Fa2 forward + the FlashAttention-2-class backward (llmc/cuda/attention_ls_fa2_bwd.cuh).
-// Fa2OnePass: the Fa2 forward + the one-pass backward (same file; lab only).
-enum class AttnKernel { Scalar, Mma, Fa2, Fa2Bwd, Fa2OnePass };
-
-// Whether a kind's forward soft-caps with tanh.approx.f32 (the FA2-class forward) rather than
-// tanhf: whatever recomputes p = exp(s' - lse) from that forward's lse caps the same way (the
-// FA2-class backward does; the Mma backward after the Fa2 forward, a lab pairing, does not).
-inline bool attention_caps_with_tanh_approx(AttnKernel kind) {
+// Whether the forward soft-caps with tanh.approx.f32 (the FA2-class forward) rather than tanhf
+// (the scalar one): whatever recomputes p = exp(s' - lse) from the forward's lse caps the same way.
+inline bool attention_caps_with_tanh_approx() {
 #if defined(ENABLE_FP32)
-    (void)kind;
-    return false;  // the FP32 build runs the Scalar kernels for every kind
+    return false;
 #else
-    return kind == AttnKernel::Fa2 || kind == AttnKernel::Fa2Bwd || kind == AttnKernel::Fa2OnePass;
-#endif
-}
-
-inline AttnKernel attention_default_kernel() {
-#if defined(ENABLE_FP32)
-    return AttnKernel::Scalar;
-#else
-    return AttnKernel::Fa2Bwd;
+    return true;
 #endif
 }
 
@@ -119,14 +97,14 @@ inline AttnSplitPlan attention_split_plan(AttnSplitGeom geom, int B, int NH, int
 // tile of 64 over query tiles of 64, 32 at hd 128: Fa2BwdKvSmem), and their partials' floats per block
 // (Fa2Partial<HD> in llmc/cuda/attention_ls_fa2.cuh; dQ; dK + dV: 4 floats per 8 dims per thread).
 inline AttnSplitGeom attention_split_geom_rows(int T, int P) {
-    return AttnSplitGeom{T, kAttnMmaBQ, kAttnMmaBK, P, false, false};
+    return AttnSplitGeom{T, kAttnFa2BQ, kAttnFa2BK, P, false, false};
 }
 inline AttnSplitGeom attention_split_geom_kv(int T, int P, int hd) {
-    return AttnSplitGeom{T, hd == 128 ? 32 : kAttnMmaBQ, kAttnMmaBK, P, false, true};
+    return AttnSplitGeom{T, hd == 128 ? 32 : kAttnFa2BQ, kAttnFa2BK, P, false, true};
 }
-inline size_t attention_split_fwd_floats(int hd) { return (size_t)(hd / 2 + 12) * kAttnMmaThreads; }
-inline size_t attention_split_dq_floats(int hd) { return (size_t)(hd / 2) * kAttnMmaThreads; }
-inline size_t attention_split_dkv_floats(int hd) { return (size_t)hd * kAttnMmaThreads; }
+inline size_t attention_split_fwd_floats(int hd) { return (size_t)(hd / 2 + 12) * kAttnFa2Threads; }
+inline size_t attention_split_dq_floats(int hd) { return (size_t)(hd / 2) * kAttnFa2Threads; }
+inline size_t attention_split_dkv_floats(int hd) { return (size_t)hd * kAttnFa2Threads; }
 
 // Where the FA2-class kernels' split tile loops keep their state. part: attention_split_scratch_floats(B,
 // T, C, NH, G, P, tiles) floats, any contents (null: no loop is split); arrivals:
@@ -152,6 +130,7 @@ inline size_t attention_split_scratch_floats(int B, int T, int C, int NH, int G,
 // One counter per (b, h, outer tile): query tiles of 32 rows bound both tile sizes.
 inline size_t attention_split_arrivals(int B, int T, int NH) { return (size_t)B * NH * ceil_div(T, 32); }
 
+#if !defined(ENABLE_FP32)
 // The kernels' split argument for a launch with plan (the scratch unused when nothing splits).
 inline Fa2Split attention_split_args(const AttnSplitPlan& plan, int B, const AttnSplitScratch& scratch) {
     Fa2Split a;
@@ -162,9 +141,10 @@ inline Fa2Split attention_split_args(const AttnSplitPlan& plan, int B, const Att
     a.arrivals = scratch.arrivals;
     if (plan.blocks > 2147483647u)
         throw InputError("attention: " + std::to_string(plan.blocks) +
-                         " blocks in one launch exceed the grid's 2^31-1; use a smaller batch or a shorter -t");
+                         " blocks in one launch exceed the grid's 2^31-1; use fewer batch rows or a shorter sequence");
     return a;
 }
+#endif
 // The plan a launch uses: without scratch nothing is split (every kind one chunk of all inner tiles).
 inline AttnSplitPlan attention_split_plan_for(AttnSplitGeom geom, int B, int NH, int G, const AttnSplitScratch& s) {
     return attention_split_plan(geom, B, NH, G, s.part && s.arrivals ? s.tiles : geom.n_inner());
@@ -174,29 +154,6 @@ inline AttnSplitPlan attention_split_plan_for(AttnSplitGeom geom, int B, int NH,
 inline size_t attention_ls_backward_scratch_floats(int B, int T, int C, int NH) {
     (void)C;
     return (size_t)B * NH * T;
-}
-
-// The one-pass backward's dQ parts per query tile of 64 of a head kind (Fa2DqParts::span_local /
-// span_global): the most key tiles of 64 such a query tile visits.
-inline int attention_dq_parts_span(int T, bool local, int P) {
-    int span = 0;
-    for (int qt = 0; qt < (int)ceil_div(T, kAttnMmaBQ); qt++)
-        span = std::max(span, attn_kv_tile_end(qt, kAttnMmaBQ, kAttnMmaBK, T) -
-                                  attn_kv_tile_begin(qt, kAttnMmaBQ, kAttnMmaBK, local, P));
-    return span;
-}
-// The one-pass backward's dQ parts (AttnKernel::Fa2OnePass at hd 32 / 64 in the bf16 build; 0
-// otherwise): per batch row, head and query tile of 64, span blocks of 64 x hd fp32 (fa2_dq_part_block).
-inline size_t attention_dq_parts_floats(AttnKernel kind, int B, int T, int C, int NH, int G, int P) {
-#if !defined(ENABLE_FP32)
-    if (kind == AttnKernel::Fa2OnePass && C / NH <= 64) {
-        const size_t spans =
-            (size_t)(NH - G) * attention_dq_parts_span(T, true, P) + (size_t)G * attention_dq_parts_span(T, false, P);
-        return (size_t)B * ceil_div(T, kAttnMmaBQ) * spans * kAttnMmaBQ * (C / NH);
-    }
-#endif
-    (void)kind, (void)B, (void)T, (void)C, (void)NH, (void)G, (void)P;
-    return 0;
 }
 
 // The one head-size dispatch: f(std::integral_constant<int, HD>{}) for hd 32, 64 or 128 (the sizes
@@ -214,30 +171,51 @@ inline void attention_ls_check_args(int B, int T, int C, int NH, int G, int P) {
                          "); pass a non-empty batch");
     if (NH < 1 || C < 1 || C % NH != 0)
         throw InputError("attention: channels C=" + std::to_string(C) + " must be a positive multiple of heads NH=" +
-                         std::to_string(NH) + "; change --channels or --heads");
+                         std::to_string(NH) + "; pick C and NH with C % NH == 0");
     const int hd = C / NH;
     if (!cuda_head_size_supported(hd))
-        throw InputError("attention: the CUDA kernel supports head size 32, 64 or 128, got C/NH=" + std::to_string(hd) +
-                         "; change --channels or --heads");
+        throw InputError("attention: the CUDA kernels support head size 32, 64 or 128, got C/NH=" + std::to_string(hd) +
+                         "; pick C and NH with C/NH one of those");
     if (G < 0 || G > NH)
         throw InputError("attention: global heads G=" + std::to_string(G) + " must be in [0, NH=" + std::to_string(NH) +
-                         "]; change --global-heads");
-    if (P < 1) throw InputError("attention: window P=" + std::to_string(P) + " must be >= 1; change --window");
+                         "]");
+    if (P < 1) throw InputError("attention: window P=" + std::to_string(P) + " must be >= 1");
     // grid (B*NH, tiles): gridDim.y <= 65535 tiles of 32 rows
-    if (ceil_div(T, kAttnScalarBQ) > 65535)
-        throw InputError("attention: sequence length T=" + std::to_string(T) + " exceeds the CUDA kernel's limit " +
-                         std::to_string(65535 * kAttnScalarBQ) + "; use a shorter -t");
+    static_assert(kCudaAttnMaxSeqLen == 65535L * kAttnScalarBQ, "the app layer's limit (llmc/core/attention_tiles.h)");
+    if (T > kCudaAttnMaxSeqLen)
+        throw InputError("attention: sequence length T=" + std::to_string(T) + " exceeds the CUDA kernels' limit " +
+                         std::to_string(kCudaAttnMaxSeqLen) + "; use a shorter sequence");
     if ((long)B * NH > 2147483647L)
-        throw InputError("attention: B*NH=" + std::to_string((long)B * NH) + " exceeds 2^31-1; use a smaller batch");
+        throw InputError("attention: B*NH=" + std::to_string((long)B * NH) +
+                         " exceeds 2^31-1; use fewer batch rows or heads");
 }
 
-// The tensor-core kernels (Mma, FA2-class) move qkv / out / dout / dqkv with 16-byte (int4) accesses.
+// The FA2-class kernels move qkv / out / dout / dqkv with 16-byte (int4) accesses.
 inline void attention_ls_check_aligned(const void* p, const char* what) {
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
         throw InputError(std::string("attention: ") + what +
                          " is not 16-byte aligned; pass a pointer from cudaMalloc "
                          "(or offset by a multiple of 8 bf16 elements)");
 }
+
+// One attention call as the host describes it to attention_forward / attention_backward (the
+// trainer's and the lab's one entry point each). The kernels keep positional scalars
+// (docs/attention_kernel.md, "Dispatch and arguments").
+struct AttnCall {
+    int B = 0, T = 0;      // batch rows, sequence length
+    int C = 0, NH = 0;     // channels, heads: head size hd() = C / NH (32, 64 or 128)
+    int G = 0;             // global heads: heads NH-G .. NH-1 (the others local)
+    int P = 1;             // local window: query i sees keys max(0, i-P+1) .. i
+    float softcap = 0.0f;  // > 0: the softmax sees softcap * tanh(s / softcap)
+    // Forward statistics: with stats_part non-null each block leaves its partial there
+    // (attention_stats_scratch_floats(B, T, NH) floats at most; attention_stats_reduce merges them);
+    // near_n >= 1 (needs stats_part): the near/far fields too, at that distance (0: none).
+    float* stats_part = nullptr;
+    int near_n = 0;
+    float* bwd_scratch = nullptr;  // backward: attention_ls_backward_scratch_floats(B, T, C, NH) floats (D)
+    AttnSplitScratch split;        // the FA2-class kernels' split tile loops (default: nothing split)
+    int hd() const { return C / NH; }
+};
 
 // ------------------------------------------------------------------------------------------------
 // Host launchers
@@ -250,86 +228,62 @@ inline void attn_set_smem(KernelT kernel, size_t bytes) {
 }
 
 template <int HD, bool STATS, bool NEAR>
-inline void attn_forward_launch(AttnKernel kind, floatX* out, float* lse, const floatX* qkv, int B, int T, int C,
-                                int NH, int G, int P, float softcap, float* part, int near_n, int& nqt,
-                                AttnSplitScratch split_scratch, cudaStream_t st) {
+inline int attn_forward_launch(const AttnCall& a, floatX* out, float* lse, const floatX* qkv, cudaStream_t st) {
+    const int B = a.B, T = a.T, C = a.C, NH = a.NH, G = a.G, P = a.P;
 #if !defined(ENABLE_FP32)
-    if (kind == AttnKernel::Fa2 || kind == AttnKernel::Fa2Bwd || kind == AttnKernel::Fa2OnePass) {
-        attention_ls_check_aligned(qkv, "qkv");
-        attention_ls_check_aligned(out, "out");
-        nqt = (int)ceil_div(T, kAttnMmaBQ);
-        static_assert(Fa2Partial<HD>::floats == (size_t)(HD / 2 + 12) * kAttnMmaThreads, "attention_split_fwd_floats");
-        const AttnSplitPlan plan = attention_split_plan_for(attention_split_geom_rows(T, P), B, NH, G, split_scratch);
-        const Fa2Split split = attention_split_args(plan, B, split_scratch);
-        const dim3 grid((unsigned)plan.blocks);
-        const size_t bytes = Fa2FwdSmem<HD>::bytes;
-        auto go = [&](auto kernel) {  // soft-cap as a template parameter: one dispatch here
-            attn_set_smem(kernel, bytes);
-            launch_kernel(kernel, grid, kAttnMmaThreads, bytes, st, out, lse, qkv, T, C, NH, G, P, softcap, part,
-                          near_n, split);
-            CUDA_CHECK_LAUNCH();
-        };
-        if (softcap > 0.0f) go(attn_fwd_fa2_kernel<HD, STATS, NEAR, true>);
-        else go(attn_fwd_fa2_kernel<HD, STATS, NEAR, false>);
-        return;
-    }
-    if (kind == AttnKernel::Mma) {
-        if (NEAR)
-            throw InputError(
-                "attention: the Mma forward has no near/far statistics; use AttnKernel::Fa2 (or drop near_n)");
-        attention_ls_check_aligned(qkv, "qkv");
-        attention_ls_check_aligned(out, "out");
-        nqt = (int)ceil_div(T, kAttnMmaBQ);
-        const dim3 grid(B * NH, nqt);
-        const size_t bytes = MmaFwdSmem<HD>::bytes;
-        attn_set_smem(attn_fwd_mma_kernel<HD, STATS>, bytes);
-        launch_kernel(attn_fwd_mma_kernel<HD, STATS>, grid, kAttnMmaThreads, bytes, st, out, lse, qkv, T, C, NH, G, P,
-                      softcap, part);
+    attention_ls_check_aligned(qkv, "qkv");
+    attention_ls_check_aligned(out, "out");
+    const int nqt = (int)ceil_div(T, kAttnFa2BQ);
+    static_assert(Fa2Partial<HD>::floats == (size_t)(HD / 2 + 12) * kAttnFa2Threads, "attention_split_fwd_floats");
+    const AttnSplitPlan plan = attention_split_plan_for(attention_split_geom_rows(T, P), B, NH, G, a.split);
+    const Fa2Split split = attention_split_args(plan, B, a.split);
+    const dim3 grid((unsigned)plan.blocks);
+    const size_t bytes = Fa2FwdSmem<HD>::bytes;
+    auto go = [&](auto kernel) {  // soft-cap as a template parameter: one dispatch here
+        attn_set_smem(kernel, bytes);
+        launch_kernel(kernel, grid, kAttnFa2Threads, bytes, st, out, lse, qkv, T, C, NH, G, P, a.softcap, a.stats_part,
+                      a.near_n, split);
         CUDA_CHECK_LAUNCH();
-        return;
-    }
-#endif
-    (void)kind;
-    (void)split_scratch;
-    nqt = (int)ceil_div(T, kAttnScalarBQ);
+    };
+    if (a.softcap > 0.0f) go(attn_fwd_fa2_kernel<HD, STATS, NEAR, true>);
+    else go(attn_fwd_fa2_kernel<HD, STATS, NEAR, false>);
+#else
+    const int nqt = (int)ceil_div(T, kAttnScalarBQ);
     const dim3 grid(B * NH, nqt);
     const size_t bytes = attn_fwd_scalar_smem<HD>();
     attn_set_smem(attn_fwd_scalar_kernel<HD, STATS, NEAR>, bytes);
     launch_kernel(attn_fwd_scalar_kernel<HD, STATS, NEAR>, grid, kAttnScalarThreads, bytes, st, out, lse, qkv, T, C, NH,
-                  G, P, softcap, part, near_n);
+                  G, P, a.softcap, a.stats_part, a.near_n);
     CUDA_CHECK_LAUNCH();
+#endif
+    return nqt;
 }
 
-// The forward with an explicit kernel family, without the statistics' reduction: with stats_part
-// non-null the statistics partials (F floats per (b, h, query tile): F = kAttnStatsNear with
-// near_n >= 1, else kAttnStatsBasic; attention_stats_scratch_floats(B, T, NH) at most) are left
-// there; returns the number of query tiles nqt, which attention_stats_reduce needs. In the FP32 build
-// Mma and Fa2 fall back to Scalar (no fp32 tensor-core path). The Mma path needs sm_80+.
-// split_scratch: AttnSplitScratch (default: the Fa2 forward splits no key range).
-inline int attention_ls_forward_partials_with(AttnKernel kind, floatX* out, float* lse, const floatX* qkv, int B, int T,
-                                              int C, int NH, int G, int P, float softcap, float* stats_part,
-                                              cudaStream_t st, int near_n = 0, AttnSplitScratch split_scratch = {}) {
-    attention_ls_check_args(B, T, C, NH, G, P);
-    if (near_n < 0 || (near_n > 0 && !stats_part))
-        throw InputError("attention: near/far distance " + std::to_string(near_n) +
+// The forward: out (B, T, C) and lse (B, NH, T) overwritten; with a.stats_part the statistics
+// partials (F floats per (b, h, query tile): F = kAttnStatsNear with near_n >= 1, else
+// kAttnStatsBasic) are left there. Returns the number of query tiles nqt, which
+// attention_stats_reduce needs to merge them.
+inline int attention_forward(const AttnCall& a, floatX* out, float* lse, const floatX* qkv, cudaStream_t st) {
+    attention_ls_check_args(a.B, a.T, a.C, a.NH, a.G, a.P);
+    if (a.near_n < 0 || (a.near_n > 0 && !a.stats_part))
+        throw InputError("attention: near/far distance " + std::to_string(a.near_n) +
                          " needs stats and must be >= 1 (0 = no near/far statistics)");
-    const int hd = C / NH;
     int nqt = 0;
     auto by_hd = [&](auto stats_tag, auto near_tag) {
-        attention_head_dim_switch(hd, [&](auto hd_tag) {
-            attn_forward_launch<decltype(hd_tag)::value, decltype(stats_tag)::value, decltype(near_tag)::value>(
-                kind, out, lse, qkv, B, T, C, NH, G, P, softcap, stats_part, near_n, nqt, split_scratch, st);
+        attention_head_dim_switch(a.hd(), [&](auto hd_tag) {
+            nqt = attn_forward_launch<decltype(hd_tag)::value, decltype(stats_tag)::value, decltype(near_tag)::value>(
+                a, out, lse, qkv, st);
         });
     };
-    if (!stats_part) by_hd(std::false_type{}, std::false_type{});
-    else if (near_n == 0) by_hd(std::true_type{}, std::false_type{});
+    if (!a.stats_part) by_hd(std::false_type{}, std::false_type{});
+    else if (a.near_n == 0) by_hd(std::true_type{}, std::false_type{});
     else by_hd(std::true_type{}, std::true_type{});
     return nqt;
 }
 
 // Merges the statistics partials of `layers` forwards into their stats, in one launch: layer y's
-// partials at part + y * part_stride (as attention_ls_forward_partials_with left them, nqt query
-// tiles), its stats (F, NH) at stats + y * stats_stride (max, min, += per field).
+// partials at part + y * part_stride (as attention_forward left them, nqt query tiles), its stats
+// (F, NH) at stats + y * stats_stride (max, min, += per field; docs/design.md).
 inline void attention_stats_reduce(float* stats, size_t stats_stride, const float* part, size_t part_stride, int layers,
                                    int B, int NH, int nqt, int near_n, cudaStream_t st) {
     if (layers <= 0) return;
@@ -343,171 +297,70 @@ inline void attention_stats_reduce(float* stats, size_t stats_stride, const floa
     CUDA_CHECK_LAUNCH();
 }
 
-// The forward with an explicit kernel family (the lab's versions 2, 3 and 5), statistics merged.
-// stats: (kAttnStatsBasic, NH) floats, or (kAttnStatsNear, NH) with near_n >= 1 (0: no near/far).
-inline void attention_ls_forward_with(AttnKernel kind, floatX* out, float* lse, const floatX* qkv, int B, int T, int C,
-                                      int NH, int G, int P, float softcap, float* stats, float* stats_scratch,
-                                      cudaStream_t st, int near_n = 0, AttnSplitScratch split_scratch = {}) {
-    if (stats && !stats_scratch)
-        throw InputError(
-            "attention: stats requested without stats_scratch; pass attention_stats_scratch_floats(B,T,NH) floats");
-    if (near_n > 0 && !stats)
-        throw InputError("attention: near/far distance " + std::to_string(near_n) +
-                         " needs stats and must be >= 1 (0 = no near/far statistics)");
-    const int nqt = attention_ls_forward_partials_with(kind, out, lse, qkv, B, T, C, NH, G, P, softcap,
-                                                       stats ? stats_scratch : nullptr, st, near_n, split_scratch);
-    if (stats) attention_stats_reduce(stats, 0, stats_scratch, 0, 1, B, NH, nqt, near_n, st);
+// The backward's first step: D (B, NH, T) = rowsum(dout * out) per head.
+inline void attention_backward_row_dots(float* D, const floatX* dout, const floatX* out, int B, int T, int C, int NH,
+                                        cudaStream_t st) {
+    const long rows = (long)B * NH * T;
+    launch_kernel(attn_bwd_dot_kernel, (unsigned)ceil_div(rows, 8), 256, 0, st, D, dout, out, B, T, C, NH);
+    CUDA_CHECK_LAUNCH();
 }
 
-// Outputs: out and lse are overwritten; stats (F, NH) are merged into (max, min, += per field;
-// docs/design.md), F = kAttnStatsNear with near_n >= 1, else kAttnStatsBasic. split_scratch as
-// attention_ls_forward_partials_with (chunk size chosen from the shape).
-inline void attention_ls_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int C, int NH, int G, int P,
-                                 float softcap, float* stats, float* stats_scratch, cudaStream_t st, int near_n = 0,
-                                 AttnSplitScratch split_scratch = {}) {
-    attention_ls_forward_with(attention_default_kernel(), out, lse, qkv, B, T, C, NH, G, P, softcap, stats,
-                              stats_scratch, st, near_n, split_scratch);
-}
-
+#if defined(ENABLE_FP32)
 template <int HD>
-inline void attn_backward_launch(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse, const float* D,
-                                 int B, int T, int C, int NH, int G, int P, float softcap, cudaStream_t st) {
+inline void attn_backward_launch(const AttnCall& a, floatX* dqkv, const floatX* dout, const floatX* qkv,
+                                 const float* lse, const float* D, cudaStream_t st) {
+    const int B = a.B, T = a.T, C = a.C, NH = a.NH, G = a.G, P = a.P;
     const size_t kv_bytes = attn_bwd_kv_smem<HD>(), q_bytes = attn_bwd_q_smem<HD>();
     attn_set_smem(attn_bwd_kv_scalar_kernel<HD>, kv_bytes);
     attn_set_smem(attn_bwd_q_scalar_kernel<HD>, q_bytes);
     const dim3 grid_kv(B * NH, (unsigned)ceil_div(T, kAttnScalarBK));
     launch_kernel(attn_bwd_kv_scalar_kernel<HD>, grid_kv, kAttnScalarThreads, kv_bytes, st, dqkv, dout, qkv, lse, D, T,
-                  C, NH, G, P, softcap);
+                  C, NH, G, P, a.softcap);
     CUDA_CHECK_LAUNCH();
     const dim3 grid_q(B * NH, (unsigned)ceil_div(T, kAttnScalarBQ));
     launch_kernel(attn_bwd_q_scalar_kernel<HD>, grid_q, kAttnScalarThreads, q_bytes, st, dqkv, dout, qkv, lse, D, T, C,
-                  NH, G, P, softcap);
+                  NH, G, P, a.softcap);
     CUDA_CHECK_LAUNCH();
 }
-
-#if !defined(ENABLE_FP32)
+#else
 template <int HD>
-inline void attn_backward_mma_launch(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
-                                     const float* D, int B, int T, int C, int NH, int G, int P, float softcap,
-                                     cudaStream_t st) {
-    const size_t kv_bytes = MmaBwdKvSmem<HD>::bytes, q_bytes = MmaBwdQSmem<HD>::bytes;
-    attn_set_smem(attn_bwd_kv_mma_kernel<HD>, kv_bytes);
-    attn_set_smem(attn_bwd_q_mma_kernel<HD>, q_bytes);
+inline void attn_backward_launch(const AttnCall& a, floatX* dqkv, const floatX* dout, const floatX* qkv,
+                                 const float* lse, const float* D, cudaStream_t st) {
+    const int B = a.B, T = a.T, C = a.C, NH = a.NH, G = a.G, P = a.P;
     attention_ls_check_aligned(dqkv, "dqkv");
     attention_ls_check_aligned(dout, "dout");
     attention_ls_check_aligned(qkv, "qkv");
-    const dim3 grid_kv(B * NH, (unsigned)ceil_div(T, MmaBwdKvSmem<HD>::BK));
-    launch_kernel(attn_bwd_kv_mma_kernel<HD>, grid_kv, kAttnMmaThreads, kv_bytes, st, dqkv, dout, qkv, lse, D, T, C, NH,
-                  G, P, softcap);
-    CUDA_CHECK_LAUNCH();
-    const dim3 grid_q(B * NH, (unsigned)ceil_div(T, MmaBwdQSmem<HD>::BQ));
-    launch_kernel(attn_bwd_q_mma_kernel<HD>, grid_q, kAttnMmaThreads, q_bytes, st, dqkv, dout, qkv, lse, D, T, C, NH, G,
-                  P, softcap);
-    CUDA_CHECK_LAUNCH();
-}
-
-// dq.part non-null (one pass, hd 32 / 64): the dK/dV kernel also writes the dQ parts and
-// attn_bwd_dq_reduce_kernel sums them, instead of the dQ kernel.
-template <int HD>
-inline void attn_backward_fa2_launch(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
-                                     const float* D, int B, int T, int C, int NH, int G, int P, float softcap,
-                                     const AttnSplitScratch& split_scratch, Fa2DqParts dq, cudaStream_t st) {
-    attention_ls_check_aligned(dqkv, "dqkv");
-    attention_ls_check_aligned(dout, "dout");
-    attention_ls_check_aligned(qkv, "qkv");
-    static_assert(Fa2BwdKvSmem<HD>::BQ == (HD == 128 ? 32 : kAttnMmaBQ), "attention_split_geom_kv");
-    const AttnSplitPlan kv_plan = attention_split_plan_for(attention_split_geom_kv(T, P, HD), B, NH, G, split_scratch);
-    const Fa2Split kv_split = attention_split_args(kv_plan, B, split_scratch);
-    if constexpr (kFa2BwdARegs<HD>) {
-        if (dq.part) {  // one pass
-            constexpr size_t kv_bytes = Fa2BwdKvSmem<HD>::bytes + kFa2BwdOnePassExtraBytes;
-            auto go = [&](auto kv_kernel) {  // soft-cap as a template parameter: one dispatch here
-                attn_set_smem(kv_kernel, kv_bytes);
-                launch_kernel(kv_kernel, dim3((unsigned)kv_plan.blocks), kAttnMmaThreads, kv_bytes, st, dqkv, dout, qkv,
-                              lse, D, T, C, NH, G, P, softcap, kv_split, dq);
-                CUDA_CHECK_LAUNCH();
-            };
-            if (softcap > 0.0f) go(attn_bwd_kv_fa2_kernel<HD, true, true>);
-            else go(attn_bwd_kv_fa2_kernel<HD, false, true>);
-            const long reduce_blocks = (long)B * NH * ceil_div(T, kAttnMmaBQ);
-            if (reduce_blocks > 2147483647L)
-                throw InputError("attention: B * NH * ceil(T/64) = " + std::to_string(reduce_blocks) +
-                                 " blocks exceed the grid's 2^31-1; use a smaller batch");
-            launch_kernel(attn_bwd_dq_reduce_kernel<HD>, (unsigned)reduce_blocks, kAttnMmaThreads, 0, st, dqkv, dq, T,
-                          C, NH, G, P);
-            CUDA_CHECK_LAUNCH();
-            return;
-        }
-    }
-    const AttnSplitPlan q_plan = attention_split_plan_for(attention_split_geom_rows(T, P), B, NH, G, split_scratch);
-    const Fa2Split q_split = attention_split_args(q_plan, B, split_scratch);
+    static_assert(Fa2BwdKvSmem<HD>::BQ == (HD == 128 ? 32 : kAttnFa2BQ), "attention_split_geom_kv");
+    const AttnSplitPlan kv_plan = attention_split_plan_for(attention_split_geom_kv(T, P, HD), B, NH, G, a.split);
+    const Fa2Split kv_split = attention_split_args(kv_plan, B, a.split);
+    const AttnSplitPlan q_plan = attention_split_plan_for(attention_split_geom_rows(T, P), B, NH, G, a.split);
+    const Fa2Split q_split = attention_split_args(q_plan, B, a.split);
     auto go = [&](auto kv_kernel, auto q_kernel) {  // soft-cap as a template parameter: one dispatch here
         attn_set_smem(kv_kernel, Fa2BwdKvSmem<HD>::bytes);
         attn_set_smem(q_kernel, Fa2BwdQSmem<HD>::bytes);
-        launch_kernel(kv_kernel, dim3((unsigned)kv_plan.blocks), kAttnMmaThreads, Fa2BwdKvSmem<HD>::bytes, st, dqkv,
-                      dout, qkv, lse, D, T, C, NH, G, P, softcap, kv_split, Fa2DqParts{});
+        launch_kernel(kv_kernel, dim3((unsigned)kv_plan.blocks), kAttnFa2Threads, Fa2BwdKvSmem<HD>::bytes, st, dqkv,
+                      dout, qkv, lse, D, T, C, NH, G, P, a.softcap, kv_split);
         CUDA_CHECK_LAUNCH();
-        launch_kernel(q_kernel, dim3((unsigned)q_plan.blocks), kAttnMmaThreads, Fa2BwdQSmem<HD>::bytes, st, dqkv, dout,
-                      qkv, lse, D, T, C, NH, G, P, softcap, q_split);
+        launch_kernel(q_kernel, dim3((unsigned)q_plan.blocks), kAttnFa2Threads, Fa2BwdQSmem<HD>::bytes, st, dqkv, dout,
+                      qkv, lse, D, T, C, NH, G, P, a.softcap, q_split);
         CUDA_CHECK_LAUNCH();
     };
-    if (softcap > 0.0f) go(attn_bwd_kv_fa2_kernel<HD, true>, attn_bwd_q_fa2_kernel<HD, true>);
+    if (a.softcap > 0.0f) go(attn_bwd_kv_fa2_kernel<HD, true>, attn_bwd_q_fa2_kernel<HD, true>);
     else go(attn_bwd_kv_fa2_kernel<HD, false>, attn_bwd_q_fa2_kernel<HD, false>);
 }
 #endif
 
-// The backward with an explicit kernel family: Mma and Fa2 = tensor-core dK/dV and dQ kernels (bf16 build,
-// sm_80+), Fa2Bwd = the FlashAttention-2-class dK/dV and dQ kernels (bf16 build, sm_80+), Fa2OnePass = the
-// one-pass FA2-class backward (dq_parts: attention_dq_parts_floats, its own buffer), Scalar = the
-// fp32-FMA kernels (the FP32 build always runs these; Mma, Fa2, Fa2Bwd and Fa2OnePass fall back to them).
-inline void attention_ls_backward_with(AttnKernel kind, floatX* dqkv, const floatX* dout, const floatX* qkv,
-                                       const floatX* out, const float* lse, int B, int T, int C, int NH, int G, int P,
-                                       float softcap, float* scratch, cudaStream_t st,
-                                       AttnSplitScratch split_scratch = {}, float* dq_parts = nullptr) {
-    attention_ls_check_args(B, T, C, NH, G, P);
-    const int hd = C / NH;
-    float* D = scratch;  // (B, NH, T)
-    const long rows = (long)B * NH * T;
-    launch_kernel(attn_bwd_dot_kernel, (unsigned)ceil_div(rows, 8), 256, 0, st, D, dout, out, B, T, C, NH);
-    CUDA_CHECK_LAUNCH();
-#if !defined(ENABLE_FP32)
-    if (kind == AttnKernel::Fa2Bwd || kind == AttnKernel::Fa2OnePass) {
-        Fa2DqParts dq;
-        if (attention_dq_parts_floats(kind, B, T, C, NH, G, P) > 0) {  // Fa2OnePass at hd 32 / 64
-            if (!dq_parts)
-                throw InputError(
-                    "attention: the one-pass backward needs dq_parts; pass "
-                    "attention_dq_parts_floats(kind, B, T, C, NH, G, P) floats of its own");
-            dq.part = dq_parts;
-            dq.span_local = attention_dq_parts_span(T, true, P);
-            dq.span_global = attention_dq_parts_span(T, false, P);
-        }
-        attention_head_dim_switch(hd, [&](auto hd_tag) {
-            attn_backward_fa2_launch<decltype(hd_tag)::value>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap,
-                                                              split_scratch, dq, st);
-        });
-        return;
-    }
-    if (kind == AttnKernel::Mma || kind == AttnKernel::Fa2) {
-        attention_head_dim_switch(hd, [&](auto hd_tag) {
-            attn_backward_mma_launch<decltype(hd_tag)::value>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, st);
-        });
-        return;
-    }
-#endif
-    (void)kind;
-    attention_head_dim_switch(hd, [&](auto hd_tag) {
-        attn_backward_launch<decltype(hd_tag)::value>(dqkv, dout, qkv, lse, D, B, T, C, NH, G, P, softcap, st);
-    });
-}
-
-// Contract function: dqkv (B, T, 3C) OVERWRITTEN; scratch: attention_ls_backward_scratch_floats;
-// split_scratch: AttnSplitScratch (default: the FA2-class backward splits no tile loop).
-inline void attention_ls_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out,
-                                  const float* lse, int B, int T, int C, int NH, int G, int P, float softcap,
-                                  float* scratch, cudaStream_t st, AttnSplitScratch split_scratch = {}) {
-    attention_ls_backward_with(attention_default_kernel(), dqkv, dout, qkv, out, lse, B, T, C, NH, G, P, softcap,
-                               scratch, st, split_scratch);
+// The backward: dqkv (B, T, 3C) OVERWRITTEN from dout (B, T, C), the forward's qkv, out and lse;
+// a.bwd_scratch holds D (attention_ls_backward_scratch_floats floats, any contents).
+inline void attention_backward(const AttnCall& a, floatX* dqkv, const floatX* dout, const floatX* qkv,
+                               const floatX* out, const float* lse, cudaStream_t st) {
+    attention_ls_check_args(a.B, a.T, a.C, a.NH, a.G, a.P);
+    if (!a.bwd_scratch)
+        throw InputError("attention: the backward needs bwd_scratch; pass attention_ls_backward_scratch_floats floats");
+    float* D = a.bwd_scratch;  // (B, NH, T)
+    attention_backward_row_dots(D, dout, out, a.B, a.T, a.C, a.NH, st);
+    attention_head_dim_switch(
+        a.hd(), [&](auto hd_tag) { attn_backward_launch<decltype(hd_tag)::value>(a, dqkv, dout, qkv, lse, D, st); });
 }
 
 }  // namespace llmc::cuda

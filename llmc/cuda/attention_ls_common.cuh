@@ -1,10 +1,10 @@
-// Pieces shared by the LS-attention kernel families (llmc/cuda/attention_ls_scalar.cuh,
-// llmc/cuda/attention_ls_mma.cuh, llmc/cuda/attention_ls_fa2.cuh, llmc/cuda/attention_ls_fa2_bwd.cuh)
+// Pieces shared by the LS-attention kernel families (llmc/cuda/attention_ls_scalar.cuh of the FP32
+// build, llmc/cuda/attention_ls_fa2.cuh and llmc/cuda/attention_ls_fa2_bwd.cuh of the bf16 build)
 // and the launchers
 // (llmc/cuda/attention_ls.cuh): tile sizes, the grid layout, the statistics fields with their
 // block-level merge and per-head reduce, and the backward's D kernel.
 //
-// Grid layout of the scalar and Mma kernels: blockIdx.x = b*NH + h (up to 2^31-1, so any B*NH),
+// Grid layout of the scalar kernels: blockIdx.x = b*NH + h (up to 2^31-1, so any B*NH),
 // blockIdx.y = tile slot (<= 65535: T <= 65535 * 32, checked by attention_ls_check_args). Blocks are
 // issued x-fastest, so all heads' slot-0 tiles (the longest ones) go first. The FA2-class kernels
 // take a 1-D grid of work items instead (llmc/core/attention_split.h).
@@ -20,10 +20,10 @@ namespace llmc::cuda {
 constexpr int kAttnScalarBQ = 32;
 constexpr int kAttnScalarBK = 32;
 constexpr int kAttnScalarThreads = 128;
-// Mma kernels: 64 query rows (16 per warp) x 64 keys per tile.
-constexpr int kAttnMmaBQ = 64;
-constexpr int kAttnMmaBK = 64;
-constexpr int kAttnMmaThreads = 128;
+// FA2-class kernels: 64 query rows (16 per warp) x 64 keys per tile.
+constexpr int kAttnFa2BQ = 64;
+constexpr int kAttnFa2BK = 64;
+constexpr int kAttnFa2Threads = 128;
 
 // 1/sqrt(hd) exactly as the CPU reference computes it (IEEE sqrt and division).
 __device__ inline float attn_scale(int hd) { return 1.0f / sqrtf((float)hd); }

@@ -1,7 +1,6 @@
-// LS-attention forward, FlashAttention-2 class (AttnKernel::Fa2): bf16 mma.sync m16n8k16 with fp32
-// accumulation, sm_80+, bf16 build only. Launched by llmc/cuda/attention_ls.cuh; the trainer pairs it
-// with the FA2-class backward (AttnKernel::Fa2Bwd, llmc/cuda/attention_ls_fa2_bwd.cuh), the lab also
-// with the Mma backward (AttnKernel::Fa2). Design: docs/attention_kernel.md.
+// LS-attention forward, FlashAttention-2 class: bf16 mma.sync m16n8k16 with fp32 accumulation,
+// sm_80+, the bf16 build's forward. Launched by llmc/cuda/attention_ls.cuh, paired with the
+// FA2-class backward (llmc/cuda/attention_ls_fa2_bwd.cuh). Design: docs/attention_kernel.md.
 //
 // Block: 64 query rows (4 warps x 16 rows) of one (b, h); key / value tiles of 64 keys; a long key
 // range is cut into chunks over several blocks whose partials the last to arrive merges
@@ -38,11 +37,13 @@
 // qkv and out are accessed with 16- and 4-byte accesses: 16-byte aligned base pointers (the
 // launcher checks).
 #pragma once
+#include <cstring>
+
 #include "llmc/core/attention_split.h"
 #include "llmc/core/smem_swizzle.h"
 #include "llmc/cuda/attention_ls_common.cuh"
-#include "llmc/cuda/attention_ls_mma.cuh"  // pack_bf16x2, mma_acc_to_a, mma_store_row
-#include "llmc/cuda/grid_arrival.cuh"      // arrive_last
+#include "llmc/cuda/grid_arrival.cuh"   // arrive_last
+#include "llmc/cuda/mma_fragments.cuh"  // pack_bf16x2, mma_acc_to_a, mma_store_row
 #include "llmc/cuda/ptx.cuh"  // mma_bf16_16816, ldmatrix_x4(_trans), cp_async_*, ex2_approx_ftz, redux_sync_or_b32
 
 namespace llmc::cuda {
@@ -75,7 +76,7 @@ struct Fa2ScoreBitTables {
 
 template <int HD>
 struct Fa2FwdSmem {
-    static constexpr int TILE = kAttnMmaBK * HD;  // elements of one 64-row tile (Q, K or V)
+    static constexpr int TILE = kAttnFa2BK * HD;  // elements of one 64-row tile (Q, K or V)
     // sQ, sK[2], sV[2] | the score-bit tables
     static constexpr size_t tables = sizeof(__nv_bfloat16) * 5 * (size_t)TILE;
     static constexpr size_t bytes = tables + sizeof(Fa2ScoreBitTables);
@@ -87,10 +88,10 @@ struct Fa2FwdSmem {
 // chunk t % CH of rows t / CH + RSTEP * it: RSTEP = 128 / CH rows apart, a multiple of 8, so every
 // row it copies has the same swizzled chunk (only the row offset changes). A tile whose rows are all
 // < T (every tile but a ragged last one) takes no per-row test and no zero-fill select.
-template <int HD, int ROWS = kAttnMmaBK>
+template <int HD, int ROWS = kAttnFa2BK>
 struct Fa2TileCopy {
-    static constexpr int CH = HD / 8, RSTEP = kAttnMmaThreads / CH, ITER = ROWS / RSTEP;
-    static_assert(kAttnMmaThreads % CH == 0 && RSTEP % 8 == 0 && ROWS % RSTEP == 0, "rows 8k apart");
+    static constexpr int CH = HD / 8, RSTEP = kAttnFa2Threads / CH, ITER = ROWS / RSTEP;
+    static_assert(kAttnFa2Threads % CH == 0 && RSTEP % 8 == 0 && ROWS % RSTEP == 0, "rows 8k apart");
     const char* src;     // chunk ch of row 0 of the part; row r0 + r is (r0 + r) * row_bytes further
     uint32_t row_bytes;  // stride * 2
     uint32_t dst;        // byte offset of (row r, chunk ch) in a swizzled tile
@@ -265,7 +266,7 @@ __device__ __forceinline__ void fa2_store_acc(const float (&acc)[N][4], float* s
 #pragma unroll
     for (int n = 0; n < N; n++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) slot[(4 * n + e) * kAttnMmaThreads + threadIdx.x] = acc[n][e];
+        for (int e = 0; e < 4; e++) slot[(4 * n + e) * kAttnFa2Threads + threadIdx.x] = acc[n][e];
 }
 template <int N, typename SlotOf>
 __device__ __forceinline__ void fa2_sum_acc(float (&acc)[N][4], int j_first, int chunks, SlotOf slot) {
@@ -276,7 +277,7 @@ __device__ __forceinline__ void fa2_sum_acc(float (&acc)[N][4], int j_first, int
 #pragma unroll
         for (int n = 0; n < N; n++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) acc[n][e] += p[(4 * n + e) * kAttnMmaThreads];
+            for (int e = 0; e < 4; e++) acc[n][e] += p[(4 * n + e) * kAttnFa2Threads];
     }
 }
 
@@ -287,12 +288,12 @@ struct Fa2Partial {
     static constexpr int kO = 4 * (HD / 8);  // o[db][e] at field 4 db + e
     // then m[2], l[2], es[2], nl[2], smax, smin, nmax, fmax
     static constexpr int kFields = kO + 12;
-    static constexpr size_t floats = (size_t)kFields * kAttnMmaThreads;
+    static constexpr size_t floats = (size_t)kFields * kAttnFa2Threads;
 };
 
 template <int HD, bool STATS, bool NEAR>
 __device__ __forceinline__ void fa2_store_partial(const Fa2Rows<HD>& st, float* slot) {
-    constexpr int O = Fa2Partial<HD>::kO, NT = kAttnMmaThreads;
+    constexpr int O = Fa2Partial<HD>::kO, NT = kAttnFa2Threads;
     float* p = slot + threadIdx.x;
 #pragma unroll
     for (int db = 0; db < HD / 8; db++)
@@ -316,7 +317,7 @@ __device__ __forceinline__ void fa2_store_partial(const Fa2Rows<HD>& st, float* 
 // written).
 template <int HD, bool STATS, bool NEAR, typename SlotOf>
 __device__ __forceinline__ void fa2_merge_partials(Fa2Rows<HD>& st, int j_first, int chunks, float mul, SlotOf slot) {
-    constexpr int O = Fa2Partial<HD>::kO, NT = kAttnMmaThreads;
+    constexpr int O = Fa2Partial<HD>::kO, NT = kAttnFa2Threads;
     float m_use[2];
 #pragma unroll
     for (int hf = 0; hf < 2; hf++) {
@@ -361,10 +362,10 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const Fa2ScoreBitTable
                                          const __nv_bfloat16* sQ, const __nv_bfloat16* sK, const __nv_bfloat16* sV,
                                          const int (&i_row)[2], int k0, int r0, int T, bool local, int P, float mul,
                                          float scale_over_cap, int near_n) {
-    constexpr int KS = HD / 16, NB = kAttnMmaBK / 8, DB = HD / 8;
+    constexpr int KS = HD / 16, NB = kAttnFa2BK / 8, DB = HD / 8;
     // a global head as a local one with a window past every row (key_lo = 0 for rows < T + 64): one
     // code path for both kinds
-    const int window = local ? P : T + kAttnMmaBQ;
+    const int window = local ? P : T + kAttnFa2BQ;
     // masked: row hf sees keys [key_lo, i] (none past T): bit 2nb + e + 16hf of vis_bits is score
     // s[nb][2hf + e]'s. vis_any: the OR of vis_bits over the warp (one REDUX, its result in a
     // uniform register); the warp sees 16-key pair np when any of its bits 4np .. 4np+3 (either row)
@@ -428,7 +429,7 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const Fa2ScoreBitTable
     const unsigned near_vis = near_bits & vis_bits, far_vis = ~near_bits & vis_bits;
     // near/far: the masked body tests each score; the unmasked one gets only tiles whose pairs are
     // all near (near_kind 1) or all far (-1) for this warp's rows
-    const bool all_near = NEAR && !MASK && attn_tile_near_kind(r0, r0 + 15, k0, k0 + kAttnMmaBK - 1, near_n) > 0;
+    const bool all_near = NEAR && !MASK && attn_tile_near_kind(r0, r0 + 15, k0, k0 + kAttnFa2BK - 1, near_n) > 0;
     float mx[2] = {-INFINITY, -INFINITY};
     float rmax = -INFINITY;  // soft-cap: max raw accumulator over the tile's visible pairs (STATS)
 #pragma unroll
@@ -528,7 +529,7 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const Fa2ScoreBitTable
 // chunk of its key tiles); without a split one per (b, h, query tile), longest first), 128
 // threads; warp w owns rows q0 + 16w .. +15. The blocks of a split query tile leave partials and
 // the last to arrive merges them (fa2_merge_partials) and writes the tile's outputs.
-// Outputs as attn_fwd_mma_kernel: out (B, T, C) bf16, lse (B, NH, T) natural log, and with STATS
+// Outputs: out (B, T, C) bf16, lse (B, NH, T) natural log, and with STATS
 // the block's statistics partial (kAttnStatsBasic floats, llmc/cuda/attention_ls_common.cuh) in
 // stats_part; with NEAR (implies STATS) the near/far ones too (kAttnStatsNear floats), split at
 // distance near_n >= 1.
@@ -538,7 +539,7 @@ __device__ __forceinline__ void fa2_tile(Fa2Rows<HD>& st, const Fa2ScoreBitTable
 // with make sass-report: the spills it causes belong in the prologue and the merge, not the tile
 // loop (one exception, <64, true, true, true>; figures: docs/results/attention_journal.md).
 template <int HD, bool STATS, bool NEAR, bool SOFTCAP>
-__global__ void __launch_bounds__(kAttnMmaThreads, HD == 64   ? 3
+__global__ void __launch_bounds__(kAttnFa2Threads, HD == 64   ? 3
                                                    : HD != 32 ? 0
                                                    : !NEAR    ? 4
                                                    : SOFTCAP  ? 0
@@ -547,7 +548,7 @@ __global__ void __launch_bounds__(kAttnMmaThreads, HD == 64   ? 3
                         float softcap, float* stats_part, int near_n, Fa2Split split) {
     static_assert(STATS || !NEAR, "the near/far statistics extend the basic ones");
     constexpr int NF = NEAR ? kAttnStatsNear : kAttnStatsBasic;
-    constexpr int BQ = kAttnMmaBQ, BK = kAttnMmaBK, CH = HD / 8, KS = HD / 16, DB = HD / 8;
+    constexpr int BQ = kAttnFa2BQ, BK = kAttnFa2BK, CH = HD / 8, KS = HD / 16, DB = HD / 8;
     static_assert(BQ == 64 && BK == 64, "4 warps x 16 rows, 8 key blocks of 8");
     constexpr int TILE = Fa2FwdSmem<HD>::TILE;
     LLMC_DYNAMIC_SHARED(unsigned char, smem_raw);
@@ -672,7 +673,7 @@ __global__ void __launch_bounds__(kAttnMmaThreads, HD == 64   ? 3
             v[kAttnNearMax] = st.nmax * scale;
             v[kAttnFarMax] = st.fmax * scale;
         }
-        attn_block_stats<kAttnMmaThreads / 32>(v, stats_part + ((size_t)bh * nqt + qt) * NF);
+        attn_block_stats<kAttnFa2Threads / 32>(v, stats_part + ((size_t)bh * nqt + qt) * NF);
     }
 }
 

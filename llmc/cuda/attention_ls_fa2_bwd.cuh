@@ -1,9 +1,8 @@
-// LS-attention backward, FlashAttention-2 class (AttnKernel::Fa2Bwd, and the one-pass
-// AttnKernel::Fa2OnePass of the lab): bf16 mma.sync m16n8k16 with fp32 accumulation, sm_80+, bf16
-// build only. Launched by llmc/cuda/attention_ls.cuh after attn_bwd_dot_kernel has written
+// LS-attention backward, FlashAttention-2 class: bf16 mma.sync m16n8k16 with fp32 accumulation,
+// sm_80+, the bf16 build's backward. Launched by llmc/cuda/attention_ls.cuh after attn_bwd_dot_kernel has written
 // D_i = dO_i . O_i. Design: docs/attention_kernel.md.
 //
-// Two kernels (Fa2Bwd), each output element summed by one thread in a fixed order, or by the blocks of a
+// Two kernels, each output element summed by one thread in a fixed order, or by the blocks of a
 // split tile loop (llmc/core/attention_split.h) and their partials added in chunk order
 // (deterministic, no float atomics):
 //   dK/dV: key tiles of 64, 4 warps, warp w owns keys k0 + 16w .. +15; K and V stay
@@ -17,9 +16,6 @@
 //          Per key tile: S = Q K^T, dP = dO V^T, dS, dQ += dS K.
 //   (dQ is a pass of its own, which recomputes S and dP, where FlashAttention-2 hands each tile's dS K
 //   over in fp32 through global memory; docs/attention_kernel.md, "Why dQ has a pass of its own".)
-// One pass (Fa2OnePass, hd 32 / 64; the dK/dV kernel's ONEPASS flag): the dK/dV kernel also forms each
-//   visited tile's dS K (dS^T through shared memory) into an fp32 block per (query tile, key tile)
-//   and attn_bwd_dq_reduce_kernel sums a query tile's blocks in key-tile order, instead of the dQ kernel.
 // At hd 32 / 64 a tile is taken one 16-wide pair (16 queries for dK/dV, 16 keys for dQ) at a time
 // through all its products, and a masked tile skips the pairs its warp cannot see (the OR of its
 // threads' score bits); at hd 128 every pair, the products one after the other.
@@ -41,8 +37,7 @@
 #pragma once
 #include "llmc/core/smem_swizzle.h"
 #include "llmc/cuda/attention_ls_common.cuh"
-#include "llmc/cuda/attention_ls_fa2.cuh"  // Fa2TileCopy, fa2_lane_offset, fa2_query_rows_bits
-#include "llmc/cuda/attention_ls_mma.cuh"  // mma_acc_to_a, mma_store_row
+#include "llmc/cuda/attention_ls_fa2.cuh"  // Fa2TileCopy, fa2_lane_offset (and mma_fragments.cuh)
 #include "llmc/cuda/ptx.cuh"  // mma_bf16_16816, ldmatrix_x4(_trans), cp_async_*, ex2_approx_ftz, redux_sync_or_b32
 
 namespace llmc::cuda {
@@ -184,13 +179,9 @@ __device__ __forceinline__ float fa2_bwd_pair(float a, float& dp, float neg_lse2
     return p;
 }
 
-// The one-pass dK/dV kernel's extra shared memory: sdS (64 keys, 64 queries) bf16 and sPairs[4].
-constexpr size_t kFa2BwdDsBytes = sizeof(__nv_bfloat16) * kAttnMmaBK * kAttnMmaBQ;
-constexpr size_t kFa2BwdOnePassExtraBytes = kFa2BwdDsBytes + 4 * sizeof(unsigned);
-
 template <int HD>
 struct Fa2BwdKvSmem {
-    static constexpr int BK = kAttnMmaBK;
+    static constexpr int BK = kAttnFa2BK;
     static constexpr int BQ = HD == 128 ? 32 : 64;  // hd 128: dK + dV + S + dP accumulators without spills
     static constexpr int KV_TILE = BK * HD, Q_TILE = BQ * HD;
     // sK, sV (BK, HD) | sQ[2], sdO[2] (BQ, HD) | sNL[2], sD[2] (BQ) fp32
@@ -199,18 +190,14 @@ struct Fa2BwdKvSmem {
 };
 
 // One query tile of the dK/dV kernel for one warp: keys j_row (this thread's two), queries
-// q0 .. q0+BQ-1 in the swizzled tiles sQ, sdO, their -lse*log2(e) and D in sNL, sD. DQ (the one-pass
-// backward): also stores the warp's dS^T (16 keys x BQ queries, bf16) at ds_rows, its 16 rows of the
-// swizzled (64, BQ) tile sdS, for the pairs it computes; returns the pairs it computed (bits
-// attn_pair_bits(np); all of them on an unmasked tile).
-template <int HD, int BQ, bool SOFTCAP, bool MASK, bool DQ>
-__device__ __forceinline__ unsigned fa2_bwd_kv_tile(float (&dk)[HD / 8][4], float (&dv)[HD / 8][4],
-                                                    const uint32_t (&ka)[kFa2BwdAFrags<HD>][4],
-                                                    const uint32_t (&va)[kFa2BwdAFrags<HD>][4], const char* k_rows,
-                                                    const char* v_rows, const __nv_bfloat16* sQ,
-                                                    const __nv_bfloat16* sdO, const float* sNL, const float* sD,
-                                                    char* ds_rows, const int (&j_row)[2], int q0, int T, bool local,
-                                                    int P, float mul, float scale_over_cap) {
+// q0 .. q0+BQ-1 in the swizzled tiles sQ, sdO, their -lse*log2(e) and D in sNL, sD.
+template <int HD, int BQ, bool SOFTCAP, bool MASK>
+__device__ __forceinline__ void fa2_bwd_kv_tile(float (&dk)[HD / 8][4], float (&dv)[HD / 8][4],
+                                                const uint32_t (&ka)[kFa2BwdAFrags<HD>][4],
+                                                const uint32_t (&va)[kFa2BwdAFrags<HD>][4], const char* k_rows,
+                                                const char* v_rows, const __nv_bfloat16* sQ, const __nv_bfloat16* sdO,
+                                                const float* sNL, const float* sD, const int (&j_row)[2], int q0, int T,
+                                                bool local, int P, float mul, float scale_over_cap) {
     constexpr int NB = BQ / 8;
     const int c = threadIdx.x % 4;
     // masked: key j is seen by the queries [j, min(T-1, j+P-1)] ([j, T-1] for a global head): bit
@@ -252,91 +239,18 @@ __device__ __forceinline__ unsigned fa2_bwd_kv_tile(float (&dk)[HD / 8][4], floa
         [&](float(&s0)[4], float(&s1)[4], float(&d0)[4], float(&d1)[4], int np) {
             fa2_acc_times_block<HD>(dv, s0, s1, do_bytes, np);
             fa2_acc_times_block<HD>(dk, d0, d1, q_bytes, np);
-            if constexpr (DQ) {  // dS^T rows g, g+8 (e / 2), queries np*16 + 2c + {0, 1} (d0), + 8 (d1)
-#pragma unroll
-                for (int hf = 0; hf < 2; hf++) {
-                    const int row = threadIdx.x % 32 / 4 + 8 * hf;
-                    *reinterpret_cast<uint32_t*>(ds_rows + fa2_lane_offset<BQ>(row, 2 * np) + 4 * c) =
-                        pack_bf16x2(d0[2 * hf], d0[2 * hf + 1]);
-                    *reinterpret_cast<uint32_t*>(ds_rows + fa2_lane_offset<BQ>(row, 2 * np + 1) + 4 * c) =
-                        pack_bf16x2(d1[2 * hf], d1[2 * hf + 1]);
-                }
-            }
         });
-    return pairs;
-}
-
-// The one-pass backward's dQ part of one (query tile, key tile) for warp w: dQ_part (queries
-// 16w .. +15 of the tile, HD) = dS K over the tile's 64 keys, A = dS from the swizzled (64 keys, 64
-// queries) tile sds (stored key-major as dS^T: ldmatrix.x4.trans), B = K from the swizzled tile sk
-// (k = key: .trans, as dK's Q). Key block kk (warp kk's 16 keys) is skipped when that warp did not
-// compute the 16-query pair w (pairs[kk]: its dS there is all zero, and sdS holds stale values).
-template <int HD>
-__device__ __forceinline__ void fa2_bwd_dq_part(float (&acc)[HD / 8][4], const char* sds, const char* sk,
-                                                const unsigned* pairs, int w) {
-    const int lane = threadIdx.x % 32, mi = lane / 8, j8 = lane % 8;
-#pragma unroll
-    for (int db = 0; db < HD / 8; db++) acc[db][0] = acc[db][1] = acc[db][2] = acc[db][3] = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < kAttnMmaBK / 16; kk++) {
-        if (!(pairs[kk] & attn_pair_bits(w))) continue;
-        // matrices (queries 0..7 | 8..15) x (keys 0..7 | 8..15), stored as rows = keys: transposed
-        uint32_t xa[4];
-        ldmatrix_x4_trans(xa, sds + fa2_lane_offset<kAttnMmaBQ>(kk * 16 + (mi >> 1) * 8 + j8, 2 * w + (mi & 1)));
-        fa2_a_times_block<HD>(acc, xa, sk, kk);
-    }
-}
-
-// The one-pass backward's dQ parts (fp32): per (b, h, query tile qt of 64, key tile kt of qt's range
-// [attn_kv_tile_begin, attn_kv_tile_end)) one 64 x HD block, in the thread-major order of
-// fa2_store_acc (the dQ-phase accumulators of the dK/dV kernel's 128 threads). Per batch row the
-// local heads' blocks, then the global heads'; per head and query tile span_local / span_global blocks
-// (the widest key-tile range of a query tile of that kind: attention_dq_parts_span). The dK/dV kernel
-// writes the blocks of the (qt, kt) it visits - the same tiles as that range
-// (test/test_attention_tiles.cpp: both loops visit exactly the tiles holding a visible pair) - and
-// attn_bwd_dq_reduce_kernel sums them.
-struct Fa2DqParts {
-    float* part = nullptr;  // null: the two-pass backward (no parts)
-    int span_local = 0, span_global = 0;
-};
-// Head (b, h)'s blocks: block (qt, kt_rel) is head + (qt * span + kt_rel) * 64 * HD floats.
-struct Fa2DqHeadParts {
-    float* head;
-    int span;
-    template <int HD>
-    __device__ __forceinline__ float* block(int qt, int kt_rel) const {
-        return head + ((size_t)qt * span + kt_rel) * (size_t)(kAttnMmaBQ * HD);
-    }
-};
-template <int HD>
-__device__ __forceinline__ Fa2DqHeadParts fa2_dq_head_parts(const Fa2DqParts& dq, int b, int h, int NH, int G,
-                                                            int nqt) {
-    const int NL = NH - G;
-    const size_t row = (size_t)nqt * ((size_t)NL * dq.span_local + (size_t)G * dq.span_global);  // blocks per b
-    const size_t in_row = h < NL ? (size_t)h * nqt * dq.span_local
-                                 : (size_t)nqt * ((size_t)NL * dq.span_local + (size_t)(h - NL) * dq.span_global);
-    return {dq.part + ((size_t)b * row + in_row) * (size_t)(kAttnMmaBQ * HD), h < NL ? dq.span_local : dq.span_global};
 }
 
 // dK, dV: a 1-D grid of the split's blocks (fa2_block_work over key tiles of 64 looping over query
 // tiles: one per (b, h, key tile, chunk of its query tiles)), 128 threads; writes dqkv's k and v
 // parts. The blocks of a split key tile leave their dK, dV sums and the last to arrive adds them in
-// chunk order (fa2_sum_acc) and writes them. ONEPASS (hd 32 / 64): per visited query tile the warps
-// also leave dS^T in shared memory (sdS) and form the tile's dQ part dS K (fa2_bwd_dq_part) into
-// dq's block of (query tile, key tile), which attn_bwd_dq_reduce_kernel sums (no dQ kernel).
-// Registers: the one-pass kernel at hd 64 asks for 3 blocks/SM (ptxas's own choice takes every
-// register: 2 blocks/SM); the others keep ptxas's choice (figures: docs/results/attention_journal.md).
-template <int HD, bool SOFTCAP, bool ONEPASS = false>
-__global__ void __launch_bounds__(kAttnMmaThreads, (ONEPASS && HD == 64) ? 3 : 0)
+// chunk order (fa2_sum_acc) and writes them. Registers: ptxas's own choice.
+template <int HD, bool SOFTCAP>
+__global__ void __launch_bounds__(kAttnFa2Threads, 0)
     attn_bwd_kv_fa2_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv, const float* lse,
-                           const float* D, int T, int C, int NH, int G, int P, float softcap, Fa2Split split,
-                           Fa2DqParts dq) {
-    static_assert(!ONEPASS || kFa2BwdARegs<HD>, "the one-pass backward is built for hd 32 / 64");
+                           const float* D, int T, int C, int NH, int G, int P, float softcap, Fa2Split split) {
     using L = Fa2BwdKvSmem<HD>;
-    // the dQ parts' tiles (sdS, fa2_bwd_dq_part, the reduce kernel): 64 x 64, warp w = query pair w
-    static_assert(!ONEPASS || (L::BQ == kAttnMmaBQ && L::BK == kAttnMmaBK && kAttnMmaBK / 16 == kAttnMmaThreads / 32 &&
-                               kAttnMmaBQ / 16 == kAttnMmaThreads / 32),
-                  "the one-pass dQ part assumes 64 x 64 tiles and one 16-query pair per warp");
     constexpr int BK = L::BK, BQ = L::BQ, KS = HD / 16, DB = HD / 8;
     constexpr float kLog2e = 1.4426950408889634f;
     LLMC_DYNAMIC_SHARED(unsigned char, smem_raw);
@@ -346,9 +260,6 @@ __global__ void __launch_bounds__(kAttnMmaThreads, (ONEPASS && HD == 64) ? 3 : 0
     __nv_bfloat16* sdO = sQ + 2 * L::Q_TILE;                         // [2] (BQ, HD) swizzled
     float* sNL = reinterpret_cast<float*>(sdO + 2 * L::Q_TILE);      // [2] (BQ): -lse * log2(e)
     float* sD = sNL + 2 * BQ;                                        // [2] (BQ): D
-    // ONEPASS: sdS (BK, BQ) bf16 swizzled (dS^T of the current query tile), sPairs[4] (each warp's pairs)
-    char* sdS = reinterpret_cast<char*>(sD + 2 * BQ);
-    unsigned* sPairs = reinterpret_cast<unsigned*>(sdS + kFa2BwdDsBytes);
 
     AttnSplitGeom geom{T, BQ, BK, P, false, true};
     const Fa2BlockWork work = fa2_block_work(split, geom, blockIdx.x, NH, G);
@@ -405,9 +316,6 @@ __global__ void __launch_bounds__(kAttnMmaThreads, (ONEPASS && HD == 64) ? 3 : 0
 #pragma unroll
         for (int e = 0; e < 4; e++) dk[db][e] = dv[db][e] = 0.0f;
 
-    // ONEPASS: this head's dQ parts
-    const Fa2DqHeadParts dq_head =
-        ONEPASS ? fa2_dq_head_parts<HD>(dq, b, h, NH, G, (int)ceil_div(T, BQ)) : Fa2DqHeadParts{nullptr, 0};
     for (int qt = qb; qt < qe; qt++) {
         const int buf = (qt - qb) & 1;
         if (qt != qb) {
@@ -424,34 +332,25 @@ __global__ void __launch_bounds__(kAttnMmaThreads, (ONEPASS && HD == 64) ? 3 : 0
         const __nv_bfloat16* do_tile = sdO + buf * L::Q_TILE;
         const float* nl = sNL + buf * BQ;
         const float* dd = sD + buf * BQ;
-        char* ds_rows = sdS + (uint32_t)warp * (16u * BQ * 2u);
-        const unsigned pairs = attn_tile_needs_mask(qt, kt, BQ, BK, T, local, P)
-                                   ? fa2_bwd_kv_tile<HD, BQ, SOFTCAP, true, ONEPASS>(
-                                         dk, dv, ka, va, k_rows, v_rows, q_tile, do_tile, nl, dd, ds_rows, j_row,
-                                         qt * BQ, T, local, P, mul, scale_over_cap)
-                                   : fa2_bwd_kv_tile<HD, BQ, SOFTCAP, false, ONEPASS>(
-                                         dk, dv, ka, va, k_rows, v_rows, q_tile, do_tile, nl, dd, ds_rows, j_row,
-                                         qt * BQ, T, local, P, mul, scale_over_cap);
-        if constexpr (ONEPASS) {  // dQ part of (qt, kt): warp w takes queries 16w .. +15 over the 64 keys
-            if (lane == 0) sPairs[warp] = pairs;
-            __syncthreads();  // every warp's dS^T and pairs in shared memory
-            float dqp[DB][4];
-            fa2_bwd_dq_part<HD>(dqp, sdS, reinterpret_cast<const char*>(sK), sPairs, warp);
-            fa2_store_acc<DB>(dqp, dq_head.block<HD>(qt, kt - attn_kv_tile_begin(qt, BQ, BK, local, P)));
-        }  // the next trip's barrier orders these reads of sdS before its writes
+        if (attn_tile_needs_mask(qt, kt, BQ, BK, T, local, P))
+            fa2_bwd_kv_tile<HD, BQ, SOFTCAP, true>(dk, dv, ka, va, k_rows, v_rows, q_tile, do_tile, nl, dd, j_row,
+                                                   qt * BQ, T, local, P, mul, scale_over_cap);
+        else
+            fa2_bwd_kv_tile<HD, BQ, SOFTCAP, false>(dk, dv, ka, va, k_rows, v_rows, q_tile, do_tile, nl, dd, j_row,
+                                                    qt * BQ, T, local, P, mul, scale_over_cap);
     }
 
     // decoded again from an opaque block index: the split's fields are not kept live across the loop
     const Fa2BlockWork again = fa2_block_work(split, geom, opaque_u32(blockIdx.x), NH, G);
     if (again.chunks > 1) {  // a split key tile: leave this chunk's sums; the last block adds them
         const long long s0 = again.first_slot(geom) - again.j_first;
-        const auto slot = [&](int j) { return split.part + (size_t)(s0 + j) * (2 * 4 * DB * kAttnMmaThreads); };
+        const auto slot = [&](int j) { return split.part + (size_t)(s0 + j) * (2 * 4 * DB * kAttnFa2Threads); };
         float* mine = slot(again.j);
         fa2_store_acc<DB>(dk, mine);
-        fa2_store_acc<DB>(dv, mine + 4 * DB * kAttnMmaThreads);
+        fa2_store_acc<DB>(dv, mine + 4 * DB * kAttnFa2Threads);
         if (!arrive_last(split.arrivals + (size_t)bh * geom.n_key_tiles() + kt, (uint32_t)again.chunks)) return;
         fa2_sum_acc<DB>(dk, again.j_first, again.chunks, slot);
-        fa2_sum_acc<DB>(dv, again.j_first, again.chunks, [&](int j) { return slot(j) + 4 * DB * kAttnMmaThreads; });
+        fa2_sum_acc<DB>(dv, again.j_first, again.chunks, [&](int j) { return slot(j) + 4 * DB * kAttnFa2Threads; });
     }
 
     // dk[db], dv[db]: key j_row[e/2], dims db*8 + 2c + (e&1); dK takes the 1/sqrt(hd) of dS here
@@ -467,7 +366,7 @@ __global__ void __launch_bounds__(kAttnMmaThreads, (ONEPASS && HD == 64) ? 3 : 0
 
 template <int HD>
 struct Fa2BwdQSmem {
-    static constexpr int BQ = kAttnMmaBQ, BK = kAttnMmaBK;
+    static constexpr int BQ = kAttnFa2BQ, BK = kAttnFa2BK;
     static constexpr int TILE = BQ * HD;  // = BK * HD
     // sQ, sdO (BQ, HD) | sK[2], sV[2] (BK, HD)
     static constexpr size_t bytes = sizeof(__nv_bfloat16) * 6 * (size_t)TILE;
@@ -482,7 +381,7 @@ __device__ __forceinline__ void fa2_bwd_q_tile(float (&dq)[HD / 8][4], const uin
                                                const int (&i_row)[2], const float (&neg_lse2)[2],
                                                const float (&row_D)[2], int k0, int T, bool local, int P, float mul,
                                                float scale_over_cap) {
-    constexpr int NB = kAttnMmaBK / 8;
+    constexpr int NB = kAttnFa2BK / 8;
     const int c = threadIdx.x % 4;
     // masked: row i sees the keys [key_lo(i), i] (none past T): bit 2nb + e + 16hf of vis_bits is
     // pair (row i_row[hf], key k0 + 2c + 8nb + e)'s
@@ -522,7 +421,7 @@ __device__ __forceinline__ void fa2_bwd_q_tile(float (&dq)[HD / 8][4], const uin
 // (ptxas's own choices hold a block per SM fewer); the others keep ptxas's choice (figures:
 // docs/results/attention_journal.md).
 template <int HD, bool SOFTCAP>
-__global__ void __launch_bounds__(kAttnMmaThreads, HD == 32 && !SOFTCAP ? 4
+__global__ void __launch_bounds__(kAttnFa2Threads, HD == 32 && !SOFTCAP ? 4
                                                    : HD == 64           ? 3
                                                                         : 0)
     attn_bwd_q_fa2_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv, const float* lse,
@@ -608,7 +507,7 @@ __global__ void __launch_bounds__(kAttnMmaThreads, HD == 32 && !SOFTCAP ? 4
     const Fa2BlockWork again = fa2_block_work(split, geom, opaque_u32(blockIdx.x), NH, G);
     if (again.chunks > 1) {  // a split query tile: leave this chunk's sum; the last block adds them
         const long long s0 = again.first_slot(geom) - again.j_first;
-        const auto slot = [&](int j) { return split.part + (size_t)(s0 + j) * (4 * DB * kAttnMmaThreads); };
+        const auto slot = [&](int j) { return split.part + (size_t)(s0 + j) * (4 * DB * kAttnFa2Threads); };
         fa2_store_acc<DB>(dq, slot(again.j));
         if (!arrive_last(split.arrivals + (size_t)bh * geom.n_query_tiles() + qt, (uint32_t)again.chunks)) return;
         fa2_sum_acc<DB>(dq, again.j_first, again.chunks, slot);
@@ -620,31 +519,6 @@ __global__ void __launch_bounds__(kAttnMmaThreads, HD == 32 && !SOFTCAP ? 4
         const int i = i_row[hf];
         if (i >= T) continue;
         mma_store_row<DB>(dqkv + ((size_t)b * T + i) * C3 + h * HD + 2 * c, dq, hf, scale);
-    }
-}
-
-// The one-pass backward's dQ: one block of 128 threads per (b, h, query tile of 64) sums the dQ parts
-// of the query tile's key tiles in key-tile order (the same bits whatever order the dK/dV kernel's
-// blocks ran in) and writes dqkv's q part, with the 1/sqrt(hd) of dS. Thread t holds what thread t of
-// the dK/dV kernel's dQ phase stored: rows q0 + 16 (t / 32) + g (+ 8), dims 8 db + 2c + {0, 1}.
-template <int HD>
-__global__ void __launch_bounds__(kAttnMmaThreads)
-    attn_bwd_dq_reduce_kernel(__nv_bfloat16* dqkv, Fa2DqParts dq, int T, int C, int NH, int G, int P) {
-    constexpr int BQ = kAttnMmaBQ, BK = kAttnMmaBK, DB = HD / 8;
-    const int nqt = (int)ceil_div(T, BQ);
-    const int bh = (int)(blockIdx.x / (unsigned)nqt), qt = (int)(blockIdx.x % (unsigned)nqt);
-    const int b = bh / NH, h = bh % NH;
-    const bool local = h < NH - G;
-    const int kb = attn_kv_tile_begin(qt, BQ, BK, local, P), ke = attn_kv_tile_end(qt, BQ, BK, T);
-    float acc[DB][4];
-    const Fa2DqHeadParts dq_head = fa2_dq_head_parts<HD>(dq, b, h, NH, G, nqt);
-    fa2_sum_acc<DB>(acc, 0, ke - kb, [&](int j) { return dq_head.block<HD>(qt, j); });
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-#pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
-        const int i = qt * BQ + warp * 16 + g + 8 * hf;
-        if (i >= T) continue;
-        mma_store_row<DB>(dqkv + ((size_t)b * T + i) * 3 * C + h * HD + 2 * c, acc, hf, attn_scale(HD));
     }
 }
 

@@ -1,8 +1,7 @@
-// LS-attention, scalar kernel family (AttnKernel::Scalar): fp32 FMA math on fp32 copies of 32 x 32
-// tiles in shared memory, any floatX. The FP32 build's path (tight comparison with the CPU); in the
-// bf16 build only the lab runs it. Launched by llmc/cuda/attention_ls.cuh; grid layout,
-// tile sizes and the statistics helpers in llmc/cuda/attention_ls_common.cuh; algorithm in
-// docs/attention_kernel.md.
+// LS-attention, scalar kernel family: fp32 FMA math on fp32 copies of 32 x 32 tiles in shared
+// memory. The FP32 build's forward and backward (tight comparison with the CPU). Launched by
+// llmc/cuda/attention_ls.cuh; grid layout, tile sizes and the statistics helpers in
+// llmc/cuda/attention_ls_common.cuh; algorithm in docs/attention_kernel.md.
 #pragma once
 #include "llmc/cuda/attention_ls_common.cuh"
 

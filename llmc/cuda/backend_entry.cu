@@ -28,7 +28,7 @@ std::string device_description() { return cuda::cuda_device_description(); }
 
 const char* precision_name() { return cuda::kPrecisionName; }
 
-bool softcap_uses_tanh_approx() { return cuda::attention_caps_with_tanh_approx(cuda::attention_default_kernel()); }
+bool softcap_uses_tanh_approx() { return cuda::attention_caps_with_tanh_approx(); }
 
 KvCacheContents kv_cache_contents(const Backend& backend) {
     const auto* gpu = dynamic_cast<const cuda::CudaBackend*>(&backend);

@@ -223,10 +223,11 @@ inline int CudaBackend::layer_forward(int l, int B, int T, bool with_stats, int 
     if (cfg_.qk_norm)
         qknorm_forward(la.qkvn, la.qkn_mean, la.qkn_rstd, la.qkv, lw.qnormw, lw.qnormb, lw.knormw, lw.knormb, n, C, NH,
                        st);
-    const int nqt = attention_ls_forward_partials_with(
-        attention_default_kernel(), la.atty, la.att_lse, la.att_in(), B, T, C, NH, G, P, cfg_.attn_softcap,
-        with_stats ? stats_part_.get() + (size_t)l * attention_stats_scratch_floats(B, T, NH) : nullptr, st,
-        with_stats ? near_n : 0, attn_split_scratch(B, T));
+    AttnCall call{B, T, C, NH, G, P, cfg_.attn_softcap};
+    call.stats_part = with_stats ? stats_part_.get() + (size_t)l * attention_stats_scratch_floats(B, T, NH) : nullptr;
+    call.near_n = with_stats ? near_n : 0;
+    call.split = attn_split_scratch(B, T);
+    const int nqt = attention_forward(call, la.atty, la.att_lse, la.att_in(), st);
     matmul_forward(mm_, a.branch.get(), la.atty, lw.attprojw, lw.attprojb, n, C, C, st);
     // residual2 = residual + attproj; ln2 = LayerNorm(residual2)
     fused_residual_layernorm_forward(la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, la.residual, a.branch.get(),
@@ -310,8 +311,10 @@ inline void CudaBackend::backward(float grad_scale) {
         // attention branch: dres is now d residual2 = d attproj = (so far) d residual
         matmul_backward(mm_, a.dbtc.get(), lg.attprojw, lg.attprojb, scratch, arrivals, dres, la.atty, lw.attprojw, n,
                         C, C, st);
-        attention_ls_backward(a.d3c_a.get(), a.dbtc.get(), la.att_in(), la.atty, la.att_lse, B, T, C, NH, G, P, softcap,
-                              scratch, st, attn_split_scratch(B, T));
+        AttnCall call{B, T, C, NH, G, P, softcap};
+        call.bwd_scratch = scratch;
+        call.split = attn_split_scratch(B, T);
+        attention_backward(call, a.d3c_a.get(), a.dbtc.get(), la.att_in(), la.atty, la.att_lse, st);
         const floatX* dqkv = a.d3c_a.get();
         if (cfg_.qk_norm) {
             qknorm_backward(a.d3c_b.get(), lg.qnormw, lg.qnormb, lg.knormw, lg.knormb, scratch, a.d3c_a.get(), la.qkv,

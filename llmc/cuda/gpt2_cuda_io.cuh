@@ -156,8 +156,8 @@ inline void CudaBackend::attention_probs(int layer, int head, int b, float* prob
     if (probs_dev_.size() < TT) probs_dev_.resize(TT);
     const LayerActs<floatX, float> la = acts_.layer(layer, (size_t)B_ * T_);
     cuda::attention_probs(probs_dev_.get(), la.att_in(), la.att_lse, b, head, T_, cfg_.channels, cfg_.num_heads,
-                          cfg_.global_heads, cfg_.window, cfg_.attn_softcap,
-                          attention_caps_with_tanh_approx(attention_default_kernel()), stream_);
+                          cfg_.global_heads, cfg_.window, cfg_.attn_softcap, attention_caps_with_tanh_approx(),
+                          stream_);
     download(probs, probs_dev_.get(), TT);
 }
 

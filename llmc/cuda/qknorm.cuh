@@ -29,7 +29,7 @@ namespace llmc::cuda {
 inline void qknorm_check_args_cuda(int N, int C, int NH) {
     if (N < 0 || NH < 1 || C < 1 || C % NH != 0)
         throw InputError("qknorm: need channels C=" + std::to_string(C) +
-                         " a positive multiple of heads NH=" + std::to_string(NH) + "; change --channels or --heads");
+                         " a positive multiple of heads NH=" + std::to_string(NH) + "; pick C and NH with C % NH == 0");
 }
 
 // qkvn (N,3C) written; mean, rstd (N,2,NH) written; qkv (N,3C); qw, qb, kw, kb (hd); qb, kb nullable.

@@ -23,40 +23,36 @@ void line(const char* kernel, int threads, size_t smem, const char* shape = "-")
     std::printf("%s\t%d\t%zu\t%s\n", kernel, threads, smem, shape);
 }
 
+// The attention kernels of this build's family (llmc/cuda/attention_ls.cuh: FA2-class in bf16,
+// scalar in FP32).
 template <int HD>
 void attention(const char* hd) {
     char name[128];
-    for (const char* stats : {"false", "true"}) {
-        std::snprintf(name, sizeof name, "attn_fwd_mma_kernel<%s, %s>", hd, stats);
-        line(name, kAttnMmaThreads, MmaFwdSmem<HD>::bytes);
-    }
     // statistics off, basic, basic + near/far (STATS, NEAR)
     for (const char* stats_near : {"false, false", "true, false", "true, true"}) {
+#if defined(ENABLE_FP32)
         std::snprintf(name, sizeof name, "attn_fwd_scalar_kernel<%s, %s>", hd, stats_near);
         line(name, kAttnScalarThreads, attn_fwd_scalar_smem<HD>());
+#else
         for (const char* softcap : {"false", "true"}) {
             std::snprintf(name, sizeof name, "attn_fwd_fa2_kernel<%s, %s, %s>", hd, stats_near, softcap);
-            line(name, kAttnMmaThreads, Fa2FwdSmem<HD>::bytes);
+            line(name, kAttnFa2Threads, Fa2FwdSmem<HD>::bytes);
         }
+#endif
     }
-    for (const char* softcap : {"false", "true"}) {
-        std::snprintf(name, sizeof name, "attn_bwd_kv_fa2_kernel<%s, %s, false>", hd, softcap);
-        line(name, kAttnMmaThreads, Fa2BwdKvSmem<HD>::bytes);
-        if (kFa2BwdARegs<HD>) {  // the one-pass dK/dV kernel (AttnKernel::Fa2OnePass, lab version 7)
-            std::snprintf(name, sizeof name, "attn_bwd_kv_fa2_kernel<%s, %s, true>", hd, softcap);
-            line(name, kAttnMmaThreads, Fa2BwdKvSmem<HD>::bytes + kFa2BwdOnePassExtraBytes);
-        }
-        std::snprintf(name, sizeof name, "attn_bwd_q_fa2_kernel<%s, %s>", hd, softcap);
-        line(name, kAttnMmaThreads, Fa2BwdQSmem<HD>::bytes);
-    }
-    std::snprintf(name, sizeof name, "attn_bwd_kv_mma_kernel<%s>", hd);
-    line(name, kAttnMmaThreads, MmaBwdKvSmem<HD>::bytes);
-    std::snprintf(name, sizeof name, "attn_bwd_q_mma_kernel<%s>", hd);
-    line(name, kAttnMmaThreads, MmaBwdQSmem<HD>::bytes);
+#if defined(ENABLE_FP32)
     std::snprintf(name, sizeof name, "attn_bwd_kv_scalar_kernel<%s>", hd);
     line(name, kAttnScalarThreads, attn_bwd_kv_smem<HD>());
     std::snprintf(name, sizeof name, "attn_bwd_q_scalar_kernel<%s>", hd);
     line(name, kAttnScalarThreads, attn_bwd_q_smem<HD>());
+#else
+    for (const char* softcap : {"false", "true"}) {
+        std::snprintf(name, sizeof name, "attn_bwd_kv_fa2_kernel<%s, %s>", hd, softcap);
+        line(name, kAttnFa2Threads, Fa2BwdKvSmem<HD>::bytes);
+        std::snprintf(name, sizeof name, "attn_bwd_q_fa2_kernel<%s, %s>", hd, softcap);
+        line(name, kAttnFa2Threads, Fa2BwdQSmem<HD>::bytes);
+    }
+#endif
 }
 
 // layernorm_backward and qknorm_backward as their launchers size them for one model shape

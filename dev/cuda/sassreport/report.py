@@ -10,12 +10,9 @@ SCHEMA_VERSION = 1
 # (group, pattern on the short name), first match wins; the order is the table's.
 GROUPS = [
     ("attention fwd (FA2 class)", r"^attn_fwd_fa2_kernel<"),
-    ("attention fwd (tensor cores)", r"^attn_fwd_mma_kernel<"),
-    ("attention bwd one-pass (lab version 7)", r"^(attn_bwd_kv_fa2_kernel<\d+, \w+, true>|attn_bwd_dq_reduce_kernel<)"),
+    ("attention bwd one-pass (lab candidate)", r"^(attn_bwd_kv_onepass_kernel<|attn_bwd_dq_reduce_kernel<)"),
     ("attention bwd dK/dV (FA2 class)", r"^attn_bwd_kv_fa2_kernel<"),
     ("attention bwd dQ (FA2 class)", r"^attn_bwd_q_fa2_kernel<"),
-    ("attention bwd dK/dV (tensor cores)", r"^attn_bwd_kv_mma_kernel<"),
-    ("attention bwd dQ (tensor cores)", r"^attn_bwd_q_mma_kernel<"),
     ("attention fwd (scalar)", r"^attn_fwd_scalar_kernel<"),
     ("attention bwd (scalar)", r"^attn_bwd_(kv|q)_scalar_kernel<"),
     ("attention helpers", r"^attn_"),
@@ -34,8 +31,8 @@ GROUPS = [
 
 
 def short_name(demangled: str) -> str:
-    """'void llmc::cuda::attn_fwd_mma_kernel<32, false>(__nv_bfloat16*, ...)' ->
-    'attn_fwd_mma_kernel<32, false>': no return type, parameters or namespaces."""
+    """'void llmc::cuda::attn_bwd_q_fa2_kernel<32, false>(__nv_bfloat16*, ...)' ->
+    'attn_bwd_q_fa2_kernel<32, false>': no return type, parameters or namespaces."""
     depth, cut = 0, len(demangled)
     for k, ch in enumerate(demangled):
         if ch == "<":
