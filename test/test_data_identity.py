@@ -82,7 +82,7 @@ def test_same_tokenizer_in_another_directory_trains(data_sets, tmp_path):
     sp = data_sets["sp"]
     copy = tmp_path / "sp_copy"
     shutil.copytree(sp, copy)
-    p = run(["-i", f"{sp}/train_*.bin", "-j", f"{copy}/val_*.bin"] + TINY_RUN)
+    p = run(["-i", f"{sp}/train_*.bin", "-j", f"{copy}/val_*.bin", "-o", tmp_path / "run"] + TINY_RUN)
     assert "note:" not in p.stderr and "error" not in p.stderr
 
 
@@ -176,10 +176,10 @@ def test_roles_from_names_without_a_shards_list(byte_data, tmp_path):
     shutil.copy(byte_data / "val_000000.bin", llmc / "shakespeare_val.bin")
     shutil.copy(byte_data / "meta.json", llmc / "meta.json")
     refused(["-i", f"{llmc}/*.bin"] + TINY_RUN, "shakespeare_val.bin", "a validation shard")
-    p = run(["-i", f"{llmc}/*_train.bin", "-j", f"{llmc}/*_val.bin"] + TINY_RUN)
+    p = run(["-i", f"{llmc}/*_train.bin", "-j", f"{llmc}/*_val.bin", "-o", tmp_path / "run"] + TINY_RUN)
     assert "note:" not in p.stderr
     shutil.copy(byte_data / "train_000000.bin", llmc / "tokens.bin")
-    p = run(["-i", f"{llmc}/tokens.bin", "-j", f"{llmc}/*_val.bin"] + TINY_RUN)
+    p = run(["-i", f"{llmc}/tokens.bin", "-j", f"{llmc}/*_val.bin", "-o", tmp_path / "run2"] + TINY_RUN)
     notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
     assert len(notes) == 1 and "role of 1 shard(s) is not known" in notes[0] and "tokens.bin" in notes[0], p.stderr
 
