@@ -97,7 +97,9 @@ def dump_config(dump_dirs):
                 model = json.load(f).get("model")
         except (OSError, ValueError, AttributeError):
             return None
-        conf = os.path.join(os.path.dirname(model), "config.json") if isinstance(model, str) and model else ""
+        # a relative path (eval.json of older versions) names a file relative to an unknown directory
+        absolute = isinstance(model, str) and os.path.isabs(model)
+        conf = os.path.join(os.path.dirname(model), "config.json") if absolute else ""
         if not conf or not os.path.isfile(conf):
             return None
         found.add((ev, conf))

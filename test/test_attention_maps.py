@@ -324,6 +324,33 @@ def test_plot_attention_refuses_bad_input(dumps, tmp_path):
     refused([eo / "attn_L0_H0.npy", "--window", 0, "--global-heads", G, "--heads", NH], "--window 0")
 
 
+def test_eval_json_names_the_model_absolute_and_a_relative_one_is_not_trusted(dumps, data, tmp_path):
+    """eval.json records -e as an absolute path, so plot_attention finds the right run from any directory;
+    a relative "model" (eval.json of older versions) is relative to an unknown directory: not taken (here it
+    would name a decoy run of another shape from the plot's working directory)."""
+    import os
+    import shutil
+    run_dir, eo = dumps
+    ev = json.loads((eo / "eval.json").read_text())
+    assert os.path.isabs(ev["model"]) and Path(ev["model"]).parent == run_dir
+    rel_eval = tmp_path / "rel_eval"
+    run(eval_args(data, os.path.relpath(ev["model"], REPO), rel_eval))
+    recorded = json.loads((rel_eval / "eval.json").read_text())["model"]
+    assert os.path.isabs(recorded) and Path(recorded).resolve() == Path(ev["model"]).resolve()
+    decoy = tmp_path / "decoy"
+    decoy.mkdir()
+    other = json.loads((run_dir / "config.json").read_text())
+    other["model"]["global_heads"] = NH  # another run: every head global
+    (decoy / "config.json").write_text(json.dumps(other))
+    old = tmp_path / "old"
+    shutil.copytree(eo, old)
+    ev["model"] = os.path.relpath(decoy / "model_00000001.bin", REPO)  # relative to the plot's directory
+    (old / "eval.json").write_text(json.dumps(ev))
+    p = plot([old / "attn_L0_H0.npy", "--out", tmp_path / "out"], check=False)
+    err = p.stderr.strip().splitlines()
+    assert p.returncode == 1 and len(err) == 1 and "give --config" in err[0], (p.stdout, p.stderr)
+
+
 def test_plot_attention_takes_the_model_the_dump_names(dumps, tmp_path):
     """eval.json beside the dumps names the checkpoint, whose run's config.json describes the model: it is used
     without --config, and a --config of another model is refused; a dump without eval.json uses --config with a

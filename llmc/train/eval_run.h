@@ -57,9 +57,13 @@ inline void report_eval(const TrainConfig& cfg, const RunPlan& plan, const std::
     std::error_code ec;
     std::filesystem::create_directories(cfg.output_dir, ec);
     if (ec) throw InputError("cannot create output directory " + cfg.output_dir + " (" + ec.message() + ")");
-    nlohmann::ordered_json rec = {
-        {"model", cfg.model}, {"val_data", cfg.val_data}, {"batch_size", B},         {"seq_len", T},
-        {"batches", batches}, {"tokens", tokens},         {"loss", json_float(loss)}};
+    nlohmann::ordered_json rec = {{"model", recorded_form("model", cfg.model)},
+                                  {"val_data", recorded_form("val_data", cfg.val_data)},
+                                  {"batch_size", B},
+                                  {"seq_len", T},
+                                  {"batches", batches},
+                                  {"tokens", tokens},
+                                  {"loss", json_float(loss)}};
     write_text_file(cfg.output_dir + "/eval.json", json_file_text(rec));
 }
 
