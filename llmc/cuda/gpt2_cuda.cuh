@@ -190,7 +190,10 @@ inline int CudaBackend::issue_forward(int slot, int B, int T, float z_weight, bo
     classifier_forward_backward(a.logits.get(), a.lse.get(), a.losses.get(), a.zlosses.get(),
                                 with_stats ? a.row_max.get() : nullptr, targets ? a.targets.get() : nullptr, z_weight,
                                 dloss, n, V, Vp, st);
-    if (dloss != 0.0f) logits_state_ = LogitsState::Dlogits;
+    if (dloss != 0.0f) {
+        logits_state_ = LogitsState::Dlogits;
+        dlogits_grad_scale_ = grad_scale;
+    }
     ensure_slots(slot + 1);
     slot_rows_[slot] = N;
     slot_near_[slot] = near_n;
@@ -271,6 +274,10 @@ inline void CudaBackend::backward(float grad_scale) {
 
     // classifier: logits -> dlogits in place, objective (1/N) sum (CE + z), scaled by grad_scale (done
     // already when a queued step's forward computed them: LogitsState::Dlogits)
+    if (logits_state_ == LogitsState::Dlogits && grad_scale != dlogits_grad_scale_)
+        throw std::logic_error(
+            "CudaBackend::backward: grad_scale differs from the one this step's forward wrote the "
+            "dlogits with");
     if (logits_state_ != LogitsState::Dlogits)
         classifier_forward_backward(a.logits.get(), a.lse.get(), a.losses.get(), a.zlosses.get(), nullptr,
                                     a.targets.get(), z_weight_, dlogits_scale(grad_scale, N), n, V, Vp, st);

@@ -229,6 +229,7 @@ private:
     std::vector<floatX> logits_stage_;      // (B, T, Vp) raw device logits
     std::vector<float> logits_host_;        // (B, T, Vp) fp32
     LogitsState logits_state_ = LogitsState::None;
+    float dlogits_grad_scale_ = 0.0f;  // the grad_scale of the dlogits a Dlogits state holds
     int B_ = 0, T_ = 0;
     float z_weight_ = 0.0f;
     bool has_targets_ = false;

@@ -125,8 +125,8 @@ inline const float* CudaBackend::logits() {
     if (logits_state_ == LogitsState::None) throw std::logic_error("CudaBackend::logits: no forward() yet");
     if (logits_state_ == LogitsState::Overwritten || logits_state_ == LogitsState::Dlogits)
         throw std::logic_error(
-            "CudaBackend::logits: backward() replaced the logits by their gradient; "
-            "read logits() before backward()");
+            "CudaBackend::logits: the logits were replaced by their gradient (by backward(), or by a queued "
+            "step's classifier pass); read logits() after forward(), before backward()");
     if (logits_state_ == LogitsState::OnDevice) {
         const size_t count = (size_t)B_ * T_ * cfg_.padded_vocab_size;
         if (logits_host_.size() < count) {  // host copies only when asked for (training never is)
