@@ -43,9 +43,8 @@ step is slower; it says how fast the op list could be, and which ops are bound b
 Today's passes (a second time column): the same ops with the traffic today's kernels add beyond
 the compulsory - the bias gradients' own pass over dout (except fc's, summed in the GELU
 backward's pass), dW added into with beta = 1 (read), the
-gradient memset, the bf16 weight copy as its own pass, the backward classifier re-reading the
-logits to recompute the log-sum-exp, the attention backward's D = rowsum(dO O) pass and the dQ
-kernel's second read of q, k, v, dO. FLOPs are the same.
+gradient memset, the bf16 weight copy as its own pass, the attention backward's D = rowsum(dO O)
+pass and the dQ kernel's second read of q, k, v, dO. FLOPs are the same.
 
 Modeled from SASS (--sass FILE, optional). The attention kernels' tensor-core work is modeled from
 the instruction mix of their compiled hot loops, as dev/cuda/sass_report --json reports it. FILE is
@@ -123,8 +122,8 @@ ATTENTION_KERNELS = {
     "attn_bwd_q_fa2_kernel": ("attention bwd", 3, "rows"),  # S, dP again, dQ += dS K
 }
 # The one-pass backward's dK/dV kernel (attn_bwd_kv_onepass_kernel<HD, SOFTCAP>, the lab's candidate
-# --kernel onepass, dev/cuda/attention_candidates/): the four GEMMs above and dQ's part dS K per visited tile. Its instances
-# are kept apart from the production kernel's under this key (dq_designs_sass), never in the step.
+# --kernel onepass, dev/cuda/attention_candidates/): the four GEMMs above and dQ's part dS K per visited
+# tile. Its instances are kept apart from the production kernel's under this key (dq_designs_sass), never in the step.
 ONE_PASS_KERNEL = "attn_bwd_kv_fa2_kernel+dq"
 ONE_PASS_GEMMS = 5
 
@@ -313,9 +312,9 @@ def step_ops(m, as_implemented=False):
     matmul_fwd("matmul LM head fwd", C, Vp, bias=False)
     op("classifier fwd (loss, lse)", "forward").add(5 * N * V, N * V * ACT + N * 4 + 4 * N * F32)
     # backward
-    # as implemented, the backward's classifier pass recomputes the log-sum-exp: one more read of the logits
-    op("classifier bwd (dlogits)", "backward").add(
-        3 * N * V, N * V * ACT * (2 if as_implemented else 1) + N * F32 + N * 4 + N * Vp * ACT)
+    # as implemented, the step's one classifier pass reads the logits twice (loss, then dlogits) and
+    # writes the dlogits: the forward's read and this op's read and write, nothing beyond
+    op("classifier bwd (dlogits)", "backward").add(3 * N * V, N * V * ACT + N * F32 + N * 4 + N * Vp * ACT)
     matmul_bwd("matmul LM head bwd", C, Vp, bias=False)
     layernorm_bwd()
     for _ in range(L):

@@ -13,7 +13,8 @@
 //   attention_ls --check-one -T 100 ...     validate the one shape given by the flags (every kernel)
 //   attention_ls --sweep-full [--kernel K]  forward + backward sweep around the 64-row tiles (hd 32,
 //                                           a third at hd 64, a quarter soft-capped; one local + one
-//                                           global head, statistics on, determinism; default production): every P in 1..192 at T = 192 (windows starting
+//                                           global head, statistics on, determinism; default production):
+//                                           every P in 1..192 at T = 192 (windows starting
 //                                           and ending on every tile, warp and 8-key edge) and every T
 //                                           in 1..192, each with one P of {1, 8, 63, 64, 65, 128, T,
 //                                           T+1} in turn. Long when emulated.
