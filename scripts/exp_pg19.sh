@@ -43,7 +43,8 @@
 # --seed S: the trainer's seed, and the runs are named VARIANT_sS. --extra FLAGS: more trainer flags
 # for every run (e.g. "--cuda-graph 1"). --np N > 1: each run under `$MPIRUN -np N` (stopped by SIGUSR1).
 # --data: the shards (default data/shards/pg19_sp; scripts/pack_pg19.sh makes them, or this script
-# with data/prepare.py from --source, default ../shared/data/pg19, when meta.json is missing).
+# with data/prepare.py from --source, default ../shared/data/pg19, into a missing or empty directory;
+# a directory with files but no meta.json is refused).
 # --vocab N: the vocabulary the data must have (default 10000, the paper's SentencePiece 10K). Data whose
 # meta.json says another vocabulary, or another tokenizer than SentencePiece, is refused before the build
 # with the command that makes the paper's data; --vocab N runs on vocabulary N deliberately (not the
@@ -207,6 +208,10 @@ if [[ -f $DATA/meta.json ]]; then
     || die "$DATA/meta.json is not readable JSON; make the data again with scripts/pack_pg19.sh --out $DATA --force"
   [[ $data_tok == sp ]] || die "$DATA holds data of tokenizer $data_tok, not SentencePiece (the paper's); make it with scripts/pack_pg19.sh --out $DATA --force"
   [[ $data_vocab == "$VOCAB" ]] || die "$DATA holds vocabulary $data_vocab, not $([[ -z $VOCAB_WHY ]] && echo "the paper's $VOCAB" || echo "$VOCAB ($VOCAB_WHY)"): make the paper's data with scripts/pack_pg19.sh --out $DATA --force, or pass --vocab $data_vocab to run on this vocabulary (not the paper's setting)"
+fi
+# a directory without meta.json is prepared from --source below: never one that holds files already
+if [[ ! -f $DATA/meta.json ]] && [[ -d $DATA ]] && [[ -n $(ls -A "$DATA") ]]; then
+  die "$DATA holds files but no meta.json, so it is not data this script can check or may write over; give --data the directory data/prepare.py or scripts/pack_pg19.sh made (with its meta.json), or a new directory to prepare PG-19 into"
 fi
 vocab_label="vocabulary $VOCAB$([[ $VOCAB != 10000 ]] && echo " (not the paper's 10000${VOCAB_WHY:+: $VOCAB_WHY})")"
 

@@ -398,6 +398,23 @@ def test_exp_pg19_refuses_data_of_another_vocabulary(tmp_path):
     assert "holds vocabulary" not in p.stderr
 
 
+def test_exp_pg19_never_prepares_data_over_files_without_meta(tmp_path):
+    """--data DIR holding shards but no meta.json: the script would prepare PG-19 into it (over the user's
+    shards); it is refused before anything is built, and the files are left as they were."""
+    data = tmp_path / "mine"
+    data.mkdir()
+    (data / "train_000000.bin").write_bytes(b"user shard")
+    (data / "val_000000.bin").write_bytes(b"user val")
+    p = sh(["bash", REPO / "scripts" / "exp_pg19.sh", "--data", data, "--vocab", 500, "--device", "cpu", "--steps",
+            1, "--variants", "ls", "--out", tmp_path / "o", "--source", SHARED / "pg19"], check=False)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1 and p.stderr.startswith("error: "), p.stderr
+    assert f"{data} holds files but no meta.json" in p.stderr
+    assert (data / "train_000000.bin").read_bytes() == b"user shard"
+    assert (data / "val_000000.bin").read_bytes() == b"user val" and sorted(os.listdir(data)) == [
+        "train_000000.bin", "val_000000.bin"]
+    assert not (tmp_path / "o").exists()
+
+
 def test_exp_pg19_relays_the_trainers_notes(tmp_path):
     """-u 2 (the smoke's warmup) of a 1-step run: the trainer's note reaches the console and report.txt."""
     need_trainer()
