@@ -299,7 +299,8 @@ inline void print_run_header(const TrainConfig& cfg, const RunPlan& plan, const 
                      start, max_steps);
     if (!o.tokenizer_note.empty() && cfg.sample_every > 0) std::fprintf(stderr, "note: %s\n", o.tokenizer_note.c_str());
     if (cfg.output_dir.empty())
-        std::fprintf(stderr, "note: no -o given; nothing is written (metrics, checkpoints): give -o DIR to keep them\n");
+        std::fprintf(stderr,
+                     "note: no -o given; nothing is written (metrics, checkpoints): give -o DIR to keep them\n");
     // the warmup ramps lr * (s + 1) / W over steps s < W (step W - 1 at the full rate): a run of fewer
     // than W steps never reaches -l
     if (cfg.warmup_steps > max_steps && start < max_steps)
