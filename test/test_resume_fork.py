@@ -311,6 +311,20 @@ def test_a_run_without_o_says_so_on_stderr(byte_data, tmp_path):
     assert "note:" not in p.stdout
 
 
+def test_eval_into_a_directory_of_another_models_evaluation_is_refused(byte_data, tmp_path):
+    """eval.json names the model of the attention dumps beside it: a later --eval-only -o of another model
+    would relabel them, so it is refused (files unchanged); the same model's evaluation writes over it."""
+    a, b, ev = tmp_path / "a", tmp_path / "b", tmp_path / "ev"
+    run(data_args(byte_data) + COMMON + ["-o", a, "-x", 2, "-n", 2])
+    run(data_args(byte_data) + COMMON + ["-o", b, "-x", 2, "-n", 2, "-s", 1])
+    evals = ["--eval-only", "-j", f"{byte_data}/val_*.bin", "-b", 2, "-t", 32, "-m", 1, "--threads", 1,
+             "--dump-attention", "0:0", "-o", ev]
+    run(["-e", a / "model_00000002.bin"] + evals)
+    assert_refused(["-e", b / "model_00000002.bin"] + evals, ev,
+                   f"-o {ev} holds the evaluation of another model ({ev}/eval.json names {a}/model_00000002.bin)")
+    run(["-e", a / "model_00000002.bin"] + evals)  # the same model again
+
+
 def test_a_window_not_below_t_is_noted_as_mhsa(byte_data, tmp_path):
     p = run(data_args(byte_data) + COMMON + ["-x", 1, "--window", 32])  # -t 32: the window covers it
     assert ("note: --window 32 is not below -t 32: a local head sees the whole context, so its 3 local head(s) "

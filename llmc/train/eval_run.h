@@ -3,6 +3,8 @@
 // (--dump-logits, --dump-attention). docs/training.md "--eval-only" describes the flags.
 #pragma once
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -67,11 +69,37 @@ inline void report_eval(const TrainConfig& cfg, const RunPlan& plan, const std::
     write_text_file(cfg.output_dir + "/eval.json", json_file_text(rec));
 }
 
+// An -o that holds the evaluation of another model (its eval.json names another checkpoint) is refused:
+// eval.json is what names the model of the attention dumps beside it (scripts/plot_attention.py), so
+// this evaluation would relabel the other model's dumps. The same model's directory is written over.
+inline void check_eval_output_dir(const TrainConfig& cfg) {
+    if (cfg.output_dir.empty()) return;
+    const std::string path = cfg.output_dir + "/eval.json";
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) return;
+    std::string named;
+    try {
+        std::ifstream in(path, std::ios::binary);
+        const nlohmann::json rec = nlohmann::json::parse(in);
+        named = rec.at("model").get<std::string>();
+    } catch (const std::exception&) {
+        throw InputError("-o " + cfg.output_dir + " holds an eval.json that cannot be read; give a new -o (or remove " +
+                         path + ")");
+    }
+    const std::string mine = recorded_form("model", cfg.model);
+    const bool same = std::filesystem::path(named).is_absolute() &&
+                      std::filesystem::weakly_canonical(named, ec) == std::filesystem::weakly_canonical(mine, ec);
+    if (!same)
+        throw InputError("-o " + cfg.output_dir + " holds the evaluation of another model (" + path + " names " +
+                         named + "); its attention dumps would be labelled with this model: give a new -o");
+}
+
 inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, Collective& comm) {
     validate_train_flags(cfg);
     std::error_code ec;
     if (!std::filesystem::is_regular_file(cfg.model, ec))
         throw InputError("--eval-only needs -e CHECKPOINT (a model file); '" + cfg.model + "' is not a file");
+    check_eval_output_dir(cfg);
     RunPlan plan;
     plan_model(cfg, cfg.val_data, plan);
     const std::string notes[] = {
