@@ -145,7 +145,7 @@ MUTANTS = {
         LAB, one_kernel("production"), "FAIL production"),
     # P's A fragment (mma_acc_to_a) with its registers 1 and 2 swapped
     "swapped-fragment-register": (
-        "llmc/cuda/attention_ls_fa2.cuh",
+        "llmc/cuda/mma_fragments.cuh",
         "    a[1] = pack_bf16x2(lo[2], lo[3]);  // row g+8, cols 2c, 2c+1\n"
         "    a[2] = pack_bf16x2(hi[0], hi[1]);  // row g,   cols 8+2c, 8+2c+1",
         "    a[1] = pack_bf16x2(hi[0], hi[1]);\n    a[2] = pack_bf16x2(lo[2], lo[3]);",
