@@ -114,3 +114,18 @@ TEST_CASE("a model flag that contradicts the checkpoint is named with the values
     REQUIRE_THROWS_WITH(llmc::check_overrides_match(ck, o, "m.bin"),
                         Contains("--qk-norm 1 contradicts") && Contains("(which has 0)"));
 }
+
+TEST_CASE("--fork-from of a step its run deletes while the fork reads it says so, not damage", "[plan_run]") {
+    llmc_test::TempDir dir;
+    llmc::ModelConfig m;
+    m.num_layers = 2;
+    const llmc::ForkSource src{dir.path.string(), 4};  // fork_source found its files and DONE_ marker before this
+    const std::string given = dir.file("model_00000004.bin");
+    // pruned between fork_source and the load: the marker went first, then the files
+    REQUIRE_THROWS_WITH(llmc::load_fork_checkpoint(given, src, m, 0, 1),
+                        Contains("step 4 was deleted while this fork read it") && !Contains("damaged"));
+    // the marker still there but a file missing: damage, not pruning
+    std::ofstream(dir.file("DONE_00000004")) << "step 4 world_size 1\n";
+    REQUIRE_THROWS_WITH(llmc::load_fork_checkpoint(given, src, m, 0, 1),
+                        Contains("the checkpoint is damaged") && Contains("fork from another step"));
+}

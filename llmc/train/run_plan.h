@@ -67,6 +67,31 @@ inline void check_no_run_files(const std::string& out, bool fork) {
                      "(from step 0, with its recorded settings), remove those files, or choose another -o");
 }
 
+// Loads the checkpoint --fork-from names (`given`, checked by fork_source into src). Its run may prune
+// that step between those checks and this read; pruning deletes the DONE_ marker before the files
+// (prune_checkpoints), so a load that fails with the marker gone is said as pruned, not as damage.
+inline LoadedCheckpoint load_fork_checkpoint(const std::string& given, const ForkSource& src, const ModelConfig& m,
+                                             int rank, int world_size) {
+    try {
+        return load_checkpoint_at(src.dir, src.step, m, rank, world_size);
+    } catch (const CheckpointDamaged& e) {
+        if (!file_exists(done_path(src.dir, src.step)))
+            throw InputError("--fork-from " + given + ": step " + std::to_string(src.step) +
+                             " was deleted while this fork read it (its run keeps only its newest checkpoints, "
+                             "--keep-checkpoints); fork from a step that run keeps, or copy the files first");
+        throw InputError("--fork-from " + given + ": the checkpoint is damaged (" + e.what() +
+                         "); fork from another step");
+    } catch (const CheckpointModelMismatch& e) {
+        const ModelDifference& d = e.difference;
+        const std::string flag = d.field == "tied embeddings" ? "--untie-embeddings"
+                                 : d.field == "padded vocab"  ? "--vocab"
+                                                              : "--" + d.field;
+        throw InputError("--fork-from " + given + ": " + flag + " differs from the checkpoint's model (" + d.field +
+                         " " + d.a + " there, " + d.b + " here); a fork continues the checkpoint's " +
+                         "weights, so model flags cannot change in a fork: drop " + flag);
+    }
+}
+
 // The checkpoint to resume from: with -y 1 the newest one every rank can load (none: a start from
 // step 0, said on stderr); with --fork-from the checkpoint it names (llmc/app/run_record.h
 // fork_source), into an -o without checkpoints; without either an -o that already holds checkpoints
@@ -90,21 +115,7 @@ inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, con
             throw InputError("--fork-from starts a new run but " + out + " already holds checkpoints (newest step " +
                              std::to_string(newest_complete_step(out)) + "); choose a new -o for the fork");
         if (cfg.rank == 0) check_no_run_files(out, true);
-        const ForkSource src = fork_source(cfg.fork_from);
-        try {
-            return load_checkpoint_at(src.dir, src.step, m, cfg.rank, cfg.world_size);
-        } catch (const CheckpointDamaged& e) {
-            throw InputError("--fork-from " + cfg.fork_from + ": the checkpoint is damaged (" + e.what() +
-                             "); fork from another step");
-        } catch (const CheckpointModelMismatch& e) {
-            const ModelDifference& d = e.difference;
-            const std::string flag = d.field == "tied embeddings" ? "--untie-embeddings"
-                                     : d.field == "padded vocab"  ? "--vocab"
-                                                                  : "--" + d.field;
-            throw InputError("--fork-from " + cfg.fork_from + ": " + flag + " differs from the checkpoint's model (" +
-                             d.field + " " + d.a + " there, " + d.b + " here); a fork continues the checkpoint's " +
-                             "weights, so model flags cannot change in a fork: drop " + flag);
-        }
+        return load_fork_checkpoint(cfg.fork_from, fork_source(cfg.fork_from), m, cfg.rank, cfg.world_size);
     }
     if (newest_complete_step(out) >= 0)
         throw InputError("output directory " + out + " already holds checkpoints (newest step " +
