@@ -8,6 +8,7 @@ the real binary on byte-level tiny Shakespeare and a tiny model:
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -242,6 +243,21 @@ def test_resume_into_a_directory_without_a_run_says_so_on_stderr(byte_data, tmp_
     assert (f"note: -y 1: {tmp_path / 'run-b'} holds no run (no config.json); a new run starts there from step 0; "
             f"did you mean -o {tmp_path / 'run_a'}?") in p.stderr.splitlines()
     assert "note:" not in p.stdout
+
+
+def test_a_fork_that_trains_nothing_leaves_its_checkpoint_in_its_own_directory(byte_data, tmp_path):
+    """--fork-from the source's last step with its -x: nothing to train, and the fork's directory still
+    holds that step's checkpoint (a copy of the source's, byte for byte), the file its done line names
+    (found by the chaos soak: the done line named a model file that was never written)."""
+    src = tmp_path / "src"
+    run(data_args(byte_data) + COMMON + ["-o", src, "-x", 4, "-n", 2])
+    fork = tmp_path / "fork"
+    p = run(["--fork-from", src / "model_00000004.bin", "-o", fork, "--threads", 1])
+    assert "nothing to train" in p.stderr
+    weights = re.search(r"weights: (\S+)", p.stdout).group(1)
+    assert weights == str(fork / "model_00000004.bin")
+    for name in ("model_00000004.bin", "state_00000004_00000.bin", "DONE_00000004"):
+        assert (fork / name).read_bytes() == (src / name).read_bytes(), name
 
 
 def test_a_resume_that_trains_nothing_records_nothing(byte_data, tmp_path):

@@ -461,6 +461,13 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
             return interrupt_exit_code(sig);
         }
     }
+    // A fork that trains nothing (its checkpoint's step is not below -x) still leaves that step's
+    // checkpoint in its own -o, the weights its summary line names, as every run's last step has one.
+    if (!cfg.fork_from.empty() && plan.start_step() >= plan.max_steps && !cfg.output_dir.empty()) {
+        save_checkpoint(cfg, plan.model, plan.start_step(), model, loop, comm);
+        outputs.summary.weights = model_path(cfg.output_dir, plan.start_step());
+        if (main_rank) outputs.log.print(checkpoint_line(plan.start_step(), outputs.summary.weights, false) + "\n");
+    }
     if (main_rank) outputs.log.print(summary_line(finish_summary(cfg, plan, outputs)) + "\n");
     return 0;
 }
