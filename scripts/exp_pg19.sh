@@ -213,7 +213,8 @@ fi
 if [[ ! -f $DATA/meta.json ]] && [[ -d $DATA ]] && [[ -n $(ls -A "$DATA") ]]; then
   die "$DATA holds files but no meta.json, so it is not data this script can check or may write over; give --data the directory data/prepare.py or scripts/pack_pg19.sh made (with its meta.json), or a new directory to prepare PG-19 into"
 fi
-vocab_label="vocabulary $VOCAB$([[ $VOCAB != 10000 ]] && echo " (not the paper's 10000${VOCAB_WHY:+: $VOCAB_WHY})")"
+vocab_label="vocabulary $VOCAB"
+if [[ $VOCAB != 10000 ]]; then vocab_label+=" (not the paper's 10000${VOCAB_WHY:+: $VOCAB_WHY})"; fi
 
 START=$(date +%s)
 deadline=""

@@ -396,6 +396,12 @@ def test_exp_pg19_refuses_data_of_another_vocabulary(tmp_path):
     p = sh(args + ["--vocab", 1024], check=False)  # no shards: the run itself fails, after the header
     assert "vocabulary 1024 (not the paper's 10000: --vocab)" in p.stdout.splitlines()[0], p.stdout
     assert "holds vocabulary" not in p.stderr
+    # the paper's vocabulary itself: the header names it plainly (the header's label once ended the
+    # script under set -e, silently, exactly for V 10000)
+    (data / "meta.json").write_text(json.dumps({"dataset": "pg19", "tokenizer": "sp", "vocab_size": 10000}))
+    p = sh(args, check=False)
+    assert p.stdout, f"no header at all (rc {p.returncode}): {p.stderr}"
+    assert f"SentencePiece vocabulary 10000 ({data})" in p.stdout.splitlines()[0], p.stdout
 
 
 def test_exp_pg19_never_prepares_data_over_files_without_meta(tmp_path):
