@@ -92,3 +92,32 @@ def test_no_file_in_llmc_is_longer_than_the_limit():
     long = {f: n for f, n in sorted(lengths.items()) if n > MAX_LINES}
     assert lengths, "no source file found under llmc/"
     assert not long, f"files of llmc/ longer than {MAX_LINES} lines (docs/design.md): {long}"
+
+
+COPY_RUN = 6  # lines of code a candidate may share with llmc/ in one run
+
+
+def code_runs(text, n):
+    """The runs of n consecutive lines of code (blank lines, comments, lone braces and pragmas left
+    out; white space folded) in text, as tuples."""
+    lines = []
+    for line in text.splitlines():
+        line = " ".join(line.split("//", 1)[0].split())
+        if line and not re.fullmatch(r"[{}();]*|#pragma unroll", line):
+            lines.append(line)
+    return {tuple(lines[i:i + n]) for i in range(len(lines) - n + 1)}
+
+
+def test_lab_candidates_reuse_the_production_kernels_instead_of_copying_them():
+    """A kernel candidate of the lab (dev/cuda/attention_candidates/) calls the production kernels'
+    building blocks and holds only what it changes (docs/design.md): no run of COPY_RUN lines of code
+    is also in llmc/cuda/."""
+    production = set()
+    for p in (REPO / "llmc/cuda").glob("*.cuh"):
+        production |= code_runs(p.read_text(), COPY_RUN)
+    candidates = sorted((REPO / "dev/cuda/attention_candidates").glob("*.cuh"))
+    assert candidates, "no candidate under dev/cuda/attention_candidates/"
+    copied = {str(p.relative_to(REPO)): [run[0] for run in code_runs(p.read_text(), COPY_RUN) & production]
+              for p in candidates}
+    copied = {f: runs for f, runs in copied.items() if runs}
+    assert not copied, f"lab candidates repeat production code (first lines of each run): {copied}"

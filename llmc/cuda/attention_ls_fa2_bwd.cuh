@@ -10,7 +10,8 @@
 //          only the window) stream through a cp.async double buffer (Q, dO, -lse*log2(e), D).
 //          Per query tile and warp (16 keys x BQ queries): S^T = K Q^T, dP^T = V dO^T,
 //          P^T = exp2(S^T * mul - lse * log2(e)), dS^T = P^T (dP^T - D) [(1 - tanh^2)],
-//          dV += P^T dO, dK += dS^T Q.
+//          dV += P^T dO, dK += dS^T Q. One block body (fa2_bwd_kv_block) with hooks for what a
+//          candidate adds (its Extra; the lab's one-pass backward forms dQ parts there).
 //   dQ:    query tiles of 64, 4 warps, warp w owns rows q0 + 16w .. +15; Q and dO stay
 //          resident, the forward's key tiles stream through a cp.async double buffer (K, V).
 //          Per key tile: S = Q K^T, dP = dO V^T, dS, dQ += dS K.
@@ -189,15 +190,32 @@ struct Fa2BwdKvSmem {
         sizeof(__nv_bfloat16) * (2 * (size_t)KV_TILE + 4 * (size_t)Q_TILE) + sizeof(float) * 4 * BQ;
 };
 
+// What a dK/dV block does besides dK and dV (fa2_bwd_kv_block): the production kernel's Fa2KvOnly
+// does nothing; the lab's one-pass candidate (dev/cuda/attention_candidates/attention_ls_onepass.cuh)
+// also forms dQ parts. Its calls, in the block's order:
+//   begin(extra_smem, work, T, NH, G, P)  before the query-tile loop; extra_smem: the dynamic shared
+//                                         memory past Fa2BwdKvSmem<HD>::bytes
+//   after_accumulate(d0, d1, np)          per warp, after pair np's dV and dK terms: d0, d1 its two
+//                                         8-query blocks of dS^T (fa2_bwd_kv_tile)
+//   after_tile(qt, pairs, sK)             after query tile qt, every thread; pairs: the warp's
+//                                         computed 16-query pairs (bits attn_pair_bits(np))
+struct Fa2KvOnly {
+    __device__ __forceinline__ void begin(char*, const Fa2BlockWork&, int, int, int, int) {}
+    __device__ __forceinline__ void after_accumulate(const float (&)[4], const float (&)[4], int) {}
+    __device__ __forceinline__ void after_tile(int, unsigned, const __nv_bfloat16*) {}
+};
+
 // One query tile of the dK/dV kernel for one warp: keys j_row (this thread's two), queries
-// q0 .. q0+BQ-1 in the swizzled tiles sQ, sdO, their -lse*log2(e) and D in sNL, sD.
-template <int HD, int BQ, bool SOFTCAP, bool MASK>
-__device__ __forceinline__ void fa2_bwd_kv_tile(float (&dk)[HD / 8][4], float (&dv)[HD / 8][4],
-                                                const uint32_t (&ka)[kFa2BwdAFrags<HD>][4],
-                                                const uint32_t (&va)[kFa2BwdAFrags<HD>][4], const char* k_rows,
-                                                const char* v_rows, const __nv_bfloat16* sQ, const __nv_bfloat16* sdO,
-                                                const float* sNL, const float* sD, const int (&j_row)[2], int q0, int T,
-                                                bool local, int P, float mul, float scale_over_cap) {
+// q0 .. q0+BQ-1 in the swizzled tiles sQ, sdO, their -lse*log2(e) and D in sNL, sD. Returns the
+// 16-query pairs it computed (bits attn_pair_bits(np); all of them on an unmasked tile).
+template <int HD, int BQ, bool SOFTCAP, bool MASK, typename Extra>
+__device__ __forceinline__ unsigned fa2_bwd_kv_tile(float (&dk)[HD / 8][4], float (&dv)[HD / 8][4],
+                                                    const uint32_t (&ka)[kFa2BwdAFrags<HD>][4],
+                                                    const uint32_t (&va)[kFa2BwdAFrags<HD>][4], const char* k_rows,
+                                                    const char* v_rows, const __nv_bfloat16* sQ,
+                                                    const __nv_bfloat16* sdO, const float* sNL, const float* sD,
+                                                    const int (&j_row)[2], int q0, int T, bool local, int P, float mul,
+                                                    float scale_over_cap, Extra& extra) {
     constexpr int NB = BQ / 8;
     const int c = threadIdx.x % 4;
     // masked: key j is seen by the queries [j, min(T-1, j+P-1)] ([j, T-1] for a global head): bit
@@ -239,17 +257,20 @@ __device__ __forceinline__ void fa2_bwd_kv_tile(float (&dk)[HD / 8][4], float (&
         [&](float(&s0)[4], float(&s1)[4], float(&d0)[4], float(&d1)[4], int np) {
             fa2_acc_times_block<HD>(dv, s0, s1, do_bytes, np);
             fa2_acc_times_block<HD>(dk, d0, d1, q_bytes, np);
+            extra.after_accumulate(d0, d1, np);
         });
+    return pairs;
 }
 
-// dK, dV: a 1-D grid of the split's blocks (fa2_block_work over key tiles of 64 looping over query
+// A dK/dV block: one of the split's blocks (fa2_block_work over key tiles of 64 looping over query
 // tiles: one per (b, h, key tile, chunk of its query tiles)), 128 threads; writes dqkv's k and v
 // parts. The blocks of a split key tile leave their dK, dV sums and the last to arrive adds them in
-// chunk order (fa2_sum_acc) and writes them. Registers: ptxas's own choice.
-template <int HD, bool SOFTCAP>
-__global__ void __launch_bounds__(kAttnFa2Threads, 0)
-    attn_bwd_kv_fa2_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv, const float* lse,
-                           const float* D, int T, int C, int NH, int G, int P, float softcap, Fa2Split split) {
+// chunk order (fa2_sum_acc) and writes them. extra: what the block does besides (Fa2KvOnly).
+template <int HD, bool SOFTCAP, typename Extra>
+__device__ __forceinline__ void fa2_bwd_kv_block(__nv_bfloat16* dqkv, const __nv_bfloat16* dout,
+                                                 const __nv_bfloat16* qkv, const float* lse, const float* D, int T,
+                                                 int C, int NH, int G, int P, float softcap, Fa2Split split,
+                                                 Extra& extra) {
     using L = Fa2BwdKvSmem<HD>;
     constexpr int BK = L::BK, BQ = L::BQ, KS = HD / 16, DB = HD / 8;
     constexpr float kLog2e = 1.4426950408889634f;
@@ -260,6 +281,7 @@ __global__ void __launch_bounds__(kAttnFa2Threads, 0)
     __nv_bfloat16* sdO = sQ + 2 * L::Q_TILE;                         // [2] (BQ, HD) swizzled
     float* sNL = reinterpret_cast<float*>(sdO + 2 * L::Q_TILE);      // [2] (BQ): -lse * log2(e)
     float* sD = sNL + 2 * BQ;                                        // [2] (BQ): D
+    char* extra_smem = reinterpret_cast<char*>(sD + 2 * BQ);         // Extra's
 
     AttnSplitGeom geom{T, BQ, BK, P, false, true};
     const Fa2BlockWork work = fa2_block_work(split, geom, blockIdx.x, NH, G);
@@ -316,6 +338,7 @@ __global__ void __launch_bounds__(kAttnFa2Threads, 0)
 #pragma unroll
         for (int e = 0; e < 4; e++) dk[db][e] = dv[db][e] = 0.0f;
 
+    extra.begin(extra_smem, work, T, NH, G, P);
     for (int qt = qb; qt < qe; qt++) {
         const int buf = (qt - qb) & 1;
         if (qt != qb) {
@@ -332,12 +355,14 @@ __global__ void __launch_bounds__(kAttnFa2Threads, 0)
         const __nv_bfloat16* do_tile = sdO + buf * L::Q_TILE;
         const float* nl = sNL + buf * BQ;
         const float* dd = sD + buf * BQ;
+        unsigned pairs;
         if (attn_tile_needs_mask(qt, kt, BQ, BK, T, local, P))
-            fa2_bwd_kv_tile<HD, BQ, SOFTCAP, true>(dk, dv, ka, va, k_rows, v_rows, q_tile, do_tile, nl, dd, j_row,
-                                                   qt * BQ, T, local, P, mul, scale_over_cap);
+            pairs = fa2_bwd_kv_tile<HD, BQ, SOFTCAP, true>(dk, dv, ka, va, k_rows, v_rows, q_tile, do_tile, nl, dd,
+                                                           j_row, qt * BQ, T, local, P, mul, scale_over_cap, extra);
         else
-            fa2_bwd_kv_tile<HD, BQ, SOFTCAP, false>(dk, dv, ka, va, k_rows, v_rows, q_tile, do_tile, nl, dd, j_row,
-                                                    qt * BQ, T, local, P, mul, scale_over_cap);
+            pairs = fa2_bwd_kv_tile<HD, BQ, SOFTCAP, false>(dk, dv, ka, va, k_rows, v_rows, q_tile, do_tile, nl, dd,
+                                                            j_row, qt * BQ, T, local, P, mul, scale_over_cap, extra);
+        extra.after_tile(qt, pairs, sK);
     }
 
     // decoded again from an opaque block index: the split's fields are not kept live across the loop
@@ -362,6 +387,15 @@ __global__ void __launch_bounds__(kAttnFa2Threads, 0)
         mma_store_row<DB>(drow + C, dk, hf, scale);
         mma_store_row<DB>(drow + 2 * C, dv, hf, 1.0f);
     }
+}
+
+// dK, dV (fa2_bwd_kv_block, nothing besides). Registers: ptxas's own choice.
+template <int HD, bool SOFTCAP>
+__global__ void __launch_bounds__(kAttnFa2Threads, 0)
+    attn_bwd_kv_fa2_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv, const float* lse,
+                           const float* D, int T, int C, int NH, int G, int P, float softcap, Fa2Split split) {
+    Fa2KvOnly only;
+    fa2_bwd_kv_block<HD, SOFTCAP>(dqkv, dout, qkv, lse, D, T, C, NH, G, P, softcap, split, only);
 }
 
 template <int HD>

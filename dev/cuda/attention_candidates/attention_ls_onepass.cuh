@@ -3,8 +3,9 @@
 // through shared memory) into an fp32 block per (query tile, key tile), and attn_bwd_dq_reduce_kernel
 // sums a query tile's blocks in key-tile order, instead of the production dQ kernel. Compiled only by
 // the lab (dev/cuda/attention_ls.cu --kernel onepass), timed against the production pair
-// (docs/attention_kernel.md, "The one-pass design"). Its dK/dV kernel is the production one
-// (llmc/cuda/attention_ls_fa2_bwd.cuh) with the dQ parts added: a change to one belongs in the other.
+// (docs/attention_kernel.md, "The one-pass design"). Its dK/dV kernel runs the production dK/dV block
+// (fa2_bwd_kv_block, llmc/cuda/attention_ls_fa2_bwd.cuh) with the dQ parts as its Extra
+// (OnePassDqParts): only what the candidate adds is here.
 #pragma once
 #if defined(ENABLE_FP32)
 #error "the one-pass backward is a bf16-build candidate (the FP32 build runs the scalar kernels)"
@@ -19,72 +20,6 @@ namespace llmc::cuda {
 // The one-pass dK/dV kernel's extra shared memory: sdS (64 keys, 64 queries) bf16 and sPairs[4].
 constexpr size_t kOnePassDsBytes = sizeof(__nv_bfloat16) * kAttnFa2BK * kAttnFa2BQ;
 constexpr size_t kOnePassExtraBytes = kOnePassDsBytes + 4 * sizeof(unsigned);
-
-// One query tile of the one-pass dK/dV kernel for one warp: fa2_bwd_kv_tile (the production
-// kernel's tile, llmc/cuda/attention_ls_fa2_bwd.cuh) that also stores the warp's dS^T (16 keys x BQ
-// queries, bf16) at ds_rows, its 16 rows of the swizzled (64, BQ) tile sdS, for the pairs it
-// computes; returns the pairs it computed (bits attn_pair_bits(np); all of them on an unmasked tile).
-template <int HD, int BQ, bool SOFTCAP, bool MASK>
-__device__ __forceinline__ unsigned onepass_kv_tile(float (&dk)[HD / 8][4], float (&dv)[HD / 8][4],
-                                                    const uint32_t (&ka)[kFa2BwdAFrags<HD>][4],
-                                                    const uint32_t (&va)[kFa2BwdAFrags<HD>][4], const char* k_rows,
-                                                    const char* v_rows, const __nv_bfloat16* sQ,
-                                                    const __nv_bfloat16* sdO, const float* sNL, const float* sD,
-                                                    char* ds_rows, const int (&j_row)[2], int q0, int T, bool local,
-                                                    int P, float mul, float scale_over_cap) {
-    constexpr int NB = BQ / 8;
-    const int c = threadIdx.x % 4;
-    // masked: key j is seen by the queries [j, min(T-1, j+P-1)] ([j, T-1] for a global head): bit
-    // 2nb + e + 16hf of vis_bits is pair (query q0 + 2c + 8nb + e, key j_row[hf])'s
-    unsigned vis_bits = 0u;
-    const unsigned one = opaque_u32(1u);  // the tests below stay LOP3 / R2P (opaque_u32)
-    if (MASK) {
-        const int qc = q0 + 2 * c;  // this thread's first query
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const int j = j_row[hf], last = local ? attn_imin(T - 1, j + P - 1) : T - 1;
-            vis_bits |= attn_thread_score_bits(j - qc, last - qc) << (16 * hf);
-        }
-    }
-    // block nb of S^T, dP^T (queries nb*8 + 2c + {0,1}) -> P^T, dS^T, 0 on invisible pairs
-    auto finish_block = [&](float(&sb)[4], float(&db)[4], int nb) {
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int qi = nb * 8 + 2 * c + (e & 1);
-            const float p = fa2_bwd_pair<SOFTCAP>(sb[e], db[e], sNL[qi], sD[qi], mul, scale_over_cap);
-            const bool vis = !MASK || (vis_bits & (one << (2 * nb + (e & 1) + 16 * (e / 2)))) != 0;
-            sb[e] = vis ? p : 0.0f;  // an invisible pair's p and dS may be inf or NaN: dropped here
-            if (MASK) db[e] = vis ? db[e] : 0.0f;
-        }
-    };
-    const char* q_bytes = reinterpret_cast<const char*>(sQ);
-    const char* do_bytes = reinterpret_cast<const char*>(sdO);
-    // masked: the OR of vis_bits over the warp (one REDUX, a uniform register): the 16-query pairs in
-    // which a query sees one of the warp's keys have a bit set (fa2_tile_pairs; hd 128 skips none)
-    const unsigned pairs = MASK && kFa2BwdARegs<HD> ? redux_sync_or_b32(vis_bits, 0xffffffffu) : ~0u;
-    // S^T = K Q^T, dP^T = V dO^T (16 keys, BQ queries); dV += P^T dO, dK += dS^T Q (B: k = query,
-    // n = dim, from the row-major tiles, transposed)
-    fa2_tile_pairs<HD, NB>(
-        ka, va, k_rows, v_rows, q_bytes, do_bytes, pairs,
-        [&](float(&s0)[4], float(&s1)[4], float(&d0)[4], float(&d1)[4], int np) {
-            finish_block(s0, d0, 2 * np);
-            finish_block(s1, d1, 2 * np + 1);
-        },
-        [&](float(&s0)[4], float(&s1)[4], float(&d0)[4], float(&d1)[4], int np) {
-            fa2_acc_times_block<HD>(dv, s0, s1, do_bytes, np);
-            fa2_acc_times_block<HD>(dk, d0, d1, q_bytes, np);
-        // dS^T rows g, g+8 (e / 2), queries np*16 + 2c + {0, 1} (d0), + 8 (d1)
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                const int row = threadIdx.x % 32 / 4 + 8 * hf;
-                *reinterpret_cast<uint32_t*>(ds_rows + fa2_lane_offset<BQ>(row, 2 * np) + 4 * c) =
-                    pack_bf16x2(d0[2 * hf], d0[2 * hf + 1]);
-                *reinterpret_cast<uint32_t*>(ds_rows + fa2_lane_offset<BQ>(row, 2 * np + 1) + 4 * c) =
-                    pack_bf16x2(d1[2 * hf], d1[2 * hf + 1]);
-            }
-        });
-    return pairs;
-}
 
 // The one-pass backward's dQ part of one (query tile, key tile) for warp w: dQ_part (queries
 // 16w .. +15 of the tile, HD) = dS K over the tile's 64 keys, A = dS from the swizzled (64 keys, 64
@@ -138,13 +73,54 @@ __device__ __forceinline__ Fa2DqHeadParts fa2_dq_head_parts(const Fa2DqParts& dq
     return {dq.part + ((size_t)b * row + in_row) * (size_t)(kAttnFa2BQ * HD), h < NL ? dq.span_local : dq.span_global};
 }
 
-// dK, dV and the dQ parts (hd 32 / 64): the production dK/dV kernel (attn_bwd_kv_fa2_kernel: a 1-D
-// grid of the split's blocks, 128 threads; writes dqkv's k and v parts; the blocks of a split key tile
-// leave their dK, dV sums and the last to arrive adds them in chunk order) where, per visited query
-// tile, the warps also leave dS^T in shared memory (sdS) and form the tile's dQ part dS K
-// (fa2_bwd_dq_part) into dq's block of (query tile, key tile), which attn_bwd_dq_reduce_kernel sums
-// (no dQ kernel). Registers: at hd 64 it asks for 3 blocks/SM (ptxas's own choice takes every
-// register: 2 blocks/SM).
+// What the one-pass dK/dV block does besides dK and dV (fa2_bwd_kv_block's Extra): per visited
+// query tile the warps leave dS^T in shared memory (sdS, after their dV and dK terms of each pair) and
+// then form the tile's dQ part dS K (fa2_bwd_dq_part) into dq's block of (query tile, key tile).
+template <int HD>
+struct OnePassDqParts {
+    static constexpr int BQ = kAttnFa2BQ, BK = kAttnFa2BK;
+    Fa2DqParts dq;
+    Fa2DqHeadParts dq_head;  // this head's dQ parts
+    char* sdS;               // (BK, BQ) bf16 swizzled: dS^T of the current query tile
+    unsigned* sPairs;        // [4]: each warp's computed pairs
+    char* ds_rows;           // this warp's 16 rows of sdS
+    int key_tile, window;    // the block's key tile, P
+    bool local;
+
+    __device__ __forceinline__ void begin(char* extra_smem, const Fa2BlockWork& work, int T, int NH, int G, int P) {
+        sdS = extra_smem;
+        sPairs = reinterpret_cast<unsigned*>(sdS + kOnePassDsBytes);
+        ds_rows = sdS + (uint32_t)(threadIdx.x / 32) * (16u * BQ * 2u);
+        key_tile = work.outer, window = P, local = work.local;
+        dq_head = fa2_dq_head_parts<HD>(dq, work.b, work.h, NH, G, (int)ceil_div(T, BQ));
+    }
+    // dS^T rows g, g+8 (hf), queries np*16 + 2c + {0, 1} (d0), + 8 (d1)
+    __device__ __forceinline__ void after_accumulate(const float (&d0)[4], const float (&d1)[4], int np) {
+        const int c = threadIdx.x % 4;
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int row = threadIdx.x % 32 / 4 + 8 * hf;
+            *reinterpret_cast<uint32_t*>(ds_rows + fa2_lane_offset<BQ>(row, 2 * np) + 4 * c) =
+                pack_bf16x2(d0[2 * hf], d0[2 * hf + 1]);
+            *reinterpret_cast<uint32_t*>(ds_rows + fa2_lane_offset<BQ>(row, 2 * np + 1) + 4 * c) =
+                pack_bf16x2(d1[2 * hf], d1[2 * hf + 1]);
+        }
+    }
+    // dQ part of (qt, kt): warp w takes queries 16w .. +15 over the 64 keys
+    __device__ __forceinline__ void after_tile(int qt, unsigned pairs, const __nv_bfloat16* sK) {
+        const int warp = threadIdx.x / 32;
+        if (threadIdx.x % 32 == 0) sPairs[warp] = pairs;
+        __syncthreads();  // every warp's dS^T and pairs in shared memory
+        float dqp[HD / 8][4];
+        fa2_bwd_dq_part<HD>(dqp, sdS, reinterpret_cast<const char*>(sK), sPairs, warp);
+        fa2_store_acc<HD / 8>(dqp, dq_head.block<HD>(qt, key_tile - attn_kv_tile_begin(qt, BQ, BK, local, window)));
+    }  // the next tile's barrier orders these reads of sdS before its writes
+};
+
+// dK, dV and the dQ parts (hd 32 / 64): the production dK/dV block (fa2_bwd_kv_block, as
+// attn_bwd_kv_fa2_kernel) with OnePassDqParts, whose dQ parts attn_bwd_dq_reduce_kernel sums (no dQ
+// kernel). Registers: at hd 64 it asks for 3 blocks/SM (ptxas's own choice takes every register:
+// 2 blocks/SM).
 template <int HD, bool SOFTCAP>
 __global__ void __launch_bounds__(kAttnFa2Threads, HD == 64 ? 3 : 0)
     attn_bwd_kv_onepass_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
@@ -156,130 +132,9 @@ __global__ void __launch_bounds__(kAttnFa2Threads, HD == 64 ? 3 : 0)
     static_assert(L::BQ == kAttnFa2BQ && L::BK == kAttnFa2BK && kAttnFa2BK / 16 == kAttnFa2Threads / 32 &&
                       kAttnFa2BQ / 16 == kAttnFa2Threads / 32,
                   "the one-pass dQ part assumes 64 x 64 tiles and one 16-query pair per warp");
-    constexpr int BK = L::BK, BQ = L::BQ, KS = HD / 16, DB = HD / 8;
-    constexpr float kLog2e = 1.4426950408889634f;
-    LLMC_DYNAMIC_SHARED(unsigned char, smem_raw);
-    __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // (BK, HD) swizzled
-    __nv_bfloat16* sV = sK + L::KV_TILE;                             // (BK, HD) swizzled
-    __nv_bfloat16* sQ = sV + L::KV_TILE;                             // [2] (BQ, HD) swizzled
-    __nv_bfloat16* sdO = sQ + 2 * L::Q_TILE;                         // [2] (BQ, HD) swizzled
-    float* sNL = reinterpret_cast<float*>(sdO + 2 * L::Q_TILE);      // [2] (BQ): -lse * log2(e)
-    float* sD = sNL + 2 * BQ;                                        // [2] (BQ): D
-    // sdS (BK, BQ) bf16 swizzled (dS^T of the current query tile), sPairs[4] (each warp's pairs)
-    char* sdS = reinterpret_cast<char*>(sD + 2 * BQ);
-    unsigned* sPairs = reinterpret_cast<unsigned*>(sdS + kOnePassDsBytes);
-
-    AttnSplitGeom geom{T, BQ, BK, P, false, true};
-    const Fa2BlockWork work = fa2_block_work(split, geom, blockIdx.x, NH, G);
-    const int kt = work.outer, b = work.b, h = work.h, bh = b * NH + h;
-    const bool local = work.local;
-    const int C3 = 3 * C, k0 = kt * BK;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-    const float scale = attn_scale(HD);
-    const float mul = (SOFTCAP ? softcap : scale) * kLog2e;  // x units: raw accumulator or tanh
-    const float scale_over_cap = SOFTCAP ? scale / softcap : 0.0f;
-    const __nv_bfloat16* base = qkv + (size_t)b * T * C3 + h * HD;
-    const __nv_bfloat16* gbase = dout + (size_t)b * T * C + h * HD;
-    const float* lse_bh = lse + (size_t)bh * T;
-    const float* D_bh = D + (size_t)bh * T;
-    // this tile's rows of lse / D into buffer buf (plain loads: lse rows are not 16-byte aligned)
-    auto load_rows = [&](int qt, int buf) {
-        if ((int)threadIdx.x < BQ) {
-            const int i = qt * BQ + (int)threadIdx.x;
-            sNL[buf * BQ + threadIdx.x] = i < T ? -lse_bh[i] * kLog2e : 0.0f;
-            sD[buf * BQ + threadIdx.x] = i < T ? D_bh[i] : 0.0f;
-        }
-    };
-
-    const int qb = work.inner_begin, qe = work.inner_end;  // this block's query tiles (all of them unless split)
-    // prologue: K, V and the first query tile in one group
-    const Fa2TileCopy<HD, BQ> q_copy(base, C3), do_copy(gbase, C);
-    {
-        const Fa2TileCopy<HD, BK> kv_copy(base + C, C3);  // K; V is C elements further
-        kv_copy.copy_pair(sK, sV, k0, T, 2u * (uint32_t)C);
-    }
-    q_copy.copy(sQ, qb * BQ, T);
-    do_copy.copy(sdO, qb * BQ, T);
-    cp_async_commit_group();
-    load_rows(qb, 0);
-    cp_async_wait_group<0>();
-    __syncthreads();
-    constexpr uint32_t ROW16 = 16u * HD * 2u;
-    const char* k_rows = reinterpret_cast<const char*>(sK) + (uint32_t)warp * ROW16;
-    const char* v_rows = reinterpret_cast<const char*>(sV) + (uint32_t)warp * ROW16;
-    uint32_t ka[kFa2BwdAFrags<HD>][4], va[kFa2BwdAFrags<HD>][4];
-    if constexpr (kFa2BwdARegs<HD>) {
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
-            fa2_load_a<HD>(ka[ks], k_rows, ks);
-            fa2_load_a<HD>(va[ks], v_rows, ks);
-        }
-    }
-
-    // this thread's two keys (hf = 0: key g, hf = 1: key g+8 of the warp's 16)
-    const int j_row[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
-    float dk[DB][4], dv[DB][4];
-#pragma unroll
-    for (int db = 0; db < DB; db++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) dk[db][e] = dv[db][e] = 0.0f;
-
-    // this head's dQ parts
-    const Fa2DqHeadParts dq_head = fa2_dq_head_parts<HD>(dq, b, h, NH, G, (int)ceil_div(T, BQ));
-    for (int qt = qb; qt < qe; qt++) {
-        const int buf = (qt - qb) & 1;
-        if (qt != qb) {
-            cp_async_wait_group<0>();  // this thread's copies of tile qt (the only group in flight)
-            __syncthreads();           // everyone's copies and row loads landed; tile qt-1 is done
-        }
-        if (qt + 1 < qe) {  // prefetch tile qt+1 into the buffer tile qt-1 used
-            q_copy.copy(sQ + (buf ^ 1) * L::Q_TILE, (qt + 1) * BQ, T);
-            do_copy.copy(sdO + (buf ^ 1) * L::Q_TILE, (qt + 1) * BQ, T);
-            cp_async_commit_group();
-            load_rows(qt + 1, buf ^ 1);
-        }
-        const __nv_bfloat16* q_tile = sQ + buf * L::Q_TILE;
-        const __nv_bfloat16* do_tile = sdO + buf * L::Q_TILE;
-        const float* nl = sNL + buf * BQ;
-        const float* dd = sD + buf * BQ;
-        char* ds_rows = sdS + (uint32_t)warp * (16u * BQ * 2u);
-        const unsigned pairs =
-            attn_tile_needs_mask(qt, kt, BQ, BK, T, local, P)
-                ? onepass_kv_tile<HD, BQ, SOFTCAP, true>(dk, dv, ka, va, k_rows, v_rows, q_tile, do_tile, nl, dd,
-                                                         ds_rows, j_row, qt * BQ, T, local, P, mul, scale_over_cap)
-                : onepass_kv_tile<HD, BQ, SOFTCAP, false>(dk, dv, ka, va, k_rows, v_rows, q_tile, do_tile, nl, dd,
-                                                          ds_rows, j_row, qt * BQ, T, local, P, mul, scale_over_cap);
-        {  // dQ part of (qt, kt): warp w takes queries 16w .. +15 over the 64 keys
-            if (lane == 0) sPairs[warp] = pairs;
-            __syncthreads();  // every warp's dS^T and pairs in shared memory
-            float dqp[DB][4];
-            fa2_bwd_dq_part<HD>(dqp, sdS, reinterpret_cast<const char*>(sK), sPairs, warp);
-            fa2_store_acc<DB>(dqp, dq_head.block<HD>(qt, kt - attn_kv_tile_begin(qt, BQ, BK, local, P)));
-        }  // the next trip's barrier orders these reads of sdS before its writes
-    }
-
-    // decoded again from an opaque block index: the split's fields are not kept live across the loop
-    const Fa2BlockWork again = fa2_block_work(split, geom, opaque_u32(blockIdx.x), NH, G);
-    if (again.chunks > 1) {  // a split key tile: leave this chunk's sums; the last block adds them
-        const long long s0 = again.first_slot(geom) - again.j_first;
-        const auto slot = [&](int j) { return split.part + (size_t)(s0 + j) * (2 * 4 * DB * kAttnFa2Threads); };
-        float* mine = slot(again.j);
-        fa2_store_acc<DB>(dk, mine);
-        fa2_store_acc<DB>(dv, mine + 4 * DB * kAttnFa2Threads);
-        if (!arrive_last(split.arrivals + (size_t)bh * geom.n_key_tiles() + kt, (uint32_t)again.chunks)) return;
-        fa2_sum_acc<DB>(dk, again.j_first, again.chunks, slot);
-        fa2_sum_acc<DB>(dv, again.j_first, again.chunks, [&](int j) { return slot(j) + 4 * DB * kAttnFa2Threads; });
-    }
-
-    // dk[db], dv[db]: key j_row[e/2], dims db*8 + 2c + (e&1); dK takes the 1/sqrt(hd) of dS here
-#pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
-        const int j = j_row[hf];
-        if (j >= T) continue;
-        __nv_bfloat16* drow = dqkv + ((size_t)b * T + j) * C3 + h * HD + 2 * c;
-        mma_store_row<DB>(drow + C, dk, hf, scale);
-        mma_store_row<DB>(drow + 2 * C, dv, hf, 1.0f);
-    }
+    OnePassDqParts<HD> parts;
+    parts.dq = dq;
+    fa2_bwd_kv_block<HD, SOFTCAP>(dqkv, dout, qkv, lse, D, T, C, NH, G, P, softcap, split, parts);
 }
 
 // The one-pass backward's dQ: one block of 128 threads per (b, h, query tile of 64) sums the dQ parts
