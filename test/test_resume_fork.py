@@ -110,6 +110,24 @@ def test_config_reads_a_runs_config_json(byte_data, tmp_path):
     assert_refused(["--config", bad, "-o", o], o, f"config file {bad}: not valid JSON")
 
 
+def test_a_run_record_with_a_key_twice_is_refused(byte_data, tmp_path):
+    """A hand-edited config.json holding a key twice: JSON parsers keep the last value (0.01 trained silently);
+    refused with one line naming the file and the key, as a TOML file's key given twice is. Every reader of a
+    record reads through the same parser: --config, -y 1 and --eval-only alike."""
+    src = tmp_path / "src"
+    run(data_args(byte_data) + COMMON + ["-o", src, "-x", 1])
+    conf = src / "config.json"
+    text = conf.read_text()
+    assert text.count('"learning_rate": ') == 1
+    conf.write_text(text.replace('"learning_rate": ', '"learning_rate": 0.01,\n    "learning_rate": ', 1))
+    o = tmp_path / "o"
+    o.mkdir()
+    expect = f"config file {conf}: the key 'train.learning_rate' is given twice"
+    assert_refused(["--config", conf, "-o", o, "--threads", 1], o, expect)
+    assert_refused(["-o", src, "-y", 1, "-x", 2, "--threads", 1], src, expect)
+    assert_refused(["--eval-only", "-e", src / "model_00000001.bin", "-m", 1], src, expect)
+
+
 def test_unknown_config_keys_and_mistyped_flags_suggest_the_nearest(byte_data, tmp_path):
     o = tmp_path / "o"
     o.mkdir()
