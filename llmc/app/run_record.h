@@ -255,6 +255,13 @@ struct RecordedData {
     nlohmann::ordered_json val;    // "data"."val" (null when the record or the run has none)
 
     bool known() const { return train.is_object(); }
+    // whether the training data had an identity when recorded: a tokenizer fact (name, vocabulary,
+    // tokenizer.bin, SentencePiece model); a data set with neither meta.json nor tokenizer.bin has none
+    bool identity_known() const {
+        for (const char* key : {"tokenizer", "vocab_size", "tokenizer_bin_fnv1a64", "sha256_tokenizer_model"})
+            if (known() && train.contains(key) && !train[key].is_null()) return true;
+        return false;
+    }
     std::string glob() const { return text(train, "glob"); }
     std::string tokenizer_bin_hash() const { return text(train, "tokenizer_bin_fnv1a64"); }
     // "data"."train"'s "shards" and "tokens" (-1 when not recorded as integers)
