@@ -411,6 +411,8 @@ def test_generate_compares_the_sentencepiece_model_when_the_data_has_no_tokenize
                       f"--tokenizer {other}/tokenizer.bin is not the tokenizer the model was trained with",
                       "(the SentencePiece model (sha256_tokenizer_model) differs)", f"{out}/config.json records")
     assert "pass the tokenizer.bin of the data the run trained on" in line
+    shas = [json.loads((d / "meta.json").read_text())["sha256_tokenizer_model"][:12] for d in (sp, other)]
+    assert all(f"SentencePiece model sha256 {sha}..." in line for sha in shas), line  # the differing fact, both
     p = generate(["-e", model, "-n", 4, "--tokenizer", sp / "tokenizer.bin"])  # the same SentencePiece model
     assert "note:" not in p.stderr, p.stderr
 

@@ -163,7 +163,13 @@ inline nlohmann::ordered_json data_identity_json(const DataIdentity& id, const s
             {"shards_sha256_fnv1a64", text_or_null(content)}};
 }
 
-// "tokenizer sp, vocabulary 400, tokenizer.bin fnv1a64 0123456789abcdef" from a recorded identity.
+// A SentencePiece model's sha256 as a description names it: its first 12 hex digits (all when shorter).
+inline std::string sp_model_text(const std::string& sha256) {
+    return ", SentencePiece model sha256 " + (sha256.size() > 12 ? sha256.substr(0, 12) + "..." : sha256);
+}
+
+// "tokenizer sp, vocabulary 400, tokenizer.bin fnv1a64 0123456789abcdef, SentencePiece model sha256
+// 0b9c...": a recorded identity.
 inline std::string describe_recorded(const nlohmann::ordered_json& rec) {
     const auto text = [&](const char* key) {
         const auto it = rec.find(key);
@@ -173,6 +179,7 @@ inline std::string describe_recorded(const nlohmann::ordered_json& rec) {
     const auto v = rec.find("vocab_size");
     if (v != rec.end() && v->is_number_integer()) s += ", vocabulary " + std::to_string(v->get<int64_t>());
     if (!text("tokenizer_bin_fnv1a64").empty()) s += ", tokenizer.bin fnv1a64 " + text("tokenizer_bin_fnv1a64");
+    if (!text("sha256_tokenizer_model").empty()) s += sp_model_text(text("sha256_tokenizer_model"));
     return s;
 }
 
@@ -182,6 +189,7 @@ inline std::string describe_now(const DataIdentity& id) {
     std::string s = id.tokenizer.empty() ? "tokenizer unnamed" : "tokenizer " + id.tokenizer;
     if (id.vocab > 0) s += ", vocabulary " + std::to_string(id.vocab);
     if (id.tokenizer_bin) s += ", tokenizer.bin fnv1a64 " + id.tokenizer_bin_hash();
+    if (!id.sp_model_sha256.empty()) s += sp_model_text(id.sp_model_sha256);
     return s + " (" + id.dir + ")";
 }
 
