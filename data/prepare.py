@@ -469,6 +469,9 @@ def meta_dict(args, work, vocab, eot, version, writers, docs, paths):
         "num_shards": {s: len(paths[s]) for s in ("train", "val")},
         "shards": {s: [os.path.basename(p) for p in paths[s]] for s in ("train", "val")},
         "sha256_tokenizer_bin": tk.sha256_file(os.path.join(work, "tokenizer.bin")),
+        # each shard's content: a reader of a run tells data prepared again from other text by it
+        "sha256_shards": {os.path.basename(p): tk.sha256_file(os.path.join(work, os.path.basename(p)))
+                          for s in ("train", "val") for p in paths[s]},
         "args": {k: v for k, v in vars(args).items() if k.startswith("syn_") == (args.dataset == "synthetic")
                  or k in ("dataset", "out", "val_fraction", "shard_tokens", "seed", "workers")},
     }

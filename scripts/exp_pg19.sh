@@ -50,7 +50,8 @@
 # with the command that makes the paper's data; --vocab N runs on vocabulary N deliberately (not the
 # paper's setting: the header says so). The header names the vocabulary; the trainer's notes (e.g. a
 # warmup longer than the run) are relayed to the console as "== RUN: note: ...".
-# --smoke: a tiny model and data made from 3 small books (vocabulary 400: --smoke sets --vocab 400), a few
+# --smoke: a tiny model and data made from 3 small books (vocabulary 400: --smoke sets --vocab 400, and
+# refuses another --vocab unless --data names data of that vocabulary; a --data given is used), a few
 # CPU steps, the same stages (checks skipped on the CPU, or the --check-cmd given): checks the script,
 # nothing more (`make test`).
 # Exit status: 0 all runs ended (at --steps or at the budget), 1 a usage or run error, 4 the build
@@ -72,6 +73,7 @@ REPO=$(cd "$HERE/.." && pwd)
 OUT=out/exp_pg19
 RESULTS=""
 DATA=data/shards/pg19_sp
+DATA_GIVEN=""
 SOURCE=$REPO/../shared/data/pg19
 CONFIG=$REPO/configs/paper_pg19.toml
 STEPS=50000
@@ -112,7 +114,7 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --out) need "$@"; OUT=$2; shift 2 ;;
     --results) need "$@"; RESULTS=$2; shift 2 ;;
-    --data) need "$@"; DATA=$2; shift 2 ;;
+    --data) need "$@"; DATA=$2; DATA_GIVEN=1; shift 2 ;;
     --vocab) need "$@"; VOCAB=$2; VOCAB_WHY=--vocab; shift 2 ;;
     --source) need "$@"; SOURCE=$2; shift 2 ;;
     --config) need "$@"; CONFIG=$2; shift 2 ;;
@@ -147,7 +149,8 @@ if [[ $SMOKE == 1 ]]; then  # 6 heads kept (the variants are defined by them), e
   [[ -z $RESERVE ]] && RESERVE=5
   [[ $DEVICE == auto ]] && DEVICE=cpu
   [[ $THREADS == 0 ]] && THREADS=1
-  if [[ $DATA == data/shards/pg19_sp ]]; then  # 3 small books, vocabulary 400
+  if [[ -z $DATA_GIVEN ]]; then  # 3 small books, vocabulary 400
+    [[ -z $VOCAB_WHY ]] || die "--smoke makes its own data, with vocabulary 400: drop --vocab $VOCAB, or give --data DIR (data of that vocabulary, with its meta.json) as well"
     DATA=$OUT/data
     mkdir -p "$OUT/books"
     for b in pg45265 pg45264 pg14304; do

@@ -8,7 +8,8 @@ Inputs: `attn_L<l>_H<h>.npy` files (docs/formats.md: float32 (T, T), row i = que
 key j, masked entries 0), or directories holding them. Whether head h is local, and its window P,
 come from the training run's config.json (the file the trainer writes into its -o directory:
 model.window, model.global_heads, model.num_heads, and train.near when the run set --near), or from
---window, --global-heads and --heads (which override the config). The dumps' own model wins: when
+--window, --global-heads and --heads (which override the config; one that differs from the dumps' own
+model gets a note on stderr). The dumps' own model wins: when
 the directory of the dumps holds the eval.json that `--eval-only -o DIR` writes, its "model" names the
 checkpoint, and the config.json beside that checkpoint is the one used; `--config` is then not needed,
 and a `--config` whose model (P, G, NH, near) differs from it is refused. Without that eval.json (or
@@ -133,6 +134,13 @@ def model_geometry(args, dump_dirs=(), notes=None):
             geometry = given
     if geometry is not None:
         window, global_heads, heads, near = geometry
+    overridden = [f"--{flag} {given} (the model's {own_value})" for flag, given, own_value in
+                  [("window", args.window, window), ("global-heads", args.global_heads, global_heads),
+                   ("heads", args.heads, heads), ("near", args.near, near if near is not None else window)]
+                  if own and given is not None and given != own_value]
+    if overridden and notes is not None:  # the flags win, but the dumps' own model is known: say they differ
+        notes.append(f"note: {', '.join(overridden)} override the model of the dumps ({own[1]}, named by {own[0]}): "
+                     "the heads are labelled and checked with the flags' values")
     if args.window is not None:
         window = args.window
     if args.global_heads is not None:

@@ -351,6 +351,19 @@ def test_eval_json_names_the_model_absolute_and_a_relative_one_is_not_trusted(du
     assert p.returncode == 1 and len(err) == 1 and "give --config" in err[0], (p.stdout, p.stderr)
 
 
+def test_plot_attention_flags_that_differ_from_the_dumps_model_say_so(dumps, tmp_path):
+    """The flags win over the dumps' own model (a what-if view), but labelled a local head "global" without a
+    word while a --config of the same values is refused: now one note names each flag that differs."""
+    run_dir, eo = dumps
+    p = plot([eo, "--global-heads", NH, "--out", tmp_path / "flags"])
+    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
+    assert len(notes) == 1 and f"--global-heads {NH} (the model's {G})" in notes[0], p.stderr
+    assert f"{run_dir}/config.json, named by {eo}/eval.json" in notes[0], notes[0]
+    assert "layer 0 head 0 (global)" in p.stdout  # the flags' model, as asked
+    p = plot([eo, "--window", P, "--heads", NH, "--out", tmp_path / "same"])  # the model's own values
+    assert "note:" not in p.stderr, p.stderr
+
+
 def test_plot_attention_takes_the_model_the_dump_names(dumps, tmp_path):
     """eval.json beside the dumps names the checkpoint, whose run's config.json describes the model: it is used
     without --config, and a --config of another model is refused; a dump without eval.json uses --config with a

@@ -389,3 +389,89 @@ def test_a_run_started_with_relative_globs_records_them_absolute(data_sets, tmp_
     p = run(["--eval-only", "-e", out / "model_00000001.bin", "-m", 1])
     notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
     assert len(notes) == 1 and "not comparable" in notes[0], p.stderr
+
+
+def test_generate_compares_the_sentencepiece_model_when_the_data_has_no_tokenizer_bin(data_sets, tmp_path):
+    """A run on data with meta.json but no tokenizer.bin records the SentencePiece model's sha256, not the
+    bytes of a tokenizer.bin. --eval-only compared that sha256 with -j's meta.json; generate_gpt2_ls compared
+    only tokenizer.bin bytes and printed another 400-piece tokenizer's text with exit 0. Both now read the
+    identity of the data set a --tokenizer DIR/tokenizer.bin belongs to (its meta.json) the same way."""
+    sp, other = data_sets["sp"], data_sets["sp_other"]
+    data = tmp_path / "metaonly"
+    data.mkdir()
+    for name in ("train_000000.bin", "val_000000.bin", "meta.json"):
+        shutil.copy(sp / name, data / name)
+    out = tmp_path / "run"
+    run(["-i", f"{data}/train_*.bin", "-j", f"{data}/val_*.bin", "-o", out] + TINY_RUN)
+    rec = json.loads((out / "config.json").read_text())["data"]["train"]
+    assert rec["tokenizer_bin_fnv1a64"] is None and rec["sha256_tokenizer_model"]
+    model = out / "model_00000001.bin"
+    refused(["--eval-only", "-e", model, "-m", 1, "-j", f"{other}/val_*.bin"], "sha256_tokenizer_model")
+    line = refused_by(generate(["-e", model, "-n", 4, "--tokenizer", other / "tokenizer.bin"], check=False),
+                      f"--tokenizer {other}/tokenizer.bin is not the tokenizer the model was trained with",
+                      "(the SentencePiece model (sha256_tokenizer_model) differs)", f"{out}/config.json records")
+    assert "pass the tokenizer.bin of the data the run trained on" in line
+    shas = [json.loads((d / "meta.json").read_text())["sha256_tokenizer_model"][:12] for d in (sp, other)]
+    assert all(f"SentencePiece model sha256 {sha}..." in line for sha in shas), line  # the differing fact, both
+    p = generate(["-e", model, "-n", 4, "--tokenizer", sp / "tokenizer.bin"])  # the same SentencePiece model
+    assert "note:" not in p.stderr, p.stderr
+
+
+def test_a_run_on_data_without_identity_says_eval_and_generate_cannot_check(data_sets, tmp_path):
+    """A run trained on shards with neither meta.json nor tokenizer.bin records a "data" identity of nulls.
+    Training noted that it could not check -j against -i; --eval-only with another -j and generate_gpt2_ls
+    with any --tokenizer said nothing. Now each prints the same one-line note; the run's own data set gets
+    none (one directory is one data set)."""
+    sp, other = data_sets["sp"], data_sets["sp_other"]
+    data = tmp_path / "bare"
+    data.mkdir()
+    for name in ("train_000000.bin", "val_000000.bin"):
+        shutil.copy(sp / name, data / name)
+    out = tmp_path / "run"
+    run(["-i", f"{data}/train_*.bin", "-j", f"{data}/val_*.bin", "-o", out, "--vocab", 400] + TINY_RUN)
+    model = out / "model_00000001.bin"
+
+    def cannot_check(p):
+        return [ln for ln in p.stderr.splitlines() if ln.startswith("note: cannot check")]
+
+    notes = cannot_check(run(["--eval-only", "-e", model, "-m", 1, "-j", f"{other}/val_*.bin"]))
+    assert len(notes) == 1 and f"-j '{other}/val_*.bin'" in notes[0] and str(data) in notes[0], notes
+    assert "no meta.json or tokenizer.bin" in notes[0]
+    assert cannot_check(run(["--eval-only", "-e", model, "-m", 1])) == []  # the run's own validation data
+    notes = cannot_check(generate(["-e", model, "-n", 4, "--tokenizer", other / "tokenizer.bin"]))
+    assert len(notes) == 1 and f"--tokenizer {other}/tokenizer.bin" in notes[0] and str(data) in notes[0], notes
+    assert "no meta.json or tokenizer.bin" in notes[0]
+
+
+def test_data_prepared_again_from_other_text_is_noticed(tmp_path):
+    """data/prepare.py again into the run's directory from edited text (two paragraphs swapped in the training
+    part, two in the validation part): the same tokenizer and the same token counts, so only counts were
+    compared and -y 1 and --eval-only said nothing. data/prepare.py now records each shard's sha256 in meta.json,
+    the run records their hash in config.json "data", and the readers compare it."""
+    text = (SHARED / "tinyshakespeare" / "input.txt").read_text()[:60_000]
+    paras = text.split("\n\n")
+    edited = list(paras)
+    edited[1], edited[2] = edited[2], edited[1]
+    edited[-2], edited[-3] = edited[-3], edited[-2]
+    data = tmp_path / "txt"
+    prepare(data, text, "gpt2", "--gpt2-bpe", SHARED / "gpt2")
+    counts = json.loads((data / "meta.json").read_text())["num_tokens"]
+    out = tmp_path / "run"
+    run(["-i", f"{data}/train_*.bin", "-j", f"{data}/val_*.bin", "-o", out] + TINY_RUN)
+    recorded = json.loads((out / "config.json").read_text())["data"]
+    before = {p.name: p.read_bytes() for p in data.glob("*_000000.bin")}
+    shutil.rmtree(data)
+    prepare(data, "\n\n".join(edited), "gpt2", "--gpt2-bpe", SHARED / "gpt2")
+    assert json.loads((data / "meta.json").read_text())["num_tokens"] == counts  # the same counts: the case
+    assert all(before[p.name] != p.read_bytes() for p in data.glob("*_000000.bin"))  # other tokens in both
+
+    p = run(["--eval-only", "-e", out / "model_00000001.bin", "-m", 1])
+    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
+    assert len(notes) == 1 and notes[0].startswith(f"note: -j '{data}/val_*.bin' holds other tokens now than when "
+                                                   f"{out}/config.json recorded it"), p.stderr
+    assert f"sha256 in {data}/meta.json differ" in notes[0] and "not comparable" in notes[0]
+    p = run(["-y", 1, "-o", out, "-x", 2, "--threads", 1])
+    notes = [ln for ln in p.stderr.splitlines() if "holds other tokens now" in ln]
+    assert len(notes) == 2 and notes[0].startswith(f"note: -i '{data}/train_*.bin' holds other tokens"), p.stderr
+    assert notes[1].startswith(f"note: -j '{data}/val_*.bin' holds other tokens"), p.stderr
+    assert all(len(recorded[role]["shards_sha256_fnv1a64"]) == 16 for role in ("train", "val")), recorded

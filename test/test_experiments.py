@@ -421,6 +421,26 @@ def test_exp_pg19_never_prepares_data_over_files_without_meta(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+def test_exp_pg19_smoke_takes_the_data_and_vocabulary_given(tmp_path):
+    """--smoke made its own 3-book data (vocabulary 400) whenever --data was the default string, so a typed
+    `--data data/shards/pg19_sp` and any --vocab were dropped without a line: a --data given is now used (and
+    checked), and --vocab without --data is refused, before anything is built."""
+    data = tmp_path / "data" / "shards" / "pg19_sp"  # the default's path, typed, from tmp_path
+    data.mkdir(parents=True)
+    (data / "meta.json").write_text(json.dumps({"dataset": "pg19", "tokenizer": "sp", "vocab_size": 1024}))
+    script = REPO / "scripts" / "exp_pg19.sh"
+    conf = REPO / "configs" / "paper_pg19.toml"
+    p = subprocess.run(["bash", str(script), "--smoke", "--data", "data/shards/pg19_sp", "--config", str(conf),
+                        "--out", "o"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith("error: data/shards/pg19_sp holds vocabulary 1024"), p.stderr
+    p = sh(["bash", script, "--smoke", "--vocab", 1024, "--out", tmp_path / "o2", "--source", SHARED / "pg19"],
+           check=False)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith("error: --smoke makes its own data, with vocabulary 400: drop --vocab 1024"), p.stderr
+    assert not (tmp_path / "o").exists() and not (tmp_path / "o2").exists()
+
+
 def test_exp_pg19_relays_the_trainers_notes(tmp_path):
     """-u 2 (the smoke's warmup) of a 1-step run: the trainer's note reaches the console and report.txt."""
     need_trainer()

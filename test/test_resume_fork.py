@@ -111,6 +111,24 @@ def test_config_reads_a_runs_config_json(byte_data, tmp_path):
     assert_refused(["--config", bad, "-o", o], o, f"config file {bad}: not valid JSON")
 
 
+def test_a_run_record_with_a_key_twice_is_refused(byte_data, tmp_path):
+    """A hand-edited config.json holding a key twice: JSON parsers keep the last value (0.01 trained silently);
+    refused with one line naming the file and the key, as a TOML file's key given twice is. Every reader of a
+    record reads through the same parser: --config, -y 1 and --eval-only alike."""
+    src = tmp_path / "src"
+    run(data_args(byte_data) + COMMON + ["-o", src, "-x", 1])
+    conf = src / "config.json"
+    text = conf.read_text()
+    assert text.count('"learning_rate": ') == 1
+    conf.write_text(text.replace('"learning_rate": ', '"learning_rate": 0.01,\n    "learning_rate": ', 1))
+    o = tmp_path / "o"
+    o.mkdir()
+    expect = f"config file {conf}: the key 'train.learning_rate' is given twice"
+    assert_refused(["--config", conf, "-o", o, "--threads", 1], o, expect)
+    assert_refused(["-o", src, "-y", 1, "-x", 2, "--threads", 1], src, expect)
+    assert_refused(["--eval-only", "-e", src / "model_00000001.bin", "-m", 1], src, expect)
+
+
 def test_unknown_config_keys_and_mistyped_flags_suggest_the_nearest(byte_data, tmp_path):
     o = tmp_path / "o"
     o.mkdir()
@@ -309,6 +327,27 @@ def test_config_toml_of_a_run_whose_settings_changed_notes_the_start_values(byte
     p = run(["--config", src / "config.toml", "-o", tmp_path / "given", "-x", 5, "--z-loss", "1e-4",
              "--threads", 1])
     assert "holds the flags of that run's first start" not in p.stderr  # every changed flag given
+
+
+def test_config_of_a_fork_notes_the_settings_its_first_steps_trained_with(byte_data, tmp_path):
+    """--config FORK/config.json of a fork taken after its source changed a setting: the fork's record holds the
+    values from the fork on, so the new run took them from step 1 without a word, though the fork's first steps
+    (its source's) trained with others. A note now names each, with the steps; flags given choose (no note)."""
+    src = tmp_path / "src"
+    run(data_args(byte_data) + COMMON + ["-o", src, "-x", 3])
+    run(["-o", src, "-y", 1, "-x", 5, "--z-loss", "1e-4", "--threads", 1])  # z-loss on from step 4
+    fork = tmp_path / "fork"
+    run(["--fork-from", src / "model_00000005.bin", "-o", fork, "-x", 6, "--threads", 1])
+    p = run(["--config", fork / "config.json", "-o", tmp_path / "copy", "--threads", 1])
+    notes = [ln for ln in p.stderr.splitlines() if "that run is a fork" in ln]
+    assert len(notes) == 1, p.stderr
+    assert notes[0].startswith(f"note: --config {fork / 'config.json'}: that run is a fork at step 5 of "
+                               f"{src / 'model_00000005.bin'}, whose steps 1-5 trained with other settings"), notes[0]
+    assert "--max-steps 3 in steps 1-3 and 5 in steps 4-5 (6 here)" in notes[0], notes[0]
+    assert "--z-loss 0 in steps 1-3 (0.0001 here)" in notes[0], notes[0]
+    p = run(["--config", fork / "config.json", "-o", tmp_path / "given", "-x", 6, "--z-loss", "1e-4",
+             "--threads", 1])
+    assert "that run is a fork" not in p.stderr, p.stderr
 
 
 def test_training_from_a_checkpoint_with_e_says_it_takes_the_weights_only(byte_data, tmp_path):

@@ -612,3 +612,21 @@ TEST_CASE("notes show values whole; the run header names every stabilizer that i
     m.qk_norm = true;
     REQUIRE(llmc::describe_stabilizers(m, parsed({})) == "qk-norm, attn-softcap 30");
 }
+
+TEST_CASE("a run record holding a key twice in one object is refused, naming the key's path", "[run_record]") {
+    // a JSON parser keeps the last value: a hand-edited record would set another value without a word
+    REQUIRE_THROWS_WITH(
+        llmc::parse_run_record(R"({"train": {"seed": 1, "learning_rate": 0.1, "seed": 2}})", "r/config.json"),
+        Contains("config file r/config.json: the key 'train.seed' is given twice"));
+    REQUIRE_THROWS_WITH(llmc::parse_run_record(R"({"train": {}, "train": {"seed": 2}})", "r/config.json"),
+                        Contains("the key 'train' is given twice"));
+    REQUIRE_THROWS_WITH(
+        llmc::parse_run_record(R"({"train": {}, "history": [{"step": 1, "flag": "-x", "old": 1, "new": 2, "new": 3}]})",
+                               "r/config.json"),
+        Contains("the key 'history.new' is given twice"));
+    // one key in two objects, or in two entries of a list, is no repeat
+    const nlohmann::ordered_json ok = llmc::parse_run_record(
+        R"({"train": {"seed": 1}, "model": {"seed": 1}, "history": [{"step": 1}, {"step": 2}]})", "r/config.json");
+    REQUIRE(ok["model"]["seed"] == 1);
+    REQUIRE(ok["history"][1]["step"] == 2);
+}

@@ -72,8 +72,10 @@ inline std::optional<CheckpointRun> read_checkpoint_run(const std::string& check
 
 // --eval-only: fills -j, -t and -b from the checkpoint's run when they were not given (-j empty; -t, -b
 // not given by a flag or --config: TrainConfig::was_given), says on stderr (print) what it took, and
-// refuses a -j tokenized differently from the run's training data: as the run recorded it, or for a
-// run recorded without an identity (with a note saying so), as its training data is now.
+// refuses a -j tokenized differently from the run's training data: as the run recorded it, or, when
+// the record holds no identity (a run from before "data", with a note saying so, or one whose data had
+// neither meta.json nor tokenizer.bin), as its training data is now (check_same_tokenizer, which notes
+// a data set it cannot check, as training does).
 inline void eval_settings_from_run(TrainConfig& cfg, bool print) {
     const std::optional<CheckpointRun> run = read_checkpoint_run(cfg.model);
     if (!run) return;
@@ -83,11 +85,13 @@ inline void eval_settings_from_run(TrainConfig& cfg, bool print) {
         cfg.val_data = run->val_data;
         taken.push_back("-j '" + cfg.val_data + "'");
     }
-    if (!cfg.val_data.empty() && run->data.known()) {
+    if (!cfg.val_data.empty() && run->data.identity_known()) {
         check_data_against_record(run->data, cfg.val_data, "-j '" + cfg.val_data + "'",
                                   given ? "give -j data prepared with the run's tokenizer (data/prepare.py)"
                                         : "the data was prepared again after the run: prepare it with the run's "
                                           "tokenizer (data/prepare.py), or give -j data prepared with it");
+        const std::string note = unknown_data_now_note(run->data, cfg.val_data, "-j '" + cfg.val_data + "'");
+        if (print && !note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
     } else if (given && !run->train_data.empty()) {
         check_same_tokenizer(run->train_data, "the training data of " + run->config_path + " '" + run->train_data + "'",
                              cfg.val_data, "-j '" + cfg.val_data + "'", print);
@@ -120,24 +124,20 @@ inline std::string eval_vocab_note(const std::string& checkpoint, const ModelCon
 }
 
 // --eval-only of the run's own validation data (-j as the run recorded it): the note when the loader
-// finds other shards or tokens there than the run recorded ("" otherwise). The tokenizer is checked
-// (eval_settings_from_run); this is the same tokenizer on other text, e.g. prepared again with another
-// --val-fraction, so the loss is valid but not comparable with the run's validation losses.
+// finds other shards or tokens there than the run recorded, or the same counts of other content
+// (recorded_shards_change), "" otherwise. The tokenizer is checked (eval_settings_from_run); this is the
+// same tokenizer on other text, e.g. prepared again with another --val-fraction or from edited text, so
+// the loss is valid but not comparable with the run's validation losses.
 inline std::string eval_data_changed_note(const std::string& checkpoint, const std::string& val_data, size_t shards,
-                                          int64_t tokens) {
+                                          int64_t tokens, const std::string& content) {
     const std::optional<CheckpointRun> run = read_checkpoint_run(checkpoint);
-    if (!run || !run->data.val.is_object()) return "";
-    const nlohmann::ordered_json& v = run->data.val;
-    const auto glob = v.find("glob"), n_shards = v.find("shards"), n_tokens = v.find("tokens");
-    if (glob == v.end() || !glob->is_string() || glob->get<std::string>() != val_data) return "";
-    if (n_shards == v.end() || n_tokens == v.end() || !n_shards->is_number_integer() || !n_tokens->is_number_integer())
-        return "";
-    if (n_shards->get<int64_t>() == (int64_t)shards && n_tokens->get<int64_t>() == tokens) return "";
-    return "note: -j '" + val_data + "' holds " + std::to_string(tokens) + " tokens in " + std::to_string(shards) +
-           " shard(s) now, " + std::to_string(n_tokens->get<int64_t>()) + " in " +
-           std::to_string(n_shards->get<int64_t>()) + " when " + run->config_path +
-           " recorded it: the data changed after the run (same tokenizer), so this loss is not comparable with the "
-           "run's validation losses";
+    if (!run) return "";
+    const std::string change =
+        recorded_shards_change(run->data.val, run->config_path, val_data, shards, tokens, content);
+    if (change.empty()) return "";
+    return "note: -j '" + val_data + "' " + change +
+           ": the data changed after the run (same tokenizer), so this loss is not comparable with the run's "
+           "validation losses";
 }
 
 // generate_gpt2_ls of a checkpoint with no run beside it (nothing names its tokenizer): the note when
@@ -166,18 +166,35 @@ inline std::string generate_settings_from_run(GenerateConfig& g) {
     std::string lines = run->data.known() ? "" : unknown_data_note(run->data);
     if (!g.tokenizer.empty()) {
         const std::string given = file_fnv1a64(g.tokenizer);  // "" unreadable: generation_input names it
-        const std::string want = !recorded.empty() ? recorded : run_tok_exists ? file_fnv1a64(run_tok) : "";
-        if (!given.empty() && !want.empty() && given != want) {
-            const bool run_tok_right = run_tok_exists && file_fnv1a64(run_tok) == want;
-            throw InputError(
-                "--tokenizer " + g.tokenizer + " is not the tokenizer the model was trained with: " + run->config_path +
-                (recorded.empty()
-                     ? " names the training data '" + run->train_data + "', whose tokenizer.bin is " + run_tok
-                     : " records " + describe_recorded(run->data.train)) +
-                ", and --tokenizer has fnv1a64 " + given + "; " +
-                (run_tok_right ? "pass --tokenizer " + run_tok + ", or leave --tokenizer out"
-                               : "pass the tokenizer.bin of the data the run trained on"));
+        if (given.empty()) return lines;
+        if (run->data.identity_known()) {  // the facts eval compares, of the data set the tokenizer belongs to
+            const std::string diff =
+                recorded_tokenizer_difference(run->data.train, read_tokenizer_identity(g.tokenizer));
+            if (diff.empty()) return lines;
+            const bool run_tok_right =
+                run_tok_exists &&
+                recorded_tokenizer_difference(run->data.train, read_tokenizer_identity(run_tok)).empty();
+            throw InputError("--tokenizer " + g.tokenizer + " is not the tokenizer the model was trained with (" +
+                             diff + " differs): " + run->config_path + " records " +
+                             describe_recorded(run->data.train) + ", and --tokenizer has " +
+                             describe_now(read_tokenizer_identity(g.tokenizer)) + "; " +
+                             (run_tok_right ? "pass --tokenizer " + run_tok + ", or leave --tokenizer out"
+                                            : "pass the tokenizer.bin of the data the run trained on"));
         }
+        // no recorded identity: the tokenizer.bin next to the run's training data now, if there is one
+        const std::string want = run_tok_exists ? file_fnv1a64(run_tok) : "";
+        if (want.empty()) {
+            if (run->data.known())  // recorded "data" whose directory had neither meta.json nor tokenizer.bin
+                lines += cannot_check_note("--tokenizer " + g.tokenizer + " and the training data of " +
+                                               run->config_path + " '" + run->train_data + "' were tokenized alike",
+                                           glob_dir(run->train_data) + " has no meta.json or tokenizer.bin");
+            return lines;
+        }
+        if (given != want)
+            throw InputError("--tokenizer " + g.tokenizer + " is not the tokenizer the model was trained with: " +
+                             run->config_path + " names the training data '" + run->train_data +
+                             "', whose tokenizer.bin is " + run_tok + ", and --tokenizer has fnv1a64 " + given +
+                             "; pass --tokenizer " + run_tok + ", or leave --tokenizer out");
         return lines;
     }
     if (!run_tok_exists) return lines;

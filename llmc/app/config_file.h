@@ -8,8 +8,10 @@
 #include <fstream>
 #include <istream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -130,6 +132,8 @@ private:
                          "note: --config %s: that run's recorded settings and model, under the flags given "
                          "here\n",
                          file.c_str());
+            const std::string fork = fork_settings_note(record);
+            if (!fork.empty()) std::fprintf(stderr, "%s\n", fork.c_str());
             for (const FlagValue& fv : record_flag_values(record, file)) {
                 items.emplace_back();
                 items.back().name = fv.name;
@@ -154,6 +158,64 @@ private:
         std::string list;
         for (const std::string& t : open) list += (list.empty() ? "" : ", ") + t;
         return list;
+    }
+    // A fork's record ("forked_from") holds its settings from the fork on, but its steps up to the fork
+    // were its source's, trained with the source's settings then: its "train" with its "history" up to
+    // each step. A note naming each setting not given on the command line that differed in those steps,
+    // "" when none did; when the source's record cannot be read, a note that this cannot be checked.
+    std::string fork_settings_note(const nlohmann::ordered_json& record) const {
+        const std::optional<RecordedFork> fork = recorded_fork(record);
+        if (!fork || fork->step <= 0) return "";
+        const nlohmann::ordered_json& from = record["forked_from"];
+        const std::string checkpoint =
+            from.contains("checkpoint") && from["checkpoint"].is_string() ? from["checkpoint"].get<std::string>() : "";
+        const std::string head = "note: --config " + file + ": that run is a fork at step " +
+                                 std::to_string(fork->step) + " of " + checkpoint + ", ";
+        const size_t slash = checkpoint.find_last_of('/');
+        const std::string source_path =
+            (slash == std::string::npos ? std::string() : checkpoint.substr(0, slash + 1)) + "config.json";
+        nlohmann::ordered_json source;
+        try {
+            source = read_run_record(source_path);
+        } catch (const InputError&) {
+            return head + "whose record " + source_path + " cannot be read here: cannot check that its steps 1-" +
+                   std::to_string(fork->step) + " trained with the settings this run takes from step 1";
+        }
+        // the source's settings for steps from+1..to: its start, then from each history entry before the fork
+        std::vector<std::pair<int, int>> spans = {{0, fork->step}};
+        for (const nlohmann::ordered_json& e : history_entries(source, source_path)) {
+            const int at = (int)e["step"].get<int64_t>();
+            if (at <= 0 || at >= fork->step || at == spans.back().first) continue;
+            spans.back().second = at;
+            spans.push_back({at, fork->step});
+        }
+        const nlohmann::ordered_json& train = record["train"];
+        std::string list;
+        for (const SettingRow& row : setting_rows()) {
+            const std::string flag = "--" + long_flag_name(row.names);
+            if (!inherited_setting(row.field, row.record) || !train.contains(row.field) || flag == "--") continue;
+            const CLI::Option* op = app ? app->get_option_no_throw(flag) : nullptr;
+            if (op != nullptr && op->count() > 0) continue;  // given on the command line
+            std::string before;
+            for (const auto& [from_step, to_step] : spans) {
+                const nlohmann::ordered_json then = effective_train(source, source_path, from_step);
+                if (then.contains(row.field) && same_setting(then[row.field], train[row.field])) continue;
+                before += std::string(before.empty() ? "" : " and ") + change_text(then, flag) + " in steps " +
+                          std::to_string(from_step + 1) + "-" + std::to_string(to_step);
+            }
+            if (!before.empty())
+                list += (list.empty() ? "" : ", ") + flag + " " + before + " (" + change_text(train, flag) + " here)";
+        }
+        if (list.empty()) return "";
+        return head + "whose steps 1-" + std::to_string(fork->step) + " trained with other settings (" + source_path +
+               "): " + list + "; this run takes the values here from step 1 (give a flag to choose)";
+    }
+    // Whether two recorded values are one setting: numbers as the float or integer a setting holds (a
+    // history entry records 0.0001 where "train" records the float's 9.9999997e-05), the rest as JSON.
+    static bool same_setting(const nlohmann::ordered_json& a, const nlohmann::ordered_json& b) {
+        if (a.is_number_integer() && b.is_number_integer()) return a == b;
+        if (a.is_number() && b.is_number()) return (float)a.get<double>() == (float)b.get<double>();
+        return a == b;
     }
     // A run's config.toml holds the flags of its first start. When the config.json beside it records
     // settings the run changed while it trained (and the command line does not give them), a note

@@ -17,10 +17,12 @@
 // (--device, --threads: the machine, not the experiment) nor the Launch/Hidden ones.
 // docs/training.md "Resuming and forking".
 #pragma once
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -85,12 +87,43 @@ inline bool inherited_setting(const std::string& field, FlagRecord record) {
 // The fix an unreadable record's error names, unless its reader names another.
 inline const std::string kRecordFix = "give a run's config.json or a TOML file (as config.toml)";
 
-// The parsed config.json `text` of the file `file`; InputError naming the file when it is not JSON or
-// has no "train" object, ending with `fix` (what to do about it).
+// A parse callback that sets `repeated` to the first key an object holds twice, as its path
+// ("train.learning_rate"); a JSON parser alone keeps the last value.
+inline nlohmann::ordered_json::parser_callback_t repeated_key_finder(std::string& repeated) {
+    struct Open {  // an object or array being parsed
+        bool object = false;
+        std::vector<std::string> keys;  // an object's keys so far, the last one the value being parsed
+    };
+    auto open = std::make_shared<std::vector<Open>>();  // outermost first
+    using Event = nlohmann::ordered_json::parse_event_t;
+    return [open, &repeated](int, Event e, nlohmann::ordered_json& v) {
+        if (e == Event::object_start || e == Event::array_start) open->push_back({e == Event::object_start, {}});
+        if ((e == Event::object_end || e == Event::array_end) && !open->empty()) open->pop_back();
+        if (e == Event::key && !open->empty()) {
+            const std::string k = v.get<std::string>();
+            std::vector<std::string>& keys = open->back().keys;
+            if (repeated.empty() && std::find(keys.begin(), keys.end(), k) != keys.end()) {
+                for (size_t i = 0; i + 1 < open->size(); i++)
+                    if ((*open)[i].object && !(*open)[i].keys.empty()) repeated += (*open)[i].keys.back() + ".";
+                repeated += k;
+            }
+            keys.push_back(k);
+        }
+        return true;
+    };
+}
+
+// The parsed config.json `text` of the file `file`; InputError naming the file when it is not JSON, holds
+// a key twice in one object (a hand edit: a parser would keep the last value) or has no "train" object,
+// ending with `fix` (what to do about it).
 inline nlohmann::ordered_json parse_run_record(const std::string& text, const std::string& file,
                                                const std::string& fix = kRecordFix) {
-    nlohmann::ordered_json j = nlohmann::ordered_json::parse(text, nullptr, false);
+    std::string repeated;
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(text, repeated_key_finder(repeated), false);
     if (j.is_discarded()) throw InputError("config file " + file + ": not valid JSON; " + fix);
+    if (!repeated.empty())
+        throw InputError("config file " + file + ": the key '" + repeated +
+                         "' is given twice (a JSON reader would keep the last value): keep one");
     if (!j.is_object() || !j.contains("train") || !j["train"].is_object())
         throw InputError("config file " + file + ": has no \"train\" object; " + fix);
     return j;
@@ -222,6 +255,13 @@ struct RecordedData {
     nlohmann::ordered_json val;    // "data"."val" (null when the record or the run has none)
 
     bool known() const { return train.is_object(); }
+    // whether the training data had an identity when recorded: a tokenizer fact (name, vocabulary,
+    // tokenizer.bin, SentencePiece model); a data set with neither meta.json nor tokenizer.bin has none
+    bool identity_known() const {
+        for (const char* key : {"tokenizer", "vocab_size", "tokenizer_bin_fnv1a64", "sha256_tokenizer_model"})
+            if (known() && train.contains(key) && !train[key].is_null()) return true;
+        return false;
+    }
     std::string glob() const { return text(train, "glob"); }
     std::string tokenizer_bin_hash() const { return text(train, "tokenizer_bin_fnv1a64"); }
     // "data"."train"'s "shards" and "tokens" (-1 when not recorded as integers)

@@ -9,12 +9,15 @@
 //     known identity: nothing can be compared, and the caller prints a note saying so.
 #pragma once
 #include <cstdint>
+#include <climits>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -74,6 +77,33 @@ inline DataIdentity read_data_identity(const std::string& pattern) {
     return id;
 }
 
+// The identity of the tokenizer file `path` (generate_gpt2_ls --tokenizer): a DIR/tokenizer.bin is that
+// of its data set (read_data_identity of DIR: meta.json's facts too); any other file has only its own
+// bytes and the vocabulary in its header.
+inline DataIdentity read_tokenizer_identity(const std::string& path) {
+    const std::filesystem::path p(path);
+    const std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
+    if (p.filename() == "tokenizer.bin") return read_data_identity(dir + "/tokenizer.bin");
+    DataIdentity id;
+    id.dir = dir;
+    std::ifstream tok(path, std::ios::binary);
+    if (!tok) return id;
+    id.tokenizer_bin = std::string(std::istreambuf_iterator<char>(tok), std::istreambuf_iterator<char>());
+    uint32_t header[3] = {0, 0, 0};  // magic, version, vocabulary (llmc/text/tokenizer.h)
+    if (id.tokenizer_bin->size() >= sizeof header) std::memcpy(header, id.tokenizer_bin->data(), sizeof header);
+    if (header[0] == kTokenizerMagic && header[2] > 0 && header[2] <= (uint32_t)INT32_MAX) {
+        id.vocab = (int)header[2];
+        id.vocab_source = path;
+    }
+    return id;
+}
+
+// The one line of a reader that cannot check `what` (e.g. "-j 'X' and -i 'Y' were tokenized alike")
+// because `why` (e.g. "DIR has no meta.json or tokenizer.bin").
+inline std::string cannot_check_note(const std::string& what, const std::string& why) {
+    return "note: cannot check that " + what + ": " + why + " (only token ids beyond the vocabulary are caught)";
+}
+
 inline bool same_directory(const std::string& a, const std::string& b) {
     std::error_code ea, eb;
     const auto ca = std::filesystem::weakly_canonical(a, ea), cb = std::filesystem::weakly_canonical(b, eb);
@@ -91,10 +121,35 @@ inline std::string tokenizer_difference(const DataIdentity& a, const DataIdentit
     return "";
 }
 
+// The content of a glob's shards `paths` (the data loader's, in its order; one directory) as
+// data/prepare.py recorded it: FNV-1a 64, as 16 hex digits, over each shard's file name and its sha256
+// in the directory's meta.json "sha256_shards"; "" when that does not give every shard's (shards of
+// other tools, data prepared before "sha256_shards"). Reads meta.json only, never the shards: free at
+// run start whatever the data's size.
+inline std::string shards_content_hash(const std::vector<std::string>& paths) {
+    if (paths.empty()) return "";
+    const std::filesystem::path first(paths[0]);
+    std::ifstream in((first.has_parent_path() ? first.parent_path() : std::filesystem::path(".")) / "meta.json");
+    if (!in) return "";
+    const auto j = nlohmann::ordered_json::parse(in, nullptr, false);
+    const auto sums = j.is_object() ? j.find("sha256_shards") : j.end();
+    if (sums == j.end() || !sums->is_object()) return "";
+    std::string listed;  // "name sha256\n" per shard
+    for (const std::string& path : paths) {
+        const std::string name = std::filesystem::path(path).filename().string();
+        const auto sum = sums->find(name);
+        if (sum == sums->end() || !sum->is_string()) return "";
+        listed += name + " " + sum->get<std::string>() + "\n";
+    }
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)fnv1a64(listed.data(), listed.size()));
+    return hex;
+}
+
 // The identity as config.json's "data" records it for the shards of `pattern` (shards, tokens: what
-// the data loader found); unknown facts are null.
+// the data loader found; content: shards_content_hash); unknown facts are null.
 inline nlohmann::ordered_json data_identity_json(const DataIdentity& id, const std::string& pattern, size_t shards,
-                                                 int64_t tokens) {
+                                                 int64_t tokens, const std::string& content) {
     const auto text_or_null = [](const std::string& s) {
         return s.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(s);
     };
@@ -104,10 +159,17 @@ inline nlohmann::ordered_json data_identity_json(const DataIdentity& id, const s
             {"tokenizer_bin_fnv1a64", text_or_null(id.tokenizer_bin_hash())},
             {"sha256_tokenizer_model", text_or_null(id.sp_model_sha256)},
             {"shards", shards},
-            {"tokens", tokens}};
+            {"tokens", tokens},
+            {"shards_sha256_fnv1a64", text_or_null(content)}};
 }
 
-// "tokenizer sp, vocabulary 400, tokenizer.bin fnv1a64 0123456789abcdef" from a recorded identity.
+// A SentencePiece model's sha256 as a description names it: its first 12 hex digits (all when shorter).
+inline std::string sp_model_text(const std::string& sha256) {
+    return ", SentencePiece model sha256 " + (sha256.size() > 12 ? sha256.substr(0, 12) + "..." : sha256);
+}
+
+// "tokenizer sp, vocabulary 400, tokenizer.bin fnv1a64 0123456789abcdef, SentencePiece model sha256
+// 0b9c...": a recorded identity.
 inline std::string describe_recorded(const nlohmann::ordered_json& rec) {
     const auto text = [&](const char* key) {
         const auto it = rec.find(key);
@@ -117,6 +179,7 @@ inline std::string describe_recorded(const nlohmann::ordered_json& rec) {
     const auto v = rec.find("vocab_size");
     if (v != rec.end() && v->is_number_integer()) s += ", vocabulary " + std::to_string(v->get<int64_t>());
     if (!text("tokenizer_bin_fnv1a64").empty()) s += ", tokenizer.bin fnv1a64 " + text("tokenizer_bin_fnv1a64");
+    if (!text("sha256_tokenizer_model").empty()) s += sp_model_text(text("sha256_tokenizer_model"));
     return s;
 }
 
@@ -126,6 +189,7 @@ inline std::string describe_now(const DataIdentity& id) {
     std::string s = id.tokenizer.empty() ? "tokenizer unnamed" : "tokenizer " + id.tokenizer;
     if (id.vocab > 0) s += ", vocabulary " + std::to_string(id.vocab);
     if (id.tokenizer_bin) s += ", tokenizer.bin fnv1a64 " + id.tokenizer_bin_hash();
+    if (!id.sp_model_sha256.empty()) s += sp_model_text(id.sp_model_sha256);
     return s + " (" + id.dir + ")";
 }
 
@@ -167,10 +231,9 @@ inline void check_same_tokenizer(const std::string& base_pattern, const std::str
     std::error_code ec;
     if (print_note && !unknown.known() && !same_directory(base.dir, other.dir) &&
         std::filesystem::is_directory(unknown.dir, ec)) {  // a missing directory: the data loader names it
-        std::fprintf(stderr,
-                     "note: cannot check that %s and %s were tokenized alike: %s has no meta.json or "
-                     "tokenizer.bin (only token ids beyond the vocabulary are caught)\n",
-                     other_what.c_str(), base_what.c_str(), unknown.dir.c_str());
+        const std::string note = cannot_check_note(other_what + " and " + base_what + " were tokenized alike",
+                                                   unknown.dir + " has no meta.json or tokenizer.bin");
+        std::fprintf(stderr, "%s\n", note.c_str());
     }
 }
 

@@ -113,7 +113,8 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
     plan.val = open_loader(cfg, cfg.val_data, false, plan.model.vocab_size);
     check_shard_roles(plan.val->shard_paths(), ShardRole::Val, "-j '" + cfg.val_data + "'", false, comm.rank() == 0);
     const std::string changed =
-        eval_data_changed_note(cfg.model, cfg.val_data, plan.val->num_shards(), plan.val->total_tokens());
+        eval_data_changed_note(cfg.model, cfg.val_data, plan.val->num_shards(), plan.val->total_tokens(),
+                               shards_content_hash(plan.val->shard_paths()));
     if (!changed.empty() && comm.rank() == 0) std::fprintf(stderr, "%s\n", changed.c_str());
     const int64_t batches = val_batch_count(cfg, *plan.val, true);
 

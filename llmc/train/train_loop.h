@@ -146,14 +146,39 @@ inline void check_data_of_continued_run(const TrainConfig& cfg) {
     if (!cfg.val_data.empty()) check_data_against_record(rec, cfg.val_data, "-j '" + cfg.val_data + "'", fix);
 }
 
+// -y 1 and --fork-from on data of the same glob prepared again from other text (the tokenizer checked by
+// check_data_of_continued_run; other counts the data loader's state refuses): one note per role whose
+// shards hold other content than the run recorded (recorded_shards_change).
+inline void note_data_prepared_again(const TrainConfig& cfg, const RunPlan& p) {
+    const std::string dir = cfg.fork_from.empty() ? cfg.output_dir : fork_source(cfg.fork_from).dir;
+    const std::string path = join_path(dir, "config.json");
+    if (cfg.rank != 0 || !file_exists(path)) return;
+    const RecordedData rec = recorded_data(read_run_record(path, "restore the run's config.json"), path);
+    const std::string train =
+        recorded_shards_change(rec.train, path, cfg.train_data, p.train->num_shards(), p.train->total_tokens(),
+                               shards_content_hash(p.train->shard_paths()), /*content_only=*/true);
+    if (!train.empty())
+        std::fprintf(stderr,
+                     "note: -i '%s' %s: the model goes on training on other text than so far (same tokenizer)\n",
+                     cfg.train_data.c_str(), train.c_str());
+    const std::string val =
+        p.val ? recorded_shards_change(rec.val, path, cfg.val_data, p.val->num_shards(), p.val->total_tokens(),
+                                       shards_content_hash(p.val->shard_paths()), /*content_only=*/true)
+              : "";
+    if (!val.empty())
+        std::fprintf(stderr,
+                     "note: -j '%s' %s: validation losses from here are not comparable with the run's earlier ones\n",
+                     cfg.val_data.c_str(), val.c_str());
+}
+
 // Every check that needs no backend, in the order a user meets them: flags, model and vocabulary,
 // data (shard headers), output directory and checkpoint. Reads files, writes none.
 inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     RunPlan p;
     validate_train_flags(cfg);
     // before the model's checks: a vocabulary that changed with the data is the data's fault, not --vocab's
-    if (!cfg.fork_from.empty() || (cfg.resume && newest_complete_step(cfg.output_dir) >= 0))
-        check_data_of_continued_run(cfg);
+    const bool continued = !cfg.fork_from.empty() || (cfg.resume && newest_complete_step(cfg.output_dir) >= 0);
+    if (continued) check_data_of_continued_run(cfg);
     std::optional<RecordedData> config_record;  // --config RUN/config.json: the data that run recorded
     if (!cfg.config_record.empty()) {
         config_record = recorded_data(read_run_record(cfg.config_record), cfg.config_record);
@@ -170,14 +195,15 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     if (!cfg.val_data.empty()) p.val = open_loader(cfg, cfg.val_data, false, V);
     check_data_roles(cfg, p);
     const std::string other_data =
-        config_record
-            ? config_record_data_note(*config_record, cfg.train_data, p.train->num_shards(), p.train->total_tokens())
-            : "";
+        config_record ? config_record_data_note(*config_record, cfg.train_data, p.train->num_shards(),
+                                                p.train->total_tokens(), shards_content_hash(p.train->shard_paths()))
+                      : "";
     if (!other_data.empty() && cfg.rank == 0) std::fprintf(stderr, "%s\n", other_data.c_str());
     p.max_steps =
         cfg.max_steps >= 0 ? cfg.max_steps : (int)std::max<int64_t>(1, p.train->batches_per_epoch() / p.accum);
     p.val_batches = p.val ? val_batch_count(cfg, *p.val, false) : 0;
     p.resume = choose_resume(cfg, p.model, comm);
+    if (continued) note_data_prepared_again(cfg, p);
     if (p.resume) check_weights_unchanged(cfg.record_changes, !cfg.fork_from.empty());
     p.schedule = schedule_config(cfg, p.max_steps);
     p.adamw = adamw_hyper(cfg);
@@ -205,26 +231,27 @@ inline nlohmann::ordered_json run_config_json(const TrainConfig& cfg, const RunP
     // "data": the globs as "train" records -i and -j (absolute), which the readers compare them with
     const std::string train_glob = recorded_form("train_data", cfg.train_data);
     const std::string val_glob = recorded_form("val_data", cfg.val_data);
-    return {{"train", train_config_json(cfg)},
-            {"model", model_config_json(m)},
-            {"data",
-             {{"train", data_identity_json(read_data_identity(cfg.train_data), train_glob, plan.train->num_shards(),
-                                           plan.train->total_tokens())},
-              {"val", plan.val ? data_identity_json(read_data_identity(cfg.val_data), val_glob, plan.val->num_shards(),
-                                                    plan.val->total_tokens())
-                               : nlohmann::ordered_json()}}},
-            {"derived",
-             {{"model_source", plan.model_source},
-              {"vocab_source", plan.data_vocab > 0 ? plan.vocab_source : "default"},
-              {"grad_accum_steps", plan.accum},
-              {"tokens_per_step", (long)cfg.batch_size * cfg.seq_len * plan.accum * cfg.world_size},
-              {"max_steps", plan.max_steps},
-              {"num_params", model.backend->num_params()},
-              {"device", model.device},
-              {"world_size", cfg.world_size},
-              {"zero_stage", cfg.zero_stage},
-              {"flops_per_token", flops_per_token(m, cfg.seq_len)},
-              {"resumed_from_step", plan.start_step()}}}};
+    return {
+        {"train", train_config_json(cfg)},
+        {"model", model_config_json(m)},
+        {"data",
+         {{"train", data_identity_json(read_data_identity(cfg.train_data), train_glob, plan.train->num_shards(),
+                                       plan.train->total_tokens(), shards_content_hash(plan.train->shard_paths()))},
+          {"val", plan.val ? data_identity_json(read_data_identity(cfg.val_data), val_glob, plan.val->num_shards(),
+                                                plan.val->total_tokens(), shards_content_hash(plan.val->shard_paths()))
+                           : nlohmann::ordered_json()}}},
+        {"derived",
+         {{"model_source", plan.model_source},
+          {"vocab_source", plan.data_vocab > 0 ? plan.vocab_source : "default"},
+          {"grad_accum_steps", plan.accum},
+          {"tokens_per_step", (long)cfg.batch_size * cfg.seq_len * plan.accum * cfg.world_size},
+          {"max_steps", plan.max_steps},
+          {"num_params", model.backend->num_params()},
+          {"device", model.device},
+          {"world_size", cfg.world_size},
+          {"zero_stage", cfg.zero_stage},
+          {"flops_per_token", flops_per_token(m, cfg.seq_len)},
+          {"resumed_from_step", plan.start_step()}}}};
 }
 
 // The samples' tokenizer; with -o the directory, its lock (rank 0), config.json + config.toml
