@@ -1,6 +1,7 @@
 // KV-cached decoding on the CPU (llmc/cpu/kv_cache.h, Gpt2Cpu::kv_forward, llmc/text/sampler.h):
 // the decode attention equals attention_forward's rows bit for bit; every decode step's logits
-// equal the full forward's row bit for bit (several head layouts, windows, QK-norm, soft-cap,
+// and a prefill's (every position, or the last one only: then the LM head runs over the last rows
+// only) equal the full forward's row bit for bit (several head layouts, windows, QK-norm, soft-cap,
 // untied head, batch > 1); cached generation gives exactly the tokens of the uncached generator
 // (greedy, sampled, top-k, with the context window sliding); the cache size is flat in the
 // length for local heads and linear for global heads; bad use is refused.
@@ -151,24 +152,31 @@ TEST_CASE("every cached decode step's logits equal the full forward's row bit fo
             // Stale contents first (other tokens through the same buffers), so nothing passes by luck.
             model.kv_begin(B, T);
             const std::vector<int> junk = random_tokens((size_t)B * T, cfg.vocab_size, rng);
-            model.kv_forward(junk.data(), T);
+            model.kv_forward(junk.data(), T, KvLogits::All);
 
-            for (int prefill : {1, 2, 7, T}) {  // prefill lengths: a single decode step, short, past the window, all
-                INFO("prefill " << prefill);
+            // prefill lengths: a single decode step, short, past the window, all
+            for (const auto& [prefill, rows] :
+                 {std::pair{1, KvLogits::Last}, std::pair{2, KvLogits::All}, std::pair{2, KvLogits::Last},
+                  std::pair{7, KvLogits::All}, std::pair{7, KvLogits::Last}, std::pair{T, KvLogits::Last}}) {
+                const bool all = rows == KvLogits::All;
+                INFO("prefill " << prefill << (all ? " KvLogits::All" : " KvLogits::Last"));
                 model.kv_begin(B, T);
                 std::vector<int> pre((size_t)B * prefill);
                 for (int b = 0; b < B; b++)
                     std::copy_n(tokens.data() + (size_t)b * T, prefill, pre.data() + (size_t)b * prefill);
-                const float* lg = model.kv_forward(pre.data(), prefill);  // (B, prefill, Vp)
+                const float* lg = model.kv_forward(pre.data(), prefill, rows);  // All (B, prefill, Vp); Last (B, Vp)
+                const int from = all ? 0 : prefill - 1, count = prefill - from;
                 for (int b = 0; b < B; b++)
-                    for (int t = 0; t < prefill; t++)
-                        REQUIRE(
-                            same_bits(lg + ((size_t)b * prefill + t) * Vp, ref.data() + ((size_t)b * T + t) * Vp, Vp));
+                    for (int t = from; t < prefill; t++) {
+                        const float* got = lg + ((size_t)b * count + t - from) * Vp;
+                        REQUIRE(all_finite(got, Vp));
+                        REQUIRE(same_bits(got, ref.data() + ((size_t)b * T + t) * Vp, Vp));
+                    }
                 std::vector<int> col(B);
                 for (int t = prefill; t < T; t++) {
                     INFO("decode position " << t);
                     for (int b = 0; b < B; b++) col[b] = tokens[(size_t)b * T + t];
-                    lg = model.kv_forward(col.data(), 1);  // (B, 1, Vp)
+                    lg = model.kv_forward(col.data(), 1, t % 2 ? KvLogits::All : KvLogits::Last);  // (B, Vp) both
                     for (int b = 0; b < B; b++) {
                         REQUIRE(all_finite(lg + (size_t)b * Vp, Vp));
                         REQUIRE(same_bits(lg + (size_t)b * Vp, ref.data() + ((size_t)b * T + t) * Vp, Vp));
@@ -184,13 +192,58 @@ TEST_CASE("every cached decode step's logits equal the full forward's row bit fo
                 std::copy_n(tokens.data() + (size_t)b * T, 4, first.data() + (size_t)b * 4);
                 std::copy_n(tokens.data() + (size_t)b * T + 4, T - 4, rest.data() + (size_t)b * (T - 4));
             }
-            model.kv_forward(first.data(), 4);
-            const float* lg = model.kv_forward(rest.data(), T - 4);  // (B, T-4, Vp)
+            model.kv_forward(first.data(), 4, KvLogits::Last);
+            const float* lg = model.kv_forward(rest.data(), T - 4, KvLogits::All);  // (B, T-4, Vp)
             for (int b = 0; b < B; b++)
                 for (int t = 4; t < T; t++)
                     REQUIRE(
                         same_bits(lg + ((size_t)b * (T - 4) + t - 4) * Vp, ref.data() + ((size_t)b * T + t) * Vp, Vp));
+            model.kv_begin(B, T);
+            model.kv_forward(first.data(), 4, KvLogits::Last);
+            lg = model.kv_forward(rest.data(), T - 4, KvLogits::Last);  // (B, Vp): position T-1
+            for (int b = 0; b < B; b++)
+                REQUIRE(same_bits(lg + (size_t)b * Vp, ref.data() + ((size_t)b * T + T - 1) * Vp, Vp));
         }
+    }
+}
+
+TEST_CASE("a KvLogits::Last prefill computes the LM head of the last rows only", "[kv_cache]") {
+    // The last position's logits equal the uncached forward's last row bit for bit, and the (B, n, Vp)
+    // logits buffer of the forward is not written: the LM head ran over B rows, not B*n. logits()
+    // refuses after such a prefill; a KvLogits::All prefill gives forward()'s logits there.
+    const uint64_t seed = fresh_seed();
+    INFO("seed " << seed);
+    Rng rng(seed);
+    for (const Case& c : kCases) {
+        INFO(c.name);
+        const ModelConfig cfg = case_config(c);
+        const int B = 3, n = cfg.max_seq_len - 1, Vp = cfg.padded_vocab_size;
+        Gpt2Cpu<float> model(cfg);
+        const std::vector<float> params = random_params(cfg, rng);
+        model.set_params(params.data());
+        const std::vector<int> tokens = random_tokens((size_t)B * n, cfg.vocab_size, rng);
+        model.forward(tokens.data(), nullptr, B, n, 0.0f, nullptr);
+        const std::vector<float> ref(model.logits(), model.logits() + (size_t)B * n * Vp);  // (B, n, Vp)
+
+        // the buffer holds another batch's logits before the prefill; it must keep them
+        const std::vector<int> junk = random_tokens((size_t)B * n, cfg.vocab_size, rng);
+        model.forward(junk.data(), nullptr, B, n, 0.0f, nullptr);
+        const std::vector<float> before(model.acts().logits.begin(), model.acts().logits.end());
+        model.kv_begin(B, n);
+        const float* lg = model.kv_forward(tokens.data(), n, KvLogits::Last);  // (B, Vp)
+        for (int b = 0; b < B; b++) {
+            INFO("b " << b);
+            REQUIRE(all_finite(lg + (size_t)b * Vp, Vp));
+            REQUIRE(same_bits(lg + (size_t)b * Vp, ref.data() + ((size_t)b * n + n - 1) * Vp, Vp));
+        }
+        REQUIRE(model.acts().logits.size() == before.size());
+        REQUIRE(same_bits(model.acts().logits.data(), before.data(), before.size()));
+        REQUIRE_THROWS_AS(model.logits(), std::logic_error);
+
+        model.kv_begin(B, n);
+        lg = model.kv_forward(tokens.data(), n, KvLogits::All);  // (B, n, Vp)
+        REQUIRE(same_bits(lg, ref.data(), ref.size()));
+        REQUIRE(model.logits() == lg);
     }
 }
 
@@ -297,9 +350,9 @@ TEST_CASE("KV cache refuses bad use with a clear error", "[kv_cache]") {
     REQUIRE_THROWS_AS(m.kv_begin(0, 4), InputError);
     m.kv_begin(1, 4);
     const std::vector<int> four = {1, 2, 3, 4}, one = {5}, bad = {cfg.vocab_size};
-    REQUIRE_THROWS_AS(m.kv_forward(bad.data(), 1), InputError);
-    m.kv_forward(four.data(), 4);
-    REQUIRE_THROWS_WITH(m.kv_forward(one.data(), 1), Catch::Contains("exceed the cache length 4"));
+    REQUIRE_THROWS_AS(m.kv_forward(bad.data(), 1, KvLogits::Last), InputError);
+    m.kv_forward(four.data(), 4, KvLogits::Last);
+    REQUIRE_THROWS_WITH(m.kv_forward(one.data(), 1, KvLogits::Last), Catch::Contains("exceed the cache length 4"));
     Rng r(1);
     REQUIRE_THROWS_AS(generate(m, {}, 3, 4, 1.0f, r), InputError);
     REQUIRE_THROWS_AS(generate(m, {1}, 3, cfg.max_seq_len + 1, 1.0f, r), InputError);

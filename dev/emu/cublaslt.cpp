@@ -301,8 +301,8 @@ cublasStatus_t run_matmul(const Desc& d, const Layout& la, const Layout& lb, con
             !dev.device_range(d.aux, ((ld.cols - 1) * (size_t)d.aux_ld + ld.rows) * elem_size(ld.type)))
             return say(CUBLAS_STATUS_EXECUTION_FAILED, "aux is not device memory of (aux_ld, D's columns)");
     }
-    dev.counters.matmul();  // for the per-step report (step_counters.h)
     const int64_t k = d.transa == CUBLAS_OP_N ? (int64_t)la.cols : (int64_t)la.rows;
+    dev.counters.matmul((uint64_t)m, (uint64_t)n, (uint64_t)k);  // for the per-step report (step_counters.h)
     const bool ta = d.transa != CUBLAS_OP_N, tb = d.transb != CUBLAS_OP_N;
     // op(A) as m rows of k and op(B) as n columns of k, in fp32, each element read once from device
     // memory (a speed-up only)

@@ -1,6 +1,7 @@
 // generate_gpt2_ls --bench: times the backend's KV cache with random tokens and prints one JSON
 // object on stdout (dev/bench/generate_latency.py drives it; docs/generation.md). The prefill of B
-// prompts of length T (median of --bench-repeats, after one warm-up), then for each context c: a
+// prompts of length T (kv_prefill_device: the cache filled and the logits of each prompt's last
+// position, as generation asks for them; median of --bench-repeats, after one warm-up), then for each context c: a
 // fresh cache, a prefill of c - steps tokens (untimed), then `steps` decode steps of one token per
 // sequence, each timed to the logits on the host (what sampling needs).
 #pragma once
@@ -95,7 +96,7 @@ inline int run_bench(const GenerateConfig& g, Backend& model, const DeviceFacts&
         for (int s = 0; s < steps; s++) {
             for (int& x : tok) x = (int)(rng.next_u64() % (uint64_t)mc.vocab_size);
             const auto t0 = BenchClock::now();
-            model.kv_forward(tok.data(), 1);  // returns the (B, Vp) logits on the host: synchronized
+            model.kv_forward(tok.data(), 1, KvLogits::Last);  // the (B, Vp) logits on the host: synchronized
             ms.push_back(ms_since(t0));
         }
         if (ci < 0) continue;

@@ -30,6 +30,9 @@ struct QueuedStep {
     bool applied = false;              // whether the AdamW update was applied (skipped: non-finite)
 };
 
+// Which positions' logits kv_forward returns (Backend::kv_forward).
+enum class KvLogits { Last, All };
+
 struct AdamWHyper {
     float lr = 6e-4f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
 };
@@ -109,22 +112,28 @@ public:
 
     // --- incremental decoding with a KV cache (docs/generation.md); backends without one keep the defaults ---
     // kv_begin: an empty cache for B sequences of up to max_len (<= max_seq_len) tokens each.
-    // kv_forward: appends n tokens to every sequence (tokens: (B, n) int32) and returns the logits of
-    // those n positions, (B, n, Vp) fp32 on the host, equal to what forward() gives for the same
-    // positions of the whole sequence. Global heads cache every position; local heads only their
-    // last P keys and values (a ring buffer). kv_cache_bytes: memory the cache holds now.
+    // kv_forward: appends n tokens to every sequence (tokens: (B, n) int32) and returns logits fp32 on
+    // the host, valid until the next call, equal to what forward() gives for the same positions of the
+    // whole sequence (CPU: bit for bit; CUDA: to bf16 noise, docs/cuda_backend.md). `rows` says which:
+    //   KvLogits::Last  (B, Vp): the last of the n new positions of each sequence, what sampling needs.
+    //                   A prefill computes the final LayerNorm and the LM head for these B rows only.
+    //   KvLogits::All   (B, n, Vp): every new position (tests, per-position output).
+    // A prefill (n > 1 into an empty cache) replaces the last forward(): after one with All, logits()
+    // returns its (B, n, Vp) logits; after one with Last, logits() throws std::logic_error until the
+    // next forward(). Decode steps leave logits() as it was. Global heads cache every position; local
+    // heads only their last P keys and values (a ring buffer). kv_cache_bytes: memory the cache holds now.
     virtual bool has_kv_cache() const { return false; }
     virtual void kv_begin(int /*B*/, int /*max_len*/) {
         throw std::logic_error(std::string(name()) + " backend has no KV cache");
     }
-    virtual const float* kv_forward(const int* /*tokens*/, int /*n*/) {
+    virtual const float* kv_forward(const int* /*tokens*/, int /*n*/, KvLogits /*rows*/) {
         throw std::logic_error(std::string(name()) + " backend has no KV cache");
     }
     virtual size_t kv_cache_bytes() const { return 0; }
-    // kv_prefill_device: kv_forward of n (1 <= n <= max_len) positions into an empty cache, returning
-    // once the work is done, the logits left where the backend computed them (CUDA: on the device, no
-    // (B, n, Vp) host copy; logits() fetches them). What the latency benchmark times as the prefill.
-    virtual void kv_prefill_device(const int* tokens, int n) { kv_forward(tokens, n); }
+    // kv_prefill_device: kv_forward(tokens, n, KvLogits::Last) of n (1 <= n <= max_len) positions into
+    // an empty cache, returning once the work is done, with the (B, Vp) logits left where the backend
+    // computed them (CUDA: on the device, no host copy). What the latency benchmark times as the prefill.
+    virtual void kv_prefill_device(const int* tokens, int n) { kv_forward(tokens, n, KvLogits::Last); }
 
     // --- attention maps (--eval-only --dump-attention; llmc/io/attention_dump.h) ---
     // attention_probs: after a forward, the attention probabilities of head `head` of layer `layer`

@@ -14,8 +14,10 @@
 //   per position objective = CE + z_weight * lse^2 over the real vocabulary [0, V)
 //
 // KV-cached decoding (kv_begin / kv_forward; cache layout in llmc/cpu/kv_cache.h): a
-// prefill into an empty cache runs the ordinary forward over the n positions and copies every
-// layer's (QK-normed) k and v into the cache; a decode step runs only the new row of each
+// prefill into an empty cache runs the forward's layers over the n positions, copies every
+// layer's (QK-normed) k and v into the cache, and computes the final LayerNorm and the LM head
+// for the rows kv_forward is asked for (KvLogits::Last: the last position of each sequence;
+// All: every position); a decode step runs only the new row of each
 // sequence through every layer, attending over the cache. Every op computes a row with the same
 // arithmetic whatever the number of rows (matmul tiles, LayerNorm, GELU and attention rows are
 // per-row computations in a fixed order), so kv_forward's logits equal forward()'s bit for bit
@@ -132,7 +134,15 @@ public:
     const Gpt2CpuActs<F>& acts() const { return acts_; }
     int last_B() const { return B_; }
     int last_T() const { return T_; }
-    const F* logits() const { return acts_.logits.data(); }  // (B, T, Vp) of the last forward
+    // (B, T, Vp) of the last forward (or KvLogits::All prefill); a KvLogits::Last prefill computed
+    // no such logits, so logits() refuses after one (std::logic_error) until the next forward.
+    const F* logits() const {
+        if (!logits_valid_)
+            throw std::logic_error(
+                "Gpt2Cpu::logits: the last pass was a KV prefill of the last positions only (KvLogits::Last); "
+                "read what kv_forward returned, or run forward()");
+        return acts_.logits.data();
+    }
     // Mean CE + mean z-loss of the last forward with targets, in F precision (what backward differentiates).
     double objective() const { return mean_loss_ + mean_zloss_; }
     // probs (T, T): the attention probabilities of head h of layer l for sequence b of the last
@@ -150,55 +160,17 @@ public:
     // inputs, targets: (B, T) token ids in [0, V); targets may be nullptr (logits only).
     // stats (nullable): resized to L x NH and filled for this pass.
     ForwardResult forward(const int* inputs, const int* targets, int B, int T, float z_weight, LogitStats* stats) {
-        check_batch(inputs, targets, B, T);
+        forward_layers(inputs, targets, B, T, z_weight, stats);
         const int L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads;
-        const int V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size, G = cfg_.global_heads, P = cfg_.window;
+        const int V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size;
         const size_t N = (size_t)B * T;
-        if (N > capacity_) {
-            acts_.allocate(cfg_, N);
-            inputs_.resize(N);
-            targets_.resize(N);
-            capacity_ = N;
-        }
-        B_ = B;
-        T_ = T;
-        z_weight_ = z_weight;
-        has_targets_ = targets != nullptr;
-        std::copy(inputs, inputs + N, inputs_.begin());
-        if (targets) std::copy(targets, targets + N, targets_.begin());
-        else std::fill(targets_.begin(), targets_.begin() + N, 0);  // only for output stats
-
-        if (stats) {
-            for (AttnHeadStats& s : attn_stats_)
-                s = AttnHeadStats{-std::numeric_limits<float>::infinity(), std::numeric_limits<float>::infinity(), 0.0,
-                                  0};
-        }
+        const int n = (int)N;
         Gpt2CpuActs<F>& a = acts_;
         const ParamView<const F> w = weights();
-        const int n = (int)N;
-
-        encoder_forward(a.encoded.data(), inputs_.data(), w.wte(), w.wpe(), B, T, C);
-        for (int l = 0; l < L; l++) {
-            const LayerActs<F, F> la = a.layer(l, N);
-            const LayerParams<const F> lw = w.layer(l);
-            layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, la.residual, lw.ln1w, lw.ln1b, n, C);
-            matmul_forward(la.qkv, la.ln1, lw.qkvw, lw.qkvb, n, C, 3 * C);
-            if (cfg_.qk_norm)
-                qknorm_forward(la.qkvn, la.qkn_mean, la.qkn_rstd, la.qkv, lw.qnormw, lw.qnormb, lw.knormw, lw.knormb, B,
-                               T, C, NH);
-            attention_forward(la.atty, la.att_lse, la.att_in(), B, T, C, NH, G, P, cfg_.attn_softcap,
-                              stats ? &attn_stats_[(size_t)l * NH] : nullptr, stats ? stats->near_distance : 0);
-            matmul_forward(a.branch.data(), la.atty, lw.attprojw, lw.attprojb, n, C, C);
-            residual_forward(la.residual2, la.residual, a.branch.data(), N * C);
-            layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, lw.ln2w, lw.ln2b, n, C);
-            matmul_forward(la.fch, la.ln2, lw.fcw, lw.fcb, n, C, 4 * C);
-            gelu_forward(la.fch_gelu, la.fch, N * 4 * C, cfg_.gelu);
-            matmul_forward(a.branch.data(), la.fch_gelu, lw.fcprojw, lw.fcprojb, n, 4 * C, C);
-            residual_forward(la.residual3, la.residual2, a.branch.data(), N * C);
-        }
         const F* x_last = a.layer(L - 1, N).residual3;  // (B, T, C)
         layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x_last, w.lnfw(), w.lnfb(), n, C);
         matmul_forward(a.logits.data(), a.lnf.data(), w.lm_head(), (const F*)nullptr, n, C, Vp);
+        logits_valid_ = true;
 
         ForwardResult res;
         mean_loss_ = mean_zloss_ = 0.0;
@@ -239,6 +211,60 @@ public:
         return res;
     }
 
+private:
+    // The forward up to the last layer's output (residual3 of layer L-1, (B, T, C)): the state a
+    // backward and the attention maps need, the attention statistics when stats is set. No final
+    // LayerNorm, no logits (logits() refuses until they are computed).
+    void forward_layers(const int* inputs, const int* targets, int B, int T, float z_weight, LogitStats* stats) {
+        check_batch(inputs, targets, B, T);
+        const int L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads, G = cfg_.global_heads, P = cfg_.window;
+        const size_t N = (size_t)B * T;
+        if (N > capacity_) {
+            acts_.allocate(cfg_, N);
+            inputs_.resize(N);
+            targets_.resize(N);
+            capacity_ = N;
+        }
+        B_ = B;
+        T_ = T;
+        z_weight_ = z_weight;
+        has_targets_ = targets != nullptr;
+        logits_valid_ = false;
+        std::copy(inputs, inputs + N, inputs_.begin());
+        if (targets) std::copy(targets, targets + N, targets_.begin());
+        else std::fill(targets_.begin(), targets_.begin() + N, 0);  // only for output stats
+
+        if (stats) {
+            for (AttnHeadStats& s : attn_stats_)
+                s = AttnHeadStats{-std::numeric_limits<float>::infinity(), std::numeric_limits<float>::infinity(), 0.0,
+                                  0};
+        }
+        Gpt2CpuActs<F>& a = acts_;
+        const ParamView<const F> w = weights();
+        const int n = (int)N;
+
+        encoder_forward(a.encoded.data(), inputs_.data(), w.wte(), w.wpe(), B, T, C);
+        for (int l = 0; l < L; l++) {
+            const LayerActs<F, F> la = a.layer(l, N);
+            const LayerParams<const F> lw = w.layer(l);
+            layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, la.residual, lw.ln1w, lw.ln1b, n, C);
+            matmul_forward(la.qkv, la.ln1, lw.qkvw, lw.qkvb, n, C, 3 * C);
+            if (cfg_.qk_norm)
+                qknorm_forward(la.qkvn, la.qkn_mean, la.qkn_rstd, la.qkv, lw.qnormw, lw.qnormb, lw.knormw, lw.knormb, B,
+                               T, C, NH);
+            attention_forward(la.atty, la.att_lse, la.att_in(), B, T, C, NH, G, P, cfg_.attn_softcap,
+                              stats ? &attn_stats_[(size_t)l * NH] : nullptr, stats ? stats->near_distance : 0);
+            matmul_forward(a.branch.data(), la.atty, lw.attprojw, lw.attprojb, n, C, C);
+            residual_forward(la.residual2, la.residual, a.branch.data(), N * C);
+            layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, lw.ln2w, lw.ln2b, n, C);
+            matmul_forward(la.fch, la.ln2, lw.fcw, lw.fcb, n, C, 4 * C);
+            gelu_forward(la.fch_gelu, la.fch, N * 4 * C, cfg_.gelu);
+            matmul_forward(a.branch.data(), la.fch_gelu, lw.fcprojw, lw.fcprojb, n, 4 * C, C);
+            residual_forward(la.residual3, la.residual2, a.branch.data(), N * C);
+        }
+    }
+
+public:
     // Adds grad_scale * d(mean CE + mean z-loss)/d(params) of the last forward into grads().
     void backward(float grad_scale) {
         if (!has_targets_) throw std::logic_error("Gpt2Cpu::backward needs a preceding forward with targets");
@@ -295,17 +321,26 @@ public:
     // An empty cache for B sequences of up to max_len (<= max_seq_len) positions each.
     void kv_begin(int B, int max_len) { kv_.init(cfg_, B, max_len); }
     const KvCache<F>& kv_cache() const { return kv_; }
-    // Appends n positions to every cached sequence; tokens: (B, n). Returns their logits
-    // (B, n, Vp), valid until the next call. Positions past the cache's max_len are refused (the
-    // caller starts a new cache holding the newest window, as llmc/text/sampler.h does).
-    const F* kv_forward(const int* tokens, int n) {
+    // Appends n positions to every cached sequence; tokens: (B, n). Returns the logits `rows` asks
+    // for (Backend::kv_forward): Last (B, Vp), the last new position of each sequence; All (B, n, Vp).
+    // Valid until the next call. Positions past the cache's max_len are refused (the caller starts a
+    // new cache holding the newest window, as llmc/text/sampler.h does).
+    const F* kv_forward(const int* tokens, int n, KvLogits rows) {
         const int B = kv_.B, Vp = cfg_.padded_vocab_size;
         if (B < 1) throw std::logic_error("Gpt2Cpu::kv_forward needs kv_begin first");
         check_kv_append(kv_.pos, n, kv_.max_len);
         check_batch(tokens, nullptr, B, n);
-        if (kv_.pos == 0 && n > 1) return kv_prefill(tokens, n);
-        if (n == 1) return kv_decode(tokens);
-        // several positions after a non-empty cache: one decode step each
+        if (kv_.pos == 0 && n > 1) return kv_prefill(tokens, n, rows);
+        if (n == 1 || rows == KvLogits::Last) {  // one decode step per position; the last one's logits
+            std::vector<int> col(B);
+            const F* lg = nullptr;
+            for (int i = 0; i < n; i++) {
+                for (int b = 0; b < B; b++) col[b] = tokens[(size_t)b * n + i];
+                lg = kv_decode(col.data());
+            }
+            return lg;
+        }
+        // every position of several after a non-empty cache: one decode step each
         kv_logits_.resize((size_t)B * n * Vp);
         std::vector<int> col(B);
         for (int i = 0; i < n; i++) {
@@ -319,10 +354,13 @@ public:
     }
 
 private:
-    // Prefill of an empty cache: the ordinary forward over (B, n), then k/v of every layer cached.
-    const F* kv_prefill(const int* tokens, int n) {
-        const int B = kv_.B, L = cfg_.num_layers, C = cfg_.channels;
-        forward(tokens, nullptr, B, n, 0.0f, nullptr);
+    // Prefill of an empty cache: the forward's layers over (B, n), k/v of every layer cached, then
+    // the final LayerNorm and the LM head over the rows asked for: All, forward()'s (B, n, Vp) logits;
+    // Last, the B rows of position n-1 only, gathered into the decode buffers, (B, Vp). Both ops are
+    // per-row computations, so a row's logits are forward()'s bit for bit either way.
+    const F* kv_prefill(const int* tokens, int n, KvLogits rows) {
+        const int B = kv_.B, L = cfg_.num_layers, C = cfg_.channels, Vp = cfg_.padded_vocab_size;
+        forward_layers(tokens, nullptr, B, n, 0.0f, nullptr);
         const size_t N = (size_t)B * n;
         for (int l = 0; l < L; l++) {
             const F* qkv = acts_.layer(l, N).att_in();  // (B, n, 3C)
@@ -330,7 +368,29 @@ private:
                 for (int t = 0; t < n; t++) kv_.store(l, b, t, qkv + ((size_t)b * n + t) * 3 * C);
         }
         kv_.pos = n;
-        return acts_.logits.data();
+        Gpt2CpuActs<F>& a = acts_;
+        const ParamView<const F> w = weights();
+        const F* x_last = a.layer(L - 1, N).residual3;  // (B, n, C)
+        if (rows == KvLogits::All) {
+            layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), x_last, w.lnfw(), w.lnfb(), (int)N,
+                              C);
+            matmul_forward(a.logits.data(), a.lnf.data(), w.lm_head(), (const F*)nullptr, (int)N, C, Vp);
+            logits_valid_ = true;
+            return a.logits.data();
+        }
+        DecodeActs& d = dec_;
+        d.x.resize((size_t)B * C);
+        d.ln.resize((size_t)B * C);
+        d.mean.resize(B);
+        d.rstd.resize(B);
+        d.logits.resize((size_t)B * Vp);
+        for (int b = 0; b < B; b++) {  // x (B, C) = the last position's row of each sequence
+            const F* src = x_last + ((size_t)b * n + n - 1) * C;
+            std::copy(src, src + C, d.x.begin() + (size_t)b * C);
+        }
+        layernorm_forward(d.ln.data(), d.mean.data(), d.rstd.data(), d.x.data(), w.lnfw(), w.lnfb(), B, C);
+        matmul_forward(d.logits.data(), d.ln.data(), w.lm_head(), (const F*)nullptr, B, C, Vp);
+        return d.logits.data();
     }
 
     // One new position per sequence (tokens: (B)) through every layer; the same ops as forward()
@@ -417,6 +477,7 @@ private:
     int B_ = 0, T_ = 0;
     float z_weight_ = 0.0f;
     bool has_targets_ = false;
+    bool logits_valid_ = false;  // acts_.logits hold the logits of the last forward (logits())
     double mean_loss_ = 0.0, mean_zloss_ = 0.0;
     KvCache<F> kv_;             // KV cache of kv_begin / kv_forward
     DecodeActs dec_;            // row buffers of a decode step
@@ -459,7 +520,7 @@ public:
                           LogitStats* stats) override {
         return model_.forward(inputs, targets, B, T, z_loss_weight, stats);
     }
-    const float* logits() override { return model_.logits(); }
+    const float* logits() override { return model_.logits(); }  // refuses after a KvLogits::Last prefill
 
     void zero_grad() override { model_.zero_grad(); }
     void backward(float grad_scale) override { model_.backward(grad_scale); }
@@ -482,7 +543,9 @@ public:
     // KV-cached decoding (llmc/cpu/kv_cache.h); kv_forward's logits equal forward()'s bit for bit.
     bool has_kv_cache() const override { return true; }
     void kv_begin(int B, int max_len) override { model_.kv_begin(B, max_len); }
-    const float* kv_forward(const int* tokens, int n) override { return model_.kv_forward(tokens, n); }
+    const float* kv_forward(const int* tokens, int n, KvLogits rows) override {
+        return model_.kv_forward(tokens, n, rows);
+    }
     size_t kv_cache_bytes() const override { return model_.kv_cache().bytes(); }
 
     // Attention maps (--dump-attention): recomputed from the last forward's stored q, k.

@@ -29,7 +29,8 @@
 //     (N, Vp) buffer), so logits() must be read before backward() and a second backward() needs a
 //     new forward(); both misuses throw std::logic_error instead of returning garbage.
 //   - KV cache (kv_begin / kv_forward; docs/generation.md; llmc/cuda/gpt2_cuda_decode.cuh): a prefill is
-//     the ordinary forward, then every layer's k (after QK-norm) and v are copied into the cache
+//     the ordinary forward (with KvLogits::Last the last residual, lnf and the LM head run for the last
+//     row of each sequence only), then every layer's k (after QK-norm) and v are copied into the cache
 //     (llmc/cuda/attention_decode.cuh layout); a decode step runs one row per sequence through the same
 //     ops and attends over the cache. Unlike the CPU, the logits are close to forward()'s, not
 //     bit-identical: cuBLASLt may pick another algorithm for B rows than for B*T, and the decode
@@ -145,9 +146,13 @@ inline ForwardResult CudaBackend::forward(const int* inputs, const int* targets,
     return read_slot(slot, stats);
 }
 
-// Issues the forward of queue_forward for the tokens staged in `slot` (stage_tokens).
+// Issues the forward of queue_forward for the tokens staged in `slot` (stage_tokens). head false
+// (a KvLogits::Last prefill, no targets, no statistics): the layers only, the last one without its
+// residual3 and lnf (layer_forward); no logits; returns -1.
 inline int CudaBackend::issue_forward(int slot, int B, int T, float z_weight, bool with_targets, bool with_stats,
-                                      int near_distance, float grad_scale) {
+                                      int near_distance, float grad_scale, bool head) {
+    if (!head && (with_targets || with_stats))
+        throw std::logic_error("CudaBackend::issue_forward: a pass without the LM head has no targets or statistics");
     const int L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads, V = cfg_.vocab_size,
               Vp = cfg_.padded_vocab_size;
     const size_t N = (size_t)B * T;
@@ -157,7 +162,7 @@ inline int CudaBackend::issue_forward(int slot, int B, int T, float z_weight, bo
     T_ = T;
     z_weight_ = z_weight;
     has_targets_ = with_targets;
-    logits_state_ = LogitsState::OnDevice;
+    logits_state_ = head ? LogitsState::OnDevice : LogitsState::PrefillLast;
     cudaStream_t st = stream_;
     Gpt2CudaActs& a = acts_;
     const int* inputs = slot_inputs(slot);
@@ -176,7 +181,8 @@ inline int CudaBackend::issue_forward(int slot, int B, int T, float z_weight, bo
                       st);
     const int near_n = with_stats ? near_distance : 0;
     int nqt = 0;
-    for (int l = 0; l < L; l++) nqt = layer_forward(l, B, T, with_stats, near_n);
+    for (int l = 0; l < L; l++) nqt = layer_forward(l, B, T, with_stats, near_n, head);
+    if (!head) return -1;
     if (with_stats)  // every layer's attention statistics, (F, NH) per layer in attn_stats_
         attention_stats_reduce(attn_stats_.get(), (size_t)kAttnStatsNear * NH, stats_part_.get(),
                                attention_stats_scratch_floats(B, T, NH), L, B, NH, nqt, near_n, st);
@@ -208,11 +214,13 @@ inline int CudaBackend::issue_forward(int slot, int B, int T, float z_weight, bo
 }
 
 // Queues layer l of the forward over (B, T): its input and ln1 are already there; it leaves its
-// output in residual3 and the next LayerNorm (the next layer's ln1, or lnf) fused after it.
+// output in residual3 and the next LayerNorm (the next layer's ln1, or lnf) fused after it; the last
+// layer with head false stops before that (residual2 and the fcproj output in branch: the caller
+// finishes the rows it needs, as kv_prefill_queue does).
 // near_n >= 1 (with_stats): the near/far statistics at that distance too. with_stats: the
 // attention's statistics partials go to layer l's slot of stats_part_ (the forward merges every
 // layer's in one launch); returns their query tiles.
-inline int CudaBackend::layer_forward(int l, int B, int T, bool with_stats, int near_n) {
+inline int CudaBackend::layer_forward(int l, int B, int T, bool with_stats, int near_n, bool head) {
     const int L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads, G = cfg_.global_heads, P = cfg_.window;
     const size_t N = (size_t)B * T;
     const int n = (int)N;
@@ -245,7 +253,7 @@ inline int CudaBackend::layer_forward(int l, int B, int T, bool with_stats, int 
         const LayerParams<const floatX> next_w = weights().layer(l + 1);
         fused_residual_layernorm_forward(la.residual3, next.ln1, next.ln1_mean, next.ln1_rstd, la.residual2,
                                          a.branch.get(), next_w.ln1w, next_w.ln1b, n, C, st);
-    } else {
+    } else if (head) {
         fused_residual_layernorm_forward(la.residual3, a.lnf.get(), a.lnf_mean.get(), a.lnf_rstd.get(), la.residual2,
                                          a.branch.get(), weights().lnfw(), weights().lnfb(), n, C, st);
     }

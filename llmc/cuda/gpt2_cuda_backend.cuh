@@ -90,7 +90,7 @@ public:
     // ---- KV-cached decoding (gpt2_cuda_decode.cuh)
     bool has_kv_cache() const override { return true; }
     void kv_begin(int B, int max_len) override;
-    const float* kv_forward(const int* tokens, int n) override;
+    const float* kv_forward(const int* tokens, int n, KvLogits rows) override;
     void kv_prefill_device(const int* tokens, int n) override;
     size_t kv_cache_bytes() const override { return kv_kg_.bytes() + kv_vg_.bytes() + kv_kl_.bytes() + kv_vl_.bytes(); }
     // For tests and the latency benchmark: positions cached so far, and the cache's device view.
@@ -114,12 +114,13 @@ private:
     static float dlogits_scale(float grad_scale, size_t N) { return (float)((double)grad_scale / (double)N); }
     // Dlogits: the queued step's forward already turned the logits into dlogits (its classifier pass
     // computes both), and the backward that follows takes them; Overwritten: a backward consumed them.
-    enum class LogitsState { None, OnDevice, OnHost, Dlogits, Overwritten };
+    // PrefillLast: the last pass was a KV prefill with KvLogits::Last (no (B, T, Vp) logits computed).
+    enum class LogitsState { None, OnDevice, OnHost, Dlogits, Overwritten, PrefillLast };
 
     // model wiring (gpt2_cuda.cuh)
-    int layer_forward(int l, int B, int T, bool with_stats, int near_n);
+    int layer_forward(int l, int B, int T, bool with_stats, int near_n, bool head = true);
     int issue_forward(int slot, int B, int T, float z_weight, bool with_targets, bool with_stats, int near_distance,
-                      float grad_scale = 0.0f);
+                      float grad_scale = 0.0f, bool head = true);
     void init_attention_stats();
     void reset_attention_stats();
     // The working copy of the weights and the fp32 gradients as the model's tensors (llmc/core/param_view.h).
@@ -149,7 +150,8 @@ private:
     ForwardResult read_slot(int k, LogitStats* stats) const;
 
     // KV-cached decoding (gpt2_cuda_decode.cuh)
-    const float* kv_prefill(const int* tokens, int n);
+    void kv_prefill_queue(const int* tokens, int n, KvLogits rows);
+    const float* kv_logits_to_host(const floatX* rows, size_t count);
     void kv_decode();
 
     // the memory plan (gpt2_cuda_memory.cuh)
@@ -242,8 +244,8 @@ private:
     int kv_pos_ = 0;                       // positions cached so far (every sequence)
     Gpt2CudaDecodeActs dec_;               // row buffers of a decode step
     std::vector<int> dec_tokens_host_;     // (B) tokens of the current decode step
-    std::vector<floatX> kv_logits_stage_;  // (B, Vp) raw logits of one decode step
-    std::vector<float> kv_logits_host_;    // (B, n, Vp) what kv_forward returns after decode steps
+    std::vector<floatX> kv_logits_stage_;  // (B, Vp) raw logits of one decode step or a Last prefill
+    std::vector<float> kv_logits_host_;    // what kv_forward returns, (B, Vp) or (B, n, Vp), unless logits()
 };
 
 }  // namespace llmc::cuda

@@ -7,10 +7,14 @@
 //   kv_begin           an empty cache for B sequences of up to max_len positions: the cache
 //                      (L, B, G, max_len, hd) global and (L, B, NH-G, R, hd) local ring, the decode
 //                      scratch and the row buffers (llmc/cuda/gpt2_cuda_acts.cuh) sized
-//   kv_prefill_device  n > 1 positions into an empty cache: the ordinary forward (llmc/cuda/gpt2_cuda.cuh)
-//                      over (B, n), then every layer's k (after QK-norm) and v copied into the cache
+//   kv_prefill_queue   n > 1 positions into an empty cache: the forward's layers (llmc/cuda/gpt2_cuda.cuh)
+//                      over (B, n), every layer's k (after QK-norm) and v copied into the cache, then the
+//                      logits asked for: All, forward()'s LM head over (B, n); Last, the last row of each
+//                      sequence gathered and finished as a decode step finishes its rows (residual + lnf,
+//                      LM head over B rows) into the decode buffers
+//   kv_prefill_device  kv_prefill_queue with Last, waited for (the latency benchmark's prefill)
 //   kv_forward         appends n positions: the prefill, or one kv_decode per position, and returns the
-//                      logits (B, n, Vp) fp32 on the host
+//                      logits asked for, fp32 on the host: Last (B, Vp), All (B, n, Vp)
 //   kv_decode          one position per sequence through every layer with the forward's ops, attending
 //                      over the cache (attention_decode); logits (B, Vp) on the device
 #pragma once
@@ -26,6 +30,7 @@
 #include "llmc/cuda/layernorm.cuh"
 #include "llmc/cuda/matmul.cuh"
 #include "llmc/cuda/qknorm.cuh"
+#include "llmc/cuda/row_gather.cuh"
 
 namespace llmc::cuda {
 
@@ -63,15 +68,29 @@ inline void CudaBackend::kv_begin(int B, int max_len) {
     kv_pos_ = 0;
 }
 
-// Appends n positions to every cached sequence; tokens: (B, n) on the host. Returns their logits
-// (B, n, Vp) fp32 on the host, valid until the next call. Prefill (n > 1 into an empty cache): the
-// ordinary forward, then the cache filled from its qkv; otherwise one decode step per position.
-inline const float* CudaBackend::kv_forward(const int* tokens, int n) {
+// Appends n positions to every cached sequence; tokens: (B, n) on the host. Returns the logits
+// `rows` asks for (Backend::kv_forward), fp32 on the host, valid until the next call: Last (B, Vp),
+// All (B, n, Vp). Prefill (n > 1 into an empty cache): kv_prefill_queue; otherwise one decode step
+// per position (with Last, only the last step's logits are copied to the host).
+inline const float* CudaBackend::kv_forward(const int* tokens, int n, KvLogits rows) {
     const int B = kv_.B, Vp = cfg_.padded_vocab_size;
     if (B < 1) throw std::logic_error("CudaBackend::kv_forward needs kv_begin first");
     check_kv_append(kv_pos_, n, kv_.max_len);
     check_batch(tokens, nullptr, B, n);
-    if (kv_pos_ == 0 && n > 1) return kv_prefill(tokens, n);
+    if (kv_pos_ == 0 && n > 1) {
+        kv_prefill_queue(tokens, n, rows);
+        // All: (B, n, Vp) converted to fp32 on the host; Last: (B, Vp). Either copy waits for the prefill.
+        const float* out = rows == KvLogits::All ? logits() : kv_logits_to_host(dec_.logits.get(), (size_t)B * Vp);
+        note_stream_idle();
+        return out;
+    }
+    if (n == 1 || rows == KvLogits::Last) {
+        for (int i = 0; i < n; i++) {
+            for (int b = 0; b < B; b++) dec_tokens_host_[b] = tokens[(size_t)b * n + i];
+            kv_decode();
+        }
+        return kv_logits_to_host(dec_.logits.get(), (size_t)B * Vp);
+    }
     const size_t row = (size_t)Vp;
     kv_logits_host_.resize((size_t)B * n * row);
     kv_logits_stage_.resize((size_t)B * row);
@@ -88,12 +107,20 @@ inline const float* CudaBackend::kv_forward(const int* tokens, int n) {
     return kv_logits_host_.data();
 }
 
-// Prefill of an empty cache with tokens (B, n), n >= 1: the ordinary forward over (B, n), then k
-// (after QK-norm) and v of every layer copied into the cache. Returns when the device is done; the
-// logits stay on the device (logits() fetches them). kv_forward uses it; the latency benchmark
-// calls it directly so that the (B, n, Vp) host copy is not timed.
-inline void CudaBackend::kv_prefill_device(const int* tokens, int n) {
-    const int B = kv_.B, L = cfg_.num_layers;
+// count device logits (floatX) into kv_logits_host_ as fp32; waits for the queued work.
+inline const float* CudaBackend::kv_logits_to_host(const floatX* rows, size_t count) {
+    kv_logits_stage_.resize(count);
+    kv_logits_host_.resize(count);
+    download(kv_logits_stage_.data(), rows, count);
+    for (size_t i = 0; i < count; i++) kv_logits_host_[i] = to_float(kv_logits_stage_[i]);
+    return kv_logits_host_.data();
+}
+
+// Prefill of an empty cache with tokens (B, n), n >= 1: the forward's layers over (B, n), k (after
+// QK-norm) and v of every layer copied into the cache, then the logits `rows` asks for (Last: into
+// dec_.logits (B, Vp); All: forward()'s (B, n, Vp), logits() fetches them). Queued, not waited for.
+inline void CudaBackend::kv_prefill_queue(const int* tokens, int n, KvLogits rows) {
+    const int B = kv_.B, L = cfg_.num_layers, C = cfg_.channels, Vp = cfg_.padded_vocab_size;
     if (B < 1) throw std::logic_error("CudaBackend::kv_prefill_device needs kv_begin first");
     if (kv_pos_ != 0) throw std::logic_error("CudaBackend::kv_prefill_device needs an empty cache (kv_begin)");
     if (n < 1 || n > kv_.max_len)
@@ -101,19 +128,36 @@ inline void CudaBackend::kv_prefill_device(const int* tokens, int n) {
                          " positions; pass 1 <= n <= the cache "
                          "length " +
                          std::to_string(kv_.max_len));
-    forward(tokens, nullptr, B, n, 0.0f, nullptr);  // checks the tokens
+    check_no_open_graph_step("kv_forward");
+    check_batch(tokens, nullptr, B, n);
+    const bool all = rows == KvLogits::All;
+    stage_tokens(queued_, tokens, nullptr, B, n);
+    issue_forward(queued_, B, n, 0.0f, false, false, 0, 0.0f, all);
     const size_t N = (size_t)B * n;
     for (int l = 0; l < L; l++) {
         const floatX* qkv = acts_.layer(l, N).att_in();  // (B, n, 3C)
         kv_store_prefill(kv_, qkv, l, n, stream_);
     }
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
     kv_pos_ = n;
+    if (all) return;
+    // the last position of each sequence: residual3 = residual2 + fcproj, lnf (fused, as a decode
+    // step's last layer), then the LM head over B rows: logits (B, Vp)
+    cudaStream_t st = stream_;
+    Gpt2CudaDecodeActs& a = dec_;
+    const ParamView<const floatX> w = weights();
+    gather_rows(a.x2.get(), acts_.layer(L - 1, N).residual2, B, n, n - 1, C, st);  // (B, C)
+    gather_rows(a.branch.get(), acts_.branch.get(), B, n, n - 1, C, st);           // (B, C) fcproj output
+    fused_residual_layernorm_forward(a.x.get(), a.ln.get(), a.mean.get(), a.rstd.get(), a.x2.get(), a.branch.get(),
+                                     w.lnfw(), w.lnfb(), B, C, st);
+    matmul_forward(mm_, a.logits.get(), a.ln.get(), w.lm_head(), nullptr, B, C, Vp, st);
 }
 
-inline const float* CudaBackend::kv_prefill(const int* tokens, int n) {
-    kv_prefill_device(tokens, n);
-    return logits();  // (B, n, Vp) converted to fp32 on the host
+// kv_forward(tokens, n, KvLogits::Last) without the host copy: returns when the device is done,
+// the logits (B, Vp) on the device. The latency benchmark times it as the prefill.
+inline void CudaBackend::kv_prefill_device(const int* tokens, int n) {
+    kv_prefill_queue(tokens, n, KvLogits::Last);
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    note_stream_idle();
 }
 
 // Queues one decode step: the tokens in dec_tokens_host_ (B) at position kv_pos_ through every

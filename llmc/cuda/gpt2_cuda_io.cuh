@@ -123,6 +123,10 @@ inline void CudaBackend::all_reduce_grads(Collective& comm) {
 // (B, T, Vp) fp32 host copy of the last forward's logits (converted from floatX on first call).
 inline const float* CudaBackend::logits() {
     if (logits_state_ == LogitsState::None) throw std::logic_error("CudaBackend::logits: no forward() yet");
+    if (logits_state_ == LogitsState::PrefillLast)
+        throw std::logic_error(
+            "CudaBackend::logits: the last pass was a KV prefill of the last positions only (KvLogits::Last); "
+            "read what kv_forward returned, or run forward()");
     if (logits_state_ == LogitsState::Overwritten || logits_state_ == LogitsState::Dlogits)
         throw std::logic_error(
             "CudaBackend::logits: the logits were replaced by their gradient (by backward(), or by a queued "

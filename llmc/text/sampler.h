@@ -79,12 +79,12 @@ inline std::vector<int> generate(Backend& model, std::vector<int> prompt, int n,
             model.forward(ctx, nullptr, 1, len, 0.0f, nullptr);
             row = model.logits() + (size_t)(len - 1) * Vp;  // (1, len, Vp): last position
         } else if (in_cache > 0 && prompt.size() <= (size_t)max_len) {
-            const int add = (int)(prompt.size() - in_cache);  // new tokens since the last call
-            row = model.kv_forward(prompt.data() + in_cache, add) + (size_t)(add - 1) * Vp;
+            const int add = (int)(prompt.size() - in_cache);                        // new tokens since the last call
+            row = model.kv_forward(prompt.data() + in_cache, add, KvLogits::Last);  // (1, Vp)
             in_cache = prompt.size();
         } else {  // first call, or the window slid: a fresh cache holding the newest len tokens
             model.kv_begin(1, max_len);
-            row = model.kv_forward(ctx, len) + (size_t)(len - 1) * Vp;
+            row = model.kv_forward(ctx, len, KvLogits::Last);  // (1, Vp): the last row only
             in_cache = prompt.size() <= (size_t)max_len ? prompt.size() : 0;
         }
         const int tok = sample_token(row, V, temperature, rng, opt.top_k);

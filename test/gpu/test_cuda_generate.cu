@@ -10,7 +10,12 @@
 // later ones.
 //
 // Checks (logits compared over the real vocabulary [0, V) only):
-//   - prefill logits == forward() logits bit for bit (a prefill IS the ordinary forward);
+//   - prefill logits with KvLogits::All == forward() logits bit for bit (a prefill IS the ordinary
+//     forward); with KvLogits::Last (B, Vp) vs forward()'s last row of each sequence and vs the CPU's
+//     Last prefill, rel. error <= kTol (its LM head runs over B rows, as a decode step's), and
+//     logits() refuses after it;
+//   - emulated build only: the matmul FLOPs of a prefill (the emulated cuBLASLt counts 2 m n k per
+//     call) are the layers' over B*n rows plus the LM head's over B rows (Last) or B*n rows (All);
 //   - per decode step: rel. error ||cached - uncached|| / ||uncached|| <= kTol (GPU vs GPU) and
 //     ||gpu cached - cpu cached|| / ||cpu|| <= kTol (the GPU decode path, incl. the decode attention,
 //     against the CPU one);
@@ -22,7 +27,8 @@
 //     counted. At least half the rows must be clear, so the rule cannot pass vacuously.
 //   - the cache contents (k after QK-norm, v; global slots < pos, local ring slots) vs the CPU
 //     cache, rel. error <= kTol, after the prefill and after the last step (rings wrapped);
-//   - appending several positions at once after a prefill == one at a time (bit for bit: same ops);
+//   - appending several positions at once after a prefill == one at a time (bit for bit: same ops),
+//     every position (All) and the last one (Last);
 //   - llmc::generate() greedy with the cache == without it (window sliding past max_len included)
 //     up to the first differing token, which is allowed only where the uncached row's top-2 margin is
 //     below 4 * kTol * rms(row) (an unclear step by the bf16 noise scale); kv_cache_bytes() follows
@@ -35,6 +41,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -54,6 +61,9 @@
 #include "llmc/core/rng.h"
 #include "llmc/text/sampler.h"
 #include "test/gpu/gpu_test_util.cuh"
+#ifdef LLMC_EMULATE
+#include "dev/emu/device_state.h"
+#endif
 
 namespace {
 
@@ -107,6 +117,16 @@ Top2 top2(const float* row, int V) {  // first index of the max (as sample_token
     for (int i = 0; i < V; i++)
         if (i != best) second = std::max(second, row[i]);
     return {best, row[best] - second};
+}
+
+template <typename E, typename F>
+bool throws(F&& f) {
+    try {
+        f();
+    } catch (const E&) { return true; } catch (...) {
+        return false;
+    }
+    return false;
 }
 
 // The CUDA cache (floatX, copied to the host as fp32) vs the CPU cache (fp32), over the slots that
@@ -173,16 +193,42 @@ void check_case(const Case& cs, uint64_t seed, Checks& ck) {
         return out;
     };
 
-    // prefill: the cached path's logits are forward()'s, bit for bit
+    // prefill of the last rows only: close to forward()'s last rows and to the CPU's
     const int maxlen = cfg.max_seq_len;
-    gpu.kv_begin(B, maxlen);
-    cpu.kv_begin(B, maxlen);
     std::vector<int> prompt = flat(0, cs.prompt);
-    const std::vector<float> pre = real_rows(gpu.kv_forward(prompt.data(), cs.prompt), (size_t)B * cs.prompt, V, Vp);
-    const std::vector<float> pre_cpu =
-        real_rows(cpu.kv_forward(prompt.data(), cs.prompt), (size_t)B * cs.prompt, V, Vp);
     gpu_ref.forward(prompt.data(), nullptr, B, cs.prompt, 0.0f, nullptr);
     const std::vector<float> pre_ref = real_rows(gpu_ref.logits(), (size_t)B * cs.prompt, V, Vp);
+    {
+        gpu.kv_begin(B, maxlen);
+        cpu.kv_begin(B, maxlen);
+        const std::vector<float> last =
+            real_rows(gpu.kv_forward(prompt.data(), cs.prompt, llmc::KvLogits::Last), B, V, Vp);
+        const std::vector<float> last_cpu =
+            real_rows(cpu.kv_forward(prompt.data(), cs.prompt, llmc::KvLogits::Last), B, V, Vp);
+        std::vector<float> ref_last((size_t)B * V);
+        for (int b = 0; b < B; b++)
+            std::copy_n(pre_ref.begin() + ((size_t)b * cs.prompt + cs.prompt - 1) * V, V,
+                        ref_last.begin() + (size_t)b * V);
+        size_t same = 0;
+        for (size_t i = 0; i < last.size(); i++) same += last[i] == ref_last[i];
+        const double e_ref = gpu_test::rel_error(last.data(), ref_last.data(), last.size());
+        const double e_cpu = gpu_test::rel_error(last.data(), last_cpu.data(), last.size());
+        ck.expect(e_ref <= kTol,
+                  "Last prefill (B, Vp) vs forward()'s last rows: rel err %.2e <= %.0e (%zu of %zu equal)", e_ref, kTol,
+                  same, last.size());
+        ck.expect(e_cpu <= kTol, "Last prefill vs the CPU's Last prefill: rel err %.2e <= %.0e", e_cpu, kTol);
+        ck.expect(throws<std::logic_error>([&] { gpu.logits(); }), "logits() after a Last prefill: logic_error");
+        const double e_cache = cache_rel_err(gpu, cpu.kv_cache());
+        ck.expect(e_cache <= kTol, "cache after a Last prefill vs CPU cache: rel err %.2e <= %.0e", e_cache, kTol);
+    }
+
+    // prefill of every row: the cached path's logits are forward()'s, bit for bit
+    gpu.kv_begin(B, maxlen);
+    cpu.kv_begin(B, maxlen);
+    const std::vector<float> pre =
+        real_rows(gpu.kv_forward(prompt.data(), cs.prompt, llmc::KvLogits::All), (size_t)B * cs.prompt, V, Vp);
+    const std::vector<float> pre_cpu =
+        real_rows(cpu.kv_forward(prompt.data(), cs.prompt, llmc::KvLogits::All), (size_t)B * cs.prompt, V, Vp);
     size_t diff = 0;
     for (size_t i = 0; i < pre.size(); i++) diff += !(pre[i] == pre_ref[i]);  // NaN never equal
     ck.expect(diff == 0, "prefill logits == forward() bit for bit (%zu of %zu differ)", diff, pre.size());
@@ -199,8 +245,8 @@ void check_case(const Case& cs, uint64_t seed, Checks& ck) {
     for (int s = 0; s < cs.steps; s++) {
         for (int b = 0; b < B; b++) seqs[b].push_back(next[b]);
         const int len = (int)seqs[0].size();
-        const std::vector<float> cached = real_rows(gpu.kv_forward(next.data(), 1), B, V, Vp);
-        const std::vector<float> cached_cpu = real_rows(cpu.kv_forward(next.data(), 1), B, V, Vp);
+        const std::vector<float> cached = real_rows(gpu.kv_forward(next.data(), 1, llmc::KvLogits::Last), B, V, Vp);
+        const std::vector<float> cached_cpu = real_rows(cpu.kv_forward(next.data(), 1, llmc::KvLogits::Last), B, V, Vp);
         const std::vector<int> ctx = flat(0, len);
         gpu_ref.forward(ctx.data(), nullptr, B, len, 0.0f, nullptr);
         std::vector<float> ref(B * (size_t)V);
@@ -241,21 +287,30 @@ void check_case(const Case& cs, uint64_t seed, Checks& ck) {
         const int k = 4;
         const std::vector<int> head = flat(0, cs.prompt), tail = flat(cs.prompt, k);
         gpu.kv_begin(B, maxlen);
-        gpu.kv_forward(head.data(), cs.prompt);
-        const std::vector<float> many = real_rows(gpu.kv_forward(tail.data(), k), (size_t)B * k, V, Vp);
+        gpu.kv_forward(head.data(), cs.prompt, llmc::KvLogits::Last);
+        const std::vector<float> many =
+            real_rows(gpu.kv_forward(tail.data(), k, llmc::KvLogits::All), (size_t)B * k, V, Vp);
         gpu.kv_begin(B, maxlen);
-        gpu.kv_forward(head.data(), cs.prompt);
+        gpu.kv_forward(head.data(), cs.prompt, llmc::KvLogits::Last);
+        const std::vector<float> many_last = real_rows(gpu.kv_forward(tail.data(), k, llmc::KvLogits::Last), B, V, Vp);
+        gpu.kv_begin(B, maxlen);
+        gpu.kv_forward(head.data(), cs.prompt, llmc::KvLogits::Last);
         std::vector<float> one((size_t)B * k * V);
         for (int i = 0; i < k; i++) {
             std::vector<int> col(B);
             for (int b = 0; b < B; b++) col[b] = tail[(size_t)b * k + i];
-            const float* lg = gpu.kv_forward(col.data(), 1);
+            const float* lg = gpu.kv_forward(col.data(), 1, llmc::KvLogits::Last);
             for (int b = 0; b < B; b++)
                 std::copy(lg + (size_t)b * Vp, lg + (size_t)b * Vp + V, one.begin() + ((size_t)b * k + i) * V);
         }
-        size_t d = 0;
+        size_t d = 0, d_last = 0;
         for (size_t i = 0; i < one.size(); i++) d += !(one[i] == many[i]);
-        ck.expect(d == 0, "kv_forward(n=%d) after a prefill == %d single steps bit for bit (%zu differ)", k, k, d);
+        for (int b = 0; b < B; b++)
+            for (int v = 0; v < V; v++)
+                d_last += !(one[((size_t)b * k + k - 1) * V + v] == many_last[(size_t)b * V + v]);
+        ck.expect(d == 0, "kv_forward(n=%d, All) after a prefill == %d single steps bit for bit (%zu differ)", k, k, d);
+        ck.expect(d_last == 0,
+                  "kv_forward(n=%d, Last) after a prefill == the last single step bit for bit (%zu differ)", k, d_last);
     }
 
     // kv_cache_bytes: 2 * L * B * hd * (G * max_len + (NH-G) * min(P, max_len)) * element bytes (bf16 2, fp32 4)
@@ -316,36 +371,66 @@ void check_generate(Checks& ck, uint64_t seed) {
               first, first, t.margin, 4.0 * kTol * rms);
 }
 
-template <typename E, typename F>
-bool throws(F&& f) {
-    try {
-        f();
-    } catch (const E&) { return true; } catch (...) {
-        return false;
-    }
-    return false;
-}
-
 void check_errors(Checks& ck) {
     std::printf("errors\n");
     const llmc::ModelConfig cfg = make_config(kCases[0]);
     const auto gpu_backend = make_gpu(cfg, 1);
     llmc::Backend& gpu = *gpu_backend;
     int tok[4] = {1, 2, 3, 4};
-    ck.expect(throws<std::logic_error>([&] { gpu.kv_forward(tok, 1); }), "kv_forward before kv_begin: logic_error");
+    const llmc::KvLogits last = llmc::KvLogits::Last;
+    ck.expect(throws<std::logic_error>([&] { gpu.kv_forward(tok, 1, last); }),
+              "kv_forward before kv_begin: logic_error");
     ck.expect(throws<llmc::InputError>([&] { gpu.kv_begin(0, 8); }), "kv_begin(B=0): InputError");
     ck.expect(throws<llmc::InputError>([&] { gpu.kv_begin(1, cfg.max_seq_len + 1); }),
               "kv_begin(max_len > maxT): InputError");
     gpu.kv_begin(1, 3);
-    ck.expect(throws<llmc::InputError>([&] { gpu.kv_forward(tok, 4); }), "4 positions into a cache of 3: InputError");
+    ck.expect(throws<llmc::InputError>([&] { gpu.kv_forward(tok, 4, last); }),
+              "4 positions into a cache of 3: InputError");
     int bad = cfg.vocab_size;
-    ck.expect(throws<llmc::InputError>([&] { gpu.kv_forward(&bad, 1); }), "token >= V: InputError");
-    ck.expect(throws<llmc::InputError>([&] { gpu.kv_forward(tok, 0); }), "n = 0: InputError");
-    gpu.kv_forward(tok, 3);
+    ck.expect(throws<llmc::InputError>([&] { gpu.kv_forward(&bad, 1, last); }), "token >= V: InputError");
+    ck.expect(throws<llmc::InputError>([&] { gpu.kv_forward(tok, 0, last); }), "n = 0: InputError");
+    gpu.kv_forward(tok, 3, last);
     ck.expect(llmc::cuda_backend::kv_cache_contents(gpu).position == 3 &&
-                  throws<llmc::InputError>([&] { gpu.kv_forward(tok, 1); }),
+                  throws<llmc::InputError>([&] { gpu.kv_forward(tok, 1, last); }),
               "a full cache refuses one more position: InputError");
 }
+
+#ifdef LLMC_EMULATE
+// The matmul FLOPs of one prefill of (B, n) as the emulated cuBLASLt counts them (2 m n k per call,
+// dev/emu/step_counters.h), against the model's GEMMs: per layer qkv (3C x C), attproj (C x C), fc
+// (4C x C) and fcproj (C x 4C) over the B*n rows, then the LM head (Vp x C) over the rows asked for.
+void check_prefill_flops(Checks& ck) {
+    std::printf("prefill matmul FLOPs (emulated cuBLASLt counts)\n");
+    const llmc::ModelConfig cfg = make_config(kCases[0]);
+    const auto gpu_backend = make_gpu(cfg, 4);
+    llmc::Backend& gpu = *gpu_backend;
+    const int B = 2, n = 24;
+    const uint64_t L = cfg.num_layers, C = cfg.channels, Vp = cfg.padded_vocab_size, rows = (uint64_t)B * n;
+    const uint64_t layers = 2 * rows * L * 12 * C * C;
+    std::vector<int> tok((size_t)B * n);
+    for (size_t i = 0; i < tok.size(); i++) tok[i] = (int)((i * 7919) % (size_t)cfg.vocab_size);
+    auto flops = [] { return llmc::emu::device().counters.totals().matmul_flops; };
+    struct Run {
+        const char* what;
+        uint64_t head_rows;
+        std::function<void()> prefill;
+    };
+    const Run runs[] = {
+        {"kv_forward(Last)", (uint64_t)B, [&] { gpu.kv_forward(tok.data(), n, llmc::KvLogits::Last); }},
+        {"kv_prefill_device", (uint64_t)B, [&] { gpu.kv_prefill_device(tok.data(), n); }},
+        {"kv_forward(All)", rows, [&] { gpu.kv_forward(tok.data(), n, llmc::KvLogits::All); }},
+    };
+    for (const Run& r : runs) {
+        gpu.kv_begin(B, n);
+        const uint64_t before = flops();
+        r.prefill();
+        const uint64_t got = flops() - before, want = layers + 2 * r.head_rows * C * Vp;
+        ck.expect(got == want, "%s: %llu matmul FLOPs == layers %llu + LM head over %llu rows %llu", r.what,
+                  (unsigned long long)got, (unsigned long long)layers, (unsigned long long)r.head_rows,
+                  (unsigned long long)(want - layers));
+    }
+}
+#endif
 
 #ifdef USE_NCCL
 void check_all_reduce_grads(Checks& ck) {
@@ -392,6 +477,9 @@ int main() {
         for (const Case& c : kCases) check_case(c, ((uint64_t)rd() << 32) | rd(), ck);
         check_generate(ck, ((uint64_t)rd() << 32) | rd());
         check_errors(ck);
+#ifdef LLMC_EMULATE
+        check_prefill_flops(ck);
+#endif
 #ifdef USE_NCCL
         check_all_reduce_grads(ck);
 #else
