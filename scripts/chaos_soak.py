@@ -399,6 +399,8 @@ class Soak:
             raise SoakFailure(f"{kind} reader of {model} did not end within 180 s")
         self.readers.remove(p)
         lines = [ln for ln in err.strip().splitlines() if ln.startswith("error")]
+        if self.ranks > 1:  # under mpirun each rank that fails says it: the same line once per rank is one error
+            lines = list(dict.fromkeys(lines))
         if p.returncode == 0 and not lines and out.strip():
             self.check_reader_result(kind, out, step, dest)
             shutil.rmtree(dest, ignore_errors=True)
