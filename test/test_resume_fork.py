@@ -361,3 +361,42 @@ def test_random_rows_resume_bit_identical_and_a_sampler_change_is_refused(byte_d
     assert train_losses(windows)[1]["loss"] != train_losses(full)[1]["loss"]  # other rows
     assert_refused(["-o", part, "-y", 1, "-x", 8, "--sampler", "windows", "--threads", 1], part,
                    "resume with the same -b/-t, process count, shuffle, sampler, seed and shards")
+
+
+def as_if_killed_before_its_first_checkpoint(out):
+    """Removes out's checkpoints and the console lines that announced them: what a run (or fork) killed
+    after its first steps and before its first checkpoint leaves."""
+    for f in list(out.glob("model_*")) + list(out.glob("state_*")) + list(out.glob("DONE_*")):
+        f.unlink()
+    log = out / "console.log"
+    log.write_text("".join(ln for ln in log.read_text().splitlines(True) if not ln.startswith("checkpoint of step")))
+
+
+def test_resume_of_a_fork_without_its_own_checkpoint_forks_again(byte_data, tmp_path):
+    """trial 3 S7: -y 1 on a fork stopped before its first checkpoint (a requeued fork job) forks again from
+    the checkpoint its config.json records, with the fork's settings; never a new model from step 0. A
+    source checkpoint that is gone or was written again after the fork is refused, naming --fork-from."""
+    src = tmp_path / "src"
+    run(data_args(byte_data) + COMMON + ["-o", src, "-x", 6, "-n", 2])
+    fork = tmp_path / "fork"
+    run(["--fork-from", src / "model_00000002.bin", "-o", fork, "-x", 4, "--threads", 1])
+    as_if_killed_before_its_first_checkpoint(fork)
+    record = json.loads((fork / "config.json").read_text())
+    p = run(["-o", fork, "-y", 1, "--threads", 1])
+    assert (f"note: -y 1: {fork} is a fork of {src / 'model_00000002.bin'} (step 2) without a checkpoint of "
+            "its own; it forks again from that checkpoint") in p.stderr.splitlines()
+    assert "forked from" in p.stdout and "at step 2" in p.stdout
+    assert sorted(train_losses(fork)) == [3, 4], "the fork's steps only, each once"
+    assert_same_steps(src, fork, [3, 4])
+    conf = json.loads((fork / "config.json").read_text())
+    assert conf["forked_from"] == record["forked_from"] and conf["train"] == record["train"]
+
+    # the source checkpoint written again after the fork started, or gone: refused, fork untouched
+    as_if_killed_before_its_first_checkpoint(fork)
+    done = src / "DONE_00000002"
+    later = (fork / "config.json").stat().st_mtime + 10
+    os.utime(done, (later, later))
+    assert_refused(["-o", fork, "-y", 1, "--threads", 1], fork, "was written again after the fork started")
+    shutil.rmtree(src)
+    assert_refused(["-o", fork, "-y", 1, "--threads", 1], fork,
+                   f"--fork-from {src / 'model_00000002.bin'}")

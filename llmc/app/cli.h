@@ -197,7 +197,9 @@ private:
     // -y 1 with <-o>/config.json, or --fork-from (the config.json beside the checkpoint, up to its step):
     // the record's settings (record_flag_values: "train" with its history, the model) fill every
     // inherited flag not given; cfg_.record_changes lists the given ones that differ from the record.
-    // -y 1 together with --fork-from is refused later (check_flag_combinations).
+    // -y 1 together with --fork-from is refused later (check_flag_combinations). -y 1 of an -o without
+    // a complete checkpoint whose record is a fork's (config.json "forked_from") is made --fork-from
+    // that checkpoint again, with the fork's recorded settings (refork_checkpoint), cfg_.refork set.
     void continue_record() {
         const bool fork = !cfg_.fork_from.empty();
         if (fork == (cfg_.resume == 1)) return;  // neither, or both
@@ -215,6 +217,13 @@ private:
         const nlohmann::ordered_json record = read_run_record(path, "restore the run's config.json");
         apply_unset(record_flag_values(record, path, through_step), path);
         cfg_.record_changes = setting_changes(effective_train(record, path, through_step), cfg_, path);
+        if (fork || newest_complete_step(cfg_.output_dir) >= 0) return;
+        // a fork stopped before its first checkpoint: forked again, with its own record's settings
+        const std::string source = refork_checkpoint(cfg_.output_dir, record);
+        if (source.empty()) return;
+        cfg_.fork_from = source;
+        cfg_.resume = 0;
+        cfg_.refork = true;
     }
 
     // One row of llmc/app/flags.h as a CLI11 option bound to its field (none for a Json row).

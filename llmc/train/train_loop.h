@@ -243,9 +243,10 @@ inline void open_outputs(RunOutputs& o, const TrainConfig& cfg, const RunPlan& p
     remove_stale_temporaries(out);
     write_run_record(out, run_config_json(cfg, plan, model), config_toml, cfg, plan.resume ? plan.start_step() : -1,
                      plan.start_step() < plan.max_steps);
-    if (plan.resume) {  // drop records the interrupted run wrote after its checkpoint
-        truncate_jsonl_after_step(out + "/metrics.jsonl", plan.start_step());
-        truncate_jsonl_after_step(out + "/logit_stats.jsonl", plan.start_step());
+    if (plan.resume) {  // drop records the interrupted run wrote after its checkpoint (a fork forked again: all)
+        const int keep_through = cfg.refork ? -1 : plan.start_step();
+        truncate_jsonl_after_step(out + "/metrics.jsonl", keep_through);
+        truncate_jsonl_after_step(out + "/logit_stats.jsonl", keep_through);
     }
     o.metrics.open(out + "/metrics.jsonl", plan.resume.has_value());
     o.logit_log.open(out + "/logit_stats.jsonl", plan.resume.has_value());
