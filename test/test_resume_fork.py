@@ -208,8 +208,7 @@ def test_plain_make_train_continues_with_the_recorded_settings(tmp_path):
     # stopped before its first checkpoint: the run starts again from step 0 with its own settings
     early = tmp_path / "early"
     assert make_train(early, tiny + ["-x", 2, "-n", 0, "-s", 0]).returncode == 0
-    for f in early.glob("*_0000000*"):
-        f.unlink()
+    as_if_killed_before_its_first_checkpoint(early)
     again = make_train(early)
     assert again.returncode == 0, again.stderr
     assert sorted(train_losses(early)) == [1, 2]
@@ -221,8 +220,7 @@ def test_a_new_run_never_overwrites_a_run_without_a_checkpoint(byte_data, tmp_pa
     forked) into that -o is refused and they stay as they were; -y 1 continues it from step 0."""
     killed, src = tmp_path / "killed", tmp_path / "src"
     run(data_args(byte_data) + COMMON + ["-o", killed, "-x", 3, "-n", 0])
-    for f in killed.glob("*_0000000*"):
-        f.unlink()  # as if killed before its first checkpoint: records of steps 1..3, no checkpoint
+    as_if_killed_before_its_first_checkpoint(killed)  # records of steps 1..3, no checkpoint
     assert_refused(data_args(byte_data) + COMMON + ["-o", killed, "-x", 2], killed,
                    "holds a run without a checkpoint (config.json, config.toml, metrics.jsonl")
     run(data_args(byte_data) + COMMON + ["-o", src, "-x", 2, "-n", 2])
@@ -400,3 +398,19 @@ def test_resume_of_a_fork_without_its_own_checkpoint_forks_again(byte_data, tmp_
     shutil.rmtree(src)
     assert_refused(["-o", fork, "-y", 1, "--threads", 1], fork,
                    f"--fork-from {src / 'model_00000002.bin'}")
+
+
+def test_resume_of_a_run_whose_checkpoints_were_deleted_is_refused(byte_data, tmp_path):
+    """trial 3 D2: -y 1 on a run whose checkpoints were deleted but whose records were kept would start a new
+    model at step 0 over them: refused, the records untouched. A run killed before its first checkpoint
+    (no checkpoint line in console.log) still starts again from step 0."""
+    out = tmp_path / "run"
+    run(data_args(byte_data) + COMMON + ["-o", out, "-x", 4, "-n", 2])
+    for f in list(out.glob("model_*")) + list(out.glob("state_*")) + list(out.glob("DONE_*")):
+        f.unlink()
+    assert_refused(["-o", out, "-y", 1, "--threads", 1], out,
+                   f"-y 1: {out} has no checkpoint, but its console.log records the checkpoint of step 4")
+    as_if_killed_before_its_first_checkpoint(out)
+    p = run(["-o", out, "-y", 1, "--threads", 1])
+    assert "has no complete checkpoint yet; its run starts again from step 0" in p.stderr
+    assert sorted(train_losses(out)) == [1, 2, 3, 4]

@@ -24,6 +24,7 @@
 #include "llmc/app/config_file.h"
 #include "llmc/app/flag_suggest.h"
 #include "llmc/app/flags.h"
+#include "llmc/app/output_intent.h"
 #include "llmc/app/argv_mistakes.h"
 #include "llmc/app/run_history.h"
 #include "llmc/app/run_record.h"
@@ -198,8 +199,9 @@ private:
     // the record's settings (record_flag_values: "train" with its history, the model) fill every
     // inherited flag not given; cfg_.record_changes lists the given ones that differ from the record.
     // -y 1 together with --fork-from is refused later (check_flag_combinations). -y 1 of an -o without
-    // a complete checkpoint whose record is a fork's (config.json "forked_from") is made --fork-from
-    // that checkpoint again, with the fork's recorded settings (refork_checkpoint), cfg_.refork set.
+    // a complete checkpoint: refused when console.log says it had one (check_checkpoints_not_deleted);
+    // a fork's record (config.json "forked_from") makes it --fork-from that checkpoint again, with the
+    // fork's recorded settings (refork_checkpoint), cfg_.refork set.
     void continue_record() {
         const bool fork = !cfg_.fork_from.empty();
         if (fork == (cfg_.resume == 1)) return;  // neither, or both
@@ -211,6 +213,7 @@ private:
             through_step = src.step;
         } else {
             if (cfg_.output_dir.empty()) return;
+            if (newest_complete_step(cfg_.output_dir) < 0) check_checkpoints_not_deleted(cfg_.output_dir);
             path = join_path(cfg_.output_dir, "config.json");
             if (!file_exists(path)) return;
         }
