@@ -389,3 +389,18 @@ def test_a_run_started_with_relative_globs_records_them_absolute(data_sets, tmp_
     p = run(["--eval-only", "-e", out / "model_00000001.bin", "-m", 1])
     notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
     assert len(notes) == 1 and "not comparable" in notes[0], p.stderr
+
+
+def test_a_vocab_above_the_datas_samples_and_generates_only_its_tokens(byte_data, tmp_path):
+    """trial 3 B2: --vocab above the data's vocabulary (allowed) sampled ids the tokenizer cannot decode, and the
+    first sample ended the run (and every -y 1 after it), generation too; only the tokenizer's ids are drawn."""
+    out = tmp_path / "run"
+    p = run(["-i", f"{byte_data}/train_*.bin", "-o", out, "--vocab", 1024] + TINY_RUN[:-2] + ["-s", 1, "-g", 64])
+    assert "--- sample at step 1 ---" in (out / "samples.txt").read_text()
+    g = generate(["-e", out / "model_00000001.bin", "--prompt-ids", "70,105", "-n", 64, "--print-ids"])
+    ids = [int(t) for t in g.stdout.split()]
+    assert len(ids) == 64 and all(0 <= t < 256 for t in ids), ids
+    text = subprocess.run([str(GEN), "--device", "cpu", "--threads", "1", "-e", str(out / "model_00000001.bin"),
+                           "--prompt-ids", "70,105", "-n", "64"], cwd=REPO, capture_output=True, timeout=120)
+    assert text.returncode == 0, text.stderr  # each drawn id decodes: 2 prompt bytes + 64 + the newline
+    assert len(text.stdout) == 2 + 64 + 1, text.stdout

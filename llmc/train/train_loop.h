@@ -365,7 +365,9 @@ inline void report_step(const TrainConfig& cfg, const RunPlan& plan, const StepR
 inline void print_sample(const TrainConfig& cfg, const ModelConfig& m, Backend& model, const Tokenizer& tok, Rng& rng,
                          int step, RunLog& log) {
     const int eot = tok.present() && tok.eot_token() >= 0 ? tok.eot_token() : m.vocab_size - 1;
-    std::vector<int> gen = generate(model, {eot}, cfg.gen_tokens, m.max_seq_len, cfg.temperature, rng);
+    GenerateOptions opt;
+    opt.sample_vocab = tok.present() ? tok.vocab_size() : 0;  // ids the tokenizer can print (--vocab may be above)
+    std::vector<int> gen = generate(model, {eot}, cfg.gen_tokens, m.max_seq_len, cfg.temperature, rng, opt);
     log.sample(step, safe_printable(tok.decode(gen.data(), gen.size())));
 }
 
