@@ -211,3 +211,23 @@ def test_llmc_two_letter_flags_name_ours_as_docs_from_llmc_does(tmp_path):
                 assert "no counterpart" in line, (flag, line)
             checked += 1
     assert checked >= 12
+
+
+def test_config_of_a_run_on_other_processes_keeps_its_batch(byte_data, tmp_path):
+    """trial 3 S1: --config RUN/config.json of a 2-process run (-d -1: B*T*2 tokens per step), started with one
+    process, trained half the tokens per step without a word. The batch is the experiment: kept with -d (gradient
+    accumulation here), in one note, and recorded so that the new run's config.toml trains the same."""
+    src = tmp_path / "src"
+    run(data_args(byte_data) + COMMON + ["-x", 1, "-o", src])
+    record = json.loads((src / "config.json").read_text())
+    record["train"]["world_size"] = 2  # what an `mpirun -np 2` run of these flags records (B 4 x T 32 x 2)
+    record["derived"]["world_size"] = 2
+    record["derived"]["tokens_per_step"] = 256
+    (src / "config.json").write_text(json.dumps(record, indent=2))
+    out = tmp_path / "copy"
+    p = run(["--config", src / "config.json", "-o", out, "--threads", 1])
+    assert (f"note: --config {src / 'config.json'}: that run trained 256 tokens/step on 2 process(es); this run "
+            "keeps that batch with -d 256") in p.stderr, p.stderr
+    assert "x accum 2 x 1 process(es) = 256 tokens/step" in p.stdout
+    assert json.loads((out / "config.json").read_text())["train"]["total_batch_size"] == 256
+    assert "total-batch-size=256" in (out / "config.toml").read_text().replace(" ", "")

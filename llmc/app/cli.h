@@ -110,6 +110,14 @@ public:
     const std::string& error() const { return error_; }
 
     const TrainConfig& config() const { return cfg_; }
+    // Sets flag `name` (long name) to `value` after parse, as if given, so config_file_text() writes it
+    // (main's -d that keeps a --config record's batch: llmc/app/run_history.h batch_of_config_record).
+    void set_flag(const std::string& name, const std::string& value) {
+        CLI::Option* op = app_.get_option("--" + name);
+        op->clear();
+        op->add_result(value);
+        op->run_callback();
+    }
     // The flags as a TOML file that --config reads back: every flag with its value or default;
     // unset flags without a default (the model overrides, empty strings) are left out.
     std::string config_file_text() const {
