@@ -391,6 +391,19 @@ def test_a_run_started_with_relative_globs_records_them_absolute(data_sets, tmp_
     assert len(notes) == 1 and "not comparable" in notes[0], p.stderr
 
 
+def test_a_new_run_from_a_checkpoints_weights_checks_its_data(sp_run, data_sets, tmp_path):
+    """trial 3 S6: -e RUN/model_N.bin (a new run from a checkpoint's weights) on data of another tokenizer of the
+    same size trained silently; refused as --fork-from and --eval-only refuse it. The run's own data trains."""
+    data, out = sp_run
+    other = data_sets["sp_other"]
+    weights = ["-e", out / "model_00000001.bin", "-b", 4, "-t", 32, "--threads", 1, "-x", 1, "-u", 1, "-v", 0,
+               "-s", 0]
+    refused(["-i", f"{other}/train_*.bin", "-j", f"{other}/val_*.bin", "-o", tmp_path / "ft"] + weights,
+            f"-i '{other}/train_*.bin'", "tokenizer.bin differs", "data/prepare.py")
+    assert not (tmp_path / "ft").exists()
+    run(["-i", f"{data}/train_*.bin", "-j", f"{data}/val_*.bin", "-o", tmp_path / "own"] + weights)
+
+
 def test_a_vocab_above_the_datas_samples_and_generates_only_its_tokens(byte_data, tmp_path):
     """trial 3 B2: --vocab above the data's vocabulary (allowed) sampled ids the tokenizer cannot decode, and the
     first sample ended the run (and every -y 1 after it), generation too; only the tokenizer's ids are drawn."""

@@ -146,6 +146,28 @@ inline void check_data_of_continued_run(const TrainConfig& cfg) {
     if (!cfg.val_data.empty()) check_data_against_record(rec, cfg.val_data, "-j '" + cfg.val_data + "'", fix);
 }
 
+// -e RUN/model_N.bin for a new run (its weights only): the weights' embeddings belong to the tokenizer
+// of that run, so -i and -j must be tokenized as its training data was, the rule of a fork
+// (check_data_of_continued_run). A checkpoint without config.json beside it (an llm.c file) has no
+// record to compare with.
+inline void check_data_of_init_checkpoint(const TrainConfig& cfg) {
+    const std::optional<CheckpointRun> run = read_checkpoint_run(cfg.model);
+    if (!run) return;
+    const std::string train_what = "-i '" + cfg.train_data + "'", val_what = "-j '" + cfg.val_data + "'";
+    if (!run->data.known()) {
+        if (cfg.rank == 0) std::fprintf(stderr, "%s\n", unknown_data_note(run->data).c_str());
+        if (!run->train_data.empty())
+            check_same_tokenizer(run->train_data,
+                                 "the training data of " + run->config_path + " '" + run->train_data + "'",
+                                 cfg.train_data, train_what, cfg.rank == 0);
+        return;
+    }
+    const std::string fix = "-e " + cfg.model + "'s weights were trained on other tokens: prepare the data with " +
+                            "its run's tokenizer (data/prepare.py), or start from a preset model";
+    check_data_against_record(run->data, cfg.train_data, train_what, fix);
+    if (!cfg.val_data.empty()) check_data_against_record(run->data, cfg.val_data, val_what, fix);
+}
+
 // Every check that needs no backend, in the order a user meets them: flags, model and vocabulary,
 // data (shard headers), output directory and checkpoint. Reads files, writes none.
 inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
@@ -154,6 +176,7 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     // before the model's checks: a vocabulary that changed with the data is the data's fault, not --vocab's
     if (!cfg.fork_from.empty() || (cfg.resume && newest_complete_step(cfg.output_dir) >= 0))
         check_data_of_continued_run(cfg);
+    else if (!is_model_preset(cfg.model)) check_data_of_init_checkpoint(cfg);
     std::optional<RecordedData> config_record;  // --config RUN/config.json: the data that run recorded
     if (!cfg.config_record.empty()) {
         config_record = recorded_data(read_run_record(cfg.config_record), cfg.config_record);
