@@ -404,6 +404,18 @@ def test_a_new_run_from_a_checkpoints_weights_checks_its_data(sp_run, data_sets,
     run(["-i", f"{data}/train_*.bin", "-j", f"{data}/val_*.bin", "-o", tmp_path / "own"] + weights)
 
 
+def test_a_shard_meta_json_lists_but_is_missing_is_refused(data_sets, tmp_path):
+    """trial 3 S10: a data set whose meta.json lists a training shard that is not there (an interrupted copy)
+    trained on the shards present; refused, naming the missing shard."""
+    copy = tmp_path / "sp"
+    shutil.copytree(data_sets["sp"], copy)
+    meta = json.loads((copy / "meta.json").read_text())
+    meta["shards"]["train"].append("train_000001.bin")
+    (copy / "meta.json").write_text(json.dumps(meta))
+    refused(["-i", f"{copy}/train_*.bin", "-j", f"{copy}/val_*.bin"] + TINY_RUN, f"-i '{copy}/train_*.bin'",
+            f"{copy}/meta.json lists 2 training shard(s) and 1 of them are missing (train_000001.bin)")
+
+
 def test_a_vocab_above_the_datas_samples_and_generates_only_its_tokens(byte_data, tmp_path):
     """trial 3 B2: --vocab above the data's vocabulary (allowed) sampled ids the tokenizer cannot decode, and the
     first sample ended the run (and every -y 1 after it), generation too; only the tokenizer's ids are drawn."""
