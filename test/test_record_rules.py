@@ -213,6 +213,26 @@ def test_llmc_two_letter_flags_name_ours_as_docs_from_llmc_does(tmp_path):
     assert checked >= 12
 
 
+def test_dump_logits_never_replaces_another_file(byte_data, tmp_path):
+    """trial 3 D3: --dump-logits FILE wrote over any file, a checkpoint or a run's config.json included. Only an
+    earlier dump of the same shape is replaced."""
+    out = tmp_path / "run"
+    run(data_args(byte_data) + COMMON + ["-x", 1, "-o", out])
+    evaluate = ["--eval-only", "-e", out / "model_00000001.bin", "-j", f"{byte_data}/val_*.bin", "-m", 1, "-b", 2,
+                "-t", 16, "--threads", 1]
+    for target, expect in [("model_00000001.bin", "is a checkpoint's file"),
+                           ("config.json", "exists and is not a logits dump of (2, 16, 256) (32768 bytes; it has")]:
+        before = dir_hashes(out)
+        p = run(evaluate + ["--dump-logits", out / target], check=False)
+        assert one_error_line(p).startswith(f"error: --dump-logits {out / target}: {expect}"), p.stderr
+        assert dir_hashes(out) == before
+    dump = tmp_path / "logits.bin"
+    run(evaluate + ["--dump-logits", dump])
+    first = dump.read_bytes()
+    run(evaluate + ["--dump-logits", dump])  # the same command again: its own dump is replaced
+    assert dump.read_bytes() == first and len(first) == 2 * 16 * 256 * 4
+
+
 def test_config_of_a_run_on_other_processes_keeps_its_batch(byte_data, tmp_path):
     """trial 3 S1: --config RUN/config.json of a 2-process run (-d -1: B*T*2 tokens per step), started with one
     process, trained half the tokens per step without a word. The batch is the experiment: kept with -d (gradient
