@@ -213,6 +213,17 @@ def test_llmc_two_letter_flags_name_ours_as_docs_from_llmc_does(tmp_path):
     assert checked >= 12
 
 
+@pytest.mark.parametrize("seed", ["-1", "-2", "18446744073709551616", "99999999999999999999"])
+def test_a_seed_outside_64_bits_is_refused(byte_data, tmp_path, seed):
+    """trial 3 S2: --seed out of 0..2^64-1 was wrapped (-1 = 2^64-1) or clamped (99999999999999999999 = 2^64-1)
+    silently: several seeds of a sweep one run. Refused like the other integer flags; 2^64-1 itself trains."""
+    out = tmp_path / "run"
+    p = run(data_args(byte_data) + COMMON + ["-x", 1, "-o", out, "--seed", seed], check=False)
+    assert one_error_line(p).startswith("error: --seed: " + seed + " is outside 0..18446744073709551615"), p.stderr
+    assert not out.exists()
+    run(data_args(byte_data) + COMMON + ["-x", 1, "--seed", "18446744073709551615"])
+
+
 def test_dump_logits_never_replaces_another_file(byte_data, tmp_path):
     """trial 3 D3: --dump-logits FILE wrote over any file, a checkpoint or a run's config.json included. Only an
     earlier dump of the same shape is replaced."""
