@@ -262,3 +262,10 @@ def test_config_of_a_run_on_other_processes_keeps_its_batch(byte_data, tmp_path)
     assert "x accum 2 x 1 process(es) = 256 tokens/step" in p.stdout
     assert json.loads((out / "config.json").read_text())["train"]["total_batch_size"] == 256
     assert "total-batch-size=256" in (out / "config.toml").read_text().replace(" ", "")
+    # a batch these flags cannot divide on this process count: refused, naming the -b that keeps it
+    p = run(["--config", src / "config.json", "-o", tmp_path / "odd", "-b", 3, "--threads", 1], check=False)
+    lines = [ln for ln in p.stderr.splitlines() if "that run's recorded settings and model" not in ln]  # --config's
+    assert p.returncode == 1 and len(lines) == 1 and not (tmp_path / "odd").exists(), p.stderr
+    assert lines[0].startswith(f"error: --config {src / 'config.json'}: that run trained 256 tokens/step on "
+                                        "2 process(es), which B 3 x T 32 x 1 process(es) = 96 tokens per micro-step "
+                                        "cannot divide; give -b 8 (or a divisor) to keep that batch"), p.stderr

@@ -138,6 +138,7 @@ inline int64_t recorded_tokens_per_step(const nlohmann::ordered_json& train, con
 // tokens per step): -b is per process, so the recorded flags would train another batch here. The batch
 // (tokens per optimizer step, llm.c's -d) is the experiment, so it is kept: the -d that keeps it, said
 // in one note (print); 0 when nothing changes (the same process count, a -d set, the same tokens).
+// A batch this run's B*T*processes cannot divide is refused, naming the -b that keeps it.
 inline int64_t batch_of_config_record(const TrainConfig& cfg, bool print) {
     if (cfg.config_record.empty() || cfg.total_batch_size > 0) return 0;
     const nlohmann::ordered_json record = read_run_record(cfg.config_record);
@@ -146,6 +147,17 @@ inline int64_t batch_of_config_record(const TrainConfig& cfg, bool print) {
     const int64_t tokens = recorded_tokens_per_step(record["train"], cfg.config_record);
     const int64_t here = (int64_t)cfg.batch_size * cfg.seq_len * cfg.world_size;
     if (t.world_size == cfg.world_size || tokens == here || tokens <= 0) return 0;
+    if (tokens % here != 0) {
+        const int64_t per_row = (int64_t)cfg.seq_len * cfg.world_size;
+        throw InputError("--config " + cfg.config_record + ": that run trained " + std::to_string(tokens) +
+                         " tokens/step on " + std::to_string(t.world_size) + " process(es), which B " +
+                         std::to_string(cfg.batch_size) + " x T " + std::to_string(cfg.seq_len) + " x " +
+                         std::to_string(cfg.world_size) + " process(es) = " + std::to_string(here) +
+                         " tokens per micro-step cannot divide; give -b" +
+                         (tokens % per_row == 0 ? " " + std::to_string(tokens / per_row) + " (or a divisor)"
+                                                : " so that B*T*processes divides it") +
+                         " to keep that batch, or -d for another batch");
+    }
     if (print)
         std::fprintf(stderr,
                      "note: --config %s: that run trained %lld tokens/step on %d process(es); this run keeps that "
