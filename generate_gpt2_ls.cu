@@ -69,6 +69,7 @@ int run_generation(const llmc::GenerateConfig& g, const llmc::ModelCheckpoint& c
     llmc::Rng rng(g.seed);
     llmc::GenerateOptions opt;
     opt.top_k = g.top_k;
+    opt.sample_vocab = in.tokenizer.present() ? in.tokenizer.vocab_size() : 0;  // ids the tokenizer can print
     opt.use_cache = !g.no_cache;
     opt.on_token = [&](int id) {  // stream each token as soon as it is chosen
         if (g.print_ids) {

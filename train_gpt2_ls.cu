@@ -39,6 +39,10 @@ int main(int argc, char** argv) {
         cfg.world_size = comm->world_size();
         cfg.local_rank = launch.local_rank;
         llmc::set_thread_count(cfg.threads);
+        if (const int64_t d = cfg.eval_only ? 0 : llmc::batch_of_config_record(cfg, cfg.rank == 0)) {
+            cli.set_flag("total-batch-size", std::to_string(d));  // the recorded batch, on this process count
+            cfg.total_batch_size = cli.config().total_batch_size;
+        }
         if (cfg.eval_only) llmc::eval_settings_from_run(cfg, cfg.rank == 0);  // what -e's run recorded
         // Once the model is known: a GPU the CUDA backend cannot use for it leaves `auto` on the CPU.
         const llmc::BackendFactory backend_for = [&cfg](const llmc::ModelConfig& m) {

@@ -475,3 +475,43 @@ def test_data_prepared_again_from_other_text_is_noticed(tmp_path):
     assert len(notes) == 2 and notes[0].startswith(f"note: -i '{data}/train_*.bin' holds other tokens"), p.stderr
     assert notes[1].startswith(f"note: -j '{data}/val_*.bin' holds other tokens"), p.stderr
     assert all(len(recorded[role]["shards_sha256_fnv1a64"]) == 16 for role in ("train", "val")), recorded
+
+
+def test_a_new_run_from_a_checkpoints_weights_checks_its_data(sp_run, data_sets, tmp_path):
+    """trial 3 S6: -e RUN/model_N.bin (a new run from a checkpoint's weights) on data of another tokenizer of the
+    same size trained silently; refused as --fork-from and --eval-only refuse it. The run's own data trains."""
+    data, out = sp_run
+    other = data_sets["sp_other"]
+    weights = ["-e", out / "model_00000001.bin", "-b", 4, "-t", 32, "--threads", 1, "-x", 1, "-u", 1, "-v", 0,
+               "-s", 0]
+    refused(["-i", f"{other}/train_*.bin", "-j", f"{other}/val_*.bin", "-o", tmp_path / "ft"] + weights,
+            f"-i '{other}/train_*.bin'", "tokenizer.bin differs", "data/prepare.py")
+    assert not (tmp_path / "ft").exists()
+    run(["-i", f"{data}/train_*.bin", "-j", f"{data}/val_*.bin", "-o", tmp_path / "own"] + weights)
+
+
+def test_a_shard_meta_json_lists_but_is_missing_is_refused(data_sets, tmp_path):
+    """trial 3 S10: a data set whose meta.json lists a training shard that is not there (an interrupted copy)
+    trained on the shards present; refused, naming the missing shard."""
+    copy = tmp_path / "sp"
+    shutil.copytree(data_sets["sp"], copy)
+    meta = json.loads((copy / "meta.json").read_text())
+    meta["shards"]["train"].append("train_000001.bin")
+    (copy / "meta.json").write_text(json.dumps(meta))
+    refused(["-i", f"{copy}/train_*.bin", "-j", f"{copy}/val_*.bin"] + TINY_RUN, f"-i '{copy}/train_*.bin'",
+            f"{copy}/meta.json lists 2 training shard(s) and 1 of them are missing (train_000001.bin)")
+
+
+def test_a_vocab_above_the_datas_samples_and_generates_only_its_tokens(byte_data, tmp_path):
+    """trial 3 B2: --vocab above the data's vocabulary (allowed) sampled ids the tokenizer cannot decode, and the
+    first sample ended the run (and every -y 1 after it), generation too; only the tokenizer's ids are drawn."""
+    out = tmp_path / "run"
+    p = run(["-i", f"{byte_data}/train_*.bin", "-o", out, "--vocab", 1024] + TINY_RUN[:-2] + ["-s", 1, "-g", 64])
+    assert "--- sample at step 1 ---" in (out / "samples.txt").read_text()
+    g = generate(["-e", out / "model_00000001.bin", "--prompt-ids", "70,105", "-n", 64, "--print-ids"])
+    ids = [int(t) for t in g.stdout.split()]
+    assert len(ids) == 64 and all(0 <= t < 256 for t in ids), ids
+    text = subprocess.run([str(GEN), "--device", "cpu", "--threads", "1", "-e", str(out / "model_00000001.bin"),
+                           "--prompt-ids", "70,105", "-n", "64"], cwd=REPO, capture_output=True, timeout=120)
+    assert text.returncode == 0, text.stderr  # each drawn id decodes: 2 prompt bytes + 64 + the newline
+    assert len(text.stdout) == 2 + 64 + 1, text.stdout

@@ -211,3 +211,61 @@ def test_llmc_two_letter_flags_name_ours_as_docs_from_llmc_does(tmp_path):
                 assert "no counterpart" in line, (flag, line)
             checked += 1
     assert checked >= 12
+
+
+@pytest.mark.parametrize("seed", ["-1", "-2", "18446744073709551616", "99999999999999999999"])
+def test_a_seed_outside_64_bits_is_refused(byte_data, tmp_path, seed):
+    """trial 3 S2: --seed out of 0..2^64-1 was wrapped (-1 = 2^64-1) or clamped (99999999999999999999 = 2^64-1)
+    silently: several seeds of a sweep one run. Refused like the other integer flags; 2^64-1 itself trains."""
+    out = tmp_path / "run"
+    p = run(data_args(byte_data) + COMMON + ["-x", 1, "-o", out, "--seed", seed], check=False)
+    assert one_error_line(p).startswith("error: --seed: " + seed + " is outside 0..18446744073709551615"), p.stderr
+    assert not out.exists()
+    run(data_args(byte_data) + COMMON + ["-x", 1, "--seed", "18446744073709551615"])
+
+
+def test_dump_logits_never_replaces_another_file(byte_data, tmp_path):
+    """trial 3 D3: --dump-logits FILE wrote over any file, a checkpoint or a run's config.json included. Only an
+    earlier dump of the same shape is replaced."""
+    out = tmp_path / "run"
+    run(data_args(byte_data) + COMMON + ["-x", 1, "-o", out])
+    evaluate = ["--eval-only", "-e", out / "model_00000001.bin", "-j", f"{byte_data}/val_*.bin", "-m", 1, "-b", 2,
+                "-t", 16, "--threads", 1]
+    for target, expect in [("model_00000001.bin", "is a checkpoint's file"),
+                           ("config.json", "exists and is not a logits dump of (2, 16, 256) (32768 bytes; it has")]:
+        before = dir_hashes(out)
+        p = run(evaluate + ["--dump-logits", out / target], check=False)
+        assert one_error_line(p).startswith(f"error: --dump-logits {out / target}: {expect}"), p.stderr
+        assert dir_hashes(out) == before
+    dump = tmp_path / "logits.bin"
+    run(evaluate + ["--dump-logits", dump])
+    first = dump.read_bytes()
+    run(evaluate + ["--dump-logits", dump])  # the same command again: its own dump is replaced
+    assert dump.read_bytes() == first and len(first) == 2 * 16 * 256 * 4
+
+
+def test_config_of_a_run_on_other_processes_keeps_its_batch(byte_data, tmp_path):
+    """trial 3 S1: --config RUN/config.json of a 2-process run (-d -1: B*T*2 tokens per step), started with one
+    process, trained half the tokens per step without a word. The batch is the experiment: kept with -d (gradient
+    accumulation here), in one note, and recorded so that the new run's config.toml trains the same."""
+    src = tmp_path / "src"
+    run(data_args(byte_data) + COMMON + ["-x", 1, "-o", src])
+    record = json.loads((src / "config.json").read_text())
+    record["train"]["world_size"] = 2  # what an `mpirun -np 2` run of these flags records (B 4 x T 32 x 2)
+    record["derived"]["world_size"] = 2
+    record["derived"]["tokens_per_step"] = 256
+    (src / "config.json").write_text(json.dumps(record, indent=2))
+    out = tmp_path / "copy"
+    p = run(["--config", src / "config.json", "-o", out, "--threads", 1])
+    assert (f"note: --config {src / 'config.json'}: that run trained 256 tokens/step on 2 process(es); this run "
+            "keeps that batch with -d 256") in p.stderr, p.stderr
+    assert "x accum 2 x 1 process(es) = 256 tokens/step" in p.stdout
+    assert json.loads((out / "config.json").read_text())["train"]["total_batch_size"] == 256
+    assert "total-batch-size=256" in (out / "config.toml").read_text().replace(" ", "")
+    # a batch these flags cannot divide on this process count: refused, naming the -b that keeps it
+    p = run(["--config", src / "config.json", "-o", tmp_path / "odd", "-b", 3, "--threads", 1], check=False)
+    lines = [ln for ln in p.stderr.splitlines() if "that run's recorded settings and model" not in ln]  # --config's
+    assert p.returncode == 1 and len(lines) == 1 and not (tmp_path / "odd").exists(), p.stderr
+    assert lines[0].startswith(f"error: --config {src / 'config.json'}: that run trained 256 tokens/step on "
+                                        "2 process(es), which B 3 x T 32 x 1 process(es) = 96 tokens per micro-step "
+                                        "cannot divide; give -b 8 (or a divisor) to keep that batch"), p.stderr

@@ -226,8 +226,7 @@ def test_plain_make_train_continues_with_the_recorded_settings(tmp_path):
     # stopped before its first checkpoint: the run starts again from step 0 with its own settings
     early = tmp_path / "early"
     assert make_train(early, tiny + ["-x", 2, "-n", 0, "-s", 0]).returncode == 0
-    for f in early.glob("*_0000000*"):
-        f.unlink()
+    as_if_killed_before_its_first_checkpoint(early)
     again = make_train(early)
     assert again.returncode == 0, again.stderr
     assert sorted(train_losses(early)) == [1, 2]
@@ -239,8 +238,7 @@ def test_a_new_run_never_overwrites_a_run_without_a_checkpoint(byte_data, tmp_pa
     forked) into that -o is refused and they stay as they were; -y 1 continues it from step 0."""
     killed, src = tmp_path / "killed", tmp_path / "src"
     run(data_args(byte_data) + COMMON + ["-o", killed, "-x", 3, "-n", 0])
-    for f in killed.glob("*_0000000*"):
-        f.unlink()  # as if killed before its first checkpoint: records of steps 1..3, no checkpoint
+    as_if_killed_before_its_first_checkpoint(killed)  # records of steps 1..3, no checkpoint
     assert_refused(data_args(byte_data) + COMMON + ["-o", killed, "-x", 2], killed,
                    "holds a run without a checkpoint (config.json, config.toml, metrics.jsonl")
     run(data_args(byte_data) + COMMON + ["-o", src, "-x", 2, "-n", 2])
@@ -400,3 +398,58 @@ def test_random_rows_resume_bit_identical_and_a_sampler_change_is_refused(byte_d
     assert train_losses(windows)[1]["loss"] != train_losses(full)[1]["loss"]  # other rows
     assert_refused(["-o", part, "-y", 1, "-x", 8, "--sampler", "windows", "--threads", 1], part,
                    "resume with the same -b/-t, process count, shuffle, sampler, seed and shards")
+
+
+def as_if_killed_before_its_first_checkpoint(out):
+    """Removes out's checkpoints and the console lines that announced them: what a run (or fork) killed
+    after its first steps and before its first checkpoint leaves."""
+    for f in list(out.glob("model_*")) + list(out.glob("state_*")) + list(out.glob("DONE_*")):
+        f.unlink()
+    log = out / "console.log"
+    log.write_text("".join(ln for ln in log.read_text().splitlines(True) if not ln.startswith("checkpoint of step")))
+
+
+def test_resume_of_a_fork_without_its_own_checkpoint_forks_again(byte_data, tmp_path):
+    """trial 3 S7: -y 1 on a fork stopped before its first checkpoint (a requeued fork job) forks again from
+    the checkpoint its config.json records, with the fork's settings; never a new model from step 0. A
+    source checkpoint that is gone or was written again after the fork is refused, naming --fork-from."""
+    src = tmp_path / "src"
+    run(data_args(byte_data) + COMMON + ["-o", src, "-x", 6, "-n", 2])
+    fork = tmp_path / "fork"
+    run(["--fork-from", src / "model_00000002.bin", "-o", fork, "-x", 4, "--threads", 1])
+    as_if_killed_before_its_first_checkpoint(fork)
+    record = json.loads((fork / "config.json").read_text())
+    p = run(["-o", fork, "-y", 1, "--threads", 1])
+    assert (f"note: -y 1: {fork} is a fork of {src / 'model_00000002.bin'} (step 2) without a checkpoint of "
+            "its own; it forks again from that checkpoint") in p.stderr.splitlines()
+    assert "forked from" in p.stdout and "at step 2" in p.stdout
+    assert sorted(train_losses(fork)) == [3, 4], "the fork's steps only, each once"
+    assert_same_steps(src, fork, [3, 4])
+    conf = json.loads((fork / "config.json").read_text())
+    assert conf["forked_from"] == record["forked_from"] and conf["train"] == record["train"]
+
+    # the source checkpoint written again after the fork started, or gone: refused, fork untouched
+    as_if_killed_before_its_first_checkpoint(fork)
+    done = src / "DONE_00000002"
+    later = (fork / "config.json").stat().st_mtime + 10
+    os.utime(done, (later, later))
+    assert_refused(["-o", fork, "-y", 1, "--threads", 1], fork, "was written again after the fork started")
+    shutil.rmtree(src)
+    assert_refused(["-o", fork, "-y", 1, "--threads", 1], fork,
+                   f"--fork-from {src / 'model_00000002.bin'}")
+
+
+def test_resume_of_a_run_whose_checkpoints_were_deleted_is_refused(byte_data, tmp_path):
+    """trial 3 D2: -y 1 on a run whose checkpoints were deleted but whose records were kept would start a new
+    model at step 0 over them: refused, the records untouched. A run killed before its first checkpoint
+    (no checkpoint line in console.log) still starts again from step 0."""
+    out = tmp_path / "run"
+    run(data_args(byte_data) + COMMON + ["-o", out, "-x", 4, "-n", 2])
+    for f in list(out.glob("model_*")) + list(out.glob("state_*")) + list(out.glob("DONE_*")):
+        f.unlink()
+    assert_refused(["-o", out, "-y", 1, "--threads", 1], out,
+                   f"-y 1: {out} has no checkpoint, but its console.log records the checkpoint of step 4")
+    as_if_killed_before_its_first_checkpoint(out)
+    p = run(["-o", out, "-y", 1, "--threads", 1])
+    assert "has no complete checkpoint yet; its run starts again from step 0" in p.stderr
+    assert sorted(train_losses(out)) == [1, 2, 3, 4]

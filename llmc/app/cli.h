@@ -24,6 +24,7 @@
 #include "llmc/app/config_file.h"
 #include "llmc/app/flag_suggest.h"
 #include "llmc/app/flags.h"
+#include "llmc/app/output_intent.h"
 #include "llmc/app/argv_mistakes.h"
 #include "llmc/app/run_history.h"
 #include "llmc/app/run_record.h"
@@ -109,6 +110,14 @@ public:
     const std::string& error() const { return error_; }
 
     const TrainConfig& config() const { return cfg_; }
+    // Sets flag `name` (long name) to `value` after parse, as if given, so config_file_text() writes it
+    // (main's -d that keeps a --config record's batch: llmc/app/run_history.h batch_of_config_record).
+    void set_flag(const std::string& name, const std::string& value) {
+        CLI::Option* op = app_.get_option("--" + name);
+        op->clear();
+        op->add_result(value);
+        op->run_callback();
+    }
     // The flags as a TOML file that --config reads back: every flag with its value or default;
     // unset flags without a default (the model overrides, empty strings) are left out.
     std::string config_file_text() const {
@@ -197,7 +206,10 @@ private:
     // -y 1 with <-o>/config.json, or --fork-from (the config.json beside the checkpoint, up to its step):
     // the record's settings (record_flag_values: "train" with its history, the model) fill every
     // inherited flag not given; cfg_.record_changes lists the given ones that differ from the record.
-    // -y 1 together with --fork-from is refused later (check_flag_combinations).
+    // -y 1 together with --fork-from is refused later (check_flag_combinations). -y 1 of an -o without
+    // a complete checkpoint: refused when console.log says it had one (check_checkpoints_not_deleted);
+    // a fork's record (config.json "forked_from") makes it --fork-from that checkpoint again, with the
+    // fork's recorded settings (refork_checkpoint), cfg_.refork set.
     void continue_record() {
         const bool fork = !cfg_.fork_from.empty();
         if (fork == (cfg_.resume == 1)) return;  // neither, or both
@@ -209,12 +221,20 @@ private:
             through_step = src.step;
         } else {
             if (cfg_.output_dir.empty()) return;
+            if (newest_complete_step(cfg_.output_dir) < 0) check_checkpoints_not_deleted(cfg_.output_dir);
             path = join_path(cfg_.output_dir, "config.json");
             if (!file_exists(path)) return;
         }
         const nlohmann::ordered_json record = read_run_record(path, "restore the run's config.json");
         apply_unset(record_flag_values(record, path, through_step), path);
         cfg_.record_changes = setting_changes(effective_train(record, path, through_step), cfg_, path);
+        if (fork || newest_complete_step(cfg_.output_dir) >= 0) return;
+        // a fork stopped before its first checkpoint: forked again, with its own record's settings
+        const std::string source = refork_checkpoint(cfg_.output_dir, record);
+        if (source.empty()) return;
+        cfg_.fork_from = source;
+        cfg_.resume = 0;
+        cfg_.refork = true;
     }
 
     // One row of llmc/app/flags.h as a CLI11 option bound to its field (none for a Json row).

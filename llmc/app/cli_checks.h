@@ -41,6 +41,26 @@ inline CLI::Validator number_text_check() {
         "");
 }
 
+// The text of an unsigned integer (--seed, a uint64_t): digits only, at most 2^64-1. CLI11 2.1 reads
+// it with strtoull, which wraps "-1" to 2^64-1 and clamps 99999999999999999999 to it (several seeds
+// one run); both are refused, as a signed flag refuses a value out of its range. Runs after
+// number_text_check (trimmed, leading zeros dropped).
+inline CLI::Validator unsigned_text_check() {
+    return CLI::Validator(
+        [](std::string& v) {
+            static const std::string kMax = "18446744073709551615";  // 2^64-1
+            const std::string digits = !v.empty() && (v[0] == '+' || v[0] == '-') ? v.substr(1) : v;
+            const bool whole = !digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos;
+            if (!whole) return std::string();  // not an integer (e.g. 1e3): CLI11's conversion refuses it
+            const std::string abs =
+                digits.find_first_not_of('0') == std::string::npos ? "0" : digits.substr(digits.find_first_not_of('0'));
+            const bool fits = abs.size() < kMax.size() || (abs.size() == kMax.size() && abs <= kMax);
+            if (fits && (v[0] != '-' || abs == "0")) return std::string();
+            return v + " is outside 0.." + kMax + "; give an integer in that range";
+        },
+        "");
+}
+
 // The value of an on/off flag ("qk-norm=..." in a config file, "--eval-only=..." on the command line)
 // as "true" or "false". CLI11 2.1 reads a flag's value with std::stoll, which stops at the first
 // character that is not a digit, so "eval-only=9'x" meant on, and config.toml kept the text
@@ -74,16 +94,18 @@ inline CLI::Validator flag_text_check() {
         "");
 }
 
-// Adds number_text_check() to every option that takes a number (its type name is not "TEXT", nor
+// Adds number_text_check() to every option that takes a number (and unsigned_text_check() to the unsigned ones) (its type name is not "TEXT", nor
 // "TEXT:{cpu,cuda}", a text option with a set of values, and not empty: --config's and the flags')
 // and flag_text_check() to every flag (no value needed): ours are all on/off (--help too, which
 // exits before any check). A counting flag (add_flag bound to an int, "-v -v") would need its own.
 inline void check_flag_values(CLI::App& app) {
     const CLI::Validator number_text = number_text_check(), flag_text = flag_text_check();
+    const CLI::Validator unsigned_text = unsigned_text_check();
     for (CLI::Option* opt : app.get_options()) {
         const std::string type = opt->get_type_name();
         if (opt->get_expected_min() == 0) opt->transform(flag_text);
         else if (opt->get_type_size() > 0 && !type.empty() && type.rfind("TEXT", 0) != 0) opt->transform(number_text);
+        if (type == "UINT" && opt->get_expected_min() != 0) opt->check(unsigned_text);
     }
 }
 

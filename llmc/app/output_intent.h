@@ -4,15 +4,20 @@
 //   nearest_run_dir     a sibling directory holding a run whose name is near -o's ("did you mean")
 //   note_resume_without_checkpoint   the stderr note of -y 1 when -o has no complete checkpoint:
 //                       its recorded run starts again at step 0, or -o holds no run at all
+//   logged_checkpoint_step / check_checkpoints_not_deleted   -y 1 of an -o whose console.log
+//                       records a checkpoint that is gone: refused (its records are not replaced)
 // docs/training.md "Checkpoints and resuming".
 #pragma once
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <system_error>
 #include <vector>
 
 #include "llmc/app/flag_suggest.h"
+#include "llmc/core/error.h"
 
 namespace llmc {
 
@@ -70,6 +75,37 @@ inline void note_resume_without_checkpoint(const std::string& dir) {
     const std::string near = nearest_run_dir(dir);
     std::fprintf(stderr, "note: -y 1: %s holds no run (no config.json); a new run starts there from step 0%s\n",
                  dir.c_str(), near.empty() ? "" : ("; did you mean -o " + near + "?").c_str());
+}
+
+// The newest step of the checkpoint lines ("checkpoint of step N...", printed once a checkpoint is
+// complete: llmc/train/step_report.h checkpoint_line) in dir/console.log; -1 when it has none.
+inline int logged_checkpoint_step(const std::string& dir) {
+    std::ifstream in(dir + "/console.log");
+    static const std::string kPrefix = "checkpoint of step ";
+    int newest = -1;
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.compare(0, kPrefix.size(), kPrefix) != 0) continue;
+        int step = 0;
+        size_t i = kPrefix.size();
+        if (i >= line.size() || !std::isdigit((unsigned char)line[i])) continue;
+        for (; i < line.size() && std::isdigit((unsigned char)line[i]) && step < 100000000; i++)
+            step = step * 10 + (line[i] - '0');
+        newest = step > newest ? step : newest;
+    }
+    return newest;
+}
+
+// -y 1 and `dir` has no complete checkpoint: a run whose console.log records one had checkpoints that
+// were deleted since, and starting it again from step 0 would replace the records of steps that no
+// checkpoint can bring back; refused. A run stopped before its first checkpoint has no such line.
+inline void check_checkpoints_not_deleted(const std::string& dir) {
+    const int logged = logged_checkpoint_step(dir);
+    if (logged < 0) return;
+    throw InputError("-y 1: " + dir + " has no checkpoint, but its console.log records the checkpoint of step " +
+                     std::to_string(logged) +
+                     ": its checkpoints were deleted, and a start from step 0 would replace the run's records; "
+                     "restore the checkpoint files to continue, or start over in a new -o");
 }
 
 }  // namespace llmc

@@ -7,6 +7,8 @@
 //                      what trained before it), a change back before any step leaves none, and entries
 //                      past s (steps rolled back to the checkpoint) go
 //   tokens_trained     the tokens of steps 1..s, each step at the -d then in effect
+//   batch_of_config_record   the -d that keeps a --config RUN/config.json run's batch on another
+//                      number of processes
 //   write_run_record   config.json + config.toml of a starting run (fresh or forked), or the history
 //                      of a resumed one
 // docs/training.md "Resuming and forking", docs/formats.md "config.json".
@@ -130,6 +132,39 @@ inline int64_t recorded_tokens_per_step(const nlohmann::ordered_json& train, con
     const TrainConfig t = recorded_settings(train, file);
     if (t.total_batch_size > 0) return t.total_batch_size;
     return (int64_t)t.batch_size * t.seq_len * t.world_size;
+}
+
+// --config RUN/config.json of a run that trained on another number of processes with -d -1 (B*T*processes
+// tokens per step): -b is per process, so the recorded flags would train another batch here. The batch
+// (tokens per optimizer step, llm.c's -d) is the experiment, so it is kept: the -d that keeps it, said
+// in one note (print); 0 when nothing changes (the same process count, a -d set, the same tokens).
+// A batch this run's B*T*processes cannot divide is refused, naming the -b that keeps it.
+inline int64_t batch_of_config_record(const TrainConfig& cfg, bool print) {
+    if (cfg.config_record.empty() || cfg.total_batch_size > 0) return 0;
+    const nlohmann::ordered_json record = read_run_record(cfg.config_record);
+    if (!record.contains("train") || !record["train"].is_object()) return 0;
+    const TrainConfig t = recorded_settings(record["train"], cfg.config_record);
+    const int64_t tokens = recorded_tokens_per_step(record["train"], cfg.config_record);
+    const int64_t here = (int64_t)cfg.batch_size * cfg.seq_len * cfg.world_size;
+    if (t.world_size == cfg.world_size || tokens == here || tokens <= 0) return 0;
+    if (tokens % here != 0) {
+        const int64_t per_row = (int64_t)cfg.seq_len * cfg.world_size;
+        throw InputError("--config " + cfg.config_record + ": that run trained " + std::to_string(tokens) +
+                         " tokens/step on " + std::to_string(t.world_size) + " process(es), which B " +
+                         std::to_string(cfg.batch_size) + " x T " + std::to_string(cfg.seq_len) + " x " +
+                         std::to_string(cfg.world_size) + " process(es) = " + std::to_string(here) +
+                         " tokens per micro-step cannot divide; give -b" +
+                         (tokens % per_row == 0 ? " " + std::to_string(tokens / per_row) + " (or a divisor)"
+                                                : " so that B*T*processes divides it") +
+                         " to keep that batch, or -d for another batch");
+    }
+    if (print)
+        std::fprintf(stderr,
+                     "note: --config %s: that run trained %lld tokens/step on %d process(es); this run keeps that "
+                     "batch with -d %lld (B %d x T %d x %d process(es) = %lld tokens per micro-step here)\n",
+                     cfg.config_record.c_str(), (long long)tokens, t.world_size, (long long)tokens, cfg.batch_size,
+                     cfg.seq_len, cfg.world_size, (long long)here);
+    return tokens;
 }
 
 // The tokens the record's run trained in steps 1..step: a fork's "forked_from" tokens, then each step

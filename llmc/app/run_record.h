@@ -12,6 +12,7 @@
 //                        --fork-from (the record beside the checkpoint, up to the checkpoint's step)
 //                        and --config FILE.json (every entry applied)
 //   fork_source          the run directory and step of a --fork-from checkpoint, checked complete
+//   refork_checkpoint    the checkpoint a fork without a checkpoint of its own forks again from (-y 1)
 // What a continued run changes, and how that is recorded: llmc/app/run_history.h.
 // Taken from a record: the rows Both except -o and -y (they name the run); never the Machine rows
 // (--device, --threads: the machine, not the experiment) nor the Launch/Hidden ones.
@@ -402,6 +403,36 @@ inline ForkSource fork_source(const std::string& path) {
                          "run's config.json into " +
                          src.dir);
     return src;
+}
+
+// -y 1 of `out`, a run without a complete checkpoint whose `record` is a fork's ("forked_from"): the
+// checkpoint it forks again from, the one recorded; "" for a run that is not a fork. Refused, naming
+// the --fork-from command, when that checkpoint is gone or incomplete, or was written again after the
+// fork started (its DONE_ marker is newer than the fork's config.json: another run's step now).
+inline std::string refork_checkpoint(const std::string& out, const nlohmann::ordered_json& record) {
+    const auto f = record.find("forked_from");
+    if (f == record.end() || !f->is_object()) return "";
+    const auto c = f->find("checkpoint");
+    if (c == f->end() || !c->is_string() || c->get<std::string>().empty())
+        throw InputError("-y 1: " + out + "/config.json records a fork without its checkpoint (\"forked_from\"); " +
+                         "fork again with --fork-from RUN/model_NNNNNNNN.bin into a new -o");
+    const std::string checkpoint = c->get<std::string>();
+    const std::string again = "; to fork again deliberately, --fork-from a complete checkpoint into a new -o";
+    ForkSource src;
+    try {
+        src = fork_source(checkpoint);
+    } catch (const InputError& e) {
+        throw InputError("-y 1: " + out + " is a fork without a checkpoint of its own, and its source cannot be " +
+                         "forked again: " + e.what() + again);
+    }
+    std::error_code ec1, ec2;
+    const auto done = std::filesystem::last_write_time(done_path(src.dir, src.step), ec1);
+    const auto started = std::filesystem::last_write_time(join_path(out, "config.json"), ec2);
+    if (!ec1 && !ec2 && done > started)
+        throw InputError("-y 1: " + out + " is a fork of --fork-from " + checkpoint + " without a checkpoint of " +
+                         "its own, and that checkpoint was written again after the fork started (another run's " +
+                         "step now)" + again);
+    return checkpoint;
 }
 
 }  // namespace llmc

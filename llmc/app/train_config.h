@@ -47,6 +47,7 @@ struct TrainConfig {
     std::vector<std::string> given;             // long names of the flags given, typed or by --config (the parser's)
     std::vector<SettingChange> record_changes;  // vs the record -y 1 / --fork-from continues (set by the parser)
     std::string config_record;                  // --config RUN/config.json: that file (set by the parser); else ""
+    bool refork = false;  // -y 1 of a fork without a checkpoint of its own, turned into --fork-from (the parser)
 
     // Whether the flag (long name, "seq-len") was given on the command line or by --config; the
     // settings not given are the defaults or what a run record (-y 1, --fork-from) or a checkpoint's

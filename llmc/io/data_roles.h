@@ -5,8 +5,8 @@
 //   - otherwise the role comes from the file name: a word "train" (train_000000.bin, llm.c's
 //     fineweb_train_000001.bin) is training, "val", "valid", "validation", "test" or "eval" is
 //     validation (words split at anything but letters and digits); neither or both: unknown.
-// The rules a training run keeps: -i reads only training shards, -j only validation shards, and no
-// file is read by both; a shard of unknown role is read with one note on stderr per glob.
+// The rules a training run keeps: -i reads only training shards, -j only validation shards, no
+// file is read by both, and every shard of the role that a meta.json beside them lists is there; a shard of unknown role is read with one note on stderr per glob.
 // --eval-only may read training shards (a loss on tokens the model trained on), said on stderr.
 #pragma once
 #include <cctype>
@@ -78,6 +78,22 @@ public:
         return {ShardRole::Unlisted, meta};
     }
 
+    // The shards of role `want` (Train or Val) that the meta.json beside `path` lists and that are not
+    // files there (an interrupted copy, a deleted shard), and how many it lists of that role.
+    std::vector<std::string> missing_listed(const std::string& path, ShardRole want, size_t* listed) {
+        const std::filesystem::path p(path);
+        const std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
+        const Lists& lists = lists_of(dir);
+        const std::vector<std::string>& names = want == ShardRole::Train ? lists.train : lists.val;
+        *listed = names.size();
+        std::vector<std::string> out;
+        for (const std::string& n : names) {
+            std::error_code ec;
+            if (!std::filesystem::is_regular_file(std::filesystem::path(dir) / n, ec)) out.push_back(n);
+        }
+        return out;
+    }
+
 private:
     struct Lists {
         bool known = false;  // meta.json has a "shards" object
@@ -109,7 +125,8 @@ private:
 // Checks that the shards `paths` matched by `what` (e.g. "-i 'data/x/*.bin'") all have the role
 // `want` (Train or Val). A shard of the other role is refused when `refuse_other_role` (a training
 // run), else (--eval-only reading training shards) said in one note; an unlisted shard is always
-// refused; shards of unknown role get one note. Notes only when print_notes.
+// refused; shards of unknown role get one note. Notes only when print_notes. A meta.json that decided
+// a role and lists shards of `want` that are not in its directory is refused (a partial data set).
 inline void check_shard_roles(const std::vector<std::string>& paths, ShardRole want, const std::string& what,
                               bool refuse_other_role, bool print_notes) {
     ShardRoles roles;
@@ -133,6 +150,24 @@ inline void check_shard_roles(const std::vector<std::string>& paths, ShardRole w
                                                          "generalization: give -j a pattern of the validation shards "
                                                          "only (e.g. DIR/val_*.bin)"));
         if (other.empty()) other.push_back(path + " (" + why + ")");
+    }
+    std::vector<std::string> checked_dirs;  // a data set read in part: every shard its meta.json lists is there
+    for (const std::string& path : paths) {
+        const ShardRoleOf r = roles.of(path);
+        if (r.role != want || r.source == "its name") continue;
+        bool seen = false;
+        for (const std::string& d : checked_dirs) seen = seen || d == r.source;
+        if (seen) continue;
+        checked_dirs.push_back(r.source);
+        size_t listed = 0;
+        const std::vector<std::string> missing = roles.missing_listed(path, want, &listed);
+        if (missing.empty()) continue;
+        std::string names;
+        for (size_t i = 0; i < missing.size() && i < 3; i++) names += (i ? ", " : "") + missing[i];
+        if (missing.size() > 3) names += ", ...";
+        throw InputError(what + ": " + r.source + " lists " + std::to_string(listed) + " " + want_name +
+                         " shard(s) and " + std::to_string(missing.size()) + " of them are missing (" + names +
+                         "): the data set is incomplete; copy it again, or regenerate it with data/prepare.py");
     }
     if (!print_notes) return;
     if (!other.empty())

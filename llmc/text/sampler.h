@@ -50,11 +50,13 @@ inline int sample_token(const float* logits, int V, float temperature, Rng& rng,
 
 struct GenerateOptions {
     int top_k = 0;                      // 0 = sample from the whole vocabulary
+    int sample_vocab = 0;               // > 0: only ids below it are drawn (a tokenizer smaller than the model's V)
     bool use_cache = true;              // use the backend's KV cache when it has one
     std::function<void(int)> on_token;  // called with each token as soon as it is chosen (streaming)
 };
 
-// Generates n tokens after `prompt` (at least one token, e.g. EOT), keeping at most max_len
+// Generates n tokens after `prompt` (at least one token, e.g. EOT), each drawn from the ids below
+// min(V, opt.sample_vocab) (padded ids never), keeping at most max_len
 // tokens of context (the newest), and returns the generated tokens only. Without a KV cache
 // every token is a full forward pass over the context. With one (backend.has_kv_cache() and
 // opt.use_cache), the context is prefilled once and each new token is one decode step; once the
@@ -68,6 +70,8 @@ inline std::vector<int> generate(Backend& model, std::vector<int> prompt, int n,
     if (max_len < 1 || max_len > model.config().max_seq_len)
         throw InputError("generate: context length " + std::to_string(max_len) +
                          " must be in [1, max_seq_len=" + std::to_string(model.config().max_seq_len) + "]");
+    // ids [drawn, V) exist in the model (a --vocab above the data's) but no tokenizer can print them
+    const int drawn = opt.sample_vocab > 0 && opt.sample_vocab < V ? opt.sample_vocab : V;
     const bool cached = opt.use_cache && model.has_kv_cache();
     size_t in_cache = 0;  // prompt[0, in_cache) is in the KV cache at positions 0.. (0 = no valid cache)
     std::vector<int> out;
@@ -87,7 +91,7 @@ inline std::vector<int> generate(Backend& model, std::vector<int> prompt, int n,
             row = model.kv_forward(ctx, len, KvLogits::Last);  // (1, Vp): the last row only
             in_cache = prompt.size() <= (size_t)max_len ? prompt.size() : 0;
         }
-        const int tok = sample_token(row, V, temperature, rng, opt.top_k);
+        const int tok = sample_token(row, drawn, temperature, rng, opt.top_k);
         prompt.push_back(tok);
         out.push_back(tok);
         if (opt.on_token) opt.on_token(tok);

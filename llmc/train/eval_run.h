@@ -23,6 +23,29 @@ inline void write_logits_dump(const std::string& path, Backend& model, int B, in
     write_file_atomic(path, bytes.data(), bytes.size());
 }
 
+// --dump-logits FILE replaces only what an earlier dump of this shape would be: an existing FILE that is a
+// checkpoint's file, a directory, or of another size than B*T*V*4 bytes (a run's record, a shard, a
+// mistyped name) is refused before anything is computed.
+inline void check_dump_logits_target(const std::string& path, int B, int T, int V) {
+    if (path.empty()) return;
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) return;
+    const uint64_t want = (uint64_t)B * T * V * sizeof(float);
+    int step = 0;
+    const bool checkpoint =
+        parse_checkpoint_name(std::filesystem::path(path).filename().string(), step) != CkptFileKind::None;
+    const bool file = std::filesystem::is_regular_file(path, ec);
+    const uint64_t size = file ? (uint64_t)std::filesystem::file_size(path, ec) : 0;
+    if (file && !checkpoint && !ec && size == want) return;
+    throw InputError("--dump-logits " + path + ": " +
+                     (!file        ? std::string("is a directory or not a plain file")
+                      : checkpoint ? std::string("is a checkpoint's file")
+                                   : "exists and is not a logits dump of (" + std::to_string(B) + ", " +
+                                         std::to_string(T) + ", " + std::to_string(V) + ") (" + std::to_string(want) +
+                                         " bytes; it has " + std::to_string(size) + ")") +
+                     "; give a new file name");
+}
+
 // The summed loss of `batches` batches of val. From the first one, on rank 0, the --dump-logits
 // file and the --dump-attention maps (their paths into *dump_paths).
 inline double eval_loss_sum(const TrainConfig& cfg, Backend& model, DataLoader& val, int64_t batches, bool main_rank,
@@ -110,6 +133,7 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
     std::vector<DumpHead> dump_heads;  // --dump-attention
     if (!cfg.dump_attention.empty()) dump_heads = parse_dump_attention(cfg.dump_attention);
     check_dump_attention_heads(dump_heads, plan.model);
+    check_dump_logits_target(cfg.dump_logits, cfg.batch_size, cfg.seq_len, plan.model.vocab_size);
     plan.val = open_loader(cfg, cfg.val_data, false, plan.model.vocab_size);
     check_shard_roles(plan.val->shard_paths(), ShardRole::Val, "-j '" + cfg.val_data + "'", false, comm.rank() == 0);
     const std::string changed =

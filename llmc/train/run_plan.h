@@ -96,7 +96,7 @@ inline LoadedCheckpoint load_fork_checkpoint(const std::string& given, const For
 // step 0, said on stderr); with --fork-from the checkpoint it names (llmc/app/run_record.h
 // fork_source), into an -o without checkpoints; without either an -o that already holds checkpoints
 // is refused. A new run (fresh or forked) into an -o holding another run's files, and any run into an
-// -o another process holds, are refused too.
+// -o another process holds, are refused too; a fork forked again by -y 1 (cfg.refork) replaces its own.
 inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, const ModelConfig& m, Collective& comm) {
     const std::string& out = cfg.output_dir;
     if (out.empty()) return std::nullopt;
@@ -114,7 +114,12 @@ inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, con
         if (newest_complete_step(out) >= 0)
             throw InputError("--fork-from starts a new run but " + out + " already holds checkpoints (newest step " +
                              std::to_string(newest_complete_step(out)) + "); choose a new -o for the fork");
-        if (cfg.rank == 0) check_no_run_files(out, true);
+        if (cfg.rank == 0 && !cfg.refork) check_no_run_files(out, true);
+        if (cfg.rank == 0 && cfg.refork)
+            std::fprintf(stderr,
+                         "note: -y 1: %s is a fork of %s (step %d) without a checkpoint of its own; it forks again "
+                         "from that checkpoint\n",
+                         out.c_str(), cfg.fork_from.c_str(), fork_source(cfg.fork_from).step);
         return load_fork_checkpoint(cfg.fork_from, fork_source(cfg.fork_from), m, cfg.rank, cfg.world_size);
     }
     if (newest_complete_step(out) >= 0)

@@ -171,6 +171,28 @@ inline void note_data_prepared_again(const TrainConfig& cfg, const RunPlan& p) {
                      cfg.val_data.c_str(), val.c_str());
 }
 
+// -e RUN/model_N.bin for a new run (its weights only): the weights' embeddings belong to the tokenizer
+// of that run, so -i and -j must be tokenized as its training data was, the rule of a fork
+// (check_data_of_continued_run). A checkpoint without config.json beside it (an llm.c file) has no
+// record to compare with.
+inline void check_data_of_init_checkpoint(const TrainConfig& cfg) {
+    const std::optional<CheckpointRun> run = read_checkpoint_run(cfg.model);
+    if (!run) return;
+    const std::string train_what = "-i '" + cfg.train_data + "'", val_what = "-j '" + cfg.val_data + "'";
+    if (!run->data.known()) {
+        if (cfg.rank == 0) std::fprintf(stderr, "%s\n", unknown_data_note(run->data).c_str());
+        if (!run->train_data.empty())
+            check_same_tokenizer(run->train_data,
+                                 "the training data of " + run->config_path + " '" + run->train_data + "'",
+                                 cfg.train_data, train_what, cfg.rank == 0);
+        return;
+    }
+    const std::string fix = "-e " + cfg.model + "'s weights were trained on other tokens: prepare the data with " +
+                            "its run's tokenizer (data/prepare.py), or start from a preset model";
+    check_data_against_record(run->data, cfg.train_data, train_what, fix);
+    if (!cfg.val_data.empty()) check_data_against_record(run->data, cfg.val_data, val_what, fix);
+}
+
 // Every check that needs no backend, in the order a user meets them: flags, model and vocabulary,
 // data (shard headers), output directory and checkpoint. Reads files, writes none.
 inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
@@ -179,6 +201,7 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     // before the model's checks: a vocabulary that changed with the data is the data's fault, not --vocab's
     const bool continued = !cfg.fork_from.empty() || (cfg.resume && newest_complete_step(cfg.output_dir) >= 0);
     if (continued) check_data_of_continued_run(cfg);
+    else if (!is_model_preset(cfg.model)) check_data_of_init_checkpoint(cfg);
     std::optional<RecordedData> config_record;  // --config RUN/config.json: the data that run recorded
     if (!cfg.config_record.empty()) {
         config_record = recorded_data(read_run_record(cfg.config_record), cfg.config_record);
@@ -270,9 +293,10 @@ inline void open_outputs(RunOutputs& o, const TrainConfig& cfg, const RunPlan& p
     remove_stale_temporaries(out);
     write_run_record(out, run_config_json(cfg, plan, model), config_toml, cfg, plan.resume ? plan.start_step() : -1,
                      plan.start_step() < plan.max_steps);
-    if (plan.resume) {  // drop records the interrupted run wrote after its checkpoint
-        truncate_jsonl_after_step(out + "/metrics.jsonl", plan.start_step());
-        truncate_jsonl_after_step(out + "/logit_stats.jsonl", plan.start_step());
+    if (plan.resume) {  // drop records the interrupted run wrote after its checkpoint (a fork forked again: all)
+        const int keep_through = cfg.refork ? -1 : plan.start_step();
+        truncate_jsonl_after_step(out + "/metrics.jsonl", keep_through);
+        truncate_jsonl_after_step(out + "/logit_stats.jsonl", keep_through);
     }
     o.metrics.open(out + "/metrics.jsonl", plan.resume.has_value());
     o.logit_log.open(out + "/logit_stats.jsonl", plan.resume.has_value());
@@ -391,7 +415,9 @@ inline void report_step(const TrainConfig& cfg, const RunPlan& plan, const StepR
 inline void print_sample(const TrainConfig& cfg, const ModelConfig& m, Backend& model, const Tokenizer& tok, Rng& rng,
                          int step, RunLog& log) {
     const int eot = tok.present() && tok.eot_token() >= 0 ? tok.eot_token() : m.vocab_size - 1;
-    std::vector<int> gen = generate(model, {eot}, cfg.gen_tokens, m.max_seq_len, cfg.temperature, rng);
+    GenerateOptions opt;
+    opt.sample_vocab = tok.present() ? tok.vocab_size() : 0;  // ids the tokenizer can print (--vocab may be above)
+    std::vector<int> gen = generate(model, {eot}, cfg.gen_tokens, m.max_seq_len, cfg.temperature, rng, opt);
     log.sample(step, safe_printable(tok.decode(gen.data(), gen.size())));
 }
 
