@@ -510,6 +510,42 @@ def test_pack_pg19_refuses_paths_that_do_not_travel(tmp_path):
     assert not (REPO / "scripts" / "not_ignored").exists()
 
 
+def test_pack_pg19_never_replaces_another_data_set_without_force():
+    """--out holding another data set, or shards without meta.json, is refused with one line naming --force
+    before anything is read or written (a missing --source would be the next error); its files stay as they
+    were. An empty --out is used, and --force goes on to prepare."""
+    script = REPO / "scripts" / "pack_pg19.sh"
+    base = REPO / "data" / "shards" / f"test_pack_{os.getpid()}"  # git-ignored, inside the repository
+    try:
+        other = base / "other"
+        other.mkdir(parents=True)
+        meta = json.dumps({"dataset": "tinyshakespeare", "tokenizer": "sp", "vocab_size": 500})
+        (other / "meta.json").write_text(meta)
+        (other / "train_000000.bin").write_bytes(b"their shard")
+        bare = base / "bare"
+        bare.mkdir()
+        (bare / "train_000000.bin").write_bytes(b"user shard")
+        nobooks = base / "no_books"
+        for d, what in [(other, "holds another data set (meta.json: dataset tinyshakespeare, tokenizer sp, "
+                                "vocabulary 500)"), (bare, "holds files but no meta.json")]:
+            p = sh(["bash", script, "--out", d.relative_to(REPO), "--no-deps", "--source", nobooks], check=False)
+            assert p.returncode == 1 and p.stderr.count("\n") == 1 and p.stderr.startswith("error: "), p.stderr
+            assert what in p.stderr and "--force" in p.stderr and "another --out" in p.stderr, p.stderr
+        assert (other / "meta.json").read_text() == meta and (other / "train_000000.bin").read_bytes() == b"their shard"
+        assert sorted(os.listdir(other)) == ["meta.json", "train_000000.bin"]
+        assert sorted(os.listdir(bare)) == ["train_000000.bin"] and (bare / "train_000000.bin").read_bytes() == b"user shard"
+        # --force, or an empty --out: past the check, to the (here missing) books
+        empty = base / "empty"
+        empty.mkdir()
+        for args, note in [(["--out", other.relative_to(REPO), "--force"], True),
+                           (["--out", empty.relative_to(REPO)], False)]:
+            p = sh(["bash", script, *args, "--no-deps", "--source", nobooks], check=False)
+            assert p.returncode == 1 and f"no PG-19 books at {nobooks}" in p.stderr, p.stderr
+            assert ("note: --force: replacing" in p.stderr) == note, p.stderr
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def test_exp_text_ratio_smoke_and_resume(tmp_path):
     """scripts/exp_text_ratio.sh --smoke: every planned run trains with its variant's flags and the near/far
     statistics, the summary has one row per run (T = ratio x C, near mass only where there are global heads),
