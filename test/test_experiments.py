@@ -223,6 +223,77 @@ def test_exp_synthetic_smoke(tmp_path):
     assert "summary" in p.stdout
 
 
+def test_exp_synthetic_reuses_a_run_only_for_the_same_settings(tmp_path):
+    """Started again on the same --out, a finished run is reused only when its recorded settings equal the
+    ones asked: another --lr or --steps is refused with one line naming the flags, before anything runs and
+    with every file kept (the script once reported the earlier runs as "done already" for another --lr, and
+    deleted and retrained them for another --steps); --force replaces such a run alone, saying so."""
+    need_trainer()
+    data = tmp_path / "data"  # validation: 5% of 30 documents of 1024 tokens, more than one step's 2048
+    sh([sys.executable, REPO / "data" / "prepare.py", "--dataset", "synthetic", "--out", data, "--workers", "1",
+        "--syn-vocab", "16", "--syn-length", "60000", "--syn-doc-len", "1024", "--syn-copy-min-dist", "8",
+        "--syn-copy-max-dist", "64", "--val-fraction", "0.1"])
+    out = tmp_path / "syn"
+    base = ["bash", REPO / "scripts" / "exp_synthetic.sh", "--out", out, "--data", data, "--grid", "16:32",
+            "--threads", "1"]
+    sh(base + ["--steps", 2])
+    runs = out / "runs"
+    names = ["C16_T32_mhsa", "C16_T32_ls", "C16_T32_local"]
+
+    def files():
+        return {str(f.relative_to(runs)): f.read_bytes() for f in runs.rglob("*") if f.is_file()}
+    before = files()
+    assert all(f"{n}/DONE_00000002" in before for n in names)
+    for args, was, now in [(["--steps", 2, "--lr", "3e-3"], "-l 1e-2", "-l 3e-3"),
+                           (["--steps", 3], "-x 2", "-x 3")]:
+        p = sh(base + args, check=False)
+        assert p.returncode == 1 and p.stderr.count("\n") == 1 and p.stderr.startswith("error: "), p.stderr
+        assert f"{runs / 'C16_T32_mhsa'} holds a run of other settings" in p.stderr, p.stderr
+        assert was in p.stderr and now in p.stderr and "another --out" in p.stderr and "--force" in p.stderr
+        assert "==" not in p.stdout, p.stdout
+        assert files() == before
+    (runs / "C16_T32_ls.args").unlink()  # a run with no record of its settings is not taken as this one's
+    p = sh(base + ["--steps", 2], check=False)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
+    assert f"{runs / 'C16_T32_ls'} holds a run with no record of its settings" in p.stderr, p.stderr
+    # --force: that run alone is deleted and trained again; the two of the same settings are reused
+    p = sh(base + ["--steps", 2, "--force"])
+    assert [ln for ln in p.stderr.splitlines() if "note: --force" in ln] == [
+        f"note: --force: deleting {runs / 'C16_T32_ls'}, which holds a run with no record of its settings "
+        f"({runs / 'C16_T32_ls'}.args is missing)"], p.stderr
+    assert [ln for ln in p.stdout.splitlines() if "done already" in ln] == [
+        f"== {runs / n} done already" for n in names if n != "C16_T32_ls"], p.stdout
+    after = files()
+    assert {k: v for k, v in after.items() if not k.startswith("C16_T32_ls")} == {
+        k: v for k, v in before.items() if not k.startswith("C16_T32_ls")}
+    assert after["C16_T32_ls/DONE_00000002"] is not None and "-l 1e-2" in after["C16_T32_ls.args"].decode()
+    assert sorted(r["step"] for r in records(runs / "C16_T32_ls" / "metrics.jsonl") if "loss" in r) == [1, 2]
+
+
+def test_exp_text_ratio_refuses_runs_of_other_settings(tmp_path):
+    """A run directory of another experiment (its recorded settings differ, or are missing) stops the script
+    with one line before anything is tokenized or trained, and stays as it was."""
+    need_trainer()
+    out = tmp_path / "ratio"
+    run = out / "runs" / "r2_mhsa_s1"
+    run.mkdir(parents=True)
+    (run / "DONE_00000006").write_text("")
+    cmd = ["bash", REPO / "scripts" / "exp_text_ratio.sh", "--smoke", "--out", out, "--source", tmp_path / "none",
+           "--variants", "mhsa", "--key-seeds", ""]
+    p = sh(cmd, check=False)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
+    assert f"error: {run} holds a run with no record of its settings" in p.stderr and "--force" in p.stderr
+    (out / "runs" / "r2_mhsa_s1.args").write_text("-x 99\n")
+    p = sh(cmd, check=False)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
+    assert f"error: {run} holds a run of other settings (it has -x 99; asked: " in p.stderr, p.stderr
+    assert "-x 6" in p.stderr
+    assert sorted(os.listdir(run)) == ["DONE_00000006"] and not (out / "data").exists()
+    p = sh(cmd + ["--force"], check=False)  # replaced: on to the (here missing) text
+    assert f"note: --force: deleting {run}" in p.stderr and "no pg19 text at" in p.stderr, p.stderr
+    assert not run.exists()
+
+
 PAPER = {  # configs/paper_pg19.toml: the paper code's values (docs/experiments.md, "PG-19, the paper's setting")
     "model": "ls-small", "layers": 6, "channels": 192, "heads": 6, "max-seq-len": 2048, "global-heads": 1,
     "window": 50, "bias": 0, "gelu": "erf", "untie-embeddings": True, "seq-len": 2048, "batch-size": 64,
