@@ -572,6 +572,42 @@ def test_pack_results_phases_thinning_and_limits(tmp_path):
     assert p.returncode == 1 and "run c left no metrics" in p.stderr
 
 
+def test_pack_results_times_only_this_windows_steps(tmp_path):
+    """A run resumed in a later window (exp_pg19.sh started again on the same --out): its train wall time and
+    steps per minute cover the steps this window trained, from its start event on, never the idle time
+    between the windows (once 444 s and 0 steps/min for a run that trained one 6 s step), and a note names
+    the steps they cover."""
+    pack = REPO / "scripts" / "pack_results.py"
+    t0 = 1000.0
+    d = tmp_path / "mhsa"
+    d.mkdir()
+    recs = [{"step": s, "time": t0 + 4.0 * s, "loss": 3.0, "ms": 4000.0} for s in (1, 2, 3)]  # window 1: 4 s/step
+    start = t0 + 12 + 432  # window 2 starts 432 s later; 3 s of start-up, then steps 4 and 5 at 6 s each
+    recs += [{"step": 4, "time": start + 9, "loss": 2.9, "ms": 6000.0},
+             {"step": 5, "time": start + 15, "loss": 2.8, "ms": 6000.0, "val_loss": 2.95}]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (d / "config.json").write_text(json.dumps({"train": {}, "model": {}, "derived": {"tokens_per_step": 100}}))
+    ev = tmp_path / "events.tsv"
+    ev.write_text(f"{start}\tstart mhsa\n{start + 16}\tend mhsa 0\n")
+    p = sh([sys.executable, pack, "--results", tmp_path / "res", "--runs", f"mhsa={d}", "--events", ev])
+    row = next(ln for ln in p.stdout.splitlines() if ln.startswith("| mhsa "))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[1:5] == ["5", "500", "12.0", "10"], row  # steps 4-5: 12 s from the start of step 4, 2 steps
+    assert "- mhsa: resumed in this window at step 3: train wall s and steps/min cover its steps 4-5" in p.stdout
+    # a run not started in this window (finished already): no time of another window is shown as this one's
+    ev.write_text(f"{start}\tstart other\n{start + 16}\tend other 0\n")
+    p = sh([sys.executable, pack, "--results", tmp_path / "res1", "--runs", f"mhsa={d}", "--events", ev])
+    cells = [c.strip() for c in next(ln for ln in p.stdout.splitlines() if ln.startswith("| mhsa ")).split("|")[1:-1]]
+    assert cells[1:5] == ["5", "500", "-", "-"] and "- mhsa: trained no step in this window" in p.stdout
+    # without --events: the records are one window (a run trained in one process), and no note
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs[:3]))
+    p = sh([sys.executable, pack, "--results", tmp_path / "res2", "--runs", f"fresh={fresh}"])
+    cells = [c.strip() for c in next(ln for ln in p.stdout.splitlines() if ln.startswith("| fresh ")).split("|")[1:-1]]
+    assert cells[3:5] == ["12.0", "15"] and "resumed" not in p.stdout  # 3 steps in 12 s (from step 1's start)
+
+
 def test_pack_pg19_refuses_paths_that_do_not_travel(tmp_path):
     script = REPO / "scripts" / "pack_pg19.sh"
     p = sh(["bash", script, "--out", tmp_path / "x", "--no-deps"], check=False)
