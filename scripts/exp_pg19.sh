@@ -231,6 +231,18 @@ event() { printf '%s\t%s\n' "$(date +%s.%N)" "$*" >> "$EVENTS"; }
 commit=${EXP_COMMIT:-$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)}
 dirty=$(git -C "$REPO" status --porcelain --untracked-files=no 2>/dev/null | wc -l || true)
 echo "== exp_pg19 $(date -u +%FT%TZ) | commit $commit$([[ ${dirty:-0} -gt 0 ]] && echo " + $dirty changed files") | device $DEVICE$([[ $DEVICE == cuda ]] && nvidia-smi -L 2>/dev/null | head -1 | sed 's/^/ (/;s/$/)/') | budget ${BUDGET:-none} s | parallel $PARALLEL | variants ${variants[*]} | $TOTAL tokens/step (B $BATCH x T $T) | SentencePiece $vocab_label ($DATA) | preset $CONFIG"
+# --results holds one start's files: this script's own files of an earlier start there (report, summary,
+# window table, packed logs, a run's NAME.tar.gz) are removed, so none is taken for this start's
+old_results=()
+for f in "$RESULTS"/*; do
+  if [[ -f $f && $(basename "$f") =~ ^(report\.txt|summary\.md|window\.md|logs\.tar\.gz|(mhsa|ls|local|mhsa_qknorm|mhsa_zloss|mhsa_softcap|mhsa_qkclip)(_s[0-9]+)?\.tar\.gz)$ ]]; then
+    old_results+=("$(basename "$f")")
+  fi
+done
+if [[ ${#old_results[@]} -gt 0 ]]; then
+  echo "== $RESULTS: removed the files of an earlier start: ${old_results[*]}"
+  for f in "${old_results[@]}"; do rm -f "$RESULTS/$f"; done
+fi
 
 # -- 1. build -----------------------------------------------------------------------------------------
 step_timed() {  # step_timed NAME LOG TIMEOUT CMD...: runs CMD, one PASS/FAIL line with the seconds

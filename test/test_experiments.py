@@ -425,6 +425,28 @@ def test_exp_pg19_failed_check_stops_before_training(tmp_path):
     assert sorted(f.name for f in (out / "results").iterdir()) == ["logs.tar.gz", "report.txt"]
 
 
+def test_exp_pg19_results_hold_only_this_starts_files(tmp_path):
+    """Started again with --results of an earlier start (another variant list): the script's own files of that
+    start (a run's NAME.tar.gz, summary, window table, report, logs) are removed with one line, so the
+    folder never mixes two starts; other files there stay. Here a failing check ends the start early."""
+    need_trainer()
+    data = tmp_path / "pg19_sp"
+    data.mkdir()
+    (data / "meta.json").write_text(json.dumps({"dataset": "pg19", "tokenizer": "sp", "vocab_size": 1024}))
+    res = tmp_path / "res"
+    res.mkdir()
+    for f in ["ls.tar.gz", "mhsa_s3.tar.gz", "summary.md", "window.md", "report.txt", "logs.tar.gz", "notes.txt"]:
+        (res / f).write_text("of an earlier start")
+    p = sh(["bash", REPO / "scripts" / "exp_pg19.sh", "--data", data, "--vocab", 1024, "--device", "cpu", "--steps",
+            1, "--variants", "mhsa", "--out", tmp_path / "o", "--results", res, "--check-cmd", "exit 3"], check=False)
+    assert p.returncode == 4, p.stderr
+    assert (f"== {res}: removed the files of an earlier start: logs.tar.gz ls.tar.gz mhsa_s3.tar.gz report.txt "
+            "summary.md window.md") in p.stdout.splitlines(), p.stdout
+    assert sorted(f.name for f in res.iterdir()) == ["logs.tar.gz", "notes.txt", "report.txt"]
+    assert (res / "notes.txt").read_text() == "of an earlier start"
+    assert "check 1: exit 3: FAIL" in (res / "report.txt").read_text()
+
+
 def test_exp_pg19_sigterm_stops_the_runs(tmp_path):
     """SIGTERM to the script while a run trains: the run is stopped the same way (its step finished and
     checkpointed, exit 143), no later run starts, and the script exits 130."""
