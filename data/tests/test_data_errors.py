@@ -319,3 +319,18 @@ def test_parent_of_out_not_writable_builds_inside_out(monkeypatch, earlier):
     now, now_beside = snapshot(str(out))
     assert sorted(now) == ["meta.json", "notes.txt", "tokenizer.bin", "train_000000.bin", "val_000000.bin"]
     assert now_beside == beside
+
+
+def test_source_file_given_twice(tmp_path):
+    """A file named alone and again inside a directory given with it (or twice, or through a symlink) would
+    put the same text in training and validation: refused, naming the file and both ways it was given."""
+    d = tmp_path / "corpus"
+    d.mkdir()
+    (d / "train.txt").write_text("some training text\n" * 50)
+    (d / "valid.txt").write_text("other validation text\n" * 50)
+    line = fails(tmp_path, "--dataset", "text", "--source", d, d / "valid.txt", "--tokenizer", "sp",
+                 "--vocab-size", 300, expect=f"{d / 'valid.txt'} is given twice")
+    assert "give each file once" in line
+    (tmp_path / "link.txt").symlink_to(d / "train.txt")
+    fails(tmp_path, "--dataset", "text", "--source", d / "train.txt", tmp_path / "link.txt", "--tokenizer", "sp",
+          "--vocab-size", 300, expect=f"{d / 'train.txt'} is given twice")
