@@ -447,6 +447,32 @@ def test_exp_pg19_results_hold_only_this_starts_files(tmp_path):
     assert "check 1: exit 3: FAIL" in (res / "report.txt").read_text()
 
 
+def test_exp_pg19_report_copy_is_whole_when_tee_lags(tmp_path):
+    """report.txt in --results is copied after the script's tee processes have written everything: with a tee
+    that writes only at its end (the slowest a loaded machine can be), the copy still holds the last lines
+    (once it could lack them, e.g. "== done in", under load)."""
+    need_trainer()
+    data = tmp_path / "pg19_sp"
+    data.mkdir()
+    (data / "meta.json").write_text(json.dumps({"dataset": "pg19", "tokenizer": "sp", "vocab_size": 1024}))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "tee").write_text(f'#!/bin/sh\nbuf=$(mktemp)\ncat > "$buf"\n{shutil.which("tee")} "$@" < "$buf"\n'
+                                 'rm -f "$buf"\n')
+    (bin_dir / "tee").chmod(0o755)
+    env = dict(ENV, PATH=f"{bin_dir}{os.pathsep}{ENV['PATH']}")
+    res = tmp_path / "res"
+    p = subprocess.run(["bash", str(REPO / "scripts" / "exp_pg19.sh"), "--data", str(data), "--vocab", "1024",
+                        "--device", "cpu", "--steps", "1", "--variants", "mhsa", "--out", str(tmp_path / "o"),
+                        "--results", str(res), "--check-cmd", "exit 3"], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 4, p.stderr
+    report = (res / "report.txt").read_text()
+    # (this tee writes stdout's and stderr's lines at its end, in either order)
+    assert "== exp_pg19 " in report and "check 1: exit 3: FAIL" in report, report
+    assert "error: check 'exit 3' failed" in report, report
+
+
 def test_exp_pg19_sigterm_stops_the_runs(tmp_path):
     """SIGTERM to the script while a run trains: the run is stopped the same way (its step finished and
     checkpointed, exit 143), no later run starts, and the script exits 130."""
