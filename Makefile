@@ -7,8 +7,9 @@
 #   make cpu             the trainer and the generator built by the host compiler for the CPU only (faster to build;
 #                        --device cuda then says the build has no CUDA); `make` rebuilds them with nvcc
 #   make train           the main job: prepare tiny Shakespeare (GPT-2 BPE) and train on it into TRAIN_OUT;
-#                        run again, it continues that run (-y 1). It trains with the programs' current build:
-#                        after `make cpu` the host build (one line says so; HOST_BUILD=0 rebuilds with nvcc)
+#                        run again, it continues that run (-y 1, its recorded data and settings). It trains
+#                        with the programs' current build: after `make cpu` the host build (one line says
+#                        so; HOST_BUILD=0 rebuilds with nvcc)
 #   make data-tinyshakespeare  only the data of make train: data/shards/tinyshakespeare_gpt2/ (data/prepare.py)
 #   make test            every CPU test (Catch2 + pytest + end-to-end), compiles every GPU target, and
 #                        runs the GPU kernels under device emulation (make test-emu); without nvcc only
@@ -435,19 +436,20 @@ $(TS_DIR)/meta.json:
 data-tinyshakespeare: $(TS_DIR)/meta.json
 
 # --- the main job ----------------------------------------------------------------------------
-# A new run in TRAIN_OUT trains with TRAIN_ARGS (default TRAIN_ARGS_NEW). Run again once TRAIN_OUT
-# holds a run (its config.json), it continues that run (-y 1: from its newest checkpoint, or from
-# step 0 when it has none yet) with the settings recorded there, and only the
-# TRAIN_ARGS given on the make command line (or in the environment) override them: the defaults
-# never do (docs/training.md "Resuming and forking").
+# A new run in TRAIN_OUT trains on tiny Shakespeare with TRAIN_ARGS (default TRAIN_ARGS_NEW). Run
+# again once TRAIN_OUT holds a run (its config.json), it continues that run (-y 1: from its newest
+# checkpoint, or from step 0 when it has none yet) with the settings recorded there, its data
+# included, and only the TRAIN_ARGS given on the make command line (or in the environment) override
+# them: the defaults (TRAIN_ARGS_NEW and the tiny Shakespeare -i/-j) never do (docs/training.md
+# "Resuming and forking").
 TRAIN_ARGS_NEW := -x 300 -v 50 -s 100 -n 100
 TRAIN_ARGS ?= $(TRAIN_ARGS_NEW)
 TRAIN_OUT ?= out/tinyshakespeare
 TRAIN_RESUMES = $(wildcard $(TRAIN_OUT)/config.json)
 TRAIN_ARGS_GIVEN = $(if $(filter file,$(origin TRAIN_ARGS)),,$(TRAIN_ARGS))
 train: train_gpt2_ls $(TS_DIR)/meta.json
-	./train_gpt2_ls -i "$(TS_DIR)/train_*.bin" -j "$(TS_DIR)/val_*.bin" -o $(TRAIN_OUT) \
-	  $(if $(TRAIN_RESUMES),-y 1 $(TRAIN_ARGS_GIVEN),$(TRAIN_ARGS))
+	./train_gpt2_ls $(if $(TRAIN_RESUMES),-o $(TRAIN_OUT) -y 1 $(TRAIN_ARGS_GIVEN),\
+	  -i "$(TS_DIR)/train_*.bin" -j "$(TS_DIR)/val_*.bin" -o $(TRAIN_OUT) $(TRAIN_ARGS))
 
 # --- tests -----------------------------------------------------------------------------------
 JOBS ?= $(shell nproc)

@@ -18,6 +18,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import sys
 import time
 
@@ -488,15 +489,39 @@ def done(meta, t0):
           f"EOT {meta['eot_token']}")
 
 
+class _Stopped(BaseException):
+    """SIGTERM or SIGINT arrived: raised where the program is, so that building() removes its work directory
+    (a BaseException: no `except Exception` on the way out takes it for a failure of its own)."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_stopped(signum, frame):
+    raise _Stopped(signum)
+
+
 def main(argv=None):
     """Exit code 0 on success; 1 with one `error:` line on stderr for every expected failure (bad argument,
-    missing or unreadable input, unwritable output, no network for the GPT-2 download); 2 for a usage error."""
+    missing or unreadable input, unwritable output, no network for the GPT-2 download); 2 for a usage error;
+    128 + the signal's number when SIGTERM or SIGINT stops it (one `error:` line; --out left as it was and
+    the work directory removed)."""
+    out_existed = None
+    previous = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         args = parse_args(argv)
+        out_existed = os.path.exists(args.out)
         if args.dataset == "synthetic":
             prepare_synthetic(args)
         else:
             prepare_text(args)
+    except _Stopped as e:
+        where = "" if out_existed is None else \
+            f"; {args.out} was left as it was{'' if out_existed else ' (not created)'}"
+        print(f"error: stopped by {signal.Signals(e.signum).name} before the data set was complete{where}",
+              file=sys.stderr)
+        return 128 + e.signum
     except PrepareError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -505,6 +530,9 @@ def main(argv=None):
         print(f"error: {where}{e.strerror or e}; check the paths given to --source and --out and the free space",
               file=sys.stderr)
         return 1
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     return 0
 
 

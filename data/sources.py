@@ -121,6 +121,16 @@ def dataset_splits(dataset, sources, val_fraction, seed):
                 names.append(os.path.basename(s))
         if not paths:
             raise PrepareError(f"no .txt files in {', '.join(sources)}; pass text files or a directory holding *.txt")
+        # one file given twice (alone and in its directory, twice, or through a link) would be tokenized
+        # twice, possibly into both splits: the same text in training and validation
+        seen = {}
+        for p, nm in zip(paths, names):
+            real = os.path.realpath(p)
+            if real in seen:
+                raise PrepareError(f"--source: {real} is given twice (as {seen[real]} and as {nm}), so its text "
+                                   "would be tokenized twice, possibly into training and validation; give each "
+                                   "file once")
+            seen[real] = nm
         paths_nonempty = [(p, nm) for p, nm in zip(paths, names) if os.path.getsize(p) > 0]
         if not paths_nonempty:
             raise PrepareError(f"every file in {', '.join(sources)} is empty; pass files with text in them")

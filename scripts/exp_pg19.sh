@@ -229,11 +229,30 @@ mkdir -p "$OUT/runs" "$OUT/logs" "$OUT/plots" "$RESULTS"
 REPORT=$OUT/logs/report.txt
 EVENTS=$OUT/logs/events.tsv
 : > "$EVENTS"
-exec > >(tee -a "$REPORT") 2> >(tee -a "$REPORT" >&2)
+exec 3>&1 4>&2  # the console, given back before report.txt is copied (report_flush)
+exec > >(tee -a "$REPORT"); tee_out=$!
+exec 2> >(tee -a "$REPORT" >&2); tee_err=$!
+report_flush() {  # the console back, and the report's tee processes finished (5 s at most), so the copy is whole
+  exec 1>&3 2>&4
+  local _
+  for _ in {1..50}; do kill -0 "$tee_out" 2> /dev/null || kill -0 "$tee_err" 2> /dev/null || return 0; sleep 0.1; done
+}
 event() { printf '%s\t%s\n' "$(date +%s.%N)" "$*" >> "$EVENTS"; }
 commit=${EXP_COMMIT:-$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)}
 dirty=$(git -C "$REPO" status --porcelain --untracked-files=no 2>/dev/null | wc -l || true)
 echo "== exp_pg19 $(date -u +%FT%TZ) | commit $commit$([[ ${dirty:-0} -gt 0 ]] && echo " + $dirty changed files") | device $DEVICE$([[ $DEVICE == cuda ]] && nvidia-smi -L 2>/dev/null | head -1 | sed 's/^/ (/;s/$/)/') | budget ${BUDGET:-none} s | parallel $PARALLEL | variants ${variants[*]} | $TOTAL tokens/step (B $BATCH x T $T) | SentencePiece $vocab_label ($DATA) | preset $CONFIG"
+# --results holds one start's files: this script's own files of an earlier start there (report, summary,
+# window table, packed logs, a run's NAME.tar.gz) are removed, so none is taken for this start's
+old_results=()
+for f in "$RESULTS"/*; do
+  if [[ -f $f && $(basename "$f") =~ ^(report\.txt|summary\.md|window\.md|logs\.tar\.gz|(mhsa|ls|local|mhsa_qknorm|mhsa_zloss|mhsa_softcap|mhsa_qkclip)(_s[0-9]+)?\.tar\.gz)$ ]]; then
+    old_results+=("$(basename "$f")")
+  fi
+done
+if [[ ${#old_results[@]} -gt 0 ]]; then
+  echo "== $RESULTS: removed the files of an earlier start: ${old_results[*]}"
+  for f in "${old_results[@]}"; do rm -f "$RESULTS/$f"; done
+fi
 
 # -- 1. build -----------------------------------------------------------------------------------------
 step_timed() {  # step_timed NAME LOG TIMEOUT CMD...: runs CMD, one PASS/FAIL line with the seconds
@@ -247,6 +266,7 @@ step_timed() {  # step_timed NAME LOG TIMEOUT CMD...: runs CMD, one PASS/FAIL li
 }
 abort_pack() {  # abort_pack MESSAGE: nothing trained; pack the logs that exist and exit 4
   echo "error: $1" >&2
+  report_flush
   cp "$REPORT" "$RESULTS/report.txt" 2>/dev/null || true
   tar czf "$RESULTS/logs.tar.gz" -C "$OUT" logs 2>/dev/null || true
   exit 4
@@ -447,6 +467,7 @@ echo "== summary ($OUT/summary.md; plots in $OUT/plots; packed logs in $RESULTS)
 [[ -f $OUT/window.md ]] && { echo; cat "$OUT/window.md"; }
 echo "== done in $(( $(now) - START )) s"
 [[ ${#failed[@]} -eq 0 ]] || { echo "error: run(s) failed: ${failed[*]} (logs in $OUT/runs/*.log)" >&2; status=1; }
+report_flush
 cp "$REPORT" "$RESULTS/report.txt"
 tar czf "$RESULTS/logs.tar.gz" -C "$OUT" logs plots
 nfiles=$(find "$RESULTS" -maxdepth 1 -type f | wc -l)

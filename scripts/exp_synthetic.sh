@@ -5,7 +5,7 @@
 # LS (G = 1) and all-local (G = 0); then plots and a summary table (scripts/plot_run.py).
 #
 #   scripts/exp_synthetic.sh [--out DIR] [--data DIR] [--grid "C:T C:T ..."] [--steps N] [--lr LR]
-#                            [--jobs J] [--threads N] [--smoke]
+#                            [--jobs J] [--threads N] [--smoke] [--force]
 #
 # Writes under --out (default out/exp_synthetic):
 #   runs/C<C>_T<T>_<mhsa|ls|local>/   trainer output dirs (metrics.jsonl, logit_stats.jsonl, ...)
@@ -13,7 +13,11 @@
 #   plots/{mhsa,ls,local}_*           one variant across the grid (max over heads)
 #   plots/all_*, plots/all_ratio.*    every run; peak max-logit and val loss vs T/C
 #   summary.md                        the table of every run
-# A run whose final checkpoint marker exists is not run again (delete its dir to redo it).
+# Each run's settings are kept in runs/<name>.args (scripts/exp_run_settings.sh). Started again, the
+# script reuses a run only when its recorded settings equal the ones asked now: a finished one (its
+# final checkpoint marker exists) is not run again, an unfinished one is continued (-y 1). A run of
+# other settings (another --lr, --steps, --data, ...) is refused with one line before anything runs
+# (choose another --out); --force deletes such runs and trains them again.
 # Environment: TRAINER (default ./train_gpt2_ls), PYTHON (default python3). Docs: docs/experiments.md.
 set -euo pipefail
 
@@ -35,6 +39,7 @@ WINDOW=32            # local heads see 32 keys; the language's copies are >= 64 
 JOBS=1
 THREADS=1
 SMOKE=0
+FORCE=0
 SYN_ARGS=(--syn-vocab 64 --syn-length 3000000)
 
 die() { echo "error: $*" >&2; exit 1; }
@@ -50,6 +55,7 @@ while [[ $# -gt 0 ]]; do
     --jobs) need "$@"; JOBS=$2; shift 2 ;;
     --threads) need "$@"; THREADS=$2; shift 2 ;;
     --smoke) SMOKE=1; shift ;;
+    --force) FORCE=1; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) die "unknown argument '$1'; see $0 --help" ;;
   esac
@@ -63,6 +69,27 @@ fi
 [[ -x $TRAINER ]] || die "trainer $TRAINER not found; build it with 'make train_gpt2_ls' or set TRAINER=path"
 [[ $STEPS =~ ^[0-9]+$ && $STEPS -ge 1 ]] || die "--steps $STEPS must be a positive integer"
 [[ $JOBS =~ ^[0-9]+$ && $JOBS -ge 1 ]] || die "--jobs $JOBS must be a positive integer"
+DATA=$(realpath -m "$DATA")  # recorded in each run's settings: one spelling of the directory
+# shellcheck source=scripts/exp_run_settings.sh
+source "$HERE/exp_run_settings.sh"
+
+# run_args C T G: the trainer flags of one run (its recorded settings) into the array ARGS
+run_args() {
+  local C=$1 T=$2 G=$3 B=$((TOKENS / $2)); [[ $B -ge 1 ]] || B=1
+  ARGS=(-i "$DATA/train_*.bin" -j "$DATA/val_*.bin"
+    --layers "$LAYERS" --channels "$C" --heads "$HEADS" --global-heads "$G" --window "$WINDOW"
+    --max-seq-len "$T" -b "$B" -t "$T" -x "$STEPS" -l "$LR" -u "$WARMUP"
+    -v $((STEPS / 6 > 0 ? STEPS / 6 : 1)) -m 8 -s 0)
+}
+VARIANTS=("mhsa $HEADS" "ls 1" "local 0")
+# every run that exists holds this experiment (or --force replaces it), before anything is made
+for ct in $GRID; do
+  for v in "${VARIANTS[@]}"; do
+    read -r name G <<< "$v"
+    run_args "${ct%%:*}" "${ct##*:}" "$G"
+    settings_check "$OUT/runs/C${ct%%:*}_T${ct##*:}_$name" "$FORCE" "${ARGS[@]}" || exit 1
+  done
+done
 
 # -- data: the synthetic language (vocabulary 64 so a tiny model learns it in minutes) ------------
 if [[ ! -f $DATA/meta.json ]]; then
@@ -72,23 +99,22 @@ fi
 
 # -- runs ---------------------------------------------------------------------------------------
 mkdir -p "$OUT/runs" "$OUT/plots"
-run_one() {  # C T G name
-  local C=$1 T=$2 G=$3 dir=$OUT/runs/C$1_T$2_$4
+run_one() {  # C T G name (settings_check passed: the run is new or of these settings)
+  local C=$1 T=$2 G=$3 dir=$OUT/runs/C$1_T$2_$4 resume=0 ARGS
   if [[ -f $dir/DONE_$(printf %08d "$STEPS") ]]; then echo "== $dir done already"; return 0; fi
-  rm -rf "$dir"
+  [[ -f $dir/config.json ]] && resume=1  # an unfinished run of the same settings: continue it
+  run_args "$C" "$T" "$G"
+  settings_write "$dir" "${ARGS[@]}"
   local B=$((TOKENS / T)); [[ $B -ge 1 ]] || B=1
-  echo "== $dir: C=$C T=$T G=$G/$HEADS B=$B steps=$STEPS"
-  "$TRAINER" -i "$DATA/train_*.bin" -j "$DATA/val_*.bin" -o "$dir" \
-    --layers "$LAYERS" --channels "$C" --heads "$HEADS" --global-heads "$G" --window "$WINDOW" \
-    --max-seq-len "$T" -b "$B" -t "$T" -x "$STEPS" -l "$LR" -u "$WARMUP" \
-    -v $((STEPS / 6 > 0 ? STEPS / 6 : 1)) -m 8 -s 0 --threads "$THREADS" --device cpu > "$dir.log" 2>&1 \
+  echo "== $dir: C=$C T=$T G=$G/$HEADS B=$B steps=$STEPS$([[ $resume == 0 ]] || echo ", continued (-y 1)")"
+  "$TRAINER" "${ARGS[@]}" -o "$dir" -y "$resume" --threads "$THREADS" --device cpu >> "$dir.log" 2>&1 \
     || { echo "error: run $dir failed; see $dir.log" >&2; tail -3 "$dir.log" >&2; return 1; }
 }
 
 names=()
 for ct in $GRID; do
   C=${ct%%:*}; T=${ct##*:}
-  for v in "mhsa $HEADS" "ls 1" "local 0"; do
+  for v in "${VARIANTS[@]}"; do
     read -r name G <<< "$v"
     while [[ $(jobs -rp | wc -l) -ge $JOBS ]]; do wait -n || true; done
     run_one "$C" "$T" "$G" "$name" &

@@ -7,7 +7,7 @@
 #   scripts/exp_text_ratio.sh [--out DIR] [--corpus pg19|wikitext2] [--data DIR] [--source DIR]
 #                             [--ratios "16 32 8"] [--variants "mhsa ls ..."] [--seeds "1"]
 #                             [--key-ratio R] [--key-seeds "2"] [--steps N] [--jobs J] [--smoke]
-#                             [--plots-only]
+#                             [--plots-only] [--force]
 #
 # Variants: mhsa (G = NH), ls (G = 1, window P), local (G = 0), mhsa_qknorm, mhsa_zloss (1e-4),
 # mhsa_softcap (--attn-softcap SOFTCAP), mhsa_qkclip (--qk-clip QKCLIP); mhsa_softcapN and
@@ -22,8 +22,11 @@
 # given), all-local at every ratio, the extra seeds, the stabilizers at the key ratio, then at the
 # other ratios.
 # Every run checkpoints every 250 steps and resumes from its newest checkpoint (-y 1) when the
-# script is started again; a finished run (its DONE marker at --steps) is skipped. --plots-only
-# draws what has finished so far.
+# script is started again; a finished run (its DONE marker at --steps) is skipped. Both only for a
+# run of the same settings: each run's are kept in runs/<name>.args (scripts/exp_run_settings.sh),
+# and a run of other settings (another --steps, --data, ...) is refused with one line before
+# anything runs (choose another --out; --force deletes such runs and trains them again).
+# --plots-only draws what has finished so far.
 # Writes under --out (default out/exp_text_<corpus>): data/ (shards, tokenizer) unless --data,
 # runs/r<T/C>_<variant>_s<seed>/ (+ .log), plots/, summary.md.
 # Environment: TRAINER (default ./train_gpt2_ls), PYTHON (default python3), NICE (default 10).
@@ -48,6 +51,7 @@ STEPS=4000
 JOBS=2
 SMOKE=0
 PLOTS_ONLY=0
+FORCE=0
 LAYERS=2
 C=32
 HEADS=4
@@ -78,6 +82,7 @@ while [[ $# -gt 0 ]]; do
     --jobs) need "$@"; JOBS=$2; shift 2 ;;
     --smoke) SMOKE=1; shift ;;
     --plots-only) PLOTS_ONLY=1; shift ;;
+    --force) FORCE=1; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) die "unknown argument '$1'; see $0 --help" ;;
   esac
@@ -104,24 +109,7 @@ for v in $VARIANTS; do
     || die "unknown variant '$v'; pick from: mhsa ls local mhsa_qknorm mhsa_zloss mhsa_softcap mhsa_qkclip (mhsa_softcapN, mhsa_qkclipN: threshold N)"
 done
 [[ -x $TRAINER ]] || die "trainer $TRAINER not found; build it with 'make cpu' or set TRAINER=path"
-
-# -- data ------------------------------------------------------------------------------------------
-if [[ -z $DATA ]]; then
-  DATA=$OUT/data
-  if [[ ! -f $DATA/meta.json ]]; then
-    [[ -d $SOURCE ]] || die "no $CORPUS text at $SOURCE; pass --source DIR"
-    src=$SOURCE
-    if [[ $SMOKE == 1 ]]; then  # two small books (or WikiText-2's two files)
-      mkdir -p "$OUT/smoke_src"
-      for f in $(ls "$SOURCE"/*.txt | head -2); do ln -sf "$(cd "$(dirname "$f")" && pwd)/$(basename "$f")" "$OUT/smoke_src/"; done
-      src=$OUT/smoke_src
-    fi
-    echo "== tokenizing $CORPUS ($src) into $DATA: SentencePiece BPE, vocabulary $VOCAB" >&2
-    "$PYTHON" "$REPO/data/prepare.py" "${PREP[@]}" --source "$src" --out "$DATA" --tokenizer sp \
-      --vocab-size "$VOCAB" --sp-train-lines "$SP_LINES" --val-fraction 0.05 --workers 2 >&2
-  fi
-fi
-[[ -f $DATA/meta.json ]] || die "no shards at $DATA (meta.json missing)"
+[[ $FORCE == 1 && $PLOTS_ONLY == 1 ]] && die "--force deletes runs of other settings and --plots-only trains none; drop one of them"
 
 variant_flags() {  # the attention variant's flags
   case $1 in
@@ -156,19 +144,53 @@ for s in $SEEDS; do
 done
 done_marker() { echo "$1/DONE_$(printf %08d "$STEPS")"; }
 
-run_one() {  # ratio variant seed
-  local r=$1 v=$2 s=$3 T=$(($1 * C)) dir=$OUT/runs/r$1_$2_s$3
+DATA=$(realpath -m "${DATA:-$OUT/data}")  # recorded in each run's settings: one spelling of the directory
+# shellcheck source=scripts/exp_run_settings.sh
+source "$HERE/exp_run_settings.sh"
+run_args() {  # ratio variant seed: the trainer flags of one run (its recorded settings) into the array ARGS
+  local T=$(($1 * C))
+  # shellcheck disable=SC2207  # the variant's flags are a list of words
+  ARGS=(-i "$DATA/train_*.bin" -j "$DATA/val_*.bin"
+    --layers "$LAYERS" --channels "$C" --heads "$HEADS" --window "$WINDOW" --near "$WINDOW"
+    --max-seq-len "$T" $(variant_flags "$2") -b $((TOKENS / T)) -t "$T" -x "$STEPS" -l "$LR" -u "$WARMUP"
+    --seed "$3" -v $((STEPS / 20 > 0 ? STEPS / 20 : 1)) -m 8 -s 0 -n "$CKPT_EVERY" --keep-checkpoints 2
+    --logit-alarm 8)
+}
+# every run that exists holds this experiment (or --force replaces it), before anything is made
+for p in "${plan[@]}"; do
+  # shellcheck disable=SC2086  # "ratio variant seed"
+  run_args $p
+  read -r r v s <<< "$p"
+  settings_check "$OUT/runs/r${r}_${v}_s$s" "$FORCE" "${ARGS[@]}" || exit 1
+done
+
+# -- data ------------------------------------------------------------------------------------------
+if [[ $DATA == "$(realpath -m "$OUT/data")" ]]; then
+  if [[ ! -f $DATA/meta.json ]]; then
+    [[ -d $SOURCE ]] || die "no $CORPUS text at $SOURCE; pass --source DIR"
+    src=$SOURCE
+    if [[ $SMOKE == 1 ]]; then  # two small books (or WikiText-2's two files)
+      mkdir -p "$OUT/smoke_src"
+      for f in $(ls "$SOURCE"/*.txt | head -2); do ln -sf "$(cd "$(dirname "$f")" && pwd)/$(basename "$f")" "$OUT/smoke_src/"; done
+      src=$OUT/smoke_src
+    fi
+    echo "== tokenizing $CORPUS ($src) into $DATA: SentencePiece BPE, vocabulary $VOCAB" >&2
+    "$PYTHON" "$REPO/data/prepare.py" "${PREP[@]}" --source "$src" --out "$DATA" --tokenizer sp \
+      --vocab-size "$VOCAB" --sp-train-lines "$SP_LINES" --val-fraction 0.05 --workers 2 >&2
+  fi
+fi
+[[ -f $DATA/meta.json ]] || die "no shards at $DATA (meta.json missing)"
+
+run_one() {  # ratio variant seed (settings_check passed: the run is new or of these settings)
+  local r=$1 v=$2 s=$3 T=$(($1 * C)) dir=$OUT/runs/r$1_$2_s$3 ARGS
   if [[ -f $(done_marker "$dir") ]]; then return 0; fi
   local resume=0
   [[ -f $dir/config.json ]] && resume=1  # its run, checkpointed or not: continue it (a new run there is refused)
   echo "== $(date +%H:%M:%S) r$r $v seed $s: T $T, B $((TOKENS / T)), $STEPS steps, resume $resume" >&2
   mkdir -p "$dir"
-  # shellcheck disable=SC2046  # the variant's flags are a list
-  nice -n "$NICE" "$TRAINER" -i "$DATA/train_*.bin" -j "$DATA/val_*.bin" -o "$dir" -y "$resume" --device cpu --threads 1 \
-    --layers "$LAYERS" --channels "$C" --heads "$HEADS" --window "$WINDOW" --near "$WINDOW" \
-    --max-seq-len "$T" $(variant_flags "$v") -b $((TOKENS / T)) -t "$T" -x "$STEPS" -l "$LR" -u "$WARMUP" \
-    --seed "$s" -v $((STEPS / 20 > 0 ? STEPS / 20 : 1)) -m 8 -s 0 -n "$CKPT_EVERY" --keep-checkpoints 2 \
-    --logit-alarm 8 >> "$dir.log" 2>&1 \
+  run_args "$r" "$v" "$s"
+  settings_write "$dir" "${ARGS[@]}"
+  nice -n "$NICE" "$TRAINER" "${ARGS[@]}" -o "$dir" -y "$resume" --device cpu --threads 1 >> "$dir.log" 2>&1 \
     || { echo "error: run $dir failed; see $dir.log" >&2; tail -3 "$dir.log" >&2; return 1; }
   echo "== $(date +%H:%M:%S) r$r $v seed $s: $(grep -a '^done:' "$dir.log" | tail -n 1 | cut -c1-150)" >&2
 }

@@ -8,7 +8,8 @@
 # --source: the directory of PG-19 books (the 201 local ones, or the full set); --out: the shards
 # (default data/shards/pg19_sp, what configs/paper_pg19.toml and exp_pg19.sh read; /data/shards/ is in
 # .gitignore, so it travels only when named in the device tool's `carry`). An --out whose meta.json
-# records the same settings (pg19, sp, vocabulary 10000) is kept (--force: tokenize again). --no-deps:
+# records the same settings (pg19, sp, vocabulary 10000) is kept (--force: tokenize again); an --out that
+# holds anything else (another data set, shards without meta.json) is refused unless --force. --no-deps:
 # leave .deps alone (otherwise ../shared/tools/device-deps.sh fills .deps/include when it is missing).
 # Then it measures what would travel: the working tree (tracked files and untracked files git does not
 # ignore) plus the carried folders, which must stay within the tool's 64 MiB; it prints the `carry`
@@ -38,10 +39,37 @@ done
 case $OUT in /*) die "--out $OUT: give a path inside the repository (it must travel with the tree)" ;; esac
 git check-ignore -q "$OUT" || die "--out $OUT is not ignored by git: it would travel as an untracked file and could be committed; use a folder under data/shards/"
 
-same=0
-if [[ -f $OUT/meta.json && $FORCE == 0 ]]; then
-  same=$("$PYTHON" -c 'import json,sys; m=json.load(open(sys.argv[1])); print(int(m.get("dataset")=="pg19" and m.get("tokenizer")=="sp" and m.get("vocab_size")==10000))' "$OUT/meta.json")
+# What --out holds now: "none" (missing or empty), "same" (this pack: pg19, sp, vocabulary 10000), else a
+# description of the other contents, which are replaced only with --force.
+held=none
+if [[ -e $OUT && ! -d $OUT ]]; then
+  die "--out $OUT exists and is not a directory; choose another --out"
+elif [[ -d $OUT && -n $(ls -A "$OUT") ]]; then
+  held=$("$PYTHON" - "$OUT/meta.json" <<'META'
+import json, os, sys
+if not os.path.isfile(sys.argv[1]):
+    print("files but no meta.json")
+else:
+    try:
+        m = json.load(open(sys.argv[1]))
+    except (OSError, ValueError):
+        m = None
+    if not isinstance(m, dict):
+        print("a meta.json that is not a data set's")
+    elif m.get("dataset") == "pg19" and m.get("tokenizer") == "sp" and m.get("vocab_size") == 10000:
+        print("same")
+    else:
+        print(f"another data set (meta.json: dataset {m.get('dataset')}, tokenizer {m.get('tokenizer')}, "
+              f"vocabulary {m.get('vocab_size')})")
+META
+)
 fi
+if [[ $held != none && $held != same && $FORCE == 0 ]]; then
+  die "--out $OUT holds $held, not PG-19 with the 10K SentencePiece vocabulary; choose another --out, or give --force to replace its data set"
+fi
+same=0
+[[ $held == same && $FORCE == 0 ]] && same=1
+if [[ $held != none && $held != same ]]; then echo "note: --force: replacing $OUT, which holds $held" >&2; fi
 if [[ $same == 1 ]]; then
   echo "== $OUT holds PG-19 with the 10K SentencePiece vocabulary already (--force tokenizes again)"
 else

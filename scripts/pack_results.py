@@ -16,7 +16,11 @@ named in the window table. More files than --max-files is an error (exit 1), as 
 metrics.jsonl.
 
 The window table (markdown, printed and written to --table, default DIR/window.md), per run: steps,
-tokens, training wall time (first to last record), steps per minute over it, the median ms per step
+tokens, the training wall time of this window's steps (from the start of its first step, its record's
+time less its ms, to its last record; this window's steps are those recorded after the run's start
+event, so a run resumed in a later window counts neither its earlier steps nor the time between the
+windows, and a note names the steps covered; without --events every record), steps per minute over
+it, the median ms per step
 of the steps it ran alone and of those it shared the GPU with other runs (from --events: lines
 "EPOCH_SECONDS<TAB>start NAME" / "stop NAME" / "end NAME ..." that scripts/exp_pg19.sh writes; a step
 counts as shared when another run was between its start and its end at the step's "time"), the peak
@@ -98,6 +102,19 @@ def phase_ms(name, train, spans, events):
     return med(alone), med(shared)
 
 
+def window_steps(name, train, spans, have_events):
+    """The run's step records of this window: those made after its start event (a run resumed in a later
+    window keeps its earlier windows' records, made before); none for a run without a start event in the
+    events (not started in this window: finished already); without events, every record (a run trained in
+    one process). Records without a time are left out."""
+    timed = [r for r in train if r.get("time") is not None]
+    if not have_events:
+        return timed
+    if name not in spans:
+        return []
+    return [r for r in timed if r["time"] >= spans[name][0]]
+
+
 def fmt(x, spec):
     return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
 
@@ -118,7 +135,10 @@ def run_row(name, path, spans, events):
     finite = [(x, s) for x, s in logits if x is not None and math.isfinite(x)]
     peak = max(finite) if finite else (None, None)
     first = {th: next((s for x, s in finite if x > th), None) for th in (50, 100, 200)}
-    wall = train[-1]["time"] - train[0]["time"] if len(train) >= 2 and "time" in train[0] else None
+    window = window_steps(name, train, spans, bool(events))
+    wall = None
+    if window:
+        wall = window[-1]["time"] - (window[0]["time"] - window[0].get("ms", 0.0) / 1000.0)
     alone, shared = phase_ms(name, train, spans, events)
     near = None
     spath = os.path.join(path, "logit_stats.jsonl")
@@ -131,7 +151,8 @@ def run_row(name, path, spans, events):
     return {
         "run": name, "steps": train[-1]["step"] if train else 0,
         "tokens": (train[-1]["step"] * tokens_per_step) if train and isinstance(tokens_per_step, int) and tokens_per_step > 0 else None,
-        "wall_s": wall, "steps_per_min": (len(train) - 1) / wall * 60 if wall else None,
+        "wall_s": wall, "steps_per_min": len(window) / wall * 60 if wall else None,
+        "window_first": window[0]["step"] if window else None,
         "ms_alone": alone, "ms_shared": shared,
         "peak": peak[0], "peak_step": peak[1], "first": first,
         "spikes": sum(1 for r in train if r.get("spike")), "nonfinite": nonfinite,
@@ -162,6 +183,12 @@ def table(rows, notes):
     elif len(rows) > 1:
         lines += ["", "Runs at once vs one after another: not measured in this window (a run lacks steps alone "
                   "or shared; exp_pg19.sh --parallel 1 with --stagger S > 0 measures it)."]
+    resumed = [f"- {r['run']}: resumed in this window at step {r['window_first'] - 1}: train wall s and steps/min "
+               f"cover its steps {r['window_first']}-{r['steps']}" for r in rows
+               if r["window_first"] is not None and r["window_first"] > 1]
+    resumed += [f"- {r['run']}: trained no step in this window (train wall s and steps/min: -)" for r in rows
+                if r["window_first"] is None and r["steps"]]
+    notes = resumed + notes
     lines += [""] + notes if notes else []
     return "\n".join(lines) + "\n"
 

@@ -223,6 +223,77 @@ def test_exp_synthetic_smoke(tmp_path):
     assert "summary" in p.stdout
 
 
+def test_exp_synthetic_reuses_a_run_only_for_the_same_settings(tmp_path):
+    """Started again on the same --out, a finished run is reused only when its recorded settings equal the
+    ones asked: another --lr or --steps is refused with one line naming the flags, before anything runs and
+    with every file kept (the script once reported the earlier runs as "done already" for another --lr, and
+    deleted and retrained them for another --steps); --force replaces such a run alone, saying so."""
+    need_trainer()
+    data = tmp_path / "data"  # validation: 5% of 30 documents of 1024 tokens, more than one step's 2048
+    sh([sys.executable, REPO / "data" / "prepare.py", "--dataset", "synthetic", "--out", data, "--workers", "1",
+        "--syn-vocab", "16", "--syn-length", "60000", "--syn-doc-len", "1024", "--syn-copy-min-dist", "8",
+        "--syn-copy-max-dist", "64", "--val-fraction", "0.1"])
+    out = tmp_path / "syn"
+    base = ["bash", REPO / "scripts" / "exp_synthetic.sh", "--out", out, "--data", data, "--grid", "16:32",
+            "--threads", "1"]
+    sh(base + ["--steps", 2])
+    runs = out / "runs"
+    names = ["C16_T32_mhsa", "C16_T32_ls", "C16_T32_local"]
+
+    def files():
+        return {str(f.relative_to(runs)): f.read_bytes() for f in runs.rglob("*") if f.is_file()}
+    before = files()
+    assert all(f"{n}/DONE_00000002" in before for n in names)
+    for args, was, now in [(["--steps", 2, "--lr", "3e-3"], "-l 1e-2", "-l 3e-3"),
+                           (["--steps", 3], "-x 2", "-x 3")]:
+        p = sh(base + args, check=False)
+        assert p.returncode == 1 and p.stderr.count("\n") == 1 and p.stderr.startswith("error: "), p.stderr
+        assert f"{runs / 'C16_T32_mhsa'} holds a run of other settings" in p.stderr, p.stderr
+        assert was in p.stderr and now in p.stderr and "another --out" in p.stderr and "--force" in p.stderr
+        assert "==" not in p.stdout, p.stdout
+        assert files() == before
+    (runs / "C16_T32_ls.args").unlink()  # a run with no record of its settings is not taken as this one's
+    p = sh(base + ["--steps", 2], check=False)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
+    assert f"{runs / 'C16_T32_ls'} holds a run with no record of its settings" in p.stderr, p.stderr
+    # --force: that run alone is deleted and trained again; the two of the same settings are reused
+    p = sh(base + ["--steps", 2, "--force"])
+    assert [ln for ln in p.stderr.splitlines() if "note: --force" in ln] == [
+        f"note: --force: deleting {runs / 'C16_T32_ls'}, which holds a run with no record of its settings "
+        f"({runs / 'C16_T32_ls'}.args is missing)"], p.stderr
+    assert [ln for ln in p.stdout.splitlines() if "done already" in ln] == [
+        f"== {runs / n} done already" for n in names if n != "C16_T32_ls"], p.stdout
+    after = files()
+    assert {k: v for k, v in after.items() if not k.startswith("C16_T32_ls")} == {
+        k: v for k, v in before.items() if not k.startswith("C16_T32_ls")}
+    assert after["C16_T32_ls/DONE_00000002"] is not None and "-l 1e-2" in after["C16_T32_ls.args"].decode()
+    assert sorted(r["step"] for r in records(runs / "C16_T32_ls" / "metrics.jsonl") if "loss" in r) == [1, 2]
+
+
+def test_exp_text_ratio_refuses_runs_of_other_settings(tmp_path):
+    """A run directory of another experiment (its recorded settings differ, or are missing) stops the script
+    with one line before anything is tokenized or trained, and stays as it was."""
+    need_trainer()
+    out = tmp_path / "ratio"
+    run = out / "runs" / "r2_mhsa_s1"
+    run.mkdir(parents=True)
+    (run / "DONE_00000006").write_text("")
+    cmd = ["bash", REPO / "scripts" / "exp_text_ratio.sh", "--smoke", "--out", out, "--source", tmp_path / "none",
+           "--variants", "mhsa", "--key-seeds", ""]
+    p = sh(cmd, check=False)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
+    assert f"error: {run} holds a run with no record of its settings" in p.stderr and "--force" in p.stderr
+    (out / "runs" / "r2_mhsa_s1.args").write_text("-x 99\n")
+    p = sh(cmd, check=False)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
+    assert f"error: {run} holds a run of other settings (it has -x 99; asked: " in p.stderr, p.stderr
+    assert "-x 6" in p.stderr
+    assert sorted(os.listdir(run)) == ["DONE_00000006"] and not (out / "data").exists()
+    p = sh(cmd + ["--force"], check=False)  # replaced: on to the (here missing) text
+    assert f"note: --force: deleting {run}" in p.stderr and "no pg19 text at" in p.stderr, p.stderr
+    assert not run.exists()
+
+
 PAPER = {  # configs/paper_pg19.toml: the paper code's values (docs/experiments.md, "PG-19, the paper's setting")
     "model": "ls-small", "layers": 6, "channels": 192, "heads": 6, "max-seq-len": 2048, "global-heads": 1,
     "window": 50, "bias": 0, "gelu": "erf", "untie-embeddings": True, "seq-len": 2048, "batch-size": 64,
@@ -352,6 +423,54 @@ def test_exp_pg19_failed_check_stops_before_training(tmp_path):
     assert p.stderr.strip().splitlines()[-1].startswith("error: check 'echo wrong kernel; exit 3' failed")
     assert not (out / "runs").exists() or not any((out / "runs").iterdir())
     assert sorted(f.name for f in (out / "results").iterdir()) == ["logs.tar.gz", "report.txt"]
+
+
+def test_exp_pg19_results_hold_only_this_starts_files(tmp_path):
+    """Started again with --results of an earlier start (another variant list): the script's own files of that
+    start (a run's NAME.tar.gz, summary, window table, report, logs) are removed with one line, so the
+    folder never mixes two starts; other files there stay. Here a failing check ends the start early."""
+    need_trainer()
+    data = tmp_path / "pg19_sp"
+    data.mkdir()
+    (data / "meta.json").write_text(json.dumps({"dataset": "pg19", "tokenizer": "sp", "vocab_size": 1024}))
+    res = tmp_path / "res"
+    res.mkdir()
+    for f in ["ls.tar.gz", "mhsa_s3.tar.gz", "summary.md", "window.md", "report.txt", "logs.tar.gz", "notes.txt"]:
+        (res / f).write_text("of an earlier start")
+    p = sh(["bash", REPO / "scripts" / "exp_pg19.sh", "--data", data, "--vocab", 1024, "--device", "cpu", "--steps",
+            1, "--variants", "mhsa", "--out", tmp_path / "o", "--results", res, "--check-cmd", "exit 3"], check=False)
+    assert p.returncode == 4, p.stderr
+    assert (f"== {res}: removed the files of an earlier start: logs.tar.gz ls.tar.gz mhsa_s3.tar.gz report.txt "
+            "summary.md window.md") in p.stdout.splitlines(), p.stdout
+    assert sorted(f.name for f in res.iterdir()) == ["logs.tar.gz", "notes.txt", "report.txt"]
+    assert (res / "notes.txt").read_text() == "of an earlier start"
+    assert "check 1: exit 3: FAIL" in (res / "report.txt").read_text()
+
+
+def test_exp_pg19_report_copy_is_whole_when_tee_lags(tmp_path):
+    """report.txt in --results is copied after the script's tee processes have written everything: with a tee
+    that writes only at its end (the slowest a loaded machine can be), the copy still holds the last lines
+    (once it could lack them, e.g. "== done in", under load)."""
+    need_trainer()
+    data = tmp_path / "pg19_sp"
+    data.mkdir()
+    (data / "meta.json").write_text(json.dumps({"dataset": "pg19", "tokenizer": "sp", "vocab_size": 1024}))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "tee").write_text(f'#!/bin/sh\nbuf=$(mktemp)\ncat > "$buf"\n{shutil.which("tee")} "$@" < "$buf"\n'
+                                 'rm -f "$buf"\n')
+    (bin_dir / "tee").chmod(0o755)
+    env = dict(ENV, PATH=f"{bin_dir}{os.pathsep}{ENV['PATH']}")
+    res = tmp_path / "res"
+    p = subprocess.run(["bash", str(REPO / "scripts" / "exp_pg19.sh"), "--data", str(data), "--vocab", "1024",
+                        "--device", "cpu", "--steps", "1", "--variants", "mhsa", "--out", str(tmp_path / "o"),
+                        "--results", str(res), "--check-cmd", "exit 3"], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 4, p.stderr
+    report = (res / "report.txt").read_text()
+    # (this tee writes stdout's and stderr's lines at its end, in either order)
+    assert "== exp_pg19 " in report and "check 1: exit 3: FAIL" in report, report
+    assert "error: check 'exit 3' failed" in report, report
 
 
 def test_exp_pg19_sigterm_stops_the_runs(tmp_path):
@@ -521,6 +640,42 @@ def test_pack_results_phases_thinning_and_limits(tmp_path):
     assert p.returncode == 1 and "run c left no metrics" in p.stderr
 
 
+def test_pack_results_times_only_this_windows_steps(tmp_path):
+    """A run resumed in a later window (exp_pg19.sh started again on the same --out): its train wall time and
+    steps per minute cover the steps this window trained, from its start event on, never the idle time
+    between the windows (once 444 s and 0 steps/min for a run that trained one 6 s step), and a note names
+    the steps they cover."""
+    pack = REPO / "scripts" / "pack_results.py"
+    t0 = 1000.0
+    d = tmp_path / "mhsa"
+    d.mkdir()
+    recs = [{"step": s, "time": t0 + 4.0 * s, "loss": 3.0, "ms": 4000.0} for s in (1, 2, 3)]  # window 1: 4 s/step
+    start = t0 + 12 + 432  # window 2 starts 432 s later; 3 s of start-up, then steps 4 and 5 at 6 s each
+    recs += [{"step": 4, "time": start + 9, "loss": 2.9, "ms": 6000.0},
+             {"step": 5, "time": start + 15, "loss": 2.8, "ms": 6000.0, "val_loss": 2.95}]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (d / "config.json").write_text(json.dumps({"train": {}, "model": {}, "derived": {"tokens_per_step": 100}}))
+    ev = tmp_path / "events.tsv"
+    ev.write_text(f"{start}\tstart mhsa\n{start + 16}\tend mhsa 0\n")
+    p = sh([sys.executable, pack, "--results", tmp_path / "res", "--runs", f"mhsa={d}", "--events", ev])
+    row = next(ln for ln in p.stdout.splitlines() if ln.startswith("| mhsa "))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[1:5] == ["5", "500", "12.0", "10"], row  # steps 4-5: 12 s from the start of step 4, 2 steps
+    assert "- mhsa: resumed in this window at step 3: train wall s and steps/min cover its steps 4-5" in p.stdout
+    # a run not started in this window (finished already): no time of another window is shown as this one's
+    ev.write_text(f"{start}\tstart other\n{start + 16}\tend other 0\n")
+    p = sh([sys.executable, pack, "--results", tmp_path / "res1", "--runs", f"mhsa={d}", "--events", ev])
+    cells = [c.strip() for c in next(ln for ln in p.stdout.splitlines() if ln.startswith("| mhsa ")).split("|")[1:-1]]
+    assert cells[1:5] == ["5", "500", "-", "-"] and "- mhsa: trained no step in this window" in p.stdout
+    # without --events: the records are one window (a run trained in one process), and no note
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs[:3]))
+    p = sh([sys.executable, pack, "--results", tmp_path / "res2", "--runs", f"fresh={fresh}"])
+    cells = [c.strip() for c in next(ln for ln in p.stdout.splitlines() if ln.startswith("| fresh ")).split("|")[1:-1]]
+    assert cells[3:5] == ["12.0", "15"] and "resumed" not in p.stdout  # 3 steps in 12 s (from step 1's start)
+
+
 def test_pack_pg19_refuses_paths_that_do_not_travel(tmp_path):
     script = REPO / "scripts" / "pack_pg19.sh"
     p = sh(["bash", script, "--out", tmp_path / "x", "--no-deps"], check=False)
@@ -528,6 +683,42 @@ def test_pack_pg19_refuses_paths_that_do_not_travel(tmp_path):
     p = sh(["bash", script, "--out", "scripts/not_ignored", "--no-deps"], check=False)
     assert p.returncode == 1 and "is not ignored by git" in p.stderr and p.stderr.count("\n") == 1
     assert not (REPO / "scripts" / "not_ignored").exists()
+
+
+def test_pack_pg19_never_replaces_another_data_set_without_force():
+    """--out holding another data set, or shards without meta.json, is refused with one line naming --force
+    before anything is read or written (a missing --source would be the next error); its files stay as they
+    were. An empty --out is used, and --force goes on to prepare."""
+    script = REPO / "scripts" / "pack_pg19.sh"
+    base = REPO / "data" / "shards" / f"test_pack_{os.getpid()}"  # git-ignored, inside the repository
+    try:
+        other = base / "other"
+        other.mkdir(parents=True)
+        meta = json.dumps({"dataset": "tinyshakespeare", "tokenizer": "sp", "vocab_size": 500})
+        (other / "meta.json").write_text(meta)
+        (other / "train_000000.bin").write_bytes(b"their shard")
+        bare = base / "bare"
+        bare.mkdir()
+        (bare / "train_000000.bin").write_bytes(b"user shard")
+        nobooks = base / "no_books"
+        for d, what in [(other, "holds another data set (meta.json: dataset tinyshakespeare, tokenizer sp, "
+                                "vocabulary 500)"), (bare, "holds files but no meta.json")]:
+            p = sh(["bash", script, "--out", d.relative_to(REPO), "--no-deps", "--source", nobooks], check=False)
+            assert p.returncode == 1 and p.stderr.count("\n") == 1 and p.stderr.startswith("error: "), p.stderr
+            assert what in p.stderr and "--force" in p.stderr and "another --out" in p.stderr, p.stderr
+        assert (other / "meta.json").read_text() == meta and (other / "train_000000.bin").read_bytes() == b"their shard"
+        assert sorted(os.listdir(other)) == ["meta.json", "train_000000.bin"]
+        assert sorted(os.listdir(bare)) == ["train_000000.bin"] and (bare / "train_000000.bin").read_bytes() == b"user shard"
+        # --force, or an empty --out: past the check, to the (here missing) books
+        empty = base / "empty"
+        empty.mkdir()
+        for args, note in [(["--out", other.relative_to(REPO), "--force"], True),
+                           (["--out", empty.relative_to(REPO)], False)]:
+            p = sh(["bash", script, *args, "--no-deps", "--source", nobooks], check=False)
+            assert p.returncode == 1 and f"no PG-19 books at {nobooks}" in p.stderr, p.stderr
+            assert ("note: --force: replacing" in p.stderr) == note, p.stderr
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_exp_text_ratio_smoke_and_resume(tmp_path):

@@ -233,6 +233,28 @@ def test_plain_make_train_continues_with_the_recorded_settings(tmp_path):
     assert json.loads((early / "config.json").read_text())["train"]["max_steps"] == 2
 
 
+def test_plain_make_train_keeps_a_runs_own_data(byte_data, tmp_path):
+    """`make train TRAIN_OUT=DIR` on a run of other data (not make train's tiny Shakespeare) continues it on
+    its own data: the Makefile's -i/-j are a new run's defaults and are not passed to a run, neither one
+    stopped before its first checkpoint (which was switched to tiny Shakespeare, its config.json rewritten)
+    nor one with a checkpoint (which was refused)."""
+    early, ckpt = tmp_path / "early", tmp_path / "ckpt"
+    run(data_args(byte_data) + COMMON + ["-o", early, "-x", 2, "-n", 0])
+    for f in early.glob("*_0000000*"):
+        f.unlink()  # as if killed before its first checkpoint
+    run(data_args(byte_data) + COMMON + ["-o", ckpt, "-x", 2, "-n", 2])
+    for out, steps in [(early, [1, 2]), (ckpt, [1, 2, 3])]:
+        before = json.loads((out / "config.json").read_text())
+        again = make_train(out, None if out == early else ["-x", 3])
+        assert again.returncode == 0, again.stderr
+        assert "--train-data" not in again.stderr and "--val-data" not in again.stderr, again.stderr
+        conf = json.loads((out / "config.json").read_text())
+        assert conf["train"]["train_data"] == before["train"]["train_data"]
+        assert conf["train"]["val_data"] == before["train"]["val_data"]
+        assert "tinyshakespeare_gpt2" not in json.dumps(conf)
+        assert sorted(train_losses(out)) == steps
+
+
 def test_a_new_run_never_overwrites_a_run_without_a_checkpoint(byte_data, tmp_path):
     """A run stopped before its first checkpoint still has its record files: a new run (fresh or
     forked) into that -o is refused and they stay as they were; -y 1 continues it from step 0."""

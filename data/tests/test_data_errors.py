@@ -319,3 +319,48 @@ def test_parent_of_out_not_writable_builds_inside_out(monkeypatch, earlier):
     now, now_beside = snapshot(str(out))
     assert sorted(now) == ["meta.json", "notes.txt", "tokenizer.bin", "train_000000.bin", "val_000000.bin"]
     assert now_beside == beside
+
+
+def test_source_file_given_twice(tmp_path):
+    """A file named alone and again inside a directory given with it (or twice, or through a symlink) would
+    put the same text in training and validation: refused, naming the file and both ways it was given."""
+    d = tmp_path / "corpus"
+    d.mkdir()
+    (d / "train.txt").write_text("some training text\n" * 50)
+    (d / "valid.txt").write_text("other validation text\n" * 50)
+    line = fails(tmp_path, "--dataset", "text", "--source", d, d / "valid.txt", "--tokenizer", "sp",
+                 "--vocab-size", 300, expect=f"{d / 'valid.txt'} is given twice")
+    assert "give each file once" in line
+    (tmp_path / "link.txt").symlink_to(d / "train.txt")
+    fails(tmp_path, "--dataset", "text", "--source", d / "train.txt", tmp_path / "link.txt", "--tokenizer", "sp",
+          "--vocab-size", 300, expect=f"{d / 'train.txt'} is given twice")
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_stopped_by_a_signal_leaves_no_work_directory(tmp_path, sig):
+    """SIGTERM (a job's time limit, `kill`) or SIGINT while the data set is being built: the hidden work
+    directory beside --out is removed (it once stayed, 58 MB, for SIGTERM), --out is not created, and one
+    line says the preparation was stopped; the exit status is 128 + the signal's number."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from datatest_util import PREPARE
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, PREPARE, "--dataset", "synthetic", "--out", str(out), "--workers", "1",
+                             "--syn-length", "5000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while not [n for n in os.listdir(tmp_path) if ".prepare-" in n] and time.time() < deadline:
+            time.sleep(0.05)
+        assert [n for n in os.listdir(tmp_path) if ".prepare-" in n], "no work directory appeared"
+        time.sleep(0.5)  # generating
+        proc.send_signal(getattr(signal, sig))
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + getattr(signal, sig), err
+    assert err.strip().splitlines() == [f"error: stopped by {sig} before the data set was complete; {out} was "
+                                        "left as it was (not created)"], err
+    assert os.listdir(tmp_path) == [], os.listdir(tmp_path)
