@@ -466,11 +466,17 @@ def test_resume_of_a_run_whose_checkpoints_were_deleted_is_refused(byte_data, tm
     model at step 0 over them: refused, the records untouched. A run killed before its first checkpoint
     (no checkpoint line in console.log) still starts again from step 0."""
     out = tmp_path / "run"
-    run(data_args(byte_data) + COMMON + ["-o", out, "-x", 4, "-n", 2])
+    run(data_args(byte_data) + COMMON + ["-o", out, "-x", 4, "-n", 2, "--keep-checkpoints", 1])
+    # the files there but the only DONE_ marker gone (the chaos soak's "undone" fault): the same refusal,
+    # whose advice ("restore the files") the soak follows
+    marker = (out / "DONE_00000004").read_bytes()
+    (out / "DONE_00000004").unlink()
+    assert_refused(["-o", out, "-y", 1, "--threads", 1], out, "restore the files to continue")
+    (out / "DONE_00000004").write_bytes(marker)
     for f in list(out.glob("model_*")) + list(out.glob("state_*")) + list(out.glob("DONE_*")):
         f.unlink()
     assert_refused(["-o", out, "-y", 1, "--threads", 1], out,
-                   f"-y 1: {out} has no checkpoint, but its console.log records the checkpoint of step 4")
+                   f"-y 1: {out} has no complete checkpoint, but its console.log records the checkpoint of step 4")
     as_if_killed_before_its_first_checkpoint(out)
     p = run(["-o", out, "-y", 1, "--threads", 1])
     assert "has no complete checkpoint yet; its run starts again from step 0" in p.stderr

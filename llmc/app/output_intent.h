@@ -97,15 +97,16 @@ inline int logged_checkpoint_step(const std::string& dir) {
 }
 
 // -y 1 and `dir` has no complete checkpoint: a run whose console.log records one had checkpoints that
-// were deleted since, and starting it again from step 0 would replace the records of steps that no
+// were deleted or damaged since (files or DONE_ markers), and starting it again from step 0 would replace the records of steps that no
 // checkpoint can bring back; refused. A run stopped before its first checkpoint has no such line.
 inline void check_checkpoints_not_deleted(const std::string& dir) {
     const int logged = logged_checkpoint_step(dir);
     if (logged < 0) return;
-    throw InputError("-y 1: " + dir + " has no checkpoint, but its console.log records the checkpoint of step " +
+    throw InputError("-y 1: " + dir +
+                     " has no complete checkpoint, but its console.log records the checkpoint of step " +
                      std::to_string(logged) +
-                     ": its checkpoints were deleted, and a start from step 0 would replace the run's records; "
-                     "restore the checkpoint files to continue, or start over in a new -o");
+                     ": its checkpoint files were deleted or damaged since, and a start from step 0 would replace "
+                     "the run's records; restore the files to continue, or start over in a new -o");
 }
 
 }  // namespace llmc
