@@ -240,8 +240,7 @@ def test_plain_make_train_keeps_a_runs_own_data(byte_data, tmp_path):
     nor one with a checkpoint (which was refused)."""
     early, ckpt = tmp_path / "early", tmp_path / "ckpt"
     run(data_args(byte_data) + COMMON + ["-o", early, "-x", 2, "-n", 0])
-    for f in early.glob("*_0000000*"):
-        f.unlink()  # as if killed before its first checkpoint
+    as_if_killed_before_its_first_checkpoint(early)
     run(data_args(byte_data) + COMMON + ["-o", ckpt, "-x", 2, "-n", 2])
     for out, steps in [(early, [1, 2]), (ckpt, [1, 2, 3])]:
         before = json.loads((out / "config.json").read_text())
