@@ -460,7 +460,8 @@ JOBS ?= $(shell nproc)
 # then a few seconds of fuzzing per harness), and in the foreground the Catch2 suite under ASan +
 # UBSan, pytest and the sanitized end-to-end runs (make asan-e2e). The lanes run with
 # OMP_WAIT_POLICY=PASSIVE: an OpenMP thread that spins while it waits takes the core from the other
-# lane (results do not depend on it; thread counts are unchanged).
+# lane (results do not depend on it; thread counts are unchanged). A "== wall time:" line names the
+# seconds of each part (CI must stay under 30 minutes on 2 cores: it shows where they go).
 # Without nvcc: the same minus the GPU targets, the trainer matrix and the emulation (builds and
 # lane), and minus the pytest tests of those builds (PYTEST_NEEDS_NVCC); one line says so. CI=true
 # without nvcc is an error: CI runs everything.
@@ -487,20 +488,25 @@ endif
 ifneq ($(NVCC_FOUND),)
 	@echo "== builds (make test-build; the FP32 emulated trainer; make sass-report: the static SASS report of the sm_90 kernels, not measured on a GPU; the Tiny Shakespeare shards) =="
 endif
+	@mkdir -p $(BUILD); date +%s >$(BUILD)/test-build.start
 	$(MAKE) -j$(JOBS) test-build $(if $(NVCC_FOUND),emu-fp32-trainer sass-report) $(TS_DIR)/meta.json
 	@echo "== in the background, log $(BUILD)/background.log:$(if $(NVCC_FOUND), the emulated GPU tests and kernels (make test-emu: scripts/gpu_check.sh --emulate; ASan + UBSan, two schedules), then) the fuzz smoke test (make fuzz-smoke) =="
-	@export OMP_WAIT_POLICY=PASSIVE; rm -f $(BUILD)/background.rc; \
-	{ $(if $(NVCC_FOUND),$(MAKE) --no-print-directory test-emu; e=$$?,e=0); \
+	@export OMP_WAIT_POLICY=PASSIVE; rm -f $(BUILD)/background.rc; now() { date +%s; }; \
+	t=$$(now); secs="builds $$((t - $$(cat $(BUILD)/test-build.start)))s"; \
+	{ $(if $(NVCC_FOUND),$(MAKE) --no-print-directory test-emu; e=$$?,e=0); te=$$(now); \
 	  echo "== fuzz smoke test (make fuzz-smoke) =="; $(MAKE) --no-print-directory fuzz-smoke; f=$$?; \
-	  echo "$$e $$f" >$(BUILD)/background.rc; } >$(BUILD)/background.log 2>&1 & background=$$!; \
+	  echo "$$e $$f $$((te - t)) $$(($$(now) - te))" >$(BUILD)/background.rc; } >$(BUILD)/background.log 2>&1 & background=$$!; \
 	echo "== Catch2 (C++ CPU tests) under ASan + UBSan ($(ASAN_DIR)/test_cpu) =="; \
-	$(ASAN_ENV) $(ASAN_DIR)/test_cpu; catch2=$$?; \
+	$(ASAN_ENV) $(ASAN_DIR)/test_cpu; catch2=$$?; t1=$$(now); secs="$$secs, Catch2 $$((t1 - t))s"; \
 	echo "== pytest (data pipeline, end to end, emulation faults and mutants) =="; \
 	SHARED_DATA=$(abspath $(SHARED_DATA)) $(if $(NVCC_FOUND),SASS_REPORT_JSON=$(abspath $(SASS_REPORT_JSON))) \
 	  $(PYTHON) -m pytest -q --durations=25 data/tests test $(PYTEST_LEFT_OUT); py=$$?; \
-	$(MAKE) --no-print-directory asan-e2e; asan=$$?; \
-	wait $$background; emu_rc=1; fuzz=1; read emu_rc fuzz <$(BUILD)/background.rc; \
+	t2=$$(now); secs="$$secs, pytest $$((t2 - t1))s"; \
+	$(MAKE) --no-print-directory asan-e2e; asan=$$?; t3=$$(now); secs="$$secs, asan-e2e $$((t3 - t2))s"; \
+	wait $$background; emu_rc=1; fuzz=1; read emu_rc fuzz emu_s fuzz_s <$(BUILD)/background.rc; \
+	secs="$$secs; in the background:$(if $(NVCC_FOUND), test-emu $${emu_s}s then) fuzz-smoke $${fuzz_s}s; the lanes $$(($$(now) - t))s"; \
 	echo "==$(if $(NVCC_FOUND), make test-emu and) make fuzz-smoke (from $(BUILD)/background.log) =="; cat $(BUILD)/background.log; \
+	echo "== wall time: $$secs =="; \
 	if [ $$catch2 -ne 0 ] || [ $$py -ne 0 ] || [ $$asan -ne 0 ] || [ $$fuzz -ne 0 ] || [ $$emu_rc -ne 0 ]; then \
 	  echo "== FAILED: Catch2 exit $$catch2, pytest exit $$py, make asan-e2e exit $$asan, make fuzz-smoke exit $$fuzz, make test-emu exit $$emu_rc =="; exit 1; fi
 ifneq ($(NVCC_FOUND),)
