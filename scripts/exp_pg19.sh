@@ -48,7 +48,7 @@
 # --vocab N: the vocabulary the data must have (default 10000, the paper's SentencePiece 10K). Data whose
 # meta.json says another vocabulary, or another tokenizer than SentencePiece, is refused before the build
 # with the command that makes the paper's data; --vocab N runs on vocabulary N deliberately (not the
-# paper's setting: the header says so). The header names the vocabulary; the trainer's notes (e.g. a
+# paper's setting: the header says so). The header and summary.md's first line name the vocabulary; the trainer's notes (e.g. a
 # warmup longer than the run) are relayed to the console as "== RUN: note: ...".
 # --smoke: a tiny model and data made from 3 small books (vocabulary 400: --smoke sets --vocab 400, and
 # refuses another --vocab unless --data names data of that vocabulary; a --data given is used), a few

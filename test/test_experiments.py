@@ -571,6 +571,9 @@ def test_exp_pg19_relays_the_trainers_notes(tmp_path):
     assert "vocabulary 400 (not the paper's 10000: --smoke)" in p.stdout.splitlines()[0], p.stdout
     note = "== ls: note: --warmup-steps 2 is longer than the run's 1 steps"
     assert note in p.stdout and note in (out / "logs" / "report.txt").read_text(), p.stdout
+    # the summary names the data set and its vocabulary (a loss per token means nothing without V)
+    runs_line = (out / "summary.md").read_text().splitlines()[0]
+    assert runs_line.startswith("Runs: ") and "data data (sp V=400)" in runs_line, runs_line
 
 
 def test_exp_pg19_bad_arguments(tmp_path):
