@@ -15,7 +15,7 @@
 #                       [--steps N | --tokens N] [--batch 8] [--total-batch 16384] [--seed S]
 #                       [--device auto|cpu|cuda] [--np N] [--threads N] [--out DIR] [--results DIR]
 #                       [--data DIR] [--vocab N] [--source DIR] [--config FILE] [--build auto|0|1]
-#                       [--check-cmd CMD ...] [--reserve S] [--extra "FLAGS"] [--smoke]
+#                       [--check-cmd CMD ...] [--reserve S] [--extra "FLAGS"] [--smoke] [--force]
 #
 # One GPU window = one complete experiment (docs/experiments.md, "PG-19, the paper's setting"):
 #   1. build (--build auto: on CUDA) the trainer, build/test_gpu/test_cuda_model and build/dev/attention_ls
@@ -34,6 +34,12 @@
 #      machine $OUT/NAME) receives at most 8 files of at most 16 MiB: report.txt (all this script
 #      printed), summary.md, window.md, logs.tar.gz (build and check logs, plots, events) and one
 #      NAME.tar.gz per run (metrics, logit statistics, configs, console; no checkpoints).
+# Each run's settings (the trainer flags it is given, the machine's aside) are kept in OUT/runs/NAME.args
+# (scripts/exp_run_settings.sh). Started again on the same --out, the script reuses a run only for the
+# same settings: a finished one (its DONE marker at --steps) is skipped, an unfinished one continued
+# (-y 1). A run of other settings (another --steps, --extra, --data, ...) or without NAME.args is refused
+# with one line naming the flags that differ, before anything runs (choose another --out); --force
+# deletes such runs (a note each) and trains them again. Runs are never deleted otherwise.
 # --budget SECONDS: the whole script's wall time, build and checks included; --reserve (default 45,
 # smoke 5) of it is kept for the last checkpoints and the packing. Without --budget, runs end at
 # --steps (default 50000, the paper's max_iters) or --tokens / D.
@@ -87,6 +93,7 @@ THREADS=0
 VARIANTS="mhsa ls"
 SEED=""
 SMOKE=0
+FORCE=0
 BUDGET=""
 PARALLEL=0
 STAGGER=15
@@ -135,6 +142,7 @@ while [[ $# -gt 0 ]]; do
     --check-cmd) need "$@"; CHECK_CMDS+=("$2"); shift 2 ;;
     --extra) need "$@"; EXTRA=$2; shift 2 ;;
     --smoke) SMOKE=1; shift ;;
+    --force) FORCE=1; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) die "unknown argument '$1'; see $0 --help" ;;
   esac
@@ -218,6 +226,39 @@ if [[ ! -f $DATA/meta.json ]] && [[ -d $DATA ]] && [[ -n $(ls -A "$DATA") ]]; th
 fi
 vocab_label="vocabulary $VOCAB"
 if [[ $VOCAB != 10000 ]]; then vocab_label+=" (not the paper's 10000${VOCAB_WHY:+: $VOCAB_WHY})"; fi
+
+# -- each run's settings: a run directory is reused only for the same ones (scripts/exp_run_settings.sh) -----
+DATA=$(realpath -m "$DATA"); CONFIG=$(realpath "$CONFIG")  # recorded in each run's settings: one spelling
+# shellcheck source=scripts/exp_run_settings.sh
+source "$HERE/exp_run_settings.sh"
+variant_flags() {
+  case $1 in
+    mhsa) echo "--global-heads 6" ;;
+    ls) echo "--global-heads 1" ;;
+    local) echo "--global-heads 0" ;;
+    mhsa_qknorm) echo "--global-heads 6 --qk-norm" ;;
+    mhsa_zloss) echo "--global-heads 6 --z-loss 1e-4" ;;
+    mhsa_softcap) echo "--global-heads 6 --attn-softcap $SOFTCAP" ;;
+    mhsa_qkclip) echo "--global-heads 6 --qk-clip $QKCLIP" ;;
+  esac
+}
+seed_flags=(); [[ -n $SEED ]] && seed_flags=(--seed "$SEED")
+read -r -a extra_flags <<< "$EXTRA"
+
+names=(); dirs=()
+for v in "${variants[@]}"; do
+  n=$v; [[ -n $SEED ]] && n=${v}_s$SEED
+  names+=("$n"); dirs+=("$OUT/runs/$n")
+done
+run_args() {  # run_args INDEX: the trainer flags of run INDEX (its recorded settings) into the array ARGS
+  # shellcheck disable=SC2207  # the variant's flags are a list of words
+  ARGS=(--config "$CONFIG" -i "$DATA/train_*.bin" -j "$DATA/val_*.bin" "${SMALL[@]}" $(variant_flags "${variants[$1]}")
+    -b "$BATCH" -t "$T" -d "$TOTAL" -x "$STEPS" "${RUN[@]}" "${seed_flags[@]}" "${extra_flags[@]}")
+}
+for k in "${!names[@]}"; do  # every run that exists holds this experiment (or --force replaces it), before anything is made
+  run_args "$k"
+  settings_check "${dirs[$k]}" "$FORCE" "${ARGS[@]}" || exit 1
+done
 
 START=$(date +%s)
 deadline=""
@@ -306,40 +347,21 @@ if [[ ! -f $DATA/meta.json ]]; then
 fi
 
 # -- 3. runs ------------------------------------------------------------------------------------------
-variant_flags() {
-  case $1 in
-    mhsa) echo "--global-heads 6" ;;
-    ls) echo "--global-heads 1" ;;
-    local) echo "--global-heads 0" ;;
-    mhsa_qknorm) echo "--global-heads 6 --qk-norm" ;;
-    mhsa_zloss) echo "--global-heads 6 --z-loss 1e-4" ;;
-    mhsa_softcap) echo "--global-heads 6 --attn-softcap $SOFTCAP" ;;
-    mhsa_qkclip) echo "--global-heads 6 --qk-clip $QKCLIP" ;;
-  esac
-}
 launch=("$TRAINER")
 stop_sig=TERM
 if [[ $NP -gt 1 ]]; then read -r -a mpi <<< "$MPIRUN"; launch=("${mpi[@]}" -np "$NP" "$TRAINER"); stop_sig=USR1; fi
-seed_flags=(); [[ -n $SEED ]] && seed_flags=(--seed "$SEED")
-read -r -a extra_flags <<< "$EXTRA"
-
-names=(); dirs=()
-for v in "${variants[@]}"; do
-  n=$v; [[ -n $SEED ]] && n=${v}_s$SEED
-  names+=("$n"); dirs+=("$OUT/runs/$n")
-done
 declare -A PID=() RC=()
 start_run() {  # start_run INDEX: the trainer of run INDEX in the background
-  local k=$1 n=${names[$1]} v=${variants[$1]} dir=${dirs[$1]} resume=0
+  local k=$1 n=${names[$1]} v=${variants[$1]} dir=${dirs[$1]} resume=0 ARGS
+  # (settings_check passed: the run is new or of these settings)
   if [[ -f $dir/DONE_$(printf %08d "$STEPS") ]]; then echo "== $n: done already ($dir)"; RC[$n]=0; return; fi
   [[ -f $dir/config.json ]] && resume=1  # its run, checkpointed or not: continue it (a new run there is refused)
   mkdir -p "$dir"
+  run_args "$k"
+  settings_write "$dir" "${ARGS[@]}"
   LOG_FROM[$k]=$(( $( (cat "$dir.log" 2>/dev/null || true) | wc -l) + 1 ))  # this start's lines of the log
   echo "== $n: $(variant_flags "$v") | up to $STEPS steps of $TOTAL tokens | $([[ -n $deadline ]] && echo "until $(( ${STOP_AT[$k]} - START )) s")| device $DEVICE | np $NP | resume $resume"
-  # shellcheck disable=SC2046
-  "${launch[@]}" --config "$CONFIG" -i "$DATA/train_*.bin" -j "$DATA/val_*.bin" -o "$dir" -y "$resume" \
-    "${SMALL[@]}" $(variant_flags "$v") -b "$BATCH" -t "$T" -d "$TOTAL" -x "$STEPS" "${RUN[@]}" "${seed_flags[@]}" \
-    "${extra_flags[@]}" --device "$DEVICE" --threads "$THREADS" >> "$dir.log" 2>&1 &
+  "${launch[@]}" "${ARGS[@]}" -o "$dir" -y "$resume" --device "$DEVICE" --threads "$THREADS" >> "$dir.log" 2>&1 &
   PID[$n]=$!
   event "start $n"
 }

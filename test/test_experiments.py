@@ -576,6 +576,44 @@ def test_exp_pg19_relays_the_trainers_notes(tmp_path):
     assert runs_line.startswith("Runs: ") and "data data (sp V=400)" in runs_line, runs_line
 
 
+def test_exp_pg19_reuses_a_run_only_for_the_same_settings(tmp_path):
+    """Started again on the same --out, a run is reused only for the same settings (runs/NAME.args,
+    scripts/exp_run_settings.sh): a finished one of the same flags is "done already"; another --steps or
+    --extra is refused with one line naming the flags, before anything runs, every file kept (the script once
+    skipped a finished run on its DONE_ marker alone, reporting the earlier experiment); a run without
+    .args is refused too; --force deletes such a run (saying so) and trains it again."""
+    need_trainer()
+    if not (SHARED / "pg19" / "pg45265.txt").exists():
+        pytest.skip(f"no PG-19 books at {SHARED / 'pg19'} (set SHARED_DATA)")
+    out = tmp_path / "pg19"
+    base = ["bash", REPO / "scripts" / "exp_pg19.sh", "--smoke", "--out", out, "--source", SHARED / "pg19",
+            "--variants", "ls"]
+    sh(base + ["--steps", 1], timeout=300)
+    run = out / "runs" / "ls"
+
+    def files():
+        return {str(f.relative_to(out / "runs")): f.read_bytes() for f in (out / "runs").rglob("*") if f.is_file()}
+    before = files()
+    assert "ls/DONE_00000001" in before and "-x 1" in before["ls.args"].decode().splitlines(), sorted(before)
+    p = sh(base + ["--steps", 1], timeout=300)
+    assert f"== ls: done already ({run})" in p.stdout, p.stdout
+    assert files() == before
+    for args, was, now in [(["--steps", 2], "-x 1", "-x 2"), (["--steps", 1, "--extra", "--z-loss 1e-4"], "nothing more",
+                                                               "--z-loss 1e-4")]:
+        p = sh(base + args, check=False)
+        assert p.returncode == 1 and p.stderr.count("\n") == 1 and p.stderr.startswith("error: "), p.stderr
+        assert f"{run} holds a run of other settings" in p.stderr and was in p.stderr and now in p.stderr, p.stderr
+        assert "another --out" in p.stderr and "--force" in p.stderr and p.stdout == "", p.stdout
+        assert files() == before
+    (out / "runs" / "ls.args").unlink()
+    p = sh(base + ["--steps", 1], check=False)
+    assert p.returncode == 1 and f"{run} holds a run with no record of its settings" in p.stderr, p.stderr
+    p = sh(base + ["--steps", 2, "--force"], timeout=300)
+    assert f"note: --force: deleting {run}, which holds a run with no record" in p.stderr, p.stderr
+    assert sorted(r["step"] for r in records(run / "metrics.jsonl") if "loss" in r) == [1, 2]
+    assert "-x 2" in (out / "runs" / "ls.args").read_text().splitlines()
+
+
 def test_exp_pg19_bad_arguments(tmp_path):
     for args, words in [(["--parallel", "2"], "--parallel 2"), (["--budget", "9m"], "--budget 9m"),
                         (["--variants", "mhsa foo"], "unknown variant 'foo'"),
