@@ -223,6 +223,22 @@ def test_exp_synthetic_smoke(tmp_path):
     assert "summary" in p.stdout
 
 
+def test_exp_synthetic_smoke_takes_the_steps_and_grid_given(tmp_path):
+    """--smoke sets small defaults, but a --steps or --grid typed beside it is used (both were dropped without a
+    word: `--smoke --steps 8` trained the smoke's 6 steps)."""
+    need_trainer()
+    out = tmp_path / "syn"
+    p = sh(["bash", REPO / "scripts" / "exp_synthetic.sh", "--smoke", "--out", out, "--threads", "1", "--steps", 2,
+            "--grid", "16:32"])
+    runs = out / "runs"
+    assert sorted(d.name for d in runs.iterdir() if d.is_dir()) == ["C16_T32_local", "C16_T32_ls", "C16_T32_mhsa"]
+    for d in runs.iterdir():
+        if d.is_dir():
+            assert (d / "DONE_00000002").exists(), sorted(os.listdir(d))
+            assert [r["step"] for r in records(d / "metrics.jsonl") if "loss" in r] == [1, 2]
+    assert "steps=2" in p.stdout
+
+
 def test_exp_synthetic_reuses_a_run_only_for_the_same_settings(tmp_path):
     """Started again on the same --out, a finished run is reused only when its recorded settings equal the
     ones asked: another --lr or --steps is refused with one line naming the flags, before anything runs and
