@@ -31,8 +31,8 @@
 #      window table compares each run's median ms/step alone and shared and says whether running
 #      them at once gave more steps per minute (scripts/pack_results.py);
 #   4. plots and summary (scripts/plot_run.py), and --results (default OUT/results; on the GPU
-#      machine $OUT/NAME) receives at most 8 files of at most 16 MiB: report.txt (all this script
-#      printed), summary.md, window.md, logs.tar.gz (build and check logs, plots, events) and one
+#      machine $OUT/NAME) receives at most 8 files of at most 16 MiB: report.txt (all this start of the
+#      script printed; OUT/logs/report.txt too, replaced at each start), summary.md, window.md, logs.tar.gz (build and check logs, plots, events) and one
 #      NAME.tar.gz per run (metrics, logit statistics, configs, console; no checkpoints).
 # Each run's settings (the trainer flags it is given, the machine's aside) are kept in OUT/runs/NAME.args
 # (scripts/exp_run_settings.sh). Started again on the same --out, the script reuses a run only for the
@@ -270,6 +270,7 @@ mkdir -p "$OUT/runs" "$OUT/logs" "$OUT/plots" "$RESULTS"
 REPORT=$OUT/logs/report.txt
 EVENTS=$OUT/logs/events.tsv
 : > "$EVENTS"
+: > "$REPORT"  # one start's console, like the rest of --results (each run's output accumulates in runs/NAME.log)
 exec 3>&1 4>&2  # the console, given back before report.txt is copied (report_flush)
 exec > >(tee -a "$REPORT"); tee_out=$!
 exec 2> >(tee -a "$REPORT" >&2); tee_err=$!

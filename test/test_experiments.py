@@ -463,6 +463,23 @@ def test_exp_pg19_results_hold_only_this_starts_files(tmp_path):
     assert "check 1: exit 3: FAIL" in (res / "report.txt").read_text()
 
 
+def test_exp_pg19_report_holds_one_start(tmp_path):
+    """report.txt (OUT/logs and --results) is one start's console, like the rest of the results folder: a second
+    start on the same --out replaces it (it accumulated every start's lines)."""
+    need_trainer()
+    data = tmp_path / "pg19_sp"
+    data.mkdir()
+    (data / "meta.json").write_text(json.dumps({"dataset": "pg19", "tokenizer": "sp", "vocab_size": 1024}))
+    cmd = ["bash", REPO / "scripts" / "exp_pg19.sh", "--data", data, "--vocab", 1024, "--device", "cpu", "--steps", 1,
+           "--variants", "mhsa", "--out", tmp_path / "o", "--check-cmd", "exit 3"]
+    for _ in range(2):
+        p = sh(cmd, check=False)
+        assert p.returncode == 4, p.stderr
+    for report in [tmp_path / "o" / "logs" / "report.txt", tmp_path / "o" / "results" / "report.txt"]:
+        text = report.read_text()
+        assert text.count("== exp_pg19 ") == 1 and text.count("check 1: exit 3: FAIL") == 1, (report, text)
+
+
 def test_exp_pg19_report_copy_is_whole_when_tee_lags(tmp_path):
     """report.txt in --results is copied after the script's tee processes have written everything: with a tee
     that writes only at its end (the slowest a loaded machine can be), the copy still holds the last lines
