@@ -26,18 +26,19 @@ Writes, with PREFIX = --out (default: OUT_DIR/plot of the first OUT_DIR),
     PREFIX_ratio.{png,svg}     with --by-ratio: peak max-logit and final val loss vs T/C, one line
                                per attention variant (runs of several T and C)
     PREFIX_summary.md          the summary table, also printed on stdout
-Legends lie outside the axes (runs below the panels, heads on the right), a label longer than the
-figure is wide wrapped between its pieces; a title too wide for the figure is wrapped, never cut. With
-several runs each has a colour and a marker shape (at staggered steps), so that runs whose curves
-coincide are still told apart. A run's label names its
-attention (MHSA, LS G=g/NH P=p, all-local), every stabilizer that is on (QK-norm, soft-cap, z-loss,
-QK-Clip, logit alarm, skip spikes, a non-default grad-clip), T, C, L, the data (config.json's "data":
-"data ts_sp (sp V=500)"), lr, seed; the pieces all runs share form the title. Runs whose recorded data
-differ (tokenizer, vocabulary, validation or training shards) get one note on stderr, repeated under the
-summary table: their losses per token are not comparable. A training flag changed on resume (config.json's "history") is noted in the
-label ("z-loss 1e-4 from step 400") and drawn as a vertical dash-dot line at its step (with
-"flag old->new" on the loss plot); a fork (config.json's "forked_from") likewise.
-Summary columns: final validation loss and its perplexity exp(loss), peak max-logit (metrics'
+Legends lie outside the axes (runs below the panels, heads on the right), a label longer than the figure is
+wide wrapped between its pieces; a title too wide for the figure is wrapped, never cut. With several runs
+each has a colour and a marker shape (at staggered steps), so that runs whose curves coincide are still told
+apart. A run's label names its attention (MHSA, LS G=g/NH P=p, all-local; "MHSA (P=p >= T)" when the window
+reaches the whole context), every stabilizer that is on (QK-norm, soft-cap, z-loss, QK-Clip, logit alarm,
+skip spikes, a non-default grad-clip), T, C, L, the data (config.json's "data": "data ts_sp (sp V=500)"),
+lr, seed; the pieces all runs share form the title. Runs whose recorded data differ (tokenizer, vocabulary,
+validation or training shards) get one note on stderr, repeated under the summary table: their losses per
+token are not comparable. A training flag changed on resume (config.json's "history") is noted in the label
+("z-loss 1e-4 from step 400") and drawn as a vertical dash-dot line at its step (with "flag old->new" on the
+loss plot); a fork (config.json's "forked_from") likewise.
+Summary columns: final validation loss (the last one; "(step S)" when that is before the run's last step,
+"-" without validation) and its perplexity exp(loss), peak max-logit (metrics'
 max_attn_logit over all steps) and its step, the first step whose max-logit exceeds --threshold,
 loss spikes (the trainer's `spike` flags; for files without them, our own rule: the loss z-score
 against the previous 100 finite losses exceeds 6, the trainer's default), non-finite steps.
@@ -256,8 +257,12 @@ def label_parts(config):
     parts = []
     nh, g = m.get("num_heads"), m.get("global_heads")
     if nh is not None and g is not None:
+        t_start, t_changes = timeline(t, history, "seq_len")
+        seq_lens = [v for v in [t_start] + [v for _, v in t_changes] if isinstance(v, int)]
         if g == nh:
             kind = "MHSA"
+        elif seq_lens and isinstance(m.get("window"), int) and m["window"] >= max(seq_lens):
+            kind = f"MHSA (P={m['window']} >= T)"  # every local head sees the whole context: the trainer says MHSA
         elif g == 0:
             kind = f"all-local P={m.get('window')}"
         else:
@@ -484,8 +489,12 @@ def summary_table(runs, labels, rows, threshold, note=None):
             "at step", f"first step > {threshold:g}", "loss spikes", "non-finite steps"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for run, lab, r in zip(runs, labels, rows):
-        cells = [lab, os.path.basename(os.path.normpath(run.path)), fmt(r["steps"]), fmt(r["final_val_loss"]),
-                 fmt(r["val_ppl"], ".2f"), fmt(r["final_train_loss"]), fmt(r["peak_max_logit"], ".3f"),
+        val, ppl = fmt(r["final_val_loss"]), fmt(r["val_ppl"], ".2f")
+        if r["val_step"] is None:  # no validation (a run without -j)
+            val = ppl = "-"
+        elif r["val_step"] != r["steps"]:  # the last validation is older than the last step (step 0: untrained)
+            val += f" (step {r['val_step']})"
+        cells = [lab, os.path.basename(os.path.normpath(run.path)), fmt(r["steps"]), val, ppl, fmt(r["final_train_loss"]), fmt(r["peak_max_logit"], ".3f"),
                  fmt(r["peak_step"]), fmt(r["first_cross"]), fmt(r["spikes"]), fmt(r["nonfinite"])]
         out.append("| " + " | ".join(cells) + " |")
     rules = sorted({r["spike_rule"] for r in rows})

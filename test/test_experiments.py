@@ -162,6 +162,25 @@ def test_plot_run_own_spike_rule_and_labels(tmp_path):
     assert "own: loss z>6" in Path(f"{prefix}_summary.md").read_text()
 
 
+def test_plot_run_marks_a_validation_before_the_last_step_and_none(tmp_path):
+    """The summary's final val loss is the last validation: when that is not at the run's last step (a run stopped
+    before its first -v has only step 0's, the untrained model's) the cell says its step; a run without -j has
+    "-" (it said "nan", as for a diverged run)."""
+    early = tmp_path / "early"
+    early.mkdir()
+    recs = [{"step": 0, "val_loss": 9.2337}] + [{"step": s, "loss": 9.0 - s, "max_attn_logit": 1.0} for s in (1, 2, 3)]
+    (early / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    none = tmp_path / "noval"
+    none.mkdir()
+    (none / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs[1:]))
+    prefix = tmp_path / "p"
+    sh([sys.executable, PLOT, early, none, "--out", prefix, "--formats", "png"])
+    rows = table_rows(f"{prefix}_summary.md")
+    assert rows["early"]["final val loss"] == "9.2337 (step 0)" and rows["early"]["steps"] == "3", rows
+    assert rows["early"]["val ppl"] == f"{math.exp(9.2337):.2f}"
+    assert rows["noval"]["final val loss"] == "-" and rows["noval"]["val ppl"] == "-", rows
+
+
 def test_plot_run_near_far_values_and_skip_note(tiny_run):
     """The near/far plots read exactly the records' near_mass / near_max / far_max (null far max ->
     NaN), on a mixed run with --near 3 (global heads have far keys, local heads with P = 3 none);

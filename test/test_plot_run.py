@@ -50,6 +50,18 @@ def test_label_plain_gpt2_and_ls():
     assert label(config(model={"global_heads": 0, "window": 32})).startswith("all-local P=32,")
 
 
+def test_label_a_window_not_below_t_is_mhsa():
+    """--window >= -t: every local head sees the whole context and computes as a global one; the trainer says
+    "MHSA", and so does the label (it said "LS G=1/12 P=1024")."""
+    assert label(config(model={"global_heads": 1, "window": 1024})).startswith("MHSA (P=1024 >= T), T=1024,")
+    assert label(config(model={"global_heads": 0, "window": 2048})).startswith("MHSA (P=2048 >= T), ")
+    assert label(config(model={"global_heads": 1, "window": 1023})).startswith("LS G=1/12 P=1023, ")
+    # a run whose T grew above P on resume has local heads from then on
+    hist = [{"step": 10, "flag": "--seq-len", "old": 512, "new": 2048}]
+    assert label(config(model={"global_heads": 1, "window": 1024}, train={"seq_len": 2048}, history=hist)).startswith(
+        "LS G=1/12 P=1024, ")
+
+
 @pytest.mark.parametrize("model,train,piece", [
     ({"qk_norm": True}, {}, "QK-norm"),
     ({"attn_softcap": 50.0}, {}, "soft-cap 50"),
