@@ -441,6 +441,8 @@ def test_exp_pg19_budget_parallel_window(tmp_path):
     assert rows["ls"][5] != "-" and rows["ls"][6] != "-"  # ls alone at the end
     assert "Runs at once vs one after another: throughput x" in (out / "window.md").read_text()
     assert "budget reached" in p.stdout and "ls: stopped (exit 143) with a checkpoint" in p.stdout
+    assert re.search(r"^== ls: --global-heads 1 \| up to \d+ steps of 128 tokens \| until \d+ s \| device cpu \| ",
+                     p.stdout, re.M), p.stdout  # ("until 35 s| device")
     progress = [ln for ln in p.stdout.splitlines() if re.match(r"== (mhsa|ls) at \d+ s: step +\d+", ln)]
     assert len(progress) >= 2, p.stdout[-3000:]  # the running runs' newest steps, every PROGRESS_EVERY s
 
@@ -623,6 +625,12 @@ def test_exp_pg19_relays_the_trainers_notes(tmp_path):
     assert "vocabulary 400 (not the paper's 10000: --smoke)" in p.stdout.splitlines()[0], p.stdout
     note = "== ls: note: --warmup-steps 2 is longer than the run's 1 steps"
     assert note in p.stdout and note in (out / "logs" / "report.txt").read_text(), p.stdout
+    # the run's line has its pieces apart ("tokens | | device" without a budget), and the finished line the whole
+    # checkpoint path (it was cut at 160 characters: "model_00000001.)")
+    run_line = f"== ls: --global-heads 1 | up to 1 steps of 128 tokens | device cpu | np 1 | resume 0"
+    assert run_line in p.stdout.splitlines(), p.stdout
+    finished = [ln for ln in p.stdout.splitlines() if ln.startswith("== ls: finished (")]
+    assert len(finished) == 1 and finished[0].endswith(f"weights: {out}/runs/ls/model_00000001.bin)"), finished
     # the summary names the data set and its vocabulary (a loss per token means nothing without V)
     runs_line = (out / "summary.md").read_text().splitlines()[0]
     assert runs_line.startswith("Runs: ") and "data data (sp V=400)" in runs_line, runs_line
@@ -674,6 +682,49 @@ def test_exp_pg19_bad_arguments(tmp_path):
         p = sh(["bash", REPO / "scripts" / "exp_pg19.sh", "--out", tmp_path / "o", *args], check=False)
         assert p.returncode == 1 and p.stderr.startswith("error: ") and words in p.stderr, (args, p.stderr)
         assert p.stderr.count("\n") == 1, p.stderr
+
+
+def test_exp_pg19_refuses_flags_that_conflict_or_it_sets_itself(tmp_path):
+    """--steps with --tokens, and a flag in --extra that the script sets itself (-x: the header said 50000 steps
+    while the runs trained 5), are refused with one line naming the script's own option, before anything is made;
+    the bookkeeping flags (-m, -v) stay free to change. --tokens alone that is not a whole number of steps says how
+    many steps (and tokens) it trains."""
+    data = tmp_path / "pg19_sp"
+    data.mkdir()
+    (data / "meta.json").write_text(json.dumps({"dataset": "pg19", "tokenizer": "sp", "vocab_size": 1024}))
+    base = ["bash", REPO / "scripts" / "exp_pg19.sh", "--data", data, "--vocab", 1024, "--device", "cpu",
+            "--variants", "mhsa", "--out", tmp_path / "o", "--check-cmd", "exit 3"]
+    for args, words in [(["--steps", 5, "--tokens", 20000], "--steps and --tokens"),
+                        (["--tokens", 20000, "--steps", 5], "--steps and --tokens"),
+                        (["--extra", "-m 1 -x 5"], "--extra sets -x, which the script sets itself: use --steps"),
+                        (["--extra", "--max-steps=5"], "--extra sets --max-steps, which the script sets itself: use --steps"),
+                        (["--extra", "-b 4"], "use --batch"), (["--extra", "--seed 3"], "use --seed"),
+                        (["--extra", "-i x/train_*.bin"], "use --data"), (["--extra", "--global-heads 2"], "use --variants"),
+                        (["--extra", "-y 1"], "-y")]:
+        p = sh(base + args, check=False)
+        assert p.returncode == 1 and p.stderr.count("\n") == 1 and p.stderr.startswith("error: "), (args, p.stderr)
+        assert words in p.stderr, (args, p.stderr)
+        assert not (tmp_path / "o").exists()
+    p = sh(base + ["--tokens", 40000, "--extra", "-m 1 -v 3"], check=False)
+    assert p.returncode == 4, p.stderr  # past the arguments, to the failing check
+    assert "note: --tokens 40000 is 2 steps of 16384 tokens (32768 tokens)" in p.stderr, p.stderr
+    assert "up to 2 steps" not in p.stderr
+
+
+def test_exp_pg19_prepares_a_missing_data_given_only_with_prepare(tmp_path):
+    """A --data that does not exist (a typo of the data set's name) is refused with one line: the script once
+    tokenized PG-19 into it (a minute, 40 MB, a new directory). --prepare asks for that; the default --data
+    is still prepared when missing."""
+    typo = tmp_path / "pg19-sp"
+    base = ["bash", REPO / "scripts" / "exp_pg19.sh", "--data", typo, "--vocab", 500, "--device", "cpu", "--steps", 1,
+            "--variants", "ls", "--out", tmp_path / "o", "--source", tmp_path / "no_books"]
+    p = sh(base, check=False)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1 and p.stderr.startswith("error: "), p.stderr
+    assert f"--data {typo} does not exist" in p.stderr and "--prepare" in p.stderr, p.stderr
+    assert not typo.exists() and not (tmp_path / "o").exists()
+    p = sh(base + ["--prepare"], check=False)  # past that check, to the (here missing) books
+    assert p.returncode == 1 and f"no PG-19 books at {tmp_path / 'no_books'}" in p.stderr, p.stderr
+    assert not typo.exists()
 
 
 def test_pack_results_phases_thinning_and_limits(tmp_path):
