@@ -15,7 +15,7 @@
 #                       [--steps N | --tokens N] [--batch 8] [--total-batch 16384] [--seed S]
 #                       [--device auto|cpu|cuda] [--np N] [--threads N] [--out DIR] [--results DIR]
 #                       [--data DIR] [--vocab N] [--source DIR] [--config FILE] [--build auto|0|1]
-#                       [--check-cmd CMD ...] [--reserve S] [--extra "FLAGS"] [--smoke]
+#                       [--check-cmd CMD ...] [--reserve S] [--extra "FLAGS"] [--smoke] [--force] [--prepare]
 #
 # One GPU window = one complete experiment (docs/experiments.md, "PG-19, the paper's setting"):
 #   1. build (--build auto: on CUDA) the trainer, build/test_gpu/test_cuda_model and build/dev/attention_ls
@@ -31,9 +31,15 @@
 #      window table compares each run's median ms/step alone and shared and says whether running
 #      them at once gave more steps per minute (scripts/pack_results.py);
 #   4. plots and summary (scripts/plot_run.py), and --results (default OUT/results; on the GPU
-#      machine $OUT/NAME) receives at most 8 files of at most 16 MiB: report.txt (all this script
-#      printed), summary.md, window.md, logs.tar.gz (build and check logs, plots, events) and one
+#      machine $OUT/NAME) receives at most 8 files of at most 16 MiB: report.txt (all this start of the
+#      script printed; OUT/logs/report.txt too, replaced at each start), summary.md, window.md, logs.tar.gz (build and check logs, plots, events) and one
 #      NAME.tar.gz per run (metrics, logit statistics, configs, console; no checkpoints).
+# Each run's settings (the trainer flags it is given, the machine's aside) are kept in OUT/runs/NAME.args
+# (scripts/exp_run_settings.sh). Started again on the same --out, the script reuses a run only for the
+# same settings: a finished one (its DONE marker at --steps) is skipped, an unfinished one continued
+# (-y 1). A run of other settings (another --steps, --extra, --data, ...) or without NAME.args is refused
+# with one line naming the flags that differ, before anything runs (choose another --out); --force
+# deletes such runs (a note each) and trains them again. Runs are never deleted otherwise.
 # --budget SECONDS: the whole script's wall time, build and checks included; --reserve (default 45,
 # smoke 5) of it is kept for the last checkpoints and the packing. Without --budget, runs end at
 # --steps (default 50000, the paper's max_iters) or --tokens / D.
@@ -41,14 +47,18 @@
 # per step (default 16384 = 8 x 2048, no accumulation; the paper's is 524288: a GPU window holds
 # ~1B tokens, and 16K per step gives 20-30k steps per run in it). lr and warmup stay the paper's.
 # --seed S: the trainer's seed, and the runs are named VARIANT_sS. --extra FLAGS: more trainer flags
-# for every run (e.g. "--cuda-graph 1"). --np N > 1: each run under `$MPIRUN -np N` (stopped by SIGUSR1).
+# for every run (e.g. "--cuda-graph 1", "-m 1"); a flag the script sets itself or has an option for
+# (-x, -b, -d, -t, -i, -j, -o, -y, --seed, --device, --threads, --config, --global-heads) is refused,
+# naming the option. --steps and --tokens exclude each other; --tokens is rounded down to whole steps
+# (a note says so). --np N > 1: each run under `$MPIRUN -np N` (stopped by SIGUSR1).
 # --data: the shards (default data/shards/pg19_sp; scripts/pack_pg19.sh makes them, or this script
 # with data/prepare.py from --source, default ../shared/data/pg19, into a missing or empty directory;
-# a directory with files but no meta.json is refused).
+# a directory with files but no meta.json is refused). A --data given that is missing or empty is
+# refused as a likely typo unless --prepare asks to tokenize PG-19 into it.
 # --vocab N: the vocabulary the data must have (default 10000, the paper's SentencePiece 10K). Data whose
 # meta.json says another vocabulary, or another tokenizer than SentencePiece, is refused before the build
 # with the command that makes the paper's data; --vocab N runs on vocabulary N deliberately (not the
-# paper's setting: the header says so). The header names the vocabulary; the trainer's notes (e.g. a
+# paper's setting: the header says so). The header and summary.md's first line name the vocabulary; the trainer's notes (e.g. a
 # warmup longer than the run) are relayed to the console as "== RUN: note: ...".
 # --smoke: a tiny model and data made from 3 small books (vocabulary 400: --smoke sets --vocab 400, and
 # refuses another --vocab unless --data names data of that vocabulary; a --data given is used), a few
@@ -87,6 +97,8 @@ THREADS=0
 VARIANTS="mhsa ls"
 SEED=""
 SMOKE=0
+FORCE=0
+PREPARE=0
 BUDGET=""
 PARALLEL=0
 STAGGER=15
@@ -118,7 +130,7 @@ while [[ $# -gt 0 ]]; do
     --vocab) need "$@"; VOCAB=$2; VOCAB_WHY=--vocab; shift 2 ;;
     --source) need "$@"; SOURCE=$2; shift 2 ;;
     --config) need "$@"; CONFIG=$2; shift 2 ;;
-    --steps) need "$@"; STEPS=$2; TOKENS=""; STEPS_GIVEN=1; shift 2 ;;
+    --steps) need "$@"; STEPS=$2; STEPS_GIVEN=1; shift 2 ;;
     --tokens) need "$@"; TOKENS=$2; shift 2 ;;
     --batch) need "$@"; BATCH=$2; shift 2 ;;
     --total-batch) need "$@"; TOTAL=$2; shift 2 ;;
@@ -135,6 +147,8 @@ while [[ $# -gt 0 ]]; do
     --check-cmd) need "$@"; CHECK_CMDS+=("$2"); shift 2 ;;
     --extra) need "$@"; EXTRA=$2; shift 2 ;;
     --smoke) SMOKE=1; shift ;;
+    --force) FORCE=1; shift ;;
+    --prepare) PREPARE=1; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) die "unknown argument '$1'; see $0 --help" ;;
   esac
@@ -183,9 +197,31 @@ case $DEVICE in auto|cpu|cuda) ;; *) die "--device $DEVICE: use auto, cpu or cud
 (( TOTAL % (BATCH * T * NP) == 0 )) || \
   die "--total-batch $TOTAL is not a multiple of B*T*np = $BATCH*$T*$NP; change --total-batch or --batch"
 if [[ -n $TOKENS ]]; then
+  [[ -z $STEPS_GIVEN ]] || die "--steps and --tokens both given: give one (--tokens N trains N / --total-batch steps)"
   [[ $TOKENS =~ ^[0-9]+$ ]] || die "--tokens $TOKENS must be a positive integer"
   STEPS=$(( TOKENS / TOTAL )); (( STEPS >= 1 )) || die "--tokens $TOKENS is less than one step of $TOTAL tokens"
+  (( TOKENS % TOTAL == 0 )) || \
+    echo "note: --tokens $TOKENS is $STEPS steps of $TOTAL tokens ($(( STEPS * TOTAL )) tokens): rounded down to whole steps" >&2
 fi
+# --extra takes trainer flags the script does not set: one it sets (or that has an option of its own here)
+# would be overridden silently in one place and reported by the script in another
+read -r -a extra_words <<< "$EXTRA"
+for w in "${extra_words[@]}"; do
+  flag=${w%%=*}; use=""
+  case $flag in
+    -x|--max-steps) use="--steps (or --tokens)" ;;
+    -b|--batch-size) use=--batch ;;
+    -d|--total-batch-size) use=--total-batch ;;
+    -t|--seq-len) use="--config (T is the preset's $T)" ;;
+    -i|--train-data|-j|--val-data) use=--data ;;
+    -o|--output-dir) use=--out ;;
+    -y|--resume) use="nothing: the script resumes a run of the same settings itself" ;;
+    --seed|--device|--threads|--config) use=$flag ;;
+    --global-heads) use=--variants ;;
+    *) continue ;;
+  esac
+  die "--extra sets $flag, which the script sets itself: use $use"
+done
 [[ -n $VARIANTS ]] || die "--variants is empty; name at least one of: mhsa ls local mhsa_qknorm mhsa_zloss mhsa_softcap mhsa_qkclip"
 for v in $VARIANTS; do
   case $v in mhsa|ls|local|mhsa_qknorm|mhsa_zloss|mhsa_softcap|mhsa_qkclip) ;;
@@ -216,8 +252,45 @@ fi
 if [[ ! -f $DATA/meta.json ]] && [[ -d $DATA ]] && [[ -n $(ls -A "$DATA") ]]; then
   die "$DATA holds files but no meta.json, so it is not data this script can check or may write over; give --data the directory data/prepare.py or scripts/pack_pg19.sh made (with its meta.json), or a new directory to prepare PG-19 into"
 fi
+# a --data typed that does not exist is a typo more often than a request for a new data set
+if [[ -n $DATA_GIVEN && $PREPARE == 0 && ! -f $DATA/meta.json ]] && [[ ! -d $DATA || -z $(ls -A "$DATA") ]]; then
+  die "--data $DATA does not exist$([[ -d $DATA ]] && echo " (an empty directory)"): check the path (data/shards/pg19_sp is scripts/pack_pg19.sh's), or add --prepare to tokenize PG-19 (--source) into it"
+fi
 vocab_label="vocabulary $VOCAB"
 if [[ $VOCAB != 10000 ]]; then vocab_label+=" (not the paper's 10000${VOCAB_WHY:+: $VOCAB_WHY})"; fi
+
+# -- each run's settings: a run directory is reused only for the same ones (scripts/exp_run_settings.sh) -----
+DATA=$(realpath -m "$DATA"); CONFIG=$(realpath "$CONFIG")  # recorded in each run's settings: one spelling
+# shellcheck source=scripts/exp_run_settings.sh
+source "$HERE/exp_run_settings.sh"
+variant_flags() {
+  case $1 in
+    mhsa) echo "--global-heads 6" ;;
+    ls) echo "--global-heads 1" ;;
+    local) echo "--global-heads 0" ;;
+    mhsa_qknorm) echo "--global-heads 6 --qk-norm" ;;
+    mhsa_zloss) echo "--global-heads 6 --z-loss 1e-4" ;;
+    mhsa_softcap) echo "--global-heads 6 --attn-softcap $SOFTCAP" ;;
+    mhsa_qkclip) echo "--global-heads 6 --qk-clip $QKCLIP" ;;
+  esac
+}
+seed_flags=(); [[ -n $SEED ]] && seed_flags=(--seed "$SEED")
+read -r -a extra_flags <<< "$EXTRA"
+
+names=(); dirs=()
+for v in "${variants[@]}"; do
+  n=$v; [[ -n $SEED ]] && n=${v}_s$SEED
+  names+=("$n"); dirs+=("$OUT/runs/$n")
+done
+run_args() {  # run_args INDEX: the trainer flags of run INDEX (its recorded settings) into the array ARGS
+  # shellcheck disable=SC2207  # the variant's flags are a list of words
+  ARGS=(--config "$CONFIG" -i "$DATA/train_*.bin" -j "$DATA/val_*.bin" "${SMALL[@]}" $(variant_flags "${variants[$1]}")
+    -b "$BATCH" -t "$T" -d "$TOTAL" -x "$STEPS" "${RUN[@]}" "${seed_flags[@]}" "${extra_flags[@]}")
+}
+for k in "${!names[@]}"; do  # every run that exists holds this experiment (or --force replaces it), before anything is made
+  run_args "$k"
+  settings_check "${dirs[$k]}" "$FORCE" "${ARGS[@]}" || exit 1
+done
 
 START=$(date +%s)
 deadline=""
@@ -229,6 +302,7 @@ mkdir -p "$OUT/runs" "$OUT/logs" "$OUT/plots" "$RESULTS"
 REPORT=$OUT/logs/report.txt
 EVENTS=$OUT/logs/events.tsv
 : > "$EVENTS"
+: > "$REPORT"  # one start's console, like the rest of --results (each run's output accumulates in runs/NAME.log)
 exec 3>&1 4>&2  # the console, given back before report.txt is copied (report_flush)
 exec > >(tee -a "$REPORT"); tee_out=$!
 exec 2> >(tee -a "$REPORT" >&2); tee_err=$!
@@ -306,40 +380,21 @@ if [[ ! -f $DATA/meta.json ]]; then
 fi
 
 # -- 3. runs ------------------------------------------------------------------------------------------
-variant_flags() {
-  case $1 in
-    mhsa) echo "--global-heads 6" ;;
-    ls) echo "--global-heads 1" ;;
-    local) echo "--global-heads 0" ;;
-    mhsa_qknorm) echo "--global-heads 6 --qk-norm" ;;
-    mhsa_zloss) echo "--global-heads 6 --z-loss 1e-4" ;;
-    mhsa_softcap) echo "--global-heads 6 --attn-softcap $SOFTCAP" ;;
-    mhsa_qkclip) echo "--global-heads 6 --qk-clip $QKCLIP" ;;
-  esac
-}
 launch=("$TRAINER")
 stop_sig=TERM
 if [[ $NP -gt 1 ]]; then read -r -a mpi <<< "$MPIRUN"; launch=("${mpi[@]}" -np "$NP" "$TRAINER"); stop_sig=USR1; fi
-seed_flags=(); [[ -n $SEED ]] && seed_flags=(--seed "$SEED")
-read -r -a extra_flags <<< "$EXTRA"
-
-names=(); dirs=()
-for v in "${variants[@]}"; do
-  n=$v; [[ -n $SEED ]] && n=${v}_s$SEED
-  names+=("$n"); dirs+=("$OUT/runs/$n")
-done
 declare -A PID=() RC=()
 start_run() {  # start_run INDEX: the trainer of run INDEX in the background
-  local k=$1 n=${names[$1]} v=${variants[$1]} dir=${dirs[$1]} resume=0
+  local k=$1 n=${names[$1]} v=${variants[$1]} dir=${dirs[$1]} resume=0 ARGS
+  # (settings_check passed: the run is new or of these settings)
   if [[ -f $dir/DONE_$(printf %08d "$STEPS") ]]; then echo "== $n: done already ($dir)"; RC[$n]=0; return; fi
   [[ -f $dir/config.json ]] && resume=1  # its run, checkpointed or not: continue it (a new run there is refused)
   mkdir -p "$dir"
+  run_args "$k"
+  settings_write "$dir" "${ARGS[@]}"
   LOG_FROM[$k]=$(( $( (cat "$dir.log" 2>/dev/null || true) | wc -l) + 1 ))  # this start's lines of the log
-  echo "== $n: $(variant_flags "$v") | up to $STEPS steps of $TOTAL tokens | $([[ -n $deadline ]] && echo "until $(( ${STOP_AT[$k]} - START )) s")| device $DEVICE | np $NP | resume $resume"
-  # shellcheck disable=SC2046
-  "${launch[@]}" --config "$CONFIG" -i "$DATA/train_*.bin" -j "$DATA/val_*.bin" -o "$dir" -y "$resume" \
-    "${SMALL[@]}" $(variant_flags "$v") -b "$BATCH" -t "$T" -d "$TOTAL" -x "$STEPS" "${RUN[@]}" "${seed_flags[@]}" \
-    "${extra_flags[@]}" --device "$DEVICE" --threads "$THREADS" >> "$dir.log" 2>&1 &
+  echo "== $n: $(variant_flags "$v") | up to $STEPS steps of $TOTAL tokens |$([[ -n $deadline ]] && echo " until $(( ${STOP_AT[$k]} - START )) s |") device $DEVICE | np $NP | resume $resume"
+  "${launch[@]}" "${ARGS[@]}" -o "$dir" -y "$resume" --device "$DEVICE" --threads "$THREADS" >> "$dir.log" 2>&1 &
   PID[$n]=$!
   event "start $n"
 }
@@ -358,7 +413,7 @@ reap() {  # reap INDEX: wait for run INDEX, record its exit status
   RC[$n]=$rc; unset "PID[$n]"
   event "end $n $rc"
   case $rc in
-    0) echo "== $n: finished ($(tail -n 1 "${dirs[$1]}/console.log" 2>/dev/null | cut -c1-160))" ;;
+    0) echo "== $n: finished ($(tail -n 1 "${dirs[$1]}/console.log" 2>/dev/null))" ;;
     130|138|143) echo "== $n: stopped (exit $rc) with a checkpoint of its last step; -y 1 continues it" ;;
     *) echo "error: run $n failed (exit $rc); last lines of ${dirs[$1]}.log:" >&2; tail -n 5 "${dirs[$1]}.log" >&2 ;;
   esac

@@ -6,6 +6,8 @@
 #
 #   scripts/exp_synthetic.sh [--out DIR] [--data DIR] [--grid "C:T C:T ..."] [--steps N] [--lr LR]
 #                            [--jobs J] [--threads N] [--smoke] [--force]
+# --smoke: a tiny model on a vocabulary-16 language, grid "16:32 16:64", 6 steps (a --grid or --steps
+# given is used instead): checks that the pipeline runs.
 #
 # Writes under --out (default out/exp_synthetic):
 #   runs/C<C>_T<T>_<mhsa|ls|local>/   trainer output dirs (metrics.jsonl, logit_stats.jsonl, ...)
@@ -40,6 +42,8 @@ JOBS=1
 THREADS=1
 SMOKE=0
 FORCE=0
+STEPS_GIVEN=""
+GRID_GIVEN=""
 SYN_ARGS=(--syn-vocab 64 --syn-length 3000000)
 
 die() { echo "error: $*" >&2; exit 1; }
@@ -49,8 +53,8 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --out) need "$@"; OUT=$2; shift 2 ;;
     --data) need "$@"; DATA=$2; shift 2 ;;
-    --grid) need "$@"; GRID=$2; shift 2 ;;
-    --steps) need "$@"; STEPS=$2; shift 2 ;;
+    --grid) need "$@"; GRID=$2; GRID_GIVEN=1; shift 2 ;;
+    --steps) need "$@"; STEPS=$2; STEPS_GIVEN=1; shift 2 ;;
     --lr) need "$@"; LR=$2; shift 2 ;;
     --jobs) need "$@"; JOBS=$2; shift 2 ;;
     --threads) need "$@"; THREADS=$2; shift 2 ;;
@@ -61,8 +65,10 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
-if [[ $SMOKE == 1 ]]; then  # tiny budget: checks that the pipeline runs, shows nothing
-  GRID="16:32 16:64"; STEPS=6; WARMUP=2; TOKENS=128; LAYERS=1; WINDOW=8
+if [[ $SMOKE == 1 ]]; then  # tiny budget: checks that the pipeline runs, shows nothing (a --grid or --steps given wins)
+  [[ -n $GRID_GIVEN ]] || GRID="16:32 16:64"
+  [[ -n $STEPS_GIVEN ]] || STEPS=6
+  WARMUP=2; TOKENS=128; LAYERS=1; WINDOW=8
   [[ $DATA == data/shards/synthetic_v64 ]] && DATA=$OUT/data
   SYN_ARGS=(--syn-vocab 16 --syn-length 20000 --syn-doc-len 1024 --syn-copy-min-dist 8 --syn-copy-max-dist 64)
 fi

@@ -29,6 +29,8 @@
 # --plots-only draws what has finished so far.
 # Writes under --out (default out/exp_text_<corpus>): data/ (shards, tokenizer) unless --data,
 # runs/r<T/C>_<variant>_s<seed>/ (+ .log), plots/, summary.md.
+# Output: the report (every "==" line, the summary table) on stdout, error: and note: lines on stderr,
+# as exp_pg19.sh and exp_synthetic.sh do (docs/experiments.md).
 # Environment: TRAINER (default ./train_gpt2_ls), PYTHON (default python3), NICE (default 10).
 set -euo pipefail
 
@@ -174,9 +176,9 @@ if [[ $DATA == "$(realpath -m "$OUT/data")" ]]; then
       for f in $(ls "$SOURCE"/*.txt | head -2); do ln -sf "$(cd "$(dirname "$f")" && pwd)/$(basename "$f")" "$OUT/smoke_src/"; done
       src=$OUT/smoke_src
     fi
-    echo "== tokenizing $CORPUS ($src) into $DATA: SentencePiece BPE, vocabulary $VOCAB" >&2
+    echo "== tokenizing $CORPUS ($src) into $DATA: SentencePiece BPE, vocabulary $VOCAB"
     "$PYTHON" "$REPO/data/prepare.py" "${PREP[@]}" --source "$src" --out "$DATA" --tokenizer sp \
-      --vocab-size "$VOCAB" --sp-train-lines "$SP_LINES" --val-fraction 0.05 --workers 2 >&2
+      --vocab-size "$VOCAB" --sp-train-lines "$SP_LINES" --val-fraction 0.05 --workers 2
   fi
 fi
 [[ -f $DATA/meta.json ]] || die "no shards at $DATA (meta.json missing)"
@@ -186,13 +188,13 @@ run_one() {  # ratio variant seed (settings_check passed: the run is new or of t
   if [[ -f $(done_marker "$dir") ]]; then return 0; fi
   local resume=0
   [[ -f $dir/config.json ]] && resume=1  # its run, checkpointed or not: continue it (a new run there is refused)
-  echo "== $(date +%H:%M:%S) r$r $v seed $s: T $T, B $((TOKENS / T)), $STEPS steps, resume $resume" >&2
+  echo "== $(date +%H:%M:%S) r$r $v seed $s: T $T, B $((TOKENS / T)), $STEPS steps, resume $resume"
   mkdir -p "$dir"
   run_args "$r" "$v" "$s"
   settings_write "$dir" "${ARGS[@]}"
   nice -n "$NICE" "$TRAINER" "${ARGS[@]}" -o "$dir" -y "$resume" --device cpu --threads 1 >> "$dir.log" 2>&1 \
     || { echo "error: run $dir failed; see $dir.log" >&2; tail -3 "$dir.log" >&2; return 1; }
-  echo "== $(date +%H:%M:%S) r$r $v seed $s: $(grep -a '^done:' "$dir.log" | tail -n 1 | cut -c1-150)" >&2
+  echo "== $(date +%H:%M:%S) r$r $v seed $s: $(grep -a '^done:' "$dir.log" | tail -n 1)"
 }
 
 mkdir -p "$OUT/runs" "$OUT/plots"
@@ -223,7 +225,7 @@ if [[ ${#finished[@]} -gt 0 ]]; then
       --threshold 20 --formats png > /dev/null
   done
   "$PYTHON" "$HERE/exp_summary.py" "${finished[@]}" > "$OUT/summary.md"
-  echo "== summary of ${#finished[@]} of ${#plan[@]} runs ($OUT/summary.md, plots in $OUT/plots)" >&2
+  echo "== summary of ${#finished[@]} of ${#plan[@]} runs ($OUT/summary.md, plots in $OUT/plots)"
   cat "$OUT/summary.md"
 fi
 [[ $failed == 0 ]] || die "a run failed (its .log in $OUT/runs says why); start the script again to resume"

@@ -26,16 +26,19 @@ Writes, with PREFIX = --out (default: OUT_DIR/plot of the first OUT_DIR),
     PREFIX_ratio.{png,svg}     with --by-ratio: peak max-logit and final val loss vs T/C, one line
                                per attention variant (runs of several T and C)
     PREFIX_summary.md          the summary table, also printed on stdout
-Legends lie outside the axes (runs below the panels, heads on the right), a label longer than the
-figure is wide wrapped between its pieces; a title too wide for the figure is wrapped, never cut. With
-several runs each has a colour and a marker shape (at staggered steps), so that runs whose curves
-coincide are still told apart. A run's label names its
-attention (MHSA, LS G=g/NH P=p, all-local), every stabilizer that is on (QK-norm, soft-cap, z-loss,
-QK-Clip, logit alarm, skip spikes, a non-default grad-clip), T, C, L, lr, seed; the pieces all runs
-share form the title. A training flag changed on resume (config.json's "history") is noted in the
-label ("z-loss 1e-4 from step 400") and drawn as a vertical dash-dot line at its step (with
-"flag old->new" on the loss plot); a fork (config.json's "forked_from") likewise.
-Summary columns: final validation loss and its perplexity exp(loss), peak max-logit (metrics'
+Legends lie outside the axes (runs below the panels, heads on the right), a label longer than the figure is
+wide wrapped between its pieces; a title too wide for the figure is wrapped, never cut. With several runs
+each has a colour and a marker shape (at staggered steps), so that runs whose curves coincide are still told
+apart. A run's label names its attention (MHSA, LS G=g/NH P=p, all-local; "MHSA (P=p >= T)" when the window
+reaches the whole context), every stabilizer that is on (QK-norm, soft-cap, z-loss, QK-Clip, logit alarm,
+skip spikes, a non-default grad-clip), T, C, L, the data (config.json's "data": "data ts_sp (sp V=500)"),
+lr, seed; the pieces all runs share form the title. Runs whose recorded data differ (tokenizer, vocabulary,
+validation or training shards) get one note on stderr, repeated under the summary table: their losses per
+token are not comparable. A training flag changed on resume (config.json's "history") is noted in the label
+("z-loss 1e-4 from step 400") and drawn as a vertical dash-dot line at its step (with "flag old->new" on the
+loss plot); a fork (config.json's "forked_from") likewise.
+Summary columns: final validation loss (the last one; "(step S)" when that is before the run's last step,
+"-" without validation) and its perplexity exp(loss), peak max-logit (metrics'
 max_attn_logit over all steps) and its step, the first step whose max-logit exceeds --threshold,
 loss spikes (the trainer's `spike` flags; for files without them, our own rule: the loss z-score
 against the previous 100 finite losses exceeds 6, the trainer's default), non-finite steps.
@@ -44,6 +47,7 @@ A run killed mid-record leaves a partial last line: it is ignored. Non-finite nu
 in the files and become NaN here.
 """
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -253,8 +257,12 @@ def label_parts(config):
     parts = []
     nh, g = m.get("num_heads"), m.get("global_heads")
     if nh is not None and g is not None:
+        t_start, t_changes = timeline(t, history, "seq_len")
+        seq_lens = [v for v in [t_start] + [v for _, v in t_changes] if isinstance(v, int)]
         if g == nh:
             kind = "MHSA"
+        elif seq_lens and isinstance(m.get("window"), int) and m["window"] >= max(seq_lens):
+            kind = f"MHSA (P={m['window']} >= T)"  # every local head sees the whole context: the trainer says MHSA
         elif g == 0:
             kind = f"all-local P={m.get('window')}"
         else:
@@ -284,6 +292,9 @@ def label_parts(config):
         parts.append(("channels", f"C={m['channels']}", False))
     if "num_layers" in m:
         parts.append(("num_layers", f"L={m['num_layers']}", False))
+    data = data_text(config)
+    if data:
+        parts.append(("data", data, False))
     if "learning_rate" in t or "learning_rate" in changed:
         start, changes = timeline(t, history, "learning_rate")
         parts.append(("learning_rate", timeline_text("lr", "=", start, changes, short_number),
@@ -307,7 +318,67 @@ def label_parts(config):
 
 # the order of the pieces in a label (label_parts' order; "history" stands for history:FLAG:STEP)
 LABEL_ORDER = ["kind", "qk_norm", "attn_softcap", "bias", "gelu"] + [key for _, key, _, _ in TRAIN_STABILIZERS] + [
-    "grad_clip", "seq_len", "channels", "num_layers", "learning_rate", "seed", "history", "forked_from"]
+    "grad_clip", "seq_len", "channels", "num_layers", "data", "learning_rate", "seed", "history", "forked_from"]
+
+
+def data_set_name(glob):
+    """The data set of a shard glob: the directory that holds the shards (data/shards/ts_sp/train_*.bin -> ts_sp)."""
+    return os.path.basename(os.path.dirname(os.path.normpath(str(glob)))) or str(glob)
+
+
+def data_text(config):
+    """The label piece of config.json's "data" (the run's data identity, docs/formats.md): "data ts_sp (sp V=500)";
+    None for a run recorded before "data" existed."""
+    data = (config or {}).get("data")
+    role = (data or {}).get("train") if isinstance(data, dict) else None
+    if not isinstance(role, dict):
+        return None
+    tok, vocab = role.get("tokenizer"), role.get("vocab_size")
+    what = " ".join(x for x in [str(tok) if tok else "", f"V={vocab}" if vocab is not None else ""] if x)
+    return f"data {data_set_name(role.get('glob'))}" + (f" ({what})" if what else "")
+
+
+def data_identity(config):
+    """(tokenizer, validation set, training set) of config.json's "data", each a tuple that is equal for two runs
+    exactly when they read the same one (shard hashes where recorded, else the glob); None without "data"."""
+    data = (config or {}).get("data")
+    if not isinstance(data, dict) or not isinstance(data.get("train"), dict):
+        return None
+
+    def shards(role):
+        if not isinstance(role, dict):
+            return None
+        return role.get("shards_sha256_fnv1a64") or os.path.normpath(str(role.get("glob")))
+    tr = data["train"]
+    tokenizer = (tr.get("tokenizer"), tr.get("vocab_size"), tr.get("tokenizer_bin_fnv1a64"),
+                 tr.get("sha256_tokenizer_model"))
+    return tokenizer, shards(data.get("val")), shards(tr)
+
+
+def same_data(a, b):
+    """Whether two data identities (data_identity) read the same tokenizer, training and validation sets (a run
+    without validation agrees with any validation set)."""
+    if a is None or b is None:
+        return True
+    return a[0] == b[0] and a[2] == b[2] and (a[1] is None or b[1] is None or a[1] == b[1])
+
+
+def data_note(configs, names):
+    """One line when the runs' recorded data differ (docs/experiments.md): losses per token of different
+    tokenizers or validation sets are not comparable. None when they agree (runs without "data" are left out,
+    and a run without validation from the validation sets)."""
+    ids = [(data_identity(c), data_text(c), name) for c, name in zip(configs, names)]
+    ids = [x for x in ids if x[0] is not None]
+    differ = [name for k, name in [(0, "tokenizers"), (1, "validation sets"), (2, "training sets")]
+              if len({x[0][k] for x in ids if x[0][k] is not None}) > 1]
+    if not differ:
+        return None
+    each = "; ".join(f"{name}: {text[len('data '):]}" for _, text, name in ids)
+    if differ == ["training sets"]:
+        return (f"note: these runs trained on different training sets ({each}): their training losses are not "
+                "comparable (their validation losses, on one set, are)")
+    return (f"note: these runs' losses are per token of different {' and '.join(differ[:2])} ({each}): "
+            "not comparable, a lower loss is not a better model here")
 
 
 def make_labels(all_parts, names):
@@ -321,7 +392,7 @@ def make_labels(all_parts, names):
         keys += [k for k in p if k not in keys]
     keys.sort(key=lambda k: LABEL_ORDER.index(k.split(":")[0]))
     if len(parts) == 1:
-        common = [k for k in ("learning_rate", "seed") if k in keys and k not in pinned]
+        common = [k for k in ("data", "learning_rate", "seed") if k in keys and k not in pinned]
     else:
         common = [k for k in keys if k not in pinned and len({p.get(k, "") for p in parts}) == 1]
     varying = [k for k in keys if k not in common]
@@ -333,8 +404,17 @@ def make_labels(all_parts, names):
 
 
 def run_labels(runs):
-    return make_labels([label_parts(r.label_config()) for r in runs],
-                       [os.path.basename(os.path.normpath(r.path)) for r in runs])
+    configs = [r.label_config() for r in runs]
+    all_parts = [label_parts(c) for c in configs]
+    # two data sets of one name and vocabulary (tokenized again into the same directory): told apart by a
+    # short digest of their identity
+    ids = [data_identity(c) for c in configs]
+    texts = [dict((k, text) for k, text, _ in p).get("data") for p in all_parts]
+    for n, p in enumerate(all_parts):
+        if any(texts[m] == texts[n] and not same_data(ids[m], ids[n]) for m in range(len(runs))):
+            digest = hashlib.sha1(repr(ids[n]).encode()).hexdigest()[:6]
+            all_parts[n] = [(k, text + (f" #{digest}" if k == "data" else ""), pin) for k, text, pin in p]
+    return make_labels(all_parts, [os.path.basename(os.path.normpath(r.path)) for r in runs])
 
 
 def markers_of(config):
@@ -404,19 +484,26 @@ def fmt(x, spec=".4f"):
     return str(x)
 
 
-def summary_table(runs, labels, rows, threshold):
+def summary_table(runs, labels, rows, threshold, note=None):
     head = ["run", "dir", "steps", "final val loss", "val ppl", "final train loss", "peak max-logit",
             "at step", f"first step > {threshold:g}", "loss spikes", "non-finite steps"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for run, lab, r in zip(runs, labels, rows):
-        cells = [lab, os.path.basename(os.path.normpath(run.path)), fmt(r["steps"]), fmt(r["final_val_loss"]),
-                 fmt(r["val_ppl"], ".2f"), fmt(r["final_train_loss"]), fmt(r["peak_max_logit"], ".3f"),
+        val, ppl = fmt(r["final_val_loss"]), fmt(r["val_ppl"], ".2f")
+        if r["val_step"] is None:  # no validation (a run without -j)
+            val = ppl = "-"
+        elif r["val_step"] != r["steps"]:  # the last validation is older than the last step (step 0: untrained)
+            val += f" (step {r['val_step']})"
+        cells = [lab, os.path.basename(os.path.normpath(run.path)), fmt(r["steps"]), val, ppl, fmt(r["final_train_loss"]), fmt(r["peak_max_logit"], ".3f"),
                  fmt(r["peak_step"]), fmt(r["first_cross"]), fmt(r["spikes"]), fmt(r["nonfinite"])]
         out.append("| " + " | ".join(cells) + " |")
     rules = sorted({r["spike_rule"] for r in rows})
     out.append("")
     out.append(f"Spikes counted by: {'; '.join(rules)}. Perplexity = exp(final val loss). "
                "Peak max-logit: max over steps of the largest pre-softmax attention logit (all layers and heads).")
+    if note:
+        out.append("")
+        out.append(note[len("note: ")].upper() + note[len("note: ") + 1:] + ".")
     return "\n".join(out) + "\n"
 
 
@@ -866,7 +953,10 @@ def main(argv=None):
             if len(labels) != len(runs):
                 raise PlotError(f"--labels has {len(labels)} labels for {len(runs)} directories; give one per OUT_DIR")
         rows = [summarize(r, args.threshold) for r in runs]
-        table = summary_table(runs, labels, rows, args.threshold)
+        note = data_note([r.label_config() for r in runs], [os.path.basename(os.path.normpath(r.path)) for r in runs])
+        if note:
+            print(note, file=sys.stderr)
+        table = summary_table(runs, labels, rows, args.threshold, note)
         d = os.path.dirname(prefix)
         if d:
             os.makedirs(d, exist_ok=True)

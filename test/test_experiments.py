@@ -162,6 +162,25 @@ def test_plot_run_own_spike_rule_and_labels(tmp_path):
     assert "own: loss z>6" in Path(f"{prefix}_summary.md").read_text()
 
 
+def test_plot_run_marks_a_validation_before_the_last_step_and_none(tmp_path):
+    """The summary's final val loss is the last validation: when that is not at the run's last step (a run stopped
+    before its first -v has only step 0's, the untrained model's) the cell says its step; a run without -j has
+    "-" (it said "nan", as for a diverged run)."""
+    early = tmp_path / "early"
+    early.mkdir()
+    recs = [{"step": 0, "val_loss": 9.2337}] + [{"step": s, "loss": 9.0 - s, "max_attn_logit": 1.0} for s in (1, 2, 3)]
+    (early / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    none = tmp_path / "noval"
+    none.mkdir()
+    (none / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs[1:]))
+    prefix = tmp_path / "p"
+    sh([sys.executable, PLOT, early, none, "--out", prefix, "--formats", "png"])
+    rows = table_rows(f"{prefix}_summary.md")
+    assert rows["early"]["final val loss"] == "9.2337 (step 0)" and rows["early"]["steps"] == "3", rows
+    assert rows["early"]["val ppl"] == f"{math.exp(9.2337):.2f}"
+    assert rows["noval"]["final val loss"] == "-" and rows["noval"]["val ppl"] == "-", rows
+
+
 def test_plot_run_near_far_values_and_skip_note(tiny_run):
     """The near/far plots read exactly the records' near_mass / near_max / far_max (null far max ->
     NaN), on a mixed run with --near 3 (global heads have far keys, local heads with P = 3 none);
@@ -221,6 +240,22 @@ def test_exp_synthetic_smoke(tmp_path):
                  "C16_T32_logits.png", "C16_T64_loss.png"]:
         assert (out / "plots" / name).stat().st_size > 1000, name
     assert "summary" in p.stdout
+
+
+def test_exp_synthetic_smoke_takes_the_steps_and_grid_given(tmp_path):
+    """--smoke sets small defaults, but a --steps or --grid typed beside it is used (both were dropped without a
+    word: `--smoke --steps 8` trained the smoke's 6 steps)."""
+    need_trainer()
+    out = tmp_path / "syn"
+    p = sh(["bash", REPO / "scripts" / "exp_synthetic.sh", "--smoke", "--out", out, "--threads", "1", "--steps", 2,
+            "--grid", "16:32"])
+    runs = out / "runs"
+    assert sorted(d.name for d in runs.iterdir() if d.is_dir()) == ["C16_T32_local", "C16_T32_ls", "C16_T32_mhsa"]
+    for d in runs.iterdir():
+        if d.is_dir():
+            assert (d / "DONE_00000002").exists(), sorted(os.listdir(d))
+            assert [r["step"] for r in records(d / "metrics.jsonl") if "loss" in r] == [1, 2]
+    assert "steps=2" in p.stdout
 
 
 def test_exp_synthetic_reuses_a_run_only_for_the_same_settings(tmp_path):
@@ -406,6 +441,8 @@ def test_exp_pg19_budget_parallel_window(tmp_path):
     assert rows["ls"][5] != "-" and rows["ls"][6] != "-"  # ls alone at the end
     assert "Runs at once vs one after another: throughput x" in (out / "window.md").read_text()
     assert "budget reached" in p.stdout and "ls: stopped (exit 143) with a checkpoint" in p.stdout
+    assert re.search(r"^== ls: --global-heads 1 \| up to \d+ steps of 128 tokens \| until \d+ s \| device cpu \| ",
+                     p.stdout, re.M), p.stdout  # ("until 35 s| device")
     progress = [ln for ln in p.stdout.splitlines() if re.match(r"== (mhsa|ls) at \d+ s: step +\d+", ln)]
     assert len(progress) >= 2, p.stdout[-3000:]  # the running runs' newest steps, every PROGRESS_EVERY s
 
@@ -445,6 +482,23 @@ def test_exp_pg19_results_hold_only_this_starts_files(tmp_path):
     assert sorted(f.name for f in res.iterdir()) == ["logs.tar.gz", "notes.txt", "report.txt"]
     assert (res / "notes.txt").read_text() == "of an earlier start"
     assert "check 1: exit 3: FAIL" in (res / "report.txt").read_text()
+
+
+def test_exp_pg19_report_holds_one_start(tmp_path):
+    """report.txt (OUT/logs and --results) is one start's console, like the rest of the results folder: a second
+    start on the same --out replaces it (it accumulated every start's lines)."""
+    need_trainer()
+    data = tmp_path / "pg19_sp"
+    data.mkdir()
+    (data / "meta.json").write_text(json.dumps({"dataset": "pg19", "tokenizer": "sp", "vocab_size": 1024}))
+    cmd = ["bash", REPO / "scripts" / "exp_pg19.sh", "--data", data, "--vocab", 1024, "--device", "cpu", "--steps", 1,
+           "--variants", "mhsa", "--out", tmp_path / "o", "--check-cmd", "exit 3"]
+    for _ in range(2):
+        p = sh(cmd, check=False)
+        assert p.returncode == 4, p.stderr
+    for report in [tmp_path / "o" / "logs" / "report.txt", tmp_path / "o" / "results" / "report.txt"]:
+        text = report.read_text()
+        assert text.count("== exp_pg19 ") == 1 and text.count("check 1: exit 3: FAIL") == 1, (report, text)
 
 
 def test_exp_pg19_report_copy_is_whole_when_tee_lags(tmp_path):
@@ -571,6 +625,53 @@ def test_exp_pg19_relays_the_trainers_notes(tmp_path):
     assert "vocabulary 400 (not the paper's 10000: --smoke)" in p.stdout.splitlines()[0], p.stdout
     note = "== ls: note: --warmup-steps 2 is longer than the run's 1 steps"
     assert note in p.stdout and note in (out / "logs" / "report.txt").read_text(), p.stdout
+    # the run's line has its pieces apart ("tokens | | device" without a budget), and the finished line the whole
+    # checkpoint path (it was cut at 160 characters: "model_00000001.)")
+    run_line = f"== ls: --global-heads 1 | up to 1 steps of 128 tokens | device cpu | np 1 | resume 0"
+    assert run_line in p.stdout.splitlines(), p.stdout
+    finished = [ln for ln in p.stdout.splitlines() if ln.startswith("== ls: finished (")]
+    assert len(finished) == 1 and finished[0].endswith(f"weights: {out}/runs/ls/model_00000001.bin)"), finished
+    # the summary names the data set and its vocabulary (a loss per token means nothing without V)
+    runs_line = (out / "summary.md").read_text().splitlines()[0]
+    assert runs_line.startswith("Runs: ") and "data data (sp V=400)" in runs_line, runs_line
+
+
+def test_exp_pg19_reuses_a_run_only_for_the_same_settings(tmp_path):
+    """Started again on the same --out, a run is reused only for the same settings (runs/NAME.args,
+    scripts/exp_run_settings.sh): a finished one of the same flags is "done already"; another --steps or
+    --extra is refused with one line naming the flags, before anything runs, every file kept (the script once
+    skipped a finished run on its DONE_ marker alone, reporting the earlier experiment); a run without
+    .args is refused too; --force deletes such a run (saying so) and trains it again."""
+    need_trainer()
+    if not (SHARED / "pg19" / "pg45265.txt").exists():
+        pytest.skip(f"no PG-19 books at {SHARED / 'pg19'} (set SHARED_DATA)")
+    out = tmp_path / "pg19"
+    base = ["bash", REPO / "scripts" / "exp_pg19.sh", "--smoke", "--out", out, "--source", SHARED / "pg19",
+            "--variants", "ls"]
+    sh(base + ["--steps", 1], timeout=300)
+    run = out / "runs" / "ls"
+
+    def files():
+        return {str(f.relative_to(out / "runs")): f.read_bytes() for f in (out / "runs").rglob("*") if f.is_file()}
+    before = files()
+    assert "ls/DONE_00000001" in before and "-x 1" in before["ls.args"].decode().splitlines(), sorted(before)
+    p = sh(base + ["--steps", 1], timeout=300)
+    assert f"== ls: done already ({run})" in p.stdout, p.stdout
+    assert files() == before
+    for args, was, now in [(["--steps", 2], "-x 1", "-x 2"), (["--steps", 1, "--extra", "--z-loss 1e-4"], "nothing more",
+                                                               "--z-loss 1e-4")]:
+        p = sh(base + args, check=False)
+        assert p.returncode == 1 and p.stderr.count("\n") == 1 and p.stderr.startswith("error: "), p.stderr
+        assert f"{run} holds a run of other settings" in p.stderr and was in p.stderr and now in p.stderr, p.stderr
+        assert "another --out" in p.stderr and "--force" in p.stderr and p.stdout == "", p.stdout
+        assert files() == before
+    (out / "runs" / "ls.args").unlink()
+    p = sh(base + ["--steps", 1], check=False)
+    assert p.returncode == 1 and f"{run} holds a run with no record of its settings" in p.stderr, p.stderr
+    p = sh(base + ["--steps", 2, "--force"], timeout=300)
+    assert f"note: --force: deleting {run}, which holds a run with no record" in p.stderr, p.stderr
+    assert sorted(r["step"] for r in records(run / "metrics.jsonl") if "loss" in r) == [1, 2]
+    assert "-x 2" in (out / "runs" / "ls.args").read_text().splitlines()
 
 
 def test_exp_pg19_bad_arguments(tmp_path):
@@ -581,6 +682,49 @@ def test_exp_pg19_bad_arguments(tmp_path):
         p = sh(["bash", REPO / "scripts" / "exp_pg19.sh", "--out", tmp_path / "o", *args], check=False)
         assert p.returncode == 1 and p.stderr.startswith("error: ") and words in p.stderr, (args, p.stderr)
         assert p.stderr.count("\n") == 1, p.stderr
+
+
+def test_exp_pg19_refuses_flags_that_conflict_or_it_sets_itself(tmp_path):
+    """--steps with --tokens, and a flag in --extra that the script sets itself (-x: the header said 50000 steps
+    while the runs trained 5), are refused with one line naming the script's own option, before anything is made;
+    the bookkeeping flags (-m, -v) stay free to change. --tokens alone that is not a whole number of steps says how
+    many steps (and tokens) it trains."""
+    data = tmp_path / "pg19_sp"
+    data.mkdir()
+    (data / "meta.json").write_text(json.dumps({"dataset": "pg19", "tokenizer": "sp", "vocab_size": 1024}))
+    base = ["bash", REPO / "scripts" / "exp_pg19.sh", "--data", data, "--vocab", 1024, "--device", "cpu",
+            "--variants", "mhsa", "--out", tmp_path / "o", "--check-cmd", "exit 3"]
+    for args, words in [(["--steps", 5, "--tokens", 20000], "--steps and --tokens"),
+                        (["--tokens", 20000, "--steps", 5], "--steps and --tokens"),
+                        (["--extra", "-m 1 -x 5"], "--extra sets -x, which the script sets itself: use --steps"),
+                        (["--extra", "--max-steps=5"], "--extra sets --max-steps, which the script sets itself: use --steps"),
+                        (["--extra", "-b 4"], "use --batch"), (["--extra", "--seed 3"], "use --seed"),
+                        (["--extra", "-i x/train_*.bin"], "use --data"), (["--extra", "--global-heads 2"], "use --variants"),
+                        (["--extra", "-y 1"], "-y")]:
+        p = sh(base + args, check=False)
+        assert p.returncode == 1 and p.stderr.count("\n") == 1 and p.stderr.startswith("error: "), (args, p.stderr)
+        assert words in p.stderr, (args, p.stderr)
+        assert not (tmp_path / "o").exists()
+    p = sh(base + ["--tokens", 40000, "--extra", "-m 1 -v 3"], check=False)
+    assert p.returncode == 4, p.stderr  # past the arguments, to the failing check
+    assert "note: --tokens 40000 is 2 steps of 16384 tokens (32768 tokens)" in p.stderr, p.stderr
+    assert "up to 2 steps" not in p.stderr
+
+
+def test_exp_pg19_prepares_a_missing_data_given_only_with_prepare(tmp_path):
+    """A --data that does not exist (a typo of the data set's name) is refused with one line: the script once
+    tokenized PG-19 into it (a minute, 40 MB, a new directory). --prepare asks for that; the default --data
+    is still prepared when missing."""
+    typo = tmp_path / "pg19-sp"
+    base = ["bash", REPO / "scripts" / "exp_pg19.sh", "--data", typo, "--vocab", 500, "--device", "cpu", "--steps", 1,
+            "--variants", "ls", "--out", tmp_path / "o", "--source", tmp_path / "no_books"]
+    p = sh(base, check=False)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1 and p.stderr.startswith("error: "), p.stderr
+    assert f"--data {typo} does not exist" in p.stderr and "--prepare" in p.stderr, p.stderr
+    assert not typo.exists() and not (tmp_path / "o").exists()
+    p = sh(base + ["--prepare"], check=False)  # past that check, to the (here missing) books
+    assert p.returncode == 1 and f"no PG-19 books at {tmp_path / 'no_books'}" in p.stderr, p.stderr
+    assert not typo.exists()
 
 
 def test_pack_results_phases_thinning_and_limits(tmp_path):
@@ -733,8 +877,12 @@ def test_exp_text_ratio_smoke_and_resume(tmp_path):
            "--variants", "mhsa ls local mhsa_qkclip mhsa_qkclip5", "--jobs", "2"]
     p = sh(cmd, timeout=600)
     names = sorted(d.name for d in (out / "runs").iterdir() if d.is_dir())
-    finished = [ln for ln in p.stderr.splitlines() if re.match(r"== \S+ r\d+ \S+ seed \d+: done: step 6 ", ln)]
-    assert len(finished) == len(names), p.stderr  # one line per run as it finishes
+    # the report (every == line, the tables) on stdout, like exp_pg19.sh and exp_synthetic.sh; stderr only
+    # for error:/note: lines (the == lines were on stderr here and on stdout there)
+    assert not [ln for ln in p.stderr.splitlines() if ln.startswith("==")], p.stderr
+    finished = [ln for ln in p.stdout.splitlines() if re.match(r"== \S+ r\d+ \S+ seed \d+: done: step 6 ", ln)]
+    assert len(finished) == len(names), p.stdout  # one line per run as it finishes
+    assert all(re.search(r"weights: \S+/model_00000006\.bin$", ln) for ln in finished), finished  # whole paths
     assert names == sorted([f"r{r}_{v}_s1" for r in (2, 4) for v in ("mhsa", "ls", "local", "mhsa_qkclip",
                                                                         "mhsa_qkclip5")]
                            + ["r2_mhsa_s2", "r2_ls_s2"])
@@ -761,5 +909,5 @@ def test_exp_text_ratio_smoke_and_resume(tmp_path):
             assert 0 < float(r["near mass (global heads)"]) <= 1
     assert (out / "plots" / "all_ratio.png").stat().st_size > 1000
     again = sh(cmd, timeout=300)
-    assert "== " not in again.stderr.replace("== summary", ""), again.stderr  # nothing trained again
-    assert "summary" in p.stderr
+    assert "== " not in again.stdout.replace("== summary", ""), again.stdout  # nothing trained again
+    assert "== summary of 12 of 12 runs" in p.stdout

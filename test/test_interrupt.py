@@ -25,6 +25,7 @@ vote may take (llmc/train/interrupt.h): far below MPI_STEPS, whatever the machin
 """
 import array
 import fcntl
+import json
 import os
 import re
 import select
@@ -363,3 +364,36 @@ def test_slurm_script_asks_for_usr1_and_requeues_a_stopped_run(tmp_path, status,
     assert calls[0].startswith("srun --kill-on-bad-exit=1 ") and calls[0].endswith(" -o out -y 1")
     assert calls[1:] == (["scontrol requeue 4242"] if requeued else []), p.stderr
     assert ("requeueing job 4242" in p.stderr) == requeued
+
+
+@pytest.mark.parametrize("case", ["requeued", "first start", "no record yet", "another fork", "fork= form"])
+def test_slurm_script_requeues_a_fork_as_its_resume(tmp_path, case):
+    """A fork submitted with REQUEUE=1 (`--fork-from SRC -o FORK`): Slurm reruns the same flags, which the trainer
+    refuses once FORK has a checkpoint (and `--fork-from` with `-y 1` is refused too). On a requeued start
+    (SLURM_RESTART_COUNT > 0) whose FORK records that very fork, the script passes `-o FORK -y 1` instead: the
+    trainer resumes the fork from its newest checkpoint, or forks again from SRC when it has none. A first
+    start, a FORK without config.json, or one recording another fork is left to the trainer as typed."""
+    script = REPO / "scripts" / "slurm_train.sh"
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(f'#!/bin/sh\necho "srun $*" >> {log}\nexit 0\n')
+    (bin_dir / "srun").chmod(0o755)
+    fork = tmp_path / "fk"
+    src = "out/run/model_00000004.bin"
+    if case != "no record yet":
+        fork.mkdir()
+        recorded = "out/other/model_00000008.bin" if case == "another fork" else src
+        (fork / "config.json").write_text(json.dumps({"train": {}, "forked_from": {"checkpoint": recorded, "step": 4}}))
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", SLURM_SUBMIT_DIR=str(tmp_path),
+               SLURM_JOB_ID="4242", REQUEUE="1", SLURM_RESTART_COUNT="0" if case == "first start" else "1")
+    flags = ([f"--fork-from={src}"] if case == "fork= form" else ["--fork-from", src]) + \
+        ["-o", str(fork), "--qk-clip", "100", "-x", "8000"]
+    p = subprocess.run(["bash", str(script), *flags], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    call = log.read_text().splitlines()[0]
+    if case in ("requeued", "fork= form"):
+        assert call.endswith(f" -o {fork} --qk-clip 100 -x 8000 -y 1") and "--fork-from" not in call, call
+        assert f"requeued fork: resuming {fork} with -y 1" in p.stderr, p.stderr
+    else:
+        assert call.endswith(" " + " ".join(flags)), call
+        assert "-y 1" not in call and "resuming" not in p.stderr, p.stderr

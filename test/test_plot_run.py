@@ -50,6 +50,18 @@ def test_label_plain_gpt2_and_ls():
     assert label(config(model={"global_heads": 0, "window": 32})).startswith("all-local P=32,")
 
 
+def test_label_a_window_not_below_t_is_mhsa():
+    """--window >= -t: every local head sees the whole context and computes as a global one; the trainer says
+    "MHSA", and so does the label (it said "LS G=1/12 P=1024")."""
+    assert label(config(model={"global_heads": 1, "window": 1024})).startswith("MHSA (P=1024 >= T), T=1024,")
+    assert label(config(model={"global_heads": 0, "window": 2048})).startswith("MHSA (P=2048 >= T), ")
+    assert label(config(model={"global_heads": 1, "window": 1023})).startswith("LS G=1/12 P=1023, ")
+    # a run whose T grew above P on resume has local heads from then on
+    hist = [{"step": 10, "flag": "--seq-len", "old": 512, "new": 2048}]
+    assert label(config(model={"global_heads": 1, "window": 1024}, train={"seq_len": 2048}, history=hist)).startswith(
+        "LS G=1/12 P=1024, ")
+
+
 @pytest.mark.parametrize("model,train,piece", [
     ({"qk_norm": True}, {}, "QK-norm"),
     ({"attn_softcap": 50.0}, {}, "soft-cap 50"),
@@ -382,3 +394,73 @@ def test_runs_whose_curves_coincide_are_told_apart(two_runs, tmp_path, heads):
         shapes = {h.get_marker() for h in legend.legend_handles if h.get_label() in labels}
         assert len(shapes) == 2 and None not in shapes and "None" not in shapes, (name, shapes)
         plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------
+# data identity: losses of runs on different tokenizers or validation sets are not comparable
+
+def data_of(name, tokenizer, vocab, fnv, val_hash=None):
+    """config.json's "data" (docs/formats.md) of a data set at data/shards/NAME."""
+    def role(split, h):
+        return {"glob": f"/repo/data/shards/{name}/{split}_*.bin", "tokenizer": tokenizer, "vocab_size": vocab,
+                "tokenizer_bin_fnv1a64": fnv, "sha256_tokenizer_model": None, "shards": 1, "tokens": 1000,
+                "shards_sha256_fnv1a64": h}
+    return {"train": role("train", None), "val": role("val", val_hash)}
+
+
+TS_SP = data_of("ts_sp", "sp", 500, "a5016a9c00000000")
+TS_GPT2 = data_of("tinyshakespeare_gpt2", "gpt2", 50257, "c5ebdf6886f34239")
+
+
+def test_label_names_the_data_set_and_vocabulary_when_runs_differ_in_data():
+    """Runs on different tokenizers get the data set and V in their labels (the loss per token of another
+    vocabulary is another number); runs on the same data have it once, in the title."""
+    a, b = config(data=TS_SP), config(model={"vocab_size": 50257}, data=TS_GPT2)
+    labels, title = plot_run.make_labels([plot_run.label_parts(a), plot_run.label_parts(b)], ["a", "b"])
+    assert "data ts_sp (sp V=500)" in labels[0].split(", ") and "data" not in title, (labels, title)
+    assert "data tinyshakespeare_gpt2 (gpt2 V=50257)" in labels[1].split(", "), labels
+    labels, title = plot_run.make_labels([plot_run.label_parts(a), plot_run.label_parts(config(data=TS_SP,
+                                          train={"seed": 1}))], ["a", "b"])
+    assert "data ts_sp (sp V=500)" in title.split(", ") and not any("data" in lab for lab in labels), (labels, title)
+    # one run: the data set in the title, beside lr and seed (exp_pg19.sh's summary.md names V in it)
+    labels, title = plot_run.make_labels([plot_run.label_parts(a)], ["a"])
+    assert "data ts_sp (sp V=500)" in title.split(", ") and "data" not in labels[0], (labels, title)
+
+
+def write_run(path, cfg, val_loss):
+    path.mkdir()
+    (path / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": val_loss + 0.1, "max_attn_logit": 1.0})
+                                        + "\n" + json.dumps({"step": 1, "val_loss": val_loss}) + "\n")
+    (path / "config.json").write_text(json.dumps(cfg))
+
+
+@pytest.mark.parametrize("other,what", [
+    (config(model={"vocab_size": 50257}, data=TS_GPT2), "tokenizers"),
+    # the same directory name and vocabulary, tokenized again (another tokenizer.bin)
+    (config(data=data_of("ts_sp", "sp", 500, "ffff00000000ffff")), "tokenizers"),
+    (config(data=data_of("ts_sp", "sp", 500, "a5016a9c00000000", val_hash="1234123412341234")),
+     "validation sets"),
+])
+def test_runs_on_different_data_get_one_note_and_distinct_labels(tmp_path, other, what):
+    write_run(tmp_path / "c", config(data=data_of("ts_sp", "sp", 500, "a5016a9c00000000",
+                                                  val_hash="abcdabcdabcdabcd" if what == "validation sets" else None)),
+              6.17)
+    write_run(tmp_path / "t", other, 9.54)
+    p = subprocess.run([sys.executable, str(PLOT), str(tmp_path / "c"), str(tmp_path / "t"), "--out",
+                        str(tmp_path / "cmp"), "--formats", "png"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    notes = [ln for ln in p.stderr.splitlines() if "comparable" in ln]
+    assert len(notes) == 1 and notes[0].startswith("note: ") and f"different {what}" in notes[0], p.stderr
+    rows = [ln for ln in (tmp_path / "cmp_summary.md").read_text().splitlines() if ln.startswith("| ")][1:]
+    labels = [r.split(" | ")[0].lstrip("| ") for r in rows]
+    assert len(set(labels)) == 2 and all("data " in lab for lab in labels), labels
+    assert "not comparable" in (tmp_path / "cmp_summary.md").read_text()
+    # the same data: no note, the data set named once in the title
+    same = tmp_path / "same"
+    write_run(same, config(data=json.loads((tmp_path / "c" / "config.json").read_text())["data"],
+                           train={"seed": 7}), 6.2)
+    p = subprocess.run([sys.executable, str(PLOT), str(tmp_path / "c"), str(same), "--out", str(tmp_path / "s"),
+                        "--formats", "png"], capture_output=True, text=True)
+    assert p.returncode == 0 and "not comparable" not in p.stderr + p.stdout, p.stderr
+    assert (tmp_path / "s_summary.md").read_text().startswith("Runs: ") and "data ts_sp (sp V=500)" in \
+        (tmp_path / "s_summary.md").read_text().splitlines()[0]
