@@ -457,8 +457,9 @@ JOBS ?= $(shell nproc)
 # them the FP32 emulated trainer, the static SASS report and the Tiny Shakespeare shards), then two
 # lanes side by side (each mostly one thread; CI has 2 cores): in the background the emulated GPU
 # tests (make test-emu), then the fuzz smoke test (make fuzz-smoke: every committed crash input,
-# then a few seconds of fuzzing per harness), and in the foreground the Catch2 suite under ASan +
-# UBSan, pytest and the sanitized end-to-end runs (make asan-e2e). The lanes run with
+# then a few seconds of fuzzing per harness), then the pytest files PYTEST_BACKGROUND; in the
+# foreground the Catch2 suite under ASan + UBSan, pytest and the sanitized end-to-end runs (make
+# asan-e2e). The lanes run with
 # OMP_WAIT_POLICY=PASSIVE: an OpenMP thread that spins while it waits takes the core from the other
 # lane (results do not depend on it; thread counts are unchanged). A "== wall time:" line names the
 # seconds of each part (CI must stay under 30 minutes on 2 cores: it shows where they go).
@@ -475,7 +476,10 @@ test-build: $(ASAN_BINS) train_gpt2_ls generate_gpt2_ls  # and the fuzzers ($(FU
 PYTEST_LEFT_OUT := $(addprefix --deselect ,$(PYTEST_NEEDS_NVCC))
 else
 test-build: $(ASAN_BINS) gpu-targets dist-matrix emu  # and the fuzzers ($(FUZZ_BINS), below)
-PYTEST_LEFT_OUT :=
+# pytest files of the emulated build that run in the background lane, after the fuzz smoke test
+# (the foreground lane is the longer one: this evens them out)
+PYTEST_BACKGROUND := test/test_emulation_cublaslt.py test/test_emulation_nccl.py test/test_emu_step_report.py
+PYTEST_LEFT_OUT := $(addprefix --ignore=,$(PYTEST_BACKGROUND))
 endif
 test:
 ifeq ($(NVCC_FOUND),)
@@ -494,8 +498,10 @@ endif
 	@export OMP_WAIT_POLICY=PASSIVE; rm -f $(BUILD)/background.rc; now() { date +%s; }; \
 	t=$$(now); secs="builds $$((t - $$(cat $(BUILD)/test-build.start)))s"; \
 	{ $(if $(NVCC_FOUND),$(MAKE) --no-print-directory test-emu; e=$$?,e=0); te=$$(now); \
-	  echo "== fuzz smoke test (make fuzz-smoke) =="; $(MAKE) --no-print-directory fuzz-smoke; f=$$?; \
-	  echo "$$e $$f $$((te - t)) $$(($$(now) - te))" >$(BUILD)/background.rc; } >$(BUILD)/background.log 2>&1 & background=$$!; \
+	  echo "== fuzz smoke test (make fuzz-smoke) =="; $(MAKE) --no-print-directory fuzz-smoke; f=$$?; tf=$$(now); \
+	  $(if $(PYTEST_BACKGROUND),echo "== pytest of the emulated build: $(PYTEST_BACKGROUND) =="; \
+	    SHARED_DATA=$(abspath $(SHARED_DATA)) $(PYTHON) -m pytest -q -p no:cacheprovider --durations=5 $(PYTEST_BACKGROUND); p=$$?,p=0); \
+	  echo "$$e $$f $$p $$((te - t)) $$((tf - te)) $$(($$(now) - tf))" >$(BUILD)/background.rc; } >$(BUILD)/background.log 2>&1 & background=$$!; \
 	echo "== Catch2 (C++ CPU tests) under ASan + UBSan ($(ASAN_DIR)/test_cpu) =="; \
 	$(ASAN_ENV) $(ASAN_DIR)/test_cpu; catch2=$$?; t1=$$(now); secs="$$secs, Catch2 $$((t1 - t))s"; \
 	echo "== pytest (data pipeline, end to end, emulation faults and mutants) =="; \
@@ -503,12 +509,12 @@ endif
 	  $(PYTHON) -m pytest -q --durations=25 data/tests test $(PYTEST_LEFT_OUT); py=$$?; \
 	t2=$$(now); secs="$$secs, pytest $$((t2 - t1))s"; \
 	$(MAKE) --no-print-directory asan-e2e; asan=$$?; t3=$$(now); secs="$$secs, asan-e2e $$((t3 - t2))s"; \
-	wait $$background; emu_rc=1; fuzz=1; read emu_rc fuzz emu_s fuzz_s <$(BUILD)/background.rc; \
-	secs="$$secs; in the background:$(if $(NVCC_FOUND), test-emu $${emu_s}s then) fuzz-smoke $${fuzz_s}s; the lanes $$(($$(now) - t))s"; \
-	echo "==$(if $(NVCC_FOUND), make test-emu and) make fuzz-smoke (from $(BUILD)/background.log) =="; cat $(BUILD)/background.log; \
+	wait $$background; emu_rc=1; fuzz=1; py_bg=1; read emu_rc fuzz py_bg emu_s fuzz_s py_bg_s <$(BUILD)/background.rc; \
+	secs="$$secs; in the background:$(if $(NVCC_FOUND), test-emu $${emu_s}s then) fuzz-smoke $${fuzz_s}s$(if $(PYTEST_BACKGROUND), then pytest $${py_bg_s}s); the lanes $$(($$(now) - t))s"; \
+	echo "==$(if $(NVCC_FOUND), make test-emu and) make fuzz-smoke$(if $(PYTEST_BACKGROUND), and pytest of the emulated build) (from $(BUILD)/background.log) =="; cat $(BUILD)/background.log; \
 	echo "== wall time: $$secs =="; \
-	if [ $$catch2 -ne 0 ] || [ $$py -ne 0 ] || [ $$asan -ne 0 ] || [ $$fuzz -ne 0 ] || [ $$emu_rc -ne 0 ]; then \
-	  echo "== FAILED: Catch2 exit $$catch2, pytest exit $$py, make asan-e2e exit $$asan, make fuzz-smoke exit $$fuzz, make test-emu exit $$emu_rc =="; exit 1; fi
+	if [ $$catch2 -ne 0 ] || [ $$py -ne 0 ] || [ $$py_bg -ne 0 ] || [ $$asan -ne 0 ] || [ $$fuzz -ne 0 ] || [ $$emu_rc -ne 0 ]; then \
+	  echo "== FAILED: Catch2 exit $$catch2, pytest exit $$py, background pytest exit $$py_bg, make asan-e2e exit $$asan, make fuzz-smoke exit $$fuzz, make test-emu exit $$emu_rc =="; exit 1; fi
 ifneq ($(NVCC_FOUND),)
 	@echo "== all CPU tests passed (Catch2 and the end-to-end runs also under ASan + UBSan; fuzz smoke test); GPU kernels passed EMULATED (not on a GPU): $(EMU_LAB_BINS) $(EMU_TEST_BINS) =="
 	@echo "== GPU targets compiled (nvcc): $(GPU_LAB_BINS) $(GPU_TEST_BINS) train_gpt2_ls $(DIST_MATRIX) =="
