@@ -24,9 +24,9 @@ after the last) or at the first temporary file of a checkpoint write seen after 
   restores the damaged files) as a user's script would;
 - a resume starts at the newest complete checkpoint the soak did not damage;
 - the newest checkpoint the trainer reported complete and the soak did not damage is still complete
-  with the same bytes (or, with --keep-checkpoints 2, was deleted after two newer ones were reported:
-  the soak may damage those later); every complete checkpoint of a step the reference has equals the
-  reference's.
+  with the same bytes (or, with --keep-checkpoints 2, was deleted while two newer ones were marked
+  complete: the soak may damage those later); every complete checkpoint of a step the reference has
+  equals the reference's.
 
 In a quarter of the rounds (--readers) a reader runs beside the trainer, one of:
   eval      `--eval-only -e` of the newest complete checkpoint the soak did not damage
@@ -640,10 +640,11 @@ class Soak:
             st["damaged"].pop(s, None)  # written again: the soak's damage is gone
             st["reported"][s] = [sha(f) for f in ckpt_files(out, s, self.ranks)]
         if st["keep"]:
-            # --keep-checkpoints K deletes a checkpoint once K newer ones are complete; the soak may damage
-            # those newer ones afterwards, which does not make the older one's deletion a loss
+            # --keep-checkpoints K deletes a checkpoint once K newer ones are marked complete (the trainer's
+            # rule, prune_checkpoints); checked after the round that deleted it, before the soak damages
+            # anything again, so a later damage of those newer ones does not make the deletion a loss
             for s in [s for s in st["reported"] if s not in complete]:
-                if sum(1 for r in st["reported"] if r > s) >= st["keep"]:
+                if sum(1 for c in complete if c > s) >= st["keep"]:
                     del st["reported"][s]
         for s in complete:
             files = ckpt_files(out, s, self.ranks)

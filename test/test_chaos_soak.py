@@ -83,30 +83,44 @@ def test_a_flipped_header_field_falls_back(byte_data, tmp_path, victim, index, v
 
 def test_the_soak_allows_a_prune_whose_newer_checkpoints_it_damaged_later(tmp_path):
     """The bookkeeping behind a CI failure at aa6f463 (seed 946412927): with --keep-checkpoints 2 the
-    trainer deleted checkpoint 7 after 27 and 30 were complete; the soak then damaged 27 and 30, and
-    called 7 "reported complete, destroyed". A deletion of the newest reported checkpoint that the soak
-    did not damage (no two newer ones reported) stays a failure."""
+    trainer deleted checkpoint 7 while 27 and 30 were complete; the soak then damaged 27 and 30, and
+    called 7 "reported complete, destroyed". The check after the deleting round sees the deletion with
+    two newer complete checkpoints: allowed, whatever the soak damages later. A deletion without two
+    newer complete ones, or with --keep-checkpoints 0, stays a failure."""
     import hashlib
     import importlib.util
     import types
     spec = importlib.util.spec_from_file_location("chaos_soak", SOAK)
     soak = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(soak)
-    out = tmp_path / "run"
-    out.mkdir()
-    for s in (27, 30):
-        for f in soak.ckpt_files(out, s, 1):
-            f.write_bytes(b"%d" % s)
-    (out / "model_00000027.bin").write_bytes(b"flipped")
-    (out / "DONE_00000027").write_text("")
     fake = types.SimpleNamespace(ranks=1, ref_ckpt={}, forget_repaired=soak.Soak.forget_repaired)
     trainer = types.SimpleNamespace(stdout=lambda: "", stderr=lambda: "")
-    damage = {27: {"model_00000027.bin": (b"27", hashlib.sha256(b"flipped").digest())}, 30: {"DONE_00000030": (b"", None)}}
 
-    def st(keep, reported):
-        return {"keep": keep, "reported": {s: ["x"] for s in reported}, "damaged": {k: dict(v) for k, v in
-                                                                                   damage.items()}}
-    soak.Soak.check_checkpoints(fake, trainer, out, st(2, [7, 27, 30]))  # pruned after 27 and 30: allowed
-    for keep, reported in ((0, [7, 27, 30]), (2, [7, 30])):  # no pruning; only one newer one reported
+    def run_dir(name, steps):
+        out = tmp_path / name
+        out.mkdir()
+        for s in steps:
+            for f in soak.ckpt_files(out, s, 1):
+                f.write_bytes(b"%d" % s)
+            (out / f"DONE_{s:08d}").write_text("")
+        return out
+
+    def reported_7(keep):
+        return {"keep": keep, "reported": {7: ["sha of 7"]}, "damaged": {}}
+
+    out = run_dir("pruned", [27, 30])
+    st = reported_7(2)
+    soak.Soak.check_checkpoints(fake, trainer, out, st)  # the round that wrote 27 and 30 and deleted 7
+    (out / "model_00000027.bin").write_bytes(b"flipped")  # the soak's next faults: 27 flipped, 30 unmarked
+    st["damaged"][27] = {"model_00000027.bin": (b"27", hashlib.sha256(b"flipped").digest())}
+    (out / "DONE_00000030").unlink()
+    st["damaged"][30] = {"DONE_00000030": (b"", None)}
+    soak.Soak.check_checkpoints(fake, trainer, out, st)
+    for name, keep, steps in (("keep0", 0, [27, 30]), ("one_newer", 2, [30])):
         with pytest.raises(soak.SoakFailure, match="checkpoint 7, reported complete, was destroyed"):
-            soak.Soak.check_checkpoints(fake, trainer, out, st(keep, reported))
+            st = reported_7(keep)
+            st["damaged"] = {s: {f"DONE_{s:08d}": (b"", None)} for s in steps}
+            out = run_dir(name, steps)
+            for s in steps:
+                (out / f"DONE_{s:08d}").unlink()
+            soak.Soak.check_checkpoints(fake, trainer, out, st)
