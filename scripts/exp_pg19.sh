@@ -31,9 +31,11 @@
 #      window table compares each run's median ms/step alone and shared and says whether running
 #      them at once gave more steps per minute (scripts/pack_results.py);
 #   4. plots and summary (scripts/plot_run.py), and --results (default OUT/results; on the GPU
-#      machine $OUT/NAME) receives at most 8 files of at most 16 MiB: report.txt (all this start of the
-#      script printed; OUT/logs/report.txt too, replaced at each start), summary.md, window.md, logs.tar.gz (build and check logs, plots, events) and one
-#      NAME.tar.gz per run (metrics, logit statistics, configs, console; no checkpoints).
+#      machine $OUT/NAME) receives at most 8 files of at most 16 MiB: report.txt (what this start
+#      printed from its header on: the notes of the argument checks before it, such as --force's
+#      deletions, are on the console only; OUT/logs/report.txt too, replaced at each start),
+#      summary.md, window.md, logs.tar.gz (build and check logs, plots, events) and one NAME.tar.gz
+#      per run (metrics, logit statistics, configs, console; no checkpoints).
 # Each run's settings (the trainer flags it is given, the machine's aside) are kept in OUT/runs/NAME.args
 # (scripts/exp_run_settings.sh). Started again on the same --out, the script reuses a run only for the
 # same settings: a finished one (its DONE marker at --steps) is skipped, an unfinished one continued
@@ -208,6 +210,7 @@ fi
 read -r -a extra_words <<< "$EXTRA"
 for w in "${extra_words[@]}"; do
   flag=${w%%=*}; use=""
+  [[ $flag == -[a-z]?* ]] && flag=${flag:0:2}  # a short flag with its value attached (-x5): the trainer reads it so
   case $flag in
     -x|--max-steps) use="--steps (or --tokens)" ;;
     -b|--batch-size) use=--batch ;;

@@ -339,8 +339,8 @@ def data_text(config):
 
 
 def data_identity(config):
-    """(tokenizer, validation set, training set) of config.json's "data", each a tuple that is equal for two runs
-    exactly when they read the same one (shard hashes where recorded, else the glob); None without "data"."""
+    """(tokenizer, validation set, training set) of config.json's "data", each a tuple of recorded fields (None
+    where a field was not recorded: older runs have no hashes); None without "data" (docs/formats.md)."""
     data = (config or {}).get("data")
     if not isinstance(data, dict) or not isinstance(data.get("train"), dict):
         return None
@@ -348,19 +348,30 @@ def data_identity(config):
     def shards(role):
         if not isinstance(role, dict):
             return None
-        return role.get("shards_sha256_fnv1a64") or os.path.normpath(str(role.get("glob")))
+        return role.get("shards_sha256_fnv1a64"), os.path.normpath(str(role.get("glob")))
     tr = data["train"]
     tokenizer = (tr.get("tokenizer"), tr.get("vocab_size"), tr.get("tokenizer_bin_fnv1a64"),
                  tr.get("sha256_tokenizer_model"))
     return tokenizer, shards(data.get("val")), shards(tr)
 
 
+def same_part(k, a, b):
+    """Whether part k (0 tokenizer, 1 validation set, 2 training set) of two data identities names the same
+    thing, by what both runs recorded: the tokenizer's fields that both have; a set's shard hash when both
+    have one, else its glob. A run without validation agrees with any validation set."""
+    x, y = a[k], b[k]
+    if x is None or y is None:
+        return k != 0 or x == y
+    if k == 0:
+        return all(u == v for u, v in zip(x, y) if u is not None and v is not None)
+    return x[0] == y[0] if x[0] and y[0] else x[1] == y[1]
+
+
 def same_data(a, b):
-    """Whether two data identities (data_identity) read the same tokenizer, training and validation sets (a run
-    without validation agrees with any validation set)."""
+    """Whether two data identities (data_identity) read the same tokenizer, training and validation sets."""
     if a is None or b is None:
         return True
-    return a[0] == b[0] and a[2] == b[2] and (a[1] is None or b[1] is None or a[1] == b[1])
+    return all(same_part(k, a, b) for k in range(3))
 
 
 def data_note(configs, names):
@@ -370,7 +381,7 @@ def data_note(configs, names):
     ids = [(data_identity(c), data_text(c), name) for c, name in zip(configs, names)]
     ids = [x for x in ids if x[0] is not None]
     differ = [name for k, name in [(0, "tokenizers"), (1, "validation sets"), (2, "training sets")]
-              if len({x[0][k] for x in ids if x[0][k] is not None}) > 1]
+              if any(not same_part(k, x[0], y[0]) for x in ids for y in ids)]
     if not differ:
         return None
     each = "; ".join(f"{name}: {text[len('data '):]}" for _, text, name in ids)

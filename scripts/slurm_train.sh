@@ -16,6 +16,8 @@
 # start (SLURM_RESTART_COUNT > 0) whose FORK/config.json records the fork of SRC, the script passes
 # `-o FORK ... -y 1` instead of `--fork-from SRC` (one line on stderr says so), and the trainer resumes
 # the fork from its newest checkpoint, or forks again from SRC when it had none (docs/training.md).
+# Reading config.json takes python3 on the node; without it the fork's flags go unchanged and the
+# trainer refuses the second --fork-from (FORK holds checkpoints) with one error line.
 #SBATCH --job-name=train_gpt2_ls
 #SBATCH --ntasks-per-node=8
 #SBATCH --gpus-per-node=8

@@ -464,3 +464,17 @@ def test_runs_on_different_data_get_one_note_and_distinct_labels(tmp_path, other
     assert p.returncode == 0 and "not comparable" not in p.stderr + p.stdout, p.stderr
     assert (tmp_path / "s_summary.md").read_text().startswith("Runs: ") and "data ts_sp (sp V=500)" in \
         (tmp_path / "s_summary.md").read_text().splitlines()[0]
+
+
+def test_a_run_recorded_without_hashes_agrees_with_one_of_the_same_data_that_has_them():
+    """Older runs recorded no shard or tokenizer hashes (docs/formats.md): the same data set is compared by what
+    both records have (the glob, the tokenizer kind and V), never called another data set for a missing field;
+    hashes that both have still decide."""
+    old = data_of("ts_sp", "sp", 500, None)
+    new = data_of("ts_sp", "sp", 500, "a5016a9c00000000", val_hash="abcdabcdabcdabcd")
+    new["train"]["shards_sha256_fnv1a64"] = "0123012301230123"
+    a, b = plot_run.data_identity(config(data=old)), plot_run.data_identity(config(data=new))
+    assert plot_run.same_data(a, b) and plot_run.data_note([config(data=old), config(data=new)], ["o", "n"]) is None
+    other = data_of("ts_sp", "sp", 500, "a5016a9c00000000", val_hash="1234123412341234")
+    assert not plot_run.same_data(b, plot_run.data_identity(config(data=other)))
+    assert not plot_run.same_data(a, plot_run.data_identity(config(data=data_of("wt_sp", "sp", 500, None))))
