@@ -166,6 +166,18 @@ std::unique_ptr<llmc::Backend> make_gpu(const llmc::ModelConfig& cfg, uint64_t s
     return llmc::cuda_backend::create(cfg, seed);
 }
 
+// The first case's model on a CUDA backend with weights from seed, for a section of checks whose
+// heading it prints.
+struct SectionModel {
+    llmc::ModelConfig cfg;
+    std::unique_ptr<llmc::Backend> backend;
+};
+SectionModel section_model(const char* heading, uint64_t seed) {
+    std::printf("%s\n", heading);
+    const llmc::ModelConfig cfg = make_config(kCases[0]);
+    return {cfg, make_gpu(cfg, seed)};
+}
+
 void check_case(const Case& cs, uint64_t seed, Checks& ck) {
     std::printf("%s (seed %llu)\n", cs.name, (unsigned long long)seed);
     const llmc::ModelConfig cfg = make_config(cs);
@@ -372,10 +384,9 @@ void check_generate(Checks& ck, uint64_t seed) {
 }
 
 void check_errors(Checks& ck) {
-    std::printf("errors\n");
-    const llmc::ModelConfig cfg = make_config(kCases[0]);
-    const auto gpu_backend = make_gpu(cfg, 1);
-    llmc::Backend& gpu = *gpu_backend;
+    const SectionModel m = section_model("errors", 1);
+    const llmc::ModelConfig& cfg = m.cfg;
+    llmc::Backend& gpu = *m.backend;
     int tok[4] = {1, 2, 3, 4};
     const llmc::KvLogits last = llmc::KvLogits::Last;
     ck.expect(throws<std::logic_error>([&] { gpu.kv_forward(tok, 1, last); }),
@@ -400,10 +411,9 @@ void check_errors(Checks& ck) {
 // dev/emu/step_counters.h), against the model's GEMMs: per layer qkv (3C x C), attproj (C x C), fc
 // (4C x C) and fcproj (C x 4C) over the B*n rows, then the LM head (Vp x C) over the rows asked for.
 void check_prefill_flops(Checks& ck) {
-    std::printf("prefill matmul FLOPs (emulated cuBLASLt counts)\n");
-    const llmc::ModelConfig cfg = make_config(kCases[0]);
-    const auto gpu_backend = make_gpu(cfg, 4);
-    llmc::Backend& gpu = *gpu_backend;
+    const SectionModel m = section_model("prefill matmul FLOPs (emulated cuBLASLt counts)", 4);
+    const llmc::ModelConfig& cfg = m.cfg;
+    llmc::Backend& gpu = *m.backend;
     const int B = 2, n = 24;
     const uint64_t L = cfg.num_layers, C = cfg.channels, Vp = cfg.padded_vocab_size, rows = (uint64_t)B * n;
     const uint64_t layers = 2 * rows * L * 12 * C * C;
@@ -434,10 +444,9 @@ void check_prefill_flops(Checks& ck) {
 
 #ifdef USE_NCCL
 void check_all_reduce_grads(Checks& ck) {
-    std::printf("all_reduce_grads through a one-rank NcclCollective\n");
-    const llmc::ModelConfig cfg = make_config(kCases[0]);
-    const auto gpu_backend = make_gpu(cfg, 3);
-    llmc::Backend& gpu = *gpu_backend;
+    const SectionModel m = section_model("all_reduce_grads through a one-rank NcclCollective", 3);
+    const llmc::ModelConfig& cfg = m.cfg;
+    llmc::Backend& gpu = *m.backend;
     std::vector<int> x(2 * 16), y(2 * 16);
     std::mt19937 gen(std::random_device{}());
     for (size_t i = 0; i < x.size(); i++) {
