@@ -10,6 +10,9 @@
 # "build,test" "train" "labs"), run in the order given while time is left.
 # Output ($OUT, else out/gpu_check): report.txt, report.json (every step recorded on this machine),
 # logs.tar.gz (build/gpu_check: every step's full log and the benchmarks' JSON).
+# After a lease that ran the profile part, its report.json is compared on the CPU machine with the
+# calibrated model's prediction for the commit measured (docs/results/predictions/HEAD-<sha>-modeled.json,
+# today HEAD-0a2a521; docs/results/README.md, "Measured beside predicted").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 budget=${1:?usage: scripts/gpu_lease.sh BUDGET_S PARTS [PARTS...]}
