@@ -10,6 +10,11 @@
 # "build,test" "train" "labs"), run in the order given while time is left.
 # Output ($OUT, else out/gpu_check): report.txt, report.json (every step recorded on this machine),
 # logs.tar.gz (build/gpu_check: every step's full log and the benchmarks' JSON).
+# GPU_CHECK_EMULATE=1: gpu_check.sh's emulated mode (the smoke of this script on a CPU machine; its
+# logs from build/gpu_check_emu).
+# After a lease that ran the profile part, its report.json is compared on the CPU machine with the
+# calibrated model's prediction for the commit measured (docs/results/predictions/HEAD-<sha>-modeled.json,
+# today HEAD-0a2a521; docs/results/README.md, "Measured beside predicted").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 budget=${1:?usage: scripts/gpu_lease.sh BUDGET_S PARTS [PARTS...]}
@@ -25,5 +30,7 @@ for parts in "$@"; do
     echo "gpu_lease: part '$parts' with ${left}s left" >&2
     timeout --kill-after=5 "$left" scripts/gpu_check.sh --part "$parts" --out "$out" || status=1
 done
-tar czf "$out/logs.tar.gz" build/gpu_check 2>/dev/null
+work=build/gpu_check
+[ "${GPU_CHECK_EMULATE:-0}" = 1 ] && work=build/gpu_check_emu  # gpu_check.sh's work folder when emulated
+tar czf "$out/logs.tar.gz" "$work" 2>/dev/null
 exit $status

@@ -38,6 +38,20 @@ def need_trainer():
         pytest.fail(f"{BIN} is missing; build it with `make train_gpt2_ls` (or set TRAINER)")
 
 
+def meta_only_data(path, vocab=1024):
+    """A PG-19 SentencePiece data folder at path holding only its meta.json (no shards); returns path."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "meta.json").write_text(json.dumps({"dataset": "pg19", "tokenizer": "sp", "vocab_size": vocab}))
+    return path
+
+
+def exp_pg19_failing_check(data, out, res):
+    """exp_pg19.sh's command for a one-variant (mhsa) CPU start on data, results to res, whose one check fails."""
+    return [str(a) for a in ["bash", REPO / "scripts" / "exp_pg19.sh", "--data", data, "--vocab", 1024, "--device",
+                             "cpu", "--steps", 1, "--variants", "mhsa", "--out", out, "--results", res,
+                             "--check-cmd", "exit 3"]]
+
+
 def records(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
@@ -478,15 +492,12 @@ def test_exp_pg19_results_hold_only_this_starts_files(tmp_path):
     start (a run's NAME.tar.gz, summary, window table, report, logs) are removed with one line, so the
     folder never mixes two starts; other files there stay. Here a failing check ends the start early."""
     need_trainer()
-    data = tmp_path / "pg19_sp"
-    data.mkdir()
-    (data / "meta.json").write_text(json.dumps({"dataset": "pg19", "tokenizer": "sp", "vocab_size": 1024}))
+    data = meta_only_data(tmp_path / "pg19_sp")
     res = tmp_path / "res"
     res.mkdir()
     for f in ["ls.tar.gz", "mhsa_s3.tar.gz", "summary.md", "window.md", "report.txt", "logs.tar.gz", "notes.txt"]:
         (res / f).write_text("of an earlier start")
-    p = sh(["bash", REPO / "scripts" / "exp_pg19.sh", "--data", data, "--vocab", 1024, "--device", "cpu", "--steps",
-            1, "--variants", "mhsa", "--out", tmp_path / "o", "--results", res, "--check-cmd", "exit 3"], check=False)
+    p = sh(exp_pg19_failing_check(data, tmp_path / "o", res), check=False)
     assert p.returncode == 4, p.stderr
     assert (f"== {res}: removed the files of an earlier start: logs.tar.gz ls.tar.gz mhsa_s3.tar.gz report.txt "
             "summary.md window.md") in p.stdout.splitlines(), p.stdout
@@ -517,9 +528,7 @@ def test_exp_pg19_report_copy_is_whole_when_tee_lags(tmp_path):
     that writes only at its end (the slowest a loaded machine can be), the copy still holds the last lines
     (once it could lack them, e.g. "== done in", under load)."""
     need_trainer()
-    data = tmp_path / "pg19_sp"
-    data.mkdir()
-    (data / "meta.json").write_text(json.dumps({"dataset": "pg19", "tokenizer": "sp", "vocab_size": 1024}))
+    data = meta_only_data(tmp_path / "pg19_sp")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "tee").write_text(f'#!/bin/sh\nbuf=$(mktemp)\ncat > "$buf"\n{shutil.which("tee")} "$@" < "$buf"\n'
@@ -527,9 +536,7 @@ def test_exp_pg19_report_copy_is_whole_when_tee_lags(tmp_path):
     (bin_dir / "tee").chmod(0o755)
     env = dict(ENV, PATH=f"{bin_dir}{os.pathsep}{ENV['PATH']}")
     res = tmp_path / "res"
-    p = subprocess.run(["bash", str(REPO / "scripts" / "exp_pg19.sh"), "--data", str(data), "--vocab", "1024",
-                        "--device", "cpu", "--steps", "1", "--variants", "mhsa", "--out", str(tmp_path / "o"),
-                        "--results", str(res), "--check-cmd", "exit 3"], cwd=REPO, env=env, capture_output=True,
+    p = subprocess.run(exp_pg19_failing_check(data, tmp_path / "o", res), cwd=REPO, env=env, capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 4, p.stderr
     report = (res / "report.txt").read_text()
@@ -567,9 +574,7 @@ def test_exp_pg19_sigterm_stops_the_runs(tmp_path):
 def test_exp_pg19_refuses_data_of_another_vocabulary(tmp_path):
     """The paper's setting is SentencePiece 10K: data of another vocabulary is refused with the command that makes
     the paper's data, before anything is built or trained; --vocab N runs on it, saying so in the header."""
-    data = tmp_path / "pg19_sp"
-    data.mkdir()
-    (data / "meta.json").write_text(json.dumps({"dataset": "pg19", "tokenizer": "sp", "vocab_size": 1024}))
+    data = meta_only_data(tmp_path / "pg19_sp")
     args = ["bash", REPO / "scripts" / "exp_pg19.sh", "--data", data, "--device", "cpu", "--steps", 1,
             "--variants", "ls", "--out", tmp_path / "o"]
     p = sh(args, check=False)
@@ -582,7 +587,7 @@ def test_exp_pg19_refuses_data_of_another_vocabulary(tmp_path):
     assert "holds vocabulary" not in p.stderr
     # the paper's vocabulary itself: the header names it plainly (the header's label once ended the
     # script under set -e, silently, exactly for V 10000)
-    (data / "meta.json").write_text(json.dumps({"dataset": "pg19", "tokenizer": "sp", "vocab_size": 10000}))
+    meta_only_data(data, vocab=10000)
     p = sh(args, check=False)
     assert p.stdout, f"no header at all (rc {p.returncode}): {p.stderr}"
     assert f"SentencePiece vocabulary 10000 ({data})" in p.stdout.splitlines()[0], p.stdout
@@ -609,9 +614,7 @@ def test_exp_pg19_smoke_takes_the_data_and_vocabulary_given(tmp_path):
     """--smoke made its own 3-book data (vocabulary 400) whenever --data was the default string, so a typed
     `--data data/shards/pg19_sp` and any --vocab were dropped without a line: a --data given is now used (and
     checked), and --vocab without --data is refused, before anything is built."""
-    data = tmp_path / "data" / "shards" / "pg19_sp"  # the default's path, typed, from tmp_path
-    data.mkdir(parents=True)
-    (data / "meta.json").write_text(json.dumps({"dataset": "pg19", "tokenizer": "sp", "vocab_size": 1024}))
+    meta_only_data(tmp_path / "data" / "shards" / "pg19_sp")  # the default's path, typed, from tmp_path
     script = REPO / "scripts" / "exp_pg19.sh"
     conf = REPO / "configs" / "paper_pg19.toml"
     p = subprocess.run(["bash", str(script), "--smoke", "--data", "data/shards/pg19_sp", "--config", str(conf),

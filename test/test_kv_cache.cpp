@@ -96,15 +96,32 @@ bool all_finite(const float* a, size_t n) {
     return true;
 }
 
-}  // namespace
-
-TEST_CASE("attention_decode equals attention_forward's rows bit for bit", "[kv_cache]") {
+// Calls body(cfg, rng) for every case with one fresh seed; the seed and the case name are printed on failure.
+template <typename Body>
+void for_each_case(Body&& body) {
     const uint64_t seed = fresh_seed();
     INFO("seed " << seed);
     Rng rng(seed);
     for (const Case& c : kCases) {
         INFO(c.name);
-        const ModelConfig cfg = case_config(c);
+        body(case_config(c), rng);
+    }
+}
+
+// Sets random weights into model and runs its uncached forward over random (B, T) tokens, returned;
+// the forward's logits (B, T, Vp) are model.logits().
+std::vector<int> random_forward(Gpt2Cpu<float>& model, const ModelConfig& cfg, int B, int T, Rng& rng) {
+    const std::vector<float> params = random_params(cfg, rng);
+    model.set_params(params.data());
+    std::vector<int> tokens = random_tokens((size_t)B * T, cfg.vocab_size, rng);
+    model.forward(tokens.data(), nullptr, B, T, 0.0f, nullptr);
+    return tokens;
+}
+
+}  // namespace
+
+TEST_CASE("attention_decode equals attention_forward's rows bit for bit", "[kv_cache]") {
+    for_each_case([](const ModelConfig& cfg, Rng& rng) {
         const int B = 3, T = cfg.max_seq_len, C = cfg.channels, NH = cfg.num_heads;
         std::vector<float> qkv((size_t)B * T * 3 * C);
         for (float& x : qkv) x = 1.5f * rng.normal();
@@ -127,25 +144,17 @@ TEST_CASE("attention_decode equals attention_forward's rows bit for bit", "[kv_c
                 REQUIRE(same_bits(out.data() + (size_t)b * C, ref.data() + ((size_t)b * T + t) * C, C));
             }
         }
-    }
+    });
 }
 
 TEST_CASE("every cached decode step's logits equal the full forward's row bit for bit", "[kv_cache]") {
-    const uint64_t seed = fresh_seed();
-    INFO("seed " << seed);
-    Rng rng(seed);
-    for (const Case& c : kCases) {
-        INFO(c.name);
-        const ModelConfig cfg = case_config(c);
+    for_each_case([](const ModelConfig& cfg, Rng& rng) {
         // B = 2 and 3: decode rows go through the matmul's 1-row and full tiles; the forward's mostly full ones
         for (int B : {2, 3}) {
             INFO("B " << B);
             const int T = cfg.max_seq_len, Vp = cfg.padded_vocab_size;
             Gpt2Cpu<float> model(cfg);
-            const std::vector<float> params = random_params(cfg, rng);
-            model.set_params(params.data());
-            const std::vector<int> tokens = random_tokens((size_t)B * T, cfg.vocab_size, rng);
-            model.forward(tokens.data(), nullptr, B, T, 0.0f, nullptr);
+            const std::vector<int> tokens = random_forward(model, cfg, B, T, rng);
             const std::vector<float> ref(model.logits(), model.logits() + (size_t)B * T * Vp);  // (B, T, Vp)
             REQUIRE(all_finite(ref.data(), ref.size()));
 
@@ -204,25 +213,17 @@ TEST_CASE("every cached decode step's logits equal the full forward's row bit fo
             for (int b = 0; b < B; b++)
                 REQUIRE(same_bits(lg + (size_t)b * Vp, ref.data() + ((size_t)b * T + T - 1) * Vp, Vp));
         }
-    }
+    });
 }
 
 TEST_CASE("a KvLogits::Last prefill computes the LM head of the last rows only", "[kv_cache]") {
     // The last position's logits equal the uncached forward's last row bit for bit, and the (B, n, Vp)
     // logits buffer of the forward is not written: the LM head ran over B rows, not B*n. logits()
     // refuses after such a prefill; a KvLogits::All prefill gives forward()'s logits there.
-    const uint64_t seed = fresh_seed();
-    INFO("seed " << seed);
-    Rng rng(seed);
-    for (const Case& c : kCases) {
-        INFO(c.name);
-        const ModelConfig cfg = case_config(c);
+    for_each_case([](const ModelConfig& cfg, Rng& rng) {
         const int B = 3, n = cfg.max_seq_len - 1, Vp = cfg.padded_vocab_size;
         Gpt2Cpu<float> model(cfg);
-        const std::vector<float> params = random_params(cfg, rng);
-        model.set_params(params.data());
-        const std::vector<int> tokens = random_tokens((size_t)B * n, cfg.vocab_size, rng);
-        model.forward(tokens.data(), nullptr, B, n, 0.0f, nullptr);
+        const std::vector<int> tokens = random_forward(model, cfg, B, n, rng);
         const std::vector<float> ref(model.logits(), model.logits() + (size_t)B * n * Vp);  // (B, n, Vp)
 
         // the buffer holds another batch's logits before the prefill; it must keep them
@@ -244,16 +245,11 @@ TEST_CASE("a KvLogits::Last prefill computes the LM head of the last rows only",
         lg = model.kv_forward(tokens.data(), n, KvLogits::All);  // (B, n, Vp)
         REQUIRE(same_bits(lg, ref.data(), ref.size()));
         REQUIRE(model.logits() == lg);
-    }
+    });
 }
 
 TEST_CASE("cached generation gives exactly the uncached generator's tokens", "[kv_cache][generate]") {
-    const uint64_t seed = fresh_seed();
-    INFO("seed " << seed);
-    Rng rng(seed);
-    for (const Case& c : kCases) {
-        INFO(c.name);
-        const ModelConfig cfg = case_config(c);
+    for_each_case([](const ModelConfig& cfg, Rng& rng) {
         CpuBackend model(cfg, 1);
         const std::vector<float> params = random_params(cfg, rng);
         model.set_params(params.data());
@@ -282,7 +278,7 @@ TEST_CASE("cached generation gives exactly the uncached generator's tokens", "[k
             REQUIRE(streamed == b);
             REQUIRE(r1.state() == r2.state());
         }
-    }
+    });
 }
 
 TEST_CASE("sample_token: greedy, top-k and the default path", "[generate]") {

@@ -554,3 +554,18 @@ def test_docs_hold_the_current_calibration_and_speed_steps():
     assert steps in doc, "docs/cuda_kernels.md's speed-step table differs from `roofline.py --speed-steps`"
     full = (REPO / "docs" / "results" / "predictions" / "calibration-fa663e0-modeled.md").read_text()
     assert p.stdout[:p.stdout.index("\n\nIssue 52's speed steps")].strip() == full.strip()
+
+
+def test_prefill_table_is_the_docs_and_the_last_rows_gain(cal):
+    """--prefill: docs/generation.md's table is the script's current output; per shape the Last
+    prefill with the last layer over the B last rows models faster than over all B n rows, and the
+    plan without the head group is smaller by exactly the logits, lnf, loss and backward rows."""
+    table, rows = roofline.prefill_table(cal)
+    assert table in (REPO / "docs" / "generation.md").read_text()
+    assert len(rows) == len(roofline.PREFILL_RUNS)
+    for r in rows:
+        assert 0 < r["prefill_last_rows_us"] < r["prefill_us"], r
+        m = roofline.PREFILL_SHAPES[r["model"]]
+        N, C, Vp = r["B"] * r["n"], m["C"], roofline.padded_vocab(m["V"])
+        # lnf (C) + its mean, rstd; logits (Vp); losses, z-losses, lse, row max; dresidual, dbtc, d4c, d3c (9C)
+        assert r["act_bytes"] - r["act_bytes_no_head"] == N * ((C + Vp + 9 * C) * 2 + 6 * 4), r

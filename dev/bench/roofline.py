@@ -10,6 +10,7 @@ measured on a GPU: every figure comes from counting, none from a run.
     python3 dev/bench/roofline.py --dq-designs --sass FILE # + both backward designs from SASS figures
     python3 dev/bench/roofline.py --calibration            # the calibrated H200 model: parameters, errors
     python3 dev/bench/roofline.py --speed-steps            # issue 52's speed steps as modeled gains
+    python3 dev/bench/roofline.py --prefill                # the Last prefill's last layer: modeled gain
     python3 dev/bench/roofline.py --predict PREFIX --commit SHA   # per-kernel prediction, PREFIX.json/.md
     python3 dev/bench/roofline.py --compare PROFILE.json --prediction PRED.json [--case NAME]
 
@@ -1669,6 +1670,105 @@ def speed_steps(cal, case="paper-b16"):
     return base, out
 
 
+# Prefill shapes (issue 52, item 4): d12 (the GPT-2 124M shape, LS G1 P64) at B1 and the paper model,
+# at prompts of 4K-16K (max_seq_len taken as the prompt) and the latency benchmark's B4 x 2048.
+# bench-*: dev/bench/generate_latency.py's models (the paper's layers, the GPT-2 vocabulary).
+PREFILL_SHAPES = {
+    "d12": dict(CASES["d12-b16"]),
+    "paper": dict(CASES["paper-b16"]),
+    "bench-ls-p50": dict(CASES["ls-small-b8"], V=50257),
+    "bench-mhsa": dict(CASES["ls-small-b8"], V=50257, G=6),
+}
+PREFILL_RUNS = [("d12", 1, 4096), ("d12", 1, 8192), ("d12", 1, 16384), ("paper", 1, 4096), ("paper", 1, 8192),
+                ("paper", 1, 16384), ("bench-ls-p50", 4, 2048), ("bench-mhsa", 4, 2048),
+                ("bench-ls-p50", 4, 16352)]
+
+
+def prefill_us(m, B, n, cal, last_layer_rows=False):
+    """A KV prefill of (B, n) with KvLogits::Last (llmc/cuda/gpt2_cuda_decode.cuh), modeled µs and
+    launches: the forward's layers over B n rows, every layer's k, v copied into the cache, the last
+    row of each sequence finished (residual + lnf, the LM head over B rows). last_layer_rows: the last
+    layer past its qkv (and QK-norm) over the B gathered rows only, as a decode step runs it (the
+    decode attention over the cache), instead of over all B n rows."""
+    L, C, NH, G, P, V = (m[k] for k in ("L", "C", "NH", "G", "P", "V"))
+    bias, tanh = m["bias"], m["gelu"] == "tanh"
+    Vp, hd, N = padded_vocab(V), C // NH, B * n
+    parts = []  # (µs, launches)
+
+    def mlp_and_attn(rows, attention_us, attention_launches):
+        parts.append((attention_us, attention_launches))
+        parts.append((gemm_us(rows, C, C, cal), 1))  # attproj
+        parts.append((mem_us(4 * rows * C * ACT + 8 * rows, "fused_ln_fwd", cal), 1))  # residual + ln2
+        parts.append((gemm_us(rows, 4 * C, C, cal, gelu_epilogue=tanh and bias), 1))  # fc
+        if not (tanh and bias):
+            parts.append((mem_us(2 * rows * 4 * C * ACT, "elementwise", cal), 1))  # the GELU's own kernel
+        parts.append((gemm_us(rows, C, 4 * C, cal), 1))  # fcproj
+
+    parts.append((mem_us(3 * N * C * ACT, "encoder_fwd", cal), 1))
+    parts.append((mem_us(2 * N * C * ACT + 8 * N, "layernorm_fwd", cal), 1))
+    full_attn = attn_kernel_us("attn_fwd_fa2_kernel", hd, n, P, B, NH, G, cal)
+    for l in range(L):
+        parts.append((gemm_us(N, 3 * C, C, cal), 1))  # qkv
+        if m.get("qk_norm"):
+            parts.append((mem_us(4 * N * 2 * C * ACT, "elementwise", cal), 1))
+        if l + 1 < L or not last_layer_rows:
+            mlp_and_attn(N, full_attn, 1)
+            if l + 1 < L:
+                parts.append((mem_us(4 * N * C * ACT + 8 * N, "fused_ln_fwd", cal), 1))  # residual + next ln1
+    # every layer's k, v (2 C per row) read and written into the cache
+    parts.append((L * mem_us(4 * N * C * ACT, "elementwise", cal), L))
+    if last_layer_rows:
+        # the rows gathered (the layer input, its q k v), the decode attention over the cache (reads
+        # every cached k, v of a global head, a window's of a local one), then the decode step's ops
+        parts.append((2 * mem_us(2 * B * 4 * C * ACT, "elementwise", cal), 2))
+        cache = B * hd * 2 * ACT * (G * n + (NH - G) * min(P, n))
+        mlp_and_attn(B, mem_us(cache + 2 * B * C * ACT, "elementwise", cal), 1)
+    else:
+        parts.append((2 * mem_us(2 * B * C * ACT, "elementwise", cal), 2))  # residual2, fcproj rows gathered
+    parts.append((mem_us(4 * B * C * ACT + 8 * B, "fused_ln_fwd", cal), 1))  # residual + lnf
+    parts.append((gemm_us(B, Vp, C, cal), 1))  # LM head over B rows
+    busy = sum(t for t, _ in parts)
+    launches = sum(k for _, k in parts)
+    return busy + max(0, launches - 1) * cal["gap_us"], launches
+
+
+def prefill_memory(m, B, n, head_rows):
+    """Device bytes of a prefill's activation plan (llmc/cuda/gpt2_cuda_acts.cuh, bf16): the forward
+    group for B n rows (every layer's activations, inputs, targets, branch) and the head group (lnf,
+    logits, the loss rows and the backward's buffers) for head_rows rows."""
+    L, C, NH, V = (m[k] for k in ("L", "C", "NH", "V"))
+    Vp, qk, N = padded_vocab(V), 1 if m.get("qk_norm") else 0, B * n
+    layer = N * (16 * C + qk * 3 * C) * ACT + N * (4 + NH + qk * 4 * NH) * F32
+    fwd = 2 * N * 4 + N * C * ACT * 2 + L * layer  # inputs, targets; encoded, branch; the layers
+    head = head_rows * (C * ACT + 2 * F32 + Vp * ACT + 4 * F32 + (9 + 3 * qk) * C * ACT)
+    return fwd, head
+
+
+PREFILL_NAMES = {"d12": "d12 (C 768, V 50257, G 1 P 64)", "paper": "paper (C 192, V 10000, G 1 P 50)",
+                 "bench-ls-p50": "latency bench ls-p50 (C 192, V 50257)", "bench-mhsa": "latency bench mhsa (G = NH)"}
+
+
+def prefill_table(cal):
+    """Markdown (docs/generation.md's table) and rows: the modeled KvLogits::Last prefill with the last
+    layer over all B n rows (before) and over the B last rows (after), and the activation plan's bytes
+    with the head group for B n rows (before) and without it (after)."""
+    out = ["| model | B x n | prefill before | after | gain | activations before | after | saved |",
+           "|---|---|---:|---:|---:|---:|---:|---:|"]
+    res = []
+    mib = 1 << 20
+    for name, B, n in PREFILL_RUNS:
+        m = dict(PREFILL_SHAPES[name], maxT=n)
+        now, _ = prefill_us(m, B, n, cal)
+        new, _ = prefill_us(m, B, n, cal, last_layer_rows=True)
+        fwd, head = prefill_memory(m, B, n, B * n)
+        out.append(f"| {PREFILL_NAMES[name]} | {B} x {n} | {now / 1e3:.2f} ms | {new / 1e3:.2f} ms | "
+                   f"{100 * (now - new) / now:.1f}% | {(fwd + head) / mib:,.0f} MiB | {fwd / mib:,.0f} MiB | "
+                   f"{100 * head / (fwd + head):.0f}% |")
+        res.append(dict(model=name, B=B, n=n, prefill_us=now, prefill_last_rows_us=new, act_bytes=fwd + head,
+                        act_bytes_no_head=fwd))
+    return "\n".join(out), res
+
+
 def calibration_markdown(cal, checks):
     out = ["**Calibrated model** (modeled; calibrated on GPU measurements at fa663e0, H200): parameters", "",
            "| parameter | value |", "|---|---:|"]
@@ -1794,6 +1894,9 @@ def main(argv=None):
     ap.add_argument("--commit", default="HEAD", help="the commit a --predict file is for")
     ap.add_argument("--speed-steps", action="store_true",
                     help="issue 52's speed steps as modeled gains at paper-b16 (calibrated model)")
+    ap.add_argument("--prefill", action="store_true",
+                    help="a KvLogits::Last prefill with the last layer over all rows vs the last rows only, and "
+                         "its activation memory with and without the head group (calibrated model)")
     ap.add_argument("--compare", metavar="PROFILE",
                     help="a --profile-steps profile.json to compare with --prediction, row by row and per group")
     ap.add_argument("--prediction", metavar="PRED", help="a --predict JSON (docs/results/predictions/)")
@@ -1804,6 +1907,9 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.compare or a.prediction:
         return compare_main(a)
+    if a.prefill:
+        print(prefill_table(fit_calibration())[0])
+        return 0
     if a.calibration or a.predict or a.speed_steps:
         return calibrated_main(a)
     sass = None

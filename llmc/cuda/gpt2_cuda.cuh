@@ -29,8 +29,8 @@
 //     (N, Vp) buffer), so logits() must be read before backward() and a second backward() needs a
 //     new forward(); both misuses throw std::logic_error instead of returning garbage.
 //   - KV cache (kv_begin / kv_forward; docs/generation.md; llmc/cuda/gpt2_cuda_decode.cuh): a prefill is
-//     the ordinary forward (with KvLogits::Last the last residual, lnf and the LM head run for the last
-//     row of each sequence only), then every layer's k (after QK-norm) and v are copied into the cache
+//     the ordinary forward (with KvLogits::Last the last layer past its qkv, lnf and the LM head run for
+//     the last row of each sequence only, as a decode step), then every layer's k (after QK-norm) and v are copied into the cache
 //     (llmc/cuda/attention_decode.cuh layout); a decode step runs one row per sequence through the same
 //     ops and attends over the cache. Unlike the CPU, the logits are close to forward()'s, not
 //     bit-identical: cuBLASLt may pick another algorithm for B rows than for B*T, and the decode
@@ -147,8 +147,8 @@ inline ForwardResult CudaBackend::forward(const int* inputs, const int* targets,
 }
 
 // Issues the forward of queue_forward for the tokens staged in `slot` (stage_tokens). head false
-// (a KvLogits::Last prefill, no targets, no statistics): the layers only, the last one without its
-// residual3 and lnf (layer_forward); no logits; returns -1.
+// (a KvLogits::Last prefill, no targets, no statistics): the layers only, the last one up to its qkv
+// (layer_forward); no logits and no memory planned for them; returns -1.
 inline int CudaBackend::issue_forward(int slot, int B, int T, float z_weight, bool with_targets, bool with_stats,
                                       int near_distance, float grad_scale, bool head) {
     if (!head && (with_targets || with_stats))
@@ -157,7 +157,7 @@ inline int CudaBackend::issue_forward(int slot, int B, int T, float z_weight, bo
               Vp = cfg_.padded_vocab_size;
     const size_t N = (size_t)B * T;
     const int n = (int)N;
-    ensure_capacity(B, T);
+    ensure_capacity(B, T, head);
     B_ = B;
     T_ = T;
     z_weight_ = z_weight;
@@ -215,8 +215,8 @@ inline int CudaBackend::issue_forward(int slot, int B, int T, float z_weight, bo
 
 // Queues layer l of the forward over (B, T): its input and ln1 are already there; it leaves its
 // output in residual3 and the next LayerNorm (the next layer's ln1, or lnf) fused after it; the last
-// layer with head false stops before that (residual2 and the fcproj output in branch: the caller
-// finishes the rows it needs, as kv_prefill_queue does).
+// layer with head false stops after its qkv (and QK-norm): the caller finishes the rows it needs
+// (kv_prefill_queue: the last row of each sequence, attending over the KV cache).
 // near_n >= 1 (with_stats): the near/far statistics at that distance too. with_stats: the
 // attention's statistics partials go to layer l's slot of stats_part_ (the forward merges every
 // layer's in one launch); returns their query tiles.
@@ -234,6 +234,7 @@ inline int CudaBackend::layer_forward(int l, int B, int T, bool with_stats, int 
     if (cfg_.qk_norm)
         qknorm_forward(la.qkvn, la.qkn_mean, la.qkn_rstd, la.qkv, lw.qnormw, lw.qnormb, lw.knormw, lw.knormb, n, C, NH,
                        st);
+    if (!head && l + 1 == L) return 0;
     AttnCall call{B, T, C, NH, G, P, cfg_.attn_softcap};
     call.stats_part = with_stats ? stats_part_.get() + (size_t)l * attention_stats_scratch_floats(B, T, NH) : nullptr;
     call.near_n = with_stats ? near_n : 0;
@@ -253,7 +254,7 @@ inline int CudaBackend::layer_forward(int l, int B, int T, bool with_stats, int 
         const LayerParams<const floatX> next_w = weights().layer(l + 1);
         fused_residual_layernorm_forward(la.residual3, next.ln1, next.ln1_mean, next.ln1_rstd, la.residual2,
                                          a.branch.get(), next_w.ln1w, next_w.ln1b, n, C, st);
-    } else if (head) {
+    } else {
         fused_residual_layernorm_forward(la.residual3, a.lnf.get(), a.lnf_mean.get(), a.lnf_rstd.get(), la.residual2,
                                          a.branch.get(), weights().lnfw(), weights().lnfb(), n, C, st);
     }

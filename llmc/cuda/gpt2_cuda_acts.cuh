@@ -14,58 +14,72 @@
 
 namespace llmc::cuda {
 
-// Every activation buffer of the model on the device, for a capacity of N = B*T rows; a pass with
-// B*T <= capacity uses the leading part. The per-layer blocks (and their views) are
-// LayerActBuffers' (llmc/core/layer_acts.h): floatX activations, fp32 LayerNorm statistics and
-// attention lse. The rest, with their shapes:
+// alloc(buffer, count) of the activation plan: the buffer resized to count elements and filled with
+// 0xFF bytes, its bytes added to total.
+inline auto act_filler(size_t& total) {
+    return [&total](auto& buf, size_t n) {
+        buf.resize(n);
+        if (n > 0) CUDA_CHECK(cudaMemset(buf.get(), 0xFF, buf.bytes()));
+        total += buf.bytes();
+    };
+}
+
+// Every activation buffer of the model on the device, in two groups with their own row capacities:
+// the forward's (the layers) for N = B*T rows, and the head's (lnf, logits, losses, the backward's
+// buffers) for the rows whose logits a pass computes (N for forward(); none for a KvLogits::Last
+// prefill, whose rows are finished in the decode buffers). A pass with B*T <= capacity uses the
+// leading part. The per-layer blocks (and their views) are LayerActBuffers' (llmc/core/layer_acts.h):
+// floatX activations, fp32 LayerNorm statistics and attention lse. The rest, with their shapes:
 struct Gpt2CudaActs : LayerActBuffers<DeviceBuffer, floatX, float> {
-    // forward
-    DeviceBuffer<int> inputs, targets;                  // (B, T)
+    // forward group
+    DeviceBuffer<int> inputs, targets;  // (B, T)
+    DeviceBuffer<floatX> branch;        // (B, T, C)       attproj / fcproj output before the add
+    // head group: forward
     DeviceBuffer<floatX> lnf;                           // (B, T, C)
     DeviceBuffer<float> lnf_mean, lnf_rstd;             // (B, T)
     DeviceBuffer<floatX> logits;                        // (B, T, Vp)      backward overwrites it with dlogits
     DeviceBuffer<float> losses, zlosses, lse, row_max;  // (B, T)
-    DeviceBuffer<floatX> branch;                        // (B, T, C)       attproj / fcproj output before the add
-    // backward
+    // head group: backward
     DeviceBuffer<floatX> dresidual;     // (B, T, C)  gradient of the residual stream, updated in place
     DeviceBuffer<floatX> dbtc;          // (B, T, C)  d lnf / d ln2 / d atty / d ln1
     DeviceBuffer<floatX> d4c;           // (B, T, 4C) d fch_gelu, then d fch (GELU backward in place)
     DeviceBuffer<floatX> d3c_a, d3c_b;  // (B, T, 3C) d qkv(n), d qkv (d3c_b: QK-norm only)
 
-    // Byte totals per group, for the memory plan.
+    // Byte totals per group, for the memory plan: forward (layers), logits (lnf, logits, loss rows), backward.
     size_t fwd_bytes = 0, logit_bytes = 0, bwd_bytes = 0;
 
-    // Allocates for N rows. Every buffer is filled with 0xFF bytes (NaN in bf16 and fp32), so a
-    // kernel that reads what nothing wrote shows up as NaN instead of a plausible stale value.
-    void allocate(const ModelConfig& cfg, size_t N) {
-        const size_t C = cfg.channels, Vp = cfg.padded_vocab_size;
-        const size_t qk = cfg.qk_norm ? 1 : 0;
-        size_t* group = &fwd_bytes;
-        fwd_bytes = logit_bytes = bwd_bytes = 0;
-        auto alloc = [&](auto& buf, size_t n) {
-            buf.resize(n);
-            if (n > 0) CUDA_CHECK(cudaMemset(buf.get(), 0xFF, buf.bytes()));
-            *group += buf.bytes();
-        };
+    // Allocates the forward group for N rows. Every buffer is filled with 0xFF bytes (NaN in bf16 and
+    // fp32), so a kernel that reads what nothing wrote shows up as NaN instead of a plausible stale value.
+    void allocate_forward(const ModelConfig& cfg, size_t N) {
+        const size_t C = cfg.channels;
+        fwd_bytes = 0;
+        auto alloc = act_filler(fwd_bytes);
         alloc(inputs, N);
         alloc(targets, N);
         allocate_layers(cfg, N, alloc);
-        alloc(lnf, N * C);
-        alloc(lnf_mean, N);
-        alloc(lnf_rstd, N);
         alloc(branch, N * C);
-        group = &logit_bytes;
-        alloc(logits, N * Vp);
-        alloc(losses, N);
-        alloc(zlosses, N);
-        alloc(lse, N);
-        alloc(row_max, N);
-        group = &bwd_bytes;
-        alloc(dresidual, N * C);
-        alloc(dbtc, N * C);
-        alloc(d4c, N * 4 * C);
-        alloc(d3c_a, N * 3 * C);
-        alloc(d3c_b, qk * N * 3 * C);
+    }
+
+    // Allocates the head group (logits and backward) for N rows, filled as allocate_forward's.
+    void allocate_head(const ModelConfig& cfg, size_t N) {
+        const size_t C = cfg.channels, Vp = cfg.padded_vocab_size;
+        const size_t qk = cfg.qk_norm ? 1 : 0;
+        logit_bytes = bwd_bytes = 0;
+        auto logit = act_filler(logit_bytes);
+        logit(lnf, N * C);
+        logit(lnf_mean, N);
+        logit(lnf_rstd, N);
+        logit(logits, N * Vp);
+        logit(losses, N);
+        logit(zlosses, N);
+        logit(lse, N);
+        logit(row_max, N);
+        auto bwd = act_filler(bwd_bytes);
+        bwd(dresidual, N * C);
+        bwd(dbtc, N * C);
+        bwd(d4c, N * 4 * C);
+        bwd(d3c_a, N * 3 * C);
+        bwd(d3c_b, qk * N * 3 * C);
     }
 };
 

@@ -153,9 +153,10 @@ private:
     void kv_prefill_queue(const int* tokens, int n, KvLogits rows);
     const float* kv_logits_to_host(const floatX* rows, size_t count);
     void kv_decode();
+    void kv_layer_rest(int l, int t, const floatX* att_in);
 
     // the memory plan (gpt2_cuda_memory.cuh)
-    void ensure_capacity(int B, int T);
+    void ensure_capacity(int B, int T, bool head);
     AttnSplitScratch attn_split_scratch(int B, int T) const;
     void print_memory_plan() const;
 
@@ -184,7 +185,8 @@ private:
     DeviceBuffer<floatX> wparams_buf_;            // (P) BF16 build only
     floatX* wparams_ = nullptr;                   // working copy the kernels read
     Gpt2CudaActs acts_;
-    size_t capacity_ = 0;              // rows (B*T) the activations hold
+    size_t capacity_ = 0;              // rows (B*T) the activations' forward group holds
+    size_t head_capacity_ = 0;         // rows the head group (logits, loss rows, backward) holds
     DeviceBuffer<float> scratch_;      // shared op scratch (ops run one after another on stream_)
     DeviceBuffer<uint32_t> arrivals_;  // the ops' arrival counters (llmc/cuda/grid_arrival.cuh), zero between ops
     DeviceBuffer<float>

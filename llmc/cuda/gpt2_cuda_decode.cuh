@@ -9,14 +9,16 @@
 //                      scratch and the row buffers (llmc/cuda/gpt2_cuda_acts.cuh) sized
 //   kv_prefill_queue   n > 1 positions into an empty cache: the forward's layers (llmc/cuda/gpt2_cuda.cuh)
 //                      over (B, n), every layer's k (after QK-norm) and v copied into the cache, then the
-//                      logits asked for: All, forward()'s LM head over (B, n); Last, the last row of each
-//                      sequence gathered and finished as a decode step finishes its rows (residual + lnf,
-//                      LM head over B rows) into the decode buffers
+//                      logits asked for: All, forward()'s LM head over (B, n); Last, the last layer past
+//                      its qkv for the last row of each sequence only: its input and q, k, v rows gathered
+//                      and finished as a decode step finishes its rows (kv_layer_rest: the attention over
+//                      the cache, attproj, MLP, residual + lnf; LM head over B rows) in the decode buffers
 //   kv_prefill_device  kv_prefill_queue with Last, waited for (the latency benchmark's prefill)
 //   kv_forward         appends n positions: the prefill, or one kv_decode per position, and returns the
 //                      logits asked for, fp32 on the host: Last (B, Vp), All (B, n, Vp)
 //   kv_decode          one position per sequence through every layer with the forward's ops, attending
 //                      over the cache (attention_decode); logits (B, Vp) on the device
+//   kv_layer_rest      a layer of a decode step from its attention on, over the B rows in the decode buffers
 #pragma once
 #include <algorithm>
 #include <stdexcept>
@@ -118,7 +120,8 @@ inline const float* CudaBackend::kv_logits_to_host(const floatX* rows, size_t co
 
 // Prefill of an empty cache with tokens (B, n), n >= 1: the forward's layers over (B, n), k (after
 // QK-norm) and v of every layer copied into the cache, then the logits `rows` asks for (Last: into
-// dec_.logits (B, Vp); All: forward()'s (B, n, Vp), logits() fetches them). Queued, not waited for.
+// dec_.logits (B, Vp), the last layer past its qkv over the last row of each sequence only, no (B, n,
+// Vp) logits planned; All: forward()'s (B, n, Vp), logits() fetches them). Queued, not waited for.
 inline void CudaBackend::kv_prefill_queue(const int* tokens, int n, KvLogits rows) {
     const int B = kv_.B, L = cfg_.num_layers, C = cfg_.channels, Vp = cfg_.padded_vocab_size;
     if (B < 1) throw std::logic_error("CudaBackend::kv_prefill_device needs kv_begin first");
@@ -140,16 +143,17 @@ inline void CudaBackend::kv_prefill_queue(const int* tokens, int n, KvLogits row
     }
     kv_pos_ = n;
     if (all) return;
-    // the last position of each sequence: residual3 = residual2 + fcproj, lnf (fused, as a decode
-    // step's last layer), then the LM head over B rows: logits (B, Vp)
+    // the last layer for the last position of each sequence, as a decode step at position n - 1 (its
+    // k, v already cached): the layer's input and its q, k, v rows gathered, then the rest of the
+    // layer and lnf over B rows, then the LM head: logits (B, Vp)
     cudaStream_t st = stream_;
     Gpt2CudaDecodeActs& a = dec_;
-    const ParamView<const floatX> w = weights();
-    gather_rows(a.x2.get(), acts_.layer(L - 1, N).residual2, B, n, n - 1, C, st);  // (B, C)
-    gather_rows(a.branch.get(), acts_.branch.get(), B, n, n - 1, C, st);           // (B, C) fcproj output
-    fused_residual_layernorm_forward(a.x.get(), a.ln.get(), a.mean.get(), a.rstd.get(), a.x2.get(), a.branch.get(),
-                                     w.lnfw(), w.lnfb(), B, C, st);
-    matmul_forward(mm_, a.logits.get(), a.ln.get(), w.lm_head(), nullptr, B, C, Vp, st);
+    const LayerActs<floatX, float> last = acts_.layer(L - 1, N);
+    floatX* att_in = cfg_.qk_norm ? a.qkvn.get() : a.qkv.get();  // (B, 3C)
+    gather_rows(a.x.get(), last.residual, B, n, n - 1, C, st);   // (B, C)
+    gather_rows(att_in, last.att_in(), B, n, n - 1, 3 * C, st);  // (B, 3C)
+    kv_layer_rest(L - 1, n - 1, att_in);
+    matmul_forward(mm_, a.logits.get(), a.ln.get(), weights().lm_head(), nullptr, B, C, Vp, st);
 }
 
 // kv_forward(tokens, n, KvLogits::Last) without the host copy: returns when the device is done,
@@ -165,7 +169,6 @@ inline void CudaBackend::kv_prefill_device(const int* tokens, int n) {
 inline void CudaBackend::kv_decode() {
     const int B = kv_.B, L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads;
     const int Vp = cfg_.padded_vocab_size, t = kv_pos_;
-    const float softcap = cfg_.attn_softcap;
     cudaStream_t st = stream_;
     Gpt2CudaDecodeActs& a = dec_;
     const ParamView<const floatX> w = weights();
@@ -184,21 +187,34 @@ inline void CudaBackend::kv_decode() {
             att_in = a.qkvn.get();
         }
         kv_store(kv_, att_in, l, t, st);
-        attention_decode(a.atty.get(), att_in, kv_, l, t, softcap, st);
-        matmul_forward(mm_, a.branch.get(), a.atty.get(), lw.attprojw, lw.attprojb, B, C, C, st);
-        // x2 = x + attproj; ln = LayerNorm2(x2)
-        fused_residual_layernorm_forward(a.x2.get(), a.ln.get(), a.mean.get(), a.rstd.get(), a.x.get(), a.branch.get(),
-                                         lw.ln2w, lw.ln2b, B, C, st);
-        matmul_forward(mm_, a.fch_gelu.get(), a.ln.get(), lw.fcw, lw.fcb, B, C, 4 * C, st, a.fch.get(), cfg_.gelu);
-        matmul_forward(mm_, a.branch.get(), a.fch_gelu.get(), lw.fcprojw, lw.fcprojb, B, 4 * C, C, st);
-        // x = x2 + fcproj (the layer output); ln = the next layer's ln1, or lnf after the last layer
-        const bool last = l + 1 == L;
-        fused_residual_layernorm_forward(a.x.get(), a.ln.get(), a.mean.get(), a.rstd.get(), a.x2.get(), a.branch.get(),
-                                         last ? w.lnfw() : w.layer(l + 1).ln1w, last ? w.lnfb() : w.layer(l + 1).ln1b,
-                                         B, C, st);
+        kv_layer_rest(l, t, att_in);
     }
     matmul_forward(mm_, a.logits.get(), a.ln.get(), w.lm_head(), nullptr, B, C, Vp, st);
     kv_pos_ = t + 1;
+}
+
+// Queues layer l of a decode step at position t from its attention on, over the B rows of the decode
+// buffers: the layer's input in dec_.x (B, C), its q, k, v in att_in (B, 3C; k and v of positions <= t
+// already in the cache). Leaves the layer's output in dec_.x and the next LayerNorm (the next layer's
+// ln1, or lnf after the last layer) in dec_.ln.
+inline void CudaBackend::kv_layer_rest(int l, int t, const floatX* att_in) {
+    const int B = kv_.B, L = cfg_.num_layers, C = cfg_.channels;
+    cudaStream_t st = stream_;
+    Gpt2CudaDecodeActs& a = dec_;
+    const ParamView<const floatX> w = weights();
+    const LayerParams<const floatX> lw = w.layer(l);
+    attention_decode(a.atty.get(), att_in, kv_, l, t, cfg_.attn_softcap, st);
+    matmul_forward(mm_, a.branch.get(), a.atty.get(), lw.attprojw, lw.attprojb, B, C, C, st);
+    // x2 = x + attproj; ln = LayerNorm2(x2)
+    fused_residual_layernorm_forward(a.x2.get(), a.ln.get(), a.mean.get(), a.rstd.get(), a.x.get(), a.branch.get(),
+                                     lw.ln2w, lw.ln2b, B, C, st);
+    matmul_forward(mm_, a.fch_gelu.get(), a.ln.get(), lw.fcw, lw.fcb, B, C, 4 * C, st, a.fch.get(), cfg_.gelu);
+    matmul_forward(mm_, a.branch.get(), a.fch_gelu.get(), lw.fcprojw, lw.fcprojb, B, 4 * C, C, st);
+    // x = x2 + fcproj (the layer output); ln = the next layer's ln1, or lnf after the last layer
+    const bool last = l + 1 == L;
+    fused_residual_layernorm_forward(a.x.get(), a.ln.get(), a.mean.get(), a.rstd.get(), a.x2.get(), a.branch.get(),
+                                     last ? w.lnfw() : w.layer(l + 1).ln1w, last ? w.lnfb() : w.layer(l + 1).ln1b, B, C,
+                                     st);
 }
 
 }  // namespace llmc::cuda

@@ -3,7 +3,9 @@
 // llmc/cuda/gpt2_cuda_backend.cuh; the activation buffers: llmc/cuda/gpt2_cuda_acts.cuh.
 //
 // Sizes (floats unless said), each the maximum over what the ops of one pass need:
-//   activations     Gpt2CudaActs for N = B*T rows (grown to the largest N seen, never shrunk)
+//   activations     Gpt2CudaActs: the forward group for N = B*T rows, the head group (logits, loss
+//                   rows, backward) for the N of the passes that compute logits (a KvLogits::Last
+//                   prefill computes none); each grown to the largest N seen, never shrunk
 //   scratch_        the ops' shared scratch: the norm's, QK-norm's backward, the bias gradients' (3C, C,
 //                   4C with biases), LS-attention's backward D plus its split tile loops' partials
 //   arrivals_       the ops' arrival counters (uint32, zero between ops; attention's split counters)
@@ -26,16 +28,23 @@
 
 namespace llmc::cuda {
 
-// Grows activations (rows B*T) and the op scratch (which depends on B and T separately) when
-// this pass needs more; prints the memory plan whenever it changes.
-inline void CudaBackend::ensure_capacity(int B, int T) {
+// Grows activations (rows B*T; the head group only when head: the pass computes logits) and the op
+// scratch (which depends on B and T separately) when this pass needs more; prints the memory plan
+// whenever it changes.
+inline void CudaBackend::ensure_capacity(int B, int T, bool head) {
     const size_t N = (size_t)B * T;
     const int C = cfg_.channels, NH = cfg_.num_heads;
     bool changed = false;
     if (N > capacity_) {
         CUDA_CHECK(cudaStreamSynchronize(stream_));  // buffers in use by queued work are about to be freed
-        acts_.allocate(cfg_, N);
+        acts_.allocate_forward(cfg_, N);
         capacity_ = N;
+        changed = true;
+    }
+    if (head && N > head_capacity_) {
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+        acts_.allocate_head(cfg_, N);
+        head_capacity_ = N;
         changed = true;
     }
     const int n = (int)N;
@@ -100,10 +109,11 @@ inline void CudaBackend::print_memory_plan() const {
     const double fwd = acts_.fwd_bytes / MiB, lg = acts_.logit_bytes / MiB, bwd = acts_.bwd_bytes / MiB;
     const double scr = (scratch_.bytes() + stats_part_.bytes() + ln_partials_.bytes()) / MiB;  // + the partials
     std::fprintf(stderr,
-                 "cuda memory plan (%s, %zu params, B*T %zu): params %.1f MiB (fp32 master%s), grads+m+v %.1f MiB, "
-                 "activations %.1f MiB, logits %.1f MiB, backward %.1f MiB, scratch %.1f MiB, total %.1f MiB\n",
-                 kPrecisionName, P, capacity_, params, kSeparateWorkingCopy ? " + bf16 copy" : "", opt, fwd, lg, bwd,
-                 scr, params + opt + fwd + lg + bwd + scr);
+                 "cuda memory plan (%s, %zu params, B*T %zu, logits for %zu rows): params %.1f MiB (fp32 master%s), "
+                 "grads+m+v %.1f MiB, activations %.1f MiB, logits %.1f MiB, backward %.1f MiB, scratch %.1f MiB, "
+                 "total %.1f MiB\n",
+                 kPrecisionName, P, capacity_, head_capacity_, params, kSeparateWorkingCopy ? " + bf16 copy" : "", opt,
+                 fwd, lg, bwd, scr, params + opt + fwd + lg + bwd + scr);
 }
 
 }  // namespace llmc::cuda

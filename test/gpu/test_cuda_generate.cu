@@ -15,7 +15,10 @@
 //     Last prefill, rel. error <= kTol (its LM head runs over B rows, as a decode step's), and
 //     logits() refuses after it;
 //   - emulated build only: the matmul FLOPs of a prefill (the emulated cuBLASLt counts 2 m n k per
-//     call) are the layers' over B*n rows plus the LM head's over B rows (Last) or B*n rows (All);
+//     call) are, with Last, the layers' over B*n rows but the last layer's attproj, fc and fcproj over
+//     B rows, plus the LM head's over B rows; with All, every layer's and the LM head's over B*n rows;
+//     and a Last prefill plans no (B, n, Vp) logits: the emulated device memory grows by at least
+//     their bytes when an All prefill of the same shape follows;
 //   - per decode step: rel. error ||cached - uncached|| / ||uncached|| <= kTol (GPU vs GPU) and
 //     ||gpu cached - cpu cached|| / ||cpu|| <= kTol (the GPU decode path, incl. the decode attention,
 //     against the CPU one);
@@ -164,6 +167,18 @@ double cache_rel_err(const llmc::Backend& gpu, const llmc::cpu::KvCache<float>& 
 // A CUDA backend (llmc/cuda/backend_entry.h: the programs' compiled kernels) with weights from seed.
 std::unique_ptr<llmc::Backend> make_gpu(const llmc::ModelConfig& cfg, uint64_t seed) {
     return llmc::cuda_backend::create(cfg, seed);
+}
+
+// The first case's model on a CUDA backend with weights from seed, for a section of checks whose
+// heading it prints.
+struct SectionModel {
+    llmc::ModelConfig cfg;
+    std::unique_ptr<llmc::Backend> backend;
+};
+SectionModel section_model(const char* heading, uint64_t seed) {
+    std::printf("%s\n", heading);
+    const llmc::ModelConfig cfg = make_config(kCases[0]);
+    return {cfg, make_gpu(cfg, seed)};
 }
 
 void check_case(const Case& cs, uint64_t seed, Checks& ck) {
@@ -372,10 +387,9 @@ void check_generate(Checks& ck, uint64_t seed) {
 }
 
 void check_errors(Checks& ck) {
-    std::printf("errors\n");
-    const llmc::ModelConfig cfg = make_config(kCases[0]);
-    const auto gpu_backend = make_gpu(cfg, 1);
-    llmc::Backend& gpu = *gpu_backend;
+    const SectionModel m = section_model("errors", 1);
+    const llmc::ModelConfig& cfg = m.cfg;
+    llmc::Backend& gpu = *m.backend;
     int tok[4] = {1, 2, 3, 4};
     const llmc::KvLogits last = llmc::KvLogits::Last;
     ck.expect(throws<std::logic_error>([&] { gpu.kv_forward(tok, 1, last); }),
@@ -398,46 +412,69 @@ void check_errors(Checks& ck) {
 #ifdef LLMC_EMULATE
 // The matmul FLOPs of one prefill of (B, n) as the emulated cuBLASLt counts them (2 m n k per call,
 // dev/emu/step_counters.h), against the model's GEMMs: per layer qkv (3C x C), attproj (C x C), fc
-// (4C x C) and fcproj (C x 4C) over the B*n rows, then the LM head (Vp x C) over the rows asked for.
+// (4C x C) and fcproj (C x 4C) over the B*n rows (with Last, the last layer's attproj, fc and fcproj
+// over the B last rows only), then the LM head (Vp x C) over the rows asked for.
 void check_prefill_flops(Checks& ck) {
-    std::printf("prefill matmul FLOPs (emulated cuBLASLt counts)\n");
-    const llmc::ModelConfig cfg = make_config(kCases[0]);
-    const auto gpu_backend = make_gpu(cfg, 4);
-    llmc::Backend& gpu = *gpu_backend;
+    const SectionModel m = section_model("prefill matmul FLOPs (emulated cuBLASLt counts)", 4);
+    const llmc::ModelConfig& cfg = m.cfg;
+    llmc::Backend& gpu = *m.backend;
     const int B = 2, n = 24;
     const uint64_t L = cfg.num_layers, C = cfg.channels, Vp = cfg.padded_vocab_size, rows = (uint64_t)B * n;
-    const uint64_t layers = 2 * rows * L * 12 * C * C;
+    const uint64_t layers = 2 * rows * L * 12 * C * C;  // All: every layer over B*n rows
+    // Last: the last layer's attproj, fc and fcproj (9 C^2 of its 12) over B rows
+    const uint64_t layers_last = layers - 2 * (rows - B) * 9 * C * C;
     std::vector<int> tok((size_t)B * n);
     for (size_t i = 0; i < tok.size(); i++) tok[i] = (int)((i * 7919) % (size_t)cfg.vocab_size);
     auto flops = [] { return llmc::emu::device().counters.totals().matmul_flops; };
     struct Run {
         const char* what;
-        uint64_t head_rows;
+        uint64_t layers, head_rows;
         std::function<void()> prefill;
     };
     const Run runs[] = {
-        {"kv_forward(Last)", (uint64_t)B, [&] { gpu.kv_forward(tok.data(), n, llmc::KvLogits::Last); }},
-        {"kv_prefill_device", (uint64_t)B, [&] { gpu.kv_prefill_device(tok.data(), n); }},
-        {"kv_forward(All)", rows, [&] { gpu.kv_forward(tok.data(), n, llmc::KvLogits::All); }},
+        {"kv_forward(Last)", layers_last, (uint64_t)B, [&] { gpu.kv_forward(tok.data(), n, llmc::KvLogits::Last); }},
+        {"kv_prefill_device", layers_last, (uint64_t)B, [&] { gpu.kv_prefill_device(tok.data(), n); }},
+        {"kv_forward(All)", layers, rows, [&] { gpu.kv_forward(tok.data(), n, llmc::KvLogits::All); }},
     };
     for (const Run& r : runs) {
         gpu.kv_begin(B, n);
         const uint64_t before = flops();
         r.prefill();
-        const uint64_t got = flops() - before, want = layers + 2 * r.head_rows * C * Vp;
+        const uint64_t got = flops() - before, want = r.layers + 2 * r.head_rows * C * Vp;
         ck.expect(got == want, "%s: %llu matmul FLOPs == layers %llu + LM head over %llu rows %llu", r.what,
-                  (unsigned long long)got, (unsigned long long)layers, (unsigned long long)r.head_rows,
-                  (unsigned long long)(want - layers));
+                  (unsigned long long)got, (unsigned long long)r.layers, (unsigned long long)r.head_rows,
+                  (unsigned long long)(want - r.layers));
     }
+}
+
+// A Last prefill plans no (B, n, Vp) logits: on a fresh backend, the emulated device memory in use
+// after it grows by at least the logits' bytes when an All prefill of the same shape follows.
+void check_prefill_memory(Checks& ck) {
+    const SectionModel m = section_model("prefill device memory (emulated allocations)", 5);
+    llmc::Backend& gpu = *m.backend;
+    const int B = 2, n = 40;
+    std::vector<int> tok((size_t)B * n);
+    for (size_t i = 0; i < tok.size(); i++) tok[i] = (int)((i * 7919) % (size_t)m.cfg.vocab_size);
+    gpu.kv_begin(B, n);
+    gpu.kv_forward(tok.data(), n, llmc::KvLogits::Last);
+    const size_t last = gpu.device_memory_used();
+    gpu.kv_begin(B, n);
+    gpu.kv_forward(tok.data(), n, llmc::KvLogits::All);
+    const size_t all = gpu.device_memory_used();
+    const size_t elem = std::string(llmc::cuda_backend::precision_name()) == "bf16" ? 2 : 4;
+    const size_t logits = (size_t)B * n * m.cfg.padded_vocab_size * elem;
+    ck.expect(all >= last + logits,
+              "device memory after a Last prefill %zu B, after an All prefill %zu B: grown by %zd >= the (B, n, Vp) "
+              "logits %zu B",
+              last, all, (ptrdiff_t)(all - last), logits);
 }
 #endif
 
 #ifdef USE_NCCL
 void check_all_reduce_grads(Checks& ck) {
-    std::printf("all_reduce_grads through a one-rank NcclCollective\n");
-    const llmc::ModelConfig cfg = make_config(kCases[0]);
-    const auto gpu_backend = make_gpu(cfg, 3);
-    llmc::Backend& gpu = *gpu_backend;
+    const SectionModel m = section_model("all_reduce_grads through a one-rank NcclCollective", 3);
+    const llmc::ModelConfig& cfg = m.cfg;
+    llmc::Backend& gpu = *m.backend;
     std::vector<int> x(2 * 16), y(2 * 16);
     std::mt19937 gen(std::random_device{}());
     for (size_t i = 0; i < x.size(); i++) {
@@ -479,6 +516,7 @@ int main() {
         check_errors(ck);
 #ifdef LLMC_EMULATE
         check_prefill_flops(ck);
+        check_prefill_memory(ck);
 #endif
 #ifdef USE_NCCL
         check_all_reduce_grads(ck);
