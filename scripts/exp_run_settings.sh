@@ -3,8 +3,8 @@
 # flag with its values a line), so that starting the script again reuses a run only for the same
 # experiment. Sourced by scripts/exp_pg19.sh, scripts/exp_synthetic.sh and scripts/exp_text_ratio.sh.
 #
-# Rules: a run directory that does not exist, or holds no run record (no config.json: the trainer
-# refused its flags before it started), is new. One that holds a run is reused (skipped when finished,
+# Rules: a run directory that does not exist, or holds neither a run record (config.json) nor a
+# checkpoint (the trainer refused its flags before it started), is new. One that holds a run is reused (skipped when finished,
 # continued with -y 1 otherwise) only when RUN.args equals the settings asked now; a run of other
 # settings, or one without RUN.args (nothing says what it is), is refused with one error line naming
 # the flags that differ, unless --force, which deletes that run (RUN, RUN.log, RUN.args) with a note.
@@ -31,7 +31,7 @@ settings_lines() {
 settings_check() {
   local dir=$1 force=$2 why
   shift 2
-  [[ -e $dir/config.json ]] || return 0
+  [[ -e $dir/config.json ]] || compgen -G "$dir/DONE_*" > /dev/null || compgen -G "$dir/model_*" > /dev/null || return 0
   if [[ ! -f $dir.args ]]; then
     why="holds a run with no record of its settings ($dir.args is missing)"
   else
