@@ -308,6 +308,22 @@ inline ModelCheckpoint load_llmc_checkpoint(std::FILE* f, const int32_t* h, size
 
 }  // namespace detail
 
+// The identity of a model file that eval.json records ("model_header_fnv1a64"): FNV-1a 64 of its first
+// 1024 bytes (the header), 16 hex digits. A train_gpt2_ls header holds the payload checksum (words 16-17)
+// and every model field, so other weights or another shape give another identity; an llm.c header holds
+// the shape only. "" when the file cannot be read or is shorter than a header.
+inline std::string model_header_identity(const std::string& path) {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) return "";
+    unsigned char h[CKPT_HEADER_BYTES];
+    const size_t got = std::fread(h, 1, sizeof h, f);
+    std::fclose(f);
+    if (got != sizeof h) return "";
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)fnv1a64(h, sizeof h));
+    return hex;
+}
+
 // Reads a train_gpt2_ls model file (checked: magic, version, header fields, size, checksum) or
 // an llm.c GPT-2 checkpoint. Throws CheckpointDamaged for damage, InputError otherwise.
 inline ModelCheckpoint load_model_checkpoint(const std::string& path) {
