@@ -139,6 +139,8 @@ def test_help_lists_every_flag():
     (["--temperature", ""], "--temperature: an empty value is not a number"),
     (["--top-k", "  "], "--top-k: an empty value is not a number"),    # only white space is empty (fix 16)
     (["--greedy=2x"], "--greedy: is not a value for an on/off flag"),  # not read with stoll as on (fix 17)
+    (["--temperature", "inf"], "--temperature: 'inf' is not a finite number"),  # trial 3 F5
+    (["--temperature", "1e-50"], "--temperature: '1e-50' is below the smallest normal float"),
 ])
 def test_bad_input_fails_with_one_line(model, extra, expect):
     ckpt, _ = model
@@ -149,6 +151,20 @@ def test_bad_input_fails_with_one_line(model, extra, expect):
     assert p.returncode == 1, err
     assert len(err.strip().splitlines()) == 1, err
     assert err.startswith("error: ") and expect in err, err
+
+
+@pytest.mark.parametrize("extra, expect", [
+    (["-n", "0"], "error: --tokens: must be >= 1 (got 0)"), (["-n", "-1"], "error: --tokens: must be >= 1 (got -1)"),
+    (["--top-k", "-5"], "error: --top-k: must be >= 0 (got -5)"),
+    (["--bench-steps", "0"], "error: --bench-steps: must be >= 1 (got 0)"),
+])
+def test_an_integer_below_its_range_gets_one_clean_line(model, extra, expect):
+    """trial 3 F4: -n 0 printed CLI11's "Value 0 not in range 0.000000 to 1797693134862315708...": the whole of
+    DBL_MAX, with a lower bound that admits 0."""
+    ckpt, _ = model
+    p = gen(["-e", ckpt, "--prompt-ids", "1"] + extra, check=False)
+    err = p.stderr.decode()
+    assert p.returncode == 1 and err.strip().splitlines() == [expect + "; run with --help for the flags"], err
 
 
 # ----------------------------------------------------------------------------------------------------------

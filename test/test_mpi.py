@@ -262,3 +262,14 @@ def test_paper_options_over_ranks_zero1_equals_zero0(byte_data, tmp_path):
     assert sum(r["qk_clip_heads"] for r in ra) > 0, "tau 0.1 was meant to clip some head in this run"
     assert model_file(a, 6).read_bytes() == model_file(b, 6).read_bytes()
     assert np.fromfile(model_file(a, 6), dtype=np.int32, count=256)[20] == 1  # no biases
+
+
+@pytest.mark.parametrize("args", [["-x", "1e3"], ["-l", "inf"], ["--no-such-flag", "1"]])
+def test_a_flag_error_is_printed_once_not_once_per_rank(tmp_path, args):
+    """trial 3: a mistake in the flags under mpirun -np 2 printed the same error line once per process, without
+    a rank. Every rank reads the same flags: rank 0 says it once."""
+    out = tmp_path / "run"
+    p = run_np(2, ["-i", "no/such/train_*.bin", "-o", out] + args, check=False)
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
+    assert p.returncode != 0 and len(errors) == 1, p.stderr
+    assert not out.exists()

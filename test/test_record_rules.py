@@ -140,6 +140,16 @@ def test_a_run_resumes_from_another_directory(byte_data, tmp_path):
      "the shell expanded a glob; quote it"),
     (["-x", "1e3"], "error: --max-steps takes an integer in digits (e.g. 1000, not 1e3), not '1e3'"),
     (["-b", "4.0"], "error: --batch-size takes an integer in digits"),
+    # trial 3 F3: digits, but beyond the flag's type: not "takes an integer in digits"
+    (["-x", "3000000000"], "error: --max-steps 3000000000 is too large: it takes an integer in "
+     "-2147483648..2147483647; fix its value"),
+    (["--vocab", "-3000000000"], "error: --vocab -3000000000 is too small: it takes an integer in "
+     "-2147483648..2147483647"),
+    # trial 3 F27: a thousands separator is not "given more than once"; a flag given twice still is
+    (["-x", "1,000"], "error: --max-steps takes an integer in digits (e.g. 1000, not 1e3), not '1,000' (a comma is "
+     "not read as a thousands separator: write 1000, not 1,000)"),
+    (["-x", "1e3", "-x", "2e3"], "error: --max-steps takes an integer in digits (e.g. 1000, not 1e3), not '1e3,2e3' "
+     "(the flag was given more than once)"),
     (["-i", "{data}/*.bin"], "error: the shard pattern '{data}/*.bin' matches {data}/tokenizer.bin, which is not a "
      "token shard"),
 ])
@@ -222,6 +232,35 @@ def test_a_seed_outside_64_bits_is_refused(byte_data, tmp_path, seed):
     assert one_error_line(p).startswith("error: --seed: " + seed + " is outside 0..18446744073709551615"), p.stderr
     assert not out.exists()
     run(data_args(byte_data) + COMMON + ["-x", 1, "--seed", "18446744073709551615"])
+
+
+@pytest.mark.parametrize("value, expect", [
+    ("inf", "'inf' is not a finite number"), ("-inf", "'-inf' is not a finite number"),
+    ("nan", "'nan' is not a finite number"),  # was "must be >= 0"
+    ("1e400", "'1e400' is not a finite number as a float (it would be inf)"),  # was taken: lr = inf
+    ("1e-50", "'1e-50' is below the smallest normal float (it would be read as 0"),  # was 0 without a word
+    ("1e-40", "'1e-40' is below the smallest normal float"),  # a denormal float
+])
+def test_a_float_flag_takes_a_finite_float(byte_data, tmp_path, value, expect):
+    """trial 3 F5: -l inf / 1e400 trained with non-finite weights, -l nan was "must be >= 0", -l 1e-50 became 0
+    silently. Every float flag (a training flag, a model flag, a config file's value) refuses such a value."""
+    out = tmp_path / "run"
+    for flag in ["-l", "--attn-softcap", "--z-loss"]:
+        p = run(data_args(byte_data) + COMMON + ["-x", 1, "-o", out, flag, value], check=False)
+        assert one_error_line(p).startswith("error: ") and expect in p.stderr, (flag, p.stderr)
+        assert not out.exists()
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'z-loss="{value}"\n')  # -l is on the command line (COMMON), which wins
+    p = run(data_args(byte_data) + COMMON + ["-x", 1, "-o", out, "--config", conf], check=False)
+    assert expect in one_error_line(p), p.stderr
+    assert not out.exists()
+
+
+def test_the_smallest_normal_float_and_zero_are_taken(byte_data, tmp_path):
+    p = run(data_args(byte_data) + COMMON + ["-x", 1, "-o", tmp_path / "run", "--z-loss", "1.2e-38", "-c", "0"])
+    conf = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert conf["train"]["z_loss"] > 0 and conf["train"]["weight_decay"] == 0, conf["train"]
+    assert p.returncode == 0
 
 
 def test_dump_logits_never_replaces_another_file(byte_data, tmp_path):
