@@ -263,6 +263,29 @@ def test_the_smallest_normal_float_and_zero_are_taken(byte_data, tmp_path):
     assert p.returncode == 0
 
 
+def test_e_of_a_state_file_or_an_exported_folder_says_what_it_is(byte_data, tmp_path):
+    """trial 3 F20: -e state_N_R.bin said "bad magic 20250522: not a train_gpt2_ls model"; -e of an exported HF
+    folder's model.safetensors said its config.json "has no "train" object; ... restore the record of the run"."""
+    out = tmp_path / "run"
+    run(data_args(byte_data) + COMMON + ["-x", 1, "-o", out])
+    state = out / "state_00000001_00000.bin"
+    for extra in (["--eval-only", "-j", f"{byte_data}/val_*.bin", "-m", 1], data_args(byte_data)):
+        p = run(extra + ["-e", state, "-o", tmp_path / "x"], check=False)
+        line = p.stderr.strip().splitlines()[-1]  # --eval-only first says the -t, -b it took from the run
+        assert p.returncode == 1 and line.startswith("error: "), p.stderr
+        assert f"{state}: a training-state file (optimizer state), not a model; pass the model file " \
+               f"{out}/model_00000001.bin" in line, line
+    hf = tmp_path / "hf"  # as scripts/export_hf.py writes it (test_export_hf.py runs the script)
+    hf.mkdir()
+    (hf / "config.json").write_text(json.dumps({"model_type": "gpt2_ls", "architectures": ["GPT2LSForCausalLM"],
+                                                "n_layer": 2}))
+    (hf / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
+    line = one_error_line(run(["--eval-only", "-e", hf / "model.safetensors", "-j", f"{byte_data}/val_*.bin"],
+                              check=False))
+    assert f"-e {hf}/model.safetensors is in a Hugging Face folder exported by scripts/export_hf.py" in line, line
+    assert "restore" not in line, line
+
+
 def test_dump_logits_never_replaces_another_file(byte_data, tmp_path):
     """trial 3 D3: --dump-logits FILE wrote over any file, a checkpoint or a run's config.json included. Only an
     earlier dump of the same shape is replaced."""

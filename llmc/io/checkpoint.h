@@ -33,7 +33,8 @@ constexpr int MODEL_VERSION_SUMMED = 3;
 inline int model_file_version_unsummed(const ModelConfig& c) {
     return c.bias && c.gelu == Gelu::Tanh ? MODEL_VERSION : MODEL_VERSION_OPTIONS;
 }
-constexpr int LLMC_MAGIC = 20240326;  // llm.c gpt2_*.bin
+constexpr int LLMC_MAGIC = 20240326;   // llm.c gpt2_*.bin
+constexpr int STATE_MAGIC = 20250522;  // a training-state file (llmc/io/train_state.h), never a model
 constexpr int LLMC_VERSION_FP32 = 3;
 constexpr int LLMC_VERSION_BF16 = 5;
 constexpr size_t CKPT_HEADER_INTS = 256;
@@ -337,6 +338,13 @@ inline ModelCheckpoint load_model_checkpoint(const std::string& path) {
     read_exact(f.get(), h.data(), CKPT_HEADER_BYTES, path);
 
     if (h[0] == LLMC_MAGIC) return detail::load_llmc_checkpoint(f.get(), h.data(), size, path);
+    if (h[0] == STATE_MAGIC) {  // header word 2: its step
+        char model[32];
+        std::snprintf(model, sizeof model, "model_%08d.bin", h[2] < 0 ? 0 : (int)h[2]);
+        const size_t slash = path.find_last_of('/');
+        throw CheckpointDamaged(path + ": a training-state file (optimizer state), not a model; pass the model file " +
+                                (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + model);
+    }
     if (h[0] != MODEL_MAGIC)
         throw CheckpointDamaged(path + ": bad magic " + std::to_string(h[0]) + ": not a train_gpt2_ls model (" +
                                 std::to_string(MODEL_MAGIC) + ") nor an llm.c GPT-2 checkpoint (" +

@@ -17,7 +17,7 @@
 
 namespace llmc {
 
-constexpr int STATE_MAGIC = 20250522;
+// The magic is STATE_MAGIC (llmc/io/checkpoint.h, whose model reader names such a file).
 // Version 2 (written): header words 19-20 hold the header's checksum, so that a flip anywhere in the
 // header is damage, never another run's file. Version 1 (read too): no header checksum.
 constexpr int STATE_VERSION_UNSUMMED = 1;
