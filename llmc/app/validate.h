@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "llmc/app/flags.h"
+#include "llmc/app/output_intent.h"
 #include "llmc/app/train_config.h"
 #include "llmc/core/error.h"
 #include "llmc/core/model_config.h"
@@ -83,6 +84,14 @@ inline void check_flag_combinations(const TrainConfig& c) {
         if (c.val_data.empty()) fail("--eval-only needs -j VAL_GLOB, the shards to evaluate on");
         if (c.profile_steps > 0) fail("--profile-steps profiles training steps; drop it with --eval-only");
     } else {
+        if (c.train_data.empty() && c.resume == 1 && !c.output_dir.empty() &&
+            !file_exists(join_path(c.output_dir, "config.json"))) {  // -y 1 of a mistyped -o
+            const std::string near = nearest_run_dir(c.output_dir);
+            throw InputError("-y 1: " + c.output_dir + " holds no run to resume (no config.json); " +
+                             (near.empty() ? "give the -o of a run, or start a new run there with"
+                                           : "did you mean -o " + near + "? (to start a new run there:") +
+                             " -i 'DIR/train_*.bin' without -y 1" + (near.empty() ? "" : ")"));
+        }
         if (c.train_data.empty())
             fail("no training data: give -i 'DIR/train_*.bin' (make shards with data/prepare.py)");
         if (!c.dump_logits.empty()) fail("--dump-logits works with --eval-only only; add --eval-only");
