@@ -11,6 +11,7 @@ PG-19 excerpts, WikiText-2 and a string of unicode edge cases; the GPT-2 tokeniz
 with data/text_tokenizers.py from the local BPE files ($SHARED_DATA/gpt2; skipped without them or
 without tiktoken).
 """
+import json
 import os
 import subprocess
 import sys
@@ -165,6 +166,21 @@ def test_an_integer_below_its_range_gets_one_clean_line(model, extra, expect):
     p = gen(["-e", ckpt, "--prompt-ids", "1"] + extra, check=False)
     err = p.stderr.decode()
     assert p.returncode == 1 and err.strip().splitlines() == [expect + "; run with --help for the flags"], err
+
+
+def test_bench_defaults_fit_a_model_of_a_smaller_max_seq_len(model):
+    """trial 3 F18: the --bench defaults (prompt 2048, contexts 1024..16384) exceed every preset's maxT, so --bench
+    never ran without --bench-contexts: now fitted to the model, with a note; given values are still checked."""
+    ckpt, _ = model
+    p = gen(["-e", ckpt, "--bench", "--bench-repeats", 1, "--threads", 1, "--device", "cpu"])
+    out = json.loads(p.stdout.decode())
+    notes = [ln for ln in p.stderr.decode().splitlines() if ln.startswith("note: --bench")]
+    assert notes == ["note: --bench: --bench-prompt 64 (default 2048), --bench-contexts 64 (default "
+                     "1024,2048,4096,8192,16384): the defaults exceed the model's max_seq_len 64 (give the flags "
+                     "to choose)"], p.stderr
+    assert out["config"]["max_seq_len"] == 64, out
+    p = gen(["-e", ckpt, "--bench", "--bench-contexts", "128"], check=False)
+    assert p.returncode == 1 and "--bench-contexts: 128 must be in" in p.stderr.decode(), p.stderr
 
 
 # ----------------------------------------------------------------------------------------------------------

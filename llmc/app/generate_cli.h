@@ -34,11 +34,12 @@ struct GenerateConfig {
     int threads = 0;              // OpenMP threads (0 = OpenMP's default)
     // --bench: time the KV cache instead of generating (dev/bench/generate_latency.py drives it)
     bool bench = false;
-    int bench_batch = 1;                                       // sequences per batch
-    int bench_prompt = 2048;                                   // prefill length T
-    std::string bench_contexts = "1024,2048,4096,8192,16384";  // decode timed at these context lengths
-    int bench_steps = 32;                                      // decode steps timed per context
-    int bench_repeats = 5;                                     // prefill repetitions (the median is reported)
+    int bench_batch = 1;                                            // sequences per batch
+    int bench_prompt = 2048;                                        // prefill length T
+    std::string bench_contexts = "1024,2048,4096,8192,16384";       // decode timed at these context lengths
+    int bench_steps = 32;                                           // decode steps timed per context
+    int bench_repeats = 5;                                          // prefill repetitions (the median is reported)
+    bool bench_contexts_given = false, bench_prompt_given = false;  // else the defaults, fitted to the model
 };
 
 class GenerateCli {
@@ -118,6 +119,8 @@ public:
             return 1;
         }
         cfg_.has_prompt_text = app_.count("--prompt") > 0;
+        cfg_.bench_contexts_given = app_.count("--bench-contexts") > 0;
+        cfg_.bench_prompt_given = app_.count("--bench-prompt") > 0;
         if (cfg_.model.empty() && !cfg_.encode_only) {
             std::fprintf(stderr, "error: --model is required (a checkpoint file); run with --help for the flags\n");
             return 1;
