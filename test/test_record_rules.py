@@ -274,6 +274,26 @@ def test_y1_of_a_mistyped_o_names_the_run_it_may_mean(byte_data, tmp_path):
     assert not (tmp_path / "cc").exists() and not (tmp_path / "zzzzzz").exists()
 
 
+def test_a_path_that_is_not_utf8_is_refused_before_anything_is_written(byte_data, tmp_path):
+    """trial 3 F24: a data directory with a Latin-1 name trained, but config.json recorded its path with U+FFFD, so
+    -y 1 and generate could not find the run's data. Refused at the start, for every path the record holds."""
+    latin1 = tmp_path / os.fsdecode(b"caf\xe9")
+    shutil.copytree(byte_data, latin1)
+    out = tmp_path / "run"
+    line = one_error_line(run(["-i", f"{latin1}/train_*.bin", "-o", out] + COMMON + ["-x", 1], check=False))
+    assert line.startswith(f"error: -i '{tmp_path}/caf\\xe9/train_*.bin' is not valid UTF-8 (byte 0xe9 at offset "
+                           f"{len(str(tmp_path)) + 4})"), line
+    assert "rename it to a UTF-8 name" in line
+    assert not out.exists()
+    line = one_error_line(run(data_args(byte_data) + COMMON + ["-x", 1, "-o", latin1 / "run"], check=False))
+    assert line.startswith(f"error: -o '{tmp_path}/caf\\xe9/run' is not valid UTF-8"), line
+    assert not (latin1 / "run").exists()
+    utf8 = tmp_path / "café"  # the same name in UTF-8 trains
+    shutil.copytree(byte_data, utf8)
+    run(["-i", f"{utf8}/train_*.bin", "-o", out] + COMMON + ["-x", 1])
+    assert json.loads((out / "config.json").read_text(encoding="utf-8"))["train"]["train_data"] == f"{utf8}/train_*.bin"
+
+
 def test_e_of_a_state_file_or_an_exported_folder_says_what_it_is(byte_data, tmp_path):
     """trial 3 F20: -e state_N_R.bin said "bad magic 20250522: not a train_gpt2_ls model"; -e of an exported HF
     folder's model.safetensors said its config.json "has no "train" object; ... restore the record of the run"."""
