@@ -441,6 +441,11 @@ def test_plot_attention_refuses_a_checkpoint_replaced_since_the_eval(data, tmp_p
     # a re-evaluation with -o there is refused too: it would put the new model's name on the old dumps
     q = run(eval_args(data, ckpt, eo, heads="0:1"), check=False)
     assert q.returncode != 0 and "another model" in q.stderr, q.stderr
+    good = ckpt.read_bytes()  # a truncated file there: the loader says so, not "another model"
+    ckpt.write_bytes(good[:100])
+    q = run(eval_args(data, ckpt, eo, heads="0:1"), check=False)
+    assert q.returncode != 0 and "another model" not in q.stderr and "shorter than" in q.stderr, q.stderr
+    ckpt.write_bytes(good)
     # an eval.json of an older build (no checksum): used, with a note that the model cannot be checked
     old = tmp_path / "old"
     shutil.copytree(eo, old)

@@ -120,7 +120,7 @@ inline void check_eval_output_dir(const TrainConfig& cfg, const std::string& mod
     if (!same)
         throw InputError("-o " + cfg.output_dir + " holds the evaluation of another model (" + path + " names " +
                          named + "); its attention dumps would be labelled with this model: give a new -o");
-    if (!named_id.empty() && named_id != model_id)
+    if (!named_id.empty() && !model_id.empty() && named_id != model_id)  // "": unreadable, the load says why
         throw InputError("-o " + cfg.output_dir + " holds the evaluation of another model (" + path + " names " +
                          named + " with model_header_fnv1a64 " + named_id + ", the file there now has " + model_id +
                          "); its attention dumps would be labelled with this model: give a new -o");
