@@ -169,9 +169,8 @@ private:
         }
     }
     template <class T>
-    void note_int_range(const std::string& names, const std::optional<T>& v) {
+    void note_int_range(const std::string& names, const std::optional<T>&) {
         note_int_range(names, T{});
-        (void)v;
     }
 
     // Prints "error: <message>" (unless print_errors(false)), keeps it as error_; returns the exit code 1.

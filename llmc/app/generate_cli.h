@@ -95,11 +95,13 @@ public:
         a.add_option("--bench-batch", c.bench_batch, "--bench: sequences per batch")
             ->capture_default_str()
             ->check(at_least(1));
-        a.add_option("--bench-prompt", c.bench_prompt, "--bench: prefill length T")
+        a.add_option("--bench-prompt", c.bench_prompt,
+                     "--bench: prefill length T (not given: at most the model's max_seq_len)")
             ->capture_default_str()
             ->check(at_least(1));
         a.add_option("--bench-contexts", c.bench_contexts,
-                     "--bench: comma-separated context lengths at which decode is timed (each <= max_seq_len)")
+                     "--bench: comma-separated context lengths at which decode is timed (each <= max_seq_len; not "
+                     "given: the defaults that fit, else max_seq_len)")
             ->capture_default_str();
         a.add_option("--bench-steps", c.bench_steps, "--bench: decode steps timed per context")
             ->capture_default_str()
