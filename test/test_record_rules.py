@@ -145,6 +145,9 @@ def test_a_run_resumes_from_another_directory(byte_data, tmp_path):
      "-2147483648..2147483647; fix its value"),
     (["--vocab", "-3000000000"], "error: --vocab -3000000000 is too small: it takes an integer in "
      "-2147483648..2147483647"),
+    # a 64-bit flag's text past its range was clamped (to 2^63-1) before the checks, which named the clamped value
+    (["-d", "99999999999999999999"], "error: --total-batch-size: 99999999999999999999 is outside "
+     "-9223372036854775808..9223372036854775807; give an integer in that range"),
     # trial 3 F27: a thousands separator is not "given more than once"; a flag given twice still is
     (["-x", "1,000"], "error: --max-steps takes an integer in digits (e.g. 1000, not 1e3), not '1,000' (a comma is "
      "not read as a thousands separator: write 1000, not 1,000)"),

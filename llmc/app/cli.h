@@ -72,6 +72,9 @@ public:
             },
             "");
         check_flag_values(a);
+        for (const IntRange& r : int_ranges_)  // 64-bit: CLI11 would clamp an overflow (cli_checks.h)
+            if (r.hi == std::to_string(std::numeric_limits<long long>::max()))
+                a.get_option(r.flag)->check(signed_text_check());
         for (CLI::Option* opt : a.get_options()) {
             if (opt->get_type_size() > 0 && opt->get_type_name() == "TEXT") opt->check(one_line);
             for (const std::string& n : opt->get_lnames()) {

@@ -65,6 +65,26 @@ inline CLI::Validator unsigned_text_check() {
         "");
 }
 
+// The text of a 64-bit signed integer flag (-d, a long; llmc/app/cli.h adds it to those): digits beyond its
+// range are refused. CLI11 2.1 reads a long with strtoll, which clamps 99999999999999999999 to 2^63-1
+// without a word; a narrower flag's overflow is CLI11's conversion error ("is too large", cli.h). Runs
+// after number_text_check.
+inline CLI::Validator signed_text_check() {
+    return CLI::Validator(
+        [](std::string& v) {
+            static const std::string kMax = "9223372036854775807", kMinAbs = "9223372036854775808";
+            const bool negative = !v.empty() && v[0] == '-';
+            const std::string digits = !v.empty() && (v[0] == '+' || v[0] == '-') ? v.substr(1) : v;
+            if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return std::string();
+            const size_t first = digits.find_first_not_of('0');
+            const std::string abs = first == std::string::npos ? "0" : digits.substr(first);
+            const std::string& limit = negative ? kMinAbs : kMax;
+            if (abs.size() < limit.size() || (abs.size() == limit.size() && abs <= limit)) return std::string();
+            return v + " is outside -" + kMinAbs + ".." + kMax + "; give an integer in that range";
+        },
+        "");
+}
+
 // The text of a float flag (every float flag of ours is a C++ float): a finite number that a float holds,
 // 0 or a magnitude in [FLT_MIN, FLT_MAX]. CLI11 2.1 reads "inf", "nan" and 1e400 (inf as a float; the
 // weights then go non-finite), and turns 1e-50 into 0 and 1e-40 into a denormal without a word: all
