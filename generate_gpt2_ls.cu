@@ -101,7 +101,9 @@ int run(llmc::GenerateConfig g) {
         const std::string taken = llmc::generate_settings_from_run(g);  // --tokenizer from the checkpoint's run
         return run_generation(g, ck, taken);
     }
+    const std::string fitted = llmc::fit_bench_defaults(g, ck.config);
     llmc::check_bench_flags(g, ck.config);
+    if (!fitted.empty()) std::fprintf(stderr, "%s\n", fitted.c_str());
     llmc::DeviceFacts facts;
     const std::unique_ptr<llmc::Backend> model = load_backend(g, ck, &facts);
     return llmc::run_bench(g, *model, facts);

@@ -2,7 +2,8 @@
 // and build the backend for the device (llmc/app/backends.h, llmc/app/device.h), run the training
 // loop (llmc/train/train_loop.h) or --eval-only (llmc/train/eval_run.h).
 // Any user error (flags, data, checkpoints) ends as one line "error: <message>" and exit code 1;
-// in a multi-process run the failing rank then aborts every rank (MPI_Abort), so nothing hangs.
+// in a multi-process run the failing rank then aborts every rank (MPI_Abort), so nothing hangs. An
+// error in the flags, which every process reads alike, is printed by rank 0 only.
 // A failed write (disk full, `ulimit -f`: SIGXFSZ is ignored) is such an error: the previous
 // checkpoint stays intact and loadable, metrics/logit_stats.jsonl keep only complete lines.
 #include <cstdio>
@@ -26,6 +27,7 @@ int main(int argc, char** argv) {
     llmc::ignore_file_size_signal();
     llmc::MpiSession mpi(&argc, &argv);  // MPI_Init / MPI_Finalize when started by a launcher
     llmc::TrainCli cli;
+    cli.print_errors(llmc::launch_env_rank() == 0);  // a flag error once, not once per process
     const int rc = cli.parse(argc, argv);
     if (rc >= 0) return rc;
     llmc::TrainConfig cfg = cli.config();

@@ -292,6 +292,11 @@ def export(source, out_dir, gpt2_bpe=None):
     stock = is_stock_gpt2(cfg)
     record = run_record(run_dir)
     directory = data_dir(run_dir, record)
+    train_data = (record or {}).get("train", {}).get("train_data")
+    if directory is None and train_data:  # e.g. the data directory was renamed or moved since the run
+        print(f"note: {os.path.join(run_dir, 'config.json')} names the training data '{train_data}', whose shards "
+              f"are not found (renamed or moved?): exported without a tokenizer; restore the data and export "
+              f"again for one", file=sys.stderr)
     check_data_identity(run_dir, record, directory)
     meta = data_meta(directory)
     tokenizer = (meta or {}).get("tokenizer")

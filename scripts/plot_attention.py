@@ -14,7 +14,11 @@ the directory of the dumps holds the eval.json that `--eval-only -o DIR` writes,
 checkpoint, and the config.json beside that checkpoint is the one used; `--config` is then not needed,
 and a `--config` whose model (P, G, NH, near) differs from it is refused. Without that eval.json (or
 with a checkpoint that has no config.json beside it) `--config` is used with a note on stderr that it
-cannot be checked against the dump.
+cannot be checked against the dump. eval.json also records the checkpoint's identity (model_header_fnv1a64,
+the FNV-1a 64 of its 1024-byte header, which holds the payload checksum): when the file at that path is
+another model now (the run directory was replaced) or gone, its config.json is not used: without --config
+(or all of --window, --global-heads, --heads) that is an error naming the fix, with them a note. An eval.json
+without the identity (older builds) gets a note that it cannot be checked.
 
 Writes one PNG per input, `attn_L<l>_H<h>.png`, into --out DIR (default: next to the .npy):
   - the probabilities p[i, j] as a heatmap, query i down, key j across; color scale logarithmic
@@ -87,27 +91,57 @@ def read_geometry(path, what):
                         "give the config.json that train_gpt2_ls wrote into the run's -o directory")
 
 
-def dump_config(dump_dirs):
-    """(eval.json, config.json) of the run whose checkpoint the dumps' eval.json names, or None when a
-    directory has no such eval.json or the checkpoint no config.json beside it; refuses dumps of two models."""
+def header_identity(path):
+    """eval.json's "model_header_fnv1a64" of a model file: FNV-1a 64 of its 1024-byte header (which holds the
+    payload checksum and every model field), 16 hex digits; None when the file cannot be read or is shorter."""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(1024)
+    except OSError:
+        return None
+    if len(header) != 1024:
+        return None
+    h = 0xcbf29ce484222325
+    for b in header:
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+def dump_config(dump_dirs, notes):
+    """((eval.json, config.json) of the run whose checkpoint the dumps' eval.json names, or None when a
+    directory has no such eval.json or the checkpoint no config.json beside it; stale), where stale says why
+    the checkpoint at the named path is no longer the model evaluated (eval.json's model_header_fnv1a64
+    differs, or the file is gone), else None. An eval.json without that checksum (older builds) gets a line
+    in `notes` that it cannot be checked. Refuses dumps of two models."""
     found = set()
     for d in sorted(set(dump_dirs)):
         ev = os.path.join(d, "eval.json")
         try:
             with open(ev, encoding="utf-8") as f:
-                model = json.load(f).get("model")
+                rec = json.load(f)
+            model, recorded = rec.get("model"), rec.get("model_header_fnv1a64")
         except (OSError, ValueError, AttributeError):
-            return None
+            return None, None
         # a relative path (eval.json of older versions) names a file relative to an unknown directory
         absolute = isinstance(model, str) and os.path.isabs(model)
         conf = os.path.join(os.path.dirname(model), "config.json") if absolute else ""
         if not conf or not os.path.isfile(conf):
-            return None
+            return None, None
+        if not isinstance(recorded, str):
+            notes.append(f"note: {ev} records no checksum of {model} (written by an older build): cannot check "
+                         f"that it is still the model that wrote the dumps, and {conf} its run")
+        else:
+            now = header_identity(model)
+            if now is None:
+                return None, f"{ev} names {model}, which no longer exists"
+            if now != recorded:
+                return None, (f"{ev} names {model}, which is no longer the model it evaluated (model_header_fnv1a64 "
+                              f"{recorded} then, {now} now: the run was replaced or retrained)")
         found.add((ev, conf))
     if len({read_geometry(c, f"{c} (named by {e})") for e, c in found}) > 1:
         raise PlotError("the dumps come from models of different shapes (" +
                         ", ".join(f"{e} names {c}" for e, c in sorted(found)) + "); plot each directory on its own")
-    return sorted(found)[0] if found else None
+    return (sorted(found)[0] if found else None), None
 
 
 def describe_geometry(g):
@@ -119,7 +153,15 @@ def model_geometry(args, dump_dirs=(), notes=None):
     saying it cannot be checked is appended to `notes`), then the flags (flags win); a --config that differs
     from the dumps' own model is refused."""
     window = global_heads = heads = near = None
-    own = dump_config(dump_dirs)
+    notes = [] if notes is None else notes
+    own, stale = dump_config(dump_dirs, notes)
+    if stale:
+        if not args.config and None in (args.window, args.global_heads, args.heads):
+            raise PlotError(f"{stale}; give --config with the config.json of the run evaluated (or --window P "
+                            "--global-heads G --heads NH), or evaluate the checkpoint again into a new -o")
+        notes.append(f"note: {stale}: cannot check that " +
+                     (f"--config {args.config}" if args.config else "--window, --global-heads and --heads") +
+                     " describe the model that wrote the dumps")
     geometry = read_geometry(own[1], f"{own[1]} (named by {own[0]})") if own else None
     if args.config:
         given = read_geometry(args.config, f"--config {args.config}")
@@ -127,10 +169,10 @@ def model_geometry(args, dump_dirs=(), notes=None):
             raise PlotError(f"--config {args.config} describes another model ({describe_geometry(given)}) than "
                             f"the dumps': {own[0]} names a checkpoint of the run {own[1]} "
                             f"({describe_geometry(geometry)}); drop --config or give that run's config.json")
+        if geometry is None and not stale:
+            notes.append(f"note: the dumps have no eval.json naming a checkpoint with a config.json beside it: "
+                         f"cannot check that --config {args.config} describes the model that wrote them")
         if geometry is None:
-            if notes is not None:
-                notes.append(f"note: the dumps have no eval.json naming a checkpoint with a config.json beside it: "
-                             f"cannot check that --config {args.config} describes the model that wrote them")
             geometry = given
     if geometry is not None:
         window, global_heads, heads, near = geometry
@@ -138,7 +180,7 @@ def model_geometry(args, dump_dirs=(), notes=None):
                   [("window", args.window, window), ("global-heads", args.global_heads, global_heads),
                    ("heads", args.heads, heads), ("near", args.near, near if near is not None else window)]
                   if own and given is not None and given != own_value]
-    if overridden and notes is not None:  # the flags win, but the dumps' own model is known: say they differ
+    if overridden:  # the flags win, but the dumps' own model is known: say they differ
         notes.append(f"note: {', '.join(overridden)} override the model of the dumps ({own[1]}, named by {own[0]}): "
                      "the heads are labelled and checked with the flags' values")
     if args.window is not None:

@@ -388,3 +388,71 @@ def test_plot_attention_takes_the_model_the_dump_names(dumps, tmp_path):
     p = plot([lone, "--config", run_dir / "config.json"])
     notes = p.stderr.strip().splitlines()
     assert len(notes) == 1 and notes[0].startswith("note: ") and "cannot check" in notes[0], p.stderr
+
+
+def header_fnv1a64(path):
+    """FNV-1a 64 of a model file's 1024-byte header (docs/formats.md, eval.json), as 16 hex digits."""
+    h = 0xcbf29ce484222325
+    for b in Path(path).read_bytes()[:1024]:
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+def test_plot_attention_refuses_a_checkpoint_replaced_since_the_eval(data, tmp_path):
+    """eval.json names the checkpoint by path and by the checksum of its header (which holds the payload's):
+    after the run directory was replaced by a run of another model (every head global) under the same
+    checkpoint name, the dumps are not labelled with the new model: refused, naming the fix; a --config then
+    given is used with a note; an eval.json of an older build (no checksum) gets a note that it cannot check."""
+    pytest.importorskip("matplotlib", reason="matplotlib is missing (requirements.txt lists it): plot tests not run")
+    import shutil
+    mine = tmp_path / "run"
+    ckpt = mine / "model_00000004.bin"
+    train = ["-i", f"{data}/train_*.bin", "-o", mine, "-x", 4, "-b", 2, "-t", T, "-v", 0, "-s", 0, "-l", "1e-2",
+             "--threads", 1, "--layers", L, "--channels", C, "--heads", NH, "--max-seq-len", 32]
+    run(train + ["--global-heads", G, "--window", P])
+    shutil.copy(mine / "config.json", tmp_path / "evaluated_config.json")
+    eo = tmp_path / "eval"
+    run(eval_args(data, ckpt, eo, heads="0:0,0:3"))
+    ev = json.loads((eo / "eval.json").read_text())
+    assert ev["model_header_fnv1a64"] == header_fnv1a64(ckpt), ev
+    p = plot([eo, "--out", tmp_path / "before"])
+    assert f"layer 0 head 0 (local P={P})" in p.stdout and p.stderr == "", (p.stdout, p.stderr)
+
+    shutil.rmtree(mine)  # "run it again": another model under the same -o and checkpoint name
+    run(train + ["--global-heads", NH])
+    assert header_fnv1a64(ckpt) != ev["model_header_fnv1a64"]
+    out = tmp_path / "after"
+    p = plot([eo, "--out", out], check=False)
+    err = p.stderr.strip().splitlines()
+    assert p.returncode == 1 and len(err) == 1 and err[0].startswith("error: "), (p.stdout, p.stderr)
+    assert str(ckpt) in err[0] and "no longer the model" in err[0] and "--config" in err[0], err[0]
+    assert not out.exists() or not any(out.iterdir())
+    # the checkpoint removed: the same refusal, naming that it is missing
+    ckpt.rename(mine / "moved.bin")
+    p = plot([eo, "--out", out], check=False)
+    err = p.stderr.strip().splitlines()
+    assert p.returncode == 1 and len(err) == 1 and "no longer exists" in err[0], p.stderr
+    (mine / "moved.bin").rename(ckpt)
+    # the fix the error names: the evaluated run's config.json, given by hand (cannot be checked: a note)
+    p = plot([eo, "--config", tmp_path / "evaluated_config.json", "--out", out])
+    notes = p.stderr.strip().splitlines()
+    assert len(notes) == 1 and notes[0].startswith("note: ") and "no longer the model" in notes[0], p.stderr
+    assert f"layer 0 head 0 (local P={P})" in p.stdout, p.stdout
+    # a re-evaluation with -o there is refused too: it would put the new model's name on the old dumps
+    q = run(eval_args(data, ckpt, eo, heads="0:1"), check=False)
+    assert q.returncode != 0 and "another model" in q.stderr, q.stderr
+    good = ckpt.read_bytes()  # a truncated file there: the loader says so, not "another model"
+    ckpt.write_bytes(good[:100])
+    q = run(eval_args(data, ckpt, eo, heads="0:1"), check=False)
+    assert q.returncode != 0 and "another model" not in q.stderr and "shorter than" in q.stderr, q.stderr
+    ckpt.write_bytes(good)
+    # an eval.json of an older build (no checksum): used, with a note that the model cannot be checked
+    old = tmp_path / "old"
+    shutil.copytree(eo, old)
+    del ev["model_header_fnv1a64"]
+    (old / "eval.json").write_text(json.dumps(ev))
+    shutil.copy(tmp_path / "evaluated_config.json", mine / "config.json")
+    p = plot([old, "--out", tmp_path / "old_png"])
+    notes = p.stderr.strip().splitlines()
+    assert len(notes) == 1 and notes[0].startswith("note: ") and "cannot check" in notes[0], p.stderr
+    assert f"layer 0 head 0 (local P={P})" in p.stdout, p.stdout

@@ -87,6 +87,13 @@ def test_without_o_the_summary_says_nothing_was_saved(byte_data):
     assert "checkpoint of step" not in p.stdout
 
 
+def test_a_run_of_no_step_into_o_says_why_nothing_was_saved(byte_data, tmp_path):
+    """trial 3 F6: -x 0 -o DIR said "weights: not saved (no -o)" though -o was given."""
+    p = run(data_args(byte_data) + COMMON + ["-x", 0, "-o", tmp_path / "x0"])
+    s = summary_of(p.stdout)
+    assert s.endswith(" | weights: not saved (no step trained)"), s
+
+
 def test_integers_print_as_integers(byte_data, tmp_path):
     p = run(data_args(byte_data) + COMMON + ["-o", tmp_path / "x", "-x", -2000000], check=False)
     assert p.returncode == 1

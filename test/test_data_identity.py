@@ -325,6 +325,33 @@ def test_generate_refuses_another_tokenizer_of_the_same_vocabulary(sp_run, data_
                f"pass --tokenizer {data}/tokenizer.bin, or leave --tokenizer out")
 
 
+def test_generate_given_the_runs_tokenizer_model_names_its_tokenizer_bin(sp_run):
+    """trial 3 F25: the run's own SentencePiece tokenizer.model as --tokenizer was refused as "not the tokenizer the
+    model was trained with": it is the right tokenizer in the other file format; the line says so."""
+    data, out = sp_run
+    line = refused_by(generate(["-e", out / "model_00000001.bin", "-n", 4, "--tokenizer", data / "tokenizer.model"],
+                               check=False),
+                      f"--tokenizer {data}/tokenizer.model is the run's SentencePiece model",
+                      f"pass --tokenizer {data}/tokenizer.bin")
+    assert "not the tokenizer" not in line, line
+
+
+def test_generate_after_the_runs_data_was_renamed_names_it(sp_run, tmp_path):
+    """trial 3 F22: with the run's data directory renamed, --prompt said only "need --tokenizer: the tokenizer.bin
+    of the model's data set"; the line now names the directory config.json records and that it is gone."""
+    data, out = sp_run
+    data.rename(tmp_path / "renamed")
+    model = out / "model_00000001.bin"
+    refused_by(generate(["-e", model, "-n", 2, "--prompt", "To be"], check=False),
+               f"{out}/config.json names the training data '{data}/train_*.bin', but {data} no longer exists",
+               "pass --tokenizer")
+    refused_by(generate(["-e", model, "-n", 2], check=False),  # no prompt: the EOT of the tokenizer it cannot find
+               f"no prompt without the run's tokenizer: {out}/config.json names the training data", "--prompt-ids")
+    p = generate(["-e", model, "-n", 2, "--prompt-ids", "1"])  # ids: generated, printed as <id>, with a note
+    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
+    assert any(f"{data} no longer exists" in n and "tokens print as <id>" in n for n in notes), p.stderr
+
+
 def test_eval_of_the_runs_validation_data_changed_since_says_so(sp_run):
     """The same tokenizer, other tokens (as after data/prepare.py with another --val-fraction): evaluated, with a
     note that the loss is not comparable with the run's."""

@@ -232,6 +232,22 @@ def test_bad_input_fails_with_one_line_and_writes_nothing(byte_data, tmp_path):
     assert [f.name for f in taken.iterdir()] == ["keep.txt"] and (taken / "keep.txt").read_text() == "mine"
 
 
+def test_export_of_a_run_whose_data_was_renamed_says_why_it_has_no_tokenizer(byte_data, tmp_path):
+    """trial 3 F22: after the run's data directory was renamed, the export wrote "no tokenizer" without saying
+    why; a note now names the training data config.json records, which is not found."""
+    import shutil
+    data = tmp_path / "data"
+    shutil.copytree(byte_data, data)
+    out = tmp_path / "run"
+    run(["-i", f"{data}/train_*.bin", "-o", out, "--layers", 1, "--channels", 16, "--heads", 2, "--max-seq-len", 16,
+         "-b", 1, "-t", 16, "-x", 1, "-u", 1, "-v", 0, "-s", 0, "--threads", 1])
+    data.rename(tmp_path / "renamed")
+    p = export(out, tmp_path / "hf")
+    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
+    assert any(f"{out}/config.json names the training data '{data}/train_*.bin'" in n and "not found" in n and
+               "exported without a tokenizer" in n for n in notes), p.stderr
+
+
 def test_ls_export_says_trust_remote_code_and_its_tokenizer_loads_with_it(gpt2_data, tmp_path):
     """An LS export's config.json names modeling_gpt2_ls.py: the summary line says trust_remote_code=True,
     and with it AutoTokenizer loads the GPT-2 tokenizer offline."""

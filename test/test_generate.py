@@ -11,6 +11,7 @@ PG-19 excerpts, WikiText-2 and a string of unicode edge cases; the GPT-2 tokeniz
 with data/text_tokenizers.py from the local BPE files ($SHARED_DATA/gpt2; skipped without them or
 without tiktoken).
 """
+import json
 import os
 import subprocess
 import sys
@@ -139,6 +140,8 @@ def test_help_lists_every_flag():
     (["--temperature", ""], "--temperature: an empty value is not a number"),
     (["--top-k", "  "], "--top-k: an empty value is not a number"),    # only white space is empty (fix 16)
     (["--greedy=2x"], "--greedy: is not a value for an on/off flag"),  # not read with stoll as on (fix 17)
+    (["--temperature", "inf"], "--temperature: 'inf' is not a finite number"),  # trial 3 F5
+    (["--temperature", "1e-50"], "--temperature: '1e-50' is below the smallest normal float"),
 ])
 def test_bad_input_fails_with_one_line(model, extra, expect):
     ckpt, _ = model
@@ -149,6 +152,35 @@ def test_bad_input_fails_with_one_line(model, extra, expect):
     assert p.returncode == 1, err
     assert len(err.strip().splitlines()) == 1, err
     assert err.startswith("error: ") and expect in err, err
+
+
+@pytest.mark.parametrize("extra, expect", [
+    (["-n", "0"], "error: --tokens: must be >= 1 (got 0)"), (["-n", "-1"], "error: --tokens: must be >= 1 (got -1)"),
+    (["--top-k", "-5"], "error: --top-k: must be >= 0 (got -5)"),
+    (["--bench-steps", "0"], "error: --bench-steps: must be >= 1 (got 0)"),
+])
+def test_an_integer_below_its_range_gets_one_clean_line(model, extra, expect):
+    """trial 3 F4: -n 0 printed CLI11's "Value 0 not in range 0.000000 to 1797693134862315708...": the whole of
+    DBL_MAX, with a lower bound that admits 0."""
+    ckpt, _ = model
+    p = gen(["-e", ckpt, "--prompt-ids", "1"] + extra, check=False)
+    err = p.stderr.decode()
+    assert p.returncode == 1 and err.strip().splitlines() == [expect + "; run with --help for the flags"], err
+
+
+def test_bench_defaults_fit_a_model_of_a_smaller_max_seq_len(model):
+    """trial 3 F18: the --bench defaults (prompt 2048, contexts 1024..16384) exceed every preset's maxT, so --bench
+    never ran without --bench-contexts: now fitted to the model, with a note; given values are still checked."""
+    ckpt, _ = model
+    p = gen(["-e", ckpt, "--bench", "--bench-repeats", 1, "--threads", 1, "--device", "cpu"])
+    out = json.loads(p.stdout.decode())
+    notes = [ln for ln in p.stderr.decode().splitlines() if ln.startswith("note: --bench")]
+    assert notes == ["note: --bench: --bench-prompt 64 (default 2048), --bench-contexts 64 (default "
+                     "1024,2048,4096,8192,16384): the defaults exceed the model's max_seq_len 64 (give the flags "
+                     "to choose)"], p.stderr
+    assert out["config"]["max_seq_len"] == 64, out
+    p = gen(["-e", ckpt, "--bench", "--bench-contexts", "128"], check=False)
+    assert p.returncode == 1 and "--bench-contexts: 128 must be in" in p.stderr.decode(), p.stderr
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@
 #include "llmc/app/cli.h"
 #include "llmc/train/logit_alarm.h"
 #include "llmc/core/model_config.h"
+#include "llmc/io/json_text.h"
 #include "llmc/io/shard.h"
 #include "llmc/train/spikes.h"
 #include "llmc/text/tokenizer.h"
@@ -524,6 +525,24 @@ TEST_CASE("config.json of a run whose paths are not UTF-8 is written, with U+FFF
     const std::string text = llmc::json_file_text(llmc::train_config_json(c));
     REQUIRE_THAT(text, Contains("\"out/\xEF\xBF\xBD\"") && Contains("data/caf\xEF\xBF\xBD/train_*.bin"));
     REQUIRE(text.back() == '\n');
+}
+
+TEST_CASE("a recorded path is checked as UTF-8 as nlohmann's dump checks it", "[hostile]") {
+    // validate.h refuses -i/-j/-o/-e/--fork-from that config.json could hold only with U+FFFD (trial 3 F24)
+    using llmc::first_invalid_utf8;
+    CHECK(first_invalid_utf8("data/caf\xc3\xa9/train_*.bin") == std::string::npos);   // UTF-8 'é'
+    CHECK(first_invalid_utf8("\xf0\x9f\x98\x80 \xe2\x82\xac") == std::string::npos);  // 4- and 3-byte forms
+    CHECK(first_invalid_utf8("data/caf\xe9/x") == 8);                                 // Latin-1 'é'
+    CHECK(first_invalid_utf8("a\xc3") == 1);                                          // cut short
+    CHECK(first_invalid_utf8("a\xc0\xaf") == 1);                                      // overlong '/'
+    CHECK(first_invalid_utf8("\xed\xa0\x80") == 0);                                   // a surrogate
+    CHECK(first_invalid_utf8("\xf4\x90\x80\x80") == 0);                               // past U+10FFFF
+    CHECK(first_invalid_utf8("\x80") == 0);                                           // a lone continuation
+    for (const std::string s : {"data/caf\xe9/x", "a\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80"}) {
+        const nlohmann::json j = s;  // what the check refuses is what dump cannot write without U+FFFD
+        CHECK_THROWS(j.dump());
+    }
+    CHECK(llmc::escaped_bytes("caf\xe9\n") == "caf\\xe9\\x0a");
 }
 
 // ---------------------------------------------------------------------------------------------

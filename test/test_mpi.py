@@ -179,6 +179,21 @@ def test_two_rank_resume_is_bit_identical_and_refused_on_one_rank(byte_data, tmp
     assert {f.name: f.read_bytes() for f in full.iterdir()} == before
 
 
+def test_a_fork_on_another_process_count_is_refused_as_a_fork(byte_data, tmp_path):
+    """trial 3 F8: --fork-from a 2-process run's checkpoint on 1 process said "... or start fresh without -y",
+    though no -y was given: the line names the fork and its fixes."""
+    src = tmp_path / "src"
+    run_np(2, data_args(byte_data) + COMMON + ["-x", 3, "-n", 3, "-o", src])
+    ck = src / "model_00000003.bin"
+    p = run_np(1, ["--fork-from", ck, "-o", tmp_path / "fork"], check=False)
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
+    assert p.returncode != 0 and len(errors) == 1, p.stderr
+    assert errors[0].startswith(f"error: --fork-from {ck}: the checkpoint's run trained on 2 processes and this "
+                                "fork has 1") and "mpirun -np 2" in errors[0] and f"-e {ck}" in errors[0], errors[0]
+    assert "-y" not in errors[0], errors[0]
+    assert not (tmp_path / "fork").exists() or not list((tmp_path / "fork").glob("model_*"))
+
+
 def test_outputs_come_from_rank_0_only(byte_data, tmp_path):
     out = tmp_path / "o"
     p = run_np(2, data_args(byte_data) + COMMON + ["-o", out, "-n", 3, "-s", 3, "-g", 8, "--logit-stats-every", 2])
@@ -262,3 +277,14 @@ def test_paper_options_over_ranks_zero1_equals_zero0(byte_data, tmp_path):
     assert sum(r["qk_clip_heads"] for r in ra) > 0, "tau 0.1 was meant to clip some head in this run"
     assert model_file(a, 6).read_bytes() == model_file(b, 6).read_bytes()
     assert np.fromfile(model_file(a, 6), dtype=np.int32, count=256)[20] == 1  # no biases
+
+
+@pytest.mark.parametrize("args", [["-x", "1e3"], ["-l", "inf"], ["--no-such-flag", "1"]])
+def test_a_flag_error_is_printed_once_not_once_per_rank(tmp_path, args):
+    """trial 3: a mistake in the flags under mpirun -np 2 printed the same error line once per process, without
+    a rank. Every rank reads the same flags: rank 0 says it once."""
+    out = tmp_path / "run"
+    p = run_np(2, ["-i", "no/such/train_*.bin", "-o", out] + args, check=False)
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
+    assert p.returncode != 0 and len(errors) == 1, p.stderr
+    assert not out.exists()

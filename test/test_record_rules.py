@@ -140,6 +140,19 @@ def test_a_run_resumes_from_another_directory(byte_data, tmp_path):
      "the shell expanded a glob; quote it"),
     (["-x", "1e3"], "error: --max-steps takes an integer in digits (e.g. 1000, not 1e3), not '1e3'"),
     (["-b", "4.0"], "error: --batch-size takes an integer in digits"),
+    # trial 3 F3: digits, but beyond the flag's type: not "takes an integer in digits"
+    (["-x", "3000000000"], "error: --max-steps 3000000000 is too large: it takes an integer in "
+     "-2147483648..2147483647; fix its value"),
+    (["--vocab", "-3000000000"], "error: --vocab -3000000000 is too small: it takes an integer in "
+     "-2147483648..2147483647"),
+    # a 64-bit flag's text past its range was clamped (to 2^63-1) before the checks, which named the clamped value
+    (["-d", "99999999999999999999"], "error: --total-batch-size: 99999999999999999999 is outside "
+     "-9223372036854775808..9223372036854775807; give an integer in that range"),
+    # trial 3 F27: a thousands separator is not "given more than once"; a flag given twice still is
+    (["-x", "1,000"], "error: --max-steps takes an integer in digits (e.g. 1000, not 1e3), not '1,000' (a comma is "
+     "not read as a thousands separator: write 1000, not 1,000)"),
+    (["-x", "1e3", "-x", "2e3"], "error: --max-steps takes an integer in digits (e.g. 1000, not 1e3), not '1e3,2e3' "
+     "(the flag was given more than once)"),
     (["-i", "{data}/*.bin"], "error: the shard pattern '{data}/*.bin' matches {data}/tokenizer.bin, which is not a "
      "token shard"),
 ])
@@ -201,8 +214,8 @@ def test_llmc_two_letter_flags_name_ours_as_docs_from_llmc_does(tmp_path):
     checked = 0
     for llmc, here, _ in table_rows():
         for flag in FLAG.findall(llmc):
-            if len(flag) != 3 or flag == "--":
-                continue
+            if len(flag) not in (2, 3) or flag == "--" or (len(flag) == 2 and FLAG.findall(here)):
+                continue  # a one-letter flag of llm.c that is ours too (-i, -o, ...) is no mistake
             line = one_error_line(run([flag, "1", "-o", tmp_path / "run"], check=False))
             ours = FLAG.findall(here)
             if ours:
@@ -210,7 +223,7 @@ def test_llmc_two_letter_flags_name_ours_as_docs_from_llmc_does(tmp_path):
             else:
                 assert "no counterpart" in line, (flag, line)
             checked += 1
-    assert checked >= 12
+    assert checked >= 16  # 12 of two letters, and llm.c's -a, -f, -w, -r (trial 3 F7)
 
 
 @pytest.mark.parametrize("seed", ["-1", "-2", "18446744073709551616", "99999999999999999999"])
@@ -222,6 +235,89 @@ def test_a_seed_outside_64_bits_is_refused(byte_data, tmp_path, seed):
     assert one_error_line(p).startswith("error: --seed: " + seed + " is outside 0..18446744073709551615"), p.stderr
     assert not out.exists()
     run(data_args(byte_data) + COMMON + ["-x", 1, "--seed", "18446744073709551615"])
+
+
+@pytest.mark.parametrize("value, expect", [
+    ("inf", "'inf' is not a finite number"), ("-inf", "'-inf' is not a finite number"),
+    ("nan", "'nan' is not a finite number"),  # was "must be >= 0"
+    ("1e400", "'1e400' is not a finite number as a float (it would be inf)"),  # was taken: lr = inf
+    ("1e-50", "'1e-50' is below the smallest normal float (it would be read as 0"),  # was 0 without a word
+    ("1e-40", "'1e-40' is below the smallest normal float"),  # a denormal float
+])
+def test_a_float_flag_takes_a_finite_float(byte_data, tmp_path, value, expect):
+    """trial 3 F5: -l inf / 1e400 trained with non-finite weights, -l nan was "must be >= 0", -l 1e-50 became 0
+    silently. Every float flag (a training flag, a model flag, a config file's value) refuses such a value."""
+    out = tmp_path / "run"
+    for flag in ["-l", "--attn-softcap", "--z-loss"]:
+        p = run(data_args(byte_data) + COMMON + ["-x", 1, "-o", out, flag, value], check=False)
+        assert one_error_line(p).startswith("error: ") and expect in p.stderr, (flag, p.stderr)
+        assert not out.exists()
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'z-loss="{value}"\n')  # -l is on the command line (COMMON), which wins
+    p = run(data_args(byte_data) + COMMON + ["-x", 1, "-o", out, "--config", conf], check=False)
+    assert expect in one_error_line(p), p.stderr
+    assert not out.exists()
+
+
+def test_the_smallest_normal_float_and_zero_are_taken(byte_data, tmp_path):
+    p = run(data_args(byte_data) + COMMON + ["-x", 1, "-o", tmp_path / "run", "--z-loss", "1.2e-38", "-c", "0"])
+    conf = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert conf["train"]["z_loss"] > 0 and conf["train"]["weight_decay"] == 0, conf["train"]
+    assert p.returncode == 0
+
+
+def test_y1_of_a_mistyped_o_names_the_run_it_may_mean(byte_data, tmp_path):
+    """trial 3 F2 (trial 1 F3): -o out/cc -y 1 (a typo of out/c, no other flags) said "no training data"."""
+    run(data_args(byte_data) + COMMON + ["-x", 1, "-o", tmp_path / "c"])
+    line = one_error_line(run(["-o", tmp_path / "cc", "-y", 1, "-x", 2], check=False))
+    assert line == (f"error: -y 1: {tmp_path / 'cc'} holds no run to resume (no config.json); did you mean -o "
+                    f"{tmp_path / 'c'}? (to start a new run there: -i 'DIR/train_*.bin' without -y 1)"), line
+    line = one_error_line(run(["-o", tmp_path / "zzzzzz", "-y", 1], check=False))
+    assert "holds no run to resume (no config.json); give the -o of a run" in line, line
+    assert not (tmp_path / "cc").exists() and not (tmp_path / "zzzzzz").exists()
+
+
+def test_a_path_that_is_not_utf8_is_refused_before_anything_is_written(byte_data, tmp_path):
+    """trial 3 F24: a data directory with a Latin-1 name trained, but config.json recorded its path with U+FFFD, so
+    -y 1 and generate could not find the run's data. Refused at the start, for every path the record holds."""
+    latin1 = tmp_path / os.fsdecode(b"caf\xe9")
+    shutil.copytree(byte_data, latin1)
+    out = tmp_path / "run"
+    line = one_error_line(run(["-i", f"{latin1}/train_*.bin", "-o", out] + COMMON + ["-x", 1], check=False))
+    assert line.startswith(f"error: -i '{tmp_path}/caf\\xe9/train_*.bin' is not valid UTF-8 (byte 0xe9 at offset "
+                           f"{len(str(tmp_path)) + 4})"), line
+    assert "rename it to a UTF-8 name" in line
+    assert not out.exists()
+    line = one_error_line(run(data_args(byte_data) + COMMON + ["-x", 1, "-o", latin1 / "run"], check=False))
+    assert line.startswith(f"error: -o '{tmp_path}/caf\\xe9/run' is not valid UTF-8"), line
+    assert not (latin1 / "run").exists()
+    utf8 = tmp_path / "café"  # the same name in UTF-8 trains
+    shutil.copytree(byte_data, utf8)
+    run(["-i", f"{utf8}/train_*.bin", "-o", out] + COMMON + ["-x", 1])
+    assert json.loads((out / "config.json").read_text(encoding="utf-8"))["train"]["train_data"] == f"{utf8}/train_*.bin"
+
+
+def test_e_of_a_state_file_or_an_exported_folder_says_what_it_is(byte_data, tmp_path):
+    """trial 3 F20: -e state_N_R.bin said "bad magic 20250522: not a train_gpt2_ls model"; -e of an exported HF
+    folder's model.safetensors said its config.json "has no "train" object; ... restore the record of the run"."""
+    out = tmp_path / "run"
+    run(data_args(byte_data) + COMMON + ["-x", 1, "-o", out])
+    state = out / "state_00000001_00000.bin"
+    for extra in (["--eval-only", "-j", f"{byte_data}/val_*.bin", "-m", 1], data_args(byte_data)):
+        p = run(extra + ["-e", state, "-o", tmp_path / "x"], check=False)
+        line = p.stderr.strip().splitlines()[-1]  # --eval-only first says the -t, -b it took from the run
+        assert p.returncode == 1 and line.startswith("error: "), p.stderr
+        assert f"{state}: a training-state file (optimizer state), not a model; pass the model file " \
+               f"{out}/model_00000001.bin" in line, line
+    hf = tmp_path / "hf"  # as scripts/export_hf.py writes it (test_export_hf.py runs the script)
+    hf.mkdir()
+    (hf / "config.json").write_text(json.dumps({"model_type": "gpt2_ls", "architectures": ["GPT2LSForCausalLM"],
+                                                "n_layer": 2}))
+    (hf / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
+    line = one_error_line(run(["--eval-only", "-e", hf / "model.safetensors", "-j", f"{byte_data}/val_*.bin"],
+                              check=False))
+    assert f"-e {hf}/model.safetensors is in a Hugging Face folder exported by scripts/export_hf.py" in line, line
+    assert "restore" not in line, line
 
 
 def test_dump_logits_never_replaces_another_file(byte_data, tmp_path):

@@ -331,6 +331,30 @@ def test_config_of_a_run_whose_settings_changed_asks_for_each_value(byte_data, t
     assert sorted(train_losses(copy)) == [1, 2, 3, 4, 5]
 
 
+def test_config_of_the_run_being_resumed_is_not_called_a_new_run(byte_data, tmp_path):
+    """trial 3 F21: --config RUN/config.json -o RUN -y 1 (a resume of that run, whose settings changed while it
+    trained) was refused as "a new run takes one value from its first step": the line now says it is the
+    resumed run's own record and to drop --config; another run's record on a resume names -y 1 too."""
+    src = tmp_path / "src"
+    run(data_args(byte_data) + COMMON + ["-o", src, "-x", 3])
+    run(["-o", src, "-y", 1, "-x", 5, "--z-loss", "1e-4", "--threads", 1])
+    before = dir_hashes(src)
+    p = run(["--config", src / "config.json", "-o", src, "-y", 1, "-x", 6, "--threads", 1], check=False)
+    err = p.stderr.strip().splitlines()
+    assert p.returncode == 1 and len(err) == 1, p.stderr
+    assert err[0] == (f"error: --config {src / 'config.json'} is the record of the run in -o, which -y 1 continues "
+                      "with its recorded settings and history (--z-loss (0 at the start, 0.0001 at the end)): "
+                      "drop --config"), err[0]
+    assert "a new run" not in err[0] and dir_hashes(src) == before
+    other = tmp_path / "other"
+    run(data_args(byte_data) + COMMON + ["-o", other, "-x", 2])
+    p = run(["--config", src / "config.json", "-o", other, "-y", 1, "-x", 6, "--threads", 1], check=False)
+    err = p.stderr.strip().splitlines()
+    assert p.returncode == 1 and len(err) == 1 and "-y 1 continues the run in -o from its checkpoint" in err[0], err
+    assert "a new run" not in err[0]
+    run(["-o", src, "-y", 1, "-x", 6, "--threads", 1])  # the fix: -y 1 alone continues with the record
+
+
 def test_config_toml_of_a_run_whose_settings_changed_notes_the_start_values(byte_data, tmp_path):
     """--config RUN/config.toml holds the run's first start; when the config.json beside it records
     changes made while it trained, a note names them and that the copy takes the start values."""

@@ -1,6 +1,7 @@
 // Mistakes on a train_gpt2_ls command line that CLI11 would misreport, found before it parses, each
 // as one error line naming the mistake and its fix (docs/training.md "Flags"):
-//   llm.c's flags of two letters ("-nk 4": CLI11 reads -n with the value "k", "Could not convert");
+//   llm.c's flags of two letters ("-nk 4": CLI11 reads -n with the value "k", "Could not convert"), and
+//   its one-letter flags this trainer has no counterpart of ("-r 0": CLI11 says "not expected");
 //   llm.c's "-h 1" (HellaSwag there; CLI11 prints the help and exits 0);
 //   a glob the shell expanded ("-i d/train_*.bin" unquoted: CLI11 names one "argument not expected");
 //   --config naming a directory or no file (CLI11: "was not readable (missing?)").
@@ -36,6 +37,16 @@ inline const std::vector<LlmcFlag>& multi_letter_llmc_flags() {
                                                 {"-lg", ""},
                                                 {"-ge", ""},
                                                 {"-lr", "-l/--learning-rate"}};
+    return flags;
+}
+
+// llm.c's one-letter flags that no flag here takes the place of (the rows of docs/from_llmc.md with
+// "(none)"), with what they do there.
+inline const std::vector<LlmcFlag>& one_letter_llmc_flags() {
+    static const std::vector<LlmcFlag> flags = {{"-a", "overfit a single batch"},
+                                                {"-f", "TF32 switch"},
+                                                {"-w", "fp32 master-weights switch"},
+                                                {"-r", "recompute setting"}};
     return flags;
 }
 
@@ -118,6 +129,11 @@ inline std::string argv_mistake(const CLI::App& app, int argc, const char* const
                    argv[i + 1];
         const std::string e = multi_letter_error(app, a);
         if (!e.empty()) return e;
+        for (const LlmcFlag& f : one_letter_llmc_flags())
+            if (a == f.llmc && app.get_option_no_throw(a) == nullptr)
+                return a + " is llm.c's flag (" + f.here +
+                       "), which this trainer has no counterpart of; drop it (llm.c's flags and ours: "
+                       "docs/from_llmc.md)";
         if (a.find('=') != std::string::npos || (a[1] != '-' && a.size() > 2)) continue;  // value attached
         const CLI::Option* opt = app.get_option_no_throw(a);
         if (opt != nullptr && opt->get_expected_min() > 0 && i + 1 < argc) {

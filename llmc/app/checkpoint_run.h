@@ -14,6 +14,7 @@
 #include <climits>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -45,6 +46,17 @@ struct CheckpointRun {
     RecordedData data;        // the data identity the run recorded
 };
 
+// A checkpoint whose config.json is a Hugging Face config (an object with "model_type" or "architectures"
+// and no "train"): a folder scripts/export_hf.py wrote, not a run. Refused, naming what it is.
+inline void check_not_hf_folder(const std::string& checkpoint, const std::string& config_path) {
+    std::ifstream in(config_path, std::ios::binary);
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    if (!j.is_object() || j.contains("train") || !(j.contains("model_type") || j.contains("architectures"))) return;
+    throw InputError("-e " + checkpoint + " is in a Hugging Face folder exported by scripts/export_hf.py (" +
+                     config_path + " is its config, not a run record); give the train_gpt2_ls checkpoint it was " +
+                     "exported from (RUN/model_NNNNNNNN.bin), or load the folder with transformers");
+}
+
 // The config.json in the checkpoint's directory (read through llmc/app/run_record.h, the one reader),
 // with the history entries before the checkpoint's step applied (all of them when its name has no
 // step); nullopt when there is none. A file that cannot be read as a run's record, or that records a
@@ -59,6 +71,7 @@ inline std::optional<CheckpointRun> read_checkpoint_run(const std::string& check
     int step = 0;
     const bool named =
         parse_checkpoint_name(std::filesystem::path(checkpoint).filename().string(), step) == CkptFileKind::Model;
+    check_not_hf_folder(checkpoint, run.config_path);
     const nlohmann::ordered_json record = read_run_record(run.config_path, fix);
     const TrainConfig t =
         recorded_settings(effective_train(record, run.config_path, named ? step - 1 : INT_MAX), run.config_path);
@@ -167,6 +180,21 @@ inline std::string generate_settings_from_run(GenerateConfig& g) {
     if (!g.tokenizer.empty()) {
         const std::string given = file_fnv1a64(g.tokenizer);  // "" unreadable: generation_input names it
         if (given.empty()) return lines;
+        // the run's SentencePiece model (tokenizer.model beside its tokenizer.bin): the right tokenizer, in
+        // the other file format
+        const std::string run_sp = run->train_data.empty() ? "" : glob_dir(run->train_data) + "/tokenizer.model";
+        const bool run_tok_recorded =
+            run_tok_exists &&
+            (recorded.empty()
+                 ? !run->data.identity_known()
+                 : recorded_tokenizer_difference(run->data.train, read_tokenizer_identity(run_tok)).empty());
+        if (run_tok_recorded && std::filesystem::is_regular_file(run_sp, ec) && file_fnv1a64(run_sp) == given &&
+            file_fnv1a64(run_tok) != given)
+            throw InputError("--tokenizer " + g.tokenizer +
+                             " is the run's SentencePiece model (the tokenizer.model of its training data), the right "
+                             "tokenizer in the other file format; generate_gpt2_ls reads its tokenizer.bin form: pass "
+                             "--tokenizer " +
+                             run_tok + " (the tokenizer.model beside it encodes --prompt), or leave --tokenizer out");
         if (run->data.identity_known()) {  // the facts eval compares, of the data set the tokenizer belongs to
             const std::string diff =
                 recorded_tokenizer_difference(run->data.train, read_tokenizer_identity(g.tokenizer));
@@ -197,7 +225,20 @@ inline std::string generate_settings_from_run(GenerateConfig& g) {
                              "; pass --tokenizer " + run_tok + ", or leave --tokenizer out");
         return lines;
     }
-    if (!run_tok_exists) return lines;
+    if (!run_tok_exists) {
+        if (run_tok.empty()) return lines;
+        const std::string dir = glob_dir(run->train_data);
+        const std::string why = std::filesystem::is_directory(dir, ec) ? dir + " has no tokenizer.bin"
+                                                                       : dir + " no longer exists (renamed or moved?)";
+        const std::string fix = "pass --tokenizer with that data set's tokenizer.bin where it is now";
+        const std::string named = run->config_path + " names the training data '" + run->train_data + "', but " + why;
+        if (g.has_prompt_text || !g.prompt_file.empty())
+            throw InputError("--prompt/--prompt-file need the run's tokenizer: " + named + "; " + fix);
+        if (g.prompt_ids.empty())  // the prompt would be the tokenizer's EOT
+            throw InputError("no prompt without the run's tokenizer: " + named + "; " + fix +
+                             " (or give --prompt-ids)");
+        return lines + (lines.empty() ? "" : "\n") + "note: " + named + ": tokens print as <id>; " + fix;
+    }
     if (!recorded.empty() && file_fnv1a64(run_tok) != recorded)
         throw InputError(run_tok + " (next to the run's training data -i '" + run->train_data +
                          "') is not the tokenizer the model was trained with: " + run->config_path + " records " +

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <istream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -52,6 +53,11 @@ public:
         LLMC_TRAIN_FLAGS(LLMC_ADD_SETTING, LLMC_ADD_MODEL_FLAG)
 #undef LLMC_ADD_SETTING
 #undef LLMC_ADD_MODEL_FLAG
+#define LLMC_NOTE_RANGE(record, type, field, def, names, ok, rule, help) note_int_range(names, c.field);
+#define LLMC_NOTE_MODEL_RANGE(type, field, names, help) note_int_range(names, c.overrides.field);
+        LLMC_TRAIN_FLAGS(LLMC_NOTE_RANGE, LLMC_NOTE_MODEL_RANGE)
+#undef LLMC_NOTE_RANGE
+#undef LLMC_NOTE_MODEL_RANGE
         // Numbers: white space around them is removed, an empty value refused (llmc/app/cli_checks.h). Text: values config.toml cannot hold
         // are refused: a line break or NUL byte (one line per flag), a double quote (CLI11 writes and
         // reads quotes without escapes), a space at either end (CLI11 writes " 64" unquoted, as a
@@ -66,6 +72,9 @@ public:
             },
             "");
         check_flag_values(a);
+        for (const IntRange& r : int_ranges_)  // 64-bit: CLI11 would clamp an overflow (cli_checks.h)
+            if (r.hi == std::to_string(std::numeric_limits<long long>::max()))
+                a.get_option(r.flag)->check(signed_text_check());
         for (CLI::Option* opt : a.get_options()) {
             if (opt->get_type_size() > 0 && opt->get_type_name() == "TEXT") opt->check(one_line);
             for (const std::string& n : opt->get_lnames()) {
@@ -108,6 +117,9 @@ public:
     }
     // The error line of the last parse that failed (without "error: "), "" otherwise.
     const std::string& error() const { return error_; }
+    // Whether parse prints its error line (default on). Off on the processes of a multi-process launch
+    // other than rank 0: each reads the same flags, so rank 0's line says it once.
+    void print_errors(bool on) { print_errors_ = on; }
 
     const TrainConfig& config() const { return cfg_; }
     // Sets flag `name` (long name) to `value` after parse, as if given, so config_file_text() writes it
@@ -141,11 +153,33 @@ private:
     std::shared_ptr<CheckedConfigFile> config_file_;
     std::vector<std::string> flag_names_;  // every option's long names, for "did you mean"
     std::string error_;                    // error()
+    bool print_errors_ = true;             // print_errors()
+    struct IntRange {
+        std::string flag;    // "--max-steps"
+        std::string lo, hi;  // the limits of the field's C++ type
+    };
+    std::vector<IntRange> int_ranges_;  // the integer flags, for conversion_error
 
-    // Prints "error: <message>", keeps it as error_; returns the exit code 1.
+    // Records the range of an integer field's type (a flag's names "-x,--max-steps"; "" for a Json row).
+    template <class T>
+    void note_int_range(const std::string& names, const T&) {
+        if constexpr (std::is_integral<T>::value && !std::is_same<T, bool>::value) {
+            const size_t at = names.find("--");
+            if (at == std::string::npos) return;
+            int_ranges_.push_back({names.substr(at, names.find(',', at) - at),
+                                   std::to_string(std::numeric_limits<T>::min()),
+                                   std::to_string(std::numeric_limits<T>::max())});
+        }
+    }
+    template <class T>
+    void note_int_range(const std::string& names, const std::optional<T>&) {
+        note_int_range(names, T{});
+    }
+
+    // Prints "error: <message>" (unless print_errors(false)), keeps it as error_; returns the exit code 1.
     int fail(const std::string& message) {
         error_ = message;
-        std::fprintf(stderr, "error: %s\n", message.c_str());
+        if (print_errors_) std::fprintf(stderr, "error: %s\n", message.c_str());
         return 1;
     }
 
@@ -161,7 +195,9 @@ private:
     }
 
     // CLI11's "Could not convert: --max-steps = 1e3" as what the flag takes: "--max-steps takes an integer
-    // (e.g. 1000), not '1e3'".
+    // in digits (e.g. 1000, not 1e3), not '1e3'"; an integer beyond the flag's type is "too large" with
+    // its range; a comma is a thousands separator in one value, or a flag given more than once (CLI11
+    // joins the values with commas).
     std::string conversion_error(const std::string& what) const {
         const size_t name = what.find("--"), eq = what.find(" = ");
         if (name == std::string::npos || eq == std::string::npos || eq < name)
@@ -169,11 +205,22 @@ private:
         const std::string flag = what.substr(name, eq - name), value = what.substr(eq + 3);
         const CLI::Option* opt = app_.get_option_no_throw(flag);
         const std::string type = opt == nullptr ? "" : opt->get_type_name();
-        const std::string takes = type == "INT" || type == "UINT" ? "an integer in digits (e.g. 1000, not 1e3)"
-                                  : type == "FLOAT"               ? "a number (e.g. 6e-4)"
-                                                                  : "a " + type + " value";
-        return flag + " takes " + takes + ", not '" + value + "'" +
-               (value.find(',') != std::string::npos ? " (the flag was given more than once)" : "") + "; fix its value";
+        const bool integer = type == "INT" || type == "UINT";
+        const size_t sign = !value.empty() && (value[0] == '-' || value[0] == '+') ? 1 : 0;
+        const bool digits = value.size() > sign && value.find_first_not_of("0123456789", sign) == std::string::npos;
+        if (integer && digits)
+            for (const IntRange& r : int_ranges_)
+                if (r.flag == flag)
+                    return flag + " " + value + " is too " + (value[0] == '-' ? "small" : "large") +
+                           ": it takes an integer in " + r.lo + ".." + r.hi + "; fix its value";
+        const std::string takes = integer           ? "an integer in digits (e.g. 1000, not 1e3)"
+                                  : type == "FLOAT" ? "a number (e.g. 6e-4)"
+                                                    : "a " + type + " value";
+        const bool repeated = opt != nullptr && opt->count() > 1;
+        const std::string comma = value.find(',') == std::string::npos ? ""
+                                  : repeated                           ? " (the flag was given more than once)"
+                                             : " (a comma is not read as a thousands separator: write 1000, not 1,000)";
+        return flag + " takes " + takes + ", not '" + value + "'" + comma + "; fix its value";
     }
 
     // "; did you mean --qk-norm?" for the first unexpected "--name" argument that is near a flag.

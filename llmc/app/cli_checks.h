@@ -4,6 +4,10 @@
 // leaves is what config_to_str writes to config.toml, so that text must read back as itself.
 #pragma once
 #include <cctype>
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -61,6 +65,65 @@ inline CLI::Validator unsigned_text_check() {
         "");
 }
 
+// The text of a 64-bit signed integer flag (-d, a long; llmc/app/cli.h adds it to those): digits beyond its
+// range are refused. CLI11 2.1 reads a long with strtoll, which clamps 99999999999999999999 to 2^63-1
+// without a word; a narrower flag's overflow is CLI11's conversion error ("is too large", cli.h). Runs
+// after number_text_check.
+inline CLI::Validator signed_text_check() {
+    return CLI::Validator(
+        [](std::string& v) {
+            static const std::string kMax = "9223372036854775807", kMinAbs = "9223372036854775808";
+            const bool negative = !v.empty() && v[0] == '-';
+            const std::string digits = !v.empty() && (v[0] == '+' || v[0] == '-') ? v.substr(1) : v;
+            if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return std::string();
+            const size_t first = digits.find_first_not_of('0');
+            const std::string abs = first == std::string::npos ? "0" : digits.substr(first);
+            const std::string& limit = negative ? kMinAbs : kMax;
+            if (abs.size() < limit.size() || (abs.size() == limit.size() && abs <= limit)) return std::string();
+            return v + " is outside -" + kMinAbs + ".." + kMax + "; give an integer in that range";
+        },
+        "");
+}
+
+// The text of a float flag (every float flag of ours is a C++ float): a finite number that a float holds,
+// 0 or a magnitude in [FLT_MIN, FLT_MAX]. CLI11 2.1 reads "inf", "nan" and 1e400 (inf as a float; the
+// weights then go non-finite), and turns 1e-50 into 0 and 1e-40 into a denormal without a word: all
+// refused. Runs after number_text_check; text that is not a number is left to CLI11's conversion.
+inline CLI::Validator float_text_check() {
+    return CLI::Validator(
+        [](std::string& v) {
+            const char* s = v.c_str();
+            char* end = nullptr;
+            const long double d = std::strtold(s, &end);
+            if (end == s || *end != '\0') return std::string();  // not a number: CLI11 refuses it
+            char range[96];
+            std::snprintf(range, sizeof range, "0 or a magnitude in [%.6g, %.6g]", (double)FLT_MIN, (double)FLT_MAX);
+            if (!std::isfinite(d)) return "'" + v + "' is not a finite number; give a finite value (" + range + ")";
+            if (std::fabs(d) > (long double)FLT_MAX)
+                return "'" + v + "' is not a finite number as a float (it would be inf); give " + range;
+            if (d != 0 && std::fabs(d) < (long double)FLT_MIN)
+                return "'" + v +
+                       "' is below the smallest normal float (it would be read as 0 or lose precision); give " + range;
+            return std::string();
+        },
+        "");
+}
+
+// A lower bound for an integer option, in one line: "must be >= 1 (got 0)" (CLI11's PositiveNumber says
+// "Value 0 not in range 0.000000 to 1.797...e308" with every digit of DBL_MAX). Text that is not an
+// integer is left to CLI11's conversion.
+inline CLI::Validator at_least(long long min) {
+    return CLI::Validator(
+        [min](std::string& v) {
+            const char* s = v.c_str();
+            char* end = nullptr;
+            const long long x = std::strtoll(s, &end, 10);
+            if (end == s || *end != '\0' || x >= min) return std::string();
+            return "must be >= " + std::to_string(min) + " (got " + v + ")";
+        },
+        "");
+}
+
 // The value of an on/off flag ("qk-norm=..." in a config file, "--eval-only=..." on the command line)
 // as "true" or "false". CLI11 2.1 reads a flag's value with std::stoll, which stops at the first
 // character that is not a digit, so "eval-only=9'x" meant on, and config.toml kept the text
@@ -94,18 +157,20 @@ inline CLI::Validator flag_text_check() {
         "");
 }
 
-// Adds number_text_check() to every option that takes a number (and unsigned_text_check() to the unsigned ones) (its type name is not "TEXT", nor
+// Adds number_text_check() to every option that takes a number (its type name is not "TEXT", nor
 // "TEXT:{cpu,cuda}", a text option with a set of values, and not empty: --config's and the flags')
+// unsigned_text_check() to the unsigned ones, float_text_check() to the float ones,
 // and flag_text_check() to every flag (no value needed): ours are all on/off (--help too, which
 // exits before any check). A counting flag (add_flag bound to an int, "-v -v") would need its own.
 inline void check_flag_values(CLI::App& app) {
     const CLI::Validator number_text = number_text_check(), flag_text = flag_text_check();
-    const CLI::Validator unsigned_text = unsigned_text_check();
+    const CLI::Validator unsigned_text = unsigned_text_check(), float_text = float_text_check();
     for (CLI::Option* opt : app.get_options()) {
         const std::string type = opt->get_type_name();
         if (opt->get_expected_min() == 0) opt->transform(flag_text);
         else if (opt->get_type_size() > 0 && !type.empty() && type.rfind("TEXT", 0) != 0) opt->transform(number_text);
         if (type == "UINT" && opt->get_expected_min() != 0) opt->check(unsigned_text);
+        if (type == "FLOAT" && opt->get_expected_min() != 0) opt->check(float_text);
     }
 }
 

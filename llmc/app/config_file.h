@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <istream>
 #include <map>
@@ -123,6 +124,14 @@ private:
             const nlohmann::ordered_json record = parse_run_record(content, file);
             record_path = file;
             const std::string list = changes_not_given(record, file);
+            if (!list.empty() && resume_given()) {
+                if (is_own_record())
+                    throw InputError("--config " + file + " is the record of the run in -o, which -y 1 continues " +
+                                     "with its recorded settings and history (" + list + "): drop --config");
+                throw InputError("config file " + file + ": that run changed settings while it trained: " + list +
+                                 "; -y 1 continues the run in -o from its checkpoint: give each of these flags with " +
+                                 "the value it should continue with, or drop --config");
+            }
             if (!list.empty()) {
                 throw InputError("config file " + file + ": the run changed settings while it trained: " + list +
                                  "; a new run takes one value from its first step: give each of these flags " +
@@ -141,6 +150,19 @@ private:
             }
         } catch (const InputError& e) { throw ConfigFileError(e.what()); }
         return items;
+    }
+    // Whether the command line gave -y 1 (a resume of the run in -o, not a new run).
+    bool resume_given() const {
+        const CLI::Option* op = app ? app->get_option_no_throw("--resume") : nullptr;
+        return op != nullptr && op->count() > 0 && !op->results().empty() && op->results().back() == "1";
+    }
+    // Whether `file` is the config.json of the command line's -o (the run -y 1 continues).
+    bool is_own_record() const {
+        const CLI::Option* op = app ? app->get_option_no_throw("--output-dir") : nullptr;
+        if (op == nullptr || op->count() == 0 || op->results().empty()) return false;
+        std::error_code ec;
+        const std::filesystem::path own = std::filesystem::path(op->results().back()) / "config.json";
+        return std::filesystem::exists(own, ec) && std::filesystem::equivalent(own, file, ec);
     }
     // The settings the record's "history" changed while the run trained and the command line does not
     // give, as "--z-loss (0 at the start, 0.0001 at the end), ..."; "" when none.

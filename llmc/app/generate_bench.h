@@ -46,6 +46,33 @@ inline std::string json_list(const std::vector<double>& v) {
 
 }  // namespace bench
 
+// The default --bench-prompt and --bench-contexts (not given) fitted to a model of a smaller max_seq_len:
+// the prompt at most max_seq_len, the contexts those defaults that fit (above --bench-steps), else
+// max_seq_len alone. Returns the note saying what was changed ("" when nothing was).
+inline std::string fit_bench_defaults(GenerateConfig& g, const ModelConfig& mc) {
+    std::string changed;
+    if (!g.bench_prompt_given && g.bench_prompt > mc.max_seq_len) {
+        changed +=
+            "--bench-prompt " + std::to_string(mc.max_seq_len) + " (default " + std::to_string(g.bench_prompt) + ")";
+        g.bench_prompt = mc.max_seq_len;
+    }
+    if (!g.bench_contexts_given) {
+        const std::vector<int> all = parse_context_list(g.bench_contexts);
+        std::string fit;
+        for (int c : all)
+            if (c <= mc.max_seq_len && c > g.bench_steps) fit += (fit.empty() ? "" : ",") + std::to_string(c);
+        if (fit.empty()) fit = std::to_string(mc.max_seq_len);
+        if (fit != g.bench_contexts) {
+            changed += (changed.empty() ? "" : ", ") + std::string("--bench-contexts ") + fit + " (default " +
+                       g.bench_contexts + ")";
+            g.bench_contexts = fit;
+        }
+    }
+    if (changed.empty()) return "";
+    return "note: --bench: " + changed + ": the defaults exceed the model's max_seq_len " +
+           std::to_string(mc.max_seq_len) + " (give the flags to choose)";
+}
+
 // The --bench-* flags against the model, before any model is built.
 inline void check_bench_flags(const GenerateConfig& g, const ModelConfig& mc) {
     const std::vector<int> contexts = parse_context_list(g.bench_contexts);

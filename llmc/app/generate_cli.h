@@ -34,11 +34,12 @@ struct GenerateConfig {
     int threads = 0;              // OpenMP threads (0 = OpenMP's default)
     // --bench: time the KV cache instead of generating (dev/bench/generate_latency.py drives it)
     bool bench = false;
-    int bench_batch = 1;                                       // sequences per batch
-    int bench_prompt = 2048;                                   // prefill length T
-    std::string bench_contexts = "1024,2048,4096,8192,16384";  // decode timed at these context lengths
-    int bench_steps = 32;                                      // decode steps timed per context
-    int bench_repeats = 5;                                     // prefill repetitions (the median is reported)
+    int bench_batch = 1;                                            // sequences per batch
+    int bench_prompt = 2048;                                        // prefill length T
+    std::string bench_contexts = "1024,2048,4096,8192,16384";       // decode timed at these context lengths
+    int bench_steps = 32;                                           // decode steps timed per context
+    int bench_repeats = 5;                                          // prefill repetitions (the median is reported)
+    bool bench_contexts_given = false, bench_prompt_given = false;  // else the defaults, fitted to the model
 };
 
 class GenerateCli {
@@ -66,16 +67,16 @@ public:
         a.add_option("--sp-model", c.sp_model,
                      "SentencePiece tokenizer.model to encode --prompt with "
                      "(default: the tokenizer.model next to --tokenizer, if any)");
-        a.add_option("-n,--tokens", c.tokens, "tokens to generate")->capture_default_str()->check(CLI::PositiveNumber);
+        a.add_option("-n,--tokens", c.tokens, "tokens to generate")->capture_default_str()->check(at_least(1));
         a.add_option("--temperature", c.temperature, "sampling temperature (> 0)")->capture_default_str();
         a.add_option("--top-k", c.top_k, "sample only among the k most likely tokens (0 = all)")
             ->capture_default_str()
-            ->check(CLI::NonNegativeNumber);
+            ->check(at_least(0));
         a.add_option("--seed", c.seed, "seed of the sampler")->capture_default_str();
         a.add_flag("--greedy", c.greedy, "always take the most likely token (ignores --temperature/--top-k)");
         a.add_option("--max-len", c.max_len, "context kept, newest tokens (0 = the model's max_seq_len)")
             ->capture_default_str()
-            ->check(CLI::NonNegativeNumber);
+            ->check(at_least(0));
         a.add_option("--device", c.device,
                      "auto | cpu | cuda (auto: CUDA when the binary has the CUDA backend, a GPU "
                      "is present and the backend runs the model; else the CPU)")
@@ -87,25 +88,27 @@ public:
         a.add_option("--threads", c.threads,
                      "OpenMP threads (0 = OMP_NUM_THREADS, else the CPUs this process may use; as the trainer's)")
             ->capture_default_str()
-            ->check(CLI::NonNegativeNumber);
+            ->check(at_least(0));
         a.add_flag("--bench", c.bench,
                    "latency benchmark instead of text: prefill and per-token decode times with random tokens, "
                    "one JSON object on stdout (docs/generation.md)");
         a.add_option("--bench-batch", c.bench_batch, "--bench: sequences per batch")
             ->capture_default_str()
-            ->check(CLI::PositiveNumber);
-        a.add_option("--bench-prompt", c.bench_prompt, "--bench: prefill length T")
+            ->check(at_least(1));
+        a.add_option("--bench-prompt", c.bench_prompt,
+                     "--bench: prefill length T (not given: at most the model's max_seq_len)")
             ->capture_default_str()
-            ->check(CLI::PositiveNumber);
+            ->check(at_least(1));
         a.add_option("--bench-contexts", c.bench_contexts,
-                     "--bench: comma-separated context lengths at which decode is timed (each <= max_seq_len)")
+                     "--bench: comma-separated context lengths at which decode is timed (each <= max_seq_len; not "
+                     "given: the defaults that fit, else max_seq_len)")
             ->capture_default_str();
         a.add_option("--bench-steps", c.bench_steps, "--bench: decode steps timed per context")
             ->capture_default_str()
-            ->check(CLI::PositiveNumber);
+            ->check(at_least(1));
         a.add_option("--bench-repeats", c.bench_repeats, "--bench: prefill repetitions (median reported)")
             ->capture_default_str()
-            ->check(CLI::PositiveNumber);
+            ->check(at_least(1));
         check_flag_values(a);  // "--tokens ''" is not 0, " 5" is 5, "--greedy=2x" is refused (llmc/app/cli_checks.h)
     }
 
@@ -118,6 +121,8 @@ public:
             return 1;
         }
         cfg_.has_prompt_text = app_.count("--prompt") > 0;
+        cfg_.bench_contexts_given = app_.count("--bench-contexts") > 0;
+        cfg_.bench_prompt_given = app_.count("--bench-prompt") > 0;
         if (cfg_.model.empty() && !cfg_.encode_only) {
             std::fprintf(stderr, "error: --model is required (a checkpoint file); run with --help for the flags\n");
             return 1;

@@ -7,13 +7,16 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "llmc/app/flags.h"
+#include "llmc/app/output_intent.h"
 #include "llmc/app/train_config.h"
 #include "llmc/core/error.h"
 #include "llmc/core/model_config.h"
 #include "llmc/io/attention_dump.h"
 #include "llmc/io/checkpoint_dir.h"
+#include "llmc/io/json_text.h"
 #include "llmc/train/schedule.h"
 
 namespace llmc {
@@ -71,6 +74,27 @@ inline void check_dump_attention_flags(const TrainConfig& c) {
     parse_dump_attention(c.dump_attention);
 }
 
+// The paths a run's config.json (and eval.json) records and its readers open again: each must be UTF-8,
+// as JSON is; a byte that is not (a Latin-1 directory name) would be recorded as U+FFFD, a path that no
+// longer names the file (-y 1, generate and eval of the run could not find its data). Refused first.
+inline void check_recorded_paths_utf8(const TrainConfig& c) {
+    const std::pair<const char*, const std::string*> paths[] = {{"-i", &c.train_data},
+                                                                {"-j", &c.val_data},
+                                                                {"-o", &c.output_dir},
+                                                                {"-e", &c.model},
+                                                                {"--fork-from", &c.fork_from}};
+    for (const auto& [flag, value] : paths) {
+        const size_t at = first_invalid_utf8(*value);
+        if (at == std::string::npos) continue;
+        char byte[8];
+        std::snprintf(byte, sizeof byte, "0x%02x", (unsigned)(unsigned char)(*value)[at]);
+        throw InputError(std::string(flag) + " '" + escaped_bytes(*value) + "' is not valid UTF-8 (byte " + byte +
+                         " at offset " + std::to_string(at) +
+                         "): config.json records paths as UTF-8 text, so the run could not find it again; rename it "
+                         "to a UTF-8 name (e.g. ASCII)");
+    }
+}
+
 // The rules between flags, checked first (so a rule holds whatever the range of a flag it reads).
 inline void check_flag_combinations(const TrainConfig& c) {
     auto fail = [](const char* msg) { throw InputError(msg); };
@@ -79,10 +103,19 @@ inline void check_flag_combinations(const TrainConfig& c) {
     if (!c.fork_from.empty() && c.output_dir.empty())
         fail("--fork-from needs -o DIR, a new directory for the forked run");
     check_dump_attention_flags(c);  // --dump-attention: --eval-only, -o, its syntax
+    check_recorded_paths_utf8(c);
     if (c.eval_only) {
         if (c.val_data.empty()) fail("--eval-only needs -j VAL_GLOB, the shards to evaluate on");
         if (c.profile_steps > 0) fail("--profile-steps profiles training steps; drop it with --eval-only");
     } else {
+        if (c.train_data.empty() && c.resume == 1 && !c.output_dir.empty() &&
+            !file_exists(join_path(c.output_dir, "config.json"))) {  // -y 1 of a mistyped -o
+            const std::string near = nearest_run_dir(c.output_dir);
+            throw InputError("-y 1: " + c.output_dir + " holds no run to resume (no config.json); " +
+                             (near.empty() ? "give the -o of a run, or start a new run there with"
+                                           : "did you mean -o " + near + "? (to start a new run there:") +
+                             " -i 'DIR/train_*.bin' without -y 1" + (near.empty() ? "" : ")"));
+        }
         if (c.train_data.empty())
             fail("no training data: give -i 'DIR/train_*.bin' (make shards with data/prepare.py)");
         if (!c.dump_logits.empty()) fail("--dump-logits works with --eval-only only; add --eval-only");

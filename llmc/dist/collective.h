@@ -132,4 +132,12 @@ inline LaunchInfo detect_launch(int flag_rank, int flag_world, int flag_local) {
     return detect_launch(flag_rank, flag_world, flag_local, [](const char* n) { return std::getenv(n); });
 }
 
+// The rank the launcher's environment gives this process, before the flags are read: 0 without a
+// launcher or with an environment detect_launch refuses (that error comes later, once, per rank).
+inline int launch_env_rank() {
+    try {
+        return detect_launch(-1, -1, -1).rank;
+    } catch (const InputError&) { return 0; }
+}
+
 }  // namespace llmc

@@ -33,7 +33,8 @@ constexpr int MODEL_VERSION_SUMMED = 3;
 inline int model_file_version_unsummed(const ModelConfig& c) {
     return c.bias && c.gelu == Gelu::Tanh ? MODEL_VERSION : MODEL_VERSION_OPTIONS;
 }
-constexpr int LLMC_MAGIC = 20240326;  // llm.c gpt2_*.bin
+constexpr int LLMC_MAGIC = 20240326;   // llm.c gpt2_*.bin
+constexpr int STATE_MAGIC = 20250522;  // a training-state file (llmc/io/train_state.h), never a model
 constexpr int LLMC_VERSION_FP32 = 3;
 constexpr int LLMC_VERSION_BF16 = 5;
 constexpr size_t CKPT_HEADER_INTS = 256;
@@ -308,6 +309,22 @@ inline ModelCheckpoint load_llmc_checkpoint(std::FILE* f, const int32_t* h, size
 
 }  // namespace detail
 
+// The identity of a model file that eval.json records ("model_header_fnv1a64"): FNV-1a 64 of its first
+// 1024 bytes (the header), 16 hex digits. A train_gpt2_ls header holds the payload checksum (words 16-17)
+// and every model field, so other weights or another shape give another identity; an llm.c header holds
+// the shape only. "" when the file cannot be read or is shorter than a header.
+inline std::string model_header_identity(const std::string& path) {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) return "";
+    unsigned char h[CKPT_HEADER_BYTES];
+    const size_t got = std::fread(h, 1, sizeof h, f);
+    std::fclose(f);
+    if (got != sizeof h) return "";
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)fnv1a64(h, sizeof h));
+    return hex;
+}
+
 // Reads a train_gpt2_ls model file (checked: magic, version, header fields, size, checksum) or
 // an llm.c GPT-2 checkpoint. Throws CheckpointDamaged for damage, InputError otherwise.
 inline ModelCheckpoint load_model_checkpoint(const std::string& path) {
@@ -321,6 +338,13 @@ inline ModelCheckpoint load_model_checkpoint(const std::string& path) {
     read_exact(f.get(), h.data(), CKPT_HEADER_BYTES, path);
 
     if (h[0] == LLMC_MAGIC) return detail::load_llmc_checkpoint(f.get(), h.data(), size, path);
+    if (h[0] == STATE_MAGIC) {  // header word 2: its step
+        char model[32];
+        std::snprintf(model, sizeof model, "model_%08d.bin", h[2] < 0 ? 0 : (int)h[2]);
+        const size_t slash = path.find_last_of('/');
+        throw CheckpointDamaged(path + ": a training-state file (optimizer state), not a model; pass the model file " +
+                                (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + model);
+    }
     if (h[0] != MODEL_MAGIC)
         throw CheckpointDamaged(path + ": bad magic " + std::to_string(h[0]) + ": not a train_gpt2_ls model (" +
                                 std::to_string(MODEL_MAGIC) + ") nor an llm.c GPT-2 checkpoint (" +

@@ -13,6 +13,43 @@ inline std::string json_file_text(const nlohmann::ordered_json& j) {
     return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
+// The offset of the first byte of `s` that is not part of valid UTF-8 (a Latin-1 'é' is the lone byte
+// 0xE9), or std::string::npos when s is valid UTF-8 (overlong forms, surrogates and code points past
+// U+10FFFF are invalid, as nlohmann's dump finds them).
+inline size_t first_invalid_utf8(const std::string& s) {
+    size_t i = 0;
+    while (i < s.size()) {
+        const unsigned char c = (unsigned char)s[i];
+        const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+        if (n == 0 || i + n > s.size()) return i;
+        unsigned cp = n == 1 ? c : n == 2 ? (c & 0x1Fu) : n == 3 ? (c & 0x0Fu) : (c & 0x07u);
+        for (size_t k = 1; k < n; k++) {
+            const unsigned char cc = (unsigned char)s[i + k];
+            if ((cc >> 6) != 0x2) return i;
+            cp = (cp << 6) | (cc & 0x3Fu);
+        }
+        const unsigned min = n == 2 ? 0x80u : n == 3 ? 0x800u : n == 4 ? 0x10000u : 0u;
+        if (cp < min || cp > 0x10FFFFu || (cp >= 0xD800u && cp <= 0xDFFFu)) return i;
+        i += n;
+    }
+    return std::string::npos;
+}
+
+// `s` for an error line: each byte outside printable ASCII as \xNN.
+inline std::string escaped_bytes(const std::string& s) {
+    std::string out;
+    for (const char ch : s) {
+        const unsigned char c = (unsigned char)ch;
+        if (c >= 0x20 && c < 0x7F) {
+            out += ch;
+        } else {
+            static const char* hex = "0123456789abcdef";
+            out += std::string("\\x") + hex[c >> 4] + hex[c & 0xF];
+        }
+    }
+    return out;
+}
+
 // A JSON value for an error line: a number, string, bool or null as written (ASCII, at most 40
 // characters), else its type ("array", "object"; dumping a deeply nested one would recurse per level).
 inline std::string json_value_brief(const nlohmann::ordered_json& v) {

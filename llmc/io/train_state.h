@@ -17,7 +17,7 @@
 
 namespace llmc {
 
-constexpr int STATE_MAGIC = 20250522;
+// The magic is STATE_MAGIC (llmc/io/checkpoint.h, whose model reader names such a file).
 // Version 2 (written): header words 19-20 hold the header's checksum, so that a flip anywhere in the
 // header is damage, never another run's file. Version 1 (read too): no header checksum.
 constexpr int STATE_VERSION_UNSUMMED = 1;
@@ -109,6 +109,13 @@ inline std::optional<TrainStateHeader> peek_train_state_header(const std::string
     return TrainStateHeader{h[2], h[3], h[4], get_u64(h.data(), 7)};
 }
 
+// A state file written by another number of processes than this run has (load_train_state): the
+// user's mismatch, said by the caller as a resume's or a fork's.
+struct StateWorldSizeMismatch : InputError {
+    int written;  // the process count of the run that wrote it
+    StateWorldSizeMismatch(const std::string& msg, int w) : InputError(msg), written(w) {}
+};
+
 // Reads the state file of this rank for a run of world_size processes training `config`.
 // Refuses (InputError) a different process count, rank or model; damage (size, checksum,
 // garbage header) is CheckpointDamaged so the caller can fall back to an older checkpoint.
@@ -138,9 +145,11 @@ inline TrainState load_train_state(const std::string& path, const ModelConfig& c
     if (summed && get_u64(h.data(), STATE_HEADER_SUM) != header_checksum(h.data(), STATE_HEADER_SUM))
         throw CheckpointDamaged(path + ": header checksum mismatch (training state damaged); use another checkpoint");
     if (h[4] != world_size)
-        throw InputError(path + ": checkpoint written by " + std::to_string(h[4]) + " processes, this run has " +
-                         std::to_string(world_size) + "; resume with the same -np (" + std::to_string(h[4]) +
-                         ") or start fresh without -y");
+        throw StateWorldSizeMismatch(path + ": checkpoint written by " + std::to_string(h[4]) +
+                                         " processes, this run has " + std::to_string(world_size) +
+                                         "; resume with the same -np (" + std::to_string(h[4]) +
+                                         ") or start fresh without -y",
+                                     h[4]);
     if (h[3] != rank)
         throw InputError(path + ": training state of rank " + std::to_string(h[3]) + " opened by rank " +
                          std::to_string(rank) + "; each rank must load its own state_NNNNNNNN_RRRRR.bin");

@@ -64,8 +64,10 @@ inline double eval_loss_sum(const TrainConfig& cfg, Backend& model, DataLoader& 
 }
 
 // The console summary of --eval-only and, with -o, <out>/eval.json (rank 0).
+// model_id: model_header_identity of the evaluated file, read before it was loaded.
 inline void report_eval(const TrainConfig& cfg, const RunPlan& plan, const std::string& device, size_t num_params,
-                        int64_t batches, double loss, const std::vector<std::string>& dump_paths) {
+                        int64_t batches, double loss, const std::vector<std::string>& dump_paths,
+                        const std::string& model_id) {
     const int B = cfg.batch_size, T = cfg.seq_len, V = plan.model.vocab_size;
     const long long tokens = (long long)batches * B * T * cfg.world_size;
     std::printf("eval | device %s | model %s | %s\n", device.c_str(), plan.model_source.c_str(),
@@ -83,6 +85,7 @@ inline void report_eval(const TrainConfig& cfg, const RunPlan& plan, const std::
     std::filesystem::create_directories(cfg.output_dir, ec);
     if (ec) throw InputError("cannot create output directory " + cfg.output_dir + " (" + ec.message() + ")");
     nlohmann::ordered_json rec = {{"model", recorded_form("model", cfg.model)},
+                                  {"model_header_fnv1a64", model_id},
                                   {"val_data", recorded_form("val_data", cfg.val_data)},
                                   {"batch_size", B},
                                   {"seq_len", T},
@@ -92,19 +95,21 @@ inline void report_eval(const TrainConfig& cfg, const RunPlan& plan, const std::
     write_text_file(cfg.output_dir + "/eval.json", json_file_text(rec));
 }
 
-// An -o that holds the evaluation of another model (its eval.json names another checkpoint) is refused:
-// eval.json is what names the model of the attention dumps beside it (scripts/plot_attention.py), so
-// this evaluation would relabel the other model's dumps. The same model's directory is written over.
-inline void check_eval_output_dir(const TrainConfig& cfg) {
+// An -o that holds the evaluation of another model (its eval.json names another checkpoint, or the same
+// path whose file has another model_header_fnv1a64 now) is refused: eval.json is what names the model of
+// the attention dumps beside it (scripts/plot_attention.py), so this evaluation would relabel the other
+// model's dumps. The same model's directory is written over.
+inline void check_eval_output_dir(const TrainConfig& cfg, const std::string& model_id) {
     if (cfg.output_dir.empty()) return;
     const std::string path = cfg.output_dir + "/eval.json";
     std::error_code ec;
     if (!std::filesystem::exists(path, ec)) return;
-    std::string named;
+    std::string named, named_id;
     try {
         std::ifstream in(path, std::ios::binary);
         const nlohmann::json rec = nlohmann::json::parse(in);
         named = rec.at("model").get<std::string>();
+        if (rec.contains("model_header_fnv1a64")) named_id = rec.at("model_header_fnv1a64").get<std::string>();
     } catch (const std::exception&) {
         throw InputError("-o " + cfg.output_dir + " holds an eval.json that cannot be read; give a new -o (or remove " +
                          path + ")");
@@ -115,6 +120,10 @@ inline void check_eval_output_dir(const TrainConfig& cfg) {
     if (!same)
         throw InputError("-o " + cfg.output_dir + " holds the evaluation of another model (" + path + " names " +
                          named + "); its attention dumps would be labelled with this model: give a new -o");
+    if (!named_id.empty() && !model_id.empty() && named_id != model_id)  // "": unreadable, the load says why
+        throw InputError("-o " + cfg.output_dir + " holds the evaluation of another model (" + path + " names " +
+                         named + " with model_header_fnv1a64 " + named_id + ", the file there now has " + model_id +
+                         "); its attention dumps would be labelled with this model: give a new -o");
 }
 
 inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, Collective& comm) {
@@ -122,7 +131,8 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
     std::error_code ec;
     if (!std::filesystem::is_regular_file(cfg.model, ec))
         throw InputError("--eval-only needs -e CHECKPOINT (a model file); '" + cfg.model + "' is not a file");
-    check_eval_output_dir(cfg);
+    const std::string model_id = model_header_identity(cfg.model);  // before loading: the bytes evaluated
+    check_eval_output_dir(cfg, model_id);
     RunPlan plan;
     plan_model(cfg, cfg.val_data, plan);
     const std::string notes[] = {
@@ -149,7 +159,7 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
     std::vector<std::string> dump_paths;
     const double sum = eval_loss_sum(cfg, *model, *plan.val, batches, comm.rank() == 0, dump_heads, &dump_paths);
     const double loss = comm.all_reduce_double(sum / (double)batches, ReduceOp::Avg);  // the ranks' rows
-    if (comm.rank() == 0) report_eval(cfg, plan, device, model->num_params(), batches, loss, dump_paths);
+    if (comm.rank() == 0) report_eval(cfg, plan, device, model->num_params(), batches, loss, dump_paths, model_id);
     return 0;
 }
 

@@ -81,6 +81,11 @@ inline LoadedCheckpoint load_fork_checkpoint(const std::string& given, const For
                              "--keep-checkpoints); fork from a step that run keeps, or copy the files first");
         throw InputError("--fork-from " + given + ": the checkpoint is damaged (" + e.what() +
                          "); fork from another step");
+    } catch (const StateWorldSizeMismatch& e) {
+        throw InputError("--fork-from " + given + ": the checkpoint's run trained on " + std::to_string(e.written) +
+                         " processes and this fork has " + std::to_string(world_size) +
+                         "; a fork continues its optimizer state and data order, so start it with mpirun -np " +
+                         std::to_string(e.written) + " (or start a new run from its weights with -e " + given + ")");
     } catch (const CheckpointModelMismatch& e) {
         const ModelDifference& d = e.difference;
         const std::string flag = d.field == "tied embeddings" ? "--untie-embeddings"

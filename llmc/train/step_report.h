@@ -155,6 +155,7 @@ struct RunSummary {
     std::optional<double> best_val;  // the lowest validation loss of the run (earlier processes' included) and its step
     int best_val_step = 0;
     std::string weights;  // the last model file written ("" for none)
+    bool output = false;  // the run writes into an -o (no weights then: no step was trained)
 
     void note_val(int step, double loss) {
         final_val = loss;
@@ -191,7 +192,9 @@ inline std::string summary_line(const RunSummary& s) {
     } else {
         line += " | no validation";
     }
-    line += " | weights: " + (s.weights.empty() ? std::string("not saved (no -o)") : s.weights);
+    line += " | weights: " + (!s.weights.empty() ? s.weights
+                              : s.output         ? std::string("not saved (no step trained)")
+                                                 : std::string("not saved (no -o)"));
     return line;
 }
 

@@ -428,6 +428,7 @@ inline const RunSummary& finish_summary(const TrainConfig& cfg, const RunPlan& p
     s.last_step = std::max(plan.start_step(), plan.max_steps);
     s.tokens_per_step = (int64_t)cfg.batch_size * cfg.seq_len * plan.accum * cfg.world_size;
     s.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - o.started).count();
+    s.output = !cfg.output_dir.empty();
     return s;
 }
 
