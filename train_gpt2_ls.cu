@@ -27,8 +27,11 @@ int main(int argc, char** argv) {
     llmc::ignore_file_size_signal();
     llmc::MpiSession mpi(&argc, &argv);  // MPI_Init / MPI_Finalize when started by a launcher
     llmc::TrainCli cli;
-    cli.print_errors(llmc::launch_env_rank() == 0);  // a flag error once, not once per process
+    const llmc::LaunchInfo env = llmc::launch_env();
+    cli.set_launch_rank(env.rank, env.world_size);  // a flag error once, not once per process
     const int rc = cli.parse(argc, argv);
+    // An error that read files may be this process's alone: end the whole launch, no rank left waiting
+    if (rc > 0 && cli.error_read_files() && env.world_size > 1 && mpi.active()) mpi.abort(rc);
     if (rc >= 0) return rc;
     llmc::TrainConfig cfg = cli.config();
     std::unique_ptr<llmc::Collective> comm;

@@ -20,6 +20,7 @@ move some weight by 4.9e-3, so the bound is far below what a lost or doubled upd
 """
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -277,6 +278,29 @@ def test_paper_options_over_ranks_zero1_equals_zero0(byte_data, tmp_path):
     assert sum(r["qk_clip_heads"] for r in ra) > 0, "tau 0.1 was meant to clip some head in this run"
     assert model_file(a, 6).read_bytes() == model_file(b, 6).read_bytes()
     assert np.fromfile(model_file(a, 6), dtype=np.int32, count=256)[20] == 1  # no biases
+
+
+def test_an_error_of_files_on_one_rank_ends_the_job_and_names_the_rank(byte_data, tmp_path):
+    """A review of the flag-errors-once change: an error found reading files (here --config) can be one rank's
+    alone (another node's file system); rank 1 then printed nothing and rank 0 waited forever. Rank 1 now says
+    it with its rank and the job ends (MPI_Abort) instead of hanging."""
+    if MPIRUN is None:
+        skip_unless_ci("mpirun not found (install OpenMPI: apt-get install openmpi-bin libopenmpi-dev)")
+    good = tmp_path / "good.toml"
+    good.write_text("max-steps = 2\n")
+    missing = tmp_path / "missing.toml"
+    script = tmp_path / "per_rank.sh"
+    flags = data_args(byte_data) + TINY + ["-v", 0, "-s", 0, "-o", tmp_path / "run"]
+    args = " ".join(shlex.quote(str(a)) for a in flags)
+    script.write_text(f'#!/bin/sh\nc={good}; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && c={missing}\n'
+                      f'exec {BIN} --device cpu --config "$c" {args}\n')
+    script.chmod(0o755)
+    p = subprocess.run([MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2", str(script)], cwd=REPO,
+                       capture_output=True, text=True, timeout=60)
+    if "this build has no MPI" in p.stderr:
+        skip_unless_ci("train_gpt2_ls was built without MPI (no mpicxx when it was built)")
+    assert p.returncode != 0, p.stderr
+    assert f"error: rank 1 of 2: --config {missing}: no such file" in p.stderr, p.stderr
 
 
 @pytest.mark.parametrize("args", [["-x", "1e3"], ["-l", "inf"], ["--no-such-flag", "1"]])

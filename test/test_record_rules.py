@@ -291,6 +291,7 @@ def test_a_path_that_is_not_utf8_is_refused_before_anything_is_written(byte_data
     line = one_error_line(run(data_args(byte_data) + COMMON + ["-x", 1, "-o", latin1 / "run"], check=False))
     assert line.startswith(f"error: -o '{tmp_path}/caf\\xe9/run' is not valid UTF-8"), line
     assert not (latin1 / "run").exists()
+    run(["-i", f"{latin1}/train_*.bin"] + COMMON + ["-x", 1])  # without -o nothing records it: it trains
     utf8 = tmp_path / "café"  # the same name in UTF-8 trains
     shutil.copytree(byte_data, utf8)
     run(["-i", f"{utf8}/train_*.bin", "-o", out] + COMMON + ["-x", 1])

@@ -96,30 +96,41 @@ public:
         config_file_->file = config_path(argc, argv);
         config_file_->app = &app_;
         const std::string mistake = argv_mistake(app_, argc, argv, config_file_->file);
-        if (!mistake.empty()) return fail(mistake);
+        if (!mistake.empty()) return fail(mistake, ErrorSource::Files);  // (some look at files: --config, globs)
         try {
             app_.parse(argc, argv);
         } catch (const CLI::CallForHelp& e) { return app_.exit(e); } catch (const CLI::CallForAllHelp& e) {
             return app_.exit(e);
-        } catch (const ConfigFileError& e) { return fail(e.what()); } catch (const CLI::ExtrasError& e) {
+        } catch (const ConfigFileError& e) {
+            return fail(e.what(), ErrorSource::Files);
+        } catch (const CLI::ExtrasError& e) {
             const std::string hint = unknown_flag_hint();
-            return fail(e.what() + (hint.empty() ? "; run with --help for the flags" : hint));
+            return fail(e.what() + (hint.empty() ? "; run with --help for the flags" : hint), ErrorSource::Argv);
         } catch (const CLI::ConversionError& e) {
-            return fail(conversion_error(e.what()));
-        } catch (const CLI::ParseError& e) { return fail(e.what() + std::string("; run with --help for the flags")); }
+            return fail(conversion_error(e.what()), ErrorSource::Argv);
+        } catch (const CLI::ParseError& e) {
+            return fail(e.what() + std::string("; run with --help for the flags"), ErrorSource::Argv);
+        }
         for (const CLI::Option* opt : app_.get_options())
             if (opt->count() > 0 && !opt->get_lnames().empty()) cfg_.given.push_back(opt->get_lnames().front());
         cfg_.config_record = config_file_->record_path;
         try {
             continue_record();
-        } catch (const std::exception& e) { return fail(e.what()); }
+        } catch (const std::exception& e) { return fail(e.what(), ErrorSource::Files); }
         return -1;
     }
     // The error line of the last parse that failed (without "error: "), "" otherwise.
     const std::string& error() const { return error_; }
-    // Whether parse prints its error line (default on). Off on the processes of a multi-process launch
-    // other than rank 0: each reads the same flags, so rank 0's line says it once.
-    void print_errors(bool on) { print_errors_ = on; }
+    // Whether that error was found after reading files (it may be this process's alone in a launch).
+    bool error_read_files() const { return error_source_ == ErrorSource::Files; }
+    // This process's place in a multi-process launch (from the launcher's environment, llmc::launch_env):
+    // an error found in argv alone is printed by rank 0 only (every rank reads the same flags: one line
+    // says it once); one that read files (--config, a run record, paths) is printed by every rank that
+    // meets it, prefixed "rank R of W: " on ranks other than 0, since another rank may not meet it.
+    void set_launch_rank(int rank, int world_size) {
+        rank_ = rank;
+        world_size_ = world_size;
+    }
 
     const TrainConfig& config() const { return cfg_; }
     // Sets flag `name` (long name) to `value` after parse, as if given, so config_file_text() writes it
@@ -153,7 +164,9 @@ private:
     std::shared_ptr<CheckedConfigFile> config_file_;
     std::vector<std::string> flag_names_;  // every option's long names, for "did you mean"
     std::string error_;                    // error()
-    bool print_errors_ = true;             // print_errors()
+    int rank_ = 0, world_size_ = 1;        // set_launch_rank()
+    enum class ErrorSource { Argv, Files };
+    ErrorSource error_source_ = ErrorSource::Argv;  // of error_
     struct IntRange {
         std::string flag;    // "--max-steps"
         std::string lo, hi;  // the limits of the field's C++ type
@@ -176,10 +189,15 @@ private:
         note_int_range(names, T{});
     }
 
-    // Prints "error: <message>" (unless print_errors(false)), keeps it as error_; returns the exit code 1.
-    int fail(const std::string& message) {
+    // (ErrorSource: where a parse error was found: in argv alone, alike on every rank, or after reading files)
+    // Prints "error: <message>" (on ranks other than 0: nothing for an argv error, "error: rank R of W:
+    // <message>" for one of files; set_launch_rank), keeps it as error_; returns the exit code 1.
+    int fail(const std::string& message, ErrorSource source) {
         error_ = message;
-        if (print_errors_) std::fprintf(stderr, "error: %s\n", message.c_str());
+        error_source_ = source;
+        if (rank_ == 0) std::fprintf(stderr, "error: %s\n", message.c_str());
+        else if (source == ErrorSource::Files)
+            std::fprintf(stderr, "error: rank %d of %d: %s\n", rank_, world_size_, message.c_str());
         return 1;
     }
 

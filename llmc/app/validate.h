@@ -76,8 +76,10 @@ inline void check_dump_attention_flags(const TrainConfig& c) {
 
 // The paths a run's config.json (and eval.json) records and its readers open again: each must be UTF-8,
 // as JSON is; a byte that is not (a Latin-1 directory name) would be recorded as U+FFFD, a path that no
-// longer names the file (-y 1, generate and eval of the run could not find its data). Refused first.
+// longer names the file (-y 1, generate and eval of the run could not find its data). Refused first;
+// without -o nothing is recorded and any path the system takes is fine.
 inline void check_recorded_paths_utf8(const TrainConfig& c) {
+    if (c.output_dir.empty()) return;
     const std::pair<const char*, const std::string*> paths[] = {{"-i", &c.train_data},
                                                                 {"-j", &c.val_data},
                                                                 {"-o", &c.output_dir},

@@ -132,12 +132,13 @@ inline LaunchInfo detect_launch(int flag_rank, int flag_world, int flag_local) {
     return detect_launch(flag_rank, flag_world, flag_local, [](const char* n) { return std::getenv(n); });
 }
 
-// The rank the launcher's environment gives this process, before the flags are read: 0 without a
-// launcher or with an environment detect_launch refuses (that error comes later, once, per rank).
-inline int launch_env_rank() {
+// The rank and world size the launcher's environment gives this process, before the flags are read:
+// rank 0 of 1 without a launcher or with an environment detect_launch refuses (that error comes
+// later, once, per rank).
+inline LaunchInfo launch_env() {
     try {
-        return detect_launch(-1, -1, -1).rank;
-    } catch (const InputError&) { return 0; }
+        return detect_launch(-1, -1, -1);
+    } catch (const InputError&) { return LaunchInfo{}; }
 }
 
 }  // namespace llmc

@@ -48,6 +48,11 @@ public:
     MpiSession(const MpiSession&) = delete;
     MpiSession& operator=(const MpiSession&) = delete;
     bool active() const { return owner_; }
+    // Ends every process of the launch (MPI_Abort) with exit code `code`.
+    [[noreturn]] void abort(int code) {
+        MPI_Abort(MPI_COMM_WORLD, code);
+        std::exit(code);  // MPI_Abort does not return; this keeps [[noreturn]] honest
+    }
 
 private:
     bool owner_ = false;
@@ -128,6 +133,7 @@ class MpiSession {
 public:
     MpiSession(int*, char***) {}
     bool active() const { return false; }
+    [[noreturn]] void abort(int code) { std::exit(code); }
 };
 #endif
 
