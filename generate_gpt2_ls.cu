@@ -102,8 +102,8 @@ int run(llmc::GenerateConfig g) {
         return run_generation(g, ck, taken);
     }
     const std::string fitted = llmc::fit_bench_defaults(g, ck.config);
+    if (!fitted.empty()) std::fprintf(stderr, "%s\n", fitted.c_str());  // before an error that names them
     llmc::check_bench_flags(g, ck.config);
-    if (!fitted.empty()) std::fprintf(stderr, "%s\n", fitted.c_str());
     llmc::DeviceFacts facts;
     const std::unique_ptr<llmc::Backend> model = load_backend(g, ck, &facts);
     return llmc::run_bench(g, *model, facts);

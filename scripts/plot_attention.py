@@ -160,8 +160,8 @@ def model_geometry(args, dump_dirs=(), notes=None):
             raise PlotError(f"{stale}; give --config with the config.json of the run evaluated (or --window P "
                             "--global-heads G --heads NH), or evaluate the checkpoint again into a new -o")
         notes.append(f"note: {stale}: cannot check that " +
-                     (f"--config {args.config}" if args.config else "--window, --global-heads and --heads") +
-                     " describe the model that wrote the dumps")
+                     (f"--config {args.config} describes" if args.config else
+                      "--window, --global-heads and --heads describe") + " the model that wrote the dumps")
     geometry = read_geometry(own[1], f"{own[1]} (named by {own[0]})") if own else None
     if args.config:
         given = read_geometry(args.config, f"--config {args.config}")

@@ -12,6 +12,7 @@
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -153,6 +154,11 @@ def test_a_run_resumes_from_another_directory(byte_data, tmp_path):
      "not read as a thousands separator: write 1000, not 1,000)"),
     (["-x", "1e3", "-x", "2e3"], "error: --max-steps takes an integer in digits (e.g. 1000, not 1e3), not '1e3,2e3' "
      "(the flag was given more than once)"),
+    # a review: the comma of a repeated flag's own value is still the reason; a float's is a decimal comma
+    (["-x", "5", "-x", "1,000"], "error: --max-steps takes an integer in digits (e.g. 1000, not 1e3), not '5,1,000' "
+     "(a comma is not read as a thousands separator: write 1000, not 1,000)"),
+    (["-l", "1,5"], "error: --learning-rate takes a number (e.g. 6e-4), not '1,5' (a comma is not read as a "
+     "decimal point: write 1.5, not 1,5)"),
     (["-i", "{data}/*.bin"], "error: the shard pattern '{data}/*.bin' matches {data}/tokenizer.bin, which is not a "
      "token shard"),
 ])
@@ -264,6 +270,11 @@ def test_the_smallest_normal_float_and_zero_are_taken(byte_data, tmp_path):
     conf = json.loads((tmp_path / "run" / "config.json").read_text())
     assert conf["train"]["z_loss"] > 0 and conf["train"]["weight_decay"] == 0, conf["train"]
     assert p.returncode == 0
+    # the bounds the refusal prints ("a magnitude in [1.17549435e-38, 3.40282347e+38]") are taken themselves
+    bounds = re.search(r"magnitude in \[(\S+), (\S+)\]", run(data_args(byte_data) + COMMON + ["-x", 1, "--z-loss",
+                                                                                        "1e-40"], check=False).stderr)
+    for v in bounds.groups():
+        run(data_args(byte_data) + COMMON + ["-x", 0, "--z-loss", v])
 
 
 def test_y1_of_a_mistyped_o_names_the_run_it_may_mean(byte_data, tmp_path):

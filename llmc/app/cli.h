@@ -234,10 +234,16 @@ private:
         const std::string takes = integer           ? "an integer in digits (e.g. 1000, not 1e3)"
                                   : type == "FLOAT" ? "a number (e.g. 6e-4)"
                                                     : "a " + type + " value";
+        // (CLI11 joins a repeated flag's values with commas: a comma inside one value is the user's)
         const bool repeated = opt != nullptr && opt->count() > 1;
-        const std::string comma = value.find(',') == std::string::npos ? ""
-                                  : repeated                           ? " (the flag was given more than once)"
-                                             : " (a comma is not read as a thousands separator: write 1000, not 1,000)";
+        bool typed_comma = opt == nullptr && value.find(',') != std::string::npos;
+        if (opt != nullptr)
+            for (const std::string& r : opt->results()) typed_comma = typed_comma || r.find(',') != std::string::npos;
+        const std::string comma =
+            typed_comma ? (integer ? " (a comma is not read as a thousands separator: write 1000, not 1,000)"
+                                   : " (a comma is not read as a decimal point: write 1.5, not 1,5)")
+            : repeated  ? " (the flag was given more than once)"
+                        : "";
         return flag + " takes " + takes + ", not '" + value + "'" + comma + "; fix its value";
     }
 

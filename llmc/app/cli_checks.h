@@ -97,11 +97,11 @@ inline CLI::Validator float_text_check() {
             const long double d = std::strtold(s, &end);
             if (end == s || *end != '\0') return std::string();  // not a number: CLI11 refuses it
             char range[96];
-            std::snprintf(range, sizeof range, "0 or a magnitude in [%.6g, %.6g]", (double)FLT_MIN, (double)FLT_MAX);
+            std::snprintf(range, sizeof range, "0 or a magnitude in [%.9g, %.9g]", (double)FLT_MIN, (double)FLT_MAX);
             if (!std::isfinite(d)) return "'" + v + "' is not a finite number; give a finite value (" + range + ")";
-            if (std::fabs(d) > (long double)FLT_MAX)
-                return "'" + v + "' is not a finite number as a float (it would be inf); give " + range;
-            if (d != 0 && std::fabs(d) < (long double)FLT_MIN)
+            const float f = static_cast<float>(d);  // what the flag holds: the bounds as printed round to it
+            if (std::isinf(f)) return "'" + v + "' is not a finite number as a float (it would be inf); give " + range;
+            if (d != 0 && std::fpclassify(f) != FP_NORMAL)
                 return "'" + v +
                        "' is below the smallest normal float (it would be read as 0 or lose precision); give " + range;
             return std::string();
