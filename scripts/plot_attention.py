@@ -26,7 +26,8 @@ Writes one PNG per input, `attn_L<l>_H<h>.png`, into --out DIR (default: next to
     entries the mask hides (j > i, and for a local head j <= i - P) are light grey;
   - a local head's window boundary: the line j = i - P + 1 (its first visible key), drawn between
     key i - P + 1 and key i - P (solid);
-  - the near/far split at distance N (--near, else the run's --near, else P), as in the trainer's
+  - the near/far split at distance N (--near, else the run's --near at the checkpoint's step: config.json's
+    train.near and the changes its history records before that step; else P), as in the trainer's
     near/far statistics: key j is near when i - j < N; drawn between key i - N + 1 and i - N (dashed),
     for every head;
   - the title: layer, head, local (P) or global, T, and the near mass, the mean over the query rows
@@ -76,13 +77,30 @@ def find_dumps(paths):
     return dumps
 
 
-def read_geometry(path, what):
-    """(P, G, NH, near or None) of a run's config.json; `what` names it in errors ("--config X")."""
+def near_at(conf, step):
+    """The run's --near for its checkpoint of `step` (None: its start value): "train" holds the value the run
+    started with and "history" each change made on a resume from a step (docs/formats.md); the checkpoint of
+    step S was trained, and its statistics split, with the changes made before S."""
+    near = conf.get("train", {}).get("near")
+    changes = sorted((h for h in conf.get("history") or [] if isinstance(h, dict) and "--near" in
+                      [n.strip() for n in str(h.get("flag", "")).replace("/", ",").split(",")]),
+                     key=lambda h: h.get("step", 0))
+    if changes:
+        near = changes[0].get("old")
+    for h in changes:
+        if step is not None and isinstance(h.get("step"), int) and h["step"] < step:
+            near = h.get("new")
+    return near
+
+
+def read_geometry(path, what, step=None):
+    """(P, G, NH, near or None) of a run's config.json, near that of its checkpoint of `step` (None: the
+    run's start); `what` names it in errors ("--config X")."""
     try:
         with open(path, encoding="utf-8") as f:
             conf = json.load(f)
         model = conf["model"]
-        near = conf.get("train", {}).get("near")
+        near = near_at(conf, step)
         return int(model["window"]), int(model["global_heads"]), int(model["num_heads"]), near
     except (OSError, json.JSONDecodeError) as e:
         raise PlotError(f"{what}: cannot read it as JSON ({e}); give the run's config.json")
@@ -144,6 +162,17 @@ def dump_config(dump_dirs, notes):
     return (sorted(found)[0] if found else None), None
 
 
+def evaluated_step(eval_json):
+    """The step of the checkpoint an eval.json names (model_<step>.bin), None for another name."""
+    try:
+        with open(eval_json, encoding="utf-8") as f:
+            model = json.load(f).get("model")
+    except (OSError, ValueError, AttributeError):
+        return None
+    m = re.fullmatch(r"model_(\d+)\.bin", os.path.basename(str(model)))
+    return int(m.group(1)) if m else None
+
+
 def describe_geometry(g):
     return f"window {g[0]}, global heads {g[1]}, heads {g[2]}, near {g[3] if g[3] is not None else g[0]}"
 
@@ -162,10 +191,10 @@ def model_geometry(args, dump_dirs=(), notes=None):
         notes.append(f"note: {stale}: cannot check that " +
                      (f"--config {args.config} describes" if args.config else
                       "--window, --global-heads and --heads describe") + " the model that wrote the dumps")
-    geometry = read_geometry(own[1], f"{own[1]} (named by {own[0]})") if own else None
+    geometry = read_geometry(own[1], f"{own[1]} (named by {own[0]})", evaluated_step(own[0])) if own else None
     if args.config:
         given = read_geometry(args.config, f"--config {args.config}")
-        if geometry is not None and given != geometry:
+        if geometry is not None and given[:3] != geometry[:3]:  # (near splits the statistics; not the model)
             raise PlotError(f"--config {args.config} describes another model ({describe_geometry(given)}) than "
                             f"the dumps': {own[0]} names a checkpoint of the run {own[1]} "
                             f"({describe_geometry(geometry)}); drop --config or give that run's config.json")
@@ -300,7 +329,7 @@ def main(argv=None):
     ap.add_argument("--global-heads", type=int, help="G: the last G heads are global (overrides --config)")
     ap.add_argument("--heads", type=int, help="NH: heads per layer (overrides --config)")
     ap.add_argument("--near", type=int, help="near/far split distance N: key j is near when i - j < N "
-                    "(default: the run's --near, else P)")
+                    "(default: the run's --near at the checkpoint's step, else P)")
     ap.add_argument("--scale", choices=["log", "linear"], default="log", help="color scale (default log)")
     ap.add_argument("--vmin", type=float, default=1e-4, help="log scale: the smallest probability with its own "
                     "color (default 1e-4)")

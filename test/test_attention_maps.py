@@ -456,3 +456,19 @@ def test_plot_attention_refuses_a_checkpoint_replaced_since_the_eval(data, tmp_p
     notes = p.stderr.strip().splitlines()
     assert len(notes) == 1 and notes[0].startswith("note: ") and "cannot check" in notes[0], p.stderr
     assert f"layer 0 head 0 (local P={P})" in p.stdout, p.stdout
+
+
+def test_plot_attention_splits_at_the_near_the_checkpoint_was_trained_with(data, tmp_path):
+    """trial 3 F9: a run started with --near 4 and resumed with --near 16 had its dumps split at 4 (config.json's
+    start value), while the checkpoint's statistics split at 16. The split of a checkpoint is the --near of the
+    steps before it (config.json's history)."""
+    out = tmp_path / "run"
+    base = ["-i", f"{data}/train_*.bin", "-o", out, "-b", 4, "-t", T, "-v", 0, "-s", 0, "-n", 3, "--threads", 1]
+    run(base + ["-x", 3, "--near", 4] + MODEL)
+    run(base + ["-x", 6, "--near", 16, "-y", 1])
+    assert json.loads((out / "config.json").read_text())["history"], "the resume recorded no --near change"
+    for step, near in ((3, 4), (6, 16)):
+        ev = tmp_path / f"eval{step}"
+        run(eval_args(data, out / f"model_{step:08d}.bin", ev, heads="0:0"))
+        p = plot([ev, "--config", out / "config.json"])
+        assert f"near mass (i-j < {near})" in p.stdout, (step, p.stdout, p.stderr)
