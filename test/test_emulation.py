@@ -218,12 +218,12 @@ MUTANTS = {
         "for (int lane = 0; lane < kWarpSize; lane++) {",
         "for (int lane = 0; lane < kWarpSize - 1; lane++) {",
         "build/emu/test_gpu/test_redux", [], "FAIL redux.sync.or.b32"),
-    # the bias gradient's last block adds its 8 sums starting from one its index picks: the bits then
+    # the bias gradient's last block adds its quarters' sums starting from one its index picks: the bits then
     # depend on which block arrives last, which differs between the two schedules' block orders
     "bias-sum-in-arrival-order": (
         "llmc/cuda/matmul.cuh",
-        "for (int j = 0; j < 8; j++) total += sm[j][threadIdx.x];",
-        "for (int j = 0; j < 8; j++) total += sm[(j + blockIdx.y) % 8][threadIdx.x];",
+        "for (int j = 0; j < kQuarters; j++) total += quarter[j][col];",
+        "for (int j = 0; j < kQuarters; j++) total += quarter[(j + blockIdx.y) % kQuarters][col];",
         "build/emu/dev/matmul", ["--check"], "race: kernel llmc::cuda::detail::bias_sum_kernel"),
     # a launch on a capturing stream run at once instead of recorded for the graph (the captured
     # work then happens before the graph runs, and again at each launch)

@@ -914,15 +914,31 @@ def mem_us(nbytes, family, cal):
     return cal["kernel_fixed_us"] + nbytes / (H200_BANDWIDTH * cal[f"eff_{family}"]) * 1e6
 
 
+BIAS_ROWS = 128  # rows of a bias_sum_kernel chunk (llmc/cuda/matmul.cuh kBiasRows, HEAD)
+
+
+def bias_sum_us(Ntok, OC, cal, gelu_pass, packed=True):
+    """One bias_sum_kernel launch (dbias += column sums of dout (Ntok, OC); with gelu_pass dout is first
+    replaced by dout * gelu'(pre) in the same pass). packed (HEAD): 16-byte column packs, 4 rows in
+    flight per thread; its rate is not measured: assumed eff_elementwise, the packed element-wise
+    kernels' measured rate, over dout (and pre and the write) plus the chunks' fp32 partials written
+    and read once. packed=False: fa663e0's kernel (one bf16 element per thread and row): the GELU pass
+    at the measured eff_bias_gelu_bwd, the plain sum as the calibration has always modeled it
+    (eff_elementwise: never measured alone)."""
+    if not packed:
+        return (mem_us(Ntok * OC * ACT * 3, "bias_gelu_bwd", cal) if gelu_pass
+                else mem_us(Ntok * OC * ACT, "elementwise", cal))
+    partials = -(-Ntok // BIAS_ROWS) * OC * F32 * 2
+    return mem_us(Ntok * OC * ACT * (3 if gelu_pass else 1) + partials, "elementwise", cal)
+
+
 def matmul_backward_us(Ntok, IC, OC, cal, bias=True, gelu_pass=False):
-    """The matmul backward as the lab times it: dinp GEMM (Ntok x IC, K = OC), dW GEMM (OC x IC, K =
-    Ntok, fp32, added into), and the bias-sum kernel (reads dout; with gelu_pass also the GELU
-    backward: reads the pre-activation, writes dinp of the GELU in place)."""
+    """The matmul backward as the lab timed it at fa663e0: dinp GEMM (Ntok x IC, K = OC), dW GEMM (OC x
+    IC, K = Ntok, fp32, added into), and fa663e0's bias-sum kernel (reads dout; with gelu_pass also the
+    GELU backward: reads the pre-activation, writes dinp of the GELU in place)."""
     t = gemm_us(Ntok, IC, OC, cal) + gemm_us(OC, IC, Ntok, cal, out_bytes=F32, accumulate=True)
-    if gelu_pass:
-        t += mem_us(Ntok * OC * ACT * 3, "bias_gelu_bwd", cal)
-    elif bias:
-        t += mem_us(Ntok * OC * ACT, "elementwise", cal)
+    if gelu_pass or bias:
+        t += bias_sum_us(Ntok, OC, cal, gelu_pass, packed=False)
     return t
 
 
@@ -1220,7 +1236,7 @@ def fit_calibration():
     # gaps: the B8 step minus its modeled kernels, over the launches
     cal["gap_us"] = 0.0
     rows = predict_case("ls-small-b8", cal, dict(CASES["ls-small-b8"], V=257), split=False, host_groups=False,
-                        one_pass_classifier=False)
+                        one_pass_classifier=False, packed_bias_sum=False)
     kernels_us = sum(r["us_per_step"] for r in rows)
     launches = sum(r["calls_per_step"] for r in rows)
     cal["gap_us_fit"] = (MEASUREMENTS["fa663e0 step ls-small B8 V257"] - kernels_us) / (launches - 1)
@@ -1290,7 +1306,7 @@ def calibration_checks(cal):
                           ("fa663e0 step ls-small B16 V10000", "ls-small-b8", dict(B=16)),
                           ("fa663e0 step d12 B16 V50257", "d12-b16", {})):
         rows_k = predict_case(case, cal, dict(CASES[case], **over), split=False, host_groups=False,
-                              one_pass_classifier=False)
+                              one_pass_classifier=False, packed_bias_sum=False)
         row(k, "step", step_us(rows_k, cal))
     return rows
 
@@ -1353,14 +1369,16 @@ def kernel_group(name):
     return "other"
 
 
-def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_classifier=True):
+def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_classifier=True,
+                 packed_bias_sum=True):
     """Per-kernel rows of one step of a CASES shape at HEAD: the launches --profile-steps counts on
     the emulated device (the kernel names and calls of the emulated profile, HEAD-<sha>), each with its
     modeled µs per step. The GEMMs are one row per cuBLASLt call kind (their GPU kernels' names are
     cuBLASLt's own, compared as a group). split=False: fa663e0's attention grid; host_groups=False: the
     encoder backward's grouping on the device in one block (fa663e0 up to 28765d1) instead of HEAD's
     host grouping and its upload; one_pass_classifier=False: the classifier's forward pass (loss, lse)
-    and the backward's (dlogits) as two launches (as at fa663e0), not HEAD's one in the step."""
+    and the backward's (dlogits) as two launches (as at fa663e0), not HEAD's one in the step;
+    packed_bias_sum=False: fa663e0's bias-gradient kernel (bias_sum_us)."""
     m = dict(shape or CASES[case])
     L, C, NH, G, P, V, B, T = (m[k] for k in ("L", "C", "NH", "G", "P", "V", "B", "T"))
     bias, tanh, tied = m["bias"], m["gelu"] == "tanh", m["tied"]
@@ -1383,7 +1401,7 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
 
     # forward: qkv, attproj, fc (tanh with bias: the GELU epilogue also writes the pre-activation),
     # fcproj per layer; the LM head
-    for IC, OC, epi in ((C, 3 * C, False), (C, C, False), (C, 4 * C, tanh and bias), (4 * C, C, False)):
+    for IC, OC, epi in ((C, 3 * C, False), (C, C, False), (C, 4 * C, tanh), (4 * C, C, False)):
         add_gemms([gemm_us(N, OC, IC, cal, gelu_epilogue=epi)] * L)
     add_gemms([gemm_us(N, Vp, C, cal)])
     # backward: dinp and dW (fp32, added into) of the LM head, then of fcproj, fc, attproj, qkv per layer
@@ -1394,12 +1412,13 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     # bias gradients (bias_sum_kernel: reads dout; fc's also runs the GELU backward: reads pre, writes d)
     if bias:
         for OC, gelu in ((C, False), (4 * C, True), (C, False), (3 * C, False)):
-            add("llmc::cuda::detail::bias_sum_kernel",
-                mem_us(N * OC * ACT * 3, "bias_gelu_bwd", cal) if gelu and tanh
-                else mem_us(N * OC * ACT, "elementwise", cal),
-                L)
-    if not tanh or not bias:  # erf, or no bias: the GELU's own kernels
+            add("llmc::cuda::detail::bias_sum_kernel", bias_sum_us(N, OC, cal, gelu, packed_bias_sum), L,
+                "" if not packed_bias_sum else "16-byte packs: assumed at eff_elementwise (not measured)")
+    # the GELU's own kernels: the forward's where the epilogue cannot (erf: cuBLASLt's GELU is tanh's),
+    # the backward's where no bias gradient's pass takes it (matmul_forward, matmul_gelu_backward)
+    if not tanh:
         add("llmc::cuda::gelu_forward_kernel", mem_us(2 * N * 4 * C * ACT, "elementwise", cal), L)
+    if not bias:
         add("llmc::cuda::gelu_backward_kernel", mem_us(3 * N * 4 * C * ACT, "elementwise", cal), L)
     # encoder
     # (bytes as lab:encoder counts them: a wte row and a wpe row read and the output written per position)
@@ -1611,18 +1630,28 @@ def compare_text(res, title):
     return "\n".join(out)
 
 
-def built_steps(cal, case="paper-b16"):
-    """Issue 52's speed steps built since the calibration, as modeled gains at one case: (step, modeled
-    gain µs, the modeled step with it undone µs, the assumption the figure rests on)."""
-    now = step_us(predict_case(case, cal), cal)
-    undone = step_us(predict_case(case, cal, host_groups=False), cal)
-    two_pass = step_us(predict_case(case, cal, one_pass_classifier=False), cal)
-    return [("encoder backward grouping on the host, uploaded with the batch", undone - now, undone,
+def built_steps(cal):
+    """Issue 52's speed steps built since the calibration, as modeled gains: (step, case, modeled gain
+    µs, the modeled step with it undone µs, the assumption the figure rests on). Each at the case it
+    changes most (the bias gradient: a model with biases)."""
+    def gain(case, **undo):
+        now = step_us(predict_case(case, cal), cal)
+        undone = step_us(predict_case(case, cal, **undo), cal)
+        return undone - now, undone
+
+    return [("encoder backward grouping on the host, uploaded with the batch", "paper-b16",
+             *gain("paper-b16", host_groups=False),
              "the one-block grouping kernel gone; its upload one copy at PCIE_HTOD (assumed, 50 GB/s); the host's "
              "counting sort is off the device (docs/cuda_kernels.md, Encoder)"),
-            ("classifier loss + logit gradient in one pass (the step's forward writes the dlogits)", two_pass - now,
-             two_pass, "the forward's classifier pass gone (the fused pass already reads the logits and writes "
-             "dlogits; its L2 re-read as measured for forward+dlogits)")]
+            ("classifier loss + logit gradient in one pass (the step's forward writes the dlogits)", "paper-b16",
+             *gain("paper-b16", one_pass_classifier=False),
+             "the forward's classifier pass gone (the fused pass already reads the logits and writes "
+             "dlogits; its L2 re-read as measured for forward+dlogits)"),
+            ("bias gradients (and the GELU backward of fc) in 16-byte column packs", "d12-b16",
+             *gain("d12-b16", packed_bias_sum=False),
+             "the packed kernel at eff_elementwise (assumed: the packed element-wise kernels' measured rate; "
+             "not measured) against fa663e0's one-element loop (its GELU pass measured at eff_bias_gelu_bwd; "
+             "its plain sums kept at eff_elementwise, so only the fc pass gains); none at paper-b16 (no biases)")]
 
 
 def speed_steps(cal, case="paper-b16"):
@@ -1691,7 +1720,7 @@ def prefill_us(m, B, n, cal, last_layer_rows=False):
     layer past its qkv (and QK-norm) over the B gathered rows only, as a decode step runs it (the
     decode attention over the cache), instead of over all B n rows."""
     L, C, NH, G, P, V = (m[k] for k in ("L", "C", "NH", "G", "P", "V"))
-    bias, tanh = m["bias"], m["gelu"] == "tanh"
+    tanh = m["gelu"] == "tanh"
     Vp, hd, N = padded_vocab(V), C // NH, B * n
     parts = []  # (µs, launches)
 
@@ -1699,8 +1728,8 @@ def prefill_us(m, B, n, cal, last_layer_rows=False):
         parts.append((attention_us, attention_launches))
         parts.append((gemm_us(rows, C, C, cal), 1))  # attproj
         parts.append((mem_us(4 * rows * C * ACT + 8 * rows, "fused_ln_fwd", cal), 1))  # residual + ln2
-        parts.append((gemm_us(rows, 4 * C, C, cal, gelu_epilogue=tanh and bias), 1))  # fc
-        if not (tanh and bias):
+        parts.append((gemm_us(rows, 4 * C, C, cal, gelu_epilogue=tanh), 1))  # fc (tanh: cuBLASLt's epilogue)
+        if not tanh:
             parts.append((mem_us(2 * rows * 4 * C * ACT, "elementwise", cal), 1))  # the GELU's own kernel
         parts.append((gemm_us(rows, C, 4 * C, cal), 1))  # fcproj
 
@@ -1811,10 +1840,11 @@ def calibrated_main(a):
         print("| speed step | modeled gain ms | share of the step | assumption |\n|---|---:|---:|---|")
         for name, gain, why in sorted(steps, key=lambda x: -x[1]):
             print(f"| {name} | {gain / 1e3:.2f} | {100 * gain / base:.1f}% | {why} |")
-        print("\nBuilt since the calibration, at paper-b16, modeled (HEAD against HEAD with the step undone):\n")
-        print("| built speed step | modeled gain ms | share of the undone step | assumption |\n|---|---:|---:|---|")
-        for name, gain, undone, why in built_steps(cal):
-            print(f"| {name} | {gain / 1e3:.2f} | {100 * gain / undone:.1f}% | {why} |")
+        print("\nBuilt since the calibration, modeled (HEAD against HEAD with the step undone):\n")
+        print("| built speed step | case | modeled gain ms | share of the undone step | assumption |\n"
+              "|---|---|---:|---:|---|")
+        for name, case, gain, undone, why in built_steps(cal):
+            print(f"| {name} | {case} | {gain / 1e3:.2f} | {100 * gain / undone:.1f}% | {why} |")
     if a.predict:
         pred = prediction(cal, a.commit)
         os.makedirs(os.path.dirname(a.predict) or ".", exist_ok=True)

@@ -285,6 +285,13 @@ bool check_rejects(MatmulContext& ctx) {
     expect_throw("misaligned inp",
                  [&] { llmc::cuda::matmul_forward(ctx, c.get(), a.get() + 1, b.get(), nullptr, 4, 8, 8, 0); });
     expect_throw("N = 0", [&] { llmc::cuda::matmul_forward(ctx, c.get(), a.get(), b.get(), nullptr, 0, 8, 8, 0); });
+    // the GELU backward reads pre in 16-byte packs (bias_sum_kernel)
+    DeviceBuffer<float> dw(64), db(8), scratch(llmc::cuda::matmul_backward_scratch_floats(4, 8));
+    DeviceBuffer<uint32_t> arrivals(llmc::cuda::matmul_backward_arrivals(8), true);
+    expect_throw("misaligned pre", [&] {
+        llmc::cuda::matmul_gelu_backward(ctx, nullptr, dw.get(), db.get(), scratch.get(), arrivals.get(), c.get(),
+                                         a.get() + 1, b.get(), a.get(), 4, 8, 8, 0);
+    });
     return ok;
 }
 
@@ -303,7 +310,7 @@ int main(int argc, char** argv) {
     try {
         MatmulContext ctx;
         bool ok = true;
-        // (N, IC, OC): 10 row chunks per column group of the bias gradient (first: its emulated race
+        // (N, IC, OC): 19 row chunks per column group of the bias gradient (first: its emulated race
         // check ends the run at the first race, test/test_emulation.py's bias-sum mutant), tiny,
         // ragged N, the paper model's layers, an LM head slice, GPT-2 small's fc
         const int shapes[][3] = {{2333, 64, 72},  {64, 64, 64},     {77, 192, 576},  {333, 192, 768},
@@ -323,7 +330,7 @@ int main(int argc, char** argv) {
         ok &= check_forward(ctx, rng, 333, 192, 768, true, false, true, true);
         ok &= check_backward(ctx, rng, 333, 192, 768, true, true, true);
         ok &= check_gelu_backward(ctx, rng, 333, 192, 768);  // the paper model's fc (4C = 768)
-        ok &= check_gelu_backward(ctx, rng, 2333, 64, 72);   // 10 row chunks, a ragged column group
+        ok &= check_gelu_backward(ctx, rng, 2333, 64, 72);   // 19 row chunks, a ragged column group
         // the erf GELU (never the epilogue, even when asked for) and layers without bias
         ok &= check_forward(ctx, rng, 333, 192, 768, true, true, true, false, llmc::Gelu::Erf);
         ok &= check_forward(ctx, rng, 77, 192, 576, false, true, true, true, llmc::Gelu::Erf);

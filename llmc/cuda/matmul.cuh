@@ -248,7 +248,7 @@ inline bool lt_matmul(MatmulContext& ctx, void* d, cudaDataType_t dtype, const v
 inline void matmul_check_aligned(const void* p, const char* name) {
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
         throw std::invalid_argument(std::string("matmul: ") + name +
-                                    " is not 16-byte aligned; cuBLASLt needs "
+                                    " is not 16-byte aligned; cuBLASLt and the bias gradient's 16-byte accesses need "
                                     "aligned operands (allocate with cudaMalloc, offsets in multiples of 16 bytes)");
 }
 inline void matmul_check_shape(int N, int IC, int OC) {
@@ -257,51 +257,110 @@ inline void matmul_check_shape(int N, int IC, int OC) {
                                     " OC=" + std::to_string(OC) + "; need N, IC, OC >= 1 and IC, OC multiples of 8");
 }
 
-// dbias in one launch. Grid (ceil(OC/32), chunks), block (32, 8): block (gx, gy) owns columns
-// c = gx*32 + threadIdx.x of rows [gy*kBiasRows, (gy+1)*kBiasRows) of dout (N, OC); threadIdx.y
-// strides the rows by 8; the 8 sums are added in threadIdx.y order into
-// partial[gy*OC + c] ((chunks, OC) fp32). The blocks of column group gx count in on arrivals[gx];
-// the last of them adds, per column, the chunks' partials into dbias in a fixed order (thread y
-// sums chunks y, y+8, ... in order, then the 8 sums in y order): the same bits whichever block is last.
+// dbias in one launch, 16-byte accesses. Column group gx = kBiasGroupPacks packs of kPack columns
+// (64 bf16 / 32 fp32 columns: a 128-byte segment of a row); row chunk gy = kBiasRows rows. Grid
+// (ceil(OC / group columns), ceil(N / kBiasRows)), block (kBiasGroupPacks, kBiasRowThreads): thread
+// (x, y) reads pack x of the group on rows gy*kBiasRows + y + kBiasRowThreads*k, k = 0..kBiasRowsPerThread-1
+// (a warp reads 4 whole segments), summing them in k order; the block adds its kBiasRowThreads sums per
+// column in y order (in four quarters of y, then the quarters in order) into partial[gy*OC + c]
+// ((chunks, OC) fp32). The blocks of a column group count in on arrivals[gx]; the last of them adds,
+// per column, the chunks' partials into dbias in a fixed order (quarter q sums chunks q, q+4, ... in
+// order, then the quarters in order): the same bits whichever block is last.
 // pre non-null: dout holds d gelu(pre) on entry; each element is first replaced by dout * gelu'(pre)
 // of kind `gelu` (rounded to floatX, which is what is summed): the GELU backward in the same pass.
+// dout and pre 16-byte aligned, OC a multiple of kPack (host checks).
 // (Runtime switches, not templates: the emulation poisons only a non-template kernel's static shared
 // memory.)
-constexpr int kBiasRows = 256;
+constexpr int kBiasGroupPacks = 8;
+constexpr int kBiasGroupCols = kBiasGroupPacks * kPack;
+constexpr int kBiasRowThreads = 32;
+constexpr int kBiasRowsPerThread = 4;
+constexpr int kBiasRows = kBiasRowThreads * kBiasRowsPerThread;
+
+// acc (kPack) += the rows r0 + kBiasRowThreads*k (< N) of pack column p of dout (N, OC), in k order;
+// with GELU kind K (not None), each element first becomes dout * gelu'(pre), rounded, stored back.
+enum class BiasGelu { None, Tanh, Erf };
+template <BiasGelu K>
+__device__ inline void bias_rows_sum(float (&acc)[kPack], floatX* dout, const floatX* pre, int p, int r0, int N,
+                                     int OC) {
+    float d[kBiasRowsPerThread][kPack];
+#pragma unroll
+    for (int k = 0; k < kBiasRowsPerThread; k++) {
+        const int r = r0 + kBiasRowThreads * k;
+        if (r < N) load_vec<kPack>(d[k], dout + (size_t)r * OC + (size_t)p * kPack);
+    }
+    if constexpr (K != BiasGelu::None) {
+        // every load before the first store (dout and pre may alias as far as the compiler knows)
+        constexpr Gelu kind = K == BiasGelu::Erf ? Gelu::Erf : Gelu::Tanh;
+        float x[kBiasRowsPerThread][kPack];
+#pragma unroll
+        for (int k = 0; k < kBiasRowsPerThread; k++) {
+            const int r = r0 + kBiasRowThreads * k;
+            if (r < N) load_vec<kPack>(x[k], pre + (size_t)r * OC + (size_t)p * kPack);
+        }
+#pragma unroll
+        for (int k = 0; k < kBiasRowsPerThread; k++) {
+            const int r = r0 + kBiasRowThreads * k;
+            if (r >= N) continue;
+#pragma unroll
+            for (int j = 0; j < kPack; j++) d[k][j] = to_float(from_float<floatX>(d[k][j] * gelu_grad(x[k][j], kind)));
+            store_vec<kPack>(dout + (size_t)r * OC + (size_t)p * kPack, d[k]);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < kBiasRowsPerThread; k++)
+        if (r0 + kBiasRowThreads * k < N)
+#pragma unroll
+            for (int j = 0; j < kPack; j++) acc[j] += d[k][j];
+}
+
 __global__ void bias_sum_kernel(float* dbias, float* partial, uint32_t* arrivals, floatX* dout, const floatX* pre,
                                 Gelu gelu, int N, int OC) {
-    __shared__ float sm[8][33];
-    const int c = blockIdx.x * 32 + threadIdx.x;
-    const int r0 = blockIdx.y * kBiasRows;
-    const int r1 = min(N, r0 + kBiasRows);
-    float acc = 0.0f;
-    if (c < OC)
-        for (int r = r0 + threadIdx.y; r < r1; r += 8) {
-            const size_t i = (size_t)r * OC + c;
-            if (pre) {
-                const floatX d = from_float<floatX>(to_float(dout[i]) * gelu_grad(to_float(pre[i]), gelu));
-                dout[i] = d;
-                acc += to_float(d);
-            } else {
-                acc += to_float(dout[i]);
-            }
-        }
-    sm[threadIdx.y][threadIdx.x] = acc;
+    constexpr int kQuarters = 4, kThreads = kBiasGroupPacks * kBiasRowThreads;
+    __shared__ float sm[kBiasRowThreads][kBiasGroupCols + 1];
+    __shared__ float quarter[kQuarters][kBiasGroupCols];
+    const int p = blockIdx.x * kBiasGroupPacks + threadIdx.x;  // pack column
+    const bool live = p < OC / kPack;
+    float acc[kPack] = {};
+    if (live) {
+        const int r0 = blockIdx.y * kBiasRows + threadIdx.y;
+        if (!pre) bias_rows_sum<BiasGelu::None>(acc, dout, pre, p, r0, N, OC);
+        else if (gelu == Gelu::Erf) bias_rows_sum<BiasGelu::Erf>(acc, dout, pre, p, r0, N, OC);
+        else bias_rows_sum<BiasGelu::Tanh>(acc, dout, pre, p, r0, N, OC);
+    }
+#pragma unroll
+    for (int j = 0; j < kPack; j++) sm[threadIdx.y][threadIdx.x * kPack + j] = acc[j];
     __syncthreads();
-    if (threadIdx.y == 0 && c < OC) {
+    // thread t: column col of the group, quarter q of the y's (then of the chunks)
+    const int t = threadIdx.y * kBiasGroupPacks + threadIdx.x;
+    const int col = t % kBiasGroupCols, q = t / kBiasGroupCols;
+    const int c = blockIdx.x * kBiasGroupCols + col;
+    static_assert(kThreads == kQuarters * kBiasGroupCols || kThreads == 2 * kQuarters * kBiasGroupCols,
+                  "the quarters need kQuarters * kBiasGroupCols threads");
+    constexpr int kYPerQuarter = kBiasRowThreads / kQuarters;
+    if (q < kQuarters) {
         float s = 0.0f;
-        for (int j = 0; j < 8; j++) s += sm[j][threadIdx.x];
+        for (int y = q * kYPerQuarter; y < (q + 1) * kYPerQuarter; y++) s += sm[y][col];
+        quarter[q][col] = s;
+    }
+    __syncthreads();
+    if (t < kBiasGroupCols && c < OC) {
+        float s = 0.0f;
+        for (int j = 0; j < kQuarters; j++) s += quarter[j][col];
         partial[(size_t)blockIdx.y * OC + c] = s;
     }
     if (!arrive_last(arrivals + blockIdx.x, gridDim.y)) return;
-    float s = 0.0f;
-    if (c < OC)
-        for (int j = threadIdx.y; j < (int)gridDim.y; j += 8) s += partial[(size_t)j * OC + c];
-    sm[threadIdx.y][threadIdx.x] = s;  // every thread has passed the first read of sm (the barriers in arrive_last)
+    if (q < kQuarters) {
+        float s = 0.0f;
+        if (c < OC)
+#pragma unroll 4
+            for (int j = q; j < (int)gridDim.y; j += kQuarters) s += partial[(size_t)j * OC + c];
+        quarter[q][col] = s;  // every thread has passed the first read of quarter (the barriers in arrive_last)
+    }
     __syncthreads();
-    if (threadIdx.y == 0 && c < OC) {
+    if (t < kBiasGroupCols && c < OC) {
         float total = 0.0f;
-        for (int j = 0; j < 8; j++) total += sm[j][threadIdx.x];
+        for (int j = 0; j < kQuarters; j++) total += quarter[j][col];
         dbias[c] += total;
     }
 }
@@ -334,12 +393,13 @@ inline void matmul_forward(MatmulContext& ctx, floatX* out, const floatX* inp, c
     if (pre_gelu) gelu_forward(out, pre_gelu, (size_t)N * OC, gelu, st);
 }
 
-// Floats of scratch matmul_backward needs for the bias gradient: (ceil(N / 256), OC).
+// Floats of scratch matmul_backward needs for the bias gradient: (ceil(N / 128), OC).
 inline size_t matmul_backward_scratch_floats(int N, int OC) {
     return (size_t)ceil_div(N, detail::kBiasRows) * (size_t)OC;
 }
-// Arrival counters matmul_backward needs for the bias gradient: one per 32 columns.
-inline size_t matmul_backward_arrivals(int OC) { return (size_t)ceil_div(OC, 32); }
+// Arrival counters matmul_backward needs for the bias gradient: one per column group (64 bf16 or
+// 32 fp32 columns).
+inline size_t matmul_backward_arrivals(int OC) { return (size_t)ceil_div(OC, detail::kBiasGroupCols); }
 
 namespace detail {
 // dbias (OC) += column sums of dout (N, OC) in one launch (bias_sum_kernel); with pre, dout is first
@@ -350,8 +410,9 @@ inline void bias_sum(float* dbias, float* scratch, uint32_t* arrivals, floatX* d
         throw std::invalid_argument(
             "matmul_backward: dbias needs scratch of matmul_backward_scratch_floats(N, OC) floats and "
             "matmul_backward_arrivals(OC) zeroed arrival counters");
-    const dim3 grid((unsigned)ceil_div(OC, 32), (unsigned)ceil_div(N, kBiasRows));
-    launch_kernel(bias_sum_kernel, grid, dim3(32, 8), 0, st, dbias, scratch, arrivals, dout, pre, gelu, N, OC);
+    const dim3 grid((unsigned)ceil_div(OC, kBiasGroupCols), (unsigned)ceil_div(N, kBiasRows));
+    launch_kernel(bias_sum_kernel, grid, dim3(kBiasGroupPacks, kBiasRowThreads), 0, st, dbias, scratch, arrivals, dout,
+                  pre, gelu, N, OC);
     CUDA_CHECK_LAUNCH();
 }
 // dinp and dweight of matmul_backward (cuBLASLt).
@@ -400,6 +461,7 @@ inline void matmul_gelu_backward(MatmulContext& ctx, floatX* dinp, float* dweigh
     if (!pre) throw std::invalid_argument("matmul_gelu_backward: needs pre");
     // every check before dout and dbias change (matmul_backward_products repeats them, harmlessly)
     detail::matmul_check_aligned(dout, "dout");
+    detail::matmul_check_aligned(pre, "pre");
     detail::matmul_check_aligned(inp, "inp");
     detail::matmul_check_aligned(weight, "weight");
     detail::matmul_check_aligned(dweight, "dweight");

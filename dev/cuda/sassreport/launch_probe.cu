@@ -12,6 +12,7 @@
 #include "llmc/cuda/classifier.cuh"
 #include "llmc/cuda/global_norm.cuh"
 #include "llmc/cuda/layernorm.cuh"
+#include "llmc/cuda/matmul.cuh"
 #include "llmc/cuda/qknorm.cuh"
 #include "llmc/cuda/residual.cuh"
 
@@ -101,7 +102,7 @@ int main() {
     line("encoder_backward_wpe_kernel", kElementwiseBlock, 0);
     line("classifier_kernel", detail::kClassifierBlock, 0);
     line("global_norm_kernel", detail::kNormBlock, 0);
-    line("bias_sum_kernel", 32 * 8, 0);
+    line("bias_sum_kernel", detail::kBiasGroupPacks * detail::kBiasRowThreads, 0);
     line("attention_decode_kernel", kDecodeWarps * 32, 0);
     return 0;
 }
