@@ -121,13 +121,17 @@ int main(int argc, char** argv) {
     try {
         bool ok = true;
         // (N, V, Vp): tiny, small V with wide padding, ragged V, 6 warps a row in bf16 and 12 in fp32
-        // (below 512 vectors a row the block shrinks to whole warps: classifier_threads), the paper's
-        // SentencePiece vocabulary, GPT-2's vocabulary
+        // (below 512 vectors a row the block shrinks to whole warps: classifier_threads), one group of
+        // kClassifierRegVecs vectors a thread in bf16 (pass 2 from the registers), the paper's
+        // SentencePiece vocabulary (a group and part of a second: pass 2 reads again), a row of
+        // several groups and part of one, GPT-2's vocabulary
         ok &= check_shape(rng, 4, 8, 8, 1e-4f);
         ok &= check_shape(rng, 3, 5, 128, 0.f);
         ok &= check_shape(rng, 37, 1001, 1024, 0.05f);
         ok &= check_shape(rng, 19, 1400, 1536, 1e-4f);
+        ok &= check_shape(rng, 33, 8000, 8192, 1e-4f);
         ok &= check_shape(rng, 129, 10000, 10112, 1e-4f);
+        ok &= check_shape(rng, 33, 20000, 20096, 1e-4f);
         ok &= check_shape(rng, 64, 50257, 50304, 1e-4f);
         bool threw = false;
         try {

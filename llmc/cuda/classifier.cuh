@@ -3,13 +3,18 @@
 // CPU reference: llmc/cpu/classifier.h (classifier_forward + classifier_backward). Per row n:
 //   lse = logsumexp(logits[n, 0:V]),  loss = lse - logits[n, target],  zloss = z_weight * lse^2
 //   dlogits[n, v] = scale * (p_v - [v == target] + 2 * z_weight * lse * p_v),  p_v = exp(l_v - lse)
-// for v < V, and 0 for the padding columns [V, Vp) (never read for the statistics).
+// for v < V, and 0 for the padding columns [V, Vp) (read with their vectors, never used for the
+// statistics).
 //
 // One block per row, of classifier_threads(Vp) threads: 512, or fewer (whole warps, at least one
 // 16-byte vector each) for a padded vocabulary under 512 vectors. Pass 1 reads the row once in
-// 16-byte vectors and keeps a running (max, sum of exp(x - max)) per thread ("online softmax"),
+// 16-byte vectors, kClassifierRegVecs per thread at a time (their loads in flight together), and
+// keeps a running (max, sum of exp(x - max)) per thread ("online softmax", one rescale per group),
 // merged across the block in a fixed order (deterministic). Pass 2 (only when dlogits_scale != 0)
-// re-reads the row (mostly from L2: the rows in flight are small) and overwrites it with dlogits.
+// overwrites the row with dlogits: from the registers when the row is one group per thread (Vp up
+// to 512 x 2 vectors, 8192 bf16 columns), else reading each group again (mostly from L2: the paper
+// model's 10112 and GPT-2's 50304 columns). Launch bound: 4 blocks of 512 an SM (32 registers, as
+// with one vector at a time; a third vector spills, a fourth halves the blocks).
 // No fp32 (N, Vp) buffer.
 //
 // Requirements (else std::invalid_argument): 1 <= V <= Vp, Vp a multiple of 8 (16 / sizeof(floatX)
@@ -31,6 +36,7 @@ namespace llmc::cuda {
 namespace detail {
 
 constexpr int kClassifierBlock = 512;  // the most threads per row
+constexpr int kClassifierRegVecs = 2;  // 16-byte vectors a thread loads at once (and keeps for pass 2)
 
 // Merge running softmax state (m, s) with (m2, s2): s = s*e^(m-M) + s2*e^(m2-M), M = max(m, m2).
 // Equal maxima (also both -inf: empty states) scale by exactly 1, never by exp(-inf - -inf) = NaN.
@@ -58,7 +64,7 @@ inline int classifier_threads(int Vp) {
 
 // logits (N, Vp) one block of classifier_threads(Vp) threads per row; lse, losses, zlosses, row_max
 // (N) each nullable.
-__global__ void __launch_bounds__(kClassifierBlock)
+__global__ void __launch_bounds__(kClassifierBlock, 4)
     classifier_kernel(floatX* logits, float* lse_out, float* losses, float* zlosses, float* row_max, const int* targets,
                       float z_weight, float dscale, int V, int Vp) {
     const int n = blockIdx.x;
@@ -68,19 +74,35 @@ __global__ void __launch_bounds__(kClassifierBlock)
     // read before any thread can overwrite the row (pass 2 starts after the block reduction)
     const float target_logit = (threadIdx.x == 0 && target_ok) ? to_float(logits[(size_t)n * Vp + target]) : 0.0f;
 
-    // pass 1: per-thread online max / sum over the real vocabulary
+    // pass 1: per-thread online max / sum over the real vocabulary, kClassifierRegVecs vectors at a
+    // time (thread t's vectors t + i * blockDim.x, all loads of a group in flight together); vectors
+    // past the row, and elements past V, do not count (j * kVecX + e < V implies j < nvec)
+    const int nvec = Vp / kVecX;
+    const int stride = blockDim.x * kClassifierRegVecs;
+    VecX x[kClassifierRegVecs];
     float m = -INFINITY, s = 0.0f;
-    const int nvec_real = (V + kVecX - 1) / kVecX;
-    for (int j = threadIdx.x; j < nvec_real; j += blockDim.x) {
-        const VecX x = row[j];
+    for (int j0 = threadIdx.x; j0 < nvec; j0 += stride) {
+#pragma unroll
+        for (int i = 0; i < kClassifierRegVecs; i++)
+            if (j0 + i * (int)blockDim.x < nvec) x[i] = row[j0 + i * blockDim.x];
         float cm = -INFINITY;
-        for (int e = 0; e < kVecX; e++)
-            if (j * kVecX + e < V) cm = fmaxf(cm, to_float(x.v[e]));
+#pragma unroll
+        for (int i = 0; i < kClassifierRegVecs; i++) {
+            const int j = j0 + i * blockDim.x;
+#pragma unroll
+            for (int e = 0; e < kVecX; e++)
+                if (j * kVecX + e < V) cm = fmaxf(cm, to_float(x[i].v[e]));
+        }
         const float M = fmaxf(m, cm);
         const float Msub = (M == -INFINITY) ? 0.0f : M;  // all -inf so far: exp(-inf - 0) = 0, NaN stays NaN
         float cs = 0.0f;
-        for (int e = 0; e < kVecX; e++)
-            if (j * kVecX + e < V) cs += expf(to_float(x.v[e]) - Msub);
+#pragma unroll
+        for (int i = 0; i < kClassifierRegVecs; i++) {
+            const int j = j0 + i * blockDim.x;
+#pragma unroll
+            for (int e = 0; e < kVecX; e++)
+                if (j * kVecX + e < V) cs += expf(to_float(x[i].v[e]) - Msub);
+        }
         s = s * ((m == M) ? 1.0f : expf(m - M)) + cs;
         m = M;
     }
@@ -122,22 +144,32 @@ __global__ void __launch_bounds__(kClassifierBlock)
     if (dscale == 0.0f) return;
     __syncthreads();
 
-    // pass 2: dlogits in place, every column of the row ([V, Vp) gets 0)
+    // pass 2: dlogits in place, every column of the row ([V, Vp) gets 0); a row of one group per
+    // thread (nvec <= stride) is still in x, else each group is read again
     const float lse = sh_lse;
     const float pscale = dscale * (1.0f + 2.0f * z_weight * lse);
-    const int nvec = Vp / kVecX;
-    for (int j = threadIdx.x; j < nvec; j += blockDim.x) {
-        VecX x = row[j];
-        for (int e = 0; e < kVecX; e++) {
-            const int v = j * kVecX + e;
-            float d = 0.0f;
-            if (v < V) {
-                d = pscale * expf(to_float(x.v[e]) - lse);
-                if (v == target) d -= dscale;
+    const bool in_registers = nvec <= stride;
+    for (int j0 = threadIdx.x; j0 < nvec; j0 += stride) {
+        if (!in_registers)
+#pragma unroll
+            for (int i = 0; i < kClassifierRegVecs; i++)
+                if (j0 + i * (int)blockDim.x < nvec) x[i] = row[j0 + i * blockDim.x];
+#pragma unroll
+        for (int i = 0; i < kClassifierRegVecs; i++) {
+            const int j = j0 + i * blockDim.x;
+            if (j >= nvec) continue;
+#pragma unroll
+            for (int e = 0; e < kVecX; e++) {
+                const int v = j * kVecX + e;
+                float d = 0.0f;
+                if (v < V) {
+                    d = pscale * expf(to_float(x[i].v[e]) - lse);
+                    if (v == target) d -= dscale;
+                }
+                x[i].v[e] = from_float<floatX>(d);
             }
-            x.v[e] = from_float<floatX>(d);
+            row[j] = x[i];
         }
-        row[j] = x;
     }
 }
 
