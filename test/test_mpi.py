@@ -303,11 +303,19 @@ def test_an_error_of_files_on_one_rank_ends_the_job_and_names_the_rank(byte_data
     assert f"error: rank 1 of 2: --config {missing}: no such file" in p.stderr, p.stderr
 
 
-@pytest.mark.parametrize("args", [["-x", "1e3"], ["-l", "inf"], ["--no-such-flag", "1"]])
+GLOB_EXPANDED = ["-i", "{tmp}/train_0.bin", "{tmp}/train_1.bin"]  # what the shell makes of an unquoted train_*.bin
+
+
+@pytest.mark.parametrize("args", [["-x", "1e3"], ["-l", "inf"], ["--no-such-flag", "1"], ["-ge", "1"], ["-h", "1"],
+                                  GLOB_EXPANDED])
 def test_a_flag_error_is_printed_once_not_once_per_rank(tmp_path, args):
     """trial 3: a mistake in the flags under mpirun -np 2 printed the same error line once per process, without
-    a rank. Every rank reads the same flags: rank 0 says it once."""
+    a rank. Every rank reads the same flags: rank 0 says it once. So do the mistakes found before CLI11 parses
+    (llm.c's flags, a glob the shell expanded), which were printed by every rank and ended by MPI_Abort."""
+    for i in range(2):
+        (tmp_path / f"train_{i}.bin").write_bytes(b"")
     out = tmp_path / "run"
+    args = [a.format(tmp=tmp_path) for a in args]
     p = run_np(2, ["-i", "no/such/train_*.bin", "-o", out] + args, check=False)
     errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
     assert p.returncode != 0 and len(errors) == 1, p.stderr

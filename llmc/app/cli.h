@@ -95,8 +95,10 @@ public:
     int parse(int argc, const char* const* argv) {
         config_file_->file = config_path(argc, argv);
         config_file_->app = &app_;
-        const std::string mistake = argv_mistake(app_, argc, argv, config_file_->file);
-        if (!mistake.empty()) return fail(mistake, ErrorSource::Files);  // (some look at files: --config, globs)
+        const std::string mistake = argv_mistake(app_, argc, argv);
+        if (!mistake.empty()) return fail(mistake, ErrorSource::Argv);
+        const std::string config_error = config_path_error(config_file_->file);
+        if (!config_error.empty()) return fail(config_error, ErrorSource::Files);
         try {
             app_.parse(argc, argv);
         } catch (const CLI::CallForHelp& e) { return app_.exit(e); } catch (const CLI::CallForAllHelp& e) {
@@ -125,7 +127,7 @@ public:
     bool error_read_files() const { return error_source_ == ErrorSource::Files; }
     // This process's place in a multi-process launch (from the launcher's environment, llmc::launch_env):
     // an error found in argv alone is printed by rank 0 only (every rank reads the same flags: one line
-    // says it once); one that read files (--config, a run record, paths) is printed by every rank that
+    // says it once); one that read files (the --config file, a run record) is printed by every rank that
     // meets it, prefixed "rank R of W: " on ranks other than 0, since another rank may not meet it.
     void set_launch_rank(int rank, int world_size) {
         rank_ = rank;
