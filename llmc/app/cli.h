@@ -105,6 +105,8 @@ public:
             return app_.exit(e);
         } catch (const ConfigFileError& e) {
             return fail(e.what(), ErrorSource::Files);
+        } catch (const CLI::FileError&) {  // CLI11 could not open the --config file (config_path_error saw a file)
+            return fail("--config " + config_file_->file + ": not readable; check its permissions", ErrorSource::Files);
         } catch (const CLI::ExtrasError& e) {
             const std::string hint = unknown_flag_hint();
             return fail(e.what() + (hint.empty() ? "; run with --help for the flags" : hint), ErrorSource::Argv);
