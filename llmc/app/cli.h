@@ -218,8 +218,9 @@ private:
 
     // CLI11's "Could not convert: --max-steps = 1e3" as what the flag takes: "--max-steps takes an integer
     // in digits (e.g. 1000, not 1e3), not '1e3'"; an integer beyond the flag's type is "too large" with
-    // its range; a comma is a thousands separator in one value, or a flag given more than once (CLI11
-    // joins the values with commas).
+    // its range. A comma typed inside a value is named as the separator it was likely meant as, which no
+    // flag reads: a thousands separator for an integer flag, a decimal point for any other (a float flag);
+    // a comma only between values is CLI11's, which joins them when a flag is given more than once.
     std::string conversion_error(const std::string& what) const {
         const size_t name = what.find("--"), eq = what.find(" = ");
         if (name == std::string::npos || eq == std::string::npos || eq < name)
@@ -238,11 +239,10 @@ private:
         const std::string takes = integer           ? "an integer in digits (e.g. 1000, not 1e3)"
                                   : type == "FLOAT" ? "a number (e.g. 6e-4)"
                                                     : "a " + type + " value";
-        // (CLI11 joins a repeated flag's values with commas: a comma inside one value is the user's)
         const bool repeated = opt != nullptr && opt->count() > 1;
-        bool typed_comma = opt == nullptr && value.find(',') != std::string::npos;
-        if (opt != nullptr)
-            for (const std::string& r : opt->results()) typed_comma = typed_comma || r.find(',') != std::string::npos;
+        const auto has_comma = [](const std::string& v) { return v.find(',') != std::string::npos; };
+        const bool typed_comma = opt == nullptr ? has_comma(value)  // each value as typed, before CLI11 joins them
+                                                : std::any_of(opt->results().begin(), opt->results().end(), has_comma);
         const std::string comma =
             typed_comma ? (integer ? " (a comma is not read as a thousands separator: write 1000, not 1,000)"
                                    : " (a comma is not read as a decimal point: write 1.5, not 1,5)")
