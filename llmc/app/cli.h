@@ -111,7 +111,7 @@ public:
             const std::string hint = unknown_flag_hint();
             return fail(e.what() + (hint.empty() ? "; run with --help for the flags" : hint), ErrorSource::Argv);
         } catch (const CLI::ConversionError& e) {
-            return fail(conversion_error(e.what()), ErrorSource::Argv);
+            return fail(conversion_error(app_, int_ranges_, e.what()), ErrorSource::Argv);
         } catch (const CLI::ParseError& e) {
             return fail(e.what() + std::string("; run with --help for the flags"), ErrorSource::Argv);
         }
@@ -171,11 +171,7 @@ private:
     int rank_ = 0, world_size_ = 1;        // set_launch_rank()
     enum class ErrorSource { Argv, Files };
     ErrorSource error_source_ = ErrorSource::Argv;  // of error_
-    struct IntRange {
-        std::string flag;    // "--max-steps"
-        std::string lo, hi;  // the limits of the field's C++ type
-    };
-    std::vector<IntRange> int_ranges_;  // the integer flags, for conversion_error
+    std::vector<IntRange> int_ranges_;              // the integer flags, for conversion_error
 
     // Records the range of an integer field's type (a flag's names "-x,--max-steps"; "" for a Json row).
     template <class T>
@@ -183,9 +179,7 @@ private:
         if constexpr (std::is_integral<T>::value && !std::is_same<T, bool>::value) {
             const size_t at = names.find("--");
             if (at == std::string::npos) return;
-            int_ranges_.push_back({names.substr(at, names.find(',', at) - at),
-                                   std::to_string(std::numeric_limits<T>::min()),
-                                   std::to_string(std::numeric_limits<T>::max())});
+            int_ranges_.push_back(int_range<T>(names.substr(at, names.find(',', at) - at)));
         }
     }
     template <class T>
@@ -214,41 +208,6 @@ private:
             else if (a.rfind("--config=", 0) == 0) path = a.substr(9);
         }
         return path;
-    }
-
-    // CLI11's "Could not convert: --max-steps = 1e3" as what the flag takes: "--max-steps takes an integer
-    // in digits (e.g. 1000, not 1e3), not '1e3'"; an integer beyond the flag's type is "too large" with
-    // its range. A comma typed inside a value is named as the separator it was likely meant as, which no
-    // flag reads: a thousands separator for an integer flag, a decimal point for any other (a float flag);
-    // a comma only between values is CLI11's, which joins them when a flag is given more than once.
-    std::string conversion_error(const std::string& what) const {
-        const size_t name = what.find("--"), eq = what.find(" = ");
-        if (name == std::string::npos || eq == std::string::npos || eq < name)
-            return what + "; run with --help for the flags";
-        const std::string flag = what.substr(name, eq - name), value = what.substr(eq + 3);
-        const CLI::Option* opt = app_.get_option_no_throw(flag);
-        const std::string type = opt == nullptr ? "" : opt->get_type_name();
-        const bool integer = type == "INT" || type == "UINT";
-        const size_t sign = !value.empty() && (value[0] == '-' || value[0] == '+') ? 1 : 0;
-        const bool digits = value.size() > sign && value.find_first_not_of("0123456789", sign) == std::string::npos;
-        if (integer && digits)
-            for (const IntRange& r : int_ranges_)
-                if (r.flag == flag)
-                    return flag + " " + value + " is too " + (value[0] == '-' ? "small" : "large") +
-                           ": it takes an integer in " + r.lo + ".." + r.hi + "; fix its value";
-        const std::string takes = integer           ? "an integer in digits (e.g. 1000, not 1e3)"
-                                  : type == "FLOAT" ? "a number (e.g. 6e-4)"
-                                                    : "a " + type + " value";
-        const bool repeated = opt != nullptr && opt->count() > 1;
-        const auto has_comma = [](const std::string& v) { return v.find(',') != std::string::npos; };
-        const bool typed_comma = opt == nullptr ? has_comma(value)  // each value as typed, before CLI11 joins them
-                                                : std::any_of(opt->results().begin(), opt->results().end(), has_comma);
-        const std::string comma =
-            typed_comma ? (integer ? " (a comma is not read as a thousands separator: write 1000, not 1,000)"
-                                   : " (a comma is not read as a decimal point: write 1.5, not 1,5)")
-            : repeated  ? " (the flag was given more than once)"
-                        : "";
-        return flag + " takes " + takes + ", not '" + value + "'" + comma + "; fix its value";
     }
 
     // "; did you mean --qk-norm?" for the first unexpected "--name" argument that is near a flag.
