@@ -74,6 +74,7 @@ PRECISION ?= BF16
 EXTRA_INCLUDE ?=
 SHARED_DATA ?= ../shared/data
 BUILD := build
+comma := ,# a comma inside a function's argument: $(if C,a$(comma) b)
 
 ifneq ($(PRECISION),BF16)
 ifneq ($(PRECISION),FP32)
@@ -494,7 +495,7 @@ ifneq ($(NVCC_FOUND),)
 endif
 	@mkdir -p $(BUILD); date +%s >$(BUILD)/test-build.start
 	$(MAKE) -j$(JOBS) test-build $(if $(NVCC_FOUND),emu-fp32-trainer sass-report) $(TS_DIR)/meta.json
-	@echo "== in the background, log $(BUILD)/background.log:$(if $(NVCC_FOUND), the emulated GPU tests and kernels (make test-emu: scripts/gpu_check.sh --emulate; ASan + UBSan, two schedules), then) the fuzz smoke test (make fuzz-smoke)$(if $(PYTEST_BACKGROUND), then pytest $(PYTEST_BACKGROUND)) =="
+	@echo "== in the background, log $(BUILD)/background.log:$(if $(NVCC_FOUND), the emulated GPU tests and kernels (make test-emu: scripts/gpu_check.sh --emulate; ASan + UBSan, two schedules)$(comma) then) the fuzz smoke test (make fuzz-smoke)$(if $(PYTEST_BACKGROUND),$(comma) then pytest $(PYTEST_BACKGROUND)) =="
 	@export OMP_WAIT_POLICY=PASSIVE; rm -f $(BUILD)/background.rc; now() { date +%s; }; \
 	t=$$(now); secs="builds $$((t - $$(cat $(BUILD)/test-build.start)))s"; \
 	{ $(if $(NVCC_FOUND),$(MAKE) --no-print-directory test-emu; e=$$?,e=0); te=$$(now); \

@@ -48,14 +48,15 @@ int main(int argc, char** argv) {
             cli.set_flag("total-batch-size", std::to_string(d));  // the recorded batch, on this process count
             cfg.total_batch_size = cli.config().total_batch_size;
         }
-        if (cfg.eval_only) llmc::eval_settings_from_run(cfg, cfg.rank == 0);  // what -e's run recorded
+        // what -e's run recorded; the line saying so comes with the result
+        const std::string eval_note = cfg.eval_only ? llmc::eval_settings_from_run(cfg, cfg.rank == 0) : "";
         // Once the model is known: a GPU the CUDA backend cannot use for it leaves `auto` on the CPU.
         const llmc::BackendFactory backend_for = [&cfg](const llmc::ModelConfig& m) {
             return llmc::make_backend(llmc::device_for_model(cfg.device, m, cfg.rank == 0), m, cfg.seed,
                                       cfg.local_rank);
         };
         return cfg.eval_only
-                   ? llmc::run_eval(cfg, backend_for, *comm)
+                   ? llmc::run_eval(cfg, backend_for, *comm, eval_note)
                    : llmc::run_training(cfg, backend_for, cli.config_file_text(), *comm, llmc::make_step_profiler);
     } catch (const std::exception&) {
         const std::string message = llmc::current_error_message(

@@ -245,3 +245,25 @@ def test_make_help_names_every_target_and_variable_the_docs_use():
                                 "print-value"], cwd=REPO, capture_output=True, text=True, timeout=60).stdout.strip()
         value = value.splitlines()[-1]  # after a possible "no nvcc" line
         assert re.search(rf"{var}=\"?{re.escape(value)}\"?(\s|$)", help_text, re.M), (var, value)
+
+
+@pytest.mark.parametrize("nvcc, expect", [
+    ("nvcc", "== in the background, log B/background.log: the emulated GPU tests and kernels (make test-emu: "
+     "scripts/gpu_check.sh --emulate; ASan + UBSan, two schedules), then the fuzz smoke test (make fuzz-smoke), "
+     "then pytest P =="),
+    ("", "== in the background, log B/background.log: the fuzz smoke test (make fuzz-smoke) =="),
+])
+def test_make_test_says_what_runs_in_the_background(tmp_path, nvcc, expect):
+    """make test's '== in the background' line, its recipe line run alone in a scratch Makefile (with the
+    Makefile's helper variables such as $(comma)): a comma inside $(if ...) once made "then" the else branch,
+    so the line dropped "then" with nvcc and began with it without."""
+    lines = (REPO / "Makefile").read_text().splitlines()
+    recipe = [ln for ln in lines if ln.startswith('\t@echo "== in the background')]
+    assert len(recipe) == 1, recipe
+    helpers = [ln for ln in lines if re.match(r"(comma|empty|space) :?=", ln)]
+    (tmp_path / "Makefile").write_text("\n".join(helpers + ["line:", recipe[0]]) + "\n")
+    background = "P" if nvcc else ""  # PYTEST_BACKGROUND is set only where nvcc is found
+    p = subprocess.run(["make", "--no-print-directory", "-s", "line", f"NVCC_FOUND={nvcc}", "BUILD=B",
+                        f"PYTEST_BACKGROUND={background}"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                       env={k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")})
+    assert p.returncode == 0 and p.stdout == expect + "\n", p.stdout + p.stderr

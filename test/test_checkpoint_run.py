@@ -45,6 +45,17 @@ def test_eval_only_takes_val_data_seq_len_and_batch_from_the_run(trained_run, by
     assert f"B 4 x T {T_TRAINED}" in implicit.stdout
 
 
+@pytest.mark.parametrize("extra", [["-t", 65], ["--dump-attention", "0:0"], ["--dump-logits", "/no/such/dir/x.bin"]])
+def test_a_failing_eval_only_prints_only_its_error(trained_run, extra):
+    """The "--eval-only: ... from config.json" line came before a later error (two lines for one mistake); it now
+    comes once the evaluation succeeded. The cases fail while planning, while checking flags and after the
+    evaluation ran."""
+    _, ckpt = trained_run
+    p = run(["--eval-only", "-e", ckpt, "--threads", 1] + extra, check=False)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: "), p.stderr
+
+
 def test_eval_only_takes_the_val_data_a_resume_changed(trained_run, byte_data, tmp_path):  # noqa: F811
     """A -j changed on resume is in config.json's history: eval takes the run's current -j, not the first."""
     src, _ = trained_run

@@ -168,6 +168,24 @@ def test_an_integer_below_its_range_gets_one_clean_line(model, extra, expect):
     assert p.returncode == 1 and err.strip().splitlines() == [expect + "; run with --help for the flags"], err
 
 
+@pytest.mark.parametrize("extra, expect", [
+    (["-n", "1e3"], "error: --tokens takes an integer in digits (e.g. 1000, not 1e3), not '1e3'; fix its value"),
+    (["--top-k", "1,000"], "error: --top-k takes an integer in digits (e.g. 1000, not 1e3), not '1,000' (a comma is "
+     "not read as a thousands separator: write 1000, not 1,000); fix its value"),
+    (["-n", "99999999999"], "error: --tokens 99999999999 is too large: it takes an integer in "
+     "-2147483648..2147483647; fix its value"),
+    (["--temperature", "1,5"], "error: --temperature takes a number (e.g. 6e-4), not '1,5' (a comma is not read as a "
+     "decimal point: write 1.5, not 1,5); fix its value"),
+])
+def test_a_value_that_is_not_a_number_names_the_flag_and_the_fix(model, extra, expect):
+    """generate's integer flags printed CLI11's raw "Could not convert: --tokens = 1e3"; the trainer's line (its
+    helper, llmc/app/cli_checks.h) names the flag, the value and the fix."""
+    ckpt, _ = model
+    p = gen(["-e", ckpt, "--prompt-ids", "1"] + extra, check=False)
+    err = p.stderr.decode()
+    assert p.returncode == 1 and err.strip().splitlines() == [expect], err
+
+
 def test_bench_defaults_fit_a_model_of_a_smaller_max_seq_len(model):
     """trial 3 F18: the --bench defaults (prompt 2048, contexts 1024..16384) exceed every preset's maxT, so --bench
     never ran without --bench-contexts: now fitted to the model, with a note; given values are still checked."""

@@ -24,7 +24,9 @@ import shlex
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -303,11 +305,46 @@ def test_an_error_of_files_on_one_rank_ends_the_job_and_names_the_rank(byte_data
     assert f"error: rank 1 of 2: --config {missing}: no such file" in p.stderr, p.stderr
 
 
-@pytest.mark.parametrize("args", [["-x", "1e3"], ["-l", "inf"], ["--no-such-flag", "1"]])
+def test_an_unreadable_config_file_is_an_error_of_files(tmp_path):
+    """A --config file that exists but cannot be read (CLI11: "was not readable (missing?)") was classed as a flag
+    error: a rank that alone could not read it said nothing. Like a missing one, each rank says it with its rank.
+    Rank 1 of 2 comes from Slurm's environment (no launcher: nothing to end); run as an unprivileged user, for whom
+    chmod 000 holds."""
+    as_user = []
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            skip_unless_ci("setpriv not found (util-linux): root reads a chmod 000 file")
+        as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    d = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's tmp_path is root's alone
+    try:
+        d.chmod(0o755)
+        config = d / "c.toml"
+        config.write_text("max-steps = 2\n")
+        config.chmod(0)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI", "SLURM_"))}
+        env.update(SLURM_PROCID="1", SLURM_NTASKS="2")
+        p = subprocess.run(as_user + [str(BIN), "--device", "cpu", "--config", str(config), "-i", "no/such/train_*.bin",
+                                      "-o", str(tmp_path / "run")], cwd=REPO, env=env, capture_output=True, text=True,
+                           timeout=60)
+    finally:
+        shutil.rmtree(d)
+    assert p.returncode == 1 and p.stderr == f"error: rank 1 of 2: --config {config}: not readable; check its " \
+        "permissions\n", p.stderr
+
+
+GLOB_EXPANDED = ["-i", "{tmp}/train_0.bin", "{tmp}/train_1.bin"]  # what the shell makes of an unquoted train_*.bin
+
+
+@pytest.mark.parametrize("args", [["-x", "1e3"], ["-l", "inf"], ["--no-such-flag", "1"], ["-ge", "1"], ["-h", "1"],
+                                  GLOB_EXPANDED])
 def test_a_flag_error_is_printed_once_not_once_per_rank(tmp_path, args):
     """trial 3: a mistake in the flags under mpirun -np 2 printed the same error line once per process, without
-    a rank. Every rank reads the same flags: rank 0 says it once."""
+    a rank. Every rank reads the same flags: rank 0 says it once. So do the mistakes found before CLI11 parses
+    (llm.c's flags, a glob the shell expanded), which were printed by every rank and ended by MPI_Abort."""
+    for i in range(2):
+        (tmp_path / f"train_{i}.bin").write_bytes(b"")
     out = tmp_path / "run"
+    args = [a.format(tmp=tmp_path) for a in args]
     p = run_np(2, ["-i", "no/such/train_*.bin", "-o", out] + args, check=False)
     errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
     assert p.returncode != 0 and len(errors) == 1, p.stderr

@@ -5,6 +5,9 @@
 //   llm.c's "-h 1" (HellaSwag there; CLI11 prints the help and exits 0);
 //   a glob the shell expanded ("-i d/train_*.bin" unquoted: CLI11 names one "argument not expected");
 //   --config naming a directory or no file (CLI11: "was not readable (missing?)").
+// argv_mistake finds all but the last from argv alone: alike on every rank of a launch (a glob's paths
+// are looked at, but a rank that does not see them refuses the same command through CLI11).
+// config_path_error depends on a file system, which may be one rank's alone (docs/multigpu.md "Errors").
 // docs/from_llmc.md lists llm.c's flags and ours.
 #pragma once
 #include <cctype>
@@ -104,10 +107,8 @@ inline std::string config_path_error(const std::string& path) {
     return "--config " + path + ": no such file; check the path";
 }
 
-// The first mistake of the kinds above in argv (before "--"), "" when there is none. `config_file`:
-// the --config path given ("" for none).
-inline std::string argv_mistake(const CLI::App& app, int argc, const char* const* argv,
-                                const std::string& config_file) {
+// The first mistake in argv (before "--") of the kinds above but --config's, "" when there is none.
+inline std::string argv_mistake(const CLI::App& app, int argc, const char* const* argv) {
     std::string value_of, value;  // the option whose value argv[i - 1] was, and that value
     for (int i = 1; i < argc; i++) {
         const std::string a = argv[i];
@@ -141,7 +142,7 @@ inline std::string argv_mistake(const CLI::App& app, int argc, const char* const
             value = argv[++i];
         }
     }
-    return config_path_error(config_file);
+    return "";
 }
 
 }  // namespace llmc

@@ -84,14 +84,15 @@ inline std::optional<CheckpointRun> read_checkpoint_run(const std::string& check
 }
 
 // --eval-only: fills -j, -t and -b from the checkpoint's run when they were not given (-j empty; -t, -b
-// not given by a flag or --config: TrainConfig::was_given), says on stderr (print) what it took, and
-// refuses a -j tokenized differently from the run's training data: as the run recorded it, or, when
-// the record holds no identity (a run from before "data", with a note saying so, or one whose data had
-// neither meta.json nor tokenizer.bin), as its training data is now (check_same_tokenizer, which notes
-// a data set it cannot check, as training does).
-inline void eval_settings_from_run(TrainConfig& cfg, bool print) {
+// not given by a flag or --config: TrainConfig::was_given) and returns the line that says what it took
+// ("" for nothing; run_eval prints it once the evaluation succeeded, so a failing command prints only its
+// error), and refuses a -j tokenized differently from the run's training data: as the run recorded it,
+// or, when the record holds no identity (a run from before "data", with a note saying so, or one whose
+// data had neither meta.json nor tokenizer.bin), as its training data is now (check_same_tokenizer,
+// which notes a data set it cannot check, as training does). print: whether to print those notes.
+inline std::string eval_settings_from_run(TrainConfig& cfg, bool print) {
     const std::optional<CheckpointRun> run = read_checkpoint_run(cfg.model);
-    if (!run) return;
+    if (!run) return "";
     std::vector<std::string> taken;
     const bool given = !cfg.val_data.empty();
     if (!given && !run->val_data.empty()) {
@@ -118,11 +119,10 @@ inline void eval_settings_from_run(TrainConfig& cfg, bool print) {
         cfg.batch_size = run->batch_size;
         taken.push_back("-b " + std::to_string(cfg.batch_size));
     }
-    if (print && !taken.empty()) {
-        std::string list;
-        for (const std::string& s : taken) list += (list.empty() ? "" : ", ") + s;
-        std::fprintf(stderr, "--eval-only: %s from %s (flags given win)\n", list.c_str(), run->config_path.c_str());
-    }
+    if (taken.empty()) return "";
+    std::string list;
+    for (const std::string& s : taken) list += (list.empty() ? "" : ", ") + s;
+    return "--eval-only: " + list + " from " + run->config_path + " (flags given win)";
 }
 
 // --eval-only of a checkpoint with no run beside it (nothing to compare -j with): the note when the

@@ -95,19 +95,23 @@ public:
     int parse(int argc, const char* const* argv) {
         config_file_->file = config_path(argc, argv);
         config_file_->app = &app_;
-        const std::string mistake = argv_mistake(app_, argc, argv, config_file_->file);
-        if (!mistake.empty()) return fail(mistake, ErrorSource::Files);  // (some look at files: --config, globs)
+        const std::string mistake = argv_mistake(app_, argc, argv);
+        if (!mistake.empty()) return fail(mistake, ErrorSource::Argv);
+        const std::string config_error = config_path_error(config_file_->file);
+        if (!config_error.empty()) return fail(config_error, ErrorSource::Files);
         try {
             app_.parse(argc, argv);
         } catch (const CLI::CallForHelp& e) { return app_.exit(e); } catch (const CLI::CallForAllHelp& e) {
             return app_.exit(e);
         } catch (const ConfigFileError& e) {
             return fail(e.what(), ErrorSource::Files);
+        } catch (const CLI::FileError&) {  // CLI11 could not open the --config file (config_path_error saw a file)
+            return fail("--config " + config_file_->file + ": not readable; check its permissions", ErrorSource::Files);
         } catch (const CLI::ExtrasError& e) {
             const std::string hint = unknown_flag_hint();
             return fail(e.what() + (hint.empty() ? "; run with --help for the flags" : hint), ErrorSource::Argv);
         } catch (const CLI::ConversionError& e) {
-            return fail(conversion_error(e.what()), ErrorSource::Argv);
+            return fail(conversion_error(app_, int_ranges_, e.what()), ErrorSource::Argv);
         } catch (const CLI::ParseError& e) {
             return fail(e.what() + std::string("; run with --help for the flags"), ErrorSource::Argv);
         }
@@ -125,7 +129,7 @@ public:
     bool error_read_files() const { return error_source_ == ErrorSource::Files; }
     // This process's place in a multi-process launch (from the launcher's environment, llmc::launch_env):
     // an error found in argv alone is printed by rank 0 only (every rank reads the same flags: one line
-    // says it once); one that read files (--config, a run record, paths) is printed by every rank that
+    // says it once); one that read files (the --config file, a run record) is printed by every rank that
     // meets it, prefixed "rank R of W: " on ranks other than 0, since another rank may not meet it.
     void set_launch_rank(int rank, int world_size) {
         rank_ = rank;
@@ -167,11 +171,7 @@ private:
     int rank_ = 0, world_size_ = 1;        // set_launch_rank()
     enum class ErrorSource { Argv, Files };
     ErrorSource error_source_ = ErrorSource::Argv;  // of error_
-    struct IntRange {
-        std::string flag;    // "--max-steps"
-        std::string lo, hi;  // the limits of the field's C++ type
-    };
-    std::vector<IntRange> int_ranges_;  // the integer flags, for conversion_error
+    std::vector<IntRange> int_ranges_;              // the integer flags, for conversion_error
 
     // Records the range of an integer field's type (a flag's names "-x,--max-steps"; "" for a Json row).
     template <class T>
@@ -179,9 +179,7 @@ private:
         if constexpr (std::is_integral<T>::value && !std::is_same<T, bool>::value) {
             const size_t at = names.find("--");
             if (at == std::string::npos) return;
-            int_ranges_.push_back({names.substr(at, names.find(',', at) - at),
-                                   std::to_string(std::numeric_limits<T>::min()),
-                                   std::to_string(std::numeric_limits<T>::max())});
+            int_ranges_.push_back(int_range<T>(names.substr(at, names.find(',', at) - at)));
         }
     }
     template <class T>
@@ -210,41 +208,6 @@ private:
             else if (a.rfind("--config=", 0) == 0) path = a.substr(9);
         }
         return path;
-    }
-
-    // CLI11's "Could not convert: --max-steps = 1e3" as what the flag takes: "--max-steps takes an integer
-    // in digits (e.g. 1000, not 1e3), not '1e3'"; an integer beyond the flag's type is "too large" with
-    // its range; a comma is a thousands separator in one value, or a flag given more than once (CLI11
-    // joins the values with commas).
-    std::string conversion_error(const std::string& what) const {
-        const size_t name = what.find("--"), eq = what.find(" = ");
-        if (name == std::string::npos || eq == std::string::npos || eq < name)
-            return what + "; run with --help for the flags";
-        const std::string flag = what.substr(name, eq - name), value = what.substr(eq + 3);
-        const CLI::Option* opt = app_.get_option_no_throw(flag);
-        const std::string type = opt == nullptr ? "" : opt->get_type_name();
-        const bool integer = type == "INT" || type == "UINT";
-        const size_t sign = !value.empty() && (value[0] == '-' || value[0] == '+') ? 1 : 0;
-        const bool digits = value.size() > sign && value.find_first_not_of("0123456789", sign) == std::string::npos;
-        if (integer && digits)
-            for (const IntRange& r : int_ranges_)
-                if (r.flag == flag)
-                    return flag + " " + value + " is too " + (value[0] == '-' ? "small" : "large") +
-                           ": it takes an integer in " + r.lo + ".." + r.hi + "; fix its value";
-        const std::string takes = integer           ? "an integer in digits (e.g. 1000, not 1e3)"
-                                  : type == "FLOAT" ? "a number (e.g. 6e-4)"
-                                                    : "a " + type + " value";
-        // (CLI11 joins a repeated flag's values with commas: a comma inside one value is the user's)
-        const bool repeated = opt != nullptr && opt->count() > 1;
-        bool typed_comma = opt == nullptr && value.find(',') != std::string::npos;
-        if (opt != nullptr)
-            for (const std::string& r : opt->results()) typed_comma = typed_comma || r.find(',') != std::string::npos;
-        const std::string comma =
-            typed_comma ? (integer ? " (a comma is not read as a thousands separator: write 1000, not 1,000)"
-                                   : " (a comma is not read as a decimal point: write 1.5, not 1,5)")
-            : repeated  ? " (the flag was given more than once)"
-                        : "";
-        return flag + " takes " + takes + ", not '" + value + "'" + comma + "; fix its value";
     }
 
     // "; did you mean --qk-norm?" for the first unexpected "--name" argument that is near a flag.

@@ -1,14 +1,18 @@
 // Checks on the values of our two programs' flags (train_gpt2_ls: llmc/app/cli.h, generate_gpt2_ls:
-// llmc/app/generate_cli.h), kept in one place so both read the same values the same way.
-// Each is a CLI11 transform: it runs before the other checks and the conversion, and the text it
+// llmc/app/generate_cli.h), kept in one place so both read the same values the same way and say the
+// same line for a value CLI11 cannot convert (conversion_error).
+// Each check is a CLI11 transform: it runs before the other checks and the conversion, and the text it
 // leaves is what config_to_str writes to config.toml, so that text must read back as itself.
 #pragma once
+#include <algorithm>
 #include <cctype>
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -155,6 +159,52 @@ inline CLI::Validator flag_text_check() {
             return std::string("is not a value for an on/off flag; give true or false");
         },
         "");
+}
+
+// An integer flag and the range of its field's C++ type, which conversion_error names.
+struct IntRange {
+    std::string flag;    // "--max-steps"
+    std::string lo, hi;  // std::numeric_limits<T>::min() and max()
+};
+template <class T>
+IntRange int_range(const std::string& flag) {
+    return {flag, std::to_string(std::numeric_limits<T>::min()), std::to_string(std::numeric_limits<T>::max())};
+}
+
+// The error line for CLI11's ConversionError `what` of a flag of `app` (`ranges`: its integer flags'):
+// "Could not convert: --max-steps = 1e3" as what the flag takes, "--max-steps takes an integer in
+// digits (e.g. 1000, not 1e3), not '1e3'"; an integer beyond the flag's type is "too large" with its
+// range. A comma typed inside a value is named as the separator it was likely meant as, which no
+// flag reads: a thousands separator for an integer flag, a decimal point for any other (a float flag);
+// a comma only between values is CLI11's, which joins them when a flag is given more than once.
+inline std::string conversion_error(const CLI::App& app, const std::vector<IntRange>& ranges, const std::string& what) {
+    const size_t name = what.find("--"), eq = what.find(" = ");
+    if (name == std::string::npos || eq == std::string::npos || eq < name)
+        return what + "; run with --help for the flags";
+    const std::string flag = what.substr(name, eq - name), value = what.substr(eq + 3);
+    const CLI::Option* opt = app.get_option_no_throw(flag);
+    const std::string type = opt == nullptr ? "" : opt->get_type_name();
+    const bool integer = type == "INT" || type == "UINT";
+    const size_t sign = !value.empty() && (value[0] == '-' || value[0] == '+') ? 1 : 0;
+    const bool digits = value.size() > sign && value.find_first_not_of("0123456789", sign) == std::string::npos;
+    if (integer && digits)
+        for (const IntRange& r : ranges)
+            if (r.flag == flag)
+                return flag + " " + value + " is too " + (value[0] == '-' ? "small" : "large") +
+                       ": it takes an integer in " + r.lo + ".." + r.hi + "; fix its value";
+    const std::string takes = integer           ? "an integer in digits (e.g. 1000, not 1e3)"
+                              : type == "FLOAT" ? "a number (e.g. 6e-4)"
+                                                : "a " + type + " value";
+    const bool repeated = opt != nullptr && opt->count() > 1;
+    const auto has_comma = [](const std::string& v) { return v.find(',') != std::string::npos; };
+    const bool typed_comma = opt == nullptr ? has_comma(value)  // each value as typed, before CLI11 joins them
+                                            : std::any_of(opt->results().begin(), opt->results().end(), has_comma);
+    const std::string comma = typed_comma
+                                  ? (integer ? " (a comma is not read as a thousands separator: write 1000, not 1,000)"
+                                             : " (a comma is not read as a decimal point: write 1.5, not 1,5)")
+                              : repeated ? " (the flag was given more than once)"
+                                         : "";
+    return flag + " takes " + takes + ", not '" + value + "'" + comma + "; fix its value";
 }
 
 // Adds number_text_check() to every option that takes a number (its type name is not "TEXT", nor

@@ -67,14 +67,14 @@ public:
         a.add_option("--sp-model", c.sp_model,
                      "SentencePiece tokenizer.model to encode --prompt with "
                      "(default: the tokenizer.model next to --tokenizer, if any)");
-        a.add_option("-n,--tokens", c.tokens, "tokens to generate")->capture_default_str()->check(at_least(1));
+        add_integer("-n,--tokens", c.tokens, "tokens to generate")->capture_default_str()->check(at_least(1));
         a.add_option("--temperature", c.temperature, "sampling temperature (> 0)")->capture_default_str();
-        a.add_option("--top-k", c.top_k, "sample only among the k most likely tokens (0 = all)")
+        add_integer("--top-k", c.top_k, "sample only among the k most likely tokens (0 = all)")
             ->capture_default_str()
             ->check(at_least(0));
-        a.add_option("--seed", c.seed, "seed of the sampler")->capture_default_str();
+        add_integer("--seed", c.seed, "seed of the sampler")->capture_default_str();
         a.add_flag("--greedy", c.greedy, "always take the most likely token (ignores --temperature/--top-k)");
-        a.add_option("--max-len", c.max_len, "context kept, newest tokens (0 = the model's max_seq_len)")
+        add_integer("--max-len", c.max_len, "context kept, newest tokens (0 = the model's max_seq_len)")
             ->capture_default_str()
             ->check(at_least(0));
         a.add_option("--device", c.device,
@@ -85,28 +85,28 @@ public:
         a.add_flag("--no-cache", c.no_cache, "no KV cache: a full forward pass per token (the reference path)");
         a.add_flag("--print-ids", c.print_ids,
                    "print the generated token ids, one per line, instead of the prompt and the text");
-        a.add_option("--threads", c.threads,
-                     "OpenMP threads (0 = OMP_NUM_THREADS, else the CPUs this process may use; as the trainer's)")
+        add_integer("--threads", c.threads,
+                    "OpenMP threads (0 = OMP_NUM_THREADS, else the CPUs this process may use; as the trainer's)")
             ->capture_default_str()
             ->check(at_least(0));
         a.add_flag("--bench", c.bench,
                    "latency benchmark instead of text: prefill and per-token decode times with random tokens, "
                    "one JSON object on stdout (docs/generation.md)");
-        a.add_option("--bench-batch", c.bench_batch, "--bench: sequences per batch")
+        add_integer("--bench-batch", c.bench_batch, "--bench: sequences per batch")
             ->capture_default_str()
             ->check(at_least(1));
-        a.add_option("--bench-prompt", c.bench_prompt,
-                     "--bench: prefill length T (not given: at most the model's max_seq_len)")
+        add_integer("--bench-prompt", c.bench_prompt,
+                    "--bench: prefill length T (not given: at most the model's max_seq_len)")
             ->capture_default_str()
             ->check(at_least(1));
         a.add_option("--bench-contexts", c.bench_contexts,
                      "--bench: comma-separated context lengths at which decode is timed (each <= max_seq_len; not "
                      "given: the defaults that fit, else max_seq_len)")
             ->capture_default_str();
-        a.add_option("--bench-steps", c.bench_steps, "--bench: decode steps timed per context")
+        add_integer("--bench-steps", c.bench_steps, "--bench: decode steps timed per context")
             ->capture_default_str()
             ->check(at_least(1));
-        a.add_option("--bench-repeats", c.bench_repeats, "--bench: prefill repetitions (median reported)")
+        add_integer("--bench-repeats", c.bench_repeats, "--bench: prefill repetitions (median reported)")
             ->capture_default_str()
             ->check(at_least(1));
         check_flag_values(a);  // "--tokens ''" is not 0, " 5" is 5, "--greedy=2x" is refused (llmc/app/cli_checks.h)
@@ -116,7 +116,10 @@ public:
     int parse(int argc, const char* const* argv) {
         try {
             app_.parse(argc, argv);
-        } catch (const CLI::CallForHelp& e) { return app_.exit(e); } catch (const CLI::ParseError& e) {
+        } catch (const CLI::CallForHelp& e) { return app_.exit(e); } catch (const CLI::ConversionError& e) {
+            std::fprintf(stderr, "error: %s\n", conversion_error(app_, int_ranges_, e.what()).c_str());
+            return 1;
+        } catch (const CLI::ParseError& e) {
             std::fprintf(stderr, "error: %s; run with --help for the flags\n", e.what());
             return 1;
         }
@@ -146,6 +149,15 @@ public:
 private:
     CLI::App app_;
     GenerateConfig cfg_;
+    std::vector<IntRange> int_ranges_;  // the integer flags, for conversion_error (llmc/app/cli_checks.h)
+
+    // An option bound to integer `field`, its range noted in int_ranges_.
+    template <class T>
+    CLI::Option* add_integer(const std::string& names, T& field, const std::string& help) {
+        CLI::Option* opt = app_.add_option(names, field, help);
+        int_ranges_.push_back(int_range<T>("--" + opt->get_lnames().front()));
+        return opt;
+    }
 };
 
 // "1, 2,3" -> {1, 2, 3}; throws InputError naming the bad entry.

@@ -126,7 +126,10 @@ inline void check_eval_output_dir(const TrainConfig& cfg, const std::string& mod
                          "); its attention dumps would be labelled with this model: give a new -o");
 }
 
-inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, Collective& comm) {
+// settings_note: the line saying which settings came from the checkpoint's run (eval_settings_from_run),
+// printed on stderr by rank 0 after the result, only when the evaluation succeeded ("" for none).
+inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, Collective& comm,
+                    const std::string& settings_note) {
     validate_train_flags(cfg);
     std::error_code ec;
     if (!std::filesystem::is_regular_file(cfg.model, ec))
@@ -159,7 +162,11 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
     std::vector<std::string> dump_paths;
     const double sum = eval_loss_sum(cfg, *model, *plan.val, batches, comm.rank() == 0, dump_heads, &dump_paths);
     const double loss = comm.all_reduce_double(sum / (double)batches, ReduceOp::Avg);  // the ranks' rows
-    if (comm.rank() == 0) report_eval(cfg, plan, device, model->num_params(), batches, loss, dump_paths, model_id);
+    if (comm.rank() == 0) {
+        report_eval(cfg, plan, device, model->num_params(), batches, loss, dump_paths, model_id);
+        std::fflush(stdout);  // the note follows the result it explains
+        if (!settings_note.empty()) std::fprintf(stderr, "%s\n", settings_note.c_str());
+    }
     return 0;
 }
 
