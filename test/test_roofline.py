@@ -464,6 +464,20 @@ def test_prediction_names_what_the_emulated_profile_counts(cal, case):
     assert res["flagged"] == [] and not res["timed"]
 
 
+@pytest.mark.parametrize("bias,gelu", [(True, "tanh"), (True, "erf"), (False, "tanh"), (False, "erf")])
+def test_gelu_and_bias_rows_follow_the_launchers(cal, bias, gelu):
+    """llmc/cuda/matmul.cuh: matmul_forward takes cuBLASLt's GELU epilogue for tanh, with or without a
+    bias, never for erf (then gelu_forward_kernel); matmul_gelu_backward runs the GELU backward of
+    either kind in the bias gradient's pass, and gelu_backward_kernel only without a bias. The three
+    CASES cover two of the four combinations (the emulated profiles above); this pins the other two."""
+    shape = dict(roofline.CASES["paper-b16"], bias=bias, gelu=gelu)
+    rows = {r["kernel"]: r["calls_per_step"] for r in roofline.predict_case("paper-b16", cal, shape)}
+    L = shape["L"]
+    assert rows.get("llmc::cuda::gelu_forward_kernel", 0) == (L if gelu == "erf" else 0)
+    assert rows.get("llmc::cuda::gelu_backward_kernel", 0) == (0 if bias else L)
+    assert rows.get("llmc::cuda::detail::bias_sum_kernel", 0) == (4 * L if bias else 0)
+
+
 def test_timed_fixture_is_the_cpp_writers_output(tmp_path):
     exe, out = tmp_path / "writer", tmp_path / "out.json"
     subprocess.run(["g++", "-std=c++17", "-I", str(REPO), "-o", str(exe),

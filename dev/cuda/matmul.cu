@@ -5,8 +5,8 @@
 // Validation per shape: forward with/without bias, GELU through the fused epilogue and through the
 // separate kernel, the erf GELU (Gelu::Erf: never the epilogue, asked for or not); backward with/without
 // dinp and dbias, dweight/dbias ADDED onto random values of the gradient's own size; the GELU backward
-// of both kinds with and without the bias gradient; two runs bit-identical; unsupported shapes throw
-// std::invalid_argument.
+// of both kinds with and without the bias gradient, and which derivative it applies (tanh's or
+// erf's); two runs bit-identical; unsupported shapes throw std::invalid_argument.
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -261,6 +261,62 @@ bool check_gelu_formula(MatmulContext& ctx, bool fuse, llmc::Gelu kind = llmc::G
 }
 
 // Shapes the wrappers must refuse with std::invalid_argument.
+// Which GELU derivative does matmul_gelu_backward apply? pre = x for x in [-6, 4] (a row each, the
+// same in every column), dout = 1, so d pre = gelu'(x) of the kind asked for, in the bias gradient's
+// pass (with_dbias) or gelu_backward's own. As check_gelu_formula: over the outputs where the two
+// derivatives differ by more than 4 output ulps, the sum of squared distances to the kind asked for
+// must be the smaller (the relative-error checks of check_gelu_backward cannot tell the kinds apart
+// in the BF16 build).
+bool check_gelu_backward_formula(MatmulContext& ctx, llmc::Gelu kind, bool with_dbias) {
+    const int N = 512, IC = 8, OC = 8;
+    const bool want_erf = kind == llmc::Gelu::Erf;
+    std::printf("GELU backward formula (asked for %s, dbias=%d)\n", llmc::gelu_name(kind), (int)with_dbias);
+    std::vector<float> pre((size_t)N * OC), dout((size_t)N * OC, 1.f), inp((size_t)N * IC, 0.f),
+        w((size_t)OC * IC, 0.f);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) pre[(size_t)n * OC + o] = -6.f + 10.f * n / (N - 1);
+    lab::round_to_floatX(pre);
+    auto d_pre = lab::upload_as<floatX>(pre);
+    auto d_dout = lab::upload_as<floatX>(dout);
+    auto d_inp = lab::upload_as<floatX>(inp);
+    auto d_w = lab::upload_as<floatX>(w);
+    DeviceBuffer<float> d_dw((size_t)OC * IC, true), d_db(OC, true);
+    DeviceBuffer<float> d_scratch(llmc::cuda::matmul_backward_scratch_floats(N, OC));
+    DeviceBuffer<uint32_t> d_arrivals(llmc::cuda::matmul_backward_arrivals(OC), true);
+    llmc::cuda::matmul_gelu_backward(ctx, nullptr, d_dw.get(), with_dbias ? d_db.get() : nullptr,
+                                     with_dbias ? d_scratch.get() : nullptr, with_dbias ? d_arrivals.get() : nullptr,
+                                     d_dout.get(), d_pre.get(), d_inp.get(), d_w.get(), N, IC, OC, 0, kind);
+    const std::vector<float> got = lab::download(d_dout.get(), d_dout.size());
+    const double k = 0.7978845608028654;
+    int decisive = 0, bad = 0;
+    double sq_tanh = 0.0, sq_erf = 0.0;
+    for (int n = 0; n < N; n++) {
+        const double x = pre[(size_t)n * OC];
+        const double t = std::tanh(k * (x + 0.044715 * x * x * x));
+        const double gt = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
+        const double ge =
+            0.5 * (1.0 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI);
+        const double ulp = std::max(std::fabs(gt) * (sizeof(floatX) == 2 ? 0x1p-7 : 0x1p-23), 1e-30);
+        for (int o = 0; o < OC; o++) {
+            const double y = got[(size_t)n * OC + o];
+            if (!std::isfinite(y)) {
+                bad++;
+                continue;
+            }
+            if (std::fabs(gt - ge) > 4 * ulp) {
+                decisive++;
+                sq_tanh += (y - gt) * (y - gt);
+                sq_erf += (y - ge) * (y - ge);
+            }
+        }
+    }
+    const bool ok = bad == 0 && decisive > 0 && (want_erf ? sq_erf < sq_tanh : sq_tanh < sq_erf);
+    std::printf("  %d decisive outputs, rms distance to tanh-GELU' %.3g, to erf-GELU' %.3g, %d non-finite  %s\n",
+                decisive, decisive ? std::sqrt(sq_tanh / decisive) : 0.0, decisive ? std::sqrt(sq_erf / decisive) : 0.0,
+                bad, ok ? "OK" : "FAIL");
+    return ok;
+}
+
 bool check_rejects(MatmulContext& ctx) {
     std::printf("unsupported shapes are refused\n");
     DeviceBuffer<floatX> a(4096), b(4096), c(4096);
@@ -339,10 +395,20 @@ int main(int argc, char** argv) {
         ok &= check_gelu_backward(ctx, rng, 2333, 64, 72, llmc::Gelu::Erf, true);
         ok &= check_gelu_backward(ctx, rng, 333, 192, 768, llmc::Gelu::Erf, false);
         ok &= check_gelu_backward(ctx, rng, 77, 64, 72, llmc::Gelu::Tanh, false);
+        // the bias gradient's edges: fewer rows than a block's row threads (1, 5, 31, 33), one chunk
+        // exactly (128), one pack (OC 8), several column groups and a ragged one (136 = 2 x 64 + 8)
+        const int bias_edges[][3] = {{1, 8, 8}, {5, 8, 8}, {31, 64, 8}, {33, 64, 16}, {128, 8, 64}, {129, 8, 136}};
+        for (const auto& s : bias_edges) {
+            ok &= check_backward(ctx, rng, s[0], s[1], s[2], true, true);
+            ok &= check_gelu_backward(ctx, rng, s[0], s[1], s[2], llmc::Gelu::Tanh, true);
+            ok &= check_gelu_backward(ctx, rng, s[0], s[1], s[2], llmc::Gelu::Erf, true);
+        }
         ok &= check_gelu_formula(ctx, true);
         ok &= check_gelu_formula(ctx, false);
         ok &= check_gelu_formula(ctx, true, llmc::Gelu::Erf);
         ok &= check_gelu_formula(ctx, false, llmc::Gelu::Erf);
+        for (llmc::Gelu kind : {llmc::Gelu::Tanh, llmc::Gelu::Erf})
+            for (bool with_dbias : {true, false}) ok &= check_gelu_backward_formula(ctx, kind, with_dbias);
         ok &= check_rejects(ctx);
         std::printf("%s\n", ok ? "matmul: all checks passed" : "matmul: FAILED");
         if (args.check || !ok) return ok ? 0 : 1;
