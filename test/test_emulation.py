@@ -286,6 +286,18 @@ def build_mutant(name, root):
     return d, b
 
 
+def test_mutant_build_compiles_without_ubsan():
+    """The mutants' compile-and-link command carries ASan alone to the compile (g++ applies a link flag's
+    -fsanitize to the compile of the same command: the lab with UBSan took twice as long) and links UBSan's
+    runtime by name for the emulator's objects."""
+    p = subprocess.run(["make", "-n", "-W", "dev/cuda/attention_ls.cu", "CI=true", f"EMU_SAN={MUTANT_SAN}",
+                        "EMU_OPT=-O0", LAB], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    cmd = [ln for ln in p.stdout.replace("\\\n", " ").splitlines() if " -o " + LAB in ln]
+    assert len(cmd) == 1, p.stdout
+    assert "undefined" not in cmd[0] and "-fsanitize=address" in cmd[0] and "-lubsan" in cmd[0].split(), cmd[0]
+
+
 @pytest.fixture(scope="module")
 def mutants(tmp_path_factory):
     """Every mutant built, two at a time (the emulated builds are single-threaded compiles)."""
