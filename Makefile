@@ -280,9 +280,11 @@ endif
 EMU_CXX ?= $(CXX)
 # build/emu (BF16, the default) or build/emu-fp32 (PRECISION=FP32)
 EMU_DIR := $(BUILD)/emu$(if $(filter FP32,$(PRECISION)),-fp32)
-# EMU_SAN: the sanitizers the emulated sources are compiled with; the link always names both
-# runtimes, so objects compiled with less (test_emulation.py's mutants: ASan only, ~2.5x faster to
-# compile than ASan + UBSan at -O1) link with the emulator's ASan + UBSan objects.
+# EMU_SAN: the sanitizers the emulated sources are compiled with (test_emulation.py's mutants: ASan
+# only, ~2.5x faster to compile than ASan + UBSan at -O1). The rules compile and link in one g++
+# command, whose -fsanitize flags apply to the compile too: EMU_LDFLAGS names EMU_SAN's, and links
+# UBSan's runtime by name (-lubsan, g++'s) where EMU_SAN leaves UBSan out, for the emulator's and
+# the CPU kernels' objects, which are compiled with it.
 EMU_SAN_ALL := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 EMU_SAN ?= $(EMU_SAN_ALL)
 # EMU_OPT: the optimization level of the emulated sources (test_emulation.py's mutants: -O0, a
@@ -291,7 +293,7 @@ EMU_OPT ?= -O1
 EMU_CXXFLAGS := -std=c++17 $(EMU_OPT) -g1 -Wall -Wno-unknown-pragmas -ffp-contract=off -fopenmp $(EMU_SAN) -DLLMC_EMULATE \
                 -DENABLE_$(PRECISION) -Idev/emu/include -include dev/emu/include/cuda_runtime.h \
                 $(INCLUDES) -I$(CUDA_HOME)/include
-EMU_LDFLAGS := $(EMU_SAN_ALL) -rdynamic -fopenmp -lboost_context
+EMU_LDFLAGS := $(EMU_SAN) $(if $(findstring undefined,$(EMU_SAN)),,-lubsan) -rdynamic -fopenmp -lboost_context
 EMU_NCCL := $(if $(wildcard dev/emu/nccl.cpp),-DUSE_NCCL)
 EMU_SKIP ?= $(if $(EMU_NCCL),,test_collective_nccl)
 EMU_HEADERS := $(LLMC_HEADERS) $(wildcard dev/emu/*.h dev/emu/include/*.h)

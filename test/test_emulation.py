@@ -263,8 +263,9 @@ MUTANT_SAN = "-fsanitize=address -fno-omit-frame-pointer"
 
 
 def build_mutant(name, root):
-    """Copies the sources to root/name, applies the mutation, builds the target; returns (dir, log)."""
-    path, old, new, target, _, _ = MUTANTS[name]
+    """Copies the sources to root/name, applies the mutation, builds the target and runs its check;
+    returns (dir, the build, the check's run or None where the build failed)."""
+    path, old, new, target, args, _ = MUTANTS[name]
     d = root / name
     d.mkdir()
     shutil.copy(REPO / "Makefile", d)
@@ -283,25 +284,37 @@ def build_mutant(name, root):
     # attention lab compiles in ~14 s instead of ~39 s, and the mutants' one-shape checks stay short
     b = subprocess.run(["make", "-C", str(d), "CI=true", f"EMU_SAN={MUTANT_SAN}", "EMU_OPT=-O0", target],
                        capture_output=True, text=True, timeout=1200)
-    return d, b
+    return d, b, (run([d / target] + args, timeout=900) if b.returncode == 0 else None)
+
+
+def test_mutant_build_compiles_without_ubsan():
+    """The mutants' compile-and-link command carries ASan alone to the compile (g++ applies a link flag's
+    -fsanitize to the compile of the same command: the lab with UBSan took twice as long) and links UBSan's
+    runtime by name for the emulator's objects."""
+    p = subprocess.run(["make", "-n", "-W", "dev/cuda/attention_ls.cu", "CI=true", f"EMU_SAN={MUTANT_SAN}",
+                        "EMU_OPT=-O0", LAB], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    cmd = [ln for ln in p.stdout.replace("\\\n", " ").splitlines() if " -o " + LAB in ln]
+    assert len(cmd) == 1, p.stdout
+    assert "undefined" not in cmd[0] and "-fsanitize=address" in cmd[0] and "-lubsan" in cmd[0].split(), cmd[0]
 
 
 @pytest.fixture(scope="module")
 def mutants(tmp_path_factory):
-    """Every mutant built, two at a time (the emulated builds are single-threaded compiles)."""
+    """Every mutant built and its check run, two at a time (the emulated builds are single-threaded
+    compiles; a check runs beside the next builds); the attention lab's first, the longest."""
     need_emulated_build(REPO / LAB)  # the unmutated build must exist (and pass: make test-emu)
     root = tmp_path_factory.mktemp("mutants")
     with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as ex:
-        futures = {n: ex.submit(build_mutant, n, root) for n in MUTANTS}
+        futures = {n: ex.submit(build_mutant, n, root) for n in sorted(MUTANTS, key=lambda n: MUTANTS[n][3] != LAB)}
         return {n: f.result() for n, f in futures.items()}
 
 
 @pytest.mark.parametrize("name", list(MUTANTS))
 def test_mutated_kernel_fails_its_check(mutants, name):
-    d, build = mutants[name]
+    _, build, p = mutants[name]
     assert build.returncode == 0, f"{name}: the mutant did not build\n{build.stderr[-3000:]}"
-    _, _, _, target, args, text = MUTANTS[name]
-    p = run([d / target] + args, timeout=900)
+    text = MUTANTS[name][5]
     out = p.stdout + p.stderr
     assert p.returncode != 0, f"{name}: the mutated kernel passed its emulated check\n{out[-3000:]}"
     assert text in out, f"{name}: expected '{text}' in the output\n{out[-3000:]}"
@@ -317,7 +330,7 @@ def test_unmutated_shape_passes():
 def test_missing_wait_reads_the_poison(mutants):
     """The missing cp.async.wait_group under one schedule: no race to compare, the values are wrong,
     and the wrong bytes it shows are the emulation's 0xFF poison of copies not yet completed."""
-    d, build = mutants["missing-cp-async-wait-group"]
+    d, build, _ = mutants["missing-cp-async-wait-group"]
     assert build.returncode == 0, build.stderr[-3000:]
     p = run([d / MUTANTS["missing-cp-async-wait-group"][3]], env=dict(TWO_SCHEDULES, LLMC_EMU_SCHEDULES="forward"))
     out = p.stdout + p.stderr
