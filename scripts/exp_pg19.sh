@@ -56,7 +56,8 @@
 # --data: the shards (default data/shards/pg19_sp; scripts/pack_pg19.sh makes them, or this script
 # with data/prepare.py from --source, default ../shared/data/pg19, into a missing or empty directory;
 # a directory with files but no meta.json is refused). A --data given that is missing or empty is
-# refused as a likely typo unless --prepare asks to tokenize PG-19 into it.
+# refused as a likely typo unless --prepare asks to tokenize PG-19 into it. A --source given for data that
+# exists must name the books it was made from (data/source_check.py: names and sizes), else refused.
 # --vocab N: the vocabulary the data must have (default 10000, the paper's SentencePiece 10K). Data whose
 # meta.json says another vocabulary, or another tokenizer than SentencePiece, is refused before the build
 # with the command that makes the paper's data; --vocab N runs on vocabulary N deliberately (not the
@@ -87,6 +88,7 @@ RESULTS=""
 DATA=data/shards/pg19_sp
 DATA_GIVEN=""
 SOURCE=$REPO/../shared/data/pg19
+SOURCE_GIVEN=0
 CONFIG=$REPO/configs/paper_pg19.toml
 STEPS=50000
 TOKENS=""
@@ -130,7 +132,7 @@ while [[ $# -gt 0 ]]; do
     --results) need "$@"; RESULTS=$2; shift 2 ;;
     --data) need "$@"; DATA=$2; DATA_GIVEN=1; shift 2 ;;
     --vocab) need "$@"; VOCAB=$2; VOCAB_WHY=--vocab; shift 2 ;;
-    --source) need "$@"; SOURCE=$2; shift 2 ;;
+    --source) need "$@"; SOURCE=$2; SOURCE_GIVEN=1; shift 2 ;;
     --config) need "$@"; CONFIG=$2; shift 2 ;;
     --steps) need "$@"; STEPS=$2; STEPS_GIVEN=1; shift 2 ;;
     --tokens) need "$@"; TOKENS=$2; shift 2 ;;
@@ -249,7 +251,14 @@ if [[ -f $DATA/meta.json ]]; then
   read -r data_tok data_vocab < <("$PYTHON" -c 'import json,sys; m=json.load(open(sys.argv[1])); print(m.get("tokenizer") or "unnamed", m.get("vocab_size") or "unknown")' "$DATA/meta.json") \
     || die "$DATA/meta.json is not readable JSON; make the data again with scripts/pack_pg19.sh --out $DATA --force"
   [[ $data_tok == sp ]] || die "$DATA holds data of tokenizer $data_tok, not SentencePiece (the paper's); make it with scripts/pack_pg19.sh --out $DATA --force"
+  [[ $data_vocab == "$VOCAB" || $data_vocab != 10000 ]] || die "$DATA holds vocabulary 10000, the paper's, not $VOCAB ($VOCAB_WHY): drop $VOCAB_WHY to run the paper's setting on it, or give --data a directory of vocabulary-$VOCAB data (data/prepare.py --dataset pg19 --tokenizer sp --vocab-size $VOCAB)"
   [[ $data_vocab == "$VOCAB" ]] || die "$DATA holds vocabulary $data_vocab, not $([[ -z $VOCAB_WHY ]] && echo "the paper's $VOCAB" || echo "$VOCAB ($VOCAB_WHY)"): make the paper's data with scripts/pack_pg19.sh --out $DATA --force, or pass --vocab $data_vocab to run on this vocabulary (not the paper's setting)"
+  # a --source given for data that exists must be the books the data was made from (names and sizes)
+  if [[ $SOURCE_GIVEN == 1 ]]; then
+    [[ -d $SOURCE ]] || die "no PG-19 books at --source $SOURCE; check the path"
+    why=$("$PYTHON" "$REPO/data/source_check.py" "$DATA/meta.json" "$SOURCE") || \
+      die "$DATA holds PG-19 $why: drop --source to run on it, or make the data of $SOURCE with scripts/pack_pg19.sh --source $SOURCE --out DIR and pass --data DIR"
+  fi
 fi
 # a directory without meta.json is prepared from --source below: never one that holds files already
 if [[ ! -f $DATA/meta.json ]] && [[ -d $DATA ]] && [[ -n $(ls -A "$DATA") ]]; then

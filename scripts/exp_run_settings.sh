@@ -8,21 +8,29 @@
 # continued with -y 1 otherwise) only when RUN.args equals the settings asked now; a run of other
 # settings, or one without RUN.args (nothing says what it is), is refused with one error line naming
 # the flags that differ, unless --force, which deletes that run (RUN, RUN.log, RUN.args) with a note.
-# The machine (--threads, --device), -o and -y are not settings of the experiment and are not recorded.
+# The machine (--threads, --device), -o and -y are not settings of the experiment and are not recorded;
+# a preset (--config FILE) is recorded by its path and its contents' sha256.
 
-# settings_lines ARGS...: the trainer flags ARGS, one flag with its values a line
+# settings_lines ARGS...: the trainer flags ARGS, one flag with its values a line; after `--config FILE`
+# a line with FILE's sha256 (a preset edited between two starts is other settings, not the same path)
 settings_lines() {
   local line="" a
   for a in "$@"; do
     if [[ $a =~ ^--?[A-Za-z] ]]; then
-      [[ -n $line ]] && printf '%s\n' "$line"
+      [[ -n $line ]] && settings_line_out "$line"
       line=$a
     else
       line+=" $a"
     fi
   done
-  [[ -n $line ]] && printf '%s\n' "$line"
+  [[ -n $line ]] && settings_line_out "$line"
   return 0
+}
+settings_line_out() {
+  printf '%s\n' "$1"
+  if [[ $1 == "--config "* && -f ${1#--config } ]]; then
+    printf 'contents of %s: sha256 %s\n' "${1#--config }" "$(sha256sum < "${1#--config }" | cut -d' ' -f1)"
+  fi
 }
 
 # settings_check RUN FORCE ARGS...: 0 when RUN is new or holds a run of exactly these settings; with

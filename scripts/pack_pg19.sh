@@ -8,8 +8,10 @@
 # --source: the directory of PG-19 books (the 201 local ones, or the full set); --out: the shards
 # (default data/shards/pg19_sp, what configs/paper_pg19.toml and exp_pg19.sh read; /data/shards/ is in
 # .gitignore, so it travels only when named in the device tool's `carry`). An --out whose meta.json
-# records the same settings (pg19, sp, vocabulary 10000) is kept (--force: tokenize again); an --out that
-# holds anything else (another data set, shards without meta.json) is refused unless --force. --no-deps:
+# records the same settings (pg19, sp, vocabulary 10000) is kept (--force: tokenize again), unless a
+# --source given names other books than it was made from (data/source_check.py: names and sizes), which
+# is refused; an --out that holds anything else (another data set, shards without meta.json) is refused
+# unless --force. --no-deps:
 # leave .deps alone (otherwise ../shared/tools/device-deps.sh fills .deps/include when it is missing).
 # Then it measures what would travel: the working tree (tracked files and untracked files git does not
 # ignore) plus the carried folders, which must stay within the tool's 64 MiB; it prints the `carry`
@@ -20,6 +22,7 @@ REPO=$(cd "$HERE/.." && pwd)
 cd "$REPO"
 SOURCE=$REPO/../shared/data/pg19
 OUT=data/shards/pg19_sp
+SOURCE_GIVEN=0
 FORCE=0
 DEPS=1
 PYTHON=${PYTHON:-python3}
@@ -28,7 +31,7 @@ LIMIT=$((64 * 1024 * 1024))
 die() { echo "error: $*" >&2; exit 1; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --source) [[ -n ${2:-} ]] || die "--source needs a directory"; SOURCE=$2; shift 2 ;;
+    --source) [[ -n ${2:-} ]] || die "--source needs a directory"; SOURCE=$2; SOURCE_GIVEN=1; shift 2 ;;
     --out) [[ -n ${2:-} ]] || die "--out needs a directory"; OUT=$2; shift 2 ;;
     --force) FORCE=1; shift ;;
     --no-deps) DEPS=0; shift ;;
@@ -69,6 +72,12 @@ if [[ $held != none && $held != same && $FORCE == 0 ]]; then
 fi
 same=0
 [[ $held == same && $FORCE == 0 ]] && same=1
+# a --source given for data that exists must be the books the data was made from (by name and size)
+if [[ $same == 1 && $SOURCE_GIVEN == 1 ]]; then
+  [[ -d $SOURCE ]] || die "no PG-19 books at --source $SOURCE; check the path"
+  why=$("$PYTHON" data/source_check.py "$OUT/meta.json" "$SOURCE") || \
+    die "--out $OUT holds PG-19 $why; give --force to tokenize $SOURCE into it, or another --out"
+fi
 if [[ $held != none && $held != same ]]; then echo "note: --force: replacing $OUT, which holds $held" >&2; fi
 if [[ $same == 1 ]]; then
   echo "== $OUT holds PG-19 with the 10K SentencePiece vocabulary already (--force tokenizes again)"

@@ -591,6 +591,12 @@ def test_exp_pg19_refuses_data_of_another_vocabulary(tmp_path):
     # the paper's vocabulary itself: the header names it plainly (the header's label once ended the
     # script under set -e, silently, exactly for V 10000)
     meta_only_data(data, vocab=10000)
+    # ... and --vocab N on it says to drop --vocab (it once said to repack the paper's data, and called 10000
+    # "not the paper's setting")
+    p = sh(args + ["--vocab", 1024], check=False)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
+    assert f"{data} holds vocabulary 10000, the paper's, not 1024 (--vocab): drop --vocab" in p.stderr, p.stderr
+    assert "pack_pg19" not in p.stderr and "not the paper's setting" not in p.stderr
     p = sh(args, check=False)
     assert p.stdout, f"no header at all (rc {p.returncode}): {p.stderr}"
     assert f"SentencePiece vocabulary 10000 ({data})" in p.stdout.splitlines()[0], p.stdout
@@ -696,6 +702,29 @@ def test_exp_pg19_reuses_a_run_only_for_the_same_settings(tmp_path):
     p = sh(base + ["--steps", 1], timeout=300)
     assert sorted(r["step"] for r in records(run / "metrics.jsonl") if "loss" in r) == [1], p.stderr
     assert "-x 1" in (out / "runs" / "ls.args").read_text().splitlines()
+
+
+def test_exp_pg19_refuses_a_run_whose_preset_was_edited(tmp_path):
+    """The preset is recorded by its path and its contents (runs/NAME.args): edited between two starts, the run
+    is other settings, refused with one line naming the preset's contents (a start once continued it with the
+    new learning rate, seeing the same path)."""
+    need_trainer()
+    if not (SHARED / "pg19" / "pg45265.txt").exists():
+        pytest.skip(f"no PG-19 books at {SHARED / 'pg19'} (set SHARED_DATA)")
+    preset = tmp_path / "preset.toml"
+    preset.write_text((REPO / "configs" / "paper_pg19.toml").read_text())
+    out = tmp_path / "pg19"
+    base = ["bash", REPO / "scripts" / "exp_pg19.sh", "--smoke", "--out", out, "--source", SHARED / "pg19",
+            "--variants", "ls", "--config", preset, "--steps", 2]
+    sh(base[:-2] + ["--steps", 1], timeout=300)
+    assert f"contents of {preset}: sha256 " in (out / "runs" / "ls.args").read_text()
+    text = preset.read_text()
+    assert "learning-rate=0.0006" in text
+    preset.write_text(text.replace("learning-rate=0.0006", "learning-rate=0.0003"))
+    p = sh(base, check=False)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1 and p.stderr.startswith("error: "), p.stderr
+    assert "holds a run of other settings" in p.stderr and f"contents of {preset}: sha256" in p.stderr, p.stderr
+    assert sorted(r["step"] for r in records(out / "runs" / "ls" / "metrics.jsonl") if "loss" in r) == [1]
 
 
 def test_exp_pg19_bad_arguments(tmp_path):
@@ -885,6 +914,50 @@ def test_pack_pg19_never_replaces_another_data_set_without_force():
             p = sh(["bash", script, *args, "--no-deps", "--source", nobooks], check=False)
             assert p.returncode == 1 and f"no PG-19 books at {nobooks}" in p.stderr, p.stderr
             assert ("note: --force: replacing" in p.stderr) == note, p.stderr
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _pg19_same_meta(path, books):
+    """A meta.json at path saying pg19 / sp / 10000, made from books ({name: text}); returns path."""
+    path.mkdir(parents=True, exist_ok=True)
+    srcs = [{"file": n, "bytes": len(t.encode()), "sha256": "x", "splits": ["train"]} for n, t in sorted(books.items())]
+    (path / "meta.json").write_text(json.dumps({"dataset": "pg19", "tokenizer": "sp", "vocab_size": 10000,
+                                                "sources": srcs}))
+    return path
+
+
+def test_a_source_of_other_books_than_the_data_is_refused(tmp_path):
+    """pack_pg19.sh and exp_pg19.sh keep the paper's data that exists; a --source given for it must be the
+    books it was made from (names and sizes, data/source_check.py), else one error line before anything is
+    read or written (both once took the existing 201-book data for the full PG-19 the user pointed at, without
+    a word). The same books, or no --source, go on."""
+    books = {"pg1.txt": "one book\n", "pg2.txt": "another book\n"}
+    same, other = tmp_path / "same", tmp_path / "other"
+    for d, bk in [(same, books), (other, dict(books, **{"pg3.txt": "a third\n"}))]:
+        d.mkdir()
+        for n, t in bk.items():
+            (d / n).write_text(t)
+    base = REPO / "data" / "shards" / f"test_source_{os.getpid()}"  # git-ignored, inside the repository
+    try:
+        data = _pg19_same_meta(base, books)
+        before = (data / "meta.json").read_text()
+        pack = ["bash", REPO / "scripts" / "pack_pg19.sh", "--out", data.relative_to(REPO), "--no-deps"]
+        p = sh(pack + ["--source", other], check=False)
+        assert p.returncode == 1 and p.stderr.count("\n") == 1 and p.stderr.startswith("error: "), p.stderr
+        assert f"made from 2 book(s), not the 3 in {other} (1 there not in the data (e.g. pg3.txt))" in p.stderr
+        assert "--force" in p.stderr and (data / "meta.json").read_text() == before
+        p = sh(pack + ["--source", same], check=False)  # the same books: kept (the listing of the shards follows)
+        assert "holds PG-19 with the 10K SentencePiece vocabulary already" in p.stdout, p.stdout + p.stderr
+        exp = ["bash", REPO / "scripts" / "exp_pg19.sh", "--data", data, "--device", "cpu", "--steps", 1,
+               "--variants", "ls", "--out", tmp_path / "o", "--check-cmd", "exit 3"]
+        p = sh(exp + ["--source", other], check=False)
+        assert p.returncode == 1 and p.stderr.count("\n") == 1 and p.stderr.startswith("error: "), p.stderr
+        assert f"{data} holds PG-19 made from 2 book(s), not the 3 in {other}" in p.stderr, p.stderr
+        assert "drop --source" in p.stderr and not (tmp_path / "o").exists()
+        for extra in (["--source", same], []):  # on to the header (and the failing check)
+            p = sh(exp + extra, check=False)
+            assert "holds PG-19 made from" not in p.stderr and p.stdout.startswith("== exp_pg19"), p.stderr
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
