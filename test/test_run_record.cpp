@@ -85,6 +85,15 @@ TEST_CASE("edit distance and the nearest flag name", "[flag_suggest]") {
     REQUIRE(llmc::nearest_flag_name("x", names).empty());
     REQUIRE(llmc::did_you_mean("qkclip", names) == "; did you mean --qk-clip?");
     REQUIRE(llmc::did_you_mean("zzzzzz", names).empty());
+    // nanoGPT's names: their flag, said to be nanoGPT's (block_size once got --batch-size, n_layer nothing)
+    REQUIRE(llmc::did_you_mean("block_size", names) ==
+            "; did you mean --seq-len? (nanoGPT's block_size: the trained length; the model's longest is "
+            "--max-seq-len)");
+    REQUIRE(llmc::did_you_mean("--n_layer", names) == "; did you mean --layers? (nanoGPT's n_layer)");
+    REQUIRE(llmc::did_you_mean("n_embd", names) == "; did you mean --channels? (nanoGPT's n_embd)");
+    REQUIRE(llmc::did_you_mean("gradient_accumulation_steps", names).find("--total-batch-size") != std::string::npos);
+    REQUIRE(llmc::did_you_mean("max_iters", names) == "; did you mean --max-steps?");  // near enough already
+    REQUIRE(llmc::did_you_mean("n_layer", {"qk-norm"}).empty());                       // only a flag that exists
 }
 
 TEST_CASE("--config TOML: an unknown key or any [section] is refused, naming the key and the nearest flag",

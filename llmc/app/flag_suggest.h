@@ -1,5 +1,6 @@
-// "did you mean --qk-norm?": the valid flag name nearest to a mistyped one, for the errors of an
-// unknown command-line flag and of an unknown key in a --config file (llmc/app/cli.h).
+// "did you mean --qk-norm?": the valid flag name nearest to a mistyped one (or to a nanoGPT setting's
+// name), for the errors of an unknown command-line flag and of an unknown key in a --config file
+// (llmc/app/cli.h).
 // Nearness is the edit distance (insertions, deletions, substitutions; Levenshtein) between the names
 // lowercased, with '_' read as '-' (so "qk_norm" is 0 away from "qk-norm").
 #pragma once
@@ -33,6 +34,36 @@ inline std::string normalized_flag_name(const std::string& name) {
     return out;
 }
 
+// nanoGPT's train.py settings whose name is not near ours (normalized name -> our long name, and what
+// differs): taken before the edit distance, which would offer a wrong near name (block_size is near
+// batch-size) or none.
+struct NanoGptName {
+    const char* theirs;
+    const char* ours;
+    const char* note;  // "" when the meaning is the same
+};
+inline constexpr NanoGptName kNanoGptNames[] = {
+    {"block-size", "seq-len", "the trained length; the model's longest is --max-seq-len"},
+    {"n-layer", "layers", ""},
+    {"n-head", "heads", ""},
+    {"n-embd", "channels", ""},
+    {"warmup-iters", "warmup-steps", ""},
+    {"eval-interval", "val-every", ""},
+    {"eval-iters", "val-batches", ""},
+    {"out-dir", "output-dir", ""},
+    {"gradient-accumulation-steps", "total-batch-size", "tokens a step: batch x seq-len x accumulation steps"},
+    {"min-lr", "final-lr-frac", "a fraction: min_lr / learning_rate"},
+};
+
+// The kNanoGptNames entry of a name (as normalized_flag_name gives it) whose flag is a candidate, or null.
+inline const NanoGptName* nanogpt_name(const std::string& normalized, const std::vector<std::string>& candidates) {
+    for (const NanoGptName& alias : kNanoGptNames)
+        if (normalized == alias.theirs &&
+            std::find(candidates.begin(), candidates.end(), alias.ours) != candidates.end())
+            return &alias;
+    return nullptr;
+}
+
 // The candidate nearest to `name` (candidates are long names without dashes, e.g. "qk-norm"), or ""
 // when none is near: at most max(1, length/3) edits away (a third of the name may be mistyped). Ties:
 // the first candidate in the list.
@@ -52,8 +83,16 @@ inline std::string nearest_flag_name(const std::string& name, const std::vector<
     return best;
 }
 
-// "; did you mean --qk-norm?" for the nearest candidate, or "" when none is near.
+// "; did you mean --qk-norm?" for the nearest candidate, or "" when none is near; a nanoGPT setting's
+// name (nanogpt_name) gets its flag first, saying so and what differs: "; did you mean --seq-len?
+// (nanoGPT's block_size: ...)".
 inline std::string did_you_mean(const std::string& name, const std::vector<std::string>& candidates) {
+    if (const NanoGptName* alias = nanogpt_name(normalized_flag_name(name), candidates)) {
+        std::string theirs = alias->theirs;
+        std::replace(theirs.begin(), theirs.end(), '-', '_');
+        return std::string("; did you mean --") + alias->ours + "? (nanoGPT's " + theirs +
+               (*alias->note ? std::string(": ") + alias->note : std::string()) + ")";
+    }
     const std::string best = nearest_flag_name(name, candidates);
     return best.empty() ? "" : "; did you mean --" + best + "?";
 }
