@@ -67,8 +67,9 @@
 # refuses another --vocab unless --data names data of that vocabulary; a --data given is used), a few
 # CPU steps, the same stages (checks skipped on the CPU, or the --check-cmd given): checks the script,
 # nothing more (`make test`).
-# Exit status: 0 all runs ended (at --steps or at the budget), 1 a usage or run error, 4 the build
-# or a check failed (nothing trained), 130 the script itself was interrupted (Ctrl-C, SIGTERM: it
+# Exit status: 0 all runs ended (at --steps or at the budget), 1 a usage or run error, 4 nothing
+# trained: the build or a check failed, or the build and the checks left no budget for training (the
+# logs packed), 130 the script itself was interrupted (Ctrl-C, SIGTERM: it
 # stops its runs the same way, each checkpointing its step, and packs nothing). The logs are packed
 # when the runs have ended, and after a failed build or check.
 # Environment: TRAINER (default ./train_gpt2_ls), PYTHON (default python3), MPIRUN, CUDA_ARCH (90),
