@@ -1236,7 +1236,7 @@ def fit_calibration():
     # gaps: the B8 step minus its modeled kernels, over the launches
     cal["gap_us"] = 0.0
     rows = predict_case("ls-small-b8", cal, dict(CASES["ls-small-b8"], V=257), split=False, host_groups=False,
-                        one_pass_classifier=False, packed_bias_sum=False)
+                        one_pass_classifier=False, packed_bias_sum=False, packed_adamw=False)
     kernels_us = sum(r["us_per_step"] for r in rows)
     launches = sum(r["calls_per_step"] for r in rows)
     cal["gap_us_fit"] = (MEASUREMENTS["fa663e0 step ls-small B8 V257"] - kernels_us) / (launches - 1)
@@ -1306,7 +1306,7 @@ def calibration_checks(cal):
                           ("fa663e0 step ls-small B16 V10000", "ls-small-b8", dict(B=16)),
                           ("fa663e0 step d12 B16 V50257", "d12-b16", {})):
         rows_k = predict_case(case, cal, dict(CASES[case], **over), split=False, host_groups=False,
-                              one_pass_classifier=False, packed_bias_sum=False)
+                              one_pass_classifier=False, packed_bias_sum=False, packed_adamw=False)
         row(k, "step", step_us(rows_k, cal))
     return rows
 
@@ -1370,7 +1370,7 @@ def kernel_group(name):
 
 
 def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_classifier=True,
-                 packed_bias_sum=True):
+                 packed_bias_sum=True, packed_adamw=True):
     """Per-kernel rows of one step of a CASES shape at HEAD: the launches --profile-steps counts on
     the emulated device (the kernel names and calls of the emulated profile, HEAD-<sha>), each with its
     modeled µs per step. The GEMMs are one row per cuBLASLt call kind (their GPU kernels' names are
@@ -1378,7 +1378,9 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     encoder backward's grouping on the device in one block (fa663e0 up to 28765d1) instead of HEAD's
     host grouping and its upload; one_pass_classifier=False: the classifier's forward pass (loss, lse)
     and the backward's (dlogits) as two launches (as at fa663e0), not HEAD's one in the step;
-    packed_bias_sum=False: fa663e0's bias-gradient kernel (bias_sum_us)."""
+    packed_bias_sum=False: fa663e0's bias-gradient kernel (bias_sum_us); packed_adamw=False: fa663e0's
+    AdamW (one element a thread per iteration) at lab:adamw's measured rate, not HEAD's four elements
+    in 16-byte accesses (assumed at eff_elementwise, not measured)."""
     m = dict(shape or CASES[case])
     L, C, NH, G, P, V, B, T = (m[k] for k in ("L", "C", "NH", "G", "P", "V", "B", "T"))
     bias, tanh, tied = m["bias"], m["gelu"] == "tanh", m["tied"]
@@ -1464,7 +1466,8 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     # optimizer: the global norm (reads the fp32 gradients), AdamW (30 bytes a parameter, lab:adamw's count)
     add("llmc::cuda::detail::global_norm_kernel", mem_us(params * F32, "global_norm", cal), 1,
         "4628997's four-loads loop (restored by 3ed6efb), not fa663e0's")
-    add("llmc::cuda::detail::adamw_all_kernel", mem_us(params * 30, "adamw", cal))
+    add("llmc::cuda::detail::adamw_all_kernel", mem_us(params * 30, "elementwise" if packed_adamw else "adamw", cal), 1,
+        "16-byte accesses: assumed at eff_elementwise (not measured)" if packed_adamw else "")
     # the step's memsets and copies (on a GPU only: the emulated profile counts kernels); their fixed
     # cost is kernel_fixed_us, not measured on its own
     add("memset", mem_us(params * F32, "copy", cal) + mem_us(N * C * ACT, "copy", cal) + cal["kernel_fixed_us"], 1)
@@ -1651,7 +1654,11 @@ def built_steps(cal):
              *gain("d12-b16", packed_bias_sum=False),
              "the packed kernel at eff_elementwise (assumed: the packed element-wise kernels' measured rate; "
              "not measured) against fa663e0's one-element loop (its GELU pass measured at eff_bias_gelu_bwd; "
-             "its plain sums kept at eff_elementwise, so only the fc pass gains); none at paper-b16 (no biases)")]
+             "its plain sums kept at eff_elementwise, so only the fc pass gains); none at paper-b16 (no biases)"),
+            ("AdamW four elements a thread in 16-byte accesses", "d12-b16", *gain("d12-b16", packed_adamw=False),
+             "the packed kernel at eff_elementwise (assumed, not measured) against lab:adamw's measured rate "
+             "(fa663e0's per-tensor kernel, the same one-element loop; 30 bytes a parameter either way); "
+             "at paper-b16 0.02 ms")]
 
 
 def speed_steps(cal, case="paper-b16"):
