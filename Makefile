@@ -233,6 +233,9 @@ GPU_LAB_SRCS := $(wildcard dev/cuda/*.cu)
 GPU_TEST_SRCS := $(wildcard test/gpu/*.cu)
 GPU_LAB_BINS := $(patsubst dev/cuda/%.cu,$(BUILD)/dev/%,$(GPU_LAB_SRCS))
 GPU_TEST_BINS := $(patsubst test/gpu/%.cu,$(BUILD)/test_gpu/%,$(GPU_TEST_SRCS))
+# lab:adamw compares adamw_update_all with its host reference bit for bit: that reference must not
+# contract to FMA (aarch64 hosts and -march flags would), as the emulated build's -ffp-contract=off.
+$(BUILD)/dev/adamw: private NVCCFLAGS += -Xcompiler -ffp-contract=off
 $(BUILD)/dev/%: dev/cuda/%.cu $(NVCC_CPU_KERNELS) $(LLMC_HEADERS) $(wildcard dev/cuda/*.cuh dev/cuda/attention_candidates/*.cuh)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(CPU_KERNELS_INCLUDE) $< $(NVCC_CPU_KERNELS) -o $@ $(CUDA_LIBS)

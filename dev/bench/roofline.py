@@ -968,7 +968,8 @@ MEASUREMENTS = {
     "fa663e0 matmul bwd N16384 IC192 OC10112": 208.3,
     "fa663e0 matmul gelu-bwd+bwd N8192 IC768 OC3072": 212.6,
     "fa663e0 matmul gelu-bwd+bwd N16384 IC192 OC768": 88.4,
-    # memory-bound labs: (µs, bytes the lab counts = its GB/s x its ms)
+    # memory-bound labs: (µs, bytes the lab counts = its GB/s x its ms); "adamw" is lab:adamw's
+    # adamw_update row (per tensor, stochastic rounding), not its adamw_update_all row (added after fa663e0)
     "fa663e0 adamw n130023424": 1337.3,
     "fa663e0 adamw n3145728": 38.2,
     "fa663e0 copy_master n130023424": 279.4,
@@ -1656,9 +1657,11 @@ def built_steps(cal):
              "not measured) against fa663e0's one-element loop (its GELU pass measured at eff_bias_gelu_bwd; "
              "its plain sums kept at eff_elementwise, so only the fc pass gains); none at paper-b16 (no biases)"),
             ("AdamW four elements a thread in 16-byte accesses", "d12-b16", *gain("d12-b16", packed_adamw=False),
-             "the packed kernel at eff_elementwise (assumed, not measured) against lab:adamw's measured rate "
-             "(fa663e0's per-tensor kernel, the same one-element loop; 30 bytes a parameter either way); "
-             "at paper-b16 0.02 ms")]
+             "the packed kernel at eff_elementwise (assumed, not measured) against eff_adamw, lab:adamw's measured "
+             "rate for the per-tensor kernel with stochastic rounding (fa663e0's one-launch kernel, the same "
+             "one-element loop without the rounding hash, was never timed alone: part of the gain may be that "
+             "difference; lab:adamw's adamw_update_all row measures HEAD's); 30 bytes a parameter either way; "
+             f"at paper-b16 {gain('paper-b16', packed_adamw=False)[0] / 1e3:.2f} ms")]
 
 
 def speed_steps(cal, case="paper-b16"):

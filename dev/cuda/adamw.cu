@@ -4,7 +4,8 @@
 //                      rounding), adamw_update_all (the backend's one launch), copy_master_to_params
 //   ./adamw --check    validation only; exit status 1 on any failure
 // Checks: master, m, v after several steps (fp32 math, tolerance 1e-6; the kernel is written to be
-// bit-identical to a non-FMA CPU build, the count of bit-identical elements is printed); params =
+// bit-identical to a non-FMA CPU build, the count of bit-identical elements is printed; adamw_update_all's
+// checks are exact: this lab's host code is built without FMA contraction, -ffp-contract=off); params =
 // a bf16 neighbour of master (BF16 build) or exactly master (FP32 build, also aliased);
 // stochastic rounding deterministic for a seed, different across seeds, and unbiased: the mean of
 // many rounded copies (over seeds, and over indices with one seed) lands on the fp32 value far
@@ -194,15 +195,23 @@ bool check_copy(llmc::Rng& rng, size_t n) {
     return lab::check("params", d_p.get(), master, 0.0);
 }
 
+// Where check_all's device buffers start: each `off` elements into its own allocation; params
+// nullptr when null_params (the FP32 backend's call); `cases` of check_all's eight (the first ones).
+struct Layout {
+    const char* name;
+    size_t master = 0, m = 0, v = 0, grads = 0, params = 0;
+    bool null_params = false;
+    int cases = 8;
+};
+
 // adamw_update_all: tensors of several sizes (one empty; ends off the four-element grid) with their
 // own weight decay in one launch, against the CPU reference per tensor (master, m and v bit-identical),
-// once with aligned buffers (four elements at a time, the last n % 4 alone) and once with every buffer
-// one element past its allocation (not aligned: every element alone); the gradient multiplier from the
-// host, then decided on the device from a squared norm (clipped, not clipped), and the whole update
-// skipped on the device when the norm or the loss check is not finite (master, m, v, params untouched);
-// and lr and the bias corrections read from device memory (gate.step) while the arguments hold values
-// that must not be used.
-bool check_all(llmc::Rng& rng, size_t offset) {
+// with the buffers where `lay` puts them: four elements at a time exactly when every buffer is aligned
+// to its vector (asserted), the last n % 4 alone; the gradient multiplier from the host, then decided
+// on the device from a squared norm (clipped, not clipped), and the whole update skipped on the device
+// when the norm or the loss check is not finite (master, m, v, params untouched); and lr and the bias
+// corrections read from device memory (gate.step) while the arguments hold values that must not be used.
+bool check_all(llmc::Rng& rng, const Layout& lay) {
     const std::vector<size_t> sizes = {1000, 0, 1, 77777, 4099};
     const std::vector<float> decay = {0.1f, 0.1f, 0.0f, 0.05f, 0.0f};
     llmc::cuda::detail::AdamWSegments seg;
@@ -235,20 +244,21 @@ bool check_all(llmc::Rng& rng, size_t offset) {
     };
     std::vector<float> master = lab::random_normal(rng, n, 0.f, 0.5f);
     std::vector<float> m(n, 0.f), v(n, 0.f);
-    // each device buffer starts `offset` elements into its allocation
-    DeviceBuffer<float> a_master(n + offset), a_m(n + offset), a_v(n + offset), a_grads(n + offset);
-    DeviceBuffer<floatX> a_params(n + offset);
-    float *const d_master = a_master.get() + offset, *const d_m = a_m.get() + offset, *const d_v = a_v.get() + offset,
-                 *const d_grads = a_grads.get() + offset;
-    floatX* const d_params = a_params.get() + offset;
+    DeviceBuffer<float> a_master(n + lay.master), a_m(n + lay.m), a_v(n + lay.v), a_grads(n + lay.grads);
+    DeviceBuffer<floatX> a_params(n + lay.params);
+    float *const d_master = a_master.get() + lay.master, *const d_m = a_m.get() + lay.m, *const d_v = a_v.get() + lay.v,
+                 *const d_grads = a_grads.get() + lay.grads;
+    floatX* const d_params = lay.null_params ? nullptr : a_params.get() + lay.params;
     CUDA_CHECK(cudaMemcpy(d_master, master.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(d_m, m.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(d_v, v.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    // the vector path needs every fp32 buffer 16-byte aligned and params at a multiple of 4 elements
+    const bool want_vec = lay.master % 4 == 0 && lay.m % 4 == 0 && lay.v % 4 == 0 && lay.grads % 4 == 0 &&
+                          (lay.null_params || lay.params % 4 == 0);
     const bool vec = llmc::cuda::detail::adamw_vec_aligned(d_params, d_master, d_grads, d_m, d_v);
-    std::printf("adamw_update_all, buffers %zu elements into their allocations: %s\n", offset,
-                vec ? "four elements at a time" : "one element at a time");
-    if (vec != (offset == 0)) {
-        std::printf("  expected %s  FAIL\n", offset == 0 ? "four at a time" : "one at a time");
+    std::printf("adamw_update_all, %s: %s\n", lay.name, vec ? "four elements at a time" : "one element at a time");
+    if (vec != want_vec) {
+        std::printf("  expected %s  FAIL\n", want_vec ? "four at a time" : "one at a time");
         return false;
     }
     DeviceBuffer<float> d_norm(1);
@@ -258,6 +268,7 @@ bool check_all(llmc::Rng& rng, size_t offset) {
     bool ok = true;
     int t = 0;
     for (const Case& c : cases) {
+        if (t == lay.cases) break;
         t++;
         std::printf("adamw_update_all n=%zu in %d tensors, step %d, %s\n", n, seg.count, t, c.name);
         std::vector<float> g = lab::random_normal(rng, n, 0.f, 1.f);
@@ -276,7 +287,7 @@ bool check_all(llmc::Rng& rng, size_t offset) {
                 off += sizes[j];
             }
         }
-        lab::poison(d_params, n);
+        if (d_params) lab::poison(d_params, n);
         llmc::cuda::detail::AdamWGate gate;
         if (c.device_gate) {
             gate.norm_sq = d_norm.get();
@@ -310,11 +321,11 @@ bool check_all(llmc::Rng& rng, size_t offset) {
         ok &= lab::check("m", d_m, m, 0.0);
         ok &= lab::check("v", d_v, v, 0.0);
         const std::vector<float> got = lab::download(d_master, n);
-        if (c.applied) {
+        if (d_params && c.applied) {
             std::vector<float> rounded = got;
             lab::round_to_floatX(rounded);  // round to nearest even
             ok &= lab::check("params", d_params, rounded, 0.0);
-        } else {
+        } else if (d_params) {  // (master, m and v were compared with the untouched reference above)
             const bool same = std::memcmp(got.data(), before.data(), n * sizeof(float)) == 0;
             const std::vector<float> p = lab::download(d_params, n);
             size_t written = 0;  // params poisoned before the call: a skipped update leaves them so
@@ -340,8 +351,17 @@ int main(int argc, char** argv) {
         ok &= check_null_params(rng, 50001);
         ok &= check_stochastic_rounding(rng);
         ok &= check_copy(rng, 100003);
-        ok &= check_all(rng, 0);
-        ok &= check_all(rng, 1);
+        // every buffer aligned or not, one misaligned at a time, params off by 4 elements (8 bytes in
+        // bf16: its vector's alignment) and no params (the FP32 backend's call)
+        ok &= check_all(rng, {"every buffer aligned"});
+        ok &= check_all(rng, {"every buffer one element in", 1, 1, 1, 1, 1});
+        ok &= check_all(rng, {"master one element in", 1, 0, 0, 0, 0, false, 1});
+        ok &= check_all(rng, {"m one element in", 0, 1, 0, 0, 0, false, 1});
+        ok &= check_all(rng, {"v one element in", 0, 0, 1, 0, 0, false, 1});
+        ok &= check_all(rng, {"grads one element in", 0, 0, 0, 1, 0, false, 1});
+        ok &= check_all(rng, {"params one element in", 0, 0, 0, 0, 1, false, 1});
+        ok &= check_all(rng, {"params four elements in", 0, 0, 0, 0, 4, false, 2});
+        ok &= check_all(rng, {"params nullptr", 0, 0, 0, 0, 0, true});
         std::printf("%s\n", ok ? "adamw: all checks passed" : "adamw: FAILED");
         if (args.check || !ok) return ok ? 0 : 1;
 

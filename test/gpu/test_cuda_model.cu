@@ -308,6 +308,50 @@ void check_case(Checks& ck, const Case& c, uint64_t seed) {
         ck.expect(last < first, "the 10 steps train (loss %.4f -> %.4f)", first, last);
     }
 
+    // ---- one AdamW update from the same parameters, moments and gradients: every element against the
+    // CPU backend's (each tensor with its own weight decay; the CUDA kernel rounds as the CPU formula,
+    // bit-identical where the CPU build does not contract to FMA: the tolerance allows a few ulp)
+    {
+        llmc::AdamWHyper h;
+        h.lr = 1e-2f;
+        llmc::Rng r2(seed + 5);
+        std::vector<float> m0(P), v0(P), g0(P);
+        for (size_t i = 0; i < P; i++) {
+            m0[i] = 0.01f * r2.normal();
+            v0[i] = 1e-4f * r2.uniform();
+            g0[i] = 0.05f * r2.normal();
+        }
+        const std::unique_ptr<llmc::Backend> g3_owner = llmc::cuda_backend::create(cfg, seed);
+        llmc::Backend& g3 = *g3_owner;
+        llmc::CpuBackend c3(cfg, seed);
+        for (llmc::Backend* b : {(llmc::Backend*)&c3, &g3}) {
+            b->set_params(params.data());
+            b->set_optimizer_state(m0.data(), v0.data());
+            b->set_grads(g0.data());
+            b->adamw_update(h, 7, 0.6f);
+        }
+        const char* names[] = {"parameters", "m", "v"};
+        std::vector<float> got[3], want[3];
+        for (int k = 0; k < 3; k++) got[k].assign(P, NAN), want[k].assign(P, NAN);
+        c3.get_params(want[0].data());
+        c3.get_optimizer_state(want[1].data(), want[2].data());
+        g3.get_params(got[0].data());
+        g3.get_optimizer_state(got[1].data(), got[2].data());
+        for (int k = 0; k < 3; k++) {
+            double worst = 0;
+            size_t identical = 0;
+            for (size_t i = 0; i < P; i++) {
+                const double d = std::fabs((double)got[k][i] - want[k][i]), a = std::fabs((double)want[k][i]);
+                worst = std::max(worst, std::isfinite(got[k][i]) ? d / std::max(a, 1e-30) : INFINITY);
+                identical += same_bits(&got[k][i], &want[k][i], 1);
+            }
+            ck.expect(worst <= 1e-6,
+                      "one AdamW update, %s per element vs the CPU: worst relative error %.3g (tol 1e-6), "
+                      "%zu of %zu bit-identical",
+                      names[k], worst, identical, P);
+        }
+    }
+
     // ---- determinism and resume identity: runs A and B from the same state give the same bits;
     // run R resumes A's state after 3 steps in a backend built with another seed.
     {
