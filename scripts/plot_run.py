@@ -23,6 +23,9 @@ Writes, with PREFIX = --out (default: OUT_DIR/plot of the first OUT_DIR),
                                heads; all: one pair per head). Both near/far plots are skipped with a
                                note for runs whose records lack the fields (older runs, CUDA runs
                                without --near)
+A run without logit_stats.jsonl records (fewer steps than --logit-stats-every, --logit-stats-every 0, or no
+file) is left out of the logits, entropy and near/far plots, legend included, with one note naming the run
+and the reason; with no run that has records those plots are not written.
     PREFIX_ratio.{png,svg}     with --by-ratio: peak max-logit and final val loss vs T/C, one line
                                per attention variant (runs of several T and C)
     PREFIX_summary.md          the summary table, also printed on stdout
@@ -732,6 +735,22 @@ def plot_loss(plt, runs, labels, title):
     return fig
 
 
+def no_stats_reason(run):
+    """Why run has no logit_stats.jsonl record (None when it has some): its steps fewer than its
+    --logit-stats-every (config.json), the statistics off, or no file or an empty one."""
+    if run.stats:
+        return None
+    every = ((run.config or {}).get("train") or {}).get("logit_stats_every")
+    last = max((r["step"] for r in run.train), default=0)
+    if every == 0:
+        return "--logit-stats-every 0"
+    if isinstance(every, int) and every > last:
+        return f"its {last} steps are fewer than --logit-stats-every {every}"
+    if not os.path.isfile(os.path.join(run.path, "logit_stats.jsonl")):
+        return "no logit_stats.jsonl"
+    return "logit_stats.jsonl holds no record"
+
+
 def per_layer_series(run, field, heads):
     """{layer: [(head or None, is_global, steps, values)]} from logit_stats.jsonl."""
     if not run.stats:
@@ -774,11 +793,10 @@ def label_panel(ax, layer, ncol, nrow, L, ylabel):
 
 
 def plot_per_layer(plt, runs, labels, title, field, heads, ylabel, threshold=None):
-    """One panel per layer of logit_stats.jsonl's `field` (max or entropy); None when no run has records."""
+    """One panel per layer of logit_stats.jsonl's `field` (max or entropy) of the runs that have records (at
+    least one has)."""
     series = [per_layer_series(r, field, heads) for r in runs]
-    L = max((len(s) for s in series), default=0)
-    if L == 0:
-        return None
+    L = max(len(s) for s in series)
     fig, axes, ncol, nrow = layer_grid(plt, L, 0.12 * len(runs))
     hg = head_globals_of(runs)
     for layer in range(L):
@@ -797,7 +815,8 @@ def plot_per_layer(plt, runs, labels, title, field, heads, ylabel, threshold=Non
     how = {"max": {"max": "max over heads", "all": "each head (global solid, local dashed)"},
            "entropy": {"max": "mean over heads", "all": "each head (global solid, local dashed)"}}[field][heads]
     suptitle = fig.suptitle(f"{ylabel}: {how}" + (f" - {title}" if title else ""), fontsize=9)
-    add_legends(fig, *legend_handles(heads, runs, labels, hg))
+    run_h, head_h = legend_handles(heads, runs, labels, hg)
+    add_legends(fig, [hd for hd, s in zip(run_h, series) if s], head_h)  # runs with records only
     fit_title(fig, suptitle)
     return fig
 
@@ -818,12 +837,13 @@ def near_far_arrays(run):
 
 
 def plot_near_far(plt, runs, labels, title, heads):
-    """[("near_mass", fig), ("near_far_logits", fig)] (module docstring); a note on stderr for runs
-    without the fields, and no figures when no run has them."""
+    """[("near_mass", fig), ("near_far_logits", fig)] (module docstring); a note on stderr for runs whose
+    records lack the fields (runs without records have build_figures' note), and no figures when no run has
+    them."""
     from matplotlib.lines import Line2D
     data = [near_far_arrays(r) for r in runs]
-    missing = [lab for lab, d in zip(labels, data) if d is None]
-    if len(missing) == len(runs):
+    missing = [lab for lab, d, r in zip(labels, data, runs) if d is None and r.stats]
+    if all(d is None for d in data):
         print("note: no near/far statistics in logit_stats.jsonl (older run or CUDA run without --near); "
               "near_mass and near_far_logits plots skipped", file=sys.stderr)
         return []
@@ -927,14 +947,18 @@ def build_figures(runs, labels, title, heads="max", threshold=10.0, rows=None):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     figures = [("loss", plot_loss(plt, runs, labels, title))]
-    for field, ylabel, name, thr in [("max", "max attention logit", "logits", threshold),
-                                     ("entropy", "attention entropy (nats)", "entropy", None)]:
-        fig = plot_per_layer(plt, runs, labels, title, field, heads, ylabel, threshold=thr)
-        if fig is None:
-            print(f"note: no logit_stats.jsonl records; {name} plot skipped", file=sys.stderr)
-        else:
-            figures.append((name, fig))
-    figures += plot_near_far(plt, runs, labels, title, heads)
+    bare = [f"{lab} ({why})" for lab, why in zip(labels, map(no_stats_reason, runs)) if why]
+    if len(bare) == len(runs):
+        print(f"note: no logit statistics for {', '.join(bare)}; logits, entropy and near/far plots skipped",
+              file=sys.stderr)
+    else:
+        if bare:
+            print(f"note: no logit statistics for {', '.join(bare)}; left out of the logits, entropy and near/far "
+                  "plots", file=sys.stderr)
+        for field, ylabel, name, thr in [("max", "max attention logit", "logits", threshold),
+                                         ("entropy", "attention entropy (nats)", "entropy", None)]:
+            figures.append((name, plot_per_layer(plt, runs, labels, title, field, heads, ylabel, threshold=thr)))
+        figures += plot_near_far(plt, runs, labels, title, heads)
     if rows is not None:
         figures.append(("ratio", plot_by_ratio(plt, runs, rows)))
     return figures

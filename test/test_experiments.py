@@ -886,6 +886,31 @@ def test_pack_results_phases_thinning_and_limits(tmp_path):
     assert p.returncode == 1 and "run c left no metrics" in p.stderr
 
 
+def test_pack_results_says_why_a_run_alone_has_no_median(tmp_path):
+    """Two runs one after another (--parallel 0), both alone: a run with too few steps alone for a median (5,
+    after leaving out those within 2 s of a start or an end) has '-' in 'ms/step alone' and a note that says
+    so with its counts, so the '-' is not read as "not alone" beside the other run's number."""
+    pack = REPO / "scripts" / "pack_results.py"
+    t0 = 1000.0
+    runs = {"mhsa": (t0, 6), "ls": (t0 + 40, 12)}  # (start, steps) at 4.5 s per step, 1.5 s of start-up
+    for name, (start, n) in runs.items():
+        d = tmp_path / name
+        d.mkdir()
+        recs = [{"step": k, "time": start + 1.5 + 4.5 * k, "loss": 3.0, "ms": 4500.0 + k} for k in range(1, n + 1)]
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    ev = tmp_path / "events.tsv"
+    ev.write_text("".join(f"{start}\tstart {name}\n{start + 2.5 + 4.5 * n}\tend {name} 143\n"
+                          for name, (start, n) in runs.items()))
+    p = sh([sys.executable, pack, "--results", tmp_path / "res", "--runs", f"mhsa={tmp_path / 'mhsa'}",
+            f"ls={tmp_path / 'ls'}", "--events", ev])
+    rows = {ln.split("|")[1].strip(): [c.strip() for c in ln.split("|")[1:-1]]
+            for ln in p.stdout.splitlines() if ln.startswith("| mhsa ") or ln.startswith("| ls ")}
+    assert rows["mhsa"][5:7] == ["-", "-"] and rows["ls"][5:7] == ["4506.50", "-"], rows
+    assert ("- mhsa: ms/step alone -: of its 6 steps alone, 2 were within 2 s of a run's start or end (counted in "
+            "neither phase); a median needs 5") in p.stdout, p.stdout
+    assert "- ls: ms/step" not in p.stdout
+
+
 def test_pack_results_times_only_this_windows_steps(tmp_path):
     """A run resumed in a later window (exp_pg19.sh started again on the same --out): its train wall time and
     steps per minute cover the steps this window trained, from its start event on, never the idle time
