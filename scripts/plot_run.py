@@ -34,7 +34,8 @@ wide wrapped between its pieces; a title too wide for the figure is wrapped, nev
 each has a colour and a marker shape (at staggered steps), so that runs whose curves coincide are still told
 apart. A run's label names its attention (MHSA, LS G=g/NH P=p, all-local; "MHSA (P=p >= T)" when the window
 reaches the whole context), every stabilizer that is on (QK-norm, soft-cap, z-loss, QK-Clip, logit alarm,
-skip spikes, a non-default grad-clip), T, C, L, the data (config.json's "data": "data ts_sp (sp V=500)"),
+skip spikes, a non-default grad-clip), T, C, L, the data (config.json's "data": "data ts_sp (sp V=500)";
+a shards folder named data with its parent's name: "data smoke/data"),
 lr, seed; the pieces all runs share form the title. Runs whose recorded data differ (tokenizer, vocabulary,
 validation or training shards) get one note on stderr, repeated under the summary table: their losses per
 token are not comparable. A training flag changed on resume (config.json's "history") is noted in the label
@@ -325,8 +326,14 @@ LABEL_ORDER = ["kind", "qk_norm", "attn_softcap", "bias", "gelu"] + [key for _, 
 
 
 def data_set_name(glob):
-    """The data set of a shard glob: the directory that holds the shards (data/shards/ts_sp/train_*.bin -> ts_sp)."""
-    return os.path.basename(os.path.dirname(os.path.normpath(str(glob)))) or str(glob)
+    """The data set of a shard glob: the directory that holds the shards (data/shards/ts_sp/train_*.bin -> ts_sp);
+    a directory named data (exp_pg19.sh --smoke's OUT/data) with its parent's name (out/smoke/data/... ->
+    smoke/data), so that a label never reads "data data"."""
+    folder = os.path.dirname(os.path.normpath(str(glob)))
+    name, parent = os.path.basename(folder), os.path.basename(os.path.dirname(folder))
+    if name == "data" and parent:
+        name = f"{parent}/data"
+    return name or str(glob)
 
 
 def data_text(config):

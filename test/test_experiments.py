@@ -656,7 +656,8 @@ def test_exp_pg19_relays_the_trainers_notes(tmp_path):
     assert len(finished) == 1 and finished[0].endswith(f"weights: {out}/runs/ls/model_00000001.bin)"), finished
     # the summary names the data set and its vocabulary (a loss per token means nothing without V)
     runs_line = (out / "summary.md").read_text().splitlines()[0]
-    assert runs_line.startswith("Runs: ") and "data data (sp V=400)" in runs_line, runs_line
+    # (the smoke's data folder is OUT/data: a folder named data is named with its parent, not "data data")
+    assert runs_line.startswith("Runs: ") and "data pg19/data (sp V=400)" in runs_line, runs_line
 
 
 def test_exp_pg19_reuses_a_run_only_for_the_same_settings(tmp_path):

@@ -465,6 +465,9 @@ def test_label_names_the_data_set_and_vocabulary_when_runs_differ_in_data():
     # one run: the data set in the title, beside lr and seed (exp_pg19.sh's summary.md names V in it)
     labels, title = plot_run.make_labels([plot_run.label_parts(a)], ["a"])
     assert "data ts_sp (sp V=500)" in title.split(", ") and "data" not in labels[0], (labels, title)
+    # a folder named data (exp_pg19.sh --smoke's OUT/data) is named with its parent: never "data data"
+    assert plot_run.data_set_name("/tmp/smoke/data/train_*.bin") == "smoke/data"
+    assert plot_run.data_set_name("data/shards/pg19_sp/train_*.bin") == "pg19_sp"
 
 
 def write_run(path, cfg, val_loss):
