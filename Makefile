@@ -2,14 +2,16 @@
 #   make                 the trainer, the generator, the CPU test binary and every GPU target (needs nvcc, no
 #                        GPU); without nvcc on PATH: the trainer and the generator built by the host
 #                        compiler (CXX) for the CPU, and the CPU test binary (one line says so)
-#   make train_gpt2_ls / generate_gpt2_ls  one of the two programs (by nvcc; HOST_BUILD=1: by CXX)
+#   make train_gpt2_ls / generate_gpt2_ls  one of the two programs (by nvcc; HOST_BUILD=1: by CXX); `make
+#                        generate_gpt2_ls` alone, HOST_BUILD not given, picks its build as make train does
 #   make build/test_cpu / build/dev/NAME / build/test_gpu/NAME  the Catch2 binary / a kernel lab / a GPU test
 #   make cpu             the trainer and the generator built by the host compiler for the CPU only (faster to build;
 #                        --device cuda then says the build has no CUDA); `make` rebuilds them with nvcc
 #   make train           the main job: prepare tiny Shakespeare (GPT-2 BPE) and train on it into TRAIN_OUT;
 #                        run again, it continues that run (-y 1, its recorded data and settings). It trains
-#                        with the programs' current build: after `make cpu` the host build (one line says
-#                        so; HOST_BUILD=0 rebuilds with nvcc)
+#                        with the programs' current build: after `make cpu` the host build, and on a machine
+#                        without a GPU (nvidia-smi lists none) the host build (one line says so; HOST_BUILD=0
+#                        builds with nvcc). Each program is rebuilt only when its own compiler changes
 #   make data-tinyshakespeare  only the data of make train: data/shards/tinyshakespeare_gpt2/ (data/prepare.py)
 #   make test            every CPU test (Catch2 + pytest + end-to-end), compiles every GPU target, and
 #                        runs the GPU kernels under device emulation (make test-emu); without nvcc only
@@ -75,6 +77,8 @@ EXTRA_INCLUDE ?=
 SHARED_DATA ?= ../shared/data
 BUILD := build
 comma := ,# a comma inside a function's argument: $(if C,a$(comma) b)
+empty :=
+space := $(empty) $(empty)# a space inside $(subst): $(subst $(space),$(comma),a b)
 
 ifneq ($(PRECISION),BF16)
 ifneq ($(PRECISION),FP32)
@@ -87,22 +91,30 @@ endif
 # no LLMC_CUDA_BACKEND), and the GPU targets and the emulated build (which needs CUDA's headers) are left
 # out of `make` and `make test`; one line says so (once per top-level make).
 NVCC_FOUND := $(shell command -v $(NVCC) 2>/dev/null)
-# `make train` (alone, or with data-tinyshakespeare) and HOST_BUILD not given: on a machine without a
-# GPU (nvidia-smi lists none) it builds and trains with the host build (CXX, CPU only; ~1 minute
-# instead of the nvcc build's ~3), and where the last build of the two was the host build (`make cpu`:
-# $(BUILD)/mains-compiler, below, holds HOST_BUILD_MARK) it keeps that build (rebuilt by CXX only when a
-# source changed); one line says which. `make` and the other goals build with nvcc.
+# `make train` or `make generate_gpt2_ls` (the README's commands that use a program; alone, together or
+# with data-tinyshakespeare) and HOST_BUILD not given: on a machine without a GPU (nvidia-smi lists
+# none) they build and use the host build (CXX, CPU only; ~1 minute instead of the nvcc build's ~3),
+# and where the last build of each program they build was the host build (`make cpu`: its stamp
+# $(BUILD)/compiler-PROGRAM, below, holds HOST_BUILD_MARK) they keep it (rebuilt by CXX only when a
+# source changed); one line says which. `make`, `make train_gpt2_ls` and the other goals build with nvcc.
 HOST_BUILD_MARK := (host, CPU only)
 NVIDIA_SMI ?= nvidia-smi
-ifeq ($(origin HOST_BUILD)$(filter-out train data-tinyshakespeare,$(MAKECMDGOALS)),undefined)
+USE_GOALS := $(filter train generate_gpt2_ls,$(MAKECMDGOALS))
+USE_PROGRAMS := $(patsubst train,train_gpt2_ls,$(USE_GOALS))
+USE_HOST_STAMPS := $(foreach p,$(USE_PROGRAMS),$(if $(findstring $(HOST_BUILD_MARK),$(shell cat $(BUILD)/compiler-$(p) 2>/dev/null)),$(p)))
+# the line's words: make train trains with the build, make generate_gpt2_ls builds it
+USE_SAID = make $(USE_GOALS): $(1): $(if $(filter train,$(USE_GOALS)),training with the host build of \
+  $(subst $(space), and ,$(USE_PROGRAMS)) (CPU only),the host build of $(USE_PROGRAMS) (CPU only)$(comma) as make train's)
+ifeq ($(origin HOST_BUILD)$(filter-out train generate_gpt2_ls data-tinyshakespeare,$(MAKECMDGOALS)),undefined)
 ifneq ($(NVCC_FOUND),)
-ifneq ($(filter train,$(MAKECMDGOALS)),)
+ifneq ($(USE_GOALS),)
 ifeq ($(shell $(NVIDIA_SMI) -L 2>/dev/null | grep -c '^GPU'),0)
 HOST_BUILD := 1
-$(info make train: no GPU on this machine (nvidia-smi lists none): training with the host build of train_gpt2_ls (CPU only); `make train HOST_BUILD=0` builds it with nvcc)
-else ifneq ($(findstring $(HOST_BUILD_MARK),$(shell cat $(BUILD)/mains-compiler 2>/dev/null)),)
+$(info $(call USE_SAID,no GPU on this machine (nvidia-smi lists none)); `make $(USE_GOALS) HOST_BUILD=0` builds it with nvcc)
+else ifeq ($(words $(USE_HOST_STAMPS)),$(words $(USE_PROGRAMS)))
 HOST_BUILD := 1
-$(info make train: train_gpt2_ls is the host build of `make cpu` (CPU only): training with it; `make train HOST_BUILD=0` rebuilds it with nvcc)
+$(info make $(USE_GOALS): $(subst $(space), and ,$(USE_PROGRAMS)) is the host build of `make cpu` (CPU only): \
+  $(if $(filter train,$(USE_GOALS)),training with it,keeping it); `make $(USE_GOALS) HOST_BUILD=0` rebuilds it with nvcc)
 endif
 endif
 endif
@@ -157,8 +169,10 @@ LLMC_HEADERS := $(wildcard llmc/*.h llmc/*/*.h llmc/*/*.cuh llmc/*.cuh)
 
 # --- the trainer and the generator -------------------------------------------------------------
 # By nvcc, or (HOST_BUILD=1) by $(CXX) as C++ for the CPU backend, with MPI as detected and no NCCL.
-# $(BUILD)/mains-compiler names the compiler of the last build of the two, so that switching between
-# `make` and `make cpu` rebuilds them (it is rewritten only when it changes).
+# $(BUILD)/compiler-PROGRAM names the compiler of the program's last build, so that switching between
+# `make` and `make cpu` rebuilds it, and only it: one stamp per program, so that an nvcc build of one
+# and a host build of the other (`make train` and `make generate_gpt2_ls HOST_BUILD=0` on a machine
+# without a GPU) do not rebuild each other (a stamp is rewritten only when it changes).
 MAINS_COMPILER := $(if $(filter 1,$(HOST_BUILD)),$(CXX) $(HOST_BUILD_MARK),$(NVCC))
 # HOST_OPT: the programs' host optimization level (test/test_build_matrix.py's no-nvcc build: -O0,
 # it proves the build path and runs a few tiny steps)
@@ -166,9 +180,14 @@ HOST_OPT ?= -O3
 HOST_CXXFLAGS := -std=c++17 $(HOST_OPT) -Wall -Wextra -fopenmp $(INCLUDES)
 # MPI's headers as system headers: Open MPI's C++ bindings warn under -Wextra
 HOST_DIST_FLAGS := $(patsubst -I%,-isystem%,$(call dist_flags,$(USE_MPI),0))
-$(BUILD)/mains-compiler: FORCE
+# A stamp is remade only when it names another compiler (decided when the Makefile is read), so that
+# `make -n` and `make -q` tell the truth about the programs.
+MAINS_STAMPS := $(BUILD)/compiler-train_gpt2_ls $(BUILD)/compiler-generate_gpt2_ls
+stamp_stale = $(if $(subst x$(MAINS_COMPILER),,x$(shell cat $(1) 2>/dev/null)),FORCE)
+$(foreach s,$(MAINS_STAMPS),$(eval $(s): $(call stamp_stale,$(s))))
+$(MAINS_STAMPS):
 	@mkdir -p $(dir $@)
-	@echo '$(MAINS_COMPILER)' | cmp -s - $@ || echo '$(MAINS_COMPILER)' >$@
+	@echo '$(MAINS_COMPILER)' >$@
 FORCE:
 # The CUDA kernels of the programs, compiled once per precision (llmc/cuda/backend_entry.cu: the
 # backend behind llmc/cuda/backend_entry.h) and linked into the trainer, its build matrix and the
@@ -187,12 +206,13 @@ cuda_program = mkdir -p $(BUILD)/obj && \
 	$(NVCC) $(NVCC_GENCODE) $(BUILD)/obj/$(notdir $@).o $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) -o $@ $(CUDA_LIBS) \
 	  $(call dist_libs,$(1),$(2))
 ifeq ($(HOST_BUILD),1)
-train_gpt2_ls generate_gpt2_ls: %: %.cu $(LLMC_HEADERS) $(BUILD)/mains-compiler
+train_gpt2_ls generate_gpt2_ls: %: %.cu $(LLMC_HEADERS) $(BUILD)/compiler-%
 	$(CXX) $(HOST_CXXFLAGS) $(HOST_DIST_FLAGS) -x c++ $< -o $@ $(call dist_libs,$(USE_MPI),0)
 else
-train_gpt2_ls: train_gpt2_ls.cu $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(LLMC_HEADERS) $(BUILD)/mains-compiler
+train_gpt2_ls: train_gpt2_ls.cu $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(LLMC_HEADERS) $(BUILD)/compiler-train_gpt2_ls
 	$(call cuda_program,$(USE_MPI),$(USE_NCCL))
-generate_gpt2_ls: generate_gpt2_ls.cu $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(LLMC_HEADERS) $(BUILD)/mains-compiler
+generate_gpt2_ls: generate_gpt2_ls.cu $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(LLMC_HEADERS) \
+  $(BUILD)/compiler-generate_gpt2_ls
 	$(call cuda_program,0,0)
 endif
 $(CUDA_BACKEND_OBJ): llmc/cuda/backend_entry.cu $(LLMC_HEADERS)

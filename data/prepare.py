@@ -54,8 +54,15 @@ class _Parser(argparse.ArgumentParser):
             for a in required:
                 a.required = True
         if unknown:
-            self.error(f"unrecognized arguments: {' '.join(unknown)}")
+            self.error(f"unrecognized arguments: {' '.join(unknown)}{self._dash_hint(unknown)}")
         return super().parse_args(args, namespace)
+
+    def _dash_hint(self, unknown):
+        """The hint ' (did you mean --vocab-size?)' for the unknown flags spelt with underscores (nanoGPT's
+        and Hugging Face's style) whose dashed spelling is a flag here; '' when none is."""
+        dashed = [w.split("=", 1)[0].replace("_", "-") for w in unknown if w.startswith("--") and "_" in w]
+        known = [f for f in dashed if f in self._option_string_actions]
+        return f" (did you mean {', '.join(known)}?)" if known else ""
 
 
 def parse_args(argv):

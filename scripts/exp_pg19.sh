@@ -51,7 +51,9 @@
 # --seed S: the trainer's seed, and the runs are named VARIANT_sS. --extra FLAGS: more trainer flags
 # for every run (e.g. "--cuda-graph 1", "-m 1"); a flag the script sets itself or has an option for
 # (-x, -b, -d, -t, -i, -j, -o, -y, --seed, --device, --threads, --config, --global-heads) is refused,
-# naming the option. --steps and --tokens exclude each other; --tokens is rounded down to whole steps
+# naming the option. The trainer then checks them with each run's flags (parsed and validated, on shards
+# that cannot exist, writing nothing): a flag or value it refuses is one error line before the data is
+# prepared or a run starts (with --build 1 right after the build). Options take --flag=value as well. --steps and --tokens exclude each other; --tokens is rounded down to whole steps
 # (a note says so). --np N > 1: each run under `$MPIRUN -np N` (stopped by SIGUSR1).
 # --data: the shards (default data/shards/pg19_sp; scripts/pack_pg19.sh makes them, or this script
 # with data/prepare.py from --source, default ../shared/data/pg19, into a missing or empty directory;
@@ -154,6 +156,7 @@ while [[ $# -gt 0 ]]; do
     --smoke) SMOKE=1; shift ;;
     --force) FORCE=1; shift ;;
     --prepare) PREPARE=1; shift ;;
+    --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;  # --flag=value (the trainer's form too): --flag value
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) die "unknown argument '$1'; see $0 --help" ;;
   esac
@@ -300,6 +303,27 @@ run_args() {  # run_args INDEX: the trainer flags of run INDEX (its recorded set
   ARGS=(--config "$CONFIG" -i "$DATA/train_*.bin" -j "$DATA/val_*.bin" "${SMALL[@]}" $(variant_flags "${variants[$1]}")
     -b "$BATCH" -t "$T" -d "$TOTAL" -x "$STEPS" "${RUN[@]}" "${seed_flags[@]}" "${extra_flags[@]}")
 }
+# --extra's flags, checked by the trainer itself: it is given each run's flags with shards that cannot
+# exist (under a file, not a directory) and no output (-o ''), so it parses and validates them and stops
+# at the data, writing nothing. Its first error line is the answer: the missing shards mean the flags
+# are good; anything else (a misspelt flag with its "did you mean", a value or a combination with one
+# variant's flags it refuses) is printed, with --extra and the run named (one line, no newline).
+extra_check() {
+  [[ -n $EXTRA ]] || return 0
+  local k i ARGS probe=$REPO/scripts/exp_pg19.sh/no-shards why
+  for k in "${!names[@]}"; do
+    run_args "$k"
+    for i in "${!ARGS[@]}"; do
+      case ${ARGS[$i]} in -i) ARGS[i + 1]="$probe/train_*.bin" ;; -j) ARGS[i + 1]="$probe/val_*.bin" ;; esac
+    done
+    why=$("$TRAINER" "${ARGS[@]}" -o '' --device cpu --threads 1 2>&1 > /dev/null | grep -a -m 1 '^error: ') || true
+    [[ $why == "error: no files match the shard pattern '$probe/"* ]] && continue
+    echo -n "--extra '$EXTRA': the trainer refuses run ${names[$k]}'s flags: ${why:-"(no error line: run $TRAINER with them)"}" | sed 's/: error: /: /'
+    return 1
+  done
+}
+# with --build 1 the trainer is built first and its flags checked after the build (below)
+if [[ $BUILD != 1 && -x $TRAINER ]]; then why=$(extra_check) || die "$why"; fi
 for k in "${!names[@]}"; do  # every run that exists holds this experiment (or --force replaces it), before anything is made
   run_args "$k"
   settings_check "${dirs[$k]}" "$FORCE" "${ARGS[@]}" || exit 1
@@ -351,12 +375,12 @@ step_timed() {  # step_timed NAME LOG TIMEOUT CMD...: runs CMD, one PASS/FAIL li
     echo "   $name: FAIL (exit $rc, ${dt} s; log $log), last lines:"; tail -n 15 "$log" | sed 's/^/     /'; fi
   return $rc
 }
-abort_pack() {  # abort_pack MESSAGE: nothing trained; pack the logs that exist and exit 4
+abort_pack() {  # abort_pack MESSAGE [STATUS]: nothing trained; pack the logs that exist and exit STATUS (4)
   echo "error: $1" >&2
   report_flush
   cp "$REPORT" "$RESULTS/report.txt" 2>/dev/null || true
   tar czf "$RESULTS/logs.tar.gz" -C "$OUT" logs 2>/dev/null || true
-  exit 4
+  exit "${2:-4}"
 }
 if [[ $BUILD == 1 ]]; then
   extra_inc=""; [[ -d $REPO/.deps/include ]] && extra_inc=.deps/include
@@ -370,6 +394,7 @@ else
   echo "== build: skipped (--build 0$([[ $DEVICE == cpu ]] && echo ", --device cpu: the CPU trainer is $TRAINER; make cpu builds it")) "
 fi
 [[ -x $TRAINER ]] || die "trainer $TRAINER not found; build it with 'make train_gpt2_ls' (CPU: 'make cpu') or set TRAINER=path"
+if [[ $BUILD == 1 ]]; then why=$(extra_check) || abort_pack "$why" 1; fi
 
 # -- 2. checks ----------------------------------------------------------------------------------------
 if [[ ${#CHECK_CMDS[@]} -eq 0 ]]; then

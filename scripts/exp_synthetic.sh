@@ -6,6 +6,7 @@
 #
 #   scripts/exp_synthetic.sh [--out DIR] [--data DIR] [--grid "C:T C:T ..."] [--steps N] [--lr LR]
 #                            [--jobs J] [--threads N] [--smoke] [--force]
+# (each option also as --option=value, as the trainer takes them)
 # --smoke: a tiny model on a vocabulary-16 language, grid "16:32 16:64", 6 steps (a --grid or --steps
 # given is used instead): checks that the pipeline runs.
 #
@@ -60,6 +61,7 @@ while [[ $# -gt 0 ]]; do
     --threads) need "$@"; THREADS=$2; shift 2 ;;
     --smoke) SMOKE=1; shift ;;
     --force) FORCE=1; shift ;;
+    --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;  # --flag=value (the trainer's form too): --flag value
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) die "unknown argument '$1'; see $0 --help" ;;
   esac

@@ -8,6 +8,7 @@
 #                             [--ratios "16 32 8"] [--variants "mhsa ls ..."] [--seeds "1"]
 #                             [--key-ratio R] [--key-seeds "2"] [--steps N] [--jobs J] [--smoke]
 #                             [--plots-only] [--force]
+# (each option also as --option=value, as the trainer takes them)
 #
 # Variants: mhsa (G = NH), ls (G = 1, window P), local (G = 0), mhsa_qknorm, mhsa_zloss (1e-4),
 # mhsa_softcap (--attn-softcap SOFTCAP), mhsa_qkclip (--qk-clip QKCLIP); mhsa_softcapN and
@@ -85,6 +86,7 @@ while [[ $# -gt 0 ]]; do
     --smoke) SMOKE=1; shift ;;
     --plots-only) PLOTS_ONLY=1; shift ;;
     --force) FORCE=1; shift ;;
+    --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;  # --flag=value (the trainer's form too): --flag value
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) die "unknown argument '$1'; see $0 --help" ;;
   esac

@@ -4,6 +4,7 @@
 # whole books, in a git-ignored folder of the repository, and the header-only C++ deps (.deps).
 #
 #   scripts/pack_pg19.sh [--source ../shared/data/pg19] [--out data/shards/pg19_sp] [--force] [--no-deps]
+# (each option also as --option=value, as the trainer takes them)
 #
 # --source: the directory of PG-19 books (the 201 local ones, or the full set); --out: the shards
 # (default data/shards/pg19_sp, what configs/paper_pg19.toml and exp_pg19.sh read; /data/shards/ is in
@@ -35,6 +36,7 @@ while [[ $# -gt 0 ]]; do
     --out) [[ -n ${2:-} ]] || die "--out needs a directory"; OUT=$2; shift 2 ;;
     --force) FORCE=1; shift ;;
     --no-deps) DEPS=0; shift ;;
+    --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;  # --flag=value (the trainer's form too): --flag value
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) die "unknown argument '$1'; see $0 --help" ;;
   esac

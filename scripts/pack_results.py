@@ -23,7 +23,9 @@ windows, and a note names the steps covered; without --events every record), ste
 it, the median ms per step
 of the steps it ran alone and of those it shared the GPU with other runs (from --events: lines
 "EPOCH_SECONDS<TAB>start NAME" / "stop NAME" / "end NAME ..." that scripts/exp_pg19.sh writes; a step
-counts as shared when another run was between its start and its end at the step's "time"), the peak
+counts as shared when another run was between its start and its end at the step's "time"; steps within
+2 s of a start or an end count in neither; a median needs 5 steps, and a run that had fewer in a phase
+gets '-' and a note with its counts), the peak
 max logit and its step, the first step over 50 / 100 / 200, loss spikes, non-finite steps, the last
 validation loss and the global heads' mean near mass at the last statistics record. Below it, when
 every run has steps both alone and shared: the throughput of running them together relative to one
@@ -77,29 +79,35 @@ def intervals(events):
     return {k: tuple(v) for k, v in spans.items()}
 
 
+MIN_PHASE_STEPS = 5  # a phase's median needs this many steps
+
+
 def phase_ms(name, train, spans, events):
-    """Median ms per step of the run's steps alone and shared with every other run of this session (None
-    where it had none). Only the run's steps of this session count (a resumed run's earlier records are
-    before its start event); steps with some but not all other runs active (the middle of a stagger of
-    three or more) are neither."""
+    """(median ms per step of the run's steps alone, of those shared with every other run of this session,
+    {phase: (steps counted, steps within SETTLE_S of a start or an end)}); a median is None with fewer than
+    MIN_PHASE_STEPS steps counted. Only the run's steps of this session count (a resumed run's earlier
+    records are before its start event); steps with some but not all other runs active (the middle of a
+    stagger of three or more) are neither."""
     if name not in spans:
-        return None, None
+        return None, None, {}
     own_start, own_end = spans[name]
     marks = [t for t, verb, _ in events if verb in ("start", "end")]
-    alone, shared = [], []
+    ms_of = {"alone": [], "shared": []}
+    settled = {"alone": 0, "shared": 0}
     for r in train:
         t, ms = r.get("time"), r.get("ms")
         if t is None or ms is None or not own_start <= t - ms / 1000.0 <= own_end:
             continue
-        if any(abs(t - m) < SETTLE_S or abs(t - ms / 1000.0 - m) < SETTLE_S for m in marks):
-            continue
         others = [o for o, (a, b) in spans.items() if o != name and a <= t <= b]
-        if not others:
-            alone.append(ms)
-        elif len(others) == len(spans) - 1:
-            shared.append(ms)
-    med = lambda xs: statistics.median(xs) if len(xs) >= 5 else None  # noqa: E731
-    return med(alone), med(shared)
+        phase = "alone" if not others else "shared" if len(others) == len(spans) - 1 else None
+        if phase is None:
+            continue
+        if any(abs(t - m) < SETTLE_S or abs(t - ms / 1000.0 - m) < SETTLE_S for m in marks):
+            settled[phase] += 1
+        else:
+            ms_of[phase].append(ms)
+    med = lambda xs: statistics.median(xs) if len(xs) >= MIN_PHASE_STEPS else None  # noqa: E731
+    return med(ms_of["alone"]), med(ms_of["shared"]), {k: (len(ms_of[k]), settled[k]) for k in ms_of}
 
 
 def window_steps(name, train, spans, have_events):
@@ -139,7 +147,7 @@ def run_row(name, path, spans, events):
     wall = None
     if window:
         wall = window[-1]["time"] - (window[0]["time"] - window[0].get("ms", 0.0) / 1000.0)
-    alone, shared = phase_ms(name, train, spans, events)
+    alone, shared, phase_steps = phase_ms(name, train, spans, events)
     near = None
     spath = os.path.join(path, "logit_stats.jsonl")
     if os.path.isfile(spath):
@@ -153,7 +161,7 @@ def run_row(name, path, spans, events):
         "tokens": (train[-1]["step"] * tokens_per_step) if train and isinstance(tokens_per_step, int) and tokens_per_step > 0 else None,
         "wall_s": wall, "steps_per_min": len(window) / wall * 60 if wall else None,
         "window_first": window[0]["step"] if window else None,
-        "ms_alone": alone, "ms_shared": shared,
+        "ms_alone": alone, "ms_shared": shared, "phase_steps": phase_steps,
         "peak": peak[0], "peak_step": peak[1], "first": first,
         "spikes": sum(1 for r in train if r.get("spike")), "nonfinite": nonfinite,
         "val": val[-1]["val_loss"] if val else None, "val_step": val[-1]["step"] if val else None,
@@ -188,6 +196,13 @@ def table(rows, notes):
                if r["window_first"] is not None and r["window_first"] > 1]
     resumed += [f"- {r['run']}: trained no step in this window (train wall s and steps/min: -)" for r in rows
                 if r["window_first"] is None and r["steps"]]
+    for r in rows:  # a '-' of a phase the run had steps in: too few for a median, not "never in it"
+        for phase, ms in (("alone", r["ms_alone"]), ("shared", r["ms_shared"])):
+            counted, settled = r["phase_steps"].get(phase, (0, 0))
+            if ms is None and counted + settled > 0:
+                resumed.append(f"- {r['run']}: ms/step {phase} -: of its {counted + settled} steps {phase}, {settled} "
+                               f"were within {SETTLE_S:g} s of a run's start or end (counted in neither phase); a "
+                               f"median needs {MIN_PHASE_STEPS}")
     notes = resumed + notes
     lines += [""] + notes if notes else []
     return "\n".join(lines) + "\n"

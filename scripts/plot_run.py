@@ -23,6 +23,9 @@ Writes, with PREFIX = --out (default: OUT_DIR/plot of the first OUT_DIR),
                                heads; all: one pair per head). Both near/far plots are skipped with a
                                note for runs whose records lack the fields (older runs, CUDA runs
                                without --near)
+A run without logit_stats.jsonl records (fewer steps than --logit-stats-every, --logit-stats-every 0, or no
+file) is left out of the logits, entropy and near/far plots, legend included, with one note naming the run
+and the reason; with no run that has records those plots are not written.
     PREFIX_ratio.{png,svg}     with --by-ratio: peak max-logit and final val loss vs T/C, one line
                                per attention variant (runs of several T and C)
     PREFIX_summary.md          the summary table, also printed on stdout
@@ -31,7 +34,8 @@ wide wrapped between its pieces; a title too wide for the figure is wrapped, nev
 each has a colour and a marker shape (at staggered steps), so that runs whose curves coincide are still told
 apart. A run's label names its attention (MHSA, LS G=g/NH P=p, all-local; "MHSA (P=p >= T)" when the window
 reaches the whole context), every stabilizer that is on (QK-norm, soft-cap, z-loss, QK-Clip, logit alarm,
-skip spikes, a non-default grad-clip), T, C, L, the data (config.json's "data": "data ts_sp (sp V=500)"),
+skip spikes, a non-default grad-clip), T, C, L, the data (config.json's "data": "data ts_sp (sp V=500)";
+a shards folder named data with its parent's name: "data smoke/data"),
 lr, seed; the pieces all runs share form the title. Runs whose recorded data differ (tokenizer, vocabulary,
 validation or training shards) get one note on stderr, repeated under the summary table: their losses per
 token are not comparable. A training flag changed on resume (config.json's "history") is noted in the label
@@ -322,8 +326,14 @@ LABEL_ORDER = ["kind", "qk_norm", "attn_softcap", "bias", "gelu"] + [key for _, 
 
 
 def data_set_name(glob):
-    """The data set of a shard glob: the directory that holds the shards (data/shards/ts_sp/train_*.bin -> ts_sp)."""
-    return os.path.basename(os.path.dirname(os.path.normpath(str(glob)))) or str(glob)
+    """The data set of a shard glob: the directory that holds the shards (data/shards/ts_sp/train_*.bin -> ts_sp);
+    a directory named data (exp_pg19.sh --smoke's OUT/data) with its parent's name (out/smoke/data/... ->
+    smoke/data), so that a label never reads "data data"."""
+    folder = os.path.dirname(os.path.normpath(str(glob)))
+    name, parent = os.path.basename(folder), os.path.basename(os.path.dirname(folder))
+    if name == "data" and parent:
+        name = f"{parent}/data"
+    return name or str(glob)
 
 
 def data_text(config):
@@ -732,6 +742,22 @@ def plot_loss(plt, runs, labels, title):
     return fig
 
 
+def no_stats_reason(run):
+    """Why run has no logit_stats.jsonl record (None when it has some): its steps fewer than its
+    --logit-stats-every (config.json), the statistics off, or no file or an empty one."""
+    if run.stats:
+        return None
+    every = ((run.config or {}).get("train") or {}).get("logit_stats_every")
+    last = max((r["step"] for r in run.train), default=0)
+    if every == 0:
+        return "--logit-stats-every 0"
+    if isinstance(every, int) and every > last:
+        return f"its {last} steps are fewer than --logit-stats-every {every}"
+    if not os.path.isfile(os.path.join(run.path, "logit_stats.jsonl")):
+        return "no logit_stats.jsonl"
+    return "logit_stats.jsonl holds no record"
+
+
 def per_layer_series(run, field, heads):
     """{layer: [(head or None, is_global, steps, values)]} from logit_stats.jsonl."""
     if not run.stats:
@@ -774,11 +800,10 @@ def label_panel(ax, layer, ncol, nrow, L, ylabel):
 
 
 def plot_per_layer(plt, runs, labels, title, field, heads, ylabel, threshold=None):
-    """One panel per layer of logit_stats.jsonl's `field` (max or entropy); None when no run has records."""
+    """One panel per layer of logit_stats.jsonl's `field` (max or entropy) of the runs that have records (at
+    least one has)."""
     series = [per_layer_series(r, field, heads) for r in runs]
-    L = max((len(s) for s in series), default=0)
-    if L == 0:
-        return None
+    L = max(len(s) for s in series)
     fig, axes, ncol, nrow = layer_grid(plt, L, 0.12 * len(runs))
     hg = head_globals_of(runs)
     for layer in range(L):
@@ -797,7 +822,8 @@ def plot_per_layer(plt, runs, labels, title, field, heads, ylabel, threshold=Non
     how = {"max": {"max": "max over heads", "all": "each head (global solid, local dashed)"},
            "entropy": {"max": "mean over heads", "all": "each head (global solid, local dashed)"}}[field][heads]
     suptitle = fig.suptitle(f"{ylabel}: {how}" + (f" - {title}" if title else ""), fontsize=9)
-    add_legends(fig, *legend_handles(heads, runs, labels, hg))
+    run_h, head_h = legend_handles(heads, runs, labels, hg)
+    add_legends(fig, [hd for hd, s in zip(run_h, series) if s], head_h)  # runs with records only
     fit_title(fig, suptitle)
     return fig
 
@@ -818,12 +844,13 @@ def near_far_arrays(run):
 
 
 def plot_near_far(plt, runs, labels, title, heads):
-    """[("near_mass", fig), ("near_far_logits", fig)] (module docstring); a note on stderr for runs
-    without the fields, and no figures when no run has them."""
+    """[("near_mass", fig), ("near_far_logits", fig)] (module docstring); a note on stderr for runs whose
+    records lack the fields (runs without records have build_figures' note), and no figures when no run has
+    them."""
     from matplotlib.lines import Line2D
     data = [near_far_arrays(r) for r in runs]
-    missing = [lab for lab, d in zip(labels, data) if d is None]
-    if len(missing) == len(runs):
+    missing = [lab for lab, d, r in zip(labels, data, runs) if d is None and r.stats]
+    if all(d is None for d in data):
         print("note: no near/far statistics in logit_stats.jsonl (older run or CUDA run without --near); "
               "near_mass and near_far_logits plots skipped", file=sys.stderr)
         return []
@@ -927,14 +954,18 @@ def build_figures(runs, labels, title, heads="max", threshold=10.0, rows=None):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     figures = [("loss", plot_loss(plt, runs, labels, title))]
-    for field, ylabel, name, thr in [("max", "max attention logit", "logits", threshold),
-                                     ("entropy", "attention entropy (nats)", "entropy", None)]:
-        fig = plot_per_layer(plt, runs, labels, title, field, heads, ylabel, threshold=thr)
-        if fig is None:
-            print(f"note: no logit_stats.jsonl records; {name} plot skipped", file=sys.stderr)
-        else:
-            figures.append((name, fig))
-    figures += plot_near_far(plt, runs, labels, title, heads)
+    bare = [f"{lab} ({why})" for lab, why in zip(labels, map(no_stats_reason, runs)) if why]
+    if len(bare) == len(runs):
+        print(f"note: no logit statistics for {', '.join(bare)}; logits, entropy and near/far plots skipped",
+              file=sys.stderr)
+    else:
+        if bare:
+            print(f"note: no logit statistics for {', '.join(bare)}; left out of the logits, entropy and near/far "
+                  "plots", file=sys.stderr)
+        for field, ylabel, name, thr in [("max", "max attention logit", "logits", threshold),
+                                         ("entropy", "attention entropy (nats)", "entropy", None)]:
+            figures.append((name, plot_per_layer(plt, runs, labels, title, field, heads, ylabel, threshold=thr)))
+        figures += plot_near_far(plt, runs, labels, title, heads)
     if rows is not None:
         figures.append(("ratio", plot_by_ratio(plt, runs, rows)))
     return figures

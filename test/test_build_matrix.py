@@ -117,10 +117,10 @@ chmod +x "$out"
     path.chmod(0o755)
 
 
-def test_make_train_after_make_cpu_trains_with_the_host_build(tmp_path):
-    """`make cpu`, then `make train`: the trainer of `make cpu` trains (no nvcc rebuild), and one line says so;
-    `make train HOST_BUILD=0` and `make train_gpt2_ls` rebuild it with nvcc. The compilers are stand-ins
-    (fake_compiler) in a copy of the Makefile with placeholder sources, so no build takes time."""
+def fake_build(tmp_path):
+    """A copy of the Makefile with placeholder sources, stand-in compilers (fake_compiler) and a stand-in
+    nvidia-smi listing one GPU, so that no build takes time: (src, env, make), where make(*args) runs make
+    there and returns its stdout and the calls of the compilers and the built programs."""
     src = tmp_path / "src"
     (src / "llmc").mkdir(parents=True)
     shutil.copy(REPO / "Makefile", src / "Makefile")
@@ -148,6 +148,15 @@ def test_make_train_after_make_cpu_trains_with_the_host_build(tmp_path):
                            text=True, timeout=120)
         assert p.returncode == 0, p.stdout + p.stderr
         return p.stdout, log.read_text().splitlines()
+
+    return src, env, make
+
+
+def test_make_train_after_make_cpu_trains_with_the_host_build(tmp_path):
+    """`make cpu`, then `make train`: the trainer of `make cpu` trains (no nvcc rebuild), and one line says so;
+    `make train HOST_BUILD=0` and `make train_gpt2_ls` rebuild it with nvcc. The compilers are stand-ins
+    (fake_build), so no build takes time."""
+    src, env, make = fake_build(tmp_path)
 
     _, calls = make("cpu")
     assert [c.split()[0] for c in calls] == ["cxx", "cxx"], calls
@@ -182,6 +191,38 @@ def test_make_train_after_make_cpu_trains_with_the_host_build(tmp_path):
     make("cpu")
     _, calls = make("train_gpt2_ls")  # any goal but train: the CUDA build, as the help says `make` does
     assert [c.split()[0] for c in calls] == ["cxx", "nvcc"] and "-DLLMC_CUDA_BACKEND=1" in calls[0], calls
+
+
+def test_each_program_rebuilds_only_when_its_own_compiler_changes(tmp_path):
+    """Each program has its own compiler stamp: on a machine without a GPU, `make train` (the host build of
+    the trainer) and an nvcc build of the generator alternate without rebuilding either, and a switch of one
+    program's compiler rebuilds that program only. `make generate_gpt2_ls` there follows `make train`: the
+    host build, one line says so."""
+    src, env, make = fake_build(tmp_path)
+    env["NVIDIA_SMI"] = "false"  # no GPU
+    _, calls = make("train")
+    assert [c.split()[0] for c in calls] == ["cxx", "run"], calls
+    _, calls = make("generate_gpt2_ls", "HOST_BUILD=0")
+    assert [c.split()[0] for c in calls] == ["nvcc", "cxx", "cxx", "nvcc"], calls
+    out, calls = make("train")  # the trainer's compiler did not change: no rebuild
+    assert len(calls) == 1 and calls[0].startswith("run cxx-built ./train_gpt2_ls "), calls
+    _, calls = make("generate_gpt2_ls", "HOST_BUILD=0")
+    assert calls == [], calls
+    for args in (["train_gpt2_ls", "HOST_BUILD=1"], ["generate_gpt2_ls", "HOST_BUILD=0"]):  # -q and -n say so too
+        q = subprocess.run(["make", "-q"] + args, cwd=src, env=env, capture_output=True, text=True, timeout=60)
+        assert q.returncode == 0, (args, q.stdout + q.stderr)
+    out, calls = make("generate_gpt2_ls")  # as make train: the host build, rebuilt by the host compiler
+    said = [line for line in out.splitlines() if line.startswith("make generate_gpt2_ls:")]
+    assert said == ["make generate_gpt2_ls: no GPU on this machine (nvidia-smi lists none): the host build of "
+                    "generate_gpt2_ls (CPU only), as make train's; `make generate_gpt2_ls HOST_BUILD=0` builds it "
+                    "with nvcc"], out
+    assert [c.split()[0] for c in calls] == ["cxx"] and " generate_gpt2_ls.cu -o generate_gpt2_ls" in calls[0], calls
+    _, calls = make("train")
+    assert len(calls) == 1 and calls[0].startswith("run cxx-built "), calls
+    env["NVIDIA_SMI"] = str(tmp_path / "fake-nvidia-smi")  # a GPU: the host build of make cpu stays
+    out, calls = make("generate_gpt2_ls")
+    assert calls == [] and "make generate_gpt2_ls: generate_gpt2_ls is the host build of `make cpu` (CPU only): " \
+        "keeping it; `make generate_gpt2_ls HOST_BUILD=0` rebuilds it with nvcc" in out, out
 
 
 def test_make_help_prints_the_makefiles_header():

@@ -656,7 +656,8 @@ def test_exp_pg19_relays_the_trainers_notes(tmp_path):
     assert len(finished) == 1 and finished[0].endswith(f"weights: {out}/runs/ls/model_00000001.bin)"), finished
     # the summary names the data set and its vocabulary (a loss per token means nothing without V)
     runs_line = (out / "summary.md").read_text().splitlines()[0]
-    assert runs_line.startswith("Runs: ") and "data data (sp V=400)" in runs_line, runs_line
+    # (the smoke's data folder is OUT/data: a folder named data is named with its parent, not "data data")
+    assert runs_line.startswith("Runs: ") and "data pg19/data (sp V=400)" in runs_line, runs_line
 
 
 def test_exp_pg19_reuses_a_run_only_for_the_same_settings(tmp_path):
@@ -764,6 +765,55 @@ def test_exp_pg19_refuses_flags_that_conflict_or_it_sets_itself(tmp_path):
     assert "note: --tokens 40000 is 2 steps of 16384 tokens (32768 tokens)" in p.stderr, p.stderr
 
 
+def test_experiment_scripts_take_flag_equals_value(tmp_path):
+    """--flag=value, the form the trainer takes, is --flag value in exp_pg19.sh and its siblings (a value is
+    never split: --extra's own words stay whole)."""
+    data = meta_only_data(tmp_path / "pg19_sp")
+    p = sh(["bash", REPO / "scripts" / "exp_pg19.sh", f"--data={data}", "--vocab=1024", "--device=cpu", "--steps=5",
+            "--variants=mhsa", f"--out={tmp_path / 'o'}", "--check-cmd=exit 3", "--extra", "--val-every=3"],
+           check=False)
+    assert p.returncode == 4 and "check 1: exit 3: FAIL" in p.stdout, p.stderr  # past the arguments, to the check
+    for script, args, words in [("exp_synthetic.sh", ["--steps=0"], "--steps 0 must be a positive integer"),
+                                ("exp_text_ratio.sh", ["--corpus=x"], "--corpus x: use pg19 or wikitext2"),
+                                ("pack_pg19.sh", ["--out=/abs"], "--out /abs: give a path inside the repository")]:
+        p = sh(["bash", REPO / "scripts" / script, *args], check=False)
+        assert p.returncode == 1 and p.stderr.startswith("error: ") and words in p.stderr, (script, p.stderr)
+
+
+def test_exp_pg19_checks_the_extra_flags_with_the_trainer_before_anything_runs(tmp_path):
+    """--extra's flags are checked by the trainer's own parsing and validation (with each run's full flags, on
+    shards that do not exist) before the build, the checks and the data: a misspelt flag or a combination the
+    trainer refuses for one variant is one error line with the trainer's reason, and nothing is made."""
+    need_trainer()
+    data = meta_only_data(tmp_path / "pg19_sp")
+    base = ["bash", REPO / "scripts" / "exp_pg19.sh", "--data", data, "--vocab", 1024, "--device", "cpu", "--steps", 1,
+            "--out", tmp_path / "o", "--check-cmd", "exit 3"]
+    for args, words in [(["--variants", "mhsa", "--extra", "--batch_size 4"],
+                         ["--extra '--batch_size 4': the trainer refuses run mhsa's flags:", "did you mean --batch-size?"]),
+                        (["--variants", "ls mhsa_qkclip", "--extra", "--cuda-graph 1"],
+                         ["the trainer refuses run mhsa_qkclip's flags: --cuda-graph 1 replays"])]:
+        p = sh(base + args, check=False)
+        assert p.returncode == 1 and p.stderr.count("\n") == 1 and p.stderr.startswith("error: "), (args, p.stderr)
+        assert all(w in p.stderr for w in words), (args, p.stderr)
+        assert "check 1" not in p.stdout and not (tmp_path / "o").exists(), p.stdout
+    p = sh(base + ["--variants", "ls", "--extra", "--cuda-graph 1 -m 1"], check=False)
+    assert p.returncode == 4 and "check 1: exit 3: FAIL" in p.stdout, p.stderr  # accepted: on to the check
+    # --build 1 (the GPU machine's default): the trainer is built first, so its check follows the build (a
+    # stand-in make here) and precedes the checks; the report comes back with the line
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "make").write_text("#!/bin/sh\nexit 0\n")
+    (fake / "make").chmod(0o755)
+    out = tmp_path / "built"
+    p = subprocess.run([str(a) for a in base[:-4] + ["--out", out, "--check-cmd", "exit 3", "--build", 1, "--variants",
+                                                      "mhsa", "--extra", "--batch_size 4"]],
+                       cwd=REPO, env=dict(ENV, PATH=f"{fake}:{os.environ['PATH']}"), capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 1 and "build: PASS" in p.stdout and "check 1" not in p.stdout, p.stdout + p.stderr
+    assert p.stderr.splitlines()[-1].startswith("error: --extra '--batch_size 4': the trainer refuses"), p.stderr
+    assert "did you mean --batch-size?" in (out / "results" / "report.txt").read_text()
+
+
 def test_exp_pg19_prepares_a_missing_data_given_only_with_prepare(tmp_path):
     """A --data that does not exist (a typo of the data set's name) is refused with one line: the script once
     tokenized PG-19 into it (a minute, 40 MB, a new directory). --prepare asks for that; the default --data
@@ -835,6 +885,31 @@ def test_pack_results_phases_thinning_and_limits(tmp_path):
     assert p.returncode == 1 and p.stderr.startswith("error: ") and "more than --max-files 1" in p.stderr
     p = sh([sys.executable, pack, "--results", tmp_path / "res3", "--runs", f"c={tmp_path / 'c'}"], check=False)
     assert p.returncode == 1 and "run c left no metrics" in p.stderr
+
+
+def test_pack_results_says_why_a_run_alone_has_no_median(tmp_path):
+    """Two runs one after another (--parallel 0), both alone: a run with too few steps alone for a median (5,
+    after leaving out those within 2 s of a start or an end) has '-' in 'ms/step alone' and a note that says
+    so with its counts, so the '-' is not read as "not alone" beside the other run's number."""
+    pack = REPO / "scripts" / "pack_results.py"
+    t0 = 1000.0
+    runs = {"mhsa": (t0, 6), "ls": (t0 + 40, 12)}  # (start, steps) at 4.5 s per step, 1.5 s of start-up
+    for name, (start, n) in runs.items():
+        d = tmp_path / name
+        d.mkdir()
+        recs = [{"step": k, "time": start + 1.5 + 4.5 * k, "loss": 3.0, "ms": 4500.0 + k} for k in range(1, n + 1)]
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    ev = tmp_path / "events.tsv"
+    ev.write_text("".join(f"{start}\tstart {name}\n{start + 2.5 + 4.5 * n}\tend {name} 143\n"
+                          for name, (start, n) in runs.items()))
+    p = sh([sys.executable, pack, "--results", tmp_path / "res", "--runs", f"mhsa={tmp_path / 'mhsa'}",
+            f"ls={tmp_path / 'ls'}", "--events", ev])
+    rows = {ln.split("|")[1].strip(): [c.strip() for c in ln.split("|")[1:-1]]
+            for ln in p.stdout.splitlines() if ln.startswith("| mhsa ") or ln.startswith("| ls ")}
+    assert rows["mhsa"][5:7] == ["-", "-"] and rows["ls"][5:7] == ["4506.50", "-"], rows
+    assert ("- mhsa: ms/step alone -: of its 6 steps alone, 2 were within 2 s of a run's start or end (counted in "
+            "neither phase); a median needs 5") in p.stdout, p.stdout
+    assert "- ls: ms/step" not in p.stdout
 
 
 def test_pack_results_times_only_this_windows_steps(tmp_path):

@@ -337,6 +337,46 @@ def twin_runs(ls, tmp_path, layers_run=None):
     return runs
 
 
+@pytest.mark.parametrize("every, file, reason", [
+    (20, "", "its 12 steps are fewer than --logit-stats-every 20"),
+    (1, None, "no logit_stats.jsonl"),
+    (0, None, "--logit-stats-every 0"),
+])
+def test_a_run_without_logit_statistics_is_left_out_of_their_plots_with_one_note(two_runs, tmp_path, capsys, every,
+                                                                                 file, reason):
+    """A run with no logit_stats.jsonl record (fewer steps than --logit-stats-every, statistics off, or no file)
+    is in none of the plots drawn from them (logits, entropy, near/far): no legend entry without a line, and
+    one note that names the run, the reason and the plots; the other run's lines and legend are whole."""
+    _, mhsa, ls, _ = two_runs
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "metrics.jsonl").write_bytes((mhsa / "metrics.jsonl").read_bytes())
+    if file is not None:
+        (bare / "logit_stats.jsonl").write_text(file)
+    cfg = json.loads((mhsa / "config.json").read_text())
+    cfg["train"]["logit_stats_every"] = every
+    (bare / "config.json").write_text(json.dumps(cfg))
+    runs = [plot_run.Run(str(bare)), plot_run.Run(str(ls))]
+    labels, title = plot_run.run_labels(runs)
+    figures = dict(plot_run.build_figures(runs, labels, title))
+    notes = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("note: ")]
+    assert notes == [f"note: no logit statistics for {labels[0]} ({reason}); left out of the logits, entropy and "
+                     "near/far plots"], notes
+    assert sorted(figures) == ["entropy", "logits", "loss", "near_far_logits", "near_mass"]
+    for name, fig in figures.items():
+        texts = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+        assert (labels[0] in texts) == (name == "loss") and labels[1] in texts, (name, texts)
+    assert len([ln for ln in figures["logits"].axes[0].get_lines() if len(ln.get_xdata()) > 1]) == 1
+    import matplotlib.pyplot as plt
+    for fig in figures.values():
+        plt.close(fig)
+    figures = dict(plot_run.build_figures(runs[:1], labels[:1], title))  # alone: only the loss plot
+    notes = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("note: ")]
+    assert sorted(figures) == ["loss"] and notes == [
+        f"note: no logit statistics for {labels[0]} ({reason}); logits, entropy and near/far plots skipped"], notes
+    plt.close(figures["loss"])
+
+
 @pytest.fixture(scope="module")
 def one_layer_run(two_runs):
     """A 1-layer run: one panel per figure, the narrowest figure (its titles were cut at both sides)."""
@@ -425,6 +465,9 @@ def test_label_names_the_data_set_and_vocabulary_when_runs_differ_in_data():
     # one run: the data set in the title, beside lr and seed (exp_pg19.sh's summary.md names V in it)
     labels, title = plot_run.make_labels([plot_run.label_parts(a)], ["a"])
     assert "data ts_sp (sp V=500)" in title.split(", ") and "data" not in labels[0], (labels, title)
+    # a folder named data (exp_pg19.sh --smoke's OUT/data) is named with its parent: never "data data"
+    assert plot_run.data_set_name("/tmp/smoke/data/train_*.bin") == "smoke/data"
+    assert plot_run.data_set_name("data/shards/pg19_sp/train_*.bin") == "pg19_sp"
 
 
 def write_run(path, cfg, val_loss):

@@ -364,3 +364,15 @@ def test_stopped_by_a_signal_leaves_no_work_directory(tmp_path, sig):
     assert err.strip().splitlines() == [f"error: stopped by {sig} before the data set was complete; {out} was "
                                         "left as it was (not created)"], err
     assert os.listdir(tmp_path) == [], os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("flag", [["--vocab_size", "10000"], ["--vocab_size=10000"]])
+def test_underscore_flag_gets_its_dash_spelling(tmp_path, flag):
+    """nanoGPT / HF spell flags with underscores: --vocab_size names --vocab-size, in the one error line."""
+    proc = run_prepare("--dataset", "pg19", "--source", tmp_path, "--out", tmp_path / "out", "--tokenizer", "sp",
+                       *flag, check=False)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0] == (f"error: unrecognized arguments: {' '.join(flag)} (did you mean --vocab-size?); "
+                        "see python3 data/prepare.py --help"), lines[0]
+    assert not (tmp_path / "out").exists()
