@@ -4,9 +4,10 @@
 //
 // run_training's phases (nothing is written before every check has passed, so bad flags or a bad
 // checkpoint leave the output directory untouched):
-//   plan_run        the model (preset + flags, or a checkpoint given with -e), the vocabulary of
-//                   the data, accumulation, the loaders (shard headers are validated), the
-//                   checkpoint to resume from; refuses impossible combinations with one line.
+//   plan_run        the model (preset + flags, or a checkpoint given with -e), the data against what
+//                   the run expects of it (its record, --expect-*: llmc/app/data_expect.h), the
+//                   vocabulary of the data, accumulation, the loaders (shard headers are validated),
+//                   the checkpoint to resume from; refuses impossible combinations with one line.
 //                   Reads files only.
 //   LoopState       the loop's resumable state (llmc/train/loop_state.h), restored from the checkpoint
 //   build_model     the backend with the starting weights and AdamW state (ZeRO-1 shard with -z 1)
@@ -47,6 +48,7 @@
 
 #include "llmc/app/checkpoint_run.h"
 #include "llmc/app/config_json.h"
+#include "llmc/app/data_expect.h"
 #include "llmc/app/model_setup.h"
 #include "llmc/app/run_data.h"
 #include "llmc/app/run_history.h"
@@ -209,6 +211,8 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
             std::fprintf(stderr, "%s\n", unknown_data_note(*config_record).c_str());
         check_data_for_config_record(*config_record, cfg.train_data);  // before the model's vocabulary checks
     }
+    check_expected_data(cfg, cfg.train_data, "-i");
+    if (!cfg.val_data.empty()) check_expected_data(cfg, cfg.val_data, "-j");
     plan_model(cfg, cfg.train_data, p);
     if (!cfg.val_data.empty())
         check_same_tokenizer(cfg.train_data, "the training data -i '" + cfg.train_data + "'", cfg.val_data,
