@@ -3,7 +3,8 @@
 - --expect-tokenizer / --expect-vocab (a preset key or a flag) are checked against the meta.json of every data
   set the run reads: -i and -j of a new run, of -y 1 and --fork-from (the expectation is recorded and taken
   from the run's record), and -j of --eval-only; data whose meta.json does not say is refused (the expectation
-  cannot be checked); the error names the preset the expectation came from, what the data holds and the fix.
+  cannot be checked); the error names the preset the expectation came from, what the data holds and the fix;
+- the run header names the --config file its settings came from.
 
 Each run is a model of a few thousand parameters for one or two steps on byte-level data (seconds in all).
 """
@@ -104,3 +105,19 @@ def test_a_continued_run_keeps_its_expectation(byte_data, tmp_path):
     refused(["--eval-only", "-e", out / "model_00000001.bin", "--expect-vocab", 300, "--threads", 1],
             f"-j '{byte_data}/val_*.bin' holds", "--expect-vocab 300")
     run(["-o", out, "-y", 1, "-x", 2, "--threads", 1, "--expect-vocab", 256])  # the flag given wins
+
+
+def small_preset(path, b=2):
+    """A preset of the tiny model, relative data paths as configs/paper_pg19.toml has them."""
+    path.write_text(f'layers=2\nchannels=32\nheads=4\nglobal-heads=1\nwindow=8\nmax-seq-len=64\n'
+                    f'batch-size={b}\nseq-len=32\nwarmup-steps=1\nval-every=0\nsample-every=0\n')
+    return path
+
+
+def test_header_names_the_config_file(byte_data, tmp_path):
+    preset = small_preset(tmp_path / "small.toml")
+    p = run(["--config", preset] + data_args(byte_data) + ["-x", 1, "--threads", 1])
+    first = p.stdout.splitlines()[0]
+    assert first.startswith("train_gpt2_ls | device cpu") and f"| config {preset} (model base ls-small)" in first, first
+    p = run(data_args(byte_data) + ["-x", 1, "--threads", 1, "-e", "d2", "-t", 32, "-v", 0, "-s", 0])
+    assert p.stdout.splitlines()[0].endswith("| model preset d2"), p.stdout.splitlines()[0]

@@ -318,7 +318,8 @@ inline void print_run_header(const TrainConfig& cfg, const RunPlan& plan, const 
                              const Collective& comm) {
     const int B = cfg.batch_size, T = cfg.seq_len, start = plan.start_step(), max_steps = plan.max_steps;
     const DataLoader& train = *plan.train;
-    o.log.printf("train_gpt2_ls | device %s | model %s\n  %s\n", model.device.c_str(), plan.model_source.c_str(),
+    o.log.printf("train_gpt2_ls | device %s | %s\n  %s\n", model.device.c_str(),
+                 describe_model_origin(cfg, plan.model_source).c_str(),
                  describe_model(plan.model, model.backend->num_params()).c_str());
     o.log.printf("  train: %lld tokens in %zu shard(s), %lld batches/epoch | val: %s\n",
                  (long long)train.total_tokens(), train.num_shards(), (long long)train.batches_per_epoch(),
