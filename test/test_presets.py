@@ -4,7 +4,10 @@
   set the run reads: -i and -j of a new run, of -y 1 and --fork-from (the expectation is recorded and taken
   from the run's record), and -j of --eval-only; data whose meta.json does not say is refused (the expectation
   cannot be checked); the error names the preset the expectation came from, what the data holds and the fix;
-- the run header names the --config file its settings came from.
+- the run header names the --config file its settings came from;
+- a shard pattern that came from the --config file and matches nothing says so, and that a relative one is
+  read from the current directory;
+- -y 1 with a preset whose -b/-t differ from the run's record names the preset as their source.
 
 Each run is a model of a few thousand parameters for one or two steps on byte-level data (seconds in all).
 """
@@ -121,3 +124,24 @@ def test_header_names_the_config_file(byte_data, tmp_path):
     assert first.startswith("train_gpt2_ls | device cpu") and f"| config {preset} (model base ls-small)" in first, first
     p = run(data_args(byte_data) + ["-x", 1, "--threads", 1, "-e", "d2", "-t", 32, "-v", 0, "-s", 0])
     assert p.stdout.splitlines()[0].endswith("| model preset d2"), p.stdout.splitlines()[0]
+
+
+def test_a_relative_pattern_of_a_preset_run_elsewhere_names_the_preset(tmp_path):
+    """The paper preset started from another directory: its relative shard pattern is read from there."""
+    elsewhere = tmp_path / "out"
+    elsewhere.mkdir()
+    refused(["--config", PAPER, "-o", tmp_path / "t", "-t", 128, "-b", 2, "-x", 1], "data/shards/pg19_sp/train_*.bin",
+            f"from --config {PAPER}", "relative to the current directory", str(elsewhere),
+            "start the trainer from the directory the paths are relative to", "-i/-j", cwd=elsewhere)
+
+
+def test_resume_with_a_preset_of_another_batch_names_the_preset(byte_data, tmp_path):
+    """-y 1 takes the run's settings from its record; a --config given again overrides them, and a -b it sets
+    that the checkpoint's data loader cannot continue is named as the preset's."""
+    out = tmp_path / "run"
+    run(["--config", small_preset(tmp_path / "b2.toml", b=2)] + data_args(byte_data) + ["-o", out, "-x", 1,
+                                                                                        "--threads", 1])
+    preset = small_preset(tmp_path / "b4.toml", b=4)
+    refused(["--config", preset, "-o", out, "-y", 1, "-x", 2, "--threads", 1],
+            f"--config {preset} sets -b 4", "the run in", "-b 2", "drop --config", "-b 2 after it")
+    run(["--config", preset, "-o", out, "-y", 1, "-x", 2, "--threads", 1, "-b", 2])  # the flag given wins

@@ -48,6 +48,7 @@
 
 #include "llmc/app/checkpoint_run.h"
 #include "llmc/app/config_json.h"
+#include "llmc/app/config_origin.h"
 #include "llmc/app/data_expect.h"
 #include "llmc/app/model_setup.h"
 #include "llmc/app/run_data.h"
@@ -200,8 +201,10 @@ inline void check_data_of_init_checkpoint(const TrainConfig& cfg) {
 inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     RunPlan p;
     validate_train_flags(cfg);
+    check_config_shard_patterns(cfg);
     // before the model's checks: a vocabulary that changed with the data is the data's fault, not --vocab's
     const bool continued = !cfg.fork_from.empty() || (cfg.resume && newest_complete_step(cfg.output_dir) >= 0);
+    if (continued) check_loader_settings_of_config(cfg);
     if (continued) check_data_of_continued_run(cfg);
     else if (!is_model_preset(cfg.model)) check_data_of_init_checkpoint(cfg);
     std::optional<RecordedData> config_record;  // --config RUN/config.json: the data that run recorded
