@@ -63,7 +63,7 @@
 # --vocab N: the vocabulary the data must have (default 10000, the paper's SentencePiece 10K). Data whose
 # meta.json says another vocabulary, or another tokenizer than SentencePiece, is refused before the build
 # with the command that makes the paper's data; --vocab N runs on vocabulary N deliberately (not the
-# paper's setting: the header says so). The header and summary.md's first line name the vocabulary; the trainer's notes (e.g. a
+# paper's setting: the header says so, and the runs get --expect-vocab N over the preset's 10000). The header and summary.md's first line name the vocabulary; the trainer's notes (e.g. a
 # warmup longer than the run) are relayed to the console as "== RUN: note: ...".
 # --smoke: a tiny model and data made from 3 small books (vocabulary 400: --smoke sets --vocab 400, and
 # refuses another --vocab unless --data names data of that vocabulary; a --data given is used), a few
@@ -291,6 +291,9 @@ variant_flags() {
   esac
 }
 seed_flags=(); [[ -n $SEED ]] && seed_flags=(--seed "$SEED")
+# the preset's expect-vocab=10000 makes the trainer refuse other data; a run on another vocabulary
+# (--vocab N, --smoke), checked above, tells the trainer so
+vocab_flags=(); [[ $VOCAB != 10000 ]] && vocab_flags=(--expect-vocab "$VOCAB")
 read -r -a extra_flags <<< "$EXTRA"
 
 names=(); dirs=()
@@ -301,7 +304,7 @@ done
 run_args() {  # run_args INDEX: the trainer flags of run INDEX (its recorded settings) into the array ARGS
   # shellcheck disable=SC2207  # the variant's flags are a list of words
   ARGS=(--config "$CONFIG" -i "$DATA/train_*.bin" -j "$DATA/val_*.bin" "${SMALL[@]}" $(variant_flags "${variants[$1]}")
-    -b "$BATCH" -t "$T" -d "$TOTAL" -x "$STEPS" "${RUN[@]}" "${seed_flags[@]}" "${extra_flags[@]}")
+    -b "$BATCH" -t "$T" -d "$TOTAL" -x "$STEPS" "${RUN[@]}" "${vocab_flags[@]}" "${seed_flags[@]}" "${extra_flags[@]}")
 }
 # --extra's flags, checked by the trainer itself: it is given each run's flags with shards that cannot
 # exist (under a file, not a directory) and no output (-o ''), so it parses and validates them and stops

@@ -349,7 +349,8 @@ PAPER = {  # configs/paper_pg19.toml: the paper code's values (docs/experiments.
     "total-batch-size": 524288, "max-steps": 50000, "learning-rate": 0.0006, "weight-decay": 0.1, "beta1": 0.9,
     "beta2": 0.95, "grad-clip": 1, "warmup-steps": 2000, "lr-schedule": "constant", "val-every": 500,
     "val-batches": -1, "sample-every": 0, "near": 50, "logit-stats-every": 1, "sampler": "random",
-    "train-data": "data/shards/pg19_sp/train_*.bin", "val-data": "data/shards/pg19_sp/val_*.bin"}
+    "train-data": "data/shards/pg19_sp/train_*.bin", "val-data": "data/shards/pg19_sp/val_*.bin",
+    "expect-tokenizer": "sp", "expect-vocab": 10000}
 
 
 def test_paper_preset_values_and_trainer_reads_it(tmp_path):
@@ -363,15 +364,20 @@ def test_paper_preset_values_and_trainer_reads_it(tmp_path):
     sh([sys.executable, REPO / "data" / "prepare.py", "--dataset", "synthetic", "--out", data, "--workers", "1",
         "--syn-vocab", "16", "--syn-length", "20000", "--syn-doc-len", "1024"])
     out = tmp_path / "run"
-    sh([BIN, "--config", REPO / "configs" / "paper_pg19.toml", "-i", f"{data}/train_*.bin", "-j", f"{data}/val_*.bin",
-        "-o", out, "--layers", "1", "--channels", "48", "--max-seq-len", "64", "-t", "64", "-b", "2", "-d", "128",
-        "-x", "2", "-m", "1", "--device", "cpu", "--threads", "1"])
+    cmd = [BIN, "--config", REPO / "configs" / "paper_pg19.toml", "-i", f"{data}/train_*.bin", "-j", f"{data}/val_*.bin",
+           "-o", out, "--layers", "1", "--channels", "48", "--max-seq-len", "64", "-t", "64", "-b", "2", "-d", "128",
+           "-x", "2", "-m", "1", "--device", "cpu", "--threads", "1"]
+    p = sh(cmd, check=False)  # the preset expects the paper's data (SentencePiece 10000), not this
+    assert p.returncode == 1 and p.stderr.startswith(f"error: -i '{data}/train_*.bin' holds tokenizer synthetic"), p.stderr
+    assert not out.exists()
+    sh(cmd + ["--expect-tokenizer", "synthetic", "--expect-vocab", "17"])  # --syn-vocab 16 + the end-of-text token
     rec = json.loads((out / "config.json").read_text())
     m, t = rec["model"], rec["train"]
     assert (m["num_heads"], m["global_heads"], m["window"]) == (6, 1, 50)
     assert m["bias"] is False and m["gelu"] == "erf" and m["tied_embeddings"] is False
     assert t["lr_schedule"] == "constant" and t["warmup_steps"] == 2000 and t["near"] == 50
     assert t["sampler"] == "random"  # the paper's get_batch
+    assert (t["expect_tokenizer"], t["expect_vocab"]) == ("synthetic", 17)  # the flags given win
     assert math.isclose(t["learning_rate"], 6e-4, rel_tol=1e-6) and math.isclose(t["weight_decay"], 0.1, rel_tol=1e-6)
     assert math.isclose(t["beta2"], 0.95, rel_tol=1e-6) and t["val_every"] == 500 and t["sample_every"] == 0
     lrs = [r["lr"] for r in records(out / "metrics.jsonl") if "loss" in r]

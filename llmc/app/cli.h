@@ -2,7 +2,8 @@
 // into TrainConfig, so --help, the parser and the --config file format can never disagree; the
 // --config reader (llmc/app/config_file.h: TOML as config.toml, or a run's config.json); the mistakes
 // CLI11 would misreport (llmc/app/argv_mistakes.h); the run record that -y 1 and --fork-from continue
-// (llmc/app/run_record.h) as the base of the flags, and which flags were given (TrainConfig::given).
+// (llmc/app/run_record.h) as the base of the flags, which flags were given (TrainConfig::given) and
+// which of them the --config file set (TrainConfig::from_config).
 // docs/training.md lists the flags.
 #pragma once
 #include <algorithm>
@@ -95,6 +96,7 @@ public:
     int parse(int argc, const char* const* argv) {
         config_file_->file = config_path(argc, argv);
         config_file_->app = &app_;
+        config_file_->taken.clear();
         const std::string mistake = argv_mistake(app_, argc, argv);
         if (!mistake.empty()) return fail(mistake, ErrorSource::Argv);
         const std::string config_error = config_path_error(config_file_->file);
@@ -118,6 +120,8 @@ public:
         for (const CLI::Option* opt : app_.get_options())
             if (opt->count() > 0 && !opt->get_lnames().empty()) cfg_.given.push_back(opt->get_lnames().front());
         cfg_.config_record = config_file_->record_path;
+        if (!config_file_->file.empty()) cfg_.config_file = config_file_->file;
+        cfg_.from_config = config_file_->taken;
         try {
             continue_record();
         } catch (const std::exception& e) { return fail(e.what(), ErrorSource::Files); }
@@ -261,6 +265,7 @@ private:
         }
         const nlohmann::ordered_json record = read_run_record(path, "restore the run's config.json");
         apply_unset(record_flag_values(record, path, through_step), path);
+        cfg_.settings_record = path;
         cfg_.record_changes = setting_changes(effective_train(record, path, through_step), cfg_, path);
         if (fork || newest_complete_step(cfg_.output_dir) >= 0) return;
         // a fork stopped before its first checkpoint: forked again, with its own record's settings

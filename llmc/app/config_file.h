@@ -58,6 +58,7 @@ public:
     std::vector<std::string> machine_names;  // the Machine rows' long names (--device, --threads): skipped
     const CLI::App* app = nullptr;           // the parser: which flags the command line gave (set before parsing)
     mutable std::string record_path;         // `file` once it was read as a run's config.json; "" otherwise
+    mutable std::vector<std::string> taken;  // long names of the flags the file sets and the command line does not
 
     std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
         std::stringstream whole;
@@ -98,9 +99,10 @@ public:
                 throw ConfigFileError("config file " + file + ": '" + named_as[opt] + "' and '" + it.name +
                                       "' are one flag (" + opt->get_name() +
                                       ") given 2 values; every flag takes one value: keep one");
-            if (std::find(machine_names.begin(), machine_names.end(), it.name) == machine_names.end())
+            if (std::find(machine_names.begin(), machine_names.end(), it.name) == machine_names.end()) {
                 kept.push_back(it);
-            else
+                note_taken(opt);
+            } else
                 std::fprintf(stderr,
                              "note: config file %s: %s=%s is not taken: --device and --threads describe the "
                              "machine, not the run; give them on the command line\n",
@@ -110,6 +112,12 @@ public:
     }
 
 private:
+    // Adds the flag of `opt` to `taken` unless the command line gave it (CLI11 reads the command line
+    // first, and a flag it gave keeps that value).
+    void note_taken(const CLI::Option* opt) const {
+        if (opt != nullptr && opt->count() == 0 && !opt->get_lnames().empty())
+            taken.push_back(opt->get_lnames().front());
+    }
     bool is_json(const std::string& content) const {
         const size_t first = content.find_first_not_of(" \t\r\n");
         const bool json_name = file.size() >= 5 && file.compare(file.size() - 5, 5, ".json") == 0;
@@ -147,6 +155,7 @@ private:
                 items.emplace_back();
                 items.back().name = fv.name;
                 items.back().inputs = {fv.value};
+                note_taken(app == nullptr ? nullptr : app->get_option_no_throw("--" + fv.name));
             }
         } catch (const InputError& e) { throw ConfigFileError(e.what()); }
         return items;

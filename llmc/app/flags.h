@@ -46,6 +46,13 @@ enum class FlagRecord { Both, Toml, Machine, Launch, Hidden, Json };
             "glob of training shards, e.g. 'data/shards/x/train_*.bin'") \
     SETTING(Both, std::string, val_data, "", "-j,--val-data", true, "", \
             "glob of validation shards ('' = no validation)") \
+    SETTING(Both, std::string, expect_tokenizer, "", "--expect-tokenizer", \
+            v.empty() || v == "gpt2" || v == "sp" || v == "synthetic", \
+            "must be gpt2, sp or synthetic (meta.json's \"tokenizer\"; '' = no check)", \
+            "refuse -i/-j data whose meta.json names another tokenizer, or none (gpt2 | sp | synthetic; '' = no " \
+            "check)") \
+    SETTING(Both, int, expect_vocab, 0, "--expect-vocab", v >= 0, "must be >= 0 (0 = no check)", \
+            "refuse -i/-j data of another vocabulary (meta.json / tokenizer.bin), or of none known (0 = no check)") \
     SETTING(Both, std::string, output_dir, "", "-o,--output-dir", true, "", \
             "directory for metrics, logit stats, checkpoints ('' = write nothing)") \
     SETTING(Both, std::string, model, "ls-small", "-e,--model", true, "", \

@@ -77,6 +77,15 @@ inline ModelSetup resolve_model(const TrainConfig& cfg, int data_vocab) {
     return m;
 }
 
+// The run header's account of the model's source: "model preset ls-small" or "model CHECKPOINT"; with
+// --config FILE, "config FILE (model base ls-small)" when model flags changed the preset (the file's or
+// the command line's), else "config FILE (model preset ls-small)" / "config FILE (model CHECKPOINT)".
+inline std::string describe_model_origin(const TrainConfig& cfg, const std::string& model_source) {
+    if (cfg.config_file.empty()) return "model " + model_source;
+    const bool based = is_model_preset(cfg.model) && cfg.overrides.any() && model_source.rfind("preset ", 0) == 0;
+    return "config " + cfg.config_file + " (model " + (based ? "base " + cfg.model : model_source) + ")";
+}
+
 // A float as printf's %g writes it (5, not std::to_string's 5.000000).
 inline std::string fmt_g(double v) {
     char buf[32];

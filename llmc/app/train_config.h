@@ -47,6 +47,9 @@ struct TrainConfig {
     std::vector<std::string> given;             // long names of the flags given, typed or by --config (the parser's)
     std::vector<SettingChange> record_changes;  // vs the record -y 1 / --fork-from continues (set by the parser)
     std::string config_record;                  // --config RUN/config.json: that file (set by the parser); else ""
+    std::string config_file;                    // --config FILE (TOML or a run's config.json); else "" (the parser)
+    std::vector<std::string> from_config;       // long names of the flags whose value config_file gave (the parser)
+    std::string settings_record;  // the record whose settings fill the flags not given (-y 1, --fork-from; the parser)
     bool refork = false;  // -y 1 of a fork without a checkpoint of its own, turned into --fork-from (the parser)
 
     // Whether the flag (long name, "seq-len") was given on the command line or by --config; the
@@ -56,6 +59,16 @@ struct TrainConfig {
         for (const std::string& g : given)
             if (g == long_name) return true;
         return false;
+    }
+    // Where the value of the flag (long name) came from, as an error line names it after the flag and
+    // its value: " (from --config FILE)"; " (from the record RUN/config.json)" for a flag not given in a
+    // run that -y 1 or --fork-from continues (the record's value, or the default where it has none: a
+    // caller names the origin of a value other than the default); "" for the command line or the default.
+    std::string origin_of(const std::string& long_name) const {
+        for (const std::string& f : from_config)
+            if (f == long_name) return " (from --config " + config_file + ")";
+        if (!was_given(long_name) && !settings_record.empty()) return " (from the record " + settings_record + ")";
+        return "";
     }
 };
 

@@ -79,6 +79,15 @@ inline std::string glob_dir(const std::string& pattern) {
     return *dirs.begin();
 }
 
+// Whether the shard pattern matches any path (the data loader's error names one that matches none).
+inline bool shard_pattern_matches(const std::string& pattern) {
+    glob_t g;
+    const int rc = glob(pattern.c_str(), 0, nullptr, &g);
+    const bool any = rc == 0 && g.gl_pathc > 0;
+    globfree(&g);
+    return any;
+}
+
 // The loader's position plus a fingerprint of the loader that produced it; restore() refuses
 // a state from a loader with a different batch shape, process count, shuffle, seed or data.
 // How ranks divide the data (see the comment at the top of this file).

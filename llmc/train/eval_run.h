@@ -137,6 +137,8 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
     const std::string model_id = model_header_identity(cfg.model);  // before loading: the bytes evaluated
     check_eval_output_dir(cfg, model_id);
     RunPlan plan;
+    check_config_shard_patterns(cfg);
+    check_expected_data(cfg, cfg.val_data, "-j");
     plan_model(cfg, cfg.val_data, plan);
     const std::string notes[] = {
         past_trained_length_note(*plan.init, cfg.model, cfg.seq_len, "--eval-only -t"),

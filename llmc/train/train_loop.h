@@ -4,9 +4,10 @@
 //
 // run_training's phases (nothing is written before every check has passed, so bad flags or a bad
 // checkpoint leave the output directory untouched):
-//   plan_run        the model (preset + flags, or a checkpoint given with -e), the vocabulary of
-//                   the data, accumulation, the loaders (shard headers are validated), the
-//                   checkpoint to resume from; refuses impossible combinations with one line.
+//   plan_run        the model (preset + flags, or a checkpoint given with -e), the data against what
+//                   the run expects of it (its record, --expect-*: llmc/app/data_expect.h), the
+//                   vocabulary of the data, accumulation, the loaders (shard headers are validated),
+//                   the checkpoint to resume from; refuses impossible combinations with one line.
 //                   Reads files only.
 //   LoopState       the loop's resumable state (llmc/train/loop_state.h), restored from the checkpoint
 //   build_model     the backend with the starting weights and AdamW state (ZeRO-1 shard with -z 1)
@@ -47,6 +48,8 @@
 
 #include "llmc/app/checkpoint_run.h"
 #include "llmc/app/config_json.h"
+#include "llmc/app/config_origin.h"
+#include "llmc/app/data_expect.h"
 #include "llmc/app/model_setup.h"
 #include "llmc/app/run_data.h"
 #include "llmc/app/run_history.h"
@@ -198,8 +201,10 @@ inline void check_data_of_init_checkpoint(const TrainConfig& cfg) {
 inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     RunPlan p;
     validate_train_flags(cfg);
+    check_config_shard_patterns(cfg);
     // before the model's checks: a vocabulary that changed with the data is the data's fault, not --vocab's
     const bool continued = !cfg.fork_from.empty() || (cfg.resume && newest_complete_step(cfg.output_dir) >= 0);
+    if (continued) check_loader_settings_of_config(cfg);
     if (continued) check_data_of_continued_run(cfg);
     else if (!is_model_preset(cfg.model)) check_data_of_init_checkpoint(cfg);
     std::optional<RecordedData> config_record;  // --config RUN/config.json: the data that run recorded
@@ -209,6 +214,8 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
             std::fprintf(stderr, "%s\n", unknown_data_note(*config_record).c_str());
         check_data_for_config_record(*config_record, cfg.train_data);  // before the model's vocabulary checks
     }
+    check_expected_data(cfg, cfg.train_data, "-i");
+    if (!cfg.val_data.empty()) check_expected_data(cfg, cfg.val_data, "-j");
     plan_model(cfg, cfg.train_data, p);
     if (!cfg.val_data.empty())
         check_same_tokenizer(cfg.train_data, "the training data -i '" + cfg.train_data + "'", cfg.val_data,
@@ -314,7 +321,8 @@ inline void print_run_header(const TrainConfig& cfg, const RunPlan& plan, const 
                              const Collective& comm) {
     const int B = cfg.batch_size, T = cfg.seq_len, start = plan.start_step(), max_steps = plan.max_steps;
     const DataLoader& train = *plan.train;
-    o.log.printf("train_gpt2_ls | device %s | model %s\n  %s\n", model.device.c_str(), plan.model_source.c_str(),
+    o.log.printf("train_gpt2_ls | device %s | %s\n  %s\n", model.device.c_str(),
+                 describe_model_origin(cfg, plan.model_source).c_str(),
                  describe_model(plan.model, model.backend->num_params()).c_str());
     o.log.printf("  train: %lld tokens in %zu shard(s), %lld batches/epoch | val: %s\n",
                  (long long)train.total_tokens(), train.num_shards(), (long long)train.batches_per_epoch(),

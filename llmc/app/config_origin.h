@@ -1,0 +1,79 @@
+// Errors about values a --config file set (TrainConfig::from_config), which name that file as their
+// source: the error a user meets reads as if the value had been typed, while it came from a preset.
+//   check_config_shard_patterns   -i/-j from the file that match no file (a relative pattern is read from
+//                                 the directory the trainer starts in, not the file's)
+//   check_loader_settings_of_config  -y 1 / --fork-from continue a checkpoint's data loader: -b, -t,
+//                                 --seed, --shuffle, --sampler or -i that the file sets to other values
+//                                 than the run's record
+// docs/training.md "--config" and "Resuming and forking".
+#pragma once
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "llmc/app/run_history.h"
+#include "llmc/app/run_record.h"
+#include "llmc/app/train_config.h"
+#include "llmc/core/error.h"
+#include "llmc/io/dataloader.h"
+
+namespace llmc {
+
+// Whether the flag (long name) took its value from the --config file.
+inline bool set_by_config(const TrainConfig& c, const std::string& long_name) {
+    for (const std::string& f : c.from_config)
+        if (f == long_name) return true;
+    return false;
+}
+
+// A shard pattern the --config file gave that matches no file: refused naming the file, and for a
+// relative pattern the directory it was read from and the two ways out. (A pattern given on the
+// command line gets the data loader's error.)
+inline void check_config_shard_patterns(const TrainConfig& c) {
+    const struct {
+        const char *key, *flag;
+        const std::string& pattern;
+    } data[] = {{"train-data", "-i", c.train_data}, {"val-data", "-j", c.val_data}};
+    for (const auto& d : data) {
+        if (d.pattern.empty() || !set_by_config(c, d.key) || shard_pattern_matches(d.pattern)) continue;
+        const std::string head =
+            "no files match the shard pattern '" + d.pattern + "' (" + d.key + " from --config " + c.config_file + ")";
+        if (d.pattern[0] == '/')
+            throw InputError(head + "; create the shards (data/prepare.py), or give " + d.flag + " to override it");
+        std::error_code ec;
+        const std::string cwd = std::filesystem::current_path(ec).string();
+        throw InputError(head + ", read relative to the current directory " + cwd +
+                         ": a config file's relative paths are read from the directory the trainer starts in, not "
+                         "the file's; start the trainer from the directory the paths are relative to (the "
+                         "repository root for configs/*.toml), or give -i/-j");
+    }
+}
+
+// -y 1 (of a run with a checkpoint) or --fork-from, with a --config file that sets a setting of the
+// checkpoint's data loader to another value than the run's record: the loader could not continue
+// (its state names only the numbers), so refused here naming the file, the values and the fixes.
+inline void check_loader_settings_of_config(const TrainConfig& c) {
+    static const char* const kLoaderFlags[] = {"batch-size", "seq-len", "seed", "shuffle", "sampler", "train-data"};
+    std::string sets, recorded;  // "-b 64, -t 2048"; "-b 2, -t 256"
+    for (const SettingChange& ch : c.record_changes) {
+        const std::string name = ch.flag.substr(2);
+        bool loader = false;
+        for (const char* f : kLoaderFlags) loader = loader || name == f;
+        if (!loader || !set_by_config(c, name)) continue;
+        const SettingRow* row = setting_row_of_flag(name);
+        const std::string names = row ? row->names : ch.flag;
+        const std::string shown = names.substr(0, names.find(','));  // -b, or --seed
+        sets += (sets.empty() ? "" : ", ") + shown + " " + change_value_text(ch.new_value);
+        recorded += (recorded.empty() ? "" : " ") + shown + " " + change_value_text(ch.old_value);
+    }
+    if (sets.empty()) return;
+    const std::string run = c.fork_from.empty() ? "-y 1 continues the run in " + c.output_dir + " from its checkpoint"
+                                                : "--fork-from continues the checkpoint " + c.fork_from;
+    throw InputError("--config " + c.config_file + " sets " + sets + ", but " + run + ", whose data loader ran with " +
+                     recorded + " (its record " + c.settings_record +
+                     "); drop --config (the record gives the run's settings), or give " + recorded +
+                     " after it to keep the preset's other settings");
+}
+
+}  // namespace llmc

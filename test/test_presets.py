@@ -1,0 +1,147 @@
+"""A preset (--config FILE, e.g. configs/paper_pg19.toml) used directly with the trainer (docs/training.md
+"Presets and the data they expect"):
+- --expect-tokenizer / --expect-vocab (a preset key or a flag) are checked against the meta.json of every data
+  set the run reads: -i and -j of a new run, of -y 1 and --fork-from (the expectation is recorded and taken
+  from the run's record), and -j of --eval-only; data whose meta.json does not say is refused (the expectation
+  cannot be checked); the error names the preset the expectation came from, what the data holds and the fix;
+- the run header names the --config file its settings came from;
+- a shard pattern that came from the --config file and matches nothing says so, and that a relative one is
+  read from the current directory;
+- -y 1 with a preset whose -b/-t differ from the run's record names the preset as their source.
+
+Each run is a model of a few thousand parameters for one or two steps on byte-level data (seconds in all).
+"""
+import json
+import subprocess
+
+import pytest
+
+from run_helpers import BIN, REPO, TINY, data_args, run, shakespeare_bytes, write_byte_data
+
+PAPER = REPO / "configs" / "paper_pg19.toml"
+# The paper preset's model, shrunk on the command line as scripts/exp_pg19.sh --smoke does
+PAPER_SMALL = ["--layers", 1, "--channels", 48, "--max-seq-len", 64, "-t", 64, "-b", 2, "-d", 128, "-x", 1, "-m", 1, "-u", 1,
+               "--threads", 1]
+TINY_RUN = TINY + ["-u", 1, "-v", 0, "-s", 0]
+
+
+def refused(args, *expect, cwd=REPO):
+    """Runs the trainer (from cwd) and returns its one stderr line, which must be an error holding every
+    string of expect."""
+    p = subprocess.run([str(BIN), "--device", "cpu"] + [str(a) for a in args], cwd=cwd, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 1, (p.returncode, p.stderr, p.stdout[-500:])
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), p.stderr
+    for e in expect:
+        assert e in lines[0], (e, lines[0])
+    return lines[0]
+
+
+def byte_set(d, meta):
+    """Byte-level shards (ids < 256) in d with this meta.json (meta None: no meta.json at all)."""
+    d.mkdir(parents=True)
+    write_byte_data(d, shakespeare_bytes(40_000), [30_000], meta=meta or {"vocab_size": 256})
+    if meta is None:
+        (d / "meta.json").unlink()
+    return d
+
+
+@pytest.fixture(scope="module")
+def sets(tmp_path_factory):
+    """{"paper": tokenizer sp, vocabulary 10000 (the paper's), "sp1024": sp 1024 (PG-19, the trial's mistake),
+    "bare": no meta.json}, all byte-level shards underneath."""
+    d = tmp_path_factory.mktemp("sets")
+    return {"paper": byte_set(d / "paper", {"dataset": "pg19", "tokenizer": "sp", "vocab_size": 10000}),
+            "sp1024": byte_set(d / "sp1024", {"dataset": "pg19", "tokenizer": "sp", "vocab_size": 1024}),
+            "bare": byte_set(d / "bare", None)}
+
+
+def test_paper_preset_refuses_data_of_another_vocabulary(sets, tmp_path):
+    """The trial's case: SentencePiece 1024 data where the paper's 10K belongs trained without a word."""
+    out = tmp_path / "run"
+    line = refused(["--config", PAPER] + data_args(sets["sp1024"]) + ["-o", out] + PAPER_SMALL,
+                   f"-i '{sets['sp1024']}/train_*.bin'", "vocabulary 1024", f"{sets['sp1024']}/meta.json",
+                   f"--expect-vocab 10000 (from --config {PAPER})", "vocabulary 10000",
+                   f"scripts/pack_pg19.sh --out {sets['sp1024']} --force", "--expect-vocab 1024")
+    assert not out.exists(), line  # refused before anything is written
+    # the paper's data trains
+    run(["--config", PAPER] + data_args(sets["paper"]) + ["-o", out] + PAPER_SMALL)
+    rec = json.loads((out / "config.json").read_text())["train"]
+    assert rec["expect_tokenizer"] == "sp" and rec["expect_vocab"] == 10000
+
+
+def test_validation_data_is_checked_too_and_data_without_meta_is_refused(sets, tmp_path):
+    """-j is read by the run too; shards without meta.json cannot show the expected tokenizer: refused, not a note."""
+    line = refused(["--config", PAPER, "-i", f"{sets['paper']}/train_*.bin", "-j", f"{sets['bare']}/val_*.bin",
+                    "-o", tmp_path / "run"] + PAPER_SMALL,
+                   f"-j '{sets['bare']}/val_*.bin'", "cannot be checked", "no meta.json",
+                   f"--expect-tokenizer sp (from --config {PAPER})")
+    assert "data/prepare.py" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_expectations_as_flags(byte_data, tmp_path):
+    """Every key of a config file is a flag: --expect-vocab / --expect-tokenizer on the command line, named
+    without a preset; a value that is no tokenizer is refused as a flag value."""
+    refused(data_args(byte_data) + TINY_RUN + ["-x", 1, "--expect-vocab", 300],
+            f"-i '{byte_data}/train_*.bin' holds", "vocabulary 256", "--expect-vocab 300 asks for vocabulary 300")
+    refused(data_args(byte_data) + TINY_RUN + ["-x", 1, "--expect-tokenizer", "gpt2"],
+            "cannot be checked", f"{byte_data}/meta.json names no tokenizer", "--expect-tokenizer gpt2")
+    refused(data_args(byte_data) + TINY_RUN + ["-x", 1, "--expect-tokenizer", "sentencepiece"],
+            "--expect-tokenizer", "gpt2, sp or synthetic")
+    run(data_args(byte_data) + TINY_RUN + ["-x", 1, "--expect-vocab", 256])
+
+
+def test_a_continued_run_keeps_its_expectation(byte_data, tmp_path):
+    """The expectation is a setting of the run: recorded, taken by -y 1 and --fork-from from the record (named as
+    the source), and checked on their data; --eval-only checks -j."""
+    out = tmp_path / "run"
+    run(data_args(byte_data) + TINY_RUN + ["-o", out, "-x", 1, "--expect-vocab", 256])
+    rec = out / "config.json"
+    assert json.loads(rec.read_text())["train"]["expect_vocab"] == 256
+    # the record says 300 (a preset run of other data, say): -y 1 and --fork-from check the data against it
+    rec.write_text(rec.read_text().replace('"expect_vocab": 256', '"expect_vocab": 300'))
+    refused(["-o", out, "-y", 1, "-x", 2, "--threads", 1], "--expect-vocab 300 (from the record " + str(rec) + ")")
+    refused(["--fork-from", out / "model_00000001.bin", "-o", tmp_path / "fork", "--threads", 1],
+            "--expect-vocab 300 (from the record " + str(rec) + ")")
+    refused(["--eval-only", "-e", out / "model_00000001.bin", "--expect-vocab", 300, "--threads", 1],
+            f"-j '{byte_data}/val_*.bin' holds", "--expect-vocab 300")
+    run(["-o", out, "-y", 1, "-x", 2, "--threads", 1, "--expect-vocab", 256])  # the flag given wins
+
+
+def small_preset(path, b=2):
+    """A preset of the tiny model, relative data paths as configs/paper_pg19.toml has them."""
+    path.write_text(f'layers=2\nchannels=32\nheads=4\nglobal-heads=1\nwindow=8\nmax-seq-len=64\n'
+                    f'batch-size={b}\nseq-len=32\nwarmup-steps=1\nval-every=0\nsample-every=0\n')
+    return path
+
+
+def test_header_names_the_config_file(byte_data, tmp_path):
+    preset = small_preset(tmp_path / "small.toml")
+    p = run(["--config", preset] + data_args(byte_data) + ["-x", 1, "--threads", 1])
+    first = p.stdout.splitlines()[0]
+    assert first.startswith("train_gpt2_ls | device cpu") and f"| config {preset} (model base ls-small)" in first, first
+    p = run(data_args(byte_data) + ["-x", 1, "--threads", 1, "-e", "d2", "-t", 32, "-v", 0, "-s", 0])
+    assert p.stdout.splitlines()[0].endswith("| model preset d2"), p.stdout.splitlines()[0]
+
+
+def test_a_relative_pattern_of_a_preset_run_elsewhere_names_the_preset(tmp_path):
+    """The paper preset started from another directory: its relative shard pattern is read from there."""
+    elsewhere = tmp_path / "out"
+    elsewhere.mkdir()
+    refused(["--config", PAPER, "-o", tmp_path / "t", "-t", 128, "-b", 2, "-x", 1], "data/shards/pg19_sp/train_*.bin",
+            f"from --config {PAPER}", "relative to the current directory", str(elsewhere),
+            "start the trainer from the directory the paths are relative to", "-i/-j", cwd=elsewhere)
+
+
+def test_resume_with_a_preset_of_another_batch_names_the_preset(byte_data, tmp_path):
+    """-y 1 takes the run's settings from its record; a --config given again overrides them, and a -b it sets
+    that the checkpoint's data loader cannot continue is named as the preset's."""
+    out = tmp_path / "run"
+    run(["--config", small_preset(tmp_path / "b2.toml", b=2)] + data_args(byte_data) + ["-o", out, "-x", 1,
+                                                                                        "--threads", 1])
+    preset = small_preset(tmp_path / "b4.toml", b=4)
+    refused(["--config", preset, "-o", out, "-y", 1, "-x", 2, "--threads", 1],
+            f"--config {preset} sets -b 4", "the run in", "-b 2", "drop --config", "-b 2 after it")
+    run(["--config", preset, "-o", out, "-y", 1, "-x", 2, "--threads", 1, "-b", 2])  # the flag given wins
