@@ -165,6 +165,33 @@ def test_random_shards(tmp_path):
     assert read_shard(path).dtype == np.uint32  # version 2 above 65,536 ids
 
 
+def test_benchmark_shards_hold_the_one_batch_in_every_window(tmp_path):
+    """Every B*T+1-token window at a multiple of B*T (what the trainer reads, in order or shuffled) is
+    the batch X followed by X[0]: the torch side's inputs X and targets X shifted by one."""
+    B, T, V = 3, 8, 100
+    path = tv.write_benchmark_shards(str(tmp_path / "d"), V, B, T, batches=5, seed=2)
+    tok = read_shard(path).astype(np.int64)
+    x = tv.benchmark_tokens(V, B, T, seed=2)
+    assert len(tok) == 5 * B * T + 1 and len(set(x.tolist())) > 10
+    want = np.concatenate([x, x[:1]])
+    for k in range(5):
+        assert np.array_equal(tok[k * B * T:(k + 1) * B * T + 1], want), k
+    assert not np.array_equal(tv.benchmark_tokens(V, B, T, seed=3), x)
+    assert json.loads((tmp_path / "d" / "meta.json").read_text())["vocab_size"] == V
+
+
+def test_training_agreement_compares_the_losses_step_by_step():
+    ag = tv.training_agreement({"losses": [9.0, 8.0, 7.0]}, {"losses": [9.1, 8.1, 7.2, 6.0]})
+    assert ag["steps"] == 3 and ag["alike"] and ag["ours_last"] == 7.0 and ag["torch_last"] == 7.2
+    assert ag["max_rel_gap_step"] == 3 and math.isclose(ag["max_rel_gap"], 0.2 / 7.2)
+    far = tv.training_agreement({"losses": [9.0, 9.0, 9.0]}, {"losses": [9.0, 8.0, 7.0]})
+    assert not far["alike"] and far["max_rel_gap_step"] == 3
+    assert not tv.training_agreement({"losses": [9.0, float("nan")]}, {"losses": [9.0, 8.9]})["alike"]
+    assert not tv.training_agreement({"losses": [9.0, None]}, {"losses": [9.0, 8.9]})["alike"]
+    assert tv.training_agreement({"losses": []}, {"losses": [9.0]}) is None
+    assert tv.training_agreement(None, {"losses": [9.0]}) is None
+
+
 def trainer_or_skip():
     if not BIN.exists():
         pytest.skip(f"{BIN} not built (make train_gpt2_ls)")
@@ -243,6 +270,33 @@ def test_torch_worker_runs_on_cpu(tmp_path):
     assert w["check"]["loss_bf16_rel"] <= tv.BF16_LOSS_TOL and w["check"]["loss_bf16"] != w["check"]["loss_twin"]
     assert w["check"]["wrong_layout_logits_rel"] > 2 * tv.CHECK_TOL["logits_rel"]
     assert w["ms"]["n"] == 3 and math.isfinite(w["loss_first"]) and math.isfinite(w["loss_last"])
+
+
+def test_both_sides_train_alike_on_cpu(tmp_path):
+    """The two sides of the benchmark run the same optimisation: ours (the trainer, CPU, fp32) on the
+    benchmark shards with trainer_command's flags and the torch worker (CPU, bf16 autocast) on the same
+    batch, tiny-test model, 16 steps: their losses agree step by step within TRAIN_AGREE_TOL and both
+    fall. (Before the shared batch and schedule, ours saw fresh random tokens under a warmup and cosine
+    decay while torch cycled four batches at a constant rate: a 31% gap after 40 steps.)"""
+    binary = trainer_or_skip()
+    py = torch_python_or_skip()
+    m = dict(tv.MODELS["tiny-test"], name="tiny-test")
+    warm, steps = 4, 12
+    data = tmp_path / "data"
+    tv.write_benchmark_shards(str(data), m["vocab_size"], m["batch_size"], m["seq_len"], warm + steps + 4)
+    out = tmp_path / "ours"
+    cmd = tv.trainer_command(binary, m, str(data / "train_*.bin"), str(out), warm + steps, device="cpu")
+    p = subprocess.run(cmd + ["--threads", "1"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    ours = tv.parse_trainer_metrics(str(out / "metrics.jsonl"), warm)
+    js = tmp_path / "t.json"
+    p = subprocess.run([py, str(REPO / "dev" / "bench" / "train_vs_torch.py"), "--worker", "torch", "--worker-device",
+                        "cpu", "--model", "tiny-test", "--json", str(js), "--steps", str(steps), "--warmup",
+                        str(warm)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    ag = tv.training_agreement(ours, json.loads(js.read_text()))
+    assert ag["steps"] == warm + steps and ag["alike"], ag
+    assert ag["ours_last"] < ag["ours_first"] - 0.3 and ag["torch_last"] < ag["torch_first"] - 0.3, ag
 
 
 def test_twin_forward_keeps_a_callable_without_truth_value():

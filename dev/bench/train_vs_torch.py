@@ -11,7 +11,11 @@ paper's SentencePiece vocabulary); d12 = GPT-2 124M's shape with LS-attention (L
 G1 P64, T 1024, V 50257).
 
 Per model:
-  1. random token shards (uniform ids, data/shards.py) written under --work, enough for every step;
+  1. one batch of B x T uniform random token ids (benchmark_tokens), the same for both sides and every
+     step, written for ours as a shard of the batch repeated (write_benchmark_shards): every window the
+     trainer reads is the batch, so both sides run the same optimisation (same data, constant learning
+     rate TRAIN_LR without warmup, AdamW with the trainer's defaults, clipping at 1.0; inits of the same
+     distribution), and their losses are compared step by step (training_agreement, TRAIN_AGREE_TOL);
   2. ours: the trainer as a subprocess for warmup + steps optimizer steps; ms/step = median of
      metrics.jsonl's "ms" after the warm-up steps (wall time of forward+backward+update, including
      the trainer's per-step host syncs and its logit statistics, which it always records);
@@ -21,7 +25,8 @@ Per model:
      tolerances; a wrong head layout must miss the logits tolerance, so the check can fail) and its
      loss under bf16 autocast (the timed precision: a sanity bound, CHECK_TOL below); then times warmup + steps
      training steps (host batch -> device, forward, backward, clip, fused AdamW) with CUDA events;
-     ms/step = median. A failed check is reported and the model's result marked FAIL.
+     ms/step = median. A failed check is reported and the model's result marked FAIL, and so is a
+     model whose two sides' losses part by more than TRAIN_AGREE_TOL (they did not train alike).
   MFU = tokens/s * FLOPs/token / peak, FLOPs/token = 6 * N + attention (flops_per_token below:
   N = parameters in matmuls, i.e. all but wpe, and but wte when untied; attention 12 * hd per
   UNMASKED (query, key) pair per layer and head, so local heads count only their window), peak =
@@ -192,7 +197,7 @@ def parse_trainer_metrics(path, skip_steps):
                 reported[k] = max(reported.get(k, v), v) if "mem" in k else v
     return {"steps_total": len(recs), "steps_timed": len(timed), "ms": summarize_ms([r["ms"] for r in timed]),
             "loss_first": recs[0].get("loss") if recs else None, "loss_last": recs[-1].get("loss") if recs else None,
-            "trainer_reported": reported}
+            "losses": [r.get("loss") for r in recs], "trainer_reported": reported}
 
 
 def side_result(ms_summary, tokens_per_step, flops_tok, peak):
@@ -201,6 +206,28 @@ def side_result(ms_summary, tokens_per_step, flops_tok, peak):
         return {"ms_per_step": None, "tokens_per_s": None, "mfu": None}
     tok_s = tokens_per_step / (ms_summary["median"] / 1000.0)
     return {"ms_per_step": ms_summary["median"], "tokens_per_s": tok_s, "mfu": mfu(tok_s, flops_tok, peak)}
+
+
+# Both sides' losses, step by step, may part by at most this fraction (relative to torch's loss at
+# that step): the same data, optimisation and init distribution, so the gap is the inits' and the
+# arithmetic's, not another optimisation.
+TRAIN_AGREE_TOL = 0.05
+
+
+def training_agreement(ours, torch_side, tol=TRAIN_AGREE_TOL):
+    """The two sides' per-step losses (the loss of each step's forward, before its update) compared
+    step by step over the steps both ran: their first and last losses, the largest relative gap and
+    whether it is within tol (a non-finite loss never is). None when a side has no losses."""
+    a, b = (ours or {}).get("losses"), (torch_side or {}).get("losses")
+    if not a or not b:
+        return None
+    n = min(len(a), len(b))
+    gaps = [abs(x - y) / abs(y) if x is not None and y and math.isfinite(x) and math.isfinite(y) else math.inf
+            for x, y in zip(a[:n], b[:n])]
+    worst = max(gaps)
+    return {"steps": n, "ours_first": a[0], "torch_first": b[0], "ours_last": a[n - 1], "torch_last": b[n - 1],
+            "max_rel_gap": worst, "max_rel_gap_step": gaps.index(worst) + 1, "tolerance": tol,
+            "alike": bool(worst <= tol)}
 
 
 def speedup(ours, torch_side):
@@ -231,6 +258,13 @@ def format_table(results, device):
         tgt = r.get("target_speedup")
         verdict = "-" if sp is None else ("met" if sp >= tgt else f"NOT met ({100 * (sp / tgt - 1):+.0f}%)")
         lines.append(f"{r['model']:10s} ours/torch tokens/s = {_fmt(sp, '.2f')}x (target >= {tgt:g}x: {verdict})")
+        ag = r.get("training")
+        if ag:
+            lines.append(f"{r['model']:10s} loss ours {ag['ours_first']:.3f} -> {ag['ours_last']:.3f}, torch "
+                         f"{ag['torch_first']:.3f} -> {ag['torch_last']:.3f} over {ag['steps']} steps: largest gap "
+                         f"{100 * ag['max_rel_gap']:.1f}% (step {ag['max_rel_gap_step']}; bound "
+                         f"{100 * ag['tolerance']:g}%): " + ("trained alike" if ag["alike"] else
+                                                             "FAIL (the two sides did not train alike)"))
     return "\n".join(lines)
 
 
@@ -268,27 +302,57 @@ def git_commit():
     return "unknown"
 
 
-def trainer_command(trainer, m, data_glob, out_dir, steps):
-    """The trainer's command line for one benchmark run (no validation, samples or extra checkpoints)."""
-    return [trainer, "--device", "cuda", "-e", m["preset"], "--vocab", str(m["vocab_size"]),
+# The optimisation both sides run: AdamW at a constant learning rate (no warmup, no decay), with the
+# trainer's defaults otherwise (betas 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices and
+# embeddings, gradient clipping at 1.0), which torch_fast_model.make_optimizer copies.
+TRAIN_LR = 6e-4
+
+
+def trainer_command(trainer, m, data_glob, out_dir, steps, device="cuda"):
+    """The trainer's command line for one benchmark run (no validation, samples or extra checkpoints),
+    the model named in full and the optimisation of TRAIN_LR; the data read in order."""
+    return [trainer, "--device", device, "-e", m["preset"], "--layers", str(m["num_layers"]),
+            "--channels", str(m["channels"]), "--heads", str(m["num_heads"]), "--vocab", str(m["vocab_size"]),
             "--global-heads", str(m["global_heads"]), "--window", str(m["window"]),
             "--max-seq-len", str(m["max_seq_len"]), "-b", str(m["batch_size"]), "-t", str(m["seq_len"]),
-            "-x", str(steps), "-v", "0", "-s", "0", "-i", data_glob, "-o", out_dir, "--seed", "1337"]
+            "-x", str(steps), "-l", repr(TRAIN_LR), "-k", "constant", "-u", "0", "--grad-clip", "1",
+            "--shuffle", "0", "-v", "0", "-s", "0", "-i", data_glob, "-o", out_dir, "--seed", "1337"]
+
+
+def _write_shard_dir(out_dir, vocab_size, tokens, dataset):
+    sys.path.insert(0, os.path.join(REPO, "data"))
+    from shards import shard_version_for_vocab, write_shard
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, "train_000000.bin")
+    write_shard(path, tokens, shard_version_for_vocab(vocab_size))
+    with open(os.path.join(out_dir, "meta.json"), "w") as f:
+        json.dump({"vocab_size": vocab_size, "dataset": dataset}, f)
+    return path
 
 
 def write_random_shards(out_dir, vocab_size, num_tokens, seed=0):
     """Uniform random token ids in one train shard plus meta.json (the trainer reads V from it)."""
     import numpy as np
-    sys.path.insert(0, os.path.join(REPO, "data"))
-    from shards import shard_version_for_vocab, write_shard
-    os.makedirs(out_dir, exist_ok=True)
     rng = np.random.default_rng(seed)
     tokens = rng.integers(0, vocab_size, size=num_tokens, dtype=np.int64)
-    path = os.path.join(out_dir, "train_000000.bin")
-    write_shard(path, tokens, shard_version_for_vocab(vocab_size))
-    with open(os.path.join(out_dir, "meta.json"), "w") as f:
-        json.dump({"vocab_size": vocab_size, "dataset": "uniform random tokens (benchmark)"}, f)
-    return path
+    return _write_shard_dir(out_dir, vocab_size, tokens, "uniform random tokens (benchmark)")
+
+
+def benchmark_tokens(vocab_size, B, T, seed=0):
+    """The benchmark's batch: B x T uniform random token ids (int64, flat), the same on both sides."""
+    import numpy as np
+    return np.random.default_rng(seed).integers(0, vocab_size, size=B * T, dtype=np.int64)
+
+
+def write_benchmark_shards(out_dir, vocab_size, B, T, batches, seed=0):
+    """One train shard of the benchmark batch X repeated `batches` times, then X[0]: every B*T+1-token
+    window at a multiple of B*T (what the trainer reads, in order or shuffled) is X followed by X[0],
+    i.e. the batch the torch side builds from the same X (inputs X, targets X shifted by one, the
+    last target X[0])."""
+    import numpy as np
+    x = benchmark_tokens(vocab_size, B, T, seed)
+    tokens = np.concatenate([np.tile(x, batches), x[:1]])
+    return _write_shard_dir(out_dir, vocab_size, tokens, f"one {B} x {T} batch of uniform random tokens, repeated")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -384,10 +448,11 @@ def run_ours(m, args, work, tokens_per_step, flops_tok, peak):
     name = m["name"]
     data_dir = os.path.join(work, f"data_{name}")
     steps = args.warmup + args.steps
-    write_random_shards(data_dir, m["vocab_size"], (steps + 4) * tokens_per_step + 1)
+    write_benchmark_shards(data_dir, m["vocab_size"], m["batch_size"], m["seq_len"], steps + 4)
     out_dir = os.path.join(work, f"ours_{name}")
     shutil.rmtree(out_dir, ignore_errors=True)
-    cmd = trainer_command(args.trainer, m, os.path.join(data_dir, "train_*.bin"), out_dir, steps)
+    cmd = trainer_command(args.trainer, m, os.path.join(data_dir, "train_*.bin"), out_dir, steps,
+                          device=args.worker_device)
     log = os.path.join(work, f"ours_{name}.log")
     print(f"[{name}] ours: {' '.join(cmd)}", flush=True)
     sampler = MemorySampler().start()
@@ -534,16 +599,17 @@ def torch_worker(args):
     # 2. timing: GPT-2 init, the trainer's AdamW defaults, host batches copied in each step
     print("== timing ==", flush=True)
     model.load_params(ref.init_params(cfg, torch.Generator().manual_seed(1337), dtype=torch.float32, perturbed=False))
-    opt = tfm.make_optimizer(model)
-    rng = np.random.default_rng(0)
-    batches = [torch.from_numpy(rng.integers(0, cfg.vocab_size, size=(B, T + 1))) for _ in range(4)]
+    opt = tfm.make_optimizer(model, lr=TRAIN_LR)
+    # the benchmark batch as ours reads it (write_benchmark_shards): inputs X, targets X shifted by one
+    x_tok = benchmark_tokens(cfg.vocab_size, B, T)
+    buf = torch.from_numpy(np.concatenate([x_tok, x_tok[:1]]))
     if on_gpu:
-        batches = [b.pin_memory() for b in batches]
+        buf = buf.pin_memory()
     params = list(model.parameters())
 
     def step(i):
-        bt = batches[i % len(batches)].to(dev, non_blocking=True)
-        x, y = bt[:, :-1].contiguous(), bt[:, 1:].contiguous()  # contiguous as in the check: no recompile
+        bt = buf.to(dev, non_blocking=True)  # copied in every step, as a trainer copies its batch
+        x, y = bt[:-1].view(B, T), bt[1:].view(B, T)  # contiguous, as in the check: no recompile
         with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
             _, loss, _ = compiled(x, y, 0.0)
         loss.backward()
@@ -575,7 +641,7 @@ def torch_worker(args):
             losses.append(step(args.warmup + i))
             ms.append(1000 * (time.perf_counter() - t1))
     losses = [float(x) for x in losses]
-    result.update(ms=summarize_ms(ms), ms_all=ms, loss_first=losses[0], loss_last=losses[-1])
+    result.update(ms=summarize_ms(ms), ms_all=ms, loss_first=losses[0], loss_last=losses[-1], losses=losses)
     finite = all(math.isfinite(x) for x in losses)
     result["status"] = "ok" if finite else "FAIL (non-finite loss)"
     save()
@@ -655,6 +721,8 @@ def main(argv=None):
             r["torch"] = run_torch(m, args, args.work, tokens_per_step, ftok, peak)
             ok &= r["torch"]["status"] == "ok"
         r["speedup"] = speedup(r.get("ours"), r.get("torch"))
+        r["training"] = training_agreement(r.get("ours"), r.get("torch"))
+        ok &= r["training"] is None or r["training"]["alike"]
         payload["results"].append(r)
         write_json(os.path.join(args.out, "train_vs_torch.json"), payload)  # after each model: partial results survive
     payload["passed"] = bool(ok)
