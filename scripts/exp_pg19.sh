@@ -53,7 +53,8 @@
 # (-x, -b, -d, -t, -i, -j, -o, -y, --seed, --device, --threads, --config, --global-heads) is refused,
 # naming the option. The trainer then checks them with each run's flags (parsed and validated, on shards
 # that cannot exist, writing nothing): a flag or value it refuses is one error line before the data is
-# prepared or a run starts (with --build 1 right after the build). Options take --flag=value as well. --steps and --tokens exclude each other; --tokens is rounded down to whole steps
+# prepared or a run starts (with --build 1 right after the build); what needs the data or the processes
+# to check is found when the run starts. Options take --flag=value as well. --steps and --tokens exclude each other; --tokens is rounded down to whole steps
 # (a note says so). --np N > 1: each run under `$MPIRUN -np N` (stopped by SIGUSR1).
 # --data: the shards (default data/shards/pg19_sp; scripts/pack_pg19.sh makes them, or this script
 # with data/prepare.py from --source, default ../shared/data/pg19, into a missing or empty directory;
@@ -306,9 +307,9 @@ run_args() {  # run_args INDEX: the trainer flags of run INDEX (its recorded set
   ARGS=(--config "$CONFIG" -i "$DATA/train_*.bin" -j "$DATA/val_*.bin" "${SMALL[@]}" $(variant_flags "${variants[$1]}")
     -b "$BATCH" -t "$T" -d "$TOTAL" -x "$STEPS" "${RUN[@]}" "${vocab_flags[@]}" "${seed_flags[@]}" "${extra_flags[@]}")
 }
-# --extra's flags, checked by the trainer itself: it is given each run's flags with shards that cannot
-# exist (under a file, not a directory) and no output (-o ''), so it parses and validates them and stops
-# at the data, writing nothing. Its first error line is the answer: the missing shards mean the flags
+# --extra's flags, checked by the trainer itself: it is given each run's flags with shards and an output
+# directory that cannot exist (under a file, not a directory; flags such as -n need an -o), so it parses
+# and validates them and stops at the data, writing nothing. Its first error line is the answer: the missing shards mean the flags
 # are good; anything else (a misspelt flag with its "did you mean", a value or a combination with one
 # variant's flags it refuses) is printed, with --extra and the run named (one line, no newline).
 extra_check() {
@@ -319,7 +320,7 @@ extra_check() {
     for i in "${!ARGS[@]}"; do
       case ${ARGS[$i]} in -i) ARGS[i + 1]="$probe/train_*.bin" ;; -j) ARGS[i + 1]="$probe/val_*.bin" ;; esac
     done
-    why=$("$TRAINER" "${ARGS[@]}" -o '' --device cpu --threads 1 2>&1 > /dev/null | grep -a -m 1 '^error: ') || true
+    why=$("$TRAINER" "${ARGS[@]}" -o "$probe/out" --device cpu --threads 1 2>&1 > /dev/null | grep -a -m 1 '^error: ') || true
     [[ $why == "error: no files match the shard pattern '$probe/"* ]] && continue
     echo -n "--extra '$EXTRA': the trainer refuses run ${names[$k]}'s flags: ${why:-"(no error line: run $TRAINER with them)"}" | sed 's/: error: /: /'
     return 1

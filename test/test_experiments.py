@@ -802,7 +802,7 @@ def test_exp_pg19_checks_the_extra_flags_with_the_trainer_before_anything_runs(t
         assert p.returncode == 1 and p.stderr.count("\n") == 1 and p.stderr.startswith("error: "), (args, p.stderr)
         assert all(w in p.stderr for w in words), (args, p.stderr)
         assert "check 1" not in p.stdout and not (tmp_path / "o").exists(), p.stdout
-    p = sh(base + ["--variants", "ls", "--extra", "--cuda-graph 1 -m 1"], check=False)
+    p = sh(base + ["--variants", "ls", "--extra", "--cuda-graph 1 -m 1 -n 5"], check=False)  # -n needs an -o
     assert p.returncode == 4 and "check 1: exit 3: FAIL" in p.stdout, p.stderr  # accepted: on to the check
     # --build 1 (the GPU machine's default): the trainer is built first, so its check follows the build (a
     # stand-in make here) and precedes the checks; the report comes back with the line

@@ -12,6 +12,7 @@
 Each run is a model of a few thousand parameters for one or two steps on byte-level data (seconds in all).
 """
 import json
+import shutil
 import subprocess
 
 import pytest
@@ -81,6 +82,16 @@ def test_validation_data_is_checked_too_and_data_without_meta_is_refused(sets, t
     assert not (tmp_path / "run").exists()
 
 
+def test_data_without_meta_whose_tokenizer_states_no_vocabulary_is_named_so(tmp_path):
+    """No meta.json and a tokenizer.bin that states no vocabulary: the error says that, not that a meta.json
+    (which does not exist) lacks the key."""
+    d = byte_set(tmp_path / "zeroed", None)
+    (d / "tokenizer.bin").write_bytes(bytes(1024))
+    refused(["-i", f"{d}/train_*.bin", "--expect-vocab", 10000, "-o", tmp_path / "run"] + TINY_RUN,
+            "cannot be checked", "--expect-vocab 10000", f"{d} has no meta.json and its tokenizer.bin states no "
+            "vocabulary", "--expect-vocab 0")
+
+
 def test_expectations_as_flags(byte_data, tmp_path):
     """Every key of a config file is a flag: --expect-vocab / --expect-tokenizer on the command line, named
     without a preset; a value that is no tokenizer is refused as a flag value."""
@@ -132,7 +143,18 @@ def test_a_relative_pattern_of_a_preset_run_elsewhere_names_the_preset(tmp_path)
     elsewhere.mkdir()
     refused(["--config", PAPER, "-o", tmp_path / "t", "-t", 128, "-b", 2, "-x", 1], "data/shards/pg19_sp/train_*.bin",
             f"from --config {PAPER}", "relative to the current directory", str(elsewhere),
-            "start the trainer from the directory the paths are relative to", "-i/-j", cwd=elsewhere)
+            "start the trainer from the directory the file's paths are relative to", "-i/-j", "scripts/pack_pg19.sh",
+            cwd=elsewhere)
+
+
+def test_a_preset_run_from_its_own_directory_without_data_says_to_make_the_data(tmp_path):
+    """Started from the directory that holds the preset (the repository root for configs/*.toml) before the
+    shards exist: the error says how to make them and does not send the user to where they already are."""
+    shutil.copy(PAPER, tmp_path / "paper.toml")
+    line = refused(["--config", "paper.toml", "-o", tmp_path / "t", "-t", 128, "-b", 2, "-x", 1],
+                   "data/shards/pg19_sp/train_*.bin", "from --config paper.toml", "scripts/pack_pg19.sh", "-i/-j",
+                   cwd=tmp_path)
+    assert "start the trainer from" not in line, line
 
 
 def test_resume_with_a_preset_of_another_batch_names_the_preset(byte_data, tmp_path):

@@ -27,9 +27,10 @@ inline bool set_by_config(const TrainConfig& c, const std::string& long_name) {
     return false;
 }
 
-// A shard pattern the --config file gave that matches no file: refused naming the file, and for a
-// relative pattern the directory it was read from and the two ways out. (A pattern given on the
-// command line gets the data loader's error.)
+// A shard pattern the --config file gave that matches no file: refused naming the file and how to make
+// the shards; for a relative pattern also the directory it was read from, and, when the trainer runs
+// outside the directory that holds the file (a preset's paths are the repository root's), where to start.
+// (A pattern given on the command line gets the data loader's error.)
 inline void check_config_shard_patterns(const TrainConfig& c) {
     const struct {
         const char *key, *flag;
@@ -39,14 +40,23 @@ inline void check_config_shard_patterns(const TrainConfig& c) {
         if (d.pattern.empty() || !set_by_config(c, d.key) || shard_pattern_matches(d.pattern)) continue;
         const std::string head =
             "no files match the shard pattern '" + d.pattern + "' (" + d.key + " from --config " + c.config_file + ")";
-        if (d.pattern[0] == '/')
-            throw InputError(head + "; create the shards (data/prepare.py), or give " + d.flag + " to override it");
+        const std::string make = d.pattern.find("pg19") != std::string::npos
+                                     ? "create the shards (scripts/pack_pg19.sh makes the paper's PG-19 data)"
+                                     : "create the shards (data/prepare.py)";
+        if (d.pattern[0] == '/') throw InputError(head + "; " + make + ", or give " + d.flag + " to override it");
+        namespace fs = std::filesystem;
         std::error_code ec;
-        const std::string cwd = std::filesystem::current_path(ec).string();
-        throw InputError(head + ", read relative to the current directory " + cwd +
-                         ": a config file's relative paths are read from the directory the trainer starts in, not "
-                         "the file's; start the trainer from the directory the paths are relative to (the "
-                         "repository root for configs/*.toml), or give -i/-j");
+        const fs::path cwd = fs::current_path(ec);
+        const fs::path file = fs::weakly_canonical(fs::absolute(c.config_file, ec), ec);
+        const auto rel = file.lexically_relative(cwd);
+        const bool file_below_cwd = !ec && !rel.empty() && *rel.begin() != "..";
+        throw InputError(head + ", read relative to the current directory " + cwd.string() + "; " + make +
+                         (file_below_cwd ? ""
+                                         : ", or start the trainer from the directory the file's paths are "
+                                           "relative to (a config file's relative paths are read from the "
+                                           "directory the trainer starts in, not the file's; the repository "
+                                           "root for configs/*.toml)") +
+                         ", or give -i/-j");
     }
 }
 

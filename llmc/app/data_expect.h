@@ -54,7 +54,8 @@ inline void check_expected_data(const TrainConfig& c, const std::string& pattern
         const std::string why = !id.known()   ? id.dir + " has no meta.json or tokenizer.bin"
                                 : tok_unknown ? (id.has_meta ? id.dir + "/meta.json names no tokenizer"
                                                              : id.dir + " has no meta.json naming its tokenizer")
-                                              : id.dir + "/meta.json names no vocabulary (vocab_size)";
+                                : id.has_meta ? id.dir + "/meta.json names no vocabulary (vocab_size)"
+                                              : id.dir + " has no meta.json and its tokenizer.bin states no vocabulary";
         throw InputError(what + " cannot be checked against " + (tok_unknown ? tok_flag : vocab_flag) + ": " + why +
                          "; give data that data/prepare.py made (its meta.json names the tokenizer and vocabulary), "
                          "or " +
