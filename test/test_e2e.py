@@ -212,6 +212,16 @@ def test_bad_flags_fail_cleanly(trained, byte_data, extra, expect):
     assert_refused(data_args(byte_data) + TINY + ["-o", out, "-x", 30, "-y", 1] + extra, out, expect)
 
 
+@pytest.mark.skipif(os.path.exists("/dev/nvidia0"), reason="a GPU is present: auto may take it")
+def test_device_auto_on_the_cpu_names_the_reason(byte_data):
+    """trial 5 finding 12: --device auto staying on the CPU says why; a build without the CUDA backend (make
+    cpu, or no nvcc) said "no CUDA device found", as if a GPU were missing."""
+    p = run(data_args(byte_data) + TINY + ["-x", 1, "-v", 0, "-s", 0, "--device", "auto"])
+    expect = ("note: no CUDA device found; running on the CPU" if CUDA_BUILD else
+              "note: this build has no CUDA backend (compiled without nvcc); running on the CPU")
+    assert [ln for ln in p.stderr.splitlines() if "running on the CPU" in ln] == [expect], p.stderr
+
+
 def test_fresh_run_into_a_checkpoint_dir_is_refused(trained, byte_data):
     out, _ = trained
     assert_refused(data_args(byte_data) + TINY + ["-o", out, "-x", 30], out, "resume with -y 1")

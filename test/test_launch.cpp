@@ -34,9 +34,11 @@ TEST_CASE("--device auto stays on the CPU for a model the CUDA backend cannot ru
     const llmc::ModelConfig hd8 = model_with(32, 4), hd32 = model_with(192, 6), hd64 = model_with(256, 4),
                             hd128 = model_with(256, 2), hd48 = model_with(192, 4);
     std::string note;
-    // no GPU: the CPU, with the old note
-    CHECK(llmc::resolve_device("auto", 0, hd32, &note) == llmc::Device::Cpu);
-    CHECK_THAT(note, Contains("no CUDA device found"));
+    // no GPU: the CPU, with the reason (the build's first: one without the CUDA backend counts no GPU)
+    CHECK(llmc::resolve_device("auto", 0, hd32, &note, true) == llmc::Device::Cpu);
+    CHECK(note == "note: no CUDA device found; running on the CPU");
+    CHECK(llmc::resolve_device("auto", 0, hd32, &note, false) == llmc::Device::Cpu);
+    CHECK(note == "note: this build has no CUDA backend (compiled without nvcc); running on the CPU");
     // the model rule itself, independent of the build
     CHECK(llmc::cuda_model_unsupported_reason(hd32).empty());
     CHECK(llmc::cuda_model_unsupported_reason(hd64).empty());

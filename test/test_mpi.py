@@ -20,6 +20,7 @@ move some weight by 4.9e-3, so the bound is far below what a lost or doubled upd
 """
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -213,7 +214,8 @@ def test_outputs_come_from_rank_0_only(byte_data, tmp_path):
                             "console.log", "samples.txt"] +
                            [f"{k}_{s:08d}{e}" for s in (3, 6) for k, e in (("model", ".bin"), ("DONE", ""))] +
                            [f"state_{s:08d}_{r:05d}.bin" for s in (3, 6) for r in (0, 1)])
-    assert (out / "DONE_00000006").read_text().strip() == "step 6 world_size 2"
+    marker = (out / "DONE_00000006").read_text().splitlines()
+    assert marker[0] == "step 6 world_size 2" and re.fullmatch("settings_fnv1a64 [0-9a-f]{16}", marker[1]), marker
     assert (out / "console.log").read_text() == p.stdout  # rank 0's lines, once
     assert (out / "samples.txt").read_text().count("--- sample at step ") == 2
     keys = {line.split("=", 1)[0] for line in (out / "config.toml").read_text().splitlines()}

@@ -161,6 +161,12 @@ def test_a_run_resumes_from_another_directory(byte_data, tmp_path):
      "decimal point: write 1.5, not 1,5)"),
     (["-i", "{data}/*.bin"], "error: the shard pattern '{data}/*.bin' matches {data}/tokenizer.bin, which is not a "
      "token shard"),
+    # trial 5 finding 12: the 0/1 flags are integers (llm.c's -y 1); a word is "takes 0 or 1", not "in digits"
+    (["--bias", "false"], "error: --bias takes 0 or 1, not 'false'; fix its value"),
+    (["--shuffle", "false"], "error: --shuffle takes 0 or 1, not 'false'; fix its value"),
+    (["-y", "true"], "error: --resume takes 0 or 1, not 'true'; fix its value"),
+    (["--cuda-graph", "on"], "error: --cuda-graph takes 0 or 1, not 'on'; fix its value"),
+    (["--shuffle", "3000000000"], "error: --shuffle takes 0 or 1, not '3000000000'; fix its value"),
 ])
 def test_mistakes_get_one_line(byte_data, tmp_path, args, expect):
     out = tmp_path / "run"

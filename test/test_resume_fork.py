@@ -504,3 +504,86 @@ def test_resume_of_a_run_whose_checkpoints_were_deleted_is_refused(byte_data, tm
     p = run(["-o", out, "-y", 1, "--threads", 1])
     assert "has no complete checkpoint yet; its run starts again from step 0" in p.stderr
     assert sorted(train_losses(out)) == [1, 2, 3, 4]
+
+
+def edit_record(out, edit):
+    """config.json of run `out` changed by `edit` (a function of the parsed record), as a hand edit would."""
+    conf = json.loads((out / "config.json").read_text())
+    edit(conf)
+    (out / "config.json").write_text(json.dumps(conf, indent=2))
+
+
+def test_a_hand_edited_record_is_refused_by_resume_fork_and_eval(byte_data, tmp_path):
+    """trial 5 finding 4: a setting edited in config.json after a checkpoint was written would change the
+    resumed run and rewrite the record of the steps already trained, without a word. Each checkpoint's
+    DONE_ marker holds the fingerprint of the settings that trained it; -y 1, --fork-from and --eval-only of
+    it refuse a record that no longer says so. A change given as a flag is history and keeps the fingerprints
+    of the steps before it."""
+    out = tmp_path / "run"
+    run(data_args(byte_data) + COMMON + ["-o", out, "-x", 4, "-n", 2])
+    original = (out / "config.json").read_bytes()
+    edit_record(out, lambda c: c["train"].update(learning_rate=0.003))
+    edited = "config.json was edited after its checkpoint of step 4 was written"
+    assert_refused(["-o", out, "-y", 1, "-x", 6, "--threads", 1], out, edited)
+    fork = tmp_path / "fork"
+    assert_refused(["--fork-from", out / "model_00000002.bin", "-o", fork, "-x", 4, "--threads", 1], out,
+                   "config.json was edited after its checkpoint of step 2 was written")
+    assert not fork.exists()
+    assert_refused(["--eval-only", "-e", out / "model_00000004.bin", "--threads", 1], out, edited)
+    (out / "config.json").write_bytes(original)
+    edit_record(out, lambda c: c["model"].update(window=4))  # the model object counts too
+    assert_refused(["--eval-only", "-e", out / "model_00000004.bin", "--threads", 1], out, edited)
+
+    # restored, the same change given as a flag: history from step 4 on; steps 2 and 4 keep their fingerprints
+    (out / "config.json").write_bytes(original)
+    p = run(["-o", out, "-y", 1, "-x", 6, "-l", "0.003", "--threads", 1])
+    assert "note: resuming at step 4 with --learning-rate 0.003 (was 0.002)" in p.stderr
+    assert json.loads((out / "config.json").read_text())["history"][-1] == {
+        "step": 4, "flag": "--learning-rate", "old": 0.002, "new": 0.003}
+    run(["--eval-only", "-e", out / "model_00000004.bin", "--threads", 1])
+    run(["--fork-from", out / "model_00000002.bin", "-o", fork, "-x", 4, "--threads", 1])
+    run(["-o", out, "-y", 1, "-x", 8, "--threads", 1])
+    # the history itself is part of what trained steps 5 and 6: an edited entry is refused too
+    edit_record(out, lambda c: c["history"][-2].update(new=0.004))
+    assert_refused(["-o", out, "-y", 1, "-x", 10, "--threads", 1], out,
+                   "config.json was edited after its checkpoint of step 8 was written")
+
+
+def test_a_checkpoint_without_a_settings_fingerprint_resumes_as_before(byte_data, tmp_path):
+    """Checkpoints of earlier versions have a DONE_ marker without the fingerprint line: nothing to
+    compare, so they resume, fork and evaluate as they did (a record edited since included)."""
+    out = tmp_path / "run"
+    run(data_args(byte_data) + COMMON + ["-o", out, "-x", 4])
+    marker = out / "DONE_00000004"
+    assert marker.read_text().startswith("step 4 world_size 1\nsettings_fnv1a64 ")
+    marker.write_text("step 4 world_size 1\n")
+    edit_record(out, lambda c: c["train"].update(gen_tokens=8))
+    run(["--eval-only", "-e", out / "model_00000004.bin", "--threads", 1])
+    run(["-o", out, "-y", 1, "-x", 6, "--threads", 1])
+
+
+def test_a_record_with_floats_widened_from_float32_resumes_unchanged(byte_data, tmp_path):
+    """trial 5 finding 12: config.json writes a float flag in its shortest decimal form (0.001, not
+    0.0010000000474974513). A record of an earlier version, which held the widened form, reads as the same
+    values: its resume notes no change, adds no history and matches its checkpoint's fingerprint."""
+    out = tmp_path / "run"
+    run(data_args(byte_data) + COMMON + ["-o", out, "-x", 4, "--beta2", "0.99", "--eps", "1e-6",
+                                         "--attn-softcap", "2.3"])
+    text = (out / "config.json").read_text()
+    conf = json.loads(text)
+    assert conf["train"]["learning_rate"] == 0.002 and '"learning_rate": 0.002,' in text
+    assert conf["train"]["beta2"] == 0.99 and conf["train"]["eps"] == 1e-6
+    assert conf["model"]["attn_softcap"] == 2.3
+    widened = text
+    for short, wide in [('"learning_rate": 0.002,', '"learning_rate": 0.0020000000949949026,'),
+                        ('"beta2": 0.99,', '"beta2": 0.9900000095367432,'),
+                        ('"eps": 1e-06,', '"eps": 9.999999974752427e-07,'),
+                        ('"attn_softcap": 2.3,', '"attn_softcap": 2.299999952316284,')]:
+        assert widened.count(short) == 1, short
+        widened = widened.replace(short, wide)
+    (out / "config.json").write_text(widened)
+    p = run(["-o", out, "-y", 1, "-x", 6, "--threads", 1])
+    assert [ln for ln in p.stderr.splitlines() if ln.startswith("note:")] == [
+        "note: resuming at step 4 with --max-steps 6 (was 4)"]
+    assert json.loads((out / "config.json").read_text())["history"] == [
+        {"step": 4, "flag": "--max-steps", "old": 4, "new": 6}]

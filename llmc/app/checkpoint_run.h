@@ -89,10 +89,18 @@ inline std::optional<CheckpointRun> read_checkpoint_run(const std::string& check
 // error), and refuses a -j tokenized differently from the run's training data: as the run recorded it,
 // or, when the record holds no identity (a run from before "data", with a note saying so, or one whose
 // data had neither meta.json nor tokenizer.bin), as its training data is now (check_same_tokenizer,
-// which notes a data set it cannot check, as training does). print: whether to print those notes.
+// which notes a data set it cannot check, as training does). A record edited after the checkpoint was
+// written no longer says what trained it and is refused (check_record_of_checkpoint). print: whether to
+// print those notes.
 inline std::string eval_settings_from_run(TrainConfig& cfg, bool print) {
     const std::optional<CheckpointRun> run = read_checkpoint_run(cfg.model);
     if (!run) return "";
+    int step = 0;
+    const std::filesystem::path ckpt(cfg.model);
+    if (parse_checkpoint_name(ckpt.filename().string(), step) == CkptFileKind::Model)
+        check_record_of_checkpoint(read_run_record(run->config_path), run->config_path,
+                                   ckpt.has_parent_path() ? ckpt.parent_path().string() : ".", step,
+                                   "restore it (--eval-only takes -j, -t and -b from it)");
     std::vector<std::string> taken;
     const bool given = !cfg.val_data.empty();
     if (!given && !run->val_data.empty()) {

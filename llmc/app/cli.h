@@ -54,8 +54,17 @@ public:
         LLMC_TRAIN_FLAGS(LLMC_ADD_SETTING, LLMC_ADD_MODEL_FLAG)
 #undef LLMC_ADD_SETTING
 #undef LLMC_ADD_MODEL_FLAG
-#define LLMC_NOTE_RANGE(record, type, field, def, names, ok, rule, help) note_int_range(names, c.field);
-#define LLMC_NOTE_MODEL_RANGE(type, field, names, help) note_int_range(names, c.overrides.field);
+#define LLMC_NOTE_RANGE(record, type, field, def, names, ok, rule, help) \
+    note_int_range(names, c.field, [](const auto& v) {                   \
+        (void)v;                                                         \
+        return ok;                                                       \
+    });
+#define LLMC_NOTE_MODEL_RANGE(type, field, names, help)          \
+    note_int_range(names, c.overrides.field, [](const auto& v) { \
+        ModelOverrides o;                                        \
+        o.field = v;                                             \
+        return model_override_accepted(o);                       \
+    });
         LLMC_TRAIN_FLAGS(LLMC_NOTE_RANGE, LLMC_NOTE_MODEL_RANGE)
 #undef LLMC_NOTE_RANGE
 #undef LLMC_NOTE_MODEL_RANGE
@@ -177,18 +186,21 @@ private:
     ErrorSource error_source_ = ErrorSource::Argv;  // of error_
     std::vector<IntRange> int_ranges_;              // the integer flags, for conversion_error
 
-    // Records the range of an integer field's type (a flag's names "-x,--max-steps"; "" for a Json row).
-    template <class T>
-    void note_int_range(const std::string& names, const T&) {
+    // Records the range of an integer field's type (a flag's names "-x,--max-steps"; "" for a Json row),
+    // and whether the flag's own rule `ok` (a predicate on a value) takes 0 and 1 only.
+    template <class T, class Ok>
+    void note_int_range(const std::string& names, const T&, Ok ok) {
         if constexpr (std::is_integral<T>::value && !std::is_same<T, bool>::value) {
             const size_t at = names.find("--");
             if (at == std::string::npos) return;
-            int_ranges_.push_back(int_range<T>(names.substr(at, names.find(',', at) - at)));
+            IntRange r = int_range<T>(names.substr(at, names.find(',', at) - at));
+            r.zero_or_one = ok(T(0)) && ok(T(1)) && !ok(T(2)) && !ok(T(-1));
+            int_ranges_.push_back(r);
         }
     }
-    template <class T>
-    void note_int_range(const std::string& names, const std::optional<T>&) {
-        note_int_range(names, T{});
+    template <class T, class Ok>
+    void note_int_range(const std::string& names, const std::optional<T>&, Ok ok) {
+        note_int_range(names, T{}, ok);
     }
 
     // (ErrorSource: where a parse error was found: in argv alone, alike on every rank, or after reading files)

@@ -163,8 +163,9 @@ inline CLI::Validator flag_text_check() {
 
 // An integer flag and the range of its field's C++ type, which conversion_error names.
 struct IntRange {
-    std::string flag;    // "--max-steps"
-    std::string lo, hi;  // std::numeric_limits<T>::min() and max()
+    std::string flag;          // "--max-steps"
+    std::string lo, hi;        // std::numeric_limits<T>::min() and max()
+    bool zero_or_one = false;  // its own rule takes 0 and 1 only (--shuffle, -y): named instead of the range
 };
 template <class T>
 IntRange int_range(const std::string& flag) {
@@ -174,7 +175,7 @@ IntRange int_range(const std::string& flag) {
 // The error line for CLI11's ConversionError `what` of a flag of `app` (`ranges`: its integer flags'):
 // "Could not convert: --max-steps = 1e3" as what the flag takes, "--max-steps takes an integer in
 // digits (e.g. 1000, not 1e3), not '1e3'"; an integer beyond the flag's type is "too large" with its
-// range. A comma typed inside a value is named as the separator it was likely meant as, which no
+// range; a 0/1 flag (IntRange::zero_or_one) "takes 0 or 1" whatever the value ("--shuffle false"). A comma typed inside a value is named as the separator it was likely meant as, which no
 // flag reads: a thousands separator for an integer flag, a decimal point for any other (a float flag);
 // a comma only between values is CLI11's, which joins them when a flag is given more than once.
 inline std::string conversion_error(const CLI::App& app, const std::vector<IntRange>& ranges, const std::string& what) {
@@ -187,19 +188,22 @@ inline std::string conversion_error(const CLI::App& app, const std::vector<IntRa
     const bool integer = type == "INT" || type == "UINT";
     const size_t sign = !value.empty() && (value[0] == '-' || value[0] == '+') ? 1 : 0;
     const bool digits = value.size() > sign && value.find_first_not_of("0123456789", sign) == std::string::npos;
-    if (integer && digits)
-        for (const IntRange& r : ranges)
-            if (r.flag == flag)
-                return flag + " " + value + " is too " + (value[0] == '-' ? "small" : "large") +
-                       ": it takes an integer in " + r.lo + ".." + r.hi + "; fix its value";
-    const std::string takes = integer           ? "an integer in digits (e.g. 1000, not 1e3)"
+    const IntRange* range = nullptr;
+    for (const IntRange& r : ranges)
+        if (integer && r.flag == flag) range = &r;
+    const bool zero_or_one = range != nullptr && range->zero_or_one;
+    if (range != nullptr && !zero_or_one && digits)
+        return flag + " " + value + " is too " + (value[0] == '-' ? "small" : "large") + ": it takes an integer in " +
+               range->lo + ".." + range->hi + "; fix its value";
+    const std::string takes = zero_or_one       ? "0 or 1"
+                              : integer         ? "an integer in digits (e.g. 1000, not 1e3)"
                               : type == "FLOAT" ? "a number (e.g. 6e-4)"
                                                 : "a " + type + " value";
     const bool repeated = opt != nullptr && opt->count() > 1;
     const auto has_comma = [](const std::string& v) { return v.find(',') != std::string::npos; };
     const bool typed_comma = opt == nullptr ? has_comma(value)  // each value as typed, before CLI11 joins them
                                             : std::any_of(opt->results().begin(), opt->results().end(), has_comma);
-    const std::string comma = typed_comma
+    const std::string comma = typed_comma && !zero_or_one
                                   ? (integer ? " (a comma is not read as a thousands separator: write 1000, not 1,000)"
                                              : " (a comma is not read as a decimal point: write 1.5, not 1,5)")
                               : repeated ? " (the flag was given more than once)"

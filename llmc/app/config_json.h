@@ -1,7 +1,9 @@
 // config.json's two objects: "train", the settings of llmc/app/flags.h recorded there (rows Both,
-// Machine and Json, in table order; paths absolute: recorded_form), and "model", the resolved
-// ModelConfig. docs/formats.md describes the file.
+// Machine and Json, in table order; paths absolute: recorded_form; floats in their shortest form:
+// float_json), and "model", the resolved ModelConfig. docs/formats.md describes the file.
 #pragma once
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -15,6 +17,17 @@
 
 namespace llmc {
 
+// A float as JSON: the shortest decimal that reads back as the same float (0.001, not the float
+// widened to 0.0010000000474974513), so that a record compares with the value given.
+inline nlohmann::ordered_json float_json(float v) {
+    char text[32];
+    for (int digits = 1; digits <= 9; digits++) {
+        std::snprintf(text, sizeof text, "%.*g", digits, (double)v);
+        if (std::strtof(text, nullptr) == v) break;
+    }
+    return std::strtod(text, nullptr);
+}
+
 inline nlohmann::ordered_json model_config_json(const ModelConfig& m) {
     return {{"max_seq_len", m.max_seq_len},
             {"vocab_size", m.vocab_size},
@@ -25,20 +38,22 @@ inline nlohmann::ordered_json model_config_json(const ModelConfig& m) {
             {"global_heads", m.global_heads},
             {"window", m.window},
             {"qk_norm", m.qk_norm},
-            {"attn_softcap", m.attn_softcap},
+            {"attn_softcap", float_json(m.attn_softcap)},
             {"tied_embeddings", m.tied_embeddings},
             {"bias", m.bias},
             {"gelu", gelu_name(m.gelu)}};
 }
 
-// A setting's JSON value: an optional one is null when not given.
+// A setting's JSON value (config.json's "train" and "history"): a float as float_json, an optional
+// one null when not given.
 template <class T>
 nlohmann::ordered_json setting_json(const T& v) {
     return v;
 }
+inline nlohmann::ordered_json setting_json(float v) { return float_json(v); }
 template <class T>
 nlohmann::ordered_json setting_json(const std::optional<T>& v) {
-    return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
+    return v ? setting_json(*v) : nlohmann::ordered_json(nullptr);
 }
 
 // A setting as a record holds it: -i, -j and an -e that names a file (not a preset) as absolute paths

@@ -45,11 +45,11 @@ inline Device resolve_device(const std::string& requested, int gpu_count, std::s
     }
     if (requested == "auto") {
         if (gpu_count > 0 && cuda_built) return Device::Cuda;
+        // the reason, the build's first: a build without the backend never counts GPUs (gpu_count is 0)
         if (notice)
-            *notice =
-                gpu_count > 0
-                    ? "note: a GPU is present but this build has no CUDA backend (compiled without nvcc); running on the CPU"
-                    : "note: no CUDA device found; running on the CPU";
+            *notice = !cuda_built ? std::string(gpu_count > 0 ? "note: a GPU is present but this" : "note: this") +
+                                        " build has no CUDA backend (compiled without nvcc); running on the CPU"
+                                  : "note: no CUDA device found; running on the CPU";
         return Device::Cpu;
     }
     throw InputError("unknown --device '" + requested + "'; use auto, cpu or cuda");

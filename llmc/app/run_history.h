@@ -33,23 +33,11 @@
 
 namespace llmc {
 
-// A setting's value in a "history" entry: a float as its shortest decimal form (0.0001, not
-// 0.00009999999747), an optional one null when not given.
+// A setting's value in a "history" entry: as "train" records it (setting_json: a float in its shortest
+// decimal form, 0.0001, not 0.00009999999747; an optional one null when not given).
 template <class T>
 nlohmann::ordered_json history_value(const T& v) {
-    return v;
-}
-inline nlohmann::ordered_json history_value(float v) {
-    char text[32];
-    for (int digits = 1; digits <= 9; digits++) {
-        std::snprintf(text, sizeof text, "%.*g", digits, (double)v);
-        if (std::strtof(text, nullptr) == v) break;
-    }
-    return std::strtod(text, nullptr);
-}
-template <class T>
-nlohmann::ordered_json history_value(const std::optional<T>& v) {
-    return v ? history_value(*v) : nlohmann::ordered_json(nullptr);
+    return setting_json(v);
 }
 
 // The inherited settings (inherited_setting) in which `now` differs from the "train" object
@@ -194,9 +182,12 @@ inline int64_t tokens_trained(const nlohmann::ordered_json& record, int step, co
 // "forked_from" with the source's step and tokens) writes config.json and config.toml; a resumed one
 // (resumed_step >= 0, its config.json present) keeps both but for config.json's "history"
 // (resumed_history), rewritten only when it changes and only when the run trains a step (`trains`):
-// a change that trained nothing is not history. Each change is a note on stderr.
-inline void write_run_record(const std::string& out, nlohmann::ordered_json fresh_record,
-                             const std::string& config_toml, const TrainConfig& cfg, int resumed_step, bool trains) {
+// a change that trained nothing is not history. Each change is a note on stderr. Returns config.json's
+// record as it stands now: the run's checkpoints fingerprint their settings from it
+// (trained_settings_fingerprint).
+inline nlohmann::ordered_json write_run_record(const std::string& out, nlohmann::ordered_json fresh_record,
+                                               const std::string& config_toml, const TrainConfig& cfg, int resumed_step,
+                                               bool trains) {
     const std::string json_path = join_path(out, "config.json");
     const bool forked = !cfg.fork_from.empty();
     if (resumed_step >= 0 && !forked && file_exists(json_path)) {
@@ -206,17 +197,18 @@ inline void write_run_record(const std::string& out, nlohmann::ordered_json fres
             for (const SettingChange& c : h.changes)
                 std::fprintf(stderr, "note: %s is not recorded: no step is trained (config.json unchanged)\n",
                              describe_change(c).c_str());
-            return;
+            return record;
         }
         for (const SettingChange& c : h.changes)
             std::fprintf(stderr, "note: resuming at step %d with %s\n", resumed_step, describe_change(c).c_str());
         for (const std::string& d : h.dropped)
             std::fprintf(stderr, "note: resuming at step %d %s\n", resumed_step, d.c_str());
-        if (h.entries == (record.contains("history") ? record["history"] : nlohmann::ordered_json::array())) return;
+        if (h.entries == (record.contains("history") ? record["history"] : nlohmann::ordered_json::array()))
+            return record;
         if (h.entries.empty()) record.erase("history");
         else record["history"] = h.entries;
         write_text_file(json_path, json_file_text(record));
-        return;
+        return record;
     }
     if (forked) {
         for (const SettingChange& c : resumed_step >= 0 ? cfg.record_changes : std::vector<SettingChange>{})
@@ -228,6 +220,7 @@ inline void write_run_record(const std::string& out, nlohmann::ordered_json fres
     }
     write_text_file(json_path, json_file_text(fresh_record));
     write_text_file(join_path(out, "config.toml"), config_toml);
+    return fresh_record;
 }
 
 }  // namespace llmc

@@ -12,6 +12,9 @@
 //                        --fork-from (the record beside the checkpoint, up to the checkpoint's step)
 //                        and --config FILE.json (every entry applied)
 //   fork_source          the run directory and step of a --fork-from checkpoint, checked complete
+//   trained_settings_fingerprint   what the record says trained steps 1..N, as 16 hex digits: each
+//                        checkpoint's DONE_ marker holds it (llmc/io/checkpoint_dir.h), and
+//                        check_record_of_checkpoint refuses a record edited after the checkpoint
 //   refork_checkpoint    the checkpoint a fork without a checkpoint of its own forks again from (-y 1)
 // What a continued run changes, and how that is recorded: llmc/app/run_history.h.
 // Taken from a record: the rows Both except -o and -y (they name the run); never the Machine rows
@@ -21,8 +24,10 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -32,6 +37,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "llmc/app/config_json.h"
 #include "llmc/app/flag_suggest.h"
 #include "llmc/app/flags.h"
 #include "llmc/app/train_config.h"
@@ -374,6 +380,67 @@ inline std::vector<FlagValue> record_flag_values(const nlohmann::ordered_json& r
     std::vector<FlagValue> out = train_flag_values(effective_train(record, file, through_step), file);
     model_flag_values(record, file, out);
     return out;
+}
+
+// What the record says trained steps 1..step, as one text: the inherited settings (inherited_setting) of
+// step 1 and of the steps after each "history" entry before `step` (effective_train), each as its flag's
+// value in config.json's form (setting_json of the typed value: an absent key is its default, and a float
+// an earlier version wrote widened from float32 is the same value), then the "model" object (keys in
+// order, floats alike, an absent "bias"/"gelu" as true/"tanh"). The entries at `step` or later apply from
+// step + 1 on and are not in it, so a -y 1 at `step` that records a change leaves the text of `step` as it was.
+inline std::string trained_settings_text(const nlohmann::ordered_json& record, const std::string& file, int step) {
+    std::vector<int64_t> cuts = {-1};  // the steps after which the settings change (-1: from step 1)
+    for (const nlohmann::ordered_json& e : history_entries(record, file))
+        if (e["step"].get<int64_t>() < step) cuts.push_back(e["step"].get<int64_t>());
+    std::sort(cuts.begin(), cuts.end());
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    const auto dump = [](const nlohmann::ordered_json& v) {
+        return v.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+    };
+    std::string text;
+    for (const int64_t cut : cuts) {
+        const TrainConfig t = recorded_settings(effective_train(record, file, (int)cut), file);
+        text += "after step " + std::to_string(cut) + ":";
+#define LLMC_SETTING_TEXT(record, type, field, def, names, ok, rule, help) \
+    if (inherited_setting(#field, FlagRecord::record)) text += " " #field "=" + dump(setting_json(t.field));
+        LLMC_TRAIN_FLAGS(LLMC_SETTING_TEXT, LLMC_NO_MODEL)
+#undef LLMC_SETTING_TEXT
+        text += "\n";
+    }
+    std::map<std::string, nlohmann::ordered_json> model = {{"bias", true}, {"gelu", "tanh"}};
+    const auto m = record.find("model");
+    if (m != record.end() && m->is_object())
+        for (const auto& kv : m->items())
+            model[kv.key()] = kv.value().is_number_float() ? float_json(kv.value().get<float>()) : kv.value();
+    text += "model:";
+    for (const auto& kv : model) text += " " + kv.first + "=" + dump(kv.second);
+    return text + "\n";
+}
+
+// trained_settings_text's 64-bit FNV-1a, 16 hex digits: the fingerprint a checkpoint's DONE_ marker holds.
+inline std::string trained_settings_fingerprint(const nlohmann::ordered_json& record, const std::string& file,
+                                                int step) {
+    const std::string text = trained_settings_text(record, file, step);
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)fnv1a64(text.data(), text.size()));
+    return hex;
+}
+
+// Refuses a record (`file`, parsed) that no longer says what trained the checkpoint of `step` in `dir`:
+// the fingerprint the step's DONE_ marker holds (made from the record as it was at the save) is not the
+// record's now, i.e. the file was edited since. A marker without one (earlier versions) is not checked.
+// fix: what to do, ending the error line.
+inline void check_record_of_checkpoint(const nlohmann::ordered_json& record, const std::string& file,
+                                       const std::string& dir, int step, const std::string& fix) {
+    const std::string saved = marker_settings_fingerprint(dir, step);
+    if (saved.empty()) return;
+    const std::string now = trained_settings_fingerprint(record, file, step);
+    if (now == saved) return;
+    const std::string n = std::to_string(step);
+    throw InputError(file + " was edited after its checkpoint of step " + n + " was written: the settings it " +
+                     "records for steps 1-" + n + " (\"train\", the \"history\" before step " + n +
+                     ", \"model\") are not those that trained them (settings_fnv1a64 " + saved + " in " +
+                     done_path(dir, step) + ", " + now + " from the file now); " + fix);
 }
 
 // The checkpoint --fork-from names: its run directory and step.

@@ -143,4 +143,14 @@ inline void apply_overrides(ModelConfig& c, const ModelOverrides& o) {
     if (o.gelu) c.gelu = parse_gelu(*o.gelu);
 }
 
+// Whether model flags' values are ones the flags themselves take (apply_overrides does not refuse them;
+// the whole model is checked later): --bias takes 0 and 1 only.
+inline bool model_override_accepted(const ModelOverrides& o) {
+    ModelConfig m;
+    try {
+        apply_overrides(m, o);
+    } catch (const InputError&) { return false; }
+    return true;
+}
+
 }  // namespace llmc

@@ -1,7 +1,9 @@
 // The checkpoint directory (the output dir, llm.c-like names):
 //   model_NNNNNNNN.bin          model file of step N (llmc/io/checkpoint.h), written by rank 0
 //   state_NNNNNNNN_RRRRR.bin    training state of step N, rank R (llmc/io/train_state.h)
-//   DONE_NNNNNNNN               completion marker: written last, only when all of the above exist
+//   DONE_NNNNNNNN               completion marker: written last, only when all of the above exist; text
+//                               "step N world_size W\n", then "settings_fnv1a64 H\n" (the fingerprint of
+//                               the settings that trained steps 1..N, llmc/app/run_record.h) when given
 // Only steps with a marker count as checkpoints. Every file is written atomically
 // (llmc/io/atomic_file.h), so a crash mid-save leaves an unmarked step that is ignored.
 //
@@ -9,7 +11,7 @@
 //   if (rank == 0) save_model_checkpoint(model_path(dir, N), config, params, N);
 //   save_train_state(state_path(dir, N, rank), config, state);
 //   barrier();
-//   if (rank == 0) { write_done_marker(dir, N, world_size); prune_checkpoints(dir, keep, N); }
+//   if (rank == 0) { write_done_marker(dir, N, world_size, settings); prune_checkpoints(dir, keep, N); }
 // Resuming: load_agreed_checkpoint(dir, config, comm), which calls load_newest_checkpoint(dir,
 // config, rank, world_size) on every rank. With several ranks, one rank's damaged state file
 // makes only that rank fall back, so the ranks agree on a step: s = min over ranks of the step
@@ -25,6 +27,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -117,6 +120,9 @@ inline std::vector<std::string> list_dir(const std::string& dir) {
 // ----------------------------------------------------------------------------------------------
 // markers
 
+// The key of a marker's settings-fingerprint line.
+constexpr const char* kMarkerSettingsKey = "settings_fnv1a64";
+
 inline bool file_exists(const std::string& path) {
     struct stat st;
     return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
@@ -124,7 +130,9 @@ inline bool file_exists(const std::string& path) {
 
 // Marks step complete. Call after every rank's files of the step were written (atomic writes
 // fsync before they rename, so existing files are durable); refuses if one is missing.
-inline void write_done_marker(const std::string& dir, int step, int world_size) {
+// settings_fingerprint: 16 hex digits, the second line of the marker ("" writes none).
+inline void write_done_marker(const std::string& dir, int step, int world_size,
+                              const std::string& settings_fingerprint = "") {
     std::vector<std::string> needed = {model_path(dir, step)};
     for (int r = 0; r < world_size; r++) needed.push_back(state_path(dir, step, r));
     for (const std::string& p : needed)
@@ -132,6 +140,7 @@ inline void write_done_marker(const std::string& dir, int step, int world_size) 
             throw InputError("cannot mark step " + std::to_string(step) + " complete: " + p +
                              " is missing; every rank must finish its save before rank 0 writes the marker");
     std::string text = "step " + std::to_string(step) + " world_size " + std::to_string(world_size) + "\n";
+    if (!settings_fingerprint.empty()) text += std::string(kMarkerSettingsKey) + " " + settings_fingerprint + "\n";
     write_file_atomic(done_path(dir, step), text.data(), text.size());
 }
 
@@ -156,6 +165,18 @@ inline int marker_world_size(const std::string& dir, int step) {
     const bool ok = std::fscanf(f, "step %d world_size %d", &s, &w) == 2 && s == step;
     std::fclose(f);
     return ok ? w : -1;
+}
+
+// The settings fingerprint a step's marker records (its line "settings_fnv1a64 H"), or "" when it has
+// none (markers of earlier versions) or cannot be read, or its first line is not this step's.
+inline std::string marker_settings_fingerprint(const std::string& dir, int step) {
+    std::ifstream in(done_path(dir, step), std::ios::binary);
+    std::string first, line;
+    if (!std::getline(in, first) || first.rfind("step " + std::to_string(step) + " world_size ", 0) != 0) return "";
+    const std::string key = std::string(kMarkerSettingsKey) + " ";
+    while (std::getline(in, line))
+        if (line.rfind(key, 0) == 0) return line.substr(key.size());
+    return "";
 }
 
 // The newest step with a marker, or -1 when there is none.

@@ -149,6 +149,20 @@ inline void check_data_of_continued_run(const TrainConfig& cfg) {
     if (!cfg.val_data.empty()) check_data_against_record(rec, cfg.val_data, "-j '" + cfg.val_data + "'", fix);
 }
 
+// -y 1 and --fork-from take the run's settings from its config.json: refused when it was edited after the
+// checkpoint they continue was written (check_record_of_checkpoint), since the edit would change the run
+// and the record of the steps it trained without a word; a change belongs on the command line.
+inline void check_record_of_continued_run(const TrainConfig& cfg, const LoadedCheckpoint& ck) {
+    const std::string path = join_path(ck.dir, "config.json");
+    if (!file_exists(path)) return;  // -y 1 of a run whose record is gone: nothing to compare
+    const std::string fix =
+        "restore it, and give a setting to change as its flag on the command line of " +
+        std::string(cfg.fork_from.empty() ? "-y 1, which records it in the history"
+                                          : "--fork-from, which records it in the fork's settings") +
+        " from step " + std::to_string(ck.step + 1);
+    check_record_of_checkpoint(read_run_record(path, "restore the run's config.json"), path, ck.dir, ck.step, fix);
+}
+
 // -y 1 and --fork-from on data of the same glob prepared again from other text (the tokenizer checked by
 // check_data_of_continued_run; other counts the data loader's state refuses): one note per role whose
 // shards hold other content than the run recorded (recorded_shards_change).
@@ -233,6 +247,7 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
         cfg.max_steps >= 0 ? cfg.max_steps : (int)std::max<int64_t>(1, p.train->batches_per_epoch() / p.accum);
     p.val_batches = p.val ? val_batch_count(cfg, *p.val, false) : 0;
     p.resume = choose_resume(cfg, p.model, comm);
+    if (p.resume) check_record_of_continued_run(cfg, *p.resume);
     if (continued) note_data_prepared_again(cfg, p);
     if (p.resume) check_weights_unchanged(cfg.record_changes, !cfg.fork_from.empty());
     p.schedule = schedule_config(cfg, p.max_steps);
@@ -251,6 +266,7 @@ struct RunOutputs {
     JsonlWriter metrics, logit_log;
     RunLog log;                                     // stdout, and with -o console.log and samples.txt
     RunSummary summary;                             // the end-of-run line
+    nlohmann::ordered_json record;                  // config.json as written (rank 0 with -o; else null)
     std::chrono::steady_clock::time_point started;  // when this process's first step began
     OutputLock lock;
 };
@@ -298,8 +314,8 @@ inline void open_outputs(RunOutputs& o, const TrainConfig& cfg, const RunPlan& p
     if (cfg.rank != 0) return;
     o.lock.acquire(out);
     remove_stale_temporaries(out);
-    write_run_record(out, run_config_json(cfg, plan, model), config_toml, cfg, plan.resume ? plan.start_step() : -1,
-                     plan.start_step() < plan.max_steps);
+    o.record = write_run_record(out, run_config_json(cfg, plan, model), config_toml, cfg,
+                                plan.resume ? plan.start_step() : -1, plan.start_step() < plan.max_steps);
     if (plan.resume) {  // drop records the interrupted run wrote after its checkpoint (a fork forked again: all)
         const int keep_through = cfg.refork ? -1 : plan.start_step();
         truncate_jsonl_after_step(out + "/metrics.jsonl", keep_through);
@@ -440,6 +456,13 @@ inline const RunSummary& finish_summary(const TrainConfig& cfg, const RunPlan& p
     return s;
 }
 
+// The fingerprint of the settings that trained steps 1..step, for its checkpoint's DONE_ marker: from the
+// record this run wrote (rank 0; "" elsewhere, where no marker is written).
+inline std::string checkpoint_settings(const TrainConfig& cfg, const RunOutputs& o, int step) {
+    if (!o.record.is_object()) return "";
+    return trained_settings_fingerprint(o.record, join_path(cfg.output_dir, "config.json"), step);
+}
+
 // A checkpoint after `step`: every -n steps, after the last step, and when the logit alarm asks.
 inline bool checkpoint_due(const TrainConfig& cfg, const RunPlan& plan, const StepResult& r) {
     return !cfg.output_dir.empty() && ((cfg.checkpoint_every > 0 && r.step % cfg.checkpoint_every == 0) ||
@@ -513,7 +536,7 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
         const int agreed = interrupts.agreed_signal(comm);  // the votes of this step (interrupt.h)
         const int sig = step < plan.max_steps ? agreed : 0;
         if (checkpoint_due(cfg, plan, r) || (sig != 0 && !cfg.output_dir.empty())) {
-            save_checkpoint(cfg, plan.model, step, model, loop, comm);
+            save_checkpoint(cfg, plan.model, step, model, loop, comm, checkpoint_settings(cfg, outputs, step));
             outputs.summary.weights = model_path(cfg.output_dir, step);
             if (main_rank) outputs.log.print(checkpoint_line(step, outputs.summary.weights, r.alarm_checkpoint) + "\n");
         }
@@ -526,7 +549,8 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
     // A fork that trains nothing (its checkpoint's step is not below -x) still leaves that step's
     // checkpoint in its own -o, the weights its summary line names, as every run's last step has one.
     if (!cfg.fork_from.empty() && plan.start_step() >= plan.max_steps && !cfg.output_dir.empty()) {
-        save_checkpoint(cfg, plan.model, plan.start_step(), model, loop, comm);
+        save_checkpoint(cfg, plan.model, plan.start_step(), model, loop, comm,
+                        checkpoint_settings(cfg, outputs, plan.start_step()));
         outputs.summary.weights = model_path(cfg.output_dir, plan.start_step());
         if (main_rank) outputs.log.print(checkpoint_line(plan.start_step(), outputs.summary.weights, false) + "\n");
     }

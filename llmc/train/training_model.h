@@ -104,10 +104,11 @@ inline void read_optimizer_state(TrainingModel& model, Collective& comm, TrainSt
 }
 
 // Checkpoint `step` in -o: the model file (rank 0) and this rank's training state (weights'
-// optimizer state and the loop's); once every rank's files exist, the DONE marker and the pruning
-// (rank 0; the logit alarm's pinned checkpoints are kept).
+// optimizer state and the loop's); once every rank's files exist, the DONE marker with the fingerprint
+// of the settings that trained the step (`settings`, llmc/app/run_record.h) and the pruning (rank 0; the
+// logit alarm's pinned checkpoints are kept).
 inline void save_checkpoint(const TrainConfig& cfg, const ModelConfig& m, int step, TrainingModel& model,
-                            const LoopState& loop, Collective& comm) {
+                            const LoopState& loop, Collective& comm, const std::string& settings) {
     TrainState st;
     st.step = step;
     st.rank = cfg.rank;
@@ -120,7 +121,7 @@ inline void save_checkpoint(const TrainConfig& cfg, const ModelConfig& m, int st
     save_train_state(state_path(out, step, cfg.rank), m, st);
     comm.barrier();  // every rank's files exist before the marker
     if (cfg.rank == 0) {
-        write_done_marker(out, step, cfg.world_size);
+        write_done_marker(out, step, cfg.world_size, settings);
         prune_checkpoints(out, cfg.keep_checkpoints, step, loop.alarm.pinned_steps());
     }
 }
