@@ -7,6 +7,7 @@
 //                      what trained before it), a change back before any step leaves none, and entries
 //                      past s (steps rolled back to the checkpoint) go
 //   tokens_trained     the tokens of steps 1..s, each step at the -d then in effect
+//   last_val_set_change  the last step at which the history changed the validation set
 //   batch_of_config_record   the -d that keeps a --config RUN/config.json run's batch on another
 //                      number of processes
 //   write_run_record   config.json + config.toml of a starting run (fresh or forked), or the history
@@ -188,6 +189,32 @@ inline int64_t tokens_trained(const nlohmann::ordered_json& record, int step, co
         at = (int)next;
     }
     return tokens;
+}
+
+// The last step at which the record's "history" changed the validation set: -j, -m, or the rows of a
+// validation batch (-b, -t; the process count cannot change within a run). Validation losses up to and
+// including that step were measured on another set, so a "best" over the run counts only those after
+// it. `flags`: the flags changed at that step ("--val-batches", "--val-data and --val-batches").
+struct ValSetChange {
+    int step = -1;  // -1: the set never changed
+    std::string flags;
+};
+inline ValSetChange last_val_set_change(const nlohmann::ordered_json& record, const std::string& file) {
+    static const char* const kValFlags[] = {"--val-data", "--val-batches", "--batch-size", "--seq-len"};
+    ValSetChange c;
+    std::vector<std::string> flags;
+    for (const nlohmann::ordered_json& e : history_entries(record, file)) {
+        const std::string flag = e["flag"].get<std::string>();
+        if (std::find(std::begin(kValFlags), std::end(kValFlags), flag) == std::end(kValFlags)) continue;
+        const int step = (int)e["step"].get<int64_t>();
+        if (step > c.step) {
+            c.step = step;
+            flags.clear();
+        }
+        if (step == c.step && std::find(flags.begin(), flags.end(), flag) == flags.end()) flags.push_back(flag);
+    }
+    for (size_t i = 0; i < flags.size(); i++) c.flags += (i == 0 ? "" : " and ") + flags[i];
+    return c;
 }
 
 // Rank 0 at the start of a run with -o: a run that starts (fresh, or forked: `fresh_record` plus

@@ -309,10 +309,14 @@ inline void open_outputs(RunOutputs& o, const TrainConfig& cfg, const RunPlan& p
     o.logit_log.open(out + "/logit_stats.jsonl", plan.resume.has_value());
     o.log.open(out);
     if (plan.resume) {
+        const std::string record = join_path(out, "config.json");
+        const nlohmann::ordered_json recorded = read_run_record(record);
+        const ValSetChange val_change = last_val_set_change(recorded, record);
+        o.summary.val_set_since = val_change.step;
+        o.summary.val_set_flags = val_change.flags;
         o.summary.note_val_records(out + "/metrics.jsonl");
         o.summary.weights = model_path(out, plan.start_step());
-        const std::string record = join_path(out, "config.json");
-        o.summary.tokens_before = tokens_trained(read_run_record(record), plan.start_step(), record);
+        o.summary.tokens_before = tokens_trained(recorded, plan.start_step(), record);
     }
 }
 
