@@ -139,3 +139,26 @@ def test_best_val_of_a_new_val_data_is_not_a_loss_of_the_old_one(byte_data, tmp_
     assert old < best["val_loss"]  # random bytes are harder than Shakespeare: the old set's best would win
     s = summary_of(b.stdout)
     assert f", best {best['val_loss']:.4f} (step {best['step']}; since step 6, when --val-data changed) | " in s, s
+
+
+def test_pruned_checkpoints_are_named_and_a_new_keep_on_resume_says_what_it_deletes(byte_data, tmp_path):
+    """trial 5 F5: -y 1 --keep-checkpoints 1 on a run that held five checkpoints deleted four of them (and the
+    one resumed from) without a line naming them. Each pruned step gets one line on stderr, and giving K on a
+    resume (or lowering it) says first how many existing checkpoints it will delete."""
+    out = tmp_path / "run"
+    args = data_args(byte_data) + COMMON + ["-o", out, "-n", 2, "-v", 0, "-s", 0]
+    a = run(args + ["-x", 6])
+    assert "pruned" not in a.stderr, a.stderr  # --keep-checkpoints 0: all kept
+    assert sorted(p.name for p in out.glob("DONE_*")) == [f"DONE_{s:08d}" for s in (2, 4, 6)]
+    b = run(args + ["-x", 10, "-y", 1, "--keep-checkpoints", 2])
+    notes = [ln for ln in b.stderr.splitlines() if "existing checkpoint" in ln]
+    assert notes == [f"note: --keep-checkpoints 2 (was 0) keeps the newest 2 checkpoints: the next save deletes 2 "
+                     f"of the 3 existing checkpoints in {out} (steps 2, 4)"], b.stderr
+    pruned = [ln for ln in b.stderr.splitlines() if ln.startswith("pruned ")]
+    assert pruned == [f"pruned checkpoint of step {s} (--keep-checkpoints 2)" for s in (2, 4, 6)], b.stderr
+    assert sorted(p.name for p in out.glob("DONE_*")) == [f"DONE_{s:08d}" for s in (8, 10)]
+    # the same K again: pruning goes on, named step by step, with no new note
+    c = run(args + ["-x", 12, "-y", 1])
+    assert "existing checkpoint" not in c.stderr, c.stderr
+    assert [ln for ln in c.stderr.splitlines() if ln.startswith("pruned ")] == \
+        ["pruned checkpoint of step 8 (--keep-checkpoints 2)"], c.stderr

@@ -495,6 +495,10 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
     RunOutputs outputs;
     open_outputs(outputs, cfg, plan, model, config_toml);
     if (main_rank) print_run_header(cfg, plan, model, outputs, comm);
+    if (main_rank) {  // rank 0 prunes (save_checkpoint)
+        const std::string note = keep_checkpoints_note(cfg, plan, loop);
+        if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
+    }
     StepBuffers buf(cfg);
     if (!plan.resume && plan.val && cfg.val_every > 0) report_step0_validation(cfg, plan, backend, buf, outputs, comm);
     outputs.started = std::chrono::steady_clock::now();
