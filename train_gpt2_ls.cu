@@ -48,6 +48,10 @@ int main(int argc, char** argv) {
             cli.set_flag("total-batch-size", std::to_string(d));  // the recorded batch, on this process count
             cfg.total_batch_size = cli.config().total_batch_size;
         }
+        if (const int64_t m = cfg.eval_only ? 0 : llmc::val_batches_of_config_record(cfg, cfg.rank == 0)) {
+            cli.set_flag("val-batches", std::to_string(m));  // the recorded validation set, on this process count
+            cfg.val_batches = cli.config().val_batches;
+        }
         // what -e's run recorded; the line saying so comes with the result
         const std::string eval_note = cfg.eval_only ? llmc::eval_settings_from_run(cfg, cfg.rank == 0) : "";
         // Once the model is known: a GPU the CUDA backend cannot use for it leaves `auto` on the CPU.

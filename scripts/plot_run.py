@@ -38,9 +38,11 @@ skip spikes, a non-default grad-clip), T, C, L, the data (config.json's "data": 
 a shards folder named data with its parent's name: "data smoke/data"),
 lr, seed; the pieces all runs share form the title. Runs whose recorded data differ (tokenizer, vocabulary,
 validation or training shards) get one note on stderr, repeated under the summary table: their losses per
-token are not comparable. A training flag changed on resume (config.json's "history") is noted in the label
-("z-loss 1e-4 from step 400") and drawn as a vertical dash-dot line at its step (with "flag old->new" on the
-loss plot); a fork (config.json's "forked_from") likewise.
+token are not comparable. So does a run whose validation set changed while it trained (config.json's "history"
+changed -j, -m, -b or -t): its validation losses on either side of that step are on different sets. A training
+flag changed on resume (config.json's "history") is noted in the label ("z-loss 1e-4 from step 400") and drawn
+as a vertical dash-dot line at its step (with "flag old->new" on the loss plot); a fork (config.json's
+"forked_from") likewise.
 Summary columns: final validation loss (the last one; "(step S)" when that is before the run's last step,
 "-" without validation) and its perplexity exp(loss), peak max-logit (metrics'
 max_attn_logit over all steps) and its step, the first step whose max-logit exceeds --threshold,
@@ -402,6 +404,30 @@ def data_note(configs, names):
             "not comparable, a lower loss is not a better model here")
 
 
+# the settings that make a validation set: its shards, its batches (-m) and their rows (-b, -t)
+VAL_SET_KEYS = ("val_data", "val_batches", "batch_size", "seq_len")
+
+
+def val_change_note(configs, names):
+    """One line naming the runs whose validation set changed while they trained (config.json's "history"
+    changed -j, -m, -b or -t): their validation losses before and after that step are on different sets, so
+    neither their curve nor their final loss compares with earlier points or other runs. None when none did."""
+    changed = []
+    for config, name in zip(configs, names):
+        steps = {}
+        for h in history_entries(config):
+            if flag_key(h.get("flag")) in VAL_SET_KEYS:
+                steps.setdefault(h.get("step"), []).append(str(h.get("flag")))
+        if steps:
+            changed.append(f"{name}: " + ", ".join(f"{' and '.join(flags)} at step {step}"
+                                                   for step, flags in steps.items()))
+    if not changed:
+        return None
+    return (f"note: the validation set changed during a run ({'; '.join(changed)}): its validation losses on either "
+            "side of that step are per token of different validation sets, not comparable, a lower loss is not a "
+            "better model here")
+
+
 def make_labels(all_parts, names):
     """Legend labels of runs (all_parts: label_parts of each run; names: their directory names) with the
     pieces that differ between the runs and the pinned ones; the common pieces form the title. Runs that
@@ -505,7 +531,7 @@ def fmt(x, spec=".4f"):
     return str(x)
 
 
-def summary_table(runs, labels, rows, threshold, note=None):
+def summary_table(runs, labels, rows, threshold, notes=()):
     head = ["run", "dir", "steps", "final val loss", "val ppl", "final train loss", "peak max-logit",
             "at step", f"first step > {threshold:g}", "loss spikes", "non-finite steps"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -522,7 +548,7 @@ def summary_table(runs, labels, rows, threshold, note=None):
     out.append("")
     out.append(f"Spikes counted by: {'; '.join(rules)}. Perplexity = exp(final val loss). "
                "Peak max-logit: max over steps of the largest pre-softmax attention logit (all layers and heads).")
-    if note:
+    for note in notes:
         out.append("")
         out.append(note[len("note: ")].upper() + note[len("note: ") + 1:] + ".")
     return "\n".join(out) + "\n"
@@ -995,10 +1021,12 @@ def main(argv=None):
             if len(labels) != len(runs):
                 raise PlotError(f"--labels has {len(labels)} labels for {len(runs)} directories; give one per OUT_DIR")
         rows = [summarize(r, args.threshold) for r in runs]
-        note = data_note([r.label_config() for r in runs], [os.path.basename(os.path.normpath(r.path)) for r in runs])
-        if note:
+        names = [os.path.basename(os.path.normpath(r.path)) for r in runs]
+        configs = [r.label_config() for r in runs]
+        notes = [n for n in (data_note(configs, names), val_change_note(configs, names)) if n]
+        for note in notes:
             print(note, file=sys.stderr)
-        table = summary_table(runs, labels, rows, args.threshold, note)
+        table = summary_table(runs, labels, rows, args.threshold, notes)
         d = os.path.dirname(prefix)
         if d:
             os.makedirs(d, exist_ok=True)

@@ -472,3 +472,29 @@ def test_plot_attention_splits_at_the_near_the_checkpoint_was_trained_with(data,
         run(eval_args(data, out / f"model_{step:08d}.bin", ev, heads="0:0"))
         p = plot([ev, "--config", out / "config.json"])
         assert f"near mass (i-j < {near})" in p.stdout, (step, p.stdout, p.stderr)
+
+
+def test_dumps_of_another_input_into_one_folder_are_refused(data, tmp_path):
+    """trial 5 F6: --dump-attention of the training data (or another -t) into an -o that held the dumps of the
+    validation data put both under one eval.json, which named only the last input: refused, one line naming the
+    folder, what its dumps are of and the fix; nothing there changes. The same input again writes over."""
+    from run_helpers import dir_hashes
+    mine = tmp_path / "run"
+    run(["-i", f"{data}/train_*.bin", "-o", mine, "-x", 1, "-b", 2, "-t", T, "-v", 0, "-s", 0, "--threads", 1]
+        + MODEL)
+    ckpt, eo = mine / "model_00000001.bin", tmp_path / "maps"
+    run(eval_args(data, ckpt, eo, heads="0:0"))
+    before = dir_hashes(eo)
+    val = json.loads((eo / "eval.json").read_text())["val_data"]
+    for other, what in [(["-j", f"{data}/train_*.bin"], f"-j '{data}/train_*.bin' -t {T}"),
+                        (["-t", 16], f"-j '{val}' -t 16")]:
+        args = eval_args(data, ckpt, eo, heads="1:1")
+        args[args.index(other[0]) + 1] = other[1]
+        p = run(args, check=False)
+        err = p.stderr.strip().splitlines()
+        assert p.returncode == 1 and len(err) == 1 and err[0].startswith(f"error: -o {eo} holds attention dumps of "
+                                                                          f"-j '{val}' -t {T}"), p.stderr
+        assert f"this evaluation is of {what}" in err[0] and "give another -o, or remove" in err[0], err[0]
+        assert dir_hashes(eo) == before
+    run(eval_args(data, ckpt, eo, heads="1:1"))  # the same input: its dumps join the others
+    assert (eo / "attn_L1_H1.npy").exists() and (eo / "attn_L0_H0.npy").exists()

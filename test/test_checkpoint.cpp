@@ -974,7 +974,12 @@ TEST_CASE("pruning keeps the newest K complete checkpoints", "[checkpoint]") {
         std::ofstream(dir / "model_00000005.bin.tmp.abcdef") << "x";  // stale temporary
         std::ofstream(dir / "metrics.jsonl") << "{}\n";               // not ours
     }
-    prune_checkpoints(dir.path, 2, 40);
+    CHECK(steps_next_save_prunes(dir.path, 2) == std::vector<int>{10, 20, 30});    // a new step + the newest
+    CHECK(steps_next_save_prunes(dir.path, 2, {10}) == std::vector<int>{20, 30});  // pinned: never pruned
+    CHECK(steps_next_save_prunes(dir.path, 0).empty());
+    CHECK(steps_next_save_prunes(dir.path, 5).empty());
+    // the complete steps it deleted (the unfinished save of step 5 is no checkpoint)
+    CHECK(prune_checkpoints(dir.path, 2, 40) == std::vector<int>{10, 20});
     CHECK(complete_steps(dir.path) == std::vector<int>{30, 40});
     for (int s : {5, 10, 20}) {
         CHECK_FALSE(fs::exists(model_path(dir.path, s)));
@@ -989,11 +994,11 @@ TEST_CASE("pruning keeps the newest K complete checkpoints", "[checkpoint]") {
     REQUIRE(load_newest_checkpoint(dir.path, c, 1, 2).has_value());
 
     // keep = 1 still keeps the newest and the protected step; keep <= 0 keeps everything.
-    prune_checkpoints(dir.path, 0);
+    CHECK(prune_checkpoints(dir.path, 0).empty());
     CHECK(complete_steps(dir.path) == std::vector<int>{30, 40});
-    prune_checkpoints(dir.path, 1, 30);
+    CHECK(prune_checkpoints(dir.path, 1, 30).empty());
     CHECK(complete_steps(dir.path) == std::vector<int>{30, 40});
-    prune_checkpoints(dir.path, 1);
+    CHECK(prune_checkpoints(dir.path, 1) == std::vector<int>{30});
     CHECK(complete_steps(dir.path) == std::vector<int>{40});
     CHECK(fs::exists(model_path(dir.path, 50)));
 }

@@ -120,6 +120,23 @@ TEST_CASE("a resumed run's summary takes the best validation loss of the earlier
     CHECK(*s.final_val == 3.0);
 }
 
+TEST_CASE("the best validation loss counts only the steps after the validation set last changed", "[console]") {
+    llmc_test::TempDir dir;
+    std::ofstream(dir.file("metrics.jsonl")) << "{\"step\":0,\"val_loss\":9.5}\n{\"step\":10,\"val_loss\":2.5}\n"
+                                                "{\"step\":20,\"val_loss\":2.25}\n{\"step\":30,\"val_loss\":4.0}\n";
+    RunSummary s;
+    s.val_set_since = 20;  // -j changed on the resume at step 20: step 20's loss was on the old set
+    s.val_set_flags = "--val-data and --val-batches";
+    s.note_val_records(dir.file("metrics.jsonl"));
+    REQUIRE(s.best_val);
+    CHECK(*s.best_val == 4.0);
+    CHECK(s.best_val_step == 30);
+    s.note_val(40, 3.75);
+    s.last_step = 40;
+    CHECK(summary_line(s).find(" | val loss 3.7500 (step 40), best 3.7500 (step 40; since step 20, when --val-data "
+                               "and --val-batches changed) | ") != std::string::npos);
+}
+
 TEST_CASE("console.log and samples.txt are appended to, never truncated", "[console]") {
     llmc_test::TempDir dir;
     {

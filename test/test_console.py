@@ -6,7 +6,9 @@ is unit-tested in test/test_console.cpp."""
 import re
 import time
 
-from run_helpers import TINY, data_args, read_jsonl, run
+import numpy as np
+
+from run_helpers import TINY, data_args, read_jsonl, run, write_shard
 
 COMMON = TINY + ["-k", "constant", "-u", 0, "-l", "3e-3", "-v", 4, "-m", 2, "-s", 4, "-g", 12, "-n", 6,
                  "--logit-stats-every", 0]
@@ -100,3 +102,63 @@ def test_integers_print_as_integers(byte_data, tmp_path):
     assert "(got -2000000)" in p.stderr and "e+" not in p.stderr, p.stderr
     p = run(data_args(byte_data) + COMMON + ["-o", tmp_path / "w", "--spike-window", 1], check=False)
     assert "(got 1)" in p.stderr, p.stderr
+
+
+def test_best_val_counts_only_since_the_validation_set_changed(byte_data, tmp_path):
+    """trial 5 F2: after -y 1 changed -m, the summary's "best" took a loss of the earlier validation set
+    (2 batches) as the best of the run, whose last losses are on another (1 batch)."""
+    out = tmp_path / "run"
+    run(data_args(byte_data) + COMMON + ["-o", out, "-x", 6])
+    b = run(data_args(byte_data) + COMMON + ["-o", out, "-x", 12, "-y", 1, "-m", 1])
+    recs = [r for r in read_jsonl(out / "metrics.jsonl") if r.get("val_loss") is not None]
+    assert [r["step"] for r in recs] == [0, 4, 6, 8, 12]
+    after = [r for r in recs if r["step"] > 6]  # measured on the new set (step 6's was on the old one)
+    best = min(after, key=lambda r: (r["val_loss"], r["step"]))
+    s = summary_of(b.stdout)
+    assert (f" | val loss {recs[-1]['val_loss']:.4f} (step 12), best {best['val_loss']:.4f} (step {best['step']}; "
+            "since step 6, when --val-batches changed) | ") in s, s
+    # a later resume that changes nothing keeps counting from that change
+    c = run(data_args(byte_data) + COMMON + ["-o", out, "-x", 14, "-y", 1, "-m", 1])
+    assert "; since step 6, when --val-batches changed) | " in summary_of(c.stdout)
+
+
+def test_best_val_of_a_new_val_data_is_not_a_loss_of_the_old_one(byte_data, tmp_path):
+    """trial 5 F2: after -y 1 changed -j to a harder set, the summary named a loss of the old set as the best."""
+    noise = tmp_path / "noise"
+    noise.mkdir()
+    write_shard(noise / "val_000000.bin", np.random.default_rng(0).integers(0, 256, 12_000))
+    for f in ("meta.json", "tokenizer.bin"):
+        (noise / f).write_bytes((byte_data / f).read_bytes())
+    out = tmp_path / "run"
+    run(data_args(byte_data) + COMMON + ["-o", out, "-x", 6])
+    b = run(data_args(byte_data) + COMMON + ["-o", out, "-x", 12, "-y", 1, "-j", f"{noise}/val_*.bin"])
+    recs = [r for r in read_jsonl(out / "metrics.jsonl") if r.get("val_loss") is not None]
+    old = min(r["val_loss"] for r in recs if r["step"] <= 6)
+    new = [r for r in recs if r["step"] > 6]
+    best = min(new, key=lambda r: (r["val_loss"], r["step"]))
+    assert old < best["val_loss"]  # random bytes are harder than Shakespeare: the old set's best would win
+    s = summary_of(b.stdout)
+    assert f", best {best['val_loss']:.4f} (step {best['step']}; since step 6, when --val-data changed) | " in s, s
+
+
+def test_pruned_checkpoints_are_named_and_a_new_keep_on_resume_says_what_it_deletes(byte_data, tmp_path):
+    """trial 5 F5: -y 1 --keep-checkpoints 1 on a run that held five checkpoints deleted four of them (and the
+    one resumed from) without a line naming them. Each pruned step gets one line on stderr, and giving K on a
+    resume (or lowering it) says first how many existing checkpoints it will delete."""
+    out = tmp_path / "run"
+    args = data_args(byte_data) + COMMON + ["-o", out, "-n", 2, "-v", 0, "-s", 0]
+    a = run(args + ["-x", 6])
+    assert "pruned" not in a.stderr, a.stderr  # --keep-checkpoints 0: all kept
+    assert sorted(p.name for p in out.glob("DONE_*")) == [f"DONE_{s:08d}" for s in (2, 4, 6)]
+    b = run(args + ["-x", 10, "-y", 1, "--keep-checkpoints", 2])
+    notes = [ln for ln in b.stderr.splitlines() if "existing checkpoint" in ln]
+    assert notes == [f"note: --keep-checkpoints 2 (was 0) keeps the newest 2 checkpoints: the next save deletes 2 "
+                     f"of the 3 existing checkpoints in {out} (steps 2, 4)"], b.stderr
+    pruned = [ln for ln in b.stderr.splitlines() if ln.startswith("pruned ")]
+    assert pruned == [f"pruned checkpoint of step {s} (--keep-checkpoints 2)" for s in (2, 4, 6)], b.stderr
+    assert sorted(p.name for p in out.glob("DONE_*")) == [f"DONE_{s:08d}" for s in (8, 10)]
+    # the same K again: pruning goes on, named step by step, with no new note
+    c = run(args + ["-x", 12, "-y", 1])
+    assert "existing checkpoint" not in c.stderr, c.stderr
+    assert [ln for ln in c.stderr.splitlines() if ln.startswith("pruned ")] == \
+        ["pruned checkpoint of step 8 (--keep-checkpoints 2)"], c.stderr

@@ -521,3 +521,25 @@ def test_a_run_recorded_without_hashes_agrees_with_one_of_the_same_data_that_has
     other = data_of("ts_sp", "sp", 500, "a5016a9c00000000", val_hash="1234123412341234")
     assert not plot_run.same_data(b, plot_run.data_identity(config(data=other)))
     assert not plot_run.same_data(a, plot_run.data_identity(config(data=data_of("wt_sp", "sp", 500, None))))
+
+
+@pytest.mark.parametrize("flag", ["--val-data", "--val-batches", "-m"])
+def test_a_run_whose_validation_set_changed_gets_the_not_comparable_note(tmp_path, flag):
+    """trial 5 F2: a run resumed with another -j (or -m) compared its final val loss with another run's, as if
+    both were on one set; the data note compares only the "data" recorded at the first start."""
+    data = data_of("ts_sp", "sp", 500, "a5016a9c00000000")
+    write_run(tmp_path / "g", config(data=data), 6.17)
+    write_run(tmp_path / "gj", config(data=data, history=[{"step": 20, "flag": flag, "old": 2, "new": 1}]), 9.5)
+    p = subprocess.run([sys.executable, str(PLOT), str(tmp_path / "gj"), str(tmp_path / "g"), "--out",
+                        str(tmp_path / "cmp"), "--formats", "png"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    notes = [ln for ln in p.stderr.splitlines() if "not comparable" in ln]
+    assert len(notes) == 1 and notes[0].startswith("note: ") and f"gj: {flag} at step 20" in notes[0], p.stderr
+    assert "g:" not in notes[0].replace("gj:", ""), notes
+    assert f"gj: {flag} at step 20" in (tmp_path / "cmp_summary.md").read_text()
+    # a change of another flag (the learning rate) keeps the validation set: no note
+    write_run(tmp_path / "lr", config(data=data, history=[{"step": 20, "flag": "--learning-rate", "old": 1e-3,
+                                                           "new": 3e-4}]), 6.0)
+    p = subprocess.run([sys.executable, str(PLOT), str(tmp_path / "lr"), str(tmp_path / "g"), "--out",
+                        str(tmp_path / "c2"), "--formats", "png"], capture_output=True, text=True)
+    assert p.returncode == 0 and "not comparable" not in p.stderr + p.stdout, p.stderr

@@ -383,3 +383,39 @@ def test_config_of_a_run_on_other_processes_keeps_its_batch(byte_data, tmp_path)
     assert lines[0].startswith(f"error: --config {src / 'config.json'}: that run trained 256 tokens/step on "
                                         "2 process(es), which B 3 x T 32 x 1 process(es) = 96 tokens per micro-step "
                                         "cannot divide; give -b 8 (or a divisor) to keep that batch"), p.stderr
+
+
+def test_config_and_eval_only_of_a_run_on_other_processes_keep_its_validation_set(byte_data, tmp_path):
+    """trial 5 F3: -m counts global batches (B x T x processes tokens), so --config RUN/config.json of a 2-process
+    run validated half the tokens with one process, and --eval-only -m of its checkpoint too, without a word.
+    The --config copy keeps the recorded validation tokens with -m (one note, recorded); --eval-only of the
+    checkpoint with the run's -m says which -m reads the run's set."""
+    src = tmp_path / "src"
+    run(data_args(byte_data) + COMMON + ["-x", 1, "-o", src, "-m", 2])
+    record = json.loads((src / "config.json").read_text())
+    record["train"]["world_size"] = 2  # what an `mpirun -np 2` run of these flags records (B 4 x T 32 x 2)
+    record["derived"]["world_size"] = 2
+    record["derived"]["tokens_per_step"] = 256
+    (src / "config.json").write_text(json.dumps(record, indent=2))
+    out = tmp_path / "copy"
+    p = run(["--config", src / "config.json", "-o", out, "--threads", 1, "-v", 1])
+    assert (f"note: --config {src / 'config.json'}: that run validated 512 tokens (-m 2 x B 4 x T 32 x 2 "
+            "process(es)); this run keeps that validation set with -m 4 (B 4 x T 32 x 1 process(es) = 128 tokens "
+            "per batch here)") in p.stderr, p.stderr
+    assert " 4 of its " in p.stdout and "batches per validation" in p.stdout, p.stdout
+    assert json.loads((out / "config.json").read_text())["train"]["val_batches"] == 4
+    assert "val-batches=4" in (out / "config.toml").read_text().replace(" ", "")
+    # -m given on the command line decides: no note
+    p = run(["--config", src / "config.json", "-o", tmp_path / "m1", "--threads", 1, "-m", 1])
+    assert "validated" not in p.stderr and json.loads((tmp_path / "m1" / "config.json").read_text())[
+        "train"]["val_batches"] == 1, p.stderr
+    # rows this process count cannot divide: the note names the -m that comes closest and what it reads
+    p = run(["--config", src / "config.json", "-o", tmp_path / "odd", "--threads", 1, "-b", 3, "-d", 96])
+    assert (f"note: --config {src / 'config.json'}: that run validated 512 tokens (-m 2 x B 4 x T 32 x 2 "
+            "process(es)), which B 3 x T 32 x 1 process(es) = 96 tokens per batch cannot divide: this run validates "
+            "192 (-m 2); give -m 5 for 480 tokens or -m 6 for 576") in p.stderr, p.stderr
+    # --eval-only of the checkpoint with the run's -m: that -m reads half the run's set here
+    p = run(["--eval-only", "-e", src / "model_00000001.bin", "-m", 2, "--threads", 1])
+    assert (f"note: --eval-only -m 2 validates 256 tokens here (B 4 x T 32 x 1 process(es) per batch), but the run "
+            f"of {src / 'model_00000001.bin'} validated 512 with -m 2 on 2 process(es) ({src / 'config.json'}); "
+            "give -m 4 to evaluate the tokens of its validation losses") in p.stderr, p.stderr

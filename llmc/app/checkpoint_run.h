@@ -43,6 +43,8 @@ struct CheckpointRun {
     std::string val_data;     // -j as recorded ("" when the run had none)
     int seq_len = 0;          // -t (0 when absent)
     int batch_size = 0;       // -b (0 when absent)
+    int val_batches = 0;      // -m (global batches: B x T x world_size tokens each)
+    int world_size = 1;       // the processes the run trained on
     RecordedData data;        // the data identity the run recorded
 };
 
@@ -80,7 +82,31 @@ inline std::optional<CheckpointRun> read_checkpoint_run(const std::string& check
     run.val_data = t.val_data;
     run.seq_len = t.was_given("seq-len") ? t.seq_len : 0;
     run.batch_size = t.was_given("batch-size") ? t.batch_size : 0;
+    run.val_batches = t.val_batches;
+    run.world_size = t.world_size;
     return run;
+}
+
+// --eval-only -m N of a run's checkpoint, N the run's -m: -m counts global batches (B x T x processes
+// tokens), so on another process count (or -b) the same N reads other tokens than the run's validation
+// losses were of. The note says so and names the -m that reads them ("" when the tokens agree).
+inline std::string eval_val_batches_note(const TrainConfig& cfg, const CheckpointRun& run) {
+    if (!cfg.was_given("val-batches") || cfg.val_batches <= 0 || cfg.val_batches != run.val_batches ||
+        run.batch_size <= 0 || cfg.seq_len != run.seq_len || cfg.val_data != run.val_data)
+        return "";
+    const int64_t here = (int64_t)cfg.batch_size * cfg.seq_len * cfg.world_size;
+    const int64_t tokens = (int64_t)run.val_batches * run.batch_size * run.seq_len * run.world_size;
+    if (here <= 0 || tokens == cfg.val_batches * here) return "";
+    return "note: --eval-only -m " + std::to_string(cfg.val_batches) + " validates " +
+           std::to_string(cfg.val_batches * here) + " tokens here (B " + std::to_string(cfg.batch_size) + " x T " +
+           std::to_string(cfg.seq_len) + " x " + std::to_string(cfg.world_size) +
+           " process(es) per batch), but the run of " + cfg.model + " validated " + std::to_string(tokens) +
+           " with -m " + std::to_string(run.val_batches) + " on " + std::to_string(run.world_size) + " process(es) (" +
+           run.config_path + "); " +
+           (tokens % here == 0
+                ? "give -m " + std::to_string(tokens / here) + " to evaluate the tokens of its validation losses"
+                : "no -m reads those tokens with -b " + std::to_string(cfg.batch_size) +
+                      " here (-m counts batches of B x T x processes)");
 }
 
 // --eval-only: fills -j, -t and -b from the checkpoint's run when they were not given (-j empty; -t, -b
@@ -126,6 +152,10 @@ inline std::string eval_settings_from_run(TrainConfig& cfg, bool print) {
     if (run->batch_size > 0 && !cfg.was_given("batch-size")) {
         cfg.batch_size = run->batch_size;
         taken.push_back("-b " + std::to_string(cfg.batch_size));
+    }
+    if (print) {
+        const std::string note = eval_val_batches_note(cfg, *run);
+        if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
     }
     if (taken.empty()) return "";
     std::string list;

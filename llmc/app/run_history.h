@@ -7,8 +7,10 @@
 //                      what trained before it), a change back before any step leaves none, and entries
 //                      past s (steps rolled back to the checkpoint) go
 //   tokens_trained     the tokens of steps 1..s, each step at the -d then in effect
+//   last_val_set_change  the last step at which the history changed the validation set
 //   batch_of_config_record   the -d that keeps a --config RUN/config.json run's batch on another
 //                      number of processes
+//   val_batches_of_config_record   the -m that keeps its validation set (the tokens of -m global batches)
 //   write_run_record   config.json + config.toml of a starting run (fresh or forked), or the history
 //                      of a resumed one
 // docs/training.md "Resuming and forking", docs/formats.md "config.json".
@@ -155,6 +157,50 @@ inline int64_t batch_of_config_record(const TrainConfig& cfg, bool print) {
     return tokens;
 }
 
+// --config RUN/config.json of a run that validated on another number of processes: -m counts global
+// batches (B*T*processes tokens each), so the recorded -m would validate another set here. The
+// validation set is part of the experiment (its losses are what runs are compared by), so it is kept
+// as the batch is: the -m that reads the recorded tokens (-m x B x T x processes there; the data
+// loader's rows make them the same tokens), said in one note (print); 0 when nothing changes (the same
+// process count or tokens, -m -1, -m given on the command line, another -t). Tokens that B*T*processes
+// here cannot divide keep the recorded -m, with a note naming the -m values around them.
+inline int64_t val_batches_of_config_record(const TrainConfig& cfg, bool print) {
+    if (cfg.config_record.empty() || cfg.val_batches < 0) return 0;
+    const bool typed = cfg.was_given("val-batches") && std::find(cfg.from_config.begin(), cfg.from_config.end(),
+                                                                 "val-batches") == cfg.from_config.end();
+    if (typed) return 0;
+    const nlohmann::ordered_json record = read_run_record(cfg.config_record);
+    if (!record.contains("train") || !record["train"].is_object()) return 0;
+    const TrainConfig t = recorded_settings(record["train"], cfg.config_record);
+    if (t.val_batches < 0 || t.val_batches != cfg.val_batches || t.seq_len != cfg.seq_len) return 0;
+    const int64_t tokens = (int64_t)t.val_batches * t.batch_size * t.seq_len * t.world_size;
+    const int64_t here = (int64_t)cfg.batch_size * cfg.seq_len * cfg.world_size;
+    if (tokens == (int64_t)cfg.val_batches * here || here <= 0) return 0;
+    const std::string there = "--config " + cfg.config_record + ": that run validated " + std::to_string(tokens) +
+                              " tokens (-m " + std::to_string(t.val_batches) + " x B " + std::to_string(t.batch_size) +
+                              " x T " + std::to_string(t.seq_len) + " x " + std::to_string(t.world_size) +
+                              " process(es))";
+    const std::string per_batch = "B " + std::to_string(cfg.batch_size) + " x T " + std::to_string(cfg.seq_len) +
+                                  " x " + std::to_string(cfg.world_size) + " process(es) = " + std::to_string(here) +
+                                  " tokens per batch";
+    if (tokens % here != 0) {
+        const int64_t below = tokens / here, above = below + 1;
+        const std::string lower =
+            below > 0 ? "-m " + std::to_string(below) + " for " + std::to_string(below * here) + " tokens or " : "";
+        if (print)
+            std::fprintf(
+                stderr,
+                "note: %s, which %s cannot divide: this run validates %lld (-m %d); give %s-m %lld for %lld tokens\n",
+                there.c_str(), per_batch.c_str(), (long long)(cfg.val_batches * here), cfg.val_batches, lower.c_str(),
+                (long long)above, (long long)(above * here));
+        return 0;
+    }
+    if (print)
+        std::fprintf(stderr, "note: %s; this run keeps that validation set with -m %lld (%s here)\n", there.c_str(),
+                     (long long)(tokens / here), per_batch.c_str());
+    return tokens / here;
+}
+
 // The tokens the record's run trained in steps 1..step: a fork's "forked_from" tokens, then each step
 // k after it at the -d of the record up to step k - 1 (a fork recorded without "tokens": its own -d
 // for its first steps).
@@ -176,6 +222,32 @@ inline int64_t tokens_trained(const nlohmann::ordered_json& record, int step, co
         at = (int)next;
     }
     return tokens;
+}
+
+// The last step at which the record's "history" changed the validation set: -j, -m, or the rows of a
+// validation batch (-b, -t; the process count cannot change within a run). Validation losses up to and
+// including that step were measured on another set, so a "best" over the run counts only those after
+// it. `flags`: the flags changed at that step ("--val-batches", "--val-data and --val-batches").
+struct ValSetChange {
+    int step = -1;  // -1: the set never changed
+    std::string flags;
+};
+inline ValSetChange last_val_set_change(const nlohmann::ordered_json& record, const std::string& file) {
+    static const char* const kValFlags[] = {"--val-data", "--val-batches", "--batch-size", "--seq-len"};
+    ValSetChange c;
+    std::vector<std::string> flags;
+    for (const nlohmann::ordered_json& e : history_entries(record, file)) {
+        const std::string flag = e["flag"].get<std::string>();
+        if (std::find(std::begin(kValFlags), std::end(kValFlags), flag) == std::end(kValFlags)) continue;
+        const int step = (int)e["step"].get<int64_t>();
+        if (step > c.step) {
+            c.step = step;
+            flags.clear();
+        }
+        if (step == c.step && std::find(flags.begin(), flags.end(), flag) == flags.end()) flags.push_back(flag);
+    }
+    for (size_t i = 0; i < flags.size(); i++) c.flags += (i == 0 ? "" : " and ") + flags[i];
+    return c;
 }
 
 // Rank 0 at the start of a run with -o: a run that starts (fresh, or forked: `fresh_record` plus

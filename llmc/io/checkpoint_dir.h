@@ -341,11 +341,12 @@ inline std::optional<LoadedCheckpoint> load_agreed_checkpoint(const std::string&
 // before its files, so a crash mid-prune leaves an unmarked step, never a marked incomplete one.
 // Whatever `keep` (0 included), the atomic-write temporaries ("<name>.tmp.XXXXXX") of steps up to the
 // newest complete one are deleted: pruning runs after every rank finished its save, so they are a
-// killed writer's; a kept step keeps only its own files.
-inline void prune_checkpoints(const std::string& dir, int keep, int protect_step = -1,
-                              const std::vector<int>& pinned = {}) {
+// killed writer's; a kept step keeps only its own files. Returns the complete steps it deleted, oldest
+// first (their caller names each: a checkpoint is a point to fork, evaluate or export from).
+inline std::vector<int> prune_checkpoints(const std::string& dir, int keep, int protect_step = -1,
+                                          const std::vector<int>& pinned = {}) {
     std::vector<int> complete = complete_steps(dir);
-    if (complete.empty()) return;
+    if (complete.empty()) return {};
     const int newest = complete.back();
     auto is_pinned = [&](int step) { return std::find(pinned.begin(), pinned.end(), step) != pinned.end(); };
     complete.erase(std::remove_if(complete.begin(), complete.end(), is_pinned), complete.end());
@@ -357,6 +358,7 @@ inline void prune_checkpoints(const std::string& dir, int keep, int protect_step
         return false;
     };
     std::vector<std::string> markers, files;
+    std::vector<int> pruned;
     for (const std::string& name : list_dir(dir)) {
         int step;
         CkptFileKind kind = parse_checkpoint_name(name, step);
@@ -364,7 +366,9 @@ inline void prune_checkpoints(const std::string& dir, int keep, int protect_step
         if (kind == CkptFileKind::None || (temporary ? step > newest : keep <= 0 || kept(step))) continue;
         bool is_marker = kind == CkptFileKind::Done && !temporary;
         (is_marker ? markers : files).push_back(join_path(dir, name));
+        if (is_marker) pruned.push_back(step);
     }
+    std::sort(pruned.begin(), pruned.end());
     auto remove = [](const std::string& p) {
         if (::unlink(p.c_str()) != 0 && errno != ENOENT)
             std::cerr << "warning: could not delete old checkpoint file " << p << ": " << std::strerror(errno) << "\n";
@@ -372,6 +376,23 @@ inline void prune_checkpoints(const std::string& dir, int keep, int protect_step
     for (const std::string& p : markers) remove(p);
     if (!markers.empty()) fsync_dir(dir);
     for (const std::string& p : files) remove(p);
+    return pruned;
+}
+
+// The complete checkpoints in dir that the next save (of a newer step) would prune with `keep`, oldest
+// first: the oldest of those not pinned, all but the newest keep - 1 (prune_checkpoints keeps the newest
+// `keep`, the new one included). Empty for keep <= 0.
+inline std::vector<int> steps_next_save_prunes(const std::string& dir, int keep, const std::vector<int>& pinned = {}) {
+    if (keep <= 0) return {};
+    std::vector<int> complete = complete_steps(dir);
+    complete.erase(
+        std::remove_if(complete.begin(), complete.end(),
+                       [&](int step) { return std::find(pinned.begin(), pinned.end(), step) != pinned.end(); }),
+        complete.end());
+    const size_t stays = (size_t)keep - 1;
+    if (complete.size() <= stays) return {};
+    complete.resize(complete.size() - stays);
+    return complete;
 }
 
 // Deletes the atomic-write temporaries ("<name>.tmp.XXXXXX") that a killed training run left in dir:

@@ -95,21 +95,39 @@ inline void report_eval(const TrainConfig& cfg, const RunPlan& plan, const std::
     write_text_file(cfg.output_dir + "/eval.json", json_file_text(rec));
 }
 
+// Whether `dir` holds an attention dump (attn_L<l>_H<h>.npy, llmc/io/attention_dump.h).
+inline bool holds_attention_dumps(const std::string& dir) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+        const std::string name = e.path().filename().string();
+        if (name.rfind("attn_L", 0) == 0 && name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0)
+            return true;
+    }
+    return false;
+}
+
 // An -o that holds the evaluation of another model (its eval.json names another checkpoint, or the same
 // path whose file has another model_header_fnv1a64 now) is refused: eval.json is what names the model of
 // the attention dumps beside it (scripts/plot_attention.py), so this evaluation would relabel the other
-// model's dumps. The same model's directory is written over.
+// model's dumps. So is one whose attention dumps are of another input (eval.json's -j or -t: the first
+// sequence dumped), which this evaluation's eval.json would relabel. The same model's evaluation of the
+// same input is written over (its dumps join those there).
 inline void check_eval_output_dir(const TrainConfig& cfg, const std::string& model_id) {
     if (cfg.output_dir.empty()) return;
     const std::string path = cfg.output_dir + "/eval.json";
     std::error_code ec;
     if (!std::filesystem::exists(path, ec)) return;
-    std::string named, named_id;
+    std::string named, named_id, named_val;
+    int named_seq_len = 0;
     try {
         std::ifstream in(path, std::ios::binary);
         const nlohmann::json rec = nlohmann::json::parse(in);
         named = rec.at("model").get<std::string>();
         if (rec.contains("model_header_fnv1a64")) named_id = rec.at("model_header_fnv1a64").get<std::string>();
+        if (rec.contains("val_data") && rec.contains("seq_len")) {  // absent: an older build's, not compared
+            named_val = rec.at("val_data").get<std::string>();
+            named_seq_len = rec.at("seq_len").get<int>();
+        }
     } catch (const std::exception&) {
         throw InputError("-o " + cfg.output_dir + " holds an eval.json that cannot be read; give a new -o (or remove " +
                          path + ")");
@@ -124,6 +142,14 @@ inline void check_eval_output_dir(const TrainConfig& cfg, const std::string& mod
         throw InputError("-o " + cfg.output_dir + " holds the evaluation of another model (" + path + " names " +
                          named + " with model_header_fnv1a64 " + named_id + ", the file there now has " + model_id +
                          "); its attention dumps would be labelled with this model: give a new -o");
+    const std::string val = recorded_form("val_data", cfg.val_data);
+    if (named_seq_len > 0 && (named_val != val || named_seq_len != cfg.seq_len) &&
+        holds_attention_dumps(cfg.output_dir))
+        throw InputError("-o " + cfg.output_dir + " holds attention dumps of -j '" + named_val + "' -t " +
+                         std::to_string(named_seq_len) + " (" + path + "), and this evaluation is of -j '" + val +
+                         "' -t " + std::to_string(cfg.seq_len) +
+                         ": its eval.json would label both as one input; give another -o, or remove the attn_*.npy "
+                         "and eval.json there");
 }
 
 // settings_note: the line saying which settings came from the checkpoint's run (eval_settings_from_run),

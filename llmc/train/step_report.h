@@ -152,15 +152,18 @@ struct RunSummary {
     double wall_s = 0.0;              // seconds this process spent from its first step to its end
     std::optional<double> final_val;  // the last validation loss and its step
     int final_val_step = 0;
-    std::optional<double> best_val;  // the lowest validation loss of the run (earlier processes' included) and its step
+    // the lowest validation loss of the run (earlier processes' included) after val_set_since, and its step
+    std::optional<double> best_val;
     int best_val_step = 0;
-    std::string weights;  // the last model file written ("" for none)
-    bool output = false;  // the run writes into an -o (no weights then: no step was trained)
+    int val_set_since = -1;     // the step at which the validation set last changed (-1: never)
+    std::string val_set_flags;  // the flags that changed it then ("--val-data")
+    std::string weights;        // the last model file written ("" for none)
+    bool output = false;        // the run writes into an -o (no weights then: no step was trained)
 
     void note_val(int step, double loss) {
         final_val = loss;
         final_val_step = step;
-        if (std::isfinite(loss) && (!best_val || loss < *best_val)) {
+        if (step > val_set_since && std::isfinite(loss) && (!best_val || loss < *best_val)) {
             best_val = loss;
             best_val_step = step;
         }
@@ -179,7 +182,8 @@ struct RunSummary {
 };
 
 // The end-of-run summary, one line: steps, tokens (all the run trained: earlier processes' at their -d),
-// wall time, final and best validation loss, weights.
+// wall time, final and best validation loss (the best on the validation set of the final one: after
+// the step at which -j or -m last changed, which it names), weights.
 inline std::string summary_line(const RunSummary& s) {
     std::string line = "done: step " + std::to_string(s.last_step) + " (" + std::to_string(s.last_step - s.start_step) +
                        " in this run) | " +
@@ -188,7 +192,11 @@ inline std::string summary_line(const RunSummary& s) {
     if (s.final_val) {
         line += " | val loss " + fmt("%.4f", *s.final_val) + " (step " + std::to_string(s.final_val_step) + ")";
         if (s.best_val)
-            line += ", best " + fmt("%.4f", *s.best_val) + " (step " + std::to_string(s.best_val_step) + ")";
+            line += ", best " + fmt("%.4f", *s.best_val) + " (step " + std::to_string(s.best_val_step) +
+                    (s.val_set_since >= 0
+                         ? "; since step " + std::to_string(s.val_set_since) + ", when " + s.val_set_flags + " changed"
+                         : std::string()) +
+                    ")";
     } else {
         line += " | no validation";
     }

@@ -325,10 +325,14 @@ inline void open_outputs(RunOutputs& o, const TrainConfig& cfg, const RunPlan& p
     o.logit_log.open(out + "/logit_stats.jsonl", plan.resume.has_value());
     o.log.open(out);
     if (plan.resume) {
+        const std::string record = join_path(out, "config.json");
+        const nlohmann::ordered_json recorded = read_run_record(record);
+        const ValSetChange val_change = last_val_set_change(recorded, record);
+        o.summary.val_set_since = val_change.step;
+        o.summary.val_set_flags = val_change.flags;
         o.summary.note_val_records(out + "/metrics.jsonl");
         o.summary.weights = model_path(out, plan.start_step());
-        const std::string record = join_path(out, "config.json");
-        o.summary.tokens_before = tokens_trained(read_run_record(record), plan.start_step(), record);
+        o.summary.tokens_before = tokens_trained(recorded, plan.start_step(), record);
     }
 }
 
@@ -514,6 +518,10 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
     RunOutputs outputs;
     open_outputs(outputs, cfg, plan, model, config_toml);
     if (main_rank) print_run_header(cfg, plan, model, outputs, comm);
+    if (main_rank) {  // rank 0 prunes (save_checkpoint)
+        const std::string note = keep_checkpoints_note(cfg, plan, loop);
+        if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
+    }
     StepBuffers buf(cfg);
     if (!plan.resume && plan.val && cfg.val_every > 0) report_step0_validation(cfg, plan, backend, buf, outputs, comm);
     outputs.started = std::chrono::steady_clock::now();

@@ -4,6 +4,7 @@
 // llmc/io/checkpoint_dir.h).
 #pragma once
 #include <algorithm>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
@@ -106,7 +107,7 @@ inline void read_optimizer_state(TrainingModel& model, Collective& comm, TrainSt
 // Checkpoint `step` in -o: the model file (rank 0) and this rank's training state (weights'
 // optimizer state and the loop's); once every rank's files exist, the DONE marker with the fingerprint
 // of the settings that trained the step (`settings`, llmc/app/run_record.h) and the pruning (rank 0; the
-// logit alarm's pinned checkpoints are kept).
+// logit alarm's pinned checkpoints are kept), one line on stderr per step it deletes.
 inline void save_checkpoint(const TrainConfig& cfg, const ModelConfig& m, int step, TrainingModel& model,
                             const LoopState& loop, Collective& comm, const std::string& settings) {
     TrainState st;
@@ -122,8 +123,31 @@ inline void save_checkpoint(const TrainConfig& cfg, const ModelConfig& m, int st
     comm.barrier();  // every rank's files exist before the marker
     if (cfg.rank == 0) {
         write_done_marker(out, step, cfg.world_size, settings);
-        prune_checkpoints(out, cfg.keep_checkpoints, step, loop.alarm.pinned_steps());
+        for (const int pruned : prune_checkpoints(out, cfg.keep_checkpoints, step, loop.alarm.pinned_steps()))
+            std::fprintf(stderr, "pruned checkpoint of step %d (--keep-checkpoints %d)\n", pruned,
+                         cfg.keep_checkpoints);
     }
+}
+
+// A resume or fork that gives --keep-checkpoints K for the first time, or lowers it, prunes checkpoints
+// the run already had at its next save: the note that says how many, and which ("" otherwise, and when
+// this run saves nothing).
+inline std::string keep_checkpoints_note(const TrainConfig& cfg, const RunPlan& plan, const LoopState& loop) {
+    if (!plan.resume || cfg.output_dir.empty() || plan.start_step() >= plan.max_steps) return "";
+    for (const SettingChange& c : cfg.record_changes) {
+        if (c.flag != "--keep-checkpoints" || !c.old_value.is_number_integer()) continue;
+        const int was = c.old_value.get<int>(), keep = cfg.keep_checkpoints;
+        if (keep <= 0 || (was > 0 && keep >= was)) return "";
+        const std::vector<int> doomed = steps_next_save_prunes(cfg.output_dir, keep, loop.alarm.pinned_steps());
+        if (doomed.empty()) return "";
+        std::string steps;
+        for (const int s : doomed) steps += (steps.empty() ? "" : ", ") + std::to_string(s);
+        return "note: --keep-checkpoints " + std::to_string(keep) + " (was " + std::to_string(was) +
+               ") keeps the newest " + std::to_string(keep) + " checkpoints: the next save deletes " +
+               std::to_string(doomed.size()) + " of the " + std::to_string(complete_steps(cfg.output_dir).size()) +
+               " existing checkpoints in " + cfg.output_dir + " (steps " + steps + ")";
+    }
+    return "";
 }
 
 }  // namespace llmc
