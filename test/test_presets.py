@@ -112,10 +112,13 @@ def test_a_continued_run_keeps_its_expectation(byte_data, tmp_path):
     rec = out / "config.json"
     assert json.loads(rec.read_text())["train"]["expect_vocab"] == 256
     # the record says 300 (a preset run of other data, say): -y 1 and --fork-from check the data against it
-    rec.write_text(rec.read_text().replace('"expect_vocab": 256', '"expect_vocab": 300'))
+    # (before the checkpoint's settings fingerprint finds the record edited)
+    original = rec.read_text()
+    rec.write_text(original.replace('"expect_vocab": 256', '"expect_vocab": 300'))
     refused(["-o", out, "-y", 1, "-x", 2, "--threads", 1], "--expect-vocab 300 (from the record " + str(rec) + ")")
     refused(["--fork-from", out / "model_00000001.bin", "-o", tmp_path / "fork", "--threads", 1],
             "--expect-vocab 300 (from the record " + str(rec) + ")")
+    rec.write_text(original)
     refused(["--eval-only", "-e", out / "model_00000001.bin", "--expect-vocab", 300, "--threads", 1],
             f"-j '{byte_data}/val_*.bin' holds", "--expect-vocab 300")
     run(["-o", out, "-y", 1, "-x", 2, "--threads", 1, "--expect-vocab", 256])  # the flag given wins
