@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "llmc/app/epoch_steps.h"
 #include "llmc/app/output_intent.h"
@@ -182,6 +183,22 @@ inline ScheduleConfig schedule_config(const TrainConfig& cfg, int max_steps) {
     s.total_steps = max_steps;
     s.wsd_decay_frac = cfg.wsd_decay_frac;
     return s;
+}
+
+// -q and --wsd-decay-frac given (on the command line or by --config) to a schedule that does not use
+// them (llmc/train/schedule.h): one note each, not an error, as a preset may carry them for another -k.
+inline std::vector<std::string> unused_schedule_flag_notes(const TrainConfig& cfg) {
+    std::vector<std::string> out;
+    const LrSchedule kind = parse_lr_schedule(cfg.lr_schedule);
+    const auto note = [&](const std::string& flag, float value, const std::string& use) {
+        out.push_back("note: --" + flag + " " + change_value_text(history_value(value)) + cfg.origin_of(flag) +
+                      " has no effect with --lr-schedule " + cfg.lr_schedule + " (" + use + ")");
+    };
+    if (kind == LrSchedule::Constant && cfg.was_given("final-lr-frac"))
+        note("final-lr-frac", cfg.final_lr_frac, "it sets the final lr of cosine, linear and wsd");
+    if (kind != LrSchedule::Wsd && cfg.was_given("wsd-decay-frac"))
+        note("wsd-decay-frac", cfg.wsd_decay_frac, "it sets the share of the run wsd decays over");
+    return out;
 }
 
 inline AdamWHyper adamw_hyper(const TrainConfig& cfg) {
