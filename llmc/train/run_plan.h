@@ -110,7 +110,17 @@ inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, con
     if (out.empty()) return std::nullopt;
     if (cfg.rank == 0) check_output_unlocked(out);
     if (cfg.resume) {
-        std::optional<LoadedCheckpoint> from = load_agreed_checkpoint(out, m, comm);
+        std::optional<LoadedCheckpoint> from;
+        try {
+            from = load_agreed_checkpoint(out, m, comm);
+        } catch (const StateWorldSizeMismatch& e) {  // a start without -y 1 is refused here: name what works
+            const int step = newest_complete_step(out);
+            throw InputError("-y 1: the checkpoint of step " + std::to_string(step) + " in " + out +
+                             " was written by " + std::to_string(e.written) + " processes and this run has " +
+                             std::to_string(cfg.world_size) + "; resume with the same -np (" +
+                             std::to_string(e.written) + "), or start a new run from its weights in another -o: -e " +
+                             model_path(out, step));
+        }
         if (!from && cfg.rank == 0) {
             note_resume_without_checkpoint(out);
             for (const SettingChange& c : cfg.record_changes)  // flags given over the record: said, as a resume does
