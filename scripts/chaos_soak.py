@@ -35,7 +35,8 @@ In a quarter of the rounds (--readers) a reader runs beside the trainer, one of:
             exported weights must equal an export of the reference's checkpoint of that step (when the
             reference wrote one: a clean stop checkpoints steps between)
   fork      `--fork-from` that checkpoint into a new directory, trained to step N: its final model and
-            state files must equal the reference's (under `mpirun -np 2` with --ranks 2)
+            state files must equal the reference's (under `mpirun -np 2` with --ranks 2); not of step N
+            itself, where a fork has nothing to train and is refused
 It must print its result, or, when the trainer pruned the file meanwhile, end with one error line that
 does not call it damaged; never a crash, never a damaged or partial file. --ranks 2 runs everything
 under `mpirun -np 2`.
@@ -379,7 +380,7 @@ class Soak:
         self.reader_index += 1
         dest = self.work / "readers" / f"r{self.reader_index}"
         dest.parent.mkdir(exist_ok=True)
-        kind = self.rng.choice(READERS)
+        kind = self.rng.choice(READERS if ok[-1] < STEPS else [k for k in READERS if k != "fork"])
         if kind == "eval":
             cmd = [str(BIN), "--device", "cpu", "--eval-only", "-e", str(model), "-m", "1", "--threads", "1"]
         elif kind == "generate":

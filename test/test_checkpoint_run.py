@@ -186,3 +186,26 @@ def test_every_reader_refuses_a_record_value_its_flag_refuses(trained_run, tmp_p
         lines = err.strip().splitlines()
         assert p.returncode != 0 and len(lines) == 1 and lines[0].startswith("error: "), err
         assert str(out / "config.json") in lines[0] and flag in lines[0] and "restore the file" in lines[0], lines[0]
+
+
+def test_eval_only_of_a_run_directory_or_a_missing_step_names_the_checkpoints(byte_data, tmp_path):
+    """trial 5 F10: --eval-only -e RUNDIR said "needs -j" (no checkpoint's run to take -j from); -e is checked
+    first: a run directory gets its newest complete checkpoint named, a missing model file the steps there."""
+    out = tmp_path / "run"
+    run(data_args(byte_data) + TINY + ["-o", out, "-x", 8, "-n", 1, "-v", 0, "-s", 0])
+    cases = {
+        str(out): f"'{out}' is a run directory: did you mean -e {out}/model_00000008.bin? (its newest complete "
+                  "checkpoint)",
+        str(out) + "/": f"'{out}/' is a run directory: did you mean -e {out}/model_00000008.bin? (its newest "
+                        "complete checkpoint)",
+        str(out / "model_00000009.bin"): f"'{out}/model_00000009.bin' does not exist; {out} holds the complete "
+                                         f"checkpoints of steps 1, 2, ..., 6, 7, 8 (8; the newest: -e "
+                                         f"{out}/model_00000008.bin)",
+        str(tmp_path): f"'{tmp_path}' is a directory without a complete checkpoint; give RUN/model_NNNNNNNN.bin",
+        str(tmp_path / "x.bin"): f"'{tmp_path}/x.bin' is not a file"}
+    for model, said in cases.items():
+        p = run(["--eval-only", "-e", model, "-m", 1, "--threads", 1], check=False)
+        assert p.returncode == 1 and p.stderr.strip().splitlines() == [
+            f"error: --eval-only needs -e CHECKPOINT (a model file); {said}"], p.stderr
+    p = run(["--eval-only", "-e", out / "model_00000008.bin", "-m", 1, "--threads", 1])
+    assert "eval loss" in p.stdout

@@ -502,6 +502,26 @@ def test_warmup_longer_than_the_run_is_noted(byte_data, tmp_path):
         assert train_records(tmp_path / f"u{u}" / "metrics.jsonl")[-1]["lr"] == pytest.approx(1e-3)
 
 
+def test_schedule_flags_the_schedule_does_not_use_are_noted(byte_data, tmp_path):
+    """-q with -k constant and --wsd-decay-frac with a schedule other than wsd do nothing: one note each
+    when given (on the command line or in a --config file), none when they only hold their defaults."""
+    base = data_args(byte_data) + TINY + ["-x", 1, "-v", 0, "-s", 0]
+    p = run(base + ["-k", "constant", "-q", "0.5", "--wsd-decay-frac", "0.3"])
+    assert [ln for ln in p.stderr.splitlines() if "has no effect" in ln] == [
+        "note: --final-lr-frac 0.5 has no effect with --lr-schedule constant (it sets the final lr of cosine, "
+        "linear and wsd)",
+        "note: --wsd-decay-frac 0.3 has no effect with --lr-schedule constant (it sets the share of the run wsd "
+        "decays over)"]
+    toml = tmp_path / "preset.toml"
+    toml.write_text("wsd-decay-frac = 0.5\nfinal-lr-frac = 0.2\n")
+    p = run(base + ["--config", toml])
+    assert [ln for ln in p.stderr.splitlines() if "has no effect" in ln] == [
+        f"note: --wsd-decay-frac 0.5 (from --config {toml}) has no effect with --lr-schedule cosine (it sets the "
+        "share of the run wsd decays over)"]
+    for args in (["-k", "constant"], ["-k", "wsd", "-q", "0.5", "--wsd-decay-frac", "0.3"], ["-q", "0.5"]):
+        assert "has no effect" not in run(base + args).stderr
+
+
 def test_eval_only_refuses_profile_steps(trained, byte_data):
     out, _ = trained
     assert_refused(["--eval-only", "-e", out / "model_00000020.bin", "-j", f"{byte_data}/val_*.bin", "-b", 2, "-t", 16,

@@ -198,6 +198,22 @@ def test_a_fork_on_another_process_count_is_refused_as_a_fork(byte_data, tmp_pat
     assert not (tmp_path / "fork").exists() or not list((tmp_path / "fork").glob("model_*"))
 
 
+def test_a_resume_on_another_process_count_names_a_fix_that_works(byte_data, tmp_path):
+    """trial 5 F9: -y 1 of a 2-process run on 1 process said "... or start fresh without -y", which the
+    run's -o then refuses (it holds checkpoints): the line names a new run from its weights in another -o,
+    and that command trains."""
+    src = tmp_path / "src"
+    run_np(2, data_args(byte_data) + COMMON + ["-x", 3, "-n", 3, "-o", src])
+    ck = src / "model_00000003.bin"
+    p = run_np(1, ["-o", src, "-y", 1, "-x", 4], check=False)
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
+    assert p.returncode != 0 and errors == [
+        f"error: -y 1: the checkpoint of step 3 in {src} was written by 2 processes and this run has 1; resume "
+        f"with the same -np (2), or start a new run from its weights in another -o: -e {ck}"], p.stderr
+    run_np(1, data_args(byte_data) + COMMON + ["-e", ck, "-o", tmp_path / "new", "-x", 1, "-v", 0])
+    assert (tmp_path / "new" / "model_00000001.bin").exists()
+
+
 def test_outputs_come_from_rank_0_only(byte_data, tmp_path):
     out = tmp_path / "o"
     p = run_np(2, data_args(byte_data) + COMMON + ["-o", out, "-n", 3, "-s", 3, "-g", 8, "--logit-stats-every", 2])

@@ -282,19 +282,21 @@ def test_resume_into_a_directory_without_a_run_says_so_on_stderr(byte_data, tmp_
     assert "note:" not in p.stdout
 
 
-def test_a_fork_that_trains_nothing_leaves_its_checkpoint_in_its_own_directory(byte_data, tmp_path):
-    """--fork-from the source's last step with its -x: nothing to train, and the fork's directory still
-    holds that step's checkpoint (a copy of the source's, byte for byte), the file its done line names
-    (found by the chaos soak: the done line named a model file that was never written)."""
+def test_a_fork_that_trains_nothing_is_refused_before_writing(byte_data, tmp_path):
+    """--fork-from the source's last step with its -x: nothing to train, so nothing is written (a run of only
+    the source's checkpoint would then refuse the -x the note asked for), and the error names the -x needed."""
     src = tmp_path / "src"
     run(data_args(byte_data) + COMMON + ["-o", src, "-x", 4, "-n", 2])
     fork = tmp_path / "fork"
-    p = run(["--fork-from", src / "model_00000004.bin", "-o", fork, "--threads", 1])
-    assert "nothing to train" in p.stderr
-    weights = re.search(r"weights: (\S+)", p.stdout).group(1)
-    assert weights == str(fork / "model_00000004.bin")
-    for name in ("model_00000004.bin", "state_00000004_00000.bin", "DONE_00000004"):
-        assert (fork / name).read_bytes() == (src / name).read_bytes(), name
+    for extra in ([], ["-x", 3]):
+        p = run(["--fork-from", src / "model_00000004.bin", "-o", fork, "--threads", 1] + extra, check=False)
+        assert p.returncode != 0 and not fork.exists()
+        assert p.stderr.strip().splitlines()[-1] == (
+            f"error: --fork-from {src / 'model_00000004.bin'}: the checkpoint's step 4 is not below -x "
+            f"{extra[-1] if extra else 4}; nothing to train: a fork trains from step 5, so give -x above 4 "
+            "(nothing was written)")
+    p = run(["--fork-from", src / "model_00000004.bin", "-o", fork, "-x", 6, "--threads", 1])
+    assert max(train_losses(fork)) == 6
 
 
 def test_a_resume_that_trains_nothing_records_nothing(byte_data, tmp_path):

@@ -8,6 +8,7 @@
 //                      past s (steps rolled back to the checkpoint) go
 //   tokens_trained     the tokens of steps 1..s, each step at the -d then in effect
 //   last_val_set_change  the last step at which the history changed the validation set
+//   epoch_steps_of_record   -x -1's step total for a run continued at step s (llmc/app/epoch_steps.h)
 //   batch_of_config_record   the -d that keeps a --config RUN/config.json run's batch on another
 //                      number of processes
 //   val_batches_of_config_record   the -m that keeps its validation set (the tokens of -m global batches)
@@ -26,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "llmc/app/config_json.h"
+#include "llmc/app/epoch_steps.h"
 #include "llmc/app/run_record.h"
 #include "llmc/app/train_config.h"
 #include "llmc/core/error.h"
@@ -93,19 +95,21 @@ struct ResumedHistory {
 };
 
 // The record's history for a run resumed at `step`: its entries before `step`, then one per setting
-// in which `now` differs from what trained step `step` (the record up to step - 1). An entry at or
-// after `step` goes: its setting never trained a step that is kept.
+// in which `now` differs from what trained step `step` (the record up to step - 1), then -x -1's new
+// step total when it changed (epoch.history_entry()). An entry at or after `step` goes: its setting
+// never trained a step that is kept (an epoch total's, derived, without a note).
 inline ResumedHistory resumed_history(const nlohmann::ordered_json& record, int step, const TrainConfig& now,
-                                      const std::string& file) {
+                                      const std::string& file, const EpochSteps& epoch = {}) {
     ResumedHistory h;
     h.changes = setting_changes(effective_train(record, file, step - 1), now, file);
     std::vector<std::string> flags;  // of the changes and the entries noted as dropped
     for (const SettingChange& c : h.changes) flags.push_back(c.flag);
-    for (const nlohmann::ordered_json& e : history_entries(record, file)) {
+    for (const nlohmann::ordered_json& e : history_entries(record, file, nullptr, /*epoch_totals=*/true)) {
         if (e["step"].get<int64_t>() < step) {
             h.entries.push_back(e);
             continue;
         }
+        if (epoch_total_entry(e)) continue;
         const std::string flag = e["flag"].get<std::string>();
         if (std::find(flags.begin(), flags.end(), flag) != flags.end()) continue;
         flags.push_back(flag);
@@ -114,6 +118,9 @@ inline ResumedHistory resumed_history(const nlohmann::ordered_json& record, int 
     }
     for (const SettingChange& c : h.changes)
         h.entries.push_back({{"step", step}, {"flag", c.flag}, {"old", c.old_value}, {"new", c.new_value}});
+    if (epoch.history_entry())
+        h.entries.push_back(
+            {{"step", step}, {"flag", "--max-steps"}, {"old", epoch.was_total}, {"new", epoch.total}, {"epoch", true}});
     return h;
 }
 
@@ -250,21 +257,48 @@ inline ValSetChange last_val_set_change(const nlohmann::ordered_json& record, co
     return c;
 }
 
+// -x -1's step total (llmc/app/epoch_steps.h) for a run with `tokens_per_step` continued at step
+// `start` > 0 from the run recorded in `file` (its config.json; the source's for --fork-from): the
+// tokens that record's run trained by then and the settings that trained step `start`. Without the
+// file (-y 1 of a run whose record is gone): every step at this run's tokens per step.
+inline EpochSteps epoch_steps_of_record(int64_t epoch_tokens, int64_t tokens_per_step, int start,
+                                        const std::string& file) {
+    EpochSteps e;
+    e.epoch_tokens = epoch_tokens;
+    e.tokens_per_step = tokens_per_step;
+    e.start = start;
+    e.done_tokens = (int64_t)start * tokens_per_step;
+    e.was_tokens_per_step = tokens_per_step;
+    e.was_epoch = true;
+    if (file_exists(file)) {
+        const nlohmann::ordered_json record = read_run_record(file, "restore the run's config.json");
+        const nlohmann::ordered_json then = effective_train(record, file, start - 1);
+        e.done_tokens = tokens_trained(record, start, file);
+        e.was_tokens_per_step = recorded_tokens_per_step(then, file);
+        const int was_max_steps = recorded_settings(then, file).max_steps;
+        e.was_epoch = was_max_steps < 0;
+        e.was_total = was_max_steps;
+    }
+    e.total = epoch_total_steps(epoch_tokens, e.done_tokens, tokens_per_step, start);
+    if (e.was_epoch) e.was_total = epoch_total_steps(epoch_tokens, e.done_tokens, e.was_tokens_per_step, start);
+    return e;
+}
+
 // Rank 0 at the start of a run with -o: a run that starts (fresh, or forked: `fresh_record` plus
 // "forked_from" with the source's step and tokens) writes config.json and config.toml; a resumed one
 // (resumed_step >= 0, its config.json present) keeps both but for config.json's "history"
 // (resumed_history), rewritten only when it changes and only when the run trains a step (`trains`):
-// a change that trained nothing is not history. Each change is a note on stderr. Returns config.json's
-// record as it stands now: the run's checkpoints fingerprint their settings from it
-// (trained_settings_fingerprint).
+// a change that trained nothing is not history. Each change is a note on stderr, and so is a changed
+// step total of -x -1 (`epoch`, of a continued run). Returns config.json's record as it stands now: the
+// run's checkpoints fingerprint their settings from it (trained_settings_fingerprint).
 inline nlohmann::ordered_json write_run_record(const std::string& out, nlohmann::ordered_json fresh_record,
                                                const std::string& config_toml, const TrainConfig& cfg, int resumed_step,
-                                               bool trains) {
+                                               bool trains, const EpochSteps& epoch = {}) {
     const std::string json_path = join_path(out, "config.json");
     const bool forked = !cfg.fork_from.empty();
     if (resumed_step >= 0 && !forked && file_exists(json_path)) {
         nlohmann::ordered_json record = read_run_record(json_path, "restore the run's config.json");
-        const ResumedHistory h = resumed_history(record, resumed_step, cfg, json_path);
+        const ResumedHistory h = resumed_history(record, resumed_step, cfg, json_path, epoch);
         if (!trains) {
             for (const SettingChange& c : h.changes)
                 std::fprintf(stderr, "note: %s is not recorded: no step is trained (config.json unchanged)\n",
@@ -275,6 +309,7 @@ inline nlohmann::ordered_json write_run_record(const std::string& out, nlohmann:
             std::fprintf(stderr, "note: resuming at step %d with %s\n", resumed_step, describe_change(c).c_str());
         for (const std::string& d : h.dropped)
             std::fprintf(stderr, "note: resuming at step %d %s\n", resumed_step, d.c_str());
+        if (epoch.changed()) std::fprintf(stderr, "%s\n", epoch.change_note().c_str());
         if (h.entries == (record.contains("history") ? record["history"] : nlohmann::ordered_json::array()))
             return record;
         if (h.entries.empty()) record.erase("history");
@@ -285,6 +320,7 @@ inline nlohmann::ordered_json write_run_record(const std::string& out, nlohmann:
     if (forked) {
         for (const SettingChange& c : resumed_step >= 0 ? cfg.record_changes : std::vector<SettingChange>{})
             std::fprintf(stderr, "note: forking at step %d with %s\n", resumed_step, describe_change(c).c_str());
+        if (epoch.changed()) std::fprintf(stderr, "%s\n", epoch.change_note().c_str());
         const std::string source = join_path(fork_source(cfg.fork_from).dir, "config.json");
         fresh_record["forked_from"] = {{"checkpoint", cfg.fork_from},
                                        {"step", resumed_step},

@@ -174,11 +174,20 @@ inline const SettingRow* setting_row_of_flag(const std::string& flag) {
     return nullptr;
 }
 
+// Whether a "history" entry is a step total of -x -1 (one epoch) rather than a flag's change: {"step",
+// "flag": "--max-steps", "old", "new", "epoch": true}, the totals before and after that step
+// (llmc/app/epoch_steps.h). -x stays -1, so the settings (effective_train) skip it.
+inline bool epoch_total_entry(const nlohmann::ordered_json& e) {
+    return e.is_object() && e.contains("epoch") && e["epoch"] == true;
+}
+
 // The record's "history" list, each entry checked to be {step, flag, old, new} with a known flag (its
-// row returned in `rows`, in order); empty when there is none.
+// row returned in `rows`, in order); empty when there is none. The entries of -x -1's step total
+// (epoch_total_entry) only with `epoch_totals`.
 inline std::vector<nlohmann::ordered_json> history_entries(const nlohmann::ordered_json& record,
                                                            const std::string& file,
-                                                           std::vector<const SettingRow*>* rows = nullptr) {
+                                                           std::vector<const SettingRow*>* rows = nullptr,
+                                                           bool epoch_totals = false) {
     std::vector<nlohmann::ordered_json> out;
     if (!record.contains("history")) return out;
     const nlohmann::ordered_json& h = record["history"];
@@ -192,6 +201,7 @@ inline std::vector<nlohmann::ordered_json> history_entries(const nlohmann::order
             throw InputError(
                 "config file " + file + ": a \"history\" entry is not {step, flag, old, new} with a known flag (" +
                 json_value_brief(e.is_object() && e.contains("flag") ? e["flag"] : e) + "); restore the file");
+        if (epoch_total_entry(e) && !epoch_totals) continue;
         out.push_back(e);
         if (rows) rows->push_back(row);
     }

@@ -8,7 +8,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "llmc/app/epoch_steps.h"
 #include "llmc/app/output_intent.h"
 #include "llmc/app/run_history.h"
 #include "llmc/app/run_record.h"
@@ -32,7 +34,8 @@ struct RunPlan {
     int data_vocab = -1;                     // the data's vocabulary (-1: unknown) ...
     std::string vocab_source;                // ... and the file it came from
     int accum = 1;                           // gradient-accumulation steps per optimizer step
-    int max_steps = 0;                       // -x, or one epoch of the train data
+    int max_steps = 0;                       // -x, or one epoch of the train data (plan_max_steps)
+    std::optional<EpochSteps> epoch;         // with -x -1: how one epoch became max_steps
     std::unique_ptr<DataLoader> train, val;  // val: null without -j
     int64_t val_batches = 0;                 // batches per validation
     std::optional<LoadedCheckpoint> resume;  // the checkpoint -y 1 continues from
@@ -107,7 +110,17 @@ inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, con
     if (out.empty()) return std::nullopt;
     if (cfg.rank == 0) check_output_unlocked(out);
     if (cfg.resume) {
-        std::optional<LoadedCheckpoint> from = load_agreed_checkpoint(out, m, comm);
+        std::optional<LoadedCheckpoint> from;
+        try {
+            from = load_agreed_checkpoint(out, m, comm);
+        } catch (const StateWorldSizeMismatch& e) {  // a start without -y 1 is refused here: name what works
+            const int step = newest_complete_step(out);
+            throw InputError("-y 1: the checkpoint of step " + std::to_string(step) + " in " + out +
+                             " was written by " + std::to_string(e.written) + " processes and this run has " +
+                             std::to_string(cfg.world_size) + "; resume with the same -np (" +
+                             std::to_string(e.written) + "), or start a new run from its weights in another -o: -e " +
+                             model_path(out, step));
+        }
         if (!from && cfg.rank == 0) {
             note_resume_without_checkpoint(out);
             for (const SettingChange& c : cfg.record_changes)  // flags given over the record: said, as a resume does
@@ -134,6 +147,43 @@ inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, con
     return std::nullopt;
 }
 
+// The run's step total: -x, or with -x -1 one epoch of the training data in tokens (llmc/app/epoch_steps.h):
+// a new run's from the data, a continued run's (after plan.resume is chosen) also from the tokens its
+// record says were trained by its step (the run's config.json for -y 1, the source's for --fork-from).
+inline void plan_max_steps(const TrainConfig& cfg, RunPlan& p) {
+    if (cfg.max_steps >= 0) {
+        p.max_steps = cfg.max_steps;
+        return;
+    }
+    const int64_t rows = (int64_t)cfg.batch_size * cfg.seq_len * cfg.world_size;  // tokens per micro-step
+    const int64_t epoch_tokens = p.train->batches_per_epoch() * rows, tokens_per_step = rows * p.accum;
+    if (p.resume) {
+        const std::string dir = cfg.fork_from.empty() ? cfg.output_dir : fork_source(cfg.fork_from).dir;
+        p.epoch = epoch_steps_of_record(epoch_tokens, tokens_per_step, p.start_step(), join_path(dir, "config.json"));
+    } else {
+        p.epoch = EpochSteps{};
+        p.epoch->epoch_tokens = epoch_tokens;
+        p.epoch->tokens_per_step = tokens_per_step;
+        p.epoch->total = epoch_total_steps(epoch_tokens, 0, tokens_per_step, 0);
+    }
+    p.max_steps = p.epoch->total;
+}
+
+// A fork that trains nothing (its checkpoint's step is not below the step total) would leave a run
+// directory holding only its source's step: refused before anything is written, naming the -x it needs.
+inline void check_fork_trains(const TrainConfig& cfg, const RunPlan& p) {
+    if (cfg.fork_from.empty() || !p.resume || p.start_step() < p.max_steps) return;
+    const std::string step = std::to_string(p.start_step());
+    const std::string what = cfg.refork ? "-y 1: " + cfg.output_dir + " is a fork of " + cfg.fork_from +
+                                              " without a checkpoint of its own, and "
+                                        : "--fork-from " + cfg.fork_from + ": ";
+    const std::string why = p.epoch ? p.epoch->nothing_left()
+                                    : "the checkpoint's step " + step + " is not below -x " +
+                                          std::to_string(p.max_steps) + "; nothing to train";
+    throw InputError(what + why + ": a fork trains from step " + std::to_string(p.start_step() + 1) +
+                     ", so give -x above " + step + " (nothing was written)");
+}
+
 inline ScheduleConfig schedule_config(const TrainConfig& cfg, int max_steps) {
     ScheduleConfig s;
     s.kind = parse_lr_schedule(cfg.lr_schedule);
@@ -143,6 +193,22 @@ inline ScheduleConfig schedule_config(const TrainConfig& cfg, int max_steps) {
     s.total_steps = max_steps;
     s.wsd_decay_frac = cfg.wsd_decay_frac;
     return s;
+}
+
+// -q and --wsd-decay-frac given (on the command line or by --config) to a schedule that does not use
+// them (llmc/train/schedule.h): one note each, not an error, as a preset may carry them for another -k.
+inline std::vector<std::string> unused_schedule_flag_notes(const TrainConfig& cfg) {
+    std::vector<std::string> out;
+    const LrSchedule kind = parse_lr_schedule(cfg.lr_schedule);
+    const auto note = [&](const std::string& flag, float value, const std::string& use) {
+        out.push_back("note: --" + flag + " " + change_value_text(history_value(value)) + cfg.origin_of(flag) +
+                      " has no effect with --lr-schedule " + cfg.lr_schedule + " (" + use + ")");
+    };
+    if (kind == LrSchedule::Constant && cfg.was_given("final-lr-frac"))
+        note("final-lr-frac", cfg.final_lr_frac, "it sets the final lr of cosine, linear and wsd");
+    if (kind != LrSchedule::Wsd && cfg.was_given("wsd-decay-frac"))
+        note("wsd-decay-frac", cfg.wsd_decay_frac, "it sets the share of the run wsd decays over");
+    return out;
 }
 
 inline AdamWHyper adamw_hyper(const TrainConfig& cfg) {

@@ -9,7 +9,8 @@
 //                   vocabulary of the data, accumulation, the loaders (shard headers are validated),
 //                   the checkpoint to resume from; refuses impossible combinations with one line.
 //                   Reads files only.
-//   LoopState       the loop's resumable state (llmc/train/loop_state.h), restored from the checkpoint
+//   LoopState       the loop's resumable state (llmc/train/loop_state.h), restored from the checkpoint;
+//                   then a fork with nothing to train is refused (check_fork_trains)
 //   build_model     the backend with the starting weights and AdamW state (ZeRO-1 shard with -z 1)
 //   open_outputs    <out>/.lock (llmc/io/output_lock.h; rank 0), config.json + config.toml,
 //                   metrics.jsonl and logit_stats.jsonl, console.log and samples.txt (llmc/train/run_log.h)
@@ -243,13 +244,12 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
                                                 p.train->total_tokens(), shards_content_hash(p.train->shard_paths()))
                       : "";
     if (!other_data.empty() && cfg.rank == 0) std::fprintf(stderr, "%s\n", other_data.c_str());
-    p.max_steps =
-        cfg.max_steps >= 0 ? cfg.max_steps : (int)std::max<int64_t>(1, p.train->batches_per_epoch() / p.accum);
     p.val_batches = p.val ? val_batch_count(cfg, *p.val, false) : 0;
     p.resume = choose_resume(cfg, p.model, comm);
     if (p.resume) check_record_of_continued_run(cfg, *p.resume);
     if (continued) note_data_prepared_again(cfg, p);
     if (p.resume) check_weights_unchanged(cfg.record_changes, !cfg.fork_from.empty());
+    plan_max_steps(cfg, p);
     p.schedule = schedule_config(cfg, p.max_steps);
     p.adamw = adamw_hyper(cfg);
     return p;
@@ -314,8 +314,9 @@ inline void open_outputs(RunOutputs& o, const TrainConfig& cfg, const RunPlan& p
     if (cfg.rank != 0) return;
     o.lock.acquire(out);
     remove_stale_temporaries(out);
-    o.record = write_run_record(out, run_config_json(cfg, plan, model), config_toml, cfg,
-                                plan.resume ? plan.start_step() : -1, plan.start_step() < plan.max_steps);
+    o.record =
+        write_run_record(out, run_config_json(cfg, plan, model), config_toml, cfg, plan.resume ? plan.start_step() : -1,
+                         plan.start_step() < plan.max_steps, plan.epoch.value_or(EpochSteps{}));
     if (plan.resume) {  // drop records the interrupted run wrote after its checkpoint (a fork forked again: all)
         const int keep_through = cfg.refork ? -1 : plan.start_step();
         truncate_jsonl_after_step(out + "/metrics.jsonl", keep_through);
@@ -372,10 +373,14 @@ inline void print_run_header(const TrainConfig& cfg, const RunPlan& plan, const 
                      "note: -e %s: a new run from its weights only (step 0, new AdamW moments and data order); "
                      "to continue its run's training, --fork-from a checkpoint of it\n",
                      cfg.model.c_str());
-    if (start >= max_steps && plan.resume)
+    if (start >= max_steps && plan.resume && plan.epoch)
+        std::fprintf(stderr, "note: %s (give -x above %d to train past the epoch)\n",
+                     plan.epoch->nothing_left().c_str(), start);
+    else if (start >= max_steps && plan.resume)
         std::fprintf(stderr,
                      "note: the checkpoint's step %d is not below -x %d; nothing to train (raise -x to continue)\n",
                      start, max_steps);
+    for (const std::string& n : unused_schedule_flag_notes(cfg)) std::fprintf(stderr, "%s\n", n.c_str());
     if (!o.tokenizer_note.empty() && cfg.sample_every > 0) std::fprintf(stderr, "note: %s\n", o.tokenizer_note.c_str());
     if (cfg.output_dir.empty())
         std::fprintf(stderr,
@@ -501,6 +506,7 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
     if (plan.resume)
         loop.from_train_state(plan.resume->state, state_path(plan.resume->dir, plan.resume->step, cfg.rank),
                               !cfg.fork_from.empty());
+    check_fork_trains(cfg, plan);  // after the checkpoint's state is found loadable: that error is the first
     TrainingModel model = build_model(cfg, plan, make_backend, comm);
     Backend& backend = *model.backend;
     const int profile_first = plan.start_step() + kProfileWarmupSteps + 1;  // 1-based
@@ -553,14 +559,6 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
             comm.barrier();  // no rank exits (non-zero) before rank 0's marker: srun/mpirun then end the rest
             return interrupt_exit_code(sig);
         }
-    }
-    // A fork that trains nothing (its checkpoint's step is not below -x) still leaves that step's
-    // checkpoint in its own -o, the weights its summary line names, as every run's last step has one.
-    if (!cfg.fork_from.empty() && plan.start_step() >= plan.max_steps && !cfg.output_dir.empty()) {
-        save_checkpoint(cfg, plan.model, plan.start_step(), model, loop, comm,
-                        checkpoint_settings(cfg, outputs, plan.start_step()));
-        outputs.summary.weights = model_path(cfg.output_dir, plan.start_step());
-        if (main_rank) outputs.log.print(checkpoint_line(plan.start_step(), outputs.summary.weights, false) + "\n");
     }
     if (main_rank) outputs.log.print(summary_line(finish_summary(cfg, plan, outputs)) + "\n");
     return 0;
