@@ -358,17 +358,23 @@ def test_dump_logits_never_replaces_another_file(byte_data, tmp_path):
     assert dump.read_bytes() == first and len(first) == 2 * 16 * 256 * 4
 
 
+def record_as_two_processes(run_dir):
+    """Rewrites a one-process run's config.json (COMMON's flags) as an `mpirun -np 2` run of the same flags
+    records it (B 4 x T 32 x 2 = 256 tokens per step)."""
+    record = json.loads((run_dir / "config.json").read_text())
+    record["train"]["world_size"] = 2
+    record["derived"]["world_size"] = 2
+    record["derived"]["tokens_per_step"] = 256
+    (run_dir / "config.json").write_text(json.dumps(record, indent=2))
+
+
 def test_config_of_a_run_on_other_processes_keeps_its_batch(byte_data, tmp_path):
     """trial 3 S1: --config RUN/config.json of a 2-process run (-d -1: B*T*2 tokens per step), started with one
     process, trained half the tokens per step without a word. The batch is the experiment: kept with -d (gradient
     accumulation here), in one note, and recorded so that the new run's config.toml trains the same."""
     src = tmp_path / "src"
     run(data_args(byte_data) + COMMON + ["-x", 1, "-o", src])
-    record = json.loads((src / "config.json").read_text())
-    record["train"]["world_size"] = 2  # what an `mpirun -np 2` run of these flags records (B 4 x T 32 x 2)
-    record["derived"]["world_size"] = 2
-    record["derived"]["tokens_per_step"] = 256
-    (src / "config.json").write_text(json.dumps(record, indent=2))
+    record_as_two_processes(src)
     out = tmp_path / "copy"
     p = run(["--config", src / "config.json", "-o", out, "--threads", 1])
     assert (f"note: --config {src / 'config.json'}: that run trained 256 tokens/step on 2 process(es); this run "
@@ -392,11 +398,7 @@ def test_config_and_eval_only_of_a_run_on_other_processes_keep_its_validation_se
     checkpoint with the run's -m says which -m reads the run's set."""
     src = tmp_path / "src"
     run(data_args(byte_data) + COMMON + ["-x", 1, "-o", src, "-m", 2])
-    record = json.loads((src / "config.json").read_text())
-    record["train"]["world_size"] = 2  # what an `mpirun -np 2` run of these flags records (B 4 x T 32 x 2)
-    record["derived"]["world_size"] = 2
-    record["derived"]["tokens_per_step"] = 256
-    (src / "config.json").write_text(json.dumps(record, indent=2))
+    record_as_two_processes(src)
     out = tmp_path / "copy"
     p = run(["--config", src / "config.json", "-o", out, "--threads", 1, "-v", 1])
     assert (f"note: --config {src / 'config.json'}: that run validated 512 tokens (-m 2 x B 4 x T 32 x 2 "
