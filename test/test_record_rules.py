@@ -366,6 +366,20 @@ def record_as_two_processes(run_dir):
     record["derived"]["world_size"] = 2
     record["derived"]["tokens_per_step"] = 256
     (run_dir / "config.json").write_text(json.dumps(record, indent=2))
+    # the checkpoints' settings fingerprints include the process count: a marker without one (an earlier
+    # version's) is not checked, so the rewritten record stands for the run's
+    for marker in run_dir.glob("DONE_*"):
+        marker.write_text(marker.read_text().splitlines()[0] + "\n")
+
+
+def test_config_of_a_run_on_the_same_processes_keeps_its_val_batches(byte_data, tmp_path):
+    """The validation tokens are kept only across process counts (as the batch is): on the recorded number of
+    processes a -b given is a choice of another set, and the recorded -m stays, with no note."""
+    src = tmp_path / "src"
+    run(data_args(byte_data) + COMMON + ["-x", 1, "-o", src, "-m", 2])
+    p = run(["--config", src / "config.json", "-o", tmp_path / "copy", "-b", 2, "--threads", 1])
+    assert "validation set" not in p.stderr, p.stderr
+    assert json.loads((tmp_path / "copy" / "config.json").read_text())["train"]["val_batches"] == 2
 
 
 def test_config_of_a_run_on_other_processes_keeps_its_batch(byte_data, tmp_path):

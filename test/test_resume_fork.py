@@ -534,6 +534,17 @@ def test_a_hand_edited_record_is_refused_by_resume_fork_and_eval(byte_data, tmp_
     assert_refused(["--eval-only", "-e", out / "model_00000004.bin", "--threads", 1], out, edited)
     (out / "config.json").write_bytes(original)
     edit_record(out, lambda c: c["model"].update(window=4))  # the model object counts too
+    assert_refused(["--eval-only", "-e", out / "model_00000004.bin", "--threads", 1], out,
+                   f"(to take the file as it now stands, delete the second line of {out / 'DONE_00000004'})")
+    # --eval-only with -j, -t and -b given takes nothing from the record: an edit cannot change it
+    run(["--eval-only", "-e", out / "model_00000004.bin", "-j", f"{byte_data}/val_*.bin", "-t", 32, "-b", 4,
+         "--threads", 1])
+    # the process count (the tokens trained, so -x -1's total, rest on it) counts too
+    (out / "config.json").write_bytes(original)
+    edit_record(out, lambda c: c["train"].update(world_size=2))
+    assert_refused(["-o", out, "-y", 1, "-x", 6, "--threads", 1], out, edited)
+    (out / "config.json").write_bytes(original)
+    edit_record(out, lambda c: c["model"].update(window=4))  # the model object counts too
     assert_refused(["--eval-only", "-e", out / "model_00000004.bin", "--threads", 1], out, edited)
 
     # restored, the same change given as a flag: history from step 4 on; steps 2 and 4 keep their fingerprints

@@ -123,7 +123,10 @@ inline std::string eval_settings_from_run(TrainConfig& cfg, bool print) {
     if (!run) return "";
     int step = 0;
     const std::filesystem::path ckpt(cfg.model);
-    if (parse_checkpoint_name(ckpt.filename().string(), step) == CkptFileKind::Model)
+    // the record matters here only for what --eval-only takes from it (-j, -t, -b): with all three given,
+    // an edit of the record cannot change the evaluation and is not checked
+    const bool takes_from_record = cfg.val_data.empty() || !cfg.was_given("seq-len") || !cfg.was_given("batch-size");
+    if (takes_from_record && parse_checkpoint_name(ckpt.filename().string(), step) == CkptFileKind::Model)
         check_record_of_checkpoint(read_run_record(run->config_path), run->config_path,
                                    ckpt.has_parent_path() ? ckpt.parent_path().string() : ".", step,
                                    "restore it (--eval-only takes -j, -t and -b from it)");

@@ -169,7 +169,7 @@ inline int64_t batch_of_config_record(const TrainConfig& cfg, bool print) {
 // validation set is part of the experiment (its losses are what runs are compared by), so it is kept
 // as the batch is: the -m that reads the recorded tokens (-m x B x T x processes there; the data
 // loader's rows make them the same tokens), said in one note (print); 0 when nothing changes (the same
-// process count or tokens, -m -1, -m given on the command line, another -t). Tokens that B*T*processes
+// process count or tokens, -m -1, -m given on the command line, another -t or -j). Tokens that B*T*processes
 // here cannot divide keep the recorded -m, with a note naming the -m values around them.
 inline int64_t val_batches_of_config_record(const TrainConfig& cfg, bool print) {
     if (cfg.config_record.empty() || cfg.val_batches < 0) return 0;
@@ -179,7 +179,11 @@ inline int64_t val_batches_of_config_record(const TrainConfig& cfg, bool print) 
     const nlohmann::ordered_json record = read_run_record(cfg.config_record);
     if (!record.contains("train") || !record["train"].is_object()) return 0;
     const TrainConfig t = recorded_settings(record["train"], cfg.config_record);
-    if (t.val_batches < 0 || t.val_batches != cfg.val_batches || t.seq_len != cfg.seq_len) return 0;
+    // only for another process count (as the batch, batch_of_config_record) on the run's own -j: a -b typed
+    // on the same process count, or other validation data, is the user's choice of another set
+    if (t.val_batches < 0 || t.val_batches != cfg.val_batches || t.seq_len != cfg.seq_len ||
+        t.world_size == cfg.world_size || t.val_data != cfg.val_data)
+        return 0;
     const int64_t tokens = (int64_t)t.val_batches * t.batch_size * t.seq_len * t.world_size;
     const int64_t here = (int64_t)cfg.batch_size * cfg.seq_len * cfg.world_size;
     if (tokens == (int64_t)cfg.val_batches * here || here <= 0) return 0;

@@ -396,7 +396,8 @@ inline std::vector<FlagValue> record_flag_values(const nlohmann::ordered_json& r
 // step 1 and of the steps after each "history" entry before `step` (effective_train), each as its flag's
 // value in config.json's form (setting_json of the typed value: an absent key is its default, and a float
 // an earlier version wrote widened from float32 is the same value), then the "model" object (keys in
-// order, floats alike, an absent "bias"/"gelu" as true/"tanh"). The entries at `step` or later apply from
+// order, floats alike, an absent "bias"/"gelu" as true/"tanh"), then the process count and a fork's source
+// step and tokens (the tokens trained rest on them). The entries at `step` or later apply from
 // step + 1 on and are not in it, so a -y 1 at `step` that records a change leaves the text of `step` as it was.
 inline std::string trained_settings_text(const nlohmann::ordered_json& record, const std::string& file, int step) {
     std::vector<int64_t> cuts = {-1};  // the steps after which the settings change (-1: from step 1)
@@ -424,7 +425,21 @@ inline std::string trained_settings_text(const nlohmann::ordered_json& record, c
             model[kv.key()] = kv.value().is_number_float() ? float_json(kv.value().get<float>()) : kv.value();
     text += "model:";
     for (const auto& kv : model) text += " " + kv.first + "=" + dump(kv.second);
-    return text + "\n";
+    text += "\n";
+    // the counts the tokens trained (and so -x -1's step total) rest on: the process count (absent: 1)
+    // and, in a fork, the source's step and tokens
+    const auto field = [&](const char* object, const char* key) {
+        const auto o = record.find(object);
+        if (o == record.end() || !o->is_object()) return nlohmann::ordered_json();
+        const auto v = o->find(key);
+        return v == o->end() ? nlohmann::ordered_json() : *v;
+    };
+    const nlohmann::ordered_json ws = field("train", "world_size");
+    text += "world_size=" + dump(ws.is_null() ? nlohmann::ordered_json(1) : ws) + "\n";
+    if (record.contains("forked_from"))
+        text += "forked_from: step=" + dump(field("forked_from", "step")) +
+                " tokens=" + dump(field("forked_from", "tokens")) + "\n";
+    return text;
 }
 
 // trained_settings_text's 64-bit FNV-1a, 16 hex digits: the fingerprint a checkpoint's DONE_ marker holds.
@@ -449,8 +464,12 @@ inline void check_record_of_checkpoint(const nlohmann::ordered_json& record, con
     const std::string n = std::to_string(step);
     throw InputError(file + " was edited after its checkpoint of step " + n + " was written: the settings it " +
                      "records for steps 1-" + n + " (\"train\", the \"history\" before step " + n +
-                     ", \"model\") are not those that trained them (settings_fnv1a64 " + saved + " in " +
-                     done_path(dir, step) + ", " + now + " from the file now); " + fix);
+                     ", \"model\", the process count, a fork's source) are not those that trained them "
+                     "(settings_fnv1a64 " +
+                     saved + " in " + done_path(dir, step) + ", " + now + " from the file now); " + fix +
+                     " (to take the file as it now stands, delete the second line "
+                     "of " +
+                     done_path(dir, step) + ")");
 }
 
 // The checkpoint --fork-from names: its run directory and step.
