@@ -49,6 +49,13 @@ std::unique_ptr<llmc::Backend> load_backend(const llmc::GenerateConfig& g, const
     if (facts) *facts = llmc::device_facts(device);
     std::unique_ptr<llmc::Backend> backend = llmc::make_backend(device, ck.config, 0, /*local_rank=*/0);
     backend->set_params(ck.params.data());
+    if (g.cuda_graph == 1) {
+        if (!backend->has_step_graph())
+            throw llmc::InputError("--cuda-graph 1 needs the CUDA backend; this run uses the " +
+                                   std::string(backend->name()) +
+                                   " backend (give --device cuda, or drop --cuda-graph)");
+        backend->use_step_graph(true);
+    }
     return backend;
 }
 
@@ -89,7 +96,10 @@ int run_generation(const llmc::GenerateConfig& g, const llmc::ModelCheckpoint& c
     std::fflush(stdout);  // the text and its newline before the summary, also when both go to one file
     std::fprintf(stderr, "generated %zu tokens in %.3f s (%.1f tok/s), %s, %s, KV cache %.1f KiB\n", out.size(), s,
                  out.size() / (s > 0 ? s : 1e-9), model->device_description().c_str(),
-                 g.no_cache ? "no cache" : "cached", g.no_cache ? 0.0 : model->kv_cache_bytes() / 1024.0);
+                 g.no_cache     ? "no cache"
+                 : g.cuda_graph ? "cached, decode steps as CUDA graphs"
+                                : "cached",
+                 g.no_cache ? 0.0 : model->kv_cache_bytes() / 1024.0);
     return 0;
 }
 

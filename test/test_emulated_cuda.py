@@ -205,7 +205,8 @@ def test_emulated_cuda_kill_9_and_resume_is_bit_identical(byte_data, full_run, t
 
 def test_emulated_cuda_generation_cached_equals_uncached(full_run):
     """generate_gpt2_ls --device cuda (emulated): greedy decoding with the GPU KV cache gives the
-    same tokens as a full forward per token (--no-cache), as on the CPU."""
+    same tokens as a full forward per token (--no-cache), as on the CPU; with --cuda-graph 1 (each
+    decode step one graph) the same tokens, greedy and sampled, as with 0."""
     emu_dir, _, _ = full_run
     gen = ["-e", emu_dir / f"model_{FULL_STEPS:08d}.bin", "--greedy", "-n", 24, "--print-ids",
            "--prompt-ids", "10,84,104,101"]
@@ -214,6 +215,12 @@ def test_emulated_cuda_generation_cached_equals_uncached(full_run):
     ids = cached.stdout.split()
     assert len(ids) >= 24 and all(t.isdigit() and int(t) < 256 for t in ids), cached.stdout
     assert ids == uncached.stdout.split(), "cached and uncached greedy decoding differ on the emulated CUDA backend"
+    graphed = run_bin(EMU_GEN, gen + ["--cuda-graph", 1], "cuda")
+    assert graphed.stdout == cached.stdout, "--cuda-graph 1 changed the greedy tokens"
+    assert "decode steps as CUDA graphs" in graphed.stderr, graphed.stderr
+    sample = [a for a in gen if a != "--greedy"] + ["--seed", 7, "--temperature", 1.5]
+    sampled = [run_bin(EMU_GEN, sample + ["--cuda-graph", g], "cuda").stdout for g in (0, 1)]
+    assert sampled[0] == sampled[1] and len(sampled[0].split()) >= 24, sampled
 
 
 MPIRUN = shutil.which("mpirun")

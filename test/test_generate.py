@@ -122,7 +122,7 @@ def test_the_text_ends_its_line_before_the_summary_in_one_stream(model):
 def test_help_lists_every_flag():
     out = gen(["--help"]).stdout.decode()
     for flag in ["--model", "--prompt-ids", "--prompt", "--prompt-file", "--encode-only", "--tokenizer", "--tokens", "--temperature", "--top-k", "--seed",
-                 "--greedy", "--max-len", "--device", "--no-cache", "--print-ids", "--threads", "--sp-model"]:
+                 "--greedy", "--max-len", "--device", "--no-cache", "--cuda-graph", "--print-ids", "--threads", "--sp-model"]:
         assert flag in out
 
 
@@ -142,6 +142,9 @@ def test_help_lists_every_flag():
     (["--greedy=2x"], "--greedy: is not a value for an on/off flag"),  # not read with stoll as on (fix 17)
     (["--temperature", "inf"], "--temperature: 'inf' is not a finite number"),  # trial 3 F5
     (["--temperature", "1e-50"], "--temperature: '1e-50' is below the smallest normal float"),
+    (["--cuda-graph", "1", "--no-cache"], "--cuda-graph 1 runs the KV cache's decode steps as graphs"),
+    (["--cuda-graph", "1", "--device", "cpu"], "--cuda-graph 1 needs the CUDA backend"),
+    (["--cuda-graph", "2"], "--cuda-graph"),
 ])
 def test_bad_input_fails_with_one_line(model, extra, expect):
     ckpt, _ = model

@@ -83,6 +83,9 @@ def test_ours_command():
     cmd = gl.ours_command("./g", "m.bin", 4, 2048, [1024, 2048], 32, 5)
     assert cmd[:6] == ["./g", "-e", "m.bin", "--device", "cuda", "--bench"]
     assert cmd[cmd.index("--bench-contexts") + 1] == "1024,2048"
+    assert cmd[cmd.index("--cuda-graph") + 1] == "0"
+    graph = gl.ours_command("./g", "m.bin", 4, 2048, [1024, 2048], 32, 5, gl.OURS_SIDES["graph"])
+    assert graph[graph.index("--cuda-graph") + 1] == "1"
 
 
 def test_table_and_reduction():
@@ -93,3 +96,8 @@ def test_table_and_reduction():
     text = gl.format_table({"mhsa": {"ours": mh, "torch": None}, "ls-p50": {"ours": ls, "torch": None}}, [1024, 2048])
     assert "mhsa" in text and "ls-p50" in text and "dec@2048" in text
     assert "prefill 60.0% lower" in text
+    fast = gl.parse_ours(json.dumps(dict(SAMPLE, decode=[dict(d, ms_per_token_median=d["ms_per_token_median"] / 4)
+                                                          for d in SAMPLE["decode"]])))
+    text = gl.format_table({"mhsa": {"ours": mh, "graph": fast, "torch": None}}, [1024, 2048])
+    assert "mhsa      graph" in text
+    assert "decode steps as CUDA graphs vs issued one by one: decode@1024" in text and "decode@2048 75.0% lower" in text

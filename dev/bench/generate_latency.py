@@ -5,7 +5,7 @@ size, ours (generate_gpt2_ls --device cuda --bench) side by side with PyTorch in
 
   python3 dev/bench/generate_latency.py --out DIR [--binary ./generate_gpt2_ls] [--batch 4]
         [--prompt 2048] [--contexts 1024,2048,4096,8192,16384] [--steps 32] [--repeats 5]
-        [--skip-ours] [--skip-torch]
+        [--skip-ours] [--ours-sides ours,graph] [--skip-torch]
   /usr/bin/python3 dev/bench/generate_latency.py --self-test     (CPU, torch >= 1.13: the torch decoder)
 
 Model: the paper's small model (L 6, NH 6, C 192, hd 32), max_seq_len 16384, GPT-2 vocabulary
@@ -15,7 +15,9 @@ same weights for both sides). Variants: mhsa (G = NH), ls-p50 (G = 1, P = 50), l
 Ours: generate_gpt2_ls --bench (one JSON object): prefill = kv_begin + the ordinary forward of (B, T)
 + filling the cache, logits left on the device, median of --repeats after a warm-up; decode at
 context c = a fresh cache, c - steps tokens prefilled, then `steps` single-token steps timed each to
-the (B, Vp) fp32 logits on the host (what sampling needs); median ms per token.
+the (B, Vp) fp32 logits on the host (what sampling needs); median ms per token. Two sides of ours:
+"ours" issues each decode step's kernels one by one (--cuda-graph 0), "graph" launches each step as
+one CUDA graph (--cuda-graph 1; the first step of a context captures it, the median leaves that out).
 PyTorch (2.x on the GPU, bf16 weights and activations, eager except the attention kernels):
   prefill: MHSA = SDPA restricted to its flash back-end; LS = flex_attention (torch.compile'd) with
     the per-head block mask (local heads skip key blocks outside their window); logits of every
@@ -105,10 +107,14 @@ def kv_cache_bytes(cfg, B, max_len, elem_bytes=2):
     return 2 * cfg.num_layers * B * hd * (G * max_len + (cfg.num_heads - G) * min(cfg.window, max_len)) * elem_bytes
 
 
-def ours_command(binary, ckpt, batch, prompt, contexts, steps, repeats):
+def ours_command(binary, ckpt, batch, prompt, contexts, steps, repeats, cuda_graph=0):
     return [binary, "-e", ckpt, "--device", "cuda", "--bench", "--bench-batch", str(batch), "--bench-prompt",
             str(prompt), "--bench-contexts", ",".join(map(str, contexts)), "--bench-steps", str(steps),
-            "--bench-repeats", str(repeats)]
+            "--bench-repeats", str(repeats), "--cuda-graph", str(cuda_graph)]
+
+
+# our sides: name -> generate_gpt2_ls --cuda-graph (each decode step issued eagerly, or as one CUDA graph)
+OURS_SIDES = {"ours": 0, "graph": 1}
 
 
 def parse_ours(stdout):
@@ -140,13 +146,14 @@ def _f(x, spec, none="-"):
 
 
 def format_table(results, contexts):
-    """results: {variant: {"ours": side or None, "torch": side or None}} -> text table."""
+    """results: {variant: {"ours": side or None, "graph": side or None, "torch": side or None}} -> text
+    table ("graph": ours with each decode step as one CUDA graph)."""
     head = f"{'variant':<9} {'side':<6} {'prefill ms':>10} " + " ".join(f"{'dec@' + str(c):>9}" for c in contexts)
     head += f" {'KV MiB@max':>10} {'peak MiB':>9}"
     lines = [head, "-" * len(head)]
     cmax = max(contexts)
     for v, sides in results.items():
-        for name in ("ours", "torch"):
+        for name in ("ours", "graph", "torch"):
             s = sides.get(name)
             if not s:
                 continue
@@ -157,7 +164,8 @@ def format_table(results, contexts):
             lines.append(f"{v:<9} {name:<6} {_f(s.get('prefill_ms'), '.3f'):>10} {cells} "
                          f"{_f(None if kv is None else kv / 2**20, '.2f'):>10} "
                          f"{_f(None if peak is None else peak / 2**20, '.0f'):>9}")
-    lines.append("dec@c: ms per decoded token (batch) at context c; KV at the largest context; peak: device memory")
+    lines.append("dec@c: ms per decoded token (batch) at context c; KV at the largest context; peak: device memory; "
+                 "graph: ours, each decode step one CUDA graph (--cuda-graph 1)")
     ours = {v: s.get("ours") for v, s in results.items()}
     if ours.get("mhsa"):
         for v in ("ls-p50", "ls-p100"):
@@ -167,6 +175,14 @@ def format_table(results, contexts):
                               ours["mhsa"]["decode"].get(cmax, {}).get("ms_per_token"))
                 lines.append(f"ours {v} vs ours mhsa: prefill {_f(None if r is None else 100 * r, '.1f')}% lower, "
                              f"decode@{cmax} {_f(None if d is None else 100 * d, '.1f')}% lower (goal: prefill >= 40%)")
+    for v, sides in results.items():
+        if sides.get("ours") and sides.get("graph"):
+            cells = []
+            for c in (min(contexts), cmax):
+                d = reduction(sides["graph"]["decode"].get(c, {}).get("ms_per_token"),
+                              sides["ours"]["decode"].get(c, {}).get("ms_per_token"))
+                cells.append(f"decode@{c} {_f(None if d is None else 100 * d, '.1f')}% lower")
+            lines.append(f"ours {v}, decode steps as CUDA graphs vs issued one by one: " + ", ".join(cells))
     return "\n".join(lines)
 
 
@@ -432,6 +448,8 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--skip-ours", action="store_true")
+    ap.add_argument("--ours-sides", default=",".join(OURS_SIDES),
+                    help="our sides to time: ours (decode steps issued one by one), graph (each one CUDA graph)")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--self-test", action="store_true")
     args = ap.parse_args(argv)
@@ -441,6 +459,10 @@ def main(argv=None):
         ap.error("--out DIR is required")
     args.contexts = [int(c) for c in args.contexts.split(",")]
     variants = args.variants.split(",")
+    ours_sides = [s for s in args.ours_sides.split(",") if s]
+    for s in ours_sides:
+        if s not in OURS_SIDES:
+            ap.error(f"unknown side '{s}' in --ours-sides (have {', '.join(OURS_SIDES)})")
     for v in variants:
         if v not in VARIANTS:
             ap.error(f"unknown variant '{v}' (have {', '.join(VARIANTS)})")
@@ -454,17 +476,18 @@ def main(argv=None):
         checkpoint.write_model(ckpt, cfg, flat)
         results[v] = {"config": vars(cfg) if hasattr(cfg, "__dict__") else str(cfg),
                       "kv_cache_bytes_formula": {c: kv_cache_bytes(cfg, args.batch, c) for c in args.contexts}}
-        if not args.skip_ours:
-            cmd = ours_command(args.binary, ckpt, args.batch, args.prompt, args.contexts, args.steps, args.repeats)
-            print("ours:", " ".join(cmd), flush=True)
+        for side in [] if args.skip_ours else ours_sides:
+            cmd = ours_command(args.binary, ckpt, args.batch, args.prompt, args.contexts, args.steps, args.repeats,
+                               OURS_SIDES[side])
+            print(f"{side}:", " ".join(cmd), flush=True)
             p = subprocess.run(cmd, capture_output=True, text=True)
             if p.returncode != 0:
                 print(p.stderr, file=sys.stderr)
-                results[v]["ours"] = None
-                results[v]["ours_error"] = p.stderr.strip().splitlines()[-1:] if p.stderr else ["exit %d" % p.returncode]
+                results[v][side] = None
+                results[v][f"{side}_error"] = p.stderr.strip().splitlines()[-1:] if p.stderr else ["exit %d" % p.returncode]
                 failed = True
             else:
-                results[v]["ours"] = parse_ours(p.stdout)
+                results[v][side] = parse_ours(p.stdout)
         if not args.skip_torch:
             print(f"torch: {v}", flush=True)
             try:
@@ -480,7 +503,7 @@ def main(argv=None):
                "batch": args.batch, "prompt": args.prompt, "contexts": args.contexts, "steps": args.steps,
                "repeats": args.repeats, "results": results}
     write_json(os.path.join(args.out, "generate_latency.json"), payload)
-    print(format_table({v: {"ours": r.get("ours"), "torch": r.get("torch")} for v, r in results.items()},
+    print(format_table({v: {k: r.get(k) for k in ("ours", "graph", "torch")} for v, r in results.items()},
                        args.contexts))
     return 1 if failed else 0
 

@@ -331,6 +331,7 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* statu
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
     if (!exec || !graph) return fail(cudaErrorInvalidValue, "cudaGraphInstantiate: null argument");
     *exec = new CUgraphExec_st{graph->work};
+    device().counters.graph_instantiation();
     return cudaSuccess;
 }
 

@@ -1,6 +1,7 @@
 // Device emulation, the per-step report: what the host asked of the emulated device between two
-// step markers - kernel launches by kernel (those a graph runs included), graph launches, cuBLASLt
-// matmuls and their FLOPs, copies by direction, memsets, host synchronisations by kind, NCCL collectives - counted
+// step markers - kernel launches by kernel (those a graph runs included), graph launches and
+// instantiations, cuBLASLt matmuls and their FLOPs, copies by direction, memsets, host
+// synchronisations by kind, NCCL collectives - counted
 // by the emulated runtime, cuBLASLt, NCCL and launch (grid.h), each when it runs (work captured for
 // a graph counts when the graph runs), and written as one JSON line per interval to the file LLMC_EMU_REPORT names
 // ("-" = stderr; "%p" in the name = the process id, for several ranks; unset = nothing written).
@@ -61,6 +62,7 @@ struct CountBytes {
 struct IntervalCounts {
     std::map<std::string, uint64_t> kernels;        // demangled kernel name -> launches (run by a graph too)
     uint64_t graph_launches = 0;                    // cudaGraphLaunch calls
+    uint64_t graph_instantiations = 0;              // cudaGraphInstantiate calls (each after a capture)
     uint64_t matmuls = 0;                           // cublasLtMatmul calls that ran
     uint64_t matmul_flops = 0;                      // their multiply-adds x 2 (2 m n k per call)
     std::map<std::string, CountBytes> copies;       // "HtoD", "DtoH", "DtoD", "HtoH"
@@ -104,6 +106,12 @@ public:
     void graph_launch() {
         std::lock_guard<std::mutex> lock(mu_);
         cur_.graph_launches++;
+        totals_.graph_launches++;
+    }
+    void graph_instantiation() {
+        std::lock_guard<std::mutex> lock(mu_);
+        cur_.graph_instantiations++;
+        totals_.graph_instantiations++;
     }
     // A matmul of an (m, n) output with depth k.
     void matmul(uint64_t m, uint64_t n, uint64_t k) {
@@ -113,7 +121,8 @@ public:
         cur_.matmul_flops += 2 * m * n * k;
         totals_.matmul_flops += 2 * m * n * k;
     }
-    // The kernel launches (by name), matmuls and their FLOPs since the process started, never reset by a mark
+    // The kernel launches (by name), graph launches and instantiations, matmuls and their FLOPs since the
+    // process started, never reset by a mark
     // (llmc/cuda/kernel_profiler.cuh counts a step's as the difference of two of these).
     IntervalCounts totals() {
         std::lock_guard<std::mutex> lock(mu_);
@@ -182,6 +191,7 @@ public:
         return "{\"interval\": " + json_string(interval) + ", \"step\": " + std::to_string(step) +
                ", \"launches\": " + std::to_string(launches) +
                ", \"graph_launches\": " + std::to_string(c.graph_launches) +
+               ", \"graph_instantiations\": " + std::to_string(c.graph_instantiations) +
                ", \"matmuls\": " + std::to_string(c.matmuls) + ", \"matmul_flops\": " + std::to_string(c.matmul_flops) +
                ", \"host_syncs\": " + std::to_string(syncs) + ", \"syncs\": {" + sync_list + "}, \"copies\": {" +
                copies + "}, \"async_pageable_copies\": " + cb(c.async_pageable_copies) +
@@ -191,7 +201,7 @@ public:
 private:
     std::mutex mu_;
     IntervalCounts cur_;
-    IntervalCounts totals_;  // kernels, matmuls and their FLOPs only
+    IntervalCounts totals_;  // kernels, graph launches and instantiations, matmuls and their FLOPs only
     std::FILE* out_ = nullptr;
     bool owns_ = false;
 };

@@ -113,20 +113,22 @@ inline CLI::Validator float_text_check() {
         "");
 }
 
-// A lower bound for an integer option, in one line: "must be >= 1 (got 0)" (CLI11's PositiveNumber says
-// "Value 0 not in range 0.000000 to 1.797...e308" with every digit of DBL_MAX). Text that is not an
-// integer is left to CLI11's conversion.
-inline CLI::Validator at_least(long long min) {
+// A bound for an integer option, in one line: "must be >= 1 (got 0)", "must be <= 1 (got 2)" (CLI11's
+// PositiveNumber says "Value 0 not in range 0.000000 to 1.797...e308" with every digit of DBL_MAX).
+// Text that is not an integer is left to CLI11's conversion.
+inline CLI::Validator integer_bound(long long bound, bool upper) {
     return CLI::Validator(
-        [min](std::string& v) {
+        [bound, upper](std::string& v) {
             const char* s = v.c_str();
             char* end = nullptr;
             const long long x = std::strtoll(s, &end, 10);
-            if (end == s || *end != '\0' || x >= min) return std::string();
-            return "must be >= " + std::to_string(min) + " (got " + v + ")";
+            if (end == s || *end != '\0' || (upper ? x <= bound : x >= bound)) return std::string();
+            return std::string(upper ? "must be <= " : "must be >= ") + std::to_string(bound) + " (got " + v + ")";
         },
         "");
 }
+inline CLI::Validator at_least(long long min) { return integer_bound(min, false); }
+inline CLI::Validator at_most(long long max) { return integer_bound(max, true); }
 
 // The value of an on/off flag ("qk-norm=..." in a config file, "--eval-only=..." on the command line)
 // as "true" or "false". CLI11 2.1 reads a flag's value with std::stoll, which stops at the first

@@ -144,8 +144,8 @@ inline int run_bench(const GenerateConfig& g, Backend& model, const DeviceFacts&
         "\"vocab_size\": %d, \"qk_norm\": %d, \"attn_softcap\": %g, \"bias\": %d, \"gelu\": \"%s\"},\n",
         mc.num_layers, mc.num_heads, mc.channels, mc.global_heads, mc.window, mc.max_seq_len, mc.vocab_size,
         mc.qk_norm ? 1 : 0, mc.attn_softcap, mc.bias ? 1 : 0, gelu_name(mc.gelu));
-    std::printf("  \"batch\": %d, \"decode_steps\": %d, \"device_memory_baseline_bytes\": %zu,\n", B, steps,
-                device.memory_baseline);
+    std::printf("  \"batch\": %d, \"decode_steps\": %d, \"cuda_graph\": %d, \"device_memory_baseline_bytes\": %zu,\n",
+                B, steps, g.cuda_graph, device.memory_baseline);
     std::printf("  \"prefill\": {\"T\": %d, \"ms_median\": %.4f, \"ms\": %s, \"device_memory_bytes\": %zu},\n", T,
                 median(prefill_ms), bench::json_list(prefill_ms).c_str(), prefill_mem);
     std::printf("  \"decode\": [\n%s\n  ]\n}\n", decode_json.c_str());

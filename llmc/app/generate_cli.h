@@ -30,6 +30,7 @@ struct GenerateConfig {
     int max_len = 0;              // context kept (0 = the model's max_seq_len)
     std::string device = "auto";  // auto | cpu | cuda (llmc/app/device.h, as the trainer's --device)
     bool no_cache = false;        // full forward per token (the reference path)
+    int cuda_graph = 0;           // 1: each decode step as one CUDA graph (the CUDA backend)
     bool print_ids = false;       // print token ids, one per line, instead of text
     int threads = 0;              // OpenMP threads (0 = OpenMP's default)
     // --bench: time the KV cache instead of generating (dev/bench/generate_latency.py drives it)
@@ -83,6 +84,11 @@ public:
             ->capture_default_str()
             ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
         a.add_flag("--no-cache", c.no_cache, "no KV cache: a full forward pass per token (the reference path)");
+        add_integer("--cuda-graph", c.cuda_graph,
+                    "1: each decode step as one CUDA graph launch (the CUDA backend, KV cache), the same bits as 0")
+            ->capture_default_str()
+            ->check(at_least(0))
+            ->check(at_most(1));
         a.add_flag("--print-ids", c.print_ids,
                    "print the generated token ids, one per line, instead of the prompt and the text");
         add_integer("--threads", c.threads,
@@ -134,6 +140,12 @@ public:
             std::fprintf(
                 stderr,
                 "error: --encode-only needs --prompt TEXT or --prompt-file F (and --tokenizer, or -e of a run's checkpoint)\n");
+            return 1;
+        }
+        if (cfg_.cuda_graph == 1 && cfg_.no_cache) {
+            std::fprintf(stderr,
+                         "error: --cuda-graph 1 runs the KV cache's decode steps as graphs; --no-cache has none: drop "
+                         "one of them\n");
             return 1;
         }
         if (!cfg_.greedy && !(cfg_.temperature > 0.0f)) {

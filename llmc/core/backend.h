@@ -103,8 +103,9 @@ public:
     virtual void read_queued_step(QueuedStep& /*out*/) {
         throw std::logic_error(std::string(name()) + " backend has no queued step");
     }
-    // The queued step as one CUDA graph (--cuda-graph 1): the same work and bits, issued as one launch
-    // once the step's shapes repeat. has_step_graph(): the backend can (the CUDA backend).
+    // The queued step, and each KV decode step, as one CUDA graph (--cuda-graph 1): the same work and
+    // bits, issued as one launch once the step's shapes repeat (a decode step: once its split depth
+    // was captured). has_step_graph(): the backend can (the CUDA backend).
     virtual bool has_step_graph() const { return false; }
     virtual void use_step_graph(bool /*on*/) {
         throw std::logic_error(std::string(name()) + " backend has no step graph");

@@ -18,6 +18,9 @@
 // a head's splits in split order (deterministic) into the output.
 // kv_store writes one new position per sequence (a decode step); kv_store_prefill writes the
 // positions 0..T-1 of a prefill (a local head only its last R, so every slot has one writer).
+// A decode step's kernels read its position t from device memory (`pos`, one int for every
+// sequence), so a captured decode step (a CUDA graph) serves every position whose splits fit its
+// grid; the host launcher takes the grid's depth in splits.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -55,10 +58,10 @@ struct KvCacheView {
     }
 };
 
-// Writes k and v of position t of every sequence into layer l of the cache.
+// Writes k and v of position t = *pos of every sequence into layer l of the cache.
 // qkv: (B, 3C) the new position's row per sequence (k in [C, 2C), v in [2C, 3C)).
-__global__ void kv_store_kernel(KvCacheView cache, const floatX* qkv, int l, int t) {
-    const int C = cache.NH * cache.hd;
+__global__ void kv_store_kernel(KvCacheView cache, const floatX* qkv, int l, const int* pos) {
+    const int C = cache.NH * cache.hd, t = *pos;
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;  // over (B, C)
     if (idx >= cache.B * C) return;
     const int b = idx / C, c = idx % C, h = c / cache.hd, d = c % cache.hd;
@@ -91,10 +94,13 @@ __device__ __forceinline__ int decode_first_key(const KvCacheView& cache, int h,
     return cache.is_local(h) ? max(0, t - cache.P + 1) : 0;
 }
 
-// One split of keys for each (head, sequence): partial (m, l, acc) into cache.partial.
-// qkv: (B, 3C) (only q, channels [0, C), is read). grid (NH, B, splits of the longest head), block
-// kDecodeWarps * 32; a block past its head's last split returns at once.
-__global__ void attention_decode_split_kernel(const floatX* qkv, KvCacheView cache, int l, int t, float softcap) {
+// One split of keys for each (head, sequence) of the query at position t = *pos: partial (m, l, acc)
+// into cache.partial. qkv: (B, 3C) (only q, channels [0, C), is read). grid (NH, B, splits of the
+// longest head at the largest t the launch serves), block kDecodeWarps * 32; a block past its head's
+// last split at t returns at once.
+__global__ void attention_decode_split_kernel(const floatX* qkv, KvCacheView cache, int l, const int* pos,
+                                              float softcap) {
+    const int t = *pos;
     constexpr int DPL = kDecodeMaxHeadSize / 32;  // dims per lane, at most
     __shared__ float s_m[kDecodeWarps], s_l[kDecodeWarps];
     __shared__ float s_acc[kDecodeWarps][kDecodeMaxHeadSize];
@@ -164,10 +170,10 @@ __global__ void attention_decode_split_kernel(const floatX* qkv, KvCacheView cac
     }
 }
 
-// out: (B, C) attention output at position t: each head's splits merged in split order.
+// out: (B, C) attention output at position t = *pos: each head's splits merged in split order.
 // grid (NH, B), block 128.
-__global__ void attention_decode_combine_kernel(floatX* out, KvCacheView cache, int t) {
-    const int h = blockIdx.x, b = blockIdx.y, hd = cache.hd, C = cache.NH * hd;
+__global__ void attention_decode_combine_kernel(floatX* out, KvCacheView cache, const int* pos) {
+    const int h = blockIdx.x, b = blockIdx.y, hd = cache.hd, C = cache.NH * hd, t = *pos;
     const int splits = (t - decode_first_key(cache, h, t)) / kDecodeSplitKeys + 1;
     const float* part = cache.partial + ((size_t)b * cache.NH + h) * decode_max_splits(cache.max_len) * (hd + 2);
     float M = -INFINITY;
@@ -181,13 +187,13 @@ __global__ void attention_decode_combine_kernel(floatX* out, KvCacheView cache, 
     }
 }
 
-// Host launchers. They check the shapes (std::invalid_argument: a programming error, not input).
-inline void kv_store(const KvCacheView& cache, const floatX* qkv, int l, int t, cudaStream_t stream = 0) {
-    if (l < 0 || l >= cache.L || t < 0 || t >= cache.max_len)
-        throw std::invalid_argument("kv_store: layer " + std::to_string(l) + " / position " + std::to_string(t) +
-                                    " outside the cache");
+// Host launchers. They check the shapes (std::invalid_argument: a programming error, not input); the
+// position itself is in device memory (pos: one int), and the caller keeps it inside the cache.
+inline void kv_store(const KvCacheView& cache, const floatX* qkv, int l, const int* pos, cudaStream_t stream = 0) {
+    if (l < 0 || l >= cache.L || pos == nullptr)
+        throw std::invalid_argument("kv_store: layer " + std::to_string(l) + " outside the cache, or no position");
     const int n = cache.B * cache.NH * cache.hd;
-    launch_kernel(kv_store_kernel, (unsigned)ceil_div(n, 256), 256, 0, stream, cache, qkv, l, t);
+    launch_kernel(kv_store_kernel, (unsigned)ceil_div(n, 256), 256, 0, stream, cache, qkv, l, pos);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -201,21 +207,30 @@ inline void kv_store_prefill(const KvCacheView& cache, const floatX* qkv, int l,
     CUDA_CHECK_LAUNCH();
 }
 
-inline void attention_decode(floatX* out, const floatX* qkv, const KvCacheView& cache, int l, int t, float softcap,
-                             cudaStream_t stream = 0) {
+// Splits of keys of the longest head at position t: the least split grid depth for t.
+inline int decode_splits_at(const KvCacheView& cache, int t) {
+    const int longest = t + 1 - (cache.G > 0 ? 0 : std::max(0, t - cache.P + 1));  // keys of the longest head
+    return (longest + kDecodeSplitKeys - 1) / kDecodeSplitKeys;
+}
+
+// out (B, C): the attention of the query at position *pos (device) of layer l over the cache. splits:
+// the split grid's depth, at least decode_splits_at(cache, *pos) (deeper grids give the same bits:
+// their extra blocks return at once).
+inline void attention_decode(floatX* out, const floatX* qkv, const KvCacheView& cache, int l, const int* pos,
+                             int splits, float softcap, cudaStream_t stream = 0) {
     if (cache.hd < 1 || cache.hd > kDecodeMaxHeadSize)
         throw std::invalid_argument("attention_decode: head size " + std::to_string(cache.hd) + " not in [1, " +
                                     std::to_string(kDecodeMaxHeadSize) + "]");
-    if (l < 0 || l >= cache.L || t < 0 || t >= cache.max_len)
-        throw std::invalid_argument("attention_decode: layer " + std::to_string(l) + " / position " +
-                                    std::to_string(t) + " outside the cache");
-    if (cache.partial == nullptr)
-        throw std::invalid_argument("attention_decode: the cache has no scratch (decode_scratch_floats)");
-    const int longest = t + 1 - (cache.G > 0 ? 0 : std::max(0, t - cache.P + 1));  // keys of the longest head
-    dim3 split_grid(cache.NH, cache.B, (unsigned)((longest + kDecodeSplitKeys - 1) / kDecodeSplitKeys));
-    launch_kernel(attention_decode_split_kernel, split_grid, kDecodeWarps * 32, 0, stream, qkv, cache, l, t, softcap);
+    if (l < 0 || l >= cache.L || splits < 1 || splits > decode_max_splits(cache.max_len))
+        throw std::invalid_argument("attention_decode: layer " + std::to_string(l) + " / split depth " +
+                                    std::to_string(splits) + " outside the cache");
+    if (cache.partial == nullptr || pos == nullptr)
+        throw std::invalid_argument(
+            "attention_decode: the cache has no scratch (decode_scratch_floats), or no position");
+    dim3 split_grid(cache.NH, cache.B, (unsigned)splits);
+    launch_kernel(attention_decode_split_kernel, split_grid, kDecodeWarps * 32, 0, stream, qkv, cache, l, pos, softcap);
     CUDA_CHECK_LAUNCH();
-    launch_kernel(attention_decode_combine_kernel, dim3(cache.NH, cache.B), 128, 0, stream, out, cache, t);
+    launch_kernel(attention_decode_combine_kernel, dim3(cache.NH, cache.B), 128, 0, stream, out, cache, pos);
     CUDA_CHECK_LAUNCH();
 }
 

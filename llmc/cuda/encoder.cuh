@@ -17,16 +17,18 @@
 namespace llmc::cuda {
 
 // out (B*T, C): item = (bt, j) with channels [j*V, j*V + V). V = kPack needs C % kPack == 0 and aligned pointers.
+// Position t of a sequence reads wpe row t0 + t: t0 = *first_pos (device), or 0 when first_pos is nullptr.
 template <int V>
-__global__ void encoder_forward_kernel(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B, int T,
-                                       int C) {
+__global__ void encoder_forward_kernel(floatX* out, const int* inp, const floatX* wte, const floatX* wpe,
+                                       const int* first_pos, int B, int T, int C) {
+    const int t0 = first_pos ? *first_pos : 0;
     const int per_row = C / V;
     const size_t n_items = (size_t)B * T * per_row;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t item = (size_t)blockIdx.x * blockDim.x + threadIdx.x; item < n_items; item += stride) {
         const size_t bt = item / per_row;
         const int c = (int)(item % per_row) * V;
-        const int t = (int)(bt % T);
+        const int t = t0 + (int)(bt % T);
         float x[V], y[V];
         load_vec<V>(x, wte + (size_t)inp[bt] * C + c);
         load_vec<V>(y, wpe + (size_t)t * C + c);
@@ -68,18 +70,20 @@ __global__ void encoder_backward_wte_kernel(float* dwte, const floatX* dout, con
 }
 
 // ---- host API -------------------------------------------------------------------------------------
-// out (B,T,C) OVERWRITTEN; inp (B,T) device token ids; wte (Vp,C); wpe (maxT,C) with T <= maxT.
+// out (B,T,C) OVERWRITTEN; inp (B,T) device token ids; wte (Vp,C); wpe (maxT,C). The positions are
+// first_pos[0] + 0..T-1 (a decode step's: its position in device memory, which the caller keeps
+// below maxT - T + 1), or 0..T-1 with first_pos nullptr (T <= maxT).
 inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B, int T, int C,
-                            cudaStream_t st) {
+                            cudaStream_t st, const int* first_pos = nullptr) {
     if (B <= 0 || T <= 0 || C <= 0) return;
     const bool vec = C % kPack == 0 && aligned16(out) && aligned16(wte) && aligned16(wpe);
     const size_t items = (size_t)B * T * (vec ? C / kPack : C);
     if (vec)
         launch_kernel(encoder_forward_kernel<kPack>, elementwise_grid(items), kElementwiseBlock, 0, st, out, inp, wte,
-                      wpe, B, T, C);
+                      wpe, first_pos, B, T, C);
     else
         launch_kernel(encoder_forward_kernel<1>, elementwise_grid(items), kElementwiseBlock, 0, st, out, inp, wte, wpe,
-                      B, T, C);
+                      first_pos, B, T, C);
     CUDA_CHECK_LAUNCH();
 }
 

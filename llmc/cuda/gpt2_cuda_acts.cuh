@@ -85,7 +85,7 @@ struct Gpt2CudaActs : LayerActBuffers<DeviceBuffer, floatX, float> {
 
 // Row buffers of one decode step (one new position per sequence), for B sequences.
 struct Gpt2CudaDecodeActs {
-    DeviceBuffer<int> tokens;                // (B)
+    DeviceBuffer<int> step_in;               // (B + 1) the step's input: its B tokens, then its position
     DeviceBuffer<floatX> x, x2;              // (B, C) residual stream before / after the attention branch
     DeviceBuffer<floatX> ln;                 // (B, C) output of the current LayerNorm
     DeviceBuffer<float> mean, rstd;          // (B)
@@ -96,11 +96,14 @@ struct Gpt2CudaDecodeActs {
     DeviceBuffer<floatX> logits;             // (B, Vp)
     int B = 0;
 
+    const int* tokens() const { return step_in.get(); }        // (B)
+    const int* position() const { return step_in.get() + B; }  // (1)
+
     void allocate(const ModelConfig& cfg, int B_) {
         if (B_ == B) return;
         B = B_;
         const size_t C = cfg.channels, NH = cfg.num_heads, Vp = cfg.padded_vocab_size, qk = cfg.qk_norm ? 1 : 0;
-        tokens.resize(B);
+        step_in.resize(B + 1);
         x.resize(B * C);
         x2.resize(B * C);
         ln.resize(B * C);

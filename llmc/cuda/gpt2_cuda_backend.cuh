@@ -153,7 +153,10 @@ private:
     void kv_prefill_queue(const int* tokens, int n, KvLogits rows);
     const float* kv_logits_to_host(const floatX* rows, size_t count);
     void kv_decode();
-    void kv_layer_rest(int l, int t, const floatX* att_in);
+    void stage_decode_input(int t);
+    void issue_decode_input();
+    void issue_decode(int splits);
+    void kv_layer_rest(int l, int splits, const floatX* att_in);
 
     // the memory plan (gpt2_cuda_memory.cuh)
     void ensure_capacity(int B, int T, bool head);
@@ -246,6 +249,9 @@ private:
     int kv_pos_ = 0;                       // positions cached so far (every sequence)
     Gpt2CudaDecodeActs dec_;               // row buffers of a decode step
     std::vector<int> dec_tokens_host_;     // (B) tokens of the current decode step
+    PinnedBuffer<int> dec_in_pinned_;      // (B + 1) its input as dec_.step_in receives it: tokens, position
+    bool dec_in_in_flight_ = false;        // a copy of dec_in_pinned_ may not have run yet
+    DecodeGraph dec_graph_;                // the decode step as a graph (use_step_graph)
     std::vector<floatX> kv_logits_stage_;  // (B, Vp) raw logits of one decode step or a Last prefill
     std::vector<float> kv_logits_host_;    // what kv_forward returns, (B, Vp) or (B, n, Vp), unless logits()
 };

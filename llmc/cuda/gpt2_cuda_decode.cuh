@@ -17,7 +17,13 @@
 //   kv_forward         appends n positions: the prefill, or one kv_decode per position, and returns the
 //                      logits asked for, fp32 on the host: Last (B, Vp), All (B, n, Vp)
 //   kv_decode          one position per sequence through every layer with the forward's ops, attending
-//                      over the cache (attention_decode); logits (B, Vp) on the device
+//                      over the cache (attention_decode); logits (B, Vp) on the device. Its input (the B
+//                      tokens and the position) reaches the device by a copy from page-locked memory
+//                      (dec_in_pinned_ -> dec_.step_in) that is part of the step, and its kernels read the
+//                      position there, so with use_step_graph the whole step is one CUDA graph
+//                      (llmc/cuda/step_graph.cuh), captured once per split depth of the decode attention
+//                      (every 128 positions of a global head's context; all-local models: once) and
+//                      launched for every position of that depth: the same work and bits as issued eagerly
 //   kv_layer_rest      a layer of a decode step from its attention on, over the B rows in the decode buffers
 #pragma once
 #include <algorithm>
@@ -67,6 +73,9 @@ inline void CudaBackend::kv_begin(int B, int max_len) {
     c.partial = kv_partial_.get();
     dec_.allocate(cfg_, B);
     dec_tokens_host_.resize(B);
+    dec_in_pinned_.resize((size_t)B + 1);
+    dec_in_in_flight_ = false;  // the stream was synchronized above
+    dec_graph_.reset();         // its buffers may have moved
     kv_pos_ = 0;
 }
 
@@ -114,6 +123,7 @@ inline const float* CudaBackend::kv_logits_to_host(const floatX* rows, size_t co
     kv_logits_stage_.resize(count);
     kv_logits_host_.resize(count);
     download(kv_logits_stage_.data(), rows, count);
+    note_stream_idle();
     for (size_t i = 0; i < count; i++) kv_logits_host_[i] = to_float(kv_logits_stage_[i]);
     return kv_logits_host_.data();
 }
@@ -152,7 +162,9 @@ inline void CudaBackend::kv_prefill_queue(const int* tokens, int n, KvLogits row
     floatX* att_in = cfg_.qk_norm ? a.qkvn.get() : a.qkv.get();  // (B, 3C)
     gather_rows(a.x.get(), last.residual, B, n, n - 1, C, st);   // (B, C)
     gather_rows(att_in, last.att_in(), B, n, n - 1, 3 * C, st);  // (B, 3C)
-    kv_layer_rest(L - 1, n - 1, att_in);
+    stage_decode_input(n - 1);                                   // its position (the tokens are not read)
+    issue_decode_input();
+    kv_layer_rest(L - 1, decode_splits_at(kv_, n - 1), att_in);
     matmul_forward(mm_, a.logits.get(), a.ln.get(), weights().lm_head(), nullptr, B, C, Vp, st);
 }
 
@@ -165,17 +177,50 @@ inline void CudaBackend::kv_prefill_device(const int* tokens, int n) {
 }
 
 // Queues one decode step: the tokens in dec_tokens_host_ (B) at position kv_pos_ through every
-// layer, one row per sequence, with the same ops as forward(); logits (B, Vp) in dec_.logits.
+// layer, one row per sequence, with the same ops as forward(); logits (B, Vp) in dec_.logits. With
+// use_step_graph: launched as the graph captured for this step's plan (its split depth), or captured
+// from issue_decode and launched.
 inline void CudaBackend::kv_decode() {
+    const int t = kv_pos_;
+    stage_decode_input(t);
+    const DecodePlan plan{kv_.B, decode_splits_at(kv_, t), buffers_epoch_};
+    if (!use_graph_) issue_decode(plan.splits);
+    else if (dec_graph_.matches(plan)) dec_graph_.launch(stream_);
+    else dec_graph_.capture_and_launch(stream_, plan, [&] { issue_decode(plan.splits); });
+    kv_pos_ = t + 1;
+}
+
+// Writes a decode step's input at position t into dec_in_pinned_: dec_tokens_host_ (B), then t. Waits
+// first for a queued copy that may still read it.
+inline void CudaBackend::stage_decode_input(int t) {
+    if (dec_in_in_flight_) {
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+        note_stream_idle();
+    }
+    int* in = dec_in_pinned_.get();
+    std::copy(dec_tokens_host_.begin(), dec_tokens_host_.end(), in);
+    in[kv_.B] = t;
+}
+
+// Queues the copy of dec_in_pinned_ to dec_.step_in (it reads the page-locked memory when it runs).
+inline void CudaBackend::issue_decode_input() {
+    CUDA_CHECK(cudaMemcpyAsync(dec_.step_in.get(), dec_in_pinned_.get(), dec_.step_in.bytes(), cudaMemcpyHostToDevice,
+                               stream_));
+    dec_in_in_flight_ = true;
+}
+
+// Issues the work of one decode step, the input's copy first: its kernels read the position from
+// dec_.step_in, and its decode attention runs a grid of `splits` splits (>= the position's depth).
+inline void CudaBackend::issue_decode(int splits) {
     const int B = kv_.B, L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads;
-    const int Vp = cfg_.padded_vocab_size, t = kv_pos_;
+    const int Vp = cfg_.padded_vocab_size;
     cudaStream_t st = stream_;
     Gpt2CudaDecodeActs& a = dec_;
     const ParamView<const floatX> w = weights();
 
-    upload(a.tokens.get(), dec_tokens_host_.data(), (size_t)B);
-    // x = wte[token] + wpe[t]  (B, C): the encoder with T = 1 and the position table shifted to row t
-    encoder_forward(a.x.get(), a.tokens.get(), w.wte(), w.wpe() + (size_t)t * C, B, 1, C, st);
+    issue_decode_input();
+    // x = wte[token] + wpe[t]  (B, C): the encoder with T = 1 at the position in device memory
+    encoder_forward(a.x.get(), a.tokens(), w.wte(), w.wpe(), B, 1, C, st, a.position());
     layernorm_forward(a.ln.get(), a.mean.get(), a.rstd.get(), a.x.get(), w.layer(0).ln1w, w.layer(0).ln1b, B, C, st);
     for (int l = 0; l < L; l++) {
         const LayerParams<const floatX> lw = w.layer(l);
@@ -186,24 +231,24 @@ inline void CudaBackend::kv_decode() {
                            lw.knormw, lw.knormb, B, C, NH, st);
             att_in = a.qkvn.get();
         }
-        kv_store(kv_, att_in, l, t, st);
-        kv_layer_rest(l, t, att_in);
+        kv_store(kv_, att_in, l, a.position(), st);
+        kv_layer_rest(l, splits, att_in);
     }
     matmul_forward(mm_, a.logits.get(), a.ln.get(), w.lm_head(), nullptr, B, C, Vp, st);
-    kv_pos_ = t + 1;
 }
 
-// Queues layer l of a decode step at position t from its attention on, over the B rows of the decode
-// buffers: the layer's input in dec_.x (B, C), its q, k, v in att_in (B, 3C; k and v of positions <= t
-// already in the cache). Leaves the layer's output in dec_.x and the next LayerNorm (the next layer's
-// ln1, or lnf after the last layer) in dec_.ln.
-inline void CudaBackend::kv_layer_rest(int l, int t, const floatX* att_in) {
+// Queues layer l of a decode step at position t (in dec_.step_in) from its attention on, over the B rows
+// of the decode buffers: the layer's input in dec_.x (B, C), its q, k, v in att_in (B, 3C; k and v of
+// positions <= t already in the cache); splits: the decode attention's grid depth (>= t's). Leaves the
+// layer's output in dec_.x and the next LayerNorm (the next layer's ln1, or lnf after the last layer)
+// in dec_.ln.
+inline void CudaBackend::kv_layer_rest(int l, int splits, const floatX* att_in) {
     const int B = kv_.B, L = cfg_.num_layers, C = cfg_.channels;
     cudaStream_t st = stream_;
     Gpt2CudaDecodeActs& a = dec_;
     const ParamView<const floatX> w = weights();
     const LayerParams<const floatX> lw = w.layer(l);
-    attention_decode(a.atty.get(), att_in, kv_, l, t, cfg_.attn_softcap, st);
+    attention_decode(a.atty.get(), att_in, kv_, l, a.position(), splits, cfg_.attn_softcap, st);
     matmul_forward(mm_, a.branch.get(), a.atty.get(), lw.attprojw, lw.attprojb, B, C, C, st);
     // x2 = x + attproj; ln = LayerNorm2(x2)
     fused_residual_layernorm_forward(a.x2.get(), a.ln.get(), a.mean.get(), a.rstd.get(), a.x.get(), a.branch.get(),

@@ -103,6 +103,7 @@ inline void CudaBackend::queue_update(const AdamWHyper& h, int t, float grad_cli
 // the same bits as without.
 inline void CudaBackend::use_step_graph(bool on) {
     graph_.reset();
+    dec_graph_.reset();
     use_graph_ = on;
     eager_plan_ = StepPlan();
 }
@@ -190,6 +191,7 @@ inline void CudaBackend::ensure_token_staging(size_t slots, size_t rows) {
 inline void CudaBackend::note_stream_idle() {
     std::fill(staged_in_flight_.begin(), staged_in_flight_.end(), false);
     std::fill(groups_in_flight_.begin(), groups_in_flight_.end(), false);
+    dec_in_in_flight_ = false;
 }
 
 // Pinned slots for at least k passes. Growing waits for the queued copies into the old slots

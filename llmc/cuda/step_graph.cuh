@@ -1,10 +1,11 @@
-// A training step as a CUDA graph (--cuda-graph 1): the work one queued step issues on the backend's
-// stream, captured once (cudaStreamBeginCapture .. cudaStreamEndCapture) and then launched as one
-// graph each step. What a step changes from one step to the next reaches the graph through
-// page-locked host memory that its captured copies read when it runs (the micro-batches' tokens, the
-// learning rate and bias corrections); everything else it captured - shapes, pointers, kernel
-// arguments - must be what the next step would issue, which CudaBackend checks (StepPlan) before
-// it launches the graph instead of issuing the work again.
+// A step as a CUDA graph (--cuda-graph 1): the work one queued training step, or one KV decode step,
+// issues on the backend's stream, captured once (cudaStreamBeginCapture .. cudaStreamEndCapture) and
+// then launched as one graph each step. What a step changes from one step to the next reaches the
+// graph through page-locked host memory that its captured copies read when it runs (a training
+// step's micro-batches' tokens, learning rate and bias corrections; a decode step's tokens and
+// position); everything else it captured - shapes, pointers, kernel arguments - must be what the
+// next step would issue, which CudaBackend checks (StepPlan, DecodePlan) before it launches the
+// graph instead of issuing the work again.
 #pragma once
 #include <vector>
 
@@ -38,22 +39,34 @@ struct StepPlan {
     bool operator!=(const StepPlan& o) const { return !(*this == o); }
 };
 
+// What a decode step issues, as far as its captured graph depends on it: the sequences, the split
+// grid's depth of its decode attention (llmc/cuda/attention_decode.cuh: a graph serves every position
+// of that depth) and the epoch of the backend's buffers (a reallocation moves pointers the graph holds).
+struct DecodePlan {
+    int B = 0, splits = 0;
+    unsigned long long buffers_epoch = 0;
+    bool operator==(const DecodePlan& o) const {
+        return B == o.B && splits == o.splits && buffers_epoch == o.buffers_epoch;
+    }
+};
+
 // One executable graph and the plan it was captured from.
-class StepGraph {
+template <typename Plan>
+class CapturedGraph {
 public:
-    StepGraph() = default;
-    StepGraph(const StepGraph&) = delete;
-    StepGraph& operator=(const StepGraph&) = delete;
-    ~StepGraph() { reset(); }
+    CapturedGraph() = default;
+    CapturedGraph(const CapturedGraph&) = delete;
+    CapturedGraph& operator=(const CapturedGraph&) = delete;
+    ~CapturedGraph() { reset(); }
 
     // Whether launch() would run the work `plan` describes.
-    bool matches(const StepPlan& plan) const { return exec_ != nullptr && plan == plan_; }
+    bool matches(const Plan& plan) const { return exec_ != nullptr && plan == plan_; }
 
     // Captures what issue() puts on stream (replacing any earlier graph), then launches it once: the
     // step runs. issue() must not synchronize or allocate (capture refuses it; the error propagates
     // as CudaError, the run ends, and no graph is kept).
     template <typename Issue>
-    void capture_and_launch(cudaStream_t stream, const StepPlan& plan, Issue&& issue) {
+    void capture_and_launch(cudaStream_t stream, const Plan& plan, Issue&& issue) {
         reset();
         CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
         try {
@@ -79,12 +92,15 @@ public:
     void reset() {
         if (exec_) (void)cudaGraphExecDestroy(exec_);
         exec_ = nullptr;
-        plan_ = StepPlan();
+        plan_ = Plan();
     }
 
 private:
     cudaGraphExec_t exec_ = nullptr;
-    StepPlan plan_;
+    Plan plan_;
 };
+
+using StepGraph = CapturedGraph<StepPlan>;
+using DecodeGraph = CapturedGraph<DecodePlan>;
 
 }  // namespace llmc::cuda

@@ -3,8 +3,11 @@
 // each run, the cache filled through kv_store one position at a time (as decoding does), the
 // output poisoned with NaN before every call, every element checked, relative error
 // ||gpu - cpu|| / ||cpu|| below 1e-2 (bf16) or 1e-5 (fp32 build) at every position, including
-// positions where a local head's ring buffer has wrapped. The CPU reference reads the same
-// floatX-rounded values the GPU reads. Exit 0 = pass, 1 = fail or no GPU.
+// positions where a local head's ring buffer has wrapped. The position reaches the kernels in device
+// memory (as a decode step, or its CUDA graph, passes it); the split grid is the least for the
+// position on even positions and the cache's deepest on odd ones (the extra blocks must change
+// nothing). The CPU reference reads the same floatX-rounded values the GPU reads. Exit 0 = pass, 1 =
+// fail or no GPU.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -65,6 +68,7 @@ bool check_shape(const Shape& s, std::mt19937_64& gen) {
     view.ring = ref.ring;
     cuda::DeviceBuffer<floatX> kg(ref.k_global.size()), vg(ref.v_global.size()), kl(ref.k_local.size()),
         vl(ref.v_local.size()), d_qkv((size_t)B * 3 * C), d_out((size_t)B * C);
+    cuda::DeviceBuffer<int> d_pos(1);  // the position, read by the kernels from device memory
     cuda::DeviceBuffer<float> partial(cuda::decode_scratch_floats(B, s.NH, s.hd, T));
     CUDA_CHECK(cudaMemset(partial.get(), 0xFF, partial.bytes()));  // NaN: a split read before written shows
     view.partial = partial.get();
@@ -83,8 +87,11 @@ bool check_shape(const Shape& s, std::mt19937_64& gen) {
         for (size_t i = 0; i < row_x.size(); i++) row_x[i] = cuda::from_float<floatX>(row[i]);
         CUDA_CHECK(cudaMemcpy(d_qkv.get(), row_x.data(), row_x.size() * sizeof(floatX), cudaMemcpyHostToDevice));
         CUDA_CHECK(cudaMemset(d_out.get(), 0xFF, d_out.bytes()));  // NaN poison
-        cuda::kv_store(view, d_qkv.get(), layer, t);
-        cuda::attention_decode(d_out.get(), d_qkv.get(), view, layer, t, s.softcap);
+        CUDA_CHECK(cudaMemcpy(d_pos.get(), &t, sizeof(int), cudaMemcpyHostToDevice));
+        cuda::kv_store(view, d_qkv.get(), layer, d_pos.get());
+        // the least grid for t, and on odd t the deepest (the cache's): the same result either way
+        const int splits = t % 2 ? cuda::decode_max_splits(T) : cuda::decode_splits_at(view, t);
+        cuda::attention_decode(d_out.get(), d_qkv.get(), view, layer, d_pos.get(), splits, s.softcap);
         CUDA_CHECK(cudaMemcpy(out_x.data(), d_out.get(), d_out.bytes(), cudaMemcpyDeviceToHost));
         double num = 0.0, den = 0.0;
         for (size_t i = 0; i < out_x.size(); i++) {

@@ -36,6 +36,8 @@
 //     up to the first differing token, which is allowed only where the uncached row's top-2 margin is
 //     below 4 * kTol * rms(row) (an unclear step by the bf16 noise scale); kv_cache_bytes() follows
 //     the formula of docs/generation.md with 2-byte (bf16) or 4-byte (fp32) elements;
+//   - decode steps as CUDA graphs (use_step_graph) == issued eagerly, bit for bit, over positions
+//     crossing a split depth of the decode attention; emulated: one graph launch a step, one capture a depth;
 //   - errors: kv_forward before kv_begin, past max_len, bad tokens, bad kv_begin arguments;
 //   - with NCCL (USE_NCCL): all_reduce_grads through a one-rank NcclCollective leaves the device
 //     gradients unchanged (the in-place device path; the multi-rank logic is tested on the CPU).
@@ -470,6 +472,77 @@ void check_prefill_memory(Checks& ck) {
 }
 #endif
 
+// Decode steps as CUDA graphs (use_step_graph(true)) == the same steps issued eagerly, bit for bit, at
+// every position of a decode that crosses a split depth of the decode attention (128 keys: positions
+// 120..135 after a prefill of 120, on a model with a global head and on an all-local one whose window
+// spans two splits); in the emulated build, one graph launch per decode step and one capture per
+// depth (two), none eagerly.
+void check_decode_graph(Checks& ck, uint64_t seed) {
+    struct Model {
+        const char* name;
+        int G, P;
+    };
+    for (const Model& md : {Model{"LS G=1 P=4", 1, 4}, Model{"all-local G=0 P=130", 0, 130}}) {
+        std::printf("decode steps as CUDA graphs vs eager, %s (seed %llu)\n", md.name, (unsigned long long)seed);
+        const int B = 2, len = 136, prompt = 120, steps = len - prompt;
+        const llmc::ModelConfig cfg = gpu_test::model_config(2, 64, 2, md.G, md.P, 97, len, false, 0.0f, true);
+        const auto backend = make_gpu(cfg, seed);
+        llmc::Backend& gpu = *backend;
+        const int V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
+        std::mt19937_64 gen(seed);
+        std::vector<int> tokens((size_t)B * len);  // the prompt (B, prompt), then each step's (B)
+        for (int& x : tokens) x = (int)(gen() % (uint64_t)V);
+        struct Graphs {
+            uint64_t launches = 0, captures = 0;
+        };
+        auto run = [&](bool graph, Graphs& graphs) {
+            gpu.use_step_graph(graph);
+            gpu.kv_begin(B, len);
+            gpu.kv_forward(tokens.data(), prompt, llmc::KvLogits::Last);
+            std::vector<float> out;
+#ifdef LLMC_EMULATE
+            const llmc::emu::IntervalCounts before = llmc::emu::device().counters.totals();
+#endif
+            for (int s = 0; s < steps; s++) {
+                const float* lg = gpu.kv_forward(tokens.data() + (size_t)B * (prompt + s), 1, llmc::KvLogits::Last);
+                const std::vector<float> rows = real_rows(lg, B, V, Vp);
+                out.insert(out.end(), rows.begin(), rows.end());
+            }
+#ifdef LLMC_EMULATE
+            const llmc::emu::IntervalCounts after = llmc::emu::device().counters.totals();
+            graphs = {after.graph_launches - before.graph_launches,
+                      after.graph_instantiations - before.graph_instantiations};
+#else
+            (void)graphs;
+#endif
+            return out;
+        };
+        Graphs eager_graphs, graph_graphs;
+        const std::vector<float> eager = run(false, eager_graphs);
+        const std::vector<float> graphed = run(true, graph_graphs);
+        gpu.use_step_graph(false);
+        size_t differ = 0;
+        int first = -1;
+        for (size_t i = 0; i < eager.size(); i++)
+            if (!(eager[i] == graphed[i]) || std::isnan(eager[i])) {
+                differ++;
+                if (first < 0) first = prompt + (int)(i / ((size_t)B * V));
+            }
+        ck.expect(differ == 0,
+                  "%d decode steps (positions %d..%d) as graphs == eager bit for bit (%zu differ, first at "
+                  "position %d)",
+                  steps, prompt, len - 1, differ, first);
+#ifdef LLMC_EMULATE
+        ck.expect(eager_graphs.launches == 0 && eager_graphs.captures == 0 &&
+                      graph_graphs.launches == (uint64_t)steps && graph_graphs.captures == 2,
+                  "eager: %llu graph launches, %llu captures (0, 0); graphs: %llu launches (one per step, %d), %llu "
+                  "captures (one per split depth, 2)",
+                  (unsigned long long)eager_graphs.launches, (unsigned long long)eager_graphs.captures,
+                  (unsigned long long)graph_graphs.launches, steps, (unsigned long long)graph_graphs.captures);
+#endif
+    }
+}
+
 #ifdef USE_NCCL
 void check_all_reduce_grads(Checks& ck) {
     const SectionModel m = section_model("all_reduce_grads through a one-rank NcclCollective", 3);
@@ -514,6 +587,7 @@ int main() {
         for (const Case& c : kCases) check_case(c, ((uint64_t)rd() << 32) | rd(), ck);
         check_generate(ck, ((uint64_t)rd() << 32) | rd());
         check_errors(ck);
+        check_decode_graph(ck, ((uint64_t)rd() << 32) | rd());
 #ifdef LLMC_EMULATE
         check_prefill_flops(ck);
         check_prefill_memory(ck);
