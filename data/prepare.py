@@ -303,15 +303,40 @@ def make_chunks(splits):
     return tasks
 
 
-def source_records(splits):
-    """[{file, bytes, sha256, splits}] for every source file, in sorted order."""
+def source_records(splits, file_tokens):
+    """[{file, bytes, sha256, splits, tokens}] for every source file, in sorted order; file_tokens: {name: {split:
+    tokens}} (each document's EOT included, so they add up to num_tokens)."""
     used = {}
     for split in ("train", "val"):
         for spec in splits[split]:
             used.setdefault((spec.name, spec.path), []).append(split)
-    return [{"file": name, "bytes": os.path.getsize(path), "sha256": tk.sha256_file(path),
-             "splits": sorted(set(s), key=["train", "val"].index)}
-            for (name, path), s in sorted(used.items())]
+    records = []
+    for (name, path), s in sorted(used.items()):
+        order = sorted(set(s), key=["train", "val"].index)
+        records.append({"file": name, "bytes": os.path.getsize(path), "sha256": tk.sha256_file(path),
+                        "splits": order, "tokens": {sp: file_tokens.get(name, {}).get(sp, 0) for sp in order}})
+    return records
+
+
+def report_split(args, splits, records, num_tokens):
+    """One stderr line per source file: its split(s) and tokens; a warning when validation is larger than
+    training, naming the split rule (docs/data.md) that made it so and what to change."""
+    by_chars = any(spec.lo is not None for spec in splits["val"])
+    for r in records:
+        parts = ", ".join(f"{sp}, {r['tokens'][sp]:,} tokens" for sp in r["splits"])
+        print(f"source {r['file']}: {parts}{' (split by characters)' if by_chars else ''}", file=sys.stderr)
+    if num_tokens["val"] <= num_tokens["train"]:
+        return
+    if by_chars:
+        rule = f"--val-fraction {args.val_fraction:g} of the characters is validation; lower --val-fraction"
+    else:
+        kind = "books" if args.dataset == "pg19" else "files"
+        n_val, n = len(splits["val"]), len(splits["train"]) + len(splits["val"])
+        rule = (f"the split is by {kind[:-1]} ({n_val} of {n} {kind} {'is' if n_val == 1 else 'are'} validation, "
+                f"picked by --seed {args.seed}); give more {kind}" +
+                (", or one file to split by characters" if args.dataset == "text" else ", or lower --val-fraction"))
+    print(f"warning: validation ({num_tokens['val']:,} tokens) is larger than training ({num_tokens['train']:,} "
+          f"tokens): {rule}", file=sys.stderr)
 
 
 def prepare_text(args):
@@ -352,6 +377,7 @@ def _build_text(args, work, splits, token_bytes, eot, enc_spec, extra):
     version = shard_version_for_vocab(vocab)
     writers = {s: ShardWriter(work, s, args.shard_tokens, version) for s in ("train", "val")}
     docs = {"train": 0, "val": 0}
+    file_tokens = collections.defaultdict(dict)  # {name: {split: tokens}}
     empty, no_header, no_footer = [], [], []
     tasks = make_chunks(splits)
     total_bytes = sum(_spec_size(s) for _, chunk in tasks for s in chunk)
@@ -362,6 +388,7 @@ def _build_text(args, work, splits, token_bytes, eot, enc_spec, extra):
             writers[split].add(tokens)
             for name, info, n in infos:
                 docs[split] += n > 0
+                file_tokens[name][split] = file_tokens[name].get(split, 0) + n
                 if n == 0:
                     empty.append(name)
                 if info and not info["header"]:
@@ -386,7 +413,8 @@ def _build_text(args, work, splits, token_bytes, eot, enc_spec, extra):
     print(f"tokenized in {time.time() - t:.1f}s")
 
     meta = meta_dict(args, work, vocab, eot, version, writers, docs, paths)
-    meta["sources"] = source_records(splits)
+    meta["sources"] = source_records(splits, file_tokens)
+    report_split(args, splits, meta["sources"], meta["num_tokens"])
     meta.update(extra)
     write_meta(work, meta)
     return meta

@@ -15,7 +15,10 @@ is taken, as `-y 1` does; one deleted meanwhile by the run's pruning is passed o
 - Anything else (local heads, QK-norm, soft-cap, untied head, no biases) gets the model code of
   scripts/hf_modeling_gpt2_ls.py as modeling_gpt2_ls.py, loadable with
   AutoModelForCausalLM.from_pretrained(OUT_DIR, trust_remote_code=True).
-Both drop the padded vocabulary rows (logits over the real vocabulary V, as --dump-logits).
+Both drop the padded vocabulary rows (logits over the real vocabulary V, as --dump-logits). A model whose
+V is above its data's vocabulary (--vocab, e.g. nanoGPT's 50304 for GPT-2's 50257) keeps those rows and
+gets a generation_config.json whose suppress_tokens are the ids no token has, so generate() never draws
+them, as the trainer and generate_gpt2_ls do not.
 When the run's data used GPT-2 BPE (meta.json "tokenizer": "gpt2"), GPT-2's vocab.json and
 merges.txt (from --gpt2-bpe, else the data set's own gpt2_bpe source, else ../shared/data/gpt2)
 and a tokenizer_config.json are added, so AutoTokenizer.from_pretrained(OUT_DIR) works offline
@@ -106,6 +109,33 @@ def data_meta(directory):
         with open(meta) as f:
             return json.load(f)
     return None
+
+
+def data_vocab_size(directory, meta, record, bpe_tokens):
+    """The vocabulary of the run's training data, as the trainer's --vocab takes it (meta.json, else the
+    tokenizer.bin header), else what the run's config.json "data" recorded, else the GPT-2 tokenizer's size
+    (--gpt2-bpe); None when unknown."""
+    if (meta or {}).get("vocab_size"):
+        return int(meta["vocab_size"])
+    tok = os.path.join(directory, "tokenizer.bin") if directory else None
+    if tok and os.path.isfile(tok):
+        header = np.fromfile(tok, dtype=np.uint32, count=4)
+        if len(header) == 4 and header[0] == 20240328:
+            return int(header[2])
+    recorded = ((record or {}).get("data") or {}).get("train") or {}
+    if recorded.get("vocab_size"):
+        return int(recorded["vocab_size"])
+    return bpe_tokens
+
+
+def generation_config(cfg, eot, data_vocab):
+    """generation_config.json for a model whose vocabulary (a --vocab above the data's, e.g. nanoGPT's 50304
+    for 50257) holds ids [data_vocab, V) that no token has: generate() suppresses them, as the trainer's samples
+    and generate_gpt2_ls never draw them. None when every id is a token (or the data's vocabulary is unknown)."""
+    if data_vocab is None or data_vocab >= cfg.vocab_size:
+        return None
+    ids = {"bos_token_id": eot, "eos_token_id": eot} if eot is not None else {}
+    return {**ids, "suppress_tokens": list(range(data_vocab, cfg.vocab_size))}
 
 
 def fnv1a64(path):
@@ -199,11 +229,11 @@ def split_params(cfg, flat):
     return out
 
 
-def source_record(cfg, path, step):
+def source_record(cfg, path, step, data_vocab):
     return {"checkpoint": os.path.abspath(path), "step": step, "global_heads": cfg.global_heads,
             "window": cfg.window, "qk_norm": cfg.qk_norm, "attn_softcap": cfg.attn_softcap,
             "tied_embeddings": cfg.tied_embeddings, "bias": cfg.bias, "gelu": cfg.gelu,
-            "padded_vocab_size": cfg.padded_vocab_size}
+            "padded_vocab_size": cfg.padded_vocab_size, "data_vocab_size": data_vocab}  # None: unknown
 
 
 def hf_config(cfg, stock, eot, source):
@@ -304,6 +334,7 @@ def export(source, out_dir, gpt2_bpe=None):
     bpe = gpt2_bpe_dir(gpt2_bpe, meta) if (tokenizer == "gpt2" or gpt2_bpe) else None
     sp_model = os.path.join(directory, "tokenizer.model") if (directory and tokenizer == "sp" and not bpe) else None
     sp_model = sp_model if sp_model and os.path.isfile(sp_model) else None
+    n_tokens = None  # the GPT-2 tokenizer's ids
     if bpe:
         with open(bpe_files(bpe)[0]) as f:
             n_tokens = len(json.load(f))
@@ -311,6 +342,8 @@ def export(source, out_dir, gpt2_bpe=None):
             raise ExportError(f"the model's vocabulary has {cfg.vocab_size} ids but the GPT-2 tokenizer in {bpe} has "
                               f"{n_tokens}; this model was not trained on GPT-2 BPE: drop --gpt2-bpe")
         eot = n_tokens - 1 if eot is None else eot  # <|endoftext|>, GPT-2's last id (50256)
+    data_vocab = data_vocab_size(directory, meta, record, n_tokens)
+    gen_conf = generation_config(cfg, eot, data_vocab)
 
     tensors = weights_stock_gpt2(cfg, p) if stock else weights_gpt2_ls(cfg, p)
     tensors = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in tensors.items()}
@@ -319,7 +352,10 @@ def export(source, out_dir, gpt2_bpe=None):
     try:
         os.makedirs(tmp)
         save_file(tensors, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
-        write_json(os.path.join(tmp, "config.json"), hf_config(cfg, stock, eot, source_record(cfg, ckpt, step)))
+        write_json(os.path.join(tmp, "config.json"),
+                   hf_config(cfg, stock, eot, source_record(cfg, ckpt, step, data_vocab)))
+        if gen_conf:
+            write_json(os.path.join(tmp, "generation_config.json"), gen_conf)
         if not stock:
             shutil.copyfile(MODELING_SOURCE, os.path.join(tmp, MODELING_NAME + ".py"))
         if bpe:
@@ -353,7 +389,9 @@ def export(source, out_dir, gpt2_bpe=None):
         if tokenizer:
             print(f"note: the data's tokenizer '{tokenizer}' is not exported (only GPT-2 BPE and SentencePiece "
                   f"are); exported without a tokenizer", file=sys.stderr)
-    return ("GPT2LMHeadModel" if stock else "GPT2LSForCausalLM"), ckpt, step, written, stock
+    suppressed = (f"generation_config.json suppresses ids {data_vocab}..{cfg.vocab_size - 1} (above the data's "
+                  f"vocabulary of {data_vocab})") if gen_conf else None
+    return ("GPT2LMHeadModel" if stock else "GPT2LSForCausalLM"), ckpt, step, written, stock, suppressed
 
 
 def main():
@@ -364,11 +402,12 @@ def main():
                     "(or vocab.json and merges.txt); also adds the tokenizer when the run's data is unknown")
     args = ap.parse_args()
     try:
-        kind, ckpt, step, tok, stock = export(args.source, args.out_dir, args.gpt2_bpe)
+        kind, ckpt, step, tok, stock, suppressed = export(args.source, args.out_dir, args.gpt2_bpe)
     except ExportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     line = f"exported {ckpt} (step {step}) to {args.out_dir}: {kind}" + (f", {tok}" if tok else ", no tokenizer")
+    line += f", {suppressed}" if suppressed else ""
     if not stock:  # its config.json names modeling_gpt2_ls.py (auto_map): transformers asks before running it
         line += (f"; load with trust_remote_code=True: AutoModelForCausalLM.from_pretrained('{args.out_dir}', "
                  f"trust_remote_code=True)" + (f", AutoTokenizer.from_pretrained('{args.out_dir}', "

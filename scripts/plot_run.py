@@ -42,7 +42,8 @@ token are not comparable. So does a run whose validation set changed while it tr
 changed -j, -m, -b or -t): its validation losses on either side of that step are on different sets. A training
 flag changed on resume (config.json's "history") is noted in the label ("z-loss 1e-4 from step 400") and drawn
 as a vertical dash-dot line at its step (with "flag old->new" on the loss plot); a fork (config.json's
-"forked_from") likewise.
+"forked_from") likewise. A history entry {"epoch": true} is no flag's change (-x stayed -1, one epoch, and a -d
+changed at that step moved its step total): labelled "one epoch: 4330->2165 steps at step 1126".
 Summary columns: final validation loss (the last one; "(step S)" when that is before the run's last step,
 "-" without validation) and its perplexity exp(loss), peak max-logit (metrics'
 max_attn_logit over all steps) and its step, the first step whose max-logit exceeds --threshold,
@@ -209,6 +210,15 @@ def history_entries(config):
     return sorted((config or {}).get("history") or [], key=lambda h: h.get("step", 0))
 
 
+def epoch_text(h):
+    """The text of a history entry {"epoch": true} ("flag": "--max-steps"): -x stayed -1 (one epoch) and a -d
+    changed at that step moved the epoch's step total from old to new (docs/formats.md); None for a flag's
+    change."""
+    if h.get("epoch") is not True:
+        return None
+    return f"one epoch: {short_number(h.get('old'))}->{short_number(h.get('new'))} steps"
+
+
 def timeline(train, history, key):
     """(value at step 0, [(step, new value), ...]) of a training setting: the first change's `old` is the
     value the run started with, whatever "train" holds."""
@@ -311,7 +321,9 @@ def label_parts(config):
     shown = {k for k, _, _ in parts} | BOOKKEEPING
     for h in history:  # every other change of the experiment: "max-steps 1000->2000 at step 1000"
         key = flag_key(h.get("flag"))
-        if key not in shown:
+        if epoch_text(h):  # not a -x change: "one epoch: 4330->2165 steps at step 1126"
+            parts.append((f"history:epoch:{h.get('step')}", f"{epoch_text(h)} at step {h.get('step')}", True))
+        elif key not in shown:
             parts.append((f"history:{key}:{h.get('step')}", f"{key.replace('_', '-')} "
                           f"{short_number(h.get('old'))}->{short_number(h.get('new'))} at step {h.get('step')}", True))
     fork = config.get("forked_from")
@@ -466,11 +478,12 @@ def run_labels(runs):
 
 def markers_of(config):
     """Vertical markers of a run: [(step, text)], one per step where training flags changed on resume
-    ("--z-loss 0->1e-4", several flags of one step on separate lines) and one at a fork's step."""
+    ("--z-loss 0->1e-4", several flags of one step on separate lines; an epoch entry as "one epoch: 4330->2165
+    steps") and one at a fork's step."""
     by_step = {}
     for h in history_entries(config):
         by_step.setdefault(h.get("step"), []).append(
-            f"{h.get('flag')} {short_number(h.get('old'))}->{short_number(h.get('new'))}")
+            epoch_text(h) or f"{h.get('flag')} {short_number(h.get('old'))}->{short_number(h.get('new'))}")
     out = [(s, "\n".join(texts)) for s, texts in by_step.items() if isinstance(s, (int, float))]
     fork = (config or {}).get("forked_from")
     if fork and isinstance(fork.get("step"), (int, float)):

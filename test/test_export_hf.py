@@ -97,6 +97,7 @@ def test_plain_gpt2_becomes_a_stock_gpt2_model_with_tokenizer(gpt2_data, tmp_pat
     conf = json.loads((out / "config.json").read_text())
     assert conf["model_type"] == "gpt2" and conf["architectures"] == ["GPT2LMHeadModel"]
     assert "auto_map" not in conf and not list(out.glob("*.py")), "a stock model needs no custom code"
+    assert not (out / "generation_config.json").exists(), "the data's vocabulary is the model's: nothing to suppress"
     model = AutoModelForCausalLM.from_pretrained(out)  # no trust_remote_code
     assert type(model) is GPT2LMHeadModel
     model.eval()
@@ -138,6 +139,7 @@ def test_byte_level_models(byte_data, tmp_path, name, flags, stock):
     export(run / "model_00000008.bin", out)
     conf = json.loads((out / "config.json").read_text())
     assert not (out / "vocab.json").exists(), "a byte-level run has no GPT-2 tokenizer to export"
+    assert not (out / "generation_config.json").exists(), "the data's vocabulary is the model's: nothing to suppress"
     # erf GELU is transformers' "gelu", the tanh approximation "gelu_new"
     assert conf["activation_function"] == ("gelu" if erf else "gelu_new")
     assert conf["train_gpt2_ls"]["bias"] == ("--bias" not in flags)
@@ -177,6 +179,44 @@ def test_byte_level_models(byte_data, tmp_path, name, flags, stock):
         tanh_model = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=not stock).eval()
         with pytest.raises(AssertionError, match=r"max \|diff\|"):
             assert_logits_equal(hf_logits(tanh_model, byte_data, B, T), ref)
+
+
+@pytest.mark.parametrize("flags,stock", [(["--global-heads", 2], True), (["--global-heads", 1, "--window", 4], False)])
+def test_a_vocab_padded_above_the_datas_is_never_sampled(byte_data, tmp_path, flags, stock):
+    """trial 5 F11: a run with --vocab above its data's (nanoGPT's 50304 for 50257; here 384 for the bytes' 256)
+    exported every row, and transformers' generate(do_sample=True) drew ids no token has, which the trainer and
+    generate_gpt2_ls never draw. The rows stay (the logits still equal --dump-logits) and generation_config.json
+    suppresses the ids [256, 384)."""
+    run = tmp_path / "run"
+    train(["-i", f"{byte_data}/train_*.bin", "-j", f"{byte_data}/val_*.bin", "-o", run, "--vocab", 384,
+           "--layers", 1, "--channels", 16, "--heads", 2, "--max-seq-len", 32, "-b", 2, "-t", 32, "-x", 4,
+           "-l", "1e-2", "-u", 1, "-v", 0, "-s", 0] + flags)
+    out = tmp_path / "hf"
+    p = export(run, out)
+    assert "generation_config.json suppresses ids 256..383 (above the data's vocabulary of 256)" in p.stdout, p.stdout
+    gen_conf = json.loads((out / "generation_config.json").read_text())
+    assert gen_conf["suppress_tokens"] == list(range(256, 384)), gen_conf
+    assert gen_conf["eos_token_id"] == gen_conf["bos_token_id"] == 10, gen_conf
+    model = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=not stock).eval()
+    assert (type(model) is GPT2LMHeadModel) == stock and model.config.vocab_size == 384
+    assert model.generation_config.eos_token_id == 10
+    B, T = 2, 32
+    assert_logits_equal(hf_logits(model, byte_data, B, T),
+                        trainer_logits(run / "model_00000004.bin", byte_data, B, T, 384, tmp_path))
+
+    prompt = torch.from_numpy(read_tokens(byte_data, "val", 8)[None, :])
+
+    def sample(**kw):
+        torch.manual_seed(0)
+        with torch.no_grad():
+            out_ids = model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=True, max_new_tokens=24,
+                                     min_new_tokens=24, num_return_sequences=8, pad_token_id=0, **kw)
+        return out_ids[:, prompt.shape[1]:].flatten().tolist()
+
+    drawn = sample()
+    assert len(drawn) == 8 * 24 and max(drawn) < 256, sorted(set(drawn))[-5:]
+    # the check has teeth: the same model sampled without the suppression draws padded ids
+    assert max(sample(suppress_tokens=None)) >= 256  # measured: 12 and 15 of the 192
 
 
 FIXTURES = ["ls", "mhsa", "local_qknorm_softcap", "ls_p1_qknorm", "paper", "ls_hd32", "mhsa_hd32",

@@ -63,6 +63,31 @@ def test_cached_equals_uncached(model, mode, max_len):
     assert cached == uncached
 
 
+def test_a_prompt_longer_than_the_context_is_cut_with_a_note(model):
+    """trial 5 F12: a prompt longer than the context (--max-len, else the model's max_seq_len 64) keeps its newest
+    tokens, as nanoGPT's sample.py crops idx to block_size, and says so in one note on stderr; a prompt that fits
+    gets none."""
+    ckpt, _ = model
+    prompt = [70 + i % 50 for i in range(100)]
+    common = ["-n", 5, "--seed", 5, "--print-ids", "--threads", 1, "--device", "cpu", "-e", ckpt]
+
+    def notes(p):
+        return [ln for ln in p.stderr.decode().splitlines() if "prompt" in ln and ln.startswith("note:")]
+
+    for max_len, limit in [([], "the model's max_seq_len 64"), (["--max-len", 40], "--max-len 40")]:
+        keep = 64 if not max_len else 40
+        p = gen(common + max_len + ["--prompt-ids", ",".join(map(str, prompt))])
+        assert notes(p) == [f"note: the prompt has 100 tokens, more than {limit}: its first {100 - keep} are "
+                            f"dropped and the newest {keep} kept (pass a shorter prompt"
+                            + (", or --max-len up to 64)" if max_len else ")")], p.stderr
+        # the behaviour is unchanged: the same tokens as the newest `keep` prompt tokens alone
+        alone = gen(common + max_len + ["--prompt-ids", ",".join(map(str, prompt[-keep:]))])
+        assert ids(p) == ids(alone) and notes(alone) == [], alone.stderr
+    # the bench path refuses a prompt it cannot hold (nothing is cut there)
+    p = gen(["-e", ckpt, "--bench", "--bench-prompt", 65, "--bench-contexts", 64], check=False)
+    assert p.returncode == 1 and "--bench-prompt 65 exceeds the model's max_seq_len 64" in p.stderr.decode(), p.stderr
+
+
 def test_reproducible_and_seeded(model):
     ckpt, tok = model
     common = ["-e", ckpt, "--tokenizer", tok, "-n", 80, "--threads", 1]

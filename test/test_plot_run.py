@@ -122,6 +122,25 @@ def test_label_notes_settings_changed_on_resume():
                                         (800, "--qk-clip 100->0"), (900, "-x 1000->2000\n--val-every 20->50")]
 
 
+def test_an_epoch_entry_is_labelled_as_the_epoch_not_a_max_steps_change():
+    """config.json's history entry {"epoch": true} (always "flag": "--max-steps"; docs/formats.md) is no change of
+    -x: -x stayed -1 (one epoch) and a -d changed at that step moved the epoch's step total. The label and the
+    marker say so; they said "max-steps 4330->2165 at step 1126", a -x the user never gave."""
+    # as the trainer writes them (test/test_epoch_steps.py): -d -1 (B x T = 128 tokens) -> 256 at step 1126
+    hist = [{"step": 1126, "flag": "--total-batch-size", "old": -1, "new": 256},
+            {"step": 1126, "flag": "--max-steps", "old": 4330, "new": 2165, "epoch": True}]
+    cfg = config(train={"max_steps": -1, "total_batch_size": 256}, history=hist)
+    pieces = label(cfg).split(", ")
+    assert "one epoch: 4330->2165 steps at step 1126" in pieces, pieces
+    assert "total-batch-size -1->256 at step 1126" in pieces, pieces
+    assert not any(p.startswith("max-steps") for p in pieces), pieces
+    assert plot_run.markers_of(cfg) == [(1126, "--total-batch-size -1->256\none epoch: 4330->2165 steps")]
+    # a real -x change next to it keeps its own piece
+    cfg["history"] = hist + [{"step": 1500, "flag": "--max-steps", "old": -1, "new": 3000}]
+    pieces = label(cfg).split(", ")
+    assert "one epoch: 4330->2165 steps at step 1126" in pieces and "max-steps -1->3000 at step 1500" in pieces, pieces
+
+
 def test_label_notes_a_fork():
     cfg = config(forked_from={"checkpoint": "out/run/model_00000400.bin", "step": 400})
     assert "forked from run at step 400" in label(cfg).split(", ")

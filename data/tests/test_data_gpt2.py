@@ -86,7 +86,8 @@ def test_shakespeare_shards(shakespeare_run, gpt2_enc):
     assert meta["vocab_size"] == 50257 and meta["eot_token"] == 50256 and meta["shard_version"] == 1
     assert meta["num_shards"] == {"train": 1, "val": 1}
     assert meta["sources"] == [{"file": "input.txt", "bytes": 1115394, "splits": ["train", "val"],
-                                "sha256": "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"}]
+                                "sha256": "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
+                                "tokens": {"train": 301_967, "val": 36_060}}]
     vocab, eot, tokens = tk.read_tokenizer_bin(str(out / "tokenizer.bin"))
     assert (vocab, eot) == (50257, 50256)
     first = read_shard(out / "train_000000.bin")[1:3]
@@ -129,3 +130,58 @@ def test_stale_shards_removed(shakespeare_run, gpt2_dir, tmp_path):
 
 def test_split_documents_helper():
     assert split_documents([7, 1, 2, 7, 7, 3], 7) == [[1, 2], [], [3]]
+
+
+def test_each_source_file_says_its_split_and_tokens(shared_data, gpt2_dir, tmp_path):
+    """trial 5 F12: WikiText-2's two files split by file made validation (test.txt) bigger than training, said
+    nowhere. stderr now names each file's split and tokens (meta.json sources[] too), and warns when validation
+    is larger than training; a split that is not gets no warning."""
+    import sources
+    text = open(os.path.join(shared_data, "tinyshakespeare", "input.txt"), encoding="utf-8").read()
+    src = tmp_path / "src"
+    src.mkdir()
+    names = ["src/a.txt", "src/b.txt"]  # as meta.json names them: under the name of the --source directory
+    paths = [str(tmp_path / n) for n in names]
+    val = sources.split_by_file(paths, names, False, 0.05, 1337)["val"][0].name  # the default --val-fraction, seed
+    big, small = text[:20_000], text[20_000:30_000]
+    for n in names:
+        (tmp_path / n).write_text(big if n == val else small)
+
+    def prepare(out, *extra):
+        p = run_prepare("--dataset", "text", "--source", src, "--out", out, "--tokenizer", "gpt2",
+                        "--gpt2-bpe", gpt2_dir, "--workers", 1, *extra)
+        return p, json.loads((out / "meta.json").read_text())
+
+    p, meta = prepare(tmp_path / "o")
+    tokens = {s["file"]: s["tokens"] for s in meta["sources"]}
+    train = [n for n in names if n != val][0]
+    assert set(tokens[val]) == {"val"} and set(tokens[train]) == {"train"}, tokens
+    assert tokens[val]["val"] == meta["num_tokens"]["val"] > meta["num_tokens"]["train"] == tokens[train]["train"]
+    lines = p.stderr.splitlines()
+    assert f"source {val}: val, {tokens[val]['val']:,} tokens" in lines, p.stderr
+    assert f"source {train}: train, {tokens[train]['train']:,} tokens" in lines, p.stderr
+    warnings = [ln for ln in lines if ln.startswith("warning:")]
+    assert warnings == [
+        f"warning: validation ({meta['num_tokens']['val']:,} tokens) is larger than training "
+        f"({meta['num_tokens']['train']:,} tokens): the split is by file (1 of 2 files is validation, "
+        f"picked by --seed 1337); give more files, or one file to split by characters"], p.stderr
+
+    # the other file in validation: no warning
+    for n in names:
+        (tmp_path / n).write_text(small if n == val else big)
+    p, meta = prepare(tmp_path / "o2")
+    assert not [ln for ln in p.stderr.splitlines() if ln.startswith("warning:")], p.stderr
+
+    # one file: split by characters, both splits named
+    one = tmp_path / "one.txt"
+    one.write_text(big)
+    p = run_prepare("--dataset", "text", "--source", one, "--out", tmp_path / "o3", "--tokenizer", "gpt2",
+                    "--gpt2-bpe", gpt2_dir, "--workers", 1, "--val-fraction", 0.6)
+    meta = json.loads((tmp_path / "o3" / "meta.json").read_text())
+    n = meta["num_tokens"]
+    assert meta["sources"][0]["tokens"] == n
+    lines = p.stderr.splitlines()
+    assert f"source one.txt: train, {n['train']:,} tokens, val, {n['val']:,} tokens (split by characters)" in lines
+    assert [ln for ln in lines if ln.startswith("warning:")] == [
+        f"warning: validation ({n['val']:,} tokens) is larger than training ({n['train']:,} tokens): "
+        f"--val-fraction 0.6 of the characters is validation; lower --val-fraction"], p.stderr

@@ -80,6 +80,21 @@ inline GenerationInput generation_input(const GenerateConfig& g, const ModelConf
     return in;
 }
 
+// The note for a prompt longer than the context in.max_len: generate() reads its newest max_len tokens (as
+// nanoGPT's sample.py crops idx to block_size), so the first ones are dropped; "" when the prompt fits.
+inline std::string prompt_cut_note(const GenerationInput& in, const GenerateConfig& g, const ModelConfig& mc) {
+    const size_t n = in.prompt.size(), keep = (size_t)in.max_len;
+    if (n <= keep) return "";
+    const bool by_flag = g.max_len > 0;
+    const std::string limit = by_flag ? "--max-len " + std::to_string(in.max_len)
+                                      : "the model's max_seq_len " + std::to_string(mc.max_seq_len);
+    const std::string fix = by_flag && in.max_len < mc.max_seq_len
+                                ? "pass a shorter prompt, or --max-len up to " + std::to_string(mc.max_seq_len)
+                                : "pass a shorter prompt";
+    return "note: the prompt has " + std::to_string(n) + " tokens, more than " + limit + ": its first " +
+           std::to_string(n - keep) + " are dropped and the newest " + std::to_string(keep) + " kept (" + fix + ")";
+}
+
 // The prompt as generate_gpt2_ls echoes it on stdout before the continuation (as nanoGPT's sample.py
 // prints the decoded start): its tokens' bytes, without a leading EOT (the document start a text prompt
 // and the default prompt begin with: the text the user gave, not "<|endoftext|>"). Without a
