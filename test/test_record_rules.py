@@ -18,7 +18,7 @@ import subprocess
 
 import pytest
 
-from run_helpers import BIN, REPO, TINY, data_args, dir_hashes, run
+from run_helpers import BIN, REPO, TINY, data_args, dir_hashes, read_jsonl, run
 
 # constant LR and no samples: short runs whose only outputs are the ones looked at
 COMMON = TINY + ["-k", "constant", "-u", 0, "-l", "2e-3", "-v", 0, "-s", 0, "--logit-stats-every", 0]
@@ -234,6 +234,27 @@ def test_the_header_says_1_thread_and_names_the_stabilizers(byte_data):
     assert "  stabilizers: z-loss 0.0001, qk-clip 50" in lines[:6], lines[:6]
     p = run(data_args(byte_data) + COMMON + ["-x", 1])
     assert not any("stabilizers" in ln for ln in p.stdout.splitlines())
+
+
+@pytest.mark.parametrize("args, expect, rates", [
+    (["-k", "cosine", "-u", 3, "-q", "0.1"], "  lr: cosine: warmup 3 steps to 2.00e-03, decay over steps 4-8 to "
+     "2.00e-04 (-q 0.1)", {2: 4e-3 / 3, 3: 2e-3, 4: 2e-3, 8: 2e-4}),
+    (["-k", "linear", "-u", 0, "-q", "0.5"], "  lr: linear: no warmup, 2.00e-03 from step 1, decay over steps 1-8 "
+     "to 1.00e-03 (-q 0.5)", {1: 2e-3, 8: 1e-3}),
+    (["-k", "wsd", "-u", 2, "-q", "0", "--wsd-decay-frac", "0.5"], "  lr: wsd: warmup 2 steps to 2.00e-03, stable "
+     "to step 5, decay over steps 6-8 to 0.00e+00 (-q 0) (--wsd-decay-frac 0.5)", {2: 2e-3, 5: 2e-3, 6: 4e-3 / 3,
+                                                                                    8: 0.0}),
+    (["-k", "constant", "-u", 2], "  lr: constant: warmup 2 steps to 2.00e-03, then 2.00e-03 to the end",
+     {1: 1e-3, 2: 2e-3, 8: 2e-3}),
+])
+def test_the_header_names_the_whole_lr_schedule(byte_data, tmp_path, args, expect, rates):
+    """A code review: the header's lr line named only the peak and the kind. It names the warmup, the final lr and
+    the steps of the decay, as the steps' rates (metrics.jsonl) are."""
+    out = tmp_path / "run"
+    p = run(data_args(byte_data) + COMMON + ["-o", out, "-x", 8] + args)
+    assert expect in p.stdout.splitlines()[:6], p.stdout.splitlines()[:6]
+    lr = {r["step"]: r["lr"] for r in read_jsonl(out / "metrics.jsonl") if "lr" in r}
+    assert {s: lr[s] for s in rates} == pytest.approx(rates, rel=1e-5, abs=1e-12), lr
 
 
 def test_llmc_two_letter_flags_name_ours_as_docs_from_llmc_does(tmp_path):
