@@ -161,12 +161,19 @@ def test_a_run_resumes_from_another_directory(byte_data, tmp_path):
      "decimal point: write 1.5, not 1,5)"),
     (["-i", "{data}/*.bin"], "error: the shard pattern '{data}/*.bin' matches {data}/tokenizer.bin, which is not a "
      "token shard"),
-    # trial 5 finding 12: the 0/1 flags are integers (llm.c's -y 1); a word is "takes 0 or 1", not "in digits"
-    (["--bias", "false"], "error: --bias takes 0 or 1, not 'false'; fix its value"),
-    (["--shuffle", "false"], "error: --shuffle takes 0 or 1, not 'false'; fix its value"),
-    (["-y", "true"], "error: --resume takes 0 or 1, not 'true'; fix its value"),
-    (["--cuda-graph", "on"], "error: --cuda-graph takes 0 or 1, not 'on'; fix its value"),
-    (["--shuffle", "3000000000"], "error: --shuffle takes 0 or 1, not '3000000000'; fix its value"),
+    # trial 5 finding 12: the 0/1 flags are integers (llm.c's -y 1); a word is "0 or 1", not "in digits"; a code
+    # review: in the words of the flag's range check (-y 2), not in other words for a value that is not an integer
+    (["--bias", "false"], "error: --bias must be 0 or 1 (got false)"),
+    (["--shuffle", "false"], "error: --shuffle must be 0 or 1 (got false)"),
+    (["-y", "true"], "error: -y/--resume must be 0 or 1 (got true); -y 1 resumes the run in -o"),
+    (["-y", "1.0"], "error: -y/--resume must be 0 or 1 (got 1.0); -y 1 resumes the run in -o"),
+    (["--cuda-graph", "on"], "error: --cuda-graph must be 0 or 1 (got on)"),
+    (["--shuffle", "3000000000"], "error: --shuffle must be 0 or 1 (got 3000000000)"),
+    # a code review: CLI11 read integers with strtoll's base 0, so "-y 0x1" was -y 1 and "-x 0x10" 16 steps
+    (["-y", "0x1"], "error: -y/--resume must be 0 or 1 (got 0x1); -y 1 resumes the run in -o"),
+    (["--shuffle", "0X1"], "error: --shuffle must be 0 or 1 (got 0X1)"),
+    (["-x", "0x10"], "error: --max-steps takes an integer in digits (e.g. 1000, not 1e3), not '0x10'; fix its value"),
+    (["--seed", "0x10"], "error: --seed takes an integer in digits (e.g. 1000, not 1e3), not '0x10'; fix its value"),
     # trial 5 finding 12: nanoGPT's names with no flag here are refused naming what does their job; the unknown
     # flag comes first (CLI11 printed its value first: "not expected: 6e-5 --min_lr")
     (["-l", "6e-4", "--min_lr", "6e-5"], "error: unknown flag --min_lr; did you mean --final-lr-frac? (nanoGPT's "

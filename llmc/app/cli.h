@@ -31,6 +31,7 @@
 #include "llmc/app/run_history.h"
 #include "llmc/app/run_record.h"
 #include "llmc/app/train_config.h"
+#include "llmc/app/validate.h"
 #include "llmc/core/error.h"
 
 namespace llmc {
@@ -55,15 +56,15 @@ public:
 #undef LLMC_ADD_SETTING
 #undef LLMC_ADD_MODEL_FLAG
 #define LLMC_NOTE_RANGE(record, type, field, def, names, ok, rule, help) \
-    note_int_range(names, c.field, [](const auto& v) {                   \
+    note_int_range(names, rule, c.field, [](const auto& v) {             \
         (void)v;                                                         \
         return ok;                                                       \
     });
-#define LLMC_NOTE_MODEL_RANGE(type, field, names, help)          \
-    note_int_range(names, c.overrides.field, [](const auto& v) { \
-        ModelOverrides o;                                        \
-        o.field = v;                                             \
-        return model_override_accepted(o);                       \
+#define LLMC_NOTE_MODEL_RANGE(type, field, names, help)                                     \
+    note_int_range(names, "must be 0 or 1 (got {})", c.overrides.field, [](const auto& v) { \
+        ModelOverrides o;                                                                   \
+        o.field = v;                                                                        \
+        return model_override_accepted(o);                                                  \
     });
         LLMC_TRAIN_FLAGS(LLMC_NOTE_RANGE, LLMC_NOTE_MODEL_RANGE)
 #undef LLMC_NOTE_RANGE
@@ -186,20 +187,22 @@ private:
     std::vector<IntRange> int_ranges_;              // the integer flags, for conversion_error
 
     // Records the range of an integer field's type (a flag's names "-x,--max-steps"; "" for a Json row),
-    // and whether the flag's own rule `ok` (a predicate on a value) takes 0 and 1 only.
+    // and whether the flag's own rule `ok` (a predicate on a value) takes 0 and 1 only; such a flag's
+    // conversion error is worded as its range check (llmc/app/validate.h check_setting) words `rule`.
     template <class T, class Ok>
-    void note_int_range(const std::string& names, const T&, Ok ok) {
+    void note_int_range(const std::string& names, const std::string& rule, const T&, Ok ok) {
         if constexpr (std::is_integral<T>::value && !std::is_same<T, bool>::value) {
             const size_t at = names.find("--");
             if (at == std::string::npos) return;
             IntRange r = int_range<T>(names.substr(at, names.find(',', at) - at));
             r.zero_or_one = ok(T(0)) && ok(T(1)) && !ok(T(2)) && !ok(T(-1));
+            if (r.zero_or_one) r.zero_or_one_error = flag_names_text(names) + " " + rule;
             int_ranges_.push_back(r);
         }
     }
     template <class T, class Ok>
-    void note_int_range(const std::string& names, const std::optional<T>&, Ok ok) {
-        note_int_range(names, T{}, ok);
+    void note_int_range(const std::string& names, const std::string& rule, const std::optional<T>&, Ok ok) {
+        note_int_range(names, rule, T{}, ok);
     }
 
     // (ErrorSource: where a parse error was found: in argv alone, alike on every rank, or after reading files)
