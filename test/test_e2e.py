@@ -258,6 +258,15 @@ def test_bad_checkpoints(trained, byte_data, tmp_path):
     shutil.copytree(ref, d)
     as_two_processes(d)
     assert_refused(args + ["-o", d], d, "written by 2 processes")
+    # a review: with the newest step damaged, the step whose state mismatches (10) is named, and its model file
+    # (the line named step 20 and its damaged model)
+    d = tmp_path / "world_fallback"
+    shutil.copytree(ref, d)
+    as_two_processes(d)
+    damage_model(d, 20)
+    assert_refused(args + ["-o", d], d, f"error: -y 1: the checkpoint of step 10 in {d} was written by 2 processes "
+                   f"and this run has 1; resume with the same -np (2), or start a new run from its weights in another "
+                   f"-o: -e {d}/model_00000010.bin")
 
     # every complete checkpoint damaged: refused, naming fixes that leave the run as it is (a code review: "start
     # fresh without -y" into the same -o is refused, as it holds checkpoints), and the second of them trains

@@ -278,7 +278,12 @@ inline LoadedCheckpoint load_checkpoint_at(const std::string& dir, int step, con
             throw damaged("says " + std::to_string(sh->world_size) + " processes, the step's marker " +
                           std::to_string(world_size));
     }
-    ck.state = load_train_state(spath, expected, rank, world_size);
+    try {
+        ck.state = load_train_state(spath, expected, rank, world_size);
+    } catch (StateWorldSizeMismatch& e) {  // the step whose files mismatch, not the newest one's
+        e.step = step;
+        throw;
+    }
     if (ck.state.step != step)
         throw CheckpointDamaged(spath + ": header says step " + std::to_string(ck.state.step) + " but the name says " +
                                 std::to_string(step) + "; use another checkpoint");
