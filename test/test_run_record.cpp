@@ -569,6 +569,23 @@ TEST_CASE("paths are recorded absolute, so a run resumes from any directory", "[
     REQUIRE(llmc::setting_changes(rec["train"], parsed({"-i", "e/train_*.bin"}), "r").size() == 1);
 }
 
+TEST_CASE("the validation set changes within a run by -j and -m only", "[run_history]") {
+    // it is the first -m x B x T x processes tokens of -j; -b, -t and the process count are refused on a resume
+    // (the data loader's state) and in a fork, and a restart from step 0 writes a new record, so no history
+    // entry of theirs is a change of the set, nor any other flag's (-d, -l)
+    nlohmann::ordered_json rec = record_of({"-i", "/d/x", "-j", "/d/v", "-b", "4", "-t", "32"});
+    rec["history"] = {entry(4, "--val-batches", 20, 10), entry(6, "--total-batch-size", -1, 256),
+                      entry(8, "--batch-size", 4, 2), entry(8, "--seq-len", 32, 64)};
+    llmc::ValSetChange c = llmc::last_val_set_change(rec, "r");
+    REQUIRE(c.step == 4);
+    REQUIRE(c.flags == "--val-batches");
+    rec["history"].push_back(entry(9, "--val-data", "/d/v", "/d/w"));
+    rec["history"].push_back(entry(9, "--val-batches", 10, 5));
+    c = llmc::last_val_set_change(rec, "r");
+    REQUIRE(c.step == 9);
+    REQUIRE(c.flags == "--val-data and --val-batches");
+}
+
 TEST_CASE("command-line mistakes CLI11 would misreport get one line naming the fix", "[run_history][cli]") {
     llmc_test::TempDir dir;
     const auto error_of = [](std::vector<std::string> args) {
