@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from run_helpers import (BIN, REPO, TINY, assert_refused, assert_same_run, data_args, gpt2_tinyshakespeare, read_jsonl,
-                         run, train_records)
+from run_helpers import (BIN, REPO, TINY, assert_refused, assert_same_run, data_args, dir_hashes, gpt2_tinyshakespeare,
+                         read_jsonl, run, train_records)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dev" / "reference"))
 from checkpoint import header_checksum  # noqa: E402
@@ -238,27 +238,47 @@ def test_bad_checkpoints(trained, byte_data, tmp_path):
 
     # a checkpoint written by another process count is refused (its state header and its step's marker
     # both say 2; a header alone that disagrees with its marker is damage, test_chaos_soak.py)
-    d = tmp_path / "world"
-    shutil.copytree(ref, d)
-    for step in (10, 20):
-        st = d / f"state_{step:08d}_00000.bin"
-        b = bytearray(st.read_bytes())
-        b[16:20] = struct.pack("<i", 2)  # header[4] = world size
-        h = np.frombuffer(bytes(b[:1024]), dtype="<i4")
-        b[76:84] = struct.pack("<Q", header_checksum(h, 19))  # header[19..20]: the header's own checksum
-        st.write_bytes(bytes(b))
-        (d / f"DONE_{step:08d}").write_text(f"step {step} world_size 2\n")
-    assert_refused(args + ["-o", d], d, "written by 2 processes")
+    def as_two_processes(d):
+        for step in (10, 20):
+            st = d / f"state_{step:08d}_00000.bin"
+            b = bytearray(st.read_bytes())
+            b[16:20] = struct.pack("<i", 2)  # header[4] = world size
+            h = np.frombuffer(bytes(b[:1024]), dtype="<i4")
+            b[76:84] = struct.pack("<Q", header_checksum(h, 19))  # header[19..20]: the header's own checksum
+            st.write_bytes(bytes(b))
+            (d / f"DONE_{step:08d}").write_text(f"step {step} world_size 2\n")
 
-    # every complete checkpoint damaged: refused
-    d = tmp_path / "damaged"
-    shutil.copytree(ref, d)
-    for step in (10, 20):
+    def damage_model(d, step):
         m = d / f"model_{step:08d}.bin"
         b = bytearray(m.read_bytes())
         b[-5] ^= 0x40
         m.write_bytes(bytes(b))
-    assert_refused(args + ["-o", d], d, "no usable checkpoint")
+
+    d = tmp_path / "world"
+    shutil.copytree(ref, d)
+    as_two_processes(d)
+    assert_refused(args + ["-o", d], d, "written by 2 processes")
+    # a review: with the newest step damaged, the step whose state mismatches (10) is named, and its model file
+    # (the line named step 20 and its damaged model)
+    d = tmp_path / "world_fallback"
+    shutil.copytree(ref, d)
+    as_two_processes(d)
+    damage_model(d, 20)
+    assert_refused(args + ["-o", d], d, f"error: -y 1: the checkpoint of step 10 in {d} was written by 2 processes "
+                   f"and this run has 1; resume with the same -np (2), or start a new run from its weights in another "
+                   f"-o: -e {d}/model_00000010.bin")
+
+    # every complete checkpoint damaged: refused, naming fixes that leave the run as it is (a code review: "start
+    # fresh without -y" into the same -o is refused, as it holds checkpoints), and the second of them trains
+    d = tmp_path / "damaged"
+    shutil.copytree(ref, d)
+    for step in (10, 20):
+        damage_model(d, step)
+    assert_refused(args + ["-o", d], d, "; restore them from a copy and resume again, or start the run over in a new "
+                   f"directory with its settings: --config {d}/config.json -o NEW_DIR ({d} is left as it is)")
+    before = dir_hashes(d)
+    run(["--config", d / "config.json", "-o", tmp_path / "again", "-x", 2, "-n", 0, "-v", 0, "-s", 0])
+    assert (tmp_path / "again" / "model_00000002.bin").exists() and dir_hashes(d) == before
 
     # -e pointing at a file that is not a checkpoint
     junk = tmp_path / "junk.bin"

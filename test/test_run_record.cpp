@@ -28,6 +28,7 @@
 #include "test/test_util.h"
 
 using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
 
 namespace {
 
@@ -94,6 +95,13 @@ TEST_CASE("edit distance and the nearest flag name", "[flag_suggest]") {
     REQUIRE(llmc::did_you_mean("gradient_accumulation_steps", names).find("--total-batch-size") != std::string::npos);
     REQUIRE(llmc::did_you_mean("max_iters", names) == "; did you mean --max-steps?");  // near enough already
     REQUIRE(llmc::did_you_mean("n_layer", {"qk-norm"}).empty());                       // only a flag that exists
+    // trial 5 finding 12: nanoGPT's settings with no flag here say what does their job (they got no hint);
+    // they need no flag among the candidates
+    REQUIRE(llmc::did_you_mean("dropout", {}) ==
+            "; nanoGPT's dropout: this trainer has no dropout (nanoGPT's pretraining default is 0.0); drop it");
+    REQUIRE_THAT(llmc::did_you_mean("--decay_lr", names), StartsWith("; nanoGPT's decay_lr: False is a constant lr"));
+    REQUIRE_THAT(llmc::did_you_mean("init_from", names), Contains("resume is -y 1"));
+    REQUIRE_THAT(llmc::did_you_mean("lr_decay_iters", names), Contains("set -x to the decay span"));
 }
 
 TEST_CASE("--config TOML: an unknown key or any [section] is refused, naming the key and the nearest flag",
@@ -110,6 +118,9 @@ TEST_CASE("--config TOML: an unknown key or any [section] is refused, naming the
     REQUIRE(read("qk-norm=true\nlearning-rate=0.001\nl=0.002\n").size() == 3);
     REQUIRE_THROWS_WITH(read("qknorm=true\n"), "config file x.toml: unknown key 'qknorm'; did you mean --qk-norm?");
     REQUIRE_THROWS_WITH(read("qk-norm=true\nwhatever=1\n"), "config file x.toml: unknown key 'whatever'");
+    REQUIRE_THROWS_WITH(read("always_save_checkpoint=true\n"),
+                        StartsWith("config file x.toml: unknown key 'always_save_checkpoint'; nanoGPT's "
+                                   "always_save_checkpoint: checkpoints do not wait for a better validation loss"));
     REQUIRE_THROWS_WITH(read("[train]\nlearning-rate=0.001\n"), Contains("unknown section [train]"));
     REQUIRE_THROWS_WITH(read("train.learning-rate=0.001\n"), Contains("unknown section [train]"));
     REQUIRE_THROWS_WITH(read(std::string("qk-norm=true\n\0\1\2", 16)), Contains("x.toml: not a text file"));
@@ -556,6 +567,23 @@ TEST_CASE("paths are recorded absolute, so a run resumes from any directory", "[
     REQUIRE(rec["train"]["train_data"] == cwd + "/d/train_*.bin");
     REQUIRE(llmc::setting_changes(rec["train"], parsed({"-i", "d/train_*.bin"}), "r").empty());
     REQUIRE(llmc::setting_changes(rec["train"], parsed({"-i", "e/train_*.bin"}), "r").size() == 1);
+}
+
+TEST_CASE("the validation set changes within a run by -j and -m only", "[run_history]") {
+    // it is the first -m x B x T x processes tokens of -j; -b, -t and the process count are refused on a resume
+    // (the data loader's state) and in a fork, and a restart from step 0 writes a new record, so no history
+    // entry of theirs is a change of the set, nor any other flag's (-d, -l)
+    nlohmann::ordered_json rec = record_of({"-i", "/d/x", "-j", "/d/v", "-b", "4", "-t", "32"});
+    rec["history"] = {entry(4, "--val-batches", 20, 10), entry(6, "--total-batch-size", -1, 256),
+                      entry(8, "--batch-size", 4, 2), entry(8, "--seq-len", 32, 64)};
+    llmc::ValSetChange c = llmc::last_val_set_change(rec, "r");
+    REQUIRE(c.step == 4);
+    REQUIRE(c.flags == "--val-batches");
+    rec["history"].push_back(entry(9, "--val-data", "/d/v", "/d/w"));
+    rec["history"].push_back(entry(9, "--val-batches", 10, 5));
+    c = llmc::last_val_set_change(rec, "r");
+    REQUIRE(c.step == 9);
+    REQUIRE(c.flags == "--val-data and --val-batches");
 }
 
 TEST_CASE("command-line mistakes CLI11 would misreport get one line naming the fix", "[run_history][cli]") {

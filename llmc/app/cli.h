@@ -31,6 +31,7 @@
 #include "llmc/app/run_history.h"
 #include "llmc/app/run_record.h"
 #include "llmc/app/train_config.h"
+#include "llmc/app/validate.h"
 #include "llmc/core/error.h"
 
 namespace llmc {
@@ -55,15 +56,15 @@ public:
 #undef LLMC_ADD_SETTING
 #undef LLMC_ADD_MODEL_FLAG
 #define LLMC_NOTE_RANGE(record, type, field, def, names, ok, rule, help) \
-    note_int_range(names, c.field, [](const auto& v) {                   \
+    note_int_range(names, rule, c.field, [](const auto& v) {             \
         (void)v;                                                         \
         return ok;                                                       \
     });
-#define LLMC_NOTE_MODEL_RANGE(type, field, names, help)          \
-    note_int_range(names, c.overrides.field, [](const auto& v) { \
-        ModelOverrides o;                                        \
-        o.field = v;                                             \
-        return model_override_accepted(o);                       \
+#define LLMC_NOTE_MODEL_RANGE(type, field, names, help)                                     \
+    note_int_range(names, "must be 0 or 1 (got {})", c.overrides.field, [](const auto& v) { \
+        ModelOverrides o;                                                                   \
+        o.field = v;                                                                        \
+        return model_override_accepted(o);                                                  \
     });
         LLMC_TRAIN_FLAGS(LLMC_NOTE_RANGE, LLMC_NOTE_MODEL_RANGE)
 #undef LLMC_NOTE_RANGE
@@ -119,8 +120,7 @@ public:
         } catch (const CLI::FileError&) {  // CLI11 could not open the --config file (config_path_error saw a file)
             return fail("--config " + config_file_->file + ": not readable; check its permissions", ErrorSource::Files);
         } catch (const CLI::ExtrasError& e) {
-            const std::string hint = unknown_flag_hint();
-            return fail(e.what() + (hint.empty() ? "; run with --help for the flags" : hint), ErrorSource::Argv);
+            return fail(unknown_flag_error(e.what()), ErrorSource::Argv);
         } catch (const CLI::ConversionError& e) {
             return fail(conversion_error(app_, int_ranges_, e.what()), ErrorSource::Argv);
         } catch (const CLI::ParseError& e) {
@@ -187,20 +187,22 @@ private:
     std::vector<IntRange> int_ranges_;              // the integer flags, for conversion_error
 
     // Records the range of an integer field's type (a flag's names "-x,--max-steps"; "" for a Json row),
-    // and whether the flag's own rule `ok` (a predicate on a value) takes 0 and 1 only.
+    // and whether the flag's own rule `ok` (a predicate on a value) takes 0 and 1 only; such a flag's
+    // conversion error is worded as its range check (llmc/app/validate.h check_setting) words `rule`.
     template <class T, class Ok>
-    void note_int_range(const std::string& names, const T&, Ok ok) {
+    void note_int_range(const std::string& names, const std::string& rule, const T&, Ok ok) {
         if constexpr (std::is_integral<T>::value && !std::is_same<T, bool>::value) {
             const size_t at = names.find("--");
             if (at == std::string::npos) return;
             IntRange r = int_range<T>(names.substr(at, names.find(',', at) - at));
             r.zero_or_one = ok(T(0)) && ok(T(1)) && !ok(T(2)) && !ok(T(-1));
+            if (r.zero_or_one) r.zero_or_one_error = flag_names_text(names) + " " + rule;
             int_ranges_.push_back(r);
         }
     }
     template <class T, class Ok>
-    void note_int_range(const std::string& names, const std::optional<T>&, Ok ok) {
-        note_int_range(names, T{}, ok);
+    void note_int_range(const std::string& names, const std::string& rule, const std::optional<T>&, Ok ok) {
+        note_int_range(names, rule, T{}, ok);
     }
 
     // (ErrorSource: where a parse error was found: in argv alone, alike on every rank, or after reading files)
@@ -226,14 +228,20 @@ private:
         return path;
     }
 
-    // "; did you mean --qk-norm?" for the first unexpected "--name" argument that is near a flag.
-    std::string unknown_flag_hint() const {
-        for (const std::string& arg : app_.remaining()) {
-            if (arg.rfind("--", 0) != 0) continue;
-            const std::string hint = did_you_mean(arg.substr(2, arg.find('=') - 2), flag_names_);
-            if (!hint.empty()) return hint;
-        }
-        return "";
+    // The error line for arguments CLI11 did not expect (its ExtrasError `what`): the first unknown flag
+    // by name, with its "did you mean" (did_you_mean) or the pointer to --help, and any other unknown
+    // flags after it: "unknown flag --min_lr; did you mean --final-lr-frac? (...)". CLI11's own line
+    // ("not expected: 6e-5 --min_lr") lists the flag's value before it. Without an unknown flag (only
+    // stray values), CLI11's line.
+    std::string unknown_flag_error(const std::string& what) const {
+        std::vector<std::string> unknown;  // as typed, without "=value"
+        for (const std::string& arg : app_.remaining())
+            if (looks_like_option(arg)) unknown.push_back(arg.substr(0, arg.find('=')));
+        if (unknown.empty()) return what + "; run with --help for the flags";
+        const std::string hint = did_you_mean(unknown[0], flag_names_);
+        std::string line = "unknown flag " + unknown[0] + (hint.empty() ? "; run with --help for the flags" : hint);
+        for (size_t i = 1; i < unknown.size(); i++) line += (i == 1 ? " (also unknown: " : ", ") + unknown[i];
+        return line + (unknown.size() > 1 ? ")" : "");
     }
 
     // Sets every option not given (on the command line or by --config) from `values`, as a config file

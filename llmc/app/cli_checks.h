@@ -113,6 +113,22 @@ inline CLI::Validator float_text_check() {
         "");
 }
 
+// The text of an integer flag (`name`, as CLI11's get_name gives it: "--max-steps") is decimal digits
+// with an optional sign: CLI11 2.1 converts integers with strtoll's base 0, which reads "0x10" as 16
+// (and "-y 0x1" as -y 1), a spelling no flag documents. Refused as CLI11's conversion error, so that
+// conversion_error says it as it says "1e3". Other text that is not an integer is left to CLI11's
+// conversion, which refuses it (all of a repeated flag's values at once). Runs after number_text_check.
+inline CLI::Validator integer_text_check(const std::string& name) {
+    return CLI::Validator(
+        [name](std::string& v) {
+            const size_t sign = !v.empty() && (v[0] == '+' || v[0] == '-') ? 1 : 0;
+            if (v.size() > sign + 1 && v[sign] == '0' && (v[sign + 1] == 'x' || v[sign + 1] == 'X'))
+                throw CLI::ConversionError(name, std::vector<std::string>{v});
+            return std::string();
+        },
+        "");
+}
+
 // A bound for an integer option, in one line: "must be >= 1 (got 0)", "must be <= 1 (got 2)" (CLI11's
 // PositiveNumber says "Value 0 not in range 0.000000 to 1.797...e308" with every digit of DBL_MAX).
 // Text that is not an integer is left to CLI11's conversion.
@@ -168,16 +184,25 @@ struct IntRange {
     std::string flag;          // "--max-steps"
     std::string lo, hi;        // std::numeric_limits<T>::min() and max()
     bool zero_or_one = false;  // its own rule takes 0 and 1 only (--shuffle, -y): named instead of the range
+    // a 0/1 flag's refusal as its range check words it, "{}" for the value: "-y/--resume must be 0 or 1
+    // (got {}); -y 1 resumes the run in -o" ("" for "<flag> takes 0 or 1, not '<value>'")
+    std::string zero_or_one_error;
 };
 template <class T>
 IntRange int_range(const std::string& flag) {
-    return {flag, std::to_string(std::numeric_limits<T>::min()), std::to_string(std::numeric_limits<T>::max())};
+    IntRange r;
+    r.flag = flag;
+    r.lo = std::to_string(std::numeric_limits<T>::min());
+    r.hi = std::to_string(std::numeric_limits<T>::max());
+    return r;
 }
 
 // The error line for CLI11's ConversionError `what` of a flag of `app` (`ranges`: its integer flags'):
 // "Could not convert: --max-steps = 1e3" as what the flag takes, "--max-steps takes an integer in
 // digits (e.g. 1000, not 1e3), not '1e3'"; an integer beyond the flag's type is "too large" with its
-// range; a 0/1 flag (IntRange::zero_or_one) "takes 0 or 1" whatever the value ("--shuffle false"). A comma typed inside a value is named as the separator it was likely meant as, which no
+// range; a 0/1 flag (IntRange::zero_or_one) is refused whatever the value ("--shuffle false") in the
+// words of its range check (IntRange::zero_or_one_error), else "takes 0 or 1". A comma typed inside a
+// value is named as the separator it was likely meant as, which no
 // flag reads: a thousands separator for an integer flag, a decimal point for any other (a float flag);
 // a comma only between values is CLI11's, which joins them when a flag is given more than once.
 inline std::string conversion_error(const CLI::App& app, const std::vector<IntRange>& ranges, const std::string& what) {
@@ -194,6 +219,12 @@ inline std::string conversion_error(const CLI::App& app, const std::vector<IntRa
     for (const IntRange& r : ranges)
         if (integer && r.flag == flag) range = &r;
     const bool zero_or_one = range != nullptr && range->zero_or_one;
+    if (zero_or_one && !range->zero_or_one_error.empty()) {
+        std::string line = range->zero_or_one_error;
+        for (size_t at = line.find("{}"); at != std::string::npos; at = line.find("{}", at + value.size()))
+            line.replace(at, 2, value);
+        return line;
+    }
     if (range != nullptr && !zero_or_one && digits)
         return flag + " " + value + " is too " + (value[0] == '-' ? "small" : "large") + ": it takes an integer in " +
                range->lo + ".." + range->hi + "; fix its value";
@@ -215,8 +246,8 @@ inline std::string conversion_error(const CLI::App& app, const std::vector<IntRa
 
 // Adds number_text_check() to every option that takes a number (its type name is not "TEXT", nor
 // "TEXT:{cpu,cuda}", a text option with a set of values, and not empty: --config's and the flags')
-// unsigned_text_check() to the unsigned ones, float_text_check() to the float ones,
-// and flag_text_check() to every flag (no value needed): ours are all on/off (--help too, which
+// integer_text_check() to the integer ones, unsigned_text_check() to the unsigned ones,
+// float_text_check() to the float ones, and flag_text_check() to every flag (no value needed): ours are all on/off (--help too, which
 // exits before any check). A counting flag (add_flag bound to an int, "-v -v") would need its own.
 inline void check_flag_values(CLI::App& app) {
     const CLI::Validator number_text = number_text_check(), flag_text = flag_text_check();
@@ -225,6 +256,8 @@ inline void check_flag_values(CLI::App& app) {
         const std::string type = opt->get_type_name();
         if (opt->get_expected_min() == 0) opt->transform(flag_text);
         else if (opt->get_type_size() > 0 && !type.empty() && type.rfind("TEXT", 0) != 0) opt->transform(number_text);
+        if ((type == "INT" || type == "UINT") && opt->get_expected_min() != 0)
+            opt->check(integer_text_check(opt->get_name()));
         if (type == "UINT" && opt->get_expected_min() != 0) opt->check(unsigned_text);
         if (type == "FLOAT" && opt->get_expected_min() != 0) opt->check(float_text);
     }

@@ -1,6 +1,6 @@
 // "did you mean --qk-norm?": the valid flag name nearest to a mistyped one (or to a nanoGPT setting's
-// name), for the errors of an unknown command-line flag and of an unknown key in a --config file
-// (llmc/app/cli.h).
+// name, or what replaces a nanoGPT setting that has no flag here), for the errors of an unknown
+// command-line flag and of an unknown key in a --config file (llmc/app/cli.h).
 // Nearness is the edit distance (insertions, deletions, substitutions; Levenshtein) between the names
 // lowercased, with '_' read as '-' (so "qk_norm" is 0 away from "qk-norm").
 #pragma once
@@ -35,11 +35,13 @@ inline std::string normalized_flag_name(const std::string& name) {
 }
 
 // nanoGPT's train.py settings whose name is not near ours (normalized name -> our long name, and what
-// differs): taken before the edit distance, which would offer a wrong near name (block_size is near
-// batch-size) or none.
+// differs), and those with no flag of ours (ours "": the note says what does its job here, or that
+// nothing does, and the fix): taken before the edit distance, which would offer a wrong near name
+// (block_size is near batch-size) or none. None is accepted as an alias: where a meaning differs, an
+// alias would silently run another experiment.
 struct NanoGptName {
     const char* theirs;
-    const char* ours;
+    const char* ours;  // "" when no flag takes its place
     const char* note;  // "" when the meaning is the same
 };
 inline constexpr NanoGptName kNanoGptNames[] = {
@@ -52,14 +54,33 @@ inline constexpr NanoGptName kNanoGptNames[] = {
     {"eval-iters", "val-batches", ""},
     {"out-dir", "output-dir", ""},
     {"gradient-accumulation-steps", "total-batch-size", "tokens a step: batch x seq-len x accumulation steps"},
-    {"min-lr", "final-lr-frac", "a fraction: min_lr / learning_rate"},
+    {"min-lr", "final-lr-frac", "-q is the final lr as a fraction of -l: min_lr / learning_rate"},
+    {"dropout", "", "this trainer has no dropout (nanoGPT's pretraining default is 0.0); drop it"},
+    {"lr-decay-iters", "",
+     "-k cosine (linear, wsd) decays from the end of warmup to the last step, -x, with no constant tail at the "
+     "final lr; set -x to the decay span"},
+    {"decay-lr", "", "False is a constant lr without warmup: -k constant -u 0; True is the default -k cosine"},
+    {"init-from", "",
+     "resume is -y 1 (with -o the run's directory), scratch the default; for GPT-2's weights give -e with "
+     "llm.c's gpt2_124M.bin"},
+    {"always-save-checkpoint", "",
+     "checkpoints do not wait for a better validation loss: -n N writes one every N steps (and one at the "
+     "end)"},
+    {"compile", "", "there is no torch.compile here (the kernels are compiled C++/CUDA); drop it"},
+    {"dtype", "", "the precision is the build's (fp32 on the CPU; CUDA: bf16, or make PRECISION=FP32); drop it"},
+    {"dataset", "", "give the token shards: -i 'DIR/train_*.bin' -j 'DIR/val_*.bin' (data/prepare.py writes them)"},
+    {"log-interval", "", "every step is printed and written to -o DIR/metrics.jsonl; drop it"},
+    {"wandb-log", "", "there is no wandb logging; metrics go to -o DIR/metrics.jsonl; drop it"},
+    {"wandb-project", "", "there is no wandb logging; metrics go to -o DIR/metrics.jsonl; drop it"},
+    {"wandb-run-name", "", "there is no wandb logging; metrics go to -o DIR/metrics.jsonl; drop it"},
 };
 
-// The kNanoGptNames entry of a name (as normalized_flag_name gives it) whose flag is a candidate, or null.
+// The kNanoGptNames entry of a name (as normalized_flag_name gives it) whose flag is a candidate (or
+// that has no flag of ours), or null.
 inline const NanoGptName* nanogpt_name(const std::string& normalized, const std::vector<std::string>& candidates) {
     for (const NanoGptName& alias : kNanoGptNames)
         if (normalized == alias.theirs &&
-            std::find(candidates.begin(), candidates.end(), alias.ours) != candidates.end())
+            (*alias.ours == '\0' || std::find(candidates.begin(), candidates.end(), alias.ours) != candidates.end()))
             return &alias;
     return nullptr;
 }
@@ -85,11 +106,13 @@ inline std::string nearest_flag_name(const std::string& name, const std::vector<
 
 // "; did you mean --qk-norm?" for the nearest candidate, or "" when none is near; a nanoGPT setting's
 // name (nanogpt_name) gets its flag first, saying so and what differs: "; did you mean --seq-len?
-// (nanoGPT's block_size: ...)".
+// (nanoGPT's block_size: ...)", or, without a flag of ours, what to do instead: "; nanoGPT's dropout:
+// this trainer has no dropout ...; drop it".
 inline std::string did_you_mean(const std::string& name, const std::vector<std::string>& candidates) {
     if (const NanoGptName* alias = nanogpt_name(normalized_flag_name(name), candidates)) {
         std::string theirs = alias->theirs;
         std::replace(theirs.begin(), theirs.end(), '-', '_');
+        if (*alias->ours == '\0') return "; nanoGPT's " + theirs + ": " + alias->note;
         return std::string("; did you mean --") + alias->ours + "? (nanoGPT's " + theirs +
                (*alias->note ? std::string(": ") + alias->note : std::string()) + ")";
     }

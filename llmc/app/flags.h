@@ -92,7 +92,7 @@ enum class FlagRecord { Both, Toml, Machine, Launch, Hidden, Json };
             "weight of the z-loss W * logsumexp(logits)^2 (0 = off; PaLM uses 1e-4)") \
     SETTING(Both, uint64_t, seed, 1337, "--seed", true, "", \
             "seed of weight init, data shuffling and sampling") \
-    SETTING(Both, int, shuffle, 1, "--shuffle", v == 0 || v == 1, "must be 0 or 1", \
+    SETTING(Both, int, shuffle, 1, "--shuffle", v == 0 || v == 1, "must be 0 or 1 (got {})", \
             "1 = shuffle the training data (seeded), 0 = read it in order") \
     SETTING(Both, std::string, sampler, "windows", "--sampler", v == "windows" || v == "random", \
             "must be windows or random", \

@@ -235,16 +235,18 @@ inline int64_t tokens_trained(const nlohmann::ordered_json& record, int step, co
     return tokens;
 }
 
-// The last step at which the record's "history" changed the validation set: -j, -m, or the rows of a
-// validation batch (-b, -t; the process count cannot change within a run). Validation losses up to and
-// including that step were measured on another set, so a "best" over the run counts only those after
-// it. `flags`: the flags changed at that step ("--val-batches", "--val-data and --val-batches").
+// The last step at which the record's "history" changed the validation set: -j or -m. The set is the
+// first -m x B x T x processes tokens of -j (-m -1: all of it), and of those only -j and -m can change
+// within a run: -b, -t and the process count are refused on a resume (the data loader's state) and in a
+// fork, and a restart from step 0 writes a new record. Validation losses up to and including that step
+// were measured on another set, so a "best" over the run counts only those after it. `flags`: the
+// flags changed at that step ("--val-batches", "--val-data and --val-batches").
 struct ValSetChange {
     int step = -1;  // -1: the set never changed
     std::string flags;
 };
 inline ValSetChange last_val_set_change(const nlohmann::ordered_json& record, const std::string& file) {
-    static const char* const kValFlags[] = {"--val-data", "--val-batches", "--batch-size", "--seq-len"};
+    static const char* const kValFlags[] = {"--val-data", "--val-batches"};
     ValSetChange c;
     std::vector<std::string> flags;
     for (const nlohmann::ordered_json& e : history_entries(record, file)) {

@@ -278,7 +278,12 @@ inline LoadedCheckpoint load_checkpoint_at(const std::string& dir, int step, con
             throw damaged("says " + std::to_string(sh->world_size) + " processes, the step's marker " +
                           std::to_string(world_size));
     }
-    ck.state = load_train_state(spath, expected, rank, world_size);
+    try {
+        ck.state = load_train_state(spath, expected, rank, world_size);
+    } catch (StateWorldSizeMismatch& e) {  // the step whose files mismatch, not the newest one's
+        e.step = step;
+        throw;
+    }
     if (ck.state.step != step)
         throw CheckpointDamaged(spath + ": header says step " + std::to_string(ck.state.step) + " but the name says " +
                                 std::to_string(step) + "; use another checkpoint");
@@ -305,10 +310,14 @@ inline std::optional<LoadedCheckpoint> load_newest_checkpoint(const std::string&
             if (first_error.empty()) first_error = e.what();
         }
     }
+    // (a run without -y into dir is refused, as it holds checkpoints: the ways on are a copy of the files
+    // or the run's settings in another directory)
     if (tried == 0) return std::nullopt;
     throw InputError("no usable checkpoint in " + dir + ": all " + std::to_string(tried) +
                      " complete checkpoints are damaged (newest: " + first_error +
-                     "); restore the files or start fresh without -y");
+                     "); restore them from a copy and resume again, or start the run over in a new directory with "
+                     "its settings: --config " +
+                     join_path(dir, "config.json") + " -o NEW_DIR (" + dir + " is left as it is)");
 }
 
 // -y 1 with several ranks: each rank loads the newest complete checkpoint it can (a damaged

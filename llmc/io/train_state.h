@@ -112,7 +112,8 @@ inline std::optional<TrainStateHeader> peek_train_state_header(const std::string
 // A state file written by another number of processes than this run has (load_train_state): the
 // user's mismatch, said by the caller as a resume's or a fork's.
 struct StateWorldSizeMismatch : InputError {
-    int written;  // the process count of the run that wrote it
+    int written;    // the process count of the run that wrote it
+    int step = -1;  // the checkpoint's step (set by load_checkpoint_at, llmc/io/checkpoint_dir.h)
     StateWorldSizeMismatch(const std::string& msg, int w) : InputError(msg), written(w) {}
 };
 

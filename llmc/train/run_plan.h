@@ -114,7 +114,7 @@ inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, con
         try {
             from = load_agreed_checkpoint(out, m, comm);
         } catch (const StateWorldSizeMismatch& e) {  // a start without -y 1 is refused here: name what works
-            const int step = newest_complete_step(out);
+            const int step = e.step >= 0 ? e.step : newest_complete_step(out);
             throw InputError("-y 1: the checkpoint of step " + std::to_string(step) + " in " + out +
                              " was written by " + std::to_string(e.written) + " processes and this run has " +
                              std::to_string(cfg.world_size) + "; resume with the same -np (" +

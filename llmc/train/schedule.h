@@ -15,6 +15,7 @@
 //             lr = max_lr - (max_lr - min_lr) * (s - D + 1) / (total - D)
 #pragma once
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "llmc/core/error.h"
@@ -75,6 +76,46 @@ inline float learning_rate(const ScheduleConfig& c, int step) {
         }
     }
     return c.max_lr;
+}
+
+// The schedule in words, for the run header, with steps as the console numbers them (update s is step
+// s + 1): "cosine: warmup 10 steps to 6.00e-04, decay over steps 11-100 to 6.00e-05 (-q 0.1)";
+// constant: "constant: warmup 10 steps to 6.00e-04, then 6.00e-04 to the end"; wsd names its stable
+// steps and its decay (--wsd-decay-frac). Without warmup: "no warmup, 6.00e-04 from step 1".
+inline std::string describe_schedule(const ScheduleConfig& c) {
+    auto lr = [](double v) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.2e", v);
+        return std::string(buf);
+    };
+    auto steps = [](int first, int last) {
+        return first == last ? "step " + std::to_string(first)
+                             : "steps " + std::to_string(first) + "-" + std::to_string(last);
+    };
+    const int W = c.warmup_steps, total = c.total_steps;
+    std::string out = std::string(lr_schedule_name(c.kind)) + ": " +
+                      (W > 0 ? "warmup " + std::to_string(W) + " steps to " + lr(c.max_lr)
+                             : "no warmup, " + lr(c.max_lr) + " from step 1");
+    char frac[32];
+    std::snprintf(frac, sizeof frac, "%g", (double)c.final_lr_frac);
+    const std::string to_final = " to " + lr((double)c.max_lr * c.final_lr_frac) + " (-q " + frac + ")";
+    switch (c.kind) {
+        case LrSchedule::Constant: return out + ", then " + lr(c.max_lr) + " to the end";
+        case LrSchedule::Cosine:
+        case LrSchedule::Linear:  // update W (step W + 1) is p = 0, the peak; update total - 1 is p = 1
+            if (total - W < 2) return out + ", no step left to decay (-x " + std::to_string(total) + ")";
+            return out + ", decay over " + steps(W + 1, total) + to_final;
+        case LrSchedule::Wsd: {
+            char decay[32];
+            std::snprintf(decay, sizeof decay, "%g", (double)c.wsd_decay_frac);
+            const int decay_steps = (int)std::lround((double)c.wsd_decay_frac * (total - W));
+            if (decay_steps <= 0 || total <= W) return out + ", no step left to decay (--wsd-decay-frac " + decay + ")";
+            const int D = total - decay_steps;  // updates D .. total - 1 decay: steps D + 1 .. total
+            return out + (D > W ? ", stable to step " + std::to_string(D) : std::string()) + ", decay over " +
+                   steps(D + 1, total) + to_final + " (--wsd-decay-frac " + decay + ")";
+        }
+    }
+    return out;
 }
 
 }  // namespace llmc

@@ -352,9 +352,9 @@ inline void print_run_header(const TrainConfig& cfg, const RunPlan& plan, const 
                              " batches per validation (-m; --eval-only reads all)")
                                 .c_str()
                           : "none");
-    o.log.printf("  batch: B %d x T %d x accum %d x %d process(es) = %ld tokens/step | %d steps | lr %.2e %s\n", B, T,
-                 plan.accum, cfg.world_size, (long)B * T * plan.accum * cfg.world_size, max_steps, cfg.learning_rate,
-                 cfg.lr_schedule.c_str());
+    o.log.printf("  batch: B %d x T %d x accum %d x %d process(es) = %ld tokens/step | %d steps\n", B, T, plan.accum,
+                 cfg.world_size, (long)B * T * plan.accum * cfg.world_size, max_steps);
+    o.log.printf("  lr: %s\n", describe_schedule(plan.schedule).c_str());
     const std::string stabilizers = describe_stabilizers(plan.model, cfg);
     if (!stabilizers.empty()) o.log.printf("  stabilizers: %s\n", stabilizers.c_str());
     if (cfg.world_size > 1)
