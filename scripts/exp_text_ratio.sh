@@ -31,7 +31,8 @@
 # Writes under --out (default out/exp_text_<corpus>): data/ (shards, tokenizer) unless --data,
 # runs/r<T/C>_<variant>_s<seed>/ (+ .log), plots/, summary.md.
 # Output: the report (every "==" line, the summary table) on stdout, error: and note: lines on stderr,
-# as exp_pg19.sh and exp_synthetic.sh do (docs/experiments.md).
+# as exp_pg19.sh and exp_synthetic.sh do (docs/experiments.md); the trainer's note: lines of a run are
+# part of the report, relayed when it ends as "== NAME: note: ...".
 # Environment: TRAINER (default ./train_gpt2_ls), PYTHON (default python3), NICE (default 10).
 set -euo pipefail
 
@@ -151,6 +152,8 @@ done_marker() { echo "$1/DONE_$(printf %08d "$STEPS")"; }
 DATA=$(realpath -m "${DATA:-$OUT/data}")  # recorded in each run's settings: one spelling of the directory
 # shellcheck source=scripts/exp_run_settings.sh
 source "$HERE/exp_run_settings.sh"
+# shellcheck source=scripts/exp_notes.sh
+source "$HERE/exp_notes.sh"
 run_args() {  # ratio variant seed: the trainer flags of one run (its recorded settings) into the array ARGS
   local T=$(($1 * C))
   # shellcheck disable=SC2207  # the variant's flags are a list of words
@@ -194,8 +197,11 @@ run_one() {  # ratio variant seed (settings_check passed: the run is new or of t
   mkdir -p "$dir"
   run_args "$r" "$v" "$s"
   settings_write "$dir" "${ARGS[@]}"
-  nice -n "$NICE" "$TRAINER" "${ARGS[@]}" -o "$dir" -y "$resume" --device cpu --threads 1 >> "$dir.log" 2>&1 \
-    || { echo "error: run $dir failed; see $dir.log" >&2; tail -3 "$dir.log" >&2; return 1; }
+  local from rc=0
+  from=$(log_start "$dir.log")
+  nice -n "$NICE" "$TRAINER" "${ARGS[@]}" -o "$dir" -y "$resume" --device cpu --threads 1 >> "$dir.log" 2>&1 || rc=$?
+  relay_notes_of "$(basename "$dir")" "$dir.log" "$from"
+  [[ $rc == 0 ]] || { echo "error: run $dir failed; see $dir.log" >&2; tail -3 "$dir.log" >&2; return 1; }
   echo "== $(date +%H:%M:%S) r$r $v seed $s: $(grep -a '^done:' "$dir.log" | tail -n 1)"
 }
 

@@ -258,18 +258,24 @@ def test_exp_synthetic_smoke(tmp_path):
 
 def test_exp_synthetic_smoke_takes_the_steps_and_grid_given(tmp_path):
     """--smoke sets small defaults, but a --steps or --grid typed beside it is used (both were dropped without a
-    word: `--smoke --steps 8` trained the smoke's 6 steps)."""
+    word: `--smoke --steps 8` trained the smoke's 6 steps). The trainer's note: lines reach the console as
+    "== NAME: note: ...", as in exp_pg19.sh (a grid point with T <= P, whose local heads compute as global ones,
+    said so only in its runs' logs)."""
     need_trainer()
     out = tmp_path / "syn"
-    p = sh(["bash", REPO / "scripts" / "exp_synthetic.sh", "--smoke", "--out", out, "--threads", "1", "--steps", 2,
-            "--grid", "16:32"])
+    p = sh(["bash", REPO / "scripts" / "exp_synthetic.sh", "--smoke", "--out", out, "--threads", "1", "--steps", 1,
+            "--grid", "16:8"])
     runs = out / "runs"
-    assert sorted(d.name for d in runs.iterdir() if d.is_dir()) == ["C16_T32_local", "C16_T32_ls", "C16_T32_mhsa"]
+    assert sorted(d.name for d in runs.iterdir() if d.is_dir()) == ["C16_T8_local", "C16_T8_ls", "C16_T8_mhsa"]
     for d in runs.iterdir():
         if d.is_dir():
-            assert (d / "DONE_00000002").exists(), sorted(os.listdir(d))
-            assert [r["step"] for r in records(d / "metrics.jsonl") if "loss" in r] == [1, 2]
-    assert "steps=2" in p.stdout
+            assert (d / "DONE_00000001").exists(), sorted(os.listdir(d))
+            assert [r["step"] for r in records(d / "metrics.jsonl") if "loss" in r] == [1]
+    assert "steps=1" in p.stdout
+    for name in ("C16_T8_ls", "C16_T8_local"):
+        assert f"== {name}: note: --window 8 is not below -t 8" in p.stdout, p.stdout
+        assert f"== {name}: note: --warmup-steps 2 is longer than the run's 1 steps" in p.stdout, p.stdout
+    assert "== C16_T8_mhsa: note: --window" not in p.stdout, p.stdout
 
 
 def test_exp_synthetic_reuses_a_run_only_for_the_same_settings(tmp_path):
