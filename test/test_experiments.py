@@ -1049,6 +1049,24 @@ def test_a_source_of_other_books_than_the_data_is_refused(tmp_path):
         shutil.rmtree(base, ignore_errors=True)
 
 
+def test_exp_text_ratio_smoke_takes_the_steps_and_ratios_given(tmp_path):
+    """--smoke sets small defaults, but a --steps, --ratios or --key-ratio given beside it is used, as in
+    exp_synthetic.sh (`--smoke --steps 40 --ratios 2` trained 6 steps at ratios 2 and 4). The trainer's note: lines
+    reach the console as "== NAME: note: ..." (-u 2, the smoke's warmup, of a 1-step run)."""
+    need_trainer()
+    if not (SHARED / "pg19" / "pg45265.txt").exists():
+        pytest.skip(f"no PG-19 books at {SHARED / 'pg19'} (set SHARED_DATA)")
+    out = tmp_path / "ratio"
+    p = sh(["bash", REPO / "scripts" / "exp_text_ratio.sh", "--smoke", "--out", out, "--source", SHARED / "pg19",
+            "--steps", 1, "--ratios", 4, "--key-ratio", 4, "--variants", "ls", "--jobs", 1], timeout=300)
+    assert sorted(d.name for d in (out / "runs").iterdir() if d.is_dir()) == ["r4_ls_s1", "r4_ls_s2"], p.stdout
+    for name in ("r4_ls_s1", "r4_ls_s2"):
+        run = out / "runs" / name
+        assert (run / "DONE_00000001").exists(), sorted(os.listdir(run))
+        assert json.loads((run / "config.json").read_text())["train"]["seq_len"] == 4 * 16
+        assert f"== {name}: note: --warmup-steps 2 is longer than the run's 1 steps" in p.stdout, p.stdout
+
+
 def test_exp_text_ratio_smoke_and_resume(tmp_path):
     """scripts/exp_text_ratio.sh --smoke: every planned run trains with its variant's flags and the near/far
     statistics, the summary has one row per run (T = ratio x C, near mass only where there are global heads),
