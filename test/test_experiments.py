@@ -650,20 +650,28 @@ def test_exp_pg19_smoke_takes_the_data_and_vocabulary_given(tmp_path):
 
 
 def test_exp_pg19_relays_the_trainers_notes(tmp_path):
-    """-u 2 (the smoke's warmup) of a 1-step run: the trainer's note reaches the console and report.txt."""
+    """-u 2 (the smoke's warmup) of a 1-step run: the trainer's note reaches the console and report.txt. The
+    report names --extra in its header and its run's line, and says what the run trained with from its own
+    config.json (the lines once stated the script's values whatever --extra changed)."""
     need_trainer()
     if not (SHARED / "pg19" / "pg45265.txt").exists():
         pytest.skip(f"no PG-19 books at {SHARED / 'pg19'} (set SHARED_DATA)")
     out = tmp_path / "pg19"
     p = sh(["bash", REPO / "scripts" / "exp_pg19.sh", "--smoke", "--steps", 1, "--out", out, "--source",
-            SHARED / "pg19", "--variants", "ls"], timeout=300)
+            SHARED / "pg19", "--variants", "ls", "--extra", "--grad-clip 0.5"], timeout=300)
     assert "vocabulary 400 (not the paper's 10000: --smoke)" in p.stdout.splitlines()[0], p.stdout
+    assert p.stdout.splitlines()[0].endswith(" | --extra '--grad-clip 0.5'"), p.stdout
+    report = (out / "logs" / "report.txt").read_text()
     note = "== ls: note: --warmup-steps 2 is longer than the run's 1 steps"
-    assert note in p.stdout and note in (out / "logs" / "report.txt").read_text(), p.stdout
+    assert note in p.stdout and note in report, p.stdout
     # the run's line has its pieces apart ("tokens | | device" without a budget), and the finished line the whole
     # checkpoint path (it was cut at 160 characters: "model_00000001.)")
-    run_line = f"== ls: --global-heads 1 | up to 1 steps of 128 tokens | device cpu | np 1 | resume 0"
+    run_line = f"== ls: --global-heads 1 + --extra --grad-clip 0.5 | up to 1 steps of 128 tokens | device cpu | np 1 | resume 0"
     assert run_line in p.stdout.splitlines(), p.stdout
+    trained = ("== ls: trained with (config.json): G 1 of 6 heads, window 8, near 8, qk-norm false, z-loss 0, "
+               "attn-softcap 0, qk-clip 0, grad-clip 0.5, L 1, C 48, T 64, B 2, D 128, lr 0.0006, warmup 2, "
+               "max-steps 1, seed 1337")
+    assert trained in p.stdout.splitlines() and trained in report.splitlines(), p.stdout
     finished = [ln for ln in p.stdout.splitlines() if ln.startswith("== ls: finished (")]
     assert len(finished) == 1 and finished[0].endswith(f"weights: {out}/runs/ls/model_00000001.bin)"), finished
     # the summary names the data set and its vocabulary (a loss per token means nothing without V)
@@ -694,8 +702,8 @@ def test_exp_pg19_reuses_a_run_only_for_the_same_settings(tmp_path):
     p = sh(base + ["--steps", 1], timeout=300)
     assert f"== ls: done already ({run})" in p.stdout, p.stdout
     assert files() == before
-    for args, was, now in [(["--steps", 2], "-x 1", "-x 2"), (["--steps", 1, "--extra", "--z-loss 1e-4"], "nothing more",
-                                                               "--z-loss 1e-4")]:
+    for args, was, now in [(["--steps", 2], "-x 1", "-x 2"), (["--steps", 1, "--extra", "--grad-clip 0.5"], "nothing more",
+                                                               "--grad-clip 0.5")]:
         p = sh(base + args, check=False)
         assert p.returncode == 1 and p.stderr.count("\n") == 1 and p.stderr.startswith("error: "), p.stderr
         assert f"{run} holds a run of other settings" in p.stderr and was in p.stderr and now in p.stderr, p.stderr
@@ -775,6 +783,39 @@ def test_exp_pg19_refuses_flags_that_conflict_or_it_sets_itself(tmp_path):
     p = sh(base + ["--tokens", 40000, "--extra", "-m 1 -v 3"], check=False)
     assert p.returncode == 4, p.stderr  # past the arguments, to the failing check
     assert "note: --tokens 40000 is 2 steps of 16384 tokens (32768 tokens)" in p.stderr, p.stderr
+
+
+def test_exp_pg19_refuses_extra_flags_that_define_a_variant_or_the_model(tmp_path):
+    """A flag in --extra that any variant, the preset's model or --smoke sets is refused with one line naming the
+    flag and its owner, whichever variants run (`--extra "--z-loss 0.01"` gave the plain mhsa baseline a z-loss
+    and mhsa_zloss 100x its value while report.txt stated the script's; `--qk-clip 5` ran mhsa_qkclip at tau 5
+    instead of 100). Long and short names of one flag are the same flag; the bookkeeping flags stay free."""
+    data = meta_only_data(tmp_path / "pg19_sp")
+    base = ["bash", REPO / "scripts" / "exp_pg19.sh", "--data", data, "--vocab", 1024, "--device", "cpu",
+            "--steps", 1, "--variants", "mhsa", "--out", tmp_path / "o", "--check-cmd", "exit 3"]
+    for extra, words in [("--z-loss 0.01", "--extra sets --z-loss, which the script sets itself: use --variants "
+                          "(variant mhsa_zloss: --z-loss 1e-4)"),
+                         ("--attn-softcap=20", "--attn-softcap, which the script sets itself: use --variants "
+                          "(variant mhsa_softcap: --attn-softcap 50)"),
+                         ("--qk-clip 5", "(variant mhsa_qkclip: --qk-clip 100)"),
+                         ("-m 1 --qk-norm", "--extra sets --qk-norm, which the script sets itself: use --variants "
+                          "(variant mhsa_qknorm: --qk-norm)"),
+                         ("--global-heads 2", "use --variants (variants mhsa: --global-heads 6, ls: --global-heads 1, local: "),
+                         ("--window 3", "--extra sets --window, which the script sets itself: use --config"),
+                         ("--heads 12", "--extra sets --heads"), ("--near 4", "--extra sets --near"),
+                         ("--warmup-steps 5", "--extra sets --warmup-steps"),
+                         ("--total-batch-size 4", "use --total-batch"), ("--expect-vocab 7", "use --vocab"),
+                         ("--output-dir x", "use --out"), ("--device=cuda", "use --device")]:
+        p = sh(base + ["--extra", extra], check=False)
+        assert p.returncode == 1 and p.stderr.count("\n") == 1 and p.stderr.startswith("error: "), (extra, p.stderr)
+        assert words in p.stderr, (extra, p.stderr)
+        assert not (tmp_path / "o").exists()
+    if (SHARED / "pg19" / "pg45265.txt").exists():  # --smoke's model flags are its own
+        p = sh(["bash", REPO / "scripts" / "exp_pg19.sh", "--smoke", "--out", tmp_path / "s", "--source",
+                SHARED / "pg19", "--extra", "--layers 2"], check=False)
+        assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
+        assert p.stderr.startswith("error: --extra sets --layers, which the script sets itself: use --smoke"), p.stderr
+        assert not (tmp_path / "s" / "runs").exists()
 
 
 def test_experiment_scripts_take_flag_equals_value(tmp_path):
