@@ -49,9 +49,13 @@
 # per step (default 16384 = 8 x 2048, no accumulation; the paper's is 524288: a GPU window holds
 # ~1B tokens, and 16K per step gives 20-30k steps per run in it). lr and warmup stay the paper's.
 # --seed S: the trainer's seed, and the runs are named VARIANT_sS. --extra FLAGS: more trainer flags
-# for every run (e.g. "--cuda-graph 1", "-m 1"); a flag the script sets itself or has an option for
-# (-x, -b, -d, -t, -i, -j, -o, -y, --seed, --device, --threads, --config, --global-heads) is refused,
-# naming the option. The trainer then checks them with each run's flags (parsed and validated, on shards
+# for every run (e.g. "--cuda-graph 1", "-m 1": the record keeping -v -m -s -n --logit-stats-every is
+# free to change); a flag the script sets itself is refused, naming the flag and its owner: a variant's
+# (of any variant: --global-heads, --qk-norm, --z-loss, --attn-softcap, --qk-clip), the model's the
+# variants are defined on (the preset's or --smoke's: --layers --channels --heads --max-seq-len --window
+# --near -u) and the options' (-x, -b, -d, -t, -i, -j, --expect-vocab, -o, -y, --seed, --device, --threads,
+# --config). The header names --extra, each run's line adds it, and a line after each run states what
+# it trained with, from its config.json. The trainer then checks them with each run's flags (parsed and validated, on shards
 # that cannot exist, writing nothing): a flag or value it refuses is one error line before the data is
 # prepared or a run starts (with --build 1 right after the build); what needs the data or the processes
 # to check is found when the run starts. Options take --flag=value as well. --steps and --tokens exclude each other; --tokens is rounded down to whole steps
@@ -123,7 +127,10 @@ T=2048
 # half the validation split: ~2% of a run's time at B 8), statistics every 10 steps (the per-step
 # maximum is in metrics.jsonl), no samples, checkpoints only at the end (and when stopped)
 RUN=(-v 500 -m 32 -s 0 --logit-stats-every 10 -n 0)
-SMALL=()
+SMALL=()  # --smoke's model (SMOKE_MODEL); the preset's otherwise
+# --smoke's model: 6 heads kept (the variants are defined by them), everything else tiny
+SMOKE_MODEL=(--layers 1 --channels 48 --heads 6 --max-seq-len 64 --window 8 --near 8 -u 2)
+VARIANTS_ALL="mhsa ls local mhsa_qknorm mhsa_zloss mhsa_softcap mhsa_qkclip"  # variant_flags defines each
 VOCAB=10000  # the paper's SentencePiece vocabulary; --vocab N (or --smoke's data) runs on another
 VOCAB_WHY=""
 
@@ -163,8 +170,8 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
-if [[ $SMOKE == 1 ]]; then  # 6 heads kept (the variants are defined by them), everything else tiny
-  SMALL=(--layers 1 --channels 48 --heads 6 --max-seq-len 64 --window 8 --near 8 -u 2)
+if [[ $SMOKE == 1 ]]; then
+  SMALL=("${SMOKE_MODEL[@]}")
   T=64; BATCH=2; TOTAL=smoke
   [[ -z $BUDGET && -z $STEPS_GIVEN && -z $TOKENS ]] && STEPS=4
   RUN=(-v 2 -m 2 -s 0 --logit-stats-every 1 -n 0)
@@ -212,30 +219,9 @@ if [[ -n $TOKENS ]]; then
   (( TOKENS % TOTAL == 0 )) || \
     echo "note: --tokens $TOKENS is $STEPS steps of $TOTAL tokens ($(( STEPS * TOTAL )) tokens): rounded down to whole steps" >&2
 fi
-# --extra takes trainer flags the script does not set: one it sets (or that has an option of its own here)
-# would be overridden silently in one place and reported by the script in another
-read -r -a extra_words <<< "$EXTRA"
-for w in "${extra_words[@]}"; do
-  flag=${w%%=*}; use=""
-  [[ $flag == -[a-z]?* ]] && flag=${flag:0:2}  # a short flag with its value attached (-x5): the trainer reads it so
-  case $flag in
-    -x|--max-steps) use="--steps (or --tokens)" ;;
-    -b|--batch-size) use=--batch ;;
-    -d|--total-batch-size) use=--total-batch ;;
-    -t|--seq-len) use="--config (T is the preset's $T)" ;;
-    -i|--train-data|-j|--val-data) use=--data ;;
-    -o|--output-dir) use=--out ;;
-    -y|--resume) use="nothing: the script resumes a run of the same settings itself" ;;
-    --seed|--device|--threads|--config) use=$flag ;;
-    --global-heads) use=--variants ;;
-    *) continue ;;
-  esac
-  die "--extra sets $flag, which the script sets itself: use $use"
-done
-[[ -n $VARIANTS ]] || die "--variants is empty; name at least one of: mhsa ls local mhsa_qknorm mhsa_zloss mhsa_softcap mhsa_qkclip"
+[[ -n $VARIANTS ]] || die "--variants is empty; name at least one of: $VARIANTS_ALL"
 for v in $VARIANTS; do
-  case $v in mhsa|ls|local|mhsa_qknorm|mhsa_zloss|mhsa_softcap|mhsa_qkclip) ;;
-    *) die "unknown variant '$v'; pick from: mhsa ls local mhsa_qknorm mhsa_zloss mhsa_softcap mhsa_qkclip" ;; esac
+  [[ " $VARIANTS_ALL " == *" $v "* ]] || die "unknown variant '$v'; pick from: $VARIANTS_ALL"
 done
 read -r -a variants <<< "$VARIANTS"
 [[ -z $BUDGET ]] || (( ${#variants[@]} <= 4 )) || \
@@ -280,6 +266,8 @@ if [[ $VOCAB != 10000 ]]; then vocab_label+=" (not the paper's 10000${VOCAB_WHY:
 DATA=$(realpath -m "$DATA"); CONFIG=$(realpath "$CONFIG")  # recorded in each run's settings: one spelling
 # shellcheck source=scripts/exp_run_settings.sh
 source "$HERE/exp_run_settings.sh"
+# shellcheck source=scripts/exp_notes.sh
+source "$HERE/exp_notes.sh"
 variant_flags() {
   case $1 in
     mhsa) echo "--global-heads 6" ;;
@@ -302,11 +290,79 @@ for v in "${variants[@]}"; do
   n=$v; [[ -n $SEED ]] && n=${v}_s$SEED
   names+=("$n"); dirs+=("$OUT/runs/$n")
 done
-run_args() {  # run_args INDEX: the trainer flags of run INDEX (its recorded settings) into the array ARGS
-  # shellcheck disable=SC2207  # the variant's flags are a list of words
-  ARGS=(--config "$CONFIG" -i "$DATA/train_*.bin" -j "$DATA/val_*.bin" "${SMALL[@]}" $(variant_flags "${variants[$1]}")
-    -b "$BATCH" -t "$T" -d "$TOTAL" -x "$STEPS" "${RUN[@]}" "${vocab_flags[@]}" "${seed_flags[@]}" "${extra_flags[@]}")
+# The one place a run's command line is composed: run_args (the settings, recorded in NAME.args) and
+# place_args (where and on what it runs). Each word is added by args_of with its owner: the script's
+# option (or the variant) that sets it, which --extra may not set; "" for the bookkeeping flags (RUN)
+# and --extra's own, which --extra may change.
+args_of() {  # args_of OWNER WORDS...: WORDS appended to ARGS, OWNER to ARG_OWNER for each
+  local owner=$1 w
+  shift
+  for w in "$@"; do ARGS+=("$w"); ARG_OWNER+=("$owner"); done
 }
+run_args() {  # run_args VARIANT: the trainer flags of a run of VARIANT (its recorded settings) into the array ARGS
+  ARGS=(); ARG_OWNER=()
+  args_of --config --config "$CONFIG"
+  args_of --data -i "$DATA/train_*.bin" -j "$DATA/val_*.bin"
+  if [[ $SMOKE == 1 ]]; then args_of --smoke "${SMALL[@]}"; fi
+  # shellcheck disable=SC2046  # the variant's flags are a list of words
+  args_of "variant $1" $(variant_flags "$1")
+  args_of --batch -b "$BATCH"
+  args_of "--config (T is the preset's $T)" -t "$T"
+  args_of --total-batch -d "$TOTAL"
+  args_of "--steps (or --tokens)" -x "$STEPS"
+  args_of "" "${RUN[@]}"
+  args_of --vocab "${vocab_flags[@]}"
+  args_of --seed "${seed_flags[@]}"
+  args_of "" "${extra_flags[@]}"
+}
+place_args() {  # place_args DIR RESUME: appends the flags of where and how a run trains (not its settings)
+  args_of --out -o "$1"
+  args_of "nothing: the script resumes a run of the same settings itself" -y "$2"
+  args_of --device --device "$DEVICE"
+  args_of --threads --threads "$THREADS"
+}
+# --extra takes trainer flags the script does not set: one it sets would be overridden in one place and
+# reported by the script in another. Refused: every flag of a run's command line (above) for every
+# variant, whichever run, and the model's flags (SMOKE_MODEL), which the preset sets without --smoke
+# (the variants are defined on its model). A flag's short and long names are one flag (llmc/app/flags.h).
+extra_refusal() {  # prints the error for the first refused flag in --extra; status 1 when there is one
+  [[ -n $EXTRA ]] || return 0
+  local -A owner=() alias=()
+  local v i w flag pair
+  local seed_flags=(--seed 0) vocab_flags=(--expect-vocab 0)  # the options' flags, given or not
+  [[ -r $REPO/llmc/app/flags.h ]] || { echo -n "cannot read $REPO/llmc/app/flags.h (the trainer's flag names, to check --extra): run the script of a whole checkout"; return 1; }
+  while read -r pair; do alias[${pair%%,*}]=${pair#*,}; alias[${pair#*,}]=${pair%%,*}; done \
+    < <(grep -o '"-[A-Za-z],--[a-z0-9-]*"' "$REPO/llmc/app/flags.h" | tr -d '"')
+  for v in $VARIANTS_ALL; do
+    run_args "$v"; place_args "" 0
+    [[ $SMOKE == 1 ]] || args_of "--config (the preset sets it: the variants are defined on its model)" "${SMOKE_MODEL[@]}"
+    for i in "${!ARGS[@]}"; do
+      w=${ARGS[$i]}
+      [[ $w =~ ^--?[A-Za-z] && -n ${ARG_OWNER[$i]} ]] || continue
+      if [[ ${ARG_OWNER[$i]} == "variant $v" ]]; then  # the variants that set it, each with its value
+        owner[$w]+="${owner[$w]:+, }$v: $w ${ARGS[i + 1]:-}"
+        [[ ${ARGS[i + 1]:-} =~ ^--?[A-Za-z] || -z ${ARGS[i + 1]:-} ]] && owner[$w]=${owner[$w]% *}
+      elif [[ -z ${owner[$w]:-} ]]; then
+        owner[$w]="=${ARG_OWNER[$i]}"
+      fi
+    done
+  done
+  for w in "${extra_words[@]}"; do
+    flag=${w%%=*}
+    [[ $flag == -[A-Za-z]?* ]] && flag=${flag:0:2}  # a short flag with its value attached (-x5): the trainer reads it so
+    for pair in "$flag" "${alias[$flag]:-}"; do
+      [[ -n $pair && -n ${owner[$pair]:-} ]] || continue
+      case ${owner[$pair]} in
+        =*) echo "--extra sets $flag, which the script sets itself: use ${owner[$pair]#=}" ;;
+        *,*) echo "--extra sets $flag, which the script sets itself: use --variants (variants ${owner[$pair]})" ;;
+        *) echo "--extra sets $flag, which the script sets itself: use --variants (variant ${owner[$pair]})" ;;
+      esac
+      return 1
+    done
+  done
+}
+read -r -a extra_words <<< "$EXTRA"
+why=$(extra_refusal) || die "$why"
 # --extra's flags, checked by the trainer itself: it is given each run's flags with shards and an output
 # directory that cannot exist (under a file, not a directory; flags such as -n need an -o), so it parses
 # and validates them and stops at the data, writing nothing. Its first error line is the answer: the missing shards mean the flags
@@ -314,9 +370,9 @@ run_args() {  # run_args INDEX: the trainer flags of run INDEX (its recorded set
 # variant's flags it refuses) is printed, with --extra and the run named (one line, no newline).
 extra_check() {
   [[ -n $EXTRA ]] || return 0
-  local k i ARGS probe=$REPO/scripts/exp_pg19.sh/no-shards why
+  local k i ARGS ARG_OWNER probe=$REPO/scripts/exp_pg19.sh/no-shards why
   for k in "${!names[@]}"; do
-    run_args "$k"
+    run_args "${variants[$k]}"
     for i in "${!ARGS[@]}"; do
       case ${ARGS[$i]} in -i) ARGS[i + 1]="$probe/train_*.bin" ;; -j) ARGS[i + 1]="$probe/val_*.bin" ;; esac
     done
@@ -329,7 +385,7 @@ extra_check() {
 # with --build 1 the trainer is built first and its flags checked after the build (below)
 if [[ $BUILD != 1 && -x $TRAINER ]]; then why=$(extra_check) || die "$why"; fi
 for k in "${!names[@]}"; do  # every run that exists holds this experiment (or --force replaces it), before anything is made
-  run_args "$k"
+  run_args "${variants[$k]}"
   settings_check "${dirs[$k]}" "$FORCE" "${ARGS[@]}" || exit 1
 done
 
@@ -355,7 +411,7 @@ report_flush() {  # the console back, and the report's tee processes finished (5
 event() { printf '%s\t%s\n' "$(date +%s.%N)" "$*" >> "$EVENTS"; }
 commit=${EXP_COMMIT:-$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)}
 dirty=$(git -C "$REPO" status --porcelain --untracked-files=no 2>/dev/null | wc -l || true)
-echo "== exp_pg19 $(date -u +%FT%TZ) | commit $commit$([[ ${dirty:-0} -gt 0 ]] && echo " + $dirty changed files") | device $DEVICE$([[ $DEVICE == cuda ]] && nvidia-smi -L 2>/dev/null | head -1 | sed 's/^/ (/;s/$/)/') | budget ${BUDGET:-none} s | parallel $PARALLEL | variants ${variants[*]} | $TOTAL tokens/step (B $BATCH x T $T) | SentencePiece $vocab_label ($DATA) | preset $CONFIG"
+echo "== exp_pg19 $(date -u +%FT%TZ) | commit $commit$([[ ${dirty:-0} -gt 0 ]] && echo " + $dirty changed files") | device $DEVICE$([[ $DEVICE == cuda ]] && nvidia-smi -L 2>/dev/null | head -1 | sed 's/^/ (/;s/$/)/') | budget ${BUDGET:-none} s | parallel $PARALLEL | variants ${variants[*]} | $TOTAL tokens/step (B $BATCH x T $T) | SentencePiece $vocab_label ($DATA) | preset $CONFIG | --extra $([[ -n $EXTRA ]] && echo "'$EXTRA'" || echo none)"
 # --results holds one start's files: this script's own files of an earlier start there (report, summary,
 # window table, packed logs, a run's NAME.tar.gz) are removed, so none is taken for this start's
 old_results=()
@@ -427,16 +483,17 @@ stop_sig=TERM
 if [[ $NP -gt 1 ]]; then read -r -a mpi <<< "$MPIRUN"; launch=("${mpi[@]}" -np "$NP" "$TRAINER"); stop_sig=USR1; fi
 declare -A PID=() RC=()
 start_run() {  # start_run INDEX: the trainer of run INDEX in the background
-  local k=$1 n=${names[$1]} v=${variants[$1]} dir=${dirs[$1]} resume=0 ARGS
+  local k=$1 n=${names[$1]} v=${variants[$1]} dir=${dirs[$1]} resume=0 ARGS ARG_OWNER
   # (settings_check passed: the run is new or of these settings)
   if [[ -f $dir/DONE_$(printf %08d "$STEPS") ]]; then echo "== $n: done already ($dir)"; RC[$n]=0; return; fi
   [[ -f $dir/config.json ]] && resume=1  # its run, checkpointed or not: continue it (a new run there is refused)
   mkdir -p "$dir"
-  run_args "$k"
+  run_args "$v"
   settings_write "$dir" "${ARGS[@]}"
-  LOG_FROM[$k]=$(( $( (cat "$dir.log" 2>/dev/null || true) | wc -l) + 1 ))  # this start's lines of the log
-  echo "== $n: $(variant_flags "$v") | up to $STEPS steps of $TOTAL tokens |$([[ -n $deadline ]] && echo " until $(( ${STOP_AT[$k]} - START )) s |") device $DEVICE | np $NP | resume $resume"
-  "${launch[@]}" "${ARGS[@]}" -o "$dir" -y "$resume" --device "$DEVICE" --threads "$THREADS" >> "$dir.log" 2>&1 &
+  LOG_FROM[$k]=$(log_start "$dir.log")  # this start's lines of the log
+  place_args "$dir" "$resume"
+  echo "== $n: $(variant_flags "$v")${EXTRA:+ + --extra $EXTRA} | up to $STEPS steps of $TOTAL tokens |$([[ -n $deadline ]] && echo " until $(( ${STOP_AT[$k]} - START )) s |") device $DEVICE | np $NP | resume $resume"
+  "${launch[@]}" "${ARGS[@]}" >> "$dir.log" 2>&1 &
   PID[$n]=$!
   event "start $n"
 }
@@ -447,6 +504,19 @@ stop_run() {  # stop_run INDEX [REASON]: ask run INDEX to checkpoint and stop
   event "stop $n"
   kill -"$stop_sig" "${PID[$n]}" 2> /dev/null || true
 }
+trained_with() {  # trained_with DIR: the settings the run in DIR trained with, from its config.json (one line)
+  "$PYTHON" - "$1/config.json" << 'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+m, t = c["model"], c["train"]
+f = lambda x: str(x).lower() if isinstance(x, bool) else f"{x:.6g}" if isinstance(x, float) else str(x)
+print(f"G {m['global_heads']} of {m['num_heads']} heads, window {m['window']}, near {t.get('near')}, "
+      f"qk-norm {f(m['qk_norm'])}, z-loss {f(t['z_loss'])}, attn-softcap {f(m['attn_softcap'])}, "
+      f"qk-clip {f(t['qk_clip'])}, grad-clip {f(t['grad_clip'])}, L {m['num_layers']}, C {m['channels']}, "
+      f"T {t['seq_len']}, B {t['batch_size']}, D {t['total_batch_size']}, lr {f(t['learning_rate'])}, "
+      f"warmup {t['warmup_steps']}, max-steps {t['max_steps']}, seed {t['seed']}")
+PY
+}
 reap() {  # reap INDEX: wait for run INDEX, record its exit status
   local n=${names[$1]} rc=0
   [[ -n ${PID[$n]:-} ]] || return 0
@@ -454,6 +524,9 @@ reap() {  # reap INDEX: wait for run INDEX, record its exit status
   relay_notes
   RC[$n]=$rc; unset "PID[$n]"
   event "end $n $rc"
+  if [[ -f ${dirs[$1]}/config.json ]]; then  # the run's own record, not the script's intent
+    echo "== $n: trained with (config.json): $(trained_with "${dirs[$1]}" 2>&1 | tail -n 1)"
+  fi
   case $rc in
     0) echo "== $n: finished ($(tail -n 1 "${dirs[$1]}/console.log" 2>/dev/null))" ;;
     130|138|143) echo "== $n: stopped (exit $rc) with a checkpoint of its last step; -y 1 continues it" ;;
@@ -469,7 +542,7 @@ relay_notes() {  # relay_notes: the "note:" lines (its header's) of each run thi
     new=$(tail -n +"${LOG_FROM[$k]}" "${dirs[$k]}.log" 2>/dev/null) || new=""
     alive "$k" && ! grep -aq '^step ' <<< "$new" && continue
     RELAYED[$k]=1
-    grep -a '^note: ' <<< "$new" | sed "s/^/== ${names[$k]}: /" || true
+    relay_notes_of "${names[$k]}" "${dirs[$k]}.log" "${LOG_FROM[$k]}"
   done
 }
 # shellcheck disable=SC2317  # (called by the trap)

@@ -21,6 +21,8 @@
 # final checkpoint marker exists) is not run again, an unfinished one is continued (-y 1). A run of
 # other settings (another --lr, --steps, --data, ...) is refused with one line before anything runs
 # (choose another --out); --force deletes such runs and trains them again.
+# The trainer's note: lines (e.g. a window not below T: the local heads compute as global ones) are
+# relayed to the console as "== NAME: note: ...", as exp_pg19.sh does.
 # Environment: TRAINER (default ./train_gpt2_ls), PYTHON (default python3). Docs: docs/experiments.md.
 set -euo pipefail
 
@@ -80,6 +82,8 @@ fi
 DATA=$(realpath -m "$DATA")  # recorded in each run's settings: one spelling of the directory
 # shellcheck source=scripts/exp_run_settings.sh
 source "$HERE/exp_run_settings.sh"
+# shellcheck source=scripts/exp_notes.sh
+source "$HERE/exp_notes.sh"
 
 # run_args C T G: the trainer flags of one run (its recorded settings) into the array ARGS
 run_args() {
@@ -115,8 +119,11 @@ run_one() {  # C T G name (settings_check passed: the run is new or of these set
   settings_write "$dir" "${ARGS[@]}"
   local B=$((TOKENS / T)); [[ $B -ge 1 ]] || B=1
   echo "== $dir: C=$C T=$T G=$G/$HEADS B=$B steps=$STEPS$([[ $resume == 0 ]] || echo ", continued (-y 1)")"
-  "$TRAINER" "${ARGS[@]}" -o "$dir" -y "$resume" --threads "$THREADS" --device cpu >> "$dir.log" 2>&1 \
-    || { echo "error: run $dir failed; see $dir.log" >&2; tail -3 "$dir.log" >&2; return 1; }
+  local from rc=0
+  from=$(log_start "$dir.log")
+  "$TRAINER" "${ARGS[@]}" -o "$dir" -y "$resume" --threads "$THREADS" --device cpu >> "$dir.log" 2>&1 || rc=$?
+  relay_notes_of "$(basename "$dir")" "$dir.log" "$from"  # the trainer's notes (e.g. T <= P: the local heads are global)
+  [[ $rc == 0 ]] || { echo "error: run $dir failed; see $dir.log" >&2; tail -3 "$dir.log" >&2; return 1; }
 }
 
 names=()

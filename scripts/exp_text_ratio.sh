@@ -27,11 +27,14 @@
 # run of the same settings: each run's are kept in runs/<name>.args (scripts/exp_run_settings.sh),
 # and a run of other settings (another --steps, --data, ...) is refused with one line before
 # anything runs (choose another --out; --force deletes such runs and trains them again).
+# --smoke: two books, vocabulary 400, C 16, NH 2, P 4, 256 tokens per step, ratios "2 4" (key ratio 2),
+# 6 steps (STEPS_SMOKE=N: N); a --steps, --ratios or --key-ratio given beside it is used instead.
 # --plots-only draws what has finished so far.
 # Writes under --out (default out/exp_text_<corpus>): data/ (shards, tokenizer) unless --data,
 # runs/r<T/C>_<variant>_s<seed>/ (+ .log), plots/, summary.md.
 # Output: the report (every "==" line, the summary table) on stdout, error: and note: lines on stderr,
-# as exp_pg19.sh and exp_synthetic.sh do (docs/experiments.md).
+# as exp_pg19.sh and exp_synthetic.sh do (docs/experiments.md); the trainer's note: lines of a run are
+# part of the report, relayed when it ends as "== NAME: note: ...".
 # Environment: TRAINER (default ./train_gpt2_ls), PYTHON (default python3), NICE (default 10).
 set -euo pipefail
 
@@ -66,6 +69,9 @@ VOCAB=1024
 SOFTCAP=30
 QKCLIP=30
 CKPT_EVERY=250
+STEPS_GIVEN=""
+RATIOS_GIVEN=""
+KEY_RATIO_GIVEN=""
 
 die() { echo "error: $*" >&2; exit 1; }
 need() { [[ $# -ge 2 && -n "$2" ]] || die "$1 needs a value; see $0 --help"; }
@@ -76,12 +82,12 @@ while [[ $# -gt 0 ]]; do
     --corpus) need "$@"; CORPUS=$2; shift 2 ;;
     --data) need "$@"; DATA=$2; shift 2 ;;
     --source) need "$@"; SOURCE=$2; shift 2 ;;
-    --ratios) need "$@"; RATIOS=$2; shift 2 ;;
+    --ratios) need "$@"; RATIOS=$2; RATIOS_GIVEN=1; shift 2 ;;
     --variants) need "$@"; VARIANTS=$2; shift 2 ;;
     --seeds) need "$@"; SEEDS=$2; shift 2 ;;
-    --key-ratio) need "$@"; KEY_RATIO=$2; shift 2 ;;
+    --key-ratio) need "$@"; KEY_RATIO=$2; KEY_RATIO_GIVEN=1; shift 2 ;;
     --key-seeds) KEY_SEEDS=${2-}; shift 2 ;;
-    --steps) need "$@"; STEPS=$2; shift 2 ;;
+    --steps) need "$@"; STEPS=$2; STEPS_GIVEN=1; shift 2 ;;
     --jobs) need "$@"; JOBS=$2; shift 2 ;;
     --smoke) SMOKE=1; shift ;;
     --plots-only) PLOTS_ONLY=1; shift ;;
@@ -99,9 +105,11 @@ case $CORPUS in
 esac
 OUT=${OUT:-out/exp_text_$CORPUS}
 SP_LINES=500000
-if [[ $SMOKE == 1 ]]; then  # checks the pipeline only: 2 books, a tiny model, a few steps
-  C=16; HEADS=2; LAYERS=1; WINDOW=4; TOKENS=256; WARMUP=2; STEPS=${STEPS_SMOKE:-6}; CKPT_EVERY=3
-  RATIOS="2 4"; KEY_RATIO=2; VOCAB=400; SP_LINES=2000
+if [[ $SMOKE == 1 ]]; then  # checks the pipeline only: 2 books, a tiny model, a few steps (a --steps, --ratios or --key-ratio given wins)
+  C=16; HEADS=2; LAYERS=1; WINDOW=4; TOKENS=256; WARMUP=2; CKPT_EVERY=3; VOCAB=400; SP_LINES=2000
+  [[ -n $STEPS_GIVEN ]] || STEPS=${STEPS_SMOKE:-6}
+  [[ -n $RATIOS_GIVEN ]] || RATIOS="2 4"
+  [[ -n $KEY_RATIO_GIVEN ]] || KEY_RATIO=2
 fi
 for n in STEPS JOBS KEY_RATIO; do [[ ${!n} =~ ^[0-9]+$ && ${!n} -ge 1 ]] || die "--${n,,} ${!n} must be a positive integer"; done
 for r in $RATIOS; do
@@ -151,6 +159,8 @@ done_marker() { echo "$1/DONE_$(printf %08d "$STEPS")"; }
 DATA=$(realpath -m "${DATA:-$OUT/data}")  # recorded in each run's settings: one spelling of the directory
 # shellcheck source=scripts/exp_run_settings.sh
 source "$HERE/exp_run_settings.sh"
+# shellcheck source=scripts/exp_notes.sh
+source "$HERE/exp_notes.sh"
 run_args() {  # ratio variant seed: the trainer flags of one run (its recorded settings) into the array ARGS
   local T=$(($1 * C))
   # shellcheck disable=SC2207  # the variant's flags are a list of words
@@ -194,8 +204,11 @@ run_one() {  # ratio variant seed (settings_check passed: the run is new or of t
   mkdir -p "$dir"
   run_args "$r" "$v" "$s"
   settings_write "$dir" "${ARGS[@]}"
-  nice -n "$NICE" "$TRAINER" "${ARGS[@]}" -o "$dir" -y "$resume" --device cpu --threads 1 >> "$dir.log" 2>&1 \
-    || { echo "error: run $dir failed; see $dir.log" >&2; tail -3 "$dir.log" >&2; return 1; }
+  local from rc=0
+  from=$(log_start "$dir.log")
+  nice -n "$NICE" "$TRAINER" "${ARGS[@]}" -o "$dir" -y "$resume" --device cpu --threads 1 >> "$dir.log" 2>&1 || rc=$?
+  relay_notes_of "$(basename "$dir")" "$dir.log" "$from"
+  [[ $rc == 0 ]] || { echo "error: run $dir failed; see $dir.log" >&2; tail -3 "$dir.log" >&2; return 1; }
   echo "== $(date +%H:%M:%S) r$r $v seed $s: $(grep -a '^done:' "$dir.log" | tail -n 1)"
 }
 

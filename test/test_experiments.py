@@ -258,18 +258,24 @@ def test_exp_synthetic_smoke(tmp_path):
 
 def test_exp_synthetic_smoke_takes_the_steps_and_grid_given(tmp_path):
     """--smoke sets small defaults, but a --steps or --grid typed beside it is used (both were dropped without a
-    word: `--smoke --steps 8` trained the smoke's 6 steps)."""
+    word: `--smoke --steps 8` trained the smoke's 6 steps). The trainer's note: lines reach the console as
+    "== NAME: note: ...", as in exp_pg19.sh (a grid point with T <= P, whose local heads compute as global ones,
+    said so only in its runs' logs)."""
     need_trainer()
     out = tmp_path / "syn"
-    p = sh(["bash", REPO / "scripts" / "exp_synthetic.sh", "--smoke", "--out", out, "--threads", "1", "--steps", 2,
-            "--grid", "16:32"])
+    p = sh(["bash", REPO / "scripts" / "exp_synthetic.sh", "--smoke", "--out", out, "--threads", "1", "--steps", 1,
+            "--grid", "16:8"])
     runs = out / "runs"
-    assert sorted(d.name for d in runs.iterdir() if d.is_dir()) == ["C16_T32_local", "C16_T32_ls", "C16_T32_mhsa"]
+    assert sorted(d.name for d in runs.iterdir() if d.is_dir()) == ["C16_T8_local", "C16_T8_ls", "C16_T8_mhsa"]
     for d in runs.iterdir():
         if d.is_dir():
-            assert (d / "DONE_00000002").exists(), sorted(os.listdir(d))
-            assert [r["step"] for r in records(d / "metrics.jsonl") if "loss" in r] == [1, 2]
-    assert "steps=2" in p.stdout
+            assert (d / "DONE_00000001").exists(), sorted(os.listdir(d))
+            assert [r["step"] for r in records(d / "metrics.jsonl") if "loss" in r] == [1]
+    assert "steps=1" in p.stdout
+    for name in ("C16_T8_ls", "C16_T8_local"):
+        assert f"== {name}: note: --window 8 is not below -t 8" in p.stdout, p.stdout
+        assert f"== {name}: note: --warmup-steps 2 is longer than the run's 1 steps" in p.stdout, p.stdout
+    assert "== C16_T8_mhsa: note: --window" not in p.stdout, p.stdout
 
 
 def test_exp_synthetic_reuses_a_run_only_for_the_same_settings(tmp_path):
@@ -644,20 +650,28 @@ def test_exp_pg19_smoke_takes_the_data_and_vocabulary_given(tmp_path):
 
 
 def test_exp_pg19_relays_the_trainers_notes(tmp_path):
-    """-u 2 (the smoke's warmup) of a 1-step run: the trainer's note reaches the console and report.txt."""
+    """-u 2 (the smoke's warmup) of a 1-step run: the trainer's note reaches the console and report.txt. The
+    report names --extra in its header and its run's line, and says what the run trained with from its own
+    config.json (the lines once stated the script's values whatever --extra changed)."""
     need_trainer()
     if not (SHARED / "pg19" / "pg45265.txt").exists():
         pytest.skip(f"no PG-19 books at {SHARED / 'pg19'} (set SHARED_DATA)")
     out = tmp_path / "pg19"
     p = sh(["bash", REPO / "scripts" / "exp_pg19.sh", "--smoke", "--steps", 1, "--out", out, "--source",
-            SHARED / "pg19", "--variants", "ls"], timeout=300)
+            SHARED / "pg19", "--variants", "ls", "--extra", "--grad-clip 0.5"], timeout=300)
     assert "vocabulary 400 (not the paper's 10000: --smoke)" in p.stdout.splitlines()[0], p.stdout
+    assert p.stdout.splitlines()[0].endswith(" | --extra '--grad-clip 0.5'"), p.stdout
+    report = (out / "logs" / "report.txt").read_text()
     note = "== ls: note: --warmup-steps 2 is longer than the run's 1 steps"
-    assert note in p.stdout and note in (out / "logs" / "report.txt").read_text(), p.stdout
+    assert note in p.stdout and note in report, p.stdout
     # the run's line has its pieces apart ("tokens | | device" without a budget), and the finished line the whole
     # checkpoint path (it was cut at 160 characters: "model_00000001.)")
-    run_line = f"== ls: --global-heads 1 | up to 1 steps of 128 tokens | device cpu | np 1 | resume 0"
+    run_line = f"== ls: --global-heads 1 + --extra --grad-clip 0.5 | up to 1 steps of 128 tokens | device cpu | np 1 | resume 0"
     assert run_line in p.stdout.splitlines(), p.stdout
+    trained = ("== ls: trained with (config.json): G 1 of 6 heads, window 8, near 8, qk-norm false, z-loss 0, "
+               "attn-softcap 0, qk-clip 0, grad-clip 0.5, L 1, C 48, T 64, B 2, D 128, lr 0.0006, warmup 2, "
+               "max-steps 1, seed 1337")
+    assert trained in p.stdout.splitlines() and trained in report.splitlines(), p.stdout
     finished = [ln for ln in p.stdout.splitlines() if ln.startswith("== ls: finished (")]
     assert len(finished) == 1 and finished[0].endswith(f"weights: {out}/runs/ls/model_00000001.bin)"), finished
     # the summary names the data set and its vocabulary (a loss per token means nothing without V)
@@ -688,8 +702,8 @@ def test_exp_pg19_reuses_a_run_only_for_the_same_settings(tmp_path):
     p = sh(base + ["--steps", 1], timeout=300)
     assert f"== ls: done already ({run})" in p.stdout, p.stdout
     assert files() == before
-    for args, was, now in [(["--steps", 2], "-x 1", "-x 2"), (["--steps", 1, "--extra", "--z-loss 1e-4"], "nothing more",
-                                                               "--z-loss 1e-4")]:
+    for args, was, now in [(["--steps", 2], "-x 1", "-x 2"), (["--steps", 1, "--extra", "--grad-clip 0.5"], "nothing more",
+                                                               "--grad-clip 0.5")]:
         p = sh(base + args, check=False)
         assert p.returncode == 1 and p.stderr.count("\n") == 1 and p.stderr.startswith("error: "), p.stderr
         assert f"{run} holds a run of other settings" in p.stderr and was in p.stderr and now in p.stderr, p.stderr
@@ -769,6 +783,39 @@ def test_exp_pg19_refuses_flags_that_conflict_or_it_sets_itself(tmp_path):
     p = sh(base + ["--tokens", 40000, "--extra", "-m 1 -v 3"], check=False)
     assert p.returncode == 4, p.stderr  # past the arguments, to the failing check
     assert "note: --tokens 40000 is 2 steps of 16384 tokens (32768 tokens)" in p.stderr, p.stderr
+
+
+def test_exp_pg19_refuses_extra_flags_that_define_a_variant_or_the_model(tmp_path):
+    """A flag in --extra that any variant, the preset's model or --smoke sets is refused with one line naming the
+    flag and its owner, whichever variants run (`--extra "--z-loss 0.01"` gave the plain mhsa baseline a z-loss
+    and mhsa_zloss 100x its value while report.txt stated the script's; `--qk-clip 5` ran mhsa_qkclip at tau 5
+    instead of 100). Long and short names of one flag are the same flag; the bookkeeping flags stay free."""
+    data = meta_only_data(tmp_path / "pg19_sp")
+    base = ["bash", REPO / "scripts" / "exp_pg19.sh", "--data", data, "--vocab", 1024, "--device", "cpu",
+            "--steps", 1, "--variants", "mhsa", "--out", tmp_path / "o", "--check-cmd", "exit 3"]
+    for extra, words in [("--z-loss 0.01", "--extra sets --z-loss, which the script sets itself: use --variants "
+                          "(variant mhsa_zloss: --z-loss 1e-4)"),
+                         ("--attn-softcap=20", "--attn-softcap, which the script sets itself: use --variants "
+                          "(variant mhsa_softcap: --attn-softcap 50)"),
+                         ("--qk-clip 5", "(variant mhsa_qkclip: --qk-clip 100)"),
+                         ("-m 1 --qk-norm", "--extra sets --qk-norm, which the script sets itself: use --variants "
+                          "(variant mhsa_qknorm: --qk-norm)"),
+                         ("--global-heads 2", "use --variants (variants mhsa: --global-heads 6, ls: --global-heads 1, local: "),
+                         ("--window 3", "--extra sets --window, which the script sets itself: use --config"),
+                         ("--heads 12", "--extra sets --heads"), ("--near 4", "--extra sets --near"),
+                         ("--warmup-steps 5", "--extra sets --warmup-steps"),
+                         ("--total-batch-size 4", "use --total-batch"), ("--expect-vocab 7", "use --vocab"),
+                         ("--output-dir x", "use --out"), ("--device=cuda", "use --device")]:
+        p = sh(base + ["--extra", extra], check=False)
+        assert p.returncode == 1 and p.stderr.count("\n") == 1 and p.stderr.startswith("error: "), (extra, p.stderr)
+        assert words in p.stderr, (extra, p.stderr)
+        assert not (tmp_path / "o").exists()
+    if (SHARED / "pg19" / "pg45265.txt").exists():  # --smoke's model flags are its own
+        p = sh(["bash", REPO / "scripts" / "exp_pg19.sh", "--smoke", "--out", tmp_path / "s", "--source",
+                SHARED / "pg19", "--extra", "--layers 2"], check=False)
+        assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
+        assert p.stderr.startswith("error: --extra sets --layers, which the script sets itself: use --smoke"), p.stderr
+        assert not (tmp_path / "s" / "runs").exists()
 
 
 def test_experiment_scripts_take_flag_equals_value(tmp_path):
@@ -1041,6 +1088,24 @@ def test_a_source_of_other_books_than_the_data_is_refused(tmp_path):
             assert "holds PG-19 made from" not in p.stderr and p.stdout.startswith("== exp_pg19"), p.stderr
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_exp_text_ratio_smoke_takes_the_steps_and_ratios_given(tmp_path):
+    """--smoke sets small defaults, but a --steps, --ratios or --key-ratio given beside it is used, as in
+    exp_synthetic.sh (`--smoke --steps 40 --ratios 2` trained 6 steps at ratios 2 and 4). The trainer's note: lines
+    reach the console as "== NAME: note: ..." (-u 2, the smoke's warmup, of a 1-step run)."""
+    need_trainer()
+    if not (SHARED / "pg19" / "pg45265.txt").exists():
+        pytest.skip(f"no PG-19 books at {SHARED / 'pg19'} (set SHARED_DATA)")
+    out = tmp_path / "ratio"
+    p = sh(["bash", REPO / "scripts" / "exp_text_ratio.sh", "--smoke", "--out", out, "--source", SHARED / "pg19",
+            "--steps", 1, "--ratios", 4, "--key-ratio", 4, "--variants", "ls", "--jobs", 1], timeout=300)
+    assert sorted(d.name for d in (out / "runs").iterdir() if d.is_dir()) == ["r4_ls_s1", "r4_ls_s2"], p.stdout
+    for name in ("r4_ls_s1", "r4_ls_s2"):
+        run = out / "runs" / name
+        assert (run / "DONE_00000001").exists(), sorted(os.listdir(run))
+        assert json.loads((run / "config.json").read_text())["train"]["seq_len"] == 4 * 16
+        assert f"== {name}: note: --warmup-steps 2 is longer than the run's 1 steps" in p.stdout, p.stdout
 
 
 def test_exp_text_ratio_smoke_and_resume(tmp_path):
