@@ -64,6 +64,9 @@ import warnings
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plot_formats import FormatsError, add_formats_argument, parse_formats  # noqa: E402
+
 SPIKE_WINDOW = 100  # own spike rule (only for metrics without `spike` flags): trainer defaults
 SPIKE_Z = 6.0
 
@@ -1010,10 +1013,11 @@ def main(argv=None):
     p.add_argument("--labels", help="comma-separated legend labels, one per OUT_DIR (default: from the configs)")
     p.add_argument("--by-ratio", action="store_true",
                    help="also PREFIX_ratio.{png,svg}: peak max-logit and final val loss vs T/C per attention variant")
-    p.add_argument("--formats", default="png,svg", help="comma-separated image formats")
+    add_formats_argument(p, "png,svg")
     args = p.parse_args(argv)
     prefix = args.out if args.out else os.path.join(args.dirs[0], "plot")
     try:
+        formats = parse_formats(args.formats)
         runs = [Run(d) for d in args.dirs]
         labels, title = run_labels(runs)
         if args.labels:
@@ -1033,7 +1037,6 @@ def main(argv=None):
         with open(prefix + "_summary.md", "w", encoding="utf-8") as f:
             f.write((f"Runs: {title}\n\n" if title else "") + table)
         print(table, end="")
-        formats = [x for x in args.formats.split(",") if x]
         import matplotlib.pyplot as plt
         written = [prefix + "_summary.md"]
         for name, fig in build_figures(runs, labels, title, args.heads, args.threshold,
@@ -1041,7 +1044,7 @@ def main(argv=None):
             written += save(fig, prefix, name, formats)
             plt.close(fig)
         print(f"wrote {len(written)} files: " + ", ".join(written), file=sys.stderr)
-    except (PlotError, OSError, KeyError, ValueError) as e:
+    except (PlotError, FormatsError, OSError, KeyError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -543,3 +543,22 @@ def test_a_run_whose_validation_set_changed_gets_the_not_comparable_note(tmp_pat
     p = subprocess.run([sys.executable, str(PLOT), str(tmp_path / "lr"), str(tmp_path / "g"), "--out",
                         str(tmp_path / "c2"), "--formats", "png"], capture_output=True, text=True)
     assert p.returncode == 0 and "not comparable" not in p.stderr + p.stdout, p.stderr
+
+
+def write_steps(path, cfg, steps):
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(cfg))
+    (path / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 3.0, "max_attn_logit": 1.0}) + "\n"
+                                                for s in range(1, steps + 1))
+                                        + json.dumps({"step": steps, "val_loss": 2.9}) + "\n")
+
+
+@pytest.mark.parametrize("bad", ["pngg", ",", "png,,svg"])
+def test_a_bad_format_is_refused_before_anything_is_written(tmp_path, bad):
+    """--formats is checked first (it failed after the summary was written, with matplotlib's message)."""
+    write_steps(tmp_path / "a", config(), 3)
+    p = subprocess.run([sys.executable, str(PLOT), str(tmp_path / "a"), "--out", str(tmp_path / "o" / "cmp"),
+                        "--formats", bad], capture_output=True, text=True)
+    err = p.stderr.strip().splitlines()
+    assert p.returncode == 1 and len(err) == 1 and err[0].startswith("error: --formats"), p.stderr
+    assert not (tmp_path / "o").exists() and p.stdout == ""
