@@ -15,12 +15,16 @@ Writes, with PREFIX = --out (default: OUT_DIR/plot of the first OUT_DIR),
                                 per run, global heads solid, local dashed)
     PREFIX_entropy.{png,svg}   per layer: attention entropy (nats) vs step
                                (--heads max: the mean over the layer's heads; all: one line per head)
-    PREFIX_near_mass.{png,svg} per layer: attention mass on near keys (distance i-j < N, the record's
-                               `near`) vs step (--heads max: mean over the global heads solid, over
-                               the local heads dashed; all: one line per head, same styles)
+    PREFIX_near_mass.{png,svg} per layer: attention mass on near keys (distance i-j < N, each record's
+                               own `near`) vs step (--heads max: mean over the global heads solid, over
+                               the local heads dashed; all: one line per head, same styles). A --near
+                               changed on resume breaks a run's curves at the change (no line joins points
+                               of two N); the title names N ("N=8", "N=8 up to step 200, N=2 from step
+                               201"), or with runs of different N says "N varies" and each legend label
+                               names its run's
     PREFIX_near_far_logits.{png,svg}  per layer: max pre-softmax logit among near keys (solid) and
                                among far keys (dotted) vs step (--heads max: max over the layer's
-                               heads; all: one pair per head). Both near/far plots are skipped with a
+                               heads; all: one pair per head; N as in near_mass). Both near/far plots are skipped with a
                                note for runs whose records lack the fields (older runs, CUDA runs
                                without --near)
 A run without logit_stats.jsonl records (fewer steps than --logit-stats-every, --logit-stats-every 0, or no
@@ -42,7 +46,9 @@ token are not comparable. So does a run whose validation set changed while it tr
 changed -j, -m, -b or -t): its validation losses on either side of that step are on different sets. A training
 flag changed on resume (config.json's "history") is noted in the label ("z-loss 1e-4 from step 400") and drawn
 as a vertical dash-dot line at its step (with "flag old->new" on the loss plot); a fork (config.json's
-"forked_from") likewise.
+"forked_from") likewise. Settings that change only what is recorded (-v, --threads, ...) get the line but no
+note; --near, which changes what the near/far plots measure, gets both, with the values that acted: its
+`old: null` (not given) is the window ("near 8->2 at step 200").
 Summary columns: final validation loss (the last one; "(step S)" when that is before the run's last step,
 "-" without validation) and its perplexity exp(loss), peak max-logit (metrics'
 max_attn_logit over all steps) and its step, the first step whose max-logit exceeds --threshold,
@@ -175,9 +181,10 @@ SHORT_FLAGS = {"-i": "train_data", "-j": "val_data", "-o": "output_dir", "-e": "
                "-n": "checkpoint_every", "-y": "resume", "-z": "zero_stage"}
 
 # training settings that only change what is recorded or where it runs, never the experiment: a change
-# on resume gets a marker in the plots but no note in the label
+# on resume gets a marker in the plots but no note in the label. --near is not one: it changes what the
+# near/far plots measure
 BOOKKEEPING = {"output_dir", "val_every", "val_batches", "sample_every", "gen_tokens", "temperature",
-               "checkpoint_every", "resume", "keep_checkpoints", "logit_stats_every", "near", "device", "threads",
+               "checkpoint_every", "resume", "keep_checkpoints", "logit_stats_every", "device", "threads",
                "logit_alarm_cooldown"}
 
 
@@ -210,6 +217,26 @@ def flag_key(flag):
 def history_entries(config):
     """config.json's optional "history" (training flags changed on resume), in step order."""
     return sorted((config or {}).get("history") or [], key=lambda h: h.get("step", 0))
+
+
+def acting_value(key, value, model):
+    """A setting's value as it acted: --near's null (not given) is the model's window P, where the CPU's
+    statistics split (docs/training.md "Near/far attention statistics"); any other value as it is."""
+    if key == "near" and value is None:
+        return (model or {}).get("window")
+    return value
+
+
+def setting_at(config, key, step):
+    """The value of training setting `key` that trained step `step` (acting_value): "train"'s, or the first
+    history change's `old`, with every change made at a step before `step` applied (docs/formats.md)."""
+    config = config or {}
+    start, changes = timeline(config.get("train") or {}, history_entries(config), key)
+    value = start
+    for at, new in changes:
+        if isinstance(at, int) and at < step:
+            value = new
+    return acting_value(key, value, config.get("model"))
 
 
 def timeline(train, history, key):
@@ -315,8 +342,9 @@ def label_parts(config):
     for h in history:  # every other change of the experiment: "max-steps 1000->2000 at step 1000"
         key = flag_key(h.get("flag"))
         if key not in shown:
-            parts.append((f"history:{key}:{h.get('step')}", f"{key.replace('_', '-')} "
-                          f"{short_number(h.get('old'))}->{short_number(h.get('new'))} at step {h.get('step')}", True))
+            old, new = (short_number(acting_value(key, h.get(v), m)) for v in ("old", "new"))
+            parts.append((f"history:{key}:{h.get('step')}", f"{key.replace('_', '-')} {old}->{new} at step "
+                          f"{h.get('step')}", True))
     fork = config.get("forked_from")
     if fork:
         ckpt = str(fork.get("checkpoint", "?"))
@@ -471,9 +499,10 @@ def markers_of(config):
     """Vertical markers of a run: [(step, text)], one per step where training flags changed on resume
     ("--z-loss 0->1e-4", several flags of one step on separate lines) and one at a fork's step."""
     by_step = {}
+    model = (config or {}).get("model")
     for h in history_entries(config):
-        by_step.setdefault(h.get("step"), []).append(
-            f"{h.get('flag')} {short_number(h.get('old'))}->{short_number(h.get('new'))}")
+        old, new = (short_number(acting_value(flag_key(h.get("flag")), h.get(v), model)) for v in ("old", "new"))
+        by_step.setdefault(h.get("step"), []).append(f"{h.get('flag')} {old}->{new}")
     out = [(s, "\n".join(texts)) for s, texts in by_step.items() if isinstance(s, (int, float))]
     fork = (config or {}).get("forked_from")
     if fork and isinstance(fork.get("step"), (int, float)):
@@ -858,9 +887,10 @@ def plot_per_layer(plt, runs, labels, title, field, heads, ylabel, threshold=Non
 
 
 def near_far_arrays(run):
-    """(steps, near_mass, near_max, far_max, is_global, near) from the logit_stats records that carry the
+    """(steps, near_mass, near_max, far_max, is_global, nears) from the logit_stats records that carry the
     near/far fields; arrays (steps, L, NH), NaN where the file has null (far_max: the head had no far
-    key). None when no record has them (runs of older versions, CUDA runs without --near)."""
+    key); nears: each record's N (its `near`; for records without one, the run's setting at that step,
+    else the window). None when no record has them (runs of older versions, CUDA runs without --near)."""
     recs = [s for s in run.stats if s.get("attn") and "near_mass" in s["attn"][0]]
     if not recs:
         return None
@@ -869,7 +899,42 @@ def near_far_arrays(run):
     def arr(field):
         return np.array([[num(a.get(field)) for a in s["attn"]] for s in recs]).reshape(len(recs), L, NH)
     glob = [bool(a["global"]) for a in recs[0]["attn"][:NH]]
-    return [s["step"] for s in recs], arr("near_mass"), arr("near_max"), arr("far_max"), glob, recs[0].get("near")
+
+    def near(rec):
+        n = rec.get("near")
+        if n is None and run.config:
+            n = setting_at(run.config, "near", rec["step"])
+        return n if n is not None else rec.get("window")
+    return ([s["step"] for s in recs], arr("near_mass"), arr("near_max"), arr("far_max"), glob,
+            [near(s) for s in recs])
+
+
+def near_segments(nears):
+    """[(N, first index, end index)]: the runs of equal N in a run's records (a --near changed on resume
+    starts a new one)."""
+    out = []
+    for i, n in enumerate(nears):
+        if out and out[-1][0] == n:
+            out[-1] = (n, out[-1][1], i + 1)
+        else:
+            out.append((n, i, i + 1))
+    return out
+
+
+def near_text(steps, segments):
+    """A run's N for the near plots: "N=8", or with --near changed on resume
+    "N=8 up to step 200, N=2 from step 201" (a middle segment "N=4 steps 201-300")."""
+    if len(segments) == 1:
+        return f"N={segments[0][0]}"
+    pieces = []
+    for k, (n, i0, i1) in enumerate(segments):
+        if k == 0:
+            pieces.append(f"N={n} up to step {steps[i1 - 1]}")
+        elif k == len(segments) - 1:
+            pieces.append(f"N={n} from step {steps[i0]}")
+        else:
+            pieces.append(f"N={n} steps {steps[i0]}-{steps[i1 - 1]}")
+    return ", ".join(pieces)
 
 
 def plot_near_far(plt, runs, labels, title, heads):
@@ -886,7 +951,9 @@ def plot_near_far(plt, runs, labels, title, heads):
     if missing:
         print(f"note: no near/far statistics for {', '.join(missing)}; left out of the near/far plots", file=sys.stderr)
     L = max(d[1].shape[1] for d in data if d is not None)
-    nvals = sorted({str(d[5]) for d in data if d is not None})
+    segments = [near_segments(d[5]) if d is not None else None for d in data]
+    ntexts = [near_text(d[0], seg) if d is not None else None for d, seg in zip(data, segments)]
+    nvals = sorted({t for t in ntexts if t is not None})
     hg = head_globals_of([r for r, d in zip(runs, data) if d is not None])
     figures = []
     for name, ylabel in [("near_mass", "attention mass on near keys"), ("near_far_logits", "max logit: near / far")]:
@@ -896,33 +963,37 @@ def plot_near_far(plt, runs, labels, title, heads):
             for i, d in enumerate(data):
                 if d is None or layer >= d[1].shape[1]:
                     continue
-                steps, mass, nmax, fmax, glob, near = d
                 lw = 0.9 if heads == "max" else 0.7
-                nh = len(glob)
+                nh = len(d[4])
+                glob = d[4]
+                for _, i0, i1 in segments[i]:  # one curve per N: none joins points split at two distances
+                    steps = d[0][i0:i1]
+                    mass, nmax, fmax = (a[i0:i1] for a in d[1:4])
 
-                def st(h):
-                    return line_style(heads, i, len(runs), h, len(hg), len(steps))
-                with np.errstate(all="ignore"), warnings.catch_warnings():
-                    warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices (no far key)
-                    if name == "near_mass":
-                        g = [h for h in range(nh) if glob[h]]
-                        loc = [h for h in range(nh) if not glob[h]]
-                        if heads == "all":
-                            for h in range(nh):
-                                ax.plot(steps, mass[:, layer, h], lw=lw, ls="-" if glob[h] else "--", **st(h))
+                    def st(h):
+                        return line_style(heads, i, len(runs), h, len(hg), len(steps))
+                    with np.errstate(all="ignore"), warnings.catch_warnings():
+                        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices (no far key)
+                        if name == "near_mass":
+                            g = [h for h in range(nh) if glob[h]]
+                            loc = [h for h in range(nh) if not glob[h]]
+                            if heads == "all":
+                                for h in range(nh):
+                                    ax.plot(steps, mass[:, layer, h], lw=lw, ls="-" if glob[h] else "--", **st(h))
+                            else:
+                                if g:
+                                    ax.plot(steps, np.nanmean(mass[:, layer, g], axis=1), lw=lw, ls="-", **st(None))
+                                if loc:
+                                    ax.plot(steps, np.nanmean(mass[:, layer, loc], axis=1), lw=lw, ls="--",
+                                            **st(None))
                         else:
-                            if g:
-                                ax.plot(steps, np.nanmean(mass[:, layer, g], axis=1), lw=lw, ls="-", **st(None))
-                            if loc:
-                                ax.plot(steps, np.nanmean(mass[:, layer, loc], axis=1), lw=lw, ls="--", **st(None))
-                    else:
-                        if heads == "all":
-                            for h in range(nh):
-                                ax.plot(steps, nmax[:, layer, h], lw=lw, ls="-", **st(h))
-                                ax.plot(steps, fmax[:, layer, h], lw=lw, ls=":", **st(h))
-                        else:
-                            ax.plot(steps, np.nanmax(nmax[:, layer, :], axis=1), lw=lw, ls="-", **st(None))
-                            ax.plot(steps, np.nanmax(fmax[:, layer, :], axis=1), lw=lw, ls=":", **st(None))
+                            if heads == "all":
+                                for h in range(nh):
+                                    ax.plot(steps, nmax[:, layer, h], lw=lw, ls="-", **st(h))
+                                    ax.plot(steps, fmax[:, layer, h], lw=lw, ls=":", **st(h))
+                            else:
+                                ax.plot(steps, np.nanmax(nmax[:, layer, :], axis=1), lw=lw, ls="-", **st(None))
+                                ax.plot(steps, np.nanmax(fmax[:, layer, :], axis=1), lw=lw, ls=":", **st(None))
             if name == "near_mass":
                 ax.set_ylim(-0.02, 1.02)
             draw_markers(ax, runs, heads, with_text=False)
@@ -931,12 +1002,12 @@ def plot_near_far(plt, runs, labels, title, heads):
                              "all": "each head (global solid, local dashed)"},
                "near_far_logits": {"max": "max over heads, near keys (solid) / far keys (dotted)",
                                    "all": "each head, near keys (solid) / far keys (dotted)"}}[name][heads]
-        near_txt = f"near: i-j < N, N={nvals[0]}" if len(nvals) == 1 else "near: i-j < N"
+        near_txt = f"near: i-j < N, {nvals[0]}" if len(nvals) == 1 else "near: i-j < N, N varies (in the legend)"
         suptitle = fig.suptitle(f"{ylabel}: {how}; {near_txt}" + (f" - {title}" if title else ""), fontsize=8)
         run_h, head_h = legend_handles(heads, runs, labels, hg)
-        for hd, d in zip(run_h, data):
-            if len(nvals) > 1 and d is not None:
-                hd.set_label(f"{hd.get_label()} (N={d[5]})")
+        for hd, text in zip(run_h, ntexts):
+            if len(nvals) > 1 and text is not None:
+                hd.set_label(f"{hd.get_label()} ({text})")
         run_h = [hd for hd, d in zip(run_h, data) if d is not None]
         if name == "near_far_logits" and heads == "all":  # near/far by line style, heads keep theirs
             head_h = [Line2D([], [], color=hd.get_color(), label=hd.get_label()) for hd in head_h]

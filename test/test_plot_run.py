@@ -562,3 +562,86 @@ def test_a_bad_format_is_refused_before_anything_is_written(tmp_path, bad):
     err = p.stderr.strip().splitlines()
     assert p.returncode == 1 and len(err) == 1 and err[0].startswith("error: --formats"), p.stderr
     assert not (tmp_path / "o").exists() and p.stdout == ""
+
+
+# ---------------------------------------------------------------------------------------------
+# --near changed on resume (trial 6 F2) and runs that differ in other settings (trial 6 F4)
+
+def near_stats(step, near, window=8):
+    """A logit_stats.jsonl record of a 1-layer model with a local head 0 (P = window) and a global head 1 that
+    splits at `near` (docs/formats.md)."""
+    mass = 1.0 if near >= window else 0.3
+    attn = [{"layer": 0, "head": h, "global": h == 1, "max": 1.0, "min": -1.0, "entropy": 1.0,
+             "near_mass": mass if h == 0 else mass / 2, "near_max": 1.0, "far_max": 0.5} for h in range(2)]
+    return {"step": step, "num_layers": 1, "num_heads": 2, "global_heads": 1, "window": window, "near": near,
+            "attn": attn, "out_max_logit": 1.0, "out_mean_lse": 1.0}
+
+
+NEAR_CHANGED = [{"step": 4, "flag": "--near", "old": None, "new": 2}]
+
+
+def write_near_run(path, history=NEAR_CHANGED, steps=8):
+    """A run of 8 steps whose --near was the default (the window, 8) up to step 4 and 2 after its resume there."""
+    path.mkdir()
+    cfg = config(model={"num_layers": 1, "num_heads": 2, "global_heads": 1, "window": 8},
+                 train={"seq_len": 16, "near": None}, history=history)
+    (path / "config.json").write_text(json.dumps(cfg))
+    (path / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 3.0 - 0.1 * s, "max_attn_logit": 1.0})
+                                                + "\n" for s in range(1, steps + 1)))
+    changed = {h["step"]: h["new"] for h in history}
+    near, lines = 8, []
+    for s in range(1, steps + 1):
+        lines.append(json.dumps(near_stats(s, near)) + "\n")
+        near = changed.get(s, near)  # an entry at step s holds from step s + 1 on
+    (path / "logit_stats.jsonl").write_text("".join(lines))
+    return cfg
+
+
+def test_near_changed_on_resume_is_named_with_its_effective_values(tmp_path):
+    """trial 6 F2: `old: null` is the default (the window); the label and the marker say 8->2, not None->2."""
+    cfg = write_near_run(tmp_path / "lsn")
+    assert "near 8->2 at step 4" in label(cfg).split(", "), label(cfg)
+    assert plot_run.markers_of(cfg) == [(4, "--near 8->2")]
+    # a run at the default and one with --near 8 (its window) split alike: no difference to name
+    a = config(model={"window": 8, "global_heads": 1}, train={"near": None})
+    b = config(model={"window": 8, "global_heads": 1}, train={"near": 8})
+    labels, _ = plot_run.make_labels([plot_run.label_parts(a), plot_run.label_parts(b)], ["a", "b"])
+    assert not any("near" in lab for lab in labels), labels
+
+
+def test_near_plots_read_n_per_record_and_break_where_it_changes(tmp_path):
+    """trial 6 F2: the near plots took one N for the whole run ("N=8" in the title) and drew one curve across a
+    --near changed on resume, so the drop of the near mass read as a change of the mechanism."""
+    write_near_run(tmp_path / "lsn")
+    run = plot_run.Run(str(tmp_path / "lsn"))
+    labels, title = plot_run.run_labels([run])
+    figures = dict(plot_run.build_figures([run], labels, title, "max"))
+    for name in ("near_mass", "near_far_logits"):
+        fig = figures[name]
+        text = fig._suptitle.get_text().replace("\n", " ")
+        assert "N=8 up to step 4, N=2 from step 5" in text, text
+        curves = [ln for ax in fig.axes for ln in ax.get_lines() if len(ln.get_xdata()) > 2]
+        assert curves, name
+        for ln in curves:  # no curve joins a point split at N=8 to one split at N=2
+            x = np.asarray(ln.get_xdata(), dtype=float)
+            assert x.max() <= 4 or x.min() >= 5, (name, x)
+    # the exp_text_ratio table's uniform near mass is that of the last record's N, as its measured one is
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "exp_summary.py"), str(tmp_path / "lsn")],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    head, _, row = [[c.strip() for c in ln.strip("|").split("|")] for ln in p.stdout.splitlines()[:3]]
+    uniform = sum(min(i + 1, 2) / (i + 1) for i in range(16)) / 16
+    assert row[head.index("near mass if uniform")] == f"{uniform:.3f}", (head, row)
+
+
+def test_runs_with_another_near_each_name_their_n(tmp_path):
+    """Two runs of different N: the near plots' title says N varies and each legend label names its run's N."""
+    write_near_run(tmp_path / "lsn")
+    write_near_run(tmp_path / "ls", history=[])
+    runs = [plot_run.Run(str(tmp_path / "lsn")), plot_run.Run(str(tmp_path / "ls"))]
+    labels, title = plot_run.run_labels(runs)
+    fig = dict(plot_run.build_figures(runs, labels, title, "max"))["near_mass"]
+    assert "N varies" in fig._suptitle.get_text().replace("\n", " ")
+    legend = [t.get_text().replace("\n", " ") for leg in fig.legends for t in leg.get_texts()]
+    assert any("N=8 up to step 4, N=2 from step 5" in t for t in legend), legend
+    assert any(t.endswith("(N=8)") for t in legend), legend
