@@ -82,9 +82,7 @@ def main(argv=None):
         last_ml = plot_run.num(run.train[-1].get("max_attn_logit")) if run.train else float("nan")
         hours = sum(plot_run.num(r.get("ms")) for r in run.train if math.isfinite(plot_run.num(r.get("ms")))) / 3.6e6
         T = train.get("seq_len")
-        per_step = train.get("total_batch_size") or -1  # -1: one micro-batch of B x T per step
-        per_step = per_step if per_step > 0 else train.get("batch_size", 0) * (T or 0)
-        tokens = s["steps"] * per_step if per_step else None
+        tokens = s["tokens"]
         rows.append(((ratio or 0, variant, seed or 0), [
             plot_run.fmt(ratio), plot_run.fmt(T), variant, plot_run.fmt(seed), plot_run.fmt(s["steps"]),
             plot_run.fmt(tokens), plot_run.fmt(s["final_val_loss"]), plot_run.fmt(s["val_ppl"], ".2f"),

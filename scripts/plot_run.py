@@ -40,7 +40,12 @@ apart. A run's label names its attention (MHSA, LS G=g/NH P=p, all-local; "MHSA 
 reaches the whole context), every stabilizer that is on (QK-norm, soft-cap, z-loss, QK-Clip, logit alarm,
 skip spikes, a non-default grad-clip), T, C, L, the data (config.json's "data": "data ts_sp (sp V=500)";
 a shards folder named data with its parent's name: "data smoke/data"),
-lr, seed; the pieces all runs share form the title. Runs whose recorded data differ (tokenizer, vocabulary,
+lr, seed, and every other setting in which the runs differ (config.json's "train" values, changes on resume
+included, and derived tokens per step, -d being compared as the tokens per step it gives: "tokens/step 2048",
+"weight-decay 0", "lr-schedule linear", "near 4"; the model's NH, max-seq-len and tied embeddings; never paths,
+data (the data note below), processes, threads, device, ZeRO stage, CUDA graphs or what only changes the record,
+such as -v; -m is compared), which also get one note on stderr, repeated under the summary table ("note: runs also differ in:
+tokens_per_step, weight_decay"); the pieces all runs share form the title. Runs whose recorded data differ (tokenizer, vocabulary,
 validation or training shards) get one note on stderr, repeated under the summary table: their losses per
 token are not comparable. So does a run whose validation set changed while it trained (config.json's "history"
 changed -j, -m, -b or -t): its validation losses on either side of that step are on different sets. A training
@@ -49,7 +54,8 @@ as a vertical dash-dot line at its step (with "flag old->new" on the loss plot);
 "forked_from") likewise. Settings that change only what is recorded (-v, --threads, ...) get the line but no
 note; --near, which changes what the near/far plots measure, gets both, with the values that acted: its
 `old: null` (not given) is the window ("near 8->2 at step 200").
-Summary columns: final validation loss (the last one; "(step S)" when that is before the run's last step,
+Summary columns: steps, tokens (the training tokens seen up to the last step: tokens per step as it changed
+on resume, plus a fork's source tokens; "-" without config.json), final validation loss (the last one; "(step S)" when that is before the run's last step,
 "-" without validation) and its perplexity exp(loss), peak max-logit (metrics'
 max_attn_logit over all steps) and its step, the first step whose max-logit exceeds --threshold,
 loss spikes (the trainer's `spike` flags; for files without them, our own rule: the loss z-score
@@ -282,9 +288,10 @@ TRAIN_STABILIZERS = [
 ]
 
 
-def label_parts(config):
+def label_parts(config, compared=()):
     """Ordered (key, text, pinned) pieces describing a run, from config.json's content (a dict with "model",
-    "train" and the optional "history" and "forked_from"; docs/formats.md). make_labels keeps the
+    "train" and the optional "history" and "forked_from"; docs/formats.md), and one piece per setting of
+    `compared` (differing_settings: those in which the runs differ beyond these pieces). make_labels keeps the
     pieces that differ between runs; a pinned piece (a setting changed on resume, a fork) is always shown."""
     config = config or {}
     m, t = config.get("model") or {}, config.get("train") or {}
@@ -338,7 +345,14 @@ def label_parts(config):
     if "seed" in t:
         start, changes = timeline(t, history, "seed")
         parts.append(("seed", timeline_text("seed", " ", start, changes, short_number), "seed" in changed))
-    shown = {k for k, _, _ in parts} | BOOKKEEPING
+    for key in compared:
+        start, changes = setting_timeline(config, key)
+        if start is None and not changes:  # not recorded by this run's version
+            continue
+        name, value_text = COMPARED_TEXT.get(key, (key.replace("_", "-") + " ", short_number))
+        parts.append((f"setting:{key}", timeline_text(name, "", start, changes, value_text),
+                      any(k in changed for k in SETTING_FLAGS.get(key, (key,)))))
+    shown = ({k for k, _, _ in parts} | BOOKKEEPING | {k for key in compared for k in SETTING_FLAGS.get(key, (key,))})
     for h in history:  # every other change of the experiment: "max-steps 1000->2000 at step 1000"
         key = flag_key(h.get("flag"))
         if key not in shown:
@@ -355,7 +369,130 @@ def label_parts(config):
 
 # the order of the pieces in a label (label_parts' order; "history" stands for history:FLAG:STEP)
 LABEL_ORDER = ["kind", "qk_norm", "attn_softcap", "bias", "gelu"] + [key for _, key, _, _ in TRAIN_STABILIZERS] + [
-    "grad_clip", "seq_len", "channels", "num_layers", "data", "learning_rate", "seed", "history", "forked_from"]
+    "grad_clip", "seq_len", "channels", "num_layers", "data", "learning_rate", "seed", "setting", "history",
+    "forked_from"]
+
+# ---------------------------------------------------------------------------------------------
+# the settings in which runs differ beyond the label pieces above (trial 6: runs of 4x the tokens per step, or
+# another weight decay, had identical labels)
+
+# config.json "train" keys never compared: those the label pieces show, paths and the data (data_note compares
+# the data identities), where and how the run executed (processes, threads, device, ZeRO, CUDA graphs) and
+# what only changes the record (BOOKKEEPING, but -m, which makes the validation set); -d is compared as the tokens per step it gives (-1: B x T x
+# processes), "tokens_per_step"
+NOT_COMPARED = (BOOKKEEPING - {"val_batches"}) | {key for _, key, _, _ in TRAIN_STABILIZERS} | {
+    "grad_clip", "seq_len", "learning_rate", "seed", "train_data", "val_data", "model", "expect_tokenizer",
+    "expect_vocab", "world_size", "zero_stage", "cuda_graph", "logit_alarm_keep", "total_batch_size"}
+# config.json "model" keys compared (the others are label pieces, or the data's vocabulary)
+COMPARED_MODEL = ["num_heads", "max_seq_len", "tied_embeddings"]
+# the label text of a compared setting other than "weight-decay 0.1": (name, value text)
+COMPARED_TEXT = {"tokens_per_step": ("tokens/step ", short_number), "num_heads": ("NH=", short_number),
+                 "tied_embeddings": ("", lambda v: "tied embeddings" if v else "untied embeddings")}
+# the training flags whose changes on resume change a compared setting (default: the setting itself)
+SETTING_FLAGS = {"tokens_per_step": ("total_batch_size", "batch_size", "seq_len")}
+
+
+def tokens_per_step_at(config, step):
+    """Training tokens of step `step`: -d when > 0, else B x T x processes, with the settings that trained it
+    (setting_at); config.json's derived.tokens_per_step before any change of them. None when unknown."""
+    config = config or {}
+    derived = (config.get("derived") or {}).get("tokens_per_step")
+    moved = any(flag_key(h.get("flag")) in SETTING_FLAGS["tokens_per_step"] and isinstance(h.get("step"), int)
+                and h["step"] < step for h in history_entries(config))
+    if isinstance(derived, int) and not moved:
+        return derived
+    d = setting_at(config, "total_batch_size", step)
+    if isinstance(d, int) and d > 0:
+        return d
+    b, t = setting_at(config, "batch_size", step), setting_at(config, "seq_len", step)
+    processes = (config.get("train") or {}).get("world_size") or 1
+    return b * t * processes if isinstance(b, int) and isinstance(t, int) else None
+
+
+def setting_timeline(config, key):
+    """(value at the run's first step, [(step, new value), ...]) of a compared setting as it acted (acting_value):
+    a "train" key by its history, "tokens_per_step" by tokens_per_step_at, a "model" key constant."""
+    config = config or {}
+    if key in COMPARED_MODEL:
+        return (config.get("model") or {}).get(key), []
+    if key == "tokens_per_step":
+        steps = sorted({h["step"] for h in history_entries(config) if isinstance(h.get("step"), int)
+                        and flag_key(h.get("flag")) in SETTING_FLAGS[key]})
+        start, changes = tokens_per_step_at(config, 1), []
+        for s in steps:
+            value = tokens_per_step_at(config, s + 1)
+            if value != (changes[-1][1] if changes else start):
+                changes.append((s, value))
+        return start, changes
+    start, changes = timeline(config.get("train") or {}, history_entries(config), key)
+    model = config.get("model")
+    return acting_value(key, start, model), [(s, acting_value(key, v, model)) for s, v in changes]
+
+
+def compared_timeline(config, key):
+    """setting_timeline as compared between runs: --near at the window (given or not) is "the window", so that
+    runs of different P at the default split are not called different in --near (their P is in the label)."""
+    start, changes = setting_timeline(config, key)
+    if key == "near":
+        window = ((config or {}).get("model") or {}).get("window")
+        start, changes = ("P" if start == window else start), [(s, "P" if v == window else v) for s, v in changes]
+    return start, changes
+
+
+def differing_settings(configs):
+    """The settings (config.json "train" keys, "tokens_per_step", COMPARED_MODEL keys) whose values, changes on
+    resume included, differ between the runs that record them (compared_timeline), in config.json's order; none
+    for one run."""
+    if len(configs) < 2:
+        return []
+    keys = []
+    for c in configs:
+        for k in (c or {}).get("train") or {}:
+            if k == "total_batch_size" and "tokens_per_step" not in keys:
+                keys.append("tokens_per_step")
+            if k not in NOT_COMPARED and k not in keys:
+                keys.append(k)
+    if "tokens_per_step" not in keys:
+        keys.append("tokens_per_step")
+    out = []
+    for k in keys + COMPARED_MODEL:
+        values = [compared_timeline(c, k) for c in configs]
+        values = {repr(v) for v in values if v[0] is not None or v[1]}
+        if len(values) > 1:
+            out.append(k)
+    return out
+
+
+def settings_note(configs):
+    """One line naming the settings in which the runs differ beyond the label pieces (differing_settings), None
+    when there are none: their labels name each run's values; a comparison per step is not one of attention
+    alone."""
+    keys = differing_settings(configs)
+    if not keys:
+        return None
+    return (f"note: runs also differ in: {', '.join(keys)} (config.json; each run's value is in its label, and the "
+            "summary's tokens column counts the training tokens each saw)")
+
+
+def tokens_seen(config, step):
+    """Training tokens a run saw up to and including `step`: a fork's source tokens (forked_from.tokens) and
+    tokens_per_step_at of each later step; None when unknown (no config.json, a fork without "tokens")."""
+    config = config or {}
+    fork = config.get("forked_from")
+    total, first = 0, 1
+    if fork:
+        if not isinstance(fork.get("tokens"), int):
+            return None
+        total, first = fork["tokens"], fork["step"] + 1
+    bounds = sorted({h["step"] + 1 for h in history_entries(config) if isinstance(h.get("step"), int)
+                     and flag_key(h.get("flag")) in SETTING_FLAGS["tokens_per_step"] and first < h["step"] + 1 <= step})
+    for lo, hi in zip([first] + bounds, bounds + [step + 1]):  # steps lo .. hi - 1 at one rate
+        if hi > lo:
+            rate = tokens_per_step_at(config, lo)
+            if rate is None:
+                return None
+            total += rate * (hi - lo)
+    return total
 
 
 def data_set_name(glob):
@@ -483,7 +620,8 @@ def make_labels(all_parts, names):
 
 def run_labels(runs):
     configs = [r.label_config() for r in runs]
-    all_parts = [label_parts(c) for c in configs]
+    compared = differing_settings(configs)
+    all_parts = [label_parts(c, compared) for c in configs]
     # two data sets of one name and vocabulary (tokenized again into the same directory): told apart by a
     # short digest of their identity
     ids = [data_identity(c) for c in configs]
@@ -534,6 +672,7 @@ def summarize(run, threshold):
     steps = [r["step"] for r in run.train]
     ml = np.array([num(r.get("max_attn_logit")) for r in run.train])
     row = {"steps": steps[-1] if steps else 0}
+    row["tokens"] = tokens_seen(run.config, row["steps"]) if run.config else None
     row["final_train_loss"] = num(run.train[-1].get("loss")) if run.train else float("nan")
     if run.val:
         row["val_step"] = run.val[-1]["step"]
@@ -564,7 +703,7 @@ def fmt(x, spec=".4f"):
 
 
 def summary_table(runs, labels, rows, threshold, notes=()):
-    head = ["run", "dir", "steps", "final val loss", "val ppl", "final train loss", "peak max-logit",
+    head = ["run", "dir", "steps", "tokens", "final val loss", "val ppl", "final train loss", "peak max-logit",
             "at step", f"first step > {threshold:g}", "loss spikes", "non-finite steps"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for run, lab, r in zip(runs, labels, rows):
@@ -573,7 +712,7 @@ def summary_table(runs, labels, rows, threshold, notes=()):
             val = ppl = "-"
         elif r["val_step"] != r["steps"]:  # the last validation is older than the last step (step 0: untrained)
             val += f" (step {r['val_step']})"
-        cells = [lab, os.path.basename(os.path.normpath(run.path)), fmt(r["steps"]), val, ppl, fmt(r["final_train_loss"]), fmt(r["peak_max_logit"], ".3f"),
+        cells = [lab, os.path.basename(os.path.normpath(run.path)), fmt(r["steps"]), fmt(r["tokens"]), val, ppl, fmt(r["final_train_loss"]), fmt(r["peak_max_logit"], ".3f"),
                  fmt(r["peak_step"]), fmt(r["first_cross"]), fmt(r["spikes"]), fmt(r["nonfinite"])]
         out.append("| " + " | ".join(cells) + " |")
     rules = sorted({r["spike_rule"] for r in rows})
@@ -1098,7 +1237,7 @@ def main(argv=None):
         rows = [summarize(r, args.threshold) for r in runs]
         names = [os.path.basename(os.path.normpath(r.path)) for r in runs]
         configs = [r.label_config() for r in runs]
-        notes = [n for n in (data_note(configs, names), val_change_note(configs, names)) if n]
+        notes = [n for n in (data_note(configs, names), val_change_note(configs, names), settings_note(configs)) if n]
         for note in notes:
             print(note, file=sys.stderr)
         table = summary_table(runs, labels, rows, args.threshold, notes)

@@ -3,7 +3,10 @@ function of config.json's content (plain GPT-2 MHSA, LS with G/P, each stabilize
 changed on resume, a fork); end to end on two tiny real training runs: the legends lie outside the
 axes, every head of a run and every run are told apart with --heads all, runs whose curves coincide by
 their marker shapes, titles lie whole inside the figure (a 1-layer run, a long common title), the history
-markers are drawn, and --out defaults to the first run's directory.
+markers are drawn, and --out defaults to the first run's directory; on hand-written runs: the near/far plots
+take N per record (a --near changed on resume breaks the curves and is named), runs that differ in other
+settings (tokens per step, weight decay, schedule) are labelled so, with one note and a tokens column, and a
+bad --formats is refused before anything is written.
 
 The trainer is $TRAINER, else $TRAIN_GPT2_LS, else the repository's ./train_gpt2_ls (`make` builds it).
 """
@@ -548,9 +551,9 @@ def test_a_run_whose_validation_set_changed_gets_the_not_comparable_note(tmp_pat
 def write_steps(path, cfg, steps):
     path.mkdir()
     (path / "config.json").write_text(json.dumps(cfg))
-    (path / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 3.0, "max_attn_logit": 1.0}) + "\n"
-                                                for s in range(1, steps + 1))
-                                        + json.dumps({"step": steps, "val_loss": 2.9}) + "\n")
+    (path / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 3.0, "max_attn_logit": 1.0,
+                                                            **({"val_loss": 2.9} if s == steps else {})}) + "\n"
+                                                for s in range(1, steps + 1)))
 
 
 @pytest.mark.parametrize("bad", ["pngg", ",", "png,,svg"])
@@ -645,3 +648,57 @@ def test_runs_with_another_near_each_name_their_n(tmp_path):
     legend = [t.get_text().replace("\n", " ") for leg in fig.legends for t in leg.get_texts()]
     assert any("N=8 up to step 4, N=2 from step 5" in t for t in legend), legend
     assert any(t.endswith("(N=8)") for t in legend), legend
+
+
+def test_runs_that_differ_in_other_settings_say_so_and_count_tokens(tmp_path):
+    """trial 6 F4: runs of 4x the tokens per step, another weight decay and schedule had labels [a], [b] and a
+    per-step summary: the comparison looked like one of attention alone."""
+    base = {"weight_decay": 0.1, "lr_schedule": "cosine", "total_batch_size": -1, "batch_size": 4, "seq_len": 1024}
+    a = config(train=dict(base, threads=1, output_dir="/runs/a", train_data="/d/a/train_*.bin"),
+               derived={"tokens_per_step": 4096})
+    b = config(train=dict(base, weight_decay=0.0, lr_schedule="linear", total_batch_size=16384, threads=8,
+                          output_dir="/runs/b", train_data="/d/b/train_*.bin"),
+               derived={"tokens_per_step": 16384},
+               history=[{"step": 5, "flag": "--total-batch-size", "old": 16384, "new": 8192}])
+    write_steps(tmp_path / "a", a, 10)
+    write_steps(tmp_path / "b", b, 10)
+    p = subprocess.run([sys.executable, str(PLOT), str(tmp_path / "a"), str(tmp_path / "b"), "--out",
+                        str(tmp_path / "cmp"), "--formats", "png"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    summary = (tmp_path / "cmp_summary.md").read_text()
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in summary.splitlines() if ln.startswith("| ")]
+    head, la, lb = rows[0], rows[1][0].split(", "), rows[2][0].split(", ")
+    assert "weight-decay 0.1" in la and "lr-schedule cosine" in la and "tokens/step 4096" in la, la
+    # -d is compared as the tokens per step it gives, with its change on resume (no second piece for -d)
+    assert "weight-decay 0" in lb and "lr-schedule linear" in lb and "tokens/step 16384 (8192 from step 5)" in lb, lb
+    assert not any("total-batch-size" in piece for piece in la + lb), (la, lb)
+    assert not any(k in rows[1][0] + rows[2][0] for k in ("threads", "output", "train-data")), rows
+    # tokens seen at the final step: b changed -d on resume at step 5 (16384 per step up to it, 8192 after)
+    assert rows[1][head.index("tokens")] == "40960" and rows[2][head.index("tokens")] == str(5 * 16384 + 5 * 8192)
+    notes = [ln for ln in p.stderr.splitlines() if "also differ" in ln]
+    assert len(notes) == 1 and notes[0].startswith("note: runs also differ in: "), p.stderr
+    for key in ("weight_decay", "lr_schedule", "tokens_per_step"):
+        assert key in notes[0], notes
+    assert not any(k in notes[0] for k in ("threads", "output_dir", "train_data")), notes
+    assert "Runs also differ in: " in summary
+
+
+def test_tokens_seen_counts_a_fork_from_its_source_tokens():
+    cfg = config(train={"batch_size": 2, "seq_len": 32, "total_batch_size": -1},
+                 forked_from={"checkpoint": "out/a/model_00000004.bin", "step": 4, "tokens": 1000})
+    assert plot_run.tokens_seen(cfg, 10) == 1000 + 6 * 64  # no "derived": B x T of "train"
+    assert plot_run.tokens_seen({}, 10) is None
+
+
+def test_settings_that_only_say_where_or_how_a_run_executed_are_not_differences():
+    base = {"batch_size": 4, "seq_len": 64, "total_batch_size": -1, "near": None, "val_batches": 2}
+    a = config(model={"window": 8, "global_heads": 1}, train=dict(base, threads=1, world_size=1, output_dir="/a"))
+    same = [config(model={"window": 8, "global_heads": 1}, train=dict(base, **t)) for t in [
+        {"threads": 8, "device": "cuda", "zero_stage": 1, "output_dir": "/b", "val_every": 50},
+        {"total_batch_size": 256},  # -d equal to B x T: the same tokens per step
+        {"near": 8}]]               # the window, given
+    for b in same:
+        assert plot_run.differing_settings([a, b]) == [], b["train"]
+    other = config(model={"window": 8, "global_heads": 1}, train=dict(base, val_batches=4, near=4))
+    assert sorted(plot_run.differing_settings([a, other])) == ["near", "val_batches"]
+    assert plot_run.differing_settings([a]) == []
