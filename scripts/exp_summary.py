@@ -10,7 +10,8 @@ max-logit (the last step's), the first step whose max-logit exceeds --threshold,
 non-finite steps, and the near mass of the global heads at the last statistics record (mean over
 layers and global heads of the attention mass on keys with i - j < N; "-" for runs without global
 heads or without near/far statistics) beside what uniform causal attention would put there (the mean
-over rows i of min(i + 1, N) / (i + 1)), and the run's wall-clock hours (sum of the steps' ms).
+over rows i of min(i + 1, N) / (i + 1), N that record's: a --near changed on resume changes it), and the
+run's wall-clock hours (sum of the steps' ms).
 The numbers are those of scripts/plot_run.py (its reader and summary row), not recomputed here.
 """
 import argparse
@@ -48,6 +49,15 @@ def global_near_mass(run):
     return float(np.nanmean(last)) if np.isfinite(last).any() else None
 
 
+def last_near(run):
+    """N of the last record with near/far fields (the split global_near_mass measured at), else the run's
+    --near, else its window."""
+    arrays = plot_run.near_far_arrays(run)
+    if arrays is not None:
+        return arrays[5][-1]
+    return (run.config or {}).get("train", {}).get("near") or (run.config or {}).get("model", {}).get("window")
+
+
 def uniform_near_mass(T, near):
     """The near mass of uniform causal attention over T rows: mean over i of min(i + 1, N) / (i + 1)."""
     if not T or not near:
@@ -72,17 +82,14 @@ def main(argv=None):
         last_ml = plot_run.num(run.train[-1].get("max_attn_logit")) if run.train else float("nan")
         hours = sum(plot_run.num(r.get("ms")) for r in run.train if math.isfinite(plot_run.num(r.get("ms")))) / 3.6e6
         T = train.get("seq_len")
-        per_step = train.get("total_batch_size") or -1  # -1: one micro-batch of B x T per step
-        per_step = per_step if per_step > 0 else train.get("batch_size", 0) * (T or 0)
-        tokens = s["steps"] * per_step if per_step else None
+        tokens = s["tokens"]
         rows.append(((ratio or 0, variant, seed or 0), [
             plot_run.fmt(ratio), plot_run.fmt(T), variant, plot_run.fmt(seed), plot_run.fmt(s["steps"]),
             plot_run.fmt(tokens), plot_run.fmt(s["final_val_loss"]), plot_run.fmt(s["val_ppl"], ".2f"),
             plot_run.fmt(s["peak_max_logit"], ".2f"), plot_run.fmt(s["peak_step"]), plot_run.fmt(last_ml, ".2f"),
             plot_run.fmt(s["first_cross"]), plot_run.fmt(s["spikes"]), plot_run.fmt(s["nonfinite"]),
             plot_run.fmt(global_near_mass(run), ".3f"),
-            plot_run.fmt(uniform_near_mass(T, train.get("near") or (run.config or {}).get("model", {}).get("window")),
-                         ".3f"), plot_run.fmt(hours, ".2f")]))
+            plot_run.fmt(uniform_near_mass(T, last_near(run)), ".3f"), plot_run.fmt(hours, ".2f")]))
     head = ["T/C", "T", "variant", "seed", "steps", "tokens", "final val loss", "val ppl", "peak max-logit", "at step",
             "final max-logit", f"first step > {a.threshold:g}", "loss spikes", "non-finite", "near mass (global heads)",
             "near mass if uniform", "hours"]

@@ -2,7 +2,7 @@
 """Heatmaps of attention maps written by `train_gpt2_ls --eval-only --dump-attention L:H,...`.
 
     python3 scripts/plot_attention.py out/eval [more .npy files or dirs] --config out/run/config.json
-    python3 scripts/plot_attention.py out/eval/attn_L0_H3.npy --window 50 --global-heads 1 --heads 6
+    python3 scripts/plot_attention.py out/eval/attn_L0_H3.npy --window 50 --global-heads 1 --heads 6 --formats png,pdf
 
 Inputs: `attn_L<l>_H<h>.npy` files (docs/formats.md: float32 (T, T), row i = query i, column j =
 key j, masked entries 0), or directories holding them. Whether head h is local, and its window P,
@@ -20,7 +20,8 @@ another model now (the run directory was replaced) or gone, its config.json is n
 (or all of --window, --global-heads, --heads) that is an error naming the fix, with them a note. An eval.json
 without the identity (older builds) gets a note that it cannot be checked.
 
-Writes one PNG per input, `attn_L<l>_H<h>.png`, into --out DIR (default: next to the .npy):
+Writes one image per input and format (--formats, as plot_run.py's: comma-separated, default png),
+`attn_L<l>_H<h>.png` (.svg, .pdf, ...), into --out DIR (default: next to the .npy):
   - the probabilities p[i, j] as a heatmap, query i down, key j across; color scale logarithmic
     (default, --vmin 1e-4 .. 1; smaller values get the --vmin color) or --scale linear (0 .. max);
     entries the mask hides (j > i, and for a local head j <= i - P) are light grey;
@@ -32,7 +33,7 @@ Writes one PNG per input, `attn_L<l>_H<h>.png`, into --out DIR (default: next to
     for every head;
   - the title: layer, head, local (P) or global, T, and the near mass, the mean over the query rows
     of the probability on near keys.
-Prints one line per PNG (path, head, near mass). The files are checked first: square float arrays,
+Prints one line per input (its images' paths, head, near mass). The files are checked first: square float arrays,
 probabilities in [0, 1], rows summing to 1, and zero wherever the mask of the given P and G hides a
 key (a mismatch means the config does not belong to the dump); any problem is one line
 `error: ...` on stderr and exit status 1.
@@ -44,6 +45,9 @@ import re
 import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plot_formats import FormatsError, add_formats_argument, parse_formats  # noqa: E402
 
 NAME = re.compile(r"^attn_L(\d+)_H(\d+)\.npy$")
 ROW_SUM_TOL = 1e-4  # float32 rows of up to maxT probabilities sum to 1 within ~1e-5
@@ -279,7 +283,7 @@ def near_mass(p, near):
     return float((p * ((i - j) < near)).sum(axis=1).mean())
 
 
-def plot_one(plt, colors, p, vis, layer, head, local, window, near, scale, vmin, out_path):
+def plot_one(plt, colors, p, vis, layer, head, local, window, near, scale, vmin, out_paths):
     T = p.shape[0]
     data = np.ma.masked_array(p, mask=~vis)
     cmap = plt.get_cmap("viridis").copy()
@@ -313,13 +317,14 @@ def plot_one(plt, colors, p, vis, layer, head, local, window, near, scale, vmin,
         leg = ax.legend(loc="upper right", fontsize=8, framealpha=0.8)
         leg.get_frame().set_facecolor("#bbbbbb")
     fig.tight_layout()
-    fig.savefig(out_path, dpi=120)
+    for out_path in out_paths:
+        fig.savefig(out_path, dpi=120)
     plt.close(fig)
     return nm
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description="Heatmaps (PNG) of attention maps dumped by train_gpt2_ls "
+    ap = argparse.ArgumentParser(description="Heatmaps (PNG by default) of attention maps dumped by train_gpt2_ls "
                                  "--eval-only --dump-attention.")
     ap.add_argument("inputs", nargs="+", metavar="DUMP", help="attn_L<l>_H<h>.npy files, or directories holding them")
     ap.add_argument("--config", help="the training run's config.json (model.window, model.global_heads, "
@@ -333,9 +338,11 @@ def main(argv=None):
     ap.add_argument("--scale", choices=["log", "linear"], default="log", help="color scale (default log)")
     ap.add_argument("--vmin", type=float, default=1e-4, help="log scale: the smallest probability with its own "
                     "color (default 1e-4)")
-    ap.add_argument("--out", help="directory for the PNGs (default: next to each .npy)")
+    ap.add_argument("--out", help="directory for the images (default: next to each .npy)")
+    add_formats_argument(ap, "png")
     args = ap.parse_args(argv)
     try:
+        formats = parse_formats(args.formats)
         if not 0 < args.vmin < 1:
             raise PlotError(f"--vmin {args.vmin} must be in (0, 1)")
         dumps = find_dumps(args.inputs)
@@ -360,11 +367,11 @@ def main(argv=None):
             os.makedirs(args.out, exist_ok=True)
         for path, layer, head, local, p, vis in loaded:
             out_dir = args.out or os.path.dirname(path) or "."
-            out_path = os.path.join(out_dir, f"attn_L{layer}_H{head}.png")
-            nm = plot_one(plt, colors, p, vis, layer, head, local, window, near, args.scale, args.vmin, out_path)
+            out_paths = [os.path.join(out_dir, f"attn_L{layer}_H{head}.{ext}") for ext in formats]
+            nm = plot_one(plt, colors, p, vis, layer, head, local, window, near, args.scale, args.vmin, out_paths)
             kind = f"local P={window}" if local else "global"
-            print(f"{out_path}: layer {layer} head {head} ({kind}), T {p.shape[0]}, near mass (i-j < {near}) {nm:.4f}")
-    except (PlotError, OSError) as e:
+            print(f"{', '.join(out_paths)}: layer {layer} head {head} ({kind}), T {p.shape[0]}, near mass (i-j < {near}) {nm:.4f}")
+    except (PlotError, FormatsError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -15,12 +15,16 @@ Writes, with PREFIX = --out (default: OUT_DIR/plot of the first OUT_DIR),
                                 per run, global heads solid, local dashed)
     PREFIX_entropy.{png,svg}   per layer: attention entropy (nats) vs step
                                (--heads max: the mean over the layer's heads; all: one line per head)
-    PREFIX_near_mass.{png,svg} per layer: attention mass on near keys (distance i-j < N, the record's
-                               `near`) vs step (--heads max: mean over the global heads solid, over
-                               the local heads dashed; all: one line per head, same styles)
+    PREFIX_near_mass.{png,svg} per layer: attention mass on near keys (distance i-j < N, each record's
+                               own `near`) vs step (--heads max: mean over the global heads solid, over
+                               the local heads dashed; all: one line per head, same styles). A --near
+                               changed on resume breaks a run's curves at the change (no line joins points
+                               of two N); the title names N ("N=8", "N=8 up to step 200, N=2 from step
+                               201"), or with runs of different N says "N varies" and each legend label
+                               names its run's
     PREFIX_near_far_logits.{png,svg}  per layer: max pre-softmax logit among near keys (solid) and
                                among far keys (dotted) vs step (--heads max: max over the layer's
-                               heads; all: one pair per head). Both near/far plots are skipped with a
+                               heads; all: one pair per head; N as in near_mass). Both near/far plots are skipped with a
                                note for runs whose records lack the fields (older runs, CUDA runs
                                without --near)
 A run without logit_stats.jsonl records (fewer steps than --logit-stats-every, --logit-stats-every 0, or no
@@ -36,7 +40,12 @@ apart. A run's label names its attention (MHSA, LS G=g/NH P=p, all-local; "MHSA 
 reaches the whole context), every stabilizer that is on (QK-norm, soft-cap, z-loss, QK-Clip, logit alarm,
 skip spikes, a non-default grad-clip), T, C, L, the data (config.json's "data": "data ts_sp (sp V=500)";
 a shards folder named data with its parent's name: "data smoke/data"),
-lr, seed; the pieces all runs share form the title. Runs whose recorded data differ (tokenizer, vocabulary,
+lr, seed, and every other setting in which the runs differ (config.json's "train" values, changes on resume
+included, and derived tokens per step, -d being compared as the tokens per step it gives: "tokens/step 2048",
+"weight-decay 0", "lr-schedule linear", "near 4"; the model's NH, max-seq-len and tied embeddings; never paths,
+data (the data note below), processes, threads, device, ZeRO stage, CUDA graphs or what only changes the record,
+such as -v; -m is compared), which also get one note on stderr, repeated under the summary table ("note: runs also differ in:
+tokens_per_step, weight_decay"); the pieces all runs share form the title. Runs whose recorded data differ (tokenizer, vocabulary,
 validation or training shards) get one note on stderr, repeated under the summary table: their losses per
 token are not comparable. So does a run whose validation set changed while it trained (config.json's "history"
 changed -j, -m, -b or -t): its validation losses on either side of that step are on different sets. A training
@@ -44,7 +53,11 @@ flag changed on resume (config.json's "history") is noted in the label ("z-loss 
 as a vertical dash-dot line at its step (with "flag old->new" on the loss plot); a fork (config.json's
 "forked_from") likewise. A history entry {"epoch": true} is no flag's change (-x stayed -1, one epoch, and a -d
 changed at that step moved its step total): labelled "one epoch: 4330->2165 steps at step 1126".
-Summary columns: final validation loss (the last one; "(step S)" when that is before the run's last step,
+Settings that change only what is recorded (-v, --threads, ...) get the line but no
+note; --near, which changes what the near/far plots measure, gets both, with the values that acted: its
+`old: null` (not given) is the window ("near 8->2 at step 200").
+Summary columns: steps, tokens (the training tokens seen up to the last step: tokens per step as it changed
+on resume, plus a fork's source tokens; "-" without config.json), final validation loss (the last one; "(step S)" when that is before the run's last step,
 "-" without validation) and its perplexity exp(loss), peak max-logit (metrics'
 max_attn_logit over all steps) and its step, the first step whose max-logit exceeds --threshold,
 loss spikes (the trainer's `spike` flags; for files without them, our own rule: the loss z-score
@@ -64,6 +77,9 @@ import textwrap
 import warnings
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plot_formats import FormatsError, add_formats_argument, parse_formats  # noqa: E402
 
 SPIKE_WINDOW = 100  # own spike rule (only for metrics without `spike` flags): trainer defaults
 SPIKE_Z = 6.0
@@ -173,9 +189,10 @@ SHORT_FLAGS = {"-i": "train_data", "-j": "val_data", "-o": "output_dir", "-e": "
                "-n": "checkpoint_every", "-y": "resume", "-z": "zero_stage"}
 
 # training settings that only change what is recorded or where it runs, never the experiment: a change
-# on resume gets a marker in the plots but no note in the label
+# on resume gets a marker in the plots but no note in the label. --near is not one: it changes what the
+# near/far plots measure
 BOOKKEEPING = {"output_dir", "val_every", "val_batches", "sample_every", "gen_tokens", "temperature",
-               "checkpoint_every", "resume", "keep_checkpoints", "logit_stats_every", "near", "device", "threads",
+               "checkpoint_every", "resume", "keep_checkpoints", "logit_stats_every", "device", "threads",
                "logit_alarm_cooldown"}
 
 
@@ -217,6 +234,26 @@ def epoch_text(h):
     if h.get("epoch") is not True:
         return None
     return f"one epoch: {short_number(h.get('old'))}->{short_number(h.get('new'))} steps"
+
+
+def acting_value(key, value, model):
+    """A setting's value as it acted: --near's null (not given) is the model's window P, where the CPU's
+    statistics split (docs/training.md "Near/far attention statistics"); any other value as it is."""
+    if key == "near" and value is None:
+        return (model or {}).get("window")
+    return value
+
+
+def setting_at(config, key, step):
+    """The value of training setting `key` that trained step `step` (acting_value): "train"'s, or the first
+    history change's `old`, with every change made at a step before `step` applied (docs/formats.md)."""
+    config = config or {}
+    start, changes = timeline(config.get("train") or {}, history_entries(config), key)
+    value = start
+    for at, new in changes:
+        if isinstance(at, int) and at < step:
+            value = new
+    return acting_value(key, value, config.get("model"))
 
 
 def timeline(train, history, key):
@@ -262,9 +299,10 @@ TRAIN_STABILIZERS = [
 ]
 
 
-def label_parts(config):
+def label_parts(config, compared=()):
     """Ordered (key, text, pinned) pieces describing a run, from config.json's content (a dict with "model",
-    "train" and the optional "history" and "forked_from"; docs/formats.md). make_labels keeps the
+    "train" and the optional "history" and "forked_from"; docs/formats.md), and one piece per setting of
+    `compared` (differing_settings: those in which the runs differ beyond these pieces). make_labels keeps the
     pieces that differ between runs; a pinned piece (a setting changed on resume, a fork) is always shown."""
     config = config or {}
     m, t = config.get("model") or {}, config.get("train") or {}
@@ -318,14 +356,22 @@ def label_parts(config):
     if "seed" in t:
         start, changes = timeline(t, history, "seed")
         parts.append(("seed", timeline_text("seed", " ", start, changes, short_number), "seed" in changed))
-    shown = {k for k, _, _ in parts} | BOOKKEEPING
+    for key in compared:
+        start, changes = setting_timeline(config, key)
+        if start is None and not changes:  # not recorded by this run's version
+            continue
+        name, value_text = COMPARED_TEXT.get(key, (key.replace("_", "-") + " ", short_number))
+        parts.append((f"setting:{key}", timeline_text(name, "", start, changes, value_text),
+                      any(k in changed for k in SETTING_FLAGS.get(key, (key,)))))
+    shown = ({k for k, _, _ in parts} | BOOKKEEPING | {k for key in compared for k in SETTING_FLAGS.get(key, (key,))})
     for h in history:  # every other change of the experiment: "max-steps 1000->2000 at step 1000"
         key = flag_key(h.get("flag"))
         if epoch_text(h):  # not a -x change: "one epoch: 4330->2165 steps at step 1126"
             parts.append((f"history:epoch:{h.get('step')}", f"{epoch_text(h)} at step {h.get('step')}", True))
         elif key not in shown:
-            parts.append((f"history:{key}:{h.get('step')}", f"{key.replace('_', '-')} "
-                          f"{short_number(h.get('old'))}->{short_number(h.get('new'))} at step {h.get('step')}", True))
+            old, new = (short_number(acting_value(key, h.get(v), m)) for v in ("old", "new"))
+            parts.append((f"history:{key}:{h.get('step')}", f"{key.replace('_', '-')} {old}->{new} at step "
+                          f"{h.get('step')}", True))
     fork = config.get("forked_from")
     if fork:
         ckpt = str(fork.get("checkpoint", "?"))
@@ -336,7 +382,130 @@ def label_parts(config):
 
 # the order of the pieces in a label (label_parts' order; "history" stands for history:FLAG:STEP)
 LABEL_ORDER = ["kind", "qk_norm", "attn_softcap", "bias", "gelu"] + [key for _, key, _, _ in TRAIN_STABILIZERS] + [
-    "grad_clip", "seq_len", "channels", "num_layers", "data", "learning_rate", "seed", "history", "forked_from"]
+    "grad_clip", "seq_len", "channels", "num_layers", "data", "learning_rate", "seed", "setting", "history",
+    "forked_from"]
+
+# ---------------------------------------------------------------------------------------------
+# the settings in which runs differ beyond the label pieces above (trial 6: runs of 4x the tokens per step, or
+# another weight decay, had identical labels)
+
+# config.json "train" keys never compared: those the label pieces show, paths and the data (data_note compares
+# the data identities), where and how the run executed (processes, threads, device, ZeRO, CUDA graphs) and
+# what only changes the record (BOOKKEEPING, but -m, which makes the validation set); -d is compared as the tokens per step it gives (-1: B x T x
+# processes), "tokens_per_step"
+NOT_COMPARED = (BOOKKEEPING - {"val_batches"}) | {key for _, key, _, _ in TRAIN_STABILIZERS} | {
+    "grad_clip", "seq_len", "learning_rate", "seed", "train_data", "val_data", "model", "expect_tokenizer",
+    "expect_vocab", "world_size", "zero_stage", "cuda_graph", "logit_alarm_keep", "total_batch_size"}
+# config.json "model" keys compared (the others are label pieces, or the data's vocabulary)
+COMPARED_MODEL = ["num_heads", "max_seq_len", "tied_embeddings"]
+# the label text of a compared setting other than "weight-decay 0.1": (name, value text)
+COMPARED_TEXT = {"tokens_per_step": ("tokens/step ", short_number), "num_heads": ("NH=", short_number),
+                 "tied_embeddings": ("", lambda v: "tied embeddings" if v else "untied embeddings")}
+# the training flags whose changes on resume change a compared setting (default: the setting itself)
+SETTING_FLAGS = {"tokens_per_step": ("total_batch_size", "batch_size", "seq_len")}
+
+
+def tokens_per_step_at(config, step):
+    """Training tokens of step `step`: -d when > 0, else B x T x processes, with the settings that trained it
+    (setting_at); config.json's derived.tokens_per_step before any change of them. None when unknown."""
+    config = config or {}
+    derived = (config.get("derived") or {}).get("tokens_per_step")
+    moved = any(flag_key(h.get("flag")) in SETTING_FLAGS["tokens_per_step"] and isinstance(h.get("step"), int)
+                and h["step"] < step for h in history_entries(config))
+    if isinstance(derived, int) and not moved:
+        return derived
+    d = setting_at(config, "total_batch_size", step)
+    if isinstance(d, int) and d > 0:
+        return d
+    b, t = setting_at(config, "batch_size", step), setting_at(config, "seq_len", step)
+    processes = (config.get("train") or {}).get("world_size") or 1
+    return b * t * processes if isinstance(b, int) and isinstance(t, int) else None
+
+
+def setting_timeline(config, key):
+    """(value at the run's first step, [(step, new value), ...]) of a compared setting as it acted (acting_value):
+    a "train" key by its history, "tokens_per_step" by tokens_per_step_at, a "model" key constant."""
+    config = config or {}
+    if key in COMPARED_MODEL:
+        return (config.get("model") or {}).get(key), []
+    if key == "tokens_per_step":
+        steps = sorted({h["step"] for h in history_entries(config) if isinstance(h.get("step"), int)
+                        and flag_key(h.get("flag")) in SETTING_FLAGS[key]})
+        start, changes = tokens_per_step_at(config, 1), []
+        for s in steps:
+            value = tokens_per_step_at(config, s + 1)
+            if value != (changes[-1][1] if changes else start):
+                changes.append((s, value))
+        return start, changes
+    start, changes = timeline(config.get("train") or {}, history_entries(config), key)
+    model = config.get("model")
+    return acting_value(key, start, model), [(s, acting_value(key, v, model)) for s, v in changes]
+
+
+def compared_timeline(config, key):
+    """setting_timeline as compared between runs: --near at the window (given or not) is "the window", so that
+    runs of different P at the default split are not called different in --near (their P is in the label)."""
+    start, changes = setting_timeline(config, key)
+    if key == "near":
+        window = ((config or {}).get("model") or {}).get("window")
+        start, changes = ("P" if start == window else start), [(s, "P" if v == window else v) for s, v in changes]
+    return start, changes
+
+
+def differing_settings(configs):
+    """The settings (config.json "train" keys, "tokens_per_step", COMPARED_MODEL keys) whose values, changes on
+    resume included, differ between the runs that record them (compared_timeline), in config.json's order; none
+    for one run."""
+    if len(configs) < 2:
+        return []
+    keys = []
+    for c in configs:
+        for k in (c or {}).get("train") or {}:
+            if k == "total_batch_size" and "tokens_per_step" not in keys:
+                keys.append("tokens_per_step")
+            if k not in NOT_COMPARED and k not in keys:
+                keys.append(k)
+    if "tokens_per_step" not in keys:
+        keys.append("tokens_per_step")
+    out = []
+    for k in keys + COMPARED_MODEL:
+        values = [compared_timeline(c, k) for c in configs]
+        values = {repr(v) for v in values if v[0] is not None or v[1]}
+        if len(values) > 1:
+            out.append(k)
+    return out
+
+
+def settings_note(configs):
+    """One line naming the settings in which the runs differ beyond the label pieces (differing_settings), None
+    when there are none: their labels name each run's values; a comparison per step is not one of attention
+    alone."""
+    keys = differing_settings(configs)
+    if not keys:
+        return None
+    return (f"note: runs also differ in: {', '.join(keys)} (config.json; each run's value is in its label, and the "
+            "summary's tokens column counts the training tokens each saw)")
+
+
+def tokens_seen(config, step):
+    """Training tokens a run saw up to and including `step`: a fork's source tokens (forked_from.tokens) and
+    tokens_per_step_at of each later step; None when unknown (no config.json, a fork without "tokens")."""
+    config = config or {}
+    fork = config.get("forked_from")
+    total, first = 0, 1
+    if fork:
+        if not isinstance(fork.get("tokens"), int):
+            return None
+        total, first = fork["tokens"], fork["step"] + 1
+    bounds = sorted({h["step"] + 1 for h in history_entries(config) if isinstance(h.get("step"), int)
+                     and flag_key(h.get("flag")) in SETTING_FLAGS["tokens_per_step"] and first < h["step"] + 1 <= step})
+    for lo, hi in zip([first] + bounds, bounds + [step + 1]):  # steps lo .. hi - 1 at one rate
+        if hi > lo:
+            rate = tokens_per_step_at(config, lo)
+            if rate is None:
+                return None
+            total += rate * (hi - lo)
+    return total
 
 
 def data_set_name(glob):
@@ -464,7 +633,8 @@ def make_labels(all_parts, names):
 
 def run_labels(runs):
     configs = [r.label_config() for r in runs]
-    all_parts = [label_parts(c) for c in configs]
+    compared = differing_settings(configs)
+    all_parts = [label_parts(c, compared) for c in configs]
     # two data sets of one name and vocabulary (tokenized again into the same directory): told apart by a
     # short digest of their identity
     ids = [data_identity(c) for c in configs]
@@ -481,9 +651,13 @@ def markers_of(config):
     ("--z-loss 0->1e-4", several flags of one step on separate lines; an epoch entry as "one epoch: 4330->2165
     steps") and one at a fork's step."""
     by_step = {}
+    model = (config or {}).get("model")
     for h in history_entries(config):
-        by_step.setdefault(h.get("step"), []).append(
-            epoch_text(h) or f"{h.get('flag')} {short_number(h.get('old'))}->{short_number(h.get('new'))}")
+        text = epoch_text(h)
+        if text is None:
+            old, new = (short_number(acting_value(flag_key(h.get("flag")), h.get(v), model)) for v in ("old", "new"))
+            text = f"{h.get('flag')} {old}->{new}"
+        by_step.setdefault(h.get("step"), []).append(text)
     out = [(s, "\n".join(texts)) for s, texts in by_step.items() if isinstance(s, (int, float))]
     fork = (config or {}).get("forked_from")
     if fork and isinstance(fork.get("step"), (int, float)):
@@ -515,6 +689,7 @@ def summarize(run, threshold):
     steps = [r["step"] for r in run.train]
     ml = np.array([num(r.get("max_attn_logit")) for r in run.train])
     row = {"steps": steps[-1] if steps else 0}
+    row["tokens"] = tokens_seen(run.config, row["steps"]) if run.config else None
     row["final_train_loss"] = num(run.train[-1].get("loss")) if run.train else float("nan")
     if run.val:
         row["val_step"] = run.val[-1]["step"]
@@ -545,7 +720,7 @@ def fmt(x, spec=".4f"):
 
 
 def summary_table(runs, labels, rows, threshold, notes=()):
-    head = ["run", "dir", "steps", "final val loss", "val ppl", "final train loss", "peak max-logit",
+    head = ["run", "dir", "steps", "tokens", "final val loss", "val ppl", "final train loss", "peak max-logit",
             "at step", f"first step > {threshold:g}", "loss spikes", "non-finite steps"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for run, lab, r in zip(runs, labels, rows):
@@ -554,7 +729,7 @@ def summary_table(runs, labels, rows, threshold, notes=()):
             val = ppl = "-"
         elif r["val_step"] != r["steps"]:  # the last validation is older than the last step (step 0: untrained)
             val += f" (step {r['val_step']})"
-        cells = [lab, os.path.basename(os.path.normpath(run.path)), fmt(r["steps"]), val, ppl, fmt(r["final_train_loss"]), fmt(r["peak_max_logit"], ".3f"),
+        cells = [lab, os.path.basename(os.path.normpath(run.path)), fmt(r["steps"]), fmt(r["tokens"]), val, ppl, fmt(r["final_train_loss"]), fmt(r["peak_max_logit"], ".3f"),
                  fmt(r["peak_step"]), fmt(r["first_cross"]), fmt(r["spikes"]), fmt(r["nonfinite"])]
         out.append("| " + " | ".join(cells) + " |")
     rules = sorted({r["spike_rule"] for r in rows})
@@ -868,9 +1043,10 @@ def plot_per_layer(plt, runs, labels, title, field, heads, ylabel, threshold=Non
 
 
 def near_far_arrays(run):
-    """(steps, near_mass, near_max, far_max, is_global, near) from the logit_stats records that carry the
+    """(steps, near_mass, near_max, far_max, is_global, nears) from the logit_stats records that carry the
     near/far fields; arrays (steps, L, NH), NaN where the file has null (far_max: the head had no far
-    key). None when no record has them (runs of older versions, CUDA runs without --near)."""
+    key); nears: each record's N (its `near`; for records without one, the run's setting at that step,
+    else the window). None when no record has them (runs of older versions, CUDA runs without --near)."""
     recs = [s for s in run.stats if s.get("attn") and "near_mass" in s["attn"][0]]
     if not recs:
         return None
@@ -879,7 +1055,42 @@ def near_far_arrays(run):
     def arr(field):
         return np.array([[num(a.get(field)) for a in s["attn"]] for s in recs]).reshape(len(recs), L, NH)
     glob = [bool(a["global"]) for a in recs[0]["attn"][:NH]]
-    return [s["step"] for s in recs], arr("near_mass"), arr("near_max"), arr("far_max"), glob, recs[0].get("near")
+
+    def near(rec):
+        n = rec.get("near")
+        if n is None and run.config:
+            n = setting_at(run.config, "near", rec["step"])
+        return n if n is not None else rec.get("window")
+    return ([s["step"] for s in recs], arr("near_mass"), arr("near_max"), arr("far_max"), glob,
+            [near(s) for s in recs])
+
+
+def near_segments(nears):
+    """[(N, first index, end index)]: the runs of equal N in a run's records (a --near changed on resume
+    starts a new one)."""
+    out = []
+    for i, n in enumerate(nears):
+        if out and out[-1][0] == n:
+            out[-1] = (n, out[-1][1], i + 1)
+        else:
+            out.append((n, i, i + 1))
+    return out
+
+
+def near_text(steps, segments):
+    """A run's N for the near plots: "N=8", or with --near changed on resume
+    "N=8 up to step 200, N=2 from step 201" (a middle segment "N=4 steps 201-300")."""
+    if len(segments) == 1:
+        return f"N={segments[0][0]}"
+    pieces = []
+    for k, (n, i0, i1) in enumerate(segments):
+        if k == 0:
+            pieces.append(f"N={n} up to step {steps[i1 - 1]}")
+        elif k == len(segments) - 1:
+            pieces.append(f"N={n} from step {steps[i0]}")
+        else:
+            pieces.append(f"N={n} steps {steps[i0]}-{steps[i1 - 1]}")
+    return ", ".join(pieces)
 
 
 def plot_near_far(plt, runs, labels, title, heads):
@@ -896,7 +1107,9 @@ def plot_near_far(plt, runs, labels, title, heads):
     if missing:
         print(f"note: no near/far statistics for {', '.join(missing)}; left out of the near/far plots", file=sys.stderr)
     L = max(d[1].shape[1] for d in data if d is not None)
-    nvals = sorted({str(d[5]) for d in data if d is not None})
+    segments = [near_segments(d[5]) if d is not None else None for d in data]
+    ntexts = [near_text(d[0], seg) if d is not None else None for d, seg in zip(data, segments)]
+    nvals = sorted({t for t in ntexts if t is not None})
     hg = head_globals_of([r for r, d in zip(runs, data) if d is not None])
     figures = []
     for name, ylabel in [("near_mass", "attention mass on near keys"), ("near_far_logits", "max logit: near / far")]:
@@ -906,33 +1119,37 @@ def plot_near_far(plt, runs, labels, title, heads):
             for i, d in enumerate(data):
                 if d is None or layer >= d[1].shape[1]:
                     continue
-                steps, mass, nmax, fmax, glob, near = d
                 lw = 0.9 if heads == "max" else 0.7
-                nh = len(glob)
+                nh = len(d[4])
+                glob = d[4]
+                for _, i0, i1 in segments[i]:  # one curve per N: none joins points split at two distances
+                    steps = d[0][i0:i1]
+                    mass, nmax, fmax = (a[i0:i1] for a in d[1:4])
 
-                def st(h):
-                    return line_style(heads, i, len(runs), h, len(hg), len(steps))
-                with np.errstate(all="ignore"), warnings.catch_warnings():
-                    warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices (no far key)
-                    if name == "near_mass":
-                        g = [h for h in range(nh) if glob[h]]
-                        loc = [h for h in range(nh) if not glob[h]]
-                        if heads == "all":
-                            for h in range(nh):
-                                ax.plot(steps, mass[:, layer, h], lw=lw, ls="-" if glob[h] else "--", **st(h))
+                    def st(h):
+                        return line_style(heads, i, len(runs), h, len(hg), len(steps))
+                    with np.errstate(all="ignore"), warnings.catch_warnings():
+                        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices (no far key)
+                        if name == "near_mass":
+                            g = [h for h in range(nh) if glob[h]]
+                            loc = [h for h in range(nh) if not glob[h]]
+                            if heads == "all":
+                                for h in range(nh):
+                                    ax.plot(steps, mass[:, layer, h], lw=lw, ls="-" if glob[h] else "--", **st(h))
+                            else:
+                                if g:
+                                    ax.plot(steps, np.nanmean(mass[:, layer, g], axis=1), lw=lw, ls="-", **st(None))
+                                if loc:
+                                    ax.plot(steps, np.nanmean(mass[:, layer, loc], axis=1), lw=lw, ls="--",
+                                            **st(None))
                         else:
-                            if g:
-                                ax.plot(steps, np.nanmean(mass[:, layer, g], axis=1), lw=lw, ls="-", **st(None))
-                            if loc:
-                                ax.plot(steps, np.nanmean(mass[:, layer, loc], axis=1), lw=lw, ls="--", **st(None))
-                    else:
-                        if heads == "all":
-                            for h in range(nh):
-                                ax.plot(steps, nmax[:, layer, h], lw=lw, ls="-", **st(h))
-                                ax.plot(steps, fmax[:, layer, h], lw=lw, ls=":", **st(h))
-                        else:
-                            ax.plot(steps, np.nanmax(nmax[:, layer, :], axis=1), lw=lw, ls="-", **st(None))
-                            ax.plot(steps, np.nanmax(fmax[:, layer, :], axis=1), lw=lw, ls=":", **st(None))
+                            if heads == "all":
+                                for h in range(nh):
+                                    ax.plot(steps, nmax[:, layer, h], lw=lw, ls="-", **st(h))
+                                    ax.plot(steps, fmax[:, layer, h], lw=lw, ls=":", **st(h))
+                            else:
+                                ax.plot(steps, np.nanmax(nmax[:, layer, :], axis=1), lw=lw, ls="-", **st(None))
+                                ax.plot(steps, np.nanmax(fmax[:, layer, :], axis=1), lw=lw, ls=":", **st(None))
             if name == "near_mass":
                 ax.set_ylim(-0.02, 1.02)
             draw_markers(ax, runs, heads, with_text=False)
@@ -941,12 +1158,12 @@ def plot_near_far(plt, runs, labels, title, heads):
                              "all": "each head (global solid, local dashed)"},
                "near_far_logits": {"max": "max over heads, near keys (solid) / far keys (dotted)",
                                    "all": "each head, near keys (solid) / far keys (dotted)"}}[name][heads]
-        near_txt = f"near: i-j < N, N={nvals[0]}" if len(nvals) == 1 else "near: i-j < N"
+        near_txt = f"near: i-j < N, {nvals[0]}" if len(nvals) == 1 else "near: i-j < N, N varies (in the legend)"
         suptitle = fig.suptitle(f"{ylabel}: {how}; {near_txt}" + (f" - {title}" if title else ""), fontsize=8)
         run_h, head_h = legend_handles(heads, runs, labels, hg)
-        for hd, d in zip(run_h, data):
-            if len(nvals) > 1 and d is not None:
-                hd.set_label(f"{hd.get_label()} (N={d[5]})")
+        for hd, text in zip(run_h, ntexts):
+            if len(nvals) > 1 and text is not None:
+                hd.set_label(f"{hd.get_label()} ({text})")
         run_h = [hd for hd, d in zip(run_h, data) if d is not None]
         if name == "near_far_logits" and heads == "all":  # near/far by line style, heads keep theirs
             head_h = [Line2D([], [], color=hd.get_color(), label=hd.get_label()) for hd in head_h]
@@ -1023,10 +1240,11 @@ def main(argv=None):
     p.add_argument("--labels", help="comma-separated legend labels, one per OUT_DIR (default: from the configs)")
     p.add_argument("--by-ratio", action="store_true",
                    help="also PREFIX_ratio.{png,svg}: peak max-logit and final val loss vs T/C per attention variant")
-    p.add_argument("--formats", default="png,svg", help="comma-separated image formats")
+    add_formats_argument(p, "png,svg")
     args = p.parse_args(argv)
     prefix = args.out if args.out else os.path.join(args.dirs[0], "plot")
     try:
+        formats = parse_formats(args.formats)
         runs = [Run(d) for d in args.dirs]
         labels, title = run_labels(runs)
         if args.labels:
@@ -1036,7 +1254,7 @@ def main(argv=None):
         rows = [summarize(r, args.threshold) for r in runs]
         names = [os.path.basename(os.path.normpath(r.path)) for r in runs]
         configs = [r.label_config() for r in runs]
-        notes = [n for n in (data_note(configs, names), val_change_note(configs, names)) if n]
+        notes = [n for n in (data_note(configs, names), val_change_note(configs, names), settings_note(configs)) if n]
         for note in notes:
             print(note, file=sys.stderr)
         table = summary_table(runs, labels, rows, args.threshold, notes)
@@ -1046,7 +1264,6 @@ def main(argv=None):
         with open(prefix + "_summary.md", "w", encoding="utf-8") as f:
             f.write((f"Runs: {title}\n\n" if title else "") + table)
         print(table, end="")
-        formats = [x for x in args.formats.split(",") if x]
         import matplotlib.pyplot as plt
         written = [prefix + "_summary.md"]
         for name, fig in build_figures(runs, labels, title, args.heads, args.threshold,
@@ -1054,7 +1271,7 @@ def main(argv=None):
             written += save(fig, prefix, name, formats)
             plt.close(fig)
         print(f"wrote {len(written)} files: " + ", ".join(written), file=sys.stderr)
-    except (PlotError, OSError, KeyError, ValueError) as e:
+    except (PlotError, FormatsError, OSError, KeyError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -498,3 +498,23 @@ def test_dumps_of_another_input_into_one_folder_are_refused(data, tmp_path):
         assert dir_hashes(eo) == before
     run(eval_args(data, ckpt, eo, heads="1:1"))  # the same input: its dumps join the others
     assert (eo / "attn_L1_H1.npy").exists() and (eo / "attn_L0_H0.npy").exists()
+
+
+def test_plot_attention_writes_each_of_formats(tmp_path):
+    """trial 6 F10: plot_run.py had --formats, plot_attention.py refused it. The same meaning here: the comma-
+    separated image formats written (default png); a format matplotlib cannot write is refused before any file."""
+    pytest.importorskip("matplotlib")
+    T = 6
+    rows = np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None]  # a global head attending uniformly
+    np.save(tmp_path / "attn_L0_H0.npy", rows.astype(np.float32))
+    geometry = ["--window", 4, "--global-heads", 1, "--heads", 1]
+    plot([tmp_path / "attn_L0_H0.npy", *geometry, "--out", tmp_path / "both", "--formats", "png,svg"])
+    assert sorted(f.name for f in (tmp_path / "both").iterdir()) == ["attn_L0_H0.png", "attn_L0_H0.svg"]
+    check_png(tmp_path / "both" / "attn_L0_H0.png")
+    plot([tmp_path / "attn_L0_H0.npy", *geometry, "--out", tmp_path / "default"])
+    assert [f.name for f in (tmp_path / "default").iterdir()] == ["attn_L0_H0.png"]
+    for bad in ["pngg", ",", "png,,svg"]:
+        p = plot([tmp_path / "attn_L0_H0.npy", *geometry, "--out", tmp_path / "bad", "--formats", bad], check=False)
+        err = p.stderr.strip().splitlines()
+        assert p.returncode == 1 and len(err) == 1 and err[0].startswith("error: --formats"), (bad, p.stderr)
+        assert not (tmp_path / "bad").exists(), bad

@@ -207,8 +207,8 @@ def test_plot_run_near_far_values_and_skip_note(tiny_run):
     recs = records(run / "logit_stats.jsonl")
     sys.path.insert(0, str(PLOT.parent))
     import plot_run
-    steps, mass, nmax, fmax, glob, near = plot_run.near_far_arrays(plot_run.Run(str(run)))
-    assert steps == [r["step"] for r in recs] and near == 3 and glob == [False, False, False, True]
+    steps, mass, nmax, fmax, glob, nears = plot_run.near_far_arrays(plot_run.Run(str(run)))
+    assert steps == [r["step"] for r in recs] and nears == [3] * len(recs) and glob == [False, False, False, True]
     for k, r in enumerate(recs):
         for a in r["attn"]:
             assert mass[k, a["layer"], a["head"]] == a["near_mass"]

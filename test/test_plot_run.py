@@ -3,7 +3,10 @@ function of config.json's content (plain GPT-2 MHSA, LS with G/P, each stabilize
 changed on resume, a fork); end to end on two tiny real training runs: the legends lie outside the
 axes, every head of a run and every run are told apart with --heads all, runs whose curves coincide by
 their marker shapes, titles lie whole inside the figure (a 1-layer run, a long common title), the history
-markers are drawn, and --out defaults to the first run's directory.
+markers are drawn, and --out defaults to the first run's directory; on hand-written runs: the near/far plots
+take N per record (a --near changed on resume breaks the curves and is named), runs that differ in other
+settings (tokens per step, weight decay, schedule) are labelled so, with one note and a tokens column, and a
+bad --formats is refused before anything is written.
 
 The trainer is $TRAINER, else $TRAIN_GPT2_LS, else the repository's ./train_gpt2_ls (`make` builds it).
 """
@@ -562,3 +565,159 @@ def test_a_run_whose_validation_set_changed_gets_the_not_comparable_note(tmp_pat
     p = subprocess.run([sys.executable, str(PLOT), str(tmp_path / "lr"), str(tmp_path / "g"), "--out",
                         str(tmp_path / "c2"), "--formats", "png"], capture_output=True, text=True)
     assert p.returncode == 0 and "not comparable" not in p.stderr + p.stdout, p.stderr
+
+
+def write_steps(path, cfg, steps):
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(cfg))
+    (path / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 3.0, "max_attn_logit": 1.0,
+                                                            **({"val_loss": 2.9} if s == steps else {})}) + "\n"
+                                                for s in range(1, steps + 1)))
+
+
+@pytest.mark.parametrize("bad", ["pngg", ",", "png,,svg"])
+def test_a_bad_format_is_refused_before_anything_is_written(tmp_path, bad):
+    """--formats is checked first (it failed after the summary was written, with matplotlib's message)."""
+    write_steps(tmp_path / "a", config(), 3)
+    p = subprocess.run([sys.executable, str(PLOT), str(tmp_path / "a"), "--out", str(tmp_path / "o" / "cmp"),
+                        "--formats", bad], capture_output=True, text=True)
+    err = p.stderr.strip().splitlines()
+    assert p.returncode == 1 and len(err) == 1 and err[0].startswith("error: --formats"), p.stderr
+    assert not (tmp_path / "o").exists() and p.stdout == ""
+
+
+# ---------------------------------------------------------------------------------------------
+# --near changed on resume (trial 6 F2) and runs that differ in other settings (trial 6 F4)
+
+def near_stats(step, near, window=8):
+    """A logit_stats.jsonl record of a 1-layer model with a local head 0 (P = window) and a global head 1 that
+    splits at `near` (docs/formats.md)."""
+    mass = 1.0 if near >= window else 0.3
+    attn = [{"layer": 0, "head": h, "global": h == 1, "max": 1.0, "min": -1.0, "entropy": 1.0,
+             "near_mass": mass if h == 0 else mass / 2, "near_max": 1.0, "far_max": 0.5} for h in range(2)]
+    return {"step": step, "num_layers": 1, "num_heads": 2, "global_heads": 1, "window": window, "near": near,
+            "attn": attn, "out_max_logit": 1.0, "out_mean_lse": 1.0}
+
+
+NEAR_CHANGED = [{"step": 4, "flag": "--near", "old": None, "new": 2}]
+
+
+def write_near_run(path, history=NEAR_CHANGED, steps=8):
+    """A run of 8 steps whose --near was the default (the window, 8) up to step 4 and 2 after its resume there."""
+    path.mkdir()
+    cfg = config(model={"num_layers": 1, "num_heads": 2, "global_heads": 1, "window": 8},
+                 train={"seq_len": 16, "near": None}, history=history)
+    (path / "config.json").write_text(json.dumps(cfg))
+    (path / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 3.0 - 0.1 * s, "max_attn_logit": 1.0})
+                                                + "\n" for s in range(1, steps + 1)))
+    changed = {h["step"]: h["new"] for h in history}
+    near, lines = 8, []
+    for s in range(1, steps + 1):
+        lines.append(json.dumps(near_stats(s, near)) + "\n")
+        near = changed.get(s, near)  # an entry at step s holds from step s + 1 on
+    (path / "logit_stats.jsonl").write_text("".join(lines))
+    return cfg
+
+
+def test_near_changed_on_resume_is_named_with_its_effective_values(tmp_path):
+    """trial 6 F2: `old: null` is the default (the window); the label and the marker say 8->2, not None->2."""
+    cfg = write_near_run(tmp_path / "lsn")
+    assert "near 8->2 at step 4" in label(cfg).split(", "), label(cfg)
+    assert plot_run.markers_of(cfg) == [(4, "--near 8->2")]
+    # a run at the default and one with --near 8 (its window) split alike: no difference to name
+    a = config(model={"window": 8, "global_heads": 1}, train={"near": None})
+    b = config(model={"window": 8, "global_heads": 1}, train={"near": 8})
+    labels, _ = plot_run.make_labels([plot_run.label_parts(a), plot_run.label_parts(b)], ["a", "b"])
+    assert not any("near" in lab for lab in labels), labels
+
+
+def test_near_plots_read_n_per_record_and_break_where_it_changes(tmp_path):
+    """trial 6 F2: the near plots took one N for the whole run ("N=8" in the title) and drew one curve across a
+    --near changed on resume, so the drop of the near mass read as a change of the mechanism."""
+    write_near_run(tmp_path / "lsn")
+    run = plot_run.Run(str(tmp_path / "lsn"))
+    labels, title = plot_run.run_labels([run])
+    figures = dict(plot_run.build_figures([run], labels, title, "max"))
+    for name in ("near_mass", "near_far_logits"):
+        fig = figures[name]
+        text = fig._suptitle.get_text().replace("\n", " ")
+        assert "N=8 up to step 4, N=2 from step 5" in text, text
+        curves = [ln for ax in fig.axes for ln in ax.get_lines() if len(ln.get_xdata()) > 2]
+        assert curves, name
+        for ln in curves:  # no curve joins a point split at N=8 to one split at N=2
+            x = np.asarray(ln.get_xdata(), dtype=float)
+            assert x.max() <= 4 or x.min() >= 5, (name, x)
+    # the exp_text_ratio table's uniform near mass is that of the last record's N, as its measured one is
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "exp_summary.py"), str(tmp_path / "lsn")],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    head, _, row = [[c.strip() for c in ln.strip("|").split("|")] for ln in p.stdout.splitlines()[:3]]
+    uniform = sum(min(i + 1, 2) / (i + 1) for i in range(16)) / 16
+    assert row[head.index("near mass if uniform")] == f"{uniform:.3f}", (head, row)
+
+
+def test_runs_with_another_near_each_name_their_n(tmp_path):
+    """Two runs of different N: the near plots' title says N varies and each legend label names its run's N."""
+    write_near_run(tmp_path / "lsn")
+    write_near_run(tmp_path / "ls", history=[])
+    runs = [plot_run.Run(str(tmp_path / "lsn")), plot_run.Run(str(tmp_path / "ls"))]
+    labels, title = plot_run.run_labels(runs)
+    fig = dict(plot_run.build_figures(runs, labels, title, "max"))["near_mass"]
+    assert "N varies" in fig._suptitle.get_text().replace("\n", " ")
+    legend = [t.get_text().replace("\n", " ") for leg in fig.legends for t in leg.get_texts()]
+    assert any("N=8 up to step 4, N=2 from step 5" in t for t in legend), legend
+    assert any(t.endswith("(N=8)") for t in legend), legend
+
+
+def test_runs_that_differ_in_other_settings_say_so_and_count_tokens(tmp_path):
+    """trial 6 F4: runs of 4x the tokens per step, another weight decay and schedule had labels [a], [b] and a
+    per-step summary: the comparison looked like one of attention alone."""
+    base = {"weight_decay": 0.1, "lr_schedule": "cosine", "total_batch_size": -1, "batch_size": 4, "seq_len": 1024}
+    a = config(train=dict(base, threads=1, output_dir="/runs/a", train_data="/d/a/train_*.bin"),
+               derived={"tokens_per_step": 4096})
+    b = config(train=dict(base, weight_decay=0.0, lr_schedule="linear", total_batch_size=16384, threads=8,
+                          output_dir="/runs/b", train_data="/d/b/train_*.bin"),
+               derived={"tokens_per_step": 16384},
+               history=[{"step": 5, "flag": "--total-batch-size", "old": 16384, "new": 8192}])
+    write_steps(tmp_path / "a", a, 10)
+    write_steps(tmp_path / "b", b, 10)
+    p = subprocess.run([sys.executable, str(PLOT), str(tmp_path / "a"), str(tmp_path / "b"), "--out",
+                        str(tmp_path / "cmp"), "--formats", "png"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    summary = (tmp_path / "cmp_summary.md").read_text()
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in summary.splitlines() if ln.startswith("| ")]
+    head, la, lb = rows[0], rows[1][0].split(", "), rows[2][0].split(", ")
+    assert "weight-decay 0.1" in la and "lr-schedule cosine" in la and "tokens/step 4096" in la, la
+    # -d is compared as the tokens per step it gives, with its change on resume (no second piece for -d)
+    assert "weight-decay 0" in lb and "lr-schedule linear" in lb and "tokens/step 16384 (8192 from step 5)" in lb, lb
+    assert not any("total-batch-size" in piece for piece in la + lb), (la, lb)
+    assert not any(k in rows[1][0] + rows[2][0] for k in ("threads", "output", "train-data")), rows
+    # tokens seen at the final step: b changed -d on resume at step 5 (16384 per step up to it, 8192 after)
+    assert rows[1][head.index("tokens")] == "40960" and rows[2][head.index("tokens")] == str(5 * 16384 + 5 * 8192)
+    notes = [ln for ln in p.stderr.splitlines() if "also differ" in ln]
+    assert len(notes) == 1 and notes[0].startswith("note: runs also differ in: "), p.stderr
+    for key in ("weight_decay", "lr_schedule", "tokens_per_step"):
+        assert key in notes[0], notes
+    assert not any(k in notes[0] for k in ("threads", "output_dir", "train_data")), notes
+    assert "Runs also differ in: " in summary
+
+
+def test_tokens_seen_counts_a_fork_from_its_source_tokens():
+    cfg = config(train={"batch_size": 2, "seq_len": 32, "total_batch_size": -1},
+                 forked_from={"checkpoint": "out/a/model_00000004.bin", "step": 4, "tokens": 1000})
+    assert plot_run.tokens_seen(cfg, 10) == 1000 + 6 * 64  # no "derived": B x T of "train"
+    assert plot_run.tokens_seen({}, 10) is None
+
+
+def test_settings_that_only_say_where_or_how_a_run_executed_are_not_differences():
+    base = {"batch_size": 4, "seq_len": 64, "total_batch_size": -1, "near": None, "val_batches": 2}
+    a = config(model={"window": 8, "global_heads": 1}, train=dict(base, threads=1, world_size=1, output_dir="/a"))
+    same = [config(model={"window": 8, "global_heads": 1}, train=dict(base, **t)) for t in [
+        {"threads": 8, "device": "cuda", "zero_stage": 1, "output_dir": "/b", "val_every": 50},
+        {"total_batch_size": 256},  # -d equal to B x T: the same tokens per step
+        {"near": 8}]]               # the window, given
+    for b in same:
+        assert plot_run.differing_settings([a, b]) == [], b["train"]
+    other = config(model={"window": 8, "global_heads": 1}, train=dict(base, val_batches=4, near=4))
+    assert sorted(plot_run.differing_settings([a, other])) == ["near", "val_batches"]
+    assert plot_run.differing_settings([a]) == []
