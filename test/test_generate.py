@@ -169,7 +169,7 @@ def test_help_lists_every_flag():
     (["--temperature", "1e-50"], "--temperature: '1e-50' is below the smallest normal float"),
     (["--cuda-graph", "1", "--no-cache"], "--cuda-graph 1 runs the KV cache's decode steps as graphs"),
     (["--cuda-graph", "1", "--device", "cpu"], "--cuda-graph 1 needs the CUDA backend"),
-    (["--cuda-graph", "2"], "--cuda-graph"),
+    (["--cuda-graph", "2"], "--cuda-graph: must be <= 1 (got 2)"),
 ])
 def test_bad_input_fails_with_one_line(model, extra, expect):
     ckpt, _ = model

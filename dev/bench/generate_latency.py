@@ -17,7 +17,8 @@ Ours: generate_gpt2_ls --bench (one JSON object): prefill = kv_begin + the ordin
 context c = a fresh cache, c - steps tokens prefilled, then `steps` single-token steps timed each to
 the (B, Vp) fp32 logits on the host (what sampling needs); median ms per token. Two sides of ours:
 "ours" issues each decode step's kernels one by one (--cuda-graph 0), "graph" launches each step as
-one CUDA graph (--cuda-graph 1; the first step of a context captures it, the median leaves that out).
+one CUDA graph (--cuda-graph 1; the first step of a context runs eagerly and the second captures the
+graph: two of the `steps` samples, which the median plays down).
 PyTorch (2.x on the GPU, bf16 weights and activations, eager except the attention kernels):
   prefill: MHSA = SDPA restricted to its flash back-end; LS = flex_attention (torch.compile'd) with
     the per-head block mask (local heads skip key blocks outside their window); logits of every

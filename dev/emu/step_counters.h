@@ -121,8 +121,8 @@ public:
         cur_.matmul_flops += 2 * m * n * k;
         totals_.matmul_flops += 2 * m * n * k;
     }
-    // The kernel launches (by name), graph launches and instantiations, matmuls and their FLOPs since the
-    // process started, never reset by a mark
+    // The kernel launches (by name), graph launches and instantiations, matmuls and their FLOPs, host
+    // synchronisations by call since the process started, never reset by a mark
     // (llmc/cuda/kernel_profiler.cuh counts a step's as the difference of two of these).
     IntervalCounts totals() {
         std::lock_guard<std::mutex> lock(mu_);
@@ -151,6 +151,7 @@ public:
     void sync(const char* call) {
         std::lock_guard<std::mutex> lock(mu_);
         cur_.syncs[call]++;
+        totals_.syncs[call]++;
     }
     void collective(const char* call, size_t bytes) {
         std::lock_guard<std::mutex> lock(mu_);
@@ -201,7 +202,7 @@ public:
 private:
     std::mutex mu_;
     IntervalCounts cur_;
-    IntervalCounts totals_;  // kernels, graph launches and instantiations, matmuls and their FLOPs only
+    IntervalCounts totals_;  // kernels, graph launches and instantiations, matmuls and their FLOPs, syncs
     std::FILE* out_ = nullptr;
     bool owns_ = false;
 };

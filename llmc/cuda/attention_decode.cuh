@@ -171,10 +171,15 @@ __global__ void attention_decode_split_kernel(const floatX* qkv, KvCacheView cac
 }
 
 // out: (B, C) attention output at position t = *pos: each head's splits merged in split order.
-// grid (NH, B), block 128.
-__global__ void attention_decode_combine_kernel(floatX* out, KvCacheView cache, const int* pos) {
+// grid (NH, B), block 128. grid_splits: the split kernel's grid depth; a position that needs more
+// splits than it ran (a launch planned for a smaller t) gets NaN, never another step's partials.
+__global__ void attention_decode_combine_kernel(floatX* out, KvCacheView cache, const int* pos, int grid_splits) {
     const int h = blockIdx.x, b = blockIdx.y, hd = cache.hd, C = cache.NH * hd, t = *pos;
     const int splits = (t - decode_first_key(cache, h, t)) / kDecodeSplitKeys + 1;
+    if (splits > grid_splits) {
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) out[(size_t)b * C + h * hd + d] = from_float<floatX>(NAN);
+        return;
+    }
     const float* part = cache.partial + ((size_t)b * cache.NH + h) * decode_max_splits(cache.max_len) * (hd + 2);
     float M = -INFINITY;
     for (int s = 0; s < splits; s++) M = fmaxf(M, part[s * (hd + 2)]);
@@ -230,7 +235,7 @@ inline void attention_decode(floatX* out, const floatX* qkv, const KvCacheView& 
     dim3 split_grid(cache.NH, cache.B, (unsigned)splits);
     launch_kernel(attention_decode_split_kernel, split_grid, kDecodeWarps * 32, 0, stream, qkv, cache, l, pos, softcap);
     CUDA_CHECK_LAUNCH();
-    launch_kernel(attention_decode_combine_kernel, dim3(cache.NH, cache.B), 128, 0, stream, out, cache, pos);
+    launch_kernel(attention_decode_combine_kernel, dim3(cache.NH, cache.B), 128, 0, stream, out, cache, pos, splits);
     CUDA_CHECK_LAUNCH();
 }
 

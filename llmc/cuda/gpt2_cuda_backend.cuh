@@ -252,6 +252,7 @@ private:
     PinnedBuffer<int> dec_in_pinned_;      // (B + 1) its input as dec_.step_in receives it: tokens, position
     bool dec_in_in_flight_ = false;        // a copy of dec_in_pinned_ may not have run yet
     DecodeGraph dec_graph_;                // the decode step as a graph (use_step_graph)
+    DecodePlan dec_eager_plan_;            // the last decode step issued eagerly in graph mode
     std::vector<floatX> kv_logits_stage_;  // (B, Vp) raw logits of one decode step or a Last prefill
     std::vector<float> kv_logits_host_;    // what kv_forward returns, (B, Vp) or (B, n, Vp), unless logits()
 };

@@ -48,6 +48,8 @@ namespace llmc::cuda {
 inline void CudaBackend::kv_begin(int B, int max_len) {
     check_kv_begin(cfg_, B, max_len);
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // queued work may still use the old buffers
+    dec_graph_.reset();                          // it holds the buffers below (kv_begin alone moves them)
+    dec_eager_plan_ = DecodePlan();
     KvCacheView& c = kv_;
     c.L = cfg_.num_layers;
     c.B = B;
@@ -70,12 +72,13 @@ inline void CudaBackend::kv_begin(int B, int max_len) {
     c.v_local = kv_vl_.get();
     const size_t n_partial = decode_scratch_floats(B, c.NH, c.hd, max_len);
     if (kv_partial_.size() != n_partial) kv_partial_.resize(n_partial);
+    // NaN bytes: a split the combine reads that no split block wrote shows up as NaN
+    CUDA_CHECK(cudaMemsetAsync(kv_partial_.get(), 0xFF, kv_partial_.bytes(), stream_));
     c.partial = kv_partial_.get();
     dec_.allocate(cfg_, B);
     dec_tokens_host_.resize(B);
-    dec_in_pinned_.resize((size_t)B + 1);
+    if (dec_in_pinned_.size() != (size_t)B + 1) dec_in_pinned_.resize((size_t)B + 1);
     dec_in_in_flight_ = false;  // the stream was synchronized above
-    dec_graph_.reset();         // its buffers may have moved
     kv_pos_ = 0;
 }
 
@@ -109,6 +112,7 @@ inline const float* CudaBackend::kv_forward(const int* tokens, int n, KvLogits r
         for (int b = 0; b < B; b++) dec_tokens_host_[b] = tokens[(size_t)b * n + i];
         kv_decode();
         download(kv_logits_stage_.data(), dec_.logits.get(), (size_t)B * row);  // waits for the step
+        note_stream_idle();
         for (int b = 0; b < B; b++) {
             const floatX* src = kv_logits_stage_.data() + b * row;
             float* dst = kv_logits_host_.data() + ((size_t)b * n + i) * row;
@@ -164,6 +168,7 @@ inline void CudaBackend::kv_prefill_queue(const int* tokens, int n, KvLogits row
     gather_rows(att_in, last.att_in(), B, n, n - 1, 3 * C, st);  // (B, 3C)
     stage_decode_input(n - 1);                                   // its position (the tokens are not read)
     issue_decode_input();
+    dec_in_in_flight_ = true;
     kv_layer_rest(L - 1, decode_splits_at(kv_, n - 1), att_in);
     matmul_forward(mm_, a.logits.get(), a.ln.get(), weights().lm_head(), nullptr, B, C, Vp, st);
 }
@@ -178,20 +183,29 @@ inline void CudaBackend::kv_prefill_device(const int* tokens, int n) {
 
 // Queues one decode step: the tokens in dec_tokens_host_ (B) at position kv_pos_ through every
 // layer, one row per sequence, with the same ops as forward(); logits (B, Vp) in dec_.logits. With
-// use_step_graph: launched as the graph captured for this step's plan (its split depth), or captured
-// from issue_decode and launched.
+// use_step_graph: launched as the graph captured for this step's plan (its split depth); a plan seen
+// for the first time is issued eagerly (every kernel and matmul of it then ran once before a capture,
+// as the training step's graph does), and captured and launched when it repeats.
 inline void CudaBackend::kv_decode() {
     const int t = kv_pos_;
     stage_decode_input(t);
     const DecodePlan plan{kv_.B, decode_splits_at(kv_, t), buffers_epoch_};
-    if (!use_graph_) issue_decode(plan.splits);
-    else if (dec_graph_.matches(plan)) dec_graph_.launch(stream_);
-    else dec_graph_.capture_and_launch(stream_, plan, [&] { issue_decode(plan.splits); });
+    if (use_graph_ && dec_graph_.matches(plan)) {
+        dec_graph_.launch(stream_);
+    } else if (use_graph_ && plan == dec_eager_plan_) {
+        dec_graph_.capture_and_launch(stream_, plan, [&] { issue_decode(plan.splits); });
+    } else {
+        issue_decode(plan.splits);
+        if (use_graph_) dec_eager_plan_ = plan;
+    }
+    dec_in_in_flight_ = true;  // whichever way it was issued, the step's copy reads dec_in_pinned_ when it runs
     kv_pos_ = t + 1;
 }
 
 // Writes a decode step's input at position t into dec_in_pinned_: dec_tokens_host_ (B), then t. Waits
-// first for a queued copy that may still read it.
+// first for a queued copy that may still read it (dec_in_in_flight_: set by every issued step and the
+// prefill's copy, cleared by note_stream_idle after every host wait). Decode steps issued back to back
+// (kv_forward of several positions) therefore wait for each other: one page-locked input slot.
 inline void CudaBackend::stage_decode_input(int t) {
     if (dec_in_in_flight_) {
         CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -202,11 +216,11 @@ inline void CudaBackend::stage_decode_input(int t) {
     in[kv_.B] = t;
 }
 
-// Queues the copy of dec_in_pinned_ to dec_.step_in (it reads the page-locked memory when it runs).
+// Queues the copy of dec_in_pinned_ to dec_.step_in (it reads the page-locked memory when it runs);
+// the caller marks dec_in_in_flight_ (inside a capture nothing is queued yet).
 inline void CudaBackend::issue_decode_input() {
     CUDA_CHECK(cudaMemcpyAsync(dec_.step_in.get(), dec_in_pinned_.get(), dec_.step_in.bytes(), cudaMemcpyHostToDevice,
                                stream_));
-    dec_in_in_flight_ = true;
 }
 
 // Issues the work of one decode step, the input's copy first: its kernels read the position from

@@ -99,13 +99,14 @@ inline void CudaBackend::queue_update(const AdamWHyper& h, int t, float grad_cli
     update_queued_ = true;
 }
 
-// --cuda-graph: queued steps run as a CUDA graph (llmc/cuda/step_graph.cuh), the same work with
-// the same bits as without.
+// --cuda-graph: queued steps and KV decode steps run as CUDA graphs (llmc/cuda/step_graph.cuh), the
+// same work with the same bits as without.
 inline void CudaBackend::use_step_graph(bool on) {
     graph_.reset();
     dec_graph_.reset();
     use_graph_ = on;
     eager_plan_ = StepPlan();
+    dec_eager_plan_ = DecodePlan();
 }
 
 inline void CudaBackend::read_queued_step(QueuedStep& out) {

@@ -39,9 +39,11 @@ struct StepPlan {
     bool operator!=(const StepPlan& o) const { return !(*this == o); }
 };
 
-// What a decode step issues, as far as its captured graph depends on it: the sequences, the split
+// What a decode step issues, as far as its captured graph depends on it: the sequences and the split
 // grid's depth of its decode attention (llmc/cuda/attention_decode.cuh: a graph serves every position
-// of that depth) and the epoch of the backend's buffers (a reallocation moves pointers the graph holds).
+// of that depth). The buffers it holds (the cache, the decode rows, the page-locked input) move only in
+// kv_begin, which resets the graph; the epoch of the training buffers is a conservative extra (a
+// training step's reallocation recaptures).
 struct DecodePlan {
     int B = 0, splits = 0;
     unsigned long long buffers_epoch = 0;

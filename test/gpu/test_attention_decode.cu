@@ -6,8 +6,9 @@
 // positions where a local head's ring buffer has wrapped. The position reaches the kernels in device
 // memory (as a decode step, or its CUDA graph, passes it); the split grid is the least for the
 // position on even positions and the cache's deepest on odd ones (the extra blocks must change
-// nothing). The CPU reference reads the same floatX-rounded values the GPU reads. Exit 0 = pass, 1 =
-// fail or no GPU.
+// nothing), and a grid shallower than a position needs gives NaN for the heads that need more. The CPU
+// reference reads the same floatX-rounded values the GPU reads. Exit 0 = pass, 1 = fail or no GPU.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -106,8 +107,26 @@ bool check_shape(const Shape& s, std::mt19937_64& gen) {
         const double rel = std::sqrt(num / (den > 0 ? den : 1e-30));
         worst = rel > worst ? rel : worst;
     }
+    // a grid shallower than the last position needs: the heads that needed more splits get NaN (never
+    // partials of an earlier call), the others their result
+    bool shallow_ok = true;
+    const int t_last = T - 1, least = cuda::decode_splits_at(view, t_last);
+    if (least >= 2) {
+        cuda::attention_decode(d_out.get(), d_qkv.get(), view, layer, d_pos.get(), least - 1, s.softcap);
+        CUDA_CHECK(cudaMemcpy(out_x.data(), d_out.get(), d_out.bytes(), cudaMemcpyDeviceToHost));
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < s.NH; h++) {
+                const int first_key = h < s.NH - s.G ? std::max(0, t_last - s.P + 1) : 0;
+                const bool needs_more = (t_last - first_key) / cuda::kDecodeSplitKeys + 1 > least - 1;
+                for (int d = 0; d < s.hd; d++)
+                    shallow_ok &= std::isnan(cuda::to_float(out_x[(size_t)b * C + h * s.hd + d])) == needs_more;
+            }
+        if (!shallow_ok)
+            std::fprintf(stderr, "  %s: a grid of %d splits at t=%d: NaN not where a head needs more\n", s.name,
+                         least - 1, t_last);
+    }
     const double tol = sizeof(floatX) == 2 ? 1e-2 : 1e-5;
-    const bool ok = worst < tol;
+    const bool ok = worst < tol && shallow_ok;
     std::printf("  %-26s B=%d NH=%d G=%d hd=%d P=%d T=%d cap=%g: worst rel err %.2e (tol %.0e) %s\n", s.name, B, s.NH,
                 s.G, s.hd, s.P, T, s.softcap, worst, tol, ok ? "ok" : "FAIL");
     return ok;

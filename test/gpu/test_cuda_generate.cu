@@ -37,7 +37,9 @@
 //     below 4 * kTol * rms(row) (an unclear step by the bf16 noise scale); kv_cache_bytes() follows
 //     the formula of docs/generation.md with 2-byte (bf16) or 4-byte (fp32) elements;
 //   - decode steps as CUDA graphs (use_step_graph) == issued eagerly, bit for bit, over positions
-//     crossing a split depth of the decode attention; emulated: one graph launch a step, one capture a depth;
+//     crossing a split depth of the decode attention and several appended at once; emulated: a graph
+//     launch per step but the first of each depth (eager), a capture per depth, back-to-back steps
+//     waiting for each other's page-locked input;
 //   - errors: kv_forward before kv_begin, past max_len, bad tokens, bad kv_begin arguments;
 //   - with NCCL (USE_NCCL): all_reduce_grads through a one-rank NcclCollective leaves the device
 //     gradients unchanged (the in-place device path; the multi-rank logic is tested on the CPU).
@@ -472,11 +474,13 @@ void check_prefill_memory(Checks& ck) {
 }
 #endif
 
-// Decode steps as CUDA graphs (use_step_graph(true)) == the same steps issued eagerly, bit for bit, at
-// every position of a decode that crosses a split depth of the decode attention (128 keys: positions
-// 120..135 after a prefill of 120, on a model with a global head and on an all-local one whose window
-// spans two splits); in the emulated build, one graph launch per decode step and one capture per
-// depth (two), none eagerly.
+// Decode steps as CUDA graphs (use_step_graph(true)) == the same steps issued eagerly, bit for bit:
+// positions 120..135 one at a time after a prefill of 120 (crossing the decode attention's split depth
+// at 128 keys), then 136..143 appended in one kv_forward (steps issued back to back), on a model with a
+// global head and on an all-local one whose window spans two splits. Emulated build: the first step of
+// each depth runs eagerly and the second captures, so 22 of the 24 steps are graph launches and there
+// are two captures (none eagerly); and the back-to-back steps wait for each other's page-locked input
+// (at least 7 stream synchronisations in the 8-position call, with graphs as without).
 void check_decode_graph(Checks& ck, uint64_t seed) {
     struct Model {
         const char* name;
@@ -484,42 +488,52 @@ void check_decode_graph(Checks& ck, uint64_t seed) {
     };
     for (const Model& md : {Model{"LS G=1 P=4", 1, 4}, Model{"all-local G=0 P=130", 0, 130}}) {
         std::printf("decode steps as CUDA graphs vs eager, %s (seed %llu)\n", md.name, (unsigned long long)seed);
-        const int B = 2, len = 136, prompt = 120, steps = len - prompt;
+        const int B = 2, len = 144, prompt = 120, single = 16, together = len - prompt - single;
         const llmc::ModelConfig cfg = gpu_test::model_config(2, 64, 2, md.G, md.P, 97, len, false, 0.0f, true);
         const auto backend = make_gpu(cfg, seed);
         llmc::Backend& gpu = *backend;
         const int V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
         std::mt19937_64 gen(seed);
-        std::vector<int> tokens((size_t)B * len);  // the prompt (B, prompt), then each step's (B)
+        std::vector<int> tokens((size_t)B * len);  // the prompt (B, prompt), then each single step's (B)
         for (int& x : tokens) x = (int)(gen() % (uint64_t)V);
-        struct Graphs {
-            uint64_t launches = 0, captures = 0;
+        std::vector<int> tail((size_t)B * together);  // (B, together) appended in one call
+        for (int& x : tail) x = (int)(gen() % (uint64_t)V);
+        struct Counts {
+            uint64_t launches = 0, captures = 0, tail_syncs = 0;
         };
-        auto run = [&](bool graph, Graphs& graphs) {
+        auto run = [&](bool graph, Counts& counts) {
             gpu.use_step_graph(graph);
             gpu.kv_begin(B, len);
             gpu.kv_forward(tokens.data(), prompt, llmc::KvLogits::Last);
             std::vector<float> out;
 #ifdef LLMC_EMULATE
-            const llmc::emu::IntervalCounts before = llmc::emu::device().counters.totals();
+            auto totals = [] { return llmc::emu::device().counters.totals(); };
+            const llmc::emu::IntervalCounts before = totals();
 #endif
-            for (int s = 0; s < steps; s++) {
+            for (int s = 0; s < single; s++) {
                 const float* lg = gpu.kv_forward(tokens.data() + (size_t)B * (prompt + s), 1, llmc::KvLogits::Last);
                 const std::vector<float> rows = real_rows(lg, B, V, Vp);
                 out.insert(out.end(), rows.begin(), rows.end());
             }
 #ifdef LLMC_EMULATE
-            const llmc::emu::IntervalCounts after = llmc::emu::device().counters.totals();
-            graphs = {after.graph_launches - before.graph_launches,
-                      after.graph_instantiations - before.graph_instantiations};
+            const uint64_t syncs_before = totals().syncs["cudaStreamSynchronize"];
+#endif
+            const std::vector<float> rows =
+                real_rows(gpu.kv_forward(tail.data(), together, llmc::KvLogits::Last), B, V, Vp);
+            out.insert(out.end(), rows.begin(), rows.end());
+#ifdef LLMC_EMULATE
+            llmc::emu::IntervalCounts after = totals();
+            counts = {after.graph_launches - before.graph_launches,
+                      after.graph_instantiations - before.graph_instantiations,
+                      after.syncs["cudaStreamSynchronize"] - syncs_before};
 #else
-            (void)graphs;
+            (void)counts;
 #endif
             return out;
         };
-        Graphs eager_graphs, graph_graphs;
-        const std::vector<float> eager = run(false, eager_graphs);
-        const std::vector<float> graphed = run(true, graph_graphs);
+        Counts eager_counts, graph_counts;
+        const std::vector<float> eager = run(false, eager_counts);
+        const std::vector<float> graphed = run(true, graph_counts);
         gpu.use_step_graph(false);
         size_t differ = 0;
         int first = -1;
@@ -529,16 +543,24 @@ void check_decode_graph(Checks& ck, uint64_t seed) {
                 if (first < 0) first = prompt + (int)(i / ((size_t)B * V));
             }
         ck.expect(differ == 0,
-                  "%d decode steps (positions %d..%d) as graphs == eager bit for bit (%zu differ, first at "
-                  "position %d)",
-                  steps, prompt, len - 1, differ, first);
+                  "decode steps as graphs == eager bit for bit: positions %d..%d one at a time, then %d appended at "
+                  "once (%zu logits differ, first at row of position %d)",
+                  prompt, prompt + single - 1, together, differ, first);
 #ifdef LLMC_EMULATE
-        ck.expect(eager_graphs.launches == 0 && eager_graphs.captures == 0 &&
-                      graph_graphs.launches == (uint64_t)steps && graph_graphs.captures == 2,
-                  "eager: %llu graph launches, %llu captures (0, 0); graphs: %llu launches (one per step, %d), %llu "
-                  "captures (one per split depth, 2)",
-                  (unsigned long long)eager_graphs.launches, (unsigned long long)eager_graphs.captures,
-                  (unsigned long long)graph_graphs.launches, steps, (unsigned long long)graph_graphs.captures);
+        const uint64_t steps = (uint64_t)(single + together);
+        ck.expect(eager_counts.launches == 0 && eager_counts.captures == 0 && graph_counts.launches == steps - 2 &&
+                      graph_counts.captures == 2,
+                  "eager: %llu graph launches, %llu captures (0, 0); graphs: %llu launches (%llu steps less the first "
+                  "of each depth), %llu captures (one per split depth, 2)",
+                  (unsigned long long)eager_counts.launches, (unsigned long long)eager_counts.captures,
+                  (unsigned long long)graph_counts.launches, (unsigned long long)steps,
+                  (unsigned long long)graph_counts.captures);
+        ck.expect(
+            eager_counts.tail_syncs >= (uint64_t)together - 1 && graph_counts.tail_syncs >= (uint64_t)together - 1,
+            "%d positions appended at once wait for each step's input copy: %llu (eager), %llu (graphs) stream "
+            "synchronisations >= %d",
+            together, (unsigned long long)eager_counts.tail_syncs, (unsigned long long)graph_counts.tail_syncs,
+            together - 1);
 #endif
     }
 }
