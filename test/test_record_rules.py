@@ -229,6 +229,23 @@ def test_a_model_flag_in_a_fork_and_t_past_a_checkpoints_positions(byte_data, tm
                     "here); a fork continues the checkpoint's weights, so model flags cannot change in a fork: "
                     "drop --layers")
     assert not (tmp_path / "fork").exists()
+    # a stabilizer that is a model flag: the error names the ones a fork (or -y 1) can switch on
+    line = one_error_line(run(["--fork-from", ck, "-o", tmp_path / "fork", "--attn-softcap", 5], check=False))
+    assert line == (f"error: --fork-from {ck}: --attn-softcap differs from the checkpoint's model (attn-softcap 0 "
+                    "there, 5 here); a fork continues the checkpoint's weights, so model flags cannot change in a "
+                    "fork: drop --attn-softcap (the stabilizers a fork can switch on are training flags: "
+                    "--qk-clip, --z-loss, --grad-clip, --skip-spikes)")
+    assert not (tmp_path / "fork").exists()
+    line = one_error_line(run(["-o", out, "-y", 1, "-x", 3, "--qk-norm"], check=False))
+    assert line == (f"error: {ck}: checkpoint is for a different model (checkpoint vs this run: qk-norm 0 vs 1); "
+                    "resume with the same model flags or use another output directory (the stabilizers -y 1 can "
+                    "switch on are training flags: --qk-clip, --z-loss, --grad-clip, --skip-spikes)")
+    # on a QK-norm model --qk-clip is refused, so the list leaves it out
+    qn = tmp_path / "qknorm"
+    run(data_args(byte_data) + COMMON + ["-o", qn, "-x", 1, "--qk-norm"])
+    line = one_error_line(run(["-o", qn, "-y", 1, "-x", 2, "--attn-softcap", 5], check=False))
+    assert line.endswith("(the stabilizers -y 1 can switch on are training flags: --z-loss, --grad-clip, "
+                         "--skip-spikes)"), line
     p = run(["--eval-only", "-e", ck, "-t", 128], check=False)
     assert p.returncode == 1 and p.stderr.strip().splitlines()[-1] == (
         f"error: -t 128 exceeds the model's --max-seq-len 64, which the checkpoint -e {ck} fixes; use -t <= 64")
