@@ -251,6 +251,18 @@ def test_a_model_flag_in_a_fork_and_t_past_a_checkpoints_positions(byte_data, tm
         f"error: -t 128 exceeds the model's --max-seq-len 64, which the checkpoint -e {ck} fixes; use -t <= 64")
 
 
+def test_notes_write_a_near_not_given_as_the_split_it_made(byte_data, tmp_path):
+    """trial 6 F10: a --near given on resume or in a fork of a run without one is noted with the split the run
+    made (the window on the CPU), not as JSON null."""
+    out = tmp_path / "run"
+    run(data_args(byte_data) + COMMON + ["-o", out, "-x", 1])
+    p = run(["--fork-from", out / "model_00000001.bin", "-o", tmp_path / "fork", "-x", 2, "--near", 4])
+    assert "note: forking at step 1 with --near 4 (was not given: the window, 8)" in p.stderr.splitlines(), p.stderr
+    p = run(["-o", out, "-y", 1, "-x", 2, "--near", 2])
+    assert [n for n in notes(p) if "--near" in n] == ["note: resuming at step 1 with --near 2 (was not given: the "
+                                                      "window, 8)"], p.stderr
+
+
 def test_the_header_says_1_thread_and_names_the_stabilizers(byte_data):
     p = run(data_args(byte_data) + COMMON + ["-x", 1, "--z-loss", "1e-4", "--qk-clip", 50, "--threads", 1])
     lines = p.stdout.splitlines()

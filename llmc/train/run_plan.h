@@ -140,7 +140,8 @@ inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, con
         if (!from && cfg.rank == 0) {
             note_resume_without_checkpoint(out);
             for (const SettingChange& c : cfg.record_changes)  // flags given over the record: said, as a resume does
-                std::fprintf(stderr, "note: -y 1: starting again from step 0 with %s\n", describe_change(c).c_str());
+                std::fprintf(stderr, "note: -y 1: starting again from step 0 with %s\n",
+                             describe_change(c, near_unset_text(m.window, "")).c_str());
         }
         return from;
     }
