@@ -261,6 +261,10 @@ def test_notes_write_a_near_not_given_as_the_split_it_made(byte_data, tmp_path):
     p = run(["-o", out, "-y", 1, "-x", 2, "--near", 2])
     assert [n for n in notes(p) if "--near" in n] == ["note: resuming at step 1 with --near 2 (was not given: the "
                                                       "window, 8)"], p.stderr
+    # the note on a config.toml beside a record that changed --near (the backend not known yet: both)
+    p = run(["--config", out / "config.toml", "-o", tmp_path / "again", "-x", 1])
+    assert ("the run changed settings while it trained (" + str(out / "config.json") + "): --near (not given: the "
+            "window, 8, on the CPU, no split on CUDA at the start, 2 at the end)") in p.stderr, p.stderr
 
 
 def test_the_header_says_1_thread_and_names_the_stabilizers(byte_data):

@@ -78,7 +78,7 @@ inline std::string near_unset_text(int window, const std::string& backend) {
     const std::string p = std::to_string(window);
     if (backend == "cpu") return "not given: the window, " + p;
     if (backend == "cuda") return "not given: no near/far split on CUDA";
-    return "not given: the window, " + p + ", on the CPU; no near/far split on CUDA";
+    return "not given: the window, " + p + ", on the CPU, no split on CUDA";
 }
 
 // "--learning-rate 0.0001 (was 0.0003)"; a null value (an optional setting not given) is written
