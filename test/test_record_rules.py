@@ -174,6 +174,9 @@ def test_a_run_resumes_from_another_directory(byte_data, tmp_path):
     (["--shuffle", "0X1"], "error: --shuffle must be 0 or 1 (got 0X1)"),
     (["-x", "0x10"], "error: --max-steps takes an integer in digits (e.g. 1000, not 1e3), not '0x10'; fix its value"),
     (["--seed", "0x10"], "error: --seed takes an integer in digits (e.g. 1000, not 1e3), not '0x10'; fix its value"),
+    # and strtold read a float flag's hexadecimal float ("-l 0x1p-10" was 2^-10): refused in the same words
+    (["-l", "0x1p-10"], "error: --learning-rate takes a number (e.g. 6e-4), not '0x1p-10'; fix its value"),
+    (["--qk-clip", "+0X1p4"], "error: --qk-clip takes a number (e.g. 6e-4), not '+0X1p4'; fix its value"),
     # trial 5 finding 12: nanoGPT's names with no flag here are refused naming what does their job; the unknown
     # flag comes first (CLI11 printed its value first: "not expected: 6e-5 --min_lr")
     (["-l", "6e-4", "--min_lr", "6e-5"], "error: unknown flag --min_lr; did you mean --final-lr-frac? (nanoGPT's "
