@@ -276,6 +276,9 @@ def test_bad_checkpoints(trained, byte_data, tmp_path):
         damage_model(d, step)
     assert_refused(args + ["-o", d], d, "; restore them from a copy and resume again, or start the run over in a new "
                    f"directory with its settings: --config {d}/config.json -o NEW_DIR ({d} is left as it is)")
+    # the newest one's damage is named without its own advice ("use another checkpoint": there is none)
+    assert_refused(args + ["-o", d], d, f"error: no usable checkpoint in {d}: all 2 complete checkpoints are damaged "
+                   f"(newest: {d}/model_00000020.bin: checksum mismatch (payload damaged)); restore them")
     before = dir_hashes(d)
     run(["--config", d / "config.json", "-o", tmp_path / "again", "-x", 2, "-n", 0, "-v", 0, "-s", 0])
     assert (tmp_path / "again" / "model_00000002.bin").exists() and dir_hashes(d) == before

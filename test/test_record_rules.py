@@ -174,6 +174,9 @@ def test_a_run_resumes_from_another_directory(byte_data, tmp_path):
     (["--shuffle", "0X1"], "error: --shuffle must be 0 or 1 (got 0X1)"),
     (["-x", "0x10"], "error: --max-steps takes an integer in digits (e.g. 1000, not 1e3), not '0x10'; fix its value"),
     (["--seed", "0x10"], "error: --seed takes an integer in digits (e.g. 1000, not 1e3), not '0x10'; fix its value"),
+    # and strtold read a float flag's hexadecimal float ("-l 0x1p-10" was 2^-10): refused in the same words
+    (["-l", "0x1p-10"], "error: --learning-rate takes a number (e.g. 6e-4), not '0x1p-10'; fix its value"),
+    (["--qk-clip", "+0X1p4"], "error: --qk-clip takes a number (e.g. 6e-4), not '+0X1p4'; fix its value"),
     # trial 5 finding 12: nanoGPT's names with no flag here are refused naming what does their job; the unknown
     # flag comes first (CLI11 printed its value first: "not expected: 6e-5 --min_lr")
     (["-l", "6e-4", "--min_lr", "6e-5"], "error: unknown flag --min_lr; did you mean --final-lr-frac? (nanoGPT's "
@@ -229,9 +232,42 @@ def test_a_model_flag_in_a_fork_and_t_past_a_checkpoints_positions(byte_data, tm
                     "here); a fork continues the checkpoint's weights, so model flags cannot change in a fork: "
                     "drop --layers")
     assert not (tmp_path / "fork").exists()
+    # a stabilizer that is a model flag: the error names the ones a fork (or -y 1) can switch on
+    line = one_error_line(run(["--fork-from", ck, "-o", tmp_path / "fork", "--attn-softcap", 5], check=False))
+    assert line == (f"error: --fork-from {ck}: --attn-softcap differs from the checkpoint's model (attn-softcap 0 "
+                    "there, 5 here); a fork continues the checkpoint's weights, so model flags cannot change in a "
+                    "fork: drop --attn-softcap (the stabilizers a fork can switch on are training flags: "
+                    "--qk-clip, --z-loss, --grad-clip, --skip-spikes)")
+    assert not (tmp_path / "fork").exists()
+    line = one_error_line(run(["-o", out, "-y", 1, "-x", 3, "--qk-norm"], check=False))
+    assert line == (f"error: {ck}: checkpoint is for a different model (checkpoint vs this run: qk-norm 0 vs 1); "
+                    "resume with the same model flags or use another output directory (the stabilizers -y 1 can "
+                    "switch on are training flags: --qk-clip, --z-loss, --grad-clip, --skip-spikes)")
+    # on a QK-norm model --qk-clip is refused, so the list leaves it out
+    qn = tmp_path / "qknorm"
+    run(data_args(byte_data) + COMMON + ["-o", qn, "-x", 1, "--qk-norm"])
+    line = one_error_line(run(["-o", qn, "-y", 1, "-x", 2, "--attn-softcap", 5], check=False))
+    assert line.endswith("(the stabilizers -y 1 can switch on are training flags: --z-loss, --grad-clip, "
+                         "--skip-spikes)"), line
     p = run(["--eval-only", "-e", ck, "-t", 128], check=False)
     assert p.returncode == 1 and p.stderr.strip().splitlines()[-1] == (
         f"error: -t 128 exceeds the model's --max-seq-len 64, which the checkpoint -e {ck} fixes; use -t <= 64")
+
+
+def test_notes_write_a_near_not_given_as_the_split_it_made(byte_data, tmp_path):
+    """trial 6 F10: a --near given on resume or in a fork of a run without one is noted with the split the run
+    made (the window on the CPU), not as JSON null."""
+    out = tmp_path / "run"
+    run(data_args(byte_data) + COMMON + ["-o", out, "-x", 1])
+    p = run(["--fork-from", out / "model_00000001.bin", "-o", tmp_path / "fork", "-x", 2, "--near", 4])
+    assert "note: forking at step 1 with --near 4 (was not given: the window, 8)" in p.stderr.splitlines(), p.stderr
+    p = run(["-o", out, "-y", 1, "-x", 2, "--near", 2])
+    assert [n for n in notes(p) if "--near" in n] == ["note: resuming at step 1 with --near 2 (was not given: the "
+                                                      "window, 8)"], p.stderr
+    # the note on a config.toml beside a record that changed --near (the backend not known yet: both)
+    p = run(["--config", out / "config.toml", "-o", tmp_path / "again", "-x", 1])
+    assert ("the run changed settings while it trained (" + str(out / "config.json") + "): --near (not given: the "
+            "window, 8, on the CPU, no split on CUDA at the start, 2 at the end)") in p.stderr, p.stderr
 
 
 def test_the_header_says_1_thread_and_names_the_stabilizers(byte_data):

@@ -89,13 +89,19 @@ inline CLI::Validator signed_text_check() {
         "");
 }
 
-// The text of a float flag (every float flag of ours is a C++ float): a finite number that a float holds,
-// 0 or a magnitude in [FLT_MIN, FLT_MAX]. CLI11 2.1 reads "inf", "nan" and 1e400 (inf as a float; the
-// weights then go non-finite), and turns 1e-50 into 0 and 1e-40 into a denormal without a word: all
-// refused. Runs after number_text_check; text that is not a number is left to CLI11's conversion.
-inline CLI::Validator float_text_check() {
+// The text of a float flag (`name`, as CLI11's get_name gives it: "--learning-rate"; every float flag
+// of ours is a C++ float): a finite number in decimal that a float holds, 0 or a magnitude in [FLT_MIN,
+// FLT_MAX]. CLI11 2.1 reads "inf", "nan" and 1e400 (inf as a float; the weights then go non-finite),
+// and turns 1e-50 into 0 and 1e-40 into a denormal without a word: all refused. It also reads a
+// hexadecimal float ("0x1p-10" = 2^-10, strtold), a spelling no flag documents: refused as CLI11's
+// conversion error, as integer_text_check refuses "0x10". Runs after number_text_check; text that is not
+// a number is left to CLI11's conversion.
+inline CLI::Validator float_text_check(const std::string& name) {
     return CLI::Validator(
-        [](std::string& v) {
+        [name](std::string& v) {
+            const size_t sign = !v.empty() && (v[0] == '+' || v[0] == '-') ? 1 : 0;
+            if (v.size() > sign + 1 && v[sign] == '0' && (v[sign + 1] == 'x' || v[sign + 1] == 'X'))
+                throw CLI::ConversionError(name, std::vector<std::string>{v});
             const char* s = v.c_str();
             char* end = nullptr;
             const long double d = std::strtold(s, &end);
@@ -251,7 +257,7 @@ inline std::string conversion_error(const CLI::App& app, const std::vector<IntRa
 // exits before any check). A counting flag (add_flag bound to an int, "-v -v") would need its own.
 inline void check_flag_values(CLI::App& app) {
     const CLI::Validator number_text = number_text_check(), flag_text = flag_text_check();
-    const CLI::Validator unsigned_text = unsigned_text_check(), float_text = float_text_check();
+    const CLI::Validator unsigned_text = unsigned_text_check();
     for (CLI::Option* opt : app.get_options()) {
         const std::string type = opt->get_type_name();
         if (opt->get_expected_min() == 0) opt->transform(flag_text);
@@ -259,7 +265,7 @@ inline void check_flag_values(CLI::App& app) {
         if ((type == "INT" || type == "UINT") && opt->get_expected_min() != 0)
             opt->check(integer_text_check(opt->get_name()));
         if (type == "UINT" && opt->get_expected_min() != 0) opt->check(unsigned_text);
-        if (type == "FLOAT" && opt->get_expected_min() != 0) opt->check(float_text);
+        if (type == "FLOAT" && opt->get_expected_min() != 0) opt->check(float_text_check(opt->get_name()));
     }
 }
 

@@ -181,8 +181,8 @@ private:
             const std::string flag = "--" + normalized_flag_name(e["flag"].get<std::string>());
             const CLI::Option* op = app ? app->get_option_no_throw(flag) : nullptr;
             if (op != nullptr && op->count() > 0) continue;  // given on the command line
-            const std::string start = change_text(effective_train(record, path, -1), flag);
-            const std::string end = change_text(effective_train(record, path), flag);
+            const std::string start = change_text(effective_train(record, path, -1), flag, unset_text(record));
+            const std::string end = change_text(effective_train(record, path), flag, unset_text(record));
             const std::string text = flag + " (" + start + " at the start, " + end + " at the end)";
             if (std::find(open.begin(), open.end(), text) == open.end()) open.push_back(text);
         }
@@ -231,11 +231,12 @@ private:
             for (const auto& [from_step, to_step] : spans) {
                 const nlohmann::ordered_json then = effective_train(source, source_path, from_step);
                 if (then.contains(row.field) && same_setting(then[row.field], train[row.field])) continue;
-                before += std::string(before.empty() ? "" : " and ") + change_text(then, flag) + " in steps " +
-                          std::to_string(from_step + 1) + "-" + std::to_string(to_step);
+                before += std::string(before.empty() ? "" : " and ") + change_text(then, flag, unset_text(record)) +
+                          " in steps " + std::to_string(from_step + 1) + "-" + std::to_string(to_step);
             }
             if (!before.empty())
-                list += (list.empty() ? "" : ", ") + flag + " " + before + " (" + change_text(train, flag) + " here)";
+                list += (list.empty() ? "" : ", ") + flag + " " + before + " (" +
+                        change_text(train, flag, unset_text(record)) + " here)";
         }
         if (list.empty()) return "";
         return head + "whose steps 1-" + std::to_string(fork->step) + " trained with other settings (" + source_path +
@@ -271,11 +272,21 @@ private:
                      "while it trained (%s): %s; this run takes the start values (give a flag to choose)\n",
                      file.c_str(), json_path.c_str(), list.c_str());
     }
-    // The value of the setting of `flag` ("--z-loss") in a "train" object, as a note writes it.
-    static std::string change_text(const nlohmann::ordered_json& train, const std::string& flag) {
+    // A setting not given (null), as the notes below write it for `record`'s model (near_unset_text: the
+    // backend is not known yet).
+    static std::string unset_text(const nlohmann::ordered_json& record) {
+        const bool has_window = record.is_object() && record.contains("model") && record["model"].is_object() &&
+                                record["model"].contains("window") && record["model"]["window"].is_number_integer();
+        return has_window ? near_unset_text(record["model"]["window"].get<int>(), "") : "not given";
+    }
+    // The value of the setting of `flag` ("--z-loss") in a "train" object, as a note writes it (`unset`:
+    // a null one, unset_text).
+    static std::string change_text(const nlohmann::ordered_json& train, const std::string& flag,
+                                   const std::string& unset) {
         const SettingRow* row = setting_row_of_flag(flag.substr(2));
         if (row == nullptr || !train.contains(row->field)) return "the default";
         const nlohmann::ordered_json& v = train[row->field];
+        if (v.is_null()) return unset;
         if (v.is_string()) return v.get<std::string>();
         // settings are floats recorded as doubles (0.003000000026): written as the float's shortest form
         return change_value_text(v.is_number_float() ? history_value((float)v.get<double>()) : v);

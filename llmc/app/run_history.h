@@ -70,9 +70,22 @@ inline std::string change_value_text(const nlohmann::ordered_json& v) {
     return text;
 }
 
-// "--learning-rate 0.0001 (was 0.0003)"
-inline std::string describe_change(const SettingChange& c) {
-    return c.flag + " " + change_value_text(c.new_value) + " (was " + change_value_text(c.old_value) + ")";
+// What an optional setting not given (null in the record) means, as notes write it. Only --near is
+// optional: the statistics split at the model's window P on the CPU and not at all on CUDA
+// (docs/training.md "Near/far attention statistics"). `backend`: the backend's name ("cpu", "cuda"),
+// "" when not known yet. E.g. "not given: the window, 8".
+inline std::string near_unset_text(int window, const std::string& backend) {
+    const std::string p = std::to_string(window);
+    if (backend == "cpu") return "not given: the window, " + p;
+    if (backend == "cuda") return "not given: no near/far split on CUDA";
+    return "not given: the window, " + p + ", on the CPU, no split on CUDA";
+}
+
+// "--learning-rate 0.0001 (was 0.0003)"; a null value (an optional setting not given) is written
+// `unset` (near_unset_text), as in "--near 2 (was not given: the window, 8)".
+inline std::string describe_change(const SettingChange& c, const std::string& unset = "not given") {
+    const auto text = [&](const nlohmann::ordered_json& v) { return v.is_null() ? unset : change_value_text(v); };
+    return c.flag + " " + text(c.new_value) + " (was " + text(c.old_value) + ")";
 }
 
 // A resumed or forked run continues its checkpoint's weights, so an -e (weights or preset) other than
@@ -99,7 +112,8 @@ struct ResumedHistory {
 // step total when it changed (epoch.history_entry()). An entry at or after `step` goes: its setting
 // never trained a step that is kept (an epoch total's, derived, without a note).
 inline ResumedHistory resumed_history(const nlohmann::ordered_json& record, int step, const TrainConfig& now,
-                                      const std::string& file, const EpochSteps& epoch = {}) {
+                                      const std::string& file, const EpochSteps& epoch = {},
+                                      const std::string& unset = "not given") {
     ResumedHistory h;
     h.changes = setting_changes(effective_train(record, file, step - 1), now, file);
     std::vector<std::string> flags;  // of the changes and the entries noted as dropped
@@ -113,8 +127,9 @@ inline ResumedHistory resumed_history(const nlohmann::ordered_json& record, int 
         const std::string flag = e["flag"].get<std::string>();
         if (std::find(flags.begin(), flags.end(), flag) != flags.end()) continue;
         flags.push_back(flag);
-        h.dropped.push_back("drops the history entry " + describe_change({flag, e["old"], e["new"]}) + " of step " +
-                            std::to_string(e["step"].get<int64_t>()) + ": no step trained with it is kept");
+        h.dropped.push_back("drops the history entry " + describe_change({flag, e["old"], e["new"]}, unset) +
+                            " of step " + std::to_string(e["step"].get<int64_t>()) +
+                            ": no step trained with it is kept");
     }
     for (const SettingChange& c : h.changes)
         h.entries.push_back({{"step", step}, {"flag", c.flag}, {"old", c.old_value}, {"new", c.new_value}});
@@ -295,24 +310,27 @@ inline EpochSteps epoch_steps_of_record(int64_t epoch_tokens, int64_t tokens_per
 // (resumed_step >= 0, its config.json present) keeps both but for config.json's "history"
 // (resumed_history), rewritten only when it changes and only when the run trains a step (`trains`):
 // a change that trained nothing is not history. Each change is a note on stderr, and so is a changed
-// step total of -x -1 (`epoch`, of a continued run). Returns config.json's record as it stands now: the
+// step total of -x -1 (`epoch`, of a continued run); a not-given value in a note is `unset`
+// (near_unset_text). Returns config.json's record as it stands now: the
 // run's checkpoints fingerprint their settings from it (trained_settings_fingerprint).
 inline nlohmann::ordered_json write_run_record(const std::string& out, nlohmann::ordered_json fresh_record,
                                                const std::string& config_toml, const TrainConfig& cfg, int resumed_step,
-                                               bool trains, const EpochSteps& epoch = {}) {
+                                               bool trains, const EpochSteps& epoch = {},
+                                               const std::string& unset = "not given") {
     const std::string json_path = join_path(out, "config.json");
     const bool forked = !cfg.fork_from.empty();
     if (resumed_step >= 0 && !forked && file_exists(json_path)) {
         nlohmann::ordered_json record = read_run_record(json_path, "restore the run's config.json");
-        const ResumedHistory h = resumed_history(record, resumed_step, cfg, json_path, epoch);
+        const ResumedHistory h = resumed_history(record, resumed_step, cfg, json_path, epoch, unset);
         if (!trains) {
             for (const SettingChange& c : h.changes)
                 std::fprintf(stderr, "note: %s is not recorded: no step is trained (config.json unchanged)\n",
-                             describe_change(c).c_str());
+                             describe_change(c, unset).c_str());
             return record;
         }
         for (const SettingChange& c : h.changes)
-            std::fprintf(stderr, "note: resuming at step %d with %s\n", resumed_step, describe_change(c).c_str());
+            std::fprintf(stderr, "note: resuming at step %d with %s\n", resumed_step,
+                         describe_change(c, unset).c_str());
         for (const std::string& d : h.dropped)
             std::fprintf(stderr, "note: resuming at step %d %s\n", resumed_step, d.c_str());
         if (epoch.changed()) std::fprintf(stderr, "%s\n", epoch.change_note().c_str());
@@ -325,7 +343,7 @@ inline nlohmann::ordered_json write_run_record(const std::string& out, nlohmann:
     }
     if (forked) {
         for (const SettingChange& c : resumed_step >= 0 ? cfg.record_changes : std::vector<SettingChange>{})
-            std::fprintf(stderr, "note: forking at step %d with %s\n", resumed_step, describe_change(c).c_str());
+            std::fprintf(stderr, "note: forking at step %d with %s\n", resumed_step, describe_change(c, unset).c_str());
         if (epoch.changed()) std::fprintf(stderr, "%s\n", epoch.change_note().c_str());
         const std::string source = join_path(fork_source(cfg.fork_from).dir, "config.json");
         fresh_record["forked_from"] = {{"checkpoint", cfg.fork_from},

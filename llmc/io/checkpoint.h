@@ -41,7 +41,9 @@ constexpr size_t CKPT_HEADER_INTS = 256;
 constexpr size_t CKPT_HEADER_BYTES = CKPT_HEADER_INTS * sizeof(int32_t);
 
 // A file that is damaged (truncated, wrong checksum, garbage header, missing). Still an
-// InputError; the checkpoint directory code catches this kind to fall back to an older step.
+// InputError; the checkpoint directory code catches this kind to fall back to an older step. Its
+// message is "FILE: what is wrong; what to do", the advice after the last "; " (damage_without_advice
+// in llmc/io/checkpoint_dir.h drops it).
 struct CheckpointDamaged : InputError {
     explicit CheckpointDamaged(const std::string& msg) : InputError(msg) {}
 };

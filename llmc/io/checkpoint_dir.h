@@ -290,6 +290,13 @@ inline LoadedCheckpoint load_checkpoint_at(const std::string& dir, int step, con
     return ck;
 }
 
+// A CheckpointDamaged message ("FILE: what is wrong; what to do") without its advice, which names
+// another checkpoint: the "all damaged" error below gives its own.
+inline std::string damage_without_advice(const std::string& msg) {
+    const size_t cut = msg.rfind("; ");
+    return cut == std::string::npos ? msg : msg.substr(0, cut);
+}
+
 // The newest complete checkpoint with step <= max_step. A damaged one (missing file, size,
 // checksum) is reported on stderr and the previous complete one is tried. Returns nullopt when
 // dir has no complete checkpoint; throws InputError when all of them are damaged, or on a
@@ -307,7 +314,7 @@ inline std::optional<LoadedCheckpoint> load_newest_checkpoint(const std::string&
         } catch (const CheckpointDamaged& e) {
             std::cerr << "warning: checkpoint step " << *it << " is damaged (" << e.what()
                       << "); falling back to the previous complete checkpoint\n";
-            if (first_error.empty()) first_error = e.what();
+            if (first_error.empty()) first_error = damage_without_advice(e.what());
         }
     }
     // (a run without -y into dir is refused, as it holds checkpoints: the ways on are a copy of the files

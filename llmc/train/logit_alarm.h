@@ -1,5 +1,6 @@
 // The logit alarm: flags a step whose max attention logit jumps, names the layer and head, and
-// asks the loop for a checkpoint at that step so the growth can be replayed bit for bit.
+// asks the loop for a checkpoint of that step (the weights after its update; the spiking forward used
+// the previous step's weights), from which the run continues bit for bit.
 //   --logit-alarm Z            z-score rule (the spike detector's, llmc/train/spikes.h): the step's max
 //                              pre-softmax logit M (over layers, heads, micro-batches and ranks)
 //                              against the last W = --spike-window values of M; flagged when

@@ -5,7 +5,9 @@
 //   qkvw rows  h*hd .. h*hd+hd-1 (q) and C+h*hd .. C+h*hd+hd-1 (k) of layer l   (each row: C weights)
 //   qkvb        the same 2*hd entries                                          (biases)
 // q and k are linear in these, so every logit of that head becomes gamma^2 = tau/S times what it
-// was: on the same batch its max is tau (up to rounding); other heads are untouched bit for bit.
+// was. S comes from the step's forward (the weights before the update) and the scale is applied to
+// the updated weights (as Kimi K2's MuonClip): the pre-update weights, scaled, would give max tau on
+// that batch; the updated ones give near tau. Other heads are untouched bit for bit.
 // The AdamW moments are left alone (as in Kimi K2). With --qk-norm the logits do not depend on
 // the scale of the projections, so the combination is refused (validate_run).
 // Deterministic: the decision uses only the reduced statistics every rank holds, so all ranks

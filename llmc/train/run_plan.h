@@ -70,6 +70,19 @@ inline void check_no_run_files(const std::string& out, bool fork) {
                      "(from step 0, with its recorded settings), remove those files, or choose another -o");
 }
 
+// After the refusal of a model flag in a continued run (`who`: "a fork", "-y 1"): when that flag is a
+// stabilizer (--qk-norm, --attn-softcap), " (the stabilizers WHO can switch on are training flags:
+// ...)", the flags that continuation accepts (--qk-clip not on a QK-norm model); else "".
+// d: a = the checkpoint's model, b = the run's.
+inline std::string switchable_stabilizers(const ModelDifference& d, const ModelConfig& run_model,
+                                          const std::string& who) {
+    if (d.field != "qk-norm" && d.field != "attn-softcap") return "";
+    const bool checkpoint_qk_norm = d.field == "qk-norm" ? d.a != "0" : run_model.qk_norm;
+    return " (the stabilizers " + who +
+           " can switch on are training flags: " + (checkpoint_qk_norm ? "" : "--qk-clip, ") +
+           "--z-loss, --grad-clip, --skip-spikes)";
+}
+
 // Loads the checkpoint --fork-from names (`given`, checked by fork_source into src). Its run may prune
 // that step between those checks and this read; pruning deletes the DONE_ marker before the files
 // (prune_checkpoints), so a load that fails with the marker gone is said as pruned, not as damage.
@@ -96,7 +109,8 @@ inline LoadedCheckpoint load_fork_checkpoint(const std::string& given, const For
                                                               : "--" + d.field;
         throw InputError("--fork-from " + given + ": " + flag + " differs from the checkpoint's model (" + d.field +
                          " " + d.a + " there, " + d.b + " here); a fork continues the checkpoint's " +
-                         "weights, so model flags cannot change in a fork: drop " + flag);
+                         "weights, so model flags cannot change in a fork: drop " + flag +
+                         switchable_stabilizers(d, m, "a fork"));
     }
 }
 
@@ -113,6 +127,8 @@ inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, con
         std::optional<LoadedCheckpoint> from;
         try {
             from = load_agreed_checkpoint(out, m, comm);
+        } catch (const CheckpointModelMismatch& e) {
+            throw InputError(e.what() + switchable_stabilizers(e.difference, m, "-y 1"));
         } catch (const StateWorldSizeMismatch& e) {  // a start without -y 1 is refused here: name what works
             const int step = e.step >= 0 ? e.step : newest_complete_step(out);
             throw InputError("-y 1: the checkpoint of step " + std::to_string(step) + " in " + out +
@@ -124,7 +140,8 @@ inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, con
         if (!from && cfg.rank == 0) {
             note_resume_without_checkpoint(out);
             for (const SettingChange& c : cfg.record_changes)  // flags given over the record: said, as a resume does
-                std::fprintf(stderr, "note: -y 1: starting again from step 0 with %s\n", describe_change(c).c_str());
+                std::fprintf(stderr, "note: -y 1: starting again from step 0 with %s\n",
+                             describe_change(c, near_unset_text(m.window, "")).c_str());
         }
         return from;
     }
