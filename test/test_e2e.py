@@ -543,10 +543,12 @@ def test_schedule_flags_the_schedule_does_not_use_are_noted(byte_data, tmp_path)
         "share of the run wsd decays over)"]
     for args in (["-k", "constant"], ["-k", "wsd", "-q", "0.5", "--wsd-decay-frac", "0.3"], ["-q", "0.5"]):
         assert "has no effect" not in run(base + args).stderr
-    # a run's config.json gives every setting of its run, chosen or not: a copy of a cosine run gets no note
+    # a run's config.json gives every setting of its run, chosen or not: a copy of a cosine run gets no note;
+    # nor does its config.toml, which writes every flag (the unused ones at their defaults)
     src = tmp_path / "src"
     run(base + ["-o", src])
     assert "has no effect" not in run(["--config", src / "config.json", "-o", tmp_path / "copy"]).stderr
+    assert "has no effect" not in run(["--config", src / "config.toml", "-o", tmp_path / "copy_toml"]).stderr
 
 
 def test_eval_only_refuses_profile_steps(trained, byte_data):

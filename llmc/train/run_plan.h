@@ -214,24 +214,26 @@ inline ScheduleConfig schedule_config(const TrainConfig& cfg, int max_steps) {
 
 // -q and --wsd-decay-frac given (on the command line or by a --config TOML preset) to a schedule that does
 // not use them (llmc/train/schedule.h): one note each, not an error, as a preset may carry them for another
-// -k. A --config RUN/config.json gives every setting of its run, chosen or not: none of its values is noted.
+// -k. A --config RUN/config.json gives every setting of its run, chosen or not: none of its values is noted;
+// nor is a config file's value equal to the flag's default (a run's config.toml writes every flag).
 inline std::vector<std::string> unused_schedule_flag_notes(const TrainConfig& cfg) {
     std::vector<std::string> out;
     const LrSchedule kind = parse_lr_schedule(cfg.lr_schedule);
-    const auto given = [&](const std::string& flag) {
+    const TrainConfig defaults;
+    const auto given = [&](const std::string& flag, float value, float default_value) {
         if (!cfg.was_given(flag)) return false;
-        if (cfg.config_record.empty()) return true;
         for (const std::string& f : cfg.from_config)
-            if (f == flag) return false;  // from the run record, not typed
+            if (f == flag)  // from a file, not typed: a run record's, or a file's default, is no choice
+                return cfg.config_record.empty() && value != default_value;
         return true;
     };
     const auto note = [&](const std::string& flag, float value, const std::string& use) {
         out.push_back("note: --" + flag + " " + change_value_text(history_value(value)) + cfg.origin_of(flag) +
                       " has no effect with --lr-schedule " + cfg.lr_schedule + " (" + use + ")");
     };
-    if (kind == LrSchedule::Constant && given("final-lr-frac"))
+    if (kind == LrSchedule::Constant && given("final-lr-frac", cfg.final_lr_frac, defaults.final_lr_frac))
         note("final-lr-frac", cfg.final_lr_frac, "it sets the final lr of cosine, linear and wsd");
-    if (kind != LrSchedule::Wsd && given("wsd-decay-frac"))
+    if (kind != LrSchedule::Wsd && given("wsd-decay-frac", cfg.wsd_decay_frac, defaults.wsd_decay_frac))
         note("wsd-decay-frac", cfg.wsd_decay_frac, "it sets the share of the run wsd decays over");
     return out;
 }
