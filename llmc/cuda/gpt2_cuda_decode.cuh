@@ -22,8 +22,9 @@
 //                      (dec_in_pinned_ -> dec_.step_in) that is part of the step, and its kernels read the
 //                      position there, so with use_step_graph the whole step is one CUDA graph
 //                      (llmc/cuda/step_graph.cuh), captured once per split depth of the decode attention
-//                      (every 128 positions of a global head's context; all-local models: once) and
-//                      launched for every position of that depth: the same work and bits as issued eagerly
+//                      (every 128 positions of a global head's context; all-local models: once), at the
+//                      depth's second step, and launched for every later position of that depth: the same
+//                      work and bits as issued eagerly
 //   kv_layer_rest      a layer of a decode step from its attention on, over the B rows in the decode buffers
 #pragma once
 #include <algorithm>
