@@ -109,9 +109,16 @@ def test_logit_alarm_flags_crossings_pins_the_newest_and_replays(byte_data, tmp_
         assert f"logit alarm at step {s}: layer {li} head {hi} max logit" in p.stdout
         assert f"checkpoint of step {s} (logit alarm): {alarm}/model_{s:08d}.bin" in p.stdout
     assert p.stdout.count("logit alarm at step") == len(flagged)
-    # --logit-alarm-keep 1: only the newest alarm checkpoint is left, besides the newest regular one
+    # --logit-alarm-keep 1: only the newest alarm checkpoint is left, with the newest checkpoint before it
+    # (here the previous alarm's: the weights the spiking step's forward started from), besides the newest
+    # regular one; a fork from that one replays the spike bit for bit
     done = sorted(int(f.name[5:]) for f in alarm.glob("DONE_*"))
-    assert done == sorted({flagged[-1], steps})
+    assert done == sorted({flagged[-2], flagged[-1], steps})
+    fork = tmp_path / "fork"
+    run(["--fork-from", alarm / f"model_{flagged[-2]:08d}.bin", "-o", fork, "-x", flagged[-1], "--threads", 1])
+    spike = {r["step"]: r for r in train_records(fork / "metrics.jsonl")}[flagged[-1]]
+    assert (spike["loss"], spike["max_attn_logit"], spike["logit_alarm"]) == \
+           (recs[flagged[-1]]["loss"], recs[flagged[-1]]["max_attn_logit"], recs[flagged[-1]]["logit_alarm"])
     # replay: lose the final checkpoint; -y 1 resumes from the last alarm checkpoint (taken while above X:
     # the rule disarmed) and repeats the run, alarms included
     replay = tmp_path / "replay"

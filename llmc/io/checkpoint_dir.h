@@ -353,7 +353,7 @@ inline std::optional<LoadedCheckpoint> load_agreed_checkpoint(const std::string&
 // complete ones, plus leftovers of unfinished saves older than the newest complete step (a
 // crashed run's). Never touches protect_step (the one just written) nor anything newer than
 // the newest complete step (a save in progress), nor the steps in `pinned` (the logit alarm's
-// pinned checkpoints, LogitAlarm::pinned_steps in llmc/train/logit_alarm.h; they do not count toward `keep`). A step's marker is removed
+// pinned checkpoints, alarm_pins in llmc/train/training_model.h; they do not count toward `keep`). A step's marker is removed
 // before its files, so a crash mid-prune leaves an unmarked step, never a marked incomplete one.
 // Whatever `keep` (0 included), the atomic-write temporaries ("<name>.tmp.XXXXXX") of steps up to the
 // newest complete one are deleted: pruning runs after every rank finished its save, so they are a

@@ -14,9 +14,11 @@
 //                              at a resume starts armed).
 //   --logit-alarm-cooldown N   at most one alarm checkpoint per N steps (the first flagged step
 //                              at or after the previous alarm checkpoint's step + N gets one)
-//   --logit-alarm-keep K       the newest K alarm checkpoints are pinned (0 = all): --keep-checkpoints
-//                              never prunes them and they do not count toward it (checkpoint_dir.h);
-//                              an older alarm checkpoint is unpinned and pruned like a regular one
+//   --logit-alarm-keep K       the newest K alarm checkpoints are pinned (0 = all), each with the newest
+//                              checkpoint before it (alarm_pins, llmc/train/training_model.h):
+//                              --keep-checkpoints never prunes them and they do not count toward it
+//                              (checkpoint_dir.h); an older alarm checkpoint is unpinned and pruned like
+//                              a regular one
 // 0 turns a rule off. Every step's M joins the window after its z-score is taken (non-finite M
 // never does); the loop calls observe() every step, also with both rules off, so the window a
 // checkpoint holds is always the last W steps'. The state (window, whether the absolute rule is

@@ -104,10 +104,26 @@ inline void read_optimizer_state(TrainingModel& model, Collective& comm, TrainSt
     }
 }
 
+// The checkpoints in out that pruning keeps for the logit alarm: its pinned alarm checkpoints
+// (LogitAlarm::pinned_steps: the weights after each spiking step's update) and, for each, the newest
+// complete checkpoint before it (the weights the spiking step's forward started from: a fork there
+// replays the spike bit for bit, e.g. with another stabilizer).
+inline std::vector<int> alarm_pins(const std::string& out, const LogitAlarm& alarm) {
+    std::vector<int> pins = alarm.pinned_steps();
+    if (pins.empty()) return pins;
+    const std::vector<int> complete = complete_steps(out);  // ascending
+    const size_t alarms = pins.size();
+    for (size_t i = 0; i < alarms; i++) {
+        const auto at = std::lower_bound(complete.begin(), complete.end(), pins[i]);
+        if (at != complete.begin()) pins.push_back(*(at - 1));
+    }
+    return pins;
+}
+
 // Checkpoint `step` in -o: the model file (rank 0) and this rank's training state (weights'
 // optimizer state and the loop's); once every rank's files exist, the DONE marker with the fingerprint
 // of the settings that trained the step (`settings`, llmc/app/run_record.h) and the pruning (rank 0; the
-// logit alarm's pinned checkpoints are kept), one line on stderr per step it deletes.
+// logit alarm's pinned checkpoints are kept: alarm_pins), one line on stderr per step it deletes.
 inline void save_checkpoint(const TrainConfig& cfg, const ModelConfig& m, int step, TrainingModel& model,
                             const LoopState& loop, Collective& comm, const std::string& settings) {
     TrainState st;
@@ -123,7 +139,7 @@ inline void save_checkpoint(const TrainConfig& cfg, const ModelConfig& m, int st
     comm.barrier();  // every rank's files exist before the marker
     if (cfg.rank == 0) {
         write_done_marker(out, step, cfg.world_size, settings);
-        for (const int pruned : prune_checkpoints(out, cfg.keep_checkpoints, step, loop.alarm.pinned_steps()))
+        for (const int pruned : prune_checkpoints(out, cfg.keep_checkpoints, step, alarm_pins(out, loop.alarm)))
             std::fprintf(stderr, "pruned checkpoint of step %d (--keep-checkpoints %d)\n", pruned,
                          cfg.keep_checkpoints);
     }
@@ -138,7 +154,8 @@ inline std::string keep_checkpoints_note(const TrainConfig& cfg, const RunPlan& 
         if (c.flag != "--keep-checkpoints" || !c.old_value.is_number_integer()) continue;
         const int was = c.old_value.get<int>(), keep = cfg.keep_checkpoints;
         if (keep <= 0 || (was > 0 && keep >= was)) return "";
-        const std::vector<int> doomed = steps_next_save_prunes(cfg.output_dir, keep, loop.alarm.pinned_steps());
+        const std::vector<int> doomed =
+            steps_next_save_prunes(cfg.output_dir, keep, alarm_pins(cfg.output_dir, loop.alarm));
         if (doomed.empty()) return "";
         std::string steps;
         for (const int s : doomed) steps += (steps.empty() ? "" : ", ") + std::to_string(s);
