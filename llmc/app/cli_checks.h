@@ -89,6 +89,15 @@ inline CLI::Validator signed_text_check() {
         "");
 }
 
+// Throws CLI11's conversion error for `name` when v spells a hexadecimal number ("0x10", "-0X1p-10"):
+// strtoll's base 0 and strtold read them, a spelling no flag documents (float_text_check,
+// integer_text_check).
+inline void refuse_hexadecimal(const std::string& name, const std::string& v) {
+    const size_t sign = !v.empty() && (v[0] == '+' || v[0] == '-') ? 1 : 0;
+    if (v.size() > sign + 1 && v[sign] == '0' && (v[sign + 1] == 'x' || v[sign + 1] == 'X'))
+        throw CLI::ConversionError(name, std::vector<std::string>{v});
+}
+
 // The text of a float flag (`name`, as CLI11's get_name gives it: "--learning-rate"; every float flag
 // of ours is a C++ float): a finite number in decimal that a float holds, 0 or a magnitude in [FLT_MIN,
 // FLT_MAX]. CLI11 2.1 reads "inf", "nan" and 1e400 (inf as a float; the weights then go non-finite),
@@ -99,9 +108,7 @@ inline CLI::Validator signed_text_check() {
 inline CLI::Validator float_text_check(const std::string& name) {
     return CLI::Validator(
         [name](std::string& v) {
-            const size_t sign = !v.empty() && (v[0] == '+' || v[0] == '-') ? 1 : 0;
-            if (v.size() > sign + 1 && v[sign] == '0' && (v[sign + 1] == 'x' || v[sign + 1] == 'X'))
-                throw CLI::ConversionError(name, std::vector<std::string>{v});
+            refuse_hexadecimal(name, v);
             const char* s = v.c_str();
             char* end = nullptr;
             const long double d = std::strtold(s, &end);
@@ -127,9 +134,7 @@ inline CLI::Validator float_text_check(const std::string& name) {
 inline CLI::Validator integer_text_check(const std::string& name) {
     return CLI::Validator(
         [name](std::string& v) {
-            const size_t sign = !v.empty() && (v[0] == '+' || v[0] == '-') ? 1 : 0;
-            if (v.size() > sign + 1 && v[sign] == '0' && (v[sign + 1] == 'x' || v[sign + 1] == 'X'))
-                throw CLI::ConversionError(name, std::vector<std::string>{v});
+            refuse_hexadecimal(name, v);
             return std::string();
         },
         "");
