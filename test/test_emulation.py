@@ -162,8 +162,8 @@ MUTANTS = {
         LAB, one_kernel("production"), "heap-buffer-overflow"),
     "shared-memory-without-opt-in": (
         "llmc/cuda/attention_ls.cuh",
-        "if (bytes > 48 * 1024)\n        CUDA_CHECK(cudaFuncSetAttribute(",
-        "if (false)\n        CUDA_CHECK(cudaFuncSetAttribute(",
+        "if (bytes > 0) CUDA_CHECK(cudaFuncSetAttribute(",
+        "if (false) CUDA_CHECK(cudaFuncSetAttribute(",
         LAB, one_kernel("production"), "dynamic shared memory, above 49152"),  # the FA2-class forward's 80+ KiB at hd 128
     "emulated-mma-wrong-row": (
         "dev/emu/mma.h",

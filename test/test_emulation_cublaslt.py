@@ -339,9 +339,20 @@ def check_all(cases):
     return out
 
 
+# Cases the real library crashes on, with what was seen: skipped with LLMC_CUBLASLT_CASES (not run,
+# so a crash there cannot hide the cases after it), run against the emulation.
+REAL_LIBRARY_CRASHES = {
+    # the documentation lists "parameters unexpectedly NULL" under INVALID_VALUE, but cuBLASLt 13
+    # reads a host-mode alpha before checking it: SIGSEGV on an H200 (gpu_check at c276bf2)
+    "err_alpha_null",
+}
+SKIPPED = REAL_LIBRARY_CRASHES if REAL_CASES else set()
+
+
 def run_cases(exe, out, seed=None):
     out.mkdir(parents=True, exist_ok=True)
-    p = subprocess.run([str(exe), str(out)] + (["--seed", str(seed)] if seed is not None else []),
+    skips = [a for n in sorted(SKIPPED) for a in ("--skip", n)]
+    p = subprocess.run([str(exe), str(out)] + (["--seed", str(seed)] if seed is not None else []) + skips,
                        capture_output=True, text=True, timeout=300, env=ENV)
     return p
 
@@ -394,7 +405,7 @@ def test_cases_cover_the_documented_surface(main_run):
     assert all(c.lda > (c.m if c.opa == "N" else c.k) for c in num if c.name.startswith("trans_"))
     assert any(c.c_nan and c.beta == 0 for c in num) and any(c.inplace and c.beta == 1 for c in num)
     assert any(c.c_ld0 for c in num) and any(c.algo_null for c in num) and any(c.aux_ld == c.m for c in num)
-    assert set(REFUSED) == {c.name for c in cases.values() if c.fault not in ("none", "statuses")}
+    assert set(REFUSED) - SKIPPED == {c.name for c in cases.values() if c.fault not in ("none", "statuses")}
     assert "attribute_sizes" in cases
 
 
@@ -420,7 +431,7 @@ def test_gelu_bound_tells_the_formulas_apart(main_run):
 
 def test_refused_calls_return_the_documented_status(main_run):
     seed, cases = main_run
-    problems = {n: e for n in REFUSED if (e := check_refused(cases[n]))}
+    problems = {n: e for n in set(REFUSED) - SKIPPED if (e := check_refused(cases[n]))}
     assert not problems, report(seed, problems)
 
 
@@ -433,7 +444,7 @@ def test_attribute_sizes_and_requested_count(main_run):
 def test_emulation_choice_refused_calls_write_nothing(main_run):
     """Emulation's choice: a refused call leaves D, aux and C as they were (the documentation is silent)."""
     seed, cases = main_run
-    problems = {n: e for n in REFUSED if (e := check_refused_wrote_nothing(cases[n]))}
+    problems = {n: e for n in set(REFUSED) - SKIPPED if (e := check_refused_wrote_nothing(cases[n]))}
     assert not problems, report(seed, problems)
 
 

@@ -68,7 +68,13 @@ namespace {
 #if defined(ENABLE_FP32)
 constexpr double kTolLogits = 1e-4, kTolGrad = 1e-4, kTolLoss = 1e-4, kTolStats = 1e-4, kTolSteps = 1e-4;
 #else
-constexpr double kTolLogits = 2e-2, kTolGrad = 3e-2, kTolLoss = 5e-3, kTolStats = 2e-2, kTolSteps = 1e-2;
+// kTolSteps: losses after several AdamW steps. AdamW moves every element by about lr whatever its
+// gradient's size, so an element whose gradient is within bf16 noise of zero can move either way;
+// the losses inherit the gradients' error (kTolGrad), not the first loss's. Seen on the most
+// sensitive fixture (paper_qknorm_hd32: QK-norm, z-loss, 4 steps): 0.0086 emulated, 0.0102 on an
+// H200 at c276bf2 (the others <= 0.004); a wrong update rule is caught bit for bit by the
+// one-update checks against the CPU.
+constexpr double kTolLogits = 2e-2, kTolGrad = 3e-2, kTolLoss = 5e-3, kTolStats = 2e-2, kTolSteps = 2e-2;
 #endif
 
 using gpu_test::Checks;
