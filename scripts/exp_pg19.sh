@@ -80,7 +80,9 @@
 # stops its runs the same way, each checkpointing its step, and packs nothing). The logs are packed
 # when the runs have ended, and after a failed build or check.
 # Environment: TRAINER (default ./train_gpt2_ls), PYTHON (default python3), MPIRUN, CUDA_ARCH (90),
-# EXP_COMMIT (the commit the report names where the tree has no .git, as on the GPU machine),
+# EXP_COMMIT (the commit the header names: set it on the GPU machine, where git may not describe the
+# tree that travelled; the header names the tracked files that differ from it, and what git there holds
+# when that is another commit: scripts/tree_state.sh),
 # KILL_AFTER (60: seconds a stopped run may take before SIGKILL), STAGGER_SMOKE (--smoke's stagger, 1),
 # PROGRESS_EVERY (60: seconds between the lines giving each running run's newest step; 0: none).
 set -euo pipefail
@@ -268,6 +270,8 @@ DATA=$(realpath -m "$DATA"); CONFIG=$(realpath "$CONFIG")  # recorded in each ru
 source "$HERE/exp_run_settings.sh"
 # shellcheck source=scripts/exp_notes.sh
 source "$HERE/exp_notes.sh"
+# shellcheck source=scripts/tree_state.sh
+source "$HERE/tree_state.sh"
 variant_flags() {
   case $1 in
     mhsa) echo "--global-heads 6" ;;
@@ -409,9 +413,7 @@ report_flush() {  # the console back, and the report's tee processes finished (5
   for _ in {1..50}; do kill -0 "$tee_out" 2> /dev/null || kill -0 "$tee_err" 2> /dev/null || return 0; sleep 0.1; done
 }
 event() { printf '%s\t%s\n' "$(date +%s.%N)" "$*" >> "$EVENTS"; }
-commit=${EXP_COMMIT:-$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)}
-dirty=$(git -C "$REPO" status --porcelain --untracked-files=no 2>/dev/null | wc -l || true)
-echo "== exp_pg19 $(date -u +%FT%TZ) | commit $commit$([[ ${dirty:-0} -gt 0 ]] && echo " + $dirty changed files") | device $DEVICE$([[ $DEVICE == cuda ]] && nvidia-smi -L 2>/dev/null | head -1 | sed 's/^/ (/;s/$/)/') | budget ${BUDGET:-none} s | parallel $PARALLEL | variants ${variants[*]} | $TOTAL tokens/step (B $BATCH x T $T) | SentencePiece $vocab_label ($DATA) | preset $CONFIG | --extra $([[ -n $EXTRA ]] && echo "'$EXTRA'" || echo none)"
+echo "== exp_pg19 $(date -u +%FT%TZ) | commit $(tree_state "$REPO" "${EXP_COMMIT:-}") | device $DEVICE$([[ $DEVICE == cuda ]] && nvidia-smi -L 2>/dev/null | head -1 | sed 's/^/ (/;s/$/)/') | budget ${BUDGET:-none} s | parallel $PARALLEL | variants ${variants[*]} | $TOTAL tokens/step (B $BATCH x T $T) | SentencePiece $vocab_label ($DATA) | preset $CONFIG | --extra $([[ -n $EXTRA ]] && echo "'$EXTRA'" || echo none)"
 # --results holds one start's files: this script's own files of an earlier start there (report, summary,
 # window table, packed logs, a run's NAME.tar.gz) are removed, so none is taken for this start's
 old_results=()

@@ -502,6 +502,62 @@ def test_exp_pg19_failed_check_stops_before_training(tmp_path):
     assert sorted(f.name for f in (out / "results").iterdir()) == ["logs.tar.gz", "report.txt"]
 
 
+def _git(repo, *args):
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_exp_pg19_header_names_the_changed_files_and_a_stale_git(tmp_path):
+    """The header named a count alone: "commit bd9197f + 5 changed files" on the GPU machine, which had been sent
+    the clean tree of bd9197f. The 5 were the files bd9197f changed since c276bf2, the commit of the call before
+    on the same warm machine, whose git metadata stayed there. Now the header names the first three files, counts
+    against EXP_COMMIT where git knows it, and says what git there holds when it is not EXP_COMMIT. Here: a copy
+    of the scripts in a git repository of its own, five tracked notes changed (a failing check ends the start)."""
+    need_trainer()
+    repo = tmp_path / "repo"
+    for rel in subprocess.run(["git", "-C", str(REPO), "ls-files", "scripts", "configs", "data/*.py", "llmc/app/flags.h"],
+                              check=True, capture_output=True, text=True).stdout.split():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / rel, repo / rel)
+    for i in range(5):
+        (repo / f"note{i}.txt").write_text("as committed\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "A")
+    a = _git(repo, "rev-parse", "--short", "HEAD")
+    data = meta_only_data(tmp_path / "pg19_sp")
+    cmd = ["bash", repo / "scripts" / "exp_pg19.sh", "--data", data, "--vocab", 1024, "--device", "cpu", "--steps", 1,
+           "--variants", "mhsa", "--out", tmp_path / "o", "--check-cmd", "exit 3"]
+
+    def header(exp_commit=None):
+        env = {k: v for k, v in ENV.items() if k != "EXP_COMMIT"}
+        if exp_commit:
+            env["EXP_COMMIT"] = exp_commit
+        p = subprocess.run([str(c) for c in cmd], cwd=repo, env=env, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 4, p.stderr
+        return p.stdout.splitlines()[0].split(" | ")[1]
+
+    assert header() == f"commit {a}"
+    (repo / "note3.txt").write_text("changed\n")
+    assert header() == f"commit {a} + 1 changed file (note3.txt)"
+    for i in range(5):
+        (repo / f"note{i}.txt").write_text("changed\n")
+    named = "5 changed files (note0.txt, note1.txt, note2.txt, ...)"
+    assert header() == f"commit {a} + {named}"
+    assert header(a) == f"commit {a} + {named}"
+    # the GPU machine's state: the tree of commit B, git's HEAD and index still at A
+    _git(repo, "commit", "-qam", "B")
+    b = _git(repo, "rev-parse", "--short", "HEAD")
+    _git(repo, "reset", "-q", "--mixed", a)
+    assert header(b) == f"commit {b} (git here: HEAD {a})"
+    assert header() == f"commit {a} + {named}"
+    _git(repo, "reflog", "expire", "--expire=now", "--all")
+    _git(repo, "gc", "-q", "--prune=now")  # B gone: git there never had it
+    assert header(b) == f"commit {b} (git here: HEAD {a} + {named}; {b} unknown to it: changes unchecked)"
+    shutil.rmtree(repo / ".git")
+    assert header(b) == f"commit {b} (no git here: changes unchecked)"
+
+
 def test_exp_pg19_results_hold_only_this_starts_files(tmp_path):
     """Started again with --results of an earlier start (another variant list): the script's own files of that
     start (a run's NAME.tar.gz, summary, window table, report, logs) are removed with one line, so the
