@@ -56,11 +56,13 @@ cd "$(dirname "$0")/.."
 
 parts=all
 report_dir=""
+report_only=0  # --report-only: no stage; the report of every step recorded so far (gpu_lease.sh's last act)
 while [ $# -gt 0 ]; do
     case $1 in
         --part|--parts) parts=${2:?--part needs a value}; shift 2 ;;
         --out) report_dir=${2:?--out needs a directory}; shift 2 ;;
         --emulate) GPU_CHECK_EMULATE=1; shift ;;
+        --report-only) report_only=1; shift ;;
         -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 0 ;;
         *) echo "error: unknown argument '$1'; use --part PARTS and --out DIR (see --help)" >&2; exit 2 ;;
     esac
@@ -68,7 +70,8 @@ done
 
 emulate=${GPU_CHECK_EMULATE:-0}
 stages=()
-IFS=',' read -ra wanted <<<"$parts"
+wanted=()
+[ "$report_only" = 1 ] || IFS=',' read -ra wanted <<<"$parts"
 for p in "${wanted[@]}"; do
     case $p in
         all) stages+=(first build test fp32 sanitize labs bench train profile e2e-small e2e-d12) ;;
@@ -102,6 +105,14 @@ extra=""
 [ -d .deps/include ] && extra=.deps/include
 PY=${PYTHON:-python3}
 
+export GPU_CHECK_COMMIT=${GPU_CHECK_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
+if [ "$emulate" = 1 ]; then
+    device="EMULATED (dev/emu on $(nproc) CPU cores; not a GPU)"
+else
+    device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+fi
+call_failed=0
+if [ "$report_only" = 0 ]; then  # ---- the checks (--report-only goes straight to the report) ----
 # Up front, so that a missing dependency costs one line, not a failed build per stage.
 missing_headers=""
 for h in CLI/CLI.hpp nlohmann/json.hpp; do
@@ -128,13 +139,6 @@ if [ -n "$py_needed" ]; then
         exit 2
     fi
 fi
-export GPU_CHECK_COMMIT=${GPU_CHECK_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
-if [ "$emulate" = 1 ]; then
-    device="EMULATED (dev/emu on $(nproc) CPU cores; not a GPU)"
-else
-    device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
-fi
-call_failed=0
 bf16_build_tried=0  # this call already ran the BF16 build (pass or fail): later stages do not rebuild
 
 echo "gpu_check: commit $GPU_CHECK_COMMIT, device ${device:-NONE FOUND}, CUDA_ARCH=$arch, stages: ${stages[*]}"
@@ -165,6 +169,8 @@ step() {
     local t0 rc status secs
     t0=$(date +%s.%N)
     echo "\$ $*" >"$log"
+    # replaced when the step ends; a call killed first (gpu_lease.sh's budget) leaves this in the report
+    record "$name" "FAIL(cut off: the call ended first)" 0.0 "$log"
     if declare -F "$1" >/dev/null; then  # one of this script's functions (exported below): through bash
         timeout --kill-after=10 "$limit" bash -c '"$@"' "$1" "$@" >>"$log" 2>&1
     else
@@ -547,6 +553,7 @@ else
         esac
     done
 fi
+fi  # report_only
 
 # ---- the report: every step recorded on this machine, logs in full, the short table last ----------
 "$PY" - "$results" "$work" "$report_dir" "$GPU_CHECK_COMMIT" "${device:-none}" "$arch" <<'EOF'

@@ -34,6 +34,9 @@ for parts in "$@"; do
     echo "gpu_lease: part '$parts' with ${left}s left" >&2
     timeout --kill-after=5 "$left" scripts/gpu_check.sh --part "$parts" --out "$out" || status=1
 done
+# the report again, of every step recorded: a part the budget cut off never wrote its own (its
+# finished steps are in it, the step it was in is "cut off")
+scripts/gpu_check.sh --report-only --out "$out" >/dev/null || status=1
 work=build/gpu_check
 [ "${GPU_CHECK_EMULATE:-0}" = 1 ] && work=build/gpu_check_emu  # gpu_check.sh's work folder when emulated
 "${PYTHON:-python3}" scripts/pack_lease_logs.py "$work" "$out" || status=1

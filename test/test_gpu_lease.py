@@ -170,3 +170,44 @@ def test_no_room_for_the_archive_is_one_error_line(tmp_path):
     assert p.returncode == 1 and p.stdout == ""
     assert p.stderr.startswith("error: ") and p.stderr.count("\n") == 1 and "already holds 8 files, 0.0 MiB: no room for logs.tar.gz" in p.stderr, p.stderr
     assert not list(out.glob("logs.tar.gz*"))
+
+
+def test_the_lease_rewrites_the_report_after_its_last_part(tmp_path):
+    """A part the budget cuts off never writes its report: the lease asks gpu_check.sh for it again."""
+    repo = lease_copy(tmp_path)
+    calls = tmp_path / "calls.txt"
+    (repo / "scripts" / "gpu_check.sh").write_text(FAKE_CHECK.replace("out=\n", f'echo "$*" >>{calls}\nout=\n', 1))
+    (repo / "build" / "gpu_check" / "logs").mkdir(parents=True)
+    out = tmp_path / "out"
+    p = subprocess.run(["bash", str(repo / "scripts" / "gpu_lease.sh"), "300", "train", "labs"],
+                       env={**os.environ, "OUT": str(out)}, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert calls.read_text().splitlines() == [f"--part train --out {out}", f"--part labs --out {out}",
+                                              f"--report-only --out {out}"]
+
+
+def test_report_only_writes_every_recorded_step_and_names_a_cut_off_one(tmp_path):
+    """gpu_check.sh --report-only runs nothing: the report of the steps recorded, a cut-off step a failure."""
+    scripts = tmp_path / "repo" / "scripts"
+    scripts.mkdir(parents=True)
+    (scripts / "gpu_check.sh").write_bytes((REPO / "scripts" / "gpu_check.sh").read_bytes())
+    work = tmp_path / "repo" / "build" / "gpu_check"
+    (work / "logs").mkdir(parents=True)
+    (work / "logs" / "lab_adamw.log").write_text("adamw table\n")
+    (work / "logs" / "lab_attention_ls_batch.log").write_text("$ attention_batch_scaling\nB 8 half a table\n")
+    (work / "results.tsv").write_text(
+        f"lab:adamw\tPASS\t1.6\t{work}/logs/lab_adamw.log\n"
+        f"lab:attention_ls:batch\tFAIL(cut off: the call ended first)\t0.0\t{work}/logs/lab_attention_ls_batch.log\n")
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "GPU_CHECK_EMULATE"}
+    p = subprocess.run(["bash", str(scripts / "gpu_check.sh"), "--report-only", "--out", str(out)],
+                       env={**env, "GPU_CHECK_COMMIT": "abc1234"}, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    js = json.loads((out / "report.json").read_text())
+    assert [(s["name"], s["status"]) for s in js["steps"]] == [
+        ("lab:adamw", "PASS"), ("lab:attention_ls:batch", "FAIL(cut off: the call ended first)")]
+    assert (js["passed"], js["failed"], js["commit"]) == (1, 1, "abc1234")
+    report = (out / "report.txt").read_text()
+    assert "adamw table" in report and "B 8 half a table" in report, report
+    assert "1 of 2 steps PASS, 1 FAIL" in report, report
+    assert not (work / "logs" / "environment.log").exists()  # nothing ran, nothing was probed
