@@ -7,6 +7,7 @@
 #include <string>
 
 #include "llmc/core/kernel_profile.h"
+#include "llmc/core/rng.h"
 
 using namespace llmc;
 
@@ -84,4 +85,77 @@ TEST_CASE("profile_table: an untimed capture has calls per step only", "[profile
     cap.dropped = 7;  // records the capture lost are said, in the table and the JSON
     CHECK(profile_table_text(profile_table(cap)).find("WARNING: 7 activity records were dropped") != std::string::npos);
     CHECK(profile_table_json(profile_table(cap))["dropped_records"] == 7);
+}
+
+TEST_CASE("profile_table: the idle time split before, between and after the activities", "[profile]") {
+    ProfileCapture cap;
+    cap.timed = true;
+    cap.source = "test";
+    cap.steps = 2;
+    cap.windows = {{1000, 2000}, {5000, 6000}};
+    // step 1: lead 100 ns; a 1100..1300; gap 200 before b 1500..1600; c 1550..1700 starts inside b (no
+    // gap); gap 50 before a 1750..1800; tail 200
+    cap.activities.push_back({"void a<1>(int)", 1100, 1300});
+    cap.activities.push_back({"void b(float*)", 1500, 1600});
+    cap.activities.push_back({"void c()", 1550, 1700});
+    cap.activities.push_back({"void a<1>(int)", 1750, 1800});
+    // step 2: lead 0; b 5000..5010; gap 980 before c 5990..6000; tail 0
+    cap.activities.push_back({"void b(float*)", 5000, 5010});
+    cap.activities.push_back({"void c()", 5990, 6000});
+    const ProfileTable t = profile_table(cap);
+    CHECK(t.idle.lead_us == Approx((100.0 + 0.0) / 2 / 1e3));
+    CHECK(t.idle.inner_us == Approx((200.0 + 50.0 + 980.0) / 2 / 1e3));
+    CHECK(t.idle.tail_us == Approx((200.0 + 0.0) / 2 / 1e3));
+    CHECK(t.idle.inner_gaps == Approx(3.0 / 2));
+    CHECK(t.idle.inner_gaps_5us == Approx(0.0));  // 980 ns is under 5 us
+    CHECK(t.idle.largest_gap_us == Approx(0.98));
+    CHECK(t.idle.lead_us + t.idle.inner_us + t.idle.tail_us == Approx(t.idle_us));
+    const auto row = [&](const std::string& n) {
+        for (const ProfileRow& r : t.rows)
+            if (r.name == n) return r;
+        FAIL("no row " << n);
+        return ProfileRow();
+    };
+    CHECK(row("b").gap_before_us == Approx(200.0 / 2 / 1e3));  // step 2's b starts the window: lead, not a gap
+    CHECK(row("b").gaps_before == Approx(0.5));
+    CHECK(row("a<1>").gap_before_us == Approx(50.0 / 2 / 1e3));
+    CHECK(row("c").gap_before_us == Approx(980.0 / 2 / 1e3));
+    const std::string text = profile_table_text(t);
+    CHECK(text.find("idle per step: 0.1 us before the first activity, 0.6 us in 1.5 gaps between activities (0.0 over "
+                    "5 us, the largest 1.0 us), 0.1 us after the last") != std::string::npos);
+    CHECK(text.find("  gaps before c: 0.5 us per step (0.5 gaps)") < text.find("  gaps before b:"));
+    const nlohmann::ordered_json j = profile_table_json(t);
+    CHECK(j["idle_split"]["inner_us"].get<double>() == Approx(t.idle.inner_us));
+    CHECK(j["kernels"][0].contains("gap_before_us"));
+    // a window without activity is all lead
+    ProfileCapture empty = cap;
+    empty.activities.clear();
+    CHECK(profile_table(empty).idle.lead_us == Approx(1.0));
+}
+
+TEST_CASE("profile_table: on random captures the split adds up to the idle time", "[profile]") {
+    Rng gen(0x1d1e5ull + Catch::rngSeed());
+    const auto rng = [&] { return gen.next_u64(); };
+    for (int trial = 0; trial < 200; trial++) {
+        ProfileCapture cap;
+        cap.timed = true;
+        cap.steps = 1 + (int)(rng() % 4);
+        uint64_t t0 = 1000;
+        for (int s = 0; s < cap.steps; s++) {
+            const uint64_t len = 100 + rng() % 100000;
+            cap.windows.push_back({t0, t0 + len});
+            const int n = (int)(rng() % 30);
+            for (int i = 0; i < n; i++) {  // activities start and end inside their window (a sync ends it)
+                const uint64_t a = t0 + rng() % len, b = a + rng() % (t0 + len - a + 1);
+                cap.activities.push_back({"k" + std::to_string(rng() % 5), a, b});
+            }
+            t0 += len + 1 + rng() % 1000;
+        }
+        const ProfileTable t = profile_table(cap);
+        INFO("trial " << trial);
+        CHECK(t.idle.lead_us + t.idle.inner_us + t.idle.tail_us == Approx(t.idle_us).margin(1e-9));
+        double before = 0;
+        for (const ProfileRow& r : t.rows) before += r.gap_before_us;
+        CHECK(before == Approx(t.idle.inner_us).margin(1e-9));
+    }
 }

@@ -6,8 +6,9 @@
 // Per row, per profiled step: calls, total time, mean time per call, share of the step; per profile:
 // the step's wall time between its two device synchronisations (before its first launch, after its
 // last), the time some activity ran (the union of the kernels', copies' and memsets' intervals) and the
-// rest ("idle": launch gaps, host work, synchronisations). An untimed capture (the emulation) has calls
-// only.
+// rest ("idle": launch gaps, host work, synchronisations), split into before the first activity,
+// between activities (with the kernels the longest gaps precede) and after the last. An untimed
+// capture (the emulation) has calls only.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -55,6 +56,19 @@ struct ProfileRow {
     double us_per_step = 0;     // total time per step (0 when untimed)
     double mean_us = 0;         // per call
     double share = 0;           // of the step's wall time
+    double gap_before_us = 0;   // per step: idle time just before this kernel's calls (inner gaps, below)
+    double gaps_before = 0;     // per step: how many of the inner gaps precede one of its calls
+};
+
+// Where a step's idle time lies, per step: before its first activity (the host preparing and issuing
+// the step's start), between activities (inner gaps: the GPU waited for the next launch or for a
+// dependency), after its last (the host's wait returning and its reading of the results). The three
+// add up to idle_us.
+struct IdleSplit {
+    double lead_us = 0, inner_us = 0, tail_us = 0;
+    double inner_gaps = 0;      // per step
+    double inner_gaps_5us = 0;  // per step: inner gaps longer than 5 us
+    double largest_gap_us = 0;  // over all profiled steps
 };
 
 struct ProfileTable {
@@ -67,6 +81,7 @@ struct ProfileTable {
     double calls_per_step = 0;  // activities per step: kernels (cuBLASLt's own ones on a GPU; one per
                                 // cuBLASLt call emulated), copies and memsets
     uint64_t dropped = 0;
+    IdleSplit idle;                // timed only
     std::vector<ProfileRow> rows;  // by time (timed) or calls (untimed), largest first, then by name
 };
 
@@ -120,6 +135,42 @@ inline ProfileTable profile_table(const ProfileCapture& cap) {
         acc.calls++;
         acc.ns += cap.timed ? (double)(std::max(a.start_ns, a.end_ns) - a.start_ns) : 0.0;
     }
+    // the idle split, window by window: its activities in start order, a gap wherever one starts after
+    // every earlier one has ended
+    std::map<std::string, std::pair<double, uint64_t>> gap_before;  // name: (ns, gaps)
+    if (cap.timed) {
+        for (const auto& w : cap.windows) {
+            std::vector<std::pair<uint64_t, const DeviceActivity*>> in;
+            for (const DeviceActivity& a : cap.activities)
+                if (a.start_ns >= w.first && a.start_ns <= w.second) in.push_back({a.start_ns, &a});
+            std::stable_sort(in.begin(), in.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+            if (in.empty()) {
+                t.idle.lead_us += (double)(w.second - w.first);
+                continue;
+            }
+            uint64_t end = in.front().first;
+            t.idle.lead_us += (double)(end - w.first);
+            for (const auto& [start, a] : in) {
+                if (start > end) {
+                    const double g = (double)(start - end);
+                    t.idle.inner_us += g;
+                    t.idle.inner_gaps += 1;
+                    if (g > 5e3) t.idle.inner_gaps_5us += 1;
+                    t.idle.largest_gap_us = std::max(t.idle.largest_gap_us, g / 1e3);
+                    auto& gb = gap_before[short_kernel_name(a->name)];
+                    gb.first += g;
+                    gb.second++;
+                }
+                end = std::max(end, std::max(a->start_ns, a->end_ns));
+            }
+            if (w.second > end) t.idle.tail_us += (double)(w.second - end);
+        }
+        t.idle.lead_us /= steps * 1e3;
+        t.idle.inner_us /= steps * 1e3;
+        t.idle.tail_us /= steps * 1e3;
+        t.idle.inner_gaps /= steps;
+        t.idle.inner_gaps_5us /= steps;
+    }
     std::sort(busy.begin(), busy.end());
     double busy_ns = 0;
     uint64_t cur_b = 0, cur_e = 0;
@@ -145,6 +196,11 @@ inline ProfileTable profile_table(const ProfileCapture& cap) {
         r.us_per_step = acc.ns / steps / 1e3;
         r.mean_us = acc.calls > 0 ? acc.ns / (double)acc.calls / 1e3 : 0.0;
         r.share = t.step_us > 0 ? r.us_per_step / t.step_us : 0.0;
+        const auto gb = gap_before.find(name);
+        if (gb != gap_before.end()) {
+            r.gap_before_us = gb->second.first / steps / 1e3;
+            r.gaps_before = (double)gb->second.second / steps;
+        }
         t.calls_per_step += r.calls_per_step;
         t.rows.push_back(r);
     }
@@ -199,6 +255,25 @@ inline std::string profile_table_text(const ProfileTable& t, size_t max_rows = 4
                       t.calls_per_step);
     else std::snprintf(buf, sizeof buf, "%.1f activities per step (not timed)\n", t.calls_per_step);
     out += buf;
+    if (t.timed) {
+        std::snprintf(buf, sizeof buf,
+                      "idle per step: %.1f us before the first activity, %.1f us in %.1f gaps between activities "
+                      "(%.1f over 5 us, the largest %.1f us), %.1f us after the last\n",
+                      t.idle.lead_us, t.idle.inner_us, t.idle.inner_gaps, t.idle.inner_gaps_5us, t.idle.largest_gap_us,
+                      t.idle.tail_us);
+        out += buf;
+        std::vector<const ProfileRow*> by_gap;
+        for (const ProfileRow& r : t.rows)
+            if (r.gap_before_us > 0) by_gap.push_back(&r);
+        std::sort(by_gap.begin(), by_gap.end(), [](const ProfileRow* a, const ProfileRow* b) {
+            return a->gap_before_us != b->gap_before_us ? a->gap_before_us > b->gap_before_us : a->name < b->name;
+        });
+        for (size_t i = 0; i < by_gap.size() && i < 5; i++) {
+            std::snprintf(buf, sizeof buf, "  gaps before %s: %.1f us per step (%.1f gaps)\n", by_gap[i]->name.c_str(),
+                          by_gap[i]->gap_before_us, by_gap[i]->gaps_before);
+            out += buf;
+        }
+    }
     if (t.dropped > 0) {
         std::snprintf(buf, sizeof buf, "WARNING: %llu activity records were dropped: the rows above undercount\n",
                       (unsigned long long)t.dropped);
@@ -215,6 +290,8 @@ inline nlohmann::ordered_json profile_table_json(const ProfileTable& t) {
             j["us_per_step"] = r.us_per_step;
             j["mean_us"] = r.mean_us;
             j["share"] = r.share;
+            j["gap_before_us"] = r.gap_before_us;
+            j["gaps_before"] = r.gaps_before;
         }
         rows.push_back(j);
     }
@@ -227,6 +304,12 @@ inline nlohmann::ordered_json profile_table_json(const ProfileTable& t) {
         j["step_us"] = t.step_us;
         j["busy_us"] = t.busy_us;
         j["idle_us"] = t.idle_us;
+        j["idle_split"] = {{"lead_us", t.idle.lead_us},
+                           {"inner_us", t.idle.inner_us},
+                           {"tail_us", t.idle.tail_us},
+                           {"inner_gaps", t.idle.inner_gaps},
+                           {"inner_gaps_over_5us", t.idle.inner_gaps_5us},
+                           {"largest_gap_us", t.idle.largest_gap_us}};
     }
     j["kernels"] = rows;
     return j;
