@@ -583,3 +583,62 @@ def test_prefill_table_is_the_docs_and_the_last_rows_gain(cal):
         N, C, Vp = r["B"] * r["n"], m["C"], roofline.padded_vocab(m["V"])
         # lnf (C) + its mean, rstd; logits (Vp); losses, z-losses, lse, row max; dresidual, dbtc, d4c, d3c (9C)
         assert r["act_bytes"] - r["act_bytes_no_head"] == N * ((C + Vp + 9 * C) * 2 + 6 * 4), r
+
+
+# A GPU profile's names as CUPTI reports them (c276bf2's H200 profile): llmc's kernels mangled, cuBLASLt's
+# own kernels (nvjet_*, its split-K reduction) several per cublasLtMatmul call
+MANGLED_ATTN = ("_ZN4llmc4cuda22attn_bwd_kv_fa2_kernelILi32ELb0EEEvP13__nv_bfloat16PKS2_S5_PKfS7_iiiiifNS0_"
+                "8Fa2SplitE")
+MANGLED_BIAS = "_ZN4llmc4cuda6detail15bias_sum_kernelEPfS2_PjP13__nv_bfloat16PKS4_NS_4GeluEii"
+MANGLED_SPLITK = ("_ZN8cublasLt19splitKreduce_kernelILi32ELi16EiffffLb0EfffLb1ELb0ELb0ELb0EEEvNS_18cublasSplitKParams"
+                  "IT4_EEPKT2_PKT8_PT7_PT3_PKS2_SF_PKT9_S6_PSG_PvlPS2_PiSL_SL_SF_SF_SF_SF_SF_")
+
+
+def _mangled_pair():
+    prof = dict(timed=True, step_us=1000.0, busy_us=900.0, idle_us=100.0, kernels=[
+        dict(kernel=MANGLED_ATTN, calls_per_step=6.0, us_per_step=300.0),
+        dict(kernel=MANGLED_BIAS, calls_per_step=24.0, us_per_step=200.0),
+        dict(kernel="nvjet_sm90_tst_192x128_64x5_1x2_h_bz_coopB_NNT", calls_per_step=19.0, us_per_step=250.0),
+        dict(kernel="nvjet_sm90_tss_96x64_64x8_4x1_v_bx_splitK_NTN", calls_per_step=6.0, us_per_step=100.0),
+        dict(kernel=MANGLED_SPLITK, calls_per_step=24.0, us_per_step=50.0),
+        dict(kernel="memset", calls_per_step=3.0, us_per_step=0.0)])
+    rows = [dict(kernel="llmc::cuda::attn_bwd_kv_fa2_kernel<32, false>", group="attention bwd", calls_per_step=6,
+                 us_per_step=200.0, note=""),
+            dict(kernel="llmc::cuda::detail::bias_sum_kernel", group="other", calls_per_step=24, us_per_step=100.0,
+                 note=""),
+            dict(kernel=roofline.EMULATED_GEMM_ROW, group="GEMMs", calls_per_step=25, us_per_step=320.0, note=""),
+            dict(kernel="memset", group="other", calls_per_step=3, us_per_step=10.0, note="")]
+    return prof, dict(kernels=rows, groups=roofline.group_totals(rows, 80.0), step_us=710.0)
+
+
+def test_compare_matches_mangled_kernels_and_folds_cublaslt():
+    """CUPTI's mangled names are demangled (c++filt) and matched kernel by kernel with the prediction's;
+    cuBLASLt's own kernels fold into one measured row against the predicted cublasLtMatmul row."""
+    prof, pred = _mangled_pair()
+    res = roofline.compare_profile(prof, pred)
+    by = {r["kernel"]: r for r in res["rows"]}
+    assert set(by) == {"llmc::cuda::attn_bwd_kv_fa2_kernel<32, false>", "llmc::cuda::detail::bias_sum_kernel",
+                       roofline.CUBLASLT_ROW, "memset"}
+    attn = by["llmc::cuda::attn_bwd_kv_fa2_kernel<32, false>"]
+    assert attn["group"] == "attention bwd" and attn["calls_measured"] == attn["calls_predicted"] == 6
+    assert attn["ratio"] == pytest.approx(1.5)
+    assert by["llmc::cuda::detail::bias_sum_kernel"]["ratio"] == pytest.approx(2.0)
+    gemm = by[roofline.CUBLASLT_ROW]
+    assert gemm["group"] == "GEMMs" and gemm["calls_measured"] == 49 and gemm["calls_predicted"] == 25
+    assert gemm["us_measured"] == pytest.approx(400.0) and gemm["ratio"] == pytest.approx(1.25)
+    assert len(gemm["measured_kernels"]) == 3
+    assert all(r["us_measured"] and r["us_predicted"] for r in res["rows"] if r["kernel"] != "memset")
+    text = roofline.compare_text(res, "t")
+    assert "_ZN" not in text and "nvjet" not in text
+
+
+def test_compare_refuses_mangled_names_without_cxxfilt(tmp_path):
+    prof, pred = _mangled_pair()
+    (tmp_path / "p.json").write_text(json.dumps(prof))
+    (tmp_path / "pred.json").write_text(json.dumps(dict(label="modeled", commit="x", cases={"paper-b16": pred})))
+    p = subprocess.run([sys.executable, str(SCRIPT), "--compare", str(tmp_path / "p.json"), "--prediction",
+                        str(tmp_path / "pred.json"), "--case", "paper-b16"], capture_output=True, text=True,
+                       env={"PATH": str(tmp_path)})
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and p.stdout == "" and len(lines) == 1, p.stderr
+    assert lines[0].startswith("error:") and "c++filt" in lines[0] and "binutils" in lines[0]

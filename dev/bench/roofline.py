@@ -1375,7 +1375,7 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     """Per-kernel rows of one step of a CASES shape at HEAD: the launches --profile-steps counts on
     the emulated device (the kernel names and calls of the emulated profile, HEAD-<sha>), each with its
     modeled µs per step. The GEMMs are one row per cuBLASLt call kind (their GPU kernels' names are
-    cuBLASLt's own, compared as a group). split=False: fa663e0's attention grid; host_groups=False: the
+    cuBLASLt's own: compare_profile folds them into one row). split=False: fa663e0's attention grid; host_groups=False: the
     encoder backward's grouping on the device in one block (fa663e0 up to 28765d1) instead of HEAD's
     host grouping and its upload; one_pass_classifier=False: the classifier's forward pass (loss, lse)
     and the backward's (dlogits) as two launches (as at fa663e0), not HEAD's one in the step;
@@ -1411,7 +1411,7 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     add_gemms([gemm_us(N, C, Vp, cal), gemm_us(Vp, C, N, cal, out_bytes=F32, accumulate=True)])
     for IC, OC in ((4 * C, C), (C, 4 * C), (C, C), (C, 3 * C)):
         add_gemms([gemm_us(N, IC, OC, cal), gemm_us(OC, IC, N, cal, out_bytes=F32, accumulate=True)] * L)
-    rows[gemm]["note"] = "every cuBLASLt call (on a GPU its rows are cuBLASLt's own kernels: compare the group)"
+    rows[gemm]["note"] = "every cuBLASLt call (on a GPU cuBLASLt's own kernels, folded into one row by --compare)"
     # bias gradients (bias_sum_kernel: reads dout; fc's also runs the GELU backward: reads pre, writes d)
     if bias:
         for OC, gelu in ((C, False), (4 * C, True), (C, False), (3 * C, False)):
@@ -1518,7 +1518,7 @@ def prediction_markdown(pred):
            "`python3 dev/bench/roofline.py --compare PROFILE.json --prediction THIS.json`. Kernel names and "
            "calls per step are the emulated `--profile-steps 1` counts of this commit (plus the step's "
            "memsets and copies, which the emulation does not count); cuBLASLt is one row here and its own "
-           "kernels on a GPU: compare the GEMMs group. The emulated profiles ran the cases' model flags at "
+           "kernels on a GPU, which --compare folds into one cuBLASLt row against it. The emulated profiles ran the cases' model flags at "
            "-b 1 -t 128 (the full shapes take over 10 minutes emulated; the launches do not depend on B and T: the "
            "attention split is inside its kernels). A kernel's fixed cost (kernel_fixed_us, "
            f"{pred['calibration']['kernel_fixed_us']:.1f} µs) and the gap after each launch (gap_us, "
@@ -1568,21 +1568,79 @@ def report_profiles(report):
     return out
 
 
+# The compared row of every cuBLASLt kernel: a GPU profile's own kernels of cuBLASLt (nvjet_*, xmma, its
+# split-K reduction, several per call, chosen by its heuristic) folded into one measured row, against the
+# prediction's one row of every cublasLtMatmul call (EMULATED_GEMM_ROW)
+CUBLASLT_ROW = "cuBLASLt"
+
+
+class DemangleError(RuntimeError):
+    pass
+
+
+def demangle(names):
+    """{name: demangled name without its parameter list} (`c++filt -p`, binutils): CUPTI reports a
+    kernel by its mangled symbol (_ZN4llmc4cuda...), the prediction by the emulated profile's demangled
+    name (llmc::cuda::attn_fwd_fa2_kernel<32, true, false, false>). Names that are not mangled map to
+    themselves. Raises DemangleError when a name is mangled and c++filt is missing (the rows would not
+    match)."""
+    import shutil
+    mangled = sorted({n for n in names if n.startswith("_Z")})
+    out = {n: n for n in names}
+    if not mangled:
+        return out
+    exe = shutil.which("c++filt")
+    if exe is None:
+        raise DemangleError("the profile's kernel names are mangled and c++filt is not on PATH; install binutils "
+                            "(apt-get install binutils) so they can be matched with the prediction's")
+    import subprocess
+    p = subprocess.run([exe, "-p"], input="\n".join(mangled) + "\n", capture_output=True, text=True)
+    lines = p.stdout.split("\n")[:len(mangled)]
+    if p.returncode != 0 or len(lines) != len(mangled):
+        raise DemangleError(f"c++filt -p failed (exit {p.returncode}): {p.stderr.strip()}")
+    for n, d in zip(mangled, lines):
+        out[n] = d.strip()
+    return out
+
+
+def compare_key(name):
+    """The row a kernel is compared in: CUBLASLT_ROW for cuBLASLt's kernels (measured) and for the
+    prediction's cublasLtMatmul row; else its (demangled) name."""
+    return CUBLASLT_ROW if kernel_group(name) == "GEMMs" and not name.startswith("llmc::") else name
+
+
+def fold_rows(kernels, names=None):
+    """{compare_key: row} of profile or prediction rows (names: demangled names), calls and µs summed
+    over the kernels a key folds; "kernels" lists the names folded in."""
+    out = {}
+    for k in kernels:
+        name = (names or {}).get(k["kernel"], k["kernel"])
+        key = compare_key(name)
+        r = out.setdefault(key, dict(kernel=key, group=k.get("group") or kernel_group(name), calls_per_step=0.0,
+                                     us_per_step=0.0, kernels=[]))
+        r["calls_per_step"] += k["calls_per_step"]
+        r["us_per_step"] += k.get("us_per_step") or 0.0
+        r["kernels"].append(name)
+    return out
+
+
 def compare_profile(profile, pred_case, tolerance=1.3):
-    """Measured (a profile.json) against predicted (one case of a prediction): per kernel row and per
-    group (ratio measured / predicted, flagged outside [1 / tolerance, tolerance]); an untimed
-    (emulated) profile compares calls per step only. Returns a dict (rows, groups, flagged, timed)."""
+    """Measured (a profile.json) against predicted (one case of a prediction): per kernel row (the
+    measured names demangled; cuBLASLt's kernels one row, CUBLASLT_ROW) and per group (ratio measured /
+    predicted, flagged outside [1 / tolerance, tolerance]); an untimed (emulated) profile compares calls
+    per step only. Returns a dict (rows, groups, flagged, timed). Raises DemangleError (demangle)."""
     timed = bool(profile["timed"])
-    pred_rows = {r["kernel"]: r for r in pred_case["kernels"]}
-    meas_rows = {k["kernel"]: k for k in profile["kernels"]}
+    pred_rows = fold_rows(pred_case["kernels"])
+    meas_rows = fold_rows(profile["kernels"], demangle([k["kernel"] for k in profile["kernels"]]))
     rows = []
     for name in list(meas_rows) + [n for n in pred_rows if n not in meas_rows]:
         m, p = meas_rows.get(name), pred_rows.get(name)
-        group = p["group"] if p else kernel_group(name)
+        group = p["group"] if p else m["group"]
         r = dict(kernel=name, group=group, calls_measured=m["calls_per_step"] if m else 0.0,
                  calls_predicted=p["calls_per_step"] if p else 0.0,
-                 us_measured=(m.get("us_per_step") if m else 0.0) if timed else None,
-                 us_predicted=p["us_per_step"] if p else 0.0)
+                 us_measured=(m["us_per_step"] if m else 0.0) if timed else None,
+                 us_predicted=p["us_per_step"] if p else 0.0,
+                 measured_kernels=m["kernels"] if m else [])
         r["ratio"] = (r["us_measured"] / r["us_predicted"] if timed and r["us_predicted"] > 0 else None)
         rows.append(r)
     groups = []
@@ -1909,7 +1967,11 @@ def compare_main(a):
         return 2
     texts = []
     for case, prof in todo.items():
-        res = compare_profile(prof, cases[case], a.tolerance)
+        try:
+            res = compare_profile(prof, cases[case], a.tolerance)
+        except DemangleError as e:
+            print(f"error: --compare {a.compare}: {e}", file=sys.stderr)
+            return 2
         texts.append(compare_text(res, f"{case}: {a.compare} vs {a.prediction} ({pred.get('label', '?')}, "
                                        f"{pred.get('commit', '?')})"))
     print("\n\n".join(texts))
