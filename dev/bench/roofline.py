@@ -666,22 +666,32 @@ def markdown(name, rows, summary, with_sass):
 #                         split of long tile loops; fa663e0: the unsplit (b, head) x tile grid, longest
 #                         first) filling 132 SMs x occupancy (attn_kernel_us): resident blocks share an
 #                         SM's issue rate (a lone block at most attn_lone_share / occupancy of it), a
-#                         block's work = attn_block_setup_us + its tiles (+ one to merge a split), a tile's
-#                         = occupancy x its tensor work at an SM's peak / its SASS efficiency (interior,
-#                         masked, pair skips: STATIC_ATTENTION_FIGURES) / the family's issue efficiency
+#                         block's work = its family's set-up (attn_block_setup_us, attn_bwd_block_setup_us)
+#                         + its tiles + attn_merge_us if its outer tile is split, a tile's = occupancy x its
+#                         tensor work at an SM's peak / its SASS efficiency (interior, masked, pair skips:
+#                         STATIC_ATTENTION_FIGURES; the forward without statistics, as the labs time it:
+#                         STATIC_ATTENTION_FIGURES_NO_STATS) / the family's issue efficiency
+#   attention D kernel    one warp a row, 8 rows a block: kernel_fixed_us + attn_dot_wave_us x waves of
+#                         132 x 8 resident blocks (each block one load round trip: latency, not bytes)
 #   encoder grouping      fa663e0 (and HEAD up to 28765d1): one block on the device, kernel_fixed_us +
 #                         positions x enc_group_ns_per_position; HEAD: on the host (off the device), its
 #                         upload a copy of kernel_fixed_us + bytes / PCIE_HTOD (assumed)
-#   classifier            a block a row: memory-bound + rows x classifier_row_ns
-#   the step              sum of its kernels + (launches - 1) x gap_us (the idle time between them)
+#   classifier            a block a row: memory-bound + rows x classifier_row_ns; its summary (one block):
+#                         kernel_fixed_us + rows x summary_row_ns
+#   host -> device copies copy_fixed_us + bytes / PCIE_HTOD
+#   the step              sum of its kernels + its idle time: (launches - 1) x gap_us + positions x
+#                         host_ns_per_position (the host's per-token work inside the step's window)
 # Each parameter is fitted from named measurements (MEASUREMENTS, fit_calibration: CALIBRATION_SOURCES
-# says which fixes which) and checked on measurements not used to fit it (calibration_checks).
+# says which fixes which) and checked on measurements not used to fit it (calibration_checks): the lab
+# rows and steps of fa663e0 and the per-kernel profile of c276bf2 (its ls-small-b8 case fits, its
+# paper-b16 case checks).
 
 H200_SMS = 132
 H200_BANDWIDTH = 4.814e12  # bytes/s: the datasheet figure the labs' "% peak" uses
 H200_PEAK = 989e12  # dense bf16 tensor-core FLOP/s (the labs' figure)
-# host -> device copies from page-locked memory: ASSUMED (PCIe 5 x16 at about 80% of its 64 GB/s), not
-# calibrated (no GPU run has timed a copy); only the encoder's token-group upload is charged by its bytes
+# host -> device copies from page-locked memory: ASSUMED (PCIe 5 x16 at about 80% of its 64 GB/s); the
+# c276bf2 profile's copies fix their fixed cost (copy_fixed_us) at this rate, and its two cases' copies
+# (237 and 433 KB a step) differ by 3.4 µs, i.e. 57 GB/s
 PCIE_HTOD = 50e9
 
 # The attention kernels' static figures: blocks per SM (sass_report's occupancy from registers and
@@ -700,6 +710,24 @@ STATIC_ATTENTION_FIGURES = {
     ("attn_bwd_q_fa2_kernel", 32): (4, 0.69084629, 0.44345898, (9.02083333, 2.0 / 3.0, 1.54166667, 0.0)),
     ("attn_bwd_q_fa2_kernel", 64): (3, 1.0, 0.7518797, (5.32291667, 1.0 / 3.0, 0.76041667, 0.0)),
 }
+# The forward without statistics (attn_fwd_fa2_kernel<HD, false, false, false>: the path the kernel lab
+# and attention_vs_torch time unless --near is given, and the prefill's), from the same report: its hot
+# loop has 8.5 (hd 32) and 5.41 (hd 64) instructions per HMMA on the full path against the statistics
+# instance's 10.66 and 6.48, so a lab row measures a faster kernel than a training step runs.
+STATIC_ATTENTION_FIGURES_NO_STATS = {
+    ("attn_fwd_fa2_kernel", 32): (4, 0.47058824, 0.31520883, None),
+    ("attn_fwd_fa2_kernel", 64): (3, 0.73937153, 0.52910053, None),
+}
+
+
+def attn_figures(kernel, hd, stats=True):
+    """STATIC_ATTENTION_FIGURES' entry of a kernel; stats=False: the forward's instance without
+    statistics (the backward has one instance in a step)."""
+    if not stats and (kernel, hd) in STATIC_ATTENTION_FIGURES_NO_STATS:
+        return STATIC_ATTENTION_FIGURES_NO_STATS[(kernel, hd)]
+    return STATIC_ATTENTION_FIGURES[(kernel, hd)]
+
+
 ATTN_GEMMS = {"attn_fwd_fa2_kernel": 2, "attn_bwd_kv_fa2_kernel": 4, "attn_bwd_q_fa2_kernel": 3}
 # llmc/core/attention_split.h's chunk-size constants
 SPLIT_MIN_TILES, SPLIT_RESIDENT_BLOCKS, SPLIT_CHAIN_SHARE = 4, 132 * 4, 4
@@ -774,10 +802,10 @@ def masked_tile(qt, kt, T, P, local, tile=TILE):
     return q1 > T or k1 > T or k1 - 1 > q0 or (local and k0 <= q1 - 1 - P)
 
 
-def attn_tile_us(kernel, hd, masked, pair_fraction, issue_eff):
+def attn_tile_us(kernel, hd, masked, pair_fraction, issue_eff, stats=True):
     """One tile's time on one slot (µs): occupancy x its tensor work at an SM's peak x its SASS factor
-    (1 / eff, or masked_factor on a masked tile) / the calibrated issue efficiency."""
-    occ, eff, eff_m, skip = STATIC_ATTENTION_FIGURES[(kernel, hd)]
+    (1 / eff, or masked_factor on a masked tile; attn_figures) / the calibrated issue efficiency."""
+    occ, eff, eff_m, skip = attn_figures(kernel, hd, stats)
     work = ATTN_GEMMS[kernel] * 2 * hd * TILE * TILE / (H200_PEAK / H200_SMS)
     if not masked:
         factor = 1.0 / eff
@@ -805,27 +833,31 @@ def attn_block_kinds(T, P, B, NH, G, by_key, split=True):
     return _BLOCK_CACHE[key]
 
 
-def attn_kernel_us(kernel, hd, T, P, B, NH, G, cal, split=True):
+def attn_kernel_us(kernel, hd, T, P, B, NH, G, cal, split=True, stats=True):
     """A FA2-class attention launch's modeled duration (µs). Its blocks, in launch order, fill 132 SMs x
     occupancy slots (breadth first, then each freed slot takes the next block); an SM's resident
     blocks share its issue rate: each runs at min(1 / resident, attn_lone_share / occupancy) of the
     SM's rate (attn_lone_share = 1: a block never runs faster than with the SM full; = occupancy: a
     lone block takes the whole SM), so the tail of a launch (a global head's long tile chain) runs
-    faster than the full waves. A block's work at the whole SM's rate: attn_block_setup_us + its
-    tiles (attn_tile_us / occupancy; + one tile to merge a split)."""
+    faster than the full waves. A block's work at the whole SM's rate: its family's set-up
+    (attn_block_setup_us forward, attn_bwd_block_setup_us backward) + its tiles (attn_tile_us /
+    occupancy) + attn_merge_us when its outer tile is split (its partial stored, the arrival, the last
+    block's merge). stats: the forward's instance
+    with statistics (a training step's) or without (the lab's, the prefill's)."""
     import heapq
     by_key = kernel == "attn_bwd_kv_fa2_kernel"
     family = "attn_fwd" if kernel == "attn_fwd_fa2_kernel" else "attn_bwd"
     issue = cal[f"{family}_issue_eff_hd{hd}"]
+    setup_key = "attn_block_setup_us" if family == "attn_fwd" else "attn_bwd_block_setup_us"
     side = "keys" if by_key else "rows"
-    occ = STATIC_ATTENTION_FIGURES[(kernel, hd)][0]
-    t_int = attn_tile_us(kernel, hd, False, 1.0, issue) / occ
-    t_mask = {loc: attn_tile_us(kernel, hd, True, masked_pair_fraction(side, T, P if loc else T, loc), issue) / occ
-              for loc in (True, False)}
+    occ = attn_figures(kernel, hd, stats)[0]
+    t_int = attn_tile_us(kernel, hd, False, 1.0, issue, stats) / occ
+    t_mask = {loc: attn_tile_us(kernel, hd, True, masked_pair_fraction(side, T, P if loc else T, loc), issue,
+                                stats) / occ for loc in (True, False)}
     lone = min(1.0, cal["attn_lone_share"] / occ)
     work = []
     for (n_int, n_mask, merges, local), count in attn_block_kinds(T, P, B, NH, G, by_key, split):
-        w = cal["attn_block_setup_us"] / occ + n_int * t_int + n_mask * t_mask[local] + (t_int if merges else 0.0)
+        w = (cal[setup_key] + (cal["attn_merge_us"] if merges else 0.0)) / occ + n_int * t_int + n_mask * t_mask[local]
         work.extend([w] * count)
     sms = [[] for _ in range(H200_SMS)]  # remaining work of each SM's resident blocks
     last = [0.0] * H200_SMS
@@ -914,22 +946,67 @@ def mem_us(nbytes, family, cal):
     return cal["kernel_fixed_us"] + nbytes / (H200_BANDWIDTH * cal[f"eff_{family}"]) * 1e6
 
 
+ATTN_DOT_ROWS_PER_BLOCK = 8  # attn_bwd_dot_kernel: one warp a row, 256 threads (llmc/cuda/attention_ls.cuh)
+ATTN_DOT_BLOCKS_PER_SM = 8  # 2048 threads an SM / 256
+
+
+def attn_dot_waves(B, T, NH):
+    return _cdiv(_cdiv(B * NH * T, ATTN_DOT_ROWS_PER_BLOCK), H200_SMS * ATTN_DOT_BLOCKS_PER_SM)
+
+
+def attn_dot_us(B, T, NH, cal):
+    """attn_bwd_dot_kernel (D = rowsum(dO O) per head row): each block's warps read one head row each
+    (hd bf16: 64 bytes at hd 32) and exit, so a wave of resident blocks costs a load round trip, not its
+    bytes: kernel_fixed_us + attn_dot_waves x attn_dot_wave_us."""
+    return cal["kernel_fixed_us"] + attn_dot_waves(B, T, NH) * cal["attn_dot_wave_us"]
+
+
+def classifier_summary_us(rows, cal):
+    """classifier_summary_kernel: one block reads the rows' loss, z-loss, lse and max: kernel_fixed_us +
+    rows x summary_row_ns (one SM's rate)."""
+    return cal["kernel_fixed_us"] + rows * cal["summary_row_ns"] * 1e-3
+
+
+def htod_us(nbytes, cal):
+    """A host -> device copy: copy_fixed_us + its bytes at PCIE_HTOD."""
+    return cal["copy_fixed_us"] + nbytes / PCIE_HTOD * 1e6
+
+
 BIAS_ROWS = 128  # rows of a bias_sum_kernel chunk (llmc/cuda/matmul.cuh kBiasRows, HEAD)
+
+
+def bias_kinds(C):
+    """A layer's bias gradients in the backward's order: (OC, with the GELU backward's pass)."""
+    return ((C, False), (4 * C, True), (C, False), (3 * C, False))
 
 
 def bias_sum_us(Ntok, OC, cal, gelu_pass, packed=True):
     """One bias_sum_kernel launch (dbias += column sums of dout (Ntok, OC); with gelu_pass dout is first
     replaced by dout * gelu'(pre) in the same pass). packed (HEAD): 16-byte column packs, 4 rows in
-    flight per thread; its rate is not measured: assumed eff_elementwise, the packed element-wise
-    kernels' measured rate, over dout (and pre and the write) plus the chunks' fp32 partials written
-    and read once. packed=False: fa663e0's kernel (one bf16 element per thread and row): the GELU pass
-    at the measured eff_bias_gelu_bwd, the plain sum as the calibration has always modeled it
-    (eff_elementwise: never measured alone)."""
+    flight per thread: its traffic (bias_sum_bytes) at eff_bias_sum (the c276bf2 profile's rate of the
+    kernel). packed=False: fa663e0's kernel (one bf16 element per thread and row): the GELU pass at the measured eff_bias_gelu_bwd, the
+    plain sum as the calibration has always modeled it (eff_elementwise: never measured alone)."""
     if not packed:
         return (mem_us(Ntok * OC * ACT * 3, "bias_gelu_bwd", cal) if gelu_pass
                 else mem_us(Ntok * OC * ACT, "elementwise", cal))
-    partials = -(-Ntok // BIAS_ROWS) * OC * F32 * 2
-    return mem_us(Ntok * OC * ACT * (3 if gelu_pass else 1) + partials, "elementwise", cal)
+    return mem_us(bias_sum_bytes(Ntok, OC, gelu_pass), "bias_sum", cal)
+
+
+def layernorm_bwd_blocks(N, C):
+    """layernorm_backward_cached_kernel's blocks (each writes a (2, C) fp32 partial)."""
+    return _cdiv(min(N, 4096 if C <= 256 else 2048), max(1, min(8, 48 * 1024 // (8 * C))))
+
+
+def layernorm_bwd_bytes(N, C):
+    """One LayerNorm backward launch's traffic: dout, x, dresidual read and written (4 N C bf16), the
+    row statistics, its blocks' partials."""
+    return 4 * N * C * ACT + 8 * N + layernorm_bwd_blocks(N, C) * 2 * C * F32
+
+
+def bias_sum_bytes(Ntok, OC, gelu_pass):
+    """HEAD's bias_sum_kernel's traffic: dout read (with the GELU pass also pre read and dout written),
+    the chunks' fp32 partials written and read once."""
+    return Ntok * OC * ACT * (3 if gelu_pass else 1) + -(-Ntok // BIAS_ROWS) * OC * F32 * 2
 
 
 def matmul_backward_us(Ntok, IC, OC, cal, bias=True, gelu_pass=False):
@@ -1003,6 +1080,23 @@ MEASUREMENTS = {
     "fa663e0 step ls-small B8 V257": 3900.0,
     "fa663e0 step ls-small B16 V10000": 7710.0,
     "fa663e0 step d12 B16 V50257": 32190.0,
+    # the per-kernel profile of the training step at c276bf2 (docs/results/2026-11-29-H200-c276bf2/report.json,
+    # bench/profile/<case>.json: CUPTI, µs per step, mean of 8 steps); ls-small-b8 fits, paper-b16 checks
+    "c276bf2 profile ls-small-b8 attn_fwd_fa2_kernel": 248.9,
+    "c276bf2 profile paper-b16 attn_fwd_fa2_kernel": 423.9,
+    "c276bf2 profile ls-small-b8 attn_bwd_kv+q": 541.7,  # attn_bwd_kv_fa2_kernel 299.1 + attn_bwd_q_fa2_kernel 242.6
+    "c276bf2 profile paper-b16 attn_bwd_kv+q": 900.4,  # 494.0 + 406.4
+    "c276bf2 profile ls-small-b8 attn_bwd_dot_kernel": 151.7,
+    "c276bf2 profile paper-b16 attn_bwd_dot_kernel": 296.5,
+    "c276bf2 profile ls-small-b8 layernorm_backward_cached_kernel": 133.0,
+    "c276bf2 profile paper-b16 layernorm_backward_cached_kernel": 218.1,
+    "c276bf2 profile ls-small-b8 bias_sum_kernel": 432.0,
+    "c276bf2 profile ls-small-b8 classifier_summary_kernel": 10.9,
+    "c276bf2 profile paper-b16 classifier_summary_kernel": 19.0,
+    "c276bf2 profile ls-small-b8 memcpy HtoD": 20.0,
+    "c276bf2 profile paper-b16 memcpy HtoD": 23.4,
+    "c276bf2 profile ls-small-b8 idle": 371.4,
+    "c276bf2 profile paper-b16 idle": 541.3,
 }
 # bytes each memory-bound lab row counts (its GB/s x its ms, as printed)
 LAB_BYTES = {
@@ -1043,7 +1137,7 @@ MEM_FAMILY_ROWS = {
     "elementwise": "fa663e0 gelu_backward n50331648",
     "layernorm_fwd": "fa663e0 layernorm_forward N16384 C768",
     "fused_ln_fwd": "fa663e0 fused_residual_layernorm_forward N16384 C768",
-    "layernorm_bwd": "fa663e0 layernorm_backward N16384 C768",
+    "layernorm_bwd_fa663e0": "fa663e0 layernorm_backward N16384 C768",
     "encoder_fwd": "fa663e0 encoder_forward B16 T1024 C768",
 }
 
@@ -1101,17 +1195,33 @@ def _solve(f, target, x0):
     return x2
 
 
+def _bisect(f, target, lo, hi, iters=40):
+    """x in [lo, hi] with f(x) = target for f monotone on [lo, hi] (bisection)."""
+    up = f(hi) > f(lo)
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        if (f(mid) < target) == up:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
 def _fit_attention(cal):
-    """The attention parameters (CALIBRATION_SOURCES): attn_fwd_issue_eff_hd32 makes the MHSA B64
-    forward exact for each setup; attn_block_setup_us minimises the squared log error of the two LS
-    rows (B8, B64) (golden section on [0, 4] µs); attn_fwd_issue_eff_hd64 then makes the 124M MHSA
-    T1024 forward exact; attn_bwd_issue_eff_hd32 the B8 backward (f+b minus the forward, minus the D
-    kernel). fa663e0's grid (unsplit)."""
+    """The attention parameters (CALIBRATION_SOURCES). Forward, fa663e0's unsplit grid and the instance
+    without statistics (the labs time it so): attn_fwd_issue_eff_hd32 makes the MHSA B64 forward exact
+    for each set-up; attn_block_setup_us minimises the squared log error of the two LS rows (B8, B64)
+    (golden section on [0, 4] µs); attn_fwd_issue_eff_hd64 then makes the 124M MHSA T1024 forward
+    exact. attn_merge_us makes the c276bf2 profile's ls-small-b8 forward exact (the split grid, the
+    statistics instance). Backward: attn_bwd_issue_eff_hd32 makes the c276bf2 profile's ls-small-b8
+    backward (split grid) exact for each attn_bwd_block_setup_us, which makes fa663e0's lab B8 backward
+    (unsplit: f+b minus the forward, minus the D kernel) exact."""
     import math
 
-    def fwd(name, c):  # as the lab times it: one launch in an event window
+    def fwd(name, c):  # as the lab times it: one launch in an event window, no statistics
         T, P, B, NH, G, hd = ATTN_SHAPES[name]
-        return c["lab_event_us"] + attn_kernel_us("attn_fwd_fa2_kernel", hd, T, P, B, NH, G, c, split=False)
+        return c["lab_event_us"] + attn_kernel_us("attn_fwd_fa2_kernel", hd, T, P, B, NH, G, c, split=False,
+                                                  stats=False)
 
     def fit_eff(key, name):
         def f(x):
@@ -1121,6 +1231,7 @@ def _fit_attention(cal):
 
     ls8, ls64, mh64 = ("fa663e0 attention fwd paper LS B8", "fa663e0 attention fwd paper LS B64",
                        "fa663e0 attention fwd paper MHSA B64")
+    cal.setdefault("attn_merge_us", 0.0)
 
     def loss(setup):
         cal["attn_block_setup_us"] = setup
@@ -1142,15 +1253,33 @@ def _fit_attention(cal):
             f2 = loss(x2)
     loss((lo + hi) / 2)
     fit_eff("attn_fwd_issue_eff_hd64", "fa663e0 attention fwd 124M MHSA T1024 B16")
-    T, P, B, NH, G, hd = ATTN_SHAPES[ls8]
-    target = MEASUREMENTS["fa663e0 attention fwd+bwd paper LS B8"] - MEASUREMENTS[ls8]
-    d_us = mem_us(2 * B * T * NH * hd * ACT + B * NH * T * F32, "elementwise", cal)
+    # the split grid's merge: the c276bf2 profile's forward (statistics instance, HEAD's grid)
+    T, P, B, NH, G, hd = PROFILE_ATTN_SHAPES["ls-small-b8"]
 
-    def bwd(x):
-        cal["attn_bwd_issue_eff_hd32"] = x
-        return d_us + sum(attn_kernel_us(k, hd, T, P, B, NH, G, cal, split=False)
-                          for k in ("attn_bwd_kv_fa2_kernel", "attn_bwd_q_fa2_kernel"))
-    cal["attn_bwd_issue_eff_hd32"] = _solve(bwd, target, 0.8)
+    def merged(x):
+        cal["attn_merge_us"] = x
+        return attn_kernel_us("attn_fwd_fa2_kernel", hd, T, P, B, NH, G, cal, split=True, stats=True)
+    cal["attn_merge_us"] = _bisect(merged, MEASUREMENTS["c276bf2 profile ls-small-b8 attn_fwd_fa2_kernel"] / 6, 0.0,
+                                   40.0)
+    # backward: the split grid (c276bf2) and the unsplit one (fa663e0's lab, its D kernel as attn_dot_us)
+    split_target = MEASUREMENTS["c276bf2 profile ls-small-b8 attn_bwd_kv+q"] / 6
+    T, P, B, NH, G, hd = ATTN_SHAPES[ls8]
+    unsplit_target = (MEASUREMENTS["fa663e0 attention fwd+bwd paper LS B8"] - MEASUREMENTS[ls8]
+                      - attn_dot_us(B, T, NH, cal))
+
+    def bwd(split):
+        return sum(attn_kernel_us(k, hd, T, P, B, NH, G, cal, split=split)
+                   for k in ("attn_bwd_kv_fa2_kernel", "attn_bwd_q_fa2_kernel"))
+
+    def unsplit_for(setup):
+        cal["attn_bwd_block_setup_us"] = setup
+
+        def f(x):
+            cal["attn_bwd_issue_eff_hd32"] = x
+            return bwd(True)
+        cal["attn_bwd_issue_eff_hd32"] = _solve(f, split_target, cal.get("attn_bwd_issue_eff_hd32", 0.5))
+        return bwd(False)
+    unsplit_for(_bisect(unsplit_for, unsplit_target, 0.0, 6.0, iters=24))
     # hd 64: no FA2-class backward was measured (attention_vs_torch's f+b ran a since-removed backward): the hd-32
     # backward's efficiency times the forward's hd-64 / hd-32 ratio
     cal["attn_bwd_issue_eff_hd64"] = (cal["attn_bwd_issue_eff_hd32"] * cal["attn_fwd_issue_eff_hd64"]
@@ -1161,6 +1290,9 @@ def _fit_attention(cal):
 # assumed, not fitted - 2 (four warps on four schedulers, their dependent HMMA chains at about half
 # rate); the measurements cannot separate it from attn_block_setup_us (both move the B8 row by ~5%).
 ATTN_LONE_SHARE = 2.0
+
+# (T, P, B, NH, G, hd) of the c276bf2 profile's attention launches (the paper model's layer)
+PROFILE_ATTN_SHAPES = {"ls-small-b8": (2048, 50, 8, 6, 1, 32), "paper-b16": (2048, 50, 16, 6, 1, 32)}
 
 # (T, P, B, NH, G, hd) of the attention rows
 ATTN_SHAPES = {
@@ -1179,23 +1311,46 @@ CALIBRATION_SOURCES = {
                                      "(one launch in the timed window: event + fixed) and 4628997 global norm (two "
                                      "launches: event + 2 x fixed); one pair each, nothing else separates them",
     "eff_<family>": "the family's largest lab row at fa663e0 (MEM_FAMILY_ROWS; global_norm: 4628997's, the "
-                    "four-loads loop HEAD restored), after kernel_fixed_us per launch it times (LAB_LAUNCHES)",
+                    "four-loads loop HEAD restored; layernorm_bwd_fa663e0: fa663e0's LayerNorm backward), after "
+                    "kernel_fixed_us per launch it times (LAB_LAUNCHES)",
+    "eff_layernorm_bwd, eff_bias_sum": "the c276bf2 profile's ls-small-b8 rows of HEAD's rewritten kernels (the "
+                                       "LayerNorm backward of 1955330, the 16-byte-pack bias gradient of ff3945a), "
+                                       "their bytes over their time after kernel_fixed_us a launch; they replace "
+                                       "fa663e0's rate carried over (LayerNorm: 0.24) and an assumed eff_elementwise "
+                                       "(bias: 0.86); paper-b16 checks the LayerNorm (it has no bias)",
+    "attn_dot_wave_us": "the c276bf2 profile's ls-small-b8 attn_bwd_dot_kernel: its 12 waves of 1056 resident "
+                        "blocks (one warp a head row) each a load round trip; paper-b16's 24 waves check it",
+    "summary_row_ns": "the c276bf2 profile's ls-small-b8 classifier_summary_kernel (one block over N rows); "
+                      "paper-b16 checks it",
+    "copy_fixed_us": "the c276bf2 profile's ls-small-b8 host -> device copies (tokens, targets, scalars, token "
+                     "groups: 4 a step) after their bytes at PCIE_HTOD; paper-b16 checks it",
     "classifier_row_ns, eff_classifier_fwd": "lab:classifier forward at N8192 Vp50304 and N16384 Vp10112 (exact)",
     "eff_classifier_dlogits": "lab:classifier forward+dlogits at N8192 Vp50304",
     "eff_gelu_epilogue": "lab:matmul fc forward with the GELU epilogue minus without, N8192 IC768 OC3072",
     "eff_bias_gelu_bwd": "lab:matmul GELU backward + backward minus the backward without bias, N8192 IC768 OC3072",
     "gemm_fixed_us, gemm_wave_us, gemm_kstep_us": "least squares over the 9 forward rows of lab:matmul at fa663e0",
-    "attn_fwd_issue_eff_hd32": "attention_vs_torch paper MHSA B64 forward (long global blocks, full waves), exact",
+    "attn_fwd_issue_eff_hd32": "attention_vs_torch paper MHSA B64 forward (long global blocks, full waves), exact; "
+                               "the lab rows ran the forward without statistics (STATIC_ATTENTION_FIGURES_NO_STATS), "
+                               "a training step the instance with them",
     "attn_block_setup_us": "least squares over attention lab v6 forward paper LS B8 and attention_vs_torch paper "
                            "LS B64 forward (many short local blocks)",
+    "attn_merge_us": "the c276bf2 profile's ls-small-b8 forward (HEAD's split grid, statistics on), exact: a split "
+                     "outer tile's block stores its partial, arrives, and the last merges; paper-b16 checks it",
+    "attn_bwd_block_setup_us, attn_bwd_issue_eff_hd32": "the backward at B8 in both grids, exact: the c276bf2 "
+                                                         "profile's ls-small-b8 dK/dV + dQ (split) and fa663e0's "
+                                                         "lab f+b minus its forward and D kernel (unsplit); "
+                                                         "paper-b16's profile checks them",
     "attn_lone_share": "assumed (2), not fitted: the data cannot separate it from attn_block_setup_us",
     "attn_fwd_issue_eff_hd64": "attention_vs_torch 124M MHSA T1024 B16 forward",
-    "attn_bwd_issue_eff_hd32": "attention lab v6 f+b minus forward, paper LS B8 (one row: no held-out check)",
     "attn_bwd_issue_eff_hd64": "not measured: the hd-32 backward's scaled by the forward's hd-64/hd-32 ratio",
     "enc_group_ns_per_position": "lab:encoder backward at B16 T1024 C768 minus its modeled wte/wpe kernels "
                                  "(one row: no held-out check)",
-    "gap_us": "trainer step ls-small B8 V257 at fa663e0 minus its modeled kernels, over its launches (gap_us_fit; "
-              "used as max(0, fit)); it rests on kernel_fixed_us, i.e. on the one global-norm pair",
+    "gap_us, host_ns_per_position": "the idle time of the c276bf2 profile's two cases (exact: two rows, two "
+                                    "parameters) = (launches - 1) x gap_us + positions x host_ns_per_position "
+                                    "(gap_us_fit; used as max(0, fit)): paper-b16 idles 170 µs more with 12 fewer "
+                                    "launches, so the idle grows with the tokens (the step's window opens at the "
+                                    "synchronisation before its first launch: the host's per-token work before it "
+                                    "is device idle); fa663e0's three steps check them",
 }
 
 
@@ -1228,21 +1383,55 @@ def fit_calibration():
     busy = MEASUREMENTS[d1] - cal["lab_event_us"] - cal["kernel_fixed_us"] - 8192 * cal["classifier_row_ns"] * 1e-3
     cal["eff_classifier_dlogits"] = LAB_BYTES[d1] / (busy * 1e-6) / H200_BANDWIDTH
     _fit_gemm(cal)
+    _fit_profile_kernels(cal)
     _fit_attention(cal)
     # encoder backward = grouping (one block) + wte (reads dout, writes its rows fp32) + wpe
     B, T, C = 16, 1024, 768
     rest = encoder_bwd_wte_wpe_us(B, T, C, cal)
     cal["enc_group_ns_per_position"] = (MEASUREMENTS["fa663e0 encoder_backward B16 T1024 C768"] - rest
                                         - cal["lab_event_us"] - cal["kernel_fixed_us"]) / (B * T) * 1e3
-    # gaps: the B8 step minus its modeled kernels, over the launches
-    cal["gap_us"] = 0.0
-    rows = predict_case("ls-small-b8", cal, dict(CASES["ls-small-b8"], V=257), split=False, host_groups=False,
-                        one_pass_classifier=False, packed_bias_sum=False, packed_adamw=False)
-    kernels_us = sum(r["us_per_step"] for r in rows)
-    launches = sum(r["calls_per_step"] for r in rows)
-    cal["gap_us_fit"] = (MEASUREMENTS["fa663e0 step ls-small B8 V257"] - kernels_us) / (launches - 1)
+    # idle: the two c276bf2 profiles' idle time = (launches - 1) x gap_us + positions x host_ns_per_position,
+    # launches as the model counts them (a cuBLASLt call one: the profile's activities also count cuBLASLt's
+    # extra kernels and the memsets, so gap_us is per modeled launch)
+    cal["gap_us"] = cal["host_ns_per_position"] = 0.0
+    (a1, n1, i1), (a2, n2, i2) = ((profile_launches(c, cal) - 1, profile_positions(c),
+                                   MEASUREMENTS[f"c276bf2 profile {c} idle"]) for c in ("ls-small-b8", "paper-b16"))
+    det = a1 * n2 - a2 * n1
+    cal["gap_us_fit"] = (i1 * n2 - i2 * n1) / det
     cal["gap_us"] = max(0.0, cal["gap_us_fit"])
+    cal["host_ns_per_position"] = (a1 * i2 - a2 * i1) / det * 1e3
     return cal
+
+
+def profile_positions(case):
+    return CASES[case]["B"] * CASES[case]["T"]
+
+
+def profile_launches(case, cal):
+    """A CASES step's launches as the model counts them (every row's calls)."""
+    return sum(r["calls_per_step"] for r in predict_case(case, cal))
+
+
+def _fit_profile_kernels(cal):
+    """The parameters the c276bf2 profile's ls-small-b8 case fixes alone (its paper-b16 case checks
+    them): eff_layernorm_bwd and eff_bias_sum (HEAD's rewritten kernels: their bytes over their time
+    after kernel_fixed_us per launch), attn_dot_wave_us (per wave of resident blocks), summary_row_ns
+    and copy_fixed_us (the host -> device copies: tokens, targets, scalars, token groups)."""
+    c = CASES["ls-small-b8"]
+    L, C, NH, B, T, Vp = c["L"], c["C"], c["NH"], c["B"], c["T"], padded_vocab(c["V"])
+    N = B * T
+    key = "c276bf2 profile ls-small-b8 "
+    launches = 2 * L + 1
+    busy = MEASUREMENTS[key + "layernorm_backward_cached_kernel"] - launches * cal["kernel_fixed_us"]
+    cal["eff_layernorm_bwd"] = launches * layernorm_bwd_bytes(N, C) / (busy * 1e-6) / H200_BANDWIDTH
+    kinds = bias_kinds(C)
+    busy = MEASUREMENTS[key + "bias_sum_kernel"] - L * len(kinds) * cal["kernel_fixed_us"]
+    cal["eff_bias_sum"] = L * sum(bias_sum_bytes(N, OC, g) for OC, g in kinds) / (busy * 1e-6) / H200_BANDWIDTH
+    cal["attn_dot_wave_us"] = ((MEASUREMENTS[key + "attn_bwd_dot_kernel"] / L - cal["kernel_fixed_us"])
+                               / attn_dot_waves(B, T, NH))
+    cal["summary_row_ns"] = (MEASUREMENTS[key + "classifier_summary_kernel"] - cal["kernel_fixed_us"]) / N * 1e3
+    htod_bytes = 2 * N * 4 + (min(N, Vp) + 1 + N) * 4
+    cal["copy_fixed_us"] = (MEASUREMENTS[key + "memcpy HtoD"] - htod_bytes / PCIE_HTOD * 1e6) / 4
 
 
 def calibration_checks(cal):
@@ -1252,11 +1441,13 @@ def calibration_checks(cal):
         "fa663e0 adamw n3145728", "4628997 global_norm n3145728", "fa663e0 attention fwd paper LS B8",
         "fa663e0 attention fwd paper LS B64", "fa663e0 attention fwd paper MHSA B64",
         "fa663e0 attention fwd 124M MHSA T1024 B16", "fa663e0 attention fwd+bwd paper LS B8",
-        "fa663e0 encoder_backward B16 T1024 C768", "fa663e0 step ls-small B8 V257",
+        "fa663e0 encoder_backward B16 T1024 C768",
         "fa663e0 classifier forward N8192 Vp50304", "fa663e0 classifier forward N16384 Vp10112",
         "fa663e0 classifier forward+dlogits N8192 Vp50304", "fa663e0 matmul fwd+gelu-epilogue N8192 IC768 OC3072",
         "fa663e0 matmul gelu-bwd+bwd N8192 IC768 OC3072"}
     fit_ids |= {k for k, *_ in _gemm_rows("fwd")}
+    fit_ids |= {k for k in MEASUREMENTS if k.startswith("c276bf2 profile ")}
+    fit_ids -= {k for k in MEASUREMENTS if k.startswith("c276bf2 profile paper-b16 ") and not k.endswith(" idle")}
     rows = []
 
     def row(k, group, model):
@@ -1283,7 +1474,7 @@ def calibration_checks(cal):
         row(k, "other", lab_mem_us(k, fam, cal))
     for k, fam in (("fa663e0 layernorm_forward N16384 C768", "layernorm_fwd"),
                    ("fa663e0 fused_residual_layernorm_forward N16384 C768", "fused_ln_fwd"),
-                   ("fa663e0 layernorm_backward N16384 C768", "layernorm_bwd")):
+                   ("fa663e0 layernorm_backward N16384 C768", "layernorm_bwd_fa663e0")):
         row(k, "LayerNorm", lab_mem_us(k, fam, cal))
     row("fa663e0 encoder_forward B16 T1024 C768", "encoder", lab_mem_us("fa663e0 encoder_forward B16 T1024 C768",
                                                                          "encoder_fwd", cal))
@@ -1295,27 +1486,56 @@ def calibration_checks(cal):
     for k, rows_n in (("fa663e0 classifier forward+dlogits N8192 Vp50304", 8192),
                       ("fa663e0 classifier forward+dlogits N16384 Vp10112", 16384)):
         row(k, "classifier/loss", cal["lab_event_us"] + classifier_us(rows_n, LAB_BYTES[k], "classifier_dlogits", cal))
-    for k, (T, P, B, NH, G, hd) in ATTN_SHAPES.items():
+    for k, (T, P, B, NH, G, hd) in ATTN_SHAPES.items():  # the labs time the forward without statistics
         row(k, "attention fwd", cal["lab_event_us"] + attn_kernel_us("attn_fwd_fa2_kernel", hd, T, P, B, NH, G, cal,
-                                                                     split=False))
+                                                                     split=False, stats=False))
     T, P, B, NH, G, hd = ATTN_SHAPES["fa663e0 attention fwd paper LS B8"]
     row("fa663e0 attention fwd+bwd paper LS B8", "attention bwd", cal["lab_event_us"] +
+        attn_kernel_us("attn_fwd_fa2_kernel", hd, T, P, B, NH, G, cal, split=False, stats=False) +
         sum(attn_kernel_us(k, hd, T, P, B, NH, G, cal, split=False) for k in
-            ("attn_fwd_fa2_kernel", "attn_bwd_kv_fa2_kernel", "attn_bwd_q_fa2_kernel"))
-        + mem_us(2 * B * T * NH * hd * ACT + B * NH * T * F32, "elementwise", cal))
+            ("attn_bwd_kv_fa2_kernel", "attn_bwd_q_fa2_kernel")) + attn_dot_us(B, T, NH, cal))
     for k, case, over in (("fa663e0 step ls-small B8 V257", "ls-small-b8", dict(V=257)),
                           ("fa663e0 step ls-small B16 V10000", "ls-small-b8", dict(B=16)),
                           ("fa663e0 step d12 B16 V50257", "d12-b16", {})):
-        rows_k = predict_case(case, cal, dict(CASES[case], **over), split=False, host_groups=False,
-                              one_pass_classifier=False, packed_bias_sum=False, packed_adamw=False)
-        row(k, "step", step_us(rows_k, cal))
+        shape = dict(CASES[case], **over)
+        rows_k = predict_case(case, cal, shape, split=False, host_groups=False, one_pass_classifier=False,
+                              packed_bias_sum=False, packed_adamw=False, ln_bwd_family="layernorm_bwd_fa663e0")
+        row(k, "step", step_us(rows_k, cal, shape["B"] * shape["T"]))
+    # the c276bf2 profile (HEAD's kernels and grid): ls-small-b8 fits, paper-b16 checks
+    for case in ("ls-small-b8", "paper-b16"):
+        c = CASES[case]
+        L, C, NH, B, T = c["L"], c["C"], c["NH"], c["B"], c["T"]
+        N, key = B * T, f"c276bf2 profile {case} "
+        T_, P, B_, NH_, G, hd = PROFILE_ATTN_SHAPES[case]
+        row(key + "attn_fwd_fa2_kernel", "attention fwd",
+            L * attn_kernel_us("attn_fwd_fa2_kernel", hd, T, P, B, NH, G, cal, split=True, stats=True))
+        row(key + "attn_bwd_kv+q", "attention bwd",
+            L * sum(attn_kernel_us(k, hd, T, P, B, NH, G, cal, split=True)
+                    for k in ("attn_bwd_kv_fa2_kernel", "attn_bwd_q_fa2_kernel")))
+        row(key + "attn_bwd_dot_kernel", "attention bwd", L * attn_dot_us(B, T, NH, cal))
+        row(key + "layernorm_backward_cached_kernel", "LayerNorm",
+            (2 * L + 1) * mem_us(layernorm_bwd_bytes(N, C), "layernorm_bwd", cal))
+        if c["bias"]:
+            row(key + "bias_sum_kernel", "other",
+                L * sum(bias_sum_us(N, OC, cal, g) for OC, g in bias_kinds(C)))
+        row(key + "classifier_summary_kernel", "classifier/loss", classifier_summary_us(N, cal))
+        Vp = padded_vocab(c["V"])
+        row(key + "memcpy HtoD", "other", 3 * htod_us(0, cal) + htod_us(2 * N * 4, cal) - htod_us(0, cal)
+            + htod_us((min(N, Vp) + 1 + N) * 4, cal))
+        row(key + "idle", "gaps", step_idle_us(profile_launches(case, cal), N, cal))
     return rows
 
 
-def step_us(rows, cal):
-    """A step's modeled wall time: its kernels' sum + (launches - 1) gaps."""
+def step_idle_us(launches, positions, cal):
+    """A step's modeled idle time: (launches - 1) gaps + the host's per-position work inside the step's
+    window (the batch's tokens fetched and staged before the first launch)."""
+    return max(0.0, launches - 1) * cal["gap_us"] + positions * cal["host_ns_per_position"] * 1e-3
+
+
+def step_us(rows, cal, positions):
+    """A step's modeled wall time: its kernels' sum + its idle time (step_idle_us)."""
     launches = sum(r["calls_per_step"] for r in rows)
-    return sum(r["us_per_step"] for r in rows) + max(0.0, launches - 1) * cal["gap_us"]
+    return sum(r["us_per_step"] for r in rows) + step_idle_us(launches, positions, cal)
 
 
 def encoder_bwd_wte_wpe_us(B, T, C, cal, Vp=None):
@@ -1371,17 +1591,19 @@ def kernel_group(name):
 
 
 def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_classifier=True,
-                 packed_bias_sum=True, packed_adamw=True):
+                 packed_bias_sum=True, packed_adamw=True, ln_bwd_family="layernorm_bwd"):
     """Per-kernel rows of one step of a CASES shape at HEAD: the launches --profile-steps counts on
     the emulated device (the kernel names and calls of the emulated profile, HEAD-<sha>), each with its
     modeled µs per step. The GEMMs are one row per cuBLASLt call kind (their GPU kernels' names are
-    cuBLASLt's own, compared as a group). split=False: fa663e0's attention grid; host_groups=False: the
-    encoder backward's grouping on the device in one block (fa663e0 up to 28765d1) instead of HEAD's
-    host grouping and its upload; one_pass_classifier=False: the classifier's forward pass (loss, lse)
+    cuBLASLt's own: compare_profile folds them into one row). split=False: fa663e0's attention grid;
+    host_groups=False: the encoder backward's grouping on the device in one block (fa663e0 up to
+    28765d1) instead of HEAD's host grouping and its upload; one_pass_classifier=False: the classifier's forward pass (loss, lse)
     and the backward's (dlogits) as two launches (as at fa663e0), not HEAD's one in the step;
     packed_bias_sum=False: fa663e0's bias-gradient kernel (bias_sum_us); packed_adamw=False: fa663e0's
     AdamW (one element a thread per iteration) at lab:adamw's measured rate, not HEAD's four elements
-    in 16-byte accesses (assumed at eff_elementwise, not measured)."""
+    in 16-byte accesses (assumed at eff_elementwise, not measured); ln_bwd_family="layernorm_bwd_fa663e0":
+    fa663e0's LayerNorm backward (lab:layernorm's rate) instead of HEAD's rewrite (1955330; the c276bf2
+    profile's rate)."""
     m = dict(shape or CASES[case])
     L, C, NH, G, P, V, B, T = (m[k] for k in ("L", "C", "NH", "G", "P", "V", "B", "T"))
     bias, tanh, tied = m["bias"], m["gelu"] == "tanh", m["tied"]
@@ -1411,12 +1633,12 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     add_gemms([gemm_us(N, C, Vp, cal), gemm_us(Vp, C, N, cal, out_bytes=F32, accumulate=True)])
     for IC, OC in ((4 * C, C), (C, 4 * C), (C, C), (C, 3 * C)):
         add_gemms([gemm_us(N, IC, OC, cal), gemm_us(OC, IC, N, cal, out_bytes=F32, accumulate=True)] * L)
-    rows[gemm]["note"] = "every cuBLASLt call (on a GPU its rows are cuBLASLt's own kernels: compare the group)"
+    rows[gemm]["note"] = "every cuBLASLt call (on a GPU cuBLASLt's own kernels, folded into one row by --compare)"
     # bias gradients (bias_sum_kernel: reads dout; fc's also runs the GELU backward: reads pre, writes d)
     if bias:
-        for OC, gelu in ((C, False), (4 * C, True), (C, False), (3 * C, False)):
+        for OC, gelu in bias_kinds(C):
             add("llmc::cuda::detail::bias_sum_kernel", bias_sum_us(N, OC, cal, gelu, packed_bias_sum), L,
-                "" if not packed_bias_sum else "16-byte packs: assumed at eff_elementwise (not measured)")
+                "" if not packed_bias_sum else "16-byte packs at the c276bf2 profile's rate (eff_bias_sum)")
     # the GELU's own kernels: the forward's where the epilogue cannot (erf: cuBLASLt's GELU is tanh's),
     # the backward's where no bias gradient's pass takes it (matmul_forward, matmul_gelu_backward)
     if not tanh:
@@ -1441,19 +1663,20 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     # LayerNorm: the first (plain), 2L fused residual + LN forwards, 2L+1 backwards and their one reduce
     add("llmc::cuda::layernorm_forward_kernel<8, false>", mem_us(2 * N * C * ACT + 8 * N, "layernorm_fwd", cal))
     add("llmc::cuda::layernorm_forward_kernel<8, true>", mem_us(4 * N * C * ACT + 8 * N, "fused_ln_fwd", cal), 2 * L)
-    ln_blocks = _cdiv(min(N, 4096 if C <= 256 else 2048), max(1, min(8, 48 * 1024 // (8 * C))))
+    ln_blocks = layernorm_bwd_blocks(N, C)
     ch = _cdiv(C, 256) if C <= 768 else 8
     add(f"llmc::cuda::layernorm_backward_cached_kernel<{min(ch, 3)}>",
-        mem_us(4 * N * C * ACT + 8 * N + ln_blocks * 2 * C * F32, "layernorm_bwd", cal), 2 * L + 1,
-        "fa663e0's LayerNorm backward's 24% of bandwidth carried over; rewritten since (1955330), its gain not modeled")
+        mem_us(layernorm_bwd_bytes(N, C), ln_bwd_family, cal), 2 * L + 1,
+        "HEAD's rewrite (1955330) at the c276bf2 profile's rate (C = 192); C = 768 not measured since fa663e0"
+        if ln_bwd_family == "layernorm_bwd" else "")
     add("llmc::cuda::reduce_layernorm_partials_kernel",
         mem_us((2 * L + 1) * ln_blocks * 2 * C * F32 + (2 * L + 1) * 2 * C * F32, "elementwise", cal))
     # attention (stats every step: STATS true in the forward)
-    fw = attn_kernel_us("attn_fwd_fa2_kernel", hd, T, P, B, NH, G, cal, split)
+    fw = attn_kernel_us("attn_fwd_fa2_kernel", hd, T, P, B, NH, G, cal, split, stats=True)
     add(f"llmc::cuda::attn_fwd_fa2_kernel<{hd}, true, false, false>", fw, L,
-        "HEAD's split grid (fa663e0 measured the unsplit one)")
+        "the statistics instance, HEAD's split grid")
     add("llmc::cuda::attn_stats_reduce_kernel<3>", cal["kernel_fixed_us"])
-    add("llmc::cuda::attn_bwd_dot_kernel", mem_us(2 * N * C * ACT + N * NH * F32, "elementwise", cal), L)
+    add("llmc::cuda::attn_bwd_dot_kernel", attn_dot_us(B, T, NH, cal), L)
     add(f"llmc::cuda::attn_bwd_kv_fa2_kernel<{hd}, false>",
         attn_kernel_us("attn_bwd_kv_fa2_kernel", hd, T, P, B, NH, G, cal, split), L)
     add(f"llmc::cuda::attn_bwd_q_fa2_kernel<{hd}, false>",
@@ -1463,7 +1686,7 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     if not one_pass_classifier:
         add("llmc::cuda::detail::classifier_kernel", classifier_us(N, N * Vp * ACT + 16 * N, "classifier_fwd", cal))
     add("llmc::cuda::detail::classifier_kernel", classifier_us(N, 2 * N * Vp * ACT + 16 * N, "classifier_dlogits", cal))
-    add("llmc::cuda::detail::classifier_summary_kernel", cal["kernel_fixed_us"])
+    add("llmc::cuda::detail::classifier_summary_kernel", classifier_summary_us(N, cal))
     # optimizer: the global norm (reads the fp32 gradients), AdamW (30 bytes a parameter, lab:adamw's count)
     add("llmc::cuda::detail::global_norm_kernel", mem_us(params * F32, "global_norm", cal), 1,
         "4628997's four-loads loop (restored by 3ed6efb), not fa663e0's")
@@ -1474,10 +1697,11 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     add("memset", mem_us(params * F32, "copy", cal) + mem_us(N * C * ACT, "copy", cal) + cal["kernel_fixed_us"], 1)
     rows["memset"]["calls_per_step"] += 2
     rows["memset"]["note"] = "not in the emulated profile; gradients, loss check, dresidual"
-    add("memcpy HtoD", cal["kernel_fixed_us"], 3, "not in the emulated profile: tokens, targets, step scalars"
-        + (", token groups (their bytes at PCIE_HTOD, assumed)" if host_groups else ""))
+    add("memcpy HtoD", 2 * htod_us(N * 4, cal) + htod_us(0, cal), 1,
+        "not in the emulated profile: tokens, targets, step scalars" + (", token groups" if host_groups else ""))
+    rows["memcpy HtoD"]["calls_per_step"] += 2
     if host_groups:
-        add("memcpy HtoD", cal["kernel_fixed_us"] + (runs + 1 + N) * 4 / PCIE_HTOD * 1e6)
+        add("memcpy HtoD", htod_us((runs + 1 + N) * 4, cal))
     add("memcpy DtoH", cal["kernel_fixed_us"], 3, "not in the emulated profile: summary, statistics, norm")
     add("memcpy DtoD", cal["kernel_fixed_us"], 1, "not in the emulated profile: statistics reset")
     return sorted(rows.values(), key=lambda r: -r["us_per_step"])
@@ -1500,14 +1724,15 @@ def prediction(cal, commit):
     for case in CASES:
         rows = predict_case(case, cal)
         launches = sum(r["calls_per_step"] for r in rows)
-        idle = max(0.0, launches - 1) * cal["gap_us"]
+        idle = step_idle_us(launches, profile_positions(case), cal)
         busy = sum(r["us_per_step"] for r in rows)
         cases[case] = dict(shape=CASES[case], trainer_flags=CASE_FLAGS[case], kernels=rows,
                            groups=group_totals(rows, idle), busy_us=busy, idle_us=idle, step_us=busy + idle,
                            launches_per_step=launches)
     return dict(label="modeled", commit=commit, device="NVIDIA H200 (132 SMs)",
                 model="dev/bench/roofline.py calibrated model (docs/cuda_kernels.md, Calibrated model)",
-                calibrated_on="GPU at fa663e0 (docs/results/2026-11-27-H200-fa663e0), global norm at 4628997",
+                calibrated_on="GPU at fa663e0 (docs/results/2026-11-27-H200-fa663e0), global norm at 4628997, "
+                              "the per-kernel profile at c276bf2 (docs/results/2026-11-29-H200-c276bf2)",
                 calibration=cal, cases=cases)
 
 
@@ -1518,13 +1743,13 @@ def prediction_markdown(pred):
            "`python3 dev/bench/roofline.py --compare PROFILE.json --prediction THIS.json`. Kernel names and "
            "calls per step are the emulated `--profile-steps 1` counts of this commit (plus the step's "
            "memsets and copies, which the emulation does not count); cuBLASLt is one row here and its own "
-           "kernels on a GPU: compare the GEMMs group. The emulated profiles ran the cases' model flags at "
-           "-b 1 -t 128 (the full shapes take over 10 minutes emulated; the launches do not depend on B and T: the "
-           "attention split is inside its kernels). A kernel's fixed cost (kernel_fixed_us, "
+           "kernels on a GPU, which --compare folds into one cuBLASLt row against it. The emulated profiles ran "
+           "the cases' model flags at -b 1 -t 128 (the full shapes take over 10 minutes emulated; the launches do "
+           "not depend on B and T: the attention split is inside its kernels). A kernel's fixed cost (kernel_fixed_us, "
            f"{pred['calibration']['kernel_fixed_us']:.1f} µs) and the gap after each launch (gap_us, "
-           f"{pred['calibration']['gap_us']:.2f} µs) rest on one pair of lab rows (docs/cuda_kernels.md): if the "
-           "small kernels' rows read low and the gaps high (or the other way round), that split is what the "
-           "measurement corrects; the step total does not depend on it.", ""]
+           f"{pred['calibration']['gap_us']:.2f} µs, with {pred['calibration']['host_ns_per_position']:.1f} ns of host "
+           "work a token) come from lab rows and the c276bf2 profile's idle time (docs/cuda_kernels.md, Calibrated model).",
+           ""]
     for case, c in pred["cases"].items():
         out += [f"## {case} (`{c['trainer_flags']}`)", "",
                 f"Step {c['step_us'] / 1e3:.2f} ms modeled: kernels {c['busy_us'] / 1e3:.2f} ms, gaps "
@@ -1568,21 +1793,79 @@ def report_profiles(report):
     return out
 
 
+# The compared row of every cuBLASLt kernel: a GPU profile's own kernels of cuBLASLt (nvjet_*, xmma, its
+# split-K reduction, several per call, chosen by its heuristic) folded into one measured row, against the
+# prediction's one row of every cublasLtMatmul call (EMULATED_GEMM_ROW)
+CUBLASLT_ROW = "cuBLASLt"
+
+
+class DemangleError(RuntimeError):
+    pass
+
+
+def demangle(names):
+    """{name: demangled name without its parameter list} (`c++filt -p`, binutils): CUPTI reports a
+    kernel by its mangled symbol (_ZN4llmc4cuda...), the prediction by the emulated profile's demangled
+    name (llmc::cuda::attn_fwd_fa2_kernel<32, true, false, false>). Names that are not mangled map to
+    themselves. Raises DemangleError when a name is mangled and c++filt is missing (the rows would not
+    match)."""
+    import shutil
+    mangled = sorted({n for n in names if n.startswith("_Z")})
+    out = {n: n for n in names}
+    if not mangled:
+        return out
+    exe = shutil.which("c++filt")
+    if exe is None:
+        raise DemangleError("the profile's kernel names are mangled and c++filt is not on PATH; install binutils "
+                            "(apt-get install binutils) so they can be matched with the prediction's")
+    import subprocess
+    p = subprocess.run([exe, "-p"], input="\n".join(mangled) + "\n", capture_output=True, text=True)
+    lines = p.stdout.split("\n")[:len(mangled)]
+    if p.returncode != 0 or len(lines) != len(mangled):
+        raise DemangleError(f"c++filt -p failed (exit {p.returncode}): {p.stderr.strip()}")
+    for n, d in zip(mangled, lines):
+        out[n] = d.strip()
+    return out
+
+
+def compare_key(name):
+    """The row a kernel is compared in: CUBLASLT_ROW for cuBLASLt's kernels (measured) and for the
+    prediction's cublasLtMatmul row; else its (demangled) name."""
+    return CUBLASLT_ROW if kernel_group(name) == "GEMMs" and not name.startswith("llmc::") else name
+
+
+def fold_rows(kernels, names=None):
+    """{compare_key: row} of profile or prediction rows (names: demangled names), calls and µs summed
+    over the kernels a key folds; "kernels" lists the names folded in."""
+    out = {}
+    for k in kernels:
+        name = (names or {}).get(k["kernel"], k["kernel"])
+        key = compare_key(name)
+        r = out.setdefault(key, dict(kernel=key, group=k.get("group") or kernel_group(name), calls_per_step=0.0,
+                                     us_per_step=0.0, kernels=[]))
+        r["calls_per_step"] += k["calls_per_step"]
+        r["us_per_step"] += k.get("us_per_step") or 0.0
+        r["kernels"].append(name)
+    return out
+
+
 def compare_profile(profile, pred_case, tolerance=1.3):
-    """Measured (a profile.json) against predicted (one case of a prediction): per kernel row and per
-    group (ratio measured / predicted, flagged outside [1 / tolerance, tolerance]); an untimed
-    (emulated) profile compares calls per step only. Returns a dict (rows, groups, flagged, timed)."""
+    """Measured (a profile.json) against predicted (one case of a prediction): per kernel row (the
+    measured names demangled; cuBLASLt's kernels one row, CUBLASLT_ROW) and per group (ratio measured /
+    predicted, flagged outside [1 / tolerance, tolerance]); an untimed (emulated) profile compares calls
+    per step only. Returns a dict (rows, groups, flagged, timed). Raises DemangleError (demangle)."""
     timed = bool(profile["timed"])
-    pred_rows = {r["kernel"]: r for r in pred_case["kernels"]}
-    meas_rows = {k["kernel"]: k for k in profile["kernels"]}
+    pred_rows = fold_rows(pred_case["kernels"])
+    meas_rows = fold_rows(profile["kernels"], demangle([k["kernel"] for k in profile["kernels"]]))
     rows = []
     for name in list(meas_rows) + [n for n in pred_rows if n not in meas_rows]:
         m, p = meas_rows.get(name), pred_rows.get(name)
-        group = p["group"] if p else kernel_group(name)
+        group = p["group"] if p else m["group"]
         r = dict(kernel=name, group=group, calls_measured=m["calls_per_step"] if m else 0.0,
                  calls_predicted=p["calls_per_step"] if p else 0.0,
-                 us_measured=(m.get("us_per_step") if m else 0.0) if timed else None,
-                 us_predicted=p["us_per_step"] if p else 0.0)
+                 us_measured=(m["us_per_step"] if m else 0.0) if timed else None,
+                 us_predicted=p["us_per_step"] if p else 0.0,
+                 measured_kernels=m["kernels"] if m else [])
         r["ratio"] = (r["us_measured"] / r["us_predicted"] if timed and r["us_predicted"] > 0 else None)
         rows.append(r)
     groups = []
@@ -1639,8 +1922,8 @@ def built_steps(cal):
     µs, the modeled step with it undone µs, the assumption the figure rests on). Each at the case it
     changes most (the bias gradient: a model with biases)."""
     def gain(case, **undo):
-        now = step_us(predict_case(case, cal), cal)
-        undone = step_us(predict_case(case, cal, **undo), cal)
+        now = step_us(predict_case(case, cal), cal, profile_positions(case))
+        undone = step_us(predict_case(case, cal, **undo), cal, profile_positions(case))
         return undone - now, undone
 
     return [("encoder backward grouping on the host, uploaded with the batch", "paper-b16",
@@ -1653,11 +1936,12 @@ def built_steps(cal):
              "dlogits; its L2 re-read as measured for forward+dlogits)"),
             ("bias gradients (and the GELU backward of fc) in 16-byte column packs", "d12-b16",
              *gain("d12-b16", packed_bias_sum=False),
-             "the packed kernel at eff_elementwise (assumed: the packed element-wise kernels' measured rate; "
-             "not measured) against fa663e0's one-element loop (its GELU pass measured at eff_bias_gelu_bwd; "
-             "its plain sums kept at eff_elementwise, so only the fc pass gains); none at paper-b16 (no biases)"),
+             "the packed kernel at eff_bias_sum (the c276bf2 profile's rate) against fa663e0's one-element loop "
+             "(its GELU pass measured at eff_bias_gelu_bwd; its plain sums at eff_elementwise, never measured "
+             "alone); none at paper-b16 (no biases)"),
             ("AdamW four elements a thread in 16-byte accesses", "d12-b16", *gain("d12-b16", packed_adamw=False),
-             "the packed kernel at eff_elementwise (assumed, not measured) against eff_adamw, lab:adamw's measured "
+             "the packed kernel at eff_elementwise (assumed; the c276bf2 profile reads 0.93-1.07x it) against "
+             "eff_adamw, lab:adamw's measured "
              "rate for the per-tensor kernel with stochastic rounding (fa663e0's one-launch kernel, the same "
              "one-element loop without the rounding hash, was never timed alone: part of the gain may be that "
              "difference; lab:adamw's adamw_update_all row measures HEAD's); 30 bytes a parameter either way; "
@@ -1670,7 +1954,7 @@ def speed_steps(cal, case="paper-b16"):
     re-sums; none of them is built."""
     m = CASES[case]
     rows = predict_case(case, cal)
-    base = step_us(rows, cal)
+    base = step_us(rows, cal, profile_positions(case))
     N, C, L, Vp = m["B"] * m["T"], m["C"], m["L"], padded_vocab(m["V"])
     by = {r["kernel"]: r for r in rows}
 
@@ -1692,20 +1976,21 @@ def speed_steps(cal, case="paper-b16"):
                 gemm_fixed * 0.5, f"half of gemm_fixed_us x calls ({cal['gemm_fixed_us']:.1f} µs x {calls:.0f}): the "
                 "model cannot say how much of the per-call cost a hand-written kernel keeps"))
     # 3. attention scheduling: local-head blocks over 4 query tiles (a quarter of the block set-ups)
-    c4 = dict(cal, attn_block_setup_us=cal["attn_block_setup_us"] / 4)
+    c4 = dict(cal, attn_block_setup_us=cal["attn_block_setup_us"] / 4,
+              attn_bwd_block_setup_us=cal["attn_bwd_block_setup_us"] / 4)
     att_now = us("llmc::cuda::attn_fwd_fa2") + us("llmc::cuda::attn_bwd_kv") + us("llmc::cuda::attn_bwd_q")
     r4 = predict_case(case, c4)
     att4 = sum(r["us_per_step"] for r in r4 if r["kernel"].startswith(("llmc::cuda::attn_fwd_fa2",
                                                                           "llmc::cuda::attn_bwd_kv",
                                                                           "llmc::cuda::attn_bwd_q")))
     out.append(("attention scheduling: blocks over 4 query tiles (a quarter of the per-block set-up)", att_now - att4,
-                "attn_block_setup_us / 4 on every block (local and global); longest-first is already modeled"))
+                "the forward's and the backward's set-up / 4 on every block (local and global); longest-first is "
+                "already modeled"))
     # 5. CUDA graphs + programmatic dependent launch: the launch gaps
     launches = sum(r["calls_per_step"] for r in rows)
     out.append(("CUDA graphs on by default (+ PDL)", (launches - 1) * cal["gap_us"],
-                f"every gap gone ({launches - 1:.0f} x gap_us {cal['gap_us']:.2f} µs): an upper bound; the gap rests "
-                f"on the one pair of lab rows that splits the fixed cost ({cal['kernel_fixed_us']:.1f} µs a kernel, "
-                f"{cal['lab_event_us']:.1f} µs a timed window)"))
+                f"every gap gone ({launches - 1:.0f} x gap_us {cal['gap_us']:.2f} µs, the c276bf2 profile's idle time "
+                f"split with the host's per-token work, which graphs keep): an upper bound"))
     return base, out
 
 
@@ -1745,7 +2030,7 @@ def prefill_us(m, B, n, cal, last_layer_rows=False):
 
     parts.append((mem_us(3 * N * C * ACT, "encoder_fwd", cal), 1))
     parts.append((mem_us(2 * N * C * ACT + 8 * N, "layernorm_fwd", cal), 1))
-    full_attn = attn_kernel_us("attn_fwd_fa2_kernel", hd, n, P, B, NH, G, cal)
+    full_attn = attn_kernel_us("attn_fwd_fa2_kernel", hd, n, P, B, NH, G, cal, stats=False)  # a prefill: none
     for l in range(L):
         parts.append((gemm_us(N, 3 * C, C, cal), 1))  # qkv
         if m.get("qk_norm"):
@@ -1809,7 +2094,8 @@ def prefill_table(cal):
 
 
 def calibration_markdown(cal, checks):
-    out = ["**Calibrated model** (modeled; calibrated on GPU measurements at fa663e0, H200): parameters", "",
+    out = ["**Calibrated model** (modeled; calibrated on GPU measurements at fa663e0 and the per-kernel profile at "
+           "c276bf2, H200): parameters", "",
            "| parameter | value |", "|---|---:|"]
     for k, v in cal.items():
         out.append(f"| {k} | {v:.4g} |")
@@ -1909,7 +2195,11 @@ def compare_main(a):
         return 2
     texts = []
     for case, prof in todo.items():
-        res = compare_profile(prof, cases[case], a.tolerance)
+        try:
+            res = compare_profile(prof, cases[case], a.tolerance)
+        except DemangleError as e:
+            print(f"error: --compare {a.compare}: {e}", file=sys.stderr)
+            return 2
         texts.append(compare_text(res, f"{case}: {a.compare} vs {a.prediction} ({pred.get('label', '?')}, "
                                        f"{pred.get('commit', '?')})"))
     print("\n\n".join(texts))
