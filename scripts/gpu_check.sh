@@ -285,9 +285,11 @@ stage_test() { ensure_bf16; run_tests "$bf16_dir" ""; }
 stage_sanitize() {  # memcheck + racecheck of the attention kernels on small ragged shapes (one rep, no timing)
     ensure_bf16
     local tool shape i
-    # the second with the near/far statistics (N 90: all-near and cut tiles, soft-cap)
+    # the second with the near/far statistics (N 90: all-near and cut tiles, soft-cap); the fourth
+    # forces the split tile loops (--split 1: every global head's chunks merged by the last to
+    # arrive), which the shapes above never take, at hd 64 (the dQ kernel's 48 KiB of dynamic memory)
     local shapes=("-B 1 -T 100 --nh 2 --hd 32 -G 1 -P 8" "-B 1 -T 130 --nh 2 --hd 64 -G 1 -P 70 --softcap 5 --near 90"
-                  "-B 1 -T 67 --nh 1 --hd 128 -G 1 -P 67")
+                  "-B 1 -T 67 --nh 1 --hd 128 -G 1 -P 67" "-B 1 -T 300 --nh 2 --hd 64 -G 2 -P 8 --split 1")
     if [ "$emulate" = 1 ]; then  # the emulation's own memcheck (ASan + UBSan) and racecheck (two schedules)
         for i in "${!shapes[@]}"; do
             # shellcheck disable=SC2086  # the shape is a list of flags
