@@ -163,6 +163,17 @@ record() {
 # test_cuda_model takes ~4 min alone on 2 cores, over 10 when make test runs pytest beside it).
 timeout_scale=${GPU_CHECK_TIMEOUT_SCALE:-$([ "$emulate" = 1 ] && echo 6 || echo 1)}
 case $timeout_scale in ''|*[!0-9]*|0) echo "error: GPU_CHECK_TIMEOUT_SCALE must be a positive integer (got '$timeout_scale')" >&2; exit 2 ;; esac
+# A call ended from outside (gpu_lease.sh's budget: timeout's SIGTERM to this call's process group)
+# ends the step it is in: the step's own timeout runs in a process group of its own, which that signal
+# does not reach. The step stays recorded as cut off.
+step_pid=""
+end_step() {  # end_step EXIT_STATUS
+    if [ -n "$step_pid" ]; then kill -TERM "$step_pid" 2>/dev/null; wait "$step_pid"; fi
+    exit "$1"
+}
+trap 'end_step 143' TERM
+trap 'end_step 130' INT
+trap 'end_step 129' HUP
 step() {
     local name=$1 limit=$(( $2 * timeout_scale )); shift 2
     local log=$work/logs/$(echo "$name" | tr -c 'A-Za-z0-9._-' '_').log
@@ -171,12 +182,16 @@ step() {
     echo "\$ $*" >"$log"
     # replaced when the step ends; a call killed first (gpu_lease.sh's budget) leaves this in the report
     record "$name" "FAIL(cut off: the call ended first)" 0.0 "$log"
+    # in the background with the caller's stdin (a here-document), waited for, so that end_step can end it
     if declare -F "$1" >/dev/null; then  # one of this script's functions (exported below): through bash
-        timeout --kill-after=10 "$limit" bash -c '"$@"' "$1" "$@" >>"$log" 2>&1
+        timeout --kill-after=10 "$limit" bash -c '"$@"' "$1" "$@" 0<&0 >>"$log" 2>&1 &
     else
-        timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1
+        timeout --kill-after=10 "$limit" "$@" 0<&0 >>"$log" 2>&1 &
     fi
+    step_pid=$!
+    wait "$step_pid"
     rc=$?
+    step_pid=""
     secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
     if [ $rc -eq 0 ]; then status=PASS
     elif [ $rc -eq 77 ]; then status=SKIPPED

@@ -11,8 +11,10 @@ import io
 import json
 import os
 import re
+import signal
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -211,3 +213,53 @@ def test_report_only_writes_every_recorded_step_and_names_a_cut_off_one(tmp_path
     assert "adamw table" in report and "B 8 half a table" in report, report
     assert "1 of 2 steps PASS, 1 FAIL" in report, report
     assert not (work / "logs" / "environment.log").exists()  # nothing ran, nothing was probed
+
+
+def test_a_part_cut_off_by_the_budget_stops_its_running_step(tmp_path):
+    """gpu_lease.sh ends a part with timeout: the step that part was in must end with it (not run on
+    beside the report, the archive and the next part), and it stays "cut off" in the results."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    (repo / "scripts" / "gpu_check.sh").write_bytes((REPO / "scripts" / "gpu_check.sh").read_bytes())
+    (repo / "scripts" / "gpu_check.sh").chmod(0o755)
+    for h in ("CLI/CLI.hpp", "nlohmann/json.hpp"):  # the header check passes; nothing compiles
+        (repo / ".deps" / "include" / h).parent.mkdir(parents=True, exist_ok=True)
+        (repo / ".deps" / "include" / h).write_text("")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    pid_file = tmp_path / "make.pid"
+    (bin_dir / "make").write_text(f"#!/usr/bin/env bash\necho $$ >{pid_file}\nexec sleep 60\n")  # the build step, hanging
+    (bin_dir / "nvidia-smi").write_text("#!/usr/bin/env bash\necho 'NVIDIA H200'\n")  # a GPU is present
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("GPU_CHECK_EMULATE", "OUT")}
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    # as gpu_lease.sh runs a part; its budget's end (timeout's SIGTERM) once the build step has started
+    p = subprocess.Popen(["timeout", "--kill-after=5", "60", str(repo / "scripts" / "gpu_check.sh"), "--part", "build",
+                          "--out", str(tmp_path / "out")], cwd=repo, env={**env, "GPU_CHECK_COMMIT": "abc1234"},
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(300):
+        if pid_file.is_file() and pid_file.read_text().strip():
+            break
+        time.sleep(0.1)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=30) != 0
+    pid = int(pid_file.read_text())
+
+    def running():
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().split(")")[-1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+    try:
+        for _ in range(50):  # the step's process gets up to 5 s to end after the part's
+            if not running():
+                break
+            time.sleep(0.1)
+        assert not running(), "the cut-off step still runs after its part ended"
+    finally:
+        if running():
+            os.kill(pid, signal.SIGKILL)
+    results = (repo / "build" / "gpu_check" / "results.tsv").read_text()
+    assert "build:bf16-sm90\tFAIL(cut off: the call ended first)\t" in results, results
