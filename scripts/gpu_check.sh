@@ -167,6 +167,7 @@ case $timeout_scale in ''|*[!0-9]*|0) echo "error: GPU_CHECK_TIMEOUT_SCALE must 
 # ends the step it is in: the step's own timeout runs in a process group of its own, which that signal
 # does not reach. The step stays recorded as cut off.
 step_pid=""
+# shellcheck disable=SC2317  # run by the traps below
 end_step() {  # end_step EXIT_STATUS
     if [ -n "$step_pid" ]; then kill -TERM "$step_pid" 2>/dev/null; wait "$step_pid"; fi
     exit "$1"
