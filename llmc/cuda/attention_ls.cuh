@@ -222,9 +222,10 @@ struct AttnCall {
 // ------------------------------------------------------------------------------------------------
 
 // Sets `kernel`'s dynamic shared-memory limit to `bytes` before every launch that uses some: the
-// default 48 KiB bounds static and dynamic bytes together, and the compiler adds static bytes the
-// source does not declare (16 in the hd-64 FA2 backward on sm_90, whose dQ kernel asks for exactly
-// 48 KiB dynamic: a launch the GPU refused at c276bf2), so no threshold below 48 KiB is safe.
+// default 48 KiB bounds static and dynamic bytes together, and the kernels' static bytes come from
+// inlined helpers (arrive_last's ticket: 16 bytes in every FA2 kernel; the statistics' reductions),
+// so a threshold on the dynamic bytes alone is never safe (the hd-64 dQ kernel asks for exactly
+// 48 KiB dynamic).
 template <typename KernelT>
 inline void attn_set_smem(KernelT kernel, size_t bytes) {
     if (bytes > 0) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));

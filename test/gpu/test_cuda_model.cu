@@ -66,15 +66,16 @@
 namespace {
 
 #if defined(ENABLE_FP32)
-constexpr double kTolLogits = 1e-4, kTolGrad = 1e-4, kTolLoss = 1e-4, kTolStats = 1e-4, kTolSteps = 1e-4;
+constexpr double kTolLogits = 1e-4, kTolGrad = 1e-4, kTolLoss = 1e-4, kTolStats = 1e-4, kTolSteps = 1e-4,
+                 kTolFixtureSteps = 1e-4;
 #else
-// kTolSteps: losses after several AdamW steps. AdamW moves every element by about lr whatever its
-// gradient's size, so an element whose gradient is within bf16 noise of zero can move either way;
-// the losses inherit the gradients' error (kTolGrad), not the first loss's. Seen on the most
-// sensitive fixture (paper_qknorm_hd32: QK-norm, z-loss, 4 steps): 0.0086 emulated, 0.0102 on an
-// H200 at c276bf2 (the others <= 0.004); a wrong update rule is caught bit for bit by the
-// one-update checks against the CPU.
-constexpr double kTolLogits = 2e-2, kTolGrad = 3e-2, kTolLoss = 5e-3, kTolStats = 2e-2, kTolSteps = 2e-2;
+// kTolFixtureSteps: the float64 fixtures' losses after their AdamW steps on one batch. AdamW moves
+// every element by about lr whatever its gradient's size, so an element whose gradient is within
+// bf16 noise of zero moves either way, and the losses inherit the gradients' error (kTolGrad) more
+// than the first loss's (kTolLoss). The update rule itself is checked bit for bit against the CPU
+// (the one-update checks).
+constexpr double kTolLogits = 2e-2, kTolGrad = 3e-2, kTolLoss = 5e-3, kTolStats = 2e-2, kTolSteps = 1e-2,
+                 kTolFixtureSteps = 2e-2;
 #endif
 
 using gpu_test::Checks;
@@ -517,9 +518,9 @@ void check_fixture(Checks& ck, const std::string& name) {
         worst_norm = std::max(worst_norm, std::fabs((double)norm - d.step_grad_norm[t - 1]) / d.step_grad_norm[t - 1]);
         gpu.adamw_update(h, t, std::min(1.0f, d.grad_clip / norm));
     }
-    ck.expect(finite && worst_loss <= kTolSteps && worst_z <= kTolSteps,
+    ck.expect(finite && worst_loss <= kTolFixtureSteps && worst_z <= kTolFixtureSteps,
               "%d AdamW steps: worst loss relative error %.3g, z-loss %.3g (tol %.1g)", d.n_steps, worst_loss, worst_z,
-              kTolSteps);
+              kTolFixtureSteps);
     ck.expect(finite && worst_norm <= kTolGrad, "%d AdamW steps: worst gradient-norm relative error %.3g (tol %.1g)",
               d.n_steps, worst_norm, kTolGrad);
 }
