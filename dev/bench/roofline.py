@@ -1453,7 +1453,8 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     add(f"llmc::cuda::attn_fwd_fa2_kernel<{hd}, true, false, false>", fw, L,
         "HEAD's split grid (fa663e0 measured the unsplit one)")
     add("llmc::cuda::attn_stats_reduce_kernel<3>", cal["kernel_fixed_us"])
-    add("llmc::cuda::attn_bwd_dot_kernel", mem_us(2 * N * C * ACT + N * NH * F32, "elementwise", cal), L)
+    add("llmc::cuda::attn_bwd_dot_kernel", mem_us(2 * N * C * ACT + N * NH * F32, "elementwise", cal), L,
+        "HEAD's 16-byte packed kernel at eff_elementwise; c276bf2's warp a row measured 25.3 µs a call at B8")
     add(f"llmc::cuda::attn_bwd_kv_fa2_kernel<{hd}, false>",
         attn_kernel_us("attn_bwd_kv_fa2_kernel", hd, T, P, B, NH, G, cal, split), L)
     add(f"llmc::cuda::attn_bwd_q_fa2_kernel<{hd}, false>",
