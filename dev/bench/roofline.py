@@ -1499,7 +1499,8 @@ def calibration_checks(cal):
                           ("fa663e0 step d12 B16 V50257", "d12-b16", {})):
         shape = dict(CASES[case], **over)
         rows_k = predict_case(case, cal, shape, split=False, host_groups=False, one_pass_classifier=False,
-                              packed_bias_sum=False, packed_adamw=False, ln_bwd_family="layernorm_bwd_fa663e0")
+                              packed_bias_sum=False, packed_adamw=False, ln_bwd_family="layernorm_bwd_fa663e0",
+                              packed_dot=False)
         row(k, "step", step_us(rows_k, cal, shape["B"] * shape["T"]))
     # the c276bf2 profile (HEAD's kernels and grid): ls-small-b8 fits, paper-b16 checks
     for case in ("ls-small-b8", "paper-b16"):
@@ -1591,7 +1592,7 @@ def kernel_group(name):
 
 
 def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_classifier=True,
-                 packed_bias_sum=True, packed_adamw=True, ln_bwd_family="layernorm_bwd"):
+                 packed_bias_sum=True, packed_adamw=True, ln_bwd_family="layernorm_bwd", packed_dot=True):
     """Per-kernel rows of one step of a CASES shape at HEAD: the launches --profile-steps counts on
     the emulated device (the kernel names and calls of the emulated profile, HEAD-<sha>), each with its
     modeled µs per step. The GEMMs are one row per cuBLASLt call kind (their GPU kernels' names are
@@ -1603,7 +1604,8 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     AdamW (one element a thread per iteration) at lab:adamw's measured rate, not HEAD's four elements
     in 16-byte accesses (assumed at eff_elementwise, not measured); ln_bwd_family="layernorm_bwd_fa663e0":
     fa663e0's LayerNorm backward (lab:layernorm's rate) instead of HEAD's rewrite (1955330; the c276bf2
-    profile's rate)."""
+    profile's rate); packed_dot=False: c276bf2's D kernel (a warp a row, attn_dot_us) instead of HEAD's
+    16-byte packs (assumed at eff_elementwise, not measured)."""
     m = dict(shape or CASES[case])
     L, C, NH, G, P, V, B, T = (m[k] for k in ("L", "C", "NH", "G", "P", "V", "B", "T"))
     bias, tanh, tied = m["bias"], m["gelu"] == "tanh", m["tied"]
@@ -1676,7 +1678,11 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     add(f"llmc::cuda::attn_fwd_fa2_kernel<{hd}, true, false, false>", fw, L,
         "the statistics instance, HEAD's split grid")
     add("llmc::cuda::attn_stats_reduce_kernel<3>", cal["kernel_fixed_us"])
-    add("llmc::cuda::attn_bwd_dot_kernel", attn_dot_us(B, T, NH, cal), L)
+    if packed_dot:
+        add("llmc::cuda::attn_bwd_dot_kernel", mem_us(2 * N * C * ACT + N * NH * F32, "elementwise", cal), L,
+            "HEAD's 16-byte packed kernel at eff_elementwise (not measured)")
+    else:
+        add("llmc::cuda::attn_bwd_dot_kernel", attn_dot_us(B, T, NH, cal), L, "c276bf2's warp a row")
     add(f"llmc::cuda::attn_bwd_kv_fa2_kernel<{hd}, false>",
         attn_kernel_us("attn_bwd_kv_fa2_kernel", hd, T, P, B, NH, G, cal, split), L)
     add(f"llmc::cuda::attn_bwd_q_fa2_kernel<{hd}, false>",
@@ -1717,12 +1723,13 @@ def group_totals(rows, idle_us):
     return out
 
 
-def prediction(cal, commit):
+def prediction(cal, commit, **design):
     """The prediction document (JSON-able): per CASES shape its kernel rows, groups and step, at HEAD's
-    grid (split tile loops), labelled modeled."""
+    grid (split tile loops), labelled modeled. design: predict_case's switches to an earlier commit's
+    kernels (e.g. packed_dot=False: c276bf2's D kernel)."""
     cases = {}
     for case in CASES:
-        rows = predict_case(case, cal)
+        rows = predict_case(case, cal, **design)
         launches = sum(r["calls_per_step"] for r in rows)
         idle = step_idle_us(launches, profile_positions(case), cal)
         busy = sum(r["us_per_step"] for r in rows)
@@ -1945,7 +1952,11 @@ def built_steps(cal):
              "rate for the per-tensor kernel with stochastic rounding (fa663e0's one-launch kernel, the same "
              "one-element loop without the rounding hash, was never timed alone: part of the gain may be that "
              "difference; lab:adamw's adamw_update_all row measures HEAD's); 30 bytes a parameter either way; "
-             f"at paper-b16 {gain('paper-b16', packed_adamw=False)[0] / 1e3:.2f} ms")]
+             f"at paper-b16 {gain('paper-b16', packed_adamw=False)[0] / 1e3:.2f} ms"),
+            ("attention backward's D = rowsum(dO O) in 16-byte packs, a head's lanes reduced by shuffles",
+             "paper-b16", *gain("paper-b16", packed_dot=False),
+             "the packed kernel at eff_elementwise (assumed, not measured) against c276bf2's warp a row, "
+             "measured there at 25.3 / 49.4 us a call (B 8 / 16) and modeled by attn_dot_wave_us")]
 
 
 def speed_steps(cal, case="paper-b16"):

@@ -36,6 +36,8 @@
 // random inputs (seed printed; --seed to repeat), outputs poisoned with NaN first, every element
 // checked finite; tolerance 1e-2 in the bf16 build, 1e-5 in the FP32 build (make PRECISION=FP32),
 // and element-wise (out, dqkv: 0.1 rms + 2% in bf16; lse and statistics: 1e-3 (1 + |ref|)-ish).
+// The backward's D (B, NH, T) (production, onepass): against double dot products of the dout and out
+// the kernel read, within the fp32 rounding bound of a sum of hd products.
 // A failure prints the worst element's coordinates (b, t, q/k/v, head, dim).
 // Also checks that two runs of the forward (with statistics) and of the backward are bit-identical.
 #include <algorithm>
@@ -389,6 +391,64 @@ bool report_maxima(const char* what, const std::vector<float>& x, const std::vec
     return rf.empty() || report(what, xf, rf, verbose, s, "", kTightTol);
 }
 
+// The backward's D (B, NH, T) against the dot products dout_i . out_i per head in double, from the
+// very inputs the kernel read (out as the device stored it): every element within the fp32 rounding
+// bound of a sum of hd products, (hd + 1) * 2^-24 * sum |dout_c out_c| (any order, FMA or not), and
+// finite (D is poisoned with NaN first).
+bool report_row_dots(const std::vector<float>& D, const std::vector<float>& out, const std::vector<float>& dout,
+                     bool verbose, const Shape& s) {
+    const int C = s.C(), hd = s.hd;
+    size_t nfail = 0, worst = 0;
+    double worst_excess = -INFINITY, worst_ref = 0;
+    for (int b = 0; b < s.B; b++)
+        for (int h = 0; h < s.NH; h++)
+            for (int i = 0; i < s.T; i++) {
+                const size_t off = ((size_t)b * s.T + i) * C + (size_t)h * hd, row = ((size_t)b * s.NH + h) * s.T + i;
+                double ref = 0, mag = 0;
+                for (int c = 0; c < hd; c++) {
+                    ref += (double)dout[off + c] * out[off + c];
+                    mag += std::fabs((double)dout[off + c] * out[off + c]);
+                }
+                const double lim = (hd + 1) * std::ldexp(1.0, -24) * mag;
+                const double err = std::isfinite(D[row]) ? std::fabs(D[row] - ref) : INFINITY;
+                if (err > lim) nfail++;
+                if (err - lim > worst_excess) worst_excess = err - lim, worst = row, worst_ref = ref;
+            }
+    const bool ok = nfail == 0;
+    if (!ok || verbose)
+        printf("    %-8s %zu of %zu rows past the fp32 bound %s\n", "D", nfail, D.size(), ok ? "ok" : "FAIL");
+    if (!ok)
+        printf("      worst: b=%zu head=%zu t=%zu got %.6g want %.6g\n", worst / ((size_t)s.NH * s.T),
+               (worst / s.T) % s.NH, worst % s.T, D[worst], worst_ref);
+    return ok;
+}
+
+// The D kernel's launcher refuses what its 16-byte packs cannot read: out or dout off a 16-byte boundary
+// and a head size other than 32, 64, 128, each with an InputError and nothing launched (D keeps its
+// poison). Returns true when every refusal happened.
+bool check_row_dot_refusals() {
+    const int B = 1, T = 3, NH = 2, hd = 32, C = NH * hd, C48 = NH * 48;
+    DeviceBuffer<floatX> dout(B * T * C48 + kPack), out(B * T * C48 + kPack);  // room for every call below
+    DeviceBuffer<float> D(B * NH * T);
+    CUDA_CHECK(cudaMemset(D.get(), 0xFF, D.bytes()));
+    auto refused = [&](const floatX* d, const floatX* o, int c, const char* what) {
+        bool threw = false;
+        try {
+            attention_backward_row_dots(D.get(), d, o, B, T, c, NH, 0);
+        } catch (const llmc::InputError&) { threw = true; }
+        if (!threw) printf("    row dots: %s accepted FAIL\n", what);
+        return threw;
+    };
+    bool ok = refused(dout.get(), out.get() + 1, C, "out off a 16-byte boundary");
+    ok &= refused(dout.get() + 1, out.get(), C, "dout off a 16-byte boundary");
+    ok &= refused(dout.get(), out.get(), C48, "head size 48");
+    CUDA_CHECK(cudaDeviceSynchronize());
+    for (float x : download(D.get(), D.size()))
+        if (!std::isnan(x)) ok = false;
+    printf("  row dots: misaligned out, misaligned dout, head size 48 %s\n", ok ? "refused ok" : "FAIL");
+    return ok;
+}
+
 // Validates the kernels `kernels` on shape s against the CPU; returns true when all pass.
 // stats: the forward also collects the logit statistics (checked against the CPU); false runs the
 // forward without them (the path a step without --logit-stats takes). backward = false: the forward
@@ -473,6 +533,9 @@ bool validate(const Shape& s, const std::vector<LabKernel>& kernels, std::mt1993
         ok &= report("lse", download(p.lse.get(), p.lse.size()), lse_ref, verbose, s, "bht", kTightTol);
         if (backward)
             ok &= report("dqkv", download(p.dqkv.get(), p.dqkv.size()), dqkv_ref, verbose, s, "btc3", kElemTol);
+        if (backward && v != LabKernel::Naive)  // the production backward's D, left in bwd_scratch
+            ok &= report_row_dots(download(p.bwd_scratch.get(), p.bwd_scratch.size()),
+                                  download(p.out.get(), p.out.size()), dout, verbose, s);
         if (has_stats(v) && stats) {  // statistics: max and min per head, mean entropy per head (+ near/far)
             const std::vector<float> st = download_stats(p);
             // max[NH], min[NH], mean entropy[NH]
@@ -728,10 +791,11 @@ int main(int argc, char** argv) {
             if (!validate(Shape{1, 150, 2, 64, 0, 130, 2.0f, 0, 1}, kernels, gen, false)) failed++;
             if (!validate(Shape{1, 130, 2, 128, 2, 1, 0.0f, 65, 2}, kernels, gen, false)) failed++;
             if (!validate(Shape{1, 150, 2, 32, 1, 9, 1.5f, 0, 1}, kernels, gen, false, false)) failed++;
-            printf("%s: %d of %d shapes passed (kernels", failed ? "FAIL" : "OK", n - failed, n);
+            const bool refusals = check_row_dot_refusals();
+            printf("%s: %d of %d shapes passed (kernels", failed || !refusals ? "FAIL" : "OK", n - failed, n);
             for (LabKernel v : kernels) printf(" %s", lab_kernel_name(v));
             printf(", tolerance %.0e)\n", kTol);
-            return failed ? 1 : 0;
+            return failed || !refusals ? 1 : 0;
         }
         if (check) {
             printf("attention_ls --check (%s build, %s, seed %llu)\n", kPrecisionName, prop.name, seed);
@@ -764,10 +828,11 @@ int main(int argc, char** argv) {
             n += 2;
             if (!validate(Shape{3, 1, 2, 64, 1, 5, 2.0f}, kernels, gen, false)) failed++;
             if (!validate(Shape{16400, 3, 4, 32, 1, 2, 0.0f}, kernels, gen, false)) failed++;
-            printf("%s: %d of %d shapes passed (kernels", failed ? "FAIL" : "OK", n - failed, n);
+            const bool refusals = check_row_dot_refusals();
+            printf("%s: %d of %d shapes passed (kernels", failed || !refusals ? "FAIL" : "OK", n - failed, n);
             for (LabKernel v : kernels) printf(" %s", lab_kernel_name(v));
             printf(", tolerance %.0e)\n", kTol);
-            return failed ? 1 : 0;
+            return failed || !refusals ? 1 : 0;
         }
 
         if (!dump.empty()) {  // production path on one shape, for dev/bench/attention_vs_torch.py

@@ -20,7 +20,8 @@
 // dev/cuda/attention_candidates/.
 //
 // Head sizes 32, 64, 128 (templates); any T, any P >= 1, any G in 0..NH. The tensor-core kernels read
-// qkv and dout with 16-byte loads: qkv, out, dout, dqkv must be 16-byte aligned (cudaMalloc pointers are).
+// qkv and dout with 16-byte loads: qkv, out, dout, dqkv must be 16-byte aligned (cudaMalloc pointers are);
+// the backward's D kernel reads out and dout in 16-byte packs in both builds.
 // Backward: D_i = rowsum(dO*O) (pre-kernel), then one kernel over key tiles writes dK, dV and one
 // over query tiles writes dQ; each output element is summed in a fixed order (by one thread, or in
 // the FA2-class kernels by the blocks of a split tile loop, whose partials the last block to arrive
@@ -301,11 +302,24 @@ inline void attention_stats_reduce(float* stats, size_t stats_stride, const floa
     CUDA_CHECK_LAUNCH();
 }
 
-// The backward's first step: D (B, NH, T) = rowsum(dout * out) per head.
+// The backward's first step: D (B, NH, T) = rowsum(dout * out) per head. dout, out (B, T, C), 16-byte
+// aligned (the kernel reads them in 16-byte packs); a head size of attention_ls_check_args.
 inline void attention_backward_row_dots(float* D, const floatX* dout, const floatX* out, int B, int T, int C, int NH,
                                         cudaStream_t st) {
-    const long rows = (long)B * NH * T;
-    launch_kernel(attn_bwd_dot_kernel, (unsigned)ceil_div(rows, 8), 256, 0, st, D, dout, out, B, T, C, NH);
+    // every admitted head size is a whole number of packs, at most a warp of them, a power of two
+    static_assert(32 % kPack == 0 && 128 / kPack <= 32, "attn_bwd_dot_kernel: hd / kPack lanes per head");
+    if (B < 1 || T < 1 || NH < 1 || C % NH != 0 || !cuda_head_size_supported(C / NH))
+        throw InputError("attention: the row dots need B, T >= 1 and head size C/NH of 32, 64 or 128 (got B=" +
+                         std::to_string(B) + ", T=" + std::to_string(T) + ", C=" + std::to_string(C) +
+                         ", NH=" + std::to_string(NH) + "); pick C and NH with C/NH one of those");
+    attention_ls_check_aligned(dout, "dout");
+    attention_ls_check_aligned(out, "out");
+    const long packs = (long)B * T * (C / kPack);
+    if (packs > 2147483647L)
+        throw InputError("attention: B*T*C=" + std::to_string(packs * kPack) + " exceeds the row dots' " +
+                         std::to_string(2147483647L * kPack) + " elements; use fewer batch rows or a shorter sequence");
+    launch_kernel(attn_bwd_dot_kernel, (unsigned)ceil_div(packs, kAttnDotThreads), kAttnDotThreads, 0, st, D, dout, out,
+                  B, T, C, NH);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -2,7 +2,7 @@
 // build, llmc/cuda/attention_ls_fa2.cuh and llmc/cuda/attention_ls_fa2_bwd.cuh of the bf16 build)
 // and the launchers
 // (llmc/cuda/attention_ls.cuh): tile sizes, the grid layout, the statistics fields with their
-// block-level merge and per-head reduce, and the backward's D kernel.
+// block-level merge and per-head reduce, and the backward's D kernel (16-byte packed loads).
 //
 // Grid layout of the scalar kernels: blockIdx.x = b*NH + h (up to 2^31-1, so any B*NH),
 // blockIdx.y = tile slot (<= 65535: T <= 65535 * 32, checked by attention_ls_check_args). Blocks are
@@ -13,6 +13,7 @@
 
 #include "llmc/core/attention_tiles.h"
 #include "llmc/cuda/common.cuh"
+#include "llmc/cuda/residual.cuh"  // PackX, kPack, load_vec
 
 namespace llmc::cuda {
 
@@ -110,18 +111,35 @@ __global__ void attn_stats_reduce_kernel(float* stats, const float* part, int B,
     }
 }
 
-// D[b,h,i] = dout_i . out_i over the head's hd channels: one warp per row. D (B, NH, T).
+// The D kernel's block size; each thread owns one 16-byte pack (kPack channels) of dout and of out.
+constexpr int kAttnDotThreads = 256;
+
+// D[b,h,i] = dout_i . out_i over the head's hd channels. D (B, NH, T); dout, out (B, T, C), 16-byte
+// aligned, C / kPack packs per (b, i) row. Thread g of the grid owns pack g of the flat tensors
+// (channels g*kPack .. g*kPack+kPack-1: consecutive threads read consecutive 16 bytes, so every load is
+// coalesced); the group = hd/kPack threads of one head (aligned lanes of one warp) sum their products in
+// channel order, then across the group in a fixed xor butterfly (every lane ends with the same bits),
+// and the group's first lane writes D. Every lane runs the shuffles; a lane past the end adds 0.
+// The launcher (attention_backward_row_dots) guarantees: group is a power of two <= 32 (so a group never
+// straddles a warp), B*T*C/kPack <= 2^31-1.
 __global__ void attn_bwd_dot_kernel(float* D, const floatX* dout, const floatX* out, int B, int T, int C, int NH) {
-    const int hd = C / NH;
-    const long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // (b*NH + h)*T + i
-    const int lane = threadIdx.x % 32;
-    if (row >= (long)B * NH * T) return;  // warp-uniform
-    const int i = (int)(row % T), h = (int)((row / T) % NH), b = (int)(row / ((long)T * NH));
-    const size_t off = ((size_t)b * T + i) * C + h * hd;
+    const unsigned group = (unsigned)(C / NH / kPack);              // lanes per head
+    const unsigned g = blockIdx.x * kAttnDotThreads + threadIdx.x;  // ((b*T + i)*NH + h)*group + lane in group
+    const bool live = g < (unsigned)B * (unsigned)T * (unsigned)(C / kPack);
     float acc = 0.0f;
-    for (int d = lane; d < hd; d += 32) acc += to_float(dout[off + d]) * to_float(out[off + d]);
-    acc = warp_sum(acc);
-    if (lane == 0) D[row] = acc;
+    if (live) {
+        float d[kPack], o[kPack];
+        load_vec<kPack>(d, dout + (size_t)g * kPack);
+        load_vec<kPack>(o, out + (size_t)g * kPack);
+#pragma unroll
+        for (int k = 0; k < kPack; k++) acc += d[k] * o[k];
+    }
+    for (unsigned s = group / 2; s > 0; s >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, (int)s);
+    if (live && (g & (group - 1)) == 0) {
+        const unsigned bih = g / group, bi = bih / (unsigned)NH, h = bih - bi * (unsigned)NH;  // b*T + i, head
+        const unsigned b = bi / (unsigned)T, i = bi - b * (unsigned)T;
+        D[((size_t)b * NH + h) * T + i] = acc;
+    }
 }
 
 }  // namespace llmc::cuda

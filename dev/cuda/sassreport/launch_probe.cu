@@ -89,6 +89,7 @@ int main() {
             line(name, kLayerNormForwardBlock, 0);
         }
     }
+    line("attn_bwd_dot_kernel", kAttnDotThreads, 0);
     norms_backward(192, 6, "C=192,NH=6");
     norms_backward(768, 12, "C=768,NH=12");
     line("residual_forward_kernel", kElementwiseBlock, 0);
