@@ -319,7 +319,7 @@ EMU_CXXFLAGS := -std=c++17 $(EMU_OPT) -g1 -Wall -Wno-unknown-pragmas -ffp-contra
 EMU_LDFLAGS := $(EMU_SAN) $(if $(findstring undefined,$(EMU_SAN)),,-lubsan) -rdynamic -fopenmp -lboost_context
 EMU_NCCL := $(if $(wildcard dev/emu/nccl.cpp),-DUSE_NCCL)
 EMU_SKIP ?= $(if $(EMU_NCCL),,test_collective_nccl)
-EMU_HEADERS := $(LLMC_HEADERS) $(wildcard dev/emu/*.h dev/emu/include/*.h)
+EMU_HEADERS := $(LLMC_HEADERS) $(wildcard dev/emu/*.h dev/emu/*.inc dev/emu/include/*.h)
 EMU_LAB_BINS := $(filter-out $(addprefix $(EMU_DIR)/dev/,$(EMU_SKIP)),$(patsubst dev/cuda/%.cu,$(EMU_DIR)/dev/%,$(GPU_LAB_SRCS)))
 EMU_TEST_BINS := $(filter-out $(addprefix $(EMU_DIR)/test_gpu/,$(EMU_SKIP)),$(patsubst test/gpu/%.cu,$(EMU_DIR)/test_gpu/%,$(GPU_TEST_SRCS)))
 EMU_SELF_BINS := $(patsubst dev/emu/tests/%.cu,$(EMU_DIR)/self/%,$(wildcard dev/emu/tests/*.cu))
@@ -493,7 +493,7 @@ JOBS ?= $(shell nproc)
 # lane), and minus the pytest tests of those builds (PYTEST_NEEDS_NVCC); one line says so. CI=true
 # without nvcc is an error: CI runs everything.
 PYTEST_NEEDS_NVCC := test/test_emulated_cuda.py test/test_emulation.py test/test_emulation_cublaslt.py \
-                     test/test_emulation_nccl.py test/test_emu_step_report.py \
+                     test/test_emulation_nccl.py test/test_emu_step_report.py test/test_static_smem_table.py \
                      test/test_build_matrix.py::test_every_combination_builds_and_runs \
                      test/test_build_matrix.py::test_mpirun_of_a_build_without_mpi_says_what_is_missing \
                      test/test_build_matrix.py::test_nccl_test_without_nccl_is_skipped_not_passed

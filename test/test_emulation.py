@@ -2,8 +2,9 @@
 
 1. Device rules (build/emu/self/emu_faults, dev/emu/tests/emu_faults.cu): small kernels that each break one
    rule of the device (a missing barrier, a divergent barrier, a warp collective some lanes never
-   reach, launch limits, shared memory without opt-in, a misaligned 16-byte access, out-of-bounds
-   global / static shared / dynamic shared stores, a copy with the wrong kind) must each be refused
+   reach, launch limits, shared memory without opt-in or with static + dynamic bytes above the limit,
+   a misaligned 16-byte access, out-of-bounds global / static shared / dynamic shared stores, a copy
+   with the wrong kind) must each be refused
    with the right message, and the correct kernels must pass.
    The same for the emulated ldmatrix and cp.async (build/emu/self/emu_ptx_faults,
    dev/emu/tests/emu_ptx_faults.cu): misaligned, non-shared or mixed-qualifier ldmatrix rows, a
@@ -14,6 +15,8 @@
 2. Mutations of the production kernels: the test copies the sources, applies one deliberate bug (an
    off-by-one in the local window, two swapped A-fragment registers, a removed __syncthreads, an
    out-of-bounds store, a kernel launched with more than 48 KB of shared memory without the opt-in,
+   the attention launcher raising the limit only above 48 KB (hd 64's dQ kernel: 16 static + 49152
+   dynamic bytes, refused on an H200),
    the FA2-class forward's V operand and the FA2-class backward's dO / Q / K operands loaded without
    .trans; a wrong C/D row in the emulation's own mma table, a wrong .trans lane map and a swapped
    matrix order of .x4 in its ldmatrix, a missing cp.async.wait_group in the cp.async test kernel,
@@ -54,6 +57,13 @@ FAULT_CASES = {
     "smem-no-optin": (True, "invalid argument, kernel did not run"),
     "smem-optin-too-big": (True, "opt-in to 228 KB: invalid argument"),
     "bad-copy": (True, "swapped kind: invalid argument; past the end: invalid argument"),
+    # static and dynamic shared memory count together (the CUDA Runtime API, cudaFuncSetAttribute;
+    # the kernel's 16 static bytes from dev/emu/static_smem_table.inc, nvcc's)
+    "smem-static-plus-dynamic": (True, "16 static + 49152 dynamic bytes: invalid argument, kernel did not run"),
+    "smem-static-plus-dynamic-fits": (True, "16 static + 49136 dynamic bytes: no error, kernel ran, result OK"),
+    "smem-static-optin": (True, "16 static + 49152 dynamic bytes after the opt-in: no error, kernel ran, result OK"),
+    "smem-static-optin-too-big": (True, "opt-in to 232448 bytes beside 16 static: invalid argument"),
+    "smem-static-optin-max": (True, "16 static + 232432 dynamic bytes after the opt-in: no error, kernel ran, result OK"),
     "missing-barrier": (False, "race: kernel emu_faults::missing_barrier_kernel"),
     # the schedules order the blocks too (greedy-forward first to last, greedy-reverse last to first)
     "block-order": (False, "race: kernel emu_faults::last_writer_kernel"),
@@ -164,7 +174,25 @@ MUTANTS = {
         "llmc/cuda/attention_ls.cuh",
         "if (bytes > 0) CUDA_CHECK(cudaFuncSetAttribute(",
         "if (false) CUDA_CHECK(cudaFuncSetAttribute(",
-        LAB, one_kernel("production"), "dynamic shared memory, above 49152"),  # the FA2-class forward's 80+ KiB at hd 128
+        # the FA2-class forward's 80+ KiB at hd 128, beside its 64 static bytes (statistics on)
+        LAB, one_kernel("production"), "dynamic shared memory, above 49088"),
+    # the attribute raised only above 48 KiB (the launcher before bd9197f): the hd-64 dQ kernel's
+    # 49152 dynamic bytes beside its 16 static ones (the grid-arrival ticket) were refused on an H200
+    "shared-memory-opt-in-only-above-48k": (
+        "llmc/cuda/attention_ls.cuh",
+        "if (bytes > 0) CUDA_CHECK(cudaFuncSetAttribute(",
+        "if (bytes > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(",
+        LAB, ["--check-one", "-B", 1, "-T", 64, "--nh", 2, "--hd", 64, "-G", 1, "-P", 16, "--kernel", "production"],
+        "49152 bytes of dynamic shared memory, above 49136"),
+    # a kernel the static shared-memory table lacks (a new kernel before the table is regenerated):
+    # its launch limits cannot be checked, so the run ends
+    "kernel-missing-from-static-smem-table": (
+        "dev/emu/static_smem_table.inc",
+        '{"_ZN10emu_faults16block_sum_kernelEPfPKfi", 1024},  // emu_faults::block_sum_kernel(float*, float const*, int)\n',
+        "",
+        "build/emu/self/emu_faults", ["ok"],
+        "emulated device error: kernel emu_faults::block_sum_kernel(float*, float const*, int) "
+        "(symbol _ZN10emu_faults16block_sum_kernelEPfPKfi) has no static shared-memory size"),
     "emulated-mma-wrong-row": (
         "dev/emu/mma.h",
         "c_row[lane][i] = group + (i >= 2 ? 8 : 0);",

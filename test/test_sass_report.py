@@ -209,6 +209,34 @@ def test_fixture_is_what_nvcc_makes_and_nvdisasm_sees_the_same_loops(tmp_path):
     assert ours == nvdisasm_back_edges(cubin)
 
 
+# cuobjdump -res-usage of one sm_90 module, the first three kernels as nvcc 13.0 prints them for
+# dev/emu/tests/emu_ptx_faults.cu (kernels with __shared__ report it plus the 1 KiB reservation, one
+# without any reports 0), the fourth a kernel without __shared__ reporting the reservation alone (as
+# the backend's attn_bwd_dot_kernel does)
+RES_USAGE_WITH_A_ZERO = """
+Resource usage:
+ Common:
+  GLOBAL:0
+ Function _ZN14emu_ptx_faults21cp_async_fault_kernelEP5uint4S1_i:
+  REG:16 STACK:0 SHARED:1088 LOCAL:0 CONSTANT[0]:916 TEXTURE:0 SURFACE:0 SAMPLER:0
+ Function _ZN14emu_ptx_faults17atom_fault_kernelEPji:
+  REG:8 STACK:0 SHARED:1028 LOCAL:0 CONSTANT[0]:908 TEXTURE:0 SURFACE:0 SAMPLER:0
+ Function _ZN14emu_ptx_faults22ldmatrix_global_kernelEPjPKt:
+  REG:10 STACK:0 SHARED:0 LOCAL:0 CONSTANT[0]:912 TEXTURE:0 SURFACE:0 SAMPLER:0
+ Function _ZN14emu_ptx_faults11no_smem_kernelEPj:
+  REG:10 STACK:0 SHARED:1024 LOCAL:0 CONSTANT[0]:912 TEXTURE:0 SURFACE:0 SAMPLER:0
+"""
+
+
+def test_static_smem_leaves_out_the_reservation_beside_a_kernel_reporting_zero():
+    """cp_async_fault_kernel's __shared__ uint4 s[4] is 64 bytes, atom_fault_kernel's uint32_t 4: a
+    kernel that reports SHARED 0 in the same module does not make the others' 1 KiB theirs."""
+    from resources import resources_by_function
+    got = {n.split("faults")[1]: r.static_smem for n, r in resources_by_function(RES_USAGE_WITH_A_ZERO).items()}
+    assert got == {"21cp_async_fault_kernelEP5uint4S1_i": 64, "17atom_fault_kernelEPji": 4,
+                   "22ldmatrix_global_kernelEPjPKt": 0, "11no_smem_kernelEPj": 0}
+
+
 @needs_nvcc
 def test_occupancy_agrees_with_cuda_occupancy_h(tmp_path):
     checker = build.occupancy_checker(tmp_path, cuda_home() / "include", "g++")

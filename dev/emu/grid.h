@@ -5,9 +5,6 @@
 // the results must be bit-identical, else the kernel has a race or a missing barrier and the run
 // ends naming it (the emulated counterpart of compute-sanitizer's racecheck).
 #pragma once
-#include <cxxabi.h>
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -22,24 +19,11 @@
 
 #include "dev/emu/block.h"
 #include "dev/emu/device_state.h"
+#include "dev/emu/kernel_symbol.h"
 #include "dev/emu/shared_space.h"  // the static __shared__ section
+#include "dev/emu/static_smem.h"   // each kernel's static shared-memory bytes (nvcc's)
 
 namespace llmc::emu {
-
-// The kernel's name from the executable's symbol table (link with -rdynamic), demangled.
-inline std::string kernel_name(const void* fn) {
-    Dl_info info;
-    if (dladdr(fn, &info) && info.dli_sname) {
-        int status = 0;
-        char* d = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
-        std::string s = status == 0 && d ? d : info.dli_sname;
-        std::free(d);
-        return s;
-    }
-    char b[32];
-    std::snprintf(b, sizeof b, "kernel@%p", fn);
-    return b;
-}
 
 // Why the configuration cannot launch on the device ("" = it can), and the error it gets.
 inline std::string launch_config_error(const void* fn, dim3 grid, dim3 block, size_t smem, cudaError_t* code) {
@@ -54,15 +38,25 @@ inline std::string launch_config_error(const void* fn, dim3 grid, dim3 block, si
     if (grid.x > kMaxGridDimX || grid.y > kMaxGridDimYZ || grid.z > kMaxGridDimYZ)
         return "grid (" + std::to_string(grid.x) + "," + std::to_string(grid.y) + "," + std::to_string(grid.z) +
                ") exceeds the limits x <= 2^31-1, y <= 65535, z <= 65535";
-    if (smem > kSharedDefault) {
+    // Shared memory (CUDA Runtime API, cudaFuncSetAttribute and cudaFuncAttributes): the kernel's
+    // static bytes (sharedSizeBytes) and the launch's dynamic bytes together fit the default 48 KB;
+    // after cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, n) the dynamic
+    // bytes fit n (static + n <= the opt-in maximum is checked when n is set: runtime.cpp).
+    const StaticSmemEntry* entry = find_static_smem(fn);
+    if (!entry) no_static_smem_entry(fn, kernel_name(fn));
+    const size_t static_bytes = entry->bytes;
+    auto it = d.max_dynamic_smem.find(fn);
+    const bool opted_in = it != d.max_dynamic_smem.end();
+    const size_t allowed = opted_in ? (size_t)it->second : kSharedDefault - std::min(static_bytes, kSharedDefault);
+    if (smem > allowed) {
         *code = cudaErrorInvalidValue;
-        auto it = d.max_dynamic_smem.find(fn);
-        const size_t allowed = it == d.max_dynamic_smem.end() ? kSharedDefault : (size_t)it->second;
-        if (smem > allowed)
-            return std::to_string(smem) + " bytes of dynamic shared memory, above " + std::to_string(allowed) +
-                   (it == d.max_dynamic_smem.end()
-                        ? " (48 KB without cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, n))"
-                        : " (the kernel's cudaFuncAttributeMaxDynamicSharedMemorySize)");
+        return std::to_string(smem) + " bytes of dynamic shared memory, above " + std::to_string(allowed) +
+               (opted_in ? " (the kernel's cudaFuncAttributeMaxDynamicSharedMemorySize)"
+                         : " (48 KB without cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, "
+                           "n), less the kernel's " +
+                               std::to_string(static_bytes) +
+                               " bytes of static shared memory: static + dynamic <= 49152; set the attribute to "
+                               "the dynamic bytes before the launch)");
     }
     return "";
 }

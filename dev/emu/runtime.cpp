@@ -18,6 +18,7 @@
 #include <cuda_runtime_api.h>
 
 #include "dev/emu/device_state.h"
+#include "dev/emu/static_smem.h"
 
 using llmc::emu::device;
 
@@ -440,9 +441,15 @@ cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr attr, int d) {
 
 cudaError_t cudaFuncSetAttribute(const void* fn, cudaFuncAttribute attr, int value) {
     if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
-        if (value < 0 || (size_t)value > llmc::emu::kSharedOptinMax)
-            return fail(cudaErrorInvalidValue, "cudaFuncSetAttribute: MaxDynamicSharedMemorySize " +
-                                                   std::to_string(value) + " above the device's 227 KB opt-in limit");
+        // "The sum of this value and the function attribute sharedSizeBytes cannot exceed the device
+        // attribute cudaDevAttrMaxSharedMemoryPerBlockOptin" (CUDA Runtime API, cudaFuncSetAttribute)
+        const llmc::emu::StaticSmemEntry* entry = llmc::emu::find_static_smem(fn);
+        if (!entry) llmc::emu::no_static_smem_entry(fn, llmc::emu::kernel_name(fn));
+        if (value < 0 || entry->bytes + (size_t)value > llmc::emu::kSharedOptinMax)
+            return fail(cudaErrorInvalidValue,
+                        "cudaFuncSetAttribute: MaxDynamicSharedMemorySize " + std::to_string(value) +
+                            " + the kernel's " + std::to_string(entry->bytes) +
+                            " bytes of static shared memory above the device's 227 KB opt-in limit (232448 bytes)");
         device().max_dynamic_smem[fn] = value;
         return cudaSuccess;
     }

@@ -352,7 +352,9 @@ inline size_t layernorm_backward_scratch_floats(int N, int C) {
     return (size_t)layernorm_backward_blocks(N, C) * 2 * C;
 }
 
-// Raises the dynamic shared-memory limit of `kernel` when `bytes` exceeds the default 48 KiB.
+// Raises the dynamic shared-memory limit of `kernel` when `bytes` exceeds the default 48 KiB. Static
+// and dynamic bytes share that default, so this threshold holds only for kernels without static
+// shared memory (the ones given here: dev/emu/static_smem_table.inc; the emulator checks the sum).
 template <typename Kernel>
 inline void allow_shared_bytes(Kernel kernel, size_t bytes, const char* who) {
     if (bytes <= kSharedDefault) return;

@@ -23,7 +23,9 @@
 #include "llmc/cuda/common.cuh"
 #include "llmc/cuda/ptx.cuh"
 
-namespace {
+// A named namespace: the kernel needs external linkage for the emulation to find its static shared
+// memory by symbol (dev/emu/static_smem.h).
+namespace mma_fragments {
 
 // The PTX ISA's layout for m16n8k16 with .bf16 A/B and .f32 C/D (groupID = %laneid >> 2,
 // threadID_in_group = %laneid % 4). i indexes the elements a0..a7, b0..b3, c0..c3 of one thread.
@@ -122,7 +124,9 @@ int run_case(const char* name, bool integers, std::mt19937& gen) {
     return bad;
 }
 
-}  // namespace
+}  // namespace mma_fragments
+
+using namespace mma_fragments;
 
 int main() {
     int count = 0;

@@ -3,9 +3,9 @@
                bytes per thread: spills and local arrays);
   -elf         EIATTR_MAX_THREADS (__launch_bounds__' block size) from each .nv.info.<function>.
 On sm_90, SHARED includes the 1 KiB the system reserves at the start of each block's shared window
-whenever the module uses shared memory at all (the kernels' shared data then starts at 0x400, and a
-kernel without __shared__ reports 1024). static_smem is SHARED without that KiB; the occupancy adds
-the reservation once, as the driver does (reservedSharedMemPerBlock).
+whenever the module uses shared memory at all (the kernels' shared data then starts at 0x400; a
+kernel without __shared__ reports 1024 or 0, both seen in one module). static_smem is SHARED without
+that KiB; the occupancy adds the reservation once, as the driver does (reservedSharedMemPerBlock).
 """
 import re
 from dataclasses import dataclass
@@ -54,9 +54,11 @@ def resources_by_function(text: str) -> dict:
         by_elf.setdefault(elf, []).append(r)
     out = {}
     for elf, name, r in rows:
-        # the reservation is in every function's SHARED of a module that uses shared memory
-        module_reserves = all(x.shared_reported >= RESERVED_SMEM for x in by_elf[elf])
-        r.static_smem = r.shared_reported - RESERVED_SMEM if module_reserves else r.shared_reported
+        # the reservation is in the SHARED of every function of a module that uses shared memory,
+        # except functions that report none at all (0)
+        reporting = [x.shared_reported for x in by_elf[elf] if x.shared_reported]
+        module_reserves = bool(reporting) and all(s >= RESERVED_SMEM for s in reporting)
+        r.static_smem = r.shared_reported - RESERVED_SMEM if module_reserves and r.shared_reported else r.shared_reported
         out.setdefault(name, r)
     return out
 

@@ -1,6 +1,8 @@
 // The emulation is not blind: small kernels that each break one rule of the device, run by
 // test/test_emulation.py, which expects the emulated build to refuse each one with the right
-// message (and the correct kernels to pass). Emulated build only (build/emu/self/emu_faults).
+// message (and the correct kernels to pass). Run emulated only (build/emu/self/emu_faults); nvcc
+// compiles it too, for its kernels' static shared memory (dev/emu/static_smem_table.py), so the
+// device code here must be CUDA.
 //   emu_faults MODE      MODE as listed in main(); exit 0 = the kernel ran and its result is right
 // The shuffle semantics mode checks __shfl*_sync against the CUDA C++ Programming Guide's
 // definitions ("Warp Shuffle Functions"), computed here on the host.
@@ -79,6 +81,16 @@ __global__ void dynamic_smem_kernel(float* out, int n) {
     buf[threadIdx.x] = 2.0f;
     __syncthreads();
     out[threadIdx.x] = buf[(threadIdx.x + 1) % n];
+}
+// 16 bytes of static shared memory beside the dynamic buffer, as the FA2-class kernels' grid-arrival
+// ticket: the two count together against the launch's limit. out[t] = 3 for n = blockDim.x.
+__global__ void static_and_dynamic_smem_kernel(float* out, int n) {
+    __shared__ float ticket[4];
+    LLMC_DYNAMIC_SHARED(float, buf);
+    if (threadIdx.x < 4) ticket[threadIdx.x] = 1.0f;
+    buf[threadIdx.x] = 2.0f;
+    __syncthreads();
+    out[threadIdx.x] = buf[(threadIdx.x + 1) % n] + ticket[threadIdx.x % 4];
 }
 __global__ void misaligned_int4_kernel(int* out, const int* in) {
     const int4 v = *reinterpret_cast<const int4*>(in + 1);  // 4 bytes past a 16-byte boundary
@@ -175,6 +187,35 @@ int expect_refused(dim3 grid, dim3 block, size_t smem, cudaError_t want) {
     return e == want && first == 0.0f ? 0 : 3;
 }
 
+// static_and_dynamic_smem_kernel (16 static bytes) launched with `dynamic` bytes after an opt-in of
+// `optin` bytes (0: none). The CUDA Runtime API: without the opt-in static + dynamic <= 48 KB; the
+// opt-in itself fails when static + optin exceeds cudaDevAttrMaxSharedMemoryPerBlockOptin (227 KB).
+// Prints what happened; exit 0 when it is `want_run` (ran with the right result, or refused with
+// cudaErrorInvalidValue and not run), 3 otherwise.
+int static_plus_dynamic(size_t dynamic, int optin, bool want_run) {
+    float* out = dev_floats(32);
+    CUDA_CHECK(cudaMemset(out, 0, 32 * sizeof(float)));
+    if (optin) {
+        const cudaError_t e =
+            cudaFuncSetAttribute(static_and_dynamic_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+        std::printf("opt-in to %d bytes beside 16 static: %s\n", optin, cudaGetErrorString(e));
+        if (e != cudaSuccess) return want_run || e != cudaErrorInvalidValue ? 3 : 0;
+    }
+    launch_kernel(static_and_dynamic_smem_kernel, 1, 32, dynamic, 0, out, 32);
+    const cudaError_t e = cudaGetLastError();
+    float v[32];
+    CUDA_CHECK(cudaMemcpy(v, out, sizeof v, cudaMemcpyDeviceToHost));
+    bool right = true;
+    for (float x : v) right = right && x == 3.0f;
+    std::printf("16 static + %zu dynamic bytes%s: %s, kernel %s\n", dynamic, optin ? " after the opt-in" : "",
+                cudaGetErrorString(e),
+                v[0] == 0.0f ? "did not run"
+                : right      ? "ran, result OK"
+                             : "ran, result WRONG");
+    if (want_run) return e == cudaSuccess && right ? 0 : 3;
+    return e == cudaErrorInvalidValue && v[0] == 0.0f ? 0 : 3;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -204,7 +245,12 @@ int main(int argc, char** argv) {
             cudaFuncSetAttribute(dynamic_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 228 * 1024);
         std::printf("opt-in to 228 KB: %s\n", cudaGetErrorString(e));
         return e == cudaErrorInvalidValue ? 0 : 3;
-    } else if (mode == "misaligned-int4") {
+    } else if (mode == "smem-static-plus-dynamic") return static_plus_dynamic(48 * 1024, 0, false);
+    else if (mode == "smem-static-plus-dynamic-fits") return static_plus_dynamic(48 * 1024 - 16, 0, true);
+    else if (mode == "smem-static-optin") return static_plus_dynamic(48 * 1024, 48 * 1024, true);
+    else if (mode == "smem-static-optin-too-big") return static_plus_dynamic(48 * 1024, 227 * 1024, false);
+    else if (mode == "smem-static-optin-max") return static_plus_dynamic(227 * 1024 - 16, 227 * 1024 - 16, true);
+    else if (mode == "misaligned-int4") {
         int* in = nullptr;
         CUDA_CHECK(cudaMalloc(&in, 64 * sizeof(int)));
         CUDA_CHECK(cudaMemset(in, 0, 64 * sizeof(int)));
@@ -225,7 +271,8 @@ int main(int argc, char** argv) {
             stderr,
             "usage: emu_faults ok|shuffle-semantics|missing-barrier|block-order|divergent-barrier|warp-deadlock|"
             "mask-mismatch|too-many-threads|block-z|grid-y|smem-no-optin|smem-optin|"
-            "smem-optin-too-big|misaligned-int4|oob-global|oob-static-shared|oob-dynamic-shared|bad-copy\n");
+            "smem-optin-too-big|smem-static-plus-dynamic|smem-static-plus-dynamic-fits|smem-static-optin|"
+            "smem-static-optin-too-big|smem-static-optin-max|misaligned-int4|oob-global|oob-static-shared|oob-dynamic-shared|bad-copy\n");
         return 2;
     }
     CUDA_CHECK(cudaGetLastError());

@@ -1,8 +1,10 @@
 // The emulated ldmatrix and cp.async (dev/emu/ldmatrix.h, dev/emu/cp_async.h) refuse what the PTX
 // ISA leaves undefined, and show what a GPU would hide: small kernels run by test/test_emulation.py,
 // which expects each broken one to end with the right "emulated device error" and each correct one
-// to pass. Emulated build only (build/emu/self/emu_ptx_faults); the instruction semantics
-// themselves are checked on emulation and on a GPU by test/gpu/test_ldmatrix_cp_async.cu.
+// to pass. Run emulated only (build/emu/self/emu_ptx_faults); nvcc compiles it too, for its kernels'
+// static shared memory (dev/emu/static_smem_table.py), so the device code here must be CUDA. The
+// instruction semantics themselves are checked on emulation and on a GPU by
+// test/gpu/test_ldmatrix_cp_async.cu.
 //   emu_ptx_faults MODE      MODE as listed in main(); exit 0 = the kernel ran and its result is right
 // Two correct kernels look at what only the emulation can show: the destinations of pending copies
 // hold the poison after each wait per the ISA (a GPU leaves such a read undefined), and .x1 ignores
@@ -10,7 +12,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <string>
 
 #include <cuda_runtime.h>
@@ -32,9 +33,12 @@ __global__ void group_states_kernel(int* status, const uint4* src) {
     auto is = [&](int g, bool done) {
         const unsigned char* d = reinterpret_cast<const unsigned char*>(&s[g * 32 + t]);
         const unsigned char* want = reinterpret_cast<const unsigned char*>(&src[g * 32 + t]);
-        bool poisoned = true;
-        for (int i = 0; i < 16; i++) poisoned = poisoned && d[i] == 0xFF;
-        return done ? std::memcmp(d, want, 16) == 0 : poisoned;
+        bool poisoned = true, same = true;
+        for (int i = 0; i < 16; i++) {
+            poisoned = poisoned && d[i] == 0xFF;
+            same = same && d[i] == want[i];
+        }
+        return done ? same : poisoned;
     };
     int wrong = 0;
     ptx::cp_async_16(&s[t], &src[t]);
