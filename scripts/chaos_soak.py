@@ -579,7 +579,9 @@ class Soak:
                 self.disk.free()  # the user frees space (the next start has no file-size limit)
                 self.action("free disk space")
                 return False
-            if "restore the files" in line and st["damaged"]:
+            # the trainer's two ways of asking for the files back: a checkpoint that console.log records
+            # is gone (llmc/app/output_intent.h), every complete checkpoint damaged (llmc/io/checkpoint_dir.h)
+            if ("restore the files" in line or "restore them from a copy" in line) and st["damaged"]:
                 for s, files in st["damaged"].items():
                     for name, (data, _) in files.items():
                         (out / name).write_bytes(data)

@@ -8,7 +8,9 @@ end-to-end regression tests of what it found:
   removed by the next run on the directory, others' are left;
 - a flipped bit in the newest checkpoint's header (a model field that keeps the parameter count, a
   reserved field) makes -y 1 fall back to the previous checkpoint and finish bit-identically, instead
-  of refusing the run as another model's.
+  of refusing the run as another model's;
+- the soak's bookkeeping of pruned checkpoints, and its following of the trainer's advice when every
+  checkpoint is damaged (the trainer's real error line).
 
 The soak runs in its own process group and is killed as a group when it fails or times out.
 """
@@ -124,3 +126,31 @@ def test_the_soak_allows_a_prune_whose_newer_checkpoints_it_damaged_later(tmp_pa
             for s in steps:
                 (out / f"DONE_{s:08d}").unlink()
             soak.Soak.check_checkpoints(fake, trainer, out, st)
+
+
+def test_the_soak_follows_the_trainers_advice_when_every_checkpoint_is_damaged(byte_data, tmp_path):
+    """The soak's user follows each error's advice. A CI failure at 73813f5 (seed 993419360): a bit flip
+    damaged the only complete checkpoint, and the trainer's error ("restore them from a copy and resume
+    again", since 4ce8f28) was one the soak did not recognise. Here the trainer's real line for that
+    case goes to Soak.check_exit: it restores the damaged file and asks for another round."""
+    import importlib.util
+    import types
+    spec = importlib.util.spec_from_file_location("chaos_soak", SOAK)
+    soak = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(soak)
+    out = tmp_path / "run"
+    run(data_args(byte_data) + BASE + ["-o", out, "-x", 3, "-n", 3])
+    state = out / "state_00000003_00000.bin"
+    good = state.read_bytes()
+    bad = bytearray(good)
+    bad[len(bad) // 2] ^= 0x10
+    state.write_bytes(bytes(bad))
+    p = run(data_args(byte_data) + BASE + ["-o", out, "-x", 6, "-n", 3, "-y", 1], check=False)
+    assert p.returncode == 1 and "all 1 complete checkpoints are damaged" in p.stderr, p.stderr
+    fake = types.SimpleNamespace(ranks=1, counts={"user_actions": {}})
+    fake.action = lambda what: soak.Soak.action(fake, what)
+    trainer = types.SimpleNamespace(stdout=lambda: p.stdout, stderr=lambda: p.stderr)
+    st = {"damaged": {3: {state.name: (good, None)}}}
+    assert soak.Soak.check_exit(fake, trainer, "flip", 1, out, st) is False
+    assert state.read_bytes() == good and st["damaged"] == {}
+    assert fake.counts["user_actions"] == {"restore damaged checkpoint files": 1}
