@@ -941,6 +941,29 @@ def classifier_us(rows, nbytes, family, cal):
     return mem_us(nbytes, family, cal) + rows * cal["classifier_row_ns"] * 1e-3
 
 
+# HEAD's classifier kernel (llmc/cuda/classifier.cuh since the row-in-registers rewrite): at most
+# CLASSIFIER_ROW_VECS 16-byte vectors a thread, up to 1024 threads a row, and SASS instructions a
+# column on the hot paths (static, counted in the bf16 cubin: pass 1's per-vector online softmax ~9,
+# pass 2's dlogits ~6); the issue efficiency is ASSUMED equal to the calibrated hd-32 attention
+# backward's (attn_bwd_issue_eff_hd32), not measured for this kernel.
+CLASSIFIER_ROW_VECS = 5
+CLASSIFIER_INSTR_PER_COLUMN = 15
+H200_CLOCK_HZ = 1.83e9  # the clock H200_PEAK is quoted at (4 warp instructions a clock an SM)
+
+
+def classifier_rowregs_us(rows, Vp, cal):
+    """HEAD's classifier kernel (loss, lse and dlogits in one pass): a row of one segment
+    (Vp / 8 <= 5 x 1024 vectors) read once and written once, a longer one read twice (the second read
+    counted as DRAM: an upper bound), at eff_elementwise (ASSUMED: a streaming kernel's measured
+    rate), or the issue bound when that is longer: kernel_fixed_us + max(bytes, issue)."""
+    vecs = Vp * ACT // 16
+    reads = 1 if vecs <= CLASSIFIER_ROW_VECS * 1024 else 2
+    mem = rows * Vp * ACT * (reads + 1) / (H200_BANDWIDTH * cal["eff_elementwise"]) * 1e6
+    issue = rows * Vp * CLASSIFIER_INSTR_PER_COLUMN / 32 / (
+        H200_SMS * 4 * H200_CLOCK_HZ * cal["attn_bwd_issue_eff_hd32"]) * 1e6
+    return cal["kernel_fixed_us"] + max(mem, issue)
+
+
 def mem_us(nbytes, family, cal):
     """A memory-bound kernel's modeled duration (µs)."""
     return cal["kernel_fixed_us"] + nbytes / (H200_BANDWIDTH * cal[f"eff_{family}"]) * 1e6
@@ -1500,7 +1523,7 @@ def calibration_checks(cal):
         shape = dict(CASES[case], **over)
         rows_k = predict_case(case, cal, shape, split=False, host_groups=False, one_pass_classifier=False,
                               packed_bias_sum=False, packed_adamw=False, ln_bwd_family="layernorm_bwd_fa663e0",
-                              packed_dot=False)
+                              packed_dot=False, rowregs_classifier=False)
         row(k, "step", step_us(rows_k, cal, shape["B"] * shape["T"]))
     # the c276bf2 profile (HEAD's kernels and grid): ls-small-b8 fits, paper-b16 checks
     for case in ("ls-small-b8", "paper-b16"):
@@ -1592,7 +1615,8 @@ def kernel_group(name):
 
 
 def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_classifier=True,
-                 packed_bias_sum=True, packed_adamw=True, ln_bwd_family="layernorm_bwd", packed_dot=True):
+                 packed_bias_sum=True, packed_adamw=True, ln_bwd_family="layernorm_bwd", packed_dot=True,
+                 rowregs_classifier=True):
     """Per-kernel rows of one step of a CASES shape at HEAD: the launches --profile-steps counts on
     the emulated device (the kernel names and calls of the emulated profile, HEAD-<sha>), each with its
     modeled µs per step. The GEMMs are one row per cuBLASLt call kind (their GPU kernels' names are
@@ -1605,7 +1629,9 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     in 16-byte accesses (assumed at eff_elementwise, not measured); ln_bwd_family="layernorm_bwd_fa663e0":
     fa663e0's LayerNorm backward (lab:layernorm's rate) instead of HEAD's rewrite (1955330; the c276bf2
     profile's rate); packed_dot=False: c276bf2's D kernel (a warp a row, attn_dot_us) instead of HEAD's
-    16-byte packs (assumed at eff_elementwise, not measured)."""
+    16-byte packs (assumed at eff_elementwise, not measured); rowregs_classifier=False: c276bf2's
+    classifier kernel (two 16-byte vectors a thread, 512 threads, expf; classifier_us at its lab rates)
+    instead of HEAD's row in registers (classifier_rowregs_us)."""
     m = dict(shape or CASES[case])
     L, C, NH, G, P, V, B, T = (m[k] for k in ("L", "C", "NH", "G", "P", "V", "B", "T"))
     bias, tanh, tied = m["bias"], m["gelu"] == "tanh", m["tied"]
@@ -1691,7 +1717,12 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     # before, the forward's loss + lse pass and the backward's dlogits pass; the summary
     if not one_pass_classifier:
         add("llmc::cuda::detail::classifier_kernel", classifier_us(N, N * Vp * ACT + 16 * N, "classifier_fwd", cal))
-    add("llmc::cuda::detail::classifier_kernel", classifier_us(N, 2 * N * Vp * ACT + 16 * N, "classifier_dlogits", cal))
+    if rowregs_classifier and one_pass_classifier:
+        add("llmc::cuda::detail::classifier_kernel", classifier_rowregs_us(N, Vp, cal), 1,
+            "HEAD's row in registers at eff_elementwise or its static issue bound (assumed, not measured)")
+    else:
+        add("llmc::cuda::detail::classifier_kernel",
+            classifier_us(N, 2 * N * Vp * ACT + 16 * N, "classifier_dlogits", cal))
     add("llmc::cuda::detail::classifier_summary_kernel", classifier_summary_us(N, cal))
     # optimizer: the global norm (reads the fp32 gradients), AdamW (30 bytes a parameter, lab:adamw's count)
     add("llmc::cuda::detail::global_norm_kernel", mem_us(params * F32, "global_norm", cal), 1,
@@ -1928,9 +1959,10 @@ def built_steps(cal):
     """Issue 52's speed steps built since the calibration, as modeled gains: (step, case, modeled gain
     µs, the modeled step with it undone µs, the assumption the figure rests on). Each at the case it
     changes most (the bias gradient: a model with biases)."""
-    def gain(case, **undo):
-        now = step_us(predict_case(case, cal), cal, profile_positions(case))
-        undone = step_us(predict_case(case, cal, **undo), cal, profile_positions(case))
+    def gain(case, base=None, **undo):
+        """base: switches on both sides (a step built before a later one that replaced its kernel)."""
+        now = step_us(predict_case(case, cal, **(base or {})), cal, profile_positions(case))
+        undone = step_us(predict_case(case, cal, **(base or {}), **undo), cal, profile_positions(case))
         return undone - now, undone
 
     return [("encoder backward grouping on the host, uploaded with the batch", "paper-b16",
@@ -1938,8 +1970,8 @@ def built_steps(cal):
              "the one-block grouping kernel gone; its upload one copy at PCIE_HTOD (assumed, 50 GB/s); the host's "
              "counting sort is off the device (docs/cuda_kernels.md, Encoder)"),
             ("classifier loss + logit gradient in one pass (the step's forward writes the dlogits)", "paper-b16",
-             *gain("paper-b16", one_pass_classifier=False),
-             "the forward's classifier pass gone (the fused pass already reads the logits and writes "
+             *gain("paper-b16", base=dict(rowregs_classifier=False), one_pass_classifier=False),
+             "with c276bf2's classifier kernel on both sides: the forward's classifier pass gone (the fused pass already reads the logits and writes "
              "dlogits; its L2 re-read as measured for forward+dlogits)"),
             ("bias gradients (and the GELU backward of fc) in 16-byte column packs", "d12-b16",
              *gain("d12-b16", packed_bias_sum=False),
@@ -1953,6 +1985,11 @@ def built_steps(cal):
              "one-element loop without the rounding hash, was never timed alone: part of the gain may be that "
              "difference; lab:adamw's adamw_update_all row measures HEAD's); 30 bytes a parameter either way; "
              f"at paper-b16 {gain('paper-b16', packed_adamw=False)[0] / 1e3:.2f} ms"),
+            ("classifier: the row in registers (5 vectors a thread), read once, ex2.approx, online softmax per vector",
+             "paper-b16", *gain("paper-b16", rowregs_classifier=False),
+             "the rewritten kernel at eff_elementwise or its static issue bound (15 SASS instructions a column "
+             "at attn_bwd_issue_eff_hd32), whichever is longer (assumed, not measured) against c276bf2's kernel "
+             "at its lab rates (measured there at 819.8 us in the paper-b16 profile, modeled 684)"),
             ("attention backward's D = rowsum(dO O) in 16-byte packs, a head's lanes reduced by shuffles",
              "paper-b16", *gain("paper-b16", packed_dot=False),
              "the packed kernel at eff_elementwise (assumed, not measured) against c276bf2's warp a row, "

@@ -30,6 +30,7 @@ bool check_shape(llmc::Rng& rng, int N, int V, int Vp, float z_weight) {
         logits[(size_t)n * Vp + rng.next_u32() % V] = 12.f + 4.f * rng.uniform();
         targets[n] = (int)(rng.next_u32() % V);
     }
+    targets[N - 1] = V - 1;  // the last real column: in the vector holding V's boundary when V % 8 != 0
     lab::round_to_floatX(logits);
     for (int n = 0; n < N; n++)
         for (int v = V; v < Vp; v++) logits[(size_t)n * Vp + v] = std::numeric_limits<float>::quiet_NaN();
@@ -120,11 +121,11 @@ int main(int argc, char** argv) {
     llmc::Rng rng(args.seed);
     try {
         bool ok = true;
-        // (N, V, Vp): tiny, small V with wide padding, ragged V, 6 warps a row in bf16 and 12 in fp32
-        // (below 512 vectors a row the block shrinks to whole warps: classifier_threads), one group of
-        // kClassifierRegVecs vectors a thread in bf16 (pass 2 from the registers), the paper's
-        // SentencePiece vocabulary (a group and part of a second: pass 2 reads again), a row of
-        // several groups and part of one, GPT-2's vocabulary
+        // (N, V, Vp): tiny, small V with wide padding, ragged V, whole warps below 256 vectors a row
+        // (classifier_threads: at most kClassifierRowVecs vectors a thread), the paper's SentencePiece
+        // vocabulary (160 threads, the row in registers), GPT-2's vocabulary (one segment in bf16,
+        // two in fp32: pass 2 reads again), a row of two segments in bf16 (V > 65536) and a boundary
+        // vector holding the target
         ok &= check_shape(rng, 4, 8, 8, 1e-4f);
         ok &= check_shape(rng, 3, 5, 128, 0.f);
         ok &= check_shape(rng, 37, 1001, 1024, 0.05f);
@@ -133,6 +134,7 @@ int main(int argc, char** argv) {
         ok &= check_shape(rng, 129, 10000, 10112, 1e-4f);
         ok &= check_shape(rng, 33, 20000, 20096, 1e-4f);
         ok &= check_shape(rng, 64, 50257, 50304, 1e-4f);
+        ok &= check_shape(rng, 5, 70001, 70016, 1e-4f);
         bool threw = false;
         try {
             DeviceBuffer<floatX> l(64);

@@ -6,16 +6,21 @@
 // for v < V, and 0 for the padding columns [V, Vp) (read with their vectors, never used for the
 // statistics).
 //
-// One block per row, of classifier_threads(Vp) threads: 512, or fewer (whole warps, at least one
-// 16-byte vector each) for a padded vocabulary under 512 vectors. Pass 1 reads the row once in
-// 16-byte vectors, kClassifierRegVecs per thread at a time (their loads in flight together), and
-// keeps a running (max, sum of exp(x - max)) per thread ("online softmax", one rescale per group),
-// merged across the block in a fixed order (deterministic). Pass 2 (only when dlogits_scale != 0)
-// overwrites the row with dlogits: from the registers when the row is one group per thread (Vp up
-// to 512 x 2 vectors, 8192 bf16 columns), else reading each group again (mostly from L2: the paper
-// model's 10112 and GPT-2's 50304 columns). Launch bound: 4 blocks of 512 an SM (32 registers, as
-// with one vector at a time; a third vector spills, a fourth halves the blocks).
-// No fp32 (N, Vp) buffer.
+// One block per row, of classifier_threads(Vp) threads: enough whole warps (32 to 1024) that each
+// holds at most kClassifierRowVecs = 5 16-byte vectors of the row, so a row of up to 5 x 1024
+// vectors (40960 bf16 columns; the paper model's 10112 in 256 threads) is read from memory once
+// into registers and written once. A longer row (GPT-2's 50304: two segments of 1024 x 5 vectors)
+// is walked in segments and read again for the dlogits (mostly from L2). Per segment all its loads
+// are issued together (a thread past the row loads the row's last vector and ignores it); then
+// online softmax a vector at a time: the running max M and the sum of exp(x - M) rescaled only when
+// M moves, by one FFMA and one ex2.approx.ftz (MUFU.EX2) a column in base 2; then merged across the
+// block in a fixed order (deterministic). Columns at or past V count as -inf (exp 0) and their
+// dlogits are exactly 0; only a vector holding V's boundary or the target takes the per-column
+// path. Pass 2 (only when dlogits_scale != 0) overwrites the row with dlogits = scale x ex2(x log2e
+// - lse log2e) (+ the one-hot term). Launch bound 1024 threads: 63 registers (20 hold the row), no
+// spills; a sixth vector a thread spills (so does masking into the bf16 registers, or a per-thread
+// max before the sum: the compiler keeps every unpacked column live). At 256 threads 4 blocks an
+// SM, so several rows' loads are in flight while others compute. No fp32 (N, Vp) buffer.
 //
 // Requirements (else std::invalid_argument): 1 <= V <= Vp, Vp a multiple of 8 (16 / sizeof(floatX)
 // elements per vector; the model's Vp is a multiple of 128), logits 16-byte aligned, targets
@@ -30,13 +35,15 @@
 #include <string>
 
 #include "llmc/cuda/common.cuh"
+#include "llmc/cuda/ptx.cuh"  // ex2_approx_ftz
 
 namespace llmc::cuda {
 
 namespace detail {
 
-constexpr int kClassifierBlock = 512;  // the most threads per row
-constexpr int kClassifierRegVecs = 2;  // 16-byte vectors a thread loads at once (and keeps for pass 2)
+constexpr int kClassifierMaxBlock = 1024;  // the most threads per row
+constexpr int kClassifierRowVecs = 5;      // 16-byte vectors a thread holds (a segment: blockDim x 5)
+constexpr float kClassifierLog2e = 1.4426950408889634f;
 
 // Merge running softmax state (m, s) with (m2, s2): s = s*e^(m-M) + s2*e^(m2-M), M = max(m, m2).
 // Equal maxima (also both -inf: empty states) scale by exactly 1, never by exp(-inf - -inf) = NaN.
@@ -54,17 +61,28 @@ struct alignas(16) VecX {
     floatX v[kVecX];
 };
 
-// Threads per row: one per 16-byte vector of the padded row, rounded up to whole warps, at most
-// kClassifierBlock. A function of Vp alone, so the order of the block's reduction (and the bits) is
-// the same on every GPU; a small vocabulary leaves no block mostly idle.
+// Threads per row: whole warps, at most kClassifierRowVecs vectors each over the padded row, between
+// 32 and kClassifierMaxBlock. A function of Vp alone, so the order of the block's reduction (and the
+// bits) is the same on every GPU.
 inline int classifier_threads(int Vp) {
     const int vecs = Vp / kVecX;
-    return std::min(kClassifierBlock, std::max(32, (vecs + 31) / 32 * 32));
+    const int per_vecs = (vecs + kClassifierRowVecs - 1) / kClassifierRowVecs;
+    return std::min(kClassifierMaxBlock, std::max(32, (per_vecs + 31) / 32 * 32));
+}
+
+// The segment's vectors of this thread: x[i] = row[j0 + i * blockDim.x] where that is inside the row
+// (the others are left as they are and never used), all loads issued before any is used.
+__device__ __forceinline__ void classifier_load(VecX (&x)[kClassifierRowVecs], const VecX* row, int j0, int nvec) {
+#pragma unroll
+    for (int i = 0; i < kClassifierRowVecs; i++) {
+        const int j = j0 + i * (int)blockDim.x;
+        x[i] = row[min(j, nvec - 1)];
+    }
 }
 
 // logits (N, Vp) one block of classifier_threads(Vp) threads per row; lse, losses, zlosses, row_max
 // (N) each nullable.
-__global__ void __launch_bounds__(kClassifierBlock, 4)
+__global__ void __launch_bounds__(kClassifierMaxBlock, 1)
     classifier_kernel(floatX* logits, float* lse_out, float* losses, float* zlosses, float* row_max, const int* targets,
                       float z_weight, float dscale, int V, int Vp) {
     const int n = blockIdx.x;
@@ -74,40 +92,42 @@ __global__ void __launch_bounds__(kClassifierBlock, 4)
     // read before any thread can overwrite the row (pass 2 starts after the block reduction)
     const float target_logit = (threadIdx.x == 0 && target_ok) ? to_float(logits[(size_t)n * Vp + target]) : 0.0f;
 
-    // pass 1: per-thread online max / sum over the real vocabulary, kClassifierRegVecs vectors at a
-    // time (thread t's vectors t + i * blockDim.x, all loads of a group in flight together); vectors
-    // past the row, and elements past V, do not count (j * kVecX + e < V implies j < nvec)
+    // pass 1: online softmax a vector at a time: M = max(m, the vector's max), s rescaled to M (by
+    // exactly 1 when the max did not move) plus the vector's exp(x - M), in base 2 (one FFMA and one
+    // ex2.approx.ftz a column). Columns at or past V count as -inf (ex2(-inf) = 0); only a vector
+    // holding V's boundary checks them. (The columns are masked as floats: writing -inf into the
+    // bf16 registers, or a per-thread max before the sum, makes the compiler spill.)
     const int nvec = Vp / kVecX;
-    const int stride = blockDim.x * kClassifierRegVecs;
-    VecX x[kClassifierRegVecs];
+    const int seg = blockDim.x * kClassifierRowVecs;
+    VecX x[kClassifierRowVecs];
     float m = -INFINITY, s = 0.0f;
-    for (int j0 = threadIdx.x; j0 < nvec; j0 += stride) {
+    for (int j0 = threadIdx.x; j0 < nvec; j0 += seg) {
+        classifier_load(x, row, j0, nvec);
 #pragma unroll
-        for (int i = 0; i < kClassifierRegVecs; i++)
-            if (j0 + i * (int)blockDim.x < nvec) x[i] = row[j0 + i * blockDim.x];
-        float cm = -INFINITY;
+        for (int i = 0; i < kClassifierRowVecs; i++) {
+            const int j = j0 + i * (int)blockDim.x;
+            if (j >= nvec) continue;
+            float f[kVecX];
 #pragma unroll
-        for (int i = 0; i < kClassifierRegVecs; i++) {
-            const int j = j0 + i * blockDim.x;
+            for (int e = 0; e < kVecX; e++) f[e] = to_float(x[i].v[e]);
+            if ((j + 1) * kVecX > V)
 #pragma unroll
-            for (int e = 0; e < kVecX; e++)
-                if (j * kVecX + e < V) cm = fmaxf(cm, to_float(x[i].v[e]));
+                for (int e = 0; e < kVecX; e++)
+                    if (j * kVecX + e >= V) f[e] = -INFINITY;
+            float vm = -INFINITY;
+#pragma unroll
+            for (int e = 0; e < kVecX; e++) vm = fmaxf(vm, f[e]);
+            const float M = fmaxf(m, vm);
+            const float neg_m2 = (M == -INFINITY) ? 0.0f : -M * kClassifierLog2e;  // all -inf so far: sums 0
+            float vs = (m == M) ? s : s * ex2_approx_ftz(fmaf(m, kClassifierLog2e, neg_m2));
+#pragma unroll
+            for (int e = 0; e < kVecX; e++) vs += ex2_approx_ftz(fmaf(f[e], kClassifierLog2e, neg_m2));
+            s = vs;
+            m = M;
         }
-        const float M = fmaxf(m, cm);
-        const float Msub = (M == -INFINITY) ? 0.0f : M;  // all -inf so far: exp(-inf - 0) = 0, NaN stays NaN
-        float cs = 0.0f;
-#pragma unroll
-        for (int i = 0; i < kClassifierRegVecs; i++) {
-            const int j = j0 + i * blockDim.x;
-#pragma unroll
-            for (int e = 0; e < kVecX; e++)
-                if (j * kVecX + e < V) cs += expf(to_float(x[i].v[e]) - Msub);
-        }
-        s = s * ((m == M) ? 1.0f : expf(m - M)) + cs;
-        m = M;
     }
     // block reduction in a fixed order: warps (xor butterfly), then warp 0 over the warp results
-    constexpr int kMaxWarps = kClassifierBlock / 32;
+    constexpr int kMaxWarps = kClassifierMaxBlock / 32;
     const int warps = blockDim.x / 32;
     __shared__ float sm_m[kMaxWarps], sm_s[kMaxWarps];
     __shared__ float sh_lse;
@@ -144,31 +164,34 @@ __global__ void __launch_bounds__(kClassifierBlock, 4)
     if (dscale == 0.0f) return;
     __syncthreads();
 
-    // pass 2: dlogits in place, every column of the row ([V, Vp) gets 0); a row of one group per
-    // thread (nvec <= stride) is still in x, else each group is read again
+    // pass 2: dlogits in place, every column of the row ([V, Vp) gets 0); a row of one segment is
+    // still in x, else each segment is read again. A vector holding V's boundary or the target takes
+    // the per-column path.
     const float lse = sh_lse;
     const float pscale = dscale * (1.0f + 2.0f * z_weight * lse);
-    const bool in_registers = nvec <= stride;
-    for (int j0 = threadIdx.x; j0 < nvec; j0 += stride) {
-        if (!in_registers)
+    const float neg_lse2 = -lse * kClassifierLog2e;
+    const bool in_registers = nvec <= seg;
+    for (int j0 = threadIdx.x; j0 < nvec; j0 += seg) {
+        if (!in_registers) classifier_load(x, row, j0, nvec);
 #pragma unroll
-            for (int i = 0; i < kClassifierRegVecs; i++)
-                if (j0 + i * (int)blockDim.x < nvec) x[i] = row[j0 + i * blockDim.x];
-#pragma unroll
-        for (int i = 0; i < kClassifierRegVecs; i++) {
+        for (int i = 0; i < kClassifierRowVecs; i++) {
             const int j = j0 + i * blockDim.x;
             if (j >= nvec) continue;
+            const int v0 = j * kVecX;
+            float g[kVecX];
 #pragma unroll
-            for (int e = 0; e < kVecX; e++) {
-                const int v = j * kVecX + e;
-                float d = 0.0f;
-                if (v < V) {
-                    d = pscale * expf(to_float(x[i].v[e]) - lse);
-                    if (v == target) d -= dscale;
+            for (int e = 0; e < kVecX; e++)
+                g[e] = pscale * ex2_approx_ftz(fmaf(to_float(x[i].v[e]), kClassifierLog2e, neg_lse2));
+            if (v0 + kVecX > V || (target_ok && target >= v0 && target < v0 + kVecX))
+#pragma unroll
+                for (int e = 0; e < kVecX; e++) {
+                    if (v0 + e >= V) g[e] = 0.0f;
+                    else if (v0 + e == target) g[e] -= dscale;
                 }
-                x[i].v[e] = from_float<floatX>(d);
-            }
-            row[j] = x[i];
+            VecX d;  // written whole (writing into x's bf16 halves in place makes the compiler spill)
+#pragma unroll
+            for (int e = 0; e < kVecX; e++) d.v[e] = from_float<floatX>(g[e]);
+            row[j] = d;
         }
     }
 }
@@ -188,6 +211,8 @@ __global__ void __launch_bounds__(kSummaryBlock)
                               const float* row_max, int n) {
     double ce = 0.0, z = 0.0, l = 0.0;
     float mx = -INFINITY;
+    // unrolled by 4: four rows' loads in flight at once; the additions stay in row order (same bits)
+#pragma unroll 4
     for (int i = threadIdx.x; i < n; i += kSummaryBlock) {
         if (losses) ce += (double)losses[i];
         if (zlosses) z += (double)zlosses[i];

@@ -101,7 +101,8 @@ int main() {
         line(name, kElementwiseBlock, 0);
     }
     line("encoder_backward_wpe_kernel", kElementwiseBlock, 0);
-    line("classifier_kernel", detail::kClassifierBlock, 0);
+    line("classifier_kernel", detail::classifier_threads(10112), 0, "Vp 10112");
+    line("classifier_kernel", detail::classifier_threads(50304), 0, "Vp 50304");
     line("global_norm_kernel", detail::kNormBlock, 0);
     line("bias_sum_kernel", detail::kBiasGroupPacks * detail::kBiasRowThreads, 0);
     line("attention_decode_kernel", kDecodeWarps * 32, 0);
