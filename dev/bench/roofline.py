@@ -947,17 +947,18 @@ def classifier_us(rows, nbytes, family, cal):
 # pass 2's dlogits ~6); the issue efficiency is ASSUMED equal to the calibrated hd-32 attention
 # backward's (attn_bwd_issue_eff_hd32), not measured for this kernel.
 CLASSIFIER_ROW_VECS = 5
+CLASSIFIER_MAX_THREADS = 512
 CLASSIFIER_INSTR_PER_COLUMN = 15
 H200_CLOCK_HZ = 1.83e9  # the clock H200_PEAK is quoted at (4 warp instructions a clock an SM)
 
 
 def classifier_rowregs_us(rows, Vp, cal):
     """HEAD's classifier kernel (loss, lse and dlogits in one pass): a row of one segment
-    (Vp / 8 <= 5 x 1024 vectors) read once and written once, a longer one read twice (the second read
+    (Vp / 8 <= 5 x 512 vectors) read once and written once, a longer one read twice (the second read
     counted as DRAM: an upper bound), at eff_elementwise (ASSUMED: a streaming kernel's measured
     rate), or the issue bound when that is longer: kernel_fixed_us + max(bytes, issue)."""
     vecs = Vp * ACT // 16
-    reads = 1 if vecs <= CLASSIFIER_ROW_VECS * 1024 else 2
+    reads = 1 if vecs <= CLASSIFIER_ROW_VECS * CLASSIFIER_MAX_THREADS else 2
     mem = rows * Vp * ACT * (reads + 1) / (H200_BANDWIDTH * cal["eff_elementwise"]) * 1e6
     issue = rows * Vp * CLASSIFIER_INSTR_PER_COLUMN / 32 / (
         H200_SMS * 4 * H200_CLOCK_HZ * cal["attn_bwd_issue_eff_hd32"]) * 1e6

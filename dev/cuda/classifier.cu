@@ -121,11 +121,12 @@ int main(int argc, char** argv) {
     llmc::Rng rng(args.seed);
     try {
         bool ok = true;
-        // (N, V, Vp): tiny, small V with wide padding, ragged V, whole warps below 256 vectors a row
+        // (N, V, Vp): tiny, small V with wide padding, ragged V, one and two warps a row
         // (classifier_threads: at most kClassifierRowVecs vectors a thread), the paper's SentencePiece
-        // vocabulary (160 threads, the row in registers), GPT-2's vocabulary (one segment in bf16,
-        // two in fp32: pass 2 reads again), a row of two segments in bf16 (V > 65536) and a boundary
-        // vector holding the target
+        // vocabulary (256 threads, the row in registers), one segment of 512 threads, GPT-2's
+        // vocabulary (three segments in bf16, five in fp32: pass 2 reads again), four segments in
+        // bf16; every shape's last row targets column V - 1 (in the vector holding V's boundary when
+        // V % 8 != 0)
         ok &= check_shape(rng, 4, 8, 8, 1e-4f);
         ok &= check_shape(rng, 3, 5, 128, 0.f);
         ok &= check_shape(rng, 37, 1001, 1024, 0.05f);

@@ -6,21 +6,23 @@
 // for v < V, and 0 for the padding columns [V, Vp) (read with their vectors, never used for the
 // statistics).
 //
-// One block per row, of classifier_threads(Vp) threads: enough whole warps (32 to 1024) that each
-// holds at most kClassifierRowVecs = 5 16-byte vectors of the row, so a row of up to 5 x 1024
-// vectors (40960 bf16 columns; the paper model's 10112 in 256 threads) is read from memory once
-// into registers and written once. A longer row (GPT-2's 50304: two segments of 1024 x 5 vectors)
-// is walked in segments and read again for the dlogits (mostly from L2). Per segment all its loads
-// are issued together (a thread past the row loads the row's last vector and ignores it); then
-// online softmax a vector at a time: the running max M and the sum of exp(x - M) rescaled only when
-// M moves, by one FFMA and one ex2.approx.ftz (MUFU.EX2) a column in base 2; then merged across the
-// block in a fixed order (deterministic). Columns at or past V count as -inf (exp 0) and their
-// dlogits are exactly 0; only a vector holding V's boundary or the target takes the per-column
-// path. Pass 2 (only when dlogits_scale != 0) overwrites the row with dlogits = scale x ex2(x log2e
-// - lse log2e) (+ the one-hot term). Launch bound 1024 threads: 63 registers (20 hold the row), no
-// spills; a sixth vector a thread spills (so does masking into the bf16 registers, or a per-thread
-// max before the sum: the compiler keeps every unpacked column live). At 256 threads 4 blocks an
-// SM, so several rows' loads are in flight while others compute. No fp32 (N, Vp) buffer.
+// One block per row, of classifier_threads(Vp) threads: enough whole warps (32 to 512) that each
+// holds at most kClassifierRowVecs = 5 16-byte vectors of the row, so a row of up to 5 x 512 vectors
+// (20480 bf16 columns; the paper model's 10112 in 256 threads) is read from memory once into
+// registers and written once. A longer row (GPT-2's 50304: three segments of 512 x 5 vectors) is
+// walked in segments and read again for the dlogits (from L2 while it holds the rows in flight: 2
+// blocks an SM of 100 KB rows are 26 MB; 1024 threads would leave one block an SM, its loads and
+// its arithmetic in turn). Per segment all its loads are issued together (a thread past the row
+// loads the row's last vector and ignores it); then online softmax a vector at a time: the running
+// max M and the sum of exp(x - M) rescaled only when M moves, by one FFMA and one ex2.approx.ftz
+// (MUFU.EX2) a column in base 2; then merged across the block in a fixed order (deterministic).
+// Columns at or past V count as -inf (exp 0) and their dlogits are exactly 0; only a vector holding
+// V's boundary or the target takes the per-column path. Pass 2 (only when dlogits_scale != 0)
+// overwrites the row with dlogits = scale x ex2(x log2e - lse log2e) (+ the one-hot term). 63
+// registers (20 hold the row), no spills; a sixth vector a thread spills (so does masking into the
+// bf16 registers, or a per-thread max before the sum: the compiler keeps every unpacked column
+// live). At 256 threads 4 blocks an SM, so several rows' loads are in flight while others compute.
+// No fp32 (N, Vp) buffer.
 //
 // Requirements (else std::invalid_argument): 1 <= V <= Vp, Vp a multiple of 8 (16 / sizeof(floatX)
 // elements per vector; the model's Vp is a multiple of 128), logits 16-byte aligned, targets
@@ -41,8 +43,8 @@ namespace llmc::cuda {
 
 namespace detail {
 
-constexpr int kClassifierMaxBlock = 1024;  // the most threads per row
-constexpr int kClassifierRowVecs = 5;      // 16-byte vectors a thread holds (a segment: blockDim x 5)
+constexpr int kClassifierMaxBlock = 512;  // the most threads per row
+constexpr int kClassifierRowVecs = 5;     // 16-byte vectors a thread holds (a segment: blockDim x 5)
 constexpr float kClassifierLog2e = 1.4426950408889634f;
 
 // Merge running softmax state (m, s) with (m2, s2): s = s*e^(m-M) + s2*e^(m2-M), M = max(m, m2).
@@ -82,7 +84,7 @@ __device__ __forceinline__ void classifier_load(VecX (&x)[kClassifierRowVecs], c
 
 // logits (N, Vp) one block of classifier_threads(Vp) threads per row; lse, losses, zlosses, row_max
 // (N) each nullable.
-__global__ void __launch_bounds__(kClassifierMaxBlock, 1)
+__global__ void __launch_bounds__(kClassifierMaxBlock, 2)
     classifier_kernel(floatX* logits, float* lse_out, float* losses, float* zlosses, float* row_max, const int* targets,
                       float z_weight, float dscale, int V, int Vp) {
     const int n = blockIdx.x;
