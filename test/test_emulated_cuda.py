@@ -108,11 +108,13 @@ def test_emulated_cuda_trains_like_the_cpu_hd32(full_run):
 def test_emulated_cuda_trains_like_the_cpu_hd64_qknorm_softcap_zloss(byte_data, tmp_path):
     """20 steps of the head-size-64 model with every stabilizer on, against the CPU backend. Without
     --near the CUDA run computes no near/far statistics and its records omit them (the CPU computes
-    them anyway, at the window). Seed 1: the default seed's trajectory spikes at step 14 (loss 3.5 ->
-    4.2), which amplifies bf16 rounding differences past what the per-step tolerance models (worst
-    error vs the CPU at seed 1337: 7.4e-3 with c276bf2's classifier kernel, 1.2e-2 with 0137e48's;
-    at seed 11, 0.125 and 0.025; at seeds 1-10 both 2.8e-4 to 1.6e-3, emulated): a spike is chaos,
-    not the kernels' error, so this test runs a trajectory without one."""
+    them anyway, at the window). Seed 1, and a tolerance of 4e-3: the default seed's trajectory has
+    a gradient-norm spike (24.4 at step 14), after which bf16 rounding differences grow past what
+    the per-step tolerance models (worst error vs the CPU there: 7.4e-3 with c276bf2's classifier
+    kernel, 1.2e-2 with 0137e48's, both at most 4.2e-4 up to step 13; at seed 11, a norm spike at
+    step 19: 0.125 and 0.025). At seeds 1-10 both kernels gave 2.8e-4 to 1.6e-3, emulated; seed 1's
+    largest gradient norm is 5.3. A spike is chaos, not a kernel's error: this test runs seed 1's
+    trajectory and holds it to 4e-3 (2.5x the worst of those ten seeds)."""
     args = data_args(byte_data) + BASE + LS_HD64_ALL + ["-x", 20, "-l", "3e-3", "--seed", 1]
     run_bin(EMU_TRAIN, args + ["-o", tmp_path / "emu"], "cuda")
     run_bin(BIN, args + ["-o", tmp_path / "cpu"], "cpu", env=None)
@@ -120,7 +122,7 @@ def test_emulated_cuda_trains_like_the_cpu_hd64_qknorm_softcap_zloss(byte_data, 
     assert got[20] < got[1] - 0.5, f"the emulated CUDA run does not train: {got[1]:.4f} -> {got[20]:.4f}"
     z = [r["z_loss"] for r in train_records(tmp_path / "emu" / "metrics.jsonl")]
     assert all(v > 0 for v in z), "z-loss on but not reported"
-    worst = assert_losses_close(got, ref, TOL_BF16)
+    worst = assert_losses_close(got, ref, 4e-3)
     print(f"ls hd64 qk-norm softcap z-loss: worst per-step loss relative error vs CPU {worst:.2e}")
     emu, cpu = read_jsonl(tmp_path / "emu" / "logit_stats.jsonl"), read_jsonl(tmp_path / "cpu" / "logit_stats.jsonl")
     assert emu and all("near" not in r and not any("near_mass" in a or "far_max" in a for a in r["attn"]) for r in emu)

@@ -682,3 +682,22 @@ def test_forward_statistics_and_d_kernel_rules(cal):
             == roofline.attn_kernel_us("attn_bwd_q_fa2_kernel", hd, T, P, B, NH, G, cal, stats=True))
     assert roofline.attn_dot_waves(8, 2048, 6) == 12 and roofline.attn_dot_waves(16, 2048, 6) == 24
     assert roofline.attn_dot_us(8, 2048, 6, cal) == pytest.approx(cal["kernel_fixed_us"] + 12 * cal["attn_dot_wave_us"])
+
+
+def test_classifier_rowregs_reads_a_short_row_once_and_a_long_one_twice(cal):
+    """HEAD's classifier model: a row of at most CLASSIFIER_ROW_VECS x CLASSIFIER_MAX_THREADS 16-byte
+    vectors (2560: 20480 bf16 columns) read once, a longer one twice, plus the write; the issue bound
+    (CLASSIFIER_INSTR_PER_COLUMN a column) when it is longer than the bytes' time."""
+    fixed, bw = cal["kernel_fixed_us"], roofline.H200_BANDWIDTH * cal["eff_elementwise"]
+    short, long_ = 20480, 20480 + 128  # the last one-read row, the first two-read one
+    rows = 4096
+    t_short = roofline.classifier_rowregs_us(rows, short, cal) - fixed
+    t_long = roofline.classifier_rowregs_us(rows, long_, cal) - fixed
+    issue = lambda vp: rows * vp * roofline.CLASSIFIER_INSTR_PER_COLUMN / 32 / (
+        roofline.H200_SMS * 4 * roofline.H200_CLOCK_HZ * cal["attn_bwd_issue_eff_hd32"]) * 1e6
+    assert t_short == pytest.approx(max(rows * short * 2 * 2 / bw * 1e6, issue(short)))
+    assert t_long == pytest.approx(max(rows * long_ * 2 * 3 / bw * 1e6, issue(long_)))
+    assert t_long / long_ > t_short / short  # the second read costs
+    # no zero-cost issue bound: with the bandwidth made infinite the issue bound remains
+    free = dict(cal, eff_elementwise=1e12)
+    assert roofline.classifier_rowregs_us(rows, 10112, free) - fixed == pytest.approx(issue(10112))

@@ -942,13 +942,13 @@ def classifier_us(rows, nbytes, family, cal):
 
 
 # HEAD's classifier kernel (llmc/cuda/classifier.cuh since the row-in-registers rewrite): at most
-# CLASSIFIER_ROW_VECS 16-byte vectors a thread, up to 1024 threads a row, and SASS instructions a
-# column on the hot paths (static, counted in the bf16 cubin: pass 1's per-vector online softmax ~9,
-# pass 2's dlogits ~6); the issue efficiency is ASSUMED equal to the calibrated hd-32 attention
+# CLASSIFIER_ROW_VECS 16-byte vectors a thread, up to CLASSIFIER_MAX_THREADS threads a row, and SASS
+# instructions a column on the hot paths (static, counted by hand in the bf16 cubin: pass 1's
+# per-vector online softmax ~10, pass 2's dlogits ~7, each with the FADD of x - M); the issue efficiency is ASSUMED equal to the calibrated hd-32 attention
 # backward's (attn_bwd_issue_eff_hd32), not measured for this kernel.
 CLASSIFIER_ROW_VECS = 5
 CLASSIFIER_MAX_THREADS = 512
-CLASSIFIER_INSTR_PER_COLUMN = 15
+CLASSIFIER_INSTR_PER_COLUMN = 17
 H200_CLOCK_HZ = 1.83e9  # the clock H200_PEAK is quoted at (4 warp instructions a clock an SM)
 
 
@@ -1988,7 +1988,7 @@ def built_steps(cal):
              f"at paper-b16 {gain('paper-b16', packed_adamw=False)[0] / 1e3:.2f} ms"),
             ("classifier: the row in registers (5 vectors a thread), read once, ex2.approx, online softmax per vector",
              "paper-b16", *gain("paper-b16", rowregs_classifier=False),
-             "the rewritten kernel at eff_elementwise or its static issue bound (15 SASS instructions a column "
+             "the rewritten kernel at eff_elementwise or its static issue bound (17 SASS instructions a column "
              "at attn_bwd_issue_eff_hd32), whichever is longer (assumed, not measured) against c276bf2's kernel "
              "at its lab rates (measured there at 819.8 us in the paper-b16 profile, modeled 684)"),
             ("attention backward's D = rowsum(dO O) in 16-byte packs, a head's lanes reduced by shuffles",

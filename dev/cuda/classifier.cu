@@ -4,7 +4,8 @@
 //   ./classifier --check    validation only; exit status 1 on any failure
 // Per shape: the padding columns [V, Vp) hold NaN (they must never be read); forward only (lse,
 // CE, z-loss, row max; logits unchanged), forward + dlogits (dlogits over all Vp columns, padding
-// exactly 0), no targets (lse and row max only), and two runs bit-identical.
+// exactly 0), no targets (lse and row max only), and two runs bit-identical. Then the contract's
+// edge rows (check_edges).
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -113,6 +114,90 @@ bool check_shape(llmc::Rng& rng, int N, int V, int Vp, float z_weight) {
     return ok;
 }
 
+// The contract's edge rows against a double-precision reference computed here: targets out of range
+// (-1, V, Vp - 1: loss NaN, no one-hot term), a NaN in a real column (lse NaN), logits of bf16's
+// largest magnitudes (3e38 among normal ones; every column -3e38) and around 2e9 (where a fused
+// fmaf(x, log2e, -M log2e) is off by more than 127 in the exponent), the target V - 1, and V = 1.
+// Padding exactly 0 in every row's dlogits; lse and loss to 1e-5 of max(1, |lse|), NaN where the
+// reference is NaN; dlogits to 1e-2 of the row's largest |dlogit| (bf16 rounding), only finite where |lse|
+// is past 1e6 (there fp32 rounds lse - max itself).
+bool check_edges(llmc::Rng& rng) {
+    bool ok = true;
+    for (const int V : {1001, 1}) {
+        const int Vp = V == 1 ? 8 : 1024, N = V == 1 ? 2 : 8;
+        const float z_weight = 1e-4f, dscale = 1.3f / N;
+        std::printf("classifier edges V=%d Vp=%d\n", V, Vp);
+        std::vector<float> logits = lab::random_normal(rng, (size_t)N * Vp, 0.f, 2.f);
+        std::vector<int> targets(N);
+        for (int n = 0; n < N; n++) targets[n] = (int)(rng.next_u32() % V);
+        float* r = logits.data();
+        if (V > 1) {
+            targets[0] = -1;
+            targets[1] = V;
+            targets[2] = Vp - 1;
+            r[3 * Vp + 500] = std::numeric_limits<float>::quiet_NaN();
+            r[4 * Vp + 7] = 3e38f;
+            for (int v = 0; v < V; v++) r[5 * Vp + v] = -3e38f;
+            for (int v = 0; v < V; v++) r[6 * Vp + v] += 2e9f;
+            targets[7] = V - 1;
+        }
+        lab::round_to_floatX(logits);
+        for (int n = 0; n < N; n++)
+            for (int v = V; v < Vp; v++) logits[(size_t)n * Vp + v] = std::numeric_limits<float>::quiet_NaN();
+        auto d_logits = lab::upload_as<floatX>(logits);
+        auto d_targets = lab::upload(targets);
+        DeviceBuffer<float> d_lse(N), d_loss(N);
+        llmc::cuda::classifier_forward_backward(d_logits.get(), d_lse.get(), d_loss.get(), nullptr, nullptr,
+                                                d_targets.get(), z_weight, dscale, N, V, Vp, 0);
+        const std::vector<float> lse = lab::download(d_lse.get(), N), loss = lab::download(d_loss.get(), N);
+        const std::vector<float> dl = lab::download(d_logits.get(), (size_t)N * Vp);
+        for (int n = 0; n < N; n++) {
+            const float* x = logits.data() + (size_t)n * Vp;
+            double mx = -INFINITY;
+            bool nan = false;
+            for (int v = 0; v < V; v++) {
+                nan |= std::isnan(x[v]);
+                mx = std::max(mx, (double)x[v]);
+            }
+            double sum = 0.0;
+            for (int v = 0; v < V; v++) sum += std::exp((double)x[v] - mx);
+            const double ref_lse = nan ? NAN : mx + std::log(sum);
+            const int t = targets[n];
+            const bool t_ok = t >= 0 && t < V;
+            const double ref_loss = (t_ok && !nan) ? ref_lse - (double)x[t] : NAN;
+            // to 1e-5 of max(1, |lse|): the loss is lse - x[target], as exact as lse is
+            const double scale = std::isnan(ref_lse) ? 1.0 : std::max(1.0, std::fabs(ref_lse));
+            auto close = [scale](double got, double ref) {
+                return std::isnan(ref) ? std::isnan(got) : std::fabs(got - ref) <= 1e-5 * scale;
+            };
+            bool row_ok = close(lse[n], ref_lse) && close(loss[n], ref_loss);
+            // dlogits: exactly 0 in the padding; over [0, V) the reference unless it is NaN
+            std::vector<double> ref_d(V);
+            double dmax = 0.0;
+            for (int v = 0; v < V && !nan; v++) {
+                const double p = std::exp((double)x[v] - ref_lse);
+                ref_d[v] = dscale * (p * (1.0 + 2.0 * z_weight * ref_lse) - (v == t ? 1.0 : 0.0));
+                dmax = std::max(dmax, std::fabs(ref_d[v]));
+            }
+            // |lse| past 1e6: fp32 cannot hold lse - max (log V is below lse's ulp), so p rounds (in any
+            // fp32 implementation); those rows' dlogits must only be finite
+            const bool precise = std::fabs(ref_lse) < 1e6;
+            size_t bad = 0;
+            for (int v = 0; v < Vp; v++) {
+                const float g = dl[(size_t)n * Vp + v];
+                if (v >= V) bad += g != 0.f;
+                else if (!nan && precise) bad += !(std::fabs(g - ref_d[v]) <= 1e-2 * dmax);
+                else if (!nan) bad += !std::isfinite(g);
+            }
+            row_ok &= bad == 0;
+            std::printf("  row %d target %d: lse %.7g (ref %.7g) loss %.7g (ref %.7g), %zu dlogits off  %s\n", n, t,
+                        lse[n], ref_lse, loss[n], ref_loss, bad, row_ok ? "OK" : "FAIL");
+            ok &= row_ok;
+        }
+    }
+    return ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -136,6 +221,7 @@ int main(int argc, char** argv) {
         ok &= check_shape(rng, 33, 20000, 20096, 1e-4f);
         ok &= check_shape(rng, 64, 50257, 50304, 1e-4f);
         ok &= check_shape(rng, 5, 70001, 70016, 1e-4f);
+        ok &= check_edges(rng);
         bool threw = false;
         try {
             DeviceBuffer<floatX> l(64);

@@ -8,21 +8,21 @@
 //
 // One block per row, of classifier_threads(Vp) threads: enough whole warps (32 to 512) that each
 // holds at most kClassifierRowVecs = 5 16-byte vectors of the row, so a row of up to 5 x 512 vectors
-// (20480 bf16 columns; the paper model's 10112 in 256 threads) is read from memory once into
-// registers and written once. A longer row (GPT-2's 50304: three segments of 512 x 5 vectors) is
-// walked in segments and read again for the dlogits (from L2 while it holds the rows in flight: 2
-// blocks an SM of 100 KB rows are 26 MB; 1024 threads would leave one block an SM, its loads and
-// its arithmetic in turn). Per segment all its loads are issued together (a thread past the row
-// loads the row's last vector and ignores it); then online softmax a vector at a time: the running
-// max M and the sum of exp(x - M) rescaled only when M moves, by one FFMA and one ex2.approx.ftz
-// (MUFU.EX2) a column in base 2; then merged across the block in a fixed order (deterministic).
-// Columns at or past V count as -inf (exp 0) and their dlogits are exactly 0; only a vector holding
-// V's boundary or the target takes the per-column path. Pass 2 (only when dlogits_scale != 0)
-// overwrites the row with dlogits = scale x ex2(x log2e - lse log2e) (+ the one-hot term). 63
-// registers (20 hold the row), no spills; a sixth vector a thread spills (so does masking into the
-// bf16 registers, or a per-thread max before the sum: the compiler keeps every unpacked column
-// live). At 256 threads 4 blocks an SM, so several rows' loads are in flight while others compute.
-// No fp32 (N, Vp) buffer.
+// is read from memory once into registers and written once (bf16: 20480 columns, the paper model's
+// 10112 in 256 threads; fp32: 10240). A longer row (GPT-2's 50304: three segments of 512 x 5
+// vectors in bf16, five in fp32) is walked in segments and read again for the dlogits (from L2
+// while it holds the rows in flight: in bf16 2 blocks an SM of 100 KB rows are 26 MB; 1024 threads
+// would leave one block an SM, its loads and its arithmetic in turn). Per segment all its loads are
+// issued together (a thread past the row loads the row's last vector and ignores it); then online
+// softmax a vector at a time: the running max M and the sum of exp(x - M) rescaled only when M
+// moves, each term ex2.approx.ftz (MUFU.EX2) of (x - M) log2e; then merged across the block in a
+// fixed order (deterministic). Columns at or past V count as -inf (exp 0) and their dlogits are
+// exactly 0; only a vector holding V's boundary or the target takes the per-column path. Pass 2
+// (only when dlogits_scale != 0) overwrites the row with dlogits = scale x ex2((x - lse) log2e) (+
+// the one-hot term). Static (nvcc 13, sm_90): 64 registers in bf16 (20 hold the row), 54 in fp32,
+// no spills; a sixth vector a thread spills in bf16 (so does masking into the bf16 registers, or a
+// per-thread max before the sum: the compiler keeps every unpacked column live). At 256 threads 4
+// blocks an SM, so several rows' loads are in flight while others compute. No fp32 (N, Vp) buffer.
 //
 // Requirements (else std::invalid_argument): 1 <= V <= Vp, Vp a multiple of 8 (16 / sizeof(floatX)
 // elements per vector; the model's Vp is a multiple of 128), logits 16-byte aligned, targets
@@ -72,8 +72,9 @@ inline int classifier_threads(int Vp) {
     return std::min(kClassifierMaxBlock, std::max(32, (per_vecs + 31) / 32 * 32));
 }
 
-// The segment's vectors of this thread: x[i] = row[j0 + i * blockDim.x] where that is inside the row
-// (the others are left as they are and never used), all loads issued before any is used.
+// The segment's vectors of this thread: x[i] = row[j0 + i * blockDim.x], the index clamped to the
+// row's last vector (past the row: loaded, never used; an `if` around the load makes the compiler
+// spill), all loads issued before any is used.
 __device__ __forceinline__ void classifier_load(VecX (&x)[kClassifierRowVecs], const VecX* row, int j0, int nvec) {
 #pragma unroll
     for (int i = 0; i < kClassifierRowVecs; i++) {
@@ -95,10 +96,13 @@ __global__ void __launch_bounds__(kClassifierMaxBlock, 2)
     const float target_logit = (threadIdx.x == 0 && target_ok) ? to_float(logits[(size_t)n * Vp + target]) : 0.0f;
 
     // pass 1: online softmax a vector at a time: M = max(m, the vector's max), s rescaled to M (by
-    // exactly 1 when the max did not move) plus the vector's exp(x - M), in base 2 (one FFMA and one
-    // ex2.approx.ftz a column). Columns at or past V count as -inf (ex2(-inf) = 0); only a vector
-    // holding V's boundary checks them. (The columns are masked as floats: writing -inf into the
-    // bf16 registers, or a per-thread max before the sum, makes the compiler spill.)
+    // exactly 1 when the max did not move) plus the vector's exp(x - M) = ex2((x - M) log2e): an
+    // FADD, an FMUL and ex2.approx.ftz a column, rounded as written (x - M is exact near the max at
+    // any magnitude, where fmaf(x, log2e, -M log2e) carries M log2e's rounding, past 127 once
+    // |M| > ~1.5e9; plain operators make the compiler spill in bf16). Columns at or past V count as
+    // -inf (ex2(-inf) = 0); only a vector holding V's boundary checks them. (The columns are masked
+    // as floats: writing -inf into the bf16 registers, or a per-thread max before the sum, makes the
+    // compiler spill.)
     const int nvec = Vp / kVecX;
     const int seg = blockDim.x * kClassifierRowVecs;
     VecX x[kClassifierRowVecs];
@@ -120,10 +124,10 @@ __global__ void __launch_bounds__(kClassifierMaxBlock, 2)
 #pragma unroll
             for (int e = 0; e < kVecX; e++) vm = fmaxf(vm, f[e]);
             const float M = fmaxf(m, vm);
-            const float neg_m2 = (M == -INFINITY) ? 0.0f : -M * kClassifierLog2e;  // all -inf so far: sums 0
-            float vs = (m == M) ? s : s * ex2_approx_ftz(fmaf(m, kClassifierLog2e, neg_m2));
+            const float Msub = (M == -INFINITY) ? 0.0f : M;  // all -inf so far: every term 0, NaN stays NaN
+            float vs = (m == M) ? s : s * ex2_approx_ftz(__fmul_rn(__fsub_rn(m, Msub), kClassifierLog2e));
 #pragma unroll
-            for (int e = 0; e < kVecX; e++) vs += ex2_approx_ftz(fmaf(f[e], kClassifierLog2e, neg_m2));
+            for (int e = 0; e < kVecX; e++) vs += ex2_approx_ftz(__fmul_rn(__fsub_rn(f[e], Msub), kClassifierLog2e));
             s = vs;
             m = M;
         }
@@ -171,7 +175,6 @@ __global__ void __launch_bounds__(kClassifierMaxBlock, 2)
     // the per-column path.
     const float lse = sh_lse;
     const float pscale = dscale * (1.0f + 2.0f * z_weight * lse);
-    const float neg_lse2 = -lse * kClassifierLog2e;
     const bool in_registers = nvec <= seg;
     for (int j0 = threadIdx.x; j0 < nvec; j0 += seg) {
         if (!in_registers) classifier_load(x, row, j0, nvec);
@@ -183,7 +186,7 @@ __global__ void __launch_bounds__(kClassifierMaxBlock, 2)
             float g[kVecX];
 #pragma unroll
             for (int e = 0; e < kVecX; e++)
-                g[e] = pscale * ex2_approx_ftz(fmaf(to_float(x[i].v[e]), kClassifierLog2e, neg_lse2));
+                g[e] = pscale * ex2_approx_ftz(__fmul_rn(__fsub_rn(to_float(x[i].v[e]), lse), kClassifierLog2e));
             if (v0 + kVecX > V || (target_ok && target >= v0 && target < v0 + kVecX))
 #pragma unroll
                 for (int e = 0; e < kVecX; e++) {
