@@ -39,6 +39,7 @@
 #            TRAIN_OUT=out/tinyshakespeare
 #            CI=true (GPU targets for sm_90 only; make test fails without nvcc)  JOBS=<nproc> (make test)
 #            GPU_CHECK_EMU_PARTS=build,first,...|all (make test-emu)  EMU_SCHEDULES=greedy-forward,greedy-reverse
+#            EMU_FP32_MODEL_CASES=ragged,...|"" (make test-emu: the FP32 test_cuda_model's cases; "": all)
 #            FUZZ_SECONDS=600  FUZZ_SMOKE_SECONDS=5  FUZZ_NAMES="shard config"  FUZZ_ARGS=-runs=N (libFuzzer flags)
 
 # `make deps GOALS...` (the README's commands): install first, then make GOALS in a fresh make, so
@@ -386,12 +387,18 @@ emu-fp32-trainer: $(EMU_CPU_KERNELS) $(BUILD)/emu/train_gpt2_ls.o  # built here,
 # make test runs all but the FP32 stage (the whole FP32 emulated build and its runs, ~10 min on 2
 # cores; its first stage runs the FP32 test_cuda_model); `make test-emu GPU_CHECK_EMU_PARTS=all`
 # runs everything. The report: $(BUILD)/gpu_check_emu/report/report.txt.
+# EMU_FP32_MODEL_CASES: the FP32 test_cuda_model's cases in the first stage (its filter; empty: all
+# 14, ~240 s on 2 cores). The default, ~90 s: the PyTorch fixtures (hd32: MHSA, LS, all-local with
+# QK-norm and soft-cap, the paper code's model) and the cases that together take every option once
+# (ragged T and L 3 with all stabilizers; hd 64 without biases with erf, untied, z-loss; all-local
+# with soft-cap; erf with biases; no biases with tanh). The BF16 test_cuda_model runs all 14.
 EMU_SCHEDULES ?= greedy-forward,greedy-reverse
 EMU_BACKEND_SCHEDULES ?= greedy-forward
 GPU_CHECK_EMU_PARTS ?= build,first,test,sanitize,labs,bench,train,profile,e2e-small,e2e-d12
+EMU_FP32_MODEL_CASES ?= ragged_all_options,ls_qknorm_hd64_untied_zloss_nobias_erf,local_softcap_zloss_untied,ls_bias_erf,ls_qknorm_nobias_tanh,hd32
 test-emu: emu
 	rm -f build/gpu_check_emu/results.tsv  # this run's steps only in the report (gpu_check accumulates them)
-	EMU_SCHEDULES=$(EMU_SCHEDULES) EMU_BACKEND_SCHEDULES=$(EMU_BACKEND_SCHEDULES) \
+	EMU_SCHEDULES=$(EMU_SCHEDULES) EMU_BACKEND_SCHEDULES=$(EMU_BACKEND_SCHEDULES) EMU_FP32_MODEL_CASES=$(EMU_FP32_MODEL_CASES) \
 	  scripts/gpu_check.sh --emulate --part $(GPU_CHECK_EMU_PARTS) --out $(BUILD)/gpu_check_emu/report
 	@echo "== emulated: gpu_check.sh --emulate passed (stages $(GPU_CHECK_EMU_PARTS); emulation, not a GPU) =="
 
@@ -502,9 +509,9 @@ test-build: $(ASAN_BINS) train_gpt2_ls generate_gpt2_ls  # and the fuzzers ($(FU
 PYTEST_LEFT_OUT := $(addprefix --deselect ,$(PYTEST_NEEDS_NVCC))
 else
 test-build: $(ASAN_BINS) gpu-targets dist-matrix emu  # and the fuzzers ($(FUZZ_BINS), below)
-# pytest files of the emulated build that run in the background lane, after the fuzz smoke test
-# (the foreground lane is the longer one: this evens them out)
-PYTEST_BACKGROUND := test/test_emulation_cublaslt.py test/test_emulation_nccl.py test/test_emu_step_report.py
+# pytest files that run in the background lane, after the fuzz smoke test: three of the emulated
+# build and the attention-map plots (the foreground lane is the longer one: this evens them out)
+PYTEST_BACKGROUND := test/test_emulation_cublaslt.py test/test_emulation_nccl.py test/test_emu_step_report.py test/test_attention_maps.py
 PYTEST_LEFT_OUT := $(addprefix --ignore=,$(PYTEST_BACKGROUND))
 endif
 test:

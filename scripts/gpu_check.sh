@@ -290,10 +290,14 @@ fp32_make() {  # fp32_make TARGETS...: the FP32 build of these targets (build/fp
     else make -j"$(nproc)" -k BUILD=build/fp32 CUDA_ARCH="$arch" PRECISION=FP32 EXTRA_INCLUDE="$extra" "$@"; fi
 }
 
+# Emulated, EMU_FP32_MODEL_CASES (test_cuda_model's filter: comma-separated parts of case names) picks
+# the FP32 cases; unset or empty: all (make test-emu sets a subset: Makefile, EMU_FP32_MODEL_CASES).
 stage_first() {  # the FP32 model test alone, launch-blocking: the first thing a GPU ever runs
+    local cases=()
+    [[ $emulate == 1 && -n ${EMU_FP32_MODEL_CASES:-} ]] && cases=("$EMU_FP32_MODEL_CASES")
     step "build:fp32-test_cuda_model" 300 fp32_make "$fp32_dir/test_gpu/test_cuda_model" || return
     step "first:fp32-test_cuda_model-blocking" 300 run_bin test_cuda_model env CUDA_LAUNCH_BLOCKING=1 \
-        "$fp32_dir/test_gpu/test_cuda_model"
+        "$fp32_dir/test_gpu/test_cuda_model" "${cases[@]}"
 }
 stage_build() { build_bf16; }
 stage_test() { ensure_bf16; run_tests "$bf16_dir" ""; }

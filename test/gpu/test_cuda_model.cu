@@ -525,10 +525,24 @@ void check_fixture(Checks& ck, const std::string& name) {
               d.n_steps, worst_norm, kTolGrad);
 }
 
+// Whether a case named `name` is among those the filter (parts separated by commas) selects.
+bool selected_by(const std::string& filter, const std::string& name) {
+    if (filter.empty()) return true;
+    size_t begin = 0;
+    while (begin <= filter.size()) {
+        const size_t end = std::min(filter.find(',', begin), filter.size());
+        const std::string part = filter.substr(begin, end - begin);
+        if (!part.empty() && name.find(part) != std::string::npos) return true;
+        begin = end + 1;
+    }
+    return false;
+}
+
 }  // namespace
 
-// Optional argument: run only the random cases and fixtures whose name contains it, e.g.
-// `test_cuda_model nobias_erf` or `test_cuda_model paper`; a filter that selects nothing is a failure.
+// Optional argument: run only the random cases and fixtures whose name contains it, or any of its
+// comma-separated parts, e.g. `test_cuda_model nobias_erf` or `test_cuda_model ragged,hd32`; a filter
+// that selects nothing is a failure.
 int main(int argc, char** argv) {
     if (!gpu_test::have_gpu("test_cuda_model")) return 1;
     const std::string filter = argc > 1 ? argv[1] : "";
@@ -580,7 +594,7 @@ int main(int argc, char** argv) {
     int selected = 0;
     for (const Case& c : cases) {
         seed++;
-        if (!filter.empty() && std::string(c.name).find(filter) == std::string::npos) continue;
+        if (!selected_by(filter, c.name)) continue;
         selected++;
         try {
             check_case(ck, c, seed - 1);
@@ -592,7 +606,7 @@ int main(int argc, char** argv) {
     // The PyTorch reference's head-size-32 fixtures (the hd-8 ones need a head size the kernel lacks);
     // paper_qknorm_hd32: the paper code's model (no biases, erf GELU, untied) with QK-norm.
     for (const char* name : {"ls_hd32", "mhsa_hd32", "local_qknorm_softcap_hd32", "paper_qknorm_hd32"}) {
-        if (!filter.empty() && std::string(name).find(filter) == std::string::npos) continue;
+        if (!selected_by(filter, name)) continue;
         selected++;
         try {
             check_fixture(ck, name);
