@@ -44,7 +44,7 @@
 # DIR (default $OUT if set, else out/gpu_check) receives report.txt (every step's output, the short
 # table last) and report.json (steps, statuses, times, and the benchmarks' JSON), covering every step
 # run on this machine so far (build/gpu_check/results.tsv), not only this call's.
-# Environment: CUDA_ARCH (default 90), GPU_CHECK_TIMEOUT_SCALE (multiplies every step's time limit; 6 with --emulate, else 1), GPU_CHECK_COMMIT (the commit measured; default git rev-parse,
+# Environment: CUDA_ARCH (default 90), GPU_CHECK_TIMEOUT_SCALE (multiplies every step's time limit; 6 with --emulate, else 1), EMU_FP32_MODEL_CASES (--emulate: the first stage's test_cuda_model filter; default all), GPU_CHECK_COMMIT (the commit measured; default git rev-parse,
 # needed where the tree was copied without .git). Header-only deps: run ../shared/tools/device-deps.sh
 # on a machine with a registry and bring .deps along; the build then uses .deps/include.
 # Before any stage: the header-only deps (CLI11, nlohmann/json) must be found (else one line, exit 2)
