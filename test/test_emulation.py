@@ -333,6 +333,26 @@ def test_mutant_build_compiles_without_ubsan():
     assert "undefined" not in cmd[0] and "-fsanitize=address" in cmd[0] and "-lubsan" in cmd[0].split(), cmd[0]
 
 
+def test_emulated_trainer_links_the_backend_first():
+    """The emulated trainer's and generator's own objects compile at EMU_MAIN_OPT (-O0), and their link
+    lines put cuda_backend.o (EMU_OPT) first: the inline emulator code both objects emit is linked from
+    the first, so the device code stays optimized (Makefile, EMU_MAIN_OPT)."""
+    targets = ["build/emu/train_gpt2_ls", "build/emu/generate_gpt2_ls"]
+    p = subprocess.run(["make", "-n", "-B", "CI=true"] + targets, cwd=REPO, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.replace("\\\n", " ").splitlines()
+    for t in targets:
+        compile_line = [ln for ln in lines if f" -o {t}.o" in ln]
+        link = [ln for ln in lines if ln.rstrip().endswith(f" -o {t}") or f" -o {t} " in ln]
+        assert len(compile_line) == 1 and len(link) == 1, p.stdout
+        assert "-O0" in compile_line[0].split() and "-O1" not in compile_line[0].split(), compile_line[0]
+        words = link[0].split()
+        assert words.index("build/emu/cuda_backend.o") < words.index(f"{t}.o"), link[0]
+    backend = [ln for ln in lines if " -o build/emu/cuda_backend.o" in ln]
+    assert len(backend) == 1 and "-O1" in backend[0].split(), backend
+
+
 @pytest.fixture(scope="module")
 def mutants(tmp_path_factory):
     """Every mutant built and its check run, two at a time (the emulated builds are single-threaded
