@@ -35,6 +35,9 @@ ENV = dict(os.environ, LLMC_EMU_SCHEDULES="forward", UBSAN_OPTIONS="print_stackt
 # hd 32: one local head (window 8) and one global head
 MODEL = ["--channels", "64", "--heads", "2", "--global-heads", "1", "--window", "8"]
 BASE = ["-b", "2", "-t", "32", "--max-seq-len", "32", "-s", "0", "--threads", "2", "-x", "3"]
+# the steps issued kernel by kernel, for the tests whose subject is a step's launches one by one (by
+# default, --cuda-graph auto, step 2 is captured as a graph and step 3 replays it: the graph's tests)
+EAGER = ["--cuda-graph", "0"]
 
 # Kernel launches per optimizer step, by kernel family (a substring of the demangled kernel name),
 # read from the op list of CudaBackend (forward, backward, grad_norm, adamw_update):
@@ -127,7 +130,7 @@ def family_counts(kernels):
 
 @pytest.mark.parametrize("L", [1, 2, 3])
 def test_step_counts_repeat_and_follow_the_model_structure(periodic_data, tmp_path, L):
-    recs = records(periodic_data, tmp_path, f"L{L}", ["--layers", str(L), "-v", "0"] + MODEL)
+    recs = records(periodic_data, tmp_path, f"L{L}", ["--layers", str(L), "-v", "0"] + MODEL + EAGER)
     order = [(r["interval"], r["step"]) for r in recs]
     assert order == [("before_step", 1), ("step", 1), ("before_step", 2), ("step", 2), ("before_step", 3),
                      ("step", 3)], f"report intervals: {order}"
@@ -151,8 +154,8 @@ def test_step_counts_repeat_and_follow_the_model_structure(periodic_data, tmp_pa
 def test_work_between_steps_is_not_counted_in_the_step(periodic_data, tmp_path):
     """Validation every step (-v 1) runs between steps: it shows up before the next step, and the
     step records equal those of a run without validation."""
-    plain = records(periodic_data, tmp_path, "plain", ["--layers", "1", "-v", "0"] + MODEL)
-    val = records(periodic_data, tmp_path, "val", ["--layers", "1", "-v", "1", "--val-batches", "1"] + MODEL)
+    plain = records(periodic_data, tmp_path, "plain", ["--layers", "1", "-v", "0"] + MODEL + EAGER)
+    val = records(periodic_data, tmp_path, "val", ["--layers", "1", "-v", "1", "--val-batches", "1"] + MODEL + EAGER)
     step = lambda rs, s: next(r for r in rs if r["interval"] == "step" and r["step"] == s)  # noqa: E731
     before = lambda rs, s: next(r for r in rs if r["interval"] == "before_step" and r["step"] == s)  # noqa: E731
     assert step(val, 2) == step(plain, 2)
@@ -252,6 +255,49 @@ def test_cuda_graph_step_is_one_launch_with_the_same_bits(varied_data, tmp_path)
         assert graph[s]["kernels"] == eager[s]["kernels"] and graph[s]["matmuls"] == eager[s]["matmuls"], s
         assert graph[s]["host_syncs"] == 0, f"step {s}: {graph[s]['syncs']}"
         assert graph[s]["copies"] == eager[s]["copies"], f"step {s}: {graph[s]['copies']} vs {eager[s]['copies']}"
+
+
+@pytest.mark.parametrize("extra, words, graph_launches", [
+    ([], "one CUDA graph a step once its shapes repeat (--cuda-graph auto)", [0, 1, 1]),
+    (["--cuda-graph", "0"], "kernel by kernel (--cuda-graph 0)", [0, 0, 0]),
+    (["--skip-spikes", "1e30"], "kernel by kernel (--cuda-graph auto: --skip-spikes decides on the host inside "
+                                "the step)", [0, 0, 0]),
+    (["--qk-clip", "1e30"], "kernel by kernel (--cuda-graph auto: --qk-clip rescales weights on the host inside "
+                            "the step)", [0, 0, 0]),
+    (["-d", "128"], "kernel by kernel (--cuda-graph auto: 2 micro-batches a step, which load while the device "
+                    "runs; --cuda-graph 1 for one graph)", [0, 0, 0]),
+])
+def test_cuda_graph_auto_takes_the_graph_where_a_step_can_run_as_one(periodic_data, tmp_path, extra, words,
+                                                                      graph_launches):
+    """--cuda-graph auto, the default: the graph wherever a step can run as one and has one micro-batch
+    (step 1 eager, step 2 captured and launched, step 3 replayed), else kernel by kernel; the run header
+    says which and, under auto, what keeps the graph off. The numbers are those of --cuda-graph 0 with the
+    same flags, bit for bit (thresholds no step reaches: --skip-spikes and --qk-clip change no number)."""
+    out = tmp_path / "run"
+    p, report = run_report(periodic_data, tmp_path, "auto", ["--layers", "1", "-v", "0", "-o", str(out)] + MODEL + extra)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert f"  steps: {words}\n" in p.stdout, p.stdout[-2000:]
+    recs = [json.loads(line) for line in report.read_text().splitlines()]
+    assert [r["graph_launches"] for r in recs if r["interval"] == "step"] == graph_launches
+    ref = tmp_path / "eager"
+    p0, _ = run_report(periodic_data, tmp_path, "eager",
+                       ["--layers", "1", "-v", "0", "-o", str(ref)] + MODEL + extra +
+                       ([] if "--cuda-graph" in extra else EAGER))
+    assert p0.returncode == 0, p0.stderr[-3000:]
+    keys = ["loss", "grad_norm", "max_attn_logit", "out_max_logit"]
+    got = [[r.get(k) for k in keys] for r in train_records(out / "metrics.jsonl")]
+    assert got == [[r.get(k) for k in keys] for r in train_records(ref / "metrics.jsonl")] and len(got) == 3
+
+
+def test_cuda_graph_header_line_is_the_cuda_backends_only(periodic_data, tmp_path):
+    """The CPU backend has no step graph: its run header has no steps line, whatever --cuda-graph says
+    (except 1, refused below)."""
+    for g in (["--cuda-graph", "auto"], ["--cuda-graph", "0"]):
+        args = ["--device", "cpu", "-i", f"{periodic_data}/train_*.bin", "-j", f"{periodic_data}/val_*.bin"] + \
+            BASE + ["--layers", "1", "-v", "0", "-x", "1"] + MODEL + g
+        p = subprocess.run([str(EMU_TRAIN)] + args, cwd=REPO, capture_output=True, text=True, timeout=600, env=ENV)
+        assert p.returncode == 0, p.stderr[-2000:]
+        assert "  steps: " not in p.stdout, p.stdout[-2000:]
 
 
 @pytest.mark.parametrize("extra, needle", [

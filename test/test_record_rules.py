@@ -167,7 +167,7 @@ def test_a_run_resumes_from_another_directory(byte_data, tmp_path):
     (["--shuffle", "false"], "error: --shuffle must be 0 or 1 (got false)"),
     (["-y", "true"], "error: -y/--resume must be 0 or 1 (got true); -y 1 resumes the run in -o"),
     (["-y", "1.0"], "error: -y/--resume must be 0 or 1 (got 1.0); -y 1 resumes the run in -o"),
-    (["--cuda-graph", "on"], "error: --cuda-graph must be 0 or 1 (got on)"),
+    (["--cuda-graph", "on"], "error: --cuda-graph must be auto, 0 or 1 (got on)"),
     (["--shuffle", "3000000000"], "error: --shuffle must be 0 or 1 (got 3000000000)"),
     # a code review: CLI11 read integers with strtoll's base 0, so "-y 0x1" was -y 1 and "-x 0x10" 16 steps
     (["-y", "0x1"], "error: -y/--resume must be 0 or 1 (got 0x1); -y 1 resumes the run in -o"),

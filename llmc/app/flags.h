@@ -187,9 +187,12 @@ enum class FlagRecord { Both, Toml, Machine, Launch, Hidden, Json };
     SETTING(Launch, int, profile_steps, 0, "--profile-steps", v >= 0, "must be >= 0 (0 = off)", \
             "time every kernel of N training steps after 2 warm-up steps and print a table per kernel; profile.json " \
             "in -o (CUDA backend: CUPTI; the emulated device counts launches)") \
-    SETTING(Machine, int, cuda_graph, 0, "--cuda-graph", v == 0 || v == 1, "must be 0 or 1 (got {})", \
-            "1 = run each training step as one CUDA graph once its shapes repeat (CUDA backend, one process; " \
-            "the same numbers as 0)") \
+    SETTING(Machine, std::string, cuda_graph, "auto", "--cuda-graph", v == "auto" || v == "0" || v == "1", \
+            "must be auto, 0 or 1 (got {})", \
+            "auto = each training step as one CUDA graph once its shapes repeat wherever a step can run as one " \
+            "(the CUDA backend, one process, -z 0, no --skip-spikes or --qk-clip) and has one micro-batch (no -d " \
+            "above B*T), else kernel by kernel, as the run header says; 1 = as one graph, or refuse the run; 0 = " \
+            "kernel by kernel (the same numbers either way)") \
     /* data parallelism (docs/multigpu.md) */ \
     SETTING(Json, int, world_size, 1, "", true, "", \
             "processes, from the collective") \

@@ -33,17 +33,18 @@ template <class T, class Ok>
 void check_setting(const T& value, const char* names, const char* rule, Ok ok) {
     if (ok(value)) return;
     std::string msg = flag_names_text(names) + " " + rule;
-    if constexpr (std::is_arithmetic<T>::value) {
-        std::string text;  // an integer as an integer (1000000, not 1e+06), a float with %g
-        if constexpr (std::is_integral<T>::value) {
-            text = std::to_string(value);
-        } else {
-            char buf[32];
-            std::snprintf(buf, sizeof buf, "%g", (double)value);
-            text = buf;
-        }
-        for (size_t at = msg.find("{}"); at != std::string::npos; at = msg.find("{}", at)) msg.replace(at, 2, text);
+    std::string text;  // an integer as an integer (1000000, not 1e+06), a float with %g, a text as given
+    if constexpr (std::is_integral<T>::value) {
+        text = std::to_string(value);
+    } else if constexpr (std::is_floating_point<T>::value) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%g", (double)value);
+        text = buf;
+    } else if constexpr (std::is_same<T, std::string>::value) {
+        text = value;
     }
+    for (size_t at = msg.find("{}"); at != std::string::npos; at = msg.find("{}", at + text.size()))
+        msg.replace(at, 2, text);
     throw InputError(msg);
 }
 template <class T, class Ok>
@@ -124,7 +125,7 @@ inline void check_flag_combinations(const TrainConfig& c) {
     }
     if (c.resume == 1 && c.output_dir.empty()) fail("-y 1 resumes from the checkpoints in -o; give -o DIR");
     if (c.checkpoint_every > 0 && c.output_dir.empty()) fail("-n needs -o DIR to write checkpoints into");
-    if (c.cuda_graph == 1 && !c.eval_only &&
+    if (c.cuda_graph == "1" && !c.eval_only &&
         (c.world_size > 1 || c.zero_stage == 1 || c.skip_spikes > 0 || c.qk_clip > 0))
         fail(
             "--cuda-graph 1 replays the queued step, which needs one process, -z 0, and no --skip-spikes or "
@@ -134,6 +135,8 @@ inline void check_flag_combinations(const TrainConfig& c) {
 // The flags, without the model.
 inline void validate_train_flags(const TrainConfig& c) {
     check_flag_ranges(c, "resume");  // -y decides where the settings come from: its range before any rule
+    // a text flag's word is read without a check; named before the rules, as an integer flag's is
+    check_flag_ranges(c, "cuda_graph");
     check_flag_combinations(c);
     check_flag_ranges(c);
 }

@@ -356,6 +356,7 @@ inline void print_run_header(const TrainConfig& cfg, const RunPlan& plan, const 
     o.log.printf("  batch: B %d x T %d x accum %d x %d process(es) = %ld tokens/step | %d steps\n", B, T, plan.accum,
                  cfg.world_size, (long)B * T * plan.accum * cfg.world_size, max_steps);
     o.log.printf("  lr: %s\n", describe_schedule(plan.schedule).c_str());
+    if (!model.step_graph.empty()) o.log.printf("  steps: %s\n", model.step_graph.c_str());
     const std::string stabilizers = describe_stabilizers(plan.model, cfg);
     if (!stabilizers.empty()) o.log.printf("  stabilizers: %s\n", stabilizers.c_str());
     if (cfg.world_size > 1)

@@ -22,6 +22,7 @@
 #include "llmc/io/train_state.h"
 #include "llmc/train/loop_state.h"
 #include "llmc/train/run_plan.h"
+#include "llmc/train/step_graph_choice.h"
 
 namespace llmc {
 
@@ -32,6 +33,7 @@ using ProfilerFactory = std::function<std::unique_ptr<StepProfiler>(const Backen
 struct TrainingModel {
     std::unique_ptr<Backend> backend;
     std::string device;                        // Backend::device_description()
+    std::string step_graph;                    // how the steps are issued (choose_step_graph), "" on the CPU
     std::unique_ptr<Zero1Optimizer> zero;      // -z 1: this rank's shard of master weights and moments
     std::vector<float> params_buf;             // (num_params) host copy of the weights (scratch)
     std::vector<float> grads_pad, params_pad;  // -z 1: (world * chunk) padded full vectors
@@ -60,12 +62,9 @@ inline TrainingModel build_model(const TrainConfig& cfg, const RunPlan& plan, co
     t.backend = make_backend(plan.model);
     Backend& model = *t.backend;
     t.device = model.device_description();
-    if (cfg.cuda_graph == 1) {  // the flag combinations are checked with the flags (validate.h)
-        if (!model.has_step_graph())
-            throw InputError("--cuda-graph 1 needs the CUDA backend; this run uses the " + std::string(model.name()) +
-                             " backend (give --device cuda, or drop --cuda-graph)");
-        model.use_step_graph(true);
-    }
+    const StepGraphChoice graph = choose_step_graph(cfg, plan.accum, model.has_step_graph(), model.name());
+    if (graph.on) model.use_step_graph(true);
+    t.step_graph = graph.words;
     const size_t n = model.num_params();
     if (plan.resume) {
         model.set_params(plan.resume->model.params.data());

@@ -1,0 +1,44 @@
+// Whether a run's training steps are issued as CUDA graphs (--cuda-graph; docs/cuda_backend.md, "The
+// step as one CUDA graph"), and the run header's words for it. A step runs as one graph only on the
+// queued path (llmc/train/train_step.h, runs_queued): a backend with step graphs (the CUDA backend),
+// one process, -z 0, neither --skip-spikes nor --qk-clip. auto (the default) takes the graph wherever
+// it can, except for a step of several micro-batches (-d: the graph stages every micro-batch's tokens
+// before its launch, where steps issued kernel by kernel load the next while the device runs one), and
+// names what keeps it off; 1 takes it or the run is refused (the flags here by llmc/app/validate.h, a
+// backend without step graphs here); 0 never takes it.
+#pragma once
+#include <string>
+
+#include "llmc/app/train_config.h"
+#include "llmc/core/error.h"
+
+namespace llmc {
+
+struct StepGraphChoice {
+    bool on = false;
+    std::string words;  // the run header's "steps:" line; "" for a backend without step graphs
+};
+
+// accum: the micro-batches of a step (RunPlan::accum).
+inline StepGraphChoice choose_step_graph(const TrainConfig& cfg, int accum, bool backend_has_step_graph,
+                                         const std::string& backend_name) {
+    if (cfg.cuda_graph == "1" && !backend_has_step_graph)
+        throw InputError("--cuda-graph 1 needs the CUDA backend; this run uses the " + backend_name +
+                         " backend (give --device cuda, or drop --cuda-graph)");
+    if (!backend_has_step_graph) return {};
+    const std::string on = "one CUDA graph a step once its shapes repeat (--cuda-graph " + cfg.cuda_graph + ")";
+    if (cfg.cuda_graph == "0") return {false, "kernel by kernel (--cuda-graph 0)"};
+    if (cfg.cuda_graph == "1") return {true, on};
+    const char* off = cfg.world_size > 1    ? "several processes reduce the step's numbers on the host"
+                      : cfg.zero_stage == 1 ? "-z 1 updates the weights through the host"
+                      : cfg.skip_spikes > 0 ? "--skip-spikes decides on the host inside the step"
+                      : cfg.qk_clip > 0     ? "--qk-clip rescales weights on the host inside the step"
+                                            : nullptr;
+    if (off) return {false, std::string("kernel by kernel (--cuda-graph auto: ") + off + ")"};
+    if (accum > 1)
+        return {false, "kernel by kernel (--cuda-graph auto: " + std::to_string(accum) +
+                           " micro-batches a step, which load while the device runs; --cuda-graph 1 for one graph)"};
+    return {true, on};
+}
+
+}  // namespace llmc
