@@ -456,7 +456,8 @@ $(ASAN_DIR)/train_gpt2_ls $(ASAN_DIR)/generate_gpt2_ls: $(ASAN_DIR)/%: %.cu $(AS
 	$(CXX) $(ASAN_CXXFLAGS) $(CPU_KERNELS_INCLUDE) -x c++ $< -x none $(ASAN_CPU_KERNELS) -o $@
 -include $(wildcard $(ASAN_DIR)/test/*.d $(ASAN_DIR)/*.d)
 # The end-to-end runs' programs: with nvcc, the emulated build's trainer and generator ($(EMU_DIR):
-# the same sources under the same ASan + UBSan at -O1, with MPI and the emulated CUDA backend linked;
+# the same sources under the same ASan + UBSan, their own code at -O0 (EMU_MAIN_OPT) and the CPU
+# kernels' object at -O1 as build/asan's, with MPI and the emulated CUDA backend linked;
 # asan_e2e.sh runs them with --device cpu), which make test builds anyway; without nvcc, build/asan's
 # (CPU only, no MPI). ASAN_E2E_DIR=$(ASAN_DIR) picks those where nvcc is found.
 ASAN_E2E_DIR ?= $(if $(NVCC_FOUND),$(EMU_DIR),$(ASAN_DIR))

@@ -287,6 +287,22 @@ def test_cuda_graph_auto_takes_the_graph_where_a_step_can_run_as_one(periodic_da
     keys = ["loss", "grad_norm", "max_attn_logit", "out_max_logit"]
     got = [[r.get(k) for k in keys] for r in train_records(out / "metrics.jsonl")]
     assert got == [[r.get(k) for k in keys] for r in train_records(ref / "metrics.jsonl")] and len(got) == 3
+    assert (out / "model_00000003.bin").read_bytes() == (ref / "model_00000003.bin").read_bytes()
+
+
+def test_samples_during_training_are_the_same_with_the_default_graph(periodic_data, tmp_path):
+    """Under --cuda-graph auto the samples the loop prints (-s) decode through the KV cache with each
+    decode step as one CUDA graph (CudaBackend::use_step_graph): the same text as --cuda-graph 0."""
+    texts = {}
+    for name, g in (("auto", []), ("eager", EAGER)):
+        out = tmp_path / name
+        args = ["--device", "cuda", "-i", f"{periodic_data}/train_*.bin", "-j", f"{periodic_data}/val_*.bin",
+                "-b", "2", "-t", "32", "--max-seq-len", "32", "-s", "1", "-g", "12", "--threads", "2", "-x", "3",
+                "--layers", "1", "-v", "0", "-o", str(out)] + MODEL + g
+        p = subprocess.run([str(EMU_TRAIN)] + args, cwd=REPO, capture_output=True, text=True, timeout=600, env=ENV)
+        assert p.returncode == 0, p.stderr[-3000:]
+        texts[name] = (out / "samples.txt").read_text()
+    assert texts["auto"] == texts["eager"] and texts["auto"].count("step") >= 3, texts
 
 
 def test_cuda_graph_header_line_is_the_cuda_backends_only(periodic_data, tmp_path):

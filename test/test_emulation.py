@@ -351,6 +351,14 @@ def test_emulated_trainer_links_the_backend_first():
         assert words.index("build/emu/cuda_backend.o") < words.index(f"{t}.o"), link[0]
     backend = [ln for ln in lines if " -o build/emu/cuda_backend.o" in ln]
     assert len(backend) == 1 and "-O1" in backend[0].split(), backend
+    # the FP32 emulated trainer links the BF16 build's object with its own backend, first
+    p = subprocess.run(["make", "-n", "-B", "CI=true", "PRECISION=FP32", "build/emu-fp32/train_gpt2_ls"], cwd=REPO,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    link = [ln for ln in p.stdout.replace("\\\n", " ").splitlines() if " -o build/emu-fp32/train_gpt2_ls" in ln]
+    assert len(link) == 1, p.stdout
+    words = link[0].split()
+    assert words.index("build/emu-fp32/cuda_backend.o") < words.index("build/emu/train_gpt2_ls.o"), link[0]
 
 
 @pytest.fixture(scope="module")

@@ -72,6 +72,27 @@ def test_a_record_never_sets_the_thread_count(byte_data, tmp_path):
     assert p.stdout.startswith("train_gpt2_ls | device cpu (2 threads, ")
 
 
+def test_a_record_of_the_integer_cuda_graph_still_reads(byte_data, tmp_path):
+    """Runs recorded before --cuda-graph took auto hold "cuda_graph": 0 (or 1): they resume, fork, take
+    --config and evaluate as before, and the record's value sets nothing (a record never sets the
+    machine): the new run records its own --cuda-graph."""
+    out = tmp_path / "run"
+    run(data_args(byte_data) + COMMON + ["-o", out, "-x", 2, "-n", 1])
+    rec = json.loads((out / "config.json").read_text())
+    assert rec["train"]["cuda_graph"] == "auto"
+    rec["train"]["cuda_graph"] = 0  # as versions before wrote it
+    (out / "config.json").write_text(json.dumps(rec, indent=1))
+    run(["-o", out, "-y", 1, "-x", 3])
+    assert json.loads((out / "config.json").read_text())["train"]["cuda_graph"] == 0  # the record is the run's
+    for args, new in ([["--fork-from", out / "model_00000002.bin", "-o", tmp_path / "fork", "-x", 3], "fork"],
+                      [["--config", out / "config.json", "-o", tmp_path / "cfg", "-x", 1, "--cuda-graph", "0"], "cfg"]):
+        run(args)
+        assert json.loads((tmp_path / new / "config.json").read_text())["train"]["cuda_graph"] == \
+            ("0" if "--cuda-graph" in args else "auto")
+    p = run(["--eval-only", "-e", out / "model_00000003.bin"] + data_args(byte_data)[2:])
+    assert "val loss" in p.stdout or "loss" in p.stdout, p.stdout[-1000:]
+
+
 def test_the_summary_counts_the_tokens_trained_at_each_d(byte_data, tmp_path):
     out = tmp_path / "run"
     run(data_args(byte_data) + COMMON + ["-o", out, "-x", 2])  # B 4 x T 32: 128 tokens a step

@@ -538,6 +538,16 @@ TEST_CASE("recorded_settings: a train object as typed settings, each value check
     bad["batch_size"] = "four";
     REQUIRE_THROWS_WITH(llmc::recorded_settings(bad, "r/config.json"),
                         Contains("'train.batch_size' is \"four\", not a value of that setting"));
+    // a record written before --cuda-graph took auto holds it as the integer 0 or 1; 2 never was a value
+    REQUIRE(rec["train"]["cuda_graph"] == "auto");
+    nlohmann::ordered_json old = rec["train"];
+    for (int g : {0, 1}) {
+        old["cuda_graph"] = g;
+        REQUIRE(llmc::recorded_settings(old, "r/config.json").cuda_graph == std::to_string(g));
+    }
+    old["cuda_graph"] = 2;
+    REQUIRE_THROWS_WITH(llmc::recorded_settings(old, "r/config.json"),
+                        Contains("'train.cuda_graph': --cuda-graph must be auto, 0 or 1 (got 2)"));
     // the same record's parts through the one reader: "forked_from" and "data"
     nlohmann::ordered_json fork = rec;
     REQUIRE_FALSE(llmc::recorded_fork(fork));

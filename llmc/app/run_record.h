@@ -248,8 +248,16 @@ T recorded_setting(const nlohmann::ordered_json& train, const char* key, const T
 // present (TrainConfig::was_given then says what the record gives). Each recorded value is checked by
 // its flag's own rule (llmc/app/flags.h "ok"); InputError naming the file and key otherwise. Keys of no
 // row are ignored here (train_flag_values refuses them where a record sets a run).
-inline TrainConfig recorded_settings(const nlohmann::ordered_json& train, const std::string& file) {
+inline TrainConfig recorded_settings(const nlohmann::ordered_json& recorded, const std::string& file) {
     TrainConfig c;
+    // records written before --cuda-graph took auto hold it as the integer 0 or 1: read as "0" / "1"
+    const bool old_graph = recorded.contains("cuda_graph") && recorded["cuda_graph"].is_number_integer();
+    nlohmann::ordered_json upgraded;
+    if (old_graph) {
+        upgraded = recorded;
+        upgraded["cuda_graph"] = std::to_string(recorded["cuda_graph"].get<long long>());
+    }
+    const nlohmann::ordered_json& train = old_graph ? upgraded : recorded;
 #define LLMC_RECORDED_SETTING(record, type, field, def, names, ok, rule, help)                                    \
     if (train.contains(#field)) {                                                                                 \
         c.field = recorded_setting(train, #field, c.field, file);                                                 \
