@@ -56,6 +56,14 @@ TEST_CASE("--cuda-graph auto issues a step of several micro-batches kernel by ke
           "--cuda-graph 1 for one graph)");
     g = choose_step_graph(with_graph("1"), 4, true, "cuda");
     CHECK(g.on);
+    // several reasons: the first in the order of host_decides_inside_the_step, then the micro-batches
+    TrainConfig t = with_graph("auto");
+    t.world_size = 2;
+    t.qk_clip = 100.0f;
+    g = choose_step_graph(t, 4, true, "cuda");
+    CHECK(g.words == "kernel by kernel (--cuda-graph auto: several processes reduce the step's numbers on the host)");
+    CHECK(std::string(host_decides_inside_the_step(t)) == "several processes reduce the step's numbers on the host");
+    CHECK(host_decides_inside_the_step(with_graph("auto")) == nullptr);
 }
 
 TEST_CASE("--cuda-graph 0 never takes the graph, 1 always on a backend that has one", "[step_graph]") {

@@ -18,6 +18,7 @@
 #include "llmc/io/checkpoint_dir.h"
 #include "llmc/io/json_text.h"
 #include "llmc/train/schedule.h"
+#include "llmc/train/step_graph_choice.h"
 
 namespace llmc {
 
@@ -125,8 +126,7 @@ inline void check_flag_combinations(const TrainConfig& c) {
     }
     if (c.resume == 1 && c.output_dir.empty()) fail("-y 1 resumes from the checkpoints in -o; give -o DIR");
     if (c.checkpoint_every > 0 && c.output_dir.empty()) fail("-n needs -o DIR to write checkpoints into");
-    if (c.cuda_graph == "1" && !c.eval_only &&
-        (c.world_size > 1 || c.zero_stage == 1 || c.skip_spikes > 0 || c.qk_clip > 0))
+    if (c.cuda_graph == "1" && !c.eval_only && host_decides_inside_the_step(c))
         fail(
             "--cuda-graph 1 replays the queued step, which needs one process, -z 0, and no --skip-spikes or "
             "--qk-clip (each decides on the host inside the step); drop --cuda-graph 1 or those flags");

@@ -19,6 +19,17 @@ struct StepGraphChoice {
     std::string words;  // the run header's "steps:" line; "" for a backend without step graphs
 };
 
+// What in the flags keeps a step off the queued path (the host decides inside the step), or nullptr:
+// the words of train_step.h's runs_queued conditions (several processes: world_size, -z 1, then the
+// two flags), which validate.h's refusal of --cuda-graph 1 and choose_step_graph share.
+inline const char* host_decides_inside_the_step(const TrainConfig& cfg) {
+    return cfg.world_size > 1    ? "several processes reduce the step's numbers on the host"
+           : cfg.zero_stage == 1 ? "-z 1 updates the weights through the host"
+           : cfg.skip_spikes > 0 ? "--skip-spikes decides on the host inside the step"
+           : cfg.qk_clip > 0     ? "--qk-clip rescales weights on the host inside the step"
+                                 : nullptr;
+}
+
 // accum: the micro-batches of a step (RunPlan::accum).
 inline StepGraphChoice choose_step_graph(const TrainConfig& cfg, int accum, bool backend_has_step_graph,
                                          const std::string& backend_name) {
@@ -29,12 +40,8 @@ inline StepGraphChoice choose_step_graph(const TrainConfig& cfg, int accum, bool
     const std::string on = "one CUDA graph a step once its shapes repeat (--cuda-graph " + cfg.cuda_graph + ")";
     if (cfg.cuda_graph == "0") return {false, "kernel by kernel (--cuda-graph 0)"};
     if (cfg.cuda_graph == "1") return {true, on};
-    const char* off = cfg.world_size > 1    ? "several processes reduce the step's numbers on the host"
-                      : cfg.zero_stage == 1 ? "-z 1 updates the weights through the host"
-                      : cfg.skip_spikes > 0 ? "--skip-spikes decides on the host inside the step"
-                      : cfg.qk_clip > 0     ? "--qk-clip rescales weights on the host inside the step"
-                                            : nullptr;
-    if (off) return {false, std::string("kernel by kernel (--cuda-graph auto: ") + off + ")"};
+    if (const char* off = host_decides_inside_the_step(cfg))
+        return {false, std::string("kernel by kernel (--cuda-graph auto: ") + off + ")"};
     if (accum > 1)
         return {false, "kernel by kernel (--cuda-graph auto: " + std::to_string(accum) +
                            " micro-batches a step, which load while the device runs; --cuda-graph 1 for one graph)"};

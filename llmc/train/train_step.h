@@ -73,7 +73,8 @@ inline LossSums accumulate_gradients(const TrainConfig& cfg, int accum, Backend&
 // Whether the step runs queued: the backend can, one rank without ZeRO (the ranks reduce the losses and
 // the norm on the host before deciding), and no decision needs the step's numbers on the host inside
 // the step: --skip-spikes compares the loss and norm with the host's spike windows before the update,
-// and QK-Clip rescales weights from the step's statistics right after it.
+// and QK-Clip rescales weights from the step's statistics right after it. (The same conditions in the
+// flags' words: host_decides_inside_the_step, llmc/train/step_graph_choice.h.)
 inline bool runs_queued(const TrainConfig& cfg, const TrainingModel& model, const Collective& comm) {
     return model.backend->has_queued_step() && !model.zero && comm.world_size() == 1 && !(cfg.skip_spikes > 0) &&
            !(cfg.qk_clip > 0);
