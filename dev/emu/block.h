@@ -380,6 +380,12 @@ inline void run_block(BlockCtx& b, const std::function<void()>& body, const Sche
                       uint64_t block_seq) {
     const int n = (int)b.threads.size();
     b.ended = 0;
+    // What every thread's entry needs beside its own context, behind one pointer: the entry then
+    // captures two pointers, which std::function holds without a heap allocation per thread.
+    struct BlockEntry {
+        BlockCtx* b;
+        const std::function<void()>* body;
+    } entry{&b, &body};
     for (int i = 0; i < n; i++) {
         ThreadCtx& t = b.threads[i];
         t.linear = i;
@@ -389,8 +395,9 @@ inline void run_block(BlockCtx& b, const std::function<void()>& body, const Sche
         t.warp_ops = 0;
         t.async_copies.pending.clear();
         t.async_copies.committed = 0;
-        t.fiber.start(stacks, [&b, &t, &body]() {
-            body();
+        t.fiber.start(stacks, [e = &entry, &t]() {
+            BlockCtx& b = *e->b;
+            (*e->body)();
             // the PTX ISA makes a cp.async's result visible only after a wait that covers it; a
             // thread that ends before that has issued a copy nothing can legally read (the
             // emulation's rule, stricter than the ISA, which says nothing of a thread's end)
