@@ -188,7 +188,7 @@ int main(int argc, char** argv) {
 
     // timing: GPT-2 124M activations at B*T = 16384, and the paper model's (C 192) at B*T = 32768
     lab::Table table(prop);
-    for (const std::pair<int, int> nc : {std::pair<int, int>{16384, 768}, std::pair<int, int>{32768, 192}}) {
+    for (const std::pair<int, int>& nc : {std::pair<int, int>{16384, 768}, std::pair<int, int>{32768, 192}}) {
         const int N = nc.first, C = nc.second;
         const size_t NC = (size_t)N * C;
         const double X = sizeof(floatX);

@@ -281,19 +281,25 @@ inline void yield_to_scheduler() {
     current().thread = &t;  // resumed by the scheduler, which set it too; keep it explicit
 }
 
+// The faults of the hot paths (barriers, warp collectives) are out of line and cold: the strings of
+// their messages would otherwise be locals of every call, whose stack redzones ASan poisons and
+// unpoisons on each one.
+[[noreturn, gnu::noinline, gnu::cold]] inline void barrier_divergence_fault(const BlockCtx& b) {
+    for (const ThreadCtx& o : b.threads)
+        if (o.state == ThreadState::Done)
+            device_fault("barrier divergence in " + b.where() + ": " + b.who(o) +
+                         " ended without reaching the __syncthreads that " + std::to_string(b.at_barrier) +
+                         " threads reached (a GPU hangs or misbehaves here)");
+    device_fault("internal: barrier divergence without an ended thread in " + b.where());
+}
+
 // __syncthreads: every thread of the block must arrive; one that ended instead is an error.
 inline void block_barrier() {
     BlockCtx& b = cur_block();
     ThreadCtx& t = cur_thread();
     t.state = ThreadState::AtBarrier;
     b.at_barrier++;
-    if (b.ended > 0) {
-        for (const ThreadCtx& o : b.threads)
-            if (o.state == ThreadState::Done)
-                device_fault("barrier divergence in " + b.where() + ": " + b.who(o) +
-                             " ended without reaching the __syncthreads that " + std::to_string(b.at_barrier) +
-                             " threads reached (a GPU hangs or misbehaves here)");
-    }
+    if (b.ended > 0) barrier_divergence_fault(b);
     if (b.at_barrier == (int)b.threads.size()) {
         b.at_barrier = 0;
         for (ThreadCtx& o : b.threads) b.make_ready(o);
@@ -312,15 +318,11 @@ public:
         lane_ = t.linear % kWarpSize;
         warp_ = &b.warps[t.linear / kWarpSize];
         parity_ = (int)(t.warp_ops & 1);
-        if (!(mask & (1u << lane_)))
-            device_fault(std::string(op) + " in " + b.where() + ": " + b.who(t) + " is not in its own mask 0x" +
-                         hex(mask));
+        if (!(mask & (1u << lane_))) not_in_own_mask_fault(op, b, t, mask);
         // lanes beyond the block's last thread do not exist: a full mask in a partial warp hangs a GPU
         const int warp_base = (t.linear / kWarpSize) * kWarpSize;
         const int lanes = std::min<int>(kWarpSize, (int)b.threads.size() - warp_base);
-        if (lanes < kWarpSize && (mask >> lanes) != 0)
-            device_fault(std::string(op) + " in " + b.where() + ": mask 0x" + hex(mask) + " names lanes beyond the " +
-                         std::to_string(lanes) + " threads of warp " + std::to_string(t.linear / kWarpSize));
+        if (lanes < kWarpSize && (mask >> lanes) != 0) lanes_beyond_fault(op, b, t, mask, lanes);
         std::memcpy(warp_->slots[parity_][lane_], data, bytes);
         t.warp_mask = mask;
         t.state = ThreadState::AtWarp;
@@ -329,10 +331,7 @@ public:
             for (int l = 0; l < kWarpSize; l++) {
                 if (!(mask & (1u << l))) continue;
                 ThreadCtx& o = b.threads[warp_base + l];
-                if (o.warp_mask != mask)
-                    device_fault(std::string(op) + " in " + b.where() + ": " + b.who(o) + " arrived with mask 0x" +
-                                 hex(o.warp_mask) + ", " + b.who(t) + " with 0x" + hex(mask) +
-                                 " (every lane of a *_sync call must name the same mask)");
+                if (o.warp_mask != mask) mask_mismatch_fault(op, b, o, t, mask);
                 b.make_ready(o);
             }
             warp_->arrived &= ~mask;
@@ -343,22 +342,13 @@ public:
     }
     // The payload lane `src` published (src must be in the mask).
     const unsigned char* payload(int src, const char* op) const {
-        if (src < 0 || src >= kWarpSize || !(mask_ & (1u << src))) {
-            BlockCtx& b = cur_block();
-            device_fault(std::string(op) + " in " + b.where() + ": " + b.who(cur_thread()) + " reads lane " +
-                         std::to_string(src) + ", which is not in the mask 0x" + hex(mask_) + " (undefined on a GPU)");
-        }
+        if (src < 0 || src >= kWarpSize || !(mask_ & (1u << src))) lane_outside_mask_fault(op, src, mask_);
         return warp_->slots[parity_][src];
     }
     // Every lane's payload (slot l is lane l's), for the .aligned collectives, whose mask must be the
     // whole warp: one check instead of one per lane read.
     const unsigned char (*all_payloads(const char* op) const)[kWarpSlotBytes] {
-        if (mask_ != 0xffffffffu) {
-            BlockCtx& b = cur_block();
-            device_fault(std::string(op) + " in " + b.where() + ": " + b.who(cur_thread()) +
-                         " reads every lane under the mask 0x" + hex(mask_) +
-                         " (a .aligned collective needs the whole warp)");
-        }
+        if (mask_ != 0xffffffffu) partial_aligned_fault(op, mask_);
         return warp_->slots[parity_];
     }
     int lane() const { return lane_; }
@@ -370,6 +360,35 @@ public:
     }
 
 private:
+    [[noreturn, gnu::noinline, gnu::cold]] static void not_in_own_mask_fault(const char* op, const BlockCtx& b,
+                                                                             const ThreadCtx& t, unsigned mask) {
+        device_fault(std::string(op) + " in " + b.where() + ": " + b.who(t) + " is not in its own mask 0x" + hex(mask));
+    }
+    [[noreturn, gnu::noinline, gnu::cold]] static void lanes_beyond_fault(const char* op, const BlockCtx& b,
+                                                                          const ThreadCtx& t, unsigned mask,
+                                                                          int lanes) {
+        device_fault(std::string(op) + " in " + b.where() + ": mask 0x" + hex(mask) + " names lanes beyond the " +
+                     std::to_string(lanes) + " threads of warp " + std::to_string(t.linear / kWarpSize));
+    }
+    [[noreturn, gnu::noinline, gnu::cold]] static void mask_mismatch_fault(const char* op, const BlockCtx& b,
+                                                                           const ThreadCtx& o, const ThreadCtx& t,
+                                                                           unsigned mask) {
+        device_fault(std::string(op) + " in " + b.where() + ": " + b.who(o) + " arrived with mask 0x" +
+                     hex(o.warp_mask) + ", " + b.who(t) + " with 0x" + hex(mask) +
+                     " (every lane of a *_sync call must name the same mask)");
+    }
+    [[noreturn, gnu::noinline, gnu::cold]] static void lane_outside_mask_fault(const char* op, int src, unsigned mask) {
+        BlockCtx& b = cur_block();
+        device_fault(std::string(op) + " in " + b.where() + ": " + b.who(cur_thread()) + " reads lane " +
+                     std::to_string(src) + ", which is not in the mask 0x" + hex(mask) + " (undefined on a GPU)");
+    }
+    [[noreturn, gnu::noinline, gnu::cold]] static void partial_aligned_fault(const char* op, unsigned mask) {
+        BlockCtx& b = cur_block();
+        device_fault(std::string(op) + " in " + b.where() + ": " + b.who(cur_thread()) +
+                     " reads every lane under the mask 0x" + hex(mask) +
+                     " (a .aligned collective needs the whole warp)");
+    }
+
     WarpCtx* warp_ = nullptr;
     int lane_ = 0, parity_ = 0;
     unsigned mask_ = 0;

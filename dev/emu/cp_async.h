@@ -47,6 +47,12 @@ constexpr unsigned char kPendingPoison = 0xFF;
     BlockCtx& b = cur_block();
     device_fault(std::string(op) + " in " + b.where() + ": " + b.who(cur_thread()) + " " + what);
 }
+// cp_async_fault(op, message()), out of line and cold: the message's strings are then no locals of the
+// copies' hot paths (block.h says why). `message` is a lambda with no captures that returns the text.
+template <typename Message, typename... Args>
+[[noreturn, gnu::noinline, gnu::cold]] void cp_async_fault_with(const char* op, Message message, Args... args) {
+    cp_async_fault(op, message(args...));
+}
 
 // True when [p, p+bytes) lies in one allocation of global memory (cudaMalloc, or mapped cudaMallocHost).
 inline bool in_global_memory(const void* p, size_t bytes) {
@@ -61,22 +67,47 @@ inline void cp_async_cg_shared_global(void* dst, const void* src, uint32_t src_b
     const char* op = "cp.async.cg.shared.global";
     const uint32_t cp = kCpAsyncCgBytes;
     if (src_bytes > cp)
-        cp_async_fault(op, "gives src-size " + std::to_string(src_bytes) + ", above cp-size " + std::to_string(cp) +
-                               " (undefined behaviour per the PTX ISA)");
+        cp_async_fault_with(
+            op,
+            [](uint32_t given, uint32_t size) {
+                return "gives src-size " + std::to_string(given) + ", above cp-size " + std::to_string(size) +
+                       " (undefined behaviour per the PTX ISA)";
+            },
+            src_bytes, cp);
     if (reinterpret_cast<uintptr_t>(dst) % cp != 0 || reinterpret_cast<uintptr_t>(src) % cp != 0)
-        cp_async_fault(op, "copies from " + address_text(src) + " to " + address_text(dst) +
-                               ": both addresses must be aligned to cp-size, 16 bytes");
+        cp_async_fault_with(
+            op,
+            [](const void* from, const void* to) {
+                return "copies from " + address_text(from) + " to " + address_text(to) +
+                       ": both addresses must be aligned to cp-size, 16 bytes";
+            },
+            src, dst);
     if (!in_shared_memory(cur_block(), dst, cp))
-        cp_async_fault(op, "has destination " + address_text(dst) + ", which is not 16 bytes of shared memory");
+        cp_async_fault_with(
+            op,
+            [](const void* to) {
+                return "has destination " + address_text(to) + ", which is not 16 bytes of shared memory";
+            },
+            dst);
     if (src_bytes > 0 && !in_global_memory(src, src_bytes))
-        cp_async_fault(op, "reads " + std::to_string(src_bytes) + " bytes at " + address_text(src) +
-                               ", which are not in one global-memory allocation");
+        cp_async_fault_with(
+            op,
+            [](uint32_t bytes, const void* from) {
+                return "reads " + std::to_string(bytes) + " bytes at " + address_text(from) +
+                       ", which are not in one global-memory allocation";
+            },
+            src_bytes, src);
     AsyncCopyQueue& q = cur_thread().async_copies;
     auto* d = static_cast<unsigned char*>(dst);
     for (const PendingAsyncCopy& o : q.pending)
         if (d < o.dst + o.cp_bytes && o.dst < d + cp)
-            cp_async_fault(op, "writes " + address_text(dst) + ", which overlaps its pending copy to " +
-                                   address_text(o.dst) + " (no order between them: undefined per the PTX ISA)");
+            cp_async_fault_with(
+                op,
+                [](const void* to, const void* pending) {
+                    return "writes " + address_text(to) + ", which overlaps its pending copy to " +
+                           address_text(pending) + " (no order between them: undefined per the PTX ISA)";
+                },
+                dst, (const void*)o.dst);
     PendingAsyncCopy c;
     c.dst = d;
     c.src = static_cast<const unsigned char*>(src);
@@ -92,12 +123,22 @@ inline void cp_async_cg_shared_global(void* dst, const void* src, uint32_t src_b
 // then writes the destination.
 inline void complete_async_copy(const PendingAsyncCopy& c, const char* op) {
     if (c.src_bytes > 0 && std::memcmp(c.src, c.src_at_issue, c.src_bytes) != 0)
-        cp_async_fault(op, "completes the copy from " + address_text(c.src) +
-                               ", whose source changed after the cp.async (undefined per the PTX ISA)");
+        cp_async_fault_with(
+            op,
+            [](const void* from) {
+                return "completes the copy from " + address_text(from) +
+                       ", whose source changed after the cp.async (undefined per the PTX ISA)";
+            },
+            (const void*)c.src);
     for (uint32_t i = 0; i < c.cp_bytes; i++)
         if (c.dst[i] != kPendingPoison)
-            cp_async_fault(op, "completes the copy to " + address_text(c.dst) +
-                                   ", whose destination was written while the copy was pending (a race)");
+            cp_async_fault_with(
+                op,
+                [](const void* to) {
+                    return "completes the copy to " + address_text(to) +
+                           ", whose destination was written while the copy was pending (a race)";
+                },
+                (const void*)c.dst);
     if (c.src_bytes > 0) std::memcpy(c.dst, c.src, c.src_bytes);
     std::memset(c.dst + c.src_bytes, 0, c.cp_bytes - c.src_bytes);
 }

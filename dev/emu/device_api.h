@@ -29,12 +29,16 @@ inline void __syncwarp(unsigned mask = 0xffffffffu) {
 
 namespace llmc::emu {
 
+// (out of line and cold: the message's strings are no locals of every shuffle; block.h says why)
+[[noreturn, gnu::noinline, gnu::cold]] inline void shuffle_width_fault(const char* op, int width) {
+    device_fault(std::string(op) + ": width " + std::to_string(width) + " is not a power of 2 in [1, 32]");
+}
+
 template <typename T>
 inline T shuffle(unsigned mask, T var, int width, const char* op,
                  int (*source)(int lane, int arg, int width, bool* own), int arg) {
     static_assert(std::is_trivially_copyable<T>::value && sizeof(T) <= kWarpSlotBytes, "shuffle of this type");
-    if (width < 1 || width > kWarpSize || (width & (width - 1)) != 0)
-        device_fault(std::string(op) + ": width " + std::to_string(width) + " is not a power of 2 in [1, 32]");
+    if (width < 1 || width > kWarpSize || (width & (width - 1)) != 0) shuffle_width_fault(op, width);
     WarpExchange x(mask, &var, sizeof(T), op);
     bool own = false;
     const int src = source(x.lane(), arg, width, &own);

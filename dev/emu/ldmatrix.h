@@ -37,6 +37,24 @@ constexpr size_t kLdmatrixRowBytes = 16;  // one row: 8 elements of 16 bits
 // The lane that supplies row `row` of matrix m (the ISA's table: threads 0-7 address matrix 0, ...).
 inline int ldmatrix_row_supplier(int m, int row) { return 8 * m + row; }
 
+// The faults, out of line and cold (block.h says why).
+[[noreturn, gnu::noinline, gnu::cold]] inline void ldmatrix_num_fault(int num) {
+    device_fault("ldmatrix.sync.aligned.m8n8: .x" + std::to_string(num) + " is not .x1, .x2 or .x4");
+}
+[[noreturn, gnu::noinline, gnu::cold]] inline void ldmatrix_row_fault(const char* op, const BlockCtx& b,
+                                                                      const ThreadCtx& t, const void* row,
+                                                                      const char* why) {
+    device_fault(std::string(op) + " in " + b.where() + ": " + b.who(t) + " supplies the row address " +
+                 address_text(row) + why);
+}
+[[noreturn, gnu::noinline, gnu::cold]] inline void ldmatrix_qualifier_fault(const char* op, const BlockCtx& b,
+                                                                            const ThreadCtx& t, int lane, int num,
+                                                                            bool trans) {
+    device_fault(std::string(op) + " in " + b.where() + ": " + b.who(t) + " executes it while lane " +
+                 std::to_string(lane) + " of its warp executes ldmatrix .x" + std::to_string(num) +
+                 (trans ? ".trans" : "") + " (every lane must use the same qualifiers)");
+}
+
 // r[0 .. num-1] = this lane's fragments of `num` (1, 2, 4) matrices, transposed when `trans`;
 // `row` is the row address this lane supplies.
 inline void ldmatrix_m8n8_b16(uint32_t* r, int num, bool trans, const void* row) {
@@ -45,8 +63,7 @@ inline void ldmatrix_m8n8_b16(uint32_t* r, int num, bool trans, const void* row)
          "ldmatrix.sync.aligned.m8n8.x4.shared.b16"},
         {"ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16", "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16",
          "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"}};
-    if (num != 1 && num != 2 && num != 4)
-        device_fault("ldmatrix.sync.aligned.m8n8: .x" + std::to_string(num) + " is not .x1, .x2 or .x4");
+    if (num != 1 && num != 2 && num != 4) ldmatrix_num_fault(num);
     const char* op = kNames[trans ? 1 : 0][num == 4 ? 2 : num - 1];
     struct Supplied {
         const void* address;
@@ -63,11 +80,9 @@ inline void ldmatrix_m8n8_b16(uint32_t* r, int num, bool trans, const void* row)
     mine.trans = trans;
     if (lane < 8 * num) {
         if (reinterpret_cast<uintptr_t>(row) % kLdmatrixRowBytes != 0)
-            device_fault(std::string(op) + " in " + b.where() + ": " + b.who(t) + " supplies the row address " +
-                         address_text(row) + ", which is not 16-byte aligned");
+            ldmatrix_row_fault(op, b, t, row, ", which is not 16-byte aligned");
         if (!in_shared_memory(b, row, kLdmatrixRowBytes))
-            device_fault(std::string(op) + " in " + b.where() + ": " + b.who(t) + " supplies the row address " +
-                         address_text(row) + ", which is not 16 bytes of shared memory (ldmatrix reads .shared)");
+            ldmatrix_row_fault(op, b, t, row, ", which is not 16 bytes of shared memory (ldmatrix reads .shared)");
         std::memcpy(mine.bytes, row, kLdmatrixRowBytes);
     }
     WarpExchange x(0xffffffffu, &mine, sizeof mine, op);  // .sync.aligned: all 32 lanes
@@ -76,10 +91,7 @@ inline void ldmatrix_m8n8_b16(uint32_t* r, int num, bool trans, const void* row)
     for (int l = 0; l < kWarpSize; l++) {
         int32_t q[2];
         std::memcpy(q, from[l] + offsetof(Supplied, num), sizeof q);
-        if (q[0] != num || q[1] != (int32_t)trans)
-            device_fault(std::string(op) + " in " + b.where() + ": " + b.who(t) + " executes it while lane " +
-                         std::to_string(l) + " of its warp executes ldmatrix .x" + std::to_string(q[0]) +
-                         (q[1] ? ".trans" : "") + " (every lane must use the same qualifiers)");
+        if (q[0] != num || q[1] != (int32_t)trans) ldmatrix_qualifier_fault(op, b, t, l, q[0], q[1] != 0);
     }
     // element (row, col) of matrix m as it lies in shared memory
     auto stored = [&](int m, int r_, int c_) {
