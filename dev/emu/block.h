@@ -152,6 +152,8 @@ public:
         after_switch_in(fake_stack_);
     }
     bool done() const { return done_; }
+    // Started and not yet ended (it holds a stack from the pool).
+    bool started() const { return stack_ != nullptr; }
 
 private:
     struct Preallocated {  // Boost.Context's StackAllocator over one pooled stack
@@ -232,6 +234,10 @@ struct BlockCtx {
     std::vector<int> position;  // each thread's place in the schedule's order
     int restart = 0;            // greedy schedules: the smallest position made runnable since the last look
     unsigned char* dynamic_smem = nullptr;
+    // The kernel with its arguments, and whether the grid has run its last block: each thread's fiber
+    // runs `body` once per block of the grid and ends with the grid (run_block, end_block_threads).
+    const std::function<void()>* body = nullptr;
+    bool grid_done = false;
 
     void make_ready(ThreadCtx& t);
     size_t dynamic_smem_bytes = 0;
@@ -395,17 +401,42 @@ private:
     unsigned mask_ = 0;
 };
 
-// Runs one block: every thread executes `body` (the kernel with its arguments) as a fiber.
+[[noreturn, gnu::noinline, gnu::cold]] inline void ended_with_copies_fault(const BlockCtx& b, const ThreadCtx& t) {
+    device_fault("cp.async in " + b.where() + ": " + b.who(t) + " ended while " +
+                 std::to_string(t.async_copies.pending.size()) +
+                 " of its cp.async copies were not complete (end every thread's copies with "
+                 "cp.async.wait_group 0 or cp.async.wait_all before it returns)");
+}
+[[noreturn, gnu::noinline, gnu::cold]] inline void ended_at_barrier_fault(const BlockCtx& b, const ThreadCtx& t) {
+    device_fault("barrier divergence in " + b.where() + ": " + b.who(t) + " ended while " +
+                 std::to_string(b.at_barrier) + " threads wait at __syncthreads (a GPU hangs here)");
+}
+
+// A thread's fiber: the kernel once for each block of the grid that the scheduler runs it in (one
+// fiber per thread slot for the whole grid: making a fiber per thread per block was a tenth of the
+// emulated run time), until end_block_threads.
+inline void run_thread_of_grid(BlockCtx& b, ThreadCtx& t) {
+    for (;;) {
+        (*b.body)();
+        // the PTX ISA makes a cp.async's result visible only after a wait that covers it; a
+        // thread that ends before that has issued a copy nothing can legally read (the
+        // emulation's rule, stricter than the ISA, which says nothing of a thread's end)
+        if (!t.async_copies.pending.empty()) ended_with_copies_fault(b, t);
+        t.state = ThreadState::Done;
+        b.ended++;
+        // a thread that ends while others wait at a barrier never arrives
+        if (b.at_barrier > 0) ended_at_barrier_fault(b, t);
+        t.fiber.yield();  // until this slot's thread of the next block, or the end of the grid
+        if (b.grid_done) return;
+    }
+}
+
+// Runs one block: every thread executes `body` (the kernel with its arguments) on its slot's fiber.
 inline void run_block(BlockCtx& b, const std::function<void()>& body, const ScheduleSpec& sched, StackPool& stacks,
                       uint64_t block_seq) {
     const int n = (int)b.threads.size();
     b.ended = 0;
-    // What every thread's entry needs beside its own context, behind one pointer: the entry then
-    // captures two pointers, which std::function holds without a heap allocation per thread.
-    struct BlockEntry {
-        BlockCtx* b;
-        const std::function<void()>* body;
-    } entry{&b, &body};
+    b.body = &body;
     for (int i = 0; i < n; i++) {
         ThreadCtx& t = b.threads[i];
         t.linear = i;
@@ -415,24 +446,8 @@ inline void run_block(BlockCtx& b, const std::function<void()>& body, const Sche
         t.warp_ops = 0;
         t.async_copies.pending.clear();
         t.async_copies.committed = 0;
-        t.fiber.start(stacks, [e = &entry, &t]() {
-            BlockCtx& b = *e->b;
-            (*e->body)();
-            // the PTX ISA makes a cp.async's result visible only after a wait that covers it; a
-            // thread that ends before that has issued a copy nothing can legally read (the
-            // emulation's rule, stricter than the ISA, which says nothing of a thread's end)
-            if (!t.async_copies.pending.empty())
-                device_fault("cp.async in " + b.where() + ": " + b.who(t) + " ended while " +
-                             std::to_string(t.async_copies.pending.size()) +
-                             " of its cp.async copies were not complete (end every thread's copies with "
-                             "cp.async.wait_group 0 or cp.async.wait_all before it returns)");
-            t.state = ThreadState::Done;
-            b.ended++;
-            // a thread that ends while others wait at a barrier never arrives
-            if (b.at_barrier > 0)
-                device_fault("barrier divergence in " + b.where() + ": " + b.who(t) + " ended while " +
-                             std::to_string(b.at_barrier) + " threads wait at __syncthreads (a GPU hangs here)");
-        });
+        // (two pointers: std::function holds them without a heap allocation)
+        if (!t.fiber.started()) t.fiber.start(stacks, [bp = &b, tp = &t]() { run_thread_of_grid(*bp, *tp); });
     }
     const bool reversed = sched.kind == Schedule::Reverse || sched.kind == Schedule::GreedyReverse;
     const bool greedy = sched.kind == Schedule::GreedyForward || sched.kind == Schedule::GreedyReverse;
@@ -495,6 +510,17 @@ inline void run_block(BlockCtx& b, const std::function<void()>& body, const Sche
         }
     }
     current().block = nullptr;
+}
+
+// After the grid's last block: every thread slot's fiber returns, and its stack goes back to the pool.
+inline void end_block_threads(BlockCtx& b) {
+    b.grid_done = true;
+    for (ThreadCtx& t : b.threads) {
+        if (!t.fiber.started()) continue;
+        current().thread = &t;
+        t.fiber.resume();
+        current().thread = nullptr;
+    }
 }
 
 }  // namespace llmc::emu

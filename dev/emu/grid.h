@@ -121,6 +121,7 @@ inline void run_grid_once(const std::string& name, dim3 grid, dim3 block, size_t
         run_block(b, body, sched, d.stacks, seq);
         d.blocks_run++;
     }
+    end_block_threads(b);
 }
 
 // What a launch can write: the device allocations its pointer arguments point into. A kernel
