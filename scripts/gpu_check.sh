@@ -307,9 +307,12 @@ stage_sanitize() {  # memcheck + racecheck of the attention kernels on small rag
     local tool shape i
     # the second with the near/far statistics (N 90: all-near and cut tiles, soft-cap); the fourth
     # forces the split tile loops (--split 1: every global head's chunks merged by the last to
-    # arrive), which the shapes above never take, at hd 64 (the dQ kernel's 48 KiB of dynamic memory)
+    # arrive), which the shapes above never take, at hd 64 (the dQ kernel's 48 KiB of dynamic memory);
+    # the fifth forces the backward's runs of outer tiles (--run 2; chosen only at batch sizes that fill
+    # a GPU), with P = 1: a key tile's refill of sK, sV follows its fragment loads in the same step
     local shapes=("-B 1 -T 100 --nh 2 --hd 32 -G 1 -P 8" "-B 1 -T 130 --nh 2 --hd 64 -G 1 -P 70 --softcap 5 --near 90"
-                  "-B 1 -T 67 --nh 1 --hd 128 -G 1 -P 67" "-B 1 -T 300 --nh 2 --hd 64 -G 2 -P 8 --split 1")
+                  "-B 1 -T 67 --nh 1 --hd 128 -G 1 -P 67" "-B 1 -T 300 --nh 2 --hd 64 -G 2 -P 8 --split 1"
+                  "-B 1 -T 300 --nh 2 --hd 32 -G 0 -P 1 --run 2")
     if [ "$emulate" = 1 ]; then  # the emulation's own memcheck (ASan + UBSan) and racecheck (two schedules)
         for i in "${!shapes[@]}"; do
             # shellcheck disable=SC2086  # the shape is a list of flags
@@ -358,6 +361,14 @@ attention_batch_scaling() {  # one JSON line per batch size: LS (G 1) and all-gl
     for b in 1 4 8 16; do
         build/dev/attention_ls --json -B "$b" -T 2048 --nh 6 --hd 32 -G 1 -P 50 --split 1000 || return 1
     done
+    # the backward without its runs of outer tiles (--run 1; docs/attention_kernel.md, "Runs of outer
+    # tiles"), where they are taken: the paper shape at B 8 (runs of 2) and 16 (runs of 4), and d12's LS
+    # shape (12 heads of 64, G 1, P 64) at B 16 with and without them
+    for b in 8 16; do
+        build/dev/attention_ls --json -B "$b" -T 2048 --nh 6 --hd 32 -G 1 -P 50 --run 1 || return 1
+    done
+    build/dev/attention_ls --json -B 16 -T 1024 --nh 12 --hd 64 -G 1 -P 64 || return 1
+    build/dev/attention_ls --json -B 16 -T 1024 --nh 12 --hd 64 -G 1 -P 64 --run 1 || return 1
     # the backward's two designs (docs/attention_kernel.md, "Why dQ has a pass of its own"): production
     # (two-pass) and the onepass candidate at the paper shape and at GPT-2 124M's (12 heads of 64)
     local k

@@ -161,3 +161,113 @@ TEST_CASE("the chosen chunk splits only a kind whose longest inner range exceeds
     REQUIRE(l8.chunk == 32);
     REQUIRE(l8.items == 32);
 }
+
+namespace {
+
+// Runs of outer tiles (attn_split_kind's run, attn_run_decode / attn_run_hi) for one geometry and a
+// forced run length R, against the brute-force inner ranges: runs only where no outer tile's range
+// starts before the previous one's last tile (the kernels keep two inner tiles), and then the runs
+// cover every outer tile once, consecutive and ascending within a run, query tiles' runs from the end.
+void check_runs(const llmc::AttnSplitGeom& g, int R) {
+    INFO("T=" << g.T << " P=" << g.P << " BQ=" << g.BQ << " BK=" << g.BK << (g.local ? " local" : " global")
+              << (g.by_key ? " by key" : " by query") << " R=" << R);
+    const int n_outer = g.n_outer(), n_inner = g.n_inner();
+    std::vector<int> lo(n_outer, n_inner), hi(n_outer, -1);  // brute-force inner range [lo, hi]
+    for (int o = 0; o < n_outer; o++)
+        for (int i = 0; i < n_inner; i++)
+            if (g.by_key ? tiles_meet(i, o, g.BQ, g.BK, g.T, g.local, g.P)
+                         : tiles_meet(o, i, g.BQ, g.BK, g.T, g.local, g.P)) {
+                lo[o] = std::min(lo[o], i);
+                hi[o] = std::max(hi[o], i);
+            }
+    bool walkable = true;  // along the walk the inner tiles never decrease, two outer tiles share <= 1
+    for (int o = 0; o + 1 < n_outer; o++) walkable &= lo[o + 1] >= hi[o] && lo[o + 1] >= lo[o];
+    REQUIRE(llmc::attn_run_allowed(g) == walkable);
+
+    // not split (one chunk of all inner tiles), runs forced to R
+    const llmc::AttnSplitKind k = llmc::attn_split_kind(g, n_inner, 1, 1, g.local ? 0 : 1, R);
+    REQUIRE(k.slots == 0);
+    if (!walkable || R == 1) {
+        REQUIRE(k.run == 1);
+        REQUIRE(k.items == n_outer);
+        return;
+    }
+    REQUIRE(k.run == R);
+    REQUIRE(k.items == (n_outer + R - 1) / R);
+    std::vector<int> seen(n_outer, 0);
+    for (int y = 0; y < k.items; y++) {
+        const llmc::AttnSplitItem it = llmc::attn_run_decode(g, y, R);
+        const int end = llmc::attn_run_hi(g, y, R);
+        INFO("run " << y << ": outer tiles [" << it.outer << ", " << end << ")");
+        REQUIRE(it.outer == llmc::attn_run_lo(g, y, R));
+        REQUIRE(it.outer < end);
+        REQUIRE(end - it.outer <= R);
+        // full runs, the short one at the end of the walk order (the first query tiles, the last key tiles)
+        if (g.by_key ? end < n_outer : it.outer > 0) REQUIRE(end - it.outer == R);
+        REQUIRE(it.inner_begin == lo[it.outer]);
+        REQUIRE(it.inner_end == hi[it.outer] + 1);
+        REQUIRE(it.chunks == 1);
+        REQUIRE(it.j == 0);
+        REQUIRE(it.j_first == 0);
+        for (int o = it.outer; o < end; o++) {
+            seen[o]++;
+            REQUIRE(g.inner_begin(o) == lo[o]);
+            REQUIRE(g.inner_end(o) == hi[o] + 1);
+        }
+        // query tiles' runs from the end (the unsplit grid's longest-first order), key tiles' from the start
+        if (y > 0) {
+            const llmc::AttnSplitItem prev = llmc::attn_run_decode(g, y - 1, R);
+            REQUIRE((g.by_key ? it.outer == llmc::attn_run_hi(g, y - 1, R) : end == prev.outer));
+        }
+    }
+    for (int o = 0; o < n_outer; o++) REQUIRE(seen[o] == 1);
+}
+
+}  // namespace
+
+TEST_CASE("runs of outer tiles cover every outer tile once, only where the walk keeps two inner tiles",
+          "[attention][split]") {
+    for (int BQ : {4, 8})
+        for (int BK : {4, 8}) {
+            if (BQ != BK && BQ != 8) continue;
+            for (int T = 1; T <= 7 * BK + 1; T++)
+                for (int P = 1; P <= T + BK + 1; P += (P < 2 * BK + 2 ? 1 : 3))
+                    for (bool local : {true, false})
+                        for (bool by_key : {false, true}) {
+                            const llmc::AttnSplitGeom g{T, BQ, BK, P, local, by_key};
+                            for (int R = 1; R <= g.n_outer() + 1; R++) check_runs(g, R);
+                        }
+        }
+    // the kernels' tiles: a local head takes runs up to P = 65 (two 64-key tiles), never beyond
+    for (int T : {64, 65, 200, 640, 2048})
+        for (int P : {1, 50, 64, 65, 66, 128})
+            for (bool by_key : {false, true}) {
+                check_runs(llmc::AttnSplitGeom{T, 64, 64, P, true, by_key}, 4);
+                check_runs(llmc::AttnSplitGeom{T, 64, 64, P, false, by_key}, 4);
+                if (T >= 200)  // (a shorter sequence's ranges have too few tiles to overlap by two)
+                    REQUIRE(llmc::attn_run_allowed(llmc::AttnSplitGeom{T, 64, 64, P, true, by_key}) == (P <= 65));
+            }
+}
+
+TEST_CASE("the chosen runs: kAttnRunTiles at most, a wave of blocks at least, none when split", "[attention][split]") {
+    auto run_of = [](int B, bool local, bool by_key, int S = 0) {
+        return llmc::attn_split_kind(llmc::AttnSplitGeom{2048, 64, 64, 50, local, by_key}, S, B, 6, 1, 0);
+    };
+    for (bool by_key : {false, true}) {
+        INFO((by_key ? "by key" : "by query"));
+        // the paper model's local heads: 5 x 32 outer tiles a batch row; 528 resident blocks a wave
+        REQUIRE(run_of(16, true, by_key).run == 4);  // 2560 blocks -> 640
+        REQUIRE(run_of(16, true, by_key).items == 8);
+        REQUIRE(run_of(8, true, by_key).run == 2);  // 1280 -> 640
+        REQUIRE(run_of(8, true, by_key).items == 16);
+        REQUIRE(run_of(4, true, by_key).run == 1);  // 640: runs of 2 would leave 320
+        REQUIRE(run_of(64, true, by_key).run == 4);
+        // the global head: split (B 8), or not split but its ranges grow with the outer tile
+        REQUIRE(run_of(8, false, by_key).run == 1);
+        REQUIRE(run_of(64, false, by_key).run == 1);
+        // a forced split of the local heads' loops (chunks of 1 tile) takes no runs
+        REQUIRE(run_of(16, true, by_key, 1).run == 1);
+    }
+    // run = 1 (the default): none
+    REQUIRE(llmc::attn_split_kind(llmc::AttnSplitGeom{2048, 64, 64, 50, true, true}, 0, 16, 6, 1).run == 1);
+}

@@ -165,6 +165,16 @@ MUTANTS = {
         "            __syncthreads();           // everyone's copies landed; every warp is done with tile kt-1\n",
         "",
         LAB, one_kernel("production"), "race: kernel void llmc::cuda::attn_fwd_fa2_kernel<128, true, false, false>"),
+    # the barrier between a run's K / V fragment loads and the refill of sK, sV for its next key tile
+    # (the FA2-class dK/dV kernel; P = 1: a key tile's first step is its last, so the refill follows
+    # the fragment loads with no other barrier between)
+    "missing-run-barrier": (
+        "llmc/cuda/attention_ls_fa2_bwd.cuh",
+        "        if (kt + 1 < kt_end) __syncthreads();\n",
+        "",
+        LAB, ["--check-one", "-B", 1, "-T", 200, "--nh", 2, "--hd", 32, "-G", 0, "-P", 1, "--run", 2, "--kernel",
+              "production"],
+        "race: kernel void llmc::cuda::attn_bwd_kv_fa2_kernel<32, false>"),
     "out-of-bounds-store": (
         "llmc/cuda/attention_ls_fa2.cuh",
         "        if (i < T) {\n            const float inv = 1.0f / l;",

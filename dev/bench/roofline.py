@@ -729,8 +729,8 @@ def attn_figures(kernel, hd, stats=True):
 
 
 ATTN_GEMMS = {"attn_fwd_fa2_kernel": 2, "attn_bwd_kv_fa2_kernel": 4, "attn_bwd_q_fa2_kernel": 3}
-# llmc/core/attention_split.h's chunk-size constants
-SPLIT_MIN_TILES, SPLIT_RESIDENT_BLOCKS, SPLIT_CHAIN_SHARE = 4, 132 * 4, 4
+# llmc/core/attention_split.h's chunk-size constants and the longest run of outer tiles (kAttnRunTiles)
+SPLIT_MIN_TILES, SPLIT_RESIDENT_BLOCKS, SPLIT_CHAIN_SHARE, RUN_TILES = 4, 132 * 4, 4, 4
 
 
 def _cdiv(a, b):
@@ -762,11 +762,23 @@ def attn_split_chunk(T, P, B, NH, G, by_key, local):
     return n_inner if S >= longest[local] else S
 
 
-def attn_blocks(T, P, B, NH, G, by_key, split=True):
+def attn_run_tiles(T, P, B, heads, by_key, local):
+    """attn_split_kind's chosen runs of outer tiles for an unsplit kind (llmc/core/attention_split.h):
+    R = min(RUN_TILES, blocks // SPLIT_RESIDENT_BLOCKS) where every outer tile's inner range starts no
+    earlier than the previous one's last tile (attn_run_allowed), else 1."""
+    r = attn_ranges(T, P, local, by_key)
+    if any(r[o + 1][0] < r[o][1] - 1 or r[o + 1][0] < r[o][0] for o in range(len(r) - 1)):
+        return 1
+    return max(1, min(RUN_TILES, B * heads * len(r) // SPLIT_RESIDENT_BLOCKS))
+
+
+def attn_blocks(T, P, B, NH, G, by_key, split=True, runs=False):
     """The blocks of one FA2-class launch in launch order: (masked flag per tile, merges partials,
     local head). split=True: HEAD's grid (attention_split.h: the global heads' items first, item-major
     over (b, head), then the local heads'; long tile loops cut into chunks); split=False: fa663e0's
-    grid (blockIdx.x = (b, head) fastest, blockIdx.y = the outer tile, longest first)."""
+    grid (blockIdx.x = (b, head) fastest, blockIdx.y = the outer tile, longest first). runs (with
+    split): the backward's runs of outer tiles (a kind that is not split walks R consecutive outer
+    tiles a block: attn_run_tiles; query tiles' runs from the end, key tiles' from the start)."""
     def tiles(o, lo, hi, local):
         return tuple(masked_tile(i if by_key else o, o if by_key else i, T, P, local) for i in range(lo, hi))
 
@@ -785,6 +797,14 @@ def attn_blocks(T, P, B, NH, G, by_key, split=True):
         r = attn_ranges(T, P, local, by_key)
         n_inner = _cdiv(T, TILE)
         S = attn_split_chunk(T, P, B, NH, G, by_key, local)
+        R = attn_run_tiles(T, P, B, heads, by_key, local) if runs and S == n_inner else 1
+        if R > 1:
+            n = len(r)
+            for y in range(_cdiv(n, R)):
+                lo, hi = (y * R, min(n, y * R + R)) if by_key else (max(0, n - y * R - R), n - y * R)
+                walk = tuple(m for o in range(lo, hi) for m in tiles(o, *r[o], local))
+                blocks.extend([(walk, False, local)] * (B * heads))
+            continue
         z = (S - n_inner % S) % S if by_key else 0
         for j in range(_cdiv(n_inner + z, S)):
             lo, hi = max(0, j * S - z), min(n_inner, (j + 1) * S - z)
@@ -817,13 +837,13 @@ def attn_tile_us(kernel, hd, masked, pair_fraction, issue_eff, stats=True):
 _BLOCK_CACHE = {}
 
 
-def attn_block_kinds(T, P, B, NH, G, by_key, split=True):
+def attn_block_kinds(T, P, B, NH, G, by_key, split=True, runs_of_tiles=False):
     """attn_blocks folded for speed: per block in launch order (interior tiles, masked tiles, merges,
     local), as a list of (kind, count) runs of equal consecutive blocks (cached per shape)."""
-    key = (T, P, B, NH, G, by_key, split)
+    key = (T, P, B, NH, G, by_key, split, runs_of_tiles)
     if key not in _BLOCK_CACHE:
         runs = []
-        for tl, merges, local in attn_blocks(T, P, B, NH, G, by_key, split):
+        for tl, merges, local in attn_blocks(T, P, B, NH, G, by_key, split, runs_of_tiles):
             kind = (len(tl) - sum(tl), sum(tl), merges, local)
             if runs and runs[-1][0] == kind:
                 runs[-1][1] += 1
@@ -833,7 +853,7 @@ def attn_block_kinds(T, P, B, NH, G, by_key, split=True):
     return _BLOCK_CACHE[key]
 
 
-def attn_kernel_us(kernel, hd, T, P, B, NH, G, cal, split=True, stats=True):
+def attn_kernel_us(kernel, hd, T, P, B, NH, G, cal, split=True, stats=True, runs=False):
     """A FA2-class attention launch's modeled duration (µs). Its blocks, in launch order, fill 132 SMs x
     occupancy slots (breadth first, then each freed slot takes the next block); an SM's resident
     blocks share its issue rate: each runs at min(1 / resident, attn_lone_share / occupancy) of the
@@ -843,7 +863,9 @@ def attn_kernel_us(kernel, hd, T, P, B, NH, G, cal, split=True, stats=True):
     (attn_block_setup_us forward, attn_bwd_block_setup_us backward) + its tiles (attn_tile_us /
     occupancy) + attn_merge_us when its outer tile is split (its partial stored, the arrival, the last
     block's merge). stats: the forward's instance
-    with statistics (a training step's) or without (the lab's, the prefill's)."""
+    with statistics (a training step's) or without (the lab's, the prefill's). runs: the backward's runs
+    of outer tiles (HEAD since they were built; at hd 32 / 64, the kernels that take them): a run's
+    block pays one set-up for its R outer tiles."""
     import heapq
     by_key = kernel == "attn_bwd_kv_fa2_kernel"
     family = "attn_fwd" if kernel == "attn_fwd_fa2_kernel" else "attn_bwd"
@@ -856,7 +878,8 @@ def attn_kernel_us(kernel, hd, T, P, B, NH, G, cal, split=True, stats=True):
                                 stats) / occ for loc in (True, False)}
     lone = min(1.0, cal["attn_lone_share"] / occ)
     work = []
-    for (n_int, n_mask, merges, local), count in attn_block_kinds(T, P, B, NH, G, by_key, split):
+    runs = runs and family == "attn_bwd" and hd <= 64
+    for (n_int, n_mask, merges, local), count in attn_block_kinds(T, P, B, NH, G, by_key, split, runs):
         w = (cal[setup_key] + (cal["attn_merge_us"] if merges else 0.0)) / occ + n_int * t_int + n_mask * t_mask[local]
         work.extend([w] * count)
     sms = [[] for _ in range(H200_SMS)]  # remaining work of each SM's resident blocks
@@ -1617,7 +1640,7 @@ def kernel_group(name):
 
 def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_classifier=True,
                  packed_bias_sum=True, packed_adamw=True, ln_bwd_family="layernorm_bwd", packed_dot=True,
-                 rowregs_classifier=True):
+                 rowregs_classifier=True, bwd_runs=True):
     """Per-kernel rows of one step of a CASES shape at HEAD: the launches --profile-steps counts on
     the emulated device (the kernel names and calls of the emulated profile, HEAD-<sha>), each with its
     modeled µs per step. The GEMMs are one row per cuBLASLt call kind (their GPU kernels' names are
@@ -1632,7 +1655,8 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     profile's rate); packed_dot=False: c276bf2's D kernel (a warp a row, attn_dot_us) instead of HEAD's
     16-byte packs (assumed at eff_elementwise, not measured); rowregs_classifier=False: c276bf2's
     classifier kernel (two 16-byte vectors a thread, 512 threads, expf; classifier_us at its lab rates)
-    instead of HEAD's row in registers (classifier_rowregs_us)."""
+    instead of HEAD's row in registers (classifier_rowregs_us); bwd_runs=False: the attention backward
+    without runs of outer tiles (every block one outer tile, as up to f81a640)."""
     m = dict(shape or CASES[case])
     L, C, NH, G, P, V, B, T = (m[k] for k in ("L", "C", "NH", "G", "P", "V", "B", "T"))
     bias, tanh, tied = m["bias"], m["gelu"] == "tanh", m["tied"]
@@ -1711,9 +1735,9 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     else:
         add("llmc::cuda::attn_bwd_dot_kernel", attn_dot_us(B, T, NH, cal), L, "c276bf2's warp a row")
     add(f"llmc::cuda::attn_bwd_kv_fa2_kernel<{hd}, false>",
-        attn_kernel_us("attn_bwd_kv_fa2_kernel", hd, T, P, B, NH, G, cal, split), L)
+        attn_kernel_us("attn_bwd_kv_fa2_kernel", hd, T, P, B, NH, G, cal, split, runs=bwd_runs), L)
     add(f"llmc::cuda::attn_bwd_q_fa2_kernel<{hd}, false>",
-        attn_kernel_us("attn_bwd_q_fa2_kernel", hd, T, P, B, NH, G, cal, split), L)
+        attn_kernel_us("attn_bwd_q_fa2_kernel", hd, T, P, B, NH, G, cal, split, runs=bwd_runs), L)
     # classifier: HEAD's step computes loss, lse and the dlogits in place in one pass (the forward's);
     # before, the forward's loss + lse pass and the backward's dlogits pass; the summary
     if not one_pass_classifier:
@@ -1991,6 +2015,12 @@ def built_steps(cal):
              "the rewritten kernel at eff_elementwise or its static issue bound (17 SASS instructions a column "
              "at attn_bwd_issue_eff_hd32), whichever is longer (assumed, not measured) against c276bf2's kernel "
              "at its lab rates (measured there at 819.8 us in the paper-b16 profile, modeled 684)"),
+            ("attention backward: local heads' blocks walk runs of up to 4 outer tiles (one set-up a run)",
+             "paper-b16", *gain("paper-b16", bwd_runs=False),
+             "attn_bwd_block_setup_us (fitted to the c276bf2 backward at B8, where it stands for everything a "
+             "block pays besides its tiles) once a run instead of once an outer tile; the hot loops' static "
+             "figures kept (their common trip is 1-4% shorter in SASS, not counted); runs of 4 at B16, 2 at "
+             "B8 (llmc/core/attention_split.h)"),
             ("attention backward's D = rowsum(dO O) in 16-byte packs, a head's lanes reduced by shuffles",
              "paper-b16", *gain("paper-b16", packed_dot=False),
              "the packed kernel at eff_elementwise (assumed, not measured) against c276bf2's warp a row, "
@@ -2024,17 +2054,14 @@ def speed_steps(cal, case="paper-b16"):
     out.append(("C = 192 GEMM path: a small-C GEMM without cuBLASLt's per-call cost (upper bound)",
                 gemm_fixed * 0.5, f"half of gemm_fixed_us x calls ({cal['gemm_fixed_us']:.1f} µs x {calls:.0f}): the "
                 "model cannot say how much of the per-call cost a hand-written kernel keeps"))
-    # 3. attention scheduling: local-head blocks over 4 query tiles (a quarter of the block set-ups)
-    c4 = dict(cal, attn_block_setup_us=cal["attn_block_setup_us"] / 4,
-              attn_bwd_block_setup_us=cal["attn_bwd_block_setup_us"] / 4)
-    att_now = us("llmc::cuda::attn_fwd_fa2") + us("llmc::cuda::attn_bwd_kv") + us("llmc::cuda::attn_bwd_q")
+    # 3. attention scheduling: the forward's blocks over 4 query tiles (a quarter of its block set-ups;
+    # the backward's runs of outer tiles are built: built_steps)
+    c4 = dict(cal, attn_block_setup_us=cal["attn_block_setup_us"] / 4)
+    att_now = us("llmc::cuda::attn_fwd_fa2")
     r4 = predict_case(case, c4)
-    att4 = sum(r["us_per_step"] for r in r4 if r["kernel"].startswith(("llmc::cuda::attn_fwd_fa2",
-                                                                          "llmc::cuda::attn_bwd_kv",
-                                                                          "llmc::cuda::attn_bwd_q")))
-    out.append(("attention scheduling: blocks over 4 query tiles (a quarter of the per-block set-up)", att_now - att4,
-                "the forward's and the backward's set-up / 4 on every block (local and global); longest-first is "
-                "already modeled"))
+    att4 = sum(r["us_per_step"] for r in r4 if r["kernel"].startswith("llmc::cuda::attn_fwd_fa2"))
+    out.append(("attention forward: blocks over 4 query tiles (a quarter of its per-block set-up)", att_now - att4,
+                "the forward's set-up / 4 on every block (local and global); the backward's runs are built"))
     # 5. programmatic dependent launch: the launch gaps (the step graph, the trainer's default since
     # --cuda-graph auto, measured 0.07 ms of them at ls-small-b8 on the GPU at c276bf2; the model has no
     # term for a graph's launches, so this bound is against the gaps of steps issued kernel by kernel)

@@ -28,6 +28,9 @@
 //                                           their near/far split at N; 0 = timed without statistics)
 //   --split S: the FA2-class kernels cut their tile loops into chunks of S tiles (llmc/core/attention_split.h;
 //   0, the default: chosen from the shape; the matrices and sweeps force 1-3 on some shapes)
+//   --run R: the FA2-class backward's local-head blocks walk runs of R outer tiles where the window
+//   allows (attn_split_kind; 0, the default: chosen from the shape, 1: none; the matrices force 2-4 on
+//   some shapes and check the result bit-identical to the backward without runs)
 //   attention_ls ... --json                 timing of one kernel (default production) as one JSON line (dev/bench)
 //   attention_ls ... --dump FILE            write qkv, out, lse of the production path (dev/bench)
 // The matrices and sweeps give about half their shapes a near/far distance (the production forward
@@ -68,12 +71,14 @@ struct Shape {
     float softcap;
     int near = 0;   // the statistics' near/far distance N; 0: no near/far statistics
     int split = 0;  // the FA2-class kernels' chunk of tiles (llmc/core/attention_split.h); 0: chosen from the shape
+    int run = 0;    // the FA2-class backward's runs of outer tiles (attn_split_kind): 0 chosen, 1 none, R >= 2 forced
     __host__ __device__ int C() const { return NH * hd; }
     std::string str() const {
-        char buf[224];
-        snprintf(buf, sizeof buf, "B=%d T=%d NH=%d hd=%d G=%d P=%d softcap=%g%s%s", B, T, NH, hd, G, P, softcap,
+        char buf[256];
+        snprintf(buf, sizeof buf, "B=%d T=%d NH=%d hd=%d G=%d P=%d softcap=%g%s%s%s", B, T, NH, hd, G, P, softcap,
                  near > 0 ? (" near=" + std::to_string(near)).c_str() : "",
-                 split > 0 ? (" split=" + std::to_string(split)).c_str() : "");
+                 split > 0 ? (" split=" + std::to_string(split)).c_str() : "",
+                 run > 0 ? (" run=" + std::to_string(run)).c_str() : "");
         return buf;
     }
 };
@@ -228,7 +233,7 @@ struct Problem {
     AttnCall call() {
         AttnCall a{s.B, s.T, s.C(), s.NH, s.G, s.P, s.softcap};
         a.bwd_scratch = bwd_scratch.get();
-        a.split = AttnSplitScratch{split_part.get(), arrivals.get(), s.split};
+        a.split = AttnSplitScratch{split_part.get(), arrivals.get(), s.split, s.run};
         return a;
     }
 };
@@ -563,6 +568,21 @@ bool validate(const Shape& s, const std::vector<LabKernel>& kernels, std::mt1993
                 if (!same || verbose) printf("    determinism: %s\n", same ? "bit-identical" : "FAIL (runs differ)");
                 ok &= same;
             }
+#if !defined(ENABLE_FP32)
+            if (backward && v == LabKernel::Production && attention_backward_has_runs(p.call())) {
+                // runs of outer tiles change no bit: the backward without them gives the same dqkv
+                const auto dq_runs = download_bytes(p.dqkv.get(), p.dqkv.size());
+                CUDA_CHECK(cudaMemset(p.dqkv.get(), 0xFF, p.dqkv.bytes()));
+                p.s.run = 1;
+                run_backward(v, p, p.qkv.get(), p.dout.get(), 0);
+                CUDA_CHECK(cudaDeviceSynchronize());
+                p.s.run = s.run;
+                const bool same = dq_runs == download_bytes(p.dqkv.get(), p.dqkv.size());
+                if (!same || verbose)
+                    printf("    without runs: %s\n", same ? "dqkv bit-identical" : "FAIL (dqkv differs)");
+                ok &= same;
+            }
+#endif
             if (s.near > 0) {
                 // asking for the near/far statistics changes nothing else: the forward without them
                 // gives the same out, lse and basic statistics, bit for bit
@@ -655,7 +675,8 @@ int usage() {
         stderr,
         "usage: attention_ls [--check [--small] | --check-one | --sweep | --sweep-full] [--kernel naive|production|onepass]\n"
         "                    [-B n] [-T n] [--nh n] [--hd 32|64|128] [-G n] [-P n]\n"
-        "                    [--softcap c] [--near N] [--split S] [--reps n] [--seed n] [--json] [--dump FILE]\n");
+        "                    [--softcap c] [--near N] [--split S] [--run R] [--reps n] [--seed n] [--json]\n"
+        "                    [--dump FILE]\n");
     return 2;
 }
 
@@ -691,6 +712,7 @@ int main(int argc, char** argv) {
         else if (k == "--softcap") s.softcap = (float)atof(val());
         else if (k == "--near") s.near = atoi(val());
         else if (k == "--split") s.split = atoi(val());
+        else if (k == "--run") s.run = atoi(val());
         else if (k == "--reps") reps = atoi(val());
         else if (k == "--seed") seed = strtoull(val(), nullptr, 10);
         else if (k == "--dump") dump = val();
@@ -791,6 +813,14 @@ int main(int argc, char** argv) {
             if (!validate(Shape{1, 150, 2, 64, 0, 130, 2.0f, 0, 1}, kernels, gen, false)) failed++;
             if (!validate(Shape{1, 130, 2, 128, 2, 1, 0.0f, 65, 2}, kernels, gen, false)) failed++;
             if (!validate(Shape{1, 150, 2, 32, 1, 9, 1.5f, 0, 1}, kernels, gen, false, false)) failed++;
+            // the backward's runs of outer tiles (forced; attn_split_kind chooses them only at batch sizes
+            // that fill a GPU): LS with a ragged last tile and runs of 3 (a short last run at both ends),
+            // all-local with P = 1 (one inner tile per outer tile: every step a new one) and soft-cap at
+            // hd 64, the window of P = 65 (two tiles, the widest a run takes) with runs of 2
+            n += 3;
+            if (!validate(Shape{2, 300, 3, 32, 1, 50, 0.0f, 20, 0, 3}, kernels, gen, false)) failed++;
+            if (!validate(Shape{1, 200, 2, 64, 0, 1, 2.0f, 0, 0, 2}, kernels, gen, false)) failed++;
+            if (!validate(Shape{1, 257, 2, 32, 1, 65, 0.0f, 0, 0, 2}, kernels, gen, false)) failed++;
             const bool refusals = check_row_dot_refusals();
             printf("%s: %d of %d shapes passed (kernels", failed || !refusals ? "FAIL" : "OK", n - failed, n);
             for (LabKernel v : kernels) printf(" %s", lab_kernel_name(v));
@@ -823,6 +853,14 @@ int main(int argc, char** argv) {
                 if (!validate(Shape{2, 400, 4, hd, 2, 100, hd == 64 ? 2.0f : 0.0f, 50, 1}, kernels, gen, false))
                     failed++;
                 if (!validate(Shape{1, 700, 2, hd, 1, 260, 0.0f, 0, 3}, kernels, gen, false)) failed++;
+            }
+            // the backward's runs of outer tiles forced to 2 and 4 (at hd 128 none: its fragments are
+            // reloaded per tile); with a split global head (chunks of 2) beside them
+            for (int hd : {32, 64, 128}) {
+                n += 2;
+                if (!validate(Shape{2, 640, 4, hd, 1, 50, hd == 64 ? 2.0f : 0.0f, 30, 0, 4}, kernels, gen, false))
+                    failed++;
+                if (!validate(Shape{3, 450, 3, hd, 1, 64, 0.0f, 0, 2, 2}, kernels, gen, false)) failed++;
             }
             // a single row, and B*NH past 65535 (the grid puts b*NH + h on x, whose limit is 2^31-1)
             n += 2;
@@ -875,10 +913,10 @@ int main(int argc, char** argv) {
                 "{\"kernel\": \"%s\", \"precision\": \"%s\", \"device\": \"%s\", \"B\": %d, \"T\": %d, \"NH\": %d, "
                 "\"hd\": %d, \"G\": %d, \"P\": %d, \"softcap\": %g, \"fwd_ms\": %.5f, \"fwdbwd_ms\": %.5f, "
                 "\"global_fwd_ms\": %.5f, \"global_fwdbwd_ms\": %.5f, \"fwd_tflops\": %.3f, \"fwdbwd_tflops\": %.3f, "
-                "\"split\": %d}\n",
+                "\"split\": %d, \"run\": %d}\n",
                 lab_kernel_name(v), kPrecisionName, prop.name, s.B, s.T, s.NH, s.hd, s.G, s.P, s.softcap, t.fwd_ms,
                 t.fwdbwd_ms, tg.fwd_ms, tg.fwdbwd_ms, fwd_flops / t.fwd_ms * 1e-9,
-                (fwd_flops + bwd_flops) / t.fwdbwd_ms * 1e-9, s.split);
+                (fwd_flops + bwd_flops) / t.fwdbwd_ms * 1e-9, s.split, s.run);
             return 0;
         }
 

@@ -64,6 +64,7 @@ struct AttnSplitGeom {
 struct AttnSplitKind {
     int chunk = 1, items = 0;
     int slots = 0;  // partials per head: the chunks of its split outer tiles
+    int run = 1;    // outer tiles per item (> 1 only for a kind that is not split: attn_run_allowed)
 };
 
 // The shift z of the chunk boundaries (above): chunk of inner tile i = (i + z) / S.
@@ -149,9 +150,47 @@ LLMC_HD inline int attn_split_slot(const AttnSplitGeom& g, int o, int j, int S) 
     return base + j - attn_split_chunk_of(g, g.inner_begin(o), S);
 }
 
+// Runs of outer tiles (the backward's local heads; docs/attention_kernel.md "Runs of outer tiles"):
+// a block of a kind that is not split may walk a run of R consecutive outer tiles, each over its
+// whole inner range, outer tiles ascending, so that its set-up (the prologue's exposed loads, the
+// fragments' first load) is paid once per run, and a tile two consecutive outer tiles share is loaded
+// once. The kernels keep two inner tiles in shared memory, so a run needs every outer tile's inner
+// range to start no earlier than the previous one's last tile (attn_run_allowed: the walk's inner
+// tiles never decrease, and two consecutive outer tiles share at most one): a local head whose window
+// spans at most two tiles (P <= BK + 1 at BQ = BK), never a global head.
+// Item y's run: query tiles [attn_run_lo, attn_run_hi) from the end (a query tile's loop: the
+// longest first, as the unsplit grid), key tiles from the start.
+// R is chosen from the shape: kAttnRunTiles at most, and fewer where runs of kAttnRunTiles would
+// leave the kind fewer blocks than kAttnSplitResidentBlocks (a wave of the launch).
+constexpr int kAttnRunTiles = 4;
+LLMC_HD inline int attn_run_lo(const AttnSplitGeom& g, int y, int R) {
+    return g.by_key ? y * R : attn_imax(0, g.n_outer() - (y + 1) * R);
+}
+LLMC_HD inline int attn_run_hi(const AttnSplitGeom& g, int y, int R) {
+    return g.by_key ? attn_imin(g.n_outer(), (y + 1) * R) : g.n_outer() - y * R;
+}
+// Item y of a kind with runs of R (not split): its first outer tile as an AttnSplitItem (the whole
+// inner range, one chunk); its run's end is attn_run_hi.
+LLMC_HD inline AttnSplitItem attn_run_decode(const AttnSplitGeom& g, int y, int R) {
+    AttnSplitItem it{};
+    it.outer = attn_run_lo(g, y, R);
+    it.j = it.j_first = 0;
+    it.chunks = 1;
+    it.inner_begin = g.inner_begin(it.outer);
+    it.inner_end = g.inner_end(it.outer);
+    return it;
+}
+inline bool attn_run_allowed(const AttnSplitGeom& g) {
+    for (int o = 0; o + 1 < g.n_outer(); o++)
+        if (g.inner_begin(o + 1) < g.inner_end(o) - 1 || g.inner_begin(o + 1) < g.inner_begin(o)) return false;
+    return true;
+}
+
 // Host: the split of one kind (g.local) for a launch of B batch rows, NH heads of which G global.
 // S = 0 chooses it from the shape (above); S >= 1 forces it (tests). A kind without heads has no items.
-inline AttnSplitKind attn_split_kind(const AttnSplitGeom& g, int S, int B, int NH, int G) {
+// run: 1 no runs (the default); 0 runs chosen from the shape (above); R >= 2 forces runs of R (tests,
+// the lab); a kind that is split or not attn_run_allowed takes none either way.
+inline AttnSplitKind attn_split_kind(const AttnSplitGeom& g, int S, int B, int NH, int G, int run = 1) {
     AttnSplitKind k;
     const int heads = g.local ? NH - G : G;
     if (heads <= 0) return k;
@@ -182,6 +221,18 @@ inline AttnSplitKind attn_split_kind(const AttnSplitGeom& g, int S, int B, int N
     for (int o = 0; o < g.n_outer(); o++) {
         const int c = attn_split_outer_chunks(g, o, S);
         k.slots += c > 1 ? c : 0;
+    }
+    if (run != 1 && k.slots == 0 && attn_split_chunks(g, S) == 1 && attn_run_allowed(g)) {
+        int R = run;
+        if (R <= 0) {  // chosen: at most kAttnRunTiles, and at least a wave of blocks
+            const long long blocks = (long long)B * heads * g.n_outer();
+            const long long waves = blocks / kAttnSplitResidentBlocks;
+            R = waves >= kAttnRunTiles ? kAttnRunTiles : (int)waves;
+        }
+        if (R > 1) {
+            k.run = R;
+            k.items = (g.n_outer() + R - 1) / R;
+        }
     }
     return k;
 }

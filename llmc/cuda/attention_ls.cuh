@@ -75,19 +75,20 @@ inline size_t attention_stats_scratch_floats(int B, int T, int NH) {
     return kAttnStatsNear * (size_t)B * NH * (size_t)ceil_div(T, kAttnScalarBQ);
 }
 // The split tile loops of the FA2-class kernels (llmc/core/attention_split.h) for one launch: chunk
-// size `tiles` (0: chosen from the shape, >= 1: forced, as the lab's checks do). geom: the kernel's
-// loop (its local field is ignored).
+// size `tiles` (0: chosen from the shape, >= 1: forced, as the lab's checks do) and runs of outer
+// tiles `run` (attn_split_kind's: 1 none, 0 chosen from the shape, >= 2 forced; the backward's
+// kernels at hd 32 / 64 take them). geom: the kernel's loop (its local field is ignored).
 struct AttnSplitPlan {
     AttnSplitKind global, local;
     size_t slots = 0;   // partials: one per chunk of a split outer tile (0: nothing is split)
     size_t blocks = 0;  // blocks of the launch
 };
-inline AttnSplitPlan attention_split_plan(AttnSplitGeom geom, int B, int NH, int G, int tiles) {
+inline AttnSplitPlan attention_split_plan(AttnSplitGeom geom, int B, int NH, int G, int tiles, int run = 1) {
     AttnSplitPlan plan;
     geom.local = false;
-    plan.global = attn_split_kind(geom, tiles, B, NH, G);
+    plan.global = attn_split_kind(geom, tiles, B, NH, G, run);
     geom.local = true;
-    plan.local = attn_split_kind(geom, tiles, B, NH, G);
+    plan.local = attn_split_kind(geom, tiles, B, NH, G, run);
     const size_t n_global = (size_t)B * G * plan.global.items, n_local = (size_t)B * (NH - G) * plan.local.items;
     plan.blocks = n_global + n_local;
     // partial slots: the global heads' split outer tiles' chunks, then the local heads'
@@ -112,11 +113,13 @@ inline size_t attention_split_dkv_floats(int hd) { return (size_t)hd * kAttnFa2T
 // attention_split_arrivals(B, T, NH) counters, zero before the first launch (every launch leaves them
 // zero: they may be shared with other ops' counters that keep the same rule); tiles: the chunk size
 // part was sized for (0: chosen from the shape). The forward and the backward may share them (one
-// launch at a time); the other kernel families do not use them.
+// launch at a time); the other kernel families do not use them. run: the backward's runs of outer
+// tiles (attn_split_kind: 0 chosen from the shape, 1 none, >= 2 forced; they need no scratch).
 struct AttnSplitScratch {
     float* part = nullptr;
     uint32_t* arrivals = nullptr;
     int tiles = 0;
+    int run = 0;
 };
 inline size_t attention_split_scratch_floats(int B, int T, int C, int NH, int G, int P, int tiles = 0) {
     const int hd = C / NH;
@@ -147,8 +150,10 @@ inline Fa2Split attention_split_args(const AttnSplitPlan& plan, int B, const Att
 }
 #endif
 // The plan a launch uses: without scratch nothing is split (every kind one chunk of all inner tiles).
-inline AttnSplitPlan attention_split_plan_for(AttnSplitGeom geom, int B, int NH, int G, const AttnSplitScratch& s) {
-    return attention_split_plan(geom, B, NH, G, s.part && s.arrivals ? s.tiles : geom.n_inner());
+// runs: whether the launch's kernel walks runs of outer tiles (then s.run's, else none).
+inline AttnSplitPlan attention_split_plan_for(AttnSplitGeom geom, int B, int NH, int G, const AttnSplitScratch& s,
+                                              bool runs = false) {
+    return attention_split_plan(geom, B, NH, G, s.part && s.arrivals ? s.tiles : geom.n_inner(), runs ? s.run : 1);
 }
 
 // Backward scratch: D (B, NH, T).
@@ -214,7 +219,8 @@ struct AttnCall {
     float* stats_part = nullptr;
     int near_n = 0;
     float* bwd_scratch = nullptr;  // backward: attention_ls_backward_scratch_floats(B, T, C, NH) floats (D)
-    AttnSplitScratch split;        // the FA2-class kernels' split tile loops (default: nothing split)
+    AttnSplitScratch split;        // the FA2-class kernels' split tile loops (default: nothing split, the
+                                   // backward's runs of outer tiles chosen from the shape)
     int hd() const { return C / NH; }
 };
 
@@ -341,6 +347,20 @@ inline void attn_backward_launch(const AttnCall& a, floatX* dqkv, const floatX* 
     CUDA_CHECK_LAUNCH();
 }
 #else
+// The plan of the FA2-class backward's dK/dV kernel (kv) or dQ kernel: runs of outer tiles where the
+// warps' A fragments stay in registers (hd 32 / 64: a run's next K, V or Q, dO tile is loaded into
+// shared memory while the last one's fragments are in use).
+inline AttnSplitPlan attention_backward_plan(const AttnCall& a, bool kv) {
+    static_assert(kFa2BwdARegs<64> && !kFa2BwdARegs<128>, "runs at hd 32 and 64");
+    const AttnSplitGeom geom = kv ? attention_split_geom_kv(a.T, a.P, a.hd()) : attention_split_geom_rows(a.T, a.P);
+    return attention_split_plan_for(geom, a.B, a.NH, a.G, a.split, a.hd() <= 64);
+}
+// Whether that backward walks runs of outer tiles (the lab compares it with a backward without).
+inline bool attention_backward_has_runs(const AttnCall& a) {
+    const AttnSplitPlan kv = attention_backward_plan(a, true), q = attention_backward_plan(a, false);
+    return kv.local.run > 1 || kv.global.run > 1 || q.local.run > 1 || q.global.run > 1;
+}
+
 template <int HD>
 inline void attn_backward_launch(const AttnCall& a, floatX* dqkv, const floatX* dout, const floatX* qkv,
                                  const float* lse, const float* D, cudaStream_t st) {
@@ -349,9 +369,8 @@ inline void attn_backward_launch(const AttnCall& a, floatX* dqkv, const floatX* 
     attention_ls_check_aligned(dout, "dout");
     attention_ls_check_aligned(qkv, "qkv");
     static_assert(Fa2BwdKvSmem<HD>::BQ == (HD == 128 ? 32 : kAttnFa2BQ), "attention_split_geom_kv");
-    const AttnSplitPlan kv_plan = attention_split_plan_for(attention_split_geom_kv(T, P, HD), B, NH, G, a.split);
+    const AttnSplitPlan kv_plan = attention_backward_plan(a, true), q_plan = attention_backward_plan(a, false);
     const Fa2Split kv_split = attention_split_args(kv_plan, B, a.split);
-    const AttnSplitPlan q_plan = attention_split_plan_for(attention_split_geom_rows(T, P), B, NH, G, a.split);
     const Fa2Split q_split = attention_split_args(q_plan, B, a.split);
     auto go = [&](auto kv_kernel, auto q_kernel) {  // soft-cap as a template parameter: one dispatch here
         attn_set_smem(kv_kernel, Fa2BwdKvSmem<HD>::bytes);

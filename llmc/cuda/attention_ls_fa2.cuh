@@ -225,8 +225,11 @@ struct Fa2Split {
 // chunks, 1 when not split), and for a split outer tile where its chunks' partials are
 // (attn_split_slot: only split outer tiles have slots, the global heads' first). Blocks: the
 // global heads' items, then the local heads' (llmc/core/attention_split.h), item y of every
-// (b, head) of a kind before y + 1.
+// (b, head) of a kind before y + 1. A kind with runs (the backward's; AttnSplitKind::run > 1):
+// the item's outer tiles are [outer, outer_end), each over its whole inner range (the item's
+// fields describe the first); otherwise outer_end = outer + 1.
 struct Fa2BlockWork : AttnSplitItem {
+    int outer_end;
     int b, h;
     int S, r;             // chunk size; (b, head) index in the kind
     long long slot_base;  // the head's first partial slot (the global heads' slots first)
@@ -236,7 +239,9 @@ struct Fa2BlockWork : AttnSplitItem {
         return slot_base + attn_split_slot(g, outer, j_first, S);
     }
 };
-// geom: the kernel's tile loop; its local field is set here (the block's kind).
+// geom: the kernel's tile loop; its local field is set here (the block's kind). RUNS: the kernel walks
+// runs (the backward's; the forward's plans have none, and its decode stays without the branch).
+template <bool RUNS = false>
 __device__ __forceinline__ Fa2BlockWork fa2_block_work(const Fa2Split& split, AttnSplitGeom& geom, unsigned block,
                                                        int NH, int G) {
     Fa2BlockWork w;
@@ -254,7 +259,13 @@ __device__ __forceinline__ Fa2BlockWork fa2_block_work(const Fa2Split& split, At
     const AttnSplitKind& kind = w.local ? split.local : split.global;
     w.S = kind.chunk;
     w.slot_base = (w.local ? (long long)split.B * G * split.global.slots : 0) + (long long)w.r * kind.slots;
-    static_cast<AttnSplitItem&>(w) = attn_split_decode(geom, y, w.S);
+    if (RUNS && kind.run > 1) {
+        static_cast<AttnSplitItem&>(w) = attn_run_decode(geom, y, kind.run);
+        w.outer_end = attn_run_hi(geom, y, kind.run);
+    } else {
+        static_cast<AttnSplitItem&>(w) = attn_split_decode(geom, y, w.S);
+        w.outer_end = w.outer + 1;
+    }
     return w;
 }
 

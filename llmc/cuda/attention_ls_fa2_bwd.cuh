@@ -262,6 +262,23 @@ __device__ __forceinline__ unsigned fa2_bwd_kv_tile(float (&dk)[HD / 8][4], floa
     return pairs;
 }
 
+// dk[db], dv[db]: key j_row[e/2], dims db*8 + 2c + (e&1), into dqkv's k and v parts of head h of
+// batch row b; dK takes the 1/sqrt(hd) of dS here (scale).
+template <int HD>
+__device__ __forceinline__ void fa2_store_dkv(__nv_bfloat16* dqkv, const float (&dk)[HD / 8][4],
+                                              const float (&dv)[HD / 8][4], const int (&j_row)[2], int b, int h, int T,
+                                              int C, float scale) {
+    const int c = threadIdx.x % 4;
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int j = j_row[hf];
+        if (j >= T) continue;
+        __nv_bfloat16* drow = dqkv + ((size_t)b * T + j) * (3 * C) + h * HD + 2 * c;
+        mma_store_row<HD / 8>(drow + C, dk, hf, scale);
+        mma_store_row<HD / 8>(drow + 2 * C, dv, hf, 1.0f);
+    }
+}
+
 // A dK/dV block: one of the split's blocks (fa2_block_work over key tiles of 64 looping over query
 // tiles: one per (b, h, key tile, chunk of its query tiles)), 128 threads; writes dqkv's k and v
 // parts. The blocks of a split key tile leave their dK, dV sums and the last to arrive adds them in
@@ -284,11 +301,11 @@ __device__ __forceinline__ void fa2_bwd_kv_block(__nv_bfloat16* dqkv, const __nv
     char* extra_smem = reinterpret_cast<char*>(sD + 2 * BQ);         // Extra's
 
     AttnSplitGeom geom{T, BQ, BK, P, false, true};
-    const Fa2BlockWork work = fa2_block_work(split, geom, blockIdx.x, NH, G);
-    const int kt = work.outer, b = work.b, h = work.h, bh = b * NH + h;
+    const Fa2BlockWork work = fa2_block_work<true>(split, geom, blockIdx.x, NH, G);
+    const int b = work.b, h = work.h, bh = b * NH + h;
     const bool local = work.local;
-    const int C3 = 3 * C, k0 = kt * BK;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    const int C3 = 3 * C;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
     const float scale = attn_scale(HD);
     const float mul = (SOFTCAP ? softcap : scale) * kLog2e;  // x units: raw accumulator or tanh
     const float scale_over_cap = SOFTCAP ? scale / softcap : 0.0f;
@@ -305,13 +322,19 @@ __device__ __forceinline__ void fa2_bwd_kv_block(__nv_bfloat16* dqkv, const __nv
         }
     };
 
-    const int qb = work.inner_begin, qe = work.inner_end;  // this block's query tiles (all of them unless split)
+    // The walk: key tile kt over its query tiles [qb, qe) (the block's chunk of them for its first key
+    // tile, unless split all of them), then with a run (llmc/core/attention_split.h) key tile kt + 1
+    // over all of its own, up to kt_end. Along the walk the query tiles never decrease and two key
+    // tiles share at most one (attn_run_allowed): a key tile's first query tile is the last one's
+    // (kept in its buffer) or a new one, loaded with the key tile's K and V during the last one's last
+    // step. The tile loop is the unsplit kernel's; the next key tile's set-up is outside it.
+    int kt = work.outer, qb = work.inner_begin, qe = work.inner_end;
+    const int kt_end = work.outer_end;
     // prologue: K, V and the first query tile in one group
     const Fa2TileCopy<HD, BQ> q_copy(base, C3), do_copy(gbase, C);
-    {
-        const Fa2TileCopy<HD, BK> kv_copy(base + C, C3);  // K; V is C elements further
-        kv_copy.copy_pair(sK, sV, k0, T, 2u * (uint32_t)C);
-    }
+    const Fa2TileCopy<HD, BK> kv_copy(base + C, C3);  // K; V is C elements further
+    const uint32_t v_extra = 2u * (uint32_t)C;
+    kv_copy.copy_pair(sK, sV, kt * BK, T, v_extra);
     q_copy.copy(sQ, qb * BQ, T);
     do_copy.copy(sdO, qb * BQ, T);
     cp_async_commit_group();
@@ -322,16 +345,22 @@ __device__ __forceinline__ void fa2_bwd_kv_block(__nv_bfloat16* dqkv, const __nv
     const char* k_rows = reinterpret_cast<const char*>(sK) + (uint32_t)warp * ROW16;
     const char* v_rows = reinterpret_cast<const char*>(sV) + (uint32_t)warp * ROW16;
     uint32_t ka[kFa2BwdAFrags<HD>][4], va[kFa2BwdAFrags<HD>][4];
-    if constexpr (kFa2BwdARegs<HD>) {
+    // the warps' K, V fragments of key tile kt; with a run's later key tile to come, a barrier after
+    // them: every warp has read sK, sV before they are refilled
+    auto load_kv_fragments = [&] {
+        if constexpr (kFa2BwdARegs<HD>) {
 #pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
-            fa2_load_a<HD>(ka[ks], k_rows, ks);
-            fa2_load_a<HD>(va[ks], v_rows, ks);
+            for (int ks = 0; ks < KS; ks++) {
+                fa2_load_a<HD>(ka[ks], k_rows, ks);
+                fa2_load_a<HD>(va[ks], v_rows, ks);
+            }
         }
-    }
+        if (kt + 1 < kt_end) __syncthreads();
+    };
+    load_kv_fragments();
 
     // this thread's two keys (hf = 0: key g, hf = 1: key g+8 of the warp's 16)
-    const int j_row[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
+    int j_row[2] = {kt * BK + warp * 16 + g, kt * BK + warp * 16 + g + 8};
     float dk[DB][4], dv[DB][4];
 #pragma unroll
     for (int db = 0; db < DB; db++)
@@ -339,34 +368,65 @@ __device__ __forceinline__ void fa2_bwd_kv_block(__nv_bfloat16* dqkv, const __nv
         for (int e = 0; e < 4; e++) dk[db][e] = dv[db][e] = 0.0f;
 
     extra.begin(extra_smem, work, T, NH, G, P);
-    for (int qt = qb; qt < qe; qt++) {
-        const int buf = (qt - qb) & 1;
-        if (qt != qb) {
-            cp_async_wait_group<0>();  // this thread's copies of tile qt (the only group in flight)
-            __syncthreads();           // everyone's copies and row loads landed; tile qt-1 is done
-        }
-        if (qt + 1 < qe) {  // prefetch tile qt+1 into the buffer tile qt-1 used
-            q_copy.copy(sQ + (buf ^ 1) * L::Q_TILE, (qt + 1) * BQ, T);
-            do_copy.copy(sdO + (buf ^ 1) * L::Q_TILE, (qt + 1) * BQ, T);
-            cp_async_commit_group();
-            load_rows(qt + 1, buf ^ 1);
-        }
-        const __nv_bfloat16* q_tile = sQ + buf * L::Q_TILE;
-        const __nv_bfloat16* do_tile = sdO + buf * L::Q_TILE;
-        const float* nl = sNL + buf * BQ;
-        const float* dd = sD + buf * BQ;
-        unsigned pairs;
-        if (attn_tile_needs_mask(qt, kt, BQ, BK, T, local, P))
-            pairs = fa2_bwd_kv_tile<HD, BQ, SOFTCAP, true>(dk, dv, ka, va, k_rows, v_rows, q_tile, do_tile, nl, dd,
-                                                           j_row, qt * BQ, T, local, P, mul, scale_over_cap, extra);
-        else
-            pairs = fa2_bwd_kv_tile<HD, BQ, SOFTCAP, false>(dk, dv, ka, va, k_rows, v_rows, q_tile, do_tile, nl, dd,
+    int buf = 0;  // the buffer of query tile qt
+    for (;;) {
+        for (int qt = qb; qt < qe; qt++) {
+            if (qt != qb) {
+                cp_async_wait_group<0>();  // this thread's copies of tile qt (the only group in flight)
+                __syncthreads();           // everyone's copies and row loads landed; tile qt-1 is done
+            }
+            if (qt + 1 < qe) {  // prefetch tile qt+1 into the buffer tile qt-1 used
+                q_copy.copy(sQ + (buf ^ 1) * L::Q_TILE, (qt + 1) * BQ, T);
+                do_copy.copy(sdO + (buf ^ 1) * L::Q_TILE, (qt + 1) * BQ, T);
+                cp_async_commit_group();
+                load_rows(qt + 1, buf ^ 1);
+            } else if (kt + 1 < kt_end) {  // a run's next key tile: K, V and its first query tile, if new
+                const int nq = geom.inner_begin(kt + 1);
+                kv_copy.copy_pair(sK, sV, (kt + 1) * BK, T, v_extra);
+                if (nq != qt) {
+                    q_copy.copy(sQ + (buf ^ 1) * L::Q_TILE, nq * BQ, T);
+                    do_copy.copy(sdO + (buf ^ 1) * L::Q_TILE, nq * BQ, T);
+                }
+                cp_async_commit_group();
+                if (nq != qt) load_rows(nq, buf ^ 1);
+            }
+            const __nv_bfloat16* q_tile = sQ + buf * L::Q_TILE;
+            const __nv_bfloat16* do_tile = sdO + buf * L::Q_TILE;
+            const float* nl = sNL + buf * BQ;
+            const float* dd = sD + buf * BQ;
+            unsigned pairs;
+            if (attn_tile_needs_mask(qt, kt, BQ, BK, T, local, P))
+                pairs = fa2_bwd_kv_tile<HD, BQ, SOFTCAP, true>(dk, dv, ka, va, k_rows, v_rows, q_tile, do_tile, nl, dd,
+                                                               j_row, qt * BQ, T, local, P, mul, scale_over_cap, extra);
+            else
+                pairs =
+                    fa2_bwd_kv_tile<HD, BQ, SOFTCAP, false>(dk, dv, ka, va, k_rows, v_rows, q_tile, do_tile, nl, dd,
                                                             j_row, qt * BQ, T, local, P, mul, scale_over_cap, extra);
-        extra.after_tile(qt, pairs, sK);
+            extra.after_tile(qt, pairs, sK);
+            if (qt + 1 < qe) buf ^= 1;
+        }
+        if (kt + 1 >= kt_end) break;
+        // a run's next key tile (a run's key tiles are never split): kt's dK, dV out; kt + 1's K, V
+        // and first query tile landed: its fragments
+        fa2_store_dkv<HD>(dqkv, dk, dv, j_row, b, h, T, C, scale);
+#pragma unroll
+        for (int db = 0; db < DB; db++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dk[db][e] = dv[db][e] = 0.0f;
+        const int nq = geom.inner_begin(kt + 1);
+        if (nq != qe - 1) buf ^= 1;  // a new first query tile went to the other buffer
+        kt++;
+        qb = nq;
+        qe = geom.inner_end(kt);
+        j_row[0] = kt * BK + warp * 16 + g;
+        j_row[1] = j_row[0] + 8;
+        cp_async_wait_group<0>();
+        __syncthreads();
+        load_kv_fragments();
     }
 
     // decoded again from an opaque block index: the split's fields are not kept live across the loop
-    const Fa2BlockWork again = fa2_block_work(split, geom, opaque_u32(blockIdx.x), NH, G);
+    const Fa2BlockWork again = fa2_block_work<true>(split, geom, opaque_u32(blockIdx.x), NH, G);
     if (again.chunks > 1) {  // a split key tile: leave this chunk's sums; the last block adds them
         const long long s0 = again.first_slot(geom) - again.j_first;
         const auto slot = [&](int j) { return split.part + (size_t)(s0 + j) * (2 * 4 * DB * kAttnFa2Threads); };
@@ -378,20 +438,14 @@ __device__ __forceinline__ void fa2_bwd_kv_block(__nv_bfloat16* dqkv, const __nv
         fa2_sum_acc<DB>(dv, again.j_first, again.chunks, [&](int j) { return slot(j) + 4 * DB * kAttnFa2Threads; });
     }
 
-    // dk[db], dv[db]: key j_row[e/2], dims db*8 + 2c + (e&1); dK takes the 1/sqrt(hd) of dS here
-#pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
-        const int j = j_row[hf];
-        if (j >= T) continue;
-        __nv_bfloat16* drow = dqkv + ((size_t)b * T + j) * C3 + h * HD + 2 * c;
-        mma_store_row<DB>(drow + C, dk, hf, scale);
-        mma_store_row<DB>(drow + 2 * C, dv, hf, 1.0f);
-    }
+    fa2_store_dkv<HD>(dqkv, dk, dv, j_row, b, h, T, C, scale);
 }
 
-// dK, dV (fa2_bwd_kv_block, nothing besides). Registers: ptxas's own choice.
+// dK, dV (fa2_bwd_kv_block, nothing besides). Registers: hd 64 asks for 3 blocks/SM (at most 168
+// registers; with the runs' walk ptxas's own choice took 239, 2 blocks); the others keep ptxas's
+// choice (figures: docs/results/attention_journal.md).
 template <int HD, bool SOFTCAP>
-__global__ void __launch_bounds__(kAttnFa2Threads, 0)
+__global__ void __launch_bounds__(kAttnFa2Threads, HD == 64 ? 3 : 0)
     attn_bwd_kv_fa2_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv, const float* lse,
                            const float* D, int T, int C, int NH, int G, int P, float softcap, Fa2Split split) {
     Fa2KvOnly only;
@@ -448,6 +502,20 @@ __device__ __forceinline__ void fa2_bwd_q_tile(float (&dq)[HD / 8][4], const uin
         });
 }
 
+// dq[db]: row i_row[e/2], dims db*8 + 2c + (e&1), into dqkv's q part of head h of batch row b;
+// the 1/sqrt(hd) of dS here (scale).
+template <int HD>
+__device__ __forceinline__ void fa2_store_dq(__nv_bfloat16* dqkv, const float (&dq)[HD / 8][4], const int (&i_row)[2],
+                                             int b, int h, int T, int C, float scale) {
+    const int c = threadIdx.x % 4;
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int i = i_row[hf];
+        if (i >= T) continue;
+        mma_store_row<HD / 8>(dqkv + ((size_t)b * T + i) * (3 * C) + h * HD + 2 * c, dq, hf, scale);
+    }
+}
+
 // dQ: a 1-D grid of the split's blocks (fa2_block_work, as the forward's), 128 threads; writes dqkv's q
 // part. The blocks of a split query tile leave their dQ sums and the last to arrive adds them in
 // chunk order (fa2_sum_acc) and writes them.
@@ -470,75 +538,122 @@ __global__ void __launch_bounds__(kAttnFa2Threads, HD == 32 && !SOFTCAP ? 4
     __nv_bfloat16* sV = sK + 2 * L::TILE;                            // [2] (BK, HD) swizzled
 
     AttnSplitGeom geom{T, BQ, BK, P, false, false};
-    const Fa2BlockWork work = fa2_block_work(split, geom, blockIdx.x, NH, G);
-    const int qt = work.outer, b = work.b, h = work.h, bh = b * NH + h;
+    const Fa2BlockWork work = fa2_block_work<true>(split, geom, blockIdx.x, NH, G);
+    const int b = work.b, h = work.h, bh = b * NH + h;
     const bool local = work.local;
-    const int C3 = 3 * C, q0 = qt * BQ;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    const int C3 = 3 * C;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
     const float scale = attn_scale(HD);
     const float mul = (SOFTCAP ? softcap : scale) * kLog2e;  // x units: raw accumulator or tanh
     const float scale_over_cap = SOFTCAP ? scale / softcap : 0.0f;
     const __nv_bfloat16* base = qkv + (size_t)b * T * C3 + h * HD;
     const __nv_bfloat16* gbase = dout + (size_t)b * T * C + h * HD;
 
-    const int kb = work.inner_begin, ke = work.inner_end;  // this block's key tiles (all of them unless split)
-    // masked tiles: [kb, ub) (the window's edge) and [ue, ke) (the diagonal, a ragged end)
-    const int ub = attn_kv_tile_unmasked_begin(qt, BQ, BK, local, P);
-    const int ue = attn_kv_tile_unmasked_end(qt, BQ, BK, T, local, P);
+    // The walk: query tile qt over its key tiles [kb, ke) (the block's chunk of them for its first
+    // query tile, unless split all of them), then with a run (llmc/core/attention_split.h) query tile
+    // qt + 1 over all of its own, up to qt_end. Along the walk the key tiles never decrease and two
+    // query tiles share at most one (attn_run_allowed): a query tile's first key tile is the last
+    // one's (kept in its buffer) or a new one, loaded with the query tile's Q and dO during the last
+    // one's last step. The tile loop is the unsplit kernel's; the next query tile's set-up is outside it.
+    int qt = work.outer, kb = work.inner_begin, ke = work.inner_end;
+    const int qt_end = work.outer_end;
+    // masked key tiles of query tile qt: [kb, ub) (the window's edge) and [ue, ke) (the diagonal, a ragged end)
+    int ub = attn_kv_tile_unmasked_begin(qt, BQ, BK, local, P);
+    int ue = attn_kv_tile_unmasked_end(qt, BQ, BK, T, local, P);
     const Fa2TileCopy<HD, BK> kv_copy(base + C, C3);  // K; V is C elements further
+    const Fa2TileCopy<HD, BQ> q_copy(base, C3), do_copy(gbase, C);
     const uint32_t v_extra = 2u * (uint32_t)C;
     // prologue: Q, dO and the first K / V tile in one group
-    Fa2TileCopy<HD, BQ>(base, C3).copy(sQ, q0, T);
-    Fa2TileCopy<HD, BQ>(gbase, C).copy(sdO, q0, T);
+    q_copy.copy(sQ, qt * BQ, T);
+    do_copy.copy(sdO, qt * BQ, T);
     kv_copy.copy_pair(sK, sV, kb * BK, T, v_extra);
     cp_async_commit_group();
-    const int i_row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+    int i_row[2];
     float neg_lse2[2], row_D[2];
+    // query tile qt's rows of this thread, their -lse*log2(e) and D (plain loads)
+    auto load_rows = [&] {
+        i_row[0] = qt * BQ + warp * 16 + g;
+        i_row[1] = i_row[0] + 8;
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
-        const int i = i_row[hf];
-        neg_lse2[hf] = i < T ? -lse[(size_t)bh * T + i] * kLog2e : 0.0f;
-        row_D[hf] = i < T ? D[(size_t)bh * T + i] : 0.0f;
-    }
+        for (int hf = 0; hf < 2; hf++) {
+            const int i = i_row[hf];
+            neg_lse2[hf] = i < T ? -lse[(size_t)bh * T + i] * kLog2e : 0.0f;
+            row_D[hf] = i < T ? D[(size_t)bh * T + i] : 0.0f;
+        }
+    };
+    load_rows();
     cp_async_wait_group<0>();
     __syncthreads();
     constexpr uint32_t ROW16 = 16u * HD * 2u;
     const char* q_rows = reinterpret_cast<const char*>(sQ) + (uint32_t)warp * ROW16;
     const char* do_rows = reinterpret_cast<const char*>(sdO) + (uint32_t)warp * ROW16;
     uint32_t qa[kFa2BwdAFrags<HD>][4], da[kFa2BwdAFrags<HD>][4];
-    if constexpr (kFa2BwdARegs<HD>) {
+    // the warps' Q, dO fragments of query tile qt; with a run's later query tile to come, a barrier
+    // after them: every warp has read sQ, sdO before they are refilled
+    auto load_q_fragments = [&] {
+        if constexpr (kFa2BwdARegs<HD>) {
 #pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
-            fa2_load_a<HD>(qa[ks], q_rows, ks);
-            fa2_load_a<HD>(da[ks], do_rows, ks);
+            for (int ks = 0; ks < KS; ks++) {
+                fa2_load_a<HD>(qa[ks], q_rows, ks);
+                fa2_load_a<HD>(da[ks], do_rows, ks);
+            }
         }
-    }
+        if (qt + 1 < qt_end) __syncthreads();
+    };
+    load_q_fragments();
     float dq[DB][4];
 #pragma unroll
     for (int db = 0; db < DB; db++) dq[db][0] = dq[db][1] = dq[db][2] = dq[db][3] = 0.0f;
 
-    for (int kt = kb; kt < ke; kt++) {
-        const int buf = (kt - kb) & 1;
-        if (kt != kb) {
-            cp_async_wait_group<0>();  // this thread's copies of tile kt (the only group in flight)
-            __syncthreads();           // everyone's copies landed; every warp is done with tile kt-1
+    int buf = 0;  // the buffer of key tile kt
+    for (;;) {
+        for (int kt = kb; kt < ke; kt++) {
+            if (kt != kb) {
+                cp_async_wait_group<0>();  // this thread's copies of tile kt (the only group in flight)
+                __syncthreads();           // everyone's copies landed; every warp is done with tile kt-1
+            }
+            if (kt + 1 < ke) {  // prefetch tile kt+1 into the buffer tile kt-1 used
+                kv_copy.copy_pair(sK + (buf ^ 1) * L::TILE, sV + (buf ^ 1) * L::TILE, (kt + 1) * BK, T, v_extra);
+                cp_async_commit_group();
+            } else if (qt + 1 < qt_end) {  // a run's next query tile: Q, dO and its first key tile, if new
+                const int nk = geom.inner_begin(qt + 1);
+                q_copy.copy(sQ, (qt + 1) * BQ, T);
+                do_copy.copy(sdO, (qt + 1) * BQ, T);
+                if (nk != kt)
+                    kv_copy.copy_pair(sK + (buf ^ 1) * L::TILE, sV + (buf ^ 1) * L::TILE, nk * BK, T, v_extra);
+                cp_async_commit_group();
+            }
+            const __nv_bfloat16* k_tile = sK + buf * L::TILE;
+            const __nv_bfloat16* v_tile = sV + buf * L::TILE;
+            if (kt < ub || kt >= ue)  // attn_tile_needs_mask(qt, kt, ...)
+                fa2_bwd_q_tile<HD, SOFTCAP, true>(dq, qa, da, q_rows, do_rows, k_tile, v_tile, i_row, neg_lse2, row_D,
+                                                  kt * BK, T, local, P, mul, scale_over_cap);
+            else
+                fa2_bwd_q_tile<HD, SOFTCAP, false>(dq, qa, da, q_rows, do_rows, k_tile, v_tile, i_row, neg_lse2, row_D,
+                                                   kt * BK, T, local, P, mul, scale_over_cap);
+            if (kt + 1 < ke) buf ^= 1;
         }
-        if (kt + 1 < ke) {  // prefetch tile kt+1 into the buffer tile kt-1 used
-            kv_copy.copy_pair(sK + (buf ^ 1) * L::TILE, sV + (buf ^ 1) * L::TILE, (kt + 1) * BK, T, v_extra);
-            cp_async_commit_group();
-        }
-        const __nv_bfloat16* k_tile = sK + buf * L::TILE;
-        const __nv_bfloat16* v_tile = sV + buf * L::TILE;
-        if (kt < ub || kt >= ue)  // attn_tile_needs_mask(qt, kt, ...)
-            fa2_bwd_q_tile<HD, SOFTCAP, true>(dq, qa, da, q_rows, do_rows, k_tile, v_tile, i_row, neg_lse2, row_D,
-                                              kt * BK, T, local, P, mul, scale_over_cap);
-        else
-            fa2_bwd_q_tile<HD, SOFTCAP, false>(dq, qa, da, q_rows, do_rows, k_tile, v_tile, i_row, neg_lse2, row_D,
-                                               kt * BK, T, local, P, mul, scale_over_cap);
+        if (qt + 1 >= qt_end) break;
+        // a run's next query tile (a run's query tiles are never split): qt's dQ out; qt + 1's Q, dO
+        // and first key tile landed: its fragments
+        fa2_store_dq<HD>(dqkv, dq, i_row, b, h, T, C, scale);
+#pragma unroll
+        for (int db = 0; db < DB; db++) dq[db][0] = dq[db][1] = dq[db][2] = dq[db][3] = 0.0f;
+        const int nk = geom.inner_begin(qt + 1);
+        if (nk != ke - 1) buf ^= 1;  // a new first key tile went to the other buffer
+        qt++;
+        kb = nk;
+        ke = geom.inner_end(qt);
+        ub = attn_kv_tile_unmasked_begin(qt, BQ, BK, local, P);
+        ue = attn_kv_tile_unmasked_end(qt, BQ, BK, T, local, P);
+        load_rows();
+        cp_async_wait_group<0>();
+        __syncthreads();
+        load_q_fragments();
     }
 
     // decoded again from an opaque block index: the split's fields are not kept live across the loop
-    const Fa2BlockWork again = fa2_block_work(split, geom, opaque_u32(blockIdx.x), NH, G);
+    const Fa2BlockWork again = fa2_block_work<true>(split, geom, opaque_u32(blockIdx.x), NH, G);
     if (again.chunks > 1) {  // a split query tile: leave this chunk's sum; the last block adds them
         const long long s0 = again.first_slot(geom) - again.j_first;
         const auto slot = [&](int j) { return split.part + (size_t)(s0 + j) * (4 * DB * kAttnFa2Threads); };
@@ -547,13 +662,7 @@ __global__ void __launch_bounds__(kAttnFa2Threads, HD == 32 && !SOFTCAP ? 4
         fa2_sum_acc<DB>(dq, again.j_first, again.chunks, slot);
     }
 
-    // dq[db]: row i_row[e/2], dims db*8 + 2c + (e&1); the 1/sqrt(hd) of dS here
-#pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
-        const int i = i_row[hf];
-        if (i >= T) continue;
-        mma_store_row<DB>(dqkv + ((size_t)b * T + i) * C3 + h * HD + 2 * c, dq, hf, scale);
-    }
+    fa2_store_dq<HD>(dqkv, dq, i_row, b, h, T, C, scale);
 }
 
 }  // namespace llmc::cuda
