@@ -242,10 +242,10 @@ fi
 # -- the data's vocabulary: the paper's (or --vocab's), checked before anything is built or trained ------
 if [[ -f $DATA/meta.json ]]; then
   read -r data_tok data_vocab < <("$PYTHON" -c 'import json,sys; m=json.load(open(sys.argv[1])); print(m.get("tokenizer") or "unnamed", m.get("vocab_size") or "unknown")' "$DATA/meta.json") \
-    || die "$DATA/meta.json is not readable JSON; make the data again with scripts/pack_pg19.sh --out $DATA --force"
-  [[ $data_tok == sp ]] || die "$DATA holds data of tokenizer $data_tok, not SentencePiece (the paper's); make it with scripts/pack_pg19.sh --out $DATA --force"
+    || die "$DATA/meta.json is not readable JSON; make the paper's data in a directory of its own (scripts/pack_pg19.sh --out NEW_DIR, then --data NEW_DIR)"
+  [[ $data_tok == sp ]] || die "$DATA holds data of tokenizer $data_tok, not SentencePiece (the paper's); make the paper's data in a directory of its own (scripts/pack_pg19.sh --out NEW_DIR, then --data NEW_DIR), not over $DATA"
   [[ $data_vocab == "$VOCAB" || $data_vocab != 10000 ]] || die "$DATA holds vocabulary 10000, the paper's, not $VOCAB ($VOCAB_WHY): drop $VOCAB_WHY to run the paper's setting on it, or give --data a directory of vocabulary-$VOCAB data (data/prepare.py --dataset pg19 --tokenizer sp --vocab-size $VOCAB)"
-  [[ $data_vocab == "$VOCAB" ]] || die "$DATA holds vocabulary $data_vocab, not $([[ -z $VOCAB_WHY ]] && echo "the paper's $VOCAB" || echo "$VOCAB ($VOCAB_WHY)"): make the paper's data with scripts/pack_pg19.sh --out $DATA --force, or pass --vocab $data_vocab to run on this vocabulary (not the paper's setting)"
+  [[ $data_vocab == "$VOCAB" ]] || die "$DATA holds vocabulary $data_vocab, not $([[ -z $VOCAB_WHY ]] && echo "the paper's $VOCAB" || echo "$VOCAB ($VOCAB_WHY)"): make the paper's data in a directory of its own (scripts/pack_pg19.sh --out NEW_DIR, then --data NEW_DIR), or pass --vocab $data_vocab to run on this vocabulary (not the paper's setting)"
   # a --source given for data that exists must be the books the data was made from (names and sizes)
   if [[ $SOURCE_GIVEN == 1 ]]; then
     [[ -d $SOURCE ]] || die "no PG-19 books at --source $SOURCE; check the path"

@@ -651,7 +651,10 @@ def test_exp_pg19_refuses_data_of_another_vocabulary(tmp_path):
     p = sh(args, check=False)
     assert p.returncode == 1 and p.stderr.count("\n") == 1 and p.stderr.startswith("error: "), p.stderr
     assert f"{data} holds vocabulary 1024, not the paper's 10000" in p.stderr, p.stderr
-    assert f"scripts/pack_pg19.sh --out {data} --force" in p.stderr and "--vocab 1024" in p.stderr
+    # the command offered makes the paper's data beside it, never over it (it once said `--out DATA --force`,
+    # which replaced whatever data set DATA held: a new user's tiny Shakespeare once)
+    assert "scripts/pack_pg19.sh --out NEW_DIR, then --data NEW_DIR" in p.stderr and "--vocab 1024" in p.stderr
+    assert "--force" not in p.stderr
     assert not (tmp_path / "o").exists()
     p = sh(args + ["--vocab", 1024], check=False)  # no shards: the run itself fails, after the header
     assert "vocabulary 1024 (not the paper's 10000: --vocab)" in p.stdout.splitlines()[0], p.stdout
@@ -668,6 +671,22 @@ def test_exp_pg19_refuses_data_of_another_vocabulary(tmp_path):
     p = sh(args, check=False)
     assert p.stdout, f"no header at all (rc {p.returncode}): {p.stderr}"
     assert f"SentencePiece vocabulary 10000 ({data})" in p.stdout.splitlines()[0], p.stdout
+
+
+def test_exp_pg19_never_advises_packing_over_another_data_set(tmp_path):
+    """--data naming GPT-2 data (a typo for the paper's folder): refused with the command that makes the paper's data
+    in a directory of its own. The advice once read `scripts/pack_pg19.sh --out DATA --force`, and following it
+    replaced a new user's tiny Shakespeare shards with PG-19."""
+    data = tmp_path / "tinyshakespeare_gpt2"
+    data.mkdir()
+    meta = json.dumps({"dataset": "tinyshakespeare", "tokenizer": "gpt2", "vocab_size": 50257})
+    (data / "meta.json").write_text(meta)
+    p = sh(["bash", REPO / "scripts" / "exp_pg19.sh", "--data", data, "--device", "cpu", "--steps", 1, "--variants",
+            "ls", "--out", tmp_path / "o"], check=False)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1 and p.stderr.startswith("error: "), p.stderr
+    assert f"{data} holds data of tokenizer gpt2, not SentencePiece" in p.stderr, p.stderr
+    assert "scripts/pack_pg19.sh --out NEW_DIR, then --data NEW_DIR" in p.stderr and "--force" not in p.stderr
+    assert (data / "meta.json").read_text() == meta and not (tmp_path / "o").exists()
 
 
 def test_exp_pg19_never_prepares_data_over_files_without_meta(tmp_path):

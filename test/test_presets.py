@@ -64,7 +64,8 @@ def test_paper_preset_refuses_data_of_another_vocabulary(sets, tmp_path):
     line = refused(["--config", PAPER] + data_args(sets["sp1024"]) + ["-o", out] + PAPER_SMALL,
                    f"-i '{sets['sp1024']}/train_*.bin'", "vocabulary 1024", f"{sets['sp1024']}/meta.json",
                    f"--expect-vocab 10000 (from --config {PAPER})", "vocabulary 10000",
-                   f"scripts/pack_pg19.sh --out {sets['sp1024']} --force", "--expect-vocab 1024")
+                   "make the paper's PG-19 data in a directory of its own (scripts/pack_pg19.sh --out NEW_DIR)",
+                   "--expect-vocab 1024")
     assert not out.exists(), line  # refused before anything is written
     # the paper's data trains
     run(["--config", PAPER] + data_args(sets["paper"]) + ["-o", out] + PAPER_SMALL)
@@ -138,6 +139,21 @@ def test_header_names_the_config_file(byte_data, tmp_path):
     assert first.startswith("train_gpt2_ls | device cpu") and f"| config {preset} (model base ls-small)" in first, first
     p = run(data_args(byte_data) + ["-x", 1, "--threads", 1, "-e", "d2", "-t", 32, "-v", 0, "-s", 0])
     assert p.stdout.splitlines()[0].endswith("| model preset d2"), p.stdout.splitlines()[0]
+
+
+def test_a_typed_window_with_the_presets_near_is_refused(byte_data, tmp_path):
+    """The paper preset sets near=50, its window's distance: a typed --window 16 on top of it once split the
+    near/far statistics at 50 without a word (a new-user trial). Refused naming both fixes; --near typed, or the
+    same window, run."""
+    preset = tmp_path / "near.toml"
+    preset.write_text(small_preset(tmp_path / "base.toml").read_text() + "near=8\n")
+    args = ["--config", preset] + data_args(byte_data) + ["-x", 1, "--threads", 1]
+    refused(args + ["--window", 4, "-o", tmp_path / "a"], f"--near 8 (from --config {preset})", "--window 4",
+            "give --near 4 to split at the new window, or --near 8 to keep the file's distance")
+    assert not (tmp_path / "a").exists()
+    p = run(args + ["--window", 4, "--near", 4, "-o", tmp_path / "b"])
+    assert '"near":4' in (tmp_path / "b" / "logit_stats.jsonl").read_text().replace(" ", ""), p.stderr
+    run(args + ["--window", 8, "-o", tmp_path / "c"])
 
 
 def test_a_relative_pattern_of_a_preset_run_elsewhere_names_the_preset(tmp_path):

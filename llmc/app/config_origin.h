@@ -5,6 +5,9 @@
 //   check_loader_settings_of_config  -y 1 / --fork-from continue a checkpoint's data loader: -b, -t,
 //                                 --seed, --shuffle, --sampler or -i that the file sets to other values
 //                                 than the run's record
+//   check_config_near_of_window   --near from the file (the paper preset's: its window's distance) with
+//                                 another --window typed: the statistics would split at the file's
+//                                 distance, not the new window's
 // docs/training.md "--config" and "Resuming and forking".
 #pragma once
 #include <filesystem>
@@ -84,6 +87,20 @@ inline void check_loader_settings_of_config(const TrainConfig& c) {
                      recorded + " (its record " + c.settings_record +
                      "); drop --config (the record gives the run's settings), or give " + recorded +
                      " after it to keep the preset's other settings");
+}
+
+// --near N from the --config file while --window P (another value) is typed: the file's N is its own
+// window's distance (configs/paper_pg19.toml: "near/far at the window's distance"), and the near/far
+// statistics and plots would silently split at it, not at the new window. Refused with both fixes.
+inline void check_config_near_of_window(const TrainConfig& c) {
+    if (!c.near || !set_by_config(c, "near") || !c.overrides.window || set_by_config(c, "window")) return;
+    const int near = *c.near, window = *c.overrides.window;
+    if (near == window) return;
+    throw InputError("--near " + std::to_string(near) + " (from --config " + c.config_file +
+                     ") splits the logit statistics at distance " + std::to_string(near) + ", but --window " +
+                     std::to_string(window) + " on the command line changed the window; give --near " +
+                     std::to_string(window) + " to split at the new window, or --near " + std::to_string(near) +
+                     " to keep the file's distance");
 }
 
 }  // namespace llmc

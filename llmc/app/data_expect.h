@@ -77,8 +77,9 @@ inline void check_expected_data(const TrainConfig& c, const std::string& pattern
                     : tok_flag + " and " + vocab_flag;
     const std::string expected = facts(c.expect_tokenizer, c.expect_vocab);
     const std::string fix = expects_packed_pg19(c) && meta_dataset(id.dir) == "pg19"
-                                ? "make the paper's PG-19 data with scripts/pack_pg19.sh --out " + id.dir +
-                                      " --force, or point " + flag + " at data of " + expected
+                                ? "make the paper's PG-19 data in a directory of its own (scripts/pack_pg19.sh --out "
+                                  "NEW_DIR) and point " +
+                                      flag + " at it, or point " + flag + " at other data of " + expected
                                 : "prepare data of " + expected + " with data/prepare.py and point " + flag + " at it";
     const std::string accept = (tok_differs ? "--expect-tokenizer " + id.tokenizer : "") +
                                (tok_differs && vocab_differs ? " " : "") +

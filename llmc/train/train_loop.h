@@ -217,6 +217,7 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     RunPlan p;
     validate_train_flags(cfg);
     check_config_shard_patterns(cfg);
+    check_config_near_of_window(cfg);
     // before the model's checks: a vocabulary that changed with the data is the data's fault, not --vocab's
     const bool continued = !cfg.fork_from.empty() || (cfg.resume && newest_complete_step(cfg.output_dir) >= 0);
     if (continued) check_loader_settings_of_config(cfg);
