@@ -113,6 +113,21 @@ TEST_CASE("a model flag that contradicts the checkpoint is named with the values
     o.qk_norm = true;
     REQUIRE_THROWS_WITH(llmc::check_overrides_match(ck, o, "m.bin"),
                         Contains("--qk-norm 1 contradicts") && Contains("(which has 0)"));
+    // a value the user never typed names where it came from, and the fix that fits it (a new-user trial
+    // met "--layers 2 contradicts ...; drop the flag" after -y 1 -e CKPT, with no --layers given)
+    o = llmc::ModelOverrides();
+    o.layers = 3;
+    auto from_record = [](const std::string& name) {
+        return name == "layers" ? std::string(" (from the record r/config.json)") : std::string();
+    };
+    REQUIRE_THROWS_WITH(llmc::check_overrides_match(ck, o, "m.bin", from_record),
+                        "--layers 3 (from the record r/config.json) contradicts the checkpoint m.bin (which has 2); a "
+                        "continued run trains its recorded model: drop -e to continue it, or start a new run (another "
+                        "-o) from the checkpoint");
+    auto from_file = [](const std::string&) { return std::string(" (from --config p.toml)"); };
+    REQUIRE_THROWS_WITH(llmc::check_overrides_match(ck, o, "m.bin", from_file),
+                        "--layers 3 (from --config p.toml) contradicts the checkpoint m.bin (which has 2); drop it "
+                        "from the file or drop -e, a checkpoint fixes the model");
 }
 
 TEST_CASE("--fork-from of a step its run deletes while the fork reads it says so, not damage", "[plan_run]") {

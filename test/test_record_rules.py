@@ -154,6 +154,11 @@ def test_a_run_resumes_from_another_directory(byte_data, tmp_path):
 @pytest.mark.parametrize("args, expect", [
     (["-lr", "1e-3"], "error: -lr: this trainer spells it -l/--learning-rate"),
     (["-nk", "4"], "error: -nk: this trainer spells it --keep-checkpoints"),
+    # a new-user trial: llm.c's flag with its value attached, and '=' after a one-letter flag, were read as
+    # another flag's value ("--checkpoint-every ... not 'k2'", "--val-batches ... not '=1'")
+    (["-nk2"], "error: -nk2: this trainer spells it --keep-checkpoints"),
+    (["-m=1"], "error: -m=1: a short flag's value follows a space (-m 1); '=' goes with the long name "
+     "(--val-batches=1)"),
     (["-h", "1"], "error: -h is --help here; llm.c's -h 1 (HellaSwag evaluation) has no counterpart"),
     (["-y", "2"], "error: -y/--resume must be 0 or 1 (got 2)"),
     (["--config", "{data}"], "error: --config {data} is a directory; give a file: {data}/config.json"),

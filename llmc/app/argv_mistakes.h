@@ -1,8 +1,9 @@
 // Mistakes on a train_gpt2_ls command line that CLI11 would misreport, found before it parses, each
 // as one error line naming the mistake and its fix (docs/training.md "Flags"):
-//   llm.c's flags of two letters ("-nk 4": CLI11 reads -n with the value "k", "Could not convert"), and
+//   llm.c's flags of two letters ("-nk 4", "-nk4": CLI11 reads -n with the value "k"), and
 //   its one-letter flags this trainer has no counterpart of ("-r 0": CLI11 says "not expected");
 //   llm.c's "-h 1" (HellaSwag there; CLI11 prints the help and exits 0);
+//   a one-letter flag with '=' ("-m=1": CLI11 reads the value "=1");
 //   a glob the shell expanded ("-i d/train_*.bin" unquoted: CLI11 names one "argument not expected");
 //   --config naming a directory or no file (CLI11: "was not readable (missing?)").
 // argv_mistake finds all but the last from argv alone: alike on every rank of a launch (a glob's paths
@@ -59,25 +60,38 @@ inline bool looks_like_option(const std::string& arg) {
 }
 
 // The error for a single-dash token of two or more letters ("-nk"), "" when it is none of these: one
-// of llm.c's (multi_letter_llmc_flags), or one CLI11 would read as a one-letter flag that takes a
-// number followed by letters (-x with "s" for "-xs"). A flag that takes text keeps its attached
-// value ("-ofoo" is -o foo).
+// of llm.c's (multi_letter_llmc_flags; also with its value attached, "-nk2"), or one CLI11 would read
+// as a one-letter flag that takes a number followed by letters (-x with "s" for "-xs"). A flag that
+// takes text keeps its attached value ("-ofoo" is -o foo).
 inline std::string multi_letter_error(const CLI::App& app, const std::string& arg) {
     if (arg.size() < 3 || arg[0] != '-' || arg[1] == '-') return "";
-    for (size_t i = 1; i < arg.size(); i++)
-        if (!std::isalpha((unsigned char)arg[i])) return "";
+    size_t letters = 1;
+    while (letters < arg.size() && std::isalpha((unsigned char)arg[letters])) letters++;
+    const std::string name = arg.substr(0, letters);  // "-nk" of "-nk2"
     for (const LlmcFlag& f : multi_letter_llmc_flags()) {
-        if (arg != f.llmc) continue;
+        if (name != f.llmc) continue;
         if (*f.here == '\0')
             return arg +
                    " is llm.c's flag, which this trainer has no counterpart of; drop it (llm.c's flags and ours: "
                    "docs/from_llmc.md)";
         return arg + ": this trainer spells it " + f.here + " (llm.c's flags and ours: docs/from_llmc.md)";
     }
+    if (letters < arg.size()) return "";  // letters, then more: a value attached to a one-letter flag
     const CLI::Option* first = app.get_option_no_throw(arg.substr(0, 2));
     if (first == nullptr || first->get_expected_min() == 0 || first->get_type_name().rfind("TEXT", 0) == 0) return "";
     return arg + " is not a flag: a short flag is one letter, its value after a space (" + arg.substr(0, 2) +
            " VALUE); run with --help for the flags";
+}
+
+// The error for a one-letter flag with its value after '=' ("-m=1": CLI11 would read the value "=1"),
+// "" for any other token: the value follows a space, or '=' after the long name.
+inline std::string short_flag_equals_error(const CLI::App& app, const std::string& arg) {
+    if (arg.size() < 3 || arg[0] != '-' || arg[1] == '-' || arg[2] != '=') return "";
+    const CLI::Option* opt = app.get_option_no_throw(arg.substr(0, 2));
+    if (opt == nullptr || opt->get_expected_min() == 0 || opt->get_lnames().empty()) return "";
+    const std::string value = arg.substr(3);
+    return arg + ": a short flag's value follows a space (" + arg.substr(0, 2) + " " + value +
+           "); '=' goes with the long name (--" + opt->get_lnames().front() + "=" + value + ")";
 }
 
 // The error for arguments `strays` that follow the value of `option` (as typed) and that exist as
@@ -130,6 +144,8 @@ inline std::string argv_mistake(const CLI::App& app, int argc, const char* const
                    argv[i + 1];
         const std::string e = multi_letter_error(app, a);
         if (!e.empty()) return e;
+        const std::string eq = short_flag_equals_error(app, a);
+        if (!eq.empty()) return eq;
         for (const LlmcFlag& f : one_letter_llmc_flags())
             if (a == f.llmc && app.get_option_no_throw(a) == nullptr)
                 return a + " is llm.c's flag (" + f.here +

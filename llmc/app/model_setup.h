@@ -21,17 +21,31 @@ struct ModelSetup {
     std::optional<ModelCheckpoint> init;  // weights when -e is a checkpoint
 };
 
-// Model flags given together with a checkpoint must agree with it (they cannot change it).
-inline void check_overrides_match(const ModelConfig& ck, const ModelOverrides& o, const std::string& path) {
+// Model flags given together with a checkpoint must agree with it (they cannot change it). origin(long
+// name) says where a flag's value came from, as TrainConfig::origin_of words it: "" (the command line),
+// " (from --config FILE)" or " (from the record RUN/config.json)" (-y 1 and --fork-from fill the model
+// flags not given from the run's record); the error names it and the fix that fits it.
+template <typename Origin>
+inline void check_overrides_match(const ModelConfig& ck, const ModelOverrides& o, const std::string& path,
+                                  Origin origin) {
     auto text = [](double v) {  // integers as integers (3, 50257), other values as written (0.5)
         char buf[32];
         std::snprintf(buf, sizeof(buf), "%.10g", v);
         return std::string(buf);
     };
+    auto fail = [&](const char* flag, const std::string& given, const std::string& have) {
+        const std::string from = origin(std::string(flag).substr(2));
+        const std::string fix =
+            from.rfind(" (from the record", 0) == 0
+                ? "a continued run trains its recorded model: drop -e to continue it, or start a new run (another "
+                  "-o) from the checkpoint"
+            : from.rfind(" (from --config", 0) == 0 ? "drop it from the file or drop -e, a checkpoint fixes the model"
+                                                    : "drop the flag, a checkpoint fixes the model";
+        throw InputError(std::string(flag) + " " + given + from + " contradicts the checkpoint " + path +
+                         " (which has " + have + "); " + fix);
+    };
     auto mismatch = [&](const char* flag, double given, double have) {
-        if (given != have)
-            throw InputError(std::string(flag) + " " + text(given) + " contradicts the checkpoint " + path +
-                             " (which has " + text(have) + "); drop the flag, a checkpoint fixes the model");
+        if (given != have) fail(flag, text(given), text(have));
     };
     if (o.layers) mismatch("--layers", *o.layers, ck.num_layers);
     if (o.channels) mismatch("--channels", *o.channels, ck.channels);
@@ -44,9 +58,10 @@ inline void check_overrides_match(const ModelConfig& ck, const ModelOverrides& o
     if (o.qk_norm && !ck.qk_norm) mismatch("--qk-norm", 1, 0);
     if (o.untie_embeddings && ck.tied_embeddings) mismatch("--untie-embeddings", 1, 0);
     if (o.bias) mismatch("--bias", parse_bias(*o.bias) ? 1 : 0, ck.bias ? 1 : 0);
-    if (o.gelu && parse_gelu(*o.gelu) != ck.gelu)
-        throw InputError("--gelu " + *o.gelu + " contradicts the checkpoint " + path + " (which has " +
-                         gelu_name(ck.gelu) + "); drop the flag, a checkpoint fixes the model");
+    if (o.gelu && parse_gelu(*o.gelu) != ck.gelu) fail("--gelu", *o.gelu, gelu_name(ck.gelu));
+}
+inline void check_overrides_match(const ModelConfig& ck, const ModelOverrides& o, const std::string& path) {
+    check_overrides_match(ck, o, path, [](const std::string&) { return std::string(); });
 }
 
 // -e: a checkpoint file (ours or llm.c's) or a preset, then the model flags on top of a preset.
@@ -58,7 +73,8 @@ inline ModelSetup resolve_model(const TrainConfig& cfg, int data_vocab) {
         m.init = load_model_checkpoint(cfg.model);
         m.config = m.init->config;
         m.source = cfg.model + (m.init->from_llmc ? " (llm.c GPT-2 checkpoint, all heads global)" : "");
-        check_overrides_match(m.config, cfg.overrides, cfg.model);
+        check_overrides_match(m.config, cfg.overrides, cfg.model,
+                              [&](const std::string& name) { return cfg.origin_of(name); });
     } else {
         if (!is_model_preset(cfg.model))
             throw InputError("-e '" + cfg.model +
