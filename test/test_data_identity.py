@@ -159,6 +159,25 @@ def test_swapped_or_shared_train_and_val_are_refused(data_sets):
             f"{sp}/train_000000.bin")
 
 
+def test_a_copy_of_a_training_shard_as_validation_is_refused(byte_data, tmp_path):
+    """A new-user trial copied train_000000.bin to val_000000.bin in a folder without meta.json: the run took it as
+    validation data with only a note (the paths differ), so its validation loss was a loss on training tokens. The
+    bytes are compared (shards of equal size), on a new run and on -y 1."""
+    cp = tmp_path / "cp"
+    cp.mkdir()
+    shutil.copy(byte_data / "train_000000.bin", cp / "train_000000.bin")
+    shutil.copy(byte_data / "train_000000.bin", cp / "val_000000.bin")
+    line = refused(["-i", f"{cp}/train_*.bin", "-j", f"{cp}/val_*.bin", "--vocab", 256, "-o", tmp_path / "run"]
+                   + TINY_RUN, f"reads {cp}/val_000000.bin, which holds the same bytes as the training shard "
+                   f"{cp}/train_000000.bin", "held out from training")
+    assert not (tmp_path / "run").exists(), line
+    # the real validation shard beside it trains, and -y 1 with the copy named is refused the same way
+    shutil.copy(byte_data / "val_000000.bin", cp / "val_000000.bin")
+    run(["-i", f"{cp}/train_*.bin", "-j", f"{cp}/val_*.bin", "--vocab", 256, "-o", tmp_path / "run"] + TINY_RUN)
+    shutil.copy(byte_data / "train_000000.bin", cp / "val_000000.bin")
+    refused(["-o", tmp_path / "run", "-y", 1, "-x", 3], "which holds the same bytes as the training shard")
+
+
 def test_a_shard_meta_json_does_not_list_is_refused(data_sets, tmp_path):
     copy = tmp_path / "sp"
     shutil.copytree(data_sets["sp"], copy)

@@ -9,7 +9,9 @@
 // file is read by both, and every shard of the role that a meta.json beside them lists is there; a shard of unknown role is read with one note on stderr per glob.
 // --eval-only may read training shards (a loss on tokens the model trained on), said on stderr.
 #pragma once
+#include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -181,7 +183,30 @@ inline void check_shard_roles(const std::vector<std::string>& paths, ShardRole w
                      what.c_str(), unknown.size(), unknown.front().c_str(), want_name.c_str());
 }
 
-// Refuses a file read both as training (-i) and as validation (-j) data.
+// Whether two files of equal size hold the same bytes: their first and last 64 KiB first (a shard's
+// header and some 32K tokens at each end: distinct shards differ there), the whole only when those match.
+inline bool same_bytes_of_equal_size(const std::string& a, const std::string& b, std::uintmax_t size) {
+    std::ifstream fa(a, std::ios::binary), fb(b, std::ios::binary);
+    if (!fa || !fb) return false;
+    constexpr std::uintmax_t kEnd = 64 * 1024;
+    std::vector<char> x(kEnd), y(kEnd);
+    auto same_at = [&](std::uintmax_t off, std::uintmax_t n) {
+        fa.seekg((std::streamoff)off);
+        fb.seekg((std::streamoff)off);
+        fa.read(x.data(), (std::streamsize)n);
+        fb.read(y.data(), (std::streamsize)n);
+        return fa && fb && std::equal(x.begin(), x.begin() + (std::ptrdiff_t)n, y.begin());
+    };
+    const std::uintmax_t head = size < kEnd ? size : kEnd;
+    if (!same_at(0, head) || !same_at(size - head, head)) return false;
+    for (std::uintmax_t off = 0; off < size; off += kEnd)
+        if (!same_at(off, size - off < kEnd ? size - off : kEnd)) return false;
+    return true;
+}
+
+// Refuses a file read both as training (-i) and as validation (-j) data, and a validation shard that
+// holds the bytes of a training shard (a copy or a hard link of it under a validation name): either
+// way the validation loss would be a loss on training tokens.
 inline void check_no_shared_shard(const std::vector<std::string>& train, const std::vector<std::string>& val,
                                   const std::string& train_what, const std::string& val_what) {
     std::map<std::string, std::string> seen;
@@ -198,6 +223,24 @@ inline void check_no_shared_shard(const std::vector<std::string>& train, const s
             throw InputError(val_what + " and " + train_what + " both read " + p +
                              ": validation data must be held out from training; give -i and -j disjoint shards "
                              "(e.g. DIR/train_*.bin and DIR/val_*.bin)");
+    }
+    std::multimap<std::uintmax_t, std::string> train_by_size;
+    for (const std::string& p : train) {
+        std::error_code ec;
+        const std::uintmax_t n = std::filesystem::file_size(p, ec);
+        if (!ec) train_by_size.emplace(n, p);
+    }
+    for (const std::string& p : val) {
+        std::error_code ec;
+        const std::uintmax_t n = std::filesystem::file_size(p, ec);
+        if (ec || n == 0) continue;
+        const auto range = train_by_size.equal_range(n);
+        for (auto it = range.first; it != range.second; ++it)
+            if (same_bytes_of_equal_size(p, it->second, n))
+                throw InputError(val_what + " reads " + p + ", which holds the same bytes as the training shard " +
+                                 it->second + " of " + train_what +
+                                 ": validation data must be held out from training; give -j shards that are not "
+                                 "copies of -i's (e.g. DIR/val_*.bin of data/prepare.py)");
     }
 }
 
