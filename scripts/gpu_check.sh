@@ -358,6 +358,7 @@ attention_batch_scaling() {  # one JSON line per batch size: LS (G 1) and all-gl
     local b
     for b in 1 2 4 8 16 32 64; do build/dev/attention_ls --json -B "$b" -T 2048 --nh 6 --hd 32 -G 1 -P 50 || return 1; done
     # the same without the split tile loops (chunks of 1000 tiles: one per loop), where the split matters
+    # (since 5fcb3f4 both walk the backward's runs at B 8 and 16; the --run 1 rows below: the split, no runs)
     for b in 1 4 8 16; do
         build/dev/attention_ls --json -B "$b" -T 2048 --nh 6 --hd 32 -G 1 -P 50 --split 1000 || return 1
     done

@@ -157,7 +157,8 @@ LLMC_HD inline int attn_split_slot(const AttnSplitGeom& g, int o, int j, int S) 
 // once. The kernels keep two inner tiles in shared memory, so a run needs every outer tile's inner
 // range to start no earlier than the previous one's last tile (attn_run_allowed: the walk's inner
 // tiles never decrease, and two consecutive outer tiles share at most one): a local head whose window
-// spans at most two tiles (P <= BK + 1 at BQ = BK), never a global head.
+// spans at most two tiles (P <= BK + 1 at BQ = BK), and a global head only where the sequence has at
+// most two tiles (beyond, its ranges grow with the outer tile).
 // Item y's run: query tiles [attn_run_lo, attn_run_hi) from the end (a query tile's loop: the
 // longest first, as the unsplit grid), key tiles from the start.
 // R is chosen from the shape: kAttnRunTiles at most, and fewer where runs of kAttnRunTiles would
