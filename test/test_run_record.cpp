@@ -28,6 +28,7 @@
 #include "test/test_util.h"
 
 using Catch::Matchers::Contains;
+using Catch::Matchers::EndsWith;
 using Catch::Matchers::StartsWith;
 
 namespace {
@@ -645,6 +646,21 @@ TEST_CASE("-t past the model's positions: --max-seq-len only where a flag can ch
     REQUIRE_THROWS_WITH(llmc::validate_run(ck, m, -1, ""),
                         "-t 128 exceeds the model's --max-seq-len 64, which the checkpoint -e "
                         "run/model_00000004.bin fixes; use -t <= 64");
+}
+
+TEST_CASE("data past the model's vocabulary: the fix names what fixes it", "[run_history][cli]") {
+    llmc::ModelConfig m = llmc::model_preset("ls-small");
+    m.vocab_size = 400;
+    // a checkpoint's vocabulary (a new-user trial met "use --vocab >= 50257 or drop --vocab" with no --vocab)
+    llmc::TrainConfig ck = parsed({"--eval-only", "-j", "x", "-t", "32", "-e", "sp.bin"});
+    REQUIRE_THROWS_WITH(llmc::validate_run(ck, m, 50257, "d/meta.json"),
+                        "the model's vocabulary 400 is smaller than the data's 50257 (from d/meta.json), and the "
+                        "checkpoint -e sp.bin fixes it; give data of that model's tokenizer (ids < 400)");
+    llmc::TrainConfig typed = parsed({"-i", "x", "-t", "32", "--vocab", "400"});
+    REQUIRE_THROWS_WITH(llmc::validate_run(typed, m, 50257, "d/meta.json"),
+                        Contains("; use --vocab >= 50257 or drop --vocab"));
+    llmc::TrainConfig preset = parsed({"-i", "x", "-t", "32"});
+    REQUIRE_THROWS_WITH(llmc::validate_run(preset, m, 50257, "d/meta.json"), EndsWith("; use --vocab >= 50257"));
 }
 
 TEST_CASE("notes show values whole; the run header names every stabilizer that is on", "[run_history][console]") {

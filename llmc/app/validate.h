@@ -159,10 +159,16 @@ inline int validate_run(const TrainConfig& c, const ModelConfig& m, int data_voc
                          (checkpoint.empty() ? "; use -t <= " + maxT + " or a larger --max-seq-len"
                                              : ", which " + checkpoint + " fixes; use -t <= " + maxT));
     }
-    if (data_vocab > m.vocab_size)
-        throw InputError("the model's vocabulary " + std::to_string(m.vocab_size) + " is smaller than the data's " +
-                         std::to_string(data_vocab) + " (from " + vocab_source +
-                         "); use --vocab >= " + std::to_string(data_vocab) + " or drop --vocab");
+    if (data_vocab > m.vocab_size) {  // the fix names what fixes V: a checkpoint, a typed --vocab, or neither
+        const std::string checkpoint = checkpoint_of_model(c), V = std::to_string(m.vocab_size),
+                          D = std::to_string(data_vocab);
+        const std::string head =
+            "the model's vocabulary " + V + " is smaller than the data's " + D + " (from " + vocab_source + ")";
+        if (!checkpoint.empty())
+            throw InputError(head + ", and " + checkpoint + " fixes it; give data of that model's tokenizer (ids < " +
+                             V + ")");
+        throw InputError(head + "; use --vocab >= " + D + (c.overrides.vocab ? " or drop --vocab" : ""));
+    }
     if (c.qk_clip > 0 && m.qk_norm)
         throw InputError(
             "--qk-clip with --qk-norm: QK-norm normalizes q and k, so scaling their projections changes "
