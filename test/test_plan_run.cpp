@@ -17,14 +17,16 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-// Two shards of 1000 and 600 tokens (ids < 300) and meta.json with "vocab_size": 300.
+// Two training shards of 1000 and 600 tokens (ids < 300), a validation shard of 600 other tokens (a
+// copy of a training shard is refused: llmc/io/data_roles.h) and meta.json with "vocab_size": 300.
 void write_data(const llmc_test::TempDir& dir) {
-    std::vector<uint32_t> a(1000), b(600);
+    std::vector<uint32_t> a(1000), b(600), v(600);
     for (size_t i = 0; i < a.size(); i++) a[i] = (uint32_t)(i * 7 % 300);
     for (size_t i = 0; i < b.size(); i++) b[i] = (uint32_t)(i * 11 % 300);
+    for (size_t i = 0; i < v.size(); i++) v[i] = (uint32_t)(i * 13 % 300);
     llmc::write_shard(dir.file("train_000.bin"), a, 2);
     llmc::write_shard(dir.file("train_001.bin"), b, 2);
-    llmc::write_shard(dir.file("val_000.bin"), b, 2);
+    llmc::write_shard(dir.file("val_000.bin"), v, 2);
     std::ofstream(dir.file("meta.json")) << "{\"vocab_size\": 300}";
 }
 

@@ -6,7 +6,7 @@
 //     fineweb_train_000001.bin) is training, "val", "valid", "validation", "test" or "eval" is
 //     validation (words split at anything but letters and digits); neither or both: unknown.
 // The rules a training run keeps: -i reads only training shards, -j only validation shards, no
-// file is read by both, and every shard of the role that a meta.json beside them lists is there; a shard of unknown role is read with one note on stderr per glob.
+// file is read by both nor a validation shard holds a training shard's bytes, and every shard of the role that a meta.json beside them lists is there; a shard of unknown role is read with one note on stderr per glob.
 // --eval-only may read training shards (a loss on tokens the model trained on), said on stderr.
 #pragma once
 #include <algorithm>
@@ -204,9 +204,7 @@ inline bool same_bytes_of_equal_size(const std::string& a, const std::string& b,
     return true;
 }
 
-// Refuses a file read both as training (-i) and as validation (-j) data, and a validation shard that
-// holds the bytes of a training shard (a copy or a hard link of it under a validation name): either
-// way the validation loss would be a loss on training tokens.
+// Refuses a file read both as training (-i) and as validation (-j) data.
 inline void check_no_shared_shard(const std::vector<std::string>& train, const std::vector<std::string>& val,
                                   const std::string& train_what, const std::string& val_what) {
     std::map<std::string, std::string> seen;
@@ -224,6 +222,13 @@ inline void check_no_shared_shard(const std::vector<std::string>& train, const s
                              ": validation data must be held out from training; give -i and -j disjoint shards "
                              "(e.g. DIR/train_*.bin and DIR/val_*.bin)");
     }
+}
+
+// Refuses a validation shard that holds the bytes of a training shard (a copy or a hard link of it
+// under a validation name): the validation loss would be a loss on training tokens. After the roles'
+// checks (a copy that a meta.json does not list is refused there, as not part of the data set).
+inline void check_no_copied_shard(const std::vector<std::string>& train, const std::vector<std::string>& val,
+                                  const std::string& train_what, const std::string& val_what) {
     std::multimap<std::uintmax_t, std::string> train_by_size;
     for (const std::string& p : train) {
         std::error_code ec;

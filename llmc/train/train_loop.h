@@ -124,12 +124,13 @@ inline void plan_model(const TrainConfig& cfg, const std::string& data_glob, Run
 }
 
 // The role of every shard (llmc/io/data_roles.h): -i reads training shards, -j validation shards, no
-// file both.
+// file both, no validation shard a copy of a training shard.
 inline void check_data_roles(const TrainConfig& cfg, const RunPlan& p) {
     const std::string train_what = "-i '" + cfg.train_data + "'", val_what = "-j '" + cfg.val_data + "'";
     if (p.val) check_no_shared_shard(p.train->shard_paths(), p.val->shard_paths(), train_what, val_what);
     check_shard_roles(p.train->shard_paths(), ShardRole::Train, train_what, true, cfg.rank == 0);
     if (p.val) check_shard_roles(p.val->shard_paths(), ShardRole::Val, val_what, true, cfg.rank == 0);
+    if (p.val) check_no_copied_shard(p.train->shard_paths(), p.val->shard_paths(), train_what, val_what);
 }
 
 // -y 1 (of a run with a checkpoint) and --fork-from continue a model on -i and -j: both must be
