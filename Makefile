@@ -40,6 +40,7 @@
 #            CI=true (GPU targets for sm_90 only; make test fails without nvcc)  JOBS=<nproc> (make test)
 #            GPU_CHECK_EMU_PARTS=build,first,...|all (make test-emu)  EMU_SCHEDULES=greedy-forward,greedy-reverse
 #            EMU_FP32_MODEL_CASES=ragged,...|"" (make test-emu: the FP32 test_cuda_model's cases; "": all)
+#            EMU_BF16_MODEL_CASES=-mhsa_nobias_erf,...|"" (make test-emu: the BF16 test_cuda_model's cases)
 #            FUZZ_SECONDS=600  FUZZ_SMOKE_SECONDS=3  FUZZ_NAMES="shard config"  FUZZ_ARGS=-runs=N (libFuzzer flags)
 
 # `make deps GOALS...` (the README's commands): install first, then make GOALS in a fresh make, so
@@ -297,6 +298,15 @@ all: train_gpt2_ls generate_gpt2_ls $(BUILD)/test_cpu gpu-targets
 endif
 .DEFAULT_GOAL := all
 
+# --- sanitizers' UBSan ------------------------------------------------------------------------
+# Every build with UBSan (the emulated build, build/asan, the fuzzers) leaves out two of its checks,
+# whose work AddressSanitizer already does or no test can reach, and which together were a third of
+# those builds' compile time at -O1 (the emulated backend 114 -> 57 s, the CPU kernels' object 158 ->
+# 80 s, on 2 cores; docs/design.md "CI time"): object-size (an access past the object the compiler
+# can size, which ASan reports for every object) and pointer-overflow (pointer arithmetic that wraps
+# the address space: offsets near 2^63 bytes).
+UBSAN_LEFT_OUT := -fno-sanitize=object-size,pointer-overflow
+
 # --- device emulation (docs/emulation.md): the same .cu/.cuh sources built by the host compiler
 # against dev/emu/ (fibers for threads, warp collectives, mma.sync from the PTX ISA, the
 # runtime subset), with AddressSanitizer + UBSan, into build/emu/ (names as in build/dev, build/test_gpu).
@@ -309,12 +319,15 @@ EMU_DIR := $(BUILD)/emu$(if $(filter FP32,$(PRECISION)),-fp32)
 # command, whose -fsanitize flags apply to the compile too: EMU_LDFLAGS names EMU_SAN's, and links
 # UBSan's runtime by name (-lubsan, g++'s) where EMU_SAN leaves UBSan out, for the emulator's and
 # the CPU kernels' objects, which are compiled with it.
-EMU_SAN_ALL := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+EMU_SAN_ALL := -fsanitize=address,undefined $(UBSAN_LEFT_OUT) -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 EMU_SAN ?= $(EMU_SAN_ALL)
 # EMU_OPT: the optimization level of the emulated sources (test_emulation.py's mutants: -O0, a
 # third of -O1's compile time for the attention lab; its one-shape checks then run ~2x slower)
 EMU_OPT ?= -O1
-EMU_CXXFLAGS := -std=c++17 $(EMU_OPT) -g1 -Wall -Wno-unknown-pragmas -ffp-contract=off -fopenmp $(EMU_SAN) -DLLMC_EMULATE \
+# EMU_DEBUG: the debug information (-g1: line tables for the sanitizers' and the emulator's reports;
+# test_emulation.py's mutants: -g0, a fifth less compile time, their expected reports need no lines)
+EMU_DEBUG ?= -g1
+EMU_CXXFLAGS := -std=c++17 $(EMU_OPT) $(EMU_DEBUG) -Wall -Wno-unknown-pragmas -ffp-contract=off -fopenmp $(EMU_SAN) -DLLMC_EMULATE \
                 -DENABLE_$(PRECISION) -Idev/emu/include -include dev/emu/include/cuda_runtime.h \
                 $(INCLUDES) -I$(CUDA_HOME)/include
 EMU_LDFLAGS := $(EMU_SAN) $(if $(findstring undefined,$(EMU_SAN)),,-lubsan) -rdynamic -fopenmp -lboost_context
@@ -397,19 +410,25 @@ emu-fp32-trainer: $(EMU_CPU_KERNELS) $(BUILD)/emu/train_gpt2_ls.o  # built here,
 # cores; its first stage runs the FP32 test_cuda_model); `make test-emu GPU_CHECK_EMU_PARTS=all`
 # runs everything. The report: $(BUILD)/gpu_check_emu/report/report.txt.
 # EMU_FP32_MODEL_CASES: the FP32 test_cuda_model's cases in the first stage (its filter, each part
-# of which must select a case; empty: all 14, ~240 s on 2 cores). The default, ~140 s: the PyTorch
-# fixtures (hd 32: MHSA, LS, all-local with QK-norm and soft-cap, the paper code's model) and six
-# cases that with them take every option (ragged T and L 3 with all stabilizers; hd 64 with QK-norm,
-# with biases and tanh, and without biases with erf, untied, z-loss; all-local with soft-cap; erf
-# with biases; no biases with tanh). Left out: MHSA and LS at C 128 with 4 heads, with and without
-# biases. The BF16 test_cuda_model runs all 14.
+# of which must match a case; empty: all 14, ~240 s on 2 cores). The default, ~50 s: the PyTorch
+# fixtures (hd 32: MHSA, LS, all-local with QK-norm, soft-cap and z-loss, the paper code's model:
+# no biases, erf, untied, QK-norm) and three C-64 cases (all-local with soft-cap, z-loss, untied;
+# erf with biases; no biases with tanh and QK-norm), which take every option. Left out of FP32 here:
+# the C-128 and C-96 cases (hd 64 in FP32 is test_emulated_cuda.py's FP32 trainer, QK-norm, soft-cap
+# and z-loss with losses within 1e-4 of the CPU's; ragged T and L 3 are the BF16 run's). EMU_BF16_MODEL_CASES: the BF16 test_cuda_model's filter in the test stage; the default
+# leaves out (its '-' parts) the MHSA and LS cases at C 128 without biases and with erf, ~25 s each:
+# the options they add are the C-128 hd-64 case's (no biases, erf), the small cases' and the paper
+# code's fixture, and their head layouts are the same cases' with biases ("": all 14; on a GPU all
+# run).
 EMU_SCHEDULES ?= greedy-forward,greedy-reverse
 EMU_BACKEND_SCHEDULES ?= greedy-forward
 GPU_CHECK_EMU_PARTS ?= build,first,test,sanitize,labs,bench,train,profile,e2e-small,e2e-d12
-EMU_FP32_MODEL_CASES ?= ragged_all_options,ls_qknorm_hd64,local_softcap_zloss_untied,ls_bias_erf,ls_qknorm_nobias_tanh,hd32
+EMU_FP32_MODEL_CASES ?= local_softcap_zloss_untied,ls_bias_erf,ls_qknorm_nobias_tanh,hd32
+EMU_BF16_MODEL_CASES ?= -mhsa_nobias_erf,-ls_g1_p4_nobias_erf
 test-emu: emu
 	rm -f build/gpu_check_emu/results.tsv  # this run's steps only in the report (gpu_check accumulates them)
 	EMU_SCHEDULES=$(EMU_SCHEDULES) EMU_BACKEND_SCHEDULES=$(EMU_BACKEND_SCHEDULES) EMU_FP32_MODEL_CASES=$(EMU_FP32_MODEL_CASES) \
+	  EMU_BF16_MODEL_CASES=$(EMU_BF16_MODEL_CASES) \
 	  scripts/gpu_check.sh --emulate --part $(GPU_CHECK_EMU_PARTS) --out $(BUILD)/gpu_check_emu/report
 	@echo "== emulated: gpu_check.sh --emulate passed (stages $(GPU_CHECK_EMU_PARTS); emulation, not a GPU) =="
 
@@ -424,7 +443,7 @@ test-emu: emu
 # generate_gpt2_ls with and without its KV cache. `make test` runs both (its Catch2 run is this
 # sanitized build; `make $(BUILD)/test_cpu` builds the -O2 one).
 ASAN_DIR := $(BUILD)/asan
-ASAN_SAN ?= -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+ASAN_SAN ?= -fsanitize=address,undefined $(UBSAN_LEFT_OUT) -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 # (-Wno-maybe-uninitialized: GCC's false positives in libstdc++'s <regex> under -fsanitize, in catch.hpp)
 # (-g1: line tables, all the sanitizers' stack traces need; a third less compile time than -g,
 # as in the emulated build and the fuzzers)
@@ -531,11 +550,13 @@ PYTEST_LEFT_OUT := $(addprefix --deselect ,$(PYTEST_NEEDS_NVCC))
 else
 test-build: $(ASAN_BINS) gpu-targets dist-matrix emu  # and the fuzzers ($(FUZZ_BINS), below)
 # pytest files that run in the background lane, after the fuzz smoke test: three of the emulated
-# build, the attention-map plots, the CPU-vs-PyTorch table and SentencePiece generation (the
-# foreground lane is the longer one: this evens them out; at cf3b565 the lanes took 989 s in the
-# foreground and 904 s in the background before the last two moved)
+# build, the attention-map plots, the CPU-vs-PyTorch table, SentencePiece generation and the build
+# matrix (the foreground lane is the longer one: this evens them out; at cf3b565 the lanes took 989 s
+# in the foreground and 904 s in the background before the CPU-vs-PyTorch table and SentencePiece
+# generation moved; the build matrix's no-nvcc build, ~40 s, moved when the background lost ~150 s)
 PYTEST_BACKGROUND := test/test_emulation_cublaslt.py test/test_emulation_nccl.py test/test_emu_step_report.py \
-                     test/test_attention_maps.py test/test_cpu_vs_torch.py test/test_generate_sp.py
+                     test/test_attention_maps.py test/test_cpu_vs_torch.py test/test_generate_sp.py \
+                     test/test_build_matrix.py
 PYTEST_LEFT_OUT := $(addprefix --ignore=,$(PYTEST_BACKGROUND))
 endif
 test:
@@ -612,7 +633,8 @@ FUZZ_DIR := $(BUILD)/fuzz
 FUZZ_CXX ?= clang++
 FUZZ_SECONDS ?= 600
 FUZZ_SMOKE_SECONDS ?= 3
-FUZZ_CXXFLAGS := -std=c++17 -O1 -g1 -Wall -Wextra -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+FUZZ_CXXFLAGS := -std=c++17 -O1 -g1 -Wall -Wextra -fsanitize=fuzzer,address,undefined $(UBSAN_LEFT_OUT) \
+                 -fno-sanitize-recover=undefined \
                  -fno-omit-frame-pointer -DLLMC_FUZZ_DIR='"$(abspath test/fuzz)"' $(INCLUDES)
 FUZZ_NAMES ?= $(patsubst test/fuzz/fuzz_%.cpp,%,$(wildcard test/fuzz/fuzz_*.cpp))
 FUZZ_BINS := $(addprefix $(FUZZ_DIR)/fuzz_,$(FUZZ_NAMES))

@@ -5,10 +5,11 @@
 # LS (G = 1) and all-local (G = 0); then plots and a summary table (scripts/plot_run.py).
 #
 #   scripts/exp_synthetic.sh [--out DIR] [--data DIR] [--grid "C:T C:T ..."] [--steps N] [--lr LR]
-#                            [--jobs J] [--threads N] [--smoke] [--force]
+#                            [--jobs J] [--threads N] [--smoke] [--force] [--plots 0|1]
 # (each option also as --option=value, as the trainer takes them)
 # --smoke: a tiny model on a vocabulary-16 language, grid "16:32 16:64", 6 steps (a --grid or --steps
 # given is used instead): checks that the pipeline runs.
+# --plots 0: the summary table alone (plot_run.py --no-figures), no plots (default 1).
 #
 # Writes under --out (default out/exp_synthetic):
 #   runs/C<C>_T<T>_<mhsa|ls|local>/   trainer output dirs (metrics.jsonl, logit_stats.jsonl, ...)
@@ -45,6 +46,7 @@ JOBS=1
 THREADS=1
 SMOKE=0
 FORCE=0
+PLOTS=1
 STEPS_GIVEN=""
 GRID_GIVEN=""
 SYN_ARGS=(--syn-vocab 64 --syn-length 3000000)
@@ -63,6 +65,7 @@ while [[ $# -gt 0 ]]; do
     --threads) need "$@"; THREADS=$2; shift 2 ;;
     --smoke) SMOKE=1; shift ;;
     --force) FORCE=1; shift ;;
+    --plots) need "$@"; PLOTS=$2; shift 2 ;;
     --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;  # --flag=value (the trainer's form too): --flag value
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) die "unknown argument '$1'; see $0 --help" ;;
@@ -79,6 +82,7 @@ fi
 [[ -x $TRAINER ]] || die "trainer $TRAINER not found; build it with 'make train_gpt2_ls' or set TRAINER=path"
 [[ $STEPS =~ ^[0-9]+$ && $STEPS -ge 1 ]] || die "--steps $STEPS must be a positive integer"
 [[ $JOBS =~ ^[0-9]+$ && $JOBS -ge 1 ]] || die "--jobs $JOBS must be a positive integer"
+[[ $PLOTS == 0 || $PLOTS == 1 ]] || die "--plots $PLOTS must be 0 (the summary table alone) or 1"
 DATA=$(realpath -m "$DATA")  # recorded in each run's settings: one spelling of the directory
 # shellcheck source=scripts/exp_run_settings.sh
 source "$HERE/exp_run_settings.sh"
@@ -145,15 +149,18 @@ done
 all=(); runs_mhsa=(); runs_ls=(); runs_local=()
 for ct in $GRID; do
   C=${ct%%:*}; T=${ct##*:}; d=$OUT/runs/C${C}_T${T}
-  "$PYTHON" "$HERE/plot_run.py" "${d}_mhsa" "${d}_ls" "${d}_local" --out "$OUT/plots/C${C}_T${T}" \
-    --heads all --formats png > /dev/null
+  if [[ $PLOTS == 1 ]]; then
+    "$PYTHON" "$HERE/plot_run.py" "${d}_mhsa" "${d}_ls" "${d}_local" --out "$OUT/plots/C${C}_T${T}" --heads all \
+      --formats png > /dev/null
+  fi
   all+=("${d}_mhsa" "${d}_ls" "${d}_local"); runs_mhsa+=("${d}_mhsa"); runs_ls+=("${d}_ls"); runs_local+=("${d}_local")
 done
 for v in mhsa ls local; do  # one variant across the grid
   declare -n dirs=runs_$v
-  "$PYTHON" "$HERE/plot_run.py" "${dirs[@]}" --out "$OUT/plots/$v" --formats png > /dev/null
+  if [[ $PLOTS == 1 ]]; then "$PYTHON" "$HERE/plot_run.py" "${dirs[@]}" --out "$OUT/plots/$v" --formats png > /dev/null; fi
 done
-"$PYTHON" "$HERE/plot_run.py" "${all[@]}" --out "$OUT/plots/all" --by-ratio --formats png,svg > /dev/null
+figures=(--by-ratio --formats "png,svg"); [[ $PLOTS == 1 ]] || figures=(--no-figures)
+"$PYTHON" "$HERE/plot_run.py" "${all[@]}" --out "$OUT/plots/all" "${figures[@]}" > /dev/null
 cp "$OUT/plots/all_summary.md" "$OUT/summary.md"
 echo "== summary ($OUT/summary.md, plots in $OUT/plots)"
 cat "$OUT/summary.md"

@@ -7,7 +7,7 @@
 #   scripts/exp_text_ratio.sh [--out DIR] [--corpus pg19|wikitext2] [--data DIR] [--source DIR]
 #                             [--ratios "16 32 8"] [--variants "mhsa ls ..."] [--seeds "1"]
 #                             [--key-ratio R] [--key-seeds "2"] [--steps N] [--jobs J] [--smoke]
-#                             [--plots-only] [--force]
+#                             [--plots-only] [--plots 0|1] [--force]
 # (each option also as --option=value, as the trainer takes them)
 #
 # Variants: mhsa (G = NH), ls (G = 1, window P), local (G = 0), mhsa_qknorm, mhsa_zloss (1e-4),
@@ -29,7 +29,7 @@
 # anything runs (choose another --out; --force deletes such runs and trains them again).
 # --smoke: two books, vocabulary 400, C 16, NH 2, P 4, 256 tokens per step, ratios "2 4" (key ratio 2),
 # 6 steps (STEPS_SMOKE=N: N); a --steps, --ratios or --key-ratio given beside it is used instead.
-# --plots-only draws what has finished so far.
+# --plots-only draws what has finished so far. --plots 0: the summary table alone, no plots (default 1).
 # Writes under --out (default out/exp_text_<corpus>): data/ (shards, tokenizer) unless --data,
 # runs/r<T/C>_<variant>_s<seed>/ (+ .log), plots/, summary.md.
 # Output: the report (every "==" line, the summary table) on stdout, error: and note: lines on stderr,
@@ -58,6 +58,7 @@ JOBS=2
 SMOKE=0
 PLOTS_ONLY=0
 FORCE=0
+PLOTS=1
 LAYERS=2
 C=32
 HEADS=4
@@ -92,6 +93,7 @@ while [[ $# -gt 0 ]]; do
     --smoke) SMOKE=1; shift ;;
     --plots-only) PLOTS_ONLY=1; shift ;;
     --force) FORCE=1; shift ;;
+    --plots) need "$@"; PLOTS=$2; shift 2 ;;
     --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;  # --flag=value (the trainer's form too): --flag value
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) die "unknown argument '$1'; see $0 --help" ;;
@@ -122,6 +124,8 @@ for v in $VARIANTS; do
 done
 [[ -x $TRAINER ]] || die "trainer $TRAINER not found; build it with 'make cpu' or set TRAINER=path"
 [[ $FORCE == 1 && $PLOTS_ONLY == 1 ]] && die "--force deletes runs of other settings and --plots-only trains none; drop one of them"
+[[ $PLOTS == 0 || $PLOTS == 1 ]] || die "--plots $PLOTS must be 0 (the summary table alone) or 1"
+[[ $PLOTS == 0 && $PLOTS_ONLY == 1 ]] && die "--plots-only draws the plots and --plots 0 draws none; drop one of them"
 
 variant_flags() {  # the attention variant's flags
   case $1 in
@@ -231,16 +235,18 @@ for p in "${plan[@]}"; do
   [[ -f $(done_marker "$d") ]] && finished+=("$d")
 done
 if [[ ${#finished[@]} -gt 0 ]]; then
-  "$PYTHON" "$HERE/plot_run.py" "${finished[@]}" --out "$OUT/plots/all" --heads max --threshold 20 --by-ratio \
-    --formats png > /dev/null
-  for r in $RATIOS; do
-    sel=()
-    for d in "${finished[@]}"; do [[ $(basename "$d") == r${r}_* ]] && sel+=("$d"); done
-    [[ ${#sel[@]} -gt 0 ]] && "$PYTHON" "$HERE/plot_run.py" "${sel[@]}" --out "$OUT/plots/r$r" --heads max \
-      --threshold 20 --formats png > /dev/null
-  done
+  if [[ $PLOTS == 1 ]]; then
+    "$PYTHON" "$HERE/plot_run.py" "${finished[@]}" --out "$OUT/plots/all" --heads max --threshold 20 --by-ratio \
+      --formats png > /dev/null
+    for r in $RATIOS; do
+      sel=()
+      for d in "${finished[@]}"; do [[ $(basename "$d") == r${r}_* ]] && sel+=("$d"); done
+      [[ ${#sel[@]} -gt 0 ]] && "$PYTHON" "$HERE/plot_run.py" "${sel[@]}" --out "$OUT/plots/r$r" --heads max \
+        --threshold 20 --formats png > /dev/null
+    done
+  fi
   "$PYTHON" "$HERE/exp_summary.py" "${finished[@]}" > "$OUT/summary.md"
-  echo "== summary of ${#finished[@]} of ${#plan[@]} runs ($OUT/summary.md, plots in $OUT/plots)"
+  echo "== summary of ${#finished[@]} of ${#plan[@]} runs ($OUT/summary.md$([[ $PLOTS == 1 ]] && echo ", plots in $OUT/plots"))"
   cat "$OUT/summary.md"
 fi
 [[ $failed == 0 ]] || die "a run failed (its .log in $OUT/runs says why); start the script again to resume"

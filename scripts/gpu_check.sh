@@ -44,7 +44,7 @@
 # DIR (default $OUT if set, else out/gpu_check) receives report.txt (every step's output, the short
 # table last) and report.json (steps, statuses, times, and the benchmarks' JSON), covering every step
 # run on this machine so far (build/gpu_check/results.tsv), not only this call's.
-# Environment: CUDA_ARCH (default 90), GPU_CHECK_TIMEOUT_SCALE (multiplies every step's time limit; 6 with --emulate, else 1), EMU_FP32_MODEL_CASES (--emulate: the first stage's test_cuda_model filter; default all), GPU_CHECK_COMMIT (the commit measured; default git rev-parse,
+# Environment: CUDA_ARCH (default 90), GPU_CHECK_TIMEOUT_SCALE (multiplies every step's time limit; 6 with --emulate, else 1), EMU_FP32_MODEL_CASES (--emulate: the first stage's test_cuda_model filter; default all), EMU_BF16_MODEL_CASES (--emulate: the test stage's test_cuda_model filter; default all), GPU_CHECK_COMMIT (the commit measured; default git rev-parse,
 # needed where the tree was copied without .git). Header-only deps: run ../shared/tools/device-deps.sh
 # on a machine with a registry and bring .deps along; the build then uses .deps/include.
 # Before any stage: the header-only deps (CLI11, nlohmann/json) must be found (else one line, exit 2)
@@ -241,6 +241,13 @@ check_args() {  # the lab's --check arguments (the emulated attention lab: its -
     if [ "$emulate" = 1 ] && [ "$1" = attention_ls ]; then echo "--check --small"; else echo "--check"; fi
 }
 
+test_args() {  # test_args NAME TAG: the test's arguments (emulated: the BF16 test_cuda_model's
+    # EMU_BF16_MODEL_CASES; test_attention_decode's --edges, the long shapes' edge positions only)
+    [ "$emulate" = 1 ] || return 0
+    if [ "$1" = test_cuda_model ] && [ -z "$2" ] && [ -n "${EMU_BF16_MODEL_CASES:-}" ]; then echo "$EMU_BF16_MODEL_CASES"; fi
+    if [ "$1" = test_attention_decode ]; then echo "--edges"; fi
+}
+
 lab_names() { for f in dev/cuda/*.cu; do [ -e "$f" ] && basename "$f" .cu; done; }
 test_names() { for f in test/gpu/*.cu; do [ -e "$f" ] && basename "$f" .cu; done; }
 
@@ -256,7 +263,8 @@ ensure_bf16() {  # later stages on a fresh machine: build first, once per call (
 run_tests() {  # run_tests BUILD_DIR TAG: every GPU test and every lab --check of one build
     local dir=$1 tag=$2 n
     for n in $(test_names); do
-        if [ -x "$dir/test_gpu/$n" ]; then step "test$tag:$n" 600 run_bin "$n" "$dir/test_gpu/$n"
+        # shellcheck disable=SC2046  # the arguments are a list (a case filter has no spaces)
+        if [ -x "$dir/test_gpu/$n" ]; then step "test$tag:$n" 600 run_bin "$n" "$dir/test_gpu/$n" $(test_args "$n" "$tag")
         else fail_step "test$tag:$n" "not built"; fi
     done
     for n in $(lab_names); do

@@ -32,7 +32,8 @@ file) is left out of the logits, entropy and near/far plots, legend included, wi
 and the reason; with no run that has records those plots are not written.
     PREFIX_ratio.{png,svg}     with --by-ratio: peak max-logit and final val loss vs T/C, one line
                                per attention variant (runs of several T and C)
-    PREFIX_summary.md          the summary table, also printed on stdout
+    PREFIX_summary.md          the summary table, also printed on stdout (--no-figures: this alone, without
+                               matplotlib)
 Legends lie outside the axes (runs below the panels, heads on the right), a label longer than the figure is
 wide wrapped between its pieces; a title too wide for the figure is wrapped, never cut. With several runs
 each has a colour and a marker shape (at staggered steps), so that runs whose curves coincide are still told
@@ -840,7 +841,7 @@ def fit_legend(fig, legend, margin=0.02):
     width = longest
     line_in = legend.prop.get_size_in_points() * 1.25 / 72  # height of one more line of text, inches
     for _ in range(8):
-        fig.canvas.draw()
+        fig.draw_without_rendering()  # the layout and the text's extents, no pixels
         have = fig.bbox.width * (1 - 2 * margin)
         need = legend.get_window_extent(fig.canvas.get_renderer()).width
         if need <= have or width <= 10:
@@ -869,13 +870,13 @@ def fit_title(fig, artist, margin=0.02):
     """Wraps a title (the figure's suptitle or an axes title; wrap_title) until it lies within the figure
     less `margin` on each side, and makes the figure taller by the lines added. The whole text is kept: cut
     to a fixed length, or set on one line in a narrow figure (one panel per layer, 1 layer), it lost its ends.
-    Called after add_legends (fit_legend draws the figure)."""
+    Called after add_legends (fit_legend lays the figure out)."""
     text = artist.get_text()
     width = len(text)
     line_in = artist.get_fontsize() * 1.25 / 72  # height of one more line of text, inches
     for attempt in range(40):
         if attempt:  # the first time, the layout of add_legends' last draw holds (it is called after it)
-            fig.canvas.draw()
+            fig.draw_without_rendering()
         box = artist.get_window_extent(fig.canvas.get_renderer())
         room = fig.bbox.width * margin
         if (box.x0 >= fig.bbox.x0 + room and box.x1 <= fig.bbox.x1 - room) or width <= 10:
@@ -1241,10 +1242,12 @@ def main(argv=None):
     p.add_argument("--by-ratio", action="store_true",
                    help="also PREFIX_ratio.{png,svg}: peak max-logit and final val loss vs T/C per attention variant")
     add_formats_argument(p, "png,svg")
+    p.add_argument("--no-figures", action="store_true",
+                   help="write the summary table (PREFIX_summary.md) alone: no figures, no matplotlib needed")
     args = p.parse_args(argv)
     prefix = args.out if args.out else os.path.join(args.dirs[0], "plot")
     try:
-        formats = parse_formats(args.formats)
+        formats = [] if args.no_figures else parse_formats(args.formats)
         runs = [Run(d) for d in args.dirs]
         labels, title = run_labels(runs)
         if args.labels:
@@ -1264,12 +1267,13 @@ def main(argv=None):
         with open(prefix + "_summary.md", "w", encoding="utf-8") as f:
             f.write((f"Runs: {title}\n\n" if title else "") + table)
         print(table, end="")
-        import matplotlib.pyplot as plt
         written = [prefix + "_summary.md"]
-        for name, fig in build_figures(runs, labels, title, args.heads, args.threshold,
-                                       rows if args.by_ratio else None):
-            written += save(fig, prefix, name, formats)
-            plt.close(fig)
+        if not args.no_figures:
+            import matplotlib.pyplot as plt
+            for name, fig in build_figures(runs, labels, title, args.heads, args.threshold,
+                                           rows if args.by_ratio else None):
+                written += save(fig, prefix, name, formats)
+                plt.close(fig)
         print(f"wrote {len(written)} files: " + ", ".join(written), file=sys.stderr)
     except (PlotError, FormatsError, OSError, KeyError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -264,8 +264,11 @@ def test_exp_synthetic_smoke_takes_the_steps_and_grid_given(tmp_path):
     need_trainer()
     out = tmp_path / "syn"
     p = sh(["bash", REPO / "scripts" / "exp_synthetic.sh", "--smoke", "--out", out, "--threads", "1", "--steps", 1,
-            "--grid", "16:8"])
+            "--grid", "16:8", "--plots", 0])
     runs = out / "runs"
+    # --plots 0: the summary table alone
+    assert sorted(f.name for f in (out / "plots").iterdir()) == ["all_summary.md"]
+    assert table_rows(out / "summary.md").keys() == {"C16_T8_mhsa", "C16_T8_ls", "C16_T8_local"}
     assert sorted(d.name for d in runs.iterdir() if d.is_dir()) == ["C16_T8_local", "C16_T8_ls", "C16_T8_mhsa"]
     for d in runs.iterdir():
         if d.is_dir():
@@ -290,7 +293,7 @@ def test_exp_synthetic_reuses_a_run_only_for_the_same_settings(tmp_path):
         "--syn-copy-max-dist", "64", "--val-fraction", "0.1"])
     out = tmp_path / "syn"
     base = ["bash", REPO / "scripts" / "exp_synthetic.sh", "--out", out, "--data", data, "--grid", "16:32",
-            "--threads", "1"]
+            "--threads", "1", "--plots", "0"]  # the plots are test_exp_synthetic_smoke's
     sh(base + ["--steps", 2])
     runs = out / "runs"
     names = ["C16_T32_mhsa", "C16_T32_ls", "C16_T32_local"]
@@ -1174,7 +1177,8 @@ def test_exp_text_ratio_smoke_takes_the_steps_and_ratios_given(tmp_path):
         pytest.skip(f"no PG-19 books at {SHARED / 'pg19'} (set SHARED_DATA)")
     out = tmp_path / "ratio"
     p = sh(["bash", REPO / "scripts" / "exp_text_ratio.sh", "--smoke", "--out", out, "--source", SHARED / "pg19",
-            "--steps", 1, "--ratios", 4, "--key-ratio", 4, "--variants", "ls", "--jobs", 1], timeout=300)
+            "--steps", 1, "--ratios", 4, "--key-ratio", 4, "--variants", "ls", "--jobs", 1, "--plots", 0], timeout=300)
+    assert not (out / "plots").exists() or not list((out / "plots").iterdir())  # --plots 0
     assert sorted(d.name for d in (out / "runs").iterdir() if d.is_dir()) == ["r4_ls_s1", "r4_ls_s2"], p.stdout
     for name in ("r4_ls_s1", "r4_ls_s2"):
         run = out / "runs" / name
@@ -1226,6 +1230,6 @@ def test_exp_text_ratio_smoke_and_resume(tmp_path):
         if r["variant"] != "local":
             assert 0 < float(r["near mass (global heads)"]) <= 1
     assert (out / "plots" / "all_ratio.png").stat().st_size > 1000
-    again = sh(cmd, timeout=300)
+    again = sh(cmd + ["--plots", "0"], timeout=300)  # (--plots is no run's setting)
     assert "== " not in again.stdout.replace("== summary", ""), again.stdout  # nothing trained again
     assert "== summary of 12 of 12 runs" in p.stdout

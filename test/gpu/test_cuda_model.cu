@@ -537,18 +537,35 @@ std::vector<std::string> filter_parts(const std::string& filter) {
     return parts;
 }
 
-// Whether a case named `name` contains one of the filter's parts.
+// A part that starts with '-' leaves out the cases whose name contains the rest of it.
+bool is_exclusion(const std::string& part) { return part.size() > 1 && part[0] == '-'; }
+
+// The text a part matches: the part, less the '-' of an exclusion.
+std::string part_text(const std::string& part) { return is_exclusion(part) ? part.substr(1) : part; }
+
+// Whether a case named `name` is selected: it contains one of the filter's other parts (any name
+// when every part is an exclusion) and none of its exclusions.
 bool selected_by(const std::vector<std::string>& parts, const std::string& name) {
-    for (const std::string& part : parts)
-        if (name.find(part) != std::string::npos) return true;
-    return false;
+    bool any_inclusion = false, included = false;
+    for (const std::string& part : parts) {
+        const bool contains = name.find(part_text(part)) != std::string::npos;
+        if (is_exclusion(part)) {
+            if (contains) return false;
+        } else {
+            any_inclusion = true;
+            included = included || contains;
+        }
+    }
+    return included || !any_inclusion;
 }
 
 }  // namespace
 
 // Optional argument: run only the random cases and fixtures whose name contains it, or any of its
-// comma-separated parts, e.g. `test_cuda_model nobias_erf` or `test_cuda_model ragged,hd32`; a filter
-// that selects nothing is a failure.
+// comma-separated parts, e.g. `test_cuda_model nobias_erf` or `test_cuda_model ragged,hd32`; a part
+// that starts with '-' leaves out the names that contain the rest of it (`test_cuda_model
+// -mhsa_nobias_erf`: all but that case). A part that matches no name, or a filter that selects
+// nothing, is a failure.
 int main(int argc, char** argv) {
     if (!gpu_test::have_gpu("test_cuda_model")) return 1;
     const std::string filter = argc > 1 ? argv[1] : "";
@@ -599,14 +616,17 @@ int main(int argc, char** argv) {
     // The PyTorch reference's head-size-32 fixtures (the hd-8 ones need a head size the kernel lacks);
     // paper_qknorm_hd32: the paper code's model (no biases, erf GELU, untied) with QK-norm.
     const char* const fixtures[] = {"ls_hd32", "mhsa_hd32", "local_qknorm_softcap_hd32", "paper_qknorm_hd32"};
-    // Each part of the filter must select something: a renamed or misspelt case in a list of parts
-    // (make test-emu's EMU_FP32_MODEL_CASES) would otherwise drop out unseen.
+    // Each part of the filter must match a name: a renamed or misspelt case in a list of parts (make
+    // test-emu's EMU_FP32_MODEL_CASES, EMU_BF16_MODEL_CASES) would otherwise drop out, or stay in,
+    // unseen.
     const std::vector<std::string> parts = filter_parts(filter);
     for (const std::string& part : parts) {
         bool any = false;
-        for (const Case& c : cases) any = any || selected_by({part}, c.name);
-        for (const char* name : fixtures) any = any || selected_by({part}, name);
-        ck.expect(any, "the filter's part '%s' selects a case or fixture", part.c_str());
+        const std::string text = part_text(part);
+        for (const Case& c : cases) any = any || std::string(c.name).find(text) != std::string::npos;
+        for (const char* name : fixtures) any = any || std::string(name).find(text) != std::string::npos;
+        ck.expect(any, "the filter's part '%s' %s a case or fixture", part.c_str(),
+                  is_exclusion(part) ? "leaves out" : "selects");
     }
     uint64_t seed = 1000;
     int selected = 0;
