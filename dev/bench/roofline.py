@@ -1019,7 +1019,15 @@ def htod_us(nbytes, cal):
     return cal["copy_fixed_us"] + nbytes / PCIE_HTOD * 1e6
 
 
-BIAS_ROWS = 128  # rows of a bias_sum_kernel chunk (llmc/cuda/matmul.cuh kBiasRows, HEAD)
+BIAS_ROWS = 128  # rows of a bias_sum_kernel chunk (llmc/cuda/matmul.cuh kBiasRows)
+BIAS_GROUP_COLS = 64  # bf16 columns of a column group (kBiasGroupCols)
+BIAS_GRID_AIM = 132 * 3  # HEAD's grid aim: one wave of 3 resident blocks an SM (kBiasGridAim)
+# HEAD's bias_sum_kernel, SASS instructions an element (static, bf16 cubin, nvcc 13 sm_90, counted by
+# compiling the kernel with one path alone: the plain sum's chunk body ~2 an element (4 loads, 32
+# conversions and adds); a GELU path's kernel has 1144 (tanh) / 1440 (erf) instructions more than the
+# plain one, over the 32 elements of a thread's chunk, plus those ~2): the derivative, conversions, the
+# rounding, the store and the sum
+BIAS_INSTR_PER_ELEMENT = {None: 2, "tanh": 38, "erf": 47}
 
 
 def bias_kinds(C):
@@ -1027,12 +1035,31 @@ def bias_kinds(C):
     return ((C, False), (4 * C, True), (C, False), (3 * C, False))
 
 
-def bias_sum_us(Ntok, OC, cal, gelu_pass, packed=True):
+def bias_row_blocks(Ntok, OC):
+    """HEAD's row blocks Y of bias_sum_kernel's grid (llmc/cuda/matmul.cuh bias_row_blocks)."""
+    chunks, groups = _cdiv(Ntok, BIAS_ROWS), _cdiv(OC, BIAS_GROUP_COLS)
+    most = max(1, BIAS_GRID_AIM // groups)
+    return _cdiv(chunks, _cdiv(chunks, most))
+
+
+def bias_sum_us(Ntok, OC, cal, gelu_pass, packed=True, rowblocks=False, gelu="tanh"):
     """One bias_sum_kernel launch (dbias += column sums of dout (Ntok, OC); with gelu_pass dout is first
-    replaced by dout * gelu'(pre) in the same pass). packed (HEAD): 16-byte column packs, 4 rows in
-    flight per thread: its traffic (bias_sum_bytes) at eff_bias_sum (the c276bf2 profile's rate of the
-    kernel). packed=False: fa663e0's kernel (one bf16 element per thread and row): the GELU pass at the measured eff_bias_gelu_bwd, the
-    plain sum as the calibration has always modeled it (eff_elementwise: never measured alone)."""
+    replaced by dout * gelu'(pre) of kind gelu in the same pass).
+    rowblocks (HEAD): each block sums several row chunks (bias_row_blocks), 3 resident blocks an SM:
+    its traffic (bias_sum_rowblocks_bytes) at eff_elementwise, or its issue bound
+    (BIAS_INSTR_PER_ELEMENT at attn_bwd_issue_eff_hd32), whichever is longer (ASSUMED, as for HEAD's
+    other rewritten streaming kernels: not measured; c276bf2's packed kernel, modeled so before it ran,
+    measured at eff_bias_sum 0.36).
+    packed (c276bf2): 16-byte column packs, a block a chunk, 4 rows in flight a thread: its traffic
+    (bias_sum_bytes) at eff_bias_sum (the c276bf2 profile's rate of the kernel).
+    Neither: fa663e0's kernel (one bf16 element per thread and row): the GELU pass at the measured
+    eff_bias_gelu_bwd, the plain sum as the calibration has always modeled it (eff_elementwise: never
+    measured alone)."""
+    if rowblocks:
+        mem = bias_sum_rowblocks_bytes(Ntok, OC, gelu_pass) / (H200_BANDWIDTH * cal["eff_elementwise"]) * 1e6
+        instr = BIAS_INSTR_PER_ELEMENT[gelu if gelu_pass else None]
+        issue = Ntok * OC * instr / 32 / (H200_SMS * 4 * H200_CLOCK_HZ * cal["attn_bwd_issue_eff_hd32"]) * 1e6
+        return cal["kernel_fixed_us"] + max(mem, issue)
     if not packed:
         return (mem_us(Ntok * OC * ACT * 3, "bias_gelu_bwd", cal) if gelu_pass
                 else mem_us(Ntok * OC * ACT, "elementwise", cal))
@@ -1051,9 +1078,14 @@ def layernorm_bwd_bytes(N, C):
 
 
 def bias_sum_bytes(Ntok, OC, gelu_pass):
-    """HEAD's bias_sum_kernel's traffic: dout read (with the GELU pass also pre read and dout written),
-    the chunks' fp32 partials written and read once."""
+    """c276bf2's bias_sum_kernel's traffic: dout read (with the GELU pass also pre read and dout
+    written), the chunks' fp32 partials written and read once."""
     return Ntok * OC * ACT * (3 if gelu_pass else 1) + -(-Ntok // BIAS_ROWS) * OC * F32 * 2
+
+
+def bias_sum_rowblocks_bytes(Ntok, OC, gelu_pass):
+    """HEAD's bias_sum_kernel's traffic: as c276bf2's, with a partial per row block, not per chunk."""
+    return Ntok * OC * ACT * (3 if gelu_pass else 1) + bias_row_blocks(Ntok, OC) * OC * F32 * 2
 
 
 def matmul_backward_us(Ntok, IC, OC, cal, bias=True, gelu_pass=False):
@@ -1640,7 +1672,7 @@ def kernel_group(name):
 
 def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_classifier=True,
                  packed_bias_sum=True, packed_adamw=True, ln_bwd_family="layernorm_bwd", packed_dot=True,
-                 rowregs_classifier=True, bwd_runs=True):
+                 rowregs_classifier=True, bwd_runs=True, rowblock_bias_sum=True):
     """Per-kernel rows of one step of a CASES shape at HEAD: the launches --profile-steps counts on
     the emulated device (the kernel names and calls of the emulated profile, HEAD-<sha>), each with its
     modeled µs per step. The GEMMs are one row per cuBLASLt call kind (their GPU kernels' names are
@@ -1656,7 +1688,9 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     16-byte packs (assumed at eff_elementwise, not measured); rowregs_classifier=False: c276bf2's
     classifier kernel (two 16-byte vectors a thread, 512 threads, expf; classifier_us at its lab rates)
     instead of HEAD's row in registers (classifier_rowregs_us); bwd_runs=False: the attention backward
-    without runs of outer tiles (every block one outer tile, as up to f81a640)."""
+    without runs of outer tiles (every block one outer tile, as up to f81a640); rowblock_bias_sum=False:
+    c276bf2's bias-gradient kernel (a block a row chunk, at eff_bias_sum) instead of HEAD's row blocks of
+    several chunks (assumed at eff_elementwise or its issue bound, not measured)."""
     m = dict(shape or CASES[case])
     L, C, NH, G, P, V, B, T = (m[k] for k in ("L", "C", "NH", "G", "P", "V", "B", "T"))
     bias, tanh, tied = m["bias"], m["gelu"] == "tanh", m["tied"]
@@ -1690,8 +1724,12 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     # bias gradients (bias_sum_kernel: reads dout; fc's also runs the GELU backward: reads pre, writes d)
     if bias:
         for OC, gelu in bias_kinds(C):
-            add("llmc::cuda::detail::bias_sum_kernel", bias_sum_us(N, OC, cal, gelu, packed_bias_sum), L,
-                "" if not packed_bias_sum else "16-byte packs at the c276bf2 profile's rate (eff_bias_sum)")
+            rowblocks = packed_bias_sum and rowblock_bias_sum
+            add("llmc::cuda::detail::bias_sum_kernel",
+                bias_sum_us(N, OC, cal, gelu, packed_bias_sum, rowblocks, "tanh" if tanh else "erf"), L,
+                "row blocks of several chunks at eff_elementwise or the issue bound (assumed, not measured)"
+                if rowblocks else "16-byte packs at the c276bf2 profile's rate (eff_bias_sum)"
+                if packed_bias_sum else "")
     # the GELU's own kernels: the forward's where the epilogue cannot (erf: cuBLASLt's GELU is tanh's),
     # the backward's where no bias gradient's pass takes it (matmul_forward, matmul_gelu_backward)
     if not tanh:
@@ -1999,10 +2037,18 @@ def built_steps(cal):
              "with c276bf2's classifier kernel on both sides: the forward's classifier pass gone (the fused pass already reads the logits and writes "
              "dlogits; its L2 re-read as measured for forward+dlogits)"),
             ("bias gradients (and the GELU backward of fc) in 16-byte column packs", "d12-b16",
-             *gain("d12-b16", packed_bias_sum=False),
+             *gain("d12-b16", base=dict(rowblock_bias_sum=False), packed_bias_sum=False),
              "the packed kernel at eff_bias_sum (the c276bf2 profile's rate) against fa663e0's one-element loop "
              "(its GELU pass measured at eff_bias_gelu_bwd; its plain sums at eff_elementwise, never measured "
              "alone); none at paper-b16 (no biases)"),
+            ("bias gradients: a block sums several row chunks in one wave, 3 blocks an SM (80 registers)", "d12-b16",
+             *gain("d12-b16", rowblock_bias_sum=False),
+             "the rewritten kernel at eff_elementwise or its static issue bound (BIAS_INSTR_PER_ELEMENT: the "
+             "tanh GELU pass 38 SASS instructions an element, at attn_bwd_issue_eff_hd32), whichever is longer "
+             "(assumed, not measured; c276bf2's packed kernel was modeled at eff_elementwise before its run "
+             "measured 0.36) against c276bf2's kernel at its measured eff_bias_sum; "
+             f"at ls-small-b8 {gain('ls-small-b8', rowblock_bias_sum=False)[0] / 1e3:.2f} ms, none at paper-b16 "
+             "(no biases)"),
             ("AdamW four elements a thread in 16-byte accesses", "d12-b16", *gain("d12-b16", packed_adamw=False),
              "the packed kernel at eff_elementwise (assumed; the c276bf2 profile reads 0.93-1.07x it) against "
              "eff_adamw, lab:adamw's measured "

@@ -403,6 +403,22 @@ int main(int argc, char** argv) {
             ok &= check_gelu_backward(ctx, rng, s[0], s[1], s[2], llmc::Gelu::Tanh, true);
             ok &= check_gelu_backward(ctx, rng, s[0], s[1], s[2], llmc::Gelu::Erf, true);
         }
+        // a row block sums several row chunks (its grid has fewer row blocks than chunks: 19 chunks, the
+        // last ragged, over 10 row blocks in bf16, 5 in fp32), 32 (bf16) or 64 (fp32) column groups
+        {
+            const int N = 2333, IC = 8, OC = 2048;
+            const int row_blocks = llmc::cuda::detail::bias_row_blocks(N, OC);
+            const int chunks = (int)llmc::cuda::ceil_div(N, llmc::cuda::detail::kBiasRows);
+            std::printf("bias gradient over several chunks a block: N=%d OC=%d, %d row chunks over %d row blocks\n", N,
+                        OC, chunks, row_blocks);
+            if (row_blocks >= chunks) {
+                std::printf("  FAIL: every row block sums one chunk; choose a shape whose blocks sum several\n");
+                ok = false;
+            }
+            ok &= check_backward(ctx, rng, N, IC, OC, true, true);
+            ok &= check_gelu_backward(ctx, rng, N, IC, OC, llmc::Gelu::Tanh, true);
+            ok &= check_gelu_backward(ctx, rng, N, IC, OC, llmc::Gelu::Erf, true);
+        }
         ok &= check_gelu_formula(ctx, true);
         ok &= check_gelu_formula(ctx, false);
         ok &= check_gelu_formula(ctx, true, llmc::Gelu::Erf);

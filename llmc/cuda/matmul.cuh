@@ -258,75 +258,105 @@ inline void matmul_check_shape(int N, int IC, int OC) {
 }
 
 // dbias in one launch, 16-byte accesses. Column group gx = kBiasGroupPacks packs of kPack columns
-// (64 bf16 / 32 fp32 columns: a 128-byte segment of a row); row chunk gy = kBiasRows rows. Grid
-// (ceil(OC / group columns), ceil(N / kBiasRows)), block (kBiasGroupPacks, kBiasRowThreads): thread
-// (x, y) reads pack x of the group on rows gy*kBiasRows + y + kBiasRowThreads*k, k = 0..kBiasRowsPerThread-1
-// (a warp reads 4 whole segments), summing them in k order; the block adds its kBiasRowThreads sums per
-// column in y order (in four quarters of y, then the quarters in order) into partial[gy*OC + c]
-// ((chunks, OC) fp32). The blocks of a column group count in on arrivals[gx]; the last of them adds,
-// per column, the chunks' partials into dbias in a fixed order (quarter q sums chunks q, q+4, ... in
-// order, then the quarters in order): the same bits whichever block is last.
+// (64 bf16 / 32 fp32 columns: a 128-byte segment of a row); row chunk = kBiasRows rows. Grid
+// (ceil(OC / group columns), Y = bias_row_blocks(N, OC)), block (kBiasGroupPacks, kBiasRowThreads): block
+// row gy sums the row chunks gy, gy + Y, gy + 2Y, ... in that order; in chunk h, thread (x, y) reads pack x
+// of the group on rows h*kBiasRows + y + kBiasRowThreads*k, k = 0..kBiasRowsPerThread-1 (a warp reads 4
+// whole segments), summing them in k order; the block adds its kBiasRowThreads sums per column in y
+// order (in four quarters of y, then the quarters in order) into partial[gy*OC + c] ((Y, OC) fp32).
+// The blocks of a column group count in on arrivals[gx]; the last of them adds, per column, the
+// row blocks' partials into dbias in a fixed order (quarter q sums row blocks q, q+4, ... in order,
+// then the quarters in order): the same bits whichever block is last. Y depends on N and OC alone, so
+// the bits do too.
 // pre non-null: dout holds d gelu(pre) on entry; each element is first replaced by dout * gelu'(pre)
 // of kind `gelu` (rounded to floatX, which is what is summed): the GELU backward in the same pass.
 // dout and pre 16-byte aligned, OC a multiple of kPack (host checks).
+// Speed rules: rows are held as 16-byte packs (4 registers each, converted as they are used); a thread
+// has 4 rows' loads in flight in the plain sum, 2 rows' dout and pre in the GELU pass, so that the erf
+// GELU fits 80 registers without spills (kBiasBlocksPerSM resident blocks: make sass-report); Y keeps
+// the grid within one wave of those on a 132-SM GPU, so a block pays its reduction and arrival once for
+// several chunks, and the last block of a group reads ceil(Y / 4) partials a thread.
 // (Runtime switches, not templates: the emulation poisons only a non-template kernel's static shared
 // memory.)
 constexpr int kBiasGroupPacks = 8;
 constexpr int kBiasGroupCols = kBiasGroupPacks * kPack;
 constexpr int kBiasRowThreads = 32;
+constexpr int kBiasThreads = kBiasGroupPacks * kBiasRowThreads;
 constexpr int kBiasRowsPerThread = 4;
 constexpr int kBiasRows = kBiasRowThreads * kBiasRowsPerThread;
+constexpr int kBiasBlocksPerSM = 3;                   // __launch_bounds__: at most 80 registers a thread
+constexpr int kBiasGridAim = 132 * kBiasBlocksPerSM;  // one wave on an H100 / H200 (132 SMs)
 
-// acc (kPack) += the rows r0 + kBiasRowThreads*k (< N) of pack column p of dout (N, OC), in k order;
-// with GELU kind K (not None), each element first becomes dout * gelu'(pre), rounded, stored back.
-enum class BiasGelu { None, Tanh, Erf };
-template <BiasGelu K>
-__device__ inline void bias_rows_sum(float (&acc)[kPack], floatX* dout, const floatX* pre, int p, int r0, int N,
-                                     int OC) {
-    float d[kBiasRowsPerThread][kPack];
-#pragma unroll
-    for (int k = 0; k < kBiasRowsPerThread; k++) {
-        const int r = r0 + kBiasRowThreads * k;
-        if (r < N) load_vec<kPack>(d[k], dout + (size_t)r * OC + (size_t)p * kPack);
-    }
-    if constexpr (K != BiasGelu::None) {
-        // every load before the first store (dout and pre may alias as far as the compiler knows)
-        constexpr Gelu kind = K == BiasGelu::Erf ? Gelu::Erf : Gelu::Tanh;
-        float x[kBiasRowsPerThread][kPack];
-#pragma unroll
-        for (int k = 0; k < kBiasRowsPerThread; k++) {
-            const int r = r0 + kBiasRowThreads * k;
-            if (r < N) load_vec<kPack>(x[k], pre + (size_t)r * OC + (size_t)p * kPack);
-        }
-#pragma unroll
-        for (int k = 0; k < kBiasRowsPerThread; k++) {
-            const int r = r0 + kBiasRowThreads * k;
-            if (r >= N) continue;
-#pragma unroll
-            for (int j = 0; j < kPack; j++) d[k][j] = to_float(from_float<floatX>(d[k][j] * gelu_grad(x[k][j], kind)));
-            store_vec<kPack>(dout + (size_t)r * OC + (size_t)p * kPack, d[k]);
-        }
-    }
-#pragma unroll
-    for (int k = 0; k < kBiasRowsPerThread; k++)
-        if (r0 + kBiasRowThreads * k < N)
-#pragma unroll
-            for (int j = 0; j < kPack; j++) acc[j] += d[k][j];
+// Row blocks Y of bias_sum_kernel's grid for dout (N, OC): at most kBiasGridAim blocks in all (at least
+// one row block per column group), the ceil(N / kBiasRows) chunks spread evenly (each row block sums
+// ceil(chunks / Y) or one fewer).
+inline int bias_row_blocks(int N, int OC) {
+    const int chunks = ceil_div(N, kBiasRows), groups = ceil_div(OC, kBiasGroupCols);
+    const int most = std::max(1, kBiasGridAim / groups);
+    return ceil_div(chunks, ceil_div(chunks, most));
 }
 
-__global__ void bias_sum_kernel(float* dbias, float* partial, uint32_t* arrivals, floatX* dout, const floatX* pre,
-                                Gelu gelu, int N, int OC) {
-    constexpr int kQuarters = 4, kThreads = kBiasGroupPacks * kBiasRowThreads;
+// acc (kPack) += the rows of pack column p of dout (N, OC) in the row chunks gy, gy + Y, ... (Y = gridDim.y),
+// row y0 of each and every kBiasRowThreads-th after it, in chunk then row order; with GELU kind K (not
+// None), each element first becomes dout * gelu'(pre), rounded, stored back.
+enum class BiasGelu { None, Tanh, Erf };
+template <BiasGelu K>
+__device__ inline void bias_rows_sum(float (&acc)[kPack], floatX* dout, const floatX* pre, int p, int y0, int N,
+                                     int OC) {
+    // rows in flight a thread: the plain sum's loads, or the GELU pass's dout and pre loads of half as many rows
+    constexpr int kBatch = K == BiasGelu::None ? kBiasRowsPerThread : kBiasRowsPerThread / 2;
+    const int chunks = ceil_div(N, kBiasRows);
+    for (int h = blockIdx.y; h < chunks; h += gridDim.y) {
+#pragma unroll
+        for (int k0 = 0; k0 < kBiasRowsPerThread; k0 += kBatch) {
+            const int r0 = h * kBiasRows + y0 + kBiasRowThreads * k0;
+            PackX d[kBatch];
+#pragma unroll
+            for (int k = 0; k < kBatch; k++) {
+                const int r = r0 + kBiasRowThreads * k;
+                if (r < N) d[k] = *reinterpret_cast<const PackX*>(dout + (size_t)r * OC + (size_t)p * kPack);
+            }
+            if constexpr (K != BiasGelu::None) {
+                // every load before the first store (dout and pre may alias as far as the compiler knows)
+                constexpr Gelu kind = K == BiasGelu::Erf ? Gelu::Erf : Gelu::Tanh;
+                PackX x[kBatch];
+#pragma unroll
+                for (int k = 0; k < kBatch; k++) {
+                    const int r = r0 + kBiasRowThreads * k;
+                    if (r < N) x[k] = *reinterpret_cast<const PackX*>(pre + (size_t)r * OC + (size_t)p * kPack);
+                }
+#pragma unroll
+                for (int k = 0; k < kBatch; k++) {
+                    const int r = r0 + kBiasRowThreads * k;
+                    if (r >= N) continue;
+#pragma unroll
+                    for (int j = 0; j < kPack; j++)
+                        d[k].v[j] = from_float<floatX>(to_float(d[k].v[j]) * gelu_grad(to_float(x[k].v[j]), kind));
+                    *reinterpret_cast<PackX*>(dout + (size_t)r * OC + (size_t)p * kPack) = d[k];
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < kBatch; k++)
+                if (r0 + kBiasRowThreads * k < N)
+#pragma unroll
+                    for (int j = 0; j < kPack; j++) acc[j] += to_float(d[k].v[j]);
+        }
+    }
+}
+
+__global__ void __launch_bounds__(kBiasThreads, kBiasBlocksPerSM)
+    bias_sum_kernel(float* dbias, float* partial, uint32_t* arrivals, floatX* dout, const floatX* pre, Gelu gelu, int N,
+                    int OC) {
+    constexpr int kQuarters = 4, kThreads = kBiasThreads;
     __shared__ float sm[kBiasRowThreads][kBiasGroupCols + 1];
     __shared__ float quarter[kQuarters][kBiasGroupCols];
     const int p = blockIdx.x * kBiasGroupPacks + threadIdx.x;  // pack column
     const bool live = p < OC / kPack;
     float acc[kPack] = {};
     if (live) {
-        const int r0 = blockIdx.y * kBiasRows + threadIdx.y;
-        if (!pre) bias_rows_sum<BiasGelu::None>(acc, dout, pre, p, r0, N, OC);
-        else if (gelu == Gelu::Erf) bias_rows_sum<BiasGelu::Erf>(acc, dout, pre, p, r0, N, OC);
-        else bias_rows_sum<BiasGelu::Tanh>(acc, dout, pre, p, r0, N, OC);
+        if (!pre) bias_rows_sum<BiasGelu::None>(acc, dout, pre, p, threadIdx.y, N, OC);
+        else if (gelu == Gelu::Erf) bias_rows_sum<BiasGelu::Erf>(acc, dout, pre, p, threadIdx.y, N, OC);
+        else bias_rows_sum<BiasGelu::Tanh>(acc, dout, pre, p, threadIdx.y, N, OC);
     }
 #pragma unroll
     for (int j = 0; j < kPack; j++) sm[threadIdx.y][threadIdx.x * kPack + j] = acc[j];
@@ -393,9 +423,9 @@ inline void matmul_forward(MatmulContext& ctx, floatX* out, const floatX* inp, c
     if (pre_gelu) gelu_forward(out, pre_gelu, (size_t)N * OC, gelu, st);
 }
 
-// Floats of scratch matmul_backward needs for the bias gradient: (ceil(N / 128), OC).
+// Floats of scratch matmul_backward needs for the bias gradient: (detail::bias_row_blocks(N, OC), OC).
 inline size_t matmul_backward_scratch_floats(int N, int OC) {
-    return (size_t)ceil_div(N, detail::kBiasRows) * (size_t)OC;
+    return (size_t)detail::bias_row_blocks(N, OC) * (size_t)OC;
 }
 // Arrival counters matmul_backward needs for the bias gradient: one per column group (64 bf16 or
 // 32 fp32 columns).
@@ -410,7 +440,7 @@ inline void bias_sum(float* dbias, float* scratch, uint32_t* arrivals, floatX* d
         throw std::invalid_argument(
             "matmul_backward: dbias needs scratch of matmul_backward_scratch_floats(N, OC) floats and "
             "matmul_backward_arrivals(OC) zeroed arrival counters");
-    const dim3 grid((unsigned)ceil_div(OC, kBiasGroupCols), (unsigned)ceil_div(N, kBiasRows));
+    const dim3 grid((unsigned)ceil_div(OC, kBiasGroupCols), (unsigned)bias_row_blocks(N, OC));
     launch_kernel(bias_sum_kernel, grid, dim3(kBiasGroupPacks, kBiasRowThreads), 0, st, dbias, scratch, arrivals, dout,
                   pre, gelu, N, OC);
     CUDA_CHECK_LAUNCH();
