@@ -1392,8 +1392,9 @@ CALIBRATION_SOURCES = {
     "eff_<family>": "the family's largest lab row at fa663e0 (MEM_FAMILY_ROWS; global_norm: 4628997's, the "
                     "four-loads loop HEAD restored; layernorm_bwd_fa663e0: fa663e0's LayerNorm backward), after "
                     "kernel_fixed_us per launch it times (LAB_LAUNCHES)",
-    "eff_layernorm_bwd, eff_bias_sum": "the c276bf2 profile's ls-small-b8 rows of HEAD's rewritten kernels (the "
-                                       "LayerNorm backward of 1955330, the 16-byte-pack bias gradient of ff3945a), "
+    "eff_layernorm_bwd, eff_bias_sum": "the c276bf2 profile's ls-small-b8 rows of the kernels it ran (the "
+                                       "LayerNorm backward of 1955330, the 16-byte-pack bias gradient of ff3945a, "
+                                       "whose grid 883bc1a changed), "
                                        "their bytes over their time after kernel_fixed_us a launch; they replace "
                                        "fa663e0's rate carried over (LayerNorm: 0.24) and an assumed eff_elementwise "
                                        "(bias: 0.86); paper-b16 checks the LayerNorm (it has no bias)",
@@ -1493,7 +1494,7 @@ def profile_launches(case, cal):
 
 def _fit_profile_kernels(cal):
     """The parameters the c276bf2 profile's ls-small-b8 case fixes alone (its paper-b16 case checks
-    them): eff_layernorm_bwd and eff_bias_sum (HEAD's rewritten kernels: their bytes over their time
+    them): eff_layernorm_bwd and eff_bias_sum (the kernels c276bf2 ran: their bytes over their time
     after kernel_fixed_us per launch), attn_dot_wave_us (per wave of resident blocks), summary_row_ns
     and copy_fixed_us (the host -> device copies: tokens, targets, scalars, token groups)."""
     c = CASES["ls-small-b8"]

@@ -7,6 +7,7 @@
 // dinp and dbias, dweight/dbias ADDED onto random values of the gradient's own size; the GELU backward
 // of both kinds with and without the bias gradient, and which derivative it applies (tanh's or
 // erf's); two runs bit-identical; unsupported shapes throw std::invalid_argument.
+#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -188,6 +189,80 @@ bool check_gelu_backward(MatmulContext& ctx, llmc::Rng& rng, int N, int IC, int 
     ok &= lab::check_identical("dinp", dinp[0].get(), dinp[1].get(), (size_t)N * IC);
     ok &= lab::check_identical("dweight", dw[0].get(), dw[1].get(), (size_t)OC * IC);
     ok &= lab::check_identical("dbias", db[0].get(), db[1].get(), (size_t)OC);
+    return ok;
+}
+
+// The bias gradient's kernel alone (detail::bias_sum, no GEMM) with row_blocks row blocks (0: the
+// backward's rule): dbias ADDED onto random values += the column sums of dout (N, OC), or with kind
+// (not nullptr) of d pre = dout * gelu'(pre), stored in place rounded to floatX; against the CPU's
+// gelu_backward and sums in double, and run to run.
+bool check_bias_sum(llmc::Rng& rng, int N, int OC, const llmc::Gelu* kind, int row_blocks) {
+    const int Y = row_blocks > 0 ? row_blocks : llmc::cuda::detail::bias_row_blocks(N, OC);
+    std::printf("bias gradient alone N=%d OC=%d, %ld row chunks over %d row blocks%s%s\n", N, OC,
+                llmc::cuda::ceil_div(N, llmc::cuda::detail::kBiasRows), Y, kind ? ", GELU backward " : "",
+                kind ? llmc::gelu_name(*kind) : "");
+    std::vector<float> pre = lab::random_normal(rng, (size_t)N * OC, 0.f, 2.f);
+    std::vector<float> dout = lab::random_normal(rng, (size_t)N * OC, 0.f, 1.f);
+    lab::round_to_floatX(pre);
+    lab::round_to_floatX(dout);
+    const std::vector<float> db0 = lab::random_normal(rng, OC, 0.f, std::sqrt((float)N));
+    std::vector<float> summed = dout;
+    if (kind) {
+        llmc::cpu::gelu_backward(summed.data(), pre.data(), dout.data(), summed.size(), *kind);
+        lab::round_to_floatX(summed);
+    }
+    std::vector<double> sums(db0.begin(), db0.end());
+    for (int r = 0; r < N; r++)
+        for (int c = 0; c < OC; c++) sums[c] += summed[(size_t)r * OC + c];
+    const std::vector<float> db_ref(sums.begin(), sums.end());
+    const Offset<floatX> d_pre(pre, 0);
+    DeviceBuffer<float> d_scratch((size_t)Y * OC);
+    DeviceBuffer<uint32_t> d_arrivals(llmc::cuda::matmul_backward_arrivals(OC), true);
+    Offset<floatX> dg[2] = {Offset<floatX>(dout, 0), Offset<floatX>(dout, 0)};
+    Offset<float> db[2] = {Offset<float>(db0, 0), Offset<float>(db0, 0)};
+    for (int run = 0; run < 2; run++) {
+        lab::poison(d_scratch.get(), d_scratch.size());
+        llmc::cuda::detail::bias_sum(db[run].get(), d_scratch.get(), d_arrivals.get(), dg[run].get(),
+                                     kind ? d_pre.get() : nullptr, kind ? *kind : llmc::Gelu::Tanh, N, OC, 0,
+                                     row_blocks);
+    }
+    bool ok = lab::check("dbias", db[0].get(), db_ref);
+    ok &= lab::check("d pre", dg[0].get(), summed);  // dout itself, unchanged, without the GELU pass
+    ok &= lab::check_arrivals_zero("dbias", d_arrivals.get(), d_arrivals.size());
+    ok &= lab::check_identical("dbias", db[0].get(), db[1].get(), (size_t)OC);
+    ok &= lab::check_identical("d pre", dg[0].get(), dg[1].get(), (size_t)N * OC);
+    return ok;
+}
+
+// The backward's grid rule (bias_row_blocks) on the host, over N 1..3000 and 16384 and OC multiples of
+// 8 up to 26000: 1 <= Y <= the row chunks; at most kBiasGridAim blocks in all (one row block a column
+// group when there are more groups); the fewest chunks a row block that allows, over the fewest row
+// blocks that give it; and the training shapes whose blocks sum several chunks (d12's qkv and fc at N
+// 16384) do.
+bool check_bias_row_rule() {
+    using llmc::cuda::ceil_div;
+    namespace d = llmc::cuda::detail;
+    std::vector<int> Ns;
+    for (int N = 1; N <= 3000; N++) Ns.push_back(N);
+    Ns.push_back(16384);
+    long shapes = 0, bad = 0;
+    for (int N : Ns)
+        for (int OC = 8; OC <= 26000; OC += OC < 1024 ? 8 : 1000) {
+            const long chunks = ceil_div(N, d::kBiasRows), groups = ceil_div(OC, d::kBiasGroupCols);
+            const long most = std::max<long>(1, d::kBiasGridAim / groups), Y = d::bias_row_blocks(N, OC);
+            const long per = ceil_div(chunks, std::min(chunks, most));  // fewest chunks a block within the aim
+            shapes++;
+            const bool fine =
+                Y >= 1 && Y <= chunks && Y <= most && ceil_div(chunks, Y) == per && Y == ceil_div(chunks, per);
+            if (!fine && bad++ < 5)
+                std::printf("  FAIL: N=%d OC=%d: Y %ld for %ld chunks, %ld groups\n", N, OC, Y, chunks, groups);
+        }
+    const int y_qkv = d::bias_row_blocks(16384, 2304), y_fc = d::bias_row_blocks(16384, 3072);
+    const bool ok = bad == 0 && y_qkv < 128 && y_fc < 128;
+    std::printf(
+        "bias gradient's grid rule: %ld shapes, %ld outside it; N 16384: Y %d (OC 2304), %d (OC 3072) of "
+        "128 chunks  %s\n",
+        shapes, bad, y_qkv, y_fc, ok ? "OK" : "FAIL");
     return ok;
 }
 
@@ -403,21 +478,17 @@ int main(int argc, char** argv) {
             ok &= check_gelu_backward(ctx, rng, s[0], s[1], s[2], llmc::Gelu::Tanh, true);
             ok &= check_gelu_backward(ctx, rng, s[0], s[1], s[2], llmc::Gelu::Erf, true);
         }
-        // a row block sums several row chunks (its grid has fewer row blocks than chunks: 19 chunks, the
-        // last ragged, over 10 row blocks in bf16, 5 in fp32), 32 (bf16) or 64 (fp32) column groups
+        // a row block sums several row chunks: the grid rule on the host; the kernel with fewer row blocks
+        // than chunks forced (19 chunks, the last ragged, over 1, 4 or 7 row blocks: 19, 5 or 4, 3 or 2
+        // chunks a block), three column groups in bf16 (five in fp32), the last ragged (8 columns), in each path
+        ok &= check_bias_row_rule();
         {
-            const int N = 2333, IC = 8, OC = 2048;
-            const int row_blocks = llmc::cuda::detail::bias_row_blocks(N, OC);
-            const int chunks = (int)llmc::cuda::ceil_div(N, llmc::cuda::detail::kBiasRows);
-            std::printf("bias gradient over several chunks a block: N=%d OC=%d, %d row chunks over %d row blocks\n", N,
-                        OC, chunks, row_blocks);
-            if (row_blocks >= chunks) {
-                std::printf("  FAIL: every row block sums one chunk; choose a shape whose blocks sum several\n");
-                ok = false;
+            const llmc::Gelu tanh_kind = llmc::Gelu::Tanh, erf_kind = llmc::Gelu::Erf;
+            for (int Y : {1, 4, 7}) {
+                ok &= check_bias_sum(rng, 2333, 136, nullptr, Y);
+                ok &= check_bias_sum(rng, 2333, 136, &erf_kind, Y);
             }
-            ok &= check_backward(ctx, rng, N, IC, OC, true, true);
-            ok &= check_gelu_backward(ctx, rng, N, IC, OC, llmc::Gelu::Tanh, true);
-            ok &= check_gelu_backward(ctx, rng, N, IC, OC, llmc::Gelu::Erf, true);
+            ok &= check_bias_sum(rng, 2333, 136, &tanh_kind, 4);
         }
         ok &= check_gelu_formula(ctx, true);
         ok &= check_gelu_formula(ctx, false);

@@ -274,7 +274,7 @@ inline void matmul_check_shape(int N, int IC, int OC) {
 // Speed rules: rows are held as 16-byte packs (4 registers each, converted as they are used); a thread
 // has 4 rows' loads in flight in the plain sum, 2 rows' dout and pre in the GELU pass, so that the erf
 // GELU fits 80 registers without spills (kBiasBlocksPerSM resident blocks: make sass-report); Y keeps
-// the grid within one wave of those on a 132-SM GPU, so a block pays its reduction and arrival once for
+// the grid within one wave of those on a 132-SM GPU (unless OC has more column groups than that), so a block pays its reduction and arrival once for
 // several chunks, and the last block of a group reads ceil(Y / 4) partials a thread.
 // (Runtime switches, not templates: the emulation poisons only a non-template kernel's static shared
 // memory.)
@@ -423,7 +423,8 @@ inline void matmul_forward(MatmulContext& ctx, floatX* out, const floatX* inp, c
     if (pre_gelu) gelu_forward(out, pre_gelu, (size_t)N * OC, gelu, st);
 }
 
-// Floats of scratch matmul_backward needs for the bias gradient: (detail::bias_row_blocks(N, OC), OC).
+// Floats of scratch matmul_backward needs for the bias gradient: (detail::bias_row_blocks(N, OC), OC). Not
+// monotone in N (a larger N may need fewer row blocks): size it for the N of the call.
 inline size_t matmul_backward_scratch_floats(int N, int OC) {
     return (size_t)detail::bias_row_blocks(N, OC) * (size_t)OC;
 }
@@ -434,13 +435,21 @@ inline size_t matmul_backward_arrivals(int OC) { return (size_t)ceil_div(OC, det
 namespace detail {
 // dbias (OC) += column sums of dout (N, OC) in one launch (bias_sum_kernel); with pre, dout is first
 // replaced by dout * gelu'(pre) (kind gelu) in the same pass.
+// row_blocks: the grid's Y, 0 for bias_row_blocks(N, OC) (the backward's; another value, 1 to the chunk
+// count, lets the lab check a block over several chunks on a small shape; scratch then holds
+// row_blocks * OC floats).
 inline void bias_sum(float* dbias, float* scratch, uint32_t* arrivals, floatX* dout, const floatX* pre, Gelu gelu,
-                     int N, int OC, cudaStream_t st) {
+                     int N, int OC, cudaStream_t st, int row_blocks = 0) {
     if (!scratch || !arrivals)
         throw std::invalid_argument(
             "matmul_backward: dbias needs scratch of matmul_backward_scratch_floats(N, OC) floats and "
             "matmul_backward_arrivals(OC) zeroed arrival counters");
-    const dim3 grid((unsigned)ceil_div(OC, kBiasGroupCols), (unsigned)bias_row_blocks(N, OC));
+    if (row_blocks < 0 || row_blocks > ceil_div(N, kBiasRows))
+        throw std::invalid_argument("bias_sum: row_blocks " + std::to_string(row_blocks) +
+                                    " is not 0 (the rule) nor 1 to the " + std::to_string(ceil_div(N, kBiasRows)) +
+                                    " row chunks of N=" + std::to_string(N));
+    const int Y = row_blocks > 0 ? row_blocks : bias_row_blocks(N, OC);
+    const dim3 grid((unsigned)ceil_div(OC, kBiasGroupCols), (unsigned)Y);
     launch_kernel(bias_sum_kernel, grid, dim3(kBiasGroupPacks, kBiasRowThreads), 0, st, dbias, scratch, arrivals, dout,
                   pre, gelu, N, OC);
     CUDA_CHECK_LAUNCH();
