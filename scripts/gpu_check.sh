@@ -415,7 +415,8 @@ ensure_train_data() {
 # The per-kernel profile of the training step (--profile-steps, docs/training.md "Profiling the step"):
 # the paper's shape at B 8 (T 2048, V 10000, as timed at fa663e0), the paper code's model at B 16 and the
 # GPT-2-124M-shaped d12 (LS G 1 P 64, B 16, T 1024, V 50257), 8 profiled steps after 2 warm-up steps each, on the train stage's synthetic data;
-# each table in the step's log, its profile.json in bench/profile/ (report.json). Emulated: one small
+# each table in the step's log with a line per distinct matmul naming the algorithm cuBLASLt picked
+# (LLMC_CUBLASLT_ALGOS=1), its profile.json in bench/profile/ (report.json). Emulated: one small
 # model, one profiled step (launch counts, no times). The steps issued kernel by kernel (--cuda-graph 0):
 # the calibrated model's launch gaps are those of such steps (the c276bf2 profile's); what the graph,
 # the trainer's default, saves is the train stage's cuda-graph-0 / -1 comparison.
@@ -442,8 +443,8 @@ stage_profile() {
         read -ra args <<<"${c#*|}"
         rm -rf "$work/profile/$name"
         rm -f "$work/bench/profile/$name.json"  # never an earlier call's profile in this call's report
-        step "profile:$name" 240 "$trainer" --device cuda "${args[@]}" -x $((steps + 2)) --profile-steps "$steps" \
-            --cuda-graph 0 -v 0 -s 0 -i "$work/train/data/train_*.bin" -o "$work/profile/$name" || continue
+        step "profile:$name" 240 env LLMC_CUBLASLT_ALGOS=1 "$trainer" --device cuda "${args[@]}" -x $((steps + 2)) \
+            --profile-steps "$steps" --cuda-graph 0 -v 0 -s 0 -i "$work/train/data/train_*.bin" -o "$work/profile/$name" || continue
         cp "$work/profile/$name/profile.json" "$work/bench/profile/$name.json" ||
             fail_step "profile:$name:json" "the run passed but wrote no profile.json"
     done

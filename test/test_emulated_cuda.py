@@ -77,11 +77,11 @@ def assert_losses_close(got, ref, rtol, steps=None):
 
 @pytest.fixture(scope="module")
 def full_run(byte_data, tmp_path_factory):
-    """One uninterrupted emulated CUDA run (16 steps, checkpoints at 4, 8, 12, 16) and the CPU
-    backend's run with the same flags."""
+    """One uninterrupted emulated CUDA run (16 steps, checkpoints at 4, 8, 12, 16; cuBLASLt's algorithms
+    logged) and the CPU backend's run with the same flags."""
     d = tmp_path_factory.mktemp("emu_full")
     args = data_args(byte_data) + FULL_ARGS
-    emu = run_bin(EMU_TRAIN, args + ["-o", d / "emu"], "cuda")
+    emu = run_bin(EMU_TRAIN, args + ["-o", d / "emu"], "cuda", env=dict(ENV, LLMC_CUBLASLT_ALGOS="1"))
     run_bin(BIN, args + ["-o", d / "cpu"], "cpu", env=None)
     return d / "emu", d / "cpu", emu
 
@@ -140,6 +140,22 @@ def test_emulated_fp32_build_matches_the_cpu(byte_data, tmp_path):
     print(f"fp32 emulated vs CPU: worst per-step loss relative error {worst:.2e}")
     worst_mass, worst_max = assert_near_far_close(tmp_path / "emu", tmp_path / "cpu", 2, 1e-4, 1e-5, 1e-4)
     print(f"near/far fp32 emulated vs CPU: worst near mass difference {worst_mass:.2e}, logits {worst_max:.2e}")
+
+
+def test_cublaslt_algorithms_are_logged_once_per_problem(full_run):
+    """LLMC_CUBLASLT_ALGOS=1: one stderr line per distinct matmul problem, when the heuristic picks its
+    algorithm, with every configuration attribute read back (the emulation's one algorithm: cublasLt.h's
+    defaults); none on stdout."""
+    _, _, emu = full_run
+    lines = [ln for ln in emu.stderr.splitlines() if ln.startswith("cuBLASLt algorithm: ")]
+    problems = [ln.split(": ")[1] for ln in lines]
+    assert lines and len(set(problems)) == len(problems), lines
+    # forward qkv, attproj, fc, fcproj, LM head; backward dinp and dweight of each (C 64, V 256 padded)
+    assert len(lines) >= 10, lines
+    for ln in lines:
+        assert ln.endswith(": algo 0 tile 0 stages 0 splitk 1 reduction 0 swizzle 0 custom 0 inner 0 cluster 0 "
+                           "workspace 0 waves 1.000000"), ln
+    assert "cuBLASLt algorithm" not in emu.stdout
 
 
 def test_emulated_cuda_checkpoint_continues_on_the_cpu(byte_data, full_run, tmp_path):

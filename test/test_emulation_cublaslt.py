@@ -288,6 +288,12 @@ ATTRIBUTE_STATUSES = {
     "pref_reduction_mask_uint32": SUCCESS, "pref_reduction_mask_uint64": INVALID_VALUE,
     "desc2_create": SUCCESS, "layout": SUCCESS,
     "heuristic_requested_0": INVALID_VALUE, "heuristic_requested_1": SUCCESS, "heuristic_requested_1_count": 1,
+    # cublasLtMatmulAlgoConfigGetAttribute (cublasLt.h): the size query, the attributes' types, sizeWritten
+    "algo_id_size_query": SUCCESS, "algo_id_size_needed": 4, "algo_id_query_no_size_written": INVALID_VALUE,
+    "algo_id_int32": SUCCESS, "algo_id_int32_written": 4, "algo_id_nonnegative": 1, "algo_id_int64": INVALID_VALUE,
+    "algo_tile_uint32": SUCCESS, "algo_tile_null_buf": INVALID_VALUE,
+    "algo_splitk_int32": SUCCESS, "algo_splitk_at_least_1": 1,
+    "algo_inner_shape_uint16": SUCCESS, "algo_inner_shape_uint16_written": 2, "algo_inner_shape_uint32": INVALID_VALUE,
 }
 
 
@@ -474,6 +480,10 @@ MUTANTS = {
         "x += (double)be * load(C, lc.type", "x += load(C, lc.type", "trans_NN_bf16"),
     "C-read-when-beta-is-0": (
         "if (be != 0.0f) x += (double)be * load(C", "if (true) x += (double)be * load(C", "beta0_c_nan_bf16"),
+    # AlgoConfigGetAttribute taking any buffer at least as large as the attribute (cublasLt.h: a size
+    # other than its storage is INVALID_VALUE)
+    "algo-config-size-at-least": (
+        "if (!buf || size != sizeof value)", "if (!buf || size < sizeof value)", "attribute_sizes"),
 }
 
 

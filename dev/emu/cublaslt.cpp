@@ -493,6 +493,50 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     return CUBLAS_STATUS_SUCCESS;
 }
 
+// cublasLt.h: with sizeInBytes 0, sizeWritten gets the bytes the attribute needs (INVALID_VALUE without
+// sizeWritten); otherwise INVALID_VALUE for a NULL buf or a size other than the attribute's storage,
+// else the value is written and sizeWritten (when given) gets the bytes written. The emulated heuristic's
+// one algorithm reports the documented defaults: algorithm 0, no tile or stages named (UNDEFINED), one K
+// split, no reduction, no swizzling, no custom option, inner and cluster shapes 0 (undefined / auto).
+cublasStatus_t cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t* algo,
+                                                    cublasLtMatmulAlgoConfigAttributes_t attr, void* buf, size_t size,
+                                                    size_t* written) {
+    if (!algo) return say(CUBLAS_STATUS_INVALID_VALUE, "AlgoConfigGetAttribute: null algorithm");
+    AlgoInfo info;
+    std::memcpy(&info, algo->data, sizeof info);
+    if (info.magic != kAlgoMagic)
+        return say(CUBLAS_STATUS_INVALID_VALUE,
+                   "AlgoConfigGetAttribute: algorithm not from cublasLtMatmulAlgoGetHeuristic");
+    auto give = [&](auto value) {
+        if (size == 0) {
+            if (!written) return say(CUBLAS_STATUS_INVALID_VALUE, "AlgoConfigGetAttribute: size 0 and no sizeWritten");
+            *written = sizeof value;
+            return CUBLAS_STATUS_SUCCESS;
+        }
+        if (!buf || size != sizeof value)
+            return say(CUBLAS_STATUS_INVALID_VALUE, "AlgoConfigGetAttribute: attribute " + std::to_string((int)attr) +
+                                                        " has size " + std::to_string(sizeof value) + ", got " +
+                                                        std::to_string(size) + (buf ? "" : " and a null buffer"));
+        std::memcpy(buf, &value, sizeof value);
+        if (written) *written = sizeof value;
+        return CUBLAS_STATUS_SUCCESS;
+    };
+    switch (attr) {
+        case CUBLASLT_ALGO_CONFIG_ID: return give(int32_t{0});
+        case CUBLASLT_ALGO_CONFIG_TILE_ID: return give(uint32_t{CUBLASLT_MATMUL_TILE_UNDEFINED});
+        case CUBLASLT_ALGO_CONFIG_SPLITK_NUM: return give(int32_t{1});
+        case CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME: return give(uint32_t{CUBLASLT_REDUCTION_SCHEME_NONE});
+        case CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING: return give(uint32_t{0});
+        case CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION: return give(uint32_t{0});
+        case CUBLASLT_ALGO_CONFIG_STAGES_ID: return give(uint32_t{CUBLASLT_MATMUL_STAGES_UNDEFINED});
+        case CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID: return give(uint16_t{0});
+        case CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID: return give(uint16_t{0});
+        default:
+            return say(CUBLAS_STATUS_INVALID_VALUE,
+                       "AlgoConfigGetAttribute: attribute " + std::to_string((int)attr) + " is not in cublasLt.h");
+    }
+}
+
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
                               cublasLtMatrixLayout_t adesc, const void* B, cublasLtMatrixLayout_t bdesc,
                               const void* beta, const void* C, cublasLtMatrixLayout_t cdesc, void* D,

@@ -51,6 +51,8 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -87,8 +89,13 @@ struct MatmulContext {
         cublasLtMatmulAlgo_t algo;
     };
     std::map<std::array<int64_t, 16>, CachedAlgo> algo_cache;
+    // Each distinct problem's algorithm, as the heuristic picks it, one line on stderr
+    // (detail::algo_config_text): set by LLMC_CUBLASLT_ALGOS=1 in the environment at construction.
+    bool log_algorithms = false;
 
     MatmulContext() {
+        const char* log = std::getenv("LLMC_CUBLASLT_ALGOS");
+        log_algorithms = log && std::string(log) == "1";
         CUBLASLT_CHECK(cublasLtCreate(&handle));
         const cudaError_t e = cudaMalloc(&workspace, workspace_bytes);
         if (e != cudaSuccess) {
@@ -131,6 +138,26 @@ struct LtPref {
         if (p) cublasLtMatmulPreferenceDestroy(p);
     }
 };
+
+// The heuristic's pick as text: its configuration attributes (cublasLt.h, cublasLtMatmulAlgoConfigAttributes_t;
+// "?" for one the library does not give), the workspace it needs and its estimate of waves.
+inline std::string algo_config_text(const cublasLtMatmulHeuristicResult_t& h) {
+    auto attr = [&](const char* name, cublasLtMatmulAlgoConfigAttributes_t a, auto value) {
+        const bool ok =
+            cublasLtMatmulAlgoConfigGetAttribute(&h.algo, a, &value, sizeof value, nullptr) == CUBLAS_STATUS_SUCCESS;
+        return std::string(name) + " " + (ok ? std::to_string((long long)value) : std::string("?"));
+    };
+    return attr("algo", CUBLASLT_ALGO_CONFIG_ID, int32_t{}) + " " +
+           attr("tile", CUBLASLT_ALGO_CONFIG_TILE_ID, uint32_t{}) + " " +
+           attr("stages", CUBLASLT_ALGO_CONFIG_STAGES_ID, uint32_t{}) + " " +
+           attr("splitk", CUBLASLT_ALGO_CONFIG_SPLITK_NUM, int32_t{}) + " " +
+           attr("reduction", CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, uint32_t{}) + " " +
+           attr("swizzle", CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, uint32_t{}) + " " +
+           attr("custom", CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, uint32_t{}) + " " +
+           attr("inner", CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, uint16_t{}) + " " +
+           attr("cluster", CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, uint16_t{}) + " workspace " +
+           std::to_string(h.workspaceSize) + " waves " + std::to_string(h.wavesCount);
+}
 
 // Largest power of two (at most 256) that divides the address.
 inline uint32_t pointer_alignment(const void* p) {
@@ -232,6 +259,13 @@ inline bool lt_matmul(MatmulContext& ctx, void* d, cudaDataType_t dtype, const v
             cublasLtMatmulAlgoGetHeuristic(ctx.handle, desc.d, la.l, lb.l, ld.l, ld.l, pref.p, 1, &heur, &found);
         const bool ok = hs == CUBLAS_STATUS_SUCCESS && found > 0;
         it = ctx.algo_cache.emplace(key, MatmulContext::CachedAlgo{ok, heur.algo}).first;
+        if (ctx.log_algorithms)
+            std::fprintf(stderr,
+                         "cuBLASLt algorithm: m=%d n=%d k=%d op=%c%c ab=%s d=%s epilogue=%d ld=%d,%d,%d "
+                         "align=%u,%u,%u,%lld,%lld: %s\n",
+                         m, n, k, transa ? 'T' : 'N', transb ? 'T' : 'N', abtype == CUDA_R_32F ? "f32" : "bf16",
+                         dtype == CUDA_R_32F ? "f32" : "bf16", (int)epilogue, lda, ldb, ldd, align_a, align_b, align_d,
+                         (long long)key[14], (long long)key[15], ok ? algo_config_text(heur).c_str() : "none found");
     }
     if (!it->second.found) {
         if (may_fail) return false;

@@ -540,6 +540,38 @@ void run_attribute_case() {
     r.status("heuristic_requested_0", cublasLtMatmulAlgoGetHeuristic(handle, d2, l, l, l, l, pref, 0, res, &count));
     r.status("heuristic_requested_1", cublasLtMatmulAlgoGetHeuristic(handle, d2, l, l, l, l, pref, 1, res, &count));
     r.status("heuristic_requested_1_count", count);
+    // AlgoConfigGetAttribute on the algorithm found: sizeInBytes 0 asks the size (INVALID_VALUE without
+    // sizeWritten); a NULL buf or another size than the attribute's type (cublasLt.h: ID int32_t, TILE_ID
+    // uint32_t, SPLITK_NUM int32_t, INNER_SHAPE_ID uint16_t) is INVALID_VALUE; sizeWritten gets the bytes
+    const cublasLtMatmulAlgo_t* found = &res[0].algo;
+    size_t need = 0, wrote = 0;
+    int32_t id = -1, splitk = 0;
+    int64_t id64 = 0;
+    uint32_t tile = 0, inner32 = 0;
+    uint16_t inner = 0;
+    r.status("algo_id_size_query",
+             cublasLtMatmulAlgoConfigGetAttribute(found, CUBLASLT_ALGO_CONFIG_ID, nullptr, 0, &need));
+    r.status("algo_id_size_needed", (int)need);
+    r.status("algo_id_query_no_size_written",
+             cublasLtMatmulAlgoConfigGetAttribute(found, CUBLASLT_ALGO_CONFIG_ID, nullptr, 0, nullptr));
+    r.status("algo_id_int32",
+             cublasLtMatmulAlgoConfigGetAttribute(found, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &wrote));
+    r.status("algo_id_int32_written", (int)wrote);
+    r.status("algo_id_nonnegative", id >= 0 ? 1 : 0);
+    r.status("algo_id_int64",
+             cublasLtMatmulAlgoConfigGetAttribute(found, CUBLASLT_ALGO_CONFIG_ID, &id64, sizeof id64, &wrote));
+    r.status("algo_tile_uint32",
+             cublasLtMatmulAlgoConfigGetAttribute(found, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, nullptr));
+    r.status("algo_tile_null_buf",
+             cublasLtMatmulAlgoConfigGetAttribute(found, CUBLASLT_ALGO_CONFIG_TILE_ID, nullptr, sizeof tile, &wrote));
+    r.status("algo_splitk_int32", cublasLtMatmulAlgoConfigGetAttribute(found, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
+                                                                       sizeof splitk, &wrote));
+    r.status("algo_splitk_at_least_1", splitk >= 1 ? 1 : 0);
+    r.status("algo_inner_shape_uint16", cublasLtMatmulAlgoConfigGetAttribute(found, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID,
+                                                                             &inner, sizeof inner, &wrote));
+    r.status("algo_inner_shape_uint16_written", (int)wrote);
+    r.status("algo_inner_shape_uint32", cublasLtMatmulAlgoConfigGetAttribute(found, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID,
+                                                                             &inner32, sizeof inner32, &wrote));
     cublasLtMatrixLayoutDestroy(l);
     cublasLtMatmulDescDestroy(d2);
     cublasLtMatmulDescDestroy(desc);
