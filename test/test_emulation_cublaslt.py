@@ -290,9 +290,8 @@ ATTRIBUTE_STATUSES = {
     "heuristic_requested_0": INVALID_VALUE, "heuristic_requested_1": SUCCESS, "heuristic_requested_1_count": 1,
     # cublasLtMatmulAlgoConfigGetAttribute (cublasLt.h): the size query, the attributes' types, sizeWritten
     "algo_id_size_query": SUCCESS, "algo_id_size_needed": 4, "algo_id_query_no_size_written": INVALID_VALUE,
-    "algo_id_int32": SUCCESS, "algo_id_int32_written": 4, "algo_id_nonnegative": 1, "algo_id_int64": INVALID_VALUE,
-    "algo_tile_uint32": SUCCESS, "algo_tile_null_buf": INVALID_VALUE,
-    "algo_splitk_int32": SUCCESS, "algo_splitk_at_least_1": 1,
+    "algo_id_int32": SUCCESS, "algo_id_int32_written": 4, "algo_id_int64": INVALID_VALUE,
+    "algo_tile_uint32": SUCCESS, "algo_tile_null_buf": INVALID_VALUE, "algo_splitk_int32": SUCCESS,
     "algo_inner_shape_uint16": SUCCESS, "algo_inner_shape_uint16_written": 2, "algo_inner_shape_uint32": INVALID_VALUE,
 }
 
