@@ -639,6 +639,32 @@ def test_compare_matches_mangled_kernels_and_folds_cublaslt():
     assert "_ZN" not in text and "nvjet" not in text
 
 
+def test_compare_gives_achieved_rates_from_the_model_bytes_and_flops(cal):
+    """A prediction row's bytes and FLOPs a step (the model's) over the measured time: GB/s and TFLOP/s;
+    none where the model has no bytes (attention) or the profile no time."""
+    pred = roofline.prediction(cal, "test")["cases"]["paper-b16"]
+    by = {r["kernel"]: r for r in pred["kernels"]}
+    gelu = by["llmc::cuda::gelu_forward_kernel"]
+    N, C, L = 16 * 2048, 192, 6
+    assert gelu["bytes_per_step"] == L * 2 * N * 4 * C * 2 and gelu["flops_per_step"] is None
+    gemm = by[roofline.EMULATED_GEMM_ROW]
+    Vp = roofline.padded_vocab(10000)
+    # 2 m n k over every call: the layers' 12 C^2 per token, the LM head's C Vp per token, 3x for fwd + bwd
+    assert gemm["flops_per_step"] == pytest.approx(3 * 2 * N * (L * 12 * C * C + C * Vp))
+    attn = [k for k in by if "attn_fwd_fa2" in k][0]
+    assert by[attn]["bytes_per_step"] is None
+    prof = dict(timed=True, step_us=1000.0, busy_us=900.0, idle_us=100.0, kernels=[
+        dict(kernel="llmc::cuda::gelu_forward_kernel", calls_per_step=6.0, us_per_step=200.0),
+        dict(kernel="nvjet_sm90_tst_192x128_64x5_1x2_h_bz_coopB_NNT", calls_per_step=75.0, us_per_step=2000.0),
+        dict(kernel=attn, calls_per_step=6.0, us_per_step=400.0)])
+    res = {r["kernel"]: r for r in roofline.compare_profile(prof, pred)["rows"]}
+    assert res["llmc::cuda::gelu_forward_kernel"]["gbps_measured"] == pytest.approx(gelu["bytes_per_step"] / 200e3)
+    assert res[roofline.CUBLASLT_ROW]["tflops_measured"] == pytest.approx(gemm["flops_per_step"] / 2000e6)
+    assert res[attn]["gbps_measured"] is None and res[attn]["tflops_measured"] is None
+    text = roofline.compare_text(roofline.compare_profile(prof, pred), "t")
+    assert "GB/s m" in text and "TFLOP/s m" in text
+
+
 def test_compare_refuses_mangled_names_without_cxxfilt(tmp_path):
     prof, pred = _mangled_pair()
     (tmp_path / "p.json").write_text(json.dumps(prof))

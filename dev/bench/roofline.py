@@ -975,14 +975,19 @@ CLASSIFIER_INSTR_PER_COLUMN = 17
 H200_CLOCK_HZ = 1.83e9  # the clock H200_PEAK is quoted at (4 warp instructions a clock an SM)
 
 
+def classifier_rowregs_bytes(rows, Vp):
+    """HEAD's classifier kernel's traffic: a row of one segment read once, a longer one twice, and the
+    dlogits written."""
+    reads = 1 if Vp * ACT // 16 <= CLASSIFIER_ROW_VECS * CLASSIFIER_MAX_THREADS else 2
+    return rows * Vp * ACT * (reads + 1)
+
+
 def classifier_rowregs_us(rows, Vp, cal):
     """HEAD's classifier kernel (loss, lse and dlogits in one pass): a row of one segment
     (Vp / 8 <= 5 x 512 vectors) read once and written once, a longer one read twice (the second read
     counted as DRAM: an upper bound), at eff_elementwise (ASSUMED: a streaming kernel's measured
     rate), or the issue bound when that is longer: kernel_fixed_us + max(bytes, issue)."""
-    vecs = Vp * ACT // 16
-    reads = 1 if vecs <= CLASSIFIER_ROW_VECS * CLASSIFIER_MAX_THREADS else 2
-    mem = rows * Vp * ACT * (reads + 1) / (H200_BANDWIDTH * cal["eff_elementwise"]) * 1e6
+    mem = classifier_rowregs_bytes(rows, Vp) / (H200_BANDWIDTH * cal["eff_elementwise"]) * 1e6
     issue = rows * Vp * CLASSIFIER_INSTR_PER_COLUMN / 32 / (
         H200_SMS * 4 * H200_CLOCK_HZ * cal["attn_bwd_issue_eff_hd32"]) * 1e6
     return cal["kernel_fixed_us"] + max(mem, issue)
@@ -1699,28 +1704,40 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     params = Vp * C * (1 if tied else 2) + m["maxT"] * C + L * (12 * C * C + (13 if bias else 4) * C) + 2 * C
     rows = {}
 
-    def add(name, us, calls=1, note=""):
+    def add(name, us, calls=1, note="", nbytes=None, flops=None):
+        """A row's calls; nbytes and flops a call (the model's), None where the model has none: the
+        row's bytes_per_step / flops_per_step are None once any of its calls has none."""
         r = rows.setdefault(name, dict(kernel=name, group=kernel_group(name), calls_per_step=0, us_per_step=0.0,
-                                       note=note))
+                                       note=note, bytes_per_step=0.0, flops_per_step=0.0))
         r["calls_per_step"] += calls
         r["us_per_step"] += us * calls
+        for key, v in (("bytes_per_step", nbytes), ("flops_per_step", flops)):
+            r[key] = None if v is None or r[key] is None else r[key] + v * calls
+
+    def mem(name, nbytes, family, calls=1, note=""):
+        """A memory-bound kernel's row: mem_us of its bytes."""
+        add(name, mem_us(nbytes, family, cal), calls, note, nbytes=nbytes)
 
     gemm = EMULATED_GEMM_ROW
 
-    def add_gemms(times):
-        add(gemm, 0.0, 0)
-        rows[gemm]["calls_per_step"] += len(times)
-        rows[gemm]["us_per_step"] += sum(times)
+    def add_gemms(shapes, calls=1):
+        """cuBLASLt calls, each (M, N, K, gemm_us's keywords), calls times over: one row, with their
+        compulsory bytes (gemm_bytes) and 2 M N K FLOPs."""
+        for M, Nn, K, kw in shapes:
+            add(gemm, gemm_us(M, Nn, K, cal, **kw), calls,
+                nbytes=gemm_bytes(M, Nn, K, kw.get("out_bytes", ACT), kw.get("accumulate", False)),
+                flops=2 * M * Nn * K)
 
     # forward: qkv, attproj, fc (tanh with bias: the GELU epilogue also writes the pre-activation),
     # fcproj per layer; the LM head
     for IC, OC, epi in ((C, 3 * C, False), (C, C, False), (C, 4 * C, tanh), (4 * C, C, False)):
-        add_gemms([gemm_us(N, OC, IC, cal, gelu_epilogue=epi)] * L)
-    add_gemms([gemm_us(N, Vp, C, cal)])
+        add_gemms([(N, OC, IC, dict(gelu_epilogue=epi))], L)
+    add_gemms([(N, Vp, C, {})])
     # backward: dinp and dW (fp32, added into) of the LM head, then of fcproj, fc, attproj, qkv per layer
-    add_gemms([gemm_us(N, C, Vp, cal), gemm_us(Vp, C, N, cal, out_bytes=F32, accumulate=True)])
+    dw_kw = dict(out_bytes=F32, accumulate=True)
+    add_gemms([(N, C, Vp, {}), (Vp, C, N, dw_kw)])
     for IC, OC in ((4 * C, C), (C, 4 * C), (C, C), (C, 3 * C)):
-        add_gemms([gemm_us(N, IC, OC, cal), gemm_us(OC, IC, N, cal, out_bytes=F32, accumulate=True)] * L)
+        add_gemms([(N, IC, OC, {}), (OC, IC, N, dw_kw)], L)
     rows[gemm]["note"] = "every cuBLASLt call (on a GPU cuBLASLt's own kernels, folded into one row by --compare)"
     # bias gradients (bias_sum_kernel: reads dout; fc's also runs the GELU backward: reads pre, writes d)
     if bias:
@@ -1730,49 +1747,50 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
                 bias_sum_us(N, OC, cal, gelu, packed_bias_sum, rowblocks, "tanh" if tanh else "erf"), L,
                 "row blocks of several chunks at eff_elementwise or the issue bound (assumed, not measured)"
                 if rowblocks else "16-byte packs at the c276bf2 profile's rate (eff_bias_sum)"
-                if packed_bias_sum else "")
+                if packed_bias_sum else "",
+                nbytes=bias_sum_rowblocks_bytes(N, OC, gelu) if rowblocks else bias_sum_bytes(N, OC, gelu)
+                if packed_bias_sum else N * OC * ACT * (3 if gelu else 1))
     # the GELU's own kernels: the forward's where the epilogue cannot (erf: cuBLASLt's GELU is tanh's),
     # the backward's where no bias gradient's pass takes it (matmul_forward, matmul_gelu_backward)
     if not tanh:
-        add("llmc::cuda::gelu_forward_kernel", mem_us(2 * N * 4 * C * ACT, "elementwise", cal), L)
+        mem("llmc::cuda::gelu_forward_kernel", 2 * N * 4 * C * ACT, "elementwise", L)
     if not bias:
-        add("llmc::cuda::gelu_backward_kernel", mem_us(3 * N * 4 * C * ACT, "elementwise", cal), L)
+        mem("llmc::cuda::gelu_backward_kernel", 3 * N * 4 * C * ACT, "elementwise", L)
     # encoder
     # (bytes as lab:encoder counts them: a wte row and a wpe row read and the output written per position)
-    add("llmc::cuda::encoder_forward_kernel<8>", mem_us(3 * N * C * ACT, "encoder_fwd", cal))
+    mem("llmc::cuda::encoder_forward_kernel<8>", 3 * N * C * ACT, "encoder_fwd")
     # the backward's positions grouped by token: HEAD on the host (llmc/core/token_groups.h; the wte
     # kernel reads run_begin (G + 1) and sorted_pos (N), G = min(N, Vp)), before on the device in one block
     runs = min(N, Vp)
     if host_groups:
-        add("llmc::cuda::encoder_backward_wte_kernel",
-            mem_us(N * C * ACT + N * 8 + runs * 4 + runs * C * F32 * 2, "elementwise", cal))
+        mem("llmc::cuda::encoder_backward_wte_kernel", N * C * ACT + N * 8 + runs * 4 + runs * C * F32 * 2,
+            "elementwise")
     else:
         add("llmc::cuda::encoder_group_kernel", cal["kernel_fixed_us"] + N * cal["enc_group_ns_per_position"] * 1e-3,
             1, "fa663e0's per-position cost carried over; the grouping changed since (6851561: integer-atomic counts)")
-        add("llmc::cuda::encoder_backward_wte_kernel",
-            mem_us(N * C * ACT + N * 8 + runs * C * F32 * 2, "elementwise", cal))
-    add("llmc::cuda::encoder_backward_wpe_kernel", mem_us(N * C * ACT + T * C * F32 * 2, "elementwise", cal))
+        mem("llmc::cuda::encoder_backward_wte_kernel", N * C * ACT + N * 8 + runs * C * F32 * 2, "elementwise")
+    mem("llmc::cuda::encoder_backward_wpe_kernel", N * C * ACT + T * C * F32 * 2, "elementwise")
     # LayerNorm: the first (plain), 2L fused residual + LN forwards, 2L+1 backwards and their one reduce
-    add("llmc::cuda::layernorm_forward_kernel<8, false>", mem_us(2 * N * C * ACT + 8 * N, "layernorm_fwd", cal))
-    add("llmc::cuda::layernorm_forward_kernel<8, true>", mem_us(4 * N * C * ACT + 8 * N, "fused_ln_fwd", cal), 2 * L)
+    mem("llmc::cuda::layernorm_forward_kernel<8, false>", 2 * N * C * ACT + 8 * N, "layernorm_fwd")
+    mem("llmc::cuda::layernorm_forward_kernel<8, true>", 4 * N * C * ACT + 8 * N, "fused_ln_fwd", 2 * L)
     ln_blocks = layernorm_bwd_blocks(N, C)
     ch = _cdiv(C, 256) if C <= 768 else 8
-    add(f"llmc::cuda::layernorm_backward_cached_kernel<{min(ch, 3)}>",
-        mem_us(layernorm_bwd_bytes(N, C), ln_bwd_family, cal), 2 * L + 1,
-        "HEAD's rewrite (1955330) at the c276bf2 profile's rate (C = 192); C = 768 not measured since fa663e0"
-        if ln_bwd_family == "layernorm_bwd" else "")
-    add("llmc::cuda::reduce_layernorm_partials_kernel",
-        mem_us((2 * L + 1) * ln_blocks * 2 * C * F32 + (2 * L + 1) * 2 * C * F32, "elementwise", cal))
+    mem(f"llmc::cuda::layernorm_backward_cached_kernel<{min(ch, 3)}>", layernorm_bwd_bytes(N, C), ln_bwd_family,
+        2 * L + 1, "HEAD's rewrite (1955330) at the c276bf2 profile's rate (C = 192); C = 768 not measured since "
+        "fa663e0" if ln_bwd_family == "layernorm_bwd" else "")
+    mem("llmc::cuda::reduce_layernorm_partials_kernel",
+        (2 * L + 1) * ln_blocks * 2 * C * F32 + (2 * L + 1) * 2 * C * F32, "elementwise")
     # attention (stats every step: STATS true in the forward)
     fw = attn_kernel_us("attn_fwd_fa2_kernel", hd, T, P, B, NH, G, cal, split, stats=True)
     add(f"llmc::cuda::attn_fwd_fa2_kernel<{hd}, true, false, false>", fw, L,
         "the statistics instance, HEAD's split grid")
     add("llmc::cuda::attn_stats_reduce_kernel<3>", cal["kernel_fixed_us"])
     if packed_dot:
-        add("llmc::cuda::attn_bwd_dot_kernel", mem_us(2 * N * C * ACT + N * NH * F32, "elementwise", cal), L,
+        mem("llmc::cuda::attn_bwd_dot_kernel", 2 * N * C * ACT + N * NH * F32, "elementwise", L,
             "HEAD's 16-byte packed kernel at eff_elementwise (not measured)")
     else:
-        add("llmc::cuda::attn_bwd_dot_kernel", attn_dot_us(B, T, NH, cal), L, "c276bf2's warp a row")
+        add("llmc::cuda::attn_bwd_dot_kernel", attn_dot_us(B, T, NH, cal), L, "c276bf2's warp a row",
+            nbytes=2 * N * C * ACT + N * NH * F32)
     add(f"llmc::cuda::attn_bwd_kv_fa2_kernel<{hd}, false>",
         attn_kernel_us("attn_bwd_kv_fa2_kernel", hd, T, P, B, NH, G, cal, split, runs=bwd_runs), L)
     add(f"llmc::cuda::attn_bwd_q_fa2_kernel<{hd}, false>",
@@ -1780,18 +1798,20 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     # classifier: HEAD's step computes loss, lse and the dlogits in place in one pass (the forward's);
     # before, the forward's loss + lse pass and the backward's dlogits pass; the summary
     if not one_pass_classifier:
-        add("llmc::cuda::detail::classifier_kernel", classifier_us(N, N * Vp * ACT + 16 * N, "classifier_fwd", cal))
+        add("llmc::cuda::detail::classifier_kernel", classifier_us(N, N * Vp * ACT + 16 * N, "classifier_fwd", cal),
+            nbytes=N * Vp * ACT + 16 * N)
     if rowregs_classifier and one_pass_classifier:
         add("llmc::cuda::detail::classifier_kernel", classifier_rowregs_us(N, Vp, cal), 1,
-            "HEAD's row in registers at eff_elementwise or its static issue bound (assumed, not measured)")
+            "HEAD's row in registers at eff_elementwise or its static issue bound (assumed, not measured)",
+            nbytes=classifier_rowregs_bytes(N, Vp))
     else:
         add("llmc::cuda::detail::classifier_kernel",
-            classifier_us(N, 2 * N * Vp * ACT + 16 * N, "classifier_dlogits", cal))
+            classifier_us(N, 2 * N * Vp * ACT + 16 * N, "classifier_dlogits", cal), nbytes=2 * N * Vp * ACT + 16 * N)
     add("llmc::cuda::detail::classifier_summary_kernel", classifier_summary_us(N, cal))
     # optimizer: the global norm (reads the fp32 gradients), AdamW (30 bytes a parameter, lab:adamw's count)
-    add("llmc::cuda::detail::global_norm_kernel", mem_us(params * F32, "global_norm", cal), 1,
+    mem("llmc::cuda::detail::global_norm_kernel", params * F32, "global_norm", 1,
         "4628997's four-loads loop (restored by 3ed6efb), not fa663e0's")
-    add("llmc::cuda::detail::adamw_all_kernel", mem_us(params * 30, "elementwise" if packed_adamw else "adamw", cal), 1,
+    mem("llmc::cuda::detail::adamw_all_kernel", params * 30, "elementwise" if packed_adamw else "adamw", 1,
         "16-byte accesses: assumed at eff_elementwise (not measured)" if packed_adamw else "")
     # the step's memsets and copies (on a GPU only: the emulated profile counts kernels); their fixed
     # cost is kernel_fixed_us, not measured on its own
@@ -1938,15 +1958,18 @@ def compare_key(name):
 
 def fold_rows(kernels, names=None):
     """{compare_key: row} of profile or prediction rows (names: demangled names), calls and µs summed
-    over the kernels a key folds; "kernels" lists the names folded in."""
+    over the kernels a key folds, and a prediction's bytes and FLOPs per step (None where a folded row
+    has none); "kernels" lists the names folded in."""
     out = {}
     for k in kernels:
         name = (names or {}).get(k["kernel"], k["kernel"])
         key = compare_key(name)
         r = out.setdefault(key, dict(kernel=key, group=k.get("group") or kernel_group(name), calls_per_step=0.0,
-                                     us_per_step=0.0, kernels=[]))
+                                     us_per_step=0.0, kernels=[], bytes_per_step=0.0, flops_per_step=0.0))
         r["calls_per_step"] += k["calls_per_step"]
         r["us_per_step"] += k.get("us_per_step") or 0.0
+        for f in ("bytes_per_step", "flops_per_step"):
+            r[f] = None if k.get(f) is None or r[f] is None else r[f] + k[f]
         r["kernels"].append(name)
     return out
 
@@ -1969,6 +1992,11 @@ def compare_profile(profile, pred_case, tolerance=1.3):
                  us_predicted=p["us_per_step"] if p else 0.0,
                  measured_kernels=m["kernels"] if m else [])
         r["ratio"] = (r["us_measured"] / r["us_predicted"] if timed and r["us_predicted"] > 0 else None)
+        # achieved rates: the model's bytes and FLOPs of the row over its measured time
+        nbytes, flops = (p["bytes_per_step"], p["flops_per_step"]) if p else (None, None)
+        t = r["us_measured"] if timed and r["us_measured"] else None
+        r["gbps_measured"] = nbytes / t * 1e-3 if nbytes and t else None
+        r["tflops_measured"] = flops / t * 1e-6 if flops and t else None
         rows.append(r)
     groups = []
     flagged = []
@@ -1999,12 +2027,15 @@ def compare_text(res, title):
     tol = res["tolerance"]
     out = [f"{title}: measured (profile) vs predicted (modeled); ratio = measured / predicted, "
            f"flagged outside [{1 / tol:.2f}, {tol:.2f}]" + ("" if res["timed"] else " (untimed profile: calls only)")]
-    out.append(f"{'kernel':70s} {'group':16s} {'calls m/p':>13s} {'us m':>10s} {'us p':>10s} {'ratio':>7s}")
+    out.append(f"{'kernel':70s} {'group':16s} {'calls m/p':>13s} {'us m':>10s} {'us p':>10s} {'ratio':>7s} "
+               f"{'GB/s m':>8s} {'TFLOP/s m':>9s}")
     for r in res["rows"]:
         um = "-" if r["us_measured"] is None else f"{r['us_measured']:.1f}"
         ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}"
+        gbps = "-" if r.get("gbps_measured") is None else f"{r['gbps_measured']:.0f}"
+        tfl = "-" if r.get("tflops_measured") is None else f"{r['tflops_measured']:.1f}"
         out.append(f"{r['kernel'][:70]:70s} {r['group']:16s} {r['calls_measured']:6g}/{r['calls_predicted']:<6g} "
-                   f"{um:>10s} {r['us_predicted']:10.1f} {ratio:>7s}")
+                   f"{um:>10s} {r['us_predicted']:10.1f} {ratio:>7s} {gbps:>8s} {tfl:>9s}")
     out.append("")
     out.append(f"{'group':16s} {'calls m/p':>13s} {'us m':>10s} {'us p':>10s} {'ratio':>7s}")
     for g in res["groups"]:
