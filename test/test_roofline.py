@@ -641,7 +641,7 @@ def test_compare_matches_mangled_kernels_and_folds_cublaslt():
 
 def test_compare_gives_achieved_rates_from_the_model_bytes_and_flops(cal):
     """A prediction row's bytes and FLOPs a step (the model's) over the measured time: GB/s and TFLOP/s;
-    none where the model has no bytes (attention) or the profile no time."""
+    none where the model has no bytes (attention: tile FLOPs only) or the profile no time."""
     pred = roofline.prediction(cal, "test")["cases"]["paper-b16"]
     by = {r["kernel"]: r for r in pred["kernels"]}
     gelu = by["llmc::cuda::gelu_forward_kernel"]
@@ -653,6 +653,11 @@ def test_compare_gives_achieved_rates_from_the_model_bytes_and_flops(cal):
     assert gemm["flops_per_step"] == pytest.approx(3 * 2 * N * (L * 12 * C * C + C * Vp))
     attn = [k for k in by if "attn_fwd_fa2" in k][0]
     assert by[attn]["bytes_per_step"] is None
+    # the attention forward's tile FLOPs: at least the causal-and-window pairs' 4 hd a pair, at most the
+    # whole 64 x 64 tiles of the causal triangle's (the local heads' windows of 50 touch 2 tiles a row)
+    NH, G, P, hd, T, B = 6, 1, 50, 32, 2048, 16
+    pairs = B * (G * T * (T + 1) / 2 + (NH - G) * sum(min(t + 1, P) for t in range(T)))
+    assert 4 * hd * pairs * L <= by[attn]["flops_per_step"] <= 4 * hd * L * B * NH * (T / 64) * (T / 64 + 1) / 2 * 64 * 64
     prof = dict(timed=True, step_us=1000.0, busy_us=900.0, idle_us=100.0, kernels=[
         dict(kernel="llmc::cuda::gelu_forward_kernel", calls_per_step=6.0, us_per_step=200.0),
         dict(kernel="nvjet_sm90_tst_192x128_64x5_1x2_h_bz_coopB_NNT", calls_per_step=75.0, us_per_step=2000.0),
@@ -660,7 +665,8 @@ def test_compare_gives_achieved_rates_from_the_model_bytes_and_flops(cal):
     res = {r["kernel"]: r for r in roofline.compare_profile(prof, pred)["rows"]}
     assert res["llmc::cuda::gelu_forward_kernel"]["gbps_measured"] == pytest.approx(gelu["bytes_per_step"] / 200e3)
     assert res[roofline.CUBLASLT_ROW]["tflops_measured"] == pytest.approx(gemm["flops_per_step"] / 2000e6)
-    assert res[attn]["gbps_measured"] is None and res[attn]["tflops_measured"] is None
+    assert res[attn]["gbps_measured"] is None
+    assert res[attn]["tflops_measured"] == pytest.approx(by[attn]["flops_per_step"] / 400e6)
     text = roofline.compare_text(roofline.compare_profile(prof, pred), "t")
     assert "GB/s m" in text and "TFLOP/s m" in text
 

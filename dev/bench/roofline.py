@@ -853,6 +853,16 @@ def attn_block_kinds(T, P, B, NH, G, by_key, split=True, runs_of_tiles=False):
     return _BLOCK_CACHE[key]
 
 
+def attn_kernel_flops(kernel, hd, T, P, B, NH, G, split=True, runs=False):
+    """A FA2-class attention launch's tile FLOPs as executed: every visited 64 x 64 tile (masked ones
+    whole) x its GEMMs (ATTN_GEMMS) x 2 hd TILE^2."""
+    by_key = kernel == "attn_bwd_kv_fa2_kernel"
+    runs = runs and kernel != "attn_fwd_fa2_kernel" and hd <= 64
+    tiles = sum((n_int + n_mask) * count
+                for (n_int, n_mask, _, _), count in attn_block_kinds(T, P, B, NH, G, by_key, split, runs))
+    return tiles * ATTN_GEMMS[kernel] * 2 * hd * TILE * TILE
+
+
 def attn_kernel_us(kernel, hd, T, P, B, NH, G, cal, split=True, stats=True, runs=False):
     """A FA2-class attention launch's modeled duration (µs). Its blocks, in launch order, fill 132 SMs x
     occupancy slots (breadth first, then each freed slot takes the next block); an SM's resident
@@ -1783,7 +1793,8 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     # attention (stats every step: STATS true in the forward)
     fw = attn_kernel_us("attn_fwd_fa2_kernel", hd, T, P, B, NH, G, cal, split, stats=True)
     add(f"llmc::cuda::attn_fwd_fa2_kernel<{hd}, true, false, false>", fw, L,
-        "the statistics instance, HEAD's split grid")
+        "the statistics instance, HEAD's split grid",
+        flops=attn_kernel_flops("attn_fwd_fa2_kernel", hd, T, P, B, NH, G, split))
     add("llmc::cuda::attn_stats_reduce_kernel<3>", cal["kernel_fixed_us"])
     if packed_dot:
         mem("llmc::cuda::attn_bwd_dot_kernel", 2 * N * C * ACT + N * NH * F32, "elementwise", L,
@@ -1791,10 +1802,9 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     else:
         add("llmc::cuda::attn_bwd_dot_kernel", attn_dot_us(B, T, NH, cal), L, "c276bf2's warp a row",
             nbytes=2 * N * C * ACT + N * NH * F32)
-    add(f"llmc::cuda::attn_bwd_kv_fa2_kernel<{hd}, false>",
-        attn_kernel_us("attn_bwd_kv_fa2_kernel", hd, T, P, B, NH, G, cal, split, runs=bwd_runs), L)
-    add(f"llmc::cuda::attn_bwd_q_fa2_kernel<{hd}, false>",
-        attn_kernel_us("attn_bwd_q_fa2_kernel", hd, T, P, B, NH, G, cal, split, runs=bwd_runs), L)
+    for k in ("attn_bwd_kv_fa2_kernel", "attn_bwd_q_fa2_kernel"):
+        add(f"llmc::cuda::{k}<{hd}, false>", attn_kernel_us(k, hd, T, P, B, NH, G, cal, split, runs=bwd_runs), L,
+            flops=attn_kernel_flops(k, hd, T, P, B, NH, G, split, runs=bwd_runs))
     # classifier: HEAD's step computes loss, lse and the dlogits in place in one pass (the forward's);
     # before, the forward's loss + lse pass and the backward's dlogits pass; the summary
     if not one_pass_classifier:
