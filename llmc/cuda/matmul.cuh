@@ -308,8 +308,9 @@ inline void matmul_check_shape(int N, int IC, int OC) {
 // Speed rules: rows are held as 16-byte packs (4 registers each, converted as they are used); a thread
 // has 4 rows' loads in flight in the plain sum, 2 rows' dout and pre in the GELU pass, so that the erf
 // GELU fits 80 registers without spills (kBiasBlocksPerSM resident blocks: make sass-report); Y keeps
-// the grid within one wave of those on a 132-SM GPU (unless OC has more column groups than that), so a block pays its reduction and arrival once for
-// several chunks, and the last block of a group reads ceil(Y / 4) partials a thread.
+// the grid within one wave of those on a 132-SM GPU (unless OC has more column groups than that), so a
+// block pays its reduction and arrival once for several chunks, and the last block of a group reads
+// ceil(Y / 4) partials a thread.
 // (Runtime switches, not templates: the emulation poisons only a non-template kernel's static shared
 // memory.)
 constexpr int kBiasGroupPacks = 8;
