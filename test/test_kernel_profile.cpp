@@ -19,6 +19,33 @@ TEST_CASE("short_kernel_name drops 'void' and the parameter list, keeps template
     CHECK(short_kernel_name("g (int)") == "g");
 }
 
+TEST_CASE("short_kernel_name demangles CUPTI's mangled symbols as c++filt -p does", "[profile]") {
+    // names as CUPTI gave them on the H200 at c276bf2 (docs/results/2026-11-29-H200-c276bf2/report.txt);
+    // the expected names are binutils' `c++filt -p` output for them
+    CHECK(short_kernel_name("_ZN4llmc4cuda22attn_bwd_kv_fa2_kernelILi32ELb0EEEvP13__nv_bfloat16PKS2_S5_PKfS7_"
+                            "iiiiifNS0_8Fa2SplitE") == "llmc::cuda::attn_bwd_kv_fa2_kernel<32, false>");
+    CHECK(short_kernel_name("_ZN4llmc4cuda6detail15bias_sum_kernelEPfS2_PjP13__nv_bfloat16PKS4_NS_4GeluEii") ==
+          "llmc::cuda::detail::bias_sum_kernel");
+    CHECK(short_kernel_name("_ZN8cublasLt19splitKreduce_kernelILi32ELi16EiffffLb0EfffLb1ELb0ELb0ELb0EEEvNS_"
+                            "18cublasSplitKParamsIT4_EEPKT2_PKT8_PT7_PT3_PKS2_SF_PKT9_S6_PSG_PvlPS2_PiSL_SL_SF_SF_"
+                            "SF_SF_SF_") ==
+          "cublasLt::splitKreduce_kernel<32, 16, int, float, float, float, float, false, float, float, float, true, "
+          "false, false, false>");
+    // cuBLASLt's extern "C" kernels and what does not demangle stay as they are
+    CHECK(short_kernel_name("nvjet_sm90_tst_192x128_64x5_1x2_h_bz_coopB_NNT") ==
+          "nvjet_sm90_tst_192x128_64x5_1x2_h_bz_coopB_NNT");
+    CHECK(demangled_kernel_name("_Znot_a_symbol") == "_Znot_a_symbol");
+    // the mangled and the demangled spelling of one kernel fold into one row
+    ProfileCapture cap;
+    cap.steps = 1;
+    cap.activities.push_back({"_ZN4llmc4cuda6detail15bias_sum_kernelEPfS2_PjP13__nv_bfloat16PKS4_NS_4GeluEii"});
+    cap.activities.push_back({"llmc::cuda::detail::bias_sum_kernel(float*, float*)"});
+    const ProfileTable t = profile_table(cap);
+    REQUIRE(t.rows.size() == 1);
+    CHECK(t.rows[0].name == "llmc::cuda::detail::bias_sum_kernel");
+    CHECK(t.rows[0].calls_per_step == 2.0);
+}
+
 TEST_CASE("profile_table: per-step calls, time, mean and share; busy time is the union; outside windows ignored",
           "[profile]") {
     ProfileCapture cap;

@@ -10,9 +10,12 @@
 // between activities (with the kernels the longest gaps precede) and after the last. An untimed
 // capture (the emulation) has calls only.
 #pragma once
+#include <cxxabi.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <utility>
@@ -85,10 +88,23 @@ struct ProfileTable {
     std::vector<ProfileRow> rows;  // by time (timed) or calls (untimed), largest first, then by name
 };
 
-// A kernel's demangled name without its parameter list ("void f<32, true>(float*, int)" ->
-// "f<32, true>"), so a row names the instantiation; names CUPTI gives unmangled stay as they are.
+// A kernel's name as C++ spells it. CUPTI names our kernels and cuBLASLt's C++ ones by their mangled
+// symbols (_ZN4llmc4cuda6detail15bias_sum_kernel...): demangled here, as c++filt and the emulated
+// device (dev/emu/kernel_symbol.h) do. A name that is not a mangled symbol (cuBLASLt's extern "C"
+// kernels, "memset") or does not demangle stays as it is.
+inline std::string demangled_kernel_name(const std::string& name) {
+    if (name.compare(0, 2, "_Z") != 0) return name;
+    int status = 0;
+    char* d = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
+    std::string s = status == 0 && d ? d : name;
+    std::free(d);
+    return s;
+}
+
+// A kernel's demangled name without its parameter list ("void f<32, true>(float*, int)" and its
+// mangled symbol -> "f<32, true>"), so a row names the instantiation.
 inline std::string short_kernel_name(const std::string& name) {
-    std::string s = name;
+    std::string s = demangled_kernel_name(name);
     if (s.compare(0, 5, "void ") == 0) s = s.substr(5);
     // the parameter list: the last top-level '(' (template arguments may hold parentheses)
     int depth = 0;
