@@ -355,3 +355,40 @@ def test_profile_steps_counts_the_profiled_step(periodic_data, tmp_path):
     assert prof["activities_per_step"] == step3["launches"] + step3["matmuls"] and prof["dropped_records"] == 0
     for name, n in rows.items():
         assert f"{n:10.1f}  {name}\n" in p.stdout, name
+
+
+# cublasLt.h: CUBLASLT_EPILOGUE_BIAS = 4, CUBLASLT_EPILOGUE_GELU_AUX = 32 | 128 (GELU = 32, aux output = 128)
+EPILOGUE_BIAS_BIT, EPILOGUE_AUX_BIT = 4, 128
+
+
+@pytest.mark.parametrize("graph", [[], EAGER], ids=["graph", "eager"])
+def test_profile_counts_the_steps_gemms(periodic_data, tmp_path, graph):
+    """--profile-steps counts the profiled step's cuBLASLt calls (llmc/cuda/matmul.cuh) whether the step
+    replays its graph (step 3 under --cuda-graph auto) or is issued kernel by kernel: calls and FLOPs
+    equal the emulated cuBLASLt's own count of that step (dev/emu/step_counters.h) and the model's
+    3 x (24 L N C^2 + 2 N C Vp) (forward, dinp, dweight); each problem's bytes are its operands read or
+    written once (dweight's fp32 D is accumulated into, so read too)."""
+    L, N, C, Vp = 2, 2 * 32, 64, 256
+    out = tmp_path / "run"
+    p, report = run_report(periodic_data, tmp_path, "gemms",
+                           ["--layers", str(L), "-v", "0", "--profile-steps", "1", "-o", str(out)] + MODEL + graph)
+    assert p.returncode == 0, p.stderr[-3000:]
+    step3 = [json.loads(line) for line in report.read_text().splitlines()][-1]
+    assert step3["interval"] == "step" and step3["step"] == 3
+    g = json.loads((out / "profile.json").read_text())["gemms"]
+    assert g["calls_per_step"] == step3["matmuls"] == expected_matmuls(L)
+    assert g["flops_per_step"] == step3["matmul_flops"] == 3 * (24 * L * N * C * C + 2 * N * C * Vp)
+    assert "us_per_step" not in g and "tflops" not in g  # untimed
+    total_bytes = 0
+    for prob in g["problems"]:
+        f = dict(kv.split("=") for kv in prob["problem"].split())
+        m, n, k, epi = int(f["m"]), int(f["n"]), int(f["k"]), int(f["epilogue"])
+        ab, d = {"bf16": 2, "f32": 4}[f["ab"]], {"bf16": 2, "f32": 4}[f["d"]]
+        one = (m * k + k * n) * ab + m * n * d * (2 if f["d"] == "f32" else 1) + \
+            (m * d if epi & EPILOGUE_BIAS_BIT else 0) + (m * n * d if epi & EPILOGUE_AUX_BIT else 0)
+        assert prob["flops_per_step"] == 2 * m * n * k * prob["calls_per_step"], prob
+        assert prob["bytes_per_step"] == one * prob["calls_per_step"], prob
+        total_bytes += prob["bytes_per_step"]
+    assert g["bytes_per_step"] == total_bytes
+    assert (f"cuBLASLt per step: {expected_matmuls(L):.1f} calls, {g['flops_per_step'] / 1e9:.3f} GFLOP (2 m n k)"
+            in p.stdout), p.stdout[-3000:]

@@ -18,6 +18,7 @@ Tolerances:
     relative per step, test_cuda_model.cu's FP32 tolerance.
   - resume on the emulated CUDA backend: bit-identical (same binary, same kernels, same order).
 """
+import json
 import os
 import shutil
 import signal
@@ -245,6 +246,35 @@ def test_emulated_cuda_generation_cached_equals_uncached(full_run):
     sample = [a for a in gen if a != "--greedy"] + ["--seed", 7, "--temperature", 1.5]
     sampled = [run_bin(EMU_GEN, sample + ["--cuda-graph", g], "cuda").stdout for g in (0, 1)]
     assert sampled[0] == sampled[1] and len(sampled[0].split()) >= 24, sampled
+
+
+def test_emulated_cuda_bench_profile(full_run):
+    """generate_gpt2_ls --bench --bench-profile (emulated): after the timings, the profile of one prefill
+    and of the decode steps, tables on stderr and their JSON in the object on stdout, with the cuBLASLt
+    calls counted (docs/generation.md): a KvLogits::Last prefill of (B, T) runs each layer's matmuls over
+    B*T rows except the last layer's projection, fc and fc projection (over the B last rows), and the
+    LM head over the B last rows; a decode step all of them over B rows. Per row, 2 x (qkv 3C^2, the
+    projection C^2, fc and its projection 4C^2 each) = 24 C^2 FLOPs, 6 C^2 of them qkv's."""
+    emu_dir, _, _ = full_run
+    L, C, Vp, B, T, steps = 2, 64, 256, 2, 16, 4
+    p = run_bin(EMU_GEN, ["-e", emu_dir / f"model_{FULL_STEPS:08d}.bin", "--bench", "--bench-profile",
+                          "--bench-batch", B, "--bench-prompt", T, "--bench-contexts", 32, "--bench-steps", steps,
+                          "--bench-repeats", 1], "cuda")
+    out = json.loads(p.stdout)
+    prof = out["profile"]
+    assert out["decode"][-1]["context"] == prof["decode_context"] == 32
+    prefill_flops = 24 * (L - 1) * B * T * C * C + 6 * B * T * C * C + 18 * B * C * C + 2 * B * C * Vp
+    decode_flops = 24 * L * B * C * C + 2 * B * C * Vp
+    for what, n, flops in (("prefill", 1, prefill_flops), ("decode", steps, decode_flops)):
+        t = prof[what]
+        assert t["timed"] is False and t["steps"] == n, t
+        assert t["gemms"]["calls_per_step"] == 4 * L + 1, t["gemms"]
+        assert t["gemms"]["flops_per_step"] == flops, (what, t["gemms"])
+        kernels = {k["kernel"]: k["calls_per_step"] for k in t["kernels"]}
+        assert any(k.startswith("cublasLtMatmul") and c == 4 * L + 1 for k, c in kernels.items()), kernels
+    assert "profile of 1 prefills (emulated device: launch counts, not times)" in p.stderr, p.stderr[-3000:]
+    assert f"profile of {steps} decode steps (emulated device: launch counts, not times)" in p.stderr
+    assert "cuBLASLt per step" not in p.stdout  # stdout is the JSON object alone
 
 
 MPIRUN = shutil.which("mpirun")

@@ -170,6 +170,9 @@ def test_help_lists_every_flag():
     (["--cuda-graph", "1", "--no-cache"], "--cuda-graph 1 runs the KV cache's decode steps as graphs"),
     (["--cuda-graph", "1", "--device", "cpu"], "--cuda-graph 1 needs the CUDA backend"),
     (["--cuda-graph", "2"], "--cuda-graph: must be <= 1 (got 2)"),
+    (["--bench-profile"], "--bench-profile profiles what --bench runs; add --bench, or drop --bench-profile"),
+    (["--bench", "--bench-profile", "--bench-contexts", "64", "--bench-prompt", "8", "--device", "cpu"],
+     "--bench-profile times GPU kernels; the cpu backend has none: use --device cuda, or drop --bench-profile"),
 ])
 def test_bad_input_fails_with_one_line(model, extra, expect):
     ckpt, _ = model

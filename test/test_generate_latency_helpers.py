@@ -86,6 +86,15 @@ def test_ours_command():
     assert cmd[cmd.index("--cuda-graph") + 1] == "0"
     graph = gl.ours_command("./g", "m.bin", 4, 2048, [1024, 2048], 32, 5, gl.OURS_SIDES["graph"])
     assert graph[graph.index("--cuda-graph") + 1] == "1"
+    assert "--bench-profile" not in graph
+    assert gl.ours_command("./g", "m.bin", 4, 2048, [1024], 32, 5, 1, profile=True)[-1] == "--bench-profile"
+
+
+def test_parse_ours_keeps_the_profile():
+    """--bench-profile's "profile" object (prefill and decode tables as JSON) is kept as it is."""
+    prof = {"prefill": {"steps": 1, "kernels": []}, "decode_context": 2048, "decode": {"steps": 32, "kernels": []}}
+    assert gl.parse_ours(json.dumps(dict(SAMPLE, profile=prof)))["profile"] == prof
+    assert "profile" not in gl.parse_ours(json.dumps(SAMPLE))
 
 
 def test_table_and_reduction():

@@ -186,3 +186,62 @@ TEST_CASE("profile_table: on random captures the split adds up to the idle time"
         CHECK(before == Approx(t.idle.inner_us).margin(1e-9));
     }
 }
+
+TEST_CASE("profile_table: the GEMMs' achieved rates from their counts and cuBLASLt's rows", "[profile]") {
+    ProfileCapture cap;
+    cap.timed = true;
+    cap.steps = 2;
+    cap.windows = {{0, 1'000'000}, {2'000'000, 3'000'000}};
+    // per step: cuBLASLt's kernels 300 + 100 us (a GEMM and its split-K reduction), ours 200 us,
+    // a memset and an NCCL kernel, which are not cuBLASLt's
+    for (uint64_t w : {0ull, 2'000'000ull}) {
+        cap.activities.push_back({"nvjet_sm90_tst_192x128_64x5_1x2_h_bz_coopB_NNT", w, w + 300'000});
+        cap.activities.push_back(
+            {"_ZN8cublasLt19splitKreduce_kernelILi32ELi16EiffffLb0EfffLb1ELb0ELb0ELb0EEEvNS_"
+             "18cublasSplitKParamsIT4_EEPKT2_PKT8_PT7_PT3_PKS2_SF_PKT9_S6_PSG_PvlPS2_PiSL_SL_SF_"
+             "SF_SF_SF_SF_",
+             w + 300'000, w + 400'000});
+        cap.activities.push_back({"void llmc::cuda::k<1>(int)", w + 400'000, w + 600'000});
+        cap.activities.push_back({"memset", w + 600'000, w + 610'000});
+        cap.activities.push_back({"ncclDevKernel_AllReduce_Sum_f32_RING_LL", w + 610'000, w + 700'000});
+    }
+    cap.gemms_counted = true;
+    cap.gemms["m=8 n=8 k=8 a"] = {2, 2 * 8e12, 2 * 4e9};  // over both steps: 8 TFLOP and 4 GB a step
+    cap.gemms["m=8 n=8 k=8 b"] = {6, 2 * 24e12, 2 * 2e9};
+    const ProfileTable t = profile_table(cap);
+    const ProfileTable::Gemms& g = t.gemms;
+    REQUIRE(g.counted);
+    CHECK(g.calls == 4.0);
+    CHECK(g.flops == Approx(32e12));
+    CHECK(g.bytes == Approx(6e9));
+    CHECK(g.us == Approx(400.0));  // the nvjet and splitKreduce rows only
+    CHECK(g.kernel_calls == 2.0);
+    REQUIRE(g.problems.size() == 2);
+    CHECK(g.problems[0].first == "m=8 n=8 k=8 b");  // most FLOPs first
+    const std::string text = profile_table_text(t);
+    // 32 TFLOP in 400 us: 80,000 TFLOP/s; 6 GB in 400 us: 15,000 GB/s
+    CHECK(text.find("cuBLASLt per step: 4.0 calls, 32000.000 GFLOP (2 m n k), 6.0000 GB of operands (each read or "
+                    "written once); its kernels (2.0 launches) 400.0 us: 80000.0 TFLOP/s, 15000 GB/s\n") !=
+          std::string::npos);
+    CHECK(text.find("     3.0 calls  24000.000 GFLOP  m=8 n=8 k=8 b\n") < text.find("     1.0 calls   8000.000 GFLOP"));
+    const nlohmann::ordered_json j = profile_table_json(t);
+    CHECK(j["gemms"]["tflops"].get<double>() == Approx(80000.0));
+    CHECK(j["gemms"]["gbps"].get<double>() == Approx(15000.0));
+    CHECK(j["gemms"]["problems"][1]["calls_per_step"].get<double>() == 1.0);
+    CHECK(j["gemms"]["problems"][1]["flops_per_step"].get<double>() == Approx(8e12));
+    // not counted: no line, no JSON key; untimed: counts without a rate
+    ProfileCapture plain = cap;
+    plain.gemms_counted = false;
+    plain.gemms.clear();
+    CHECK(profile_table_text(profile_table(plain)).find("cuBLASLt per step") == std::string::npos);
+    CHECK(!profile_table_json(profile_table(plain)).contains("gemms"));
+    ProfileCapture untimed;
+    untimed.steps = 1;
+    untimed.activities.push_back({"cublasLtMatmul [emulated cuBLASLt: one call, its kernels unknown]"});
+    untimed.gemms_counted = true;
+    untimed.gemms["p"] = {1, 2e9, 1e9};
+    const std::string ut = profile_table_text(profile_table(untimed));
+    CHECK(ut.find("cuBLASLt per step: 1.0 calls, 2.000 GFLOP (2 m n k), 1.0000 GB of operands (each read or written "
+                  "once) (not timed)\n") != std::string::npos);
+    CHECK(!profile_table_json(profile_table(untimed))["gemms"].contains("tflops"));
+}

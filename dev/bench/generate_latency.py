@@ -108,10 +108,11 @@ def kv_cache_bytes(cfg, B, max_len, elem_bytes=2):
     return 2 * cfg.num_layers * B * hd * (G * max_len + (cfg.num_heads - G) * min(cfg.window, max_len)) * elem_bytes
 
 
-def ours_command(binary, ckpt, batch, prompt, contexts, steps, repeats, cuda_graph=0):
+def ours_command(binary, ckpt, batch, prompt, contexts, steps, repeats, cuda_graph=0, profile=False):
+    """profile: --bench-profile, the per-kernel profile of a prefill and of decode steps after the timings."""
     return [binary, "-e", ckpt, "--device", "cuda", "--bench", "--bench-batch", str(batch), "--bench-prompt",
             str(prompt), "--bench-contexts", ",".join(map(str, contexts)), "--bench-steps", str(steps),
-            "--bench-repeats", str(repeats), "--cuda-graph", str(cuda_graph)]
+            "--bench-repeats", str(repeats), "--cuda-graph", str(cuda_graph)] + (["--bench-profile"] if profile else [])
 
 
 # our sides: name -> generate_gpt2_ls --cuda-graph (each decode step issued eagerly, or as one CUDA graph)
@@ -128,6 +129,8 @@ def parse_ours(stdout):
         "prefill_peak_bytes": j["prefill"]["device_memory_bytes"] - base,
         "decode": {},
     }
+    if "profile" in j:  # --bench-profile: the per-kernel tables of a prefill and of decode steps, as JSON
+        side["profile"] = j["profile"]
     for d in j["decode"]:
         side["decode"][int(d["context"])] = {"ms_per_token": d["ms_per_token_median"],
                                              "kv_cache_bytes": d["kv_cache_bytes"],
@@ -451,6 +454,9 @@ def main(argv=None):
     ap.add_argument("--skip-ours", action="store_true")
     ap.add_argument("--ours-sides", default=",".join(OURS_SIDES),
                     help="our sides to time: ours (decode steps issued one by one), graph (each one CUDA graph)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also the per-kernel profile of a prefill and of decode steps on each of our sides "
+                         "(--bench-profile, after the timings): in the JSON, and its tables in work/")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--self-test", action="store_true")
     args = ap.parse_args(argv)
@@ -479,7 +485,7 @@ def main(argv=None):
                       "kv_cache_bytes_formula": {c: kv_cache_bytes(cfg, args.batch, c) for c in args.contexts}}
         for side in [] if args.skip_ours else ours_sides:
             cmd = ours_command(args.binary, ckpt, args.batch, args.prompt, args.contexts, args.steps, args.repeats,
-                               OURS_SIDES[side])
+                               OURS_SIDES[side], args.profile)
             print(f"{side}:", " ".join(cmd), flush=True)
             p = subprocess.run(cmd, capture_output=True, text=True)
             if p.returncode != 0:
@@ -489,6 +495,9 @@ def main(argv=None):
                 failed = True
             else:
                 results[v][side] = parse_ours(p.stdout)
+                if args.profile:
+                    with open(os.path.join(work, f"{v}-{side}-profile.txt"), "w") as f:
+                        f.write(p.stderr)
         if not args.skip_torch:
             print(f"torch: {v}", flush=True)
             try:

@@ -77,14 +77,18 @@ inline std::unique_ptr<Backend> make_backend(Device device, const ModelConfig& m
     return std::make_unique<CpuBackend>(model, seed);
 }
 
-// The profiler of --profile-steps for `backend` (llmc/cuda/kernel_profiler.cuh: CUPTI on a GPU, launch
-// counts on the emulated device); InputError for a backend without kernels to time.
-inline std::unique_ptr<StepProfiler> make_step_profiler(const Backend& backend) {
+// A per-kernel profiler for `backend` (llmc/cuda/kernel_profiler.cuh: CUPTI on a GPU, launch counts on
+// the emulated device); InputError, naming the option that asked for it (`flag`), for a backend without
+// kernels to time. make_step_profiler: the trainer's, for --profile-steps.
+inline std::unique_ptr<StepProfiler> make_profiler(const Backend& backend, const std::string& flag) {
 #ifdef LLMC_CUDA_BACKEND
-    if (std::string(backend.name()) == "cuda") return cuda_backend::create_step_profiler();
+    if (std::string(backend.name()) == "cuda") return cuda_backend::create_step_profiler(backend);
 #endif
-    throw InputError(std::string("--profile-steps times GPU kernels; the ") + backend.name() +
-                     " backend has none: use --device cuda, or drop --profile-steps");
+    throw InputError(flag + " times GPU kernels; the " + backend.name() +
+                     " backend has none: use --device cuda, or drop " + flag);
+}
+inline std::unique_ptr<StepProfiler> make_step_profiler(const Backend& backend) {
+    return make_profiler(backend, "--profile-steps");
 }
 
 // What a benchmark reports about the device beside the backend's own numbers.

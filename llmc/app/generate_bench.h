@@ -3,12 +3,16 @@
 // prompts of length T (kv_prefill_device: the cache filled and the logits of each prompt's last
 // position, as generation asks for them; median of --bench-repeats, after one warm-up), then for each context c: a
 // fresh cache, a prefill of c - steps tokens (untimed), then `steps` decode steps of one token per
-// sequence, each timed to the logits on the host (what sampling needs).
+// sequence, each timed to the logits on the host (what sampling needs). --bench-profile: then the
+// per-kernel profile (llmc/core/kernel_profile.h) of one more prefill and of --bench-steps decode
+// steps at the last context after two unprofiled ones (a decode step graph is captured at the
+// second), outside the timings: the tables on stderr, their JSON in the object's "profile".
 #pragma once
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,6 +20,7 @@
 #include "llmc/app/generate_cli.h"
 #include "llmc/core/backend.h"
 #include "llmc/core/error.h"
+#include "llmc/core/kernel_profile.h"
 #include "llmc/core/model_config.h"
 #include "llmc/core/rng.h"
 
@@ -90,6 +95,7 @@ inline void check_bench_flags(const GenerateConfig& g, const ModelConfig& mc) {
 inline int run_bench(const GenerateConfig& g, Backend& model, const DeviceFacts& device) {
     using bench::BenchClock, bench::median, bench::ms_since;
     const ModelConfig& mc = model.config();
+    if (g.bench_profile && std::string(model.name()) != "cuda") make_profiler(model, "--bench-profile");  // throws
     const std::vector<int> contexts = parse_context_list(g.bench_contexts);
     const int B = g.bench_batch, T = g.bench_prompt, steps = g.bench_steps;
     Rng rng(g.seed);
@@ -137,6 +143,43 @@ inline int run_bench(const GenerateConfig& g, Backend& model, const DeviceFacts&
                       model.device_memory_used());
         decode_json += buf;
     }
+
+    std::string profile_json;
+    if (g.bench_profile) {
+        auto profiled = [&](const char* unit, int n, auto&& before, auto&& work) {
+            before();
+            const std::unique_ptr<StepProfiler> prof = make_profiler(model, "--bench-profile");
+            for (int i = 0; i < n; i++) {
+                prof->step_begin();
+                work();
+                prof->step_end();
+            }
+            ProfileCapture cap = prof->finish();
+            cap.unit = unit;
+            const ProfileTable t = profile_table(cap);
+            std::fputs(profile_table_text(t).c_str(), stderr);
+            return profile_table_json(t).dump();
+        };
+        const std::string prefill = profiled(
+            "prefills", 1, [&] { model.kv_begin(B, T); }, [&] { model.kv_prefill_device(prompt.data(), T); });
+        const int c = contexts.back(), warm = std::min(2, c - steps - 1);
+        std::vector<int> tok(B);
+        auto decode_one = [&] {
+            for (int& x : tok) x = (int)(rng.next_u64() % (uint64_t)mc.vocab_size);
+            model.kv_forward(tok.data(), 1, KvLogits::Last);
+        };
+        const std::string decode = profiled(
+            "decode steps", steps,
+            [&] {
+                const std::vector<int> ctx = random_tokens((size_t)B * (c - steps - warm));
+                model.kv_begin(B, c);
+                model.kv_prefill_device(ctx.data(), c - steps - warm);
+                for (int i = 0; i < warm; i++) decode_one();
+            },
+            decode_one);
+        profile_json = ",\n  \"profile\": {\"prefill\": " + prefill +
+                       ",\n    \"decode_context\": " + std::to_string(c) + ", \"decode\": " + decode + "}";
+    }
     std::printf("{\n  \"backend\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\",\n", model.name(),
                 device.name.c_str(), device.precision.c_str());
     std::printf(
@@ -148,7 +191,7 @@ inline int run_bench(const GenerateConfig& g, Backend& model, const DeviceFacts&
                 B, steps, g.cuda_graph, device.memory_baseline);
     std::printf("  \"prefill\": {\"T\": %d, \"ms_median\": %.4f, \"ms\": %s, \"device_memory_bytes\": %zu},\n", T,
                 median(prefill_ms), bench::json_list(prefill_ms).c_str(), prefill_mem);
-    std::printf("  \"decode\": [\n%s\n  ]\n}\n", decode_json.c_str());
+    std::printf("  \"decode\": [\n%s\n  ]%s\n}\n", decode_json.c_str(), profile_json.c_str());
     return 0;
 }
 

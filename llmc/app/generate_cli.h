@@ -35,11 +35,12 @@ struct GenerateConfig {
     int threads = 0;              // OpenMP threads (0 = OpenMP's default)
     // --bench: time the KV cache instead of generating (dev/bench/generate_latency.py drives it)
     bool bench = false;
-    int bench_batch = 1;                                            // sequences per batch
-    int bench_prompt = 2048;                                        // prefill length T
-    std::string bench_contexts = "1024,2048,4096,8192,16384";       // decode timed at these context lengths
-    int bench_steps = 32;                                           // decode steps timed per context
-    int bench_repeats = 5;                                          // prefill repetitions (the median is reported)
+    int bench_batch = 1;                                       // sequences per batch
+    int bench_prompt = 2048;                                   // prefill length T
+    std::string bench_contexts = "1024,2048,4096,8192,16384";  // decode timed at these context lengths
+    int bench_steps = 32;                                      // decode steps timed per context
+    int bench_repeats = 5;                                     // prefill repetitions (the median is reported)
+    bool bench_profile = false;  // --bench: also a per-kernel profile of a prefill and of decode steps
     bool bench_contexts_given = false, bench_prompt_given = false;  // else the defaults, fitted to the model
 };
 
@@ -115,6 +116,10 @@ public:
         add_integer("--bench-repeats", c.bench_repeats, "--bench: prefill repetitions (median reported)")
             ->capture_default_str()
             ->check(at_least(1));
+        a.add_flag("--bench-profile", c.bench_profile,
+                   "--bench: after the timings, the per-kernel profile of one more prefill and of --bench-steps "
+                   "decode steps at the last context (CUDA backend; tables on stderr, JSON in the object's "
+                   "\"profile\"; docs/generation.md)");
         check_flag_values(a);  // "--tokens ''" is not 0, " 5" is 5, "--greedy=2x" is refused (llmc/app/cli_checks.h)
     }
 
@@ -132,6 +137,12 @@ public:
         cfg_.has_prompt_text = app_.count("--prompt") > 0;
         cfg_.bench_contexts_given = app_.count("--bench-contexts") > 0;
         cfg_.bench_prompt_given = app_.count("--bench-prompt") > 0;
+        if (cfg_.bench_profile && !cfg_.bench) {
+            std::fprintf(stderr,
+                         "error: --bench-profile profiles what --bench runs; add --bench, or drop "
+                         "--bench-profile\n");
+            return 1;
+        }
         if (cfg_.model.empty() && !cfg_.encode_only) {
             std::fprintf(stderr, "error: --model is required (a checkpoint file); run with --help for the flags\n");
             return 1;

@@ -32,15 +32,35 @@ struct DeviceActivity {
     uint64_t start_ns = 0, end_ns = 0;
 };
 
+// What matmul calls cost, counted on the host as they are issued (llmc/cuda/matmul.cuh, lt_matmul):
+// calls, FLOPs (2 m n k a call) and bytes (each operand read or written once: A, B, D, C when it is
+// accumulated into, the bias, the GELU epilogue's aux; the least traffic the call can have).
+struct GemmCount {
+    uint64_t calls = 0;
+    double flops = 0, bytes = 0;
+    GemmCount& operator+=(const GemmCount& o) {
+        calls += o.calls;
+        flops += o.flops;
+        bytes += o.bytes;
+        return *this;
+    }
+    GemmCount operator-(const GemmCount& o) const { return {calls - o.calls, flops - o.flops, bytes - o.bytes}; }
+};
+
 // What a profiler captured: the activities of every profiled step and each step's window [begin, end]
 // on the same clock (timed), or only the activities (untimed).
 struct ProfileCapture {
+    std::string unit = "training steps";  // what a profiled "step" is, as the table's title says it
     bool timed = false;
     std::string source;  // "CUPTI activity records, GPU" or "emulated device: launch counts, not times"
     std::vector<DeviceActivity> activities;
     std::vector<std::pair<uint64_t, uint64_t>> windows;  // (steps) [begin, end] ns
     int steps = 0;
     uint64_t dropped = 0;  // activity records the capture lost (CUPTI's count): the table then undercounts
+    // the cuBLASLt calls of the profiled steps, by problem (the algorithm log's text); gemms_counted:
+    // whether the profiler counted them
+    bool gemms_counted = false;
+    std::map<std::string, GemmCount> gemms;
 };
 
 // Captures the device activity of the steps between step_begin and step_end (the training loop calls
@@ -75,6 +95,7 @@ struct IdleSplit {
 };
 
 struct ProfileTable {
+    std::string unit = "training steps";
     bool timed = false;
     std::string source;
     int steps = 0;
@@ -86,7 +107,24 @@ struct ProfileTable {
     uint64_t dropped = 0;
     IdleSplit idle;                // timed only
     std::vector<ProfileRow> rows;  // by time (timed) or calls (untimed), largest first, then by name
+    // The cuBLASLt calls per step (ProfileCapture::gemms; counted = false: not counted) and the time of
+    // the rows that are cuBLASLt's kernels (library_kernel_row): achieved TFLOP/s and GB/s of the GEMMs.
+    struct Gemms {
+        bool counted = false;
+        double calls = 0, flops = 0, bytes = 0;                   // per step
+        double us = 0;                                            // per step, timed only
+        double kernel_calls = 0;                                  // per step: the launches of those rows
+        std::vector<std::pair<std::string, GemmCount>> problems;  // per step (calls / steps), most FLOPs first
+    } gemms;
 };
+
+// Whether a row is a kernel of cuBLASLt's: not one of ours (llmc::), not a copy or memset, not
+// NCCL's. (On the emulated device: the one cublasLtMatmul row.)
+inline bool library_kernel_row(const std::string& name) {
+    for (const char* p : {"llmc::", "memcpy", "memset", "nccl"})
+        if (name.compare(0, std::char_traits<char>::length(p), p) == 0) return false;
+    return true;
+}
 
 // A kernel's name as C++ spells it. CUPTI names our kernels and cuBLASLt's C++ ones by their mangled
 // symbols (_ZN4llmc4cuda6detail15bias_sum_kernel...): demangled here, as c++filt and the emulated
@@ -126,6 +164,7 @@ inline std::string short_kernel_name(const std::string& name) {
 // Folds a capture into rows. Activities outside every window are ignored (timed captures only).
 inline ProfileTable profile_table(const ProfileCapture& cap) {
     ProfileTable t;
+    t.unit = cap.unit;
     t.timed = cap.timed;
     t.source = cap.source;
     t.steps = cap.steps;
@@ -224,6 +263,26 @@ inline ProfileTable profile_table(const ProfileCapture& cap) {
         const double ka = t.timed ? a.us_per_step : a.calls_per_step, kb = t.timed ? b.us_per_step : b.calls_per_step;
         return ka != kb ? ka > kb : a.name < b.name;
     });
+    if (cap.gemms_counted) {
+        ProfileTable::Gemms& g = t.gemms;
+        g.counted = true;
+        for (const auto& [problem, c] : cap.gemms) {
+            g.calls += (double)c.calls / steps;
+            g.flops += c.flops / steps;
+            g.bytes += c.bytes / steps;
+            GemmCount per_step = c;
+            per_step.flops /= steps;
+            per_step.bytes /= steps;
+            g.problems.push_back({problem, per_step});  // calls stay totals: divided when printed
+        }
+        std::stable_sort(g.problems.begin(), g.problems.end(),
+                         [](const auto& a, const auto& b) { return a.second.flops > b.second.flops; });
+        for (const ProfileRow& r : t.rows)
+            if (library_kernel_row(r.name)) {
+                g.us += r.us_per_step;
+                g.kernel_calls += r.calls_per_step;
+            }
+    }
     return t;
 }
 
@@ -232,7 +291,7 @@ inline ProfileTable profile_table(const ProfileCapture& cap) {
 inline std::string profile_table_text(const ProfileTable& t, size_t max_rows = 40) {
     std::string out;
     char buf[512];
-    std::snprintf(buf, sizeof buf, "profile of %d training steps (%s)\n", t.steps, t.source.c_str());
+    std::snprintf(buf, sizeof buf, "profile of %d %s (%s)\n", t.steps, t.unit.c_str(), t.source.c_str());
     out += buf;
     if (t.timed)
         std::snprintf(buf, sizeof buf, "%10s %12s %10s %7s  %s\n", "calls/step", "us/step", "mean us", "share",
@@ -290,6 +349,24 @@ inline std::string profile_table_text(const ProfileTable& t, size_t max_rows = 4
             out += buf;
         }
     }
+    if (t.gemms.counted) {
+        const ProfileTable::Gemms& g = t.gemms;
+        std::snprintf(buf, sizeof buf,
+                      "cuBLASLt per step: %.1f calls, %.3f GFLOP (2 m n k), %.4f GB of operands (each read or "
+                      "written once)",
+                      g.calls, g.flops / 1e9, g.bytes / 1e9);
+        out += buf;
+        if (t.timed && g.us > 0)
+            std::snprintf(buf, sizeof buf, "; its kernels (%.1f launches) %.1f us: %.1f TFLOP/s, %.0f GB/s\n",
+                          g.kernel_calls, g.us, g.flops / (g.us * 1e6), g.bytes / (g.us * 1e3));
+        else std::snprintf(buf, sizeof buf, t.timed ? "; no cuBLASLt kernel timed\n" : " (not timed)\n");
+        out += buf;
+        for (const auto& [problem, c] : g.problems) {
+            std::snprintf(buf, sizeof buf, "  %6.1f calls %10.3f GFLOP  %s\n", (double)c.calls / t.steps, c.flops / 1e9,
+                          problem.c_str());
+            out += buf;
+        }
+    }
     if (t.dropped > 0) {
         std::snprintf(buf, sizeof buf, "WARNING: %llu activity records were dropped: the rows above undercount\n",
                       (unsigned long long)t.dropped);
@@ -328,6 +405,25 @@ inline nlohmann::ordered_json profile_table_json(const ProfileTable& t) {
                            {"largest_gap_us", t.idle.largest_gap_us}};
     }
     j["kernels"] = rows;
+    if (t.gemms.counted) {
+        const ProfileTable::Gemms& g = t.gemms;
+        nlohmann::ordered_json problems = nlohmann::ordered_json::array();
+        for (const auto& [problem, c] : g.problems)
+            problems.push_back({{"problem", problem},
+                                {"calls_per_step", (double)c.calls / t.steps},
+                                {"flops_per_step", c.flops},
+                                {"bytes_per_step", c.bytes}});
+        nlohmann::ordered_json gj = {
+            {"calls_per_step", g.calls}, {"flops_per_step", g.flops}, {"bytes_per_step", g.bytes}};
+        if (t.timed) {
+            gj["us_per_step"] = g.us;
+            gj["kernel_launches_per_step"] = g.kernel_calls;
+            gj["tflops"] = g.us > 0 ? g.flops / (g.us * 1e6) : 0.0;
+            gj["gbps"] = g.us > 0 ? g.bytes / (g.us * 1e3) : 0.0;
+        }
+        gj["problems"] = problems;
+        j["gemms"] = gj;
+    }
     return j;
 }
 

@@ -26,8 +26,9 @@ void use_device(int device);
 std::unique_ptr<Backend> create(const ModelConfig& model, uint64_t seed);
 
 // The profiler of --profile-steps on the current GPU (llmc/cuda/kernel_profiler.cuh: CUPTI; launch counts
-// on the emulated device). InputError when CUPTI cannot be opened.
-std::unique_ptr<StepProfiler> create_step_profiler();
+// on the emulated device), counting the cuBLASLt calls of `backend` (a CUDA backend). InputError when
+// CUPTI cannot be opened.
+std::unique_ptr<StepProfiler> create_step_profiler(const Backend& backend);
 
 // Bytes of device memory in use on the current GPU (by anything: context, other processes).
 size_t device_memory_in_use();

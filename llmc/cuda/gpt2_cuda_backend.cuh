@@ -96,6 +96,8 @@ public:
     // For tests and the latency benchmark: positions cached so far, and the cache's device view.
     int kv_position() const { return kv_pos_; }
     const KvCacheView& kv_view() const { return kv_; }
+    // The cuBLASLt context: its per-problem counts of the calls run (--profile-steps).
+    const MatmulContext& matmul_context() const { return mm_; }
 
     // The step boundaries for the emulated device's per-step report (nothing under nvcc).
     void on_step_begin(int step) override { mark_step(step, true); }
@@ -230,6 +232,7 @@ private:
     bool graph_step_open_ = false;  // zero_grad was called, queue_update not yet (graph mode)
     bool issuing_step_ = false;     // inside issue_step
     StepGraph graph_;
+    GemmCounts graph_gemms_;                // the matmuls graph_'s capture issued (counted again at each replay)
     StepPlan plan_;                         // the step being queued (graph mode)
     StepPlan eager_plan_;                   // the last step issued eagerly in graph mode
     unsigned long long buffers_epoch_ = 0;  // +1 whenever a buffer or staging a step uses is reallocated
@@ -252,6 +255,7 @@ private:
     PinnedBuffer<int> dec_in_pinned_;      // (B + 1) its input as dec_.step_in receives it: tokens, position
     bool dec_in_in_flight_ = false;        // a copy of dec_in_pinned_ may not have run yet
     DecodeGraph dec_graph_;                // the decode step as a graph (use_step_graph)
+    GemmCounts dec_graph_gemms_;           // the matmuls dec_graph_'s capture issued
     DecodePlan dec_eager_plan_;            // the last decode step issued eagerly in graph mode
     std::vector<floatX> kv_logits_stage_;  // (B, Vp) raw logits of one decode step or a Last prefill
     std::vector<float> kv_logits_host_;    // what kv_forward returns, (B, Vp) or (B, n, Vp), unless logits()

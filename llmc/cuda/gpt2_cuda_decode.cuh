@@ -193,8 +193,11 @@ inline void CudaBackend::kv_decode() {
     const DecodePlan plan{kv_.B, decode_splits_at(kv_, t), buffers_epoch_};
     if (use_graph_ && dec_graph_.matches(plan)) {
         dec_graph_.launch(stream_);
+        add_replayed_gemms(mm_, dec_graph_gemms_);
     } else if (use_graph_ && plan == dec_eager_plan_) {
+        const GemmCounts before = gemms_issued(mm_);
         dec_graph_.capture_and_launch(stream_, plan, [&] { issue_decode(plan.splits); });
+        dec_graph_gemms_ = gemms_between(before, gemms_issued(mm_));
     } else {
         issue_decode(plan.splits);
         if (use_graph_) dec_eager_plan_ = plan;

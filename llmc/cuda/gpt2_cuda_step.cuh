@@ -83,9 +83,12 @@ inline void CudaBackend::queue_update(const AdamWHyper& h, int t, float grad_cli
         plan_.buffers_epoch = buffers_epoch_;
         if (graph_.matches(plan_)) {
             graph_.launch(stream_);
+            add_replayed_gemms(mm_, graph_gemms_);
             note_issued_step(plan_);
         } else if (plan_ == eager_plan_) {
+            const GemmCounts before = gemms_issued(mm_);
             graph_.capture_and_launch(stream_, plan_, [&] { issue_step(plan_, h, grad_clip); });
+            graph_gemms_ = gemms_between(before, gemms_issued(mm_));
         } else {
             graph_.reset();
             issue_step(plan_, h, grad_clip);

@@ -12,6 +12,11 @@
 // Emulated device (make emu): no CUPTI and no time. The profile counts the launches the emulated
 // runtime saw in each step (dev/emu/step_counters.h's running totals), cuBLASLt matmuls as one row:
 // the same table with calls and no times.
+//
+// Both: the cuBLASLt calls of the profiled steps, counted on the host by the matmul context
+// (llmc/cuda/matmul.cuh) with their FLOPs and operand bytes, so the table gives the GEMMs' achieved
+// TFLOP/s; per kernel bytes and FLOPs for our own kernels come from the model (dev/bench/roofline.py
+// --compare).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -21,6 +26,7 @@
 #include "llmc/core/error.h"
 #include "llmc/core/kernel_profile.h"
 #include "llmc/cuda/common.cuh"
+#include "llmc/cuda/matmul.cuh"
 
 #ifdef LLMC_EMULATE
 #include "dev/emu/device_state.h"
@@ -36,12 +42,37 @@
 
 namespace llmc::cuda {
 
+// The cuBLASLt calls of the profiled steps, from the matmul context's counts (matmul.cuh: the calls
+// issued plus those a replayed step graph ran), added to the capture by problem. No context: not counted.
+class GemmStepCounter {
+public:
+    explicit GemmStepCounter(const MatmulContext* mm) : mm_(mm) {}
+    void step_begin() {
+        if (mm_) before_ = gemms_issued(*mm_);
+    }
+    void step_end(ProfileCapture& cap) const {
+        if (!mm_) return;
+        cap.gemms_counted = true;
+        for (const auto& [problem, c] : gemms_by_problem(gemms_between(before_, gemms_issued(*mm_))))
+            cap.gemms[problem] += c;
+    }
+
+private:
+    const MatmulContext* mm_;
+    GemmCounts before_;
+};
+
 #ifdef LLMC_EMULATE
 
 class EmulatedLaunchProfiler : public StepProfiler {
 public:
-    void step_begin() override { before_ = ::llmc::emu::device().counters.totals(); }
+    explicit EmulatedLaunchProfiler(const MatmulContext* mm) : gemms_(mm) {}
+    void step_begin() override {
+        before_ = ::llmc::emu::device().counters.totals();
+        gemms_.step_begin();
+    }
     void step_end() override {
+        gemms_.step_end(cap_);
         const ::llmc::emu::IntervalCounts after = ::llmc::emu::device().counters.totals();
         for (const auto& [name, n] : after.kernels) {
             const auto it = before_.kernels.find(name);
@@ -60,14 +91,18 @@ public:
 
 private:
     ::llmc::emu::IntervalCounts before_;
+    GemmStepCounter gemms_;
     ProfileCapture cap_;
 };
 
-inline std::unique_ptr<StepProfiler> make_step_profiler() { return std::make_unique<EmulatedLaunchProfiler>(); }
+// mm: the matmul context whose cuBLASLt calls the profile counts (nullptr: not counted).
+inline std::unique_ptr<StepProfiler> make_step_profiler(const MatmulContext* mm) {
+    return std::make_unique<EmulatedLaunchProfiler>(mm);
+}
 
 #elif !defined(LLMC_HAVE_CUPTI)
 
-inline std::unique_ptr<StepProfiler> make_step_profiler() {
+inline std::unique_ptr<StepProfiler> make_step_profiler(const MatmulContext*) {
     throw InputError(
         "--profile-steps: this build found no cupti.h (CUDA's extras/CUPTI/include); rebuild with it on the "
         "include path (EXTRA_INCLUDE=...), or drop --profile-steps");
@@ -177,7 +212,7 @@ inline void CUPTIAPI cupti_buffer_completed(CUcontext context, uint32_t stream, 
 
 class CuptiProfiler : public StepProfiler {
 public:
-    CuptiProfiler() {
+    explicit CuptiProfiler(const MatmulContext* mm) : gemms_(mm) {
         detail::CuptiApi& api = detail::cupti_api();
         if (!api.lib) {
             const std::string why = detail::open_cupti(api);
@@ -208,9 +243,13 @@ public:
         if (!finished_) stop(/*check=*/false);
     }
 
-    void step_begin() override { begin_ = now(); }
+    void step_begin() override {
+        begin_ = now();
+        gemms_.step_begin();
+    }
     void step_end() override {
         windows_.push_back({begin_, now()});
+        gemms_.step_end(gemm_cap_);
         steps_++;
     }
     ProfileCapture finish() override {
@@ -223,6 +262,8 @@ public:
         std::lock_guard<std::mutex> lock(detail::cupti_sink().mu);
         cap.activities = std::move(detail::cupti_sink().activities);
         cap.dropped = detail::cupti_sink().dropped;
+        cap.gemms_counted = gemm_cap_.gemms_counted;
+        cap.gemms = std::move(gemm_cap_.gemms);
         return cap;
     }
 
@@ -265,12 +306,16 @@ private:
     }
 
     uint64_t begin_ = 0;
+    GemmStepCounter gemms_;
+    ProfileCapture gemm_cap_;  // the profiled steps' cuBLASLt calls
     std::vector<std::pair<uint64_t, uint64_t>> windows_;
     int steps_ = 0;
     bool finished_ = false;
 };
 
-inline std::unique_ptr<StepProfiler> make_step_profiler() { return std::make_unique<CuptiProfiler>(); }
+inline std::unique_ptr<StepProfiler> make_step_profiler(const MatmulContext* mm) {
+    return std::make_unique<CuptiProfiler>(mm);
+}
 
 #endif
 

@@ -59,6 +59,7 @@
 
 #include <cublasLt.h>
 
+#include "llmc/core/kernel_profile.h"  // GemmCount
 #include "llmc/cuda/common.cuh"
 #include "llmc/cuda/gelu.cuh"
 #include "llmc/cuda/grid_arrival.cuh"
@@ -81,14 +82,18 @@ struct MatmulContext {
     // GELU through cuBLASLt's epilogue (else gelu_forward after the matmul); BF16 build only by default
     bool fuse_gelu = sizeof(floatX) == 2;
     bool last_gelu_fused = false;  // set by matmul_forward with pre_gelu: whether the epilogue ran
-    // The heuristic's answer per problem (shapes, types, epilogue, alignments), so each distinct
-    // matmul queries it once (the query costs tens of microseconds of host time). found = false
-    // records "no algorithm".
+    // The heuristic's answer per problem (shapes, types, epilogue, alignments: detail::lt_matmul's key),
+    // so each distinct matmul queries it once (the query costs tens of microseconds of host time).
+    // found = false records "no algorithm". issued: what the problem's calls cost so far (monotone;
+    // the calls issued on a stream plus those a replayed step graph ran: gemms_issued,
+    // add_replayed_gemms), which --profile-steps reads.
     struct CachedAlgo {
         bool found;
         cublasLtMatmulAlgo_t algo;
+        GemmCount issued;
     };
-    std::map<std::array<int64_t, 16>, CachedAlgo> algo_cache;
+    using Key = std::array<int64_t, 16>;
+    std::map<Key, CachedAlgo> algo_cache;
     // Each distinct problem's algorithm, as the heuristic picks it, one line on stderr
     // (detail::algo_config_text): set by LLMC_CUBLASLT_ALGOS=1 in the environment at construction.
     bool log_algorithms = false;
@@ -157,6 +162,42 @@ inline std::string algo_config_text(const cublasLtMatmulHeuristicResult_t& h) {
            attr("inner", CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, uint16_t{}) + " " +
            attr("cluster", CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, uint16_t{}) + " workspace " +
            std::to_string(h.workspaceSize) + " waves " + std::to_string(h.wavesCount);
+}
+
+// Key fields of MatmulContext::algo_cache (lt_matmul builds it).
+enum LtKey {
+    kM,
+    kN,
+    kK,
+    kLda,
+    kLdb,
+    kLdd,
+    kTransA,
+    kTransB,
+    kDType,
+    kABType,
+    kEpilogue,
+    kAlignA,
+    kAlignB,
+    kAlignD,
+    kAlignBias,
+    kAlignAux
+};
+
+// A problem as the algorithm log and the profile name it: "m=192 n=32768 k=576 op=NN ab=bf16 d=bf16
+// epilogue=1 ld=..,..,.. align=..,..,..,..,..".
+inline std::string problem_text(const MatmulContext::Key& key) {
+    auto type = [](int64_t t) { return t == CUDA_R_32F ? "f32" : "bf16"; };
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "m=%lld n=%lld k=%lld op=%c%c ab=%s d=%s epilogue=%lld ld=%lld,%lld,%lld "
+                  "align=%lld,%lld,%lld,%lld,%lld",
+                  (long long)key[kM], (long long)key[kN], (long long)key[kK], key[kTransA] ? 'T' : 'N',
+                  key[kTransB] ? 'T' : 'N', type(key[kABType]), type(key[kDType]), (long long)key[kEpilogue],
+                  (long long)key[kLda], (long long)key[kLdb], (long long)key[kLdd], (long long)key[kAlignA],
+                  (long long)key[kAlignB], (long long)key[kAlignD], (long long)key[kAlignBias],
+                  (long long)key[kAlignAux]);
+    return buf;
 }
 
 // Largest power of two (at most 256) that divides the address.
@@ -235,22 +276,22 @@ inline bool lt_matmul(MatmulContext& ctx, void* d, cudaDataType_t dtype, const v
                                                         sizeof(align_d)));
     CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
                                                         sizeof(align_d)));
-    const std::array<int64_t, 16> key = {m,
-                                         n,
-                                         k,
-                                         lda,
-                                         ldb,
-                                         ldd,
-                                         transa,
-                                         transb,
-                                         dtype,
-                                         abtype,
-                                         (int64_t)epilogue,
-                                         align_a,
-                                         align_b,
-                                         align_d,
-                                         bias ? pointer_alignment(bias) : 0,
-                                         aux ? pointer_alignment(aux) : 0};
+    const MatmulContext::Key key = {m,
+                                    n,
+                                    k,
+                                    lda,
+                                    ldb,
+                                    ldd,
+                                    transa,
+                                    transb,
+                                    dtype,
+                                    abtype,
+                                    (int64_t)epilogue,
+                                    align_a,
+                                    align_b,
+                                    align_d,
+                                    bias ? pointer_alignment(bias) : 0,
+                                    aux ? pointer_alignment(aux) : 0};
     auto it = ctx.algo_cache.find(key);
     if (it == ctx.algo_cache.end()) {
         cublasLtMatmulHeuristicResult_t heur{};
@@ -258,14 +299,10 @@ inline bool lt_matmul(MatmulContext& ctx, void* d, cudaDataType_t dtype, const v
         const cublasStatus_t hs =
             cublasLtMatmulAlgoGetHeuristic(ctx.handle, desc.d, la.l, lb.l, ld.l, ld.l, pref.p, 1, &heur, &found);
         const bool ok = hs == CUBLAS_STATUS_SUCCESS && found > 0;
-        it = ctx.algo_cache.emplace(key, MatmulContext::CachedAlgo{ok, heur.algo}).first;
+        it = ctx.algo_cache.emplace(key, MatmulContext::CachedAlgo{ok, heur.algo, GemmCount{}}).first;
         if (ctx.log_algorithms)
-            std::fprintf(stderr,
-                         "cuBLASLt algorithm: m=%d n=%d k=%d op=%c%c ab=%s d=%s epilogue=%d ld=%d,%d,%d "
-                         "align=%u,%u,%u,%lld,%lld: %s\n",
-                         m, n, k, transa ? 'T' : 'N', transb ? 'T' : 'N', abtype == CUDA_R_32F ? "f32" : "bf16",
-                         dtype == CUDA_R_32F ? "f32" : "bf16", (int)epilogue, lda, ldb, ldd, align_a, align_b, align_d,
-                         (long long)key[14], (long long)key[15], ok ? algo_config_text(heur).c_str() : "none found");
+            std::fprintf(stderr, "cuBLASLt algorithm: %s: %s\n", problem_text(key).c_str(),
+                         ok ? algo_config_text(heur).c_str() : "none found");
     }
     if (!it->second.found) {
         if (may_fail) return false;
@@ -276,8 +313,49 @@ inline bool lt_matmul(MatmulContext& ctx, void* d, cudaDataType_t dtype, const v
     const float alpha = 1.0f;
     CUBLASLT_CHECK(cublasLtMatmul(ctx.handle, desc.d, &alpha, a, la.l, b, lb.l, &beta, d, ld.l, d, ld.l,
                                   &it->second.algo, ctx.workspace, ctx.workspace_bytes, st));
+    // its cost: 2 m n k FLOPs; A, B and D once each, C (= D) when beta adds it, the bias, the aux written
+    const double mn = (double)m * n;
+    it->second.issued += GemmCount{1, 2.0 * mn * k,
+                                   ((double)m * k + (double)k * n) * ab_size + mn * d_size * (beta != 0.0f ? 2 : 1) +
+                                       (bias ? (double)m * d_size : 0.0) + (aux ? mn * d_size : 0.0)};
     return true;
 }
+
+}  // namespace detail
+
+// What every problem's calls cost so far (MatmulContext::CachedAlgo::issued), by key.
+using GemmCounts = std::map<MatmulContext::Key, GemmCount>;
+inline GemmCounts gemms_issued(const MatmulContext& ctx) {
+    GemmCounts c;
+    for (const auto& [key, entry] : ctx.algo_cache)
+        if (entry.issued.calls > 0) c[key] = entry.issued;
+    return c;
+}
+// after - before, per problem (the calls issued in between).
+inline GemmCounts gemms_between(const GemmCounts& before, const GemmCounts& after) {
+    GemmCounts d;
+    for (const auto& [key, count] : after) {
+        const auto b = before.find(key);
+        const GemmCount diff = b == before.end() ? count : count - b->second;
+        if (diff.calls > 0) d[key] = diff;
+    }
+    return d;
+}
+// Counts the matmuls of a replayed step graph (what its capture issued) as issued again.
+inline void add_replayed_gemms(MatmulContext& ctx, const GemmCounts& graph) {
+    for (const auto& [key, count] : graph) {
+        const auto it = ctx.algo_cache.find(key);
+        if (it != ctx.algo_cache.end()) it->second.issued += count;
+    }
+}
+// The counts by problem_text, as a profile lists them.
+inline std::map<std::string, GemmCount> gemms_by_problem(const GemmCounts& c) {
+    std::map<std::string, GemmCount> out;
+    for (const auto& [key, count] : c) out[detail::problem_text(key)] += count;
+    return out;
+}
+
+namespace detail {
 
 inline void matmul_check_aligned(const void* p, const char* name) {
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
