@@ -89,11 +89,11 @@ done
 
 if [ "$emulate" = 1 ]; then
     work=build/gpu_check_emu   # never mixed with a real GPU's results
-    bf16_dir=build/emu fp32_dir=build/emu-fp32 trainer=build/emu/train_gpt2_ls
+    bf16_dir=build/emu fp32_dir=build/emu-fp32 trainer=build/emu/train_gpt2_ls generator=build/emu/generate_gpt2_ls
     report_dir=${report_dir:-out/gpu_check_emu}
 else
     work=build/gpu_check
-    bf16_dir=build fp32_dir=build/fp32 trainer=./train_gpt2_ls
+    bf16_dir=build fp32_dir=build/fp32 trainer=./train_gpt2_ls generator=./generate_gpt2_ls
     report_dir=${report_dir:-${OUT:-out/gpu_check}}
 fi
 mkdir -p "$report_dir" "$work/logs"
@@ -420,6 +420,10 @@ ensure_train_data() {
 # model, one profiled step (launch counts, no times). The steps issued kernel by kernel (--cuda-graph 0):
 # the calibrated model's launch gaps are those of such steps (the c276bf2 profile's); what the graph,
 # the trainer's default, saves is the train stage's cuda-graph-0 / -1 comparison.
+# Then generation with the paper-b16 case's model (its last checkpoint; emulated: the small one's):
+# generate_gpt2_ls --bench --bench-profile, the decode steps as graphs, B 4, prompt 2048, 32 decode
+# steps at context 2048: its timings and the per-kernel profiles of a prefill and of decode steps in
+# bench/generate/<case>.json, the tables in the step's log (docs/generation.md).
 stage_profile() {
     ensure_bf16
     local syn=(--syn-length 3000000)
@@ -448,6 +452,28 @@ stage_profile() {
         cp "$work/profile/$name/profile.json" "$work/bench/profile/$name.json" ||
             fail_step "profile:$name:json" "the run passed but wrote no profile.json"
     done
+    local gen=paper-b16 gen_args=(--bench-batch 4 --bench-prompt 2048 --bench-contexts 2048 --bench-steps 32
+                                  --bench-repeats 3 --cuda-graph 1)
+    if [ "$emulate" = 1 ]; then
+        gen=small-emulated gen_args=(--bench-batch 2 --bench-prompt 32 --bench-contexts 64 --bench-steps 4
+                                     --bench-repeats 1 --cuda-graph 1)
+    fi
+    mkdir -p "$work/bench/generate"
+    rm -f "$work/bench/generate/$gen.json"
+    local ckpts=("$work/profile/$gen"/model_*.bin)
+    if [ ! -f "${ckpts[-1]}" ]; then
+        fail_step "profile:$gen:generate" "no checkpoint of the profile:$gen run"
+        return
+    fi
+    step "profile:$gen:generate" 120 bench_generate "${ckpts[-1]}" "$work/bench/generate/$gen.json" "${gen_args[@]}"
+}
+
+# bench_generate CKPT JSON ARGS...: generate_gpt2_ls --bench --bench-profile on CKPT, its JSON object into
+# JSON (the profiles' tables go to stderr: the step's log).
+bench_generate() {
+    local ckpt=$1 json=$2
+    shift 2
+    "$generator" --device cuda -e "$ckpt" --bench --bench-profile "$@" >"$json.part" && mv "$json.part" "$json"
 }
 
 stage_train() {  # the paper model on the synthetic language (dense local + sparse long-range), T=2048
@@ -585,8 +611,8 @@ stage_e2e() {  # stage_e2e MODEL
     step "e2e:$1" 560 "$PY" dev/bench/train_vs_torch.py --models "$1" --out "$work/e2e/$1" --work "$work/e2e_work"
 }
 
-export -f emu_schedules run_bin fp32_make cublaslt_real attention_batch_scaling  # step() runs them in a child bash, under timeout
-export emulate extra arch work PY
+export -f emu_schedules run_bin fp32_make cublaslt_real attention_batch_scaling bench_generate  # step() runs them in a child bash, under timeout
+export emulate extra arch work PY generator
 
 if [ -z "$device" ]; then
     fail_step "gpu-present" "no NVIDIA GPU (nvidia-smi; --emulate runs the emulated build)"

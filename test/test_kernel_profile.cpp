@@ -217,7 +217,10 @@ TEST_CASE("profile_table: the GEMMs' achieved rates from their counts and cuBLAS
     CHECK(g.us == Approx(400.0));  // the nvjet and splitKreduce rows only
     CHECK(g.kernel_calls == 2.0);
     REQUIRE(g.problems.size() == 2);
-    CHECK(g.problems[0].first == "m=8 n=8 k=8 b");  // most FLOPs first
+    CHECK(g.problems[0].name == "m=8 n=8 k=8 b");  // most FLOPs first
+    CHECK(g.problems[0].calls == 3.0);
+    CHECK(g.problems[0].flops == Approx(24e12));
+    CHECK(g.problems[0].bytes == Approx(2e9));
     const std::string text = profile_table_text(t);
     // 32 TFLOP in 400 us: 80,000 TFLOP/s; 6 GB in 400 us: 15,000 GB/s
     CHECK(text.find("cuBLASLt per step: 4.0 calls, 32000.000 GFLOP (2 m n k), 6.0000 GB of operands (each read or "

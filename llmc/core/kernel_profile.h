@@ -111,10 +111,14 @@ struct ProfileTable {
     // the rows that are cuBLASLt's kernels (library_kernel_row): achieved TFLOP/s and GB/s of the GEMMs.
     struct Gemms {
         bool counted = false;
-        double calls = 0, flops = 0, bytes = 0;                   // per step
-        double us = 0;                                            // per step, timed only
-        double kernel_calls = 0;                                  // per step: the launches of those rows
-        std::vector<std::pair<std::string, GemmCount>> problems;  // per step (calls / steps), most FLOPs first
+        double calls = 0, flops = 0, bytes = 0;  // per step
+        double us = 0;                           // per step, timed only
+        double kernel_calls = 0;                 // per step: the launches of those rows
+        struct Problem {
+            std::string name;                        // the algorithm log's text
+            double calls = 0, flops = 0, bytes = 0;  // per step
+        };
+        std::vector<Problem> problems;  // most FLOPs first
     } gemms;
 };
 
@@ -270,13 +274,10 @@ inline ProfileTable profile_table(const ProfileCapture& cap) {
             g.calls += (double)c.calls / steps;
             g.flops += c.flops / steps;
             g.bytes += c.bytes / steps;
-            GemmCount per_step = c;
-            per_step.flops /= steps;
-            per_step.bytes /= steps;
-            g.problems.push_back({problem, per_step});  // calls stay totals: divided when printed
+            g.problems.push_back({problem, (double)c.calls / steps, c.flops / steps, c.bytes / steps});
         }
         std::stable_sort(g.problems.begin(), g.problems.end(),
-                         [](const auto& a, const auto& b) { return a.second.flops > b.second.flops; });
+                         [](const auto& a, const auto& b) { return a.flops > b.flops; });
         for (const ProfileRow& r : t.rows)
             if (library_kernel_row(r.name)) {
                 g.us += r.us_per_step;
@@ -361,9 +362,8 @@ inline std::string profile_table_text(const ProfileTable& t, size_t max_rows = 4
                           g.kernel_calls, g.us, g.flops / (g.us * 1e6), g.bytes / (g.us * 1e3));
         else std::snprintf(buf, sizeof buf, t.timed ? "; no cuBLASLt kernel timed\n" : " (not timed)\n");
         out += buf;
-        for (const auto& [problem, c] : g.problems) {
-            std::snprintf(buf, sizeof buf, "  %6.1f calls %10.3f GFLOP  %s\n", (double)c.calls / t.steps, c.flops / 1e9,
-                          problem.c_str());
+        for (const auto& p : g.problems) {
+            std::snprintf(buf, sizeof buf, "  %6.1f calls %10.3f GFLOP  %s\n", p.calls, p.flops / 1e9, p.name.c_str());
             out += buf;
         }
     }
@@ -408,11 +408,11 @@ inline nlohmann::ordered_json profile_table_json(const ProfileTable& t) {
     if (t.gemms.counted) {
         const ProfileTable::Gemms& g = t.gemms;
         nlohmann::ordered_json problems = nlohmann::ordered_json::array();
-        for (const auto& [problem, c] : g.problems)
-            problems.push_back({{"problem", problem},
-                                {"calls_per_step", (double)c.calls / t.steps},
-                                {"flops_per_step", c.flops},
-                                {"bytes_per_step", c.bytes}});
+        for (const auto& p : g.problems)
+            problems.push_back({{"problem", p.name},
+                                {"calls_per_step", p.calls},
+                                {"flops_per_step", p.flops},
+                                {"bytes_per_step", p.bytes}});
         nlohmann::ordered_json gj = {
             {"calls_per_step", g.calls}, {"flops_per_step", g.flops}, {"bytes_per_step", g.bytes}};
         if (t.timed) {
