@@ -467,8 +467,34 @@ def test_prediction_names_what_the_emulated_profile_counts(cal, case):
     got = {r["kernel"]: r["calls_per_step"] for r in roofline.predict_case(case, cal)
            if not r["kernel"].startswith(("memset", "memcpy"))}
     assert got == want
+    # the profile's GEMM count is of -b 1 -t 128, the prediction's of the case's shape: flagged (below)
     res = roofline.compare_profile(prof, roofline.prediction(cal, "test")["cases"][case])
-    assert res["flagged"] == [] and not res["timed"]
+    assert res["flagged"] == ["GEMM shapes"] and not res["timed"]
+    del prof["gemms"]
+    assert roofline.compare_profile(prof, roofline.prediction(cal, "test")["cases"][case])["flagged"] == []
+
+
+@pytest.mark.parametrize("case", sorted(roofline.CASES))
+def test_model_gemms_are_the_trainers(cal, case):
+    """The same emulated profiles carry the trainer's own count of its cuBLASLt calls (llmc/cuda/matmul.cuh:
+    2 m n k, and each operand's bytes once, the bias and the GELU epilogue's pre-activation included): the
+    model's GEMM row at that shape (-b 1 -t 128) has exactly those FLOPs and bytes, and --compare says so;
+    a model off by one GEMM is flagged."""
+    prof = roofline.load_profile(FIXTURES / f"roofline_profile_{case}_emulated.json")
+    shape = dict(roofline.CASES[case], B=1, T=128)
+    rows = roofline.predict_case(case, cal, shape)
+    (row,) = [r for r in rows if r["group"] == "GEMMs"]
+    assert (row["flops_per_step"], row["bytes_per_step"], row["calls_per_step"]) == \
+        (prof["gemms"]["flops_per_step"], prof["gemms"]["bytes_per_step"], prof["gemms"]["calls_per_step"])
+    pred = dict(kernels=rows, groups={}, step_us=1.0)
+    res = roofline.compare_profile(prof, pred)
+    assert res["gemms"]["same"] and "GEMM shapes" not in res["flagged"]
+    assert "cuBLASLt per step, the trainer's count: " in roofline.compare_text(res, case)
+    M = N = K = 64
+    row["flops_per_step"] += 2 * M * N * K
+    res = roofline.compare_profile(prof, pred)
+    assert not res["gemms"]["same"] and "GEMM shapes" in res["flagged"]
+    assert "FLAG: the model's GEMMs are not the ones the trainer ran" in roofline.compare_text(res, case)
 
 
 @pytest.mark.parametrize("bias,gelu", [(True, "tanh"), (True, "erf"), (False, "tanh"), (False, "erf")])

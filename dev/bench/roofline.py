@@ -1731,17 +1731,22 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     gemm = EMULATED_GEMM_ROW
 
     def add_gemms(shapes, calls=1):
-        """cuBLASLt calls, each (M, N, K, gemm_us's keywords), calls times over: one row, with their
-        compulsory bytes (gemm_bytes) and 2 M N K FLOPs."""
+        """cuBLASLt calls, each (M, N, K, gemm_us's keywords, and bias=True for a bias epilogue), calls
+        times over: one row, with their compulsory bytes (gemm_bytes, plus the bias read and the GELU
+        epilogue's pre-activation written: what the trainer's own count, lt_matmul, adds) and 2 M N K
+        FLOPs."""
         for M, Nn, K, kw in shapes:
+            kw = dict(kw)
+            epilogue_bytes = (Nn * ACT if kw.pop("bias", False) else 0) + (
+                M * Nn * ACT if kw.get("gelu_epilogue") else 0)
             add(gemm, gemm_us(M, Nn, K, cal, **kw), calls,
-                nbytes=gemm_bytes(M, Nn, K, kw.get("out_bytes", ACT), kw.get("accumulate", False)),
+                nbytes=gemm_bytes(M, Nn, K, kw.get("out_bytes", ACT), kw.get("accumulate", False)) + epilogue_bytes,
                 flops=2 * M * Nn * K)
 
-    # forward: qkv, attproj, fc (tanh with bias: the GELU epilogue also writes the pre-activation),
-    # fcproj per layer; the LM head
+    # forward: qkv, attproj, fc (tanh: the GELU epilogue also writes the pre-activation), fcproj per
+    # layer, each with its bias in the epilogue (a model with biases); the LM head
     for IC, OC, epi in ((C, 3 * C, False), (C, C, False), (C, 4 * C, tanh), (4 * C, C, False)):
-        add_gemms([(N, OC, IC, dict(gelu_epilogue=epi))], L)
+        add_gemms([(N, OC, IC, dict(gelu_epilogue=epi, bias=bias))], L)
     add_gemms([(N, Vp, C, {})])
     # backward: dinp and dW (fp32, added into) of the LM head, then of fcproj, fc, attproj, qkv per layer
     dw_kw = dict(out_bytes=F32, accumulate=True)
@@ -2030,7 +2035,18 @@ def compare_profile(profile, pred_case, tolerance=1.3):
     if timed:
         step = dict(us_measured=profile.get("step_us"), us_predicted=pred_case["step_us"],
                     ratio=profile.get("step_us", 0.0) / pred_case["step_us"])
-    return dict(timed=timed, rows=rows, groups=groups, flagged=flagged, step=step, tolerance=tolerance)
+    # the trainer's own count of its cuBLASLt calls (profiles since a0d0247) against the model's GEMMs: the
+    # same shapes give the same FLOPs and bytes exactly; else the model times other GEMMs than ran
+    gemms = None
+    if profile.get("gemms") and pred_rows.get(CUBLASLT_ROW):
+        g, p = profile["gemms"], pred_rows[CUBLASLT_ROW]
+        gemms = dict(calls_trainer=g["calls_per_step"], flops_trainer=g["flops_per_step"],
+                     bytes_trainer=g["bytes_per_step"], flops_model=p["flops_per_step"],
+                     bytes_model=p["bytes_per_step"], tflops_trainer=g.get("tflops"))
+        gemms["same"] = (gemms["flops_model"], gemms["bytes_model"]) == (gemms["flops_trainer"], gemms["bytes_trainer"])
+        if not gemms["same"]:
+            flagged.append("GEMM shapes")
+    return dict(timed=timed, rows=rows, groups=groups, flagged=flagged, step=step, tolerance=tolerance, gemms=gemms)
 
 
 def compare_text(res, title):
@@ -2056,6 +2072,14 @@ def compare_text(res, title):
     if res["step"]:
         s = res["step"]
         out.append(f"{'step':16s} {'':13s} {s['us_measured']:10.1f} {s['us_predicted']:10.1f} {s['ratio']:7.2f}")
+    g = res.get("gemms")
+    if g:
+        rate = "" if g["tflops_trainer"] is None else f"; cuBLASLt's kernels at {g['tflops_trainer']:.1f} TFLOP/s"
+        out.append(f"cuBLASLt per step, the trainer's count: {g['calls_trainer']:g} calls, "
+                   f"{g['flops_trainer'] / 1e9:.3f} GFLOP, {g['bytes_trainer'] / 1e9:.4f} GB; the model's: "
+                   f"{g['flops_model'] / 1e9:.3f} GFLOP, "
+                   f"{g['bytes_model'] / 1e9:.4f} GB" + rate +
+                   ("" if g["same"] else "  FLAG: the model's GEMMs are not the ones the trainer ran"))
     out.append(f"groups outside the tolerance: {', '.join(res['flagged']) if res['flagged'] else 'none'}")
     return "\n".join(out)
 
