@@ -603,6 +603,21 @@ def test_docs_hold_the_current_calibration_and_speed_steps():
     assert p.stdout[:p.stdout.index("\n\nIssue 52's speed steps")].strip() in full
 
 
+def test_prefill_launches_are_the_generators(cal):
+    """The modeled KvLogits::Last prefill (last layer over the B last rows, as the CUDA backend runs it)
+    issues the launches the emulated generate_gpt2_ls --bench --bench-profile counted in its prefill
+    (test/fixtures/roofline_prefill_bench_emulated.json: the paper code's model, B 2, prompt 128; its
+    kernels and one per cuBLASLt call, no copies)."""
+    bench = json.loads((FIXTURES / "roofline_prefill_bench_emulated.json").read_text())
+    c = bench["config"]
+    m = dict(roofline.CASES["paper-b16"], maxT=bench["prefill"]["T"])
+    assert (m["L"], m["NH"], m["C"], m["G"], m["P"], m["V"], m["bias"], m["gelu"]) == \
+        (c["L"], c["NH"], c["C"], c["G"], c["P"], c["vocab_size"], bool(c["bias"]), c["gelu"])
+    _, launches = roofline.prefill_us(m, bench["batch"], bench["prefill"]["T"], cal, last_layer_rows=True)
+    prof = bench["profile"]["prefill"]
+    assert prof["steps"] == 1 and launches == prof["activities_per_step"]
+
+
 def test_prefill_table_is_the_docs_and_the_last_rows_gain(cal):
     """--prefill: docs/generation.md's table is the script's current output; per shape the Last
     prefill with the last layer over the B last rows models faster than over all B n rows, and the

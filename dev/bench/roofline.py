@@ -2236,8 +2236,9 @@ def prefill_us(m, B, n, cal, last_layer_rows=False):
         # the rows gathered (the layer input, its q k v), the decode attention over the cache (reads
         # every cached k, v of a global head, a window's of a local one), then the decode step's ops
         parts.append((2 * mem_us(2 * B * 4 * C * ACT, "elementwise", cal), 2))
+        # (two kernels: the split over the cache and its combine, llmc/cuda/attention_decode.cuh)
         cache = B * hd * 2 * ACT * (G * n + (NH - G) * min(P, n))
-        mlp_and_attn(B, mem_us(cache + 2 * B * C * ACT, "elementwise", cal), 1)
+        mlp_and_attn(B, mem_us(cache + 2 * B * C * ACT, "elementwise", cal) + cal["kernel_fixed_us"], 2)
     else:
         parts.append((2 * mem_us(2 * B * C * ACT, "elementwise", cal), 2))  # residual2, fcproj rows gathered
     parts.append((mem_us(4 * B * C * ACT + 8 * B, "fused_ln_fwd", cal), 1))  # residual + lnf
