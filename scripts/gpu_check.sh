@@ -468,12 +468,25 @@ stage_profile() {
     step "profile:$gen:generate" 120 bench_generate "${ckpts[-1]}" "$work/bench/generate/$gen.json" "${gen_args[@]}"
 }
 
-# bench_generate CKPT JSON ARGS...: generate_gpt2_ls --bench --bench-profile on CKPT, its JSON object into
-# JSON (the profiles' tables go to stderr: the step's log).
+# bench_generate CKPT JSON ARGS...: generate_gpt2_ls --bench --bench-profile on CKPT (each matmul's
+# algorithm logged, LLMC_CUBLASLT_ALGOS=1), its JSON object into JSON (the profiles' tables and the
+# algorithms go to stderr: the step's log). Fails unless both profiles list our kernels and cuBLASLt's
+# calls, timed on a GPU (a capture that missed a graph's kernels would otherwise pass).
 bench_generate() {
     local ckpt=$1 json=$2
     shift 2
-    "$generator" --device cuda -e "$ckpt" --bench --bench-profile "$@" >"$json.part" && mv "$json.part" "$json"
+    LLMC_CUBLASLT_ALGOS=1 "$generator" --device cuda -e "$ckpt" --bench --bench-profile "$@" >"$json.part" || return
+    "$PY" - "$json.part" "$emulate" <<'EOF' || return
+import json, sys
+prof, emulated = json.load(open(sys.argv[1]))["profile"], sys.argv[2] == "1"
+for what in ("prefill", "decode"):
+    t = prof[what]
+    ours = [k for k in t["kernels"] if k["kernel"].startswith("llmc::")]
+    if not (ours and t["gemms"]["calls_per_step"] > 0 and (emulated or t["gemms"].get("us_per_step", 0) > 0)):
+        sys.exit(f"the {what} profile lacks our kernels or cuBLASLt's: {json.dumps(t)[:400]}")
+print("prefill and decode profiles: our kernels and cuBLASLt's present")
+EOF
+    mv "$json.part" "$json"
 }
 
 stage_train() {  # the paper model on the synthetic language (dense local + sparse long-range), T=2048

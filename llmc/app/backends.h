@@ -82,7 +82,7 @@ inline std::unique_ptr<Backend> make_backend(Device device, const ModelConfig& m
 // kernels to time. make_step_profiler: the trainer's, for --profile-steps.
 inline std::unique_ptr<StepProfiler> make_profiler(const Backend& backend, const std::string& flag) {
 #ifdef LLMC_CUDA_BACKEND
-    if (std::string(backend.name()) == "cuda") return cuda_backend::create_step_profiler(backend);
+    if (std::string(backend.name()) == "cuda") return cuda_backend::create_step_profiler(backend, flag);
 #endif
     throw InputError(flag + " times GPU kernels; the " + backend.name() +
                      " backend has none: use --device cuda, or drop " + flag);

@@ -20,11 +20,11 @@ std::unique_ptr<Backend> create(const ModelConfig& model, uint64_t seed) {
     return cuda::make_cuda_backend(model, seed);
 }
 
-std::unique_ptr<StepProfiler> create_step_profiler(const Backend& backend) {
+std::unique_ptr<StepProfiler> create_step_profiler(const Backend& backend, const std::string& flag) {
     const auto* gpu = dynamic_cast<const cuda::CudaBackend*>(&backend);
     if (!gpu)
         throw std::invalid_argument("create_step_profiler: not a CUDA backend (" + std::string(backend.name()) + ")");
-    return cuda::make_step_profiler(&gpu->matmul_context());
+    return cuda::make_step_profiler(&gpu->matmul_context(), flag);
 }
 
 size_t device_memory_in_use() { return cuda::device_memory_in_use(); }

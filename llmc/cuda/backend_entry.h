@@ -27,8 +27,8 @@ std::unique_ptr<Backend> create(const ModelConfig& model, uint64_t seed);
 
 // The profiler of --profile-steps on the current GPU (llmc/cuda/kernel_profiler.cuh: CUPTI; launch counts
 // on the emulated device), counting the cuBLASLt calls of `backend` (a CUDA backend). InputError when
-// CUPTI cannot be opened.
-std::unique_ptr<StepProfiler> create_step_profiler(const Backend& backend);
+// CUPTI cannot be opened, naming `flag`, the option that asked for the profile.
+std::unique_ptr<StepProfiler> create_step_profiler(const Backend& backend, const std::string& flag);
 
 // Bytes of device memory in use on the current GPU (by anything: context, other processes).
 size_t device_memory_in_use();

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "llmc/core/error.h"
@@ -96,16 +97,18 @@ private:
 };
 
 // mm: the matmul context whose cuBLASLt calls the profile counts (nullptr: not counted).
-inline std::unique_ptr<StepProfiler> make_step_profiler(const MatmulContext* mm) {
+// flag: the option that asked for the profile, as errors name it (unused here: nothing can fail).
+inline std::unique_ptr<StepProfiler> make_step_profiler(const MatmulContext* mm, const std::string& /*flag*/) {
     return std::make_unique<EmulatedLaunchProfiler>(mm);
 }
 
 #elif !defined(LLMC_HAVE_CUPTI)
 
-inline std::unique_ptr<StepProfiler> make_step_profiler(const MatmulContext*) {
-    throw InputError(
-        "--profile-steps: this build found no cupti.h (CUDA's extras/CUPTI/include); rebuild with it on the "
-        "include path (EXTRA_INCLUDE=...), or drop --profile-steps");
+inline std::unique_ptr<StepProfiler> make_step_profiler(const MatmulContext*, const std::string& flag) {
+    throw InputError(flag +
+                     ": this build found no cupti.h (CUDA's extras/CUPTI/include); rebuild with it on the include "
+                     "path (EXTRA_INCLUDE=...), or drop " +
+                     flag);
 }
 
 #else
@@ -135,6 +138,7 @@ struct CuptiApi {
     decltype(&cuptiGetTimestamp) timestamp = nullptr;
     decltype(&cuptiGetResultString) result_string = nullptr;
     decltype(&cuptiActivityGetNumDroppedRecords) num_dropped = nullptr;
+    bool callbacks_registered = false;  // once per process: a later profiler reuses them
 };
 
 // Opens libcupti: the dynamic loader's search, then $CUDA_HOME and /usr/local/cuda (lib64,
@@ -212,12 +216,13 @@ inline void CUPTIAPI cupti_buffer_completed(CUcontext context, uint32_t stream, 
 
 class CuptiProfiler : public StepProfiler {
 public:
-    explicit CuptiProfiler(const MatmulContext* mm) : gemms_(mm) {
+    // flag: the option that asked for the profile, as errors name it.
+    CuptiProfiler(const MatmulContext* mm, std::string flag) : flag_(std::move(flag)), gemms_(mm) {
         detail::CuptiApi& api = detail::cupti_api();
         if (!api.lib) {
             const std::string why = detail::open_cupti(api);
             if (!why.empty())
-                throw InputError("--profile-steps: " + why +
+                throw InputError(flag_ + ": " + why +
                                  "; put the CUDA toolkit's lib64 (or extras/CUPTI/lib64) on LD_LIBRARY_PATH");
         }
         detail::CuptiSink& sink = detail::cupti_sink();
@@ -229,8 +234,11 @@ public:
             sink.dropped = 0;
         }
         try {
-            check(api.register_callbacks(detail::cupti_buffer_requested, detail::cupti_buffer_completed),
-                  "cuptiActivityRegisterCallbacks");
+            if (!api.callbacks_registered) {
+                check(api.register_callbacks(detail::cupti_buffer_requested, detail::cupti_buffer_completed),
+                      "cuptiActivityRegisterCallbacks");
+                api.callbacks_registered = true;
+            }
             for (CUpti_ActivityKind k :
                  {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET})
                 check(api.enable(k), "cuptiActivityEnable");
@@ -297,14 +305,15 @@ private:
             check(f, "cuptiActivityFlushAll");
         }
     }
-    static void check(CUptiResult r, const char* what) {
+    void check(CUptiResult r, const char* what) const {
         if (r == CUPTI_SUCCESS) return;
         const char* s = nullptr;
         detail::cupti_api().result_string(r, &s);
-        throw InputError(std::string("--profile-steps: ") + what + " failed: " + (s ? s : "unknown CUPTI error") +
-                         "; run without --profile-steps");
+        throw InputError(flag_ + ": " + what + " failed: " + (s ? s : "unknown CUPTI error") + "; run without " +
+                         flag_);
     }
 
+    std::string flag_;
     uint64_t begin_ = 0;
     GemmStepCounter gemms_;
     ProfileCapture gemm_cap_;  // the profiled steps' cuBLASLt calls
@@ -313,8 +322,8 @@ private:
     bool finished_ = false;
 };
 
-inline std::unique_ptr<StepProfiler> make_step_profiler(const MatmulContext* mm) {
-    return std::make_unique<CuptiProfiler>(mm);
+inline std::unique_ptr<StepProfiler> make_step_profiler(const MatmulContext* mm, const std::string& flag) {
+    return std::make_unique<CuptiProfiler>(mm, flag);
 }
 
 #endif
