@@ -251,8 +251,8 @@ def test_emulated_cuda_generation_cached_equals_uncached(full_run):
 @pytest.mark.parametrize("graph", [0, 1])
 def test_emulated_cuda_bench_profile(full_run, graph):
     """generate_gpt2_ls --bench --bench-profile (emulated): after the timings, the profile of one prefill
-    and of the decode steps, tables on stderr and their JSON in the object on stdout, with the cuBLASLt
-    calls counted (docs/generation.md): a KvLogits::Last prefill of (B, T) runs each layer's matmuls over
+    (of the last --bench-prompt length) and of the decode steps, tables on stderr and their JSON in the
+    object on stdout, with the cuBLASLt calls counted (docs/generation.md): a KvLogits::Last prefill of (B, T) runs each layer's matmuls over
     B*T rows except the last layer's projection, fc and fc projection (over the B last rows), and the
     LM head over the B last rows; a decode step all of them over B rows. Per row, 2 x (qkv 3C^2, the
     projection C^2, fc and its projection 4C^2 each) = 24 C^2 FLOPs, 6 C^2 of them qkv's. With
@@ -261,10 +261,12 @@ def test_emulated_cuda_bench_profile(full_run, graph):
     emu_dir, _, _ = full_run
     L, C, Vp, B, T, steps = 2, 64, 256, 2, 16, 4
     p = run_bin(EMU_GEN, ["-e", emu_dir / f"model_{FULL_STEPS:08d}.bin", "--bench", "--bench-profile",
-                          "--bench-batch", B, "--bench-prompt", T, "--bench-contexts", 32, "--bench-steps", steps,
+                          "--bench-batch", B, "--bench-prompt", f"{T // 2},{T}", "--bench-contexts", 32,
+                          "--bench-steps", steps,
                           "--bench-repeats", 1, "--cuda-graph", graph], "cuda")
     out = json.loads(p.stdout)
     prof = out["profile"]
+    assert [r["T"] for r in out["prefill"]] == [T // 2, T]  # the profiled prefill is of the last length
     assert out["decode"][-1]["context"] == prof["decode_context"] == 32
     prefill_flops = 24 * (L - 1) * B * T * C * C + 6 * B * T * C * C + 18 * B * C * C + 2 * B * C * Vp
     decode_flops = 24 * L * B * C * C + 2 * B * C * Vp

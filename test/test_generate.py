@@ -170,7 +170,18 @@ def test_help_lists_every_flag():
     (["--cuda-graph", "1", "--no-cache"], "--cuda-graph 1 runs the KV cache's decode steps as graphs"),
     (["--cuda-graph", "1", "--device", "cpu"], "--cuda-graph 1 needs the CUDA backend"),
     (["--cuda-graph", "2"], "--cuda-graph: must be <= 1 (got 2)"),
-    (["--bench-profile"], "--bench-profile profiles what --bench runs; add --bench, or drop --bench-profile"),
+    (["--bench-profile"], "--bench-profile sets up the latency benchmark, which runs only with --bench; add --bench, "
+     "or drop --bench-profile"),
+    # every --bench-* flag: without --bench it would generate text and ignore the flag
+    (["--bench-batch", "4"], "--bench-batch sets up the latency benchmark, which runs only with --bench"),
+    (["--bench-prompt", "8"], "--bench-prompt sets up the latency benchmark, which runs only with --bench"),
+    (["--bench-contexts", "64"], "--bench-contexts sets up the latency benchmark, which runs only with --bench"),
+    (["--bench-steps", "2"], "--bench-steps sets up the latency benchmark, which runs only with --bench"),
+    (["--bench-repeats", "2"], "--bench-repeats sets up the latency benchmark, which runs only with --bench"),
+    (["--bench", "--bench-prompt", "8,x", "--bench-contexts", "64"], "--bench-prompt: '8,x' is not a list of positive lengths"),
+    (["--bench", "--bench-prompt", "8,0", "--bench-contexts", "64"],
+     "--bench-prompt: '8,0' is not a list of positive lengths"),
+    (["--bench", "--bench-prompt", "8,65", "--bench-contexts", "64"], "--bench-prompt 65 exceeds the model's max_seq_len 64"),
     (["--bench", "--bench-profile", "--bench-contexts", "64", "--bench-prompt", "8", "--device", "cpu"],
      "--bench-profile times GPU kernels; the cpu backend has none: use --device cuda, or drop --bench-profile"),
 ])
@@ -230,6 +241,19 @@ def test_bench_defaults_fit_a_model_of_a_smaller_max_seq_len(model):
     assert out["config"]["max_seq_len"] == 64, out
     p = gen(["-e", ckpt, "--bench", "--bench-contexts", "128"], check=False)
     assert p.returncode == 1 and "--bench-contexts: 128 must be in" in p.stderr.decode(), p.stderr
+
+
+def test_bench_times_each_prompt_length_in_the_order_given(model):
+    """--bench-prompt takes a list: one prefill record per length, in the order given, each with its own
+    --bench-repeats timings (issue 52: LS against MHSA at several prompt lengths in one run)."""
+    ckpt, _ = model
+    p = gen(["-e", ckpt, "--bench", "--bench-prompt", "16,8,64", "--bench-contexts", "64", "--bench-repeats", 2,
+             "--bench-batch", 2, "--threads", 1, "--device", "cpu"])
+    out = json.loads(p.stdout.decode())
+    assert [r["T"] for r in out["prefill"]] == [16, 8, 64], out["prefill"]
+    for r in out["prefill"]:
+        assert len(r["ms"]) == 2 and r["ms_median"] == pytest.approx(sum(r["ms"]) / 2, abs=1e-4), r
+    assert [d["context"] for d in out["decode"]] == [64] and out["batch"] == 2
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -63,7 +63,8 @@ def test_kv_cache_bytes_formula():
 SAMPLE = {
     "backend": "cuda", "device": "GPU X", "precision": "bf16", "config": {}, "batch": 4, "decode_steps": 8,
     "device_memory_baseline_bytes": 1000,
-    "prefill": {"T": 2048, "ms_median": 2.5, "ms": [2.4, 2.5, 2.6], "device_memory_bytes": 5000},
+    "prefill": [{"T": 2048, "ms_median": 2.5, "ms": [2.4, 2.5, 2.6], "device_memory_bytes": 5000},
+                {"T": 8192, "ms_median": 8.0, "ms": [8.0, 8.0, 8.1], "device_memory_bytes": 9000}],
     "decode": [{"context": 1024, "ms_per_token_median": 0.4, "ms_per_token_mean": 0.41, "kv_cache_bytes": 77,
                 "device_memory_bytes": 3000},
                {"context": 2048, "ms_per_token_median": 0.5, "ms_per_token_mean": 0.52, "kv_cache_bytes": 99,
@@ -73,21 +74,22 @@ SAMPLE = {
 
 def test_parse_ours_subtracts_the_baseline():
     s = gl.parse_ours(json.dumps(SAMPLE))
-    assert s["prefill_ms"] == 2.5 and s["prefill_peak_bytes"] == 4000
+    assert s["prefill"] == {2048: {"ms": 2.5, "peak_bytes": 4000}, 8192: {"ms": 8.0, "peak_bytes": 8000}}
     assert s["decode"][2048] == {"ms_per_token": 0.5, "kv_cache_bytes": 99, "peak_bytes": 3000}
     with pytest.raises(json.JSONDecodeError):
         gl.parse_ours("error: no CUDA device")
 
 
 def test_ours_command():
-    cmd = gl.ours_command("./g", "m.bin", 4, 2048, [1024, 2048], 32, 5)
+    cmd = gl.ours_command("./g", "m.bin", 4, [2048, 8192], [1024, 2048], 32, 5)
     assert cmd[:6] == ["./g", "-e", "m.bin", "--device", "cuda", "--bench"]
+    assert cmd[cmd.index("--bench-prompt") + 1] == "2048,8192"
     assert cmd[cmd.index("--bench-contexts") + 1] == "1024,2048"
     assert cmd[cmd.index("--cuda-graph") + 1] == "0"
-    graph = gl.ours_command("./g", "m.bin", 4, 2048, [1024, 2048], 32, 5, gl.OURS_SIDES["graph"])
+    graph = gl.ours_command("./g", "m.bin", 4, [2048], [1024, 2048], 32, 5, gl.OURS_SIDES["graph"])
     assert graph[graph.index("--cuda-graph") + 1] == "1"
     assert "--bench-profile" not in graph
-    assert gl.ours_command("./g", "m.bin", 4, 2048, [1024], 32, 5, 1, profile=True)[-1] == "--bench-profile"
+    assert gl.ours_command("./g", "m.bin", 4, [2048], [1024], 32, 5, 1, profile=True)[-1] == "--bench-profile"
 
 
 def test_parse_ours_keeps_the_profile():
@@ -101,12 +103,23 @@ def test_table_and_reduction():
     assert gl.reduction(6.0, 10.0) == pytest.approx(0.4)
     assert gl.reduction(None, 1.0) is None and gl.reduction(1.0, 0.0) is None
     mh = gl.parse_ours(json.dumps(SAMPLE))
-    ls = gl.parse_ours(json.dumps(dict(SAMPLE, prefill=dict(SAMPLE["prefill"], ms_median=1.0))))
-    text = gl.format_table({"mhsa": {"ours": mh, "torch": None}, "ls-p50": {"ours": ls, "torch": None}}, [1024, 2048])
-    assert "mhsa" in text and "ls-p50" in text and "dec@2048" in text
-    assert "prefill 60.0% lower" in text
+    ls = gl.parse_ours(json.dumps(dict(SAMPLE, prefill=[dict(SAMPLE["prefill"][0], ms_median=1.0),
+                                                        dict(SAMPLE["prefill"][1], ms_median=6.0)])))
+    prompts = [2048, 4096, 8192]  # 4096 timed by neither: '-'
+    text = gl.format_table({"mhsa": {"ours": mh, "torch": None}, "ls-p50": {"ours": ls, "torch": None}}, prompts,
+                           [1024, 2048])
+    assert "mhsa" in text and "ls-p50" in text and "dec@2048" in text and "pre@8192" in text
+    assert "ours ls-p50 vs ours mhsa: prefill lower by @2048 60.0%, @4096 -%, @8192 25.0%; decode@2048 0.0% lower " \
+           "(goal: prefill >= 30% lower at 8192 and 16384)" in text, text
+    row = next(ln for ln in text.splitlines() if ln.startswith("ls-p50    ours"))
+    assert row.split()[2:5] == ["1.000", "-", "6.000"], row
+    # the torch sides compared the same way, without the goal
+    text = gl.format_table({"mhsa": {"ours": None, "torch": mh}, "ls-p50": {"ours": None, "torch": ls}}, prompts,
+                           [1024, 2048])
+    assert "torch ls-p50 vs torch mhsa: prefill lower by @2048 60.0%, @4096 -%, @8192 25.0%; decode@2048 0.0% " \
+           "lower\n" in text + "\n", text
     fast = gl.parse_ours(json.dumps(dict(SAMPLE, decode=[dict(d, ms_per_token_median=d["ms_per_token_median"] / 4)
                                                           for d in SAMPLE["decode"]])))
-    text = gl.format_table({"mhsa": {"ours": mh, "graph": fast, "torch": None}}, [1024, 2048])
+    text = gl.format_table({"mhsa": {"ours": mh, "graph": fast, "torch": None}}, [2048], [1024, 2048])
     assert "mhsa      graph" in text
     assert "decode steps as CUDA graphs vs issued one by one: decode@1024" in text and "decode@2048 75.0% lower" in text

@@ -610,12 +610,29 @@ def test_prefill_launches_are_the_generators(cal):
     kernels and one per cuBLASLt call, no copies)."""
     bench = json.loads((FIXTURES / "roofline_prefill_bench_emulated.json").read_text())
     c = bench["config"]
-    m = dict(roofline.CASES["paper-b16"], maxT=bench["prefill"]["T"])
+    T = bench["prefill"][-1]["T"]  # the profiled prefill's length: the last --bench-prompt
+    m = dict(roofline.CASES["paper-b16"], maxT=T)
     assert (m["L"], m["NH"], m["C"], m["G"], m["P"], m["V"], m["bias"], m["gelu"]) == \
         (c["L"], c["NH"], c["C"], c["G"], c["P"], c["vocab_size"], bool(c["bias"]), c["gelu"])
-    _, launches = roofline.prefill_us(m, bench["batch"], bench["prefill"]["T"], cal, last_layer_rows=True)
+    _, launches = roofline.prefill_us(m, bench["batch"], T, cal, last_layer_rows=True)
     prof = bench["profile"]["prefill"]
     assert prof["steps"] == 1 and launches == prof["activities_per_step"]
+
+
+def test_prefill_ls_table_is_the_docs_and_ls_leads_more_with_length(cal):
+    """--prefill's second table (the latency benchmark's variants, B 4, its default prompt lengths) is
+    docs/generation.md's; each LS variant models below MHSA at every length, by more as n grows (MHSA's
+    six global heads grow as n^2), and a wider window costs LS time."""
+    spec = importlib.util.spec_from_file_location("generate_latency", SCRIPT.parent / "generate_latency.py")
+    bench = importlib.util.module_from_spec(spec)  # the benchmark whose runs the table predicts
+    spec.loader.exec_module(bench)
+    assert roofline.PREFILL_LS_RUNS == (bench.DEFAULT_BATCH, tuple(bench.DEFAULT_PROMPTS))
+    table, rows = roofline.prefill_ls_table(cal)
+    assert table in (REPO / "docs" / "generation.md").read_text()
+    assert [r["n"] for r in rows] == list(roofline.PREFILL_LS_RUNS[1]) and rows
+    lead = [1 - r["ls-p50_us"] / r["mhsa_us"] for r in rows]
+    assert all(0 < x < 1 for x in lead) and lead == sorted(lead), lead
+    assert all(r["ls-p50_us"] < r["ls-p100_us"] < r["mhsa_us"] for r in rows), rows
 
 
 def test_prefill_table_is_the_docs_and_the_last_rows_gain(cal):

@@ -1,10 +1,10 @@
 """
-KV-cached inference latency (docs/generation.md): prefill time for a batch of prompts of length T and per-token
-decode time at growing context, LS-attention (G = 1, P = 50 and P = 100) against MHSA of the same
-size, ours (generate_gpt2_ls --device cuda --bench) side by side with PyTorch in the same run.
+KV-cached inference latency (docs/generation.md): prefill time for a batch of prompts at each prompt length T
+and per-token decode time at growing context, LS-attention (G = 1, P = 50 and P = 100) against MHSA of the
+same size, ours (generate_gpt2_ls --device cuda --bench) side by side with PyTorch in the same run.
 
   python3 dev/bench/generate_latency.py --out DIR [--binary ./generate_gpt2_ls] [--batch 4]
-        [--prompt 2048] [--contexts 1024,2048,4096,8192,16384] [--steps 32] [--repeats 5]
+        [--prompts 2048,4096,8192,16384] [--contexts 1024,2048,4096,8192,16384] [--steps 32] [--repeats 5]
         [--skip-ours] [--ours-sides ours,graph] [--skip-torch]
   /usr/bin/python3 dev/bench/generate_latency.py --self-test     (CPU, torch >= 1.13: the torch decoder)
 
@@ -12,8 +12,9 @@ Model: the paper's small model (L 6, NH 6, C 192, hd 32), max_seq_len 16384, GPT
 (V 50257), random GPT-2-style weights (written once per variant as a checkpoint under DIR/work, the
 same weights for both sides). Variants: mhsa (G = NH), ls-p50 (G = 1, P = 50), ls-p100 (G = 1, P = 100).
 
-Ours: generate_gpt2_ls --bench (one JSON object): prefill = kv_begin + the ordinary forward of (B, T)
-+ filling the cache, logits left on the device, median of --repeats after a warm-up; decode at
+Ours: generate_gpt2_ls --bench (one JSON object): prefill at each T = kv_begin + the ordinary forward of
+(B, T) + filling the cache, the logits of each prompt's last position left on the device, median of
+--repeats after a warm-up of that T; decode at
 context c = a fresh cache, c - steps tokens prefilled, then `steps` single-token steps timed each to
 the (B, Vp) fp32 logits on the host (what sampling needs); median ms per token. Two sides of ours:
 "ours" issues each decode step's kernels one by one (--cuda-graph 0), "graph" launches each step as
@@ -21,8 +22,9 @@ one CUDA graph (--cuda-graph 1; the first step of a context runs eagerly and the
 graph: two of the `steps` samples, which the median plays down).
 PyTorch (2.x on the GPU, bf16 weights and activations, eager except the attention kernels):
   prefill: MHSA = SDPA restricted to its flash back-end; LS = flex_attention (torch.compile'd) with
-    the per-head block mask (local heads skip key blocks outside their window); logits of every
-    position, as ours. The k/v of every layer written into the cache.
+    the per-head block mask (local heads skip key blocks outside their window); the logits of each
+    prompt's last position, as ours (KvLogits::Last) and as generation needs them. The k/v of every
+    layer written into the cache.
   decode: the cache as ours (global heads every position, local heads a ring of their last P keys);
     per layer one SDPA call for the local heads over their ring (softmax attention does not care
     about key order: positions enter through the position embedding only) and one for the global
@@ -67,6 +69,10 @@ VARIANTS = {  # name -> (global heads, window); MHSA: every head global
     "ls-p100": (1, 100),
 }
 DEFAULT_CONTEXTS = [1024, 2048, 4096, 8192, 16384]
+# prompt lengths of the prefill timings: issue 52's target is LS >= 30% below MHSA at 8K and 16K
+DEFAULT_PROMPTS = [2048, 4096, 8192, 16384]
+DEFAULT_BATCH = 4
+PREFILL_GOAL = (0.30, (8192, 16384))  # (least reduction, at these prompt lengths)
 
 
 # ---------------------------------------------------------------------------------------- helpers
@@ -108,10 +114,11 @@ def kv_cache_bytes(cfg, B, max_len, elem_bytes=2):
     return 2 * cfg.num_layers * B * hd * (G * max_len + (cfg.num_heads - G) * min(cfg.window, max_len)) * elem_bytes
 
 
-def ours_command(binary, ckpt, batch, prompt, contexts, steps, repeats, cuda_graph=0, profile=False):
-    """profile: --bench-profile, the per-kernel profile of a prefill and of decode steps after the timings."""
+def ours_command(binary, ckpt, batch, prompts, contexts, steps, repeats, cuda_graph=0, profile=False):
+    """prompts: the prefill lengths, timed in this order. profile: --bench-profile, the per-kernel profile of a
+    prefill (of the last prompt length) and of decode steps after the timings."""
     return [binary, "-e", ckpt, "--device", "cuda", "--bench", "--bench-batch", str(batch), "--bench-prompt",
-            str(prompt), "--bench-contexts", ",".join(map(str, contexts)), "--bench-steps", str(steps),
+            ",".join(map(str, prompts)), "--bench-contexts", ",".join(map(str, contexts)), "--bench-steps", str(steps),
             "--bench-repeats", str(repeats), "--cuda-graph", str(cuda_graph)] + (["--bench-profile"] if profile else [])
 
 
@@ -125,8 +132,8 @@ def parse_ours(stdout):
     base = j.get("device_memory_baseline_bytes", 0)
     side = {
         "device": j.get("device"), "precision": j.get("precision"),
-        "prefill_ms": j["prefill"]["ms_median"],
-        "prefill_peak_bytes": j["prefill"]["device_memory_bytes"] - base,
+        "prefill": {int(p["T"]): {"ms": p["ms_median"], "peak_bytes": p["device_memory_bytes"] - base}
+                    for p in j["prefill"]},
         "decode": {},
     }
     if "profile" in j:  # --bench-profile: the per-kernel tables of a prefill and of decode steps, as JSON
@@ -149,11 +156,11 @@ def _f(x, spec, none="-"):
     return none if x is None else format(x, spec)
 
 
-def format_table(results, contexts):
+def format_table(results, prompts, contexts):
     """results: {variant: {"ours": side or None, "graph": side or None, "torch": side or None}} -> text
     table ("graph": ours with each decode step as one CUDA graph)."""
-    head = f"{'variant':<9} {'side':<6} {'prefill ms':>10} " + " ".join(f"{'dec@' + str(c):>9}" for c in contexts)
-    head += f" {'KV MiB@max':>10} {'peak MiB':>9}"
+    head = (f"{'variant':<9} {'side':<6} " + " ".join(f"{'pre@' + str(t):>9}" for t in prompts) + " "
+            + " ".join(f"{'dec@' + str(c):>9}" for c in contexts) + f" {'KV MiB@max':>10} {'peak MiB':>9}")
     lines = [head, "-" * len(head)]
     cmax = max(contexts)
     for v, sides in results.items():
@@ -161,24 +168,35 @@ def format_table(results, contexts):
             s = sides.get(name)
             if not s:
                 continue
-            dec = s.get("decode", {})
-            cells = " ".join(f"{_f(dec.get(c, {}).get('ms_per_token'), '.3f'):>9}" for c in contexts)
+            pre, dec = s.get("prefill", {}), s.get("decode", {})
+            pre_cells = " ".join(f"{_f(pre.get(t, {}).get('ms'), '.3f'):>9}" for t in prompts)
+            dec_cells = " ".join(f"{_f(dec.get(c, {}).get('ms_per_token'), '.3f'):>9}" for c in contexts)
             kv = dec.get(cmax, {}).get("kv_cache_bytes")
             peak = dec.get(cmax, {}).get("peak_bytes")
-            lines.append(f"{v:<9} {name:<6} {_f(s.get('prefill_ms'), '.3f'):>10} {cells} "
+            lines.append(f"{v:<9} {name:<6} {pre_cells} {dec_cells} "
                          f"{_f(None if kv is None else kv / 2**20, '.2f'):>10} "
                          f"{_f(None if peak is None else peak / 2**20, '.0f'):>9}")
-    lines.append("dec@c: ms per decoded token (batch) at context c; KV at the largest context; peak: device memory; "
-                 "graph: ours, each decode step one CUDA graph (--cuda-graph 1)")
-    ours = {v: s.get("ours") for v, s in results.items()}
-    if ours.get("mhsa"):
+    lines.append("pre@T: ms per prefill of the batch's prompts of length T; dec@c: ms per decoded token (batch) at "
+                 "context c; KV at the largest context; peak: device memory; graph: ours, each decode step one CUDA "
+                 "graph (--cuda-graph 1)")
+    least, at = PREFILL_GOAL
+    for side in ("ours", "torch"):
+        by = {v: s.get(side) for v, s in results.items()}
+        if not by.get("mhsa"):
+            continue
         for v in ("ls-p50", "ls-p100"):
-            if ours.get(v):
-                r = reduction(ours[v]["prefill_ms"], ours["mhsa"]["prefill_ms"])
-                d = reduction(ours[v]["decode"].get(cmax, {}).get("ms_per_token"),
-                              ours["mhsa"]["decode"].get(cmax, {}).get("ms_per_token"))
-                lines.append(f"ours {v} vs ours mhsa: prefill {_f(None if r is None else 100 * r, '.1f')}% lower, "
-                             f"decode@{cmax} {_f(None if d is None else 100 * d, '.1f')}% lower (goal: prefill >= 40%)")
+            if not by.get(v):
+                continue
+            cells = []
+            for t in prompts:
+                r = reduction(by[v]["prefill"].get(t, {}).get("ms"), by["mhsa"]["prefill"].get(t, {}).get("ms"))
+                cells.append(f"@{t} {_f(None if r is None else 100 * r, '.1f')}%")
+            d = reduction(by[v]["decode"].get(cmax, {}).get("ms_per_token"),
+                          by["mhsa"]["decode"].get(cmax, {}).get("ms_per_token"))
+            goal = (f" (goal: prefill >= {100 * least:.0f}% lower at {' and '.join(map(str, at))})"
+                    if side == "ours" else "")
+            lines.append(f"{side} {v} vs {side} mhsa: prefill lower by " + ", ".join(cells)
+                         + f"; decode@{cmax} {_f(None if d is None else 100 * d, '.1f')}% lower" + goal)
     for v, sides in results.items():
         if sides.get("ours") and sides.get("graph"):
             cells = []
@@ -259,8 +277,9 @@ class TorchDecoder:
         x = F.layer_norm(x, (self.cfg.channels,), p["lnfw"], p["lnfb"], LN_EPS)
         return F.linear(x, p["wte"] if self.cfg.tied_embeddings else p["lm_head"])
 
-    def prefill(self, idx):
-        """idx (B, T) into an empty cache -> logits (B, T, Vp) on the device."""
+    def prefill(self, idx, last_only=False):
+        """idx (B, T) into an empty cache -> logits (B, T, Vp) on the device; last_only: (B, 1, Vp), those of
+        each prompt's last position (what generation needs, as ours computes them)."""
         import torch
         B, T = idx.shape
         assert self.pos == 0 and T <= self.max_len
@@ -277,7 +296,7 @@ class TorchDecoder:
             y = self.prefill_attend(q, k, v).transpose(1, 2).reshape(B, T, self.cfg.channels)
             x = self._rest(x, y, l)
         self.pos = T
-        return self._logits(x)
+        return self._logits(x[:, -1:] if last_only else x)
 
     def decode(self, tok):
         """tok (B,) at position self.pos -> logits (B, Vp) on the device."""
@@ -316,14 +335,17 @@ def check_decoder(model, make_decoder, B, T0, steps, tol, gen):
     import torch
     V = model.cfg.vocab_size
     idx = torch.randint(0, V, (B, T0 + steps), generator=gen).to(next(iter(model.params.values())).device)
+    full = model(idx[:, :T0])[0][..., :V]
+    # the timed prefill's logits (the last position only) on a decoder of their own
+    worst = rel_err(make_decoder(B, T0 + steps).prefill(idx[:, :T0], last_only=True)[:, 0, :V], full[:, -1])
     dec = make_decoder(B, T0 + steps)
-    worst = rel_err(dec.prefill(idx[:, :T0])[..., :V], model(idx[:, :T0])[0][..., :V])
+    worst = max(worst, rel_err(dec.prefill(idx[:, :T0])[..., :V], full))
     for s in range(steps):
         t = T0 + s
         got = dec.decode(idx[:, t])
         want = model(idx[:, :t + 1])[0][:, t]
         worst = max(worst, rel_err(got[:, :V], want[:, :V]))
-    return worst, steps + 1
+    return worst, steps + 2
 
 
 def torch_side(cfg, flat, args):
@@ -359,21 +381,24 @@ def torch_side(cfg, flat, args):
         T0 = 67 if all_global else 2 * cfg.window + 3
         worst, n = check_decoder(model, lambda B, L: TorchDecoder(model, B, L, attend), 2, T0, 24, 2e-2, gen)
         side["check"] = {"worst_rel_err": worst, "comparisons": n, "tol": 2e-2, "ok": worst <= 2e-2}
-        B, T, V = args.batch, args.prompt, cfg.vocab_size
-        idx = torch.randint(0, V, (B, T), generator=gen).to(dev)
-        ms = []
-        for r in range(args.repeats + 1):
-            dec = TorchDecoder(model, B, T, attend)
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            t0 = time.perf_counter()
-            dec.prefill(idx)
-            torch.cuda.synchronize()
-            if r > 0:
-                ms.append(1000 * (time.perf_counter() - t0))
-        side["prefill_ms"] = statistics.median(ms)
-        side["prefill_peak_bytes"] = torch.cuda.max_memory_allocated()
-        del dec
+        B, V = args.batch, cfg.vocab_size
+        side["prefill"] = {}
+        for T in args.prompts:  # as ours: each length's own warm-up (for LS, flex_attention compiles per T)
+            idx = torch.randint(0, V, (B, T), generator=gen).to(dev)
+            ms, dec = [], None
+            for r in range(args.repeats + 1):
+                dec = None
+                dec = TorchDecoder(model, B, T, attend)
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                t0 = time.perf_counter()
+                dec.prefill(idx, last_only=True)
+                torch.cuda.synchronize()
+                if r > 0:
+                    ms.append(1000 * (time.perf_counter() - t0))
+            side["prefill"][T] = {"ms": statistics.median(ms), "peak_bytes": torch.cuda.max_memory_allocated()}
+            del dec
+            torch.cuda.empty_cache()
         for ci, c in enumerate([args.contexts[0]] + list(args.contexts)):  # first: warm-up
             dec = None
             torch.cuda.empty_cache()
@@ -446,8 +471,9 @@ def main(argv=None):
     ap.add_argument("--out", help="output directory (JSON + work files)")
     ap.add_argument("--binary", default=os.path.join(REPO, "generate_gpt2_ls"))
     ap.add_argument("--variants", default=",".join(VARIANTS))
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--prompt", type=int, default=2048)
+    ap.add_argument("--batch", type=int, default=DEFAULT_BATCH)
+    ap.add_argument("--prompts", default=",".join(map(str, DEFAULT_PROMPTS)),
+                    help="prompt lengths of the prefill timings, comma-separated")
     ap.add_argument("--contexts", default=",".join(map(str, DEFAULT_CONTEXTS)))
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=5)
@@ -465,6 +491,7 @@ def main(argv=None):
     if not args.out:
         ap.error("--out DIR is required")
     args.contexts = [int(c) for c in args.contexts.split(",")]
+    args.prompts = [int(t) for t in args.prompts.split(",")]
     variants = args.variants.split(",")
     ours_sides = [s for s in args.ours_sides.split(",") if s]
     for s in ours_sides:
@@ -484,7 +511,7 @@ def main(argv=None):
         results[v] = {"config": vars(cfg) if hasattr(cfg, "__dict__") else str(cfg),
                       "kv_cache_bytes_formula": {c: kv_cache_bytes(cfg, args.batch, c) for c in args.contexts}}
         for side in [] if args.skip_ours else ours_sides:
-            cmd = ours_command(args.binary, ckpt, args.batch, args.prompt, args.contexts, args.steps, args.repeats,
+            cmd = ours_command(args.binary, ckpt, args.batch, args.prompts, args.contexts, args.steps, args.repeats,
                                OURS_SIDES[side], args.profile)
             print(f"{side}:", " ".join(cmd), flush=True)
             p = subprocess.run(cmd, capture_output=True, text=True)
@@ -510,11 +537,11 @@ def main(argv=None):
                 failed = True
     payload = {"commit": git_commit(), "device": device_name(), "host": platform.node(),
                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-               "batch": args.batch, "prompt": args.prompt, "contexts": args.contexts, "steps": args.steps,
+               "batch": args.batch, "prompts": args.prompts, "contexts": args.contexts, "steps": args.steps,
                "repeats": args.repeats, "results": results}
     write_json(os.path.join(args.out, "generate_latency.json"), payload)
     print(format_table({v: {k: r.get(k) for k in ("ours", "graph", "torch")} for v, r in results.items()},
-                       args.contexts))
+                       args.prompts, args.contexts))
     return 1 if failed else 0
 
 

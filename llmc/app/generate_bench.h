@@ -1,12 +1,14 @@
 // generate_gpt2_ls --bench: times the backend's KV cache with random tokens and prints one JSON
-// object on stdout (dev/bench/generate_latency.py drives it; docs/generation.md). The prefill of B
-// prompts of length T (kv_prefill_device: the cache filled and the logits of each prompt's last
-// position, as generation asks for them; median of --bench-repeats, after one warm-up), then for each context c: a
-// fresh cache, a prefill of c - steps tokens (untimed), then `steps` decode steps of one token per
+// object on stdout (dev/bench/generate_latency.py drives it; docs/generation.md). For each prompt
+// length T of --bench-prompt, in the order given: the prefill of B prompts of length T
+// (kv_prefill_device: the cache filled and the logits of each prompt's last position, as generation
+// asks for them; median of --bench-repeats, after one warm-up); then for each context c: a fresh
+// cache, a prefill of c - steps tokens (untimed), then `steps` decode steps of one token per
 // sequence, each timed to the logits on the host (what sampling needs). --bench-profile: then the
-// per-kernel profile (llmc/core/kernel_profile.h) of one more prefill and of --bench-steps decode
-// steps at the last context after two unprofiled ones (a decode step graph is captured at the
-// second), outside the timings: the tables on stderr, their JSON in the object's "profile".
+// per-kernel profile (llmc/core/kernel_profile.h) of one more prefill of the last prompt length and
+// of --bench-steps decode steps at the last context after two unprofiled ones (a decode step graph is
+// captured at the second), outside the timings: the tables on stderr, their JSON in the object's
+// "profile".
 #pragma once
 #include <algorithm>
 #include <chrono>
@@ -56,13 +58,15 @@ inline std::string json_list(const std::vector<double>& v) {
 // max_seq_len alone. Returns the note saying what was changed ("" when nothing was).
 inline std::string fit_bench_defaults(GenerateConfig& g, const ModelConfig& mc) {
     std::string changed;
-    if (!g.bench_prompt_given && g.bench_prompt > mc.max_seq_len) {
-        changed +=
-            "--bench-prompt " + std::to_string(mc.max_seq_len) + " (default " + std::to_string(g.bench_prompt) + ")";
-        g.bench_prompt = mc.max_seq_len;
+    if (!g.bench_prompt_given) {
+        const std::vector<int> all = parse_length_list(g.bench_prompts, "--bench-prompt");
+        if (*std::max_element(all.begin(), all.end()) > mc.max_seq_len) {
+            changed += "--bench-prompt " + std::to_string(mc.max_seq_len) + " (default " + g.bench_prompts + ")";
+            g.bench_prompts = std::to_string(mc.max_seq_len);
+        }
     }
     if (!g.bench_contexts_given) {
-        const std::vector<int> all = parse_context_list(g.bench_contexts);
+        const std::vector<int> all = parse_length_list(g.bench_contexts, "--bench-contexts");
         std::string fit;
         for (int c : all)
             if (c <= mc.max_seq_len && c > g.bench_steps) fit += (fit.empty() ? "" : ",") + std::to_string(c);
@@ -80,10 +84,11 @@ inline std::string fit_bench_defaults(GenerateConfig& g, const ModelConfig& mc) 
 
 // The --bench-* flags against the model, before any model is built.
 inline void check_bench_flags(const GenerateConfig& g, const ModelConfig& mc) {
-    const std::vector<int> contexts = parse_context_list(g.bench_contexts);
-    if (g.bench_prompt > mc.max_seq_len)
-        throw InputError("--bench-prompt " + std::to_string(g.bench_prompt) + " exceeds the model's max_seq_len " +
-                         std::to_string(mc.max_seq_len));
+    const std::vector<int> contexts = parse_length_list(g.bench_contexts, "--bench-contexts");
+    for (int T : parse_length_list(g.bench_prompts, "--bench-prompt"))
+        if (T > mc.max_seq_len)
+            throw InputError("--bench-prompt " + std::to_string(T) + " exceeds the model's max_seq_len " +
+                             std::to_string(mc.max_seq_len));
     for (int c : contexts)
         if (c > mc.max_seq_len || c <= g.bench_steps)
             throw InputError("--bench-contexts: " + std::to_string(c) + " must be in (--bench-steps=" +
@@ -97,8 +102,9 @@ inline int run_bench(const GenerateConfig& g, Backend& model, const DeviceFacts&
     const ModelConfig& mc = model.config();
     // a profiler the backend cannot have (the CPU's, a build or machine without CUPTI) refused before the timings
     if (g.bench_profile) make_profiler(model, "--bench-profile")->finish();
-    const std::vector<int> contexts = parse_context_list(g.bench_contexts);
-    const int B = g.bench_batch, T = g.bench_prompt, steps = g.bench_steps;
+    const std::vector<int> contexts = parse_length_list(g.bench_contexts, "--bench-contexts");
+    const std::vector<int> prompts = parse_length_list(g.bench_prompts, "--bench-prompt");
+    const int B = g.bench_batch, steps = g.bench_steps;
     Rng rng(g.seed);
     auto random_tokens = [&](size_t n) {
         std::vector<int> v(n);
@@ -106,16 +112,26 @@ inline int run_bench(const GenerateConfig& g, Backend& model, const DeviceFacts&
         return v;
     };
 
-    // prefill (B, T)
-    const std::vector<int> prompt = random_tokens((size_t)B * T);
-    std::vector<double> prefill_ms;
-    for (int r = 0; r <= g.bench_repeats; r++) {  // r = 0: warm-up (allocation, cuBLASLt heuristics)
-        model.kv_begin(B, T);
-        const auto t0 = BenchClock::now();
-        model.kv_prefill_device(prompt.data(), T);
-        if (r > 0) prefill_ms.push_back(ms_since(t0));
+    // prefill (B, T) for each prompt length; each length's own warm-up (its allocation, its GEMMs' heuristics)
+    std::string prefill_json;
+    std::vector<int> prompt;
+    for (const int T : prompts) {
+        prompt = random_tokens((size_t)B * T);
+        std::vector<double> ms;
+        for (int r = 0; r <= g.bench_repeats; r++) {  // r = 0: warm-up
+            model.kv_begin(B, T);
+            const auto t0 = BenchClock::now();
+            model.kv_prefill_device(prompt.data(), T);
+            if (r > 0) ms.push_back(ms_since(t0));
+        }
+        char buf[160];
+        std::snprintf(buf, sizeof buf,
+                      "%s    {\"T\": %d, \"ms_median\": %.4f, \"ms\": ", prefill_json.empty() ? "" : ",\n", T,
+                      median(ms));
+        prefill_json += buf + bench::json_list(ms) +
+                        ", \"device_memory_bytes\": " + std::to_string(model.device_memory_used()) + "}";
     }
-    const size_t prefill_mem = model.device_memory_used();
+    const int T = prompts.back();  // the profiled prefill's length (`prompt` holds its tokens)
 
     // decode at each context; one untimed warm-up round at the first context
     std::string decode_json;
@@ -190,8 +206,7 @@ inline int run_bench(const GenerateConfig& g, Backend& model, const DeviceFacts&
         mc.qk_norm ? 1 : 0, mc.attn_softcap, mc.bias ? 1 : 0, gelu_name(mc.gelu));
     std::printf("  \"batch\": %d, \"decode_steps\": %d, \"cuda_graph\": %d, \"device_memory_baseline_bytes\": %zu,\n",
                 B, steps, g.cuda_graph, device.memory_baseline);
-    std::printf("  \"prefill\": {\"T\": %d, \"ms_median\": %.4f, \"ms\": %s, \"device_memory_bytes\": %zu},\n", T,
-                median(prefill_ms), bench::json_list(prefill_ms).c_str(), prefill_mem);
+    std::printf("  \"prefill\": [\n%s\n  ],\n", prefill_json.c_str());
     std::printf("  \"decode\": [\n%s\n  ]%s\n}\n", decode_json.c_str(), profile_json.c_str());
     return 0;
 }

@@ -36,7 +36,7 @@ struct GenerateConfig {
     // --bench: time the KV cache instead of generating (dev/bench/generate_latency.py drives it)
     bool bench = false;
     int bench_batch = 1;                                       // sequences per batch
-    int bench_prompt = 2048;                                   // prefill length T
+    std::string bench_prompts = "2048";                        // prefill lengths T, timed in this order
     std::string bench_contexts = "1024,2048,4096,8192,16384";  // decode timed at these context lengths
     int bench_steps = 32;                                      // decode steps timed per context
     int bench_repeats = 5;                                     // prefill repetitions (the median is reported)
@@ -102,10 +102,10 @@ public:
         add_integer("--bench-batch", c.bench_batch, "--bench: sequences per batch")
             ->capture_default_str()
             ->check(at_least(1));
-        add_integer("--bench-prompt", c.bench_prompt,
-                    "--bench: prefill length T (not given: at most the model's max_seq_len)")
-            ->capture_default_str()
-            ->check(at_least(1));
+        a.add_option("--bench-prompt", c.bench_prompts,
+                     "--bench: comma-separated prefill lengths T, each timed (each <= max_seq_len; not given: at "
+                     "most the model's max_seq_len)")
+            ->capture_default_str();
         a.add_option("--bench-contexts", c.bench_contexts,
                      "--bench: comma-separated context lengths at which decode is timed (each <= max_seq_len; not "
                      "given: the defaults that fit, else max_seq_len)")
@@ -137,12 +137,16 @@ public:
         cfg_.has_prompt_text = app_.count("--prompt") > 0;
         cfg_.bench_contexts_given = app_.count("--bench-contexts") > 0;
         cfg_.bench_prompt_given = app_.count("--bench-prompt") > 0;
-        if (cfg_.bench_profile && !cfg_.bench) {
-            std::fprintf(stderr,
-                         "error: --bench-profile profiles what --bench runs; add --bench, or drop "
-                         "--bench-profile\n");
-            return 1;
-        }
+        if (!cfg_.bench)  // the benchmark's own flags do nothing without it: refused, not ignored
+            for (const char* flag : {"--bench-batch", "--bench-prompt", "--bench-contexts", "--bench-steps",
+                                     "--bench-repeats", "--bench-profile"})
+                if (app_.count(flag) > 0) {
+                    std::fprintf(stderr,
+                                 "error: %s sets up the latency benchmark, which runs only with --bench; add "
+                                 "--bench, or drop %s\n",
+                                 flag, flag);
+                    return 1;
+                }
         if (cfg_.model.empty() && !cfg_.encode_only) {
             std::fprintf(stderr, "error: --model is required (a checkpoint file); run with --help for the flags\n");
             return 1;
@@ -207,8 +211,8 @@ inline std::vector<int> parse_token_ids(const std::string& s) {
     return ids;
 }
 
-// "1024, 2048" -> {1024, 2048} for --bench-contexts; each entry a positive integer.
-inline std::vector<int> parse_context_list(const std::string& s) {
+// "1024, 2048" -> {1024, 2048} for --bench-contexts and --bench-prompt (`flag`); each entry a positive integer.
+inline std::vector<int> parse_length_list(const std::string& s, const char* flag) {
     std::vector<int> out;
     try {
         out = parse_token_ids(s);
@@ -216,7 +220,8 @@ inline std::vector<int> parse_context_list(const std::string& s) {
     bool ok = !out.empty();
     for (int v : out) ok = ok && v > 0;
     if (!ok)
-        throw InputError("--bench-contexts: '" + s + "' is not a list of positive lengths; pass e.g. '1024,2048,4096'");
+        throw InputError(std::string(flag) + ": '" + s +
+                         "' is not a list of positive lengths; pass e.g. '1024,2048,4096'");
     return out;
 }
 
