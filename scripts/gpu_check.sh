@@ -229,7 +229,8 @@ skip_step() {
 # --sweep (attention_ls_sweep) too: it checks the tile and window edges, which no schedule changes,
 # on kernels whose races --check --small and the sanitize stage look for under two schedules.
 emu_schedules() {
-    case $1 in test_cuda_model|test_cuda_generate|test_cuda_attention_probs|attention_ls_sweep) echo "${EMU_BACKEND_SCHEDULES:-greedy-forward}" ;;
+    case $1 in test_cuda_model|test_cuda_generate|test_cuda_attention_probs|attention_ls_sweep|latency_targets)
+            echo "${EMU_BACKEND_SCHEDULES:-greedy-forward}" ;;
         *) echo "${EMU_SCHEDULES:-greedy-forward,greedy-reverse}" ;; esac
 }
 run_bin() {  # run_bin NAME BINARY ARGS...: the binary, under the emulation's settings when emulating
@@ -423,7 +424,8 @@ ensure_train_data() {
 # Then generation with the paper-b16 case's model (its last checkpoint; emulated: the small one's):
 # generate_gpt2_ls --bench --bench-profile, the decode steps as graphs, B 4, prompt 2048, 32 decode
 # steps at context 2048: its timings and the per-kernel profiles of a prefill and of decode steps in
-# bench/generate/<case>.json, the tables in the step's log (docs/generation.md).
+# bench/generate/<case>.json, the tables in the step's log (docs/generation.md). Last, issue 52's
+# inference targets (LS's prefill and decode against MHSA's at 2K-16K), ours only.
 stage_profile() {
     ensure_bf16
     local syn=(--syn-length 3000000)
@@ -466,6 +468,16 @@ stage_profile() {
         return
     fi
     step "profile:$gen:generate" 120 bench_generate "${ckpts[-1]}" "$work/bench/generate/$gen.json" "${gen_args[@]}"
+    # Issue 52's inference targets, ours only (dev/bench/generate_latency.py without torch: the bench
+    # stage's full run adds torch and ls-p100): the latency benchmark's MHSA and LS P 50 models, prefill
+    # at B 4 x 2048..16384 and decode at context 16384; its table in the step's log, its JSON in
+    # bench/latency_targets/ (report.json). Emulated: B 1, a prompt of 16, decode at 20.
+    local lat_args=(--contexts 16384 --steps 16 --repeats 3)
+    [ "$emulate" = 1 ] && lat_args=(--batch 1 --prompts 16 --contexts 20 --steps 2 --repeats 1)
+    rm -f "$work/bench/latency_targets/generate_latency.json"
+    step "profile:latency-targets" 180 run_bin latency_targets "$PY" dev/bench/generate_latency.py \
+        --out "$work/bench/latency_targets" --binary "$generator" --skip-torch --ours-sides ours --variants mhsa,ls-p50 \
+        "${lat_args[@]}"
 }
 
 # bench_generate CKPT JSON ARGS...: generate_gpt2_ls --bench --bench-profile on CKPT (each matmul's
