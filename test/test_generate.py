@@ -167,6 +167,10 @@ def test_help_lists_every_flag():
     (["--greedy=2x"], "--greedy: is not a value for an on/off flag"),  # not read with stoll as on (fix 17)
     (["--temperature", "inf"], "--temperature: 'inf' is not a finite number"),  # trial 3 F5
     (["--temperature", "1e-50"], "--temperature: '1e-50' is below the smallest normal float"),
+    # --greedy takes the argmax: a sampling flag beside it would be ignored
+    (["--greedy", "--temperature", "0.5"], "--temperature shapes sampling, and --greedy takes the argmax instead; "
+     "drop --temperature, or --greedy to sample"),
+    (["--top-k", "5", "--greedy"], "--top-k shapes sampling, and --greedy takes the argmax instead"),
     (["--cuda-graph", "1", "--no-cache"], "--cuda-graph 1 runs the KV cache's decode steps as graphs"),
     (["--cuda-graph", "1", "--device", "cpu"], "--cuda-graph 1 needs the CUDA backend"),
     (["--cuda-graph", "2"], "--cuda-graph: must be <= 1 (got 2)"),

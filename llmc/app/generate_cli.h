@@ -163,6 +163,15 @@ public:
                          "one of them\n");
             return 1;
         }
+        if (cfg_.greedy)  // argmax draws nothing: a sampling flag beside it would be ignored
+            for (const char* flag : {"--temperature", "--top-k"})
+                if (app_.count(flag) > 0) {
+                    std::fprintf(stderr,
+                                 "error: %s shapes sampling, and --greedy takes the argmax instead; drop %s, or "
+                                 "--greedy to sample\n",
+                                 flag, flag);
+                    return 1;
+                }
         if (!cfg_.greedy && !(cfg_.temperature > 0.0f)) {
             std::fprintf(stderr, "error: --temperature must be > 0 (or pass --greedy)\n");
             return 1;
