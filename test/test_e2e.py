@@ -525,9 +525,10 @@ def test_warmup_longer_than_the_run_is_noted(byte_data, tmp_path):
         assert train_records(tmp_path / f"u{u}" / "metrics.jsonl")[-1]["lr"] == pytest.approx(1e-3)
 
 
-def test_schedule_flags_the_schedule_does_not_use_are_noted(byte_data, tmp_path):
-    """-q with -k constant and --wsd-decay-frac with a schedule other than wsd do nothing: one note each
-    when given (on the command line or in a --config file), none when they only hold their defaults."""
+def test_flags_the_other_settings_make_useless_are_noted(byte_data, tmp_path):
+    """-q with -k constant, --wsd-decay-frac with a schedule other than wsd, --temperature without samples and
+    the logit alarms' cooldown and keep without an alarm do nothing: one note each when given (on the command
+    line or in a --config file), none when they only hold their defaults."""
     base = data_args(byte_data) + TINY + ["-x", 1, "-v", 0, "-s", 0]
     p = run(base + ["-k", "constant", "-q", "0.5", "--wsd-decay-frac", "0.3"])
     assert [ln for ln in p.stderr.splitlines() if "has no effect" in ln] == [
@@ -543,6 +544,22 @@ def test_schedule_flags_the_schedule_does_not_use_are_noted(byte_data, tmp_path)
         "share of the run wsd decays over)"]
     for args in (["-k", "constant"], ["-k", "wsd", "-q", "0.5", "--wsd-decay-frac", "0.3"], ["-q", "0.5"]):
         assert "has no effect" not in run(base + args).stderr
+    # --temperature without samples (-s 0, or -g 0), the alarms' cooldown and keep without an alarm
+    p = run(base + ["--temperature", "0.5", "--logit-alarm-cooldown", "50", "--logit-alarm-keep", "2"])
+    assert [ln for ln in p.stderr.splitlines() if "has no effect" in ln] == [
+        "note: --temperature 0.5 has no effect with --sample-every 0 (it sets the temperature of the samples the "
+        "run draws)",
+        "note: --logit-alarm-cooldown 50 has no effect with --logit-alarm 0 and --logit-alarm-above 0 (it spaces the "
+        "alarms' checkpoints)",
+        "note: --logit-alarm-keep 2 has no effect with --logit-alarm 0 and --logit-alarm-above 0 (it keeps the "
+        "newest alarms' checkpoints)"], p.stderr
+    p = run(base[:-2] + ["-s", 5, "-g", 0, "--temperature", "0.5"])
+    assert [ln for ln in p.stderr.splitlines() if "has no effect" in ln] == [
+        "note: --temperature 0.5 has no effect with --gen-tokens 0 (it sets the temperature of the samples the run "
+        "draws)"], p.stderr
+    for args in (["-s", 5, "--temperature", "0.5"], ["-s", 0, "--logit-alarm-above", 50, "--logit-alarm-cooldown", 5],
+                 ["-s", 0, "--logit-alarm", 6, "--logit-alarm-keep", 1]):
+        assert "has no effect" not in run(base[:-2] + args).stderr
     # a run's config.json gives every setting of its run, chosen or not: a copy of a cosine run gets no note;
     # nor does its config.toml, which writes every flag (the unused ones at their defaults)
     src = tmp_path / "src"

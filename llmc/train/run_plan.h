@@ -212,29 +212,43 @@ inline ScheduleConfig schedule_config(const TrainConfig& cfg, int max_steps) {
     return s;
 }
 
-// -q and --wsd-decay-frac given (on the command line or by a --config TOML preset) to a schedule that does
-// not use them (llmc/train/schedule.h): one note each, not an error, as a preset may carry them for another
-// -k. A --config RUN/config.json gives every setting of its run, chosen or not: none of its values is noted;
-// nor is a config file's value equal to the flag's default (a run's config.toml writes every flag).
-inline std::vector<std::string> unused_schedule_flag_notes(const TrainConfig& cfg) {
+// Flags given (on the command line or by a --config TOML preset) that the run's other settings make do
+// nothing: one note each, not an error, as a preset may carry them for another run. -q and
+// --wsd-decay-frac with a schedule that does not use them (llmc/train/schedule.h); --temperature when the
+// run draws no samples (-s 0 or -g 0); --logit-alarm-cooldown and --logit-alarm-keep with both logit
+// alarms off. A --config RUN/config.json gives every setting of its run, chosen or not: none of its
+// values is noted; nor is a config file's value equal to the flag's default (a run's config.toml writes
+// every flag).
+inline std::vector<std::string> unused_flag_notes(const TrainConfig& cfg) {
     std::vector<std::string> out;
     const LrSchedule kind = parse_lr_schedule(cfg.lr_schedule);
     const TrainConfig defaults;
-    const auto given = [&](const std::string& flag, float value, float default_value) {
+    const auto given = [&](const std::string& flag, double value, double default_value) {
         if (!cfg.was_given(flag)) return false;
         for (const std::string& f : cfg.from_config)
             if (f == flag)  // from a file, not typed: a run record's, or a file's default, is no choice
                 return cfg.config_record.empty() && value != default_value;
         return true;
     };
-    const auto note = [&](const std::string& flag, float value, const std::string& use) {
+    const auto note = [&](const std::string& flag, auto value, const std::string& with, const std::string& use) {
         out.push_back("note: --" + flag + " " + change_value_text(history_value(value)) + cfg.origin_of(flag) +
-                      " has no effect with --lr-schedule " + cfg.lr_schedule + " (" + use + ")");
+                      " has no effect with " + with + " (" + use + ")");
     };
+    const std::string schedule = "--lr-schedule " + cfg.lr_schedule;
     if (kind == LrSchedule::Constant && given("final-lr-frac", cfg.final_lr_frac, defaults.final_lr_frac))
-        note("final-lr-frac", cfg.final_lr_frac, "it sets the final lr of cosine, linear and wsd");
+        note("final-lr-frac", cfg.final_lr_frac, schedule, "it sets the final lr of cosine, linear and wsd");
     if (kind != LrSchedule::Wsd && given("wsd-decay-frac", cfg.wsd_decay_frac, defaults.wsd_decay_frac))
-        note("wsd-decay-frac", cfg.wsd_decay_frac, "it sets the share of the run wsd decays over");
+        note("wsd-decay-frac", cfg.wsd_decay_frac, schedule, "it sets the share of the run wsd decays over");
+    if ((cfg.sample_every == 0 || cfg.gen_tokens == 0) && given("temperature", cfg.temperature, defaults.temperature))
+        note("temperature", cfg.temperature, cfg.sample_every == 0 ? "--sample-every 0" : "--gen-tokens 0",
+             "it sets the temperature of the samples the run draws");
+    if (cfg.logit_alarm == 0.0f && cfg.logit_alarm_above == 0.0f) {
+        const std::string off = "--logit-alarm 0 and --logit-alarm-above 0";
+        if (given("logit-alarm-cooldown", cfg.logit_alarm_cooldown, defaults.logit_alarm_cooldown))
+            note("logit-alarm-cooldown", cfg.logit_alarm_cooldown, off, "it spaces the alarms' checkpoints");
+        if (given("logit-alarm-keep", cfg.logit_alarm_keep, defaults.logit_alarm_keep))
+            note("logit-alarm-keep", cfg.logit_alarm_keep, off, "it keeps the newest alarms' checkpoints");
+    }
     return out;
 }
 
