@@ -186,14 +186,24 @@ def test_help_lists_every_flag():
     (["--bench", "--bench-prompt", "8,0", "--bench-contexts", "64"],
      "--bench-prompt: '8,0' is not a list of positive lengths"),
     (["--bench", "--bench-prompt", "8,65", "--bench-contexts", "64"], "--bench-prompt 65 exceeds the model's max_seq_len 64"),
+    # --bench times the cache on random tokens: a text generation flag beside it would be ignored
+    (["--bench", "--no-cache"], "--no-cache is a flag of text generation, and --bench times the KV cache on random "
+     "tokens instead; drop --no-cache (--bench reads -e, --device, --cuda-graph, --threads, --seed and the --bench-* "
+     "flags)"),
+    (["--bench", "--prompt-ids", "1,2"], "--prompt-ids is a flag of text generation"),
+    (["--bench", "-n", "5"], "--tokens is a flag of text generation"),
+    (["--bench", "--max-len", "10"], "--max-len is a flag of text generation"),
+    (["--bench", "--greedy"], "--greedy is a flag of text generation"),
+    (["--bench", "--print-ids"], "--print-ids is a flag of text generation"),
     (["--bench", "--bench-profile", "--bench-contexts", "64", "--bench-prompt", "8", "--device", "cpu"],
      "--bench-profile times GPU kernels; the cpu backend has none: use --device cuda, or drop --bench-profile"),
 ])
 def test_bad_input_fails_with_one_line(model, extra, expect):
     ckpt, _ = model
     model_arg = [] if extra == [] or extra[0] == "-e" else ["-e", ckpt]  # [] = no checkpoint or a given one
-    prompt_arg = [] if "--prompt-ids" in extra else ["--prompt-ids", "1"]
-    p = gen(model_arg + prompt_arg + extra + ["-n", 3], check=False)
+    text = "--bench" not in extra  # --bench refuses the text flags (below); the other cases get a prompt and -n
+    prompt_arg = [] if "--prompt-ids" in extra or not text else ["--prompt-ids", "1"]
+    p = gen(model_arg + prompt_arg + extra + (["-n", 3] if text else []), check=False)
     err = p.stderr.decode()
     assert p.returncode == 1, err
     assert len(err.strip().splitlines()) == 1, err

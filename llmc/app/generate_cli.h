@@ -147,6 +147,18 @@ public:
                                  flag, flag);
                     return 1;
                 }
+        if (cfg_.bench)  // the benchmark makes its own random prompts and times the KV cache: text flags do nothing
+            for (const char* flag :
+                 {"--prompt-ids", "--prompt", "--prompt-file", "--encode-only", "--tokenizer", "--sp-model", "--tokens",
+                  "--temperature", "--top-k", "--greedy", "--max-len", "--no-cache", "--print-ids"})
+                if (app_.count(flag) > 0) {
+                    std::fprintf(stderr,
+                                 "error: %s is a flag of text generation, and --bench times the KV cache on random "
+                                 "tokens instead; drop %s (--bench reads -e, --device, --cuda-graph, --threads, "
+                                 "--seed and the --bench-* flags)\n",
+                                 flag, flag);
+                    return 1;
+                }
         if (cfg_.model.empty() && !cfg_.encode_only) {
             std::fprintf(stderr, "error: --model is required (a checkpoint file); run with --help for the flags\n");
             return 1;
