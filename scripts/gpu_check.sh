@@ -39,7 +39,8 @@
 #   4 = e2e-small      dev/bench/train_vs_torch.py --models ls-small   (ours vs PyTorch, paper model)
 #   5 = e2e-d12        dev/bench/train_vs_torch.py --models d12        (ours vs PyTorch, GPT-2 124M shape)
 #   6 = profile        the trainer's per-kernel profile (--profile-steps 8) of the paper's shape at B 8,
-#                      the paper code's model at B 16 and d12 (stage_profile)
+#                      the paper code's model at B 16 and d12, the generator's profiled bench on the
+#                      B 16 model, and LS against MHSA at 2K-16K, ours only (stage_profile)
 #   all = 1,2,3,6,4,5
 # DIR (default $OUT if set, else out/gpu_check) receives report.txt (every step's output, the short
 # table last) and report.json (steps, statuses, times, and the benchmarks' JSON), covering every step

@@ -123,3 +123,19 @@ def test_table_and_reduction():
     text = gl.format_table({"mhsa": {"ours": mh, "graph": fast, "torch": None}}, [2048], [1024, 2048])
     assert "mhsa      graph" in text
     assert "decode steps as CUDA graphs vs issued one by one: decode@1024" in text and "decode@2048 75.0% lower" in text
+
+
+@pytest.mark.parametrize("args, expect", [
+    (["--prompts", "2048,x"], "--prompts '2048,x': give comma-separated lengths in 1..16384"),
+    (["--prompts", "40000"], "--prompts '40000': give comma-separated lengths in 1..16384"),
+    (["--contexts", "0,1024"], "--contexts '0,1024': give comma-separated lengths"),
+    (["--prompts", "4096,2048"], "--prompts 4096,2048: give the lengths ascending, each once"),
+    (["--prompts", "2048,2048"], "--prompts 2048,2048: give the lengths ascending, each once"),
+    (["--contexts", "32"], "--contexts: each context must exceed --steps 32"),
+])
+def test_bad_lengths_are_refused_before_any_work(tmp_path, capsys, args, expect):
+    """Refused by argparse (exit 2, the error's line) before a checkpoint is written or a binary runs."""
+    with pytest.raises(SystemExit) as e:
+        gl.main(["--out", str(tmp_path / "o"), "--skip-torch", "--binary", "/nonexistent"] + args)
+    assert e.value.code == 2 and expect in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

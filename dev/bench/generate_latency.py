@@ -372,10 +372,9 @@ def torch_side(cfg, flat, args):
 
         def attend(q, k, v):
             return flex(q, k, v, block_mask=model.prepare(q.shape[2], dev)[1], scale=scale)
-    # Decode: SDPA's flash and memory-efficient back-ends only. Every decode step has a new key length,
-    # and a back-end that plans per shape (cuDNN's) pays its planning at every step: at fa663e0 torch's
-    # decode took 40-140 ms a token at each context whose key lengths the process had not seen before,
-    # and ~2-4 ms where it had (the warm-up's context, a later variant's global head of the same shape).
+    # Decode (checked and timed): SDPA's flash and memory-efficient back-ends only. Every decode step has a
+    # new key length, and a back-end that plans per shape (cuDNN's) would pay its planning at every step
+    # (docs/generation.md, latency benchmark).
     decode_backends = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
     side = {"route": ("sdpa-flash prefill" if all_global else "flex_attention (compiled) prefill")
             + "; decode: sdpa (flash or mem-efficient) over the local heads' ring and the global heads' cache",
@@ -385,7 +384,8 @@ def torch_side(cfg, flat, args):
         # the check: a short sequence, the local heads' ring wrapped (T0 + steps > P); without local heads
         # there is no ring (and 2 * window would pass max_seq_len)
         T0 = 67 if all_global else 2 * cfg.window + 3
-        worst, n = check_decoder(model, lambda B, L: TorchDecoder(model, B, L, attend), 2, T0, 24, 2e-2, gen)
+        with sdpa_kernel(decode_backends):
+            worst, n = check_decoder(model, lambda B, L: TorchDecoder(model, B, L, attend), 2, T0, 24, 2e-2, gen)
         side["check"] = {"worst_rel_err": worst, "comparisons": n, "tol": 2e-2, "ok": worst <= 2e-2}
         B, V = args.batch, cfg.vocab_size
         side["prefill"] = {}
@@ -410,7 +410,7 @@ def torch_side(cfg, flat, args):
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
             dec = TorchDecoder(model, B, c, attend)
-            dec.prefill(torch.randint(0, V, (B, c - args.steps), generator=gen).to(dev))
+            dec.prefill(torch.randint(0, V, (B, c - args.steps), generator=gen).to(dev), last_only=True)
             ms = []
             for s in range(args.steps):
                 tok = torch.randint(0, V, (B,), generator=gen).to(dev)
@@ -472,6 +472,18 @@ def self_test():
 
 
 # ---------------------------------------------------------------------------------------- main
+def lengths(ap, flag, text):
+    """'2048,4096' -> [2048, 4096]: positive lengths up to the models' max_seq_len, else ap.error (one line)."""
+    try:
+        out = [int(x) for x in text.split(",")]
+    except ValueError:
+        out = []
+    if not out or not all(0 < x <= BASE["max_seq_len"] for x in out):
+        ap.error(f"{flag} '{text}': give comma-separated lengths in 1..{BASE['max_seq_len']} (the models' "
+                 "max_seq_len), e.g. 2048,4096")
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -497,8 +509,16 @@ def main(argv=None):
         return self_test()
     if not args.out:
         ap.error("--out DIR is required")
-    args.contexts = [int(c) for c in args.contexts.split(",")]
-    args.prompts = [int(t) for t in args.prompts.split(",")]
+    args.contexts = lengths(ap, "--contexts", args.contexts)
+    args.prompts = lengths(ap, "--prompts", args.prompts)
+    if args.prompts != sorted(set(args.prompts)):
+        ap.error(f"--prompts {','.join(map(str, args.prompts))}: give the lengths ascending, each once (a prefill "
+                 "keeps the buffers of a longer one before it, so its memory reading would be the longer one's)")
+    if args.steps < 1 or args.repeats < 1 or args.batch < 1:
+        ap.error("--steps, --repeats and --batch must be >= 1")
+    if min(args.contexts) <= args.steps:
+        ap.error(f"--contexts: each context must exceed --steps {args.steps} (a decode context holds context - steps "
+                 "prefilled positions)")
     variants = args.variants.split(",")
     ours_sides = [s for s in args.ours_sides.split(",") if s]
     for s in ours_sides:

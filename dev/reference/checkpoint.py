@@ -77,17 +77,17 @@ def _fnv1a64_native():
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         return None
-    with tempfile.TemporaryDirectory() as d:
-        src, lib = os.path.join(d, "fnv.c"), os.path.join(d, "fnv.so")
-        with open(src, "w") as f:
-            f.write(_FNV_C)
-        try:
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            src, lib = os.path.join(d, "fnv.c"), os.path.join(d, "fnv.so")
+            with open(src, "w") as f:
+                f.write(_FNV_C)
             if subprocess.run([cc, "-O2", "-shared", "-fPIC", src, "-o", lib], capture_output=True,
                               timeout=60).returncode != 0:
                 return None
             fn = ctypes.CDLL(lib).fnv1a64  # the library stays mapped after its file is removed
-        except (OSError, subprocess.SubprocessError):
-            return None
+    except (OSError, subprocess.SubprocessError):  # no writable temp dir, a compiler that cannot run
+        return None
     fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64]
     fn.restype = ctypes.c_uint64
     return fn
