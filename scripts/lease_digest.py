@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""
+The measured side of a GPU lease, as markdown for its docs/results/<date>-<device>-<commit>/README.md:
+what passed and failed, each profiled case's step beside the committed prediction (per group, flagged
+outside the tolerance), the generator's profiled bench, and issue 52's inference targets with a verdict.
+
+  python3 scripts/lease_digest.py REPORT.json [--prediction docs/results/predictions/HEAD-<sha>-modeled.json]
+        [--tolerance 1.3]
+
+REPORT.json: what scripts/gpu_lease.sh (scripts/gpu_check.sh) left in the run's output folder. Every
+figure is labelled by where it came from: "GPU at <commit>" for a report of a GPU, "emulated at
+<commit>" for one of scripts/gpu_check.sh --emulate (launch counts, no times); the prediction's are
+"modeled". Nothing here is measured on this machine. The prose (why a step failed, what a flagged
+group means for the calibration) is the session's to write beside it.
+"""
+import argparse
+import importlib.util
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+
+# issue 52's inference targets: LS's prefill at these prompt lengths, and its decode at the largest context,
+# at least this far below MHSA's (ours against ours, one run)
+PREFILL_TARGET = (0.30, (8192, 16384))
+DECODE_TARGET = (0.30, 16384)
+
+
+def roofline():
+    spec = importlib.util.spec_from_file_location("roofline", os.path.join(REPO, "dev", "bench", "roofline.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def label(report):
+    """Where the report's figures come from: a GPU's, or the emulation's (its device name says so)."""
+    emulated = "emulated" in str(report.get("device", "")).lower()
+    commit = str(report.get("commit", "?"))
+    if len(commit) == 40 and all(c in "0123456789abcdef" for c in commit):
+        commit = commit[:7]
+    return ("emulated at " if emulated else "GPU at ") + commit, emulated
+
+
+def steps_section(report):
+    steps = report.get("steps", [])
+    failed = [s for s in steps if s["status"] not in ("PASS", "SKIPPED")]
+    out = [f"**Steps**: {report.get('passed', 0)} of {len(steps)} PASS, {report.get('skipped', 0)} skipped, "
+           f"{len(failed)} failed (device {report.get('device', '?')}, {report.get('date', '?')})."]
+    if failed:
+        out += ["", "| failed step | status | seconds |", "|---|---|---:|"]
+        out += [f"| `{s['name']}` | {s['status']} | {s['seconds']:.1f} |" for s in failed]
+    return out
+
+
+def fmt(x, spec, none="-"):
+    return none if x is None else format(x, spec)
+
+
+def profile_section(rf, case, prof, pred_case, tol, where):
+    out = [f"### Profile `{case}` ({where}; predicted: modeled)", ""]
+    res = rf.compare_profile(rf.load_profile(prof), pred_case, tol) if pred_case else None
+    if prof.get("timed"):
+        out.append(f"Step {prof['step_us']:.1f} us ({where})"
+                   + (f", predicted {pred_case['step_us']:.1f} us (ratio {prof['step_us'] / pred_case['step_us']:.2f})"
+                      if pred_case else "")
+                   + f"; busy {prof['busy_us']:.1f} us, idle {prof['idle_us']:.1f} us, "
+                   f"{prof['activities_per_step']:.0f} activities per step.")
+    else:
+        out.append(f"Untimed ({where}): {prof['activities_per_step']:.0f} activities per step; calls compared only.")
+    g = prof.get("gemms")
+    if g:
+        rate = f", {g['tflops']:.1f} TFLOP/s achieved" if g.get("tflops") else ""
+        out.append(f"cuBLASLt per step (the trainer's count): {g['calls_per_step']:.1f} calls, "
+                   f"{g['flops_per_step'] / 1e9:.3f} GFLOP, {g['bytes_per_step'] / 1e9:.4f} GB{rate}.")
+    if res is None:
+        out += ["", "(no prediction for this case: give --prediction, or the prediction lacks it)"]
+        return out
+    out += ["", "| group | measured | predicted us | ratio | calls m / p | flagged |", "|---|---:|---:|---:|---:|---|"]
+    for grp in res["groups"]:
+        out.append(f"| {grp['group']} | {fmt(grp['us_measured'], ',.1f')} | {grp['us_predicted']:,.1f} | "
+                   f"{fmt(grp['ratio'], '.2f')} | {grp['calls_measured']:.0f} / {grp['calls_predicted']:.0f} | "
+                   f"{'**yes**' if grp['flagged'] else ''} |")
+    out.append("")
+    out.append("Flagged: " + (", ".join(res["flagged"]) if res["flagged"] else "none") +
+               f" (outside [{1 / tol:.2f}, {tol:.2f}]" + ("" if res["timed"] else ", calls only") + ").")
+    if res["timed"]:
+        top = sorted((r for r in res["rows"] if r["us_measured"]), key=lambda r: -r["us_measured"])[:8]
+        out += ["", "| largest kernels | calls | us measured | us predicted | ratio |", "|---|---:|---:|---:|---:|"]
+        out += [f"| `{r['kernel'][:80]}` | {r['calls_measured']:.0f} | {r['us_measured']:,.1f} | "
+                f"{r['us_predicted']:,.1f} | {fmt(r['ratio'], '.2f')} |" for r in top]
+    return out
+
+
+def generate_section(name, j, where, emulated):
+    out = [f"### Generator bench `{name}` ({where})", ""]
+    pre = j.get("prefill", [])
+    pre = pre if isinstance(pre, list) else [pre]  # one object before be30f47
+    if emulated:
+        out.append(f"Ran: prefill lengths {', '.join(str(p['T']) for p in pre)}, decode contexts "
+                   f"{', '.join(str(d['context']) for d in j.get('decode', []))} (its times are the emulator's: none "
+                   "shown).")
+    else:
+        prefills = ", ".join(f"B {j.get('batch')} x {p['T']}: {p['ms_median']:.3f} ms" for p in pre)
+        decodes = ", ".join(f"context {d['context']}: {d['ms_per_token_median']:.3f} ms per token"
+                            for d in j.get("decode", []))
+        out.append(f"Prefill: {prefills}; decode: {decodes} (--cuda-graph {j.get('cuda_graph')}).")
+    prof = j.get("profile")
+    if prof:
+        for what in ("prefill", "decode"):
+            t = prof[what]
+            line = f"Profiled {what}: {t['activities_per_step']:.0f} activities"
+            if t.get("timed"):
+                line += f", {t['step_us']:.1f} us, idle {t['idle_us']:.1f} us"
+            g = t.get("gemms")
+            if g:
+                line += f"; cuBLASLt {g['calls_per_step']:.0f} calls, {g['flops_per_step'] / 1e9:.3f} GFLOP"
+            out.append(line + ".")
+    return out
+
+
+def reduction(x, ref):
+    return None if x is None or ref is None or ref <= 0 else 1.0 - x / ref
+
+
+def latency_targets(j):
+    """Per LS variant: the prefill reduction against MHSA at each prompt length and the decode reduction at the
+    largest context (ours), with each target's verdict (None: not measured)."""
+    res = j.get("results", {})
+    mhsa = (res.get("mhsa") or {}).get("ours")
+    rows = []
+    if not mhsa:
+        return rows
+    least, at = PREFILL_TARGET
+    for v in ("ls-p50", "ls-p100"):
+        ls = (res.get(v) or {}).get("ours")
+        if not ls:
+            continue
+        pre = {int(t): reduction(ls["prefill"].get(t, {}).get("ms"), mhsa["prefill"].get(t, {}).get("ms"))
+               for t in mhsa["prefill"]}
+        c = str(DECODE_TARGET[1])
+        dec = reduction(ls["decode"].get(c, {}).get("ms_per_token"), mhsa["decode"].get(c, {}).get("ms_per_token"))
+        needed = [pre.get(t) for t in at]
+        prefill_ok = None if any(x is None for x in needed) else all(x >= least for x in needed)
+        rows.append(dict(variant=v, prefill=pre, decode=dec, prefill_ok=prefill_ok,
+                         decode_ok=None if dec is None else dec >= DECODE_TARGET[0]))
+    return rows
+
+
+def latency_section(j, where, emulated):
+    least, at = PREFILL_TARGET
+    out = [f"### LS against MHSA, ours (`generate_latency.py`, {where})", ""]
+    rows = latency_targets(j)
+    if not rows:
+        return out + ["(no MHSA and LS results of ours in it)"]
+    if emulated:
+        return out + [f"Ran: {', '.join(r['variant'] for r in rows)} against mhsa at prompts "
+                      f"{', '.join(map(str, sorted(rows[0]['prefill'])))} (its times are the emulator's: no "
+                      "reduction or verdict shown)."]
+
+    def verdict(ok):
+        return "not measured" if ok is None else ("**met**" if ok else "**missed**")
+    for r in rows:
+        cells = ", ".join(f"{t}: {fmt(None if x is None else 100 * x, '.1f')}%" for t, x in sorted(r["prefill"].items()))
+        out.append(f"- {r['variant']}: prefill below MHSA by {cells}; target >= {100 * least:.0f}% at "
+                   f"{' and '.join(map(str, at))}: {verdict(r['prefill_ok'])}. Decode at {DECODE_TARGET[1]}: "
+                   f"{fmt(None if r['decode'] is None else 100 * r['decode'], '.1f')}% below; target >= "
+                   f"{100 * DECODE_TARGET[0]:.0f}%: {verdict(r['decode_ok'])}.")
+    return out
+
+
+def digest(report, prediction=None, tol=1.3, prediction_name="the prediction"):
+    where, emulated = label(report)
+    out = [f"## Measured ({where})", ""] + steps_section(report)
+    if emulated:
+        out += ["", "Emulated: launch counts and calls, no times; no figure here is a GPU's."]
+    rf = roofline()
+    cases = (prediction or {}).get("cases", {})
+    benches = report.get("benchmarks") or {}
+    order = ("bench/profile/", "bench/generate/", "")  # profiles, the generator's bench, then the rest
+    for key in sorted(benches, key=lambda k: (next(i for i, p in enumerate(order) if k.startswith(p)), k)):
+        j = benches[key]
+        if "error" in j and len(j) == 1:
+            out += ["", f"### `{key}`: {j['error']}"]
+            continue
+        parts = key.split("/")
+        name = os.path.splitext(parts[-1])[0]
+        if key.startswith("bench/profile/"):
+            out += [""] + profile_section(rf, name, j, cases.get(name), tol, where)
+        elif key.startswith("bench/generate/"):
+            out += [""] + generate_section(name, j, where, emulated)
+        elif key.endswith("generate_latency.json"):
+            out += [""] + latency_section(j, where, emulated)
+    if prediction:
+        out += ["", f"Predicted: `{prediction_name}` (modeled, for {prediction.get('commit', '?')})."]
+    return "\n".join(out)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].strip())
+    ap.add_argument("report", help="the lease's report.json")
+    ap.add_argument("--prediction", help="a roofline.py --predict JSON (docs/results/predictions/)")
+    ap.add_argument("--tolerance", type=float, default=1.3)
+    a = ap.parse_args(argv)
+    try:
+        with open(a.report) as f:
+            report = json.load(f)
+        if not isinstance(report, dict) or "steps" not in report:
+            raise ValueError("no 'steps': not a scripts/gpu_check.sh report.json")
+        prediction = None
+        if a.prediction:
+            with open(a.prediction) as f:
+                prediction = json.load(f)
+            if not isinstance(prediction.get("cases"), dict):
+                raise ValueError(f"{a.prediction}: no 'cases': not a roofline.py --predict file")
+    except (OSError, ValueError) as e:
+        print(f"error: {e}; give the report.json a lease left (and a prediction roofline.py --predict wrote)",
+              file=sys.stderr)
+        return 2
+    print(digest(report, prediction, a.tolerance, a.prediction))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

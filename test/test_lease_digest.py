@@ -1,0 +1,95 @@
+"""scripts/lease_digest.py: the measured side of a lease as markdown. On the committed report of the GPU run
+at c276bf2 (docs/results/2026-11-29-H200-c276bf2/) against the prediction committed before it; the target
+verdicts on generated latency results; an emulated report shows no times."""
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "lease_digest.py"
+sys.path.insert(0, str(SCRIPT.parent))
+import lease_digest  # noqa: E402
+
+C276 = REPO / "docs" / "results" / "2026-11-29-H200-c276bf2" / "report.json"
+PRED = REPO / "docs" / "results" / "predictions" / "HEAD-ad79b12-modeled.json"
+
+
+def run(*args):
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=120)
+
+
+def test_the_c276bf2_run_as_its_readme_reads_it():
+    p = run(C276, "--prediction", PRED)
+    assert p.returncode == 0, p.stderr
+    text = p.stdout
+    assert text.startswith("## Measured (GPU at c276bf2)")
+    assert "**Steps**: 35 of 40 PASS, 0 skipped, 5 failed" in text
+    for failed in ("test:test_cuda_model", "check:attention_ls", "test:cublaslt-real", "sweep:attention_ls",
+                   "profile:d12-b16"):
+        assert f"| `{failed}` | FAIL(rc=1) |" in text
+    # the README's "measured beside predicted" table (docs/results/2026-11-29-H200-c276bf2/README.md)
+    assert "Step 6022.2 us (GPU at c276bf2), predicted 5327.7 us (ratio 1.13)" in text
+    assert "| attention bwd | 1,196.9 | 761.1 | 1.57 | 18 / 18 | **yes** |" in text
+    assert "| GEMMs | 1,256.3 | 1,206.0 | 1.04 | 99 / 75 |  |" in text
+    assert "Flagged: attention fwd, attention bwd, LayerNorm, gaps (outside [0.77, 1.30])." in text
+    assert f"Predicted: `{PRED}` (modeled, for ad79b12)." in text
+
+
+def latency_json(ms, device="NVIDIA H200"):
+    """generate_latency.py's JSON: {variant: {"prefill": {T: ms}, "decode": {c: ms}}} of ours."""
+    res = {v: {"ours": {"prefill": {str(t): {"ms": x, "peak_bytes": 1} for t, x in d["prefill"].items()},
+                        "decode": {str(c): {"ms_per_token": x} for c, x in d["decode"].items()}}}
+           for v, d in ms.items()}
+    return {"commit": "abc1234", "device": device, "results": res}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_target_verdicts_follow_the_reductions(seed):
+    """Fresh random times: a variant meets the prefill target only when it is >= 30% below MHSA at both 8K and
+    16K, and the decode target when >= 30% below at 16K; a length not measured gives no verdict."""
+    rng = random.Random(seed)
+    m8, m16, d16 = (rng.uniform(1, 20) for _ in range(3))
+    cut = {"ls-p50": (rng.uniform(0.31, 0.7), rng.uniform(0.31, 0.7), rng.uniform(0.31, 0.6)),
+           "ls-p100": (rng.uniform(0.31, 0.7), rng.uniform(0.0, 0.29), rng.uniform(0.0, 0.29))}
+    ms = {"mhsa": {"prefill": {2048: 1.0, 8192: m8, 16384: m16}, "decode": {16384: d16}}}
+    for v, (a, b, c) in cut.items():
+        ms[v] = {"prefill": {2048: 0.9, 8192: m8 * (1 - a), 16384: m16 * (1 - b)}, "decode": {16384: d16 * (1 - c)}}
+    rows = {r["variant"]: r for r in lease_digest.latency_targets(latency_json(ms))}
+    assert rows["ls-p50"]["prefill_ok"] is True and rows["ls-p50"]["decode_ok"] is True
+    assert rows["ls-p100"]["prefill_ok"] is False and rows["ls-p100"]["decode_ok"] is False
+    assert rows["ls-p50"]["prefill"][8192] == pytest.approx(cut["ls-p50"][0])
+    assert rows["ls-p100"]["prefill"][2048] == pytest.approx(0.1)
+    text = "\n".join(lease_digest.latency_section(latency_json(ms), "GPU at abc1234", False))
+    assert "ls-p50: prefill below MHSA by 2048: 10.0%" in text and text.count("**met**") == 2
+    assert text.count("**missed**") == 2
+    # without the 16K prompt: no prefill verdict
+    del ms["ls-p50"]["prefill"][16384]
+    rows = {r["variant"]: r for r in lease_digest.latency_targets(latency_json(ms))}
+    assert rows["ls-p50"]["prefill_ok"] is None
+
+
+def test_an_emulated_report_shows_no_times(tmp_path):
+    ms = {"mhsa": {"prefill": {16: 300.0}, "decode": {20: 270.0}}, "ls-p50": {"prefill": {16: 280.0},
+                                                                            "decode": {20: 260.0}}}
+    gen = {"batch": 1, "cuda_graph": 1, "prefill": [{"T": 32, "ms_median": 31.5}],
+           "decode": [{"context": 64, "ms_per_token_median": 15.3}]}
+    report = {"commit": "f" * 40, "device": "EMULATED (dev/emu on 2 CPU cores; not a GPU)", "passed": 1, "skipped": 0,
+              "steps": [{"name": "profile:latency-targets", "status": "PASS", "seconds": 9.0}],
+              "benchmarks": {"bench/latency_targets/generate_latency.json": latency_json(ms, "EMULATED"),
+                             "bench/generate/small.json": gen}}
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    p = run(tmp_path / "report.json")
+    assert p.returncode == 0, p.stderr
+    assert "## Measured (emulated at fffffff)" in p.stdout and "no figure here is a GPU's" in p.stdout
+    for number in ("31.5", "15.3", "300", "%", "met", "missed"):
+        assert number not in p.stdout, number
+    assert "Ran: ls-p50 against mhsa at prompts 16" in p.stdout
+
+
+def test_not_a_report_is_one_line():
+    p = run(PRED)  # a prediction, not a report
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "not a scripts/gpu_check.sh report.json" in p.stderr
