@@ -249,12 +249,14 @@ inline bool lt_matmul(MatmulContext& ctx, void* d, cudaDataType_t dtype, const v
     const uint64_t ws = ctx.workspace_bytes;
     CUBLASLT_CHECK(
         cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-    // Split-K only with its partial sums kept in the compute type (fp32, in the workspace, reduced in
-    // a separate step): cublasLt.h's INPLACE scheme adds the parts "using the output buffer (and output
-    // data type)", i.e. in bf16 for a bf16 D, which would round every partial sum of long-k products
-    // (the LM head's dinp, k = Vp) and make the result depend on the split the heuristic picks.
+    // Split-K only with its partial sums kept in fp32, the compute type. COMPUTE_TYPE (in the workspace,
+    // reduced in a separate step) always. INPLACE adds the parts "using the output buffer (and output data
+    // type) and counters (in workspace) to guarantee the sequentiality" (cublasLt.h): in order, and for an
+    // fp32 D (the weight gradients, accumulated) in fp32, with no separate reduction kernel; for a bf16 D
+    // it would round every partial sum of long-k products (the LM head's dinp, k = Vp), so not there.
     // NONE (no split) is always allowed.
-    const uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    const uint32_t reductions =
+        CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE | (dtype == CUDA_R_32F ? CUBLASLT_REDUCTION_SCHEME_INPLACE : 0u);
     CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions,
                                                         sizeof(reductions)));
     // The heuristic assumes 256-byte aligned matrices unless told otherwise; our operands are often
