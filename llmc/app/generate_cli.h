@@ -2,6 +2,7 @@
 // GenerateConfig, so --help and the parser cannot disagree. docs/generation.md lists them.
 #pragma once
 #include <cstdio>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -137,28 +138,25 @@ public:
         cfg_.has_prompt_text = app_.count("--prompt") > 0;
         cfg_.bench_contexts_given = app_.count("--bench-contexts") > 0;
         cfg_.bench_prompt_given = app_.count("--bench-prompt") > 0;
-        if (!cfg_.bench)  // the benchmark's own flags do nothing without it: refused, not ignored
-            for (const char* flag : {"--bench-batch", "--bench-prompt", "--bench-contexts", "--bench-steps",
-                                     "--bench-repeats", "--bench-profile"})
-                if (app_.count(flag) > 0) {
-                    std::fprintf(stderr,
-                                 "error: %s sets up the latency benchmark, which runs only with --bench; add "
-                                 "--bench, or drop %s\n",
-                                 flag, flag);
-                    return 1;
-                }
-        if (cfg_.bench)  // the benchmark makes its own random prompts and times the KV cache: text flags do nothing
-            for (const char* flag :
-                 {"--prompt-ids", "--prompt", "--prompt-file", "--encode-only", "--tokenizer", "--sp-model", "--tokens",
-                  "--temperature", "--top-k", "--greedy", "--max-len", "--no-cache", "--print-ids"})
-                if (app_.count(flag) > 0) {
-                    std::fprintf(stderr,
-                                 "error: %s is a flag of text generation, and --bench times the KV cache on random "
-                                 "tokens instead; drop %s (--bench reads -e, --device, --cuda-graph, --threads, "
-                                 "--seed and the --bench-* flags)\n",
-                                 flag, flag);
-                    return 1;
-                }
+        // A flag the other settings make do nothing is refused, not ignored. The benchmark's own flags
+        // without it; with it, the flags of text generation (it makes its own random prompts and always
+        // times the KV cache).
+        const std::string bench_only = cfg_.bench
+                                           ? ""
+                                           : first_given({"--bench-batch", "--bench-prompt", "--bench-contexts",
+                                                          "--bench-steps", "--bench-repeats", "--bench-profile"});
+        if (!bench_only.empty())
+            return refuse(bench_only + " sets up the latency benchmark, which runs only with --bench; add --bench, " +
+                          "or drop " + bench_only);
+        const std::string text_only =
+            !cfg_.bench ? ""
+                        : first_given({"--prompt-ids", "--prompt", "--prompt-file", "--encode-only", "--tokenizer",
+                                       "--sp-model", "--tokens", "--temperature", "--top-k", "--greedy", "--max-len",
+                                       "--no-cache", "--print-ids"});
+        if (!text_only.empty())
+            return refuse(text_only + " is a flag of text generation, and --bench times the KV cache on random " +
+                          "tokens instead; drop " + text_only +
+                          " (--bench reads -e, --device, --cuda-graph, --threads, --seed and the --bench-* flags)");
         if (cfg_.model.empty() && !cfg_.encode_only) {
             std::fprintf(stderr, "error: --model is required (a checkpoint file); run with --help for the flags\n");
             return 1;
@@ -175,15 +173,11 @@ public:
                          "one of them\n");
             return 1;
         }
-        if (cfg_.greedy)  // argmax draws nothing: a sampling flag beside it would be ignored
-            for (const char* flag : {"--temperature", "--top-k"})
-                if (app_.count(flag) > 0) {
-                    std::fprintf(stderr,
-                                 "error: %s shapes sampling, and --greedy takes the argmax instead; drop %s, or "
-                                 "--greedy to sample\n",
-                                 flag, flag);
-                    return 1;
-                }
+        // argmax draws nothing: a sampling flag beside it would be ignored
+        const std::string sampling = cfg_.greedy ? first_given({"--temperature", "--top-k"}) : "";
+        if (!sampling.empty())
+            return refuse(sampling + " shapes sampling, and --greedy takes the argmax instead; drop " + sampling +
+                          ", or --greedy to sample");
         if (!cfg_.greedy && !(cfg_.temperature > 0.0f)) {
             std::fprintf(stderr, "error: --temperature must be > 0 (or pass --greedy)\n");
             return 1;
@@ -198,6 +192,18 @@ private:
     CLI::App app_;
     GenerateConfig cfg_;
     std::vector<IntRange> int_ranges_;  // the integer flags, for conversion_error (llmc/app/cli_checks.h)
+
+    // The first of `flags` given on the command line, else "".
+    std::string first_given(std::initializer_list<const char*> flags) const {
+        for (const char* f : flags)
+            if (app_.count(f) > 0) return f;
+        return "";
+    }
+    // parse()'s exit code for a refused command line: the one line on stderr.
+    static int refuse(const std::string& why) {
+        std::fprintf(stderr, "error: %s\n", why.c_str());
+        return 1;
+    }
 
     // An option bound to integer `field`, its range noted in int_ranges_.
     template <class T>
