@@ -186,3 +186,24 @@ def test_resume_with_a_preset_of_another_batch_names_the_preset(byte_data, tmp_p
     refused(["--config", preset, "-o", out, "-y", 1, "-x", 2, "--threads", 1],
             f"--config {preset} sets -b 4", "the run in", "-b 2", "drop --config", "-b 2 after it")
     run(["--config", preset, "-o", out, "-y", 1, "-x", 2, "--threads", 1, "-b", 2])  # the flag given wins
+
+
+def test_a_typed_preset_the_config_file_would_override_is_refused(sets, tmp_path):
+    """The trial's case: `--config paper_pg19.toml -e d12` trained the file's L 6, C 192 model under the d12
+    name (the file's --layers, --channels, --heads, --max-seq-len override the typed preset's). Refused, naming
+    each value; the shape given on the command line too, or a preset the file agrees with, trains."""
+    out = tmp_path / "run"
+    base = ["--config", PAPER] + data_args(sets["paper"]) + ["-o", out, "-t", 64, "-b", 2, "-d", 128, "-x", 1, "-m", 1,
+                                                              "-u", 1, "--threads", 1]
+    refused(base + ["-e", "d12"], f"-e d12 on the command line, but --config {PAPER} sets --layers 6, --channels 192, "
+            "--heads 6, --max-seq-len 2048, which would override that preset's (12, 768, 12, 1024) and train another "
+            "model: give those flags on the command line too, or drop -e")
+    assert not out.exists()
+    # only the values that differ: d6 has the file's 6 layers and 6 heads
+    line = refused(base + ["-e", "d6"], "sets --channels 192, --max-seq-len 2048, which would override that preset's "
+                   "(384, 1024)")
+    assert "--layers" not in line and "--heads" not in line
+    # the shape typed too: the model asked for trains (d1 shrunk to the test's size)
+    run(base + ["-e", "d1", "--layers", 1, "--channels", 64, "--heads", 1, "--max-seq-len", 64])
+    conf = json.loads((out / "config.json").read_text())["model"]
+    assert (conf["num_layers"], conf["channels"], conf["num_heads"], conf["max_seq_len"]) == (1, 64, 1, 64)

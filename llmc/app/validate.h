@@ -100,6 +100,37 @@ inline void check_recorded_paths_utf8(const TrainConfig& c) {
 }
 
 // The rules between flags, checked first (so a rule holds whatever the range of a flag it reads).
+// -e PRESET typed beside a --config TOML file that sets the model's shape (--layers, --channels, --heads,
+// --max-seq-len) to other values than the preset's: the file's values would override the typed preset
+// (the flags the command line does not give come from the file), so the run would train another model
+// than the one named. Refused, naming each value; a value equal to the preset's is no conflict.
+inline void check_typed_preset_against_config_file(const TrainConfig& c) {
+    const auto from_file = [&](const char* flag) {
+        for (const std::string& f : c.from_config)
+            if (f == flag) return true;
+        return false;
+    };
+    if (c.config_file.empty() || !c.config_record.empty() || !c.was_given("model") || from_file("model") ||
+        !is_model_preset(c.model))
+        return;
+    const ModelConfig p = model_preset(c.model);
+    const std::pair<const char*, std::pair<std::optional<int>, int>> shape[] = {
+        {"layers", {c.overrides.layers, p.num_layers}},
+        {"channels", {c.overrides.channels, p.channels}},
+        {"heads", {c.overrides.heads, p.num_heads}},
+        {"max-seq-len", {c.overrides.max_seq_len, p.max_seq_len}}};
+    std::string file_values, preset_values;
+    for (const auto& [flag, v] : shape)
+        if (from_file(flag) && v.first && *v.first != v.second) {
+            file_values += (file_values.empty() ? "--" : ", --") + std::string(flag) + " " + std::to_string(*v.first);
+            preset_values += (preset_values.empty() ? "" : ", ") + std::to_string(v.second);
+        }
+    if (!file_values.empty())
+        throw InputError("-e " + c.model + " on the command line, but --config " + c.config_file + " sets " +
+                         file_values + ", which would override that preset's (" + preset_values +
+                         ") and train another model: give those flags on the command line too, or drop -e");
+}
+
 inline void check_flag_combinations(const TrainConfig& c) {
     auto fail = [](const char* msg) { throw InputError(msg); };
     if (!c.fork_from.empty() && c.resume == 1)
@@ -108,6 +139,7 @@ inline void check_flag_combinations(const TrainConfig& c) {
         fail("--fork-from needs -o DIR, a new directory for the forked run");
     check_dump_attention_flags(c);  // --dump-attention: --eval-only, -o, its syntax
     check_recorded_paths_utf8(c);
+    check_typed_preset_against_config_file(c);
     if (c.eval_only) {
         if (c.val_data.empty()) fail("--eval-only needs -j VAL_GLOB, the shards to evaluate on");
         if (c.profile_steps > 0) fail("--profile-steps profiles training steps; drop it with --eval-only");
