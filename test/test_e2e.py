@@ -572,3 +572,15 @@ def test_eval_only_refuses_profile_steps(trained, byte_data):
     out, _ = trained
     assert_refused(["--eval-only", "-e", out / "model_00000020.bin", "-j", f"{byte_data}/val_*.bin", "-b", 2, "-t", 16,
                     "--profile-steps", 2], out, "--profile-steps profiles training steps; drop it with --eval-only")
+
+
+def test_eval_only_refuses_a_typed_train_data(trained, byte_data):
+    """A new-user trial: --eval-only with -i (the training loss asked for) evaluated -j, or the run's -j, without
+    a word. Refused; training shards are evaluated as -j (with a note that they are training shards)."""
+    out, _ = trained
+    model = out / "model_00000020.bin"
+    assert_refused(["--eval-only", "-e", model, "-i", f"{byte_data}/train_*.bin", "-b", 2, "-t", 16], out,
+                   "--eval-only evaluates -j and reads no -i: to evaluate on training shards, give them as -j")
+    p = run(["--eval-only", "-e", model, "-j", f"{byte_data}/train_*.bin", "-b", 2, "-t", 16, "-m", 1])
+    assert f"note: -j '{byte_data}/train_*.bin' reads training shards" in p.stderr, p.stderr
+    assert "the loss is on tokens the model trained on" in p.stderr

@@ -143,6 +143,10 @@ inline void check_flag_combinations(const TrainConfig& c) {
     if (c.eval_only) {
         if (c.val_data.empty()) fail("--eval-only needs -j VAL_GLOB, the shards to evaluate on");
         if (c.profile_steps > 0) fail("--profile-steps profiles training steps; drop it with --eval-only");
+        if (c.was_given("train-data") && c.origin_of("train-data").empty())  // typed, not a file's
+            fail(
+                "--eval-only evaluates -j and reads no -i: to evaluate on training shards, give them as -j "
+                "(and drop -i)");
     } else {
         if (c.train_data.empty() && c.resume == 1 && !c.output_dir.empty() &&
             !file_exists(join_path(c.output_dir, "config.json"))) {  // -y 1 of a mistyped -o
