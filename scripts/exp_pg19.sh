@@ -72,7 +72,7 @@
 # warmup longer than the run) are relayed to the console as "== RUN: note: ...".
 # --smoke: a tiny model and data made from 3 small books (vocabulary 400: --smoke sets --vocab 400, and
 # refuses another --vocab unless --data names data of that vocabulary; a --data given is used), a few
-# CPU steps, the same stages (checks skipped on the CPU, or the --check-cmd given): checks the script,
+# CPU steps of B 2 x T 64 (--batch and --total-batch refused), the same stages (checks skipped on the CPU, or the --check-cmd given): checks the script,
 # nothing more (`make test`).
 # Exit status: 0 all runs ended (at --steps or at the budget), 1 a usage or run error, 4 nothing
 # trained: the build or a check failed, or the build and the checks left no budget for training (the
@@ -105,6 +105,7 @@ TOKENS=""
 STEPS_GIVEN=""
 BATCH=8
 TOTAL=16384
+BATCH_GIVEN=""  # --batch or --total-batch, when given (--smoke fixes both)
 DEVICE=auto
 NP=1
 THREADS=0
@@ -149,8 +150,8 @@ while [[ $# -gt 0 ]]; do
     --config) need "$@"; CONFIG=$2; shift 2 ;;
     --steps) need "$@"; STEPS=$2; STEPS_GIVEN=1; shift 2 ;;
     --tokens) need "$@"; TOKENS=$2; shift 2 ;;
-    --batch) need "$@"; BATCH=$2; shift 2 ;;
-    --total-batch) need "$@"; TOTAL=$2; shift 2 ;;
+    --batch) need "$@"; BATCH=$2; BATCH_GIVEN=--batch; shift 2 ;;
+    --total-batch) need "$@"; TOTAL=$2; BATCH_GIVEN=--total-batch; shift 2 ;;
     --device) need "$@"; DEVICE=$2; shift 2 ;;
     --np) need "$@"; NP=$2; shift 2 ;;
     --variants) need "$@"; VARIANTS=$2; shift 2 ;;
@@ -173,6 +174,7 @@ while [[ $# -gt 0 ]]; do
 done
 
 if [[ $SMOKE == 1 ]]; then
+  [[ -z $BATCH_GIVEN ]] || die "--smoke trains B 2 x T 64, one micro-batch per process: drop $BATCH_GIVEN, or drop --smoke"
   SMALL=("${SMOKE_MODEL[@]}")
   T=64; BATCH=2; TOTAL=smoke
   [[ -z $BUDGET && -z $STEPS_GIVEN && -z $TOKENS ]] && STEPS=4

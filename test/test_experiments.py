@@ -830,7 +830,11 @@ def test_exp_pg19_bad_arguments(tmp_path):
     for args, words in [(["--parallel", "2"], "--parallel 2"), (["--budget", "9m"], "--budget 9m"),
                         (["--variants", "mhsa foo"], "unknown variant 'foo'"),
                         (["--budget", "300", "--variants", "mhsa ls local mhsa_qknorm mhsa_zloss"], "at most 4"),
-                        (["--config", str(tmp_path / "none.toml")], "no preset")]:
+                        (["--config", str(tmp_path / "none.toml")], "no preset"),
+                        # --smoke fixes the batch: a given one was dropped without a word (a new-user trial)
+                        (["--smoke", "--batch", "3"], "--smoke trains B 2 x T 64, one micro-batch per process: drop "
+                         "--batch, or drop --smoke"),
+                        (["--total-batch", "100", "--smoke"], "drop --total-batch, or drop --smoke")]:
         p = sh(["bash", REPO / "scripts" / "exp_pg19.sh", "--out", tmp_path / "o", *args], check=False)
         assert p.returncode == 1 and p.stderr.startswith("error: ") and words in p.stderr, (args, p.stderr)
         assert p.stderr.count("\n") == 1, p.stderr
