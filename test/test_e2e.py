@@ -526,8 +526,8 @@ def test_warmup_longer_than_the_run_is_noted(byte_data, tmp_path):
 
 
 def test_flags_the_other_settings_make_useless_are_noted(byte_data, tmp_path):
-    """-q with -k constant, --wsd-decay-frac with a schedule other than wsd, --temperature without samples and
-    the logit alarms' cooldown and keep without an alarm do nothing: one note each when given (on the command
+    """-q with -k constant, --wsd-decay-frac with a schedule other than wsd, --temperature without samples,
+    --shuffle with --sampler random and the logit alarms' cooldown and keep without an alarm do nothing: one note each when given (on the command
     line or in a --config file), none when they only hold their defaults."""
     base = data_args(byte_data) + TINY + ["-x", 1, "-v", 0, "-s", 0]
     p = run(base + ["-k", "constant", "-q", "0.5", "--wsd-decay-frac", "0.3"])
@@ -557,7 +557,11 @@ def test_flags_the_other_settings_make_useless_are_noted(byte_data, tmp_path):
     assert [ln for ln in p.stderr.splitlines() if "has no effect" in ln] == [
         "note: --temperature 0.5 has no effect with --gen-tokens 0 (it sets the temperature of the samples the run "
         "draws)"], p.stderr
+    p = run(base + ["--sampler", "random", "--shuffle", 0])
+    assert [ln for ln in p.stderr.splitlines() if "has no effect" in ln] == [
+        "note: --shuffle 0 has no effect with --sampler random (it orders the windows of --sampler windows)"], p.stderr
     for args in (["-s", 5, "--temperature", "0.5"], ["-s", 0, "--logit-alarm-above", 50, "--logit-alarm-cooldown", 5],
+                 ["-s", 0, "--sampler", "windows", "--shuffle", 0], ["-s", 0, "--sampler", "random"],
                  ["-s", 0, "--logit-alarm", 6, "--logit-alarm-keep", 1]):
         assert "has no effect" not in run(base[:-2] + args).stderr
     # a run's config.json gives every setting of its run, chosen or not: a copy of a cosine run gets no note;

@@ -66,7 +66,9 @@ public:
         text->excludes(file);
         a.add_flag("--encode-only", c.encode_only,
                    "print the token ids of --prompt/--prompt-file (EOT first), one per line, and exit; needs no model");
-        a.add_option("--tokenizer", c.tokenizer, "tokenizer.bin to print text ('' = print token ids)");
+        a.add_option("--tokenizer", c.tokenizer,
+                     "tokenizer.bin to print text (not given, or '': the tokenizer of the checkpoint's run, named "
+                     "by the config.json beside it; without one, tokens print as <id>)");
         a.add_option("--sp-model", c.sp_model,
                      "SentencePiece tokenizer.model to encode --prompt with "
                      "(default: the tokenizer.model next to --tokenizer, if any)");
@@ -76,7 +78,8 @@ public:
             ->capture_default_str()
             ->check(at_least(0));
         add_integer("--seed", c.seed, "seed of the sampler")->capture_default_str();
-        a.add_flag("--greedy", c.greedy, "always take the most likely token (ignores --temperature/--top-k)");
+        a.add_flag("--greedy", c.greedy,
+                   "always take the most likely token (--temperature or --top-k beside it is refused)");
         add_integer("--max-len", c.max_len, "context kept, newest tokens (0 = the model's max_seq_len)")
             ->capture_default_str()
             ->check(at_least(0));
