@@ -11,6 +11,7 @@ import argparse
 import collections
 import concurrent.futures
 import contextlib
+import copy
 import itertools
 import json
 import multiprocessing
@@ -65,6 +66,16 @@ class _Parser(argparse.ArgumentParser):
         return f" (did you mean {', '.join(known)}?)" if known else ""
 
 
+def given_options(parser, argv):
+    """The dests of the options argv gives (abbreviated or --opt=value too): argv parsed again with every
+    default suppressed, so only the given ones reach the namespace."""
+    quiet = copy.deepcopy(parser)
+    for action in quiet._actions:
+        action.default = argparse.SUPPRESS
+        action.required = False
+    return set(vars(quiet.parse_args(argv)))
+
+
 def parse_args(argv):
     p = _Parser(description="Prepare llm.c token shards from text or a synthetic language.",
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -95,6 +106,7 @@ def parse_args(argv):
     g.add_argument("--syn-doc-len", type=int, default=8192, help="tokens per document")
     g.add_argument("--syn-length", type=int, default=5_000_000, help="language tokens in total (train + val)")
     args = p.parse_args(argv)
+    given = given_options(p, argv)
 
     if args.val_fraction is None:
         args.val_fraction = DEFAULT_VAL_FRACTION[args.dataset]
@@ -116,6 +128,19 @@ def parse_args(argv):
         raise PrepareError(f"--vocab-size is the SentencePiece vocabulary and is not used by "
                            f"{'--tokenizer ' + args.tokenizer if args.tokenizer else '--dataset synthetic'}; "
                            "drop it (GPT-2's vocabulary is 50257, the synthetic one is --syn-vocab + 1)")
+    # options of another tokenizer or data set would be ignored: refused, as --vocab-size is above
+    tokenizer = f"--tokenizer {args.tokenizer}" if args.tokenizer else "--dataset synthetic"
+    not_used = [(d, what, tokenizer) for d, what, needs in (
+        ("gpt2_bpe", "GPT-2's BPE files, used by --tokenizer gpt2 only", "gpt2"),
+        ("sp_train_lines", "SentencePiece's training sample, used by --tokenizer sp only", "sp"))
+        if d in given and args.tokenizer != needs]
+    if args.dataset != "synthetic":
+        not_used += [(d, "a setting of the synthetic language, used by --dataset synthetic only",
+                      f"--dataset {args.dataset}") for d in sorted(given) if d.startswith("syn_")]
+    if not_used:
+        dest, what, this_run = not_used[0]
+        flag = "--" + dest.replace("_", "-")
+        raise PrepareError(f"{flag} is {what}, and this run has {this_run}: drop {flag}")
     if args.vocab_size is None:
         args.vocab_size = DEFAULT_SP_VOCAB
     if args.tokenizer == "sp" and args.vocab_size <= tk.SP_FIXED_IDS:

@@ -55,6 +55,34 @@ def test_bad_arguments(tmp_path, shared_data, args, expect):
     fails(tmp_path, *base, *args, expect=expect)
 
 
+@pytest.mark.parametrize("args, expect", [
+    (["--dataset", "tinyshakespeare", "--tokenizer", "gpt2", "--syn-vocab", "12"],
+     "--syn-vocab is a setting of the synthetic language, used by --dataset synthetic only, and this run has "
+     "--dataset tinyshakespeare: drop --syn-vocab"),
+    (["--dataset", "pg19", "--tokenizer", "sp", "--syn-copy-rate=0.5"], "--syn-copy-rate is a setting of the synthetic"),
+    (["--dataset", "text", "--tokenizer", "sp", "--gpt2-bpe", "/x"],
+     "--gpt2-bpe is GPT-2's BPE files, used by --tokenizer gpt2 only, and this run has --tokenizer sp: drop --gpt2-bpe"),
+    (["--dataset", "text", "--tokenizer", "gpt2", "--sp-train-lines", "5"],
+     "--sp-train-lines is SentencePiece's training sample, used by --tokenizer sp only, and this run has "
+     "--tokenizer gpt2"),
+    (["--dataset", "synthetic", "--gpt2-bpe", "/x"], "and this run has --dataset synthetic: drop --gpt2-bpe"),
+])
+def test_options_of_another_tokenizer_or_data_set_are_refused(tmp_path, args, expect):
+    """A new-user trial: --gpt2-bpe with --tokenizer sp and --syn-* with a text data set were read and ignored
+    (while --vocab-size with gpt2 is refused): every such option is now refused with one line."""
+    source = [] if "synthetic" in args else ["--source", tmp_path]
+    fails(tmp_path, *args, *source, expect=expect)
+
+
+def test_given_options_sees_abbreviations_and_equals():
+    import prepare
+    p = prepare.argparse.ArgumentParser()
+    p.add_argument("--syn-vocab", type=int, default=256)
+    p.add_argument("--out", required=True)
+    assert prepare.given_options(p, ["--syn-v=3", "--out", "x"]) == {"syn_vocab", "out"}
+    assert prepare.given_options(p, ["--out", "x"]) == {"out"}
+
+
 def test_missing_required(tmp_path):
     fails(tmp_path, "--dataset", "pg19", "--tokenizer", "gpt2", expect="--source is required")
     fails(tmp_path, "--dataset", "text", "--source", tmp_path, expect="--tokenizer is required")
