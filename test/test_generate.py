@@ -267,7 +267,7 @@ def test_bench_times_each_prompt_length_in_the_order_given(model):
     assert [r["T"] for r in out["prefill"]] == [16, 8, 64], out["prefill"]
     for r in out["prefill"]:
         assert len(r["ms"]) == 2 and r["ms_median"] == pytest.approx(sum(r["ms"]) / 2, abs=1e-4), r
-    assert [d["context"] for d in out["decode"]] == [64] and out["batch"] == 2
+    assert [d["context"] for d in out["decode"]] == [64] and out["batch"] == 2 and out["seed"] == 1337  # the default
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -413,10 +413,20 @@ def test_text_prompt_refused_for_other_tokenizers(tmp_path):
     (["--encode-only", "--prompt", "x", "--prompt-file", "f"], "excludes"),
     (["--encode-only", "--prompt-file", "no/such/prompt.txt", "--tokenizer", "TOK"], "no/such/prompt.txt"),
     (["--prompt", "x"], "--model is required"),
+    # a flag the other settings make do nothing (a new-user trial): refused, not ignored
+    (["--encode-only", "--prompt", "x", "--tokenizer", "TOK", "-n", "5"],
+     "--tokens is a flag of generation, and --encode-only prints the prompt's ids and exits; drop --tokens"),
+    (["--encode-only", "--prompt", "x", "--tokenizer", "TOK", "--no-cache"], "--no-cache is a flag of generation"),
+    (["--encode-only", "--prompt", "x", "--tokenizer", "TOK", "--temperature", "0.5"],
+     "--temperature is a flag of generation"),
+    (["-e", "CKPT", "--prompt-ids", "1", "--sp-model", "x.model"],
+     "--sp-model encodes --prompt or --prompt-file text, and --prompt-ids gives the ids: drop --sp-model"),
+    (["-e", "CKPT", "--prompt-ids", ""], "--prompt-ids '' gives no ids: pass ids (e.g. '50256,464'), or drop "
+     "--prompt-ids for the tokenizer's EOT"),
 ])
 def test_text_prompt_bad_input_fails_with_one_line(model, args, expect):
-    _, tok = model
-    p = gen([tok if a == "TOK" else a for a in args], check=False)
+    ckpt, tok = model
+    p = gen([{"TOK": tok, "CKPT": ckpt}.get(a, a) for a in args], check=False)
     err = p.stderr.decode()
     assert p.returncode == 1, err
     assert len(err.strip().splitlines()) == 1, err

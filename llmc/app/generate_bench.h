@@ -204,8 +204,10 @@ inline int run_bench(const GenerateConfig& g, Backend& model, const DeviceFacts&
         "\"vocab_size\": %d, \"qk_norm\": %d, \"attn_softcap\": %g, \"bias\": %d, \"gelu\": \"%s\"},\n",
         mc.num_layers, mc.num_heads, mc.channels, mc.global_heads, mc.window, mc.max_seq_len, mc.vocab_size,
         mc.qk_norm ? 1 : 0, mc.attn_softcap, mc.bias ? 1 : 0, gelu_name(mc.gelu));
-    std::printf("  \"batch\": %d, \"decode_steps\": %d, \"cuda_graph\": %d, \"device_memory_baseline_bytes\": %zu,\n",
-                B, steps, g.cuda_graph, device.memory_baseline);
+    std::printf(
+        "  \"batch\": %d, \"decode_steps\": %d, \"cuda_graph\": %d, \"seed\": %llu, "
+        "\"device_memory_baseline_bytes\": %zu,\n",
+        B, steps, g.cuda_graph, (unsigned long long)g.seed, device.memory_baseline);
     std::printf("  \"prefill\": [\n%s\n  ],\n", prefill_json.c_str());
     std::printf("  \"decode\": [\n%s\n  ]%s\n}\n", decode_json.c_str(), profile_json.c_str());
     return 0;

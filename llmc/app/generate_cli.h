@@ -160,6 +160,21 @@ public:
             return refuse(text_only + " is a flag of text generation, and --bench times the KV cache on random " +
                           "tokens instead; drop " + text_only +
                           " (--bench reads -e, --device, --cuda-graph, --threads, --seed and the --bench-* flags)");
+        const std::string generation_only =
+            !cfg_.encode_only ? ""
+                              : first_given({"--tokens", "--temperature", "--top-k", "--greedy", "--seed", "--max-len",
+                                             "--no-cache", "--cuda-graph", "--print-ids", "--bench"});
+        if (!generation_only.empty())
+            return refuse(generation_only + " is a flag of generation, and --encode-only prints the prompt's ids " +
+                          "and exits; drop " + generation_only);
+        if (app_.count("--sp-model") > 0 && app_.count("--prompt-ids") > 0)
+            return refuse(
+                "--sp-model encodes --prompt or --prompt-file text, and --prompt-ids gives the ids: drop "
+                "--sp-model");
+        if (app_.count("--prompt-ids") > 0 && cfg_.prompt_ids.empty())
+            return refuse(
+                "--prompt-ids '' gives no ids: pass ids (e.g. '50256,464'), or drop --prompt-ids for the "
+                "tokenizer's EOT");
         if (cfg_.model.empty() && !cfg_.encode_only) {
             std::fprintf(stderr, "error: --model is required (a checkpoint file); run with --help for the flags\n");
             return 1;
