@@ -150,8 +150,8 @@ while [[ $# -gt 0 ]]; do
     --config) need "$@"; CONFIG=$2; shift 2 ;;
     --steps) need "$@"; STEPS=$2; STEPS_GIVEN=1; shift 2 ;;
     --tokens) need "$@"; TOKENS=$2; shift 2 ;;
-    --batch) need "$@"; BATCH=$2; BATCH_GIVEN=--batch; shift 2 ;;
-    --total-batch) need "$@"; TOTAL=$2; BATCH_GIVEN=--total-batch; shift 2 ;;
+    --batch) need "$@"; BATCH=$2; BATCH_GIVEN+=${BATCH_GIVEN:+ and }--batch; shift 2 ;;
+    --total-batch) need "$@"; TOTAL=$2; BATCH_GIVEN+=${BATCH_GIVEN:+ and }--total-batch; shift 2 ;;
     --device) need "$@"; DEVICE=$2; shift 2 ;;
     --np) need "$@"; NP=$2; shift 2 ;;
     --variants) need "$@"; VARIANTS=$2; shift 2 ;;

@@ -560,6 +560,11 @@ def test_flags_the_other_settings_make_useless_are_noted(byte_data, tmp_path):
     p = run(base + ["--sampler", "random", "--shuffle", 0])
     assert [ln for ln in p.stderr.splitlines() if "has no effect" in ln] == [
         "note: --shuffle 0 has no effect with --sampler random (it orders the windows of --sampler windows)"], p.stderr
+    # a continued run's alarm checkpoints come back with its state, and --logit-alarm-keep still pins them
+    run(base + ["-o", tmp_path / "alarm", "-n", 1])
+    p = run(data_args(byte_data) + TINY + ["-x", 2, "-v", 0, "-s", 0, "-o", tmp_path / "alarm", "-y", 1,
+                                           "--logit-alarm-keep", 1])
+    assert "has no effect" not in p.stderr, p.stderr
     for args in (["-s", 5, "--temperature", "0.5"], ["-s", 0, "--logit-alarm-above", 50, "--logit-alarm-cooldown", 5],
                  ["-s", 0, "--sampler", "windows", "--shuffle", 0], ["-s", 0, "--sampler", "random"],
                  ["-s", 0, "--logit-alarm", 6, "--logit-alarm-keep", 1]):

@@ -834,7 +834,8 @@ def test_exp_pg19_bad_arguments(tmp_path):
                         # --smoke fixes the batch: a given one was dropped without a word (a new-user trial)
                         (["--smoke", "--batch", "3"], "--smoke trains B 2 x T 64, one micro-batch per process: drop "
                          "--batch, or drop --smoke"),
-                        (["--total-batch", "100", "--smoke"], "drop --total-batch, or drop --smoke")]:
+                        (["--total-batch", "100", "--smoke"], "drop --total-batch, or drop --smoke"),
+                        (["--smoke", "--batch", "3", "--total-batch", "100"], "drop --batch and --total-batch, or")]:
         p = sh(["bash", REPO / "scripts" / "exp_pg19.sh", "--out", tmp_path / "o", *args], check=False)
         assert p.returncode == 1 and p.stderr.startswith("error: ") and words in p.stderr, (args, p.stderr)
         assert p.stderr.count("\n") == 1, p.stderr

@@ -444,3 +444,13 @@ def test_unicode_table_is_what_the_generator_writes():
     p = subprocess.run([sys.executable, str(REPO / "scripts" / "gen_unicode_classes.py"), "--check"],
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
+
+
+def test_an_on_off_flag_given_off_is_not_refused(model):
+    """--greedy=0 (off) beside --bench is no text flag given: the refusals read an on/off flag's value."""
+    ckpt, _ = model
+    p = gen(["-e", ckpt, "--bench", "--greedy=0", "--no-cache=false", "--bench-prompt", 8, "--bench-contexts", 16,
+             "--bench-steps", 2, "--bench-repeats", 1, "--threads", 1, "--device", "cpu"])
+    assert json.loads(p.stdout.decode())["prefill"][0]["T"] == 8
+    p = gen(["-e", ckpt, "--bench", "--greedy=1", "--bench-contexts", 16], check=False)
+    assert p.returncode == 1 and "--greedy is a flag of text generation" in p.stderr.decode()

@@ -207,3 +207,22 @@ def test_a_typed_preset_the_config_file_would_override_is_refused(sets, tmp_path
     run(base + ["-e", "d1", "--layers", 1, "--channels", 64, "--heads", 1, "--max-seq-len", 64])
     conf = json.loads((out / "config.json").read_text())["model"]
     assert (conf["num_layers"], conf["channels"], conf["num_heads"], conf["max_seq_len"]) == (1, 64, 1, 64)
+
+
+def test_a_typed_preset_that_is_the_files_own_model_or_a_continued_run_is_not_refused(byte_data, tmp_path):
+    """A review of the check above: a typed -e equal to the file's own model= (a run's config.toml used again)
+    trains the file's model, as asked; a resumed run's model is its checkpoint's (checked there). A run's
+    config.json with another preset typed is refused as a TOML file is."""
+    r1 = tmp_path / "r1"
+    run(["-e", "ls-small"] + data_args(byte_data) + TINY_RUN + ["-x", 1, "-o", r1])
+    run(["--config", r1 / "config.toml", "-e", "ls-small", "-o", tmp_path / "r2"])
+    assert json.loads((tmp_path / "r2" / "config.json").read_text())["model"]["num_layers"] == 2
+    run(["--config", r1 / "config.toml", "-e", "ls-small", "-y", 1, "-o", r1, "-x", 2])
+    p = subprocess.run([str(BIN), "--device", "cpu", "--config", str(r1 / "config.json"), "-e", "d2", "-x", "2",
+                        "-o", str(tmp_path / "r3")], cwd=REPO, capture_output=True, text=True, timeout=120)
+    # the record's note, then the one error line (d2 has the record's 2 layers)
+    assert p.returncode == 1 and p.stderr.strip().splitlines()[-1] == (
+        f"error: -e d2 on the command line, but --config {r1 / 'config.json'} sets --channels 32, --heads 4, "
+        "--max-seq-len 64, which would override that preset's (128, 2, 1024) and train another model: give those "
+        "flags on the command line too, or drop -e"), p.stderr
+    assert not (tmp_path / "r3").exists()

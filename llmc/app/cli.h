@@ -131,6 +131,7 @@ public:
         cfg_.config_record = config_file_->record_path;
         if (!config_file_->file.empty()) cfg_.config_file = config_file_->file;
         cfg_.from_config = config_file_->taken;
+        cfg_.config_model = config_file_->model;
         try {
             continue_record();
         } catch (const std::exception& e) { return fail(e.what(), ErrorSource::Files); }

@@ -59,6 +59,7 @@ public:
     const CLI::App* app = nullptr;           // the parser: which flags the command line gave (set before parsing)
     mutable std::string record_path;         // `file` once it was read as a run's config.json; "" otherwise
     mutable std::vector<std::string> taken;  // long names of the flags the file sets and the command line does not
+    mutable std::string model;  // the file's -e/--model value, given on the command line or not; "" if none
 
     std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
         std::stringstream whole;
@@ -99,6 +100,7 @@ public:
                 throw ConfigFileError("config file " + file + ": '" + named_as[opt] + "' and '" + it.name +
                                       "' are one flag (" + opt->get_name() +
                                       ") given 2 values; every flag takes one value: keep one");
+            if (opt != nullptr && opt->check_lname("model")) model = it.inputs.front();
             if (std::find(machine_names.begin(), machine_names.end(), it.name) == machine_names.end()) {
                 kept.push_back(it);
                 note_taken(opt);
@@ -152,6 +154,7 @@ private:
             const std::string fork = fork_settings_note(record);
             if (!fork.empty()) std::fprintf(stderr, "%s\n", fork.c_str());
             for (const FlagValue& fv : record_flag_values(record, file)) {
+                if (fv.name == "model") model = fv.value;
                 items.emplace_back();
                 items.back().name = fv.name;
                 items.back().inputs = {fv.value};

@@ -65,7 +65,8 @@ public:
         ids->excludes(text)->excludes(file);
         text->excludes(file);
         a.add_flag("--encode-only", c.encode_only,
-                   "print the token ids of --prompt/--prompt-file (EOT first), one per line, and exit; needs no model");
+                   "print the token ids of --prompt/--prompt-file (EOT first), one per line, and exit; needs no model "
+                   "(a generation flag beside it is refused)");
         a.add_option("--tokenizer", c.tokenizer,
                      "tokenizer.bin to print text (not given, or '': the tokenizer of the checkpoint's run, named "
                      "by the config.json beside it; without one, tokens print as <id>)");
@@ -102,7 +103,7 @@ public:
             ->check(at_least(0));
         a.add_flag("--bench", c.bench,
                    "latency benchmark instead of text: prefill and per-token decode times with random tokens, "
-                   "one JSON object on stdout (docs/generation.md)");
+                   "one JSON object on stdout (docs/generation.md; a text generation flag beside it is refused)");
         add_integer("--bench-batch", c.bench_batch, "--bench: sequences per batch")
             ->capture_default_str()
             ->check(at_least(1));
@@ -211,10 +212,14 @@ private:
     GenerateConfig cfg_;
     std::vector<IntRange> int_ranges_;  // the integer flags, for conversion_error (llmc/app/cli_checks.h)
 
-    // The first of `flags` given on the command line, else "".
+    // The first of `flags` given on the command line, else "": an on/off flag given off (--greedy=0, which
+    // flag_text_check turned into "false") is not.
     std::string first_given(std::initializer_list<const char*> flags) const {
-        for (const char* f : flags)
-            if (app_.count(f) > 0) return f;
+        for (const char* f : flags) {
+            const CLI::Option* o = app_.get_option_no_throw(f);
+            if (o != nullptr && o->count() > 0 && !(o->get_expected_max() == 0 && o->results().back() == "false"))
+                return f;
+        }
         return "";
     }
     // parse()'s exit code for a refused command line: the one line on stderr.

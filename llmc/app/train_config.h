@@ -49,6 +49,7 @@ struct TrainConfig {
     std::string config_record;                  // --config RUN/config.json: that file (set by the parser); else ""
     std::string config_file;                    // --config FILE (TOML or a run's config.json); else "" (the parser)
     std::vector<std::string> from_config;       // long names of the flags whose value config_file gave (the parser)
+    std::string config_model;     // config_file's -e/--model value, taken or overridden by a typed -e; "" if none
     std::string settings_record;  // the record whose settings fill the flags not given (-y 1, --fork-from; the parser)
     bool refork = false;  // -y 1 of a fork without a checkpoint of its own, turned into --fork-from (the parser)
 

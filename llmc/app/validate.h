@@ -100,18 +100,20 @@ inline void check_recorded_paths_utf8(const TrainConfig& c) {
 }
 
 // The rules between flags, checked first (so a rule holds whatever the range of a flag it reads).
-// -e PRESET typed beside a --config TOML file that sets the model's shape (--layers, --channels, --heads,
-// --max-seq-len) to other values than the preset's: the file's values would override the typed preset
-// (the flags the command line does not give come from the file), so the run would train another model
-// than the one named. Refused, naming each value; a value equal to the preset's is no conflict.
+// -e PRESET typed beside a --config file (a TOML file or a run's config.json) whose model is another one
+// and that sets the model's shape (--layers, --channels, --heads, --max-seq-len) to other values than
+// the preset's: the file's values would override the typed preset (the flags the command line does not
+// give come from the file), so the run would train another model than the one named. Refused, naming
+// each value; a value equal to the preset's is no conflict, nor is a typed -e that is the file's own
+// model, nor a run continued (-y 1, --fork-from), whose model the checkpoint gives (checked there).
 inline void check_typed_preset_against_config_file(const TrainConfig& c) {
     const auto from_file = [&](const char* flag) {
         for (const std::string& f : c.from_config)
             if (f == flag) return true;
         return false;
     };
-    if (c.config_file.empty() || !c.config_record.empty() || !c.was_given("model") || from_file("model") ||
-        !is_model_preset(c.model))
+    if (c.config_file.empty() || !c.was_given("model") || from_file("model") || !is_model_preset(c.model) ||
+        c.config_model == c.model || c.resume == 1 || !c.fork_from.empty())
         return;
     const ModelConfig p = model_preset(c.model);
     const std::pair<const char*, std::pair<std::optional<int>, int>> shape[] = {

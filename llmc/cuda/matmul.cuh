@@ -252,7 +252,8 @@ inline bool lt_matmul(MatmulContext& ctx, void* d, cudaDataType_t dtype, const v
     // Split-K only with its partial sums kept in fp32, the compute type. COMPUTE_TYPE (in the workspace,
     // reduced in a separate step) always. INPLACE adds the parts "using the output buffer (and output data
     // type) and counters (in workspace) to guarantee the sequentiality" (cublasLt.h): in order, and for an
-    // fp32 D (the weight gradients, accumulated) in fp32, with no separate reduction kernel; for a bf16 D
+    // fp32 D (the weight gradients, accumulated; in the FP32 build every D) in fp32, with no separate
+    // reduction kernel; for a bf16 D
     // it would round every partial sum of long-k products (the LM head's dinp, k = Vp), so not there.
     // NONE (no split) is always allowed.
     const uint32_t reductions =

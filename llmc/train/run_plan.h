@@ -216,9 +216,9 @@ inline ScheduleConfig schedule_config(const TrainConfig& cfg, int max_steps) {
 // nothing: one note each, not an error, as a preset may carry them for another run. -q and
 // --wsd-decay-frac with a schedule that does not use them (llmc/train/schedule.h); --temperature when the
 // run draws no samples (-s 0 or -g 0); --shuffle with --sampler random (each row a random offset);
-// --logit-alarm-cooldown and --logit-alarm-keep with both logit alarms off. A --config RUN/config.json
-// gives every setting of its run, chosen or not: none of its values is noted; nor is a config file's
-// value equal to the flag's default (a run's config.toml writes every flag).
+// --logit-alarm-cooldown and --logit-alarm-keep with both logit alarms off in a new run. A --config
+// RUN/config.json gives every setting of its run, chosen or not: none of its values is noted; nor is a
+// config file's value equal to the flag's default (a run's config.toml writes every flag).
 inline std::vector<std::string> unused_flag_notes(const TrainConfig& cfg) {
     std::vector<std::string> out;
     const LrSchedule kind = parse_lr_schedule(cfg.lr_schedule);
@@ -244,7 +244,8 @@ inline std::vector<std::string> unused_flag_notes(const TrainConfig& cfg) {
              "it sets the temperature of the samples the run draws");
     if (cfg.sampler == "random" && given("shuffle", cfg.shuffle, defaults.shuffle))
         note("shuffle", cfg.shuffle, "--sampler random", "it orders the windows of --sampler windows");
-    if (cfg.logit_alarm == 0.0f && cfg.logit_alarm_above == 0.0f) {
+    // (a continued run's alarm checkpoints come back with its state, and --logit-alarm-keep still pins them)
+    if (cfg.logit_alarm == 0.0f && cfg.logit_alarm_above == 0.0f && cfg.resume != 1 && cfg.fork_from.empty()) {
         const std::string off = "--logit-alarm 0 and --logit-alarm-above 0";
         if (given("logit-alarm-cooldown", cfg.logit_alarm_cooldown, defaults.logit_alarm_cooldown))
             note("logit-alarm-cooldown", cfg.logit_alarm_cooldown, off, "it spaces the alarms' checkpoints");
