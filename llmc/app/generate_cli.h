@@ -217,8 +217,9 @@ private:
     std::string first_given(std::initializer_list<const char*> flags) const {
         for (const char* f : flags) {
             const CLI::Option* o = app_.get_option_no_throw(f);
-            if (o != nullptr && o->count() > 0 && !(o->get_expected_max() == 0 && o->results().back() == "false"))
-                return f;
+            const bool off =
+                o != nullptr && o->get_expected_max() == 0 && !o->results().empty() && o->results().back() == "false";
+            if (o != nullptr && o->count() > 0 && !off) return f;
         }
         return "";
     }

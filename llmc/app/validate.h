@@ -99,7 +99,6 @@ inline void check_recorded_paths_utf8(const TrainConfig& c) {
     }
 }
 
-// The rules between flags, checked first (so a rule holds whatever the range of a flag it reads).
 // -e PRESET typed beside a --config file (a TOML file or a run's config.json) whose model is another one
 // and that sets the model's shape (--layers, --channels, --heads, --max-seq-len) to other values than
 // the preset's: the file's values would override the typed preset (the flags the command line does not
@@ -133,6 +132,7 @@ inline void check_typed_preset_against_config_file(const TrainConfig& c) {
                          ") and train another model: give those flags on the command line too, or drop -e");
 }
 
+// The rules between flags, checked first (so a rule holds whatever the range of a flag it reads).
 inline void check_flag_combinations(const TrainConfig& c) {
     auto fail = [](const char* msg) { throw InputError(msg); };
     if (!c.fork_from.empty() && c.resume == 1)
