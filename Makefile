@@ -28,6 +28,7 @@
 #   make sass-report     static SASS report of the sm_90 kernels the nvcc-built trainer and generator link:
 #                        registers, spills, shared memory, H100 occupancy, hot-loop instruction mix
 #                        (dev/cuda/sass_report; table on stdout, JSON in $(BUILD)/sass/report.json; part of make test)
+#   make host-boundary-bench  time the host's work at a training step's boundary on this CPU (a table)
 #   make deps            install the dependencies (scripts/install_deps.sh); `make deps X` then makes X
 #   make clean           remove BUILD and the two programs
 #   make help            this list
@@ -662,6 +663,16 @@ endif
 	$(PYTHON) dev/cuda/sass_report --build-dir $(BUILD)/sass --json $(SASS_REPORT_JSON) --nvcc $(NVCC) --cxx $(CXX) \
 	  $(CUDA_BACKEND_OBJ)
 
+# The host's work at a training step's boundary, timed on this CPU (dev/bench/host_boundary.cpp; a
+# table on stdout: docs/cuda_backend.md, "Host work between steps"); make test builds and runs it once
+# at a small shape (test/test_bench_helpers.py)
+HOST_BOUNDARY_BENCH := $(BUILD)/host_boundary_bench
+host-boundary-bench: $(HOST_BOUNDARY_BENCH)
+$(HOST_BOUNDARY_BENCH): dev/bench/host_boundary.cpp $(LLMC_HEADERS)
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 $(HOST_OPT) -Wall -Wextra $(INCLUDES) $< -o $@
+test-build: $(HOST_BOUNDARY_BENCH)
+
 deps:
 	scripts/install_deps.sh
 
@@ -674,6 +685,6 @@ format:
 format-check:
 	scripts/check_format.sh
 
-.PHONY: format format-check all cpu gpu-targets dist-matrix emu test-emu data-tinyshakespeare train test test-build test-gpu test-reference deps clean sass-report
+.PHONY: host-boundary-bench format format-check all cpu gpu-targets dist-matrix emu test-emu data-tinyshakespeare train test test-build test-gpu test-reference deps clean sass-report
 
 endif  # DEPS_FIRST

@@ -417,7 +417,7 @@ TEST_CASE("near/far statistics merge over micro-batches (mean, max, max) and ran
     CHECK_FALSE(c2.has_near_far());
 }
 
-TEST_CASE("logit_stats record: near/far fields, null far max, omitted without them", "[near_far]") {
+TEST_CASE("logit_stats line: near/far fields, null far max, omitted without them", "[near_far]") {
     ModelConfig cfg;
     cfg.num_layers = 1;
     cfg.channels = 16;
@@ -425,7 +425,7 @@ TEST_CASE("logit_stats record: near/far fields, null far max, omitted without th
     cfg.global_heads = 1;
     cfg.window = 5;
     LogitStats s = make_stats({0.75f, 1.0f}, {2.5f, 1.5f}, {3.5f, -kInf});
-    auto rec = logit_stats_record(7, s, cfg);
+    auto rec = nlohmann::ordered_json::parse(logit_stats_line(7, s, cfg));
     CHECK(rec["near"] == 5);  // near_distance 0: the window
     REQUIRE(rec["attn"].size() == 2);
     CHECK(rec["attn"][0]["near_mass"] == 0.75);
@@ -434,10 +434,10 @@ TEST_CASE("logit_stats record: near/far fields, null far max, omitted without th
     CHECK(rec["attn"][1]["far_max"].is_null());
     CHECK(rec["attn"][1]["near_mass"] == 1.0);
     s.near_distance = 3;
-    CHECK(logit_stats_record(7, s, cfg)["near"] == 3);
+    CHECK(nlohmann::ordered_json::parse(logit_stats_line(7, s, cfg))["near"] == 3);
     LogitStats cuda_like;
     cuda_like.resize(1, 2);
-    auto rec2 = logit_stats_record(7, cuda_like, cfg);
+    auto rec2 = nlohmann::ordered_json::parse(logit_stats_line(7, cuda_like, cfg));
     CHECK_FALSE(rec2.contains("near"));
     CHECK_FALSE(rec2["attn"][0].contains("near_mass"));
     CHECK_FALSE(rec2["attn"][0].contains("far_max"));

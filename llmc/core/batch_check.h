@@ -21,6 +21,11 @@ inline void check_token_batch(const ModelConfig& cfg, const int* inputs, const i
     for (int k = 0; k < 2; k++) {
         const int* tok = k == 0 ? inputs : targets;
         if (!tok) continue;
+        // one pass without branches (it vectorizes: ~2 ns a token with a branch a token, a tenth of that
+        // without; the training loop checks every batch while the device waits), then the first bad id
+        unsigned bad = 0;
+        for (size_t i = 0; i < N; i++) bad |= (unsigned)(tok[i] < 0) | (unsigned)(tok[i] >= cfg.vocab_size);
+        if (!bad) continue;
         for (size_t i = 0; i < N; i++) {
             if (tok[i] < 0 || tok[i] >= cfg.vocab_size)
                 throw InputError(std::string(k == 0 ? "input" : "target") + " token " + std::to_string(tok[i]) +

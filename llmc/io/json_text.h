@@ -1,6 +1,13 @@
-// JSON as text: the files we write (config.json, eval.json) and values quoted in error lines.
+// JSON as text: the files we write (config.json, eval.json), values quoted in error lines, and the
+// pieces of records written every training step without an nlohmann tree (append_json_*: building the
+// tree cost more than the step's other host work, llmc/io/metrics.h logit_stats_line).
 #pragma once
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
 #include <string>
+#include <system_error>
 
 #include <nlohmann/json.hpp>
 
@@ -55,6 +62,37 @@ inline std::string escaped_bytes(const std::string& s) {
 inline std::string json_value_brief(const nlohmann::ordered_json& v) {
     if (!v.is_primitive()) return v.type_name();
     return v.dump(-1, ' ', true, nlohmann::ordered_json::error_handler_t::replace).substr(0, 40);
+}
+
+// A double as JSON text at the end of `out`, the same value nlohmann's dump() writes: the shortest text
+// that reads back to the same double (std::to_chars), ".0" added when that text is an integer (a reader
+// gets a float, as from dump()), null when not finite (JSON has no NaN or Inf; json_float's rule).
+inline void append_json_double(std::string& out, double x) {
+    if (!std::isfinite(x)) {
+        out += "null";
+        return;
+    }
+    char buf[40];  // the shortest round-trip text of a double is at most 24 characters
+    const std::to_chars_result r = std::to_chars(buf, buf + sizeof buf, x);
+    if (r.ec != std::errc()) throw std::logic_error("append_json_double: std::to_chars failed");
+    const size_t n = (size_t)(r.ptr - buf);
+    out.append(buf, n);
+    if (!std::memchr(buf, '.', n) && !std::memchr(buf, 'e', n)) out += ".0";
+}
+
+inline void append_json_int(std::string& out, long long x) {
+    char buf[24];
+    const std::to_chars_result r = std::to_chars(buf, buf + sizeof buf, x);
+    out.append(buf, r.ptr);
+}
+
+inline void append_json_bool(std::string& out, bool x) { out += x ? "true" : "false"; }
+
+// `"key":` (keys are the callers' literals: nothing to escape).
+inline void append_json_key(std::string& out, const char* key) {
+    out += '"';
+    out += key;
+    out += "\":";
 }
 
 }  // namespace llmc

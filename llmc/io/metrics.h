@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "llmc/io/atomic_file.h"
+#include "llmc/io/json_text.h"
 #include "llmc/core/backend.h"
 #include "llmc/core/error.h"
 
@@ -57,9 +58,12 @@ public:
     }
 
     // Appends one record as one line. On failure the file keeps its previous complete lines only.
-    void write(const nlohmann::ordered_json& record) {
+    void write(const nlohmann::ordered_json& record) { write_line(record.dump()); }
+
+    // Appends one record given as JSON text without its newline (llmc/io/json_text.h), as write().
+    void write_line(std::string line) {
         if (fd_ < 0) return;
-        const std::string line = record.dump() + "\n";
+        line += '\n';
         const char* p = line.data();
         size_t left = line.size();
         while (left > 0) {  // one write(2); more only after a short write, which the next one reports
@@ -133,39 +137,71 @@ inline void truncate_jsonl_after_step(const std::string& path, long max_step) {
     write_file_atomic(path, kept.data(), kept.size());
 }
 
-// One logit_stats.jsonl record: the attention-logit statistics of step `step` (L x NH entries in
-// layer-major order) and the output-softmax statistics. The near/far fields ("near" and per head
-// "near_mass", "near_max", "far_max") only when the backend computed them (s.has_near_far()).
-inline nlohmann::ordered_json logit_stats_record(long step, const LogitStats& s, const ModelConfig& cfg) {
+// One logit_stats.jsonl record as one line of JSON text (no newline): the attention-logit statistics of
+// step `step` (L x NH entries in layer-major order) and the output-softmax statistics. The near/far
+// fields ("near" and per head "near_mass", "near_max", "far_max") only when the backend computed them
+// (s.has_near_far()). Written every step between the step's read-back and the next step's first launch,
+// so it is built as text (llmc/io/json_text.h): an nlohmann tree of the paper model's 36 heads took
+// ~115 µs (CPU, docs/cuda_backend.md "Host work between steps"). Key order as in docs/formats.md.
+inline std::string logit_stats_line(long step, const LogitStats& s, const ModelConfig& cfg) {
     const bool near_far = s.has_near_far();
-    nlohmann::ordered_json heads = nlohmann::ordered_json::array();
+    std::string out;
+    out.reserve(256 + (size_t)s.num_layers * s.num_heads * (near_far ? 200 : 120));
+    out += '{';
+    append_json_key(out, "step");
+    append_json_int(out, step);
+    out += ',';
+    append_json_key(out, "num_layers");
+    append_json_int(out, s.num_layers);
+    out += ',';
+    append_json_key(out, "num_heads");
+    append_json_int(out, s.num_heads);
+    out += ',';
+    append_json_key(out, "global_heads");
+    append_json_int(out, cfg.global_heads);
+    out += ',';
+    append_json_key(out, "window");
+    append_json_int(out, cfg.window);
+    if (near_far) {
+        out += ',';
+        append_json_key(out, "near");
+        append_json_int(out, s.near_or(cfg.window));
+    }
+    out += ',';
+    append_json_key(out, "attn");
+    out += '[';
     for (int l = 0; l < s.num_layers; l++) {
         for (int h = 0; h < s.num_heads; h++) {
             const size_t i = (size_t)l * s.num_heads + h;
-            nlohmann::ordered_json a = {{"layer", l},
-                                        {"head", h},
-                                        {"global", !cfg.is_local_head(h)},
-                                        {"max", json_float(s.max_logit[i])},
-                                        {"min", json_float(s.min_logit[i])},
-                                        {"entropy", json_float(s.entropy[i])}};
-            if (near_far) {
-                a["near_mass"] = json_float(s.near_mass[i]);
-                a["near_max"] = json_float(s.near_max_logit[i]);
-                a["far_max"] = json_float(s.far_max_logit[i]);  // null: the head had no far key
+            if (i > 0) out += ',';
+            out += '{';
+            append_json_key(out, "layer");
+            append_json_int(out, l);
+            out += ',';
+            append_json_key(out, "head");
+            append_json_int(out, h);
+            out += ',';
+            append_json_key(out, "global");
+            append_json_bool(out, !cfg.is_local_head(h));
+            const std::pair<const char*, const std::vector<float>*> fields[] = {
+                {"max", &s.max_logit},       {"min", &s.min_logit},           {"entropy", &s.entropy},
+                {"near_mass", &s.near_mass}, {"near_max", &s.near_max_logit}, {"far_max", &s.far_max_logit}};
+            for (int f = 0; f < (near_far ? 6 : 3); f++) {  // far_max null: the head had no far key
+                out += ',';
+                append_json_key(out, fields[f].first);
+                append_json_double(out, (*fields[f].second)[i]);
             }
-            heads.push_back(std::move(a));
+            out += '}';
         }
     }
-    nlohmann::ordered_json rec = {{"step", step},
-                                  {"num_layers", s.num_layers},
-                                  {"num_heads", s.num_heads},
-                                  {"global_heads", cfg.global_heads},
-                                  {"window", cfg.window}};
-    if (near_far) rec["near"] = s.near_or(cfg.window);
-    rec["attn"] = std::move(heads);
-    rec["out_max_logit"] = json_float(s.out_max_logit);
-    rec["out_mean_lse"] = json_float(s.out_mean_lse);
-    return rec;
+    out += "],";
+    append_json_key(out, "out_max_logit");
+    append_json_double(out, s.out_max_logit);
+    out += ',';
+    append_json_key(out, "out_mean_lse");
+    append_json_double(out, s.out_mean_lse);
+    out += '}';
+    return out;
 }
 
 }  // namespace llmc

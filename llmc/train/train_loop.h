@@ -445,7 +445,7 @@ inline void report_step(const TrainConfig& cfg, const RunPlan& plan, const StepR
     }
     o.metrics.write(rec);
     if (cfg.logit_stats_every > 0 && r.step % cfg.logit_stats_every == 0)
-        o.logit_log.write(logit_stats_record(r.step, stats, plan.model));
+        o.logit_log.write_line(logit_stats_line(r.step, stats, plan.model));
 }
 
 // --gen-tokens tokens sampled after <|endoftext|> (the last token id without a tokenizer).
