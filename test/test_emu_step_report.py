@@ -220,15 +220,15 @@ def test_unwritable_report_path_is_refused(periodic_data, tmp_path):
     assert len(errors) == 1 and "LLMC_EMU_REPORT" in errors[0], p.stderr[-2000:]
 
 
-def test_cuda_graph_step_is_one_launch_with_the_same_bits(varied_data, tmp_path):
+def test_cuda_graph_step_is_its_graph_with_the_same_bits(varied_data, tmp_path):
     """--cuda-graph 1 (llmc/cuda/step_graph.cuh): 6 steps of 2 micro-batches (-d), a cosine schedule
     (the learning rate changes every step: it reaches the graph through page-locked memory), validation
     every 3 steps between them. Every micro-batch has other tokens: a replay must upload its own tokens
     and their grouping by token for the encoder backward (staged in page-locked memory), not the
     captured step's. The run's numbers and files are bit for bit those of --cuda-graph 0;
     step 1 is issued eagerly (it allocates), step 2 repeats it and is captured and launched as a graph,
-    step 3 replays that graph: one graph launch, the same kernels and matmuls as the eager step, no
-    host synchronisation. The first validation grows the staging (a buffer moves), so step 4 is
+    step 3 replays that graph: two graph launches (its parts: the host groups the tokens between them),
+    the same kernels and matmuls as the eager step, no host synchronisation. The first validation grows the staging (a buffer moves), so step 4 is
     issued eagerly again, step 5 captured, step 6 replayed."""
     flags = ["--layers", "2", "-v", "3", "--val-batches", "2", "-x", "6", "-d", "128", "-k", "cosine", "-u", "3",
              "-l", "3e-3", "--near", "3"] + MODEL
@@ -248,17 +248,17 @@ def test_cuda_graph_step_is_one_launch_with_the_same_bits(varied_data, tmp_path)
         assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), f"{name} differs"
     eager = {r["step"]: r for r in recs[0] if r["interval"] == "step"}
     graph = {r["step"]: r for r in recs[1] if r["interval"] == "step"}
-    assert [graph[s]["graph_launches"] for s in range(1, 7)] == [0, 1, 1, 0, 1, 1], \
+    assert [graph[s]["graph_launches"] for s in range(1, 7)] == [0, 2, 2, 0, 2, 2], \
         {s: graph[s]["graph_launches"] for s in graph}
     assert all(eager[s]["graph_launches"] == 0 for s in eager)
-    for s in (3, 6):  # replays: the eager step's work, as one launch, no host synchronisation
+    for s in (3, 6):  # replays: the eager step's work, as the graph's two launches, no host synchronisation
         assert graph[s]["kernels"] == eager[s]["kernels"] and graph[s]["matmuls"] == eager[s]["matmuls"], s
         assert graph[s]["host_syncs"] == 0, f"step {s}: {graph[s]['syncs']}"
         assert graph[s]["copies"] == eager[s]["copies"], f"step {s}: {graph[s]['copies']} vs {eager[s]['copies']}"
 
 
 @pytest.mark.parametrize("extra, words, graph_launches", [
-    ([], "one CUDA graph a step once its shapes repeat (--cuda-graph auto)", [0, 1, 1]),
+    ([], "one CUDA graph a step once its shapes repeat (--cuda-graph auto)", [0, 2, 2]),
     (["--cuda-graph", "0"], "kernel by kernel (--cuda-graph 0)", [0, 0, 0]),
     (["--skip-spikes", "1e30"], "kernel by kernel (--cuda-graph auto: --skip-spikes decides on the host inside "
                                 "the step)", [0, 0, 0]),

@@ -341,12 +341,18 @@ inline void CudaBackend::backward(float grad_scale) {
         layernorm_backward_partials(dres, ln1_part + (size_t)l * ln_part, a.dbtc.get(), la.residual, lw.ln1w,
                                     la.ln1_mean, la.ln1_rstd, n, C, st);
     }
-    // the positions grouped by token: on the host now (unless staged so: the step graph), while
-    // the device runs the work queued above, then uploaded from the pass's slot
-    if (!slot_grouped_[pass_slot_]) group_slot(pass_slot_, n);
+    // the positions grouped by token, then uploaded from the pass's slot: grouped on the host now, while
+    // the device runs the work queued above; into the step graph's capture, not grouped here: the
+    // graph's first part ends before the first upload, and the host groups every micro-batch between
+    // the launches of the parts (queue_update), while the device runs the first
+    if (capturing_step_graph_) {
+        if (graph_.parts() == 0) graph_.split(st);
+    } else if (!slot_grouped_[pass_slot_]) {
+        group_slot(pass_slot_, n);
+    }
     CUDA_CHECK(cudaMemcpyAsync(enc_groups_.get(), slot_groups(pass_slot_), token_groups_ints(n, Vp) * sizeof(int),
                                cudaMemcpyHostToDevice, st));
-    groups_in_flight_[pass_slot_] = true;
+    if (!capturing_step_graph_) groups_in_flight_[pass_slot_] = true;  // a captured copy runs at the launch
     encoder_backward(g.wte(), g.wpe(), dres, a.inputs.get(), enc_groups_.get(), B, T, C, Vp, st);
     const LayerParams<float> g0 = g.layer(0);
     const LayerNormPartialGroups ln_groups{

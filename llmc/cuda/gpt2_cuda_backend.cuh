@@ -229,8 +229,9 @@ private:
     bool update_queued_ = false;        // queue_update since zero_grad
     // the step graph (use_step_graph)
     bool use_graph_ = false;
-    bool graph_step_open_ = false;  // zero_grad was called, queue_update not yet (graph mode)
-    bool issuing_step_ = false;     // inside issue_step
+    bool graph_step_open_ = false;       // zero_grad was called, queue_update not yet (graph mode)
+    bool issuing_step_ = false;          // inside issue_step
+    bool capturing_step_graph_ = false;  // issue_step into graph_'s capture (backward splits it)
     StepGraph graph_;
     GemmCounts graph_gemms_;                // the matmuls graph_'s capture issued (counted again at each replay)
     StepPlan plan_;                         // the step being queued (graph mode)

@@ -7,11 +7,12 @@
 //                      gradients are zeroed (with the graph: nothing issued, the step's plan cleared)
 //   queue_micro_batch  per micro-batch: its tokens staged in the next slot of page-locked memory
 //                      (stage_tokens); then its forward (queue_forward) and backward issued; with the
-//                      graph: its positions grouped by token and its shape added to the plan instead
+//                      graph: its shape added to the plan instead
 //   queue_update       the norm, AdamW with the device's verdict and clip factor, the copies of the norm
 //                      and the verdict (issue_update); with the graph: the planned step launched as the
-//                      graph captured from an identical plan, or captured and launched, or issued
-//                      eagerly (issue_step); then step_done_ recorded
+//                      graph captured from an identical plan, or captured and launched (two parts: the
+//                      host groups the micro-batches' positions by token between their launches, while
+//                      the device runs the first), or issued eagerly (issue_step); then step_done_ recorded
 //   read_queued_step   the step's only host wait (step_done_), then every slot read (read_slot)
 //
 // Slots: pass k of a step stages its tokens and their groups by token in slot k of tokens_pinned_
@@ -53,10 +54,9 @@ inline void CudaBackend::zero_grad() {
 inline void CudaBackend::queue_micro_batch(const int* inputs, const int* targets, int B, int T, float z_weight,
                                            float grad_scale, int near_distance) {
     if (!targets) throw std::logic_error("CudaBackend::queue_micro_batch needs targets");
-    if (use_graph_) {  // staged now, issued at queue_update
+    if (use_graph_) {  // staged now, issued at queue_update (the tokens grouped there)
         check_batch(inputs, targets, B, T);
         stage_tokens(queued_, inputs, targets, B, T);
-        group_slot(queued_, B * T);  // the graph's copy reads the slot: grouped before the launch
         plan_.micro.push_back({B, T, z_weight, grad_scale, near_distance});
         queued_++;
         return;
@@ -81,14 +81,26 @@ inline void CudaBackend::queue_update(const AdamWHyper& h, int t, float grad_cli
         plan_.weight_decay = h.weight_decay;
         plan_.grad_clip = grad_clip;
         plan_.buffers_epoch = buffers_epoch_;
+        // between the graph's two launches (the first part ends before the first groups upload): every
+        // micro-batch's positions grouped by token into its slot, which the second part's copies read
+        const auto group_slots = [&] {
+            for (size_t k = 0; k < plan_.micro.size(); k++) group_slot((int)k, plan_.micro[k].B * plan_.micro[k].T);
+        };
         if (graph_.matches(plan_)) {
-            graph_.launch(stream_);
+            graph_.launch(stream_, group_slots);
             add_replayed_gemms(mm_, graph_gemms_);
             note_issued_step(plan_);
         } else if (plan_ == eager_plan_) {
             const GemmCounts before = gemms_issued(mm_);
-            graph_.capture_and_launch(stream_, plan_, [&] { issue_step(plan_, h, grad_clip); });
+            capturing_step_graph_ = true;
+            struct Done {
+                bool& flag;
+                ~Done() { flag = false; }
+            } done{capturing_step_graph_};
+            graph_.capture_and_launch(
+                stream_, plan_, [&] { issue_step(plan_, h, grad_clip); }, group_slots);
             graph_gemms_ = gemms_between(before, gemms_issued(mm_));
+            note_issued_step(plan_);
         } else {
             graph_.reset();
             issue_step(plan_, h, grad_clip);
@@ -269,12 +281,15 @@ inline void CudaBackend::check_no_open_graph_step(const char* call) const {
                                "queue_micro_batch per micro-batch, queue_update");
 }
 
-// The host's record of a step that a graph launch issued: what issue_step would have left.
+// The host's record of a step that a graph launch issued: what issue_step would have left, and the
+// uploads of its slots in flight (the launch queued them; a capture issues none).
 inline void CudaBackend::note_issued_step(const StepPlan& plan) {
     for (size_t k = 0; k < plan.micro.size(); k++) {
         const StepPlan::Micro& m = plan.micro[k];
         slot_rows_[k] = (size_t)m.B * m.T;
         slot_near_[k] = m.near_distance;
+        staged_in_flight_[k] = true;
+        groups_in_flight_[k] = true;
     }
     const StepPlan::Micro& last = plan.micro.back();
     B_ = last.B;
