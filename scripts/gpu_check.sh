@@ -36,7 +36,8 @@
 #                      and consistent; then --eval-only --dump-attention of its final model on the
 #                      GPU: two heads' maps finite, zero outside the window, rows summing to 1; and a
 #                      short QK-Clip run (a threshold that clips): heads clipped, losses finite
-#   4 = e2e-small      dev/bench/train_vs_torch.py --models ls-small   (ours vs PyTorch, paper model)
+#   4 = e2e-small      dev/bench/train_vs_torch.py --models paper, then ls-small (ours vs PyTorch, the
+#                      paper model with the paper code's options, then with GPT-2's as timed since fa663e0)
 #   5 = e2e-d12        dev/bench/train_vs_torch.py --models d12        (ours vs PyTorch, GPT-2 124M shape)
 #   6 = profile        the trainer's per-kernel profile (--profile-steps 8) of the paper's shape at B 8,
 #                      the paper code's model at B 16 and d12, the generator's profiled bench on the
@@ -630,11 +631,14 @@ sys.exit(0 if same else 1)
 EOF
 }
 
-stage_e2e() {  # stage_e2e MODEL
-    if [ "$emulate" = 1 ]; then skip_step "e2e:$1" "emulated: the comparison with PyTorch needs torch with CUDA and a GPU"; return; fi
-    ensure_bf16
-    mkdir -p "$work/e2e/$1"
-    step "e2e:$1" 560 "$PY" dev/bench/train_vs_torch.py --models "$1" --out "$work/e2e/$1" --work "$work/e2e_work"
+stage_e2e() {  # stage_e2e MODEL...: one step a model, in order
+    local m
+    for m in "$@"; do
+        if [ "$emulate" = 1 ]; then skip_step "e2e:$m" "emulated: the comparison with PyTorch needs torch with CUDA and a GPU"; continue; fi
+        ensure_bf16
+        mkdir -p "$work/e2e/$m"
+        step "e2e:$m" 560 "$PY" dev/bench/train_vs_torch.py --models "$m" --out "$work/e2e/$m" --work "$work/e2e_work"
+    done
 }
 
 export -f emu_schedules run_bin fp32_make cublaslt_real attention_batch_scaling bench_generate  # step() runs them in a child bash, under timeout
@@ -646,7 +650,7 @@ else
     for s in "${stages[@]}"; do
         case $s in
             first) stage_first ;; build) stage_build ;; test) stage_test ;; sanitize) stage_sanitize ;; fp32) stage_fp32 ;; labs) stage_labs ;;
-            bench) stage_bench ;; train) stage_train ;; profile) stage_profile ;; e2e-small) stage_e2e ls-small ;; e2e-d12) stage_e2e d12 ;;
+            bench) stage_bench ;; train) stage_train ;; profile) stage_profile ;; e2e-small) stage_e2e paper ls-small ;; e2e-d12) stage_e2e d12 ;;
         esac
     done
 fi

@@ -44,14 +44,27 @@ def test_attention_pairs_counts_every_unmasked_pair(T, NH, G, P):
 
 def test_num_params_matches_the_parameter_table():
     for name, m in tv.MODELS.items():
+        bias, gelu, tied = tv.model_options(m)
         cfg = model_config.Config(max_seq_len=m["max_seq_len"], vocab_size=m["vocab_size"],
                                   padded_vocab_size=model_config.pad_vocab(m["vocab_size"]),
                                   num_layers=m["num_layers"], num_heads=m["num_heads"], channels=m["channels"],
-                                  global_heads=m["global_heads"], window=m["window"])
+                                  global_heads=m["global_heads"], window=m["window"], bias=bias, gelu=gelu,
+                                  tied_embeddings=tied)
         assert tv.num_params(m) == model_config.num_params(cfg), name
         for qk, tied in [(True, True), (False, False), (True, False)]:
             c2 = model_config.Config(**{**cfg.__dict__, "qk_norm": qk, "tied_embeddings": tied})
             assert tv.num_params(m, tied=tied, qk_norm=qk) == model_config.num_params(c2), (name, qk, tied)
+    # the options are what the entries say: the paper code's model has neither biases nor a tied head
+    assert tv.model_options(tv.MODELS["paper"]) == (False, "erf", False)
+    assert tv.model_options(tv.MODELS["ls-small"]) == (True, "tanh", True)
+    assert tv.num_params(tv.MODELS["paper"]) != tv.num_params(tv.MODELS["ls-small"])
+
+
+def test_trainer_command_passes_the_model_options():
+    for name, flags in [("ls-small", []), ("paper", ["--bias", "0", "--gelu", "erf", "--untie-embeddings"])]:
+        cmd = tv.trainer_command("./train_gpt2_ls", dict(tv.MODELS[name], name=name), "d/train_*.bin", "o", 40)
+        assert cmd[-len(flags):] == flags if flags else not ({"--bias", "--gelu", "--untie-embeddings"} & set(cmd)), \
+            (name, cmd)
     # GPT-2 124M's well-known count (V 50257 padded to 50304, maxT 1024): 124,475,904 with padding
     assert tv.num_params(tv.MODELS["d12"]) == 124_475_904
 
@@ -272,15 +285,17 @@ def test_torch_worker_runs_on_cpu(tmp_path):
     assert w["ms"]["n"] == 3 and math.isfinite(w["loss_first"]) and math.isfinite(w["loss_last"])
 
 
-def test_both_sides_train_alike_on_cpu(tmp_path):
+@pytest.mark.parametrize("model", ["tiny-test", "tiny-paper-test"])
+def test_both_sides_train_alike_on_cpu(tmp_path, model):
     """The two sides of the benchmark run the same optimisation: ours (the trainer, CPU, fp32) on the
     benchmark shards with trainer_command's flags and the torch worker (CPU, bf16 autocast) on the same
-    batch, tiny-test model, 16 steps: their losses agree step by step within TRAIN_AGREE_TOL and both
-    fall. (Before the shared batch and schedule, ours saw fresh random tokens under a warmup and cosine
-    decay while torch cycled four batches at a constant rate: a 31% gap after 40 steps.)"""
+    batch, tiny models (GPT-2's options, and the paper code's: no biases, erf GELU, untied head), 16
+    steps: their losses agree step by step within TRAIN_AGREE_TOL and both fall. (Before the shared
+    batch and schedule, ours saw fresh random tokens under a warmup and cosine decay while torch cycled
+    four batches at a constant rate: a 31% gap after 40 steps.)"""
     binary = trainer_or_skip()
     py = torch_python_or_skip()
-    m = dict(tv.MODELS["tiny-test"], name="tiny-test")
+    m = dict(tv.MODELS[model], name=model)
     warm, steps = 4, 12
     data = tmp_path / "data"
     tv.write_benchmark_shards(str(data), m["vocab_size"], m["batch_size"], m["seq_len"], warm + steps + 4)
@@ -291,7 +306,7 @@ def test_both_sides_train_alike_on_cpu(tmp_path):
     ours = tv.parse_trainer_metrics(str(out / "metrics.jsonl"), warm)
     js = tmp_path / "t.json"
     p = subprocess.run([py, str(REPO / "dev" / "bench" / "train_vs_torch.py"), "--worker", "torch", "--worker-device",
-                        "cpu", "--model", "tiny-test", "--json", str(js), "--steps", str(steps), "--warmup",
+                        "cpu", "--model", model, "--json", str(js), "--steps", str(steps), "--warmup",
                         str(warm)], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     ag = tv.training_agreement(ours, json.loads(js.read_text()))

@@ -3,12 +3,14 @@ End-to-end training throughput: our trainer (./train_gpt2_ls --device cuda) agai
 (dev/bench/torch_fast_model.py: torch.compile, bf16 autocast, flex_attention with the per-head LS
 mask or SDPA flash for MHSA, fused AdamW), side by side in one run, same configuration, batch and T.
 
-  python3 dev/bench/train_vs_torch.py --out DIR [--models ls-small,d12] [--steps 30] [--warmup 10]
+  python3 dev/bench/train_vs_torch.py --out DIR [--models paper,ls-small,d12] [--steps 30] [--warmup 10]
                                       [--batch-size B] [--trainer ./train_gpt2_ls] [--skip-ours] [--skip-torch]
 
 Models (MODELS below): ls-small = the paper's model (L6 C192 NH6 hd32, G1 P50, T 2048, V 10000 as the
-paper's SentencePiece vocabulary); d12 = GPT-2 124M's shape with LS-attention (L12 C768 NH12 hd64,
-G1 P64, T 1024, V 50257).
+paper's SentencePiece vocabulary) with GPT-2's options (biases, tanh GELU, tied LM head), the shape
+timed since fa663e0; paper = the same shape with the paper code's options (no biases, exact erf GELU,
+untied LM head: configs/paper_pg19.toml, the model the PG-19 campaign trains); d12 = GPT-2 124M's
+shape with LS-attention (L12 C768 NH12 hd64, G1 P64, T 1024, V 50257).
 
 Per model:
   1. one batch of B x T uniform random token ids (benchmark_tokens), the same for both sides and every
@@ -58,10 +60,14 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 
-# name: trainer preset and flags, and the shape of the benchmark
+# name: trainer preset and flags, and the shape of the benchmark; bias, gelu and tied (absent: GPT-2's
+# True, "tanh", True) are the model options both sides take (model_options)
 MODELS = {
     "ls-small": dict(preset="ls-small", num_layers=6, channels=192, num_heads=6, global_heads=1, window=50,
                      max_seq_len=2048, vocab_size=10000, seq_len=2048, batch_size=16, target_speedup=2.0),
+    "paper": dict(preset="ls-small", num_layers=6, channels=192, num_heads=6, global_heads=1, window=50,
+                  max_seq_len=2048, vocab_size=10000, seq_len=2048, batch_size=16, target_speedup=2.0,
+                  bias=False, gelu="erf", tied=False),
     "d12": dict(preset="d12", num_layers=12, channels=768, num_heads=12, global_heads=1, window=64,
                 max_seq_len=1024, vocab_size=50257, seq_len=1024, batch_size=16, target_speedup=1.0),
     # optional baselines (plain MHSA: torch uses SDPA flash); not in the default --models
@@ -72,7 +78,15 @@ MODELS = {
     # only for exercising the torch worker on the CPU (test/test_bench_helpers.py): --worker-device cpu
     "tiny-test": dict(preset="ls-small", num_layers=2, channels=32, num_heads=4, global_heads=1, window=5,
                       max_seq_len=32, vocab_size=100, seq_len=32, batch_size=2, target_speedup=1.0),
+    "tiny-paper-test": dict(preset="ls-small", num_layers=2, channels=32, num_heads=4, global_heads=1, window=5,
+                            max_seq_len=32, vocab_size=100, seq_len=32, batch_size=2, target_speedup=1.0,
+                            bias=False, gelu="erf", tied=False),
 }
+
+
+def model_options(m):
+    """(bias, gelu, tied) of a MODELS entry: GPT-2's (True, "tanh", True) unless it says otherwise."""
+    return m.get("bias", True), m.get("gelu", "tanh"), m.get("tied", True)
 
 # Dense bf16 tensor-core peak (FLOP/s, no sparsity) by device name; the first matching entry wins,
 # so the specific names come before the general ones.
@@ -106,23 +120,29 @@ def peak_bf16_flops(device_name):
     return None
 
 
-def num_params(m, tied=True, qk_norm=False):
-    """Every parameter of the model (llmc/core/params.h's table)."""
+def num_params(m, tied=None, qk_norm=False):
+    """Every parameter of the model (llmc/core/params.h's table); tied None: the model's own option.
+    Without biases (model_options) no linear layer, LayerNorm or QK-norm has one."""
     L, C, Vp, maxT = m["num_layers"], m["channels"], pad_vocab(m["vocab_size"]), m["max_seq_len"]
     hd = C // m["num_heads"]
-    per_layer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C)
-    n = Vp * C + maxT * C + L * per_layer + 2 * C
+    bias, _, own_tied = model_options(m)
+    tied = own_tied if tied is None else tied
+    b = 1 if bias else 0
+    per_layer = (1 + b) * C + (3 * C * C + b * 3 * C) + (C * C + b * C) + (1 + b) * C + (4 * C * C + b * 4 * C) + \
+        (4 * C * C + b * C)
+    n = Vp * C + maxT * C + L * per_layer + (1 + b) * C
     if qk_norm:
-        n += 4 * L * hd
+        n += (2 + 2 * b) * L * hd
     if not tied:
         n += Vp * C
     return n
 
 
-def matmul_params(m, tied=True, qk_norm=False):
+def matmul_params(m, tied=None, qk_norm=False):
     """Parameters that take part in a matmul per token: all but the position embedding (a lookup),
     and, when the head is untied, but the token embedding (then also only a lookup)."""
     C, Vp, maxT = m["channels"], pad_vocab(m["vocab_size"]), m["max_seq_len"]
+    tied = model_options(m)[2] if tied is None else tied
     n = num_params(m, tied, qk_norm) - maxT * C
     if not tied:
         n -= Vp * C
@@ -316,7 +336,15 @@ def trainer_command(trainer, m, data_glob, out_dir, steps, device="cuda"):
             "--global-heads", str(m["global_heads"]), "--window", str(m["window"]),
             "--max-seq-len", str(m["max_seq_len"]), "-b", str(m["batch_size"]), "-t", str(m["seq_len"]),
             "-x", str(steps), "-l", repr(TRAIN_LR), "-k", "constant", "-u", "0", "--grad-clip", "1",
-            "--shuffle", "0", "-v", "0", "-s", "0", "-i", data_glob, "-o", out_dir, "--seed", "1337"]
+            "--shuffle", "0", "-v", "0", "-s", "0", "-i", data_glob, "-o", out_dir, "--seed", "1337"] + \
+        option_flags(m)
+
+
+def option_flags(m):
+    """The trainer's flags for the model options of m (model_options): none for GPT-2's."""
+    bias, gelu, tied = model_options(m)
+    return (["--bias", "0"] if not bias else []) + (["--gelu", gelu] if gelu != "tanh" else []) + \
+        (["--untie-embeddings"] if not tied else [])
 
 
 def _write_shard_dir(out_dir, vocab_size, tokens, dataset):
@@ -532,10 +560,11 @@ def torch_worker(args):
 
     spec = dict(MODELS[args.model])
     B, T = args.batch_size, spec["seq_len"]
+    bias, gelu, tied = model_options(spec)
     cfg = Config(max_seq_len=spec["max_seq_len"], vocab_size=spec["vocab_size"],
                  padded_vocab_size=pad_vocab(spec["vocab_size"]), num_layers=spec["num_layers"],
                  num_heads=spec["num_heads"], channels=spec["channels"], global_heads=spec["global_heads"],
-                 window=spec["window"])
+                 window=spec["window"], bias=bias, gelu=gelu, tied_embeddings=tied)
     dev = torch.device(args.worker_device)
     on_gpu = dev.type == "cuda"
     torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference stays fp32; the twin runs in bf16
@@ -669,7 +698,7 @@ def main(argv=None):
     ap.add_argument("--out", default=os.path.join(REPO, "out", "bench"), help="directory for train_vs_torch.json")
     ap.add_argument("--work", default=os.path.join(REPO, "build", "bench_train_vs_torch"),
                     help="scratch directory: shards, trainer outputs, logs")
-    ap.add_argument("--models", default="ls-small,d12", help=f"comma-separated, from {', '.join(MODELS)}")
+    ap.add_argument("--models", default="paper,ls-small,d12", help=f"comma-separated, from {', '.join(MODELS)}")
     ap.add_argument("--steps", type=int, default=30, help="timed steps per side")
     ap.add_argument("--warmup", type=int, default=10, help="untimed steps first (compilation, allocator, clocks)")
     ap.add_argument("--batch-size", type=int, default=None, help="B for every model (default: each model's)")
