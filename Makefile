@@ -665,7 +665,7 @@ endif
 
 # The host's work at a training step's boundary, timed on this CPU (dev/bench/host_boundary.cpp; a
 # table on stdout: docs/cuda_backend.md, "Host work between steps"); make test builds and runs it once
-# at a small shape (test/test_bench_helpers.py)
+# at a small shape (test/test_host_boundary_bench.py)
 HOST_BOUNDARY_BENCH := $(BUILD)/host_boundary_bench
 host-boundary-bench: $(HOST_BOUNDARY_BENCH)
 $(HOST_BOUNDARY_BENCH): dev/bench/host_boundary.cpp $(LLMC_HEADERS)

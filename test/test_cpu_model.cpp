@@ -635,6 +635,17 @@ TEST_CASE("CpuBackend refuses tokens outside the vocabulary and T > max_seq_len"
     std::vector<int> longer((size_t)cfg.max_seq_len + 1, 1);
     CHECK_THROWS_AS(be.forward(longer.data(), longer.data(), 1, cfg.max_seq_len + 1, 0.0f, nullptr), InputError);
     CHECK_THROWS_WITH(be.forward(bad.data(), ok.data(), 2, 8, 0.0f, nullptr), Catch::Contains("vocabulary"));
+    // the message names the first bad id of the first array that has one (check_token_batch's pass
+    // without branches, then its search): two bad inputs, then a negative target behind good inputs
+    std::vector<int> two_bad = ok;
+    two_bad[3] = cfg.vocab_size + 7;
+    two_bad[11] = -4;
+    CHECK_THROWS_WITH(be.forward(two_bad.data(), neg.data(), 2, 8, 0.0f, nullptr),
+                      Catch::Contains("input token " + std::to_string(cfg.vocab_size + 7) + " at position 3 "));
+    std::vector<int> neg_late = ok;
+    neg_late[15] = -2;
+    CHECK_THROWS_WITH(be.forward(ok.data(), neg_late.data(), 2, 8, 0.0f, nullptr),
+                      Catch::Contains("target token -2 at position 15 "));
     ModelConfig broken = cfg;
     broken.channels = 30;  // not divisible by 4 heads
     CHECK_THROWS_AS(CpuBackend(broken, 1), InputError);

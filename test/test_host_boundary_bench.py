@@ -17,7 +17,8 @@ def test_table_has_every_piece_with_a_time():
     rows = [line for line in p.stdout.splitlines() if line.startswith("| ") and not line.startswith("| piece")]
     names = [r.split(" | ")[0][2:] for r in rows]
     assert names == ["token check (check_token_batch, inputs and targets)",
-                     "staging copy (inputs and targets into the slot)", "token grouping (group_tokens)",
+                     "staging copy (inputs and targets into the slot)",
+                     "token grouping (group_tokens; while the device runs)",
                      "logit_stats line, with --near (logit_stats_line)", "logit_stats line, without --near"], names
     for r in rows:
         assert re.fullmatch(r"\| .+ \| \d+\.\d \|", r), r
@@ -25,7 +26,8 @@ def test_table_has_every_piece_with_a_time():
 
 def test_bad_arguments_are_refused():
     assert BENCH.exists(), f"{BENCH} missing: make host-boundary-bench (make test builds it)"
-    for args in (["1", "2"], ["0", "64", "2", "3", "130"]):
+    for args in (["1", "2"], ["0", "64", "2", "3", "130"], ["2x", "64", "2", "3", "130"],
+                 ["65536", "65536", "1", "1", "130"]):
         p = subprocess.run([str(BENCH)] + args, capture_output=True, text=True, timeout=60)
         assert p.returncode == 2 and p.stdout == "", (args, p.stdout, p.stderr)
         assert len(p.stderr.splitlines()) == 1, p.stderr

@@ -1,10 +1,12 @@
 // JSON written as text without an nlohmann tree (llmc/io/json_text.h append_json_*, and the per-step
 // logit_stats.jsonl line of llmc/io/metrics.h) against nlohmann itself as the reference: the same
-// values, types and key order as the tree the record was built as before, on fresh random inputs.
+// values, types and key order as the record built as an nlohmann tree, on fresh random inputs (the
+// seed printed with a failure).
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -97,7 +99,9 @@ float random_stat(std::mt19937& rng) {
 }  // namespace
 
 TEST_CASE("append_json_double: nlohmann reads back the same double, as a float", "[json_text]") {
-    std::mt19937_64 rng(std::random_device{}());
+    const uint64_t seed = std::random_device{}();
+    INFO("seed " << seed << ", shortest text: " << detail::kShortestDoubleText);
+    std::mt19937_64 rng(seed);
     for (int k = 0; k < 200000; k++) {
         double x;
         const uint64_t bits = rng();
@@ -122,6 +126,18 @@ TEST_CASE("append_json_double: nlohmann reads back the same double, as a float",
         const double back = j.get<double>();
         CHECK(std::memcmp(&back, &x, sizeof x) == 0);
     }
+    // the "%.17g" text (the fallback without floating-point std::to_chars) reads back bit for bit too
+    for (int k = 0; k < 100000; k++) {
+        double x;
+        const uint64_t bits = rng();
+        std::memcpy(&x, &bits, sizeof x);
+        if (!std::isfinite(x)) continue;
+        char buf[40];
+        const size_t n = detail::double_text_17g(buf, sizeof buf, x);
+        const double back = std::strtod(std::string(buf, n).c_str(), nullptr);
+        INFO("bits " << bits << " text " << std::string(buf, n));
+        REQUIRE(std::memcmp(&back, &x, sizeof x) == 0);
+    }
     std::string s;
     append_json_double(s, 3.0);
     CHECK(s == "3.0");  // an integral value still reads as a float
@@ -131,7 +147,9 @@ TEST_CASE("append_json_double: nlohmann reads back the same double, as a float",
 }
 
 TEST_CASE("logit_stats_line: the reference tree's values, types and key order", "[json_text][near_far]") {
-    std::mt19937 rng(std::random_device{}());
+    const uint32_t seed = std::random_device{}();
+    INFO("seed " << seed);
+    std::mt19937 rng(seed);
     for (int trial = 0; trial < 200; trial++) {
         ModelConfig cfg;
         cfg.num_layers = 1 + (int)(rng() % 6);

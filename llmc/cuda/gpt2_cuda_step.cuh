@@ -98,7 +98,15 @@ inline void CudaBackend::queue_update(const AdamWHyper& h, int t, float grad_cli
                 ~Done() { flag = false; }
             } done{capturing_step_graph_};
             graph_.capture_and_launch(
-                stream_, plan_, [&] { issue_step(plan_, h, grad_clip); }, group_slots);
+                stream_, plan_,
+                [&] {
+                    issue_step(plan_, h, grad_clip);
+                    if (graph_.parts() != 1)  // part one ended at the split, part two is being captured
+                        throw std::logic_error(
+                            "CudaBackend::queue_update: the step's capture has no split before its groups upload; "
+                            "grouping between the launches would race the upload");
+                },
+                group_slots);
             graph_gemms_ = gemms_between(before, gemms_issued(mm_));
             note_issued_step(plan_);
         } else {
@@ -282,7 +290,7 @@ inline void CudaBackend::check_no_open_graph_step(const char* call) const {
 }
 
 // The host's record of a step that a graph launch issued: what issue_step would have left, and the
-// uploads of its slots in flight (the launch queued them; a capture issues none).
+// uploads of its slots in flight (the launch queued them; the capture does not mark the groups upload).
 inline void CudaBackend::note_issued_step(const StepPlan& plan) {
     for (size_t k = 0; k < plan.micro.size(); k++) {
         const StepPlan::Micro& m = plan.micro[k];

@@ -93,8 +93,13 @@ public:
             reset();
             throw;
         }
+        try {
+            launch(stream, between);
+        } catch (...) {
+            reset();  // no graph kept from a step that did not launch whole
+            throw;
+        }
         plan_ = plan;  // the graphs and their plan together
-        launch(stream, between);
     }
     template <typename Issue>
     void capture_and_launch(cudaStream_t stream, const Plan& plan, Issue&& issue) {

@@ -4,6 +4,7 @@
 #pragma once
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -64,18 +65,43 @@ inline std::string json_value_brief(const nlohmann::ordered_json& v) {
     return v.dump(-1, ' ', true, nlohmann::ordered_json::error_handler_t::replace).substr(0, 40);
 }
 
-// A double as JSON text at the end of `out`, the same value nlohmann's dump() writes: the shortest text
-// that reads back to the same double (std::to_chars), ".0" added when that text is an integer (a reader
-// gets a float, as from dump()), null when not finite (JSON has no NaN or Inf; json_float's rule).
+namespace detail {
+
+// A finite double's text that reads back to the same double, into buf (>= 32 bytes); its length.
+// "%.17g": 17 significant digits always suffice.
+inline size_t double_text_17g(char* buf, size_t size, double x) {
+    const int written = std::snprintf(buf, size, "%.17g", x);
+    if (written <= 0 || (size_t)written >= size) throw std::logic_error("double_text_17g: snprintf failed");
+    return (size_t)written;
+}
+
+#if defined(__cpp_lib_to_chars) && __cpp_lib_to_chars >= 201611L
+constexpr bool kShortestDoubleText = true;
+// The shortest such text (std::to_chars, floating point: libstdc++ of GCC 11 or later).
+inline size_t double_text(char* buf, size_t size, double x) {
+    const std::to_chars_result r = std::to_chars(buf, buf + size, x);
+    if (r.ec != std::errc()) throw std::logic_error("double_text: std::to_chars failed");
+    return (size_t)(r.ptr - buf);
+}
+#else
+constexpr bool kShortestDoubleText = false;
+// A standard library without floating-point std::to_chars (nvcc's host compiler before GCC 11).
+inline size_t double_text(char* buf, size_t size, double x) { return double_text_17g(buf, size, x); }
+#endif
+
+}  // namespace detail
+
+// A double as JSON text at the end of `out`: text that reads back to the same double (the same value
+// nlohmann's dump() writes, not always the same digits; detail::double_text), ".0" added when that text
+// is an integer (a reader gets a float, as from dump()), null when not finite (JSON has no NaN or Inf;
+// json_float's rule).
 inline void append_json_double(std::string& out, double x) {
     if (!std::isfinite(x)) {
         out += "null";
         return;
     }
-    char buf[40];  // the shortest round-trip text of a double is at most 24 characters
-    const std::to_chars_result r = std::to_chars(buf, buf + sizeof buf, x);
-    if (r.ec != std::errc()) throw std::logic_error("append_json_double: std::to_chars failed");
-    const size_t n = (size_t)(r.ptr - buf);
+    char buf[40];  // the shortest text of a double is at most 24 characters, "%.17g"'s 24
+    const size_t n = detail::double_text(buf, sizeof buf, x);
     out.append(buf, n);
     if (!std::memchr(buf, '.', n) && !std::memchr(buf, 'e', n)) out += ".0";
 }

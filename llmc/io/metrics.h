@@ -141,8 +141,8 @@ inline void truncate_jsonl_after_step(const std::string& path, long max_step) {
 // step `step` (L x NH entries in layer-major order) and the output-softmax statistics. The near/far
 // fields ("near" and per head "near_mass", "near_max", "far_max") only when the backend computed them
 // (s.has_near_far()). Written every step between the step's read-back and the next step's first launch,
-// so it is built as text (llmc/io/json_text.h): an nlohmann tree of the paper model's 36 heads took
-// ~115 µs (CPU, docs/cuda_backend.md "Host work between steps"). Key order as in docs/formats.md.
+// while the device idles, so it is built as text (llmc/io/json_text.h), not as an nlohmann tree (a few
+// times slower: docs/cuda_backend.md, "Host work between steps"). Key order as in docs/formats.md.
 inline std::string logit_stats_line(long step, const LogitStats& s, const ModelConfig& cfg) {
     const bool near_far = s.has_near_far();
     std::string out;

@@ -14,7 +14,11 @@
 //   6. a call not permitted during capture (synchronizing the capturing stream) fails, and the
 //      capture is invalidated: cudaStreamEndCapture returns no graph and an error;
 //   7. work for the legacy default stream while a (blocking) stream captures fails and invalidates
-//      the capture the same way.
+//      the capture the same way;
+//   8. capture may end and begin again on the same stream (two graphs, the trainer's step in two
+//      parts: llmc/cuda/step_graph.cuh): launched in order on one stream, the second runs after the
+//      first (reads what it wrote), and its copy from page-locked memory reads what the host wrote
+//      there after launching the first and before launching the second.
 // Runs on a GPU and under emulation (dev/emu/runtime.cpp). Exit 0 = pass, 1 = fail.
 #include <cstdio>
 #include <vector>
@@ -158,6 +162,31 @@ int run() {
     checks.expect(end_legacy != cudaSuccess && bad == nullptr, "that capture is invalidated too (%s)",
                   cudaGetErrorString(end_legacy));
     (void)cudaGetLastError();
+
+    // 8. two parts captured back to back on s; the host writes the pinned buffer between their launches
+    set(y, 0.0f, s);
+    set(z, 0.0f, s);
+    for (int i = 0; i < kN; i++) pinned[i] = 1.0f;
+    CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    llmc::cuda::launch_kernel(fill_kernel, kGrid, kBlock, 0, s, z, 7.0f, kN);  // part one: z = 7
+    cudaGraphExec_t first = end_and_instantiate(s);
+    CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CUDA_CHECK(cudaMemcpyAsync(x, pinned, kN * sizeof(float), cudaMemcpyHostToDevice, s));      // part two: x = pinned
+    llmc::cuda::launch_kernel(axpy_kernel, kGrid, kBlock, 0, s, y, (const float*)x, 1.0f, kN);  // y += x
+    llmc::cuda::launch_kernel(axpy_kernel, kGrid, kBlock, 0, s, y, (const float*)z, 1.0f, kN);  // y += z
+    cudaGraphExec_t second = end_and_instantiate(s);
+    checks.expect(all_equal(download(z), 0.0f) && all_equal(download(y), 0.0f), "two captures: nothing executed");
+    for (float v : {3.0f, 5.0f}) {
+        CUDA_CHECK(cudaGraphLaunch(first, s));
+        for (int i = 0; i < kN; i++) pinned[i] = v;  // after the first launch, before the second
+        CUDA_CHECK(cudaGraphLaunch(second, s));
+        CUDA_CHECK(cudaStreamSynchronize(s));  // the next write only after this copy ran (the trainer's read-back)
+    }
+    checks.expect(all_equal(download(y), 3.0f + 7.0f + 5.0f + 7.0f),
+                  "the second part reads the first's output and the pinned contents written between the launches "
+                  "(y = (3 + 7) + (5 + 7))");
+    CUDA_CHECK(cudaGraphExecDestroy(first));
+    CUDA_CHECK(cudaGraphExecDestroy(second));
 
     CUDA_CHECK(cudaFreeHost(pinned));
     CUDA_CHECK(cudaFree(x));
