@@ -121,4 +121,34 @@ inline void append_json_key(std::string& out, const char* key) {
     out += "\":";
 }
 
+// One JSON object's text appended to `out`: `{` when made, then its members in call order (commas
+// between), `}` at close().
+class JsonObjectText {
+public:
+    explicit JsonObjectText(std::string& out) : out_(out) { out_ += '{'; }
+    // The next member's key; its value is appended next (e.g. an array the caller writes).
+    void key(const char* k) {
+        if (!first_) out_ += ',';
+        first_ = false;
+        append_json_key(out_, k);
+    }
+    void integer(const char* k, long long v) {
+        key(k);
+        append_json_int(out_, v);
+    }
+    void number(const char* k, double v) {
+        key(k);
+        append_json_double(out_, v);
+    }
+    void boolean(const char* k, bool v) {
+        key(k);
+        append_json_bool(out_, v);
+    }
+    void close() { out_ += '}'; }
+
+private:
+    std::string& out_;
+    bool first_ = true;
+};
+
 }  // namespace llmc

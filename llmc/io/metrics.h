@@ -147,60 +147,38 @@ inline std::string logit_stats_line(long step, const LogitStats& s, const ModelC
     const bool near_far = s.has_near_far();
     std::string out;
     out.reserve(256 + (size_t)s.num_layers * s.num_heads * (near_far ? 200 : 120));
-    out += '{';
-    append_json_key(out, "step");
-    append_json_int(out, step);
-    out += ',';
-    append_json_key(out, "num_layers");
-    append_json_int(out, s.num_layers);
-    out += ',';
-    append_json_key(out, "num_heads");
-    append_json_int(out, s.num_heads);
-    out += ',';
-    append_json_key(out, "global_heads");
-    append_json_int(out, cfg.global_heads);
-    out += ',';
-    append_json_key(out, "window");
-    append_json_int(out, cfg.window);
-    if (near_far) {
-        out += ',';
-        append_json_key(out, "near");
-        append_json_int(out, s.near_or(cfg.window));
-    }
-    out += ',';
-    append_json_key(out, "attn");
+    JsonObjectText rec(out);
+    rec.integer("step", step);
+    rec.integer("num_layers", s.num_layers);
+    rec.integer("num_heads", s.num_heads);
+    rec.integer("global_heads", cfg.global_heads);
+    rec.integer("window", cfg.window);
+    if (near_far) rec.integer("near", s.near_or(cfg.window));
+    rec.key("attn");
     out += '[';
     for (int l = 0; l < s.num_layers; l++) {
         for (int h = 0; h < s.num_heads; h++) {
             const size_t i = (size_t)l * s.num_heads + h;
             if (i > 0) out += ',';
-            out += '{';
-            append_json_key(out, "layer");
-            append_json_int(out, l);
-            out += ',';
-            append_json_key(out, "head");
-            append_json_int(out, h);
-            out += ',';
-            append_json_key(out, "global");
-            append_json_bool(out, !cfg.is_local_head(h));
-            const std::pair<const char*, const std::vector<float>*> fields[] = {
-                {"max", &s.max_logit},       {"min", &s.min_logit},           {"entropy", &s.entropy},
-                {"near_mass", &s.near_mass}, {"near_max", &s.near_max_logit}, {"far_max", &s.far_max_logit}};
-            for (int f = 0; f < (near_far ? 6 : 3); f++) {  // far_max null: the head had no far key
-                out += ',';
-                append_json_key(out, fields[f].first);
-                append_json_double(out, (*fields[f].second)[i]);
+            JsonObjectText head(out);
+            head.integer("layer", l);
+            head.integer("head", h);
+            head.boolean("global", !cfg.is_local_head(h));
+            head.number("max", s.max_logit[i]);
+            head.number("min", s.min_logit[i]);
+            head.number("entropy", s.entropy[i]);
+            if (near_far) {
+                head.number("near_mass", s.near_mass[i]);
+                head.number("near_max", s.near_max_logit[i]);
+                head.number("far_max", s.far_max_logit[i]);  // null: the head had no far key
             }
-            out += '}';
+            head.close();
         }
     }
-    out += "],";
-    append_json_key(out, "out_max_logit");
-    append_json_double(out, s.out_max_logit);
-    out += ',';
-    append_json_key(out, "out_mean_lse");
-    append_json_double(out, s.out_mean_lse);
-    out += '}';
+    out += ']';
+    rec.number("out_max_logit", s.out_max_logit);
+    rec.number("out_mean_lse", s.out_mean_lse);
+    rec.close();
     return out;
 }
 
