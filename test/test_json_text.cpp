@@ -102,7 +102,7 @@ TEST_CASE("append_json_double: nlohmann reads back the same double, as a float",
     const uint64_t seed = std::random_device{}();
     INFO("seed " << seed << ", shortest text: " << detail::kShortestDoubleText);
     std::mt19937_64 rng(seed);
-    for (int k = 0; k < 200000; k++) {
+    for (int k = 0; k < 50000; k++) {
         double x;
         const uint64_t bits = rng();
         std::memcpy(&x, &bits, sizeof x);
@@ -127,7 +127,7 @@ TEST_CASE("append_json_double: nlohmann reads back the same double, as a float",
         CHECK(std::memcmp(&back, &x, sizeof x) == 0);
     }
     // the "%.17g" text (the fallback without floating-point std::to_chars) reads back bit for bit too
-    for (int k = 0; k < 100000; k++) {
+    for (int k = 0; k < 30000; k++) {
         double x;
         const uint64_t bits = rng();
         std::memcpy(&x, &bits, sizeof x);
@@ -150,7 +150,7 @@ TEST_CASE("logit_stats_line: the reference tree's values, types and key order", 
     const uint32_t seed = std::random_device{}();
     INFO("seed " << seed);
     std::mt19937 rng(seed);
-    for (int trial = 0; trial < 200; trial++) {
+    for (int trial = 0; trial < 100; trial++) {
         ModelConfig cfg;
         cfg.num_layers = 1 + (int)(rng() % 6);
         cfg.num_heads = 1 + (int)(rng() % 8);
