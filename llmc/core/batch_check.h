@@ -21,8 +21,9 @@ inline void check_token_batch(const ModelConfig& cfg, const int* inputs, const i
     for (int k = 0; k < 2; k++) {
         const int* tok = k == 0 ? inputs : targets;
         if (!tok) continue;
-        // one pass without branches (it vectorizes: ~2 ns a token with a branch a token, a tenth of that
-        // without; the training loop checks every batch while the device waits), then the first bad id
+        // one pass without branches (it vectorizes; the training loop checks every batch while the device
+        // waits: B 16 T 2048, -O3, CPU here, ~49 us with a branch a token, ~17-24 us without), then the
+        // first bad id
         unsigned bad = 0;
         for (size_t i = 0; i < N; i++) bad |= (unsigned)(tok[i] < 0) | (unsigned)(tok[i] >= cfg.vocab_size);
         if (!bad) continue;
