@@ -420,9 +420,11 @@ ensure_train_data() {
 # GPT-2-124M-shaped d12 (LS G 1 P 64, B 16, T 1024, V 50257), 8 profiled steps after 2 warm-up steps each, on the train stage's synthetic data;
 # each table in the step's log with a line per distinct matmul naming the algorithm cuBLASLt picked
 # (LLMC_CUBLASLT_ALGOS=1), its profile.json in bench/profile/ (report.json). Emulated: one small
-# model, one profiled step (launch counts, no times). The steps issued kernel by kernel (--cuda-graph 0):
-# the calibrated model's launch gaps are those of such steps (the c276bf2 profile's); what the graph,
-# the trainer's default, saves is the train stage's cuda-graph-0 / -1 comparison.
+# model, one profiled step (launch counts, no times). The three shapes' steps issued kernel by kernel
+# (--cuda-graph 0): the calibrated model's launch gaps are those of such steps (the c276bf2 profile's);
+# then paper-b16 again as the trainer's default issues it, the step graph (--cuda-graph 1: its two
+# parts, the host grouping the tokens between their launches), whose idle time no prediction models
+# (emulated: the small model both ways).
 # Then generation with the paper-b16 case's model (its last checkpoint; emulated: the small one's):
 # generate_gpt2_ls --bench --bench-profile, the decode steps as graphs, B 4, prompt 2048, 32 decode
 # steps at context 2048: its timings and the per-kernel profiles of a prefill and of decode steps in
@@ -433,14 +435,16 @@ stage_profile() {
     local syn=(--syn-length 3000000)
     # ls-small-b8: the shape timed at fa663e0 (biases, tanh GELU, tied); paper-b16: the paper code's model
     # (configs/paper_pg19.toml: no biases, erf GELU (its own launch), untied) at B 16
-    local cases=("ls-small-b8|-e ls-small --vocab 10000 -b 8 -t 2048"
-                 "paper-b16|-e ls-small --vocab 10000 --bias 0 --gelu erf --untie-embeddings -b 16 -t 2048"
-                 "d12-b16|-e d12 --window 64 --vocab 50257 -b 16 -t 1024")
+    local cases=("ls-small-b8|-e ls-small --vocab 10000 -b 8 -t 2048 --cuda-graph 0"
+                 "paper-b16|-e ls-small --vocab 10000 --bias 0 --gelu erf --untie-embeddings -b 16 -t 2048 --cuda-graph 0"
+                 "d12-b16|-e d12 --window 64 --vocab 50257 -b 16 -t 1024 --cuda-graph 0"
+                 "paper-b16-graph|-e ls-small --vocab 10000 --bias 0 --gelu erf --untie-embeddings -b 16 -t 2048 --cuda-graph 1")
     local steps=8
     if [ "$emulate" = 1 ]; then
         syn=(--syn-length 100000 --syn-doc-len 1024 --syn-vocab 64 --syn-order 1 --syn-strength 5
              --syn-copy-min-dist 8 --syn-copy-max-dist 48)
-        cases=("small-emulated|-e ls-small --layers 2 --channels 64 --heads 2 --global-heads 1 --window 16 --max-seq-len 64 -b 4 -t 64")
+        cases=("small-emulated|-e ls-small --layers 2 --channels 64 --heads 2 --global-heads 1 --window 16 --max-seq-len 64 -b 4 -t 64 --cuda-graph 0"
+               "small-emulated-graph|-e ls-small --layers 2 --channels 64 --heads 2 --global-heads 1 --window 16 --max-seq-len 64 -b 4 -t 64 --cuda-graph 1")
         steps=1
     fi
     ensure_train_data "${syn[@]}" || return
@@ -452,7 +456,7 @@ stage_profile() {
         rm -rf "$work/profile/$name"
         rm -f "$work/bench/profile/$name.json"  # never an earlier call's profile in this call's report
         step "profile:$name" 240 env LLMC_CUBLASLT_ALGOS=1 "$trainer" --device cuda "${args[@]}" -x $((steps + 2)) \
-            --profile-steps "$steps" --cuda-graph 0 -v 0 -s 0 -i "$work/train/data/train_*.bin" -o "$work/profile/$name" || continue
+            --profile-steps "$steps" -v 0 -s 0 -i "$work/train/data/train_*.bin" -o "$work/profile/$name" || continue
         cp "$work/profile/$name/profile.json" "$work/bench/profile/$name.json" ||
             fail_step "profile:$name:json" "the run passed but wrote no profile.json"
     done
