@@ -58,6 +58,18 @@ def test_num_params_matches_the_parameter_table():
     assert tv.model_options(tv.MODELS["paper"]) == (False, "erf", False)
     assert tv.model_options(tv.MODELS["ls-small"]) == (True, "tanh", True)
     assert tv.num_params(tv.MODELS["paper"]) != tv.num_params(tv.MODELS["ls-small"])
+    # GPT-2 124M's well-known count (V 50257 padded to 50304, maxT 1024): 124,475,904 with padding
+    assert tv.num_params(tv.MODELS["d12"]) == 124_475_904
+
+
+def test_twin_is_the_model_checks_count_and_options():
+    paper, gpt2 = tv.MODELS["paper"], tv.MODELS["ls-small"]
+    said = {"params": tv.num_params(paper), "options": {"bias": False, "gelu": "erf", "tied": False}}
+    assert tv.twin_is_the_model(said, paper)
+    assert not tv.twin_is_the_model(said, gpt2)
+    assert not tv.twin_is_the_model(dict(said, params=tv.num_params(gpt2)), paper)
+    assert not tv.twin_is_the_model(dict(said, options={"bias": True, "gelu": "erf", "tied": False}), paper)
+    assert not tv.twin_is_the_model({}, paper)  # an older worker's result, without them
 
 
 def test_trainer_command_passes_the_model_options():
@@ -65,8 +77,6 @@ def test_trainer_command_passes_the_model_options():
         cmd = tv.trainer_command("./train_gpt2_ls", dict(tv.MODELS[name], name=name), "d/train_*.bin", "o", 40)
         assert cmd[-len(flags):] == flags if flags else not ({"--bias", "--gelu", "--untie-embeddings"} & set(cmd)), \
             (name, cmd)
-    # GPT-2 124M's well-known count (V 50257 padded to 50304, maxT 1024): 124,475,904 with padding
-    assert tv.num_params(tv.MODELS["d12"]) == 124_475_904
 
 
 def test_flops_per_token():
@@ -309,7 +319,13 @@ def test_both_sides_train_alike_on_cpu(tmp_path, model):
                         "cpu", "--model", model, "--json", str(js), "--steps", str(steps), "--warmup",
                         str(warm)], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
-    ag = tv.training_agreement(ours, json.loads(js.read_text()))
+    w = json.loads(js.read_text())
+    # the twin is the model named: its parameter count and options (a twin built with GPT-2's options
+    # passes its own check and trains alike within the tolerance, so only this tells them apart)
+    assert tv.twin_is_the_model(w, m), (w.get("params"), w.get("options"))
+    other = "tiny-test" if model == "tiny-paper-test" else "tiny-paper-test"
+    assert not tv.twin_is_the_model(w, tv.MODELS[other])
+    ag = tv.training_agreement(ours, w)
     assert ag["steps"] == warm + steps and ag["alike"], ag
     assert ag["ours_last"] < ag["ours_first"] - 0.3 and ag["torch_last"] < ag["torch_first"] - 0.3, ag
 

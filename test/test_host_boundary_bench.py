@@ -27,7 +27,7 @@ def test_table_has_every_piece_with_a_time():
 def test_bad_arguments_are_refused():
     assert BENCH.exists(), f"{BENCH} missing: make host-boundary-bench (make test builds it)"
     for args in (["1", "2"], ["0", "64", "2", "3", "130"], ["2x", "64", "2", "3", "130"],
-                 ["65536", "65536", "1", "1", "130"]):
+                 ["65536", "65536", "1", "1", "130"], ["1", "1", "100000000", "100000", "130"]):
         p = subprocess.run([str(BENCH)] + args, capture_output=True, text=True, timeout=60)
         assert p.returncode == 2 and p.stdout == "", (args, p.stdout, p.stderr)
         assert len(p.stderr.splitlines()) == 1, p.stderr

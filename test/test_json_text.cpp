@@ -177,3 +177,27 @@ TEST_CASE("logit_stats_line: the reference tree's values, types and key order", 
         REQUIRE(got.dump() == want.dump());  // and the same types (a float stays a float)
     }
 }
+
+TEST_CASE("JsonObjectText: members in call order, commas between, nesting, misuse refused", "[json_text]") {
+    std::string out;
+    JsonObjectText empty(out);
+    empty.close();
+    CHECK(out == "{}");
+    out.clear();
+    JsonObjectText o(out);
+    o.integer("a", -3);
+    o.key("list");
+    out += '[';
+    JsonObjectText inner(out);
+    inner.boolean("b", true);
+    inner.number("x", 0.5);
+    inner.number("y", std::nan(""));
+    inner.close();
+    out += ']';
+    o.number("z", 2.0);
+    o.close();
+    CHECK(out == R"({"a":-3,"list":[{"b":true,"x":0.5,"y":null}],"z":2.0})");
+    CHECK(nlohmann::ordered_json::parse(out).dump() == out);  // nlohmann writes the same text back
+    CHECK_THROWS_AS(o.integer("late", 1), std::logic_error);
+    CHECK_THROWS_AS(o.close(), std::logic_error);
+}

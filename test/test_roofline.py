@@ -589,6 +589,17 @@ def test_compare_reads_a_gpu_check_report(tmp_path):
     p = subprocess.run([sys.executable, str(SCRIPT), "--compare", str(report), "--prediction", str(pred), "--case",
                         "d12-b16"], capture_output=True, text=True)
     assert p.returncode == 2 and "no bench/profile/d12-b16.json" in p.stderr and p.stdout == ""
+    # a profile the prediction has no case for (the step graph's, paper-b16-graph): noted and left out
+    report.write_text(json.dumps({"commit": "x", "benchmarks": {"bench/profile/paper-b16.json": prof,
+                                                                "bench/profile/paper-b16-graph.json": prof}}))
+    p = subprocess.run([sys.executable, str(SCRIPT), "--compare", str(report), "--prediction", str(pred)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.startswith("paper-b16: ") and "paper-b16-graph" not in p.stdout
+    assert "paper-b16-graph has no case in the prediction" in p.stderr
+    report.write_text(json.dumps({"commit": "x", "benchmarks": {"bench/profile/paper-b16-graph.json": prof}}))
+    p = subprocess.run([sys.executable, str(SCRIPT), "--compare", str(report), "--prediction", str(pred)],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "none of its profiles (paper-b16-graph)" in p.stderr and p.stdout == ""
 
 
 def test_docs_hold_the_current_calibration_and_speed_steps():

@@ -63,8 +63,11 @@ int main(int argc, char** argv) {
         NH = positive_arg(argv[4]);
         Vp = positive_arg(argv[5]);
     }
-    if (B < 1 || T < 1 || L < 1 || NH < 1 || Vp < 2 || (long long)B * T > INT_MAX / 2) {
-        std::fprintf(stderr, "error: B, T, L, NH >= 1, Vp >= 2 (whole numbers) and B * T <= %d needed\n", INT_MAX / 2);
+    if (B < 1 || T < 1 || L < 1 || NH < 1 || Vp < 2 || (long long)B * T > (1LL << 28) || (long long)L * NH > 4096 ||
+        Vp > (1 << 24)) {
+        std::fprintf(stderr,
+                     "error: whole numbers B, T, L, NH >= 1 and Vp >= 2 needed, with B * T <= 2^28, L * NH <= 4096 "
+                     "and Vp <= 2^24\n");
         return 2;
     }
     llmc::ModelConfig cfg;

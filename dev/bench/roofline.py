@@ -2392,7 +2392,17 @@ def compare_main(a):
                                  f"(it has: {', '.join(found) or 'none'})")
             if not found:
                 raise ValueError("the report has no bench/profile/*.json (did the profile stage run?)")
-            todo = {a.case: found[a.case]} if a.case else found
+            if a.case:
+                todo = {a.case: found[a.case]}
+            else:  # every profiled case the prediction has (the step graph's case has none: no graph term)
+                todo = {c: p for c, p in found.items() if c in cases}
+                for c in found:
+                    if c not in cases:
+                        print(f"note: the report's profile {c} has no case in the prediction; not compared",
+                              file=sys.stderr)
+                if not todo:
+                    raise ValueError(f"none of its profiles ({', '.join(found)}) is a case of the prediction "
+                                     f"({', '.join(cases)})")
         else:
             case = a.case or os.path.splitext(os.path.basename(a.compare))[0]
             if not a.case and case == "profile":  # the trainer's -o DIR/profile.json: the case is DIR's name

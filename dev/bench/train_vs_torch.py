@@ -530,7 +530,22 @@ def run_torch(m, args, work, tokens_per_step, flops_tok, peak):
     res.update(side_result(w.get("ms"), tokens_per_step, flops_tok, peak))
     if rc != 0:
         res["status"] = res.get("status") or f"FAIL (exit {rc})"
+    elif not twin_is_the_model(w, m):
+        res["status"] = (f"FAIL (the twin is not the model: {w.get('params')} parameters, options "
+                         f"{w.get('options')}; expected {num_params(m)}, {option_dict(m)})")
     return res
+
+
+def option_dict(m):
+    bias, gelu, tied = model_options(m)
+    return {"bias": bias, "gelu": gelu, "tied": tied}
+
+
+def twin_is_the_model(worker_result, m):
+    """Whether the torch worker built the model m names: its parameter count (which differs with the
+    options) and the options it reports (its own check is against a reference built from the same
+    options, so it cannot tell)."""
+    return worker_result.get("params") == num_params(m) and worker_result.get("options") == option_dict(m)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -587,6 +602,8 @@ def torch_worker(args):
             torch.cuda.synchronize()
 
     model = tfm.TwinGPT(cfg, attn=kind, device=dev)
+    result["params"] = sum(p.numel() for p in model.parameters())  # what the parent checks (twin_is_the_model)
+    result["options"] = {"bias": cfg.bias, "gelu": cfg.gelu, "tied": cfg.tied_embeddings}
     model.prepare(T, dev)
     compiled = torch.compile(model) if on_gpu else model  # the CPU run only exercises this code (torch 1.13)
     fwd = tfm.TwinForward(model, compiled)

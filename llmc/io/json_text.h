@@ -1,5 +1,5 @@
-// JSON as text: the files we write (config.json, eval.json), values quoted in error lines, and the
-// pieces of records written every training step without an nlohmann tree (append_json_*: building the
+// JSON as text: the files we write (config.json, eval.json), values quoted in error lines, and records
+// written every training step without an nlohmann tree (JsonObjectText, append_json_*: building the
 // tree cost more than the step's other host work, llmc/io/metrics.h logit_stats_line).
 #pragma once
 #include <charconv>
@@ -126,8 +126,11 @@ inline void append_json_key(std::string& out, const char* key) {
 class JsonObjectText {
 public:
     explicit JsonObjectText(std::string& out) : out_(out) { out_ += '{'; }
+    JsonObjectText(const JsonObjectText&) = delete;
+    JsonObjectText& operator=(const JsonObjectText&) = delete;
     // The next member's key; its value is appended next (e.g. an array the caller writes).
     void key(const char* k) {
+        if (closed_) throw std::logic_error(std::string("JsonObjectText: member '") + k + "' after close()");
         if (!first_) out_ += ',';
         first_ = false;
         append_json_key(out_, k);
@@ -144,11 +147,15 @@ public:
         key(k);
         append_json_bool(out_, v);
     }
-    void close() { out_ += '}'; }
+    void close() {
+        if (closed_) throw std::logic_error("JsonObjectText: close() twice");
+        closed_ = true;
+        out_ += '}';
+    }
 
 private:
     std::string& out_;
-    bool first_ = true;
+    bool first_ = true, closed_ = false;
 };
 
 }  // namespace llmc
