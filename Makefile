@@ -203,18 +203,28 @@ CUDA_BACKEND_OBJ := $(BUILD)/cuda_backend_$(PRECISION).o
 # argument is added to the host compiler's flags (the build matrix's -O0).
 NVCC_CPU_KERNELS := $(BUILD)/obj/kernel_instances_$(PRECISION).o
 CUDA_PROGRAM_CXXFLAGS := $(HOST_CXXFLAGS) -DENABLE_$(PRECISION) -DLLMC_CUDA_BACKEND=1 -isystem $(CUDA_HOME)/include
+# cuBLASLt is not linked: $(CUBLASLT_LOADER) defines the functions the programs call and loads the
+# library on the first one (llmc/cuda/cublaslt_loader.cpp), so a start that never reaches the GPU (a
+# --help, a refused flag, a CPU run) does not run its initializers (~0.1 s of CPU each).
+CUBLASLT_LOADER := $(BUILD)/obj/cublaslt_loader.o
+PROGRAM_CUDA_LIBS := -lgomp -ldl
 cuda_program = mkdir -p $(BUILD)/obj && \
 	$(CXX) $(CUDA_PROGRAM_CXXFLAGS) $(3) $(CPU_KERNELS_INCLUDE) \
 	  $(patsubst -I%,-isystem%,$(call dist_flags,$(1),$(2))) -x c++ -c $< -o $(BUILD)/obj/$(notdir $@).o && \
-	$(NVCC) $(NVCC_GENCODE) $(BUILD)/obj/$(notdir $@).o $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) -o $@ $(CUDA_LIBS) \
-	  $(call dist_libs,$(1),$(2))
+	$(NVCC) $(NVCC_GENCODE) $(BUILD)/obj/$(notdir $@).o $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(CUBLASLT_LOADER) \
+	  -o $@ $(PROGRAM_CUDA_LIBS) $(call dist_libs,$(1),$(2))
+$(CUBLASLT_LOADER): llmc/cuda/cublaslt_loader.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -O2 -Wall -Wextra -isystem $(CUDA_HOME)/include -DLLMC_CUBLASLT_DIR='"$(CUDA_HOME)/lib64"' \
+	  -c $< -o $@
 ifeq ($(HOST_BUILD),1)
 train_gpt2_ls generate_gpt2_ls: %: %.cu $(LLMC_HEADERS) $(BUILD)/compiler-%
 	$(CXX) $(HOST_CXXFLAGS) $(HOST_DIST_FLAGS) -x c++ $< -o $@ $(call dist_libs,$(USE_MPI),0)
 else
-train_gpt2_ls: train_gpt2_ls.cu $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(LLMC_HEADERS) $(BUILD)/compiler-train_gpt2_ls
+train_gpt2_ls: train_gpt2_ls.cu $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(CUBLASLT_LOADER) $(LLMC_HEADERS) \
+  $(BUILD)/compiler-train_gpt2_ls
 	$(call cuda_program,$(USE_MPI),$(USE_NCCL))
-generate_gpt2_ls: generate_gpt2_ls.cu $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(LLMC_HEADERS) \
+generate_gpt2_ls: generate_gpt2_ls.cu $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(CUBLASLT_LOADER) $(LLMC_HEADERS) \
   $(BUILD)/compiler-generate_gpt2_ls
 	$(call cuda_program,0,0)
 endif
@@ -282,7 +292,8 @@ DIST_MATRIX := $(BUILD)/matrix/train_gpt2_ls-mpi0-ncclauto $(BUILD)/matrix/train
 # Their host units compile at -O0 (a third of -O3's time): they are there to prove that each
 # combination compiles and links, and the tests run their --help and an error path only; the
 # optimized host unit is the default build's.
-$(BUILD)/matrix/train_gpt2_ls-mpi%: train_gpt2_ls.cu $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(LLMC_HEADERS)
+$(BUILD)/matrix/train_gpt2_ls-mpi%: train_gpt2_ls.cu $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(CUBLASLT_LOADER) \
+  $(LLMC_HEADERS)
 	@mkdir -p $(dir $@)
 	$(call cuda_program,$(word 1,$(subst -nccl, ,$*)),$(word 2,$(subst -nccl, ,$*)),-O0)
 # and the NCCL test built without NCCL: it must exit 77 (SKIPPED), never 0 (test/test_build_matrix.py)
@@ -541,6 +552,7 @@ JOBS ?= $(shell nproc)
 # lane), and minus the pytest tests of those builds (PYTEST_NEEDS_NVCC); one line says so. CI=true
 # without nvcc is an error: CI runs everything.
 PYTEST_NEEDS_NVCC := test/test_emulated_cuda.py test/test_emulation.py test/test_emulation_cublaslt.py \
+                     test/test_cublaslt_loader.py::test_the_loader_forwards_to_the_library \
                      test/test_emulation_nccl.py test/test_emu_step_report.py test/test_static_smem_table.py \
                      test/test_build_matrix.py::test_every_combination_builds_and_runs \
                      test/test_build_matrix.py::test_mpirun_of_a_build_without_mpi_says_what_is_missing \

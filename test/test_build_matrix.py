@@ -128,6 +128,7 @@ def fake_build(tmp_path):
         (src / f).write_text("int main() {}\n")
     (src / "llmc" / "cuda").mkdir()
     (src / "llmc" / "cuda" / "backend_entry.cu").write_text("// the kernels\n")
+    (src / "llmc" / "cuda" / "cublaslt_loader.cpp").write_text("// cuBLASLt, loaded on first use\n")
     (src / "llmc" / "cpu").mkdir()
     (src / "llmc" / "cpu" / "kernel_instances.cpp").write_text("// the CPU kernel drivers, compiled once\n")
     ts = src / "data" / "shards" / "tinyshakespeare_gpt2"  # make train's data, already prepared
@@ -170,14 +171,16 @@ def test_make_train_after_make_cpu_trains_with_the_host_build(tmp_path):
     (src / "train_gpt2_ls.cu").write_text("int main() { return 0; }\n")  # a source changed: the host compiler
     _, calls = make("train")
     assert [c.split()[0] for c in calls] == ["cxx", "run"] and calls[1].startswith("run cxx-built "), calls
-    # asked for nvcc: the kernels by nvcc, the CPU kernel drivers and the host unit by the host compiler,
-    # linked by nvcc, no note
+    # asked for nvcc: the kernels by nvcc, the CPU kernel drivers, cuBLASLt's loader and the host unit by the
+    # host compiler, linked by nvcc without -lcublasLt, no note
     out, calls = make("train", "HOST_BUILD=0")
     assert "make train:" not in out
-    assert [c.split()[0] for c in calls] == ["nvcc", "cxx", "cxx", "nvcc", "run"], calls
+    assert [c.split()[0] for c in calls] == ["nvcc", "cxx", "cxx", "cxx", "nvcc", "run"], calls
     assert " -c llmc/cuda/backend_entry.cu " in calls[0] and " -c llmc/cpu/kernel_instances.cpp " in calls[1], calls
-    assert "-DLLMC_CUDA_BACKEND=1" in calls[2] and "-include llmc/cpu/kernel_instances.h" in calls[2], calls
-    assert calls[4].startswith("run nvcc-built "), calls
+    assert " -c llmc/cuda/cublaslt_loader.cpp " in calls[2], calls
+    assert "-DLLMC_CUDA_BACKEND=1" in calls[3] and "-include llmc/cpu/kernel_instances.h" in calls[3], calls
+    assert " build/obj/cublaslt_loader.o " in calls[4] and "-lcublasLt" not in calls[4], calls
+    assert calls[5].startswith("run nvcc-built "), calls
     _, calls = make("train")  # the last build was nvcc's: it stays
     assert len(calls) == 1 and calls[0].startswith("run nvcc-built "), calls
     # a machine without a GPU: make train builds and trains with the host compiler, and says so
@@ -203,7 +206,7 @@ def test_each_program_rebuilds_only_when_its_own_compiler_changes(tmp_path):
     _, calls = make("train")
     assert [c.split()[0] for c in calls] == ["cxx", "run"], calls
     _, calls = make("generate_gpt2_ls", "HOST_BUILD=0")
-    assert [c.split()[0] for c in calls] == ["nvcc", "cxx", "cxx", "nvcc"], calls
+    assert [c.split()[0] for c in calls] == ["nvcc", "cxx", "cxx", "cxx", "nvcc"], calls
     out, calls = make("train")  # the trainer's compiler did not change: no rebuild
     assert len(calls) == 1 and calls[0].startswith("run cxx-built ./train_gpt2_ls "), calls
     _, calls = make("generate_gpt2_ls", "HOST_BUILD=0")

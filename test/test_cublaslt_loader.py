@@ -1,0 +1,57 @@
+"""cuBLASLt loaded on first use (llmc/cuda/cublaslt_loader.cpp): nvcc's train_gpt2_ls and generate_gpt2_ls
+do not link libcublasLt (whose initializers cost every start ~0.1 s of CPU and ~200 MB of memory, also a
+--help or a CPU run), and the loader's forwards reach the library's functions with their arguments: a
+probe (test/probes/cublaslt_loader_probe.cpp) linked with the loader alone calls the functions that need
+no GPU and checks the library's answers. The handle, the heuristic and the matmul run on a GPU only."""
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+LOADER = REPO / "build" / "obj" / "cublaslt_loader.o"
+PROGRAMS = [REPO / "train_gpt2_ls", REPO / "generate_gpt2_ls"]
+
+
+def nvcc_build(path):
+    """The program as nvcc's build made it (build/compiler-NAME says which compiler built it last)."""
+    stamp = REPO / "build" / f"compiler-{path.name}"
+    if not path.exists() or not stamp.exists():
+        pytest.fail(f"{path} is missing; `make` builds it (part of `make test`)")
+    if stamp.read_text().strip() != "nvcc":
+        pytest.skip(f"{path.name} was built without nvcc ({stamp}: {stamp.read_text().strip()})")
+    return path
+
+
+@pytest.mark.parametrize("program", PROGRAMS, ids=lambda p: p.name)
+def test_the_programs_do_not_link_cublaslt(program):
+    dyn = subprocess.run(["readelf", "-d", str(nvcc_build(program))], capture_output=True, text=True, check=True).stdout
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dyn)
+    assert needed, dyn  # the pattern reads readelf's lines
+    assert not [n for n in needed if "cublas" in n], needed
+    # and a start that never reaches the GPU stays small: --help without cuBLASLt's ~200 MB
+    child = subprocess.Popen([str(program), "--help"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)  # this child's own resource use
+    child.returncode = os.waitstatus_to_exitcode(status)
+    assert child.returncode == 0
+    assert usage.ru_maxrss < 100_000, f"{program.name} --help used {usage.ru_maxrss} KB"
+
+
+def test_the_loader_forwards_to_the_library(tmp_path):
+    if not LOADER.exists():
+        pytest.fail(f"{LOADER} is missing; `make train_gpt2_ls` builds it (part of `make test`)")
+    nvcc = shutil.which("nvcc")
+    assert nvcc, "nvcc is not on PATH (this test is left out without it: PYTEST_NEEDS_NVCC)"
+    cuda_home = Path(nvcc).resolve().parents[1]  # the Makefile's CUDA_HOME: nvcc's bin/..
+    probe = tmp_path / "probe"
+    subprocess.run(["g++", "-std=c++17", "-Wall", "-Wextra", "-Werror", "-isystem", str(cuda_home / "include"),
+                    str(REPO / "test" / "probes" / "cublaslt_loader_probe.cpp"), str(LOADER), "-ldl", "-o", str(probe)],
+                   check=True)
+    dyn = subprocess.run(["readelf", "-d", str(probe)], capture_output=True, text=True, check=True).stdout
+    assert "cublas" not in dyn  # the loader alone reaches the library
+    p = subprocess.run([str(probe)], capture_output=True, text=True)
+    assert p.returncode == 0 and "cublaslt_loader_probe: all PASS" in p.stdout, p.stdout + p.stderr
+    assert sum(ln.startswith("PASS ") for ln in p.stdout.splitlines()) == 12, p.stdout  # every check ran
