@@ -36,6 +36,7 @@
 #            SHARED_DATA=../shared/data  NVCC=nvcc CXX=g++ PYTHON=python3  BUILD=build
 #            USE_MPI=auto|0  USE_NCCL=auto|0  MPICXX=mpicxx  CUDA_HOME=<from nvcc's path>
 #            HOST_BUILD=0|1 (1: the trainer and the generator by CXX; default 1 when nvcc is not found)
+#            CUBLASLT_LAZY=1|0 (nvcc's trainer and generator: load cuBLASLt on first use, or 0: link it)
 #            TRAIN_ARGS="-x 300 -v 50 -s 100 -n 100" (a new run's flags; continuing one: only those given)
 #            TRAIN_OUT=out/tinyshakespeare
 #            CI=true (GPU targets for sm_90 only; make test fails without nvcc)  JOBS=<nproc> (make test)
@@ -206,8 +207,24 @@ CUDA_PROGRAM_CXXFLAGS := $(HOST_CXXFLAGS) -DENABLE_$(PRECISION) -DLLMC_CUDA_BACK
 # cuBLASLt is not linked: $(CUBLASLT_LOADER) defines the functions the programs call and loads the
 # library on the first one (llmc/cuda/cublaslt_loader.cpp), so a start that never reaches the GPU (a
 # --help, a refused flag, a CPU run) does not run its initializers (~0.1 s of CPU each).
+# CUBLASLT_LAZY=0 links the library as the kernel labs and GPU tests do (the fallback should the loader
+# fail on some machine).
+# $(CUBLASLT_STAMP) names the mode of the last link ("lazy" or "linked"), rewritten only when it
+# changes (as the compiler stamps above), so that switching relinks the programs and the build matrix.
+CUBLASLT_LAZY ?= 1
+ifeq ($(CUBLASLT_LAZY),0)
+CUBLASLT_LOADER :=
+CUBLASLT_MODE := linked
+PROGRAM_CUDA_LIBS := -lcublasLt -lgomp
+else
 CUBLASLT_LOADER := $(BUILD)/obj/cublaslt_loader.o
+CUBLASLT_MODE := lazy
 PROGRAM_CUDA_LIBS := -lgomp -ldl
+endif
+CUBLASLT_STAMP := $(BUILD)/cublaslt-link
+$(CUBLASLT_STAMP): $(if $(subst x$(CUBLASLT_MODE),,x$(shell cat $(CUBLASLT_STAMP) 2>/dev/null)),FORCE)
+	@mkdir -p $(dir $@)
+	@echo '$(CUBLASLT_MODE)' >$@
 cuda_program = mkdir -p $(BUILD)/obj && \
 	$(CXX) $(CUDA_PROGRAM_CXXFLAGS) $(3) $(CPU_KERNELS_INCLUDE) \
 	  $(patsubst -I%,-isystem%,$(call dist_flags,$(1),$(2))) -x c++ -c $< -o $(BUILD)/obj/$(notdir $@).o && \
@@ -215,16 +232,18 @@ cuda_program = mkdir -p $(BUILD)/obj && \
 	  -o $@ $(PROGRAM_CUDA_LIBS) $(call dist_libs,$(1),$(2))
 $(CUBLASLT_LOADER): llmc/cuda/cublaslt_loader.cpp
 	@mkdir -p $(dir $@)
-	$(CXX) -std=c++17 -O2 -Wall -Wextra -isystem $(CUDA_HOME)/include -DLLMC_CUBLASLT_DIR='"$(CUDA_HOME)/lib64"' \
+	$(CXX) -std=c++17 -O2 -Wall -Wextra $(INCLUDES) -isystem $(CUDA_HOME)/include \
+	  -DLLMC_CUBLASLT_DIR='"$(CUDA_HOME)/lib64"' \
 	  -c $< -o $@
 ifeq ($(HOST_BUILD),1)
 train_gpt2_ls generate_gpt2_ls: %: %.cu $(LLMC_HEADERS) $(BUILD)/compiler-%
 	$(CXX) $(HOST_CXXFLAGS) $(HOST_DIST_FLAGS) -x c++ $< -o $@ $(call dist_libs,$(USE_MPI),0)
 else
-train_gpt2_ls: train_gpt2_ls.cu $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(CUBLASLT_LOADER) $(LLMC_HEADERS) \
-  $(BUILD)/compiler-train_gpt2_ls
+train_gpt2_ls: train_gpt2_ls.cu $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(CUBLASLT_LOADER) $(CUBLASLT_STAMP) \
+  $(LLMC_HEADERS) $(BUILD)/compiler-train_gpt2_ls
 	$(call cuda_program,$(USE_MPI),$(USE_NCCL))
-generate_gpt2_ls: generate_gpt2_ls.cu $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(CUBLASLT_LOADER) $(LLMC_HEADERS) \
+generate_gpt2_ls: generate_gpt2_ls.cu $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(CUBLASLT_LOADER) $(CUBLASLT_STAMP) \
+  $(LLMC_HEADERS) \
   $(BUILD)/compiler-generate_gpt2_ls
 	$(call cuda_program,0,0)
 endif
@@ -293,7 +312,7 @@ DIST_MATRIX := $(BUILD)/matrix/train_gpt2_ls-mpi0-ncclauto $(BUILD)/matrix/train
 # combination compiles and links, and the tests run their --help and an error path only; the
 # optimized host unit is the default build's.
 $(BUILD)/matrix/train_gpt2_ls-mpi%: train_gpt2_ls.cu $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(CUBLASLT_LOADER) \
-  $(LLMC_HEADERS)
+  $(CUBLASLT_STAMP) $(LLMC_HEADERS)
 	@mkdir -p $(dir $@)
 	$(call cuda_program,$(word 1,$(subst -nccl, ,$*)),$(word 2,$(subst -nccl, ,$*)),-O0)
 # and the NCCL test built without NCCL: it must exit 77 (SKIPPED), never 0 (test/test_build_matrix.py)
@@ -553,6 +572,7 @@ JOBS ?= $(shell nproc)
 # without nvcc is an error: CI runs everything.
 PYTEST_NEEDS_NVCC := test/test_emulated_cuda.py test/test_emulation.py test/test_emulation_cublaslt.py \
                      test/test_cublaslt_loader.py::test_the_loader_forwards_to_the_library \
+                     test/test_cublaslt_loader.py::test_a_library_that_cannot_be_found_is_one_line_naming_it_and_the_fix \
                      test/test_emulation_nccl.py test/test_emu_step_report.py test/test_static_smem_table.py \
                      test/test_build_matrix.py::test_every_combination_builds_and_runs \
                      test/test_build_matrix.py::test_mpirun_of_a_build_without_mpi_says_what_is_missing \

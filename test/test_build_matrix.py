@@ -196,6 +196,24 @@ def test_make_train_after_make_cpu_trains_with_the_host_build(tmp_path):
     assert [c.split()[0] for c in calls] == ["cxx", "nvcc"] and "-DLLMC_CUDA_BACKEND=1" in calls[0], calls
 
 
+def test_cublaslt_lazy_0_links_the_library_and_a_switch_relinks(tmp_path):
+    """`make CUBLASLT_LAZY=0` links -lcublasLt instead of the loader (the fallback should the loader fail on
+    a machine); switching either way relinks the programs (build/cublaslt-link), and then nothing more."""
+    src, env, make = fake_build(tmp_path)
+    _, calls = make("train_gpt2_ls", "generate_gpt2_ls", "HOST_BUILD=0")
+    links = [c for c in calls if c.startswith("nvcc") and " -c " not in c]
+    assert len(links) == 2 and all("cublaslt_loader.o" in c and "-lcublasLt" not in c for c in links), calls
+    _, calls = make("train_gpt2_ls", "generate_gpt2_ls", "HOST_BUILD=0", "CUBLASLT_LAZY=0")
+    links = [c for c in calls if c.startswith("nvcc") and " -c " not in c]
+    assert len(links) == 2 and all("cublaslt_loader.o" not in c and "-lcublasLt" in c for c in links), calls
+    assert (src / "build" / "cublaslt-link").read_text().strip() == "linked"
+    _, calls = make("train_gpt2_ls", "generate_gpt2_ls", "HOST_BUILD=0", "CUBLASLT_LAZY=0")
+    assert not [c for c in calls if c.startswith(("nvcc", "cxx"))], calls  # up to date
+    _, calls = make("train_gpt2_ls", "generate_gpt2_ls", "HOST_BUILD=0")
+    links = [c for c in calls if c.startswith("nvcc") and " -c " not in c]
+    assert len(links) == 2 and all("cublaslt_loader.o" in c for c in links), calls
+
+
 def test_each_program_rebuilds_only_when_its_own_compiler_changes(tmp_path):
     """Each program has its own compiler stamp: on a machine without a GPU, `make train` (the host build of
     the trainer) and an nvcc build of the generator alternate without rebuilding either, and a switch of one

@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dev" / "reference"
 from checkpoint import header_checksum  # noqa: E402
 
 # The binary was built by nvcc (it links cuBLAS), not by the host compiler (`make cpu`, or make without nvcc).
-# nvcc's build names cuBLASLt's library, which it loads on the first GPU matmul (llmc/cuda/cublaslt_loader.cpp)
+# nvcc's build names cuBLASLt's library, which it loads when it creates the CUDA backend
+# (llmc/cuda/cublaslt_loader.cpp)
 CUDA_BUILD = BIN.exists() and b"libcublasLt.so." in BIN.read_bytes()
 L, NH = 2, 4  # TINY's layers and heads
 

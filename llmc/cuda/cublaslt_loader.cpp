@@ -1,7 +1,8 @@
 // cuBLASLt loaded on first use: the cuBLASLt functions the programs call (llmc/cuda/matmul.cuh),
 // defined here with cublasLt.h's own declarations, each forwarding to the library's function of the
 // same name, which dlopen/dlsym find on the first call. Linked into train_gpt2_ls and
-// generate_gpt2_ls (and the trainer's build matrix) instead of -lcublasLt (Makefile, cuda_program).
+// generate_gpt2_ls (and the trainer's build matrix) instead of -lcublasLt (Makefile, cuda_program;
+// `make CUBLASLT_LAZY=0` links the library instead, as the kernel labs and GPU tests do).
 //
 // Why: a program linked with libcublasLt.so runs the library's initializers at every start, ~0.1 s
 // of CPU and ~200 MB of touched memory on the CI machine, also for a --help, a refused flag or a
@@ -14,14 +15,17 @@
 //     dynamic linker finds a linked library (LD_LIBRARY_PATH, ld.so.cache), else in
 //     LLMC_CUBLASLT_DIR (the toolkit's lib64 at build time). Its cublasLtGetVersion() must have that
 //     major version too.
-//   - A library or function that cannot be found throws std::runtime_error naming it and the fix
-//     (the programs print it as their one error line); it is never reported as a cuBLAS status.
+//   - A library or function that cannot be found throws llmc::InputError (a problem of the machine,
+//     not of the program) naming it and the fix, which the programs print as their one error line; it
+//     is never reported as a cuBLAS status. The library loads at the first call, cublasLtCreate when
+//     the CUDA backend is created.
 #include <dlfcn.h>
 
 #include <cublasLt.h>
 
-#include <stdexcept>
 #include <string>
+
+#include "llmc/core/error.h"
 
 #ifndef LLMC_CUBLASLT_DIR
 #define LLMC_CUBLASLT_DIR "/usr/local/cuda/lib64"
@@ -31,23 +35,32 @@ namespace {
 
 #define LLMC_STR2(x) #x
 #define LLMC_STR(x) LLMC_STR2(x)
-constexpr const char* kSoname = "libcublasLt.so." LLMC_STR(CUBLAS_VER_MAJOR);
+// LLMC_CUBLASLT_SONAME: another name, for the test of a library that cannot be found
+#ifndef LLMC_CUBLASLT_SONAME
+#define LLMC_CUBLASLT_SONAME "libcublasLt.so." LLMC_STR(CUBLAS_VER_MAJOR)
+#endif
+constexpr const char* kSoname = LLMC_CUBLASLT_SONAME;
 
 void* open_library() {
     void* h = dlopen(kSoname, RTLD_NOW | RTLD_LOCAL);
     std::string why = h ? "" : dlerror();
-    if (!h) h = dlopen(LLMC_CUBLASLT_DIR "/libcublasLt.so." LLMC_STR(CUBLAS_VER_MAJOR), RTLD_NOW | RTLD_LOCAL);
+    if (!h) h = dlopen((std::string(LLMC_CUBLASLT_DIR "/") + kSoname).c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!h) why += std::string("; ") + dlerror();
     if (!h)
-        throw std::runtime_error(std::string("cannot load ") + kSoname + " (" + why +
-                                 "), which the CUDA backend needs: install the CUDA toolkit's cuBLAS " +
-                                 LLMC_STR(CUBLAS_VER_MAJOR) + ".x or add its lib directory to LD_LIBRARY_PATH");
+        throw llmc::InputError(std::string("cannot load ") + kSoname + " (" + why +
+                               "), which the CUDA backend needs: install the CUDA toolkit's cuBLAS " +
+                               LLMC_STR(CUBLAS_VER_MAJOR) + ".x or add its lib directory to LD_LIBRARY_PATH");
     using VersionFn = size_t (*)();
     auto version = reinterpret_cast<VersionFn>(dlsym(h, "cublasLtGetVersion"));
-    const size_t v = version ? version() : 0;
+    if (!version)
+        throw llmc::InputError(std::string(kSoname) +
+                               " has no function cublasLtGetVersion: install the CUDA toolkit's cuBLAS " +
+                               LLMC_STR(CUBLAS_VER_MAJOR) + ".x");
+    const size_t v = version();
     if (v / 10000 != CUBLAS_VER_MAJOR)
-        throw std::runtime_error(std::string(kSoname) + " reports version " + std::to_string(v) +
-                                 ", but the programs were built with cuBLAS " + LLMC_STR(CUBLAS_VER_MAJOR) +
-                                 ".x headers: rebuild (make clean && make) against the installed toolkit");
+        throw llmc::InputError(std::string(kSoname) + " reports version " + std::to_string(v) +
+                               ", but the programs were built with cuBLAS " + LLMC_STR(CUBLAS_VER_MAJOR) +
+                               ".x headers: rebuild (make clean && make) against the installed toolkit");
     return h;
 }
 
@@ -61,8 +74,8 @@ template <typename F>
 F* resolve(const char* name) {
     void* sym = dlsym(library(), name);
     if (!sym)
-        throw std::runtime_error(std::string(kSoname) + " has no function " + name +
-                                 ": install the cuBLAS the programs were built with, or rebuild");
+        throw llmc::InputError(std::string(kSoname) + " has no function " + name +
+                               ": install the cuBLAS the programs were built with, or rebuild");
     return reinterpret_cast<F*>(sym);
 }
 
