@@ -633,6 +633,29 @@ print(f"{len(runs[0])} and {len(runs[1])} steps: median {med[0]:.2f} ms/step wit
       f"{'bit-identical' if same else 'DIFFER'}: {'PASS' if same else 'FAIL'}")
 sys.exit(0 if same else 1)
 EOF
+    # programmatic dependent launch (--pdl 1, docs/cuda_backend.md) against the same runs without, kernel
+    # by kernel and as the step graph: bit for bit, and the medians with what it saves per step
+    for g in 0 1; do
+        rm -rf "$d/pdl$g"
+        step "train:pdl-graph$g" 300 "$trainer" --device cuda "${run[@]}" -x "$gsteps" -v 0 -n 0 --cuda-graph "$g" \
+            --pdl 1 -s 0 -i "$d/data/train_*.bin" -o "$d/pdl$g" || return
+        step "train:pdl-vs-graph$g" 60 "$PY" - "$d/graph$g/metrics.jsonl" "$d/pdl$g/metrics.jsonl" "$gsteps" "$g" <<'EOF'
+import json, os, sys
+want, graph = int(sys.argv[3]), sys.argv[4]
+runs = [[r for r in map(json.loads, filter(str.strip, open(f))) if "loss" in r] for f in sys.argv[1:3]]
+same = len(runs[0]) == len(runs[1]) == want and all(
+    (a["step"], a["loss"], a["grad_norm"], a["max_attn_logit"]) ==
+    (b["step"], b["loss"], b["grad_norm"], b["max_attn_logit"]) for a, b in zip(*runs))
+warm = min(5, want // 2)
+med = [sorted(r["ms"] for r in run[warm:])[len(run[warm:]) // 2] if len(run) > warm else float("nan") for run in runs]
+where = "emulated: the emulator's times, not a GPU's" if os.environ.get("emulate") == "1" else \
+    "modeled: at most the launch gaps, 0.17 ms/step at paper-b16 (roofline.py --speed-steps)"
+print(f"--cuda-graph {graph}: {len(runs[0])} and {len(runs[1])} steps: median {med[0]:.2f} ms/step with --pdl 0, "
+      f"{med[1]:.2f} with --pdl 1: saves {med[0] - med[1]:.2f} ms/step ({where}); losses, norms, max logits "
+      f"{'bit-identical' if same else 'DIFFER'}: {'PASS' if same else 'FAIL'}")
+sys.exit(0 if same else 1)
+EOF
+    done
 }
 
 stage_e2e() {  # stage_e2e MODEL...: one step a model, in order

@@ -393,3 +393,43 @@ def test_profile_counts_the_steps_gemms(periodic_data, tmp_path, graph):
     assert g["bytes_per_step"] == total_bytes
     assert (f"cuBLASLt per step: {expected_matmuls(L):.1f} calls, {g['flops_per_step'] / 1e9:.3f} GFLOP (2 m n k)"
             in p.stdout), p.stdout[-3000:]
+
+
+@pytest.mark.parametrize("graph", ["0", "1"])
+def test_pdl_launches_every_step_kernel_programmatic_with_the_same_bits(varied_data, tmp_path, graph):
+    """--pdl 1 (llmc/cuda/launch.cuh LaunchStream, dev/emu/griddep.h): every kernel launch of a training
+    step carries programmatic stream serialization, kernel by kernel and in the step graph, and the
+    emulation refuses a thread of such a grid that ends without griddepcontrol.wait: so every kernel the
+    step runs waits. The numbers and files are bit for bit those of --pdl 0 (which launches none
+    programmatic), and the run header says so."""
+    flags = ["--layers", "2", "-v", "0", "-x", "4", "-l", "3e-3", "--near", "3", "--cuda-graph", graph] + MODEL
+    outs, recs, heads = {}, {}, {}
+    for pdl in (0, 1):
+        outs[pdl] = tmp_path / f"pdl{pdl}"
+        p, report = run_report(varied_data, tmp_path, f"pdl{pdl}", flags + ["--pdl", str(pdl), "-o", str(outs[pdl])])
+        assert p.returncode == 0, p.stderr[-3000:]
+        heads[pdl] = p.stdout
+        recs[pdl] = [json.loads(line) for line in report.read_text().splitlines()]
+    steps = {pdl: [r for r in recs[pdl] if r["interval"] == "step"] for pdl in (0, 1)}
+    assert len(steps[1]) == 4 and all(r["launches"] > 0 for r in steps[1])
+    assert all(r["programmatic_launches"] == r["launches"] for r in steps[1]), \
+        [(r["step"], r["programmatic_launches"], r["launches"]) for r in steps[1]]
+    assert all(r["programmatic_launches"] == 0 for r in recs[0])
+    assert [r["kernels"] for r in steps[0]] == [r["kernels"] for r in steps[1]]
+    keys = ["loss", "grad_norm", "max_attn_logit", "out_max_logit"]
+    got = [[r.get(k) for k in keys] for r in train_records(outs[1] / "metrics.jsonl")]
+    assert got == [[r.get(k) for k in keys] for r in train_records(outs[0] / "metrics.jsonl")] and len(got) == 4
+    for name in ["model_00000004.bin", "logit_stats.jsonl"]:
+        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), f"{name} differs"
+    assert "kernels with programmatic dependent launch (--pdl 1)" in heads[1]
+    assert "programmatic" not in heads[0]
+
+
+def test_pdl_needs_the_cuda_backend(periodic_data, tmp_path):
+    """--pdl 1 on the CPU backend is refused with one line, not run without it."""
+    args = ["--device", "cpu", "-i", f"{periodic_data}/train_*.bin", "-j", f"{periodic_data}/val_*.bin"] + BASE + \
+        ["--layers", "1", "-v", "0", "--pdl", "1"] + MODEL
+    p = subprocess.run([str(EMU_TRAIN)] + args, cwd=REPO, capture_output=True, text=True, timeout=600, env=ENV)
+    assert p.returncode != 0, p.stderr[-2000:]
+    errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "--pdl 1 needs the CUDA backend" in errors[0], p.stderr[-2000:]

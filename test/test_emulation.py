@@ -10,8 +10,10 @@
    dev/emu/tests/emu_ptx_faults.cu): misaligned, non-shared or mixed-qualifier ldmatrix rows, a
    partial warp; cp.async with a misaligned or non-shared destination, a non-global source,
    src-size 17, copies never waited for (committed or not), a source or destination touched while
-   the copy is pending, overlapping pending copies; and two correct kernels (the poisoned state of
-   pending copies after each wait, .x1 ignoring the addresses of lanes 8-31).
+   the copy is pending, overlapping pending copies; a grid launched with programmatic stream
+   serialization whose threads (all, or one) end without griddepcontrol.wait; and three correct
+   kernels (the poisoned state of pending copies after each wait, .x1 ignoring the addresses of
+   lanes 8-31, the wait in a programmatic grid and a plain grid without it).
 2. Mutations of the production kernels: the test copies the sources, applies one deliberate bug (an
    off-by-one in the local window, two swapped A-fragment registers, a removed __syncthreads, an
    out-of-bounds store, a kernel launched with more than 48 KB of shared memory without the opt-in,
@@ -110,6 +112,11 @@ PTX_FAULT_CASES = {
     "cp-async-source-written": (False, "whose source changed after the cp.async"),
     "cp-async-destination-written": (False, "whose destination was written while the copy was pending"),
     "cp-async-overlap": (False, "which overlaps its pending copy"),
+    "griddep-programmatic-with-wait": (True, "griddep with the wait, and a plain launch without it: OK"),
+    "griddep-programmatic-without-wait": (
+        False, "[warp 0 lane 0] ended without griddepcontrol.wait in a grid launched with programmatic"),
+    "griddep-one-thread-skips-wait": (
+        False, "thread (37,0,0) [warp 1 lane 5] ended without griddepcontrol.wait in a grid launched with programmatic"),
 }
 
 
@@ -256,6 +263,13 @@ MUTANTS = {
         "for (int lane = 0; lane < kWarpSize; lane++) {",
         "for (int lane = 0; lane < kWarpSize - 1; lane++) {",
         "build/emu/test_gpu/test_redux", [], "FAIL redux.sync.or.b32"),
+    # the emulated griddepcontrol.wait without its record: a programmatic grid whose threads all wait
+    # is then refused (the with-wait case's pass shows the record is live)
+    "emulated-griddep-wait-not-recorded": (
+        "dev/emu/griddep.h",
+        "inline void griddepcontrol_wait() { cur_thread().waited_for_prerequisites = true; }",
+        "inline void griddepcontrol_wait() { (void)cur_thread(); }",
+        "build/emu/self/emu_ptx_faults", ["griddep-programmatic-with-wait"], "ended without griddepcontrol.wait"),
     # the bias gradient's last block adds its quarters' sums starting from one its index picks: the bits then
     # depend on which block arrives last, which differs between the two schedules' block orders
     "bias-sum-in-arrival-order": (
@@ -267,7 +281,8 @@ MUTANTS = {
     # work then happens before the graph runs, and again at each launch)
     "emulated-capture-runs-launch-now": (
         "dev/emu/grid.h",
-        "        c->work.push_back([=] { run_grid_now(fn, grid, block, smem, body, footprint); });\n        return;\n",
+        "        c->work.push_back([=] { run_grid_now(fn, grid, block, smem, body, footprint, programmatic); });\n"
+        "        return;\n",
         "        (void)c;\n",
         "build/emu/test_gpu/test_cuda_graph", [], "FAIL captured work is not executed"),
     # the oldest group read back without its wait: the readers get the poison of the copies not yet

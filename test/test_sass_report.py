@@ -431,6 +431,30 @@ def test_the_fence_count_fails_without_the_fences(tmp_path):
     assert no_acquire["gpu_fences_before_first_atomic"] >= 1 and no_acquire["gpu_fences_after_last_atomic"] == 0
 
 
+def test_every_kernel_waits_for_its_predecessor_before_global_memory(report):
+    """--pdl 1 launches every kernel of the backend with programmatic stream serialization: each must
+    execute griddepcontrol.wait (ACQBULK) before any global-memory instruction, and let its dependents
+    be scheduled (PREEXIT). Static, in address order: griddep_begin is each kernel's first statement,
+    so its wait precedes every branch."""
+    assert report["kernels"]
+    for k in report["kernels"]:
+        g = k["grid_dependency"]
+        assert g["waits"] >= 1 and g["global_memory_before_first_wait"] == 0 and g["launch_dependents"] >= 1, \
+            (k["name"], g)
+
+
+@needs_nvcc
+def test_the_wait_count_fails_on_a_read_before_the_wait(tmp_path):
+    cubin = tmp_path / "griddep_first.cubin"
+    run(["nvcc", *build.NVCC_DEVICE_FLAGS, f"-I{REPO}", "-cubin", FIXTURE / "griddep_first.cu", "-o", cubin])
+    fns = parse_sass(run([find_cuda_tool("cuobjdump"), "-sass", cubin]))
+    from report import grid_dependency  # dev/cuda/sassreport/report.py
+    (first, ) = [grid_dependency(f) for name, f in fns.items() if "waits_first" in name]
+    (early, ) = [grid_dependency(f) for name, f in fns.items() if "reads_early" in name]
+    assert first["waits"] == 1 and first["global_memory_before_first_wait"] == 0 and first["launch_dependents"] == 1
+    assert early["waits"] == 1 and early["global_memory_before_first_wait"] >= 1, early
+
+
 @needs_nvcc
 def test_a_binary_without_sm90_code_is_an_error(tmp_path):
     host_only = tmp_path / "host_only"

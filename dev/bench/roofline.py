@@ -2181,7 +2181,7 @@ def speed_steps(cal, case="paper-b16"):
     out.append(("programmatic dependent launch (the launch gaps)", (launches - 1) * cal["gap_us"],
                 f"every gap gone ({launches - 1:.0f} x gap_us {cal['gap_us']:.2f} µs, the c276bf2 profile's idle time "
                 f"split with the host's per-token work): an upper bound, of which the step graph (the default) "
-                f"measured 0.07 ms at ls-small-b8"))
+                f"measured 0.07 ms at ls-small-b8; built behind --pdl 1, off until a GPU measures it"))
     return base, out
 
 

@@ -211,10 +211,11 @@ struct ThreadCtx {
     uint3 thread_idx{0, 0, 0};
     int linear = 0;  // x + y*Dx + z*Dx*Dy: lane = linear % 32, warp = linear / 32
     ThreadState state = ThreadState::Ready;
-    unsigned warp_mask = 0;       // the mask of the warp collective it waits in
-    uint64_t warp_ops = 0;        // warp collectives it has completed (selects the exchange buffer)
-    AsyncCopyQueue async_copies;  // its cp.async copies not yet completed (cp_async.h)
-    Fiber fiber;                  // the thread itself
+    unsigned warp_mask = 0;                 // the mask of the warp collective it waits in
+    uint64_t warp_ops = 0;                  // warp collectives it has completed (selects the exchange buffer)
+    AsyncCopyQueue async_copies;            // its cp.async copies not yet completed (cp_async.h)
+    bool waited_for_prerequisites = false;  // it executed griddepcontrol.wait (griddep.h)
+    Fiber fiber;                            // the thread itself
 };
 
 struct WarpCtx {
@@ -238,6 +239,10 @@ struct BlockCtx {
     // runs `body` once per block of the grid and ends with the grid (run_block, end_block_threads).
     const std::function<void()>* body = nullptr;
     bool grid_done = false;
+    // Launched with programmatic stream serialization: each thread must execute griddepcontrol.wait
+    // before it ends (griddep.h); launched_dependents: the block executed launch_dependents.
+    bool programmatic = false;
+    bool launched_dependents = false;
 
     void make_ready(ThreadCtx& t);
     size_t dynamic_smem_bytes = 0;
@@ -407,6 +412,13 @@ private:
                  " of its cp.async copies were not complete (end every thread's copies with "
                  "cp.async.wait_group 0 or cp.async.wait_all before it returns)");
 }
+[[noreturn, gnu::noinline, gnu::cold]] inline void ended_without_griddep_wait_fault(const BlockCtx& b,
+                                                                                    const ThreadCtx& t) {
+    device_fault("griddepcontrol in " + b.where() + ": " + b.who(t) +
+                 " ended without griddepcontrol.wait in a grid launched with programmatic stream serialization "
+                 "(on a GPU it may read its predecessor's output too early; begin the kernel with "
+                 "llmc::cuda::griddep_begin(), or launch it without the attribute)");
+}
 [[noreturn, gnu::noinline, gnu::cold]] inline void ended_at_barrier_fault(const BlockCtx& b, const ThreadCtx& t) {
     device_fault("barrier divergence in " + b.where() + ": " + b.who(t) + " ended while " +
                  std::to_string(b.at_barrier) + " threads wait at __syncthreads (a GPU hangs here)");
@@ -422,6 +434,7 @@ inline void run_thread_of_grid(BlockCtx& b, ThreadCtx& t) {
         // thread that ends before that has issued a copy nothing can legally read (the
         // emulation's rule, stricter than the ISA, which says nothing of a thread's end)
         if (!t.async_copies.pending.empty()) ended_with_copies_fault(b, t);
+        if (b.programmatic && !t.waited_for_prerequisites) ended_without_griddep_wait_fault(b, t);
         t.state = ThreadState::Done;
         b.ended++;
         // a thread that ends while others wait at a barrier never arrives
@@ -437,6 +450,7 @@ inline void run_block(BlockCtx& b, const std::function<void()>& body, const Sche
     const int n = (int)b.threads.size();
     b.ended = 0;
     b.body = &body;
+    b.launched_dependents = false;
     for (int i = 0; i < n; i++) {
         ThreadCtx& t = b.threads[i];
         t.linear = i;
@@ -446,6 +460,7 @@ inline void run_block(BlockCtx& b, const std::function<void()>& body, const Sche
         t.warp_ops = 0;
         t.async_copies.pending.clear();
         t.async_copies.committed = 0;
+        t.waited_for_prerequisites = false;
         // (two pointers: std::function holds them without a heap allocation)
         if (!t.fiber.started()) t.fiber.start(stacks, [bp = &b, tp = &t]() { run_thread_of_grid(*bp, *tp); });
     }

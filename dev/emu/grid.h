@@ -91,10 +91,11 @@ inline uint64_t block_in_schedule_order(const ScheduleSpec& sched, uint64_t seq,
 
 // Runs every block of the grid once under `sched`; body() is the kernel with its arguments.
 inline void run_grid_once(const std::string& name, dim3 grid, dim3 block, size_t smem,
-                          const std::function<void()>& body, const ScheduleSpec& sched) {
+                          const std::function<void()>& body, const ScheduleSpec& sched, bool programmatic) {
     DeviceState& d = device();
     BlockCtx b;
     b.kernel = name;
+    b.programmatic = programmatic;
     b.grid_dim = grid;
     b.block_dim = block;
     const size_t threads = (size_t)block.x * block.y * block.z;
@@ -170,9 +171,10 @@ inline void restore_footprint(const std::vector<std::pair<uintptr_t, std::vector
 }
 
 // Runs a launch now: checks its configuration (an error is reported as cudaGetLastError would), then
-// runs the grid under every schedule and compares what they leave in the footprint.
+// runs the grid under every schedule and compares what they leave in the footprint. programmatic:
+// launched with programmatic stream serialization (griddep.h).
 inline void run_grid_now(const void* fn, dim3 grid, dim3 block, size_t smem, const std::function<void()>& body,
-                         const LaunchFootprint& footprint) {
+                         const LaunchFootprint& footprint, bool programmatic) {
     DeviceState& d = device();
     d.launches++;
     cudaError_t code = cudaSuccess;
@@ -183,20 +185,20 @@ inline void run_grid_now(const void* fn, dim3 grid, dim3 block, size_t smem, con
         return;
     }
     const std::string name = kernel_name(fn);
-    d.counters.kernel(name);
+    d.counters.kernel(name, programmatic);
     if (d.verbose)
-        std::fprintf(stderr, "emu: launch %s grid (%u,%u,%u) block (%u,%u,%u) smem %zu\n", name.c_str(), grid.x, grid.y,
-                     grid.z, block.x, block.y, block.z, smem);
+        std::fprintf(stderr, "emu: launch %s grid (%u,%u,%u) block (%u,%u,%u) smem %zu%s\n", name.c_str(), grid.x,
+                     grid.y, grid.z, block.x, block.y, block.z, smem, programmatic ? " programmatic" : "");
     if (d.schedules.size() == 1) {
-        run_grid_once(name, grid, block, smem, body, d.schedules[0]);
+        run_grid_once(name, grid, block, smem, body, d.schedules[0], programmatic);
         return;
     }
     const auto before = snapshot_footprint(footprint);
-    run_grid_once(name, grid, block, smem, body, d.schedules[0]);
+    run_grid_once(name, grid, block, smem, body, d.schedules[0], programmatic);
     for (size_t s = 1; s < d.schedules.size(); s++) {
         const auto first = snapshot_footprint(footprint);
         restore_footprint(before);
-        run_grid_once(name, grid, block, smem, body, d.schedules[s]);
+        run_grid_once(name, grid, block, smem, body, d.schedules[s], programmatic);
         const auto again = snapshot_footprint(footprint);
         for (size_t i = 0; i < first.size(); i++) {
             const auto &x = first[i].second, &y = again[i].second;
@@ -214,13 +216,14 @@ inline void run_grid_now(const void* fn, dim3 grid, dim3 block, size_t smem, con
     }
 }
 
-// A launch on `stream` (llmc/cuda/launch.cuh): run now, or, while the stream captures, recorded with
+// A launch on `stream` (llmc/cuda/launch.cuh; programmatic: with programmatic stream serialization,
+// griddep.h): run now, or, while the stream captures, recorded with
 // body (which holds the kernel's arguments by value, as a captured launch's parameters are copied
 // when it is captured) and run by each cudaGraphLaunch of the graph.
 // A launch on the legacy default stream while a stream captures is an error (the capture is
 // invalidated); a captured launch's configuration is checked when it is captured, as the launch's
 // error would be reported then.
-inline void run_grid(const void* fn, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+inline void run_grid(const void* fn, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool programmatic,
                      std::function<void()> body, LaunchFootprint footprint) {
     DeviceState& d = device();
     if (d.legacy_work_in_capture(stream, "kernel launch")) {
@@ -238,10 +241,10 @@ inline void run_grid(const void* fn, dim3 grid, dim3 block, size_t smem, cudaStr
             d.invalidate_captures("a launch with a bad configuration");
             return;
         }
-        c->work.push_back([=] { run_grid_now(fn, grid, block, smem, body, footprint); });
+        c->work.push_back([=] { run_grid_now(fn, grid, block, smem, body, footprint, programmatic); });
         return;
     }
-    run_grid_now(fn, grid, block, smem, body, footprint);
+    run_grid_now(fn, grid, block, smem, body, footprint, programmatic);
 }
 
 }  // namespace llmc::emu

@@ -61,6 +61,7 @@ struct CountBytes {
 // The counts of one interval.
 struct IntervalCounts {
     std::map<std::string, uint64_t> kernels;        // demangled kernel name -> launches (run by a graph too)
+    uint64_t programmatic_launches = 0;             // of those, with programmatic stream serialization
     uint64_t graph_launches = 0;                    // cudaGraphLaunch calls
     uint64_t graph_instantiations = 0;              // cudaGraphInstantiate calls (each after a capture)
     uint64_t matmuls = 0;                           // cublasLtMatmul calls that ran
@@ -98,10 +99,12 @@ public:
     StepCounters(const StepCounters&) = delete;
     StepCounters& operator=(const StepCounters&) = delete;
 
-    void kernel(const std::string& name) {
+    void kernel(const std::string& name, bool programmatic) {
         std::lock_guard<std::mutex> lock(mu_);
         cur_.kernels[name]++;
         totals_.kernels[name]++;
+        cur_.programmatic_launches += programmatic;
+        totals_.programmatic_launches += programmatic;
     }
     void graph_launch() {
         std::lock_guard<std::mutex> lock(mu_);
@@ -191,6 +194,7 @@ public:
             colls += (colls.empty() ? "" : ", ") + json_string(call) + ": " + cb(x);
         return "{\"interval\": " + json_string(interval) + ", \"step\": " + std::to_string(step) +
                ", \"launches\": " + std::to_string(launches) +
+               ", \"programmatic_launches\": " + std::to_string(c.programmatic_launches) +
                ", \"graph_launches\": " + std::to_string(c.graph_launches) +
                ", \"graph_instantiations\": " + std::to_string(c.graph_instantiations) +
                ", \"matmuls\": " + std::to_string(c.matmuls) + ", \"matmul_flops\": " + std::to_string(c.matmul_flops) +

@@ -193,6 +193,10 @@ enum class FlagRecord { Both, Toml, Machine, Launch, Hidden, Json };
             "(the CUDA backend, one process, -z 0, no --skip-spikes or --qk-clip) and has one micro-batch (no -d " \
             "above B*T), else kernel by kernel, as the run header says; 1 = as one graph, or refuse the run; 0 = " \
             "kernel by kernel (the same numbers either way)") \
+    SETTING(Machine, int, pdl, 0, "--pdl", v == 0 || v == 1, "must be 0 or 1 (got {})", \
+            "1 = launch the CUDA backend's training kernels with programmatic dependent launch (sm_90+: a " \
+            "kernel is scheduled while the one before it ends and waits for it on the device; the same numbers); " \
+            "0 = in stream order. Off by default until a GPU run measures it (docs/cuda_backend.md)") \
     /* data parallelism (docs/multigpu.md) */ \
     SETTING(Json, int, world_size, 1, "", true, "", \
             "processes, from the collective") \

@@ -110,6 +110,14 @@ public:
     virtual void use_step_graph(bool /*on*/) {
         throw std::logic_error(std::string(name()) + " backend has no step graph");
     }
+    // Kernels launched with programmatic dependent launch (--pdl 1): each may be scheduled while the
+    // one before it ends, and waits for it on the device; the same work and bits as without.
+    // has_programmatic_launch(): the backend can (the CUDA backend; use_programmatic_launch refuses a
+    // device without it).
+    virtual bool has_programmatic_launch() const { return false; }
+    virtual void use_programmatic_launch(bool /*on*/) {
+        throw std::logic_error(std::string(name()) + " backend has no programmatic launch");
+    }
 
     // --- incremental decoding with a KV cache (docs/generation.md); backends without one keep the defaults ---
     // kv_begin: an empty cache for B sequences of up to max_len (<= max_seq_len) tokens each.

@@ -26,6 +26,7 @@
 #include <string>
 
 #include "llmc/cuda/common.cuh"
+#include "llmc/cuda/ptx.cuh"  // griddep_begin
 
 namespace llmc::cuda {
 
@@ -86,6 +87,7 @@ __device__ inline float adamw_element(float* master, float* m, float* v, size_t 
 __global__ void adamw_kernel(floatX* params, float* master, const float* grads, float* m, float* v, size_t n, float lr,
                              float beta1, float beta2, float eps, float weight_decay, float bc1, float bc2,
                              float grad_multiplier, uint32_t seed) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         const float g = __fmul_rn(grads[i], grad_multiplier);
         const float np = adamw_element(master, m, v, i, g, lr, beta1, beta2, eps, weight_decay, bc1, bc2);
@@ -94,6 +96,7 @@ __global__ void adamw_kernel(floatX* params, float* master, const float* grads, 
 }
 
 __global__ void copy_master_kernel(floatX* params, const float* master, size_t n) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         params[i] = from_float<floatX>(master[i]);  // round to nearest even
 }
@@ -166,6 +169,7 @@ __global__ void __launch_bounds__(kAdamWAllBlock, 6)
     adamw_all_kernel(floatX* params, float* master, const float* grads, float* m, float* v, AdamWSegments seg,
                      size_t n_vecs, float lr, float beta1, float beta2, float eps, float bc1, float bc2,
                      AdamWGate gate) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     if (gate.step) {
         lr = gate.step->lr;
         bc1 = gate.step->bc1;
@@ -227,7 +231,7 @@ inline bool adamw_vec_aligned(const floatX* params, const float* master, const f
 // params (n) floatX written from the new master (nullable). FP32 build: params may alias master.
 inline void adamw_update(floatX* params, float* master, const float* grads, float* m, float* v, size_t n, float lr,
                          float beta1, float beta2, float eps, float weight_decay, int t, float grad_multiplier,
-                         uint32_t seed, cudaStream_t st) {
+                         uint32_t seed, LaunchStream st) {
     if (n == 0) return;
     const detail::AdamWStepScalars sc = detail::adamw_step_scalars(lr, beta1, beta2, t);  // the CPU's, bit for bit
     constexpr int block = 256;
@@ -237,7 +241,7 @@ inline void adamw_update(floatX* params, float* master, const float* grads, floa
 }
 
 // params (n) floatX = master (n) fp32, rounded to nearest (deterministic); for set_params.
-inline void copy_master_to_params(floatX* params, const float* master, size_t n, cudaStream_t st) {
+inline void copy_master_to_params(floatX* params, const float* master, size_t n, LaunchStream st) {
     if (n == 0) return;
     constexpr int block = 256;
     launch_kernel(detail::copy_master_kernel, detail::adamw_grid(n, block), block, 0, st, params, master, n);
@@ -251,7 +255,7 @@ inline void copy_master_to_params(floatX* params, const float* master, size_t n,
 // when gate.step is set, lr and the bias corrections too: t and lr are then not used).
 inline void adamw_update_all(floatX* params, float* master, const float* grads, float* m, float* v,
                              const detail::AdamWSegments& seg, float lr, float beta1, float beta2, float eps, int t,
-                             const detail::AdamWGate& gate, cudaStream_t st) {
+                             const detail::AdamWGate& gate, LaunchStream st) {
     if (seg.count < 1 || seg.count > detail::kMaxSegments)
         throw std::invalid_argument("adamw_update_all: " + std::to_string(seg.count) + " tensors; need 1 to " +
                                     std::to_string(detail::kMaxSegments));

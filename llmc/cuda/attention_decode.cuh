@@ -26,6 +26,7 @@
 #include <cmath>
 
 #include "llmc/cuda/common.cuh"
+#include "llmc/cuda/ptx.cuh"  // griddep_begin
 
 namespace llmc::cuda {
 
@@ -61,6 +62,7 @@ struct KvCacheView {
 // Writes k and v of position t = *pos of every sequence into layer l of the cache.
 // qkv: (B, 3C) the new position's row per sequence (k in [C, 2C), v in [2C, 3C)).
 __global__ void kv_store_kernel(KvCacheView cache, const floatX* qkv, int l, const int* pos) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     const int C = cache.NH * cache.hd, t = *pos;
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;  // over (B, C)
     if (idx >= cache.B * C) return;
@@ -76,6 +78,7 @@ __global__ void kv_store_kernel(KvCacheView cache, const floatX* qkv, int l, con
 // ring slots; earlier ones would be overwritten anyway, and skipping them keeps every slot written
 // by exactly one thread).
 __global__ void kv_store_prefill_kernel(KvCacheView cache, const floatX* qkv, int l, int T) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     const int C = cache.NH * cache.hd;
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // over (B, T, C)
     if (idx >= (size_t)cache.B * T * C) return;
@@ -100,6 +103,7 @@ __device__ __forceinline__ int decode_first_key(const KvCacheView& cache, int h,
 // last split at t returns at once.
 __global__ void attention_decode_split_kernel(const floatX* qkv, KvCacheView cache, int l, const int* pos,
                                               float softcap) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     const int t = *pos;
     constexpr int DPL = kDecodeMaxHeadSize / 32;  // dims per lane, at most
     __shared__ float s_m[kDecodeWarps], s_l[kDecodeWarps];
@@ -174,6 +178,7 @@ __global__ void attention_decode_split_kernel(const floatX* qkv, KvCacheView cac
 // grid (NH, B), block 128. grid_splits: the split kernel's grid depth; a position that needs more
 // splits than it ran (a launch planned for a smaller t) gets NaN, never another step's partials.
 __global__ void attention_decode_combine_kernel(floatX* out, KvCacheView cache, const int* pos, int grid_splits) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     const int h = blockIdx.x, b = blockIdx.y, hd = cache.hd, C = cache.NH * hd, t = *pos;
     const int splits = (t - decode_first_key(cache, h, t)) / kDecodeSplitKeys + 1;
     if (splits > grid_splits) {

@@ -239,7 +239,7 @@ inline void attn_set_smem(KernelT kernel, size_t bytes) {
 }
 
 template <int HD, bool STATS, bool NEAR>
-inline int attn_forward_launch(const AttnCall& a, floatX* out, float* lse, const floatX* qkv, cudaStream_t st) {
+inline int attn_forward_launch(const AttnCall& a, floatX* out, float* lse, const floatX* qkv, LaunchStream st) {
     const int B = a.B, T = a.T, C = a.C, NH = a.NH, G = a.G, P = a.P;
 #if !defined(ENABLE_FP32)
     attention_ls_check_aligned(qkv, "qkv");
@@ -274,7 +274,7 @@ inline int attn_forward_launch(const AttnCall& a, floatX* out, float* lse, const
 // partials (F floats per (b, h, query tile): F = kAttnStatsNear with near_n >= 1, else
 // kAttnStatsBasic) are left there. Returns the number of query tiles nqt, which
 // attention_stats_reduce needs to merge them.
-inline int attention_forward(const AttnCall& a, floatX* out, float* lse, const floatX* qkv, cudaStream_t st) {
+inline int attention_forward(const AttnCall& a, floatX* out, float* lse, const floatX* qkv, LaunchStream st) {
     attention_ls_check_args(a.B, a.T, a.C, a.NH, a.G, a.P);
     if (a.near_n < 0 || (a.near_n > 0 && !a.stats_part))
         throw InputError("attention: near/far distance " + std::to_string(a.near_n) +
@@ -296,7 +296,7 @@ inline int attention_forward(const AttnCall& a, floatX* out, float* lse, const f
 // partials at part + y * part_stride (as attention_forward left them, nqt query tiles), its stats
 // (F, NH) at stats + y * stats_stride (max, min, += per field; docs/design.md).
 inline void attention_stats_reduce(float* stats, size_t stats_stride, const float* part, size_t part_stride, int layers,
-                                   int B, int NH, int nqt, int near_n, cudaStream_t st) {
+                                   int B, int NH, int nqt, int near_n, LaunchStream st) {
     if (layers <= 0) return;
     const dim3 grid((unsigned)NH, (unsigned)layers);
     if (near_n == 0)
@@ -311,7 +311,7 @@ inline void attention_stats_reduce(float* stats, size_t stats_stride, const floa
 // The backward's first step: D (B, NH, T) = rowsum(dout * out) per head. dout, out (B, T, C), 16-byte
 // aligned (the kernel reads them in 16-byte packs); a head size of attention_ls_check_args.
 inline void attention_backward_row_dots(float* D, const floatX* dout, const floatX* out, int B, int T, int C, int NH,
-                                        cudaStream_t st) {
+                                        LaunchStream st) {
     // every admitted head size is a whole number of packs, at most a warp of them, a power of two
     static_assert(32 % kPack == 0 && 128 / kPack <= 32, "attn_bwd_dot_kernel: hd / kPack lanes per head");
     if (B < 1 || T < 1 || NH < 1 || C % NH != 0 || !cuda_head_size_supported(C / NH))
@@ -332,7 +332,7 @@ inline void attention_backward_row_dots(float* D, const floatX* dout, const floa
 #if defined(ENABLE_FP32)
 template <int HD>
 inline void attn_backward_launch(const AttnCall& a, floatX* dqkv, const floatX* dout, const floatX* qkv,
-                                 const float* lse, const float* D, cudaStream_t st) {
+                                 const float* lse, const float* D, LaunchStream st) {
     const int B = a.B, T = a.T, C = a.C, NH = a.NH, G = a.G, P = a.P;
     const size_t kv_bytes = attn_bwd_kv_smem<HD>(), q_bytes = attn_bwd_q_smem<HD>();
     attn_set_smem(attn_bwd_kv_scalar_kernel<HD>, kv_bytes);
@@ -363,7 +363,7 @@ inline bool attention_backward_has_runs(const AttnCall& a) {
 
 template <int HD>
 inline void attn_backward_launch(const AttnCall& a, floatX* dqkv, const floatX* dout, const floatX* qkv,
-                                 const float* lse, const float* D, cudaStream_t st) {
+                                 const float* lse, const float* D, LaunchStream st) {
     const int B = a.B, T = a.T, C = a.C, NH = a.NH, G = a.G, P = a.P;
     attention_ls_check_aligned(dqkv, "dqkv");
     attention_ls_check_aligned(dout, "dout");
@@ -390,7 +390,7 @@ inline void attn_backward_launch(const AttnCall& a, floatX* dqkv, const floatX* 
 // The backward: dqkv (B, T, 3C) OVERWRITTEN from dout (B, T, C), the forward's qkv, out and lse;
 // a.bwd_scratch holds D (attention_ls_backward_scratch_floats floats, any contents).
 inline void attention_backward(const AttnCall& a, floatX* dqkv, const floatX* dout, const floatX* qkv,
-                               const floatX* out, const float* lse, cudaStream_t st) {
+                               const floatX* out, const float* lse, LaunchStream st) {
     attention_ls_check_args(a.B, a.T, a.C, a.NH, a.G, a.P);
     if (!a.bwd_scratch)
         throw InputError("attention: the backward needs bwd_scratch; pass attention_ls_backward_scratch_floats floats");

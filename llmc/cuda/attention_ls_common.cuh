@@ -13,6 +13,7 @@
 
 #include "llmc/core/attention_tiles.h"
 #include "llmc/cuda/common.cuh"
+#include "llmc/cuda/ptx.cuh"       // griddep_begin
 #include "llmc/cuda/residual.cuh"  // PackX, kPack, load_vec
 
 namespace llmc::cuda {
@@ -80,6 +81,7 @@ __device__ inline void attn_block_stats(const float (&v)[F], float* part) {
 template <int F>
 __global__ void attn_stats_reduce_kernel(float* stats, const float* part, int B, int NH, int nqt, size_t stats_stride,
                                          size_t part_stride) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     constexpr int NT = 256;
     __shared__ float red[F][NT];
     const int h = blockIdx.x;
@@ -123,7 +125,8 @@ constexpr int kAttnDotThreads = 256;
 // The launcher (attention_backward_row_dots) guarantees: group is a power of two <= 32 (so a group never
 // straddles a warp), B*T*C/kPack <= 2^31-1.
 __global__ void attn_bwd_dot_kernel(float* D, const floatX* dout, const floatX* out, int B, int T, int C, int NH) {
-    const unsigned group = (unsigned)(C / NH / kPack);              // lanes per head
+    griddep_begin();                                    // first: wait for the previous kernel (programmatic launch)
+    const unsigned group = (unsigned)(C / NH / kPack);  // lanes per head
     const unsigned g = blockIdx.x * kAttnDotThreads + threadIdx.x;  // ((b*T + i)*NH + h)*group + lane in group
     const bool live = g < (unsigned)B * (unsigned)T * (unsigned)(C / kPack);
     float acc = 0.0f;

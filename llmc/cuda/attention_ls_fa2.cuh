@@ -557,6 +557,7 @@ __global__ void __launch_bounds__(kAttnFa2Threads, HD == 64   ? 3
                                                               : 3)
     attn_fwd_fa2_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int T, int C, int NH, int G, int P,
                         float softcap, float* stats_part, int near_n, Fa2Split split) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     static_assert(STATS || !NEAR, "the near/far statistics extend the basic ones");
     constexpr int NF = NEAR ? kAttnStatsNear : kAttnStatsBasic;
     constexpr int BQ = kAttnFa2BQ, BK = kAttnFa2BK, CH = HD / 8, KS = HD / 16, DB = HD / 8;

@@ -448,6 +448,7 @@ template <int HD, bool SOFTCAP>
 __global__ void __launch_bounds__(kAttnFa2Threads, HD == 64 ? 3 : 0)
     attn_bwd_kv_fa2_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv, const float* lse,
                            const float* D, int T, int C, int NH, int G, int P, float softcap, Fa2Split split) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     Fa2KvOnly only;
     fa2_bwd_kv_block<HD, SOFTCAP>(dqkv, dout, qkv, lse, D, T, C, NH, G, P, softcap, split, only);
 }
@@ -528,6 +529,7 @@ __global__ void __launch_bounds__(kAttnFa2Threads, HD == 32 && !SOFTCAP ? 4
                                                                         : 0)
     attn_bwd_q_fa2_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv, const float* lse,
                           const float* D, int T, int C, int NH, int G, int P, float softcap, Fa2Split split) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     using L = Fa2BwdQSmem<HD>;
     constexpr int BQ = L::BQ, BK = L::BK, KS = HD / 16, DB = HD / 8;
     constexpr float kLog2e = 1.4426950408889634f;

@@ -4,6 +4,7 @@
 // llmc/cuda/attention_ls_common.cuh; algorithm in docs/attention_kernel.md.
 #pragma once
 #include "llmc/cuda/attention_ls_common.cuh"
+#include "llmc/cuda/ptx.cuh"  // griddep_begin
 
 namespace llmc::cuda {
 
@@ -32,6 +33,7 @@ template <int HD, bool STATS, bool NEAR>
 __global__ void __launch_bounds__(kAttnScalarThreads)
     attn_fwd_scalar_kernel(floatX* out, float* lse, const floatX* qkv, int T, int C, int NH, int G, int P,
                            float softcap, float* stats_part, int near_n) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     static_assert(STATS || !NEAR, "the near/far statistics extend the basic ones");
     constexpr int NF = NEAR ? kAttnStatsNear : kAttnStatsBasic;
     constexpr int BQ = kAttnScalarBQ, BK = kAttnScalarBK, RPW = BQ / 4, DPL = HD / 32, LDK = HD + 1;
@@ -151,6 +153,7 @@ template <int HD>
 __global__ void __launch_bounds__(kAttnScalarThreads)
     attn_bwd_kv_scalar_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse, const float* D,
                               int T, int C, int NH, int G, int P, float softcap) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     constexpr int BQ = kAttnScalarBQ, BK = kAttnScalarBK, KPW = BK / 4, DPL = HD / 32, LDQ = HD + 1;
     LLMC_DYNAMIC_SHARED(float, smem);
     float* sK = smem;            // (BK, HD)
@@ -241,6 +244,7 @@ template <int HD>
 __global__ void __launch_bounds__(kAttnScalarThreads)
     attn_bwd_q_scalar_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse, const float* D,
                              int T, int C, int NH, int G, int P, float softcap) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     constexpr int BQ = kAttnScalarBQ, BK = kAttnScalarBK, RPW = BQ / 4, DPL = HD / 32, LDK = HD + 1;
     LLMC_DYNAMIC_SHARED(float, smem);
     float* sQ = smem;                           // (BQ, HD)

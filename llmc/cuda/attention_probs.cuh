@@ -37,6 +37,7 @@ template <bool TANH_APPROX>
 __global__ void __launch_bounds__(kProbsBlock)
     attention_probs_kernel(float* probs, const floatX* qkv, const float* lse, int b, int h, int T, int C, int NH,
                            bool local, int P, float softcap) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     const int i = blockIdx.x;
     const int hd = C / NH, C3 = 3 * C;
     const floatX* q = qkv + ((size_t)b * T + i) * C3 + (size_t)h * hd;  // (hd)
@@ -64,7 +65,7 @@ __global__ void __launch_bounds__(kProbsBlock)
 // lse: (B, NH, T) its forward's log-sum-exp; b in [0, B), h in [0, NH) (the caller checks);
 // tanh_approx: whether that forward capped with tanh.approx. Asynchronous on st.
 inline void attention_probs(float* probs_dev, const floatX* qkv, const float* lse, int b, int h, int T, int C, int NH,
-                            int G, int P, float softcap, bool tanh_approx, cudaStream_t st) {
+                            int G, int P, float softcap, bool tanh_approx, LaunchStream st) {
     auto kernel = tanh_approx ? detail::attention_probs_kernel<true> : detail::attention_probs_kernel<false>;
     launch_kernel(kernel, dim3((unsigned)T), detail::kProbsBlock, 0, st, probs_dev, qkv, lse, b, h, T, C, NH,
                   h < NH - G, P, softcap);

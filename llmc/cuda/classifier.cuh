@@ -88,6 +88,7 @@ __device__ __forceinline__ void classifier_load(VecX (&x)[kClassifierRowVecs], c
 __global__ void __launch_bounds__(kClassifierMaxBlock, 2)
     classifier_kernel(floatX* logits, float* lse_out, float* losses, float* zlosses, float* row_max, const int* targets,
                       float z_weight, float dscale, int V, int Vp) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     const int n = blockIdx.x;
     VecX* row = reinterpret_cast<VecX*>(logits + (size_t)n * Vp);
     const int target = targets ? targets[n] : -1;
@@ -214,6 +215,7 @@ enum SummaryField { kSumCE = 0, kSumZ = 1, kSumLse = 2, kMaxRowMax = 3, kSummary
 __global__ void __launch_bounds__(kSummaryBlock)
     classifier_summary_kernel(double* out, double* check, const float* losses, const float* zlosses, const float* lse,
                               const float* row_max, int n) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     double ce = 0.0, z = 0.0, l = 0.0;
     float mx = -INFINITY;
     // unrolled by 4: four rows' loads in flight at once; the additions stay in row order (same bits)
@@ -257,7 +259,7 @@ __global__ void __launch_bounds__(kSummaryBlock)
 // dlogits_scale != 0: also overwrites logits with dlogits (see the top of this file); needs targets.
 inline void classifier_forward_backward(floatX* logits, float* lse, float* losses, float* zlosses, float* row_max,
                                         const int* targets, float z_weight, float dlogits_scale, int N, int V, int Vp,
-                                        cudaStream_t st) {
+                                        LaunchStream st) {
     if (N < 0 || V < 1 || V > Vp || Vp % detail::kVecX != 0)
         throw std::invalid_argument("classifier: unsupported shape N=" + std::to_string(N) + " V=" + std::to_string(V) +
                                     " Vp=" + std::to_string(Vp) +
@@ -279,7 +281,7 @@ inline void classifier_forward_backward(floatX* logits, float* lse, float* losse
 // check (nullable, one device double) accumulates the sum of losses. The host reads out instead of
 // the (N) vectors: a fixed-order double reduction, deterministic.
 inline void classifier_summary(double* out, double* check, const float* losses, const float* zlosses, const float* lse,
-                               const float* row_max, int N, cudaStream_t st) {
+                               const float* row_max, int N, LaunchStream st) {
     launch_kernel(detail::classifier_summary_kernel, 1, detail::kSummaryBlock, 0, st, out, check, losses, zlosses, lse,
                   row_max, N);
     CUDA_CHECK_LAUNCH();

@@ -12,6 +12,7 @@
 
 #include "llmc/core/token_groups.h"
 #include "llmc/cuda/common.cuh"
+#include "llmc/cuda/ptx.cuh"  // griddep_begin
 #include "llmc/cuda/residual.cuh"
 
 namespace llmc::cuda {
@@ -21,6 +22,7 @@ namespace llmc::cuda {
 template <int V>
 __global__ void encoder_forward_kernel(floatX* out, const int* inp, const floatX* wte, const floatX* wpe,
                                        const int* first_pos, int B, int T, int C) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     const int t0 = first_pos ? *first_pos : 0;
     const int per_row = C / V;
     const size_t n_items = (size_t)B * T * per_row;
@@ -40,6 +42,7 @@ __global__ void encoder_forward_kernel(floatX* out, const int* inp, const floatX
 
 // dwpe (maxT, C) rows [0, T): one thread per (t, c), summing b = 0..B-1 in order.
 __global__ void encoder_backward_wpe_kernel(float* dwpe, const floatX* dout, int B, int T, int C) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     const size_t n_items = (size_t)T * C;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_items; i += stride) {
@@ -55,6 +58,7 @@ __global__ void encoder_backward_wpe_kernel(float* dwpe, const floatX* dout, int
 // not wait on a test of the previous position's token (a frequent token's run is hundreds of
 // positions long).
 __global__ void encoder_backward_wte_kernel(float* dwte, const floatX* dout, const int* groups, const int* inp, int C) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     const int r = blockIdx.x;
     const int G = gridDim.x;
     const int begin = groups[r], end = groups[r + 1];
@@ -74,7 +78,7 @@ __global__ void encoder_backward_wte_kernel(float* dwte, const floatX* dout, con
 // first_pos[0] + 0..T-1 (a decode step's: its position in device memory, which the caller keeps
 // below maxT - T + 1), or 0..T-1 with first_pos nullptr (T <= maxT).
 inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, const floatX* wpe, int B, int T, int C,
-                            cudaStream_t st, const int* first_pos = nullptr) {
+                            LaunchStream st, const int* first_pos = nullptr) {
     if (B <= 0 || T <= 0 || C <= 0) return;
     const bool vec = C % kPack == 0 && aligned16(out) && aligned16(wte) && aligned16(wpe);
     const size_t items = (size_t)B * T * (vec ? C / kPack : C);
@@ -92,7 +96,7 @@ inline void encoder_forward(floatX* out, const int* inp, const floatX* wte, cons
 // ints), which the caller computes on the host and uploads with the batch. Queues two kernels; never
 // blocks the host.
 inline void encoder_backward(float* dwte, float* dwpe, const floatX* dout, const int* inp, const int* groups, int B,
-                             int T, int C, int Vp, cudaStream_t st) {
+                             int T, int C, int Vp, LaunchStream st) {
     if (B <= 0 || T <= 0 || C <= 0 || Vp <= 0) return;
     const int n = B * T;
     const int block = 256;

@@ -13,6 +13,7 @@
 
 #include "llmc/core/model_config.h"
 #include "llmc/cuda/common.cuh"
+#include "llmc/cuda/ptx.cuh"  // griddep_begin
 #include "llmc/cuda/residual.cuh"
 
 namespace llmc::cuda {
@@ -76,6 +77,7 @@ __device__ inline void gelu_backward_body(floatX* dinp, const floatX* inp, const
 
 // out (n) = gelu(inp (n)); first n_packs * kPack elements in packs, the rest scalar.
 __global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t n_packs, size_t n, Gelu kind) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     if (kind == Gelu::Erf) gelu_forward_body<Gelu::Erf>(out, inp, n_packs, n);
     else gelu_forward_body<Gelu::Tanh>(out, inp, n_packs, n);
 }
@@ -83,12 +85,13 @@ __global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t n_pac
 // dinp (n) = dout (n) * gelu'(inp (n)); dinp may alias dout (same thread reads then writes an element).
 __global__ void gelu_backward_kernel(floatX* dinp, const floatX* inp, const floatX* dout, size_t n_packs, size_t n,
                                      Gelu kind) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     if (kind == Gelu::Erf) gelu_backward_body<Gelu::Erf>(dinp, inp, dout, n_packs, n);
     else gelu_backward_body<Gelu::Tanh>(dinp, inp, dout, n_packs, n);
 }
 
 // out (n) = gelu(inp (n)) of the given kind, OVERWRITTEN. out may alias inp. One launch.
-inline void gelu_forward(floatX* out, const floatX* inp, size_t n, Gelu kind, cudaStream_t st) {
+inline void gelu_forward(floatX* out, const floatX* inp, size_t n, Gelu kind, LaunchStream st) {
     if (n == 0) return;
     const size_t n_packs = aligned16(out) && aligned16(inp) ? n / kPack : 0;
     const size_t work = std::max(n_packs, n - n_packs * kPack);
@@ -97,7 +100,7 @@ inline void gelu_forward(floatX* out, const floatX* inp, size_t n, Gelu kind, cu
 }
 
 // dinp (n) = dout * gelu'(inp) of the given kind, OVERWRITTEN; dinp may alias dout. One launch.
-inline void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n, Gelu kind, cudaStream_t st) {
+inline void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n, Gelu kind, LaunchStream st) {
     if (n == 0) return;
     const size_t n_packs = aligned16(dinp) && aligned16(inp) && aligned16(dout) ? n / kPack : 0;
     const size_t work = std::max(n_packs, n - n_packs * kPack);

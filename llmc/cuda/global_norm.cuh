@@ -13,6 +13,7 @@
 
 #include "llmc/cuda/common.cuh"
 #include "llmc/cuda/grid_arrival.cuh"
+#include "llmc/cuda/ptx.cuh"  // griddep_begin
 
 namespace llmc::cuda {
 
@@ -47,6 +48,7 @@ __device__ inline double block_sum_double(double x) {
 // arrive sums the gridDim.x partials in a fixed order (in double) into out[0].
 __global__ void __launch_bounds__(kNormBlock)
     global_norm_kernel(float* out, float* partial, uint32_t* arrival, const float* g, size_t n) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     // Each thread adds its squares in index order. Four loads are issued before their four additions
     // (the order of additions unchanged): with a stride known only at run time the compiler keeps one
     // load in flight per thread otherwise, too few to reach the bandwidth (docs/results/kernel_journal.md).
@@ -81,7 +83,7 @@ inline size_t global_norm_scratch_floats() { return detail::kNormGridBlocks; }
 // out[0] (device float) = sum_i grads[i]^2 over grads (n) fp32; scratch: global_norm_scratch_floats()
 // floats; arrival: one counter, zero before the call and left zero (llmc/cuda/grid_arrival.cuh).
 inline void global_norm_squared(float* out, const float* grads, size_t n, float* scratch, uint32_t* arrival,
-                                cudaStream_t st) {
+                                LaunchStream st) {
     launch_kernel(detail::global_norm_kernel, detail::global_norm_blocks(n), detail::kNormBlock, 0, st, out, scratch,
                   arrival, grads, n);
     CUDA_CHECK_LAUNCH();

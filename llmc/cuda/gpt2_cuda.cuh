@@ -163,7 +163,7 @@ inline int CudaBackend::issue_forward(int slot, int B, int T, float z_weight, bo
     z_weight_ = z_weight;
     has_targets_ = with_targets;
     logits_state_ = head ? LogitsState::OnDevice : LogitsState::PrefillLast;
-    cudaStream_t st = stream_;
+    const LaunchStream st = launch_stream();
     Gpt2CudaActs& a = acts_;
     const int* inputs = slot_inputs(slot);
     const int* targets = with_targets ? inputs + token_stride_ : nullptr;
@@ -224,7 +224,7 @@ inline int CudaBackend::layer_forward(int l, int B, int T, bool with_stats, int 
     const int L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads, G = cfg_.global_heads, P = cfg_.window;
     const size_t N = (size_t)B * T;
     const int n = (int)N;
-    cudaStream_t st = stream_;
+    const LaunchStream st = launch_stream();
     Gpt2CudaActs& a = acts_;
     const LayerActs<floatX, float> la = a.layer(l, N);
     const LayerParams<const floatX> lw = weights().layer(l);
@@ -274,7 +274,7 @@ inline void CudaBackend::backward(float grad_scale) {
     const float softcap = cfg_.attn_softcap;
     const int B = B_, T = T_, n = B * T;
     const size_t N = (size_t)n;
-    cudaStream_t st = stream_;
+    const LaunchStream st = launch_stream();
     Gpt2CudaActs& a = acts_;
     float* scratch = scratch_.get();
     uint32_t* arrivals = arrivals_.get();

@@ -70,6 +70,8 @@ public:
     void queue_update(const AdamWHyper& h, int t, float grad_clip) override;
     bool has_step_graph() const override { return true; }
     void use_step_graph(bool on) override;
+    bool has_programmatic_launch() const override { return true; }
+    void use_programmatic_launch(bool on) override;
     void read_queued_step(QueuedStep& out) override;
 
     // ---- parameters, optimizer state, gradients, read-outs (gpt2_cuda_io.cuh)
@@ -108,6 +110,8 @@ public:
 
     // For tests and diagnostics: the stream every op runs on, and the activations of the last forward.
     cudaStream_t stream() const { return stream_; }
+    // The stream as the training step's kernels are launched on it (programmatic with --pdl 1).
+    LaunchStream launch_stream() const { return {stream_, programmatic_launch_}; }
     const Gpt2CudaActs& acts() const { return acts_; }
 
 private:
@@ -229,6 +233,7 @@ private:
     bool update_queued_ = false;        // queue_update since zero_grad
     // the step graph (use_step_graph)
     bool use_graph_ = false;
+    bool programmatic_launch_ = false;   // use_programmatic_launch (launch_stream)
     bool graph_step_open_ = false;       // zero_grad was called, queue_update not yet (graph mode)
     bool issuing_step_ = false;          // inside issue_step
     bool capturing_step_graph_ = false;  // issue_step into graph_'s capture (backward splits it)

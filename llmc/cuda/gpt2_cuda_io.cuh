@@ -45,7 +45,7 @@ inline void CudaBackend::scale_params(const std::vector<ParamScale>& runs) {
     if (runs.empty()) return;
     if (scale_runs_.size() < runs.size()) scale_runs_.resize(runs.size());
     upload(scale_runs_.get(), runs.data(), runs.size());
-    scale_param_runs(master_.get(), working_copy_target(), scale_runs_.get(), runs, stream_);
+    scale_param_runs(master_.get(), working_copy_target(), scale_runs_.get(), runs, launch_stream());
 }
 
 inline void CudaBackend::get_optimizer_state(float* m, float* v) const {
@@ -73,7 +73,7 @@ inline void CudaBackend::set_grads(const float* src) {
 // Synchronous: downloads the norm (the loop's path with --skip-spikes, --qk-clip or several ranks).
 inline float CudaBackend::grad_norm() {
     check_no_open_graph_step("grad_norm");
-    global_norm_squared(norm_.get(), grads_.get(), layout_.total, scratch_.get(), arrivals_.get(), stream_);
+    global_norm_squared(norm_.get(), grads_.get(), layout_.total, scratch_.get(), arrivals_.get(), launch_stream());
     float sq = 0.0f;
     download(&sq, norm_.get(), 1);
     return (float)std::sqrt((double)sq);
@@ -89,7 +89,7 @@ inline void CudaBackend::adamw_update(const AdamWHyper& h, int t, float grad_mul
     detail::AdamWGate gate;
     gate.multiplier = grad_multiplier;
     adamw_update_all(working_copy_target(), master_.get(), grads_.get(), m_.get(), v_.get(),
-                     segments_with_decay(h.weight_decay), h.lr, h.beta1, h.beta2, h.eps, t, gate, stream_);
+                     segments_with_decay(h.weight_decay), h.lr, h.beta1, h.beta2, h.eps, t, gate, launch_stream());
 }
 
 // AdamW's view of the flat parameter buffer: the tensors of the canonical layout, each with its
@@ -103,7 +103,7 @@ inline detail::AdamWSegments CudaBackend::segments_with_decay(float weight_decay
 
 // BF16 build: wparams = round-to-nearest(master); FP32 build: wparams is master (nothing to do).
 inline void CudaBackend::refresh_working_copy() {
-    if constexpr (kSeparateWorkingCopy) copy_master_to_params(wparams_, master_.get(), layout_.total, stream_);
+    if constexpr (kSeparateWorkingCopy) copy_master_to_params(wparams_, master_.get(), layout_.total, launch_stream());
 }
 
 // ---- data parallelism: gradients averaged over the ranks. A collective that takes device buffers

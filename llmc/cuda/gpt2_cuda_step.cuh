@@ -132,6 +132,23 @@ inline void CudaBackend::use_step_graph(bool on) {
     dec_eager_plan_ = DecodePlan();
 }
 
+// --pdl: the training step's kernels (and the forward of --eval-only) launched with programmatic
+// stream serialization (llmc/cuda/launch.cuh); the KV decode path keeps stream order. Needs sm_90.
+// A step graph captured before a switch is dropped, so the next step captures the launches anew.
+inline void CudaBackend::use_programmatic_launch(bool on) {
+    if (on) {
+        const DeviceInfo d = current_device_info();
+        if (d.sm_major < 9)
+            throw InputError(
+                "--pdl 1 needs programmatic dependent launch, on GPUs of compute capability 9.0 or "
+                "newer; " +
+                d.name + " is " + std::to_string(d.sm_major) + "." + std::to_string(d.sm_minor) + ": drop --pdl 1");
+    }
+    programmatic_launch_ = on;
+    graph_.reset();
+    eager_plan_ = StepPlan();
+}
+
 inline void CudaBackend::read_queued_step(QueuedStep& out) {
     if (!update_queued_) throw std::logic_error("CudaBackend::read_queued_step needs queue_update first");
     CUDA_CHECK(cudaEventSynchronize(step_done_));
@@ -246,7 +263,7 @@ inline void CudaBackend::issue_zero_grad() {
 // The norm, then AdamW with the device's verdict and clip factor and the step's scalars copied
 // from step_pinned_ (which queue_update wrote), then the copies of the norm and the verdict.
 inline void CudaBackend::issue_update(const AdamWHyper& h, float grad_clip) {
-    global_norm_squared(norm_.get(), grads_.get(), layout_.total, scratch_.get(), arrivals_.get(), stream_);
+    global_norm_squared(norm_.get(), grads_.get(), layout_.total, scratch_.get(), arrivals_.get(), launch_stream());
     CUDA_CHECK(
         cudaMemcpyAsync(step_dev_.get(), step_pinned_.get(), step_dev_.bytes(), cudaMemcpyHostToDevice, stream_));
     detail::AdamWGate gate;
@@ -256,7 +273,7 @@ inline void CudaBackend::issue_update(const AdamWHyper& h, float grad_clip) {
     gate.applied = applied_dev_.get();
     gate.step = step_dev_.get();
     adamw_update_all(working_copy_target(), master_.get(), grads_.get(), m_.get(), v_.get(),
-                     segments_with_decay(h.weight_decay), h.lr, h.beta1, h.beta2, h.eps, 0, gate, stream_);
+                     segments_with_decay(h.weight_decay), h.lr, h.beta1, h.beta2, h.eps, 0, gate, launch_stream());
     CUDA_CHECK(cudaMemcpyAsync(norm_pinned_.get(), norm_.get(), sizeof(float), cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(
         cudaMemcpyAsync(applied_pinned_.get(), applied_dev_.get(), sizeof(int), cudaMemcpyDeviceToHost, stream_));

@@ -23,6 +23,7 @@
 #include <string>
 
 #include "llmc/cuda/common.cuh"
+#include "llmc/cuda/ptx.cuh"  // griddep_begin
 #include "llmc/cuda/residual.cuh"
 #include "llmc/core/error.h"
 
@@ -42,6 +43,7 @@ struct PartialTargets {
 // block (32, 32): threadIdx.x = column, threadIdx.y strides the rows; then row 0 sums the 32 column
 // sums in order.
 __global__ void reduce_partials_add_kernel(PartialTargets t, const float* partials, int R) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     __shared__ float sums[32][33];
     const int M = t.count * t.len;
     const int j = blockIdx.x * 32 + threadIdx.x;
@@ -58,7 +60,7 @@ __global__ void reduce_partials_add_kernel(PartialTargets t, const float* partia
         if (dst) dst[j % t.len] += total;
     }
 }
-inline void reduce_partials_add(const PartialTargets& t, const float* partials, int R, cudaStream_t st) {
+inline void reduce_partials_add(const PartialTargets& t, const float* partials, int R, LaunchStream st) {
     const int M = t.count * t.len;
     launch_kernel(reduce_partials_add_kernel, (unsigned)ceil_div(M, 32), dim3(32, 32), 0, st, t, partials, R);
     CUDA_CHECK_LAUNCH();
@@ -71,6 +73,7 @@ inline void reduce_partials_add(const PartialTargets& t, const float* partials, 
 template <int V, bool FUSED>
 __global__ void layernorm_forward_kernel(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a,
                                          const floatX* b, const floatX* w, const floatX* bias, int N, int C) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     const int lane = threadIdx.x % 32;
     const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (row >= N) return;  // whole warp leaves together
@@ -130,7 +133,7 @@ constexpr int kLayerNormForwardBlock = 256;  // 8 rows per block
 template <bool FUSED>
 inline void layernorm_forward_launch(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a,
                                      const floatX* b, const floatX* w, const floatX* bias, int N, int C,
-                                     cudaStream_t st) {
+                                     LaunchStream st) {
     if (N <= 0 || C <= 0) return;
     bool vec = C % kPack == 0 && aligned16(out) && aligned16(a) && aligned16(w) && aligned16(bias);
     if (FUSED) vec = vec && aligned16(residual) && aligned16(b);
@@ -146,14 +149,14 @@ inline void layernorm_forward_launch(floatX* residual, floatX* out, float* mean,
 
 // out (N,C) OVERWRITTEN = layernorm(inp (N,C)); mean, rstd (N) fp32 written (nullable); w (C), b (C, nullable).
 inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* w,
-                              const floatX* b, int N, int C, cudaStream_t st) {
+                              const floatX* b, int N, int C, LaunchStream st) {
     layernorm_forward_launch<false>(nullptr, out, mean, rstd, inp, nullptr, w, b, N, C, st);
 }
 
 // residual (N,C) = a + b, then out (N,C) = layernorm(residual); both OVERWRITTEN. residual may alias a or b.
 inline void fused_residual_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a,
                                              const floatX* b, const floatX* w, const floatX* bias, int N, int C,
-                                             cudaStream_t st) {
+                                             LaunchStream st) {
     layernorm_forward_launch<true>(residual, out, mean, rstd, a, b, w, bias, N, C, st);
 }
 
@@ -164,6 +167,7 @@ inline void fused_residual_layernorm_forward(floatX* residual, floatX* out, floa
 template <int V>
 __global__ void layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp,
                                           const floatX* w, const float* mean, const float* rstd, int N, int C) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     LLMC_DYNAMIC_SHARED(float, smem);
     const int warps = blockDim.x / 32;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -245,6 +249,7 @@ template <int CH>
 __global__ void __launch_bounds__(256, CH == 1 ? 4 : 2)
     layernorm_backward_cached_kernel(floatX* dinp, float* partials, const floatX* dout, const floatX* inp,
                                      const floatX* w, const float* mean, const float* rstd, int N, int C) {
+    griddep_begin();                     // first: wait for the previous kernel (programmatic launch)
     constexpr int V = kPack, Q = V / 4;  // Q float4 per lane per chunk and accumulator
     static_assert(V % 4 == 0, "whole float4 accumulators per lane");
     constexpr int CW = CH * 32 * V;  // accumulator width (layernorm_cached_width(C))
@@ -372,7 +377,7 @@ inline void allow_shared_bytes(Kernel kernel, size_t bytes, const char* who) {
 // dout, inp (N,C); w (C); mean, rstd (N) from the forward. dinp must not alias dout or inp.
 inline void layernorm_backward_partials(floatX* dinp, float* partials, const floatX* dout, const floatX* inp,
                                         const floatX* w, const float* mean, const float* rstd, int N, int C,
-                                        cudaStream_t st) {
+                                        LaunchStream st) {
     if (N <= 0 || C <= 0) return;
     const int warps = layernorm_backward_warps(C);
     const int blocks = layernorm_backward_blocks(N, C);
@@ -405,7 +410,7 @@ inline void layernorm_backward_partials(floatX* dinp, float* partials, const flo
 // dout, inp (N,C); w (C); mean, rstd (N) from the forward. dinp must not alias dout or inp.
 inline void layernorm_backward(floatX* dinp, float* dw, float* db, float* scratch, const floatX* dout,
                                const floatX* inp, const floatX* w, const float* mean, const float* rstd, int N, int C,
-                               cudaStream_t st) {
+                               LaunchStream st) {
     if (N <= 0 || C <= 0) return;
     layernorm_backward_partials(dinp, scratch, dout, inp, w, mean, rstd, N, C, st);
     PartialTargets t{{dw, db, nullptr, nullptr}, 2, C};
@@ -427,6 +432,7 @@ struct LayerNormPartialGroups {
 };
 // block (32, 32), grid (ceil(2C/32), total count): blockIdx.y picks the LayerNorm.
 __global__ void reduce_layernorm_partials_kernel(LayerNormPartialGroups g, int R, int C) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     int k = blockIdx.y, grp = 0;
     while (grp < 2 && k >= g.count[grp]) k -= g.count[grp++];
     const float* part = (grp == 0 ? g.part[0] : grp == 1 ? g.part[1] : g.part[2]) + (size_t)k * R * 2 * C;
@@ -448,7 +454,7 @@ __global__ void reduce_layernorm_partials_kernel(LayerNormPartialGroups g, int R
     }
 }
 // Every LayerNorm of g had N rows of C channels (so R = layernorm_backward_blocks(N, C) partials each).
-inline void reduce_layernorm_partials(const LayerNormPartialGroups& g, int N, int C, cudaStream_t st) {
+inline void reduce_layernorm_partials(const LayerNormPartialGroups& g, int N, int C, LaunchStream st) {
     const int total = g.count[0] + g.count[1] + g.count[2];
     if (N <= 0 || C <= 0 || total == 0) return;
     const bool with_db = g.db[0] || g.db[1] || g.db[2];

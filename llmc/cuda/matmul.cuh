@@ -63,6 +63,7 @@
 #include "llmc/cuda/common.cuh"
 #include "llmc/cuda/gelu.cuh"
 #include "llmc/cuda/grid_arrival.cuh"
+#include "llmc/cuda/ptx.cuh"  // griddep_begin
 
 namespace llmc::cuda {
 
@@ -463,6 +464,7 @@ __device__ inline void bias_rows_sum(float (&acc)[kPack], floatX* dout, const fl
 __global__ void __launch_bounds__(kBiasThreads, kBiasBlocksPerSM)
     bias_sum_kernel(float* dbias, float* partial, uint32_t* arrivals, floatX* dout, const floatX* pre, Gelu gelu, int N,
                     int OC) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     constexpr int kQuarters = 4, kThreads = kBiasThreads;
     __shared__ float sm[kBiasRowThreads][kBiasGroupCols + 1];
     __shared__ float quarter[kQuarters][kBiasGroupCols];
@@ -518,7 +520,7 @@ __global__ void __launch_bounds__(kBiasThreads, kBiasBlocksPerSM)
 // Launches: one (the cuBLASLt matmul; with pre_gelu, Tanh and the fused epilogue found), else two (the
 // matmul, then gelu_forward).
 inline void matmul_forward(MatmulContext& ctx, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
-                           int N, int IC, int OC, cudaStream_t st, floatX* pre_gelu = nullptr, Gelu gelu = Gelu::Tanh) {
+                           int N, int IC, int OC, LaunchStream st, floatX* pre_gelu = nullptr, Gelu gelu = Gelu::Tanh) {
     detail::matmul_check_shape(N, IC, OC);
     detail::matmul_check_aligned(out, "out");
     detail::matmul_check_aligned(inp, "inp");
@@ -555,7 +557,7 @@ namespace detail {
 // count, lets the lab check a block over several chunks on a small shape; scratch then holds
 // row_blocks * OC floats).
 inline void bias_sum(float* dbias, float* scratch, uint32_t* arrivals, floatX* dout, const floatX* pre, Gelu gelu,
-                     int N, int OC, cudaStream_t st, int row_blocks = 0) {
+                     int N, int OC, LaunchStream st, int row_blocks = 0) {
     if (!scratch || !arrivals)
         throw std::invalid_argument(
             "matmul_backward: dbias needs scratch of matmul_backward_scratch_floats(N, OC) floats and "
@@ -572,7 +574,7 @@ inline void bias_sum(float* dbias, float* scratch, uint32_t* arrivals, floatX* d
 }
 // dinp and dweight of matmul_backward (cuBLASLt).
 inline void matmul_backward_products(MatmulContext& ctx, floatX* dinp, float* dweight, const floatX* dout,
-                                     const floatX* inp, const floatX* weight, int N, int IC, int OC, cudaStream_t st) {
+                                     const floatX* inp, const floatX* weight, int N, int IC, int OC, LaunchStream st) {
     matmul_check_shape(N, IC, OC);
     matmul_check_aligned(dout, "dout");
     matmul_check_aligned(inp, "inp");
@@ -597,7 +599,7 @@ inline void matmul_backward_products(MatmulContext& ctx, floatX* dinp, float* dw
 // dout (N, OC), inp (N, IC), weight (OC, IC) floatX.
 inline void matmul_backward(MatmulContext& ctx, floatX* dinp, float* dweight, float* dbias, float* scratch,
                             uint32_t* arrivals, const floatX* dout, const floatX* inp, const floatX* weight, int N,
-                            int IC, int OC, cudaStream_t st) {
+                            int IC, int OC, LaunchStream st) {
     detail::matmul_backward_products(ctx, dinp, dweight, dout, inp, weight, N, IC, OC, st);
     // without pre the kernel only reads dout
     if (dbias) detail::bias_sum(dbias, scratch, arrivals, const_cast<floatX*>(dout), nullptr, Gelu::Tanh, N, OC, st);
@@ -611,7 +613,7 @@ inline void matmul_backward(MatmulContext& ctx, floatX* dinp, float* dweight, fl
 // as matmul_backward's; pre (N, OC) floatX, required.
 inline void matmul_gelu_backward(MatmulContext& ctx, floatX* dinp, float* dweight, float* dbias, float* scratch,
                                  uint32_t* arrivals, floatX* dout, const floatX* pre, const floatX* inp,
-                                 const floatX* weight, int N, int IC, int OC, cudaStream_t st, Gelu gelu = Gelu::Tanh) {
+                                 const floatX* weight, int N, int IC, int OC, LaunchStream st, Gelu gelu = Gelu::Tanh) {
     detail::matmul_check_shape(N, IC, OC);
     if (!pre) throw std::invalid_argument("matmul_gelu_backward: needs pre");
     // every check before dout and dbias change (matmul_backward_products repeats them, harmlessly)

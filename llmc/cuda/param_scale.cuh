@@ -15,6 +15,7 @@
 
 #include "llmc/core/param_scale.h"
 #include "llmc/cuda/common.cuh"
+#include "llmc/cuda/ptx.cuh"  // griddep_begin
 
 namespace llmc::cuda {
 
@@ -26,6 +27,7 @@ constexpr long kScaleMaxRunRows = 65535;    // grid.y limit
 
 __global__ void __launch_bounds__(kScaleBlock)
     scale_param_runs_kernel(float* master, floatX* params, const ParamScale* runs, int n_runs) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     for (int r = blockIdx.y; r < n_runs; r += gridDim.y) {
         const ParamScale run = runs[r];
         for (size_t i = blockIdx.x * (size_t)kScaleBlock + threadIdx.x; i < run.count;
@@ -43,7 +45,7 @@ __global__ void __launch_bounds__(kScaleBlock)
 // master (P) fp32 and params (P) floatX (nullable) scaled on the runs; runs_dev (n_runs) on the
 // device, host_runs the same runs on the host (their lengths size the grid). Asynchronous on st.
 inline void scale_param_runs(float* master, floatX* params, const ParamScale* runs_dev,
-                             const std::vector<ParamScale>& host_runs, cudaStream_t st) {
+                             const std::vector<ParamScale>& host_runs, LaunchStream st) {
     size_t longest = 0;
     for (const ParamScale& r : host_runs) longest = r.count > longest ? r.count : longest;
     if (longest == 0) return;

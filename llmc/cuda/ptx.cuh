@@ -1,7 +1,7 @@
 // Inline PTX, one device function per instruction: the only place the kernels touch PTX, so that
 // the emulated build (make emu) swaps in a twin written from NVIDIA's PTX ISA document
 // (dev/emu/mma.h, dev/emu/ldmatrix.h, dev/emu/cp_async.h, dev/emu/ex2.h, dev/emu/tanh.h,
-// dev/emu/redux.h, dev/emu/atomic.h) and nothing else changes.
+// dev/emu/redux.h, dev/emu/atomic.h, dev/emu/griddep.h) and nothing else changes.
 // Shared-memory addresses are passed as generic pointers; on the GPU the wrapper converts them to
 // the .shared window (__cvta_generic_to_shared), in the emulation the pointer is the address.
 #pragma once
@@ -13,6 +13,7 @@
 #include "dev/emu/atomic.h"
 #include "dev/emu/cp_async.h"
 #include "dev/emu/ex2.h"
+#include "dev/emu/griddep.h"
 #include "dev/emu/ldmatrix.h"
 #include "dev/emu/mma.h"
 #include "dev/emu/redux.h"
@@ -262,6 +263,40 @@ __device__ __forceinline__ void fence_acq_rel_gpu() {
 #else
     __trap();  // fence.acq_rel needs sm_70+
 #endif
+}
+
+// ---- grid dependency control (programmatic dependent launch, sm_90+) -----------------------------
+// griddepcontrol.wait;  the thread waits until every prerequisite grid (the kernel before this one on
+// its stream, when this one was launched with programmatic stream serialization: launch_kernel with a
+// programmatic LaunchStream, llmc/cuda/launch.cuh) has completed and its memory operations are
+// visible. In a grid launched without that attribute it returns at once. Every kernel of the
+// backend executes it first, in every thread, before it touches global memory.
+__device__ __forceinline__ void griddep_wait() {
+#if defined(LLMC_EMULATE)
+    ::llmc::emu::griddepcontrol_wait();
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+    // below sm_90 there is no programmatic launch (the host never asks for one): nothing to wait for
+}
+
+// griddepcontrol.launch_dependents;  the kernel after this one on the stream, if launched with
+// programmatic stream serialization, may be scheduled once every block of this grid has executed
+// this or ended (it then waits in griddep_wait). No memory ordering; a hint, no promise.
+__device__ __forceinline__ void griddep_launch_dependents() {
+#if defined(LLMC_EMULATE)
+    ::llmc::emu::griddepcontrol_launch_dependents();
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" :::);
+#endif
+}
+
+// Every kernel's first statement: wait for the previous kernel on the stream (programmatic launch
+// only; else at once), then let the next one be scheduled. After it the kernel may read and write
+// what earlier kernels wrote or still read.
+__device__ __forceinline__ void griddep_begin() {
+    griddep_wait();
+    griddep_launch_dependents();
 }
 
 // ---- a value the front end may not rewrite ------------------------------------------------------

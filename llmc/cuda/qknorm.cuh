@@ -21,6 +21,7 @@
 
 #include "llmc/cuda/common.cuh"
 #include "llmc/cuda/layernorm.cuh"  // kLayerNormEps, PartialTargets, reduce_partials_add, allow_shared_bytes
+#include "llmc/cuda/ptx.cuh"        // griddep_begin
 #include "llmc/cuda/residual.cuh"   // PackX, kPack, aligned16
 #include "llmc/core/error.h"
 
@@ -35,6 +36,7 @@ inline void qknorm_check_args_cuda(int N, int C, int NH) {
 // qkvn (N,3C) written; mean, rstd (N,2,NH) written; qkv (N,3C); qw, qb, kw, kb (hd); qb, kb nullable.
 __global__ void qknorm_forward_kernel(floatX* qkvn, float* mean, float* rstd, const floatX* qkv, const floatX* qw,
                                       const floatX* qb, const floatX* kw, const floatX* kb, int N, int C, int NH) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     const int hd = C / NH;
     const int segs = 2 * NH + 1;
     const int lane = threadIdx.x % 32;
@@ -95,6 +97,7 @@ __device__ __forceinline__ float qknorm_group_sum(unsigned mask, int L, float v)
 __global__ void qknorm_forward_packed_kernel(floatX* qkvn, float* mean, float* rstd, const floatX* qkv,
                                              const floatX* qw, const floatX* qb, const floatX* kw, const floatX* kb,
                                              int N, int C, int NH, int L) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     constexpr int V = kPack;
     const int CP = C / V, hd = C / NH;
     const long t = (long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -148,6 +151,7 @@ __global__ void qknorm_forward_packed_kernel(floatX* qkvn, float* mean, float* r
 __global__ void qknorm_backward_packed_kernel(floatX* dqkv, float* partials, const floatX* dqkvn, const floatX* qkv,
                                               const floatX* qw, const floatX* kw, const float* mean, const float* rstd,
                                               int N, int C, int NH, int L) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     constexpr int V = kPack;
     const int CP = C / V, hd = C / NH;
     const int warps = blockDim.x / 32;
@@ -224,6 +228,7 @@ __global__ void qknorm_backward_packed_kernel(floatX* dqkv, float* partials, con
 __global__ void qknorm_backward_kernel(floatX* dqkv, float* partials, const floatX* dqkvn, const floatX* qkv,
                                        const floatX* qw, const floatX* kw, const float* mean, const float* rstd, int N,
                                        int C, int NH) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     LLMC_DYNAMIC_SHARED(float, smem);
     const int hd = C / NH;
     const int warps = blockDim.x / 32;
@@ -292,7 +297,7 @@ inline size_t qknorm_backward_scratch_floats(int N, int C, int NH) {
 // both nullptr without biases. qkvn must not alias qkv.
 inline void qknorm_forward(floatX* qkvn, float* mean, float* rstd, const floatX* qkv, const floatX* qw,
                            const floatX* qb, const floatX* kw, const floatX* kb, int N, int C, int NH,
-                           cudaStream_t st) {
+                           LaunchStream st) {
     qknorm_check_args_cuda(N, C, NH);
     if (N == 0) return;
     const int block = 256;  // 8 warps
@@ -316,7 +321,7 @@ inline void qknorm_forward(floatX* qkvn, float* mean, float* rstd, const floatX*
 // scratch: qknorm_backward_scratch_floats(N, C, NH) floats. dqkv must not alias dqkvn.
 inline void qknorm_backward(floatX* dqkv, float* dqw, float* dqb, float* dkw, float* dkb, float* scratch,
                             const floatX* dqkvn, const floatX* qkv, const floatX* qw, const floatX* kw,
-                            const float* mean, const float* rstd, int N, int C, int NH, cudaStream_t st) {
+                            const float* mean, const float* rstd, int N, int C, int NH, LaunchStream st) {
     qknorm_check_args_cuda(N, C, NH);
     if (N == 0) return;
     const int hd = C / NH;

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "llmc/cuda/common.cuh"
+#include "llmc/cuda/ptx.cuh"  // griddep_begin
 
 namespace llmc::cuda {
 
@@ -57,6 +58,7 @@ inline int elementwise_grid(size_t work) {
 // The first n_packs * kPack elements in packs (n_packs = 0 when a pointer is unaligned), the rest scalar.
 // out may alias a or b (each element is read and written by the same thread).
 __global__ void residual_forward_kernel(floatX* out, const floatX* a, const floatX* b, size_t n_packs, size_t n) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     for (size_t p = tid; p < n_packs; p += stride) {
@@ -73,7 +75,7 @@ __global__ void residual_forward_kernel(floatX* out, const floatX* a, const floa
 
 // ---- host API -------------------------------------------------------------------------------------
 // out (n) = a (n) + b (n), OVERWRITTEN. out may alias a or b.
-inline void residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n, cudaStream_t st) {
+inline void residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n, LaunchStream st) {
     if (n == 0) return;
     const bool vec = aligned16(out) && aligned16(a) && aligned16(b);
     const size_t n_packs = vec ? n / kPack : 0;
@@ -83,7 +85,7 @@ inline void residual_forward(floatX* out, const floatX* a, const floatX* b, size
 }
 
 // acc (n) += x (n), ADDED.
-inline void add_inplace(floatX* acc, const floatX* x, size_t n, cudaStream_t st) {
+inline void add_inplace(floatX* acc, const floatX* x, size_t n, LaunchStream st) {
     residual_forward(acc, acc, x, n, st);
 }
 

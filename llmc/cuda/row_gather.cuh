@@ -4,10 +4,12 @@
 #include <cstddef>
 
 #include "llmc/cuda/common.cuh"
+#include "llmc/cuda/ptx.cuh"  // griddep_begin
 
 namespace llmc::cuda {
 
 __global__ void gather_rows_kernel(floatX* out, const floatX* in, int B, int rows, int row, int C) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // over (B, C)
     if (idx >= (size_t)B * C) return;
     const size_t b = idx / C, c = idx % C;
@@ -15,7 +17,7 @@ __global__ void gather_rows_kernel(floatX* out, const floatX* in, int B, int row
 }
 
 // out (B, C), OVERWRITTEN: out[b] = in[b, row] for in (B, rows, C), 0 <= row < rows.
-inline void gather_rows(floatX* out, const floatX* in, int B, int rows, int row, int C, cudaStream_t st) {
+inline void gather_rows(floatX* out, const floatX* in, int B, int rows, int row, int C, LaunchStream st) {
     const size_t work = (size_t)B * C;
     if (work == 0) return;
     constexpr int kBlock = 256;

@@ -77,6 +77,26 @@ def grid_ordering(instrs: list) -> dict:
     }
 
 
+# SASS instructions that reach global (or generic, which may be global) memory: loads, stores,
+# atomics and reductions, cp.async's LDGSTS, the TMA and bulk copies, surface and texture accesses.
+GLOBAL_MEMORY_OPS = ("LDG", "STG", "LD", "ST", "ATOM", "ATOMG", "RED", "REDG", "LDGSTS", "UTMALDG", "UTMASTG",
+                     "UTMAREDG", "UBLKCP", "UBLKRED", "SULD", "SUST", "SURED", "TLD", "TEX")
+
+
+def grid_dependency(instrs: list) -> dict:
+    """Programmatic dependent launch (llmc/cuda/ptx.cuh griddep_begin): in address order, the
+    griddepcontrol.wait instructions (ACQBULK on sm_90), the global-memory instructions before the first
+    of them (a kernel launched programmatic may run them before its predecessor has ended), and the
+    griddepcontrol.launch_dependents (PREEXIT)."""
+    waits = [k for k, i in enumerate(instrs) if i.base == "ACQBULK"]
+    first = waits[0] if waits else len(instrs)
+    return {
+        "waits": len(waits),
+        "global_memory_before_first_wait": sum(1 for i in instrs[:first] if i.base in GLOBAL_MEMORY_OPS),
+        "launch_dependents": sum(1 for i in instrs if i.base == "PREEXIT"),
+    }
+
+
 def kernel_entry(mangled: str, demangled: str, instrs: list, res, launches: list) -> dict:
     """One kernel's JSON entry (see the schema). res: resources.Resources; launches: [Launch]."""
     short = short_name(demangled)
@@ -95,6 +115,7 @@ def kernel_entry(mangled: str, demangled: str, instrs: list, res, launches: list
         "static_smem": res.static_smem if res else None,
         "launch_bounds": (res.max_threads or None) if res else None,
         "grid_ordering": grid_ordering(instrs),
+        "grid_dependency": grid_dependency(instrs),
         "launches": [],
         "hot_loops": [],
     }

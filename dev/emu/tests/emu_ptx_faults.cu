@@ -1,5 +1,6 @@
 // The emulated ldmatrix and cp.async (dev/emu/ldmatrix.h, dev/emu/cp_async.h) refuse what the PTX
-// ISA leaves undefined, and show what a GPU would hide: small kernels run by test/test_emulation.py,
+// ISA leaves undefined, the emulated griddepcontrol (dev/emu/griddep.h) a programmatic grid whose
+// threads do not all wait, and they show what a GPU would hide: small kernels run by test/test_emulation.py,
 // which expects each broken one to end with the right "emulated device error" and each correct one
 // to pass. Run emulated only (build/emu/self/emu_ptx_faults); nvcc compiles it too, for its kernels'
 // static shared memory (dev/emu/static_smem_table.py), so the device code here must be CUDA. The
@@ -106,6 +107,14 @@ __global__ void atom_fault_kernel(uint32_t* out, int mode) {
     __shared__ uint32_t word;
     if (mode == 0) out[0] = llmc::cuda::atom_add_global_u32(&word, 1u);
     else out[1] = llmc::cuda::atom_add_global_u32(reinterpret_cast<uint32_t*>(reinterpret_cast<char*>(out) + 2), 1u);
+}
+
+// griddepcontrol (dev/emu/griddep.h): out[t] = t after the wait; skip >= 0: that thread returns
+// before the wait (mode "griddep-one-thread-skips-wait"), -2: no thread waits.
+__global__ void griddep_kernel(uint32_t* out, int skip) {
+    if ((int)threadIdx.x == skip) return;
+    if (skip != -2) ptx::griddep_begin();
+    out[threadIdx.x] = threadIdx.x;
 }
 
 // cp.async misuse, one thread each (mode selects what goes wrong).
@@ -223,6 +232,22 @@ int main(int argc, char** argv) {
         launch_kernel(ldmatrix_global_kernel, 1, 32, 0, 0, out, reinterpret_cast<const uint16_t*>(src));
     else if (mode == "ldmatrix-mixed-qualifiers") launch_kernel(ldmatrix_mixed_kernel, 1, 32, 0, 0, out);
     else if (mode == "ldmatrix-partial-warp") launch_kernel(ldmatrix_partial_warp_kernel, 1, 16, 0, 0, out);
+    else if (mode == "griddep-programmatic-with-wait") {
+        // the wait in every thread, launched programmatic and plainly; without the wait, plainly
+        launch_kernel(griddep_kernel, 1, 64, 0, llmc::cuda::LaunchStream(0, true), out, -1);
+        launch_kernel(griddep_kernel, 1, 64, 0, 0, out, -1);
+        launch_kernel(griddep_kernel, 1, 64, 0, 0, out, -2);
+        CUDA_CHECK(cudaGetLastError());
+        uint32_t h[64];
+        CUDA_CHECK(cudaMemcpy(h, out, sizeof h, cudaMemcpyDeviceToHost));
+        for (uint32_t t = 0; t < 64; t++)
+            if (h[t] != t) return std::printf("griddep: out[%u] = %u\n", t, h[t]), 1;
+        std::printf("griddep with the wait, and a plain launch without it: OK\n");
+        return 0;
+    } else if (mode == "griddep-programmatic-without-wait")
+        launch_kernel(griddep_kernel, 1, 64, 0, llmc::cuda::LaunchStream(0, true), out, -2);
+    else if (mode == "griddep-one-thread-skips-wait")
+        launch_kernel(griddep_kernel, 1, 64, 0, llmc::cuda::LaunchStream(0, true), out, 37);
     else if (mode == "atom-shared") launch_kernel(atom_fault_kernel, 1, 1, 0, 0, out, 0);
     else if (mode == "atom-misaligned") launch_kernel(atom_fault_kernel, 1, 1, 0, 0, out, 1);
     else {
@@ -232,7 +257,8 @@ int main(int argc, char** argv) {
             std::fprintf(stderr,
                          "usage: emu_ptx_faults cp-async-group-states|ldmatrix-x1-unused-lanes|"
                          "ldmatrix-misaligned|ldmatrix-global|ldmatrix-mixed-qualifiers|ldmatrix-partial-warp|"
-                         "atom-shared|atom-misaligned");
+                         "atom-shared|atom-misaligned|griddep-programmatic-with-wait|griddep-programmatic-without-wait|"
+                         "griddep-one-thread-skips-wait");
             for (const char* m : cp_modes) std::fprintf(stderr, "|%s", m);
             std::fprintf(stderr, "\n");
             return 2;
