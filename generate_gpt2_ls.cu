@@ -56,6 +56,12 @@ std::unique_ptr<llmc::Backend> load_backend(const llmc::GenerateConfig& g, const
                                    " backend (give --device cuda, or drop --cuda-graph)");
         backend->use_step_graph(true);
     }
+    if (g.pdl == 1) {
+        if (!backend->has_programmatic_launch())
+            throw llmc::InputError("--pdl 1 needs the CUDA backend; this run uses the " + std::string(backend->name()) +
+                                   " backend (give --device cuda, or drop --pdl)");
+        backend->use_programmatic_launch(true);
+    }
     return backend;
 }
 
@@ -97,9 +103,11 @@ int run_generation(const llmc::GenerateConfig& g, const llmc::ModelCheckpoint& c
     std::fflush(stdout);  // the text and its newline before the summary, also when both go to one file
     std::fprintf(stderr, "generated %zu tokens in %.3f s (%.1f tok/s), %s, %s, KV cache %.1f KiB\n", out.size(), s,
                  out.size() / (s > 0 ? s : 1e-9), model->device_description().c_str(),
-                 g.no_cache     ? "no cache"
-                 : g.cuda_graph ? "cached, decode steps as CUDA graphs"
-                                : "cached",
+                 (std::string(g.no_cache     ? "no cache"
+                              : g.cuda_graph ? "cached, decode steps as CUDA graphs"
+                                             : "cached") +
+                  (g.pdl ? ", programmatic dependent launch" : ""))
+                     .c_str(),
                  g.no_cache ? 0.0 : model->kv_cache_bytes() / 1024.0);
     return 0;
 }

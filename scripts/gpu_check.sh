@@ -474,6 +474,11 @@ stage_profile() {
         return
     fi
     step "profile:$gen:generate" 120 bench_generate "${ckpts[-1]}" "$work/bench/generate/$gen.json" "${gen_args[@]}"
+    # the same with programmatic dependent launch (--pdl 1, never yet on a GPU): its prefill and decode
+    # timings against the line above (bench/generate/<case>-pdl.json)
+    rm -f "$work/bench/generate/$gen-pdl.json"
+    step "profile:$gen:generate-pdl" 120 bench_generate "${ckpts[-1]}" "$work/bench/generate/$gen-pdl.json" \
+        "${gen_args[@]}" --pdl 1
     # Issue 52's inference targets, ours only (dev/bench/generate_latency.py without torch: the bench
     # stage's full run adds torch and ls-p100): the latency benchmark's MHSA and LS P 50 models, prefill
     # at B 4 x 2048..16384 and decode at context 16384; its table in the step's log, its JSON in
@@ -649,7 +654,7 @@ same = len(runs[0]) == len(runs[1]) == want and all(
 warm = min(5, want // 2)
 med = [sorted(r["ms"] for r in run[warm:])[len(run[warm:]) // 2] if len(run) > warm else float("nan") for run in runs]
 where = "emulated: the emulator's times, not a GPU's" if os.environ.get("emulate") == "1" else \
-    "modeled: at most the launch gaps, 0.17 ms/step at paper-b16 (roofline.py --speed-steps)"
+    "at most ls-small-b8's launch gaps, modeled at 0.41 ms/step, of which the graph hides part"
 print(f"--cuda-graph {graph}: {len(runs[0])} and {len(runs[1])} steps: median {med[0]:.2f} ms/step with --pdl 0, "
       f"{med[1]:.2f} with --pdl 1: saves {med[0] - med[1]:.2f} ms/step ({where}); losses, norms, max logits "
       f"{'bit-identical' if same else 'DIFFER'}: {'PASS' if same else 'FAIL'}")

@@ -391,12 +391,12 @@ LABEL_ORDER = ["kind", "qk_norm", "attn_softcap", "bias", "gelu"] + [key for _, 
 # another weight decay, had identical labels)
 
 # config.json "train" keys never compared: those the label pieces show, paths and the data (data_note compares
-# the data identities), where and how the run executed (processes, threads, device, ZeRO, CUDA graphs) and
+# the data identities), where and how the run executed (processes, threads, device, ZeRO, CUDA graphs, PDL) and
 # what only changes the record (BOOKKEEPING, but -m, which makes the validation set); -d is compared as the tokens per step it gives (-1: B x T x
 # processes), "tokens_per_step"
 NOT_COMPARED = (BOOKKEEPING - {"val_batches"}) | {key for _, key, _, _ in TRAIN_STABILIZERS} | {
     "grad_clip", "seq_len", "learning_rate", "seed", "train_data", "val_data", "model", "expect_tokenizer",
-    "expect_vocab", "world_size", "zero_stage", "cuda_graph", "logit_alarm_keep", "total_batch_size"}
+    "expect_vocab", "world_size", "zero_stage", "cuda_graph", "pdl", "logit_alarm_keep", "total_batch_size"}
 # config.json "model" keys compared (the others are label pieces, or the data's vocabulary)
 COMPARED_MODEL = ["num_heads", "max_seq_len", "tied_embeddings"]
 # the label text of a compared setting other than "weight-decay 0.1": (name, value text)

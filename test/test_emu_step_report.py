@@ -395,14 +395,15 @@ def test_profile_counts_the_steps_gemms(periodic_data, tmp_path, graph):
             in p.stdout), p.stdout[-3000:]
 
 
-@pytest.mark.parametrize("graph", ["0", "1"])
-def test_pdl_launches_every_step_kernel_programmatic_with_the_same_bits(varied_data, tmp_path, graph):
+@pytest.mark.parametrize("graph, extra", [("0", ["--qk-clip", "1e-6"]), ("1", ["--qk-norm"])])
+def test_pdl_launches_every_step_kernel_programmatic_with_the_same_bits(varied_data, tmp_path, graph, extra):
     """--pdl 1 (llmc/cuda/launch.cuh LaunchStream, dev/emu/griddep.h): every kernel launch of a training
-    step carries programmatic stream serialization, kernel by kernel and in the step graph, and the
-    emulation refuses a thread of such a grid that ends without griddepcontrol.wait: so every kernel the
-    step runs waits. The numbers and files are bit for bit those of --pdl 0 (which launches none
-    programmatic), and the run header says so."""
-    flags = ["--layers", "2", "-v", "0", "-x", "4", "-l", "3e-3", "--near", "3", "--cuda-graph", graph] + MODEL
+    step carries programmatic stream serialization, kernel by kernel (with QK-Clip's scaling, every step)
+    and in the step graph (with QK-norm's kernels), and the emulation refuses a thread of such a grid that
+    ends without griddepcontrol.wait: so every kernel the step runs waits. The numbers and files are bit
+    for bit those of --pdl 0 (which launches none programmatic), and the run header says so; so is an
+    --eval-only of the run's checkpoint."""
+    flags = ["--layers", "2", "-v", "0", "-x", "4", "-l", "3e-3", "--near", "3", "--cuda-graph", graph] + MODEL + extra
     outs, recs, heads = {}, {}, {}
     for pdl in (0, 1):
         outs[pdl] = tmp_path / f"pdl{pdl}"
@@ -423,6 +424,21 @@ def test_pdl_launches_every_step_kernel_programmatic_with_the_same_bits(varied_d
         assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), f"{name} differs"
     assert "kernels with programmatic dependent launch (--pdl 1)" in heads[1]
     assert "programmatic" not in heads[0]
+    # --eval-only (no step markers: the emulator's launch lines, LLMC_EMU_VERBOSE, say how each kernel ran)
+    evals = {}
+    for pdl in (0, 1):
+        args = ["--device", "cuda", "--eval-only", "-e", str(outs[0] / "model_00000004.bin"), "-j",
+                f"{varied_data}/val_*.bin", "-b", "2", "-t", "32", "--threads", "2", "--pdl", str(pdl)]
+        p = subprocess.run([str(EMU_TRAIN)] + args, cwd=REPO, capture_output=True, text=True, timeout=600,
+                           env=dict(ENV, LLMC_EMU_VERBOSE="1"))
+        assert p.returncode == 0, p.stderr[-3000:]
+        launches = [ln for ln in p.stderr.splitlines() if ln.startswith("emu: launch ")]
+        plain = [ln for ln in launches if not ln.endswith(" programmatic")]
+        # with --pdl 1 only the backend's construction (its working copy of the initial weights) precedes it
+        assert launches and (len(plain) == len(launches) if pdl == 0 else
+                             len(plain) <= 1 and all("copy_master_kernel" in ln for ln in plain)), plain[:3]
+        evals[pdl] = p.stdout
+    assert evals[0] == evals[1] and "loss" in evals[0], evals
 
 
 def test_pdl_needs_the_cuda_backend(periodic_data, tmp_path):

@@ -231,7 +231,7 @@ def test_emulated_cuda_kill_9_and_resume_is_bit_identical(byte_data, full_run, t
 def test_emulated_cuda_generation_cached_equals_uncached(full_run):
     """generate_gpt2_ls --device cuda (emulated): greedy decoding with the GPU KV cache gives the
     same tokens as a full forward per token (--no-cache), as on the CPU; with --cuda-graph 1 (each
-    decode step one graph) the same tokens, greedy and sampled, as with 0."""
+    decode step one graph) the same tokens, greedy and sampled, as with 0; and with --pdl 1."""
     emu_dir, _, _ = full_run
     gen = ["-e", emu_dir / f"model_{FULL_STEPS:08d}.bin", "--greedy", "-n", 24, "--print-ids",
            "--prompt-ids", "10,84,104,101"]
@@ -246,6 +246,11 @@ def test_emulated_cuda_generation_cached_equals_uncached(full_run):
     sample = [a for a in gen if a != "--greedy"] + ["--seed", 7, "--temperature", 1.5]
     sampled = [run_bin(EMU_GEN, sample + ["--cuda-graph", g], "cuda").stdout for g in (0, 1)]
     assert sampled[0] == sampled[1] and len(sampled[0].split()) >= 24, sampled
+    # --pdl 1 (every kernel launched programmatic; the emulation refuses a thread that skips the wait):
+    # the same tokens, with and without the decode graphs
+    for g in (0, 1):
+        pdl = run_bin(EMU_GEN, gen + ["--cuda-graph", g, "--pdl", 1], "cuda")
+        assert pdl.stdout == cached.stdout, f"--pdl 1 changed the greedy tokens (--cuda-graph {g})"
 
 
 @pytest.mark.parametrize("graph", [0, 1])

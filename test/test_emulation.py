@@ -23,7 +23,8 @@
    .trans; a wrong C/D row in the emulation's own mma table, a wrong .trans lane map and a swapped
    matrix order of .x4 in its ldmatrix, a missing cp.async.wait_group in the cp.async test kernel,
    the emulated ex2 without its flush of subnormal results, the emulated tanh.approx with twice
-   the ISA's error and the emulated redux.sync.or without lane 31), builds the emulated lab or test from the mutated copy (with ASan, without UBSan: no mutant's failure is UBSan's) and expects its
+   the ISA's error, the emulated redux.sync.or without lane 31, the emulated griddepcontrol.wait
+   without its record and griddep_begin without its wait), builds the emulated lab or test from the mutated copy (with ASan, without UBSan: no mutant's failure is UBSan's) and expects its
    check to fail in the stated way. Nothing broken is committed.
 
 Needs the emulated build (`make emu`, part of `make test`); a missing binary is a failure.
@@ -269,6 +270,13 @@ MUTANTS = {
         "dev/emu/griddep.h",
         "inline void griddepcontrol_wait() { cur_thread().waited_for_prerequisites = true; }",
         "inline void griddepcontrol_wait() { (void)cur_thread(); }",
+        "build/emu/self/emu_ptx_faults", ["griddep-programmatic-with-wait"], "ended without griddepcontrol.wait"),
+    # the production wrapper every kernel begins with, without its wait: a programmatic grid of such
+    # kernels is refused (emu_ptx_faults' kernel begins with llmc::cuda::griddep_begin, as the backend's do)
+    "griddep-begin-without-wait": (
+        "llmc/cuda/ptx.cuh",
+        "__device__ __forceinline__ void griddep_begin() {\n    griddep_wait();\n",
+        "__device__ __forceinline__ void griddep_begin() {\n",
         "build/emu/self/emu_ptx_faults", ["griddep-programmatic-with-wait"], "ended without griddepcontrol.wait"),
     # the bias gradient's last block adds its quarters' sums starting from one its index picks: the bits then
     # depend on which block arrives last, which differs between the two schedules' block orders

@@ -147,7 +147,8 @@ def test_the_text_ends_its_line_before_the_summary_in_one_stream(model):
 def test_help_lists_every_flag():
     out = gen(["--help"]).stdout.decode()
     for flag in ["--model", "--prompt-ids", "--prompt", "--prompt-file", "--encode-only", "--tokenizer", "--tokens", "--temperature", "--top-k", "--seed",
-                 "--greedy", "--max-len", "--device", "--no-cache", "--cuda-graph", "--print-ids", "--threads", "--sp-model"]:
+                 "--greedy", "--max-len", "--device", "--no-cache", "--cuda-graph", "--pdl", "--print-ids", "--threads",
+                 "--sp-model"]:
         assert flag in out
 
 
@@ -174,6 +175,8 @@ def test_help_lists_every_flag():
     (["--cuda-graph", "1", "--no-cache"], "--cuda-graph 1 runs the KV cache's decode steps as graphs"),
     (["--cuda-graph", "1", "--device", "cpu"], "--cuda-graph 1 needs the CUDA backend"),
     (["--cuda-graph", "2"], "--cuda-graph: must be <= 1 (got 2)"),
+    (["--pdl", "1", "--device", "cpu"], "--pdl 1 needs the CUDA backend"),
+    (["--pdl", "2"], "--pdl: must be <= 1 (got 2)"),
     (["--bench-profile"], "--bench-profile sets up the latency benchmark, which runs only with --bench; add --bench, "
      "or drop --bench-profile"),
     # every --bench-* flag: without --bench it would generate text and ignore the flag
@@ -188,8 +191,8 @@ def test_help_lists_every_flag():
     (["--bench", "--bench-prompt", "8,65", "--bench-contexts", "64"], "--bench-prompt 65 exceeds the model's max_seq_len 64"),
     # --bench times the cache on random tokens: a text generation flag beside it would be ignored
     (["--bench", "--no-cache"], "--no-cache is a flag of text generation, and --bench times the KV cache on random "
-     "tokens instead; drop --no-cache (--bench reads -e, --device, --cuda-graph, --threads, --seed and the --bench-* "
-     "flags)"),
+     "tokens instead; drop --no-cache (--bench reads -e, --device, --cuda-graph, --pdl, --threads, --seed and the "
+     "--bench-* flags)"),
     (["--bench", "--prompt-ids", "1,2"], "--prompt-ids is a flag of text generation"),
     (["--bench", "-n", "5"], "--tokens is a flag of text generation"),
     (["--bench", "--max-len", "10"], "--max-len is a flag of text generation"),

@@ -240,9 +240,8 @@ struct BlockCtx {
     const std::function<void()>* body = nullptr;
     bool grid_done = false;
     // Launched with programmatic stream serialization: each thread must execute griddepcontrol.wait
-    // before it ends (griddep.h); launched_dependents: the block executed launch_dependents.
+    // before it ends (griddep.h).
     bool programmatic = false;
-    bool launched_dependents = false;
 
     void make_ready(ThreadCtx& t);
     size_t dynamic_smem_bytes = 0;
@@ -450,7 +449,6 @@ inline void run_block(BlockCtx& b, const std::function<void()>& body, const Sche
     const int n = (int)b.threads.size();
     b.ended = 0;
     b.body = &body;
-    b.launched_dependents = false;
     for (int i = 0; i < n; i++) {
         ThreadCtx& t = b.threads[i];
         t.linear = i;

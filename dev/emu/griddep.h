@@ -28,8 +28,8 @@ namespace llmc::emu {
 // waited, which a programmatic grid's threads must have done when they end (block.h).
 inline void griddepcontrol_wait() { cur_thread().waited_for_prerequisites = true; }
 
-// griddepcontrol.launch_dependents;  the block's first call counts (the ISA: repeated calls in a CTA
-// have no further effect); nothing starts early in the emulation.
-inline void griddepcontrol_launch_dependents() { cur_block().launched_dependents = true; }
+// griddepcontrol.launch_dependents;  nothing starts early in the emulation, so it has no effect (only a
+// kernel thread may execute it).
+inline void griddepcontrol_launch_dependents() { (void)cur_thread(); }
 
 }  // namespace llmc::emu

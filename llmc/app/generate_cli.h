@@ -32,6 +32,7 @@ struct GenerateConfig {
     std::string device = "auto";  // auto | cpu | cuda (llmc/app/device.h, as the trainer's --device)
     bool no_cache = false;        // full forward per token (the reference path)
     int cuda_graph = 0;           // 1: each decode step as one CUDA graph (the CUDA backend)
+    int pdl = 0;                  // 1: the CUDA backend's kernels with programmatic dependent launch
     bool print_ids = false;       // print token ids, one per line, instead of text
     int threads = 0;              // OpenMP threads (0 = OpenMP's default)
     // --bench: time the KV cache instead of generating (dev/bench/generate_latency.py drives it)
@@ -92,6 +93,12 @@ public:
         a.add_flag("--no-cache", c.no_cache, "no KV cache: a full forward pass per token (the reference path)");
         add_integer("--cuda-graph", c.cuda_graph,
                     "1: each decode step as one CUDA graph launch (the CUDA backend, KV cache), the same bits as 0")
+            ->capture_default_str()
+            ->check(at_least(0))
+            ->check(at_most(1));
+        add_integer("--pdl", c.pdl,
+                    "1: launch the CUDA backend's kernels with programmatic dependent launch (sm_90+: each may be "
+                    "scheduled while the one before it ends, and waits for it on the device), the same bits as 0")
             ->capture_default_str()
             ->check(at_least(0))
             ->check(at_most(1));
@@ -158,13 +165,14 @@ public:
                                        "--sp-model", "--tokens", "--temperature", "--top-k", "--greedy", "--max-len",
                                        "--no-cache", "--print-ids"});
         if (!text_only.empty())
-            return refuse(text_only + " is a flag of text generation, and --bench times the KV cache on random " +
-                          "tokens instead; drop " + text_only +
-                          " (--bench reads -e, --device, --cuda-graph, --threads, --seed and the --bench-* flags)");
+            return refuse(
+                text_only + " is a flag of text generation, and --bench times the KV cache on random " +
+                "tokens instead; drop " + text_only +
+                " (--bench reads -e, --device, --cuda-graph, --pdl, --threads, --seed and the --bench-* flags)");
         const std::string generation_only =
             !cfg_.encode_only ? ""
                               : first_given({"--tokens", "--temperature", "--top-k", "--greedy", "--seed", "--max-len",
-                                             "--no-cache", "--cuda-graph", "--print-ids", "--bench"});
+                                             "--no-cache", "--cuda-graph", "--pdl", "--print-ids", "--bench"});
         if (!generation_only.empty())
             return refuse(generation_only + " is a flag of generation, and --encode-only prints the prompt's ids " +
                           "and exits; drop " + generation_only);

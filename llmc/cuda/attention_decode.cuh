@@ -199,7 +199,8 @@ __global__ void attention_decode_combine_kernel(floatX* out, KvCacheView cache, 
 
 // Host launchers. They check the shapes (std::invalid_argument: a programming error, not input); the
 // position itself is in device memory (pos: one int), and the caller keeps it inside the cache.
-inline void kv_store(const KvCacheView& cache, const floatX* qkv, int l, const int* pos, cudaStream_t stream = 0) {
+inline void kv_store(const KvCacheView& cache, const floatX* qkv, int l, const int* pos,
+                     LaunchStream stream = LaunchStream(nullptr)) {
     if (l < 0 || l >= cache.L || pos == nullptr)
         throw std::invalid_argument("kv_store: layer " + std::to_string(l) + " outside the cache, or no position");
     const int n = cache.B * cache.NH * cache.hd;
@@ -208,7 +209,8 @@ inline void kv_store(const KvCacheView& cache, const floatX* qkv, int l, const i
 }
 
 // qkv: (B, T, 3C); positions 0..T-1 of an empty cache (T <= max_len).
-inline void kv_store_prefill(const KvCacheView& cache, const floatX* qkv, int l, int T, cudaStream_t stream = 0) {
+inline void kv_store_prefill(const KvCacheView& cache, const floatX* qkv, int l, int T,
+                             LaunchStream stream = LaunchStream(nullptr)) {
     if (l < 0 || l >= cache.L || T < 1 || T > cache.max_len)
         throw std::invalid_argument("kv_store_prefill: layer " + std::to_string(l) + " / length " + std::to_string(T) +
                                     " outside the cache");
@@ -227,7 +229,7 @@ inline int decode_splits_at(const KvCacheView& cache, int t) {
 // the split grid's depth, at least decode_splits_at(cache, *pos) (deeper grids give the same bits:
 // their extra blocks return at once).
 inline void attention_decode(floatX* out, const floatX* qkv, const KvCacheView& cache, int l, const int* pos,
-                             int splits, float softcap, cudaStream_t stream = 0) {
+                             int splits, float softcap, LaunchStream stream = LaunchStream(nullptr)) {
     if (cache.hd < 1 || cache.hd > kDecodeMaxHeadSize)
         throw std::invalid_argument("attention_decode: head size " + std::to_string(cache.hd) + " not in [1, " +
                                     std::to_string(kDecodeMaxHeadSize) + "]");

@@ -154,14 +154,14 @@ inline void CudaBackend::kv_prefill_queue(const int* tokens, int n, KvLogits row
     const size_t N = (size_t)B * n;
     for (int l = 0; l < L; l++) {
         const floatX* qkv = acts_.layer(l, N).att_in();  // (B, n, 3C)
-        kv_store_prefill(kv_, qkv, l, n, stream_);
+        kv_store_prefill(kv_, qkv, l, n, launch_stream());
     }
     kv_pos_ = n;
     if (all) return;
     // the last layer for the last position of each sequence, as a decode step at position n - 1 (its
     // k, v already cached): the layer's input and its q, k, v rows gathered, then the rest of the
     // layer and lnf over B rows, then the LM head: logits (B, Vp)
-    cudaStream_t st = stream_;
+    const LaunchStream st = launch_stream();
     Gpt2CudaDecodeActs& a = dec_;
     const LayerActs<floatX, float> last = acts_.layer(L - 1, N);
     floatX* att_in = cfg_.qk_norm ? a.qkvn.get() : a.qkv.get();  // (B, 3C)
@@ -232,7 +232,7 @@ inline void CudaBackend::issue_decode_input() {
 inline void CudaBackend::issue_decode(int splits) {
     const int B = kv_.B, L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads;
     const int Vp = cfg_.padded_vocab_size;
-    cudaStream_t st = stream_;
+    const LaunchStream st = launch_stream();
     Gpt2CudaDecodeActs& a = dec_;
     const ParamView<const floatX> w = weights();
 
@@ -262,7 +262,7 @@ inline void CudaBackend::issue_decode(int splits) {
 // in dec_.ln.
 inline void CudaBackend::kv_layer_rest(int l, int splits, const floatX* att_in) {
     const int B = kv_.B, L = cfg_.num_layers, C = cfg_.channels;
-    cudaStream_t st = stream_;
+    const LaunchStream st = launch_stream();
     Gpt2CudaDecodeActs& a = dec_;
     const ParamView<const floatX> w = weights();
     const LayerParams<const floatX> lw = w.layer(l);

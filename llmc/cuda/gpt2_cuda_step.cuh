@@ -132,9 +132,9 @@ inline void CudaBackend::use_step_graph(bool on) {
     dec_eager_plan_ = DecodePlan();
 }
 
-// --pdl: the training step's kernels (and the forward of --eval-only) launched with programmatic
-// stream serialization (llmc/cuda/launch.cuh); the KV decode path keeps stream order. Needs sm_90.
-// A step graph captured before a switch is dropped, so the next step captures the launches anew.
+// --pdl: the backend's kernels (training steps, --eval-only's forward, the generator's prefill and KV
+// decode steps) launched with programmatic stream serialization (llmc/cuda/launch.cuh). Needs sm_90.
+// A graph captured before a switch is dropped, so the next step captures the launches anew.
 inline void CudaBackend::use_programmatic_launch(bool on) {
     if (on) {
         const DeviceInfo d = current_device_info();
@@ -146,7 +146,9 @@ inline void CudaBackend::use_programmatic_launch(bool on) {
     }
     programmatic_launch_ = on;
     graph_.reset();
+    dec_graph_.reset();
     eager_plan_ = StepPlan();
+    dec_eager_plan_ = DecodePlan();
 }
 
 inline void CudaBackend::read_queued_step(QueuedStep& out) {

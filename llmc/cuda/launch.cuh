@@ -21,9 +21,6 @@ struct NoDeduce {
     using type = T;
 };
 
-// Launches `kernel` on `grid` x `block` threads with `smem` bytes of dynamic shared memory on
-// `stream`. The arguments convert to the kernel's parameter types as with <<<>>>. Launch errors
-// are reported by cudaGetLastError (CUDA_CHECK_LAUNCH), as after <<<>>>.
 // A stream and how kernels are launched on it. programmatic: with programmatic stream serialization
 // (programmatic dependent launch, sm_90+; --pdl 1): the kernel may be scheduled before the previous
 // kernel on the stream has completed, once that one has executed griddep_launch_dependents in every
@@ -56,7 +53,7 @@ inline void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t sm
         kernel<<<grid, block, smem, stream.stream>>>(args...);
         return;
     }
-    cudaLaunchAttribute attr[1];
+    cudaLaunchAttribute attr[1] = {};
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t config = {};

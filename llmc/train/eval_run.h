@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/train/step_graph_choice.h"  // use_pdl_if_asked
 #include "llmc/train/train_loop.h"
 
 namespace llmc {
@@ -213,6 +214,7 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
 
     std::unique_ptr<Backend> model = make_backend(plan.model);
     const std::string device = model->device_description();
+    use_pdl_if_asked(cfg, *model);
     if (!dump_heads.empty()) check_dump_attention_backend(*model);
     model->set_params(plan.init->params.data());
     std::vector<std::string> dump_paths;

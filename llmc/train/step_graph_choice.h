@@ -5,11 +5,13 @@
 // it can, except for a step of several micro-batches (-d: the graph stages every micro-batch's tokens
 // before its launch, where steps issued kernel by kernel load the next while the device runs one), and
 // names what keeps it off; 1 takes it or the run is refused (the flags here by llmc/app/validate.h, a
-// backend without step graphs here); 0 never takes it.
+// backend without step graphs here); 0 never takes it. Also --pdl (use_pdl_if_asked): whether the
+// backend's kernels are launched with programmatic dependent launch, in training and --eval-only.
 #pragma once
 #include <string>
 
 #include "llmc/app/train_config.h"
+#include "llmc/core/backend.h"
 #include "llmc/core/error.h"
 
 namespace llmc {
@@ -46,6 +48,18 @@ inline StepGraphChoice choose_step_graph(const TrainConfig& cfg, int accum, bool
         return {false, "kernel by kernel (--cuda-graph auto: " + std::to_string(accum) +
                            " micro-batches a step, which load while the device runs; --cuda-graph 1 for one graph)"};
     return {true, on};
+}
+
+// --pdl 1: the backend's kernels launched with programmatic dependent launch (training and
+// --eval-only alike), or the run refused where the backend has none (the CPU backend; the CUDA
+// backend itself refuses a device below sm_90). Returns the run header's words ("" for --pdl 0).
+inline std::string use_pdl_if_asked(const TrainConfig& cfg, Backend& model) {
+    if (cfg.pdl != 1) return "";
+    if (!model.has_programmatic_launch())
+        throw InputError("--pdl 1 needs the CUDA backend; this run uses the " + std::string(model.name()) +
+                         " backend (give --device cuda, or drop --pdl 1)");
+    model.use_programmatic_launch(true);
+    return "kernels with programmatic dependent launch (--pdl 1)";
 }
 
 }  // namespace llmc

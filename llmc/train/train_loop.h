@@ -429,7 +429,8 @@ inline void report_step(const TrainConfig& cfg, const RunPlan& plan, const StepR
     const double peak = model.peak_flops();
     const double mfu =
         peak > 0 ? flops_per_token(plan.model, cfg.seq_len) * r.tokens_per_s / cfg.world_size / peak : -1.0;
-    const double mem_gib = (double)model.device_memory_used() / (1024.0 * 1024.0 * 1024.0);
+    const size_t mem_bytes = model.device_memory_used();  // once a step (the CUDA backend: cudaMemGetInfo)
+    const double mem_gib = (double)mem_bytes / (1024.0 * 1024.0 * 1024.0);
     const std::string alarm_ckpt = r.alarm_checkpoint ? model_path(cfg.output_dir, r.step) : "";
     StepProgress progress;  // this process's steps so far, validation and reports included
     progress.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - o.started).count();
@@ -441,7 +442,7 @@ inline void report_step(const TrainConfig& cfg, const RunPlan& plan, const StepR
     nlohmann::ordered_json rec = step_record(r, stats, val_loss, cfg.qk_clip > 0, unix_time_now());
     if (mfu >= 0) {
         rec["mfu"] = mfu;
-        rec["device_memory_bytes"] = model.device_memory_used();
+        rec["device_memory_bytes"] = mem_bytes;
     }
     o.metrics.write(rec);
     if (cfg.logit_stats_every > 0 && r.step % cfg.logit_stats_every == 0)

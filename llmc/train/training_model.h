@@ -65,13 +65,7 @@ inline TrainingModel build_model(const TrainConfig& cfg, const RunPlan& plan, co
     const StepGraphChoice graph = choose_step_graph(cfg, plan.accum, model.has_step_graph(), model.name());
     if (graph.on) model.use_step_graph(true);
     t.step_graph = graph.words;
-    if (cfg.pdl == 1) {
-        if (!model.has_programmatic_launch())
-            throw InputError("--pdl 1 needs the CUDA backend; this run uses the " + std::string(model.name()) +
-                             " backend (give --device cuda, or drop --pdl 1)");
-        model.use_programmatic_launch(true);
-        t.step_graph += "; kernels with programmatic dependent launch (--pdl 1)";
-    }
+    if (const std::string pdl = use_pdl_if_asked(cfg, model); !pdl.empty()) t.step_graph += "; " + pdl;
     const size_t n = model.num_params();
     if (plan.resume) {
         model.set_params(plan.resume->model.params.data());

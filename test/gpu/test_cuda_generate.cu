@@ -36,7 +36,8 @@
 //     up to the first differing token, which is allowed only where the uncached row's top-2 margin is
 //     below 4 * kTol * rms(row) (an unclear step by the bf16 noise scale); kv_cache_bytes() follows
 //     the formula of docs/generation.md with 2-byte (bf16) or 4-byte (fp32) elements;
-//   - decode steps as CUDA graphs (use_step_graph) == issued eagerly, bit for bit, over positions
+//   - decode steps as CUDA graphs (use_step_graph), also of programmatic launches (use_programmatic_launch,
+//     --pdl 1), == issued eagerly, bit for bit, over positions
 //     crossing a split depth of the decode attention and several appended at once; emulated: a graph
 //     launch per step but the first of each depth (eager), a capture per depth, back-to-back steps
 //     waiting for each other's page-locked input;
@@ -474,7 +475,8 @@ void check_prefill_memory(Checks& ck) {
 }
 #endif
 
-// Decode steps as CUDA graphs (use_step_graph(true)) == the same steps issued eagerly, bit for bit:
+// Decode steps as CUDA graphs (use_step_graph(true)), then as graphs of programmatic launches
+// (use_programmatic_launch(true), --pdl 1) == the same steps issued eagerly, bit for bit:
 // positions 120..135 one at a time after a prefill of 120 (crossing the decode attention's split depth
 // at 128 keys), then 136..143 appended in one kv_forward (steps issued back to back), on a model with a
 // global head and on an all-local one whose window spans two splits. Emulated build: the first step of
@@ -499,9 +501,10 @@ void check_decode_graph(Checks& ck, uint64_t seed) {
         std::vector<int> tail((size_t)B * together);  // (B, together) appended in one call
         for (int& x : tail) x = (int)(gen() % (uint64_t)V);
         struct Counts {
-            uint64_t launches = 0, captures = 0, tail_syncs = 0;
+            uint64_t launches = 0, captures = 0, tail_syncs = 0, kernels = 0, programmatic = 0;
         };
-        auto run = [&](bool graph, Counts& counts) {
+        auto run = [&](bool graph, bool pdl, Counts& counts) {
+            gpu.use_programmatic_launch(pdl);
             gpu.use_step_graph(graph);
             gpu.kv_begin(B, len);
             gpu.kv_forward(tokens.data(), prompt, llmc::KvLogits::Last);
@@ -523,29 +526,40 @@ void check_decode_graph(Checks& ck, uint64_t seed) {
             out.insert(out.end(), rows.begin(), rows.end());
 #ifdef LLMC_EMULATE
             llmc::emu::IntervalCounts after = totals();
+            uint64_t kernels = 0;
+            for (const auto& [name, n] : after.kernels) {
+                const auto was = before.kernels.find(name);
+                kernels += n - (was == before.kernels.end() ? 0 : was->second);
+            }
             counts = {after.graph_launches - before.graph_launches,
                       after.graph_instantiations - before.graph_instantiations,
-                      after.syncs["cudaStreamSynchronize"] - syncs_before};
+                      after.syncs["cudaStreamSynchronize"] - syncs_before, kernels,
+                      after.programmatic_launches - before.programmatic_launches};
 #else
             (void)counts;
 #endif
             return out;
         };
-        Counts eager_counts, graph_counts;
-        const std::vector<float> eager = run(false, eager_counts);
-        const std::vector<float> graphed = run(true, graph_counts);
+        Counts eager_counts, graph_counts, pdl_counts;
+        const std::vector<float> eager = run(false, false, eager_counts);
+        const std::vector<float> graphed = run(true, false, graph_counts);
+        const std::vector<float> pdl = run(true, true, pdl_counts);  // graphs of programmatic launches
         gpu.use_step_graph(false);
-        size_t differ = 0;
-        int first = -1;
-        for (size_t i = 0; i < eager.size(); i++)
-            if (!(eager[i] == graphed[i]) || std::isnan(eager[i])) {
-                differ++;
-                if (first < 0) first = prompt + (int)(i / ((size_t)B * V));
-            }
-        ck.expect(differ == 0,
-                  "decode steps as graphs == eager bit for bit: positions %d..%d one at a time, then %d appended at "
-                  "once (%zu logits differ, first at row of position %d)",
-                  prompt, prompt + single - 1, together, differ, first);
+        gpu.use_programmatic_launch(false);
+        for (const auto& [what, got] :
+             {std::make_pair("graphs", &graphed), std::make_pair("graphs with --pdl 1", &pdl)}) {
+            size_t differ = 0;
+            int first = -1;
+            for (size_t i = 0; i < eager.size(); i++)
+                if (!(eager[i] == (*got)[i]) || std::isnan(eager[i])) {
+                    differ++;
+                    if (first < 0) first = prompt + (int)(i / ((size_t)B * V));
+                }
+            ck.expect(differ == 0,
+                      "decode steps as %s == eager bit for bit: positions %d..%d one at a time, then %d appended at "
+                      "once (%zu logits differ, first at row of position %d)",
+                      what, prompt, prompt + single - 1, together, differ, first);
+        }
 #ifdef LLMC_EMULATE
         const uint64_t steps = (uint64_t)(single + together);
         ck.expect(eager_counts.launches == 0 && eager_counts.captures == 0 && graph_counts.launches == steps - 2 &&
@@ -555,6 +569,13 @@ void check_decode_graph(Checks& ck, uint64_t seed) {
                   (unsigned long long)eager_counts.launches, (unsigned long long)eager_counts.captures,
                   (unsigned long long)graph_counts.launches, (unsigned long long)steps,
                   (unsigned long long)graph_counts.captures);
+        ck.expect(eager_counts.programmatic == 0 && graph_counts.programmatic == 0 && pdl_counts.kernels > 0 &&
+                      pdl_counts.programmatic == pdl_counts.kernels && pdl_counts.launches == graph_counts.launches,
+                  "--pdl 1: every decode kernel launched programmatic (%llu of %llu), none without it (%llu, %llu); "
+                  "the same graph launches (%llu, %llu)",
+                  (unsigned long long)pdl_counts.programmatic, (unsigned long long)pdl_counts.kernels,
+                  (unsigned long long)eager_counts.programmatic, (unsigned long long)graph_counts.programmatic,
+                  (unsigned long long)pdl_counts.launches, (unsigned long long)graph_counts.launches);
         ck.expect(
             eager_counts.tail_syncs >= (uint64_t)together - 1 && graph_counts.tail_syncs >= (uint64_t)together - 1,
             "%d positions appended at once wait for each step's input copy: %llu (eager), %llu (graphs) stream "

@@ -136,6 +136,7 @@ int main() {
     for (int r = 0; r < 2; r++) {
         CUDA_CHECK(cudaMemsetAsync(b.buf, 0xA5, kN * 4, st));
         CUDA_CHECK(cudaMemsetAsync(b.out, 0, kN * 4, st));
+        CUDA_CHECK(cudaMemsetAsync(b.out2, 0, kN * 4, st));
         CUDA_CHECK(cudaGraphLaunch(exec, st));
         CUDA_CHECK(cudaStreamSynchronize(st));
         int wrong2 = 0;
