@@ -512,6 +512,28 @@ EOF
     mv "$json.part" "$json"
 }
 
+# compare_runs A B STEPS A_WORDS B_WORDS BOUND: two trainer runs' metrics.jsonl (A, B) must hold STEPS
+# steps each with the same loss, gradient norm and max attention logit, bit for bit; prints both
+# medians after the warm-up steps (a step graph is captured at the second step and replayed from the
+# third) and what B saves per step against BOUND (emulated: the emulator's times, not a GPU's).
+compare_runs() {
+    "$PY" - "$@" <<'EOF'
+import json, os, sys
+a_file, b_file, want, a_words, b_words, bound = sys.argv[1], sys.argv[2], int(sys.argv[3]), *sys.argv[4:7]
+runs = [[r for r in map(json.loads, filter(str.strip, open(f))) if "loss" in r] for f in (a_file, b_file)]
+same = len(runs[0]) == len(runs[1]) == want and all(
+    (a["step"], a["loss"], a["grad_norm"], a["max_attn_logit"]) ==
+    (b["step"], b["loss"], b["grad_norm"], b["max_attn_logit"]) for a, b in zip(*runs))
+warm = min(5, want // 2)
+med = [sorted(r["ms"] for r in run[warm:])[len(run[warm:]) // 2] if len(run) > warm else float("nan") for run in runs]
+where = "emulated: the emulator's times, not a GPU's" if os.environ.get("emulate") == "1" else bound
+print(f"{len(runs[0])} and {len(runs[1])} steps: median {med[0]:.2f} ms/step {a_words}, {med[1]:.2f} {b_words}: "
+      f"saves {med[0] - med[1]:.2f} ms/step ({where}); losses, norms, max logits "
+      f"{'bit-identical' if same else 'DIFFER'}: {'PASS' if same else 'FAIL'}")
+sys.exit(0 if same else 1)
+EOF
+}
+
 stage_train() {  # the paper model on the synthetic language (dense local + sparse long-range), T=2048
     ensure_bf16
     local d=$work/train
@@ -622,44 +644,17 @@ EOF
         step "train:cuda-graph-$g" 300 "$trainer" --device cuda "${run[@]}" -x "$gsteps" -v 0 -n 0 --cuda-graph "$g" \
             -s 0 -i "$d/data/train_*.bin" -o "$d/graph$g" || return
     done
-    step "train:cuda-graph" 60 "$PY" - "$d/graph0/metrics.jsonl" "$d/graph1/metrics.jsonl" "$gsteps" <<'EOF'
-import json, os, sys
-want = int(sys.argv[3])
-runs = [[r for r in map(json.loads, filter(str.strip, open(f))) if "loss" in r] for f in sys.argv[1:3]]
-same = len(runs[0]) == len(runs[1]) == want and all(
-    (a["step"], a["loss"], a["grad_norm"], a["max_attn_logit"]) ==
-    (b["step"], b["loss"], b["grad_norm"], b["max_attn_logit"]) for a, b in zip(*runs))
-warm = min(5, want // 2)  # the graph is captured at the second step and replayed from the third
-med = [sorted(r["ms"] for r in run[warm:])[len(run[warm:]) // 2] if len(run) > warm else float("nan") for run in runs]
-where = "emulated: the emulator's times, not a GPU's" if os.environ.get("emulate") == "1" else \
-    "ls-small-b8's launch gaps modeled at 0.41 ms/step, an upper bound"
-print(f"{len(runs[0])} and {len(runs[1])} steps: median {med[0]:.2f} ms/step without the graph, {med[1]:.2f} "
-      f"replayed: the graph saves {med[0] - med[1]:.2f} ms/step ({where}); losses, norms, max logits "
-      f"{'bit-identical' if same else 'DIFFER'}: {'PASS' if same else 'FAIL'}")
-sys.exit(0 if same else 1)
-EOF
+    step "train:cuda-graph" 60 compare_runs "$d/graph0/metrics.jsonl" "$d/graph1/metrics.jsonl" "$gsteps" \
+        "without the graph" "replayed" "ls-small-b8's launch gaps modeled at 0.41 ms/step, an upper bound"
     # programmatic dependent launch (--pdl 1, docs/cuda_backend.md) against the same runs without, kernel
     # by kernel and as the step graph: bit for bit, and the medians with what it saves per step
     for g in 0 1; do
         rm -rf "$d/pdl$g"
         step "train:pdl-graph$g" 300 "$trainer" --device cuda "${run[@]}" -x "$gsteps" -v 0 -n 0 --cuda-graph "$g" \
             --pdl 1 -s 0 -i "$d/data/train_*.bin" -o "$d/pdl$g" || return
-        step "train:pdl-vs-graph$g" 60 "$PY" - "$d/graph$g/metrics.jsonl" "$d/pdl$g/metrics.jsonl" "$gsteps" "$g" <<'EOF'
-import json, os, sys
-want, graph = int(sys.argv[3]), sys.argv[4]
-runs = [[r for r in map(json.loads, filter(str.strip, open(f))) if "loss" in r] for f in sys.argv[1:3]]
-same = len(runs[0]) == len(runs[1]) == want and all(
-    (a["step"], a["loss"], a["grad_norm"], a["max_attn_logit"]) ==
-    (b["step"], b["loss"], b["grad_norm"], b["max_attn_logit"]) for a, b in zip(*runs))
-warm = min(5, want // 2)
-med = [sorted(r["ms"] for r in run[warm:])[len(run[warm:]) // 2] if len(run) > warm else float("nan") for run in runs]
-where = "emulated: the emulator's times, not a GPU's" if os.environ.get("emulate") == "1" else \
-    "at most ls-small-b8's launch gaps, modeled at 0.41 ms/step, of which the graph hides part"
-print(f"--cuda-graph {graph}: {len(runs[0])} and {len(runs[1])} steps: median {med[0]:.2f} ms/step with --pdl 0, "
-      f"{med[1]:.2f} with --pdl 1: saves {med[0] - med[1]:.2f} ms/step ({where}); losses, norms, max logits "
-      f"{'bit-identical' if same else 'DIFFER'}: {'PASS' if same else 'FAIL'}")
-sys.exit(0 if same else 1)
-EOF
+        step "train:pdl-vs-graph$g" 60 compare_runs "$d/graph$g/metrics.jsonl" "$d/pdl$g/metrics.jsonl" "$gsteps" \
+            "with --cuda-graph $g --pdl 0" "with --pdl 1" \
+            "at most ls-small-b8's launch gaps, modeled at 0.41 ms/step, of which the graph hides part"
     done
 }
 
@@ -673,7 +668,7 @@ stage_e2e() {  # stage_e2e MODEL...: one step a model, in order
     done
 }
 
-export -f emu_schedules run_bin fp32_make cublaslt_real attention_batch_scaling bench_generate  # step() runs them in a child bash, under timeout
+export -f emu_schedules run_bin fp32_make cublaslt_real attention_batch_scaling bench_generate compare_runs  # step() runs them in a child bash, under timeout
 export emulate extra arch work PY generator
 
 if [ -z "$device" ]; then
