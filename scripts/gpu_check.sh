@@ -475,9 +475,10 @@ stage_profile() {
     fi
     step "profile:$gen:generate" 120 bench_generate "${ckpts[-1]}" "$work/bench/generate/$gen.json" "${gen_args[@]}"
     # the same with programmatic dependent launch (--pdl 1, never yet on a GPU): its prefill and decode
-    # timings against the line above (bench/generate/<case>-pdl.json)
+    # timings against the line above, without a profile (a kernel's span would include its wait for
+    # the one ahead; the generator refuses --bench-profile with --pdl 1): bench/generate/<case>-pdl.json
     rm -f "$work/bench/generate/$gen-pdl.json"
-    step "profile:$gen:generate-pdl" 120 bench_generate "${ckpts[-1]}" "$work/bench/generate/$gen-pdl.json" \
+    step "profile:$gen:generate-pdl" 120 bench_generate_timing "${ckpts[-1]}" "$work/bench/generate/$gen-pdl.json" \
         "${gen_args[@]}" --pdl 1
     # Issue 52's inference targets, ours only (dev/bench/generate_latency.py without torch: the bench
     # stage's full run adds torch and ls-p100): the latency benchmark's MHSA and LS P 50 models, prefill
@@ -512,14 +513,21 @@ EOF
     mv "$json.part" "$json"
 }
 
-# compare_runs A B STEPS A_WORDS B_WORDS BOUND: two trainer runs' metrics.jsonl (A, B) must hold STEPS
-# steps each with the same loss, gradient norm and max attention logit, bit for bit; prints both
-# medians after the warm-up steps (a step graph is captured at the second step and replayed from the
-# third) and what B saves per step against BOUND (emulated: the emulator's times, not a GPU's).
+# compare_runs A B STEPS A_WORDS B_WORDS BOUND [KEY=VALUE]: two trainer runs' metrics.jsonl (A, B) must
+# hold STEPS steps each with the same loss, gradient norm and max attention logit, bit for bit (and,
+# given KEY=VALUE, B's config.json must record the setting: a flag B did not apply would otherwise
+# compare a run with itself); prints both medians after the warm-up steps (a step graph is captured at
+# the second step and replayed from the third) and what B saves per step against BOUND (emulated: the
+# emulator's times, not a GPU's).
 compare_runs() {
     "$PY" - "$@" <<'EOF'
 import json, os, sys
 a_file, b_file, want, a_words, b_words, bound = sys.argv[1], sys.argv[2], int(sys.argv[3]), *sys.argv[4:7]
+if len(sys.argv) > 7:
+    key, value = sys.argv[7].split("=", 1)
+    got = json.load(open(os.path.join(os.path.dirname(b_file), "config.json")))["train"].get(key)
+    if str(got) != value:
+        sys.exit(f"{b_file}: config.json records {key} = {got}, not {value}: FAIL")
 runs = [[r for r in map(json.loads, filter(str.strip, open(f))) if "loss" in r] for f in (a_file, b_file)]
 same = len(runs[0]) == len(runs[1]) == want and all(
     (a["step"], a["loss"], a["grad_norm"], a["max_attn_logit"]) ==
@@ -532,6 +540,26 @@ print(f"{len(runs[0])} and {len(runs[1])} steps: median {med[0]:.2f} ms/step {a_
       f"{'bit-identical' if same else 'DIFFER'}: {'PASS' if same else 'FAIL'}")
 sys.exit(0 if same else 1)
 EOF
+}
+
+# bench_generate_timing CKPT JSON ARGS...: generate_gpt2_ls --bench without a profile, its JSON object
+# into JSON; fails unless the JSON records the prefill and decode timings and every flag's value it is
+# given as "--cuda-graph N" / "--pdl N" (a flag the bench did not apply would otherwise time the default).
+bench_generate_timing() {
+    local ckpt=$1 json=$2
+    shift 2
+    "$generator" --device cuda -e "$ckpt" --bench "$@" >"$json.part" || return
+    "$PY" - "$json.part" "$@" <<'EOF' || return
+import json, sys
+j, args = json.load(open(sys.argv[1])), sys.argv[2:]
+for flag, key in (("--cuda-graph", "cuda_graph"), ("--pdl", "pdl")):
+    if flag in args and j.get(key) != int(args[args.index(flag) + 1]):
+        sys.exit(f"the bench records {key} = {j.get(key)}, not the {flag} it was given")
+if not (j.get("prefill") and j.get("decode")):
+    sys.exit("the bench JSON lacks its prefill or decode timings")
+print("prefill and decode timed; the bench records " + ", ".join(f"{k} = {j.get(k)}" for k in ("cuda_graph", "pdl")))
+EOF
+    mv "$json.part" "$json"
 }
 
 stage_train() {  # the paper model on the synthetic language (dense local + sparse long-range), T=2048
@@ -652,9 +680,11 @@ EOF
         rm -rf "$d/pdl$g"
         step "train:pdl-graph$g" 300 "$trainer" --device cuda "${run[@]}" -x "$gsteps" -v 0 -n 0 --cuda-graph "$g" \
             --pdl 1 -s 0 -i "$d/data/train_*.bin" -o "$d/pdl$g" || return
+        local hidden=""
+        [ "$g" = 1 ] && hidden=", of which the graph hides part"
         step "train:pdl-vs-graph$g" 60 compare_runs "$d/graph$g/metrics.jsonl" "$d/pdl$g/metrics.jsonl" "$gsteps" \
             "with --cuda-graph $g --pdl 0" "with --pdl 1" \
-            "at most ls-small-b8's launch gaps, modeled at 0.41 ms/step, of which the graph hides part"
+            "at most ls-small-b8's launch gaps, modeled at 0.41 ms/step$hidden" pdl=1
     done
 }
 
@@ -668,7 +698,7 @@ stage_e2e() {  # stage_e2e MODEL...: one step a model, in order
     done
 }
 
-export -f emu_schedules run_bin fp32_make cublaslt_real attention_batch_scaling bench_generate compare_runs  # step() runs them in a child bash, under timeout
+export -f emu_schedules run_bin fp32_make cublaslt_real attention_batch_scaling bench_generate bench_generate_timing compare_runs  # step() runs them in a child bash, under timeout
 export emulate extra arch work PY generator
 
 if [ -z "$device" ]; then

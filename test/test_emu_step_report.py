@@ -417,6 +417,9 @@ def test_pdl_launches_every_step_kernel_programmatic_with_the_same_bits(varied_d
         [(r["step"], r["programmatic_launches"], r["launches"]) for r in steps[1]]
     assert all(r["programmatic_launches"] == 0 for r in recs[0])
     assert [r["kernels"] for r in steps[0]] == [r["kernels"] for r in steps[1]]
+    # the options' kernels ran in those steps (QK-Clip's scaling every step at this threshold; QK-norm's)
+    want = "scale_param_runs_kernel" if "--qk-clip" in extra else "qknorm_forward"
+    assert all(any(want in k for k in r["kernels"]) for r in steps[1]), [list(r["kernels"]) for r in steps[1]]
     keys = ["loss", "grad_norm", "max_attn_logit", "out_max_logit"]
     got = [[r.get(k) for k in keys] for r in train_records(outs[1] / "metrics.jsonl")]
     assert got == [[r.get(k) for k in keys] for r in train_records(outs[0] / "metrics.jsonl")] and len(got) == 4
@@ -441,11 +444,25 @@ def test_pdl_launches_every_step_kernel_programmatic_with_the_same_bits(varied_d
     assert evals[0] == evals[1] and "loss" in evals[0], evals
 
 
-def test_pdl_needs_the_cuda_backend(periodic_data, tmp_path):
-    """--pdl 1 on the CPU backend is refused with one line, not run without it."""
-    args = ["--device", "cpu", "-i", f"{periodic_data}/train_*.bin", "-j", f"{periodic_data}/val_*.bin"] + BASE + \
-        ["--layers", "1", "-v", "0", "--pdl", "1"] + MODEL
+@pytest.mark.parametrize("extra, needle", [
+    (["--device", "cpu"], "--pdl 1 needs the CUDA backend"),
+    (["--device", "cpu", "--eval-only"], "--pdl 1 needs the CUDA backend"),
+    (["--device", "cuda", "--profile-steps", "1"], "--profile-steps times each kernel alone, and --pdl 1 lets"),
+])
+def test_pdl_refuses_what_it_cannot_apply(periodic_data, tmp_path, extra, needle):
+    """--pdl 1 on the CPU backend (training or --eval-only), or with a per-kernel profile (whose kernel
+    spans would include their waits), is refused with one line, not run without it."""
+    ckpt = tmp_path / "run" / "model_00000001.bin"
+    if "--eval-only" in extra:  # a checkpoint to evaluate, trained here on the CPU
+        base = ["--device", "cpu", "-i", f"{periodic_data}/train_*.bin"] + BASE + ["--layers", "1", "-v", "0", "-x",
+                                                                                  "1", "-o", str(tmp_path / "run")]
+        p = subprocess.run([str(EMU_TRAIN)] + base + MODEL, cwd=REPO, capture_output=True, text=True, timeout=600, env=ENV)
+        assert p.returncode == 0 and ckpt.exists(), p.stderr[-2000:]
+        args = ["-e", str(ckpt), "-j", f"{periodic_data}/val_*.bin", "-b", "2", "-t", "32", "--pdl", "1"] + extra
+    else:
+        args = ["-i", f"{periodic_data}/train_*.bin", "-j", f"{periodic_data}/val_*.bin"] + BASE + \
+            ["--layers", "1", "-v", "0", "--pdl", "1"] + MODEL + extra
     p = subprocess.run([str(EMU_TRAIN)] + args, cwd=REPO, capture_output=True, text=True, timeout=600, env=ENV)
     assert p.returncode != 0, p.stderr[-2000:]
     errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "--pdl 1 needs the CUDA backend" in errors[0], p.stderr[-2000:]
+    assert len(errors) == 1 and needle in errors[0], p.stderr[-2000:]

@@ -248,9 +248,22 @@ def test_emulated_cuda_generation_cached_equals_uncached(full_run):
     assert sampled[0] == sampled[1] and len(sampled[0].split()) >= 24, sampled
     # --pdl 1 (every kernel launched programmatic; the emulation refuses a thread that skips the wait):
     # the same tokens, with and without the decode graphs
+    # (LLMC_EMU_VERBOSE: the emulator's launch lines say each kernel was launched so: a flag the generator
+    # accepted and did not apply would give the same tokens)
+    verbose = dict(ENV, LLMC_EMU_VERBOSE="1")
     for g in (0, 1):
-        pdl = run_bin(EMU_GEN, gen + ["--cuda-graph", g, "--pdl", 1], "cuda")
+        pdl = run_bin(EMU_GEN, gen + ["--cuda-graph", g, "--pdl", 1], "cuda", env=verbose)
         assert pdl.stdout == cached.stdout, f"--pdl 1 changed the greedy tokens (--cuda-graph {g})"
+        launches = [ln for ln in pdl.stderr.splitlines() if ln.startswith("emu: launch ")]
+        plain = [ln for ln in launches if not ln.endswith(" programmatic")]
+        # only the backend's construction (its working copy of the weights) precedes the switch
+        assert len(launches) > 50 and len(plain) <= 2 and all("copy_master_kernel" in ln for ln in plain), plain[:3]
+        assert "programmatic dependent launch" in pdl.stderr.splitlines()[-1], pdl.stderr.splitlines()[-1]
+    bench = run_bin(EMU_GEN, ["-e", emu_dir / f"model_{FULL_STEPS:08d}.bin", "--bench", "--bench-batch", 1,
+                              "--bench-prompt", 8, "--bench-contexts", 16, "--bench-steps", 2, "--bench-repeats", 1,
+                              "--pdl", 1], "cuda", env=verbose)
+    plain = [ln for ln in bench.stderr.splitlines() if ln.startswith("emu: launch ") and not ln.endswith(" programmatic")]
+    assert json.loads(bench.stdout)["pdl"] == 1 and all("copy_master_kernel" in ln for ln in plain), plain[:3]
 
 
 @pytest.mark.parametrize("graph", [0, 1])
@@ -271,6 +284,7 @@ def test_emulated_cuda_bench_profile(full_run, graph):
                           "--bench-repeats", 1, "--cuda-graph", graph], "cuda")
     out = json.loads(p.stdout)
     prof = out["profile"]
+    assert out["cuda_graph"] == graph and out["pdl"] == 0
     assert [r["T"] for r in out["prefill"]] == [T // 2, T]  # the profiled prefill is of the last length
     assert out["decode"][-1]["context"] == prof["decode_context"] == 32
     prefill_flops = 24 * (L - 1) * B * T * C * C + 6 * B * T * C * C + 18 * B * C * C + 2 * B * C * Vp

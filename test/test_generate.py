@@ -200,6 +200,10 @@ def test_help_lists_every_flag():
     (["--bench", "--print-ids"], "--print-ids is a flag of text generation"),
     (["--bench", "--bench-profile", "--bench-contexts", "64", "--bench-prompt", "8", "--device", "cpu"],
      "--bench-profile times GPU kernels; the cpu backend has none: use --device cuda, or drop --bench-profile"),
+    (["--bench", "--bench-contexts", "64", "--bench-prompt", "8", "--device", "cpu", "--pdl", "1"],
+     "--pdl 1 needs the CUDA backend"),
+    (["--bench", "--bench-profile", "--bench-contexts", "64", "--bench-prompt", "8", "--pdl", "1"],
+     "--bench-profile times each kernel alone, and --pdl 1 lets a kernel start before the one ahead of it ends"),
 ])
 def test_bad_input_fails_with_one_line(model, extra, expect):
     ckpt, _ = model
@@ -420,6 +424,7 @@ def test_text_prompt_refused_for_other_tokenizers(tmp_path):
     (["--encode-only", "--prompt", "x", "--tokenizer", "TOK", "-n", "5"],
      "--tokens is a flag of generation, and --encode-only prints the prompt's ids and exits; drop --tokens"),
     (["--encode-only", "--prompt", "x", "--tokenizer", "TOK", "--no-cache"], "--no-cache is a flag of generation"),
+    (["--encode-only", "--prompt", "x", "--tokenizer", "TOK", "--pdl", "1"], "--pdl is a flag of generation"),
     (["--encode-only", "--prompt", "x", "--tokenizer", "TOK", "--temperature", "0.5"],
      "--temperature is a flag of generation"),
     (["-e", "CKPT", "--prompt-ids", "1", "--sp-model", "x.model"],

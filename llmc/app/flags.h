@@ -194,9 +194,10 @@ enum class FlagRecord { Both, Toml, Machine, Launch, Hidden, Json };
             "above B*T), else kernel by kernel, as the run header says; 1 = as one graph, or refuse the run; 0 = " \
             "kernel by kernel (the same numbers either way)") \
     SETTING(Machine, int, pdl, 0, "--pdl", v == 0 || v == 1, "must be 0 or 1 (got {})", \
-            "1 = launch the CUDA backend's training kernels with programmatic dependent launch (sm_90+: a " \
-            "kernel is scheduled while the one before it ends and waits for it on the device; the same numbers); " \
-            "0 = in stream order. Off by default until a GPU run measures it (docs/cuda_backend.md)") \
+            "1 = launch the CUDA backend's kernels (training and --eval-only) with programmatic dependent launch " \
+            "(sm_90+: a kernel is scheduled while the one before it ends and waits for it on the device; the same " \
+            "numbers; not with --profile-steps); 0 = in stream order. Off by default until a GPU run measures it " \
+            "(docs/cuda_backend.md)") \
     /* data parallelism (docs/multigpu.md) */ \
     SETTING(Json, int, world_size, 1, "", true, "", \
             "processes, from the collective") \

@@ -159,6 +159,11 @@ public:
         if (!bench_only.empty())
             return refuse(bench_only + " sets up the latency benchmark, which runs only with --bench; add --bench, " +
                           "or drop " + bench_only);
+        if (cfg_.bench_profile && cfg_.pdl == 1)
+            return refuse(
+                "--bench-profile times each kernel alone, and --pdl 1 lets a kernel start before the one "
+                "ahead of it ends (its span would include that wait): profile with --pdl 0, or drop "
+                "--bench-profile");
         const std::string text_only =
             !cfg_.bench ? ""
                         : first_given({"--prompt-ids", "--prompt", "--prompt-file", "--encode-only", "--tokenizer",

@@ -162,6 +162,10 @@ inline void check_flag_combinations(const TrainConfig& c) {
             fail("no training data: give -i 'DIR/train_*.bin' (make shards with data/prepare.py)");
         if (!c.dump_logits.empty()) fail("--dump-logits works with --eval-only only; add --eval-only");
     }
+    if (c.profile_steps > 0 && c.pdl == 1)
+        fail(
+            "--profile-steps times each kernel alone, and --pdl 1 lets a kernel start before the one ahead of it "
+            "ends (its span would include that wait): profile with --pdl 0");
     if (c.resume == 1 && c.output_dir.empty()) fail("-y 1 resumes from the checkpoints in -o; give -o DIR");
     if (c.checkpoint_every > 0 && c.output_dir.empty()) fail("-n needs -o DIR to write checkpoints into");
     if (c.cuda_graph == "1" && !c.eval_only && host_decides_inside_the_step(c))

@@ -110,7 +110,8 @@ public:
 
     // For tests and diagnostics: the stream every op runs on, and the activations of the last forward.
     cudaStream_t stream() const { return stream_; }
-    // The stream as the training step's kernels are launched on it (programmatic with --pdl 1).
+    // The stream as the backend's kernels are launched on it (programmatic with --pdl 1:
+    // use_programmatic_launch).
     LaunchStream launch_stream() const { return {stream_, programmatic_launch_}; }
     const Gpt2CudaActs& acts() const { return acts_; }
 

@@ -475,8 +475,9 @@ void check_prefill_memory(Checks& ck) {
 }
 #endif
 
-// Decode steps as CUDA graphs (use_step_graph(true)), then as graphs of programmatic launches
-// (use_programmatic_launch(true), --pdl 1) == the same steps issued eagerly, bit for bit:
+// The prefill's last rows and the decode steps as CUDA graphs (use_step_graph(true)), as graphs of
+// programmatic launches (use_programmatic_launch(true), --pdl 1) and as programmatic launches issued
+// eagerly == the same steps issued eagerly, bit for bit:
 // positions 120..135 one at a time after a prefill of 120 (crossing the decode attention's split depth
 // at 128 keys), then 136..143 appended in one kv_forward (steps issued back to back), on a model with a
 // global head and on an all-local one whose window spans two splits. Emulated build: the first step of
@@ -507,8 +508,8 @@ void check_decode_graph(Checks& ck, uint64_t seed) {
             gpu.use_programmatic_launch(pdl);
             gpu.use_step_graph(graph);
             gpu.kv_begin(B, len);
-            gpu.kv_forward(tokens.data(), prompt, llmc::KvLogits::Last);
-            std::vector<float> out;
+            // the prefill's last rows first, then each decode step's
+            std::vector<float> out = real_rows(gpu.kv_forward(tokens.data(), prompt, llmc::KvLogits::Last), B, V, Vp);
 #ifdef LLMC_EMULATE
             auto totals = [] { return llmc::emu::device().counters.totals(); };
             const llmc::emu::IntervalCounts before = totals();
@@ -540,20 +541,21 @@ void check_decode_graph(Checks& ck, uint64_t seed) {
 #endif
             return out;
         };
-        Counts eager_counts, graph_counts, pdl_counts;
+        Counts eager_counts, graph_counts, pdl_counts, pdl_eager_counts;
         const std::vector<float> eager = run(false, false, eager_counts);
         const std::vector<float> graphed = run(true, false, graph_counts);
-        const std::vector<float> pdl = run(true, true, pdl_counts);  // graphs of programmatic launches
+        const std::vector<float> pdl = run(true, true, pdl_counts);               // graphs of programmatic launches
+        const std::vector<float> pdl_eager = run(false, true, pdl_eager_counts);  // programmatic, issued eagerly
         gpu.use_step_graph(false);
         gpu.use_programmatic_launch(false);
-        for (const auto& [what, got] :
-             {std::make_pair("graphs", &graphed), std::make_pair("graphs with --pdl 1", &pdl)}) {
+        for (const auto& [what, got] : {std::make_pair("graphs", &graphed), std::make_pair("graphs with --pdl 1", &pdl),
+                                        std::make_pair("eager with --pdl 1", &pdl_eager)}) {
             size_t differ = 0;
             int first = -1;
             for (size_t i = 0; i < eager.size(); i++)
                 if (!(eager[i] == (*got)[i]) || std::isnan(eager[i])) {
                     differ++;
-                    if (first < 0) first = prompt + (int)(i / ((size_t)B * V));
+                    if (first < 0) first = prompt - 1 + (int)(i / ((size_t)B * V));  // the prefill's row: prompt - 1
                 }
             ck.expect(differ == 0,
                       "decode steps as %s == eager bit for bit: positions %d..%d one at a time, then %d appended at "
@@ -570,10 +572,13 @@ void check_decode_graph(Checks& ck, uint64_t seed) {
                   (unsigned long long)graph_counts.launches, (unsigned long long)steps,
                   (unsigned long long)graph_counts.captures);
         ck.expect(eager_counts.programmatic == 0 && graph_counts.programmatic == 0 && pdl_counts.kernels > 0 &&
-                      pdl_counts.programmatic == pdl_counts.kernels && pdl_counts.launches == graph_counts.launches,
-                  "--pdl 1: every decode kernel launched programmatic (%llu of %llu), none without it (%llu, %llu); "
-                  "the same graph launches (%llu, %llu)",
+                      pdl_counts.programmatic == pdl_counts.kernels && pdl_counts.launches == graph_counts.launches &&
+                      pdl_eager_counts.kernels == eager_counts.kernels &&
+                      pdl_eager_counts.programmatic == pdl_eager_counts.kernels && pdl_eager_counts.launches == 0,
+                  "--pdl 1: every decode kernel launched programmatic (graphs %llu of %llu, eager %llu of %llu), none "
+                  "without it (%llu, %llu); the same graph launches (%llu, %llu)",
                   (unsigned long long)pdl_counts.programmatic, (unsigned long long)pdl_counts.kernels,
+                  (unsigned long long)pdl_eager_counts.programmatic, (unsigned long long)pdl_eager_counts.kernels,
                   (unsigned long long)eager_counts.programmatic, (unsigned long long)graph_counts.programmatic,
                   (unsigned long long)pdl_counts.launches, (unsigned long long)graph_counts.launches);
         ck.expect(
