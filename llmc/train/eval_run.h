@@ -213,8 +213,8 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
     const int64_t batches = val_batch_count(cfg, *plan.val, true);
 
     std::unique_ptr<Backend> model = make_backend(plan.model);
-    const std::string device = model->device_description();
-    use_pdl_if_asked(cfg, *model);
+    const std::string pdl = use_pdl_if_asked(cfg, *model);  // said beside the device, as a run header says it
+    const std::string device = model->device_description() + (pdl.empty() ? "" : "; " + pdl);
     if (!dump_heads.empty()) check_dump_attention_backend(*model);
     model->set_params(plan.init->params.data());
     std::vector<std::string> dump_paths;
