@@ -15,11 +15,13 @@
 #                       [--steps N | --tokens N] [--batch 8] [--total-batch 16384] [--seed S]
 #                       [--device auto|cpu|cuda] [--np N] [--threads N] [--out DIR] [--results DIR]
 #                       [--data DIR] [--vocab N] [--source DIR] [--config FILE] [--build auto|0|1]
-#                       [--check-cmd CMD ...] [--reserve S] [--extra "FLAGS"] [--smoke] [--force] [--prepare]
+#                       [--prebuilt TARBALL] [--check-cmd CMD ...] [--reserve S] [--extra "FLAGS"] [--smoke] [--force] [--prepare]
 #
 # One GPU window = one complete experiment (docs/experiments.md, "PG-19, the paper's setting"):
 #   1. build (--build auto: on CUDA) the trainer, build/test_gpu/test_cuda_model and build/dev/attention_ls
-#      with make (a no-op when the same machine built them already);
+#      with make (a no-op when the same machine built them already); with --prebuilt TARBALL (of
+#      scripts/prebuild_gpu.sh, built on the CPU machine), scripts/use_prebuilt.sh installs them
+#      instead when they were built from this tree's sources and load here, else the build runs;
 #   2. checks: test_cuda_model and `attention_ls --check` (each --check-cmd replaces the list); a
 #      failed check ends the script (exit 4) before any training. On the CPU the GPU checks are
 #      skipped with a line saying so (their emulated builds run in `make test-emu`);
@@ -121,6 +123,7 @@ RESERVE=""
 KILL_AFTER=${KILL_AFTER:-60}
 PROGRESS_EVERY=${PROGRESS_EVERY:-60}  # seconds between the progress lines of the running runs (0: none)
 BUILD=auto
+PREBUILT=""
 CHECK_CMDS=()
 EXTRA=""
 SOFTCAP=50
@@ -162,6 +165,7 @@ while [[ $# -gt 0 ]]; do
     --stagger) need "$@"; STAGGER=$2; shift 2 ;;
     --reserve) need "$@"; RESERVE=$2; shift 2 ;;
     --build) need "$@"; BUILD=$2; shift 2 ;;
+    --prebuilt) need "$@"; PREBUILT=$2; shift 2 ;;
     --check-cmd) need "$@"; CHECK_CMDS+=("$2"); shift 2 ;;
     --extra) need "$@"; EXTRA=$2; shift 2 ;;
     --smoke) SMOKE=1; shift ;;
@@ -235,6 +239,7 @@ if [[ $DEVICE == auto ]]; then  # resolved here, so the build, the checks and th
   if command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L > /dev/null 2>&1; then DEVICE=cuda; else DEVICE=cpu; fi
 fi
 [[ $BUILD == auto ]] && { [[ $DEVICE == cuda ]] && BUILD=1 || BUILD=0; }
+[[ -z $PREBUILT || $BUILD == 1 ]] || die "--prebuilt stands in for the build, which this run skips (--build 0, or the CPU): drop --prebuilt, or run on the GPU with --build auto"
 [[ -z $TRAINER ]] && TRAINER=./train_gpt2_ls
 if [[ ${#CHECK_CMDS[@]} -eq 0 && $DEVICE == cuda ]]; then
   CHECK_CMDS=("build/test_gpu/test_cuda_model" "build/dev/attention_ls --check")
@@ -449,10 +454,17 @@ abort_pack() {  # abort_pack MESSAGE [STATUS]: nothing trained; pack the logs th
 if [[ $BUILD == 1 ]]; then
   extra_inc=""; [[ -d $REPO/.deps/include ]] && extra_inc=.deps/include
   budget_build=540; [[ -n $BUDGET ]] && budget_build=$(( $(left) > 60 ? $(left) - 60 : 1 ))
-  echo "== build (make, ${budget_build} s at most): train_gpt2_ls build/test_gpu/test_cuda_model build/dev/attention_ls"
-  step_timed build "$OUT/logs/build.log" "$budget_build" make -C "$REPO" -j"$(nproc)" CUDA_ARCH="${CUDA_ARCH:-90}" \
-    PRECISION=BF16 EXTRA_INCLUDE="$extra_inc" train_gpt2_ls build/test_gpu/test_cuda_model build/dev/attention_ls \
-    || abort_pack "the build failed (see $OUT/logs/build.log); nothing was trained"
+  prebuilt_used=0
+  if [[ -n $PREBUILT ]]; then
+    if why=$("$REPO/scripts/use_prebuilt.sh" "$PREBUILT" "${CUDA_ARCH:-90}" 2>&1); then prebuilt_used=1; fi
+    echo "== build: $why"
+  fi
+  if [[ $prebuilt_used == 0 ]]; then
+    echo "== build (make, ${budget_build} s at most): train_gpt2_ls build/test_gpu/test_cuda_model build/dev/attention_ls"
+    step_timed build "$OUT/logs/build.log" "$budget_build" make -C "$REPO" -j"$(nproc)" CUDA_ARCH="${CUDA_ARCH:-90}" \
+      PRECISION=BF16 EXTRA_INCLUDE="$extra_inc" train_gpt2_ls build/test_gpu/test_cuda_model build/dev/attention_ls \
+      || abort_pack "the build failed (see $OUT/logs/build.log); nothing was trained"
+  fi
   [[ $TRAINER == ./train_gpt2_ls ]] && TRAINER=$REPO/train_gpt2_ls
 else
   echo "== build: skipped (--build 0$([[ $DEVICE == cpu ]] && echo ", --device cpu: the CPU trainer is $TRAINER; make cpu builds it")) "

@@ -46,7 +46,7 @@
 # DIR (default $OUT if set, else out/gpu_check) receives report.txt (every step's output, the short
 # table last) and report.json (steps, statuses, times, and the benchmarks' JSON), covering every step
 # run on this machine so far (build/gpu_check/results.tsv), not only this call's.
-# Environment: CUDA_ARCH (default 90), GPU_CHECK_TIMEOUT_SCALE (multiplies every step's time limit; 6 with --emulate, else 1), EMU_FP32_MODEL_CASES (--emulate: the first stage's test_cuda_model filter; default all), EMU_BF16_MODEL_CASES (--emulate: the test stage's test_cuda_model filter; default all), GPU_CHECK_COMMIT (the commit measured; default git rev-parse,
+# Environment: CUDA_ARCH (default 90), GPU_CHECK_TIMEOUT_SCALE (multiplies every step's time limit; 6 with --emulate, else 1), EMU_FP32_MODEL_CASES (--emulate: the first stage's test_cuda_model filter; default all), EMU_BF16_MODEL_CASES (--emulate: the test stage's test_cuda_model filter; default all), GPU_CHECK_PREBUILT (a tarball of scripts/prebuild_gpu.sh: the build stage installs its programs with scripts/use_prebuilt.sh when they were built from this tree's sources and load here, else builds; not with --emulate), GPU_CHECK_COMMIT (the commit measured; default git rev-parse,
 # needed where the tree was copied without .git). Header-only deps: run ../shared/tools/device-deps.sh
 # on a machine with a registry and bring .deps along; the build then uses .deps/include.
 # Before any stage: the header-only deps (CLI11, nlohmann/json) must be found (else one line, exit 2)
@@ -257,6 +257,8 @@ test_names() { for f in test/gpu/*.cu; do [ -e "$f" ] && basename "$f" .cu; done
 build_bf16() {  # the BF16 build (all GPU targets and the trainer); -k: one broken target spoils no other
     bf16_build_tried=1
     if [ "$emulate" = 1 ]; then step "build:bf16-emulated" 540 make -j"$(nproc)" -k PRECISION=BF16 EXTRA_INCLUDE="$extra" emu
+    elif [ -n "${GPU_CHECK_PREBUILT:-}" ] && step "build:bf16-sm$arch-prebuilt" 60 scripts/use_prebuilt.sh "$GPU_CHECK_PREBUILT" "$arch" lease \
+        && [ -x "$trainer" ] && [ -d "$bf16_dir/dev" ]; then :  # installed: SKIPPED (77) falls through to the build
     else step "build:bf16-sm$arch" 540 make -j"$(nproc)" -k CUDA_ARCH="$arch" PRECISION=BF16 EXTRA_INCLUDE="$extra" gpu-targets; fi
 }
 ensure_bf16() {  # later stages on a fresh machine: build first, once per call (a missing binary is then "not built")

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Build the GPU programs here, on the CPU machine (nvcc compiles for sm_90 without a GPU), so that a
+# GPU lease starts from them instead of spending its first ~90-130 s of device time on the build
+# (docs/results: 93 s at c276bf2, 127 s in paper window 1). scripts/use_prebuilt.sh installs them
+# there after checking that they were built from the same sources and load on that machine; else the
+# lease builds as before.
+#
+#   scripts/prebuild_gpu.sh [--set lease|paper] [--out DIR]
+#
+# --set lease (default): `make gpu-targets` (the trainer, the generator, every kernel lab and GPU test),
+#   the speed lease's build (scripts/gpu_check.sh, stage build); --set paper: the three programs of
+#   scripts/exp_pg19.sh (train_gpt2_ls, test_cuda_model, the attention lab), small enough to travel
+#   beside the PG-19 shards (the tool's carry holds 64 MiB in all).
+# --out: default prebuilt. Writes DIR/bf16-sm90-SET.tar.gz, which holds the programs at their paths and
+#   PREBUILT (the commit, scripts/build_digest.sh's digest of the sources, the architecture, the
+#   precision, nvcc's version). Name DIR/bf16-sm90-SET.tar.gz in the device call's carry and pass it as
+#   GPU_CHECK_PREBUILT (gpu_check.sh) or --prebuilt (exp_pg19.sh).
+#
+# The build is of HEAD, in a fresh clone (never of uncommitted changes: a tracked file that differs
+# from HEAD is refused), with MPI left out (the GPU machine has none: its own build leaves MPI out
+# too) and NCCL as detected. CUDA_ARCH (default 90) as the Makefile's.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+set_name=lease
+out=prebuilt
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --set) set_name=${2:?--set needs lease or paper}; shift 2 ;;
+    --out) out=${2:?--out needs a folder}; shift 2 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "error: unknown argument '$1' (scripts/prebuild_gpu.sh --help)" >&2; exit 2 ;;
+  esac
+done
+case $set_name in
+  lease) targets=(gpu-targets) ;;
+  paper) targets=(train_gpt2_ls build/test_gpu/test_cuda_model build/dev/attention_ls) ;;
+  *) echo "error: --set $set_name: the sets are lease and paper" >&2; exit 2 ;;
+esac
+command -v nvcc >/dev/null || { echo "error: nvcc not found: the prebuilt programs need the CUDA toolkit" >&2; exit 2; }
+if [[ -n $(git status --porcelain --untracked-files=no) ]]; then
+  echo "error: tracked files differ from HEAD: commit them first (the prebuilt programs are HEAD's)" >&2
+  exit 2
+fi
+arch=${CUDA_ARCH:-90}
+commit=$(git rev-parse HEAD)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+git clone -q . "$tmp/tree"
+git -C "$tmp/tree" checkout -q "$commit"
+echo "prebuild_gpu: make ${targets[*]} at ${commit:0:12} (sm_$arch, BF16, USE_MPI=0) in $tmp/tree" >&2
+make -C "$tmp/tree" -j"$(nproc)" CUDA_ARCH="$arch" PRECISION=BF16 USE_MPI=0 "${targets[@]}" >"$tmp/build.log" 2>&1 ||
+  { tail -n 20 "$tmp/build.log" >&2; echo "error: the build failed (above)" >&2; exit 1; }
+programs=(train_gpt2_ls)
+if [[ $set_name == lease ]]; then
+  programs+=(generate_gpt2_ls)
+  programs+=($(cd "$tmp/tree" && ls build/dev/* build/test_gpu/*))
+else
+  programs+=(build/test_gpu/test_cuda_model build/dev/attention_ls)
+fi
+{
+  echo "commit $commit"
+  echo "digest $(scripts/build_digest.sh "$tmp/tree")"
+  echo "arch $arch"
+  echo "precision BF16"
+  echo "set $set_name"
+  echo "nvcc $(nvcc --version | tail -n 1)"
+  echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n)"
+  echo "programs ${programs[*]}"
+} >"$tmp/tree/PREBUILT"
+mkdir -p "$out"
+tarball=$out/bf16-sm$arch-$set_name.tar.gz
+tar czf "$tarball" -C "$tmp/tree" PREBUILT "${programs[@]}"
+echo "prebuild_gpu: $tarball ($(du -m "$tarball" | cut -f1) MiB, ${#programs[@]} programs, commit ${commit:0:12})"
+echo "prebuild_gpu: carry \"$tarball\" and set GPU_CHECK_PREBUILT=$tarball (gpu_check.sh) or pass --prebuilt $tarball (exp_pg19.sh)"

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Install programs that scripts/prebuild_gpu.sh built on the CPU machine, on the machine this runs on
+# (the GPU machine), in place of building them: only when they were built from this tree's sources and
+# every one of them finds its libraries here.
+#
+#   scripts/use_prebuilt.sh TARBALL [ARCH [SET]]
+#
+# Exit 0: installed at their paths (train_gpt2_ls, build/dev/..., build/test_gpu/...), one line saying
+# what. Exit 77: not usable here, one line saying why (the caller builds instead): a missing tarball,
+# another architecture (ARCH, default 90), another set of programs (SET: lease or paper, as
+# prebuild_gpu.sh's --set; default either), other sources (scripts/build_digest.sh differs), or a
+# program whose library this machine lacks (ldd). Nothing is installed unless every check passes.
+# Exit 2: bad usage.
+set -uo pipefail
+tarball=${1:-}
+[[ -z $tarball || $tarball == /* ]] || tarball=$PWD/$tarball  # the tarball as named from the caller's folder
+cd "$(dirname "$0")/.." || exit 2
+arch=${2:-90}
+want_set=${3:-}
+[[ -n $tarball ]] || { echo "usage: scripts/use_prebuilt.sh TARBALL [ARCH [SET]]" >&2; exit 2; }
+unusable() { echo "prebuilt programs not used: $1"; exit 77; }
+[[ -r $tarball ]] || unusable "$tarball is not there (carry it: scripts/prebuild_gpu.sh says how)"
+tmp=$(mktemp -d) || exit 2
+trap 'rm -rf "$tmp"' EXIT
+tar xzf "$tarball" -C "$tmp" 2>"$tmp/tar.err" || unusable "$tarball does not unpack ($(head -n 1 "$tmp/tar.err"))"
+[[ -r $tmp/PREBUILT ]] || unusable "$tarball holds no PREBUILT record"
+field() { sed -n "s/^$1 //p" "$tmp/PREBUILT" | head -n 1; }
+[[ $(field arch) == "$arch" ]] || unusable "built for sm_$(field arch), this run is for sm_$arch"
+[[ -z $want_set || $(field set) == "$want_set" ]] || unusable "it is the $(field set) set, this run needs the $want_set set (scripts/prebuild_gpu.sh --set $want_set)"
+[[ $(field precision) == BF16 ]] || unusable "built in precision $(field precision), not BF16"
+here=$(scripts/build_digest.sh .) || unusable "scripts/build_digest.sh failed here"
+[[ $(field digest) == "$here" ]] ||
+  unusable "built from other sources (commit $(field commit | cut -c1-12), digest $(field digest); this tree's digest $here)"
+read -r -a programs <<<"$(field programs)"
+[[ ${#programs[@]} -gt 0 ]] || unusable "PREBUILT lists no programs"
+for p in "${programs[@]}"; do
+  [[ -x $tmp/$p ]] || unusable "$p is listed but not in $tarball"
+  if command -v ldd >/dev/null; then
+    missing=$(ldd "$tmp/$p" 2>&1 | grep "not found" | head -n 1 | sed 's/^[[:space:]]*//')
+    [[ -z $missing ]] || unusable "$p needs a library this machine lacks ($missing)"
+  fi
+done
+for p in "${programs[@]}"; do
+  mkdir -p "$(dirname "$p")" && cp -f "$tmp/$p" "$p" || { echo "error: could not install $p" >&2; exit 1; }
+done
+mkdir -p build && cp "$tmp/PREBUILT" build/prebuilt.installed
+echo "prebuilt programs installed: ${#programs[@]}, built at commit $(field commit | cut -c1-12) ($(field built); $(field nvcc)); sources' digest $here, this tree's"

@@ -1,0 +1,178 @@
+"""Programs built on the CPU machine for a GPU lease (scripts/prebuild_gpu.sh) are installed there by
+scripts/use_prebuilt.sh only when they were built from the same sources (scripts/build_digest.sh),
+for the architecture and the set the run needs, and every one finds its libraries (ldd); otherwise
+nothing is installed, one line says why, and the caller builds (exit 77).
+
+The subject runs in a small tree of its own (the two scripts, a few sources) with stand-in programs:
+host executables, one of them linked against a library that is then removed. No GPU and no nvcc."""
+import io
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def make_tree(root):
+    """A tree with the two scripts and build inputs of each kind the digest reads (and one it does not)."""
+    (root / "scripts").mkdir(parents=True)
+    for s in ("build_digest.sh", "use_prebuilt.sh"):
+        shutil.copy2(REPO / "scripts" / s, root / "scripts" / s)
+    (root / "llmc" / "cuda").mkdir(parents=True)
+    (root / "llmc" / "cuda" / "k.cuh").write_text("// kernel\n")
+    (root / "llmc" / "a.h").write_text("// header\n")
+    (root / "train_gpt2_ls.cu").write_text("int main() { return 0; }\n")
+    (root / "Makefile").write_text("all:\n")
+    (root / "README.md").write_text("not a build input\n")
+    return root
+
+
+def digest(tree):
+    p = subprocess.run(["bash", str(tree / "scripts" / "build_digest.sh"), str(tree)], capture_output=True, text=True)
+    assert p.returncode == 0 and len(p.stdout.strip()) == 16, p.stderr
+    return p.stdout.strip()
+
+
+def make_tarball(path, programs, *, digest_of, arch="90", set_name="lease", precision="BF16", sources=None):
+    """A tarball as prebuild_gpu.sh writes it: PREBUILT and the programs (name -> a file to copy) at their paths."""
+    record = (f"commit {'ab' * 20}\ndigest {digest_of}\narch {arch}\nprecision {precision}\nset {set_name}\n"
+              f"nvcc Build cuda_13.0\nbuilt 2026-12-01T00:00:00Z on cpu\nprograms {' '.join(programs)}\n")
+    with tarfile.open(path, "w:gz") as tar:
+        info = tarfile.TarInfo("PREBUILT")
+        info.size = len(record)
+        tar.addfile(info, io.BytesIO(record.encode()))
+        for name, src in programs.items():
+            tar.add(src, arcname=name)
+    return path
+
+
+def use(tree, tarball, *args, cwd=None):
+    return subprocess.run(["bash", str(tree / "scripts" / "use_prebuilt.sh"), str(tarball), *args], cwd=cwd or tree,
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def true_bin():
+    path = shutil.which("true")
+    assert path, "no 'true' program on PATH"
+    return Path(path)
+
+
+PROGRAMS = ("train_gpt2_ls", "build/dev/attention_ls", "build/test_gpu/test_cuda_model")
+
+
+def test_the_digest_reads_sources_by_path_and_content_and_nothing_else(tmp_path):
+    a = make_tree(tmp_path / "a")
+    b = make_tree(tmp_path / "b")
+    assert digest(a) == digest(b)  # the same sources in another folder
+    (b / "README.md").write_text("changed\n")
+    (b / "build").mkdir()
+    (b / "build" / "x.h").write_text("an output folder's file\n")
+    assert digest(a) == digest(b)  # neither a document nor the build folder is an input
+    for change in (lambda t: (t / "llmc" / "a.h").write_text("// other\n"),
+                   lambda t: (t / "llmc" / "cuda" / "k.cuh").rename(t / "llmc" / "cuda" / "k2.cuh"),
+                   lambda t: (t / "Makefile").write_text("all: x\n"),
+                   lambda t: (t / "llmc" / "new.cpp").write_text("\n")):
+        c = make_tree(tmp_path / f"c{len(list(tmp_path.iterdir()))}")
+        change(c)
+        assert digest(c) != digest(a)
+
+
+def test_programs_of_the_same_sources_are_installed(tmp_path, true_bin):
+    tree = make_tree(tmp_path / "tree")
+    tarball = make_tarball(tmp_path / "p.tar.gz", {p: true_bin for p in PROGRAMS}, digest_of=digest(tree))
+    p = use(tree, tarball, "90", "lease")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.startswith("prebuilt programs installed: 3, built at commit abababababab"), p.stdout
+    for name in PROGRAMS:
+        assert (tree / name).is_file() and (tree / name).stat().st_mode & 0o111, name
+        assert subprocess.run([str(tree / name)]).returncode == 0
+    assert "digest " + digest(tree) in (tree / "build" / "prebuilt.installed").read_text()
+
+
+def test_a_tarball_named_from_another_folder_is_found(tmp_path, true_bin):
+    tree = make_tree(tmp_path / "tree")
+    (tmp_path / "elsewhere").mkdir()
+    make_tarball(tmp_path / "elsewhere" / "p.tar.gz", {"train_gpt2_ls": true_bin}, digest_of=digest(tree))
+    p = use(tree, "p.tar.gz", cwd=tmp_path / "elsewhere")
+    assert p.returncode == 0 and (tree / "train_gpt2_ls").is_file(), p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("case, args, needle", [
+    ("other sources", ("90", "lease"), "built from other sources (commit abababababab"),
+    ("other arch", ("80", "lease"), "built for sm_90, this run is for sm_80"),
+    ("other set", ("90", "paper"), "it is the lease set, this run needs the paper set"),
+    ("fp32", ("90", "lease"), "built in precision FP32, not BF16"),
+    ("no tarball", ("90", "lease"), "is not there"),
+    ("not a tarball", ("90", "lease"), "does not unpack"),
+])
+def test_what_cannot_stand_for_this_tree_is_not_installed(tmp_path, true_bin, case, args, needle):
+    tree = make_tree(tmp_path / "tree")
+    tarball = tmp_path / "p.tar.gz"
+    make_tarball(tarball, {p: true_bin for p in PROGRAMS}, digest_of=digest(tree),
+                 precision="FP32" if case == "fp32" else "BF16")
+    if case == "other sources":
+        (tree / "llmc" / "a.h").write_text("// changed after the prebuild\n")
+    elif case == "no tarball":
+        tarball.unlink()
+    elif case == "not a tarball":
+        tarball.write_bytes(b"not gzip")
+    p = use(tree, tarball, *args)
+    assert p.returncode == 77, p.stdout + p.stderr
+    lines = p.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("prebuilt programs not used: ") and needle in lines[0], p.stdout
+    assert not any((tree / name).exists() for name in PROGRAMS) and not (tree / "build" / "prebuilt.installed").exists()
+
+
+def test_a_program_whose_library_is_missing_here_installs_nothing(tmp_path, true_bin):
+    """ldd names the library; the programs that would load are not installed either (all or nothing)."""
+    if not shutil.which("cc") or not shutil.which("ldd"):
+        pytest.skip("needs a C compiler and ldd to make a program whose library is missing")
+    libdir = tmp_path / "lib"
+    libdir.mkdir()
+    (tmp_path / "gone.c").write_text("int gone(void) { return 0; }\n")
+    (tmp_path / "main.c").write_text("int gone(void);\nint main(void) { return gone(); }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", str(tmp_path / "gone.c"), "-o", str(libdir / "libgone.so")], check=True)
+    subprocess.run(["cc", str(tmp_path / "main.c"), "-L", str(libdir), "-lgone", f"-Wl,-rpath,{libdir}",
+                    "-o", str(tmp_path / "needs_gone")], check=True)
+    (libdir / "libgone.so").unlink()  # built where the library was; this machine lacks it
+    tree = make_tree(tmp_path / "tree")
+    tarball = make_tarball(tmp_path / "p.tar.gz", {"train_gpt2_ls": true_bin,
+                                                   "build/dev/attention_ls": tmp_path / "needs_gone"},
+                           digest_of=digest(tree))
+    p = use(tree, tarball)
+    assert p.returncode == 77, p.stdout + p.stderr
+    assert "build/dev/attention_ls needs a library this machine lacks (libgone.so => not found)" in p.stdout, p.stdout
+    assert not (tree / "train_gpt2_ls").exists() and not (tree / "build" / "dev" / "attention_ls").exists()
+
+
+def test_prebuild_refuses_uncommitted_changes_and_unknown_sets(tmp_path):
+    """The prebuilt programs are HEAD's: a tree whose tracked files differ from HEAD is refused before any
+    build (a clone of this repository with one tracked file changed)."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    shutil.copy2(REPO / "scripts" / "prebuild_gpu.sh", clone / "scripts" / "prebuild_gpu.sh")  # this tree's
+    p = subprocess.run(["bash", "scripts/prebuild_gpu.sh", "--set", "nightly"], cwd=clone, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2 and "the sets are lease and paper" in p.stderr, p.stderr
+    with open(clone / "Makefile", "a") as f:
+        f.write("\n# changed\n")
+    p = subprocess.run(["bash", "scripts/prebuild_gpu.sh", "--set", "paper", "--out", str(tmp_path / "pre")],
+                       cwd=clone, capture_output=True, text=True, timeout=60)
+    if shutil.which("nvcc") is None:
+        assert p.returncode == 2 and "nvcc not found" in p.stderr, p.stderr
+    else:
+        assert p.returncode == 2 and "tracked files differ from HEAD: commit them first" in p.stderr, p.stderr
+    assert not (tmp_path / "pre").exists()
+
+
+def test_exp_pg19_refuses_prebuilt_programs_for_a_run_without_a_build(tmp_path):
+    """--prebuilt stands in for the build: with --build 0 (or on the CPU) it would be ignored, so it is refused."""
+    p = subprocess.run(["bash", str(REPO / "scripts" / "exp_pg19.sh"), "--smoke", "--device", "cpu", "--prebuilt",
+                        str(tmp_path / "p.tar.gz"), "--out", str(tmp_path / "o")], cwd=REPO, capture_output=True,
+                       text=True, timeout=60)
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
+    assert p.returncode != 0 and len(errors) == 1 and "--prebuilt stands in for the build" in errors[0], p.stderr
