@@ -106,6 +106,8 @@ if [[ $DEPS == 1 ]]; then
   fi
   carry+=(.deps)
 fi
+# the window's programs built here (scripts/prebuild_gpu.sh --set paper), when made: exp_pg19.sh --prebuilt
+[[ -f prebuilt/bf16-sm90-paper.tar.gz ]] && carry+=(prebuilt/bf16-sm90-paper.tar.gz)
 
 # (a tracked file deleted from the work tree does not travel: stat skips it, and its failure is not the script's)
 tree=$( (git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -c %s 2> /dev/null || true) |

@@ -18,7 +18,8 @@
 #
 # The build is of HEAD, in a fresh clone (never of uncommitted changes: a tracked file that differs
 # from HEAD is refused), with MPI left out (the GPU machine has none: its own build leaves MPI out
-# too) and NCCL as detected. CUDA_ARCH (default 90) as the Makefile's.
+# too) and NCCL as detected. CUDA_ARCH (default 90) as the Makefile's; CUBLASLT_LAZY and USE_NCCL from
+# the environment, recorded: use_prebuilt.sh takes the programs only where the environment has the same.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 set_name=lease
@@ -63,6 +64,7 @@ fi
   echo "arch $arch"
   echo "precision BF16"
   echo "set $set_name"
+  echo "env CUBLASLT_LAZY=${CUBLASLT_LAZY:-} USE_NCCL=${USE_NCCL:-}"
   echo "nvcc $(nvcc --version | tail -n 1)"
   echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n)"
   echo "programs ${programs[*]}"

@@ -7,7 +7,8 @@
 #
 # Exit 0: installed at their paths (train_gpt2_ls, build/dev/..., build/test_gpu/...), one line saying
 # what. Exit 77: not usable here, one line saying why (the caller builds instead): a missing tarball,
-# another architecture (ARCH, default 90), another set of programs (SET: lease or paper, as
+# another architecture (ARCH, default 90), other make settings from the environment (CUBLASLT_LAZY,
+# USE_NCCL), another set of programs (SET: lease or paper, as
 # prebuild_gpu.sh's --set; default either), other sources (scripts/build_digest.sh differs), or a
 # program whose library this machine lacks (ldd). Nothing is installed unless every check passes.
 # Exit 2: bad usage.
@@ -27,6 +28,8 @@ tar xzf "$tarball" -C "$tmp" 2>"$tmp/tar.err" || unusable "$tarball does not unp
 field() { sed -n "s/^$1 //p" "$tmp/PREBUILT" | head -n 1; }
 [[ $(field arch) == "$arch" ]] || unusable "built for sm_$(field arch), this run is for sm_$arch"
 [[ -z $want_set || $(field set) == "$want_set" ]] || unusable "it is the $(field set) set, this run needs the $want_set set (scripts/prebuild_gpu.sh --set $want_set)"
+env_here="CUBLASLT_LAZY=${CUBLASLT_LAZY:-} USE_NCCL=${USE_NCCL:-}"  # the Makefile's variables a caller sets from outside
+[[ $(field env) == "$env_here" ]] || unusable "built with $(field env), this run's environment has $env_here"
 [[ $(field precision) == BF16 ]] || unusable "built in precision $(field precision), not BF16"
 here=$(scripts/build_digest.sh .) || unusable "scripts/build_digest.sh failed here"
 [[ $(field digest) == "$here" ]] ||

@@ -6,6 +6,7 @@ nothing is installed, one line says why, and the caller builds (exit 77).
 The subject runs in a small tree of its own (the two scripts, a few sources) with stand-in programs:
 host executables, one of them linked against a library that is then removed. No GPU and no nvcc."""
 import io
+import os
 import shutil
 import subprocess
 import tarfile
@@ -39,6 +40,7 @@ def digest(tree):
 def make_tarball(path, programs, *, digest_of, arch="90", set_name="lease", precision="BF16", sources=None):
     """A tarball as prebuild_gpu.sh writes it: PREBUILT and the programs (name -> a file to copy) at their paths."""
     record = (f"commit {'ab' * 20}\ndigest {digest_of}\narch {arch}\nprecision {precision}\nset {set_name}\n"
+              f"env CUBLASLT_LAZY= USE_NCCL=\n"
               f"nvcc Build cuda_13.0\nbuilt 2026-12-01T00:00:00Z on cpu\nprograms {' '.join(programs)}\n")
     with tarfile.open(path, "w:gz") as tar:
         info = tarfile.TarInfo("PREBUILT")
@@ -49,9 +51,10 @@ def make_tarball(path, programs, *, digest_of, arch="90", set_name="lease", prec
     return path
 
 
-def use(tree, tarball, *args, cwd=None):
+def use(tree, tarball, *args, cwd=None, env=None):
+    base = {k: v for k, v in os.environ.items() if k not in ("CUBLASLT_LAZY", "USE_NCCL")}
     return subprocess.run(["bash", str(tree / "scripts" / "use_prebuilt.sh"), str(tarball), *args], cwd=cwd or tree,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, env=dict(base, **(env or {})))
 
 
 @pytest.fixture
@@ -106,6 +109,7 @@ def test_a_tarball_named_from_another_folder_is_found(tmp_path, true_bin):
     ("other arch", ("80", "lease"), "built for sm_90, this run is for sm_80"),
     ("other set", ("90", "paper"), "it is the lease set, this run needs the paper set"),
     ("fp32", ("90", "lease"), "built in precision FP32, not BF16"),
+    ("linked cuBLASLt", ("90", "lease"), "built with CUBLASLT_LAZY= USE_NCCL=, this run's environment has CUBLASLT_LAZY=0 USE_NCCL="),
     ("no tarball", ("90", "lease"), "is not there"),
     ("not a tarball", ("90", "lease"), "does not unpack"),
 ])
@@ -120,7 +124,7 @@ def test_what_cannot_stand_for_this_tree_is_not_installed(tmp_path, true_bin, ca
         tarball.unlink()
     elif case == "not a tarball":
         tarball.write_bytes(b"not gzip")
-    p = use(tree, tarball, *args)
+    p = use(tree, tarball, *args, env={"CUBLASLT_LAZY": "0"} if case == "linked cuBLASLt" else None)
     assert p.returncode == 77, p.stdout + p.stderr
     lines = p.stdout.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("prebuilt programs not used: ") and needle in lines[0], p.stdout
