@@ -73,4 +73,6 @@ mkdir -p "$out"
 tarball=$out/bf16-sm$arch-$set_name.tar.gz
 tar czf "$tarball" -C "$tmp/tree" PREBUILT "${programs[@]}"
 echo "prebuild_gpu: $tarball ($(du -m "$tarball" | cut -f1) MiB, ${#programs[@]} programs, commit ${commit:0:12})"
-echo "prebuild_gpu: carry \"$tarball\" and set GPU_CHECK_PREBUILT=$tarball (gpu_check.sh) or pass --prebuilt $tarball (exp_pg19.sh)"
+if [[ $set_name == lease ]]; then use="GPU_CHECK_PREBUILT=$tarball in front of scripts/gpu_lease.sh"
+else use="--prebuilt $tarball to scripts/exp_pg19.sh"; fi
+echo "prebuild_gpu: carry \"$tarball\" and give $use"
