@@ -180,3 +180,56 @@ def test_exp_pg19_refuses_prebuilt_programs_for_a_run_without_a_build(tmp_path):
                        text=True, timeout=60)
     errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
     assert p.returncode != 0 and len(errors) == 1 and "--prebuilt stands in for the build" in errors[0], p.stderr
+
+
+FAKE_SMI = "#!/bin/sh\necho 'NVIDIA H200'\n"  # gpu_check.sh reads the device's name, and nothing else here
+FAKE_MAKE = "#!/bin/sh\necho \"$@\" >>\"$MAKE_CALLS\"\n"  # the build, recorded instead of run
+
+
+def rows_log(clone, step):
+    """The log of STEP, as results.tsv names it (relative to the tree)."""
+    for ln in (clone / "build" / "gpu_check" / "results.tsv").read_text().splitlines():
+        name, _, _, log = ln.split("\t")
+        if name == step:
+            return log
+    raise AssertionError(f"no step {step}")
+
+
+@pytest.mark.parametrize("matching", [True, False], ids=["same-sources", "other-sources"])
+def test_gpu_check_build_stage_installs_or_builds(tmp_path, true_bin, matching):
+    """scripts/gpu_check.sh's build stage with GPU_CHECK_PREBUILT, in a clone of this tree with a stand-in
+    nvidia-smi and make: the same sources install the programs (build:bf16-sm90-prebuilt PASS, make never
+    called); other sources leave that step SKIPPED with the reason and run the build, and the call passes."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    for s in ("gpu_check.sh", "use_prebuilt.sh", "build_digest.sh"):  # this working tree's
+        shutil.copy2(REPO / "scripts" / s, clone / "scripts" / s)
+    (clone / ".deps" / "include" / "CLI").mkdir(parents=True)  # the header check up front (the build is a stand-in)
+    (clone / ".deps" / "include" / "CLI" / "CLI.hpp").write_text("")
+    (clone / ".deps" / "include" / "nlohmann").mkdir(parents=True)
+    (clone / ".deps" / "include" / "nlohmann" / "json.hpp").write_text("")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name, text in (("nvidia-smi", FAKE_SMI), ("make", FAKE_MAKE)):
+        (fake / name).write_text(text)
+        (fake / name).chmod(0o755)
+    tarball = make_tarball(tmp_path / "p.tar.gz", {p: true_bin for p in PROGRAMS}, digest_of=digest(clone))
+    if not matching:
+        (clone / "llmc" / "core" / "flops.h").write_text((clone / "llmc" / "core" / "flops.h").read_text() + "\n")
+    calls = tmp_path / "make_calls"
+    env = {k: v for k, v in os.environ.items() if k not in ("CUBLASLT_LAZY", "USE_NCCL")}
+    env.update(PATH=f"{fake}:{env['PATH']}", MAKE_CALLS=str(calls), GPU_CHECK_PREBUILT=str(tarball),
+               GPU_CHECK_COMMIT="test")
+    p = subprocess.run(["bash", "scripts/gpu_check.sh", "--part", "build", "--out", str(tmp_path / "out")], cwd=clone,
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    rows = dict(ln.split("\t")[:2] for ln in (clone / "build" / "gpu_check" / "results.tsv").read_text().splitlines())
+    log = (clone / rows_log(clone, "build:bf16-sm90-prebuilt")).read_text()
+    if matching:
+        assert rows == {"build:bf16-sm90-prebuilt": "PASS"}, rows
+        assert "prebuilt programs installed: 3" in log and not calls.exists()
+        assert all((clone / name).is_file() for name in PROGRAMS)
+    else:
+        assert rows == {"build:bf16-sm90-prebuilt": "SKIPPED", "build:bf16-sm90": "PASS"}, rows
+        assert "prebuilt programs not used: built from other sources" in log, log
+        assert "gpu-targets" in calls.read_text() and not (clone / "train_gpt2_ls").exists()
