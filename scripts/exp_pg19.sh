@@ -456,7 +456,7 @@ if [[ $BUILD == 1 ]]; then
   budget_build=540; [[ -n $BUDGET ]] && budget_build=$(( $(left) > 60 ? $(left) - 60 : 1 ))
   prebuilt_used=0
   if [[ -n $PREBUILT ]]; then
-    if why=$("$REPO/scripts/use_prebuilt.sh" "$PREBUILT" "${CUDA_ARCH:-90}" 2>&1); then prebuilt_used=1; fi
+    if why=$("$REPO/scripts/use_prebuilt.sh" "$PREBUILT" "${CUDA_ARCH:-90}" paper 2>&1); then prebuilt_used=1; fi
     echo "== build: $why"
   fi
   if [[ $prebuilt_used == 0 ]]; then

@@ -259,7 +259,8 @@ build_bf16() {  # the BF16 build (all GPU targets and the trainer); -k: one brok
     if [ "$emulate" = 1 ]; then step "build:bf16-emulated" 540 make -j"$(nproc)" -k PRECISION=BF16 EXTRA_INCLUDE="$extra" emu
     elif [ -n "${GPU_CHECK_PREBUILT:-}" ] && step "build:bf16-sm$arch-prebuilt" 60 scripts/use_prebuilt.sh "$GPU_CHECK_PREBUILT" "$arch" lease \
         && [ -x "$trainer" ] && [ -d "$bf16_dir/dev" ]; then :  # installed: SKIPPED (77) falls through to the build
-    else step "build:bf16-sm$arch" 540 make -j"$(nproc)" -k CUDA_ARCH="$arch" PRECISION=BF16 EXTRA_INCLUDE="$extra" gpu-targets; fi
+    else rm -f build/prebuilt.installed  # the programs are this build's from here on
+        step "build:bf16-sm$arch" 540 make -j"$(nproc)" -k CUDA_ARCH="$arch" PRECISION=BF16 EXTRA_INCLUDE="$extra" gpu-targets; fi
 }
 ensure_bf16() {  # later stages on a fresh machine: build first, once per call (a missing binary is then "not built")
     if [ $bf16_build_tried -eq 0 ] && { [ ! -x "$trainer" ] || [ ! -d "$bf16_dir/dev" ]; }; then build_bf16; fi

@@ -107,7 +107,15 @@ if [[ $DEPS == 1 ]]; then
   carry+=(.deps)
 fi
 # the window's programs built here (scripts/prebuild_gpu.sh --set paper), when made: exp_pg19.sh --prebuilt
-[[ -f prebuilt/bf16-sm90-paper.tar.gz ]] && carry+=(prebuilt/bf16-sm90-paper.tar.gz)
+# (only if built from this tree's sources: a stale one would be refused there and cost its MiB of the carry)
+paper_tar=prebuilt/bf16-sm90-paper.tar.gz
+if [[ -f $paper_tar ]]; then
+  if [[ $(tar xzf "$paper_tar" -O PREBUILT 2> /dev/null | sed -n 's/^digest //p') == "$(scripts/build_digest.sh .)" ]]; then
+    carry+=("$paper_tar")
+  else
+    echo "warning: $paper_tar was built from other sources than this tree's: not carried (scripts/prebuild_gpu.sh --set paper remakes it)" >&2
+  fi
+fi
 
 # (a tracked file deleted from the work tree does not travel: stat skips it, and its failure is not the script's)
 tree=$( (git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -c %s 2> /dev/null || true) |

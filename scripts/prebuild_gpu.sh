@@ -17,9 +17,9 @@
 #   GPU_CHECK_PREBUILT (gpu_check.sh) or --prebuilt (exp_pg19.sh).
 #
 # The build is of HEAD, in a fresh clone (never of uncommitted changes: a tracked file that differs
-# from HEAD is refused), with MPI left out (the GPU machine has none: its own build leaves MPI out
-# too) and NCCL as detected. CUDA_ARCH (default 90) as the Makefile's; CUBLASLT_LAZY and USE_NCCL from
-# the environment, recorded: use_prebuilt.sh takes the programs only where the environment has the same.
+# from HEAD is refused), with the Makefile's defaults: MPI and NCCL as detected here (the GPU machine's
+# own builds found both; PREBUILT records them, and use_prebuilt.sh's ldd check finds their libraries
+# there or refuses), none of its settings from this shell's environment. CUDA_ARCH: default 90.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 set_name=lease
@@ -48,23 +48,27 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 git clone -q . "$tmp/tree"
 git -C "$tmp/tree" checkout -q "$commit"
-echo "prebuild_gpu: make ${targets[*]} at ${commit:0:12} (sm_$arch, BF16, USE_MPI=0) in $tmp/tree" >&2
-make -C "$tmp/tree" -j"$(nproc)" CUDA_ARCH="$arch" PRECISION=BF16 USE_MPI=0 "${targets[@]}" >"$tmp/build.log" 2>&1 ||
+echo "prebuild_gpu: make ${targets[*]} at ${commit:0:12} (sm_$arch, BF16) in $tmp/tree" >&2
+# none of the Makefile's settings from this shell's environment (use_prebuilt.sh refuses a run that sets one)
+env -u CUBLASLT_LAZY -u USE_NCCL -u USE_MPI -u HOST_BUILD -u NVCCFLAGS -u HOST_OPT -u CXXFLAGS -u NVCC -u CXX \
+  make -C "$tmp/tree" -j"$(nproc)" CUDA_ARCH="$arch" PRECISION=BF16 "${targets[@]}" >"$tmp/build.log" 2>&1 ||
   { tail -n 20 "$tmp/build.log" >&2; echo "error: the build failed (above)" >&2; exit 1; }
 programs=(train_gpt2_ls)
 if [[ $set_name == lease ]]; then
   programs+=(generate_gpt2_ls)
-  programs+=($(cd "$tmp/tree" && ls build/dev/* build/test_gpu/*))
+  programs+=($(cd "$tmp/tree" && find build/dev build/test_gpu -maxdepth 1 -type f -perm -u+x | LC_ALL=C sort))
 else
   programs+=(build/test_gpu/test_cuda_model build/dev/attention_ls)
 fi
+digest=$(scripts/build_digest.sh "$tmp/tree")
 {
   echo "commit $commit"
-  echo "digest $(scripts/build_digest.sh "$tmp/tree")"
+  echo "digest $digest"
   echo "arch $arch"
   echo "precision BF16"
   echo "set $set_name"
-  echo "env CUBLASLT_LAZY=${CUBLASLT_LAZY:-} USE_NCCL=${USE_NCCL:-}"
+  echo "mpi $(grep -q -- '-DUSE_MPI' "$tmp/build.log" && echo yes || echo no) nccl $(grep -q -- '-DUSE_NCCL' "$tmp/build.log" && echo yes || echo no)"
+  echo "cxx $(g++ --version | head -n 1)"
   echo "nvcc $(nvcc --version | tail -n 1)"
   echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n)"
   echo "programs ${programs[*]}"
@@ -73,6 +77,8 @@ mkdir -p "$out"
 tarball=$out/bf16-sm$arch-$set_name.tar.gz
 tar czf "$tarball" -C "$tmp/tree" PREBUILT "${programs[@]}"
 echo "prebuild_gpu: $tarball ($(du -m "$tarball" | cut -f1) MiB, ${#programs[@]} programs, commit ${commit:0:12})"
+[[ $(scripts/build_digest.sh .) == "$digest" ]] ||
+  echo "warning: this tree's sources differ from HEAD's (untracked sources travel too): use_prebuilt.sh will not take these programs for it" >&2
 if [[ $set_name == lease ]]; then use="GPU_CHECK_PREBUILT=$tarball in front of scripts/gpu_lease.sh"
 else use="--prebuilt $tarball to scripts/exp_pg19.sh"; fi
 echo "prebuild_gpu: carry \"$tarball\" and give $use"

@@ -37,11 +37,12 @@ def digest(tree):
     return p.stdout.strip()
 
 
-def make_tarball(path, programs, *, digest_of, arch="90", set_name="lease", precision="BF16", sources=None):
-    """A tarball as prebuild_gpu.sh writes it: PREBUILT and the programs (name -> a file to copy) at their paths."""
+def make_tarball(path, programs, *, digest_of, arch="90", set_name="lease", precision="BF16", listed=None):
+    """A tarball as prebuild_gpu.sh writes it: PREBUILT and the programs (name -> a file to copy) at their paths.
+    listed: the record's program list, when it is to name more than the tarball holds."""
     record = (f"commit {'ab' * 20}\ndigest {digest_of}\narch {arch}\nprecision {precision}\nset {set_name}\n"
-              f"env CUBLASLT_LAZY= USE_NCCL=\n"
-              f"nvcc Build cuda_13.0\nbuilt 2026-12-01T00:00:00Z on cpu\nprograms {' '.join(programs)}\n")
+              f"mpi no nccl no\n"
+              f"nvcc Build cuda_13.0\nbuilt 2026-12-01T00:00:00Z on cpu\nprograms {' '.join(listed or programs)}\n")
     with tarfile.open(path, "w:gz") as tar:
         info = tarfile.TarInfo("PREBUILT")
         info.size = len(record)
@@ -52,7 +53,7 @@ def make_tarball(path, programs, *, digest_of, arch="90", set_name="lease", prec
 
 
 def use(tree, tarball, *args, cwd=None, env=None):
-    base = {k: v for k, v in os.environ.items() if k not in ("CUBLASLT_LAZY", "USE_NCCL")}
+    base = {k: v for k, v in os.environ.items() if k not in MAKE_ENV}
     return subprocess.run(["bash", str(tree / "scripts" / "use_prebuilt.sh"), str(tarball), *args], cwd=cwd or tree,
                           capture_output=True, text=True, timeout=60, env=dict(base, **(env or {})))
 
@@ -65,6 +66,8 @@ def true_bin():
 
 
 PROGRAMS = ("train_gpt2_ls", "build/dev/attention_ls", "build/test_gpu/test_cuda_model")
+# the Makefile's settings a caller's environment can hold; the prebuild sets none (use_prebuilt.sh)
+MAKE_ENV = ("CUBLASLT_LAZY", "USE_NCCL", "USE_MPI", "HOST_BUILD", "NVCCFLAGS", "HOST_OPT", "CXXFLAGS", "NVCC", "CXX")
 
 
 def test_the_digest_reads_sources_by_path_and_content_and_nothing_else(tmp_path):
@@ -84,11 +87,19 @@ def test_the_digest_reads_sources_by_path_and_content_and_nothing_else(tmp_path)
         assert digest(c) != digest(a)
 
 
-def test_programs_of_the_same_sources_are_installed(tmp_path, true_bin):
+@pytest.mark.parametrize("want", ["lease", "paper"])
+def test_programs_of_the_same_sources_are_installed(tmp_path, true_bin, want):
+    """The lease set also meets the paper window's need (its three programs are in it). The Makefile's link
+    stamps of an earlier build are removed, so that a later make relinks rather than keep these programs."""
     tree = make_tree(tmp_path / "tree")
+    stamps = [tree / "build" / n for n in ("cublaslt-link", "compiler-train_gpt2_ls", "compiler-generate_gpt2_ls")]
+    (tree / "build").mkdir()
+    for st in stamps:
+        st.write_text("linked\n")
     tarball = make_tarball(tmp_path / "p.tar.gz", {p: true_bin for p in PROGRAMS}, digest_of=digest(tree))
-    p = use(tree, tarball, "90", "lease")
+    p = use(tree, tarball, "90", want)
     assert p.returncode == 0, p.stdout + p.stderr
+    assert not any(st.exists() for st in stamps)
     assert p.stdout.startswith("prebuilt programs installed: 3, built at commit abababababab"), p.stdout
     for name in PROGRAMS:
         assert (tree / name).is_file() and (tree / name).stat().st_mode & 0o111, name
@@ -107,9 +118,11 @@ def test_a_tarball_named_from_another_folder_is_found(tmp_path, true_bin):
 @pytest.mark.parametrize("case, args, needle", [
     ("other sources", ("90", "lease"), "built from other sources (commit abababababab"),
     ("other arch", ("80", "lease"), "built for sm_90, this run is for sm_80"),
-    ("other set", ("90", "paper"), "it is the lease set, this run needs the paper set"),
+    ("other set", ("90", "lease"), "it is the paper set, this run needs the lease set"),
     ("fp32", ("90", "lease"), "built in precision FP32, not BF16"),
-    ("linked cuBLASLt", ("90", "lease"), "built with CUBLASLT_LAZY= USE_NCCL=, this run's environment has CUBLASLT_LAZY=0 USE_NCCL="),
+    ("linked cuBLASLt", ("90", "lease"), "this run's environment sets CUBLASLT_LAZY=0, the prebuilt programs were"),
+    ("debug build", ("90", "lease"), "this run's environment sets NVCCFLAGS=-G, the prebuilt programs were"),
+    ("program missing", ("90", "lease"), "build/dev/missing_lab is listed but not in"),
     ("no tarball", ("90", "lease"), "is not there"),
     ("not a tarball", ("90", "lease"), "does not unpack"),
 ])
@@ -117,14 +130,17 @@ def test_what_cannot_stand_for_this_tree_is_not_installed(tmp_path, true_bin, ca
     tree = make_tree(tmp_path / "tree")
     tarball = tmp_path / "p.tar.gz"
     make_tarball(tarball, {p: true_bin for p in PROGRAMS}, digest_of=digest(tree),
-                 precision="FP32" if case == "fp32" else "BF16")
+                 precision="FP32" if case == "fp32" else "BF16", set_name="paper" if case == "other set" else "lease",
+                 listed=PROGRAMS + ("build/dev/missing_lab",)
+                 if case == "program missing" else None)
     if case == "other sources":
         (tree / "llmc" / "a.h").write_text("// changed after the prebuild\n")
     elif case == "no tarball":
         tarball.unlink()
     elif case == "not a tarball":
         tarball.write_bytes(b"not gzip")
-    p = use(tree, tarball, *args, env={"CUBLASLT_LAZY": "0"} if case == "linked cuBLASLt" else None)
+    env = {"linked cuBLASLt": {"CUBLASLT_LAZY": "0"}, "debug build": {"NVCCFLAGS": "-G"}}.get(case)
+    p = use(tree, tarball, *args, env=env)
     assert p.returncode == 77, p.stdout + p.stderr
     lines = p.stdout.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("prebuilt programs not used: ") and needle in lines[0], p.stdout
@@ -217,7 +233,7 @@ def test_gpu_check_build_stage_installs_or_builds(tmp_path, true_bin, matching):
     if not matching:
         (clone / "llmc" / "core" / "flops.h").write_text((clone / "llmc" / "core" / "flops.h").read_text() + "\n")
     calls = tmp_path / "make_calls"
-    env = {k: v for k, v in os.environ.items() if k not in ("CUBLASLT_LAZY", "USE_NCCL")}
+    env = {k: v for k, v in os.environ.items() if k not in MAKE_ENV}
     env.update(PATH=f"{fake}:{env['PATH']}", MAKE_CALLS=str(calls), GPU_CHECK_PREBUILT=str(tarball),
                GPU_CHECK_COMMIT="test")
     p = subprocess.run(["bash", "scripts/gpu_check.sh", "--part", "build", "--out", str(tmp_path / "out")], cwd=clone,
