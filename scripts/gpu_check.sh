@@ -106,6 +106,7 @@ arch=${CUDA_ARCH:-90}
 extra=""
 [ -d .deps/include ] && extra=.deps/include
 PY=${PYTHON:-python3}
+bf16_digest=$(scripts/build_digest.sh .) || { echo "error: scripts/build_digest.sh failed" >&2; exit 2; }
 
 export GPU_CHECK_COMMIT=${GPU_CHECK_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 if [ "$emulate" = 1 ]; then
@@ -254,16 +255,25 @@ test_args() {  # test_args NAME TAG: the test's arguments (emulated: the BF16 te
 lab_names() { for f in dev/cuda/*.cu; do [ -e "$f" ] && basename "$f" .cu; done; }
 test_names() { for f in test/gpu/*.cu; do [ -e "$f" ] && basename "$f" .cu; done; }
 
+# $bf16_dir/sources.digest: scripts/build_digest.sh of the tree the BF16 programs were built from (or
+# installed for), written when that build passed; a later call on the same machine (ensure_bf16) uses
+# them only while the digest still matches, so a tree changed between calls is never run on the old
+# programs, whatever the copied files' times.
 build_bf16() {  # the BF16 build (all GPU targets and the trainer); -k: one broken target spoils no other
     bf16_build_tried=1
-    if [ "$emulate" = 1 ]; then step "build:bf16-emulated" 540 make -j"$(nproc)" -k PRECISION=BF16 EXTRA_INCLUDE="$extra" emu
+    rm -f "$bf16_dir/sources.digest"
+    local ok=1
+    if [ "$emulate" = 1 ]; then step "build:bf16-emulated" 540 make -j"$(nproc)" -k PRECISION=BF16 EXTRA_INCLUDE="$extra" emu || ok=0
     elif [ -n "${GPU_CHECK_PREBUILT:-}" ] && step "build:bf16-sm$arch-prebuilt" 60 scripts/use_prebuilt.sh "$GPU_CHECK_PREBUILT" "$arch" lease \
         && [ -x "$trainer" ] && [ -d "$bf16_dir/dev" ]; then :  # installed: SKIPPED (77) falls through to the build
     else rm -f build/prebuilt.installed  # the programs are this build's from here on
-        step "build:bf16-sm$arch" 540 make -j"$(nproc)" -k CUDA_ARCH="$arch" PRECISION=BF16 EXTRA_INCLUDE="$extra" gpu-targets; fi
+        step "build:bf16-sm$arch" 540 make -j"$(nproc)" -k CUDA_ARCH="$arch" PRECISION=BF16 EXTRA_INCLUDE="$extra" gpu-targets || ok=0; fi
+    if [ $ok = 1 ]; then mkdir -p "$bf16_dir" && echo "$bf16_digest" >"$bf16_dir/sources.digest"; fi
 }
-ensure_bf16() {  # later stages on a fresh machine: build first, once per call (a missing binary is then "not built")
-    if [ $bf16_build_tried -eq 0 ] && { [ ! -x "$trainer" ] || [ ! -d "$bf16_dir/dev" ]; }; then build_bf16; fi
+ensure_bf16() {  # later stages: build first, once per call, unless this call or an earlier one built this tree's sources
+    [ $bf16_build_tried -eq 0 ] || return 0
+    if [ -x "$trainer" ] && [ -d "$bf16_dir/dev" ] && [ "$(cat "$bf16_dir/sources.digest" 2>/dev/null)" = "$bf16_digest" ]; then return 0; fi
+    build_bf16
 }
 
 run_tests() {  # run_tests BUILD_DIR TAG: every GPU test and every lab --check of one build

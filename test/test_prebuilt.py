@@ -211,33 +211,42 @@ def rows_log(clone, step):
     raise AssertionError(f"no step {step}")
 
 
-@pytest.mark.parametrize("matching", [True, False], ids=["same-sources", "other-sources"])
-def test_gpu_check_build_stage_installs_or_builds(tmp_path, true_bin, matching):
-    """scripts/gpu_check.sh's build stage with GPU_CHECK_PREBUILT, in a clone of this tree with a stand-in
-    nvidia-smi and make: the same sources install the programs (build:bf16-sm90-prebuilt PASS, make never
-    called); other sources leave that step SKIPPED with the reason and run the build, and the call passes."""
+def gpu_check_clone(tmp_path):
+    """A clone of this tree with this working tree's scripts, the header-only deps' two headers, and a
+    folder of stand-ins (nvidia-smi, make) to put first on PATH."""
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
     for s in ("gpu_check.sh", "use_prebuilt.sh", "build_digest.sh"):  # this working tree's
         shutil.copy2(REPO / "scripts" / s, clone / "scripts" / s)
-    (clone / ".deps" / "include" / "CLI").mkdir(parents=True)  # the header check up front (the build is a stand-in)
-    (clone / ".deps" / "include" / "CLI" / "CLI.hpp").write_text("")
-    (clone / ".deps" / "include" / "nlohmann").mkdir(parents=True)
-    (clone / ".deps" / "include" / "nlohmann" / "json.hpp").write_text("")
+    for h in ("CLI/CLI.hpp", "nlohmann/json.hpp"):  # the header check up front (the build is a stand-in)
+        (clone / ".deps" / "include" / h).parent.mkdir(parents=True, exist_ok=True)
+        (clone / ".deps" / "include" / h).write_text("")
     fake = tmp_path / "bin"
     fake.mkdir()
     for name, text in (("nvidia-smi", FAKE_SMI), ("make", FAKE_MAKE)):
         (fake / name).write_text(text)
         (fake / name).chmod(0o755)
+    return clone, fake
+
+
+def gpu_check(clone, fake, calls, part, **extra):
+    env = {k: v for k, v in os.environ.items() if k not in MAKE_ENV}
+    env.update(PATH=f"{fake}:{env['PATH']}", MAKE_CALLS=str(calls), GPU_CHECK_COMMIT="test", **extra)
+    return subprocess.run(["bash", "scripts/gpu_check.sh", "--part", part, "--out", str(clone / "out")], cwd=clone,
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+@pytest.mark.parametrize("matching", [True, False], ids=["same-sources", "other-sources"])
+def test_gpu_check_build_stage_installs_or_builds(tmp_path, true_bin, matching):
+    """scripts/gpu_check.sh's build stage with GPU_CHECK_PREBUILT, in a clone of this tree with a stand-in
+    nvidia-smi and make: the same sources install the programs (build:bf16-sm90-prebuilt PASS, make never
+    called); other sources leave that step SKIPPED with the reason and run the build, and the call passes."""
+    clone, fake = gpu_check_clone(tmp_path)
     tarball = make_tarball(tmp_path / "p.tar.gz", {p: true_bin for p in PROGRAMS}, digest_of=digest(clone))
     if not matching:
         (clone / "llmc" / "core" / "flops.h").write_text((clone / "llmc" / "core" / "flops.h").read_text() + "\n")
     calls = tmp_path / "make_calls"
-    env = {k: v for k, v in os.environ.items() if k not in MAKE_ENV}
-    env.update(PATH=f"{fake}:{env['PATH']}", MAKE_CALLS=str(calls), GPU_CHECK_PREBUILT=str(tarball),
-               GPU_CHECK_COMMIT="test")
-    p = subprocess.run(["bash", "scripts/gpu_check.sh", "--part", "build", "--out", str(tmp_path / "out")], cwd=clone,
-                       capture_output=True, text=True, timeout=300, env=env)
+    p = gpu_check(clone, fake, calls, "build", GPU_CHECK_PREBUILT=str(tarball))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     rows = dict(ln.split("\t")[:2] for ln in (clone / "build" / "gpu_check" / "results.tsv").read_text().splitlines())
     log = (clone / rows_log(clone, "build:bf16-sm90-prebuilt")).read_text()
@@ -249,3 +258,22 @@ def test_gpu_check_build_stage_installs_or_builds(tmp_path, true_bin, matching):
         assert rows == {"build:bf16-sm90-prebuilt": "SKIPPED", "build:bf16-sm90": "PASS"}, rows
         assert "prebuilt programs not used: built from other sources" in log, log
         assert "gpu-targets" in calls.read_text() and not (clone / "train_gpt2_ls").exists()
+    assert (clone / "build" / "sources.digest").read_text().strip() == digest(clone)
+
+
+def test_a_later_call_rebuilds_when_the_tree_changed(tmp_path, true_bin):
+    """A later call without the build stage (here the sanitize part, whose first act is ensure_bf16) uses
+    the programs of an earlier call only while the tree's sources are the ones they were built from: a
+    source changed between the calls makes it build first, whatever the files' times."""
+    clone, fake = gpu_check_clone(tmp_path)
+    tarball = make_tarball(tmp_path / "p.tar.gz", {p: true_bin for p in PROGRAMS}, digest_of=digest(clone))
+    calls = tmp_path / "make_calls"
+    assert gpu_check(clone, fake, calls, "build", GPU_CHECK_PREBUILT=str(tarball)).returncode == 0
+    gpu_check(clone, fake, calls, "sanitize")  # no compute-sanitizer here: its step fails after ensure_bf16
+    assert not calls.exists()  # the same sources: nothing built
+    flops = clone / "llmc" / "core" / "flops.h"
+    mtime = flops.stat().st_mtime
+    flops.write_text(flops.read_text() + "\n")
+    os.utime(flops, (mtime, mtime))  # as old as before: make's own rule would not see the change
+    gpu_check(clone, fake, calls, "sanitize")
+    assert "gpu-targets" in calls.read_text()
