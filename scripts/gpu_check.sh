@@ -106,7 +106,6 @@ arch=${CUDA_ARCH:-90}
 extra=""
 [ -d .deps/include ] && extra=.deps/include
 PY=${PYTHON:-python3}
-bf16_digest=$(scripts/build_digest.sh .) || { echo "error: scripts/build_digest.sh failed" >&2; exit 2; }
 
 export GPU_CHECK_COMMIT=${GPU_CHECK_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 if [ "$emulate" = 1 ]; then
@@ -259,8 +258,13 @@ test_names() { for f in test/gpu/*.cu; do [ -e "$f" ] && basename "$f" .cu; done
 # installed for), written when that build passed; a later call on the same machine (ensure_bf16) uses
 # them only while the digest still matches, so a tree changed between calls is never run on the old
 # programs, whatever the copied files' times.
+bf16_digest=""
+tree_digest() {  # sets bf16_digest, once: the tree's sources as this call found them (empty if it fails)
+    [ -n "$bf16_digest" ] || bf16_digest=$(scripts/build_digest.sh .) || bf16_digest=""
+}
 build_bf16() {  # the BF16 build (all GPU targets and the trainer); -k: one broken target spoils no other
     bf16_build_tried=1
+    tree_digest
     rm -f "$bf16_dir/sources.digest"
     local ok=1
     if [ "$emulate" = 1 ]; then step "build:bf16-emulated" 540 make -j"$(nproc)" -k PRECISION=BF16 EXTRA_INCLUDE="$extra" emu || ok=0
@@ -268,11 +272,13 @@ build_bf16() {  # the BF16 build (all GPU targets and the trainer); -k: one brok
         && [ -x "$trainer" ] && [ -d "$bf16_dir/dev" ]; then :  # installed: SKIPPED (77) falls through to the build
     else rm -f build/prebuilt.installed  # the programs are this build's from here on
         step "build:bf16-sm$arch" 540 make -j"$(nproc)" -k CUDA_ARCH="$arch" PRECISION=BF16 EXTRA_INCLUDE="$extra" gpu-targets || ok=0; fi
-    if [ $ok = 1 ]; then mkdir -p "$bf16_dir" && echo "$bf16_digest" >"$bf16_dir/sources.digest"; fi
+    if [ $ok = 1 ] && [ -n "$bf16_digest" ]; then mkdir -p "$bf16_dir" && echo "$bf16_digest" >"$bf16_dir/sources.digest"; fi
 }
 ensure_bf16() {  # later stages: build first, once per call, unless this call or an earlier one built this tree's sources
     [ $bf16_build_tried -eq 0 ] || return 0
-    if [ -x "$trainer" ] && [ -d "$bf16_dir/dev" ] && [ "$(cat "$bf16_dir/sources.digest" 2>/dev/null)" = "$bf16_digest" ]; then return 0; fi
+    tree_digest
+    if [ -n "$bf16_digest" ] && [ -x "$trainer" ] && [ -d "$bf16_dir/dev" ] &&
+        [ "$(cat "$bf16_dir/sources.digest" 2>/dev/null)" = "$bf16_digest" ]; then return 0; fi
     build_bf16
 }
 
