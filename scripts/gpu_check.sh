@@ -273,6 +273,22 @@ build_bf16() {  # the BF16 build (all GPU targets and the trainer); -k: one brok
     else rm -f build/prebuilt.installed  # the programs are this build's from here on
         step "build:bf16-sm$arch" 540 make -j"$(nproc)" -k CUDA_ARCH="$arch" PRECISION=BF16 EXTRA_INCLUDE="$extra" gpu-targets || ok=0; fi
     if [ $ok = 1 ] && [ -n "$bf16_digest" ]; then mkdir -p "$bf16_dir" && echo "$bf16_digest" >"$bf16_dir/sources.digest"; fi
+    [ $ok = 1 ] || drop_stale_programs
+}
+# After a failed build (make -k builds what it can): a program whose target is still out of date is an
+# earlier build's (a warm machine's), not this tree's; removed, so that its tests say "not built"
+# instead of passing on old code.
+drop_stale_programs() {
+    local p vars
+    if [ "$emulate" = 1 ]; then vars=(PRECISION=BF16 EXTRA_INCLUDE="$extra")
+    else vars=(HOST_BUILD=0 CUDA_ARCH="$arch" PRECISION=BF16 EXTRA_INCLUDE="$extra"); fi
+    for p in "$trainer" "$generator" "$bf16_dir"/dev/* "$bf16_dir"/test_gpu/*; do
+        [ -f "$p" ] && [ -x "$p" ] || continue
+        if ! make -q "${vars[@]}" "${p#./}" >/dev/null 2>&1; then
+            echo "gpu_check: $p is not this tree's build (its target failed): removed" >&2
+            rm -f "$p"
+        fi
+    done
 }
 ensure_bf16() {  # later stages: build first, once per call, unless this call or an earlier one built this tree's sources
     [ $bf16_build_tried -eq 0 ] || return 0

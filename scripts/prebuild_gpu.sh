@@ -51,7 +51,7 @@ git -C "$tmp/tree" checkout -q "$commit"
 echo "prebuild_gpu: make ${targets[*]} at ${commit:0:12} (sm_$arch, BF16) in $tmp/tree" >&2
 # none of the Makefile's settings from this shell's environment (use_prebuilt.sh refuses a run that sets one)
 env -u CUBLASLT_LAZY -u USE_NCCL -u USE_MPI -u HOST_BUILD -u NVCCFLAGS -u HOST_OPT -u CXXFLAGS -u NVCC -u CXX \
-  make -C "$tmp/tree" -j"$(nproc)" CUDA_ARCH="$arch" PRECISION=BF16 "${targets[@]}" >"$tmp/build.log" 2>&1 ||
+  make -C "$tmp/tree" -j"$(nproc)" HOST_BUILD=0 CUDA_ARCH="$arch" PRECISION=BF16 "${targets[@]}" >"$tmp/build.log" 2>&1 ||
   { tail -n 20 "$tmp/build.log" >&2; echo "error: the build failed (above)" >&2; exit 1; }
 programs=(train_gpt2_ls)
 if [[ $set_name == lease ]]; then

@@ -199,7 +199,14 @@ def test_exp_pg19_refuses_prebuilt_programs_for_a_run_without_a_build(tmp_path):
 
 
 FAKE_SMI = "#!/bin/sh\necho 'NVIDIA H200'\n"  # gpu_check.sh reads the device's name, and nothing else here
-FAKE_MAKE = "#!/bin/sh\necho \"$@\" >>\"$MAKE_CALLS\"\n"  # the build, recorded instead of run
+# the build, recorded instead of run; MAKE_FAIL=1: a build that fails, and `make -q` says the targets
+# named in MAKE_STALE are still out of date (their compile failed), the others current
+FAKE_MAKE = """#!/bin/bash
+echo "$@" >>"$MAKE_CALLS"
+if [ "$1" = -q ]; then for t in $MAKE_STALE; do [ "${@: -1}" = "$t" ] && exit 1; done; exit 0; fi
+[ "${MAKE_FAIL:-0}" = 1 ] && exit 2
+exit 0
+"""
 
 
 def rows_log(clone, step):
@@ -277,3 +284,23 @@ def test_a_later_call_rebuilds_when_the_tree_changed(tmp_path, true_bin):
     os.utime(flops, (mtime, mtime))  # as old as before: make's own rule would not see the change
     gpu_check(clone, fake, calls, "sanitize")
     assert "gpu-targets" in calls.read_text()
+
+
+def test_a_failed_build_removes_the_programs_it_did_not_remake(tmp_path, true_bin):
+    """make -k builds what it can; a program whose target failed keeps an earlier call's file on a warm
+    machine. After a failed build those (make -q: still out of date) are removed, so their tests say
+    "not built" instead of passing on old code; the ones rebuilt stay."""
+    clone, fake = gpu_check_clone(tmp_path)
+    tarball = make_tarball(tmp_path / "p.tar.gz", {p: true_bin for p in PROGRAMS}, digest_of=digest(clone))
+    calls = tmp_path / "make_calls"
+    assert gpu_check(clone, fake, calls, "build", GPU_CHECK_PREBUILT=str(tarball)).returncode == 0
+    flops = clone / "llmc" / "core" / "flops.h"
+    flops.write_text(flops.read_text() + "\n")  # the next call's tree: the prebuilt programs are not its
+    p = gpu_check(clone, fake, calls, "build", MAKE_FAIL="1", MAKE_STALE="build/dev/attention_ls")
+    assert p.returncode != 0
+    rows = dict(ln.split("\t")[:2] for ln in (clone / "build" / "gpu_check" / "results.tsv").read_text().splitlines())
+    assert rows["build:bf16-sm90"] == "FAIL(rc=2)", rows
+    assert not (clone / "build" / "dev" / "attention_ls").exists()
+    assert (clone / "train_gpt2_ls").exists() and (clone / "build" / "test_gpu" / "test_cuda_model").exists()
+    assert "build/dev/attention_ls is not this tree's build (its target failed): removed" in p.stderr, p.stderr
+    assert not (clone / "build" / "sources.digest").exists()  # and a later call builds again
