@@ -65,6 +65,9 @@ endif
 help:
 	@sed -n '1,/^$$/s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
 .PHONY: help
+# A recipe that fails or is killed (a GPU lease's time limit) leaves no half-written target that a later
+# make would take as current.
+.DELETE_ON_ERROR:
 
 ifndef DEPS_FIRST
 NVCC ?= nvcc

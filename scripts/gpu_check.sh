@@ -255,24 +255,42 @@ lab_names() { for f in dev/cuda/*.cu; do [ -e "$f" ] && basename "$f" .cu; done;
 test_names() { for f in test/gpu/*.cu; do [ -e "$f" ] && basename "$f" .cu; done; }
 
 # $bf16_dir/sources.digest: scripts/build_digest.sh of the tree the BF16 programs were built from (or
-# installed for), written when that build passed; a later call on the same machine (ensure_bf16) uses
-# them only while the digest still matches, so a tree changed between calls is never run on the old
-# programs, whatever the copied files' times.
+# installed for), and the architecture, written when that build passed; $bf16_dir/sources.list: that
+# tree's files and their hashes. A later call on the same machine (ensure_bf16) uses the programs only
+# while the digest still matches; a build first touches every source whose content differs from the
+# list, so that make sees the change whatever time the copy gave the file. (A machine whose last build
+# was not this script's, e.g. exp_pg19.sh's, has no list: make then judges by the files' times alone.)
 bf16_digest=""
-tree_digest() {  # sets bf16_digest, once: the tree's sources as this call found them (empty if it fails)
-    [ -n "$bf16_digest" ] || bf16_digest=$(scripts/build_digest.sh .) || bf16_digest=""
+tree_digest() {  # sets bf16_digest, once, and writes $work/sources.now: the tree as this call found it
+    [ -n "$bf16_digest" ] && return 0
+    if scripts/build_digest.sh --list . >"$work/sources.now"; then
+        bf16_digest="$(sha256sum <"$work/sources.now" | cut -c1-16) sm$arch"
+    else bf16_digest=""; rm -f "$work/sources.now"; fi
+}
+touch_changed_sources() {  # the sources whose content differs from the last passed build's (make decides by times)
+    [ -f "$bf16_dir/sources.list" ] && [ -f "$work/sources.now" ] || return 0
+    local f n=0
+    while IFS= read -r f; do
+        [ -f "$f" ] && touch "$f" && n=$((n + 1))
+    done < <(LC_ALL=C comm -13 <(LC_ALL=C sort "$bf16_dir/sources.list") <(LC_ALL=C sort "$work/sources.now") | cut -c67-)
+    [ $n -eq 0 ] || echo "gpu_check: $n source file(s) changed since the last build here: touched, so that make rebuilds what uses them" >&2
 }
 build_bf16() {  # the BF16 build (all GPU targets and the trainer); -k: one broken target spoils no other
     bf16_build_tried=1
     tree_digest
     rm -f "$bf16_dir/sources.digest"
     local ok=1
-    if [ "$emulate" = 1 ]; then step "build:bf16-emulated" 540 make -j"$(nproc)" -k PRECISION=BF16 EXTRA_INCLUDE="$extra" emu || ok=0
+    if [ "$emulate" = 1 ]; then touch_changed_sources
+        step "build:bf16-emulated" 540 make -j"$(nproc)" -k PRECISION=BF16 EXTRA_INCLUDE="$extra" emu || ok=0
     elif [ -n "${GPU_CHECK_PREBUILT:-}" ] && step "build:bf16-sm$arch-prebuilt" 60 scripts/use_prebuilt.sh "$GPU_CHECK_PREBUILT" "$arch" lease \
         && [ -x "$trainer" ] && [ -d "$bf16_dir/dev" ]; then :  # installed: SKIPPED (77) falls through to the build
     else rm -f build/prebuilt.installed  # the programs are this build's from here on
-        step "build:bf16-sm$arch" 540 make -j"$(nproc)" -k CUDA_ARCH="$arch" PRECISION=BF16 EXTRA_INCLUDE="$extra" gpu-targets || ok=0; fi
-    if [ $ok = 1 ] && [ -n "$bf16_digest" ]; then mkdir -p "$bf16_dir" && echo "$bf16_digest" >"$bf16_dir/sources.digest"; fi
+        touch_changed_sources
+        step "build:bf16-sm$arch" 540 make -j"$(nproc)" -k HOST_BUILD=0 CUDA_ARCH="$arch" PRECISION=BF16 EXTRA_INCLUDE="$extra" \
+            gpu-targets || ok=0; fi
+    if [ $ok = 1 ] && [ -n "$bf16_digest" ]; then
+        mkdir -p "$bf16_dir" && cp "$work/sources.now" "$bf16_dir/sources.list" && echo "$bf16_digest" >"$bf16_dir/sources.digest"
+    fi
     [ $ok = 1 ] || drop_stale_programs
 }
 # After a failed build (make -k builds what it can): a program whose target is still out of date is an

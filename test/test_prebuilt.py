@@ -265,13 +265,14 @@ def test_gpu_check_build_stage_installs_or_builds(tmp_path, true_bin, matching):
         assert rows == {"build:bf16-sm90-prebuilt": "SKIPPED", "build:bf16-sm90": "PASS"}, rows
         assert "prebuilt programs not used: built from other sources" in log, log
         assert "gpu-targets" in calls.read_text() and not (clone / "train_gpt2_ls").exists()
-    assert (clone / "build" / "sources.digest").read_text().strip() == digest(clone)
+    assert (clone / "build" / "sources.digest").read_text().strip() == digest(clone) + " sm90"
 
 
 def test_a_later_call_rebuilds_when_the_tree_changed(tmp_path, true_bin):
     """A later call without the build stage (here the sanitize part, whose first act is ensure_bf16) uses
     the programs of an earlier call only while the tree's sources are the ones they were built from: a
-    source changed between the calls makes it build first, whatever the files' times."""
+    source changed between the calls makes it build first, and the changed file is touched first, so that
+    make (which decides by times) rebuilds what uses it even when the copy kept an old time."""
     clone, fake = gpu_check_clone(tmp_path)
     tarball = make_tarball(tmp_path / "p.tar.gz", {p: true_bin for p in PROGRAMS}, digest_of=digest(clone))
     calls = tmp_path / "make_calls"
@@ -282,8 +283,10 @@ def test_a_later_call_rebuilds_when_the_tree_changed(tmp_path, true_bin):
     mtime = flops.stat().st_mtime
     flops.write_text(flops.read_text() + "\n")
     os.utime(flops, (mtime, mtime))  # as old as before: make's own rule would not see the change
-    gpu_check(clone, fake, calls, "sanitize")
+    p = gpu_check(clone, fake, calls, "sanitize")
     assert "gpu-targets" in calls.read_text()
+    # and the build saw the change: the file was touched before make, which decides by times
+    assert flops.stat().st_mtime > mtime + 1 and "1 source file(s) changed since the last build here" in p.stderr
 
 
 def test_a_failed_build_removes_the_programs_it_did_not_remake(tmp_path, true_bin):
