@@ -200,11 +200,12 @@ FORCE:
 # backend behind llmc/cuda/backend_entry.h) and linked into the trainer, its build matrix and the
 # generator, whose own translation units then hold host code only.
 CUDA_BACKEND_OBJ := $(BUILD)/cuda_backend_$(PRECISION).o
-# cuda_program USE_MPI USE_NCCL: the recipe of a program ($< -> $@) with the CUDA backend: its source
-# compiled as C++ by $(CXX) (host code only; CUDA's and MPI's headers as system headers) into
-# $(BUILD)/obj/NAME.o, then linked by nvcc with the kernels ($(CUDA_BACKEND_OBJ)) and the CUDA libraries.
-# Its CPU kernel drivers come from $(NVCC_CPU_KERNELS) (CPU_KERNELS_INCLUDE, below). An optional third
-# argument is added to the host compiler's flags (the build matrix's -O0).
+# A program with the CUDA backend: its source compiled once as C++ by $(CXX) (host code only; CUDA's
+# headers as system headers) into $(BUILD)/obj/NAME.o ($(PROGRAM_HOST_OBJS)), then linked by nvcc with
+# the kernels ($(CUDA_BACKEND_OBJ)) and the CUDA libraries (cuda_link). Its CPU kernel drivers come from
+# $(NVCC_CPU_KERNELS) (CPU_KERNELS_INCLUDE, below). The trainer also links
+# llmc/app/launch_collective.cpp, its one unit that USE_MPI and USE_NCCL change, compiled once per
+# combination (launch_collective_obj; MPI's headers as system headers).
 NVCC_CPU_KERNELS := $(BUILD)/obj/kernel_instances_$(PRECISION).o
 CUDA_PROGRAM_CXXFLAGS := $(HOST_CXXFLAGS) -DENABLE_$(PRECISION) -DLLMC_CUDA_BACKEND=1 -isystem $(CUDA_HOME)/include
 # cuBLASLt is not linked: $(CUBLASLT_LOADER) defines the functions the programs call and loads the
@@ -228,27 +229,39 @@ CUBLASLT_STAMP := $(BUILD)/cublaslt-link
 $(CUBLASLT_STAMP): $(if $(subst x$(CUBLASLT_MODE),,x$(shell cat $(CUBLASLT_STAMP) 2>/dev/null)),FORCE)
 	@mkdir -p $(dir $@)
 	@echo '$(CUBLASLT_MODE)' >$@
-cuda_program = mkdir -p $(BUILD)/obj && \
-	$(CXX) $(CUDA_PROGRAM_CXXFLAGS) $(3) $(CPU_KERNELS_INCLUDE) \
-	  $(patsubst -I%,-isystem%,$(call dist_flags,$(1),$(2))) -x c++ -c $< -o $(BUILD)/obj/$(notdir $@).o && \
-	$(NVCC) $(NVCC_GENCODE) $(BUILD)/obj/$(notdir $@).o $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(CUBLASLT_LOADER) \
-	  -o $@ $(PROGRAM_CUDA_LIBS) $(call dist_libs,$(1),$(2))
+PROGRAM_HOST_OBJS := $(BUILD)/obj/train_gpt2_ls.o $(BUILD)/obj/generate_gpt2_ls.o
+$(PROGRAM_HOST_OBJS): $(BUILD)/obj/%.o: %.cu $(LLMC_HEADERS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CUDA_PROGRAM_CXXFLAGS) $(CPU_KERNELS_INCLUDE) -x c++ -c $< -o $@
+# launch_collective_obj USE_MPI USE_NCCL: $(BUILD)/obj/launch_collective-mpi<auto|0>-nccl<auto|0>.o;
+# in the rules of a stem <auto|0>-nccl<auto|0>, stem_mpi and stem_nccl are its two values
+launch_collective_obj = $(BUILD)/obj/launch_collective-mpi$(1)-nccl$(2).o
+stem_mpi = $(word 1,$(subst -nccl, ,$*))
+stem_nccl = $(word 2,$(subst -nccl, ,$*))
+$(BUILD)/obj/launch_collective-mpi%.o: llmc/app/launch_collective.cpp $(LLMC_HEADERS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CUDA_PROGRAM_CXXFLAGS) $(patsubst -I%,-isystem%,$(call dist_flags,$(stem_mpi),$(stem_nccl))) -c $< -o $@
+# cuda_link OBJECTS USE_MPI USE_NCCL: the link of a program ($@): its objects, the kernels, the CPU kernel
+# drivers and cuBLASLt's loader, by nvcc
+cuda_link = $(NVCC) $(NVCC_GENCODE) $(1) $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(CUBLASLT_LOADER) \
+	  -o $@ $(PROGRAM_CUDA_LIBS) $(call dist_libs,$(2),$(3))
 $(CUBLASLT_LOADER): llmc/cuda/cublaslt_loader.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -O2 -Wall -Wextra $(INCLUDES) -isystem $(CUDA_HOME)/include \
 	  -DLLMC_CUBLASLT_DIR='"$(CUDA_HOME)/lib64"' \
 	  -c $< -o $@
 ifeq ($(HOST_BUILD),1)
-train_gpt2_ls generate_gpt2_ls: %: %.cu $(LLMC_HEADERS) $(BUILD)/compiler-%
-	$(CXX) $(HOST_CXXFLAGS) $(HOST_DIST_FLAGS) -x c++ $< -o $@ $(call dist_libs,$(USE_MPI),0)
+train_gpt2_ls generate_gpt2_ls: %: %.cu $(LLMC_HEADERS) llmc/app/launch_collective.cpp $(BUILD)/compiler-%
+	$(CXX) $(HOST_CXXFLAGS) $(HOST_DIST_FLAGS) -x c++ $< $(if $(filter train_gpt2_ls,$@),llmc/app/launch_collective.cpp) \
+	  -o $@ $(call dist_libs,$(USE_MPI),0)
 else
-train_gpt2_ls: train_gpt2_ls.cu $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(CUBLASLT_LOADER) $(CUBLASLT_STAMP) \
-  $(LLMC_HEADERS) $(BUILD)/compiler-train_gpt2_ls
-	$(call cuda_program,$(USE_MPI),$(USE_NCCL))
-generate_gpt2_ls: generate_gpt2_ls.cu $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(CUBLASLT_LOADER) $(CUBLASLT_STAMP) \
-  $(LLMC_HEADERS) \
-  $(BUILD)/compiler-generate_gpt2_ls
-	$(call cuda_program,0,0)
+TRAINER_OBJS := $(BUILD)/obj/train_gpt2_ls.o $(call launch_collective_obj,$(USE_MPI),$(USE_NCCL))
+train_gpt2_ls: $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(CUBLASLT_LOADER) $(TRAINER_OBJS) $(CUBLASLT_STAMP) \
+  $(BUILD)/compiler-train_gpt2_ls
+	$(call cuda_link,$(TRAINER_OBJS),$(USE_MPI),$(USE_NCCL))
+generate_gpt2_ls: $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(CUBLASLT_LOADER) $(BUILD)/obj/generate_gpt2_ls.o \
+  $(CUBLASLT_STAMP) $(BUILD)/compiler-generate_gpt2_ls
+	$(call cuda_link,$(BUILD)/obj/generate_gpt2_ls.o,0,0)
 endif
 $(CUDA_BACKEND_OBJ): llmc/cuda/backend_entry.cu $(LLMC_HEADERS)
 	@mkdir -p $(dir $@)
@@ -311,13 +324,14 @@ gpu-targets: train_gpt2_ls generate_gpt2_ls $(GPU_LAB_BINS) $(GPU_TEST_BINS)
 # build/matrix/train_gpt2_ls-mpi<auto|0>-nccl<auto|0>; `make test` builds them.
 DIST_MATRIX := $(BUILD)/matrix/train_gpt2_ls-mpi0-ncclauto $(BUILD)/matrix/train_gpt2_ls-mpiauto-nccl0 \
                $(BUILD)/matrix/train_gpt2_ls-mpi0-nccl0
-# Their host units compile at -O0 (a third of -O3's time): they are there to prove that each
-# combination compiles and links, and the tests run their --help and an error path only; the
-# optimized host unit is the default build's.
-$(BUILD)/matrix/train_gpt2_ls-mpi%: train_gpt2_ls.cu $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(CUBLASLT_LOADER) \
-  $(CUBLASLT_STAMP) $(LLMC_HEADERS)
+# Each links the default build's host unit ($(BUILD)/obj/train_gpt2_ls.o, which reads neither macro)
+# with its own compile of llmc/app/launch_collective.cpp, the unit that does.
+$(BUILD)/matrix/train_gpt2_ls-mpi%: $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(CUBLASLT_LOADER) $(BUILD)/obj/train_gpt2_ls.o \
+  $(BUILD)/obj/launch_collective-mpi%.o $(CUBLASLT_STAMP)
 	@mkdir -p $(dir $@)
-	$(call cuda_program,$(word 1,$(subst -nccl, ,$*)),$(word 2,$(subst -nccl, ,$*)),-O0)
+	$(call cuda_link,$(BUILD)/obj/train_gpt2_ls.o $(BUILD)/obj/launch_collective-mpi$*.o,$(stem_mpi),$(stem_nccl))
+# (kept after the link: make would delete them as intermediate files of a pattern rule)
+.SECONDARY: $(patsubst $(BUILD)/matrix/train_gpt2_ls-mpi%,$(BUILD)/obj/launch_collective-mpi%.o,$(DIST_MATRIX))
 # and the NCCL test built without NCCL: it must exit 77 (SKIPPED), never 0 (test/test_build_matrix.py)
 DIST_MATRIX += $(BUILD)/matrix/test_collective_nccl-nccl0
 $(BUILD)/matrix/test_collective_nccl-nccl0: test/gpu/test_collective_nccl.cu $(LLMC_HEADERS) $(wildcard test/gpu/*.cuh)
@@ -415,13 +429,20 @@ EMU_MAIN_OBJS := $(BUILD)/emu/train_gpt2_ls.o $(BUILD)/emu/generate_gpt2_ls.o
 # linked from the first object that has them; with the -O0 object first, the emulated test runs took
 # 15% longer.
 EMU_MAIN_OPT ?= -O0
-$(EMU_MAIN_OBJS): EMU_CXXFLAGS := $(filter-out $(EMU_OPT),$(EMU_CXXFLAGS)) $(EMU_MAIN_OPT)
+# The trainer's launch_collective.cpp (MPI as detected, NCCL from the emulation) likewise, once.
+EMU_LAUNCH_OBJ := $(BUILD)/emu/launch_collective.o
+$(EMU_MAIN_OBJS) $(EMU_LAUNCH_OBJ): EMU_CXXFLAGS := $(filter-out $(EMU_OPT),$(EMU_CXXFLAGS)) $(EMU_MAIN_OPT)
 $(EMU_MAIN_OBJS): $(BUILD)/emu/%.o: %.cu $(EMU_HEADERS)
 	@mkdir -p $(dir $@)
-	$(EMU_CXX) $(EMU_CXXFLAGS) $(CPU_KERNELS_INCLUDE) $(MPI_FLAGS) $(EMU_NCCL) -x c++ -c $< -o $@
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(CPU_KERNELS_INCLUDE) -x c++ -c $< -o $@
+$(EMU_LAUNCH_OBJ): llmc/app/launch_collective.cpp $(EMU_HEADERS)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(MPI_FLAGS) $(EMU_NCCL) -c $< -o $@
+$(EMU_DIR)/train_gpt2_ls: $(EMU_LAUNCH_OBJ)
 $(EMU_BINS): $(EMU_DIR)/%: $(BUILD)/emu/%.o $(EMU_DIR)/cuda_backend.o $(EMU_CPU_KERNELS) $(EMU_LIB)
 	@mkdir -p $(dir $@)
-	$(EMU_CXX) $(EMU_DIR)/cuda_backend.o $(BUILD)/emu/$*.o $(EMU_CPU_KERNELS) $(EMU_LIB) -o $@ $(EMU_LDFLAGS) $(MPI_LIBS)
+	$(EMU_CXX) $(EMU_DIR)/cuda_backend.o $(BUILD)/emu/$*.o $(if $(filter train_gpt2_ls,$*),$(EMU_LAUNCH_OBJ)) \
+	  $(EMU_CPU_KERNELS) $(EMU_LIB) -o $@ $(EMU_LDFLAGS) $(MPI_LIBS)
 # their kernels, compiled once (llmc/cuda/backend_entry.cu, as $(CUDA_BACKEND_OBJ) for nvcc)
 $(EMU_DIR)/cuda_backend.o: llmc/cuda/backend_entry.cu $(EMU_HEADERS)
 	@mkdir -p $(dir $@)
@@ -429,7 +450,7 @@ $(EMU_DIR)/cuda_backend.o: llmc/cuda/backend_entry.cu $(EMU_HEADERS)
 emu: $(EMU_LAB_BINS) $(EMU_TEST_BINS) $(EMU_SELF_BINS) $(EMU_BINS)
 # the FP32 emulated trainer (test/test_emulated_cuda.py), built by a sub-make inside the caller's
 # parallel build
-emu-fp32-trainer: $(EMU_CPU_KERNELS) $(BUILD)/emu/train_gpt2_ls.o  # built here, not by the sub-make beside this make's own
+emu-fp32-trainer: $(EMU_CPU_KERNELS) $(BUILD)/emu/train_gpt2_ls.o $(EMU_LAUNCH_OBJ)  # built here, not by the sub-make beside this make's own
 	+$(MAKE) --no-print-directory PRECISION=FP32 $(BUILD)/emu-fp32/train_gpt2_ls
 .PHONY: emu-fp32-trainer
 
@@ -525,9 +546,11 @@ $(ASAN_DIR)/test/catch_main.o: test/catch_main.cpp
 	$(CXX) $(filter-out $(ASAN_SAN),$(ASAN_CXXFLAGS)) -O0 -c $< -o $@
 $(ASAN_DIR)/test_cpu: $(ASAN_TEST_OBJS) $(ASAN_CPU_KERNELS) $(ASAN_DIR)/test/catch_main.o
 	$(CXX) $(ASAN_CXXFLAGS) $^ -o $@
-$(ASAN_DIR)/train_gpt2_ls $(ASAN_DIR)/generate_gpt2_ls: $(ASAN_DIR)/%: %.cu $(ASAN_CPU_KERNELS) $(LLMC_HEADERS)
+$(ASAN_DIR)/train_gpt2_ls $(ASAN_DIR)/generate_gpt2_ls: $(ASAN_DIR)/%: %.cu $(ASAN_CPU_KERNELS) $(LLMC_HEADERS) \
+  llmc/app/launch_collective.cpp
 	@mkdir -p $(dir $@)
-	$(CXX) $(ASAN_CXXFLAGS) $(CPU_KERNELS_INCLUDE) -x c++ $< -x none $(ASAN_CPU_KERNELS) -o $@
+	$(CXX) $(ASAN_CXXFLAGS) $(CPU_KERNELS_INCLUDE) -x c++ $< $(if $(filter train_gpt2_ls,$*),llmc/app/launch_collective.cpp) \
+	  -x none $(ASAN_CPU_KERNELS) -o $@
 -include $(wildcard $(ASAN_DIR)/test/*.d $(ASAN_DIR)/*.d)
 # The end-to-end runs' programs: with nvcc, the emulated build's trainer and generator ($(EMU_DIR):
 # the same sources under the same ASan + UBSan, their own code at -O0 (EMU_MAIN_OPT) and the CPU

@@ -1,6 +1,7 @@
 // train_gpt2_ls: the binary. Thin on purpose: parse the flags (llmc/app/cli.h), set up the processes
-// and build the backend for the device (llmc/app/backends.h, llmc/app/device.h), run the training
-// loop (llmc/train/train_loop.h) or --eval-only (llmc/train/eval_run.h).
+// (llmc/app/launch_collective.h) and build the backend for the device (llmc/app/backends.h,
+// llmc/app/device.h), run the training loop (llmc/train/train_loop.h) or --eval-only
+// (llmc/train/eval_run.h).
 // Any user error (flags, data, checkpoints) ends as one line "error: <message>" and exit code 1;
 // in a multi-process run the failing rank then aborts every rank (MPI_Abort), so nothing hangs. An
 // error in the flags, which every process reads alike, is printed by rank 0 only.
@@ -14,6 +15,7 @@
 #include "llmc/app/backends.h"
 #include "llmc/app/checkpoint_run.h"
 #include "llmc/app/cli.h"
+#include "llmc/app/launch_collective.h"
 #include "llmc/app/threads.h"
 #include "llmc/core/error.h"
 #include "llmc/dist/collective.h"
@@ -25,13 +27,13 @@ int main(int argc, char** argv) {
     llmc::use_passive_wait_policy(argv);  // may re-execute this program (llmc/app/threads.h)
     // A write past `ulimit -f` fails with EFBIG (one error line, files left intact) instead of SIGXFSZ
     llmc::ignore_file_size_signal();
-    llmc::MpiSession mpi(&argc, &argv);  // MPI_Init / MPI_Finalize when started by a launcher
+    llmc::LaunchSession mpi(&argc, &argv);  // MPI_Init / MPI_Finalize when started by a launcher
     llmc::TrainCli cli;
     const llmc::LaunchInfo env = llmc::launch_env();
     cli.set_launch_rank(env.rank, env.world_size);  // a flag error once, not once per process
     const int rc = cli.parse(argc, argv);
     // An error that read files may be this process's alone: end the whole launch, no rank left waiting
-    if (rc > 0 && cli.error_read_files() && env.world_size > 1 && mpi.active()) mpi.abort(rc);
+    if (rc > 0 && cli.error_read_files() && env.world_size > 1 && mpi.mpi_active()) mpi.abort(rc);
     if (rc >= 0) return rc;
     llmc::TrainConfig cfg = cli.config();
     std::unique_ptr<llmc::Collective> comm;

@@ -131,6 +131,8 @@ def fake_build(tmp_path):
     (src / "llmc" / "cuda" / "cublaslt_loader.cpp").write_text("// cuBLASLt, loaded on first use\n")
     (src / "llmc" / "cpu").mkdir()
     (src / "llmc" / "cpu" / "kernel_instances.cpp").write_text("// the CPU kernel drivers, compiled once\n")
+    (src / "llmc" / "app").mkdir()
+    (src / "llmc" / "app" / "launch_collective.cpp").write_text("// MPI and NCCL, once per combination\n")
     ts = src / "data" / "shards" / "tinyshakespeare_gpt2"  # make train's data, already prepared
     ts.mkdir(parents=True)
     (ts / "meta.json").write_text("{}")
@@ -171,16 +173,20 @@ def test_make_train_after_make_cpu_trains_with_the_host_build(tmp_path):
     (src / "train_gpt2_ls.cu").write_text("int main() { return 0; }\n")  # a source changed: the host compiler
     _, calls = make("train")
     assert [c.split()[0] for c in calls] == ["cxx", "run"] and calls[1].startswith("run cxx-built "), calls
-    # asked for nvcc: the kernels by nvcc, the CPU kernel drivers, cuBLASLt's loader and the host unit by the
-    # host compiler, linked by nvcc without -lcublasLt, no note
+    # asked for nvcc: the kernels by nvcc, the CPU kernel drivers, cuBLASLt's loader, the host unit and
+    # launch_collective.cpp (MPI and NCCL as detected) by the host compiler, linked by nvcc without
+    # -lcublasLt, no note
     out, calls = make("train", "HOST_BUILD=0")
     assert "make train:" not in out
-    assert [c.split()[0] for c in calls] == ["nvcc", "cxx", "cxx", "cxx", "nvcc", "run"], calls
+    assert [c.split()[0] for c in calls] == ["nvcc", "cxx", "cxx", "cxx", "cxx", "nvcc", "run"], calls
     assert " -c llmc/cuda/backend_entry.cu " in calls[0] and " -c llmc/cpu/kernel_instances.cpp " in calls[1], calls
     assert " -c llmc/cuda/cublaslt_loader.cpp " in calls[2], calls
     assert "-DLLMC_CUDA_BACKEND=1" in calls[3] and "-include llmc/cpu/kernel_instances.h" in calls[3], calls
-    assert " build/obj/cublaslt_loader.o " in calls[4] and "-lcublasLt" not in calls[4], calls
-    assert calls[5].startswith("run nvcc-built "), calls
+    assert " -c train_gpt2_ls.cu " in calls[3] and "USE_MPI" not in calls[3] and "USE_NCCL" not in calls[3], calls
+    assert " -c llmc/app/launch_collective.cpp -o build/obj/launch_collective-mpiauto-ncclauto.o" in calls[4], calls
+    assert " build/obj/cublaslt_loader.o " in calls[5] and "-lcublasLt" not in calls[5], calls
+    assert " build/obj/train_gpt2_ls.o build/obj/launch_collective-mpiauto-ncclauto.o " in calls[5], calls
+    assert calls[6].startswith("run nvcc-built "), calls
     _, calls = make("train")  # the last build was nvcc's: it stays
     assert len(calls) == 1 and calls[0].startswith("run nvcc-built "), calls
     # a machine without a GPU: make train builds and trains with the host compiler, and says so
@@ -192,8 +198,9 @@ def test_make_train_after_make_cpu_trains_with_the_host_build(tmp_path):
     assert [c.split()[0] for c in calls][-1] == "run" and calls[-1].startswith("run cxx-built "), calls
     assert all(not c.startswith("nvcc") for c in calls), calls
     make("cpu")
-    _, calls = make("train_gpt2_ls")  # any goal but train: the CUDA build, as the help says `make` does
-    assert [c.split()[0] for c in calls] == ["cxx", "nvcc"] and "-DLLMC_CUDA_BACKEND=1" in calls[0], calls
+    # any goal but train: the CUDA build, as the help says `make` does (its objects are current: a link)
+    _, calls = make("train_gpt2_ls")
+    assert [c.split()[0] for c in calls] == ["nvcc"] and " build/obj/train_gpt2_ls.o " in calls[0], calls
 
 
 def test_cublaslt_lazy_0_links_the_library_and_a_switch_relinks(tmp_path):

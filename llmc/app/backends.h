@@ -1,8 +1,9 @@
 // What this binary was built with, and the factories the two mains build from: the CUDA devices
-// present, the backend for a model (CpuBackend, or CudaBackend when the CUDA backend is compiled in)
-// and the collective for a launch (single process, MPI, NCCL). This is the one header of the
-// programs that tests which of CUDA (LLMC_CUDA_BACKEND, llmc/app/device.h), MPI (USE_MPI) and NCCL
-// (USE_NCCL) were compiled in; the mains call these functions and test nothing.
+// present and the backend for a model (CpuBackend, or CudaBackend when the CUDA backend is compiled in);
+// the collective for a launch (single process, MPI, NCCL) is llmc/app/launch_collective.h's. This is
+// the one header of the programs that tests whether CUDA (LLMC_CUDA_BACKEND, llmc/app/device.h) was
+// compiled in (MPI and NCCL: llmc/app/launch_collective.cpp); the mains call these functions and test
+// nothing.
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -11,30 +12,19 @@
 #include <string>
 
 #include "llmc/app/device.h"  // LLMC_CUDA_BACKEND: nvcc, or the device emulation (docs/emulation.md)
+#include "llmc/app/launch_collective.h"
 #include "llmc/core/backend.h"
 #include "llmc/core/error.h"
 #include "llmc/core/kernel_profile.h"
 #include "llmc/core/model_config.h"
 #include "llmc/cpu/gpt2_cpu.h"
-#include "llmc/dist/collective.h"
-#include "llmc/dist/collective_choice.h"
-#include "llmc/dist/collective_mpi.h"
 #ifdef LLMC_CUDA_BACKEND
 #include <cuda_runtime.h>
 
 #include "llmc/cuda/backend_entry.h"  // the kernels: compiled once, in llmc/cuda/backend_entry.cu
-#ifdef USE_NCCL
-#include "llmc/cuda/collective_nccl.cuh"
-#endif
 #endif
 
 namespace llmc {
-
-#if defined(LLMC_CUDA_BACKEND) && defined(USE_NCCL)
-constexpr bool kNcclBuilt = true;
-#else
-constexpr bool kNcclBuilt = false;
-#endif
 
 // Number of CUDA devices (0 without a GPU, a driver, or when built without the CUDA backend).
 inline int cuda_device_count() {
@@ -111,26 +101,6 @@ inline DeviceFacts device_facts(Device device) {
 #endif
     (void)device;
     return f;
-}
-
-// The collective for this launch (the choice: llmc/dist/collective_choice.h). device: what --device
-// asks for before the model is known (it picks NCCL or MPI); rendezvous: --rendezvous DIR or "".
-inline std::unique_ptr<Collective> make_collective(Device device, const LaunchInfo& li, const MpiSession& mpi,
-                                                   const std::string& rendezvous) {
-    switch (choose_collective(li, device == Device::Cuda, {kMpiBuilt, kNcclBuilt}, mpi.active(), rendezvous)) {
-        case CollectiveKind::Single: return std::make_unique<SingleProcessCollective>();
-#if defined(LLMC_CUDA_BACKEND) && defined(USE_NCCL)
-        case CollectiveKind::NcclFile: return make_nccl_collective_file(li, rendezvous);
-#ifdef USE_MPI
-        case CollectiveKind::NcclMpi: return make_nccl_collective_mpi(li.local_rank);
-#endif
-#endif
-#ifdef USE_MPI
-        case CollectiveKind::Mpi: return std::make_unique<MpiCollective>();
-#endif
-        default: break;
-    }
-    throw std::logic_error("make_collective: a collective this build does not have was chosen");
 }
 
 }  // namespace llmc

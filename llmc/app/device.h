@@ -20,7 +20,7 @@ enum class Device { Cpu, Cuda };
 // programs' own source is then host code, compiled by the host compiler); it also follows from nvcc
 // and from the device emulation (-DLLMC_EMULATE, docs/emulation.md, where "CUDA" runs on the CPU).
 // A plain host-compiler build (g++, e.g. the CPU tests, `make cpu`) has none. The programs test this
-// one macro, never __CUDACC__ directly, in llmc/app/backends.h only.
+// one macro, never __CUDACC__ directly, in llmc/app/backends.h and llmc/app/launch_collective.cpp only.
 #if !defined(LLMC_CUDA_BACKEND) && (defined(__CUDACC__) || defined(LLMC_EMULATE))
 #define LLMC_CUDA_BACKEND 1
 #endif
