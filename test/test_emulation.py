@@ -149,7 +149,7 @@ ONE_SHAPE = ["--check-one", "-B", 1, "-T", 200, "--nh", 2, "--hd", 128, "-G", 1,
 
 def one_kernel(k):
     """ONE_SHAPE for the lab's kernel k alone (the one the mutation is expected to fail; every
-    kernel at once is ~3x the time, and test_unmutated_shape_passes runs them all unmutated)."""
+    kernel at once is ~3x the time)."""
     return ONE_SHAPE + ["--kernel", k]
 
 
@@ -323,15 +323,25 @@ def reuse_emulator_objects(d):
 MUTANT_SAN = "-fsanitize=address -fno-omit-frame-pointer"
 
 
-# The control: the attention lab's one shape, unmutated, built as the mutants are
+# The control: the attention lab unmutated, built as the mutants are, run with each argument list of
+# the lab's mutants (control_runs)
 CONTROL = "unmutated"
+
+
+def control_runs():
+    """The distinct argument lists of the attention lab's mutants, in MUTANTS' order."""
+    runs = []
+    for _, _, _, target, args, _ in MUTANTS.values():
+        if target == LAB and args not in runs:
+            runs.append(args)
+    return runs
 
 
 def build_mutant(name, root):
     """Copies the sources to root/name, applies the mutation (none for CONTROL), builds the target with
     the mutants' flags and runs its check; returns (dir, the build, the check's run or None where the
     build failed)."""
-    path, old, new, target, args, _ = MUTANTS[name] if name != CONTROL else (None, None, None, LAB, ONE_SHAPE, None)
+    path, old, new, target, args, _ = MUTANTS[name] if name != CONTROL else (None, None, None, LAB, None, None)
     d = root / name
     d.mkdir()
     shutil.copy(REPO / "Makefile", d)
@@ -353,7 +363,11 @@ def build_mutant(name, root):
     b = subprocess.run(["make", "-C", str(d), "CI=true", f"EMU_SAN={MUTANT_SAN}", "EMU_OPT=-O0", "EMU_DEBUG=-g0",
                         target],
                        capture_output=True, text=True, timeout=1200)
-    return d, b, (run([d / target] + args, timeout=900) if b.returncode == 0 else None)
+    if b.returncode != 0:
+        return d, b, None
+    if name == CONTROL:
+        return d, b, [run([d / target] + a, timeout=900) for a in control_runs()]
+    return d, b, run([d / target] + args, timeout=900)
 
 
 def test_mutant_build_compiles_without_ubsan():
@@ -419,12 +433,14 @@ def test_mutated_kernel_fails_its_check(mutants, name):
 
 
 def test_unmutated_shape_passes(mutants):
-    """The shape the attention lab's mutants fail on passes without a mutation, built as they are (so
+    """Each command the attention lab's mutants fail passes without a mutation, built as they are (so
     the failures are the mutations', not the build's)."""
-    _, build, p = mutants[CONTROL]
+    _, build, runs = mutants[CONTROL]
     assert build.returncode == 0, build.stderr[-3000:]
-    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
-    assert p.stdout.rstrip().endswith("OK")
+    assert len(runs) == len(control_runs()) >= 3  # ONE_SHAPE, the backward's runs, the 48 KB opt-in shape
+    for args, p in zip(control_runs(), runs):
+        assert p.returncode == 0, (args, (p.stdout + p.stderr)[-3000:])
+        assert p.stdout.rstrip().endswith("OK"), (args, p.stdout[-3000:])
 
 
 def test_missing_wait_reads_the_poison(mutants):
