@@ -30,8 +30,7 @@ void LaunchSession::abort(int code) { impl_->mpi.abort(code); }
 
 std::unique_ptr<Collective> make_collective(Device device, const LaunchInfo& li, const LaunchSession& session,
                                             const std::string& rendezvous) {
-    switch (choose_collective(li, device == Device::Cuda, {kMpiBuilt, kNcclBuilt}, session.mpi_active(),
-                              rendezvous)) {
+    switch (choose_collective(li, device == Device::Cuda, {kMpiBuilt, kNcclBuilt}, session.mpi_active(), rendezvous)) {
         case CollectiveKind::Single: return std::make_unique<SingleProcessCollective>();
 #if defined(LLMC_CUDA_BACKEND) && defined(USE_NCCL)
         case CollectiveKind::NcclFile: return make_nccl_collective_file(li, rendezvous);
