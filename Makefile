@@ -251,9 +251,10 @@ $(CUBLASLT_LOADER): llmc/cuda/cublaslt_loader.cpp
 	  -DLLMC_CUBLASLT_DIR='"$(CUDA_HOME)/lib64"' \
 	  -c $< -o $@
 ifeq ($(HOST_BUILD),1)
-train_gpt2_ls generate_gpt2_ls: %: %.cu $(LLMC_HEADERS) llmc/app/launch_collective.cpp $(BUILD)/compiler-%
+train_gpt2_ls generate_gpt2_ls: %: %.cu $(LLMC_HEADERS) $(BUILD)/compiler-%
 	$(CXX) $(HOST_CXXFLAGS) $(HOST_DIST_FLAGS) -x c++ $< $(if $(filter train_gpt2_ls,$@),llmc/app/launch_collective.cpp) \
 	  -o $@ $(call dist_libs,$(USE_MPI),0)
+train_gpt2_ls: llmc/app/launch_collective.cpp
 else
 TRAINER_OBJS := $(BUILD)/obj/train_gpt2_ls.o $(call launch_collective_obj,$(USE_MPI),$(USE_NCCL))
 train_gpt2_ls: $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(CUBLASLT_LOADER) $(TRAINER_OBJS) $(CUBLASLT_STAMP) \
@@ -274,7 +275,7 @@ cpu:
 # once per build directory (llmc/cpu/kernel_instances.cpp, DIR/kernel_instances*.o) and every other
 # unit with their explicit instantiation declarations (-include llmc/cpu/kernel_instances.h),
 # instead of compiling every SIMD twin again in each unit. The CPU programs (`make cpu`, the
-# experiments' trainer) are one unit each and do not.
+# experiments' trainer) compile in one command each (the trainer's two units) and do not.
 CPU_KERNELS_INCLUDE := -include llmc/cpu/kernel_instances.h
 # for the nvcc build ($(NVCC_CPU_KERNELS)): by $(CXX) with the programs' host flags (nvcc's host
 # compiler, -O3, OpenMP)
@@ -546,11 +547,11 @@ $(ASAN_DIR)/test/catch_main.o: test/catch_main.cpp
 	$(CXX) $(filter-out $(ASAN_SAN),$(ASAN_CXXFLAGS)) -O0 -c $< -o $@
 $(ASAN_DIR)/test_cpu: $(ASAN_TEST_OBJS) $(ASAN_CPU_KERNELS) $(ASAN_DIR)/test/catch_main.o
 	$(CXX) $(ASAN_CXXFLAGS) $^ -o $@
-$(ASAN_DIR)/train_gpt2_ls $(ASAN_DIR)/generate_gpt2_ls: $(ASAN_DIR)/%: %.cu $(ASAN_CPU_KERNELS) $(LLMC_HEADERS) \
-  llmc/app/launch_collective.cpp
+$(ASAN_DIR)/train_gpt2_ls $(ASAN_DIR)/generate_gpt2_ls: $(ASAN_DIR)/%: %.cu $(ASAN_CPU_KERNELS) $(LLMC_HEADERS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(ASAN_CXXFLAGS) $(CPU_KERNELS_INCLUDE) -x c++ $< $(if $(filter train_gpt2_ls,$*),llmc/app/launch_collective.cpp) \
 	  -x none $(ASAN_CPU_KERNELS) -o $@
+$(ASAN_DIR)/train_gpt2_ls: llmc/app/launch_collective.cpp
 -include $(wildcard $(ASAN_DIR)/test/*.d $(ASAN_DIR)/*.d)
 # The end-to-end runs' programs: with nvcc, the emulated build's trainer and generator ($(EMU_DIR):
 # the same sources under the same ASan + UBSan, their own code at -O0 (EMU_MAIN_OPT) and the CPU

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Whether two builds of train_gpt2_ls produce the same outputs: for a change that must not change
 # behaviour (a restructuring), build the trainer before and after (e.g. g++ -std=c++17 -O2 -fopenmp
-# -I. -x c++ train_gpt2_ls.cu -o /tmp/after, and the same in a worktree of the older commit) and run
+# -I. -x c++ train_gpt2_ls.cu llmc/app/launch_collective.cpp -o /tmp/after, and the same in a worktree
+# of the older commit, without the second file before 308db45) and run
 #   scripts/same_outputs.sh /tmp/before /tmp/after [WORKDIR]
 # Both binaries run the same 8 CPU commands on tiny Shakespeare (make data-tinyshakespeare): LS, MHSA
 # with QK-norm and z-loss, soft-cap with --near and spike skipping, QK-Clip with the logit alarm and

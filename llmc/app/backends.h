@@ -12,7 +12,6 @@
 #include <string>
 
 #include "llmc/app/device.h"  // LLMC_CUDA_BACKEND: nvcc, or the device emulation (docs/emulation.md)
-#include "llmc/app/launch_collective.h"
 #include "llmc/core/backend.h"
 #include "llmc/core/error.h"
 #include "llmc/core/kernel_profile.h"
