@@ -288,7 +288,7 @@ MUTANTS = {
     # a launch on a capturing stream run at once instead of recorded for the graph (the captured
     # work then happens before the graph runs, and again at each launch)
     "emulated-capture-runs-launch-now": (
-        "dev/emu/grid.h",
+        "dev/emu/grid.cpp",
         "        c->work.push_back([=] { run_grid_now(fn, grid, block, smem, body, footprint, programmatic); });\n"
         "        return;\n",
         "        (void)c;\n",
