@@ -386,8 +386,8 @@ EMU_HEADERS := $(LLMC_HEADERS) $(wildcard dev/emu/*.h dev/emu/*.inc dev/emu/incl
 EMU_LAB_BINS := $(filter-out $(addprefix $(EMU_DIR)/dev/,$(EMU_SKIP)),$(patsubst dev/cuda/%.cu,$(EMU_DIR)/dev/%,$(GPU_LAB_SRCS)))
 EMU_TEST_BINS := $(filter-out $(addprefix $(EMU_DIR)/test_gpu/,$(EMU_SKIP)),$(patsubst test/gpu/%.cu,$(EMU_DIR)/test_gpu/%,$(GPU_TEST_SRCS)))
 EMU_SELF_BINS := $(patsubst dev/emu/tests/%.cu,$(EMU_DIR)/self/%,$(wildcard dev/emu/tests/*.cu))
-# the emulated CUDA runtime, cuBLASLt and NCCL (every dev/emu/*.cpp), linked instead of
-# libcudart / libcublasLt / libnccl
+# the emulated CUDA runtime, cuBLASLt and NCCL, and the launch and block code (grid.cpp, block.cpp):
+# every dev/emu/*.cpp, linked instead of libcudart / libcublasLt / libnccl
 EMU_LIB := $(EMU_DIR)/libemu.a
 EMU_OBJS := $(patsubst dev/emu/%.cpp,$(EMU_DIR)/%.o,$(wildcard dev/emu/*.cpp))
 $(EMU_DIR)/%.o: dev/emu/%.cpp
@@ -426,9 +426,10 @@ EMU_MAIN_OBJS := $(BUILD)/emu/train_gpt2_ls.o $(BUILD)/emu/generate_gpt2_ls.o
 # sampling); the device code they run is cuda_backend.o's (EMU_OPT) and the CPU kernels are
 # kernel_instances.o's, so -O0 halves their compile (the trainer's object: 58 s at -O0 against 132 s
 # at -O1 on this repository's CI CPU) at no measurable run time. Rule: cuda_backend.o comes first on
-# their link line. The inline functions both objects emit (the emulator's launch and fiber code) are
-# linked from the first object that has them; with the -O0 object first, the emulated test runs took
-# 15% longer.
+# their link line. The inline functions both objects emit are linked from the first object that has
+# them; with the -O0 object first, the emulated test runs took 15% longer (measured while the
+# emulator's launch and block code was inline; it is now libemu.a's, and the rule keeps any inline
+# code the two share at EMU_OPT).
 EMU_MAIN_OPT ?= -O0
 # The trainer's launch_collective.cpp (MPI as detected, NCCL from the emulation) likewise, once.
 EMU_LAUNCH_OBJ := $(BUILD)/emu/launch_collective.o

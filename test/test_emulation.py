@@ -384,8 +384,8 @@ def test_mutant_build_compiles_without_ubsan():
 
 def test_emulated_trainer_links_the_backend_first():
     """The emulated trainer's and generator's own objects compile at EMU_MAIN_OPT (-O0), and their link
-    lines put cuda_backend.o (EMU_OPT) first: the inline emulator code both objects emit is linked from
-    the first, so the device code stays optimized (Makefile, EMU_MAIN_OPT)."""
+    lines put cuda_backend.o (EMU_OPT) first: the inline code both objects emit is linked from the first,
+    so it stays optimized (Makefile, EMU_MAIN_OPT)."""
     targets = ["build/emu/train_gpt2_ls", "build/emu/generate_gpt2_ls"]
     p = subprocess.run(["make", "-n", "-B", "CI=true"] + targets, cwd=REPO, capture_output=True, text=True,
                        timeout=60)

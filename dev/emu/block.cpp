@@ -1,13 +1,68 @@
 // Device emulation, a block's threads on their fibers (dev/emu/block.h): the scheduler loop of one
-// block and the end of a grid's thread slots. Compiled once into libemu.a (they run once per block,
-// not per instruction); what a thread calls while it runs (barriers, warp collectives) stays inline
-// in block.h.
+// block, the end of a grid's thread slots, and a warp collective's exchange (WarpExchange's arrival
+// and its faults). Compiled once into libemu.a instead of into every emulated unit: none of these is
+// small enough to be inlined where it is called; the thread-side accessors and the barrier stay
+// inline in block.h.
 #include "dev/emu/block.h"
 
 #include <memory>
 #include <random>
 
 namespace llmc::emu {
+
+WarpExchange::WarpExchange(unsigned mask, const void* data, size_t bytes, const char* op) {
+    BlockCtx& b = cur_block();
+    ThreadCtx& t = cur_thread();
+    lane_ = t.linear % kWarpSize;
+    warp_ = &b.warps[t.linear / kWarpSize];
+    parity_ = (int)(t.warp_ops & 1);
+    if (!(mask & (1u << lane_))) not_in_own_mask_fault(op, b, t, mask);
+    // lanes beyond the block's last thread do not exist: a full mask in a partial warp hangs a GPU
+    const int warp_base = (t.linear / kWarpSize) * kWarpSize;
+    const int lanes = std::min<int>(kWarpSize, (int)b.threads.size() - warp_base);
+    if (lanes < kWarpSize && (mask >> lanes) != 0) lanes_beyond_fault(op, b, t, mask, lanes);
+    std::memcpy(warp_->slots[parity_][lane_], data, bytes);
+    t.warp_mask = mask;
+    t.state = ThreadState::AtWarp;
+    warp_->arrived |= 1u << lane_;
+    if ((warp_->arrived & mask) == mask) {
+        for (int l = 0; l < kWarpSize; l++) {
+            if (!(mask & (1u << l))) continue;
+            ThreadCtx& o = b.threads[warp_base + l];
+            if (o.warp_mask != mask) mask_mismatch_fault(op, b, o, t, mask);
+            b.make_ready(o);
+        }
+        warp_->arrived &= ~mask;
+    }
+    yield_to_scheduler();
+    t.warp_ops++;
+    mask_ = mask;
+}
+
+[[noreturn]] void WarpExchange::not_in_own_mask_fault(const char* op, const BlockCtx& b, const ThreadCtx& t,
+                                                      unsigned mask) {
+    device_fault(std::string(op) + " in " + b.where() + ": " + b.who(t) + " is not in its own mask 0x" + hex(mask));
+}
+[[noreturn]] void WarpExchange::lanes_beyond_fault(const char* op, const BlockCtx& b, const ThreadCtx& t, unsigned mask,
+                                                   int lanes) {
+    device_fault(std::string(op) + " in " + b.where() + ": mask 0x" + hex(mask) + " names lanes beyond the " +
+                 std::to_string(lanes) + " threads of warp " + std::to_string(t.linear / kWarpSize));
+}
+[[noreturn]] void WarpExchange::mask_mismatch_fault(const char* op, const BlockCtx& b, const ThreadCtx& o,
+                                                    const ThreadCtx& t, unsigned mask) {
+    device_fault(std::string(op) + " in " + b.where() + ": " + b.who(o) + " arrived with mask 0x" + hex(o.warp_mask) +
+                 ", " + b.who(t) + " with 0x" + hex(mask) + " (every lane of a *_sync call must name the same mask)");
+}
+[[noreturn]] void WarpExchange::lane_outside_mask_fault(const char* op, int src, unsigned mask) {
+    BlockCtx& b = cur_block();
+    device_fault(std::string(op) + " in " + b.where() + ": " + b.who(cur_thread()) + " reads lane " +
+                 std::to_string(src) + ", which is not in the mask 0x" + hex(mask) + " (undefined on a GPU)");
+}
+[[noreturn]] void WarpExchange::partial_aligned_fault(const char* op, unsigned mask) {
+    BlockCtx& b = cur_block();
+    device_fault(std::string(op) + " in " + b.where() + ": " + b.who(cur_thread()) +
+                 " reads every lane under the mask 0x" + hex(mask) + " (a .aligned collective needs the whole warp)");
+}
 
 [[noreturn, gnu::noinline, gnu::cold]] static void ended_with_copies_fault(const BlockCtx& b, const ThreadCtx& t) {
     device_fault("cp.async in " + b.where() + ": " + b.who(t) + " ended while " +

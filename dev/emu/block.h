@@ -8,13 +8,16 @@
 // Design after ROCm's HIP-CPU (a block's threads as fibers that run until they reach a barrier),
 // written here for CUDA's names and for what the project's tests need (schedules, diagnostics).
 // Part of the emulated build only (make emu, -DLLMC_EMULATE); see docs/emulation.md.
+// Rule: what runs once per block (run_block, the checks at a thread's end) and a warp collective's
+// exchange (WarpExchange's constructor, the faults) are defined in dev/emu/block.cpp (libemu.a);
+// the small accessors a thread calls while it runs and the barrier stay inline here.
 //
 // Execution model: the threads of a block run one at a time on the host thread that runs the
 // block. A thread runs until it reaches __syncthreads, a warp collective, or its end; then the
 // scheduler resumes the next runnable thread in the schedule's order (forward, reverse or a seeded
 // shuffle). Between two synchronization points the order of threads is therefore the schedule's,
 // which is what makes a missing barrier or a race visible: the same launch under two schedules
-// gives different memory (launch.h compares them).
+// gives different memory (grid.cpp's run_grid_now compares them).
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -23,7 +26,6 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -43,7 +45,7 @@ namespace llmc::emu {
 // or reverse order (GreedyReverse): warp 0 (or the last warp) runs ahead to the next
 // __syncthreads before any other warp moves, the largest skew between warps a GPU may show, which
 // is what exposes a missing __syncthreads between a shared-memory read and the next overwrite.
-// The schedule also orders the grid's blocks (grid.h: forward, reverse, or shuffled).
+// The schedule also orders the grid's blocks (grid.cpp: forward, reverse, or shuffled).
 enum class Schedule { Forward, Reverse, Shuffle, GreedyForward, GreedyReverse };
 
 struct ScheduleSpec {
@@ -323,34 +325,8 @@ inline void block_barrier() {
 // through the returned accessor until its next warp collective.
 class WarpExchange {
 public:
-    WarpExchange(unsigned mask, const void* data, size_t bytes, const char* op) {
-        BlockCtx& b = cur_block();
-        ThreadCtx& t = cur_thread();
-        lane_ = t.linear % kWarpSize;
-        warp_ = &b.warps[t.linear / kWarpSize];
-        parity_ = (int)(t.warp_ops & 1);
-        if (!(mask & (1u << lane_))) not_in_own_mask_fault(op, b, t, mask);
-        // lanes beyond the block's last thread do not exist: a full mask in a partial warp hangs a GPU
-        const int warp_base = (t.linear / kWarpSize) * kWarpSize;
-        const int lanes = std::min<int>(kWarpSize, (int)b.threads.size() - warp_base);
-        if (lanes < kWarpSize && (mask >> lanes) != 0) lanes_beyond_fault(op, b, t, mask, lanes);
-        std::memcpy(warp_->slots[parity_][lane_], data, bytes);
-        t.warp_mask = mask;
-        t.state = ThreadState::AtWarp;
-        warp_->arrived |= 1u << lane_;
-        if ((warp_->arrived & mask) == mask) {
-            for (int l = 0; l < kWarpSize; l++) {
-                if (!(mask & (1u << l))) continue;
-                ThreadCtx& o = b.threads[warp_base + l];
-                if (o.warp_mask != mask) mask_mismatch_fault(op, b, o, t, mask);
-                b.make_ready(o);
-            }
-            warp_->arrived &= ~mask;
-        }
-        yield_to_scheduler();
-        t.warp_ops++;
-        mask_ = mask;
-    }
+    // (dev/emu/block.cpp: once per lane per collective, not inline in every unit)
+    WarpExchange(unsigned mask, const void* data, size_t bytes, const char* op);
     // The payload lane `src` published (src must be in the mask).
     const unsigned char* payload(int src, const char* op) const {
         if (src < 0 || src >= kWarpSize || !(mask_ & (1u << src))) lane_outside_mask_fault(op, src, mask_);
@@ -371,34 +347,16 @@ public:
     }
 
 private:
+    // the collectives' faults (dev/emu/block.cpp)
     [[noreturn, gnu::noinline, gnu::cold]] static void not_in_own_mask_fault(const char* op, const BlockCtx& b,
-                                                                             const ThreadCtx& t, unsigned mask) {
-        device_fault(std::string(op) + " in " + b.where() + ": " + b.who(t) + " is not in its own mask 0x" + hex(mask));
-    }
+                                                                             const ThreadCtx& t, unsigned mask);
     [[noreturn, gnu::noinline, gnu::cold]] static void lanes_beyond_fault(const char* op, const BlockCtx& b,
-                                                                          const ThreadCtx& t, unsigned mask,
-                                                                          int lanes) {
-        device_fault(std::string(op) + " in " + b.where() + ": mask 0x" + hex(mask) + " names lanes beyond the " +
-                     std::to_string(lanes) + " threads of warp " + std::to_string(t.linear / kWarpSize));
-    }
+                                                                          const ThreadCtx& t, unsigned mask, int lanes);
     [[noreturn, gnu::noinline, gnu::cold]] static void mask_mismatch_fault(const char* op, const BlockCtx& b,
                                                                            const ThreadCtx& o, const ThreadCtx& t,
-                                                                           unsigned mask) {
-        device_fault(std::string(op) + " in " + b.where() + ": " + b.who(o) + " arrived with mask 0x" +
-                     hex(o.warp_mask) + ", " + b.who(t) + " with 0x" + hex(mask) +
-                     " (every lane of a *_sync call must name the same mask)");
-    }
-    [[noreturn, gnu::noinline, gnu::cold]] static void lane_outside_mask_fault(const char* op, int src, unsigned mask) {
-        BlockCtx& b = cur_block();
-        device_fault(std::string(op) + " in " + b.where() + ": " + b.who(cur_thread()) + " reads lane " +
-                     std::to_string(src) + ", which is not in the mask 0x" + hex(mask) + " (undefined on a GPU)");
-    }
-    [[noreturn, gnu::noinline, gnu::cold]] static void partial_aligned_fault(const char* op, unsigned mask) {
-        BlockCtx& b = cur_block();
-        device_fault(std::string(op) + " in " + b.where() + ": " + b.who(cur_thread()) +
-                     " reads every lane under the mask 0x" + hex(mask) +
-                     " (a .aligned collective needs the whole warp)");
-    }
+                                                                           unsigned mask);
+    [[noreturn, gnu::noinline, gnu::cold]] static void lane_outside_mask_fault(const char* op, int src, unsigned mask);
+    [[noreturn, gnu::noinline, gnu::cold]] static void partial_aligned_fault(const char* op, unsigned mask);
 
     WarpCtx* warp_ = nullptr;
     int lane_ = 0, parity_ = 0;
@@ -406,8 +364,8 @@ private:
 };
 
 // Runs one block: every thread executes `body` (the kernel with its arguments) on its slot's fiber
-// (dev/emu/block.cpp). block_seq: the block's place in the schedule's order (the shuffled
-// schedule's seed).
+// (dev/emu/block.cpp). block_seq: the block's place in the schedule's order (mixed into the seed of
+// the shuffled schedule's thread order for this block).
 void run_block(BlockCtx& b, const std::function<void()>& body, const ScheduleSpec& sched, StackPool& stacks,
                uint64_t block_seq);
 

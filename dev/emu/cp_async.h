@@ -23,7 +23,7 @@
 //   - dst must be 16 bytes of shared memory and src global memory (an emulated device allocation),
 //     both 16-byte aligned (the ISA's "Addresses as Operands": naturally aligned to cp-size), and
 //     src-size at most 16; with src-size 0 the source is not read and may be any aligned address;
-//   - a thread that ends with copies not completed is an error (block.h: the ISA does not say
+//   - a thread that ends with copies not completed is an error (block.cpp: the ISA does not say
 //     what happens to them, and no thread can legally read their result).
 // A violation ends the run with "emulated device error: cp.async ..." naming the kernel, block and
 // thread. The wrappers that call this are llmc::cuda::cp_async_* (llmc/cuda/ptx.cuh).

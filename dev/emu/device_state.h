@@ -137,7 +137,7 @@ public:
 
     // ---- stream capture (runtime.cpp: cudaStreamBeginCapture, cudaStreamEndCapture) ----
     // The capture in progress on `stream`, or nullptr. Work issued to a capturing stream is appended
-    // to it (grid.h's run_grid, runtime.cpp's async copies and memsets, cuBLASLt).
+    // to it (grid.cpp's run_grid, runtime.cpp's async copies and memsets, cuBLASLt).
     Capture* capture_of(const void* stream) {
         std::lock_guard<std::mutex> lock(capture_mu_);
         auto it = captures_.find(stream);

@@ -4,8 +4,16 @@
 // compile them again (about 80% of the code of an emulated GPU test's own object).
 #include "dev/emu/grid.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <random>
+
+#include "dev/emu/kernel_symbol.h"
+#include "dev/emu/shared_space.h"  // the static __shared__ section
+#include "dev/emu/static_smem.h"   // each kernel's static shared-memory bytes (nvcc's)
 
 namespace llmc::emu {
 
@@ -42,6 +50,19 @@ std::string launch_config_error(const void* fn, dim3 grid, dim3 block, size_t sm
                                "the dynamic bytes before the launch)");
     }
     return "";
+}
+
+// Fills every static shared variable with 0xFF bytes (NaN), redzones between them included, so
+// written without AddressSanitizer's checks.
+__attribute__((no_sanitize("address"))) static void poison_static_shared() {
+    char* p = __start_llmc_emu_shared;
+    char* e = __stop_llmc_emu_shared;
+    if (!p || !e) return;
+    // eight bytes at a time where aligned (volatile: never turned into a memset call, which ASan
+    // would check against the redzones between the section's variables)
+    for (; p < e && reinterpret_cast<uintptr_t>(p) % 8 != 0; ++p) *(volatile char*)p = (char)0xFF;
+    for (; p + 8 <= e; p += 8) *(volatile uint64_t*)p = ~uint64_t{0};
+    for (; p < e; ++p) *(volatile char*)p = (char)0xFF;
 }
 
 // The linear index (x + y*Gx + z*Gx*Gy) of the seq-th block to run. A GPU runs a grid's blocks in

@@ -1,46 +1,26 @@
 // Device emulation, a kernel launch: the launch configuration checked against the real device's
 // limits (what would make cudaLaunchKernel fail fails here, with the same error code from
 // cudaGetLastError and a line naming the kernel), then every block of the grid run one after
-// another, in the schedule's block order, once per schedule in device().schedules; when there are several, memory is restored between runs and
-// the results must be bit-identical, else the kernel has a race or a missing barrier and the run
-// ends naming it (the emulated counterpart of compute-sanitizer's racecheck). The launch functions are
-// defined once, in dev/emu/grid.cpp (libemu.a), not inline: every emulated unit includes this header.
+// another, in the schedule's block order, once per schedule in device().schedules; when there are
+// several, memory is restored between runs and the results must be bit-identical, else the kernel
+// has a race or a missing barrier and the run ends naming it (the emulated counterpart of
+// compute-sanitizer's racecheck). Rule: the launch functions are defined once, in dev/emu/grid.cpp
+// (libemu.a), not inline: every emulated unit that launches a kernel includes this header.
 #pragma once
-#include <algorithm>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <functional>
-#include <memory>
-#include <new>
-#include <random>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "dev/emu/block.h"
 #include "dev/emu/device_state.h"
-#include "dev/emu/kernel_symbol.h"
-#include "dev/emu/shared_space.h"  // the static __shared__ section
-#include "dev/emu/static_smem.h"   // each kernel's static shared-memory bytes (nvcc's)
 
 namespace llmc::emu {
 
 // Why the configuration cannot launch on the device ("" = it can), and the error it gets.
 std::string launch_config_error(const void* fn, dim3 grid, dim3 block, size_t smem, cudaError_t* code);
-
-// Fills every static shared variable with 0xFF bytes (NaN), redzones between them included, so
-// written without AddressSanitizer's checks.
-__attribute__((no_sanitize("address"))) inline void poison_static_shared() {
-    char* p = __start_llmc_emu_shared;
-    char* e = __stop_llmc_emu_shared;
-    if (!p || !e) return;
-    // eight bytes at a time where aligned (volatile: never turned into a memset call, which ASan
-    // would check against the redzones between the section's variables)
-    for (; p < e && reinterpret_cast<uintptr_t>(p) % 8 != 0; ++p) *(volatile char*)p = (char)0xFF;
-    for (; p + 8 <= e; p += 8) *(volatile uint64_t*)p = ~uint64_t{0};
-    for (; p < e; ++p) *(volatile char*)p = (char)0xFF;
-}
 
 // Runs every block of the grid once under `sched`, in the schedule's block order; body() is the kernel
 // with its arguments.

@@ -25,7 +25,7 @@
 namespace llmc::emu {
 
 // griddepcontrol.wait;  every prerequisite grid has completed (issue order): records that the thread
-// waited, which a programmatic grid's threads must have done when they end (block.h).
+// waited, which a programmatic grid's threads must have done when they end (block.cpp).
 inline void griddepcontrol_wait() { cur_thread().waited_for_prerequisites = true; }
 
 // griddepcontrol.launch_dependents;  nothing starts early in the emulation, so it has no effect (only a

@@ -272,7 +272,7 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
 
 // ---- stream capture and graphs (Runtime API reference: "Stream Management", "Graph Management") ----
 // While a stream captures, the work pushed into it is not executed but recorded in issue order
-// (DeviceState::capture_of): kernel launches with their arguments' values (grid.h), copies and
+// (DeviceState::capture_of): kernel launches with their arguments' values (grid.cpp), copies and
 // memsets (above), cuBLASLt matmuls with their host scalars' values (cublaslt.cpp). Work for the
 // legacy default stream meanwhile fails (cudaErrorStreamCaptureImplicit) and invalidates the capture.
 // cudaStreamEndCapture makes the record a graph, cudaGraphInstantiate an executable copy of it, and

@@ -1,7 +1,7 @@
 // Device emulation, what counts as shared memory (the PTX ISA's .shared state space) for the
 // instructions that take a shared address (ldmatrix, the destination of cp.async): the static
 // __shared__ variables, which the emulated __shared__ keyword places in one linker section
-// (dev/emu/include/cuda_runtime.h), and the running block's dynamic shared memory (grid.h).
+// (dev/emu/include/cuda_runtime.h), and the running block's dynamic shared memory (grid.cpp).
 //
 // One exception: GCC ignores a section attribute on a function-local static of a function
 // template (GCC bug 70435), so the __shared__ variables of templated kernels land in the

@@ -2,7 +2,7 @@
 // step markers - kernel launches by kernel (those a graph runs included), graph launches and
 // instantiations, cuBLASLt matmuls and their FLOPs, copies by direction, memsets, host
 // synchronisations by kind, NCCL collectives - counted
-// by the emulated runtime, cuBLASLt, NCCL and launch (grid.h), each when it runs (work captured for
+// by the emulated runtime, cuBLASLt, NCCL and launch (grid.cpp), each when it runs (work captured for
 // a graph counts when the graph runs), and written as one JSON line per interval to the file LLMC_EMU_REPORT names
 // ("-" = stderr; "%p" in the name = the process id, for several ranks; unset = nothing written).
 //
