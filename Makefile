@@ -387,10 +387,12 @@ EMU_LAB_BINS := $(filter-out $(addprefix $(EMU_DIR)/dev/,$(EMU_SKIP)),$(patsubst
 EMU_TEST_BINS := $(filter-out $(addprefix $(EMU_DIR)/test_gpu/,$(EMU_SKIP)),$(patsubst test/gpu/%.cu,$(EMU_DIR)/test_gpu/%,$(GPU_TEST_SRCS)))
 EMU_SELF_BINS := $(patsubst dev/emu/tests/%.cu,$(EMU_DIR)/self/%,$(wildcard dev/emu/tests/*.cu))
 # the emulated CUDA runtime, cuBLASLt and NCCL, and the launch and block code (grid.cpp, block.cpp):
-# every dev/emu/*.cpp, linked instead of libcudart / libcublasLt / libnccl
-EMU_LIB := $(EMU_DIR)/libemu.a
-EMU_OBJS := $(patsubst dev/emu/%.cpp,$(EMU_DIR)/%.o,$(wildcard dev/emu/*.cpp))
-$(EMU_DIR)/%.o: dev/emu/%.cpp
+# every dev/emu/*.cpp, linked instead of libcudart / libcublasLt / libnccl. Built once, into build/emu,
+# for both precisions: dev/emu/*.cpp read no ENABLE_* macro (their preprocessed text is the same
+# under -DENABLE_BF16 and -DENABLE_FP32; the static shared-memory table holds both builds' kernels).
+EMU_LIB := $(BUILD)/emu/libemu.a
+EMU_OBJS := $(patsubst dev/emu/%.cpp,$(BUILD)/emu/%.o,$(wildcard dev/emu/*.cpp))
+$(EMU_OBJS): $(BUILD)/emu/%.o: dev/emu/%.cpp
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) $(EMU_CXXFLAGS) -MMD -MP -c $< -o $@
 $(EMU_LIB): $(EMU_OBJS)
@@ -401,7 +403,7 @@ $(EMU_LIB): $(EMU_OBJS)
 # kernel_instances.cpp reads no ENABLE_* or LLMC_EMULATE macro; only the emulated sources' own
 # -ffp-contract=off does not apply to these CPU kernels, which then contract as the CPU programs'.
 EMU_CPU_KERNELS := $(BUILD)/asan/kernel_instances.o
--include $(wildcard $(EMU_DIR)/*.d)
+-include $(sort $(wildcard $(EMU_DIR)/*.d $(BUILD)/emu/*.d))
 $(EMU_DIR)/dev/%: dev/cuda/%.cu $(EMU_LIB) $(EMU_CPU_KERNELS) $(EMU_HEADERS) $(wildcard dev/cuda/*.cuh dev/cuda/attention_candidates/*.cuh)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(CPU_KERNELS_INCLUDE) -x c++ $< -x none $(EMU_CPU_KERNELS) $(EMU_LIB) -o $@ \
@@ -452,7 +454,7 @@ $(EMU_DIR)/cuda_backend.o: llmc/cuda/backend_entry.cu $(EMU_HEADERS)
 emu: $(EMU_LAB_BINS) $(EMU_TEST_BINS) $(EMU_SELF_BINS) $(EMU_BINS)
 # the FP32 emulated trainer (test/test_emulated_cuda.py), built by a sub-make inside the caller's
 # parallel build
-emu-fp32-trainer: $(EMU_CPU_KERNELS) $(BUILD)/emu/train_gpt2_ls.o $(EMU_LAUNCH_OBJ)  # built here, not by the sub-make beside this make's own
+emu-fp32-trainer: $(EMU_CPU_KERNELS) $(BUILD)/emu/train_gpt2_ls.o $(EMU_LAUNCH_OBJ) $(EMU_LIB)  # built here, not by the sub-make beside this make's own
 	+$(MAKE) --no-print-directory PRECISION=FP32 $(BUILD)/emu-fp32/train_gpt2_ls
 .PHONY: emu-fp32-trainer
 

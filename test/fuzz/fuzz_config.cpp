@@ -9,9 +9,13 @@
 #include <string>
 
 #include "llmc/app/cli.h"
+#include "llmc/app/config_json.h"
 #include "llmc/app/device.h"
+#include "llmc/app/train_config.h"
+#include "llmc/app/validate.h"
+#include "llmc/core/error.h"
 #include "llmc/core/params.h"
-#include "llmc/train/train_loop.h"
+#include "llmc/io/json_text.h"
 #include "test/fuzz/fuzz_common.h"
 
 using namespace llmc;

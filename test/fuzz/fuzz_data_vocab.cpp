@@ -7,8 +7,13 @@
 #include <cstdint>
 #include <string>
 
+#include "llmc/app/model_setup.h"
+#include "llmc/app/train_config.h"
+#include "llmc/app/validate.h"
+#include "llmc/core/error.h"
 #include "llmc/core/params.h"
-#include "llmc/train/train_loop.h"
+#include "llmc/io/data_vocab.h"
+#include "llmc/text/tokenizer.h"
 #include "test/fuzz/fuzz_common.h"
 
 using namespace llmc;

@@ -1,6 +1,7 @@
 """Compiling what the report needs when it is not given: the production sources as sm_90 cubins
-(with the Makefile's device flags), the launch probe (launch_probe.cu) and the occupancy checker
-(occupancy_check.cpp). Each output is rebuilt only when older than what it is built from."""
+(with the Makefile's device flags), the launch probe (launch_probe.cu, by the host compiler through the
+device emulation's headers) and the occupancy checker (occupancy_check.cpp). Each output is rebuilt
+only when older than what it is built from."""
 from pathlib import Path
 
 from tools import ToolError, find_program, run
@@ -35,15 +36,20 @@ def production_cubins(repo: Path, build_dir: Path, nvcc: str) -> list:
     return outs
 
 
-def launch_probe(repo: Path, build_dir: Path, nvcc: str) -> Path:
-    """The probe binary (PTX-only device code: nothing of it runs on a GPU)."""
+def launch_probe(repo: Path, build_dir: Path, cxx: str, cuda_include) -> Path:
+    """The probe binary: launch_probe.cu compiled by the host compiler as the emulated build compiles
+    the same headers (the Makefile's EMU_CXXFLAGS without the sanitizers; docs/emulation.md). It prints
+    constants of the launchers' host code only, so no device code is built (nvcc's compile of it spent
+    ~30 CPU-s in cicc on the headers' kernels, which the probe never launches)."""
     src = Path(__file__).with_name("launch_probe.cu")
     out = build_dir / "launch_probe"
-    if _stale(out, [src] + _headers(repo)):
-        find_program(nvcc, "install the CUDA toolkit")
+    if _stale(out, [src] + _headers(repo) + [p for p in (repo / "dev" / "emu").rglob("*.h")]):
+        find_program(cxx, "install a C++ compiler")
         build_dir.mkdir(parents=True, exist_ok=True)
-        run([nvcc, "-std=c++17", "-gencode", "arch=compute_90,code=compute_90", "-DENABLE_BF16", f"-I{repo}", src, "-o",
-             out])
+        cuda = [f"-I{cuda_include}"] if cuda_include else []
+        run([cxx, "-std=c++17", "-O0", "-DLLMC_EMULATE", "-DENABLE_BF16", f"-I{repo / 'dev' / 'emu' / 'include'}",
+             "-include", repo / "dev" / "emu" / "include" / "cuda_runtime.h", f"-I{repo}", *cuda, "-x", "c++", src,
+             "-o", out])
     return out
 
 
