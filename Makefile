@@ -403,7 +403,7 @@ $(EMU_LIB): $(EMU_OBJS)
 # kernel_instances.cpp reads no ENABLE_* or LLMC_EMULATE macro; only the emulated sources' own
 # -ffp-contract=off does not apply to these CPU kernels, which then contract as the CPU programs'.
 EMU_CPU_KERNELS := $(BUILD)/asan/kernel_instances.o
--include $(sort $(wildcard $(EMU_DIR)/*.d $(BUILD)/emu/*.d))
+-include $(wildcard $(BUILD)/emu/*.d)
 $(EMU_DIR)/dev/%: dev/cuda/%.cu $(EMU_LIB) $(EMU_CPU_KERNELS) $(EMU_HEADERS) $(wildcard dev/cuda/*.cuh dev/cuda/attention_candidates/*.cuh)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(CPU_KERNELS_INCLUDE) -x c++ $< -x none $(EMU_CPU_KERNELS) $(EMU_LIB) -o $@ \

@@ -361,9 +361,9 @@ def build_mutant(name, root):
         (d / path).write_text(text.replace(old, new))
     reuse_emulator_objects(d)
     # ASan (MUTANT_SAN) without UBSan: every mutant's expected failure is the check's, the emulation's or
-    # ASan's (MUTANTS), none is UBSan's, and UBSan at -O1 makes the lab's compile ~2.5x slower; -O0: the
-    # attention lab compiles in ~14 s instead of ~39 s, and the mutants' one-shape checks stay short;
-    # -g0: ~12 s instead of ~15 (no expected report names a line)
+    # ASan's (MUTANTS), none is UBSan's, and UBSan at -O1 makes the lab's compile ~2.5x slower; -O0: a
+    # third of -O1's compile for the attention lab, and the mutants' one-shape checks stay short; -g0: a
+    # fifth less (no expected report names a line); the attention lab then takes ~11 CPU-s (MUTANT_SAN)
     b = subprocess.run(["make", "-C", str(d), "CI=true", f"EMU_SAN={MUTANT_SAN}", "EMU_OPT=-O0", "EMU_DEBUG=-g0",
                         target],
                        capture_output=True, text=True, timeout=1200)

@@ -14,6 +14,7 @@
 #include "llmc/app/train_config.h"
 #include "llmc/app/validate.h"
 #include "llmc/core/error.h"
+#include "llmc/core/model_config.h"
 #include "llmc/core/params.h"
 #include "llmc/io/json_text.h"
 #include "test/fuzz/fuzz_common.h"

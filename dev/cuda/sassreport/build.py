@@ -37,13 +37,14 @@ def production_cubins(repo: Path, build_dir: Path, nvcc: str) -> list:
 
 
 def launch_probe(repo: Path, build_dir: Path, cxx: str, cuda_include) -> Path:
-    """The probe binary: launch_probe.cu compiled by the host compiler as the emulated build compiles
-    the same headers (the Makefile's EMU_CXXFLAGS without the sanitizers; docs/emulation.md). It prints
-    constants of the launchers' host code only, so no device code is built (nvcc's compile of it spent
-    ~30 CPU-s in cicc on the headers' kernels, which the probe never launches)."""
+    """The probe binary: launch_probe.cu compiled by the host compiler through the device emulation's
+    headers (of the emulated build's flags, EMU_CXXFLAGS, the ones that select them: -DLLMC_EMULATE, the
+    emulation's include folder and its cuda_runtime.h; at -O0, without sanitizers or OpenMP;
+    docs/emulation.md). It prints constants of the launchers' host code only, so no device code is built
+    (nvcc's compile of it spent ~30 CPU-s in cicc on the headers' kernels, which the probe never launches)."""
     src = Path(__file__).with_name("launch_probe.cu")
     out = build_dir / "launch_probe"
-    if _stale(out, [src] + _headers(repo) + [p for p in (repo / "dev" / "emu").rglob("*.h")]):
+    if _stale(out, [src] + _headers(repo) + [p for p in (repo / "dev" / "emu").rglob("*") if p.suffix in (".h", ".inc")]):
         find_program(cxx, "install a C++ compiler")
         build_dir.mkdir(parents=True, exist_ok=True)
         cuda = [f"-I{cuda_include}"] if cuda_include else []

@@ -5,8 +5,8 @@
 // Kernels whose block size is a literal inside a launcher are not listed (the report says so).
 // Shape-dependent sizes are printed for the paper model (C 192, NH 6) and GPT-2 124M (C 768, NH 12).
 // Built by the host compiler through the device emulation's headers (dev/cuda/sassreport/build.py: the
-// emulated build's flags without the sanitizers; docs/emulation.md) and run on the host: no device code
-// is built, run or read, and no GPU is needed.
+// emulated build's -DLLMC_EMULATE and include folder, at -O0, without sanitizers; docs/emulation.md) and
+// run on the host: no device code is built, run or read, and no GPU is needed.
 #include <cstdio>
 
 #include "llmc/cuda/attention_decode.cuh"
