@@ -231,6 +231,12 @@ def test_bad_dump_flags_fail_cleanly(trained, data, tmp_path, extra, drop, expec
 # ---------------------------------------------------------------------------------------------
 # scripts/plot_attention.py
 
+# The tests of plot_attention.py run on one variant's dumps: it reads the model's window, heads and global
+# heads and the run's near from config.json, the same in every variant (the dumps themselves are checked
+# per variant above); running them per variant tripled ~35 s of plotting and refusals.
+ONE_VARIANT = pytest.mark.parametrize("trained", ["plain"], indirect=True)
+
+
 @pytest.fixture(scope="module")
 def dumps(trained, data, tmp_path_factory):
     """The eval directory of every head's dump (and the run's config.json)."""
@@ -255,6 +261,7 @@ def check_png(path):
     assert img[..., :3].std() > 0.05  # not a blank canvas
 
 
+@ONE_VARIANT
 def test_plot_attention_pngs_and_near_mass(dumps, tmp_path):
     run_dir, eo = dumps
     out = tmp_path / "png"
@@ -285,6 +292,7 @@ def test_plot_attention_pngs_and_near_mass(dumps, tmp_path):
     assert nm < 1.0
 
 
+@ONE_VARIANT
 def test_plot_attention_refuses_bad_input(dumps, tmp_path):
     run_dir, eo = dumps
     conf = ["--config", run_dir / "config.json"]
@@ -324,6 +332,7 @@ def test_plot_attention_refuses_bad_input(dumps, tmp_path):
     refused([eo / "attn_L0_H0.npy", "--window", 0, "--global-heads", G, "--heads", NH], "--window 0")
 
 
+@ONE_VARIANT
 def test_eval_json_names_the_model_absolute_and_a_relative_one_is_not_trusted(dumps, data, tmp_path):
     """eval.json records -e as an absolute path, so plot_attention finds the right run from any directory;
     a relative "model" (eval.json of older versions) is relative to an unknown directory: not taken (here it
@@ -351,6 +360,7 @@ def test_eval_json_names_the_model_absolute_and_a_relative_one_is_not_trusted(du
     assert p.returncode == 1 and len(err) == 1 and "give --config" in err[0], (p.stdout, p.stderr)
 
 
+@ONE_VARIANT
 def test_plot_attention_flags_that_differ_from_the_dumps_model_say_so(dumps, tmp_path):
     """The flags win over the dumps' own model (a what-if view), but labelled a local head "global" without a
     word while a --config of the same values is refused: now one note names each flag that differs."""
@@ -364,6 +374,7 @@ def test_plot_attention_flags_that_differ_from_the_dumps_model_say_so(dumps, tmp
     assert "note:" not in p.stderr, p.stderr
 
 
+@ONE_VARIANT
 def test_plot_attention_takes_the_model_the_dump_names(dumps, tmp_path):
     """eval.json beside the dumps names the checkpoint, whose run's config.json describes the model: it is used
     without --config, and a --config of another model is refused; a dump without eval.json uses --config with a
