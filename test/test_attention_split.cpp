@@ -26,9 +26,26 @@ bool tiles_meet(int qt, int kt, int BQ, int BK, int T, bool local, int P) {
     return false;
 }
 
+// The enumerations make millions of checks. Each is a plain test first: only a failing one goes
+// through Catch2, which evaluates it again (the conditions have no side effects) and reports its
+// operands with `where` as the INFO context; a passing one costs no assertion machinery (a REQUIRE and
+// an INFO per check were two thirds of the first case's 10 s under ASan + UBSan).
+#define REQUIRE_AT(where, ...)    \
+    do {                          \
+        if (!(__VA_ARGS__)) {     \
+            INFO(where);          \
+            REQUIRE(__VA_ARGS__); \
+        }                         \
+    } while (0)
+
+// A geometry and its chunk size S or run length R, as the failure reports name it.
+#define GEOM(g, what, n)                                                                                          \
+    "T=" << (g).T << " P=" << (g).P << " BQ=" << (g).BQ << " BK=" << (g).BK << ((g).local ? " local" : " global") \
+         << ((g).by_key ? " by key" : " by query") << " " what "=" << (n)
+
 void check_split(const llmc::AttnSplitGeom& g, int S) {
-    INFO("T=" << g.T << " P=" << g.P << " BQ=" << g.BQ << " BK=" << g.BK << (g.local ? " local" : " global")
-              << (g.by_key ? " by key" : " by query") << " S=" << S);
+#define AT_GEOM GEOM(g, "S", S)
+#define AT_ITEM AT_GEOM << " item " << y << " -> outer " << it.outer << " chunk " << it.j
     const int n_outer = g.n_outer(), n_inner = g.n_inner();
     // chunk boundaries: multiples of S from inner tile 0 for a query tile's loop, from the end for a key tile's
     const int z = g.by_key ? (S - n_inner % S) % S : 0;
@@ -42,8 +59,8 @@ void check_split(const llmc::AttnSplitGeom& g, int S) {
                 expected.insert({o, (i + z) / S});
             }
     const llmc::AttnSplitKind kind = llmc::attn_split_kind(g, S, 1, 1, g.local ? 0 : 1);
-    REQUIRE(kind.chunk == S);
-    REQUIRE(kind.items == (int)expected.size());
+    REQUIRE_AT(AT_GEOM, kind.chunk == S);
+    REQUIRE_AT(AT_GEOM, kind.items == (int)expected.size());
 
     std::set<std::pair<int, int>> seen;
     std::set<int> slots;
@@ -51,48 +68,50 @@ void check_split(const llmc::AttnSplitGeom& g, int S) {
     int prev_o = -1, prev_j = -1;
     for (int y = 0; y < kind.items; y++) {
         const llmc::AttnSplitItem it = llmc::attn_split_decode(g, y, S);
-        INFO("item " << y << " -> outer " << it.outer << " chunk " << it.j);
-        REQUIRE(expected.count({it.outer, it.j}) == 1);
-        REQUIRE(seen.insert({it.outer, it.j}).second);
-        REQUIRE(llmc::attn_split_item(g, it.outer, it.j, S) == y);
+        REQUIRE_AT(AT_ITEM, expected.count({it.outer, it.j}) == 1);
+        const bool first_time = seen.insert({it.outer, it.j}).second;
+        REQUIRE_AT(AT_ITEM, first_time);
+        REQUIRE_AT(AT_ITEM, llmc::attn_split_item(g, it.outer, it.j, S) == y);
         // chunk-major order; within a chunk query tiles descending, key tiles ascending
         if (it.j == prev_j) {
-            REQUIRE((g.by_key ? it.outer == prev_o + 1 : it.outer == prev_o - 1));
+            REQUIRE_AT(AT_ITEM, (g.by_key ? it.outer == prev_o + 1 : it.outer == prev_o - 1));
         } else {
-            REQUIRE(it.j > prev_j);
+            REQUIRE_AT(AT_ITEM, it.j > prev_j);
         }
         prev_o = it.outer;
         prev_j = it.j;
         const int ib = meets[it.outer].front(), ie = meets[it.outer].back() + 1;
-        REQUIRE(it.inner_begin < it.inner_end);
-        REQUIRE(it.inner_begin >= ib);
-        REQUIRE(it.inner_end <= ie);
-        REQUIRE(it.inner_begin >= it.j * S - z);
-        REQUIRE(it.inner_end <= (it.j + 1) * S - z);
-        REQUIRE(it.j_first == (ib + z) / S);
-        REQUIRE(it.chunks == (ie - 1 + z) / S - (ib + z) / S + 1);
+        REQUIRE_AT(AT_ITEM, it.inner_begin < it.inner_end);
+        REQUIRE_AT(AT_ITEM, it.inner_begin >= ib);
+        REQUIRE_AT(AT_ITEM, it.inner_end <= ie);
+        REQUIRE_AT(AT_ITEM, it.inner_begin >= it.j * S - z);
+        REQUIRE_AT(AT_ITEM, it.inner_end <= (it.j + 1) * S - z);
+        REQUIRE_AT(AT_ITEM, it.j_first == (ib + z) / S);
+        REQUIRE_AT(AT_ITEM, it.chunks == (ie - 1 + z) / S - (ib + z) / S + 1);
         // a split outer tile's chunks each own one partial slot of the head, [0, slots)
         if (it.chunks > 1) {
             const int slot = llmc::attn_split_slot(g, it.outer, it.j, S);
-            REQUIRE(slot >= 0);
-            REQUIRE(slot < kind.slots);
-            REQUIRE(slots.insert(slot).second);
+            REQUIRE_AT(AT_ITEM, slot >= 0);
+            REQUIRE_AT(AT_ITEM, slot < kind.slots);
+            const bool slot_unused = slots.insert(slot).second;
+            REQUIRE_AT(AT_ITEM, slot_unused);
         }
         // a global head's loops start (query tile) or end (key tile) at the same tile, so only loops
         // longer than S are cut
-        if (!g.local && ie - ib <= S) REQUIRE(it.chunks == 1);
-        REQUIRE(it.j >= it.j_first);
-        REQUIRE(it.j < it.j_first + it.chunks);
+        if (!g.local && ie - ib <= S) REQUIRE_AT(AT_ITEM, it.chunks == 1);
+        REQUIRE_AT(AT_ITEM, it.j >= it.j_first);
+        REQUIRE_AT(AT_ITEM, it.j < it.j_first + it.chunks);
         for (int i = it.inner_begin; i < it.inner_end; i++) covered[it.outer][i]++;
     }
-    REQUIRE((int)slots.size() == kind.slots);  // every slot used
+    REQUIRE_AT(AT_GEOM, (int)slots.size() == kind.slots);  // every slot used
     // every outer tile's inner tiles covered exactly once, nothing else
     for (int o = 0; o < n_outer; o++)
         for (int i = 0; i < n_inner; i++) {
-            INFO("outer " << o << " inner " << i);
             const bool in = std::find(meets[o].begin(), meets[o].end(), i) != meets[o].end();
-            REQUIRE(covered[o][i] == (in ? 1 : 0));
+            REQUIRE_AT(AT_GEOM << " outer " << o << " inner " << i, covered[o][i] == (in ? 1 : 0));
         }
+#undef AT_ITEM
+#undef AT_GEOM
 }
 
 }  // namespace
@@ -169,8 +188,8 @@ namespace {
 // starts before the previous one's last tile (the kernels keep two inner tiles), and then the runs
 // cover every outer tile once, consecutive and ascending within a run, query tiles' runs from the end.
 void check_runs(const llmc::AttnSplitGeom& g, int R) {
-    INFO("T=" << g.T << " P=" << g.P << " BQ=" << g.BQ << " BK=" << g.BK << (g.local ? " local" : " global")
-              << (g.by_key ? " by key" : " by query") << " R=" << R);
+#define AT_GEOM GEOM(g, "R", R)
+#define AT_RUN AT_GEOM << " run " << y << ": outer tiles [" << it.outer << ", " << end << ")"
     const int n_outer = g.n_outer(), n_inner = g.n_inner();
     std::vector<int> lo(n_outer, n_inner), hi(n_outer, -1);  // brute-force inner range [lo, hi]
     for (int o = 0; o < n_outer; o++)
@@ -182,45 +201,46 @@ void check_runs(const llmc::AttnSplitGeom& g, int R) {
             }
     bool walkable = true;  // along the walk the inner tiles never decrease, two outer tiles share <= 1
     for (int o = 0; o + 1 < n_outer; o++) walkable &= lo[o + 1] >= hi[o] && lo[o + 1] >= lo[o];
-    REQUIRE(llmc::attn_run_allowed(g) == walkable);
+    REQUIRE_AT(AT_GEOM, llmc::attn_run_allowed(g) == walkable);
 
     // not split (one chunk of all inner tiles), runs forced to R
     const llmc::AttnSplitKind k = llmc::attn_split_kind(g, n_inner, 1, 1, g.local ? 0 : 1, R);
-    REQUIRE(k.slots == 0);
+    REQUIRE_AT(AT_GEOM, k.slots == 0);
     if (!walkable || R == 1) {
-        REQUIRE(k.run == 1);
-        REQUIRE(k.items == n_outer);
+        REQUIRE_AT(AT_GEOM, k.run == 1);
+        REQUIRE_AT(AT_GEOM, k.items == n_outer);
         return;
     }
-    REQUIRE(k.run == R);
-    REQUIRE(k.items == (n_outer + R - 1) / R);
+    REQUIRE_AT(AT_GEOM, k.run == R);
+    REQUIRE_AT(AT_GEOM, k.items == (n_outer + R - 1) / R);
     std::vector<int> seen(n_outer, 0);
     for (int y = 0; y < k.items; y++) {
         const llmc::AttnSplitItem it = llmc::attn_run_decode(g, y, R);
         const int end = llmc::attn_run_hi(g, y, R);
-        INFO("run " << y << ": outer tiles [" << it.outer << ", " << end << ")");
-        REQUIRE(it.outer == llmc::attn_run_lo(g, y, R));
-        REQUIRE(it.outer < end);
-        REQUIRE(end - it.outer <= R);
+        REQUIRE_AT(AT_RUN, it.outer == llmc::attn_run_lo(g, y, R));
+        REQUIRE_AT(AT_RUN, it.outer < end);
+        REQUIRE_AT(AT_RUN, end - it.outer <= R);
         // full runs, the short one at the end of the walk order (the first query tiles, the last key tiles)
-        if (g.by_key ? end < n_outer : it.outer > 0) REQUIRE(end - it.outer == R);
-        REQUIRE(it.inner_begin == lo[it.outer]);
-        REQUIRE(it.inner_end == hi[it.outer] + 1);
-        REQUIRE(it.chunks == 1);
-        REQUIRE(it.j == 0);
-        REQUIRE(it.j_first == 0);
+        if (g.by_key ? end < n_outer : it.outer > 0) REQUIRE_AT(AT_RUN, end - it.outer == R);
+        REQUIRE_AT(AT_RUN, it.inner_begin == lo[it.outer]);
+        REQUIRE_AT(AT_RUN, it.inner_end == hi[it.outer] + 1);
+        REQUIRE_AT(AT_RUN, it.chunks == 1);
+        REQUIRE_AT(AT_RUN, it.j == 0);
+        REQUIRE_AT(AT_RUN, it.j_first == 0);
         for (int o = it.outer; o < end; o++) {
             seen[o]++;
-            REQUIRE(g.inner_begin(o) == lo[o]);
-            REQUIRE(g.inner_end(o) == hi[o] + 1);
+            REQUIRE_AT(AT_RUN, g.inner_begin(o) == lo[o]);
+            REQUIRE_AT(AT_RUN, g.inner_end(o) == hi[o] + 1);
         }
         // query tiles' runs from the end (the unsplit grid's longest-first order), key tiles' from the start
         if (y > 0) {
             const llmc::AttnSplitItem prev = llmc::attn_run_decode(g, y - 1, R);
-            REQUIRE((g.by_key ? it.outer == llmc::attn_run_hi(g, y - 1, R) : end == prev.outer));
+            REQUIRE_AT(AT_RUN, (g.by_key ? it.outer == llmc::attn_run_hi(g, y - 1, R) : end == prev.outer));
         }
     }
-    for (int o = 0; o < n_outer; o++) REQUIRE(seen[o] == 1);
+    for (int o = 0; o < n_outer; o++) REQUIRE_AT(AT_GEOM << " outer " << o, seen[o] == 1);
+#undef AT_RUN
+#undef AT_GEOM
 }
 
 }  // namespace
