@@ -148,7 +148,18 @@ echo "gpu_check: commit $GPU_CHECK_COMMIT, device ${device:-NONE FOUND}, CUDA_AR
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "commit: $GPU_CHECK_COMMIT"
     echo "nvcc: $(nvcc --version 2>/dev/null | tail -1)"
-    echo "torch: $($PY -c 'import torch; print(torch.__version__, torch.version.cuda)' 2>/dev/null || echo none)"
+    # torch's torch/version.py read alone (what torch.__version__ and torch.version.cuda give), without
+    # importing torch (~3.5 CPU-s a call); where that file cannot be read alone, the import
+    echo "torch: $($PY -c 'import importlib.util as u, os
+try:
+    s = u.find_spec("torch")
+    v = u.spec_from_file_location("torch_version", os.path.join(s.submodule_search_locations[0], "version.py"))
+    m = u.module_from_spec(v)
+    v.loader.exec_module(m)
+except Exception:
+    import torch as t
+    m = t.version
+print(m.__version__, m.cuda)' 2>/dev/null || echo none)"
     nvidia-smi 2>&1 || echo "nvidia-smi failed: no GPU"
 } >"$work/logs/environment.log"
 

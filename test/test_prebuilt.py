@@ -266,6 +266,19 @@ def test_gpu_check_build_stage_installs_or_builds(tmp_path, true_bin, matching):
         assert "prebuilt programs not used: built from other sources" in log, log
         assert "gpu-targets" in calls.read_text() and not (clone / "train_gpt2_ls").exists()
     assert (clone / "build" / "sources.digest").read_text().strip() == digest(clone) + " sm90"
+    # the environment log names torch's version (read from torch/version.py, not imported: ~3.5 CPU-s a call)
+    env_log = (clone / "build" / "gpu_check" / "logs" / "environment.log").read_text()
+    try:
+        from importlib import metadata
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = None
+    torch_line = [ln for ln in env_log.splitlines() if ln.startswith("torch: ")]
+    assert len(torch_line) == 1, env_log
+    if torch_version is None:
+        assert torch_line[0] == "torch: none", env_log
+    else:  # the package's version, then its local tag (+cu132) and CUDA version where it has them
+        assert torch_line[0].startswith(f"torch: {torch_version}") and len(torch_line[0].split()) == 3, env_log
 
 
 def test_a_later_call_rebuilds_when_the_tree_changed(tmp_path, true_bin):
