@@ -432,8 +432,9 @@ def test_pdl_launches_every_step_kernel_programmatic_with_the_same_bits(varied_d
     # --eval-only (no step markers: the emulator's launch lines, LLMC_EMU_VERBOSE, say how each kernel ran)
     evals = {}
     for pdl in (0, 1):
+        # 4 batches, not all 62 (--eval-only's default): every batch runs the same kernels
         args = ["--device", "cuda", "--eval-only", "-e", str(outs[0] / "model_00000004.bin"), "-j",
-                f"{varied_data}/val_*.bin", "-b", "2", "-t", "32", "--threads", "2", "--pdl", str(pdl)]
+                f"{varied_data}/val_*.bin", "-b", "2", "-t", "32", "-m", "4", "--threads", "2", "--pdl", str(pdl)]
         p = subprocess.run([str(EMU_TRAIN)] + args, cwd=REPO, capture_output=True, text=True, timeout=600,
                            env=dict(ENV, LLMC_EMU_VERBOSE="1"))
         assert p.returncode == 0, p.stderr[-3000:]
