@@ -132,6 +132,8 @@ def test_table_and_reduction():
     (["--prompts", "4096,2048"], "--prompts 4096,2048: give the lengths ascending, each once"),
     (["--prompts", "2048,2048"], "--prompts 2048,2048: give the lengths ascending, each once"),
     (["--contexts", "32"], "--contexts: each context must exceed --steps 32"),
+    (["--max-seq-len", "64", "--contexts", "40", "--prompts", "16,100"], "--prompts '16,100': give comma-separated lengths in 1..64"),
+    (["--vocab", "0"], "--max-seq-len and --vocab must be >= 1"),
 ])
 def test_bad_lengths_are_refused_before_any_work(tmp_path, capsys, args, expect):
     """Refused by argparse (exit 2, the error's line) before a checkpoint is written or a binary runs."""
@@ -139,3 +141,17 @@ def test_bad_lengths_are_refused_before_any_work(tmp_path, capsys, args, expect)
         gl.main(["--out", str(tmp_path / "o"), "--skip-torch", "--binary", "/nonexistent"] + args)
     assert e.value.code == 2 and expect in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_max_seq_len_and_vocab_size_the_models(tmp_path, capsys):
+    """--max-seq-len and --vocab give the models' position rows and vocabulary: in the checkpoint each
+    variant writes (its header) and in the JSON's config; the window stays the variant's while below them."""
+    out = tmp_path / "o"
+    assert gl.main(["--out", str(out), "--skip-ours", "--skip-torch", "--variants", "mhsa,ls-p50", "--prompts", "16",
+                    "--contexts", "40", "--steps", "2", "--max-seq-len", "64", "--vocab", "300"]) == 0
+    res = json.loads((out / "generate_latency.json").read_text())["results"]
+    for v, window in (("mhsa", 64), ("ls-p50", 50)):
+        c = res[v]["config"]
+        assert (c["max_seq_len"], c["vocab_size"], c["padded_vocab_size"], c["window"]) == (64, 300, 384, window), c
+        cfg, _, _ = checkpoint.read_model(str(out / "work" / f"{v}.bin"))
+        assert (cfg.max_seq_len, cfg.vocab_size) == (64, 300)

@@ -5,12 +5,14 @@ same size, ours (generate_gpt2_ls --device cuda --bench) side by side with PyTor
 
   python3 dev/bench/generate_latency.py --out DIR [--binary ./generate_gpt2_ls] [--batch 4]
         [--prompts 2048,4096,8192,16384] [--contexts 1024,2048,4096,8192,16384] [--steps 32] [--repeats 5]
-        [--skip-ours] [--ours-sides ours,graph] [--skip-torch]
+        [--skip-ours] [--ours-sides ours,graph] [--skip-torch] [--max-seq-len 16384] [--vocab 50257]
   /usr/bin/python3 dev/bench/generate_latency.py --self-test     (CPU, torch >= 1.13: the torch decoder)
 
 Model: the paper's small model (L 6, NH 6, C 192, hd 32), max_seq_len 16384, GPT-2 vocabulary
 (V 50257), random GPT-2-style weights (written once per variant as a checkpoint under DIR/work, the
 same weights for both sides). Variants: mhsa (G = NH), ls-p50 (G = 1, P = 50), ls-p100 (G = 1, P = 100).
+--max-seq-len and --vocab shrink the models' position and token embeddings for a run whose lengths are
+short (the emulated run of scripts/gpu_check.sh: a 16M-parameter model took most of its ~18 s there).
 
 Ours: generate_gpt2_ls --bench (one JSON object): prefill at each T = kv_begin + the ordinary forward of
 (B, T) + filling the cache, the logits of each prompt's last position left on the device, median of
@@ -472,14 +474,14 @@ def self_test():
 
 
 # ---------------------------------------------------------------------------------------- main
-def lengths(ap, flag, text):
+def lengths(ap, flag, text, max_len):
     """'2048,4096' -> [2048, 4096]: positive lengths up to the models' max_seq_len, else ap.error (one line)."""
     try:
         out = [int(x) for x in text.split(",")]
     except ValueError:
         out = []
-    if not out or not all(0 < x <= BASE["max_seq_len"] for x in out):
-        ap.error(f"{flag} '{text}': give comma-separated lengths in 1..{BASE['max_seq_len']} (the models' "
+    if not out or not all(0 < x <= max_len for x in out):
+        ap.error(f"{flag} '{text}': give comma-separated lengths in 1..{max_len} (the models' "
                  "max_seq_len), e.g. 2048,4096")
     return out
 
@@ -503,14 +505,20 @@ def main(argv=None):
                     help="also the per-kernel profile of a prefill and of decode steps on each of our sides "
                          "(--bench-profile, after the timings): in the JSON, and its tables in work/")
     ap.add_argument("--skip-torch", action="store_true")
+    ap.add_argument("--max-seq-len", type=int, default=BASE["max_seq_len"],
+                    help="the models' max_seq_len (rows of the position embedding)")
+    ap.add_argument("--vocab", type=int, default=BASE["vocab_size"], help="the models' vocabulary")
     ap.add_argument("--self-test", action="store_true")
     args = ap.parse_args(argv)
     if args.self_test:
         return self_test()
     if not args.out:
         ap.error("--out DIR is required")
-    args.contexts = lengths(ap, "--contexts", args.contexts)
-    args.prompts = lengths(ap, "--prompts", args.prompts)
+    if args.max_seq_len < 1 or args.vocab < 1:
+        ap.error("--max-seq-len and --vocab must be >= 1")
+    base = dict(BASE, max_seq_len=args.max_seq_len, vocab_size=args.vocab)
+    args.contexts = lengths(ap, "--contexts", args.contexts, base["max_seq_len"])
+    args.prompts = lengths(ap, "--prompts", args.prompts, base["max_seq_len"])
     if args.prompts != sorted(set(args.prompts)):
         ap.error(f"--prompts {','.join(map(str, args.prompts))}: give the lengths ascending, each once (a prefill "
                  "keeps the buffers of a longer one before it, so its memory reading would be the longer one's)")
@@ -531,7 +539,7 @@ def main(argv=None):
     os.makedirs(work, exist_ok=True)
     results, failed = {}, False
     for v in variants:
-        cfg = variant_config(v)
+        cfg = variant_config(v, base)
         flat = random_params(cfg, seed=1)
         ckpt = os.path.join(work, f"{v}.bin")
         checkpoint.write_model(ckpt, cfg, flat)
