@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>  // std::allocator_arg (the fibers' preallocated stacks)
 #include <string>
 #include <vector>
 
