@@ -155,3 +155,15 @@ def test_max_seq_len_and_vocab_size_the_models(tmp_path, capsys):
         assert (c["max_seq_len"], c["vocab_size"], c["padded_vocab_size"], c["window"]) == (64, 300, 384, window), c
         cfg, _, _ = checkpoint.read_model(str(out / "work" / f"{v}.bin"))
         assert (cfg.max_seq_len, cfg.vocab_size) == (64, 300)
+
+
+def test_a_max_seq_len_below_the_torch_check_is_refused_unless_torch_is_skipped(tmp_path, capsys):
+    """The torch side checks its decoder on a prompt and 24 decode steps (67 + 24 positions for MHSA, 2P + 3
+    + 24 for LS): a --max-seq-len below that is refused up front (argparse, exit 2), not found by the check."""
+    with pytest.raises(SystemExit) as e:
+        gl.main(["--out", str(tmp_path / "o"), "--binary", "/nonexistent", "--variants", "mhsa,ls-p50", "--prompts",
+                 "16", "--contexts", "40", "--max-seq-len", "100"])
+    assert e.value.code == 2
+    assert "--max-seq-len 100: the torch side's check of ls-p50 runs 127 positions" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+    assert gl.torch_check_length(gl.variant_config("mhsa")) == 91

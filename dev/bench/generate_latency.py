@@ -12,7 +12,8 @@ Model: the paper's small model (L 6, NH 6, C 192, hd 32), max_seq_len 16384, GPT
 (V 50257), random GPT-2-style weights (written once per variant as a checkpoint under DIR/work, the
 same weights for both sides). Variants: mhsa (G = NH), ls-p50 (G = 1, P = 50), ls-p100 (G = 1, P = 100).
 --max-seq-len and --vocab shrink the models' position and token embeddings for a run whose lengths are
-short (the emulated run of scripts/gpu_check.sh: a 16M-parameter model took most of its ~18 s there).
+short (the emulated run of scripts/gpu_check.sh: a 16M-parameter model took most of its ~18 s there);
+with the torch side, max_seq_len must hold its decoder check (torch_check_length), else it is refused.
 
 Ours: generate_gpt2_ls --bench (one JSON object): prefill at each T = kv_begin + the ordinary forward of
 (B, T) + filling the cache, the logits of each prompt's last position left on the device, median of
@@ -107,6 +108,19 @@ def random_params(cfg, seed=0):
             std = 0.02 / math.sqrt(2 * cfg.num_layers) if name in ("attprojw", "fcprojw") else 0.02
             parts.append((rng.standard_normal(n) * std).astype(np.float32))
     return np.concatenate(parts)
+
+
+# The torch decoder's check before timing: a prompt of torch_check_prompt(cfg) positions, then
+# TORCH_CHECK_STEPS decode steps (the local heads' ring wrapped); the model's max_seq_len must hold both.
+TORCH_CHECK_STEPS = 24
+
+
+def torch_check_prompt(cfg):
+    return 67 if cfg.global_heads == cfg.num_heads else 2 * cfg.window + 3
+
+
+def torch_check_length(cfg):
+    return torch_check_prompt(cfg) + TORCH_CHECK_STEPS
 
 
 def kv_cache_bytes(cfg, B, max_len, elem_bytes=2):
@@ -384,10 +398,10 @@ def torch_side(cfg, flat, args):
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
         # the check: a short sequence, the local heads' ring wrapped (T0 + steps > P); without local heads
-        # there is no ring (and 2 * window would pass max_seq_len)
-        T0 = 67 if all_global else 2 * cfg.window + 3
+        # there is no ring (and 2 * window would pass max_seq_len); main() refuses a max_seq_len below it
+        T0, steps = torch_check_prompt(cfg), TORCH_CHECK_STEPS
         with sdpa_kernel(decode_backends):
-            worst, n = check_decoder(model, lambda B, L: TorchDecoder(model, B, L, attend), 2, T0, 24, 2e-2, gen)
+            worst, n = check_decoder(model, lambda B, L: TorchDecoder(model, B, L, attend), 2, T0, steps, 2e-2, gen)
         side["check"] = {"worst_rel_err": worst, "comparisons": n, "tol": 2e-2, "ok": worst <= 2e-2}
         B, V = args.batch, cfg.vocab_size
         side["prefill"] = {}
@@ -535,6 +549,12 @@ def main(argv=None):
     for v in variants:
         if v not in VARIANTS:
             ap.error(f"unknown variant '{v}' (have {', '.join(VARIANTS)})")
+    if not args.skip_torch:
+        for v in variants:
+            need = torch_check_length(variant_config(v, base))
+            if need > base["max_seq_len"]:
+                ap.error(f"--max-seq-len {base['max_seq_len']}: the torch side's check of {v} runs {need} positions; "
+                         f"give --max-seq-len {need} or more, or --skip-torch")
     work = os.path.join(args.out, "work")
     os.makedirs(work, exist_ok=True)
     results, failed = {}, False
