@@ -291,3 +291,6 @@ TEST_CASE("the chosen runs: kAttnRunTiles at most, a wave of blocks at least, no
     // run = 1 (the default): none
     REQUIRE(llmc::attn_split_kind(llmc::AttnSplitGeom{2048, 64, 64, 50, true, true}, 0, 16, 6, 1).run == 1);
 }
+
+#undef GEOM
+#undef REQUIRE_AT

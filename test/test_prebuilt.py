@@ -9,6 +9,7 @@ import io
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -238,7 +239,9 @@ def gpu_check_clone(tmp_path):
 
 def gpu_check(clone, fake, calls, part, **extra):
     env = {k: v for k, v in os.environ.items() if k not in MAKE_ENV}
-    env.update(PATH=f"{fake}:{env['PATH']}", MAKE_CALLS=str(calls), GPU_CHECK_COMMIT="test", **extra)
+    # PYTHON: this interpreter, whose packages the environment log's check reads
+    env.update(PATH=f"{fake}:{env['PATH']}", MAKE_CALLS=str(calls), GPU_CHECK_COMMIT="test", PYTHON=sys.executable,
+               **extra)
     return subprocess.run(["bash", "scripts/gpu_check.sh", "--part", part, "--out", str(clone / "out")], cwd=clone,
                           capture_output=True, text=True, timeout=300, env=env)
 
@@ -277,7 +280,7 @@ def test_gpu_check_build_stage_installs_or_builds(tmp_path, true_bin, matching):
     assert len(torch_line) == 1, env_log
     if torch_version is None:
         assert torch_line[0] == "torch: none", env_log
-    else:  # the package's version, then its local tag (+cu132) and CUDA version where it has them
+    else:  # the package's version (with its local tag, +cu132), then torch.version.cuda
         assert torch_line[0].startswith(f"torch: {torch_version}") and len(torch_line[0].split()) == 3, env_log
 
 
