@@ -296,13 +296,14 @@ def test_a_later_call_rebuilds_when_the_tree_changed(tmp_path, true_bin):
     gpu_check(clone, fake, calls, "sanitize")  # no compute-sanitizer here: its step fails after ensure_bf16
     assert not calls.exists()  # the same sources: nothing built
     flops = clone / "llmc" / "core" / "flops.h"
-    mtime = flops.stat().st_mtime
+    old = flops.stat().st_mtime - 10
     flops.write_text(flops.read_text() + "\n")
-    os.utime(flops, (mtime, mtime))  # as old as before: make's own rule would not see the change
+    os.utime(flops, (old, old))  # older than the clone: make's own rule would not see the change
     p = gpu_check(clone, fake, calls, "sanitize")
     assert "gpu-targets" in calls.read_text()
-    # and the build saw the change: the file was touched before make, which decides by times
-    assert flops.stat().st_mtime > mtime + 1 and "1 source file(s) changed since the last build here" in p.stderr
+    # and the build saw the change: the file was touched (to now, past the clone) before make, which decides by
+    # times (a margin from the clone's time of its own: the calls before take well under a second)
+    assert flops.stat().st_mtime > old + 5 and "1 source file(s) changed since the last build here" in p.stderr
 
 
 def test_a_failed_build_removes_the_programs_it_did_not_remake(tmp_path, true_bin):
