@@ -67,7 +67,12 @@ def test_a_record_never_sets_the_thread_count(byte_data, tmp_path):
         p = run_in(REPO, args, env)
         assert p.stdout.startswith("train_gpt2_ls | device cpu (3 threads, "), (args, p.stdout[:200])
     p = run_in(REPO, ["--config", old, "-o", tmp_path / "c", "-x", 1], env)
-    assert f"note: config file {old}: threads=1 is not taken" in p.stderr, p.stderr
+    assert f"note: config file {old}: threads=1 is not taken: --threads describes the machine" in p.stderr, p.stderr
+    pdl = tmp_path / "pdl.toml"
+    pdl.write_text(toml + "pdl=1\n")  # each machine flag's note names that flag
+    p = run_in(REPO, ["--config", pdl, "-o", tmp_path / "e", "-x", 1], env)
+    assert f"note: config file {pdl}: pdl=1 is not taken: --pdl describes the machine" in p.stderr, p.stderr
+    assert json.loads((tmp_path / "e" / "config.json").read_text())["train"]["pdl"] == 0
     p = run_in(REPO, ["--config", old, "-o", tmp_path / "d", "-x", 1, "--threads", 2], env)
     assert p.stdout.startswith("train_gpt2_ls | device cpu (2 threads, ")
 

@@ -55,7 +55,7 @@ public:
     std::string file;                        // the --config path, named in errors (set before parsing)
     std::vector<std::string> known_names;    // every option's names without dashes (CLI11 checks the rest)
     std::vector<std::string> suggestions;    // the configurable flags' long names, for "did you mean"
-    std::vector<std::string> machine_names;  // the Machine rows' long names (--device, --threads): skipped
+    std::vector<std::string> machine_names;  // the Machine rows' long names (--device, --pdl, ...): skipped
     const CLI::App* app = nullptr;           // the parser: which flags the command line gave (set before parsing)
     mutable std::string record_path;         // `file` once it was read as a run's config.json; "" otherwise
     mutable std::vector<std::string> taken;  // long names of the flags the file sets and the command line does not
@@ -106,9 +106,9 @@ public:
                 note_taken(opt);
             } else
                 std::fprintf(stderr,
-                             "note: config file %s: %s=%s is not taken: --device and --threads describe the "
-                             "machine, not the run; give them on the command line\n",
-                             file.c_str(), it.name.c_str(), it.inputs.front().c_str());
+                             "note: config file %s: %s=%s is not taken: --%s describes the machine, not the run; "
+                             "give it on the command line\n",
+                             file.c_str(), it.name.c_str(), it.inputs.front().c_str(), it.name.c_str());
         }
         return kept;
     }
