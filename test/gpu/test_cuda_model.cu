@@ -55,7 +55,7 @@
 #include "llmc/io/checkpoint.h"
 #include "llmc/cpu/gpt2_cpu.h"
 #include "llmc/cuda/backend_entry.h"
-#include "llmc/cuda/device_info.cuh"
+#include "llmc/cuda/device_peak.h"
 #include "llmc/core/error.h"
 #include "llmc/core/init.h"
 #include "llmc/core/params.h"
