@@ -24,8 +24,10 @@
    matrix order of .x4 in its ldmatrix, a missing cp.async.wait_group in the cp.async test kernel,
    the emulated ex2 without its flush of subnormal results, the emulated tanh.approx with twice
    the ISA's error, the emulated redux.sync.or without lane 31, the emulated griddepcontrol.wait
-   without its record and griddep_begin without its wait), builds the emulated lab or test from the mutated copy (with ASan but not its stack checks, without UBSan: no mutant's failure is a stack access or UBSan's) and expects its
-   check to fail in the stated way. Nothing broken is committed.
+   without its record and griddep_begin without its wait), builds the emulated lab or test from the mutated copy and expects its
+   check to fail in the stated way. The mutated sources compile with ASan's runtime but without its
+   access checks, except the out-of-bounds store, whose expected failure is ASan's report (ASan
+   without its stack checks), and without UBSan: no mutant's failure is a stack access or UBSan's. Nothing broken is committed.
 
 Needs the emulated build (`make emu`, part of `make test`); a missing binary is a failure.
 """
@@ -325,6 +327,21 @@ def reuse_emulator_objects(d):
 # blocks, caught as heap-buffer-overflow), and at -O0, where every local lives on the stack, it was a
 # third of the attention lab's compile (16 -> 11 CPU-s)
 MUTANT_SAN = "-fsanitize=address --param=asan-stack=0 -fno-omit-frame-pointer"
+# The other mutants fail in their check or in the emulation's own rules: ASan without any access
+# checks (reads, writes, globals, stack), which keeps its runtime and the fiber annotations the
+# emulator's objects (compiled with ASan) pair with theirs (dev/emu/block.h: __SANITIZE_ADDRESS__;
+# without -fsanitize=address at all the first fiber switch fails), at the compile time of no
+# sanitizer (the attention lab 16.9 -> 10.7 CPU-s here; their checks run faster too).
+MUTANT_SAN_NO_CHECKS = ("-fsanitize=address --param=asan-stack=0 --param=asan-instrument-reads=0 "
+                        "--param=asan-instrument-writes=0 --param=asan-globals=0 -fno-omit-frame-pointer")
+# The mutants whose expected failure is ASan's report, built with MUTANT_SAN; the control too, as the
+# strictest of the mutants' builds.
+ASAN_MUTANTS = {"out-of-bounds-store"}
+
+
+def mutant_san(name):
+    """EMU_SAN of a mutant's build (CONTROL: the control's)."""
+    return MUTANT_SAN if name in ASAN_MUTANTS or name == CONTROL else MUTANT_SAN_NO_CHECKS
 
 
 # The control: the attention lab unmutated, built as the mutants are, run with each argument list of
@@ -360,12 +377,12 @@ def build_mutant(name, root):
         assert text.count(old) == 1, f"{name}: the code to mutate is not in {path} exactly once; update the mutation"
         (d / path).write_text(text.replace(old, new))
     reuse_emulator_objects(d)
-    # ASan (MUTANT_SAN) without UBSan: every mutant's expected failure is the check's, the emulation's or
-    # ASan's (MUTANTS), none is UBSan's, and UBSan at -O1 makes the lab's compile ~2.5x slower; -O0: a
-    # third of -O1's compile for the attention lab, and the mutants' one-shape checks stay short; -g0: a
-    # fifth less (no expected report names a line); the attention lab then takes ~11 CPU-s (MUTANT_SAN)
-    b = subprocess.run(["make", "-C", str(d), "CI=true", f"EMU_SAN={MUTANT_SAN}", "EMU_OPT=-O0", "EMU_DEBUG=-g0",
-                        target],
+    # ASan with or without its access checks (mutant_san), never UBSan: every mutant's expected failure is the
+    # check's, the emulation's or ASan's (MUTANTS), none is UBSan's, and UBSan at -O1 makes the lab's
+    # compile ~2.5x slower; -O0: a third of -O1's compile for the attention lab, and the mutants'
+    # one-shape checks stay short; -g0: a fifth less (no expected report names a line)
+    b = subprocess.run(["make", "-C", str(d), "CI=true", f"EMU_SAN={mutant_san(name)}", "EMU_OPT=-O0",
+                        "EMU_DEBUG=-g0", target],
                        capture_output=True, text=True, timeout=1200)
     if b.returncode != 0:
         return d, b, None
@@ -384,6 +401,13 @@ def test_mutant_build_compiles_without_ubsan():
     cmd = [ln for ln in p.stdout.replace("\\\n", " ").splitlines() if " -o " + LAB in ln]
     assert len(cmd) == 1, p.stdout
     assert "undefined" not in cmd[0] and "-fsanitize=address" in cmd[0] and "-lubsan" in cmd[0].split(), cmd[0]
+
+
+def test_only_the_asan_mutants_build_with_asan():
+    """ASAN_MUTANTS are exactly the mutants whose expected failure is ASan's report."""
+    asan_reported = {n for n, m in MUTANTS.items() if "heap-buffer-overflow" in m[5] or "AddressSanitizer" in m[5]}
+    assert asan_reported == ASAN_MUTANTS
+    assert mutant_san(CONTROL) == MUTANT_SAN and mutant_san("missing-syncthreads") == MUTANT_SAN_NO_CHECKS
 
 
 def test_emulated_trainer_links_the_backend_first():
