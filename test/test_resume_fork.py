@@ -32,6 +32,25 @@ def assert_same_steps(ref, other, steps):
             assert a[s][key] == b[s][key], f"step {s}: {key} {a[s][key]} != {b[s][key]}"
 
 
+def test_a_changed_total_under_a_decaying_schedule_is_said_with_both_rates(byte_data, tmp_path):
+    """-x sets where cosine's decay ends: a resume with another -x says the next step's rate under the new
+    total and the old one, and the schedule now; the metrics carry the new rate."""
+    out = tmp_path / "run"
+    cosine = [a for a in COMMON]
+    cosine[cosine.index("constant")] = "cosine"
+    run(data_args(byte_data) + cosine + ["-o", out, "-x", 4])
+    p = run(["-o", out, "-y", 1, "-x", 8, "--threads", 1])
+    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
+    assert notes[0] == "note: resuming at step 4 with --max-steps 8 (was 4)", notes
+    # update 4 (step 5): min_lr 2e-4 past the end of -x 4; under -x 8, p = 4/7 of the decay
+    now = 2e-4 + (2e-3 - 2e-4) * 0.5 * (1 + __import__("math").cos(__import__("math").pi * 4 / 7))
+    assert notes[1] == (f"note: the learning rate follows -x 8: step 5's is {now:.2e} (2.00e-04 with -x 4); "
+                        "cosine: no warmup, 2.00e-03 from step 1, decay over steps 1-8 to 2.00e-04 (-q 0.1)"), notes
+    assert abs(train_losses(out)[5]["lr"] - now) < 1e-9
+    p = run(["-o", out, "-y", 1, "-x", 10, "-n", 0, "--threads", 1, "-k", "constant"])  # no decay: no such note
+    assert "the learning rate follows" not in p.stderr
+
+
 def test_plain_resume_uses_the_record_and_a_change_becomes_history(byte_data, tmp_path):
     full, part = tmp_path / "full", tmp_path / "part"
     run(data_args(byte_data) + COMMON + ["-o", full, "-x", 10, "-n", 6])

@@ -212,6 +212,27 @@ inline ScheduleConfig schedule_config(const TrainConfig& cfg, int max_steps) {
     return s;
 }
 
+// A continued run (-y 1, --fork-from) whose -x differs from its record's takes the learning rate of every
+// later step from the new total (cosine, linear and wsd decay over the run): when that changes the
+// next step's rate, the note that says so, with both rates and the schedule now, e.g. "note: the learning
+// rate follows -x 193: step 192's is 6.00e-05 (2.28e-04 with -x 300); cosine: warmup 10 steps to
+// 6.00e-04, decay over steps 11-193 to 6.00e-05 (-q 0.1)"; "" otherwise (-x -1's total has its own note).
+inline std::string lr_total_change_note(const TrainConfig& cfg, const RunPlan& p) {
+    if (!p.resume || p.start_step() >= p.max_steps) return "";
+    for (const SettingChange& c : cfg.record_changes) {
+        if (c.flag != "--max-steps" || !c.old_value.is_number_integer() || cfg.max_steps <= 0) continue;
+        const int was = c.old_value.get<int>(), next = p.start_step();  // next: the next update's index
+        if (was <= 0) continue;
+        const float now_lr = learning_rate(p.schedule, next), was_lr = learning_rate(schedule_config(cfg, was), next);
+        if (now_lr == was_lr) return "";
+        char text[160];
+        std::snprintf(text, sizeof text, "note: the learning rate follows -x %d: step %d's is %.2e (%.2e with -x %d); ",
+                      p.max_steps, next + 1, (double)now_lr, (double)was_lr, was);
+        return text + describe_schedule(p.schedule);
+    }
+    return "";
+}
+
 // Flags given (on the command line or by a --config TOML preset) that the run's other settings make do
 // nothing: one note each, not an error, as a preset may carry them for another run. -q and
 // --wsd-decay-frac with a schedule that does not use them (llmc/train/schedule.h); --temperature when the

@@ -320,6 +320,8 @@ inline void open_outputs(RunOutputs& o, const TrainConfig& cfg, const RunPlan& p
         write_run_record(out, run_config_json(cfg, plan, model), config_toml, cfg, plan.resume ? plan.start_step() : -1,
                          plan.start_step() < plan.max_steps, plan.epoch.value_or(EpochSteps{}),
                          near_unset_text(plan.model.window, model.backend->name()));
+    const std::string lr_note = lr_total_change_note(cfg, plan);
+    if (!lr_note.empty()) std::fprintf(stderr, "%s\n", lr_note.c_str());
     if (plan.resume) {  // drop records the interrupted run wrote after its checkpoint (a fork forked again: all)
         const int keep_through = cfg.refork ? -1 : plan.start_step();
         truncate_jsonl_after_step(out + "/metrics.jsonl", keep_through);
