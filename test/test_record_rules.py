@@ -195,6 +195,10 @@ def test_a_run_resumes_from_another_directory(byte_data, tmp_path):
     # trial 5 finding 12: the 0/1 flags are integers (llm.c's -y 1); a word is "0 or 1", not "in digits"; a code
     # review: in the words of the flag's range check (-y 2), not in other words for a value that is not an integer
     (["--bias", "false"], "error: --bias must be 0 or 1 (got false)"),
+    # trial 6: an on/off flag's value after a space was "not expected: false", naming no fix
+    (["--untie-embeddings", "false"], "error: --untie-embeddings false: an on/off flag takes its value after '=' "
+     "(--untie-embeddings=false); --untie-embeddings alone is on"),
+    (["--qk-norm", "0"], "error: --qk-norm 0: an on/off flag takes its value after '=' (--qk-norm=0)"),
     (["--shuffle", "false"], "error: --shuffle must be 0 or 1 (got false)"),
     (["-y", "true"], "error: -y/--resume must be 0 or 1 (got true); -y 1 resumes the run in -o"),
     (["-y", "1.0"], "error: -y/--resume must be 0 or 1 (got 1.0); -y 1 resumes the run in -o"),

@@ -5,6 +5,7 @@
 //   llm.c's "-h 1" (HellaSwag there; CLI11 prints the help and exits 0);
 //   a one-letter flag with '=' ("-m=1": CLI11 reads the value "=1");
 //   a glob the shell expanded ("-i d/train_*.bin" unquoted: CLI11 names one "argument not expected");
+//   an on/off flag's value after a space ("--qk-norm false": CLI11 says "not expected: false");
 //   --config naming a directory or no file (CLI11: "was not readable (missing?)").
 // argv_mistake finds all but the last from argv alone: alike on every rank of a launch (a glob's paths
 // are looked at, but a rank that does not see them refuses the same command through CLI11).
@@ -111,6 +112,31 @@ inline std::string stray_arguments_error(const std::string& option, const std::s
            " 'DIR/train_*.bin') so that the trainer reads the pattern";
 }
 
+// Whether `word` is a value of an on/off flag (CLI11's: true/false, on/off, yes/no, enable/disable, t/f,
+// y/n, +/-, an integer), any case.
+inline bool on_off_word(std::string word) {
+    for (char& ch : word) ch = (char)std::tolower((unsigned char)ch);
+    static const char* const words[] = {"true",    "false", "on", "off", "yes", "no", "enable",
+                                        "disable", "t",     "f",  "y",   "n",   "+",  "-"};
+    for (const char* w : words)
+        if (word == w) return true;
+    size_t digits = word.size() > 1 && (word[0] == '+' || word[0] == '-') ? 1 : 0;
+    if (digits == word.size()) return false;
+    for (; digits < word.size(); digits++)
+        if (!std::isdigit((unsigned char)word[digits])) return false;
+    return true;
+}
+
+// The error for an on/off flag `flag` (as typed) followed by `next`, a value of such a flag after a space
+// ("--qk-norm false": CLI11 would say "not expected: false"), "" otherwise.
+inline std::string on_off_value_error(const CLI::App& app, const std::string& flag, const std::string& next) {
+    const CLI::Option* opt = app.get_option_no_throw(flag);
+    if (opt == nullptr || opt->get_expected_min() != 0 || opt->get_lnames().empty() || !on_off_word(next)) return "";
+    const std::string name = "--" + opt->get_lnames().front();
+    return flag + " " + next + ": an on/off flag takes its value after '=' (" + name + "=" + next + "); " + flag +
+           " alone is on";
+}
+
 // The error for a --config path that is a directory or does not exist ("" when it is a file or empty).
 inline std::string config_path_error(const std::string& path) {
     std::error_code ec;
@@ -152,6 +178,10 @@ inline std::string argv_mistake(const CLI::App& app, int argc, const char* const
                        "), which this trainer has no counterpart of; drop it (llm.c's flags and ours: "
                        "docs/from_llmc.md)";
         if (a.find('=') != std::string::npos || (a[1] != '-' && a.size() > 2)) continue;  // value attached
+        if (i + 1 < argc) {
+            const std::string on_off = on_off_value_error(app, a, argv[i + 1]);
+            if (!on_off.empty()) return on_off;
+        }
         const CLI::Option* opt = app.get_option_no_throw(a);
         if (opt != nullptr && opt->get_expected_min() > 0 && i + 1 < argc) {
             value_of = a;
