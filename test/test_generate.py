@@ -431,6 +431,10 @@ def test_text_prompt_refused_for_other_tokenizers(tmp_path):
      "--sp-model encodes --prompt or --prompt-file text, and --prompt-ids gives the ids: drop --sp-model"),
     (["-e", "CKPT", "--prompt-ids", ""], "--prompt-ids '' gives no ids: pass ids (e.g. '50256,464'), or drop "
      "--prompt-ids for the tokenizer's EOT"),
+    # a new-user trial: CLI11's "not expected: 40 --top_k" named no fix; the trainer's "did you mean" here too
+    (["-e", "CKPT", "--top_k", "40"], "error: unknown flag --top_k; did you mean --top-k?"),
+    (["-e", "CKPT", "--temprature", "0.5", "--topk", "3"],
+     "error: unknown flag --temprature; did you mean --temperature? (also unknown: --topk)"),
 ])
 def test_text_prompt_bad_input_fails_with_one_line(model, args, expect):
     ckpt, tok = model

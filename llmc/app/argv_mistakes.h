@@ -20,6 +20,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "llmc/app/flag_suggest.h"
+
 namespace llmc {
 
 // One of llm.c's train_gpt2.cu flags of more than one letter and what does its job here ("" for
@@ -135,6 +137,23 @@ inline std::string on_off_value_error(const CLI::App& app, const std::string& fl
     const std::string name = "--" + opt->get_lnames().front();
     return flag + " " + next + ": an on/off flag takes its value after '=' (" + name + "=" + next + "); " + flag +
            " alone is on";
+}
+
+// The error line for arguments CLI11 did not expect (its ExtrasError `what`, after `app` parsed): the
+// first unknown flag by name, with its "did you mean" among `flag_names` (did_you_mean) or the pointer
+// to --help, and any other unknown flags after it: "unknown flag --min_lr; did you mean
+// --final-lr-frac? (...)". CLI11's own line ("not expected: 6e-5 --min_lr") lists the flag's value
+// before it. Without an unknown flag (only stray values), CLI11's line.
+inline std::string unknown_flag_error(const CLI::App& app, const std::string& what,
+                                      const std::vector<std::string>& flag_names) {
+    std::vector<std::string> unknown;  // as typed, without "=value"
+    for (const std::string& arg : app.remaining())
+        if (looks_like_option(arg)) unknown.push_back(arg.substr(0, arg.find('=')));
+    if (unknown.empty()) return what + "; run with --help for the flags";
+    const std::string hint = did_you_mean(unknown[0], flag_names);
+    std::string line = "unknown flag " + unknown[0] + (hint.empty() ? "; run with --help for the flags" : hint);
+    for (size_t i = 1; i < unknown.size(); i++) line += (i == 1 ? " (also unknown: " : ", ") + unknown[i];
+    return line + (unknown.size() > 1 ? ")" : "");
 }
 
 // The error for a --config path that is a directory or does not exist ("" when it is a file or empty).

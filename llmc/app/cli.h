@@ -120,7 +120,7 @@ public:
         } catch (const CLI::FileError&) {  // CLI11 could not open the --config file (config_path_error saw a file)
             return fail("--config " + config_file_->file + ": not readable; check its permissions", ErrorSource::Files);
         } catch (const CLI::ExtrasError& e) {
-            return fail(unknown_flag_error(e.what()), ErrorSource::Argv);
+            return fail(unknown_flag_error(app_, e.what(), flag_names_), ErrorSource::Argv);
         } catch (const CLI::ConversionError& e) {
             return fail(conversion_error(app_, int_ranges_, e.what()), ErrorSource::Argv);
         } catch (const CLI::ParseError& e) {
@@ -227,22 +227,6 @@ private:
             else if (a.rfind("--config=", 0) == 0) path = a.substr(9);
         }
         return path;
-    }
-
-    // The error line for arguments CLI11 did not expect (its ExtrasError `what`): the first unknown flag
-    // by name, with its "did you mean" (did_you_mean) or the pointer to --help, and any other unknown
-    // flags after it: "unknown flag --min_lr; did you mean --final-lr-frac? (...)". CLI11's own line
-    // ("not expected: 6e-5 --min_lr") lists the flag's value before it. Without an unknown flag (only
-    // stray values), CLI11's line.
-    std::string unknown_flag_error(const std::string& what) const {
-        std::vector<std::string> unknown;  // as typed, without "=value"
-        for (const std::string& arg : app_.remaining())
-            if (looks_like_option(arg)) unknown.push_back(arg.substr(0, arg.find('=')));
-        if (unknown.empty()) return what + "; run with --help for the flags";
-        const std::string hint = did_you_mean(unknown[0], flag_names_);
-        std::string line = "unknown flag " + unknown[0] + (hint.empty() ? "; run with --help for the flags" : hint);
-        for (size_t i = 1; i < unknown.size(); i++) line += (i == 1 ? " (also unknown: " : ", ") + unknown[i];
-        return line + (unknown.size() > 1 ? ")" : "");
     }
 
     // Sets every option not given (on the command line or by --config) from `values`, as a config file
