@@ -221,6 +221,29 @@ class _RollbackFailed(PrepareError):
     """commit_out could not restore --out: the work directory holds the earlier files and is kept."""
 
 
+def _tokenizer_of(meta_path):
+    """(tokenizer, vocab_size) of a meta.json, or None when it is missing or unreadable."""
+    try:
+        with open(meta_path) as f:
+            meta = json.load(f)
+        return meta.get("tokenizer"), meta.get("vocab_size")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def replaced_tokenizer_note(out, work):
+    """The note for a data set in --out tokenized otherwise (another tokenizer or vocabulary) than the one
+    about to replace it, "" otherwise: runs trained on the earlier one refuse the new one (their data
+    identity), so the replacement is said."""
+    old = _tokenizer_of(os.path.join(out, "meta.json"))
+    new = _tokenizer_of(os.path.join(work, "meta.json"))
+    if old is None or new is None or old == new:
+        return ""
+    return (f"note: --out {out} held a data set of tokenizer {old[0]} (vocabulary {old[1]}), now replaced by "
+            f"{new[0]} (vocabulary {new[1]}): runs trained on the earlier one refuse this one (their data identity); "
+            f"prepare into another --out to keep both")
+
+
 @contextlib.contextmanager
 def building(out):
     """with building(out) as work: write the data set into work. On success it replaces --out's earlier data
@@ -230,7 +253,10 @@ def building(out):
     keep = False
     try:
         yield work
+        note = replaced_tokenizer_note(out, work)
         commit_out(work, out)
+        if note:
+            print(note, file=sys.stderr)
     except _RollbackFailed:
         keep = True
         raise

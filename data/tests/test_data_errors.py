@@ -320,6 +320,22 @@ def test_success_replaces_only_the_scripts_files(earlier):
     assert now_beside == sorted(beside + ["fresh"])
 
 
+def test_replacing_a_data_set_of_another_vocabulary_is_said(earlier):
+    """A new-user trial prepared PG-19 again at another --vocab-size into the --out its runs used: replaced
+    without a word. Another vocabulary gets one note naming both; the same one none."""
+    src, out, _ = earlier
+    same = run_prepare("--dataset", "text", "--source", src, "--out", out, "--tokenizer", "sp", "--vocab-size", 340,
+                       "--workers", 1)
+    assert "note:" not in same.stderr, same.stderr
+    other = run_prepare("--dataset", "text", "--source", src, "--out", out, "--tokenizer", "sp", "--vocab-size", 330,
+                        "--workers", 1)
+    notes = [ln for ln in other.stderr.splitlines() if ln.startswith("note:")]
+    assert notes == [f"note: --out {out} held a data set of tokenizer sp (vocabulary 340), now replaced by sp "
+                     "(vocabulary 330): runs trained on the earlier one refuse this one (their data identity); "
+                     "prepare into another --out to keep both"], other.stderr
+    assert json.loads((out / "meta.json").read_text())["vocab_size"] == 330
+
+
 def test_misspelled_flag_is_named(tmp_path):
     """argparse reports missing required flags before unknown ones: --datset must still be named."""
     for args in (["--datset", "text", "--out", tmp_path / "out"],
