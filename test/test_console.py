@@ -160,5 +160,10 @@ def test_pruned_checkpoints_are_named_and_a_new_keep_on_resume_says_what_it_dele
     # the same K again: pruning goes on, named step by step, with no new note
     c = run(args + ["-x", 12, "-y", 1])
     assert "existing checkpoint" not in c.stderr, c.stderr
+    # a new-user trial: "keeps the newest 1 checkpoints"; one checkpoint and one step in the singular
+    d = run(args + ["-x", 14, "-y", 1, "--keep-checkpoints", 1])
+    notes = [ln for ln in d.stderr.splitlines() if "existing checkpoint" in ln]
+    assert notes == [f"note: --keep-checkpoints 1 (was 2) keeps the newest checkpoint: the next save deletes 2 "
+                     f"of the 2 existing checkpoints in {out} (steps 10, 12)"], d.stderr
     assert [ln for ln in c.stderr.splitlines() if ln.startswith("pruned ")] == \
         ["pruned checkpoint of step 8 (--keep-checkpoints 2)"], c.stderr

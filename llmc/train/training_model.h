@@ -159,10 +159,13 @@ inline std::string keep_checkpoints_note(const TrainConfig& cfg, const RunPlan& 
         if (doomed.empty()) return "";
         std::string steps;
         for (const int s : doomed) steps += (steps.empty() ? "" : ", ") + std::to_string(s);
-        return "note: --keep-checkpoints " + std::to_string(keep) + " (was " + std::to_string(was) +
-               ") keeps the newest " + std::to_string(keep) + " checkpoints: the next save deletes " +
-               std::to_string(doomed.size()) + " of the " + std::to_string(complete_steps(cfg.output_dir).size()) +
-               " existing checkpoints in " + cfg.output_dir + " (steps " + steps + ")";
+        const size_t existing = complete_steps(cfg.output_dir).size();
+        return "note: --keep-checkpoints " + std::to_string(keep) + " (was " + std::to_string(was) + ") keeps " +
+               (keep == 1 ? std::string("the newest checkpoint")
+                          : "the newest " + std::to_string(keep) + " checkpoints") +
+               ": the next save deletes " + std::to_string(doomed.size()) + " of the " + std::to_string(existing) +
+               " existing checkpoint" + (existing == 1 ? "" : "s") + " in " + cfg.output_dir + " (step" +
+               (doomed.size() == 1 ? " " : "s ") + steps + ")";
     }
     return "";
 }
