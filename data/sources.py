@@ -75,8 +75,8 @@ def char_split(path, name, val_fraction):
 
 
 def split_by_file(paths, names, gutenberg, val_fraction, seed):
-    """Documents = files; max(1, round(val_fraction * n)) of them, picked by a permutation drawn from `seed`,
-    are validation. Each split keeps the files in sorted-name order."""
+    """Documents = files (`paths` sorted by the caller); max(1, round(val_fraction * n)) of them, picked by a
+    permutation drawn from `seed`, are validation. Each split keeps the files in that order."""
     n = len(paths)
     if n < 2:
         raise PrepareError(f"a by-file train/val split needs at least 2 files, found {n}; add files to --source")
@@ -134,6 +134,10 @@ def dataset_splits(dataset, sources, val_fraction, seed):
         paths_nonempty = [(p, nm) for p, nm in zip(paths, names) if os.path.getsize(p) > 0]
         if not paths_nonempty:
             raise PrepareError(f"every file in {', '.join(sources)} is empty; pass files with text in them")
+        # sorted by path, as pg19's books: the split (a permutation of the files' indices) must not depend on
+        # the order the files were given in (a new-user trial: valid.txt test.txt and test.txt valid.txt
+        # split the other way round)
+        paths_nonempty.sort()
         paths, names = [p for p, _ in paths_nonempty], [nm for _, nm in paths_nonempty]
         if len(paths) == 1:
             return char_split(paths[0], names[0], val_fraction)
