@@ -237,7 +237,7 @@ def replaced_tokenizer_note(out, work):
     identity), so the replacement is said."""
     old = _tokenizer_of(os.path.join(out, "meta.json"))
     new = _tokenizer_of(os.path.join(work, "meta.json"))
-    if old is None or new is None or old == new:
+    if old is None or new is None or None in old or old == new:  # an earlier meta.json without the keys: no claim
         return ""
     return (f"note: --out {out} held a data set of tokenizer {old[0]} (vocabulary {old[1]}), now replaced by "
             f"{new[0]} (vocabulary {new[1]}): runs trained on the earlier one refuse this one (their data identity); "

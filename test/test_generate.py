@@ -435,6 +435,8 @@ def test_text_prompt_refused_for_other_tokenizers(tmp_path):
     (["-e", "CKPT", "--top_k", "40"], "error: unknown flag --top_k; did you mean --top-k?"),
     (["-e", "CKPT", "--temprature", "0.5", "--topk", "3"],
      "error: unknown flag --temprature; did you mean --temperature? (also unknown: --topk)"),
+    # a review: nanoGPT's training settings without a flag here are the trainer's notes, not the generator's
+    (["-e", "CKPT", "--init_from", "resume"], "error: unknown flag --init_from; run with --help for the flags"),
 ])
 def test_text_prompt_bad_input_fails_with_one_line(model, args, expect):
     ckpt, tok = model

@@ -133,7 +133,9 @@ inline bool on_off_word(std::string word) {
 // ("--qk-norm false": CLI11 would say "not expected: false"), "" otherwise.
 inline std::string on_off_value_error(const CLI::App& app, const std::string& flag, const std::string& next) {
     const CLI::Option* opt = app.get_option_no_throw(flag);
-    if (opt == nullptr || opt->get_expected_min() != 0 || opt->get_lnames().empty() || !on_off_word(next)) return "";
+    if (opt == nullptr || opt == app.get_help_ptr() || opt->get_expected_min() != 0 || opt->get_lnames().empty() ||
+        !on_off_word(next))
+        return "";
     const std::string name = "--" + opt->get_lnames().front();
     return flag + " " + next + ": an on/off flag takes its value after '=' (" + name + "=" + next + "); " + flag +
            " alone is on";
@@ -143,14 +145,15 @@ inline std::string on_off_value_error(const CLI::App& app, const std::string& fl
 // first unknown flag by name, with its "did you mean" among `flag_names` (did_you_mean) or the pointer
 // to --help, and any other unknown flags after it: "unknown flag --min_lr; did you mean
 // --final-lr-frac? (...)". CLI11's own line ("not expected: 6e-5 --min_lr") lists the flag's value
-// before it. Without an unknown flag (only stray values), CLI11's line.
+// before it. Without an unknown flag (only stray values), CLI11's line. `trainer`: nanoGPT's training
+// settings without a flag here get the trainer's note on them (did_you_mean's no_flag_notes).
 inline std::string unknown_flag_error(const CLI::App& app, const std::string& what,
-                                      const std::vector<std::string>& flag_names) {
+                                      const std::vector<std::string>& flag_names, bool trainer = true) {
     std::vector<std::string> unknown;  // as typed, without "=value"
     for (const std::string& arg : app.remaining())
         if (looks_like_option(arg)) unknown.push_back(arg.substr(0, arg.find('=')));
     if (unknown.empty()) return what + "; run with --help for the flags";
-    const std::string hint = did_you_mean(unknown[0], flag_names);
+    const std::string hint = did_you_mean(unknown[0], flag_names, trainer);
     std::string line = "unknown flag " + unknown[0] + (hint.empty() ? "; run with --help for the flags" : hint);
     for (size_t i = 1; i < unknown.size(); i++) line += (i == 1 ? " (also unknown: " : ", ") + unknown[i];
     return line + (unknown.size() > 1 ? ")" : "");

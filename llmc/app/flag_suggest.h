@@ -75,12 +75,14 @@ inline constexpr NanoGptName kNanoGptNames[] = {
     {"wandb-run-name", "", "there is no wandb logging; metrics go to -o DIR/metrics.jsonl; drop it"},
 };
 
-// The kNanoGptNames entry of a name (as normalized_flag_name gives it) whose flag is a candidate (or
-// that has no flag of ours), or null.
-inline const NanoGptName* nanogpt_name(const std::string& normalized, const std::vector<std::string>& candidates) {
+// The kNanoGptNames entry of a name (as normalized_flag_name gives it) whose flag is a candidate (or,
+// with `no_flag_notes`, that has no flag of ours: the trainer's notes), or null.
+inline const NanoGptName* nanogpt_name(const std::string& normalized, const std::vector<std::string>& candidates,
+                                       bool no_flag_notes = true) {
     for (const NanoGptName& alias : kNanoGptNames)
         if (normalized == alias.theirs &&
-            (*alias.ours == '\0' || std::find(candidates.begin(), candidates.end(), alias.ours) != candidates.end()))
+            ((no_flag_notes && *alias.ours == '\0') ||
+             std::find(candidates.begin(), candidates.end(), alias.ours) != candidates.end()))
             return &alias;
     return nullptr;
 }
@@ -107,9 +109,10 @@ inline std::string nearest_flag_name(const std::string& name, const std::vector<
 // "; did you mean --qk-norm?" for the nearest candidate, or "" when none is near; a nanoGPT setting's
 // name (nanogpt_name) gets its flag first, saying so and what differs: "; did you mean --seq-len?
 // (nanoGPT's block_size: ...)", or, without a flag of ours, what to do instead: "; nanoGPT's dropout:
-// this trainer has no dropout ...; drop it".
-inline std::string did_you_mean(const std::string& name, const std::vector<std::string>& candidates) {
-    if (const NanoGptName* alias = nanogpt_name(normalized_flag_name(name), candidates)) {
+// this trainer has no dropout ...; drop it" (only with `no_flag_notes`: they are the trainer's).
+inline std::string did_you_mean(const std::string& name, const std::vector<std::string>& candidates,
+                                bool no_flag_notes = true) {
+    if (const NanoGptName* alias = nanogpt_name(normalized_flag_name(name), candidates, no_flag_notes)) {
         std::string theirs = alias->theirs;
         std::replace(theirs.begin(), theirs.end(), '-', '_');
         if (*alias->ours == '\0') return "; nanoGPT's " + theirs + ": " + alias->note;

@@ -17,7 +17,7 @@
 // record: where the setting is written (FlagRecord)
 //   Both    config.toml and config.json
 //   Toml    config.toml only (--eval-only and its flags: an evaluation writes eval.json instead)
-//   Machine config.json only: the machine the run ran on (--device, --threads), not the experiment;
+//   Machine config.json only: the machine the run ran on (--device, --threads, --cuda-graph, --pdl), not the experiment;
 //           never taken from a file: not by --config (a config.toml that holds it gets a note) nor by
 //           a resumed or forked run from its record (llmc/app/run_record.h)
 //   Launch  neither: a flag of one process or launch (--rank, --fork-from, ...), which --config cannot set

@@ -144,7 +144,7 @@ public:
             std::vector<std::string> names;  // every option's long names, for "did you mean"
             for (const CLI::Option* opt : app_.get_options())
                 for (const std::string& n : opt->get_lnames()) names.push_back(n);
-            std::fprintf(stderr, "error: %s\n", unknown_flag_error(app_, e.what(), names).c_str());
+            std::fprintf(stderr, "error: %s\n", unknown_flag_error(app_, e.what(), names, false).c_str());
             return 1;
         } catch (const CLI::ConversionError& e) {
             std::fprintf(stderr, "error: %s\n", conversion_error(app_, int_ranges_, e.what()).c_str());

@@ -214,21 +214,23 @@ inline ScheduleConfig schedule_config(const TrainConfig& cfg, int max_steps) {
 
 // A continued run (-y 1, --fork-from) whose -x differs from its record's takes the learning rate of every
 // later step from the new total (cosine, linear and wsd decay over the run): when that changes the
-// next step's rate, the note that says so, with both rates and the schedule now, e.g. "note: the learning
-// rate follows -x 193: step 192's is 6.00e-05 (2.28e-04 with -x 300); cosine: warmup 10 steps to
-// 6.00e-04, decay over steps 11-193 to 6.00e-05 (-q 0.1)"; "" otherwise (-x -1's total has its own note).
+// next step's rate (as printed), the note that says so, with both rates under today's other schedule
+// flags and the schedule now, e.g. "note: the learning rate follows -x 193: step 192's is 6.00e-05
+// (2.26e-04 with -x 300); cosine: warmup 10 steps to 6.00e-04, decay over steps 11-193 to 6.00e-05
+// (-q 0.1)"; "" otherwise, and where either total is -x -1's epoch (not compared here).
 inline std::string lr_total_change_note(const TrainConfig& cfg, const RunPlan& p) {
     if (!p.resume || p.start_step() >= p.max_steps) return "";
     for (const SettingChange& c : cfg.record_changes) {
         if (c.flag != "--max-steps" || !c.old_value.is_number_integer() || cfg.max_steps <= 0) continue;
         const int was = c.old_value.get<int>(), next = p.start_step();  // next: the next update's index
         if (was <= 0) continue;
-        const float now_lr = learning_rate(p.schedule, next), was_lr = learning_rate(schedule_config(cfg, was), next);
-        if (now_lr == was_lr) return "";
-        char text[160];
-        std::snprintf(text, sizeof text, "note: the learning rate follows -x %d: step %d's is %.2e (%.2e with -x %d); ",
-                      p.max_steps, next + 1, (double)now_lr, (double)was_lr, was);
-        return text + describe_schedule(p.schedule);
+        char now_lr[32], was_lr[32];  // compared as printed: a change below the note's digits is not said
+        std::snprintf(now_lr, sizeof now_lr, "%.2e", (double)learning_rate(p.schedule, next));
+        std::snprintf(was_lr, sizeof was_lr, "%.2e", (double)learning_rate(schedule_config(cfg, was), next));
+        if (std::string(now_lr) == was_lr) return "";
+        return "note: the learning rate follows -x " + std::to_string(p.max_steps) + ": step " +
+               std::to_string(next + 1) + "'s is " + now_lr + " (" + was_lr + " with -x " + std::to_string(was) +
+               "); " + describe_schedule(p.schedule);
     }
     return "";
 }
