@@ -21,6 +21,7 @@
 #include <CLI/CLI.hpp>
 
 #include "llmc/app/flag_suggest.h"
+#include "llmc/app/on_off_text.h"
 
 namespace llmc {
 
@@ -114,27 +115,12 @@ inline std::string stray_arguments_error(const std::string& option, const std::s
            " 'DIR/train_*.bin') so that the trainer reads the pattern";
 }
 
-// Whether `word` is a value of an on/off flag (CLI11's: true/false, on/off, yes/no, enable/disable, t/f,
-// y/n, +/-, an integer), any case.
-inline bool on_off_word(std::string word) {
-    for (char& ch : word) ch = (char)std::tolower((unsigned char)ch);
-    static const char* const words[] = {"true",    "false", "on", "off", "yes", "no", "enable",
-                                        "disable", "t",     "f",  "y",   "n",   "+",  "-"};
-    for (const char* w : words)
-        if (word == w) return true;
-    size_t digits = word.size() > 1 && (word[0] == '+' || word[0] == '-') ? 1 : 0;
-    if (digits == word.size()) return false;
-    for (; digits < word.size(); digits++)
-        if (!std::isdigit((unsigned char)word[digits])) return false;
-    return true;
-}
-
 // The error for an on/off flag `flag` (as typed) followed by `next`, a value of such a flag after a space
 // ("--qk-norm false": CLI11 would say "not expected: false"), "" otherwise.
 inline std::string on_off_value_error(const CLI::App& app, const std::string& flag, const std::string& next) {
     const CLI::Option* opt = app.get_option_no_throw(flag);
     if (opt == nullptr || opt == app.get_help_ptr() || opt->get_expected_min() != 0 || opt->get_lnames().empty() ||
-        !on_off_word(next))
+        on_off_text(next) < 0)
         return "";
     const std::string name = "--" + opt->get_lnames().front();
     return flag + " " + next + ": an on/off flag takes its value after '=' (" + name + "=" + next + "); " + flag +
@@ -142,13 +128,15 @@ inline std::string on_off_value_error(const CLI::App& app, const std::string& fl
 }
 
 // The error line for arguments CLI11 did not expect (its ExtrasError `what`, after `app` parsed): the
-// first unknown flag by name, with its "did you mean" among `flag_names` (did_you_mean) or the pointer
+// first unknown flag by name, with its "did you mean" among `app`'s long names (did_you_mean) or the pointer
 // to --help, and any other unknown flags after it: "unknown flag --min_lr; did you mean
 // --final-lr-frac? (...)". CLI11's own line ("not expected: 6e-5 --min_lr") lists the flag's value
 // before it. Without an unknown flag (only stray values), CLI11's line. `trainer`: nanoGPT's training
 // settings without a flag here get the trainer's note on them (did_you_mean's no_flag_notes).
-inline std::string unknown_flag_error(const CLI::App& app, const std::string& what,
-                                      const std::vector<std::string>& flag_names, bool trainer = true) {
+inline std::string unknown_flag_error(const CLI::App& app, const std::string& what, bool trainer = true) {
+    std::vector<std::string> flag_names;
+    for (const CLI::Option* opt : app.get_options())
+        for (const std::string& n : opt->get_lnames()) flag_names.push_back(n);
     std::vector<std::string> unknown;  // as typed, without "=value"
     for (const std::string& arg : app.remaining())
         if (looks_like_option(arg)) unknown.push_back(arg.substr(0, arg.find('=')));

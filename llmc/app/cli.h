@@ -91,7 +91,6 @@ public:
             for (const std::string& n : opt->get_lnames()) {
                 config_file_->known_names.push_back(n);
                 if (opt->get_configurable() && n != "config") config_file_->suggestions.push_back(n);
-                flag_names_.push_back(n);
             }
             for (const std::string& n : opt->get_snames()) config_file_->known_names.push_back(n);
         }
@@ -120,7 +119,7 @@ public:
         } catch (const CLI::FileError&) {  // CLI11 could not open the --config file (config_path_error saw a file)
             return fail("--config " + config_file_->file + ": not readable; check its permissions", ErrorSource::Files);
         } catch (const CLI::ExtrasError& e) {
-            return fail(unknown_flag_error(app_, e.what(), flag_names_), ErrorSource::Argv);
+            return fail(unknown_flag_error(app_, e.what()), ErrorSource::Argv);
         } catch (const CLI::ConversionError& e) {
             return fail(conversion_error(app_, int_ranges_, e.what()), ErrorSource::Argv);
         } catch (const CLI::ParseError& e) {
@@ -180,9 +179,8 @@ private:
     CLI::App app_;
     TrainConfig cfg_;
     std::shared_ptr<CheckedConfigFile> config_file_;
-    std::vector<std::string> flag_names_;  // every option's long names, for "did you mean"
-    std::string error_;                    // error()
-    int rank_ = 0, world_size_ = 1;        // set_launch_rank()
+    std::string error_;              // error()
+    int rank_ = 0, world_size_ = 1;  // set_launch_rank()
     enum class ErrorSource { Argv, Files };
     ErrorSource error_source_ = ErrorSource::Argv;  // of error_
     std::vector<IntRange> int_ranges_;              // the integer flags, for conversion_error

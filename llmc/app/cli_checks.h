@@ -16,6 +16,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "llmc/app/on_off_text.h"
+
 namespace llmc {
 
 // `v` without the white space at either end (the set CLI11's config reader trims).
@@ -160,29 +162,16 @@ inline CLI::Validator at_most(long long max) { return integer_bound(max, true); 
 // The value of an on/off flag ("qk-norm=..." in a config file, "--eval-only=..." on the command line)
 // as "true" or "false". CLI11 2.1 reads a flag's value with std::stoll, which stops at the first
 // character that is not a digit, so "eval-only=9'x" meant on, and config.toml kept the text
-// (found by fuzz_config). Accepted: the words CLI11 2.1's to_flag_value knows, true/false, on/off,
-// yes/no, enable/disable, t/f, y/n, +/- (any case), and a whole integer (> 0 is on); the rest is refused.
+// (found by fuzz_config). Accepted after trimming: what on_off_text reads as on or off (CLI11 2.1's words
+// and a whole integer); the rest is refused.
 // An empty value ("--qk-norm=", "qk-norm=" in a file) never gets here: CLI11 reads it as the flag
 // given without a value, on.
 inline CLI::Validator flag_text_check() {
     return CLI::Validator(
         [](std::string& v) {
-            std::string w = trim_space(v);
-            for (char& ch : w) ch = (char)std::tolower((unsigned char)ch);
-            for (const char* on : {"true", "on", "yes", "enable", "t", "y", "+"})
-                if (w == on) {
-                    v = "true";
-                    return std::string();
-                }
-            for (const char* off : {"false", "off", "no", "disable", "f", "n", "-"})
-                if (w == off) {
-                    v = "false";
-                    return std::string();
-                }
-            const size_t digits = !w.empty() && (w[0] == '+' || w[0] == '-') ? 1 : 0;  // after a sign
-            if (digits < w.size() && w.find_first_not_of("0123456789", digits) == std::string::npos) {
-                const bool positive = w[0] != '-' && w.find_first_not_of('0', digits) != std::string::npos;
-                v = positive ? "true" : "false";
+            const int on = on_off_text(trim_space(v));
+            if (on >= 0) {
+                v = on ? "true" : "false";
                 return std::string();
             }
             return std::string("is not a value for an on/off flag; give true or false");

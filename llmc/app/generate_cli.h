@@ -141,10 +141,7 @@ public:
         try {
             app_.parse(argc, argv);
         } catch (const CLI::CallForHelp& e) { return app_.exit(e); } catch (const CLI::ExtrasError& e) {
-            std::vector<std::string> names;  // every option's long names, for "did you mean"
-            for (const CLI::Option* opt : app_.get_options())
-                for (const std::string& n : opt->get_lnames()) names.push_back(n);
-            std::fprintf(stderr, "error: %s\n", unknown_flag_error(app_, e.what(), names, false).c_str());
+            std::fprintf(stderr, "error: %s\n", unknown_flag_error(app_, e.what(), false).c_str());
             return 1;
         } catch (const CLI::ConversionError& e) {
             std::fprintf(stderr, "error: %s\n", conversion_error(app_, int_ranges_, e.what()).c_str());
