@@ -169,6 +169,10 @@ endif
 # dist_flags/dist_libs USE_MPI USE_NCCL: the flags of one combination (auto = what was detected)
 dist_flags = $(if $(filter auto,$(1)),$(MPI_FLAGS)) $(if $(filter auto,$(2)),$(NCCL_FLAGS))
 dist_libs = $(if $(filter auto,$(1)),$(MPI_LIBS)) $(if $(filter auto,$(2)),$(NCCL_LIBS))
+# as_system_includes FLAGS: FLAGS with each -I DIR as -isystem DIR, so that g++ keeps its warnings out of
+# MPI's and NCCL's headers; /usr/include is dropped (a default directory: as -isystem, it moves before
+# libstdc++'s own headers and their #include_next <stdlib.h> fails).
+as_system_includes = $(patsubst -I%,-isystem%,$(filter-out -I/usr/include -I/usr/include/,$(1)))
 DIST_FLAGS := $(call dist_flags,$(USE_MPI),$(USE_NCCL))
 DIST_LIBS := $(call dist_libs,$(USE_MPI),$(USE_NCCL))
 
@@ -186,7 +190,7 @@ MAINS_COMPILER := $(if $(filter 1,$(HOST_BUILD)),$(CXX) $(HOST_BUILD_MARK),$(NVC
 HOST_OPT ?= -O3
 HOST_CXXFLAGS := -std=c++17 $(HOST_OPT) -Wall -Wextra -fopenmp $(INCLUDES)
 # MPI's headers as system headers: Open MPI's C++ bindings warn under -Wextra
-HOST_DIST_FLAGS := $(patsubst -I%,-isystem%,$(call dist_flags,$(USE_MPI),0))
+HOST_DIST_FLAGS := $(call as_system_includes,$(call dist_flags,$(USE_MPI),0))
 # A stamp is remade only when it names another compiler (decided when the Makefile is read), so that
 # `make -n` and `make -q` tell the truth about the programs.
 MAINS_STAMPS := $(BUILD)/compiler-train_gpt2_ls $(BUILD)/compiler-generate_gpt2_ls
@@ -240,7 +244,7 @@ stem_mpi = $(word 1,$(subst -nccl, ,$*))
 stem_nccl = $(word 2,$(subst -nccl, ,$*))
 $(BUILD)/obj/launch_collective-mpi%.o: llmc/app/launch_collective.cpp $(LLMC_HEADERS)
 	@mkdir -p $(dir $@)
-	$(CXX) $(CUDA_PROGRAM_CXXFLAGS) $(patsubst -I%,-isystem%,$(call dist_flags,$(stem_mpi),$(stem_nccl))) -c $< -o $@
+	$(CXX) $(CUDA_PROGRAM_CXXFLAGS) $(call as_system_includes,$(call dist_flags,$(stem_mpi),$(stem_nccl))) -c $< -o $@
 # cuda_link OBJECTS USE_MPI USE_NCCL: the link of a program ($@): its objects, the kernels, the CPU kernel
 # drivers and cuBLASLt's loader, by nvcc
 cuda_link = $(NVCC) $(NVCC_GENCODE) $(1) $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(CUBLASLT_LOADER) \
@@ -317,14 +321,17 @@ $(BUILD)/test_gpu/%: test/gpu/%.cu $(NVCC_CPU_KERNELS) $(LLMC_HEADERS) $(wildcar
 # compiling them again: the programs and these tests share one compilation of the device code. They
 # have no device code of their own, so, as the programs' units, $(CXX) compiles them as host C++
 # (CUDA's headers as system headers; nvcc's two host passes and cicc took twice as long: 29 vs 15
-# CPU-s for test_cuda_generate) and nvcc links them.
+# CPU-s for test_cuda_generate) and nvcc links them. Their object is $(BUILD)/obj/test_gpu/NAME.o; being
+# host code, they take the host flags (HOST_OPT, CUDA_PROGRAM_CXXFLAGS), not NVCCFLAGS.
 BACKEND_ENTRY_TESTS := test_cuda_model test_cuda_attention_probs test_cuda_param_scale test_cuda_generate
 BACKEND_ENTRY_TEST_BINS := $(addprefix $(BUILD)/test_gpu/,$(BACKEND_ENTRY_TESTS))
 $(BACKEND_ENTRY_TEST_BINS): $(BUILD)/test_gpu/%: test/gpu/%.cu $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(LLMC_HEADERS) \
   $(wildcard test/*.h test/gpu/*.cuh)
-	@mkdir -p $(dir $@)
-	$(CXX) $(CUDA_PROGRAM_CXXFLAGS) $(patsubst -I%,-isystem%,$(DIST_FLAGS)) $(CPU_KERNELS_INCLUDE) -x c++ -c $< -o $@.o
-	$(NVCC) $(NVCC_GENCODE) $@.o $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) -o $@ $(CUDA_LIBS) $(DIST_LIBS)
+	@mkdir -p $(dir $@) $(BUILD)/obj/test_gpu
+	$(CXX) $(CUDA_PROGRAM_CXXFLAGS) $(call as_system_includes,$(DIST_FLAGS)) $(CPU_KERNELS_INCLUDE) -x c++ -c $< \
+	  -o $(BUILD)/obj/test_gpu/$*.o
+	$(NVCC) $(NVCC_GENCODE) $(BUILD)/obj/test_gpu/$*.o $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) -o $@ $(CUDA_LIBS) \
+	  $(DIST_LIBS)
 gpu-targets: train_gpt2_ls generate_gpt2_ls $(GPU_LAB_BINS) $(GPU_TEST_BINS)
 
 # The trainer in the other USE_MPI x USE_NCCL combinations (the default build is auto x auto), so a
