@@ -369,6 +369,16 @@ endif
 # can size, which ASan reports for every object) and pointer-overflow (pointer arithmetic that wraps
 # the address space: offsets near 2^63 bytes).
 UBSAN_LEFT_OUT := -fno-sanitize=object-size,pointer-overflow
+# The kernels' sanitized builds (the CPU kernels' object; emulated: the labs, the kernel tests of
+# test/gpu, the emulator's own tests) also leave out ASan's use-after-scope checks, which poison and
+# unpoison every local of every inlined helper at its scope's ends: a third to a half of those
+# compiles (the CPU flash kernels 81 -> 44 CPU-s, the emulated attention lab 101 -> 71; docs/design.md
+# "At stop 82"). Their locals are register values (tile accumulators, fragments) whose address never
+# outlives them; ASan's stack redzones and UBSan's bounds checks stay. Code that runs the kernels from
+# the host keeps them: the emulated backend (an async copy from a local whose scope has ended), the
+# tests of $(BACKEND_ENTRY_TESTS), the trainer's and generator's own units, the emulator's library, the
+# Catch2 units and the fuzzers (a view of a short std::string after its scope is caught by them alone).
+KERNEL_SAN_LEFT_OUT := -fno-sanitize-address-use-after-scope
 
 # --- device emulation (docs/emulation.md): the same .cu/.cuh sources built by the host compiler
 # against dev/emu/ (fibers for threads, warp collectives, mma.sync from the PTX ISA, the
@@ -420,17 +430,18 @@ EMU_CPU_KERNELS := $(BUILD)/asan/kernel_instances.o
 -include $(wildcard $(BUILD)/emu/*.d)
 $(EMU_DIR)/dev/%: dev/cuda/%.cu $(EMU_LIB) $(EMU_CPU_KERNELS) $(EMU_HEADERS) $(wildcard dev/cuda/*.cuh dev/cuda/attention_candidates/*.cuh)
 	@mkdir -p $(dir $@)
-	$(EMU_CXX) $(EMU_CXXFLAGS) $(CPU_KERNELS_INCLUDE) -x c++ $< -x none $(EMU_CPU_KERNELS) $(EMU_LIB) -o $@ \
-	  $(EMU_LDFLAGS)
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(KERNEL_SAN_LEFT_OUT) $(CPU_KERNELS_INCLUDE) -x c++ $< -x none $(EMU_CPU_KERNELS) \
+	  $(EMU_LIB) -o $@ $(EMU_LDFLAGS)
 $(EMU_DIR)/test_gpu/%: test/gpu/%.cu $(EMU_LIB) $(EMU_CPU_KERNELS) $(EMU_HEADERS) $(wildcard test/*.h test/gpu/*.cuh)
 	@mkdir -p $(dir $@)
-	$(EMU_CXX) $(EMU_CXXFLAGS) $(CPU_KERNELS_INCLUDE) $(EMU_NCCL) -x c++ $< -x none $(EMU_TEST_BACKEND) $(EMU_CPU_KERNELS) \
-	  $(EMU_LIB) -o $@ $(EMU_LDFLAGS)
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(KERNEL_SAN_LEFT_OUT) $(CPU_KERNELS_INCLUDE) $(EMU_NCCL) -x c++ $< -x none \
+	  $(EMU_TEST_BACKEND) $(EMU_CPU_KERNELS) $(EMU_LIB) -o $@ $(EMU_LDFLAGS)
 $(addprefix $(EMU_DIR)/test_gpu/,$(BACKEND_ENTRY_TESTS)): private EMU_TEST_BACKEND = $(EMU_DIR)/cuda_backend.o
+$(addprefix $(EMU_DIR)/test_gpu/,$(BACKEND_ENTRY_TESTS)): private KERNEL_SAN_LEFT_OUT :=
 $(addprefix $(EMU_DIR)/test_gpu/,$(BACKEND_ENTRY_TESTS)): $(EMU_DIR)/cuda_backend.o
 $(EMU_DIR)/self/%: dev/emu/tests/%.cu $(EMU_LIB) $(EMU_HEADERS) $(wildcard test/gpu/*.cuh)
 	@mkdir -p $(dir $@)
-	$(EMU_CXX) $(EMU_CXXFLAGS) -x c++ $< -x none $(EMU_LIB) -o $@ $(EMU_LDFLAGS)
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(KERNEL_SAN_LEFT_OUT) -x c++ $< -x none $(EMU_LIB) -o $@ $(EMU_LDFLAGS)
 # The trainer and the generator, emulated: the same .cu files, with --device cuda running the CUDA
 # backend on the emulated device, MPI as detected, NCCL from the emulation (dev/emu/nccl.cpp).
 # Their own translation units are compiled once, into build/emu, for both precisions: they read no
@@ -554,7 +565,7 @@ $(ASAN_TEST_GROUP_OBJ): $(ASAN_DIR)/test/train_loop_group.cpp
 # (also the emulated build's CPU kernels, EMU_CPU_KERNELS above)
 $(ASAN_CPU_KERNELS): llmc/cpu/kernel_instances.cpp
 	@mkdir -p $(dir $@)
-	$(CXX) $(ASAN_CXXFLAGS) -c $< -o $@
+	$(CXX) $(ASAN_CXXFLAGS) $(KERNEL_SAN_LEFT_OUT) -c $< -o $@
 # Catch2's runner (catch.hpp's implementation, no code of ours) at -O0 and without the sanitizers:
 # 10 instead of 29 CPU-s. It comes last on the link line: the linker keeps the first copy of an
 # inline function (catch.hpp's, the standard library's) that several objects emit, and so takes the
