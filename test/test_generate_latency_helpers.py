@@ -132,7 +132,8 @@ def test_table_and_reduction():
     (["--prompts", "4096,2048"], "--prompts 4096,2048: give the lengths ascending, each once"),
     (["--prompts", "2048,2048"], "--prompts 2048,2048: give the lengths ascending, each once"),
     (["--contexts", "32"], "--contexts: each context must exceed --steps 32"),
-    (["--max-seq-len", "64", "--contexts", "40", "--prompts", "16,100"], "--prompts '16,100': give comma-separated lengths in 1..64"),
+    (["--max-seq-len", "64", "--contexts", "40", "--prompts", "16,100"],
+     "--prompts '16,100': give comma-separated lengths in 1..64"),
     (["--vocab", "0"], "--max-seq-len and --vocab must be >= 1"),
 ])
 def test_bad_lengths_are_refused_before_any_work(tmp_path, capsys, args, expect):
