@@ -170,7 +170,7 @@ endif
 dist_flags = $(if $(filter auto,$(1)),$(MPI_FLAGS)) $(if $(filter auto,$(2)),$(NCCL_FLAGS))
 dist_libs = $(if $(filter auto,$(1)),$(MPI_LIBS)) $(if $(filter auto,$(2)),$(NCCL_LIBS))
 # as_system_includes FLAGS: FLAGS with each -I DIR as -isystem DIR, so that g++ keeps its warnings out of
-# MPI's and NCCL's headers; /usr/include is dropped (a default directory: as -isystem, it moves before
+# CUDA's, MPI's and NCCL's headers; /usr/include (nvcc in /usr/bin, NCCL's header there) is dropped (a default directory: as -isystem, it moves before
 # libstdc++'s own headers and their #include_next <stdlib.h> fails).
 as_system_includes = $(patsubst -I%,-isystem%,$(filter-out -I/usr/include -I/usr/include/,$(1)))
 DIST_FLAGS := $(call dist_flags,$(USE_MPI),$(USE_NCCL))
@@ -211,7 +211,8 @@ CUDA_BACKEND_OBJ := $(BUILD)/cuda_backend_$(PRECISION).o
 # llmc/app/launch_collective.cpp, its one unit that USE_MPI and USE_NCCL change, compiled once per
 # combination (launch_collective_obj; MPI's headers as system headers).
 NVCC_CPU_KERNELS := $(BUILD)/obj/kernel_instances_$(PRECISION).o
-CUDA_PROGRAM_CXXFLAGS := $(HOST_CXXFLAGS) -DENABLE_$(PRECISION) -DLLMC_CUDA_BACKEND=1 -isystem $(CUDA_HOME)/include
+CUDA_PROGRAM_CXXFLAGS := $(HOST_CXXFLAGS) -DENABLE_$(PRECISION) -DLLMC_CUDA_BACKEND=1 \
+                         $(call as_system_includes,-I$(CUDA_HOME)/include)
 # cuBLASLt is not linked: $(CUBLASLT_LOADER) defines the functions the programs call and loads the
 # library on the first one (llmc/cuda/cublaslt_loader.cpp), so a start that never reaches the GPU (a
 # --help, a refused flag, a CPU run) does not run its initializers (~0.1 s of CPU each).
@@ -251,7 +252,7 @@ cuda_link = $(NVCC) $(NVCC_GENCODE) $(1) $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS)
 	  -o $@ $(PROGRAM_CUDA_LIBS) $(call dist_libs,$(2),$(3))
 $(CUBLASLT_LOADER): llmc/cuda/cublaslt_loader.cpp
 	@mkdir -p $(dir $@)
-	$(CXX) -std=c++17 -O2 -Wall -Wextra $(INCLUDES) -isystem $(CUDA_HOME)/include \
+	$(CXX) -std=c++17 -O2 -Wall -Wextra $(INCLUDES) $(call as_system_includes,-I$(CUDA_HOME)/include) \
 	  -DLLMC_CUBLASLT_DIR='"$(CUDA_HOME)/lib64"' \
 	  -c $< -o $@
 ifeq ($(HOST_BUILD),1)
@@ -365,12 +366,12 @@ endif
 # Every build with UBSan (the emulated build, build/asan, the fuzzers) leaves out two of its checks,
 # whose work AddressSanitizer already does or no test can reach, and which together were a third of
 # those builds' compile time at -O1 (the emulated backend 114 -> 57 s, the CPU kernels' object 158 ->
-# 80 s, on 2 cores; docs/design.md "CI time"): object-size (an access past the object the compiler
+# 80 s, on 2 cores; docs/design.md "What `make test` spends its time on"): object-size (an access past the object the compiler
 # can size, which ASan reports for every object) and pointer-overflow (pointer arithmetic that wraps
 # the address space: offsets near 2^63 bytes).
 UBSAN_LEFT_OUT := -fno-sanitize=object-size,pointer-overflow
-# The kernels' sanitized builds (the CPU kernels' object; emulated: the labs, the kernel tests of
-# test/gpu, the emulator's own tests) also leave out ASan's use-after-scope checks, which poison and
+# The CPU kernels' object and, emulated, the labs, the tests of test/gpu but $(BACKEND_ENTRY_TESTS) and
+# the emulator's own tests also leave out ASan's use-after-scope checks, which poison and
 # unpoison every local of every inlined helper at its scope's ends: a third to a half of those
 # compiles (the CPU flash kernels 81 -> 44 CPU-s, the emulated attention lab 101 -> 71; docs/design.md
 # "At stop 82"). Their locals are register values (tile accumulators, fragments) whose address never
