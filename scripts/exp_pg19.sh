@@ -562,12 +562,28 @@ relay_notes() {  # relay_notes: the "note:" lines (its header's) of each run thi
   done
 }
 # shellcheck disable=SC2317  # (called by the trap)
-cleanup() {  # on the script's own interruption: stop the trainers it started (by pid), wait for them
-  trap - INT TERM
-  echo "== interrupted: stopping the runs" >&2
+cleanup() {  # on the script's own interruption: stop the trainers it started (by pid), wait for them,
+  trap - INT TERM  # and leave in --results what there is: a device command cut off at its time limit
+  echo "== interrupted: stopping the runs" >&2  # brings back what is under its $OUT
+  cp "$REPORT" "$RESULTS/report.txt" 2> /dev/null || true  # first, should a SIGKILL follow soon
+  tar czf "$RESULTS/logs.tar.gz" -C "$OUT" logs 2> /dev/null || true
   for k in "${!names[@]}"; do stop_run "$k" "the script was interrupted"; done
   for k in "${!names[@]}"; do reap "$k" || true; done
+  local pairs=()
+  for k in "${!names[@]}"; do [[ -s ${dirs[$k]}/metrics.jsonl ]] && pairs+=("${names[$k]}=${dirs[$k]}"); done
+  if [[ ${#pairs[@]} -gt 0 ]]; then
+    pack_runs "${pairs[@]}" || echo "error: packing the run logs failed (scripts/pack_results.py)" >&2
+    cp "$OUT/window.md" "$RESULTS/" 2> /dev/null || true
+  fi
+  echo "== interrupted after $(( $(now) - START )) s: the runs' logs packed in $RESULTS"
+  report_flush
+  cp "$REPORT" "$RESULTS/report.txt" 2> /dev/null || true
+  tar czf "$RESULTS/logs.tar.gz" -C "$OUT" logs 2> /dev/null || true
   exit 130
+}
+pack_runs() {  # pack_runs NAME=DIR...: each run's logs into --results and the window table (pack_results.py)
+  "$PYTHON" "$HERE/pack_results.py" --results "$RESULTS" --runs "$@" --events "$EVENTS" \
+    --table "$OUT/window.md" --max-files "$([[ -n $BUDGET ]] && echo 4 || echo 99)" > /dev/null
 }
 trap cleanup INT TERM
 progress() {  # one line per running run: its newest step line (console.log)
@@ -633,8 +649,7 @@ done
 status=0
 pack_pid=""
 if [[ ${#pairs[@]} -gt 0 ]]; then
-  "$PYTHON" "$HERE/pack_results.py" --results "$RESULTS" --runs "${pairs[@]}" --events "$EVENTS" \
-    --table "$OUT/window.md" --max-files "$([[ -n $BUDGET ]] && echo 4 || echo 99)" > /dev/null &
+  pack_runs "${pairs[@]}" &
   pack_pid=$!
   "$PYTHON" "$HERE/plot_run.py" "${plotted[@]}" --out "$OUT/plots/pg19" --heads max --threshold 50 --formats png \
     > /dev/null || status=1

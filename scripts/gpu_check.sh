@@ -55,6 +55,8 @@
 # NCCL) is SKIPPED (not run, not passed); the exit status is 1 if any step of this call failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# a closed stdin (a launcher may start the command so) as /dev/null: each step passes stdin on (0<&0)
+{ : <&0; } 2> /dev/null || exec < /dev/null
 
 parts=all
 report_dir=""

@@ -14,6 +14,7 @@ import math
 import os
 import shutil
 import subprocess
+import tarfile
 import sys
 from pathlib import Path
 
@@ -621,7 +622,8 @@ def test_exp_pg19_report_copy_is_whole_when_tee_lags(tmp_path):
 
 def test_exp_pg19_sigterm_stops_the_runs(tmp_path):
     """SIGTERM to the script while a run trains: the run is stopped the same way (its step finished and
-    checkpointed, exit 143), no later run starts, and the script exits 130."""
+    checkpointed, exit 143), no later run starts, the results folder holds what was trained (a device command
+    cut off at its time limit brings back what it left), and the script exits 130."""
     need_trainer()
     if not (SHARED / "pg19" / "pg45265.txt").exists():
         pytest.skip(f"no PG-19 books at {SHARED / 'pg19'} (set SHARED_DATA)")
@@ -643,6 +645,13 @@ def test_exp_pg19_sigterm_stops_the_runs(tmp_path):
     assert "mhsa: the script was interrupted" in stdout and "== interrupted: stopping the runs" in stderr
     last = [r["step"] for r in records(metrics) if "loss" in r][-1]
     assert (out / "runs" / "mhsa" / f"DONE_{last:08d}").exists()
+    res = {f.name for f in (out / "results").iterdir()}
+    assert {"report.txt", "logs.tar.gz", "mhsa.tar.gz"} <= res, res
+    with tarfile.open(out / "results" / "mhsa.tar.gz") as t:
+        packed = [m.name for m in t.getmembers()]
+    assert any(n.endswith("metrics.jsonl") for n in packed), packed
+    report = (out / "results" / "report.txt").read_text()
+    assert "== interrupted after " in report and "the runs' logs packed in" in report, report[-2000:]
 
 
 def test_exp_pg19_refuses_data_of_another_vocabulary(tmp_path):
