@@ -436,10 +436,18 @@ $(EMU_DIR)/dev/%: dev/cuda/%.cu $(EMU_LIB) $(EMU_CPU_KERNELS) $(EMU_HEADERS) $(w
 $(EMU_DIR)/test_gpu/%: test/gpu/%.cu $(EMU_LIB) $(EMU_CPU_KERNELS) $(EMU_HEADERS) $(wildcard test/*.h test/gpu/*.cuh)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(KERNEL_SAN_LEFT_OUT) $(CPU_KERNELS_INCLUDE) $(EMU_NCCL) -x c++ $< -x none \
-	  $(EMU_TEST_BACKEND) $(EMU_CPU_KERNELS) $(EMU_LIB) -o $@ $(EMU_LDFLAGS)
-$(addprefix $(EMU_DIR)/test_gpu/,$(BACKEND_ENTRY_TESTS)): private EMU_TEST_BACKEND = $(EMU_DIR)/cuda_backend.o
-$(addprefix $(EMU_DIR)/test_gpu/,$(BACKEND_ENTRY_TESTS)): private KERNEL_SAN_LEFT_OUT :=
-$(addprefix $(EMU_DIR)/test_gpu/,$(BACKEND_ENTRY_TESTS)): $(EMU_DIR)/cuda_backend.o
+	  $(EMU_CPU_KERNELS) $(EMU_LIB) -o $@ $(EMU_LDFLAGS)
+# The tests of $(BACKEND_ENTRY_TESTS), emulated: their own unit is compiled once, into build/emu/obj, for
+# both precisions, as the trainer's (below): they read no ENABLE_* macro (they ask the backend for
+# its precision at run time), and each precision's link takes its own cuda_backend.o, first.
+EMU_ENTRY_TEST_OBJS := $(patsubst %,$(BUILD)/emu/obj/test_gpu/%.o,$(BACKEND_ENTRY_TESTS))
+$(EMU_ENTRY_TEST_OBJS): $(BUILD)/emu/obj/test_gpu/%.o: test/gpu/%.cu $(EMU_HEADERS) $(wildcard test/*.h test/gpu/*.cuh)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(CPU_KERNELS_INCLUDE) $(EMU_NCCL) -x c++ -c $< -o $@
+$(addprefix $(EMU_DIR)/test_gpu/,$(BACKEND_ENTRY_TESTS)): $(EMU_DIR)/test_gpu/%: $(BUILD)/emu/obj/test_gpu/%.o \
+  $(EMU_DIR)/cuda_backend.o $(EMU_CPU_KERNELS) $(EMU_LIB)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_DIR)/cuda_backend.o $< $(EMU_CPU_KERNELS) $(EMU_LIB) -o $@ $(EMU_LDFLAGS)
 $(EMU_DIR)/self/%: dev/emu/tests/%.cu $(EMU_LIB) $(EMU_HEADERS) $(wildcard test/gpu/*.cuh)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(KERNEL_SAN_LEFT_OUT) -x c++ $< -x none $(EMU_LIB) -o $@ $(EMU_LDFLAGS)

@@ -440,27 +440,34 @@ def test_emulated_trainer_links_the_backend_first():
     assert words.index("build/emu-fp32/cuda_backend.o") < words.index("build/emu/train_gpt2_ls.o"), link[0]
 
 
-def test_the_emulator_library_is_one_for_both_precisions():
-    """libemu.a is built once (build/emu) and linked by the FP32 emulated build too: each dev/emu/*.cpp,
+def test_units_built_once_read_no_precision():
+    """The FP32 emulated build compiles only its backend (build/emu-fp32/cuda_backend.o) and takes every
+    other object from the BF16 build's build/emu: libemu.a (each dev/emu/*.cpp), the trainer's,
+    generator's and launch_collective's units, and the units of the backend-entry tests. Each of those,
     preprocessed with its compile command, gives the same text under -DENABLE_BF16 and -DENABLE_FP32."""
-    p = subprocess.run(["make", "-n", "-B", "CI=true", "PRECISION=FP32", "build/emu-fp32/train_gpt2_ls"], cwd=REPO,
-                       capture_output=True, text=True, timeout=60)
+    entry_tests = ["test_cuda_model", "test_cuda_generate", "test_cuda_attention_probs", "test_cuda_param_scale"]
+    targets = ["build/emu-fp32/train_gpt2_ls", "build/emu-fp32/generate_gpt2_ls"] + \
+        [f"build/emu-fp32/test_gpu/{t}" for t in entry_tests]
+    p = subprocess.run(["make", "-n", "-B", "CI=true", "PRECISION=FP32"] + targets, cwd=REPO, capture_output=True,
+                       text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.replace("\\\n", " ").splitlines()
     link = [ln for ln in lines if " -o build/emu-fp32/train_gpt2_ls" in ln]
     assert len(link) == 1 and "build/emu/libemu.a" in link[0].split(), link
-    assert not [ln for ln in lines if "build/emu-fp32/libemu.a" in ln or " -o build/emu-fp32/grid.o" in ln], p.stdout
-    p = subprocess.run(["make", "-n", "-B", "CI=true", "build/emu/libemu.a"], cwd=REPO, capture_output=True, text=True,
-                       timeout=60)
-    assert p.returncode == 0, p.stderr
-    compiles = [ln.split() for ln in p.stdout.splitlines() if " -c dev/emu/" in ln]
-    sources = sorted(str(f.relative_to(REPO)) for f in (REPO / "dev" / "emu").glob("*.cpp"))
-    assert sorted(w[w.index("-c") + 1] for w in compiles) == sources, p.stdout
+    compiles = [ln.split() for ln in lines if " -c " in ln and "-DENABLE_FP32" in ln.split()]
+    outputs = {w[w.index("-o") + 1]: w[w.index("-c") + 1] for w in compiles}
+    assert [o for o in outputs if o.startswith("build/emu-fp32/")] == ["build/emu-fp32/cuda_backend.o"], outputs
+    shared = {o: c for o, c in outputs.items() if not o.startswith("build/emu-fp32/")}
+    expected = ["build/emu/train_gpt2_ls.o", "build/emu/generate_gpt2_ls.o", "build/emu/launch_collective.o"] + \
+        [f"build/emu/{f.stem}.o" for f in (REPO / "dev" / "emu").glob("*.cpp")] + \
+        [f"build/emu/obj/test_gpu/{t}.o" for t in entry_tests]
+    assert sorted(shared) == sorted(expected), shared
     for words in compiles:
-        assert "-DENABLE_BF16" in words, words
+        if words[words.index("-o") + 1] not in shared:
+            continue
         cmd = [w for w in words[:words.index("-o")] if w not in ("-MMD", "-MP")] + ["-E", "-P"]
-        bf16 = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
-        fp32 = subprocess.run([w.replace("-DENABLE_BF16", "-DENABLE_FP32") for w in cmd], cwd=REPO,
+        fp32 = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+        bf16 = subprocess.run([w.replace("-DENABLE_FP32", "-DENABLE_BF16") for w in cmd], cwd=REPO,
                               capture_output=True, text=True, timeout=120)
         assert bf16.returncode == 0 and fp32.returncode == 0, bf16.stderr + fp32.stderr
         assert bf16.stdout == fp32.stdout, f"{words[words.index('-c') + 1]} reads the precision; build it per precision"
