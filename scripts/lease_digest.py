@@ -59,6 +59,20 @@ def fmt(x, spec, none="-"):
     return none if x is None else format(x, spec)
 
 
+def unclassified_kernels(rf, prof):
+    """The profile's kernel names (demangled where c++filt is there) that are not ours, not cuBLASLt's
+    (roofline.py's GEMM patterns), not copies and not memsets."""
+    names = [k["kernel"] for k in prof.get("kernels", [])]
+    try:
+        shown = rf.demangle(names)
+    except rf.DemangleError:
+        shown = {n: n for n in names}
+    return sorted({shown[n] for n in names
+                   if not n.startswith("_ZN4llmc") and "llmc::" not in shown[n]
+                   and not shown[n].lower().startswith(("memcpy", "memset"))
+                   and rf.kernel_group(shown[n]) != "GEMMs"})
+
+
 def profile_section(rf, case, prof, pred_case, tol, where):
     out = [f"### Profile `{case}` ({where}; predicted: modeled)", ""]
     res = rf.compare_profile(rf.load_profile(prof), pred_case, tol) if pred_case else None
@@ -75,6 +89,11 @@ def profile_section(rf, case, prof, pred_case, tol, where):
         rate = f", {g['tflops']:.1f} TFLOP/s achieved" if g.get("tflops") else ""
         out.append(f"cuBLASLt per step (the trainer's count): {g['calls_per_step']:.1f} calls, "
                    f"{g['flops_per_step'] / 1e9:.3f} GFLOP, {g['bytes_per_step'] / 1e9:.4f} GB{rate}.")
+    odd = unclassified_kernels(rf, prof)
+    if odd:
+        out.append("Kernels neither ours (llmc::), cuBLASLt's, a copy nor a memset (the trainer's cuBLASLt line "
+                   "counts their time; e.g. a graph's memset node run as a kernel): "
+                   + ", ".join(f"`{n[:80]}`" for n in odd) + ".")
     if res is None:
         out += ["", "(no prediction for this case: give --prediction, or the prediction lacks it)"]
         return out

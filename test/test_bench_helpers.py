@@ -107,6 +107,8 @@ def test_peak_table_and_mfu():
     assert tv.peak_bf16_flops("NVIDIA H100 NVL") == 835e12
     assert tv.peak_bf16_flops("NVIDIA H200") == 989.4e12
     assert tv.peak_bf16_flops("NVIDIA GH200 480GB") == 989.4e12
+    assert tv.peak_bf16_flops("NVIDIA H200 NVL") == 835e12
+    assert tv.peak_bf16_flops("NVIDIA GB200") == 2500e12 and tv.peak_bf16_flops("NVIDIA B200") == 2250e12
     assert tv.peak_bf16_flops("NVIDIA A100-SXM4-80GB") == 312e12
     assert tv.peak_bf16_flops("NVIDIA L4") == 121e12
     assert tv.peak_bf16_flops("Some Other GPU") is None

@@ -37,6 +37,21 @@ def test_the_c276bf2_run_as_its_readme_reads_it():
     assert "| GEMMs | 1,256.3 | 1,206.0 | 1.04 | 99 / 75 |  |" in text
     assert "Flagged: attention fwd, attention bwd, LayerNorm, gaps (outside [0.77, 1.30])." in text
     assert f"Predicted: `{PRED}` (modeled, for ad79b12)." in text
+    assert "Kernels neither ours" not in text  # its profiles hold ours, cuBLASLt's, copies and memsets only
+
+
+def test_kernels_of_no_known_kind_are_named():
+    """A kernel that is not ours, not cuBLASLt's, not a copy or memset (a graph's memset node run as a
+    driver kernel, say) is named: the trainer's cuBLASLt line counts its time."""
+    rf = lease_digest.roofline()
+    kernels = ["_ZN4llmc4cuda14encoder_kernelEPfi", "nvjet_sm90_tst_192x128_64x5_1x2_h_bz_coopB_NNT",
+               "_ZN8cublasLt19splitKreduce_kernelILi32ELi16EiffffLb0EfffLb1ELb0ELb0ELb0EEEvv", "memset",
+               "memcpy HtoD", "someDriverKernel"]
+    prof = {"timed": True, "kernels": [{"kernel": k, "calls_per_step": 1, "us_per_step": 1.0} for k in kernels],
+            "step_us": 10.0, "busy_us": 6.0, "idle_us": 4.0, "activities_per_step": 6}
+    assert lease_digest.unclassified_kernels(rf, prof) == ["someDriverKernel"]
+    text = "\n".join(lease_digest.profile_section(rf, "paper-b16-graph", prof, None, 1.3, "GPU at abc1234"))
+    assert "a graph's memset node run as a kernel): `someDriverKernel`." in text
 
 
 def latency_json(ms, device="NVIDIA H200"):

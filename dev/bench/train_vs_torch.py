@@ -32,7 +32,7 @@ Per model:
   MFU = tokens/s * FLOPs/token / peak, FLOPs/token = 6 * N + attention (flops_per_token below:
   N = parameters in matmuls, i.e. all but wpe, and but wte when untied; attention 12 * hd per
   UNMASKED (query, key) pair per layer and head, so local heads count only their window), peak =
-  dense bf16 tensor rate looked up from the device name (PEAK_BF16_FLOPS).
+  dense bf16 tensor rate looked up from the device name (PEAK_BF16_FLOPS: llmc/cuda/device_peak.h).
   Peak memory: for both sides the peak of the device's used memory (NVML or nvidia-smi, sampled
   every 0.2 s) minus its value before the process started, i.e. the whole process footprint with
   the CUDA context and allocator caches; for torch also torch.cuda.max_memory_allocated(); for ours
@@ -50,6 +50,7 @@ import json
 import math
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -88,21 +89,22 @@ def model_options(m):
     """(bias, gelu, tied) of a MODELS entry: GPT-2's (True, "tanh", True) unless it says otherwise."""
     return m.get("bias", True), m.get("gelu", "tanh"), m.get("tied", True)
 
-# Dense bf16 tensor-core peak (FLOP/s, no sparsity) by device name; the first matching entry wins,
-# so the specific names come before the general ones.
-PEAK_BF16_FLOPS = [
-    ("GH200", 989.4e12),
-    ("H200", 989.4e12),
-    ("H100 NVL", 835.0e12),
-    ("H100 PCIe", 756.0e12),
-    ("H100", 989.4e12),     # SXM / HBM3
-    ("H800", 989.4e12),
-    ("B200", 2250.0e12),
-    ("A100", 312.0e12),
-    ("A800", 312.0e12),
-    ("L40S", 362.0e12),
-    ("L4", 121.0e12),
-]
+
+def read_peak_table(path=os.path.join(REPO, "llmc", "cuda", "device_peak.h")):
+    """Dense bf16 tensor-core peak (FLOP/s, no sparsity) by device name, as [(key, FLOP/s)]: the
+    trainer's own table (llmc/cuda/device_peak.h), read from its source so that both sides of the
+    comparison take MFU from one table; the first matching entry wins."""
+    with open(path) as f:
+        text = f.read()
+    body = text[text.index("table[] = {"):]
+    body = body[:body.index("};")]
+    table = [(key, float(tflops) * 1e12) for key, tflops in re.findall(r'\{"([^"]+)",\s*([0-9.]+)\}', body)]
+    if not table:
+        raise SystemExit(f"error: no peak table found in {path}")
+    return table
+
+
+PEAK_BF16_FLOPS = read_peak_table()
 
 
 # ------------------------------------------------------------------------------------------------

@@ -161,8 +161,12 @@ inline std::string open_cupti(CuptiApi& api) {
     if (!get(api.register_callbacks, "cuptiActivityRegisterCallbacks") || !get(api.enable, "cuptiActivityEnable") ||
         !get(api.disable, "cuptiActivityDisable") || !get(api.flush_all, "cuptiActivityFlushAll") ||
         !get(api.next_record, "cuptiActivityGetNextRecord") || !get(api.timestamp, "cuptiGetTimestamp") ||
-        !get(api.result_string, "cuptiGetResultString") || !get(api.num_dropped, "cuptiActivityGetNumDroppedRecords"))
+        !get(api.result_string, "cuptiGetResultString") || !get(api.num_dropped, "cuptiActivityGetNumDroppedRecords")) {
+        // Unloaded whole: a later profiler opens it again rather than calling a null function.
+        dlclose(api.lib);
+        api = CuptiApi{};
         return "libcupti lacks a function of the activity API";
+    }
     return "";
 }
 

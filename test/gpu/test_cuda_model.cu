@@ -571,6 +571,10 @@ int main(int argc, char** argv) {
     // The peak-rate table (no GPU logic): specific names win over their prefixes.
     ck.expect(llmc::cuda::bf16_peak_flops_for("NVIDIA H100 80GB HBM3") == 989.4e12 &&
                   llmc::cuda::bf16_peak_flops_for("NVIDIA H100 PCIe") == 756.0e12 &&
+                  llmc::cuda::bf16_peak_flops_for("NVIDIA H200") == 989.4e12 &&
+                  llmc::cuda::bf16_peak_flops_for("NVIDIA H200 NVL") == 835.0e12 &&
+                  llmc::cuda::bf16_peak_flops_for("NVIDIA GB200") == 2500.0e12 &&
+                  llmc::cuda::bf16_peak_flops_for("NVIDIA B200") == 2250.0e12 &&
                   llmc::cuda::bf16_peak_flops_for("NVIDIA L40S") == 362.0e12 &&
                   llmc::cuda::bf16_peak_flops_for("NVIDIA A100-SXM4-80GB") == 312.0e12 &&
                   llmc::cuda::bf16_peak_flops_for("Unknown GPU") == 0.0,
