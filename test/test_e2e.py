@@ -585,6 +585,38 @@ def test_eval_only_refuses_profile_steps(trained, byte_data):
                     "--profile-steps", 2], out, "--profile-steps profiles training steps; drop it with --eval-only")
 
 
+def test_eval_only_refuses_to_continue_a_run(trained, byte_data, tmp_path):
+    """A new-user trial: --eval-only with -y 1 -o RUN or --fork-from took that run's settings and data, so -e
+    was scored on another run's validation set (and -y 1 wrote eval.json into RUN). Refused, naming the fix."""
+    out, _ = trained
+    model = out / "model_00000020.bin"
+    val = ["-j", f"{byte_data}/val_*.bin", "-b", 2, "-t", 16, "-m", 1]
+    fix = "to evaluate a run's checkpoint, give it as -e"
+    assert_refused(["--eval-only", "-e", model] + val + ["-y", 1, "-o", out], out,
+                   "--eval-only evaluates -e and continues no run, but -y 1 would take another run's settings")
+    for extra in (["-o", tmp_path / "fork"], []):
+        assert_refused(["--eval-only", "-e", model, "--fork-from", out / "model_00000010.bin"] + val + extra, out,
+                       "but --fork-from would take another run's settings and data: drop it; " + fix)
+    assert not (tmp_path / "fork").exists()
+
+
+def test_errors_name_the_config_file_a_value_came_from(trained, tmp_path):
+    """A new-user trial: a value --config gave (-n, -o) was named in an error as if typed."""
+    out, _ = trained
+    assert_refused(["--config", out / "config.json", "-x", 1], out,
+                   f"-n 10 (from --config {out / 'config.json'}) needs -o DIR to write checkpoints into")
+    assert_refused(["--config", out / "config.toml", "-x", 1], out,
+                   f"output directory {out} (from --config {out / 'config.toml'}) already holds checkpoints")
+
+
+def test_config_given_twice_is_refused(trained, tmp_path):
+    """Two --config files are not merged, and the last would not simply win as a flag's value does: refused."""
+    out, _ = trained
+    assert_refused(["--config", out / "config.json", "--config", out / "config.toml", "-o", tmp_path / "two"], out,
+                   f"--config given 2 times ({out / 'config.json'}, {out / 'config.toml'}); one file sets a run")
+    assert not (tmp_path / "two").exists()
+
+
 def test_eval_only_refuses_a_typed_train_data(trained, byte_data):
     """A new-user trial: --eval-only with -i (the training loss asked for) evaluated -j, or the run's -j, without
     a word. Refused; training shards are evaluated as -j (with a note that they are training shards)."""

@@ -103,11 +103,18 @@ public:
     // With -y 1 (and a config.json in -o) or --fork-from, the settings not given (by a flag or --config)
     // are the run record's (continue_record).
     int parse(int argc, const char* const* argv) {
-        config_file_->file = config_path(argc, argv);
+        const std::vector<std::string> configs = config_paths(argc, argv);
+        config_file_->file = configs.empty() ? "" : configs.back();
         config_file_->app = &app_;
         config_file_->taken.clear();
         const std::string mistake = argv_mistake(app_, argc, argv);
         if (!mistake.empty()) return fail(mistake, ErrorSource::Argv);
+        if (configs.size() > 1)  // unlike a flag given twice, the last would not simply win: files are not merged
+            return fail("--config given " + std::to_string(configs.size()) + " times (" + configs[0] + ", " +
+                            configs[1] + (configs.size() > 2 ? ", ..." : "") +
+                            "); one file sets a run: give one, and the other's settings as flags (flags typed "
+                            "on the command line win over the file's values)",
+                        ErrorSource::Argv);
         const std::string config_error = config_path_error(config_file_->file);
         if (!config_error.empty()) return fail(config_error, ErrorSource::Files);
         try {
@@ -217,14 +224,16 @@ private:
     }
 
     // The --config path in argv ("--config F" or "--config=F"; the last one), "" without one.
-    static std::string config_path(int argc, const char* const* argv) {
-        std::string path;
+    // The --config paths of argv, in order (one is taken; more are refused in parse).
+    static std::vector<std::string> config_paths(int argc, const char* const* argv) {
+        std::vector<std::string> paths;
         for (int i = 1; i < argc; i++) {
             const std::string a = argv[i];
-            if (a == "--config" && i + 1 < argc) path = argv[i + 1];
-            else if (a.rfind("--config=", 0) == 0) path = a.substr(9);
+            if (a == "--") break;
+            if (a == "--config" && i + 1 < argc) paths.push_back(argv[++i]);
+            else if (a.rfind("--config=", 0) == 0) paths.push_back(a.substr(9));
         }
-        return path;
+        return paths;
     }
 
     // Sets every option not given (on the command line or by --config) from `values`, as a config file

@@ -137,6 +137,13 @@ inline void check_flag_combinations(const TrainConfig& c) {
     auto fail = [](const char* msg) { throw InputError(msg); };
     if (!c.fork_from.empty() && c.resume == 1)
         fail("--fork-from starts a new run in -o and -y 1 continues -o's own; drop one of them");
+    if (c.eval_only && (c.resume == 1 || !c.fork_from.empty())) {  // a run's settings would replace -e's
+        const bool resume = c.resume == 1;
+        throw InputError(std::string("--eval-only evaluates -e and continues no run, but ") +
+                         (resume ? "-y 1" + c.origin_of("resume") : "--fork-from" + c.origin_of("fork-from")) +
+                         " would take another run's settings and data: drop it; to evaluate a run's checkpoint, "
+                         "give it as -e (e.g. -e RUN/model_00000100.bin)");
+    }
     if (!c.fork_from.empty() && c.output_dir.empty())
         fail("--fork-from needs -o DIR, a new directory for the forked run");
     check_dump_attention_flags(c);  // --dump-attention: --eval-only, -o, its syntax
@@ -167,7 +174,9 @@ inline void check_flag_combinations(const TrainConfig& c) {
             "--profile-steps times each kernel alone, and --pdl 1 lets a kernel start before the one ahead of it "
             "ends (its span would include that wait): profile with --pdl 0");
     if (c.resume == 1 && c.output_dir.empty()) fail("-y 1 resumes from the checkpoints in -o; give -o DIR");
-    if (c.checkpoint_every > 0 && c.output_dir.empty()) fail("-n needs -o DIR to write checkpoints into");
+    if (c.checkpoint_every > 0 && c.output_dir.empty())
+        throw InputError("-n " + std::to_string(c.checkpoint_every) + c.origin_of("checkpoint-every") +
+                         " needs -o DIR to write checkpoints into");
     if (c.cuda_graph == "1" && !c.eval_only && host_decides_inside_the_step(c))
         fail(
             "--cuda-graph 1 replays the queued step, which needs one process, -z 0, and no --skip-spikes or "

@@ -158,8 +158,9 @@ inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, con
         return load_fork_checkpoint(cfg.fork_from, fork_source(cfg.fork_from), m, cfg.rank, cfg.world_size);
     }
     if (newest_complete_step(out) >= 0)
-        throw InputError("output directory " + out + " already holds checkpoints (newest step " +
-                         std::to_string(newest_complete_step(out)) + "); resume with -y 1 or choose another -o");
+        throw InputError("output directory " + out + cfg.origin_of("output-dir") +
+                         " already holds checkpoints (newest step " + std::to_string(newest_complete_step(out)) +
+                         "); resume with -y 1 or choose another -o");
     if (cfg.rank == 0) check_no_run_files(out, false);
     return std::nullopt;
 }
