@@ -22,7 +22,8 @@ after the last) or at the first temporary file of a checkpoint write seen after 
   or the fault is one the trainer cannot recover from alone (a full disk; every checkpoint damaged)
   and stderr ends with one `error:` line naming the action, which the soak then takes (frees the disk,
   restores the damaged files) as a user's script would;
-- a resume starts at the newest complete checkpoint the soak did not damage;
+- a resume starts at the newest complete checkpoint the soak did not damage, and the newer ones it
+  passed over, and only those, are retired (their marker renamed DAMAGED_);
 - the newest checkpoint the trainer reported complete and the soak did not damage is still complete
   with the same bytes (or, with --keep-checkpoints 2, was deleted while two newer ones were marked
   complete: the soak may damage those later); every complete checkpoint of a step the reference has
@@ -639,6 +640,14 @@ class Soak:
     def check_checkpoints(self, t, out, st):
         if not out.exists():
             return
+        # a step -y 1 fell back past is retired (DONE_ renamed DAMAGED_, llmc/io/checkpoint_dir.h): no longer
+        # the run's, and only a checkpoint the soak damaged may be; checked before a repair is forgotten
+        for f in out.glob("DAMAGED_*"):
+            s = int(f.name[len("DAMAGED_"):])
+            if s in st["reported"]:
+                if s not in st["damaged"]:
+                    raise SoakFailure(f"checkpoint {s} was retired ({f.name}), but the soak did not damage it")
+                del st["reported"][s]
         self.forget_repaired(out, st)
         # reported complete: the lines, and every marked step seen (a killed mpirun loses rank 0's lines)
         complete = complete_steps(out)

@@ -128,6 +128,42 @@ def test_the_soak_allows_a_prune_whose_newer_checkpoints_it_damaged_later(tmp_pa
             soak.Soak.check_checkpoints(fake, trainer, out, st)
 
 
+def test_the_soak_allows_the_retirement_of_a_checkpoint_it_damaged_only(tmp_path):
+    """-y 1 renames the marker of a damaged step it fell back past to DAMAGED_ (llmc/io/checkpoint_dir.h):
+    that step is no longer the run's. Allowed for a step the soak damaged, even after its damage is
+    restored; a failure for a reported step the soak did not damage (a good checkpoint retired)."""
+    import hashlib
+    import importlib.util
+    import types
+    spec = importlib.util.spec_from_file_location("chaos_soak", SOAK)
+    soak = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(soak)
+    fake = types.SimpleNamespace(ranks=1, ref_ckpt={}, forget_repaired=soak.Soak.forget_repaired)
+    trainer = types.SimpleNamespace(stdout=lambda: "", stderr=lambda: "")
+
+    def run_dir(name):
+        out = tmp_path / name
+        out.mkdir()
+        for s in (4, 8):
+            for f in soak.ckpt_files(out, s, 1):
+                f.write_bytes(b"%d" % s)
+        (out / "DONE_00000004").write_text("")
+        (out / "DAMAGED_00000008").write_text("")  # retired by the trainer's fallback to step 4
+        return out
+
+    out = run_dir("damaged")
+    st = {"keep": 0, "reported": {4: [soak.sha(f) for f in soak.ckpt_files(out, 4, 1)], 8: ["sha of 8"]},
+          "damaged": {8: {"model_00000008.bin": (b"8", hashlib.sha256(b"8").digest())}}}
+    soak.Soak.check_checkpoints(fake, trainer, out, st)
+    assert 8 not in st["reported"] and 4 in st["reported"]
+    st["damaged"].clear()  # the soak's user restored the files: the retired step stays retired, no failure
+    soak.Soak.check_checkpoints(fake, trainer, out, st)
+    out = run_dir("good")
+    st = {"keep": 0, "reported": {8: ["sha of 8"]}, "damaged": {}}
+    with pytest.raises(soak.SoakFailure, match="checkpoint 8 was retired .DAMAGED_00000008., but the soak did not"):
+        soak.Soak.check_checkpoints(fake, trainer, out, st)
+
+
 def test_the_soak_follows_the_trainers_advice_when_every_checkpoint_is_damaged(byte_data, tmp_path):
     """The soak's user follows each error's advice. A CI failure at 73813f5 (seed 993419360): a bit flip
     damaged the only complete checkpoint, and the trainer's error ("restore them from a copy and resume

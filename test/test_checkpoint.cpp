@@ -785,6 +785,34 @@ TEST_CASE("a damaged newest checkpoint falls back to the previous complete one",
     std::cerr.rdbuf(old_buf);
 }
 
+TEST_CASE("the checkpoints -y 1 fell back past are retired, and a new save of the step clears that", "[checkpoint]") {
+    TempDir dir;
+    ModelConfig c = small_config();
+    for (int s : {10, 20, 30}) save_step(dir.path, c, s);
+    fs::resize_file(state_path(dir.path, 30, 0), 2000);
+    std::stringstream err;
+    auto* old_buf = std::cerr.rdbuf(err.rdbuf());
+    auto ck = load_newest_checkpoint(dir.path, c, 0, 1);
+    std::cerr.rdbuf(old_buf);
+    REQUIRE(ck.has_value());
+    REQUIRE(ck->step == 20);
+    CHECK(retire_checkpoints_after(dir.path, ck->step) == std::vector<int>{30});
+    CHECK(complete_steps(dir.path) == std::vector<int>{10, 20});
+    CHECK(fs::exists(damaged_marker_path(dir.path, 30)));  // the marker renamed
+    CHECK(fs::exists(model_path(dir.path, 30)));           // the files stay, for inspection
+    CHECK(fs::exists(state_path(dir.path, 30, 0)));
+    CHECK(retire_checkpoints_after(dir.path, ck->step).empty());  // nothing complete after step 20 now
+    // the step written again: complete, and no longer marked damaged
+    save_step(dir.path, c, 30);
+    CHECK(complete_steps(dir.path) == std::vector<int>{10, 20, 30});
+    CHECK_FALSE(fs::exists(damaged_marker_path(dir.path, 30)));
+    // an unpadded marker too (DONE_5 and DONE_00000005 are one step); the steps up to the one given stay
+    std::ofstream(dir / "DONE_40") << "step 40 world_size 1\n";
+    CHECK(retire_checkpoints_after(dir.path, 30) == std::vector<int>{40});
+    CHECK(fs::exists(damaged_marker_path(dir.path, 40)));
+    CHECK(complete_steps(dir.path) == std::vector<int>{10, 20, 30});
+}
+
 // Rewrites step's model and state files (world 1) as a build before header checksums wrote them: model
 // version 1 or 2 by its fields and words 22-23 zero, state version 1 and words 19-20 zero.
 void make_legacy_step(const std::string& dir, const ModelConfig& c, int step) {

@@ -114,6 +114,13 @@ def test_eval_only_of_data_with_a_smaller_vocabulary(trained_run, tmp_path):
     assert notes == [f"note: -j '{small}/val_*.bin' has vocabulary 100 ({small}/meta.json) and the model 256, and "
                      f"{lone} has no config.json beside it naming its training data: check that -j was tokenized "
                      "like it"], p.stderr
+    # a new run from that checkpoint on such data: the same note for -i (a new-user trial: it trained silently)
+    train = small / "train_000000.bin"
+    shutil.copy(small / "val_000000.bin", train)
+    p = run(["-i", train, "-e", lone, "-b", 2, "-t", 16, "-x", 1, "-v", 0, "-s", 0, "--threads", 1])
+    assert (f"note: -i '{train}' has vocabulary 100 ({small}/meta.json) and the model 256, and {lone} has no "
+            "config.json beside it naming its training data: check that -i was tokenized like it") in p.stderr, \
+        p.stderr
 
 
 def test_eval_past_the_trained_length_prints_one_note(trained_run, tmp_path):

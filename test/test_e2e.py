@@ -306,6 +306,27 @@ def test_bad_checkpoints(trained, byte_data, tmp_path):
     assert_same_run(ref, d, 20)
 
 
+def test_a_damaged_checkpoint_fallen_back_past_is_retired(trained, byte_data, tmp_path):
+    """A new-user trial: -y 1 fell back past a damaged step 20 and the run ended at 15, but DONE_00000020 stayed,
+    so readers took the abandoned step 20 for the run's newest checkpoint (--eval-only's hint, export_hf.py).
+    Its marker is now DAMAGED_00000020 (files kept), said in one note; the newest checkpoint is 15."""
+    ref, _ = trained
+    d = tmp_path / "retired"
+    shutil.copytree(ref, d)
+    os.truncate(d / "state_00000020_00000.bin", 1000)
+    p = run(["-o", d, "-y", 1, "-x", 15])
+    assert "warning: checkpoint step 20 is damaged" in p.stderr
+    assert (f"note: -y 1: the damaged checkpoint of step 20 is left behind (this run continues from step 10): its "
+            f"marker is now {d / 'DAMAGED_00000020'}, and its files stay for inspection") in p.stderr, p.stderr
+    assert not (d / "DONE_00000020").exists() and (d / "DAMAGED_00000020").exists()
+    assert (d / "model_00000020.bin").exists() and (d / "DONE_00000015").exists()
+    q = run(["--eval-only", "-e", d], check=False)
+    assert q.returncode == 1 and f"did you mean -e {d / 'model_00000015.bin'}?" in q.stderr, q.stderr
+    # the step written again: a checkpoint like any other
+    run(["-o", d, "-y", 1, "-x", 20])
+    assert (d / "DONE_00000020").exists() and not (d / "DAMAGED_00000020").exists()
+
+
 def test_eval_only_and_dump_logits(trained, byte_data, tmp_path):
     out, _ = trained
     dump = tmp_path / "logits.bin"

@@ -166,15 +166,17 @@ inline std::string eval_settings_from_run(TrainConfig& cfg, bool print) {
     return "--eval-only: " + list + " from " + run->config_path + " (flags given win)";
 }
 
-// --eval-only of a checkpoint with no run beside it (nothing to compare -j with): the note when the
-// data's known vocabulary differs from the model's ("" otherwise). A smaller data vocabulary is
-// accepted (a model may be trained with a --vocab above its data's), but it usually means another tokenizer.
-inline std::string eval_vocab_note(const std::string& checkpoint, const ModelConfig& model, int data_vocab,
-                                   const std::string& vocab_source, const std::string& val_data) {
+// --eval-only (flag "-j") or a new run (flag "-i") from a checkpoint with no run beside it (nothing to
+// compare the data with: a copied model file, llm.c's gpt2_124M.bin): the note when the data's known
+// vocabulary differs from the model's ("" otherwise). A smaller data vocabulary is accepted (a model may
+// be trained with a --vocab above its data's), but it usually means another tokenizer.
+inline std::string lone_checkpoint_vocab_note(const std::string& checkpoint, const ModelConfig& model, int data_vocab,
+                                              const std::string& vocab_source, const std::string& flag,
+                                              const std::string& data) {
     if (data_vocab <= 0 || data_vocab == model.vocab_size || read_checkpoint_run(checkpoint)) return "";
-    return "note: -j '" + val_data + "' has vocabulary " + std::to_string(data_vocab) + " (" + vocab_source +
+    return "note: " + flag + " '" + data + "' has vocabulary " + std::to_string(data_vocab) + " (" + vocab_source +
            ") and the model " + std::to_string(model.vocab_size) + ", and " + checkpoint +
-           " has no config.json beside it naming its training data: check that -j was tokenized like it";
+           " has no config.json beside it naming its training data: check that " + flag + " was tokenized like it";
 }
 
 // --eval-only of the run's own validation data (-j as the run recorded it): the note when the loader

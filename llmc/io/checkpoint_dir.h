@@ -66,6 +66,13 @@ inline std::string done_path(const std::string& dir, int step) {
     return join_path(dir, buf);
 }
 
+// The marker of a step -y 1 passed over as damaged (retire_checkpoints_after): not a checkpoint.
+inline std::string damaged_marker_path(const std::string& dir, int step) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "DAMAGED_%08d", step);
+    return join_path(dir, buf);
+}
+
 enum class CkptFileKind { None, Model, State, Done };
 
 // Recognizes the names above, and their atomic-write temporaries ("<name>.tmp.XXXXXX").
@@ -142,6 +149,7 @@ inline void write_done_marker(const std::string& dir, int step, int world_size,
     std::string text = "step " + std::to_string(step) + " world_size " + std::to_string(world_size) + "\n";
     if (!settings_fingerprint.empty()) text += std::string(kMarkerSettingsKey) + " " + settings_fingerprint + "\n";
     write_file_atomic(done_path(dir, step), text.data(), text.size());
+    std::remove(damaged_marker_path(dir, step).c_str());  // the step's files are new: none is damaged now
 }
 
 // Steps that have a completion marker, ascending, each once (DONE_5 and DONE_00000005 are one step).
@@ -325,6 +333,29 @@ inline std::optional<LoadedCheckpoint> load_newest_checkpoint(const std::string&
                      "); restore them from a copy and resume again, or start the run over in a new directory with "
                      "its settings: --config " +
                      join_path(dir, "config.json") + " -o NEW_DIR (" + dir + " is left as it is)");
+}
+
+// After -y 1 fell back to `step`: the complete checkpoints newer than it (damaged for this rank or
+// another) belong to a trajectory the run leaves. Each one's DONE_ marker is renamed DAMAGED_ (its files
+// stay, for inspection), so that no reader (-y 1, --eval-only -e RUN, export_hf.py, the newest-checkpoint
+// hints) takes it for the run's newest checkpoint; a checkpoint the run writes at that step again
+// removes the DAMAGED_ marker. Returns the steps retired. Rank 0 only.
+inline std::vector<int> retire_checkpoints_after(const std::string& dir, int step) {
+    std::vector<int> retired;
+    for (const std::string& name : list_dir(dir)) {
+        int s;
+        if (parse_checkpoint_name(name, s) != CkptFileKind::Done || name.find(".tmp.") != std::string::npos ||
+            s <= step)
+            continue;
+        const std::string from = join_path(dir, name), to = damaged_marker_path(dir, s);
+        if (std::rename(from.c_str(), to.c_str()) != 0)
+            throw InputError("cannot rename " + from + " to " + to + " (" + std::strerror(errno) +
+                             "), the marker of a damaged checkpoint this run leaves behind; check the permissions "
+                             "of " +
+                             dir);
+        retired.push_back(s);
+    }
+    return retired;
 }
 
 // -y 1 with several ranks: each rank loads the newest complete checkpoint it can (a damaged

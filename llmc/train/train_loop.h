@@ -234,6 +234,11 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     check_expected_data(cfg, cfg.train_data, "-i");
     if (!cfg.val_data.empty()) check_expected_data(cfg, cfg.val_data, "-j");
     plan_model(cfg, cfg.train_data, p);
+    if (!continued && !is_model_preset(cfg.model) && cfg.rank == 0) {  // -e FILE with no run beside it
+        const std::string note =
+            lone_checkpoint_vocab_note(cfg.model, p.model, p.data_vocab, p.vocab_source, "-i", cfg.train_data);
+        if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
+    }
     if (!cfg.val_data.empty())
         check_same_tokenizer(cfg.train_data, "the training data -i '" + cfg.train_data + "'", cfg.val_data,
                              "the validation data -j '" + cfg.val_data + "'", cfg.rank == 0);
