@@ -216,3 +216,26 @@ def test_eval_only_of_a_run_directory_or_a_missing_step_names_the_checkpoints(by
             f"error: --eval-only needs -e CHECKPOINT (a model file); {said}"], p.stderr
     p = run(["--eval-only", "-e", out / "model_00000008.bin", "-m", 1, "--threads", 1])
     assert "eval loss" in p.stdout
+
+
+def test_a_checkpoint_beside_another_models_record_is_refused(trained_run, byte_data, tmp_path):
+    """A new-user trial: a model file copied beside another run's config.json (another vocabulary) was
+    evaluated on that run's data and decoded with its tokenizer, exit 0. Each reader of -e compares the
+    checkpoint's header with the record's "model" and refuses, naming the fields; the run's own
+    checkpoint beside its own record still reads."""
+    out, ckpt = trained_run
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    shutil.copy(out / "config.json", mixed / "config.json")
+    other = tmp_path / "other"
+    run(data_args(byte_data) + TINY + ["--vocab", 300, "-o", other, "-x", 1, "-v", 0, "-s", 0])
+    shutil.copy(other / "model_00000001.bin", mixed / "model_00000004.bin")
+    model = mixed / "model_00000004.bin"
+    expect = f"{model} is another model than {mixed / 'config.json'} beside it records (vocab_size 300 vs 256):"
+    for p in (run(["--eval-only", "-e", model, "--threads", 1], check=False),
+              gen(["-e", model, "-n", 2, "--prompt", "ab"], check=False),
+              run(data_args(byte_data) + ["-e", model, "-x", 1, "-b", 2, "-t", 16, "-s", 0, "-v", 0], check=False)):
+        err = p.stderr if isinstance(p.stderr, str) else p.stderr.decode()
+        lines = err.strip().splitlines()
+        assert p.returncode == 1 and lines[-1].startswith("error: ") and expect in lines[-1], err
+    assert run(["--eval-only", "-e", ckpt, "--threads", 1]).returncode == 0

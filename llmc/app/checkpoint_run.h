@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "llmc/app/config_json.h"
 #include "llmc/app/generate_cli.h"
 #include "llmc/app/run_data.h"
 #include "llmc/app/run_history.h"
@@ -87,6 +88,34 @@ inline std::optional<CheckpointRun> read_checkpoint_run(const std::string& check
     return run;
 }
 
+// A checkpoint read with the config.json beside it (--eval-only -e, generate_gpt2_ls -e, a new run's
+// -e FILE) whose "model" records another model than the checkpoint's header (`m`): the two files are of
+// different runs (a model file copied into another run's directory), and the record's data and tokenizer
+// would be taken for a model they did not train. Refused, naming the fields that differ. A record
+// without "model", or without one of its fields (an earlier version's), is not compared there.
+inline void check_run_records_checkpoint_model(const std::string& checkpoint, const ModelConfig& m) {
+    const std::filesystem::path dir = std::filesystem::path(checkpoint).parent_path();
+    const std::string path = ((dir.empty() ? std::filesystem::path(".") : dir) / "config.json").string();
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) return;
+    const nlohmann::ordered_json record =
+        read_run_record(path, "give the settings as flags, or restore the record of the run of " + checkpoint);
+    const auto rec = record.find("model");
+    if (rec == record.end() || !rec->is_object()) return;
+    std::string diff;
+    const nlohmann::ordered_json header = model_config_json(m);
+    for (const auto& field : header.items()) {
+        const auto there = rec->find(field.key());
+        if (field.key() == "padded_vocab_size" || there == rec->end() || *there == field.value()) continue;
+        diff += (diff.empty() ? "" : ", ") + field.key() + " " + field.value().dump() + " vs " + there->dump();
+    }
+    if (diff.empty()) return;
+    throw InputError(checkpoint + " is another model than " + path + " beside it records (" + diff +
+                     "): the two files are of different runs, and that record's data and tokenizer are not the "
+                     "model's; keep a checkpoint beside its own run's config.json, or copy it alone into a "
+                     "directory of its own");
+}
+
 // --eval-only -m N of a run's checkpoint, N the run's -m: -m counts global batches (B x T x processes
 // tokens), so on another process count (or -b) the same N reads other tokens than the run's validation
 // losses were of. The note says so and names the -m that reads them ("" when the tokens agree).
@@ -109,6 +138,13 @@ inline std::string eval_val_batches_note(const TrainConfig& cfg, const Checkpoin
                       " here (-m counts batches of B x T x processes)");
 }
 
+// Whether --eval-only takes anything from the record beside its checkpoint (-j, -t, -b): not when all
+// three are given.
+inline bool eval_takes_from_record(const TrainConfig& cfg) {
+    return cfg.val_data.empty() || !cfg.was_given("val-data") || !cfg.was_given("seq-len") ||
+           !cfg.was_given("batch-size");
+}
+
 // --eval-only: fills -j, -t and -b from the checkpoint's run when they were not given (-j empty; -t, -b
 // not given by a flag or --config: TrainConfig::was_given) and returns the line that says what it took
 // ("" for nothing; run_eval prints it once the evaluation succeeded, so a failing command prints only its
@@ -125,8 +161,7 @@ inline std::string eval_settings_from_run(TrainConfig& cfg, bool print) {
     const std::filesystem::path ckpt(cfg.model);
     // the record matters here only for what --eval-only takes from it (-j, -t, -b): with all three given,
     // an edit of the record cannot change the evaluation and is not checked
-    const bool takes_from_record = cfg.val_data.empty() || !cfg.was_given("seq-len") || !cfg.was_given("batch-size");
-    if (takes_from_record && parse_checkpoint_name(ckpt.filename().string(), step) == CkptFileKind::Model)
+    if (eval_takes_from_record(cfg) && parse_checkpoint_name(ckpt.filename().string(), step) == CkptFileKind::Model)
         check_record_of_checkpoint(read_run_record(run->config_path), run->config_path,
                                    ckpt.has_parent_path() ? ckpt.parent_path().string() : ".", step,
                                    "restore it (--eval-only takes -j, -t and -b from it)");

@@ -234,6 +234,7 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     check_expected_data(cfg, cfg.train_data, "-i");
     if (!cfg.val_data.empty()) check_expected_data(cfg, cfg.val_data, "-j");
     plan_model(cfg, cfg.train_data, p);
+    if (!continued && !is_model_preset(cfg.model)) check_run_records_checkpoint_model(cfg.model, p.model);
     if (!continued && !is_model_preset(cfg.model) && cfg.rank == 0) {  // -e FILE with no run beside it
         const std::string note =
             lone_checkpoint_vocab_note(cfg.model, p.model, p.data_vocab, p.vocab_source, "-i", cfg.train_data);
