@@ -411,6 +411,19 @@ def test_llmc_gpt2_checkpoint_loads_as_all_global_model(byte_data, tmp_path):
     header = np.fromfile(out / "model_00000002.bin", dtype=np.int32, count=19)
     assert list(header[[0, 2, 3, 4, 5, 6, 8, 9, 18]]) == [20250521, maxT, V, nl, nh, C, nh, maxT, 2]
 
+    # --config of that run starts from the same file (its bytes recorded: an llm.c file has no payload
+    # checksum); a new-user trial edited 100 bytes of it, and the run took the edited weights silently
+    recorded = json.loads((out / "config.json").read_text())["derived"]["model_file_fnv1a64"]
+    assert recorded == f"{fnv1a64(llmc.read_bytes()):016x}"
+    run(["--config", out / "config.json", "-o", tmp_path / "again", "-x", 1])
+    b = bytearray(llmc.read_bytes())
+    b[2000:2100] = bytes(100)
+    llmc.write_bytes(bytes(b))
+    again = tmp_path / "again2"
+    assert_refused(["--config", out / "config.json", "-o", again, "-x", 1], out,
+                   f"-e {llmc} (from --config {out / 'config.json'}) is not the file that run started from")
+    assert not again.exists()
+
 
 def test_vocab_comes_from_meta_then_tokenizer_then_default(byte_data, tmp_path):
     d = tmp_path / "data"

@@ -17,6 +17,7 @@
 #include <iterator>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -132,9 +133,15 @@ inline std::string config_record_data_note(const RecordedData& rec, const std::s
 inline std::string file_fnv1a64(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) return "";
-    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    uint64_t h = FNV1A64_OFFSET;
+    std::vector<char> chunk(1 << 20);  // streamed: a model file may be hundreds of MB
+    while (in) {
+        in.read(chunk.data(), (std::streamsize)chunk.size());
+        h = fnv1a64(chunk.data(), (size_t)in.gcount(), h);
+    }
+    if (in.bad()) return "";
     char hex[17];
-    std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)fnv1a64(bytes.data(), bytes.size()));
+    std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
     return hex;
 }
 

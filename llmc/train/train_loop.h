@@ -116,6 +116,7 @@ inline double evaluate(Backend& model, DataLoader& loader, int B, int T, int64_t
 // of a plan; all that --eval-only needs).
 inline void plan_model(const TrainConfig& cfg, const std::string& data_glob, RunPlan& p) {
     p.data_vocab = data_vocab_size(data_glob, &p.vocab_source);
+    if (!is_model_preset(cfg.model)) p.init_identity = file_fnv1a64(cfg.model);  // the bytes loaded next
     ModelSetup ms = resolve_model(cfg, p.data_vocab);
     p.model = ms.config;
     p.model_source = ms.source;
@@ -235,6 +236,7 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     if (!cfg.val_data.empty()) check_expected_data(cfg, cfg.val_data, "-j");
     plan_model(cfg, cfg.train_data, p);
     if (!continued && !is_model_preset(cfg.model)) check_run_records_checkpoint_model(cfg.model, p.model);
+    if (!continued) check_init_weights_of_config_record(cfg, p.init_identity);
     if (!continued && !is_model_preset(cfg.model) && cfg.rank == 0) {  // -e FILE with no run beside it
         const std::string note =
             lone_checkpoint_vocab_note(cfg.model, p.model, p.data_vocab, p.vocab_source, "-i", cfg.train_data);
@@ -285,7 +287,7 @@ inline nlohmann::ordered_json run_config_json(const TrainConfig& cfg, const RunP
     // "data": the globs as "train" records -i and -j (absolute), which the readers compare them with
     const std::string train_glob = recorded_form("train_data", cfg.train_data);
     const std::string val_glob = recorded_form("val_data", cfg.val_data);
-    return {
+    nlohmann::ordered_json record = {
         {"train", train_config_json(cfg)},
         {"model", model_config_json(m)},
         {"data",
@@ -306,6 +308,9 @@ inline nlohmann::ordered_json run_config_json(const TrainConfig& cfg, const RunP
           {"zero_stage", cfg.zero_stage},
           {"flops_per_token", flops_per_token(m, cfg.seq_len)},
           {"resumed_from_step", plan.start_step()}}}};
+    // -e FILE: the identity of the weights the run started from (check_init_weights_of_config_record)
+    if (!plan.init_identity.empty()) record["derived"]["model_file_fnv1a64"] = plan.init_identity;
+    return record;
 }
 
 // The samples' tokenizer; with -o the directory, its lock (rank 0), config.json + config.toml
