@@ -37,7 +37,7 @@
 #            USE_MPI=auto|0  USE_NCCL=auto|0  MPICXX=mpicxx  CUDA_HOME=<from nvcc's path>
 #            HOST_BUILD=0|1 (1: the trainer and the generator by CXX; default 1 when nvcc is not found)
 #            CUBLASLT_LAZY=1|0 (nvcc's trainer and generator: load cuBLASLt on first use, or 0: link it)
-#            TRAIN_ARGS="-x 300 -v 50 -s 100 -n 100" (a new run's flags; continuing one: only those given)
+#            TRAIN_ARGS="" (flags after a new run's -x 300 -v 50 -s 100 -n 100, which they override; continuing a run: these only)
 #            TRAIN_OUT=out/tinyshakespeare
 #            CI=true (GPU targets for sm_90 only; make test fails without nvcc)  JOBS=<nproc> (make test)
 #            GPU_CHECK_EMU_PARTS=build,first,...|all (make test-emu)  EMU_SCHEDULES=greedy-forward,greedy-reverse
@@ -616,20 +616,20 @@ $(TS_DIR)/meta.json:
 data-tinyshakespeare: $(TS_DIR)/meta.json
 
 # --- the main job ----------------------------------------------------------------------------
-# A new run in TRAIN_OUT trains on tiny Shakespeare with TRAIN_ARGS (default TRAIN_ARGS_NEW). Run
+# A new run in TRAIN_OUT trains on tiny Shakespeare with TRAIN_ARGS_NEW followed by the TRAIN_ARGS given
+# (a flag given twice takes the last value: TRAIN_ARGS="-x 1000" changes the steps only). Run
 # again once TRAIN_OUT holds a run (its config.json), it continues that run (-y 1: from its newest
 # checkpoint, or from step 0 when it has none yet) with the settings recorded there, its data
-# included, and only the TRAIN_ARGS given on the make command line (or in the environment) override
+# included, and only TRAIN_ARGS (given on the make command line or in the environment) override
 # them: the defaults (TRAIN_ARGS_NEW and the tiny Shakespeare -i/-j) never do (docs/training.md
 # "Resuming and forking").
 TRAIN_ARGS_NEW := -x 300 -v 50 -s 100 -n 100
-TRAIN_ARGS ?= $(TRAIN_ARGS_NEW)
+TRAIN_ARGS ?=
 TRAIN_OUT ?= out/tinyshakespeare
 TRAIN_RESUMES = $(wildcard $(TRAIN_OUT)/config.json)
-TRAIN_ARGS_GIVEN = $(if $(filter file,$(origin TRAIN_ARGS)),,$(TRAIN_ARGS))
 train: train_gpt2_ls $(TS_DIR)/meta.json
-	./train_gpt2_ls $(if $(TRAIN_RESUMES),-o $(TRAIN_OUT) -y 1 $(TRAIN_ARGS_GIVEN),\
-	  -i "$(TS_DIR)/train_*.bin" -j "$(TS_DIR)/val_*.bin" -o $(TRAIN_OUT) $(TRAIN_ARGS))
+	./train_gpt2_ls $(if $(TRAIN_RESUMES),-o $(TRAIN_OUT) -y 1 $(TRAIN_ARGS),\
+	  -i "$(TS_DIR)/train_*.bin" -j "$(TS_DIR)/val_*.bin" -o $(TRAIN_OUT) $(TRAIN_ARGS_NEW) $(TRAIN_ARGS))
 
 # --- tests -----------------------------------------------------------------------------------
 JOBS ?= $(shell nproc)

@@ -217,6 +217,10 @@ def test_make_train_twice_continues_the_run(tmp_path):
             "--threads", 1]
     first = make_train(out, tiny + ["-x", 2])
     assert first.returncode == 0, first.stderr
+    # a new run: the Makefile's -x 300 -v 50 -s 100 -n 100, then TRAIN_ARGS, which win (a new-user trial:
+    # TRAIN_ARGS replaced them all, so `TRAIN_ARGS="-x 1000"` lost the intermediate checkpoints)
+    train = json.loads((out / "config.json").read_text())["train"]
+    assert (train["max_steps"], train["val_every"], train["sample_every"], train["checkpoint_every"]) == (2, 0, 0, 100)
     second = make_train(out, tiny + ["-x", 4])
     assert second.returncode == 0, second.stderr
     assert "resumed from" in second.stdout and "at step 2" in second.stdout
