@@ -99,6 +99,23 @@ TEST_CASE("shards of both versions read back exactly", "[shard]") {
     }
 }
 
+TEST_CASE("a glob that catches a file other than a shard names the pattern and its fix", "[shard]") {
+    TempDir dir;
+    write_index_shards(dir, {300});
+    write_raw(dir.file("tokenizer.bin"), 20240328, 2, 4, 8);  // not a shard's magic
+    // a pattern wider than the shards: narrow it
+    REQUIRE_THROWS_WITH(
+        llmc::DataLoader(dir.file("*.bin"), 1, 8, 0, 1, false, 0, 1000),
+        Contains("the shard pattern '" + dir.file("*.bin") + "' matches " + dir.file("tokenizer.bin")) &&
+            Contains("give a pattern that matches only the shards, e.g. '" + dir.path.string() + "/train_*.bin'"));
+    // the shards' own pattern (a new-user trial: it was suggested back): the file is a damaged shard
+    write_raw(dir.file("train_000001.bin"), 777, 1, 4, 8);
+    REQUIRE_THROWS_WITH(llmc::DataLoader(dir.file("train_*.bin"), 1, 8, 0, 1, false, 0, 1000),
+                        Contains("which is not a token shard (bad magic 777") &&
+                            Contains("): a damaged shard: regenerate it with data/prepare.py") &&
+                            !Contains("give a pattern"));
+}
+
 TEST_CASE("malformed shards are refused naming the file, offset and fix", "[shard]") {
     TempDir dir;
     const std::string p = dir.file("bad.bin");

@@ -559,11 +559,16 @@ def test_warmup_longer_than_the_run_is_noted(byte_data, tmp_path):
                                                "-s", 0])
         assert "--warmup-steps" not in p.stderr
         assert train_records(tmp_path / f"u{u}" / "metrics.jsonl")[-1]["lr"] == pytest.approx(1e-3)
+    # -l 0 has no rate to fall short of (a new-user trial: "rises to 0.00e+00 at most, never to -l 0.00e+00");
+    # and a header of -v 0 says the validation data is never read (it said "1 of its N batches per validation")
+    p = run(data_args(byte_data) + TINY + ["-x", 10, "-u", 20, "-l", 0, "-v", 0, "-s", 0])
+    assert "--warmup-steps" not in p.stderr, p.stderr
+    assert "tokens, never read (-v 0)" in p.stdout and "batches per validation" not in p.stdout, p.stdout
 
 
 def test_flags_the_other_settings_make_useless_are_noted(byte_data, tmp_path):
-    """-q with -k constant, --wsd-decay-frac with a schedule other than wsd, --temperature without samples,
-    --shuffle with --sampler random and the logit alarms' cooldown and keep without an alarm do nothing: one note each when given (on the command
+    """-q with -k constant, --wsd-decay-frac with a schedule other than wsd, --temperature, -g and -s without
+    samples, --keep-checkpoints without -o, --rendezvous with one process, --shuffle with --sampler random and the logit alarms' cooldown and keep without an alarm do nothing: one note each when given (on the command
     line or in a --config file), none when they only hold their defaults."""
     base = data_args(byte_data) + TINY + ["-x", 1, "-v", 0, "-s", 0]
     p = run(base + ["-k", "constant", "-q", "0.5", "--wsd-decay-frac", "0.3"])
@@ -592,7 +597,15 @@ def test_flags_the_other_settings_make_useless_are_noted(byte_data, tmp_path):
     p = run(base[:-2] + ["-s", 5, "-g", 0, "--temperature", "0.5"])
     assert [ln for ln in p.stderr.splitlines() if "has no effect" in ln] == [
         "note: --temperature 0.5 has no effect with --gen-tokens 0 (it sets the temperature of the samples the run "
-        "draws)"], p.stderr
+        "draws)",
+        "note: --sample-every 5 has no effect with --gen-tokens 0 (it sets how often the run draws samples)"], p.stderr
+    # (a new-user trial) -g without samples, --keep-checkpoints without -o, --rendezvous with one process
+    p = run(base + ["-g", 5, "--keep-checkpoints", 2, "--rendezvous", tmp_path / "rdv"])
+    assert [ln for ln in p.stderr.splitlines() if "has no effect" in ln] == [
+        "note: --gen-tokens 5 has no effect with --sample-every 0 (it sets the length of the samples the run draws)",
+        "note: --keep-checkpoints 2 has no effect with no -o (it prunes the checkpoints the run writes into -o)",
+        f"note: --rendezvous {tmp_path / 'rdv'} has no effect with one process (it is the directory the processes "
+        "of a CUDA launch without MPI meet in)"], p.stderr
     p = run(base + ["--sampler", "random", "--shuffle", 0])
     assert [ln for ln in p.stderr.splitlines() if "has no effect" in ln] == [
         "note: --shuffle 0 has no effect with --sampler random (it orders the windows of --sampler windows)"], p.stderr

@@ -258,9 +258,11 @@ private:
         if (!read || magic == kShardMagic) return;
         throw InputError("the shard pattern '" + pattern + "' matches " + path +
                          ", which is not a token shard (bad magic " + std::to_string(magic) +
-                         " at byte offset 0, a shard's is " + std::to_string(kShardMagic) +
-                         "): give a pattern that matches only the shards, e.g. '" + glob_dir(pattern) +
-                         "/train_*.bin' (a damaged shard: regenerate it with data/prepare.py)");
+                         " at byte offset 0, a shard's is " + std::to_string(kShardMagic) + "): " +
+                         (pattern == glob_dir(pattern) + "/train_*.bin" || pattern == glob_dir(pattern) + "/val_*.bin"
+                              ? "a damaged shard: regenerate it with data/prepare.py"
+                              : "give a pattern that matches only the shards, e.g. '" + glob_dir(pattern) +
+                                    "/train_*.bin' (a damaged shard: regenerate it with data/prepare.py)"));
     }
 
     static std::vector<std::string> glob_paths(const std::string& pattern) {

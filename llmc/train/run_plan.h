@@ -246,7 +246,8 @@ inline std::string lr_total_change_note(const TrainConfig& cfg, const RunPlan& p
 // Flags given (on the command line or by a --config TOML preset) that the run's other settings make do
 // nothing: one note each, not an error, as a preset may carry them for another run. -q and
 // --wsd-decay-frac with a schedule that does not use them (llmc/train/schedule.h); --temperature when the
-// run draws no samples (-s 0 or -g 0); --shuffle with --sampler random (each row a random offset);
+// run draws no samples (-s 0 or -g 0), -g with -s 0 and -s with -g 0; --keep-checkpoints without -o;
+// --rendezvous with one process; --shuffle with --sampler random (each row a random offset);
 // --logit-alarm-cooldown and --logit-alarm-keep with both logit alarms off in a new run. A --config
 // RUN/config.json gives every setting of its run, chosen or not: none of its values is noted; nor is a
 // config file's value equal to the flag's default (a run's config.toml writes every flag).
@@ -273,6 +274,16 @@ inline std::vector<std::string> unused_flag_notes(const TrainConfig& cfg) {
     if ((cfg.sample_every == 0 || cfg.gen_tokens == 0) && given("temperature", cfg.temperature, defaults.temperature))
         note("temperature", cfg.temperature, cfg.sample_every == 0 ? "--sample-every 0" : "--gen-tokens 0",
              "it sets the temperature of the samples the run draws");
+    if (cfg.sample_every == 0 && given("gen-tokens", cfg.gen_tokens, defaults.gen_tokens))
+        note("gen-tokens", cfg.gen_tokens, "--sample-every 0", "it sets the length of the samples the run draws");
+    if (cfg.sample_every > 0 && cfg.gen_tokens == 0 && given("sample-every", cfg.sample_every, defaults.sample_every))
+        note("sample-every", cfg.sample_every, "--gen-tokens 0", "it sets how often the run draws samples");
+    if (cfg.output_dir.empty() && given("keep-checkpoints", cfg.keep_checkpoints, defaults.keep_checkpoints))
+        note("keep-checkpoints", cfg.keep_checkpoints, "no -o", "it prunes the checkpoints the run writes into -o");
+    if (cfg.world_size == 1 && !cfg.rendezvous.empty())
+        out.push_back("note: --rendezvous " + cfg.rendezvous +
+                      " has no effect with one process (it is the directory the processes of a CUDA launch without "
+                      "MPI meet in)");
     if (cfg.sampler == "random" && given("shuffle", cfg.shuffle, defaults.shuffle))
         note("shuffle", cfg.shuffle, "--sampler random", "it orders the windows of --sampler windows");
     // (a continued run's alarm checkpoints come back with its state, and --logit-alarm-keep still pins them)

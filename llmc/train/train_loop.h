@@ -361,13 +361,15 @@ inline void print_run_header(const TrainConfig& cfg, const RunPlan& plan, const 
     o.log.printf("train_gpt2_ls | device %s | %s\n  %s\n", model.device.c_str(),
                  describe_model_origin(cfg, plan.model_source).c_str(),
                  describe_model(plan.model, model.backend->num_params()).c_str());
-    o.log.printf("  train: %lld tokens in %zu shard(s), %lld batches/epoch | val: %s\n",
-                 (long long)train.total_tokens(), train.num_shards(), (long long)train.batches_per_epoch(),
-                 plan.val ? (std::to_string(plan.val->total_tokens()) + " tokens, " + std::to_string(plan.val_batches) +
-                             " of its " + std::to_string(plan.val->batches_per_epoch()) +
-                             " batches per validation (-m; --eval-only reads all)")
-                                .c_str()
-                          : "none");
+    o.log.printf(
+        "  train: %lld tokens in %zu shard(s), %lld batches/epoch | val: %s\n", (long long)train.total_tokens(),
+        train.num_shards(), (long long)train.batches_per_epoch(),
+        !plan.val ? "none"
+        : cfg.val_every <= 0
+            ? (std::to_string(plan.val->total_tokens()) + " tokens, never read (-v 0)").c_str()
+            : (std::to_string(plan.val->total_tokens()) + " tokens, " + std::to_string(plan.val_batches) + " of its " +
+               std::to_string(plan.val->batches_per_epoch()) + " batches per validation (-m; --eval-only reads all)")
+                  .c_str());
     o.log.printf("  batch: B %d x T %d x accum %d x %d process(es) = %ld tokens/step | %d steps\n", B, T, plan.accum,
                  cfg.world_size, (long)B * T * plan.accum * cfg.world_size, max_steps);
     o.log.printf("  lr: %s\n", describe_schedule(plan.schedule).c_str());
@@ -404,7 +406,7 @@ inline void print_run_header(const TrainConfig& cfg, const RunPlan& plan, const 
                      "note: no -o given; nothing is written (metrics, checkpoints): give -o DIR to keep them\n");
     // the warmup ramps lr * (s + 1) / W over steps s < W (step W - 1 at the full rate): a run of fewer
     // than W steps never reaches -l
-    if (cfg.warmup_steps > max_steps && start < max_steps)
+    if (cfg.warmup_steps > max_steps && start < max_steps && cfg.learning_rate > 0.0f)
         std::fprintf(stderr,
                      "note: --warmup-steps %d is longer than the run's %d steps: the learning rate rises to "
                      "%.2e at most, never to -l %.2e; lower -u or raise -x if that is not the intent\n",
