@@ -116,7 +116,6 @@ int run(llmc::GenerateConfig g) {
     llmc::set_thread_count(g.threads);
     if (g.encode_only) return run_encode_only(g);
     const llmc::ModelCheckpoint ck = llmc::load_model_checkpoint(g.model);
-    llmc::check_run_records_checkpoint_model(g.model, ck.config);  // the run's tokenizer is this model's
     if (!g.bench) {
         const std::string taken = llmc::generate_settings_from_run(g);  // --tokenizer from the checkpoint's run
         return run_generation(g, ck, taken);

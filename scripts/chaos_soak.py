@@ -22,8 +22,8 @@ after the last) or at the first temporary file of a checkpoint write seen after 
   or the fault is one the trainer cannot recover from alone (a full disk; every checkpoint damaged)
   and stderr ends with one `error:` line naming the action, which the soak then takes (frees the disk,
   restores the damaged files) as a user's script would;
-- a resume starts at the newest complete checkpoint the soak did not damage, and the newer ones it
-  passed over, and only those, are retired (their marker renamed DAMAGED_);
+- a resume starts at the newest complete checkpoint the soak did not damage; a step the trainer
+  retired (its marker renamed DAMAGED_: one -y 1 fell back past) is one the soak damaged;
 - the newest checkpoint the trainer reported complete and the soak did not damage is still complete
   with the same bytes (or, with --keep-checkpoints 2, was deleted while two newer ones were marked
   complete: the soak may damage those later); every complete checkpoint of a step the reference has

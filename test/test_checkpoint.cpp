@@ -788,29 +788,41 @@ TEST_CASE("a damaged newest checkpoint falls back to the previous complete one",
 TEST_CASE("the checkpoints -y 1 fell back past are retired, and a new save of the step clears that", "[checkpoint]") {
     TempDir dir;
     ModelConfig c = small_config();
-    for (int s : {10, 20, 30}) save_step(dir.path, c, s);
-    fs::resize_file(state_path(dir.path, 30, 0), 2000);
+    for (int s : {10, 20, 30, 40}) save_step(dir.path, c, s);
+    fs::resize_file(state_path(dir.path, 40, 0), 2000);
+    flip_byte(model_path(dir.path, 30), 2000);
     std::stringstream err;
     auto* old_buf = std::cerr.rdbuf(err.rdbuf());
     auto ck = load_newest_checkpoint(dir.path, c, 0, 1);
     std::cerr.rdbuf(old_buf);
     REQUIRE(ck.has_value());
     REQUIRE(ck->step == 20);
-    CHECK(retire_checkpoints_after(dir.path, ck->step) == std::vector<int>{30});
+    CHECK(ck->damaged_newer == std::vector<int>{40, 30});  // the steps this rank found damaged, newest first
+    // only the steps given: a marked step no one found damaged (another rank's view) keeps its marker
+    CHECK(retire_checkpoints(dir.path, {40}) == std::vector<int>{40});
+    CHECK(complete_steps(dir.path) == std::vector<int>{10, 20, 30});
+    CHECK(retire_checkpoints(dir.path, ck->damaged_newer) == std::vector<int>{30});
     CHECK(complete_steps(dir.path) == std::vector<int>{10, 20});
-    CHECK(fs::exists(damaged_marker_path(dir.path, 30)));  // the marker renamed
-    CHECK(fs::exists(model_path(dir.path, 30)));           // the files stay, for inspection
-    CHECK(fs::exists(state_path(dir.path, 30, 0)));
-    CHECK(retire_checkpoints_after(dir.path, ck->step).empty());  // nothing complete after step 20 now
+    for (int s : {30, 40}) {
+        CHECK(fs::exists(damaged_marker_path(dir.path, s)));  // the marker renamed
+        CHECK(fs::exists(model_path(dir.path, s)));           // the files stay, for inspection
+        CHECK(fs::exists(state_path(dir.path, s, 0)));
+    }
+    CHECK(retire_checkpoints(dir.path, ck->damaged_newer).empty());  // retired already
     // the step written again: complete, and no longer marked damaged
     save_step(dir.path, c, 30);
     CHECK(complete_steps(dir.path) == std::vector<int>{10, 20, 30});
     CHECK_FALSE(fs::exists(damaged_marker_path(dir.path, 30)));
-    // an unpadded marker too (DONE_5 and DONE_00000005 are one step); the steps up to the one given stay
-    std::ofstream(dir / "DONE_40") << "step 40 world_size 1\n";
-    CHECK(retire_checkpoints_after(dir.path, 30) == std::vector<int>{40});
-    CHECK(fs::exists(damaged_marker_path(dir.path, 40)));
-    CHECK(complete_steps(dir.path) == std::vector<int>{10, 20, 30});
+    // an unpadded marker too (DONE_5 and DONE_00000005 are one step)
+    std::ofstream(dir / "DONE_50") << "step 50 world_size 1\n";
+    CHECK(retire_checkpoints(dir.path, {50}) == std::vector<int>{50});
+    CHECK(fs::exists(damaged_marker_path(dir.path, 50)));
+    // pruning deletes a retired step's files with its marker, as those of any step it does not keep
+    save_step(dir.path, c, 60);
+    CHECK(prune_checkpoints(dir.path, 2, 60) == std::vector<int>{10, 20});
+    CHECK_FALSE(fs::exists(damaged_marker_path(dir.path, 40)));
+    CHECK_FALSE(fs::exists(model_path(dir.path, 40)));
+    CHECK(complete_steps(dir.path) == std::vector<int>{30, 60});
 }
 
 // Rewrites step's model and state files (world 1) as a build before header checksums wrote them: model

@@ -317,7 +317,8 @@ def test_a_damaged_checkpoint_fallen_back_past_is_retired(trained, byte_data, tm
     p = run(["-o", d, "-y", 1, "-x", 15])
     assert "warning: checkpoint step 20 is damaged" in p.stderr
     assert (f"note: -y 1: the damaged checkpoint of step 20 is left behind (this run continues from step 10): its "
-            f"marker is now {d / 'DAMAGED_00000020'}, and its files stay for inspection") in p.stderr, p.stderr
+            f"marker is now {d / 'DAMAGED_00000020'} (rename it back to DONE_00000020 to use it again), and its files "
+            "stay for inspection") in p.stderr, p.stderr
     assert not (d / "DONE_00000020").exists() and (d / "DAMAGED_00000020").exists()
     assert (d / "model_00000020.bin").exists() and (d / "DONE_00000015").exists()
     q = run(["--eval-only", "-e", d], check=False)
@@ -423,6 +424,14 @@ def test_llmc_gpt2_checkpoint_loads_as_all_global_model(byte_data, tmp_path):
     assert_refused(["--config", out / "config.json", "-o", again, "-x", 1], out,
                    f"-e {llmc} (from --config {out / 'config.json'}) is not the file that run started from")
     assert not again.exists()
+    # -y 1 of such a run stopped before its first checkpoint starts again from step 0, from -e's file: checked too
+    early = tmp_path / "again"
+    for f in list(early.glob("model_*")) + list(early.glob("state_*")) + list(early.glob("DONE_*")):
+        f.unlink()
+    log = early / "console.log"  # as a run killed before its first checkpoint leaves it
+    log.write_text("".join(ln for ln in log.read_text().splitlines(True) if not ln.startswith("checkpoint of step")))
+    assert_refused(["-o", early, "-y", 1], early,
+                   f"-e {llmc} (from the record {early / 'config.json'}) is not the file that run started from")
 
 
 def test_vocab_comes_from_meta_then_tokenizer_then_default(byte_data, tmp_path):

@@ -231,7 +231,7 @@ def test_make_train_twice_continues_the_run(tmp_path):
 
 def test_plain_make_train_continues_with_the_recorded_settings(tmp_path):
     """A run started by `make train TRAIN_ARGS=...` and stopped early is continued by a plain `make
-    train` with its recorded settings: the Makefile's default TRAIN_ARGS (-x 300 ...) never override
+    train` with its recorded settings: the Makefile's new-run defaults (-x 300 ...) never override
     the record (neither on a run with a checkpoint nor on one stopped before its first)."""
     tiny = ["--device", "cpu", "--layers", 1, "--channels", 32, "--heads", 2, "-b", 2, "-t", 32, "-v", 0,
             "--threads", 1]

@@ -89,28 +89,32 @@ inline std::optional<CheckpointRun> read_checkpoint_run(const std::string& check
 }
 
 // A checkpoint read with the config.json beside it (--eval-only -e, generate_gpt2_ls -e, a new run's
-// -e FILE) whose "model" records another model than the checkpoint's header (`m`): the two files are of
+// -e FILE) whose "model" records another model than the checkpoint's header: the two files are of
 // different runs (a model file copied into another run's directory), and the record's data and tokenizer
-// would be taken for a model they did not train. Refused, naming the fields that differ. A record
-// without "model", or without one of its fields (an earlier version's), is not compared there.
-inline void check_run_records_checkpoint_model(const std::string& checkpoint, const ModelConfig& m) {
-    const std::filesystem::path dir = std::filesystem::path(checkpoint).parent_path();
-    const std::string path = ((dir.empty() ? std::filesystem::path(".") : dir) / "config.json").string();
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(path, ec)) return;
+// would be taken for a model they did not train. Refused, naming the fields that differ, before anything
+// is taken from the record. A record without "model", or without one of its fields (an earlier
+// version's), is not compared there; numbers compare as float32 (earlier versions wrote attn_softcap
+// widened from float, 0.30000001192092896 for 0.3).
+inline void check_run_records_checkpoint_model(const std::string& checkpoint, const std::string& config_path) {
+    const std::optional<ModelConfig> m = peek_model_config(checkpoint);
+    if (!m) return;  // unreadable or not a model file: the load says why
     const nlohmann::ordered_json record =
-        read_run_record(path, "give the settings as flags, or restore the record of the run of " + checkpoint);
+        read_run_record(config_path, "give the settings as flags, or restore the record of the run of " + checkpoint);
     const auto rec = record.find("model");
     if (rec == record.end() || !rec->is_object()) return;
     std::string diff;
-    const nlohmann::ordered_json header = model_config_json(m);
+    const nlohmann::ordered_json header = model_config_json(*m);
     for (const auto& field : header.items()) {
         const auto there = rec->find(field.key());
-        if (field.key() == "padded_vocab_size" || there == rec->end() || *there == field.value()) continue;
-        diff += (diff.empty() ? "" : ", ") + field.key() + " " + field.value().dump() + " vs " + there->dump();
+        if (field.key() == "padded_vocab_size" || there == rec->end()) continue;
+        const bool same = there->is_number() && field.value().is_number()
+                              ? (float)there->get<double>() == (float)field.value().get<double>()
+                              : *there == field.value();
+        if (!same)
+            diff += (diff.empty() ? "" : ", ") + field.key() + " " + field.value().dump() + " vs " + there->dump();
     }
     if (diff.empty()) return;
-    throw InputError(checkpoint + " is another model than " + path + " beside it records (" + diff +
+    throw InputError(checkpoint + " is another model than " + config_path + " beside it records (" + diff +
                      "): the two files are of different runs, and that record's data and tokenizer are not the "
                      "model's; keep a checkpoint beside its own run's config.json, or copy it alone into a "
                      "directory of its own");
@@ -165,6 +169,8 @@ inline std::string eval_settings_from_run(TrainConfig& cfg, bool print) {
         check_record_of_checkpoint(read_run_record(run->config_path), run->config_path,
                                    ckpt.has_parent_path() ? ckpt.parent_path().string() : ".", step,
                                    "restore it (--eval-only takes -j, -t and -b from it)");
+    // (after that check: a record edited since its checkpoint is named as such first)
+    if (eval_takes_from_record(cfg)) check_run_records_checkpoint_model(cfg.model, run->config_path);
     std::vector<std::string> taken;
     const bool given = !cfg.val_data.empty();
     if (!given && !run->val_data.empty()) {
@@ -250,6 +256,7 @@ inline std::string generate_settings_from_run(GenerateConfig& g) {
     if (g.model.empty()) return "";
     const std::optional<CheckpointRun> run = read_checkpoint_run(g.model);
     if (!run) return "";
+    check_run_records_checkpoint_model(g.model, run->config_path);
     const std::string run_tok = run->train_data.empty() ? "" : glob_dir(run->train_data) + "/tokenizer.bin";
     std::error_code ec;
     const bool run_tok_exists = !run_tok.empty() && std::filesystem::is_regular_file(run_tok, ec);

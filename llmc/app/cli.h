@@ -223,8 +223,7 @@ private:
         return 1;
     }
 
-    // The --config path in argv ("--config F" or "--config=F"; the last one), "" without one.
-    // The --config paths of argv, in order (one is taken; more are refused in parse).
+    // The --config paths of argv ("--config F" or "--config=F"), in order (more than one is refused in parse).
     static std::vector<std::string> config_paths(int argc, const char* const* argv) {
         std::vector<std::string> paths;
         for (int i = 1; i < argc; i++) {

@@ -12,7 +12,7 @@
 //   batch_of_config_record   the -d that keeps a --config RUN/config.json run's batch on another
 //                      number of processes
 //   val_batches_of_config_record   the -m that keeps its validation set (the tokens of -m global batches)
-//   check_init_weights_of_config_record   its -e FILE still the weights that run started from
+//   check_init_weights_of_record   a record's -e FILE still the weights that run started from
 //   write_run_record   config.json + config.toml of a starting run (fresh or forked), or the history
 //                      of a resumed one
 // docs/training.md "Resuming and forking", docs/formats.md "config.json".
@@ -228,23 +228,27 @@ inline int64_t val_batches_of_config_record(const TrainConfig& cfg, bool print) 
     return tokens / here;
 }
 
-// --config RUN/config.json of a run that started from -e FILE, that -e taken from the record (not typed):
-// the file must still hold the weights that run started from, whose FNV-1a 64 (of the whole file: an
-// llm.c file has no payload checksum) the record keeps in "derived" "model_file_fnv1a64" (records of
-// earlier versions hold none: not checked). `identity`: the file's now. Refused when they differ,
-// since the run would start from other weights than the record says without a word.
-inline void check_init_weights_of_config_record(const TrainConfig& cfg, const std::string& identity) {
-    if (cfg.config_record.empty() || is_model_preset(cfg.model) ||
-        std::find(cfg.from_config.begin(), cfg.from_config.end(), "model") == cfg.from_config.end())
-        return;
-    const nlohmann::ordered_json record = read_run_record(cfg.config_record);
+// A new run whose -e FILE comes from a run's record (not typed): --config RUN/config.json, or -y 1 of a
+// run stopped before its first checkpoint (it starts again from step 0). The file must still hold the
+// weights that run started from, whose FNV-1a 64 (of the whole file: an llm.c file has no payload
+// checksum) the record keeps in "derived" "model_file_fnv1a64" (records of earlier versions hold none:
+// not checked). `identity`: the file's now. Refused when they differ, since the run would start from
+// other weights than the record says without a word.
+inline void check_init_weights_of_record(const TrainConfig& cfg, const std::string& identity) {
+    const bool from_config =
+        std::find(cfg.from_config.begin(), cfg.from_config.end(), "model") != cfg.from_config.end();
+    const std::string path = from_config && !cfg.config_record.empty()    ? cfg.config_record
+                             : cfg.resume == 1 && !cfg.was_given("model") ? cfg.settings_record
+                                                                          : "";
+    if (path.empty() || is_model_preset(cfg.model)) return;
+    const nlohmann::ordered_json record = read_run_record(path);
     const auto derived = record.find("derived");
     if (derived == record.end() || !derived->is_object()) return;
     const auto recorded = derived->find("model_file_fnv1a64");
     if (recorded == derived->end() || !recorded->is_string() || recorded->get<std::string>() == identity) return;
-    throw InputError("-e " + cfg.model + " (from --config " + cfg.config_record +
-                     ") is not the file that run started from: its fnv1a64 is " +
-                     (identity.empty() ? "unreadable" : identity) + " now and the run recorded " +
+    throw InputError("-e " + cfg.model + cfg.origin_of("model") +
+                     " is not the file that run started from: its fnv1a64 is " +
+                     (identity.empty() ? "unreadable" : identity) + " now and " + path + " records " +
                      recorded->get<std::string>() + "; restore that file, or give -e the weights to start from");
 }
 

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -282,13 +283,10 @@ inline void check_size(const std::string& path, size_t actual, size_t n, size_t 
 }
 
 // llm.c GPT-2 checkpoint -> an all-global model (G = NH, window = maxT, tied, no QK-norm/cap).
-inline ModelCheckpoint load_llmc_checkpoint(std::FILE* f, const int32_t* h, size_t size, const std::string& path) {
-    if (h[1] != LLMC_VERSION_FP32 && h[1] != LLMC_VERSION_BF16)
-        throw InputError(path + ": llm.c checkpoint version " + std::to_string(h[1]) +
-                         " is not supported; use version 3 (fp32) or 5 (bf16) from llm.c's train_gpt2");
-    ModelCheckpoint ck;
-    ModelConfig& c = ck.config;
-    c = get_config_fields(h);  // llm.c's indices 2..7 are ours (maxT, V, L, NH, C, Vp); the rest set here
+// The model an llm.c GPT-2 header describes: its indices 2..7 are ours (maxT, V, L, NH, C, Vp); the
+// rest is GPT-2's (every head global, biases, tanh GELU, tied embeddings).
+inline ModelConfig llmc_model_config(const int32_t* h) {
+    ModelConfig c = get_config_fields(h);
     c.global_heads = c.num_heads;
     c.window = c.max_seq_len;
     c.qk_norm = false;
@@ -296,6 +294,16 @@ inline ModelCheckpoint load_llmc_checkpoint(std::FILE* f, const int32_t* h, size
     c.tied_embeddings = true;
     c.bias = true;
     c.gelu = Gelu::Tanh;
+    return c;
+}
+
+inline ModelCheckpoint load_llmc_checkpoint(std::FILE* f, const int32_t* h, size_t size, const std::string& path) {
+    if (h[1] != LLMC_VERSION_FP32 && h[1] != LLMC_VERSION_BF16)
+        throw InputError(path + ": llm.c checkpoint version " + std::to_string(h[1]) +
+                         " is not supported; use version 3 (fp32) or 5 (bf16) from llm.c's train_gpt2");
+    ModelCheckpoint ck;
+    ModelConfig& c = ck.config;
+    c = llmc_model_config(h);
     std::string err = validate_model_config(c);
     if (!err.empty())
         throw CheckpointDamaged(path + ": llm.c header describes an invalid model (" + err +
@@ -325,6 +333,21 @@ inline std::string model_header_identity(const std::string& path) {
     char hex[17];
     std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)fnv1a64(h, sizeof h));
     return hex;
+}
+
+// The model a model file's header describes (a train_gpt2_ls or an llm.c file), read from the header
+// alone and unchecked (load_model_checkpoint checks it); nullopt when the file cannot be read or is
+// neither. For comparisons made before the file is loaded.
+inline std::optional<ModelConfig> peek_model_config(const std::string& path) {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) return std::nullopt;
+    int32_t h[CKPT_HEADER_INTS];
+    const size_t got = std::fread(h, 1, sizeof h, f);
+    std::fclose(f);
+    if (got != sizeof h) return std::nullopt;
+    if (h[0] == LLMC_MAGIC) return detail::llmc_model_config(h);
+    if (h[0] == MODEL_MAGIC) return get_config_fields(h);
+    return std::nullopt;
 }
 
 // Reads a train_gpt2_ls model file (checked: magic, version, header fields, size, checksum) or

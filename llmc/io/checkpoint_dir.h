@@ -66,14 +66,14 @@ inline std::string done_path(const std::string& dir, int step) {
     return join_path(dir, buf);
 }
 
-// The marker of a step -y 1 passed over as damaged (retire_checkpoints_after): not a checkpoint.
+// The marker of a step -y 1 passed over as damaged (retire_checkpoints): not a checkpoint.
 inline std::string damaged_marker_path(const std::string& dir, int step) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "DAMAGED_%08d", step);
     return join_path(dir, buf);
 }
 
-enum class CkptFileKind { None, Model, State, Done };
+enum class CkptFileKind { None, Model, State, Done, Damaged };
 
 // Recognizes the names above, and their atomic-write temporaries ("<name>.tmp.XXXXXX").
 // Returns the kind and sets step; None for any other name.
@@ -104,6 +104,8 @@ inline CkptFileKind parse_checkpoint_name(const std::string& name, int& step) {
         if (digits(a) && literal("_") && digits(b) && literal(".bin") && at_end()) kind = CkptFileKind::State;
     } else if (literal("DONE_")) {
         if (digits(a) && at_end()) kind = CkptFileKind::Done;
+    } else if (literal("DAMAGED_")) {
+        if (digits(a) && at_end()) kind = CkptFileKind::Damaged;
     }
     step = kind == CkptFileKind::None ? -1 : (int)a;
     return kind;
@@ -148,8 +150,8 @@ inline void write_done_marker(const std::string& dir, int step, int world_size,
                              " is missing; every rank must finish its save before rank 0 writes the marker");
     std::string text = "step " + std::to_string(step) + " world_size " + std::to_string(world_size) + "\n";
     if (!settings_fingerprint.empty()) text += std::string(kMarkerSettingsKey) + " " + settings_fingerprint + "\n";
-    write_file_atomic(done_path(dir, step), text.data(), text.size());
     std::remove(damaged_marker_path(dir, step).c_str());  // the step's files are new: none is damaged now
+    write_file_atomic(done_path(dir, step), text.data(), text.size());
 }
 
 // Steps that have a completion marker, ascending, each once (DONE_5 and DONE_00000005 are one step).
@@ -201,6 +203,7 @@ struct LoadedCheckpoint {
     int step = 0;
     ModelCheckpoint model;
     TrainState state;
+    std::vector<int> damaged_newer;  // marked steps after `step` this rank found damaged (retire_checkpoints)
 };
 
 // The first field in which two models differ: its name (the model flag's where there is one, e.g.
@@ -311,18 +314,21 @@ inline std::string damage_without_advice(const std::string& msg) {
 // mismatch that is the user's (model flags, process count), which no fallback would fix.
 inline std::optional<LoadedCheckpoint> load_newest_checkpoint(const std::string& dir, const ModelConfig& expected,
                                                               int rank, int world_size, int max_step = INT_MAX) {
-    std::vector<int> steps = complete_steps(dir);
+    std::vector<int> steps = complete_steps(dir), damaged;
     std::string first_error;
     int tried = 0;
     for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
         if (*it > max_step) continue;
         tried++;
         try {
-            return load_checkpoint_at(dir, *it, expected, rank, world_size);
+            LoadedCheckpoint ck = load_checkpoint_at(dir, *it, expected, rank, world_size);
+            ck.damaged_newer = damaged;
+            return ck;
         } catch (const CheckpointDamaged& e) {
             std::cerr << "warning: checkpoint step " << *it << " is damaged (" << e.what()
                       << "); falling back to the previous complete checkpoint\n";
             if (first_error.empty()) first_error = damage_without_advice(e.what());
+            damaged.push_back(*it);
         }
     }
     // (a run without -y into dir is refused, as it holds checkpoints: the ways on are a copy of the files
@@ -335,17 +341,20 @@ inline std::optional<LoadedCheckpoint> load_newest_checkpoint(const std::string&
                      join_path(dir, "config.json") + " -o NEW_DIR (" + dir + " is left as it is)");
 }
 
-// After -y 1 fell back to `step`: the complete checkpoints newer than it (damaged for this rank or
-// another) belong to a trajectory the run leaves. Each one's DONE_ marker is renamed DAMAGED_ (its files
-// stay, for inspection), so that no reader (-y 1, --eval-only -e RUN, export_hf.py, the newest-checkpoint
-// hints) takes it for the run's newest checkpoint; a checkpoint the run writes at that step again
-// removes the DAMAGED_ marker. Returns the steps retired. Rank 0 only.
-inline std::vector<int> retire_checkpoints_after(const std::string& dir, int step) {
+// After -y 1 fell back past marked steps it found damaged (LoadedCheckpoint::damaged_newer): they belong
+// to a trajectory the run leaves. Each one's DONE_ marker is renamed DAMAGED_ (the marker's text kept; its
+// files stay, for inspection, until --keep-checkpoints prunes them with the marker), so that no reader
+// (-y 1, --eval-only -e RUN, export_hf.py, the newest-checkpoint hints) takes it for the run's newest
+// checkpoint; a save of that step again removes the DAMAGED_ marker, and renaming it back to DONE_
+// restores the step. Only a step this rank found damaged is retired: a step another rank could not read
+// (one rank's state file, or a listing that differs) keeps its marker. Rank 0, holding the directory's
+// lock (llmc/io/output_lock.h), once the run goes ahead. Returns the steps retired.
+inline std::vector<int> retire_checkpoints(const std::string& dir, const std::vector<int>& steps) {
     std::vector<int> retired;
     for (const std::string& name : list_dir(dir)) {
         int s;
         if (parse_checkpoint_name(name, s) != CkptFileKind::Done || name.find(".tmp.") != std::string::npos ||
-            s <= step)
+            std::find(steps.begin(), steps.end(), s) == steps.end())
             continue;
         const std::string from = join_path(dir, name), to = damaged_marker_path(dir, s);
         if (std::rename(from.c_str(), to.c_str()) != 0)
@@ -355,6 +364,8 @@ inline std::vector<int> retire_checkpoints_after(const std::string& dir, int ste
                              dir);
         retired.push_back(s);
     }
+    std::sort(retired.begin(), retired.end());
+    retired.erase(std::unique(retired.begin(), retired.end()), retired.end());
     return retired;
 }
 
@@ -373,7 +384,11 @@ inline std::optional<LoadedCheckpoint> load_agreed_checkpoint(const std::string&
             throw InputError("rank " + std::to_string(rank) + (mine < 0 ? " found no" : " found a") +
                              " complete checkpoint in " + out + " but another rank did" + (mine < 0 ? "" : " not") +
                              "; every rank must see the same -o directory (a shared file system)");
-        if (mine != lo) ck = load_newest_checkpoint(out, m, rank, world, (int)lo);
+        if (mine != lo) {
+            std::vector<int> damaged = ck->damaged_newer;  // (mine > lo >= 0: ck holds a checkpoint)
+            ck = load_newest_checkpoint(out, m, rank, world, (int)lo);
+            if (ck) ck->damaged_newer.insert(ck->damaged_newer.end(), damaged.begin(), damaged.end());
+        }
     }
 }
 

@@ -195,7 +195,6 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
     check_config_shard_patterns(cfg);
     check_expected_data(cfg, cfg.val_data, "-j");
     plan_model(cfg, cfg.val_data, plan);
-    if (eval_takes_from_record(cfg)) check_run_records_checkpoint_model(cfg.model, plan.model);
     const std::string notes[] = {
         past_trained_length_note(*plan.init, cfg.model, cfg.seq_len, "--eval-only -t"),
         lone_checkpoint_vocab_note(cfg.model, plan.model, plan.data_vocab, plan.vocab_source, "-j", cfg.val_data)};

@@ -138,12 +138,6 @@ inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, con
                              std::to_string(e.written) + "), or start a new run from its weights in another -o: -e " +
                              model_path(out, step));
         }
-        if (from && cfg.rank == 0)
-            for (const int s : retire_checkpoints_after(out, from->step))
-                std::fprintf(stderr,
-                             "note: -y 1: the damaged checkpoint of step %d is left behind (this run continues from "
-                             "step %d): its marker is now %s, and its files stay for inspection\n",
-                             s, from->step, damaged_marker_path(out, s).c_str());
         if (!from && cfg.rank == 0) {
             note_resume_without_checkpoint(out);
             for (const SettingChange& c : cfg.record_changes)  // flags given over the record: said, as a resume does

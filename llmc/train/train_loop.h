@@ -116,7 +116,6 @@ inline double evaluate(Backend& model, DataLoader& loader, int B, int T, int64_t
 // of a plan; all that --eval-only needs).
 inline void plan_model(const TrainConfig& cfg, const std::string& data_glob, RunPlan& p) {
     p.data_vocab = data_vocab_size(data_glob, &p.vocab_source);
-    if (!is_model_preset(cfg.model)) p.init_identity = file_fnv1a64(cfg.model);  // the bytes loaded next
     ModelSetup ms = resolve_model(cfg, p.data_vocab);
     p.model = ms.config;
     p.model_source = ms.source;
@@ -198,6 +197,7 @@ inline void note_data_prepared_again(const TrainConfig& cfg, const RunPlan& p) {
 inline void check_data_of_init_checkpoint(const TrainConfig& cfg) {
     const std::optional<CheckpointRun> run = read_checkpoint_run(cfg.model);
     if (!run) return;
+    check_run_records_checkpoint_model(cfg.model, run->config_path);  // the record is this model's
     const std::string train_what = "-i '" + cfg.train_data + "'", val_what = "-j '" + cfg.val_data + "'";
     if (!run->data.known()) {
         if (cfg.rank == 0) std::fprintf(stderr, "%s\n", unknown_data_note(run->data).c_str());
@@ -235,8 +235,10 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     check_expected_data(cfg, cfg.train_data, "-i");
     if (!cfg.val_data.empty()) check_expected_data(cfg, cfg.val_data, "-j");
     plan_model(cfg, cfg.train_data, p);
-    if (!continued && !is_model_preset(cfg.model)) check_run_records_checkpoint_model(cfg.model, p.model);
-    if (!continued) check_init_weights_of_config_record(cfg, p.init_identity);
+    if (!continued && !is_model_preset(cfg.model)) {  // a new run from -e FILE: its bytes, recorded and checked
+        p.init_identity = file_fnv1a64(cfg.model);
+        check_init_weights_of_record(cfg, p.init_identity);
+    }
     if (!continued && !is_model_preset(cfg.model) && cfg.rank == 0) {  // -e FILE with no run beside it
         const std::string note =
             lone_checkpoint_vocab_note(cfg.model, p.model, p.data_vocab, p.vocab_source, "-i", cfg.train_data);
@@ -327,6 +329,13 @@ inline void open_outputs(RunOutputs& o, const TrainConfig& cfg, const RunPlan& p
     if (cfg.rank != 0) return;
     o.lock.acquire(out);
     remove_stale_temporaries(out);
+    if (plan.resume && cfg.resume == 1)  // the steps -y 1 fell back past, found damaged here: retired
+        for (const int s : retire_checkpoints(out, plan.resume->damaged_newer))
+            std::fprintf(stderr,
+                         "note: -y 1: the damaged checkpoint of step %d is left behind (this run continues from step "
+                         "%d): its marker is now %s (rename it back to DONE_%08d to use it again), and its files stay "
+                         "for inspection\n",
+                         s, plan.start_step(), damaged_marker_path(out, s).c_str(), s);
     o.record =
         write_run_record(out, run_config_json(cfg, plan, model), config_toml, cfg, plan.resume ? plan.start_step() : -1,
                          plan.start_step() < plan.max_steps, plan.epoch.value_or(EpochSteps{}),
