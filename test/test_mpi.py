@@ -183,6 +183,21 @@ def test_two_rank_resume_is_bit_identical_and_refused_on_one_rank(byte_data, tmp
     assert {f.name: f.read_bytes() for f in full.iterdir()} == before
 
 
+def test_a_step_one_rank_found_damaged_is_retired_by_rank_0(byte_data, tmp_path):
+    """-y 1 over 2 ranks with rank 1's state file of the newest step truncated: the ranks agree on the step
+    before, and rank 0 retires the newer one (DONE_ -> DAMAGED_) although its own files of it were whole:
+    the steps any rank found damaged are gathered (damaged_on_any_rank)."""
+    out = tmp_path / "run"
+    args = data_args(byte_data) + COMMON + ["-n", 3]
+    run_np(2, args + ["-o", out])
+    os.truncate(out / "state_00000006_00001.bin", 1000)
+    p = run_np(2, args + ["-o", out, "-y", 1, "-x", 5])
+    assert "resumed from" in p.stdout and "at step 3" in p.stdout, p.stdout
+    assert f"its marker is now {out / 'DAMAGED_00000006'}" in p.stderr, p.stderr
+    assert not (out / "DONE_00000006").exists() and (out / "DONE_00000005").exists()
+    assert (out / "state_00000006_00000.bin").exists()  # the files stay
+
+
 def test_a_fork_on_another_process_count_is_refused_as_a_fork(byte_data, tmp_path):
     """trial 3 F8: --fork-from a 2-process run's checkpoint on 1 process said "... or start fresh without -y",
     though no -y was given: the line names the fork and its fixes."""

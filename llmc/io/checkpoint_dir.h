@@ -15,7 +15,8 @@
 // Resuming: load_agreed_checkpoint(dir, config, comm), which calls load_newest_checkpoint(dir,
 // config, rank, world_size) on every rank. With several ranks, one rank's damaged state file
 // makes only that rank fall back, so the ranks agree on a step: s = min over ranks of the step
-// each found, and ranks that found a newer one reload with max_step = s (repeat until all agree).
+// each found, and ranks that found a newer one reload with max_step = s (repeat until all agree); the
+// newer steps any rank found damaged are then retired by rank 0 (retire_checkpoints).
 // Host-only, POSIX (opendir/unlink), no GPU needed.
 #pragma once
 #include <dirent.h>
@@ -203,7 +204,9 @@ struct LoadedCheckpoint {
     int step = 0;
     ModelCheckpoint model;
     TrainState state;
-    std::vector<int> damaged_newer;  // marked steps after `step` this rank found damaged (retire_checkpoints)
+    // marked steps after `step` found damaged: by this rank (load_newest_checkpoint), by any rank
+    // (load_agreed_checkpoint); -y 1 retires them (retire_checkpoints)
+    std::vector<int> damaged_newer;
 };
 
 // The first field in which two models differ: its name (the model flag's where there is one, e.g.
@@ -341,14 +344,14 @@ inline std::optional<LoadedCheckpoint> load_newest_checkpoint(const std::string&
                      join_path(dir, "config.json") + " -o NEW_DIR (" + dir + " is left as it is)");
 }
 
-// After -y 1 fell back past marked steps it found damaged (LoadedCheckpoint::damaged_newer): they belong
+// After -y 1 fell back past marked steps found damaged (LoadedCheckpoint::damaged_newer): they belong
 // to a trajectory the run leaves. Each one's DONE_ marker is renamed DAMAGED_ (the marker's text kept; its
 // files stay, for inspection, until --keep-checkpoints prunes them with the marker), so that no reader
 // (-y 1, --eval-only -e RUN, export_hf.py, the newest-checkpoint hints) takes it for the run's newest
 // checkpoint; a save of that step again removes the DAMAGED_ marker, and renaming it back to DONE_
-// restores the step. Only a step this rank found damaged is retired: a step another rank could not read
-// (one rank's state file, or a listing that differs) keeps its marker. Rank 0, holding the directory's
-// lock (llmc/io/output_lock.h), once the run goes ahead. Returns the steps retired.
+// restores the step. Only a step some rank found damaged is retired (one rank's state file included): a
+// step a rank did not list (a listing that differs) is not damage. Rank 0, holding the directory's lock
+// (llmc/io/output_lock.h), once the run goes ahead. Returns the steps retired.
 inline std::vector<int> retire_checkpoints(const std::string& dir, const std::vector<int>& steps) {
     std::vector<int> retired;
     for (const std::string& name : list_dir(dir)) {
@@ -369,6 +372,23 @@ inline std::vector<int> retire_checkpoints(const std::string& dir, const std::ve
     return retired;
 }
 
+// The union over the ranks of the steps after `step` each found damaged (`mine`: this rank's), ascending:
+// each round takes, as the minimum over the ranks, the smallest of each rank's steps above the last one
+// found, until no rank has one left. Every rank makes the same calls.
+inline std::vector<int> damaged_on_any_rank(const std::vector<int>& mine, int step, Collective& comm) {
+    std::vector<int> all;
+    long long last = step;
+    for (;;) {
+        long long next = LLONG_MAX;
+        for (const int s : mine)
+            if (s > last && s < next) next = s;
+        next = comm.all_reduce_int(next, ReduceOp::Min);
+        if (next == LLONG_MAX) return all;
+        all.push_back((int)next);
+        last = next;
+    }
+}
+
 // -y 1 with several ranks: each rank loads the newest complete checkpoint it can (a damaged
 // state file makes only that rank fall back); they agree on the minimum step and ranks that found
 // a newer one reload at most that step, until all hold the same step.
@@ -379,7 +399,10 @@ inline std::optional<LoadedCheckpoint> load_agreed_checkpoint(const std::string&
     for (;;) {
         const long long mine = ck ? ck->step : -1;
         const long long lo = comm.all_reduce_int(mine, ReduceOp::Min), hi = comm.all_reduce_int(mine, ReduceOp::Max);
-        if (lo == hi) return ck;
+        if (lo == hi) {
+            if (ck) ck->damaged_newer = damaged_on_any_rank(ck->damaged_newer, ck->step, comm);
+            return ck;
+        }
         if (lo < 0)
             throw InputError("rank " + std::to_string(rank) + (mine < 0 ? " found no" : " found a") +
                              " complete checkpoint in " + out + " but another rank did" + (mine < 0 ? "" : " not") +
