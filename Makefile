@@ -627,12 +627,13 @@ TRAIN_ARGS_NEW := -x 300 -v 50 -s 100 -n 100
 TRAIN_ARGS ?=
 TRAIN_OUT ?= out/tinyshakespeare
 TRAIN_RESUMES = $(wildcard $(TRAIN_OUT)/config.json)
-# (none with a --config in TRAIN_ARGS: typed flags win over a config file's, so the defaults would replace
-# the file's -x, -v, -s and -n)
-TRAIN_ARGS_NEW_FOR = $(if $(filter --config --config=%,$(TRAIN_ARGS)),,$(TRAIN_ARGS_NEW))
+# (none with a --config in TRAIN_ARGS, nor tiny Shakespeare's -i/-j: typed flags win over a config
+# file's, so they would replace the file's data, -x, -v, -s and -n)
+TRAIN_CONFIG_GIVEN = $(filter --config --config=%,$(TRAIN_ARGS))
+TRAIN_NEW_DEFAULTS = $(if $(TRAIN_CONFIG_GIVEN),,-i "$(TS_DIR)/train_*.bin" -j "$(TS_DIR)/val_*.bin" $(TRAIN_ARGS_NEW))
 train: train_gpt2_ls $(TS_DIR)/meta.json
 	./train_gpt2_ls $(if $(TRAIN_RESUMES),-o $(TRAIN_OUT) -y 1 $(TRAIN_ARGS),\
-	  -i "$(TS_DIR)/train_*.bin" -j "$(TS_DIR)/val_*.bin" -o $(TRAIN_OUT) $(TRAIN_ARGS_NEW_FOR) $(TRAIN_ARGS))
+	  $(TRAIN_NEW_DEFAULTS) -o $(TRAIN_OUT) $(TRAIN_ARGS))
 
 # --- tests -----------------------------------------------------------------------------------
 JOBS ?= $(shell nproc)

@@ -90,6 +90,33 @@ def run_record(run_dir):
         return json.load(f)
 
 
+def check_record_is_the_models(ckpt, cfg, run_dir, record):
+    """A config.json beside the checkpoint that records another model than the checkpoint's (a model file
+    copied into another run's directory) would give the export that run's tokenizer and data vocabulary:
+    refused, naming the fields, as the trainer and the generator refuse it
+    (llmc/app/checkpoint_run.h check_run_records_checkpoint_model). Fields a record lacks are not compared;
+    numbers compare as float32."""
+    model = (record or {}).get("model")
+    if not isinstance(model, dict):
+        return
+    diff = []
+    for key, mine in vars(cfg).items():
+        if key == "padded_vocab_size" or key not in model:
+            continue
+        there = model[key]
+        if isinstance(mine, (int, float)) and not isinstance(mine, bool) and isinstance(there, (int, float)):
+            same = np.float32(mine) == np.float32(there)
+        else:
+            same = mine == there
+        if not same:
+            diff.append(f"{key} {json.dumps(mine)} vs {json.dumps(there)}")
+    if diff:
+        raise ExportError(f"{ckpt} is another model than {os.path.join(run_dir, 'config.json')} beside it records "
+                          f"({', '.join(diff)}): the two files are of different runs, and that record's data and "
+                          f"tokenizer are not the model's; keep a checkpoint beside its own run's config.json, or "
+                          f"copy it alone into a directory of its own")
+
+
 def data_dir(run_dir, record):
     """The directory of the run's training data (config.json's train.train_data), or None when it is not found."""
     train_data = (record or {}).get("train", {}).get("train_data")
@@ -321,6 +348,7 @@ def export(source, out_dir, gpt2_bpe=None):
     p = split_params(cfg, flat)
     stock = is_stock_gpt2(cfg)
     record = run_record(run_dir)
+    check_record_is_the_models(ckpt, cfg, run_dir, record)
     directory = data_dir(run_dir, record)
     train_data = (record or {}).get("train", {}).get("train_data")
     if directory is None and train_data:  # e.g. the data directory was renamed or moved since the run

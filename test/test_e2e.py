@@ -317,12 +317,13 @@ def test_a_damaged_checkpoint_fallen_back_past_is_retired(trained, byte_data, tm
     p = run(["-o", d, "-y", 1, "-x", 15])
     assert "warning: checkpoint step 20 is damaged" in p.stderr
     assert (f"note: -y 1: the damaged checkpoint of step 20 is left behind (this run continues from step 10): its "
-            f"marker is now {d / 'DAMAGED_00000020'} (rename it back to DONE_00000020 to use it again), and its files "
-            "stay for inspection") in p.stderr, p.stderr
+            f"marker is now {d / 'DAMAGED_00000020'}, and its files stay for inspection") in p.stderr, p.stderr
     assert not (d / "DONE_00000020").exists() and (d / "DAMAGED_00000020").exists()
     assert (d / "model_00000020.bin").exists() and (d / "DONE_00000015").exists()
     q = run(["--eval-only", "-e", d], check=False)
     assert q.returncode == 1 and f"did you mean -e {d / 'model_00000015.bin'}?" in q.stderr, q.stderr
+    assert_refused(["--fork-from", d / "model_00000020.bin", "-o", tmp_path / "f"], d,
+                   f"(no {d / 'DONE_00000020'}; {d / 'DAMAGED_00000020'} says -y 1 found it damaged and left it behind)")
     # the step written again: a checkpoint like any other
     run(["-o", d, "-y", 1, "-x", 20])
     assert (d / "DONE_00000020").exists() and not (d / "DAMAGED_00000020").exists()
@@ -424,6 +425,12 @@ def test_llmc_gpt2_checkpoint_loads_as_all_global_model(byte_data, tmp_path):
     assert_refused(["--config", out / "config.json", "-o", again, "-x", 1], out,
                    f"-e {llmc} (from --config {out / 'config.json'}) is not the file that run started from")
     assert not again.exists()
+    # a fork of that run carries the recorded bytes, so --config of the fork checks the file too (a re-trial)
+    fork = tmp_path / "fork"
+    run(["--fork-from", out / "model_00000002.bin", "-o", fork, "-x", 3])
+    assert json.loads((fork / "config.json").read_text())["derived"]["model_file_fnv1a64"] == recorded
+    assert_refused(["--config", fork / "config.json", "-o", tmp_path / "again3", "-x", 1], fork,
+                   f"-e {llmc} (from --config {fork / 'config.json'}) is not the file that run started from")
     # -y 1 of such a run stopped before its first checkpoint starts again from step 0, from -e's file: checked too
     early = tmp_path / "again"
     for f in list(early.glob("model_*")) + list(early.glob("state_*")) + list(early.glob("DONE_*")):
@@ -654,6 +661,13 @@ def test_eval_only_refuses_to_continue_a_run(trained, byte_data, tmp_path):
         assert_refused(["--eval-only", "-e", model, "--fork-from", out / "model_00000010.bin"] + val + extra, out,
                        "but --fork-from would take another run's settings and data: drop it; " + fix)
     assert not (tmp_path / "fork").exists()
+    # a re-trial: --config RUN/config.json's -n is no error for an evaluation, and a TOML's output-dir (the
+    # run's directory) would have received eval.json: refused
+    p = run(["--eval-only", "-e", model, "--config", out / "config.json"] + val)
+    assert "eval loss" in p.stdout and not (out / "eval.json").exists()
+    assert_refused(["--eval-only", "-e", model, "--config", out / "config.toml"] + val, out,
+                   f"--eval-only: -o {out} (from --config {out / 'config.toml'}) would write eval.json into the "
+                   "directory that file names")
 
 
 def test_errors_name_the_config_file_a_value_came_from(trained, tmp_path):

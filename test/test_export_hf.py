@@ -272,6 +272,30 @@ def test_bad_input_fails_with_one_line_and_writes_nothing(byte_data, tmp_path):
     assert [f.name for f in taken.iterdir()] == ["keep.txt"] and (taken / "keep.txt").read_text() == "mine"
 
 
+def test_a_checkpoint_beside_another_models_record_is_refused(byte_data, tmp_path):
+    """A re-trial: a model file copied beside another run's config.json was exported with that run's data
+    vocabulary and tokenizer (its suppress_tokens hid most of the model's vocabulary). Refused, as the
+    trainer and the generator refuse it, naming the fields; the run's own checkpoint still exports."""
+    import json
+    import shutil
+    out = tmp_path / "run"
+    run(["-i", f"{byte_data}/train_*.bin", "-o", out, "--layers", 1, "--channels", 16, "--heads", 2, "--max-seq-len",
+         16, "-b", 1, "-t", 16, "-x", 1, "-u", 1, "-v", 0, "-s", 0, "--threads", 1])
+    other = tmp_path / "other"
+    other.mkdir()
+    record = json.loads((out / "config.json").read_text())
+    record["model"]["vocab_size"], record["model"]["window"] = 300, 4
+    (other / "config.json").write_text(json.dumps(record))
+    shutil.copy(out / "model_00000001.bin", other / "model_00000001.bin")
+    p = export(other / "model_00000001.bin", tmp_path / "hf", check=False)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith(f"error: {other / 'model_00000001.bin'} is another model than "
+                               f"{other / 'config.json'} beside it records (vocab_size 256 vs 300, window 50 vs 4): "
+                               "the two files are of different runs"), p.stderr
+    assert not (tmp_path / "hf").exists()
+    export(out / "model_00000001.bin", tmp_path / "hf_own")
+
+
 def test_export_of_a_run_whose_data_was_renamed_says_why_it_has_no_tokenizer(byte_data, tmp_path):
     """trial 3 F22: after the run's data directory was renamed, the export wrote "no tokenizer" without saying
     why; a note now names the training data config.json records, which is not found."""

@@ -229,6 +229,23 @@ def test_make_train_twice_continues_the_run(tmp_path):
         {"step": 2, "flag": "--max-steps", "old": 2, "new": 4}]
 
 
+def test_make_train_with_a_config_file_takes_its_data_and_values(tmp_path):
+    """A re-trial: `make train TRAIN_ARGS="--config FILE"` typed tiny Shakespeare's -i/-j and the new-run
+    defaults before the file, and typed flags win over a file's, so the file's data and -x were replaced.
+    With a --config in TRAIN_ARGS the new run gets neither (make -n: the command only)."""
+    out = tmp_path / "new"
+    env = {k: v for k, v in os.environ.items() if k != "TRAIN_ARGS"}
+    for given, defaults in (("--config configs/paper_pg19.toml", False), ("-x 5", True)):
+        p = subprocess.run(["make", "-n", "-s", "-o", "train_gpt2_ls", "-o", "data/shards/tinyshakespeare_gpt2/meta.json",
+                            "train", f"TRAIN_OUT={out}", f"TRAIN_ARGS={given}"], cwd=REPO, capture_output=True,
+                           text=True, timeout=60, env=env)
+        line = [ln for ln in p.stdout.splitlines() if "./train_gpt2_ls " in ln]
+        assert p.returncode == 0 and len(line) == 1, p.stdout + p.stderr
+        words = line[0].split()
+        assert words[-len(given.split()):] == given.split(), line
+        assert ("-i" in words and "-n" in words) == defaults, line
+
+
 def test_plain_make_train_continues_with_the_recorded_settings(tmp_path):
     """A run started by `make train TRAIN_ARGS=...` and stopped early is continued by a plain `make
     train` with its recorded settings: the Makefile's new-run defaults (-x 300 ...) never override

@@ -228,6 +228,16 @@ inline int64_t val_batches_of_config_record(const TrainConfig& cfg, bool print) 
     return tokens / here;
 }
 
+// The FNV-1a 64 of the -e FILE a run started from, as its record (`path`) keeps it ("derived"
+// "model_file_fnv1a64"; a fork's record carries its source's); "" when it holds none.
+inline std::string recorded_init_identity(const std::string& path) {
+    const nlohmann::ordered_json record = read_run_record(path);
+    const auto derived = record.find("derived");
+    if (derived == record.end() || !derived->is_object()) return "";
+    const auto id = derived->find("model_file_fnv1a64");
+    return id != derived->end() && id->is_string() ? id->get<std::string>() : "";
+}
+
 // A new run whose -e FILE comes from a run's record (not typed): --config RUN/config.json, or -y 1 of a
 // run stopped before its first checkpoint (it starts again from step 0). The file must still hold the
 // weights that run started from, whose FNV-1a 64 (of the whole file: an llm.c file has no payload
@@ -241,15 +251,12 @@ inline void check_init_weights_of_record(const TrainConfig& cfg, const std::stri
                              : cfg.resume == 1 && !cfg.was_given("model") ? cfg.settings_record
                                                                           : "";
     if (path.empty() || is_model_preset(cfg.model)) return;
-    const nlohmann::ordered_json record = read_run_record(path);
-    const auto derived = record.find("derived");
-    if (derived == record.end() || !derived->is_object()) return;
-    const auto recorded = derived->find("model_file_fnv1a64");
-    if (recorded == derived->end() || !recorded->is_string() || recorded->get<std::string>() == identity) return;
+    const std::string recorded = recorded_init_identity(path);
+    if (recorded.empty() || recorded == identity) return;
     throw InputError("-e " + cfg.model + cfg.origin_of("model") +
                      " is not the file that run started from: its fnv1a64 is " +
-                     (identity.empty() ? "unreadable" : identity) + " now and " + path + " records " +
-                     recorded->get<std::string>() + "; restore that file, or give -e the weights to start from");
+                     (identity.empty() ? "unreadable" : identity) + " now and " + path + " records " + recorded +
+                     "; restore that file, or give -e the weights to start from");
 }
 
 // The tokens the record's run trained in steps 1..step: a fork's "forked_from" tokens, then each step

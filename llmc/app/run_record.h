@@ -498,9 +498,13 @@ inline ForkSource fork_source(const std::string& path) {
     if (!file_exists(path))
         throw InputError("--fork-from " + path + ": no such file; check the path (ls RUN_DIR/model_*.bin)");
     if (!file_exists(done_path(src.dir, src.step)))
-        throw InputError("--fork-from " + path + ": step " + std::to_string(src.step) +
-                         " is not a complete checkpoint (no " + done_path(src.dir, src.step) +
-                         "); fork from a step that has a DONE_ marker");
+        throw InputError(
+            "--fork-from " + path + ": step " + std::to_string(src.step) + " is not a complete checkpoint (no " +
+            done_path(src.dir, src.step) +
+            (file_exists(damaged_marker_path(src.dir, src.step))
+                 ? "; " + damaged_marker_path(src.dir, src.step) + " says -y 1 found it damaged and left it behind"
+                 : "") +
+            "); fork from a step that has a DONE_ marker");
     if (!file_exists(join_path(src.dir, "config.json")))
         throw InputError("--fork-from " + path +
                          ": no config.json beside it to take the run's settings from; copy the "

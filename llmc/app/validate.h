@@ -137,6 +137,10 @@ inline void check_flag_combinations(const TrainConfig& c) {
     auto fail = [](const char* msg) { throw InputError(msg); };
     if (!c.fork_from.empty() && c.resume == 1)
         fail("--fork-from starts a new run in -o and -y 1 continues -o's own; drop one of them");
+    if (c.eval_only && !c.output_dir.empty() && !c.origin_of("output-dir").empty())  // a TOML's output-dir
+        throw InputError("--eval-only: -o " + c.output_dir + c.origin_of("output-dir") +
+                         " would write eval.json into the directory that file names (a run's); give -o on the "
+                         "command line for eval.json, or none");
     if (c.eval_only && (c.resume == 1 || !c.fork_from.empty())) {  // a run's settings would replace -e's
         const bool resume = c.resume == 1;
         throw InputError(std::string("--eval-only evaluates -e and continues no run, but ") +
@@ -174,7 +178,7 @@ inline void check_flag_combinations(const TrainConfig& c) {
             "--profile-steps times each kernel alone, and --pdl 1 lets a kernel start before the one ahead of it "
             "ends (its span would include that wait): profile with --pdl 0");
     if (c.resume == 1 && c.output_dir.empty()) fail("-y 1 resumes from the checkpoints in -o; give -o DIR");
-    if (c.checkpoint_every > 0 && c.output_dir.empty())
+    if (c.checkpoint_every > 0 && c.output_dir.empty() && !c.eval_only)  // (an evaluation writes no checkpoint)
         throw InputError("-n " + std::to_string(c.checkpoint_every) + c.origin_of("checkpoint-every") +
                          " needs -o DIR to write checkpoints into");
     if (c.cuda_graph == "1" && !c.eval_only && host_decides_inside_the_step(c))

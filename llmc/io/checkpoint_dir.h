@@ -348,10 +348,10 @@ inline std::optional<LoadedCheckpoint> load_newest_checkpoint(const std::string&
 // to a trajectory the run leaves. Each one's DONE_ marker is renamed DAMAGED_ (the marker's text kept; its
 // files stay, for inspection, until --keep-checkpoints prunes them with the marker), so that no reader
 // (-y 1, --eval-only -e RUN, export_hf.py, the newest-checkpoint hints) takes it for the run's newest
-// checkpoint; a save of that step again removes the DAMAGED_ marker, and renaming it back to DONE_
-// restores the step. Only a step some rank found damaged is retired (one rank's state file included): a
-// step a rank did not list (a listing that differs) is not damage. Rank 0, holding the directory's lock
-// (llmc/io/output_lock.h), once the run goes ahead. Returns the steps retired.
+// checkpoint; a save of that step again removes the DAMAGED_ marker. Only a step some rank found damaged
+// is retired (one rank's state file included): a step a rank did not list (a listing that differs) is
+// not damage. Rank 0, holding the directory's lock (llmc/io/output_lock.h), once the run goes ahead.
+// Returns the steps retired.
 inline std::vector<int> retire_checkpoints(const std::string& dir, const std::vector<int>& steps) {
     std::vector<int> retired;
     for (const std::string& name : list_dir(dir)) {
@@ -451,9 +451,10 @@ inline std::vector<int> prune_checkpoints(const std::string& dir, int keep, int 
         if (kind == CkptFileKind::None || (temporary ? step > newest : keep <= 0 || kept(step))) continue;
         bool is_marker = kind == CkptFileKind::Done && !temporary;
         (is_marker ? markers : files).push_back(join_path(dir, name));
-        if (is_marker) pruned.push_back(step);
+        if (is_marker || (kind == CkptFileKind::Damaged && !temporary)) pruned.push_back(step);  // each said
     }
     std::sort(pruned.begin(), pruned.end());
+    pruned.erase(std::unique(pruned.begin(), pruned.end()), pruned.end());
     auto remove = [](const std::string& p) {
         if (::unlink(p.c_str()) != 0 && errno != ENOENT)
             std::cerr << "warning: could not delete old checkpoint file " << p << ": " << std::strerror(errno) << "\n";

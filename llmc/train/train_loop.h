@@ -238,6 +238,8 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     if (!continued && !is_model_preset(cfg.model)) {  // a new run from -e FILE: its bytes, recorded and checked
         p.init_identity = file_fnv1a64(cfg.model);
         check_init_weights_of_record(cfg, p.init_identity);
+    } else if (!cfg.fork_from.empty() && !is_model_preset(cfg.model)) {  // a fork records its source's
+        p.init_identity = recorded_init_identity(join_path(fork_source(cfg.fork_from).dir, "config.json"));
     }
     if (!continued && !is_model_preset(cfg.model) && cfg.rank == 0) {  // -e FILE with no run beside it
         const std::string note =
@@ -333,9 +335,8 @@ inline void open_outputs(RunOutputs& o, const TrainConfig& cfg, const RunPlan& p
         for (const int s : retire_checkpoints(out, plan.resume->damaged_newer))
             std::fprintf(stderr,
                          "note: -y 1: the damaged checkpoint of step %d is left behind (this run continues from step "
-                         "%d): its marker is now %s (rename it back to DONE_%08d to use it again), and its files stay "
-                         "for inspection\n",
-                         s, plan.start_step(), damaged_marker_path(out, s).c_str(), s);
+                         "%d): its marker is now %s, and its files stay for inspection\n",
+                         s, plan.start_step(), damaged_marker_path(out, s).c_str());
     o.record =
         write_run_record(out, run_config_json(cfg, plan, model), config_toml, cfg, plan.resume ? plan.start_step() : -1,
                          plan.start_step() < plan.max_steps, plan.epoch.value_or(EpochSteps{}),
