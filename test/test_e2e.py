@@ -670,13 +670,18 @@ def test_eval_only_refuses_to_continue_a_run(trained, byte_data, tmp_path):
                    "directory that file names")
 
 
-def test_errors_name_the_config_file_a_value_came_from(trained, tmp_path):
+def test_errors_name_the_config_file_a_value_came_from(trained, byte_data, tmp_path):
     """A new-user trial: a value --config gave (-n, -o) was named in an error as if typed."""
     out, _ = trained
     assert_refused(["--config", out / "config.json", "-x", 1], out,
                    f"-n 10 (from --config {out / 'config.json'}) needs -o DIR to write checkpoints into")
     assert_refused(["--config", out / "config.toml", "-x", 1], out,
                    f"output directory {out} (from --config {out / 'config.toml'}) already holds checkpoints")
+    # a re-trial: a flag's own range (llmc/app/flags.h) refused for a value the file set names the file too
+    toml = tmp_path / "bad.toml"
+    toml.write_text("learning-rate = -1\n")
+    assert_refused(["--config", toml, "-i", f"{byte_data}/train_*.bin", "-o", tmp_path / "x"], out,
+                   f"-l/--learning-rate (from --config {toml}) must be >= 0")
 
 
 def test_config_given_twice_is_refused(trained, tmp_path):

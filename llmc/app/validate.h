@@ -29,11 +29,12 @@ inline std::string flag_names_text(std::string names) {
     return names;
 }
 
-// Refuses `value` when ok(value) is false: "<names> <rule>", each "{}" of rule replaced by the value.
+// Refuses `value` when ok(value) is false: "<names><origin> <rule>", each "{}" of rule replaced by the
+// value; origin: where a value not typed came from (TrainConfig::origin_of: " (from --config F)").
 template <class T, class Ok>
-void check_setting(const T& value, const char* names, const char* rule, Ok ok) {
+void check_setting(const T& value, const char* names, const char* rule, Ok ok, const std::string& origin = "") {
     if (ok(value)) return;
-    std::string msg = flag_names_text(names) + " " + rule;
+    std::string msg = flag_names_text(names) + origin + " " + rule;
     std::string text;  // an integer as an integer (1000000, not 1e+06), a float with %g, a text as given
     if constexpr (std::is_integral<T>::value) {
         text = std::to_string(value);
@@ -49,18 +50,29 @@ void check_setting(const T& value, const char* names, const char* rule, Ok ok) {
     throw InputError(msg);
 }
 template <class T, class Ok>
-void check_setting(const std::optional<T>& value, const char* names, const char* rule, Ok ok) {
-    if (value) check_setting(*value, names, rule, ok);
+void check_setting(const std::optional<T>& value, const char* names, const char* rule, Ok ok,
+                   const std::string& origin = "") {
+    if (value) check_setting(*value, names, rule, ok, origin);
+}
+
+// TrainConfig::origin_of the flag of a table row's names ("-b,--batch-size"): "" when typed or default.
+inline std::string origin_of_names(const TrainConfig& c, const char* names) {
+    const std::string n(names);
+    const size_t at = n.rfind("--");
+    return at == std::string::npos ? "" : c.origin_of(n.substr(at + 2));
 }
 
 // Every flag's own range, in table order (only the field `only_field` when given).
 inline void check_flag_ranges(const TrainConfig& c, const char* only_field = nullptr) {
 #define LLMC_CHECK_SETTING(record, type, field, def, names, ok, rule, help) \
     if (only_field == nullptr || std::strcmp(only_field, #field) == 0)      \
-        check_setting(c.field, names, rule, [](const auto& v) {             \
-            (void)v;                                                        \
-            return ok;                                                      \
-        });
+        check_setting(                                                      \
+            c.field, names, rule,                                           \
+            [](const auto& v) {                                             \
+                (void)v;                                                    \
+                return ok;                                                  \
+            },                                                              \
+            origin_of_names(c, names));
     LLMC_TRAIN_FLAGS(LLMC_CHECK_SETTING, LLMC_NO_MODEL)
 #undef LLMC_CHECK_SETTING
 }
