@@ -96,6 +96,7 @@ DONE = re.compile(r"DONE_(\d{8})")
 REPORTED = re.compile(r"^checkpoint of step (\d+)", re.M)
 INTERRUPTED = re.compile(r"^interrupted by (SIG\w+) at step (\d+): wrote", re.M)
 RESUMED = re.compile(r"^\s*resumed from \S+ at step (\d+)", re.M)
+RETIRED = re.compile(r"^note: -y 1: the damaged checkpoint of step (\d+) is left behind", re.M)
 
 
 class SoakFailure(Exception):
@@ -641,12 +642,15 @@ class Soak:
         if not out.exists():
             return
         # a step -y 1 fell back past is retired (DONE_ renamed DAMAGED_, llmc/io/checkpoint_dir.h): no longer
-        # the run's, and only a checkpoint the soak damaged may be; checked before a repair is forgotten
-        for f in out.glob("DAMAGED_*"):
-            s = int(f.name[len("DAMAGED_"):])
+        # the run's, and only a checkpoint the soak damaged may be; checked before a repair is forgotten. Seen
+        # by its marker, or by the trainer's note (the run may have written the step again, which removes the
+        # marker, and been killed before marking it complete)
+        retired = {int(f.name[len("DAMAGED_"):]): f.name for f in out.glob("DAMAGED_*")}
+        retired.update({int(m): "its note" for m in RETIRED.findall(t.stderr())})
+        for s, how in sorted(retired.items()):
             if s in st["reported"]:
                 if s not in st["damaged"]:
-                    raise SoakFailure(f"checkpoint {s} was retired ({f.name}), but the soak did not damage it")
+                    raise SoakFailure(f"checkpoint {s} was retired ({how}), but the soak did not damage it")
                 del st["reported"][s]
         self.forget_repaired(out, st)
         # reported complete: the lines, and every marked step seen (a killed mpirun loses rank 0's lines)

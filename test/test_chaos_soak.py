@@ -162,6 +162,17 @@ def test_the_soak_allows_the_retirement_of_a_checkpoint_it_damaged_only(tmp_path
     st = {"keep": 0, "reported": {8: ["sha of 8"]}, "damaged": {}}
     with pytest.raises(soak.SoakFailure, match="checkpoint 8 was retired .DAMAGED_00000008., but the soak did not"):
         soak.Soak.check_checkpoints(fake, trainer, out, st)
+    # a CI failure (seed 208011478): the run retired step 8, wrote it again (which removes DAMAGED_) and was
+    # killed before its DONE_: no marker at all, the damage gone with the file; the trainer's note tells
+    out = run_dir("rewritten")
+    (out / "DAMAGED_00000008").unlink()
+    (out / "model_00000008.bin").write_bytes(b"written again")
+    note = "note: -y 1: the damaged checkpoint of step 8 is left behind (this run continues from step 4): ..."
+    noted = types.SimpleNamespace(stdout=lambda: "", stderr=lambda: note + "\n")
+    st = {"keep": 0, "reported": {4: [soak.sha(f) for f in soak.ckpt_files(out, 4, 1)], 8: ["sha of 8"]},
+          "damaged": {8: {"model_00000008.bin": (b"8", hashlib.sha256(b"8").digest())}}}
+    soak.Soak.check_checkpoints(fake, noted, out, st)
+    assert 8 not in st["reported"] and st["damaged"] == {}
 
 
 def test_the_soak_follows_the_trainers_advice_when_every_checkpoint_is_damaged(byte_data, tmp_path):
