@@ -17,6 +17,7 @@
 #include "llmc/app/cli.h"
 #include "llmc/app/launch_collective.h"
 #include "llmc/app/threads.h"
+#include "llmc/app/validate.h"
 #include "llmc/core/error.h"
 #include "llmc/dist/collective.h"
 #include "llmc/io/atomic_file.h"
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
             cli.set_flag("val-batches", std::to_string(m));  // the recorded validation set, on this process count
             cfg.val_batches = cli.config().val_batches;
         }
+        if (cfg.eval_only) llmc::check_eval_only_continues_no_run(cfg);  // before -e's run is read
         // what -e's run recorded; the line saying so comes with the result
         const std::string eval_note = cfg.eval_only ? llmc::eval_settings_from_run(cfg, cfg.rank == 0) : "";
         // Once the model is known: a GPU the CUDA backend cannot use for it leaves `auto` on the CPU.

@@ -661,6 +661,10 @@ def test_eval_only_refuses_to_continue_a_run(trained, byte_data, tmp_path):
         assert_refused(["--eval-only", "-e", model, "--fork-from", out / "model_00000010.bin"] + val + extra, out,
                        "but --fork-from would take another run's settings and data: drop it; " + fix)
     assert not (tmp_path / "fork").exists()
+    # without -e, the refusal comes first (it said "--eval-only needs -e CHECKPOINT", then, with -e, this)
+    assert_refused(["--eval-only", "--fork-from", out / "model_00000010.bin"] + val, out,
+                   "but --fork-from would take another run's settings and data: drop it; " + fix)
+    assert_refused(["--eval-only", "-y", 1, "-o", out] + val, out, "but -y 1 would take another run's settings")
     # a re-trial: --config RUN/config.json's -n is no error for an evaluation, and a TOML's output-dir (the
     # run's directory) would have received eval.json: refused
     p = run(["--eval-only", "-e", model, "--config", out / "config.json"] + val)

@@ -144,22 +144,29 @@ inline void check_typed_preset_against_config_file(const TrainConfig& c) {
                          ") and train another model: give those flags on the command line too, or drop -e");
 }
 
-// The rules between flags, checked first (so a rule holds whatever the range of a flag it reads).
-inline void check_flag_combinations(const TrainConfig& c) {
-    auto fail = [](const char* msg) { throw InputError(msg); };
-    if (!c.fork_from.empty() && c.resume == 1)
-        fail("--fork-from starts a new run in -o and -y 1 continues -o's own; drop one of them");
-    if (c.eval_only && !c.output_dir.empty() && !c.origin_of("output-dir").empty())  // a TOML's output-dir
+// --eval-only with a run's flags (-y 1, --fork-from, a TOML's -o): checked before anything of -e is read,
+// since each would take or write another run's settings whatever -e is.
+inline void check_eval_only_continues_no_run(const TrainConfig& c) {
+    if (!c.eval_only) return;
+    if (!c.output_dir.empty() && !c.origin_of("output-dir").empty())  // a TOML's output-dir
         throw InputError("--eval-only: -o " + c.output_dir + c.origin_of("output-dir") +
                          " would write eval.json into the directory that file names (a run's); give -o on the "
                          "command line for eval.json, or none");
-    if (c.eval_only && (c.resume == 1 || !c.fork_from.empty())) {  // a run's settings would replace -e's
+    if (c.resume == 1 || !c.fork_from.empty()) {  // a run's settings would replace -e's
         const bool resume = c.resume == 1;
         throw InputError(std::string("--eval-only evaluates -e and continues no run, but ") +
                          (resume ? "-y 1" + c.origin_of("resume") : "--fork-from" + c.origin_of("fork-from")) +
                          " would take another run's settings and data: drop it; to evaluate a run's checkpoint, "
                          "give it as -e (e.g. -e RUN/model_00000100.bin)");
     }
+}
+
+// The rules between flags, checked first (so a rule holds whatever the range of a flag it reads).
+inline void check_flag_combinations(const TrainConfig& c) {
+    auto fail = [](const char* msg) { throw InputError(msg); };
+    if (!c.fork_from.empty() && c.resume == 1)
+        fail("--fork-from starts a new run in -o and -y 1 continues -o's own; drop one of them");
+    check_eval_only_continues_no_run(c);
     if (!c.fork_from.empty() && c.output_dir.empty())
         fail("--fork-from needs -o DIR, a new directory for the forked run");
     check_dump_attention_flags(c);  // --dump-attention: --eval-only, -o, its syntax

@@ -238,13 +238,11 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     if (!continued && !is_model_preset(cfg.model)) {  // a new run from -e FILE: its bytes, recorded and checked
         p.init_identity = file_fnv1a64(cfg.model);
         check_init_weights_of_record(cfg, p.init_identity);
+        const std::string note =  // a checkpoint with no run beside it: its vocabulary vs the data's
+            lone_checkpoint_vocab_note(cfg.model, p.model, p.data_vocab, p.vocab_source, "-i", cfg.train_data);
+        if (!note.empty() && cfg.rank == 0) std::fprintf(stderr, "%s\n", note.c_str());
     } else if (!cfg.fork_from.empty() && !is_model_preset(cfg.model)) {  // a fork records its source's
         p.init_identity = recorded_init_identity(join_path(fork_source(cfg.fork_from).dir, "config.json"));
-    }
-    if (!continued && !is_model_preset(cfg.model) && cfg.rank == 0) {  // -e FILE with no run beside it
-        const std::string note =
-            lone_checkpoint_vocab_note(cfg.model, p.model, p.data_vocab, p.vocab_source, "-i", cfg.train_data);
-        if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
     }
     if (!cfg.val_data.empty())
         check_same_tokenizer(cfg.train_data, "the training data -i '" + cfg.train_data + "'", cfg.val_data,
@@ -312,7 +310,7 @@ inline nlohmann::ordered_json run_config_json(const TrainConfig& cfg, const RunP
           {"zero_stage", cfg.zero_stage},
           {"flops_per_token", flops_per_token(m, cfg.seq_len)},
           {"resumed_from_step", plan.start_step()}}}};
-    // -e FILE: the identity of the weights the run started from (check_init_weights_of_config_record)
+    // -e FILE: the identity of the weights the run started from (check_init_weights_of_record)
     if (!plan.init_identity.empty()) record["derived"]["model_file_fnv1a64"] = plan.init_identity;
     return record;
 }
