@@ -365,6 +365,38 @@ TEST_CASE("--fork-from: a complete checkpoint of a run directory with its config
     REQUIRE_THROWS_WITH(llmc::validate_train_flags(both), Contains("drop one of them"));
 }
 
+TEST_CASE("a rule between flags names the --config file that set them", "[run_record]") {
+    llmc_test::TempDir dir;
+    const std::string toml = dir.file("c.toml");
+    auto refusal = [&](const std::string& text, const std::vector<std::string>& typed) {
+        write(toml, text);
+        llmc::TrainCli cli;
+        std::vector<std::string> args = {"--config", toml};
+        args.insert(args.end(), typed.begin(), typed.end());
+        REQUIRE(parse_args(cli, args) == -1);
+        try {
+            llmc::validate_train_flags(cli.config());
+        } catch (const llmc::InputError& e) { return std::string(e.what()); }
+        return std::string("(accepted)");
+    };
+    const std::string data = "train-data = \"d/train_*.bin\"\n";
+    // two from the file: one group; only the flags that break the rule, not those at their defaults
+    REQUIRE(refusal(data + "zero-stage = 1\nqk-clip = 100\n", {"--cuda-graph", "1"}) ==
+            "--cuda-graph 1 replays the queued step, which needs one process, -z 0, and no --skip-spikes or "
+            "--qk-clip (each decides on the host inside the step); drop --cuda-graph 1 or those flags (-z, "
+            "--qk-clip: from --config " +
+                toml + ")");
+    // one typed, one from the file: only the file's is named
+    REQUIRE(refusal(data + "resume = 1\n", {"--fork-from", "r/model_00000004.bin", "-o", "o"}) ==
+            "--fork-from starts a new run in -o and -y 1 continues -o's own; drop one of them (-y: from --config " +
+                toml + ")");
+    REQUIRE(refusal(data + "eval-only = true\nval-data = \"d/val_*.bin\"\n", {"--profile-steps", "2"}) ==
+            "--profile-steps profiles training steps; drop it with --eval-only (--eval-only: from --config " + toml +
+                ")");
+    // all typed: no origin
+    REQUIRE(refusal(data, {"-y", "1"}) == "-y 1 resumes from the checkpoints in -o; give -o DIR");
+}
+
 TEST_CASE("the history says only what trained: one entry per flag and step, none for a change back", "[run_history]") {
     llmc_test::TempDir dir;
     const std::string out = dir.file("run");

@@ -2,12 +2,14 @@
 // flags (check_flag_combinations), each flag's own range (from the table, llmc/app/flags.h), then, once
 // the model is known, validate_run. Each refusal is an InputError naming the flag and the fix.
 #pragma once
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "llmc/app/flags.h"
 #include "llmc/app/output_intent.h"
@@ -161,11 +163,33 @@ inline void check_eval_only_continues_no_run(const TrainConfig& c) {
     }
 }
 
+// Where the flags a rule names got their values, when not typed, one group per origin
+// (TrainConfig::origin_of): " (-z, --qk-clip: from --config F)"; "" when each was typed or is the
+// default. names: a flag table row's ("-y,--resume"), shown by its first name; a flag no file sets
+// (--fork-from, --profile-steps, the machine's) is not listed.
+inline std::string origins_of_flags(const TrainConfig& c, const std::vector<const char*>& names) {
+    std::vector<std::pair<std::string, std::string>> groups;  // (origin, "-a, --b")
+    for (const char* row : names) {
+        const std::string origin = origin_of_names(c, row);
+        if (origin.empty()) continue;
+        const std::string shown = std::string(row).substr(0, std::string(row).find(','));
+        auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == origin; });
+        if (g == groups.end()) groups.emplace_back(origin, shown);
+        else g->second += ", " + shown;
+    }
+    std::string out;
+    for (const auto& [origin, shown] : groups)  // origin: " (from ...)"
+        out += " (" + shown + ": " + origin.substr(2);
+    return out;
+}
+
 // The rules between flags, checked first (so a rule holds whatever the range of a flag it reads).
 inline void check_flag_combinations(const TrainConfig& c) {
-    auto fail = [](const char* msg) { throw InputError(msg); };
+    auto fail = [&c](const char* msg, const std::vector<const char*>& flags = {}) {
+        throw InputError(msg + origins_of_flags(c, flags));
+    };
     if (!c.fork_from.empty() && c.resume == 1)
-        fail("--fork-from starts a new run in -o and -y 1 continues -o's own; drop one of them");
+        fail("--fork-from starts a new run in -o and -y 1 continues -o's own; drop one of them", {"-y,--resume"});
     check_eval_only_continues_no_run(c);
     if (!c.fork_from.empty() && c.output_dir.empty())
         fail("--fork-from needs -o DIR, a new directory for the forked run");
@@ -173,8 +197,9 @@ inline void check_flag_combinations(const TrainConfig& c) {
     check_recorded_paths_utf8(c);
     check_typed_preset_against_config_file(c);
     if (c.eval_only) {
-        if (c.val_data.empty()) fail("--eval-only needs -j VAL_GLOB, the shards to evaluate on");
-        if (c.profile_steps > 0) fail("--profile-steps profiles training steps; drop it with --eval-only");
+        if (c.val_data.empty()) fail("--eval-only needs -j VAL_GLOB, the shards to evaluate on", {"--eval-only"});
+        if (c.profile_steps > 0)
+            fail("--profile-steps profiles training steps; drop it with --eval-only", {"--eval-only"});
         if (c.was_given("train-data") && c.origin_of("train-data").empty())  // typed, not a file's
             fail(
                 "--eval-only evaluates -j and reads no -i: to evaluate on training shards, give them as -j "
@@ -190,20 +215,24 @@ inline void check_flag_combinations(const TrainConfig& c) {
         }
         if (c.train_data.empty())
             fail("no training data: give -i 'DIR/train_*.bin' (make shards with data/prepare.py)");
-        if (!c.dump_logits.empty()) fail("--dump-logits works with --eval-only only; add --eval-only");
+        if (!c.dump_logits.empty())
+            fail("--dump-logits works with --eval-only only; add --eval-only", {"--dump-logits"});
     }
     if (c.profile_steps > 0 && c.pdl == 1)
         fail(
             "--profile-steps times each kernel alone, and --pdl 1 lets a kernel start before the one ahead of it "
             "ends (its span would include that wait): profile with --pdl 0");
-    if (c.resume == 1 && c.output_dir.empty()) fail("-y 1 resumes from the checkpoints in -o; give -o DIR");
+    if (c.resume == 1 && c.output_dir.empty())
+        fail("-y 1 resumes from the checkpoints in -o; give -o DIR", {"-y,--resume"});
     if (c.checkpoint_every > 0 && c.output_dir.empty() && !c.eval_only)  // (an evaluation writes no checkpoint)
         throw InputError("-n " + std::to_string(c.checkpoint_every) + c.origin_of("checkpoint-every") +
                          " needs -o DIR to write checkpoints into");
     if (c.cuda_graph == "1" && !c.eval_only && host_decides_inside_the_step(c))
         fail(
             "--cuda-graph 1 replays the queued step, which needs one process, -z 0, and no --skip-spikes or "
-            "--qk-clip (each decides on the host inside the step); drop --cuda-graph 1 or those flags");
+            "--qk-clip (each decides on the host inside the step); drop --cuda-graph 1 or those flags",
+            {c.zero_stage == 1 ? "-z,--zero-stage" : "", c.skip_spikes > 0 ? "--skip-spikes" : "",
+             c.qk_clip > 0 ? "--qk-clip" : ""});  // those set, not those at their defaults
 }
 
 // The flags, without the model.
