@@ -13,7 +13,8 @@
 #   beside the PG-19 shards (the tool's carry holds 64 MiB in all).
 # --out: default prebuilt. Writes DIR/bf16-sm90-SET.tar.gz, which holds the programs at their paths and
 #   PREBUILT (the commit, scripts/build_digest.sh's digest of the sources, the architecture, the
-#   precision, nvcc's version). Name DIR/bf16-sm90-SET.tar.gz in the device call's carry and pass it as
+#   precision, nvcc's version, the cuBLASLt the trainer loads at run time and the folder the build gave
+#   it). Name DIR/bf16-sm90-SET.tar.gz in the device call's carry and pass it as
 #   GPU_CHECK_PREBUILT (gpu_check.sh) or --prebuilt (exp_pg19.sh).
 #
 # The build is of HEAD, in a fresh clone (never of uncommitted changes: a tracked file that differs
@@ -61,6 +62,12 @@ else
   programs+=(build/test_gpu/test_cuda_model build/dev/attention_ls)
 fi
 digest=$(scripts/build_digest.sh "$tmp/tree")
+# the cuBLASLt the trainer and the generator load at their first matmul (llmc/cuda/cublaslt_loader.cpp):
+# its name (the headers' major version) and the folder the build gave it (after the dynamic linker's
+# search); ldd does not see it, so use_prebuilt.sh loads it by both
+lt_dir=$(grep -o "LLMC_CUBLASLT_DIR='\"[^\"]*\"'" "$tmp/build.log" | head -n 1 | sed "s/^LLMC_CUBLASLT_DIR='\"//; s/\"'\$//")
+lt_major=$(sed -n 's/^#define CUBLAS_VER_MAJOR \([0-9]*\).*/\1/p' \
+  "$(dirname "$(dirname "$(command -v nvcc)")")/include/cublas_api.h" 2>/dev/null)
 {
   echo "commit $commit"
   echo "digest $digest"
@@ -72,6 +79,7 @@ digest=$(scripts/build_digest.sh "$tmp/tree")
   echo "nvcc $(nvcc --version | tail -n 1)"
   echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n)"
   echo "programs ${programs[*]}"
+  [[ -z $lt_dir || -z $lt_major ]] || echo "cublaslt libcublasLt.so.$lt_major $lt_dir"
 } >"$tmp/tree/PREBUILT"
 mkdir -p "$out"
 tarball=$out/bf16-sm$arch-$set_name.tar.gz

@@ -10,7 +10,8 @@
 # another architecture (ARCH, default 90), make settings from the environment (CUBLASLT_LAZY,
 # USE_NCCL, USE_MPI, HOST_BUILD, NVCCFLAGS, HOST_OPT, CXXFLAGS, NVCC, CXX: the prebuild sets none), another set of programs (SET: lease or paper, as
 # prebuild_gpu.sh's --set; paper is also met by lease; default either), other sources (scripts/build_digest.sh differs), or a
-# program whose library this machine lacks (ldd). Nothing is installed unless every check passes.
+# program whose library this machine lacks (ldd; the cuBLASLt the trainer loads at run time, by loading
+# it). Nothing is installed unless every check passes.
 # Exit 2: bad usage.
 set -uo pipefail
 tarball=${1:-}
@@ -49,6 +50,15 @@ for p in "${programs[@]}"; do
   missing=$(grep -E "not found|undefined symbol" <<<"$libs" | head -n 1 | sed 's/^[[:space:]]*//')
   [[ -z $missing ]] || unusable "$p needs a library this machine lacks ($missing)"
 done
+# the cuBLASLt the trainer and the generator load at their first matmul (no link-time library, so ldd
+# does not see it): loaded here as they would load it, by name (the dynamic linker's search), else
+# from the folder the build gave them; a build here gives them this machine's toolkit folder instead
+read -r lt_name lt_dir <<<"$(field cublaslt)"
+if [[ -n ${lt_name:-} ]] && command -v python3 >/dev/null; then
+  loads() { python3 -c 'import ctypes, sys; ctypes.CDLL(sys.argv[1])' "$1" 2>/dev/null; }
+  loads "$lt_name" || loads "$lt_dir/$lt_name" ||
+    unusable "the trainer loads $lt_name at its first matmul, and neither the dynamic linker nor $lt_dir (the build machine's toolkit folder) has it here"
+fi
 for p in "${programs[@]}"; do
   mkdir -p "$(dirname "$p")" && cp -f "$tmp/$p" "$p" || { echo "error: could not install $p" >&2; exit 1; }
 done

@@ -38,12 +38,15 @@ def digest(tree):
     return p.stdout.strip()
 
 
-def make_tarball(path, programs, *, digest_of, arch="90", set_name="lease", precision="BF16", listed=None):
+def make_tarball(path, programs, *, digest_of, arch="90", set_name="lease", precision="BF16", listed=None,
+                 cublaslt=None):
     """A tarball as prebuild_gpu.sh writes it: PREBUILT and the programs (name -> a file to copy) at their paths.
-    listed: the record's program list, when it is to name more than the tarball holds."""
+    listed: the record's program list, when it is to name more than the tarball holds. cublaslt: the record's
+    "NAME DIR" of the library the trainer loads at run time (none: the line left out, as older records)."""
     record = (f"commit {'ab' * 20}\ndigest {digest_of}\narch {arch}\nprecision {precision}\nset {set_name}\n"
               f"mpi no nccl no\n"
-              f"nvcc Build cuda_13.0\nbuilt 2026-12-01T00:00:00Z on cpu\nprograms {' '.join(listed or programs)}\n")
+              f"nvcc Build cuda_13.0\nbuilt 2026-12-01T00:00:00Z on cpu\nprograms {' '.join(listed or programs)}\n"
+              + (f"cublaslt {cublaslt}\n" if cublaslt else ""))
     with tarfile.open(path, "w:gz") as tar:
         info = tarfile.TarInfo("PREBUILT")
         info.size = len(record)
@@ -324,3 +327,34 @@ def test_a_failed_build_removes_the_programs_it_did_not_remake(tmp_path, true_bi
     assert (clone / "train_gpt2_ls").exists() and (clone / "build" / "test_gpu" / "test_cuda_model").exists()
     assert "build/dev/attention_ls is not this tree's build (its target failed): removed" in p.stderr, p.stderr
     assert not (clone / "build" / "sources.digest").exists()  # and a later call builds again
+
+
+def test_the_cublaslt_loaded_at_run_time_must_load_here(tmp_path, true_bin):
+    """The trainer loads cuBLASLt at its first matmul (no link-time library: ldd does not see it). Recorded by
+    name and the build's folder; loaded here by either (a library in that folder only: found), else nothing
+    is installed."""
+    tree = make_tree(tmp_path / "tree")
+    programs = {p: true_bin for p in PROGRAMS}
+    missing = make_tarball(tmp_path / "m.tar.gz", programs, digest_of=digest(tree),
+                           cublaslt=f"libcublasLt.so.99 {tmp_path / 'nowhere'}")
+    p = use(tree, missing)
+    assert p.returncode == 77, p.stdout + p.stderr
+    assert ("the trainer loads libcublasLt.so.99 at its first matmul, and neither the dynamic linker nor "
+            f"{tmp_path / 'nowhere'} (the build machine's toolkit folder) has it here") in p.stdout, p.stdout
+    assert not (tree / "train_gpt2_ls").exists()
+    by_name = make_tarball(tmp_path / "n.tar.gz", programs, digest_of=digest(tree),
+                           cublaslt=f"libc.so.6 {tmp_path / 'nowhere'}")  # the dynamic linker's search finds it
+    p = use(tree, by_name)
+    assert p.returncode == 0 and (tree / "train_gpt2_ls").is_file(), p.stdout + p.stderr
+    tree = make_tree(tmp_path / "tree2")
+    if not shutil.which("cc"):
+        pytest.skip("needs a C compiler to make a library found only in the recorded folder")
+    libdir = tmp_path / "toolkit"
+    libdir.mkdir()
+    (tmp_path / "lt.c").write_text("int lt(void) { return 0; }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", str(tmp_path / "lt.c"), "-o", str(libdir / "libfakeLt.so.99")],
+                   check=True)
+    in_folder = make_tarball(tmp_path / "f.tar.gz", programs, digest_of=digest(tree),
+                             cublaslt=f"libfakeLt.so.99 {libdir}")
+    p = use(tree, in_folder)
+    assert p.returncode == 0 and (tree / "train_gpt2_ls").is_file(), p.stdout + p.stderr
