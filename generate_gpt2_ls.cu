@@ -78,7 +78,8 @@ int run_generation(const llmc::GenerateConfig& g, const llmc::ModelCheckpoint& c
     const std::string vocab_note = llmc::generate_vocab_note(
         g.model, g.tokenizer, in.tokenizer.present() ? in.tokenizer.vocab_size() : 0, ck.config.vocab_size);
     const std::string cut_note = llmc::prompt_cut_note(in, g, ck.config);
-    for (const std::string& line : {taken, cut_note, length_note, vocab_note})
+    const std::string retired_note = llmc::retired_checkpoint_note(g.model);
+    for (const std::string& line : {taken, retired_note, cut_note, length_note, vocab_note})
         if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
     llmc::Rng rng(g.seed);
     llmc::GenerateOptions opt;

@@ -81,6 +81,21 @@ def newest_checkpoint(run_dir):
                       f"give a model_NNNNNNNN.bin file or a run directory with a finished checkpoint")
 
 
+def retired_step_note(ckpt):
+    """The note for a model file whose step a resume retired (DAMAGED_NNNNNNNN beside it: -y 1 found that
+    step's checkpoint damaged and went on from an earlier one), as the trainer words it
+    (llmc/app/checkpoint_run.h retired_checkpoint_note); "" otherwise."""
+    m = re.match(r"^model_(\d{8})\.bin$", os.path.basename(ckpt))
+    run_dir = os.path.dirname(ckpt) or "."
+    marker = os.path.join(run_dir, f"DAMAGED_{m.group(1)}") if m else None
+    if not marker or not os.path.isfile(marker):
+        return ""
+    steps = sorted(int(d.group(1)) for d in map(MARKER_RE.match, os.listdir(run_dir)) if d)
+    newest = f" (its newest complete checkpoint: {os.path.join(run_dir, f'model_{steps[-1]:08d}.bin')})" if steps else ""
+    return (f"note: {marker} says a resume (-y 1) found step {int(m.group(1))} damaged and went on from an earlier "
+            f"step: {ckpt} is of the trajectory that run left{newest}")
+
+
 def run_record(run_dir):
     """The run's config.json (a dict), or None without one."""
     conf_path = os.path.join(run_dir, "config.json") if run_dir else None
@@ -345,6 +360,9 @@ def export(source, out_dir, gpt2_bpe=None):
         except OSError as e:  # deleted since (a run's pruning), unreadable
             raise ExportError(f"{ckpt}: cannot read: {e.strerror}; give an existing model_NNNNNNNN.bin (ls "
                               f"{run_dir}) or the run directory") from None
+        retired = retired_step_note(ckpt)
+        if retired:
+            print(retired, file=sys.stderr)
     p = split_params(cfg, flat)
     stock = is_stock_gpt2(cfg)
     record = run_record(run_dir)

@@ -324,6 +324,20 @@ def test_a_damaged_checkpoint_fallen_back_past_is_retired(trained, byte_data, tm
     assert q.returncode == 1 and f"did you mean -e {d / 'model_00000015.bin'}?" in q.stderr, q.stderr
     assert_refused(["--fork-from", d / "model_00000020.bin", "-o", tmp_path / "f"], d,
                    f"(no {d / 'DONE_00000020'}; {d / 'DAMAGED_00000020'} says -y 1 found it damaged and left it behind)")
+    # the retired step's model file named on its own is read as asked, with a note (evaluation, generation, a
+    # new run from it, the export)
+    retired = (f"note: {d / 'DAMAGED_00000020'} says a resume (-y 1) found step 20 damaged and went on from an "
+               f"earlier step: {d / 'model_00000020.bin'} is of the trajectory that run left (its newest complete "
+               f"checkpoint: {d / 'model_00000015.bin'})")
+    gen = subprocess.run([str(REPO / "generate_gpt2_ls"), "--device", "cpu", "-e", d / "model_00000020.bin", "-n",
+                          "2", "--print-ids"], capture_output=True, text=True, timeout=120)
+    for q in (run(["--eval-only", "-e", d / "model_00000020.bin", "-m", 1]), gen,
+              run(["-e", d / "model_00000020.bin", "-i", f"{byte_data}/train_*.bin", "-x", 1, "-v", 0, "-s", 0, "-b", 2,
+                   "-t", 16]),
+              subprocess.run([sys.executable, str(REPO / "scripts" / "export_hf.py"), d / "model_00000020.bin",
+                              tmp_path / "hf"], capture_output=True, text=True, timeout=120)):
+        assert q.returncode == 0 and retired in q.stderr, q.stderr
+    assert retired not in run(["--eval-only", "-e", d / "model_00000015.bin", "-m", 1]).stderr
     # the step written again: a checkpoint like any other
     run(["-o", d, "-y", 1, "-x", 20])
     assert (d / "DONE_00000020").exists() and not (d / "DAMAGED_00000020").exists()

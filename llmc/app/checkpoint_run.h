@@ -207,6 +207,23 @@ inline std::string eval_settings_from_run(TrainConfig& cfg, bool print) {
     return "--eval-only: " + list + " from " + run->config_path + " (flags given win)";
 }
 
+// A model file named by its step (RUN/model_NNNNNNNN.bin) whose step a resume retired (DAMAGED_NNNNNNNN
+// beside it: -y 1 found the step's checkpoint damaged on some process and went on from an earlier one,
+// llmc/io/checkpoint_dir.h retire_checkpoints): the note that it is of the trajectory the run left, read
+// as asked by --eval-only, generate_gpt2_ls and a new run's -e ("" otherwise).
+inline std::string retired_checkpoint_note(const std::string& checkpoint) {
+    const std::filesystem::path path(checkpoint);
+    int step = 0;
+    if (parse_checkpoint_name(path.filename().string(), step) != CkptFileKind::Model) return "";
+    const std::string dir = path.has_parent_path() ? path.parent_path().string() : ".";
+    const std::string marker = damaged_marker_path(dir, step);
+    if (!file_exists(marker)) return "";
+    const int newest = newest_complete_step(dir);
+    return "note: " + marker + " says a resume (-y 1) found step " + std::to_string(step) +
+           " damaged and went on from an earlier step: " + checkpoint + " is of the trajectory that run left" +
+           (newest >= 0 ? " (its newest complete checkpoint: " + model_path(dir, newest) + ")" : "");
+}
+
 // --eval-only (flag "-j") or a new run (flag "-i") from a checkpoint with no run beside it (nothing to
 // compare the data with: a copied model file, llm.c's gpt2_124M.bin): the note when the data's known
 // vocabulary differs from the model's ("" otherwise). A smaller data vocabulary is accepted (a model may

@@ -197,7 +197,8 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
     plan_model(cfg, cfg.val_data, plan);
     const std::string notes[] = {
         past_trained_length_note(*plan.init, cfg.model, cfg.seq_len, "--eval-only -t"),
-        lone_checkpoint_vocab_note(cfg.model, plan.model, plan.data_vocab, plan.vocab_source, "-j", cfg.val_data)};
+        lone_checkpoint_vocab_note(cfg.model, plan.model, plan.data_vocab, plan.vocab_source, "-j", cfg.val_data),
+        retired_checkpoint_note(cfg.model)};
     for (const std::string& note : notes)
         if (!note.empty() && comm.rank() == 0) std::fprintf(stderr, "%s\n", note.c_str());
     std::vector<DumpHead> dump_heads;  // --dump-attention

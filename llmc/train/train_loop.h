@@ -238,9 +238,12 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     if (!continued && !is_model_preset(cfg.model)) {  // a new run from -e FILE: its bytes, recorded and checked
         p.init_identity = file_fnv1a64(cfg.model);
         check_init_weights_of_record(cfg, p.init_identity);
-        const std::string note =  // a checkpoint with no run beside it: its vocabulary vs the data's
-            lone_checkpoint_vocab_note(cfg.model, p.model, p.data_vocab, p.vocab_source, "-i", cfg.train_data);
-        if (!note.empty() && cfg.rank == 0) std::fprintf(stderr, "%s\n", note.c_str());
+        const std::string notes[] = {
+            // a checkpoint with no run beside it: its vocabulary vs the data's
+            lone_checkpoint_vocab_note(cfg.model, p.model, p.data_vocab, p.vocab_source, "-i", cfg.train_data),
+            retired_checkpoint_note(cfg.model)};
+        for (const std::string& note : notes)
+            if (!note.empty() && cfg.rank == 0) std::fprintf(stderr, "%s\n", note.c_str());
     } else if (!cfg.fork_from.empty() && !is_model_preset(cfg.model)) {  // a fork records its source's
         p.init_identity = recorded_init_identity(join_path(fork_source(cfg.fork_from).dir, "config.json"));
     }
