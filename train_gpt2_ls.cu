@@ -16,6 +16,7 @@
 #include "llmc/app/checkpoint_run.h"
 #include "llmc/app/cli.h"
 #include "llmc/app/launch_collective.h"
+#include "llmc/app/rank_agreement.h"
 #include "llmc/app/threads.h"
 #include "llmc/app/validate.h"
 #include "llmc/core/error.h"
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
         cfg.world_size = comm->world_size();
         cfg.local_rank = launch.local_rank;
         llmc::set_thread_count(cfg.threads);
+        llmc::check_ranks_share_settings(*comm, cli.config_file_text(), cfg.fork_from);  // one experiment
         if (const int64_t d = cfg.eval_only ? 0 : llmc::batch_of_config_record(cfg, cfg.rank == 0)) {
             cli.set_flag("total-batch-size", std::to_string(d));  // the recorded batch, on this process count
             cfg.total_batch_size = cli.config().total_batch_size;
@@ -66,6 +68,15 @@ int main(int argc, char** argv) {
         return cfg.eval_only
                    ? llmc::run_eval(cfg, backend_for, *comm, eval_note)
                    : llmc::run_training(cfg, backend_for, cli.config_file_text(), *comm, llmc::make_step_profiler);
+    } catch (const llmc::InputErrorOnEveryRank& e) {  // the same line on every rank: said once
+        std::fflush(stdout);
+        if (!comm || comm->rank() == 0) std::fprintf(stderr, "error: %s\n", e.what());
+        if (comm && comm->world_size() > 1) {
+            std::fflush(stderr);
+            comm->barrier();  // rank 0 has said it before any rank ends the run
+            comm->abort(1);
+        }
+        return 1;
     } catch (const std::exception&) {
         const std::string message = llmc::current_error_message(
             "use a smaller model (--layers, --channels, --vocab, --max-seq-len) or batch (-b, -t)");

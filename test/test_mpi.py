@@ -382,3 +382,49 @@ def test_a_flag_error_is_printed_once_not_once_per_rank(tmp_path, args):
     errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
     assert p.returncode != 0 and len(errors) == 1, p.stderr
     assert not out.exists()
+
+
+def run_two_commands(args0, args1, wdirs=(REPO, REPO), timeout=60):
+    """mpirun's `A : B`: rank 0 runs train_gpt2_ls with args0 in wdirs[0], rank 1 with args1 in wdirs[1]."""
+    if MPIRUN is None:
+        skip_unless_ci("mpirun not found (install OpenMPI: apt-get install openmpi-bin libopenmpi-dev)")
+    ctx = [[str(a) for a in args] for args in (args0, args1)]
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "1", "--wdir", str(wdirs[0]), str(BIN), "--device",
+           "cpu"] + ctx[0] + [":", "-np", "1", "--wdir", str(wdirs[1]), str(BIN), "--device", "cpu"] + ctx[1]
+    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    if "this build has no MPI" in p.stderr:
+        skip_unless_ci("train_gpt2_ls was built without MPI (no mpicxx when it was built)")
+    return p
+
+
+def test_ranks_started_with_other_settings_or_data_are_refused(byte_data, tmp_path):
+    """A new-user trial: ranks given different flags (mpirun's A : B) trained on a mix (another -l: exit 0, the
+    replicas drifting apart; another -i: half of each batch other data), hung (another -x) or failed at the
+    first checkpoint (another -o). Every rank now learns rank 0's settings and data and all refuse together,
+    one line naming the first flag that differs, before anything is written."""
+    base = data_args(byte_data) + COMMON
+    out = tmp_path / "run"
+    for extra, flag in ((["-l", "1e-3"], "--learning-rate"), (["-x", 9], "--max-steps"),
+                        (["--qk-norm"], "--qk-norm"), (["--layers", 3], "--layers")):
+        p = run_two_commands(base + ["-o", out], base + ["-o", out] + extra)
+        assert p.returncode != 0, p.stdout
+        errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error")]
+        assert errors == [f"error: the processes of this run were started with different settings: rank 1's {flag} "
+                          "differs from rank 0's (1 of 2 ranks differ); start every process with the same flags and "
+                          "--config file, e.g. mpirun -np 2 ./train_gpt2_ls FLAGS"], p.stderr
+        assert not out.exists()
+    p = run_two_commands(base + ["-o", out], base + ["-o", tmp_path / "other"])
+    assert "rank 1's --output-dir differs" in p.stderr and not out.exists() and not (tmp_path / "other").exists()
+    # the same relative glob over other data on rank 1 (as node-local disks): refused; identical copies train
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    for d in dirs:
+        shutil.copytree(byte_data, d / "data")
+    rel = ["-i", "data/train_*.bin", "-j", "data/val_*.bin"] + COMMON
+    assert run_two_commands(rel, rel, wdirs=dirs).returncode == 0
+    (dirs[1] / "data" / "train_000001.bin").unlink()
+    p = run_two_commands(rel, rel, wdirs=dirs)
+    assert p.returncode != 0
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error")]
+    assert errors == ["error: the processes of this run read different training data -i 'data/train_*.bin': rank 1 "
+                      "finds other shards there than rank 0 (their names, sizes or content; 1 of 2 ranks differ); "
+                      "give every process the same data (a shared file system, or identical copies)"], p.stderr

@@ -12,6 +12,12 @@ struct InputError : std::runtime_error {
     explicit InputError(const std::string& msg) : std::runtime_error(msg) {}
 };
 
+// An InputError every rank of a multi-process run throws at the same point with the same message (a
+// check all ranks decide together, llmc/app/rank_agreement.h): main() prints it once, on rank 0.
+struct InputErrorOnEveryRank : InputError {
+    using InputError::InputError;
+};
+
 // What main() prints after "error: " for the exception that ended the program: an InputError's own
 // line; for host memory running out (std::bad_alloc: a model that passes validation but does not
 // fit, docs/reliability.md) the problem and `oom_fix`, what to make smaller; anything else is a bug

@@ -206,6 +206,7 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
     check_dump_attention_heads(dump_heads, plan.model);
     check_dump_logits_target(cfg.dump_logits, cfg.batch_size, cfg.seq_len, plan.model.vocab_size);
     plan.val = open_loader(cfg, cfg.val_data, false, plan.model.vocab_size);
+    check_ranks_share_data(comm, "validation data -j '" + cfg.val_data + "'", shards_identity(plan.val->shard_paths()));
     check_shard_roles(plan.val->shard_paths(), ShardRole::Val, "-j '" + cfg.val_data + "'", false, comm.rank() == 0);
     const std::string changed =
         eval_data_changed_note(cfg.model, cfg.val_data, plan.val->num_shards(), plan.val->total_tokens(),

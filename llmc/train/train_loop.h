@@ -48,6 +48,7 @@
 #include <nlohmann/json.hpp>
 
 #include "llmc/app/checkpoint_run.h"
+#include "llmc/app/rank_agreement.h"
 #include "llmc/app/config_json.h"
 #include "llmc/app/config_origin.h"
 #include "llmc/app/data_expect.h"
@@ -252,7 +253,12 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
                              "the validation data -j '" + cfg.val_data + "'", cfg.rank == 0);
     const int V = p.model.vocab_size;
     p.train = open_loader(cfg, cfg.train_data, cfg.shuffle == 1, V, cfg.sampler == "random");
-    if (!cfg.val_data.empty()) p.val = open_loader(cfg, cfg.val_data, false, V);
+    check_ranks_share_data(comm, "training data -i '" + cfg.train_data + "'", shards_identity(p.train->shard_paths()));
+    if (!cfg.val_data.empty()) {
+        p.val = open_loader(cfg, cfg.val_data, false, V);
+        check_ranks_share_data(comm, "validation data -j '" + cfg.val_data + "'",
+                               shards_identity(p.val->shard_paths()));
+    }
     check_data_roles(cfg, p);
     const std::string other_data =
         config_record ? config_record_data_note(*config_record, cfg.train_data, p.train->num_shards(),
