@@ -414,8 +414,7 @@ def _build_text(args, work, splits, token_bytes, eot, enc_spec, extra):
         t = time.time()
         texts = (load_document(s)[0] for s in splits["train"])
         lines = tk.sample_training_lines(texts, args.sp_train_lines, args.seed)
-        model = tk.train_sentencepiece(lines, os.path.join(work, "tokenizer.model"), args.vocab_size,
-                                       args.seed, args.workers)
+        model = tk.train_sentencepiece(lines, os.path.join(work, "tokenizer.model"), args.vocab_size, args.seed)
         sp = tk.load_sentencepiece(model)
         token_bytes, eot, enc_spec = tk.sp_token_bytes(sp), sp.eos_id(), ("sp", os.path.abspath(model))
         extra["sp_model"] = "tokenizer.model"

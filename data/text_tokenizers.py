@@ -107,12 +107,20 @@ def sample_training_lines(texts, max_lines, seed):
     return sample
 
 
-def train_sentencepiece(lines, model_path, vocab_size, seed, threads):
+# SentencePiece's training threads: a constant, not the machine's cores, because the model file stores the
+# count (its trainer_spec), so the same text gave another file, and another sha256_tokenizer_model, on a
+# machine with other cores (prepare.py --workers); the pieces and scores do not depend on it (checked: 1, 2
+# and 16 threads on PG-19 text give the same pieces, files differing in that field alone).
+SP_TRAIN_THREADS = 16
+
+
+def train_sentencepiece(lines, model_path, vocab_size, seed):
     """Train a byte-fallback BPE SentencePiece model on `lines` and save it to model_path.
     Ids: 0 <unk>, 1 </s> (our EOT), 2 "\\n", 3..258 the byte pieces <0x00>..<0xFF>, then merges.
     Identity normalization, no dummy prefix and no whitespace collapsing so decode(encode(s)) == s.
     The model is written through a model_writer, not a model_prefix, so it does not record the path it was
-    trained at (data/prepare.py trains it in a temporary directory): the bytes depend on the text and settings only."""
+    trained at (data/prepare.py trains it in a temporary directory), and with SP_TRAIN_THREADS, not the
+    machine's cores: the bytes depend on the text and settings only."""
     spm = _import("sentencepiece")
     if not lines:
         raise PrepareError("no text to train SentencePiece on: the training split is empty; give a larger --source")
@@ -127,7 +135,7 @@ def train_sentencepiece(lines, model_path, vocab_size, seed, threads):
             byte_fallback=True, character_coverage=0.9995, normalization_rule_name="identity",
             remove_extra_whitespaces=False, add_dummy_prefix=False, allow_whitespace_only_pieces=True,
             split_digits=False, user_defined_symbols=[SP_NEWLINE], unk_id=0, eos_id=1, bos_id=-1, pad_id=-1,
-            input_sentence_size=0, shuffle_input_sentence=False, num_threads=max(1, threads), minloglevel=2)
+            input_sentence_size=0, shuffle_input_sentence=False, num_threads=SP_TRAIN_THREADS, minloglevel=2)
     except RuntimeError as e:  # the vocabulary is larger than the corpus supports, or too small for its characters
         reason = str(e).strip().splitlines()[-1]
         m = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", reason)

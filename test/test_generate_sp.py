@@ -21,7 +21,7 @@ def sp_data(tmp_path_factory):
     text = shared_text("tinyshakespeare/input.txt")
     out = tmp_path_factory.mktemp("sp_tok")
     lines = tk.sample_training_lines([text], 50_000, seed=0)
-    model = tk.train_sentencepiece(lines, str(out / "tokenizer.model"), 2000, seed=0, threads=2)
+    model = tk.train_sentencepiece(lines, str(out / "tokenizer.model"), 2000, seed=0)
     sp = tk.load_sentencepiece(model)
     tk.write_tokenizer_bin(out / "tokenizer.bin", tk.sp_token_bytes(sp), sp.eos_id())
     return sp, out
