@@ -656,6 +656,23 @@ def test_flags_the_other_settings_make_useless_are_noted(byte_data, tmp_path):
     assert "has no effect" not in run(["--config", src / "config.toml", "-o", tmp_path / "copy_toml"]).stderr
 
 
+def test_eval_only_notes_the_training_flags_it_ignores(trained, byte_data):
+    """A new-user trial: --eval-only took -l, -x, --sampler random, --seed, -z 1 ... and gave the same loss with
+    no word, so a user could believe the evaluation drew random batches. One note names the typed flags only a
+    training run reads; none for the flags it reads, nor for a --config file's values."""
+    out, _ = trained
+    model = out / "model_00000020.bin"
+    val = ["-j", f"{byte_data}/val_*.bin", "-b", 2, "-t", 16, "-m", 1]
+    plain = run(["--eval-only", "-e", model] + val)
+    assert "have no effect" not in plain.stderr, plain.stderr
+    p = run(["--eval-only", "-e", model] + val + ["-l", "1e-3", "-x", 5, "--sampler", "random", "--seed", 5,
+                                                  "--near", 4])
+    assert ("note: --eval-only trains nothing, so -x, -l, --seed, --sampler, --near (the settings of a training "
+            "run) have no effect; the evaluation reads -e, -j, -b, -t, -m and -o") in p.stderr, p.stderr
+    assert p.stdout == plain.stdout  # the same evaluation
+    assert "have no effect" not in run(["--eval-only", "-e", model, "--config", out / "config.json"] + val).stderr
+
+
 def test_eval_only_refuses_profile_steps(trained, byte_data):
     out, _ = trained
     assert_refused(["--eval-only", "-e", out / "model_00000020.bin", "-j", f"{byte_data}/val_*.bin", "-b", 2, "-t", 16,

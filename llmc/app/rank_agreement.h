@@ -44,24 +44,6 @@ inline std::pair<int, int> ranks_differing_from_rank0(Collective& comm, uint64_t
 
 inline uint64_t text_hash(const std::string& s) { return fnv1a64(s.data(), s.size()); }
 
-// The long name of a flag table row's names ("-l,--learning-rate" -> "learning-rate").
-inline std::string long_flag_name(const char* names) {
-    const std::string n(names);
-    const size_t at = n.rfind("--");
-    return at == std::string::npos ? n : n.substr(at + 2);
-}
-
-// Every flag's long name in the flag table's order (llmc/app/flags.h), the model flags last.
-inline std::vector<std::string> flag_table_names() {
-    std::vector<std::string> out;
-#define LLMC_ROW_NAME(record, type, field, def, names, ok, rule, help) out.push_back(long_flag_name(names));
-#define LLMC_MODEL_NAME(type, field, names, help) out.push_back(long_flag_name(names));
-    LLMC_TRAIN_FLAGS(LLMC_ROW_NAME, LLMC_MODEL_NAME)
-#undef LLMC_ROW_NAME
-#undef LLMC_MODEL_NAME
-    return out;
-}
-
 // config_text: TrainCli::config_file_text() ("key=value" lines); fork_from: --fork-from's value.
 inline void check_ranks_share_settings(Collective& comm, const std::string& config_text, const std::string& fork_from) {
     if (comm.world_size() == 1) return;

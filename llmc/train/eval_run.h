@@ -183,6 +183,33 @@ inline void check_eval_checkpoint(const std::string& model) {
                      std::to_string(steps.size()) + "; the newest: -e " + model_path(dir, steps.back()) + ")");
 }
 
+// The flags typed with --eval-only that only a training run reads (-l, -x, --sampler, --seed, --near,
+// --cuda-graph, ...): one note naming them, "" when none. An evaluation reads the data, batch and output
+// flags, the model flags (checked against -e) and the machine's and launch flags; a --config file's
+// values are a preset's and are not noted.
+inline std::string eval_only_unused_flags_note(const TrainConfig& cfg) {
+    static const char* const reads[] = {
+        "train-data",  "val-data",       "expect-tokenizer", "expect-vocab", "output-dir",
+        "model",       "batch-size",     "seq-len",          "val-batches",  "eval-only",
+        "dump-logits", "dump-attention", "device",           "threads",      "pdl",
+        "rank",        "world-size",     "local-rank",       "rendezvous",   "debug-fail-rank",
+        "resume",      "fork-from",      "profile-steps"};
+    std::string unused;
+    const auto consider = [&](const char* names) {
+        const std::string row(names), flag = long_flag_name(names);
+        if (row.empty() || !cfg.was_given(flag) || !cfg.origin_of(flag).empty()) return;
+        for (const char* r : reads)
+            if (flag == r) return;
+        unused += (unused.empty() ? "" : ", ") + row.substr(0, row.find(','));
+    };
+#define LLMC_EVAL_UNUSED(record, type, field, def, names, ok, rule, help) consider(names);
+    LLMC_TRAIN_FLAGS(LLMC_EVAL_UNUSED, LLMC_NO_MODEL)
+#undef LLMC_EVAL_UNUSED
+    if (unused.empty()) return "";
+    return "note: --eval-only trains nothing, so " + unused +
+           " (the settings of a training run) have no effect; the evaluation reads -e, -j, -b, -t, -m and -o";
+}
+
 // settings_note: the line saying which settings came from the checkpoint's run (eval_settings_from_run),
 // printed on stderr by rank 0 after the result, only when the evaluation succeeded ("" for none).
 inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, Collective& comm,
@@ -198,7 +225,7 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
     const std::string notes[] = {
         past_trained_length_note(*plan.init, cfg.model, cfg.seq_len, "--eval-only -t"),
         lone_checkpoint_vocab_note(cfg.model, plan.model, plan.data_vocab, plan.vocab_source, "-j", cfg.val_data),
-        retired_checkpoint_note(cfg.model)};
+        retired_checkpoint_note(cfg.model), eval_only_unused_flags_note(cfg)};
     for (const std::string& note : notes)
         if (!note.empty() && comm.rank() == 0) std::fprintf(stderr, "%s\n", note.c_str());
     std::vector<DumpHead> dump_heads;  // --dump-attention
