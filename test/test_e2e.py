@@ -673,6 +673,25 @@ def test_eval_only_notes_the_training_flags_it_ignores(trained, byte_data):
     assert "have no effect" not in run(["--eval-only", "-e", model, "--config", out / "config.json"] + val).stderr
 
 
+def test_eval_json_of_another_input_is_replaced_with_a_note(trained, byte_data, tmp_path):
+    """A new-user trial: a second --eval-only into the same -o, on another input, replaced eval.json without a
+    word. It still does (no attention dumps there to mislabel), naming the evaluation replaced; the same input
+    again is written over silently. eval.json records the process count its tokens count."""
+    out, _ = trained
+    model = out / "model_00000020.bin"
+    ev = tmp_path / "ev"
+    val = ["-j", f"{byte_data}/val_*.bin", "-b", 2, "-m", 1, "-o", ev]
+    first = run(["--eval-only", "-e", model, "-t", 16] + val)
+    rec = json.loads((ev / "eval.json").read_text())
+    assert rec["processes"] == 1 and rec["tokens"] == rec["batches"] * 2 * 16
+    assert "held the evaluation" not in run(["--eval-only", "-e", model, "-t", 16] + val).stderr
+    p = run(["--eval-only", "-e", model, "-t", 8] + val)
+    assert (f"note: {ev / 'eval.json'} held the evaluation of -j '{byte_data}/val_*.bin' -t 16 (loss "
+            f"{rec['loss']}); this evaluation of another input replaces it (give another -o to keep both)") \
+        in p.stderr, p.stderr
+    assert json.loads((ev / "eval.json").read_text())["seq_len"] == 8 and "eval loss" in first.stdout
+
+
 def test_eval_only_refuses_profile_steps(trained, byte_data):
     out, _ = trained
     assert_refused(["--eval-only", "-e", out / "model_00000020.bin", "-j", f"{byte_data}/val_*.bin", "-b", 2, "-t", 16,

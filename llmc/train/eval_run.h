@@ -91,6 +91,7 @@ inline void report_eval(const TrainConfig& cfg, const RunPlan& plan, const std::
                                   {"batch_size", B},
                                   {"seq_len", T},
                                   {"batches", batches},
+                                  {"processes", cfg.world_size},
                                   {"tokens", tokens},
                                   {"loss", json_float(loss)}};
     write_text_file(cfg.output_dir + "/eval.json", json_file_text(rec));
@@ -112,13 +113,14 @@ inline bool holds_attention_dumps(const std::string& dir) {
 // the attention dumps beside it (scripts/plot_attention.py), so this evaluation would relabel the other
 // model's dumps. So is one whose attention dumps are of another input (eval.json's -j or -t: the first
 // sequence dumped), which this evaluation's eval.json would relabel. The same model's evaluation of the
-// same input is written over (its dumps join those there).
-inline void check_eval_output_dir(const TrainConfig& cfg, const std::string& model_id) {
-    if (cfg.output_dir.empty()) return;
+// same input is written over (its dumps join those there); of another input, with no dumps there, too,
+// with the returned note naming the evaluation replaced ("" for none).
+inline std::string check_eval_output_dir(const TrainConfig& cfg, const std::string& model_id) {
+    if (cfg.output_dir.empty()) return "";
     const std::string path = cfg.output_dir + "/eval.json";
     std::error_code ec;
-    if (!std::filesystem::exists(path, ec)) return;
-    std::string named, named_id, named_val;
+    if (!std::filesystem::exists(path, ec)) return "";
+    std::string named, named_id, named_val, named_loss;
     int named_seq_len = 0;
     try {
         std::ifstream in(path, std::ios::binary);
@@ -129,6 +131,8 @@ inline void check_eval_output_dir(const TrainConfig& cfg, const std::string& mod
             named_val = rec.at("val_data").get<std::string>();
             named_seq_len = rec.at("seq_len").get<int>();
         }
+        if (rec.contains("loss") && rec.at("loss").is_number())
+            named_loss = json_float(rec.at("loss").get<double>()).dump();
     } catch (const std::exception&) {
         throw InputError("-o " + cfg.output_dir + " holds an eval.json that cannot be read; give a new -o (or remove " +
                          path + ")");
@@ -151,6 +155,11 @@ inline void check_eval_output_dir(const TrainConfig& cfg, const std::string& mod
                          "' -t " + std::to_string(cfg.seq_len) +
                          ": its eval.json would label both as one input; give another -o, or remove the attn_*.npy "
                          "and eval.json there");
+    if (named_seq_len > 0 && (named_val != val || named_seq_len != cfg.seq_len))
+        return "note: " + path + " held the evaluation of -j '" + named_val + "' -t " + std::to_string(named_seq_len) +
+               (named_loss.empty() ? "" : " (loss " + named_loss + ")") +
+               "; this evaluation of another input replaces it (give another -o to keep both)";
+    return "";
 }
 
 // -e of --eval-only, checked before the flags (a run's -j and -t come from its checkpoint's run): a
@@ -217,7 +226,7 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
     check_eval_checkpoint(cfg.model);
     validate_train_flags(cfg);
     const std::string model_id = model_header_identity(cfg.model);  // before loading: the bytes evaluated
-    check_eval_output_dir(cfg, model_id);
+    const std::string replaced = check_eval_output_dir(cfg, model_id);
     RunPlan plan;
     check_config_shard_patterns(cfg);
     check_expected_data(cfg, cfg.val_data, "-j");
@@ -225,7 +234,7 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
     const std::string notes[] = {
         past_trained_length_note(*plan.init, cfg.model, cfg.seq_len, "--eval-only -t"),
         lone_checkpoint_vocab_note(cfg.model, plan.model, plan.data_vocab, plan.vocab_source, "-j", cfg.val_data),
-        retired_checkpoint_note(cfg.model), eval_only_unused_flags_note(cfg)};
+        retired_checkpoint_note(cfg.model), eval_only_unused_flags_note(cfg), replaced};
     for (const std::string& note : notes)
         if (!note.empty() && comm.rank() == 0) std::fprintf(stderr, "%s\n", note.c_str());
     std::vector<DumpHead> dump_heads;  // --dump-attention
