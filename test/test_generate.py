@@ -217,6 +217,19 @@ def test_bad_input_fails_with_one_line(model, extra, expect):
     assert err.startswith("error: ") and expect in err, err
 
 
+def test_a_directory_for_a_file_names_the_file(model):
+    """A new-user trial: -e RUN said "not a regular file" (where --eval-only names the newest checkpoint), and
+    --tokenizer DIR said "file is 9223372036854775807 bytes" (a directory's size as a FILE). Each names the file."""
+    ckpt, tok = model
+    p = gen(["-e", ckpt.parent, "--prompt-ids", "1", "-n", 3], check=False)
+    assert p.returncode == 1 and p.stderr.decode().strip() == (
+        f"error: generate_gpt2_ls -e {ckpt.parent}: a run directory, not a model file: did you mean -e {ckpt}? "
+        "(its newest complete checkpoint)"), p.stderr.decode()
+    p = gen(["-e", ckpt, "--tokenizer", tok.parent, "--prompt-ids", "1", "-n", 3], check=False)
+    assert p.returncode == 1 and p.stderr.decode().strip() == (
+        f"error: tokenizer '{tok.parent}' is a directory; give a file: {tok}"), p.stderr.decode()
+
+
 @pytest.mark.parametrize("extra, expect", [
     (["-n", "0"], "error: --tokens: must be >= 1 (got 0)"), (["-n", "-1"], "error: --tokens: must be >= 1 (got -1)"),
     (["--top-k", "-5"], "error: --top-k: must be >= 0 (got -5)"),

@@ -207,6 +207,19 @@ inline std::string eval_settings_from_run(TrainConfig& cfg, bool print) {
     return "--eval-only: " + list + " from " + run->config_path + " (flags given win)";
 }
 
+// -e given a directory (a run's -o): refused, naming its newest complete checkpoint ("did you mean"), as
+// --eval-only does (llmc/train/eval_run.h check_eval_checkpoint). who: the program, for the message.
+inline void check_model_is_no_directory(const std::string& model, const std::string& who) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(model, ec)) return;
+    const int newest = newest_complete_step(model);
+    if (newest >= 0)
+        throw InputError(who + " -e " + model + ": a run directory, not a model file: did you mean -e " +
+                         model_path(model, newest) + "? (its newest complete checkpoint)");
+    throw InputError(who + " -e " + model +
+                     ": a directory without a complete checkpoint; give a model file (RUN/model_NNNNNNNN.bin)");
+}
+
 // A model file named by its step (RUN/model_NNNNNNNN.bin) whose step a resume retired (DAMAGED_NNNNNNNN
 // beside it: -y 1 found the step's checkpoint damaged on some process and went on from an earlier one,
 // llmc/io/checkpoint_dir.h retire_checkpoints): the note that it is of the trajectory the run left, read

@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "llmc/core/error.h"
@@ -38,7 +40,17 @@ struct FileCloser {
 };
 using File = std::unique_ptr<FILE, FileCloser>;
 
+// A directory opens as a FILE on Linux (its size then reads as LONG_MAX): named as such, with the data
+// set's file inside it when there is one.
 inline File open_or_throw(const std::string& path, const char* mode, const char* what) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+        const std::string inside = (std::filesystem::path(path) / "tokenizer.bin").string();
+        const bool tokenizer = std::string(what) == "tokenizer";
+        throw InputError(std::string(what) + " '" + path + "' is a directory; give a file" +
+                         (tokenizer && std::filesystem::is_regular_file(inside, ec) ? ": " + inside : std::string()) +
+                         (tokenizer ? "" : " (a shard pattern names files: 'DIR/train_*.bin')"));
+    }
     File f(std::fopen(path.c_str(), mode));
     if (!f) {
         throw InputError(std::string("cannot open ") + what + " '" + path + "': " + std::strerror(errno) +
