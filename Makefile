@@ -269,7 +269,16 @@ generate_gpt2_ls: $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(CUBLASLT_LOADER) $(B
   $(CUBLASLT_STAMP) $(BUILD)/compiler-generate_gpt2_ls
 	$(call cuda_link,$(BUILD)/obj/generate_gpt2_ls.o,0,0)
 endif
-$(CUDA_BACKEND_OBJ): llmc/cuda/backend_entry.cu $(LLMC_HEADERS)
+# $(ARCH_STAMP) names the CUDA_ARCH list of the device code in $(BUILD), rewritten only when it changes
+# (as the stamps above), so that a build for other architectures rebuilds the device code: a trainer
+# built with CUDA_ARCH=90 would otherwise stand for the default "80 90" (`make -q` saying it is up to
+# date), and an A100 would find no kernel image in it. Every target nvcc compiles device code for
+# depends on it (the programs and the tests that link $(CUDA_BACKEND_OBJ) through it).
+ARCH_STAMP := $(BUILD)/cuda-arch
+$(ARCH_STAMP): $(if $(subst x$(strip $(CUDA_ARCH)),,x$(shell cat $(ARCH_STAMP) 2>/dev/null)),FORCE)
+	@mkdir -p $(dir $@)
+	@echo '$(strip $(CUDA_ARCH))' >$@
+$(CUDA_BACKEND_OBJ): llmc/cuda/backend_entry.cu $(LLMC_HEADERS) $(ARCH_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 cpu:
@@ -310,10 +319,11 @@ GPU_TEST_BINS := $(patsubst test/gpu/%.cu,$(BUILD)/test_gpu/%,$(GPU_TEST_SRCS))
 # lab:adamw compares adamw_update_all with its host reference bit for bit: that reference must not
 # contract to FMA (aarch64 hosts and -march flags would), as the emulated build's -ffp-contract=off.
 $(BUILD)/dev/adamw: private NVCCFLAGS += -Xcompiler -ffp-contract=off
-$(BUILD)/dev/%: dev/cuda/%.cu $(NVCC_CPU_KERNELS) $(LLMC_HEADERS) $(wildcard dev/cuda/*.cuh dev/cuda/attention_candidates/*.cuh)
+$(BUILD)/dev/%: dev/cuda/%.cu $(NVCC_CPU_KERNELS) $(LLMC_HEADERS) $(wildcard dev/cuda/*.cuh dev/cuda/attention_candidates/*.cuh) \
+  $(ARCH_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(CPU_KERNELS_INCLUDE) $< $(NVCC_CPU_KERNELS) -o $@ $(CUDA_LIBS)
-$(BUILD)/test_gpu/%: test/gpu/%.cu $(NVCC_CPU_KERNELS) $(LLMC_HEADERS) $(wildcard test/*.h test/gpu/*.cuh)
+$(BUILD)/test_gpu/%: test/gpu/%.cu $(NVCC_CPU_KERNELS) $(LLMC_HEADERS) $(wildcard test/*.h test/gpu/*.cuh) $(ARCH_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(DIST_FLAGS) $(CPU_KERNELS_INCLUDE) $< $(NVCC_CPU_KERNELS) -o $@ $(CUDA_LIBS) \
 	  $(DIST_LIBS)
@@ -350,7 +360,8 @@ $(BUILD)/matrix/train_gpt2_ls-mpi%: $(CUDA_BACKEND_OBJ) $(NVCC_CPU_KERNELS) $(CU
 .SECONDARY: $(patsubst $(BUILD)/matrix/train_gpt2_ls-mpi%,$(BUILD)/obj/launch_collective-mpi%.o,$(DIST_MATRIX))
 # and the NCCL test built without NCCL: it must exit 77 (SKIPPED), never 0 (test/test_build_matrix.py)
 DIST_MATRIX += $(BUILD)/matrix/test_collective_nccl-nccl0
-$(BUILD)/matrix/test_collective_nccl-nccl0: test/gpu/test_collective_nccl.cu $(LLMC_HEADERS) $(wildcard test/gpu/*.cuh)
+$(BUILD)/matrix/test_collective_nccl-nccl0: test/gpu/test_collective_nccl.cu $(LLMC_HEADERS) $(wildcard test/gpu/*.cuh) \
+  $(ARCH_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $< -o $@ $(CUDA_LIBS)
 dist-matrix: $(DIST_MATRIX)

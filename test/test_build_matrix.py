@@ -221,6 +221,24 @@ def test_cublaslt_lazy_0_links_the_library_and_a_switch_relinks(tmp_path):
     assert len(links) == 2 and all("cublaslt_loader.o" in c for c in links), calls
 
 
+def test_another_cuda_arch_rebuilds_the_device_code(tmp_path):
+    """A new-user trial: after a build with CUDA_ARCH=90 (exp_pg19.sh's), `make` (default "80 90") said the
+    trainer was up to date: an sm_90-only binary, no kernel image for an A100. build/cuda-arch names the list;
+    another one recompiles the device code and relinks, the same one does nothing."""
+    src, env, make = fake_build(tmp_path)
+    make("train_gpt2_ls", "HOST_BUILD=0", "CUDA_ARCH=90")
+    q = subprocess.run(["make", "-q", "train_gpt2_ls", "HOST_BUILD=0", "CUDA_ARCH=80 90"], cwd=src, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert q.returncode != 0, q.stdout + q.stderr
+    _, calls = make("train_gpt2_ls", "HOST_BUILD=0", "CUDA_ARCH=80 90")
+    device = [c for c in calls if c.startswith("nvcc") and "backend_entry.cu" in c]
+    assert len(device) == 1 and "arch=compute_80" in device[0] and "arch=compute_90" in device[0], calls
+    assert any(c.startswith("nvcc") and " -c " not in c and "-o train_gpt2_ls" in c for c in calls), calls
+    assert (src / "build" / "cuda-arch").read_text().strip() == "80 90"
+    _, calls = make("train_gpt2_ls", "HOST_BUILD=0", "CUDA_ARCH=80 90")
+    assert calls == [], calls
+
+
 def test_each_program_rebuilds_only_when_its_own_compiler_changes(tmp_path):
     """Each program has its own compiler stamp: on a machine without a GPU, `make train` (the host build of
     the trainer) and an nvcc build of the generator alternate without rebuilding either, and a switch of one
