@@ -217,6 +217,19 @@ def test_bad_input_fails_with_one_line(model, extra, expect):
     assert err.startswith("error: ") and expect in err, err
 
 
+def test_a_padding_id_in_the_prompt_is_named_as_such(byte_data, tmp_path):  # noqa: F811
+    """A new-user trial: a model trained with --vocab above its tokenizer's, given --prompt-ids with a padding
+    id, was told the id is "outside the vocabulary of tokenizer ...; use the tokenizer.bin that matches": the
+    tokenizer was the right one. The error names the padding rows."""
+    out = tmp_path / "padded"
+    run(data_args(byte_data) + TINY + ["--vocab", 384, "-o", out, "-x", 2, "-v", 0, "-s", 0])
+    p = gen(["-e", out / "model_00000002.bin", "--tokenizer", byte_data / "tokenizer.bin", "--prompt-ids", "1,300",
+             "-n", 2], check=False)
+    assert p.returncode == 1 and p.stderr.decode().strip() == (
+        "error: --prompt-ids: token 300 is one of the model's padding rows (256..383: its vocabulary 384 is above "
+        "the tokenizer's 256, and no text has those ids); give ids below 256"), p.stderr.decode()
+
+
 def test_a_directory_for_a_file_names_the_file(model):
     """A new-user trial: -e RUN said "not a regular file" (where --eval-only names the newest checkpoint), and
     --tokenizer DIR said "file is 9223372036854775807 bytes" (a directory's size as a FILE). Each names the file."""

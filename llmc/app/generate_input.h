@@ -69,10 +69,18 @@ inline GenerationInput generation_input(const GenerateConfig& g, const ModelConf
             "no prompt: pass --prompt-ids '1,2,3', or --tokenizer tokenizer.bin (then the prompt is its "
             "EOT token, or --prompt TEXT)");
     }
-    for (int id : in.prompt)
+    for (int id : in.prompt) {
         if (id >= mc.vocab_size)
             throw InputError("--prompt-ids: token " + std::to_string(id) + " is outside the model's vocabulary [0, " +
                              std::to_string(mc.vocab_size) + ")");
+        // a padding row of a model trained with a --vocab above its tokenizer's: no text has it
+        if (tok.present() && id >= tok.vocab_size())
+            throw InputError("--prompt-ids: token " + std::to_string(id) + " is one of the model's padding rows (" +
+                             std::to_string(tok.vocab_size()) + ".." + std::to_string(mc.vocab_size - 1) +
+                             ": its vocabulary " + std::to_string(mc.vocab_size) + " is above the tokenizer's " +
+                             std::to_string(tok.vocab_size()) + ", and no text has those ids); give ids below " +
+                             std::to_string(tok.vocab_size()));
+    }
     in.max_len = g.max_len > 0 ? g.max_len : mc.max_seq_len;
     if (in.max_len > mc.max_seq_len)
         throw InputError("--max-len " + std::to_string(in.max_len) + " exceeds the model's max_seq_len " +
