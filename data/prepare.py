@@ -83,6 +83,8 @@ def parse_args(argv):
     p.add_argument("--source", nargs="+", help="input: tinyshakespeare's input.txt, the PG-19 book directory, "
                    "or for text one or more UTF-8 files / directories of *.txt (not used by synthetic)")
     p.add_argument("--out", required=True, help="output directory (shards, tokenizer.bin, meta.json)")
+    p.add_argument("--force", action="store_true", help="replace a data set in --out of another tokenizer or "
+                   "vocabulary (refused without it: the runs trained on it would refuse the new one)")
     p.add_argument("--tokenizer", choices=["gpt2", "sp"], help="gpt2 = GPT-2 BPE, sp = SentencePiece BPE trained "
                    "on the training split (required except for synthetic)")
     p.add_argument("--vocab-size", type=int, help="SentencePiece vocabulary size (only with --tokenizer sp; "
@@ -231,32 +233,87 @@ def _tokenizer_of(meta_path):
         return None
 
 
-def replaced_tokenizer_note(out, work):
-    """The note for a data set in --out tokenized otherwise (another tokenizer or vocabulary) than the one
-    about to replace it, "" otherwise: runs trained on the earlier one refuse the new one (their data
-    identity), so the replacement is said."""
+def planned_tokenizer(args):
+    """(tokenizer, vocab_size) the data set these arguments make will record in meta.json."""
+    if args.dataset == "synthetic":
+        return "synthetic", args.syn_vocab + 1
+    return args.tokenizer, tk.GPT2_VOCAB if args.tokenizer == "gpt2" else args.vocab_size
+
+
+def _other_tokenizer(out, new):
+    """(tokenizer, vocab_size) of the data set in --out when it is tokenized otherwise than `new`, else None (no
+    data set, the same one, or an earlier meta.json without these keys: no claim)."""
     old = _tokenizer_of(os.path.join(out, "meta.json"))
-    new = _tokenizer_of(os.path.join(work, "meta.json"))
-    if old is None or new is None or None in old or old == new:  # an earlier meta.json without the keys: no claim
+    if old is None or new is None or None in old or old == tuple(new):
+        return None
+    return old
+
+
+def other_tokenizer_refusal(out, new):
+    """The error for a data set in --out tokenized otherwise (another tokenizer or vocabulary) than the one about
+    to replace it: the runs trained on it would refuse the new one (their data identity). "" when none."""
+    old = _other_tokenizer(out, new)
+    if old is None:
         return ""
-    return (f"note: --out {out} held a data set of tokenizer {old[0]} (vocabulary {old[1]}), now replaced by "
-            f"{new[0]} (vocabulary {new[1]}): runs trained on the earlier one refuse this one (their data identity); "
-            f"prepare into another --out to keep both")
+    return (f"--out {out} holds a data set of tokenizer {old[0]} (vocabulary {old[1]}, its meta.json says), and this "
+            f"one is {new[0]} (vocabulary {new[1]}): every run trained on that data would refuse it; prepare into "
+            f"another --out, or give --force to replace it")
+
+
+def replaced_tokenizer_note(out, old, new):
+    """The note when --force replaced a data set of another tokenizer or vocabulary."""
+    return (f"note: --force: --out {out} held a data set of tokenizer {old[0]} (vocabulary {old[1]}), now replaced "
+            f"by {new[0]} (vocabulary {new[1]}): runs trained on the earlier one refuse this one (their data identity)")
+
+
+RUN_MARKER_RE = re.compile(r"^(DONE_\d{8}|model_\d{8}\.bin|state_\d{8}_\d{5}\.bin)$")
+
+
+def run_directory_refusal(out):
+    """The error for an --out that is a training run's directory (the trainer's -o: a config.json with a "train"
+    object, DONE_ markers, model or state files), "" otherwise: the data set's files would go among the run's."""
+    if not os.path.isdir(out):
+        return ""
+    signs = sorted(n for n in os.listdir(out) if RUN_MARKER_RE.match(n))
+    try:
+        with open(os.path.join(out, "config.json")) as f:
+            if isinstance(json.load(f).get("train"), dict):
+                signs.insert(0, "config.json")
+    except (OSError, ValueError, AttributeError):
+        pass
+    if not signs:
+        return ""
+    return (f"--out {out} is a training run's directory (it holds {', '.join(signs[:2])}"
+            f"{', ...' if len(signs) > 2 else ''}), not a data set's; prepare into a directory of its own "
+            f"(e.g. data/shards/NAME)")
+
+
+def check_out(args):
+    """Refuses, before anything is read or written, an --out that is a run's directory, or that holds a data set
+    of another tokenizer or vocabulary (without --force)."""
+    why = run_directory_refusal(args.out)
+    if not why and not args.force:
+        why = other_tokenizer_refusal(args.out, planned_tokenizer(args))
+    if why:
+        raise PrepareError(why)
 
 
 @contextlib.contextmanager
-def building(out):
+def building(out, force=False):
     """with building(out) as work: write the data set into work. On success it replaces --out's earlier data
-    set (commit_out); on any failure, an exception or Ctrl-C, the work directory is deleted and --out is left
-    as it was, byte for byte."""
+    set (commit_out; one of another tokenizer or vocabulary only with force, then said in a note); on any
+    failure, an exception or Ctrl-C, the work directory is deleted and --out is left as it was, byte for byte."""
     work = make_work_dir(out)
     keep = False
     try:
         yield work
-        note = replaced_tokenizer_note(out, work)
+        new = _tokenizer_of(os.path.join(work, "meta.json"))
+        old = _other_tokenizer(out, new)
+        if old and not force:  # check_out refused it before; this is the data set as made, checked again
+            raise PrepareError(other_tokenizer_refusal(out, new))
         commit_out(work, out)
-        if note:
-            print(note, file=sys.stderr)
+        if old:
+            print(replaced_tokenizer_note(out, old, new), file=sys.stderr)
     except _RollbackFailed:
         keep = True
         raise
@@ -394,16 +451,28 @@ def prepare_text(args):
     t0 = time.time()
     splits = dataset_splits(args.dataset, args.source, args.val_fraction, args.seed)
     extra = {}
+    left_out = splits["left_out"]
+    if left_out:
+        n, first = len(left_out), left_out[0]
+        print(f"note: left out {n} source file{'s' if n > 1 else ''} whose bytes repeat an earlier one "
+              f"({'e.g. ' if n > 1 else ''}{first['file']} = {first['same_as']}; the first by path is kept), so one "
+              f"text is never in both training and validation; meta.json \"duplicate_sources\" lists "
+              f"{'them' if n > 1 else 'it'}", file=sys.stderr)
+    if args.dataset != "tinyshakespeare":
+        extra["duplicate_sources"] = left_out
     if args.tokenizer == "gpt2":  # loaded (or downloaded) before anything is written: a failure costs nothing
         bpe_dir = tk.resolve_gpt2_dir(args.gpt2_bpe)
         token_bytes = tk.gpt2_token_bytes(tk.load_gpt2(bpe_dir))
         if bpe_dir is None:  # said once it worked: a failed download is one error line
             print("note: no --gpt2-bpe or GPT2_BPE_DIR given: used tiktoken's public GPT-2 download", file=sys.stderr)
+        # meta.json's args record the directory used (absolute), given by --gpt2-bpe or GPT2_BPE_DIR alike:
+        # scripts/export_hf.py copies the tokenizer files from it
+        args.gpt2_bpe = bpe_dir
         eot, enc_spec = tk.GPT2_EOT, ("gpt2", bpe_dir)
         extra["gpt2_bpe"] = "local files" if bpe_dir else "tiktoken download"
     else:
         token_bytes = eot = enc_spec = None  # trained below
-    with building(args.out) as work:
+    with building(args.out, args.force) as work:
         meta = _build_text(args, work, splits, token_bytes, eot, enc_spec, extra)
     done(meta, t0)
 
@@ -493,7 +562,7 @@ def prepare_synthetic(args):
                            "train and val need one each: raise --syn-length or lower --syn-doc-len")
     n_val = min(len(lens) - 1, max(1, int(round(args.val_fraction * len(lens)))))
     split_of = ["train"] * (len(lens) - n_val) + ["val"] * n_val  # the last documents are validation
-    with building(args.out) as work:
+    with building(args.out, args.force) as work:
         meta = _build_synthetic(args, work, spec, lens, n_val, split_of)
     done(meta, t0)
 
@@ -558,8 +627,8 @@ def meta_dict(args, work, vocab, eot, version, writers, docs, paths):
         # each shard's content: a reader of a run tells data prepared again from other text by it
         "sha256_shards": {os.path.basename(p): tk.sha256_file(os.path.join(work, os.path.basename(p)))
                           for s in ("train", "val") for p in paths[s]},
-        "args": {k: v for k, v in vars(args).items() if k.startswith("syn_") == (args.dataset == "synthetic")
-                 or k in ("dataset", "out", "val_fraction", "shard_tokens", "seed", "workers")},
+        "args": {k: v for k, v in vars(args).items() if k != "force" and (k.startswith("syn_") == (args.dataset ==
+                 "synthetic") or k in ("dataset", "out", "val_fraction", "shard_tokens", "seed", "workers"))},
     }
 
 
@@ -596,6 +665,7 @@ def main(argv=None):
     previous = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         args = parse_args(argv)
+        check_out(args)
         out_existed = os.path.exists(args.out)
         if args.dataset == "synthetic":
             prepare_synthetic(args)

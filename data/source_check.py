@@ -27,12 +27,14 @@ def books_in(directory):
 
 
 def recorded_books(meta):
-    """{relative name: bytes} the meta.json's sources record, or None when it records none."""
+    """{relative name: bytes} the meta.json's sources record, or None when it records none. The books left out
+    as byte-for-byte copies of others ("duplicate_sources") were in the source directory too: counted."""
     src = meta.get("sources") if isinstance(meta, dict) else None
     if not isinstance(src, list) or not src:
         return None
+    dup = meta.get("duplicate_sources") or []
     try:
-        return {str(s["file"]): int(s["bytes"]) for s in src}
+        return {str(s["file"]): int(s["bytes"]) for s in src + (dup if isinstance(dup, list) else [])}
     except (KeyError, TypeError, ValueError):
         return None
 

@@ -4,6 +4,7 @@ A document is described by a small picklable DocSpec so worker processes can rea
 the file, whether to strip a Gutenberg header/footer, and an optional character range. Every text is
 read as UTF-8 with newlines normalized (CRLF and CR -> LF, BOM dropped; see gutenberg.normalize_newlines).
 """
+import hashlib
 import os
 from typing import NamedTuple, Optional
 
@@ -88,8 +89,47 @@ def split_by_file(paths, names, gutenberg, val_fraction, seed):
             "val": [s for i, s in enumerate(specs) if i in val]}
 
 
+def _sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def drop_duplicates(paths, names):
+    """(paths, names, left_out): the files whose bytes repeat an earlier file's (in the order given: the split's
+    path order) left out, so one text under two names (a Gutenberg book saved twice) cannot land in training
+    and in validation. left_out: [{"file", "same_as", "bytes", "sha256"}] in that order, "same_as" the name of
+    the first file with those bytes, which is kept. Only files of equal size are hashed."""
+    by_size = {}
+    for i, p in enumerate(paths):
+        by_size.setdefault(os.path.getsize(p), []).append(i)
+    first, dropped = {}, {}
+    for size, idx in by_size.items():
+        if len(idx) < 2:
+            continue
+        for i in idx:  # in the given order: the first of each content is kept
+            digest = _sha256(paths[i])
+            if (size, digest) in first:
+                dropped[i] = {"file": names[i], "same_as": names[first[(size, digest)]], "bytes": size,
+                              "sha256": digest}
+            else:
+                first[(size, digest)] = i
+    keep = [i for i in range(len(paths)) if i not in dropped]
+    return [paths[i] for i in keep], [names[i] for i in keep], [dropped[i] for i in sorted(dropped)]
+
+
 def dataset_splits(dataset, sources, val_fraction, seed):
-    """{"train": [DocSpec], "val": [DocSpec]} for tinyshakespeare, pg19 or text. `sources`: list of paths."""
+    """{"train": [DocSpec], "val": [DocSpec], "left_out": [...]} for tinyshakespeare, pg19 or text. `sources`:
+    list of paths. "left_out": the files left out because their bytes repeat an earlier one's (drop_duplicates;
+    pg19 and text), [] otherwise."""
+    splits = _dataset_splits(dataset, sources, val_fraction, seed)
+    splits.setdefault("left_out", [])
+    return splits
+
+
+def _dataset_splits(dataset, sources, val_fraction, seed):
     for s in sources:
         _check_file(s)
     if dataset == "tinyshakespeare":
@@ -108,7 +148,12 @@ def dataset_splits(dataset, sources, val_fraction, seed):
         for p in paths:
             if os.path.getsize(p) == 0:
                 raise PrepareError(f"book {p} is empty; remove it from --source")
-        return split_by_file(paths, names, True, val_fraction, seed)
+        paths, names, left_out = drop_duplicates(paths, names)
+        if len(paths) < 2 and left_out:
+            raise PrepareError(f"the {len(left_out) + 1} books in {root} all hold the same bytes (e.g. "
+                               f"{left_out[0]['file']} = {left_out[0]['same_as']}), so there is one book, and a "
+                               "by-book split needs at least 2; add other books to --source")
+        return {**split_by_file(paths, names, True, val_fraction, seed), "left_out": left_out}
     if dataset == "text":
         paths, names = [], []
         for s in sources:
@@ -139,7 +184,9 @@ def dataset_splits(dataset, sources, val_fraction, seed):
         # split the other way round)
         paths_nonempty.sort()
         paths, names = [p for p, _ in paths_nonempty], [nm for _, nm in paths_nonempty]
+        # one text under two names (copies): the later ones in that order are left out, before the split
+        paths, names, left_out = drop_duplicates(paths, names)
         if len(paths) == 1:
-            return char_split(paths[0], names[0], val_fraction)
-        return split_by_file(paths, names, False, val_fraction, seed)
+            return {**char_split(paths[0], names[0], val_fraction), "left_out": left_out}
+        return {**split_by_file(paths, names, False, val_fraction, seed), "left_out": left_out}
     raise PrepareError(f"unknown dataset {dataset}")

@@ -10,6 +10,7 @@
 #   mhsa_zloss    MHSA + z-loss 1e-4
 #   mhsa_softcap  MHSA + attention soft-cap c = 50 (Gemma 2's value)
 #   mhsa_qkclip   MHSA + QK-Clip tau = 100 (Kimi K2's threshold)
+# (--variants names some of them, each once: an unknown or repeated name is refused before anything is written)
 #
 #   scripts/exp_pg19.sh [--budget SECONDS] [--parallel 0|1] [--stagger S] [--variants "mhsa ls"]
 #                       [--steps N | --tokens N] [--batch 8] [--total-batch 16384] [--seed S]
@@ -139,8 +140,16 @@ SMOKE_MODEL=(--layers 1 --channels 48 --heads 6 --max-seq-len 64 --window 8 --ne
 VARIANTS_ALL="mhsa ls local mhsa_qknorm mhsa_zloss mhsa_softcap mhsa_qkclip"  # variant_flags defines each
 VOCAB=10000  # the paper's SentencePiece vocabulary; --vocab N (or --smoke's data) runs on another
 VOCAB_WHY=""
+SMOKE_BOOKS=()  # --smoke's books, to be linked into OUT/books, its --source (link_smoke_books)
 
 die() { echo "error: $*" >&2; exit 1; }
+link_smoke_books() {  # --smoke's books as links in OUT/books (SOURCE), made where they are first read
+  [[ ${#SMOKE_BOOKS[@]} -gt 0 ]] || return 0
+  mkdir -p "$OUT/books"
+  local b
+  for b in "${SMOKE_BOOKS[@]}"; do ln -sf "$b" "$OUT/books/$(basename "$b")"; done
+  SMOKE_BOOKS=()
+}
 need() { [[ $# -ge 2 && -n "$2" ]] || die "$1 needs a value; see $0 --help"; }
 
 while [[ $# -gt 0 ]]; do
@@ -177,6 +186,17 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
+# the variants first of all: nothing (not --smoke's books either) is written for a start that is refused
+[[ -n ${VARIANTS// /} ]] || die "--variants is empty; name at least one of: $VARIANTS_ALL"
+read -r -a variants <<< "$VARIANTS"
+for i in "${!variants[@]}"; do
+  v=${variants[$i]}
+  [[ " $VARIANTS_ALL " == *" $v "* ]] || die "unknown variant '$v'; pick from: $VARIANTS_ALL"
+  for w in "${variants[@]:0:i}"; do  # a run per variant: one named twice would be trained once, reported twice
+    [[ $w != "$v" ]] || die "--variants names $v twice; name each variant once"
+  done
+done
+
 if [[ $SMOKE == 1 ]]; then
   [[ -z $BATCH_GIVEN ]] || die "--smoke trains B 2 x T 64, one micro-batch per process: drop $BATCH_GIVEN, or drop --smoke"
   SMALL=("${SMOKE_MODEL[@]}")
@@ -190,10 +210,9 @@ if [[ $SMOKE == 1 ]]; then
   if [[ -z $DATA_GIVEN ]]; then  # 3 small books, vocabulary 400
     [[ -z $VOCAB_WHY ]] || die "--smoke makes its own data, with vocabulary 400: drop --vocab $VOCAB, or give --data DIR (data of that vocabulary, with its meta.json) as well"
     DATA=$OUT/data
-    mkdir -p "$OUT/books"
-    for b in pg45265 pg45264 pg14304; do
+    for b in pg45265 pg45264 pg14304; do  # linked into OUT/books once every argument is checked (link_smoke_books)
       [[ -f $SOURCE/$b.txt ]] || die "smoke mode needs $SOURCE/$b.txt; pass --source DIR (the PG-19 books)"
-      ln -sf "$(cd "$SOURCE" && pwd)/$b.txt" "$OUT/books/$b.txt"
+      SMOKE_BOOKS+=("$(cd "$SOURCE" && pwd)/$b.txt")
     done
     SOURCE=$OUT/books
     VOCAB=400; VOCAB_WHY=--smoke  # deliberately not the paper's 10000: a tokenizer that trains in seconds
@@ -227,11 +246,6 @@ if [[ -n $TOKENS ]]; then
   (( TOKENS % TOTAL == 0 )) || \
     echo "note: --tokens $TOKENS is $STEPS steps of $TOTAL tokens ($(( STEPS * TOTAL )) tokens): rounded down to whole steps" >&2
 fi
-[[ -n $VARIANTS ]] || die "--variants is empty; name at least one of: $VARIANTS_ALL"
-for v in $VARIANTS; do
-  [[ " $VARIANTS_ALL " == *" $v "* ]] || die "unknown variant '$v'; pick from: $VARIANTS_ALL"
-done
-read -r -a variants <<< "$VARIANTS"
 [[ -z $BUDGET ]] || (( ${#variants[@]} <= 4 )) || \
   die "--budget with ${#variants[@]} variants: at most 4 per GPU window (8 files come back: 4 + one per run)"
 
@@ -255,6 +269,7 @@ if [[ -f $DATA/meta.json ]]; then
   [[ $data_vocab == "$VOCAB" ]] || die "$DATA holds vocabulary $data_vocab, not $([[ -z $VOCAB_WHY ]] && echo "the paper's $VOCAB" || echo "$VOCAB ($VOCAB_WHY)"): make the paper's data in a directory of its own (scripts/pack_pg19.sh --out NEW_DIR, then --data NEW_DIR), or pass --vocab $data_vocab to run on this vocabulary (not the paper's setting)"
   # a --source given for data that exists must be the books the data was made from (names and sizes)
   if [[ $SOURCE_GIVEN == 1 ]]; then
+    link_smoke_books  # (--smoke's data exists here, so OUT does: an earlier start made both)
     [[ -d $SOURCE ]] || die "no PG-19 books at --source $SOURCE; check the path"
     why=$("$PYTHON" "$REPO/data/source_check.py" "$DATA/meta.json" "$SOURCE") || \
       die "$DATA holds PG-19 $why: drop --source to run on it, or make the data of $SOURCE with scripts/pack_pg19.sh --source $SOURCE --out DIR and pass --data DIR"
@@ -488,6 +503,7 @@ fi
 
 # -- data: PG-19 with a SentencePiece BPE vocabulary ---------------------------------------------------
 if [[ ! -f $DATA/meta.json ]]; then
+  link_smoke_books
   [[ -d $SOURCE ]] || die "no shards at $DATA and no PG-19 books at $SOURCE; run scripts/pack_pg19.sh, or pass --data DIR or --source DIR"
   echo "== tokenizing PG-19 ($SOURCE) into $DATA"
   "$PYTHON" "$REPO/data/prepare.py" --dataset pg19 --source "$SOURCE" --out "$DATA" --tokenizer sp "${PREP[@]}"

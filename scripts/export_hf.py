@@ -42,7 +42,7 @@ import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "dev", "reference"))
-from checkpoint import read_model  # noqa: E402
+from checkpoint import NotAModel, read_model  # noqa: E402
 from model_config import param_shapes  # noqa: E402
 
 MODELING_SOURCE = os.path.join(REPO, "scripts", "hf_modeling_gpt2_ls.py")
@@ -94,6 +94,18 @@ def retired_step_note(ckpt):
     newest = f" (its newest complete checkpoint: {os.path.join(run_dir, f'model_{steps[-1]:08d}.bin')})" if steps else ""
     return (f"note: {marker} says a resume (-y 1) found step {int(m.group(1))} damaged and went on from an earlier "
             f"step: {ckpt} is of the trajectory that run left{newest}")
+
+
+def not_a_model(e, ckpt):
+    """The error for a file that is not a model (checkpoint.NotAModel): what it is, and what to export instead."""
+    if e.kind == "state":  # the message names the model file of its step
+        return f"{e} (or the run directory {os.path.dirname(ckpt) or '.'})"
+    # llm.c's gpt2_*.bin: the trainer reads it (-e); one step at learning rate 0 writes the same weights as a
+    # model file of ours (checked bit for bit, fp32 and bf16 files: test/test_export_hf.py), which exports
+    return (f"{e}; export_hf.py exports train_gpt2_ls checkpoints: have the trainer write its weights as one, "
+            f"unchanged (one step at learning rate 0, on GPT-2 BPE data such as make data-tinyshakespeare's): "
+            f"./train_gpt2_ls -e {ckpt} -i 'data/shards/tinyshakespeare_gpt2/train_*.bin' -o RUN -x 1 -l 0 -b 1 "
+            f"-t 64, then python3 scripts/export_hf.py RUN OUT_DIR")
 
 
 def run_record(run_dir):
@@ -355,6 +367,8 @@ def export(source, out_dir, gpt2_bpe=None):
         run_dir, ckpt = os.path.dirname(os.path.abspath(source)), source
         try:
             cfg, flat, step = read_model(ckpt)
+        except NotAModel as e:
+            raise ExportError(not_a_model(e, ckpt)) from None
         except ValueError as e:
             raise ExportError(f"{e}; export a complete checkpoint of train_gpt2_ls") from None
         except OSError as e:  # deleted since (a run's pruning), unreadable

@@ -87,7 +87,11 @@ else
   [[ -d $SOURCE ]] || die "no PG-19 books at $SOURCE; pass --source DIR (a directory of Gutenberg .txt books)"
   echo "== tokenizing $SOURCE into $OUT (SentencePiece BPE, vocabulary 10000, 5% of the books for validation)"
   t0=$(date +%s)
-  "$PYTHON" data/prepare.py --dataset pg19 --source "$SOURCE" --out "$OUT" --tokenizer sp --vocab-size 10000
+  # --force (the --out checked above held another data set, or this one): passed on to prepare.py, which
+  # without it refuses to replace a data set of another tokenizer or vocabulary
+  force=(); [[ $FORCE == 1 ]] && force=(--force)
+  "$PYTHON" data/prepare.py --dataset pg19 --source "$SOURCE" --out "$OUT" --tokenizer sp --vocab-size 10000 \
+    "${force[@]}"
   echo "== tokenized in $(( $(date +%s) - t0 )) s"
 fi
 "$PYTHON" - "$OUT/meta.json" <<'EOF'

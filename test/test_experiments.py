@@ -844,10 +844,20 @@ def test_exp_pg19_bad_arguments(tmp_path):
                         (["--smoke", "--batch", "3"], "--smoke trains B 2 x T 64, one micro-batch per process: drop "
                          "--batch, or drop --smoke"),
                         (["--total-batch", "100", "--smoke"], "drop --total-batch, or drop --smoke"),
-                        (["--smoke", "--batch", "3", "--total-batch", "100"], "drop --batch and --total-batch, or")]:
+                        (["--smoke", "--batch", "3", "--total-batch", "100"], "drop --batch and --total-batch, or"),
+                        # a new-user trial: "ls ls" trained one run and reported it twice; "mhsa lss" with --smoke
+                        # was refused after --smoke's books were linked into --out
+                        (["--variants", "ls ls"], "--variants names ls twice; name each variant once"),
+                        (["--variants", "mhsa ls mhsa"], "--variants names mhsa twice"),
+                        (["--smoke", "--source", SHARED / "pg19", "--variants", "mhsa lss"], "unknown variant 'lss'"),
+                        (["--smoke", "--source", SHARED / "pg19", "--variants", "ls ls"], "names ls twice"),
+                        (["--smoke", "--source", SHARED / "pg19", "--steps", "x"], "must be a positive integer"),
+                        (["--smoke", "--source", SHARED / "pg19", "--budget", "300", "--variants",
+                          "mhsa ls local mhsa_qknorm mhsa_zloss"], "at most 4")]:
         p = sh(["bash", REPO / "scripts" / "exp_pg19.sh", "--out", tmp_path / "o", *args], check=False)
         assert p.returncode == 1 and p.stderr.startswith("error: ") and words in p.stderr, (args, p.stderr)
         assert p.stderr.count("\n") == 1, p.stderr
+        assert not (tmp_path / "o").exists(), (args, os.listdir(tmp_path / "o"))  # refused before anything is made
 
 
 def test_exp_pg19_refuses_flags_that_conflict_or_it_sets_itself(tmp_path):

@@ -272,6 +272,72 @@ def test_bad_input_fails_with_one_line_and_writes_nothing(byte_data, tmp_path):
     assert [f.name for f in taken.iterdir()] == ["keep.txt"] and (taken / "keep.txt").read_text() == "mine"
 
 
+def test_a_training_state_file_and_an_llmc_checkpoint_are_named_with_the_fix(byte_data, tmp_path):
+    """A new-user trial: RUN/state_N_R.bin and llm.c's gpt2_*.bin got "bad magic ... not one of our model
+    checkpoints". Each is named for what it is, with what to export instead (the trainer's words for a state file);
+    the llm.c one with the trainer command that writes its weights unchanged as a model file of ours, which is
+    followed here (on byte-level data, as the file's vocabulary is 256) and exports."""
+    import shlex
+    sys.path.insert(0, str(REPO / "dev" / "reference"))
+    from checkpoint import read_model
+    out = tmp_path / "run"
+    run(["-i", f"{byte_data}/train_*.bin", "-o", out, "--layers", 1, "--channels", 16, "--heads", 2, "--max-seq-len",
+         16, "-b", 1, "-t", 16, "-x", 1, "-u", 1, "-v", 0, "-s", 0, "--threads", 1])
+    p = export(out / "state_00000001_00000.bin", tmp_path / "o1", check=False)
+    assert p.returncode == 1 and p.stderr == (f"error: {out}/state_00000001_00000.bin: a training-state file "
+                                              f"(optimizer state), not a model; pass the model file "
+                                              f"{out}/model_00000001.bin (or the run directory {out})\n"), p.stderr
+    assert not (tmp_path / "o1").exists()
+
+    maxT, V, nl, nh, C = 64, 256, 1, 2, 16  # llm.c's header: magic, version 3 (fp32), maxT, V, L, NH, C, Vp
+    sizes = [V * C, maxT * C, nl * C, nl * C, nl * 3 * C * C, nl * 3 * C, nl * C * C, nl * C, nl * C, nl * C,
+             nl * 4 * C * C, nl * 4 * C, nl * C * 4 * C, nl * C, C, C]
+    params = np.random.default_rng(3).normal(0, 0.05, sum(sizes)).astype(np.float32)
+    h = np.zeros(256, dtype=np.int32)
+    h[:8] = [20240326, 3, maxT, V, nl, nh, C, V]
+    llmc = tmp_path / "gpt2_tiny.bin"
+    llmc.write_bytes(h.tobytes() + params.tobytes())
+    p = export(llmc, tmp_path / "o2", check=False)
+    lines = p.stderr.splitlines()
+    assert p.returncode == 1 and len(lines) == 1, p.stderr
+    assert lines[0].startswith(f"error: {llmc}: an llm.c GPT-2 checkpoint (magic 20240326), not a train_gpt2_ls model "
+                               "file (magic 20250521); export_hf.py exports train_gpt2_ls checkpoints"), lines[0]
+    assert "bad magic" not in lines[0] and not (tmp_path / "o2").exists()
+    cmd = lines[0].split(": ./train_gpt2_ls ", 1)[1].split(", then ")[0]
+    assert lines[0].endswith(", then python3 scripts/export_hf.py RUN OUT_DIR"), lines[0]
+    words = [w.replace("data/shards/tinyshakespeare_gpt2", str(byte_data)) for w in shlex.split(cmd)]
+    conv = tmp_path / "converted"
+    run([str(conv) if w == "RUN" else w for w in words] + ["--threads", 1])
+    cfg, flat, step = read_model(conv / "model_00000001.bin")
+    assert np.array_equal(flat, params) and (cfg.vocab_size, cfg.max_seq_len, cfg.global_heads) == (V, maxT, nh)
+    p = export(conv, tmp_path / "hf")
+    assert "GPT2LMHeadModel" in p.stdout
+
+
+def test_gpt2_data_prepared_with_gpt2_bpe_dir_exports_its_tokenizer(tmp_path):
+    """A new-user trial from a clone not beside ../shared: make data-tinyshakespeare SHARED_DATA=DIR gives the BPE
+    files in GPT2_BPE_DIR; meta.json recorded none, and the export fell back to ../shared/data/gpt2 beside the
+    repository: "the data used GPT-2 BPE but its vocab files were not found". meta.json now records the directory
+    used, and the export copies the tokenizer from it with no fallback to find (SHARED_DATA pointing nowhere)."""
+    import shutil
+    bpe = tmp_path / "elsewhere" / "gpt2"
+    bpe.mkdir(parents=True)
+    for name in ("encoder.json", "vocab.bpe"):
+        shutil.copy(SHARED / "gpt2" / name, bpe / name)
+    (tmp_path / "t.txt").write_text(shakespeare_bytes(30_000, required=True).decode("utf-8", "replace"))
+    data = tmp_path / "data"
+    subprocess.run([sys.executable, "data/prepare.py", "--dataset", "text", "--source", str(tmp_path / "t.txt"),
+                    "--out", str(data), "--tokenizer", "gpt2", "--workers", "1"], cwd=REPO, check=True,
+                   capture_output=True, env=dict(os.environ, GPT2_BPE_DIR=str(bpe)))
+    out = tmp_path / "run"
+    train(["-i", f"{data}/train_*.bin", "-o", out, "--layers", 1, "--channels", 16, "--heads", 2, "--max-seq-len", 16,
+           "-b", 1, "-t", 16, "-x", 1, "-u", 1, "-v", 0, "-s", 0])
+    p = subprocess.run([sys.executable, str(EXPORT), str(out), str(tmp_path / "hf")], cwd=REPO, capture_output=True,
+                       text=True, timeout=600, env=dict(os.environ, SHARED_DATA=str(tmp_path / "nowhere")))
+    assert p.returncode == 0 and p.stderr == "" and "GPT-2 tokenizer" in p.stdout, p.stderr
+    assert (tmp_path / "hf" / "vocab.json").read_bytes() == (bpe / "encoder.json").read_bytes()
+
+
 def test_a_checkpoint_beside_another_models_record_is_refused(byte_data, tmp_path):
     """A re-trial: a model file copied beside another run's config.json was exported with that run's data
     vocabulary and tokenizer (its suppress_tokens hid most of the model's vocabulary). Refused, as the

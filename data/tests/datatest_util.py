@@ -15,14 +15,15 @@ def shared_data_dir():
     return os.path.abspath(os.environ.get("SHARED_DATA") or os.path.join(REPO_ROOT, "..", "shared", "data"))
 
 
-def run_prepare(*args, check=True, env=None):
-    """Run data/prepare.py in a subprocess; returns the CompletedProcess (stdout/stderr as text). A run
-    past 10 minutes (a hang: the longest test run takes seconds) fails the test instead of the suite's time."""
+def run_prepare(*args, check=True, env=None, cwd=None):
+    """Run data/prepare.py in a subprocess (in cwd, default this one); returns the CompletedProcess (stdout/stderr
+    as text). A run past 10 minutes (a hang: the longest test run takes seconds) fails the test instead of the
+    suite's time."""
     full_env = dict(os.environ)
     full_env.pop("GPT2_BPE_DIR", None)
     full_env.update(env or {})
     proc = subprocess.run([sys.executable, PREPARE, *map(str, args)], capture_output=True, text=True, env=full_env,
-                          timeout=600)
+                          timeout=600, cwd=cwd)
     if check and proc.returncode != 0:
         raise AssertionError(f"prepare.py {' '.join(map(str, args))} failed ({proc.returncode}):\n{proc.stderr}")
     return proc

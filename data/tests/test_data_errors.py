@@ -202,9 +202,12 @@ def earlier(tmp_path):
     return src, out, snapshot(str(out))
 
 
-def fails_keeping(earlier, *args, expect, code=1):
+def fails_keeping(earlier, *args, expect, code=1, force=True):
+    """The failure of a run over the earlier data set with args: one error line with expect, --out unchanged.
+    force: with --force, so that a failure past the refusal of another vocabulary is what is tested."""
     src, out, before = earlier
-    proc = run_prepare("--dataset", "text", "--source", src, "--out", out, "--workers", 1, *args, check=False)
+    proc = run_prepare("--dataset", "text", "--source", src, "--out", out, "--workers", 1, *args,
+                       *(["--force"] if force else []), check=False)
     assert proc.returncode == code, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and expect in lines[0], proc.stderr
@@ -223,7 +226,7 @@ def test_sp_vocab_too_small_for_the_text_names_the_size_needed_and_keeps_earlier
     assert "at least 313" in line and "try a larger --vocab-size" in line
     src, out, _ = earlier
     run_prepare("--dataset", "text", "--source", src, "--out", out, "--tokenizer", "sp", "--vocab-size", 313,
-                "--workers", 1)  # the size named works
+                "--workers", 1, "--force")  # the size named works
 
 
 def test_sentencepiece_failure_keeps_earlier_data_set(earlier):
@@ -264,7 +267,7 @@ def run_in_process(monkeypatch, earlier, fail_on):
             raise fail_on()
     monkeypatch.setattr(shards.ShardWriter, "_write", write)
     return prepare.main(["--dataset", "text", "--source", str(src), "--out", str(out), "--tokenizer", "sp",
-                         "--vocab-size", "320", "--shard-tokens", "300", "--workers", "1"]), calls
+                         "--vocab-size", "320", "--shard-tokens", "300", "--workers", "1", "--force"]), calls
 
 
 def test_disk_full_mid_write_keeps_earlier_data_set(monkeypatch, earlier, capsys):
@@ -295,7 +298,7 @@ def test_failure_while_moving_in_restores_earlier_data_set(monkeypatch, earlier,
         return real_rename(a, b)
     monkeypatch.setattr(os, "rename", rename)
     rc = prepare.main(["--dataset", "text", "--source", str(src), "--out", str(out), "--tokenizer", "sp",
-                       "--vocab-size", "320", "--workers", "1"])
+                       "--vocab-size", "320", "--workers", "1", "--force"])
     assert rc == 1 and "Input/output error" in capsys.readouterr().err
     assert snapshot(str(out)) == before
 
@@ -320,20 +323,56 @@ def test_success_replaces_only_the_scripts_files(earlier):
     assert now_beside == sorted(beside + ["fresh"])
 
 
-def test_replacing_a_data_set_of_another_vocabulary_is_said(earlier):
-    """A new-user trial prepared PG-19 again at another --vocab-size into the --out its runs used: replaced
-    without a word. Another vocabulary gets one note naming both; the same one none."""
-    src, out, _ = earlier
+def test_a_data_set_of_another_vocabulary_is_kept_without_force(earlier):
+    """A new-user trial prepared PG-19 again at another --vocab-size into the --out its runs used: it was replaced
+    with a note, and every run trained on it refused its data from then on. Another tokenizer or vocabulary is
+    refused, with one error line naming both and the fix, before anything is written (--out byte for byte as it
+    was, nothing beside it); the same one is prepared again as before; --force replaces it, with one note."""
+    src, out, before = earlier
+    for args, new in [(("--tokenizer", "sp", "--vocab-size", 330), "sp (vocabulary 330)"),
+                      (("--tokenizer", "gpt2", "--gpt2-bpe", "/nonexistent"), "gpt2 (vocabulary 50257)")]:
+        line = fails_keeping(earlier, *args, expect=f"--out {out} holds a data set of tokenizer sp (vocabulary 340",
+                             force=False)
+        assert f"this one is {new}" in line and "prepare into another --out, or give --force to replace it" in line
+    proc = run_prepare("--dataset", "synthetic", "--out", out, "--syn-length", 4000, "--syn-doc-len", 1000, check=False)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "this one is synthetic (vocabulary 257)" in proc.stderr
+    assert snapshot(str(out)) == before
+
     same = run_prepare("--dataset", "text", "--source", src, "--out", out, "--tokenizer", "sp", "--vocab-size", 340,
                        "--workers", 1)
-    assert "note:" not in same.stderr, same.stderr
+    assert "note:" not in same.stderr and "error:" not in same.stderr, same.stderr
     other = run_prepare("--dataset", "text", "--source", src, "--out", out, "--tokenizer", "sp", "--vocab-size", 330,
-                        "--workers", 1)
+                        "--workers", 1, "--force")
     notes = [ln for ln in other.stderr.splitlines() if ln.startswith("note:")]
-    assert notes == [f"note: --out {out} held a data set of tokenizer sp (vocabulary 340), now replaced by sp "
-                     "(vocabulary 330): runs trained on the earlier one refuse this one (their data identity); "
-                     "prepare into another --out to keep both"], other.stderr
-    assert json.loads((out / "meta.json").read_text())["vocab_size"] == 330
+    assert notes == [f"note: --force: --out {out} held a data set of tokenizer sp (vocabulary 340), now replaced by sp "
+                     "(vocabulary 330): runs trained on the earlier one refuse this one (their data identity)"], \
+        other.stderr
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["vocab_size"] == 330 and "force" not in meta["args"]
+    assert (out / "notes.txt").read_text() == "the user's file\n"
+
+
+def test_a_training_run_directory_is_refused_as_out(tmp_path):
+    """--out naming a run's directory (the trainer's -o) would put shards among its checkpoints: refused, with
+    --force too, nothing written."""
+    for name, content in [("config.json", '{"model": {}, "train": {"seed": 1}}'), ("DONE_00000020", "step 20"),
+                          ("model_00000020.bin", "x"), ("state_00000020_00000.bin", "x")]:
+        run_dir = tmp_path / name.split(".")[0]
+        run_dir.mkdir()
+        (run_dir / name).write_text(content)
+        for force in ([], ["--force"]):
+            proc = run_prepare("--dataset", "synthetic", "--out", run_dir, "--syn-length", 4000, "--syn-doc-len", 1000,
+                               *force, check=False)
+            lines = proc.stderr.strip().splitlines()
+            assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+            assert lines[0] == (f"error: --out {run_dir} is a training run's directory (it holds {name}), not a data "
+                                "set's; prepare into a directory of its own (e.g. data/shards/NAME)"), lines[0]
+            assert sorted(os.listdir(run_dir)) == [name] and sorted(os.listdir(tmp_path)) == sorted(
+                p.name for p in tmp_path.iterdir())
+    (tmp_path / "cfg").mkdir()  # a config.json that is not a run's (no "train" object): not refused
+    (tmp_path / "cfg" / "config.json").write_text('{"note": "mine"}')
+    run_prepare("--dataset", "synthetic", "--out", tmp_path / "cfg", "--syn-length", 4000, "--syn-doc-len", 1000)
 
 
 def test_misspelled_flag_is_named(tmp_path):
@@ -359,7 +398,7 @@ def test_parent_of_out_not_writable_builds_inside_out(monkeypatch, earlier):
         return real_mkdir(path, *a, **k)
     monkeypatch.setattr(os, "mkdir", mkdir)
     assert prepare.main(["--dataset", "synthetic", "--syn-length", "4000", "--syn-doc-len", "1000", "--out", str(out),
-                         "--workers", "1"]) == 0
+                         "--workers", "1", "--force"]) == 0  # (--force: it replaces a data set of SentencePiece)
     now, now_beside = snapshot(str(out))
     assert sorted(now) == ["meta.json", "notes.txt", "tokenizer.bin", "train_000000.bin", "val_000000.bin"]
     assert now_beside == beside

@@ -185,3 +185,24 @@ def test_each_source_file_says_its_split_and_tokens(shared_data, gpt2_dir, tmp_p
     assert [ln for ln in lines if ln.startswith("warning:")] == [
         f"warning: validation ({n['val']:,} tokens) is larger than training ({n['train']:,} tokens): "
         f"--val-fraction 0.6 of the characters is validation; lower --val-fraction"], p.stderr
+
+
+def test_meta_records_the_gpt2_bpe_directory_used_however_given(gpt2_dir, tmp_path):
+    """A new-user trial: make data-tinyshakespeare passes the BPE directory in GPT2_BPE_DIR, and meta.json recorded
+    "gpt2_bpe": null, so scripts/export_hf.py (which copies the tokenizer from there) exported none from a clone
+    not beside ../shared. The directory used is recorded, absolute, whether given by GPT2_BPE_DIR, by a relative
+    --gpt2-bpe, or by an absolute one; the data set is the same."""
+    (tmp_path / "t.txt").write_text(TRICKY * 20)
+    rel = os.path.relpath(gpt2_dir, tmp_path)
+    outs = {"env": (["--out", tmp_path / "env"], {"GPT2_BPE_DIR": gpt2_dir}),
+            "env_rel": (["--out", tmp_path / "env_rel"], {"GPT2_BPE_DIR": rel}),
+            "rel": (["--out", tmp_path / "rel", "--gpt2-bpe", rel], None),
+            "abs": (["--out", tmp_path / "abs", "--gpt2-bpe", gpt2_dir], None)}
+    for args, env in outs.values():
+        run_prepare("--dataset", "text", "--source", "t.txt", "--tokenizer", "gpt2", "--workers", 1, *args,
+                    env=env, cwd=tmp_path)
+    for name in outs:
+        meta = json.loads((tmp_path / name / "meta.json").read_text())
+        assert meta["args"]["gpt2_bpe"] == os.path.abspath(gpt2_dir), (name, meta["args"])
+        assert meta["gpt2_bpe"] == "local files"
+        assert read_bytes(tmp_path / name / "train_000000.bin") == read_bytes(tmp_path / "abs" / "train_000000.bin")

@@ -43,6 +43,8 @@ def model_file_version(cfg):
     return MODEL_VERSION if cfg.bias and cfg.gelu == "tanh" else MODEL_VERSION_OPTIONS
 
 SHARD_MAGIC = 20240520
+STATE_MAGIC = 20250522  # a training-state file (state_NNNNNNNN_RRRRR.bin: optimizer state), never a model
+LLMC_MAGIC = 20240326   # llm.c's gpt2_*.bin, which the trainer's -e reads (llmc/io/checkpoint.h), this reader not
 HEADER_INTS = 256
 NO_BIAS = 20  # header index: 1 = the model has no biases
 GELU = 21     # header index: GELU_KINDS index (0 tanh, 1 erf)
@@ -162,13 +164,30 @@ def write_model(path, cfg: Config, params: np.ndarray, step=0, dtype="fp32"):
         f.write(payload)
 
 
+class NotAModel(ValueError):
+    """A file of another kind than a model (kind "state": a training-state file; "llmc": llm.c's GPT-2 checkpoint),
+    named in the message as the trainer names it (llmc/io/checkpoint.h load_model_checkpoint)."""
+
+    def __init__(self, message, kind):
+        super().__init__(message)
+        self.kind = kind
+
+
 def read_model(path):
-    """Returns (Config, flat fp32 params (np.ndarray), step). Raises ValueError on a bad file."""
+    """Returns (Config, flat fp32 params (np.ndarray), step). Raises ValueError on a bad file (NotAModel for a
+    training-state file or an llm.c checkpoint)."""
     with open(path, "rb") as f:
         raw = f.read()
     if len(raw) < HEADER_INTS * 4:
         raise ValueError(f"{path}: {len(raw)} bytes, shorter than the 1024-byte header; not a model checkpoint")
     h = np.frombuffer(raw[:HEADER_INTS * 4], dtype="<i4")
+    if h[0] == STATE_MAGIC:  # header word 2: its step
+        model = os.path.join(os.path.dirname(path), f"model_{max(int(h[2]), 0):08d}.bin")
+        raise NotAModel(f"{path}: a training-state file (optimizer state), not a model; pass the model file {model}",
+                        "state")
+    if h[0] == LLMC_MAGIC:
+        raise NotAModel(f"{path}: an llm.c GPT-2 checkpoint (magic {LLMC_MAGIC}), not a train_gpt2_ls model file "
+                        f"(magic {MODEL_MAGIC})", "llmc")
     if h[0] != MODEL_MAGIC:
         raise ValueError(f"{path}: bad magic {h[0]} (expected {MODEL_MAGIC}); not one of our model checkpoints")
     summed = h[1] == MODEL_VERSION_SUMMED
