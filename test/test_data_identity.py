@@ -561,3 +561,41 @@ def test_a_vocab_above_the_datas_samples_and_generates_only_its_tokens(byte_data
                            "--prompt-ids", "70,105", "-n", "64"], cwd=REPO, capture_output=True, timeout=120)
     assert text.returncode == 0, text.stderr  # each drawn id decodes: 2 prompt bytes + 64 + the newline
     assert len(text.stdout) == 2 + 64 + 1, text.stdout
+
+
+def test_data_prepared_again_with_other_counts_is_named(tmp_path):
+    """A new-user trial: the run's data prepared again with another --val-fraction (same tokenizer): -y 1 was
+    refused by the data loader's state ("saved ... over 301967 tokens ... has 267689") with no word of the data's
+    change. Refused now naming it, the record's counts and the fix; a new run from the checkpoint's weights
+    trains. (Validation shards of other counts: a note that the losses are not comparable, as for content.)"""
+    text = (SHARED / "tinyshakespeare" / "input.txt").read_text()[:60_000]
+    data = tmp_path / "txt"
+    prepare(data, text, "gpt2", "--gpt2-bpe", SHARED / "gpt2")
+    out = tmp_path / "run"
+    run(["-i", f"{data}/train_*.bin", "-j", f"{data}/val_*.bin", "-o", out] + TINY_RUN)
+    recorded = json.loads((out / "config.json").read_text())["data"]
+    shutil.rmtree(data)
+    prepare(data, text, "gpt2", "--gpt2-bpe", SHARED / "gpt2", "--val-fraction", 0.2)
+    now = json.loads((data / "meta.json").read_text())["num_tokens"]
+    assert now["train"] != recorded["train"]["tokens"]  # the case: other counts, the same tokenizer
+    p = run(["-y", 1, "-o", out, "-x", 2, "--threads", 1], check=False)
+    assert p.returncode == 1, p.stderr
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error")]
+    assert errors == [f"error: -i '{data}/train_*.bin' holds {now['train']} tokens in 1 shard(s) now, "
+                      f"{recorded['train']['tokens']} in 1 when {out}/config.json recorded it: the data was prepared "
+                      "again since, and the checkpoint's place in it (its data loader's state) does not exist in "
+                      "these shards; prepare the data as the run's was (its meta.json's args), or start a new run "
+                      f"from the checkpoint's weights (-e {out}/model_00000001.bin)"], p.stderr
+    q = run(["-e", out / "model_00000001.bin", "-i", f"{data}/train_*.bin", "-o", tmp_path / "new"] + TINY_RUN)
+    assert q.returncode == 0
+    # validation data of its own directory prepared again from longer text: its counts differ, the run resumes
+    # (the validation set is read from its start each time) with a note
+    val = tmp_path / "val"
+    prepare(val, text[:30_000], "gpt2", "--gpt2-bpe", SHARED / "gpt2")
+    out2 = tmp_path / "run2"
+    run(["-i", f"{data}/train_*.bin", "-j", f"{val}/val_*.bin", "-o", out2] + TINY_RUN)
+    shutil.rmtree(val)
+    prepare(val, text, "gpt2", "--gpt2-bpe", SHARED / "gpt2")
+    p = run(["-y", 1, "-o", out2, "-x", 2, "--threads", 1])
+    notes = [ln for ln in p.stderr.splitlines() if ln.startswith(f"note: -j '{val}/val_*.bin' holds")]
+    assert len(notes) == 1 and " tokens in 1 shard(s) now, " in notes[0] and "not comparable" in notes[0], p.stderr

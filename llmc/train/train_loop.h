@@ -166,24 +166,34 @@ inline void check_record_of_continued_run(const TrainConfig& cfg, const LoadedCh
     check_record_of_checkpoint(read_run_record(path, "restore the run's config.json"), path, ck.dir, ck.step, fix);
 }
 
-// -y 1 and --fork-from on data of the same glob prepared again from other text (the tokenizer checked by
-// check_data_of_continued_run; other counts the data loader's state refuses): one note per role whose
-// shards hold other content than the run recorded (recorded_shards_change).
+// -y 1 and --fork-from on data of the same glob prepared again (the tokenizer checked by
+// check_data_of_continued_run), as recorded_shards_change tells it: training shards of other counts are
+// refused when a checkpoint is continued (its data loader's place cannot be restored in them: said here
+// with the data's change, before the loader's own refusal), of other content noted; validation shards of
+// other counts or content noted (the validation set read from its start each time: its losses change).
 inline void note_data_prepared_again(const TrainConfig& cfg, const RunPlan& p) {
     const std::string dir = cfg.fork_from.empty() ? cfg.output_dir : fork_source(cfg.fork_from).dir;
     const std::string path = join_path(dir, "config.json");
     if (cfg.rank != 0 || !file_exists(path)) return;
     const RecordedData rec = recorded_data(read_run_record(path, "restore the run's config.json"), path);
-    const std::string train =
-        recorded_shards_change(rec.train, path, cfg.train_data, p.train->num_shards(), p.train->total_tokens(),
-                               shards_content_hash(p.train->shard_paths()), /*content_only=*/true);
+    const std::string train_content = shards_content_hash(p.train->shard_paths());
+    const std::string counts = recorded_shards_change(rec.train, path, cfg.train_data, p.train->num_shards(),
+                                                      p.train->total_tokens(), train_content);
+    const std::string train = recorded_shards_change(rec.train, path, cfg.train_data, p.train->num_shards(),
+                                                     p.train->total_tokens(), train_content, /*content_only=*/true);
+    if (p.resume && !counts.empty() && train.empty())  // other counts: the loader's place is lost
+        throw InputError("-i '" + cfg.train_data + "' " + counts +
+                         ": the data was prepared again since, and the checkpoint's place in it (its data loader's "
+                         "state) does not exist in these shards; prepare the data as the run's was (its meta.json's "
+                         "args), or start a new run from the checkpoint's weights (-e " +
+                         model_path(p.resume->dir, p.resume->step) + ")");
     if (!train.empty())
         std::fprintf(stderr,
                      "note: -i '%s' %s: the model goes on training on other text than so far (same tokenizer)\n",
                      cfg.train_data.c_str(), train.c_str());
     const std::string val =
         p.val ? recorded_shards_change(rec.val, path, cfg.val_data, p.val->num_shards(), p.val->total_tokens(),
-                                       shards_content_hash(p.val->shard_paths()), /*content_only=*/true)
+                                       shards_content_hash(p.val->shard_paths()))
               : "";
     if (!val.empty())
         std::fprintf(stderr,
