@@ -36,6 +36,16 @@ int main(int argc, char** argv) {
     const int rc = cli.parse(argc, argv);
     // An error that read files may be this process's alone: end the whole launch, no rank left waiting
     if (rc > 0 && cli.error_read_files() && env.world_size > 1 && mpi.mpi_active()) mpi.abort(rc);
+    if (env.world_size > 1 && mpi.mpi_active()) {
+        // Flags that ended some processes (an error in argv, which rank 0 alone prints, or --help) and not
+        // others (mpirun's A : B): every process ends, none left waiting in a collective; a failing rank
+        // says why when rank 0 did not.
+        const int rank0_rc = mpi.max_over_processes(env.rank == 0 ? rc : -1);
+        const int any_rc = mpi.max_over_processes(rc);
+        if (rc > 0 && rank0_rc < 0)
+            std::fprintf(stderr, "error: rank %d of %d: %s\n", env.rank, env.world_size, cli.error().c_str());
+        if (any_rc >= 0) return rc >= 0 ? rc : any_rc;
+    }
     if (rc >= 0) return rc;
     llmc::TrainConfig cfg = cli.config();
     std::unique_ptr<llmc::Collective> comm;
@@ -71,11 +81,7 @@ int main(int argc, char** argv) {
     } catch (const llmc::InputErrorOnEveryRank& e) {  // the same line on every rank: said once
         std::fflush(stdout);
         if (!comm || comm->rank() == 0) std::fprintf(stderr, "error: %s\n", e.what());
-        if (comm && comm->world_size() > 1) {
-            std::fflush(stderr);
-            comm->barrier();  // rank 0 has said it before any rank ends the run
-            comm->abort(1);
-        }
+        // every rank is here: each ends as a finished run does (no abort: none is left waiting)
         return 1;
     } catch (const std::exception&) {
         const std::string message = llmc::current_error_message(

@@ -233,6 +233,17 @@ def _tokenizer_of(meta_path):
         return None
 
 
+def changed_tokenizer_file(out, work):
+    """The name of the tokenizer file (tokenizer.model, tokenizer.bin) that --out's data set holds and the new
+    one in `work` holds with other bytes, "" when none: the runs trained on --out compare both (their data
+    identity) and refuse another."""
+    for name in ("tokenizer.model", "tokenizer.bin"):
+        a, b = os.path.join(out, name), os.path.join(work, name)
+        if os.path.isfile(a) and os.path.isfile(b) and tk.sha256_file(a) != tk.sha256_file(b):
+            return name
+    return ""
+
+
 def planned_tokenizer(args):
     """(tokenizer, vocab_size) the data set these arguments make will record in meta.json."""
     if args.dataset == "synthetic":
@@ -301,7 +312,8 @@ def check_out(args):
 @contextlib.contextmanager
 def building(out, force=False):
     """with building(out) as work: write the data set into work. On success it replaces --out's earlier data
-    set (commit_out; one of another tokenizer or vocabulary only with force, then said in a note); on any
+    set (commit_out; one of another tokenizer or vocabulary, or of other tokenizer files, only with force, the
+    first then said in a note); on any
     failure, an exception or Ctrl-C, the work directory is deleted and --out is left as it was, byte for byte."""
     work = make_work_dir(out)
     keep = False
@@ -311,6 +323,12 @@ def building(out, force=False):
         old = _other_tokenizer(out, new)
         if old and not force:  # check_out refused it before; this is the data set as made, checked again
             raise PrepareError(other_tokenizer_refusal(out, new))
+        changed = "" if old or force else changed_tokenizer_file(out, work)
+        if changed:
+            raise PrepareError(f"--out {out} holds a data set of the same tokenizer kind and vocabulary, but this one's "
+                               f"{changed} differs (a SentencePiece model trained on other text): every run trained "
+                               "on that data would refuse it; prepare into another --out, or give --force to replace "
+                               "it")
         commit_out(work, out)
         if old:
             print(replaced_tokenizer_note(out, old, new), file=sys.stderr)

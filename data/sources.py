@@ -4,7 +4,6 @@ A document is described by a small picklable DocSpec so worker processes can rea
 the file, whether to strip a Gutenberg header/footer, and an optional character range. Every text is
 read as UTF-8 with newlines normalized (CRLF and CR -> LF, BOM dropped; see gutenberg.normalize_newlines).
 """
-import hashlib
 import os
 from typing import NamedTuple, Optional
 
@@ -12,6 +11,7 @@ import numpy as np
 
 from errors import PrepareError
 from gutenberg import normalize_newlines, strip_gutenberg
+from text_tokenizers import sha256_file
 
 
 class DocSpec(NamedTuple):
@@ -89,14 +89,6 @@ def split_by_file(paths, names, gutenberg, val_fraction, seed):
             "val": [s for i, s in enumerate(specs) if i in val]}
 
 
-def _sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def drop_duplicates(paths, names):
     """(paths, names, left_out): the files whose bytes repeat an earlier file's (in the order given: the split's
     path order) left out, so one text under two names (a Gutenberg book saved twice) cannot land in training
@@ -110,7 +102,7 @@ def drop_duplicates(paths, names):
         if len(idx) < 2:
             continue
         for i in idx:  # in the given order: the first of each content is kept
-            digest = _sha256(paths[i])
+            digest = sha256_file(paths[i])
             if (size, digest) in first:
                 dropped[i] = {"file": names[i], "same_as": names[first[(size, digest)]], "bytes": size,
                               "sha256": digest}

@@ -687,7 +687,7 @@ def test_eval_json_of_another_input_is_replaced_with_a_note(trained, byte_data, 
     assert "held the evaluation" not in run(["--eval-only", "-e", model, "-t", 16] + val).stderr
     p = run(["--eval-only", "-e", model, "-t", 8] + val)
     assert (f"note: {ev / 'eval.json'} held the evaluation of -j '{byte_data}/val_*.bin' -t 16 (loss "
-            f"{rec['loss']}); this evaluation of another input replaces it (give another -o to keep both)") \
+            f"{rec['loss']}); this evaluation of another input replaced it (give another -o to keep both)") \
         in p.stderr, p.stderr
     assert json.loads((ev / "eval.json").read_text())["seq_len"] == 8 and "eval loss" in first.stdout
 

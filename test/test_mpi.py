@@ -413,8 +413,18 @@ def test_ranks_started_with_other_settings_or_data_are_refused(byte_data, tmp_pa
                           "differs from rank 0's (1 of 2 ranks differ); start every process with the same flags and "
                           "--config file, e.g. mpirun -np 2 ./train_gpt2_ls FLAGS"], p.stderr
         assert not out.exists()
+        assert "MPI_ABORT" not in p.stderr  # every rank refused: each ended as a finished run does
     p = run_two_commands(base + ["-o", out], base + ["-o", tmp_path / "other"])
     assert "rank 1's --output-dir differs" in p.stderr and not out.exists() and not (tmp_path / "other").exists()
+    # a flag refused on one rank only (argv alone: rank 0 prints such errors) ends every rank, said once
+    for typo_rank in (0, 1):
+        args = [base, base]
+        args[typo_rank] = base + ["--learning-rat", "1e-3"]
+        p = run_two_commands(*args, timeout=60)
+        errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error")]
+        prefix = "error: " if typo_rank == 0 else "error: rank 1 of 2: "
+        assert p.returncode != 0 and errors == [prefix + "unknown flag --learning-rat; did you mean --learning-rate?"
+                                                ], p.stderr
     # the same relative glob over other data on rank 1 (as node-local disks): refused; identical copies train
     dirs = [tmp_path / "a", tmp_path / "b"]
     for d in dirs:

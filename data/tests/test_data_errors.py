@@ -342,6 +342,16 @@ def test_a_data_set_of_another_vocabulary_is_kept_without_force(earlier):
     same = run_prepare("--dataset", "text", "--source", src, "--out", out, "--tokenizer", "sp", "--vocab-size", 340,
                        "--workers", 1)
     assert "note:" not in same.stderr and "error:" not in same.stderr, same.stderr
+    # the same kind and vocabulary from other text: another SentencePiece model, which the runs refuse too
+    kept = snapshot(str(out))
+    src.write_text((LETTERS + " other text, other pieces\n") * 60)
+    proc = run_prepare("--dataset", "text", "--source", src, "--out", out, "--tokenizer", "sp", "--vocab-size", 340,
+                       "--workers", 1, check=False)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
+        f"error: --out {out} holds a data set of the same tokenizer kind and vocabulary, but this one's "
+        "tokenizer.model differs (a SentencePiece model trained on other text): every run trained on that data would "
+        "refuse it; prepare into another --out, or give --force to replace it"), proc.stderr
+    assert snapshot(str(out)) == kept
     other = run_prepare("--dataset", "text", "--source", src, "--out", out, "--tokenizer", "sp", "--vocab-size", 330,
                         "--workers", 1, "--force")
     notes = [ln for ln in other.stderr.splitlines() if ln.startswith("note:")]

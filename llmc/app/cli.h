@@ -262,6 +262,7 @@ private:
     void continue_record() {
         const bool fork = !cfg_.fork_from.empty();
         if (fork == (cfg_.resume == 1)) return;  // neither, or both
+        if (cfg_.eval_only) return;              // refused before anything is read (check_eval_only_continues_no_run)
         std::string path;
         int through_step = INT_MAX;  // the history entries that apply: a fork's up to its checkpoint
         if (fork) {

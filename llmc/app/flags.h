@@ -34,7 +34,6 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <vector>
 
 namespace llmc {
 
@@ -220,23 +219,5 @@ enum class FlagRecord { Both, Toml, Machine, Launch, Hidden, Json };
 // For an expansion that uses only one of the two kinds of rows.
 #define LLMC_NO_SETTING(record, type, field, def, names, ok, rule, help)
 #define LLMC_NO_MODEL(type, field, names, help)
-
-// The long name of a flag table row's names ("-l,--learning-rate" -> "learning-rate").
-inline std::string long_flag_name(const char* names) {
-    const std::string n(names);
-    const size_t at = n.rfind("--");
-    return at == std::string::npos ? n : n.substr(at + 2);
-}
-
-// Every flag's long name in the table's order (above), the model flags last.
-inline std::vector<std::string> flag_table_names() {
-    std::vector<std::string> out;
-#define LLMC_ROW_NAME(record, type, field, def, names, ok, rule, help) out.push_back(long_flag_name(names));
-#define LLMC_MODEL_NAME(type, field, names, help) out.push_back(long_flag_name(names));
-    LLMC_TRAIN_FLAGS(LLMC_ROW_NAME, LLMC_MODEL_NAME)
-#undef LLMC_ROW_NAME
-#undef LLMC_MODEL_NAME
-    return out;
-}
 
 }  // namespace llmc

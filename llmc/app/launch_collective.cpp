@@ -26,6 +26,7 @@ struct LaunchSession::Impl {
 LaunchSession::LaunchSession(int* argc, char*** argv) : impl_(std::make_unique<Impl>(argc, argv)) {}
 LaunchSession::~LaunchSession() = default;
 bool LaunchSession::mpi_active() const { return impl_->mpi.active(); }
+int LaunchSession::max_over_processes(int v) const { return impl_->mpi.max_over_processes(v); }
 void LaunchSession::abort(int code) { impl_->mpi.abort(code); }
 
 std::unique_ptr<Collective> make_collective(Device device, const LaunchInfo& li, const LaunchSession& session,

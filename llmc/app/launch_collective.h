@@ -18,8 +18,9 @@ public:
     ~LaunchSession();                        // MPI_Finalize when this session called MPI_Init
     LaunchSession(const LaunchSession&) = delete;
     LaunchSession& operator=(const LaunchSession&) = delete;
-    bool mpi_active() const;            // this session called MPI_Init
-    [[noreturn]] void abort(int code);  // MPI_Abort when active (ends every process), else exit
+    bool mpi_active() const;              // this session called MPI_Init
+    int max_over_processes(int v) const;  // the largest v over the processes (MpiSession's; v without MPI)
+    [[noreturn]] void abort(int code);    // MPI_Abort when active (ends every process), else exit
 
 private:
     struct Impl;

@@ -2,15 +2,16 @@
 // A launch that gives them different flags (mpirun's `A : B`, a node-local --config file) or different
 // data behind one path (node-local disks) would otherwise train silently on a mix (another -l on one
 // rank: the replicas drift apart), hang in a collective (another -x) or fail at the first checkpoint
-// (another -o). Checked once, before anything is read or written, on every rank alike: each rank learns
+// (another -o). Checked once the flags are parsed, before the run reads its data or writes anything, on
+// every rank alike: each rank learns
 // rank 0's hash, and when some rank's differs every rank throws the same InputErrorOnEveryRank, naming the lowest
 // such rank and, for the settings, the first flag (in the flag table's order) that differs.
 //
 // Rules:
 //   - Every call is collective: all ranks call it at the same point with the same kind of input.
 //   - The settings are the run's flags as config_file_text() writes them (every flag but the machine's,
-//     --device, --threads, --cuda-graph and --pdl, which may differ per process, and the launch flags)
-//     plus --fork-from.
+//     --device, --threads, --cuda-graph and --pdl, and the launch flags) plus --fork-from. --device must
+//     resolve to one kind on every rank: it picks the collective these checks run on.
 //   - One process: no check, no collective.
 #pragma once
 #include <cstdint>
@@ -21,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "llmc/app/flags.h"
+#include "llmc/app/run_record.h"
 #include "llmc/core/error.h"
 #include "llmc/dist/collective.h"
 #include "llmc/io/checkpoint.h"
@@ -58,7 +59,7 @@ inline void check_ranks_share_settings(Collective& comm, const std::string& conf
         pos = end + 1;
     }
     value["fork-from"] = fork_from;
-    std::vector<std::string> names = flag_table_names();
+    const std::vector<std::string> names = table_flag_names();
     std::string all;
     for (const std::string& n : names) all += n + "=" + value[n] + "\n";
     const auto [rank, count] = ranks_differing_from_rank0(comm, text_hash(all));

@@ -48,6 +48,14 @@ public:
     MpiSession(const MpiSession&) = delete;
     MpiSession& operator=(const MpiSession&) = delete;
     bool active() const { return owner_; }
+    // The largest `v` over the launch's processes (MPI_Allreduce; v itself when not active): a decision
+    // every process must share before the run's collective exists. Collective when active.
+    int max_over_processes(int v) const {
+        if (!owner_) return v;
+        int out = v;
+        MPI_Allreduce(&v, &out, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        return out;
+    }
     // Ends every process of the launch (MPI_Abort) with exit code `code`.
     [[noreturn]] void abort(int code) {
         MPI_Abort(MPI_COMM_WORLD, code);
@@ -133,6 +141,7 @@ class MpiSession {
 public:
     MpiSession(int*, char***) {}
     bool active() const { return false; }
+    int max_over_processes(int v) const { return v; }
     [[noreturn]] void abort(int code) { std::exit(code); }
 };
 #endif

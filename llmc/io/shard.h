@@ -49,7 +49,7 @@ inline File open_or_throw(const std::string& path, const char* mode, const char*
         const bool tokenizer = std::string(what) == "tokenizer";
         throw InputError(std::string(what) + " '" + path + "' is a directory; give a file" +
                          (tokenizer && std::filesystem::is_regular_file(inside, ec) ? ": " + inside : std::string()) +
-                         (tokenizer ? "" : " (a shard pattern names files: 'DIR/train_*.bin')"));
+                         (std::string(what) == "shard" ? " (a shard pattern names files: 'DIR/train_*.bin')" : ""));
     }
     File f(std::fopen(path.c_str(), mode));
     if (!f) {

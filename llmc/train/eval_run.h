@@ -158,7 +158,7 @@ inline std::string check_eval_output_dir(const TrainConfig& cfg, const std::stri
     if (named_seq_len > 0 && (named_val != val || named_seq_len != cfg.seq_len))
         return "note: " + path + " held the evaluation of -j '" + named_val + "' -t " + std::to_string(named_seq_len) +
                (named_loss.empty() ? "" : " (loss " + named_loss + ")") +
-               "; this evaluation of another input replaces it (give another -o to keep both)";
+               "; this evaluation of another input replaced it (give another -o to keep both)";
     return "";
 }
 
@@ -234,7 +234,7 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
     const std::string notes[] = {
         past_trained_length_note(*plan.init, cfg.model, cfg.seq_len, "--eval-only -t"),
         lone_checkpoint_vocab_note(cfg.model, plan.model, plan.data_vocab, plan.vocab_source, "-j", cfg.val_data),
-        retired_checkpoint_note(cfg.model), eval_only_unused_flags_note(cfg), replaced};
+        retired_checkpoint_note(cfg.model), eval_only_unused_flags_note(cfg)};
     for (const std::string& note : notes)
         if (!note.empty() && comm.rank() == 0) std::fprintf(stderr, "%s\n", note.c_str());
     std::vector<DumpHead> dump_heads;  // --dump-attention
@@ -262,6 +262,7 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
         report_eval(cfg, plan, device, model->num_params(), batches, loss, dump_paths, model_id);
         std::fflush(stdout);  // the note follows the result it explains
         if (!settings_note.empty()) std::fprintf(stderr, "%s\n", settings_note.c_str());
+        if (!replaced.empty()) std::fprintf(stderr, "%s\n", replaced.c_str());  // once it was replaced
     }
     return 0;
 }
