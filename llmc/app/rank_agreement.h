@@ -3,9 +3,9 @@
 // data behind one path (node-local disks) would otherwise train silently on a mix (another -l on one
 // rank: the replicas drift apart), hang in a collective (another -x) or fail at the first checkpoint
 // (another -o). Checked once the flags are parsed, before the run reads its data or writes anything, on
-// every rank alike: each rank learns
-// rank 0's hash, and when some rank's differs every rank throws the same InputErrorOnEveryRank, naming the lowest
-// such rank and, for the settings, the first flag (in the flag table's order) that differs.
+// every rank alike: when some rank's hash differs from rank 0's, every rank throws the same
+// InputErrorOnEveryRank, naming the lowest such rank and, for the settings, the first flag (in the flag
+// table's order) that differs.
 //
 // Rules:
 //   - Every call is collective: all ranks call it at the same point with the same kind of input.
@@ -30,10 +30,15 @@
 
 namespace llmc {
 
-// (lowest rank whose hash differs from rank 0's, how many differ); (-1, 0) when all agree.
+// (lowest rank whose hash differs from rank 0's, how many differ); (-1, 0) when all agree: the smallest
+// and the largest of each 32-bit half equal (4 reductions; every rank gets the same results, so every rank
+// takes the same branch). Then rank 0's hash, sent as a Sum that only rank 0 adds to.
 inline std::pair<int, int> ranks_differing_from_rank0(Collective& comm, uint64_t hash) {
     const bool root = comm.rank() == 0;
     const long long hi = (long long)(hash >> 32), lo = (long long)(hash & 0xffffffffULL);
+    const long long hi_min = comm.all_reduce_int(hi, ReduceOp::Min), hi_max = comm.all_reduce_int(hi, ReduceOp::Max);
+    const long long lo_min = comm.all_reduce_int(lo, ReduceOp::Min), lo_max = comm.all_reduce_int(lo, ReduceOp::Max);
+    if (hi_min == hi_max && lo_min == lo_max) return {-1, 0};
     const long long root_hi = comm.all_reduce_int(root ? hi : 0, ReduceOp::Sum);  // rank 0's, on every rank
     const long long root_lo = comm.all_reduce_int(root ? lo : 0, ReduceOp::Sum);
     const bool differs = hi != root_hi || lo != root_lo;
