@@ -4,15 +4,21 @@ and seed, as markdown on stdout.
 
     scripts/exp_summary.py RUN_DIR [RUN_DIR ...] [--threshold X]
 
-Columns: T/C, T, variant (from the directory name r<ratio>_<variant>_s<seed>, else the config),
-seed, steps, tokens, final validation loss and perplexity, peak max-logit and its step, final
+Columns: T/C, T, variant and seed (from the directory name r<ratio>_<variant>_s<seed>; for another name from
+config.json: T/C = T / C, an integer when C divides T, else a short decimal such as 0.5, the variant as
+scripts/plot_run.py labels it, MHSA, LS G=g/NH P=p or all-local P=p, and the seed; rows sorted by T/C, variant
+and seed), steps, tokens, final validation loss and perplexity, peak max-logit and its step, final
 max-logit (the last step's), the first step whose max-logit exceeds --threshold, loss spikes,
 non-finite steps, and the near mass of the global heads at the last statistics record (mean over
 layers and global heads of the attention mass on keys with i - j < N; "-" for runs without global
 heads or without near/far statistics) beside what uniform causal attention would put there (the mean
 over rows i of min(i + 1, N) / (i + 1), N that record's: a --near changed on resume changes it), and the
 run's wall-clock hours (sum of the steps' ms).
-The numbers are those of scripts/plot_run.py (its reader and summary row), not recomputed here.
+The numbers are those of scripts/plot_run.py (its reader and summary row), not recomputed here. As there,
+a fork's peak max-logit and its step, first step over the threshold, loss spikes, non-finite steps and hours
+count from step 1: the steps up to the fork step are its source's (read from the checkpoint's directory).
+When the source cannot be read, those cells count the fork's own steps and say so ("12.34 (steps 11-20)"), with
+one note on stderr naming the source.
 """
 import argparse
 import math
@@ -27,13 +33,22 @@ import plot_run  # noqa: E402  (the reader and the summary row of every run plot
 
 
 def name_parts(path, config):
-    """(ratio, variant, seed) from r<ratio>_<variant>_s<seed>, else from the config (variant '?')."""
+    """(ratio, variant, seed) from r<ratio>_<variant>_s<seed>, else from the config (plot_run.Run.label_config):
+    T / C (an int when C divides T, else a float; None without T or C), the label's attention ("kind": MHSA,
+    LS G=g/NH P=p, all-local P=p; '?' without the model's heads) and the seed."""
     m = re.fullmatch(r"r(\d+)_(\w+?)_s(\d+)", os.path.basename(os.path.normpath(path)))
     if m:
         return int(m.group(1)), m.group(2), int(m.group(3))
     train, model = (config or {}).get("train", {}), (config or {}).get("model", {})
     t, c = train.get("seq_len"), model.get("channels")
-    return (t // c if t and c else None), "?", train.get("seed")
+    ratio = (t // c if t % c == 0 else t / c) if t and c else None
+    kind = {key: text for key, text, _ in plot_run.label_parts(config)}.get("kind", "?")
+    return ratio, kind, train.get("seed")
+
+
+def ratio_text(ratio):
+    """T/C as the table shows it: 4, 0.5, 0.375, 1.33."""
+    return "-" if ratio is None else str(ratio) if isinstance(ratio, int) else f"{ratio:.3g}"
 
 
 def global_near_mass(run):
@@ -77,19 +92,23 @@ def main(argv=None):
         except plot_run.PlotError as e:
             sys.exit(f"error: {e}")
         train = (run.config or {}).get("train", {})
-        ratio, variant, seed = name_parts(path, run.config)
+        ratio, variant, seed = name_parts(path, run.label_config())
         s = plot_run.summarize(run, a.threshold)
+        if s["source_note"]:
+            print(s["source_note"], file=sys.stderr)
+        span = plot_run.span_text(s)  # on the cells counted over the steps (a fork without its source)
         last_ml = plot_run.num(run.train[-1].get("max_attn_logit")) if run.train else float("nan")
-        hours = sum(plot_run.num(r.get("ms")) for r in run.train if math.isfinite(plot_run.num(r.get("ms")))) / 3.6e6
+        counted = run.counted()[0]  # a fork's source steps too, as the summary's
+        hours = sum(plot_run.num(r.get("ms")) for r in counted if math.isfinite(plot_run.num(r.get("ms")))) / 3.6e6
         T = train.get("seq_len")
         tokens = s["tokens"]
-        rows.append(((ratio or 0, variant, seed or 0), [
-            plot_run.fmt(ratio), plot_run.fmt(T), variant, plot_run.fmt(seed), plot_run.fmt(s["steps"]),
+        rows.append(((ratio if ratio is not None else 0, variant, seed or 0), [
+            ratio_text(ratio), plot_run.fmt(T), variant, plot_run.fmt(seed), plot_run.fmt(s["steps"]),
             plot_run.fmt(tokens), plot_run.fmt(s["final_val_loss"]), plot_run.fmt(s["val_ppl"], ".2f"),
-            plot_run.fmt(s["peak_max_logit"], ".2f"), plot_run.fmt(s["peak_step"]), plot_run.fmt(last_ml, ".2f"),
-            plot_run.fmt(s["first_cross"]), plot_run.fmt(s["spikes"]), plot_run.fmt(s["nonfinite"]),
-            plot_run.fmt(global_near_mass(run), ".3f"),
-            plot_run.fmt(uniform_near_mass(T, last_near(run)), ".3f"), plot_run.fmt(hours, ".2f")]))
+            plot_run.fmt(s["peak_max_logit"], ".2f") + span, plot_run.fmt(s["peak_step"]),
+            plot_run.fmt(last_ml, ".2f"), plot_run.fmt(s["first_cross"]) + span, plot_run.fmt(s["spikes"]) + span,
+            plot_run.fmt(s["nonfinite"]) + span, plot_run.fmt(global_near_mass(run), ".3f"),
+            plot_run.fmt(uniform_near_mass(T, last_near(run)), ".3f"), plot_run.fmt(hours, ".2f") + span]))
     head = ["T/C", "T", "variant", "seed", "steps", "tokens", "final val loss", "val ppl", "peak max-logit", "at step",
             "final max-logit", f"first step > {a.threshold:g}", "loss spikes", "non-finite", "near mass (global heads)",
             "near mass if uniform", "hours"]

@@ -35,8 +35,17 @@ Writes one image per input and format (--formats, as plot_run.py's: comma-separa
     of the probability on near keys.
 Prints one line per input (its images' paths, head, near mass). The files are checked first: square float arrays,
 probabilities in [0, 1], rows summing to 1, and zero wherever the mask of the given P and G hides a
-key (a mismatch means the config does not belong to the dump); any problem is one line
-`error: ...` on stderr and exit status 1.
+key (a mismatch means the config does not belong to the dump: a window too small, a global head called
+local); any problem is one line `error: ...` on stderr and exit status 1.
+The other direction, labels whose mask shows keys the dump never attends (a local head of window Q called
+global, or given a window above Q), gets one note per dump on stderr naming the window the map shows and the
+flags that would label it so, when the dumps' own model is not known (with it, the heads are labelled by it,
+and a flag that overrides it has its note above). A map counts as a local head's of window Q when every key at
+distance >= Q is exactly 0 while T >= 2Q, at least 90% of the keys at distances < Q are non-zero, and the key
+at distance Q - 1 is non-zero in at least half the rows, with a median probability of at least 1e-30. This is
+a note, not a refusal, because exact zeros are not proof of a mask: a global head whose far logits lie ~100
+below its near ones (the logit explosion this tool studies) underflows to the same zeros in float32 (exp
+below ~1e-45 is 0), and a refusal would leave no true labels to give such a head.
 """
 import argparse
 import json
@@ -182,9 +191,11 @@ def describe_geometry(g):
 
 
 def model_geometry(args, dump_dirs=(), notes=None):
-    """(window P, global heads G, heads NH, near N): the dumps' own model (dump_config), else --config (a line
-    saying it cannot be checked is appended to `notes`), then the flags (flags win); a --config that differs
-    from the dumps' own model is refused."""
+    """(window P, global heads G, heads NH, near N, labelled_by): the dumps' own model (dump_config), else
+    --config (a line saying it cannot be checked is appended to `notes`), then the flags (flags win); a --config
+    that differs from the dumps' own model is refused. labelled_by names what decides which heads are local and
+    their window when the dumps' own model is not known ("--config X", "--window 16, --global-heads 1, ..."),
+    else None."""
     window = global_heads = heads = near = None
     notes = [] if notes is None else notes
     own, stale = dump_config(dump_dirs, notes)
@@ -213,6 +224,11 @@ def model_geometry(args, dump_dirs=(), notes=None):
                   [("window", args.window, window), ("global-heads", args.global_heads, global_heads),
                    ("heads", args.heads, heads), ("near", args.near, near if near is not None else window)]
                   if own and given is not None and given != own_value]
+    # the dumps' own model labels them, or its note above names each flag that overrides it
+    labelled_by = None if own else ", ".join(
+        ([f"--config {args.config}"] if args.config else []) +
+        [f"--{flag} {given}" for flag, given in [("window", args.window), ("global-heads", args.global_heads),
+                                                 ("heads", args.heads)] if given is not None])
     if overridden:  # the flags win, but the dumps' own model is known: say they differ
         notes.append(f"note: {', '.join(overridden)} override the model of the dumps ({own[1]}, named by {own[0]}): "
                      "the heads are labelled and checked with the flags' values")
@@ -236,7 +252,7 @@ def model_geometry(args, dump_dirs=(), notes=None):
     near = window if near is None else int(near)
     if near < 1:
         raise PlotError(f"--near {near} must be >= 1")
-    return window, global_heads, heads, near
+    return window, global_heads, heads, near, labelled_by
 
 
 def visible_mask(T, local, window):
@@ -273,6 +289,51 @@ def load_dump(path, local, window):
         raise PlotError(f"{path}: p[{i}, {j}] = {p[i, j]:.3g} is non-zero, but the key is masked for {kind}; "
                         "the --config / --window / --global-heads do not match the run that wrote the dump")
     return p, vis
+
+
+EDGE_MIN = 1e-30  # probabilities at a window's edge below this could be underflow's, not a mask's
+
+
+def looks_narrower(p, local, window):
+    """(Q, rows with a non-zero key at distance Q - 1, rows with such a key, median probability there) when the
+    map looks like a local head of window Q narrower than the labels' mask (a global head's: T; a local head's:
+    `window`), else None. Q is one more than the largest distance of a non-zero key, so every key at distance >=
+    Q is exactly 0; it counts as a local head's band when T >= 2Q (as many rows past the band as in it), at least
+    90% of the keys at distances < Q are non-zero (a full band: not a head whose mass collapsed onto a few keys),
+    the key at distance Q - 1 is non-zero in at least half the rows that have one, and the median probability
+    there is at least EDGE_MIN (the keys just inside an underflow cutoff are tiny: exp(-103) is float32's
+    smallest). A global head whose far logits lie over ~100 below its near ones (logit explosion) has exact zeros
+    there too, so this is evidence, not proof."""
+    T = p.shape[0]
+    rows, cols = np.nonzero(p)
+    Q = int((rows - cols).max()) + 1
+    if Q >= (window if local else T) or T < 2 * Q:
+        return None
+    i = np.arange(T)[:, None]
+    d = i - np.arange(T)[None, :]
+    band = (d >= 0) & (d < Q)
+    if np.count_nonzero(p[band]) < 0.9 * np.count_nonzero(band):
+        return None
+    r = np.arange(Q - 1, T)
+    edge = p[r, r - (Q - 1)]
+    median = float(np.median(edge))
+    if 2 * np.count_nonzero(edge) < edge.size or median < EDGE_MIN:
+        return None
+    return Q, int(np.count_nonzero(edge)), int(edge.size), median
+
+
+def narrower_note(path, head, heads, local, window, labelled_by, found):
+    """The note of a map that looks_narrower than its labels: what it shows, the likely window, the fix, and
+    why it is not refused."""
+    Q, nonzero, rows, median = found
+    T = rows + Q - 1
+    kind = f"local with window {window}" if local else "global"
+    flags = f"--window {Q}" + ("" if local else f" and --global-heads below {heads - head}")
+    return (f"note: {path}: every key at distance >= {Q} is exactly 0 in all {T - Q} rows that have one, and the "
+            f"key at distance {Q - 1} is non-zero in {nonzero} of {rows} rows (median {median:.2g}): the map of a "
+            f"local head of window {Q}, but head {head} is labelled {kind} (by {labelled_by}); if it is one, give "
+            f"the config.json of the run that wrote it, or {flags} (a global head whose far logits fell ~100 below "
+            "its near ones underflows to the same exact zeros, so this is not refused)")
 
 
 def near_mass(p, near):
@@ -347,8 +408,8 @@ def main(argv=None):
             raise PlotError(f"--vmin {args.vmin} must be in (0, 1)")
         dumps = find_dumps(args.inputs)
         notes = []  # printed once every file has passed its checks
-        window, global_heads, heads, near = model_geometry(args, [os.path.dirname(p) or "." for p, _, _ in dumps],
-                                                           notes)
+        window, global_heads, heads, near, labelled_by = model_geometry(
+            args, [os.path.dirname(p) or "." for p, _, _ in dumps], notes)
         loaded = []
         for path, layer, head in dumps:  # check every file before writing anything
             if head >= heads:
@@ -356,6 +417,9 @@ def main(argv=None):
                                 "match the dump")
             local = head < heads - global_heads
             p, vis = load_dump(path, local, window)
+            found = looks_narrower(p, local, window) if labelled_by else None  # None: the dumps' own labels
+            if found:
+                notes.append(narrower_note(path, head, heads, local, window, labelled_by, found))
             loaded.append((path, layer, head, local, p, vis))
         for note in notes:
             print(note, file=sys.stderr)

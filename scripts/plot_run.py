@@ -6,6 +6,8 @@
 Reads from each directory what the trainer writes there (docs/formats.md): metrics.jsonl (loss,
 val_loss, max_attn_logit, spike flags per step), logit_stats.jsonl (per layer and head max/min
 attention logit and entropy) and config.json (the run's configuration, used for the legend).
+logit_stats.jsonl records of another model than config.json's (num_layers, num_heads, global_heads, window:
+the file of another run copied there) are refused with one line naming both.
 Writes, with PREFIX = --out (default: OUT_DIR/plot of the first OUT_DIR),
     PREFIX_loss.{png,svg}      training loss (thin) and validation loss (dashed, every point marked) vs step
     PREFIX_logits.{png,svg}    per layer: max pre-softmax attention logit vs step
@@ -63,6 +65,15 @@ on resume, plus a fork's source tokens; "-" without config.json), final validati
 max_attn_logit over all steps) and its step, the first step whose max-logit exceeds --threshold,
 loss spikes (the trainer's `spike` flags; for files without them, our own rule: the loss z-score
 against the previous 100 finite losses exceeds 6, the trainer's default), non-finite steps.
+A fork (config.json's "forked_from") is summarized over steps 1 to its last, as steps and tokens count it: its
+own metrics.jsonl starts after the fork step S, so peak max-logit and its step, the first step over --threshold,
+loss spikes (our own rule over the whole sequence) and non-finite steps also count the training records of
+steps 1..S of the run it forked from, read from the checkpoint's directory (a relative path from the current
+directory, as the trainer takes it; a fork of a fork up to that fork's step, and so on). When a source cannot be
+read (moved or removed, its metrics.jsonl missing steps up to S, or its config.json of another model), those
+cells count the steps that can be (the fork's own: "12.345 (steps 11-20)"), and one note on stderr, repeated
+under the summary table, names the source and what is missing. Validation and final losses are the fork's own;
+the plots show the fork's own steps (the fork's line marks where they start).
 
 A run killed mid-record leaves a partial last line: it is ignored. Non-finite numbers are `null`
 in the files and become NaN here.
@@ -140,6 +151,43 @@ def check_config(config, path):
         raise PlotError(f'{path}: "forked_from" is not {{"checkpoint": str, "step": int}}; {fix}')
 
 
+def read_config(cpath):
+    """A run's config.json (check_config), None when there is none."""
+    if not os.path.isfile(cpath):
+        return None
+    with open(cpath, encoding="utf-8") as f:
+        try:
+            config = json.load(f)
+        except json.JSONDecodeError as e:
+            raise PlotError(f"{cpath} is not valid JSON ({e}); restore it from the run's config.toml "
+                            "or move it away to plot without the configuration")
+    check_config(config, cpath)
+    return config
+
+
+# the model fields every logit_stats.jsonl record carries (docs/formats.md), as config.json's "model" names them
+STATS_MODEL_KEYS = [("num_layers", "L"), ("num_heads", "NH"), ("global_heads", "G"), ("window", "P")]
+
+
+def model_text(fields):
+    return ", ".join(f"{short}={fields.get(key, '?')}" for key, short in STATS_MODEL_KEYS if key in fields)
+
+
+def check_stats_model(stats, config, spath, cpath):
+    """Refuses logit_stats.jsonl records whose model (num_layers, num_heads, global_heads, window) is not
+    config.json's: the file of another run, whose panels would be drawn under this run's label."""
+    model = (config or {}).get("model")
+    if not isinstance(model, dict):
+        return
+    want = {key: model[key] for key, _ in STATS_MODEL_KEYS if key in model}
+    for s in stats:
+        got = {key: s.get(key) for key in want}
+        if got != want:
+            raise PlotError(f"{spath} holds statistics of another model ({model_text(got)} at step {s.get('step')}) "
+                            f"than {cpath} ({model_text(want)}): not this run's; put the run's own logit_stats.jsonl "
+                            "back, or move this one away to plot without logit statistics")
+
+
 class Run:
     """Everything read from one output directory."""
 
@@ -152,17 +200,19 @@ class Run:
         spath = os.path.join(path, "logit_stats.jsonl")
         self.stats = by_step(read_jsonl(spath)) if os.path.isfile(spath) else []
         cpath = os.path.join(path, "config.json")
-        self.config = None
-        if os.path.isfile(cpath):
-            with open(cpath, encoding="utf-8") as f:
-                try:
-                    self.config = json.load(f)
-                except json.JSONDecodeError as e:
-                    raise PlotError(f"{cpath} is not valid JSON ({e}); restore it from the run's config.toml "
-                                    "or move it away to plot without the configuration")
-            check_config(self.config, cpath)
+        self.config = read_config(cpath)
+        check_stats_model(self.stats, self.config, spath, cpath)
         self.train = [r for r in self.metrics if "loss" in r]
         self.val = [r for r in self.metrics if "val_loss" in r]
+        self._counted = None
+
+    def counted(self):
+        """(training records, problem) that the summary counts: a fork's source records of the steps up to
+        its fork step (source_train), then its own; problem: why some source's steps are missing, else None."""
+        if self._counted is None:
+            earlier, problem = source_train(self.config, {os.path.realpath(self.path)})
+            self._counted = by_step(earlier + self.train), problem
+        return self._counted
 
     def model(self):
         """Model fields: config.json's, else what logit_stats.jsonl tells."""
@@ -667,6 +717,50 @@ def markers_of(config):
     return sorted(out, key=lambda m: m[0])
 
 
+MAX_FORK_DEPTH = 100  # sources read back through forks of forks (a loop of "forked_from" stops there)
+
+
+def source_train(config, seen):
+    """(records, problem) of a run with config.json `config`: for a fork ("forked_from": its checkpoint and step
+    S) the training records of steps 1..S that trained the checkpoint, read from the checkpoint's directory (a
+    relative path from the current directory, as the trainer takes it): the source's records of steps up to S,
+    after its own source's when it is a fork too (recursively). problem is None when every step 1..S is there;
+    else it says which source cannot be read, and records holds the steps of the sources after it (ending at S,
+    or none). `seen`: the real paths of the runs already read. ([], None) for a run that is no fork."""
+    fork = (config or {}).get("forked_from")
+    if not fork:
+        return [], None
+    step, ckpt = fork["step"], fork["checkpoint"]
+    src = os.path.dirname(ckpt) or "."
+    mpath, cpath = os.path.join(src, "metrics.jsonl"), os.path.join(src, "config.json")
+    real = os.path.realpath(src)
+    if real in seen or len(seen) > MAX_FORK_DEPTH:
+        return [], (f"its sources' \"forked_from\" lead back to {src} (a loop): their steps before {step + 1} "
+                    "are unknown")
+    if not os.path.isfile(mpath):
+        return [], (f"{mpath}, the record of the run it forked from at step {step} ({ckpt}), does not exist (moved or "
+                    f"removed?); put that run back at {src} to count its steps 1-{step}")
+    try:
+        source_config = read_config(cpath)
+        records = [r for r in by_step(read_jsonl(mpath)) if "loss" in r and r["step"] <= step]
+    except (PlotError, OSError, ValueError) as e:
+        return [], f"the record of the run it forked from at step {step} cannot be read ({e})"
+    mine, theirs = (config.get("model") or {}), ((source_config or {}).get("model") or {})
+    differ = sorted(k for k in set(mine) & set(theirs) if mine[k] != theirs[k])
+    if differ:  # a fork has its checkpoint's model
+        return [], (f"{cpath} describes another model ({', '.join(f'{k} {theirs[k]}' for k in differ)}; the fork's "
+                    f"{', '.join(str(mine[k]) for k in differ)}): {src} holds another run now than the one it "
+                    "forked from")
+    source_fork = (source_config or {}).get("forked_from")
+    first = source_fork["step"] + 1 if source_fork else 1
+    missing = sorted(set(range(first, step + 1)) - {r["step"] for r in records})
+    if missing:
+        return [], (f"{mpath} lacks the training records of steps {missing[0]}-{missing[-1]} (of {first}-{step}, "
+                    f"which trained {ckpt})")
+    earlier, problem = source_train(source_config, seen | {real})
+    return earlier + records, problem
+
+
 def count_spikes(train):
     """(spikes, rule): the trainer's spike flags when present, else our own z-score rule."""
     if train and all("spike" in r for r in train):
@@ -686,12 +780,22 @@ def count_spikes(train):
 
 
 def summarize(run, threshold):
-    """The summary row of one run (a dict; NaN / None where the files have no such value)."""
-    steps = [r["step"] for r in run.train]
-    ml = np.array([num(r.get("max_attn_logit")) for r in run.train])
+    """The summary row of one run (a dict; NaN / None where the files have no such value). A fork's training
+    records are counted from step 1: its source's up to the fork step, then its own (Run.counted). When a
+    source's steps cannot be read, counted_from is the first step counted (after 1) and source_note the one
+    line that says why; else counted_from is None."""
+    train, problem = run.counted()
+    steps = [r["step"] for r in train]
+    ml = np.array([num(r.get("max_attn_logit")) for r in train])
     row = {"steps": steps[-1] if steps else 0}
+    row["counted_from"], row["source_note"] = None, None
+    if problem and steps and steps[0] > 1:
+        row["counted_from"] = steps[0]
+        name = os.path.basename(os.path.normpath(run.path))
+        row["source_note"] = (f"note: fork {name}: the summary cells marked {span_text(row).strip()} count "
+                              f"only those steps, not steps 1-{steps[0] - 1}: {problem}")
     row["tokens"] = tokens_seen(run.config, row["steps"]) if run.config else None
-    row["final_train_loss"] = num(run.train[-1].get("loss")) if run.train else float("nan")
+    row["final_train_loss"] = num(train[-1].get("loss")) if train else float("nan")
     if run.val:
         row["val_step"] = run.val[-1]["step"]
         row["final_val_loss"] = num(run.val[-1]["val_loss"])
@@ -706,10 +810,16 @@ def summarize(run, threshold):
         row["peak_max_logit"], row["peak_step"] = float("nan"), None
     cross = [s for s, x in zip(steps, ml) if math.isfinite(x) and x > threshold]
     row["first_cross"] = cross[0] if cross else None
-    row["spikes"], row["spike_rule"] = count_spikes(run.train)
-    row["nonfinite"] = sum(1 for r in run.train
+    row["spikes"], row["spike_rule"] = count_spikes(train)
+    row["nonfinite"] = sum(1 for r in train
                            if r.get("skipped_nonfinite") or not math.isfinite(num(r.get("loss"))))
     return row
+
+
+def span_text(row):
+    """The mark of a summary row's cells that count only part of its steps (a fork whose source cannot be
+    read): " (steps 11-20)"; "" when they count every step."""
+    return f" (steps {row['counted_from']}-{row['steps']})" if row.get("counted_from") else ""
 
 
 def fmt(x, spec=".4f"):
@@ -730,8 +840,10 @@ def summary_table(runs, labels, rows, threshold, notes=()):
             val = ppl = "-"
         elif r["val_step"] != r["steps"]:  # the last validation is older than the last step (step 0: untrained)
             val += f" (step {r['val_step']})"
-        cells = [lab, os.path.basename(os.path.normpath(run.path)), fmt(r["steps"]), fmt(r["tokens"]), val, ppl, fmt(r["final_train_loss"]), fmt(r["peak_max_logit"], ".3f"),
-                 fmt(r["peak_step"]), fmt(r["first_cross"]), fmt(r["spikes"]), fmt(r["nonfinite"])]
+        span = span_text(r)  # on the cells counted over the steps
+        cells = [lab, os.path.basename(os.path.normpath(run.path)), fmt(r["steps"]), fmt(r["tokens"]), val, ppl,
+                 fmt(r["final_train_loss"]), fmt(r["peak_max_logit"], ".3f") + span, fmt(r["peak_step"]),
+                 fmt(r["first_cross"]) + span, fmt(r["spikes"]) + span, fmt(r["nonfinite"]) + span]
         out.append("| " + " | ".join(cells) + " |")
     rules = sorted({r["spike_rule"] for r in rows})
     out.append("")
@@ -1257,7 +1369,8 @@ def main(argv=None):
         rows = [summarize(r, args.threshold) for r in runs]
         names = [os.path.basename(os.path.normpath(r.path)) for r in runs]
         configs = [r.label_config() for r in runs]
-        notes = [n for n in (data_note(configs, names), val_change_note(configs, names), settings_note(configs)) if n]
+        notes = [r["source_note"] for r in rows if r["source_note"]]
+        notes += [n for n in (data_note(configs, names), val_change_note(configs, names), settings_note(configs)) if n]
         for note in notes:
             print(note, file=sys.stderr)
         table = summary_table(runs, labels, rows, args.threshold, notes)

@@ -7,7 +7,9 @@ the model-file format of docs/formats.md) over the first validation sequence: ev
 (T, T) float32 .npy format, rows summing to 1, exact zeros outside the causal mask and a local head's
 window, the same map whatever -b. Bad flags fail with one `error:` line, a non-zero exit and nothing
 written. The plot script makes a PNG per dump, prints each head's near mass (checked against the
-number computed here) and refuses bad input. The plot tests skip only when matplotlib is missing.
+number computed here), refuses bad input and notes labels whose mask shows keys a dump never attends
+(synthetic maps: a banded head called global or given a wider window; global heads with underflowed far
+keys are not misjudged). The plot tests skip only when matplotlib is missing.
 
 The trainer is $TRAIN_GPT2_LS, else the repository's ./train_gpt2_ls (`make train_gpt2_ls`), run on the
 CPU (test/run_helpers.py).
@@ -529,3 +531,72 @@ def test_plot_attention_writes_each_of_formats(tmp_path):
         err = p.stderr.strip().splitlines()
         assert p.returncode == 1 and len(err) == 1 and err[0].startswith("error: --formats"), (bad, p.stderr)
         assert not (tmp_path / "bad").exists(), bad
+
+
+def masked_softmax(logits, vis):
+    """float32 softmax of each row over the visible keys (0 elsewhere), as the trainer's dumps hold it."""
+    s = np.where(vis, logits, -np.inf)
+    p = np.exp(s - s.max(1, keepdims=True))
+    return (p / p.sum(1, keepdims=True)).astype(np.float32)
+
+
+def test_plot_attention_notes_labels_that_show_keys_the_dump_never_attends(tmp_path):
+    """trial 7 F2: only a window smaller than the dump's was caught (non-zero keys under the mask); a local head of
+    window 8 labelled global, or with window 16, was plotted so without a word. Now a note names the window the map
+    shows (a note: a global head's far keys can underflow to exact zeros, the evidence is not proof). A global head
+    of ordinary logits, one with a few underflowed far keys, one whose far logits fall off ~15 a key (all far keys 0,
+    but those at the edge tiny) and one whose attention collapsed onto the previous key get no note."""
+    pytest.importorskip("matplotlib")
+    rng = np.random.default_rng(7)
+    Tn, Pn = 64, 8
+    i, j = np.arange(Tn)[:, None], np.arange(Tn)[None, :]
+    causal = j <= i
+    maps = {"band": masked_softmax(rng.normal(0, 2, (Tn, Tn)), causal & (i - j < Pn)),
+            "global": masked_softmax(rng.normal(0, 2, (Tn, Tn)), causal)}
+    logits = rng.normal(0, 2, (Tn, Tn))
+    logits[40:, :3] = -300.0  # a few far keys of a global head underflow to exactly 0
+    maps["underflow"] = masked_softmax(logits, causal)
+    maps["recency"] = masked_softmax(-15.0 * (i - j) + rng.normal(0, 1, (Tn, Tn)), causal)
+    maps["collapsed"] = np.eye(Tn, k=-1, dtype=np.float32)  # all on the previous key (row 0: itself)
+    maps["collapsed"][0, 0] = 1.0
+    assert np.count_nonzero(maps["underflow"][~causal | (maps["underflow"] == 0)]) == 0
+    assert (maps["underflow"][causal] == 0).sum() == 3 * (Tn - 40)
+    assert np.all(maps["recency"][(i - j) >= 8] == 0)  # every far key 0, as under a window of 8
+    for name, a in maps.items():
+        assert np.abs(a.astype(np.float64).sum(1) - 1).max() < 1e-5, name
+        (tmp_path / name).mkdir()
+        np.save(tmp_path / name / "attn_L0_H2.npy", a)
+
+    def notes(name, *args):
+        p = plot([tmp_path / name / "attn_L0_H2.npy", *args, "--out", tmp_path / "png"])
+        return [ln for ln in p.stderr.splitlines() if ln.startswith("note: ")], p.stdout
+
+    dump = tmp_path / "band" / "attn_L0_H2.npy"
+    # the local head of window 8 labelled global (head 2 of 4 with 2 global heads)
+    got, out = notes("band", "--window", Pn, "--global-heads", 2, "--heads", 4)
+    assert len(got) == 1 and got[0].startswith(f"note: {dump}: every key at distance >= 8 is exactly 0 in all 56 "
+                                               "rows"), got
+    assert "the map of a local head of window 8, but head 2 is labelled global" in got[0], got
+    assert "--window 8 and --global-heads below 2" in got[0] and "underflow" in got[0], got
+    assert "head 2 (global)" in out  # plotted as asked
+    # ... labelled with a larger window
+    got, _ = notes("band", "--window", 16, "--global-heads", 1, "--heads", 4)
+    assert len(got) == 1 and "but head 2 is labelled local with window 16" in got[0] and "--window 8 " in got[0], got
+    # ... by the config.json of another run (no eval.json beside the dump: that it cannot be checked, noted too)
+    other = config_of(window=Pn, global_heads=2, heads=4)
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    got, _ = notes("band", "--config", tmp_path / "other.json")
+    assert len(got) == 2 and "cannot check" in got[0] and f"(by --config {tmp_path / 'other.json'})" in got[1], got
+    # its own labels, and heads that are global: no note
+    assert notes("band", "--window", Pn, "--global-heads", 1, "--heads", 4)[0] == []
+    for name in ["global", "underflow", "recency", "collapsed"]:
+        assert notes(name, "--window", Pn, "--global-heads", 2, "--heads", 4)[0] == [], name
+    # the other direction is refused, as before
+    p = plot([dump, "--window", 4, "--global-heads", 1, "--heads", 4, "--out", tmp_path / "no"], check=False)
+    assert p.returncode == 1 and "do not match" in p.stderr, p.stderr
+
+
+def config_of(window, global_heads, heads):
+    """The "model" and "train" of a config.json (docs/formats.md) that plot_attention.py reads."""
+    return {"model": {"window": window, "global_heads": global_heads, "num_heads": heads, "num_layers": 1,
+                      "channels": 8 * heads}, "train": {"near": None}}

@@ -5,8 +5,11 @@ axes, every head of a run and every run are told apart with --heads all, runs wh
 their marker shapes, titles lie whole inside the figure (a 1-layer run, a long common title), the history
 markers are drawn, and --out defaults to the first run's directory; on hand-written runs: the near/far plots
 take N per record (a --near changed on resume breaks the curves and is named), runs that differ in other
-settings (tokens per step, weight decay, schedule) are labelled so, with one note and a tokens column, and a
-bad --formats is refused before anything is written.
+settings (tokens per step, weight decay, schedule) are labelled so, with one note and a tokens column, a
+fork's summary (and exp_summary's hours) counts its source's steps up to the fork, or marks its cells and says
+why when the source cannot be read, a logit_stats.jsonl of another model than config.json's is refused,
+exp_summary.py reads T/C and the variant of a directory not named r<ratio>_<variant>_s<seed> from its config,
+and a bad --formats is refused before anything is written.
 
 The trainer is $TRAINER, else $TRAIN_GPT2_LS, else the repository's ./train_gpt2_ls (`make` builds it).
 """
@@ -721,3 +724,164 @@ def test_settings_that_only_say_where_or_how_a_run_executed_are_not_differences(
     other = config(model={"window": 8, "global_heads": 1}, train=dict(base, val_batches=4, near=4))
     assert sorted(plot_run.differing_settings([a, other])) == ["near", "val_batches"]
     assert plot_run.differing_settings([a]) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# a fork's summary counts its source's steps up to the fork (trial 7 F1)
+
+def write_records(path, cfg, records):
+    """A run directory of hand-written metrics.jsonl records and config.json (docs/formats.md)."""
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(cfg))
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def train_record(step, loss=None, max_logit=2.0):
+    """A training record without the trainer's spike flags (the own spike rule counts), 36 s a step."""
+    return {"step": step, "loss": 4.0 + 0.01 * ((step * 7) % 5 - 2) if loss is None else loss,
+            "max_attn_logit": max_logit, "ms": 36000.0}
+
+
+FORK_TRAIN = {"batch_size": 2, "seq_len": 32, "total_batch_size": -1, "seed": 1}
+
+
+def fork_of(source, step, tokens):
+    return {"checkpoint": str(source / f"model_{step:08d}.bin"), "step": step, "tokens": tokens}
+
+
+def write_fork_chain(tmp_path):
+    """src: steps 1-120, its peak max-logit 30 at step 50 and a non-finite loss at step 60; fk: a fork of src at
+    step 110 (its own steps 111-130: a loss spike at step 112, max-logit 5 at step 115, else 2); fk2: a fork of fk
+    at step 120 (its own steps 121-135). Only the steps before the forks hold the peak and the non-finite step,
+    and the spike is one only against the 100 losses before it, most of them src's."""
+    model = {"num_layers": 2, "num_heads": 4, "channels": 16, "global_heads": 1, "window": 8, "max_seq_len": 32}
+    src, fk, fk2 = tmp_path / "src", tmp_path / "fk", tmp_path / "fk2"
+    write_records(src, config(model=model, train=FORK_TRAIN),
+                  [train_record(s, loss=float("nan") if s == 60 else None, max_logit=30.0 if s == 50 else 2.0)
+                   for s in range(1, 121)])
+    write_records(fk, config(model=model, train=FORK_TRAIN, forked_from=fork_of(src, 110, 110 * 64)),
+                  [train_record(s, loss=6.0 if s == 112 else None, max_logit=5.0 if s == 115 else 2.0)
+                   for s in range(111, 131)])
+    write_records(fk2, config(model=model, train=FORK_TRAIN, forked_from=fork_of(fk, 120, 120 * 64)),
+                  [train_record(s) for s in range(121, 136)])
+    text = (src / "metrics.jsonl").read_text().replace("NaN", "null")  # non-finite numbers are null in the files
+    (src / "metrics.jsonl").write_text(text)
+    return src, fk, fk2
+
+
+def summary_rows(path):
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in Path(path).read_text().splitlines()
+            if ln.startswith("| ")]
+    return {r[1]: dict(zip(rows[0], r)) for r in rows[1:]}
+
+
+def exp_summary_rows(stdout):
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in stdout.splitlines() if ln.startswith("| ")]
+    return [dict(zip(rows[0], r)) for r in rows[1:]]
+
+
+def test_a_forks_summary_counts_the_steps_of_its_source_up_to_the_fork(tmp_path):
+    """trial 7 F1: a fork's steps and tokens counted its source's steps 1..S, but its peak max-logit, first step
+    over the threshold, spikes and non-finite steps (and exp_summary's hours) only its own steps after S."""
+    src, fk, fk2 = write_fork_chain(tmp_path)
+    p = subprocess.run([sys.executable, str(PLOT), str(src), str(fk), str(fk2), "--out", str(tmp_path / "cmp"),
+                        "--no-figures"], capture_output=True, text=True)
+    assert p.returncode == 0 and "note:" not in p.stderr, p.stderr
+    rows = summary_rows(tmp_path / "cmp_summary.md")
+    for name, steps, tokens in [("fk", "130", str(130 * 64)), ("fk2", "135", str(135 * 64))]:
+        row = rows[name]
+        assert row["steps"] == steps and row["tokens"] == tokens, row
+        assert row["peak max-logit"] == "30.000" and row["at step"] == "50", row  # src's step 50
+        assert row["first step > 10"] == "50" and row["non-finite steps"] == "1", row
+        assert row["loss spikes"] == "1", row  # step 112 against the 100 losses before it
+    assert rows["src"]["loss spikes"] == "0" and rows["src"]["peak max-logit"] == "30.000", rows["src"]
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "exp_summary.py"), str(fk), str(fk2)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    fork_row, fork2_row = exp_summary_rows(p.stdout)
+    assert fork_row["hours"] == "1.30" and fork2_row["hours"] == "1.35", (fork_row, fork2_row)  # 36 s a step from 1
+    assert fork_row["peak max-logit"] == "30.00" and fork_row["at step"] == "50", fork_row
+
+
+def test_a_fork_whose_source_moved_says_its_summary_counts_its_own_steps(tmp_path):
+    """The source of a fork moved away (or replaced by a run of another model): the cells counted over the steps
+    say which steps they count, and one note on stderr (and under the table) names the source and what it means."""
+    src, fk, fk2 = write_fork_chain(tmp_path)
+    src.rename(tmp_path / "elsewhere")
+    p = subprocess.run([sys.executable, str(PLOT), str(fk), str(fk2), "--out", str(tmp_path / "cmp"), "--no-figures"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
+    assert len(notes) == 2 and all(f"{src}/metrics.jsonl" in n and "does not exist" in n for n in notes), p.stderr
+    assert notes[0].startswith("note: fork fk: the summary cells marked (steps 111-130) count only those steps, "
+                               "not steps 1-110"), notes
+    assert notes[1].startswith("note: fork fk2: the summary cells marked (steps 111-135)"), notes  # fk's steps kept
+    rows = summary_rows(tmp_path / "cmp_summary.md")
+    row = rows["fk"]
+    assert row["steps"] == "130" and row["tokens"] == str(130 * 64), row  # forked_from's tokens: still counted
+    assert row["peak max-logit"] == "5.000 (steps 111-130)" and row["at step"] == "115", row
+    assert row["first step > 10"] == "- (steps 111-130)" and row["non-finite steps"] == "0 (steps 111-130)", row
+    assert row["loss spikes"] == "0 (steps 111-130)", row  # 1 loss before step 112 now: no spike to see
+    assert rows["fk2"]["peak max-logit"] == "5.000 (steps 111-135)" and rows["fk2"]["at step"] == "115", rows["fk2"]
+    assert "Fork fk: the summary cells marked (steps 111-130)" in (tmp_path / "cmp_summary.md").read_text()
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "exp_summary.py"), str(fk)], capture_output=True,
+                       text=True)
+    assert p.returncode == 0 and p.stderr.startswith("note: fork fk: ") and p.stderr.count("\n") == 1, p.stderr
+    row = exp_summary_rows(p.stdout)[0]
+    assert row["hours"] == "0.20 (steps 111-130)" and row["peak max-logit"] == "5.00 (steps 111-130)", row
+    # a run of another model there now is not the source: not counted, and said so
+    cfg = json.loads((fk / "config.json").read_text())
+    write_records(src, config(model=dict(cfg["model"], window=4), train=FORK_TRAIN),
+                  [train_record(s, max_logit=30.0) for s in range(1, 121)])
+    p = subprocess.run([sys.executable, str(PLOT), str(fk), "--out", str(tmp_path / "other"), "--no-figures"],
+                       capture_output=True, text=True)
+    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
+    assert len(notes) == 1 and "describes another model (window 4; the fork's 8)" in notes[0], p.stderr
+    assert summary_rows(tmp_path / "other_summary.md")["fk"]["peak max-logit"] == "5.000 (steps 111-130)"
+
+
+def stats_record(step, layers, heads, global_heads, window):
+    return {"step": step, "num_layers": layers, "num_heads": heads, "global_heads": global_heads, "window": window,
+            "attn": [{"layer": layer, "head": h, "global": h >= heads - global_heads, "max": 1.0, "min": -1.0,
+                      "entropy": 1.0} for layer in range(layers) for h in range(heads)]}
+
+
+def test_logit_stats_of_another_model_than_the_config_is_refused(tmp_path):
+    """trial 7 F3: a 3-layer G=2 run's logit_stats.jsonl copied into a 2-layer G=1 run's directory was drawn as 3
+    layer panels under the 2-layer run's label."""
+    run = tmp_path / "l2"
+    write_records(run, config(model={"num_layers": 2, "num_heads": 4, "global_heads": 1, "window": 8}),
+                  [train_record(s) for s in range(1, 4)])
+    (run / "logit_stats.jsonl").write_text("".join(json.dumps(stats_record(s, 3, 4, 2, 8)) + "\n" for s in (1, 2, 3)))
+    for cmd in ([PLOT, run, "--out", tmp_path / "p" / "cmp", "--formats", "png"],
+                [REPO / "scripts" / "exp_summary.py", run]):
+        p = subprocess.run([sys.executable] + [str(c) for c in cmd], capture_output=True, text=True)
+        err = p.stderr.strip().splitlines()
+        assert p.returncode == 1 and len(err) == 1 and err[0].startswith(f"error: {run}/logit_stats.jsonl "), p.stderr
+        assert "(L=3, NH=4, G=2, P=8 at step 1)" in err[0] and f"{run}/config.json (L=2, NH=4, G=1, P=8)" in err[0]
+        assert "put the run's own logit_stats.jsonl back" in err[0] and p.stdout == "", err
+    assert not (tmp_path / "p").exists()
+    # its own model's records: plotted
+    (run / "logit_stats.jsonl").write_text("".join(json.dumps(stats_record(s, 2, 4, 1, 8)) + "\n" for s in (1, 2, 3)))
+    p = subprocess.run([sys.executable, str(PLOT), str(run), "--out", str(tmp_path / "ok"), "--no-figures"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+
+
+def test_exp_summary_of_runs_not_named_by_ratio_reads_t_over_c_and_the_variant(tmp_path):
+    """trial 7 F4: for a directory not named r<ratio>_<variant>_s<seed>, T/C was T // C (0 for T=32, C=64) and the
+    variant '?'. Now the exact ratio and plot_run's attention label; rows of both kinds sort by T/C."""
+    runs = [("t32_c64", 32, 64, 4, 8), ("t48_c32", 48, 32, 0, 8), ("t64_c16", 64, 16, 1, 8), ("t96_c72", 96, 72, 1, 8)]
+    for name, t, c, g, p in runs:
+        write_records(tmp_path / name, config(model={"num_layers": 1, "num_heads": 4, "channels": c,
+                                                     "global_heads": g, "window": p},
+                                              train={"seq_len": t, "seed": 3}), [train_record(s) for s in (1, 2)])
+    write_records(tmp_path / "r2_ls_s1", config(model={"channels": 16}, train={"seq_len": 32}),
+                  [train_record(s) for s in (1, 2)])
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "exp_summary.py")] +
+                       [str(tmp_path / n) for n in ["t64_c16", "r2_ls_s1", "t96_c72", "t32_c64", "t48_c32"]],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    got = [(r["T/C"], r["T"], r["variant"], r["seed"]) for r in exp_summary_rows(p.stdout)]
+    assert got == [("0.5", "32", "MHSA", "3"), ("1.33", "96", "LS G=1/4 P=8", "3"), ("1.5", "48", "all-local P=8", "3"),
+                   ("2", "32", "ls", "1"), ("4", "64", "LS G=1/4 P=8", "3")], got
