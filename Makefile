@@ -638,10 +638,11 @@ TRAIN_ARGS_NEW := -x 300 -v 50 -s 100 -n 100
 TRAIN_ARGS ?=
 TRAIN_OUT ?= out/tinyshakespeare
 TRAIN_RESUMES = $(wildcard $(TRAIN_OUT)/config.json)
-# (none with a --config in TRAIN_ARGS, nor tiny Shakespeare's -i/-j: typed flags win over a config
-# file's, so they would replace the file's data, -x, -v, -s and -n)
-TRAIN_CONFIG_GIVEN = $(filter --config --config=%,$(TRAIN_ARGS))
-TRAIN_NEW_DEFAULTS = $(if $(TRAIN_CONFIG_GIVEN),,-i "$(TS_DIR)/train_*.bin" -j "$(TS_DIR)/val_*.bin" $(TRAIN_ARGS_NEW))
+# (none with a --config or --fork-from in TRAIN_ARGS, nor tiny Shakespeare's -i/-j: typed flags win
+# over a config file's and over the settings a fork takes from its source run, so they would replace
+# that data, -x, -v, -s and -n)
+TRAIN_SETTINGS_GIVEN = $(filter --config --config=% --fork-from --fork-from=%,$(TRAIN_ARGS))
+TRAIN_NEW_DEFAULTS = $(if $(TRAIN_SETTINGS_GIVEN),,-i "$(TS_DIR)/train_*.bin" -j "$(TS_DIR)/val_*.bin" $(TRAIN_ARGS_NEW))
 train: train_gpt2_ls $(TS_DIR)/meta.json
 	./train_gpt2_ls $(if $(TRAIN_RESUMES),-o $(TRAIN_OUT) -y 1 $(TRAIN_ARGS),\
 	  $(TRAIN_NEW_DEFAULTS) -o $(TRAIN_OUT) $(TRAIN_ARGS))

@@ -229,13 +229,17 @@ def test_make_train_twice_continues_the_run(tmp_path):
         {"step": 2, "flag": "--max-steps", "old": 2, "new": 4}]
 
 
-def test_make_train_with_a_config_file_takes_its_data_and_values(tmp_path):
+def test_make_train_with_a_config_file_or_a_fork_takes_its_data_and_values(tmp_path):
     """A re-trial: `make train TRAIN_ARGS="--config FILE"` typed tiny Shakespeare's -i/-j and the new-run
-    defaults before the file, and typed flags win over a file's, so the file's data and -x were replaced.
-    With a --config in TRAIN_ARGS the new run gets neither (make -n: the command only)."""
+    defaults before the file, and typed flags win over a file's, so the file's data and -x were replaced;
+    a trial of round 6: `--fork-from CKPT` likewise replaced the source run's -x (its schedule), -v, -s, -n
+    and data. With a --config or --fork-from in TRAIN_ARGS the new run gets neither (make -n: the command
+    only)."""
     out = tmp_path / "new"
     env = {k: v for k, v in os.environ.items() if k != "TRAIN_ARGS"}
-    for given, defaults in (("--config configs/paper_pg19.toml", False), ("-x 5", True)):
+    for given, defaults in (("--config configs/paper_pg19.toml", False), ("--config=configs/paper_pg19.toml", False),
+                            ("--fork-from out/src/model_00000010.bin", False),
+                            ("--fork-from=out/src/model_00000010.bin -x 40", False), ("-x 5", True)):
         p = subprocess.run(["make", "-n", "-s", "-o", "train_gpt2_ls", "-o", "data/shards/tinyshakespeare_gpt2/meta.json",
                             "train", f"TRAIN_OUT={out}", f"TRAIN_ARGS={given}"], cwd=REPO, capture_output=True,
                            text=True, timeout=60, env=env)
