@@ -13,7 +13,11 @@ fi
 HOSTFILE=$1; NPROCS=$2; shift 2
 [ -f "$HOSTFILE" ] || { echo "error: hostfile $HOSTFILE not found" >&2; exit 2; }
 BIN=${TRAIN_GPT2_LS:-$(cd "$(dirname "$0")/.." && pwd)/train_gpt2_ls}
-# -x: forward the environment NCCL and OpenMP read; --bind-to none lets OpenMP use the cores.
-exec mpirun -np "$NPROCS" --hostfile "$HOSTFILE" --bind-to none \
-    -x PATH -x LD_LIBRARY_PATH -x NCCL_DEBUG -x NCCL_SOCKET_IFNAME -x OMP_NUM_THREADS \
+# -x: forward the environment NCCL and OpenMP read, those variables that are set (Open MPI warns about
+# each unset one); --bind-to none lets OpenMP use the cores.
+forward=()
+for v in PATH LD_LIBRARY_PATH NCCL_DEBUG NCCL_SOCKET_IFNAME OMP_NUM_THREADS; do
+    [ -n "${!v+set}" ] && forward+=(-x "$v")
+done
+exec mpirun -np "$NPROCS" --hostfile "$HOSTFILE" --bind-to none "${forward[@]}" \
     ${MPIRUN_ARGS:-} "$BIN" --device cuda "$@"
