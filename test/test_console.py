@@ -4,11 +4,12 @@ end-of-run summary, console.log and samples.txt in -o (appended on resume, never
 wall-clock "time" of every metrics record, and integers printed as integers. The formatting itself
 is unit-tested in test/test_console.cpp."""
 import re
+import subprocess
 import time
 
 import numpy as np
 
-from run_helpers import TINY, data_args, read_jsonl, run, write_shard
+from run_helpers import BIN, REPO, TINY, data_args, read_jsonl, run, write_shard
 
 COMMON = TINY + ["-k", "constant", "-u", 0, "-l", "3e-3", "-v", 4, "-m", 2, "-s", 4, "-g", 12, "-n", 6,
                  "--logit-stats-every", 0]
@@ -167,3 +168,12 @@ def test_pruned_checkpoints_are_named_and_a_new_keep_on_resume_says_what_it_dele
                      f"of the 2 existing checkpoints in {out} (steps 10, 12)"], d.stderr
     assert [ln for ln in c.stderr.splitlines() if ln.startswith("pruned ")] == \
         ["pruned checkpoint of step 8 (--keep-checkpoints 2)"], c.stderr
+    # a trial of round 6: the pruned lines came before the line of the checkpoint whose save deleted them; in
+    # one stream (stdout flushed per line) each save's line comes first, then what it deleted
+    merged = subprocess.run([str(BIN), "--device", "cpu"] + [str(a) for a in args + ["-x", 18, "-y", 1]], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert merged.returncode == 0, merged.stdout
+    lines = [ln for ln in merged.stdout.splitlines() if ln.startswith(("checkpoint of step", "pruned checkpoint"))]
+    assert [ln.split(":")[0].split(" (")[0] for ln in lines] == [
+        "checkpoint of step 16", "pruned checkpoint of step 14", "checkpoint of step 18",
+        "pruned checkpoint of step 16"], merged.stdout

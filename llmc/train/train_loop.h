@@ -597,9 +597,13 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
         const int agreed = interrupts.agreed_signal(comm);  // the votes of this step (interrupt.h)
         const int sig = step < plan.max_steps ? agreed : 0;
         if (checkpoint_due(cfg, plan, r) || (sig != 0 && !cfg.output_dir.empty())) {
-            save_checkpoint(cfg, plan.model, step, model, loop, comm, checkpoint_settings(cfg, outputs, step));
+            const std::vector<int> pruned =
+                save_checkpoint(cfg, plan.model, step, model, loop, comm, checkpoint_settings(cfg, outputs, step));
             outputs.summary.weights = model_path(cfg.output_dir, step);
-            if (main_rank) outputs.log.print(checkpoint_line(step, outputs.summary.weights, r.alarm_checkpoint) + "\n");
+            if (main_rank) {  // the checkpoint, then the older ones its save deleted
+                outputs.log.print(checkpoint_line(step, outputs.summary.weights, r.alarm_checkpoint) + "\n");
+                std::fputs(pruned_checkpoint_lines(pruned, cfg.keep_checkpoints).c_str(), stderr);
+            }
         }
         if (sig != 0) {
             if (main_rank) std::fprintf(stderr, "%s\n", interrupt_line(sig, step, cfg.output_dir).c_str());

@@ -123,9 +123,10 @@ inline std::vector<int> alarm_pins(const std::string& out, const LogitAlarm& ala
 // Checkpoint `step` in -o: the model file (rank 0) and this rank's training state (weights'
 // optimizer state and the loop's); once every rank's files exist, the DONE marker with the fingerprint
 // of the settings that trained the step (`settings`, llmc/app/run_record.h) and the pruning (rank 0; the
-// logit alarm's pinned checkpoints are kept: alarm_pins), one line on stderr per step it deletes.
-inline void save_checkpoint(const TrainConfig& cfg, const ModelConfig& m, int step, TrainingModel& model,
-                            const LoopState& loop, Collective& comm, const std::string& settings) {
+// logit alarm's pinned checkpoints are kept: alarm_pins). Returns the steps it deleted, ascending (none on
+// other ranks), for the caller to say after the checkpoint's own line (pruned_checkpoint_lines).
+inline std::vector<int> save_checkpoint(const TrainConfig& cfg, const ModelConfig& m, int step, TrainingModel& model,
+                                        const LoopState& loop, Collective& comm, const std::string& settings) {
     TrainState st;
     st.step = step;
     st.rank = cfg.rank;
@@ -137,12 +138,18 @@ inline void save_checkpoint(const TrainConfig& cfg, const ModelConfig& m, int st
         save_model_checkpoint(model_path(out, step), m, model.params_buf.data(), step, false, cfg.seq_len);
     save_train_state(state_path(out, step, cfg.rank), m, st);
     comm.barrier();  // every rank's files exist before the marker
-    if (cfg.rank == 0) {
-        write_done_marker(out, step, cfg.world_size, settings);
-        for (const int pruned : prune_checkpoints(out, cfg.keep_checkpoints, step, alarm_pins(out, loop.alarm)))
-            std::fprintf(stderr, "pruned checkpoint of step %d (--keep-checkpoints %d)\n", pruned,
-                         cfg.keep_checkpoints);
-    }
+    if (cfg.rank != 0) return {};
+    write_done_marker(out, step, cfg.world_size, settings);
+    return prune_checkpoints(out, cfg.keep_checkpoints, step, alarm_pins(out, loop.alarm));
+}
+
+// One stderr line per checkpoint save_checkpoint deleted: "pruned checkpoint of step 8 (--keep-checkpoints 2)".
+inline std::string pruned_checkpoint_lines(const std::vector<int>& pruned, int keep) {
+    std::string text;
+    for (const int step : pruned)
+        text += "pruned checkpoint of step " + std::to_string(step) + " (--keep-checkpoints " + std::to_string(keep) +
+                ")\n";
+    return text;
 }
 
 // A resume or fork that gives --keep-checkpoints K for the first time, or lowers it, prunes checkpoints
