@@ -5,8 +5,9 @@ and seed, as markdown on stdout.
     scripts/exp_summary.py RUN_DIR [RUN_DIR ...] [--threshold X]
 
 Columns: T/C, T, variant and seed (from the directory name r<ratio>_<variant>_s<seed>; for another name from
-config.json: T/C = T / C, an integer when C divides T, else a short decimal such as 0.5, the variant as
-scripts/plot_run.py labels it, MHSA, LS G=g/NH P=p or all-local P=p, and the seed; rows sorted by T/C, variant
+config.json: T/C = T / C, an integer when C divides T, else a decimal of 3 significant digits (0.5, 1.33;
+one decimal from 100: 170.7), the variant as scripts/plot_run.py labels it, MHSA, MHSA (P=p >= T),
+LS G=g/NH P=p or all-local P=p, and the seed; rows sorted by T/C, variant
 and seed), steps, tokens, final validation loss and perplexity, peak max-logit and its step, final
 max-logit (the last step's), the first step whose max-logit exceeds --threshold, loss spikes,
 non-finite steps, and the near mass of the global heads at the last statistics record (mean over
@@ -35,7 +36,7 @@ import plot_run  # noqa: E402  (the reader and the summary row of every run plot
 def name_parts(path, config):
     """(ratio, variant, seed) from r<ratio>_<variant>_s<seed>, else from the config (plot_run.Run.label_config):
     T / C (an int when C divides T, else a float; None without T or C), the label's attention ("kind": MHSA,
-    LS G=g/NH P=p, all-local P=p; '?' without the model's heads) and the seed."""
+    MHSA (P=p >= T), LS G=g/NH P=p, all-local P=p; '?' without the model's heads) and the seed."""
     m = re.fullmatch(r"r(\d+)_(\w+?)_s(\d+)", os.path.basename(os.path.normpath(path)))
     if m:
         return int(m.group(1)), m.group(2), int(m.group(3))
@@ -47,8 +48,10 @@ def name_parts(path, config):
 
 
 def ratio_text(ratio):
-    """T/C as the table shows it: 4, 0.5, 0.375, 1.33."""
-    return "-" if ratio is None else str(ratio) if isinstance(ratio, int) else f"{ratio:.3g}"
+    """T/C as the table shows it: 4, 0.5, 0.375, 1.33, 170.7 (a fraction keeps a decimal)."""
+    if ratio is None:
+        return "-"
+    return str(ratio) if isinstance(ratio, int) else f"{ratio:.3g}" if ratio < 100 else f"{ratio:.1f}"
 
 
 def global_near_mass(run):

@@ -41,7 +41,7 @@ The other direction, labels whose mask shows keys the dump never attends (a loca
 global, or given a window above Q), gets one note per dump on stderr naming the window the map shows and the
 flags that would label it so, when the dumps' own model is not known (with it, the heads are labelled by it,
 and a flag that overrides it has its note above). A map counts as a local head's of window Q when every key at
-distance >= Q is exactly 0 while T >= 2Q, at least 90% of the keys at distances < Q are non-zero, and the key
+distance >= Q is exactly 0 while 2 <= Q and T >= 2Q (Q = 1 is also a head collapsed onto its own key), at least 90% of the keys at distances < Q are non-zero, and the key
 at distance Q - 1 is non-zero in at least half the rows, with a median probability of at least 1e-30. This is
 a note, not a refusal, because exact zeros are not proof of a mask: a global head whose far logits lie ~100
 below its near ones (the logit explosion this tool studies) underflows to the same zeros in float32 (exp
@@ -307,7 +307,7 @@ def looks_narrower(p, local, window):
     T = p.shape[0]
     rows, cols = np.nonzero(p)
     Q = int((rows - cols).max()) + 1
-    if Q >= (window if local else T) or T < 2 * Q:
+    if Q < 2 or Q >= (window if local else T) or T < 2 * Q:  # Q 1: a head collapsed onto its own key
         return None
     i = np.arange(T)[:, None]
     d = i - np.arange(T)[None, :]

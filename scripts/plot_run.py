@@ -70,7 +70,8 @@ own metrics.jsonl starts after the fork step S, so peak max-logit and its step, 
 loss spikes (our own rule over the whole sequence) and non-finite steps also count the training records of
 steps 1..S of the run it forked from, read from the checkpoint's directory (a relative path from the current
 directory, as the trainer takes it; a fork of a fork up to that fork's step, and so on). When a source cannot be
-read (moved or removed, its metrics.jsonl missing steps up to S, or its config.json of another model), those
+read (moved or removed, its metrics.jsonl missing steps up to S, its config.json of another model, or its record
+of step S written after the fork's first step: its directory trained again), those
 cells count the steps that can be (the fork's own: "12.345 (steps 11-20)"), and one note on stderr, repeated
 under the summary table, names the source and what is missing. Validation and final losses are the fork's own;
 the plots show the fork's own steps (the fork's line marks where they start).
@@ -210,7 +211,8 @@ class Run:
         """(training records, problem) that the summary counts: a fork's source records of the steps up to
         its fork step (source_train), then its own; problem: why some source's steps are missing, else None."""
         if self._counted is None:
-            earlier, problem = source_train(self.config, {os.path.realpath(self.path)})
+            earlier, problem = source_train(self.config, {os.path.realpath(self.path)},
+                                            first_time(self.metrics))
             self._counted = by_step(earlier + self.train), problem
         return self._counted
 
@@ -720,13 +722,21 @@ def markers_of(config):
 MAX_FORK_DEPTH = 100  # sources read back through forks of forks (a loop of "forked_from" stops there)
 
 
-def source_train(config, seen):
+def first_time(records):
+    """The earliest wall-clock "time" (Unix seconds) of metrics records, None when none has one."""
+    times = [r["time"] for r in records if isinstance(r.get("time"), (int, float))]
+    return min(times) if times else None
+
+
+def source_train(config, seen, started=None):
     """(records, problem) of a run with config.json `config`: for a fork ("forked_from": its checkpoint and step
     S) the training records of steps 1..S that trained the checkpoint, read from the checkpoint's directory (a
     relative path from the current directory, as the trainer takes it): the source's records of steps up to S,
     after its own source's when it is a fork too (recursively). problem is None when every step 1..S is there;
     else it says which source cannot be read, and records holds the steps of the sources after it (ending at S,
-    or none). `seen`: the real paths of the runs already read. ([], None) for a run that is no fork."""
+    or none). `seen`: the real paths of the runs already read; `started`: the earliest "time" of the forking
+    run's own records (None: unknown): a source whose record of step S is younger was written after the fork
+    (its directory trained again) and is not the fork's past. ([], None) for a run that is no fork."""
     fork = (config or {}).get("forked_from")
     if not fork:
         return [], None
@@ -734,18 +744,23 @@ def source_train(config, seen):
     src = os.path.dirname(ckpt) or "."
     mpath, cpath = os.path.join(src, "metrics.jsonl"), os.path.join(src, "config.json")
     real = os.path.realpath(src)
-    if real in seen or len(seen) > MAX_FORK_DEPTH:
+    if real in seen:
         return [], (f"its sources' \"forked_from\" lead back to {src} (a loop): their steps before {step + 1} "
                     "are unknown")
+    if len(seen) > MAX_FORK_DEPTH:
+        return [], f"its sources are forks more than {MAX_FORK_DEPTH} deep: steps before {step + 1} are not read"
+
     if not os.path.isfile(mpath):
         return [], (f"{mpath}, the record of the run it forked from at step {step} ({ckpt}), does not exist (moved or "
                     f"removed?); put that run back at {src} to count its steps 1-{step}")
     try:
         source_config = read_config(cpath)
-        records = [r for r in by_step(read_jsonl(mpath)) if "loss" in r and r["step"] <= step]
+        source_records = by_step(read_jsonl(mpath))
+        records = [r for r in source_records if "loss" in r and r["step"] <= step]
     except (PlotError, OSError, ValueError) as e:
         return [], f"the record of the run it forked from at step {step} cannot be read ({e})"
-    mine, theirs = (config.get("model") or {}), ((source_config or {}).get("model") or {})
+    mine, theirs = config.get("model"), (source_config or {}).get("model")
+    mine, theirs = (m if isinstance(m, dict) else {} for m in (mine, theirs))
     differ = sorted(k for k in set(mine) & set(theirs) if mine[k] != theirs[k])
     if differ:  # a fork has its checkpoint's model
         return [], (f"{cpath} describes another model ({', '.join(f'{k} {theirs[k]}' for k in differ)}; the fork's "
@@ -755,9 +770,14 @@ def source_train(config, seen):
     first = source_fork["step"] + 1 if source_fork else 1
     missing = sorted(set(range(first, step + 1)) - {r["step"] for r in records})
     if missing:
-        return [], (f"{mpath} lacks the training records of steps {missing[0]}-{missing[-1]} (of {first}-{step}, "
-                    f"which trained {ckpt})")
-    earlier, problem = source_train(source_config, seen | {real})
+        which = f"step {missing[0]}" if len(missing) == 1 else f"{len(missing)} steps ({missing[0]} to {missing[-1]})"
+        return [], f"{mpath} lacks the training record of {which} of {first}-{step}, which trained {ckpt}"
+    written = next((r.get("time") for r in records if r["step"] == step), None)
+    if isinstance(written, (int, float)) and started is not None and written > started:
+        return [], (f"{mpath}'s record of step {step} was written after this fork's first step (its directory "
+                    f"trained again since): {src} no longer holds the run it forked from")
+    earlier, problem = source_train(source_config, seen | {real},
+                                    first_time([r for r in source_records if r["step"] >= first]))
     return earlier + records, problem
 
 

@@ -559,6 +559,7 @@ def test_plot_attention_notes_labels_that_show_keys_the_dump_never_attends(tmp_p
     maps["recency"] = masked_softmax(-15.0 * (i - j) + rng.normal(0, 1, (Tn, Tn)), causal)
     maps["collapsed"] = np.eye(Tn, k=-1, dtype=np.float32)  # all on the previous key (row 0: itself)
     maps["collapsed"][0, 0] = 1.0
+    maps["self"] = np.eye(Tn, dtype=np.float32)  # all on its own key: Q = 1, no window's band (a review)
     assert np.count_nonzero(maps["underflow"][~causal | (maps["underflow"] == 0)]) == 0
     assert (maps["underflow"][causal] == 0).sum() == 3 * (Tn - 40)
     assert np.all(maps["recency"][(i - j) >= 8] == 0)  # every far key 0, as under a window of 8
@@ -589,7 +590,7 @@ def test_plot_attention_notes_labels_that_show_keys_the_dump_never_attends(tmp_p
     assert len(got) == 2 and "cannot check" in got[0] and f"(by --config {tmp_path / 'other.json'})" in got[1], got
     # its own labels, and heads that are global: no note
     assert notes("band", "--window", Pn, "--global-heads", 1, "--heads", 4)[0] == []
-    for name in ["global", "underflow", "recency", "collapsed"]:
+    for name in ["global", "underflow", "recency", "collapsed", "self"]:
         assert notes(name, "--window", Pn, "--global-heads", 2, "--heads", 4)[0] == [], name
     # the other direction is refused, as before
     p = plot([dump, "--window", 4, "--global-heads", 1, "--heads", 4, "--out", tmp_path / "no"], check=False)

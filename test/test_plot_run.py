@@ -840,6 +840,28 @@ def test_a_fork_whose_source_moved_says_its_summary_counts_its_own_steps(tmp_pat
     assert summary_rows(tmp_path / "other_summary.md")["fk"]["peak max-logit"] == "5.000 (steps 111-130)"
 
 
+def test_a_fork_whose_source_trained_again_or_named_relatively(tmp_path, monkeypatch):
+    """A review: the source directory trained again with the same model after the fork (its records younger
+    than the fork's first step) was counted as the fork's past; it is not, and said so. A relative checkpoint
+    path is read from the current directory, as the trainer reads it."""
+    model = {"num_layers": 2, "num_heads": 4, "channels": 16, "global_heads": 1, "window": 8, "max_seq_len": 32}
+    src, fk = tmp_path / "src", tmp_path / "fk"
+    timed = lambda s, t0, **kw: dict(train_record(s, **kw), time=t0 + s)  # noqa: E731
+    write_records(src, config(model=model, train=FORK_TRAIN),
+                  [timed(s, 1000.0, max_logit=30.0 if s == 3 else 2.0) for s in range(1, 21)])
+    monkeypatch.chdir(tmp_path)
+    fork = dict(fork_of(Path("src"), 10, 640), checkpoint="src/model_00000010.bin")
+    write_records(fk, config(model=model, train=FORK_TRAIN, forked_from=fork),
+                  [timed(s, 2000.0) for s in range(11, 31)])
+    row = plot_run.summarize(plot_run.Run(str(fk)), 10.0)
+    assert row["source_note"] is None and row["peak_max_logit"] == 30.0 and row["peak_step"] == 3, row
+    (src / "metrics.jsonl").write_text("".join(  # trained again after the fork: not its past
+        json.dumps(timed(s, 3000.0, max_logit=99.0 if s == 3 else 2.0)) + "\n" for s in range(1, 21)))
+    row = plot_run.summarize(plot_run.Run(str(fk)), 10.0)
+    assert row["peak_max_logit"] == 2.0 and row["counted_from"] == 11, row
+    assert "record of step 10 was written after this fork's first step" in row["source_note"], row["source_note"]
+
+
 def stats_record(step, layers, heads, global_heads, window):
     return {"step": step, "num_layers": layers, "num_heads": heads, "global_heads": global_heads, "window": window,
             "attn": [{"layer": layer, "head": h, "global": h >= heads - global_heads, "max": 1.0, "min": -1.0,
