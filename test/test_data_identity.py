@@ -159,6 +159,17 @@ def test_swapped_or_shared_train_and_val_are_refused(data_sets):
             f"{sp}/train_000000.bin")
 
 
+def test_a_pattern_naming_the_data_directory_is_refused_before_any_identity_note(sp_run):
+    """-j DIR (the data set's directory, not its shards) is one error naming the directory and the shard
+    patterns to give; no note first about the directory above it (whose identity glob_dir would read) and
+    no identity error from there."""
+    data, out = sp_run
+    expect = (f"the shard pattern '{data}' matches the directory '{data}/'", f"'{data}/val_*.bin'")
+    refused(["-i", f"{data}/train_*.bin", "-j", data] + TINY_RUN, *expect)
+    refused(["-i", data, "-j", f"{data}/val_*.bin"] + TINY_RUN, *expect)
+    refused(["--eval-only", "-e", out / "model_00000001.bin", "-j", data], *expect)
+
+
 def test_a_copy_of_a_training_shard_as_validation_is_refused(byte_data, tmp_path):
     """A new-user trial copied train_000000.bin to val_000000.bin in a folder without meta.json: the run took it as
     validation data with only a note (the paths differ), so its validation loss was a loss on training tokens. The

@@ -396,8 +396,16 @@ TEST_CASE("the loader refuses bad input with a clear error", "[loader]") {
     }
     SECTION("glob matching a directory") {
         fs::create_directories(dir.file("train_dir"));
+        const std::string named = "matches the directory '" + dir.file("train_dir") + "/'";
+        const std::string fix =
+            "e.g. '" + dir.file("train_dir") + "/train_*.bin' or '" + dir.file("train_dir") + "/val_*.bin'";
         REQUIRE_THROWS_WITH(llmc::DataLoader(dir.file("train_*"), 1, 4, 0, 1, false, 0, 100),
-                            Contains("matches the directory"));
+                            Contains(named) && Contains(fix));
+        // the check every reader of a data set's identity makes first (read_data_identity), with the same line
+        REQUIRE_THROWS_WITH(llmc::refuse_directory_match(dir.file("train_dir")), Contains(named) && Contains(fix));
+        write_index_shards(dir, {30});
+        REQUIRE_NOTHROW(llmc::refuse_directory_match(dir.file("train_0*.bin")));
+        REQUIRE_NOTHROW(llmc::refuse_directory_match(dir.file("nothing_*.bin")));  // the loader names it
     }
     SECTION("a malformed shard among good ones is named at construction") {
         write_index_shards(dir, {30, 30});

@@ -58,8 +58,10 @@ struct DataIdentity {
 };
 
 // The identity of the data set whose shards `pattern` matches. A meta.json that is not a JSON
-// object is refused (data_vocab_size) with InputError naming it.
+// object is refused (data_vocab_size) with InputError naming it, and so is a pattern that matches a
+// directory (refuse_directory_match: its identity would be the parent directory's).
 inline DataIdentity read_data_identity(const std::string& pattern) {
+    refuse_directory_match(pattern);
     DataIdentity id;
     id.dir = glob_dir(pattern);
     id.vocab = data_vocab_size(pattern, &id.vocab_source);

@@ -45,6 +45,28 @@
 
 namespace llmc {
 
+// The one line for a shard pattern that matches a directory `dir` (GLOB_MARK's form, ending in '/'):
+// -j data/x where 'data/x/val_*.bin' was meant.
+inline InputError directory_match_error(const std::string& pattern, const std::string& dir) {
+    return InputError("the shard pattern '" + pattern + "' matches the directory '" + dir +
+                      "'; make it match shard files only, e.g. '" + dir + "train_*.bin' or '" + dir + "val_*.bin'");
+}
+
+// Refuses a shard pattern that matches a directory before anything reads a data set's identity from
+// the directory above it (glob_dir of 'data/x' is 'data'): its notes and errors would be about that
+// directory. The data loader refuses the same pattern with the same line (DataLoader::glob_paths).
+inline void refuse_directory_match(const std::string& pattern) {
+    glob_t g;
+    std::string dir;
+    if (glob(pattern.c_str(), GLOB_MARK, nullptr, &g) == 0)
+        for (size_t i = 0; i < g.gl_pathc && dir.empty(); i++) {
+            const std::string match = g.gl_pathv[i];
+            if (!match.empty() && match.back() == '/') dir = match;
+        }
+    globfree(&g);
+    if (!dir.empty()) throw directory_match_error(pattern, dir);
+}
+
 // The directory of the data set a shard glob reads: where its meta.json and tokenizer.bin are.
 //   - a directory part without wildcards is that directory ("." when the pattern has none);
 //   - a directory part with wildcards (data/*_sp/train_*.bin) is the one directory all its matches
@@ -284,12 +306,8 @@ private:
         }
         if (rc != 0)
             throw InputError("cannot read the files matching '" + pattern + "' (glob error); check the pattern");
-        for (const std::string& p : paths) {
-            if (!p.empty() && p.back() == '/') {
-                throw InputError("the shard pattern '" + pattern + "' matches the directory '" + p +
-                                 "'; make it match shard files only, e.g. 'DIR/train_*.bin'");
-            }
-        }
+        for (const std::string& p : paths)
+            if (!p.empty() && p.back() == '/') throw directory_match_error(pattern, p);
         std::sort(paths.begin(), paths.end());
         return paths;
     }
