@@ -4,11 +4,13 @@ and seed, as markdown on stdout.
 
     scripts/exp_summary.py RUN_DIR [RUN_DIR ...] [--threshold X]
 
-Columns: T/C, T, variant and seed (from the directory name r<ratio>_<variant>_s<seed>; for another name from
-config.json: T/C = T / C, an integer when C divides T, else a decimal of 3 significant digits (0.5, 1.33;
-one decimal from 100: 170.7), the variant as scripts/plot_run.py labels it, MHSA, MHSA (P=p >= T),
-LS G=g/NH P=p or all-local P=p, and the seed; rows sorted by T/C, variant
-and seed), steps, tokens, final validation loss and perplexity, peak max-logit and its step, final
+Columns: the run (its directory's name), T/C, T, variant and seed (from the directory name
+r<ratio>_<variant>_s<seed>; for another name from config.json: T/C = T / C, an integer when C divides T,
+else a decimal of 3 significant digits (0.5, 1.33; one decimal from 100: 170.7), the variant as
+scripts/plot_run.py labels it: the attention (MHSA, MHSA (P=p >= T), LS G=g/NH P=p or all-local P=p) and
+each model option and stabilizer the run has (QK-norm, soft-cap, no bias, erf GELU, z-loss, QK-Clip:
+"MHSA, QK-norm"), and the seed; rows sorted by T/C, variant and seed), steps,
+tokens, final validation loss and perplexity, peak max-logit and its step, final
 max-logit (the last step's), the first step whose max-logit exceeds --threshold, loss spikes,
 non-finite steps, and the near mass of the global heads at the last statistics record (mean over
 layers and global heads of the attention mass on keys with i - j < N; "-" for runs without global
@@ -33,18 +35,25 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import plot_run  # noqa: E402  (the reader and the summary row of every run plot)
 
 
+# The label pieces (plot_run.label_parts) beside the attention that make a run another variant: without them a
+# QK-norm run and a plain one of one attention layout would be two rows of one variant.
+VARIANT_OPTIONS = ("qk_norm", "attn_softcap", "bias", "gelu", "z_loss", "qk_clip")
+
+
 def name_parts(path, config):
     """(ratio, variant, seed) from r<ratio>_<variant>_s<seed>, else from the config (plot_run.Run.label_config):
     T / C (an int when C divides T, else a float; None without T or C), the label's attention ("kind": MHSA,
-    MHSA (P=p >= T), LS G=g/NH P=p, all-local P=p; '?' without the model's heads) and the seed."""
+    MHSA (P=p >= T), LS G=g/NH P=p, all-local P=p; '?' without the model's heads) with its VARIANT_OPTIONS
+    pieces ("MHSA, QK-norm") and the seed."""
     m = re.fullmatch(r"r(\d+)_(\w+?)_s(\d+)", os.path.basename(os.path.normpath(path)))
     if m:
         return int(m.group(1)), m.group(2), int(m.group(3))
     train, model = (config or {}).get("train", {}), (config or {}).get("model", {})
     t, c = train.get("seq_len"), model.get("channels")
     ratio = (t // c if t % c == 0 else t / c) if t and c else None
-    kind = {key: text for key, text, _ in plot_run.label_parts(config)}.get("kind", "?")
-    return ratio, kind, train.get("seed")
+    parts = {key: text for key, text, _ in plot_run.label_parts(config)}
+    variant = ", ".join([parts.get("kind", "?")] + [parts[k] for k in VARIANT_OPTIONS if k in parts])
+    return ratio, variant, train.get("seed")
 
 
 def ratio_text(ratio):
@@ -106,13 +115,15 @@ def main(argv=None):
         T = train.get("seq_len")
         tokens = s["tokens"]
         rows.append(((ratio if ratio is not None else 0, variant, seed or 0), [
-            ratio_text(ratio), plot_run.fmt(T), variant, plot_run.fmt(seed), plot_run.fmt(s["steps"]),
+            os.path.basename(os.path.normpath(path)), ratio_text(ratio), plot_run.fmt(T), variant, plot_run.fmt(seed),
+            plot_run.fmt(s["steps"]),
             plot_run.fmt(tokens), plot_run.fmt(s["final_val_loss"]), plot_run.fmt(s["val_ppl"], ".2f"),
             plot_run.fmt(s["peak_max_logit"], ".2f") + span, plot_run.fmt(s["peak_step"]),
             plot_run.fmt(last_ml, ".2f"), plot_run.fmt(s["first_cross"]) + span, plot_run.fmt(s["spikes"]) + span,
             plot_run.fmt(s["nonfinite"]) + span, plot_run.fmt(global_near_mass(run), ".3f"),
             plot_run.fmt(uniform_near_mass(T, last_near(run)), ".3f"), plot_run.fmt(hours, ".2f") + span]))
-    head = ["T/C", "T", "variant", "seed", "steps", "tokens", "final val loss", "val ppl", "peak max-logit", "at step",
+    head = ["run", "T/C", "T", "variant", "seed", "steps", "tokens", "final val loss", "val ppl", "peak max-logit",
+            "at step",
             "final max-logit", f"first step > {a.threshold:g}", "loss spikes", "non-finite", "near mass (global heads)",
             "near mass if uniform", "hours"]
     print("| " + " | ".join(head) + " |")

@@ -907,3 +907,22 @@ def test_exp_summary_of_runs_not_named_by_ratio_reads_t_over_c_and_the_variant(t
     got = [(r["T/C"], r["T"], r["variant"], r["seed"]) for r in exp_summary_rows(p.stdout)]
     assert got == [("0.5", "32", "MHSA", "3"), ("1.33", "96", "LS G=1/4 P=8", "3"), ("1.5", "48", "all-local P=8", "3"),
                    ("2", "32", "ls", "1"), ("4", "64", "LS G=1/4 P=8", "3")], got
+    assert [r["run"] for r in exp_summary_rows(p.stdout)] == ["t32_c64", "t96_c72", "t48_c32", "r2_ls_s1", "t64_c16"]
+
+
+def test_exp_summary_names_the_model_options_and_stabilizers_of_a_variant(tmp_path):
+    """A QK-norm run and a plain one of one attention layout (directories not named r<ratio>_<variant>_s<seed>)
+    were two rows of variant 'MHSA': the variant now names each option and stabilizer, and the run column the
+    directory."""
+    model = {"num_layers": 1, "num_heads": 4, "channels": 16, "global_heads": 4, "window": 8}
+    for name, m, t in [("plain", {}, {}), ("qkn", {"qk_norm": True}, {}),
+                       ("cap_z", {"attn_softcap": 30.0, "bias": False, "gelu": "erf"}, {"z_loss": 1e-4}),
+                       ("clip", {}, {"qk_clip": 50.0})]:
+        write_records(tmp_path / name, config(model=dict(model, **m), train=dict({"seq_len": 32, "seed": 3}, **t)),
+                      [train_record(s) for s in (1, 2)])
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "exp_summary.py")] +
+                       [str(tmp_path / n) for n in ["plain", "qkn", "cap_z", "clip"]], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    got = {r["run"]: r["variant"] for r in exp_summary_rows(p.stdout)}
+    assert got == {"plain": "MHSA", "qkn": "MHSA, QK-norm", "clip": "MHSA, QK-Clip 50",
+                   "cap_z": "MHSA, soft-cap 30, no bias, erf GELU, z-loss 1e-4"}, got
