@@ -8,8 +8,9 @@ Columns: the run (its directory's name), T/C, T, variant and seed (from the dire
 r<ratio>_<variant>_s<seed>; for another name from config.json: T/C = T / C, an integer when C divides T,
 else a decimal of 3 significant digits (0.5, 1.33; one decimal from 100: 170.7), the variant as
 scripts/plot_run.py labels it: the attention (MHSA, MHSA (P=p >= T), LS G=g/NH P=p or all-local P=p) and
-each model option and stabilizer the run has (QK-norm, soft-cap, no bias, erf GELU, z-loss, QK-Clip:
-"MHSA, QK-norm"), and the seed; rows sorted by T/C, variant and seed), steps,
+each model option and stabilizer that plot_run labels and the run has (QK-norm, soft-cap, no bias, erf GELU,
+z-loss, QK-Clip, logit alarm, skip spikes, a grad-clip other than 1: "MHSA, QK-norm"; not tied or untied
+embeddings), and the seed; rows sorted by T/C, variant and seed), steps,
 tokens, final validation loss and perplexity, peak max-logit and its step, final
 max-logit (the last step's), the first step whose max-logit exceeds --threshold, loss spikes,
 non-finite steps, and the near mass of the global heads at the last statistics record (mean over
@@ -35,9 +36,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import plot_run  # noqa: E402  (the reader and the summary row of every run plot)
 
 
-# The label pieces (plot_run.label_parts) beside the attention that make a run another variant: without them a
-# QK-norm run and a plain one of one attention layout would be two rows of one variant.
-VARIANT_OPTIONS = ("qk_norm", "attn_softcap", "bias", "gelu", "z_loss", "qk_clip")
+# The label pieces (plot_run.label_parts) beside the attention that make a run another variant: the model
+# options and every stabilizer plot_run labels (without them a QK-norm run and a plain one of one attention
+# layout would be two rows of one variant). Settings plot_run does not label (tied or untied embeddings) are
+# not in the variant; the run column tells such runs apart.
+VARIANT_OPTIONS = (("qk_norm", "attn_softcap", "bias", "gelu") + tuple(key for _, key, _, _ in plot_run.TRAIN_STABILIZERS)
+                   + ("grad_clip",))
 
 
 def name_parts(path, config):

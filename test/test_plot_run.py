@@ -917,12 +917,13 @@ def test_exp_summary_names_the_model_options_and_stabilizers_of_a_variant(tmp_pa
     model = {"num_layers": 1, "num_heads": 4, "channels": 16, "global_heads": 4, "window": 8}
     for name, m, t in [("plain", {}, {}), ("qkn", {"qk_norm": True}, {}),
                        ("cap_z", {"attn_softcap": 30.0, "bias": False, "gelu": "erf"}, {"z_loss": 1e-4}),
-                       ("clip", {}, {"qk_clip": 50.0})]:
+                       ("clip", {}, {"qk_clip": 50.0}), ("guard", {}, {"skip_spikes": 3.0, "grad_clip": 0.0})]:
         write_records(tmp_path / name, config(model=dict(model, **m), train=dict({"seq_len": 32, "seed": 3}, **t)),
                       [train_record(s) for s in (1, 2)])
     p = subprocess.run([sys.executable, str(REPO / "scripts" / "exp_summary.py")] +
-                       [str(tmp_path / n) for n in ["plain", "qkn", "cap_z", "clip"]], capture_output=True, text=True)
+                       [str(tmp_path / n) for n in ["plain", "qkn", "cap_z", "clip", "guard"]], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     got = {r["run"]: r["variant"] for r in exp_summary_rows(p.stdout)}
     assert got == {"plain": "MHSA", "qkn": "MHSA, QK-norm", "clip": "MHSA, QK-Clip 50",
+                   "guard": "MHSA, skip spikes z>3, grad-clip off",
                    "cap_z": "MHSA, soft-cap 30, no bias, erf GELU, z-loss 1e-4"}, got
