@@ -168,6 +168,12 @@ def test_a_pattern_naming_the_data_directory_is_refused_before_any_identity_note
     refused(["-i", f"{data}/train_*.bin", "-j", data] + TINY_RUN, *expect)
     refused(["-i", data, "-j", f"{data}/val_*.bin"] + TINY_RUN, *expect)
     refused(["--eval-only", "-e", out / "model_00000001.bin", "-j", data], *expect)
+    # a new run sizes its model from the data's vocabulary (meta.json) before any identity check: the
+    # directory above the data set holds a meta.json whose error would be about the wrong data set
+    (data.parent / "meta.json").write_text("[1, 2]")
+    refused(["-i", data, "-j", f"{data}/val_*.bin"] + TINY_RUN, *expect)
+    (data.parent / "meta.json").write_text('{"vocab_size": 60000}')
+    refused(["-i", data, "-j", ""] + TINY_RUN, *expect)
 
 
 def test_a_copy_of_a_training_shard_as_validation_is_refused(byte_data, tmp_path):

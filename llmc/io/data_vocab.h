@@ -21,8 +21,10 @@ namespace llmc {
 // header. Returns -1 when neither is there (or meta.json has no "vocab_size"); *source names where it
 // came from. A meta.json that is not a JSON object or whose vocab_size is not an integer in
 // [1, 2^31 - 1], and a tokenizer.bin header with V = 0 or V >= 2^31, are refused with InputError
-// naming the file (docs/reliability.md).
+// naming the file (docs/reliability.md); so is a pattern that matches a directory, first
+// (refuse_directory_match: the files read would be the parent directory's).
 inline int data_vocab_size(const std::string& pattern, std::string* source) {
+    refuse_directory_match(pattern);
     const std::string dir = glob_dir(pattern);
     const std::string meta = dir + "/meta.json";
     std::ifstream in(meta);
