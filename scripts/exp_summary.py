@@ -4,8 +4,9 @@ and seed, as markdown on stdout.
 
     scripts/exp_summary.py RUN_DIR [RUN_DIR ...] [--threshold X]
 
-Columns: the run (its directory's name), T/C, T, variant and seed (from the directory name
-r<ratio>_<variant>_s<seed>; for another name from config.json: T/C = T / C, an integer when C divides T,
+Columns: the run (its directory's name, with the parent folders that tell two runs of one name apart),
+T/C, T, variant and seed (from the directory name r<ratio>_<variant>_s<seed>; for another name from
+config.json: T/C = T / C, an integer when C divides T,
 else a decimal of 3 significant digits (0.5, 1.33; one decimal from 100: 170.7), the variant as
 scripts/plot_run.py labels it: the attention (MHSA, MHSA (P=p >= T), LS G=g/NH P=p or all-local P=p) and
 each model option and stabilizer that plot_run labels and the run has (QK-norm, soft-cap, no bias, erf GELU,
@@ -89,6 +90,20 @@ def last_near(run):
     return (run.config or {}).get("train", {}).get("near") or (run.config or {}).get("model", {}).get("window")
 
 
+def run_names(paths):
+    """Each run's name for the run column: its directory's name, with as many parent folders as it takes
+    to tell it from the other runs' (a/r2_ls_s1 and b/r2_ls_s1, not r2_ls_s1 twice)."""
+    parts = [os.path.normpath(os.path.abspath(p)).split(os.sep) for p in paths]
+    names = []
+    for i, own in enumerate(parts):
+        depth = 1
+        while depth < len(own) and any(other[-depth:] == own[-depth:] for j, other in enumerate(parts)
+                                       if j != i and other != own):
+            depth += 1
+        names.append("/".join(own[-depth:]))
+    return names
+
+
 def uniform_near_mass(T, near):
     """The near mass of uniform causal attention over T rows: mean over i of min(i + 1, N) / (i + 1)."""
     if not T or not near:
@@ -102,7 +117,7 @@ def main(argv=None):
     ap.add_argument("--threshold", type=float, default=20.0)
     a = ap.parse_args(argv)
     rows = []
-    for path in a.runs:
+    for path, name in zip(a.runs, run_names(a.runs)):
         try:
             run = plot_run.Run(path)
         except plot_run.PlotError as e:
@@ -119,7 +134,7 @@ def main(argv=None):
         T = train.get("seq_len")
         tokens = s["tokens"]
         rows.append(((ratio if ratio is not None else 0, variant, seed or 0), [
-            os.path.basename(os.path.normpath(path)), ratio_text(ratio), plot_run.fmt(T), variant, plot_run.fmt(seed),
+            name, ratio_text(ratio), plot_run.fmt(T), variant, plot_run.fmt(seed),
             plot_run.fmt(s["steps"]),
             plot_run.fmt(tokens), plot_run.fmt(s["final_val_loss"]), plot_run.fmt(s["val_ppl"], ".2f"),
             plot_run.fmt(s["peak_max_logit"], ".2f") + span, plot_run.fmt(s["peak_step"]),

@@ -927,3 +927,19 @@ def test_exp_summary_names_the_model_options_and_stabilizers_of_a_variant(tmp_pa
     assert got == {"plain": "MHSA", "qkn": "MHSA, QK-norm", "clip": "MHSA, QK-Clip 50",
                    "guard": "MHSA, skip spikes z>3, grad-clip off",
                    "cap_z": "MHSA, soft-cap 30, no bias, erf GELU, z-loss 1e-4"}, got
+
+
+def test_exp_summary_tells_two_runs_of_one_name_apart(tmp_path):
+    """Two r2_ls_s1 directories under different parents (two campaigns) were two rows named r2_ls_s1: the run
+    column now adds the parent folders that tell them apart, and only to the names that need them."""
+    for parent in ("w1", "w2"):
+        (tmp_path / parent).mkdir()
+        write_records(tmp_path / parent / "r2_ls_s1", config(model={"channels": 16}, train={"seq_len": 32}),
+                      [train_record(s) for s in (1, 2)])
+    write_records(tmp_path / "w1" / "r4_ls_s1", config(model={"channels": 16}, train={"seq_len": 64}),
+                  [train_record(s) for s in (1, 2)])
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "exp_summary.py")] +
+                       [str(tmp_path / r) for r in ["w2/r2_ls_s1", "w1/r2_ls_s1/", "w1/r4_ls_s1"]],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert sorted(r["run"] for r in exp_summary_rows(p.stdout)) == ["r4_ls_s1", "w1/r2_ls_s1", "w2/r2_ls_s1"]
