@@ -403,7 +403,12 @@ TEST_CASE("the loader refuses bad input with a clear error", "[loader]") {
                             Contains(named) && Contains(fix));
         // the check every reader of a data set's identity makes first (read_data_identity), with the same line
         REQUIRE_THROWS_WITH(llmc::refuse_directory_match(dir.file("train_dir")), Contains(named) && Contains(fix));
+        // written with a trailing slash, as a shell's completion leaves it
+        REQUIRE_THROWS_WITH(llmc::refuse_directory_match(dir.file("train_dir/")), Contains(named) && Contains(fix));
         write_index_shards(dir, {30});
+        // a pattern matching shards and the directory beside them: refused, not read with the shards
+        REQUIRE_THROWS_WITH(llmc::refuse_directory_match(dir.file("train_*")), Contains(named));
+        REQUIRE_THROWS_WITH(llmc::DataLoader(dir.file("train_*"), 1, 4, 0, 1, false, 0, 100), Contains(named));
         REQUIRE_NOTHROW(llmc::refuse_directory_match(dir.file("train_0*.bin")));
         REQUIRE_NOTHROW(llmc::refuse_directory_match(dir.file("nothing_*.bin")));  // the loader names it
     }
