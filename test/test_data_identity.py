@@ -83,7 +83,17 @@ def test_same_tokenizer_in_another_directory_trains(data_sets, tmp_path):
     copy = tmp_path / "sp_copy"
     shutil.copytree(sp, copy)
     p = run(["-i", f"{sp}/train_*.bin", "-j", f"{copy}/val_*.bin", "-o", tmp_path / "run"] + TINY_RUN)
-    assert "note:" not in p.stderr and "error" not in p.stderr
+    assert "note:" not in p.stderr and "error" not in p.stderr  # a copy (the same meta.json): one data set
+    # another data set tokenized alike (its meta.json differs): trains, with the note that validation is not
+    # the training data's own split (trial 8 F3)
+    meta = json.loads((copy / "meta.json").read_text())
+    meta["dataset"] = "other"
+    (copy / "meta.json").write_text(json.dumps(meta))
+    p = run(["-i", f"{sp}/train_*.bin", "-j", f"{copy}/val_*.bin", "-o", tmp_path / "run2"] + TINY_RUN)
+    assert [ln for ln in p.stderr.splitlines() if ln.startswith("note:")] == [
+        f"note: -j '{copy}/val_*.bin' is in another directory than -i '{sp}/train_*.bin' ({copy}, not {sp}): the "
+        "validation loss is that of another data set than the training data's; for its own validation split give "
+        f"-j '{sp}/val_*.bin'"], p.stderr
 
 
 def test_validation_without_meta_or_tokenizer_trains_with_a_note(byte_data, tmp_path):

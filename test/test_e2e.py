@@ -716,12 +716,15 @@ def test_eval_only_refuses_to_continue_a_run(trained, byte_data, tmp_path):
                    "but --fork-from would take another run's settings and data: drop it; " + fix)
     assert_refused(["--eval-only", "-y", 1, "-o", out] + val, out, "but -y 1 would take another run's settings")
     # a re-trial: --config RUN/config.json's -n is no error for an evaluation, and a TOML's output-dir (the
-    # run's directory) would have received eval.json: refused
+    # run's directory) would have received eval.json: refused. A run's own config.toml gives no -o (trial 8)
     p = run(["--eval-only", "-e", model, "--config", out / "config.json"] + val)
     assert "eval loss" in p.stdout and not (out / "eval.json").exists()
-    assert_refused(["--eval-only", "-e", model, "--config", out / "config.toml"] + val, out,
-                   f"--eval-only: -o {out} (from --config {out / 'config.toml'}) would write eval.json into the "
-                   "directory that file names")
+    p = run(["--eval-only", "-e", model, "--config", out / "config.toml"] + val)
+    assert "eval loss" in p.stdout and not (out / "eval.json").exists()
+    shutil.copy(out / "config.toml", tmp_path / "recipe.toml")
+    assert_refused(["--eval-only", "-e", model, "--config", tmp_path / "recipe.toml"] + val, out,
+                   f"--eval-only: -o {out} (from --config {tmp_path / 'recipe.toml'}) would write eval.json into "
+                   "the directory that file names")
 
 
 def test_errors_name_the_config_file_a_value_came_from(trained, byte_data, tmp_path):
@@ -729,8 +732,9 @@ def test_errors_name_the_config_file_a_value_came_from(trained, byte_data, tmp_p
     out, _ = trained
     assert_refused(["--config", out / "config.json", "-x", 1], out,
                    f"-n 10 (from --config {out / 'config.json'}) needs -o DIR to write checkpoints into")
-    assert_refused(["--config", out / "config.toml", "-x", 1], out,
-                   f"output directory {out} (from --config {out / 'config.toml'}) already holds checkpoints")
+    shutil.copy(out / "config.toml", tmp_path / "recipe.toml")  # not a run's own config.toml: its -o is taken
+    assert_refused(["--config", tmp_path / "recipe.toml", "-x", 1], out,
+                   f"output directory {out} (from --config {tmp_path / 'recipe.toml'}) already holds checkpoints")
     # a re-trial: a flag's own range (llmc/app/flags.h) refused for a value the file set names the file too
     toml = tmp_path / "bad.toml"
     toml.write_text("learning-rate = -1\n")
@@ -756,3 +760,53 @@ def test_eval_only_refuses_a_typed_train_data(trained, byte_data):
     p = run(["--eval-only", "-e", model, "-j", f"{byte_data}/train_*.bin", "-b", 2, "-t", 16, "-m", 1])
     assert f"note: -j '{byte_data}/train_*.bin' reads training shards" in p.stderr, p.stderr
     assert "the loss is on tokens the model trained on" in p.stderr
+
+
+def test_validation_data_in_another_directory_than_the_training_data_is_noted(byte_data, tmp_path):
+    """trial 8 F3: -i and -j of two data sets tokenized alike trained with no word, and `make train
+    TRAIN_ARGS="-i ..."` keeps tiny Shakespeare's -j: the validation loss was another data set's. A note."""
+    other = tmp_path / "other"
+    shutil.copytree(byte_data, other)
+    (other / "meta.json").write_text(json.dumps({"vocab_size": 256, "eot": 10, "dataset": "other"}))
+    p = run(["-i", f"{other}/train_*.bin", "-j", f"{byte_data}/val_*.bin"] + TINY + ["-x", 1, "-v", 1, "-m", 1])
+    assert (f"note: -j '{byte_data}/val_*.bin' is in another directory than -i '{other}/train_*.bin' ({byte_data}, "
+            f"not {other}): the validation loss is that of another data set than the training data's; for its own "
+            f"validation split give -j '{other}/val_*.bin'") in p.stderr.splitlines(), p.stderr
+    p = run(data_args(other) + TINY + ["-x", 1, "-v", 1, "-m", 1])
+    assert "another directory" not in p.stderr, p.stderr
+    shutil.copy(byte_data / "meta.json", other / "meta.json")  # a copy of the data set (the same meta.json)
+    p = run(["-i", f"{other}/train_*.bin", "-j", f"{byte_data}/val_*.bin"] + TINY + ["-x", 1, "-v", 1, "-m", 1])
+    assert "another directory" not in p.stderr, p.stderr
+
+
+def test_eval_only_notes_qk_clip_on_a_qk_norm_checkpoint(byte_data, tmp_path):
+    """trial 8 F6: --eval-only with --qk-clip on a QK-norm checkpoint was refused as the training
+    combination is ("--qk-clip with --qk-norm"); an evaluation notes that --qk-clip has no effect."""
+    out = tmp_path / "qkn"
+    run(data_args(byte_data) + TINY + ["--qk-norm", "-o", out, "-x", 1, "-n", 1, "-v", 0])
+    p = run(["--eval-only", "-e", out / "model_00000001.bin", "-j", f"{byte_data}/val_*.bin", "-b", 2, "-t", 16,
+             "-m", 1, "--qk-clip", 5])
+    assert "eval loss" in p.stdout
+    assert ("note: --eval-only trains nothing, so --qk-clip (the settings of a training run) have no effect; "
+            "the evaluation reads -e, -j, -b, -t, -m and -o") in p.stderr.splitlines(), p.stderr
+    # training with both is still refused
+    assert_refused(data_args(byte_data) + TINY + ["--qk-norm", "--qk-clip", 5, "-x", 1], tmp_path,
+                   "--qk-clip with --qk-norm")
+
+
+def test_a_command_line_only_flag_in_a_config_file_names_the_file(byte_data, tmp_path):
+    """trial 8 F7: config= (or rank=, fork-from=) in a TOML file gave CLI11's own line without the file."""
+    for key, flag in (("config", "--config"), ("rank", "--rank"), ("fork-from", "--fork-from")):
+        toml = tmp_path / f"{key}.toml"
+        toml.write_text(f'{key}="1"\nmax-steps=2\n')
+        assert_refused(["--config", toml] + data_args(byte_data), tmp_path,
+                       f"config file {toml}: '{key}' cannot be set in a file ({flag} is a command-line flag only); "
+                       "give it on the command line")
+
+
+def test_a_float_model_flag_against_a_checkpoint_is_written_as_given(trained, byte_data):
+    """trial 8 F8: --attn-softcap 0.05 against a checkpoint was named '0.05000000075' (the float widened)."""
+    out, _ = trained
+    assert_refused(["--eval-only", "-e", out / "model_00000010.bin", "-j", f"{byte_data}/val_*.bin",
+                    "--attn-softcap", "0.05"], out,
+                   f"--attn-softcap 0.05 contradicts the checkpoint {out / 'model_00000010.bin'} (which has 0)")

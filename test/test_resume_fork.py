@@ -418,6 +418,49 @@ def test_config_toml_of_a_run_whose_settings_changed_notes_the_start_values(byte
     assert "holds the flags of that run's first start" not in p.stderr  # every changed flag given
 
 
+def test_a_runs_config_toml_gives_its_settings_not_its_directory(byte_data, tmp_path):
+    """trial 8 F2: a run first started with -y 1 (the requeue pattern) writes output-dir and resume=1 into its
+    config.toml, so --config RUN/config.toml -x 5 continued RUN (two steps trained into it, its history
+    changed). A run's config.toml (config.json beside it) now gives its settings only, with one note; -o and
+    -y name the run. A copy of it elsewhere is a hand-written TOML file and gives them."""
+    src = tmp_path / "src"
+    run(data_args(byte_data) + COMMON + ["-o", src, "-y", 1, "-x", 3, "-n", 3])
+    before = dir_hashes(src)
+    note = (f"note: config file {src / 'config.toml'}: output-dir={src} and resume=1 are not taken: -o and -y "
+            "name a run, and this file is a run's config.toml (config.json beside it): its settings only; give -o "
+            "(and -y 1 to continue that run) on the command line")
+    assert_refused(["--config", src / "config.toml", "-x", 5], src,
+                   f"-n 3 (from --config {src / 'config.toml'}) needs -o DIR to write checkpoints into")
+    p = run(["--config", src / "config.toml", "-x", 5, "-n", 0])
+    assert note in p.stderr.splitlines(), p.stderr
+    assert "weights: not saved (no -o)" in p.stdout and dir_hashes(src) == before
+    p = run(["--config", src / "config.toml", "-o", tmp_path / "copy", "-x", 4])
+    assert f"note: config file {src / 'config.toml'}: resume=1 is not taken: -o and -y" in p.stderr, p.stderr
+    assert sorted(train_losses(tmp_path / "copy")) == [1, 2, 3, 4]
+    assert dir_hashes(src) == before
+    # -y 1 and -o on the command line continue it
+    run(["--config", src / "config.toml", "-o", src, "-y", 1, "-x", 4])
+    assert sorted(train_losses(src)) == [1, 2, 3, 4]
+    # a copy elsewhere: a TOML file like any other, its output-dir taken (and refused: that run has checkpoints)
+    shutil.copy(src / "config.toml", tmp_path / "recipe.toml")
+    run(["--config", tmp_path / "recipe.toml", "-x", 5])  # resume=1: continues src, as the file says
+    assert sorted(train_losses(src)) == [1, 2, 3, 4, 5]
+
+
+def test_config_toml_of_a_fork_notes_the_settings_its_first_steps_trained_with(byte_data, tmp_path):
+    """trial 8 F5: --config FORK/config.toml took the fork's settings from step 1 without the note that
+    --config FORK/config.json gives (its first steps were its source's, trained with other settings)."""
+    src, fork = tmp_path / "src", tmp_path / "fork"
+    run(data_args(byte_data) + COMMON + ["-o", src, "-x", 4, "-n", 2])
+    run(["--fork-from", src / "model_00000002.bin", "-o", fork, "--z-loss", "1e-4", "--threads", 1])
+    p = run(["--config", fork / "config.toml", "-o", tmp_path / "copy", "--threads", 1])
+    notes = [ln for ln in p.stderr.splitlines() if "that run is a fork" in ln]
+    assert notes == [f"note: --config {fork / 'config.toml'}: that run is a fork at step 2 of "
+                     f"{src / 'model_00000002.bin'}, whose steps 1-2 trained with other settings "
+                     f"({src / 'config.json'}): --z-loss 0 in steps 1-2 (0.0001 here); this run takes the values "
+                     "here from step 1 (give a flag to choose)"], p.stderr
+
+
 def test_config_of_a_fork_notes_the_settings_its_first_steps_trained_with(byte_data, tmp_path):
     """--config FORK/config.json of a fork taken after its source changed a setting: the fork's record holds the
     values from the fork on, so the new run took them from step 1 without a word, though the fork's first steps

@@ -70,13 +70,14 @@ public:
             throw ConfigFileError("config file " + file +
                                   ": not a text file (a NUL byte); give a TOML file (as "
                                   "config.toml) or a run's config.json");
-        note_history_beside_toml();
+        const bool run_toml = note_record_beside_toml();
         std::istringstream lines(content);
         std::string text, line;
         while (std::getline(lines, line)) text += hide_inside_quotes(line) + "\n";
         std::istringstream hidden(text);
         std::vector<CLI::ConfigItem> items = CLI::ConfigTOML::from_config(hidden), kept;
         std::map<const CLI::Option*, std::string> named_as;  // a flag's key in the file (x, or max-steps)
+        std::string run_names;  // a run's config.toml: its -o and -y keys, not taken ("output-dir=r and resume=1")
         for (CLI::ConfigItem& it : items) {
             if (!it.parents.empty() || it.name == "++" || it.name == "--")  // "++"/"--": a [section] starts/ends
                 throw ConfigFileError("config file " + file + ": unknown section [" +
@@ -100,7 +101,16 @@ public:
                 throw ConfigFileError("config file " + file + ": '" + named_as[opt] + "' and '" + it.name +
                                       "' are one flag (" + opt->get_name() +
                                       ") given 2 values; every flag takes one value: keep one");
+            if (opt != nullptr && !opt->get_configurable() &&
+                std::find(machine_names.begin(), machine_names.end(), it.name) == machine_names.end())
+                throw ConfigFileError("config file " + file + ": '" + it.name + "' cannot be set in a file (" +
+                                      opt->get_name() + " is a command-line flag only); give it on the command line");
             if (opt != nullptr && opt->check_lname("model")) model = it.inputs.front();
+            if (run_toml && opt != nullptr && (opt->check_lname("output-dir") || opt->check_lname("resume"))) {
+                if (opt->count() == 0 && it.inputs.front() != "" && it.inputs.front() != "0")
+                    run_names += (run_names.empty() ? "" : " and ") + it.name + "=" + it.inputs.front();
+                continue;
+            }
             if (std::find(machine_names.begin(), machine_names.end(), it.name) == machine_names.end()) {
                 kept.push_back(it);
                 note_taken(opt);
@@ -110,6 +120,13 @@ public:
                              "give it on the command line\n",
                              file.c_str(), it.name.c_str(), it.inputs.front().c_str(), it.name.c_str());
         }
+        if (!run_names.empty())
+            std::fprintf(stderr,
+                         "note: config file %s: %s not taken: -o and -y name a run, and this file is a run's "
+                         "config.toml (config.json beside it): its settings only; give -o (and -y 1 to continue "
+                         "that run) on the command line\n",
+                         file.c_str(),
+                         (run_names + (run_names.find(" and ") == std::string::npos ? " is" : " are")).c_str());
         return kept;
     }
 
@@ -252,28 +269,34 @@ private:
         if (a.is_number() && b.is_number()) return (float)a.get<double>() == (float)b.get<double>();
         return a == b;
     }
-    // A run's config.toml holds the flags of its first start. When the config.json beside it records
-    // settings the run changed while it trained (and the command line does not give them), a note
-    // names them: this run takes the start values. A config.json that cannot be read adds nothing.
-    void note_history_beside_toml() const {
+    // A run's config.toml (named so, with a config.json beside it) holds the flags of its first start:
+    // its -o and -y name that run and are not taken (from_config). When the config.json records settings
+    // the run changed while it trained (and the command line does not give them), a note names them:
+    // this run takes the start values; when the run is a fork, the note of fork_settings_note. A
+    // config.json that cannot be read adds no note. Returns whether `file` is a run's config.toml.
+    bool note_record_beside_toml() const {
         const size_t slash = file.find_last_of('/');
         const std::string base = slash == std::string::npos ? file : file.substr(slash + 1);
-        if (base != "config.toml") return;
+        if (base != "config.toml") return false;
         const std::string json_path =
             (slash == std::string::npos ? std::string() : file.substr(0, slash + 1)) + "config.json";
         std::ifstream in(json_path, std::ios::binary);
-        if (!in) return;
+        if (!in) return false;
         std::stringstream whole;
         whole << in.rdbuf();
-        std::string list;
+        std::string list, fork;
         try {
-            list = changes_not_given(parse_run_record(whole.str(), json_path), json_path);
-        } catch (const InputError&) { return; }
-        if (list.empty()) return;
-        std::fprintf(stderr,
-                     "note: --config %s holds the flags of that run's first start, but the run changed settings "
-                     "while it trained (%s): %s; this run takes the start values (give a flag to choose)\n",
-                     file.c_str(), json_path.c_str(), list.c_str());
+            const nlohmann::ordered_json record = parse_run_record(whole.str(), json_path);
+            list = changes_not_given(record, json_path);
+            fork = fork_settings_note(record);
+        } catch (const InputError&) { return true; }
+        if (!list.empty())
+            std::fprintf(stderr,
+                         "note: --config %s holds the flags of that run's first start, but the run changed settings "
+                         "while it trained (%s): %s; this run takes the start values (give a flag to choose)\n",
+                         file.c_str(), json_path.c_str(), list.c_str());
+        if (!fork.empty()) std::fprintf(stderr, "%s\n", fork.c_str());
+        return true;
     }
     // A setting not given (null), as the notes below write it for `record`'s model (near_unset_text: the
     // backend is not known yet).

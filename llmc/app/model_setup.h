@@ -3,6 +3,7 @@
 // stabilizers for the run header.
 #pragma once
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -28,9 +29,17 @@ struct ModelSetup {
 template <typename Origin>
 inline void check_overrides_match(const ModelConfig& ck, const ModelOverrides& o, const std::string& path,
                                   Origin origin) {
-    auto text = [](double v) {  // integers as integers (3, 50257), other values as written (0.5)
+    auto text = [](double v) {  // integers as integers (3, 50257), a float in its shortest form (0.05)
         char buf[32];
-        std::snprintf(buf, sizeof(buf), "%.10g", v);
+        if (v == (double)(long long)v) {
+            std::snprintf(buf, sizeof(buf), "%lld", (long long)v);
+            return std::string(buf);
+        }
+        const bool is_float = (double)(float)v == v;
+        for (int digits = 1; digits <= 17; digits++) {
+            std::snprintf(buf, sizeof(buf), "%.*g", digits, v);
+            if (is_float ? std::strtof(buf, nullptr) == (float)v : std::strtod(buf, nullptr) == v) break;
+        }
         return std::string(buf);
     };
     auto fail = [&](const char* flag, const std::string& given, const std::string& have) {

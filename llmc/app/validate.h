@@ -272,7 +272,7 @@ inline int validate_run(const TrainConfig& c, const ModelConfig& m, int data_voc
                              V + ")");
         throw InputError(head + "; use --vocab >= " + D + (c.overrides.vocab ? " or drop --vocab" : ""));
     }
-    if (c.qk_clip > 0 && m.qk_norm)
+    if (c.qk_clip > 0 && m.qk_norm && !c.eval_only)  // an evaluation notes that --qk-clip has no effect
         throw InputError(
             "--qk-clip with --qk-norm: QK-norm normalizes q and k, so scaling their projections changes "
             "no logit; use one of the two");

@@ -39,7 +39,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -125,13 +127,35 @@ inline void plan_model(const TrainConfig& cfg, const std::string& data_glob, Run
 }
 
 // The role of every shard (llmc/io/data_roles.h): -i reads training shards, -j validation shards, no
-// file both, no validation shard a copy of a training shard.
+// file both, no validation shard a copy of a training shard. Validation shards in another directory
+// than the training shards (another data set, tokenized alike: check_same_tokenizer; not a copy of the
+// training data's set, whose meta.json is the same) get a note, as `make train TRAIN_ARGS="-i ..."` keeps
+// tiny Shakespeare's -j.
 inline void check_data_roles(const TrainConfig& cfg, const RunPlan& p) {
     const std::string train_what = "-i '" + cfg.train_data + "'", val_what = "-j '" + cfg.val_data + "'";
     if (p.val) check_no_shared_shard(p.train->shard_paths(), p.val->shard_paths(), train_what, val_what);
     check_shard_roles(p.train->shard_paths(), ShardRole::Train, train_what, true, cfg.rank == 0);
     if (p.val) check_shard_roles(p.val->shard_paths(), ShardRole::Val, val_what, true, cfg.rank == 0);
     if (p.val) check_no_copied_shard(p.train->shard_paths(), p.val->shard_paths(), train_what, val_what);
+    if (p.val && cfg.rank == 0 && !p.train->shard_paths().empty() && !p.val->shard_paths().empty()) {
+        const auto dir_of = [](const std::string& shard) {
+            const std::string dir = std::filesystem::path(shard).parent_path().string();
+            return dir.empty() ? std::string(".") : dir;
+        };
+        const auto meta_of = [](const std::string& dir) {  // "" without one
+            std::ifstream in(join_path(dir, "meta.json"), std::ios::binary);
+            return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        };
+        const std::string train_dir = dir_of(p.train->shard_paths().front()),
+                          val_dir = dir_of(p.val->shard_paths().front()), train_meta = meta_of(train_dir);
+        // a copy of the data set (the same meta.json: the same shards by data/prepare.py's hashes) is no other
+        if (!same_directory(train_dir, val_dir) && (train_meta.empty() || train_meta != meta_of(val_dir)))
+            std::fprintf(stderr,
+                         "note: %s is in another directory than %s (%s, not %s): the validation loss is that of "
+                         "another data set than the training data's; for its own validation split give -j "
+                         "'%s/val_*.bin'\n",
+                         val_what.c_str(), train_what.c_str(), val_dir.c_str(), train_dir.c_str(), train_dir.c_str());
+    }
 }
 
 // -y 1 (of a run with a checkpoint) and --fork-from continue a model on -i and -j: both must be
