@@ -38,7 +38,11 @@
 #      printed from its header on: the notes of the argument checks before it, such as --force's
 #      deletions, are on the console only; OUT/logs/report.txt too, replaced at each start),
 #      summary.md, window.md, logs.tar.gz (build and check logs, plots, events) and one NAME.tar.gz
-#      per run (metrics, logit statistics, configs, console; no checkpoints).
+#      per run (metrics, logit statistics, configs, console; no checkpoints). While the runs train,
+#      --results holds a snapshot of them, refreshed every SNAPSHOT_EVERY s (60) and when a run ends:
+#      each run's NAME.tar.gz and window.md as the packing makes them, report.txt so far (its last
+#      line says it is a snapshot) and logs.tar.gz (no plots, no summary.md), each file renamed into
+#      place whole; a device command killed at its limit (SIGKILL: no trap runs) brings that back.
 # Each run's settings (the trainer flags it is given, the machine's aside) are kept in OUT/runs/NAME.args
 # (scripts/exp_run_settings.sh). Started again on the same --out, the script reuses a run only for the
 # same settings: a finished one (its DONE marker at --steps) is skipped, an unfinished one continued
@@ -87,7 +91,8 @@
 # tree that travelled; the header names the tracked files that differ from it, and what git there holds
 # when that is another commit: scripts/tree_state.sh),
 # KILL_AFTER (60: seconds a stopped run may take before SIGKILL), STAGGER_SMOKE (--smoke's stagger, 1),
-# PROGRESS_EVERY (60: seconds between the lines giving each running run's newest step; 0: none).
+# PROGRESS_EVERY (60: seconds between the lines giving each running run's newest step; 0: none),
+# SNAPSHOT_EVERY (60: seconds between the snapshots of --results while the runs train; 0: none).
 set -euo pipefail
 
 TRAINER=${TRAINER:-}
@@ -123,6 +128,7 @@ STAGGER=15
 RESERVE=""
 KILL_AFTER=${KILL_AFTER:-60}
 PROGRESS_EVERY=${PROGRESS_EVERY:-60}  # seconds between the progress lines of the running runs (0: none)
+SNAPSHOT_EVERY=${SNAPSHOT_EVERY:-60}  # seconds between the snapshots of --results while the runs train (0: none)
 BUILD=auto
 PREBUILT=""
 CHECK_CMDS=()
@@ -232,6 +238,7 @@ done
 for n in STAGGER RESERVE; do
   [[ ${!n} =~ ^[0-9]+$ ]] || die "--${n,,} ${!n} must be a whole number of seconds"
 done
+[[ $SNAPSHOT_EVERY =~ ^[0-9]+$ ]] || die "SNAPSHOT_EVERY=$SNAPSHOT_EVERY must be a whole number of seconds (0: no snapshots)"
 [[ -z $BUDGET || $BUDGET =~ ^[0-9]+$ ]] || die "--budget $BUDGET must be a whole number of seconds"
 [[ -z $SEED || $SEED =~ ^[0-9]+$ ]] || die "--seed $SEED must be a non-negative integer"
 [[ $PARALLEL == 0 || $PARALLEL == 1 ]] || die "--parallel $PARALLEL: use 0 (one after another) or 1 (all at once)"
@@ -437,10 +444,12 @@ report_flush() {  # the console back, and the report's tee processes finished (5
 event() { printf '%s\t%s\n' "$(date +%s.%N)" "$*" >> "$EVENTS"; }
 echo "== exp_pg19 $(date -u +%FT%TZ) | commit $(tree_state "$REPO" "${EXP_COMMIT:-}") | device $DEVICE$([[ $DEVICE == cuda ]] && nvidia-smi -L 2>/dev/null | head -1 | sed 's/^/ (/;s/$/)/') | budget ${BUDGET:-none} s | parallel $PARALLEL | variants ${variants[*]} | $TOTAL tokens/step (B $BATCH x T $T) | SentencePiece $vocab_label ($DATA) | preset $CONFIG | --extra $([[ -n $EXTRA ]] && echo "'$EXTRA'" || echo none)"
 # --results holds one start's files: this script's own files of an earlier start there (report, summary,
-# window table, packed logs, a run's NAME.tar.gz) are removed, so none is taken for this start's
+# window table, packed logs, a run's NAME.tar.gz, and .NAME.part: a snapshot's copy cut off by a kill)
+# are removed, so none is taken for this start's
 old_results=()
-for f in "$RESULTS"/*; do
-  if [[ -f $f && $(basename "$f") =~ ^(report\.txt|summary\.md|window\.md|logs\.tar\.gz|(mhsa|ls|local|mhsa_qknorm|mhsa_zloss|mhsa_softcap|mhsa_qkclip)(_s[0-9]+)?\.tar\.gz)$ ]]; then
+own='(report\.txt|summary\.md|window\.md|logs\.tar\.gz|(mhsa|ls|local|mhsa_qknorm|mhsa_zloss|mhsa_softcap|mhsa_qkclip)(_s[0-9]+)?\.tar\.gz)'
+for f in "$RESULTS"/* "$RESULTS"/.*.part; do
+  if [[ -f $f && $(basename "$f") =~ ^($own|\.$own\.part)$ ]]; then
     old_results+=("$(basename "$f")")
   fi
 done
@@ -581,6 +590,7 @@ relay_notes() {  # relay_notes: the "note:" lines (its header's) of each run thi
 cleanup() {  # on the script's own interruption: stop the trainers it started (by pid), wait for them,
   trap - INT TERM  # and leave in --results what there is: a device command cut off at its time limit
   echo "== interrupted: stopping the runs" >&2  # brings back what is under its $OUT
+  snapshot_wait; rm -f "$RESULTS"/.*.part 2> /dev/null || true  # a snapshot being written: ended first
   cp "$REPORT" "$RESULTS/report.txt" 2> /dev/null || true  # first, should a SIGKILL follow soon
   tar czf "$RESULTS/logs.tar.gz" -C "$OUT" logs 2> /dev/null || true
   for k in "${!names[@]}"; do stop_run "$k" "the script was interrupted"; done
@@ -598,8 +608,46 @@ cleanup() {  # on the script's own interruption: stop the trainers it started (b
   exit 130
 }
 pack_runs() {  # pack_runs NAME=DIR...: each run's logs into --results and the window table (pack_results.py)
+  # (--results holds the snapshot's files then, of the same names: 8 is the limit on what comes back)
   "$PYTHON" "$HERE/pack_results.py" --results "$RESULTS" --runs "$@" --events "$EVENTS" \
-    --table "$OUT/window.md" --max-files "$([[ -n $BUDGET ]] && echo 4 || echo 99)" > /dev/null
+    --table "$OUT/window.md" --max-files "$([[ -n $BUDGET ]] && echo 8 || echo 99)" > /dev/null
+}
+# -- while the runs train, a snapshot of --results -------------------------------------------------------
+# A device command cut off at its limit can be SIGKILLed (no trap runs) and brings back what --results holds
+# then. So while the runs train, every SNAPSHOT_EVERY s and when a run ends, --results receives what the
+# packing leaves there but the plots and summary.md: each run's NAME.tar.gz and window.md (pack_results.py,
+# into OUT/snapshot; no checkpoints), report.txt (this start's console so far, then a line saying it is a
+# snapshot) and logs.tar.gz (OUT/logs). Each file is copied in as .NAME.part beside its place and renamed
+# over it, so a kill mid-copy leaves the previous one whole (and at most one .part file). A snapshot is
+# written in the background, one at a time, so that the runs' stops keep their times; the packing at the
+# end and an interruption wait for it, then replace its files.
+SNAP_AT=0 SNAP_PID=""
+snapshot() {  # one snapshot (run by snapshot_start); a failure is one line, never the script's end
+  local k f why pairs=() dir=$OUT/snapshot
+  rm -rf "$dir" && mkdir -p "$dir" || return 0
+  for k in "${!names[@]}"; do [[ -s ${dirs[$k]}/metrics.jsonl ]] && pairs+=("${names[$k]}=${dirs[$k]}"); done
+  if [[ ${#pairs[@]} -gt 0 ]]; then
+    why=$("$PYTHON" "$HERE/pack_results.py" --results "$dir" --runs "${pairs[@]}" --events "$EVENTS" \
+      --max-files 99 2>&1 > /dev/null) ||
+      echo "== snapshot at $(( $(now) - START )) s: pack_results.py failed (${why##*$'\n'}); $RESULTS keeps what it packed" >&2
+  fi
+  tar czf "$dir/logs.tar.gz" -C "$OUT" logs 2> /dev/null || [[ $? == 1 ]] || rm -f "$dir/logs.tar.gz"  # 1: a log grew
+  { awk 1 "$REPORT"; echo "== snapshot at $(( $(now) - START )) s: the report so far (while the runs train, --results is refreshed every $SNAPSHOT_EVERY s and when a run ends; a report that ends here is of a start cut off before its next snapshot)"; } > "$dir/report.txt"
+  for f in "${names[@]/%/.tar.gz}" window.md logs.tar.gz report.txt; do
+    [[ -f $dir/$f ]] || continue
+    if ! { cp "$dir/$f" "$RESULTS/.$f.part" && mv -f "$RESULTS/.$f.part" "$RESULTS/$f"; }; then rm -f "$RESULTS/.$f.part"; fi
+  done
+}
+snapshot_start() {  # a snapshot in the background, unless the last one is still being written (then later)
+  (( SNAPSHOT_EVERY > 0 )) || return 0
+  [[ -n $SNAP_PID ]] && kill -0 "$SNAP_PID" 2> /dev/null && return 0
+  SNAP_AT=$(( $(now) + SNAPSHOT_EVERY ))
+  ( set +e; snapshot ) &
+  SNAP_PID=$!
+}
+snapshot_wait() {  # until the snapshot being written (if any) is in place
+  [[ -z $SNAP_PID ]] || wait "$SNAP_PID" 2> /dev/null || true
+  SNAP_PID=""
 }
 trap cleanup INT TERM
 progress() {  # one line per running run: its newest step line (console.log)
@@ -617,6 +665,7 @@ wait_for() {  # wait_for INDEX STOP_AT: until run INDEX ends, or stop it at STOP
   while alive "$1"; do
     relay_notes
     if (( PROGRESS_EVERY > 0 && $(now) >= said + PROGRESS_EVERY )); then progress; said=$(now); fi
+    if (( SNAPSHOT_EVERY > 0 && $(now) >= SNAP_AT )); then snapshot_start; fi
     if [[ -n $2 && -z $stopped ]] && (( $(now) >= $2 )); then stop_run "$1"; stopped=$(now); fi
     if [[ -n $stopped ]] && (( $(now) >= stopped + KILL_AFTER )); then  # a run that does not stop
       echo "error: ${names[$1]} did not stop within $KILL_AFTER s of the signal: SIGKILL (its last checkpoint stays)" >&2
@@ -626,6 +675,7 @@ wait_for() {  # wait_for INDEX STOP_AT: until run INDEX ends, or stop it at STOP
     sleep 1
   done
   reap "$1"
+  SNAP_AT=0; snapshot_start  # the run's end in --results (now, or as soon as the last snapshot is written)
 }
 
 declare -A STOP_AT=()
@@ -634,6 +684,7 @@ if [[ -n $deadline ]] && (( $(left) < 10 )); then
   abort_pack "only $(left) s of the budget are left for training after the build and the checks; raise --budget"
 fi
 echo "== training: $nrun run(s) $([[ $PARALLEL == 1 ]] && echo "at once, started $STAGGER s apart" || echo "one after another")$([[ -n $deadline ]] && echo ", $(left) s left")"
+snapshot_start  # the build and check logs in --results at once; then every SNAPSHOT_EVERY s
 if [[ $PARALLEL == 1 ]]; then
   for k in "${!names[@]}"; do  # run k stops at deadline - (nrun-1-k)*STAGGER: all equally long
     [[ -n $deadline ]] && STOP_AT[$k]=$(( deadline - (nrun - 1 - k) * STAGGER ))
@@ -648,6 +699,7 @@ else
     wait_for "$k" "${STOP_AT[$k]:-}"
   done
 fi
+snapshot_wait; rm -rf "$OUT/snapshot"  # its files are replaced by the packing below, never written over it
 trap - INT TERM
 failed=()
 for n in "${names[@]}"; do case ${RC[$n]:-1} in 0|130|138|143) ;; *) failed+=("$n") ;; esac; done

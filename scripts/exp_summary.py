@@ -10,9 +10,9 @@ config.json: T/C = T / C, an integer when C divides T,
 else a decimal of 3 significant digits (0.5, 1.33; one decimal from 100: 170.7), the variant as
 scripts/plot_run.py labels it: the attention (MHSA, MHSA (P=p >= T), LS G=g/NH P=p or all-local P=p) and
 each model option and stabilizer that plot_run labels and the run has (QK-norm, soft-cap, no bias, erf GELU,
-z-loss, QK-Clip, logit alarm, skip spikes, a grad-clip other than 1: "MHSA, QK-norm"; not tied or untied
-embeddings), and the seed; rows sorted by T/C, variant and seed), steps,
-tokens, final validation loss and perplexity, peak max-logit and its step, final
+z-loss, QK-Clip, logit alarm, skip spikes, a grad-clip other than 1: "MHSA, QK-norm"; a fork's source and
+step: "MHSA, QK-Clip 0.1, forked from mhsa at step 3"; not tied or untied embeddings), and the seed; rows
+sorted by T/C, variant and seed), steps, tokens, final validation loss and perplexity, peak max-logit and its step, final
 max-logit (the last step's), the first step whose max-logit exceeds --threshold, loss spikes,
 non-finite steps, and the near mass of the global heads at the last statistics record (mean over
 layers and global heads of the attention mass on keys with i - j < N; "-" for runs without global
@@ -39,10 +39,11 @@ import plot_run  # noqa: E402  (the reader and the summary row of every run plot
 
 # The label pieces (plot_run.label_parts) beside the attention that make a run another variant: the model
 # options and every stabilizer plot_run labels (without them a QK-norm run and a plain one of one attention
-# layout would be two rows of one variant). Settings plot_run does not label (tied or untied embeddings) are
-# not in the variant; the run column tells such runs apart.
+# layout would be two rows of one variant), and a fork's source and step ("forked from mhsa at step 3": its
+# first steps trained with the source's settings). Settings plot_run does not label (tied or untied
+# embeddings) are not in the variant; the run column tells such runs apart.
 VARIANT_OPTIONS = (("qk_norm", "attn_softcap", "bias", "gelu") + tuple(key for _, key, _, _ in plot_run.TRAIN_STABILIZERS)
-                   + ("grad_clip",))
+                   + ("grad_clip", "forked_from"))
 
 
 def name_parts(path, config):

@@ -27,6 +27,13 @@
 # run of the same settings: each run's are kept in runs/<name>.args (scripts/exp_run_settings.sh),
 # and a run of other settings (another --steps, --data, ...) is refused with one line before
 # anything runs (choose another --out; --force deletes such runs and trains them again).
+# Data that exists (OUT/data, or --data DIR) is used only when its meta.json records what is asked: the
+# corpus (pg19, or wikitext2's plain text), SentencePiece, the vocabulary (1024; 400 with --smoke), in
+# OUT/data --smoke's two books or not, and, when --source is given, the books of --source (--smoke: its
+# first two; data/source_check.py). Other data is refused with one line before any run is touched or
+# started, the data left as it is (choose another --out or --data, or delete OUT/data to prepare it again):
+# --smoke and the full experiment share the default --out. Every run is also given --expect-tokenizer sp
+# --expect-vocab V, so the trainer refuses other data itself.
 # --smoke: two books, vocabulary 400, C 16, NH 2, P 4, 256 tokens per step, ratios "2 4" (key ratio 2),
 # 6 steps (STEPS_SMOKE=N: N); a --steps, --ratios or --key-ratio given beside it is used instead.
 # --plots-only draws what has finished so far. --plots 0: the summary table alone, no plots (default 1).
@@ -48,6 +55,7 @@ CORPUS=pg19
 OUT=""
 DATA=""
 SOURCE=""
+SOURCE_GIVEN=0
 RATIOS="16 32 8"
 VARIANTS="mhsa ls local mhsa_qknorm mhsa_zloss mhsa_softcap mhsa_qkclip"
 SEEDS="1"
@@ -82,7 +90,7 @@ while [[ $# -gt 0 ]]; do
     --out) need "$@"; OUT=$2; shift 2 ;;
     --corpus) need "$@"; CORPUS=$2; shift 2 ;;
     --data) need "$@"; DATA=$2; shift 2 ;;
-    --source) need "$@"; SOURCE=$2; shift 2 ;;
+    --source) need "$@"; SOURCE=$2; SOURCE_GIVEN=1; shift 2 ;;
     --ratios) need "$@"; RATIOS=$2; RATIOS_GIVEN=1; shift 2 ;;
     --variants) need "$@"; VARIANTS=$2; shift 2 ;;
     --seeds) need "$@"; SEEDS=$2; shift 2 ;;
@@ -101,8 +109,8 @@ while [[ $# -gt 0 ]]; do
 done
 
 case $CORPUS in
-  pg19) SOURCE=${SOURCE:-$REPO/../shared/data/pg19}; PREP=(--dataset pg19) ;;
-  wikitext2) SOURCE=${SOURCE:-$REPO/../shared/data/wikitext2}; PREP=(--dataset text) ;;
+  pg19) SOURCE=${SOURCE:-$REPO/../shared/data/pg19}; PREP=(--dataset pg19); DATASET=pg19; UNIT=books ;;
+  wikitext2) SOURCE=${SOURCE:-$REPO/../shared/data/wikitext2}; PREP=(--dataset text); DATASET=text; UNIT=files ;;
   *) die "--corpus $CORPUS: use pg19 or wikitext2" ;;
 esac
 OUT=${OUT:-out/exp_text_$CORPUS}
@@ -161,6 +169,60 @@ done
 done_marker() { echo "$1/DONE_$(printf %08d "$STEPS")"; }
 
 DATA=$(realpath -m "${DATA:-$OUT/data}")  # recorded in each run's settings: one spelling of the directory
+OWN_DATA=0; [[ $DATA == "$(realpath -m "$OUT/data")" ]] && OWN_DATA=1  # prepared by this script (else --data's)
+
+# -- the data that exists is the data asked for, checked before any run is looked at, replaced or started ----
+# (corpus, tokenizer, vocabulary; in OUT/data --smoke's or the full experiment's; a --source given: its books)
+corpus_name() { case $1 in pg19) echo PG-19 ;; text) echo "plain text (--corpus wikitext2)" ;; *) echo "$1" ;; esac; }
+if [[ -f $DATA/meta.json ]]; then
+  read -r d_set d_tok d_vocab d_docs d_smoke < <("$PYTHON" -c '
+import json, os, sys
+try:
+    m = json.load(open(sys.argv[1]))
+    a = m.get("args") if isinstance(m.get("args"), dict) else {}
+    src = a.get("source") if isinstance(a.get("source"), list) else []  # --smoke prepares OUT/smoke_src
+    smoke = len(src) == 1 and os.path.basename(os.path.normpath(str(src[0]))) == "smoke_src"
+    print(m.get("dataset") or "unnamed", m.get("tokenizer") or "unnamed", m.get("vocab_size") or "unknown",
+          len(m.get("sources") or []) or "unknown", int(smoke))
+except Exception:
+    sys.exit(1)' "$DATA/meta.json") \
+    || die "$DATA/meta.json is not readable JSON, so $DATA is not data this script can check; $([[ $OWN_DATA == 1 ]] && echo "choose another --out, or delete $DATA to prepare it again" || echo "give --data the directory data/prepare.py made")"
+  d_unit=books; [[ $d_set == pg19 ]] || d_unit=files
+  held="$(corpus_name "$d_set") from $d_docs $d_unit, tokenizer $d_tok, vocabulary $d_vocab"
+  [[ $d_smoke == 0 ]] || held+=" (--smoke's data)"
+  asked="$(corpus_name "$DATASET"), tokenizer sp, vocabulary $VOCAB (the full experiment)"
+  [[ $SMOKE == 0 ]] || asked="$(corpus_name "$DATASET"), tokenizer sp, vocabulary $VOCAB (--smoke's 2 $UNIT)"
+  if [[ $OWN_DATA == 1 ]]; then
+    fix="choose another --out for this experiment, or delete $DATA to prepare it there again"
+    [[ $d_smoke == "$SMOKE" ]] || fix="choose another --out for this experiment (--smoke and the full experiment share the default out/exp_text_$CORPUS), or delete $DATA to prepare it there again"
+  else
+    fix="give --data a directory of that data (data/prepare.py ${PREP[*]} --tokenizer sp --vocab-size $VOCAB --source DIR --out NEW_DIR), or drop --data to prepare it under --out"
+  fi
+  if [[ $d_set != "$DATASET" || $d_tok != sp || $d_vocab != "$VOCAB" ]] || [[ $OWN_DATA == 1 && $d_smoke != "$SMOKE" ]]; then
+    die "$DATA holds $held, where this start asks for $asked: $fix"
+  fi
+  if [[ $SOURCE_GIVEN == 1 ]]; then  # the books the data was made from (names and sizes; data/source_check.py)
+    [[ -d $SOURCE ]] || die "no $CORPUS text at --source $SOURCE; check the path, or drop --source to run on $DATA"
+    tmp=$(mktemp -d); meta=$DATA/meta.json; books=$SOURCE
+    if [[ $d_set == text ]]; then  # prepare.py names a text file of a directory DIR/NAME: compare the NAMEs
+      meta=$tmp/meta.json
+      "$PYTHON" -c 'import json, sys
+m = json.load(open(sys.argv[1]))
+for s in (m.get("sources") or []) + (m.get("duplicate_sources") or []):
+    s["file"] = str(s["file"]).split("/", 1)[-1]
+json.dump(m, open(sys.argv[2], "w"))' "$DATA/meta.json" "$meta" 2> /dev/null || true
+    fi
+    if [[ $SMOKE == 1 ]]; then  # --smoke's data is made of the first two: compare with those
+      books=$tmp/books; mkdir "$books"
+      for f in $(ls "$SOURCE"/*.txt 2> /dev/null | head -2); do ln -s "$(cd "$(dirname "$f")" && pwd)/$(basename "$f")" "$books/"; done
+    fi
+    rc=0; why=$("$PYTHON" "$REPO/data/source_check.py" "$meta" "$books") || rc=$?
+    rm -rf "$tmp"
+    why=${why//"in $tmp/books"/"first .txt $UNIT of $SOURCE"}; why=${why//"$tmp/meta.json"/"$DATA/meta.json"}
+    [[ $rc == 0 ]] || [[ $rc == 1 ]] || die "cannot tell whether $DATA was made from --source $SOURCE ($why): drop --source to run on it, or $fix"
+    [[ $rc == 0 ]] || die "$DATA holds $(corpus_name "$d_set") $why: drop --source to run on it, or $fix"
+  fi
+fi
 # shellcheck source=scripts/exp_run_settings.sh
 source "$HERE/exp_run_settings.sh"
 # shellcheck source=scripts/exp_notes.sh
@@ -183,7 +245,7 @@ for p in "${plan[@]}"; do
 done
 
 # -- data ------------------------------------------------------------------------------------------
-if [[ $DATA == "$(realpath -m "$OUT/data")" ]]; then
+if [[ $OWN_DATA == 1 ]]; then
   if [[ ! -f $DATA/meta.json ]]; then
     [[ -d $SOURCE ]] || die "no $CORPUS text at $SOURCE; pass --source DIR"
     src=$SOURCE
@@ -210,7 +272,9 @@ run_one() {  # ratio variant seed (settings_check passed: the run is new or of t
   settings_write "$dir" "${ARGS[@]}"
   local from rc=0
   from=$(log_start "$dir.log")
-  nice -n "$NICE" "$TRAINER" "${ARGS[@]}" -o "$dir" -y "$resume" --device cpu --threads 1 >> "$dir.log" 2>&1 || rc=$?
+  # (--expect-*: the trainer refuses data other than that checked above; not a setting of the run, not recorded)
+  nice -n "$NICE" "$TRAINER" "${ARGS[@]}" -o "$dir" -y "$resume" --device cpu --threads 1 --expect-tokenizer sp \
+    --expect-vocab "$VOCAB" >> "$dir.log" 2>&1 || rc=$?
   relay_notes_of "$(basename "$dir")" "$dir.log" "$from"
   [[ $rc == 0 ]] || { echo "error: run $dir failed; see $dir.log" >&2; tail -3 "$dir.log" >&2; return 1; }
   echo "== $(date +%H:%M:%S) r$r $v seed $s: $(grep -a '^done:' "$dir.log" | tail -n 1)"

@@ -192,7 +192,7 @@ trap 'end_step 130' INT
 trap 'end_step 129' HUP
 step() {
     local name=$1 limit=$(( $2 * timeout_scale )); shift 2
-    local log=$work/logs/$(echo "$name" | tr -c 'A-Za-z0-9._-' '_').log
+    local log=$work/logs/$(printf '%s' "$name" | tr -c 'A-Za-z0-9._-' '_').log
     local t0 rc status secs
     t0=$(date +%s.%N)
     echo "\$ $*" >"$log"
@@ -222,7 +222,7 @@ step() {
 
 # fail_step NAME WHY: a step that could not even start.
 fail_step() {
-    local log=$work/logs/$(echo "$1" | tr -c 'A-Za-z0-9._-' '_').log
+    local log=$work/logs/$(printf '%s' "$1" | tr -c 'A-Za-z0-9._-' '_').log
     echo "$2" >"$log"
     call_failed=1
     record "$1" "FAIL($2)" 0.0 "$log"
@@ -231,7 +231,7 @@ fail_step() {
 
 # skip_step NAME WHY: a step that cannot mean anything in this mode (SKIPPED: not run, not passed).
 skip_step() {
-    local log=$work/logs/$(echo "$1" | tr -c 'A-Za-z0-9._-' '_').log
+    local log=$work/logs/$(printf '%s' "$1" | tr -c 'A-Za-z0-9._-' '_').log
     echo "SKIPPED: $2" >"$log"
     record "$1" SKIPPED 0.0 "$log"
     printf '%-44s %-20s (%s)\n' "$1" SKIPPED "$2"

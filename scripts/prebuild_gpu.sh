@@ -64,10 +64,14 @@ fi
 digest=$(scripts/build_digest.sh "$tmp/tree")
 # the cuBLASLt the trainer and the generator load at their first matmul (llmc/cuda/cublaslt_loader.cpp):
 # its name (the headers' major version) and the folder the build gave it (after the dynamic linker's
-# search); ldd does not see it, so use_prebuilt.sh loads it by both
-lt_dir=$(grep -o "LLMC_CUBLASLT_DIR='\"[^\"]*\"'" "$tmp/build.log" | head -n 1 | sed "s/^LLMC_CUBLASLT_DIR='\"//; s/\"'\$//")
+# search); ldd does not see it, so use_prebuilt.sh loads it by both. Either one not found (a build log
+# without the -DLLMC_CUBLASLT_DIR line, no cublas_api.h beside nvcc): PREBUILT has no cublaslt line and
+# use_prebuilt.sh skips that check, said here in one line (not an exit under set -e and pipefail)
+lt_dir=$(grep -o "LLMC_CUBLASLT_DIR='\"[^\"]*\"'" "$tmp/build.log" | head -n 1 | sed "s/^LLMC_CUBLASLT_DIR='\"//; s/\"'\$//") || lt_dir=""
 lt_major=$(sed -n 's/^#define CUBLAS_VER_MAJOR \([0-9]*\).*/\1/p' \
-  "$(dirname "$(dirname "$(command -v nvcc)")")/include/cublas_api.h" 2>/dev/null)
+  "$(dirname "$(dirname "$(command -v nvcc)")")/include/cublas_api.h" 2>/dev/null) || lt_major=""
+[[ -n $lt_dir && -n $lt_major ]] ||
+  echo "warning: no cuBLASLt recorded ($([[ -z $lt_dir ]] && echo "the build log has no LLMC_CUBLASLT_DIR" || echo "no CUBLAS_VER_MAJOR in nvcc's include/cublas_api.h")): use_prebuilt.sh will not check that the trainer's cuBLASLt loads there" >&2
 {
   echo "commit $commit"
   echo "digest $digest"

@@ -798,9 +798,13 @@ def test_a_forks_summary_counts_the_steps_of_its_source_up_to_the_fork(tmp_path)
     p = subprocess.run([sys.executable, str(REPO / "scripts" / "exp_summary.py"), str(fk), str(fk2)],
                        capture_output=True, text=True)
     assert p.returncode == 0 and p.stderr == "", p.stderr
-    fork_row, fork2_row = exp_summary_rows(p.stdout)
+    by_run = {r["run"]: r for r in exp_summary_rows(p.stdout)}
+    fork_row, fork2_row = by_run["fk"], by_run["fk2"]
     assert fork_row["hours"] == "1.30" and fork2_row["hours"] == "1.35", (fork_row, fork2_row)  # 36 s a step from 1
     assert fork_row["peak max-logit"] == "30.00" and fork_row["at step"] == "50", fork_row
+    # trial 8 F4: the variant names the fork (its peak is its source's steps), as plot_run's label does
+    assert fork_row["variant"] == "LS G=1/4 P=8, forked from src at step 110", fork_row
+    assert fork2_row["variant"] == "LS G=1/4 P=8, forked from fk at step 120", fork2_row
 
 
 def test_a_fork_whose_source_moved_says_its_summary_counts_its_own_steps(tmp_path):
