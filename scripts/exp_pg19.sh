@@ -590,7 +590,7 @@ relay_notes() {  # relay_notes: the "note:" lines (its header's) of each run thi
 cleanup() {  # on the script's own interruption: stop the trainers it started (by pid), wait for them,
   trap - INT TERM  # and leave in --results what there is: a device command cut off at its time limit
   echo "== interrupted: stopping the runs" >&2  # brings back what is under its $OUT
-  snapshot_wait; rm -f "$RESULTS"/.*.part 2> /dev/null || true  # a snapshot being written: ended first
+  snapshot_stop  # a snapshot being written: stopped, not waited for (the time limit is near)
   cp "$REPORT" "$RESULTS/report.txt" 2> /dev/null || true  # first, should a SIGKILL follow soon
   tar czf "$RESULTS/logs.tar.gz" -C "$OUT" logs 2> /dev/null || true
   for k in "${!names[@]}"; do stop_run "$k" "the script was interrupted"; done
@@ -619,8 +619,9 @@ pack_runs() {  # pack_runs NAME=DIR...: each run's logs into --results and the w
 # into OUT/snapshot; no checkpoints), report.txt (this start's console so far, then a line saying it is a
 # snapshot) and logs.tar.gz (OUT/logs). Each file is copied in as .NAME.part beside its place and renamed
 # over it, so a kill mid-copy leaves the previous one whole (and at most one .part file). A snapshot is
-# written in the background, one at a time, so that the runs' stops keep their times; the packing at the
-# end and an interruption wait for it, then replace its files.
+# written in the background, one at a time, so that the runs' stops keep their times. None is started
+# once the last run has ended: the packing at the end and an interruption stop the one being written
+# (snapshot_stop, without waiting for it) and replace its files.
 SNAP_AT=0 SNAP_PID=""
 snapshot() {  # one snapshot (run by snapshot_start); a failure is one line, never the script's end
   local k f why pairs=() dir=$OUT/snapshot
@@ -645,9 +646,21 @@ snapshot_start() {  # a snapshot in the background, unless the last one is still
   ( set +e; snapshot ) &
   SNAP_PID=$!
 }
-snapshot_wait() {  # until the snapshot being written (if any) is in place
-  [[ -z $SNAP_PID ]] || wait "$SNAP_PID" 2> /dev/null || true
+process_tree() {  # process_tree PID: PID and all its descendants (pgrep), parents first
+  local c
+  echo "$1"
+  for c in $(pgrep -P "$1" 2> /dev/null); do process_tree "$c"; done
+}
+snapshot_stop() {  # the snapshot being written (if any) ends now: its processes (pack_results.py, tar, cp)
+  local pids  # are killed together, and a .part file it leaves goes (the file it replaces stays whole)
+  if [[ -n $SNAP_PID ]]; then
+    pids=$(process_tree "$SNAP_PID")
+    # shellcheck disable=SC2086  # (one pid per word)
+    kill -KILL $pids 2> /dev/null || true
+    wait "$SNAP_PID" 2> /dev/null || true
+  fi
   SNAP_PID=""
+  rm -f "$RESULTS"/.*.part 2> /dev/null || true
 }
 trap cleanup INT TERM
 progress() {  # one line per running run: its newest step line (console.log)
@@ -659,7 +672,8 @@ progress() {  # one line per running run: its newest step line (console.log)
     echo "== ${names[$k]} at $(( $(now) - START )) s: ${line:-starting}"
   done
 }
-wait_for() {  # wait_for INDEX STOP_AT: until run INDEX ends, or stop it at STOP_AT (epoch s; "" = never)
+wait_for() {  # wait_for INDEX STOP_AT [last]: until run INDEX ends, or stop it at STOP_AT (epoch s; "" = never);
+  # "last": no run trains after it, so its end needs no snapshot (the packing follows at once)
   local stopped="" said
   said=$(now)
   while alive "$1"; do
@@ -675,6 +689,7 @@ wait_for() {  # wait_for INDEX STOP_AT: until run INDEX ends, or stop it at STOP
     sleep 1
   done
   reap "$1"
+  [[ ${3:-} == last ]] && return 0
   SNAP_AT=0; snapshot_start  # the run's end in --results (now, or as soon as the last snapshot is written)
 }
 
@@ -691,15 +706,15 @@ if [[ $PARALLEL == 1 ]]; then
     [[ $k -gt 0 ]] && sleep "$STAGGER"
     start_run "$k"
   done
-  for k in "${!names[@]}"; do wait_for "$k" "${STOP_AT[$k]:-}"; done
+  for k in "${!names[@]}"; do wait_for "$k" "${STOP_AT[$k]:-}" "$( (( k == nrun - 1 )) && echo last)"; done
 else
   for k in "${!names[@]}"; do
     [[ -n $deadline ]] && STOP_AT[$k]=$(( $(now) + $(left) / (nrun - k) ))
     start_run "$k"
-    wait_for "$k" "${STOP_AT[$k]:-}"
+    wait_for "$k" "${STOP_AT[$k]:-}" "$( (( k == nrun - 1 )) && echo last)"
   done
 fi
-snapshot_wait; rm -rf "$OUT/snapshot"  # its files are replaced by the packing below, never written over it
+snapshot_stop; rm -rf "$OUT/snapshot"  # its files are replaced by the packing below, never written over it
 trap - INT TERM
 failed=()
 for n in "${names[@]}"; do case ${RC[$n]:-1} in 0|130|138|143) ;; *) failed+=("$n") ;; esac; done

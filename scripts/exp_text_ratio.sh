@@ -32,8 +32,8 @@
 # OUT/data --smoke's two books or not, and, when --source is given, the books of --source (--smoke: its
 # first two; data/source_check.py). Other data is refused with one line before any run is touched or
 # started, the data left as it is (choose another --out or --data, or delete OUT/data to prepare it again):
-# --smoke and the full experiment share the default --out. Every run is also given --expect-tokenizer sp
-# --expect-vocab V, so the trainer refuses other data itself.
+# --smoke and the full experiment share the default --out. Every new run is also given --expect-tokenizer
+# sp --expect-vocab V, so the trainer refuses other data itself (a resumed run takes them from its record).
 # --smoke: two books, vocabulary 400, C 16, NH 2, P 4, 256 tokens per step, ratios "2 4" (key ratio 2),
 # 6 steps (STEPS_SMOKE=N: N); a --steps, --ratios or --key-ratio given beside it is used instead.
 # --plots-only draws what has finished so far. --plots 0: the summary table alone, no plots (default 1).
@@ -272,9 +272,13 @@ run_one() {  # ratio variant seed (settings_check passed: the run is new or of t
   settings_write "$dir" "${ARGS[@]}"
   local from rc=0
   from=$(log_start "$dir.log")
-  # (--expect-*: the trainer refuses data other than that checked above; not a setting of the run, not recorded)
-  nice -n "$NICE" "$TRAINER" "${ARGS[@]}" -o "$dir" -y "$resume" --device cpu --threads 1 --expect-tokenizer sp \
-    --expect-vocab "$VOCAB" >> "$dir.log" 2>&1 || rc=$?
+  # --expect-*: the trainer refuses data other than that checked above. They are settings of the run
+  # (config.json): given to a new run, taken from its record by -y 1 (a run of an older script, which has
+  # none, resumes as it was made, with no note and no history entry)
+  local expect=()
+  [[ $resume == 1 ]] || expect=(--expect-tokenizer sp --expect-vocab "$VOCAB")
+  nice -n "$NICE" "$TRAINER" "${ARGS[@]}" -o "$dir" -y "$resume" --device cpu --threads 1 "${expect[@]}" \
+    >> "$dir.log" 2>&1 || rc=$?
   relay_notes_of "$(basename "$dir")" "$dir.log" "$from"
   [[ $rc == 0 ]] || { echo "error: run $dir failed; see $dir.log" >&2; tail -3 "$dir.log" >&2; return 1; }
   echo "== $(date +%H:%M:%S) r$r $v seed $s: $(grep -a '^done:' "$dir.log" | tail -n 1)"

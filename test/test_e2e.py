@@ -764,7 +764,8 @@ def test_eval_only_refuses_a_typed_train_data(trained, byte_data):
 
 def test_validation_data_in_another_directory_than_the_training_data_is_noted(byte_data, tmp_path):
     """trial 8 F3: -i and -j of two data sets tokenized alike trained with no word, and `make train
-    TRAIN_ARGS="-i ..."` keeps tiny Shakespeare's -j: the validation loss was another data set's. A note."""
+    TRAIN_ARGS="-i ..."` keeps tiny Shakespeare's -j: the validation loss was another data set's. A note, when
+    the directories are known to hold two data sets (two meta.json that differ, or -i's own val_*.bin)."""
     other = tmp_path / "other"
     shutil.copytree(byte_data, other)
     (other / "meta.json").write_text(json.dumps({"vocab_size": 256, "eot": 10, "dataset": "other"}))
@@ -777,6 +778,23 @@ def test_validation_data_in_another_directory_than_the_training_data_is_noted(by
     shutil.copy(byte_data / "meta.json", other / "meta.json")  # a copy of the data set (the same meta.json)
     p = run(["-i", f"{other}/train_*.bin", "-j", f"{byte_data}/val_*.bin"] + TINY + ["-x", 1, "-v", 1, "-m", 1])
     assert "another directory" not in p.stderr, p.stderr
+    # another data set (its own meta.json) with no validation split of its own: the note names no glob
+    for f in other.glob("val_*.bin"):
+        f.unlink()
+    (other / "meta.json").write_text(json.dumps({"vocab_size": 256, "eot": 10, "dataset": "other"}))
+    p = run(["-i", f"{other}/train_*.bin", "-j", f"{byte_data}/val_*.bin"] + TINY + ["-x", 1, "-v", 1, "-m", 1])
+    assert (f"note: -j '{byte_data}/val_*.bin' is in another directory than -i '{other}/train_*.bin' ({byte_data}, "
+            f"not {other}): the validation loss is that of another data set than the training data's") \
+        in p.stderr.splitlines(), p.stderr
+    # one data set split in two directories, neither with a meta.json (split/train, split/val): no note
+    split = tmp_path / "split"
+    for role in ("train", "val"):
+        (split / role).mkdir(parents=True)
+        shutil.copy(byte_data / "tokenizer.bin", split / role)
+        for f in byte_data.glob(f"{role}_*.bin"):
+            shutil.copy(f, split / role)
+    p = run(["-i", f"{split}/train/train_*.bin", "-j", f"{split}/val/val_*.bin"] + TINY + ["-x", 1, "-v", 1, "-m", 1])
+    assert p.returncode == 0 and "another directory" not in p.stderr, p.stderr
 
 
 def test_eval_only_notes_qk_clip_on_a_qk_norm_checkpoint(byte_data, tmp_path):

@@ -191,3 +191,40 @@ def test_wikitext2_smoke_data_is_reused_and_other_files_refused(tmp_path):
     p = sh(["--smoke", "--corpus", "wikitext2", "--out", out, "--source", src, "--seeds", "4"] + SMALL)
     assert_refused(p, before, out, f"error: {out / 'data'} holds plain text (--corpus wikitext2) made from 2 book(s), "
                    f"not the 2 first .txt files of {src} (2 there not in the data (e.g. copy_")
+
+
+def test_a_resumed_run_takes_the_data_expectation_from_its_record(smoke_out, tmp_path):
+    """--expect-tokenizer/--expect-vocab are settings of a run (config.json): a new run is given them, a resumed
+    one (-y 1) is not (the trainer takes them from the record), so a run made by an older script, which gave
+    none, resumes as it was made, with no note and no history entry."""
+    wrapper = tmp_path / "trainer.sh"
+    calls = tmp_path / "calls.txt"
+    wrapper.write_text(f'#!/bin/bash\necho "$*" >> {calls}\nexec {BIN} "$@"\n')
+    wrapper.chmod(0o755)
+    env = dict(ENV, TRAINER=str(wrapper))
+    out = tmp_path / "out"  # its own start (a copy elsewhere would record another data directory)
+    args = ["--smoke", "--out", out, "--data", smoke_out / "data"] + SMALL[:-6] + ["--steps", "6"] + SMALL[-4:]
+    assert SMALL[-6] == "--steps" and SMALL[-4] == "--jobs", SMALL
+    p = sh(args)
+    assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-2000:]
+    run = out / "runs" / "r2_ls_s1"
+    for f in ("model_00000006.bin", "state_00000006_00000.bin", "DONE_00000006"):  # as if stopped after step 3
+        (run / f).unlink()
+    log_before = (out / "runs" / "r2_ls_s1.log").read_text()
+    p = subprocess.run(["bash", str(SCRIPT)] + [str(a) for a in args], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-2000:]
+    assert "resume 1" in p.stdout, p.stdout
+    lines = calls.read_text().splitlines()
+    assert len(lines) == 1 and "-y 1" in lines[0] and "--expect" not in lines[0], lines
+    log = (out / "runs" / "r2_ls_s1.log").read_text()[len(log_before):]
+    assert not [x for x in log.splitlines() if x.startswith("note:") and "expect" in x], log
+    after = json.loads((run / "config.json").read_text())
+    assert not after.get("history"), after.get("history")
+    assert after["train"]["expect_tokenizer"] == "sp" and after["train"]["expect_vocab"] == 400, after["train"]
+    # a new run (another seed) is given them
+    p = subprocess.run(["bash", str(SCRIPT)] + [str(a) for a in args + ["--seeds", "7"]], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-2000:]
+    new = calls.read_text().splitlines()[1:]
+    assert len(new) == 1 and "--expect-tokenizer sp --expect-vocab 400" in new[0] and "-y 0" in new[0], new

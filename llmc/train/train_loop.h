@@ -128,9 +128,11 @@ inline void plan_model(const TrainConfig& cfg, const std::string& data_glob, Run
 
 // The role of every shard (llmc/io/data_roles.h): -i reads training shards, -j validation shards, no
 // file both, no validation shard a copy of a training shard. Validation shards in another directory
-// than the training shards (another data set, tokenized alike: check_same_tokenizer; not a copy of the
-// training data's set, whose meta.json is the same) get a note, as `make train TRAIN_ARGS="-i ..."` keeps
-// tiny Shakespeare's -j.
+// than the training shards get a note when that directory is known to hold another data set (tokenized
+// alike: check_same_tokenizer): both directories have a meta.json and they differ (the same one is a
+// copy of the set), or the training directory has validation shards of its own (val_*.bin, then named
+// as the fix), as `make train TRAIN_ARGS="-i ..."` keeps tiny Shakespeare's -j. One data set split in
+// two directories without a meta.json (split/train, split/val) gets none.
 inline void check_data_roles(const TrainConfig& cfg, const RunPlan& p) {
     const std::string train_what = "-i '" + cfg.train_data + "'", val_what = "-j '" + cfg.val_data + "'";
     if (p.val) check_no_shared_shard(p.train->shard_paths(), p.val->shard_paths(), train_what, val_what);
@@ -146,15 +148,29 @@ inline void check_data_roles(const TrainConfig& cfg, const RunPlan& p) {
             std::ifstream in(join_path(dir, "meta.json"), std::ios::binary);
             return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
         };
+        const auto has_val_shards = [](const std::string& dir) {  // a val_*.bin file in dir
+            std::error_code ec;
+            for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+                const std::string name = it->path().filename().string();
+                if (name.size() > 8 && name.rfind("val_", 0) == 0 && name.compare(name.size() - 4, 4, ".bin") == 0)
+                    return true;
+            }
+            return false;
+        };
         const std::string train_dir = dir_of(p.train->shard_paths().front()),
-                          val_dir = dir_of(p.val->shard_paths().front()), train_meta = meta_of(train_dir);
-        // a copy of the data set (the same meta.json: the same shards by data/prepare.py's hashes) is no other
-        if (!same_directory(train_dir, val_dir) && (train_meta.empty() || train_meta != meta_of(val_dir)))
+                          val_dir = dir_of(p.val->shard_paths().front());
+        if (same_directory(train_dir, val_dir)) return;
+        const std::string train_meta = meta_of(train_dir), val_meta = meta_of(val_dir);
+        const bool other_set = !train_meta.empty() && !val_meta.empty() && train_meta != val_meta;
+        const bool copy = !train_meta.empty() && train_meta == val_meta;  // the same shards by prepare.py's hashes
+        const bool own_split = has_val_shards(train_dir);
+        if (!copy && (other_set || own_split))
             std::fprintf(stderr,
                          "note: %s is in another directory than %s (%s, not %s): the validation loss is that of "
-                         "another data set than the training data's; for its own validation split give -j "
-                         "'%s/val_*.bin'\n",
-                         val_what.c_str(), train_what.c_str(), val_dir.c_str(), train_dir.c_str(), train_dir.c_str());
+                         "another data set than the training data's%s%s%s\n",
+                         val_what.c_str(), train_what.c_str(), val_dir.c_str(), train_dir.c_str(),
+                         own_split ? "; for its own validation split give -j '" : "",
+                         own_split ? train_dir.c_str() : "", own_split ? "/val_*.bin'" : "");
     }
 }
 
