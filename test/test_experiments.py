@@ -631,8 +631,9 @@ def test_exp_pg19_sigterm_stops_the_runs(tmp_path):
     import time
     out = tmp_path / "int"
     proc = subprocess.Popen(["bash", str(REPO / "scripts" / "exp_pg19.sh"), "--smoke", "--steps", "1000000", "--out",
-                             str(out), "--source", str(SHARED / "pg19")], cwd=REPO, env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                             str(out), "--source", str(SHARED / "pg19")], cwd=REPO,
+                            env=dict(ENV, SNAPSHOT_EVERY="1"),  # a snapshot is likely being written at the signal
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     metrics = out / "runs" / "mhsa" / "metrics.jsonl"
     t0 = time.time()
     while not (metrics.exists() and metrics.stat().st_size > 0) and time.time() - t0 < 60:
@@ -647,6 +648,8 @@ def test_exp_pg19_sigterm_stops_the_runs(tmp_path):
     assert (out / "runs" / "mhsa" / f"DONE_{last:08d}").exists()
     res = {f.name for f in (out / "results").iterdir()}
     assert {"report.txt", "logs.tar.gz", "mhsa.tar.gz"} <= res, res
+    assert not [n for n in res if n.startswith(".")], res  # the snapshot stopped: no .part file left
+    assert "Killed" not in stderr, stderr
     with tarfile.open(out / "results" / "mhsa.tar.gz") as t:
         packed = [m.name for m in t.getmembers()]
     assert any(n.endswith("metrics.jsonl") for n in packed), packed
