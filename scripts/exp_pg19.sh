@@ -39,7 +39,8 @@
 #      deletions, are on the console only; OUT/logs/report.txt too, replaced at each start),
 #      summary.md, window.md, logs.tar.gz (build and check logs, plots, events) and one NAME.tar.gz
 #      per run (metrics, logit statistics, configs, console; no checkpoints). While the runs train,
-#      --results holds a snapshot of them, refreshed every SNAPSHOT_EVERY s (60) and when a run ends:
+#      --results holds a snapshot of them, refreshed every SNAPSHOT_EVERY s (60) and when a run but the
+#      last ends:
 #      each run's NAME.tar.gz and window.md as the packing makes them, report.txt so far (its last
 #      line says it is a snapshot) and logs.tar.gz (no plots, no summary.md), each file renamed into
 #      place whole; a device command killed at its limit (SIGKILL: no trap runs) brings that back.
@@ -468,11 +469,22 @@ step_timed() {  # step_timed NAME LOG TIMEOUT CMD...: runs CMD, one PASS/FAIL li
     echo "   $name: FAIL (exit $rc, ${dt} s; log $log), last lines:"; tail -n 15 "$log" | sed 's/^/     /'; fi
   return $rc
 }
+# A file of --results is written whole or not at all: as .NAME.part beside its place, then renamed over it,
+# so a SIGKILL mid-write (a device command at its limit) leaves the earlier file (a snapshot's) whole.
+put_file() {  # put_file SRC NAME: SRC into --results as NAME; status 1 (and no .part left) on a failure
+  { cp "$1" "$RESULTS/.$2.part" && mv -f "$RESULTS/.$2.part" "$RESULTS/$2"; } || { rm -f "$RESULTS/.$2.part"; return 1; }
+}
+put_logs() {  # put_logs DIR...: OUT's DIRs into --results/logs.tar.gz (tar's status 1, a log that grew, is whole)
+  local rc=0
+  tar czf "$RESULTS/.logs.tar.gz.part" -C "$OUT" "$@" 2> /dev/null || rc=$?
+  if (( rc > 1 )); then rm -f "$RESULTS/.logs.tar.gz.part"; return 1; fi
+  mv -f "$RESULTS/.logs.tar.gz.part" "$RESULTS/logs.tar.gz"
+}
 abort_pack() {  # abort_pack MESSAGE [STATUS]: nothing trained; pack the logs that exist and exit STATUS (4)
   echo "error: $1" >&2
   report_flush
-  cp "$REPORT" "$RESULTS/report.txt" 2>/dev/null || true
-  tar czf "$RESULTS/logs.tar.gz" -C "$OUT" logs 2>/dev/null || true
+  put_file "$REPORT" report.txt || true
+  put_logs logs || true
   exit "${2:-4}"
 }
 if [[ $BUILD == 1 ]]; then
@@ -591,20 +603,20 @@ cleanup() {  # on the script's own interruption: stop the trainers it started (b
   trap - INT TERM  # and leave in --results what there is: a device command cut off at its time limit
   echo "== interrupted: stopping the runs" >&2  # brings back what is under its $OUT
   snapshot_stop  # a snapshot being written: stopped, not waited for (the time limit is near)
-  cp "$REPORT" "$RESULTS/report.txt" 2> /dev/null || true  # first, should a SIGKILL follow soon
-  tar czf "$RESULTS/logs.tar.gz" -C "$OUT" logs 2> /dev/null || true
+  put_file "$REPORT" report.txt || true  # first, should a SIGKILL follow soon
+  put_logs logs || true
   for k in "${!names[@]}"; do stop_run "$k" "the script was interrupted"; done
   for k in "${!names[@]}"; do reap "$k" || true; done
   local pairs=()
   for k in "${!names[@]}"; do [[ -s ${dirs[$k]}/metrics.jsonl ]] && pairs+=("${names[$k]}=${dirs[$k]}"); done
   if [[ ${#pairs[@]} -gt 0 ]]; then
     pack_runs "${pairs[@]}" || echo "error: packing the run logs failed (scripts/pack_results.py)" >&2
-    cp "$OUT/window.md" "$RESULTS/" 2> /dev/null || true
+    put_file "$OUT/window.md" window.md || true
   fi
   echo "== interrupted after $(( $(now) - START )) s: the runs' logs packed in $RESULTS"
   report_flush
-  cp "$REPORT" "$RESULTS/report.txt" 2> /dev/null || true
-  tar czf "$RESULTS/logs.tar.gz" -C "$OUT" logs 2> /dev/null || true
+  put_file "$REPORT" report.txt || true
+  put_logs logs || true
   exit 130
 }
 pack_runs() {  # pack_runs NAME=DIR...: each run's logs into --results and the window table (pack_results.py)
@@ -614,14 +626,16 @@ pack_runs() {  # pack_runs NAME=DIR...: each run's logs into --results and the w
 }
 # -- while the runs train, a snapshot of --results -------------------------------------------------------
 # A device command cut off at its limit can be SIGKILLed (no trap runs) and brings back what --results holds
-# then. So while the runs train, every SNAPSHOT_EVERY s and when a run ends, --results receives what the
-# packing leaves there but the plots and summary.md: each run's NAME.tar.gz and window.md (pack_results.py,
-# into OUT/snapshot; no checkpoints), report.txt (this start's console so far, then a line saying it is a
-# snapshot) and logs.tar.gz (OUT/logs). Each file is copied in as .NAME.part beside its place and renamed
-# over it, so a kill mid-copy leaves the previous one whole (and at most one .part file). A snapshot is
-# written in the background, one at a time, so that the runs' stops keep their times. None is started
-# once the last run has ended: the packing at the end and an interruption stop the one being written
-# (snapshot_stop, without waiting for it) and replace its files.
+# then. So while the runs train, every SNAPSHOT_EVERY s and when a run but the last ends, --results receives
+# what the packing leaves there but the plots and summary.md: each run's NAME.tar.gz and window.md
+# (pack_results.py, into OUT/snapshot; no checkpoints), report.txt (this start's console so far, then a line
+# saying it is a snapshot) and logs.tar.gz (OUT/logs). Each file is copied in as .NAME.part beside its place
+# and renamed over it, so a kill mid-copy leaves the previous one whole (and at most one .part file). A
+# snapshot is written in the background, in a process group of its own, one at a time, so that the runs'
+# stops keep their times. None is started once the last run has ended: the packing at the end and an
+# interruption stop the one being written (snapshot_stop kills its group, without waiting for it to end)
+# and replace its files. (A SIGKILL of the script's own process group leaves a snapshot being written to
+# end by itself, within seconds: its files are renamed into place whole.)
 SNAP_AT=0 SNAP_PID=""
 snapshot() {  # one snapshot (run by snapshot_start); a failure is one line, never the script's end
   local k f why pairs=() dir=$OUT/snapshot
@@ -636,28 +650,24 @@ snapshot() {  # one snapshot (run by snapshot_start); a failure is one line, nev
   { awk 1 "$REPORT"; echo "== snapshot at $(( $(now) - START )) s: the report so far (while the runs train, --results is refreshed every $SNAPSHOT_EVERY s and when a run ends; a report that ends here is of a start cut off before its next snapshot)"; } > "$dir/report.txt"
   for f in "${names[@]/%/.tar.gz}" window.md logs.tar.gz report.txt; do
     [[ -f $dir/$f ]] || continue
-    if ! { cp "$dir/$f" "$RESULTS/.$f.part" && mv -f "$RESULTS/.$f.part" "$RESULTS/$f"; }; then rm -f "$RESULTS/.$f.part"; fi
+    put_file "$dir/$f" "$f" || true
   done
 }
 snapshot_start() {  # a snapshot in the background, unless the last one is still being written (then later)
   (( SNAPSHOT_EVERY > 0 )) || return 0
-  [[ -n $SNAP_PID ]] && kill -0 "$SNAP_PID" 2> /dev/null && return 0
+  snapshot_running && return 0
   SNAP_AT=$(( $(now) + SNAPSHOT_EVERY ))
-  ( set +e; snapshot ) &
+  set -m  # its own process group (job control for this one job): snapshot_stop ends all of it at once
+  ( set +e; snapshot ) < /dev/null &
   SNAP_PID=$!
+  set +m
 }
-process_tree() {  # process_tree PID: PID and all its descendants (pgrep), parents first
-  local c
-  echo "$1"
-  for c in $(pgrep -P "$1" 2> /dev/null); do process_tree "$c"; done
-}
-snapshot_stop() {  # the snapshot being written (if any) ends now: its processes (pack_results.py, tar, cp)
-  local pids  # are killed together, and a .part file it leaves goes (the file it replaces stays whole)
-  if [[ -n $SNAP_PID ]]; then
-    pids=$(process_tree "$SNAP_PID")
-    # shellcheck disable=SC2086  # (one pid per word)
-    kill -KILL $pids 2> /dev/null || true
-    wait "$SNAP_PID" 2> /dev/null || true
+snapshot_running() { [[ -n $SNAP_PID ]] && jobs -rp | grep -qx "$SNAP_PID"; }  # (a job of this script: no reused pid)
+snapshot_stop() {  # the snapshot being written (if any) ends now: its process group (pack_results.py, tar,
+  # cp, and any started while it is signalled) is killed, and a .part file it leaves goes (the file it
+  # replaces stays whole); bash's "Killed" line for the job is not printed
+  if snapshot_running; then
+    { kill -KILL -- -"$SNAP_PID" || true; wait "$SNAP_PID" || true; } 2> /dev/null
   fi
   SNAP_PID=""
   rm -f "$RESULTS"/.*.part 2> /dev/null || true
@@ -744,7 +754,7 @@ if [[ ${#pairs[@]} -gt 0 ]]; then
   fi
   [[ -f $OUT/plots/pg19_summary.md ]] && cp "$OUT/plots/pg19_summary.md" "$OUT/summary.md"
   wait "$pack_pid" || { status=1; echo "error: packing the run logs failed (scripts/pack_results.py)" >&2; }
-  cp "$OUT/summary.md" "$OUT/window.md" "$RESULTS/" 2> /dev/null || true
+  for f in summary.md window.md; do [[ ! -f $OUT/$f ]] || put_file "$OUT/$f" "$f" || true; done
 fi
 echo "== summary ($OUT/summary.md; plots in $OUT/plots; packed logs in $RESULTS)"
 [[ -f $OUT/summary.md ]] && cat "$OUT/summary.md"
@@ -752,8 +762,8 @@ echo "== summary ($OUT/summary.md; plots in $OUT/plots; packed logs in $RESULTS)
 echo "== done in $(( $(now) - START )) s"
 [[ ${#failed[@]} -eq 0 ]] || { echo "error: run(s) failed: ${failed[*]} (logs in $OUT/runs/*.log)" >&2; status=1; }
 report_flush
-cp "$REPORT" "$RESULTS/report.txt"
-tar czf "$RESULTS/logs.tar.gz" -C "$OUT" logs plots
+put_file "$REPORT" report.txt
+put_logs logs plots
 nfiles=$(find "$RESULTS" -maxdepth 1 -type f | wc -l)
 [[ -z $BUDGET ]] || (( nfiles <= 8 )) || { echo "error: $RESULTS holds $nfiles files; at most 8 come back from the GPU machine" >&2; status=1; }
 big=$(find "$RESULTS" -maxdepth 1 -type f -size +16M)

@@ -51,6 +51,18 @@ class PackError(Exception):
     pass
 
 
+def part_path(path):
+    """The temporary name a file is written under before it is renamed into place: .NAME.part beside it."""
+    return os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".part")
+
+
+def write_whole(path, data):
+    """path holds data, or its earlier content whole: written as .NAME.part and renamed over it, so a kill
+    mid-write (a device command cut off at its limit) never leaves a cut file under the name."""
+    with open(part_path(path), "wb") as f:
+        f.write(data)
+    os.replace(part_path(path), path)
+
 def read_events(path):
     """[(time, verb, name)] from the script's events file."""
     out = []
@@ -260,8 +272,7 @@ def tar_run(dest, name, path, limit, notes):
             texts["metrics.jsonl"] = thin(original["metrics.jsonl"], k_metrics, keep_metric)
         else:
             raise PackError(f"{name}: its logs do not fit in {limit} bytes even thinned; pack fewer files")
-    with open(os.path.join(dest, f"{name}.tar.gz"), "wb") as f:
-        f.write(buf.getvalue())
+    write_whole(os.path.join(dest, f"{name}.tar.gz"), buf.getvalue())
     if k_stats > 1:
         notes.append(f"- {name}.tar.gz: logit_stats.jsonl thinned to every {k_stats}th record to fit {limit >> 20} MiB")
     if k_metrics > 1:
@@ -297,14 +308,14 @@ def main(argv=None):
             tar_run(a.results, n, d, limit, notes)
         if a.logs and os.path.isdir(a.logs):
             path = os.path.join(a.results, "logs.tar.gz")
-            with tarfile.open(path, "w:gz") as tar:
+            with tarfile.open(part_path(path), "w:gz") as tar:
                 tar.add(a.logs, arcname="logs")
+            os.replace(part_path(path), path)
             if os.path.getsize(path) > limit:
                 raise PackError(f"{path} is {os.path.getsize(path)} bytes, over {limit}; put less under {a.logs}")
         text = table(rows, notes)
         table_path = a.table or os.path.join(a.results, "window.md")
-        with open(table_path, "w", encoding="utf-8") as f:
-            f.write(text)
+        write_whole(table_path, text.encode("utf-8"))
         for e in a.extra:
             if os.path.isfile(e):
                 with open(e, "rb") as src, open(os.path.join(a.results, os.path.basename(e)), "wb") as dst:

@@ -53,8 +53,8 @@ def snapshot_steps(archive, name):
 
 
 def test_exp_pg19_sigkill_leaves_a_snapshot_in_results(tmp_path):
-    """SIGKILL to the whole process group (the script, its trainers, its tee and its snapshot) while the first of
-    two runs trains: --results holds the snapshot, refreshed while it trained (a later one has more steps than the
+    """SIGKILL to the script's process group (the script, its trainers and its tee; a snapshot being written has a
+    group of its own and ends by itself) while the first of two runs trains: --results holds the snapshot, refreshed while it trained (a later one has more steps than the
     first seen), with parseable content: the run's archive with its metrics (JSON lines with a step), config and
     console and no checkpoint, window.md with its row, the report so far (its header, then the snapshot's line),
     and logs.tar.gz with the run's start event; at most 8 files of at most 16 MiB, what comes back from the GPU
@@ -125,3 +125,53 @@ def test_exp_pg19_bad_snapshot_period_is_refused(tmp_path):
                        cwd=REPO, env=dict(ENV, SNAPSHOT_EVERY="1m"), capture_output=True, text=True, timeout=60)
     assert p.returncode == 1 and "error: SNAPSHOT_EVERY=1m must be a whole number of seconds" in p.stderr, p.stderr
     assert not out.exists()
+
+
+def snapshot_functions():
+    """exp_pg19.sh's snapshot_start, snapshot_running and snapshot_stop, as the script defines them (the text
+    from `snapshot_start() {` to the `trap cleanup` line)."""
+    text = SCRIPT.read_text()
+    start, end = text.index("snapshot_start() {"), text.index("trap cleanup INT TERM")
+    return text[start:end]
+
+
+def test_exp_pg19_snapshot_stop_ends_every_process_of_the_snapshot(tmp_path):
+    """snapshot_stop ends the snapshot and every process it started, also one started while it is being
+    stopped or detached from it (here a snapshot that starts copies and detached sleepers without pause): none
+    is left running, no .part file stays, and the stop prints nothing (no job "Killed" line). The test runs the
+    script's own functions with a stand-in snapshot body; the earlier stop (kill the processes it listed) left
+    copies that started after the listing running."""
+    big = tmp_path / "big"
+    big.write_bytes(os.urandom(1 << 20))
+    res = tmp_path / "results"
+    res.mkdir()
+    tag = f"snapstop{os.getpid()}"
+    prog = f"""set -euo pipefail
+now() {{ date +%s; }}
+SNAPSHOT_EVERY=1 SNAP_AT=0 SNAP_PID="" RESULTS={res}
+snapshot() {{
+  while :; do
+    ( exec -a {tag} sleep 30 & )
+    cp {big} "$RESULTS/.x.part"; cp {big} "$RESULTS/.y.part"
+  done
+}}
+{snapshot_functions()}
+for i in 1 2 3 4 5; do
+  snapshot_start
+  snapshot_running || {{ echo "no snapshot running after snapshot_start" >&2; exit 3; }}
+  sleep 0.$((RANDOM % 5 + 1))
+  snapshot_stop
+  snapshot_running && {{ echo "a snapshot still running after snapshot_stop" >&2; exit 4; }}
+  ls -A "$RESULTS"
+done
+echo stopped
+"""
+    p = subprocess.run(["bash", "-c", prog], capture_output=True, text=True, timeout=60)
+    time.sleep(0.2)
+    left = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True).stdout.split()
+    if left:
+        subprocess.run(["pkill", "-KILL", "-f", tag])
+    assert p.returncode == 0 and p.stdout == "stopped\n", (p.stdout, p.stderr)
+    assert p.stderr == "", p.stderr
+    assert not left, f"processes of a stopped snapshot still run: {left}"
+    assert not list(res.iterdir()), sorted(os.listdir(res))
