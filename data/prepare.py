@@ -145,6 +145,7 @@ def parse_args(argv):
         raise PrepareError(f"{flag} is {what}, and this run has {this_run}: drop {flag}")
     if args.vocab_size is None:
         args.vocab_size = DEFAULT_SP_VOCAB
+    args.seed_given = "seed" in given  # checked once the split is known (prepare_text)
     if args.tokenizer == "sp" and args.vocab_size <= tk.SP_FIXED_IDS:
         raise PrepareError(tk.sp_vocab_too_small(args.vocab_size))
     if args.tokenizer == "sp" and args.sp_train_lines < 1:
@@ -478,6 +479,16 @@ def prepare_text(args):
               f"{'them' if n > 1 else 'it'}", file=sys.stderr)
     if args.dataset != "tinyshakespeare":
         extra["duplicate_sources"] = left_out
+    not_txt = splits["not_txt"]
+    if not_txt:
+        n = len(not_txt)
+        print(f"note: --source: {n} file{'s' if n > 1 else ''} in the directory not named *.txt "
+              f"{'are' if n > 1 else 'is'} not read ({'e.g. ' if n > 1 else ''}{not_txt[0]}); give such a file by "
+              "name (or rename it *.txt) to include it", file=sys.stderr)
+    by_chars = any(spec.lo is not None for spec in splits["val"])
+    if by_chars and args.seed_given and args.tokenizer != "sp":
+        raise PrepareError("--seed picks the by-file split and SentencePiece's training sample, and this run splits one file by characters with "
+                           f"--tokenizer {args.tokenizer}, so it has no effect: drop --seed")
     if args.tokenizer == "gpt2":  # loaded (or downloaded) before anything is written: a failure costs nothing
         bpe_dir = tk.resolve_gpt2_dir(args.gpt2_bpe)
         token_bytes = tk.gpt2_token_bytes(tk.load_gpt2(bpe_dir))
@@ -645,7 +656,7 @@ def meta_dict(args, work, vocab, eot, version, writers, docs, paths):
         # each shard's content: a reader of a run tells data prepared again from other text by it
         "sha256_shards": {os.path.basename(p): tk.sha256_file(os.path.join(work, os.path.basename(p)))
                           for s in ("train", "val") for p in paths[s]},
-        "args": {k: v for k, v in vars(args).items() if k != "force" and (k.startswith("syn_") == (args.dataset ==
+        "args": {k: v for k, v in vars(args).items() if k not in ("force", "seed_given") and (k.startswith("syn_") == (args.dataset ==
                  "synthetic") or k in ("dataset", "out", "val_fraction", "shard_tokens", "seed", "workers"))},
     }
 

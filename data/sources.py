@@ -64,6 +64,17 @@ def _txt_files(directory):
     return sorted(found)
 
 
+def _not_txt_files(directory):
+    """The files under directory (recursively, hidden entries skipped) that _txt_files leaves out, sorted."""
+    found = []
+    for root, dirs, files in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in files:
+            if not name.endswith(".txt") and not name.startswith("."):
+                found.append(os.path.relpath(os.path.join(root, name), directory))
+    return sorted(found)
+
+
 def char_split(path, name, val_fraction):
     """One file, the last val_fraction of its characters are validation (nanoGPT): one document per split."""
     n = len(read_text(path))
@@ -113,11 +124,14 @@ def drop_duplicates(paths, names):
 
 
 def dataset_splits(dataset, sources, val_fraction, seed):
-    """{"train": [DocSpec], "val": [DocSpec], "left_out": [...]} for tinyshakespeare, pg19 or text. `sources`:
-    list of paths. "left_out": the files left out because their bytes repeat an earlier one's (drop_duplicates;
-    pg19 and text), [] otherwise."""
+    """{"train": [DocSpec], "val": [DocSpec], "left_out": [...], "not_txt": [...]} for tinyshakespeare, pg19 or
+    text. `sources`: list of paths. "left_out": the files left out because their bytes repeat an earlier one's
+    (drop_duplicates; pg19 and text), [] otherwise. "not_txt": the files of a --source directory not named
+    *.txt, which are not read (a directory's paths, as given)."""
     splits = _dataset_splits(dataset, sources, val_fraction, seed)
     splits.setdefault("left_out", [])
+    splits["not_txt"] = [os.path.join(s, nm) for s in sources if dataset != "tinyshakespeare" and os.path.isdir(s)
+                         for nm in _not_txt_files(s)]
     return splits
 
 

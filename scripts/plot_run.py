@@ -45,6 +45,7 @@ skip spikes, a non-default grad-clip), T, C, L, the data (config.json's "data": 
 a shards folder named data with its parent's name: "data smoke/data"),
 lr, seed, and every other setting in which the runs differ (config.json's "train" values, changes on resume
 included, and derived tokens per step, -d being compared as the tokens per step it gives: "tokens/step 2048",
+-b as the sequences of a micro-batch over all processes: "sequences/micro-batch 8",
 "weight-decay 0", "lr-schedule linear", "near 4"; the model's NH, max-seq-len and tied embeddings; never paths,
 data (the data note below), processes, threads, device, ZeRO stage, CUDA graphs or what only changes the record,
 such as -v; -m is compared), which also get one note on stderr, repeated under the summary table ("note: runs also differ in:
@@ -445,17 +446,20 @@ LABEL_ORDER = ["kind", "qk_norm", "attn_softcap", "bias", "gelu"] + [key for _, 
 # config.json "train" keys never compared: those the label pieces show, paths and the data (data_note compares
 # the data identities), where and how the run executed (processes, threads, device, ZeRO, CUDA graphs, PDL) and
 # what only changes the record (BOOKKEEPING, but -m, which makes the validation set); -d is compared as the tokens per step it gives (-1: B x T x
-# processes), "tokens_per_step"
+# processes), "tokens_per_step", and -b as the sequences of a micro-batch over all processes, "batch_sequences"
+# (B x processes: -b 2 on 2 processes and -b 4 on one run the same steps, docs/multigpu.md)
 NOT_COMPARED = (BOOKKEEPING - {"val_batches"}) | {key for _, key, _, _ in TRAIN_STABILIZERS} | {
     "grad_clip", "seq_len", "learning_rate", "seed", "train_data", "val_data", "model", "expect_tokenizer",
-    "expect_vocab", "world_size", "zero_stage", "cuda_graph", "pdl", "logit_alarm_keep", "total_batch_size"}
+    "expect_vocab", "world_size", "zero_stage", "cuda_graph", "pdl", "logit_alarm_keep", "total_batch_size",
+    "batch_size"}
 # config.json "model" keys compared (the others are label pieces, or the data's vocabulary)
 COMPARED_MODEL = ["num_heads", "max_seq_len", "tied_embeddings"]
 # the label text of a compared setting other than "weight-decay 0.1": (name, value text)
 COMPARED_TEXT = {"tokens_per_step": ("tokens/step ", short_number), "num_heads": ("NH=", short_number),
+                 "batch_sequences": ("sequences/micro-batch ", short_number),
                  "tied_embeddings": ("", lambda v: "tied embeddings" if v else "untied embeddings")}
 # the training flags whose changes on resume change a compared setting (default: the setting itself)
-SETTING_FLAGS = {"tokens_per_step": ("total_batch_size", "batch_size", "seq_len")}
+SETTING_FLAGS = {"tokens_per_step": ("total_batch_size", "batch_size", "seq_len"), "batch_sequences": ("batch_size",)}
 
 
 def tokens_per_step_at(config, step):
@@ -490,6 +494,11 @@ def setting_timeline(config, key):
             if value != (changes[-1][1] if changes else start):
                 changes.append((s, value))
         return start, changes
+    if key == "batch_sequences":  # -b x processes
+        processes = (config.get("train") or {}).get("world_size") or 1
+        start, changes = timeline(config.get("train") or {}, history_entries(config), "batch_size")
+        times = (lambda v: v * processes if isinstance(v, int) else v)
+        return times(start), [(s, times(v)) for s, v in changes]
     start, changes = timeline(config.get("train") or {}, history_entries(config), key)
     model = config.get("model")
     return acting_value(key, start, model), [(s, acting_value(key, v, model)) for s, v in changes]
@@ -516,6 +525,8 @@ def differing_settings(configs):
         for k in (c or {}).get("train") or {}:
             if k == "total_batch_size" and "tokens_per_step" not in keys:
                 keys.append("tokens_per_step")
+            if k == "batch_size" and "batch_sequences" not in keys:
+                keys.append("batch_sequences")
             if k not in NOT_COMPARED and k not in keys:
                 keys.append(k)
     if "tokens_per_step" not in keys:

@@ -78,6 +78,18 @@ def test_eval_only_flags_given_win(trained_run):
     assert len(taken) == 1 and "-t" not in taken[0] and "-b" not in taken[0] and "-j '" in taken[0]
 
 
+def test_eval_only_refuses_an_empty_val_data(trained_run, tmp_path):
+    """trial 9: --eval-only -j '' evaluated on the run's recorded -j, though flags given win: refused, naming
+    both fixes; nothing is written."""
+    out, ckpt = trained_run
+    p = run(["--eval-only", "-e", ckpt, "-j", "", "-o", tmp_path / "ev", "--threads", 1], check=False)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 1 and len(lines) == 1, p.stderr
+    assert lines[0].startswith("error: --eval-only with -j '' names no shards to evaluate on; give -j 'DIR/val_*.bin', "
+                               "or drop -j to evaluate on the run's -j '") and f"({out}/config.json)" in lines[0], lines
+    assert "eval loss" not in p.stdout and not (tmp_path / "ev").exists()
+
+
 def test_eval_only_refuses_data_tokenized_unlike_the_run(trained_run, byte_data, tmp_path):  # noqa: F811
     """Same vocabulary (256), other token bytes: -j from another tokenizer than the run's -i."""
     _, ckpt = trained_run

@@ -89,6 +89,11 @@ def test_same_tokenizer_in_another_directory_trains(data_sets, tmp_path):
     meta = json.loads((copy / "meta.json").read_text())
     meta["dataset"] = "other"
     (copy / "meta.json").write_text(json.dumps(meta))
+    # ... and its own validation text (shards that hold the bytes of -i's own val_*.bin are -i's split)
+    shard = sorted(copy.glob("val_*.bin"))[-1]
+    data = bytearray(shard.read_bytes())
+    data[-2] ^= 1  # the low bit of the last token id (uint16): another token of the vocabulary
+    shard.write_bytes(bytes(data))
     p = run(["-i", f"{sp}/train_*.bin", "-j", f"{copy}/val_*.bin", "-o", tmp_path / "run2"] + TINY_RUN)
     assert [ln for ln in p.stderr.splitlines() if ln.startswith("note:")] == [
         f"note: -j '{copy}/val_*.bin' is in another directory than -i '{sp}/train_*.bin' ({copy}, not {sp}): the "
@@ -369,6 +374,18 @@ def test_generate_refuses_another_tokenizer_of_the_same_vocabulary(sp_run, data_
     refused_by(generate(["-e", out / "model_00000001.bin", "-n", 4, "--tokenizer", other], check=False),
                f"--tokenizer {other} is not the tokenizer the model was trained with",
                f"pass --tokenizer {data}/tokenizer.bin, or leave --tokenizer out")
+
+
+def test_generate_given_a_file_that_is_no_tokenizer_names_its_format(sp_run, tmp_path):
+    """trial 9: a text file as --tokenizer of a run's checkpoint was "not the tokenizer the model was trained with"
+    (its bytes differ), a hint to look for another tokenizer; it is no tokenizer.bin at all, and the line says
+    that (the reader's bad-magic error)."""
+    data, out = sp_run
+    text = tmp_path / "notes.txt"
+    text.write_text("not a tokenizer\n" * 200)
+    line = refused_by(generate(["-e", out / "model_00000001.bin", "-n", 4, "--tokenizer", text], check=False),
+                      f"tokenizer '{text}': bad magic", "regenerate it with data/prepare.py")
+    assert "not the tokenizer the model was trained with" not in line, line
 
 
 def test_generate_given_the_runs_tokenizer_model_names_its_tokenizer_bin(sp_run):

@@ -762,6 +762,13 @@ def test_eval_only_refuses_a_typed_train_data(trained, byte_data):
     assert "the loss is on tokens the model trained on" in p.stderr
 
 
+def flip_last_token_bit(shard):
+    """Shard (uint16 tokens of a byte-level set) with its last token's lowest bit flipped: still a byte token."""
+    data = bytearray(shard.read_bytes())
+    data[-2] ^= 1
+    shard.write_bytes(bytes(data))
+
+
 def test_validation_data_in_another_directory_than_the_training_data_is_noted(byte_data, tmp_path):
     """trial 8 F3: -i and -j of two data sets tokenized alike trained with no word, and `make train
     TRAIN_ARGS="-i ..."` keeps tiny Shakespeare's -j: the validation loss was another data set's. A note, when
@@ -769,6 +776,8 @@ def test_validation_data_in_another_directory_than_the_training_data_is_noted(by
     other = tmp_path / "other"
     shutil.copytree(byte_data, other)
     (other / "meta.json").write_text(json.dumps({"vocab_size": 256, "eot": 10, "dataset": "other"}))
+    for shard in other.glob("val_*.bin"):  # its own validation text (a byte copy of -j's would be -j's data)
+        flip_last_token_bit(shard)
     p = run(["-i", f"{other}/train_*.bin", "-j", f"{byte_data}/val_*.bin"] + TINY + ["-x", 1, "-v", 1, "-m", 1])
     assert (f"note: -j '{byte_data}/val_*.bin' is in another directory than -i '{other}/train_*.bin' ({byte_data}, "
             f"not {other}): the validation loss is that of another data set than the training data's; for its own "
@@ -795,6 +804,18 @@ def test_validation_data_in_another_directory_than_the_training_data_is_noted(by
             shutil.copy(f, split / role)
     p = run(["-i", f"{split}/train/train_*.bin", "-j", f"{split}/val/val_*.bin"] + TINY + ["-x", 1, "-v", 1, "-m", 1])
     assert p.returncode == 0 and "another directory" not in p.stderr, p.stderr
+    # -j of byte copies of the training directory's own val_*.bin, in a directory without a meta.json: no note
+    # (review of b392212: the note called them another data set)
+    copies = tmp_path / "copies"
+    copies.mkdir()
+    for f in byte_data.glob("val_*.bin"):
+        shutil.copy(f, copies)
+    p = run(data_args(byte_data)[:2] + ["-j", f"{copies}/val_*.bin"] + TINY + ["-x", 1, "-v", 1, "-m", 1])
+    assert p.returncode == 0 and "another directory" not in p.stderr, p.stderr
+    # ... and one byte changed: they are not the training directory's split, so the note comes
+    flip_last_token_bit(sorted(copies.glob("val_*.bin"))[-1])
+    p = run(data_args(byte_data)[:2] + ["-j", f"{copies}/val_*.bin"] + TINY + ["-x", 1, "-v", 1, "-m", 1])
+    assert f"for its own validation split give -j '{byte_data}/val_*.bin'" in p.stderr, p.stderr
 
 
 def test_eval_only_notes_qk_clip_on_a_qk_norm_checkpoint(byte_data, tmp_path):

@@ -2,8 +2,9 @@
 what the start asks for: the corpus, SentencePiece, the vocabulary (1024; 400 with --smoke), in OUT/data
 --smoke's two books or the full experiment's, and a --source given: its books. Other data is refused with one
 `error:` line before any run is looked at, replaced (--force) or started, the data and the runs left as they
-were; data that matches is reused (not prepared again), and every run is given --expect-tokenizer sp
---expect-vocab V so that the trainer refuses other data itself (docs/experiments.md, exp_text_ratio.sh).
+were; data that matches is reused (not prepared again), and every new run is given --expect-tokenizer sp
+--expect-vocab V so that the trainer refuses other data itself (a resumed run checks its data against its own
+record, where those are recorded; docs/experiments.md, exp_text_ratio.sh).
 
 Before this check a full start after a --smoke one in the same --out (both default to out/exp_text_pg19)
 trained silently on the smoke's two books at vocabulary 400.

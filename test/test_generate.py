@@ -167,7 +167,9 @@ def test_help_lists_every_flag():
     (["--top-k", "  "], "--top-k: an empty value is not a number"),    # only white space is empty (fix 16)
     (["--greedy=2x"], "--greedy: is not a value for an on/off flag"),  # not read with stoll as on (fix 17)
     (["--temperature", "inf"], "--temperature: 'inf' is not a finite number"),  # trial 3 F5
-    (["--temperature", "1e-50"], "--temperature: '1e-50' is below the smallest normal float"),
+    # (trial 9: it suggested "give 0 or a magnitude in [...]", and 0 is refused for --temperature)
+    (["--temperature", "1e-50"], "--temperature: '1e-50' is below the smallest normal float (it would be read as 0 "
+     "or lose precision); give a magnitude in [1.17549435e-38, 3.40282347e+38]; run with --help"),
     # --greedy takes the argmax: a sampling flag beside it would be ignored
     (["--greedy", "--temperature", "0.5"], "--temperature shapes sampling, and --greedy takes the argmax instead; "
      "drop --temperature, or --greedy to sample"),

@@ -659,6 +659,24 @@ def test_near_plots_read_n_per_record_and_break_where_it_changes(tmp_path):
     assert row[head.index("near mass if uniform")] == f"{uniform:.3f}", (head, row)
 
 
+def test_exp_summary_prints_a_dash_for_a_max_logit_not_recorded(tmp_path):
+    """trial 9: exp_summary's final max-logit read "nan" for a run whose records hold none (plot_run's table: "-");
+    a recorded non-finite one stays "nan" (it says the run went non-finite)."""
+    def final_max_logit(name, value):
+        d = tmp_path / name
+        write_records(d, config(train={"seq_len": 16}), [dict(train_record(s), max_attn_logit=value)
+                                                          for s in range(1, 4)])
+        if value is None:
+            (d / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 3.0}) + "\n" for s in range(1, 4)))
+        p = subprocess.run([sys.executable, str(REPO / "scripts" / "exp_summary.py"), str(d)], capture_output=True,
+                           text=True)
+        assert p.returncode == 0, p.stderr
+        head, _, row = [[c.strip() for c in ln.strip("|").split("|")] for ln in p.stdout.splitlines()[:3]]
+        return row[head.index("final max-logit")]
+    assert final_max_logit("none", None) == "-"
+    assert final_max_logit("five", 5.0) == "5.00"
+
+
 def test_runs_with_another_near_each_name_their_n(tmp_path):
     """Two runs of different N: the near plots' title says N varies and each legend label names its run's N."""
     write_near_run(tmp_path / "lsn")
@@ -718,11 +736,15 @@ def test_settings_that_only_say_where_or_how_a_run_executed_are_not_differences(
     same = [config(model={"window": 8, "global_heads": 1}, train=dict(base, **t)) for t in [
         {"threads": 8, "device": "cuda", "zero_stage": 1, "output_dir": "/b", "val_every": 50},
         {"total_batch_size": 256},  # -d equal to B x T: the same tokens per step
-        {"near": 8}]]               # the window, given
+        {"near": 8},                # the window, given
+        {"batch_size": 2, "world_size": 2}]]  # trial 9: -b 2 on 2 processes is -b 4 on one (docs/multigpu.md)
     for b in same:
         assert plot_run.differing_settings([a, b]) == [], b["train"]
     other = config(model={"window": 8, "global_heads": 1}, train=dict(base, val_batches=4, near=4))
     assert sorted(plot_run.differing_settings([a, other])) == ["near", "val_batches"]
+    halved = config(model={"window": 8, "global_heads": 1}, train=dict(base, batch_size=2, total_batch_size=256))
+    assert plot_run.differing_settings([a, halved]) == ["batch_sequences"]  # the same tokens per step
+    assert "sequences/micro-batch 2" in [p for _, p, _ in plot_run.label_parts(halved, ["batch_sequences"])]
     assert plot_run.differing_settings([a]) == []
 
 

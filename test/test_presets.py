@@ -156,6 +156,26 @@ def test_a_typed_window_with_the_presets_near_is_refused(byte_data, tmp_path):
     run(args + ["--window", 8, "-o", tmp_path / "c"])
 
 
+def test_a_typed_batch_with_the_presets_tokens_per_step_is_noted(byte_data, tmp_path):
+    """trial 9: configs/paper_pg19.toml sets -d 524288; with -b/-t typed on top the run kept it without a word,
+    each step summing thousands of micro-batches. A note names the file's -d, the typed sizes and the
+    micro-batches a step sums; -d typed (or a preset without -d) gets none."""
+    preset = tmp_path / "d.toml"
+    preset.write_text(small_preset(tmp_path / "base.toml").read_text() + "total-batch-size=256\n")
+    args = ["--config", preset] + data_args(byte_data) + ["-x", 1, "--threads", 1]
+    p = run(args + ["-b", 1, "-t", 16])
+    assert (f"note: -d 256 (from --config {preset}) stays with -b 1 -t 16 given here: each step sums 16 "
+            "micro-batches of 1 x 16 tokens; give -d to change the tokens per step (-d -1: one micro-batch per "
+            "step)") in p.stderr.splitlines(), p.stderr
+    p = run(args + ["-t", 64])
+    assert f"note: -d 256 (from --config {preset}) stays with -t 64 given here: each step sums 2 micro-batches of " \
+        "2 x 64 tokens" in p.stderr, p.stderr
+    for extra in (["-b", 1, "-d", 64], []):
+        assert "stays with" not in run(args + extra).stderr
+    assert "stays with" not in run(["--config", small_preset(tmp_path / "nod.toml")] + data_args(byte_data) +
+                                   ["-x", 1, "--threads", 1, "-b", 1]).stderr
+
+
 def test_a_relative_pattern_of_a_preset_run_elsewhere_names_the_preset(tmp_path):
     """The paper preset started from another directory: its relative shard pattern is read from there."""
     elsewhere = tmp_path / "out"

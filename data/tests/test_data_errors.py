@@ -469,3 +469,46 @@ def test_underscore_flag_gets_its_dash_spelling(tmp_path, flag):
     assert lines[0] == (f"error: unrecognized arguments: {' '.join(flag)} (did you mean --vocab-size?); "
                         "see python3 data/prepare.py --help"), lines[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_seed_where_one_file_is_split_by_characters_with_gpt2(tmp_path, gpt2_dir):
+    """trial 9: --seed picks the by-file split and SentencePiece's sample; one file split by characters with
+    --tokenizer gpt2 uses neither, and --seed was read and ignored: refused with one line. With sp (its sample)
+    or several files (the split) it is taken."""
+    one = tmp_path / "one.txt"
+    one.write_text("a line of text for the split\n" * 200)
+    for dataset in ("text", "tinyshakespeare"):
+        fails(tmp_path, "--dataset", dataset, "--source", one, "--tokenizer", "gpt2", "--gpt2-bpe", gpt2_dir,
+              "--seed", 5, expect="--seed picks the by-file split and SentencePiece's training sample, and this run "
+              "splits one file by characters with --tokenizer gpt2, so it has no effect: drop --seed")
+    run_prepare("--dataset", "text", "--source", one, "--tokenizer", "gpt2", "--gpt2-bpe", gpt2_dir,
+                "--out", tmp_path / "noseed")
+    two = tmp_path / "two"
+    two.mkdir()
+    for name in ("a.txt", "b.txt"):
+        (two / name).write_text(f"the text of file {name}\n" * 100)
+    run_prepare("--dataset", "text", "--source", two, "--tokenizer", "gpt2", "--gpt2-bpe", gpt2_dir, "--seed", 5,
+                "--out", tmp_path / "seeded")
+    meta = json.loads((tmp_path / "seeded" / "meta.json").read_text())
+    assert meta["args"]["seed"] == 5 and "seed_given" not in meta["args"], meta["args"]
+
+
+def test_files_of_a_source_directory_not_named_txt_are_noted(tmp_path, gpt2_dir):
+    """trial 9: --dataset text DIR reads DIR's *.txt files only, and left out e.g. NOTES.TXT without a word: one
+    note names how many files are not read and one of them."""
+    d = tmp_path / "corpus"
+    (d / "sub").mkdir(parents=True)
+    for name in ("a.txt", "b.txt"):
+        (d / name).write_text(f"the text of file {name}\n" * 100)
+    (d / "NOTES.TXT").write_text("upper-case suffix\n")
+    (d / "sub" / "c.md").write_text("markdown\n")
+    (d / ".hidden").write_text("hidden files are not data\n")
+    proc = run_prepare("--dataset", "text", "--source", d, "--tokenizer", "gpt2", "--gpt2-bpe", gpt2_dir,
+                       "--out", tmp_path / "out")
+    assert (f"note: --source: 2 files in the directory not named *.txt are not read (e.g. {d / 'NOTES.TXT'}); give "
+            "such a file by name (or rename it *.txt) to include it") in proc.stderr.splitlines(), proc.stderr
+    (d / "NOTES.TXT").unlink()
+    (d / "sub" / "c.md").unlink()
+    proc = run_prepare("--dataset", "text", "--source", d, "--tokenizer", "gpt2", "--gpt2-bpe", gpt2_dir,
+                       "--out", tmp_path / "out2")
+    assert "not named *.txt" not in proc.stderr, proc.stderr

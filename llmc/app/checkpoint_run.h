@@ -33,6 +33,7 @@
 #include "llmc/io/data_identity.h"
 #include "llmc/io/checkpoint_dir.h"
 #include "llmc/io/dataloader.h"
+#include "llmc/text/tokenizer.h"
 
 namespace llmc {
 
@@ -173,6 +174,11 @@ inline std::string eval_settings_from_run(TrainConfig& cfg, bool print) {
     if (eval_takes_from_record(cfg)) check_run_records_checkpoint_model(cfg.model, run->config_path);
     std::vector<std::string> taken;
     const bool given = !cfg.val_data.empty();
+    if (!given && cfg.was_given("val-data") && !run->val_data.empty())  // -j '' typed: not "take the run's"
+        throw InputError(
+            "--eval-only with -j '' names no shards to evaluate on; give -j 'DIR/val_*.bin', or drop -j "
+            "to evaluate on the run's -j '" +
+            run->val_data + "' (" + run->config_path + ")");
     if (!given && !run->val_data.empty()) {
         cfg.val_data = run->val_data;
         taken.push_back("-j '" + cfg.val_data + "'");
@@ -310,6 +316,7 @@ inline std::string generate_settings_from_run(GenerateConfig& g) {
                              "tokenizer in the other file format; generate_gpt2_ls reads its tokenizer.bin form: pass "
                              "--tokenizer " +
                              run_tok + " (the tokenizer.model beside it encodes --prompt), or leave --tokenizer out");
+        Tokenizer{g.tokenizer};  // a file that is no tokenizer.bin is named so (bad magic, ...), not as another one
         if (run->data.identity_known()) {  // the facts eval compares, of the data set the tokenizer belongs to
             const std::string diff =
                 recorded_tokenizer_difference(run->data.train, read_tokenizer_identity(g.tokenizer));

@@ -102,7 +102,7 @@ inline void refuse_hexadecimal(const std::string& name, const std::string& v) {
 
 // The text of a float flag (`name`, as CLI11's get_name gives it: "--learning-rate"; every float flag
 // of ours is a C++ float): a finite number in decimal that a float holds, 0 or a magnitude in [FLT_MIN,
-// FLT_MAX]. CLI11 2.1 reads "inf", "nan" and 1e400 (inf as a float; the weights then go non-finite),
+// FLT_MAX] (the refusal names the range only: whether the flag takes 0 is the flag's own check). CLI11 2.1 reads "inf", "nan" and 1e400 (inf as a float; the weights then go non-finite),
 // and turns 1e-50 into 0 and 1e-40 into a denormal without a word: all refused. It also reads a
 // hexadecimal float ("0x1p-10" = 2^-10, strtold), a spelling no flag documents: refused as CLI11's
 // conversion error, as integer_text_check refuses "0x10". Runs after number_text_check; text that is not
@@ -115,8 +115,9 @@ inline CLI::Validator float_text_check(const std::string& name) {
             char* end = nullptr;
             const long double d = std::strtold(s, &end);
             if (end == s || *end != '\0') return std::string();  // not a number: CLI11 refuses it
+            // the range a float holds (0 aside: whether a flag takes 0 is its own rule, e.g. --temperature > 0)
             char range[96];
-            std::snprintf(range, sizeof range, "0 or a magnitude in [%.9g, %.9g]", (double)FLT_MIN, (double)FLT_MAX);
+            std::snprintf(range, sizeof range, "a magnitude in [%.9g, %.9g]", (double)FLT_MIN, (double)FLT_MAX);
             if (!std::isfinite(d)) return "'" + v + "' is not a finite number; give a finite value (" + range + ")";
             const float f = static_cast<float>(d);  // what the flag holds: the bounds as printed round to it
             if (std::isinf(f)) return "'" + v + "' is not a finite number as a float (it would be inf); give " + range;

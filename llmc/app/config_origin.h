@@ -8,6 +8,8 @@
 //   check_config_near_of_window   --near from the file (the paper preset's: its window's distance) with
 //                                 another --window typed: the statistics would split at the file's
 //                                 distance, not the new window's
+//   config_total_batch_note       -d from the file with -b or -t typed: a note of the micro-batches a step
+//                                 sums
 // docs/training.md "--config" and "Resuming and forking".
 #pragma once
 #include <filesystem>
@@ -101,6 +103,22 @@ inline void check_config_near_of_window(const TrainConfig& c) {
                      std::to_string(window) + " on the command line changed the window; give --near " +
                      std::to_string(window) + " to split at the new window, or --near " + std::to_string(near) +
                      " to keep the file's distance");
+}
+
+// -d from the --config file while -b or -t is typed: the file's tokens per step stay, and the typed sizes
+// change only how many micro-batches one step sums (the paper preset's 524,288 tokens with -b 4 -t 64:
+// 2048). A note saying so and how to change it ("" when not so).
+inline std::string config_total_batch_note(const TrainConfig& c, int accum) {
+    const auto typed = [&](const char* name) { return c.was_given(name) && !set_by_config(c, name); };
+    if (!set_by_config(c, "total-batch-size") || !(typed("batch-size") || typed("seq-len"))) return "";
+    const std::string given = std::string(typed("batch-size") ? "-b " + std::to_string(c.batch_size) : "") +
+                              (typed("batch-size") && typed("seq-len") ? " " : "") +
+                              (typed("seq-len") ? "-t " + std::to_string(c.seq_len) : "");
+    return "note: -d " + std::to_string(c.total_batch_size) + " (from --config " + c.config_file + ") stays with " +
+           given + " given here: each step sums " + std::to_string(accum) + " micro-batch" + (accum == 1 ? "" : "es") +
+           " of " + std::to_string(c.batch_size) + " x " + std::to_string(c.seq_len) + " tokens" +
+           (c.world_size > 1 ? " per process" : "") +
+           "; give -d to change the tokens per step (-d -1: one micro-batch per step)";
 }
 
 }  // namespace llmc

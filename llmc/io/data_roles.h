@@ -204,6 +204,41 @@ inline bool same_bytes_of_equal_size(const std::string& a, const std::string& b,
     return true;
 }
 
+// The validation shards of data/prepare.py (regular files val_*.bin) in directory dir, sorted.
+inline std::vector<std::string> val_shards_in(const std::string& dir) {
+    std::vector<std::string> found;
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        std::error_code type_ec;
+        if (name.size() > 8 && name.rfind("val_", 0) == 0 && name.compare(name.size() - 4, 4, ".bin") == 0 &&
+            it->is_regular_file(type_ec))
+            found.push_back(it->path().string());
+    }
+    std::sort(found.begin(), found.end());
+    return found;
+}
+
+// Whether every file of `files` (at least one) holds the same bytes as one of `originals`.
+inline bool all_copies_of(const std::vector<std::string>& files, const std::vector<std::string>& originals) {
+    if (files.empty()) return false;
+    for (const std::string& f : files) {
+        std::error_code ec;
+        const std::uintmax_t n = std::filesystem::file_size(f, ec);
+        if (ec) return false;
+        bool found = false;
+        for (const std::string& o : originals) {
+            std::error_code oec;
+            if (std::filesystem::file_size(o, oec) == n && !oec && same_bytes_of_equal_size(f, o, n)) {
+                found = true;
+                break;
+            }
+        }
+        if (!found) return false;
+    }
+    return true;
+}
+
 // Refuses a file read both as training (-i) and as validation (-j) data.
 inline void check_no_shared_shard(const std::vector<std::string>& train, const std::vector<std::string>& val,
                                   const std::string& train_what, const std::string& val_what) {

@@ -132,7 +132,8 @@ inline void plan_model(const TrainConfig& cfg, const std::string& data_glob, Run
 // alike: check_same_tokenizer): both directories have a meta.json and they differ (the same one is a
 // copy of the set), or the training directory has validation shards of its own (val_*.bin, then named
 // as the fix), as `make train TRAIN_ARGS="-i ..."` keeps tiny Shakespeare's -j. One data set split in
-// two directories without a meta.json (split/train, split/val) gets none.
+// two directories without a meta.json (split/train, split/val), and -j shards that are byte copies of the
+// training directory's own val_*.bin, get none.
 inline void check_data_roles(const TrainConfig& cfg, const RunPlan& p) {
     const std::string train_what = "-i '" + cfg.train_data + "'", val_what = "-j '" + cfg.val_data + "'";
     if (p.val) check_no_shared_shard(p.train->shard_paths(), p.val->shard_paths(), train_what, val_what);
@@ -148,22 +149,17 @@ inline void check_data_roles(const TrainConfig& cfg, const RunPlan& p) {
             std::ifstream in(join_path(dir, "meta.json"), std::ios::binary);
             return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
         };
-        const auto has_val_shards = [](const std::string& dir) {  // a val_*.bin file in dir
-            std::error_code ec;
-            for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-                const std::string name = it->path().filename().string();
-                if (name.size() > 8 && name.rfind("val_", 0) == 0 && name.compare(name.size() - 4, 4, ".bin") == 0)
-                    return true;
-            }
-            return false;
-        };
         const std::string train_dir = dir_of(p.train->shard_paths().front()),
                           val_dir = dir_of(p.val->shard_paths().front());
         if (same_directory(train_dir, val_dir)) return;
         const std::string train_meta = meta_of(train_dir), val_meta = meta_of(val_dir);
+        const std::vector<std::string> own_val = val_shards_in(train_dir);
         const bool other_set = !train_meta.empty() && !val_meta.empty() && train_meta != val_meta;
-        const bool copy = !train_meta.empty() && train_meta == val_meta;  // the same shards by prepare.py's hashes
-        const bool own_split = has_val_shards(train_dir);
+        // a copy of the set: the same meta.json (the same shards by prepare.py's hashes), or -j's shards
+        // hold the bytes of the training directory's own validation shards
+        const bool copy = (!train_meta.empty() && train_meta == val_meta) ||
+                          (!own_val.empty() && all_copies_of(p.val->shard_paths(), own_val));
+        const bool own_split = !own_val.empty();
         if (!copy && (other_set || own_split))
             std::fprintf(stderr,
                          "note: %s is in another directory than %s (%s, not %s): the validation loss is that of "
@@ -286,6 +282,10 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     check_expected_data(cfg, cfg.train_data, "-i");
     if (!cfg.val_data.empty()) check_expected_data(cfg, cfg.val_data, "-j");
     plan_model(cfg, cfg.train_data, p);
+    if (cfg.rank == 0) {
+        const std::string batch_note = config_total_batch_note(cfg, p.accum);
+        if (!batch_note.empty()) std::fprintf(stderr, "%s\n", batch_note.c_str());
+    }
     if (!continued && !is_model_preset(cfg.model)) {  // a new run from -e FILE: its bytes, recorded and checked
         p.init_identity = file_fnv1a64(cfg.model);
         check_init_weights_of_record(cfg, p.init_identity);
