@@ -126,11 +126,12 @@ def drop_duplicates(paths, names):
 def dataset_splits(dataset, sources, val_fraction, seed):
     """{"train": [DocSpec], "val": [DocSpec], "left_out": [...], "not_txt": [...]} for tinyshakespeare, pg19 or
     text. `sources`: list of paths. "left_out": the files left out because their bytes repeat an earlier one's
-    (drop_duplicates; pg19 and text), [] otherwise. "not_txt": the files of a --source directory not named
-    *.txt, which are not read (a directory's paths, as given)."""
+    (drop_duplicates; pg19 and text), [] otherwise. "not_txt": for text, the files of a --source directory not
+    named *.txt, which are not read (a directory's paths, as given); pg19's directory holds its metadata
+    (books.tsv, LICENSE...) beside the books, which is no text to name."""
     splits = _dataset_splits(dataset, sources, val_fraction, seed)
     splits.setdefault("left_out", [])
-    splits["not_txt"] = [os.path.join(s, nm) for s in sources if dataset != "tinyshakespeare" and os.path.isdir(s)
+    splits["not_txt"] = [os.path.join(s, nm) for s in sources if dataset == "text" and os.path.isdir(s)
                          for nm in _not_txt_files(s)]
     return splits
 

@@ -475,9 +475,12 @@ put_file() {  # put_file SRC NAME: SRC into --results as NAME; status 1 (and no 
   { cp "$1" "$RESULTS/.$2.part" && mv -f "$RESULTS/.$2.part" "$RESULTS/$2"; } || { rm -f "$RESULTS/.$2.part"; return 1; }
 }
 put_logs() {  # put_logs DIR...: OUT's DIRs into --results/logs.tar.gz (tar's status 1, a log that grew, is whole)
-  local rc=0
-  tar czf "$RESULTS/.logs.tar.gz.part" -C "$OUT" "$@" 2> /dev/null || rc=$?
-  if (( rc > 1 )); then rm -f "$RESULTS/.logs.tar.gz.part"; return 1; fi
+  local rc=0 err
+  err=$(tar czf "$RESULTS/.logs.tar.gz.part" -C "$OUT" "$@" 2>&1) || rc=$?
+  if (( rc > 1 )); then
+    echo "error: packing $RESULTS/logs.tar.gz failed (tar exit $rc: ${err%%$'\n'*})" >&2
+    rm -f "$RESULTS/.logs.tar.gz.part"; return 1
+  fi
   mv -f "$RESULTS/.logs.tar.gz.part" "$RESULTS/logs.tar.gz"
 }
 abort_pack() {  # abort_pack MESSAGE [STATUS]: nothing trained; pack the logs that exist and exit STATUS (4)
@@ -600,6 +603,7 @@ relay_notes() {  # relay_notes: the "note:" lines (its header's) of each run thi
 }
 # shellcheck disable=SC2317  # (called by the trap)
 cleanup() {  # on the script's own interruption: stop the trainers it started (by pid), wait for them,
+  set +m  # (a signal between snapshot_start's set -m and set +m runs this with job control on)
   trap - INT TERM  # and leave in --results what there is: a device command cut off at its time limit
   echo "== interrupted: stopping the runs" >&2  # brings back what is under its $OUT
   snapshot_stop  # a snapshot being written: stopped, not waited for (the time limit is near)
@@ -647,7 +651,7 @@ snapshot() {  # one snapshot (run by snapshot_start); a failure is one line, nev
       echo "== snapshot at $(( $(now) - START )) s: pack_results.py failed (${why##*$'\n'}); $RESULTS keeps what it packed" >&2
   fi
   tar czf "$dir/logs.tar.gz" -C "$OUT" logs 2> /dev/null || [[ $? == 1 ]] || rm -f "$dir/logs.tar.gz"  # 1: a log grew
-  { awk 1 "$REPORT"; echo "== snapshot at $(( $(now) - START )) s: the report so far (while the runs train, --results is refreshed every $SNAPSHOT_EVERY s and when a run ends; a report that ends here is of a start cut off before its next snapshot)"; } > "$dir/report.txt"
+  { awk 1 "$REPORT"; echo "== snapshot at $(( $(now) - START )) s: the report so far (while the runs train, --results is refreshed every $SNAPSHOT_EVERY s and when a run but the last ends; a report that ends here is of a start cut off before its next snapshot)"; } > "$dir/report.txt"
   for f in "${names[@]/%/.tar.gz}" window.md logs.tar.gz report.txt; do
     [[ -f $dir/$f ]] || continue
     put_file "$dir/$f" "$f" || true
@@ -762,8 +766,8 @@ echo "== summary ($OUT/summary.md; plots in $OUT/plots; packed logs in $RESULTS)
 echo "== done in $(( $(now) - START )) s"
 [[ ${#failed[@]} -eq 0 ]] || { echo "error: run(s) failed: ${failed[*]} (logs in $OUT/runs/*.log)" >&2; status=1; }
 report_flush
-put_file "$REPORT" report.txt
-put_logs logs plots
+put_file "$REPORT" report.txt || { echo "error: copying the report into $RESULTS failed" >&2; status=1; }
+put_logs logs plots || status=1  # (its error line is on the console only: the report is copied)
 nfiles=$(find "$RESULTS" -maxdepth 1 -type f | wc -l)
 [[ -z $BUDGET ]] || (( nfiles <= 8 )) || { echo "error: $RESULTS holds $nfiles files; at most 8 come back from the GPU machine" >&2; status=1; }
 big=$(find "$RESULTS" -maxdepth 1 -type f -size +16M)

@@ -129,9 +129,10 @@ def main(argv=None):
         if s["source_note"]:
             print(s["source_note"], file=sys.stderr)
         span = plot_run.span_text(s)  # on the cells counted over the steps (a fork without its source)
-        # "-" when not recorded (as plot_run's table); a recorded non-finite one stays "nan"
-        last = run.train[-1].get("max_attn_logit") if run.train else None
-        last_ml = None if last is None else plot_run.num(last)
+        # "-" when not recorded (as plot_run's table); a non-finite one (JSON null, the trainer's
+        # json_text) is "nan"
+        recorded = bool(run.train) and "max_attn_logit" in run.train[-1]
+        last_ml = plot_run.num(run.train[-1]["max_attn_logit"]) if recorded else None
         counted = run.counted()[0]  # a fork's source steps too, as the summary's
         hours = sum(plot_run.num(r.get("ms")) for r in counted if math.isfinite(plot_run.num(r.get("ms")))) / 3.6e6
         T = train.get("seq_len")

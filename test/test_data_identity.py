@@ -384,7 +384,8 @@ def test_generate_given_a_file_that_is_no_tokenizer_names_its_format(sp_run, tmp
     text = tmp_path / "notes.txt"
     text.write_text("not a tokenizer\n" * 200)
     line = refused_by(generate(["-e", out / "model_00000001.bin", "-n", 4, "--tokenizer", text], check=False),
-                      f"tokenizer '{text}': bad magic", "regenerate it with data/prepare.py")
+                      f"tokenizer '{text}': bad magic", f"the run's tokenizer is {data}/tokenizer.bin: pass it, or "
+                      "leave --tokenizer out")
     assert "not the tokenizer the model was trained with" not in line, line
 
 

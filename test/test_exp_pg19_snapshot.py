@@ -166,11 +166,22 @@ for i in 1 2 3 4 5; do
 done
 echo stopped
 """
-    p = subprocess.run(["bash", "-c", prog], capture_output=True, text=True, timeout=60)
-    time.sleep(0.2)
-    left = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True).stdout.split()
-    if left:
-        subprocess.run(["pkill", "-KILL", "-f", tag])
+    # outputs to files (a sleeper left running would hold a pipe open); whatever is left is killed at the end,
+    # the snapshot's own process groups included (a stop that failed leaves them running)
+    out, err = tmp_path / "stdout", tmp_path / "stderr"
+    with open(out, "w") as fo, open(err, "w") as fe:
+        proc = subprocess.Popen(["bash", "-c", prog], stdout=fo, stderr=fe, text=True, start_new_session=True)
+        try:
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            time.sleep(0.2)
+            left = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True).stdout.split()
+            subprocess.run(["pkill", "-KILL", "-f", tag])
+            subprocess.run(["pkill", "-KILL", "-f", str(big)])  # copies of a snapshot that was not stopped
+    p = subprocess.CompletedProcess(proc.args, proc.returncode, out.read_text(), err.read_text())
     assert p.returncode == 0 and p.stdout == "stopped\n", (p.stdout, p.stderr)
     assert p.stderr == "", p.stderr
     assert not left, f"processes of a stopped snapshot still run: {left}"

@@ -174,6 +174,12 @@ def test_a_typed_batch_with_the_presets_tokens_per_step_is_noted(byte_data, tmp_
         assert "stays with" not in run(args + extra).stderr
     assert "stays with" not in run(["--config", small_preset(tmp_path / "nod.toml")] + data_args(byte_data) +
                                    ["-x", 1, "--threads", 1, "-b", 1]).stderr
+    # -d -1 (every run's config.toml writes it) follows the typed -b; one micro-batch per step sums nothing (review)
+    for d, b in ((-1, 1), (64, 2)):
+        other = tmp_path / f"d{d}.toml"
+        other.write_text(small_preset(tmp_path / "base.toml").read_text() + f"total-batch-size={d}\n")
+        assert "stays with" not in run(["--config", other] + data_args(byte_data) + ["-x", 1, "--threads", 1,
+                                                                                     "-b", b]).stderr
 
 
 def test_a_relative_pattern_of_a_preset_run_elsewhere_names_the_preset(tmp_path):

@@ -512,3 +512,17 @@ def test_files_of_a_source_directory_not_named_txt_are_noted(tmp_path, gpt2_dir)
     proc = run_prepare("--dataset", "text", "--source", d, "--tokenizer", "gpt2", "--gpt2-bpe", gpt2_dir,
                        "--out", tmp_path / "out2")
     assert "not named *.txt" not in proc.stderr, proc.stderr
+
+
+def test_pg19_metadata_beside_the_books_is_not_noted(tmp_path, gpt2_dir):
+    """review: the shipped PG-19 directory holds books.tsv and a LICENSE beside the books; the not-*.txt note told
+    users to add them to the training text. Only --dataset text notes such files."""
+    d = tmp_path / "pg"
+    d.mkdir()
+    for i in range(3):
+        (d / f"book{i}.txt").write_text(f"the text of book {i}\n" * 100)
+    (d / "books.tsv").write_text("id\ttitle\n")
+    (d / "LICENSE.pg19-metadata").write_text("licence\n")
+    proc = run_prepare("--dataset", "pg19", "--source", d, "--tokenizer", "gpt2", "--gpt2-bpe", gpt2_dir,
+                       "--out", tmp_path / "out")
+    assert "not named *.txt" not in proc.stderr, proc.stderr

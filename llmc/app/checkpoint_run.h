@@ -316,7 +316,13 @@ inline std::string generate_settings_from_run(GenerateConfig& g) {
                              "tokenizer in the other file format; generate_gpt2_ls reads its tokenizer.bin form: pass "
                              "--tokenizer " +
                              run_tok + " (the tokenizer.model beside it encodes --prompt), or leave --tokenizer out");
-        Tokenizer{g.tokenizer};  // a file that is no tokenizer.bin is named so (bad magic, ...), not as another one
+        try {  // a file that is no tokenizer.bin is named so (bad magic, ...), not as another tokenizer
+            Tokenizer{g.tokenizer};
+        } catch (const InputError& e) {
+            throw InputError(
+                std::string(e.what()) +
+                (run_tok_exists ? "; the run's tokenizer is " + run_tok + ": pass it, or leave --tokenizer out" : ""));
+        }
         if (run->data.identity_known()) {  // the facts eval compares, of the data set the tokenizer belongs to
             const std::string diff =
                 recorded_tokenizer_difference(run->data.train, read_tokenizer_identity(g.tokenizer));

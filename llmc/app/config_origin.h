@@ -110,7 +110,10 @@ inline void check_config_near_of_window(const TrainConfig& c) {
 // 2048). A note saying so and how to change it ("" when not so).
 inline std::string config_total_batch_note(const TrainConfig& c, int accum) {
     const auto typed = [&](const char* name) { return c.was_given(name) && !set_by_config(c, name); };
-    if (!set_by_config(c, "total-batch-size") || !(typed("batch-size") || typed("seq-len"))) return "";
+    // (-d -1 follows the typed sizes; one micro-batch per step sums nothing)
+    if (!set_by_config(c, "total-batch-size") || c.total_batch_size <= 0 || accum <= 1 ||
+        !(typed("batch-size") || typed("seq-len")))
+        return "";
     const std::string given = std::string(typed("batch-size") ? "-b " + std::to_string(c.batch_size) : "") +
                               (typed("batch-size") && typed("seq-len") ? " " : "") +
                               (typed("seq-len") ? "-t " + std::to_string(c.seq_len) : "");
