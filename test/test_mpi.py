@@ -229,6 +229,22 @@ def test_a_resume_on_another_process_count_names_a_fix_that_works(byte_data, tmp
     assert (tmp_path / "new" / "model_00000001.bin").exists()
 
 
+def test_a_resume_on_more_processes_is_no_damaged_checkpoint(byte_data, tmp_path):
+    """trial 10: -y 1 of a 1-process run on 2 processes: rank 1, which has no state file of its own, warned that
+    every checkpoint was damaged and told the user to restore them from a copy; every rank now names the process
+    count, and the run is left as it was."""
+    src = tmp_path / "src"
+    run_np(1, data_args(byte_data) + COMMON + ["-x", 3, "-n", 3, "-o", src])
+    before = sorted(f.name for f in src.iterdir())
+    p = run_np(2, ["-o", src, "-y", 1, "-x", 4], check=False)
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
+    assert p.returncode != 0 and errors, p.stderr
+    assert "damaged" not in p.stderr and "restore them" not in p.stderr, p.stderr
+    assert all(f"-y 1: the checkpoint of step 3 in {src} was written by 1 processes and this run has 2" in e
+               for e in errors), errors
+    assert sorted(f.name for f in src.iterdir()) == before
+
+
 def test_outputs_come_from_rank_0_only(byte_data, tmp_path):
     out = tmp_path / "o"
     p = run_np(2, data_args(byte_data) + COMMON + ["-o", out, "-n", 3, "-s", 3, "-g", 8, "--logit-stats-every", 2])

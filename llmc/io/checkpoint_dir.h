@@ -292,6 +292,16 @@ inline LoadedCheckpoint load_checkpoint_at(const std::string& dir, int step, con
             throw damaged("says " + std::to_string(sh->world_size) + " processes, the step's marker " +
                           std::to_string(world_size));
     }
+    // a rank the step never had (a resume on more processes than wrote it): the user's process count,
+    // not a damaged checkpoint, as rank 0 finds in its own file's header
+    const int written = marker_world_size(dir, step);
+    if (written > 0 && written != world_size && rank >= written && !file_exists(spath)) {
+        StateWorldSizeMismatch e(spath + ": checkpoint written by " + std::to_string(written) +
+                                     " processes, this run has " + std::to_string(world_size),
+                                 written);
+        e.step = step;
+        throw e;
+    }
     try {
         ck.state = load_train_state(spath, expected, rank, world_size);
     } catch (StateWorldSizeMismatch& e) {  // the step whose files mismatch, not the newest one's
