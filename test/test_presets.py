@@ -182,6 +182,18 @@ def test_a_typed_batch_with_the_presets_tokens_per_step_is_noted(byte_data, tmp_
                                                                                      "-b", b]).stderr
 
 
+def test_a_resume_with_a_preset_of_another_model_names_the_preset(byte_data, tmp_path):
+    """trial 10: -y 1 --config FILE whose window differs from the checkpoint's said "resume with the same model
+    flags", though no model flag was typed: the line names the file the flag came from."""
+    out = tmp_path / "r"
+    run(["--config", small_preset(tmp_path / "base.toml")] + data_args(byte_data) + ["-x", 1, "--threads", 1,
+                                                                                     "-o", out])
+    other = tmp_path / "w4.toml"
+    other.write_text(small_preset(tmp_path / "base.toml").read_text().replace("window=8", "window=4"))
+    refused(["--config", other, "-o", out, "-y", 1, "-x", 2, "--threads", 1], "window 8 vs 4",
+            f"(--window this run has is from --config {other}: drop it from the file, or drop --config)")
+
+
 def test_a_relative_pattern_of_a_preset_run_elsewhere_names_the_preset(tmp_path):
     """The paper preset started from another directory: its relative shard pattern is read from there."""
     elsewhere = tmp_path / "out"

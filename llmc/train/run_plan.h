@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "llmc/app/config_origin.h"
 #include "llmc/app/epoch_steps.h"
 #include "llmc/app/output_intent.h"
 #include "llmc/app/run_history.h"
@@ -129,7 +130,16 @@ inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, con
         try {
             from = load_agreed_checkpoint(out, m, comm);
         } catch (const CheckpointModelMismatch& e) {
-            throw InputError(e.what() + switchable_stabilizers(e.difference, m, "-y 1"));
+            // a model flag the --config file set: named with the file, which the user did not type
+            const std::string& field = e.difference.field;
+            const std::string name = field == "tied embeddings" ? "untie-embeddings"
+                                     : field == "padded vocab"  ? "vocab"
+                                                                : field;
+            const bool from_file = set_by_config(cfg, name);
+            throw InputError(e.what() + switchable_stabilizers(e.difference, m, "-y 1") +
+                             (from_file ? " (--" + name + " this run has is from --config " + cfg.config_file +
+                                              ": drop it from the file, or drop --config)"
+                                        : ""));
         } catch (const StateWorldSizeMismatch& e) {  // a start without -y 1 is refused here: name what works
             const int step = e.step >= 0 ? e.step : newest_complete_step(out);
             throw InputError("-y 1: the checkpoint of step " + std::to_string(step) + " in " + out +
