@@ -53,26 +53,21 @@ def _check_file(path):
         raise PrepareError(f"source {path} is empty; pass a file with text in it")
 
 
+def _files(directory, txt=True):
+    """The *.txt files under directory (txt=False: the other files), recursively, hidden entries skipped, as
+    paths relative to it, sorted."""
+    found = []
+    for root, dirs, files in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in files:
+            if name.endswith(".txt") == txt and not name.startswith("."):
+                found.append(os.path.relpath(os.path.join(root, name), directory))
+    return sorted(found)
+
+
 def _txt_files(directory):
     """Every *.txt file under directory (recursively, hidden entries skipped), sorted by relative path."""
-    found = []
-    for root, dirs, files in os.walk(directory):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in files:
-            if name.endswith(".txt") and not name.startswith("."):
-                found.append(os.path.relpath(os.path.join(root, name), directory))
-    return sorted(found)
-
-
-def _not_txt_files(directory):
-    """The files under directory (recursively, hidden entries skipped) that _txt_files leaves out, sorted."""
-    found = []
-    for root, dirs, files in os.walk(directory):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in files:
-            if not name.endswith(".txt") and not name.startswith("."):
-                found.append(os.path.relpath(os.path.join(root, name), directory))
-    return sorted(found)
+    return _files(directory)
 
 
 def char_split(path, name, val_fraction):
@@ -132,7 +127,7 @@ def dataset_splits(dataset, sources, val_fraction, seed):
     splits = _dataset_splits(dataset, sources, val_fraction, seed)
     splits.setdefault("left_out", [])
     splits["not_txt"] = [os.path.join(s, nm) for s in sources if dataset == "text" and os.path.isdir(s)
-                         for nm in _not_txt_files(s)]
+                         for nm in _files(s, txt=False)]
     return splits
 
 

@@ -159,3 +159,11 @@ def need_emulated_build(path):
         pytest.fail(f"{path} is missing; build it with `make emu` (part of `make test`)"
                     + (" and `make emu PRECISION=FP32`" if "fp32" in str(path) else ""))
     return path
+
+
+def flip_last_token_bit(shard):
+    """Shard (uint16 token ids) with its last token's lowest bit flipped: another token of the vocabulary (a
+    byte-level token stays one), so the shard holds other text of the same size."""
+    data = bytearray(shard.read_bytes())
+    data[-2] ^= 1
+    shard.write_bytes(bytes(data))

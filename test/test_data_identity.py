@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from run_helpers import REPO, SHARED, TINY, run, write_shard
+from run_helpers import REPO, SHARED, TINY, flip_last_token_bit, run, write_shard
 
 TINY_RUN = TINY + ["-x", 1, "-u", 1, "-v", 0, "-s", 0]  # -u 1: no warmup note (a one-step run)
 
@@ -90,10 +90,7 @@ def test_same_tokenizer_in_another_directory_trains(data_sets, tmp_path):
     meta["dataset"] = "other"
     (copy / "meta.json").write_text(json.dumps(meta))
     # ... and its own validation text (shards that hold the bytes of -i's own val_*.bin are -i's split)
-    shard = sorted(copy.glob("val_*.bin"))[-1]
-    data = bytearray(shard.read_bytes())
-    data[-2] ^= 1  # the low bit of the last token id (uint16): another token of the vocabulary
-    shard.write_bytes(bytes(data))
+    flip_last_token_bit(sorted(copy.glob("val_*.bin"))[-1])
     p = run(["-i", f"{sp}/train_*.bin", "-j", f"{copy}/val_*.bin", "-o", tmp_path / "run2"] + TINY_RUN)
     assert [ln for ln in p.stderr.splitlines() if ln.startswith("note:")] == [
         f"note: -j '{copy}/val_*.bin' is in another directory than -i '{sp}/train_*.bin' ({copy}, not {sp}): the "

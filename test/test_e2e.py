@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from run_helpers import (BIN, REPO, TINY, assert_refused, assert_same_run, data_args, dir_hashes, gpt2_tinyshakespeare,
-                         read_jsonl, run, train_records)
+from run_helpers import (BIN, REPO, TINY, assert_refused, assert_same_run, data_args, dir_hashes, flip_last_token_bit,
+                         gpt2_tinyshakespeare, read_jsonl, run, train_records)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dev" / "reference"))
 from checkpoint import header_checksum  # noqa: E402
@@ -760,13 +760,6 @@ def test_eval_only_refuses_a_typed_train_data(trained, byte_data):
     p = run(["--eval-only", "-e", model, "-j", f"{byte_data}/train_*.bin", "-b", 2, "-t", 16, "-m", 1])
     assert f"note: -j '{byte_data}/train_*.bin' reads training shards" in p.stderr, p.stderr
     assert "the loss is on tokens the model trained on" in p.stderr
-
-
-def flip_last_token_bit(shard):
-    """Shard (uint16 tokens of a byte-level set) with its last token's lowest bit flipped: still a byte token."""
-    data = bytearray(shard.read_bytes())
-    data[-2] ^= 1
-    shard.write_bytes(bytes(data))
 
 
 def test_validation_data_in_another_directory_than_the_training_data_is_noted(byte_data, tmp_path):

@@ -219,23 +219,24 @@ inline std::vector<std::string> val_shards_in(const std::string& dir) {
     return found;
 }
 
+// The first of `candidates` that holds the same bytes as `path` ("" when none does, or path is empty or
+// unreadable): only candidates of its size are read.
+inline std::string copy_among(const std::string& path, const std::vector<std::string>& candidates) {
+    std::error_code ec;
+    const std::uintmax_t n = std::filesystem::file_size(path, ec);
+    if (ec || n == 0) return "";
+    for (const std::string& c : candidates) {
+        std::error_code cec;
+        if (std::filesystem::file_size(c, cec) == n && !cec && same_bytes_of_equal_size(path, c, n)) return c;
+    }
+    return "";
+}
+
 // Whether every file of `files` (at least one) holds the same bytes as one of `originals`.
 inline bool all_copies_of(const std::vector<std::string>& files, const std::vector<std::string>& originals) {
     if (files.empty()) return false;
-    for (const std::string& f : files) {
-        std::error_code ec;
-        const std::uintmax_t n = std::filesystem::file_size(f, ec);
-        if (ec) return false;
-        bool found = false;
-        for (const std::string& o : originals) {
-            std::error_code oec;
-            if (std::filesystem::file_size(o, oec) == n && !oec && same_bytes_of_equal_size(f, o, n)) {
-                found = true;
-                break;
-            }
-        }
-        if (!found) return false;
-    }
+    for (const std::string& f : files)
+        if (copy_among(f, originals).empty()) return false;
     return true;
 }
 
@@ -264,23 +265,13 @@ inline void check_no_shared_shard(const std::vector<std::string>& train, const s
 // checks (a copy that a meta.json does not list is refused there, as not part of the data set).
 inline void check_no_copied_shard(const std::vector<std::string>& train, const std::vector<std::string>& val,
                                   const std::string& train_what, const std::string& val_what) {
-    std::multimap<std::uintmax_t, std::string> train_by_size;
-    for (const std::string& p : train) {
-        std::error_code ec;
-        const std::uintmax_t n = std::filesystem::file_size(p, ec);
-        if (!ec) train_by_size.emplace(n, p);
-    }
     for (const std::string& p : val) {
-        std::error_code ec;
-        const std::uintmax_t n = std::filesystem::file_size(p, ec);
-        if (ec || n == 0) continue;
-        const auto range = train_by_size.equal_range(n);
-        for (auto it = range.first; it != range.second; ++it)
-            if (same_bytes_of_equal_size(p, it->second, n))
-                throw InputError(val_what + " reads " + p + ", which holds the same bytes as the training shard " +
-                                 it->second + " of " + train_what +
-                                 ": validation data must be held out from training; give -j shards that are not "
-                                 "copies of -i's (e.g. DIR/val_*.bin of data/prepare.py)");
+        const std::string original = copy_among(p, train);
+        if (!original.empty())
+            throw InputError(val_what + " reads " + p + ", which holds the same bytes as the training shard " +
+                             original + " of " + train_what +
+                             ": validation data must be held out from training; give -j shards that are not "
+                             "copies of -i's (e.g. DIR/val_*.bin of data/prepare.py)");
     }
 }
 
