@@ -115,7 +115,7 @@ int run_generation(const llmc::GenerateConfig& g, const llmc::ModelCheckpoint& c
 
 int run(llmc::GenerateConfig g) {
     llmc::set_thread_count(g.threads);
-    llmc::check_model_is_no_directory(g.model, "generate_gpt2_ls");
+    llmc::check_model_file(g.model, "generate_gpt2_ls -e needs a model file; '" + g.model + "' ");
     if (g.encode_only) return run_encode_only(g);
     const llmc::ModelCheckpoint ck = llmc::load_model_checkpoint(g.model);
     if (!g.bench) {

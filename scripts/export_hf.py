@@ -81,6 +81,23 @@ def newest_checkpoint(run_dir):
                       f"give a model_NNNNNNNN.bin file or a run directory with a finished checkpoint")
 
 
+def steps_beside(ckpt):
+    """For a missing RUN/model_NNNNNNNN.bin (a step --keep-checkpoints pruned, a typo): "RUN holds the complete
+    checkpoints of steps 1, 2, ..., 6, 7, 8 (8; the newest: RUN/model_00000008.bin)", listed as the trainer
+    lists them (llmc/app/checkpoint_run.h check_model_file); "" when the name is no step's model file or RUN
+    holds no complete checkpoint."""
+    run_dir = os.path.dirname(ckpt) or "."
+    if not re.match(r"^model_\d{8}\.bin$", os.path.basename(ckpt)) or not os.path.isdir(run_dir):
+        return ""
+    steps = sorted({int(m.group(1)) for m in map(MARKER_RE.match, os.listdir(run_dir)) if m})
+    if not steps:
+        return ""
+    shown = [str(s) for s in steps] if len(steps) <= 6 else [str(s) for s in steps[:2]] + ["..."] + [
+        str(s) for s in steps[-3:]]
+    return (f"{run_dir} holds the complete checkpoints of steps {', '.join(shown)} ({len(steps)}; the newest: "
+            f"{os.path.join(run_dir, f'model_{steps[-1]:08d}.bin')})")
+
+
 def retired_step_note(ckpt):
     """The note for a model file whose step a resume retired (DAMAGED_NNNNNNNN beside it: -y 1 found that
     step's checkpoint damaged and went on from an earlier one), as the trainer words it
@@ -356,8 +373,8 @@ def export(source, out_dir, gpt2_bpe=None):
     from safetensors.numpy import save_file
 
     if not os.path.isdir(source) and not os.path.isfile(source):
-        raise ExportError(f"{source} does not exist; give a run directory (-o of the trainer) "
-                          f"or a model_NNNNNNNN.bin file")
+        raise ExportError(f"{source} does not exist; " + (steps_beside(source) or "give a run directory (-o of "
+                                                          "the trainer) or a model_NNNNNNNN.bin file"))
     if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
         raise ExportError(f"{out_dir} already exists and is not an empty directory; choose a new OUT_DIR "
                           f"(nothing was written)")

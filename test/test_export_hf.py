@@ -272,6 +272,20 @@ def test_bad_input_fails_with_one_line_and_writes_nothing(byte_data, tmp_path):
     assert [f.name for f in taken.iterdir()] == ["keep.txt"] and (taken / "keep.txt").read_text() == "mine"
 
 
+def test_a_pruned_step_names_the_steps_that_exist(tmp_path):
+    """trial 10: a model file --keep-checkpoints pruned said only "does not exist; give a run directory"; the
+    export lists the run's complete checkpoints as the trainer's --eval-only does (first 2, newest 3)."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for step in range(1, 9):
+        (run_dir / f"DONE_{step:08d}").write_text(f"step {step} world_size 1")
+    p = export(run_dir / "model_00000009.bin", tmp_path / "o", check=False)
+    assert p.returncode == 1 and p.stderr == (
+        f"error: {run_dir}/model_00000009.bin does not exist; {run_dir} holds the complete checkpoints of steps "
+        f"1, 2, ..., 6, 7, 8 (8; the newest: {run_dir}/model_00000008.bin)\n"), p.stderr
+    assert not (tmp_path / "o").exists()
+
+
 def test_a_training_state_file_and_an_llmc_checkpoint_are_named_with_the_fix(byte_data, tmp_path):
     """A new-user trial: RUN/state_N_R.bin and llm.c's gpt2_*.bin got "bad magic ... not one of our model
     checkpoints". Each is named for what it is, with what to export instead (the trainer's words for a state file);

@@ -238,11 +238,23 @@ def test_a_directory_for_a_file_names_the_file(model):
     ckpt, tok = model
     p = gen(["-e", ckpt.parent, "--prompt-ids", "1", "-n", 3], check=False)
     assert p.returncode == 1 and p.stderr.decode().strip() == (
-        f"error: generate_gpt2_ls -e {ckpt.parent}: a run directory, not a model file: did you mean -e {ckpt}? "
-        "(its newest complete checkpoint)"), p.stderr.decode()
+        f"error: generate_gpt2_ls -e needs a model file; '{ckpt.parent}' is a run directory: did you mean -e "
+        f"{ckpt}? (its newest complete checkpoint)"), p.stderr.decode()
     p = gen(["-e", ckpt, "--tokenizer", tok.parent, "--prompt-ids", "1", "-n", 3], check=False)
     assert p.returncode == 1 and p.stderr.decode().strip() == (
         f"error: tokenizer '{tok.parent}' is a directory; give a file: {tok}"), p.stderr.decode()
+
+
+def test_a_pruned_step_names_the_steps_that_exist(model):
+    """trial 10: -e of a step --keep-checkpoints pruned said "cannot open: No such file or directory" where
+    --eval-only lists the complete checkpoints of the run; generate_gpt2_ls lists them too."""
+    ckpt, _ = model
+    gone = ckpt.parent / "model_00000003.bin"
+    assert not gone.exists()
+    p = gen(["-e", gone, "--prompt-ids", "1", "-n", 3], check=False)
+    assert p.returncode == 1 and p.stderr.decode().strip() == (
+        f"error: generate_gpt2_ls -e needs a model file; '{gone}' does not exist; {ckpt.parent} holds the complete "
+        f"checkpoints of steps 30 (1; the newest: -e {ckpt})"), p.stderr.decode()
 
 
 @pytest.mark.parametrize("extra, expect", [

@@ -213,17 +213,34 @@ inline std::string eval_settings_from_run(TrainConfig& cfg, bool print) {
     return "--eval-only: " + list + " from " + run->config_path + " (flags given win)";
 }
 
-// -e given a directory (a run's -o): refused, naming its newest complete checkpoint ("did you mean"), as
-// --eval-only does (llmc/train/eval_run.h check_eval_checkpoint). who: the program, for the message.
-inline void check_model_is_no_directory(const std::string& model, const std::string& who) {
+// -e of --eval-only and generate_gpt2_ls, checked before anything is read. A run directory (a run's -o) is
+// refused, naming its newest complete checkpoint ("did you mean"); a missing model file RUN/model_NNNNNNNN.bin
+// (a step --keep-checkpoints pruned, a typo) is refused, listing the complete checkpoints RUN holds. head: the
+// error's start, naming the program and -e. Returns whether model is a regular file (else the caller says so).
+inline bool check_model_file(const std::string& model, const std::string& head) {
     std::error_code ec;
-    if (!std::filesystem::is_directory(model, ec)) return;
-    const int newest = newest_complete_step(model);
-    if (newest >= 0)
-        throw InputError(who + " -e " + model + ": a run directory, not a model file: did you mean -e " +
-                         model_path(model, newest) + "? (its newest complete checkpoint)");
-    throw InputError(who + " -e " + model +
-                     ": a directory without a complete checkpoint; give a model file (RUN/model_NNNNNNNN.bin)");
+    if (std::filesystem::is_regular_file(model, ec)) return true;
+    if (std::filesystem::is_directory(model, ec)) {
+        const int newest = newest_complete_step(model);
+        if (newest >= 0)
+            throw InputError(head + "is a run directory: did you mean -e " + model_path(model, newest) +
+                             "? (its newest complete checkpoint)");
+        throw InputError(head + "is a directory without a complete checkpoint; give RUN/model_NNNNNNNN.bin");
+    }
+    const std::filesystem::path path(model);
+    const std::string dir = path.has_parent_path() ? path.parent_path().string() : ".";
+    int step = 0;
+    if (parse_checkpoint_name(path.filename().string(), step) != CkptFileKind::Model) return false;
+    const std::vector<int> steps = std::filesystem::is_directory(dir, ec) ? complete_steps(dir) : std::vector<int>{};
+    if (steps.empty()) return false;
+    std::string list;  // at most 6 steps: the first 2, then the newest 3
+    for (size_t i = 0; i < steps.size(); i++) {
+        if (steps.size() > 6 && i == 2) list += ", ...";
+        if (steps.size() > 6 && i >= 2 && i + 3 < steps.size()) continue;
+        list += (list.empty() ? "" : ", ") + std::to_string(steps[i]);
+    }
+    throw InputError(head + "does not exist; " + dir + " holds the complete checkpoints of steps " + list + " (" +
+                     std::to_string(steps.size()) + "; the newest: -e " + model_path(dir, steps.back()) + ")");
 }
 
 // A model file named by its step (RUN/model_NNNNNNNN.bin) whose step a resume retired (DAMAGED_NNNNNNNN

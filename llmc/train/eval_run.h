@@ -163,33 +163,10 @@ inline std::string check_eval_output_dir(const TrainConfig& cfg, const std::stri
 }
 
 // -e of --eval-only, checked before the flags (a run's -j and -t come from its checkpoint's run): a
-// checkpoint's model file. A run directory gets its newest complete checkpoint named ("did you mean");
-// a missing model file of a directory that holds checkpoints gets their steps listed.
+// checkpoint's model file (llmc/app/checkpoint_run.h check_model_file).
 inline void check_eval_checkpoint(const std::string& model) {
-    std::error_code ec;
-    if (std::filesystem::is_regular_file(model, ec)) return;
     const std::string head = "--eval-only needs -e CHECKPOINT (a model file); '" + model + "' ";
-    if (std::filesystem::is_directory(model, ec)) {
-        const int newest = newest_complete_step(model);
-        if (newest >= 0)
-            throw InputError(head + "is a run directory: did you mean -e " + model_path(model, newest) +
-                             "? (its newest complete checkpoint)");
-        throw InputError(head + "is a directory without a complete checkpoint; give RUN/model_NNNNNNNN.bin");
-    }
-    const std::filesystem::path path(model);
-    const std::string dir = path.has_parent_path() ? path.parent_path().string() : ".";
-    int step = 0;
-    const std::vector<int> steps = std::filesystem::is_directory(dir, ec) ? complete_steps(dir) : std::vector<int>{};
-    if (parse_checkpoint_name(path.filename().string(), step) != CkptFileKind::Model || steps.empty())
-        throw InputError(head + "is not a file");
-    std::string list;  // at most 6 steps: the first 2, then the newest 3
-    for (size_t i = 0; i < steps.size(); i++) {
-        if (steps.size() > 6 && i == 2) list += ", ...";
-        if (steps.size() > 6 && i >= 2 && i + 3 < steps.size()) continue;
-        list += (list.empty() ? "" : ", ") + std::to_string(steps[i]);
-    }
-    throw InputError(head + "does not exist; " + dir + " holds the complete checkpoints of steps " + list + " (" +
-                     std::to_string(steps.size()) + "; the newest: -e " + model_path(dir, steps.back()) + ")");
+    if (!check_model_file(model, head)) throw InputError(head + "is not a file");
 }
 
 // The flags typed with --eval-only that only a training run reads (-l, -x, --sampler, --seed, --near,
