@@ -2,13 +2,13 @@
 """Packs the logs of a GPU window's runs into a folder that comes back whole, and says how fast they ran.
 
     python3 scripts/pack_results.py --results DIR --runs NAME=RUN_DIR [NAME=RUN_DIR ...]
-                                    [--events FILE] [--extra FILE ...] [--logs DIR]
+                                    [--events FILE] [--logs DIR]
                                     [--limit-mib 16] [--max-files 8] [--table FILE]
 
 The device tool brings back at most 8 files of 16 MiB each (/work/.library/device/README.md), so
 DIR receives, per run, one NAME.tar.gz with its metrics.jsonl, logit_stats.jsonl, config.json,
 config.toml, console.log and the launcher's log RUN_DIR.log (never checkpoints); a logs.tar.gz with
-every file under --logs (build and check logs, plots); and copies of the --extra files (the report).
+every file under --logs (build and check logs, plots).
 When a run's archive exceeds --limit-mib, its logit_stats.jsonl is thinned to every k-th record
 (k = 2, 4, 8, ...; the first and last records kept) until it fits, then metrics.jsonl likewise (its
 records with a validation loss, a spike, a skipped or non-finite step always kept); each thinning is
@@ -62,6 +62,7 @@ def write_whole(path, data):
     with open(part_path(path), "wb") as f:
         f.write(data)
     os.replace(part_path(path), path)
+
 
 def read_events(path):
     """[(time, verb, name)] from the script's events file."""
@@ -285,7 +286,6 @@ def main(argv=None):
     p.add_argument("--results", required=True, help="the folder that comes back (created)")
     p.add_argument("--runs", nargs="+", required=True, metavar="NAME=RUN_DIR")
     p.add_argument("--events", help="the script's events file (EPOCH<TAB>start|stop|end NAME)")
-    p.add_argument("--extra", nargs="*", default=[], help="files copied into --results as they are")
     p.add_argument("--logs", help="a folder packed whole into logs.tar.gz")
     p.add_argument("--limit-mib", type=float, default=16.0)
     p.add_argument("--max-files", type=int, default=8)
@@ -316,10 +316,6 @@ def main(argv=None):
         text = table(rows, notes)
         table_path = a.table or os.path.join(a.results, "window.md")
         write_whole(table_path, text.encode("utf-8"))
-        for e in a.extra:
-            if os.path.isfile(e):
-                with open(e, "rb") as src, open(os.path.join(a.results, os.path.basename(e)), "wb") as dst:
-                    dst.write(src.read())
         files = sorted(os.listdir(a.results))
         if len(files) > a.max_files:
             raise PackError(f"{a.results} holds {len(files)} files ({', '.join(files)}), more than --max-files "
