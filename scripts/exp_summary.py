@@ -24,6 +24,9 @@ a fork's peak max-logit and its step, first step over the threshold, loss spikes
 count from step 1: the steps up to the fork step are its source's (read from the checkpoint's directory).
 When the source cannot be read, those cells count the fork's own steps and say so ("12.34 (steps 11-20)"), with
 one note on stderr naming the source.
+Notes on stderr, as scripts/plot_run.py gives them: runs whose recorded data differ (their losses are per token
+of different tokenizers or validation sets), a validation set changed while a run trained, and the settings
+changed on resume (-y 1 with other flags), which the row's variant and T do not show.
 """
 import argparse
 import math
@@ -112,17 +115,32 @@ def uniform_near_mass(T, near):
     return sum(min(i + 1, near) / (i + 1) for i in range(T)) / T
 
 
+def changed_settings_note(configs, names):
+    """One line naming, per run, the settings changed while it trained (-y 1 with other flags: config.json's
+    "history"), as scripts/plot_run.py labels them ("lr=6e-4 (3e-4 from step 100)"): a row's variant and T are
+    of the settings it started with. None when no run changed one."""
+    changed = []
+    for config, name in zip(configs, names):
+        pieces = [text for key, text, pinned in plot_run.label_parts(config) if pinned and key != "forked_from"]
+        if pieces:
+            changed.append(f"{name}: {', '.join(pieces)}")
+    if not changed:
+        return None
+    return f"note: settings changed while a run trained ({'; '.join(changed)})"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR")
     ap.add_argument("--threshold", type=float, default=20.0)
     a = ap.parse_args(argv)
-    rows = []
-    for path, name in zip(a.runs, run_names(a.runs)):
+    rows, configs, names = [], [], run_names(a.runs)
+    for path, name in zip(a.runs, names):
         try:
             run = plot_run.Run(path)
         except plot_run.PlotError as e:
             sys.exit(f"error: {e}")
+        configs.append(run.label_config())
         train = (run.config or {}).get("train", {})
         ratio, variant, seed = name_parts(path, run.label_config())
         s = plot_run.summarize(run, a.threshold)
@@ -145,6 +163,10 @@ def main(argv=None):
             plot_run.fmt(last_ml, ".2f"), plot_run.fmt(s["first_cross"]) + span, plot_run.fmt(s["spikes"]) + span,
             plot_run.fmt(s["nonfinite"]) + span, plot_run.fmt(global_near_mass(run), ".3f"),
             plot_run.fmt(uniform_near_mass(T, last_near(run)), ".3f"), plot_run.fmt(hours, ".2f") + span]))
+    for note in (plot_run.data_note(configs, names), plot_run.val_change_note(configs, names),
+                 changed_settings_note(configs, names)):
+        if note:
+            print(note, file=sys.stderr)
     head = ["run", "T/C", "T", "variant", "seed", "steps", "tokens", "final val loss", "val ppl", "peak max-logit",
             "at step",
             "final max-logit", f"first step > {a.threshold:g}", "loss spikes", "non-finite", "near mass (global heads)",

@@ -678,6 +678,32 @@ def test_exp_summary_prints_a_dash_for_a_max_logit_not_recorded(tmp_path):
     assert final_max_logit("nonfinite", None) == "nan"  # the trainer writes a non-finite one as null (review)
 
 
+def test_exp_summary_notes_other_data_and_settings_changed_on_resume(tmp_path):
+    """trial 10: exp_summary compared runs on different tokenizers without the note plot_run gives, and a run
+    resumed with another -l read as one of its starting settings. Both are notes on stderr; the table on
+    stdout is unchanged; runs on the same data, never resumed with changes, get no note."""
+    records = [train_record(s) for s in range(1, 4)]
+    write_records(tmp_path / "sp", config(train={"seq_len": 16}, data=TS_SP), records)
+    write_records(tmp_path / "gpt2", config(model={"vocab_size": 50257}, train={"seq_len": 16}, data=TS_GPT2),
+                  records)
+    write_records(tmp_path / "same", config(train={"seq_len": 16, "learning_rate": 3e-4}, data=TS_SP,
+                                            history=[{"step": 2, "flag": "--learning-rate", "old": 6e-4,
+                                                      "new": 3e-4}]), records)
+
+    def summary(*names):
+        p = subprocess.run([sys.executable, str(REPO / "scripts" / "exp_summary.py")] + [str(tmp_path / n)
+                                                                                          for n in names],
+                           capture_output=True, text=True)
+        assert p.returncode == 0 and p.stdout.startswith("| run |"), p.stderr
+        return p.stderr.splitlines()
+    notes = summary("sp", "gpt2")
+    assert len(notes) == 1 and notes[0].startswith("note: these runs' losses are per token of different "
+                                                   "tokenizers") and "ts_sp (sp V=500)" in notes[0], notes
+    notes = summary("sp", "same")
+    assert notes == ["note: settings changed while a run trained (same: lr=6e-4 (3e-4 from step 2))"], notes
+    assert summary("sp") == []
+
+
 def test_runs_with_another_near_each_name_their_n(tmp_path):
     """Two runs of different N: the near plots' title says N varies and each legend label names its run's N."""
     write_near_run(tmp_path / "lsn")
