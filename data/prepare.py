@@ -31,7 +31,7 @@ import synthetic  # noqa: E402
 import text_tokenizers as tk  # noqa: E402
 from errors import PrepareError  # noqa: E402
 from shards import ShardWriter, shard_version_for_vocab, MAX_SHARD_TOKENS  # noqa: E402
-from sources import dataset_splits, load_document  # noqa: E402
+from sources import check_gutenberg_books, dataset_splits, load_document  # noqa: E402
 
 DEFAULT_VAL_FRACTION = {"tinyshakespeare": 0.1, "pg19": 0.05, "text": 0.05, "synthetic": 0.05}
 DEFAULT_SP_VOCAB = 10000
@@ -469,6 +469,8 @@ def report_split(args, splits, records, num_tokens):
 def prepare_text(args):
     t0 = time.time()
     splits = dataset_splits(args.dataset, args.source, args.val_fraction, args.seed)
+    if args.dataset == "pg19":
+        check_gutenberg_books(splits["train"] + splits["val"], args.source[0])
     extra = {}
     left_out = splits["left_out"]
     if left_out:

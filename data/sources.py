@@ -46,6 +46,20 @@ def load_document(spec):
     return text, info
 
 
+def check_gutenberg_books(specs, root):
+    """--dataset pg19 of a directory whose files are no Project Gutenberg books (WikiText, one's own text)
+    would label their shards pg19 in meta.json: refused, before anything is tokenized, when none of them has
+    a Gutenberg header or footer marker (every PG-19 book has them). The files are read in order until the
+    first that has one (PG-19's first book, at once)."""
+    for spec in specs:
+        _, info = strip_gutenberg(read_text(spec.path))
+        if info["header"] or info["footer"]:
+            return
+    raise PrepareError(f"--dataset pg19: none of the {len(specs)} files in {root} has a Project Gutenberg header "
+                       "or footer (every PG-19 book has them), so this is not PG-19 and its shards would be labelled "
+                       "pg19; give the PG-19 book directory, or --dataset text for other text")
+
+
 def _check_file(path):
     if not os.path.exists(path):
         raise PrepareError(f"source {path} does not exist; pass an existing file or directory with --source")

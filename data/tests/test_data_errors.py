@@ -520,7 +520,8 @@ def test_pg19_metadata_beside_the_books_is_not_noted(tmp_path, gpt2_dir):
     d = tmp_path / "pg"
     d.mkdir()
     for i in range(3):
-        (d / f"book{i}.txt").write_text(f"the text of book {i}\n" * 100)
+        (d / f"book{i}.txt").write_text(f"*** START OF THIS PROJECT GUTENBERG EBOOK {i} ***\n" +
+                                        f"the text of book {i}\n" * 100)
     (d / "books.tsv").write_text("id\ttitle\n")
     (d / "LICENSE.pg19-metadata").write_text("licence\n")
     proc = run_prepare("--dataset", "pg19", "--source", d, "--tokenizer", "gpt2", "--gpt2-bpe", gpt2_dir,

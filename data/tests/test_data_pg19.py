@@ -146,8 +146,31 @@ def test_books_without_markers_are_noted_on_stderr(gpt2_dir, tmp_path):
     src.mkdir()
     for i in range(3):
         (src / f"b{i}.txt").write_text(f"Book {i}.\n" + "A line of plain text without any marker.\n" * 20)
+    (src / "b3.txt").write_text("*** START OF THIS PROJECT GUTENBERG EBOOK B3 ***\nThe body.\n"
+                                "*** END OF THIS PROJECT GUTENBERG EBOOK B3 ***\n")
     proc = run_prepare("--dataset", "pg19", "--source", src, "--out", tmp_path / "out", "--tokenizer", "gpt2",
-                       "--gpt2-bpe", gpt2_dir, "--val-fraction", 0.34, "--workers", 1)
+                       "--gpt2-bpe", gpt2_dir, "--val-fraction", 0.25, "--workers", 1)
     notes = [ln for ln in proc.stderr.splitlines() if ln.startswith("note: b")]
     assert len(notes) == 6 and "note: b0.txt: no Gutenberg header marker found, kept from its first line" in notes
+    assert not any("b3.txt" in n for n in notes), notes
     assert "Gutenberg" not in proc.stdout, proc.stdout
+
+
+def test_files_that_are_no_gutenberg_books_are_refused(gpt2_dir, tmp_path):
+    """review: --dataset pg19 of WikiText (or one's own text) labelled its shards pg19 with a note per file.
+    When no file has a Gutenberg header or footer it is refused before anything is tokenized, nothing
+    written; --dataset text takes the same files."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):
+        (src / f"b{i}.txt").write_text(f"Book {i}.\n" + "A line of plain text without any marker.\n" * 20)
+    proc = run_prepare("--dataset", "pg19", "--source", src, "--out", tmp_path / "out", "--tokenizer", "gpt2",
+                       "--gpt2-bpe", gpt2_dir, "--workers", 1, check=False)
+    assert proc.returncode == 1 and proc.stderr == (
+        f"error: --dataset pg19: none of the 3 files in {src} has a Project Gutenberg header or footer (every "
+        "PG-19 book has them), so this is not PG-19 and its shards would be labelled pg19; give the PG-19 book "
+        "directory, or --dataset text for other text\n"), proc.stderr
+    assert not (tmp_path / "out").exists()
+    run_prepare("--dataset", "text", "--source", src, "--out", tmp_path / "out", "--tokenizer", "gpt2",
+                "--gpt2-bpe", gpt2_dir, "--workers", 1)
+    assert json.loads((tmp_path / "out" / "meta.json").read_text())["dataset"] == "text"
