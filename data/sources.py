@@ -145,6 +145,11 @@ def dataset_splits(dataset, sources, val_fraction, seed):
     return splits
 
 
+# char-rnn's tiny Shakespeare (llm.c's starter corpus; ../shared/data/README.md): the one file --dataset
+# tinyshakespeare names
+TINYSHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+
+
 def _dataset_splits(dataset, sources, val_fraction, seed):
     for s in sources:
         _check_file(s)
@@ -152,6 +157,13 @@ def _dataset_splits(dataset, sources, val_fraction, seed):
         if len(sources) != 1 or not os.path.isfile(sources[0]):
             raise PrepareError("tinyshakespeare needs --source pointing at its one input.txt file")
         path = os.path.abspath(sources[0])
+        digest = sha256_file(path)
+        if digest != TINYSHAKESPEARE_SHA256:
+            raise PrepareError(f"--dataset tinyshakespeare: {sources[0]} is not tiny Shakespeare's input.txt "
+                               f"({os.path.getsize(path):,} bytes, sha256 {digest[:12]}...; that file is 1,115,394 "
+                               f"bytes, sha256 {TINYSHAKESPEARE_SHA256[:12]}...), so its shards would be labelled "
+                               "tinyshakespeare; give that file, or --dataset text --val-fraction 0.1 for another (one "
+                               "file is split by characters alike)")
         return char_split(path, os.path.basename(path), val_fraction)
     if dataset == "pg19":
         if len(sources) != 1 or not os.path.isdir(sources[0]):

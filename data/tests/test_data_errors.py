@@ -471,14 +471,15 @@ def test_underscore_flag_gets_its_dash_spelling(tmp_path, flag):
     assert not (tmp_path / "out").exists()
 
 
-def test_seed_where_one_file_is_split_by_characters_with_gpt2(tmp_path, gpt2_dir):
+def test_seed_where_one_file_is_split_by_characters_with_gpt2(tmp_path, shared_data, gpt2_dir):
     """trial 9: --seed picks the by-file split and SentencePiece's sample; one file split by characters with
     --tokenizer gpt2 uses neither, and --seed was read and ignored: refused with one line. With sp (its sample)
     or several files (the split) it is taken."""
     one = tmp_path / "one.txt"
     one.write_text("a line of text for the split\n" * 200)
-    for dataset in ("text", "tinyshakespeare"):
-        fails(tmp_path, "--dataset", dataset, "--source", one, "--tokenizer", "gpt2", "--gpt2-bpe", gpt2_dir,
+    shakespeare = os.path.join(shared_data, "tinyshakespeare", "input.txt")
+    for dataset, source in (("text", one), ("tinyshakespeare", shakespeare)):
+        fails(tmp_path, "--dataset", dataset, "--source", source, "--tokenizer", "gpt2", "--gpt2-bpe", gpt2_dir,
               "--seed", 5, expect="--seed picks the by-file split and SentencePiece's training sample, and this run "
               "splits one file by characters with --tokenizer gpt2, so it has no effect: drop --seed")
     run_prepare("--dataset", "text", "--source", one, "--tokenizer", "gpt2", "--gpt2-bpe", gpt2_dir,
@@ -491,6 +492,20 @@ def test_seed_where_one_file_is_split_by_characters_with_gpt2(tmp_path, gpt2_dir
                 "--out", tmp_path / "seeded")
     meta = json.loads((tmp_path / "seeded" / "meta.json").read_text())
     assert meta["args"]["seed"] == 5 and "seed_given" not in meta["args"], meta["args"]
+
+
+def test_another_file_as_tinyshakespeare_is_refused(tmp_path, shared_data, gpt2_dir):
+    """review: --dataset tinyshakespeare of any one file (WikiText's valid.txt) labelled its shards
+    tinyshakespeare. The one file of that name is checked by its sha256 (../shared/data/README.md); another is
+    refused before anything is written, naming --dataset text."""
+    other = os.path.join(shared_data, "wikitext2", "valid.txt")
+    if not os.path.isfile(other):
+        other = tmp_path / "other.txt"
+        other.write_text("a line of text for the split\n" * 200)
+    size = os.path.getsize(other)
+    fails(tmp_path, "--dataset", "tinyshakespeare", "--source", other, "--tokenizer", "gpt2", "--gpt2-bpe", gpt2_dir,
+          expect=f"--dataset tinyshakespeare: {other} is not tiny Shakespeare's input.txt ({size:,} bytes, sha256 ")
+    assert not (tmp_path / "out").exists()
 
 
 def test_files_of_a_source_directory_not_named_txt_are_noted(tmp_path, gpt2_dir):
