@@ -5,6 +5,7 @@ the file, whether to strip a Gutenberg header/footer, and an optional character 
 read as UTF-8 with newlines normalized (CRLF and CR -> LF, BOM dropped; see gutenberg.normalize_newlines).
 """
 import os
+import re
 from typing import NamedTuple, Optional
 
 import numpy as np
@@ -46,18 +47,36 @@ def load_document(spec):
     return text, info
 
 
+# A PG-19 book's file name: its Gutenberg id (DeepMind's release: 1001.txt; ../shared/data/pg19: pg1001.txt)
+_GUTENBERG_NAME_RE = re.compile(r"^(pg)?\d+\.txt$")
+_MARKER_SPAN = 1 << 16  # bytes at each end of a file where a Gutenberg header or footer is looked for
+
+
+def _has_gutenberg_marker(path):
+    """Whether a file's first or last 64 KiB hold a Gutenberg header or footer marker (the ends only: a
+    marker-less set is read no further than that)."""
+    with open(path, "rb") as f:
+        head = f.read(_MARKER_SPAN)
+        f.seek(max(0, os.path.getsize(path) - _MARKER_SPAN))
+        tail = f.read()
+    _, info = strip_gutenberg(head.decode("utf-8", "ignore") + "\n" + tail.decode("utf-8", "ignore"))
+    return info["header"] or info["footer"]
+
+
 def check_gutenberg_books(specs, root):
     """--dataset pg19 of a directory whose files are no Project Gutenberg books (WikiText, one's own text)
-    would label their shards pg19 in meta.json: refused, before anything is tokenized, when none of them has
-    a Gutenberg header or footer marker (every PG-19 book has them). The files are read in order until the
-    first that has one (PG-19's first book, at once)."""
-    for spec in specs:
-        _, info = strip_gutenberg(read_text(spec.path))
-        if info["header"] or info["footer"]:
-            return
-    raise PrepareError(f"--dataset pg19: none of the {len(specs)} files in {root} has a Project Gutenberg header "
-                       "or footer (every PG-19 book has them), so this is not PG-19 and its shards would be labelled "
-                       "pg19; give the PG-19 book directory, or --dataset text for other text")
+    would label their shards pg19 in meta.json: refused, before anything is tokenized, when no file is one
+    by its name (its Gutenberg id: DeepMind's PG-19 release has the boilerplate removed, so its books carry
+    no marker) or by a Gutenberg header or footer marker (the local books keep them). Names are checked
+    first; files are then read at their ends until the first with a marker."""
+    if any(_GUTENBERG_NAME_RE.match(os.path.basename(spec.path)) for spec in specs):
+        return
+    if any(_has_gutenberg_marker(spec.path) for spec in specs):
+        return
+    raise PrepareError(f"--dataset pg19: none of the {len(specs)} files in {root} is a Project Gutenberg book by its "
+                       "name (its Gutenberg id, 1001.txt or pg1001.txt) or by a Gutenberg header or footer, so this "
+                       "is not PG-19 and its shards would be labelled pg19; give the PG-19 book directory, or "
+                       "--dataset text for other text")
 
 
 def _check_file(path):

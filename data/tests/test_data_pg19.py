@@ -167,10 +167,36 @@ def test_files_that_are_no_gutenberg_books_are_refused(gpt2_dir, tmp_path):
     proc = run_prepare("--dataset", "pg19", "--source", src, "--out", tmp_path / "out", "--tokenizer", "gpt2",
                        "--gpt2-bpe", gpt2_dir, "--workers", 1, check=False)
     assert proc.returncode == 1 and proc.stderr == (
-        f"error: --dataset pg19: none of the 3 files in {src} has a Project Gutenberg header or footer (every "
-        "PG-19 book has them), so this is not PG-19 and its shards would be labelled pg19; give the PG-19 book "
-        "directory, or --dataset text for other text\n"), proc.stderr
+        f"error: --dataset pg19: none of the 3 files in {src} is a Project Gutenberg book by its name (its "
+        "Gutenberg id, 1001.txt or pg1001.txt) or by a Gutenberg header or footer, so this is not PG-19 and its "
+        "shards would be labelled pg19; give the PG-19 book directory, or --dataset text for other text\n"), proc.stderr
     assert not (tmp_path / "out").exists()
     run_prepare("--dataset", "text", "--source", src, "--out", tmp_path / "out", "--tokenizer", "gpt2",
                 "--gpt2-bpe", gpt2_dir, "--workers", 1)
     assert json.loads((tmp_path / "out" / "meta.json").read_text())["dataset"] == "text"
+
+
+def test_deepminds_marker_less_books_named_by_id_are_pg19(gpt2_dir, tmp_path):
+    """review: DeepMind's PG-19 release has the Gutenberg boilerplate removed: its books (NNNN.txt, the
+    Gutenberg id) carry no marker, and the marker check refused the full PG-19. A book named by its id is
+    PG-19's; each marker-less one is still noted."""
+    src = tmp_path / "train"
+    src.mkdir()
+    for i in (1001, 1002, 1003):
+        (src / f"{i}.txt").write_text(f"Produced by a volunteer. Book {i}.\n" + "A line of the book.\n" * 20)
+    proc = run_prepare("--dataset", "pg19", "--source", src, "--out", tmp_path / "out", "--tokenizer", "gpt2",
+                       "--gpt2-bpe", gpt2_dir, "--workers", 1)
+    assert json.loads((tmp_path / "out" / "meta.json").read_text())["dataset"] == "pg19"
+    assert "note: 1001.txt: no Gutenberg header marker found, kept from its first line" in proc.stderr, proc.stderr
+
+
+def test_a_marker_in_a_long_files_last_bytes_is_found(tmp_path):
+    """The marker check reads a file's ends only: a footer in the last 64 KiB of a long file is seen."""
+    book = tmp_path / "long.txt"
+    book.write_text("A line of the book.\n" * 20000 + "*** END OF THIS PROJECT GUTENBERG EBOOK X ***\n")
+    assert book.stat().st_size > 4 * sources._MARKER_SPAN
+    spec = sources.DocSpec(str(book), "long.txt", True)
+    sources.check_gutenberg_books([spec], str(tmp_path))
+    book.write_text("A line of the book.\n" * 20000)
+    with pytest.raises(sources.PrepareError):
+        sources.check_gutenberg_books([spec], str(tmp_path))
