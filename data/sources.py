@@ -4,6 +4,7 @@ A document is described by a small picklable DocSpec so worker processes can rea
 the file, whether to strip a Gutenberg header/footer, and an optional character range. Every text is
 read as UTF-8 with newlines normalized (CRLF and CR -> LF, BOM dropped; see gutenberg.normalize_newlines).
 """
+import hashlib
 import os
 import re
 from typing import NamedTuple, Optional
@@ -164,8 +165,8 @@ def dataset_splits(dataset, sources, val_fraction, seed):
     return splits
 
 
-# char-rnn's tiny Shakespeare (llm.c's starter corpus; ../shared/data/README.md): the one file --dataset
-# tinyshakespeare names
+# char-rnn's tiny Shakespeare (llm.c's starter corpus; ../shared/data/README.md): the one text --dataset
+# tinyshakespeare names (the file's sha256; its text has LF newlines and no byte-order mark)
 TINYSHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 
 
@@ -176,11 +177,12 @@ def _dataset_splits(dataset, sources, val_fraction, seed):
         if len(sources) != 1 or not os.path.isfile(sources[0]):
             raise PrepareError("tinyshakespeare needs --source pointing at its one input.txt file")
         path = os.path.abspath(sources[0])
-        digest = sha256_file(path)
+        # the text as tokenized (newlines normalized, no byte-order mark): a CRLF copy makes the same shards
+        digest = hashlib.sha256(read_text(path).encode("utf-8")).hexdigest()
         if digest != TINYSHAKESPEARE_SHA256:
             raise PrepareError(f"--dataset tinyshakespeare: {sources[0]} is not tiny Shakespeare's input.txt "
-                               f"({os.path.getsize(path):,} bytes, sha256 {digest[:12]}...; that file is 1,115,394 "
-                               f"bytes, sha256 {TINYSHAKESPEARE_SHA256[:12]}...), so its shards would be labelled "
+                               f"({os.path.getsize(path):,} bytes, its text's sha256 {digest[:12]}...; that file's is "
+                               f"{TINYSHAKESPEARE_SHA256[:12]}..., 1,115,394 bytes), so its shards would be labelled "
                                "tinyshakespeare; give that file, or --dataset text --val-fraction 0.1 for another (one "
                                "file is split by characters alike)")
         return char_split(path, os.path.basename(path), val_fraction)

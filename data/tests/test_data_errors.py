@@ -504,8 +504,18 @@ def test_another_file_as_tinyshakespeare_is_refused(tmp_path, shared_data, gpt2_
         other.write_text("a line of text for the split\n" * 200)
     size = os.path.getsize(other)
     fails(tmp_path, "--dataset", "tinyshakespeare", "--source", other, "--tokenizer", "gpt2", "--gpt2-bpe", gpt2_dir,
-          expect=f"--dataset tinyshakespeare: {other} is not tiny Shakespeare's input.txt ({size:,} bytes, sha256 ")
+          expect=f"--dataset tinyshakespeare: {other} is not tiny Shakespeare's input.txt ({size:,} bytes, its "
+          "text's sha256 ")
     assert not (tmp_path / "out").exists()
+    # a CRLF copy (with a byte-order mark) is the same text as tokenized: taken, the same shards
+    crlf = tmp_path / "input_crlf.txt"
+    original = open(os.path.join(shared_data, "tinyshakespeare", "input.txt"), "rb").read()
+    crlf.write_bytes(b"\xef\xbb\xbf" + original.replace(b"\n", b"\r\n"))
+    for name, src in (("a", crlf), ("b", os.path.join(shared_data, "tinyshakespeare", "input.txt"))):
+        run_prepare("--dataset", "tinyshakespeare", "--source", src, "--tokenizer", "gpt2", "--gpt2-bpe", gpt2_dir,
+                    "--out", tmp_path / name)
+    for shard in ("train_000000.bin", "val_000000.bin"):
+        assert (tmp_path / "a" / shard).read_bytes() == (tmp_path / "b" / shard).read_bytes(), shard
 
 
 def test_files_of_a_source_directory_not_named_txt_are_noted(tmp_path, gpt2_dir):
