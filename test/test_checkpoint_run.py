@@ -228,6 +228,13 @@ def test_eval_only_of_a_run_directory_or_a_missing_step_names_the_checkpoints(by
             f"error: --eval-only needs -e CHECKPOINT (a model file); {said}"], p.stderr
     p = run(["--eval-only", "-e", out / "model_00000008.bin", "-m", 1, "--threads", 1])
     assert "eval loss" in p.stdout
+    # a training run's -e (review of 53a942e): the same account, where it said "neither ... nor a preset"
+    gone = out / "model_00000009.bin"
+    p = run(data_args(byte_data) + ["-e", gone, "-o", tmp_path / "new", "-x", 1, "--threads", 1], check=False)
+    assert p.returncode == 1 and p.stderr.strip().splitlines() == [
+        f"error: -e '{gone}' does not exist; {out} holds the complete checkpoints of steps 1, 2, ..., 6, 7, 8 (8; the "
+        f"newest: -e {out}/model_00000008.bin)"], p.stderr
+    assert not (tmp_path / "new").exists()
 
 
 def test_a_checkpoint_beside_another_models_record_is_refused(trained_run, byte_data, tmp_path):

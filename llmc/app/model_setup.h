@@ -9,6 +9,7 @@
 #include <string>
 #include <system_error>
 
+#include "llmc/app/checkpoint_run.h"  // check_model_file
 #include "llmc/app/train_config.h"
 #include "llmc/core/error.h"
 #include "llmc/core/model_config.h"
@@ -85,10 +86,13 @@ inline ModelSetup resolve_model(const TrainConfig& cfg, int data_vocab) {
         check_overrides_match(m.config, cfg.overrides, cfg.model,
                               [&](const std::string& name) { return cfg.origin_of(name); });
     } else {
-        if (!is_model_preset(cfg.model))
-            throw InputError("-e '" + cfg.model +
-                             "' is neither an existing checkpoint file nor a preset "
-                             "(ls-small, d6, d12, ...); check the path");
+        if (!is_model_preset(cfg.model)) {
+            const std::string head = "-e '" + cfg.model + "' ";
+            check_model_file(cfg.model, head);  // a run directory or a pruned step: named with what it holds
+            throw InputError(head +
+                             "is neither an existing checkpoint file nor a preset (ls-small, d6, d12, ...); "
+                             "check the path");
+        }
         m.config = model_preset(cfg.model);
         if (!cfg.overrides.vocab && data_vocab > 0) {
             m.config.vocab_size = data_vocab;
