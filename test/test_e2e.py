@@ -569,6 +569,20 @@ def test_paper_model_options_train_resume_evaluate_and_refuse_contradictions(byt
         p = run(["--eval-only", "-e", full / "model_00000008.bin", "-j", f"{byte_data}/val_*.bin", "-b", 2, "-t", 16,
                  "-m", 1, "--threads", 1, flag, value], check=False)
         assert p.returncode != 0 and f"{flag} {value} contradicts the checkpoint" in p.stderr, p.stderr
+    # an on/off model flag given off where the checkpoint has it on (trial 11: ignored without a word, the
+    # run's config.toml then recorded qk-norm=false for a QK-norm model), on the command line or in a file
+    qkn = tmp_path / "qkn"
+    run(data_args(byte_data) + TINY + ["--qk-norm", "-o", qkn, "-x", 1, "-v", 0, "-s", 0, "--threads", 1])
+    (tmp_path / "off.toml").write_text("untie-embeddings=false\n")
+    for ckpt, off, said in [(qkn / "model_00000001.bin", ["--qk-norm=false"], "--qk-norm false"),
+                            (full / "model_00000008.bin", ["--config", tmp_path / "off.toml"],
+                             f"--untie-embeddings false (from --config {tmp_path / 'off.toml'})")]:
+        fix = "drop it from the file or drop -e" if "--config" in off else "drop the flag"
+        for mode in (["--eval-only", "-j", f"{byte_data}/val_*.bin", "-m", 1], data_args(byte_data) + ["-x", 1]):
+            p = run(mode + ["-e", ckpt, "-b", 2, "-t", 16, "--threads", 1] + off, check=False)
+            assert p.returncode == 1 and p.stderr.strip().splitlines()[-1] == (
+                f"error: {said} contradicts the checkpoint {ckpt} (which has true); {fix}, a checkpoint fixes the "
+                "model"), p.stderr
     assert_refused(data_args(byte_data) + TINY + ["--untie-embeddings", "--bias", 0, "-o", full, "-x", 12, "-y", 1,
                                                   "--gelu", "tanh"], full, "different model")
     (tmp_path / "bad").mkdir()

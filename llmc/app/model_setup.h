@@ -74,6 +74,26 @@ inline void check_overrides_match(const ModelConfig& ck, const ModelOverrides& o
     check_overrides_match(ck, o, path, [](const std::string&) { return std::string(); });
 }
 
+// The on/off model flags given off (--qk-norm=false, untie-embeddings=false in a --config file) with a
+// checkpoint that has them on: ModelOverrides holds only "on" (off is the preset's default), so
+// check_overrides_match cannot see them; refused here as it refuses every other contradicting flag.
+inline void check_off_flags_match(const TrainConfig& cfg, const ModelConfig& ck) {
+    const struct {
+        const char* flag;
+        bool given_on, checkpoint_on;
+    } flags[] = {{"qk-norm", cfg.overrides.qk_norm, ck.qk_norm},
+                 {"untie-embeddings", cfg.overrides.untie_embeddings, !ck.tied_embeddings}};
+    for (const auto& f : flags) {
+        if (!cfg.was_given(f.flag) || f.given_on || !f.checkpoint_on) continue;
+        const std::string from = cfg.origin_of(f.flag);
+        throw InputError(
+            "--" + std::string(f.flag) + " false" + from + " contradicts the checkpoint " + cfg.model +
+            " (which has true); " +
+            (from.rfind(" (from --config", 0) == 0 ? "drop it from the file or drop -e" : "drop the flag") +
+            ", a checkpoint fixes the model");
+    }
+}
+
 // -e: a checkpoint file (ours or llm.c's) or a preset, then the model flags on top of a preset.
 // data_vocab (-1 = unknown) becomes V when --vocab is not given.
 inline ModelSetup resolve_model(const TrainConfig& cfg, int data_vocab) {
@@ -85,6 +105,7 @@ inline ModelSetup resolve_model(const TrainConfig& cfg, int data_vocab) {
         m.source = cfg.model + (m.init->from_llmc ? " (llm.c GPT-2 checkpoint, all heads global)" : "");
         check_overrides_match(m.config, cfg.overrides, cfg.model,
                               [&](const std::string& name) { return cfg.origin_of(name); });
+        check_off_flags_match(cfg, m.config);
     } else {
         if (!is_model_preset(cfg.model)) {
             const std::string head = "-e '" + cfg.model + "' ";
