@@ -309,6 +309,14 @@ def test_a_new_run_never_overwrites_a_run_without_a_checkpoint(byte_data, tmp_pa
     run(data_args(byte_data) + COMMON + ["-o", src, "-x", 2, "-n", 2])
     assert_refused(["--fork-from", src / "model_00000002.bin", "-o", killed, "-x", 4], killed,
                    "continue it with -y 1")
+    # model flags over the record (trial 11: the run started again as another model, with a note naming
+    # none of them, its logit statistics split at the old window): refused, as with a checkpoint
+    for flags, diff in [(["--window", 3], "window 3 vs 8"), (["--qk-norm", "--bias", 0],
+                                                             "qk_norm true vs false, bias false vs true")]:
+        assert_refused(["-o", killed, "-y", 1, "--threads", 1] + flags, killed,
+                       f"-y 1: {killed} has no complete checkpoint yet, and the model flags given make another model "
+                       f"than {killed / 'config.json'} records ({diff}): -y 1 continues the run's model; drop those "
+                       "flags, or train that model in another -o")
     p = run(["-o", killed, "-y", 1, "--threads", 1, "--seed", 5])
     assert "note: -y 1: " + str(killed) + " has no complete checkpoint yet; its run starts again from step 0" \
         in p.stderr

@@ -89,6 +89,43 @@ inline std::optional<CheckpointRun> read_checkpoint_run(const std::string& check
     return run;
 }
 
+// The fields in which a run record's "model" differs from m: "field M's vs the record's, ..." as
+// "window 20 vs 50"; "" when none does. A record without "model", or without one of its fields (an
+// earlier version's), is not compared there; numbers compare as float32 (earlier versions wrote
+// attn_softcap widened from float, 0.30000001192092896 for 0.3); the padded vocabulary follows V.
+inline std::string record_model_difference(const nlohmann::ordered_json& record, const ModelConfig& m) {
+    const auto rec = record.find("model");
+    if (rec == record.end() || !rec->is_object()) return "";
+    std::string diff;
+    const nlohmann::ordered_json ours = model_config_json(m);  // named: items() refers to it
+    for (const auto& field : ours.items()) {
+        const auto there = rec->find(field.key());
+        if (field.key() == "padded_vocab_size" || there == rec->end()) continue;
+        const bool same = there->is_number() && field.value().is_number()
+                              ? (float)there->get<double>() == (float)field.value().get<double>()
+                              : *there == field.value();
+        if (!same)
+            diff += (diff.empty() ? "" : ", ") + field.key() + " " + field.value().dump() + " vs " + there->dump();
+    }
+    return diff;
+}
+
+// -y 1 of a run without a complete checkpoint starts it again from step 0 with its recorded settings; a
+// model flag given over the record's model is refused, as a resume from a checkpoint refuses it (the
+// run's record and its logs are of the recorded model). out: the run's -o.
+inline void check_restart_keeps_model(const std::string& out, const ModelConfig& m) {
+    const std::string path = out + "/config.json";
+    if (!file_exists(path)) return;
+    const std::string diff =
+        record_model_difference(read_run_record(path, "restore the file, or start a new run in another -o"), m);
+    if (diff.empty()) return;
+    throw InputError("-y 1: " + out +
+                     " has no complete checkpoint yet, and the model flags given make another "
+                     "model than " +
+                     path + " records (" + diff +
+                     "): -y 1 continues the run's model; drop those flags, or train that model in another -o");
+}
+
 // A checkpoint read with the config.json beside it (--eval-only -e, generate_gpt2_ls -e, a new run's
 // -e FILE) whose "model" records another model than the checkpoint's header: the two files are of
 // different runs (a model file copied into another run's directory), and the record's data and tokenizer
@@ -101,19 +138,7 @@ inline void check_run_records_checkpoint_model(const std::string& checkpoint, co
     if (!m) return;  // unreadable or not a model file: the load says why
     const nlohmann::ordered_json record =
         read_run_record(config_path, "give the settings as flags, or restore the record of the run of " + checkpoint);
-    const auto rec = record.find("model");
-    if (rec == record.end() || !rec->is_object()) return;
-    std::string diff;
-    const nlohmann::ordered_json header = model_config_json(*m);
-    for (const auto& field : header.items()) {
-        const auto there = rec->find(field.key());
-        if (field.key() == "padded_vocab_size" || there == rec->end()) continue;
-        const bool same = there->is_number() && field.value().is_number()
-                              ? (float)there->get<double>() == (float)field.value().get<double>()
-                              : *there == field.value();
-        if (!same)
-            diff += (diff.empty() ? "" : ", ") + field.key() + " " + field.value().dump() + " vs " + there->dump();
-    }
+    const std::string diff = record_model_difference(record, *m);
     if (diff.empty()) return;
     throw InputError(checkpoint + " is another model than " + config_path + " beside it records (" + diff +
                      "): the two files are of different runs, and that record's data and tokenizer are not the "

@@ -148,6 +148,7 @@ inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, con
                              std::to_string(e.written) + "), or start a new run from its weights in another -o: -e " +
                              model_path(out, step));
         }
+        if (!from) check_restart_keeps_model(out, m);
         if (!from && cfg.rank == 0) {
             note_resume_without_checkpoint(out);
             for (const SettingChange& c : cfg.record_changes)  // flags given over the record: said, as a resume does
