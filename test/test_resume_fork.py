@@ -695,3 +695,33 @@ def test_a_record_with_floats_widened_from_float32_resumes_unchanged(byte_data, 
         "note: resuming at step 4 with --max-steps 6 (was 4)"]
     assert json.loads((out / "config.json").read_text())["history"] == [
         {"step": 4, "flag": "--max-steps", "old": 4, "new": 6}]
+
+
+def test_a_runs_config_toml_with_relative_data_paths_from_another_directory(byte_data, tmp_path):
+    """trial 11: a run's config.toml keeps -i/-j as typed; --config RUN/config.toml from another directory
+    trained on that directory's data/... (other books, the same vocabulary: no check noticed). Refused there,
+    naming both paths and the fixes; from the run's own directory, or with -i/-j given, it runs."""
+    home, other = tmp_path / "home", tmp_path / "other"
+    for d in (home, other):
+        (d / "data").mkdir(parents=True)
+        for f in byte_data.iterdir():
+            (d / "data" / f.name).symlink_to(f)
+
+    def trainer(cwd, args, check=True):
+        p = subprocess.run([str(BIN), "--device", "cpu", "--threads", "1"] + [str(a) for a in args], cwd=cwd,
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0 or not check, p.stderr
+        return p
+    trainer(home, ["-i", "data/train_*.bin", "-j", "data/val_*.bin"] + TINY + ["-o", home / "run", "-x", 1, "-v", 0,
+                                                                               "-s", 0])
+    toml = home / "run" / "config.toml"
+    p = trainer(other, ["--config", toml, "-o", other / "rep", "-x", 1], check=False)
+    assert p.returncode == 1 and p.stderr.strip().splitlines()[-1] == (
+        f"error: config file {toml}: train-data=\"data/train_*.bin\" is relative, and from this directory it names "
+        f"{other}/data/train_*.bin where the run's was {home}/data/train_*.bin ({home / 'run' / 'config.json'}); "
+        f"start in the directory the run started in, give --train-data on the command line, or --config "
+        f"{home / 'run' / 'config.json'}"), p.stderr
+    assert not (other / "rep").exists()
+    trainer(home, ["--config", toml, "-o", home / "rep", "-x", 1])
+    trainer(other, ["--config", toml, "-o", other / "rep", "-x", 1, "-i", byte_data / "train_*.bin",
+                    "-j", byte_data / "val_*.bin"])

@@ -60,6 +60,7 @@ public:
     mutable std::string record_path;         // `file` once it was read as a run's config.json; "" otherwise
     mutable std::vector<std::string> taken;  // long names of the flags the file sets and the command line does not
     mutable std::string model;  // the file's -e/--model value, given on the command line or not; "" if none
+    mutable std::optional<nlohmann::ordered_json> toml_record;  // a run's config.toml: the config.json beside it
 
     std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
         std::stringstream whole;
@@ -106,6 +107,7 @@ public:
                 throw ConfigFileError("config file " + file + ": '" + it.name + "' cannot be set in a file (" +
                                       opt->get_name() + " is a command-line flag only); give it on the command line");
             if (opt != nullptr && opt->check_lname("model")) model = it.inputs.front();
+            if (run_toml && opt != nullptr && opt->count() == 0) check_relative_path(*opt, it.name, it.inputs.front());
             if (run_toml && opt != nullptr && (opt->check_lname("output-dir") || opt->check_lname("resume"))) {
                 if (opt->count() == 0 && it.inputs.front() != "" && it.inputs.front() != "0")
                     run_names += (run_names.empty() ? "" : " and ") + it.name + "=" + it.inputs.front();
@@ -289,6 +291,7 @@ private:
             const nlohmann::ordered_json record = parse_run_record(whole.str(), json_path);
             list = changes_not_given(record, json_path);
             fork = fork_settings_note(record);
+            toml_record = record;
         } catch (const InputError&) { return true; }
         if (!list.empty())
             std::fprintf(stderr,
@@ -297,6 +300,40 @@ private:
                          file.c_str(), json_path.c_str(), list.c_str());
         if (!fork.empty()) std::fprintf(stderr, "%s\n", fork.c_str());
         return true;
+    }
+    // A run's config.toml holds its data paths (and a checkpoint -e) as typed: a relative one names a file
+    // from the directory the trainer starts in, and its config.json records what it named (absolute). From
+    // another directory it names other files, which the run would train on without a word (other data of
+    // the same vocabulary passes every check): refused, naming both paths and the fixes. Compared with the
+    // value of the run's first start (a change recorded in "history" gives it as "old"), as the file holds.
+    void check_relative_path(const CLI::Option& opt, const std::string& key, const std::string& value) const {
+        const char* field = opt.check_lname("train-data") ? "train_data"
+                            : opt.check_lname("val-data") ? "val_data"
+                            : opt.check_lname("model")    ? "model"
+                                                          : nullptr;
+        if (field == nullptr || !toml_record || value.empty() || value[0] == '/') return;
+        const std::string here = recorded_form(field, value);
+        if (here == value) return;  // a preset (-e ls-small)
+        const nlohmann::ordered_json& record = *toml_record;
+        const auto train = record.find("train");
+        if (train == record.end() || !train->is_object() || !train->contains(field) || !(*train)[field].is_string())
+            return;
+        std::string then = (*train)[field].get<std::string>();
+        if (record.contains("history") && record["history"].is_array())
+            for (const auto& h : record["history"])  // the earliest change's "old" is the first start's value
+                if (h.is_object() && h.value("flag", "") == opt.get_name() && h.contains("old") &&
+                    h["old"].is_string()) {
+                    then = h["old"].get<std::string>();
+                    break;
+                }
+        if (here == then) return;
+        const size_t slash = file.find_last_of('/');
+        const std::string json_path =
+            (slash == std::string::npos ? std::string() : file.substr(0, slash + 1)) + "config.json";
+        throw ConfigFileError("config file " + file + ": " + key + "=\"" + value +
+                              "\" is relative, and from this directory it names " + here + " where the run's was " +
+                              then + " (" + json_path + "); start in the directory the run started in, give " +
+                              opt.get_name() + " on the command line, or --config " + json_path);
     }
     // A setting not given (null), as the notes below write it for `record`'s model (near_unset_text: the
     // backend is not known yet).
