@@ -26,7 +26,8 @@ When the source cannot be read, those cells count the fork's own steps and say s
 one note on stderr naming the source.
 Notes on stderr, as scripts/plot_run.py gives them: runs whose recorded data differ (their losses are per token
 of different tokenizers or validation sets), a validation set changed while a run trained, and the settings
-changed on resume (-y 1 with other flags), which the row's variant and T do not show.
+changed on resume (-y 1 with other flags), which the row's variant and T do not show, and the settings in which
+runs differ beyond what plot_run labels (its differing_settings: tokens per step, schedule, sampler, ...).
 """
 import argparse
 import math
@@ -155,16 +156,24 @@ def main(argv=None):
         hours = sum(plot_run.num(r.get("ms")) for r in counted if math.isfinite(plot_run.num(r.get("ms")))) / 3.6e6
         T = train.get("seq_len")
         tokens = s["tokens"]
+        val, ppl = plot_run.fmt(s["final_val_loss"]), plot_run.fmt(s["val_ppl"], ".2f")
+        if s["val_step"] is None:  # never validated (-v 0, no -j): "-" as plot_run's table, never "nan"
+            val = ppl = "-"
+        elif s["val_step"] != s["steps"]:  # the last validation is older than the last step
+            val += f" (step {s['val_step']})"
         rows.append(((ratio if ratio is not None else 0, variant, seed or 0), [
             name, ratio_text(ratio), plot_run.fmt(T), variant, plot_run.fmt(seed),
             plot_run.fmt(s["steps"]),
-            plot_run.fmt(tokens), plot_run.fmt(s["final_val_loss"]), plot_run.fmt(s["val_ppl"], ".2f"),
+            plot_run.fmt(tokens), val, ppl,
             plot_run.fmt(s["peak_max_logit"], ".2f") + span, plot_run.fmt(s["peak_step"]),
             plot_run.fmt(last_ml, ".2f"), plot_run.fmt(s["first_cross"]) + span, plot_run.fmt(s["spikes"]) + span,
             plot_run.fmt(s["nonfinite"]) + span, plot_run.fmt(global_near_mass(run), ".3f"),
             plot_run.fmt(uniform_near_mass(T, last_near(run)), ".3f"), plot_run.fmt(hours, ".2f") + span]))
+    differ = plot_run.differing_settings(configs)
+    other_settings = (f"note: runs also differ in: {', '.join(differ)} (config.json), which the table's columns "
+                      "do not show") if differ else None
     for note in (plot_run.data_note(configs, names), plot_run.val_change_note(configs, names),
-                 changed_settings_note(configs, names)):
+                 changed_settings_note(configs, names), other_settings):
         if note:
             print(note, file=sys.stderr)
     head = ["run", "T/C", "T", "variant", "seed", "steps", "tokens", "final val loss", "val ppl", "peak max-logit",

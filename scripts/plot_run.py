@@ -631,11 +631,22 @@ def same_data(a, b):
     return all(same_part(k, a, b) for k in range(3))
 
 
+def told_apart_data_texts(configs):
+    """data_text of each run, where two data sets of one name and vocabulary differ (tokenized again into the
+    same directory) told apart by a short digest of their identity: "data pg19_sp (sp V=10000) #c42b66"."""
+    ids, texts = [data_identity(c) for c in configs], [data_text(c) for c in configs]
+    out = list(texts)
+    for n in range(len(configs)):
+        if texts[n] and any(texts[m] == texts[n] and not same_data(ids[m], ids[n]) for m in range(len(configs))):
+            out[n] = f"{texts[n]} #{hashlib.sha1(repr(ids[n]).encode()).hexdigest()[:6]}"
+    return out
+
+
 def data_note(configs, names):
     """One line when the runs' recorded data differ (docs/experiments.md): losses per token of different
     tokenizers or validation sets are not comparable. None when they agree (runs without "data" are left out,
     and a run without validation from the validation sets)."""
-    ids = [(data_identity(c), data_text(c), name) for c, name in zip(configs, names)]
+    ids = [(data_identity(c), text, name) for c, text, name in zip(configs, told_apart_data_texts(configs), names)]
     ids = [x for x in ids if x[0] is not None]
     differ = [name for k, name in [(0, "tokenizers"), (1, "validation sets"), (2, "training sets")]
               if any(not same_part(k, x[0], y[0]) for x in ids for y in ids)]
@@ -699,14 +710,8 @@ def run_labels(runs):
     configs = [r.label_config() for r in runs]
     compared = differing_settings(configs)
     all_parts = [label_parts(c, compared) for c in configs]
-    # two data sets of one name and vocabulary (tokenized again into the same directory): told apart by a
-    # short digest of their identity
-    ids = [data_identity(c) for c in configs]
-    texts = [dict((k, text) for k, text, _ in p).get("data") for p in all_parts]
-    for n, p in enumerate(all_parts):
-        if any(texts[m] == texts[n] and not same_data(ids[m], ids[n]) for m in range(len(runs))):
-            digest = hashlib.sha1(repr(ids[n]).encode()).hexdigest()[:6]
-            all_parts[n] = [(k, text + (f" #{digest}" if k == "data" else ""), pin) for k, text, pin in p]
+    texts = told_apart_data_texts(configs)
+    all_parts = [[(k, texts[n] if k == "data" else text, pin) for k, text, pin in p] for n, p in enumerate(all_parts)]
     return make_labels(all_parts, [os.path.basename(os.path.normpath(r.path)) for r in runs])
 
 

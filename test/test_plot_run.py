@@ -14,6 +14,7 @@ and a bad --formats is refused before anything is written.
 The trainer is $TRAINER, else $TRAIN_GPT2_LS, else the repository's ./train_gpt2_ls (`make` builds it).
 """
 import json
+import math
 import os
 import re
 import subprocess
@@ -519,6 +520,11 @@ def test_runs_on_different_data_get_one_note_and_distinct_labels(tmp_path, other
     assert p.returncode == 0, p.stderr
     notes = [ln for ln in p.stderr.splitlines() if "comparable" in ln]
     assert len(notes) == 1 and notes[0].startswith("note: ") and f"different {what}" in notes[0], p.stderr
+    # the note tells the two data sets apart as the labels do (trial 11: "c: ts_sp (sp V=500); t: ts_sp (sp
+    # V=500)" for two tokenizations of one directory; now with a digest of each identity)
+    each = notes[0].split(" (", 1)[1].rsplit("): not comparable", 1)[0]
+    described = [x.split(": ", 1)[1] for x in each.split("; ")]
+    assert len(described) == 2 and described[0] != described[1], notes[0]
     rows = [ln for ln in (tmp_path / "cmp_summary.md").read_text().splitlines() if ln.startswith("| ")][1:]
     labels = [r.split(" | ")[0].lstrip("| ") for r in rows]
     assert len(set(labels)) == 2 and all("data " in lab for lab in labels), labels
@@ -678,12 +684,32 @@ def test_exp_summary_prints_a_dash_for_a_max_logit_not_recorded(tmp_path):
     assert final_max_logit("nonfinite", None) == "nan"  # the trainer writes a non-finite one as null (review)
 
 
+def test_exp_summary_prints_a_dash_for_a_run_that_never_validated(tmp_path):
+    """trial 11: exp_summary's final val loss and perplexity read "nan" for a run trained with -v 0 (in a
+    study of divergence, a blown-up run); plot_run's table says "-". A last validation older than the last
+    step is marked with its step, as there; a non-finite validation loss stays "nan"."""
+    def val_cells(name, val_at):  # val_at: {step: validation loss}, in that step's record as the trainer writes it
+        d = tmp_path / name
+        write_records(d, config(train={"seq_len": 16}),
+                      [dict(train_record(s), **({"val_loss": val_at[s]} if s in val_at else {})) for s in range(1, 4)])
+        p = subprocess.run([sys.executable, str(REPO / "scripts" / "exp_summary.py"), str(d)], capture_output=True,
+                           text=True)
+        assert p.returncode == 0, p.stderr
+        head, _, row = [[c.strip() for c in ln.strip("|").split("|")] for ln in p.stdout.splitlines()[:3]]
+        return row[head.index("final val loss")], row[head.index("val ppl")]
+    assert val_cells("never", {}) == ("-", "-")
+    assert val_cells("last", {3: 2.0}) == ("2.0000", f"{math.exp(2.0):.2f}")
+    assert val_cells("older", {2: 2.0}) == ("2.0000 (step 2)", f"{math.exp(2.0):.2f}")
+    assert val_cells("blown", {3: None}) == ("nan", "nan")
+
+
 def test_exp_summary_notes_other_data_and_settings_changed_on_resume(tmp_path):
     """trial 10: exp_summary compared runs on different tokenizers without the note plot_run gives, and a run
     resumed with another -l read as one of its starting settings. Both are notes on stderr; the table on
     stdout is unchanged; runs on the same data, never resumed with changes, get no note."""
     records = [train_record(s) for s in range(1, 4)]
-    write_records(tmp_path / "sp", config(train={"seq_len": 16}, data=TS_SP), records)
+    write_records(tmp_path / "sp", config(train={"seq_len": 16, "lr_schedule": "cosine", "sampler": "windows"},
+                                          data=TS_SP), records)
     write_records(tmp_path / "gpt2", config(model={"vocab_size": 50257}, train={"seq_len": 16}, data=TS_GPT2),
                   records)
     write_records(tmp_path / "same", config(train={"seq_len": 16, "learning_rate": 3e-4}, data=TS_SP,
@@ -702,6 +728,11 @@ def test_exp_summary_notes_other_data_and_settings_changed_on_resume(tmp_path):
     notes = summary("sp", "same")
     assert notes == ["note: settings changed while a run trained (same: lr=6e-4 (3e-4 from step 2))"], notes
     assert summary("sp") == []
+    # settings plot_run does not label (trial 11: two runs of other schedules and samplers, no word)
+    write_records(tmp_path / "wsd", config(train={"seq_len": 16, "lr_schedule": "wsd", "sampler": "random"},
+                                           data=TS_SP), records)
+    assert summary("sp", "wsd") == ["note: runs also differ in: lr_schedule, sampler (config.json), which the "
+                                    "table's columns do not show"]
 
 
 def test_runs_with_another_near_each_name_their_n(tmp_path):
