@@ -68,7 +68,7 @@
 # prepared or a run starts (with --build 1 right after the build); what needs the data or the processes
 # to check is found when the run starts. Options take --flag=value as well. --steps and --tokens exclude each other; --tokens is rounded down to whole steps
 # (a note says so). --np N > 1: each run under `$MPIRUN -np N` (stopped by SIGUSR1).
-# --data: the shards (default data/shards/pg19_sp; scripts/pack_pg19.sh makes them, or this script
+# --data: the shards (default the repository's data/shards/pg19_sp from any directory; scripts/pack_pg19.sh makes them, or this script
 # with data/prepare.py from --source, default ../shared/data/pg19, into a missing or empty directory;
 # a directory with files but no meta.json is refused). A --data given that is missing or empty is
 # refused as a likely typo unless --prepare asks to tokenize PG-19 into it. A --source given for data that
@@ -87,7 +87,7 @@
 # logs packed), 130 the script itself was interrupted (Ctrl-C, SIGTERM: it
 # stops its runs the same way, each checkpointing its step, and packs nothing). The logs are packed
 # when the runs have ended, and after a failed build or check.
-# Environment: TRAINER (default ./train_gpt2_ls), PYTHON (default python3), MPIRUN, CUDA_ARCH (90),
+# Environment: TRAINER (default the repository's train_gpt2_ls, wherever the script is started), PYTHON (default python3), MPIRUN, CUDA_ARCH (90),
 # EXP_COMMIT (the commit the header names: set it on the GPU machine, where git may not describe the
 # tree that travelled; the header names the tracked files that differ from it, and what git there holds
 # when that is another commit: scripts/tree_state.sh),
@@ -104,7 +104,7 @@ REPO=$(cd "$HERE/.." && pwd)
 
 OUT=out/exp_pg19
 RESULTS=""
-DATA=data/shards/pg19_sp
+DATA=$REPO/data/shards/pg19_sp  # scripts/pack_pg19.sh's, from any directory
 DATA_GIVEN=""
 SOURCE=$REPO/../shared/data/pg19
 SOURCE_GIVEN=0
@@ -262,7 +262,7 @@ if [[ $DEVICE == auto ]]; then  # resolved here, so the build, the checks and th
 fi
 [[ $BUILD == auto ]] && { [[ $DEVICE == cuda ]] && BUILD=1 || BUILD=0; }
 [[ -z $PREBUILT || $BUILD == 1 ]] || die "--prebuilt stands in for the build, which this run skips (--build 0, or the CPU): drop --prebuilt, or run on the GPU with --build auto"
-[[ -z $TRAINER ]] && TRAINER=./train_gpt2_ls
+[[ -z $TRAINER ]] && TRAINER=$REPO/train_gpt2_ls
 if [[ ${#CHECK_CMDS[@]} -eq 0 && $DEVICE == cuda ]]; then
   CHECK_CMDS=("build/test_gpu/test_cuda_model" "build/dev/attention_ls --check")
 fi
@@ -504,7 +504,6 @@ if [[ $BUILD == 1 ]]; then
       PRECISION=BF16 EXTRA_INCLUDE="$extra_inc" train_gpt2_ls build/test_gpu/test_cuda_model build/dev/attention_ls \
       || abort_pack "the build failed (see $OUT/logs/build.log); nothing was trained"
   fi
-  [[ $TRAINER == ./train_gpt2_ls ]] && TRAINER=$REPO/train_gpt2_ls
 else
   echo "== build: skipped (--build 0$([[ $DEVICE == cpu ]] && echo ", --device cpu: the CPU trainer is $TRAINER; make cpu builds it")) "
 fi

@@ -24,13 +24,13 @@
 # (choose another --out); --force deletes such runs and trains them again.
 # The trainer's note: lines (e.g. a window not below T: the local heads compute as global ones) are
 # relayed to the console as "== NAME: note: ...", as exp_pg19.sh does.
-# Environment: TRAINER (default ./train_gpt2_ls), PYTHON (default python3). Docs: docs/experiments.md.
+# Environment: TRAINER (default the repository's train_gpt2_ls, wherever the script is started), PYTHON (default python3). Docs: docs/experiments.md.
 set -euo pipefail
 
-TRAINER=${TRAINER:-./train_gpt2_ls}
 PYTHON=${PYTHON:-python3}
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
+TRAINER=${TRAINER:-$REPO/train_gpt2_ls}  # the repository's, from any directory
 
 OUT=out/exp_synthetic
 DATA=data/shards/synthetic_v64

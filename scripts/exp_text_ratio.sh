@@ -42,14 +42,14 @@
 # Output: the report (every "==" line, the summary table) on stdout, error: and note: lines on stderr,
 # as exp_pg19.sh and exp_synthetic.sh do (docs/experiments.md); the trainer's note: lines of a run are
 # part of the report, relayed when it ends as "== NAME: note: ...".
-# Environment: TRAINER (default ./train_gpt2_ls), PYTHON (default python3), NICE (default 10).
+# Environment: TRAINER (default the repository's train_gpt2_ls, wherever the script is started), PYTHON (default python3), NICE (default 10).
 set -euo pipefail
 
-TRAINER=${TRAINER:-./train_gpt2_ls}
 NICE=${NICE:-10}
 PYTHON=${PYTHON:-python3}
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
+TRAINER=${TRAINER:-$REPO/train_gpt2_ls}  # the repository's, from any directory
 
 CORPUS=pg19
 OUT=""

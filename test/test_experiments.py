@@ -1260,3 +1260,20 @@ def test_exp_text_ratio_smoke_and_resume(tmp_path):
     again = sh(cmd + ["--plots", "0"], timeout=300)  # (--plots is no run's setting)
     assert "== " not in again.stdout.replace("== summary", ""), again.stdout  # nothing trained again
     assert "== summary of 12 of 12 runs" in p.stdout
+
+
+def test_exp_pg19_from_another_directory_uses_its_repositorys_trainer(tmp_path):
+    """trial 11: exp_pg19.sh started from another directory took that directory's ./train_gpt2_ls (with this
+    repository's scripts and preset) and data/shards/pg19_sp. Its defaults are its repository's."""
+    repo_bin = REPO / "train_gpt2_ls"
+    if not repo_bin.exists():
+        pytest.fail(f"{repo_bin} is missing; build it with `make cpu`")
+    decoy = tmp_path / "train_gpt2_ls"  # a program of that name in the directory started in
+    decoy.write_text("#!/bin/sh\necho decoy >&2\nexit 3\n")
+    decoy.chmod(0o755)
+    env = {k: v for k, v in ENV.items() if k not in ("TRAINER", "TRAIN_GPT2_LS")}
+    p = subprocess.run(["bash", str(REPO / "scripts" / "exp_pg19.sh"), "--smoke", "--steps", "1", "--variants", "ls",
+                        "--out", tmp_path / "o", "--source", SHARED / "pg19"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "decoy" not in p.stderr, p.stderr[-2000:]
+    assert f"the CPU trainer is {repo_bin}" in p.stdout, p.stdout
