@@ -194,7 +194,7 @@ def test_a_run_resumes_from_another_directory(byte_data, tmp_path):
      "token shard"),
     # trial 5 finding 12: the 0/1 flags are integers (llm.c's -y 1); a word is "0 or 1", not "in digits"; a code
     # review: in the words of the flag's range check (-y 2), not in other words for a value that is not an integer
-    (["--bias", "false"], "error: --bias must be 0 or 1 (got false)"),
+    (["--bias", "false"], "error: --bias must be 0 (no biases, the paper's bias=False) or 1 (GPT-2's biases) (got false)"),
     # trial 6: an on/off flag's value after a space was "not expected: false", naming no fix
     (["--untie-embeddings", "false"], "error: --untie-embeddings false: an on/off flag takes its value after '=' "
      "(--untie-embeddings=false); --untie-embeddings alone is on"),
