@@ -232,6 +232,22 @@ PREP=(--vocab-size "$VOCAB" "${PREP[@]}")
 
 # -- arguments --------------------------------------------------------------------------------------
 [[ -f $CONFIG ]] || die "no preset $CONFIG; pass --config FILE (configs/paper_pg19.toml is the paper's)"
+# A preset that turns on a stabilizer some variants set and others do not would give it to every run,
+# the baselines too (mhsa with a z-loss, under its own name): refused, as --extra's are. An on/off key
+# without a value is on (the trainer's rule); 0 and the off words are off.
+preset_refusal() {
+  local key variant line val
+  for key in qk-norm:mhsa_qknorm z-loss:mhsa_zloss attn-softcap:mhsa_softcap qk-clip:mhsa_qkclip; do
+    variant=${key#*:}; key=${key%%:*}
+    line=$(grep -E "^[[:space:]]*${key}[[:space:]]*=" "$CONFIG" | tail -n 1) || continue
+    val=$(sed -E 's/^[^=]*=[[:space:]]*//; s/[[:space:]]*(#.*)?$//; s/^"(.*)"$/\1/; s/^'"'"'(.*)'"'"'$/\1/' <<< "$line")
+    [[ -n $val || $key != qk-norm ]] || val=true
+    [[ ${val,,} =~ ^(|0|0?\.0*|0\.?0*e[-+]?[0-9]+|false|off|no|n|f|disable|-)$ ]] && continue
+    echo -n "--config $CONFIG sets $key=$val, which variant $variant sets for itself: every run would have it, the baselines too; remove it from the file and choose the variants with --variants"
+    return 1
+  done
+}
+why=$(preset_refusal) || die "$why"
 [[ $TOTAL == smoke ]] && TOTAL=$((BATCH * T * ${NP//[^0-9]/}))  # smoke: one micro-batch per process
 for n in STEPS BATCH TOTAL NP; do  # (TOTAL is --total-batch)
   [[ ${!n} =~ ^[0-9]+$ && ${!n} -ge 1 ]] || die "${n,,} = ${!n} must be a positive integer (--steps, --batch, --total-batch, --np)"

@@ -1277,3 +1277,25 @@ def test_exp_pg19_from_another_directory_uses_its_repositorys_trainer(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0 and "decoy" not in p.stderr, p.stderr[-2000:]
     assert f"the CPU trainer is {repo_bin}" in p.stdout, p.stdout
+
+
+@pytest.mark.parametrize("line, said", [("z-loss=1e-4", "z-loss=1e-4, which variant mhsa_zloss"),
+                                        ("attn-softcap = 50  # capped", "attn-softcap=50, which variant mhsa_softcap"),
+                                        ("qk-norm=", "qk-norm=true, which variant mhsa_qknorm"),
+                                        ("qk-clip=\"100\"", "qk-clip=100, which variant mhsa_qkclip")])
+def test_exp_pg19_refuses_a_preset_that_turns_on_a_variants_stabilizer(tmp_path, line, said):
+    """trial 11: a --config preset with z-loss=1e-4 gave every variant the z-loss, the plain mhsa too, each run
+    under its variant's name with identical numbers. Refused before anything runs, as --extra's flags are; the
+    same keys set off are taken."""
+    conf = tmp_path / "my.toml"
+    conf.write_text((REPO / "configs" / "paper_pg19.toml").read_text() + line + "\n")
+    p = sh(["bash", REPO / "scripts" / "exp_pg19.sh", "--smoke", "--config", conf, "--out", tmp_path / "o",
+            "--source", SHARED / "pg19"], check=False)
+    assert p.returncode == 1 and p.stderr.strip().splitlines() == [
+        f"error: --config {conf} sets {said} sets for itself: every run would have it, the baselines too; "
+        "remove it from the file and choose the variants with --variants"], p.stderr
+    assert not (tmp_path / "o").exists()
+    off = tmp_path / "off.toml"
+    off.write_text((REPO / "configs" / "paper_pg19.toml").read_text() + line.split("=")[0] + "=0\n")
+    sh(["bash", REPO / "scripts" / "exp_pg19.sh", "--smoke", "--config", off, "--out", tmp_path / "o2",
+        "--source", SHARED / "pg19", "--variants", "ls", "--steps", "1"], timeout=300)
