@@ -50,14 +50,40 @@ VARIANT_OPTIONS = (("qk_norm", "attn_softcap", "bias", "gelu") + tuple(key for _
                    + ("grad_clip", "forked_from"))
 
 
+# What a run named by an exp_text_ratio.sh variant (kind[_stabilizer]) has in its config's variant label
+NAME_KINDS = {"mhsa": "MHSA", "ls": "LS ", "local": "all-local"}
+NAME_STABILIZERS = {"qknorm": "QK-norm", "zloss": "z-loss", "softcap": "soft-cap", "qkclip": "QK-Clip"}
+
+
+def name_agrees(name, from_config):
+    """Whether a directory's (ratio, variant, seed) (r<ratio>_<variant>_s<seed>) agree with its config's
+    (config_parts): T/C and seed where recorded, the variant's attention and stabilizer where it is one of
+    exp_text_ratio.sh's (a renamed or copied run: r8_mhsa_s1 holding an LS run at T/C 4)."""
+    (ratio, variant, seed), (c_ratio, c_variant, c_seed) = name, from_config
+    if c_ratio is not None and c_ratio != ratio or c_seed is not None and c_seed != seed:
+        return False
+    kind, _, stab = variant.partition("_")
+    if kind not in NAME_KINDS or stab not in ("", *NAME_STABILIZERS) or c_variant.startswith("?"):
+        return True  # not one of the script's names: the name is the user's label
+    has = {s for s, word in NAME_STABILIZERS.items() if word in c_variant}
+    return c_variant.startswith(NAME_KINDS[kind]) and has == ({stab} if stab else set())
+
+
 def name_parts(path, config):
-    """(ratio, variant, seed) from r<ratio>_<variant>_s<seed>, else from the config (plot_run.Run.label_config):
-    T / C (an int when C divides T, else a float; None without T or C), the label's attention ("kind": MHSA,
-    MHSA (P=p >= T), LS G=g/NH P=p, all-local P=p; '?' without the model's heads) with its VARIANT_OPTIONS
-    pieces ("MHSA, QK-norm") and the seed."""
+    """(ratio, variant, seed) from r<ratio>_<variant>_s<seed>, else from the config (config_parts); None in
+    place of the name's when it matches but disagrees with the config (name_agrees)."""
     m = re.fullmatch(r"r(\d+)_(\w+?)_s(\d+)", os.path.basename(os.path.normpath(path)))
     if m:
-        return int(m.group(1)), m.group(2), int(m.group(3))
+        named = int(m.group(1)), m.group(2), int(m.group(3))
+        return named if not config or name_agrees(named, config_parts(config)) else None
+    return config_parts(config)
+
+
+def config_parts(config):
+    """(ratio, variant, seed) from the config (plot_run.Run.label_config): T / C (an int when C divides T, else
+    a float; None without T or C), the label's attention ("kind": MHSA, MHSA (P=p >= T), LS G=g/NH P=p,
+    all-local P=p; '?' without the model's heads) with its VARIANT_OPTIONS pieces ("MHSA, QK-norm") and the
+    seed."""
     train, model = (config or {}).get("train", {}), (config or {}).get("model", {})
     t, c = train.get("seq_len"), model.get("channels")
     ratio = (t // c if t % c == 0 else t / c) if t and c else None
@@ -143,7 +169,12 @@ def main(argv=None):
             sys.exit(f"error: {e}")
         configs.append(run.label_config())
         train = (run.config or {}).get("train", {})
-        ratio, variant, seed = name_parts(path, run.label_config())
+        parts = name_parts(path, run.label_config())
+        if parts is None:  # a renamed or copied run: the row shows what it recorded
+            parts = config_parts(run.label_config())
+            print(f"note: {name}'s name says T/C, variant and seed other than its config.json records (T/C "
+                  f"{ratio_text(parts[0])}, {parts[1]}, seed {parts[2]}): the row shows config.json's", file=sys.stderr)
+        ratio, variant, seed = parts
         s = plot_run.summarize(run, a.threshold)
         if s["source_note"]:
             print(s["source_note"], file=sys.stderr)
@@ -169,7 +200,10 @@ def main(argv=None):
             plot_run.fmt(last_ml, ".2f"), plot_run.fmt(s["first_cross"]) + span, plot_run.fmt(s["spikes"]) + span,
             plot_run.fmt(s["nonfinite"]) + span, plot_run.fmt(global_near_mass(run), ".3f"),
             plot_run.fmt(uniform_near_mass(T, last_near(run)), ".3f"), plot_run.fmt(hours, ".2f") + span]))
-    differ = plot_run.differing_settings(configs)
+    # plot_run labels these (so differing_settings leaves them out), and the table has no column for them
+    shown_by_labels = [k for k in ("learning_rate", "channels", "num_layers")
+                       if len({dict((key, text) for key, text, _ in plot_run.label_parts(c)).get(k) for c in configs}) > 1]
+    differ = shown_by_labels + plot_run.differing_settings(configs)
     other_settings = (f"note: runs also differ in: {', '.join(differ)} (config.json), which the table's columns "
                       "do not show") if differ else None
     for note in (plot_run.data_note(configs, names), plot_run.val_change_note(configs, names),

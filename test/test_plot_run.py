@@ -17,6 +17,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -726,13 +727,19 @@ def test_exp_summary_notes_other_data_and_settings_changed_on_resume(tmp_path):
     assert len(notes) == 1 and notes[0].startswith("note: these runs' losses are per token of different "
                                                    "tokenizers") and "ts_sp (sp V=500)" in notes[0], notes
     notes = summary("sp", "same")
-    assert notes == ["note: settings changed while a run trained (same: lr=6e-4 (3e-4 from step 2))"], notes
+    assert notes == ["note: settings changed while a run trained (same: lr=6e-4 (3e-4 from step 2))",
+                     "note: runs also differ in: learning_rate (config.json), which the table's columns do not "
+                     "show"], notes
     assert summary("sp") == []
     # settings plot_run does not label (trial 11: two runs of other schedules and samplers, no word)
     write_records(tmp_path / "wsd", config(train={"seq_len": 16, "lr_schedule": "wsd", "sampler": "random"},
                                            data=TS_SP), records)
     assert summary("sp", "wsd") == ["note: runs also differ in: lr_schedule, sampler (config.json), which the "
                                     "table's columns do not show"]
+    # and in what plot_run's labels show but no column of this table does (trial 11: a 5x learning rate)
+    write_records(tmp_path / "lr", config(train={"seq_len": 16, "learning_rate": 3e-3}, data=TS_SP), records)
+    assert summary("sp", "lr") == ["note: runs also differ in: learning_rate (config.json), which the table's "
+                                   "columns do not show"]
 
 
 def test_runs_with_another_near_each_name_their_n(tmp_path):
@@ -982,16 +989,46 @@ def test_exp_summary_of_runs_not_named_by_ratio_reads_t_over_c_and_the_variant(t
         write_records(tmp_path / name, config(model={"num_layers": 1, "num_heads": 4, "channels": c,
                                                      "global_heads": g, "window": p},
                                               train={"seq_len": t, "seed": 3}), [train_record(s) for s in (1, 2)])
-    write_records(tmp_path / "r2_ls_s1", config(model={"channels": 16}, train={"seq_len": 32}),
-                  [train_record(s) for s in (1, 2)])
+    write_records(tmp_path / "r2_ls_s1", config(model={"channels": 16, "num_heads": 4, "global_heads": 1, "window": 8},
+                                                train={"seq_len": 32, "seed": 1}), [train_record(s) for s in (1, 2)])
     p = subprocess.run([sys.executable, str(REPO / "scripts" / "exp_summary.py")] +
                        [str(tmp_path / n) for n in ["t64_c16", "r2_ls_s1", "t96_c72", "t32_c64", "t48_c32"]],
                        capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == 0 and "name says" not in p.stderr, p.stderr
     got = [(r["T/C"], r["T"], r["variant"], r["seed"]) for r in exp_summary_rows(p.stdout)]
     assert got == [("0.5", "32", "MHSA", "3"), ("1.33", "96", "LS G=1/4 P=8", "3"), ("1.5", "48", "all-local P=8", "3"),
                    ("2", "32", "ls", "1"), ("4", "64", "LS G=1/4 P=8", "3")], got
     assert [r["run"] for r in exp_summary_rows(p.stdout)] == ["t32_c64", "t96_c72", "t48_c32", "r2_ls_s1", "t64_c16"]
+
+
+@pytest.mark.parametrize("name, model, train", [
+    ("r8_mhsa_s1", {"global_heads": 1}, {"seq_len": 64, "seed": 1}),      # an LS run under an MHSA name
+    ("r8_ls_s1", {"global_heads": 1}, {"seq_len": 32, "seed": 1}),        # T/C 4, not 8
+    ("r8_ls_s2", {"global_heads": 1}, {"seq_len": 64, "seed": 1}),        # seed 1, not 2
+    ("r8_mhsa_qknorm_s1", {"global_heads": 4}, {"seq_len": 64, "seed": 1}),  # no QK-norm
+    ("r8_mhsa_s1", {"global_heads": 4}, {"seq_len": 64, "seed": 1, "z_loss": 1e-4}),  # a z-loss
+])
+def test_exp_summary_takes_the_config_where_a_name_disagrees(tmp_path, name, model, train):
+    """trial 11: a run copied to r8_mhsa_s1 (an LS run at T/C 4, seed 1337) read T/C 8, mhsa, seed 1: the
+    name was taken without a look at config.json. Where the name's T/C, seed, attention or stabilizer
+    disagrees with the record, the row shows the record's, with a note; an agreeing name is kept."""
+    base = {"num_layers": 1, "num_heads": 4, "channels": 8, "window": 8}
+    write_records(tmp_path / name, config(model=dict(base, **model), train=train), [train_record(s) for s in (1, 2)])
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "exp_summary.py"), str(tmp_path / name)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    row = exp_summary_rows(p.stdout)[0]
+    assert p.stderr.startswith(f"note: {name}'s name says T/C, variant and seed other than its config.json records")
+    ratio = train["seq_len"] // 8
+    assert (row["T/C"], row["seed"]) == (str(ratio), "1") and row["variant"] not in ("mhsa", "ls", "mhsa_qknorm"), row
+    # the same run under a name that agrees keeps the name's variant
+    kind = "ls" if model["global_heads"] == 1 else "mhsa"
+    good = f"r{ratio}_{kind}{'_zloss' if 'z_loss' in train else ''}_s1"
+    shutil.copytree(tmp_path / name, tmp_path / "ok" / good)
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "exp_summary.py"), str(tmp_path / "ok" / good)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0 and "name says" not in p.stderr, p.stderr
+    assert exp_summary_rows(p.stdout)[0]["variant"] == good.split("_", 1)[1].rsplit("_s", 1)[0]
 
 
 def test_exp_summary_names_the_model_options_and_stabilizers_of_a_variant(tmp_path):
