@@ -190,8 +190,18 @@ def test_a_resume_with_a_preset_of_another_model_names_the_preset(byte_data, tmp
                                                                                      "-o", out])
     other = tmp_path / "w4.toml"
     other.write_text(small_preset(tmp_path / "base.toml").read_text().replace("window=8", "window=4"))
-    refused(["--config", other, "-o", out, "-y", 1, "-x", 2, "--threads", 1], "window 8 vs 4",
-            f"(--window this run has is from --config {other}: drop it from the file, or drop --config)")
+    line = refused(["--config", other, "-o", out, "-y", 1, "-x", 2, "--threads", 1], "window 8 vs 4",
+            f"; --window 4 is from --config {other}: give the checkpoint's value on the command line (window 8), or "
+            "drop --config")
+    # review of e86a15f: the advice it gives works (and "resume with the same model flags", for a flag not
+    # typed, is gone)
+    assert "resume with the same model flags" not in line, line
+    run(["--config", other, "-o", out, "-y", 1, "-x", 2, "--threads", 1, "--window", 8])
+    # another -e from the file's model= key (review): named with the file, the fix the file's
+    d2 = tmp_path / "d2.toml"
+    d2.write_text('model="d2"\n')
+    refused(["--config", d2, "-o", out, "-y", 1, "-x", 3, "--threads", 1],
+            f"-e d2 (from --config {d2}) differs from the run's -e ", "drop model= from the file, or drop --config")
 
 
 def test_a_relative_pattern_of_a_preset_run_elsewhere_names_the_preset(tmp_path):

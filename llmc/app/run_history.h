@@ -90,15 +90,18 @@ inline std::string describe_change(const SettingChange& c, const std::string& un
 }
 
 // A resumed or forked run continues its checkpoint's weights, so an -e (weights or preset) other than
-// the run's would only relabel it: refused, naming both.
-inline void check_weights_unchanged(const std::vector<SettingChange>& changes, bool forked) {
+// the run's would only relabel it: refused, naming both, and the --config file an -e came from
+// (`origin`: TrainConfig::origin_of("model"), " (from --config FILE)" or "").
+inline void check_weights_unchanged(const std::vector<SettingChange>& changes, bool forked, const std::string& origin) {
     const auto text = [](const nlohmann::ordered_json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+    const bool from_file = origin.rfind(" (from --config", 0) == 0;
     for (const SettingChange& c : changes)
         if (c.flag == "--model")
-            throw InputError("-e " + text(c.new_value) + " differs from the run's -e " + text(c.old_value) +
+            throw InputError("-e " + text(c.new_value) + origin + " differs from the run's -e " + text(c.old_value) +
                              ", but a " + (forked ? "forked" : "resumed") +
-                             " run continues its checkpoint's weights; drop -e (to train other weights, start "
-                             "a new run: another -o, without -y 1 or --fork-from)");
+                             " run continues its checkpoint's weights; " +
+                             (from_file ? "drop model= from the file, or drop --config" : "drop -e") +
+                             " (to train other weights, start a new run: another -o, without -y 1 or --fork-from)");
 }
 
 // The "history" of a run resumed at `step` with the settings `now` (resumed_history).

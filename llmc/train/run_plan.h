@@ -136,10 +136,15 @@ inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, con
                                      : field == "padded vocab"  ? "vocab"
                                                                 : field;
             const bool from_file = set_by_config(cfg, name);
-            throw InputError(e.what() + switchable_stabilizers(e.difference, m, "-y 1") +
-                             (from_file ? " (--" + name + " this run has is from --config " + cfg.config_file +
-                                              ": drop it from the file, or drop --config)"
-                                        : ""));
+            if (!from_file) throw InputError(e.what() + switchable_stabilizers(e.difference, m, "-y 1"));
+            // no model flag was typed: the loader's advice ("resume with the same model flags") is replaced
+            const std::string what = e.what();
+            const std::string given = field != "tied embeddings" ? e.difference.b  // --untie-embeddings: not tied
+                                      : e.difference.b == "1"    ? "false"
+                                                                 : "true";
+            throw InputError(what.substr(0, what.rfind("; ")) + "; --" + name + " " + given + " is from --config " +
+                             cfg.config_file + ": give the checkpoint's value on the command line (" + field + " " +
+                             e.difference.a + "), or drop --config" + switchable_stabilizers(e.difference, m, "-y 1"));
         } catch (const StateWorldSizeMismatch& e) {  // a start without -y 1 is refused here: name what works
             const int step = e.step >= 0 ? e.step : newest_complete_step(out);
             throw InputError("-y 1: the checkpoint of step " + std::to_string(step) + " in " + out +

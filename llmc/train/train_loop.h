@@ -319,7 +319,7 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     p.resume = choose_resume(cfg, p.model, comm);
     if (p.resume) check_record_of_continued_run(cfg, *p.resume);
     if (continued) note_data_prepared_again(cfg, p);
-    if (p.resume) check_weights_unchanged(cfg.record_changes, !cfg.fork_from.empty());
+    if (p.resume) check_weights_unchanged(cfg.record_changes, !cfg.fork_from.empty(), cfg.origin_of("model"));
     plan_max_steps(cfg, p);
     p.schedule = schedule_config(cfg, p.max_steps);
     p.adamw = adamw_hyper(cfg);
