@@ -80,7 +80,8 @@
 # warmup longer than the run) are relayed to the console as "== RUN: note: ...".
 # --smoke: a tiny model and data made from 3 small books (vocabulary 400: --smoke sets --vocab 400, and
 # refuses another --vocab unless --data names data of that vocabulary; a --data given is used), a few
-# CPU steps of B 2 x T 64 (--batch and --total-batch refused), the same stages (checks skipped on the CPU, or the --check-cmd given): checks the script,
+# CPU steps of B 2 x T 64 (--batch and --total-batch refused), runs at once 1 s apart (a --stagger given
+# wins), the same stages (checks skipped on the CPU, or the --check-cmd given): checks the script,
 # nothing more (`make test`).
 # Exit status: 0 all runs ended (at --steps or at the budget), 1 a usage or run error, 4 nothing
 # trained: the build or a check failed, or the build and the checks left no budget for training (the
@@ -125,7 +126,7 @@ FORCE=0
 PREPARE=0
 BUDGET=""
 PARALLEL=0
-STAGGER=15
+STAGGER=""  # 15, or --smoke's STAGGER_SMOKE; a --stagger given wins
 RESERVE=""
 KILL_AFTER=${KILL_AFTER:-60}
 PROGRESS_EVERY=${PROGRESS_EVERY:-60}  # seconds between the progress lines of the running runs (0: none)
@@ -210,7 +211,7 @@ if [[ $SMOKE == 1 ]]; then
   T=64; BATCH=2; TOTAL=smoke
   [[ -z $BUDGET && -z $STEPS_GIVEN && -z $TOKENS ]] && STEPS=4
   RUN=(-v 2 -m 2 -s 0 --logit-stats-every 1 -n 0)
-  STAGGER=${STAGGER_SMOKE:-1}
+  [[ -z $STAGGER ]] && STAGGER=${STAGGER_SMOKE:-1}
   [[ -z $RESERVE ]] && RESERVE=5
   [[ $DEVICE == auto ]] && DEVICE=cpu
   [[ $THREADS == 0 ]] && THREADS=1
@@ -227,6 +228,7 @@ if [[ $SMOKE == 1 ]]; then
   fi
 fi
 [[ -z $RESERVE ]] && RESERVE=45
+[[ -z $STAGGER ]] && STAGGER=15
 [[ $VOCAB =~ ^[0-9]+$ && $VOCAB -ge 1 ]] || die "--vocab $VOCAB must be a positive integer"
 PREP=(--vocab-size "$VOCAB" "${PREP[@]}")
 

@@ -1299,3 +1299,11 @@ def test_exp_pg19_refuses_a_preset_that_turns_on_a_variants_stabilizer(tmp_path,
     off.write_text((REPO / "configs" / "paper_pg19.toml").read_text() + line.split("=")[0] + "=0\n")
     sh(["bash", REPO / "scripts" / "exp_pg19.sh", "--smoke", "--config", off, "--out", tmp_path / "o2",
         "--source", SHARED / "pg19", "--variants", "ls", "--steps", "1"], timeout=300)
+
+
+def test_exp_pg19_smoke_takes_a_stagger_given(tmp_path):
+    """trial 11: --smoke set the stagger to 1 s over a --stagger given (every other smoke default yields to a
+    value given), so a smoke window never measured the runs alone and together."""
+    p = sh(["bash", REPO / "scripts" / "exp_pg19.sh", "--smoke", "--parallel", "1", "--stagger", "2", "--steps", "1",
+            "--out", tmp_path / "o", "--source", SHARED / "pg19"], timeout=300)
+    assert "== training: 2 run(s) at once, started 2 s apart" in p.stdout, p.stdout
