@@ -725,3 +725,17 @@ def test_a_runs_config_toml_with_relative_data_paths_from_another_directory(byte
     trainer(home, ["--config", toml, "-o", home / "rep", "-x", 1])
     trainer(other, ["--config", toml, "-o", other / "rep", "-x", 1, "-i", byte_data / "train_*.bin",
                     "-j", byte_data / "val_*.bin"])
+
+
+def test_no_training_data_for_an_o_that_holds_a_run_names_y1(byte_data, tmp_path):
+    """trial 11: -o RUN -x 8 without -y 1 said only "no training data: give -i", pointing at new data where the
+    likely intent was to continue the run. The refusal names the run and -y 1; an -o without a run keeps the
+    plain line."""
+    out = tmp_path / "run"
+    run(data_args(byte_data) + COMMON + ["-o", out, "-x", 2, "-n", 2])
+    assert_refused(["-o", out, "-x", 4, "--threads", 1], out,
+                   f"no training data: {out} holds a run (config.json); continue it with -y 1, which takes its -i, or "
+                   "give -i 'DIR/train_*.bin' and another -o for a new run")
+    p = run(["-o", tmp_path / "new", "-x", 4, "--threads", 1], check=False)
+    assert p.returncode == 1 and p.stderr.strip().splitlines()[-1] == (
+        "error: no training data: give -i 'DIR/train_*.bin' (make shards with data/prepare.py)"), p.stderr

@@ -185,7 +185,7 @@ inline std::string origins_of_flags(const TrainConfig& c, const std::vector<cons
 
 // The rules between flags, checked first (so a rule holds whatever the range of a flag it reads).
 inline void check_flag_combinations(const TrainConfig& c) {
-    auto fail = [&c](const char* msg, const std::vector<const char*>& flags = {}) {
+    auto fail = [&c](const std::string& msg, const std::vector<const char*>& flags = {}) {
         throw InputError(msg + origins_of_flags(c, flags));
     };
     if (!c.fork_from.empty() && c.resume == 1)
@@ -213,6 +213,10 @@ inline void check_flag_combinations(const TrainConfig& c) {
                                            : "did you mean -o " + near + "? (to start a new run there:") +
                              " -i 'DIR/train_*.bin' without -y 1" + (near.empty() ? "" : ")"));
         }
+        if (c.train_data.empty() && c.resume == 0 && !c.output_dir.empty() &&
+            file_exists(join_path(c.output_dir, "config.json")))  // a run there: -y 1 forgotten, likely
+            fail("no training data: " + c.output_dir + " holds a run (config.json); continue it with -y 1, which " +
+                 "takes its -i, or give -i 'DIR/train_*.bin' and another -o for a new run");
         if (c.train_data.empty())
             fail("no training data: give -i 'DIR/train_*.bin' (make shards with data/prepare.py)");
         if (!c.dump_logits.empty())
