@@ -361,9 +361,10 @@ inline std::string generate_settings_from_run(GenerateConfig& g) {
         try {  // a file that is no tokenizer.bin is named so (bad magic, ...), not as another tokenizer
             Tokenizer{g.tokenizer};
         } catch (const InputError& e) {
-            throw InputError(
-                std::string(e.what()) +
-                (run_tok_exists ? "; the run's tokenizer is " + run_tok + ": pass it, or leave --tokenizer out" : ""));
+            // with the run's tokenizer known, its fix replaces the reader's own ("regenerate it ...")
+            throw InputError(run_tok_exists ? damage_without_advice(e.what()) + "; the run's tokenizer is " + run_tok +
+                                                  ": pass it, or leave --tokenizer out"
+                                            : std::string(e.what()));
         }
         if (run->data.identity_known()) {  // the facts eval compares, of the data set the tokenizer belongs to
             const std::string diff =

@@ -118,8 +118,8 @@ inline std::string config_total_batch_note(const TrainConfig& c, int accum) {
                               (typed("batch-size") && typed("seq-len") ? " " : "") +
                               (typed("seq-len") ? "-t " + std::to_string(c.seq_len) : "");
     return "note: -d " + std::to_string(c.total_batch_size) + " (from --config " + c.config_file + ") stays with " +
-           given + " given here: each step sums " + std::to_string(accum) + " micro-batch" + (accum == 1 ? "" : "es") +
-           " of " + std::to_string(c.batch_size) + " x " + std::to_string(c.seq_len) + " tokens" +
+           given + " given here: each step sums " + std::to_string(accum) + " micro-batches" + " of " +
+           std::to_string(c.batch_size) + " x " + std::to_string(c.seq_len) + " tokens" +
            (c.world_size > 1 ? " per process" : "") +
            "; give -d to change the tokens per step (-d -1: one micro-batch per step)";
 }
