@@ -162,8 +162,10 @@ def need_emulated_build(path):
 
 
 def flip_last_token_bit(shard):
-    """Shard (uint16 token ids) with its last token's lowest bit flipped: another token of the vocabulary (a
-    byte-level token stays one), so the shard holds other text of the same size."""
+    """Shard (version 1: uint16 token ids) with its last token's lowest bit flipped: another token of the
+    vocabulary for an even V (a byte-level token stays one; GPT-2's EOT 50256 would become 50257, outside
+    V = 50257), so the shard holds other text of the same size."""
     data = bytearray(shard.read_bytes())
+    assert int.from_bytes(data[4:8], "little") == 1, f"{shard}: not a version-1 (uint16) shard"
     data[-2] ^= 1
     shard.write_bytes(bytes(data))
