@@ -277,6 +277,7 @@ private:
     // this run takes the start values; when the run is a fork, the note of fork_settings_note. A
     // config.json that cannot be read adds no note. Returns whether `file` is a run's config.toml.
     bool note_record_beside_toml() const {
+        toml_record.reset();  // this file's, or none
         const size_t slash = file.find_last_of('/');
         const std::string base = slash == std::string::npos ? file : file.substr(slash + 1);
         if (base != "config.toml") return false;
