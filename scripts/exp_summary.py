@@ -5,8 +5,8 @@ and seed, as markdown on stdout.
     scripts/exp_summary.py RUN_DIR [RUN_DIR ...] [--threshold X]
 
 Columns: the run (its directory's name, with the parent folders that tell two runs of one name apart),
-T/C, T, variant and seed (from the directory name r<ratio>_<variant>_s<seed>; for another name from
-config.json: T/C = T / C, an integer when C divides T,
+T/C, T, variant and seed (from the directory name r<ratio>_<variant>_s<seed> when config.json agrees, name_agrees;
+for another name, or one that disagrees, from config.json: T/C = T / C, an integer when C divides T,
 else a decimal of 3 significant digits (0.5, 1.33; one decimal from 100: 170.7), the variant as
 scripts/plot_run.py labels it: the attention (MHSA, MHSA (P=p >= T), LS G=g/NH P=p or all-local P=p) and
 each model option and stabilizer that plot_run labels and the run has (QK-norm, soft-cap, no bias, erf GELU,
