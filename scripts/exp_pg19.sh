@@ -49,7 +49,9 @@
 # same settings: a finished one (its DONE marker at --steps) is skipped, an unfinished one continued
 # (-y 1). A run of other settings (another --steps, --extra, --data, ...) or without NAME.args is refused
 # with one line naming the flags that differ, before anything runs (choose another --out); --force
-# deletes such runs (a note each) and trains them again. Runs are never deleted otherwise.
+# deletes such runs (a note each) and trains them again. Runs are never deleted otherwise. A run that
+# another trainer binary trained (OUT/runs/NAME.build: its sha256, path and commit) is refused (or
+# --force deleted) the same way, right after the build stage, which the header's "== trainer:" names.
 # --budget SECONDS: the whole script's wall time, build and checks included; --reserve (default 45,
 # smoke 5) of it is kept for the last checkpoints and the packing. Without --budget, runs end at
 # --steps (default 50000, the paper's max_iters) or --tokens / D.
@@ -526,6 +528,11 @@ else
   echo "== build: skipped (--build 0$([[ $DEVICE == cpu ]] && echo ", --device cpu: the CPU trainer is $TRAINER; make cpu builds it")) "
 fi
 [[ -x $TRAINER ]] || die "trainer $TRAINER not found; build it with 'make train_gpt2_ls' (CPU: 'make cpu') or set TRAINER=path"
+# every run that exists was trained by this trainer (or --force replaces it): checked after the build,
+# which makes the binary
+BUILD_ID=$(trainer_build "$TRAINER" "$(tree_state "$REPO" "${EXP_COMMIT:-}")") || die "cannot read the trainer $TRAINER"
+echo "== trainer: $(build_text "$BUILD_ID")"
+for k in "${!names[@]}"; do why=$(build_check "${dirs[$k]}" "$FORCE" "$BUILD_ID") || abort_pack "$why" 1; done
 if [[ $BUILD == 1 ]]; then why=$(extra_check) || abort_pack "$why" 1; fi
 
 # -- 2. checks ----------------------------------------------------------------------------------------
@@ -563,6 +570,7 @@ start_run() {  # start_run INDEX: the trainer of run INDEX in the background
   mkdir -p "$dir"
   run_args "$v"
   settings_write "$dir" "${ARGS[@]}"
+  build_write "$dir" "$BUILD_ID"
   LOG_FROM[$k]=$(log_start "$dir.log")  # this start's lines of the log
   place_args "$dir" "$resume"
   echo "== $n: $(variant_flags "$v")${EXTRA:+ + --extra $EXTRA} | up to $STEPS steps of $TOTAL tokens |$([[ -n $deadline ]] && echo " until $(( ${STOP_AT[$k]} - START )) s |") device $DEVICE | np $NP | resume $resume"

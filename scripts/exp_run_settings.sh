@@ -10,6 +10,13 @@
 # the flags that differ, unless --force, which deletes that run (RUN, RUN.log, RUN.args) with a note.
 # The machine (--threads, --device), -o and -y are not settings of the experiment and are not recorded;
 # a preset (--config FILE) is recorded by its path and its contents' sha256.
+#
+# The trainer that trained a run is kept beside it as RUN.build (trainer_build: the sha256 of the
+# binary, its path, the commit the script names). A run that exists is reused only by the same binary:
+# one trained by another build (a rebuild after a change, another TRAINER) is refused, or deleted by
+# --force, as a run of other settings is, so that no run mixes two builds' steps and no summary takes
+# an earlier build's finished run for this one's. A run without RUN.build (made by an earlier version of
+# the scripts) is reused with a note that its build is unknown.
 
 # settings_lines ARGS...: the trainer flags ARGS, one flag with its values a line; after `--config FILE`
 # a line with FILE's sha256 (a preset edited between two starts is other settings, not the same path)
@@ -39,7 +46,7 @@ settings_line_out() {
 settings_check() {
   local dir=$1 force=$2 why
   shift 2
-  [[ -e $dir/config.json ]] || compgen -G "$dir/DONE_*" > /dev/null || compgen -G "$dir/model_*" > /dev/null || return 0
+  run_exists "$dir" || return 0
   if [[ ! -f $dir.args ]]; then
     why="holds a run with no record of its settings ($dir.args is missing)"
   else
@@ -54,11 +61,60 @@ settings_check() {
   fi
   if [[ $force == 1 ]]; then
     echo "note: --force: deleting $dir, which $why" >&2
-    rm -rf "$dir" "$dir.log" "$dir.args"
+    rm -rf "$dir" "$dir.log" "$dir.args" "$dir.build"
     return 0
   fi
   echo "error: $dir $why; choose another --out, or give --force to replace it" >&2
   return 1
+}
+
+# run_exists RUN: status 0 when RUN holds a run record (config.json) or a checkpoint
+run_exists() {
+  [[ -e $1/config.json ]] || compgen -G "$1/DONE_*" > /dev/null || compgen -G "$1/model_*" > /dev/null
+}
+
+# trainer_build TRAINER COMMIT: RUN.build's text for the binary TRAINER, built at COMMIT (the header's
+# commit field): "sha256 <first 16 hex digits> <TRAINER>", then "commit <COMMIT>"
+trainer_build() {
+  local digest
+  digest=$(sha256sum < "$1" | cut -c1-16) || return 1
+  printf 'sha256 %s %s\ncommit %s\n' "$digest" "$1" "$2"
+}
+
+# build_check RUN FORCE BUILD: 0 when RUN is new, holds no RUN.build (a note on stderr: the build that
+# trained it is unknown), or was trained by BUILD's binary (the sha256 of trainer_build's first line);
+# with FORCE 1 a run of another build is deleted (a note says so) and RUN is new; otherwise status 1,
+# RUN untouched, and on stdout the error (one line, without "error: ") naming both builds and the fixes.
+build_check() {
+  local dir=$1 force=$2 build=$3 was
+  run_exists "$dir" || return 0
+  if [[ ! -f $dir.build ]]; then
+    echo "note: $dir has no record of the trainer that trained it ($dir.build, written since the scripts record builds); it is continued with this one" >&2
+    return 0
+  fi
+  was=$(cat "$dir.build")
+  [[ $(head -n 1 <<< "$was" | cut -d' ' -f2) == $(head -n 1 <<< "$build" | cut -d' ' -f2) ]] && return 0
+  local why
+  why="was trained by another trainer build ($(build_text "$was"); this one: $(build_text "$build"))"
+  if [[ $force == 1 ]]; then
+    echo "note: --force: deleting $dir, which $why" >&2
+    rm -rf "$dir" "$dir.log" "$dir.args" "$dir.build"
+    return 0
+  fi
+  echo "$dir $why; choose another --out, or give --force to train it again with this build"
+  return 1
+}
+build_text() {  # build_text BUILD: trainer_build's two lines as one, "sha256 D of PATH, commit C"
+  local first commit _ d p
+  first=$(head -n 1 <<< "$1")
+  commit=$(sed -n 's/^commit //p' <<< "$1")
+  read -r _ d p <<< "$first"
+  printf 'sha256 %s of %s, commit %s' "$d" "$p" "${commit:-unknown}"
+}
+
+# build_write RUN BUILD: record BUILD as the trainer of RUN (RUN.build)
+build_write() {
+  printf '%s\n' "$2" > "$1.build.tmp" && mv "$1.build.tmp" "$1.build"
 }
 
 # settings_write RUN ARGS...: record ARGS as RUN's settings (RUN.args)

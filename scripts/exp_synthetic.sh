@@ -21,7 +21,8 @@
 # script reuses a run only when its recorded settings equal the ones asked now: a finished one (its
 # final checkpoint marker exists) is not run again, an unfinished one is continued (-y 1). A run of
 # other settings (another --lr, --steps, --data, ...) is refused with one line before anything runs
-# (choose another --out); --force deletes such runs and trains them again.
+# (choose another --out); --force deletes such runs and trains them again. So is a run another trainer
+# binary trained (runs/<name>.build: a rebuild, another TRAINER).
 # The trainer's note: lines (e.g. a window not below T: the local heads compute as global ones) are
 # relayed to the console as "== NAME: note: ...", as exp_pg19.sh does.
 # Environment: TRAINER (default the repository's train_gpt2_ls, wherever the script is started), PYTHON (default python3). Docs: docs/experiments.md.
@@ -86,6 +87,8 @@ fi
 DATA=$(realpath -m "$DATA")  # recorded in each run's settings: one spelling of the directory
 # shellcheck source=scripts/exp_run_settings.sh
 source "$HERE/exp_run_settings.sh"
+# shellcheck source=scripts/tree_state.sh
+source "$HERE/tree_state.sh"
 # shellcheck source=scripts/exp_notes.sh
 source "$HERE/exp_notes.sh"
 
@@ -106,6 +109,14 @@ for ct in $GRID; do
     settings_check "$OUT/runs/C${ct%%:*}_T${ct##*:}_$name" "$FORCE" "${ARGS[@]}" || exit 1
   done
 done
+# and was trained by this trainer
+BUILD_ID=$(trainer_build "$TRAINER" "$(tree_state "$REPO")") || die "cannot read the trainer $TRAINER"
+for ct in $GRID; do
+  for v in "${VARIANTS[@]}"; do
+    read -r name G <<< "$v"
+    why=$(build_check "$OUT/runs/C${ct%%:*}_T${ct##*:}_$name" "$FORCE" "$BUILD_ID") || die "$why"
+  done
+done
 
 # -- data: the synthetic language (vocabulary 64 so a tiny model learns it in minutes) ------------
 if [[ ! -f $DATA/meta.json ]]; then
@@ -121,6 +132,7 @@ run_one() {  # C T G name (settings_check passed: the run is new or of these set
   [[ -f $dir/config.json ]] && resume=1  # an unfinished run of the same settings: continue it
   run_args "$C" "$T" "$G"
   settings_write "$dir" "${ARGS[@]}"
+  build_write "$dir" "$BUILD_ID"
   local B=$((TOKENS / T)); [[ $B -ge 1 ]] || B=1
   echo "== $dir: C=$C T=$T G=$G/$HEADS B=$B steps=$STEPS$([[ $resume == 0 ]] || echo ", continued (-y 1)")"
   local from rc=0

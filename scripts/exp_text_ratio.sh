@@ -25,8 +25,9 @@
 # Every run checkpoints every 250 steps and resumes from its newest checkpoint (-y 1) when the
 # script is started again; a finished run (its DONE marker at --steps) is skipped. Both only for a
 # run of the same settings: each run's are kept in runs/<name>.args (scripts/exp_run_settings.sh),
-# and a run of other settings (another --steps, --data, ...) is refused with one line before
-# anything runs (choose another --out; --force deletes such runs and trains them again).
+# and a run of other settings (another --steps, --data, ...) or that another trainer binary trained
+# (runs/<name>.build; not checked by --plots-only) is refused with one line before anything runs
+# (choose another --out; --force deletes such runs and trains them again).
 # Data that exists (OUT/data, or --data DIR) is used only when its meta.json records what is asked: the
 # corpus (pg19, or wikitext2's plain text), SentencePiece, the vocabulary (1024; 400 with --smoke), in
 # OUT/data --smoke's two books or not, and, when --source is given, the books of --source (--smoke: its
@@ -227,6 +228,8 @@ fi
 source "$HERE/exp_run_settings.sh"
 # shellcheck source=scripts/exp_notes.sh
 source "$HERE/exp_notes.sh"
+# shellcheck source=scripts/tree_state.sh
+source "$HERE/tree_state.sh"
 run_args() {  # ratio variant seed: the trainer flags of one run (its recorded settings) into the array ARGS
   local T=$(($1 * C))
   # shellcheck disable=SC2207  # the variant's flags are a list of words
@@ -243,6 +246,14 @@ for p in "${plan[@]}"; do
   read -r r v s <<< "$p"
   settings_check "$OUT/runs/r${r}_${v}_s$s" "$FORCE" "${ARGS[@]}" || exit 1
 done
+# and was trained by this trainer (--plots-only trains none: it reads what the runs hold)
+BUILD_ID=$(trainer_build "$TRAINER" "$(tree_state "$REPO")") || die "cannot read the trainer $TRAINER"
+if [[ $PLOTS_ONLY == 0 ]]; then
+  for p in "${plan[@]}"; do
+    read -r r v s <<< "$p"
+    why=$(build_check "$OUT/runs/r${r}_${v}_s$s" "$FORCE" "$BUILD_ID") || die "$why"
+  done
+fi
 
 # -- data ------------------------------------------------------------------------------------------
 if [[ $OWN_DATA == 1 ]]; then
@@ -270,6 +281,7 @@ run_one() {  # ratio variant seed (settings_check passed: the run is new or of t
   mkdir -p "$dir"
   run_args "$r" "$v" "$s"
   settings_write "$dir" "${ARGS[@]}"
+  build_write "$dir" "$BUILD_ID"
   local from rc=0
   from=$(log_start "$dir.log")
   # --expect-*: the trainer refuses data other than that checked above. They are settings of the run

@@ -31,9 +31,10 @@ SMALL = ["--ratios", "2", "--key-ratio", "2", "--variants", "ls", "--key-seeds",
          "--plots", "0"]
 
 
-def sh(args, timeout=120):
-    return subprocess.run(["bash", str(SCRIPT)] + [str(a) for a in args], cwd=REPO, env=ENV, capture_output=True,
-                          text=True, timeout=timeout)
+def sh(args, timeout=120, env=None):
+    """the script with args, ENV (or env)"""
+    return subprocess.run(["bash", str(SCRIPT)] + [str(a) for a in args], cwd=REPO, env=env or ENV,
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def tree(d):
@@ -206,14 +207,14 @@ def test_a_resumed_run_takes_the_data_expectation_from_its_record(smoke_out, tmp
     out = tmp_path / "out"  # its own start (a copy elsewhere would record another data directory)
     args = ["--smoke", "--out", out, "--data", smoke_out / "data"] + SMALL[:-6] + ["--steps", "6"] + SMALL[-4:]
     assert SMALL[-6] == "--steps" and SMALL[-4] == "--jobs", SMALL
-    p = sh(args)
+    p = sh(args, env=env)  # by the wrapper both times: a run is continued only by the binary that trained it
     assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-2000:]
+    calls.unlink()
     run = out / "runs" / "r2_ls_s1"
     for f in ("model_00000006.bin", "state_00000006_00000.bin", "DONE_00000006"):  # as if stopped after step 3
         (run / f).unlink()
     log_before = (out / "runs" / "r2_ls_s1.log").read_text()
-    p = subprocess.run(["bash", str(SCRIPT)] + [str(a) for a in args], cwd=REPO, env=env, capture_output=True,
-                       text=True, timeout=120)
+    p = sh(args, env=env)
     assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-2000:]
     assert "resume 1" in p.stdout, p.stdout
     lines = calls.read_text().splitlines()

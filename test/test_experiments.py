@@ -27,8 +27,10 @@ PLOT = REPO / "scripts" / "plot_run.py"
 ENV = dict(os.environ, TRAINER=str(BIN), PYTHON=sys.executable, OMP_NUM_THREADS="1")
 
 
-def sh(cmd, check=True, timeout=120):
-    p = subprocess.run([str(c) for c in cmd], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=timeout)
+def sh(cmd, check=True, timeout=120, env=None):
+    """cmd from the repository with ENV (and `env`'s variables over it)"""
+    p = subprocess.run([str(c) for c in cmd], cwd=REPO, env=dict(ENV, **(env or {})), capture_output=True, text=True,
+                       timeout=timeout)
     if check and p.returncode != 0:
         pytest.fail(f"{' '.join(map(str, cmd))} failed ({p.returncode}):\n{p.stderr[-3000:]}\n{p.stdout[-2000:]}")
     return p
@@ -37,6 +39,20 @@ def sh(cmd, check=True, timeout=120):
 def need_trainer():
     if not BIN.exists():
         pytest.fail(f"{BIN} is missing; build it with `make train_gpt2_ls` (or set TRAINER)")
+
+
+def other_build(tmp_path):
+    """Another trainer binary (a script running BIN): what a rebuild after a change is to the scripts' build
+    record (RUN.build). Returns its path."""
+    path = tmp_path / "other_trainer"
+    path.write_text(f'#!/bin/sh\nexec "{BIN}" "$@"\n')
+    path.chmod(0o755)
+    return path
+
+
+def build_line(path):
+    """RUN.build's first line for the binary at path: "sha256 <16 hex digits> <path>"."""
+    return f"sha256 {hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]} {path}"
 
 
 def meta_only_data(path, vocab=1024):
@@ -311,6 +327,17 @@ def test_exp_synthetic_reuses_a_run_only_for_the_same_settings(tmp_path):
         assert was in p.stderr and now in p.stderr and "another --out" in p.stderr and "--force" in p.stderr
         assert "==" not in p.stdout, p.stdout
         assert files() == before
+    # a run of another trainer build (RUN.build) is not taken as this one's either (the script once called an
+    # earlier build's finished runs "done already" and continued its unfinished ones with the new build)
+    assert (runs / "C16_T32_mhsa.build").read_text().splitlines()[0] == build_line(BIN)
+    other = other_build(tmp_path)
+    p = sh(base + ["--steps", 2], check=False, env={"TRAINER": str(other)})
+    assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith(f"error: {runs / 'C16_T32_mhsa'} was trained by another trainer build (sha256 "
+                               f"{build_line(BIN).split()[1]} of {BIN}, commit "), p.stderr
+    assert f"this one: sha256 {build_line(other).split()[1]} of {other}, commit " in p.stderr, p.stderr
+    assert "another --out" in p.stderr and "--force" in p.stderr and "==" not in p.stdout, p.stdout
+    assert files() == before
     (runs / "C16_T32_ls.args").unlink()  # a run with no record of its settings is not taken as this one's
     p = sh(base + ["--steps", 2], check=False)
     assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
@@ -792,6 +819,25 @@ def test_exp_pg19_reuses_a_run_only_for_the_same_settings(tmp_path):
     p = sh(base + ["--steps", 1], timeout=300)
     assert f"== ls: done already ({run})" in p.stdout, p.stdout
     assert files() == before
+    # ... and only by the trainer binary that trained it (runs/NAME.build), checked after the build stage
+    assert before["ls.build"].decode().splitlines()[0] == build_line(BIN)
+    assert f"== trainer: sha256 {build_line(BIN).split()[1]} of {BIN}, commit " in p.stdout, p.stdout
+    other = other_build(tmp_path)
+    p = sh(base + ["--steps", 1], check=False, timeout=300, env={"TRAINER": str(other)})
+    assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith(f"error: {run} was trained by another trainer build (sha256 "
+                               f"{build_line(BIN).split()[1]} of {BIN}, commit "), p.stderr
+    assert "another --out" in p.stderr and "--force" in p.stderr and "done already" not in p.stdout, p.stdout
+    assert files() == before
+    p = sh(base + ["--steps", 1, "--force"], timeout=300, env={"TRAINER": str(other)})
+    assert f"note: --force: deleting {run}, which was trained by another trainer build" in p.stderr, p.stderr
+    assert (out / "runs" / "ls.build").read_text().splitlines()[0] == build_line(other)
+    assert sorted(r["step"] for r in records(run / "metrics.jsonl") if "loss" in r) == [1]
+    (out / "runs" / "ls.build").unlink()  # a run of an earlier script version: its build is unknown, a note says so
+    p = sh(base + ["--steps", 1], timeout=300)
+    assert f"note: {run} has no record of the trainer that trained it" in p.stderr, p.stderr
+    assert f"== ls: done already ({run})" in p.stdout, p.stdout
+    before = files()
     for args, was, now in [(["--steps", 2], "-x 1", "-x 2"), (["--steps", 1, "--extra", "--grad-clip 0.5"], "nothing more",
                                                                "--grad-clip 0.5")]:
         p = sh(base + args, check=False)
