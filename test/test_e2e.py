@@ -617,7 +617,8 @@ def test_warmup_longer_than_the_run_is_noted(byte_data, tmp_path):
 
 def test_flags_the_other_settings_make_useless_are_noted(byte_data, tmp_path):
     """-q with -k constant, --wsd-decay-frac with a schedule other than wsd, --temperature, -g and -s without
-    samples, --keep-checkpoints without -o, --rendezvous with one process, --shuffle with --sampler random and the logit alarms' cooldown and keep without an alarm do nothing: one note each when given (on the command
+    samples, --keep-checkpoints without -o, --rendezvous with one process, --shuffle with --sampler random, --near with
+    --logit-stats-every 0 and the logit alarms' cooldown and keep without an alarm do nothing: one note each when given (on the command
     line or in a --config file), none when they only hold their defaults."""
     base = data_args(byte_data) + TINY + ["-x", 1, "-v", 0, "-s", 0]
     p = run(base + ["-k", "constant", "-q", "0.5", "--wsd-decay-frac", "0.3"])
@@ -658,6 +659,13 @@ def test_flags_the_other_settings_make_useless_are_noted(byte_data, tmp_path):
     p = run(base + ["--sampler", "random", "--shuffle", 0])
     assert [ln for ln in p.stderr.splitlines() if "has no effect" in ln] == [
         "note: --shuffle 0 has no effect with --sampler random (it orders the windows of --sampler windows)"], p.stderr
+    # (a new-user trial) --near with no logit statistics written; with them, or with --near unset, no note
+    p = run(base + ["--logit-stats-every", 0, "--near", 3])
+    assert [ln for ln in p.stderr.splitlines() if "has no effect" in ln] == [
+        "note: --near 3 has no effect with --logit-stats-every 0 (it splits the logit statistics the run writes into "
+        "near and far)"], p.stderr
+    for args in (["--logit-stats-every", 2, "--near", 3], ["--logit-stats-every", 0]):
+        assert "has no effect" not in run(base + args).stderr
     # a continued run's alarm checkpoints come back with its state, and --logit-alarm-keep still pins them
     run(base + ["-o", tmp_path / "alarm", "-n", 1])
     p = run(data_args(byte_data) + TINY + ["-x", 2, "-v", 0, "-s", 0, "-o", tmp_path / "alarm", "-y", 1,

@@ -386,6 +386,18 @@ def test_a_float_flag_takes_a_finite_float(byte_data, tmp_path, value, expect):
     assert not out.exists()
 
 
+def test_a_float_refusal_offers_0_where_the_flag_takes_it(byte_data, tmp_path):
+    """(a new-user trial) `--z-loss 1e-50` was refused with "give a magnitude in [...]" alone, though 0 (off) is
+    what such a value means to most; a flag whose rule refuses 0 (--eps, --spike-z, --temperature) is not offered
+    it."""
+    rng = "a magnitude in [1.17549435e-38, 3.40282347e+38]"
+    for flag, zero in [("--z-loss", True), ("-l", True), ("--attn-softcap", True), ("--beta2", True),
+                       ("--eps", False), ("--spike-z", False), ("--temperature", False)]:
+        p = run(data_args(byte_data) + COMMON + ["-x", 1, flag, "1e-50"], check=False)
+        line = one_error_line(p)
+        assert line.endswith(f"give {'0 or ' if zero else ''}{rng}; run with --help for the flags"), (flag, line)
+
+
 def test_the_smallest_normal_float_and_zero_are_taken(byte_data, tmp_path):
     p = run(data_args(byte_data) + COMMON + ["-x", 1, "-o", tmp_path / "run", "--z-loss", "1.2e-38", "-c", "0"])
     conf = json.loads((tmp_path / "run" / "config.json").read_text())

@@ -56,13 +56,13 @@ public:
 #undef LLMC_ADD_SETTING
 #undef LLMC_ADD_MODEL_FLAG
 #define LLMC_NOTE_RANGE(record, type, field, def, names, ok, rule, help) \
-    note_int_range(names, rule, c.field, [](const auto& v) {             \
+    note_range(names, rule, c.field, [](const auto& v) {                 \
         (void)v;                                                         \
         return ok;                                                       \
     });
 // a 0/1 model flag's refusal (--bias is the one): what each value means, as its range check says it
 #define LLMC_NOTE_MODEL_RANGE(type, field, names, help)                                                 \
-    note_int_range(names,                                                                               \
+    note_range(names,                                                                                   \
                    std::string(#field) == "bias"                                                        \
                        ? "must be 0 (no biases, the paper's bias=False) or 1 (GPT-2's biases) (got {})" \
                        : "must be 0 or 1 (got {})",                                                     \
@@ -87,7 +87,7 @@ public:
                 return std::string();
             },
             "");
-        check_flag_values(a);
+        check_flag_values(a, zero_floats_);
         for (const IntRange& r : int_ranges_)  // 64-bit: CLI11 would clamp an overflow (cli_checks.h)
             if (r.hi == std::to_string(std::numeric_limits<long long>::max()))
                 a.get_option(r.flag)->check(signed_text_check());
@@ -196,24 +196,29 @@ private:
     enum class ErrorSource { Argv, Files };
     ErrorSource error_source_ = ErrorSource::Argv;  // of error_
     std::vector<IntRange> int_ranges_;              // the integer flags, for conversion_error
+    std::vector<std::string> zero_floats_;          // the float flags that take 0 ("--z-loss"), for float_text_check
 
-    // Records the range of an integer field's type (a flag's names "-x,--max-steps"; "" for a Json row),
-    // and whether the flag's own rule `ok` (a predicate on a value) takes 0 and 1 only; such a flag's
-    // conversion error is worded as its range check (llmc/app/validate.h check_setting) words `rule`.
+    // Records, for a flag (its names "-x,--max-steps"; "" for a Json row) whose own rule `ok` is a predicate
+    // on a value: of an integer field, its type's range and whether `ok` takes 0 and 1 only (such a flag's
+    // conversion error is worded as its range check, llmc/app/validate.h check_setting, words `rule`); of
+    // a float field, whether `ok` takes 0 (its refusal of a text no float holds then offers 0 too).
     template <class T, class Ok>
-    void note_int_range(const std::string& names, const std::string& rule, const T&, Ok ok) {
+    void note_range(const std::string& names, const std::string& rule, const T&, Ok ok) {
+        const size_t at = names.find("--");
+        if (at == std::string::npos) return;
+        const std::string flag = names.substr(at, names.find(',', at) - at);
         if constexpr (std::is_integral<T>::value && !std::is_same<T, bool>::value) {
-            const size_t at = names.find("--");
-            if (at == std::string::npos) return;
-            IntRange r = int_range<T>(names.substr(at, names.find(',', at) - at));
+            IntRange r = int_range<T>(flag);
             r.zero_or_one = ok(T(0)) && ok(T(1)) && !ok(T(2)) && !ok(T(-1));
             if (r.zero_or_one) r.zero_or_one_error = flag_names_text(names) + " " + rule;
             int_ranges_.push_back(r);
+        } else if constexpr (std::is_floating_point<T>::value) {
+            if (ok(T(0))) zero_floats_.push_back(flag);
         }
     }
     template <class T, class Ok>
-    void note_int_range(const std::string& names, const std::string& rule, const std::optional<T>&, Ok ok) {
-        note_int_range(names, rule, T{}, ok);
+    void note_range(const std::string& names, const std::string& rule, const std::optional<T>&, Ok ok) {
+        note_range(names, rule, T{}, ok);
     }
 
     // (ErrorSource: where a parse error was found: in argv alone, alike on every rank, or after reading files)

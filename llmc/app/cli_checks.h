@@ -102,22 +102,24 @@ inline void refuse_hexadecimal(const std::string& name, const std::string& v) {
 
 // The text of a float flag (`name`, as CLI11's get_name gives it: "--learning-rate"; every float flag
 // of ours is a C++ float): a finite number in decimal that a float holds, 0 or a magnitude in [FLT_MIN,
-// FLT_MAX] (the refusal names the range only: whether the flag takes 0 is the flag's own check). CLI11 2.1 reads "inf", "nan" and 1e400 (inf as a float; the weights then go non-finite),
+// FLT_MAX] (the refusal names the range, and 0 when `takes_zero`: whether the flag takes 0 is its own
+// rule, e.g. --temperature > 0, which the caller evaluates). CLI11 2.1 reads "inf", "nan" and 1e400 (inf as a float; the weights then go non-finite),
 // and turns 1e-50 into 0 and 1e-40 into a denormal without a word: all refused. It also reads a
 // hexadecimal float ("0x1p-10" = 2^-10, strtold), a spelling no flag documents: refused as CLI11's
 // conversion error, as integer_text_check refuses "0x10". Runs after number_text_check; text that is not
 // a number is left to CLI11's conversion.
-inline CLI::Validator float_text_check(const std::string& name) {
+inline CLI::Validator float_text_check(const std::string& name, bool takes_zero) {
     return CLI::Validator(
-        [name](std::string& v) {
+        [name, takes_zero](std::string& v) {
             refuse_hexadecimal(name, v);
             const char* s = v.c_str();
             char* end = nullptr;
             const long double d = std::strtold(s, &end);
             if (end == s || *end != '\0') return std::string();  // not a number: CLI11 refuses it
-            // the range a float holds (0 aside: whether a flag takes 0 is its own rule, e.g. --temperature > 0)
+            // the range a float holds, and 0 where the flag takes it
             char range[96];
-            std::snprintf(range, sizeof range, "a magnitude in [%.9g, %.9g]", (double)FLT_MIN, (double)FLT_MAX);
+            std::snprintf(range, sizeof range, "%sa magnitude in [%.9g, %.9g]", takes_zero ? "0 or " : "",
+                          (double)FLT_MIN, (double)FLT_MAX);
             if (!std::isfinite(d)) return "'" + v + "' is not a finite number; give a finite value (" + range + ")";
             const float f = static_cast<float>(d);  // what the flag holds: the bounds as printed round to it
             if (std::isinf(f)) return "'" + v + "' is not a finite number as a float (it would be inf); give " + range;
@@ -248,9 +250,10 @@ inline std::string conversion_error(const CLI::App& app, const std::vector<IntRa
 // Adds number_text_check() to every option that takes a number (its type name is not "TEXT", nor
 // "TEXT:{cpu,cuda}", a text option with a set of values, and not empty: --config's and the flags')
 // integer_text_check() to the integer ones, unsigned_text_check() to the unsigned ones,
-// float_text_check() to the float ones, and flag_text_check() to every flag (no value needed): ours are all on/off (--help too, which
+// float_text_check() to the float ones (`zero_floats`: the float flags, "--z-loss", whose rule takes 0),
+// and flag_text_check() to every flag (no value needed): ours are all on/off (--help too, which
 // exits before any check). A counting flag (add_flag bound to an int, "-v -v") would need its own.
-inline void check_flag_values(CLI::App& app) {
+inline void check_flag_values(CLI::App& app, const std::vector<std::string>& zero_floats = {}) {
     const CLI::Validator number_text = number_text_check(), flag_text = flag_text_check();
     const CLI::Validator unsigned_text = unsigned_text_check();
     for (CLI::Option* opt : app.get_options()) {
@@ -260,7 +263,9 @@ inline void check_flag_values(CLI::App& app) {
         if ((type == "INT" || type == "UINT") && opt->get_expected_min() != 0)
             opt->check(integer_text_check(opt->get_name()));
         if (type == "UINT" && opt->get_expected_min() != 0) opt->check(unsigned_text);
-        if (type == "FLOAT" && opt->get_expected_min() != 0) opt->check(float_text_check(opt->get_name()));
+        if (type == "FLOAT" && opt->get_expected_min() != 0)
+            opt->check(float_text_check(
+                opt->get_name(), std::find(zero_floats.begin(), zero_floats.end(), opt->get_name()) != zero_floats.end()));
     }
 }
 
