@@ -7,6 +7,8 @@ run_helpers.py's byte-level tiny Shakespeare and tiny model:
   metrics and final checkpoint bit for bit;
 - without -o the line says that nothing was saved;
 - a SIGINT the trainer inherited as ignored (a script's `cmd &`) stays ignored;
+- a stdout whose reader ended (`| head`; `| tee` ended by the same Ctrl-C) stops the run the same way:
+  a checkpoint, exit status 141 (SIGPIPE's), or the signal's when one came first;
 - a second SIGINT ends the process at once (killed by SIGINT) and the previous checkpoint stays loadable
   (a resume from it reproduces the uninterrupted run);
 - with 2 MPI ranks, a SIGTERM that reaches rank 1 only, or a SIGUSR1 to mpirun (which forwards it to
@@ -46,7 +48,7 @@ STEPS = 200
 BASE = TINY + ["-k", "constant", "-u", 0, "-l", "2e-3", "-v", 25, "-m", 2, "-s", 0, "-x", STEPS]
 FIRST_SEEN = 5
 F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ (Linux), absent from older Pythons' fcntl
-LINE = re.compile(r"^interrupted by (SIG[A-Z0-9]+) at step (\d+): (.*)$", re.M)
+LINE = re.compile(r"^interrupted by (SIG[A-Z0-9]+) at step (\d+)(?: \([^)]*\))?: (.*)$", re.M)  # (SIGPIPE's reason)
 ACK = "train_gpt2_ls: {} received: stopping after this step with a checkpoint"
 
 
@@ -154,6 +156,45 @@ def test_signal_checkpoints_the_step_and_resume_is_bit_identical(byte_data, refe
     assert not list(out.glob("*.tmp*"))
     assert [r["step"] for r in read_jsonl(out / "metrics.jsonl") if "loss" in r] == list(range(1, step + 1))
     assert_resumes_to_reference(byte_data, out, step, reference)
+
+
+def test_a_closed_stdout_checkpoints_the_step_and_resume_is_bit_identical(byte_data, reference, tmp_path):
+    """(a new-user trial) `./train_gpt2_ls ... | head -N`: the reader of stdout ends. The trainer was killed by
+    SIGPIPE at its next step line, every step since the last checkpoint lost; it now stops after that step as a
+    signal stops it: a checkpoint, one line, exit status 141 (128 + SIGPIPE), console.log whole."""
+    out, err = tmp_path / "o", tmp_path / "stderr"
+    p, stdout = start(data_args(byte_data) + BASE + ["-o", out], err)
+    console = read_until_step(stdout, FIRST_SEEN, "closed stdout")
+    stdout.close()
+    assert p.wait(timeout=120) == 128 + int(signal.SIGPIPE), f"exit status {p.returncode}:\n{err.read_text()}"
+    step, tail = interrupted_line(err.read_text(), "SIGPIPE")
+    assert FIRST_SEEN <= step < STEPS
+    assert tail == f"wrote {out}/model_{step:08d}.bin; resume with -y 1"
+    assert f"interrupted by SIGPIPE at step {step} (stdout was closed: the reader of its pipe ended): " in \
+        err.read_text()
+    log = (out / "console.log").read_text()
+    assert log.startswith(console) and step_line(step, STEPS) in log and step_line(step + 1, STEPS) not in log
+    assert log.endswith(f"checkpoint of step {step}: {out}/model_{step:08d}.bin\n"), log[-500:]
+    assert sorted(f.name for f in out.glob("DONE_*")) == [f"DONE_{step:08d}"]
+    assert_resumes_to_reference(byte_data, out, step, reference)
+
+
+def test_sigint_then_a_closed_stdout_still_checkpoints(byte_data, tmp_path):
+    """(a new-user trial) Ctrl-C on `./train_gpt2_ls ... | tee log`: the terminal's SIGINT ends tee too, so the
+    trainer's next step line meets a pipe without a reader; it was killed by SIGPIPE before the checkpoint it had
+    just promised. Held in the write of a step line (its pipe full), it gets the SIGINT, then loses its reader:
+    it finishes the step, checkpoints it and exits 130, the SIGINT's."""
+    out, err = tmp_path / "o", tmp_path / "stderr"
+    p, stdout = start(data_args(byte_data) + BASE + ["-o", out], err)
+    read_until_step(stdout, FIRST_SEEN, "SIGINT, closed stdout")
+    wait_until_blocked(p, stdout)
+    p.send_signal(signal.SIGINT)
+    wait_for_text(err, ACK.format("SIGINT"), p)
+    stdout.close()
+    assert p.wait(timeout=120) == 128 + int(signal.SIGINT), f"exit status {p.returncode}:\n{err.read_text()}"
+    step, tail = interrupted_line(err.read_text(), "SIGINT")
+    assert FIRST_SEEN <= step < STEPS and tail == f"wrote {out}/model_{step:08d}.bin; resume with -y 1"
+    assert sorted(f.name for f in out.glob("DONE_*")) == [f"DONE_{step:08d}"]
 
 
 def test_signal_without_output_dir_says_nothing_was_saved(byte_data, tmp_path):

@@ -16,6 +16,11 @@
 //     waits for rank 0's DONE marker (a barrier: launchers end the other ranks at the first non-zero exit),
 //     and the process exits with interrupt_exit_code(): 128 + the signal's number, as a shell reports a
 //     process ended by that signal (Linux: SIGINT 130, SIGUSR1 138, SIGTERM 143).
+// A closed stdout stops a run the same way: while the loop runs SIGPIPE is ignored, so that a write to a
+// pipe whose reader ended (`| head`, or `| tee` ended by the same Ctrl-C) fails with EPIPE instead of
+// ending the process before its checkpoint; the run's log (llmc/train/run_log.h) then stops printing and
+// the loop asks stop_for(SIGPIPE): a checkpoint of the step and exit status 141, what a process that
+// SIGPIPE ended shows (a signal that came first names the stop, e.g. the Ctrl-C: 130).
 // The handler is installed for the loop's lifetime only (before it the default action ends the process).
 // A signal during the last step changes nothing: the run ends as planned (its final checkpoint, exit 0).
 // A second SIGINT while a stop is pending ends the process at once (SIGINT's default action). That
@@ -51,6 +56,7 @@ inline const char* interrupt_signal_name(int sig) {
         case SIGINT: return "SIGINT";
         case SIGTERM: return "SIGTERM";
         case SIGUSR1: return "SIGUSR1";
+        case SIGPIPE: return "SIGPIPE";
         default: return "a signal";
     }
 }
@@ -61,8 +67,9 @@ inline int interrupt_exit_code(int sig) { return 128 + sig; }
 
 // The line rank 0 prints on stderr after the stop at `step`; output_dir empty: nothing was saved.
 inline std::string interrupt_line(int sig, int step, const std::string& output_dir) {
-    const std::string head =
-        std::string("interrupted by ") + interrupt_signal_name(sig) + " at step " + std::to_string(step) + ": ";
+    const std::string head = std::string("interrupted by ") + interrupt_signal_name(sig) + " at step " +
+                             std::to_string(step) +
+                             (sig == SIGPIPE ? " (stdout was closed: the reader of its pipe ended): " : ": ");
     if (output_dir.empty()) return head + "nothing was saved (no -o given; give -o DIR to keep checkpoints)";
     return head + "wrote " + model_path(output_dir, step) + "; resume with -y 1";
 }
@@ -104,10 +111,23 @@ public:
             installed_[i] = ::sigaction(kInterruptSignals[i], nullptr, &previous_[i]) == 0 &&
                             previous_[i].sa_handler != SIG_IGN && ::sigaction(kInterruptSignals[i], &sa, nullptr) == 0;
         }
+        struct sigaction ignore;
+        std::memset(&ignore, 0, sizeof ignore);
+        ignore.sa_handler = SIG_IGN;
+        sigemptyset(&ignore.sa_mask);
+        pipe_ignored_ = ::sigaction(SIGPIPE, &ignore, &previous_pipe_) == 0;
     }
     ~InterruptHandlers() {
         for (int i = 0; i < kCount; i++)
             if (installed_[i]) ::sigaction(kInterruptSignals[i], &previous_[i], nullptr);
+        if (pipe_ignored_) ::sigaction(SIGPIPE, &previous_pipe_, nullptr);
+    }
+
+    // A stop the program asks itself for `sig` (SIGPIPE: stdout was closed), counted as that signal would
+    // be: after this step with a checkpoint (one process; with more, the rank's next vote), unless a signal
+    // already named the stop.
+    void stop_for(int sig) {
+        if (g_interrupt_signal == 0) g_interrupt_signal = sig;
     }
     InterruptHandlers(const InterruptHandlers&) = delete;
     InterruptHandlers& operator=(const InterruptHandlers&) = delete;
@@ -132,6 +152,8 @@ private:
     static constexpr int kCount = sizeof kInterruptSignals / sizeof kInterruptSignals[0];
     struct sigaction previous_[kCount];
     bool installed_[kCount] = {};
+    struct sigaction previous_pipe_;  // SIGPIPE's disposition before the loop, restored after it
+    bool pipe_ignored_ = false;
     float vote_ = 0.0f;  // cast_vote() .. agreed_signal(): this rank's vote, then (reduced) the ranks' Max
 };
 

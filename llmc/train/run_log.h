@@ -8,6 +8,9 @@
 // repeats the steps after its checkpoint, and their lines appear twice). Each print is handed to
 // the OS with one write(2) per file, so a killed run leaves every printed line. Errors and warnings go
 // to stderr, not here. Opened after every check of the run has passed (a refused run writes nothing).
+// A stdout whose pipe has no reader any more (EPIPE: SIGPIPE is ignored while the training loop runs,
+// llmc/train/interrupt.h) is closed for good: stdout then points at /dev/null (so that nothing buffered
+// there can fail later), console.log keeps every line, and stdout_closed() tells the loop to stop.
 #pragma once
 #include <fcntl.h>
 #include <unistd.h>
@@ -45,10 +48,15 @@ public:
 
     // Prints text on stdout (flushed) and appends it to console.log.
     void print(const std::string& text) {
-        std::fwrite(text.data(), 1, text.size(), stdout);
-        std::fflush(stdout);
+        if (!stdout_closed_) {
+            errno = 0;
+            std::fwrite(text.data(), 1, text.size(), stdout);
+            if (std::fflush(stdout) != 0 && errno == EPIPE) close_stdout();
+        }
         append(console_, text, "console.log");
     }
+    // Whether stdout's reader went away (EPIPE) during a print.
+    bool stdout_closed() const { return stdout_closed_; }
     // print() of a printf format.
     __attribute__((format(printf, 2, 3))) void printf(const char* format, ...) {
         va_list args, again;
@@ -69,6 +77,15 @@ public:
     }
 
 private:
+    void close_stdout() {
+        stdout_closed_ = true;
+        std::clearerr(stdout);
+        const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+        if (null >= 0) {
+            ::dup2(null, STDOUT_FILENO);
+            ::close(null);
+        }
+    }
     static int open_append(const std::string& path) {
         const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         if (fd < 0)
@@ -95,6 +112,7 @@ private:
 
     int console_ = -1, samples_ = -1;
     std::string dir_;
+    bool stdout_closed_ = false;
 };
 
 }  // namespace llmc

@@ -35,6 +35,7 @@
 // barrier precedes the marker. On resume the ranks agree on the newest step all of them can load.
 #pragma once
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -634,6 +635,7 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
         report_step(cfg, plan, r, buf.step, val_loss, backend, outputs);
         if (main_rank && cfg.sample_every > 0 && cfg.gen_tokens > 0 && step % cfg.sample_every == 0)
             print_sample(cfg, plan.model, backend, outputs.tokenizer, loop.sample_rng, step, outputs.log);
+        if (main_rank && outputs.log.stdout_closed()) interrupts.stop_for(SIGPIPE);  // (interrupt.h)
         const int agreed = interrupts.agreed_signal(comm);  // the votes of this step (interrupt.h)
         const int sig = step < plan.max_steps ? agreed : 0;
         if (checkpoint_due(cfg, plan, r) || (sig != 0 && !cfg.output_dir.empty())) {
