@@ -264,8 +264,8 @@ inline void check_flag_values(CLI::App& app, const std::vector<std::string>& zer
             opt->check(integer_text_check(opt->get_name()));
         if (type == "UINT" && opt->get_expected_min() != 0) opt->check(unsigned_text);
         if (type == "FLOAT" && opt->get_expected_min() != 0)
-            opt->check(float_text_check(
-                opt->get_name(), std::find(zero_floats.begin(), zero_floats.end(), opt->get_name()) != zero_floats.end()));
+            opt->check(float_text_check(opt->get_name(), std::find(zero_floats.begin(), zero_floats.end(),
+                                                                   opt->get_name()) != zero_floats.end()));
     }
 }
 

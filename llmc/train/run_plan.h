@@ -295,7 +295,8 @@ inline std::vector<std::string> unused_flag_notes(const TrainConfig& cfg) {
                       " has no effect with one process (it is the directory the processes of a CUDA launch without "
                       "MPI meet in)");
     if (cfg.logit_stats_every == 0 && cfg.near && given("near", *cfg.near, 0))
-        note("near", *cfg.near, "--logit-stats-every 0", "it splits the logit statistics the run writes into near and far");
+        note("near", *cfg.near, "--logit-stats-every 0",
+             "it splits the logit statistics the run writes into near and far");
     if (cfg.sampler == "random" && given("shuffle", cfg.shuffle, defaults.shuffle))
         note("shuffle", cfg.shuffle, "--sampler random", "it orders the windows of --sampler windows");
     // (a continued run's alarm checkpoints come back with its state, and --logit-alarm-keep still pins them)
