@@ -237,7 +237,8 @@ PREP=(--vocab-size "$VOCAB" "${PREP[@]}")
 # -- arguments --------------------------------------------------------------------------------------
 [[ -f $CONFIG ]] || die "no preset $CONFIG; pass --config FILE (configs/paper_pg19.toml is the paper's)"
 # A preset that turns on a stabilizer some variants set and others do not would give it to every run,
-# the baselines too (mhsa with a z-loss, under its own name): refused, as --extra's are. An on/off key
+# the baselines too (mhsa with a z-loss, under its own name): refused, as --extra's are (and each variant
+# gives the ones it does not set as off, stabilizers_off, so a spelling read here or not never reaches it). An on/off key
 # without a value is on (the trainer's rule); 0 and the off words are off.
 preset_refusal() {
   local key variant line val
@@ -333,6 +334,16 @@ variant_flags() {
     mhsa_qkclip) echo "--global-heads 6 --qk-clip $QKCLIP" ;;
   esac
 }
+# The stabilizers a variant does not set, given as off on its command line (which wins over the preset's
+# file): a variant is what its name says whatever spelling of a stabilizer a --config file holds
+# (preset_refusal, above, catches the usual ones first, with a message)
+stabilizers_off() {
+  local w flags=("--qk-norm=false" "--z-loss 0" "--attn-softcap 0" "--qk-clip 0") on
+  on=$(variant_flags "$1")
+  for w in "${flags[@]}"; do
+    [[ " $on " == *" ${w%%[= ]*}"[\ =]* ]] || echo -n "$w "
+  done
+}
 seed_flags=(); [[ -n $SEED ]] && seed_flags=(--seed "$SEED")
 # the preset's expect-vocab=10000 makes the trainer refuse other data; a run on another vocabulary
 # (--vocab N, --smoke), checked above, tells the trainer so
@@ -360,6 +371,8 @@ run_args() {  # run_args VARIANT: the trainer flags of a run of VARIANT (its rec
   if [[ $SMOKE == 1 ]]; then args_of --smoke "${SMALL[@]}"; fi
   # shellcheck disable=SC2046  # the variant's flags are a list of words
   args_of "variant $1" $(variant_flags "$1")
+  # shellcheck disable=SC2046  # a list of words
+  args_of "variant $1 (off)" $(stabilizers_off "$1")
   args_of --batch -b "$BATCH"
   args_of "--config (T is the preset's $T)" -t "$T"
   args_of --total-batch -d "$TOTAL"
@@ -393,6 +406,7 @@ extra_refusal() {  # prints the error for the first refused flag in --extra; sta
     for i in "${!ARGS[@]}"; do
       w=${ARGS[$i]}
       [[ $w =~ ^--?[A-Za-z] && -n ${ARG_OWNER[$i]} ]] || continue
+      [[ ${ARG_OWNER[$i]} == "variant $v (off)" ]] && continue  # (owned by the variant that sets it)
       if [[ ${ARG_OWNER[$i]} == "variant $v" ]]; then  # the variants that set it, each with its value
         owner[$w]+="${owner[$w]:+, }$v: $w ${ARGS[i + 1]:-}"
         [[ ${ARGS[i + 1]:-} =~ ^--?[A-Za-z] || -z ${ARGS[i + 1]:-} ]] && owner[$w]=${owner[$w]% *}

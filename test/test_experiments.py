@@ -1347,6 +1347,24 @@ def test_exp_pg19_refuses_a_preset_that_turns_on_a_variants_stabilizer(tmp_path,
         "--source", SHARED / "pg19", "--variants", "ls", "--steps", "1"], timeout=300)
 
 
+def test_exp_pg19_variants_are_what_they_say_whatever_the_preset_spells(tmp_path):
+    """(a review) spellings of a stabilizer the refusal above does not read, a bare `qk-norm` line (on, to the
+    trainer), a quoted key, still reached every run through the file. Each variant now gives the stabilizers it
+    does not set as off on its command line, which wins over the file: the baseline is plain MHSA and
+    mhsa_zloss has its z-loss alone."""
+    if not (SHARED / "pg19" / "pg45265.txt").exists():
+        pytest.skip(f"no PG-19 books at {SHARED / 'pg19'} (set SHARED_DATA)")
+    conf = tmp_path / "my.toml"
+    conf.write_text((REPO / "configs" / "paper_pg19.toml").read_text() + "qk-norm\n\"attn-softcap\"=30\n'qk-clip' = 5\n")
+    out = tmp_path / "o"
+    sh(["bash", REPO / "scripts" / "exp_pg19.sh", "--smoke", "--config", conf, "--out", out, "--source",
+        SHARED / "pg19", "--variants", "mhsa mhsa_zloss", "--steps", "1"], timeout=300)
+    for name, z_loss in [("mhsa", 0), ("mhsa_zloss", 1e-4)]:
+        c = json.loads((out / "runs" / name / "config.json").read_text())
+        assert (c["model"]["qk_norm"], c["model"]["attn_softcap"], c["train"]["qk_clip"]) == (False, 0, 0), c
+        assert c["train"]["z_loss"] == pytest.approx(z_loss), c["train"]
+
+
 def test_exp_pg19_smoke_takes_a_stagger_given(tmp_path):
     """trial 11: --smoke set the stagger to 1 s over a --stagger given (every other smoke default yields to a
     value given), so a smoke window never measured the runs alone and together."""
