@@ -306,7 +306,8 @@ private:
     // from the directory the trainer starts in, and its config.json records what it named (absolute). From
     // another directory it names other files, which the run would train on without a word (other data of
     // the same vocabulary passes every check): refused, naming both paths and the fixes. Compared with the
-    // value of the run's first start (a change recorded in "history" gives it as "old"), as the file holds.
+    // value of the run's first start (a change recorded in "history" gives it as "old"), as the file holds,
+    // both lexically normalized; a relative recorded value (records of older versions) is not compared.
     void check_relative_path(const CLI::Option& opt, const std::string& key, const std::string& value) const {
         const char* field = opt.check_lname("train-data") ? "train_data"
                             : opt.check_lname("val-data") ? "val_data"
@@ -327,7 +328,10 @@ private:
                     then = h["old"].get<std::string>();
                     break;
                 }
-        if (here == then) return;
+        // a record of an older version holds the path as typed (relative): nothing to compare it with; `..`
+        // and `.` are spelling (the same files from a sibling directory)
+        if (then.empty() || then[0] != '/') return;
+        if (std::filesystem::path(here).lexically_normal() == std::filesystem::path(then).lexically_normal()) return;
         const size_t slash = file.find_last_of('/');
         const std::string json_path =
             (slash == std::string::npos ? std::string() : file.substr(0, slash + 1)) + "config.json";
