@@ -583,6 +583,15 @@ def test_paper_model_options_train_resume_evaluate_and_refuse_contradictions(byt
             assert p.returncode == 1 and p.stderr.strip().splitlines()[-1] == (
                 f"error: {said} contradicts the checkpoint {ckpt} (which has true); {fix}, a checkpoint fixes the "
                 "model"), p.stderr
+    # (a review) from another run's config.json the fix is not to edit that record
+    plain = tmp_path / "plain"
+    run(data_args(byte_data) + TINY + ["-o", plain, "-x", 1, "-v", 0, "-s", 0, "--threads", 1])
+    p = run(["--config", plain / "config.json", "-e", qkn / "model_00000001.bin", "-x", 1, "--threads", 1],
+            check=False)
+    assert p.returncode == 1 and p.stderr.strip().splitlines()[-1] == (
+        f"error: --qk-norm false (from --config {plain / 'config.json'}) contradicts the checkpoint "
+        f"{qkn / 'model_00000001.bin'} (which has true); drop -e or drop --config, a checkpoint fixes the model"), \
+        p.stderr
     assert_refused(data_args(byte_data) + TINY + ["--untie-embeddings", "--bias", 0, "-o", full, "-x", 12, "-y", 1,
                                                   "--gelu", "tanh"], full, "different model")
     (tmp_path / "bad").mkdir()

@@ -191,12 +191,28 @@ def test_a_resume_with_a_preset_of_another_model_names_the_preset(byte_data, tmp
     other = tmp_path / "w4.toml"
     other.write_text(small_preset(tmp_path / "base.toml").read_text().replace("window=8", "window=4"))
     line = refused(["--config", other, "-o", out, "-y", 1, "-x", 2, "--threads", 1], "window 8 vs 4",
-            f"; --window 4 is from --config {other}: give the checkpoint's value on the command line (window 8), or "
+            f"; --window 4 is from --config {other}: give the checkpoint's value on the command line (--window 8), or "
             "drop --config")
     # review of e86a15f: the advice it gives works (and "resume with the same model flags", for a flag not
     # typed, is gone)
     assert "resume with the same model flags" not in line, line
     run(["--config", other, "-o", out, "-y", 1, "-x", 2, "--threads", 1, "--window", 8])
+    # (a review) an on/off flag's advice is one the command line takes ("(qk-norm 1)" was refused: an on/off
+    # flag takes its value after '='), and the untied head is named by its flag
+    qk = tmp_path / "qk"
+    run(["--config", small_preset(tmp_path / "base.toml")] + data_args(byte_data) + ["-x", 1, "--threads", 1,
+                                                                                     "-o", qk, "--qk-norm"])
+    qoff = tmp_path / "qoff.toml"
+    qoff.write_text(small_preset(tmp_path / "base.toml").read_text() + "qk-norm=false\n")
+    refused(["--config", qoff, "-o", qk, "-y", 1, "-x", 2, "--threads", 1],
+            f"; --qk-norm=false is from --config {qoff}: give the checkpoint's value on the command line "
+            "(--qk-norm=true), or drop --config")
+    run(["--config", qoff, "-o", qk, "-y", 1, "-x", 2, "--threads", 1, "--qk-norm=true"])
+    untie = tmp_path / "untie.toml"
+    untie.write_text(small_preset(tmp_path / "base.toml").read_text() + "untie-embeddings=true\n")
+    refused(["--config", untie, "-o", qk, "-y", 1, "-x", 3, "--threads", 1],
+            f"; --untie-embeddings=true is from --config {untie}: give the checkpoint's value on the command line "
+            "(--untie-embeddings=false), or drop --config")
     # another -e from the file's model= key (review): named with the file, the fix the file's
     d2 = tmp_path / "d2.toml"
     d2.write_text('model="d2"\n')

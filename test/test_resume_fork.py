@@ -317,6 +317,17 @@ def test_a_new_run_never_overwrites_a_run_without_a_checkpoint(byte_data, tmp_pa
                        f"-y 1: {killed} has no complete checkpoint yet, and the model flags given make another model "
                        f"than {killed / 'config.json'} records ({diff}): -y 1 continues the run's model; drop those "
                        "flags, or train that model in another -o")
+    # (a review) a model flag a --config file set, not typed: named with the file, and the fix is the file's
+    conf = tmp_path / "w3.toml"
+    conf.write_text("window=3\n")
+    assert_refused(["--config", conf, "-o", killed, "-y", 1, "--threads", 1], killed,
+                   f"-y 1: {killed} has no complete checkpoint yet, and the model flags of --config {conf} (--window) "
+                   f"make another model than {killed / 'config.json'} records (window 3 vs 8): -y 1 continues the "
+                   "run's model; drop --config, or train that model in another -o")
+    assert_refused(["--config", conf, "-o", killed, "-y", 1, "--threads", 1, "--bias", 0], killed,
+                   f"the model flags given make another model than {killed / 'config.json'} records (window 3 vs 8, "
+                   f"bias false vs true): -y 1 continues the run's model; drop those flags (--window from --config "
+                   f"{conf}), or train that model in another -o")
     p = run(["-o", killed, "-y", 1, "--threads", 1, "--seed", 5])
     assert "note: -y 1: " + str(killed) + " has no complete checkpoint yet; its run starts again from step 0" \
         in p.stderr

@@ -11,6 +11,7 @@
 // one line on stderr. A checkpoint without config.json beside it (an llm.c file, a copied model) gets
 // nothing from here.
 #pragma once
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <filesystem>
@@ -23,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "llmc/app/config_json.h"
+#include "llmc/app/config_origin.h"
 #include "llmc/app/generate_cli.h"
 #include "llmc/app/run_data.h"
 #include "llmc/app/run_history.h"
@@ -93,10 +95,15 @@ inline std::optional<CheckpointRun> read_checkpoint_run(const std::string& check
 // "window 20 vs 50"; "" when none does. A record without "model", or without one of its fields (an
 // earlier version's), is not compared there; numbers compare as float32 (earlier versions wrote
 // attn_softcap widened from float, 0.30000001192092896 for 0.3); the padded vocabulary follows V.
-inline std::string record_model_difference(const nlohmann::ordered_json& record, const ModelConfig& m) {
+// (record_model_differences: each differing field's model_config_json key, and its text "window 20 vs 50")
+struct RecordModelDifference {
+    std::string key, text;
+};
+inline std::vector<RecordModelDifference> record_model_differences(const nlohmann::ordered_json& record,
+                                                                   const ModelConfig& m) {
+    std::vector<RecordModelDifference> out;
     const auto rec = record.find("model");
-    if (rec == record.end() || !rec->is_object()) return "";
-    std::string diff;
+    if (rec == record.end() || !rec->is_object()) return out;
     const nlohmann::ordered_json ours = model_config_json(m);  // named: items() refers to it
     for (const auto& field : ours.items()) {
         const auto there = rec->find(field.key());
@@ -104,26 +111,55 @@ inline std::string record_model_difference(const nlohmann::ordered_json& record,
         const bool same = there->is_number() && field.value().is_number()
                               ? (float)there->get<double>() == (float)field.value().get<double>()
                               : *there == field.value();
-        if (!same)
-            diff += (diff.empty() ? "" : ", ") + field.key() + " " + field.value().dump() + " vs " + there->dump();
+        if (!same) out.push_back({field.key(), field.key() + " " + field.value().dump() + " vs " + there->dump()});
     }
+    return out;
+}
+inline std::string record_model_difference(const nlohmann::ordered_json& record, const ModelConfig& m) {
+    std::string diff;
+    for (const RecordModelDifference& d : record_model_differences(record, m))
+        diff += (diff.empty() ? "" : ", ") + d.text;
     return diff;
+}
+
+// The long flag (without "--") that sets config.json "model" key `key` (model_config_json's names).
+inline std::string model_key_flag(const std::string& key) {
+    if (key == "vocab_size") return "vocab";
+    if (key == "num_layers") return "layers";
+    if (key == "num_heads") return "heads";
+    if (key == "tied_embeddings") return "untie-embeddings";
+    std::string flag = key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    return flag;
 }
 
 // -y 1 of a run without a complete checkpoint starts it again from step 0 with its recorded settings; a
 // model flag given over the record's model is refused, as a resume from a checkpoint refuses it (the
-// run's record and its logs are of the recorded model). out: the run's -o.
-inline void check_restart_keeps_model(const std::string& out, const ModelConfig& m) {
+// run's record and its logs are of the recorded model). out: the run's -o. A flag the --config file set
+// (set_by_config), not typed, is named with the file, and the fix is the file's.
+inline void check_restart_keeps_model(const std::string& out, const ModelConfig& m, const TrainConfig& cfg) {
     const std::string path = out + "/config.json";
     if (!file_exists(path)) return;
-    const std::string diff =
-        record_model_difference(read_run_record(path, "restore the file, or start a new run in another -o"), m);
-    if (diff.empty()) return;
-    throw InputError("-y 1: " + out +
-                     " has no complete checkpoint yet, and the model flags given make another "
-                     "model than " +
-                     path + " records (" + diff +
-                     "): -y 1 continues the run's model; drop those flags, or train that model in another -o");
+    const std::vector<RecordModelDifference> diffs =
+        record_model_differences(read_run_record(path, "restore the file, or start a new run in another -o"), m);
+    if (diffs.empty()) return;
+    std::string diff, from_file;
+    bool typed = false;
+    for (const RecordModelDifference& d : diffs) {
+        diff += (diff.empty() ? "" : ", ") + d.text;
+        const std::string flag = model_key_flag(d.key);
+        if (set_by_config(cfg, flag)) from_file += (from_file.empty() ? "--" : ", --") + flag;
+        else typed = true;
+    }
+    const std::string head = "-y 1: " + out + " has no complete checkpoint yet, and the model flags ";
+    const std::string tail =
+        " make another model than " + path + " records (" + diff + "): -y 1 continues the run's model; ";
+    if (!typed)
+        throw InputError(head + "of --config " + cfg.config_file + " (" + from_file + ")" + tail +
+                         "drop --config, or train that model in another -o");
+    throw InputError(head + "given" + tail + "drop those flags" +
+                     (from_file.empty() ? "" : " (" + from_file + " from --config " + cfg.config_file + ")") +
+                     ", or train that model in another -o");
 }
 
 // A checkpoint read with the config.json beside it (--eval-only -e, generate_gpt2_ls -e, a new run's

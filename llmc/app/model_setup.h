@@ -23,6 +23,22 @@ struct ModelSetup {
     std::optional<ModelCheckpoint> init;  // weights when -e is a checkpoint
 };
 
+// What fixes a model flag that contradicts a checkpoint (check_overrides_match, check_off_flags_match), by
+// where the flag came from (`from`: TrainConfig::origin_of's text): the record of a continued run; a
+// --config file (a .json one is a run's record, not to be edited: drop one of the two); the
+// command line.
+inline std::string checkpoint_contradiction_fix(const std::string& from) {
+    if (from.rfind(" (from the record", 0) == 0)
+        return "a continued run trains its recorded model: drop -e to continue it, or start a new run (another -o) "
+               "from the checkpoint";
+    if (from.rfind(" (from --config", 0) == 0) {
+        const bool record = from.size() > 6 && from.compare(from.size() - 6, 6, ".json)") == 0;
+        return record ? "drop -e or drop --config, a checkpoint fixes the model"
+                      : "drop it from the file or drop -e, a checkpoint fixes the model";
+    }
+    return "drop the flag, a checkpoint fixes the model";
+}
+
 // Model flags given together with a checkpoint must agree with it (they cannot change it). origin(long
 // name) says where a flag's value came from, as TrainConfig::origin_of words it: "" (the command line),
 // " (from --config FILE)" or " (from the record RUN/config.json)" (-y 1 and --fork-from fill the model
@@ -45,14 +61,8 @@ inline void check_overrides_match(const ModelConfig& ck, const ModelOverrides& o
     };
     auto fail = [&](const char* flag, const std::string& given, const std::string& have) {
         const std::string from = origin(std::string(flag).substr(2));
-        const std::string fix =
-            from.rfind(" (from the record", 0) == 0
-                ? "a continued run trains its recorded model: drop -e to continue it, or start a new run (another "
-                  "-o) from the checkpoint"
-            : from.rfind(" (from --config", 0) == 0 ? "drop it from the file or drop -e, a checkpoint fixes the model"
-                                                    : "drop the flag, a checkpoint fixes the model";
         throw InputError(std::string(flag) + " " + given + from + " contradicts the checkpoint " + path +
-                         " (which has " + have + "); " + fix);
+                         " (which has " + have + "); " + checkpoint_contradiction_fix(from));
     };
     auto mismatch = [&](const char* flag, double given, double have) {
         if (given != have) fail(flag, text(given), text(have));
@@ -86,11 +96,8 @@ inline void check_off_flags_match(const TrainConfig& cfg, const ModelConfig& ck)
     for (const auto& f : flags) {
         if (!cfg.was_given(f.flag) || f.given_on || !f.checkpoint_on) continue;
         const std::string from = cfg.origin_of(f.flag);
-        throw InputError(
-            "--" + std::string(f.flag) + " false" + from + " contradicts the checkpoint " + cfg.model +
-            " (which has true); " +
-            (from.rfind(" (from --config", 0) == 0 ? "drop it from the file or drop -e" : "drop the flag") +
-            ", a checkpoint fixes the model");
+        throw InputError("--" + std::string(f.flag) + " false" + from + " contradicts the checkpoint " + cfg.model +
+                         " (which has true); " + checkpoint_contradiction_fix(from));
     }
 }
 

@@ -116,6 +116,16 @@ inline LoadedCheckpoint load_fork_checkpoint(const std::string& given, const For
     }
 }
 
+// A model field of ModelDifference (llmc/io/checkpoint_dir.h) at `value` as the command line gives it:
+// "--window 8", an on/off flag with '=' ("--qk-norm=true"; tied embeddings 1: "--untie-embeddings=false");
+// the padded vocabulary, which no flag sets, as "padded vocab N".
+inline std::string model_flag_text(const std::string& field, const std::string& value) {
+    if (field == "qk-norm") return std::string("--qk-norm=") + (value == "1" ? "true" : "false");
+    if (field == "tied embeddings") return std::string("--untie-embeddings=") + (value == "1" ? "false" : "true");
+    if (field == "padded vocab") return "padded vocab " + value;
+    return "--" + field + " " + value;
+}
+
 // The checkpoint to resume from: with -y 1 the newest one every rank can load (none: a start from
 // step 0, said on stderr); with --fork-from the checkpoint it names (llmc/app/run_record.h
 // fork_source), into an -o without checkpoints; without either an -o that already holds checkpoints
@@ -139,12 +149,11 @@ inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, con
             if (!from_file) throw InputError(e.what() + switchable_stabilizers(e.difference, m, "-y 1"));
             // no model flag was typed: the loader's advice ("resume with the same model flags") is replaced
             const std::string what = e.what();
-            const std::string given = field != "tied embeddings" ? e.difference.b  // --untie-embeddings: not tied
-                                      : e.difference.b == "1"    ? "false"
-                                                                 : "true";
-            throw InputError(what.substr(0, what.rfind("; ")) + "; --" + name + " " + given + " is from --config " +
-                             cfg.config_file + ": give the checkpoint's value on the command line (" + field + " " +
-                             e.difference.a + "), or drop --config" + switchable_stabilizers(e.difference, m, "-y 1"));
+            throw InputError(what.substr(0, what.rfind("; ")) + "; " + model_flag_text(field, e.difference.b) +
+                             " is from --config " + cfg.config_file +
+                             ": give the checkpoint's value on the command line (" +
+                             model_flag_text(field, e.difference.a) + "), or drop --config" +
+                             switchable_stabilizers(e.difference, m, "-y 1"));
         } catch (const StateWorldSizeMismatch& e) {  // a start without -y 1 is refused here: name what works
             const int step = e.step >= 0 ? e.step : newest_complete_step(out);
             throw InputError("-y 1: the checkpoint of step " + std::to_string(step) + " in " + out +
@@ -153,7 +162,7 @@ inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, con
                              std::to_string(e.written) + "), or start a new run from its weights in another -o: -e " +
                              model_path(out, step));
         }
-        if (!from) check_restart_keeps_model(out, m);
+        if (!from) check_restart_keeps_model(out, m, cfg);
         if (!from && cfg.rank == 0) {
             note_resume_without_checkpoint(out);
             for (const SettingChange& c : cfg.record_changes)  // flags given over the record: said, as a resume does
