@@ -10,6 +10,8 @@
 # --smoke: a tiny model on a vocabulary-16 language, grid "16:32 16:64", 6 steps (a --grid or --steps
 # given is used instead): checks that the pipeline runs.
 # --plots 0: the summary table alone (plot_run.py --no-figures), no plots (default 1).
+# --data DIR: the synthetic language's shards (default the repository's data/shards/synthetic_v64, from any
+# directory; made there when missing); a folder of other data (text shards) is refused.
 #
 # Writes under --out (default out/exp_synthetic):
 #   runs/C<C>_T<T>_<mhsa|ls|local>/   trainer output dirs (metrics.jsonl, logit_stats.jsonl, ...)
@@ -34,7 +36,8 @@ REPO=$(cd "$HERE/.." && pwd)
 TRAINER=${TRAINER:-$REPO/train_gpt2_ls}  # the repository's, from any directory
 
 OUT=out/exp_synthetic
-DATA=data/shards/synthetic_v64
+DATA=$REPO/data/shards/synthetic_v64  # the repository's, from any directory
+DATA_GIVEN=""
 GRID="64:128 32:128 64:512 32:512"   # C:T pairs, T/C = 2, 4, 8, 16
 STEPS=500
 LR=1e-2
@@ -58,7 +61,7 @@ need() { [[ $# -ge 2 && -n "$2" ]] || die "$1 needs a value; see $0 --help"; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --out) need "$@"; OUT=$2; shift 2 ;;
-    --data) need "$@"; DATA=$2; shift 2 ;;
+    --data) need "$@"; DATA=$2; DATA_GIVEN=1; shift 2 ;;
     --grid) need "$@"; GRID=$2; GRID_GIVEN=1; shift 2 ;;
     --steps) need "$@"; STEPS=$2; STEPS_GIVEN=1; shift 2 ;;
     --lr) need "$@"; LR=$2; shift 2 ;;
@@ -77,7 +80,7 @@ if [[ $SMOKE == 1 ]]; then  # tiny budget: checks that the pipeline runs, shows 
   [[ -n $GRID_GIVEN ]] || GRID="16:32 16:64"
   [[ -n $STEPS_GIVEN ]] || STEPS=6
   WARMUP=2; TOKENS=128; LAYERS=1; WINDOW=8
-  [[ $DATA == data/shards/synthetic_v64 ]] && DATA=$OUT/data
+  [[ -n $DATA_GIVEN ]] || DATA=$OUT/data
   SYN_ARGS=(--syn-vocab 16 --syn-length 20000 --syn-doc-len 1024 --syn-copy-min-dist 8 --syn-copy-max-dist 64)
 fi
 [[ -x $TRAINER ]] || die "trainer $TRAINER not found; build it with 'make train_gpt2_ls' or set TRAINER=path"
@@ -123,6 +126,27 @@ if [[ ! -f $DATA/meta.json ]]; then
   echo "== generating synthetic data into $DATA"
   "$PYTHON" "$REPO/data/prepare.py" --dataset synthetic --out "$DATA" --workers "$THREADS" "${SYN_ARGS[@]}"
 fi
+# the experiment is of the synthetic language: data of another kind (a --data of text shards) is refused,
+# and the header names the language's parameters (a --data of another synthetic language is the user's choice)
+language=$("$PYTHON" - "$DATA/meta.json" << 'PY'
+import json, sys
+try:
+    m = json.load(open(sys.argv[1]))
+except (OSError, ValueError) as e:
+    print(f"error: cannot read {sys.argv[1]} ({e})")
+    sys.exit(0)
+s = m.get("synthetic") if isinstance(m, dict) else None
+if m.get("dataset") != "synthetic" or not isinstance(s, dict):
+    print(f"error: --data {sys.argv[1].rsplit('/meta.json', 1)[0]} holds {m.get('dataset')!r} data "
+          f"(tokenizer {m.get('tokenizer')!r}, vocabulary {m.get('vocab_size')}), not the synthetic language this "
+          f"experiment is about; give --data a folder of data/prepare.py --dataset synthetic, or drop --data")
+else:
+    print(f"synthetic language: vocabulary {s.get('vocab')}, copies {s.get('copy_min_dist')}-"
+          f"{s.get('copy_max_dist')} tokens back (rate {s.get('copy_rate')}), order {s.get('order')}")
+PY
+)
+[[ $language != error:* ]] || die "${language#error: }"
+echo "== data: $DATA ($language)"
 
 # -- runs ---------------------------------------------------------------------------------------
 mkdir -p "$OUT/runs" "$OUT/plots"

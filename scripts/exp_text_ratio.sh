@@ -12,7 +12,7 @@
 #
 # Variants: mhsa (G = NH), ls (G = 1, window P), local (G = 0), mhsa_qknorm, mhsa_zloss (1e-4),
 # mhsa_softcap (--attn-softcap SOFTCAP), mhsa_qkclip (--qk-clip QKCLIP); mhsa_softcapN and
-# mhsa_qkclipN (N an integer: mhsa_qkclip15) use the threshold N instead. Every run records the
+# mhsa_qkclipN (N an integer >= 1 without a leading 0: mhsa_qkclip15) use the threshold N instead. Every run records the
 # near/far statistics with N = P (`--near`), so the global heads' short-range mass is measured at
 # every ratio, and checkpoints on a logit alarm (z-score > 8 against the last 100 steps).
 # Defaults: L 2, C 32, NH 4 (hd 8), so T = 256, 512, 1024; P 32 at every T (the short range of text
@@ -128,8 +128,8 @@ for r in $RATIOS; do
   (( TOKENS % (r * C) == 0 )) || die "--ratios: T = $r x $C does not divide the $TOKENS tokens of a step"
 done
 for v in $VARIANTS; do
-  [[ $v =~ ^(mhsa|ls|local|mhsa_qknorm|mhsa_zloss|mhsa_softcap[0-9]*|mhsa_qkclip[0-9]*)$ ]] \
-    || die "unknown variant '$v'; pick from: mhsa ls local mhsa_qknorm mhsa_zloss mhsa_softcap mhsa_qkclip (mhsa_softcapN, mhsa_qkclipN: threshold N)"
+  [[ $v =~ ^(mhsa|ls|local|mhsa_qknorm|mhsa_zloss|mhsa_softcap([1-9][0-9]*)?|mhsa_qkclip([1-9][0-9]*)?)$ ]] \
+    || die "unknown variant '$v'; pick from: mhsa ls local mhsa_qknorm mhsa_zloss mhsa_softcap mhsa_qkclip (mhsa_softcapN, mhsa_qkclipN: threshold N >= 1, no leading 0: 0 turns it off)"
 done
 [[ -x $TRAINER ]] || die "trainer $TRAINER not found; build it with 'make cpu' or set TRAINER=path"
 [[ $FORCE == 1 && $PLOTS_ONLY == 1 ]] && die "--force deletes runs of other settings and --plots-only trains none; drop one of them"

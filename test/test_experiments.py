@@ -271,6 +271,8 @@ def test_exp_synthetic_smoke(tmp_path):
                  "C16_T32_logits.png", "C16_T64_loss.png"]:
         assert (out / "plots" / name).stat().st_size > 1000, name
     assert "summary" in p.stdout
+    assert f"== data: {out}/data (synthetic language: vocabulary 16, copies 8-64 tokens back (rate 0.1), order 3)" \
+        in p.stdout.splitlines(), p.stdout
 
 
 def test_exp_synthetic_smoke_takes_the_steps_and_grid_given(tmp_path):
@@ -354,6 +356,33 @@ def test_exp_synthetic_reuses_a_run_only_for_the_same_settings(tmp_path):
         k: v for k, v in before.items() if not k.startswith("C16_T32_ls")}
     assert after["C16_T32_ls/DONE_00000002"] is not None and "-l 1e-2" in after["C16_T32_ls.args"].decode()
     assert sorted(r["step"] for r in records(runs / "C16_T32_ls" / "metrics.jsonl") if "loss" in r) == [1, 2]
+
+
+def test_exp_synthetic_refuses_data_other_than_the_synthetic_language(tmp_path):
+    """(a new-user trial) `exp_synthetic.sh --data data/shards/tinyshakespeare_gpt2` trained the grid on GPT-2 BPE
+    Shakespeare without a word (only the summary's title named the data). Data that is not the synthetic language
+    is refused with one line before any run; the header names the language's parameters."""
+    need_trainer()
+    data = meta_only_data(tmp_path / "text_sp")
+    p = sh(["bash", REPO / "scripts" / "exp_synthetic.sh", "--smoke", "--out", tmp_path / "o", "--data", data],
+           check=False)
+    assert p.returncode == 1 and p.stderr.strip().splitlines() == [
+        f"error: --data {data} holds 'pg19' data (tokenizer 'sp', vocabulary 1024), not the synthetic language this "
+        "experiment is about; give --data a folder of data/prepare.py --dataset synthetic, or drop --data"], p.stderr
+    assert not (tmp_path / "o" / "runs").exists() or not any((tmp_path / "o" / "runs").iterdir())
+
+
+@pytest.mark.parametrize("variant", ["mhsa_softcap0", "mhsa_qkclip0", "mhsa_qkclip050", "mhsa_lss"])
+def test_exp_text_ratio_refuses_a_variant_it_cannot_name_honestly(tmp_path, variant):
+    """(a new-user trial) --variants mhsa_softcap0 trained --attn-softcap 0, which is off: a plain MHSA run
+    listed as mhsa_softcap0. A threshold of 0 (or with a leading 0, another name for the same run) is refused
+    with the unknown variants, before anything is made."""
+    p = sh(["bash", REPO / "scripts" / "exp_text_ratio.sh", "--smoke", "--out", tmp_path / "o", "--variants",
+            f"mhsa {variant}"], check=False)
+    assert p.returncode == 1 and p.stderr.strip().splitlines() == [
+        f"error: unknown variant '{variant}'; pick from: mhsa ls local mhsa_qknorm mhsa_zloss mhsa_softcap "
+        "mhsa_qkclip (mhsa_softcapN, mhsa_qkclipN: threshold N >= 1, no leading 0: 0 turns it off)"], p.stderr
+    assert not (tmp_path / "o").exists()
 
 
 def test_exp_text_ratio_refuses_runs_of_other_settings(tmp_path):
