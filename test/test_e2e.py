@@ -675,6 +675,14 @@ def test_flags_the_other_settings_make_useless_are_noted(byte_data, tmp_path):
         "near and far)"], p.stderr
     for args in (["--logit-stats-every", 2, "--near", 3], ["--logit-stats-every", 0]):
         assert "has no effect" not in run(base + args).stderr
+    # (a new-user trial) -v and -m without validation data; with -j, no note
+    train_only = ["-i", f"{byte_data}/train_*.bin"] + TINY + ["-x", 1, "-s", 0]
+    p = run(train_only + ["-v", 1, "-m", 5])
+    assert [ln for ln in p.stderr.splitlines() if "has no effect" in ln] == [
+        "note: --val-every 1 has no effect with no validation data (-j) (it sets how often the run validates on -j)",
+        "note: --val-batches 5 has no effect with no validation data (-j) (it sets how much of -j a validation "
+        "reads)"], p.stderr
+    assert "has no effect" not in run(data_args(byte_data) + TINY + ["-x", 1, "-s", 0, "-v", 1, "-m", 1]).stderr
     # a continued run's alarm checkpoints come back with its state, and --logit-alarm-keep still pins them
     run(base + ["-o", tmp_path / "alarm", "-n", 1])
     p = run(data_args(byte_data) + TINY + ["-x", 2, "-v", 0, "-s", 0, "-o", tmp_path / "alarm", "-y", 1,

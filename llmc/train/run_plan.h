@@ -267,10 +267,11 @@ inline std::string lr_total_change_note(const TrainConfig& cfg, const RunPlan& p
 // --wsd-decay-frac with a schedule that does not use them (llmc/train/schedule.h); --temperature when the
 // run draws no samples (-s 0 or -g 0), -g with -s 0 and -s with -g 0; --keep-checkpoints without -o;
 // --rendezvous with one process; --shuffle with --sampler random (each row a random offset);
-// --logit-alarm-cooldown and --logit-alarm-keep with both logit alarms off in a new run. A --config
+// --logit-alarm-cooldown and --logit-alarm-keep with both logit alarms off in a new run; --near with
+// --logit-stats-every 0; -v and -m without validation data (`has_val_data`: the run has -j's). A --config
 // RUN/config.json gives every setting of its run, chosen or not: none of its values is noted; nor is a
 // config file's value equal to the flag's default (a run's config.toml writes every flag).
-inline std::vector<std::string> unused_flag_notes(const TrainConfig& cfg) {
+inline std::vector<std::string> unused_flag_notes(const TrainConfig& cfg, bool has_val_data) {
     std::vector<std::string> out;
     const LrSchedule kind = parse_lr_schedule(cfg.lr_schedule);
     const TrainConfig defaults;
@@ -306,6 +307,13 @@ inline std::vector<std::string> unused_flag_notes(const TrainConfig& cfg) {
     if (cfg.logit_stats_every == 0 && cfg.near && given("near", *cfg.near, 0))
         note("near", *cfg.near, "--logit-stats-every 0",
              "it splits the logit statistics the run writes into near and far");
+    if (!has_val_data) {
+        if (given("val-every", cfg.val_every, defaults.val_every))
+            note("val-every", cfg.val_every, "no validation data (-j)", "it sets how often the run validates on -j");
+        if (given("val-batches", cfg.val_batches, defaults.val_batches))
+            note("val-batches", cfg.val_batches, "no validation data (-j)",
+                 "it sets how much of -j a validation reads");
+    }
     if (cfg.sampler == "random" && given("shuffle", cfg.shuffle, defaults.shuffle))
         note("shuffle", cfg.shuffle, "--sampler random", "it orders the windows of --sampler windows");
     // (a continued run's alarm checkpoints come back with its state, and --logit-alarm-keep still pins them)

@@ -467,7 +467,7 @@ inline void print_run_header(const TrainConfig& cfg, const RunPlan& plan, const 
         std::fprintf(stderr,
                      "note: the checkpoint's step %d is not below -x %d; nothing to train (raise -x to continue)\n",
                      start, max_steps);
-    for (const std::string& n : unused_flag_notes(cfg)) std::fprintf(stderr, "%s\n", n.c_str());
+    for (const std::string& n : unused_flag_notes(cfg, plan.val != nullptr)) std::fprintf(stderr, "%s\n", n.c_str());
     if (!o.tokenizer_note.empty() && cfg.sample_every > 0) std::fprintf(stderr, "note: %s\n", o.tokenizer_note.c_str());
     if (cfg.output_dir.empty())
         std::fprintf(stderr,
