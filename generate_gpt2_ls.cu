@@ -133,7 +133,7 @@ int run(llmc::GenerateConfig g) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    llmc::use_passive_wait_policy(argv);  // may re-execute this program (llmc/app/threads.h)
+    if (!llmc::use_passive_wait_policy(argv)) return 1;  // may re-execute this program (llmc/app/threads.h)
     llmc::GenerateCli cli;
     const int rc = cli.parse(argc, argv);
     if (rc >= 0) return rc;

@@ -26,7 +26,7 @@
 #include "llmc/train/train_loop.h"
 
 int main(int argc, char** argv) {
-    llmc::use_passive_wait_policy(argv);  // may re-execute this program (llmc/app/threads.h)
+    if (!llmc::use_passive_wait_policy(argv)) return 1;  // may re-execute this program (llmc/app/threads.h)
     // A write past `ulimit -f` fails with EFBIG (one error line, files left intact) instead of SIGXFSZ
     llmc::ignore_file_size_signal();
     llmc::LaunchSession mpi(&argc, &argv);  // MPI_Init / MPI_Finalize when started by a launcher

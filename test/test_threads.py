@@ -94,3 +94,32 @@ def test_generator_reports_the_wait_policy(byte_data, tmp_path):  # noqa: F811
     assert p.returncode == 0, p.stderr
     assert libgomp_wait_policy(p.stderr) == ("PASSIVE", 0)
     assert re.search(r"generated 4 tokens .*cpu \((1 thread|\d+ threads), OMP_WAIT_POLICY=PASSIVE\)", p.stderr), p.stderr
+
+
+@pytest.mark.parametrize("program", ["train", "generate"])
+@pytest.mark.parametrize("env, said", [
+    ({"OMP_NUM_THREADS": "abc"}, "OMP_NUM_THREADS='abc' is not a thread count (a positive integer); set one, unset "
+     "it (all the CPUs this process may use), or give --threads N"),
+    ({"OMP_NUM_THREADS": "0"}, "OMP_NUM_THREADS='0' is not a thread count"),
+    ({"OMP_NUM_THREADS": "-1"}, "OMP_NUM_THREADS='-1' is not a thread count"),
+    ({"OMP_NUM_THREADS": "4,"}, "OMP_NUM_THREADS='4,' is not a thread count"),
+    ({"OMP_NUM_THREADS": ""}, "OMP_NUM_THREADS='' is not a thread count"),
+    ({"OMP_WAIT_POLICY": "bogus"}, "OMP_WAIT_POLICY='bogus' is not ACTIVE or PASSIVE; set one of them, or unset it "
+     "(the programs then wait PASSIVE, docs/training.md \"Threads\")"),
+])
+def test_an_openmp_variable_libgomp_would_ignore_is_refused(byte_data, program, env, said):  # noqa: F811
+    """(a new-user trial) OMP_NUM_THREADS=abc (or 0, -1): libgomp warned twice (the re-execution) and the trainer
+    quietly used every CPU; OMP_WAIT_POLICY=bogus was shown on the device line as the policy in effect while
+    libgomp spun by its default. Refused with one line (after libgomp's own warning, which comes before main)."""
+    binary = BIN if program == "train" else GEN
+    p = subprocess.run([str(binary), "--help"], cwd=REPO, capture_output=True, text=True, timeout=60,
+                       env=clean_env(**env))
+    assert p.returncode == 1 and p.stdout == "", p.stdout[:300]
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: {said}"), p.stderr
+    assert p.stderr.count("libgomp: Invalid value") <= 1, p.stderr  # not again after a re-execution
+
+
+def test_valid_openmp_variables_are_taken(byte_data):  # noqa: F811
+    for env in ({"OMP_NUM_THREADS": "2,1"}, {"OMP_WAIT_POLICY": "Passive"}):
+        train(byte_data, clean_env(**env))

@@ -13,15 +13,56 @@
 // Thread count. --threads N > 0 is used as given; --threads 0 (the default) takes OMP_NUM_THREADS when
 // it is set, else the number of CPUs this process may run on (its sched_getaffinity mask: `taskset`,
 // cgroups' cpusets, Slurm's binding), which is also libgomp's own default.
+//
+// Both variables are checked first (omp_environment_error): a value libgomp cannot read it ignores with
+// a warning (printed again by the re-execution) and goes on with its default, all CPUs or its spin
+// policy, while the device line reported the value as in effect. Such a value is refused instead.
 #pragma once
 #include <sched.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include <omp.h>
 
 namespace llmc {
+
+// The error for OpenMP variables libgomp would ignore (OpenMP 5.2, "Environment Variables"; libgomp warns
+// "Invalid value" and keeps its default): OMP_NUM_THREADS not a list of positive integers ("4", "4,2"),
+// OMP_WAIT_POLICY not ACTIVE or PASSIVE (any case), an empty value of either included; "" when both are
+// unset or valid.
+inline std::string omp_environment_error(const char* num_threads, const char* wait_policy) {
+    if (num_threads != nullptr) {
+        bool ok = true, digit_seen = false, nonzero = false;
+        for (const char* c = num_threads;; c++) {
+            if (*c == ',' || *c == '\0') {
+                ok = ok && digit_seen && nonzero;
+                if (*c == '\0') break;
+                digit_seen = nonzero = false;
+            } else if (std::isdigit((unsigned char)*c)) {
+                digit_seen = true;
+                nonzero = nonzero || *c != '0';
+            } else {
+                ok = false;
+            }
+        }
+        if (!ok)
+            return std::string("OMP_NUM_THREADS='") + num_threads +
+                   "' is not a thread count (a positive integer); set one, unset it (all the CPUs this process may "
+                   "use), or give --threads N";
+    }
+    if (wait_policy != nullptr) {
+        std::string v = wait_policy;
+        for (char& c : v) c = (char)std::toupper((unsigned char)c);
+        if (v != "ACTIVE" && v != "PASSIVE")
+            return std::string("OMP_WAIT_POLICY='") + wait_policy + "' is not ACTIVE or PASSIVE; set one of them, " +
+                   "or unset it (the programs then wait PASSIVE, docs/training.md \"Threads\")";
+    }
+    return "";
+}
 
 // The value the programs give OMP_WAIT_POLICY when the environment chose no wait policy.
 constexpr const char* kDefaultWaitPolicy = "PASSIVE";
@@ -34,13 +75,20 @@ inline bool program_chooses_wait_policy(const char* omp_wait_policy, const char*
 
 // First thing in main, before anything starts a thread or MPI: when the environment chose no wait
 // policy, set OMP_WAIT_POLICY=PASSIVE and re-execute this program so that libgomp reads it. Returns
-// only when no re-exec was needed, or when it failed (then the variable is removed again, so that the
-// device line, llmc/cpu/omp_wait.h, reports libgomp's default, which is what is in effect).
-inline void use_passive_wait_policy(char** argv) {
-    if (!program_chooses_wait_policy(std::getenv("OMP_WAIT_POLICY"), std::getenv("GOMP_SPINCOUNT"))) return;
-    if (setenv("OMP_WAIT_POLICY", kDefaultWaitPolicy, 1) != 0) return;
+// true only when no re-exec was needed, or when it failed (then the variable is removed again, so that
+// the device line, llmc/cpu/omp_wait.h, reports libgomp's default, which is what is in effect); false
+// after printing the one error line when omp_environment_error finds one (main then exits 1).
+inline bool use_passive_wait_policy(char** argv) {
+    const std::string error = omp_environment_error(std::getenv("OMP_NUM_THREADS"), std::getenv("OMP_WAIT_POLICY"));
+    if (!error.empty()) {
+        std::fprintf(stderr, "error: %s\n", error.c_str());
+        return false;
+    }
+    if (!program_chooses_wait_policy(std::getenv("OMP_WAIT_POLICY"), std::getenv("GOMP_SPINCOUNT"))) return true;
+    if (setenv("OMP_WAIT_POLICY", kDefaultWaitPolicy, 1) != 0) return true;
     execv("/proc/self/exe", argv);
     unsetenv("OMP_WAIT_POLICY");
+    return true;
 }
 
 // The thread count for --threads `flag` (>= 0): the flag when > 0; 0 (leave OpenMP's count, which
