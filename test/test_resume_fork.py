@@ -750,6 +750,25 @@ def test_a_runs_config_toml_with_relative_data_paths_from_another_directory(byte
     trainer(home, ["--config", toml, "-o", home / "rep_old", "-x", 1])
 
 
+def test_a_new_run_into_a_data_directory_is_refused(byte_data, tmp_path):
+    """(a new-user trial) -o naming the shards' own directory put the run's files and checkpoints among the
+    shards (and data/prepare.py then refused to remake that directory, "a training run's directory"). A new run
+    or fork into a directory holding a data set is refused, naming its files, with nothing written."""
+    data = tmp_path / "data"
+    shutil.copytree(byte_data, data)
+    names = sorted(f.name for f in data.iterdir())
+    assert "meta.json" in names and len(names) >= 4, names
+    listed = ", ".join(names[:3]) + ", ..."
+    for extra in ([], ["--fork-from", "x"]):
+        if extra:
+            src = tmp_path / "src"
+            run(data_args(byte_data) + COMMON + ["-o", src, "-x", 1, "-n", 1])
+            extra = ["--fork-from", src / "model_00000001.bin"]
+        assert_refused(data_args(data) + COMMON + ["-o", data, "-x", 2] + extra, data,
+                       f"output directory {data} holds a data set ({listed}): a run's files would go among its "
+                       "shards; choose another -o (e.g. out/RUN_NAME)")
+
+
 def test_no_training_data_for_an_o_that_holds_a_run_names_y1(byte_data, tmp_path):
     """trial 11: -o RUN -x 8 without -y 1 said only "no training data: give -i", pointing at new data where the
     likely intent was to continue the run. The refusal names the run and -y 1; an -o without a run keeps the

@@ -1,6 +1,7 @@
 // What an output directory (-o) already holds of a run, read before a run writes anything there, so
 // that the command's intent is checked against it (llmc/train/run_plan.h choose_resume):
 //   run_files_in        the files of a run (config.json, metrics.jsonl, ...) that -o holds
+//   data_files_in       the files of a data set (meta.json, tokenizer.bin, shards) that -o holds
 //   nearest_run_dir     a sibling directory holding a run whose name is near -o's ("did you mean")
 //   note_resume_without_checkpoint   the stderr note of -y 1 when -o has no complete checkpoint:
 //                       its recorded run starts again at step 0, or -o holds no run at all
@@ -8,6 +9,7 @@
 //                       records a checkpoint that is gone: refused (its records are not replaced)
 // docs/training.md "Checkpoints and resuming".
 #pragma once
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
@@ -37,6 +39,25 @@ inline std::vector<std::string> run_files_in(const std::string& dir) {
         if (!ec && size > 0) out.push_back(name);
     }
     return out;
+}
+
+// The files of a data set (data/prepare.py's: meta.json, tokenizer.bin, train_*.bin and val_*.bin shards)
+// that `dir` holds, sorted, at most `most` of them named (then "..."); empty when none.
+inline std::vector<std::string> data_files_in(const std::string& dir, size_t most = 3) {
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string n = it->path().filename().string();
+        const bool shard = (n.rfind("train_", 0) == 0 || n.rfind("val_", 0) == 0) && n.size() > 4 &&
+                           n.compare(n.size() - 4, 4, ".bin") == 0;
+        if (shard || n == "meta.json" || n == "tokenizer.bin") names.push_back(n);
+    }
+    std::sort(names.begin(), names.end());
+    if (names.size() > most) {
+        names.resize(most);
+        names.push_back("...");
+    }
+    return names;
 }
 
 // "a, b and c"

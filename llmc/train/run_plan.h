@@ -72,6 +72,17 @@ inline void check_no_run_files(const std::string& out, bool fork) {
                      "(from step 0, with its recorded settings), remove those files, or choose another -o");
 }
 
+// A new run (fresh or forked) into an -o that holds a data set: its files would go among the shards (and
+// data/prepare.py would then refuse to remake the data there): refused, naming the data's files.
+inline void check_not_data_dir(const std::string& out) {
+    const std::vector<std::string> files = data_files_in(out);
+    if (files.empty()) return;
+    std::string list;
+    for (const std::string& f : files) list += (list.empty() ? "" : ", ") + f;
+    throw InputError("output directory " + out + " holds a data set (" + list +
+                     "): a run's files would go among its shards; choose another -o (e.g. out/RUN_NAME)");
+}
+
 // After the refusal of a model flag in a continued run (`who`: "a fork", "-y 1"): when that flag is a
 // stabilizer (--qk-norm, --attn-softcap), " (the stabilizers WHO can switch on are training flags:
 // ...)", the flags that continuation accepts (--qk-clip not on a QK-norm model); else "".
@@ -176,6 +187,7 @@ inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, con
             throw InputError("--fork-from starts a new run but " + out + " already holds checkpoints (newest step " +
                              std::to_string(newest_complete_step(out)) + "); choose a new -o for the fork");
         if (cfg.rank == 0 && !cfg.refork) check_no_run_files(out, true);
+        if (cfg.rank == 0 && !cfg.refork) check_not_data_dir(out);
         if (cfg.rank == 0 && cfg.refork)
             std::fprintf(stderr,
                          "note: -y 1: %s is a fork of %s (step %d) without a checkpoint of its own; it forks again "
@@ -188,6 +200,7 @@ inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, con
                          " already holds checkpoints (newest step " + std::to_string(newest_complete_step(out)) +
                          "); resume with -y 1 or choose another -o");
     if (cfg.rank == 0) check_no_run_files(out, false);
+    if (cfg.rank == 0) check_not_data_dir(out);
     return std::nullopt;
 }
 
