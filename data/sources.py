@@ -48,8 +48,9 @@ def load_document(spec):
     return text, info
 
 
-# A PG-19 book's file name: its Gutenberg id (DeepMind's release: 1001.txt; ../shared/data/pg19: pg1001.txt)
-_GUTENBERG_NAME_RE = re.compile(r"^(pg)?\d+\.txt$")
+# A PG-19 book's file name: its Gutenberg id (DeepMind's release: 1001.txt; ../shared/data/pg19: pg1001.txt);
+# an id has no leading zero, so one's own numbered chapters (01.txt, 02.txt) are no Gutenberg names
+_GUTENBERG_NAME_RE = re.compile(r"^(pg)?[1-9]\d*\.txt$")
 _MARKER_SPAN = 1 << 16  # bytes at each end of a file where a Gutenberg header or footer is looked for
 
 
@@ -65,19 +66,19 @@ def _has_gutenberg_marker(path):
 
 
 def check_gutenberg_books(specs, root):
-    """--dataset pg19 of a directory whose files are no Project Gutenberg books (WikiText, one's own text)
-    would label their shards pg19 in meta.json: refused, before anything is tokenized, when no file is one
-    by its name (its Gutenberg id: DeepMind's PG-19 release has the boilerplate removed, so its books carry
-    no marker) or by a Gutenberg header or footer marker (the local books keep them). Names are checked
-    first; files are then read at their ends until the first with a marker."""
-    if any(_GUTENBERG_NAME_RE.match(os.path.basename(spec.path)) for spec in specs):
-        return
-    if any(_has_gutenberg_marker(spec.path) for spec in specs):
-        return
-    raise PrepareError(f"--dataset pg19: none of the {len(specs)} files in {root} is a Project Gutenberg book by its "
-                       "name (its Gutenberg id, 1001.txt or pg1001.txt) or by a Gutenberg header or footer, so this "
-                       "is not PG-19 and its shards would be labelled pg19; give the PG-19 book directory, or "
-                       "--dataset text for other text")
+    """--dataset pg19 of a directory whose files are not all Project Gutenberg books (WikiText, one's own text,
+    a book of one's own among Gutenberg's) would label their shards pg19 in meta.json: refused, before anything
+    is tokenized, naming the first file (by name) that is one neither by its name (its Gutenberg id, no leading
+    zero: DeepMind's PG-19 release has the boilerplate removed, so its books carry no marker) nor by a Gutenberg
+    header or footer marker (the local books keep them). A file's name is checked first; only a file whose name
+    is no id is read, at its ends."""
+    for spec in sorted(specs, key=lambda s: s.name):
+        if _GUTENBERG_NAME_RE.match(os.path.basename(spec.path)) or _has_gutenberg_marker(spec.path):
+            continue
+        raise PrepareError(f"--dataset pg19: {spec.name} in {root} is not a Project Gutenberg book by its name (its "
+                           "Gutenberg id, 1001.txt or pg1001.txt) nor by a Gutenberg header or footer, and every "
+                           "file of a pg19 --source must be one, or its shards would be labelled pg19; take it out "
+                           "of the book directory, or give --dataset text for other books")
 
 
 def _check_file(path):

@@ -3,6 +3,7 @@ import csv
 import glob
 import json
 import os
+import shutil
 
 import pytest
 
@@ -144,32 +145,37 @@ def test_books_without_markers_are_noted_on_stderr(gpt2_dir, tmp_path):
     keeps only the progress lines."""
     src = tmp_path / "src"
     src.mkdir()
-    for i in range(3):
-        (src / f"b{i}.txt").write_text(f"Book {i}.\n" + "A line of plain text without any marker.\n" * 20)
+    for i in range(3):  # marker-less books named by their Gutenberg id (DeepMind's layout); b3.txt: by its markers
+        (src / f"10{i}.txt").write_text(f"Book {i}.\n" + "A line of plain text without any marker.\n" * 20)
     (src / "b3.txt").write_text("*** START OF THIS PROJECT GUTENBERG EBOOK B3 ***\nThe body.\n"
                                 "*** END OF THIS PROJECT GUTENBERG EBOOK B3 ***\n")
     proc = run_prepare("--dataset", "pg19", "--source", src, "--out", tmp_path / "out", "--tokenizer", "gpt2",
                        "--gpt2-bpe", gpt2_dir, "--val-fraction", 0.25, "--workers", 1)
-    notes = [ln for ln in proc.stderr.splitlines() if ln.startswith("note: b")]
-    assert len(notes) == 6 and "note: b0.txt: no Gutenberg header marker found, kept from its first line" in notes
+    notes = [ln for ln in proc.stderr.splitlines() if ln.startswith("note: ") and "Gutenberg" in ln]
+    assert len(notes) == 6 and "note: 100.txt: no Gutenberg header marker found, kept from its first line" in notes
     assert not any("b3.txt" in n for n in notes), notes
     assert "Gutenberg" not in proc.stdout, proc.stdout
 
 
+def not_gutenberg(name, src):
+    """stderr of --dataset pg19 refusing the file name of src as no Gutenberg book."""
+    return (f"error: --dataset pg19: {name} in {src} is not a Project Gutenberg book by its name (its Gutenberg id, "
+            "1001.txt or pg1001.txt) nor by a Gutenberg header or footer, and every file of a pg19 --source must be "
+            "one, or its shards would be labelled pg19; take it out of the book directory, or give --dataset text for "
+            "other books\n")
+
+
 def test_files_that_are_no_gutenberg_books_are_refused(gpt2_dir, tmp_path):
     """review: --dataset pg19 of WikiText (or one's own text) labelled its shards pg19 with a note per file.
-    When no file has a Gutenberg header or footer it is refused before anything is tokenized, nothing
-    written; --dataset text takes the same files."""
+    A file that is no Gutenberg book (by its name or a header or footer) is refused, naming the first, before
+    anything is tokenized, nothing written; --dataset text takes the same files."""
     src = tmp_path / "src"
     src.mkdir()
     for i in range(3):
         (src / f"b{i}.txt").write_text(f"Book {i}.\n" + "A line of plain text without any marker.\n" * 20)
     proc = run_prepare("--dataset", "pg19", "--source", src, "--out", tmp_path / "out", "--tokenizer", "gpt2",
                        "--gpt2-bpe", gpt2_dir, "--workers", 1, check=False)
-    assert proc.returncode == 1 and proc.stderr == (
-        f"error: --dataset pg19: none of the 3 files in {src} is a Project Gutenberg book by its name (its "
-        "Gutenberg id, 1001.txt or pg1001.txt) or by a Gutenberg header or footer, so this is not PG-19 and its "
-        "shards would be labelled pg19; give the PG-19 book directory, or --dataset text for other text\n"), proc.stderr
+    assert proc.returncode == 1 and proc.stderr == not_gutenberg("b0.txt", src), proc.stderr
     assert not (tmp_path / "out").exists()
     run_prepare("--dataset", "text", "--source", src, "--out", tmp_path / "out", "--tokenizer", "gpt2",
                 "--gpt2-bpe", gpt2_dir, "--workers", 1)
@@ -188,6 +194,56 @@ def test_deepminds_marker_less_books_named_by_id_are_pg19(gpt2_dir, tmp_path):
                        "--gpt2-bpe", gpt2_dir, "--workers", 1)
     assert json.loads((tmp_path / "out" / "meta.json").read_text())["dataset"] == "pg19"
     assert "note: 1001.txt: no Gutenberg header marker found, kept from its first line" in proc.stderr, proc.stderr
+
+
+def test_numbered_files_with_leading_zeros_are_no_gutenberg_ids(gpt2_dir, tmp_path):
+    """review: one's own chapters 01.txt 02.txt 03.txt (no marker) passed as PG-19 books named by their Gutenberg
+    id (`\\d+`): an id has no leading zero. Refused, naming the first, nothing written."""
+    src = tmp_path / "chapters"
+    src.mkdir()
+    for i in (1, 2, 3):
+        (src / f"0{i}.txt").write_text(f"Chapter {i}.\n" + "A line of my own novel.\n" * 20)
+    proc = run_prepare("--dataset", "pg19", "--source", src, "--out", tmp_path / "out", "--tokenizer", "gpt2",
+                       "--gpt2-bpe", gpt2_dir, "--workers", 1, check=False)
+    assert proc.returncode == 1 and proc.stderr == not_gutenberg("01.txt", src), proc.stderr
+    assert sorted(os.listdir(tmp_path)) == ["chapters"]
+
+
+def test_every_file_of_a_pg19_source_must_be_a_gutenberg_book(gpt2_dir, tmp_path):
+    """review: one file named by a Gutenberg id accepted the whole directory (`any`): one's own books beside it
+    were labelled pg19. Every file must be a Gutenberg book, by its name or a marker; the first that is not is
+    named (in a subdirectory: its path below --source)."""
+    src = tmp_path / "books"
+    (src / "mine").mkdir(parents=True)
+    for i in (1001, 1002):
+        (src / f"{i}.txt").write_text(f"Book {i}.\n" + "A line of the book.\n" * 20)
+    (src / "b3.txt").write_text("*** START OF THIS PROJECT GUTENBERG EBOOK B3 ***\nThe body.\n"
+                                "*** END OF THIS PROJECT GUTENBERG EBOOK B3 ***\n")
+    (src / "mine" / "novel.txt").write_text("My novel.\n" + "A line of my own.\n" * 20)
+    (src / "zz.txt").write_text("More of my own.\n" * 20)
+    proc = run_prepare("--dataset", "pg19", "--source", src, "--out", tmp_path / "out", "--tokenizer", "gpt2",
+                       "--gpt2-bpe", gpt2_dir, "--workers", 1, check=False)
+    assert proc.returncode == 1 and proc.stderr == not_gutenberg(os.path.join("mine", "novel.txt"), src), proc.stderr
+    assert sorted(os.listdir(tmp_path)) == ["books"]
+    shutil.rmtree(src / "mine")
+    proc = run_prepare("--dataset", "pg19", "--source", src, "--out", tmp_path / "out", "--tokenizer", "gpt2",
+                       "--gpt2-bpe", gpt2_dir, "--workers", 1, check=False)
+    assert proc.returncode == 1 and proc.stderr == not_gutenberg("zz.txt", src), proc.stderr
+    (src / "zz.txt").unlink()  # the books named by id and the one with markers: PG-19
+    run_prepare("--dataset", "pg19", "--source", src, "--out", tmp_path / "out", "--tokenizer", "gpt2",
+                "--gpt2-bpe", gpt2_dir, "--workers", 1)
+    assert json.loads((tmp_path / "out" / "meta.json").read_text())["dataset"] == "pg19"
+
+
+def test_the_local_pg19_books_are_all_gutenberg_books(shared_data, monkeypatch):
+    """../shared/data/pg19 (pg1001.txt ..., books.tsv and a LICENSE beside them) passes the every-file check as
+    it is, by the books' names alone (no file is read for a marker)."""
+    monkeypatch.setattr(sources, "_has_gutenberg_marker", lambda path: pytest.fail(f"{path} was read"))
+    root = os.path.join(shared_data, "pg19")
+    splits = sources.dataset_splits("pg19", [root], 0.05, 1337)
+    specs = splits["train"] + splits["val"]
+    assert len(specs) == len(glob.glob(os.path.join(root, "*.txt"))) > 100
+    sources.check_gutenberg_books(specs, root)
 
 
 def test_a_marker_in_a_long_files_last_bytes_is_found(tmp_path):
