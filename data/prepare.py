@@ -84,7 +84,8 @@ def parse_args(argv):
                    "or for text one or more UTF-8 files / directories of *.txt (not used by synthetic)")
     p.add_argument("--out", required=True, help="output directory (shards, tokenizer.bin, meta.json)")
     p.add_argument("--force", action="store_true", help="replace a data set in --out of another tokenizer or "
-                   "vocabulary (refused without it: the runs trained on it would refuse the new one)")
+                   "vocabulary, or made from other text (another --dataset or other source files) (refused without "
+                   "it: the runs trained on it would refuse the new one, or read other text)")
     p.add_argument("--tokenizer", choices=["gpt2", "sp"], help="gpt2 = GPT-2 BPE, sp = SentencePiece BPE trained "
                    "on the training split (required except for synthetic)")
     p.add_argument("--vocab-size", type=int, help="SentencePiece vocabulary size (only with --tokenizer sp; "
@@ -278,6 +279,111 @@ def replaced_tokenizer_note(out, old, new):
             f"by {new[0]} (vocabulary {new[1]}): runs trained on the earlier one refuse this one (their data identity)")
 
 
+def _meta_of(out):
+    """The dict of --out's meta.json, or None when it is missing, unreadable or no object."""
+    try:
+        with open(os.path.join(out, "meta.json")) as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def recorded_files(meta):
+    """{file: (bytes, sha256 or None)} of the source files a meta.json records (sources[], and the copies left out,
+    duplicate_sources[], which were in the source too), or None when it records none readably."""
+    src = meta.get("sources")
+    dup = meta.get("duplicate_sources") or []
+    if not isinstance(src, list) or not src or not isinstance(dup, list):
+        return None
+    try:
+        return {str(r["file"]): (int(r["bytes"]), r.get("sha256") if isinstance(r.get("sha256"), str) else None)
+                for r in src + dup}
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+_digests = {}  # (path, size, mtime_ns) -> sha256: a source file is hashed once (the corpus check, then meta.json)
+
+
+def sha256_source(path):
+    st = os.stat(path)
+    key = (path, st.st_size, st.st_mtime_ns)
+    if key not in _digests:
+        _digests[key] = tk.sha256_file(path)
+    return _digests[key]
+
+
+def planned_files(splits):
+    """{file: (bytes, sha256)} of the source files of a text data set about to be made, as meta.json will record
+    them; sha256 a callable (hashed only when compared)."""
+    files = {}
+    for spec in splits["train"] + splits["val"]:
+        files[spec.name] = (os.path.getsize(spec.path), lambda p=spec.path: sha256_source(p))
+    for r in splits.get("left_out", []):
+        files[r["file"]] = (r["bytes"], r["sha256"])
+    return files
+
+
+def _made_from(dataset, names, said=""):
+    """'text from 2 source files (a.txt, b.txt)' (at most 3 named), 'synthetic' when names is empty; said, e.g.
+    ', its meta.json says': added inside the parentheses ('synthetic (its meta.json says)' without files)."""
+    if not names:
+        return f"{dataset} ({said.lstrip(',; ')})" if said else dataset
+    names = sorted(names)
+    shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    return f"{dataset} from {len(names)} source file{'s' if len(names) != 1 else ''} ({shown}{said})"
+
+
+def other_corpus(old, dataset, files):
+    """(what --out's data set was made from, what the new one is made from, how their files differ: '' or e.g.
+    '; 1 with other bytes, e.g. a.txt') when they differ, else None; each of the first two a (dataset, [file])
+    pair. old: the meta.json of --out's data set
+    (None: no data set); dataset, files: the new one's --dataset and {file: (bytes, sha256 or a callable giving
+    it)} ({} for synthetic). They differ in --dataset, or for pg19 and text in the source files: a name on one
+    side only, another size, or another sha256 where meta.json records one (hashed only where name and size
+    agree). tinyshakespeare is one text (its sha256 is checked) and synthetic no text: the same --dataset is the
+    same corpus. A meta.json without "dataset" (or, for the same pg19 or text, without "sources"): no claim."""
+    if old is None or not isinstance(old.get("dataset"), str):
+        return None
+    was = recorded_files(old)
+    if old["dataset"] != dataset:
+        return (old["dataset"], sorted(was or [])), (dataset, sorted(files)), ""
+    if dataset not in ("pg19", "text") or was is None:
+        return None
+    only_new = sorted(set(files) - set(was))
+    only_old = sorted(set(was) - set(files))
+    changed = []
+    for name in sorted(set(was) & set(files)):
+        (size, digest), (new_size, new_digest) = was[name], files[name]
+        if size != new_size or digest is not None and digest != (new_digest() if callable(new_digest) else new_digest):
+            changed.append(name)
+    if not (only_new or only_old or changed):
+        return None
+    how = [f"; {len(x)} {what}, e.g. {x[0]}" for x, what in [(only_new, "not in that data set"),
+                                                            (only_old, "of its missing"), (changed, "with other bytes")]
+           if x]
+    return (dataset, sorted(was)), (dataset, sorted(files)), "".join(how)
+
+
+def other_corpus_refusal(out, differ):
+    """The error for a data set in --out made from other text (other_corpus's triple) than the one about to
+    replace it: the runs trained on it would read other text from then on. "" when differ is None."""
+    if differ is None:
+        return ""
+    (old_ds, old_files), (new_ds, new_files), how = differ
+    return (f"--out {out} holds a data set of {_made_from(old_ds, old_files, ', its meta.json says')}, and this one "
+            f"is {_made_from(new_ds, new_files, how)}: every run trained on that data would read other text; prepare "
+            "into another --out, or give --force to replace it")
+
+
+def replaced_corpus_note(out, differ):
+    """The note when --force replaced a data set made from other text."""
+    (old_ds, old_files), (new_ds, new_files), how = differ
+    return (f"note: --force: --out {out} held a data set of {_made_from(old_ds, old_files)}, now replaced by "
+            f"{_made_from(new_ds, new_files, how)}: runs trained on the earlier one read other text now")
+
+
 RUN_MARKER_RE = re.compile(r"^(DONE_\d{8}|model_\d{8}\.bin|state_\d{8}_\d{5}\.bin)$")
 
 
@@ -302,7 +408,8 @@ def run_directory_refusal(out):
 
 def check_out(args):
     """Refuses, before anything is read or written, an --out that is a run's directory, or that holds a data set
-    of another tokenizer or vocabulary (without --force)."""
+    of another tokenizer or vocabulary (without --force). One made from other text is refused once the sources
+    are listed (prepare_text)."""
     why = run_directory_refusal(args.out)
     if not why and not args.force:
         why = other_tokenizer_refusal(args.out, planned_tokenizer(args))
@@ -313,8 +420,8 @@ def check_out(args):
 @contextlib.contextmanager
 def building(out, force=False):
     """with building(out) as work: write the data set into work. On success it replaces --out's earlier data
-    set (commit_out; one of another tokenizer or vocabulary, or of other tokenizer files, only with force, the
-    first then said in a note); on any
+    set (commit_out; one of another tokenizer or vocabulary, of other tokenizer files, or made from other text
+    (other_corpus) only with force, the first and the last then said in a note); on any
     failure, an exception or Ctrl-C, the work directory is deleted and --out is left as it was, byte for byte."""
     work = make_work_dir(out)
     keep = False
@@ -330,9 +437,15 @@ def building(out, force=False):
                                f"{changed} differs (a SentencePiece model trained on other text): every run trained "
                                "on that data would refuse it; prepare into another --out, or give --force to replace "
                                "it")
+        made = _meta_of(work) or {}
+        differ = other_corpus(_meta_of(out), made.get("dataset"), recorded_files(made) or {})
+        if differ and not force:  # prepare_text refused it before; this is the data set as made, checked again
+            raise PrepareError(other_corpus_refusal(out, differ))
         commit_out(work, out)
         if old:
             print(replaced_tokenizer_note(out, old, new), file=sys.stderr)
+        elif differ:
+            print(replaced_corpus_note(out, differ), file=sys.stderr)
     except _RollbackFailed:
         keep = True
         raise
@@ -440,7 +553,7 @@ def source_records(splits, file_tokens):
     records = []
     for (name, path), s in sorted(used.items()):
         order = sorted(set(s), key=["train", "val"].index)
-        records.append({"file": name, "bytes": os.path.getsize(path), "sha256": tk.sha256_file(path),
+        records.append({"file": name, "bytes": os.path.getsize(path), "sha256": sha256_source(path),
                         "splits": order, "tokens": {sp: file_tokens.get(name, {}).get(sp, 0) for sp in order}})
     return records
 
@@ -471,6 +584,10 @@ def prepare_text(args):
     splits = dataset_splits(args.dataset, args.source, args.val_fraction, args.seed)
     if args.dataset == "pg19":
         check_gutenberg_books(splits["train"] + splits["val"], args.source[0])
+    if not args.force:  # a data set made from other text in --out: refused before anything is tokenized
+        why = other_corpus_refusal(args.out, other_corpus(_meta_of(args.out), args.dataset, planned_files(splits)))
+        if why:
+            raise PrepareError(why)
     extra = {}
     left_out = splits["left_out"]
     if left_out:

@@ -235,7 +235,8 @@ def test_sentencepiece_failure_keeps_earlier_data_set(earlier):
 
 def test_source_failing_mid_run_keeps_earlier_data_set(earlier, tmp_path_factory):
     """Two files, the validation one not UTF-8: it is read after SentencePiece was trained on the other one and
-    tokenizer.model, tokenizer.bin and the training shards were written."""
+    tokenizer.model, tokenizer.bin and the training shards were written (--force: other source files than the
+    earlier data set's, refused before anything is read without it)."""
     import sources
     d = tmp_path_factory.mktemp("two")
     paths = [str(d / "a.txt"), str(d / "b.txt")]
@@ -246,7 +247,7 @@ def test_source_failing_mid_run_keeps_earlier_data_set(earlier, tmp_path_factory
             f.write(b"caf\xe9 latin-1\n" * 300 if p == val else good)
     _, out, before = earlier
     proc = run_prepare("--dataset", "text", "--source", d, "--out", out, "--tokenizer", "sp", "--vocab-size", 340,
-                       "--shard-tokens", 100, "--workers", 1, check=False)
+                       "--shard-tokens", 100, "--workers", 1, "--force", check=False)
     assert proc.returncode == 1 and f"{os.path.basename(val)} is not UTF-8" in proc.stderr, proc.stderr
     assert "SentencePiece BPE trained" in proc.stdout
     assert snapshot(str(out)) == before
@@ -342,11 +343,29 @@ def test_a_data_set_of_another_vocabulary_is_kept_without_force(earlier):
     same = run_prepare("--dataset", "text", "--source", src, "--out", out, "--tokenizer", "sp", "--vocab-size", 340,
                        "--workers", 1)
     assert "note:" not in same.stderr and "error:" not in same.stderr, same.stderr
-    # the same kind and vocabulary from other text: another SentencePiece model, which the runs refuse too
+    # the same kind and vocabulary from other text (the source edited): refused as other text before anything is
+    # read; --force replaces it, with one note
     kept = snapshot(str(out))
-    src.write_text((LETTERS + " other text, other pieces\n") * 60)
+    line = LETTERS + " other text, other pieces\n"
+    src.write_text(line * 30 + "0123456789\n" * 3 + line * 30)  # digits in the middle: below
     proc = run_prepare("--dataset", "text", "--source", src, "--out", out, "--tokenizer", "sp", "--vocab-size", 340,
                        "--workers", 1, check=False)
+    assert proc.returncode == 1 and proc.stderr.splitlines() == [
+        f"error: --out {out} holds a data set of text from 1 source file (letters.txt, its meta.json says), and this "
+        "one is text from 1 source file (letters.txt; 1 with other bytes, e.g. letters.txt): every run trained on "
+        "that data would read other text; prepare into another --out, or give --force to replace it"], proc.stderr
+    assert snapshot(str(out)) == kept
+    proc = run_prepare("--dataset", "text", "--source", src, "--out", out, "--tokenizer", "sp", "--vocab-size", 340,
+                       "--workers", 1, "--force")
+    assert [ln for ln in proc.stderr.splitlines() if ln.startswith(("note:", "error:"))] == [
+        f"note: --force: --out {out} held a data set of text from 1 source file (letters.txt), now replaced by text "
+        "from 1 source file (letters.txt; 1 with other bytes, e.g. letters.txt): runs trained on the earlier one "
+        "read other text now"], proc.stderr
+    # the same source split otherwise (the digits are validation only): another SentencePiece model, which the runs
+    # refuse too
+    kept = snapshot(str(out))
+    proc = run_prepare("--dataset", "text", "--source", src, "--out", out, "--tokenizer", "sp", "--vocab-size", 340,
+                       "--workers", 1, "--val-fraction", 0.6, check=False)
     assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
         f"error: --out {out} holds a data set of the same tokenizer kind and vocabulary, but this one's "
         "tokenizer.model differs (a SentencePiece model trained on other text): every run trained on that data would "
@@ -361,6 +380,98 @@ def test_a_data_set_of_another_vocabulary_is_kept_without_force(earlier):
     meta = json.loads((out / "meta.json").read_text())
     assert meta["vocab_size"] == 330 and "force" not in meta["args"]
     assert (out / "notes.txt").read_text() == "the user's file\n"
+
+
+def test_a_data_set_made_from_other_text_is_kept_without_force(tmp_path, shared_data, gpt2_dir):
+    """review: tiny Shakespeare prepared into an --out (and a run trained on it), then `--dataset text --source
+    pg1001.txt pg1002.txt` into the same --out, exited 0 and replaced the shards: --force was asked only for
+    another tokenizer or vocabulary. A data set made from other text (another --dataset, or other source files:
+    names, sizes, sha256 as meta.json records them) is refused with one line naming both and the fix, before
+    anything is read or written; the same preparation runs again as before (the same file from another directory
+    too); --force replaces it, with one note."""
+    pg, ts = os.path.join(shared_data, "pg19"), os.path.join(shared_data, "tinyshakespeare", "input.txt")
+    out = tmp_path / "d"
+    gpt2 = ["--tokenizer", "gpt2", "--gpt2-bpe", gpt2_dir, "--workers", 1]
+    run_prepare("--dataset", "tinyshakespeare", "--source", ts, "--out", out, *gpt2)
+    (out / "notes.txt").write_text("the user's file\n")
+    books = tmp_path / "books"
+    books.mkdir()
+    for name in ("pg1001.txt", "pg1002.txt"):
+        os.symlink(os.path.join(pg, name), books / name)
+    before = snapshot(str(out))
+    why = ": every run trained on that data would read other text; prepare into another --out, or give --force to " \
+          "replace it"
+    held = f"error: --out {out} holds a data set of tinyshakespeare from 1 source file (input.txt, its meta.json says)"
+    for args, this in [(["--dataset", "text", "--source", books / "pg1001.txt", books / "pg1002.txt"], "text"),
+                       (["--dataset", "pg19", "--source", books], "pg19")]:
+        proc = run_prepare(*args, "--out", out, *gpt2, check=False)
+        assert proc.returncode == 1 and proc.stderr.splitlines() == [
+            f"{held}, and this one is {this} from 2 source files (pg1001.txt, pg1002.txt){why}"], proc.stderr
+        assert proc.stdout == "" and snapshot(str(out)) == before
+
+    # the same preparation again: as before, the same files byte for byte; so from a copy of input.txt elsewhere
+    # (meta.json's args name that --source)
+    proc = run_prepare("--dataset", "tinyshakespeare", "--source", ts, "--out", out, *gpt2)
+    assert "note:" not in proc.stderr and "error:" not in proc.stderr and snapshot(str(out)) == before, proc.stderr
+    copy = tmp_path / "copy" / "input.txt"
+    copy.parent.mkdir()
+    copy.write_bytes(open(ts, "rb").read())
+    proc = run_prepare("--dataset", "tinyshakespeare", "--source", copy, "--out", out, *gpt2)
+    assert "note:" not in proc.stderr and "error:" not in proc.stderr, proc.stderr
+    files, was = snapshot(str(out))[0], dict(before[0])
+    assert files.pop("meta.json") != was.pop("meta.json") and files == was
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["args"]["source"] == [str(copy)] and [r["file"] for r in meta["sources"]] == ["input.txt"]
+
+    proc = run_prepare("--dataset", "text", "--source", books / "pg1001.txt", books / "pg1002.txt", "--out", out,
+                       *gpt2, "--force")
+    assert [ln for ln in proc.stderr.splitlines() if ln.startswith(("note:", "error:"))] == [
+        f"note: --force: --out {out} held a data set of tinyshakespeare from 1 source file (input.txt), now replaced "
+        "by text from 2 source files (pg1001.txt, pg1002.txt): runs trained on the earlier one read other text now"]
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["dataset"] == "text" and [r["file"] for r in meta["sources"]] == ["pg1001.txt", "pg1002.txt"]
+    assert (out / "notes.txt").read_text() == "the user's file\n"
+
+    # the same --dataset from other files: a file added, a file missing; the same files elsewhere are the same text
+    before = snapshot(str(out))
+    os.symlink(os.path.join(pg, "pg1003.txt"), books / "pg1003.txt")
+    held = (f"error: --out {out} holds a data set of text from 2 source files (pg1001.txt, pg1002.txt, its meta.json "
+            "says), and this one is text from ")
+    for names, this in [(["pg1001.txt", "pg1002.txt", "pg1003.txt"], "3 source files (pg1001.txt, pg1002.txt, "
+                         "pg1003.txt; 1 not in that data set, e.g. pg1003.txt)"),
+                        (["pg1001.txt", "pg1003.txt"], "2 source files (pg1001.txt, pg1003.txt; 1 not in that data "
+                         "set, e.g. pg1003.txt; 1 of its missing, e.g. pg1002.txt)")]:
+        proc = run_prepare("--dataset", "text", "--source", *[books / n for n in names], "--out", out, *gpt2,
+                           check=False)
+        assert proc.returncode == 1 and proc.stderr.splitlines() == [held + this + why], proc.stderr
+        assert snapshot(str(out)) == before
+    (tmp_path / "again").mkdir()
+    for name in ("pg1001.txt", "pg1002.txt"):
+        (tmp_path / "again" / name).write_bytes(open(os.path.join(pg, name), "rb").read())
+    proc = run_prepare("--dataset", "text", "--source", tmp_path / "again" / "pg1002.txt",
+                       tmp_path / "again" / "pg1001.txt", "--out", out, *gpt2)
+    assert "note:" not in proc.stderr and "error:" not in proc.stderr, proc.stderr
+    files, was = snapshot(str(out))[0], dict(before[0])
+    assert files.pop("meta.json") != was.pop("meta.json") and files == was  # the same shards: meta.json's args differ
+
+
+def test_other_text_is_checked_again_as_made(monkeypatch, tmp_path, gpt2_dir, capsys):
+    """The data set as made is checked again before it is moved in (as another tokenizer is): sources that the
+    check before tokenizing took for --out's (here: made to) are refused then, --out byte for byte as it was."""
+    import prepare
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.txt").write_text(f"text {name}, " * 200 + "\n")
+    out = tmp_path / "out"
+    gpt2 = ["--tokenizer", "gpt2", "--gpt2-bpe", str(gpt2_dir), "--workers", "1"]
+    run_prepare("--dataset", "text", "--source", tmp_path / "a.txt", "--out", out, *gpt2)
+    before = snapshot(str(out))
+    monkeypatch.setattr(prepare, "planned_files", lambda splits: prepare.recorded_files(prepare._meta_of(str(out))))
+    assert prepare.main(["--dataset", "text", "--source", str(tmp_path / "b.txt"), "--out", str(out), *gpt2]) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: --out {out} holds a data set of text from 1 source file (a.txt, its meta.json says), and this one is "
+        "text from 1 source file (b.txt; 1 not in that data set, e.g. b.txt; 1 of its missing, e.g. a.txt): every run "
+        "trained on that data would read other text; prepare into another --out, or give --force to replace it")
+    assert snapshot(str(out)) == before
 
 
 def test_a_training_run_directory_is_refused_as_out(tmp_path):
