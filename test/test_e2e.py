@@ -596,7 +596,7 @@ def test_paper_model_options_train_resume_evaluate_and_refuse_contradictions(byt
                                                   "--gelu", "tanh"], full, "different model")
     (tmp_path / "bad").mkdir()
     assert_refused(data_args(byte_data) + TINY + ["-o", tmp_path / "bad", "--bias", 2], tmp_path / "bad",
-                   "--bias must be 0 (no biases) or 1")
+                   "--bias must be 0 (no biases, the paper's bias=False) or 1 (GPT-2's biases) (got 2)")
     # bias=false, as the paper's code and config.json write it (trial 11): what 0 and 1 mean, not just "0 or 1"
     (tmp_path / "b.toml").write_text("bias=false\n")
     assert_refused(data_args(byte_data) + TINY + ["-o", tmp_path / "bad", "--config", tmp_path / "b.toml"],

@@ -61,16 +61,15 @@ public:
         return ok;                                                       \
     });
 // a 0/1 model flag's refusal (--bias is the one): what each value means, as its range check says it
-#define LLMC_NOTE_MODEL_RANGE(type, field, names, help)                                             \
-    note_range(names,                                                                               \
-               std::string(#field) == "bias"                                                        \
-                   ? "must be 0 (no biases, the paper's bias=False) or 1 (GPT-2's biases) (got {})" \
-                   : "must be 0 or 1 (got {})",                                                     \
-               c.overrides.field, [](const auto& v) {                                               \
-                   ModelOverrides o;                                                                \
-                   o.field = v;                                                                     \
-                   return model_override_accepted(o);                                               \
-               });
+#define LLMC_NOTE_MODEL_RANGE(type, field, names, help)                                                                \
+    note_range(                                                                                                        \
+        names,                                                                                                         \
+        std::string(#field) == "bias" ? std::string(kBiasRule) + " (got {})" : std::string("must be 0 or 1 (got {})"), \
+        c.overrides.field, [](const auto& v) {                                                                         \
+            ModelOverrides o;                                                                                          \
+            o.field = v;                                                                                               \
+            return model_override_accepted(o);                                                                         \
+        });
         LLMC_TRAIN_FLAGS(LLMC_NOTE_RANGE, LLMC_NOTE_MODEL_RANGE)
 #undef LLMC_NOTE_RANGE
 #undef LLMC_NOTE_MODEL_RANGE

@@ -118,10 +118,11 @@ inline Gelu parse_gelu(const std::string& v) {
     if (v == "erf") return Gelu::Erf;
     throw InputError("--gelu '" + v + "' is not an activation; use tanh (GPT-2's approximation) or erf (exact)");
 }
+// --bias's rule, as its refusals word it (parse_bias, and llmc/app/cli.h for a value that is not an integer).
+constexpr const char* kBiasRule = "must be 0 (no biases, the paper's bias=False) or 1 (GPT-2's biases)";
 // --bias's value; InputError unless 0 or 1.
 inline bool parse_bias(int v) {
-    if (v != 0 && v != 1)
-        throw InputError("--bias must be 0 (no biases) or 1 (GPT-2's biases) (got " + std::to_string(v) + ")");
+    if (v != 0 && v != 1) throw InputError(std::string("--bias ") + kBiasRule + " (got " + std::to_string(v) + ")");
     return v == 1;
 }
 
