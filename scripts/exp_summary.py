@@ -5,7 +5,11 @@ and seed, as markdown on stdout.
     scripts/exp_summary.py RUN_DIR [RUN_DIR ...] [--threshold X]
 
 Columns: the run (its directory's name, with the parent folders that tell two runs of one name apart),
-T/C, T, variant and seed (from the directory name r<ratio>_<variant>_s<seed> when config.json agrees, name_agrees;
+T/C, T, variant and seed (from the directory name r<ratio>_<variant>_s<seed> when config.json agrees: its T/C,
+its seed, and for one of exp_text_ratio.sh's variants, kind[_stabilizer[N]], the attention (ls and local also
+for a window >= T, "MHSA (P=p >= T)"), the one stabilizer named and no other, and mhsa_softcapN's soft-cap and
+mhsa_qkclipN's QK-Clip N (30, the script's, without N); name_disagrees. A name that disagrees gets one note on
+stderr naming the parts that differ and what config.json records;
 for another name, or one that disagrees, from config.json: T/C = T / C, an integer when C divides T,
 else a decimal of 3 significant digits (0.5, 1.33; one decimal from 100: 170.7), the variant as
 scripts/plot_run.py labels it: the attention (MHSA, MHSA (P=p >= T), LS G=g/NH P=p or all-local P=p) and
@@ -50,33 +54,59 @@ VARIANT_OPTIONS = (("qk_norm", "attn_softcap", "bias", "gelu") + tuple(key for _
                    + ("grad_clip", "forked_from"))
 
 
-# What a run named by an exp_text_ratio.sh variant (kind[_stabilizer]) has in its config's variant label
-NAME_KINDS = {"mhsa": "MHSA", "ls": "LS ", "local": "all-local"}
-NAME_STABILIZERS = {"qknorm": "QK-norm", "zloss": "z-loss", "softcap": "soft-cap", "qkclip": "QK-Clip"}
+# exp_text_ratio.sh's variant names: kind[_stabilizer[N]] (its variant_flags: mhsa_softcapN is --attn-softcap N,
+# mhsa_qkclipN --qk-clip N, without N its SOFTCAP and QKCLIP)
+NAME_VARIANT = re.compile(r"(mhsa|ls|local)(?:_(qknorm|zloss)|_(softcap|qkclip)(\d*))?")
+NAME_DEFAULTS = {"softcap": 30, "qkclip": 30}  # exp_text_ratio.sh's SOFTCAP and QKCLIP
+# where config.json records a numbered stabilizer's value
+NAME_VALUES = {"softcap": ("model", "attn_softcap"), "qkclip": ("train", "qk_clip")}
 
 
-def name_agrees(name, from_config):
-    """Whether a directory's (ratio, variant, seed) (r<ratio>_<variant>_s<seed>) agree with its config's
-    (config_parts): T/C and seed where recorded, the variant's attention and stabilizer where it is one of
-    exp_text_ratio.sh's (a renamed or copied run: r8_mhsa_s1 holding an LS run at T/C 4)."""
-    (ratio, variant, seed), (c_ratio, c_variant, c_seed) = name, from_config
-    if c_ratio is not None and c_ratio != ratio or c_seed is not None and c_seed != seed:
+def variant_agrees(variant, config):
+    """Whether an exp_text_ratio.sh variant name (NAME_VARIANT) agrees with the run's config: the attention kind
+    (plot_run.attention_kinds: ls and local also for a window not below T), the one stabilizer among plot_run's
+    STABILIZER_WORDS it names and no other, and a soft-cap's or QK-Clip's number (its default without one), held
+    all along. Any other name is the user's label: True."""
+    m = NAME_VARIANT.fullmatch(variant)
+    kinds = plot_run.attention_kinds(config)
+    if not m or not kinds:
+        return True  # not one of the script's names, or a run whose heads are not recorded
+    kind, stab = m.group(1), m.group(2) or m.group(3)
+    parts = {key: text for key, text, _ in plot_run.label_parts(config)}
+    has = {word for word, (key, _) in plot_run.STABILIZER_WORDS.items() if key in parts}
+    if kind not in kinds or has != ({stab} if stab else set()):
         return False
-    kind, _, stab = variant.partition("_")
-    if kind not in NAME_KINDS or stab not in ("", *NAME_STABILIZERS) or c_variant.startswith("?"):
-        return True  # not one of the script's names: the name is the user's label
-    has = {s for s, word in NAME_STABILIZERS.items() if word in c_variant}
-    return c_variant.startswith(NAME_KINDS[kind]) and has == ({stab} if stab else set())
+    if stab in NAME_VALUES:
+        section, key = NAME_VALUES[stab]
+        want = int(m.group(4)) if m.group(4) else NAME_DEFAULTS[stab]
+        if section == "model":
+            start, changes = (config.get("model") or {}).get(key), []
+        else:
+            start, changes = plot_run.timeline(config.get("train") or {}, plot_run.history_entries(config), key)
+        if changes or not isinstance(start, (int, float)) or not math.isclose(start, want, rel_tol=1e-6):
+            return False
+    return True
+
+
+def name_disagrees(name, config):
+    """The parts ("T/C", "variant", "seed") of a directory's (ratio, variant, seed) (r<ratio>_<variant>_s<seed>)
+    that its config records otherwise (config_parts): T/C and seed where recorded, the variant where it is one of
+    exp_text_ratio.sh's (variant_agrees; a renamed or copied run: r8_mhsa_s1 holding an LS run at T/C 4)."""
+    (ratio, variant, seed), (c_ratio, _, c_seed) = name, config_parts(config)
+    return [part for part, differs in (("T/C", c_ratio is not None and c_ratio != ratio),
+                                       ("variant", not variant_agrees(variant, config)),
+                                       ("seed", c_seed is not None and c_seed != seed)) if differs]
 
 
 def name_parts(path, config):
-    """(ratio, variant, seed) from r<ratio>_<variant>_s<seed>, else from the config (config_parts); None in
-    place of the name's when it matches but disagrees with the config (name_agrees)."""
+    """((ratio, variant, seed), disagreeing): from r<ratio>_<variant>_s<seed> when the config agrees, else from
+    the config (config_parts), with the parts of the name it disagrees with (name_disagrees)."""
     m = re.fullmatch(r"r(\d+)_(\w+?)_s(\d+)", os.path.basename(os.path.normpath(path)))
     if m:
         named = int(m.group(1)), m.group(2), int(m.group(3))
-        return named if not config or name_agrees(named, config_parts(config)) else None
-    return config_parts(config)
+        disagreeing = name_disagrees(named, config) if config else []
+        return (config_parts(config), disagreeing) if disagreeing else (named, [])
+    return config_parts(config), []
 
 
 def config_parts(config):
@@ -169,11 +199,14 @@ def main(argv=None):
             sys.exit(f"error: {e}")
         configs.append(run.label_config())
         train = (run.config or {}).get("train", {})
-        parts = name_parts(path, run.label_config())
-        if parts is None:  # a renamed or copied run: the row shows what it recorded
-            parts = config_parts(run.label_config())
-            print(f"note: {name}'s name says T/C, variant and seed other than its config.json records (T/C "
-                  f"{ratio_text(parts[0])}, {parts[1]}, seed {parts[2]}): the row shows config.json's", file=sys.stderr)
+        parts, disagreeing = name_parts(path, run.label_config())
+        if disagreeing:  # a renamed or copied run: the row shows what it recorded
+            recorded = {"T/C": f"T/C {ratio_text(parts[0])}", "variant": parts[1], "seed": f"seed {parts[2]}"}
+            said = disagreeing[0] if len(disagreeing) == 1 else \
+                ", ".join(disagreeing[:-1]) + " and " + disagreeing[-1]
+            print(f"note: {name}'s name says {said} other than its config.json records "
+                  f"({', '.join(recorded[d] for d in disagreeing)}): the row shows config.json's T/C, variant and seed",
+                  file=sys.stderr)
         ratio, variant, seed = parts
         s = plot_run.summarize(run, a.threshold)
         if s["source_note"]:

@@ -715,6 +715,25 @@ def run_labels(runs):
     return make_labels(all_parts, [os.path.basename(os.path.normpath(r.path)) for r in runs])
 
 
+# the stabilizers a run name (scripts/exp_text_ratio.sh's variants) may name, by their word: (label_parts key,
+# text)
+STABILIZER_WORDS = {"qknorm": ("qk_norm", "QK-norm"), "zloss": ("z_loss", "z-loss"),
+                    "softcap": ("attn_softcap", "soft-cap"), "qkclip": ("qk_clip", "QK-Clip")}
+
+
+def attention_kinds(config):
+    """The attention kinds ("mhsa", "ls", "local") a name may give a run: its layout's (MHSA for G = NH,
+    LS for 0 < G < NH, all-local for G = 0), and "mhsa" too for a window not below T (label_parts' "MHSA (P=p >=
+    T)": the local heads are there, and see the whole context). Empty when the model's heads are not known."""
+    m = (config or {}).get("model") or {}
+    kind = {k: text for k, text, _ in label_parts(config)}.get("kind")
+    if kind is None:
+        return set()
+    g, nh = m.get("global_heads"), m.get("num_heads")
+    layout = "mhsa" if g == nh else "local" if g == 0 else "ls"
+    return {layout} | ({"mhsa"} if kind.startswith("MHSA") else set())
+
+
 def markers_of(config):
     """Vertical markers of a run: [(step, text)], one per step where training flags changed on resume
     ("--z-loss 0->1e-4", several flags of one step on separate lines; an epoch entry as "one epoch: 4330->2165

@@ -9,7 +9,9 @@ settings (tokens per step, weight decay, schedule) are labelled so, with one not
 fork's summary (and exp_summary's hours) counts its source's steps up to the fork, or marks its cells and says
 why when the source cannot be read, a logit_stats.jsonl of another model than config.json's is refused,
 exp_summary.py reads T/C and the variant of a directory not named r<ratio>_<variant>_s<seed> from its config,
-and a bad --formats is refused before anything is written.
+and a name of exp_text_ratio.sh's that disagrees with it (a numbered soft-cap or QK-Clip too; an LS or all-local
+run whose window reaches T agrees) with one note naming the parts that differ, and a bad --formats is refused
+before anything is written.
 
 The trainer is $TRAINER, else $TRAIN_GPT2_LS, else the repository's ./train_gpt2_ls (`make` builds it).
 """
@@ -1001,34 +1003,67 @@ def test_exp_summary_of_runs_not_named_by_ratio_reads_t_over_c_and_the_variant(t
     assert [r["run"] for r in exp_summary_rows(p.stdout)] == ["t32_c64", "t96_c72", "t48_c32", "r2_ls_s1", "t64_c16"]
 
 
-@pytest.mark.parametrize("name, model, train", [
-    ("r8_mhsa_s1", {"global_heads": 1}, {"seq_len": 64, "seed": 1}),      # an LS run under an MHSA name
-    ("r8_ls_s1", {"global_heads": 1}, {"seq_len": 32, "seed": 1}),        # T/C 4, not 8
-    ("r8_ls_s2", {"global_heads": 1}, {"seq_len": 64, "seed": 1}),        # seed 1, not 2
-    ("r8_mhsa_qknorm_s1", {"global_heads": 4}, {"seq_len": 64, "seed": 1}),  # no QK-norm
-    ("r8_mhsa_s1", {"global_heads": 4}, {"seq_len": 64, "seed": 1, "z_loss": 1e-4}),  # a z-loss
+@pytest.mark.parametrize("name, model, train, said, good", [
+    # an LS run under an MHSA name
+    ("r8_mhsa_s1", {"global_heads": 1}, {"seq_len": 64, "seed": 1}, "variant", "r8_ls_s1"),
+    ("r8_ls_s1", {"global_heads": 1}, {"seq_len": 32, "seed": 1}, "T/C", "r4_ls_s1"),  # T/C 4, not 8
+    ("r8_ls_s2", {"global_heads": 1}, {"seq_len": 64, "seed": 1}, "seed", "r8_ls_s1"),  # seed 1, not 2
+    ("r8_mhsa_qknorm_s1", {"global_heads": 4}, {"seq_len": 64, "seed": 1}, "variant", "r8_mhsa_s1"),  # no QK-norm
+    ("r8_mhsa_s1", {"global_heads": 4}, {"seq_len": 64, "seed": 1, "z_loss": 1e-4}, "variant",  # a z-loss
+     "r8_mhsa_zloss_s1"),
+    # a review: exp_text_ratio.sh's numbered variants were the user's own label, never checked
+    ("r8_mhsa_softcap7_s1", {"global_heads": 4}, {"seq_len": 64, "seed": 1, "qk_clip": 7.0}, "variant",
+     "r8_mhsa_qkclip7_s1"),  # a QK-Clip run
+    ("r8_mhsa_softcap50_s1", {"global_heads": 4, "attn_softcap": 30.0}, {"seq_len": 64, "seed": 1}, "variant",
+     "r8_mhsa_softcap_s1"),  # soft-cap 30 (the script's default), not 50
+    ("r8_mhsa_qkclip_s1", {"global_heads": 4}, {"seq_len": 64, "seed": 1, "qk_clip": 7.0}, "variant",
+     "r8_mhsa_qkclip7_s1"),  # QK-Clip 7, not the script's 30
+    ("r8_mhsa_qkclip7_s1", {"global_heads": 4}, {"seq_len": 64, "seed": 1, "qk_clip": 30.0}, "variant",
+     "r8_mhsa_qkclip30_s1"),
+    # the note names the parts that differ, and only those
+    ("r4_ls_s2", {"global_heads": 1}, {"seq_len": 64, "seed": 1}, "T/C and seed", "r8_ls_s1"),
+    ("r4_mhsa_s2", {"global_heads": 1}, {"seq_len": 64, "seed": 1}, "T/C, variant and seed", "r8_ls_s1"),
 ])
-def test_exp_summary_takes_the_config_where_a_name_disagrees(tmp_path, name, model, train):
+def test_exp_summary_takes_the_config_where_a_name_disagrees(tmp_path, name, model, train, said, good):
     """trial 11: a run copied to r8_mhsa_s1 (an LS run at T/C 4, seed 1337) read T/C 8, mhsa, seed 1: the
-    name was taken without a look at config.json. Where the name's T/C, seed, attention or stabilizer
-    disagrees with the record, the row shows the record's, with a note; an agreeing name is kept."""
+    name was taken without a look at config.json. Where the name's T/C, seed, attention or stabilizer (with
+    mhsa_softcapN's and mhsa_qkclipN's N) disagrees with the record, the row shows the record's, with one note
+    naming the parts that differ (it named all three whatever differed); an agreeing name is kept."""
     base = {"num_layers": 1, "num_heads": 4, "channels": 8, "window": 8}
     write_records(tmp_path / name, config(model=dict(base, **model), train=train), [train_record(s) for s in (1, 2)])
     p = subprocess.run([sys.executable, str(REPO / "scripts" / "exp_summary.py"), str(tmp_path / name)],
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     row = exp_summary_rows(p.stdout)[0]
-    assert p.stderr.startswith(f"note: {name}'s name says T/C, variant and seed other than its config.json records")
-    ratio = train["seq_len"] // 8
-    assert (row["T/C"], row["seed"]) == (str(ratio), "1") and row["variant"] not in ("mhsa", "ls", "mhsa_qknorm"), row
+    variant = ", ".join(["MHSA" if model["global_heads"] == 4 else "LS G=1/4 P=8"]
+                        + ([f"soft-cap {model['attn_softcap']:g}"] if "attn_softcap" in model else [])
+                        + (["z-loss 1e-4"] if "z_loss" in train else [])
+                        + ([f"QK-Clip {train['qk_clip']:g}"] if "qk_clip" in train else []))
+    recorded = {"T/C": f"T/C {train['seq_len'] // 8}", "variant": variant, "seed": "seed 1"}
+    shown = ", ".join(recorded[part] for part in ("T/C", "variant", "seed") if part in said)
+    assert p.stderr.splitlines() == [f"note: {name}'s name says {said} other than its config.json records ({shown}): "
+                                     "the row shows config.json's T/C, variant and seed"], p.stderr
+    assert (row["T/C"], row["variant"], row["seed"]) == (str(train["seq_len"] // 8), variant, "1"), row
     # the same run under a name that agrees keeps the name's variant
-    kind = "ls" if model["global_heads"] == 1 else "mhsa"
-    good = f"r{ratio}_{kind}{'_zloss' if 'z_loss' in train else ''}_s1"
     shutil.copytree(tmp_path / name, tmp_path / "ok" / good)
     p = subprocess.run([sys.executable, str(REPO / "scripts" / "exp_summary.py"), str(tmp_path / "ok" / good)],
                        capture_output=True, text=True)
-    assert p.returncode == 0 and "name says" not in p.stderr, p.stderr
+    assert p.returncode == 0 and p.stderr == "", p.stderr
     assert exp_summary_rows(p.stdout)[0]["variant"] == good.split("_", 1)[1].rsplit("_s", 1)[0]
+
+
+def test_exp_summary_knows_every_variant_name_of_exp_text_ratio():
+    """The variant names exp_summary checks against config.json are exp_text_ratio.sh's, with its soft-cap and
+    QK-Clip defaults (a bare mhsa_softcap is --attn-softcap SOFTCAP)."""
+    import exp_summary
+    script = (REPO / "scripts" / "exp_text_ratio.sh").read_text()
+    assert exp_summary.NAME_DEFAULTS == {"softcap": int(re.search(r"^SOFTCAP=(\d+)$", script, re.M).group(1)),
+                                         "qkclip": int(re.search(r"^QKCLIP=(\d+)$", script, re.M).group(1))}
+    accepted = re.search(r"\[\[ \$v =~ \^\((.*)\)\$ \]\]", script).group(1)
+    assert accepted == "mhsa|ls|local|mhsa_qknorm|mhsa_zloss|mhsa_softcap[0-9]*|mhsa_qkclip[0-9]*"
+    for v in ("mhsa", "ls", "local", "mhsa_qknorm", "mhsa_zloss", "mhsa_softcap", "mhsa_softcap7", "mhsa_qkclip",
+              "mhsa_qkclip15"):
+        assert exp_summary.NAME_VARIANT.fullmatch(v), v
 
 
 def test_exp_summary_names_the_model_options_and_stabilizers_of_a_variant(tmp_path):
@@ -1064,3 +1099,34 @@ def test_exp_summary_tells_two_runs_of_one_name_apart(tmp_path):
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert sorted(r["run"] for r in exp_summary_rows(p.stdout)) == ["r4_ls_s1", "w1/r2_ls_s1", "w2/r2_ls_s1"]
+
+
+def test_exp_summary_takes_an_ls_or_local_run_whose_window_reaches_t_by_its_name(two_runs, tmp_path):
+    """A review: an honest r1_ls_s1 (G=1, C 32, window 32, T 32) is labelled "MHSA (P=32 >= T)" by plot_run, and
+    exp_summary said its name disagreed with config.json. Its local heads are there (they see everything): ls (and
+    local for G=0) agree, as mhsa did; the other layout's name still disagrees, naming the variant alone."""
+    d = two_runs[0]
+    common = ["-i", f"{d}/data/train_*.bin", "-j", f"{d}/data/val_*.bin", "--layers", "1", "--channels", "32",
+              "--heads", "4", "--max-seq-len", "32", "-b", "2", "-t", "32", "-x", "2", "-v", "2", "-m", "1", "-s", "0",
+              "--seed", "1", "--window", "32", "--threads", "1", "--device", "cpu"]
+    runs = tmp_path / "runs"
+    sh([BIN, *common, "-o", runs / "r1_ls_s1", "--global-heads", "1"])
+    sh([BIN, *common, "-o", runs / "r1_local_s1", "--global-heads", "0"])
+    shutil.copytree(runs / "r1_ls_s1", tmp_path / "as_mhsa" / "r1_mhsa_s1")
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "exp_summary.py"), str(runs / "r1_ls_s1"),
+                        str(runs / "r1_local_s1"), str(tmp_path / "as_mhsa" / "r1_mhsa_s1")],
+                       capture_output=True, text=True)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    assert sorted((r["run"], r["T/C"], r["variant"], r["seed"]) for r in exp_summary_rows(p.stdout)) == [
+        ("r1_local_s1", "1", "local", "1"), ("r1_ls_s1", "1", "ls", "1"), ("r1_mhsa_s1", "1", "mhsa", "1")]
+    # the G=1 run under the all-local name, the G=0 run under the LS name: not theirs
+    shutil.copytree(runs / "r1_ls_s1", tmp_path / "swapped" / "r1_local_s1")
+    shutil.copytree(runs / "r1_local_s1", tmp_path / "swapped" / "r1_ls_s1")
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "exp_summary.py"),
+                        str(tmp_path / "swapped" / "r1_local_s1"), str(tmp_path / "swapped" / "r1_ls_s1")],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.splitlines() == [
+        f"note: {n}'s name says variant other than its config.json records (MHSA (P=32 >= T)): "
+        "the row shows config.json's T/C, variant and seed" for n in ("r1_local_s1", "r1_ls_s1")], p.stderr
+
