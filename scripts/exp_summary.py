@@ -4,6 +4,9 @@ and seed, as markdown on stdout.
 
     scripts/exp_summary.py RUN_DIR [RUN_DIR ...] [--threshold X]
 
+A file RUN.args, RUN.log or RUN.build beside a run directory RUN given too (what the experiment scripts keep
+there: `scripts/exp_summary.py runs/*` matches them) is skipped; any other path that is not a directory, or a
+run given twice (out/run and out/run/), is refused with one error line.
 Columns: the run (its directory's name, with the parent folders that tell two runs of one name apart),
 T/C, T, variant and seed (from the directory name r<ratio>_<variant>_s<seed> when config.json agrees: its T/C,
 its seed, and for one of exp_text_ratio.sh's variants, kind[_stabilizer[N]], the attention (ls and local also
@@ -191,8 +194,12 @@ def main(argv=None):
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR")
     ap.add_argument("--threshold", type=float, default=20.0)
     a = ap.parse_args(argv)
-    rows, configs, names = [], [], run_names(a.runs)
-    for path, name in zip(a.runs, names):
+    try:
+        paths = plot_run.run_dirs(a.runs)
+    except plot_run.PlotError as e:
+        sys.exit(f"error: {e}")
+    rows, configs, names = [], [], run_names(paths)
+    for path, name in zip(paths, names):
         try:
             run = plot_run.Run(path)
         except plot_run.PlotError as e:

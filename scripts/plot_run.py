@@ -7,7 +7,11 @@ Reads from each directory what the trainer writes there (docs/formats.md): metri
 val_loss, max_attn_logit, spike flags per step), logit_stats.jsonl (per layer and head max/min
 attention logit and entropy) and config.json (the run's configuration, used for the legend).
 logit_stats.jsonl records of another model than config.json's (num_layers, num_heads, global_heads, window:
-the file of another run copied there) are refused with one line naming both.
+the file of another run copied there) are refused with one line naming both. A file RUN.args, RUN.log or
+RUN.build beside a run directory RUN given too (what the experiment scripts keep there: a glob runs/* matches
+them) is skipped; any other path that is not a directory, or a run given twice (out/run out/run/), is refused
+with one line. A file that cannot be written (a run in a read-only directory without --out) is one error line
+naming it, offering --out.
 Writes, with PREFIX = --out (default: OUT_DIR/plot of the first OUT_DIR),
     PREFIX_loss.{png,svg}      training loss (thin) and validation loss (dashed, every point marked) vs step
     PREFIX_logits.{png,svg}    per layer: max pre-softmax attention logit vs step
@@ -81,6 +85,7 @@ A run killed mid-record leaves a partial last line: it is ignored. Non-finite nu
 in the files and become NaN here.
 """
 import argparse
+import contextlib
 import hashlib
 import json
 import math
@@ -230,6 +235,30 @@ class Run:
     def label_config(self):
         """config.json's content, with the model fields read from logit_stats.jsonl when it is missing."""
         return dict(self.config) if self.config else {"model": self.model()}
+
+
+# the files the experiment scripts keep beside a run directory RUN (scripts/exp_run_settings.sh, the run's log)
+SIDE_FILES = (".args", ".log", ".build")
+
+
+def run_dirs(paths):
+    """The run directories of `paths`, in their order: a file RUN.args, RUN.log or RUN.build beside a run directory
+    RUN given too (a glob runs/* matches them) is left out; any other path that exists but is not a directory is
+    refused, and so is a run given twice (one directory in two spellings: out/run and out/run/, or a link)."""
+    given = {os.path.realpath(p) for p in paths if os.path.isdir(p)}
+    dirs, seen = [], {}
+    for p in paths:
+        if os.path.exists(p) and not os.path.isdir(p):
+            stem, ext = os.path.splitext(p)
+            if ext in SIDE_FILES and os.path.isfile(p) and os.path.realpath(stem) in given:
+                continue
+            raise PlotError(f"{p} is not a directory; pass output directories of train_gpt2_ls (-o DIR)")
+        real = os.path.realpath(p)
+        if real in seen:
+            raise PlotError(f"{seen[real]} and {p} are the same run directory; give each run once")
+        seen[real] = p
+        dirs.append(p)
+    return dirs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1086,11 +1115,23 @@ def draw_markers(ax, runs, heads, with_text):
         top.tick_params(length=2, pad=1)
 
 
+@contextlib.contextmanager
+def written_to(path):
+    """Turns an OSError of writing `path` (a read-only run directory, the default --out) into one PlotError naming
+    it and the fix."""
+    try:
+        yield
+    except OSError as e:
+        raise PlotError(f"cannot write {path} ({e.strerror or e}); give --out PREFIX in a writable directory "
+                        "(e.g. --out /tmp/plots/run)") from e
+
+
 def save(fig, prefix, name, formats):
     """Writes the figure in each format; returns the paths written."""
     paths = [f"{prefix}_{name}.{ext}" for ext in formats]
     for path, ext in zip(paths, formats):
-        fig.savefig(path, dpi=80 if ext == "png" else None)
+        with written_to(path):
+            fig.savefig(path, dpi=80 if ext == "png" else None)
     return paths
 
 
@@ -1412,10 +1453,10 @@ def main(argv=None):
     p.add_argument("--no-figures", action="store_true",
                    help="write the summary table (PREFIX_summary.md) alone: no figures, no matplotlib needed")
     args = p.parse_args(argv)
-    prefix = args.out if args.out else os.path.join(args.dirs[0], "plot")
     try:
         formats = [] if args.no_figures else parse_formats(args.formats)
-        runs = [Run(d) for d in args.dirs]
+        runs = [Run(d) for d in run_dirs(args.dirs)]
+        prefix = args.out if args.out else os.path.join(runs[0].path, "plot")
         labels, title = run_labels(runs)
         if args.labels:
             labels = args.labels.split(",")
@@ -1429,11 +1470,12 @@ def main(argv=None):
         for note in notes:
             print(note, file=sys.stderr)
         table = summary_table(runs, labels, rows, args.threshold, notes)
-        d = os.path.dirname(prefix)
-        if d:
-            os.makedirs(d, exist_ok=True)
-        with open(prefix + "_summary.md", "w", encoding="utf-8") as f:
-            f.write((f"Runs: {title}\n\n" if title else "") + table)
+        with written_to(prefix + "_summary.md"):
+            d = os.path.dirname(prefix)
+            if d:
+                os.makedirs(d, exist_ok=True)
+            with open(prefix + "_summary.md", "w", encoding="utf-8") as f:
+                f.write((f"Runs: {title}\n\n" if title else "") + table)
         print(table, end="")
         written = [prefix + "_summary.md"]
         if not args.no_figures:

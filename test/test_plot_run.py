@@ -11,10 +11,12 @@ why when the source cannot be read, a logit_stats.jsonl of another model than co
 exp_summary.py reads T/C and the variant of a directory not named r<ratio>_<variant>_s<seed> from its config,
 and a name of exp_text_ratio.sh's that disagrees with it (a numbered soft-cap or QK-Clip too; an LS or all-local
 run whose window reaches T agrees) with one note naming the parts that differ, and a bad --formats is refused
-before anything is written.
+before anything is written; both scripts skip the .args/.log/.build files of a glob runs/* and refuse other
+files and a run given twice, and plot_run.py says which file it cannot write and offers --out.
 
 The trainer is $TRAINER, else $TRAIN_GPT2_LS, else the repository's ./train_gpt2_ls (`make` builds it).
 """
+import errno
 import json
 import math
 import os
@@ -1129,4 +1131,92 @@ def test_exp_summary_takes_an_ls_or_local_run_whose_window_reaches_t_by_its_name
     assert p.stderr.splitlines() == [
         f"note: {n}'s name says variant other than its config.json records (MHSA (P=32 >= T)): "
         "the row shows config.json's T/C, variant and seed" for n in ("r1_local_s1", "r1_ls_s1")], p.stderr
+
+
+def test_the_files_beside_the_runs_of_a_glob_are_skipped_and_other_files_refused(tmp_path):
+    """A new-user trial: `exp_summary.py runs/*` also matched the RUN.args, RUN.log and RUN.build files the
+    experiment scripts keep beside each run and failed with ".../r2_local_s1.args/metrics.jsonl does not exist".
+    Those of a run directory given too are skipped, by both scripts; any other file is refused, naming it."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for name in ("r2_local_s1", "r2_ls_s1"):
+        write_records(runs / name, config(model={"channels": 16, "global_heads": 1 if "ls" in name else 0,
+                                                 "window": 8}, train={"seq_len": 32, "seed": 1}),
+                      [train_record(s) for s in (1, 2)])
+        for ext in (".args", ".log", ".build"):
+            (runs / (name + ext)).write_text("x\n")
+    every = sorted(str(p) for p in runs.iterdir())  # runs/*
+    assert len(every) == 8
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "exp_summary.py")] + every, capture_output=True,
+                       text=True)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    assert sorted(r["run"] for r in exp_summary_rows(p.stdout)) == ["r2_local_s1", "r2_ls_s1"]
+    p = subprocess.run([sys.executable, str(PLOT)] + every + ["--out", str(tmp_path / "cmp"), "--no-figures"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0 and p.stderr.splitlines() == [f"wrote 1 files: {tmp_path}/cmp_summary.md"], p.stderr
+    assert sorted(summary_rows(tmp_path / "cmp_summary.md")) == ["r2_local_s1", "r2_ls_s1"]
+    # a run's .log without its run, or another file: refused, named
+    for args in ([runs / "r2_ls_s1", runs / "r2_local_s1.log"], [runs / "r2_ls_s1" / "config.json"]):
+        bad = args[-1]
+        for cmd in ([REPO / "scripts" / "exp_summary.py"], [PLOT, "--out", tmp_path / "no", "--no-figures"]):
+            p = subprocess.run([sys.executable] + [str(c) for c in cmd + args], capture_output=True, text=True)
+            assert p.returncode == 1 and p.stderr.splitlines() == [
+                f"error: {bad} is not a directory; pass output directories of train_gpt2_ls (-o DIR)"], p.stderr
+            assert p.stdout == "" and not (tmp_path / "no_summary.md").exists()
+
+
+def test_a_run_given_twice_is_refused(tmp_path):
+    """A review: `plot_run.py RUN RUN/` plotted one run as two (and exp_summary listed it twice)."""
+    write_records(tmp_path / "a", config(), [train_record(s) for s in (1, 2)])
+    (tmp_path / "link").symlink_to(tmp_path / "a")
+    for twice in ([tmp_path / "a", f"{tmp_path}/a/"], [tmp_path / "a", tmp_path / "x" / ".." / "a"],
+                  [tmp_path / "a", tmp_path / "link"]):
+        (tmp_path / "x").mkdir(exist_ok=True)
+        for cmd in ([REPO / "scripts" / "exp_summary.py"], [PLOT, "--out", tmp_path / "no", "--no-figures"]):
+            p = subprocess.run([sys.executable] + [str(c) for c in cmd + twice], capture_output=True, text=True)
+            assert p.returncode == 1 and p.stderr.splitlines() == [
+                f"error: {twice[0]} and {twice[1]} are the same run directory; give each run once"], p.stderr
+            assert p.stdout == "" and not (tmp_path / "no_summary.md").exists()
+
+
+def test_a_summary_that_cannot_be_written_says_where_and_offers_out(tmp_path, monkeypatch, capsys):
+    """A new-user trial: plot_run.py on a run in a read-only directory, without --out, failed with a bare
+    "[Errno 30] Read-only file system: '.../plot_summary.md'"."""
+    write_records(tmp_path / "a", config(), [train_record(s) for s in (1, 2)])
+    real_open = open
+
+    def read_only(path, mode="r", *args, **kwargs):
+        if "w" in mode:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
+        return real_open(path, mode, *args, **kwargs)
+    monkeypatch.setattr(plot_run, "open", read_only, raising=False)
+    assert plot_run.main([str(tmp_path / "a"), "--no-figures"]) == 1
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [f"error: cannot write {tmp_path}/a/plot_summary.md (Read-only file system); give "
+                                "--out PREFIX in a writable directory (e.g. --out /tmp/plots/run)"] and out == ""
+
+
+def test_a_run_in_a_read_only_directory_is_plotted_with_out(tmp_path):
+    """The same on a real read-only file system (a tmpfs mounted read-only: root writes into a chmod 555
+    directory), and --out elsewhere plots the run."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a read-only tmpfs needs root; the test above covers the message")
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if p.returncode != 0:
+        pytest.skip(f"mounting a tmpfs is not permitted here ({p.stderr.strip()})")
+    try:
+        write_records(mnt / "a", config(), [train_record(s) for s in (1, 2)])
+        subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+        p = subprocess.run([sys.executable, str(PLOT), str(mnt / "a"), "--formats", "png"], capture_output=True,
+                           text=True)
+        assert p.returncode == 1 and p.stderr.splitlines() == [
+            f"error: cannot write {mnt}/a/plot_summary.md (Read-only file system); give --out PREFIX in a writable "
+            "directory (e.g. --out /tmp/plots/run)"], p.stderr
+        p = subprocess.run([sys.executable, str(PLOT), str(mnt / "a"), "--out", str(tmp_path / "w" / "a"),
+                            "--formats", "png"], capture_output=True, text=True)
+        assert p.returncode == 0 and (tmp_path / "w" / "a_summary.md").exists(), p.stderr
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
