@@ -61,6 +61,12 @@ flag changed on resume (config.json's "history") is noted in the label ("z-loss 
 as a vertical dash-dot line at its step (with "flag old->new" on the loss plot); a fork (config.json's
 "forked_from") likewise. A history entry {"epoch": true} is no flag's change (-x stayed -1, one epoch, and a -d
 changed at that step moved its step total): labelled "one epoch: 4330->2165 steps at step 1126".
+--labels replaces the labels; one note on stderr, repeated under the summary table, names per label the label
+made from the configs and the directory ("note: --labels: x = lr=6e-4 [a]; y = lr=1e-3 [c]"), since the title
+leaves out what the runs differ in. A label given twice, or one that contradicts its run (label_conflict: it
+names exactly one attention kind of mhsa, ls, local other than the run's, or a stabilizer, qknorm, zloss,
+softcap, qkclip, that its config.json does not have), is refused with one line naming the label, the run and
+what its config.json records.
 Settings that change only what is recorded (-v, --threads, ...) get the line but no
 note; --near, which changes what the near/far plots measure, gets both, with the values that acted: its
 `old: null` (not given) is the window ("near 8->2 at step 200").
@@ -744,14 +750,14 @@ def run_labels(runs):
     return make_labels(all_parts, [os.path.basename(os.path.normpath(r.path)) for r in runs])
 
 
-# the stabilizers a run name (scripts/exp_text_ratio.sh's variants) may name, by their word: (label_parts key,
-# text)
+# the stabilizers a run name (scripts/exp_text_ratio.sh's variants) or a --labels label may name, by their word
+# (label_words): (label_parts key, text)
 STABILIZER_WORDS = {"qknorm": ("qk_norm", "QK-norm"), "zloss": ("z_loss", "z-loss"),
                     "softcap": ("attn_softcap", "soft-cap"), "qkclip": ("qk_clip", "QK-Clip")}
 
 
 def attention_kinds(config):
-    """The attention kinds ("mhsa", "ls", "local") a name may give a run: its layout's (MHSA for G = NH,
+    """The attention kinds ("mhsa", "ls", "local") a name or label may give a run: its layout's (MHSA for G = NH,
     LS for 0 < G < NH, all-local for G = 0), and "mhsa" too for a window not below T (label_parts' "MHSA (P=p >=
     T)": the local heads are there, and see the whole context). Empty when the model's heads are not known."""
     m = (config or {}).get("model") or {}
@@ -761,6 +767,70 @@ def attention_kinds(config):
     g, nh = m.get("global_heads"), m.get("num_heads")
     layout = "mhsa" if g == nh else "local" if g == 0 else "ls"
     return {layout} | ({"mhsa"} if kind.startswith("MHSA") else set())
+
+
+# the attention kinds a --labels label may name, by their word (label_words), and their text
+KIND_WORDS = {"mhsa": "mhsa", "ls": "ls", "local": "local", "alllocal": "local"}
+KIND_TEXT = {"mhsa": "MHSA", "ls": "LS", "local": "all-local"}
+
+
+def label_words(text):
+    """The words of a label or run name, lower case, split on anything but letters and digits (_ too), with
+    qk-norm, z-loss, soft-cap, qk-clip and all-local (or with _) one word each: "LS_QK-norm 2" -> ls, qknorm, 2."""
+    t = text.lower()
+    for a, b in (("qk", "norm"), ("z", "loss"), ("soft", "cap"), ("qk", "clip"), ("all", "local")):
+        t = re.sub(rf"(?<![a-z0-9]){a}[-_]{b}", a + b, t)
+    return [w for w in re.split(r"[^a-z0-9]+", t) if w]
+
+
+def recorded_variant(config):
+    """The attention and the stabilizers of a run's label ("MHSA, QK-Clip 100"; label_parts)."""
+    parts = {k: text for k, text, _ in label_parts(config)}
+    keys = ["kind"] + [key for key, _ in STABILIZER_WORDS.values()]
+    return ", ".join(parts[k] for k in keys if k in parts) or "no attention layout"
+
+
+def label_conflict(lab, run):
+    """Why --labels' `lab` contradicts its run (None when it does not): its words (label_words) name exactly one
+    attention kind and not one of the run's (attention_kinds), or a stabilizer the run's config.json does not have
+    (one after "no", "without" or "w/o" is not checked)."""
+    config = run.label_config()
+    words = label_words(lab)
+    parts = {k for k, _, _ in label_parts(config)}
+    where = f"{run.path}'s {'config.json' if run.config else 'logit_stats.jsonl'} records {recorded_variant(config)}"
+    kinds = {KIND_WORDS[w] for w in words if w in KIND_WORDS}
+    allowed = attention_kinds(config)
+    if len(kinds) == 1 and allowed and not kinds <= allowed:
+        return f"label '{lab}' says {KIND_TEXT[kinds.pop()]}, but {where}"
+    if run.config is None:  # the stabilizers are not known
+        return None
+    for i, w in enumerate(words):
+        m = re.fullmatch(r"(qknorm|zloss|softcap|qkclip)(\d[0-9e]*)?", w)
+        negated = i > 0 and words[i - 1] in ("no", "without") or words[max(i - 2, 0):i] == ["w", "o"]
+        if m and not negated and STABILIZER_WORDS[m.group(1)][0] not in parts:
+            return f"label '{lab}' says {STABILIZER_WORDS[m.group(1)][1]}, but {where}, without it"
+    return None
+
+
+def check_labels(labels, runs):
+    """Refuses --labels that are not one per run, given twice, or contradict their run (label_conflict)."""
+    fix = "give the labels in the order of the directories, or drop --labels"
+    if len(labels) != len(runs):
+        raise PlotError(f"--labels has {len(labels)} labels for {len(runs)} directories; give one per OUT_DIR")
+    for i, lab in enumerate(labels):
+        if lab in labels[:i]:
+            raise PlotError(f"--labels gives '{lab}' twice; give each run its own label, or drop --labels")
+    for lab, run in zip(labels, runs):
+        why = label_conflict(lab, run)
+        if why:
+            raise PlotError(f"--labels: {why}; {fix}")
+
+
+def labels_note(labels, derived, names):
+    """One line naming, per --labels label, the label made from its run's config (run_labels) and its directory:
+    the title leaves out what the runs differ in, for the labels to show it."""
+    return "note: --labels: " + "; ".join(
+        f"{lab} = {d if d.endswith(f'[{n}]') else f'{d} [{n}]'}" for lab, d, n in zip(labels, derived, names))
 
 
 def markers_of(config):
@@ -1446,7 +1516,8 @@ def main(argv=None):
                    help="max: per layer the max over heads (logits) / mean over heads (entropy); all: every head, "
                    "one colour per head and one marker shape per run")
     p.add_argument("--threshold", type=float, default=10.0, help="report the first step whose max-logit exceeds this")
-    p.add_argument("--labels", help="comma-separated legend labels, one per OUT_DIR (default: from the configs)")
+    p.add_argument("--labels", help="comma-separated legend labels, one per OUT_DIR, each its own and not "
+                   "contradicting its run's attention or stabilizers (default: from the configs; a note names those)")
     p.add_argument("--by-ratio", action="store_true",
                    help="also PREFIX_ratio.{png,svg}: peak max-logit and final val loss vs T/C per attention variant")
     add_formats_argument(p, "png,svg")
@@ -1458,14 +1529,15 @@ def main(argv=None):
         runs = [Run(d) for d in run_dirs(args.dirs)]
         prefix = args.out if args.out else os.path.join(runs[0].path, "plot")
         labels, title = run_labels(runs)
-        if args.labels:
-            labels = args.labels.split(",")
-            if len(labels) != len(runs):
-                raise PlotError(f"--labels has {len(labels)} labels for {len(runs)} directories; give one per OUT_DIR")
-        rows = [summarize(r, args.threshold) for r in runs]
         names = [os.path.basename(os.path.normpath(r.path)) for r in runs]
+        notes = []
+        if args.labels:
+            derived, labels = labels, args.labels.split(",")
+            check_labels(labels, runs)
+            notes.append(labels_note(labels, derived, names))
+        rows = [summarize(r, args.threshold) for r in runs]
         configs = [r.label_config() for r in runs]
-        notes = [r["source_note"] for r in rows if r["source_note"]]
+        notes += [r["source_note"] for r in rows if r["source_note"]]
         notes += [n for n in (data_note(configs, names), val_change_note(configs, names), settings_note(configs)) if n]
         for note in notes:
             print(note, file=sys.stderr)

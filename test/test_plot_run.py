@@ -12,7 +12,8 @@ exp_summary.py reads T/C and the variant of a directory not named r<ratio>_<vari
 and a name of exp_text_ratio.sh's that disagrees with it (a numbered soft-cap or QK-Clip too; an LS or all-local
 run whose window reaches T agrees) with one note naming the parts that differ, and a bad --formats is refused
 before anything is written; both scripts skip the .args/.log/.build files of a glob runs/* and refuse other
-files and a run given twice, and plot_run.py says which file it cannot write and offers --out.
+files and a run given twice; plot_run.py says which file it cannot write and offers --out, and its --labels keep
+a note of the labels the configs make and refuse duplicates and labels that contradict their run.
 
 The trainer is $TRAINER, else $TRAIN_GPT2_LS, else the repository's ./train_gpt2_ls (`make` builds it).
 """
@@ -1220,3 +1221,78 @@ def test_a_run_in_a_read_only_directory_is_plotted_with_out(tmp_path):
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
+
+def test_custom_labels_keep_what_the_runs_differ_in(tmp_path):
+    """A new-user trial: with --labels the title leaves out what the runs differ in (for the labels to show it),
+    and custom labels do not: two runs of another lr showed nothing of it. A note (stderr and under the table)
+    names, per label, the label the configs make and the directory."""
+    write_steps(tmp_path / "a", config(train={"learning_rate": 6e-4}), 3)
+    write_steps(tmp_path / "c", config(train={"learning_rate": 1e-3}), 3)
+    p = subprocess.run([sys.executable, str(PLOT), str(tmp_path / "a"), str(tmp_path / "c"), "--labels", "x,y",
+                        "--out", str(tmp_path / "cmp"), "--no-figures"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.splitlines() == ["note: --labels: x = lr=6e-4 [a]; y = lr=1e-3 [c]",
+                                     f"wrote 1 files: {tmp_path}/cmp_summary.md"], p.stderr
+    summary = (tmp_path / "cmp_summary.md").read_text()
+    assert "\n--labels: x = lr=6e-4 [a]; y = lr=1e-3 [c].\n" in summary, summary
+    assert [r["run"] for r in summary_rows(tmp_path / "cmp_summary.md").values()] == ["x", "y"]
+    # runs the configs cannot tell apart already carry their directory: not named twice
+    write_steps(tmp_path / "b", config(train={"learning_rate": 6e-4}), 3)
+    p = subprocess.run([sys.executable, str(PLOT), str(tmp_path / "a"), str(tmp_path / "b"), "--labels", "x,y",
+                        "--out", str(tmp_path / "same"), "--no-figures"], capture_output=True, text=True)
+    assert p.returncode == 0 and p.stderr.splitlines()[0] == "note: --labels: x = [a]; y = [b]", p.stderr
+
+
+def test_duplicate_custom_labels_are_refused(tmp_path):
+    write_steps(tmp_path / "a", config(train={"learning_rate": 6e-4}), 3)
+    write_steps(tmp_path / "c", config(train={"learning_rate": 1e-3}), 3)
+    p = subprocess.run([sys.executable, str(PLOT), str(tmp_path / "a"), str(tmp_path / "c"), "--labels", "x,x",
+                        "--out", str(tmp_path / "cmp"), "--no-figures"], capture_output=True, text=True)
+    assert p.returncode == 1 and p.stderr.splitlines() == [
+        "error: --labels gives 'x' twice; give each run its own label, or drop --labels"], p.stderr
+    assert p.stdout == "" and not (tmp_path / "cmp_summary.md").exists()
+
+
+def test_label_words():
+    assert plot_run.label_words("LS_QK-norm 2") == ["ls", "qknorm", "2"]
+    assert plot_run.label_words("MHSA, z-loss 1e-4, Soft-Cap 30, qk_clip, All-Local") == [
+        "mhsa", "zloss", "1e", "4", "softcap", "30", "qkclip", "alllocal"]
+    assert plot_run.label_words("mhsa_qkclip7") == ["mhsa", "qkclip7"]
+
+
+def test_custom_labels_that_contradict_their_run_are_refused(two_runs, tmp_path):
+    """A review: --labels MHSA,LS given to an LS run then an MHSA run (the directories' order swapped) drew the LS
+    run as MHSA. A label naming exactly one attention kind other than its run's, or a stabilizer its run does not
+    have, is refused; one naming no kind, several, or the run's, is taken."""
+    _, mhsa, ls, _ = two_runs  # mhsa: MHSA with QK-Clip 100; ls: G=1/4 P=4
+    fix = "give the labels in the order of the directories, or drop --labels"
+
+    def plot(labels, *runs):
+        return subprocess.run([sys.executable, str(PLOT), *map(str, runs), "--labels", labels, "--out",
+                               str(tmp_path / "cmp"), "--no-figures"], capture_output=True, text=True)
+    for labels, runs, error in [
+            ("MHSA,LS", (ls, mhsa), f"label 'MHSA' says MHSA, but {ls}'s config.json records LS G=1/4 P=4"),
+            ("LS,MHSA", (mhsa, ls), f"label 'LS' says LS, but {mhsa}'s config.json records MHSA, QK-Clip 100"),
+            ("all-local,b", (ls, mhsa), f"label 'all-local' says all-local, but {ls}'s config.json records "
+                                        "LS G=1/4 P=4"),
+            ("ls_qk-clip,b", (ls, mhsa), f"label 'ls_qk-clip' says QK-Clip, but {ls}'s config.json records "
+                                         "LS G=1/4 P=4, without it"),
+            ("a,MHSA QK-norm", (ls, mhsa), f"label 'MHSA QK-norm' says QK-norm, but {mhsa}'s config.json records "
+                                           "MHSA, QK-Clip 100, without it")]:
+        p = plot(labels, *runs)
+        assert p.returncode == 1 and p.stderr.splitlines() == [f"error: --labels: {error}; {fix}"], p.stderr
+        assert p.stdout == "" and not (tmp_path / "cmp_summary.md").exists()
+    for labels in ("LS,MHSA_QKclip100", "ls (local+global),global", "mhsa vs ls,MHSA", "ls no softcap,b",
+                   "ls w/o z-loss,qk-clip"):
+        p = plot(labels, ls, mhsa)
+        assert p.returncode == 0, (labels, p.stderr)
+    # a window not below T: LS with its local heads, computing as MHSA; either name is the run's
+    big = tmp_path / "big"
+    cfg = json.loads((ls / "config.json").read_text())
+    cfg["model"]["window"] = 32
+    write_steps(big, cfg, 3)
+    for labels in ("LS,b", "MHSA,b"):
+        assert plot(labels, big, mhsa).returncode == 0
+    p = plot("all-local,b", big, mhsa)
+    assert p.stderr.splitlines() == [f"error: --labels: label 'all-local' says all-local, but {big}'s config.json "
+                                     f"records MHSA (P=32 >= T); {fix}"], p.stderr
