@@ -149,22 +149,27 @@ variant_flags() {  # the attention variant's flags
 }
 
 # -- the runs, in priority order ---------------------------------------------------------------------
-plan=()  # "ratio variant seed", in priority order
+plan=()  # "ratio variant seed", in priority order, each once (--seeds and --key-seeds may name one run twice)
 has() { [[ " $VARIANTS " == *" $1 "* ]]; }
+plan_add() {  # plan_add "ratio variant seed": appended unless planned already
+  local p
+  for p in "${plan[@]}"; do [[ $p == "$1" ]] && return 0; done
+  plan+=("$1")
+}
 stabilizers=()
 for v in $VARIANTS; do case $v in mhsa|ls|local) ;; *) stabilizers+=("$v") ;; esac; done
 for s in $SEEDS; do
-  for r in $RATIOS; do for v in mhsa ls; do has $v && plan+=("$r $v $s"); done; done
-  for r in $RATIOS; do has local && plan+=("$r local $s"); done
+  for r in $RATIOS; do for v in mhsa ls; do has $v && plan_add "$r $v $s"; done; done
+  for r in $RATIOS; do has local && plan_add "$r local $s"; done
 done
 for s in $KEY_SEEDS; do
-  for v in mhsa ls; do [[ " $RATIOS " == *" $KEY_RATIO "* ]] && has $v && plan+=("$KEY_RATIO $v $s"); done
+  for v in mhsa ls; do [[ " $RATIOS " == *" $KEY_RATIO "* ]] && has $v && plan_add "$KEY_RATIO $v $s"; done
 done
 for s in $SEEDS; do
-  for v in "${stabilizers[@]}"; do [[ " $RATIOS " == *" $KEY_RATIO "* ]] && plan+=("$KEY_RATIO $v $s"); done
+  for v in "${stabilizers[@]}"; do [[ " $RATIOS " == *" $KEY_RATIO "* ]] && plan_add "$KEY_RATIO $v $s"; done
   for r in $RATIOS; do
     [[ $r == "$KEY_RATIO" ]] && continue
-    for v in "${stabilizers[@]}"; do plan+=("$r $v $s"); done
+    for v in "${stabilizers[@]}"; do plan_add "$r $v $s"; done
   done
 done
 done_marker() { echo "$1/DONE_$(printf %08d "$STEPS")"; }

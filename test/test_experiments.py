@@ -1289,6 +1289,23 @@ def test_exp_text_ratio_smoke_takes_the_steps_and_ratios_given(tmp_path):
         assert f"== {name}: note: --warmup-steps 2 is longer than the run's 1 steps" in p.stdout, p.stdout
 
 
+def test_exp_text_ratio_plans_a_run_named_twice_once(tmp_path):
+    """(a review) --seeds "1 2" with the key seed 2 planned the key ratio's run of seed 2 twice: two jobs trained
+    one directory at once, and the summary listed it twice (plot_run now refuses a run given twice). Each run is
+    planned once."""
+    need_trainer()
+    if not (SHARED / "pg19" / "pg45265.txt").exists():
+        pytest.skip(f"no PG-19 books at {SHARED / 'pg19'} (set SHARED_DATA)")
+    out = tmp_path / "ratio"
+    p = sh(["bash", REPO / "scripts" / "exp_text_ratio.sh", "--smoke", "--out", out, "--source", SHARED / "pg19",
+            "--steps", 1, "--ratios", 4, "--key-ratio", 4, "--variants", "ls", "--seeds", "1 2", "--key-seeds", "2",
+            "--jobs", 2, "--plots", 0], timeout=300)
+    assert [ln for ln in p.stdout.splitlines() if " r4 ls seed 2: T " in ln] != [] and \
+        len([ln for ln in p.stdout.splitlines() if " r4 ls seed 2: T " in ln]) == 1, p.stdout
+    assert "== summary of 2 of 2 runs" in p.stdout, p.stdout
+    assert sorted(r["step"] for r in records(out / "runs" / "r4_ls_s2" / "metrics.jsonl") if "loss" in r) == [1]
+
+
 def test_exp_text_ratio_smoke_and_resume(tmp_path):
     """scripts/exp_text_ratio.sh --smoke: every planned run trains with its variant's flags and the near/far
     statistics, the summary has one row per run (T = ratio x C, near mass only where there are global heads),
