@@ -1063,7 +1063,7 @@ def test_exp_summary_knows_every_variant_name_of_exp_text_ratio():
     assert exp_summary.NAME_DEFAULTS == {"softcap": int(re.search(r"^SOFTCAP=(\d+)$", script, re.M).group(1)),
                                          "qkclip": int(re.search(r"^QKCLIP=(\d+)$", script, re.M).group(1))}
     accepted = re.search(r"\[\[ \$v =~ \^\((.*)\)\$ \]\]", script).group(1)
-    assert accepted == "mhsa|ls|local|mhsa_qknorm|mhsa_zloss|mhsa_softcap[0-9]*|mhsa_qkclip[0-9]*"
+    assert accepted == "mhsa|ls|local|mhsa_qknorm|mhsa_zloss|mhsa_softcap([1-9][0-9]*)?|mhsa_qkclip([1-9][0-9]*)?"
     for v in ("mhsa", "ls", "local", "mhsa_qknorm", "mhsa_zloss", "mhsa_softcap", "mhsa_softcap7", "mhsa_qkclip",
               "mhsa_qkclip15"):
         assert exp_summary.NAME_VARIANT.fullmatch(v), v
