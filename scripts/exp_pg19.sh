@@ -38,7 +38,7 @@
 #      printed from its header on: the notes of the argument checks before it, such as --force's
 #      deletions, are on the console only; OUT/logs/report.txt too, replaced at each start),
 #      summary.md, window.md, logs.tar.gz (build and check logs, plots, events) and one NAME.tar.gz
-#      per run (metrics, logit statistics, configs, console; no checkpoints). While the runs train,
+#      per run (metrics, logit statistics, configs, console, NAME.args and NAME.build; no checkpoints). While the runs train,
 #      --results holds a snapshot of them, refreshed every SNAPSHOT_EVERY s (60) and when a run but the
 #      last ends:
 #      each run's NAME.tar.gz and window.md as the packing makes them, report.txt so far (its last

@@ -7,7 +7,9 @@
 
 The device tool brings back at most 8 files of 16 MiB each (/work/.library/device/README.md), so
 DIR receives, per run, one NAME.tar.gz with its metrics.jsonl, logit_stats.jsonl, config.json,
-config.toml, console.log and the launcher's log RUN_DIR.log (never checkpoints); a logs.tar.gz with
+config.toml, console.log, the launcher's log RUN_DIR.log and, where the experiment script kept them,
+RUN_DIR.args (the run's settings) and RUN_DIR.build (the trainer binary that trained it: its sha256 and
+commit; scripts/exp_run_settings.sh) as NAME.log, NAME.args, NAME.build (never checkpoints); a logs.tar.gz with
 every file under --logs (build and check logs, plots).
 When a run's archive exceeds --limit-mib, its logit_stats.jsonl is thinned to every k-th record
 (k = 2, 4, 8, ...; the first and last records kept) until it fits, then metrics.jsonl likewise (its
@@ -249,9 +251,10 @@ def tar_run(dest, name, path, limit, notes):
         if os.path.isfile(p):
             with open(p, encoding="utf-8", errors="replace") as fh:
                 texts[f] = fh.read()
-    if os.path.isfile(path + ".log"):
-        with open(path + ".log", encoding="utf-8", errors="replace") as fh:
-            texts[name + ".log"] = fh.read()
+    for ext in (".log", ".args", ".build"):  # the launcher's log, the run's settings and trainer (exp_run_settings.sh)
+        if os.path.isfile(path + ext):
+            with open(path + ext, encoding="utf-8", errors="replace") as fh:
+                texts[name + ext] = fh.read()
     original = dict(texts)
     k_stats = k_metrics = 1
     while True:

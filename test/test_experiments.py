@@ -485,7 +485,10 @@ def test_exp_pg19_smoke(tmp_path):
     with tarfile.open(res / "ls.tar.gz") as tar:
         names = tar.getnames()
         assert sorted(names) == sorted(f"ls/{f}" for f in ["metrics.jsonl", "logit_stats.jsonl", "config.json",
-                                                             "config.toml", "console.log", "ls.log"])
+                                                             "config.toml", "console.log", "ls.log", "ls.args",
+                                                             "ls.build"])
+        # which binary trained it comes back with the logs (the GPU machine's build)
+        assert tar.extractfile("ls/ls.build").read().decode().splitlines()[0].startswith("sha256 "), names
         packed = [json.loads(x) for x in tar.extractfile("ls/metrics.jsonl").read().decode().splitlines()]
     assert packed == records(out / "runs" / "ls" / "metrics.jsonl")
     assert "== done in" in (res / "report.txt").read_text()
