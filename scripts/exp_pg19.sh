@@ -44,13 +44,13 @@
 #      each run's NAME.tar.gz and window.md as the packing makes them, report.txt so far (its last
 #      line says it is a snapshot) and logs.tar.gz (no plots, no summary.md), each file renamed into
 #      place whole; a device command killed at its limit (SIGKILL: no trap runs) brings that back.
-# Each run's settings (the trainer flags it is given, the machine's aside) are kept in OUT/runs/NAME.args
+# Each run's settings (the trainer flags it is given, the machine's and its variant's off stabilizers aside) are kept in OUT/runs/NAME.args
 # (scripts/exp_run_settings.sh). Started again on the same --out, the script reuses a run only for the
 # same settings: a finished one (its DONE marker at --steps) is skipped, an unfinished one continued
 # (-y 1). A run of other settings (another --steps, --extra, --data, ...) or without NAME.args is refused
 # with one line naming the flags that differ, before anything runs (choose another --out); --force
 # deletes such runs (a note each) and trains them again. Runs are never deleted otherwise. A run that
-# another trainer binary trained (OUT/runs/NAME.build: its sha256, path and commit) is refused (or
+# another trainer trained (OUT/runs/NAME.build: its sources' digest, or another TRAINER's sha256) is refused (or
 # --force deleted) the same way, right after the build stage, which the header's "== trainer:" names.
 # --budget SECONDS: the whole script's wall time, build and checks included; --reserve (default 45,
 # smoke 5) of it is kept for the last checkpoints and the packing. Without --budget, runs end at
@@ -381,6 +381,11 @@ run_args() {  # run_args VARIANT: the trainer flags of a run of VARIANT (its rec
   args_of --vocab "${vocab_flags[@]}"
   args_of --seed "${seed_flags[@]}"
   args_of "" "${extra_flags[@]}"
+  # the run's settings as NAME.args records them: without the stabilizers its variant gives as off (the
+  # variant's name implies them; runs of the versions before they were given resume as the same settings)
+  RECORDED=()
+  local i
+  for i in "${!ARGS[@]}"; do [[ ${ARG_OWNER[$i]} == "variant $1 (off)" ]] || RECORDED+=("${ARGS[$i]}"); done
 }
 place_args() {  # place_args DIR RESUME: appends the flags of where and how a run trains (not its settings)
   args_of --out -o "$1"
@@ -438,7 +443,7 @@ why=$(extra_refusal) || die "$why"
 # variant's flags it refuses) is printed, with --extra and the run named (one line, no newline).
 extra_check() {
   [[ -n $EXTRA ]] || return 0
-  local k i ARGS ARG_OWNER probe=$REPO/scripts/exp_pg19.sh/no-shards why
+  local k i ARGS ARG_OWNER RECORDED probe=$REPO/scripts/exp_pg19.sh/no-shards why
   for k in "${!names[@]}"; do
     run_args "${variants[$k]}"
     for i in "${!ARGS[@]}"; do
@@ -454,7 +459,7 @@ extra_check() {
 if [[ $BUILD != 1 && -x $TRAINER ]]; then why=$(extra_check) || die "$why"; fi
 for k in "${!names[@]}"; do  # every run that exists holds this experiment (or --force replaces it), before anything is made
   run_args "${variants[$k]}"
-  settings_check "${dirs[$k]}" "$FORCE" "${ARGS[@]}" || exit 1
+  settings_check "${dirs[$k]}" "$FORCE" "${RECORDED[@]}" || exit 1
 done
 
 START=$(date +%s)
@@ -544,7 +549,7 @@ fi
 [[ -x $TRAINER ]] || die "trainer $TRAINER not found; build it with 'make train_gpt2_ls' (CPU: 'make cpu') or set TRAINER=path"
 # every run that exists was trained by this trainer (or --force replaces it): checked after the build,
 # which makes the binary
-BUILD_ID=$(trainer_build "$TRAINER" "$(tree_state "$REPO" "${EXP_COMMIT:-}")") || die "cannot read the trainer $TRAINER"
+BUILD_ID=$(trainer_build "$TRAINER" "$REPO" "$(tree_state "$REPO" "${EXP_COMMIT:-}")") || die "cannot read the trainer $TRAINER"
 echo "== trainer: $(build_text "$BUILD_ID")"
 for k in "${!names[@]}"; do why=$(build_check "${dirs[$k]}" "$FORCE" "$BUILD_ID") || abort_pack "$why" 1; done
 if [[ $BUILD == 1 ]]; then why=$(extra_check) || abort_pack "$why" 1; fi
@@ -577,13 +582,13 @@ stop_sig=TERM
 if [[ $NP -gt 1 ]]; then read -r -a mpi <<< "$MPIRUN"; launch=("${mpi[@]}" -np "$NP" "$TRAINER"); stop_sig=USR1; fi
 declare -A PID=() RC=()
 start_run() {  # start_run INDEX: the trainer of run INDEX in the background
-  local k=$1 n=${names[$1]} v=${variants[$1]} dir=${dirs[$1]} resume=0 ARGS ARG_OWNER
+  local k=$1 n=${names[$1]} v=${variants[$1]} dir=${dirs[$1]} resume=0 ARGS ARG_OWNER RECORDED
   # (settings_check passed: the run is new or of these settings)
   if [[ -f $dir/DONE_$(printf %08d "$STEPS") ]]; then echo "== $n: done already ($dir)"; RC[$n]=0; return; fi
   [[ -f $dir/config.json ]] && resume=1  # its run, checkpointed or not: continue it (a new run there is refused)
   mkdir -p "$dir"
   run_args "$v"
-  settings_write "$dir" "${ARGS[@]}"
+  settings_write "$dir" "${RECORDED[@]}"
   build_write "$dir" "$BUILD_ID"
   LOG_FROM[$k]=$(log_start "$dir.log")  # this start's lines of the log
   place_args "$dir" "$resume"

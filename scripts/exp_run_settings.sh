@@ -11,12 +11,14 @@
 # The machine (--threads, --device), -o and -y are not settings of the experiment and are not recorded;
 # a preset (--config FILE) is recorded by its path and its contents' sha256.
 #
-# The trainer that trained a run is kept beside it as RUN.build (trainer_build: the sha256 of the
-# binary, its path, the commit the script names). A run that exists is reused only by the same binary:
-# one trained by another build (a rebuild after a change, another TRAINER) is refused, or deleted by
-# --force, as a run of other settings is, so that no run mixes two builds' steps and no summary takes
-# an earlier build's finished run for this one's. A run without RUN.build (made by an earlier version of
-# the scripts) is reused with a note that its build is unknown.
+# The trainer that trained a run is kept beside it as RUN.build (trainer_build): the repository's own
+# train_gpt2_ls by the digest of the sources it builds from (scripts/build_digest.sh: a rebuild of the
+# same sources is the same trainer, though nvcc's output differs byte for byte between two builds),
+# another TRAINER by the sha256 of its binary; then the commit the script names and the binary's sha256.
+# A run that exists is reused only by the same trainer: one trained by another (a change of the sources,
+# another TRAINER) is refused, or deleted by --force, as a run of other settings is, so that no run mixes
+# two builds' steps and no summary takes an earlier build's finished run for this one's. A run without
+# RUN.build (made by an earlier version of the scripts) is reused with a note that its build is unknown.
 
 # settings_lines ARGS...: the trainer flags ARGS, one flag with its values a line; after `--config FILE`
 # a line with FILE's sha256 (a preset edited between two starts is other settings, not the same path)
@@ -73,16 +75,23 @@ run_exists() {
   [[ -e $1/config.json ]] || compgen -G "$1/DONE_*" > /dev/null || compgen -G "$1/model_*" > /dev/null
 }
 
-# trainer_build TRAINER COMMIT: RUN.build's text for the binary TRAINER, built at COMMIT (the header's
-# commit field): "sha256 <first 16 hex digits> <TRAINER>", then "commit <COMMIT>"
+# trainer_build TRAINER REPO COMMIT: RUN.build's text for the binary TRAINER, REPO the repository (its
+# sources), built at COMMIT (the header's commit field): "sources <digest> of REPO" when TRAINER is REPO's
+# train_gpt2_ls, else "sha256 <first 16 hex digits> of TRAINER"; then "commit <COMMIT>" and "binary sha256
+# <16 hex digits>" (for the record: not compared)
 trainer_build() {
-  local digest
-  digest=$(sha256sum < "$1" | cut -c1-16) || return 1
-  printf 'sha256 %s %s\ncommit %s\n' "$digest" "$1" "$2"
+  local digest binary
+  binary=$(sha256sum < "$1" | cut -c1-16) || return 1
+  if [[ $(realpath "$1") == "$(realpath "$2/train_gpt2_ls")" ]]; then
+    digest=$("$2/scripts/build_digest.sh" "$2") || return 1
+    printf 'sources %s of %s\ncommit %s\nbinary sha256 %s\n' "$digest" "$2" "$3" "$binary"
+  else
+    printf 'sha256 %s of %s\ncommit %s\nbinary sha256 %s\n' "$binary" "$1" "$3" "$binary"
+  fi
 }
 
 # build_check RUN FORCE BUILD: 0 when RUN is new, holds no RUN.build (a note on stderr: the build that
-# trained it is unknown), or was trained by BUILD's binary (the sha256 of trainer_build's first line);
+# trained it is unknown), or was trained by BUILD's trainer (trainer_build's first line);
 # with FORCE 1 a run of another build is deleted (a note says so) and RUN is new; otherwise status 1,
 # RUN untouched, and on stdout the error (one line, without "error: ") naming both builds and the fixes.
 build_check() {
@@ -93,7 +102,7 @@ build_check() {
     return 0
   fi
   was=$(cat "$dir.build")
-  [[ $(head -n 1 <<< "$was" | cut -d' ' -f2) == $(head -n 1 <<< "$build" | cut -d' ' -f2) ]] && return 0
+  [[ $(head -n 1 <<< "$was") == "$(head -n 1 <<< "$build")" ]] && return 0
   local why
   why="was trained by another trainer build ($(build_text "$was"); this one: $(build_text "$build"))"
   if [[ $force == 1 ]]; then
@@ -104,12 +113,10 @@ build_check() {
   echo "$dir $why; choose another --out, or give --force to train it again with this build"
   return 1
 }
-build_text() {  # build_text BUILD: trainer_build's two lines as one, "sha256 D of PATH, commit C"
-  local first commit _ d p
-  first=$(head -n 1 <<< "$1")
+build_text() {  # build_text BUILD: trainer_build's first two lines as one, "sources D of REPO, commit C"
+  local commit
   commit=$(sed -n 's/^commit //p' <<< "$1")
-  read -r _ d p <<< "$first"
-  printf 'sha256 %s of %s, commit %s' "$d" "$p" "${commit:-unknown}"
+  printf '%s, commit %s' "$(head -n 1 <<< "$1")" "${commit:-unknown}"
 }
 
 # build_write RUN BUILD: record BUILD as the trainer of RUN (RUN.build)

@@ -24,7 +24,7 @@
 # final checkpoint marker exists) is not run again, an unfinished one is continued (-y 1). A run of
 # other settings (another --lr, --steps, --data, ...) is refused with one line before anything runs
 # (choose another --out); --force deletes such runs and trains them again. So is a run another trainer
-# binary trained (runs/<name>.build: a rebuild, another TRAINER).
+# trained (runs/<name>.build: other sources, rebuilt, or another TRAINER).
 # The trainer's note: lines (e.g. a window not below T: the local heads compute as global ones) are
 # relayed to the console as "== NAME: note: ...", as exp_pg19.sh does.
 # Environment: TRAINER (default the repository's train_gpt2_ls, wherever the script is started), PYTHON (default python3). Docs: docs/experiments.md.
@@ -113,7 +113,7 @@ for ct in $GRID; do
   done
 done
 # and was trained by this trainer
-BUILD_ID=$(trainer_build "$TRAINER" "$(tree_state "$REPO")") || die "cannot read the trainer $TRAINER"
+BUILD_ID=$(trainer_build "$TRAINER" "$REPO" "$(tree_state "$REPO")") || die "cannot read the trainer $TRAINER"
 for ct in $GRID; do
   for v in "${VARIANTS[@]}"; do
     read -r name G <<< "$v"

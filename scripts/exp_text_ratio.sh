@@ -25,7 +25,7 @@
 # Every run checkpoints every 250 steps and resumes from its newest checkpoint (-y 1) when the
 # script is started again; a finished run (its DONE marker at --steps) is skipped. Both only for a
 # run of the same settings: each run's are kept in runs/<name>.args (scripts/exp_run_settings.sh),
-# and a run of other settings (another --steps, --data, ...) or that another trainer binary trained
+# and a run of other settings (another --steps, --data, ...) or that another trainer trained
 # (runs/<name>.build; not checked by --plots-only) is refused with one line before anything runs
 # (choose another --out; --force deletes such runs and trains them again).
 # Data that exists (OUT/data, or --data DIR) is used only when its meta.json records what is asked: the
@@ -252,7 +252,7 @@ for p in "${plan[@]}"; do
   settings_check "$OUT/runs/r${r}_${v}_s$s" "$FORCE" "${ARGS[@]}" || exit 1
 done
 # and was trained by this trainer (--plots-only trains none: it reads what the runs hold)
-BUILD_ID=$(trainer_build "$TRAINER" "$(tree_state "$REPO")") || die "cannot read the trainer $TRAINER"
+BUILD_ID=$(trainer_build "$TRAINER" "$REPO" "$(tree_state "$REPO")") || die "cannot read the trainer $TRAINER"
 if [[ $PLOTS_ONLY == 0 ]]; then
   for p in "${plan[@]}"; do
     read -r r v s <<< "$p"

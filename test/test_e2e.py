@@ -683,6 +683,7 @@ def test_flags_the_other_settings_make_useless_are_noted(byte_data, tmp_path):
         "note: --val-batches 5 has no effect with no validation data (-j) (it sets how much of -j a validation "
         "reads)"], p.stderr
     assert "has no effect" not in run(data_args(byte_data) + TINY + ["-x", 1, "-s", 0, "-v", 1, "-m", 1]).stderr
+    assert "has no effect" not in run(train_only + ["-v", 0]).stderr  # -v 0: never validate, which it does not
     # a continued run's alarm checkpoints come back with its state, and --logit-alarm-keep still pins them
     run(base + ["-o", tmp_path / "alarm", "-n", 1])
     p = run(data_args(byte_data) + TINY + ["-x", 2, "-v", 0, "-s", 0, "-o", tmp_path / "alarm", "-y", 1,

@@ -767,6 +767,37 @@ def test_a_new_run_into_a_data_directory_is_refused(byte_data, tmp_path):
         assert_refused(data_args(data) + COMMON + ["-o", data, "-x", 2] + extra, data,
                        f"output directory {data} holds a data set ({listed}): a run's files would go among its "
                        "shards; choose another -o (e.g. out/RUN_NAME)")
+    # (a review) -y 1, which starts a new run where -o holds none, too
+    assert_refused(data_args(data) + COMMON + ["-o", data, "-x", 2, "-y", 1], data,
+                   f"output directory {data} holds a data set ({listed})")
+
+
+def test_a_fork_records_its_source_absolute_and_forks_again_from_it_anywhere(byte_data, tmp_path):
+    """(a new-user trial) a fork's config.json held --fork-from as typed (relative): -y 1 of a fork stopped before
+    its first checkpoint, started in another directory that held a run of the same relative path, forked again
+    from that other run's checkpoint, exit 0. The source is recorded absolute, so it is the same file from
+    anywhere."""
+    home, other = tmp_path / "home", tmp_path / "other"
+    for d in (home, other):
+        d.mkdir()
+        run(data_args(byte_data) + COMMON + ["-o", d / "src", "-x", 2, "-n", 1, "-l", "1e-3" if d == home else "5e-2"])
+
+    def trainer(cwd, args):
+        p = subprocess.run([str(BIN), "--device", "cpu", "--threads", "1"] + [str(a) for a in args], cwd=cwd,
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        return p
+    fork = tmp_path / "fork"
+    trainer(home, ["--fork-from", "src/model_00000001.bin", "-o", fork, "-x", 2])
+    record = json.loads((fork / "config.json").read_text())
+    assert record["forked_from"]["checkpoint"] == str(home / "src" / "model_00000001.bin"), record["forked_from"]
+    expected = read_jsonl(fork / "metrics.jsonl")
+    as_if_killed_before_its_first_checkpoint(fork)
+    (fork / "metrics.jsonl").write_text("")
+    p = trainer(other, ["-o", fork, "-y", 1])
+    assert f"is a fork of {home / 'src' / 'model_00000001.bin'} (step 1)" in p.stderr, p.stderr
+    assert [r["loss"] for r in read_jsonl(fork / "metrics.jsonl") if "loss" in r] == \
+        [r["loss"] for r in expected if "loss" in r]
 
 
 def test_no_training_data_for_an_o_that_holds_a_run_names_y1(byte_data, tmp_path):

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -137,4 +138,25 @@ TEST_CASE("a vote cast in the last step changes nothing: the run ends as planned
     comm.partner_signal = (float)SIGUSR1;
     CHECK(train(c, comm) == 0);
     CHECK(std::filesystem::exists(dir.file("out/DONE_00000001")));
+}
+
+TEST_CASE("a stop the program asks for leaves a user's first SIGINT a first one", "[interrupt]") {
+    // (a review) stop_for(SIGPIPE), a closed stdout, once set the handler's record: the user's first Ctrl-C
+    // then took SIGINT's default action (a second one's) and ended the process in its checkpoint's write.
+    struct sigaction inherited;  // a test binary started in the background (`cmd &`) inherits SIGINT ignored
+    struct sigaction deflt;
+    std::memset(&deflt, 0, sizeof deflt);
+    deflt.sa_handler = SIG_DFL;
+    REQUIRE(::sigaction(SIGINT, &deflt, &inherited) == 0);
+    llmc::SingleProcessCollective one;
+    {
+        llmc::InterruptHandlers interrupts;
+        interrupts.stop_for(SIGPIPE);
+        CHECK(interrupts.agreed_signal(one) == SIGPIPE);
+        interrupts.stop_for(SIGPIPE);
+        REQUIRE(::raise(SIGINT) == 0);  // the process lives on: a first SIGINT is recorded
+        CHECK(llmc::g_interrupt_signal == SIGINT);
+        CHECK(interrupts.agreed_signal(one) == SIGINT);  // a signal recorded by then names the stop
+    }
+    ::sigaction(SIGINT, &inherited, nullptr);
 }

@@ -56,11 +56,12 @@ nlohmann::ordered_json setting_json(const std::optional<T>& v) {
     return v ? setting_json(*v) : nlohmann::ordered_json(nullptr);
 }
 
-// A setting as a record holds it: -i, -j and an -e that names a file (not a preset) as absolute paths
-// (a relative one taken from the current directory), so that the record names the same files from any
-// directory; the rest as given.
+// A setting as a record holds it: -i, -j, --fork-from and an -e that names a file (not a preset) as
+// absolute paths (a relative one taken from the current directory), so that the record names the same
+// files from any directory; the rest as given.
 inline std::string recorded_form(const std::string& field, const std::string& v) {
-    const bool path = field == "train_data" || field == "val_data" || (field == "model" && !is_model_preset(v));
+    const bool path = field == "train_data" || field == "val_data" || field == "fork_from" ||
+                      (field == "model" && !is_model_preset(v));
     if (!path || v.empty() || v[0] == '/') return v;
     std::string rel = v;
     while (rel.size() > 2 && rel.compare(0, 2, "./") == 0) rel.erase(0, 2);

@@ -381,7 +381,7 @@ inline nlohmann::ordered_json write_run_record(const std::string& out, nlohmann:
             std::fprintf(stderr, "note: forking at step %d with %s\n", resumed_step, describe_change(c, unset).c_str());
         if (epoch.changed()) std::fprintf(stderr, "%s\n", epoch.change_note().c_str());
         const std::string source = join_path(fork_source(cfg.fork_from).dir, "config.json");
-        fresh_record["forked_from"] = {{"checkpoint", cfg.fork_from},
+        fresh_record["forked_from"] = {{"checkpoint", recorded_form("fork_from", cfg.fork_from)},
                                        {"step", resumed_step},
                                        {"tokens", tokens_trained(read_run_record(source), resumed_step, source)}};
     }

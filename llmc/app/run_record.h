@@ -496,7 +496,11 @@ inline ForkSource fork_source(const std::string& path) {
     if (parse_checkpoint_name(name, src.step) != CkptFileKind::Model || name.find(".tmp.") != std::string::npos)
         throw InputError("--fork-from " + path + ": not a checkpoint's model file; give RUN_DIR/model_NNNNNNNN.bin");
     if (!file_exists(path))
-        throw InputError("--fork-from " + path + ": no such file; check the path (ls RUN_DIR/model_*.bin)");
+        throw InputError("--fork-from " + path + ": no such file" +
+                         (path.empty() || path[0] == '/' ? std::string()
+                                                         : " (relative to the directory the trainer started in, " +
+                                                               std::filesystem::current_path().string() + ")") +
+                         "; check the path (ls RUN_DIR/model_*.bin)");
     if (!file_exists(done_path(src.dir, src.step)))
         throw InputError(
             "--fork-from " + path + ": step " + std::to_string(src.step) + " is not a complete checkpoint (no " +

@@ -125,9 +125,10 @@ public:
 
     // A stop the program asks itself for `sig` (SIGPIPE: stdout was closed), counted as that signal would
     // be: after this step with a checkpoint (one process; with more, the rank's next vote), unless a signal
-    // already named the stop.
+    // names the stop (a signal recorded by then wins). Kept apart from the handler's record, so that a
+    // user's first Ctrl-C after it is still a first one (a checkpoint, not SIGINT's default action).
     void stop_for(int sig) {
-        if (g_interrupt_signal == 0) g_interrupt_signal = sig;
+        if (requested_ == 0) requested_ = sig;
     }
     InterruptHandlers(const InterruptHandlers&) = delete;
     InterruptHandlers& operator=(const InterruptHandlers&) = delete;
@@ -136,25 +137,29 @@ public:
     // in place with Max over the ranks in a reduction it does anyway (a signal number is exact in a float).
     // Every rank casts it at the same point of every step.
     float* cast_vote() {
-        vote_ = (float)g_interrupt_signal;
+        vote_ = (float)stop_signal();
         return &vote_;
     }
     // The signal every rank stops for after this step, 0 to go on: the largest signal number in the votes
     // the ranks cast in this step (one process: the signal recorded so far). Makes no collective call; a
     // step that cast no vote agrees on 0. Clears the vote for the next step.
     int agreed_signal(const Collective& comm) {
-        const int sig = comm.world_size() == 1 ? (int)g_interrupt_signal : (int)vote_;
+        const int sig = comm.world_size() == 1 ? stop_signal() : (int)vote_;
         vote_ = 0.0f;
         return sig;
     }
 
 private:
+    // The stop this rank asks for so far: the signal recorded, else the program's own request (stop_for).
+    int stop_signal() const { return g_interrupt_signal != 0 ? (int)g_interrupt_signal : requested_; }
+
     static constexpr int kCount = sizeof kInterruptSignals / sizeof kInterruptSignals[0];
     struct sigaction previous_[kCount];
     bool installed_[kCount] = {};
     struct sigaction previous_pipe_;  // SIGPIPE's disposition before the loop, restored after it
     bool pipe_ignored_ = false;
     float vote_ = 0.0f;  // cast_vote() .. agreed_signal(): this rank's vote, then (reduced) the ranks' Max
+    int requested_ = 0;  // stop_for's signal, 0 while none
 };
 
 }  // namespace llmc

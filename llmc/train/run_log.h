@@ -48,10 +48,12 @@ public:
 
     // Prints text on stdout (flushed) and appends it to console.log.
     void print(const std::string& text) {
-        if (!stdout_closed_) {
+        if (!stdout_closed_) {  // (a text over stdio's buffer fails in fwrite, whose errno then stays)
             errno = 0;
-            std::fwrite(text.data(), 1, text.size(), stdout);
-            if (std::fflush(stdout) != 0 && errno == EPIPE) close_stdout();
+            const bool written = std::fwrite(text.data(), 1, text.size(), stdout) == text.size();
+            const int fwrite_errno = errno;
+            if (!written && fwrite_errno == EPIPE) close_stdout();
+            else if (std::fflush(stdout) != 0 && errno == EPIPE) close_stdout();
         }
         append(console_, text, "console.log");
     }

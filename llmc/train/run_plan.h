@@ -174,6 +174,7 @@ inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, con
                              model_path(out, step));
         }
         if (!from) check_restart_keeps_model(out, m, cfg);
+        if (!from && cfg.rank == 0 && !file_exists(join_path(out, "config.json"))) check_not_data_dir(out);
         if (!from && cfg.rank == 0) {
             note_resume_without_checkpoint(out);
             for (const SettingChange& c : cfg.record_changes)  // flags given over the record: said, as a resume does
@@ -188,11 +189,17 @@ inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, con
                              std::to_string(newest_complete_step(out)) + "); choose a new -o for the fork");
         if (cfg.rank == 0 && !cfg.refork) check_no_run_files(out, true);
         if (cfg.rank == 0 && !cfg.refork) check_not_data_dir(out);
-        if (cfg.rank == 0 && cfg.refork)
+        if (cfg.rank == 0 && cfg.refork)  // (a relative source: the record of an earlier version, as typed)
             std::fprintf(stderr,
                          "note: -y 1: %s is a fork of %s (step %d) without a checkpoint of its own; it forks again "
-                         "from that checkpoint\n",
-                         out.c_str(), cfg.fork_from.c_str(), fork_source(cfg.fork_from).step);
+                         "from that checkpoint%s\n",
+                         out.c_str(), cfg.fork_from.c_str(), fork_source(cfg.fork_from).step,
+                         cfg.fork_from[0] == '/' ? ""
+                                                 : (", recorded relative to the directory the fork started in and "
+                                                    "read from this one, " +
+                                                    std::filesystem::current_path().string() +
+                                                    ": if that is not the fork's, resume it from there")
+                                                       .c_str());
         return load_fork_checkpoint(cfg.fork_from, fork_source(cfg.fork_from), m, cfg.rank, cfg.world_size);
     }
     if (newest_complete_step(out) >= 0)
@@ -321,7 +328,7 @@ inline std::vector<std::string> unused_flag_notes(const TrainConfig& cfg, bool h
         note("near", *cfg.near, "--logit-stats-every 0",
              "it splits the logit statistics the run writes into near and far");
     if (!has_val_data) {
-        if (given("val-every", cfg.val_every, defaults.val_every))
+        if (cfg.val_every != 0 && given("val-every", cfg.val_every, defaults.val_every))
             note("val-every", cfg.val_every, "no validation data (-j)", "it sets how often the run validates on -j");
         if (given("val-batches", cfg.val_batches, defaults.val_batches))
             note("val-batches", cfg.val_batches, "no validation data (-j)",
