@@ -103,6 +103,7 @@ def test_generator_reports_the_wait_policy(byte_data, tmp_path):  # noqa: F811
     ({"OMP_NUM_THREADS": "0"}, "OMP_NUM_THREADS='0' is not a thread count"),
     ({"OMP_NUM_THREADS": "-1"}, "OMP_NUM_THREADS='-1' is not a thread count"),
     ({"OMP_NUM_THREADS": "4,"}, "OMP_NUM_THREADS='4,' is not a thread count"),
+    ({"OMP_NUM_THREADS": "4,0"}, "OMP_NUM_THREADS='4,0' is not a thread count"),
     ({"OMP_NUM_THREADS": ""}, "OMP_NUM_THREADS='' is not a thread count"),
     ({"OMP_WAIT_POLICY": "bogus"}, "OMP_WAIT_POLICY='bogus' is not ACTIVE or PASSIVE; set one of them, or unset it "
      "(the programs then wait PASSIVE, docs/training.md \"Threads\")"),
@@ -121,5 +122,18 @@ def test_an_openmp_variable_libgomp_would_ignore_is_refused(byte_data, program, 
 
 
 def test_valid_openmp_variables_are_taken(byte_data):  # noqa: F811
-    for env in ({"OMP_NUM_THREADS": "2,1"}, {"OMP_WAIT_POLICY": "Passive"}):
+    """What libgomp reads is taken: a nesting list, white space around a number or a policy, a '+' sign (a
+    review: " 4", "+4" and " passive" were refused)."""
+    for env in ({"OMP_NUM_THREADS": "2,1"}, {"OMP_NUM_THREADS": " 2 "}, {"OMP_NUM_THREADS": "+2"},
+                {"OMP_WAIT_POLICY": "Passive"}, {"OMP_WAIT_POLICY": " passive "}):
         train(byte_data, clean_env(**env))
+
+
+def test_a_thread_count_given_leaves_omp_num_threads_unread(byte_data):  # noqa: F811
+    """(a review) --threads N > 0 does not use OMP_NUM_THREADS, so a value libgomp cannot read is no error then
+    (the refusal's own advice was "or give --threads N", and it refused that too); --threads 0 reads it."""
+    train(byte_data, clean_env(OMP_NUM_THREADS="abc"), extra=["--threads", 2])
+    train(byte_data, clean_env(OMP_NUM_THREADS="abc"), extra=["--threads=1"])
+    p = subprocess.run([str(BIN), "--threads", "0", "--help"], cwd=REPO, capture_output=True, text=True, timeout=60,
+                       env=clean_env(OMP_NUM_THREADS="abc"))
+    assert p.returncode == 1 and "error: OMP_NUM_THREADS='abc' is not a thread count" in p.stderr, p.stderr

@@ -24,6 +24,7 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include <omp.h>
@@ -31,37 +32,56 @@
 namespace llmc {
 
 // The error for OpenMP variables libgomp would ignore (OpenMP 5.2, "Environment Variables"; libgomp warns
-// "Invalid value" and keeps its default): OMP_NUM_THREADS not a list of positive integers ("4", "4,2"),
-// OMP_WAIT_POLICY not ACTIVE or PASSIVE (any case), an empty value of either included; "" when both are
-// unset or valid.
-inline std::string omp_environment_error(const char* num_threads, const char* wait_policy) {
-    if (num_threads != nullptr) {
-        bool ok = true, digit_seen = false, nonzero = false;
-        for (const char* c = num_threads;; c++) {
-            if (*c == ',' || *c == '\0') {
-                ok = ok && digit_seen && nonzero;
-                if (*c == '\0') break;
-                digit_seen = nonzero = false;
-            } else if (std::isdigit((unsigned char)*c)) {
-                digit_seen = true;
+// "Invalid value" and keeps its default): OMP_NUM_THREADS not a list of positive integers ("4", "4,2";
+// as libgomp reads them: white space around each and a '+' sign taken), unless `threads_given` (--threads
+// N > 0: the variable is not used); OMP_WAIT_POLICY not ACTIVE or PASSIVE (any case, white space around);
+// an empty value of either included. "" when both are unset or valid.
+inline std::string omp_environment_error(const char* num_threads, const char* wait_policy, bool threads_given) {
+    auto space = [](char c) { return std::isspace((unsigned char)c) != 0; };
+    if (num_threads != nullptr && !threads_given) {
+        bool ok = true;
+        const char* c = num_threads;
+        for (;;) {  // one number of the list, then a comma and the next
+            while (space(*c)) c++;
+            if (*c == '+') c++;
+            bool nonzero = false, digit = false;
+            for (; std::isdigit((unsigned char)*c); c++) {
+                digit = true;
                 nonzero = nonzero || *c != '0';
-            } else {
-                ok = false;
             }
+            while (space(*c)) c++;
+            ok = ok && digit && nonzero;
+            if (!ok || *c != ',') break;
+            c++;
         }
-        if (!ok)
+        if (!ok || *c != '\0')
             return std::string("OMP_NUM_THREADS='") + num_threads +
                    "' is not a thread count (a positive integer); set one, unset it (all the CPUs this process may "
                    "use), or give --threads N";
     }
     if (wait_policy != nullptr) {
-        std::string v = wait_policy;
+        const std::string given = wait_policy;
+        const size_t first = given.find_first_not_of(" \t\n\v\f\r");
+        std::string v = first == std::string::npos
+                            ? std::string()
+                            : given.substr(first, given.find_last_not_of(" \t\n\v\f\r") - first + 1);
         for (char& c : v) c = (char)std::toupper((unsigned char)c);
         if (v != "ACTIVE" && v != "PASSIVE")
-            return std::string("OMP_WAIT_POLICY='") + wait_policy + "' is not ACTIVE or PASSIVE; set one of them, " +
+            return "OMP_WAIT_POLICY='" + given + "' is not ACTIVE or PASSIVE; set one of them, " +
                    "or unset it (the programs then wait PASSIVE, docs/training.md \"Threads\")";
     }
     return "";
+}
+
+// Whether argv gives --threads N with N > 0 (the flag's last occurrence wins, as CLI11 takes it).
+inline bool threads_flag_given(char** argv) {
+    const char* value = nullptr;
+    for (int i = 1; argv[i] != nullptr; i++) {
+        if (std::strcmp(argv[i], "--") == 0) break;
+        if (std::strcmp(argv[i], "--threads") == 0 && argv[i + 1] != nullptr) value = argv[++i];
+        else if (std::strncmp(argv[i], "--threads=", 10) == 0) value = argv[i] + 10;
+    }
+    return value != nullptr && std::atoi(value) > 0;
 }
 
 // The value the programs give OMP_WAIT_POLICY when the environment chose no wait policy.
@@ -79,7 +99,8 @@ inline bool program_chooses_wait_policy(const char* omp_wait_policy, const char*
 // the device line, llmc/cpu/omp_wait.h, reports libgomp's default, which is what is in effect); false
 // after printing the one error line when omp_environment_error finds one (main then exits 1).
 inline bool use_passive_wait_policy(char** argv) {
-    const std::string error = omp_environment_error(std::getenv("OMP_NUM_THREADS"), std::getenv("OMP_WAIT_POLICY"));
+    const std::string error =
+        omp_environment_error(std::getenv("OMP_NUM_THREADS"), std::getenv("OMP_WAIT_POLICY"), threads_flag_given(argv));
     if (!error.empty()) {
         std::fprintf(stderr, "error: %s\n", error.c_str());
         return false;
