@@ -303,23 +303,23 @@ def recorded_files(meta):
         return None
 
 
-_digests = {}  # (path, size, mtime_ns) -> sha256: a source file is hashed once (the corpus check, then meta.json)
-
-
-def sha256_source(path):
+def sha256_source(path, digests):
+    """The sha256 of source file `path`, from `digests` ({(path, size, mtime_ns): sha256}, one per run of
+    prepare_text) when it holds it, else hashed and kept there: a source file is hashed once (the corpus check,
+    then meta.json), and again when its size or mtime changed."""
     st = os.stat(path)
     key = (path, st.st_size, st.st_mtime_ns)
-    if key not in _digests:
-        _digests[key] = tk.sha256_file(path)
-    return _digests[key]
+    if key not in digests:
+        digests[key] = tk.sha256_file(path)
+    return digests[key]
 
 
-def planned_files(splits):
+def planned_files(splits, digests):
     """{file: (bytes, sha256)} of the source files of a text data set about to be made, as meta.json will record
-    them; sha256 a callable (hashed only when compared)."""
+    them; sha256 a callable (hashed only when compared, into `digests`: sha256_source)."""
     files = {}
     for spec in splits["train"] + splits["val"]:
-        files[spec.name] = (os.path.getsize(spec.path), lambda p=spec.path: sha256_source(p))
+        files[spec.name] = (os.path.getsize(spec.path), lambda p=spec.path: sha256_source(p, digests))
     for r in splits.get("left_out", []):
         files[r["file"]] = (r["bytes"], r["sha256"])
     return files
@@ -543,9 +543,9 @@ def make_chunks(splits):
     return tasks
 
 
-def source_records(splits, file_tokens):
+def source_records(splits, file_tokens, digests):
     """[{file, bytes, sha256, splits, tokens}] for every source file, in sorted order; file_tokens: {name: {split:
-    tokens}} (each document's EOT included, so they add up to num_tokens)."""
+    tokens}} (each document's EOT included, so they add up to num_tokens); digests: sha256_source's cache."""
     used = {}
     for split in ("train", "val"):
         for spec in splits[split]:
@@ -553,7 +553,7 @@ def source_records(splits, file_tokens):
     records = []
     for (name, path), s in sorted(used.items()):
         order = sorted(set(s), key=["train", "val"].index)
-        records.append({"file": name, "bytes": os.path.getsize(path), "sha256": sha256_source(path),
+        records.append({"file": name, "bytes": os.path.getsize(path), "sha256": sha256_source(path, digests),
                         "splits": order, "tokens": {sp: file_tokens.get(name, {}).get(sp, 0) for sp in order}})
     return records
 
@@ -584,8 +584,10 @@ def prepare_text(args):
     splits = dataset_splits(args.dataset, args.source, args.val_fraction, args.seed)
     if args.dataset == "pg19":
         check_gutenberg_books(splits["train"] + splits["val"], args.source[0])
+    digests = {}  # sha256_source's: each source file is hashed once in this run
     if not args.force:  # a data set made from other text in --out: refused before anything is tokenized
-        why = other_corpus_refusal(args.out, other_corpus(_meta_of(args.out), args.dataset, planned_files(splits)))
+        why = other_corpus_refusal(args.out, other_corpus(_meta_of(args.out), args.dataset,
+                                                          planned_files(splits, digests)))
         if why:
             raise PrepareError(why)
     extra = {}
@@ -621,11 +623,11 @@ def prepare_text(args):
     else:
         token_bytes = eot = enc_spec = None  # trained below
     with building(args.out, args.force) as work:
-        meta = _build_text(args, work, splits, token_bytes, eot, enc_spec, extra)
+        meta = _build_text(args, work, splits, token_bytes, eot, enc_spec, extra, digests)
     done(meta, t0)
 
 
-def _build_text(args, work, splits, token_bytes, eot, enc_spec, extra):
+def _build_text(args, work, splits, token_bytes, eot, enc_spec, extra, digests):
     print(f"{args.dataset}: {len(splits['train'])} train / {len(splits['val'])} val documents -> {args.out}")
     if args.tokenizer == "sp":
         t = time.time()
@@ -680,7 +682,7 @@ def _build_text(args, work, splits, token_bytes, eot, enc_spec, extra):
     print(f"tokenized in {time.time() - t:.1f}s")
 
     meta = meta_dict(args, work, vocab, eot, version, writers, docs, paths)
-    meta["sources"] = source_records(splits, file_tokens)
+    meta["sources"] = source_records(splits, file_tokens, digests)
     report_split(args, splits, meta["sources"], meta["num_tokens"])
     meta.update(extra)
     write_meta(work, meta)

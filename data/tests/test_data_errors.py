@@ -455,6 +455,26 @@ def test_a_data_set_made_from_other_text_is_kept_without_force(tmp_path, shared_
     assert files.pop("meta.json") != was.pop("meta.json") and files == was  # the same shards: meta.json's args differ
 
 
+def test_source_files_are_hashed_once_per_run(monkeypatch, tmp_path, gpt2_dir):
+    """prepare_text hashes each source file once (the corpus check against --out, then meta.json), in a cache of
+    its own: a second run hashes them again (no state kept between runs)."""
+    import prepare
+    import text_tokenizers
+    (tmp_path / "a.txt").write_text("alpha beta gamma delta. " * 200)
+    (tmp_path / "b.txt").write_text("one two three four five. " * 200)
+    out, gpt2 = tmp_path / "d", ["--tokenizer", "gpt2", "--gpt2-bpe", str(gpt2_dir), "--workers", "1"]
+    argv = ["--dataset", "text", "--source", str(tmp_path / "a.txt"), str(tmp_path / "b.txt"), "--out", str(out),
+            *gpt2]
+    assert prepare.main(argv) == 0
+    hashed = []
+    real = text_tokenizers.sha256_file
+    monkeypatch.setattr(text_tokenizers, "sha256_file", lambda p: hashed.append(os.path.basename(p)) or real(p))
+    for _ in range(2):  # --out holds the same corpus: checked (hashed), then meta.json (from the cache)
+        hashed.clear()
+        assert prepare.main(argv) == 0
+        assert sorted(h for h in hashed if h.endswith(".txt")) == ["a.txt", "b.txt"]
+
+
 def test_other_text_is_checked_again_as_made(monkeypatch, tmp_path, gpt2_dir, capsys):
     """The data set as made is checked again before it is moved in (as another tokenizer is): sources that the
     check before tokenizing took for --out's (here: made to) are refused then, --out byte for byte as it was."""
@@ -465,7 +485,8 @@ def test_other_text_is_checked_again_as_made(monkeypatch, tmp_path, gpt2_dir, ca
     gpt2 = ["--tokenizer", "gpt2", "--gpt2-bpe", str(gpt2_dir), "--workers", "1"]
     run_prepare("--dataset", "text", "--source", tmp_path / "a.txt", "--out", out, *gpt2)
     before = snapshot(str(out))
-    monkeypatch.setattr(prepare, "planned_files", lambda splits: prepare.recorded_files(prepare._meta_of(str(out))))
+    monkeypatch.setattr(prepare, "planned_files",
+                        lambda splits, digests: prepare.recorded_files(prepare._meta_of(str(out))))
     assert prepare.main(["--dataset", "text", "--source", str(tmp_path / "b.txt"), "--out", str(out), *gpt2]) == 1
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"error: --out {out} holds a data set of text from 1 source file (a.txt, its meta.json says), and this one is "
