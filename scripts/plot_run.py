@@ -64,9 +64,10 @@ changed at that step moved its step total): labelled "one epoch: 4330->2165 step
 --labels replaces the labels; one note on stderr, repeated under the summary table, names per label the label
 made from the configs and the directory ("note: --labels: x = lr=6e-4 [a]; y = lr=1e-3 [c]"), since the title
 leaves out what the runs differ in. A label given twice, or one that contradicts its run (label_conflict: it
-names exactly one attention kind of mhsa, ls, local other than the run's, or a stabilizer, qknorm, zloss,
-softcap, qkclip, that its config.json does not have), is refused with one line naming the label, the run and
-what its config.json records.
+names exactly one attention kind of mhsa, ls, local other than the run's, local only without another layout word
+such as G= or global, or a stabilizer, qknorm, zloss, softcap, qkclip, that its config.json does not have; a word
+after no/without/w/o, or a stabilizer at 0/off/none as in softcap=0, names an absence), is refused with one line
+naming the label, the run and what its config.json records.
 Settings that change only what is recorded (-v, --threads, ...) get the line but no
 note; --near, which changes what the near/far plots measure, gets both, with the values that acted: its
 `old: null` (not given) is the window ("near 8->2 at step 200").
@@ -776,11 +777,29 @@ KIND_TEXT = {"mhsa": "MHSA", "ls": "LS", "local": "all-local"}
 
 def label_words(text):
     """The words of a label or run name, lower case, split on anything but letters and digits (_ too), with
-    qk-norm, z-loss, soft-cap, qk-clip and all-local (or with _) one word each: "LS_QK-norm 2" -> ls, qknorm, 2."""
+    qk-norm, z-loss, soft-cap, qk-clip and all-local (or with _) one word each, and a number one word with its
+    point, exponent and the letters just before it: "LS_QK-norm 2, z-loss 1e-4, qkclip0.5" -> ls, qknorm, 2,
+    zloss, 1e-4, qkclip0.5."""
     t = text.lower()
     for a, b in (("qk", "norm"), ("z", "loss"), ("soft", "cap"), ("qk", "clip"), ("all", "local")):
         t = re.sub(rf"(?<![a-z0-9]){a}[-_]{b}", a + b, t)
-    return [w for w in re.split(r"[^a-z0-9]+", t) if w]
+    return re.findall(r"[a-z]*\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![a-z0-9])|[a-z0-9]+", t)
+
+
+def negated(words, i):
+    """Whether label_words' words[i] follows "no", "without" or "w/o" (its absence named)."""
+    return i > 0 and words[i - 1] in ("no", "without") or words[max(i - 2, 0):i] == ["w", "o"]
+
+
+def names_absence(value):
+    """Whether a stabilizer's value word (label_words) names its absence: off, none, or a number that is 0
+    ("softcap=0", "z-loss 0", "qkclip0")."""
+    if value in ("off", "none"):
+        return True
+    try:
+        return float(value) == 0
+    except ValueError:
+        return False
 
 
 def recorded_variant(config):
@@ -791,23 +810,27 @@ def recorded_variant(config):
 
 
 def label_conflict(lab, run):
-    """Why --labels' `lab` contradicts its run (None when it does not): its words (label_words) name exactly one
-    attention kind and not one of the run's (attention_kinds), or a stabilizer the run's config.json does not have
-    (one after "no", "without" or "w/o" is not checked)."""
+    """Why --labels' `lab` contradicts its run (None when it does not): its words (label_words), but those after
+    "no", "without" or "w/o" (negated), name exactly one attention kind and not one of the run's
+    (attention_kinds), "local" counting as all-local only in a label naming no other layout (mhsa, ls, global
+    or G=: "G=1 + 3 local heads" is LS); or a stabilizer the run's config.json does not have, but one whose value
+    names its absence (names_absence: "softcap=0", "QK-clip off")."""
     config = run.label_config()
     words = label_words(lab)
+    named = [(i, w) for i, w in enumerate(words) if not negated(words, i)]
+    layout = any(w in ("mhsa", "ls", "global") for _, w in named) or re.search(r"(?<![a-z0-9])g\s*=", lab.lower())
     parts = {k for k, _, _ in label_parts(config)}
     where = f"{run.path}'s {'config.json' if run.config else 'logit_stats.jsonl'} records {recorded_variant(config)}"
-    kinds = {KIND_WORDS[w] for w in words if w in KIND_WORDS}
+    kinds = {KIND_WORDS[w] for _, w in named if w in KIND_WORDS and not (w == "local" and layout)}
     allowed = attention_kinds(config)
     if len(kinds) == 1 and allowed and not kinds <= allowed:
         return f"label '{lab}' says {KIND_TEXT[kinds.pop()]}, but {where}"
     if run.config is None:  # the stabilizers are not known
         return None
-    for i, w in enumerate(words):
-        m = re.fullmatch(r"(qknorm|zloss|softcap|qkclip)(\d[0-9e]*)?", w)
-        negated = i > 0 and words[i - 1] in ("no", "without") or words[max(i - 2, 0):i] == ["w", "o"]
-        if m and not negated and STABILIZER_WORDS[m.group(1)][0] not in parts:
+    for i, w in named:
+        m = re.fullmatch(r"(qknorm|zloss|softcap|qkclip)(\d[0-9.e+-]*)?", w)
+        value = m and (m.group(2) or (words[i + 1] if i + 1 < len(words) else ""))
+        if m and not names_absence(value) and STABILIZER_WORDS[m.group(1)][0] not in parts:
             return f"label '{lab}' says {STABILIZER_WORDS[m.group(1)][1]}, but {where}, without it"
     return None
 
@@ -1517,7 +1540,8 @@ def main(argv=None):
                    "one colour per head and one marker shape per run")
     p.add_argument("--threshold", type=float, default=10.0, help="report the first step whose max-logit exceeds this")
     p.add_argument("--labels", help="comma-separated legend labels, one per OUT_DIR, each its own and not "
-                   "contradicting its run's attention or stabilizers (default: from the configs; a note names those)")
+                   "contradicting its run's attention or stabilizers (no/without/w/o X, X 0, X off, X none name "
+                   "an absence) (default: from the configs; a note names those)")
     p.add_argument("--by-ratio", action="store_true",
                    help="also PREFIX_ratio.{png,svg}: peak max-logit and final val loss vs T/C per attention variant")
     add_formats_argument(p, "png,svg")

@@ -1256,8 +1256,10 @@ def test_duplicate_custom_labels_are_refused(tmp_path):
 def test_label_words():
     assert plot_run.label_words("LS_QK-norm 2") == ["ls", "qknorm", "2"]
     assert plot_run.label_words("MHSA, z-loss 1e-4, Soft-Cap 30, qk_clip, All-Local") == [
-        "mhsa", "zloss", "1e", "4", "softcap", "30", "qkclip", "alllocal"]
+        "mhsa", "zloss", "1e-4", "softcap", "30", "qkclip", "alllocal"]
     assert plot_run.label_words("mhsa_qkclip7") == ["mhsa", "qkclip7"]
+    assert plot_run.label_words("softcap=0, qkclip0.5, z-loss 0.0, G=1") == [
+        "softcap", "0", "qkclip0.5", "zloss", "0.0", "g", "1"]
 
 
 def test_custom_labels_that_contradict_their_run_are_refused(two_runs, tmp_path):
@@ -1278,12 +1280,25 @@ def test_custom_labels_that_contradict_their_run_are_refused(two_runs, tmp_path)
             ("ls_qk-clip,b", (ls, mhsa), f"label 'ls_qk-clip' says QK-Clip, but {ls}'s config.json records "
                                          "LS G=1/4 P=4, without it"),
             ("a,MHSA QK-norm", (ls, mhsa), f"label 'MHSA QK-norm' says QK-norm, but {mhsa}'s config.json records "
-                                           "MHSA, QK-Clip 100, without it")]:
+                                           "MHSA, QK-Clip 100, without it"),
+            # a value that is not 0 names the stabilizer; "no" negates only the word after it; "local" alone
+            ("LS soft-cap 0.5,b", (ls, mhsa), f"label 'LS soft-cap 0.5' says soft-cap, but {ls}'s config.json "
+                                              "records LS G=1/4 P=4, without it"),
+            ("a,z-loss 1e-4", (ls, mhsa), f"label 'z-loss 1e-4' says z-loss, but {mhsa}'s config.json records "
+                                          "MHSA, QK-Clip 100, without it"),
+            ("baseline (no LS) MHSA,b", (ls, mhsa), f"label 'baseline (no LS) MHSA' says MHSA, but {ls}'s "
+                                                    "config.json records LS G=1/4 P=4"),
+            ("local heads only,b", (ls, mhsa), f"label 'local heads only' says all-local, but {ls}'s config.json "
+                                               "records LS G=1/4 P=4")]:
         p = plot(labels, *runs)
         assert p.returncode == 1 and p.stderr.splitlines() == [f"error: --labels: {error}; {fix}"], p.stderr
         assert p.stdout == "" and not (tmp_path / "cmp_summary.md").exists()
     for labels in ("LS,MHSA_QKclip100", "ls (local+global),global", "mhsa vs ls,MHSA", "ls no softcap,b",
-                   "ls w/o z-loss,qk-clip"):
+                   "ls w/o z-loss,qk-clip",
+                   # a review: accurate labels were refused: a stabilizer at 0, off or none names its absence;
+                   # a negated kind is not named; "local" beside a layout word (G=, global, ...) is not all-local
+                   "LS,z-loss 0", "LS QK-clip off,b", "LS,softcap=0", "LS soft-cap none,b", "LS qkclip0,b",
+                   "LS,baseline (no LS)", "G=1 + 3 local heads,MHSA", "1 global + 3 local,b"):
         p = plot(labels, ls, mhsa)
         assert p.returncode == 0, (labels, p.stderr)
     # a window not below T: LS with its local heads, computing as MHSA; either name is the run's
