@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from run_helpers import BIN, REPO, TINY, data_args, read_jsonl, run, write_shard
+from run_helpers import BIN, REPO, TINY, data_args, gpt2_tinyshakespeare, read_jsonl, run, write_shard
 
 COMMON = TINY + ["-k", "constant", "-u", 0, "-l", "3e-3", "-v", 4, "-m", 2, "-s", 4, "-g", 12, "-n", 6,
                  "--logit-stats-every", 0]
@@ -140,6 +140,31 @@ def test_best_val_of_a_new_val_data_is_not_a_loss_of_the_old_one(byte_data, tmp_
     assert old < best["val_loss"]  # random bytes are harder than Shakespeare: the old set's best would win
     s = summary_of(b.stdout)
     assert f", best {best['val_loss']:.4f} (step {best['step']}; since step 6, when --val-data changed) | " in s, s
+
+
+def test_a_lowered_alarm_keep_on_resume_says_which_checkpoints_lose_their_pin(tmp_path):
+    """(a new-user trial) -y 1 --logit-alarm-keep 1 on a run whose alarm checkpoints were pinned deleted them
+    at the next save, said only after it and as "--keep-checkpoints 1" prunes. A note now says first which
+    checkpoints lose their pin (those that --keep-checkpoints prunes anyway are not its doing)."""
+    data = gpt2_tinyshakespeare()
+    out = tmp_path / "run"
+    model = ["--layers", 2, "--channels", 32, "--heads", 2, "-b", 2, "-t", 32, "--window", 8, "-s", 0, "-v", 0,
+             "--threads", 1]
+    run(["-i", f"{data}/train_*.bin", "-o", out, "-x", 30, "-n", 5, "-l", "1e-2", "--keep-checkpoints", 1,
+         "--logit-alarm-above", 0.5, "--logit-alarm-cooldown", 1, "--logit-alarm", 2, "--spike-window", 5] + model)
+    before = sorted(int(p.name[5:]) for p in out.glob("DONE_*"))
+    assert len(before) >= 3 and before[-1] == 30, before  # alarm checkpoints (and their predecessors) pinned
+    p = run(["-o", out, "-y", 1, "-x", 32, "--logit-alarm-keep", 1, "--threads", 1])
+    notes = [ln for ln in p.stderr.splitlines() if "existing checkpoint" in ln]
+    assert len(notes) == 1, p.stderr
+    m = re.fullmatch(rf"note: --logit-alarm-keep 1 \(was 3\) pins only the newest alarm checkpoint past "
+                     rf"--keep-checkpoints 1: the next save deletes (\d+) of the {len(before)} existing checkpoints "
+                     rf"in {re.escape(str(out))} \(steps? ([\d, ]+)\)", notes[0])
+    assert m, notes[0]
+    said = [int(x) for x in m.group(2).split(", ")]
+    pruned = [int(ln.split()[4]) for ln in p.stderr.splitlines() if ln.startswith("pruned checkpoint of step")]
+    assert int(m.group(1)) == len(said) and set(said) < set(pruned) and 30 not in said, (said, pruned)
+    assert 30 in pruned  # pruned by --keep-checkpoints 1 under any alarm keep: not the note's
 
 
 def test_pruned_checkpoints_are_named_and_a_new_keep_on_resume_says_what_it_deletes(byte_data, tmp_path):

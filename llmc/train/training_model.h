@@ -104,12 +104,11 @@ inline void read_optimizer_state(TrainingModel& model, Collective& comm, TrainSt
     }
 }
 
-// The checkpoints in out that pruning keeps for the logit alarm: its pinned alarm checkpoints
+// The checkpoints in out that pruning keeps for the logit alarm: its pinned alarm checkpoints `pins`
 // (LogitAlarm::pinned_steps: the weights after each spiking step's update) and, for each, the newest
 // complete checkpoint before it (the weights the spiking step's forward started from: a fork there
 // replays the spike bit for bit, e.g. with another stabilizer).
-inline std::vector<int> alarm_pins(const std::string& out, const LogitAlarm& alarm) {
-    std::vector<int> pins = alarm.pinned_steps();
+inline std::vector<int> alarm_pins(const std::string& out, std::vector<int> pins) {
     if (pins.empty()) return pins;
     const std::vector<int> complete = complete_steps(out);  // ascending
     const size_t alarms = pins.size();
@@ -118,6 +117,9 @@ inline std::vector<int> alarm_pins(const std::string& out, const LogitAlarm& ala
         if (at != complete.begin()) pins.push_back(*(at - 1));
     }
     return pins;
+}
+inline std::vector<int> alarm_pins(const std::string& out, const LogitAlarm& alarm) {
+    return alarm_pins(out, alarm.pinned_steps());
 }
 
 // Checkpoint `step` in -o: the model file (rank 0) and this rank's training state (weights'
@@ -153,26 +155,48 @@ inline std::string pruned_checkpoint_lines(const std::vector<int>& pruned, int k
 }
 
 // A resume or fork that gives --keep-checkpoints K for the first time, or lowers it, prunes checkpoints
-// the run already had at its next save: the note that says how many, and which ("" otherwise, and when
-// this run saves nothing).
+// the run already had at its next save; so does one that lowers --logit-alarm-keep (or gives it where it
+// was 0, keep all), whose alarm checkpoints then lose their pin: the note that says how many, and which
+// ("" otherwise, and when this run saves nothing or keeps every checkpoint).
 inline std::string keep_checkpoints_note(const TrainConfig& cfg, const RunPlan& plan, const LoopState& loop) {
     if (!plan.resume || cfg.output_dir.empty() || plan.start_step() >= plan.max_steps) return "";
+    const int keep = cfg.keep_checkpoints;
+    if (keep <= 0) return "";
+    const auto lowered = [](int was, int now) { return now > 0 && (was <= 0 || now < was); };
     for (const SettingChange& c : cfg.record_changes) {
-        if (c.flag != "--keep-checkpoints" || !c.old_value.is_number_integer()) continue;
-        const int was = c.old_value.get<int>(), keep = cfg.keep_checkpoints;
-        if (keep <= 0 || (was > 0 && keep >= was)) return "";
-        const std::vector<int> doomed =
-            steps_next_save_prunes(cfg.output_dir, keep, alarm_pins(cfg.output_dir, loop.alarm));
-        if (doomed.empty()) return "";
+        if (!c.old_value.is_number_integer()) continue;
+        const int was = c.old_value.get<int>();
+        std::string why;
+        if (c.flag == "--keep-checkpoints" && lowered(was, keep))
+            why = "--keep-checkpoints " + std::to_string(keep) + " (was " + std::to_string(was) + ") keeps " +
+                  (keep == 1 ? std::string("the newest checkpoint")
+                             : "the newest " + std::to_string(keep) + " checkpoints");
+        else if (c.flag == "--logit-alarm-keep" && lowered(was, cfg.logit_alarm_keep))
+            why = "--logit-alarm-keep " + std::to_string(cfg.logit_alarm_keep) + " (was " + std::to_string(was) +
+                  ") pins only the newest " +
+                  (cfg.logit_alarm_keep == 1 ? std::string("alarm checkpoint")
+                                             : std::to_string(cfg.logit_alarm_keep) + " alarm checkpoints") +
+                  " past --keep-checkpoints " + std::to_string(keep);
+        else continue;
+        std::vector<int> doomed = steps_next_save_prunes(cfg.output_dir, keep, alarm_pins(cfg.output_dir, loop.alarm));
+        if (c.flag == "--logit-alarm-keep") {  // only what loses its pin: the rest goes under the old keep too
+            const std::vector<int>& alarms = loop.alarm.checkpoint_steps();
+            const size_t k = was > 0 ? std::min(alarms.size(), (size_t)was) : alarms.size();
+            const std::vector<int> doomed_before = steps_next_save_prunes(
+                cfg.output_dir, keep,
+                alarm_pins(cfg.output_dir, std::vector<int>(alarms.end() - (long)k, alarms.end())));
+            const auto before = [&](int s) {
+                return std::find(doomed_before.begin(), doomed_before.end(), s) != doomed_before.end();
+            };
+            doomed.erase(std::remove_if(doomed.begin(), doomed.end(), before), doomed.end());
+        }
+        if (doomed.empty()) continue;
         std::string steps;
         for (const int s : doomed) steps += (steps.empty() ? "" : ", ") + std::to_string(s);
         const size_t existing = complete_steps(cfg.output_dir).size();
-        return "note: --keep-checkpoints " + std::to_string(keep) + " (was " + std::to_string(was) + ") keeps " +
-               (keep == 1 ? std::string("the newest checkpoint")
-                          : "the newest " + std::to_string(keep) + " checkpoints") +
-               ": the next save deletes " + std::to_string(doomed.size()) + " of the " + std::to_string(existing) +
-               " existing checkpoint" + (existing == 1 ? "" : "s") + " in " + cfg.output_dir + " (step" +
-               (doomed.size() == 1 ? " " : "s ") + steps + ")";
+        return "note: " + why + ": the next save deletes " + std::to_string(doomed.size()) + " of the " +
+               std::to_string(existing) + " existing checkpoint" + (existing == 1 ? "" : "s") + " in " +
+               cfg.output_dir + " (step" + (doomed.size() == 1 ? " " : "s ") + steps + ")";
     }
     return "";
 }
