@@ -454,3 +454,23 @@ def test_ranks_started_with_other_settings_or_data_are_refused(byte_data, tmp_pa
     assert errors == ["error: the processes of this run read different training data -i 'data/train_*.bin': rank 1 "
                       "finds other shards there than rank 0 (their names, sizes or content; 1 of 2 ranks differ); "
                       "give every process the same data (a shared file system, or identical copies)"], p.stderr
+
+
+def test_a_restart_from_step_0_on_another_process_count_says_what_changes(byte_data, tmp_path):
+    """(a new-user trial) -y 1 of a run stopped before its first checkpoint, started again under mpirun -np 2
+    where it started on one process, trained twice its tokens per step (B x T x processes, no -d) and validated
+    twice its -m tokens, with no note (a resume from a checkpoint refuses another process count)."""
+    out = tmp_path / "r"
+    one = subprocess.run([str(BIN), "--device", "cpu"] + data_args(byte_data) + TINY +
+                         ["-o", str(out), "-x", "2", "-n", "0", "-v", "1", "-m", "2", "-s", "0"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert one.returncode == 0, one.stderr
+    for f in list(out.glob("model_*")) + list(out.glob("state_*")) + list(out.glob("DONE_*")):
+        f.unlink()  # as if killed before its first checkpoint
+    log = out / "console.log"
+    log.write_text("".join(ln for ln in log.read_text().splitlines(True) if not ln.startswith("checkpoint of step")))
+    p = run_np(2, ["-o", out, "-y", 1, "--threads", 1])
+    assert [ln for ln in p.stderr.splitlines() if "where the run started on" in ln] == [
+        "note: -y 1: starting again from step 0 on 2 processes where the run started on 1: a step trains B x T x "
+        "processes = 256 tokens (the run's 128; -d 128 keeps it), and -m 2 validates 512 tokens (the run's 256: -m "
+        "counts global batches)"], p.stderr

@@ -137,6 +137,37 @@ inline std::string model_flag_text(const std::string& field, const std::string& 
     return "--" + field + " " + value;
 }
 
+// -y 1 of a run without a checkpoint, started again from step 0 on another number of processes than its
+// record's: a step of B x T x processes tokens (no -d) and a validation batch (-m counts global batches) are
+// another size than the run's, which no flag's change says (a resume from a checkpoint refuses another
+// process count): the note naming both and the -d that keeps the run's batch; "" when the count is the
+// record's, or the record says none.
+inline std::string restart_world_size_note(const TrainConfig& cfg) {
+    const std::string path = join_path(cfg.output_dir, "config.json");
+    if (!file_exists(path)) return "";
+    const nlohmann::ordered_json record = read_run_record(path, "restore the run's config.json");
+    const auto train = record.find("train");
+    if (train == record.end() || !train->is_object() || !train->contains("world_size") ||
+        !(*train)["world_size"].is_number_integer())
+        return "";
+    const int was = (*train)["world_size"].get<int>();
+    if (was == cfg.world_size || was < 1) return "";
+    const long long per_process = (long long)cfg.batch_size * cfg.seq_len;
+    std::vector<std::string> parts;
+    if (cfg.total_batch_size <= 0)  // (with -d the accumulation keeps the step's tokens)
+        parts.push_back("a step trains B x T x processes = " + std::to_string(per_process * cfg.world_size) +
+                        " tokens (the run's " + std::to_string(per_process * was) + "; -d " +
+                        std::to_string(per_process * was) + " keeps it)");
+    if (cfg.val_batches > 0 && !cfg.val_data.empty() && cfg.val_every != 0)
+        parts.push_back("-m " + std::to_string(cfg.val_batches) + " validates " +
+                        std::to_string(cfg.val_batches * per_process * cfg.world_size) + " tokens (the run's " +
+                        std::to_string(cfg.val_batches * per_process * was) + ": -m counts global batches)");
+    if (parts.empty()) return "";
+    return "note: -y 1: starting again from step 0 on " + std::to_string(cfg.world_size) +
+           " processes where the run started on " + std::to_string(was) + ": " + parts[0] +
+           (parts.size() > 1 ? ", and " + parts[1] : "");
+}
+
 // The checkpoint to resume from: with -y 1 the newest one every rank can load (none: a start from
 // step 0, said on stderr); with --fork-from the checkpoint it names (llmc/app/run_record.h
 // fork_source), into an -o without checkpoints; without either an -o that already holds checkpoints
@@ -180,6 +211,8 @@ inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, con
             for (const SettingChange& c : cfg.record_changes)  // flags given over the record: said, as a resume does
                 std::fprintf(stderr, "note: -y 1: starting again from step 0 with %s\n",
                              describe_change(c, near_unset_text(m.window, "")).c_str());
+            const std::string note = restart_world_size_note(cfg);
+            if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
         }
         return from;
     }
