@@ -463,6 +463,23 @@ def test_e_of_a_state_file_or_an_exported_folder_says_what_it_is(byte_data, tmp_
                               check=False))
     assert f"-e {hf}/model.safetensors is in a Hugging Face folder exported by scripts/export_hf.py" in line, line
     assert "restore" not in line, line
+    # (a new-user trial) the generator, which reads no folder around the file, said "bad magic 2552" of a
+    # safetensors file and "bad magic 20240520" of a data shard; so did the trainer of a shard
+    from test_generate import GEN
+    loose = tmp_path / "loose.safetensors"
+    header = b'{"__metadata__": {}}'.ljust(1200)  # a safetensors file: its header's length (u64), then the JSON
+    loose.write_bytes(len(header).to_bytes(8, "little") + header)
+    shard = sorted(byte_data.glob("train_*.bin"))[0]
+    for model, said in [(loose, f"{loose}: a safetensors file (a Hugging Face export, scripts/export_hf.py), not a "
+                                "model of ours; pass the model_NNNNNNNN.bin it was exported from"),
+                        (shard, f"{shard}: a token shard (data, data/prepare.py's), not a model; pass a run's "
+                                "model_NNNNNNNN.bin or an llm.c gpt2_*.bin")]:
+        g = subprocess.run([str(GEN), "-e", str(model), "--prompt-ids", "1", "-n", "1", "--device", "cpu"],
+                           capture_output=True, text=True, timeout=60)
+        assert g.returncode == 1 and g.stderr.strip().splitlines()[-1] == f"error: {said}", g.stderr
+    assert one_error_line(run(data_args(byte_data) + COMMON + ["-x", 1, "-e", shard], check=False)) == \
+        f"error: {shard}: a token shard (data, data/prepare.py's), not a model; pass a run's model_NNNNNNNN.bin or " \
+        "an llm.c gpt2_*.bin"
 
 
 def test_dump_logits_never_replaces_another_file(byte_data, tmp_path):

@@ -19,6 +19,7 @@
 #include "llmc/core/error.h"
 #include "llmc/core/model_config.h"
 #include "llmc/core/params.h"
+#include "llmc/io/shard.h"
 
 namespace llmc {
 
@@ -370,10 +371,18 @@ inline ModelCheckpoint load_model_checkpoint(const std::string& path) {
         throw CheckpointDamaged(path + ": a training-state file (optimizer state), not a model; pass the model file " +
                                 (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + model);
     }
-    if (h[0] != MODEL_MAGIC)
+    if (h[0] != MODEL_MAGIC) {
+        if (h[0] == kShardMagic)
+            throw CheckpointDamaged(path + ": a token shard (data, data/prepare.py's), not a model; pass a run's " +
+                                    "model_NNNNNNNN.bin or an llm.c gpt2_*.bin");
+        // safetensors: a little-endian u64 header length, then its JSON header ('{')
+        if (reinterpret_cast<const unsigned char*>(h.data())[8] == '{')
+            throw CheckpointDamaged(path + ": a safetensors file (a Hugging Face export, scripts/export_hf.py), not " +
+                                    "a model of ours; pass the model_NNNNNNNN.bin it was exported from");
         throw CheckpointDamaged(path + ": bad magic " + std::to_string(h[0]) + ": not a train_gpt2_ls model (" +
                                 std::to_string(MODEL_MAGIC) + ") nor an llm.c GPT-2 checkpoint (" +
                                 std::to_string(LLMC_MAGIC) + "); pass a model_NNNNNNNN.bin or an llm.c gpt2_*.bin");
+    }
     auto bad_header = [&](const std::string& what) {
         return CheckpointDamaged(path + ": corrupt header: " + what + "; the file is damaged, use another checkpoint");
     };
