@@ -482,6 +482,25 @@ def test_e_of_a_state_file_or_an_exported_folder_says_what_it_is(byte_data, tmp_
         "an llm.c gpt2_*.bin"
 
 
+def test_eval_only_into_another_runs_directory_is_refused(byte_data, tmp_path):
+    """(a new-user trial) --eval-only -e out/b/model_N.bin -o out/a wrote out/a/eval.json naming out/b's model,
+    among out/a's run files, with no word (and out/a's own evaluation was then refused there). A run's directory
+    takes the evaluations of its own checkpoints only."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        run(data_args(byte_data) + COMMON + ["-x", 1, "-o", d])
+    evaluate = ["--eval-only", "-j", f"{byte_data}/val_*.bin", "-m", 1, "--threads", 1]
+    before = dir_hashes(a)
+    p = run(evaluate + ["-e", b / "model_00000001.bin", "-o", a], check=False)
+    assert one_error_line(p) == (
+        f"error: -o {a} holds a run (config.json), and -e {b / 'model_00000001.bin'} is not one of its checkpoints: "
+        "the evaluation would sit among that run's files as one of its model; give -o the checkpoint's own run "
+        "directory or a new directory"), p.stderr
+    assert dir_hashes(a) == before
+    run(evaluate + ["-e", a / "model_00000001.bin", "-o", a])
+    run(evaluate + ["-e", b / "model_00000001.bin", "-o", tmp_path / "evals"])
+
+
 def test_dump_logits_never_replaces_another_file(byte_data, tmp_path):
     """trial 3 D3: --dump-logits FILE wrote over any file, a checkpoint or a run's config.json included. Only an
     earlier dump of the same shape is replaced."""

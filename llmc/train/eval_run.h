@@ -108,7 +108,8 @@ inline bool holds_attention_dumps(const std::string& dir) {
     return false;
 }
 
-// An -o that holds the evaluation of another model (its eval.json names another checkpoint, or the same
+// An -o that holds a run (config.json) is refused for a model that is not one of its checkpoints. An -o
+// that holds the evaluation of another model (its eval.json names another checkpoint, or the same
 // path whose file has another model_header_fnv1a64 now) is refused: eval.json is what names the model of
 // the attention dumps beside it (scripts/plot_attention.py), so this evaluation would relabel the other
 // model's dumps. So is one whose attention dumps are of another input (eval.json's -j or -t: the first
@@ -119,6 +120,15 @@ inline std::string check_eval_output_dir(const TrainConfig& cfg, const std::stri
     if (cfg.output_dir.empty()) return "";
     const std::string path = cfg.output_dir + "/eval.json";
     std::error_code ec;
+    // a run's directory takes the evaluations of its own checkpoints: another model's eval.json there would
+    // read as an evaluation of that run (and keep its own from that -o)
+    if (std::filesystem::exists(cfg.output_dir + "/config.json", ec)) {
+        const std::filesystem::path model_dir = std::filesystem::path(recorded_form("model", cfg.model)).parent_path();
+        if (std::filesystem::weakly_canonical(model_dir, ec) != std::filesystem::weakly_canonical(cfg.output_dir, ec))
+            throw InputError("-o " + cfg.output_dir + " holds a run (config.json), and -e " + cfg.model +
+                             " is not one of its checkpoints: the evaluation would sit among that run's files as "
+                             "one of its model; give -o the checkpoint's own run directory or a new directory");
+    }
     if (!std::filesystem::exists(path, ec)) return "";
     std::string named, named_id, named_val, named_loss;
     int named_seq_len = 0;
