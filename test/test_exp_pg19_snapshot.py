@@ -98,7 +98,8 @@ def test_exp_pg19_sigkill_leaves_a_snapshot_in_results(tmp_path):
     assert len(list(res.iterdir())) <= 8 and all(f.stat().st_size <= 16 << 20 for f in res.iterdir())
     with tarfile.open(res / "local.tar.gz") as tar:
         names = set(tar.getnames())
-        assert names <= {f"local/{f}" for f in RUN_FILES | {"local.log"}}, names  # never a checkpoint
+        beside = {"local.log", "local.args", "local.build"}  # the launcher's log, the run's settings and trainer
+        assert names <= {f"local/{f}" for f in RUN_FILES | beside}, names  # never a checkpoint
         assert {"local/metrics.jsonl", "local/config.json", "local/console.log"} <= names, names
         metrics = jsonl_records(tar.extractfile("local/metrics.jsonl").read())
         config = json.loads(tar.extractfile("local/config.json").read())

@@ -195,7 +195,8 @@ TEST_CASE("a run record's model bias and gelu come back as --bias and --gelu; ol
     llmc::ModelConfig c;
     llmc::ModelOverrides o;
     o.bias = 2;
-    REQUIRE_THROWS_WITH(llmc::apply_overrides(c, o), Contains("--bias must be 0 (no biases) or 1"));
+    REQUIRE_THROWS_WITH(llmc::apply_overrides(c, o),
+                        Contains("--bias must be 0 (no biases, the paper's bias=False) or 1 (GPT-2's biases) (got 2)"));
     o.bias.reset();
     o.gelu = "relu";
     REQUIRE_THROWS_WITH(llmc::apply_overrides(c, o), Contains("--gelu 'relu' is not an activation; use tanh"));
