@@ -624,6 +624,18 @@ def test_warmup_longer_than_the_run_is_noted(byte_data, tmp_path):
     assert "tokens, never read (-v 0)" in p.stdout and "batches per validation" not in p.stdout, p.stdout
 
 
+def test_samples_longer_than_the_trained_length_are_noted(byte_data):
+    """(a new-user trial) -g 200 with -t 32 (maxT 64): the run's samples read positions 32..63, which the run never
+    trains, with no word (generate_gpt2_ls notes the same). One note, naming the -g that stays within -t."""
+    base = data_args(byte_data) + TINY + ["-x", 1, "-v", 0, "-s", 1]
+    p = run(base + ["-g", 200])
+    assert [ln for ln in p.stderr.splitlines() if "samples use" in ln] == [
+        "note: -g 200: the run's samples use 64 positions, more than the -t 32 it trains at; positions beyond 32 are "
+        "never trained (-g 31 keeps the samples within them)"], p.stderr
+    for g in (31, 0):
+        assert "samples use" not in run(base + ["-g", g]).stderr
+
+
 def test_flags_the_other_settings_make_useless_are_noted(byte_data, tmp_path):
     """-q with -k constant, --wsd-decay-frac with a schedule other than wsd, --temperature, -g and -s without
     samples, --keep-checkpoints without -o, --rendezvous with one process, --shuffle with --sampler random, --near with

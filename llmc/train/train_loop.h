@@ -34,6 +34,7 @@
 // files and DONE markers come from rank 0; every rank writes its own training-state file, and a
 // barrier precedes the marker. On resume the ranks agree on the newest step all of them can load.
 #pragma once
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cmath>
@@ -469,6 +470,14 @@ inline void print_run_header(const TrainConfig& cfg, const RunPlan& plan, const 
                      start, max_steps);
     for (const std::string& n : unused_flag_notes(cfg, plan.val != nullptr)) std::fprintf(stderr, "%s\n", n.c_str());
     if (!o.tokenizer_note.empty() && cfg.sample_every > 0) std::fprintf(stderr, "note: %s\n", o.tokenizer_note.c_str());
+    // a sample starts at <|endoftext|> and draws -g tokens in a window of maxT (print_sample): past -t it
+    // reads positions the run never trains
+    const int sample_positions = std::min(1 + cfg.gen_tokens, plan.model.max_seq_len);
+    if (cfg.sample_every > 0 && cfg.gen_tokens > 0 && sample_positions > T)
+        std::fprintf(stderr,
+                     "note: -g %d: the run's samples use %d positions, more than the -t %d it trains at; positions "
+                     "beyond %d are never trained (-g %d keeps the samples within them)\n",
+                     cfg.gen_tokens, sample_positions, T, T, T - 1);
     if (cfg.output_dir.empty())
         std::fprintf(stderr,
                      "note: no -o given; nothing is written (metrics, checkpoints): give -o DIR to keep them\n");
