@@ -96,6 +96,12 @@ inline std::string switchable_stabilizers(const ModelDifference& d, const ModelC
            "--z-loss, --grad-clip, --skip-spikes)";
 }
 
+// The long flag (without "--") that sets a model field of ModelDifference (llmc/io/checkpoint_dir.h):
+// "window", "untie-embeddings" for tied embeddings, "vocab" for the padded vocabulary (which follows it).
+inline std::string model_field_flag(const std::string& field) {
+    return field == "tied embeddings" ? "untie-embeddings" : field == "padded vocab" ? "vocab" : field;
+}
+
 // Loads the checkpoint --fork-from names (`given`, checked by fork_source into src). Its run may prune
 // that step between those checks and this read; pruning deletes the DONE_ marker before the files
 // (prune_checkpoints), so a load that fails with the marker gone is said as pruned, not as damage.
@@ -117,9 +123,7 @@ inline LoadedCheckpoint load_fork_checkpoint(const std::string& given, const For
                          std::to_string(e.written) + " (or start a new run from its weights with -e " + given + ")");
     } catch (const CheckpointModelMismatch& e) {
         const ModelDifference& d = e.difference;
-        const std::string flag = d.field == "tied embeddings" ? "--untie-embeddings"
-                                 : d.field == "padded vocab"  ? "--vocab"
-                                                              : "--" + d.field;
+        const std::string flag = "--" + model_field_flag(d.field);
         throw InputError("--fork-from " + given + ": " + flag + " differs from the checkpoint's model (" + d.field +
                          " " + d.a + " there, " + d.b + " here); a fork continues the checkpoint's " +
                          "weights, so model flags cannot change in a fork: drop " + flag +
@@ -184,9 +188,7 @@ inline std::optional<LoadedCheckpoint> choose_resume(const TrainConfig& cfg, con
         } catch (const CheckpointModelMismatch& e) {
             // a model flag the --config file set: named with the file, which the user did not type
             const std::string& field = e.difference.field;
-            const std::string name = field == "tied embeddings" ? "untie-embeddings"
-                                     : field == "padded vocab"  ? "vocab"
-                                                                : field;
+            const std::string name = model_field_flag(field);
             const bool from_file = set_by_config(cfg, name);
             if (!from_file) throw InputError(e.what() + switchable_stabilizers(e.difference, m, "-y 1"));
             // no model flag was typed: the loader's advice ("resume with the same model flags") is replaced
