@@ -47,7 +47,8 @@
 # table last) and report.json (steps, statuses, times, and the benchmarks' JSON), covering every step
 # run on this machine so far (build/gpu_check/results.tsv), not only this call's.
 # Environment: CUDA_ARCH (default 90), GPU_CHECK_TIMEOUT_SCALE (multiplies every step's time limit; 6 with --emulate, else 1), EMU_FP32_MODEL_CASES (--emulate: the first stage's test_cuda_model filter; default all), EMU_BF16_MODEL_CASES (--emulate: the test stage's test_cuda_model filter; default all), GPU_CHECK_PREBUILT (a tarball of scripts/prebuild_gpu.sh: the build stage installs its programs with scripts/use_prebuilt.sh when they were built from this tree's sources and load here, else builds; not with --emulate), GPU_CHECK_COMMIT (the commit measured; default git rev-parse,
-# needed where the tree was copied without .git). Header-only deps: run ../shared/tools/device-deps.sh
+# needed where the tree was copied without .git; report.json records scripts/build_digest.sh of the tree
+# that ran beside it, and scripts/lease_digest.py checks the one against the other). Header-only deps: run ../shared/tools/device-deps.sh
 # on a machine with a registry and bring .deps along; the build then uses .deps/include.
 # Before any stage: the header-only deps (CLI11, nlohmann/json) must be found (else one line, exit 2)
 # and so must the Python packages the requested stages import (one line naming the missing ones).
@@ -782,9 +783,12 @@ fi
 fi  # report_only
 
 # ---- the report: every step recorded on this machine, logs in full, the short table last ----------
-"$PY" - "$results" "$work" "$report_dir" "$GPU_CHECK_COMMIT" "${device:-none}" "$arch" <<'EOF'
+# sources_digest: scripts/build_digest.sh of the tree that ran, so that scripts/lease_digest.py can check
+# that GPU_CHECK_COMMIT names it (the device's git metadata can be another commit's)
+"$PY" - "$results" "$work" "$report_dir" "$GPU_CHECK_COMMIT" "${device:-none}" "$arch" \
+    "$(scripts/build_digest.sh . 2>/dev/null)" <<'EOF'
 import glob, json, os, sys, datetime
-results, work, out, commit, device, arch = sys.argv[1:7]
+results, work, out, commit, device, arch, sources_digest = sys.argv[1:8]
 steps = []
 for line in open(results):
     if line.strip():
@@ -812,7 +816,8 @@ skipped = sum(s["status"] == "SKIPPED" for s in steps)
 failed = len(steps) - passed - skipped
 date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 with open(os.path.join(out, "report.json"), "w") as f:
-    json.dump({"commit": commit, "device": device, "cuda_arch": arch, "date": date,
+    json.dump({"commit": commit, "sources_digest": sources_digest or None, "device": device, "cuda_arch": arch,
+               "date": date,
                "passed": passed, "skipped": skipped, "failed": failed,
                "steps": [{k: s[k] for k in ("name", "status", "seconds")} for s in steps],
                "benchmarks": benches}, f, indent=1)

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """
 The measured side of a GPU lease, as markdown for its docs/results/<date>-<device>-<commit>/README.md:
-what passed and failed, each profiled case's step beside the committed prediction (per group, flagged
-outside the tolerance), the generator's profiled bench, and issue 52's inference targets with a verdict.
+what passed and failed, whether the report's commit names the tree that ran and the prediction is of the
+same build sources (by scripts/build_digest.sh of the commits' trees, made here with git), each profiled
+case's step beside the committed prediction (per group, flagged outside the tolerance), the generator's profiled bench, and issue 52's inference targets with a verdict.
 
   python3 scripts/lease_digest.py REPORT.json [--prediction docs/results/predictions/HEAD-<sha>-modeled.json]
         [--tolerance 1.3]
@@ -17,7 +18,9 @@ import argparse
 import importlib.util
 import json
 import os
+import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -42,6 +45,97 @@ def label(report):
     if len(commit) == 40 and all(c in "0123456789abcdef" for c in commit):
         commit = commit[:7]
     return ("emulated at " if emulated else "GPU at ") + commit, emulated
+
+
+def resolve(commit):
+    """The full name of a commit of this repository, or None (not a commit here, or no git)."""
+    try:
+        p = subprocess.run(["git", "-C", REPO, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"],
+                           capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return p.stdout.strip() if p.returncode == 0 and p.stdout.strip() else None
+
+
+def tree_digest(commit, own_script=True):
+    """scripts/build_digest.sh of a commit's tree, or None where git cannot give the tree. own_script: by
+    that tree's own script (the definition its builds had; None for a tree before it), else by this
+    repository's (the same definition for any two commits compared)."""
+    with tempfile.TemporaryDirectory() as d:
+        try:
+            archive = subprocess.run(["git", "-C", REPO, "archive", commit], capture_output=True, timeout=120)
+            if archive.returncode != 0:
+                return None
+            subprocess.run(["tar", "-x", "-C", d], input=archive.stdout, check=True, timeout=120)
+            script = os.path.join(d if own_script else REPO, "scripts", "build_digest.sh")
+            if not os.path.exists(script):
+                return None
+            p = subprocess.run(["bash", script, d], capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return p.stdout.strip() if p.returncode == 0 and p.stdout.strip() else None
+
+
+def build_sources_changed(old, new):
+    """The build inputs (scripts/build_digest.sh's kinds of file) that differ between two commits, the device
+    code's first."""
+    p = subprocess.run(["git", "-C", REPO, "diff", "--name-only", old, new], capture_output=True, text=True,
+                       timeout=60)
+    kinds = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".c", ".inc")
+    skip = ("build/", ".deps/", "prebuilt/", "out/", "data/", "hf/")
+    files = [f for f in p.stdout.split() if (f.endswith(kinds) or os.path.basename(f) == "Makefile")
+             and not f.startswith(skip)]
+    # the device code first: what the prediction's rows are of
+    return sorted(files, key=lambda f: (not (f.startswith(("llmc/cuda/", "dev/cuda/")) or f.endswith(".cuh")), f))
+
+
+def prediction_sources(pc, commit, full):
+    """One line: whether the prediction's commit pc has the build sources of the commit measured (full)."""
+    pfull = resolve(pc)
+    if pfull is None:
+        return (f"The prediction's commit ({pc}) is not a commit of this repository: whether it is of the "
+                "sources measured cannot be checked.")
+    ours, theirs = tree_digest(pfull, own_script=False), tree_digest(full, own_script=False)
+    if ours is None or theirs is None:
+        return (f"The trees of the prediction's commit ({pc}) and of {commit} could not be made here: whether "
+                "they are of the same build sources is not known.")
+    if ours == theirs:
+        return f"The prediction's commit ({pc}) has the build sources of {commit}: its rows are of the code measured."
+    changed = build_sources_changed(pfull, full)
+    shown = ", ".join(f"`{f}`" for f in changed[:8]) + (f" and {len(changed) - 8} more" if len(changed) > 8 else "")
+    return (f"**The prediction ({pc}) is of other build sources than the commit measured ({commit})**: "
+            f"{len(changed)} differ ({shown or 'by the digest only'}); the rows of what they change may not "
+            "stand (`dev/bench/roofline.py --predict` for the commit measured).")
+
+
+def sources_section(report, prediction):
+    """Whether the report's commit names the tree that ran (its recorded build digest against the commit's),
+    and whether the prediction is of the same build sources as the commit measured."""
+    commit = str(report.get("commit", "unknown"))
+    full = resolve(commit) if commit != "unknown" else None
+    if full is None:
+        return [f"**Sources**: the report's commit ({commit}) is not a commit of this repository: neither its "
+                "label nor the prediction's sources can be checked."]
+    out = []
+    measured = report.get("sources_digest")
+    if measured:
+        at_commit = tree_digest(full)
+        if at_commit is None:
+            out.append(f"**Sources**: the digest of {commit}'s tree could not be made here; the measured tree's "
+                       f"is {measured}.")
+        elif at_commit != measured:
+            out.append(f"**Sources: the report's commit does not name the tree that ran**: the measured tree's "
+                       f"build sources have digest {measured}, commit {commit}'s {at_commit} (GPU_CHECK_COMMIT "
+                       "named another commit, or the tree carried uncommitted or untracked sources): read every "
+                       "figure as of that tree, not of the commit.")
+        else:
+            out.append(f"**Sources**: the measured tree's build sources are commit {commit}'s (digest {measured}).")
+    else:
+        out.append(f"**Sources**: the report records no digest of the tree that ran (a gpu_check.sh before "
+                   f"it did): its commit label ({commit}) is taken as given.")
+    if prediction:
+        out += ["", prediction_sources(str(prediction.get("commit", "?")), commit, full)]
+    return out
 
 
 def steps_section(report):
@@ -192,7 +286,7 @@ def latency_section(j, where, emulated):
 
 def digest(report, prediction=None, tol=1.3, prediction_name="the prediction"):
     where, emulated = label(report)
-    out = [f"## Measured ({where})", ""] + steps_section(report)
+    out = [f"## Measured ({where})", ""] + steps_section(report) + [""] + sources_section(report, prediction)
     if emulated:
         out += ["", "Emulated: launch counts and calls, no times; no figure here is a GPU's."]
     rf = roofline()

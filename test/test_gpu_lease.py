@@ -7,6 +7,7 @@ where records must be left out in seconds.
 gpu_lease.sh runs in a copy of scripts/ with a stand-in gpu_check.sh (it writes the report and fills
 the work folder as a GPU run would): the subject is what the lease leaves, not the checks."""
 import base64
+import hashlib
 import io
 import json
 import os
@@ -192,7 +193,11 @@ def test_report_only_writes_every_recorded_step_and_names_a_cut_off_one(tmp_path
     """gpu_check.sh --report-only runs nothing: the report of the steps recorded, a cut-off step a failure."""
     scripts = tmp_path / "repo" / "scripts"
     scripts.mkdir(parents=True)
-    (scripts / "gpu_check.sh").write_bytes((REPO / "scripts" / "gpu_check.sh").read_bytes())
+    for name in ("gpu_check.sh", "build_digest.sh"):
+        (scripts / name).write_bytes((REPO / "scripts" / name).read_bytes())
+    (scripts / "build_digest.sh").chmod(0o755)
+    source = b"__global__ void k() {}\n"
+    (tmp_path / "repo" / "k.cu").write_bytes(source)
     work = tmp_path / "repo" / "build" / "gpu_check"
     (work / "logs").mkdir(parents=True)
     (work / "logs" / "lab_adamw.log").write_text("adamw table\n")
@@ -209,6 +214,10 @@ def test_report_only_writes_every_recorded_step_and_names_a_cut_off_one(tmp_path
     assert [(s["name"], s["status"]) for s in js["steps"]] == [
         ("lab:adamw", "PASS"), ("lab:attention_ls:batch", "FAIL(cut off: the call ended first)")]
     assert (js["passed"], js["failed"], js["commit"]) == (1, 1, "abc1234")
+    # the tree that ran, for lease_digest.py to check the commit label against: build_digest.sh's definition
+    # (sha256sum's line of each source, the first 16 hex digits of their list's SHA-256), the one source here
+    listing = f"{hashlib.sha256(source).hexdigest()}  ./k.cu\n".encode()
+    assert js["sources_digest"] == hashlib.sha256(listing).hexdigest()[:16]
     report = (out / "report.txt").read_text()
     assert "adamw table" in report and "B 8 half a table" in report, report
     assert "1 of 2 steps PASS, 1 FAIL" in report, report

@@ -37,6 +37,10 @@ def test_the_c276bf2_run_as_its_readme_reads_it():
     assert "| GEMMs | 1,256.3 | 1,206.0 | 1.04 | 99 / 75 |  |" in text
     assert "Flagged: attention fwd, attention bwd, LayerNorm, gaps (outside [0.77, 1.30])." in text
     assert f"Predicted: `{PRED}` (modeled, for ad79b12)." in text
+    # its gpu_check.sh recorded no digest of the tree; ad79b12 (the prediction) came after it
+    assert "**Sources**: the report records no digest of the tree that ran" in text
+    assert "**The prediction (ad79b12) is of other build sources than the commit measured (c276bf2)**" in text
+    assert "`dev/cuda/adamw.cu`" in text  # ad79b12's own change, among the device code listed first
     assert "Kernels neither ours" not in text  # its profiles hold ours, cuBLASLt's, copies and memsets only
 
 
@@ -103,6 +107,62 @@ def test_an_emulated_report_shows_no_times(tmp_path):
     for number in ("31.5", "15.3", "300", "%", "met", "missed"):
         assert number not in p.stdout, number
     assert "Ran: ls-p50 against mhsa at prompts 16" in p.stdout
+
+
+# a commit of this repository's history with scripts/build_digest.sh, and one whose build sources differ
+# from it (192dfef, the prediction of record; the host code changed after it)
+KNOWN = "b318b6f"
+
+
+def commit_tree_digest(tmp_path, commit):
+    """The digest of a commit's tree made another way than lease_digest's (git archive): a clone checked out."""
+    tree = tmp_path / f"tree-{commit}"
+    subprocess.run(["git", "clone", "-q", "--no-checkout", str(REPO), str(tree)], check=True, timeout=120)
+    subprocess.run(["git", "-C", str(tree), "checkout", "-q", commit], check=True, timeout=120)
+    return subprocess.run(["bash", str(tree / "scripts" / "build_digest.sh"), str(tree)], capture_output=True,
+                          text=True, check=True, timeout=120).stdout.strip()
+
+
+def report_at(tmp_path, commit, digest):
+    (tmp_path / "report.json").write_text(json.dumps({"commit": commit, "sources_digest": digest,
+                                                      "device": "NVIDIA H200", "passed": 0, "skipped": 0,
+                                                      "steps": []}))
+    return tmp_path / "report.json"
+
+
+def test_the_commit_label_is_checked_against_the_tree_that_ran(tmp_path):
+    """report.json's sources_digest (gpu_check.sh's build_digest.sh of the tree) against the commit named."""
+    digest = commit_tree_digest(tmp_path, KNOWN)
+    p = run(report_at(tmp_path, KNOWN, digest))
+    assert p.returncode == 0, p.stderr
+    assert f"**Sources**: the measured tree's build sources are commit {KNOWN}'s (digest {digest})." in p.stdout
+    other = "0123456789abcdef"
+    p = run(report_at(tmp_path, KNOWN, other))
+    assert p.returncode == 0, p.stderr
+    assert (f"**Sources: the report's commit does not name the tree that ran**: the measured tree's build sources "
+            f"have digest {other}, commit {KNOWN}'s {digest}") in p.stdout
+    p = run(report_at(tmp_path, "f" * 40, other))  # no such commit here
+    assert f"the report's commit ({'f' * 40}) is not a commit of this repository" in p.stdout
+
+
+def test_a_prediction_of_other_sources_is_said(tmp_path):
+    pred = json.loads(PRED.read_text())
+    for commit, same in (("192dfef", False), (KNOWN, True), ("fffffff", None)):
+        pred["commit"] = commit
+        (tmp_path / "pred.json").write_text(json.dumps(pred))
+        p = run(report_at(tmp_path, KNOWN, None), "--prediction", tmp_path / "pred.json")
+        assert p.returncode == 0, p.stderr
+        if same is None:
+            assert f"The prediction's commit ({commit}) is not a commit of this repository" in p.stdout
+        elif same:
+            assert f"The prediction's commit ({commit}) has the build sources of {KNOWN}" in p.stdout
+        else:
+            kinds = ["*.cu", "*.cuh", "*.h", "*.hpp", "*.cpp", "*.cc", "*.c", "*.inc", "Makefile", "*/Makefile"]
+            changed = subprocess.run(["git", "-C", str(REPO), "diff", "--name-only", commit, KNOWN, "--", *kinds],
+                                     capture_output=True, text=True, check=True).stdout.split()
+            assert changed  # the host code changed between them
+            assert (f"**The prediction ({commit}) is of other build sources than the commit measured ({KNOWN})**: "
+                    f"{len(changed)} differ (") in p.stdout
 
 
 def test_not_a_report_is_one_line():
