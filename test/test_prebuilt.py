@@ -181,7 +181,7 @@ def test_prebuild_refuses_uncommitted_changes_and_unknown_sets(tmp_path):
     shutil.copy2(REPO / "scripts" / "prebuild_gpu.sh", clone / "scripts" / "prebuild_gpu.sh")  # this tree's
     p = subprocess.run(["bash", "scripts/prebuild_gpu.sh", "--set", "nightly"], cwd=clone, capture_output=True,
                        text=True, timeout=60)
-    assert p.returncode == 2 and "the sets are lease and paper" in p.stderr, p.stderr
+    assert p.returncode == 2 and "the sets are lease, paper and both" in p.stderr, p.stderr
     with open(clone / "Makefile", "a") as f:
         f.write("\n# changed\n")
     p = subprocess.run(["bash", "scripts/prebuild_gpu.sh", "--set", "paper", "--out", str(tmp_path / "pre")],
@@ -191,6 +191,65 @@ def test_prebuild_refuses_uncommitted_changes_and_unknown_sets(tmp_path):
     else:
         assert p.returncode == 2 and "tracked files differ from HEAD: commit them first" in p.stderr, p.stderr
     assert not (tmp_path / "pre").exists()
+
+
+FAKE_GPU_MAKE = """#!/usr/bin/env bash
+# make's stand-in: records its arguments, makes the programs of the targets named (executable files)
+echo "$*" >>"$CALLS"
+dir=.
+args=()
+while [[ $# -gt 0 ]]; do
+  case $1 in -C) dir=$2; shift 2 ;; -j*|*=*) shift ;; *) args+=("$1"); shift ;; esac
+done
+for t in "${args[@]}"; do
+  case $t in
+    gpu-targets) files=(train_gpt2_ls generate_gpt2_ls build/dev/adamw build/dev/attention_ls build/test_gpu/test_cuda_model) ;;
+    *) files=("$t") ;;
+  esac
+  for f in "${files[@]}"; do mkdir -p "$dir/$(dirname "$f")"; printf '#!/bin/sh\\n' >"$dir/$f"; chmod +x "$dir/$f"; done
+done
+echo "nvcc -DLLMC_CUBLASLT_DIR='\\"/opt/cuda/lib64\\"' -c x.cu"
+"""
+
+
+def test_prebuild_both_sets_from_one_build(tmp_path):
+    """--set both: one make of gpu-targets, then the lease tarball and the paper tarball, each with its own
+    PREBUILT (set, programs) and the same commit and digest. make and nvcc are stand-ins (the real build takes
+    tens of minutes here); the clone commits this tree's script, so its tracked files are HEAD's."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True, timeout=120)
+    shutil.copy2(REPO / "scripts" / "prebuild_gpu.sh", clone / "scripts" / "prebuild_gpu.sh")
+    subprocess.run(["git", "-C", str(clone), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-a",
+                    "--allow-empty", "--no-verify", "-m", "this tree's prebuild_gpu.sh"], check=True, timeout=60)
+    bin_dir, inc = tmp_path / "cuda" / "bin", tmp_path / "cuda" / "include"
+    bin_dir.mkdir(parents=True)
+    inc.mkdir()
+    (inc / "cublas_api.h").write_text("#define CUBLAS_VER_MAJOR 13\n")
+    (bin_dir / "make").write_text(FAKE_GPU_MAKE)
+    (bin_dir / "nvcc").write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.0'\n")
+    for f in ("make", "nvcc"):
+        (bin_dir / f).chmod(0o755)
+    calls = tmp_path / "calls"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CALLS": str(calls)}
+    p = subprocess.run(["bash", "scripts/prebuild_gpu.sh", "--set", "both", "--out", str(tmp_path / "pre")],
+                       cwd=clone, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    made = calls.read_text().splitlines()
+    assert len(made) == 1 and made[0].endswith("PRECISION=BF16 gpu-targets"), made
+    head = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    want = {"lease": "train_gpt2_ls generate_gpt2_ls build/dev/adamw build/dev/attention_ls "
+                     "build/test_gpu/test_cuda_model",
+            "paper": "train_gpt2_ls build/test_gpu/test_cuda_model build/dev/attention_ls"}
+    for set_name, programs in want.items():
+        with tarfile.open(tmp_path / "pre" / f"bf16-sm90-{set_name}.tar.gz") as t:
+            record = dict(line.split(" ", 1) for line in
+                          t.extractfile("PREBUILT").read().decode().splitlines())
+            assert sorted(t.getnames()) == sorted(["PREBUILT", *programs.split()])
+        assert (record["set"], record["programs"], record["commit"]) == (set_name, programs, head)
+        assert record["digest"] == digest(clone) and record["cublaslt"] == "libcublasLt.so.13 /opt/cuda/lib64"
+        assert f"carry \"{tmp_path}/pre/bf16-sm90-{set_name}.tar.gz\"" in p.stdout
+    assert "warning" not in p.stderr, p.stderr
 
 
 def test_exp_pg19_refuses_prebuilt_programs_for_a_run_without_a_build(tmp_path):
