@@ -101,6 +101,28 @@ TEST_CASE("the checkpoint line and the end-of-run summary", "[console]") {
     CHECK(summary_line(none) ==
           "done: step 3 (3 in this run) | 192 tokens | wall time 0.0s | no validation | weights: "
           "not saved (no -o)");
+    none.note_skipped(false, true);
+    CHECK(summary_line(none).find(" | 192 tokens (1 step read but not trained: 0 non-finite, 1 spike-skipped) | ") !=
+          std::string::npos);
+}
+
+TEST_CASE("a resumed run's summary counts the skipped updates of its earlier steps from metrics.jsonl",
+          "[console]") {
+    llmc_test::TempDir dir;
+    std::ofstream(dir.file("metrics.jsonl"))
+        << "{\"step\":1,\"skipped_nonfinite\":false,\"skipped_spike\":false}\n"
+           "{\"step\":2,\"skipped_nonfinite\":true,\"skipped_spike\":false}\n"
+           "{\"step\":3,\"skipped_nonfinite\":false,\"skipped_spike\":true}\n"
+           "{\"step\":4,\"skipped_spike\":\"yes\"}\n{\"skipped_spike\":true}\n{\"step\":5,\"skipped_sp";
+    RunSummary s;
+    s.note_metrics_records(dir.file("metrics.jsonl"));
+    CHECK(s.skipped_nonfinite == 1);
+    CHECK(s.skipped_spike == 1);  // a string, a record without a step and a cut line count for nothing
+    s.note_skipped(true, false);  // this process's step 6
+    s.last_step = 6;
+    s.tokens_per_step = 10;
+    CHECK(summary_line(s).find("| 60 tokens (3 steps read but not trained: 2 non-finite, 1 spike-skipped) |") !=
+          std::string::npos);
 }
 
 TEST_CASE("a resumed run's summary takes the best validation loss of the earlier steps from metrics.jsonl",
@@ -111,7 +133,7 @@ TEST_CASE("a resumed run's summary takes the best validation loss of the earlier
            "{\"step\":10,\"loss\":2.0,\"val_loss\":2.75}\n{\"step\":15,\"val_loss\":null}\n"
            "{\"step\":20,\"val_lo";
     RunSummary s;
-    s.note_val_records(dir.file("metrics.jsonl"));
+    s.note_metrics_records(dir.file("metrics.jsonl"));
     REQUIRE(s.best_val);
     CHECK(*s.best_val == 2.75);
     CHECK(s.best_val_step == 10);
@@ -127,7 +149,7 @@ TEST_CASE("the best validation loss counts only the steps after the validation s
     RunSummary s;
     s.val_set_since = 20;  // -j changed on the resume at step 20: step 20's loss was on the old set
     s.val_set_flags = "--val-data and --val-batches";
-    s.note_val_records(dir.file("metrics.jsonl"));
+    s.note_metrics_records(dir.file("metrics.jsonl"));
     REQUIRE(s.best_val);
     CHECK(*s.best_val == 4.0);
     CHECK(s.best_val_step == 30);

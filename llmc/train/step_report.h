@@ -159,6 +159,10 @@ struct RunSummary {
     std::string val_set_flags;  // the flags that changed it then ("--val-data")
     std::string weights;        // the last model file written ("" for none)
     bool output = false;        // the run writes into an -o (no weights then: no step was trained)
+    // steps whose update was skipped (their tokens were read, the weights not changed), the run's:
+    // earlier processes' from metrics.jsonl, this process's as it goes
+    int skipped_nonfinite = 0;
+    int skipped_spike = 0;
 
     void note_val(int step, double loss) {
         final_val = loss;
@@ -168,27 +172,40 @@ struct RunSummary {
             best_val_step = step;
         }
     }
-    // note_val of every "val_loss" in a metrics.jsonl (a resumed run's earlier steps); lines that do
-    // not parse or carry no number are passed over.
-    void note_val_records(const std::string& metrics_path) {
+    void note_skipped(bool nonfinite, bool spike) {
+        skipped_nonfinite += nonfinite ? 1 : 0;
+        skipped_spike += spike ? 1 : 0;
+    }
+    // note_val of every "val_loss" and note_skipped of every record in a metrics.jsonl (a resumed run's
+    // earlier steps); lines that do not parse, and fields that are not a number or a bool, are passed over.
+    void note_metrics_records(const std::string& metrics_path) {
         std::ifstream in(metrics_path);
         for (std::string line; std::getline(in, line);) {
             const nlohmann::json rec = nlohmann::json::parse(line, nullptr, false);
-            if (rec.is_object() && rec.contains("step") && rec["step"].is_number_integer() &&
-                rec.contains("val_loss") && rec["val_loss"].is_number())
+            if (!rec.is_object() || !rec.contains("step") || !rec["step"].is_number_integer()) continue;
+            if (rec.contains("val_loss") && rec["val_loss"].is_number())
                 note_val(rec["step"].get<int>(), rec["val_loss"].get<double>());
+            const auto flag = [&](const char* key) { return rec.contains(key) && rec[key].is_boolean() && rec[key].get<bool>(); };
+            note_skipped(flag("skipped_nonfinite"), flag("skipped_spike"));
         }
     }
 };
 
-// The end-of-run summary, one line: steps, tokens (all the run trained: earlier processes' at their -d),
-// wall time, final and best validation loss (the best on the validation set of the final one: after
+// The end-of-run summary, one line: steps, tokens (all the run read: earlier processes' at their -d; the
+// steps whose update was skipped, when any, said beside them), wall time, final and best validation loss (the best on the validation set of the final one: after
 // the step at which -j or -m last changed, which it names), weights.
 inline std::string summary_line(const RunSummary& s) {
     std::string line = "done: step " + std::to_string(s.last_step) + " (" + std::to_string(s.last_step - s.start_step) +
                        " in this run) | " +
                        std::to_string(s.tokens_before + (int64_t)(s.last_step - s.start_step) * s.tokens_per_step) +
-                       " tokens | wall time " + format_duration(s.wall_s);
+                       " tokens";
+    if (s.skipped_nonfinite + s.skipped_spike > 0) {
+        const int n = s.skipped_nonfinite + s.skipped_spike;
+        line += " (" + std::to_string(n) + (n == 1 ? " step" : " steps") + " read but not trained: " +
+                std::to_string(s.skipped_nonfinite) + " non-finite, " + std::to_string(s.skipped_spike) +
+                " spike-skipped)";
+    }
+    line += " | wall time " + format_duration(s.wall_s);
     if (s.final_val) {
         line += " | val loss " + fmt("%.4f", *s.final_val) + " (step " + std::to_string(s.final_val_step) + ")";
         if (s.best_val)

@@ -416,7 +416,7 @@ inline void open_outputs(RunOutputs& o, const TrainConfig& cfg, const RunPlan& p
         const ValSetChange val_change = last_val_set_change(recorded, record);
         o.summary.val_set_since = val_change.step;
         o.summary.val_set_flags = val_change.flags;
-        o.summary.note_val_records(out + "/metrics.jsonl");
+        o.summary.note_metrics_records(out + "/metrics.jsonl");
         o.summary.weights = model_path(out, plan.start_step());
         o.summary.tokens_before = tokens_trained(recorded, plan.start_step(), record);
     }
@@ -531,6 +531,7 @@ inline void report_step(const TrainConfig& cfg, const RunPlan& plan, const StepR
         o.log.print(
             step_line(r, plan.max_steps, stats, val_loss, mfu, mem_gib, alarm_ckpt, cfg.spike_window, progress) + "\n");
     if (val_loss) o.summary.note_val(r.step, *val_loss);
+    o.summary.note_skipped(r.nonfinite, r.skip_spike);
     nlohmann::ordered_json rec = step_record(r, stats, val_loss, cfg.qk_clip > 0, unix_time_now());
     if (mfu >= 0) {
         rec["mfu"] = mfu;
