@@ -106,8 +106,7 @@ TEST_CASE("the checkpoint line and the end-of-run summary", "[console]") {
           std::string::npos);
 }
 
-TEST_CASE("a resumed run's summary counts the skipped updates of its earlier steps from metrics.jsonl",
-          "[console]") {
+TEST_CASE("a resumed run's summary counts the skipped updates of its earlier steps from metrics.jsonl", "[console]") {
     llmc_test::TempDir dir;
     std::ofstream(dir.file("metrics.jsonl"))
         << "{\"step\":1,\"skipped_nonfinite\":false,\"skipped_spike\":false}\n"

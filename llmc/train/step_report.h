@@ -185,7 +185,9 @@ struct RunSummary {
             if (!rec.is_object() || !rec.contains("step") || !rec["step"].is_number_integer()) continue;
             if (rec.contains("val_loss") && rec["val_loss"].is_number())
                 note_val(rec["step"].get<int>(), rec["val_loss"].get<double>());
-            const auto flag = [&](const char* key) { return rec.contains(key) && rec[key].is_boolean() && rec[key].get<bool>(); };
+            const auto flag = [&](const char* key) {
+                return rec.contains(key) && rec[key].is_boolean() && rec[key].get<bool>();
+            };
             note_skipped(flag("skipped_nonfinite"), flag("skipped_spike"));
         }
     }
@@ -201,9 +203,9 @@ inline std::string summary_line(const RunSummary& s) {
                        " tokens";
     if (s.skipped_nonfinite + s.skipped_spike > 0) {
         const int n = s.skipped_nonfinite + s.skipped_spike;
-        line += " (" + std::to_string(n) + (n == 1 ? " step" : " steps") + " read but not trained: " +
-                std::to_string(s.skipped_nonfinite) + " non-finite, " + std::to_string(s.skipped_spike) +
-                " spike-skipped)";
+        line += " (" + std::to_string(n) + (n == 1 ? " step" : " steps") +
+                " read but not trained: " + std::to_string(s.skipped_nonfinite) + " non-finite, " +
+                std::to_string(s.skipped_spike) + " spike-skipped)";
     }
     line += " | wall time " + format_duration(s.wall_s);
     if (s.final_val) {
