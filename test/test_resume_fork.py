@@ -396,6 +396,24 @@ def test_config_of_a_run_whose_settings_changed_asks_for_each_value(byte_data, t
     assert sorted(train_losses(copy)) == [1, 2, 3, 4, 5]
 
 
+def test_a_setting_changed_and_changed_back_names_every_value(byte_data, tmp_path):
+    """trial 14: a run whose z-loss was turned on at step 2 and off again at step 4 was said to have changed
+    it "(0 at the start, 0 at the end)": each value is now named with its first step."""
+    src = tmp_path / "src"
+    run(data_args(byte_data) + COMMON + ["-o", src, "-x", 2])
+    run(["-o", src, "-y", 1, "-x", 4, "--z-loss", "1e-4", "-l", "1e-3", "--threads", 1])
+    run(["-o", src, "-y", 1, "-x", 6, "--z-loss", "0", "--threads", 1])
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    assert_refused(["--config", src / "config.json", "-o", copy, "-x", 6, "--threads", 1], copy,
+                   "the run changed settings while it trained: --learning-rate (0.002 at the start, 0.001 at the "
+                   "end), --z-loss (0 at the start, 0.0001 from step 3, 0 from step 5 to the end); a new run")
+    p = run(["--config", src / "config.toml", "-o", copy, "--threads", 1])
+    assert ("--max-steps (2 at the start, 4 from step 3, 6 from step 5 to the end), --learning-rate (0.002 at the "
+            "start, 0.001 at the end), --z-loss (0 at the start, 0.0001 from step 3, 0 from step 5 to the end); "
+            "this run takes the start values") in p.stderr, p.stderr
+
+
 def test_config_of_the_run_being_resumed_is_not_called_a_new_run(byte_data, tmp_path):
     """trial 3 F21: --config RUN/config.json -o RUN -y 1 (a resume of that run, whose settings changed while it
     trained) was refused as "a new run takes one value from its first step": the line now says it is the

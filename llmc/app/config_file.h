@@ -196,20 +196,40 @@ private:
         return std::filesystem::exists(own, ec) && std::filesystem::equivalent(own, file, ec);
     }
     // The settings the record's "history" changed while the run trained and the command line does not
-    // give, as "--z-loss (0 at the start, 0.0001 at the end), ..."; "" when none.
+    // give, each with its values in order: "--z-loss (0 at the start, 0.0001 at the end)" for one
+    // change, "--learning-rate (0.0006 at the start, 0.001 from step 7, 0.0006 from step 9 to the end)"
+    // for more (a history entry at step s changes steps s+1 on); "" when none.
     std::string changes_not_given(const nlohmann::ordered_json& record, const std::string& path) const {
-        std::vector<std::string> open;
+        std::vector<std::string> flags;                 // in the order of their first change
+        std::map<std::string, std::vector<int>> steps;  // flag -> the steps of its history entries
         for (const nlohmann::ordered_json& e : history_entries(record, path)) {
             const std::string flag = "--" + normalized_flag_name(e["flag"].get<std::string>());
             const CLI::Option* op = app ? app->get_option_no_throw(flag) : nullptr;
             if (op != nullptr && op->count() > 0) continue;  // given on the command line
-            const std::string start = change_text(effective_train(record, path, -1), flag, unset_text(record));
-            const std::string end = change_text(effective_train(record, path), flag, unset_text(record));
-            const std::string text = flag + " (" + start + " at the start, " + end + " at the end)";
-            if (std::find(open.begin(), open.end(), text) == open.end()) open.push_back(text);
+            if (!steps.count(flag)) flags.push_back(flag);
+            steps[flag].push_back((int)e["step"].get<int64_t>());
         }
         std::string list;
-        for (const std::string& t : open) list += (list.empty() ? "" : ", ") + t;
+        for (const std::string& flag : flags) {
+            std::vector<int>& at = steps[flag];
+            std::sort(at.begin(), at.end());
+            // the value from the start, then each value that differs from the one before and its first step
+            std::vector<std::pair<int, std::string>> values = {
+                {0, change_text(effective_train(record, path, -1), flag, unset_text(record))}};
+            for (const int step : at) {
+                const std::string v = change_text(effective_train(record, path, step), flag, unset_text(record));
+                if (v != values.back().second) values.push_back({step + 1, v});
+            }
+            std::string text = flag + " (" + values[0].second + " at the start";
+            if (values.size() <= 2) {
+                text += ", " + values.back().second + " at the end)";
+            } else {
+                for (size_t i = 1; i < values.size(); i++)
+                    text += ", " + values[i].second + " from step " + std::to_string(values[i].first) +
+                            (i + 1 == values.size() ? " to the end)" : "");
+            }
+            list += (list.empty() ? "" : ", ") + text;
+        }
         return list;
     }
     // A fork's record ("forked_from") holds its settings from the fork on, but its steps up to the fork
