@@ -761,11 +761,17 @@ def test_a_runs_config_toml_with_relative_data_paths_from_another_directory(byte
             ["-o", tmp_path / "dotdot", "-x", 1, "-v", 0, "-s", 0])
     trainer(tmp_path / "b", ["--config", tmp_path / "dotdot" / "config.toml", "-o", tmp_path / "b" / "rep", "-x", 1])
     # (a review) a record of an older version holds the relative path as typed: nothing to compare, the file is
-    # read from the directory started in, as those versions did
+    # read from the directory started in, as those versions did, with a note naming what it names from there
+    # (review 14: from another directory it trained on other data without a word)
     record = json.loads((home / "run" / "config.json").read_text())
     record["train"]["train_data"], record["train"]["val_data"] = "data/train_*.bin", "data/val_*.bin"
     (home / "run" / "config.json").write_text(json.dumps(record, indent=2))
-    trainer(home, ["--config", toml, "-o", home / "rep_old", "-x", 1])
+    for cwd, name in ((home, "rep_old"), (other, "rep_old_other")):
+        p = trainer(cwd, ["--config", toml, "-o", cwd / name, "-x", 1])
+        for key, files in (("train-data", "train_*.bin"), ("val-data", "val_*.bin")):
+            assert (f"note: config file {toml}: {key}=\"data/{files}\" is relative, and the run's record (of an "
+                    "older version) holds it as typed, so whether it named these files cannot be checked: from "
+                    f"this directory it names {cwd}/data/{files}") in p.stderr.splitlines(), p.stderr
 
 
 def test_a_new_run_into_a_data_directory_is_refused(byte_data, tmp_path):

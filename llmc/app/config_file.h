@@ -327,7 +327,8 @@ private:
     // another directory it names other files, which the run would train on without a word (other data of
     // the same vocabulary passes every check): refused, naming both paths and the fixes. Compared with the
     // value of the run's first start (a change recorded in "history" gives it as "old"), as the file holds,
-    // both lexically normalized; a relative recorded value (records of older versions) is not compared.
+    // both lexically normalized; a relative recorded value (records of older versions) cannot be compared:
+    // a note names what the path names from here.
     void check_relative_path(const CLI::Option& opt, const std::string& key, const std::string& value) const {
         const char* field = opt.check_lname("train-data") ? "train_data"
                             : opt.check_lname("val-data") ? "val_data"
@@ -348,9 +349,18 @@ private:
                     then = h["old"].get<std::string>();
                     break;
                 }
-        // a record of an older version holds the path as typed (relative): nothing to compare it with; `..`
-        // and `.` are spelling (the same files from a sibling directory)
-        if (then.empty() || then[0] != '/') return;
+        // a record of an older version holds the path as typed (relative): nothing to compare it with, so
+        // a note names what it names from here; `..` and `.` are spelling (the same files from a sibling
+        // directory)
+        if (then.empty()) return;
+        if (then[0] != '/') {
+            std::fprintf(stderr,
+                         "note: config file %s: %s=\"%s\" is relative, and the run's record (of an older version) "
+                         "holds it as typed, so whether it named these files cannot be checked: from this directory "
+                         "it names %s\n",
+                         file.c_str(), key.c_str(), value.c_str(), here.c_str());
+            return;
+        }
         if (std::filesystem::path(here).lexically_normal() == std::filesystem::path(then).lexically_normal()) return;
         const size_t slash = file.find_last_of('/');
         const std::string json_path =
