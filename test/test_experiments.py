@@ -1303,6 +1303,14 @@ def test_exp_text_ratio_smoke_takes_the_steps_and_ratios_given(tmp_path):
         assert (run / "DONE_00000001").exists(), sorted(os.listdir(run))
         assert json.loads((run / "config.json").read_text())["train"]["seq_len"] == 4 * 16
         assert f"== {name}: note: --warmup-steps 2 is longer than the run's 1 steps" in p.stdout, p.stdout
+    assert "more run(s) than this start's plan" not in p.stderr
+    # (trial 14) a second start with fewer seeds rewrites summary.md of its own plan: the other run is said
+    p = sh(["bash", REPO / "scripts" / "exp_text_ratio.sh", "--smoke", "--out", out, "--source", SHARED / "pg19",
+            "--steps", 1, "--ratios", 4, "--key-ratio", 4, "--variants", "ls", "--seeds", "1", "--key-seeds", "1",
+            "--jobs", 1, "--plots", 0], timeout=300)
+    assert "== summary of 1 of 1 runs" in p.stdout, p.stdout
+    assert (f"note: {out}/runs holds 1 more run(s) than this start's plan (an earlier start's other --ratios, "
+            "--variants or --seeds)") in p.stderr, p.stderr
 
 
 def test_exp_text_ratio_plans_a_run_named_twice_once(tmp_path):
