@@ -244,9 +244,7 @@ private:
             from.contains("checkpoint") && from["checkpoint"].is_string() ? from["checkpoint"].get<std::string>() : "";
         const std::string head = "note: --config " + file + ": that run is a fork at step " +
                                  std::to_string(fork->step) + " of " + checkpoint + ", ";
-        const size_t slash = checkpoint.find_last_of('/');
-        const std::string source_path =
-            (slash == std::string::npos ? std::string() : checkpoint.substr(0, slash + 1)) + "config.json";
+        const std::string source_path = config_json_beside(checkpoint);
         nlohmann::ordered_json source;
         try {
             source = read_run_record(source_path);
@@ -291,6 +289,11 @@ private:
         if (a.is_number() && b.is_number()) return (float)a.get<double>() == (float)b.get<double>();
         return a == b;
     }
+    // The config.json in the directory of `path` (a run's config.toml or checkpoint), as `path` spells it.
+    static std::string config_json_beside(const std::string& path) {
+        const size_t slash = path.find_last_of('/');
+        return (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + "config.json";
+    }
     // A run's config.toml (named so, with a config.json beside it) holds the flags of its first start:
     // its -o and -y name that run and are not taken (from_config). When the config.json records settings
     // the run changed while it trained (and the command line does not give them), a note names them:
@@ -299,10 +302,8 @@ private:
     bool note_record_beside_toml() const {
         toml_record.reset();  // this file's, or none
         const size_t slash = file.find_last_of('/');
-        const std::string base = slash == std::string::npos ? file : file.substr(slash + 1);
-        if (base != "config.toml") return false;
-        const std::string json_path =
-            (slash == std::string::npos ? std::string() : file.substr(0, slash + 1)) + "config.json";
+        if ((slash == std::string::npos ? file : file.substr(slash + 1)) != "config.toml") return false;
+        const std::string json_path = config_json_beside(file);
         std::ifstream in(json_path, std::ios::binary);
         if (!in) return false;
         std::stringstream whole;
@@ -362,9 +363,7 @@ private:
             return;
         }
         if (std::filesystem::path(here).lexically_normal() == std::filesystem::path(then).lexically_normal()) return;
-        const size_t slash = file.find_last_of('/');
-        const std::string json_path =
-            (slash == std::string::npos ? std::string() : file.substr(0, slash + 1)) + "config.json";
+        const std::string json_path = config_json_beside(file);
         throw ConfigFileError("config file " + file + ": " + key + "=\"" + value +
                               "\" is relative, and from this directory it names " + here + " where the run's was " +
                               then + " (" + json_path + "); start in the directory the run started in, give " +
