@@ -13,8 +13,9 @@
 #
 # The trainer that trained a run is kept beside it as RUN.build (trainer_build): the repository's own
 # train_gpt2_ls by the digest of the sources it builds from (scripts/build_digest.sh: a rebuild of the
-# same sources is the same trainer, though nvcc's output differs byte for byte between two builds),
-# another TRAINER by the sha256 of its binary; then the commit the script names and the binary's sha256.
+# same sources is the same trainer, though nvcc's output differs byte for byte between two builds, and
+# so is a copy of the tree at another path, as on the device machine), another TRAINER by the sha256 of
+# its binary; then, for the record, the commit the script names, the binary's sha256 and its path.
 # A run that exists is reused only by the same trainer: one trained by another (a change of the sources,
 # another TRAINER) is refused, or deleted by --force, as a run of other settings is, so that no run mixes
 # two builds' steps and no summary takes an earlier build's finished run for this one's. A run without
@@ -76,24 +77,35 @@ run_exists() {
 }
 
 # trainer_build TRAINER REPO COMMIT: RUN.build's text for the binary TRAINER, REPO the repository (its
-# sources), built at COMMIT (the header's commit field): "sources <digest> of REPO" when TRAINER is REPO's
-# train_gpt2_ls, else "sha256 <first 16 hex digits> of TRAINER"; then "commit <COMMIT>" and "binary sha256
-# <16 hex digits>" (for the record: not compared)
+# sources), built at COMMIT (the header's commit field). Its first line names the trainer and is what
+# build_check compares: "sources <digest>" when TRAINER is REPO's train_gpt2_ls, else "sha256 <first 16
+# hex digits of TRAINER>". The lines after it are for the record, not compared: "commit <COMMIT>",
+# "binary sha256 <16 hex digits>", and "repository REPO" or "trainer TRAINER" (where it was built).
 trainer_build() {
   local digest binary
   binary=$(sha256sum < "$1" | cut -c1-16) || return 1
   if [[ $(realpath "$1") == "$(realpath "$2/train_gpt2_ls")" ]]; then
     digest=$("$2/scripts/build_digest.sh" "$2") || return 1
-    printf 'sources %s of %s\ncommit %s\nbinary sha256 %s\n' "$digest" "$2" "$3" "$binary"
+    printf 'sources %s\ncommit %s\nbinary sha256 %s\nrepository %s\n' "$digest" "$3" "$binary" "$2"
   else
-    printf 'sha256 %s of %s\ncommit %s\nbinary sha256 %s\n' "$binary" "$1" "$3" "$binary"
+    printf 'sha256 %s\ncommit %s\nbinary sha256 %s\ntrainer %s\n' "$binary" "$3" "$binary" "$1"
   fi
 }
 
+# build_key BUILD: the trainer a RUN.build text names, as compared: its first line up to " of ". A RUN.build
+# written before the path moved to a line of its own starts "sources <digest> of REPO" or "sha256 <hex> of
+# TRAINER"; its key is the same digest, so a run of the same sources (or binary) is still this trainer's.
+build_key() {
+  local first
+  first=$(head -n 1 <<< "$1")
+  printf '%s' "${first%% of *}"
+}
+
 # build_check RUN FORCE BUILD: 0 when RUN is new, holds no RUN.build (a note on stderr: the build that
-# trained it is unknown), or was trained by BUILD's trainer (trainer_build's first line);
-# with FORCE 1 a run of another build is deleted (a note says so) and RUN is new; otherwise status 1,
-# RUN untouched, and on stdout the error (one line, without "error: ") naming both builds and the fixes.
+# trained it is unknown), or was trained by BUILD's trainer (the same build_key: the same sources in any
+# checkout, or the same binary); with FORCE 1 a run of another build is deleted (a note says so) and RUN
+# is new; otherwise status 1, RUN untouched, and on stdout the error (one line, without "error: ") naming
+# both builds and the fixes.
 build_check() {
   local dir=$1 force=$2 build=$3 was
   run_exists "$dir" || return 0
@@ -102,7 +114,7 @@ build_check() {
     return 0
   fi
   was=$(cat "$dir.build")
-  [[ $(head -n 1 <<< "$was") == "$(head -n 1 <<< "$build")" ]] && return 0
+  [[ $(build_key "$was") == "$(build_key "$build")" ]] && return 0
   local why
   why="was trained by another trainer build ($(build_text "$was"); this one: $(build_text "$build"))"
   if [[ $force == 1 ]]; then
@@ -113,10 +125,15 @@ build_check() {
   echo "$dir $why; choose another --out, or give --force to train it again with this build"
   return 1
 }
-build_text() {  # build_text BUILD: trainer_build's first two lines as one, "sources D of REPO, commit C"
-  local commit
+# build_text BUILD: the trainer and its commit as one line, "sources D of REPO, commit C" ("sha256 S of
+# TRAINER, ..." for another trainer; without " of ..." when the record names no path)
+build_text() {
+  local commit where first
   commit=$(sed -n 's/^commit //p' <<< "$1")
-  printf '%s, commit %s' "$(head -n 1 <<< "$1")" "${commit:-unknown}"
+  where=$(sed -n 's/^\(repository\|trainer\) //p' <<< "$1" | head -n 1)
+  first=$(head -n 1 <<< "$1")
+  [[ -z $where && $first == *" of "* ]] && where=${first#* of }
+  printf '%s%s, commit %s' "$(build_key "$1")" "${where:+ of $where}" "${commit:-unknown}"
 }
 
 # build_write RUN BUILD: record BUILD as the trainer of RUN (RUN.build)

@@ -9,7 +9,7 @@ The device tool brings back at most 8 files of 16 MiB each (/work/.library/devic
 DIR receives, per run, one NAME.tar.gz with its metrics.jsonl, logit_stats.jsonl, config.json,
 config.toml, console.log, the launcher's log RUN_DIR.log and, where the experiment script kept them,
 RUN_DIR.args (the run's settings) and RUN_DIR.build (the trainer that trained it: its sources' digest,
-commit and binary sha256; scripts/exp_run_settings.sh) as NAME.log, NAME.args, NAME.build (never checkpoints); a logs.tar.gz with
+commit, binary sha256 and path; scripts/exp_run_settings.sh) as NAME.log, NAME.args, NAME.build (never checkpoints); a logs.tar.gz with
 every file under --logs (build and check logs, plots).
 When a run's archive exceeds --limit-mib, its logit_stats.jsonl is thinned to every k-th record
 (k = 2, 4, 8, ...; the first and last records kept) until it fits, then metrics.jsonl likewise (its

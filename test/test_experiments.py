@@ -50,14 +50,24 @@ def other_build(tmp_path):
     return path
 
 
+def sources_digest(tree):
+    return subprocess.run(["bash", REPO / "scripts" / "build_digest.sh", tree], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
 def build_line(path):
-    """RUN.build's first line for the trainer at path: the repository's by its sources' digest ("sources <digest>
-    of REPO"), another by its binary's sha256 ("sha256 <16 hex digits> of PATH")."""
+    """RUN.build's first line (the one compared) for the trainer at path: the repository's by its sources' digest
+    ("sources <digest>"), another by its binary's sha256 ("sha256 <16 hex digits>"); no path."""
     if Path(path).resolve() == (REPO / "train_gpt2_ls").resolve():
-        digest = subprocess.run(["bash", REPO / "scripts" / "build_digest.sh", REPO], capture_output=True, text=True,
-                                check=True).stdout.strip()
-        return f"sources {digest} of {REPO}"
-    return f"sha256 {hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]} of {path}"
+        return f"sources {sources_digest(REPO)}"
+    return f"sha256 {hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]}"
+
+
+def build_shown(path):
+    """How the scripts' messages name the trainer at path: build_line's text " of " where it was built (REPO for
+    the repository's own, else path)."""
+    where = REPO if Path(path).resolve() == (REPO / "train_gpt2_ls").resolve() else path
+    return f"{build_line(path)} of {where}"
 
 
 def meta_only_data(path, vocab=1024):
@@ -341,14 +351,14 @@ def test_exp_synthetic_reuses_a_run_only_for_the_same_settings(tmp_path):
     p = sh(base + ["--steps", 2], check=False, env={"TRAINER": str(other)})
     assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
     assert p.stderr.startswith(f"error: {runs / 'C16_T32_mhsa'} was trained by another trainer build "
-                               f"({build_line(BIN)}, commit "), p.stderr
-    assert f"this one: {build_line(other)}, commit " in p.stderr, p.stderr
+                               f"({build_shown(BIN)}, commit "), p.stderr
+    assert f"this one: {build_shown(other)}, commit " in p.stderr, p.stderr
     assert "another --out" in p.stderr and "--force" in p.stderr and "==" not in p.stdout, p.stdout
     assert files() == before
     # (a review) the same sources rebuilt are the same trainer (two nvcc builds differ byte for byte): the
     # binary's sha256 in RUN.build is for the record
     record = (runs / "C16_T32_mhsa.build").read_text()
-    assert record.splitlines()[2].startswith("binary sha256 ")
+    assert record.splitlines()[2].startswith("binary sha256 ") and record.splitlines()[3] == f"repository {REPO}"
     (runs / "C16_T32_mhsa.build").write_text(record.replace(record.splitlines()[2], "binary sha256 0000000000000000"))
     p = sh(base + ["--steps", 2])
     assert f"== {runs / 'C16_T32_mhsa'} done already" in p.stdout, p.stdout
@@ -369,6 +379,53 @@ def test_exp_synthetic_reuses_a_run_only_for_the_same_settings(tmp_path):
         k: v for k, v in before.items() if not k.startswith("C16_T32_ls")}
     assert after["C16_T32_ls/DONE_00000002"] is not None and "-l 1e-2" in after["C16_T32_ls.args"].decode()
     assert sorted(r["step"] for r in records(runs / "C16_T32_ls" / "metrics.jsonl") if "loss" in r) == [1, 2]
+
+
+def test_run_build_is_the_same_for_the_same_sources_in_another_checkout(tmp_path):
+    """(a review) RUN.build named the trainer by "sources <digest> of <REPO>", all of it compared, so the same
+    sources in another checkout (the device machine's copy of the tree at another root) were "another trainer
+    build": refused, and --force deleted good runs. Only the digest is compared; the path is for the record."""
+    need_trainer()
+    copy = tmp_path / "copy"
+    for line in subprocess.run(["bash", REPO / "scripts" / "build_digest.sh", "--list", REPO], capture_output=True,
+                               text=True, check=True).stdout.splitlines():
+        rel = line.split("  ", 1)[1]
+        (copy / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / rel, copy / rel)
+    (copy / "scripts").mkdir(exist_ok=True)
+    shutil.copy2(REPO / "scripts" / "build_digest.sh", copy / "scripts" / "build_digest.sh")
+    shutil.copy2(BIN, copy / "train_gpt2_ls")
+    assert sources_digest(copy) == sources_digest(REPO)
+    run = tmp_path / "runs" / "x"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text("{}")  # a run exists
+
+    def check(record_of, checked_with, text=None):
+        """build_check on run, its RUN.build written for the trainer of tree record_of (or text), checked with the
+        trainer of tree checked_with: (status, stdout, stderr)"""
+        write = (f'build_write "$RUN" "$(trainer_build "$A/train_gpt2_ls" "$A" abc)"' if text is None else
+                 'printf "%s" "$TEXT" > "$RUN.build"')
+        p = sh(["bash", "-c", f'source scripts/exp_run_settings.sh; {write}; '
+                'build_check "$RUN" 0 "$(trainer_build "$B/train_gpt2_ls" "$B" def)"'], check=False,
+               env={"RUN": str(run), "A": str(record_of), "B": str(checked_with), "TEXT": text or ""})
+        return p.returncode, p.stdout, p.stderr
+
+    assert check(REPO, copy) == (0, "", "")
+    assert check(copy, REPO) == (0, "", "")
+    assert (run.parent / "x.build").read_text().splitlines() == [
+        f"sources {sources_digest(REPO)}", "commit abc", f"binary sha256 {hashlib.sha256(BIN.read_bytes()).hexdigest()[:16]}",
+        f"repository {copy}"]
+    # a RUN.build of the scripts before this (the path on the first line) is read by its digest
+    old = f"sources {sources_digest(REPO)} of /elsewhere/repo\ncommit abc\nbinary sha256 0000000000000000\n"
+    assert check(None, copy, text=old) == (0, "", "")
+    # other sources are another build, in any checkout, and the message names both with their paths
+    (copy / "llmc" / "app" / "threads.h").write_text((REPO / "llmc" / "app" / "threads.h").read_text() + "\n")
+    status, out, err = check(REPO, copy)
+    assert status == 1 and err == "", err
+    assert out.startswith(f"{run} was trained by another trainer build (sources {sources_digest(REPO)} of {REPO}, "
+                          f"commit abc; this one: sources {sources_digest(copy)} of {copy}, commit def); "), out
+    status, out, _ = check(None, copy, text=old)
+    assert status == 1 and f"(sources {sources_digest(REPO)} of /elsewhere/repo, commit abc;" in out, out
 
 
 def test_exp_synthetic_refuses_data_other_than_the_synthetic_language(tmp_path):
@@ -866,11 +923,11 @@ def test_exp_pg19_reuses_a_run_only_for_the_same_settings(tmp_path):
     assert files() == before
     # ... and only by the trainer binary that trained it (runs/NAME.build), checked after the build stage
     assert before["ls.build"].decode().splitlines()[0] == build_line(BIN)
-    assert f"== trainer: {build_line(BIN)}, commit " in p.stdout, p.stdout
+    assert f"== trainer: {build_shown(BIN)}, commit " in p.stdout, p.stdout
     other = other_build(tmp_path)
     p = sh(base + ["--steps", 1], check=False, timeout=300, env={"TRAINER": str(other)})
     assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
-    assert p.stderr.startswith(f"error: {run} was trained by another trainer build ({build_line(BIN)}, commit "), \
+    assert p.stderr.startswith(f"error: {run} was trained by another trainer build ({build_shown(BIN)}, commit "), \
         p.stderr
     assert "another --out" in p.stderr and "--force" in p.stderr and "done already" not in p.stdout, p.stdout
     assert files() == before
