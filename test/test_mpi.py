@@ -456,21 +456,72 @@ def test_ranks_started_with_other_settings_or_data_are_refused(byte_data, tmp_pa
                       "give every process the same data (a shared file system, or identical copies)"], p.stderr
 
 
+def stopped_before_first_checkpoint(out, byte_data, np, batch=4):
+    """A run into out on np processes (-b batch, -t 32, -m 2, validated at its step 1) stopped, as if killed,
+    before its first checkpoint (its checkpoint files and console line removed)."""
+    tiny = [str(batch) if a == "4" and TINY[k - 1] == "-b" else a for k, a in enumerate(TINY)]
+    flags = data_args(byte_data) + tiny + ["-o", out, "-x", 2, "-n", 0, "-v", 1, "-m", 2, "-s", 0]
+    if np == 1:
+        one_process(flags)
+    else:
+        run_np(np, flags)
+    for f in list(out.glob("model_*")) + list(out.glob("state_*")) + list(out.glob("DONE_*")):
+        f.unlink()
+    log = out / "console.log"
+    log.write_text("".join(ln for ln in log.read_text().splitlines(True) if not ln.startswith("checkpoint of step")))
+    return out
+
+
+def one_process(args):
+    """The trainer on one process (no mpirun) from the repository root; returns its CompletedProcess (exit 0)."""
+    p = subprocess.run([str(BIN), "--device", "cpu"] + [str(a) for a in args], cwd=REPO, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return p
+
+
+def world_size_note(stderr):
+    return [ln for ln in stderr.splitlines() if "where the run started on" in ln]
+
+
 def test_a_restart_from_step_0_on_another_process_count_says_what_changes(byte_data, tmp_path):
     """(a new-user trial) -y 1 of a run stopped before its first checkpoint, started again under mpirun -np 2
     where it started on one process, trained twice its tokens per step (B x T x processes, no -d) and validated
-    twice its -m tokens, with no note (a resume from a checkpoint refuses another process count)."""
-    out = tmp_path / "r"
-    one = subprocess.run([str(BIN), "--device", "cpu"] + data_args(byte_data) + TINY +
-                         ["-o", str(out), "-x", "2", "-n", "0", "-v", "1", "-m", "2", "-s", "0"], cwd=REPO,
-                         capture_output=True, text=True, timeout=120)
-    assert one.returncode == 0, one.stderr
-    for f in list(out.glob("model_*")) + list(out.glob("state_*")) + list(out.glob("DONE_*")):
-        f.unlink()  # as if killed before its first checkpoint
-    log = out / "console.log"
-    log.write_text("".join(ln for ln in log.read_text().splitlines(True) if not ln.startswith("checkpoint of step")))
+    twice its -m tokens, with no note (a resume from a checkpoint refuses another process count). (a review)
+    The note's advice is taken: it once offered -d 128, which B 4 x T 32 x 2 processes cannot divide (refused);
+    it now names the flags these processes accept, and the run started with them trains the run's batch."""
+    out = stopped_before_first_checkpoint(tmp_path / "r", byte_data, 1)
+    shutil.copytree(out, tmp_path / "saved")
     p = run_np(2, ["-o", out, "-y", 1, "--threads", 1])
-    assert [ln for ln in p.stderr.splitlines() if "where the run started on" in ln] == [
+    assert world_size_note(p.stderr) == [
         "note: -y 1: starting again from step 0 on 2 processes where the run started on 1: a step trains B x T x "
-        "processes = 256 tokens (the run's 128; -d 128 keeps it), and -m 2 validates 512 tokens (the run's 256: -m "
-        "counts global batches)"], p.stderr
+        "processes = 256 tokens (the run's 128; -b 2 keeps it), and -m 2 validates 512 tokens (the run's 256: -m "
+        "counts global batches; -b 2 keeps it too)"], p.stderr
+    # the advice as a command: accepted, no note, the run's 128 tokens a step (1 x 2 x 32 x 2) and its validation
+    shutil.rmtree(out)
+    shutil.copytree(tmp_path / "saved", out)
+    p = run_np(2, ["-o", out, "-y", 1, "--threads", 1, "-b", 2])
+    assert world_size_note(p.stderr) == [], p.stderr
+    derived = json.loads((out / "config.json").read_text())["derived"]
+    assert derived["tokens_per_step"] == 128 and derived["world_size"] == 2, derived
+    # from 2 processes to 1: -d (B x T x 1 divides the run's 256) and the -m that reads the run's 512 tokens
+    two = stopped_before_first_checkpoint(tmp_path / "two", byte_data, 2)
+    shutil.copytree(two, tmp_path / "saved_two")
+    p = one_process(["-o", two, "-y", 1, "--threads", 1])
+    assert world_size_note(p.stderr) == [
+        "note: -y 1: starting again from step 0 on 1 processes where the run started on 2: a step trains B x T x "
+        "processes = 128 tokens (the run's 256; -d 256 keeps it), and -m 2 validates 256 tokens (the run's 512: -m "
+        "counts global batches; -m 4 keeps it)"], p.stderr
+    shutil.rmtree(two)
+    shutil.copytree(tmp_path / "saved_two", two)
+    p = one_process(["-o", two, "-y", 1, "--threads", 1, "-d", 256, "-m", 4])
+    assert world_size_note(p.stderr) == [], p.stderr
+    derived = json.loads((two / "config.json").read_text())["derived"]
+    assert derived["tokens_per_step"] == 256 and derived["grad_accum_steps"] == 2, derived
+    # B 3 on one process (96 tokens) cannot be a step of 2 processes at T 32 (64 tokens a row): no flag is offered
+    three = stopped_before_first_checkpoint(tmp_path / "three", byte_data, 1, batch=3)
+    p = run_np(2, ["-o", three, "-y", 1, "--threads", 1])
+    assert world_size_note(p.stderr) == [
+        "note: -y 1: starting again from step 0 on 2 processes where the run started on 1: a step trains B x T x "
+        "processes = 192 tokens (the run's 96; no -b or -d keeps it on 2 processes: mpirun -np 1 does), and -m 2 "
+        "validates 384 tokens (the run's 192: -m counts global batches; -m 1 keeps it)"], p.stderr

@@ -142,10 +142,14 @@ inline std::string model_flag_text(const std::string& field, const std::string& 
 }
 
 // -y 1 of a run without a checkpoint, started again from step 0 on another number of processes than its
-// record's: a step of B x T x processes tokens (no -d) and a validation batch (-m counts global batches) are
-// another size than the run's, which no flag's change says (a resume from a checkpoint refuses another
-// process count): the note naming both and the -d that keeps the run's batch; "" when the count is the
-// record's, or the record says none.
+// record's: a step of B x T x processes tokens (no -d) and a validation set (-m counts global batches of
+// B x T x processes tokens) are another size than the run's, which no flag's change says (a resume from
+// a checkpoint refuses another process count). The note names both and the flag that keeps the run's,
+// one these processes take: -d when B x T x processes here divides the run's step (a -d it does not
+// divide is refused), else the -b that makes B x T x processes the run's step (which keeps the
+// validation tokens too, when they were -m run's steps), else none; for the validation set the -m that
+// reads the run's tokens at that batch, else none. "" when the step and the validation set are the
+// run's (the same count, or a -b given that keeps them), or the record says no process count.
 inline std::string restart_world_size_note(const TrainConfig& cfg) {
     const std::string path = join_path(cfg.output_dir, "config.json");
     if (!file_exists(path)) return "";
@@ -156,16 +160,46 @@ inline std::string restart_world_size_note(const TrainConfig& cfg) {
         return "";
     const int was = (*train)["world_size"].get<int>();
     if (was == cfg.world_size || was < 1) return "";
-    const long long per_process = (long long)cfg.batch_size * cfg.seq_len;
+    const TrainConfig run = recorded_settings(*train, path);
+    const std::string on_here = " on " + std::to_string(cfg.world_size) + " processes";
+    const long long row = (long long)cfg.seq_len * cfg.world_size;  // tokens of one sequence per process
+    const long long micro = cfg.batch_size * row;                   // B x T x processes here
+    long long batch = cfg.batch_size;  // the -b the advice leaves: another one when it names -b
     std::vector<std::string> parts;
-    if (cfg.total_batch_size <= 0)  // (with -d the accumulation keeps the step's tokens)
-        parts.push_back("a step trains B x T x processes = " + std::to_string(per_process * cfg.world_size) +
-                        " tokens (the run's " + std::to_string(per_process * was) + "; -d " +
-                        std::to_string(per_process * was) + " keeps it)");
-    if (cfg.val_batches > 0 && !cfg.val_data.empty() && cfg.val_every != 0)
-        parts.push_back("-m " + std::to_string(cfg.val_batches) + " validates " +
-                        std::to_string(cfg.val_batches * per_process * cfg.world_size) + " tokens (the run's " +
-                        std::to_string(cfg.val_batches * per_process * was) + ": -m counts global batches)");
+    if (cfg.total_batch_size <= 0) {  // (with -d the accumulation keeps the step's tokens)
+        const long long run_step = recorded_tokens_per_step(*train, path);
+        if (run_step > 0 && run_step != micro) {
+            std::string keep;
+            if (run_step % micro == 0) {
+                keep = "-d " + std::to_string(run_step) + " keeps it";
+            } else if (run_step % row == 0) {
+                batch = run_step / row;
+                keep = "-b " + std::to_string(batch) + " keeps it";
+            } else {
+                keep = "no -b or -d keeps it" + on_here + ": mpirun -np " + std::to_string(was) + " does";
+            }
+            parts.push_back("a step trains B x T x processes = " + std::to_string(micro) + " tokens (the run's " +
+                            std::to_string(run_step) + "; " + keep + ")");
+        }
+    }
+    if (cfg.val_batches > 0 && !cfg.val_data.empty() && cfg.val_every != 0 && run.val_batches > 0) {
+        const long long run_val = (long long)run.val_batches * run.batch_size * run.seq_len * was;
+        const long long val = (long long)cfg.val_batches * micro, per_batch = batch * row;
+        if (run_val != val) {
+            std::string keep;
+            if ((long long)cfg.val_batches * per_batch == run_val)
+                keep = "-b " + std::to_string(batch) + " keeps it too";
+            else if (run_val % per_batch == 0)
+                keep = "-m " + std::to_string(run_val / per_batch) + " keeps it" +
+                       (batch != cfg.batch_size ? " with -b " + std::to_string(batch) : "");
+            else
+                keep =
+                    "no -m keeps it" + on_here + (batch != cfg.batch_size ? " with -b " + std::to_string(batch) : "");
+            parts.push_back("-m " + std::to_string(cfg.val_batches) + " validates " + std::to_string(val) +
+                            " tokens (the run's " + std::to_string(run_val) + ": -m counts global batches; " + keep +
+                            ")");
+        }
+    }
     if (parts.empty()) return "";
     return "note: -y 1: starting again from step 0 on " + std::to_string(cfg.world_size) +
            " processes where the run started on " + std::to_string(was) + ": " + parts[0] +
