@@ -105,6 +105,14 @@ def test_generator_reports_the_wait_policy(byte_data, tmp_path):  # noqa: F811
     ({"OMP_NUM_THREADS": "4,"}, "OMP_NUM_THREADS='4,' is not a thread count"),
     ({"OMP_NUM_THREADS": "4,0"}, "OMP_NUM_THREADS='4,0' is not a thread count"),
     ({"OMP_NUM_THREADS": ""}, "OMP_NUM_THREADS='' is not a thread count"),
+    # (a review) counts libgomp cannot hold: beyond unsigned long it warned and used every CPU; 3000000000
+    # became -1294967296 threads and libgomp ran out of memory; 8193 is over the most CPUs Linux runs on
+    ({"OMP_NUM_THREADS": "99999999999999999999"}, "OMP_NUM_THREADS='99999999999999999999' asks for more than 8192 "
+     "threads, more than any machine's CPUs; set a count up to the CPUs this process may use, unset it (all of "
+     "them), or give --threads N"),
+    ({"OMP_NUM_THREADS": "3000000000"}, "OMP_NUM_THREADS='3000000000' asks for more than 8192 threads"),
+    ({"OMP_NUM_THREADS": "8193"}, "OMP_NUM_THREADS='8193' asks for more than 8192 threads"),
+    ({"OMP_NUM_THREADS": "2,4294967297"}, "OMP_NUM_THREADS='2,4294967297' asks for more than 8192 threads"),
     ({"OMP_WAIT_POLICY": "bogus"}, "OMP_WAIT_POLICY='bogus' is not ACTIVE or PASSIVE; set one of them, or unset it "
      "(the programs then wait PASSIVE, docs/training.md \"Threads\")"),
 ])
@@ -125,8 +133,17 @@ def test_valid_openmp_variables_are_taken(byte_data):  # noqa: F811
     """What libgomp reads is taken: a nesting list, white space around a number or a policy, a '+' sign (a
     review: " 4", "+4" and " passive" were refused)."""
     for env in ({"OMP_NUM_THREADS": "2,1"}, {"OMP_NUM_THREADS": " 2 "}, {"OMP_NUM_THREADS": "+2"},
+                {"OMP_NUM_THREADS": "0002"},
                 {"OMP_WAIT_POLICY": "Passive"}, {"OMP_WAIT_POLICY": " passive "}):
         train(byte_data, clean_env(**env))
+
+
+def test_the_largest_thread_count_is_taken():
+    """8192 threads, the cap, is a count (libgomp makes no thread for --help); 8193 is refused (above)."""
+    for count in ("8192", "1,8192"):
+        p = subprocess.run([str(BIN), "--help"], cwd=REPO, capture_output=True, text=True, timeout=60,
+                           env=clean_env(OMP_NUM_THREADS=count))
+        assert p.returncode == 0 and "error" not in p.stderr and "--threads" in p.stdout, p.stderr
 
 
 def test_a_thread_count_given_leaves_omp_num_threads_unread(byte_data):  # noqa: F811

@@ -21,6 +21,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -31,26 +32,34 @@
 
 namespace llmc {
 
-// The error for OpenMP variables libgomp would ignore (OpenMP 5.2, "Environment Variables"; libgomp warns
-// "Invalid value" and keeps its default): OMP_NUM_THREADS not a list of positive integers ("4", "4,2";
-// as libgomp reads them: white space around each and a '+' sign taken), unless `threads_given` (--threads
-// N > 0: the variable is not used); OMP_WAIT_POLICY not ACTIVE or PASSIVE (any case, white space around);
-// an empty value of either included. "" when both are unset or valid.
+// The most threads OMP_NUM_THREADS may ask for: the most CPUs a Linux kernel runs on (x86-64's NR_CPUS
+// limit). A count above it is no machine's; above INT_MAX libgomp itself misreads it (3000000000 became
+// -1294967296 threads and libgomp ran out of memory; above ULONG_MAX it warns and uses its default).
+constexpr unsigned long kMaxOmpThreads = 8192;
+
+// The error for OpenMP variables libgomp would ignore or misread (OpenMP 5.2, "Environment Variables";
+// libgomp warns "Invalid value" and keeps its default): OMP_NUM_THREADS not a list of positive integers
+// ("4", "4,2"; as libgomp reads them: white space around each and a '+' sign taken) or one of them above
+// kMaxOmpThreads, unless `threads_given` (--threads N > 0: the variable is not used); OMP_WAIT_POLICY not
+// ACTIVE or PASSIVE (any case, white space around); an empty value of either included. "" when both are
+// unset or valid.
 inline std::string omp_environment_error(const char* num_threads, const char* wait_policy, bool threads_given) {
     auto space = [](char c) { return std::isspace((unsigned char)c) != 0; };
     if (num_threads != nullptr && !threads_given) {
-        bool ok = true;
+        bool ok = true, too_many = false;
         const char* c = num_threads;
         for (;;) {  // one number of the list, then a comma and the next
             while (space(*c)) c++;
             if (*c == '+') c++;
-            bool nonzero = false, digit = false;
+            bool digit = false;
+            unsigned long value = 0;  // up to kMaxOmpThreads + 1: more is too many, however many digits
             for (; std::isdigit((unsigned char)*c); c++) {
                 digit = true;
-                nonzero = nonzero || *c != '0';
+                value = std::min(value * 10 + (unsigned long)(*c - '0'), kMaxOmpThreads + 1);
             }
             while (space(*c)) c++;
-            ok = ok && digit && nonzero;
+            ok = ok && digit && value > 0;
+            too_many = too_many || value > kMaxOmpThreads;
             if (!ok || *c != ',') break;
             c++;
         }
@@ -58,6 +67,10 @@ inline std::string omp_environment_error(const char* num_threads, const char* wa
             return std::string("OMP_NUM_THREADS='") + num_threads +
                    "' is not a thread count (a positive integer); set one, unset it (all the CPUs this process may "
                    "use), or give --threads N";
+        if (too_many)
+            return std::string("OMP_NUM_THREADS='") + num_threads + "' asks for more than " +
+                   std::to_string(kMaxOmpThreads) + " threads, more than any machine's CPUs; set a count up to " +
+                   "the CPUs this process may use, unset it (all of them), or give --threads N";
     }
     if (wait_policy != nullptr) {
         const std::string given = wait_policy;
