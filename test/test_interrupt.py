@@ -8,7 +8,8 @@ run_helpers.py's byte-level tiny Shakespeare and tiny model:
 - without -o the line says that nothing was saved;
 - a SIGINT the trainer inherited as ignored (a script's `cmd &`) stays ignored;
 - a stdout whose reader ended (`| head`; `| tee` ended by the same Ctrl-C) stops the run the same way:
-  a checkpoint, exit status 141 (SIGPIPE's), or the signal's when one came first;
+  a checkpoint, exit status 141 (SIGPIPE's), or the signal's when one came first; before the first step,
+  one line and 141, and no files of a run this start began;
 - a second SIGINT ends the process at once (killed by SIGINT) and the previous checkpoint stays loadable
   (a resume from it reproduces the uninterrupted run);
 - with 2 MPI ranks, a SIGTERM that reaches rank 1 only, or a SIGUSR1 to mpirun (which forwards it to
@@ -195,6 +196,61 @@ def test_sigint_then_a_closed_stdout_still_checkpoints(byte_data, tmp_path):
     step, tail = interrupted_line(err.read_text(), "SIGINT")
     assert FIRST_SEEN <= step < STEPS and tail == f"wrote {out}/model_{step:08d}.bin; resume with -y 1"
     assert sorted(f.name for f in out.glob("DONE_*")) == [f"DONE_{step:08d}"]
+
+
+def run_with_stdout_closed(args, err):
+    """The trainer with stdout a pipe whose reader ended before it started (`| head` that is gone: its first
+    console line meets EPIPE, before the first step); SIGPIPE's default action as a shell gives it. Returns
+    (exit status, stderr)."""
+    r, w = os.pipe()
+    os.close(r)
+    with open(err, "wb") as e:
+        p = subprocess.run([str(BIN), "--device", "cpu"] + [str(a) for a in args], cwd=REPO, stdout=w, stderr=e,
+                           timeout=120, preexec_fn=default_sigint)
+    os.close(w)
+    return p.returncode, Path(err).read_text()
+
+
+def test_a_stdout_closed_before_the_first_step_stops_with_one_line(byte_data, tmp_path):
+    """(a review) `(./train_gpt2_ls -o p1 ...) | head -3`: the reader ended while the header printed, and SIGPIPE
+    killed the trainer without a word (status 141 from the shell, empty stderr), leaving config.json and the
+    other files of a run without a checkpoint, for which the same command again was refused. It now stops with
+    one line and status 141; a run this start began leaves no files, and -y 1 keeps the run's."""
+    short = data_args(byte_data) + TINY + ["-x", 2, "-v", 1, "-m", 2, "-s", 0, "-n", 0]
+    head = "stopped before the first step: stdout was closed (the reader of its pipe ended); "
+    out, err = tmp_path / "o", tmp_path / "stderr"
+    status, text = run_with_stdout_closed(short + ["-o", out], err)
+    assert status == 128 + int(signal.SIGPIPE), text
+    assert [ln for ln in text.splitlines() if not ln.startswith("note: ")] == [
+        head + f"nothing was trained, and the files this run had written in {out} are removed; start it again with "
+        "stdout open"], text
+    assert [f.name for f in out.iterdir() if f.name != ".lock"] == [], sorted(out.iterdir())
+    run(short + ["-o", out])  # the same command with stdout open: a new run, not refused
+    assert sorted(f.name for f in out.glob("DONE_*")) == ["DONE_00000002"]
+    # -y 1 of a run with a checkpoint: nothing trained past it, every file kept
+    before = {f.name: f.read_bytes() for f in out.iterdir() if f.name.startswith(("model_", "state_", "DONE_"))}
+    status, text = run_with_stdout_closed(short + ["-o", out, "-y", 1, "-x", 4], err)
+    assert status == 141 and text.splitlines()[-1] == head + "nothing was trained past step 2; resume with -y 1", text
+    assert {f.name: f.read_bytes() for f in out.iterdir() if f.name.startswith(("model_", "state_", "DONE_"))} \
+        == before
+    assert (out / "config.json").exists() and (out / "console.log").exists()
+    p = run(short + ["-o", out, "-y", 1, "-x", 4])
+    assert f"resumed from {out}/model_00000002.bin at step 2" in p.stdout, p.stdout
+    # -y 1 of a run stopped before its first checkpoint: its files stay (it is still that run)
+    two = tmp_path / "two"
+    run(short + ["-o", two])
+    for f in list(two.glob("model_*")) + list(two.glob("state_*")) + list(two.glob("DONE_*")):
+        f.unlink()
+    log = two / "console.log"
+    log.write_text("".join(ln for ln in log.read_text().splitlines(True) if not ln.startswith("checkpoint of step")))
+    status, text = run_with_stdout_closed(short + ["-o", two, "-y", 1], err)
+    assert status == 141 and text.splitlines()[-1] == head + f"nothing was trained; {two} holds the run without a " \
+        "checkpoint: continue it with -y 1", text
+    assert (two / "config.json").exists()
+    run(short + ["-o", two, "-y", 1])
+    # without -o
+    status, text = run_with_stdout_closed(short, err)
+    assert status == 141 and text.splitlines()[-1] == head + "nothing was trained or saved", text
 
 
 def test_signal_without_output_dir_says_nothing_was_saved(byte_data, tmp_path):

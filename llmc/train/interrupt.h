@@ -16,12 +16,16 @@
 //     waits for rank 0's DONE marker (a barrier: launchers end the other ranks at the first non-zero exit),
 //     and the process exits with interrupt_exit_code(): 128 + the signal's number, as a shell reports a
 //     process ended by that signal (Linux: SIGINT 130, SIGUSR1 138, SIGTERM 143).
-// A closed stdout stops a run the same way: while the loop runs SIGPIPE is ignored, so that a write to a
-// pipe whose reader ended (`| head`, or `| tee` ended by the same Ctrl-C) fails with EPIPE instead of
-// ending the process before its checkpoint; the run's log (llmc/train/run_log.h) then stops printing and
-// the loop asks stop_for(SIGPIPE): a checkpoint of the step and exit status 141, what a process that
-// SIGPIPE ended shows (a signal that came first names the stop, e.g. the Ctrl-C: 130).
-// The handler is installed for the loop's lifetime only (before it the default action ends the process).
+// A closed stdout stops a run the same way: while run_training runs, SIGPIPE is ignored (SigpipeIgnored),
+// so that a write to a pipe whose reader ended (`| head`, or `| tee` ended by the same Ctrl-C) fails with
+// EPIPE instead of ending the process before its checkpoint; the run's log (llmc/train/run_log.h) then
+// stops printing and the loop asks stop_for(SIGPIPE): a checkpoint of the step and exit status 141, what
+// a process that SIGPIPE ended shows (a signal that came first names the stop, e.g. the Ctrl-C: 130).
+// Closed before the first step (the header, step 0's validation), there is no step to checkpoint: the run
+// stops there with one line (unstarted_line) and exit status 141, and a run that this start began leaves
+// no files behind (llmc/train/train_loop.h).
+// The signal handler is installed for the loop's lifetime only (before it the default action ends the
+// process).
 // A signal during the last step changes nothing: the run ends as planned (its final checkpoint, exit 0).
 // A second SIGINT while a stop is pending ends the process at once (SIGINT's default action). That
 // cannot damage a checkpoint: every file is written atomically and a step counts only once its DONE
@@ -74,6 +78,43 @@ inline std::string interrupt_line(int sig, int step, const std::string& output_d
     return head + "wrote " + model_path(output_dir, step) + "; resume with -y 1";
 }
 
+// The line rank 0 prints on stderr when stdout was closed before the first step (SIGPIPE's stop, exit
+// status 141): nothing was trained. `removed`: this start began the run in output_dir and removed its
+// files; else without -o nothing was saved, and with it the run keeps what it held (a checkpoint of
+// start_step to resume, or a run that has none yet, which -y 1 starts again from step 0).
+inline std::string unstarted_line(const std::string& output_dir, int start_step, bool removed) {
+    const std::string head = "stopped before the first step: stdout was closed (the reader of its pipe ended); ";
+    if (output_dir.empty()) return head + "nothing was trained or saved";
+    if (removed)
+        return head + "nothing was trained, and the files this run had written in " + output_dir +
+               " are removed; start it again with stdout open";
+    if (start_step > 0)
+        return head + "nothing was trained past step " + std::to_string(start_step) + "; resume with -y 1";
+    return head + "nothing was trained; " + output_dir + " holds the run without a checkpoint: continue it with -y 1";
+}
+
+// SIGPIPE ignored for the object's lifetime (run_training's), its previous disposition restored after:
+// a write to a closed stdout then fails with EPIPE, which the run's log turns into a stop.
+class SigpipeIgnored {
+public:
+    SigpipeIgnored() {
+        struct sigaction ignore;
+        std::memset(&ignore, 0, sizeof ignore);
+        ignore.sa_handler = SIG_IGN;
+        sigemptyset(&ignore.sa_mask);
+        ignored_ = ::sigaction(SIGPIPE, &ignore, &previous_) == 0;
+    }
+    ~SigpipeIgnored() {
+        if (ignored_) ::sigaction(SIGPIPE, &previous_, nullptr);
+    }
+    SigpipeIgnored(const SigpipeIgnored&) = delete;
+    SigpipeIgnored& operator=(const SigpipeIgnored&) = delete;
+
+private:
+    struct sigaction previous_;
+    bool ignored_ = false;
+};
+
 // The handler: async-signal-safe (only sig_atomic_t stores, write, signal, raise).
 inline void on_interrupt_signal(int sig) {
     if (sig == SIGINT && g_interrupt_signal != 0) {  // a second Ctrl-C: SIGINT's default action, now
@@ -111,16 +152,10 @@ public:
             installed_[i] = ::sigaction(kInterruptSignals[i], nullptr, &previous_[i]) == 0 &&
                             previous_[i].sa_handler != SIG_IGN && ::sigaction(kInterruptSignals[i], &sa, nullptr) == 0;
         }
-        struct sigaction ignore;
-        std::memset(&ignore, 0, sizeof ignore);
-        ignore.sa_handler = SIG_IGN;
-        sigemptyset(&ignore.sa_mask);
-        pipe_ignored_ = ::sigaction(SIGPIPE, &ignore, &previous_pipe_) == 0;
     }
     ~InterruptHandlers() {
         for (int i = 0; i < kCount; i++)
             if (installed_[i]) ::sigaction(kInterruptSignals[i], &previous_[i], nullptr);
-        if (pipe_ignored_) ::sigaction(SIGPIPE, &previous_pipe_, nullptr);
     }
 
     // A stop the program asks itself for `sig` (SIGPIPE: stdout was closed), counted as that signal would
@@ -156,8 +191,6 @@ private:
     static constexpr int kCount = sizeof kInterruptSignals / sizeof kInterruptSignals[0];
     struct sigaction previous_[kCount];
     bool installed_[kCount] = {};
-    struct sigaction previous_pipe_;  // SIGPIPE's disposition before the loop, restored after it
-    bool pipe_ignored_ = false;
     float vote_ = 0.0f;  // cast_vote() .. agreed_signal(): this rank's vote, then (reduced) the ranks' Max
     int requested_ = 0;  // stop_for's signal, 0 while none
 };

@@ -8,7 +8,7 @@
 // repeats the steps after its checkpoint, and their lines appear twice). Each print is handed to
 // the OS with one write(2) per file, so a killed run leaves every printed line. Errors and warnings go
 // to stderr, not here. Opened after every check of the run has passed (a refused run writes nothing).
-// A stdout whose pipe has no reader any more (EPIPE: SIGPIPE is ignored while the training loop runs,
+// A stdout whose pipe has no reader any more (EPIPE: SIGPIPE is ignored while run_training runs,
 // llmc/train/interrupt.h) is closed for good: stdout then points at /dev/null (so that nothing buffered
 // there can fail later), console.log keeps every line, and stdout_closed() tells the loop to stop.
 #pragma once

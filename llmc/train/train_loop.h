@@ -23,7 +23,9 @@
 //   continues at step s+1 exactly as an uninterrupted one.
 //   Then, before the last step, the ranks agree whether a signal asks them to stop (llmc/train/interrupt.h:
 //   their votes ride on the step's reduction of the logit statistics): if so, a checkpoint of step s (when
-//   none was due) and the exit code.
+//   none was due) and the exit code. A stdout closed before the first step (the header, step 0's
+//   validation) stops the run there with exit status 141, removing the files of a run this start began
+//   (remove_unstarted_run; llmc/train/interrupt.h).
 // A second run on the same -o is refused in plan_run (before it reads checkpoints) or open_outputs (a race).
 //
 // Several processes (docs/multigpu.md; rank and world size come from the Collective): each rank
@@ -594,11 +596,31 @@ inline void report_profile(const TrainConfig& cfg, StepProfiler& profiler, RunOu
     f.commit();
 }
 
+// A run that stops before its first step (stdout closed: llmc/train/interrupt.h) when this start began it
+// (-o held no run record before: a new run or fork, not -y 1 of a run): the run files this start wrote
+// (run_file_names less `held_before`, those -o held already) are removed, so that -o holds no run without a
+// checkpoint, for which a new run there would be refused. Returns whether it removed them.
+inline bool remove_unstarted_run(const std::string& out, const std::vector<std::string>& held_before, RunOutputs& o) {
+    const auto held = [&](const std::string& name) {
+        return std::find(held_before.begin(), held_before.end(), name) != held_before.end();
+    };
+    if (out.empty() || held("config.json")) return false;
+    o.log.close();
+    o.metrics.close();
+    o.logit_log.close();
+    for (const std::string& name : run_file_names()) {
+        std::error_code ec;  // (a file that cannot be removed stays: the run is then one without a checkpoint)
+        if (!held(name)) std::filesystem::remove(join_path(out, name), ec);
+    }
+    return true;
+}
+
 inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backend, const std::string& config_toml,
                         Collective& comm, const ProfilerFactory& make_profiler = {}) {
     if (cfg.rank != comm.rank() || cfg.world_size != comm.world_size())
         throw std::logic_error("run_training: cfg.rank/world_size must be the collective's");
     const bool main_rank = cfg.rank == 0;  // console, metrics, samples, model files, markers
+    const SigpipeIgnored sigpipe_ignored;  // a closed stdout stops the run, not the process (interrupt.h)
     const RunPlan plan = plan_run(cfg, comm);
     LoopState loop(cfg, *plan.train);
     if (plan.resume)
@@ -620,6 +642,9 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
         if (main_rank) profiler = make_profiler(backend);
     }
     RunOutputs outputs;
+    // the run files -o held before this start: the others are this start's, removed if it stops unstarted
+    const std::vector<std::string> held_before =
+        cfg.output_dir.empty() ? std::vector<std::string>() : run_files_in(cfg.output_dir);
     open_outputs(outputs, cfg, plan, model, config_toml);
     if (main_rank) print_run_header(cfg, plan, model, outputs, comm);
     if (main_rank) {  // rank 0 prunes (save_checkpoint)
@@ -629,6 +654,11 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
     StepBuffers buf(cfg);
     if (!plan.resume && plan.val && cfg.val_every > 0) report_step0_validation(cfg, plan, backend, buf, outputs, comm);
     outputs.started = std::chrono::steady_clock::now();
+    if (main_rank && outputs.log.stdout_closed()) {  // before the first step: nothing to checkpoint
+        const bool removed = remove_unstarted_run(cfg.output_dir, held_before, outputs);
+        std::fprintf(stderr, "%s\n", unstarted_line(cfg.output_dir, plan.start_step(), removed).c_str());
+        return interrupt_exit_code(SIGPIPE);  // (other ranks: ended by the launcher at this non-zero exit)
+    }
 
     InterruptHandlers interrupts;  // SIGINT/SIGTERM/SIGUSR1: stop after the step, checkpointed (interrupt.h)
     for (int step = plan.start_step(); step < plan.max_steps;) {
