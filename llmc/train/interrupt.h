@@ -20,7 +20,8 @@
 // so that a write to a pipe whose reader ended (`| head`, or `| tee` ended by the same Ctrl-C) fails with
 // EPIPE instead of ending the process before its checkpoint; the run's log (llmc/train/run_log.h) then
 // stops printing and the loop asks stop_for(SIGPIPE): a checkpoint of the step and exit status 141, what
-// a process that SIGPIPE ended shows (a signal that came first names the stop, e.g. the Ctrl-C: 130).
+// a process that SIGPIPE ended shows (a signal recorded before the stop is decided names it, e.g. the
+// Ctrl-C: 130).
 // Closed before the first step (the header, step 0's validation), there is no step to checkpoint: the run
 // stops there with one line (unstarted_line) and exit status 141, and a run that this start began leaves
 // no files behind (llmc/train/train_loop.h).
