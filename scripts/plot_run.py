@@ -66,8 +66,10 @@ made from the configs and the directory ("note: --labels: x = lr=6e-4 [a]; y = l
 leaves out what the runs differ in. A label given twice, or one that contradicts its run (label_conflict: it
 names exactly one attention kind of mhsa, ls, local other than the run's, local only without another layout word
 such as G= or global, or a stabilizer, qknorm, zloss, softcap, qkclip, that its config.json does not have; a word
-after no/without/w/o, or a stabilizer at 0/off/none as in softcap=0, names an absence), is refused with one line
-naming the label, the run and what its config.json records.
+after no/without/w/o/neither/nor, with the list that follows of words of its kind joined by or/and/,/slash/(
+as in "without QK-norm or z-loss" or "no stabilizers (qknorm/zloss)", or a stabilizer at 0/off/none as in
+softcap=0, names an absence), is refused with one line naming the label, the run and what its config.json
+records, and the fix: the directories' order where the label fits another run given, else another label.
 Settings that change only what is recorded (-v, --threads, ...) get the line but no
 note; --near, which changes what the near/far plots measure, gets both, with the values that acted: its
 `old: null` (not given) is the window ("near 8->2 at step 200").
@@ -775,20 +777,74 @@ KIND_WORDS = {"mhsa": "mhsa", "ls": "ls", "local": "local", "alllocal": "local"}
 KIND_TEXT = {"mhsa": "MHSA", "ls": "LS", "local": "all-local"}
 
 
+def label_tokens(text):
+    """The words of a label or run name (label_words) with the text before each: [(separator, word)], the
+    separator being what lies between the word and the one before it ("LS (no QK-norm)" -> ("", "ls"), (" (",
+    "no"), (" ", "qknorm")), and one last ("", None) holding the text after the last word."""
+    t = text.lower()
+    for a, b in (("qk", "norm"), ("z", "loss"), ("soft", "cap"), ("qk", "clip"), ("all", "local")):
+        t = re.sub(rf"(?<![a-z0-9]){a}[-_]{b}", a + b, t)
+    out, end = [], 0
+    for m in re.finditer(r"[a-z]*\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![a-z0-9])|[a-z0-9]+", t):
+        out.append((t[end:m.start()], m.group()))
+        end = m.end()
+    return out + [(t[end:], None)]
+
+
 def label_words(text):
     """The words of a label or run name, lower case, split on anything but letters and digits (_ too), with
     qk-norm, z-loss, soft-cap, qk-clip and all-local (or with _) one word each, and a number one word with its
     point, exponent and the letters just before it: "LS_QK-norm 2, z-loss 1e-4, qkclip0.5" -> ls, qknorm, 2,
     zloss, 1e-4, qkclip0.5."""
-    t = text.lower()
-    for a, b in (("qk", "norm"), ("z", "loss"), ("soft", "cap"), ("qk", "clip"), ("all", "local")):
-        t = re.sub(rf"(?<![a-z0-9]){a}[-_]{b}", a + b, t)
-    return re.findall(r"[a-z]*\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![a-z0-9])|[a-z0-9]+", t)
+    return [w for _, w in label_tokens(text)[:-1]]
 
 
-def negated(words, i):
-    """Whether label_words' words[i] follows "no", "without" or "w/o" (its absence named)."""
-    return i > 0 and words[i - 1] in ("no", "without") or words[max(i - 2, 0):i] == ["w", "o"]
+# the words that name an absence of what follows (label_negated), "w/o" as the words w, o
+NEGATORS = ("no", "without", "neither", "nor")
+# the words that join a list (label_negated): "no QK-norm or z-loss" ("nor" starts a list of its own)
+LIST_WORDS = ("or", "and")
+# words inside a negated list that name nothing ("no extra stabilizers", "without any z-loss")
+FILLER_WORDS = ("any", "extra", "the", "both", "either")
+
+
+def word_kind(w):
+    """The kind of a label word (label_words), for label_negated's lists: "attention" (mhsa, ls, local,
+    all-local, global), "stabilizer" (qknorm, zloss, softcap, qkclip, with or without a value, and stabilizer(s)
+    itself), "value" (a number, off, none) or "other"."""
+    if w in KIND_WORDS or w == "global":
+        return "attention"
+    if re.fullmatch(r"(qknorm|zloss|softcap|qkclip)(\d[0-9.e+-]*)?|stabili[sz]ers?", w):
+        return "stabilizer"
+    return "value" if w in ("off", "none") or re.fullmatch(r"\d[0-9.e+-]*", w) else "other"
+
+
+def label_negated(text):
+    """The indexes of label_words' words whose absence the label names: those after "no", "without", "w/o",
+    "neither" or "nor", and the list that follows on of words of the first one's kind (word_kind), joined by
+    "or", "and", "nor", ",", "/", "(" or spaces, with their values: "LS without QK-norm or z-loss", "LS no
+    stabilizers (qknorm/zloss)". A word of another kind, a ")" or other punctuation (";", "|", "+", ...) ends
+    the list: "baseline (no LS) MHSA" names MHSA, "w/o warmup, z-loss 1e-4" z-loss."""
+    toks = label_tokens(text)
+    words = [w for _, w in toks[:-1]]
+    out, kind = set(), None  # kind: of the negated list's words; "" right after a negator
+    for i, (sep, w) in enumerate(toks[:-1]):
+        if kind is not None and not re.fullmatch(r"[\s,/(]*", sep):
+            kind = None  # ")" or other punctuation ends the list
+        if kind is not None and w not in NEGATORS:
+            k = word_kind(w)
+            if w in LIST_WORDS or w in FILLER_WORDS:
+                continue
+            if kind == "":
+                out.add(i)
+                kind = k if k != "value" else ""
+                continue
+            if k in (kind, "value"):
+                out.add(i)
+                continue
+            kind = None
+        if w in NEGATORS or (w == "o" and i > 0 and words[i - 1] == "w" and sep == "/"):
+            kind = ""
+    return out
 
 
 def names_absence(value):
@@ -810,14 +866,15 @@ def recorded_variant(config):
 
 
 def label_conflict(lab, run):
-    """Why --labels' `lab` contradicts its run (None when it does not): its words (label_words), but those after
-    "no", "without" or "w/o" (negated), name exactly one attention kind and not one of the run's
+    """Why --labels' `lab` contradicts its run (None when it does not): its words (label_words), but those whose
+    absence it names (label_negated: after "no", "without" or "w/o", and the list that follows), name exactly one attention kind and not one of the run's
     (attention_kinds), "local" counting as all-local only in a label naming no other layout (mhsa, ls, global
     or G=: "G=1 + 3 local heads" is LS); or a stabilizer the run's config.json does not have, but one whose value
     names its absence (names_absence: "softcap=0", "QK-clip off")."""
     config = run.label_config()
     words = label_words(lab)
-    named = [(i, w) for i, w in enumerate(words) if not negated(words, i)]
+    absent = label_negated(lab)
+    named = [(i, w) for i, w in enumerate(words) if i not in absent]
     layout = any(w in ("mhsa", "ls", "global") for _, w in named) or re.search(r"(?<![a-z0-9])g\s*=", lab.lower())
     parts = {k for k, _, _ in label_parts(config)}
     where = f"{run.path}'s {'config.json' if run.config else 'logit_stats.jsonl'} records {recorded_variant(config)}"
@@ -836,8 +893,8 @@ def label_conflict(lab, run):
 
 
 def check_labels(labels, runs):
-    """Refuses --labels that are not one per run, given twice, or contradict their run (label_conflict)."""
-    fix = "give the labels in the order of the directories, or drop --labels"
+    """Refuses --labels that are not one per run, given twice, or contradict their run (label_conflict): the fix
+    offered is the directories' order where the label fits another run given, else another label."""
     if len(labels) != len(runs):
         raise PlotError(f"--labels has {len(labels)} labels for {len(runs)} directories; give one per OUT_DIR")
     for i, lab in enumerate(labels):
@@ -845,8 +902,10 @@ def check_labels(labels, runs):
             raise PlotError(f"--labels gives '{lab}' twice; give each run its own label, or drop --labels")
     for lab, run in zip(labels, runs):
         why = label_conflict(lab, run)
-        if why:
-            raise PlotError(f"--labels: {why}; {fix}")
+        if why:  # the order is the fix only where the label is another run's
+            swapped = any(r is not run and label_conflict(lab, r) is None for r in runs)
+            fix = "give the labels in the order of the directories" if swapped else "relabel it to match"
+            raise PlotError(f"--labels: {why}; {fix}, or drop --labels")
 
 
 def labels_note(labels, derived, names):
@@ -1540,8 +1599,8 @@ def main(argv=None):
                    "one colour per head and one marker shape per run")
     p.add_argument("--threshold", type=float, default=10.0, help="report the first step whose max-logit exceeds this")
     p.add_argument("--labels", help="comma-separated legend labels, one per OUT_DIR, each its own and not "
-                   "contradicting its run's attention or stabilizers (no/without/w/o X, X 0, X off, X none name "
-                   "an absence) (default: from the configs; a note names those)")
+                   "contradicting its run's attention or stabilizers (no/without/w/o X or Y, X 0, X off, X none "
+                   "name an absence) (default: from the configs; a note names those)")
     p.add_argument("--by-ratio", action="store_true",
                    help="also PREFIX_ratio.{png,svg}: peak max-logit and final val loss vs T/C per attention variant")
     add_formats_argument(p, "png,svg")

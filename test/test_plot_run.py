@@ -1262,43 +1262,78 @@ def test_label_words():
         "softcap", "0", "qkclip0.5", "zloss", "0.0", "g", "1"]
 
 
+def test_label_negated():
+    """The words whose absence a label names: the one after no/without/w/o/neither/nor and the list that follows
+    of words of its kind, up to a word of another kind, a ")" or other punctuation."""
+    def absent(text):
+        words = plot_run.label_words(text)
+        return [words[i] for i in sorted(plot_run.label_negated(text))]
+    assert absent("LS without QK-norm or z-loss") == ["qknorm", "zloss"]
+    assert absent("LS no stabilizers (qknorm/zloss)") == ["stabilizers", "qknorm", "zloss"]
+    assert absent("neither QK-norm nor z-loss, MHSA") == ["qknorm", "zloss"]
+    assert absent("no QK-norm 2 or z-loss 1e-4 MHSA") == ["qknorm", "2", "zloss", "1e-4"]
+    assert absent("baseline (no LS) MHSA") == ["ls"]
+    assert absent("LS (without z-loss) qk-clip") == ["zloss"]
+    assert absent("w/o warmup, z-loss 1e-4") == ["warmup"]
+    assert absent("w/o warmup nor z-loss") == ["warmup", "zloss"]
+    assert absent("LS no mhsa or global, QK-norm") == ["mhsa", "global"]
+    assert absent("LS QK-norm z-loss") == []
+
+
 def test_custom_labels_that_contradict_their_run_are_refused(two_runs, tmp_path):
     """A review: --labels MHSA,LS given to an LS run then an MHSA run (the directories' order swapped) drew the LS
     run as MHSA. A label naming exactly one attention kind other than its run's, or a stabilizer its run does not
     have, is refused; one naming no kind, several, or the run's, is taken."""
     _, mhsa, ls, _ = two_runs  # mhsa: MHSA with QK-Clip 100; ls: G=1/4 P=4
-    fix = "give the labels in the order of the directories, or drop --labels"
+    # the fix: the directories' order where the label fits the other run given, else another label
+    order, relabel = "give the labels in the order of the directories", "relabel it to match"
 
     def plot(labels, *runs):
         return subprocess.run([sys.executable, str(PLOT), *map(str, runs), "--labels", labels, "--out",
                                str(tmp_path / "cmp"), "--no-figures"], capture_output=True, text=True)
-    for labels, runs, error in [
-            ("MHSA,LS", (ls, mhsa), f"label 'MHSA' says MHSA, but {ls}'s config.json records LS G=1/4 P=4"),
-            ("LS,MHSA", (mhsa, ls), f"label 'LS' says LS, but {mhsa}'s config.json records MHSA, QK-Clip 100"),
+    for labels, runs, error, fix in [
+            ("MHSA,LS", (ls, mhsa), f"label 'MHSA' says MHSA, but {ls}'s config.json records LS G=1/4 P=4", order),
+            ("LS,MHSA", (mhsa, ls), f"label 'LS' says LS, but {mhsa}'s config.json records MHSA, QK-Clip 100",
+             order),
             ("all-local,b", (ls, mhsa), f"label 'all-local' says all-local, but {ls}'s config.json records "
-                                        "LS G=1/4 P=4"),
+                                        "LS G=1/4 P=4", relabel),
             ("ls_qk-clip,b", (ls, mhsa), f"label 'ls_qk-clip' says QK-Clip, but {ls}'s config.json records "
-                                         "LS G=1/4 P=4, without it"),
+                                         "LS G=1/4 P=4, without it", relabel),
             ("a,MHSA QK-norm", (ls, mhsa), f"label 'MHSA QK-norm' says QK-norm, but {mhsa}'s config.json records "
-                                           "MHSA, QK-Clip 100, without it"),
-            # a value that is not 0 names the stabilizer; "no" negates only the word after it; "local" alone
+                                           "MHSA, QK-Clip 100, without it", relabel),
+            # a value that is not 0 names the stabilizer; a negation ends at a word of another kind, a ")" or
+            # other punctuation; "local" alone
             ("LS soft-cap 0.5,b", (ls, mhsa), f"label 'LS soft-cap 0.5' says soft-cap, but {ls}'s config.json "
-                                              "records LS G=1/4 P=4, without it"),
+                                              "records LS G=1/4 P=4, without it", relabel),
             ("a,z-loss 1e-4", (ls, mhsa), f"label 'z-loss 1e-4' says z-loss, but {mhsa}'s config.json records "
-                                          "MHSA, QK-Clip 100, without it"),
+                                          "MHSA, QK-Clip 100, without it", relabel),
             ("baseline (no LS) MHSA,b", (ls, mhsa), f"label 'baseline (no LS) MHSA' says MHSA, but {ls}'s "
-                                                    "config.json records LS G=1/4 P=4"),
+                                                    "config.json records LS G=1/4 P=4", order),
+            ("LS (without z-loss) qk-clip,b", (ls, mhsa), f"label 'LS (without z-loss) qk-clip' says QK-Clip, but "
+                                                          f"{ls}'s config.json records LS G=1/4 P=4, without it",
+             relabel),
+            ("LS w/o warmup; z-loss 1e-4,b", (ls, mhsa), f"label 'LS w/o warmup; z-loss 1e-4' says z-loss, but "
+                                                         f"{ls}'s config.json records LS G=1/4 P=4, without it",
+             relabel),
+            ("LS without QK-norm or MHSA z-loss,b", (ls, mhsa), "label 'LS without QK-norm or MHSA z-loss' says "
+                                                               f"z-loss, but {ls}'s config.json records LS G=1/4 "
+                                                               "P=4, without it", relabel),
             ("local heads only,b", (ls, mhsa), f"label 'local heads only' says all-local, but {ls}'s config.json "
-                                               "records LS G=1/4 P=4")]:
+                                               "records LS G=1/4 P=4", relabel)]:
         p = plot(labels, *runs)
-        assert p.returncode == 1 and p.stderr.splitlines() == [f"error: --labels: {error}; {fix}"], p.stderr
+        assert p.returncode == 1 and p.stderr.splitlines() == [f"error: --labels: {error}; {fix}, or drop --labels"], \
+            p.stderr
         assert p.stdout == "" and not (tmp_path / "cmp_summary.md").exists()
     for labels in ("LS,MHSA_QKclip100", "ls (local+global),global", "mhsa vs ls,MHSA", "ls no softcap,b",
                    "ls w/o z-loss,qk-clip",
                    # a review: accurate labels were refused: a stabilizer at 0, off or none names its absence;
                    # a negated kind is not named; "local" beside a layout word (G=, global, ...) is not all-local
                    "LS,z-loss 0", "LS QK-clip off,b", "LS,softcap=0", "LS soft-cap none,b", "LS qkclip0,b",
-                   "LS,baseline (no LS)", "G=1 + 3 local heads,MHSA", "1 global + 3 local,b"):
+                   "LS,baseline (no LS)", "G=1 + 3 local heads,MHSA", "1 global + 3 local,b",
+                   # a review: a negation covered only the word after it, not the list that follows
+                   "LS without QK-norm or z-loss,MHSA", "LS no stabilizers (qknorm/zloss),b",
+                   "LS neither QK-norm nor soft-cap,b", "LS w/o any z-loss and qk-clip 100,b",
+                   "LS no extra stabilizers (QK-norm 2/z-loss 1e-4),MHSA qk-clip"):
         p = plot(labels, ls, mhsa)
         assert p.returncode == 0, (labels, p.stderr)
     # a window not below T: LS with its local heads, computing as MHSA; either name is the run's
@@ -1310,4 +1345,4 @@ def test_custom_labels_that_contradict_their_run_are_refused(two_runs, tmp_path)
         assert plot(labels, big, mhsa).returncode == 0
     p = plot("all-local,b", big, mhsa)
     assert p.stderr.splitlines() == [f"error: --labels: label 'all-local' says all-local, but {big}'s config.json "
-                                     f"records MHSA (P=32 >= T); {fix}"], p.stderr
+                                     f"records MHSA (P=32 >= T); {relabel}, or drop --labels"], p.stderr
