@@ -46,7 +46,8 @@ each has a colour and a marker shape (at staggered steps), so that runs whose cu
 apart. A run's label names its attention (MHSA, LS G=g/NH P=p, all-local; "MHSA (P=p >= T)" when the window
 reaches the whole context), every stabilizer that is on (QK-norm, soft-cap, z-loss, QK-Clip, logit alarm,
 skip spikes, a non-default grad-clip), T, C, L, the data (config.json's "data": "data ts_sp (sp V=500)";
-a shards folder named data with its parent's name: "data smoke/data"),
+a shards folder named data with its parent's name: "data smoke/data"; validation shards in another folder
+than the training shards name both: "data train tinyshakespeare_gpt2, val ts2 (gpt2 V=50257)"),
 lr, seed, and every other setting in which the runs differ (config.json's "train" values, changes on resume
 included, and derived tokens per step, -d being compared as the tokens per step it gives: "tokens/step 2048",
 -b as the sequences of a micro-batch over all processes: "sequences/micro-batch 8",
@@ -623,14 +624,18 @@ def data_set_name(glob):
 
 def data_text(config):
     """The label piece of config.json's "data" (the run's data identity, docs/formats.md): "data ts_sp (sp V=500)";
-    None for a run recorded before "data" existed."""
+    both data sets when the validation shards lie in another one than the training shards ("data train
+    tinyshakespeare_gpt2, val ts2 (gpt2 V=50257)"); None for a run recorded before "data" existed."""
     data = (config or {}).get("data")
     role = (data or {}).get("train") if isinstance(data, dict) else None
     if not isinstance(role, dict):
         return None
     tok, vocab = role.get("tokenizer"), role.get("vocab_size")
     what = " ".join(x for x in [str(tok) if tok else "", f"V={vocab}" if vocab is not None else ""] if x)
-    return f"data {data_set_name(role.get('glob'))}" + (f" ({what})" if what else "")
+    name, val = data_set_name(role.get("glob")), data.get("val")
+    if isinstance(val, dict) and val.get("glob") and data_set_name(val["glob"]) != name:
+        name = f"train {name}, val {data_set_name(val['glob'])}"
+    return f"data {name}" + (f" ({what})" if what else "")
 
 
 def data_identity(config):

@@ -502,6 +502,27 @@ def test_label_names_the_data_set_and_vocabulary_when_runs_differ_in_data():
     assert plot_run.data_set_name("data/shards/pg19_sp/train_*.bin") == "pg19_sp"
 
 
+def test_data_piece_names_a_validation_set_in_another_folder(tmp_path):
+    """A review: a fork validated on a copy of the data (-j data/shards/ts2/val_*.bin) read "fk6:
+    tinyshakespeare_gpt2 (gpt2 V=50257) #42de1e" in the note: only the digest showed that its validation set
+    differs. Validation shards in another folder than the training shards name both."""
+    fork = json.loads(json.dumps(TS_GPT2))
+    fork["val"].update(glob="/repo/data/shards/ts2/val_*.bin", shards_sha256_fnv1a64="1234123412341234")
+    assert plot_run.data_text(config(data=fork)) == "data train tinyshakespeare_gpt2, val ts2 (gpt2 V=50257)"
+    assert plot_run.data_text(config(data=TS_GPT2)) == "data tinyshakespeare_gpt2 (gpt2 V=50257)"
+    no_val = dict(TS_GPT2, val=None)  # a run without validation: its training set alone
+    assert plot_run.data_text(config(data=no_val)) == "data tinyshakespeare_gpt2 (gpt2 V=50257)"
+    write_run(tmp_path / "mk", config(model={"vocab_size": 50257}, data=TS_GPT2), 6.17)
+    write_run(tmp_path / "fk6", config(model={"vocab_size": 50257}, data=fork), 6.3)
+    p = subprocess.run([sys.executable, str(PLOT), str(tmp_path / "mk"), str(tmp_path / "fk6"), "--out",
+                        str(tmp_path / "cmp"), "--no-figures"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.splitlines()[0] == (
+        "note: these runs' losses are per token of different validation sets (mk: tinyshakespeare_gpt2 (gpt2 "
+        "V=50257); fk6: train tinyshakespeare_gpt2, val ts2 (gpt2 V=50257)): not comparable, a lower loss is not a "
+        "better model here"), p.stderr
+
+
 def write_run(path, cfg, val_loss):
     path.mkdir()
     (path / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": val_loss + 0.1, "max_attn_logit": 1.0})
