@@ -84,8 +84,9 @@ def parse_args(argv):
                    "or for text one or more UTF-8 files / directories of *.txt (not used by synthetic)")
     p.add_argument("--out", required=True, help="output directory (shards, tokenizer.bin, meta.json)")
     p.add_argument("--force", action="store_true", help="replace a data set in --out of another tokenizer or "
-                   "vocabulary, or made from other text (another --dataset or other source files) (refused without "
-                   "it: the runs trained on it would refuse the new one, or read other text)")
+                   "vocabulary, made from other text (another --dataset or other source files), or into other shards "
+                   "(another --val-fraction, --seed, --shard-tokens, ...) (refused without it: the runs trained on it "
+                   "would refuse the new one, or read other text or shards)")
     p.add_argument("--tokenizer", choices=["gpt2", "sp"], help="gpt2 = GPT-2 BPE, sp = SentencePiece BPE trained "
                    "on the training split (required except for synthetic)")
     p.add_argument("--vocab-size", type=int, help="SentencePiece vocabulary size (only with --tokenizer sp; "
@@ -144,8 +145,10 @@ def parse_args(argv):
         dest, what, this_run = not_used[0]
         flag = "--" + dest.replace("_", "-")
         raise PrepareError(f"{flag} is {what}, and this run has {this_run}: drop {flag}")
-    if args.vocab_size is None:
+    if args.tokenizer == "sp" and args.vocab_size is None:
         args.vocab_size = DEFAULT_SP_VOCAB
+    if args.tokenizer != "sp":  # SentencePiece's settings: none for another tokenizer (meta.json's args: null)
+        args.sp_train_lines = None
     args.seed_given = "seed" in given  # checked once the split is known (prepare_text)
     if args.tokenizer == "sp" and args.vocab_size <= tk.SP_FIXED_IDS:
         raise PrepareError(tk.sp_vocab_too_small(args.vocab_size))
@@ -340,10 +343,13 @@ def other_corpus(old, dataset, files):
     '; 1 with other bytes, e.g. a.txt') when they differ, else None; each of the first two a (dataset, [file])
     pair. old: the meta.json of --out's data set
     (None: no data set); dataset, files: the new one's --dataset and {file: (bytes, sha256 or a callable giving
-    it)} ({} for synthetic). They differ in --dataset, or for pg19 and text in the source files: a name on one
-    side only, another size, or another sha256 where meta.json records one (hashed only where name and size
-    agree). tinyshakespeare is one text (its sha256 is checked) and synthetic no text: the same --dataset is the
-    same corpus. A meta.json without "dataset" (or, for the same pg19 or text, without "sources"): no claim."""
+    it)} ({} for synthetic). They differ in --dataset, or for pg19 and text in the source files: the files are
+    matched by content first (size and the sha256 meta.json records; a new file is hashed only where an earlier
+    one has its size), so the same files under other names or in another directory are the same text; of the
+    rest, a name on one side only, another size, or another sha256 where meta.json records one. tinyshakespeare
+    is one text (its sha256 is checked) and synthetic no text: the same --dataset is the same corpus. A
+    meta.json without "dataset" (or, for the same pg19 or text, without "sources"): no claim. Whether the same
+    text makes the same shards (names order and split the files) is checked once they are made (other_shards)."""
     if old is None or not isinstance(old.get("dataset"), str):
         return None
     was = recorded_files(old)
@@ -351,12 +357,28 @@ def other_corpus(old, dataset, files):
         return (old["dataset"], sorted(was or [])), (dataset, sorted(files)), ""
     if dataset not in ("pg19", "text") or was is None:
         return None
-    only_new = sorted(set(files) - set(was))
-    only_old = sorted(set(was) - set(files))
+
+    def digest_of(name):
+        d = files[name][1]
+        return d() if callable(d) else d
+    hashed = {}  # (bytes, sha256) -> the earlier files of that content, a file of its own name first
+    for name, (size, digest) in sorted(was.items()):
+        if digest is not None:
+            hashed.setdefault((size, digest), []).append(name)
+    sizes = {size for size, _ in hashed}
+    old_left, new_left = set(was), set()
+    for name in sorted(files, key=lambda n: n not in was):  # files of an earlier name take their own first
+        same = hashed.get((files[name][0], digest_of(name))) if files[name][0] in sizes else None
+        if same:
+            old_left.discard(same.pop(same.index(name) if name in same else 0))
+        else:
+            new_left.add(name)
+    only_new = sorted(new_left - old_left)
+    only_old = sorted(old_left - new_left)
     changed = []
-    for name in sorted(set(was) & set(files)):
-        (size, digest), (new_size, new_digest) = was[name], files[name]
-        if size != new_size or digest is not None and digest != (new_digest() if callable(new_digest) else new_digest):
+    for name in sorted(old_left & new_left):
+        (size, digest), new_size = was[name], files[name][0]
+        if size != new_size or digest is not None and digest != digest_of(name):
             changed.append(name)
     if not (only_new or only_old or changed):
         return None
@@ -382,6 +404,64 @@ def replaced_corpus_note(out, differ):
     (old_ds, old_files), (new_ds, new_files), how = differ
     return (f"note: --force: --out {out} held a data set of {_made_from(old_ds, old_files)}, now replaced by "
             f"{_made_from(new_ds, new_files, how)}: runs trained on the earlier one read other text now")
+
+
+# the settings (meta.json's args) that decide the tokens of the shards of one text and tokenizer: the split,
+# SentencePiece's sample, the shards' size, the synthetic language
+SHARD_SETTINGS = ("val_fraction", "seed", "sp_train_lines", "shard_tokens")
+
+
+def other_settings(old, args, keys=None):
+    """[(flag, old value, new value)] of the settings (SHARD_SETTINGS and the --syn-* ones) in which --out's data
+    set (old: its meta.json) was prepared otherwise than `args` (a dict: the new meta.json's args) would prepare
+    it, [] when none. keys: the settings to compare (default all). Compared only where both record a value and
+    the data set is of the same --dataset and tokenizer (else other_tokenizer and other_corpus speak)."""
+    was = (old or {}).get("args")
+    if not isinstance(was, dict) or was.get("dataset") != args.get("dataset") or \
+            (old.get("tokenizer") or "synthetic") != (args.get("tokenizer") or "synthetic"):
+        return []
+    keys = keys or SHARD_SETTINGS + tuple(k for k in args if k.startswith("syn_"))
+    return [("--" + k.replace("_", "-"), was[k], args[k]) for k in keys
+            if was.get(k) is not None and args.get(k) is not None and was[k] != args[k]]
+
+
+def _settings_text(changes, side):
+    return " and ".join(f"{flag} {c[side]}" for flag, *c in changes)
+
+
+def other_settings_refusal(out, changes):
+    """The error for a data set in --out of the same text and tokenizer prepared with other settings
+    (other_settings' list) than the one about to replace it: its shards differ (another split, another SentencePiece
+    sample, other shard files) from those the runs trained on it read. "" when none."""
+    if not changes:
+        return ""
+    return (f"--out {out} holds a data set prepared with {_settings_text(changes, 0)} (its meta.json says), and this "
+            f"one has {_settings_text(changes, 1)}: its shards would differ from those every run trained on that data "
+            "read; prepare into another --out, or give --force to replace it")
+
+
+def other_shards(old, made):
+    """The first shard (by name) whose sha256 differs between --out's data set (old: its meta.json) and the one
+    made (made: its meta.json), or a shard on one side only; None when they agree, or old records none."""
+    a, b = (old or {}).get("sha256_shards"), made.get("sha256_shards")
+    if not isinstance(a, dict) or not a or not isinstance(b, dict):
+        return None
+    return next((n for n in sorted(set(a) | set(b)) if a.get(n) != b.get(n)), None)
+
+
+def other_shards_refusal(out, shard):
+    """The error for a data set made of the same text, tokenizer and settings whose shards differ from --out's
+    (the files under other names or paths, which order and split them)."""
+    return (f"--out {out} holds a data set of the same text, tokenizer and settings, but this one's {shard} differs "
+            "(the source files under other names or paths order and split them otherwise): every run trained on that "
+            "data would read other shards; prepare into another --out, or give --force to replace it")
+
+
+def replaced_shards_note(out, changes):
+    """The note when --force replaced a data set of the same text and tokenizer whose shards differ."""
+    how = (f"prepared with {_settings_text(changes, 0)}, now replaced by one with {_settings_text(changes, 1)}"
+           if changes else "now replaced by one whose shards differ")
+    return f"note: --force: --out {out} held a data set {how}: runs trained on the earlier one read other shards now"
 
 
 RUN_MARKER_RE = re.compile(r"^(DONE_\d{8}|model_\d{8}\.bin|state_\d{8}_\d{5}\.bin)$")
@@ -437,15 +517,22 @@ def building(out, force=False):
                                f"{changed} differs (a SentencePiece model trained on other text): every run trained "
                                "on that data would refuse it; prepare into another --out, or give --force to replace "
                                "it")
-        made = _meta_of(work) or {}
-        differ = other_corpus(_meta_of(out), made.get("dataset"), recorded_files(made) or {})
+        made, earlier = _meta_of(work) or {}, _meta_of(out)
+        differ = other_corpus(earlier, made.get("dataset"), recorded_files(made) or {})
         if differ and not force:  # prepare_text refused it before; this is the data set as made, checked again
             raise PrepareError(other_corpus_refusal(out, differ))
+        # the same text and tokenizer: the same shards, else the runs trained on them read other tokens
+        shard = None if old or differ or changed else other_shards(earlier, made)
+        changes = other_settings(earlier, made.get("args") or {}) if shard else []
+        if shard and not force:
+            raise PrepareError(other_settings_refusal(out, changes) or other_shards_refusal(out, shard))
         commit_out(work, out)
         if old:
             print(replaced_tokenizer_note(out, old, new), file=sys.stderr)
         elif differ:
             print(replaced_corpus_note(out, differ), file=sys.stderr)
+        elif shard:
+            print(replaced_shards_note(out, changes), file=sys.stderr)
     except _RollbackFailed:
         keep = True
         raise
@@ -610,6 +697,12 @@ def prepare_text(args):
     if by_chars and args.seed_given and args.tokenizer != "sp":
         raise PrepareError("--seed picks the by-file split and SentencePiece's training sample, and this run splits one file by characters with "
                            f"--tokenizer {args.tokenizer}, so it has no effect: drop --seed")
+    if not args.force:  # the same text split or sampled otherwise: refused before anything is tokenized
+        acting = ("val_fraction",) + (() if by_chars and args.tokenizer != "sp" else ("seed",)) + \
+            (("sp_train_lines",) if args.tokenizer == "sp" else ())
+        why = other_settings_refusal(args.out, other_settings(_meta_of(args.out), vars(args), acting))
+        if why:
+            raise PrepareError(why)
     if args.tokenizer == "gpt2":  # loaded (or downloaded) before anything is written: a failure costs nothing
         bpe_dir = tk.resolve_gpt2_dir(args.gpt2_bpe)
         token_bytes = tk.gpt2_token_bytes(tk.load_gpt2(bpe_dir))
@@ -711,6 +804,11 @@ def prepare_synthetic(args):
         raise PrepareError(f"--syn-length {spec.length} with --syn-doc-len {spec.doc_len} makes one document; "
                            "train and val need one each: raise --syn-length or lower --syn-doc-len")
     n_val = min(len(lens) - 1, max(1, int(round(args.val_fraction * len(lens)))))
+    if not args.force:  # another language or split of it: refused before anything is generated
+        acting = ("val_fraction", "seed") + tuple(k for k in vars(args) if k.startswith("syn_"))
+        why = other_settings_refusal(args.out, other_settings(_meta_of(args.out), vars(args), acting))
+        if why:
+            raise PrepareError(why)
     split_of = ["train"] * (len(lens) - n_val) + ["val"] * n_val  # the last documents are validation
     with building(args.out, args.force) as work:
         meta = _build_synthetic(args, work, spec, lens, n_val, split_of)

@@ -1,6 +1,7 @@
 """Bad input to data/prepare.py: a one-line message naming the problem, a non-zero exit, no meta.json."""
 import json
 import os
+import shutil
 
 import pytest
 
@@ -306,11 +307,12 @@ def test_failure_while_moving_in_restores_earlier_data_set(monkeypatch, earlier,
 
 def test_success_replaces_only_the_scripts_files(earlier):
     """A new run into --out: earlier shards that the new data set does not have are gone, the user's file stays,
-    nothing is left beside --out, and the files equal those of a run into a new directory."""
+    nothing is left beside --out, and the files equal those of a run into a new directory (--force: other
+    --shard-tokens, refused without it)."""
     src, out, (files, beside) = earlier
     assert "train_000003.bin" in files
     run_prepare("--dataset", "text", "--source", src, "--out", out, "--tokenizer", "sp", "--vocab-size", 340,
-                "--workers", 1)
+                "--workers", 1, "--force")
     fresh = out.parent / "fresh"
     run_prepare("--dataset", "text", "--source", src, "--out", fresh, "--tokenizer", "sp", "--vocab-size", 340,
                 "--workers", 1)
@@ -341,7 +343,7 @@ def test_a_data_set_of_another_vocabulary_is_kept_without_force(earlier):
     assert snapshot(str(out)) == before
 
     same = run_prepare("--dataset", "text", "--source", src, "--out", out, "--tokenizer", "sp", "--vocab-size", 340,
-                       "--workers", 1)
+                       "--shard-tokens", 500, "--workers", 1)
     assert "note:" not in same.stderr and "error:" not in same.stderr, same.stderr
     # the same kind and vocabulary from other text (the source edited): refused as other text before anything is
     # read; --force replaces it, with one note
@@ -349,7 +351,7 @@ def test_a_data_set_of_another_vocabulary_is_kept_without_force(earlier):
     line = LETTERS + " other text, other pieces\n"
     src.write_text(line * 30 + "0123456789\n" * 3 + line * 30)  # digits in the middle: below
     proc = run_prepare("--dataset", "text", "--source", src, "--out", out, "--tokenizer", "sp", "--vocab-size", 340,
-                       "--workers", 1, check=False)
+                       "--shard-tokens", 500, "--workers", 1, check=False)
     assert proc.returncode == 1 and proc.stderr.splitlines() == [
         f"error: --out {out} holds a data set of text from 1 source file (letters.txt, its meta.json says), and this "
         "one is text from 1 source file (letters.txt; 1 with other bytes, e.g. letters.txt): every run trained on "
@@ -361,8 +363,19 @@ def test_a_data_set_of_another_vocabulary_is_kept_without_force(earlier):
         f"note: --force: --out {out} held a data set of text from 1 source file (letters.txt), now replaced by text "
         "from 1 source file (letters.txt; 1 with other bytes, e.g. letters.txt): runs trained on the earlier one "
         "read other text now"], proc.stderr
-    # the same source split otherwise (the digits are validation only): another SentencePiece model, which the runs
-    # refuse too
+    # the same source split otherwise (the digits are validation only): another split, refused before anything is
+    # read; as made (the check of the settings bypassed), another SentencePiece model, which the runs refuse too
+    kept = snapshot(str(out))
+    proc = run_prepare("--dataset", "text", "--source", src, "--out", out, "--tokenizer", "sp", "--vocab-size", 340,
+                       "--workers", 1, "--val-fraction", 0.6, check=False)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
+        f"error: --out {out} holds a data set prepared with --val-fraction 0.05 (its meta.json says), and this one "
+        "has --val-fraction 0.6: its shards would differ from those every run trained on that data read; prepare "
+        "into another --out, or give --force to replace it"), proc.stderr
+    assert "SentencePiece" not in proc.stdout and snapshot(str(out)) == kept
+    meta = json.loads((out / "meta.json").read_text())
+    meta["args"]["val_fraction"] = 0.6  # as if prepared with 0.6 (the check before tokenizing passes)
+    (out / "meta.json").write_text(json.dumps(meta))
     kept = snapshot(str(out))
     proc = run_prepare("--dataset", "text", "--source", src, "--out", out, "--tokenizer", "sp", "--vocab-size", 340,
                        "--workers", 1, "--val-fraction", 0.6, check=False)
@@ -453,6 +466,97 @@ def test_a_data_set_made_from_other_text_is_kept_without_force(tmp_path, shared_
     assert "note:" not in proc.stderr and "error:" not in proc.stderr, proc.stderr
     files, was = snapshot(str(out))[0], dict(before[0])
     assert files.pop("meta.json") != was.pop("meta.json") and files == was  # the same shards: meta.json's args differ
+
+
+def test_the_same_files_under_other_names_are_the_same_text(tmp_path, gpt2_dir):
+    """A review: a text data set prepared from a directory, then from the same files given by name or from a copy
+    of the directory, was refused as "other text" (meta.json's names differ: src/a.txt, a.txt, src2/a.txt). The
+    files are matched by content first: the same files are the same text, replaced as before when the shards come
+    out the same; names that order or split them otherwise are refused once the shards are made (--out as it
+    was), and --force replaces the data set with one note."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i, name in enumerate("abcdef"):
+        (src / f"{name}.txt").write_text(f"text number {i}, " * (50 + 10 * i) + "\n")
+    out = tmp_path / "out"
+    gpt2 = ["--tokenizer", "gpt2", "--gpt2-bpe", gpt2_dir, "--workers", 1, "--val-fraction", 0.2]
+    run_prepare("--dataset", "text", "--source", src, "--out", out, *gpt2)
+    before = snapshot(str(out))
+    shutil.copytree(src, tmp_path / "src2")
+    for sources in ([src / f"{n}.txt" for n in "abcdef"], [tmp_path / "src2"]):
+        proc = run_prepare("--dataset", "text", "--source", *sources, "--out", out, *gpt2)
+        assert "note:" not in proc.stderr and "error:" not in proc.stderr, proc.stderr
+        files, was = snapshot(str(out))[0], dict(before[0])
+        assert files.pop("meta.json") != was.pop("meta.json") and files == was  # the same shards
+    # the same files renamed in reverse order: the training shard holds them in another order
+    renamed = tmp_path / "renamed"
+    renamed.mkdir()
+    for old, new in zip("abcdef", "zyxwvu"):
+        (renamed / f"{new}.txt").write_bytes((src / f"{old}.txt").read_bytes())
+    before = snapshot(str(out))
+    proc = run_prepare("--dataset", "text", "--source", renamed, "--out", out, *gpt2, check=False)
+    assert proc.returncode == 1 and [ln for ln in proc.stderr.splitlines() if ln.startswith(("note:", "error:"))] == [
+        f"error: --out {out} holds a data set of the same text, tokenizer and settings, but this one's "
+        "train_000000.bin differs (the source files under other names or paths order and split them otherwise): "
+        "every run trained on that data would read other shards; prepare into another --out, or give --force to "
+        "replace it"], proc.stderr
+    assert snapshot(str(out)) == before
+    proc = run_prepare("--dataset", "text", "--source", renamed, "--out", out, *gpt2, "--force")
+    assert [ln for ln in proc.stderr.splitlines() if ln.startswith(("note:", "error:"))] == [
+        f"note: --force: --out {out} held a data set now replaced by one whose shards differ: runs trained on the "
+        "earlier one read other shards now"], proc.stderr
+    assert [r["file"] for r in json.loads((out / "meta.json").read_text())["sources"]] == [
+        f"renamed/{n}.txt" for n in "uvwxyz"]
+
+
+@pytest.mark.parametrize("dataset", ["text", "synthetic"])
+def test_a_data_set_split_otherwise_is_kept_without_force(tmp_path, gpt2_dir, dataset):
+    """A review: the same text prepared again into its --out with another --val-fraction replaced the data set
+    without a word, although the new split changes the shards every run trained on it reads (which is why other
+    text is refused). A setting that changes the shards (--val-fraction, --seed, --shard-tokens, the synthetic
+    language's) is refused with one line naming the old and the new value, --out as it was; the split's settings
+    before anything is tokenized; --force replaces the data set, with one note."""
+    out = tmp_path / "out"
+    if dataset == "text":
+        src = tmp_path / "src"
+        src.mkdir()
+        for i in range(8):
+            (src / f"f{i}.txt").write_text(f"words of file {i}. " * 40 + "\n")
+        base = ["--dataset", "text", "--source", src, "--tokenizer", "gpt2", "--gpt2-bpe", gpt2_dir]
+        others = [(["--val-fraction", 0.5], "--val-fraction 0.05", "--val-fraction 0.5"),
+                  (["--seed", 7], "--seed 1337", "--seed 7"),
+                  (["--seed", 7, "--val-fraction", 0.5], "--val-fraction 0.05 and --seed 1337",
+                   "--val-fraction 0.5 and --seed 7"),
+                  (["--shard-tokens", 300], "--shard-tokens 100000000", "--shard-tokens 300")]
+    else:
+        base = ["--dataset", "synthetic", "--syn-vocab", 20, "--syn-doc-len", 500, "--syn-length", 5000]
+        others = [(["--val-fraction", 0.3], "--val-fraction 0.05", "--val-fraction 0.3"),
+                  (["--syn-order", 2], "--syn-order 3", "--syn-order 2"),
+                  (["--seed", 7], "--seed 1337", "--seed 7")]
+    run_prepare(*base, "--out", out, "--workers", 1)
+    (out / "notes.txt").write_text("the user's file\n")
+    before = snapshot(str(out))
+    for args, was, now in others:
+        proc = run_prepare(*base, *args, "--out", out, "--workers", 1, check=False)
+        assert proc.returncode == 1 and proc.stderr.splitlines()[-1:] == [
+            f"error: --out {out} holds a data set prepared with {was} (its meta.json says), and this one has {now}: "
+            "its shards would differ from those every run trained on that data read; prepare into another --out, or "
+            "give --force to replace it"], proc.stderr
+        assert [ln for ln in proc.stderr.splitlines() if ln.startswith(("note:", "error:"))] == \
+            proc.stderr.splitlines()[-1:] and snapshot(str(out)) == before
+        if "--shard-tokens" not in was:  # the split's settings: refused before anything is tokenized
+            assert "tokenized" not in proc.stdout and "documents" not in proc.stdout, proc.stdout
+    # the same settings again: replaced as before, the same files
+    proc = run_prepare(*base, "--out", out, "--workers", 1)
+    assert "note:" not in proc.stderr and "error:" not in proc.stderr, proc.stderr
+    assert snapshot(str(out))[0]["train_000000.bin"] == before[0]["train_000000.bin"]
+    args, was, now = others[0]
+    proc = run_prepare(*base, *args, "--out", out, "--workers", 1, "--force")
+    assert [ln for ln in proc.stderr.splitlines() if ln.startswith(("note:", "error:"))] == [
+        f"note: --force: --out {out} held a data set prepared with {was}, now replaced by one with {now}: runs "
+        "trained on the earlier one read other shards now"], proc.stderr
+    assert json.loads((out / "meta.json").read_text())["args"]["val_fraction"] == args[1]
+    assert (out / "notes.txt").read_text() == "the user's file\n"
 
 
 def test_source_files_are_hashed_once_per_run(monkeypatch, tmp_path, gpt2_dir):

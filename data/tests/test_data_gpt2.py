@@ -204,5 +204,7 @@ def test_meta_records_the_gpt2_bpe_directory_used_however_given(gpt2_dir, tmp_pa
     for name in outs:
         meta = json.loads((tmp_path / name / "meta.json").read_text())
         assert meta["args"]["gpt2_bpe"] == os.path.abspath(gpt2_dir), (name, meta["args"])
+        # SentencePiece's settings, refused with gpt2, are recorded as none (a review: vocab_size 10000 was)
+        assert meta["args"]["vocab_size"] is None and meta["args"]["sp_train_lines"] is None, meta["args"]
         assert meta["gpt2_bpe"] == "local files"
         assert read_bytes(tmp_path / name / "train_000000.bin") == read_bytes(tmp_path / "abs" / "train_000000.bin")
