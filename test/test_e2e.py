@@ -819,6 +819,29 @@ def test_eval_only_refuses_a_typed_train_data(trained, byte_data):
     assert "the loss is on tokens the model trained on" in p.stderr
 
 
+def test_a_refused_fork_gets_no_note_on_its_validation_data(byte_data, tmp_path):
+    """trial 14: a fork onto other training data printed the note on -j's directory, then the refusal of its
+    data-loader state: a note on a run that does not start. The note now comes once the state has loaded."""
+    other = tmp_path / "other"
+    shutil.copytree(byte_data, other)
+    (other / "meta.json").write_text(json.dumps({"vocab_size": 256, "eot": 10, "dataset": "other"}))
+    (other / "train_000001.bin").unlink()  # other training text: fewer tokens than the run's loader state
+    for shard in other.glob("val_*.bin"):
+        flip_last_token_bit(shard)
+    src = tmp_path / "src"
+    run(data_args(byte_data) + TINY + ["-o", src, "-x", 2, "-v", 0])
+    p = run(["--fork-from", src / "model_00000002.bin", "-o", tmp_path / "fork", "-x", 3, "-i",
+             f"{other}/train_*.bin"], check=False)
+    err = p.stderr.strip().splitlines()
+    assert p.returncode == 1 and len(err) == 1 and "data-loader state was saved by" in err[0], p.stderr
+    # the same fork onto data its state fits (a copy of the run's) with -j of another set: the note, once
+    same = tmp_path / "same"
+    shutil.copytree(byte_data, same)
+    p = run(["--fork-from", src / "model_00000002.bin", "-o", tmp_path / "fork2", "-x", 3, "-i",
+             f"{same}/train_*.bin", "-j", f"{other}/val_*.bin", "-v", 3, "-m", 1])
+    assert sum("is in another directory than -i" in ln for ln in p.stderr.splitlines()) == 1, p.stderr
+
+
 def test_validation_data_in_another_directory_than_the_training_data_is_noted(byte_data, tmp_path):
     """trial 8 F3: -i and -j of two data sets tokenized alike trained with no word, and `make train
     TRAIN_ARGS="-i ..."` keeps tiny Shakespeare's -j: the validation loss was another data set's. A note, when

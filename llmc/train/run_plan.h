@@ -43,6 +43,8 @@ struct RunPlan {
     std::optional<LoadedCheckpoint> resume;  // the checkpoint -y 1 continues from
     ScheduleConfig schedule;                 // learning rate per step
     AdamWHyper adamw;                        // lr: set per step from the schedule
+    std::string data_note;                   // rank 0: -j's note (check_data_roles), printed once the
+                                             // checkpoint's data-loader state has loaded ("" for none)
     int start_step() const { return resume ? resume->step : 0; }
 };
 

@@ -137,8 +137,9 @@ inline void plan_model(const TrainConfig& cfg, const std::string& data_glob, Run
 // copy of the set), or the training directory has validation shards of its own (val_*.bin, then named
 // as the fix), as `make train TRAIN_ARGS="-i ..."` keeps tiny Shakespeare's -j. One data set split in
 // two directories without a meta.json (split/train, split/val), and -j shards that are byte copies of the
-// training directory's own val_*.bin, get none.
-inline void check_data_roles(const TrainConfig& cfg, const RunPlan& p) {
+// training directory's own val_*.bin, get none. Returns the note (rank 0; "" for none): run_training prints
+// it once the run is sure to start (a fork's loader state can still refuse the data).
+inline std::string check_data_roles(const TrainConfig& cfg, const RunPlan& p) {
     const std::string train_what = "-i '" + cfg.train_data + "'", val_what = "-j '" + cfg.val_data + "'";
     if (p.val) check_no_shared_shard(p.train->shard_paths(), p.val->shard_paths(), train_what, val_what);
     check_shard_roles(p.train->shard_paths(), ShardRole::Train, train_what, true, cfg.rank == 0);
@@ -155,7 +156,7 @@ inline void check_data_roles(const TrainConfig& cfg, const RunPlan& p) {
         };
         const std::string train_dir = dir_of(p.train->shard_paths().front()),
                           val_dir = dir_of(p.val->shard_paths().front());
-        if (same_directory(train_dir, val_dir)) return;
+        if (same_directory(train_dir, val_dir)) return "";
         const std::string train_meta = meta_of(train_dir), val_meta = meta_of(val_dir);
         const std::vector<std::string> own_val = val_shards_in(train_dir);
         const bool other_set = !train_meta.empty() && !val_meta.empty() && train_meta != val_meta;
@@ -165,13 +166,11 @@ inline void check_data_roles(const TrainConfig& cfg, const RunPlan& p) {
                           (!own_val.empty() && all_copies_of(p.val->shard_paths(), own_val));
         const bool own_split = !own_val.empty();
         if (!copy && (other_set || own_split))
-            std::fprintf(stderr,
-                         "note: %s is in another directory than %s (%s, not %s): the validation loss is that of "
-                         "another data set than the training data's%s%s%s\n",
-                         val_what.c_str(), train_what.c_str(), val_dir.c_str(), train_dir.c_str(),
-                         own_split ? "; for its own validation split give -j '" : "",
-                         own_split ? train_dir.c_str() : "", own_split ? "/val_*.bin'" : "");
+            return "note: " + val_what + " is in another directory than " + train_what + " (" + val_dir + ", not " +
+                   train_dir + "): the validation loss is that of another data set than the training data's" +
+                   (own_split ? "; for its own validation split give -j '" + train_dir + "/val_*.bin'" : "");
     }
+    return "";
 }
 
 // -y 1 (of a run with a checkpoint) and --fork-from continue a model on -i and -j: both must be
@@ -313,7 +312,7 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
         check_ranks_share_data(comm, "validation data -j '" + cfg.val_data + "'",
                                shards_identity(p.val->shard_paths()));
     }
-    check_data_roles(cfg, p);
+    p.data_note = check_data_roles(cfg, p);
     const std::string other_data =
         config_record ? config_record_data_note(*config_record, cfg.train_data, p.train->num_shards(),
                                                 p.train->total_tokens(), shards_content_hash(p.train->shard_paths()))
@@ -627,6 +626,7 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
         loop.from_train_state(plan.resume->state, state_path(plan.resume->dir, plan.resume->step, cfg.rank),
                               !cfg.fork_from.empty());
     check_fork_trains(cfg, plan);  // after the checkpoint's state is found loadable: that error is the first
+    if (!plan.data_note.empty()) std::fprintf(stderr, "%s\n", plan.data_note.c_str());  // a run that starts
     TrainingModel model = build_model(cfg, plan, make_backend, comm);
     Backend& backend = *model.backend;
     const int profile_first = plan.start_step() + kProfileWarmupSteps + 1;  // 1-based
