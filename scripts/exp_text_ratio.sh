@@ -333,12 +333,17 @@ if [[ ${#finished[@]} -gt 0 ]]; then
   "$PYTHON" "$HERE/exp_summary.py" "${finished[@]}" > "$OUT/summary.md"
   echo "== summary of ${#finished[@]} of ${#plan[@]} runs ($OUT/summary.md$([[ $PLOTS == 1 ]] && echo ", plots in $OUT/plots"))"
   cat "$OUT/summary.md"
-  # runs of an earlier start's other --ratios/--variants/--seeds are in runs/ but not in this summary
+  # runs of an earlier start's other --ratios/--variants/--seeds are in runs/ but not in this plan
+  planned=()
+  for p in "${plan[@]}"; do
+    read -r r v s <<< "$p"
+    planned+=("$OUT/runs/r${r}_${v}_s$s")
+  done
   others=0
   for d in "$OUT"/runs/r*_s*/; do
     [[ -d $d ]] || continue
     d=${d%/}
-    [[ " ${finished[*]} " == *" $d "* ]] || others=$((others + 1))
+    [[ " ${planned[*]} " == *" $d "* ]] || others=$((others + 1))
   done
   [[ $others == 0 ]] || echo "note: $OUT/runs holds $others more run(s) than this start's plan (an earlier start's other --ratios, --variants or --seeds): summary.md and the plots are of this plan's runs; scripts/exp_summary.py $OUT/runs/r*_s* summarizes them all" >&2
 fi

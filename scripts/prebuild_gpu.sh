@@ -28,7 +28,7 @@ set_name=lease
 out=prebuilt
 while [[ $# -gt 0 ]]; do
   case $1 in
-    --set) set_name=${2:?--set needs lease or paper}; shift 2 ;;
+    --set) set_name=${2:?--set needs lease, paper or both}; shift 2 ;;
     --out) out=${2:?--out needs a folder}; shift 2 ;;
     -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown argument '$1' (scripts/prebuild_gpu.sh --help)" >&2; exit 2 ;;
