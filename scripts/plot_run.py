@@ -67,8 +67,9 @@ made from the configs and the directory ("note: --labels: x = lr=6e-4 [a]; y = l
 leaves out what the runs differ in. A label given twice, or one that contradicts its run (label_conflict: it
 names exactly one attention kind of mhsa, ls, local other than the run's, local only without another layout word
 such as G= or global, or a stabilizer, qknorm, zloss, softcap, qkclip, that its config.json does not have; a word
-after no/without/w/o/neither/nor, with the list that follows of words of its kind joined by or/and/,/slash/(
-as in "without QK-norm or z-loss" or "no stabilizers (qknorm/zloss)", or a stabilizer at 0/off/none as in
+after no/without/w/o/neither/nor, with the list that follows of words of its kind joined by or/and/nor/slash
+or inside a "(" as in "without QK-norm or z-loss" or "no stabilizers (qknorm zloss)" (a plain space outside the "("
+ends it: "no z-loss QK-norm" names QK-norm), or a stabilizer at 0/off/none as in
 softcap=0, names an absence), is refused with one line naming the label, the run and what its config.json
 records, and the fix: the directories' order where the label fits another run given, else another label.
 Settings that change only what is recorded (-v, --threads, ...) get the line but no
@@ -825,30 +826,40 @@ def word_kind(w):
 
 def label_negated(text):
     """The indexes of label_words' words whose absence the label names: those after "no", "without", "w/o",
-    "neither" or "nor", and the list that follows on of words of the first one's kind (word_kind), joined by
-    "or", "and", "nor", ",", "/", "(" or spaces, with their values: "LS without QK-norm or z-loss", "LS no
-    stabilizers (qknorm/zloss)". A word of another kind, a ")" or other punctuation (";", "|", "+", ...) ends
-    the list: "baseline (no LS) MHSA" names MHSA, "w/o warmup, z-loss 1e-4" z-loss."""
+    "neither" or "nor", and the list that follows on of words of the first one's kind (word_kind), each joined
+    to the one before by "or", "and", "nor" or "/", or inside a "(" opened in the list, with their values:
+    "LS without QK-norm or z-loss", "LS no stabilizers (qknorm zloss)". A word of another kind, a word of the
+    kind after a plain space or a comma outside the "(" ("no z-loss QK-norm" and "no QK-norm, z-loss 1e-4" name
+    z-loss), a ")" or other punctuation (";", "|", "+", ...) ends the list: "baseline (no LS) MHSA" names
+    MHSA, "w/o warmup, z-loss 1e-4" z-loss."""
     toks = label_tokens(text)
     words = [w for _, w in toks[:-1]]
     out, kind = set(), None  # kind: of the negated list's words; "" right after a negator
+    joined = paren = False   # a joiner since the list's last word; a "(" opened in the list
     for i, (sep, w) in enumerate(toks[:-1]):
         if kind is not None and not re.fullmatch(r"[\s,/(]*", sep):
             kind = None  # ")" or other punctuation ends the list
         if kind is not None and w not in NEGATORS:
+            paren = paren or "(" in sep
+            joined = joined or paren or "/" in sep
             k = word_kind(w)
-            if w in LIST_WORDS or w in FILLER_WORDS:
+            if w in LIST_WORDS:
+                joined = True
+                continue
+            if w in FILLER_WORDS:
                 continue
             if kind == "":
                 out.add(i)
                 kind = k if k != "value" else ""
+                joined = False
                 continue
-            if k in (kind, "value"):
+            if k == "value" or (k == kind and joined):
                 out.add(i)
+                joined = False
                 continue
             kind = None
         if w in NEGATORS or (w == "o" and i > 0 and words[i - 1] == "w" and sep == "/"):
-            kind = ""
+            kind, joined, paren = "", False, False
     return out
 
 

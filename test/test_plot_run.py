@@ -1299,6 +1299,13 @@ def test_label_negated():
     assert absent("w/o warmup nor z-loss") == ["warmup", "zloss"]
     assert absent("LS no mhsa or global, QK-norm") == ["mhsa", "global"]
     assert absent("LS QK-norm z-loss") == []
+    # (review 15) a plain space does not join: the word after it is named
+    assert absent("LS no z-loss QK-norm") == ["zloss"]
+    assert absent("LS w/o zloss and QK-norm 1") == ["zloss", "qknorm", "1"]
+    assert absent("no soft-cap 30 QK-clip 100") == ["softcap", "30"]
+    assert absent("no (z-loss QK-norm) MHSA") == ["zloss", "qknorm"]
+    assert absent("LS no QK-norm, z-loss 1e-4") == ["qknorm"]  # a comma outside "(" separates the label's parts
+    assert absent("LS no stabilizers (QK-norm, z-loss)") == ["stabilizers", "qknorm", "zloss"]
 
 
 def test_custom_labels_that_contradict_their_run_are_refused(two_runs, tmp_path):
