@@ -225,15 +225,30 @@ def test_a_stdout_closed_before_the_first_step_stops_with_one_line(byte_data, tm
         head + f"nothing was trained, and the files this run had written in {out} are removed; start it again with "
         "stdout open"], text
     assert [f.name for f in out.iterdir() if f.name != ".lock"] == [], sorted(out.iterdir())
+    # (review 15) files of the run's names that -o held before, empty ones too, are not this start's: kept
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep\n")
+    for name in ("samples.txt", "console.log"):
+        (mine / name).write_bytes(b"")
+    status, text = run_with_stdout_closed(short + ["-o", mine], err)
+    assert status == 141 and "are removed" in text, text
+    assert sorted(f.name for f in mine.iterdir() if f.name != ".lock") == ["console.log", "notes.txt", "samples.txt"]
+    assert (mine / "notes.txt").read_text() == "keep\n" and (mine / "samples.txt").read_bytes() == b""
     run(short + ["-o", out])  # the same command with stdout open: a new run, not refused
     assert sorted(f.name for f in out.glob("DONE_*")) == ["DONE_00000002"]
     # -y 1 of a run with a checkpoint: nothing trained past it, every file kept
-    before = {f.name: f.read_bytes() for f in out.iterdir() if f.name.startswith(("model_", "state_", "DONE_"))}
-    status, text = run_with_stdout_closed(short + ["-o", out, "-y", 1, "-x", 4], err)
-    assert status == 141 and text.splitlines()[-1] == head + "nothing was trained past step 2; resume with -y 1", text
-    assert {f.name: f.read_bytes() for f in out.iterdir() if f.name.startswith(("model_", "state_", "DONE_"))} \
-        == before
-    assert (out / "config.json").exists() and (out / "console.log").exists()
+    before = {f.name: f.read_bytes() for f in out.iterdir()
+              if f.name.startswith(("model_", "state_", "DONE_", "config.json"))}
+    # (review 15) the flags given (-x 4, -l) were recorded in config.json's history by a start that trained no
+    # step: the record is put back as it was, and the line says to give them again
+    again = " (its config.json is as it was: give again the flags that change a setting)"
+    status, text = run_with_stdout_closed(short + ["-o", out, "-y", 1, "-x", 4, "-l", "1e-3"], err)
+    assert status == 141 and text.splitlines()[-1] == head + "nothing was trained past step 2; resume with -y 1" + \
+        again, text
+    assert {f.name: f.read_bytes() for f in out.iterdir()
+            if f.name.startswith(("model_", "state_", "DONE_", "config.json"))} == before
+    assert (out / "console.log").exists()
     p = run(short + ["-o", out, "-y", 1, "-x", 4])
     assert f"resumed from {out}/model_00000002.bin at step 2" in p.stdout, p.stdout
     # -y 1 of a run stopped before its first checkpoint: its files stay (it is still that run)
@@ -245,7 +260,7 @@ def test_a_stdout_closed_before_the_first_step_stops_with_one_line(byte_data, tm
     log.write_text("".join(ln for ln in log.read_text().splitlines(True) if not ln.startswith("checkpoint of step")))
     status, text = run_with_stdout_closed(short + ["-o", two, "-y", 1], err)
     assert status == 141 and text.splitlines()[-1] == head + f"nothing was trained; {two} holds the run without a " \
-        "checkpoint: continue it with -y 1", text
+        "checkpoint: continue it with -y 1" + again, text
     assert (two / "config.json").exists()
     run(short + ["-o", two, "-y", 1])
     # without -o

@@ -25,6 +25,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -352,6 +353,32 @@ def test_an_error_of_files_on_one_rank_ends_the_job_and_names_the_rank(byte_data
         skip_unless_ci("train_gpt2_ls was built without MPI (no mpicxx when it was built)")
     assert p.returncode != 0, p.stderr
     assert f"error: rank 1 of 2: --config {missing}: no such file" in p.stderr, p.stderr
+
+
+def test_a_stdout_closed_on_rank_0_before_the_first_step_ends_every_rank(byte_data, tmp_path):
+    """Review 15: rank 0 stopped before the first step on a closed stdout (exit 141) while the other ranks went
+    on into the first step's reduction, and the job hung. Every rank now stops there, and the new run leaves no
+    run files."""
+    if MPIRUN is None:
+        skip_unless_ci("mpirun not found (install OpenMPI: apt-get install openmpi-bin libopenmpi-dev)")
+    out = tmp_path / "run"
+    script = tmp_path / "rank0_closed.sh"
+    flags = data_args(byte_data) + TINY + ["-x", 3, "-v", 0, "-s", 0, "-o", out]
+    args = " ".join(shlex.quote(str(a)) for a in [BIN, "--device", "cpu"] + flags)
+    # rank 0's stdout: a pipe whose reader is gone before the trainer starts
+    closed = ("import os, subprocess, sys; r, w = os.pipe(); os.close(r); "
+              "sys.exit(subprocess.run(sys.argv[1:], stdout=w).returncode)")
+    script.write_text(f'#!/bin/sh\nif [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then exec {shlex.quote(sys.executable)} -c '
+                      f'{shlex.quote(closed)} {args}; fi\nexec {args}\n')
+    script.chmod(0o755)
+    p = subprocess.run([MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2", str(script)], cwd=REPO,
+                       capture_output=True, text=True, timeout=120)
+    if "this build has no MPI" in p.stderr:
+        skip_unless_ci("train_gpt2_ls was built without MPI (no mpicxx when it was built)")
+    assert p.returncode != 0, p.stderr
+    assert ("stopped before the first step: stdout was closed (the reader of its pipe ended); nothing was trained, "
+            f"and the files this run had written in {out} are removed") in p.stderr, p.stderr
+    assert not (out / "config.json").exists() and not list(out.glob("model_*"))
 
 
 def test_an_unreadable_config_file_is_an_error_of_files(tmp_path):

@@ -30,6 +30,16 @@ inline const std::vector<std::string>& run_file_names() {
     return names;
 }
 
+// The run files (run_file_names) that exist in `dir`, empty ones too.
+inline std::vector<std::string> run_files_present(const std::string& dir) {
+    std::vector<std::string> out;
+    for (const std::string& name : run_file_names()) {
+        std::error_code ec;
+        if (std::filesystem::exists(std::filesystem::path(dir) / name, ec)) out.push_back(name);
+    }
+    return out;
+}
+
 // The run files (run_file_names) that exist in `dir` and are not empty.
 inline std::vector<std::string> run_files_in(const std::string& dir) {
     std::vector<std::string> out;

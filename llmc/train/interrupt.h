@@ -23,8 +23,8 @@
 // a process that SIGPIPE ended shows (a signal recorded before the stop is decided names it, e.g. the
 // Ctrl-C: 130).
 // Closed before the first step (the header, step 0's validation), there is no step to checkpoint: the run
-// stops there with one line (unstarted_line) and exit status 141, and a run that this start began leaves
-// no files behind (llmc/train/train_loop.h).
+// stops there on every rank with one line (unstarted_line) and exit status 141; a run that this start
+// began leaves no files behind, a run it continues keeps its record as it was (llmc/train/train_loop.h).
 // The signal handler is installed for the loop's lifetime only (before it the default action ends the
 // process).
 // A signal during the last step changes nothing: the run ends as planned (its final checkpoint, exit 0).
@@ -81,17 +81,20 @@ inline std::string interrupt_line(int sig, int step, const std::string& output_d
 
 // The line rank 0 prints on stderr when stdout was closed before the first step (SIGPIPE's stop, exit
 // status 141): nothing was trained. `removed`: this start began the run in output_dir and removed its
-// files; else without -o nothing was saved, and with it the run keeps what it held (a checkpoint of
-// start_step to resume, or a run that has none yet, which -y 1 starts again from step 0).
+// files; else without -o nothing was saved, and with it the run keeps what it held, its record as it was
+// (a checkpoint of start_step to resume, or a run that has none yet, which -y 1 starts again from step 0),
+// the flags this start gave not recorded.
 inline std::string unstarted_line(const std::string& output_dir, int start_step, bool removed) {
     const std::string head = "stopped before the first step: stdout was closed (the reader of its pipe ended); ";
     if (output_dir.empty()) return head + "nothing was trained or saved";
     if (removed)
         return head + "nothing was trained, and the files this run had written in " + output_dir +
                " are removed; start it again with stdout open";
+    const std::string again = " (its config.json is as it was: give again the flags that change a setting)";
     if (start_step > 0)
-        return head + "nothing was trained past step " + std::to_string(start_step) + "; resume with -y 1";
-    return head + "nothing was trained; " + output_dir + " holds the run without a checkpoint: continue it with -y 1";
+        return head + "nothing was trained past step " + std::to_string(start_step) + "; resume with -y 1" + again;
+    return head + "nothing was trained; " + output_dir + " holds the run without a checkpoint: continue it with -y 1" +
+           again;
 }
 
 // SIGPIPE ignored for the object's lifetime (run_training's), its previous disposition restored after:

@@ -24,8 +24,8 @@
 //   Then, before the last step, the ranks agree whether a signal asks them to stop (llmc/train/interrupt.h:
 //   their votes ride on the step's reduction of the logit statistics): if so, a checkpoint of step s (when
 //   none was due) and the exit code. A stdout closed before the first step (the header, step 0's
-//   validation) stops the run there with exit status 141, removing the files of a run this start began
-//   (remove_unstarted_run; llmc/train/interrupt.h).
+//   validation) stops the run there with exit status 141, leaving -o's run files as this start found them
+//   (settle_unstarted_run; llmc/train/interrupt.h).
 // A second run on the same -o is refused in plan_run (before it reads checkpoints) or open_outputs (a race).
 //
 // Several processes (docs/multigpu.md; rank and world size come from the Collective): each rank
@@ -595,21 +595,43 @@ inline void report_profile(const TrainConfig& cfg, StepProfiler& profiler, RunOu
     f.commit();
 }
 
-// A run that stops before its first step (stdout closed: llmc/train/interrupt.h) when this start began it
-// (-o held no run record before: a new run or fork, not -y 1 of a run): the run files this start wrote
-// (run_file_names less `held_before`, those -o held already) are removed, so that -o holds no run without a
-// checkpoint, for which a new run there would be refused. Returns whether it removed them.
-inline bool remove_unstarted_run(const std::string& out, const std::vector<std::string>& held_before, RunOutputs& o) {
-    const auto held = [&](const std::string& name) {
-        return std::find(held_before.begin(), held_before.end(), name) != held_before.end();
-    };
-    if (out.empty() || held("config.json")) return false;
+// What -o held before this start wrote into it (rank 0 with -o): its run files, empty ones too, and the
+// bytes of its config.json ("" when it held none).
+struct RunFilesBefore {
+    std::vector<std::string> held;
+    std::string record;
+    bool holds(const std::string& name) const { return std::find(held.begin(), held.end(), name) != held.end(); }
+};
+
+inline RunFilesBefore run_files_before(const std::string& out) {
+    RunFilesBefore b;
+    if (out.empty()) return b;
+    b.held = run_files_present(out);
+    if (b.holds("config.json")) {
+        std::ifstream in(join_path(out, "config.json"), std::ios::binary);
+        b.record.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    return b;
+}
+
+// A run that stops before its first step (stdout closed: llmc/train/interrupt.h) leaves -o as this start
+// found it, as far as the run's files go: when this start began the run (-o held no config.json: a new run or
+// fork), the run files it wrote (run_file_names less those -o held before, empty ones included) are removed,
+// so that -o holds no run without a checkpoint, for which a new run there would be refused; when it
+// continues one (-y 1), config.json gets back the bytes it had (open_outputs recorded the flags given in its
+// history, which no step trained with). Returns whether it removed the run's files (true) or kept them.
+inline bool settle_unstarted_run(const std::string& out, const RunFilesBefore& before, RunOutputs& o) {
+    if (out.empty()) return false;
     o.log.close();
     o.metrics.close();
     o.logit_log.close();
+    if (before.holds("config.json")) {
+        if (!before.record.empty()) write_text_file(join_path(out, "config.json"), before.record);
+        return false;
+    }
     for (const std::string& name : run_file_names()) {
         std::error_code ec;  // (a file that cannot be removed stays: the run is then one without a checkpoint)
-        if (!held(name)) std::filesystem::remove(join_path(out, name), ec);
+        if (!before.holds(name)) std::filesystem::remove(join_path(out, name), ec);
     }
     return true;
 }
@@ -642,9 +664,8 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
         if (main_rank) profiler = make_profiler(backend);
     }
     RunOutputs outputs;
-    // the run files -o held before this start: the others are this start's, removed if it stops unstarted
-    const std::vector<std::string> held_before =
-        cfg.output_dir.empty() ? std::vector<std::string>() : run_files_in(cfg.output_dir);
+    // what -o held before this start: a stop before the first step leaves it so (settle_unstarted_run)
+    const RunFilesBefore before = main_rank ? run_files_before(cfg.output_dir) : RunFilesBefore();
     open_outputs(outputs, cfg, plan, model, config_toml);
     if (main_rank) print_run_header(cfg, plan, model, outputs, comm);
     if (main_rank) {  // rank 0 prunes (save_checkpoint)
@@ -654,10 +675,14 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
     StepBuffers buf(cfg);
     if (!plan.resume && plan.val && cfg.val_every > 0) report_step0_validation(cfg, plan, backend, buf, outputs, comm);
     outputs.started = std::chrono::steady_clock::now();
-    if (main_rank && outputs.log.stdout_closed()) {  // before the first step: nothing to checkpoint
-        const bool removed = remove_unstarted_run(cfg.output_dir, held_before, outputs);
-        std::fprintf(stderr, "%s\n", unstarted_line(cfg.output_dir, plan.start_step(), removed).c_str());
-        return interrupt_exit_code(SIGPIPE);  // (other ranks: ended by the launcher at this non-zero exit)
+    // a stdout closed before the first step (rank 0's): every rank stops here, nothing to checkpoint
+    const bool closed = main_rank && outputs.log.stdout_closed();
+    if (cfg.world_size > 1 ? comm.all_reduce_int(closed ? 1 : 0, ReduceOp::Max) > 0 : closed) {
+        if (main_rank) {
+            const bool removed = settle_unstarted_run(cfg.output_dir, before, outputs);
+            std::fprintf(stderr, "%s\n", unstarted_line(cfg.output_dir, plan.start_step(), removed).c_str());
+        }
+        return interrupt_exit_code(SIGPIPE);
     }
 
     InterruptHandlers interrupts;  // SIGINT/SIGTERM/SIGUSR1: stop after the step, checkpointed (interrupt.h)
