@@ -144,9 +144,9 @@ T=2048
 # half the validation split: ~2% of a run's time at B 8), statistics every 10 steps (the per-step
 # maximum is in metrics.jsonl), no samples, checkpoints only at the end (and when stopped)
 RUN=(-v 500 -m 32 -s 0 --logit-stats-every 10 -n 0)
-SMALL=()  # --smoke's model (SMOKE_MODEL); the preset's otherwise
+SMALL=()  # --smoke's model and warmup (SMOKE_MODEL, -u 2); the preset's otherwise
 # --smoke's model: 6 heads kept (the variants are defined by them), everything else tiny
-SMOKE_MODEL=(--layers 1 --channels 48 --heads 6 --max-seq-len 64 --window 8 --near 8 -u 2)
+SMOKE_MODEL=(--layers 1 --channels 48 --heads 6 --max-seq-len 64 --window 8 --near 8)
 VARIANTS_ALL="mhsa ls local mhsa_qknorm mhsa_zloss mhsa_softcap mhsa_qkclip"  # variant_flags defines each
 VOCAB=10000  # the paper's SentencePiece vocabulary; --vocab N (or --smoke's data) runs on another
 VOCAB_WHY=""
@@ -209,7 +209,7 @@ done
 
 if [[ $SMOKE == 1 ]]; then
   [[ -z $BATCH_GIVEN ]] || die "--smoke trains B 2 x T 64, one micro-batch per process: drop $BATCH_GIVEN, or drop --smoke"
-  SMALL=("${SMOKE_MODEL[@]}")
+  SMALL=("${SMOKE_MODEL[@]}" -u 2)
   T=64; BATCH=2; TOTAL=smoke
   [[ -z $BUDGET && -z $STEPS_GIVEN && -z $TOKENS ]] && STEPS=4
   RUN=(-v 2 -m 2 -s 0 --logit-stats-every 1 -n 0)
@@ -396,7 +396,10 @@ place_args() {  # place_args DIR RESUME: appends the flags of where and how a ru
 # --extra takes trainer flags the script does not set: one it sets would be overridden in one place and
 # reported by the script in another. Refused: every flag of a run's command line (above) for every
 # variant, whichever run, and the model's flags (SMOKE_MODEL), which the preset sets without --smoke
-# (the variants are defined on its model). A flag's short and long names are one flag (llmc/app/flags.h).
+# (the variants are defined on its model); and the flags that would train another model than the one the
+# variants name: the model's vocabulary (--vocab: the data's) and a start from other weights (-e,
+# --fork-from: each variant starts from the preset's initialization). A flag's short and long names are
+# one flag (llmc/app/flags.h).
 extra_refusal() {  # prints the error for the first refused flag in --extra; status 1 when there is one
   [[ -n $EXTRA ]] || return 0
   local -A owner=() alias=()
@@ -420,12 +423,16 @@ extra_refusal() {  # prints the error for the first refused flag in --extra; sta
       fi
     done
   done
+  owner[--vocab]="!the model's vocabulary is the data's (the script's --vocab V chooses the data and checks it): drop it"
+  owner[--model]="!every variant starts from the preset's initialization (the weights of -e would be another experiment under the variant's name): drop it"
+  owner[--fork-from]="!every variant starts from the preset's initialization (a fork would carry another run's training under the variant's name); the script resumes its own runs: drop it"
   for w in "${extra_words[@]}"; do
     flag=${w%%=*}
     [[ $flag == -[A-Za-z]?* ]] && flag=${flag:0:2}  # a short flag with its value attached (-x5): the trainer reads it so
     for pair in "$flag" "${alias[$flag]:-}"; do
       [[ -n $pair && -n ${owner[$pair]:-} ]] || continue
       case ${owner[$pair]} in
+        !*) echo "--extra sets $flag: ${owner[$pair]#!}" ;;
         =*) echo "--extra sets $flag, which the script sets itself: use ${owner[$pair]#=}" ;;
         *,*) echo "--extra sets $flag, which the script sets itself: use --variants (variants ${owner[$pair]})" ;;
         *) echo "--extra sets $flag, which the script sets itself: use --variants (variant ${owner[$pair]})" ;;
@@ -573,7 +580,8 @@ if [[ ! -f $DATA/meta.json ]]; then
   link_smoke_books
   [[ -d $SOURCE ]] || die "no shards at $DATA and no PG-19 books at $SOURCE; run scripts/pack_pg19.sh, or pass --data DIR or --source DIR"
   echo "== tokenizing PG-19 ($SOURCE) into $DATA"
-  "$PYTHON" "$REPO/data/prepare.py" --dataset pg19 --source "$SOURCE" --out "$DATA" --tokenizer sp "${PREP[@]}"
+  # -u: its stdout and stderr line by line, so that each line stays whole in report.txt (two tees)
+  "$PYTHON" -u "$REPO/data/prepare.py" --dataset pg19 --source "$SOURCE" --out "$DATA" --tokenizer sp "${PREP[@]}"
 fi
 
 # -- 3. runs ------------------------------------------------------------------------------------------
@@ -614,7 +622,8 @@ print(f"G {m['global_heads']} of {m['num_heads']} heads, window {m['window']}, n
       f"qk-norm {f(m['qk_norm'])}, z-loss {f(t['z_loss'])}, attn-softcap {f(m['attn_softcap'])}, "
       f"qk-clip {f(t['qk_clip'])}, grad-clip {f(t['grad_clip'])}, L {m['num_layers']}, C {m['channels']}, "
       f"T {t['seq_len']}, B {t['batch_size']}, D {t['total_batch_size']}, lr {f(t['learning_rate'])}, "
-      f"warmup {t['warmup_steps']}, max-steps {t['max_steps']}, seed {t['seed']}")
+      f"warmup {t['warmup_steps']}, max-steps {t['max_steps']}, seed {t['seed']}, V {m['vocab_size']}, "
+      f"bias {f(m.get('bias', True))}, gelu {m.get('gelu', 'tanh')}, tied {f(m.get('tied_embeddings', True))}")
 PY
 }
 reap() {  # reap INDEX: wait for run INDEX, record its exit status

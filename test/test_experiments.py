@@ -889,7 +889,7 @@ def test_exp_pg19_relays_the_trainers_notes(tmp_path):
     assert run_line in p.stdout.splitlines(), p.stdout
     trained = ("== ls: trained with (config.json): G 1 of 6 heads, window 8, near 8, qk-norm false, z-loss 0, "
                "attn-softcap 0, qk-clip 0, grad-clip 0.5, L 1, C 48, T 64, B 2, D 128, lr 0.0006, warmup 2, "
-               "max-steps 1, seed 1337")
+               "max-steps 1, seed 1337, V 400, bias false, gelu erf, tied false")
     assert trained in p.stdout.splitlines() and trained in report.splitlines(), p.stdout
     finished = [ln for ln in p.stdout.splitlines() if ln.startswith("== ls: finished (")]
     assert len(finished) == 1 and finished[0].endswith(f"weights: {out}/runs/ls/model_00000001.bin)"), finished
@@ -1056,13 +1056,21 @@ def test_exp_pg19_refuses_extra_flags_that_define_a_variant_or_the_model(tmp_pat
                          ("--global-heads 2", "use --variants (variants mhsa: --global-heads 6, ls: --global-heads 1, local: "),
                          ("--window 3", "--extra sets --window, which the script sets itself: use --config"),
                          ("--heads 12", "--extra sets --heads"), ("--near 4", "--extra sets --near"),
-                         ("--warmup-steps 5", "--extra sets --warmup-steps"),
+                         ("--vocab 12000", "--extra sets --vocab: the model's vocabulary is the data's (the "
+                          "script's --vocab V chooses the data and checks it): drop it"),
+                         ("-e out/x/model_00000004.bin", "--extra sets -e: every variant starts from the preset's "
+                          "initialization"),
+                         ("--fork-from=x/model_00000004.bin", "--extra sets --fork-from: every variant starts from "
+                          "the preset's initialization (a fork would carry another run's training"),
                          ("--total-batch-size 4", "use --total-batch"), ("--expect-vocab 7", "use --vocab"),
                          ("--output-dir x", "use --out"), ("--device=cuda", "use --device")]:
         p = sh(base + ["--extra", extra], check=False)
         assert p.returncode == 1 and p.stderr.count("\n") == 1 and p.stderr.startswith("error: "), (extra, p.stderr)
         assert words in p.stderr, (extra, p.stderr)
         assert not (tmp_path / "o").exists()
+    # (trial 15) the warmup is the preset's optimizer setting, not its model: --extra takes it, as it takes -l
+    p = sh(base + ["--extra", "--warmup-steps 5 -l 1e-3"], check=False)
+    assert p.returncode == 4 and "check 1: exit 3: FAIL" in p.stdout, p.stderr
     if (SHARED / "pg19" / "pg45265.txt").exists():  # --smoke's model flags are its own
         p = sh(["bash", REPO / "scripts" / "exp_pg19.sh", "--smoke", "--out", tmp_path / "s", "--source",
                 SHARED / "pg19", "--extra", "--layers 2"], check=False)
