@@ -332,6 +332,17 @@ def test_paper_options_over_ranks_zero1_equals_zero0(byte_data, tmp_path):
     assert np.fromfile(model_file(a, 6), dtype=np.int32, count=256)[20] == 1  # no biases
 
 
+def run_per_rank_script(script, body, timeout):
+    """mpirun -np 2 of a shell script (body after its #! line) that starts the trainer its own way per rank."""
+    script.write_text("#!/bin/sh\n" + body)
+    script.chmod(0o755)
+    p = subprocess.run([MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2", str(script)], cwd=REPO,
+                       capture_output=True, text=True, timeout=timeout)
+    if "this build has no MPI" in p.stderr:
+        skip_unless_ci("train_gpt2_ls was built without MPI (no mpicxx when it was built)")
+    return p
+
+
 def test_an_error_of_files_on_one_rank_ends_the_job_and_names_the_rank(byte_data, tmp_path):
     """A review of the flag-errors-once change: an error found reading files (here --config) can be one rank's
     alone (another node's file system); rank 1 then printed nothing and rank 0 waited forever. Rank 1 now says
@@ -344,13 +355,8 @@ def test_an_error_of_files_on_one_rank_ends_the_job_and_names_the_rank(byte_data
     script = tmp_path / "per_rank.sh"
     flags = data_args(byte_data) + TINY + ["-v", 0, "-s", 0, "-o", tmp_path / "run"]
     args = " ".join(shlex.quote(str(a)) for a in flags)
-    script.write_text(f'#!/bin/sh\nc={good}; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && c={missing}\n'
-                      f'exec {BIN} --device cpu --config "$c" {args}\n')
-    script.chmod(0o755)
-    p = subprocess.run([MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2", str(script)], cwd=REPO,
-                       capture_output=True, text=True, timeout=60)
-    if "this build has no MPI" in p.stderr:
-        skip_unless_ci("train_gpt2_ls was built without MPI (no mpicxx when it was built)")
+    p = run_per_rank_script(script, f'c={good}; [ "$OMPI_COMM_WORLD_RANK" = 1 ] && c={missing}\n'
+                                    f'exec {BIN} --device cpu --config "$c" {args}\n', timeout=60)
     assert p.returncode != 0, p.stderr
     assert f"error: rank 1 of 2: --config {missing}: no such file" in p.stderr, p.stderr
 
@@ -368,13 +374,8 @@ def test_a_stdout_closed_on_rank_0_before_the_first_step_ends_every_rank(byte_da
     # rank 0's stdout: a pipe whose reader is gone before the trainer starts
     closed = ("import os, subprocess, sys; r, w = os.pipe(); os.close(r); "
               "sys.exit(subprocess.run(sys.argv[1:], stdout=w).returncode)")
-    script.write_text(f'#!/bin/sh\nif [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then exec {shlex.quote(sys.executable)} -c '
-                      f'{shlex.quote(closed)} {args}; fi\nexec {args}\n')
-    script.chmod(0o755)
-    p = subprocess.run([MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2", str(script)], cwd=REPO,
-                       capture_output=True, text=True, timeout=120)
-    if "this build has no MPI" in p.stderr:
-        skip_unless_ci("train_gpt2_ls was built without MPI (no mpicxx when it was built)")
+    p = run_per_rank_script(script, f'if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then exec {shlex.quote(sys.executable)} '
+                                    f'-c {shlex.quote(closed)} {args}; fi\nexec {args}\n', timeout=120)
     assert p.returncode != 0, p.stderr
     assert ("stopped before the first step: stdout was closed (the reader of its pipe ended); nothing was trained, "
             f"and the files this run had written in {out} are removed") in p.stderr, p.stderr
