@@ -424,7 +424,7 @@ extra_refusal() {  # prints the error for the first refused flag in --extra; sta
     done
   done
   owner[--vocab]="!the model's vocabulary is the data's (the script's --vocab V chooses the data and checks it): drop it"
-  owner[--model]="!every variant starts from the preset's initialization (the weights of -e would be another experiment under the variant's name): drop it"
+  owner[--model]="!every variant starts from the preset's initialization (the model or weights of -e would be another experiment under the variant's name): drop it"
   owner[--fork-from]="!every variant starts from the preset's initialization (a fork would carry another run's training under the variant's name); the script resumes its own runs: drop it"
   for w in "${extra_words[@]}"; do
     flag=${w%%=*}

@@ -829,8 +829,8 @@ def label_negated(text):
     "neither" or "nor", and the list that follows on of words of the first one's kind (word_kind), each joined
     to the one before by "or", "and", "nor" or "/", or inside a "(" opened in the list, with their values:
     "LS without QK-norm or z-loss", "LS no stabilizers (qknorm zloss)". A word of another kind, a word of the
-    kind after a plain space or a comma outside the "(" ("no z-loss QK-norm" and "no QK-norm, z-loss 1e-4" name
-    z-loss), a ")" or other punctuation (";", "|", "+", ...) ends the list: "baseline (no LS) MHSA" names
+    kind after a plain space or a comma outside the "(" ("no z-loss QK-norm" names QK-norm, "no QK-norm, z-loss
+    1e-4" z-loss), a ")" or other punctuation (";", "|", "+", ...) ends the list: "baseline (no LS) MHSA" names
     MHSA, "w/o warmup, z-loss 1e-4" z-loss."""
     toks = label_tokens(text)
     words = [w for _, w in toks[:-1]]

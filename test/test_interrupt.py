@@ -235,6 +235,18 @@ def test_a_stdout_closed_before_the_first_step_stops_with_one_line(byte_data, tm
     assert status == 141 and "are removed" in text, text
     assert sorted(f.name for f in mine.iterdir() if f.name != ".lock") == ["console.log", "notes.txt", "samples.txt"]
     assert (mine / "notes.txt").read_text() == "keep\n" and (mine / "samples.txt").read_bytes() == b""
+    assert (mine / "console.log").read_bytes() == b""  # (review 16) cut back: this start's header was in it
+    run(short + ["-o", mine])  # the fix the line names: the same command, stdout open, a new run
+    assert sorted(f.name for f in mine.glob("DONE_*")) == ["DONE_00000002"]
+    # (review 16) an empty config.json in -o: a new run starts there, and its stop leaves it empty again
+    cj = tmp_path / "cj"
+    cj.mkdir()
+    (cj / "config.json").write_bytes(b"")
+    status, text = run_with_stdout_closed(short + ["-o", cj], err)
+    assert status == 141 and "are removed" in text, text
+    assert sorted(f.name for f in cj.iterdir() if f.name != ".lock") == ["config.json"]
+    assert (cj / "config.json").read_bytes() == b""
+    run(short + ["-o", cj])
     run(short + ["-o", out])  # the same command with stdout open: a new run, not refused
     assert sorted(f.name for f in out.glob("DONE_*")) == ["DONE_00000002"]
     # -y 1 of a run with a checkpoint: nothing trained past it, every file kept

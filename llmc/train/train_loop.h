@@ -24,8 +24,8 @@
 //   Then, before the last step, the ranks agree whether a signal asks them to stop (llmc/train/interrupt.h:
 //   their votes ride on the step's reduction of the logit statistics): if so, a checkpoint of step s (when
 //   none was due) and the exit code. A stdout closed before the first step (the header, step 0's
-//   validation) stops the run there with exit status 141, leaving -o's run files as this start found them
-//   (settle_unstarted_run; llmc/train/interrupt.h).
+//   validation) stops the run there with exit status 141: a run this start began leaves no run files, one
+//   it continues (-y 1) its config.json as it was (settle_unstarted_run; llmc/train/interrupt.h).
 // A second run on the same -o is refused in plan_run (before it reads checkpoints) or open_outputs (a race).
 //
 // Several processes (docs/multigpu.md; rank and world size come from the Collective): each rank
@@ -49,6 +49,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -463,43 +464,55 @@ inline void report_profile(const TrainConfig& cfg, StepProfiler& profiler, RunOu
     f.commit();
 }
 
-// What -o held before this start wrote into it (rank 0 with -o): its run files, empty ones too, and the
-// bytes of its config.json ("" when it held none).
+// What -o held before this start wrote into it (rank 0 with -o): its run files with their sizes (empty ones
+// too: a new run may start where they are) and the bytes of its config.json ("" when it held none, or an
+// empty one: then this start begins the run).
 struct RunFilesBefore {
-    std::vector<std::string> held;
+    std::vector<std::pair<std::string, uintmax_t>> held;  // (run file name, its size)
     std::string record;
-    bool holds(const std::string& name) const { return std::find(held.begin(), held.end(), name) != held.end(); }
+    const uintmax_t* size_of(const std::string& name) const {
+        for (const auto& [n, size] : held)
+            if (n == name) return &size;
+        return nullptr;
+    }
 };
 
 inline RunFilesBefore run_files_before(const std::string& out) {
     RunFilesBefore b;
     if (out.empty()) return b;
-    b.held = run_files_present(out);
-    if (b.holds("config.json")) {
+    for (const std::string& name : run_files_present(out)) {
+        std::error_code ec;
+        const uintmax_t size = std::filesystem::file_size(join_path(out, name), ec);
+        b.held.push_back({name, ec ? 0 : size});
+    }
+    if (b.size_of("config.json") != nullptr) {
         std::ifstream in(join_path(out, "config.json"), std::ios::binary);
         b.record.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     }
     return b;
 }
 
-// A run that stops before its first step (stdout closed: llmc/train/interrupt.h) leaves -o as this start
-// found it, as far as the run's files go: when this start began the run (-o held no config.json: a new run or
-// fork), the run files it wrote (run_file_names less those -o held before, empty ones included) are removed,
-// so that -o holds no run without a checkpoint, for which a new run there would be refused; when it
-// continues one (-y 1), config.json gets back the bytes it had (open_outputs recorded the flags given in its
-// history, which no step trained with). Returns whether it removed the run's files (true) or kept them.
+// A run that stops before its first step (stdout closed: llmc/train/interrupt.h): when this start began the
+// run (-o held no config.json with a record: a new run or fork), the run files it wrote are removed and
+// those -o held before (empty ones) cut back to their size, so that -o holds no run without a checkpoint,
+// for which a new run there would be refused; when it continues one (-y 1), config.json gets back the bytes
+// it had (open_outputs recorded the flags given in its history, which no step trained with; the other
+// files are as a -y 1 leaves them). Returns whether this start began the run (its files removed).
 inline bool settle_unstarted_run(const std::string& out, const RunFilesBefore& before, RunOutputs& o) {
     if (out.empty()) return false;
     o.log.close();
     o.metrics.close();
     o.logit_log.close();
-    if (before.holds("config.json")) {
-        if (!before.record.empty()) write_text_file(join_path(out, "config.json"), before.record);
+    const uintmax_t* record_size = before.size_of("config.json");
+    if (record_size != nullptr && *record_size > 0) {  // a run it continues (a record it could not read: kept)
+        if (before.record.size() == *record_size) write_text_file(join_path(out, "config.json"), before.record);
         return false;
     }
     for (const std::string& name : run_file_names()) {
         std::error_code ec;  // (a file that cannot be removed stays: the run is then one without a checkpoint)
-        if (!before.holds(name)) std::filesystem::remove(join_path(out, name), ec);
+        const uintmax_t* size = before.size_of(name);
+        if (size != nullptr) std::filesystem::resize_file(join_path(out, name), *size, ec);
+        else std::filesystem::remove(join_path(out, name), ec);
     }
     return true;
 }
