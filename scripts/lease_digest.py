@@ -113,6 +113,8 @@ def sources_section(report, prediction):
     and whether the prediction is of the same build sources as the commit measured."""
     commit = str(report.get("commit", "unknown"))
     full = resolve(commit) if commit != "unknown" else None
+    if full is not None and commit == full:
+        commit = commit[:7]  # as label() shows it
     if full is None:
         return [f"**Sources**: the report's commit ({commit}) is not a commit of this repository: neither its "
                 "label nor the prediction's sources can be checked."]

@@ -141,6 +141,10 @@ def test_the_commit_label_is_checked_against_the_tree_that_ran(tmp_path):
     assert p.returncode == 0, p.stderr
     assert (f"**Sources: the report's commit does not name the tree that ran**: the measured tree's build sources "
             f"have digest {other}, commit {KNOWN}'s {digest}") in p.stdout
+    full = subprocess.run(["git", "-C", str(REPO), "rev-parse", KNOWN], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    p = run(report_at(tmp_path, full, digest))  # gpu_check.sh's default: the full name, shown short
+    assert f"**Sources**: the measured tree's build sources are commit {KNOWN}'s (digest {digest})." in p.stdout
     p = run(report_at(tmp_path, "f" * 40, other))  # no such commit here
     assert f"the report's commit ({'f' * 40}) is not a commit of this repository" in p.stdout
 
