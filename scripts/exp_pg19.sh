@@ -63,8 +63,8 @@
 # free to change); a flag the script sets itself is refused, naming the flag and its owner: a variant's
 # (of any variant: --global-heads, --qk-norm, --z-loss, --attn-softcap, --qk-clip), the model's the
 # variants are defined on (the preset's or --smoke's: --layers --channels --heads --max-seq-len --window
-# --near -u) and the options' (-x, -b, -d, -t, -i, -j, --expect-vocab, -o, -y, --seed, --device, --threads,
-# --config). The header names --extra, each run's line adds it, and a line after each run states what
+# --near; --smoke's -u too), the options' (-x, -b, -d, -t, -i, -j, --expect-vocab, -o, -y, --seed, --device,
+# --threads, --config), and --vocab, -e and --fork-from (another model than the variants name). The header names --extra, each run's line adds it, and a line after each run states what
 # it trained with, from its config.json. The trainer then checks them with each run's flags (parsed and validated, on shards
 # that cannot exist, writing nothing): a flag or value it refuses is one error line before the data is
 # prepared or a run starts (with --build 1 right after the build); what needs the data or the processes

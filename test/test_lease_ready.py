@@ -67,7 +67,7 @@ def test_a_ready_tree_gets_the_two_calls_of_its_commit(tmp_path):
                         "prebuilt/bf16-sm90-lease.tar.gz scripts/gpu_lease.sh 340 build,test train profile labs\", "
                         "carry=[\".deps\", \"prebuilt/bf16-sm90-lease.tar.gz\"], timeout_s=360)"), p.stdout
     # the window's command is the campaign file's, with this commit
-    window = next(ln for ln in (REPO / "docs" / "results" / "experiments" / "paper_campaign.md").read_text()
+    window = next(ln for ln in (tree / "docs" / "results" / "experiments" / "paper_campaign.md").read_text()
                   .splitlines() if ln.startswith("EXP_COMMIT=<sha> scripts/exp_pg19.sh "))
     assert window.replace("<sha>", sha).replace('"', '\\"') in calls[1], calls[1]
     assert 'carry=["data/shards/pg19_sp", ".deps", "prebuilt/bf16-sm90-paper.tar.gz"], timeout_s=S + 40)' in calls[1]
