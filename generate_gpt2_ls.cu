@@ -41,6 +41,12 @@ int run_encode_only(llmc::GenerateConfig g) {
     return 0;
 }
 
+// Whether the decode steps run as CUDA graphs: --cuda-graph 1, or auto (-1) where the backend has
+// them and the KV cache runs (--no-cache has no decode steps)
+bool decode_as_graphs(const llmc::GenerateConfig& g, const llmc::Backend& backend) {
+    return g.cuda_graph == 1 || (g.cuda_graph < 0 && !g.no_cache && backend.has_step_graph());
+}
+
 // The checkpoint's model on the device --device picks (llmc/app/device.h); *facts (when given): what
 // --bench reports about that device, measured before the model is built.
 std::unique_ptr<llmc::Backend> load_backend(const llmc::GenerateConfig& g, const llmc::ModelCheckpoint& ck,
@@ -49,13 +55,10 @@ std::unique_ptr<llmc::Backend> load_backend(const llmc::GenerateConfig& g, const
     if (facts) *facts = llmc::device_facts(device);
     std::unique_ptr<llmc::Backend> backend = llmc::make_backend(device, ck.config, 0, /*local_rank=*/0);
     backend->set_params(ck.params.data());
-    if (g.cuda_graph == 1) {
-        if (!backend->has_step_graph())
-            throw llmc::InputError("--cuda-graph 1 needs the CUDA backend; this run uses the " +
-                                   std::string(backend->name()) +
-                                   " backend (give --device cuda, or drop --cuda-graph)");
-        backend->use_step_graph(true);
-    }
+    if (g.cuda_graph == 1 && !backend->has_step_graph())
+        throw llmc::InputError("--cuda-graph 1 needs the CUDA backend; this run uses the " +
+                               std::string(backend->name()) + " backend (give --device cuda, or drop --cuda-graph)");
+    if (decode_as_graphs(g, *backend)) backend->use_step_graph(true);
     if (g.pdl == 1) {
         if (!backend->has_programmatic_launch())
             throw llmc::InputError("--pdl 1 needs the CUDA backend; this run uses the " + std::string(backend->name()) +
@@ -104,9 +107,9 @@ int run_generation(const llmc::GenerateConfig& g, const llmc::ModelCheckpoint& c
     std::fflush(stdout);  // the text and its newline before the summary, also when both go to one file
     std::fprintf(stderr, "generated %zu tokens in %.3f s (%.1f tok/s), %s, %s, KV cache %.1f KiB\n", out.size(), s,
                  out.size() / (s > 0 ? s : 1e-9), model->device_description().c_str(),
-                 (std::string(g.no_cache     ? "no cache"
-                              : g.cuda_graph ? "cached, decode steps as CUDA graphs"
-                                             : "cached") +
+                 (std::string(g.no_cache                    ? "no cache"
+                              : decode_as_graphs(g, *model) ? "cached, decode steps as CUDA graphs"
+                                                            : "cached") +
                   (g.pdl ? ", programmatic dependent launch" : ""))
                      .c_str(),
                  g.no_cache ? 0.0 : model->kv_cache_bytes() / 1024.0);
@@ -127,6 +130,7 @@ int run(llmc::GenerateConfig g) {
     llmc::check_bench_flags(g, ck.config);
     llmc::DeviceFacts facts;
     const std::unique_ptr<llmc::Backend> model = load_backend(g, ck, &facts);
+    g.cuda_graph = decode_as_graphs(g, *model) ? 1 : 0;  // the JSON records what ran
     return llmc::run_bench(g, *model, facts);
 }
 

@@ -548,7 +548,8 @@ stage_profile() {
     step "profile:$gen:generate-pdl" 120 bench_generate_timing "${ckpts[-1]}" "$work/bench/generate/$gen-pdl.json" \
         "${gen_args[@]}" --pdl 1
     # Issue 52's inference targets, ours only (dev/bench/generate_latency.py without torch: the bench
-    # stage's full run adds torch and ls-p100): the latency benchmark's MHSA and LS P 50 models, prefill
+    # stage's full run adds torch and ls-p100), each decode step eagerly and as one CUDA graph (sides ours
+    # and graph; the generator's default is the graph): the latency benchmark's MHSA and LS P 50 models, prefill
     # at B 4 x 2048..16384 and decode at context 16384; its table in the step's log, its JSON in
     # bench/latency_targets/ (report.json). Emulated: B 1, a prompt of 16, decode at 20, the models'
     # position embedding 64 rows and their vocabulary 512 (the full model's 16M parameters were most of
@@ -557,7 +558,7 @@ stage_profile() {
     [ "$emulate" = 1 ] && lat_args=(--batch 1 --prompts 16 --contexts 20 --steps 2 --repeats 1 --max-seq-len 64 --vocab 512)
     rm -f "$work/bench/latency_targets/generate_latency.json"
     step "profile:latency-targets" 180 run_bin latency_targets "$PY" dev/bench/generate_latency.py \
-        --out "$work/bench/latency_targets" --binary "$generator" --skip-torch --ours-sides ours --variants mhsa,ls-p50 \
+        --out "$work/bench/latency_targets" --binary "$generator" --skip-torch --ours-sides ours,graph --variants mhsa,ls-p50 \
         "${lat_args[@]}"
 }
 

@@ -240,17 +240,30 @@ def reduction(x, ref):
     return None if x is None or ref is None or ref <= 0 else 1.0 - x / ref
 
 
+# our sides of generate_latency.py, each LS variant compared with MHSA on the same side: "ours" issues each
+# decode step's kernels one by one (--cuda-graph 0), "graph" launches each as one CUDA graph (--cuda-graph 1,
+# the generator's default on the CUDA backend)
+SIDES = {"ours": "each decode step issued kernel by kernel", "graph": "each decode step one CUDA graph, the default"}
+
+
 def latency_targets(j):
-    """Per LS variant: the prefill reduction against MHSA at each prompt length and the decode reduction at the
-    largest context (ours), with each target's verdict (None: not measured)."""
+    """Per our side and LS variant: the prefill reduction against MHSA (the same side) at each prompt length and
+    the decode reduction at the largest context, with each target's verdict (None: not measured)."""
     res = j.get("results", {})
-    mhsa = (res.get("mhsa") or {}).get("ours")
     rows = []
-    if not mhsa:
-        return rows
     least, at = PREFILL_TARGET
+    for side in SIDES:
+        mhsa = (res.get("mhsa") or {}).get(side)
+        if not mhsa:
+            continue
+        rows += [dict(r, side=side) for r in side_targets(res, side, mhsa, least, at)]
+    return rows
+
+
+def side_targets(res, side, mhsa, least, at):
+    rows = []
     for v in ("ls-p50", "ls-p100"):
-        ls = (res.get(v) or {}).get("ours")
+        ls = (res.get(v) or {}).get(side)
         if not ls:
             continue
         pre = {int(t): reduction(ls["prefill"].get(t, {}).get("ms"), mhsa["prefill"].get(t, {}).get("ms"))
@@ -271,15 +284,16 @@ def latency_section(j, where, emulated):
     if not rows:
         return out + ["(no MHSA and LS results of ours in it)"]
     if emulated:
-        return out + [f"Ran: {', '.join(r['variant'] for r in rows)} against mhsa at prompts "
-                      f"{', '.join(map(str, sorted(rows[0]['prefill'])))} (its times are the emulator's: no "
+        return out + [f"Ran: {', '.join(dict.fromkeys(r['variant'] for r in rows))} against mhsa at prompts "
+                      f"{', '.join(map(str, sorted(rows[0]['prefill'])))} (sides: "
+                      f"{', '.join(dict.fromkeys(r['side'] for r in rows))}; its times are the emulator's: no "
                       "reduction or verdict shown)."]
 
     def verdict(ok):
         return "not measured" if ok is None else ("**met**" if ok else "**missed**")
     for r in rows:
         cells = ", ".join(f"{t}: {fmt(None if x is None else 100 * x, '.1f')}%" for t, x in sorted(r["prefill"].items()))
-        out.append(f"- {r['variant']}: prefill below MHSA by {cells}; target >= {100 * least:.0f}% at "
+        out.append(f"- {r['variant']}, {r['side']} ({SIDES[r['side']]}): prefill below MHSA by {cells}; target >= {100 * least:.0f}% at "
                    f"{' and '.join(map(str, at))}: {verdict(r['prefill_ok'])}. Decode at {DECODE_TARGET[1]}: "
                    f"{fmt(None if r['decode'] is None else 100 * r['decode'], '.1f')}% below; target >= "
                    f"{100 * DECODE_TARGET[0]:.0f}%: {verdict(r['decode_ok'])}.")

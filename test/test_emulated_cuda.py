@@ -231,11 +231,16 @@ def test_emulated_cuda_kill_9_and_resume_is_bit_identical(byte_data, full_run, t
 def test_emulated_cuda_generation_cached_equals_uncached(full_run):
     """generate_gpt2_ls --device cuda (emulated): greedy decoding with the GPU KV cache gives the
     same tokens as a full forward per token (--no-cache), as on the CPU; with --cuda-graph 1 (each
-    decode step one graph) the same tokens, greedy and sampled, as with 0; and with --pdl 1."""
+    decode step one graph) and with the default (auto: the graphs on the CUDA backend) the same tokens,
+    greedy and sampled, as with 0; and with --pdl 1."""
     emu_dir, _, _ = full_run
     gen = ["-e", emu_dir / f"model_{FULL_STEPS:08d}.bin", "--greedy", "-n", 24, "--print-ids",
            "--prompt-ids", "10,84,104,101"]
-    cached = run_bin(EMU_GEN, gen, "cuda")
+    cached = run_bin(EMU_GEN, gen + ["--cuda-graph", 0], "cuda")
+    assert "decode steps as CUDA graphs" not in cached.stderr, cached.stderr
+    auto = run_bin(EMU_GEN, gen, "cuda")
+    assert auto.stdout == cached.stdout, "--cuda-graph auto changed the greedy tokens"
+    assert "decode steps as CUDA graphs" in auto.stderr, auto.stderr
     uncached = run_bin(EMU_GEN, gen + ["--no-cache"], "cuda")
     ids = cached.stdout.split()
     assert len(ids) >= 24 and all(t.isdigit() and int(t) < 256 for t in ids), cached.stdout
@@ -264,6 +269,7 @@ def test_emulated_cuda_generation_cached_equals_uncached(full_run):
                               "--pdl", 1], "cuda", env=verbose)
     plain = [ln for ln in bench.stderr.splitlines() if ln.startswith("emu: launch ") and not ln.endswith(" programmatic")]
     assert json.loads(bench.stdout)["pdl"] == 1 and all("copy_master_kernel" in ln for ln in plain), plain[:3]
+    assert json.loads(bench.stdout)["cuda_graph"] == 1, "--cuda-graph auto: the JSON records the graphs that ran"
 
 
 @pytest.mark.parametrize("graph", [0, 1])

@@ -58,11 +58,15 @@ def test_kernels_of_no_known_kind_are_named():
     assert "a graph's memset node run as a kernel): `someDriverKernel`." in text
 
 
-def latency_json(ms, device="NVIDIA H200"):
-    """generate_latency.py's JSON: {variant: {"prefill": {T: ms}, "decode": {c: ms}}} of ours."""
-    res = {v: {"ours": {"prefill": {str(t): {"ms": x, "peak_bytes": 1} for t, x in d["prefill"].items()},
-                        "decode": {str(c): {"ms_per_token": x} for c, x in d["decode"].items()}}}
-           for v, d in ms.items()}
+def latency_json(ms, device="NVIDIA H200", side="ours", graph=None):
+    """generate_latency.py's JSON: {variant: {"prefill": {T: ms}, "decode": {c: ms}}} of our side `side`, and
+    with graph (the same form) of the side "graph" too."""
+    def side_of(d):
+        return {"prefill": {str(t): {"ms": x, "peak_bytes": 1} for t, x in d["prefill"].items()},
+                "decode": {str(c): {"ms_per_token": x} for c, x in d["decode"].items()}}
+    res = {v: {side: side_of(d)} for v, d in ms.items()}
+    for v, d in (graph or {}).items():
+        res.setdefault(v, {})["graph"] = side_of(d)
     return {"commit": "abc1234", "device": device, "results": res}
 
 
@@ -83,12 +87,37 @@ def test_target_verdicts_follow_the_reductions(seed):
     assert rows["ls-p50"]["prefill"][8192] == pytest.approx(cut["ls-p50"][0])
     assert rows["ls-p100"]["prefill"][2048] == pytest.approx(0.1)
     text = "\n".join(lease_digest.latency_section(latency_json(ms), "GPU at abc1234", False))
-    assert "ls-p50: prefill below MHSA by 2048: 10.0%" in text and text.count("**met**") == 2
+    assert "ls-p50, ours (each decode step issued kernel by kernel): prefill below MHSA by 2048: 10.0%" in text
+    assert text.count("**met**") == 2
     assert text.count("**missed**") == 2
     # without the 16K prompt: no prefill verdict
     del ms["ls-p50"]["prefill"][16384]
     rows = {r["variant"]: r for r in lease_digest.latency_targets(latency_json(ms))}
     assert rows["ls-p50"]["prefill_ok"] is None
+
+
+def test_each_side_is_compared_with_mhsa_on_the_same_side():
+    """The graph side (each decode step one CUDA graph, the generator's default) has its own verdicts, against
+    MHSA's graph side, never against MHSA's eager times: fresh random times where only the graph side's decode
+    is >= 30% below its MHSA, and the graph side of an LS variant without MHSA's graph side gives no row."""
+    rng = random.Random(7)
+    d_eager, d_graph = rng.uniform(0.5, 1.0), rng.uniform(0.2, 0.4)
+    cut_eager, cut_graph = rng.uniform(0.05, 0.25), rng.uniform(0.31, 0.5)
+    pre = {8192: 2.0, 16384: 4.0}
+    eager = {"mhsa": {"prefill": pre, "decode": {16384: d_eager}},
+             "ls-p50": {"prefill": {t: x / 2 for t, x in pre.items()}, "decode": {16384: d_eager * (1 - cut_eager)}}}
+    graph = {"mhsa": {"prefill": pre, "decode": {16384: d_graph}},
+             "ls-p50": {"prefill": {t: x / 2 for t, x in pre.items()}, "decode": {16384: d_graph * (1 - cut_graph)}}}
+    rows = {(r["variant"], r["side"]): r for r in lease_digest.latency_targets(latency_json(eager, graph=graph))}
+    assert set(rows) == {("ls-p50", "ours"), ("ls-p50", "graph")}
+    assert rows[("ls-p50", "ours")]["decode"] == pytest.approx(cut_eager)
+    assert rows[("ls-p50", "graph")]["decode"] == pytest.approx(cut_graph)
+    assert rows[("ls-p50", "ours")]["decode_ok"] is False and rows[("ls-p50", "graph")]["decode_ok"] is True
+    text = "\n".join(lease_digest.latency_section(latency_json(eager, graph=graph), "GPU at abc1234", False))
+    assert "ls-p50, graph (each decode step one CUDA graph, the default)" in text, text
+    del graph["mhsa"]
+    rows = lease_digest.latency_targets(latency_json(eager, graph=graph))
+    assert [(r["variant"], r["side"]) for r in rows] == [("ls-p50", "ours")]
 
 
 def test_an_emulated_report_shows_no_times(tmp_path):
@@ -106,7 +135,7 @@ def test_an_emulated_report_shows_no_times(tmp_path):
     assert "## Measured (emulated at fffffff)" in p.stdout and "no figure here is a GPU's" in p.stdout
     for number in ("31.5", "15.3", "300", "%", "met", "missed"):
         assert number not in p.stdout, number
-    assert "Ran: ls-p50 against mhsa at prompts 16" in p.stdout
+    assert "Ran: ls-p50 against mhsa at prompts 16 (sides: ours;" in p.stdout
 
 
 # a commit of this repository's history with scripts/build_digest.sh, and one whose build sources differ

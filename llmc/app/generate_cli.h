@@ -32,7 +32,8 @@ struct GenerateConfig {
     int max_len = 0;              // context kept (0 = the model's max_seq_len)
     std::string device = "auto";  // auto | cpu | cuda (llmc/app/device.h, as the trainer's --device)
     bool no_cache = false;        // full forward per token (the reference path)
-    int cuda_graph = 0;           // 1: each decode step as one CUDA graph (the CUDA backend)
+    int cuda_graph = -1;          // 1: each decode step as one CUDA graph (the CUDA backend); 0: eagerly;
+                                  // -1 (auto, the default): 1 where the backend has them and the KV cache runs
     int pdl = 0;                  // 1: the CUDA backend's kernels with programmatic dependent launch
     bool print_ids = false;       // print token ids, one per line, instead of text
     int threads = 0;              // OpenMP threads (0 = OpenMP's default)
@@ -92,11 +93,15 @@ public:
             ->capture_default_str()
             ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
         a.add_flag("--no-cache", c.no_cache, "no KV cache: a full forward pass per token (the reference path)");
-        add_integer("--cuda-graph", c.cuda_graph,
-                    "1: each decode step as one CUDA graph launch (the CUDA backend, KV cache), the same bits as 0")
+        a.add_option("--cuda-graph", cuda_graph_flag_,
+                     "auto | 0 | 1: 1 each decode step as one CUDA graph launch (the CUDA backend, KV cache), the "
+                     "same bits as 0; auto: 1 on the CUDA backend with the KV cache, else 0")
             ->capture_default_str()
-            ->check(at_least(0))
-            ->check(at_most(1));
+            ->check(CLI::Validator(
+                [](std::string& v) {
+                    return v == "auto" || v == "0" || v == "1" ? std::string() : "must be auto, 0 or 1 (got " + v + ")";
+                },
+                ""));
         add_integer("--pdl", c.pdl,
                     "1: launch the CUDA backend's kernels with programmatic dependent launch (sm_90+: each may be "
                     "scheduled while the one before it ends, and waits for it on the device), the same bits as 0")
@@ -151,6 +156,7 @@ public:
             return 1;
         }
         cfg_.has_prompt_text = app_.count("--prompt") > 0;
+        cfg_.cuda_graph = cuda_graph_flag_ == "auto" ? -1 : cuda_graph_flag_ == "1" ? 1 : 0;
         cfg_.bench_contexts_given = app_.count("--bench-contexts") > 0;
         cfg_.bench_prompt_given = app_.count("--bench-prompt") > 0;
         // A flag the other settings make do nothing is refused, not ignored. The benchmark's own flags
@@ -225,6 +231,7 @@ public:
     std::string help() const { return app_.help(); }
 
 private:
+    std::string cuda_graph_flag_ = "auto";  // --cuda-graph as given: auto | 0 | 1 (cfg_.cuda_graph -1 | 0 | 1)
     CLI::App app_;
     GenerateConfig cfg_;
     std::vector<IntRange> int_ranges_;  // the integer flags, for conversion_error (llmc/app/cli_checks.h)
