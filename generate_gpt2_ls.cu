@@ -47,6 +47,12 @@ bool decode_as_graphs(const llmc::GenerateConfig& g, const llmc::Backend& backen
     return g.cuda_graph == 1 || (g.cuda_graph < 0 && !g.no_cache && backend.has_step_graph());
 }
 
+// Whether the kernels launch with programmatic dependent launch: --pdl 1, or auto (-1) where the backend
+// and its device have it, except with --bench-profile (a kernel's span would include its wait)
+bool programmatic(const llmc::GenerateConfig& g, const llmc::Backend& backend) {
+    return g.pdl == 1 || (g.pdl < 0 && !g.bench_profile && backend.programmatic_launch_supported());
+}
+
 // The checkpoint's model on the device --device picks (llmc/app/device.h); *facts (when given): what
 // --bench reports about that device, measured before the model is built.
 std::unique_ptr<llmc::Backend> load_backend(const llmc::GenerateConfig& g, const llmc::ModelCheckpoint& ck,
@@ -59,12 +65,10 @@ std::unique_ptr<llmc::Backend> load_backend(const llmc::GenerateConfig& g, const
         throw llmc::InputError("--cuda-graph 1 needs the CUDA backend; this run uses the " +
                                std::string(backend->name()) + " backend (give --device cuda, or drop --cuda-graph)");
     if (decode_as_graphs(g, *backend)) backend->use_step_graph(true);
-    if (g.pdl == 1) {
-        if (!backend->has_programmatic_launch())
-            throw llmc::InputError("--pdl 1 needs the CUDA backend; this run uses the " + std::string(backend->name()) +
-                                   " backend (give --device cuda, or drop --pdl)");
-        backend->use_programmatic_launch(true);
-    }
+    if (g.pdl == 1 && !backend->has_programmatic_launch())
+        throw llmc::InputError("--pdl 1 needs the CUDA backend; this run uses the " + std::string(backend->name()) +
+                               " backend (give --device cuda, or drop --pdl)");
+    if (programmatic(g, *backend)) backend->use_programmatic_launch(true);
     return backend;
 }
 
@@ -110,7 +114,7 @@ int run_generation(const llmc::GenerateConfig& g, const llmc::ModelCheckpoint& c
                  (std::string(g.no_cache                    ? "no cache"
                               : decode_as_graphs(g, *model) ? "cached, decode steps as CUDA graphs"
                                                             : "cached") +
-                  (g.pdl ? ", programmatic dependent launch" : ""))
+                  (programmatic(g, *model) ? ", programmatic dependent launch" : ""))
                      .c_str(),
                  g.no_cache ? 0.0 : model->kv_cache_bytes() / 1024.0);
     return 0;
@@ -131,6 +135,7 @@ int run(llmc::GenerateConfig g) {
     llmc::DeviceFacts facts;
     const std::unique_ptr<llmc::Backend> model = load_backend(g, ck, &facts);
     g.cuda_graph = decode_as_graphs(g, *model) ? 1 : 0;  // the JSON records what ran
+    g.pdl = programmatic(g, *model) ? 1 : 0;
     return llmc::run_bench(g, *model, facts);
 }
 

@@ -231,21 +231,25 @@ def test_emulated_cuda_kill_9_and_resume_is_bit_identical(byte_data, full_run, t
 def test_emulated_cuda_generation_cached_equals_uncached(full_run):
     """generate_gpt2_ls --device cuda (emulated): greedy decoding with the GPU KV cache gives the
     same tokens as a full forward per token (--no-cache), as on the CPU; with --cuda-graph 1 (each
-    decode step one graph) and with the default (auto: the graphs on the CUDA backend) the same tokens,
-    greedy and sampled, as with 0; and with --pdl 1."""
+    decode step one graph) and with the defaults (--cuda-graph auto and --pdl auto: the graphs and
+    programmatic launches on the CUDA backend, the emulated device being sm_90) the same tokens, greedy
+    and sampled, as with 0; and with --pdl 1."""
     emu_dir, _, _ = full_run
     gen = ["-e", emu_dir / f"model_{FULL_STEPS:08d}.bin", "--greedy", "-n", 24, "--print-ids",
            "--prompt-ids", "10,84,104,101"]
-    cached = run_bin(EMU_GEN, gen + ["--cuda-graph", 0], "cuda")
-    assert "decode steps as CUDA graphs" not in cached.stderr, cached.stderr
-    auto = run_bin(EMU_GEN, gen, "cuda")
-    assert auto.stdout == cached.stdout, "--cuda-graph auto changed the greedy tokens"
-    assert "decode steps as CUDA graphs" in auto.stderr, auto.stderr
+    cached = run_bin(EMU_GEN, gen + ["--cuda-graph", 0, "--pdl", 0], "cuda")
+    assert "decode steps as CUDA graphs" not in cached.stderr and "programmatic" not in cached.stderr, cached.stderr
+    auto = run_bin(EMU_GEN, gen, "cuda", env=dict(ENV, LLMC_EMU_VERBOSE="1"))
+    assert auto.stdout == cached.stdout, "--cuda-graph auto / --pdl auto changed the greedy tokens"
+    summary = auto.stderr.splitlines()[-1]
+    assert "decode steps as CUDA graphs" in summary and "programmatic dependent launch" in summary, summary
+    launches = [ln for ln in auto.stderr.splitlines() if ln.startswith("emu: launch ")]
+    assert launches and sum(ln.endswith(" programmatic") for ln in launches) > len(launches) - 3, launches[:3]
     uncached = run_bin(EMU_GEN, gen + ["--no-cache"], "cuda")
     ids = cached.stdout.split()
     assert len(ids) >= 24 and all(t.isdigit() and int(t) < 256 for t in ids), cached.stdout
     assert ids == uncached.stdout.split(), "cached and uncached greedy decoding differ on the emulated CUDA backend"
-    graphed = run_bin(EMU_GEN, gen + ["--cuda-graph", 1], "cuda")
+    graphed = run_bin(EMU_GEN, gen + ["--cuda-graph", 1, "--pdl", 0], "cuda")
     assert graphed.stdout == cached.stdout, "--cuda-graph 1 changed the greedy tokens"
     assert "decode steps as CUDA graphs" in graphed.stderr, graphed.stderr
     sample = [a for a in gen if a != "--greedy"] + ["--seed", 7, "--temperature", 1.5]

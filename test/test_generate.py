@@ -97,7 +97,7 @@ def test_reproducible_and_seeded(model):
     assert a.stdout == b.stdout
     assert a.stdout != c.stdout
     assert "tok/s" in a.stderr.decode() and "KV cache" in a.stderr.decode()
-    # --cuda-graph auto (the default) on the CPU backend: no graphs (the summary says "cached" alone)
+    # --cuda-graph auto and --pdl auto (the defaults) on the CPU backend: neither (the summary says "cached" alone)
     assert ", cached, KV cache" in a.stderr.decode() and "CUDA graphs" not in a.stderr.decode(), a.stderr
 
 
@@ -180,7 +180,7 @@ def test_help_lists_every_flag():
     (["--cuda-graph", "1", "--device", "cpu"], "--cuda-graph 1 needs the CUDA backend"),
     (["--cuda-graph", "2"], "--cuda-graph: must be auto, 0 or 1 (got 2)"),
     (["--pdl", "1", "--device", "cpu"], "--pdl 1 needs the CUDA backend"),
-    (["--pdl", "2"], "--pdl: must be <= 1 (got 2)"),
+    (["--pdl", "2"], "--pdl: must be auto, 0 or 1 (got 2)"),
     (["--bench-profile"], "--bench-profile sets up the latency benchmark, which runs only with --bench; add --bench, "
      "or drop --bench-profile"),
     # every --bench-* flag: without --bench it would generate text and ignore the flag
@@ -303,6 +303,7 @@ def test_bench_defaults_fit_a_model_of_a_smaller_max_seq_len(model):
                      "to choose)"], p.stderr
     assert out["config"]["max_seq_len"] == 64, out
     assert out["cuda_graph"] == 0, "--cuda-graph auto on the CPU backend: no graphs ran, and the JSON says so"
+    assert out["pdl"] == 0, "--pdl auto on the CPU backend: no programmatic launch, and the JSON says so"
     p = gen(["-e", ckpt, "--bench", "--bench-contexts", "128"], check=False)
     assert p.returncode == 1 and "--bench-contexts: 128 must be in" in p.stderr.decode(), p.stderr
 

@@ -76,6 +76,10 @@ def test_parse_ours_subtracts_the_baseline():
     s = gl.parse_ours(json.dumps(SAMPLE))
     assert s["prefill"] == {2048: {"ms": 2.5, "peak_bytes": 4000}, 8192: {"ms": 8.0, "peak_bytes": 8000}}
     assert s["decode"][2048] == {"ms_per_token": 0.5, "kv_cache_bytes": 99, "peak_bytes": 3000}
+    # what ran, as the generator resolved --cuda-graph and --pdl (auto by default); absent in older JSON: None
+    assert (s["cuda_graph"], s["pdl"]) == (SAMPLE.get("cuda_graph"), SAMPLE.get("pdl"))
+    t = gl.parse_ours(json.dumps(dict(SAMPLE, cuda_graph=1, pdl=1)))
+    assert (t["cuda_graph"], t["pdl"]) == (1, 1)
     with pytest.raises(json.JSONDecodeError):
         gl.parse_ours("error: no CUDA device")
 

@@ -148,6 +148,7 @@ def parse_ours(stdout):
     base = j.get("device_memory_baseline_bytes", 0)
     side = {
         "device": j.get("device"), "precision": j.get("precision"),
+        "cuda_graph": j.get("cuda_graph"), "pdl": j.get("pdl"),  # what ran (the generator resolves auto)
         "prefill": {int(p["T"]): {"ms": p["ms_median"], "peak_bytes": p["device_memory_bytes"] - base}
                     for p in j["prefill"]},
         "decode": {},

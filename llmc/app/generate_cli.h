@@ -34,7 +34,9 @@ struct GenerateConfig {
     bool no_cache = false;        // full forward per token (the reference path)
     int cuda_graph = -1;          // 1: each decode step as one CUDA graph (the CUDA backend); 0: eagerly;
                                   // -1 (auto, the default): 1 where the backend has them and the KV cache runs
-    int pdl = 0;                  // 1: the CUDA backend's kernels with programmatic dependent launch
+    int pdl = -1;                 // 1: the CUDA backend's kernels with programmatic dependent launch; 0: without;
+                                  // -1 (auto, the default): 1 where the backend and its device have it, except
+                                  // with --bench-profile
     bool print_ids = false;       // print token ids, one per line, instead of text
     int threads = 0;              // OpenMP threads (0 = OpenMP's default)
     // --bench: time the KV cache instead of generating (dev/bench/generate_latency.py drives it)
@@ -97,17 +99,13 @@ public:
                      "auto | 0 | 1: 1 each decode step as one CUDA graph launch (the CUDA backend, KV cache), the "
                      "same bits as 0; auto: 1 on the CUDA backend with the KV cache, else 0")
             ->capture_default_str()
-            ->check(CLI::Validator(
-                [](std::string& v) {
-                    return v == "auto" || v == "0" || v == "1" ? std::string() : "must be auto, 0 or 1 (got " + v + ")";
-                },
-                ""));
-        add_integer("--pdl", c.pdl,
-                    "1: launch the CUDA backend's kernels with programmatic dependent launch (sm_90+: each may be "
-                    "scheduled while the one before it ends, and waits for it on the device), the same bits as 0")
+            ->check(auto_0_1());
+        a.add_option("--pdl", pdl_flag_,
+                     "auto | 0 | 1: 1 launches the CUDA backend's kernels with programmatic dependent launch (sm_90+: "
+                     "each may be scheduled while the one before it ends, and waits for it on the device), the same "
+                     "bits as 0; auto: 1 where the backend and its device have it, except with --bench-profile")
             ->capture_default_str()
-            ->check(at_least(0))
-            ->check(at_most(1));
+            ->check(auto_0_1());
         a.add_flag("--print-ids", c.print_ids,
                    "print the generated token ids, one per line, instead of the prompt and the text");
         add_integer("--threads", c.threads,
@@ -156,7 +154,8 @@ public:
             return 1;
         }
         cfg_.has_prompt_text = app_.count("--prompt") > 0;
-        cfg_.cuda_graph = cuda_graph_flag_ == "auto" ? -1 : cuda_graph_flag_ == "1" ? 1 : 0;
+        cfg_.cuda_graph = auto_0_1_value(cuda_graph_flag_);
+        cfg_.pdl = auto_0_1_value(pdl_flag_);
         cfg_.bench_contexts_given = app_.count("--bench-contexts") > 0;
         cfg_.bench_prompt_given = app_.count("--bench-prompt") > 0;
         // A flag the other settings make do nothing is refused, not ignored. The benchmark's own flags
@@ -232,6 +231,17 @@ public:
 
 private:
     std::string cuda_graph_flag_ = "auto";  // --cuda-graph as given: auto | 0 | 1 (cfg_.cuda_graph -1 | 0 | 1)
+    std::string pdl_flag_ = "auto";         // --pdl as given: auto | 0 | 1 (cfg_.pdl -1 | 0 | 1)
+
+    // A switch that is auto, 0 or 1 (auto: the program decides where it knows the backend)
+    static CLI::Validator auto_0_1() {
+        return CLI::Validator(
+            [](std::string& v) {
+                return v == "auto" || v == "0" || v == "1" ? std::string() : "must be auto, 0 or 1 (got " + v + ")";
+            },
+            "");
+    }
+    static int auto_0_1_value(const std::string& v) { return v == "auto" ? -1 : v == "1" ? 1 : 0; }
     CLI::App app_;
     GenerateConfig cfg_;
     std::vector<IntRange> int_ranges_;  // the integer flags, for conversion_error (llmc/app/cli_checks.h)

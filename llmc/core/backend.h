@@ -115,6 +115,9 @@ public:
     // has_programmatic_launch(): the backend can (the CUDA backend; use_programmatic_launch refuses a
     // device without it).
     virtual bool has_programmatic_launch() const { return false; }
+    // programmatic_launch_supported(): the backend can, and so can its device (what use_programmatic_launch
+    // would not refuse; the generator's --pdl auto asks it).
+    virtual bool programmatic_launch_supported() const { return has_programmatic_launch(); }
     virtual void use_programmatic_launch(bool /*on*/) {
         throw std::logic_error(std::string(name()) + " backend has no programmatic launch");
     }

@@ -71,6 +71,7 @@ public:
     bool has_step_graph() const override { return true; }
     void use_step_graph(bool on) override;
     bool has_programmatic_launch() const override { return true; }
+    bool programmatic_launch_supported() const override { return current_device_info().sm_major >= 9; }
     void use_programmatic_launch(bool on) override;
     void read_queued_step(QueuedStep& out) override;
 
