@@ -650,7 +650,7 @@ def markdown(name, rows, summary, with_sass):
 
 
 # ================================================================================================
-# Calibrated model of the GPU: MODELED, calibrated against GPU measurements at fa663e0 (H200)
+# Calibrated model of the GPU: MODELED, calibrated against GPU measurements at fa663e0, c276bf2, cb93781 (H200)
 # ================================================================================================
 # Rules (docs/cuda_kernels.md "Calibrated model", dev/bench/README.md): a kernel's duration is a fixed
 # cost per launch plus the work of its family at a calibrated rate:
@@ -667,7 +667,7 @@ def markdown(name, rows, summary, with_sass):
 #                         first) filling 132 SMs x occupancy (attn_kernel_us): resident blocks share an
 #                         SM's issue rate (a lone block at most attn_lone_share / occupancy of it), a
 #                         block's work = its family's set-up (attn_block_setup_us, attn_bwd_block_setup_us)
-#                         + its tiles + attn_merge_us if its outer tile is split, a tile's = occupancy x its
+#                         once an outer tile it walks (a backward run: R of them) + its tiles + attn_merge_us if its outer tile is split, a tile's = occupancy x its
 #                         tensor work at an SM's peak / its SASS efficiency (interior, masked, pair skips:
 #                         STATIC_ATTENTION_FIGURES; the forward without statistics, as the labs time it:
 #                         STATIC_ATTENTION_FIGURES_NO_STATS) / the family's issue efficiency
@@ -675,16 +675,20 @@ def markdown(name, rows, summary, with_sass):
 #                         132 x 8 resident blocks (each block one load round trip: latency, not bytes)
 #   encoder grouping      fa663e0 (and HEAD up to 28765d1): one block on the device, kernel_fixed_us +
 #                         positions x enc_group_ns_per_position; HEAD: on the host (off the device), its
-#                         upload a copy of kernel_fixed_us + bytes / PCIE_HTOD (assumed)
+#                         upload a copy of kernel_fixed_us + bytes / PCIE_HTOD (assumed); HEAD's wte
+#                         kernel (a block a token, gathered rows): its bytes at eff_encoder_wte
 #   classifier            a block a row: memory-bound + rows x classifier_row_ns; its summary (one block):
 #                         kernel_fixed_us + rows x summary_row_ns
 #   host -> device copies copy_fixed_us + bytes / PCIE_HTOD
 #   the step              sum of its kernels + its idle time: (launches - 1) x gap_us + positions x
-#                         host_ns_per_position (the host's per-token work inside the step's window)
+#                         host_ns_per_position (the host's per-token work inside the step's window); the
+#                         launches as the device runs them, with cuBLASLt's memsets and its split-K
+#                         reductions after a gap (counted in the cb93781 profile: CUBLASLT_MEMSETS)
 # Each parameter is fitted from named measurements (MEASUREMENTS, fit_calibration: CALIBRATION_SOURCES
 # says which fixes which) and checked on measurements not used to fit it (calibration_checks): the lab
-# rows and steps of fa663e0 and the per-kernel profile of c276bf2 (its ls-small-b8 case fits, its
-# paper-b16 case checks).
+# rows and steps of fa663e0, the per-kernel profile of c276bf2 (its ls-small-b8 case fits, its
+# paper-b16 case checks) and that of cb93781 (its ls-small-b8 encoder wte row and the idle time of
+# ls-small-b8 and paper-b16 fit; every other row and all of d12-b16 check).
 
 H200_SMS = 132
 H200_BANDWIDTH = 4.814e12  # bytes/s: the datasheet figure the labs' "% peak" uses
@@ -772,13 +776,14 @@ def attn_run_tiles(T, P, B, heads, by_key, local):
     return max(1, min(RUN_TILES, B * heads * len(r) // SPLIT_RESIDENT_BLOCKS))
 
 
-def attn_blocks(T, P, B, NH, G, by_key, split=True, runs=False):
+def attn_blocks(T, P, B, NH, G, by_key, split=True, runs=False, with_outers=False):
     """The blocks of one FA2-class launch in launch order: (masked flag per tile, merges partials,
     local head). split=True: HEAD's grid (attention_split.h: the global heads' items first, item-major
     over (b, head), then the local heads'; long tile loops cut into chunks); split=False: fa663e0's
     grid (blockIdx.x = (b, head) fastest, blockIdx.y = the outer tile, longest first). runs (with
     split): the backward's runs of outer tiles (a kind that is not split walks R consecutive outer
-    tiles a block: attn_run_tiles; query tiles' runs from the end, key tiles' from the start)."""
+    tiles a block: attn_run_tiles; query tiles' runs from the end, key tiles' from the start).
+    with_outers: each block also says how many outer tiles it walks (R in a run, else 1)."""
     def tiles(o, lo, hi, local):
         return tuple(masked_tile(i if by_key else o, o if by_key else i, T, P, local) for i in range(lo, hi))
 
@@ -788,8 +793,8 @@ def attn_blocks(T, P, B, NH, G, by_key, split=True, runs=False):
             r = attn_ranges(T, P, local, by_key)
             order = range(len(r)) if by_key else range(len(r) - 1, -1, -1)
             kinds[local] = [tiles(o, *r[o], local) for o in order]
-        return [(kinds[h >= G][y], False, h >= G) for y in range(len(kinds[True])) for _ in range(B)
-                for h in range(NH)]
+        return [(kinds[h >= G][y], False, h >= G) + ((1,) if with_outers else ()) for y in range(len(kinds[True]))
+                for _ in range(B) for h in range(NH)]
     blocks = []
     for local, heads in ((False, G), (True, NH - G)):
         if heads <= 0:
@@ -803,7 +808,7 @@ def attn_blocks(T, P, B, NH, G, by_key, split=True, runs=False):
             for y in range(_cdiv(n, R)):
                 lo, hi = (y * R, min(n, y * R + R)) if by_key else (max(0, n - y * R - R), n - y * R)
                 walk = tuple(m for o in range(lo, hi) for m in tiles(o, *r[o], local))
-                blocks.extend([(walk, False, local)] * (B * heads))
+                blocks.extend([(walk, False, local, hi - lo)] * (B * heads))
             continue
         z = (S - n_inner % S) % S if by_key else 0
         for j in range(_cdiv(n_inner + z, S)):
@@ -812,8 +817,8 @@ def attn_blocks(T, P, B, NH, G, by_key, split=True, runs=False):
             for o in (outers if by_key else outers[::-1]):
                 b, e = r[o]
                 merges = _cdiv(e + z, S) - (b + z) // S > 1
-                blocks.extend([(tiles(o, max(b, lo), min(e, hi), local), merges, local)] * (B * heads))
-    return blocks
+                blocks.extend([(tiles(o, max(b, lo), min(e, hi), local), merges, local, 1)] * (B * heads))
+    return blocks if with_outers else [b[:3] for b in blocks]
 
 
 def masked_tile(qt, kt, T, P, local, tile=TILE):
@@ -839,12 +844,12 @@ _BLOCK_CACHE = {}
 
 def attn_block_kinds(T, P, B, NH, G, by_key, split=True, runs_of_tiles=False):
     """attn_blocks folded for speed: per block in launch order (interior tiles, masked tiles, merges,
-    local), as a list of (kind, count) runs of equal consecutive blocks (cached per shape)."""
+    local, outer tiles walked), as a list of (kind, count) runs of equal consecutive blocks (cached per shape)."""
     key = (T, P, B, NH, G, by_key, split, runs_of_tiles)
     if key not in _BLOCK_CACHE:
         runs = []
-        for tl, merges, local in attn_blocks(T, P, B, NH, G, by_key, split, runs_of_tiles):
-            kind = (len(tl) - sum(tl), sum(tl), merges, local)
+        for tl, merges, local, outers in attn_blocks(T, P, B, NH, G, by_key, split, runs_of_tiles, with_outers=True):
+            kind = (len(tl) - sum(tl), sum(tl), merges, local, outers)
             if runs and runs[-1][0] == kind:
                 runs[-1][1] += 1
             else:
@@ -859,7 +864,7 @@ def attn_kernel_flops(kernel, hd, T, P, B, NH, G, split=True, runs=False):
     by_key = kernel == "attn_bwd_kv_fa2_kernel"
     runs = runs and kernel != "attn_fwd_fa2_kernel" and hd <= 64
     tiles = sum((n_int + n_mask) * count
-                for (n_int, n_mask, _, _), count in attn_block_kinds(T, P, B, NH, G, by_key, split, runs))
+                for (n_int, n_mask, *_), count in attn_block_kinds(T, P, B, NH, G, by_key, split, runs))
     return tiles * ATTN_GEMMS[kernel] * 2 * hd * TILE * TILE
 
 
@@ -875,7 +880,8 @@ def attn_kernel_us(kernel, hd, T, P, B, NH, G, cal, split=True, stats=True, runs
     block's merge). stats: the forward's instance
     with statistics (a training step's) or without (the lab's, the prefill's). runs: the backward's runs
     of outer tiles (HEAD since they were built; at hd 32 / 64, the kernels that take them): a run's
-    block pays one set-up for its R outer tiles."""
+    block pays the set-up once for each of its R outer tiles (the GPU at cb93781 measured no gain from
+    the runs: the set-up is each outer tile's loads and stores, not the block's start)."""
     import heapq
     by_key = kernel == "attn_bwd_kv_fa2_kernel"
     family = "attn_fwd" if kernel == "attn_fwd_fa2_kernel" else "attn_bwd"
@@ -889,8 +895,9 @@ def attn_kernel_us(kernel, hd, T, P, B, NH, G, cal, split=True, stats=True, runs
     lone = min(1.0, cal["attn_lone_share"] / occ)
     work = []
     runs = runs and family == "attn_bwd" and hd <= 64
-    for (n_int, n_mask, merges, local), count in attn_block_kinds(T, P, B, NH, G, by_key, split, runs):
-        w = (cal[setup_key] + (cal["attn_merge_us"] if merges else 0.0)) / occ + n_int * t_int + n_mask * t_mask[local]
+    for (n_int, n_mask, merges, local, outers), count in attn_block_kinds(T, P, B, NH, G, by_key, split, runs):
+        w = ((outers * cal[setup_key] + (cal["attn_merge_us"] if merges else 0.0)) / occ + n_int * t_int
+             + n_mask * t_mask[local])
         work.extend([w] * count)
     sms = [[] for _ in range(H200_SMS)]  # remaining work of each SM's resident blocks
     last = [0.0] * H200_SMS
@@ -1191,7 +1198,48 @@ MEASUREMENTS = {
     "c276bf2 profile paper-b16 memcpy HtoD": 23.4,
     "c276bf2 profile ls-small-b8 idle": 371.4,
     "c276bf2 profile paper-b16 idle": 541.3,
+    # the per-kernel profile of the training step at cb93781 (docs/results/2026-12-04-H200-cb93781/report.json,
+    # bench/profile/<case>.json: CUPTI, µs per step, mean of 8 steps; the build sources of 3a6e0c9): the
+    # encoder wte kernel's rate and the idle time fit (ls-small-b8; the idle with paper-b16), every other
+    # row and all of d12-b16 (the first hd-64, C-768 profile) check
+    "cb93781 profile ls-small-b8 attn_fwd_fa2_kernel": 249.0,
+    "cb93781 profile paper-b16 attn_fwd_fa2_kernel": 423.4,
+    "cb93781 profile d12-b16 attn_fwd_fa2_kernel": 865.7,
+    "cb93781 profile ls-small-b8 attn_bwd_kv_fa2_kernel": 302.1,
+    "cb93781 profile paper-b16 attn_bwd_kv_fa2_kernel": 501.7,
+    "cb93781 profile d12-b16 attn_bwd_kv_fa2_kernel": 1217.0,
+    "cb93781 profile ls-small-b8 attn_bwd_q_fa2_kernel": 241.5,
+    "cb93781 profile paper-b16 attn_bwd_q_fa2_kernel": 405.4,
+    "cb93781 profile d12-b16 attn_bwd_q_fa2_kernel": 863.6,
+    "cb93781 profile ls-small-b8 attn_bwd_dot_kernel": 25.4,
+    "cb93781 profile paper-b16 attn_bwd_dot_kernel": 45.1,
+    "cb93781 profile d12-b16 attn_bwd_dot_kernel": 198.9,
+    "cb93781 profile ls-small-b8 layernorm_backward_cached_kernel": 132.7,
+    "cb93781 profile paper-b16 layernorm_backward_cached_kernel": 219.7,
+    "cb93781 profile d12-b16 layernorm_backward_cached_kernel": 719.2,
+    "cb93781 profile ls-small-b8 bias_sum_kernel": 288.3,
+    "cb93781 profile d12-b16 bias_sum_kernel": 1731.2,
+    "cb93781 profile ls-small-b8 classifier_kernel": 221.1,
+    "cb93781 profile paper-b16 classifier_kernel": 429.6,
+    "cb93781 profile d12-b16 classifier_kernel": 1023.4,
+    "cb93781 profile ls-small-b8 adamw_all_kernel": 35.8,
+    "cb93781 profile paper-b16 adamw_all_kernel": 56.3,
+    "cb93781 profile d12-b16 adamw_all_kernel": 927.1,
+    "cb93781 profile ls-small-b8 encoder_backward_wte_kernel": 13.2,
+    "cb93781 profile paper-b16 encoder_backward_wte_kernel": 18.2,
+    "cb93781 profile d12-b16 encoder_backward_wte_kernel": 60.3,
+    "cb93781 profile ls-small-b8 idle": 437.0,
+    "cb93781 profile paper-b16 idle": 528.8,
+    "cb93781 profile d12-b16 idle": 881.1,
 }
+# The activities cuBLASLt adds to a step besides its GEMM kernels, counted in the cb93781 profile (GPU at
+# cb93781; cuBLASLt's heuristic picks them, so the model takes the counts, it does not predict them):
+# memsets beyond the step's own three (the profile's memset row: 16, 22, 102 a step; 0.4 µs each at
+# ls-small-b8, charged nothing here) and its split-K reduction kernels that start after a gap (24 of 24
+# reductions back to back at ls-small-b8 but one, 13.5 of 25 at paper-b16, 22.6 of 36 at d12-b16). Each
+# is one more launch gap in the step (step_idle_us); a shape not listed gets none.
+CUBLASLT_MEMSETS = {"ls-small-b8": 13, "paper-b16": 19, "d12-b16": 99}
+CUBLASLT_REDUCTION_GAPS = {"ls-small-b8": 1.0, "paper-b16": 13.5, "d12-b16": 22.625}
 # bytes each memory-bound lab row counts (its GB/s x its ms, as printed)
 LAB_BYTES = {
     "fa663e0 adamw n130023424": 2916.9e9 * 1.3373e-3, "fa663e0 adamw n3145728": 2469.9e9 * 0.0382e-3,
@@ -1440,12 +1488,21 @@ CALIBRATION_SOURCES = {
     "attn_bwd_issue_eff_hd64": "not measured: the hd-32 backward's scaled by the forward's hd-64/hd-32 ratio",
     "enc_group_ns_per_position": "lab:encoder backward at B16 T1024 C768 minus its modeled wte/wpe kernels "
                                  "(one row: no held-out check)",
-    "gap_us, host_ns_per_position": "the idle time of the c276bf2 profile's two cases (exact: two rows, two "
-                                    "parameters) = (launches - 1) x gap_us + positions x host_ns_per_position "
-                                    "(gap_us_fit; used as max(0, fit)): paper-b16 idles 170 µs more with 12 fewer "
-                                    "launches, so the idle grows with the tokens (the step's window opens at the "
-                                    "synchronisation before its first launch: the host's per-token work before it "
-                                    "is device idle); fa663e0's three steps check them",
+    "gap_us, host_ns_per_position": "the idle time of the cb93781 profile's ls-small-b8 and paper-b16 (exact: two "
+                                    "rows, two parameters) = (launches - 1) x gap_us + positions x "
+                                    "host_ns_per_position (gap_us_fit; used as max(0, fit)), the launches as the "
+                                    "device runs them: the model's, cuBLASLt's memsets (CUBLASLT_MEMSETS) and its "
+                                    "split-K reductions after a gap (CUBLASLT_REDUCTION_GAPS), both counted in that "
+                                    "profile (the gaps before them: 1.5-2 µs each, like any launch's); paper-b16 "
+                                    "idles 92 µs more with 5 fewer activities, so the idle grows with the tokens "
+                                    "(the host's per-token work before the step's uploads); the cb93781 d12-b16 "
+                                    "idle (its cuBLASLt counts from its own profile: 99 memsets), c276bf2's two "
+                                    "and fa663e0's three steps check them",
+    "eff_encoder_wte": "the cb93781 profile's ls-small-b8 encoder_backward_wte_kernel (HEAD's: a block a token and "
+                       "256 columns, one bf16 a thread a position, gathered through the sorted positions): its "
+                       "bytes over its time after kernel_fixed_us (0.41 of the bandwidth, against the element-wise "
+                       "0.86 assumed before: 1.8-2.0x too fast at every shape in both profiles); paper-b16 and "
+                       "d12-b16 check it",
 }
 
 
@@ -1485,12 +1542,18 @@ def fit_calibration():
     rest = encoder_bwd_wte_wpe_us(B, T, C, cal)
     cal["enc_group_ns_per_position"] = (MEASUREMENTS["fa663e0 encoder_backward B16 T1024 C768"] - rest
                                         - cal["lab_event_us"] - cal["kernel_fixed_us"]) / (B * T) * 1e3
-    # idle: the two c276bf2 profiles' idle time = (launches - 1) x gap_us + positions x host_ns_per_position,
-    # launches as the model counts them (a cuBLASLt call one: the profile's activities also count cuBLASLt's
-    # extra kernels and the memsets, so gap_us is per modeled launch)
+    # the encoder's wte kernel (HEAD's, host grouping): its bytes over the cb93781 profile's ls-small-b8
+    # time after kernel_fixed_us
+    c = CASES["ls-small-b8"]
+    busy = MEASUREMENTS["cb93781 profile ls-small-b8 encoder_backward_wte_kernel"] - cal["kernel_fixed_us"]
+    cal["eff_encoder_wte"] = (encoder_wte_bytes(c["B"] * c["T"], c["C"], padded_vocab(c["V"])) / (busy * 1e-6)
+                              / H200_BANDWIDTH)
+    # idle: the two cb93781 profiles' idle time = (launches - 1) x gap_us + positions x host_ns_per_position,
+    # launches as the device runs them: the model's (a cuBLASLt call one) + cuBLASLt's memsets and its
+    # split-K reductions after a gap (CUBLASLT_MEMSETS, CUBLASLT_REDUCTION_GAPS: counted in the profile)
     cal["gap_us"] = cal["host_ns_per_position"] = 0.0
     (a1, n1, i1), (a2, n2, i2) = ((profile_launches(c, cal) - 1, profile_positions(c),
-                                   MEASUREMENTS[f"c276bf2 profile {c} idle"]) for c in ("ls-small-b8", "paper-b16"))
+                                   MEASUREMENTS[f"cb93781 profile {c} idle"]) for c in ("ls-small-b8", "paper-b16"))
     det = a1 * n2 - a2 * n1
     cal["gap_us_fit"] = (i1 * n2 - i2 * n1) / det
     cal["gap_us"] = max(0.0, cal["gap_us_fit"])
@@ -1541,8 +1604,9 @@ def calibration_checks(cal):
         "fa663e0 classifier forward+dlogits N8192 Vp50304", "fa663e0 matmul fwd+gelu-epilogue N8192 IC768 OC3072",
         "fa663e0 matmul gelu-bwd+bwd N8192 IC768 OC3072"}
     fit_ids |= {k for k, *_ in _gemm_rows("fwd")}
-    fit_ids |= {k for k in MEASUREMENTS if k.startswith("c276bf2 profile ")}
-    fit_ids -= {k for k in MEASUREMENTS if k.startswith("c276bf2 profile paper-b16 ") and not k.endswith(" idle")}
+    fit_ids |= {k for k in MEASUREMENTS if k.startswith("c276bf2 profile ls-small-b8 ") and not k.endswith(" idle")}
+    fit_ids |= {"cb93781 profile ls-small-b8 encoder_backward_wte_kernel", "cb93781 profile ls-small-b8 idle",
+                "cb93781 profile paper-b16 idle"}
     rows = []
 
     def row(k, group, model):
@@ -1619,6 +1683,20 @@ def calibration_checks(cal):
         row(key + "memcpy HtoD", "other", 3 * htod_us(0, cal) + htod_us(2 * N * 4, cal) - htod_us(0, cal)
             + htod_us((min(N, Vp) + 1 + N) * 4, cal))
         row(key + "idle", "gaps", step_idle_us(profile_launches(case, cal), N, cal))
+    # the cb93781 profile (the build sources of HEAD's kernels): each row against the prediction's rows of
+    # that kernel; its idle time against step_idle_us
+    for case in CASES:
+        pred = predict_case(case, cal)
+        for k in MEASUREMENTS:
+            t = re.fullmatch(rf"cb93781 profile {re.escape(case)} (\S+)", k)
+            if not t:
+                continue
+            if t.group(1) == "idle":
+                row(k, "gaps", step_idle_us(sum(r["calls_per_step"] for r in pred), profile_positions(case), cal))
+                continue
+            hit = [r for r in pred if re.search(rf"::{t.group(1)}(<|$)", r["kernel"])]
+            assert hit, k
+            row(k, hit[0]["group"], sum(r["us_per_step"] for r in hit))
     return rows
 
 
@@ -1643,6 +1721,16 @@ def encoder_bwd_wte_wpe_us(B, T, C, cal, Vp=None):
 
 # The emulated profile's one row for every cuBLASLt call (llmc/cuda/kernel_profiler.cuh)
 EMULATED_GEMM_ROW = "cublasLtMatmul [emulated cuBLASLt: one call, its kernels unknown]"
+# The prediction's row of cuBLASLt's split-K reductions that follow a launch gap (CUBLASLT_REDUCTION_GAPS):
+# calls only (a GEMMs row: --compare folds it into the cuBLASLt row)
+CUBLASLT_REDUCTIONS_ROW = "cublasLt splitKreduce [launches after a gap; time in the GEMM calls]"
+
+
+def encoder_wte_bytes(N, C, Vp):
+    """HEAD's encoder_backward_wte_kernel's traffic: dout read once (N C bf16), the positions' token and
+    sorted index (8 bytes each), the groups' starts, each group's dwte row read and written (fp32)."""
+    runs = min(N, Vp)
+    return N * C * ACT + N * 8 + runs * 4 + runs * C * F32 * 2
 
 # The three shapes of gpu_check.sh's profile stage (their trainer flags there).
 CASES = {
@@ -1778,8 +1866,9 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     # kernel reads run_begin (G + 1) and sorted_pos (N), G = min(N, Vp)), before on the device in one block
     runs = min(N, Vp)
     if host_groups:
-        mem("llmc::cuda::encoder_backward_wte_kernel", N * C * ACT + N * 8 + runs * 4 + runs * C * F32 * 2,
-            "elementwise")
+        mem("llmc::cuda::encoder_backward_wte_kernel", encoder_wte_bytes(N, C, Vp), "encoder_wte", 1,
+            "a block a (token, 256 columns): dout gathered through the sorted positions, one bf16 a thread a "
+            "position; at eff_encoder_wte (the cb93781 profile's ls-small-b8 rate)")
     else:
         add("llmc::cuda::encoder_group_kernel", cal["kernel_fixed_us"] + N * cal["enc_group_ns_per_position"] * 1e-3,
             1, "fa663e0's per-position cost carried over; the grouping changed since (6851561: integer-atomic counts)")
@@ -1831,8 +1920,16 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     # the step's memsets and copies (on a GPU only: the emulated profile counts kernels); their fixed
     # cost is kernel_fixed_us, not measured on its own
     add("memset", mem_us(params * F32, "copy", cal) + mem_us(N * C * ACT, "copy", cal) + cal["kernel_fixed_us"], 1)
-    rows["memset"]["calls_per_step"] += 2
-    rows["memset"]["note"] = "not in the emulated profile; gradients, loss check, dresidual"
+    # cuBLASLt's own memsets and reductions after a gap: counted at the profiled shapes only
+    profiled = shape is None or dict(shape) == CASES.get(case)
+    rows["memset"]["calls_per_step"] += 2 + (CUBLASLT_MEMSETS.get(case, 0) if profiled else 0)
+    rows["memset"]["note"] = ("not in the emulated profile; gradients, loss check, dresidual"
+                              + (f"; and cuBLASLt's {CUBLASLT_MEMSETS[case]} (counted at cb93781, no time charged)"
+                                 if profiled and case in CUBLASLT_MEMSETS else ""))
+    if profiled and CUBLASLT_REDUCTION_GAPS.get(case):
+        add(CUBLASLT_REDUCTIONS_ROW, 0.0, CUBLASLT_REDUCTION_GAPS[case],
+            "cuBLASLt's split-K reductions that start after a gap (counted at cb93781): their time is in the "
+            "GEMM calls' (gemm_us), here only their launch gaps", nbytes=0.0, flops=0.0)
     add("memcpy HtoD", 2 * htod_us(N * 4, cal) + htod_us(0, cal), 1,
         "not in the emulated profile: tokens, targets, step scalars" + (", token groups" if host_groups else ""))
     rows["memcpy HtoD"]["calls_per_step"] += 2
@@ -1869,7 +1966,8 @@ def prediction(cal, commit, **design):
     return dict(label="modeled", commit=commit, device="NVIDIA H200 (132 SMs)",
                 model="dev/bench/roofline.py calibrated model (docs/cuda_kernels.md, Calibrated model)",
                 calibrated_on="GPU at fa663e0 (docs/results/2026-11-27-H200-fa663e0), global norm at 4628997, "
-                              "the per-kernel profile at c276bf2 (docs/results/2026-11-29-H200-c276bf2)",
+                              "the per-kernel profiles at c276bf2 (docs/results/2026-11-29-H200-c276bf2) and "
+                              "cb93781 (docs/results/2026-12-04-H200-cb93781)",
                 calibration=cal, cases=cases)
 
 
@@ -1879,13 +1977,14 @@ def prediction_markdown(pred):
            f"device {pred['device']}. The next GPU run's `bench/profile/<case>.json` is compared with "
            "`python3 dev/bench/roofline.py --compare PROFILE.json --prediction THIS.json`. Kernel names and "
            "calls per step are the emulated `--profile-steps 1` counts of this commit (plus the step's "
-           "memsets and copies, which the emulation does not count); cuBLASLt is one row here and its own "
+           "memsets and copies, which the emulation does not count, and cuBLASLt's memsets and split-K reductions after a "
+           "launch gap, counted in the GPU profile at cb93781, calls only); cuBLASLt is one row here and its own "
            "kernels on a GPU, which --compare folds into one cuBLASLt row against it. The emulated profiles ran "
            "the cases' model flags at -b 1 -t 128 (the full shapes take over 10 minutes emulated; the launches do "
            "not depend on B and T: the attention split is inside its kernels). A kernel's fixed cost (kernel_fixed_us, "
            f"{pred['calibration']['kernel_fixed_us']:.1f} µs) and the gap after each launch (gap_us, "
            f"{pred['calibration']['gap_us']:.2f} µs, with {pred['calibration']['host_ns_per_position']:.1f} ns of host "
-           "work a token) come from lab rows and the c276bf2 profile's idle time (docs/cuda_kernels.md, Calibrated model).",
+           "work a token) come from lab rows and the cb93781 profile's idle time (docs/cuda_kernels.md, Calibrated model).",
            ""]
     for case, c in pred["cases"].items():
         out += [f"## {case} (`{c['trainer_flags']}`)", "",
@@ -2127,12 +2226,13 @@ def built_steps(cal):
              "the rewritten kernel at eff_elementwise or its static issue bound (17 SASS instructions a column "
              "at attn_bwd_issue_eff_hd32), whichever is longer (assumed, not measured) against c276bf2's kernel "
              "at its lab rates (measured there at 819.8 us in the paper-b16 profile, modeled 684)"),
-            ("attention backward: local heads' blocks walk runs of up to 4 outer tiles (one set-up a run)",
+            ("attention backward: local heads' blocks walk runs of up to 4 outer tiles",
              "paper-b16", *gain("paper-b16", bwd_runs=False),
-             "attn_bwd_block_setup_us (fitted to the c276bf2 backward at B8, where it stands for everything a "
-             "block pays besides its tiles) once a run instead of once an outer tile; the hot loops' static "
-             "figures kept (their common trip is 1-4% shorter in SASS, not counted); runs of 4 at B16, 2 at "
-             "B8 (llmc/core/attention_split.h)"),
+             "the grid's blocks only: attn_bwd_block_setup_us (fitted to the c276bf2 backward at B8) is paid "
+             "once an outer tile in a run too (each loads its K, V or Q, dO and writes its outputs), since "
+             "the cb93781 profile measured the runs' backward as c276bf2's without them (ls-small-b8 543.6 "
+             "against 541.7 µs, paper-b16 907.1 against 900.4) where one set-up a run modeled 0.10 ms less "
+             "at paper-b16; runs of 4 at B16, 2 at B8 (llmc/core/attention_split.h)"),
             ("attention backward's D = rowsum(dO O) in 16-byte packs, a head's lanes reduced by shuffles",
              "paper-b16", *gain("paper-b16", packed_dot=False),
              "the packed kernel at eff_elementwise (assumed, not measured) against c276bf2's warp a row, "
@@ -2179,8 +2279,9 @@ def speed_steps(cal, case="paper-b16"):
     # term for a graph's launches, so this bound is against the gaps of steps issued kernel by kernel)
     launches = sum(r["calls_per_step"] for r in rows)
     out.append(("programmatic dependent launch (the launch gaps)", (launches - 1) * cal["gap_us"],
-                f"every gap gone ({launches - 1:.0f} x gap_us {cal['gap_us']:.2f} µs, the c276bf2 profile's idle time "
-                f"split with the host's per-token work): an upper bound, of which the step graph (the default) "
+                f"every gap gone ({launches - 1:.0f} x gap_us {cal['gap_us']:.2f} µs, the cb93781 profile's idle time "
+                f"split with the host's per-token work; the launches counted with cuBLASLt's memsets and "
+                f"reductions): an upper bound, of which the step graph (the default) "
                 f"measured 0.07 ms at ls-small-b8; built behind --pdl 1, off until a GPU measures it"))
     return base, out
 
@@ -2309,8 +2410,8 @@ def prefill_ls_table(cal):
 
 
 def calibration_markdown(cal, checks):
-    out = ["**Calibrated model** (modeled; calibrated on GPU measurements at fa663e0 and the per-kernel profile at "
-           "c276bf2, H200): parameters", "",
+    out = ["**Calibrated model** (modeled; calibrated on GPU measurements at fa663e0 and the per-kernel profiles at "
+           "c276bf2 and cb93781, H200): parameters", "",
            "| parameter | value |", "|---|---:|"]
     for k, v in cal.items():
         out.append(f"| {k} | {v:.4g} |")
