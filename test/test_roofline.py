@@ -381,7 +381,7 @@ def test_one_pass_kernel_is_kept_apart_and_modeled_per_visited_tile(tmp_path):
 # ---- the calibrated model (modeled; calibrated on the GPU runs at fa663e0 and 4628997) -------------
 FIXTURES = REPO / "test" / "fixtures"
 FIT_TOLERANCE = 1.06  # the stated error on the measurements it was fitted on (attention B8 row: 1.05)
-HELD_OUT_TOLERANCE = 1.3  # the goal per kernel group; held-out rows today: within 0.81-1.22
+HELD_OUT_TOLERANCE = 1.3  # the goal per kernel group; held-out rows today: within 0.79-1.24 (56 rows)
 
 
 @pytest.fixture(scope="module")
