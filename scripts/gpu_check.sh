@@ -540,16 +540,19 @@ stage_profile() {
         fail_step "profile:$gen:generate" "no checkpoint of the profile:$gen run"
         return
     fi
-    step "profile:$gen:generate" 120 bench_generate "${ckpts[-1]}" "$work/bench/generate/$gen.json" "${gen_args[@]}"
-    # the same with programmatic dependent launch (--pdl 1, never yet on a GPU): its prefill and decode
-    # timings against the line above, without a profile (a kernel's span would include its wait for
-    # the one ahead; the generator refuses --bench-profile with --pdl 1): bench/generate/<case>-pdl.json
+    step "profile:$gen:generate" 120 bench_generate "${ckpts[-1]}" "$work/bench/generate/$gen.json" "${gen_args[@]}" \
+        --pdl 0
+    # the same with programmatic dependent launch (--pdl 1; on a GPU at cb93781 0.266 against 0.315 ms a
+    # decoded token): its prefill and decode timings against the line above (its --pdl 0 named, not left
+    # to --pdl auto), without a profile (a kernel's span would include its wait for the one ahead; the
+    # generator refuses --bench-profile with --pdl 1): bench/generate/<case>-pdl.json
     rm -f "$work/bench/generate/$gen-pdl.json"
     step "profile:$gen:generate-pdl" 120 bench_generate_timing "${ckpts[-1]}" "$work/bench/generate/$gen-pdl.json" \
         "${gen_args[@]}" --pdl 1
     # Issue 52's inference targets, ours only (dev/bench/generate_latency.py without torch: the bench
-    # stage's full run adds torch and ls-p100), each decode step eagerly and as one CUDA graph (sides ours
-    # and graph; the generator's default is the graph): the latency benchmark's MHSA and LS P 50 models, prefill
+    # stage's full run adds torch and ls-p100), each decode step kernel by kernel without programmatic
+    # launch (side ours: --cuda-graph 0 --pdl 0, as at cb93781) and with the generator's defaults (side
+    # graph: --cuda-graph 1 --pdl auto): the latency benchmark's MHSA and LS P 50 models, prefill
     # at B 4 x 2048..16384 and decode at context 16384; its table in the step's log, its JSON in
     # bench/latency_targets/ (report.json). Emulated: B 1, a prompt of 16, decode at 20, the models'
     # position embedding 64 rows and their vocabulary 512 (the full model's 16M parameters were most of
@@ -572,7 +575,10 @@ bench_generate() {
     LLMC_CUBLASLT_ALGOS=1 "$generator" --device cuda -e "$ckpt" --bench --bench-profile "$@" >"$json.part" || return
     "$PY" - "$json.part" "$emulate" <<'EOF' || return
 import json, sys
-prof, emulated = json.load(open(sys.argv[1]))["profile"], sys.argv[2] == "1"
+j, emulated = json.load(open(sys.argv[1])), sys.argv[2] == "1"
+if j.get("pdl") != 0:  # the -pdl line's baseline: its timings without programmatic launch
+    sys.exit(f"the profiled bench records pdl = {j.get('pdl')}, not 0")
+prof = j["profile"]
 for what in ("prefill", "decode"):
     t = prof[what]
     ours = [k for k in t["kernels"] if k["kernel"].startswith("llmc::")]

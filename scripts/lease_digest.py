@@ -221,7 +221,7 @@ def generate_section(name, j, where, emulated):
         prefills = ", ".join(f"B {j.get('batch')} x {p['T']}: {p['ms_median']:.3f} ms" for p in pre)
         decodes = ", ".join(f"context {d['context']}: {d['ms_per_token_median']:.3f} ms per token"
                             for d in j.get("decode", []))
-        out.append(f"Prefill: {prefills}; decode: {decodes} (--cuda-graph {j.get('cuda_graph')}).")
+        out.append(f"Prefill: {prefills}; decode: {decodes} (--cuda-graph {j.get('cuda_graph')}, --pdl {j.get('pdl')}).")
     prof = j.get("profile")
     if prof:
         for what in ("prefill", "decode"):
@@ -241,9 +241,11 @@ def reduction(x, ref):
 
 
 # our sides of generate_latency.py, each LS variant compared with MHSA on the same side: "ours" issues each
-# decode step's kernels one by one (--cuda-graph 0), "graph" launches each as one CUDA graph (--cuda-graph 1,
-# the generator's default on the CUDA backend)
-SIDES = {"ours": "each decode step issued kernel by kernel", "graph": "each decode step one CUDA graph, the default"}
+# decode step's kernels one by one without programmatic launch (--cuda-graph 0 --pdl 0), "graph" is the
+# generator's defaults on the CUDA backend (--cuda-graph 1 --pdl auto: each step one CUDA graph, programmatic
+# launch where the device has it); each side's record says what ran (cuda_graph, pdl), printed beside it
+SIDES = {"ours": "each decode step issued kernel by kernel",
+         "graph": "each decode step one CUDA graph, the generator's defaults"}
 
 
 def latency_targets(j):
@@ -273,7 +275,8 @@ def side_targets(res, side, mhsa, least, at):
         needed = [pre.get(t) for t in at]
         prefill_ok = None if any(x is None for x in needed) else all(x >= least for x in needed)
         rows.append(dict(variant=v, prefill=pre, decode=dec, prefill_ok=prefill_ok,
-                         decode_ok=None if dec is None else dec >= DECODE_TARGET[0]))
+                         decode_ok=None if dec is None else dec >= DECODE_TARGET[0],
+                         ran=(ls.get("cuda_graph"), ls.get("pdl"), mhsa.get("cuda_graph"), mhsa.get("pdl"))))
     return rows
 
 
@@ -293,7 +296,9 @@ def latency_section(j, where, emulated):
         return "not measured" if ok is None else ("**met**" if ok else "**missed**")
     for r in rows:
         cells = ", ".join(f"{t}: {fmt(None if x is None else 100 * x, '.1f')}%" for t, x in sorted(r["prefill"].items()))
-        out.append(f"- {r['variant']}, {r['side']} ({SIDES[r['side']]}): prefill below MHSA by {cells}; target >= {100 * least:.0f}% at "
+        g, pdl, mg, mpdl = r["ran"]
+        ran = "" if g is None else f"; ran with --cuda-graph {g} --pdl {pdl}, MHSA's {mg} / {mpdl}"
+        out.append(f"- {r['variant']}, {r['side']} ({SIDES[r['side']]}{ran}): prefill below MHSA by {cells}; target >= {100 * least:.0f}% at "
                    f"{' and '.join(map(str, at))}: {verdict(r['prefill_ok'])}. Decode at {DECODE_TARGET[1]}: "
                    f"{fmt(None if r['decode'] is None else 100 * r['decode'], '.1f')}% below; target >= "
                    f"{100 * DECODE_TARGET[0]:.0f}%: {verdict(r['decode_ok'])}.")

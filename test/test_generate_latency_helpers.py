@@ -76,8 +76,9 @@ def test_parse_ours_subtracts_the_baseline():
     s = gl.parse_ours(json.dumps(SAMPLE))
     assert s["prefill"] == {2048: {"ms": 2.5, "peak_bytes": 4000}, 8192: {"ms": 8.0, "peak_bytes": 8000}}
     assert s["decode"][2048] == {"ms_per_token": 0.5, "kv_cache_bytes": 99, "peak_bytes": 3000}
-    # what ran, as the generator resolved --cuda-graph and --pdl (auto by default); absent in older JSON: None
-    assert (s["cuda_graph"], s["pdl"]) == (SAMPLE.get("cuda_graph"), SAMPLE.get("pdl"))
+    # what ran, as the generator resolved --cuda-graph and --pdl (auto by default); SAMPLE, as a generator's
+    # JSON before it recorded them, has neither: None
+    assert "pdl" not in SAMPLE and s["cuda_graph"] is None and s["pdl"] is None
     t = gl.parse_ours(json.dumps(dict(SAMPLE, cuda_graph=1, pdl=1)))
     assert (t["cuda_graph"], t["pdl"]) == (1, 1)
     with pytest.raises(json.JSONDecodeError):
@@ -89,11 +90,14 @@ def test_ours_command():
     assert cmd[:6] == ["./g", "-e", "m.bin", "--device", "cuda", "--bench"]
     assert cmd[cmd.index("--bench-prompt") + 1] == "2048,8192"
     assert cmd[cmd.index("--bench-contexts") + 1] == "1024,2048"
-    assert cmd[cmd.index("--cuda-graph") + 1] == "0"
+    assert cmd[cmd.index("--cuda-graph") + 1] == "0" and cmd[cmd.index("--pdl") + 1] == "0"
     graph = gl.ours_command("./g", "m.bin", 4, [2048], [1024, 2048], 32, 5, gl.OURS_SIDES["graph"])
-    assert graph[graph.index("--cuda-graph") + 1] == "1"
+    # the graph side is the generator's defaults, named: the graphs and programmatic launch where the device has it
+    assert graph[graph.index("--cuda-graph") + 1] == "1" and graph[graph.index("--pdl") + 1] == "auto"
     assert "--bench-profile" not in graph
-    assert gl.ours_command("./g", "m.bin", 4, [2048], [1024], 32, 5, 1, profile=True)[-1] == "--bench-profile"
+    prof = gl.ours_command("./g", "m.bin", 4, [2048], [1024], 32, 5, gl.OURS_SIDES["graph"], profile=True)
+    # the generator's profile needs --pdl 0: named, so the timings of a --profile run say what they timed
+    assert prof[-1] == "--bench-profile" and prof[prof.index("--pdl") + 1] == "0"
 
 
 def test_parse_ours_keeps_the_profile():

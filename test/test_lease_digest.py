@@ -113,8 +113,13 @@ def test_each_side_is_compared_with_mhsa_on_the_same_side():
     assert rows[("ls-p50", "ours")]["decode"] == pytest.approx(cut_eager)
     assert rows[("ls-p50", "graph")]["decode"] == pytest.approx(cut_graph)
     assert rows[("ls-p50", "ours")]["decode_ok"] is False and rows[("ls-p50", "graph")]["decode_ok"] is True
-    text = "\n".join(lease_digest.latency_section(latency_json(eager, graph=graph), "GPU at abc1234", False))
-    assert "ls-p50, graph (each decode step one CUDA graph, the default)" in text, text
+    j = latency_json(eager, graph=graph)
+    for v in ("mhsa", "ls-p50"):  # what ran, as generate_latency.py records it from the generator's JSON
+        j["results"][v]["graph"].update(cuda_graph=1, pdl=1)
+    text = "\n".join(lease_digest.latency_section(j, "GPU at abc1234", False))
+    assert "ls-p50, graph (each decode step one CUDA graph, the generator's defaults; ran with --cuda-graph 1 " \
+        "--pdl 1, MHSA's 1 / 1)" in text, text
+    assert "ls-p50, ours (each decode step issued kernel by kernel): " in text, text  # older records: nothing said
     del graph["mhsa"]
     rows = lease_digest.latency_targets(latency_json(eager, graph=graph))
     assert [(r["variant"], r["side"]) for r in rows] == [("ls-p50", "ours")]

@@ -20,9 +20,12 @@ Ours: generate_gpt2_ls --bench (one JSON object): prefill at each T = kv_begin +
 --repeats after a warm-up of that T; decode at
 context c = a fresh cache, c - steps tokens prefilled, then `steps` single-token steps timed each to
 the (B, Vp) fp32 logits on the host (what sampling needs); median ms per token. Two sides of ours:
-"ours" issues each decode step's kernels one by one (--cuda-graph 0), "graph" launches each step as
-one CUDA graph (--cuda-graph 1; the first step of a context runs eagerly and the second captures the
-graph: two of the `steps` samples, which the median plays down).
+"ours" issues each decode step's kernels one by one without programmatic dependent launch
+(--cuda-graph 0 --pdl 0), "graph" is the generator's defaults: each step one CUDA graph with
+programmatic dependent launch where the device has it (--cuda-graph 1 --pdl auto; the first step of a
+context runs eagerly and the second captures the graph: two of the `steps` samples, which the median
+plays down). With --profile every side runs with --pdl 0 (the generator's profile needs it off), timings
+included; each side's record keeps the cuda_graph and pdl that ran.
 PyTorch (2.x on the GPU, bf16 weights and activations, eager except the attention kernels):
   prefill: MHSA = SDPA restricted to its flash back-end; LS = flex_attention (torch.compile'd) with
     the per-head block mask (local heads skip key blocks outside their window); the logits of each
@@ -130,16 +133,21 @@ def kv_cache_bytes(cfg, B, max_len, elem_bytes=2):
     return 2 * cfg.num_layers * B * hd * (G * max_len + (cfg.num_heads - G) * min(cfg.window, max_len)) * elem_bytes
 
 
-def ours_command(binary, ckpt, batch, prompts, contexts, steps, repeats, cuda_graph=0, profile=False):
-    """prompts: the prefill lengths, timed in this order. profile: --bench-profile, the per-kernel profile of a
-    prefill (of the last prompt length) and of decode steps after the timings."""
+def ours_command(binary, ckpt, batch, prompts, contexts, steps, repeats, side=("0", "0"), profile=False):
+    """prompts: the prefill lengths, timed in this order. side: (--cuda-graph, --pdl), OURS_SIDES' values.
+    profile: --bench-profile, the per-kernel profile of a prefill (of the last prompt length) and of decode
+    steps after the timings; it runs with --pdl 0, which the generator's profile needs."""
+    graph, pdl = side
     return [binary, "-e", ckpt, "--device", "cuda", "--bench", "--bench-batch", str(batch), "--bench-prompt",
             ",".join(map(str, prompts)), "--bench-contexts", ",".join(map(str, contexts)), "--bench-steps", str(steps),
-            "--bench-repeats", str(repeats), "--cuda-graph", str(cuda_graph)] + (["--bench-profile"] if profile else [])
+            "--bench-repeats", str(repeats), "--cuda-graph", str(graph), "--pdl", "0" if profile else str(pdl)] + \
+        (["--bench-profile"] if profile else [])
 
 
-# our sides: name -> generate_gpt2_ls --cuda-graph (each decode step issued eagerly, or as one CUDA graph)
-OURS_SIDES = {"ours": 0, "graph": 1}
+# our sides: name -> generate_gpt2_ls (--cuda-graph, --pdl): each decode step issued kernel by kernel without
+# programmatic launch, or the generator's defaults on a GPU (one CUDA graph, programmatic launch where the
+# device has it)
+OURS_SIDES = {"ours": ("0", "0"), "graph": ("1", "auto")}
 
 
 def parse_ours(stdout):
@@ -194,8 +202,9 @@ def format_table(results, prompts, contexts):
                          f"{_f(None if kv is None else kv / 2**20, '.2f'):>10} "
                          f"{_f(None if peak is None else peak / 2**20, '.0f'):>9}")
     lines.append("pre@T: ms per prefill of the batch's prompts of length T; dec@c: ms per decoded token (batch) at "
-                 "context c; KV at the largest context; peak: device memory; graph: ours, each decode step one CUDA "
-                 "graph (--cuda-graph 1)")
+                 "context c; KV at the largest context; peak: device memory; ours: --cuda-graph 0 --pdl 0; graph: "
+                 "each decode step one CUDA graph with programmatic launch where the device has it (--cuda-graph 1 "
+                 "--pdl auto; --pdl 0 with --profile)")
     least, at = PREFILL_GOAL
     for side in ("ours", "torch"):
         by = {v: s.get(side) for v, s in results.items()}
@@ -515,10 +524,12 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--skip-ours", action="store_true")
     ap.add_argument("--ours-sides", default=",".join(OURS_SIDES),
-                    help="our sides to time: ours (decode steps issued one by one), graph (each one CUDA graph)")
+                    help="our sides to time: ours (decode steps issued one by one, --pdl 0), graph (each one CUDA "
+                         "graph, --pdl auto: the generator's defaults)")
     ap.add_argument("--profile", action="store_true",
                     help="also the per-kernel profile of a prefill and of decode steps on each of our sides "
-                         "(--bench-profile, after the timings): in the JSON, and its tables in work/")
+                         "(--bench-profile, after the timings): in the JSON, and its tables in work/; every side "
+                         "then runs with --pdl 0, its timings too (the generator's profile needs it off)")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--max-seq-len", type=int, default=BASE["max_seq_len"],
                     help="the models' max_seq_len (rows of the position embedding)")

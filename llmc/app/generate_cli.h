@@ -171,7 +171,7 @@ public:
         if (cfg_.bench_profile && cfg_.pdl == 1)
             return refuse(
                 "--bench-profile times each kernel alone, and --pdl 1 lets a kernel start before the one "
-                "ahead of it ends (its span would include that wait): profile with --pdl 0, or drop "
+                "ahead of it ends (its span would include that wait): profile with --pdl 0 or auto, or drop "
                 "--bench-profile");
         const std::string text_only =
             !cfg_.bench ? ""
