@@ -282,7 +282,7 @@ def side_targets(res, side, mhsa, least, at):
 
 def latency_section(j, where, emulated):
     least, at = PREFILL_TARGET
-    out = [f"### LS against MHSA, ours (`generate_latency.py`, {where})", ""]
+    out = [f"### LS against MHSA, our sides (`generate_latency.py`, {where})", ""]
     rows = latency_targets(j)
     if not rows:
         return out + ["(no MHSA and LS results of ours in it)"]

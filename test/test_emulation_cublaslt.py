@@ -24,7 +24,7 @@ epilogue may round alpha op(A) op(B) + beta C to D's type before adding the bias
 13 on an H200 does, in bf16; h200_epilogue_model() reproduces what it printed), and two tests check that
 this allowance admits that model and the emulation's single rounding but still rejects wrong epilogues.
 Fresh random inputs each run; the seed is printed, LLMC_CUBLASLT_SEED=<seed> repeats a run.
-A mutation test then breaks the emulation in five small ways and requires the comparison to fail.
+A mutation test then breaks the emulation in six small ways and requires the comparison to fail.
 Needs the emulated build (`make emu`, part of `make test`); a missing binary is a failure.
 """
 import json
