@@ -460,13 +460,12 @@ def test_attention_grid_matches_the_split_rule():
 @pytest.mark.parametrize("case", sorted(roofline.CASES))
 def test_prediction_names_what_the_emulated_profile_counts(cal, case):
     """The emulated --profile-steps profiles (real trainer, HEAD, the case's model flags at -b 1 -t 128)
-    list exactly the kernels and calls the prediction has (memsets, copies and cuBLASLt's split-K
-    reductions after a gap, counted on the GPU at cb93781, aside)."""
+    list exactly the kernels and calls the prediction has (memsets and copies aside)."""
     prof = roofline.load_profile(FIXTURES / f"roofline_profile_{case}_emulated.json")
     assert not prof["timed"]
     want = {k["kernel"]: k["calls_per_step"] for k in prof["kernels"]}
     got = {r["kernel"]: r["calls_per_step"] for r in roofline.predict_case(case, cal)
-           if not r["kernel"].startswith(("memset", "memcpy")) and r["kernel"] != roofline.CUBLASLT_REDUCTIONS_ROW}
+           if not r["kernel"].startswith(("memset", "memcpy"))}
     assert got == want
     # the profile's GEMM count is of -b 1 -t 128, the prediction's of the case's shape: flagged (below)
     res = roofline.compare_profile(prof, roofline.prediction(cal, "test")["cases"][case])
@@ -778,9 +777,10 @@ CB93781_REPORT = REPO / "docs" / "results" / "2026-12-04-H200-cb93781" / "report
 
 def test_prediction_is_within_the_tolerance_of_the_cb93781_profile(cal):
     """The GPU at cb93781 (HEAD's build sources) profiled ls-small-b8, paper-b16 and d12-b16: every
-    kernel group and the step of each, predicted for HEAD, within 1.3x. d12-b16 fits no parameter (its
-    cuBLASLt memsets and reductions, counted in its profile, are launches); ls-small-b8's encoder wte
-    row and the idle time of ls-small-b8 and paper-b16 fit."""
+    kernel group and the step of each, predicted for HEAD, within 1.3x. d12-b16 fits no parameter, but
+    its cuBLASLt memsets, counted in its own profile, are launches, and the model's form was chosen
+    after seeing all three rows; ls-small-b8's encoder wte row and the idle time of ls-small-b8 and
+    paper-b16 fit."""
     profiles = roofline.report_profiles(json.loads(CB93781_REPORT.read_text()))
     assert {"ls-small-b8", "paper-b16", "d12-b16"} <= set(profiles)
     pred = roofline.prediction(cal, "test")
@@ -789,11 +789,36 @@ def test_prediction_is_within_the_tolerance_of_the_cb93781_profile(cal):
         res = roofline.compare_profile(prof, pred["cases"][case], tolerance=1.3)
         assert res["timed"] and res["flagged"] == [], (case, res["flagged"])
         assert 1 / 1.3 <= res["step"]["ratio"] <= 1.3, (case, res["step"])
-        # the launches the model counts are the device's activities that start after a gap
-        gaps = prof["idle_split"]["inner_gaps"] + 1
+        # the launches the model counts are the device's activities that start after a gap, but for
+        # cuBLASLt's split-K reductions (0.07-0.24 µs before each: charged no gap). NB: the CUBLASLT_MEMSETS
+        # part of the model's count is read from this same profile, d12-b16's included: this checks the
+        # rest of the count, not a prediction of cuBLASLt's launches
+        reduce_gaps = sum(k["gaps_before"] for k in prof["kernels"] if "splitKreduce" in k["kernel"])
+        gaps = prof["idle_split"]["inner_gaps"] + 1 - reduce_gaps
         assert abs(pred["cases"][case]["launches_per_step"] - gaps) <= 2, (case, gaps)
-    uses = {r["id"]: r["use"] for r in roofline.calibration_checks(cal)}
-    assert all(u == "held out" for k, u in uses.items() if k.startswith("cb93781 profile d12-b16 "))
+
+
+def test_held_out_cb93781_measurements_do_not_move_the_fit():
+    """Held out means no fitted parameter reads it: tripling every cb93781 measurement but the three the
+    fit uses (ls-small-b8's wte row, ls-small-b8's and paper-b16's idle) leaves fit_calibration()
+    unchanged. (True of the fitted parameters only: the model's form and CUBLASLT_MEMSETS were read
+    off these rows, d12-b16's included.)"""
+    fitted = {"cb93781 profile ls-small-b8 encoder_backward_wte_kernel", "cb93781 profile ls-small-b8 idle",
+              "cb93781 profile paper-b16 idle"}
+    base = roofline.fit_calibration()
+    saved = dict(roofline.MEASUREMENTS)
+    moved = [k for k in saved if k.startswith("cb93781 ") and k not in fitted]
+    assert len(moved) > 20 and any(k.startswith("cb93781 profile d12-b16 ") for k in moved)
+    try:
+        for k in moved:
+            roofline.MEASUREMENTS[k] = 3 * saved[k]
+        assert roofline.fit_calibration() == base
+        # and the three fitted rows do move it
+        roofline.MEASUREMENTS["cb93781 profile paper-b16 idle"] = 3 * saved["cb93781 profile paper-b16 idle"]
+        assert roofline.fit_calibration()["gap_us"] != base["gap_us"]
+    finally:
+        roofline.MEASUREMENTS.clear()
+        roofline.MEASUREMENTS.update(saved)
 
 
 def test_backward_runs_pay_a_set_up_an_outer_tile(cal):

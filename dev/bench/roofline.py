@@ -682,8 +682,8 @@ def markdown(name, rows, summary, with_sass):
 #   host -> device copies copy_fixed_us + bytes / PCIE_HTOD
 #   the step              sum of its kernels + its idle time: (launches - 1) x gap_us + positions x
 #                         host_ns_per_position (the host's per-token work inside the step's window); the
-#                         launches as the device runs them, with cuBLASLt's memsets and its split-K
-#                         reductions after a gap (counted in the cb93781 profile: CUBLASLT_MEMSETS)
+#                         launches as the device runs them, with cuBLASLt's memsets (counted in the
+#                         cb93781 profile: CUBLASLT_MEMSETS); its split-K reductions pay no gap
 # Each parameter is fitted from named measurements (MEASUREMENTS, fit_calibration: CALIBRATION_SOURCES
 # says which fixes which) and checked on measurements not used to fit it (calibration_checks): the lab
 # rows and steps of fa663e0, the per-kernel profile of c276bf2 (its ls-small-b8 case fits, its
@@ -1235,11 +1235,12 @@ MEASUREMENTS = {
 # The activities cuBLASLt adds to a step besides its GEMM kernels, counted in the cb93781 profile (GPU at
 # cb93781; cuBLASLt's heuristic picks them, so the model takes the counts, it does not predict them):
 # memsets beyond the step's own three (the profile's memset row: 16, 22, 102 a step; 0.4 µs each at
-# ls-small-b8, charged nothing here) and its split-K reduction kernels that start after a gap (24 of 24
-# reductions back to back at ls-small-b8 but one, 13.5 of 25 at paper-b16, 22.6 of 36 at d12-b16). Each
-# is one more launch gap in the step (step_idle_us); a shape not listed gets none.
+# ls-small-b8, charged nothing here). Each is one more launch gap in the step (step_idle_us); a shape
+# not listed gets none. Its split-K reduction kernels (24, 25, 36 a step) are charged no gap: the
+# profile's splitKreduce row puts 0.07 µs before them in all at ls-small-b8 (1 gap), 2.02 at paper-b16
+# (13.5 gaps), 5.47 at d12-b16 (22.6 gaps), 0.07-0.24 µs a reduction (each is queued right after its
+# GEMM). f1ae92f charged each of those a full gap_us; the profile does not support that.
 CUBLASLT_MEMSETS = {"ls-small-b8": 13, "paper-b16": 19, "d12-b16": 99}
-CUBLASLT_REDUCTION_GAPS = {"ls-small-b8": 1.0, "paper-b16": 13.5, "d12-b16": 22.625}
 # bytes each memory-bound lab row counts (its GB/s x its ms, as printed)
 LAB_BYTES = {
     "fa663e0 adamw n130023424": 2916.9e9 * 1.3373e-3, "fa663e0 adamw n3145728": 2469.9e9 * 0.0382e-3,
@@ -1491,9 +1492,9 @@ CALIBRATION_SOURCES = {
     "gap_us, host_ns_per_position": "the idle time of the cb93781 profile's ls-small-b8 and paper-b16 (exact: two "
                                     "rows, two parameters) = (launches - 1) x gap_us + positions x "
                                     "host_ns_per_position (gap_us_fit; used as max(0, fit)), the launches as the "
-                                    "device runs them: the model's, cuBLASLt's memsets (CUBLASLT_MEMSETS) and its "
-                                    "split-K reductions after a gap (CUBLASLT_REDUCTION_GAPS), both counted in that "
-                                    "profile (the gaps before them: 1.5-2 µs each, like any launch's); paper-b16 "
+                                    "device runs them: the model's and cuBLASLt's memsets (CUBLASLT_MEMSETS, counted in "
+                                    "that profile; the gaps before them ~2 µs each, like any launch's; cuBLASLt's "
+                                    "split-K reductions pay none: 0.07-0.24 µs before each in that profile); paper-b16 "
                                     "idles 92 µs more with 5 fewer activities, so the idle grows with the tokens "
                                     "(the host's per-token work before the step's uploads); the cb93781 d12-b16 "
                                     "idle (its cuBLASLt counts from its own profile: 99 memsets), c276bf2's two "
@@ -1549,8 +1550,8 @@ def fit_calibration():
     cal["eff_encoder_wte"] = (encoder_wte_bytes(c["B"] * c["T"], c["C"], padded_vocab(c["V"])) / (busy * 1e-6)
                               / H200_BANDWIDTH)
     # idle: the two cb93781 profiles' idle time = (launches - 1) x gap_us + positions x host_ns_per_position,
-    # launches as the device runs them: the model's (a cuBLASLt call one) + cuBLASLt's memsets and its
-    # split-K reductions after a gap (CUBLASLT_MEMSETS, CUBLASLT_REDUCTION_GAPS: counted in the profile)
+    # launches as the device runs them: the model's (a cuBLASLt call one) + cuBLASLt's memsets
+    # (CUBLASLT_MEMSETS: counted in the profile; its split-K reductions are charged no gap)
     cal["gap_us"] = cal["host_ns_per_position"] = 0.0
     (a1, n1, i1), (a2, n2, i2) = ((profile_launches(c, cal) - 1, profile_positions(c),
                                    MEASUREMENTS[f"cb93781 profile {c} idle"]) for c in ("ls-small-b8", "paper-b16"))
@@ -1721,11 +1722,6 @@ def encoder_bwd_wte_wpe_us(B, T, C, cal, Vp=None):
 
 # The emulated profile's one row for every cuBLASLt call (llmc/cuda/kernel_profiler.cuh)
 EMULATED_GEMM_ROW = "cublasLtMatmul [emulated cuBLASLt: one call, its kernels unknown]"
-# The prediction's row of cuBLASLt's split-K reductions that follow a launch gap (CUBLASLT_REDUCTION_GAPS):
-# calls only (a GEMMs row: --compare folds it into the cuBLASLt row)
-CUBLASLT_REDUCTIONS_ROW = "cublasLt splitKreduce [launches after a gap; time in the GEMM calls]"
-
-
 def encoder_wte_bytes(N, C, Vp):
     """HEAD's encoder_backward_wte_kernel's traffic: dout read once (N C bf16), the positions' token and
     sorted index (8 bytes each), the groups' starts, each group's dwte row read and written (fp32)."""
@@ -1920,16 +1916,12 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     # the step's memsets and copies (on a GPU only: the emulated profile counts kernels); their fixed
     # cost is kernel_fixed_us, not measured on its own
     add("memset", mem_us(params * F32, "copy", cal) + mem_us(N * C * ACT, "copy", cal) + cal["kernel_fixed_us"], 1)
-    # cuBLASLt's own memsets and reductions after a gap: counted at the profiled shapes only
+    # cuBLASLt's own memsets: counted at the profiled shapes only (its split-K reductions: no gap charged)
     profiled = shape is None or dict(shape) == CASES.get(case)
     rows["memset"]["calls_per_step"] += 2 + (CUBLASLT_MEMSETS.get(case, 0) if profiled else 0)
     rows["memset"]["note"] = ("not in the emulated profile; gradients, loss check, dresidual"
                               + (f"; and cuBLASLt's {CUBLASLT_MEMSETS[case]} (counted at cb93781, no time charged)"
                                  if profiled and case in CUBLASLT_MEMSETS else ""))
-    if profiled and CUBLASLT_REDUCTION_GAPS.get(case):
-        add(CUBLASLT_REDUCTIONS_ROW, 0.0, CUBLASLT_REDUCTION_GAPS[case],
-            "cuBLASLt's split-K reductions that start after a gap (counted at cb93781): their time is in the "
-            "GEMM calls' (gemm_us), here only their launch gaps", nbytes=0.0, flops=0.0)
     add("memcpy HtoD", 2 * htod_us(N * 4, cal) + htod_us(0, cal), 1,
         "not in the emulated profile: tokens, targets, step scalars" + (", token groups" if host_groups else ""))
     rows["memcpy HtoD"]["calls_per_step"] += 2
@@ -1977,8 +1969,8 @@ def prediction_markdown(pred):
            f"device {pred['device']}. The next GPU run's `bench/profile/<case>.json` is compared with "
            "`python3 dev/bench/roofline.py --compare PROFILE.json --prediction THIS.json`. Kernel names and "
            "calls per step are the emulated `--profile-steps 1` counts of this commit (plus the step's "
-           "memsets and copies, which the emulation does not count, and cuBLASLt's memsets and split-K reductions after a "
-           "launch gap, counted in the GPU profile at cb93781, calls only); cuBLASLt is one row here and its own "
+           "memsets and copies, which the emulation does not count, and cuBLASLt's memsets, counted in the GPU "
+           "profile at cb93781, calls only; its split-K reductions are charged no launch gap); cuBLASLt is one row here and its own "
            "kernels on a GPU, which --compare folds into one cuBLASLt row against it. The emulated profiles ran "
            "the cases' model flags at -b 1 -t 128 (the full shapes take over 10 minutes emulated; the launches do "
            "not depend on B and T: the attention split is inside its kernels). A kernel's fixed cost (kernel_fixed_us, "
@@ -2280,9 +2272,11 @@ def speed_steps(cal, case="paper-b16"):
     launches = sum(r["calls_per_step"] for r in rows)
     out.append(("programmatic dependent launch (the launch gaps)", (launches - 1) * cal["gap_us"],
                 f"every gap gone ({launches - 1:.0f} x gap_us {cal['gap_us']:.2f} µs, the cb93781 profile's idle time "
-                f"split with the host's per-token work; the launches counted with cuBLASLt's memsets and "
-                f"reductions): an upper bound, of which the step graph (the default) "
-                f"measured 0.07 ms at ls-small-b8; built behind --pdl 1, off until a GPU measures it"))
+                f"split with the host's per-token work; the launches counted with cuBLASLt's memsets, its "
+                f"split-K reductions charged none): an upper bound, of which the step graph (the default) "
+                f"measured 0.07 ms at ls-small-b8; built behind --pdl 1, which the GPU at cb93781 measured "
+                f"at ls-small-b8: 0.15 ms a step less eager, 0.06 ms as a graph, bit-identical; the "
+                f"trainer keeps it off by default, the generator's default is --pdl auto"))
     return base, out
 
 
