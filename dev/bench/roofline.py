@@ -1239,7 +1239,7 @@ MEASUREMENTS = {
 # not listed gets none. Its split-K reduction kernels (24, 25, 36 a step) are charged no gap: the
 # profile's splitKreduce row puts 0.07 µs before them in all at ls-small-b8 (1 gap), 2.02 at paper-b16
 # (13.5 gaps), 5.47 at d12-b16 (22.6 gaps), 0.07-0.24 µs a reduction (each is queued right after its
-# GEMM). f1ae92f charged each of those a full gap_us; the profile does not support that.
+# GEMM). 3bd78f8 charged each of those a full gap_us; the profile does not support that.
 CUBLASLT_MEMSETS = {"ls-small-b8": 13, "paper-b16": 19, "d12-b16": 99}
 # bytes each memory-bound lab row counts (its GB/s x its ms, as printed)
 LAB_BYTES = {
