@@ -74,9 +74,11 @@ def test_twin_is_the_model_checks_count_and_options():
 
 def test_trainer_command_passes_the_model_options():
     for name, flags in [("ls-small", []), ("paper", ["--bias", "0", "--gelu", "erf", "--untie-embeddings"])]:
-        cmd = tv.trainer_command("./train_gpt2_ls", dict(tv.MODELS[name], name=name), "d/train_*.bin", "o", 40)
+        cmd = tv.trainer_command("./train_gpt2_ls", dict(tv.MODELS[name], name=name), "w/init.bin", "d/train_*.bin",
+                                 "o", 40)
         assert cmd[-len(flags):] == flags if flags else not ({"--bias", "--gelu", "--untie-embeddings"} & set(cmd)), \
             (name, cmd)
+        assert cmd[cmd.index("-e") + 1] == "w/init.bin"  # the shared init, not the preset's own draw
 
 
 def test_flops_per_token():
@@ -209,8 +211,14 @@ def test_training_agreement_compares_the_losses_step_by_step():
     ag = tv.training_agreement({"losses": [9.0, 8.0, 7.0]}, {"losses": [9.1, 8.1, 7.2, 6.0]})
     assert ag["steps"] == 3 and ag["alike"] and ag["ours_last"] == 7.0 and ag["torch_last"] == 7.2
     assert ag["max_rel_gap_step"] == 3 and math.isclose(ag["max_rel_gap"], 0.2 / 7.2)
-    far = tv.training_agreement({"losses": [9.0, 9.0, 9.0]}, {"losses": [9.0, 8.0, 7.0]})
+    assert ag["first_apart_step"] is None and ag["ours_norm_there"] is None
+    far = tv.training_agreement({"losses": [9.0, 9.0, 9.0], "norms": [2.0, 11.0, 3.0]},
+                                {"losses": [9.0, 8.0, 7.0], "norms": [2.1, 1.5]})
     assert not far["alike"] and far["max_rel_gap_step"] == 3
+    # where they first part (9 vs 8: 12.5%), with each side's gradient norm there
+    assert far["first_apart_step"] == 2 and far["ours_norm_there"] == 11.0 and far["torch_norm_there"] == 1.5
+    t = tv.format_table([{"model": "d12", "batch_size": 1, "seq_len": 8, "target_speedup": 1.0, "training": far}], "x")
+    assert "first apart at step 2: gradient norm ours 11, torch 1.5" in t
     assert not tv.training_agreement({"losses": [9.0, float("nan")]}, {"losses": [9.0, 8.9]})["alike"]
     assert not tv.training_agreement({"losses": [9.0, None]}, {"losses": [9.0, 8.9]})["alike"]
     assert tv.training_agreement({"losses": []}, {"losses": [9.0]}) is None
@@ -226,7 +234,7 @@ def trainer_or_skip():
 def test_trainer_command_uses_only_real_flags():
     help_text = subprocess.run([trainer_or_skip(), "--help"], capture_output=True, text=True, timeout=60).stdout
     for name, m in tv.MODELS.items():
-        cmd = tv.trainer_command("./train_gpt2_ls", dict(m, name=name), "d/train_*.bin", "o", 40)
+        cmd = tv.trainer_command("./train_gpt2_ls", dict(m, name=name), "init.bin", "d/train_*.bin", "o", 40)
         flags = [a for a in cmd if a.startswith("-")]
         assert flags, cmd
         for f in flags:
@@ -280,14 +288,23 @@ def test_twin_matches_reference_on_cpu():
     assert "self-test passed" in p.stdout
 
 
+def write_init_or_fail(py, model, path):
+    """The shared init of a model through the benchmark's own --worker init."""
+    p = subprocess.run([py, str(REPO / "dev" / "bench" / "train_vs_torch.py"), "--worker", "init", "--model", model,
+                        "--init", str(path)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and path.exists(), p.stdout + p.stderr
+    return path
+
+
 def test_torch_worker_runs_on_cpu(tmp_path):
     """The benchmark's torch worker end to end on the CPU (tiny model, dense attention, no compile): its
     check against the reference (fp32, and the loss under bf16 autocast) passes and it writes its JSON."""
     py = torch_python_or_skip()
     out = tmp_path / "w.json"
+    init = write_init_or_fail(py, "tiny-test", tmp_path / "init.bin")
     p = subprocess.run([py, str(REPO / "dev" / "bench" / "train_vs_torch.py"), "--worker", "torch",
                         "--worker-device", "cpu", "--model", "tiny-test", "--json", str(out), "--steps", "3",
-                        "--warmup", "2"], capture_output=True, text=True, timeout=300)
+                        "--warmup", "2", "--init", str(init)], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     w = json.loads(out.read_text())
     assert w["status"] == "ok" and w["attention"] == "dense" and w["check"]["passed"]
@@ -295,6 +312,19 @@ def test_torch_worker_runs_on_cpu(tmp_path):
     assert w["check"]["loss_bf16_rel"] <= tv.BF16_LOSS_TOL and w["check"]["loss_bf16"] != w["check"]["loss_twin"]
     assert w["check"]["wrong_layout_logits_rel"] > 2 * tv.CHECK_TOL["logits_rel"]
     assert w["ms"]["n"] == 3 and math.isfinite(w["loss_first"]) and math.isfinite(w["loss_last"])
+    assert len(w["norms"]) == 5 and all(math.isfinite(x) and x > 0 for x in w["norms"])
+
+
+def test_worker_refuses_another_models_init(tmp_path):
+    """The twin never starts from weights of another model: an init file of tiny-paper-test given to the
+    tiny-test worker is refused with a line naming the file."""
+    py = torch_python_or_skip()
+    init = write_init_or_fail(py, "tiny-paper-test", tmp_path / "init.bin")
+    p = subprocess.run([py, str(REPO / "dev" / "bench" / "train_vs_torch.py"), "--worker", "torch",
+                        "--worker-device", "cpu", "--model", "tiny-test", "--json", str(tmp_path / "w.json"),
+                        "--steps", "1", "--warmup", "1", "--init", str(init)], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode != 0 and f"{init}: its model" in p.stderr, p.stdout + p.stderr
 
 
 @pytest.mark.parametrize("model", ["tiny-test", "tiny-paper-test"])
@@ -311,15 +341,16 @@ def test_both_sides_train_alike_on_cpu(tmp_path, model):
     warm, steps = 4, 12
     data = tmp_path / "data"
     tv.write_benchmark_shards(str(data), m["vocab_size"], m["batch_size"], m["seq_len"], warm + steps + 4)
+    init = write_init_or_fail(py, model, tmp_path / "init.bin")
     out = tmp_path / "ours"
-    cmd = tv.trainer_command(binary, m, str(data / "train_*.bin"), str(out), warm + steps, device="cpu")
+    cmd = tv.trainer_command(binary, m, str(init), str(data / "train_*.bin"), str(out), warm + steps, device="cpu")
     p = subprocess.run(cmd + ["--threads", "1"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     ours = tv.parse_trainer_metrics(str(out / "metrics.jsonl"), warm)
     js = tmp_path / "t.json"
     p = subprocess.run([py, str(REPO / "dev" / "bench" / "train_vs_torch.py"), "--worker", "torch", "--worker-device",
                         "cpu", "--model", model, "--json", str(js), "--steps", str(steps), "--warmup",
-                        str(warm)], capture_output=True, text=True, timeout=300)
+                        str(warm), "--init", str(init)], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     w = json.loads(js.read_text())
     # the twin is the model named: its parameter count and options (a twin built with GPT-2's options
@@ -329,7 +360,38 @@ def test_both_sides_train_alike_on_cpu(tmp_path, model):
     assert not tv.twin_is_the_model(w, tv.MODELS[other])
     ag = tv.training_agreement(ours, w)
     assert ag["steps"] == warm + steps and ag["alike"], ag
+    # both started from the init file: the first step's loss is the reference's at its weights (ours in
+    # fp32 to 1e-5, the twin under bf16 autocast to BF16_LOSS_TOL), and another draw of the init (seed
+    # + 1) gives a loss further from it than ours is (so the check tells the weights apart)
+    at_file, other = reference_first_losses(py, m, init, data)
+    assert abs(ours["losses"][0] - at_file) <= 1e-5 * at_file, (ours["losses"][0], at_file)
+    assert abs(w["losses"][0] - at_file) <= tv.BF16_LOSS_TOL * at_file, (w["losses"][0], at_file)
+    assert abs(other - at_file) > 10 * abs(ours["losses"][0] - at_file), (other, at_file, ours["losses"][0])
     assert ag["ours_last"] < ag["ours_first"] - 0.3 and ag["torch_last"] < ag["torch_first"] - 0.3, ag
+
+
+def reference_first_losses(py, m, init, data):
+    """dev/reference/gpt2_ls.py's loss (fp64) on the benchmark batch at the weights of the init file, and
+    at a draw of GPT-2's init with seed INIT_SEED + 1, computed by the torch python."""
+    code = f"""
+import sys
+sys.path[:0] = [{str(REPO / "dev" / "reference")!r}, {str(REPO / "dev" / "bench")!r}]
+import numpy as np, torch
+import gpt2_ls as ref, train_vs_torch as tv
+m = tv.MODELS[{m["name"]!r}]
+B, T = m["batch_size"], m["seq_len"]
+x = tv.benchmark_tokens(m["vocab_size"], B, T)
+idx = torch.from_numpy(x.reshape(B, T).astype(np.int64))
+tgt = torch.from_numpy(np.concatenate([x[1:], x[:1]]).reshape(B, T).astype(np.int64))
+cfg = tv.twin_config(m)
+at_file = {{k: v.double() for k, v in tv.read_init(m, {str(init)!r}).items()}}
+other = ref.init_params(cfg, torch.Generator().manual_seed(tv.INIT_SEED + 1), dtype=torch.float64, perturbed=False)
+print(float(ref.forward(cfg, at_file, idx, tgt)[1]), float(ref.forward(cfg, other, idx, tgt)[1]))
+"""
+    p = subprocess.run([py, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    a, b = p.stdout.split()
+    return float(a), float(b)
 
 
 def test_twin_forward_keeps_a_callable_without_truth_value():

@@ -16,8 +16,12 @@ Per model:
   1. one batch of B x T uniform random token ids (benchmark_tokens), the same for both sides and every
      step, written for ours as a shard of the batch repeated (write_benchmark_shards): every window the
      trainer reads is the batch, so both sides run the same optimisation (same data, constant learning
-     rate TRAIN_LR without warmup, AdamW with the trainer's defaults, clipping at 1.0; inits of the same
-     distribution), and their losses are compared step by step (training_agreement, TRAIN_AGREE_TOL);
+     rate TRAIN_LR without warmup, AdamW with the trainer's defaults, clipping at 1.0), from the same
+     weights: GPT-2's init drawn once (dev/reference/gpt2_ls.py, seed INIT_SEED) into a model file
+     (--worker init, write_init) that ours loads with -e and the twin loads too, and their losses are
+     compared step by step (training_agreement, TRAIN_AGREE_TOL; gradient norms beside them). Inits
+     drawn apart are not enough at d12's size: with no warmup its first steps are chaotic, and two
+     draws of the same distribution part by 18% at step 4 on the CPU (docs/results/2026-12-04-H200-c2b0f82);
   2. ours: the trainer as a subprocess for warmup + steps optimizer steps; ms/step = median of
      metrics.jsonl's "ms" after the warm-up steps (wall time of forward+backward+update, including
      the trainer's per-step host syncs and its logit statistics, which it always records);
@@ -219,7 +223,8 @@ def parse_trainer_metrics(path, skip_steps):
                 reported[k] = max(reported.get(k, v), v) if "mem" in k else v
     return {"steps_total": len(recs), "steps_timed": len(timed), "ms": summarize_ms([r["ms"] for r in timed]),
             "loss_first": recs[0].get("loss") if recs else None, "loss_last": recs[-1].get("loss") if recs else None,
-            "losses": [r.get("loss") for r in recs], "trainer_reported": reported}
+            "losses": [r.get("loss") for r in recs], "norms": [r.get("grad_norm") for r in recs],
+            "trainer_reported": reported}
 
 
 def side_result(ms_summary, tokens_per_step, flops_tok, peak):
@@ -247,8 +252,15 @@ def training_agreement(ours, torch_side, tol=TRAIN_AGREE_TOL):
     gaps = [abs(x - y) / abs(y) if x is not None and y and math.isfinite(x) and math.isfinite(y) else math.inf
             for x, y in zip(a[:n], b[:n])]
     worst = max(gaps)
+    apart = next((i + 1 for i, g in enumerate(gaps) if not g <= tol), None)
+
+    def norm_at(side, step):  # the gradient norm (before clipping) a side reports at a 1-based step, if any
+        ns = (side or {}).get("norms") or []
+        return ns[step - 1] if step and step <= len(ns) else None
     return {"steps": n, "ours_first": a[0], "torch_first": b[0], "ours_last": a[n - 1], "torch_last": b[n - 1],
             "max_rel_gap": worst, "max_rel_gap_step": gaps.index(worst) + 1, "tolerance": tol,
+            "first_apart_step": apart, "ours_norm_there": norm_at(ours, apart),
+            "torch_norm_there": norm_at(torch_side, apart),
             "alike": bool(worst <= tol)}
 
 
@@ -287,6 +299,10 @@ def format_table(results, device):
                          f"{100 * ag['max_rel_gap']:.1f}% (step {ag['max_rel_gap_step']}; bound "
                          f"{100 * ag['tolerance']:g}%): " + ("trained alike" if ag["alike"] else
                                                              "FAIL (the two sides did not train alike)"))
+            if ag.get("first_apart_step"):
+                lines.append(f"{r['model']:10s} first apart at step {ag['first_apart_step']}: gradient norm ours "
+                             f"{_fmt(ag.get('ours_norm_there'), '.3g')}, "
+                             f"torch {_fmt(ag.get('torch_norm_there'), '.3g')}")
     return "\n".join(lines)
 
 
@@ -328,12 +344,15 @@ def git_commit():
 # trainer's defaults otherwise (betas 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices and
 # embeddings, gradient clipping at 1.0), which torch_fast_model.make_optimizer copies.
 TRAIN_LR = 6e-4
+# The seed of the one GPT-2 init both sides start from (write_init)
+INIT_SEED = 1337
 
 
-def trainer_command(trainer, m, data_glob, out_dir, steps, device="cuda"):
-    """The trainer's command line for one benchmark run (no validation, samples or extra checkpoints),
-    the model named in full and the optimisation of TRAIN_LR; the data read in order."""
-    return [trainer, "--device", device, "-e", m["preset"], "--layers", str(m["num_layers"]),
+def trainer_command(trainer, m, init, data_glob, out_dir, steps, device="cuda"):
+    """The trainer's command line for one benchmark run (no validation, samples or extra checkpoints):
+    the weights of the model file init (write_init), the model named in full as well (the trainer
+    refuses a flag the file contradicts), the optimisation of TRAIN_LR; the data read in order."""
+    return [trainer, "--device", device, "-e", init, "--layers", str(m["num_layers"]),
             "--channels", str(m["channels"]), "--heads", str(m["num_heads"]), "--vocab", str(m["vocab_size"]),
             "--global-heads", str(m["global_heads"]), "--window", str(m["window"]),
             "--max-seq-len", str(m["max_seq_len"]), "-b", str(m["batch_size"]), "-t", str(m["seq_len"]),
@@ -347,6 +366,52 @@ def option_flags(m):
     bias, gelu, tied = model_options(m)
     return (["--bias", "0"] if not bias else []) + (["--gelu", gelu] if gelu != "tanh" else []) + \
         (["--untie-embeddings"] if not tied else [])
+
+
+def _use_reference():
+    """dev/reference (gpt2_ls.py, checkpoint.py, model_config.py) importable."""
+    ref_dir = os.path.join(REPO, "dev", "reference")
+    if ref_dir not in sys.path:
+        sys.path.insert(0, ref_dir)
+
+
+def twin_config(m):
+    """The reference's Config of a MODELS entry (dev/reference/model_config.py, torch-free)."""
+    _use_reference()
+    from model_config import Config
+    bias, gelu, tied = model_options(m)
+    return Config(max_seq_len=m["max_seq_len"], vocab_size=m["vocab_size"],
+                  padded_vocab_size=pad_vocab(m["vocab_size"]), num_layers=m["num_layers"],
+                  num_heads=m["num_heads"], channels=m["channels"],
+                  global_heads=m["global_heads"], window=m["window"], bias=bias, gelu=gelu, tied_embeddings=tied)
+
+
+def init_path(work, name):
+    return os.path.join(work, f"init_{name}.bin")
+
+
+def write_init(m, path):
+    """GPT-2's init of the model m (dev/reference/gpt2_ls.py init_params, seed INIT_SEED, fp32) as our
+    model file (dev/reference/checkpoint.py): the weights both sides start from. Needs torch (CPU only)."""
+    import torch
+    _use_reference()
+    import gpt2_ls as ref
+    import checkpoint as ck
+    cfg = twin_config(m)
+    p = ref.init_params(cfg, torch.Generator().manual_seed(INIT_SEED), dtype=torch.float32, perturbed=False)
+    ck.write_model(path, cfg, ref.flatten(cfg, p).numpy())
+
+
+def read_init(m, path):
+    """The named tensors of the model file path (write_init), refused unless its model is m's."""
+    import torch
+    _use_reference()
+    import gpt2_ls as ref
+    import checkpoint as ck
+    cfg, flat, _ = ck.read_model(path)
+    if cfg != twin_config(m):
+        raise ValueError(f"{path}: its model {cfg} is not {m.get('name', m['preset'])}'s {twin_config(m)}")
+    return ref.split_flat(cfg, torch.from_numpy(flat))
 
 
 def _write_shard_dir(out_dir, vocab_size, tokens, dataset):
@@ -474,6 +539,20 @@ def run_streaming(cmd, log_path, on_line=None, timeout=None, cwd=REPO):
 # ------------------------------------------------------------------------------------------------
 # the two sides
 
+def make_init(m, args, work):
+    """Writes the shared init of m (init_path) with a --worker init subprocess (torch stays out of this
+    process); None, or the reason it failed."""
+    path = init_path(work, m["name"])
+    if os.path.exists(path):
+        os.remove(path)
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "init", "--model", m["name"], "--init", path]
+    print(f"[{m['name']}] init: {' '.join(cmd)}", flush=True)
+    rc, tail = run_streaming(cmd, os.path.join(work, f"init_{m['name']}.log"), timeout=args.timeout)
+    if rc != 0 or not os.path.exists(path):
+        return f"exit {rc}: " + " | ".join(tail[-3:])
+    return None
+
+
 def run_ours(m, args, work, tokens_per_step, flops_tok, peak):
     name = m["name"]
     data_dir = os.path.join(work, f"data_{name}")
@@ -481,7 +560,8 @@ def run_ours(m, args, work, tokens_per_step, flops_tok, peak):
     write_benchmark_shards(data_dir, m["vocab_size"], m["batch_size"], m["seq_len"], steps + 4)
     out_dir = os.path.join(work, f"ours_{name}")
     shutil.rmtree(out_dir, ignore_errors=True)
-    cmd = trainer_command(args.trainer, m, os.path.join(data_dir, "train_*.bin"), out_dir, steps,
+    init = init_path(work, name)
+    cmd = trainer_command(args.trainer, m, init, os.path.join(data_dir, "train_*.bin"), out_dir, steps,
                           device=args.worker_device)
     log = os.path.join(work, f"ours_{name}.log")
     print(f"[{name}] ours: {' '.join(cmd)}", flush=True)
@@ -507,7 +587,8 @@ def run_torch(m, args, work, tokens_per_step, flops_tok, peak):
     if os.path.exists(out_json):
         os.remove(out_json)
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "torch", "--model", name, "--json", out_json,
-           "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch-size", str(m["batch_size"])]
+           "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch-size", str(m["batch_size"]),
+           "--init", init_path(work, name)]
     if args.attn:
         cmd += ["--attn", args.attn]
     if args.worker_device != "cuda":
@@ -577,11 +658,8 @@ def torch_worker(args):
 
     spec = dict(MODELS[args.model])
     B, T = args.batch_size, spec["seq_len"]
-    bias, gelu, tied = model_options(spec)
-    cfg = Config(max_seq_len=spec["max_seq_len"], vocab_size=spec["vocab_size"],
-                 padded_vocab_size=pad_vocab(spec["vocab_size"]), num_layers=spec["num_layers"],
-                 num_heads=spec["num_heads"], channels=spec["channels"], global_heads=spec["global_heads"],
-                 window=spec["window"], bias=bias, gelu=gelu, tied_embeddings=tied)
+    cfg = twin_config(spec)
+    start = read_init(spec, args.init)  # the weights ours starts from too (refused when another model's)
     dev = torch.device(args.worker_device)
     on_gpu = dev.type == "cuda"
     torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference stays fp32; the twin runs in bf16
@@ -644,9 +722,10 @@ def torch_worker(args):
         save()
         return 1
 
-    # 2. timing: GPT-2 init, the trainer's AdamW defaults, host batches copied in each step
+    # 2. timing: the shared GPT-2 init (--init), the trainer's AdamW defaults, host batches copied in each step
     print("== timing ==", flush=True)
-    model.load_params(ref.init_params(cfg, torch.Generator().manual_seed(1337), dtype=torch.float32, perturbed=False))
+    model.load_params({n: t.to(dev) for n, t in start.items()})
+    del start
     opt = tfm.make_optimizer(model, lr=TRAIN_LR)
     # the benchmark batch as ours reads it (write_benchmark_shards): inputs X, targets X shifted by one
     x_tok = benchmark_tokens(cfg.vocab_size, B, T)
@@ -663,11 +742,13 @@ def torch_worker(args):
         with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
             _, loss, _ = compiled(x, y, 0.0)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)  # foreach by default on CUDA
+        norm = torch.nn.utils.clip_grad_norm_(params, 1.0)  # foreach by default on CUDA
         opt.step()
         opt.zero_grad(set_to_none=True)
+        norms.append(norm.detach())  # read after the loop: no host sync inside it
         return loss.detach()
 
+    norms = []
     t0 = time.time()
     losses = [step(i) for i in range(args.warmup)]
     sync()
@@ -691,7 +772,8 @@ def torch_worker(args):
             losses.append(step(args.warmup + i))
             ms.append(1000 * (time.perf_counter() - t1))
     losses = [float(x) for x in losses]
-    result.update(ms=summarize_ms(ms), ms_all=ms, loss_first=losses[0], loss_last=losses[-1], losses=losses)
+    result.update(ms=summarize_ms(ms), ms_all=ms, loss_first=losses[0], loss_last=losses[-1], losses=losses,
+                  norms=[float(x) for x in norms])
     finite = all(math.isfinite(x) for x in losses)
     result["status"] = "ok" if finite else "FAIL (non-finite loss)"
     save()
@@ -726,16 +808,22 @@ def main(argv=None):
     ap.add_argument("--skip-ours", action="store_true")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--timeout", type=float, default=420, help="seconds per side before it is killed")
-    ap.add_argument("--worker", choices=["torch"], help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=["torch", "init"], help=argparse.SUPPRESS)  # init: write_init to --init
+    ap.add_argument("--init", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--json", help=argparse.SUPPRESS)
     ap.add_argument("--worker-device", default="cuda", help=argparse.SUPPRESS)  # cpu: exercise the worker only
     args = ap.parse_args(argv)
     if args.steps < 1 or args.warmup < 1:
         ap.error("--steps and --warmup must be >= 1")
+    if args.worker == "init":
+        if args.model not in MODELS or not args.init:
+            ap.error("--worker init needs --model and --init")
+        write_init(MODELS[args.model], args.init)
+        return 0
     if args.worker:
-        if args.model not in MODELS or not args.json:
-            ap.error("--worker needs --model and --json")
+        if args.model not in MODELS or not args.json or not args.init:
+            ap.error("--worker torch needs --model, --json and --init")
         if args.batch_size is None:
             args.batch_size = MODELS[args.model]["batch_size"]
         return torch_worker(args)
@@ -764,6 +852,12 @@ def main(argv=None):
         r = {"model": name, "config": m, "batch_size": m["batch_size"], "seq_len": m["seq_len"],
              "params": num_params(m), "matmul_params": matmul_params(m), "flops_per_token": ftok,
              "target_speedup": m["target_speedup"]}
+        init_error = make_init(m, args, args.work)
+        if init_error:  # neither side can start from the shared weights: both fail, with the reason
+            r["ours"] = r["torch"] = {"status": f"FAIL (the shared init: {init_error})"}
+            ok = False
+            payload["results"].append(r)
+            continue
         if not args.skip_ours:
             r["ours"] = run_ours(m, args, args.work, tokens_per_step, ftok, peak)
             ok &= r["ours"]["status"] == "ok"
