@@ -353,7 +353,7 @@ ATTRIBUTE_STATUSES = {
 
 def check_refused(case):
     errs = []
-    want, heur = REFUSED[case.name]
+    want, heur = EXPECTED_REFUSALS[case.name]
     st = case.statuses
     if st.get("heuristic") != SUCCESS or st.get("heuristic_count", 0) < 1:
         errs.append(f"{case.name}: the heuristic refused the valid problem before the fault: {st}")
@@ -407,6 +407,23 @@ REAL_LIBRARY_CRASHES = {
     "err_alpha_null",
 }
 SKIPPED = REAL_LIBRARY_CRASHES if REAL_CASES else set()
+
+# Where cuBLASLt 13 on an H200 departs from the documented refusal (REFUSED): the same six cases, with
+# the same statuses, in two runs of other seeds (gpu_check at cb93781 and c2b0f82). It accepts a
+# misaligned A, D or bias pointer, an AUX_LD of 39 (the heuristic offers an algorithm for it too) and
+# AUX_DATA_TYPE set to bf16 for a non-fp8 kernel, and returns INVALID_VALUE, not NOT_SUPPORTED, for a
+# bf16 A with an fp32 B. Against the real library these are what is expected, so a library that comes to
+# follow the documentation, or departs further, fails the test; the emulation keeps the documented
+# statuses: it refuses every call the real one refuses, and more.
+REAL_LIBRARY_DEPARTURES = {
+    "err_misaligned_a": (SUCCESS, None),
+    "err_misaligned_d": (SUCCESS, None),
+    "err_misaligned_bias": (SUCCESS, None),
+    "err_aux_ld_not_multiple_of_8": (SUCCESS, None),
+    "err_aux_type_set_bf16": (SUCCESS, None),
+    "err_types_a_bf16_b_f32": (INVALID_VALUE, "refuse"),
+}
+EXPECTED_REFUSALS = {**REFUSED, **REAL_LIBRARY_DEPARTURES} if REAL_CASES else REFUSED
 
 
 def run_cases(exe, out, seed=None):
