@@ -26,6 +26,21 @@ TINY = ["--layers", "2", "--channels", "32", "--heads", "4", "--global-heads", "
         "--max-seq-len", "64", "-b", "4", "-t", "32", "--threads", "1"]
 
 
+def torch_python():
+    """The python the tests run PyTorch code with: $TORCH_PYTHON if set, else the first of Debian's
+    /usr/bin/python3 and the python running the tests that imports torch, else /usr/bin/python3 (whose
+    missing torch the calling test names when it skips)."""
+    if os.environ.get("TORCH_PYTHON"):
+        return os.environ["TORCH_PYTHON"]
+    for py in ("/usr/bin/python3", sys.executable):
+        try:
+            if subprocess.run([py, "-c", "import torch"], capture_output=True, timeout=120).returncode == 0:
+                return py
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return "/usr/bin/python3"
+
+
 def run(args, check=True, timeout=300):
     """Runs the trainer from the repository root on the CPU (these tests mean the CPU backend even on a
     machine with a GPU; a later --device in args wins); returns the CompletedProcess. check: a non-zero

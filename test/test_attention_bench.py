@@ -4,10 +4,9 @@ GPU. The GPU parts of the benchmarks are not exercised here (scripts/gpu_check.s
 
 A script whose module imports torch at top level (dev/bench/torch_fast_model.py), or whose self-test
 needs torch (it says so with a module-level line `SELF_TEST_NEEDS_TORCH = True`, e.g.
-dev/bench/generate_latency.py), runs under TORCH_PYTHON (default /usr/bin/python3, which has a CPU
-torch on the development machine) and is skipped when that python has no torch; every other script
-runs under the python running pytest, as CI does."""
-import os
+dev/bench/generate_latency.py), runs under TORCH_PYTHON (run_helpers.torch_python(): $TORCH_PYTHON,
+else /usr/bin/python3 or the python running pytest, whichever has torch) and is skipped when none
+has; every other script runs under the python running pytest, as CI does."""
 import re
 import subprocess
 import sys
@@ -15,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from run_helpers import torch_python
+
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "dev" / "bench"
-TORCH_PYTHON = os.environ.get("TORCH_PYTHON", "/usr/bin/python3")
+TORCH_PYTHON = torch_python()
 
 
 def scripts_with_self_test():
