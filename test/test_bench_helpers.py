@@ -281,7 +281,7 @@ def torch_python_or_skip():
 
 def test_twin_matches_reference_on_cpu():
     """torch_fast_model.py (dense back-end, float64) == dev/reference/gpt2_ls.py: loss, z-loss, logits
-    and every gradient, five layouts; needs a python with torch (TORCH_PYTHON, default /usr/bin/python3)."""
+    and every gradient, five layouts; needs a python with torch (TORCH_PYTHON: run_helpers.torch_python())."""
     py = torch_python_or_skip()
     p = subprocess.run([py, str(REPO / "dev" / "bench" / "torch_fast_model.py"), "--self-test"],
                        capture_output=True, text=True, timeout=300)
