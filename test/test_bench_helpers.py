@@ -325,7 +325,27 @@ def test_worker_refuses_another_models_init(tmp_path):
                         "--worker-device", "cpu", "--model", "tiny-test", "--json", str(tmp_path / "w.json"),
                         "--steps", "1", "--warmup", "1", "--init", str(init)], capture_output=True, text=True,
                        timeout=300)
-    assert p.returncode != 0 and f"{init}: its model" in p.stderr, p.stdout + p.stderr
+    assert p.returncode != 0 and f"{init}: its model is not tiny-test's" in p.stderr, p.stdout + p.stderr
+    # one line naming the fields that differ (no traceback), and the reason in the JSON for the table
+    assert "bias False (wanted True)" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    w = json.loads((tmp_path / "w.json").read_text())
+    assert w["status"].startswith("FAIL (the shared init: ") and "its model is not tiny-test's" in w["status"], w
+
+
+def test_failed_init_fails_the_sides_that_run(tmp_path, monkeypatch):
+    """A shared init that could not be written fails the model: each side that would have run is FAIL with
+    the reason (a skipped side stays not run), the JSON is written and the exit status is 1; a relative
+    --work reaches make_init as an absolute path (the subprocesses run in the repository)."""
+    seen = []
+    monkeypatch.setattr(tv, "device_name", lambda: "NVIDIA H200")
+    monkeypatch.setattr(tv, "make_init", lambda m, args, work: seen.append(work) or "exit 1: no space left")
+    monkeypatch.chdir(tmp_path)
+    rc = tv.main(["--models", "tiny-test", "--out", "out", "--work", "w", "--skip-torch"])
+    assert rc == 1 and seen == [str(tmp_path / "w")], (rc, seen)
+    js = json.loads((tmp_path / "out" / "train_vs_torch.json").read_text())
+    r = js["results"][0]
+    assert not js["passed"] and r["ours"]["status"] == "FAIL (the shared init: exit 1: no space left)", r
+    assert "torch" not in r, r
 
 
 @pytest.mark.parametrize("model", ["tiny-test", "tiny-paper-test"])

@@ -236,15 +236,16 @@ def side_result(ms_summary, tokens_per_step, flops_tok, peak):
 
 
 # Both sides' losses, step by step, may part by at most this fraction (relative to torch's loss at
-# that step): the same data, optimisation and init distribution, so the gap is the inits' and the
-# arithmetic's, not another optimisation.
+# that step): the same data, optimisation and initial weights (write_init), so the gap is the
+# arithmetic's (ours bf16 kernels, torch bf16 autocast), not another optimisation or init.
 TRAIN_AGREE_TOL = 0.05
 
 
 def training_agreement(ours, torch_side, tol=TRAIN_AGREE_TOL):
     """The two sides' per-step losses (the loss of each step's forward, before its update) compared
     step by step over the steps both ran: their first and last losses, the largest relative gap and
-    whether it is within tol (a non-finite loss never is). None when a side has no losses."""
+    whether it is within tol (a non-finite loss never is); the first step beyond tol and each side's
+    gradient norm there (None where a side reports none). None when a side has no losses."""
     a, b = (ours or {}).get("losses"), (torch_side or {}).get("losses")
     if not a or not b:
         return None
@@ -403,14 +404,20 @@ def write_init(m, path):
 
 
 def read_init(m, path):
-    """The named tensors of the model file path (write_init), refused unless its model is m's."""
+    """The named tensors of the model file path (write_init), refused (ValueError naming the file and the
+    fields that differ) unless its model is m's."""
+    import dataclasses
     import torch
     _use_reference()
     import gpt2_ls as ref
     import checkpoint as ck
     cfg, flat, _ = ck.read_model(path)
-    if cfg != twin_config(m):
-        raise ValueError(f"{path}: its model {cfg} is not {m.get('name', m['preset'])}'s {twin_config(m)}")
+    want = twin_config(m)
+    if cfg != want:
+        diff = ", ".join(f"{f.name} {getattr(cfg, f.name)!r} (wanted {getattr(want, f.name)!r})"
+                         for f in dataclasses.fields(want) if getattr(cfg, f.name) != getattr(want, f.name))
+        raise ValueError(f"{path}: its model is not {m.get('name', m['preset'])}'s: {diff}; write the init of "
+                         f"this model (--worker init)")
     return ref.split_flat(cfg, torch.from_numpy(flat))
 
 
@@ -656,10 +663,15 @@ def torch_worker(args):
     import gpt2_ls as ref
     from model_config import Config
 
-    spec = dict(MODELS[args.model])
+    spec = dict(MODELS[args.model], name=args.model)
     B, T = args.batch_size, spec["seq_len"]
     cfg = twin_config(spec)
-    start = read_init(spec, args.init)  # the weights ours starts from too (refused when another model's)
+    try:  # the weights ours starts from too (refused when another model's)
+        start = read_init(spec, args.init)
+    except (OSError, ValueError) as e:  # one line, and the reason in the JSON for the parent's table
+        print(f"train_vs_torch worker: error: the shared init: {e}", file=sys.stderr, flush=True)
+        write_json(args.json, {"status": f"FAIL (the shared init: {e})"})
+        return 1
     dev = torch.device(args.worker_device)
     on_gpu = dev.type == "cuda"
     torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference stays fp32; the twin runs in bf16
@@ -795,7 +807,8 @@ def device_name():
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(REPO, "out", "bench"), help="directory for train_vs_torch.json")
     ap.add_argument("--work", default=os.path.join(REPO, "build", "bench_train_vs_torch"),
                     help="scratch directory: shards, trainer outputs, logs")
@@ -828,6 +841,8 @@ def main(argv=None):
             args.batch_size = MODELS[args.model]["batch_size"]
         return torch_worker(args)
 
+    # absolute: the subprocesses run in REPO (run_streaming), this process wherever it was started
+    args.out, args.work = os.path.abspath(args.out), os.path.abspath(args.work)
     names = [n.strip() for n in args.models.split(",") if n.strip()]
     bad = [n for n in names if n not in MODELS]
     if bad or not names:
@@ -854,9 +869,12 @@ def main(argv=None):
              "target_speedup": m["target_speedup"]}
         init_error = make_init(m, args, args.work)
         if init_error:  # neither side can start from the shared weights: both fail, with the reason
-            r["ours"] = r["torch"] = {"status": f"FAIL (the shared init: {init_error})"}
+            for side, skip in (("ours", args.skip_ours), ("torch", args.skip_torch)):
+                if not skip:
+                    r[side] = {"status": f"FAIL (the shared init: {init_error})"}
             ok = False
             payload["results"].append(r)
+            write_json(os.path.join(args.out, "train_vs_torch.json"), payload)
             continue
         if not args.skip_ours:
             r["ours"] = run_ours(m, args, args.work, tokens_per_step, ftok, peak)
