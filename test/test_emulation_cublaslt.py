@@ -547,6 +547,15 @@ def test_refused_calls_return_the_documented_status(main_run):
     assert not problems, report(seed, problems)
 
 
+def test_real_library_departures_are_departures():
+    """Each expected departure of the real library names a refused case and differs from its documented
+    status (a typo or a stale entry would silently add or keep nothing); the emulated run is judged by the
+    documented statuses alone."""
+    assert set(REAL_LIBRARY_DEPARTURES) <= set(REFUSED) - REAL_LIBRARY_CRASHES
+    assert all(REAL_LIBRARY_DEPARTURES[n] != REFUSED[n] for n in REAL_LIBRARY_DEPARTURES)
+    assert REAL_CASES or EXPECTED_REFUSALS == REFUSED
+
+
 def test_attribute_sizes_and_requested_count(main_run):
     errs = check_attributes(main_run[1]["attribute_sizes"])
     assert not errs, "\n".join(errs)
