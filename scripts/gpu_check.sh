@@ -735,7 +735,8 @@ print(f"{len(steps)} steps, {clipped} head clips, loss {steps[0]['loss'] if step
       f"{steps[-1]['loss'] if steps else None}: {'PASS' if ok else 'FAIL'}")
 sys.exit(0 if ok else 1)
 EOF
-    # the step captured once and replayed as a CUDA graph (--cuda-graph 1) against the same run without:
+    # the step captured once and replayed as a CUDA graph (--cuda-graph 1) against the same run without,
+    # both with --pdl 0 (named, not left to the default auto: they are the baselines of --pdl 1 below):
     # every step's loss, gradient norm and max attention logit bit for bit; both medians (after the
     # warm-up steps) and what the graph saves per step printed, beside the calibrated model's bound
     # for ls-small-b8 (the launch gaps of its prediction: docs/results/predictions/, group "gaps").
@@ -746,7 +747,7 @@ EOF
     for g in 0 1; do
         rm -rf "$d/graph$g"
         step "train:cuda-graph-$g" 300 "$trainer" --device cuda "${run[@]}" -x "$gsteps" -v 0 -n 0 --cuda-graph "$g" \
-            -s 0 -i "$d/data/train_*.bin" -o "$d/graph$g" || return
+            --pdl 0 -s 0 -i "$d/data/train_*.bin" -o "$d/graph$g" || return
     done
     step "train:cuda-graph" 60 compare_runs "$d/graph0/metrics.jsonl" "$d/graph1/metrics.jsonl" "$gsteps" \
         "without the graph" "replayed" "ls-small-b8's launch gaps modeled at 0.41 ms/step, an upper bound"

@@ -277,7 +277,9 @@ def test_cuda_graph_auto_takes_the_graph_where_a_step_can_run_as_one(periodic_da
     out = tmp_path / "run"
     p, report = run_report(periodic_data, tmp_path, "auto", ["--layers", "1", "-v", "0", "-o", str(out)] + MODEL + extra)
     assert p.returncode == 0, p.stderr[-3000:]
-    assert f"  steps: {words}\n" in p.stdout, p.stdout[-2000:]
+    # the line ends with the words of --pdl auto (on here; test_pdl_auto_is_on_where_...), after these
+    pdl = "; kernels with programmatic dependent launch (--pdl auto)"
+    assert f"  steps: {words}{pdl}\n" in p.stdout, p.stdout[-2000:]
     recs = [json.loads(line) for line in report.read_text().splitlines()]
     assert [r["graph_launches"] for r in recs if r["interval"] == "step"] == graph_launches
     ref = tmp_path / "eager"
@@ -447,6 +449,32 @@ def test_pdl_launches_every_step_kernel_programmatic_with_the_same_bits(varied_d
     assert "kernels with programmatic dependent launch (--pdl 1)" in evals[1] and "programmatic" not in evals[0]
     strip = [re.sub(r"; kernels with programmatic dependent launch \(--pdl 1\)", "", e) for e in (evals[0], evals[1])]
     assert strip[0] == strip[1] and "loss" in evals[0], evals
+
+
+def test_pdl_auto_is_on_where_the_device_has_it_and_off_for_a_profile(periodic_data, tmp_path):
+    """--pdl auto, the default: on the (emulated sm_90) CUDA backend every step launch is programmatic and
+    the run header says "(--pdl auto)", with the numbers of --pdl 0; with --profile-steps it is off (no
+    programmatic launch, no such words), not refused; on the CPU backend it is off, not refused."""
+    flags = ["--layers", "1", "-v", "0"] + MODEL
+    outs, recs, heads = {}, {}, {}
+    for name, extra in [("auto", []), ("off", ["--pdl", "0"]), ("profiled", ["--profile-steps", "1"])]:
+        outs[name] = tmp_path / name
+        p, report = run_report(periodic_data, tmp_path, name, flags + extra + ["-o", str(outs[name])])
+        assert p.returncode == 0, p.stderr[-3000:]
+        heads[name] = p.stdout
+        recs[name] = [json.loads(line) for line in report.read_text().splitlines()]
+    steps = [r for r in recs["auto"] if r["interval"] == "step"]
+    assert len(steps) == 3 and all(r["programmatic_launches"] == r["launches"] > 0 for r in steps), steps
+    assert "kernels with programmatic dependent launch (--pdl auto)" in heads["auto"]
+    for name in ("off", "profiled"):
+        assert all(r["programmatic_launches"] == 0 for r in recs[name]) and "programmatic" not in heads[name]
+    keys = ["loss", "grad_norm", "max_attn_logit"]
+    assert [[r[k] for k in keys] for r in train_records(outs["auto"] / "metrics.jsonl")] == \
+        [[r[k] for k in keys] for r in train_records(outs["off"] / "metrics.jsonl")]
+    assert json.loads((outs["auto"] / "config.json").read_text())["train"]["pdl"] == "auto"
+    cpu = subprocess.run([str(EMU_TRAIN), "--device", "cpu", "-i", f"{periodic_data}/train_*.bin"] + BASE + flags +
+                         ["-o", str(tmp_path / "cpu")], cwd=REPO, capture_output=True, text=True, timeout=600, env=ENV)
+    assert cpu.returncode == 0 and "programmatic" not in cpu.stdout, cpu.stderr[-2000:]
 
 
 @pytest.mark.parametrize("extra, needle", [

@@ -72,20 +72,21 @@ def test_a_record_never_sets_the_thread_count(byte_data, tmp_path):
     pdl.write_text(toml + "pdl=1\n")  # each machine flag's note names that flag
     p = run_in(REPO, ["--config", pdl, "-o", tmp_path / "e", "-x", 1], env)
     assert f"note: config file {pdl}: pdl=1 is not taken: --pdl describes the machine" in p.stderr, p.stderr
-    assert json.loads((tmp_path / "e" / "config.json").read_text())["train"]["pdl"] == 0
+    assert json.loads((tmp_path / "e" / "config.json").read_text())["train"]["pdl"] == "auto"  # the default, not the file's
     p = run_in(REPO, ["--config", old, "-o", tmp_path / "d", "-x", 1, "--threads", 2], env)
     assert p.stdout.startswith("train_gpt2_ls | device cpu (2 threads, ")
 
 
 def test_a_record_of_the_integer_cuda_graph_still_reads(byte_data, tmp_path):
-    """Runs recorded before --cuda-graph took auto hold "cuda_graph": 0 (or 1): they resume, fork, take
-    --config and evaluate as before, and the record's value sets nothing (a record never sets the
-    machine): the new run records its own --cuda-graph."""
+    """Runs recorded before --cuda-graph and --pdl took auto hold "cuda_graph": 0 (or 1) and "pdl": 0:
+    they resume, fork, take --config and evaluate as before, and the record's values set nothing (a
+    record never sets the machine): the new run records its own --cuda-graph and --pdl."""
     out = tmp_path / "run"
     run(data_args(byte_data) + COMMON + ["-o", out, "-x", 2, "-n", 1])
     rec = json.loads((out / "config.json").read_text())
-    assert rec["train"]["cuda_graph"] == "auto"
-    rec["train"]["cuda_graph"] = 0  # as versions before wrote it
+    assert rec["train"]["cuda_graph"] == "auto" and rec["train"]["pdl"] == "auto"
+    rec["train"]["cuda_graph"] = 0  # as versions before wrote them
+    rec["train"]["pdl"] = 0
     (out / "config.json").write_text(json.dumps(rec, indent=1))
     run(["-o", out, "-y", 1, "-x", 3])
     assert json.loads((out / "config.json").read_text())["train"]["cuda_graph"] == 0  # the record is the run's
@@ -94,6 +95,7 @@ def test_a_record_of_the_integer_cuda_graph_still_reads(byte_data, tmp_path):
         run(args)
         assert json.loads((tmp_path / new / "config.json").read_text())["train"]["cuda_graph"] == \
             ("0" if "--cuda-graph" in args else "auto")
+        assert json.loads((tmp_path / new / "config.json").read_text())["train"]["pdl"] == "auto"
     p = run(["--eval-only", "-e", out / "model_00000003.bin"] + data_args(byte_data)[2:])
     assert "val loss" in p.stdout or "loss" in p.stdout, p.stdout[-1000:]
 

@@ -2276,7 +2276,7 @@ def speed_steps(cal, case="paper-b16"):
                 f"split-K reductions charged none): an upper bound, of which the step graph (the default) "
                 f"measured 0.07 ms at ls-small-b8; built behind --pdl 1, which the GPU at cb93781 measured "
                 f"at ls-small-b8: 0.15 ms a step less eager, 0.06 ms as a graph, bit-identical; the "
-                f"trainer keeps it off by default, the generator's default is --pdl auto"))
+                f"trainer's and the generator's default is --pdl auto (on at sm_90)"))
     return base, out
 
 

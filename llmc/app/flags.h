@@ -193,10 +193,12 @@ enum class FlagRecord { Both, Toml, Machine, Launch, Hidden, Json };
             "(the CUDA backend, one process, -z 0, no --skip-spikes or --qk-clip) and has one micro-batch (no -d " \
             "above B*T), else kernel by kernel, as the run header says; 1 = as one graph, or refuse the run; 0 = " \
             "kernel by kernel (the same numbers either way)") \
-    SETTING(Machine, int, pdl, 0, "--pdl", v == 0 || v == 1, "must be 0 or 1 (got {})", \
+    SETTING(Machine, std::string, pdl, "auto", "--pdl", v == "auto" || v == "0" || v == "1", \
+            "must be auto, 0 or 1 (got {})", \
             "1 = launch the CUDA backend's kernels (training and --eval-only) with programmatic dependent launch " \
             "(sm_90+: a kernel is scheduled while the one before it ends and waits for it on the device; the same " \
-            "numbers; not with --profile-steps); 0 = in stream order. Off by default until a GPU run measures it " \
+            "numbers; not with --profile-steps), or refuse the run; 0 = in stream order; auto = 1 where the " \
+            "backend and device have it and no --profile-steps is asked, else 0, as the run header says " \
             "(docs/cuda_backend.md)") \
     /* data parallelism (docs/multigpu.md) */ \
     SETTING(Json, int, world_size, 1, "", true, "", \

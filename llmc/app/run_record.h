@@ -250,14 +250,17 @@ T recorded_setting(const nlohmann::ordered_json& train, const char* key, const T
 // row are ignored here (train_flag_values refuses them where a record sets a run).
 inline TrainConfig recorded_settings(const nlohmann::ordered_json& recorded, const std::string& file) {
     TrainConfig c;
-    // records written before --cuda-graph took auto hold it as the integer 0 or 1: read as "0" / "1"
-    const bool old_graph = recorded.contains("cuda_graph") && recorded["cuda_graph"].is_number_integer();
+    // records written before --cuda-graph and --pdl took auto hold them as the integer 0 or 1: read as
+    // "0" / "1"
     nlohmann::ordered_json upgraded;
-    if (old_graph) {
-        upgraded = recorded;
-        upgraded["cuda_graph"] = std::to_string(recorded["cuda_graph"].get<long long>());
+    bool old_integers = false;
+    for (const char* key : {"cuda_graph", "pdl"}) {
+        if (!recorded.contains(key) || !recorded[key].is_number_integer()) continue;
+        if (!old_integers) upgraded = recorded;
+        old_integers = true;
+        upgraded[key] = std::to_string(recorded[key].get<long long>());
     }
-    const nlohmann::ordered_json& train = old_graph ? upgraded : recorded;
+    const nlohmann::ordered_json& train = old_integers ? upgraded : recorded;
 #define LLMC_RECORDED_SETTING(record, type, field, def, names, ok, rule, help)                                    \
     if (train.contains(#field)) {                                                                                 \
         c.field = recorded_setting(train, #field, c.field, file);                                                 \

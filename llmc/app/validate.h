@@ -222,10 +222,10 @@ inline void check_flag_combinations(const TrainConfig& c) {
         if (!c.dump_logits.empty())
             fail("--dump-logits works with --eval-only only; add --eval-only", {"--dump-logits"});
     }
-    if (c.profile_steps > 0 && c.pdl == 1)
+    if (c.profile_steps > 0 && c.pdl == "1")
         fail(
             "--profile-steps times each kernel alone, and --pdl 1 lets a kernel start before the one ahead of it "
-            "ends (its span would include that wait): profile with --pdl 0");
+            "ends (its span would include that wait): profile with --pdl 0 or auto");
     if (c.resume == 1 && c.output_dir.empty())
         fail("-y 1 resumes from the checkpoints in -o; give -o DIR", {"-y,--resume"});
     if (c.checkpoint_every > 0 && c.output_dir.empty() && !c.eval_only)  // (an evaluation writes no checkpoint)

@@ -52,14 +52,17 @@ inline StepGraphChoice choose_step_graph(const TrainConfig& cfg, int accum, bool
 
 // --pdl 1: the backend's kernels launched with programmatic dependent launch (training and
 // --eval-only alike), or the run refused where the backend has none (the CPU backend; the CUDA
-// backend itself refuses a device below sm_90). Returns the run header's words ("" for --pdl 0).
+// backend itself refuses a device below sm_90). auto (the default): the same wherever the backend
+// and its device have it (programmatic_launch_supported) and no per-kernel profile is asked (its
+// spans would include each kernel's wait), else none. Returns the run header's words ("" for none).
 inline std::string use_pdl_if_asked(const TrainConfig& cfg, Backend& model) {
-    if (cfg.pdl != 1) return "";
+    if (cfg.pdl == "0") return "";
+    if (cfg.pdl == "auto" && (cfg.profile_steps > 0 || !model.programmatic_launch_supported())) return "";
     if (!model.has_programmatic_launch())
         throw InputError("--pdl 1 needs the CUDA backend; this run uses the " + std::string(model.name()) +
                          " backend (give --device cuda, or drop --pdl 1)");
     model.use_programmatic_launch(true);
-    return "kernels with programmatic dependent launch (--pdl 1)";
+    return "kernels with programmatic dependent launch (--pdl " + cfg.pdl + ")";
 }
 
 }  // namespace llmc
