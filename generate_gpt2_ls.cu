@@ -69,6 +69,13 @@ std::unique_ptr<llmc::Backend> load_backend(const llmc::GenerateConfig& g, const
         throw llmc::InputError("--pdl 1 needs the CUDA backend; this run uses the " + std::string(backend->name()) +
                                " backend (give --device cuda, or drop --pdl)");
     if (programmatic(g, *backend)) backend->use_programmatic_launch(true);
+    if (g.fused_decode == 1) {
+        if (!backend->has_fused_decode())
+            throw llmc::InputError("--fused-decode 1 needs the CUDA backend; this run uses the " +
+                                   std::string(backend->name()) +
+                                   " backend (give --device cuda, or drop --fused-decode)");
+        backend->use_fused_decode(true);
+    }
     return backend;
 }
 

@@ -549,6 +549,14 @@ stage_profile() {
     rm -f "$work/bench/generate/$gen-pdl.json"
     step "profile:$gen:generate-pdl" 120 bench_generate_timing "${ckpts[-1]}" "$work/bench/generate/$gen-pdl.json" \
         "${gen_args[@]}" --pdl 1
+    # the fused decode kernels (--fused-decode 1, docs/generation.md "Fused decode kernels"): the profile of
+    # a decode step with them (its kernels against the model's prediction), and their timing with
+    # programmatic launch against the -pdl line: bench/generate/<case>-fused.json, <case>-fused-pdl.json
+    rm -f "$work/bench/generate/$gen-fused.json" "$work/bench/generate/$gen-fused-pdl.json"
+    step "profile:$gen:generate-fused" 120 bench_generate "${ckpts[-1]}" "$work/bench/generate/$gen-fused.json" \
+        "${gen_args[@]}" --pdl 0 --fused-decode 1
+    step "profile:$gen:generate-fused-pdl" 120 bench_generate_timing "${ckpts[-1]}" \
+        "$work/bench/generate/$gen-fused-pdl.json" "${gen_args[@]}" --pdl 1 --fused-decode 1
     # Issue 52's inference targets, ours only (dev/bench/generate_latency.py without torch: the bench
     # stage's full run adds torch and ls-p100), each decode step kernel by kernel without programmatic
     # launch (side ours: --cuda-graph 0 --pdl 0, as at cb93781) and with the generator's defaults (side
@@ -561,14 +569,15 @@ stage_profile() {
     [ "$emulate" = 1 ] && lat_args=(--batch 1 --prompts 16 --contexts 20 --steps 2 --repeats 1 --max-seq-len 64 --vocab 512)
     rm -f "$work/bench/latency_targets/generate_latency.json"
     step "profile:latency-targets" 180 run_bin latency_targets "$PY" dev/bench/generate_latency.py \
-        --out "$work/bench/latency_targets" --binary "$generator" --skip-torch --ours-sides ours,graph --variants mhsa,ls-p50 \
+        --out "$work/bench/latency_targets" --binary "$generator" --skip-torch --ours-sides ours,graph,fused --variants mhsa,ls-p50 \
         "${lat_args[@]}"
 }
 
 # bench_generate CKPT JSON ARGS...: generate_gpt2_ls --bench --bench-profile on CKPT (each matmul's
 # algorithm logged, LLMC_CUBLASLT_ALGOS=1), its JSON object into JSON (the profiles' tables and the
 # algorithms go to stderr: the step's log). Fails unless both profiles list our kernels and cuBLASLt's
-# calls, timed on a GPU (a capture that missed a graph's kernels would otherwise pass).
+# calls, timed on a GPU (a capture that missed a graph's kernels would otherwise pass); with
+# --fused-decode 1, the decode profile its decode_linear kernels and no cuBLASLt call instead.
 bench_generate() {
     local ckpt=$1 json=$2
     shift 2
@@ -578,13 +587,19 @@ import json, sys
 j, emulated = json.load(open(sys.argv[1])), sys.argv[2] == "1"
 if j.get("pdl") != 0:  # the -pdl line's baseline: its timings without programmatic launch
     sys.exit(f"the profiled bench records pdl = {j.get('pdl')}, not 0")
-prof = j["profile"]
+prof, fused = j["profile"], j.get("fused_decode") == 1
 for what in ("prefill", "decode"):
     t = prof[what]
     ours = [k for k in t["kernels"] if k["kernel"].startswith("llmc::")]
+    if what == "decode" and fused:
+        linear = [k for k in ours if "decode_linear_kernel" in k["kernel"]]
+        if not linear or t["gemms"]["calls_per_step"] != 0:
+            sys.exit(f"the fused decode profile lacks decode_linear or has cuBLASLt calls: {json.dumps(t)[:400]}")
+        continue
     if not (ours and t["gemms"]["calls_per_step"] > 0 and (emulated or t["gemms"].get("us_per_step", 0) > 0)):
         sys.exit(f"the {what} profile lacks our kernels or cuBLASLt's: {json.dumps(t)[:400]}")
-print("prefill and decode profiles: our kernels and cuBLASLt's present")
+print("prefill and decode profiles: our kernels and cuBLASLt's present" +
+      ("; the fused decode's decode_linear and no cuBLASLt call" if fused else ""))
 EOF
     mv "$json.part" "$json"
 }
@@ -620,7 +635,8 @@ EOF
 
 # bench_generate_timing CKPT JSON ARGS...: generate_gpt2_ls --bench without a profile, its JSON object
 # into JSON; fails unless the JSON records the prefill and decode timings and every flag's value it is
-# given as "--cuda-graph N" / "--pdl N" (a flag the bench did not apply would otherwise time the default).
+# given as "--cuda-graph N" / "--pdl N" / "--fused-decode N" (a flag the bench did not apply would
+# otherwise time the default).
 bench_generate_timing() {
     local ckpt=$1 json=$2
     shift 2
@@ -628,12 +644,13 @@ bench_generate_timing() {
     "$PY" - "$json.part" "$@" <<'EOF' || return
 import json, sys
 j, args = json.load(open(sys.argv[1])), sys.argv[2:]
-for flag, key in (("--cuda-graph", "cuda_graph"), ("--pdl", "pdl")):
+for flag, key in (("--cuda-graph", "cuda_graph"), ("--pdl", "pdl"), ("--fused-decode", "fused_decode")):
     if flag in args and j.get(key) != int(args[args.index(flag) + 1]):
         sys.exit(f"the bench records {key} = {j.get(key)}, not the {flag} it was given")
 if not (j.get("prefill") and j.get("decode")):
     sys.exit("the bench JSON lacks its prefill or decode timings")
-print("prefill and decode timed; the bench records " + ", ".join(f"{k} = {j.get(k)}" for k in ("cuda_graph", "pdl")))
+print("prefill and decode timed; the bench records " +
+      ", ".join(f"{k} = {j.get(k)}" for k in ("cuda_graph", "pdl", "fused_decode")))
 EOF
     mv "$json.part" "$json"
 }

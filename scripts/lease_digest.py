@@ -221,7 +221,8 @@ def generate_section(name, j, where, emulated):
         prefills = ", ".join(f"B {j.get('batch')} x {p['T']}: {p['ms_median']:.3f} ms" for p in pre)
         decodes = ", ".join(f"context {d['context']}: {d['ms_per_token_median']:.3f} ms per token"
                             for d in j.get("decode", []))
-        out.append(f"Prefill: {prefills}; decode: {decodes} (--cuda-graph {j.get('cuda_graph')}, --pdl {j.get('pdl')}).")
+        out.append(f"Prefill: {prefills}; decode: {decodes} (--cuda-graph {j.get('cuda_graph')}, --pdl {j.get('pdl')}"
+                   + (", --fused-decode 1" if j.get("fused_decode") == 1 else "") + ").")
     prof = j.get("profile")
     if prof:
         for what in ("prefill", "decode"):
@@ -245,7 +246,8 @@ def reduction(x, ref):
 # generator's defaults on the CUDA backend (--cuda-graph 1 --pdl auto: each step one CUDA graph, programmatic
 # launch where the device has it); each side's record says what ran (cuda_graph, pdl), printed beside it
 SIDES = {"ours": "each decode step issued kernel by kernel",
-         "graph": "each decode step one CUDA graph, the generator's defaults"}
+         "graph": "each decode step one CUDA graph, the generator's defaults",
+         "fused": "graph with the fused decode kernels, --fused-decode 1"}
 
 
 def latency_targets(j):

@@ -149,8 +149,8 @@ def test_the_text_ends_its_line_before_the_summary_in_one_stream(model):
 def test_help_lists_every_flag():
     out = gen(["--help"]).stdout.decode()
     for flag in ["--model", "--prompt-ids", "--prompt", "--prompt-file", "--encode-only", "--tokenizer", "--tokens", "--temperature", "--top-k", "--seed",
-                 "--greedy", "--max-len", "--device", "--no-cache", "--cuda-graph", "--pdl", "--print-ids", "--threads",
-                 "--sp-model"]:
+                 "--greedy", "--max-len", "--device", "--no-cache", "--cuda-graph", "--pdl", "--fused-decode", "--print-ids",
+                 "--threads", "--sp-model"]:
         assert flag in out
 
 
@@ -181,6 +181,12 @@ def test_help_lists_every_flag():
     (["--cuda-graph", "2"], "--cuda-graph: must be auto, 0 or 1 (got 2)"),
     (["--pdl", "1", "--device", "cpu"], "--pdl 1 needs the CUDA backend"),
     (["--pdl", "2"], "--pdl: must be auto, 0 or 1 (got 2)"),
+    (["--fused-decode", "1", "--device", "cpu"], "--fused-decode 1 needs the CUDA backend; this run uses the cpu "
+     "backend (give --device cuda, or drop --fused-decode)"),
+    (["--fused-decode", "1", "--no-cache"], "--fused-decode 1 runs the KV cache's decode steps; --no-cache has none"),
+    (["--fused-decode", "2"], "--fused-decode: 2 not in {0,1}"),
+    (["--bench", "--bench-contexts", "64", "--bench-prompt", "8", "--device", "cpu", "--fused-decode", "1"],
+     "--fused-decode 1 needs the CUDA backend"),
     (["--bench-profile"], "--bench-profile sets up the latency benchmark, which runs only with --bench; add --bench, "
      "or drop --bench-profile"),
     # every --bench-* flag: without --bench it would generate text and ignore the flag
@@ -195,8 +201,8 @@ def test_help_lists_every_flag():
     (["--bench", "--bench-prompt", "8,65", "--bench-contexts", "64"], "--bench-prompt 65 exceeds the model's max_seq_len 64"),
     # --bench times the cache on random tokens: a text generation flag beside it would be ignored
     (["--bench", "--no-cache"], "--no-cache is a flag of text generation, and --bench times the KV cache on random "
-     "tokens instead; drop --no-cache (--bench reads -e, --device, --cuda-graph, --pdl, --threads, --seed and the "
-     "--bench-* flags)"),
+     "tokens instead; drop --no-cache (--bench reads -e, --device, --cuda-graph, --pdl, --fused-decode, --threads, "
+     "--seed and the --bench-* flags)"),
     (["--bench", "--prompt-ids", "1,2"], "--prompt-ids is a flag of text generation"),
     (["--bench", "-n", "5"], "--tokens is a flag of text generation"),
     (["--bench", "--max-len", "10"], "--max-len is a flag of text generation"),
@@ -469,6 +475,8 @@ def test_text_prompt_refused_for_other_tokenizers(tmp_path):
      "--tokens is a flag of generation, and --encode-only prints the prompt's ids and exits; drop --tokens"),
     (["--encode-only", "--prompt", "x", "--tokenizer", "TOK", "--no-cache"], "--no-cache is a flag of generation"),
     (["--encode-only", "--prompt", "x", "--tokenizer", "TOK", "--pdl", "1"], "--pdl is a flag of generation"),
+    (["--encode-only", "--prompt", "x", "--tokenizer", "TOK", "--fused-decode", "1"],
+     "--fused-decode is a flag of generation"),
     (["--encode-only", "--prompt", "x", "--tokenizer", "TOK", "--temperature", "0.5"],
      "--temperature is a flag of generation"),
     (["-e", "CKPT", "--prompt-ids", "1", "--sp-model", "x.model"],

@@ -95,6 +95,11 @@ def test_ours_command():
     # the graph side is the generator's defaults, named: the graphs and programmatic launch where the device has it
     assert graph[graph.index("--cuda-graph") + 1] == "1" and graph[graph.index("--pdl") + 1] == "auto"
     assert "--bench-profile" not in graph
+    # every side names --fused-decode; the fused side is graph's with the fused decode kernels
+    assert cmd[cmd.index("--fused-decode") + 1] == "0" and graph[graph.index("--fused-decode") + 1] == "0"
+    fused = gl.ours_command("./g", "m.bin", 4, [2048], [1024, 2048], 32, 5, gl.OURS_SIDES["fused"])
+    assert fused[fused.index("--fused-decode") + 1] == "1" and fused[fused.index("--cuda-graph") + 1] == "1"
+    assert fused[fused.index("--pdl") + 1] == "auto"
     prof = gl.ours_command("./g", "m.bin", 4, [2048], [1024], 32, 5, gl.OURS_SIDES["graph"], profile=True)
     # the generator's profile needs --pdl 0: named, so the timings of a --profile run say what they timed
     assert prof[-1] == "--bench-profile" and prof[prof.index("--pdl") + 1] == "0"
@@ -131,6 +136,14 @@ def test_table_and_reduction():
     text = gl.format_table({"mhsa": {"ours": mh, "graph": fast, "torch": None}}, [2048], [1024, 2048])
     assert "mhsa      graph" in text
     assert "decode steps as CUDA graphs vs issued one by one: decode@1024" in text and "decode@2048 75.0% lower" in text
+    # the fused side against the graph side it differs from by --fused-decode 1 alone
+    faster = gl.parse_ours(json.dumps(dict(SAMPLE, fused_decode=1, decode=[
+        dict(d, ms_per_token_median=d["ms_per_token_median"] / 8) for d in SAMPLE["decode"]])))
+    assert faster["fused_decode"] == 1 and mh["fused_decode"] is None
+    text = gl.format_table({"mhsa": {"ours": mh, "graph": fast, "fused": faster, "torch": None}}, [2048], [1024, 2048])
+    assert "mhsa      fused" in text
+    assert "ours mhsa, fused decode kernels vs cuBLASLt (both as graphs): decode@1024 50.0% lower, decode@2048 " \
+           "50.0% lower" in text, text
 
 
 @pytest.mark.parametrize("args, expect", [

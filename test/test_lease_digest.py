@@ -206,3 +206,19 @@ def test_a_prediction_of_other_sources_is_said(tmp_path):
 def test_not_a_report_is_one_line():
     p = run(PRED)  # a prediction, not a report
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "not a scripts/gpu_check.sh report.json" in p.stderr
+
+
+def test_fused_side_has_its_own_verdicts():
+    """The fused side (graph with --fused-decode 1) is judged against MHSA's fused side, as each side is; fresh
+    random times where its decode is >= 30% below."""
+    rng = random.Random()
+    d, cut = rng.uniform(0.2, 0.4), rng.uniform(0.31, 0.5)
+    pre = {8192: 2.0, 16384: 4.0}
+    fused = {"mhsa": {"prefill": pre, "decode": {16384: d}},
+             "ls-p50": {"prefill": {t: x / 2 for t, x in pre.items()}, "decode": {16384: d * (1 - cut)}}}
+    j = latency_json(fused, side="fused")
+    rows = lease_digest.latency_targets(j)
+    assert [(r["variant"], r["side"]) for r in rows] == [("ls-p50", "fused")]
+    assert rows[0]["decode"] == pytest.approx(cut) and rows[0]["decode_ok"] is True
+    text = "\n".join(lease_digest.latency_section(j, "GPU at abc1234", False))
+    assert "ls-p50, fused (graph with the fused decode kernels, --fused-decode 1): " in text, text

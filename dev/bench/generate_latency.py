@@ -5,7 +5,7 @@ same size, ours (generate_gpt2_ls --device cuda --bench) side by side with PyTor
 
   python3 dev/bench/generate_latency.py --out DIR [--binary ./generate_gpt2_ls] [--batch 4]
         [--prompts 2048,4096,8192,16384] [--contexts 1024,2048,4096,8192,16384] [--steps 32] [--repeats 5]
-        [--skip-ours] [--ours-sides ours,graph] [--skip-torch] [--max-seq-len 16384] [--vocab 50257]
+        [--skip-ours] [--ours-sides ours,graph,fused] [--skip-torch] [--max-seq-len 16384] [--vocab 50257]
   /usr/bin/python3 dev/bench/generate_latency.py --self-test     (CPU, torch >= 1.13: the torch decoder)
 
 Model: the paper's small model (L 6, NH 6, C 192, hd 32), max_seq_len 16384, GPT-2 vocabulary
@@ -19,13 +19,15 @@ Ours: generate_gpt2_ls --bench (one JSON object): prefill at each T = kv_begin +
 (B, T) + filling the cache, the logits of each prompt's last position left on the device, median of
 --repeats after a warm-up of that T; decode at
 context c = a fresh cache, c - steps tokens prefilled, then `steps` single-token steps timed each to
-the (B, Vp) fp32 logits on the host (what sampling needs); median ms per token. Two sides of ours:
+the (B, Vp) fp32 logits on the host (what sampling needs); median ms per token. Three sides of ours:
 "ours" issues each decode step's kernels one by one without programmatic dependent launch
 (--cuda-graph 0 --pdl 0), "graph" is the generator's defaults: each step one CUDA graph with
 programmatic dependent launch where the device has it (--cuda-graph 1 --pdl auto; the first step of a
 context runs eagerly and the second captures the graph: two of the `steps` samples, which the median
-plays down). With --profile every side runs with --pdl 0 (the generator's profile needs it off), timings
-included; each side's record keeps the cuda_graph and pdl that ran.
+plays down), "fused" is graph with the decode steps' own fused linear kernels (--fused-decode 1:
+docs/generation.md, "Fused decode kernels"). With --profile every side runs with --pdl 0 (the generator's
+profile needs it off), timings included; each side's record keeps the cuda_graph, pdl and fused_decode that
+ran.
 PyTorch (2.x on the GPU, bf16 weights and activations, eager except the attention kernels):
   prefill: MHSA = SDPA restricted to its flash back-end; LS = flex_attention (torch.compile'd) with
     the per-head block mask (local heads skip key blocks outside their window); the logits of each
@@ -133,21 +135,21 @@ def kv_cache_bytes(cfg, B, max_len, elem_bytes=2):
     return 2 * cfg.num_layers * B * hd * (G * max_len + (cfg.num_heads - G) * min(cfg.window, max_len)) * elem_bytes
 
 
-def ours_command(binary, ckpt, batch, prompts, contexts, steps, repeats, side=("0", "0"), profile=False):
-    """prompts: the prefill lengths, timed in this order. side: (--cuda-graph, --pdl), OURS_SIDES' values.
-    profile: --bench-profile, the per-kernel profile of a prefill (of the last prompt length) and of decode
-    steps after the timings; it runs with --pdl 0, which the generator's profile needs."""
-    graph, pdl = side
+def ours_command(binary, ckpt, batch, prompts, contexts, steps, repeats, side=("0", "0", "0"), profile=False):
+    """prompts: the prefill lengths, timed in this order. side: (--cuda-graph, --pdl, --fused-decode), OURS_SIDES'
+    values. profile: --bench-profile, the per-kernel profile of a prefill (of the last prompt length) and of
+    decode steps after the timings; it runs with --pdl 0, which the generator's profile needs."""
+    graph, pdl, fused = side
     return [binary, "-e", ckpt, "--device", "cuda", "--bench", "--bench-batch", str(batch), "--bench-prompt",
             ",".join(map(str, prompts)), "--bench-contexts", ",".join(map(str, contexts)), "--bench-steps", str(steps),
-            "--bench-repeats", str(repeats), "--cuda-graph", str(graph), "--pdl", "0" if profile else str(pdl)] + \
-        (["--bench-profile"] if profile else [])
+            "--bench-repeats", str(repeats), "--cuda-graph", str(graph), "--pdl", "0" if profile else str(pdl),
+            "--fused-decode", str(fused)] + (["--bench-profile"] if profile else [])
 
 
-# our sides: name -> generate_gpt2_ls (--cuda-graph, --pdl): each decode step issued kernel by kernel without
-# programmatic launch, or the generator's defaults on a GPU (one CUDA graph, programmatic launch where the
-# device has it)
-OURS_SIDES = {"ours": ("0", "0"), "graph": ("1", "auto")}
+# our sides: name -> generate_gpt2_ls (--cuda-graph, --pdl, --fused-decode): each decode step issued kernel by
+# kernel without programmatic launch; the generator's defaults on a GPU (one CUDA graph, programmatic launch
+# where the device has it); those with the fused decode kernels
+OURS_SIDES = {"ours": ("0", "0", "0"), "graph": ("1", "auto", "0"), "fused": ("1", "auto", "1")}
 
 
 def parse_ours(stdout):
@@ -157,6 +159,7 @@ def parse_ours(stdout):
     side = {
         "device": j.get("device"), "precision": j.get("precision"),
         "cuda_graph": j.get("cuda_graph"), "pdl": j.get("pdl"),  # what ran (the generator resolves auto)
+        "fused_decode": j.get("fused_decode"),
         "prefill": {int(p["T"]): {"ms": p["ms_median"], "peak_bytes": p["device_memory_bytes"] - base}
                     for p in j["prefill"]},
         "decode": {},
@@ -182,14 +185,15 @@ def _f(x, spec, none="-"):
 
 
 def format_table(results, prompts, contexts):
-    """results: {variant: {"ours": side or None, "graph": side or None, "torch": side or None}} -> text
-    table ("graph": ours with each decode step as one CUDA graph)."""
+    """results: {variant: {"ours": side or None, "graph": side or None, "fused": side or None, "torch": side or
+    None}} -> text table ("graph": ours with each decode step as one CUDA graph; "fused": graph with the fused
+    decode kernels)."""
     head = (f"{'variant':<9} {'side':<6} " + " ".join(f"{'pre@' + str(t):>9}" for t in prompts) + " "
             + " ".join(f"{'dec@' + str(c):>9}" for c in contexts) + f" {'KV MiB@max':>10} {'peak MiB':>9}")
     lines = [head, "-" * len(head)]
     cmax = max(contexts)
     for v, sides in results.items():
-        for name in ("ours", "graph", "torch"):
+        for name in ("ours", "graph", "fused", "torch"):
             s = sides.get(name)
             if not s:
                 continue
@@ -204,9 +208,9 @@ def format_table(results, prompts, contexts):
     lines.append("pre@T: ms per prefill of the batch's prompts of length T; dec@c: ms per decoded token (batch) at "
                  "context c; KV at the largest context; peak: device memory; ours: --cuda-graph 0 --pdl 0; graph: "
                  "each decode step one CUDA graph with programmatic launch where the device has it (--cuda-graph 1 "
-                 "--pdl auto; --pdl 0 with --profile)")
+                 "--pdl auto; --pdl 0 with --profile); fused: graph with --fused-decode 1")
     least, at = PREFILL_GOAL
-    for side in ("ours", "torch"):
+    for side in ("ours", "graph", "fused", "torch"):
         by = {v: s.get(side) for v, s in results.items()}
         if not by.get("mhsa"):
             continue
@@ -220,7 +224,7 @@ def format_table(results, prompts, contexts):
             d = reduction(by[v]["decode"].get(cmax, {}).get("ms_per_token"),
                           by["mhsa"]["decode"].get(cmax, {}).get("ms_per_token"))
             goal = (f" (goal: prefill >= {100 * least:.0f}% lower at {' and '.join(map(str, at))})"
-                    if side == "ours" else "")
+                    if side != "torch" else "")
             lines.append(f"{side} {v} vs {side} mhsa: prefill lower by " + ", ".join(cells)
                          + f"; decode@{cmax} {_f(None if d is None else 100 * d, '.1f')}% lower" + goal)
     for v, sides in results.items():
@@ -231,6 +235,13 @@ def format_table(results, prompts, contexts):
                               sides["ours"]["decode"].get(c, {}).get("ms_per_token"))
                 cells.append(f"decode@{c} {_f(None if d is None else 100 * d, '.1f')}% lower")
             lines.append(f"ours {v}, decode steps as CUDA graphs vs issued one by one: " + ", ".join(cells))
+        if sides.get("graph") and sides.get("fused"):
+            cells = []
+            for c in (min(contexts), cmax):
+                d = reduction(sides["fused"]["decode"].get(c, {}).get("ms_per_token"),
+                              sides["graph"]["decode"].get(c, {}).get("ms_per_token"))
+                cells.append(f"decode@{c} {_f(None if d is None else 100 * d, '.1f')}% lower")
+            lines.append(f"ours {v}, fused decode kernels vs cuBLASLt (both as graphs): " + ", ".join(cells))
     return "\n".join(lines)
 
 
@@ -525,7 +536,7 @@ def main(argv=None):
     ap.add_argument("--skip-ours", action="store_true")
     ap.add_argument("--ours-sides", default=",".join(OURS_SIDES),
                     help="our sides to time: ours (decode steps issued one by one, --pdl 0), graph (each one CUDA "
-                         "graph, --pdl auto: the generator's defaults)")
+                         "graph, --pdl auto: the generator's defaults), fused (graph with --fused-decode 1)")
     ap.add_argument("--profile", action="store_true",
                     help="also the per-kernel profile of a prefill and of decode steps on each of our sides "
                          "(--bench-profile, after the timings): in the JSON, and its tables in work/; every side "

@@ -205,9 +205,9 @@ inline int run_bench(const GenerateConfig& g, Backend& model, const DeviceFacts&
         mc.num_layers, mc.num_heads, mc.channels, mc.global_heads, mc.window, mc.max_seq_len, mc.vocab_size,
         mc.qk_norm ? 1 : 0, mc.attn_softcap, mc.bias ? 1 : 0, gelu_name(mc.gelu));
     std::printf(
-        "  \"batch\": %d, \"decode_steps\": %d, \"cuda_graph\": %d, \"pdl\": %d, \"seed\": %llu, "
-        "\"device_memory_baseline_bytes\": %zu,\n",
-        B, steps, g.cuda_graph, g.pdl, (unsigned long long)g.seed, device.memory_baseline);
+        "  \"batch\": %d, \"decode_steps\": %d, \"cuda_graph\": %d, \"pdl\": %d, \"fused_decode\": %d, "
+        "\"seed\": %llu, \"device_memory_baseline_bytes\": %zu,\n",
+        B, steps, g.cuda_graph, g.pdl, g.fused_decode, (unsigned long long)g.seed, device.memory_baseline);
     std::printf("  \"prefill\": [\n%s\n  ],\n", prefill_json.c_str());
     std::printf("  \"decode\": [\n%s\n  ]%s\n}\n", decode_json.c_str(), profile_json.c_str());
     return 0;

@@ -37,6 +37,7 @@ struct GenerateConfig {
     int pdl = -1;                 // 1: the CUDA backend's kernels with programmatic dependent launch; 0: without;
                                   // -1 (auto, the default): 1 where the backend and its device have it, except
                                   // with --bench-profile
+    int fused_decode = 0;         // 1: the KV cache's decode steps with the CUDA backend's own fused linear kernels
     bool print_ids = false;       // print token ids, one per line, instead of text
     int threads = 0;              // OpenMP threads (0 = OpenMP's default)
     // --bench: time the KV cache instead of generating (dev/bench/generate_latency.py drives it)
@@ -106,6 +107,12 @@ public:
                      "bits as 0; auto: 1 where the backend and its device have it, except with --bench-profile")
             ->capture_default_str()
             ->check(auto_0_1());
+        a.add_option("--fused-decode", c.fused_decode,
+                     "0 | 1: 1 runs the KV cache's decode steps (and a prefill's last position) through the CUDA "
+                     "backend's own linear kernels, each LayerNorm inside the next layer's launch, no cuBLASLt call "
+                     "(up to 8 sequences); the same math as 0, not the same bits (sums in another order)")
+            ->capture_default_str()
+            ->check(CLI::IsMember({0, 1}));
         a.add_flag("--print-ids", c.print_ids,
                    "print the generated token ids, one per line, instead of the prompt and the text");
         add_integer("--threads", c.threads,
@@ -182,11 +189,13 @@ public:
             return refuse(
                 text_only + " is a flag of text generation, and --bench times the KV cache on random " +
                 "tokens instead; drop " + text_only +
-                " (--bench reads -e, --device, --cuda-graph, --pdl, --threads, --seed and the --bench-* flags)");
+                " (--bench reads -e, --device, --cuda-graph, --pdl, --fused-decode, --threads, --seed and the --bench-* "
+                "flags)");
         const std::string generation_only =
-            !cfg_.encode_only ? ""
-                              : first_given({"--tokens", "--temperature", "--top-k", "--greedy", "--seed", "--max-len",
-                                             "--no-cache", "--cuda-graph", "--pdl", "--print-ids", "--bench"});
+            !cfg_.encode_only
+                ? ""
+                : first_given({"--tokens", "--temperature", "--top-k", "--greedy", "--seed", "--max-len", "--no-cache",
+                               "--cuda-graph", "--pdl", "--fused-decode", "--print-ids", "--bench"});
         if (!generation_only.empty())
             return refuse(generation_only + " is a flag of generation, and --encode-only prints the prompt's ids " +
                           "and exits; drop " + generation_only);
@@ -208,6 +217,8 @@ public:
                 "error: --encode-only needs --prompt TEXT or --prompt-file F (and --tokenizer, or -e of a run's checkpoint)\n");
             return 1;
         }
+        if (cfg_.fused_decode == 1 && cfg_.no_cache)
+            return refuse("--fused-decode 1 runs the KV cache's decode steps; --no-cache has none: drop one of them");
         if (cfg_.cuda_graph == 1 && cfg_.no_cache) {
             std::fprintf(stderr,
                          "error: --cuda-graph 1 runs the KV cache's decode steps as graphs; --no-cache has none: drop "

@@ -121,6 +121,13 @@ public:
     virtual void use_programmatic_launch(bool /*on*/) {
         throw std::logic_error(std::string(name()) + " backend has no programmatic launch");
     }
+    // A KV decode step's linear layers as the backend's own kernels (--fused-decode 1): each LayerNorm
+    // inside the next linear layer's launch, no cuBLASLt call; the same math, not the same bits (fp32
+    // sums in another order). has_fused_decode(): the backend can (the CUDA backend).
+    virtual bool has_fused_decode() const { return false; }
+    virtual void use_fused_decode(bool /*on*/) {
+        throw std::logic_error(std::string(name()) + " backend has no fused decode kernels");
+    }
 
     // --- incremental decoding with a KV cache (docs/generation.md); backends without one keep the defaults ---
     // kv_begin: an empty cache for B sequences of up to max_len (<= max_seq_len) tokens each.

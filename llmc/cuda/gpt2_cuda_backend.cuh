@@ -73,6 +73,8 @@ public:
     bool has_programmatic_launch() const override { return true; }
     bool programmatic_launch_supported() const override { return current_device_info().sm_major >= 9; }
     void use_programmatic_launch(bool on) override;
+    bool has_fused_decode() const override { return true; }
+    void use_fused_decode(bool on) override;
     void read_queued_step(QueuedStep& out) override;
 
     // ---- parameters, optimizer state, gradients, read-outs (gpt2_cuda_io.cuh)
@@ -165,6 +167,9 @@ private:
     void issue_decode_input();
     void issue_decode(int splits);
     void kv_layer_rest(int l, int splits, const floatX* att_in);
+    bool decode_fused() const;
+    void check_fused_decode(int B) const;
+    void issue_decode_head();
 
     // the memory plan (gpt2_cuda_memory.cuh)
     void ensure_capacity(int B, int T, bool head);
@@ -265,6 +270,7 @@ private:
     DecodeGraph dec_graph_;                // the decode step as a graph (use_step_graph)
     GemmCounts dec_graph_gemms_;           // the matmuls dec_graph_'s capture issued
     DecodePlan dec_eager_plan_;            // the last decode step issued eagerly in graph mode
+    bool fused_decode_ = false;            // use_fused_decode: decode_linear for the decode step's layers
     std::vector<floatX> kv_logits_stage_;  // (B, Vp) raw logits of one decode step or a Last prefill
     std::vector<float> kv_logits_host_;    // what kv_forward returns, (B, Vp) or (B, n, Vp), unless logits()
 };

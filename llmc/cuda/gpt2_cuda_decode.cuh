@@ -34,6 +34,7 @@
 
 #include "llmc/core/error.h"
 #include "llmc/cuda/attention_decode.cuh"
+#include "llmc/cuda/decode_linear.cuh"
 #include "llmc/cuda/encoder.cuh"
 #include "llmc/cuda/gpt2_cuda_backend.cuh"
 #include "llmc/cuda/layernorm.cuh"
@@ -48,6 +49,7 @@ namespace llmc::cuda {
 // slot nothing wrote shows up as NaN).
 inline void CudaBackend::kv_begin(int B, int max_len) {
     check_kv_begin(cfg_, B, max_len);
+    if (fused_decode_) check_fused_decode(B);
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // queued work may still use the old buffers
     dec_graph_.reset();                          // it holds the buffers below (kv_begin alone moves them)
     dec_eager_plan_ = DecodePlan();
@@ -138,7 +140,7 @@ inline const float* CudaBackend::kv_logits_to_host(const floatX* rows, size_t co
 // dec_.logits (B, Vp), the last layer past its qkv over the last row of each sequence only, no (B, n,
 // Vp) logits planned; All: forward()'s (B, n, Vp), logits() fetches them). Queued, not waited for.
 inline void CudaBackend::kv_prefill_queue(const int* tokens, int n, KvLogits rows) {
-    const int B = kv_.B, L = cfg_.num_layers, C = cfg_.channels, Vp = cfg_.padded_vocab_size;
+    const int B = kv_.B, L = cfg_.num_layers, C = cfg_.channels;
     if (B < 1) throw std::logic_error("CudaBackend::kv_prefill_device needs kv_begin first");
     if (kv_pos_ != 0) throw std::logic_error("CudaBackend::kv_prefill_device needs an empty cache (kv_begin)");
     if (n < 1 || n > kv_.max_len)
@@ -171,7 +173,7 @@ inline void CudaBackend::kv_prefill_queue(const int* tokens, int n, KvLogits row
     issue_decode_input();
     dec_in_in_flight_ = true;
     kv_layer_rest(L - 1, decode_splits_at(kv_, n - 1), att_in);
-    matmul_forward(mm_, a.logits.get(), a.ln.get(), weights().lm_head(), nullptr, B, C, Vp, st);
+    issue_decode_head();
 }
 
 // kv_forward(tokens, n, KvLogits::Last) without the host copy: returns when the device is done,
@@ -231,18 +233,31 @@ inline void CudaBackend::issue_decode_input() {
 // dec_.step_in, and its decode attention runs a grid of `splits` splits (>= the position's depth).
 inline void CudaBackend::issue_decode(int splits) {
     const int B = kv_.B, L = cfg_.num_layers, C = cfg_.channels, NH = cfg_.num_heads;
-    const int Vp = cfg_.padded_vocab_size;
     const LaunchStream st = launch_stream();
     Gpt2CudaDecodeActs& a = dec_;
     const ParamView<const floatX> w = weights();
+    const bool fused = decode_fused();
 
     issue_decode_input();
     // x = wte[token] + wpe[t]  (B, C): the encoder with T = 1 at the position in device memory
     encoder_forward(a.x.get(), a.tokens(), w.wte(), w.wpe(), B, 1, C, st, a.position());
-    layernorm_forward(a.ln.get(), a.mean.get(), a.rstd.get(), a.x.get(), w.layer(0).ln1w, w.layer(0).ln1b, B, C, st);
+    if (!fused)
+        layernorm_forward(a.ln.get(), a.mean.get(), a.rstd.get(), a.x.get(), w.layer(0).ln1w, w.layer(0).ln1b, B, C,
+                          st);
     for (int l = 0; l < L; l++) {
         const LayerParams<const floatX> lw = w.layer(l);
-        matmul_forward(mm_, a.qkv.get(), a.ln.get(), lw.qkvw, lw.qkvb, B, C, 3 * C, st);
+        if (fused) {
+            // ln1 of the layer input: the encoder's x, or x = x2 + fcproj of the layer before
+            DecodeLnPrologue ln1;
+            ln1.a = l == 0 ? a.x.get() : a.x2.get();
+            ln1.b = l == 0 ? nullptr : a.branch.get();
+            ln1.residual = l == 0 ? nullptr : a.x.get();
+            ln1.w = lw.ln1w;
+            ln1.bias = lw.ln1b;
+            decode_linear(a.qkv.get(), nullptr, lw.qkvw, lw.qkvb, B, C, 3 * C, st, nullptr, cfg_.gelu, &ln1);
+        } else {
+            matmul_forward(mm_, a.qkv.get(), a.ln.get(), lw.qkvw, lw.qkvb, B, C, 3 * C, st);
+        }
         const floatX* att_in = a.qkv.get();  // (B, 3C)
         if (cfg_.qk_norm) {
             qknorm_forward(a.qkvn.get(), a.qkn_mean.get(), a.qkn_rstd.get(), a.qkv.get(), lw.qnormw, lw.qnormb,
@@ -252,14 +267,61 @@ inline void CudaBackend::issue_decode(int splits) {
         kv_store(kv_, att_in, l, a.position(), st);
         kv_layer_rest(l, splits, att_in);
     }
-    matmul_forward(mm_, a.logits.get(), a.ln.get(), w.lm_head(), nullptr, B, C, Vp, st);
+    issue_decode_head();
+}
+
+// Whether the decode steps use decode_linear (use_fused_decode; kv_begin refused a cache it cannot
+// take); else matmul_forward and the LayerNorm kernels.
+inline bool CudaBackend::decode_fused() const { return fused_decode_; }
+
+// Refuses --fused-decode for a cache of B sequences decode_linear cannot take (its rows, or the model's
+// 4C inputs of B rows past its shared memory).
+inline void CudaBackend::check_fused_decode(int B) const {
+    const int C = cfg_.channels;
+    if (!decode_linear_fits(B, C, true) || !decode_linear_fits(B, 4 * C, false))
+        throw InputError("--fused-decode 1 takes up to " + std::to_string(kDecodeMaxRows) +
+                         " sequences (fewer for a wide model: B x 4C inputs in " +
+                         std::to_string(kDecodeLinearMaxSmem / 1024) + " KiB), and this run decodes " +
+                         std::to_string(B) + " sequences of C " + std::to_string(C) +
+                         ": give fewer sequences, or drop --fused-decode");
+}
+
+// --fused-decode: decode_linear for the decode steps' linear layers (a graph captured before the switch
+// is dropped). Refuses a cache already begun that it cannot take.
+inline void CudaBackend::use_fused_decode(bool on) {
+    if (on && kv_.B > 0) check_fused_decode(kv_.B);
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // a queued step may still use the captured graph
+    fused_decode_ = on;
+    dec_graph_.reset();
+    dec_eager_plan_ = DecodePlan();
+}
+
+// The LM head over the B rows after the last layer: logits (B, Vp) in dec_.logits. Fused, lnf of the
+// last layer's x2 + fcproj in its prologue; else from dec_.ln (kv_layer_rest's residual + lnf).
+inline void CudaBackend::issue_decode_head() {
+    const int B = kv_.B, C = cfg_.channels, Vp = cfg_.padded_vocab_size;
+    const LaunchStream st = launch_stream();
+    Gpt2CudaDecodeActs& a = dec_;
+    const ParamView<const floatX> w = weights();
+    if (!decode_fused()) {
+        matmul_forward(mm_, a.logits.get(), a.ln.get(), w.lm_head(), nullptr, B, C, Vp, st);
+        return;
+    }
+    DecodeLnPrologue lnf;
+    lnf.a = a.x2.get();
+    lnf.b = a.branch.get();
+    lnf.residual = a.x.get();
+    lnf.w = w.lnfw();
+    lnf.bias = w.lnfb();
+    decode_linear(a.logits.get(), nullptr, w.lm_head(), nullptr, B, C, Vp, st, nullptr, cfg_.gelu, &lnf);
 }
 
 // Queues layer l of a decode step at position t (in dec_.step_in) from its attention on, over the B rows
 // of the decode buffers: the layer's input in dec_.x (B, C), its q, k, v in att_in (B, 3C; k and v of
 // positions <= t already in the cache); splits: the decode attention's grid depth (>= t's). Leaves the
 // layer's output in dec_.x and the next LayerNorm (the next layer's ln1, or lnf after the last layer)
-// in dec_.ln.
+// in dec_.ln; fused (decode_fused), the output as dec_.x2 + dec_.branch, which the next layer's qkv
+// or the LM head adds in its prologue.
 inline void CudaBackend::kv_layer_rest(int l, int splits, const floatX* att_in) {
     const int B = kv_.B, L = cfg_.num_layers, C = cfg_.channels;
     const LaunchStream st = launch_stream();
@@ -267,6 +329,18 @@ inline void CudaBackend::kv_layer_rest(int l, int splits, const floatX* att_in) 
     const ParamView<const floatX> w = weights();
     const LayerParams<const floatX> lw = w.layer(l);
     attention_decode(a.atty.get(), att_in, kv_, l, a.position(), splits, cfg_.attn_softcap, st);
+    if (decode_fused()) {
+        decode_linear(a.branch.get(), a.atty.get(), lw.attprojw, lw.attprojb, B, C, C, st);
+        DecodeLnPrologue ln2;  // x2 = x + attproj; ln2(x2)
+        ln2.a = a.x.get();
+        ln2.b = a.branch.get();
+        ln2.residual = a.x2.get();
+        ln2.w = lw.ln2w;
+        ln2.bias = lw.ln2b;
+        decode_linear(a.fch_gelu.get(), nullptr, lw.fcw, lw.fcb, B, C, 4 * C, st, a.fch.get(), cfg_.gelu, &ln2);
+        decode_linear(a.branch.get(), a.fch_gelu.get(), lw.fcprojw, lw.fcprojb, B, 4 * C, C, st);
+        return;
+    }
     matmul_forward(mm_, a.branch.get(), a.atty.get(), lw.attprojw, lw.attprojb, B, C, C, st);
     // x2 = x + attproj; ln = LayerNorm2(x2)
     fused_residual_layernorm_forward(a.x2.get(), a.ln.get(), a.mean.get(), a.rstd.get(), a.x.get(), a.branch.get(),

@@ -67,36 +67,32 @@ inline void reduce_partials_add(const PartialTargets& t, const float* partials, 
 }
 
 // ---- forward ------------------------------------------------------------------------------------
-// One warp per row n. FUSED: residual[n] = a[n] + b[n] is written (rounded to floatX) and normalized;
-// otherwise a[n] is normalized (residual and b unused). Lane owns channels lane*V + k*32*V + [0, V).
-// mean, rstd may be nullptr (inference); bias may be nullptr (no bias: out = (x - mean) * rstd * w).
+// One row (C) normalized by one warp (every lane calls it; lane owns channels lane*V + k*32*V + [0, V)).
+// FUSED: residual = a + b is written (rounded to floatX) and normalized; otherwise a is normalized
+// (residual and b unused). out = the LayerNorm, rounded to floatX; m, s: the row's mean and rstd. Every
+// pointer is the row's own, in global or shared memory; bias may be nullptr (out = (x - mean) * rstd * w).
 template <int V, bool FUSED>
-__global__ void layernorm_forward_kernel(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a,
-                                         const floatX* b, const floatX* w, const floatX* bias, int N, int C) {
-    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
-    const int lane = threadIdx.x % 32;
-    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    if (row >= N) return;  // whole warp leaves together
-    const size_t off = (size_t)row * C;
-    const floatX* x = FUSED ? residual + off : a + off;  // (C)
+__device__ inline void layernorm_row(floatX* residual, floatX* out, const floatX* a, const floatX* b, const floatX* w,
+                                     const floatX* bias, int C, int lane, float& m, float& s) {
+    const floatX* x = FUSED ? residual : a;  // (C)
 
     float sum = 0.0f;
     for (int c = lane * V; c < C; c += 32 * V) {
         float v[V];
         if constexpr (FUSED) {
             float u[V];
-            load_vec<V>(v, a + off + c);
-            load_vec<V>(u, b + off + c);
+            load_vec<V>(v, a + c);
+            load_vec<V>(u, b + c);
 #pragma unroll
             for (int k = 0; k < V; k++) v[k] = to_float(from_float<floatX>(v[k] + u[k]));  // as stored
-            store_vec<V>(residual + off + c, v);
+            store_vec<V>(residual + c, v);
         } else {
             load_vec<V>(v, x + c);
         }
 #pragma unroll
         for (int k = 0; k < V; k++) sum += v[k];
     }
-    const float m = warp_sum(sum) / C;
+    m = warp_sum(sum) / C;
 
     float var = 0.0f;  // second pass: this lane re-reads its own elements (written above when FUSED)
     for (int c = lane * V; c < C; c += 32 * V) {
@@ -105,7 +101,7 @@ __global__ void layernorm_forward_kernel(floatX* residual, floatX* out, float* m
 #pragma unroll
         for (int k = 0; k < V; k++) var += (v[k] - m) * (v[k] - m);
     }
-    const float s = rsqrtf(warp_sum(var) / C + kLayerNormEps);
+    s = rsqrtf(warp_sum(var) / C + kLayerNormEps);
 
     for (int c = lane * V; c < C; c += 32 * V) {
         float v[V], wv[V];
@@ -120,8 +116,23 @@ __global__ void layernorm_forward_kernel(floatX* residual, floatX* out, float* m
 #pragma unroll
             for (int k = 0; k < V; k++) v[k] = (v[k] - m) * s * wv[k];
         }
-        store_vec<V>(out + off + c, v);
+        store_vec<V>(out + c, v);
     }
+}
+
+// One warp per row n: layernorm_row of row n (residual[n] = a[n] + b[n] when FUSED). mean, rstd may be
+// nullptr (inference); bias may be nullptr.
+template <int V, bool FUSED>
+__global__ void layernorm_forward_kernel(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* a,
+                                         const floatX* b, const floatX* w, const floatX* bias, int N, int C) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
+    const int lane = threadIdx.x % 32;
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= N) return;  // whole warp leaves together
+    const size_t off = (size_t)row * C;
+    float m = 0.0f, s = 0.0f;
+    layernorm_row<V, FUSED>(FUSED ? residual + off : nullptr, out + off, a + off, FUSED ? b + off : nullptr, w, bias, C,
+                            lane, m, s);
     if (lane == 0) {
         if (mean) mean[row] = m;
         if (rstd) rstd[row] = s;

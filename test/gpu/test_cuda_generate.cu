@@ -91,6 +91,7 @@ struct Case {
     int B, prompt, steps;
     bool bias = true;                    // ModelConfig::bias
     llmc::Gelu gelu = llmc::Gelu::Tanh;  // ModelConfig::gelu
+    bool fused = false;                  // the cached GPU's decode steps with use_fused_decode (--fused-decode 1)
 };
 const Case kCases[] = {
     {"LS G=1 P=4 hd=32", 2, 4, 128, 1, 4, 64, 300, false, 0.0f, true, 2, 7, 20},
@@ -99,6 +100,13 @@ const Case kCases[] = {
     {"P>=T qk-norm B=2", 1, 4, 128, 1, 100, 40, 200, true, 0.0f, true, 2, 9, 16},
     {"no bias, erf GELU, LS G=1 P=4 qk-norm untied", 2, 4, 128, 1, 4, 64, 300, true, 0.0f, false, 2, 6, 16, false,
      llmc::Gelu::Erf},
+    // the same checks with the fused decode kernels (llmc/cuda/decode_linear.cuh)
+    {"fused decode: LS G=1 P=4 hd=32", 2, 4, 128, 1, 4, 64, 300, false, 0.0f, true, 2, 7, 20, true, llmc::Gelu::Tanh,
+     true},
+    {"fused decode: all-local G=0 P=3 qk-norm softcap untied", 2, 4, 128, 0, 3, 48, 300, true, 5.0f, false, 3, 4, 20,
+     true, llmc::Gelu::Tanh, true},
+    {"fused decode: no bias, erf GELU, LS G=1 P=4 qk-norm untied", 2, 4, 128, 1, 4, 64, 300, true, 0.0f, false, 2, 6,
+     16, false, llmc::Gelu::Erf, true},
 };
 
 llmc::ModelConfig make_config(const Case& c) {
@@ -196,6 +204,7 @@ void check_case(const Case& cs, uint64_t seed, Checks& ck) {
     const auto gpu_cached = make_gpu(cfg, 0);
     llmc::Backend& gpu = *gpu_cached;
     gpu.set_params(params.data());
+    if (cs.fused) gpu.use_fused_decode(true);
     const auto gpu_uncached = make_gpu(cfg, 0);  // uncached full forwards
     llmc::Backend& gpu_ref = *gpu_uncached;
     gpu_ref.set_params(params.data());
@@ -407,6 +416,15 @@ void check_errors(Checks& ck) {
     int bad = cfg.vocab_size;
     ck.expect(throws<llmc::InputError>([&] { gpu.kv_forward(&bad, 1, last); }), "token >= V: InputError");
     ck.expect(throws<llmc::InputError>([&] { gpu.kv_forward(tok, 0, last); }), "n = 0: InputError");
+    gpu.use_fused_decode(true);
+    ck.expect(throws<llmc::InputError>([&] { gpu.kv_begin(9, 8); }),
+              "--fused-decode 1 refuses a cache of 9 sequences: InputError");
+    gpu.kv_begin(9 - 1, 4);
+    gpu.use_fused_decode(false);
+    gpu.kv_begin(9, 4);
+    ck.expect(throws<llmc::InputError>([&] { gpu.use_fused_decode(true); }),
+              "--fused-decode 1 after a cache of 9 sequences began: InputError");
+    gpu.kv_begin(1, 3);
     gpu.kv_forward(tok, 3, last);
     ck.expect(llmc::cuda_backend::kv_cache_contents(gpu).position == 3 &&
                   throws<llmc::InputError>([&] { gpu.kv_forward(tok, 1, last); }),
@@ -501,11 +519,12 @@ void check_decode_graph(Checks& ck, uint64_t seed) {
         std::vector<int> tail((size_t)B * together);  // (B, together) appended in one call
         for (int& x : tail) x = (int)(gen() % (uint64_t)V);
         struct Counts {
-            uint64_t launches = 0, captures = 0, tail_syncs = 0, kernels = 0, programmatic = 0;
+            uint64_t launches = 0, captures = 0, tail_syncs = 0, kernels = 0, programmatic = 0, matmuls = 0, fused = 0;
         };
-        auto run = [&](bool graph, bool pdl, Counts& counts) {
+        auto run = [&](bool graph, bool pdl, Counts& counts, bool fused = false) {
             gpu.use_programmatic_launch(pdl);
             gpu.use_step_graph(graph);
+            gpu.use_fused_decode(fused);
             gpu.kv_begin(B, len);
             // the prefill's last rows first, then each decode step's
             std::vector<float> out = real_rows(gpu.kv_forward(tokens.data(), prompt, llmc::KvLogits::Last), B, V, Vp);
@@ -526,15 +545,20 @@ void check_decode_graph(Checks& ck, uint64_t seed) {
             out.insert(out.end(), rows.begin(), rows.end());
 #ifdef LLMC_EMULATE
             llmc::emu::IntervalCounts after = totals();
-            uint64_t kernels = 0;
+            uint64_t kernels = 0, fused_kernels = 0;
             for (const auto& [name, n] : after.kernels) {
                 const auto was = before.kernels.find(name);
-                kernels += n - (was == before.kernels.end() ? 0 : was->second);
+                const uint64_t d = n - (was == before.kernels.end() ? 0 : was->second);
+                kernels += d;
+                if (name.find("decode_linear_kernel") != std::string::npos) fused_kernels += d;
             }
             counts = {after.graph_launches - before.graph_launches,
                       after.graph_instantiations - before.graph_instantiations,
-                      after.syncs["cudaStreamSynchronize"] - syncs_before, kernels,
-                      after.programmatic_launches - before.programmatic_launches};
+                      after.syncs["cudaStreamSynchronize"] - syncs_before,
+                      kernels,
+                      after.programmatic_launches - before.programmatic_launches,
+                      after.matmuls - before.matmuls,
+                      fused_kernels};
 #else
             (void)counts;
 #endif
@@ -545,8 +569,23 @@ void check_decode_graph(Checks& ck, uint64_t seed) {
         const std::vector<float> graphed = run(true, false, graph_counts);
         const std::vector<float> pdl = run(true, true, pdl_counts);               // graphs of programmatic launches
         const std::vector<float> pdl_eager = run(false, true, pdl_eager_counts);  // programmatic, issued eagerly
+        Counts fused_eager_counts, fused_graph_counts, fused_pdl_counts;
+        const std::vector<float> fused_eager = run(false, false, fused_eager_counts, true);  // --fused-decode 1
+        const std::vector<float> fused_graphed = run(true, false, fused_graph_counts, true);
+        const std::vector<float> fused_pdl = run(true, true, fused_pdl_counts, true);
         gpu.use_step_graph(false);
         gpu.use_programmatic_launch(false);
+        gpu.use_fused_decode(false);
+        for (const auto& [what, got] :
+             {std::make_pair("graphs", &fused_graphed), std::make_pair("graphs with --pdl 1", &fused_pdl)}) {
+            size_t differ = 0;
+            for (size_t i = 0; i < fused_eager.size(); i++)
+                differ += !(fused_eager[i] == (*got)[i]) || std::isnan(fused_eager[i]);
+            ck.expect(differ == 0, "--fused-decode 1: decode steps as %s == eager bit for bit (%zu logits differ)",
+                      what, differ);
+        }
+        const double e_fused = gpu_test::rel_error(fused_eager.data(), eager.data(), eager.size());
+        ck.expect(e_fused <= kTol, "--fused-decode 1 vs cuBLASLt's decode steps: rel err %.2e <= %.0e", e_fused, kTol);
         for (const auto& [what, got] : {std::make_pair("graphs", &graphed), std::make_pair("graphs with --pdl 1", &pdl),
                                         std::make_pair("eager with --pdl 1", &pdl_eager)}) {
             size_t differ = 0;
@@ -580,6 +619,18 @@ void check_decode_graph(Checks& ck, uint64_t seed) {
                   (unsigned long long)pdl_eager_counts.programmatic, (unsigned long long)pdl_eager_counts.kernels,
                   (unsigned long long)eager_counts.programmatic, (unsigned long long)graph_counts.programmatic,
                   (unsigned long long)pdl_counts.launches, (unsigned long long)graph_counts.launches);
+        // a fused step: the encoder, per layer qkv, kv_store, the attention's two kernels, attproj, fc, fcproj
+        // (4 decode_linear), then the LM head (decode_linear); no cuBLASLt call
+        const uint64_t L = cfg.num_layers, fused_per_step = 4 * L + 1, kernels_per_step = 2 + 7 * L;
+        ck.expect(fused_eager_counts.matmuls == 0 && fused_eager_counts.fused == steps * fused_per_step &&
+                      fused_eager_counts.kernels == steps * kernels_per_step && eager_counts.matmuls > 0 &&
+                      fused_graph_counts.launches == graph_counts.launches,
+                  "--fused-decode 1: %llu cuBLASLt calls (0; cuBLASLt's path %llu), %llu decode_linear launches (%llu "
+                  "a step), %llu kernels (%llu a step), %llu graph launches (%llu)",
+                  (unsigned long long)fused_eager_counts.matmuls, (unsigned long long)eager_counts.matmuls,
+                  (unsigned long long)fused_eager_counts.fused, (unsigned long long)fused_per_step,
+                  (unsigned long long)fused_eager_counts.kernels, (unsigned long long)kernels_per_step,
+                  (unsigned long long)fused_graph_counts.launches, (unsigned long long)graph_counts.launches);
         ck.expect(
             eager_counts.tail_syncs >= (uint64_t)together - 1 && graph_counts.tail_syncs >= (uint64_t)together - 1,
             "%d positions appended at once wait for each step's input copy: %llu (eager), %llu (graphs) stream "
