@@ -868,3 +868,25 @@ def test_classifier_rowregs_reads_a_short_row_once_and_a_long_one_twice(cal):
     # no zero-cost issue bound: with the bandwidth made infinite the issue bound remains
     free = dict(cal, eff_elementwise=1e12)
     assert roofline.classifier_rowregs_us(rows, 10112, free) - fixed == pytest.approx(issue(10112))
+
+
+def test_decode_step_model_reproduces_its_profile():
+    """The decode step's model (decode_step, from the decode profile the GPU measured at c2b0f82): the
+    cuBLASLt path's kernels sum to that profile's busy time and its launches to its activities a step, both
+    read from the committed report here; the fused path has the launches test_cuda_generate counts under
+    emulation (2 + 7L kernels: the encoder, per layer four decode_linear, kv_store and the attention's two,
+    then the LM head) and the two copies, and gains exactly the LayerNorm and GELU kernels it removes plus
+    one gap a launch less."""
+    report = json.loads((REPO / "docs/results/2026-12-04-H200-c2b0f82/report.json").read_text())
+    prof = report["benchmarks"]["bench/generate/paper-b16.json"]["profile"]["decode"]
+    rows, step = roofline.decode_step()
+    busy = sum(us for _, us in rows)
+    assert busy == pytest.approx(prof["busy_us"], rel=0.01)
+    assert len(rows) + 1 == prof["activities_per_step"] == 65
+    L, m = 6, roofline.DECODE_MEASURED_C2B0F82
+    rows_f, step_f = roofline.decode_step(fused=True)
+    assert len(rows_f) + 1 == (2 + 7 * L) + 2
+    removed = (2 * L + 1) * m["layernorm"] + L * m["gelu"]
+    assert step - step_f == pytest.approx(removed + 19 * m["gap"])
+    (g1, launches, cub, fus, gain), _ = roofline.decode_fused_gain()
+    assert g1 == 1.0 and launches == (65, 46) and gain == pytest.approx(removed + 19 * 1.0)

@@ -2231,6 +2231,70 @@ def built_steps(cal):
              "measured there at 25.3 / 49.4 us a call (B 8 / 16) and modeled by attn_dot_wave_us")]
 
 
+# A KV decode step of the generator (llmc/cuda/gpt2_cuda_decode.cuh issue_decode), B rows, modeled from
+# the decode profile the GPU measured at c2b0f82 (docs/results/2026-12-04-H200-c2b0f82/report.json,
+# bench/generate/paper-b16.json: the paper-b16 model, B 4 at context 2048, --cuda-graph 1 --pdl 0, every
+# kernel timed alone), not from the training step's calibration: at B 4 cuBLASLt runs one GEMV kernel a
+# call (nvjet_sm90_tst_8x64, 2.55 µs), where the training calibration's GEMM model charges a split-K
+# reduction as well (6.6 µs a call). Mean µs a launch, measured:
+DECODE_MEASURED_C2B0F82 = {
+    "gemv": 2.547,           # cuBLASLt, the 24 layer calls (qkv, attproj, fc, fcproj)
+    "lm_head": 2.84,         # cuBLASLt, the LM head (V 10112 x C 192)
+    "layernorm": 1.90,       # layernorm_forward_kernel<8, true> (residual + LayerNorm); ln1 of the input 1.82
+    "gelu": 1.39,            # gelu_forward_kernel (erf)
+    "kv_store": 1.70,
+    "attention": 15.99,      # attention_decode_split_kernel at context 2048 (LS G1 P50)
+    "combine": 3.22,         # attention_decode_combine_kernel
+    "encoder": 1.59,
+    "copies": 0.82 + 2.88,   # the input's copy and the logits' copy to the host
+    "gap": 149.32 / 64,      # the step's inner idle time over its 64 inner gaps (graph, no PDL, profiled)
+}
+# The fused path (--fused-decode 1) has no measurement: decode_linear is ASSUMED to take what cuBLASLt's
+# GEMV of the same layer took (both read the weight once over B rows; ours adds the LayerNorm prologue,
+# computed in every block from L2), and its launches the same gaps.
+
+
+def decode_step(B_gemv_us=None, fused=False, L=6, qk_norm=False, gelu_kernel=True, gap_us=None):
+    """Rows [(kernel, us)] of a modeled paper-b16 decode step (DECODE_MEASURED_C2B0F82) and its wall time µs:
+    the kernels + (launches - 1) gaps of gap_us (the measured profiled gap when None)."""
+    m = DECODE_MEASURED_C2B0F82
+    gemv = m["gemv"] if B_gemv_us is None else B_gemv_us
+    rows = [("copies", m["copies"]), ("encoder", m["encoder"])]
+    if not fused:
+        rows.append(("layernorm ln1", m["layernorm"]))
+    for layer in range(L):
+        rows.append((f"linear qkv {layer}", gemv))
+        if qk_norm:
+            rows.append((f"qknorm {layer}", m["layernorm"]))  # ASSUMED: a LayerNorm's time (not in the profile)
+        rows += [(f"kv_store {layer}", m["kv_store"]), (f"attention {layer}", m["attention"]),
+                 (f"combine {layer}", m["combine"]), (f"linear attproj {layer}", gemv)]
+        if not fused:
+            rows.append((f"layernorm ln2 {layer}", m["layernorm"]))
+        rows.append((f"linear fc {layer}", gemv))
+        if gelu_kernel and not fused:
+            rows.append((f"gelu {layer}", m["gelu"]))
+        rows.append((f"linear fcproj {layer}", gemv))
+        if not fused:
+            rows.append((f"layernorm residual {layer}", m["layernorm"]))
+    rows.append(("linear lm_head", m["lm_head"]))
+    launches = len(rows) + 1  # the two copies are one row
+    gap = m["gap"] if gap_us is None else gap_us
+    return rows, sum(us for _, us in rows) + (launches - 1) * gap
+
+
+def decode_fused_gain(gaps=(1.0, None)):
+    """The fused decode kernels' modeled gain at the paper-b16 decode step (B 4, context 2048): per gap in
+    `gaps` (None: the measured profiled one), (gap µs, launches cuBLASLt / fused, the cuBLASLt step µs, the
+    fused step µs, gain µs)."""
+    out = []
+    for gap in gaps:
+        rows_c, cub = decode_step(gap_us=gap)
+        rows_f, fus = decode_step(fused=True, gap_us=gap)
+        g = DECODE_MEASURED_C2B0F82["gap"] if gap is None else gap
+        out.append((g, (len(rows_c) + 1, len(rows_f) + 1), cub, fus, cub - fus))
+    return out
+
+
 def speed_steps(cal, case="paper-b16"):
     """Issue 52's speed steps as modeled gains at one case (HEAD's grid): (step, modeled gain µs, the
     assumption the figure rests on). Each variant changes the kernel rows as the step would and
@@ -2451,6 +2515,12 @@ def calibrated_main(a):
               "|---|---|---:|---:|---|")
         for name, case, gain, undone, why in built_steps(cal):
             print(f"| {name} | {case} | {gain / 1e3:.2f} | {100 * gain / undone:.1f}% | {why} |")
+        print("\nThe fused decode kernels (--fused-decode 1, off by default), modeled from the c2b0f82 decode profile "
+              "(paper-b16, B 4 at context 2048; decode_linear ASSUMED as long as cuBLASLt's GEMV):\n")
+        print("| gap a launch µs | launches cuBLASLt / fused | cuBLASLt path ms | fused ms | modeled gain ms |\n"
+              "|---:|---:|---:|---:|---:|")
+        for gap, (lc, lf), cub, fus, gain in decode_fused_gain():
+            print(f"| {gap:.2f} | {lc} / {lf} | {cub / 1e3:.3f} | {fus / 1e3:.3f} | {gain / 1e3:.3f} |")
     if a.predict:
         pred = prediction(cal, a.commit)
         os.makedirs(os.path.dirname(a.predict) or ".", exist_ok=True)

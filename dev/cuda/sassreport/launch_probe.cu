@@ -12,6 +12,7 @@
 #include "llmc/cuda/attention_decode.cuh"
 #include "llmc/cuda/attention_ls.cuh"
 #include "llmc/cuda/classifier.cuh"
+#include "llmc/cuda/decode_linear.cuh"
 #include "llmc/cuda/global_norm.cuh"
 #include "llmc/cuda/layernorm.cuh"
 #include "llmc/cuda/matmul.cuh"
@@ -108,5 +109,8 @@ int main() {
     line("global_norm_kernel", detail::kNormBlock, 0);
     line("bias_sum_kernel", detail::kBiasGroupPacks * detail::kBiasRowThreads, 0);
     line("attention_decode_kernel", kDecodeWarps * 32, 0);
+    // the largest dynamic shared memory a decode step asks for: fcproj's B x 4C inputs
+    line("decode_linear_kernel", kDecodeLinearWarps * 32, decode_linear_smem(4, 4 * 192, false), "B 4, C=192");
+    line("decode_linear_kernel", kDecodeLinearWarps * 32, decode_linear_smem(8, 4 * 768, false), "B 8, C=768");
     return 0;
 }

@@ -17,6 +17,7 @@ GROUPS = [
     ("attention bwd (scalar)", r"^attn_bwd_(kv|q)_scalar_kernel<"),
     ("attention helpers", r"^attn_"),
     ("attention decode", r"^(attention_decode|kv_store)"),
+    ("decode linear", r"^decode_linear_"),
     ("layernorm", r"^(layernorm_|reduce_partials|reduce_layernorm)"),
     ("qk-norm", r"^qknorm_"),
     ("matmul bias", r"^bias_"),
