@@ -5,8 +5,10 @@
 //   with a LayerNorm prologue: inp = LayerNorm(a + b) (or LayerNorm(a)), computed in every block from
 //   (B, IC) rows, the residual a + b and the LayerNorm written by block 0 (the same values as
 //   fused_residual_layernorm_forward's, bit for bit: the same row function, layernorm_row)
-// so a decode layer is qkv (ln1 prologue), attproj, fc + GELU (residual + ln2 prologue), fcproj, and the
-// next layer's qkv (or the LM head) adds fcproj's output in its own prologue.
+//   with a cache store (the qkv layer of a model without QK-norm): k and v of the new position written into
+//   the KV cache as well, the values kv_store_kernel would copy
+// so a decode layer is qkv (ln1 prologue, the cache store), attproj, fc + GELU (residual + ln2 prologue),
+// fcproj, and the next layer's qkv (or the LM head) adds fcproj's output in its own prologue.
 //
 // A warp computes one output column at a time (OC columns over gridDim.x x kDecodeLinearWarps warps): each
 // lane a 16-byte pack of the weight row at a time, against the B input rows in shared memory, fp32
@@ -20,7 +22,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "llmc/core/model_config.h"  // Gelu
+#include "llmc/core/model_config.h"        // Gelu
+#include "llmc/cuda/attention_decode.cuh"  // KvCacheView
 #include "llmc/cuda/common.cuh"
 #include "llmc/cuda/gelu.cuh"
 #include "llmc/cuda/layernorm.cuh"  // layernorm_row
@@ -57,12 +60,36 @@ inline bool decode_linear_fits(int B, int IC, bool residual) {
 }
 
 namespace detail {
-// gelu < 0: no GELU (pre_gelu unused); else the Gelu kind. ln_a nullptr: no prologue (inp read);
-// else inp = LayerNorm(ln_a + ln_b) (ln_b nullable), ln_residual / ln_out written by block 0.
-__global__ void __launch_bounds__(kDecodeLinearWarps * 32)
-    decode_linear_kernel(floatX* out, floatX* pre_gelu, const floatX* inp, const floatX* weight, const floatX* bias,
-                         const floatX* ln_a, const floatX* ln_b, floatX* ln_residual, floatX* ln_out,
-                         const floatX* ln_w, const floatX* ln_bias, int B, int IC, int OC, int gelu) {
+// What a launch stores besides out: nothing, or (the qkv layer of a decode step) each k and v value into the
+// KV cache at the step's position, as kv_store_kernel would copy it from out.
+struct NoExtraStore {
+    __device__ void operator()(int /*row*/, int /*n*/, floatX /*v*/) const {}
+};
+struct KvCacheStore {
+    KvCacheView cache;
+    int layer;
+    const int* pos;  // the step's position (device memory), read after the wait
+    // out[row, n] = v of the qkv row (B, 3C): k in [C, 2C), v in [2C, 3C)
+    __device__ void operator()(int row, int n, floatX v) const {
+        const int C = cache.NH * cache.hd;
+        if (n < C) return;
+        const bool is_v = n >= 2 * C;
+        const int c = n - (is_v ? 2 * C : C), h = c / cache.hd, d = c % cache.hd;
+        const size_t o = cache.offset(layer, row, h, *pos) + d;
+        floatX* base =
+            cache.is_local(h) ? (is_v ? cache.v_local : cache.k_local) : (is_v ? cache.v_global : cache.k_global);
+        base[o] = v;
+    }
+};
+
+// The kernels' body. gelu < 0: no GELU (pre_gelu unused); else the Gelu kind. ln_a nullptr: no prologue
+// (inp read); else inp = LayerNorm(ln_a + ln_b) (ln_b nullable), ln_residual / ln_out written by block 0.
+template <typename Store>
+__device__ __forceinline__ void decode_linear_body(floatX* out, floatX* pre_gelu, const floatX* inp,
+                                                   const floatX* weight, const floatX* bias, const floatX* ln_a,
+                                                   const floatX* ln_b, floatX* ln_residual, floatX* ln_out,
+                                                   const floatX* ln_w, const floatX* ln_bias, int B, int IC, int OC,
+                                                   int gelu, const Store& store) {
     griddep_begin();                    // first: wait for the previous kernel (programmatic launch)
     LLMC_DYNAMIC_SHARED(floatX, rows);  // (B, IC) the input rows; with ln_b (B, IC) more: the residual
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -117,6 +144,7 @@ __global__ void __launch_bounds__(kDecodeLinearWarps * 32)
                     const size_t i = (size_t)r * OC + n;
                     if (gelu < 0) {
                         out[i] = from_float<floatX>(v);
+                        store(r, n, out[i]);
                     } else {  // as matmul_forward's unfused path: the pre-activation rounded, then gelu_forward
                         const floatX pre = from_float<floatX>(v);
                         pre_gelu[i] = pre;
@@ -128,18 +156,45 @@ __global__ void __launch_bounds__(kDecodeLinearWarps * 32)
     }
 }
 
+__global__ void __launch_bounds__(kDecodeLinearWarps * 32)
+    decode_linear_kernel(floatX* out, floatX* pre_gelu, const floatX* inp, const floatX* weight, const floatX* bias,
+                         const floatX* ln_a, const floatX* ln_b, floatX* ln_residual, floatX* ln_out,
+                         const floatX* ln_w, const floatX* ln_bias, int B, int IC, int OC, int gelu) {
+    decode_linear_body(out, pre_gelu, inp, weight, bias, ln_a, ln_b, ln_residual, ln_out, ln_w, ln_bias, B, IC, OC,
+                       gelu, NoExtraStore{});
+}
+
+// The qkv layer of a decode step: also k and v of position *pos into layer `layer` of the cache.
+__global__ void __launch_bounds__(kDecodeLinearWarps * 32)
+    decode_linear_kv_kernel(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
+                            const floatX* ln_a, const floatX* ln_b, floatX* ln_residual, floatX* ln_out,
+                            const floatX* ln_w, const floatX* ln_bias, int B, int IC, int OC, KvCacheView cache,
+                            int layer, const int* pos) {
+    decode_linear_body(out, nullptr, inp, weight, bias, ln_a, ln_b, ln_residual, ln_out, ln_w, ln_bias, B, IC, OC, -1,
+                       KvCacheStore{cache, layer, pos});
+}
+
 inline void decode_linear_check(const void* p, const char* name) {
     if (!aligned16(p)) throw std::invalid_argument(std::string("decode_linear: ") + name + " must be 16-byte aligned");
 }
 }  // namespace detail
 
+// A decode step's qkv layer storing its k and v into the cache itself (instead of kv_store).
+struct DecodeKvStore {
+    KvCacheView cache;
+    int layer = 0;
+    const int* pos = nullptr;  // the step's position, device memory
+};
+
 // out (B, OC) OVERWRITTEN = inp (B, IC) @ weight^T + bias (nullable); with pre_gelu (B, OC): pre_gelu = that
 // and out = gelu(pre_gelu) of kind `gelu`. ln non-null: inp is ignored, LayerNorm(ln->a + ln->b) is the
-// input (ln->residual, ln->ln_out written). Needs decode_linear_fits(B, IC, ln && ln->b), OC a multiple
-// of 8, 16-byte aligned pointers (else std::invalid_argument).
+// input (ln->residual, ln->ln_out written). kv non-null (a qkv layer, OC = 3C of the cache, B its
+// sequences, no GELU): out's k and v also into the cache at *kv->pos, as kv_store would copy them. Needs
+// decode_linear_fits(B, IC, ln && ln->b), OC a multiple of 8, 16-byte aligned pointers (else
+// std::invalid_argument).
 inline void decode_linear(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int B, int IC,
                           int OC, LaunchStream st, floatX* pre_gelu = nullptr, Gelu gelu = Gelu::Tanh,
-                          const DecodeLnPrologue* ln = nullptr) {
+                          const DecodeLnPrologue* ln = nullptr, const DecodeKvStore* kv = nullptr) {
     const bool residual = ln && ln->b;
     if (!decode_linear_fits(B, IC, residual) || OC <= 0 || OC % 8 != 0)
         throw std::invalid_argument("decode_linear: B " + std::to_string(B) + ", IC " + std::to_string(IC) + ", OC " +
@@ -157,7 +212,21 @@ inline void decode_linear(floatX* out, const floatX* inp, const floatX* weight, 
     } else {
         detail::decode_linear_check(inp, "inp");
     }
+    if (kv && (pre_gelu || !kv->pos || kv->layer < 0 || kv->layer >= kv->cache.L || kv->cache.B != B ||
+               OC != 3 * kv->cache.NH * kv->cache.hd))
+        throw std::invalid_argument(
+            "decode_linear: a cache store needs a qkv layer of the cache's B rows and 3C "
+            "columns, a layer of the cache, a position, and no GELU");
     const unsigned grid = (unsigned)std::min<long>(ceil_div(OC, kDecodeLinearWarps), kDecodeLinearMaxBlocks);
+    if (kv) {
+        launch_kernel(detail::decode_linear_kv_kernel, grid, kDecodeLinearWarps * 32,
+                      decode_linear_smem(B, IC, residual), st, out, ln ? nullptr : inp, weight, bias,
+                      ln ? ln->a : nullptr, ln ? ln->b : nullptr, ln ? ln->residual : nullptr,
+                      ln ? ln->ln_out : nullptr, ln ? ln->w : nullptr, ln ? ln->bias : nullptr, B, IC, OC, kv->cache,
+                      kv->layer, kv->pos);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
     launch_kernel(detail::decode_linear_kernel, grid, kDecodeLinearWarps * 32, decode_linear_smem(B, IC, residual), st,
                   out, pre_gelu, ln ? nullptr : inp, weight, bias, ln ? ln->a : nullptr, ln ? ln->b : nullptr,
                   ln ? ln->residual : nullptr, ln ? ln->ln_out : nullptr, ln ? ln->w : nullptr, ln ? ln->bias : nullptr,

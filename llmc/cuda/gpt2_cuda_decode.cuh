@@ -254,7 +254,13 @@ inline void CudaBackend::issue_decode(int splits) {
             ln1.residual = l == 0 ? nullptr : a.x.get();
             ln1.w = lw.ln1w;
             ln1.bias = lw.ln1b;
-            decode_linear(a.qkv.get(), nullptr, lw.qkvw, lw.qkvb, B, C, 3 * C, st, nullptr, cfg_.gelu, &ln1);
+            // without QK-norm the cache takes k and v as the qkv layer writes them: stored in its launch
+            DecodeKvStore store;
+            store.cache = kv_;
+            store.layer = l;
+            store.pos = a.position();
+            decode_linear(a.qkv.get(), nullptr, lw.qkvw, lw.qkvb, B, C, 3 * C, st, nullptr, cfg_.gelu, &ln1,
+                          cfg_.qk_norm ? nullptr : &store);
         } else {
             matmul_forward(mm_, a.qkv.get(), a.ln.get(), lw.qkvw, lw.qkvb, B, C, 3 * C, st);
         }
@@ -264,7 +270,7 @@ inline void CudaBackend::issue_decode(int splits) {
                            lw.knormw, lw.knormb, B, C, NH, st);
             att_in = a.qkvn.get();
         }
-        kv_store(kv_, att_in, l, a.position(), st);
+        if (!fused || cfg_.qk_norm) kv_store(kv_, att_in, l, a.position(), st);
         kv_layer_rest(l, splits, att_in);
     }
     issue_decode_head();

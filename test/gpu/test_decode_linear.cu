@@ -5,9 +5,13 @@
 // rounded to floatX and used as the input. Fresh random inputs each run (the seed is printed), every
 // output poisoned with NaN first, every element checked: relative error ||gpu - ref|| / ||ref|| below
 // 1e-2 (bf16) or 1e-5 (fp32 build). Shapes: 1-8 rows, IC 64-768 (a multiple of 8 that is not one of
-// 256 too), OC 8 to past the grid's cap (kDecodeLinearMaxBlocks x kDecodeLinearWarps columns). Also: the
-// refusals (9 rows, IC not a multiple of the pack, a misaligned pointer, a residual with nowhere to
-// go). Exit 0 = pass, 1 = fail or no GPU.
+// 256 too), OC 8 to past the grid's cap (kDecodeLinearMaxBlocks x kDecodeLinearWarps columns). The
+// qkv layer's cache store: every k and v value of the new position in its slot of the KV cache
+// (llmc/cuda/attention_decode.cuh's layout: a global head's slot = position, a local head's = position %
+// ring), bit for bit the layer's own output, and every other byte of the cache as it was (NaN), at a
+// position past a local ring's wrap. Also: the refusals (9 rows, IC not a multiple of the pack, a
+// misaligned pointer, a residual with nowhere to go, a cache store of another shape). Exit 0 = pass,
+// 1 = fail or no GPU.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -177,6 +181,79 @@ bool check_case(const Case& c, std::mt19937_64& gen, gpu_test::Checks& checks) {
     return true;
 }
 
+template <typename F>
+void expect_refused(gpu_test::Checks& checks, const char* what, F f);
+
+// The qkv layer with the cache store: B 3, NH 4 heads of 16 (C 64), 1 global; ring 5 (P 5), max_len 12,
+// layer 1 of 2, position 7 (the local heads' ring wrapped: slot 2).
+void check_kv_store(std::mt19937_64& gen, gpu_test::Checks& checks) {
+    const int B = 3, NH = 4, G = 1, hd = 16, C = NH * hd, L = 2, P = 5, max_len = 12, layer = 1, t = 7;
+    cuda::KvCacheView v;
+    v.L = L;
+    v.B = B;
+    v.NH = NH;
+    v.G = G;
+    v.hd = hd;
+    v.P = P;
+    v.max_len = max_len;
+    v.ring = P;
+    const size_t ng = (size_t)L * B * G * max_len * hd, nl = (size_t)L * B * (NH - G) * P * hd;
+    cuda::DeviceBuffer<floatX> kg(ng), vg(ng), kl(nl), vl(nl);
+    for (auto* d : {&kg, &vg, &kl, &vl}) poison(*d);
+    v.k_global = kg.get();
+    v.v_global = vg.get();
+    v.k_local = kl.get();
+    v.v_local = vl.get();
+    cuda::DeviceBuffer<int> d_pos(1);
+    CUDA_CHECK(cudaMemcpy(d_pos.get(), &t, sizeof(int), cudaMemcpyHostToDevice));
+    const std::vector<float> x = random_x((size_t)B * C, 1.0f, gen), lw = random_x(C, 0.5f, gen);
+    const std::vector<float> W = random_x((size_t)3 * C * C, 0.125f, gen);
+    cuda::DeviceBuffer<floatX> d_x = to_device(x), d_lw = to_device(lw), d_W = to_device(W), d_out((size_t)B * 3 * C);
+    cuda::DecodeLnPrologue ln;
+    ln.a = d_x.get();
+    ln.w = d_lw.get();
+    cuda::DecodeKvStore store;
+    store.cache = v;
+    store.layer = layer;
+    store.pos = d_pos.get();
+    cuda::decode_linear(d_out.get(), nullptr, d_W.get(), nullptr, B, C, 3 * C, cudaStream_t(nullptr), nullptr,
+                        Gelu::Tanh, &ln, &store);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> out = to_host(d_out);
+    const std::vector<float> hkg = to_host(kg), hvg = to_host(vg), hkl = to_host(kl), hvl = to_host(vl);
+    // the expected cache: NaN everywhere but the slots of position t of layer 1, which hold out's k and v
+    std::vector<float> ekg(ng, NAN), evg(ng, NAN), ekl(nl, NAN), evl(nl, NAN);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int d = 0; d < hd; d++) {
+                const size_t o = v.offset(layer, b, h, t) + d;
+                const float k = out[(size_t)b * 3 * C + C + h * hd + d],
+                            val = out[(size_t)b * 3 * C + 2 * C + h * hd + d];
+                (v.is_local(h) ? ekl : ekg)[o] = k;
+                (v.is_local(h) ? evl : evg)[o] = val;
+            }
+    size_t wrong = 0, stored = 0;
+    const auto same = [](float a, float b) { return (std::isnan(a) && std::isnan(b)) || a == b; };
+    for (const auto& [got, want] : {std::make_pair(&hkg, &ekg), std::make_pair(&hvg, &evg), std::make_pair(&hkl, &ekl),
+                                    std::make_pair(&hvl, &evl)})
+        for (size_t i = 0; i < got->size(); i++) {
+            wrong += !same((*got)[i], (*want)[i]);
+            stored += !std::isnan((*want)[i]);
+        }
+    checks.expect(wrong == 0 && stored == (size_t)2 * B * C,
+                  "cache store: position %d's k and v (%zu values) in their slots bit for bit, every other "
+                  "element untouched (%zu differ)",
+                  t, stored, wrong);
+    expect_refused(checks, "a cache store of another width", [&] {
+        cuda::decode_linear(d_out.get(), nullptr, d_W.get(), nullptr, B, C, 2 * C, cudaStream_t(nullptr), nullptr,
+                            Gelu::Tanh, &ln, &store);
+    });
+    expect_refused(checks, "a cache store with GELU", [&] {
+        cuda::decode_linear(d_out.get(), nullptr, d_W.get(), nullptr, B, C, 3 * C, cudaStream_t(nullptr), d_out.get(),
+                            Gelu::Tanh, &ln, &store);
+    });
+}
+
 // f() must throw std::invalid_argument.
 template <typename F>
 void expect_refused(gpu_test::Checks& checks, const char* what, F f) {
@@ -225,6 +302,7 @@ int main() {
     gpu_test::Checks checks;
     try {
         for (const Case& c : kCases) check_case(c, gen, checks);
+        check_kv_store(gen, checks);
         check_refusals(checks);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "test_decode_linear: %s\n", e.what());

@@ -112,5 +112,6 @@ int main() {
     // the largest dynamic shared memory a decode step asks for: fcproj's B x 4C inputs
     line("decode_linear_kernel", kDecodeLinearWarps * 32, decode_linear_smem(4, 4 * 192, false), "B 4, C=192");
     line("decode_linear_kernel", kDecodeLinearWarps * 32, decode_linear_smem(8, 4 * 768, false), "B 8, C=768");
+    line("decode_linear_kv_kernel", kDecodeLinearWarps * 32, decode_linear_smem(4, 192, false), "B 4, C=192");
     return 0;
 }
