@@ -368,7 +368,7 @@ def test_report_covers_the_other_ops(report):
 
 
 # the kernels that reduce in one launch (llmc/cuda/grid_arrival.cuh): they need GPU-scope fences
-ARRIVE_LAST_KERNELS = {"bias_sum_kernel", "global_norm_kernel"}
+ARRIVE_LAST_KERNELS = {"bias_sum_kernel", "global_norm_kernel", "attention_decode_one_launch_kernel"}
 # ... and every variant of the FA2-class kernels (the merge of a split tile loop's partials)
 ARRIVE_LAST_PREFIXES = ("attn_fwd_fa2_kernel<", "attn_bwd_kv_fa2_kernel<", "attn_bwd_q_fa2_kernel<")
 

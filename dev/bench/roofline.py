@@ -2252,7 +2252,8 @@ DECODE_MEASURED_C2B0F82 = {
 # The fused path (--fused-decode 1) has no measurement: decode_linear is ASSUMED to take what cuBLASLt's
 # GEMV of the same layer took (both read the weight once over B rows; ours adds the LayerNorm prologue,
 # computed in every block from L2, and the qkv layer's k and v stores into the cache), and its launches
-# the same gaps.
+# the same gaps; the one-launch decode attention (split and combine in one kernel, the last split block of
+# a head merging) is ASSUMED to take the split and combine kernels' summed time: its gain is one gap a layer.
 
 
 def decode_step(B_gemv_us=None, fused=False, L=6, qk_norm=False, gelu_kernel=True, gap_us=None):
@@ -2269,8 +2270,11 @@ def decode_step(B_gemv_us=None, fused=False, L=6, qk_norm=False, gelu_kernel=Tru
             rows.append((f"qknorm {layer}", m["layernorm"]))  # ASSUMED: a LayerNorm's time (not in the profile)
         if not fused or qk_norm:  # fused without QK-norm, the qkv layer stores k and v itself
             rows.append((f"kv_store {layer}", m["kv_store"]))
-        rows += [(f"attention {layer}", m["attention"]), (f"combine {layer}", m["combine"]),
-                 (f"linear attproj {layer}", gemv)]
+        if fused:
+            rows.append((f"attention one launch {layer}", m["attention"] + m["combine"]))
+        else:
+            rows += [(f"attention {layer}", m["attention"]), (f"combine {layer}", m["combine"])]
+        rows.append((f"linear attproj {layer}", gemv))
         if not fused:
             rows.append((f"layernorm ln2 {layer}", m["layernorm"]))
         rows.append((f"linear fc {layer}", gemv))

@@ -15,7 +15,10 @@
 // lane, lane+32, ...), a warp reduction gives the score, and an online softmax (running max m, sum
 // l, output acc) folds each key in; the warps' (m, l, acc) are merged in shared memory and written
 // to the scratch `partial` (B, NH, max_splits, hd + 2) = (m, l, acc[hd]). The combine kernel merges
-// a head's splits in split order (deterministic) into the output.
+// a head's splits in split order (deterministic) into the output. With one_launch (the generator's
+// --fused-decode 1), attention_decode_one_launch_kernel does both in one launch: each (head, sequence)'s
+// split blocks count in on a counter (llmc/cuda/grid_arrival.cuh), and the last to arrive merges the
+// partials as the combine kernel does, thread for thread: the same bits.
 // kv_store writes one new position per sequence (a decode step); kv_store_prefill writes the
 // positions 0..T-1 of a prefill (a local head only its last R, so every slot has one writer).
 // A decode step's kernels read its position t from device memory (`pos`, one int for every
@@ -26,7 +29,8 @@
 #include <cmath>
 
 #include "llmc/cuda/common.cuh"
-#include "llmc/cuda/ptx.cuh"  // griddep_begin
+#include "llmc/cuda/grid_arrival.cuh"  // arrive_last
+#include "llmc/cuda/ptx.cuh"           // griddep_begin
 
 namespace llmc::cuda {
 
@@ -49,7 +53,8 @@ struct KvCacheView {
     floatX* k_local = nullptr;  // (L, B, NH-G, R, hd)
     floatX* v_local = nullptr;
     int L = 0, B = 0, NH = 0, G = 0, hd = 0, P = 0, max_len = 0, ring = 0;
-    float* partial = nullptr;  // scratch of decode_scratch_floats(B, NH, hd, max_len) floats
+    float* partial = nullptr;      // scratch of decode_scratch_floats(B, NH, hd, max_len) floats
+    uint32_t* arrivals = nullptr;  // (B, NH) counters, 0 between launches: the one-launch attention's
 
     __host__ __device__ bool is_local(int h) const { return h < NH - G; }
     // Offset of the (hd) row of position t of head h of sequence b in layer l.
@@ -97,21 +102,21 @@ __device__ __forceinline__ int decode_first_key(const KvCacheView& cache, int h,
     return cache.is_local(h) ? max(0, t - cache.P + 1) : 0;
 }
 
-// One split of keys for each (head, sequence) of the query at position t = *pos: partial (m, l, acc)
-// into cache.partial. qkv: (B, 3C) (only q, channels [0, C), is read). grid (NH, B, splits of the
-// longest head at the largest t the launch serves), block kDecodeWarps * 32; a block past its head's
-// last split at t returns at once.
-__global__ void attention_decode_split_kernel(const floatX* qkv, KvCacheView cache, int l, const int* pos,
-                                              float softcap) {
-    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
-    const int t = *pos;
+// Splits of the keys the query at position t of head h sees.
+__device__ __forceinline__ int decode_head_splits(const KvCacheView& cache, int h, int t) {
+    return (t - decode_first_key(cache, h, t)) / kDecodeSplitKeys + 1;
+}
+
+// Block (h, b, split)'s split of keys of the query at position t: partial (m, l, acc) into cache.partial.
+// The split holds at least one key (start <= t).
+__device__ __forceinline__ void decode_split_body(const floatX* qkv, const KvCacheView& cache, int l, int t,
+                                                  float softcap) {
     constexpr int DPL = kDecodeMaxHeadSize / 32;  // dims per lane, at most
     __shared__ float s_m[kDecodeWarps], s_l[kDecodeWarps];
     __shared__ float s_acc[kDecodeWarps][kDecodeMaxHeadSize];
     const int h = blockIdx.x, b = blockIdx.y, split = blockIdx.z, hd = cache.hd, C = cache.NH * hd;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int start = decode_first_key(cache, h, t) + split * kDecodeSplitKeys;
-    if (start > t) return;  // this head has fewer splits
     const int end = min(t, start + kDecodeSplitKeys - 1);
     const float scale = rsqrtf((float)hd);
     const floatX* kbase = cache.is_local(h) ? cache.k_local : cache.k_global;
@@ -174,17 +179,10 @@ __global__ void attention_decode_split_kernel(const floatX* qkv, KvCacheView cac
     }
 }
 
-// out: (B, C) attention output at position t = *pos: each head's splits merged in split order.
-// grid (NH, B), block 128. grid_splits: the split kernel's grid depth; a position that needs more
-// splits than it ran (a launch planned for a smaller t) gets NaN, never another step's partials.
-__global__ void attention_decode_combine_kernel(floatX* out, KvCacheView cache, const int* pos, int grid_splits) {
-    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
-    const int h = blockIdx.x, b = blockIdx.y, hd = cache.hd, C = cache.NH * hd, t = *pos;
-    const int splits = (t - decode_first_key(cache, h, t)) / kDecodeSplitKeys + 1;
-    if (splits > grid_splits) {
-        for (int d = threadIdx.x; d < hd; d += blockDim.x) out[(size_t)b * C + h * hd + d] = from_float<floatX>(NAN);
-        return;
-    }
+// out[b, head h] (hd) = head h of sequence b's `splits` partials merged in split order, by the block's
+// threads (dims threadIdx.x, threadIdx.x + blockDim.x, ...).
+__device__ __forceinline__ void decode_combine_body(floatX* out, const KvCacheView& cache, int h, int b, int splits) {
+    const int hd = cache.hd, C = cache.NH * hd;
     const float* part = cache.partial + ((size_t)b * cache.NH + h) * decode_max_splits(cache.max_len) * (hd + 2);
     float M = -INFINITY;
     for (int s = 0; s < splits; s++) M = fmaxf(M, part[s * (hd + 2)]);
@@ -195,6 +193,57 @@ __global__ void attention_decode_combine_kernel(floatX* out, KvCacheView cache, 
         for (int s = 0; s < splits; s++) o += part[s * (hd + 2) + 2 + d] * expf(part[s * (hd + 2)] - M);
         out[(size_t)b * C + h * hd + d] = from_float<floatX>(o / L);
     }
+}
+
+// out[b, head h] = NaN (hd): a grid too shallow for the head's splits.
+__device__ __forceinline__ void decode_nan_row(floatX* out, const KvCacheView& cache, int h, int b) {
+    const int hd = cache.hd, C = cache.NH * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) out[(size_t)b * C + h * hd + d] = from_float<floatX>(NAN);
+}
+
+// One split of keys for each (head, sequence) of the query at position t = *pos: partial (m, l, acc)
+// into cache.partial. qkv: (B, 3C) (only q, channels [0, C), is read). grid (NH, B, splits of the
+// longest head at the largest t the launch serves), block kDecodeWarps * 32; a block past its head's
+// last split at t returns at once.
+__global__ void attention_decode_split_kernel(const floatX* qkv, KvCacheView cache, int l, const int* pos,
+                                              float softcap) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
+    const int t = *pos;
+    if ((int)blockIdx.z >= decode_head_splits(cache, blockIdx.x, t)) return;  // this head has fewer splits
+    decode_split_body(qkv, cache, l, t, softcap);
+}
+
+// out: (B, C) attention output at position t = *pos: each head's splits merged in split order.
+// grid (NH, B), block 128. grid_splits: the split kernel's grid depth; a position that needs more
+// splits than it ran (a launch planned for a smaller t) gets NaN, never another step's partials.
+__global__ void attention_decode_combine_kernel(floatX* out, KvCacheView cache, const int* pos, int grid_splits) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
+    const int h = blockIdx.x, b = blockIdx.y;
+    const int splits = decode_head_splits(cache, h, *pos);
+    if (splits > grid_splits) {
+        decode_nan_row(out, cache, h, b);
+        return;
+    }
+    decode_combine_body(out, cache, h, b, splits);
+}
+
+// The split and combine kernels in one launch (grid and block of the split kernel): each (head, sequence)'s
+// split blocks write their partials and count in on cache.arrivals[b * NH + h]; the last to arrive merges
+// them (decode_combine_body, as the combine kernel's block does). A grid shallower than the head needs:
+// its row NaN (by split 0; no block counts in), never another step's partials.
+__global__ void attention_decode_one_launch_kernel(floatX* out, const floatX* qkv, KvCacheView cache, int l,
+                                                   const int* pos, float softcap) {
+    griddep_begin();  // first: wait for the previous kernel (programmatic launch)
+    const int h = blockIdx.x, b = blockIdx.y, t = *pos;
+    const int splits = decode_head_splits(cache, h, t);
+    if (splits > (int)gridDim.z) {
+        if (blockIdx.z == 0) decode_nan_row(out, cache, h, b);
+        return;
+    }
+    if ((int)blockIdx.z >= splits) return;  // this head has fewer splits (not counted in its group)
+    decode_split_body(qkv, cache, l, t, softcap);
+    if (!arrive_last(cache.arrivals + (size_t)b * cache.NH + h, (uint32_t)splits)) return;
+    decode_combine_body(out, cache, h, b, splits);
 }
 
 // Host launchers. They check the shapes (std::invalid_argument: a programming error, not input); the
@@ -228,8 +277,10 @@ inline int decode_splits_at(const KvCacheView& cache, int t) {
 // out (B, C): the attention of the query at position *pos (device) of layer l over the cache. splits:
 // the split grid's depth, at least decode_splits_at(cache, *pos) (deeper grids give the same bits:
 // their extra blocks return at once).
+// one_launch: attention_decode_one_launch_kernel (cache.arrivals needed), the same bits in one launch.
 inline void attention_decode(floatX* out, const floatX* qkv, const KvCacheView& cache, int l, const int* pos,
-                             int splits, float softcap, LaunchStream stream = LaunchStream(nullptr)) {
+                             int splits, float softcap, LaunchStream stream = LaunchStream(nullptr),
+                             bool one_launch = false) {
     if (cache.hd < 1 || cache.hd > kDecodeMaxHeadSize)
         throw std::invalid_argument("attention_decode: head size " + std::to_string(cache.hd) + " not in [1, " +
                                     std::to_string(kDecodeMaxHeadSize) + "]");
@@ -240,6 +291,14 @@ inline void attention_decode(floatX* out, const floatX* qkv, const KvCacheView& 
         throw std::invalid_argument(
             "attention_decode: the cache has no scratch (decode_scratch_floats), or no position");
     dim3 split_grid(cache.NH, cache.B, (unsigned)splits);
+    if (one_launch) {
+        if (cache.arrivals == nullptr)
+            throw std::invalid_argument("attention_decode: one launch needs the cache's arrival counters");
+        launch_kernel(attention_decode_one_launch_kernel, split_grid, kDecodeWarps * 32, 0, stream, out, qkv, cache, l,
+                      pos, softcap);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
     launch_kernel(attention_decode_split_kernel, split_grid, kDecodeWarps * 32, 0, stream, qkv, cache, l, pos, softcap);
     CUDA_CHECK_LAUNCH();
     launch_kernel(attention_decode_combine_kernel, dim3(cache.NH, cache.B), 128, 0, stream, out, cache, pos, splits);

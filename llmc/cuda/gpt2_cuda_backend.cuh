@@ -262,6 +262,7 @@ private:
     DeviceBuffer<floatX> kv_kg_, kv_vg_;   // (L, B, G, max_len, hd)
     DeviceBuffer<floatX> kv_kl_, kv_vl_;   // (L, B, NH-G, R, hd)
     DeviceBuffer<float> kv_partial_;       // decode scratch (B, NH, splits, hd + 2): llmc/cuda/attention_decode.cuh
+    DeviceBuffer<uint32_t> kv_arrivals_;   // (B, NH) the one-launch decode attention's counters (--fused-decode)
     int kv_pos_ = 0;                       // positions cached so far (every sequence)
     Gpt2CudaDecodeActs dec_;               // row buffers of a decode step
     std::vector<int> dec_tokens_host_;     // (B) tokens of the current decode step

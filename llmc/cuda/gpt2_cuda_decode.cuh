@@ -78,6 +78,9 @@ inline void CudaBackend::kv_begin(int B, int max_len) {
     // NaN bytes: a split the combine reads that no split block wrote shows up as NaN
     CUDA_CHECK(cudaMemsetAsync(kv_partial_.get(), 0xFF, kv_partial_.bytes(), stream_));
     c.partial = kv_partial_.get();
+    if (kv_arrivals_.size() != (size_t)B * c.NH) kv_arrivals_.resize((size_t)B * c.NH);
+    CUDA_CHECK(cudaMemsetAsync(kv_arrivals_.get(), 0, kv_arrivals_.bytes(), stream_));  // 0 between launches
+    c.arrivals = kv_arrivals_.get();
     dec_.allocate(cfg_, B);
     dec_tokens_host_.resize(B);
     if (dec_in_pinned_.size() != (size_t)B + 1) dec_in_pinned_.resize((size_t)B + 1);
@@ -334,7 +337,8 @@ inline void CudaBackend::kv_layer_rest(int l, int splits, const floatX* att_in) 
     Gpt2CudaDecodeActs& a = dec_;
     const ParamView<const floatX> w = weights();
     const LayerParams<const floatX> lw = w.layer(l);
-    attention_decode(a.atty.get(), att_in, kv_, l, a.position(), splits, cfg_.attn_softcap, st);
+    // fused: the split and combine kernels in one launch (the same bits)
+    attention_decode(a.atty.get(), att_in, kv_, l, a.position(), splits, cfg_.attn_softcap, st, decode_fused());
     if (decode_fused()) {
         decode_linear(a.branch.get(), a.atty.get(), lw.attprojw, lw.attprojb, B, C, C, st);
         DecodeLnPrologue ln2;  // x2 = x + attproj; ln2(x2)

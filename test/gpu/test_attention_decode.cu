@@ -6,7 +6,10 @@
 // positions where a local head's ring buffer has wrapped. The position reaches the kernels in device
 // memory (as a decode step, or its CUDA graph, passes it); the split grid is the least for the
 // position on even positions and the cache's deepest on odd ones (the extra blocks must change
-// nothing), and a grid shallower than a position needs gives NaN for the heads that need more. The CPU
+// nothing), and a grid shallower than a position needs gives NaN for the heads that need more. The
+// one-launch kernel (attention_decode's one_launch, --fused-decode 1) at every checked position and
+// with the shallow grid: the same bits as the split and combine kernels (NaN where they give NaN),
+// and its arrival counters back to 0 after every call. The CPU
 // reference reads the same floatX-rounded values the GPU reads. Exit 0 = pass, 1 = fail or no GPU.
 // --edges (the emulated run: scripts/gpu_check.sh --emulate): on the shapes longer than 64 positions
 // the attention is checked at the positions edge_position() names instead of all; the cache is still
@@ -91,6 +94,29 @@ bool check_shape(const Shape& s, std::mt19937_64& gen, bool edges) {
     view.v_local = vl.get();
 
     std::vector<floatX> row_x((size_t)B * 3 * C), out_x((size_t)B * C);
+    cuda::DeviceBuffer<uint32_t> arrivals((size_t)B * s.NH, /*zero=*/true);
+    view.arrivals = arrivals.get();
+    cuda::DeviceBuffer<floatX> d_one((size_t)B * C);  // the one-launch kernel's output
+    std::vector<floatX> one_x((size_t)B * C);
+    std::vector<uint32_t> counters((size_t)B * s.NH);
+    int one_differ = 0, counters_left = 0;
+    // the one-launch kernel with the same grid as the two kernels' last call: its output's bits equal
+    // out_x's, NaN where out_x has NaN, and every counter 0 after it
+    // (the scratch poisoned first: a merge before every split of its head wrote would read NaN, not the
+    // two kernels' partials of the same values)
+    auto check_one_launch = [&](int t, int splits) {
+        CUDA_CHECK(cudaMemset(d_one.get(), 0xFF, d_one.bytes()));
+        CUDA_CHECK(cudaMemset(partial.get(), 0xFF, partial.bytes()));
+        cuda::attention_decode(d_one.get(), d_qkv.get(), view, layer, d_pos.get(), splits, s.softcap,
+                               cudaStream_t(nullptr), /*one_launch=*/true);
+        CUDA_CHECK(cudaMemcpy(one_x.data(), d_one.get(), d_one.bytes(), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(counters.data(), arrivals.get(), arrivals.bytes(), cudaMemcpyDeviceToHost));
+        if (std::memcmp(one_x.data(), out_x.data(), one_x.size() * sizeof(floatX)) != 0) {
+            if (one_differ++ == 0)
+                std::fprintf(stderr, "  %s: t=%d: one launch differs from split + combine\n", s.name, t);
+        }
+        for (uint32_t c : counters) counters_left += c != 0;
+    };
     std::vector<float> ref_out((size_t)B * C);
     double worst = 0.0;
     int checked = 0;
@@ -109,6 +135,7 @@ bool check_shape(const Shape& s, std::mt19937_64& gen, bool edges) {
         const int splits = t % 2 ? cuda::decode_max_splits(T) : cuda::decode_splits_at(view, t);
         cuda::attention_decode(d_out.get(), d_qkv.get(), view, layer, d_pos.get(), splits, s.softcap);
         CUDA_CHECK(cudaMemcpy(out_x.data(), d_out.get(), d_out.bytes(), cudaMemcpyDeviceToHost));
+        check_one_launch(t, splits);
         double num = 0.0, den = 0.0;
         for (size_t i = 0; i < out_x.size(); i++) {
             const float g = cuda::to_float(out_x[i]);
@@ -129,6 +156,7 @@ bool check_shape(const Shape& s, std::mt19937_64& gen, bool edges) {
     if (least >= 2) {
         cuda::attention_decode(d_out.get(), d_qkv.get(), view, layer, d_pos.get(), least - 1, s.softcap);
         CUDA_CHECK(cudaMemcpy(out_x.data(), d_out.get(), d_out.bytes(), cudaMemcpyDeviceToHost));
+        check_one_launch(t_last, least - 1);
         for (int b = 0; b < B; b++)
             for (int h = 0; h < s.NH; h++) {
                 const int first_key = h < s.NH - s.G ? std::max(0, t_last - s.P + 1) : 0;
@@ -141,9 +169,12 @@ bool check_shape(const Shape& s, std::mt19937_64& gen, bool edges) {
                          least - 1, t_last);
     }
     const double tol = sizeof(floatX) == 2 ? 1e-2 : 1e-5;
-    const bool ok = worst < tol && shallow_ok;
-    std::printf("  %-26s B=%d NH=%d G=%d hd=%d P=%d T=%d cap=%g: %d positions, worst rel err %.2e (tol %.0e) %s\n",
-                s.name, B, s.NH, s.G, s.hd, s.P, T, s.softcap, checked, worst, tol, ok ? "ok" : "FAIL");
+    const bool ok = worst < tol && shallow_ok && one_differ == 0 && counters_left == 0;
+    std::printf(
+        "  %-26s B=%d NH=%d G=%d hd=%d P=%d T=%d cap=%g: %d positions, worst rel err %.2e (tol %.0e); one "
+        "launch: %d calls differ, %d counters left non-zero %s\n",
+        s.name, B, s.NH, s.G, s.hd, s.P, T, s.softcap, checked, worst, tol, one_differ, counters_left,
+        ok ? "ok" : "FAIL");
     return ok;
 }
 
