@@ -233,7 +233,7 @@ def test_emulated_cuda_generation_cached_equals_uncached(full_run):
     same tokens as a full forward per token (--no-cache), as on the CPU; with --cuda-graph 1 (each
     decode step one graph) and with the defaults (--cuda-graph auto and --pdl auto: the graphs and
     programmatic launches on the CUDA backend, the emulated device being sm_90) the same tokens, greedy
-    and sampled, as with 0; and with --pdl 1."""
+    and sampled, as with 0; with --pdl 1; and with --fused-decode 1 the same greedy tokens."""
     emu_dir, _, _ = full_run
     gen = ["-e", emu_dir / f"model_{FULL_STEPS:08d}.bin", "--greedy", "-n", 24, "--print-ids",
            "--prompt-ids", "10,84,104,101"]
@@ -268,6 +268,15 @@ def test_emulated_cuda_generation_cached_equals_uncached(full_run):
         # only the backend's construction (its working copy of the weights) precedes the switch
         assert len(launches) > 50 and len(plain) <= 2 and all("copy_master_kernel" in ln for ln in plain), plain[:3]
         assert "programmatic dependent launch" in pdl.stderr.splitlines()[-1], pdl.stderr.splitlines()[-1]
+    # --fused-decode 1 (the decode steps' own linear kernels, the one-launch attention): the same greedy
+    # tokens here (not bit-identical logits: sums in another order), the emulator's launch lines name its
+    # kernels (4 decode_linear a layer-step at least), and the summary says it ran
+    fused = run_bin(EMU_GEN, gen + ["--fused-decode", 1], "cuda", env=verbose)
+    assert fused.stdout == cached.stdout, "--fused-decode 1 changed the greedy tokens"
+    launches = [ln for ln in fused.stderr.splitlines() if ln.startswith("emu: launch ")]
+    assert sum("decode_linear" in ln for ln in launches) >= 24 and \
+        any("attention_decode_one_launch_kernel" in ln for ln in launches), launches[-5:]
+    assert "fused decode kernels" in fused.stderr.splitlines()[-1], fused.stderr.splitlines()[-1]
     bench = run_bin(EMU_GEN, ["-e", emu_dir / f"model_{FULL_STEPS:08d}.bin", "--bench", "--bench-batch", 1,
                               "--bench-prompt", 8, "--bench-contexts", 16, "--bench-steps", 2, "--bench-repeats", 1,
                               "--pdl", 1], "cuda", env=verbose)
