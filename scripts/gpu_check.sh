@@ -577,7 +577,8 @@ stage_profile() {
 # algorithm logged, LLMC_CUBLASLT_ALGOS=1), its JSON object into JSON (the profiles' tables and the
 # algorithms go to stderr: the step's log). Fails unless both profiles list our kernels and cuBLASLt's
 # calls, timed on a GPU (a capture that missed a graph's kernels would otherwise pass); with
-# --fused-decode 1, the decode profile its decode_linear kernels and no cuBLASLt call instead.
+# --fused-decode 1, the decode profile its decode_linear kernels and the one-launch attention, and no
+# cuBLASLt call or combine kernel, instead.
 bench_generate() {
     local ckpt=$1 json=$2
     shift 2
@@ -592,9 +593,11 @@ for what in ("prefill", "decode"):
     t = prof[what]
     ours = [k for k in t["kernels"] if k["kernel"].startswith("llmc::")]
     if what == "decode" and fused:
-        linear = [k for k in ours if "decode_linear_kernel" in k["kernel"]]
-        if not linear or t["gemms"]["calls_per_step"] != 0:
-            sys.exit(f"the fused decode profile lacks decode_linear or has cuBLASLt calls: {json.dumps(t)[:400]}")
+        names = [k["kernel"] for k in ours]
+        if not (any("decode_linear" in n for n in names) and any("attention_decode_one_launch" in n for n in names)
+                and not any("attention_decode_combine" in n for n in names) and t["gemms"]["calls_per_step"] == 0):
+            sys.exit("the fused decode profile lacks decode_linear or the one-launch attention, or has the combine "
+                     f"kernel or cuBLASLt calls: {json.dumps(t)[:400]}")
         continue
     if not (ours and t["gemms"]["calls_per_step"] > 0 and (emulated or t["gemms"].get("us_per_step", 0) > 0)):
         sys.exit(f"the {what} profile lacks our kernels or cuBLASLt's: {json.dumps(t)[:400]}")

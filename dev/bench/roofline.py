@@ -2523,7 +2523,8 @@ def calibrated_main(a):
         for name, case, gain, undone, why in built_steps(cal):
             print(f"| {name} | {case} | {gain / 1e3:.2f} | {100 * gain / undone:.1f}% | {why} |")
         print("\nThe fused decode kernels (--fused-decode 1, off by default), modeled from the c2b0f82 decode profile "
-              "(paper-b16, B 4 at context 2048; decode_linear ASSUMED as long as cuBLASLt's GEMV):\n")
+              "(paper-b16, B 4 at context 2048; decode_linear ASSUMED as long as cuBLASLt's GEMV, the one-launch attention "
+              "as long as the split and combine kernels):\n")
         print("| gap a launch µs | launches cuBLASLt / fused | cuBLASLt path ms | fused ms | modeled gain ms |\n"
               "|---:|---:|---:|---:|---:|")
         for gap, (lc, lf), cub, fus, gain in decode_fused_gain():

@@ -35,8 +35,9 @@
 namespace llmc::cuda {
 
 constexpr int kDecodeWarps = 4;
-constexpr int kDecodeMaxHeadSize = 128;  // hd <= 128 (4 dims per lane)
-constexpr int kDecodeSplitKeys = 128;    // keys per split (32 per warp)
+constexpr int kDecodeMaxHeadSize = 128;     // hd <= 128 (4 dims per lane)
+constexpr int kDecodeSplitKeys = 128;       // keys per split (32 per warp)
+constexpr int kDecodeCombineThreads = 128;  // the combine kernel's block
 
 // Splits of max_len keys, and the scratch floats of a cache of B sequences: (B, NH, splits, hd + 2).
 __host__ __device__ inline int decode_max_splits(int max_len) {
@@ -54,7 +55,7 @@ struct KvCacheView {
     floatX* v_local = nullptr;
     int L = 0, B = 0, NH = 0, G = 0, hd = 0, P = 0, max_len = 0, ring = 0;
     float* partial = nullptr;      // scratch of decode_scratch_floats(B, NH, hd, max_len) floats
-    uint32_t* arrivals = nullptr;  // (B, NH) counters, 0 between launches: the one-launch attention's
+    uint32_t* arrivals = nullptr;  // (B, NH) the one-launch attention's arrival counters, 0 between launches
 
     __host__ __device__ bool is_local(int h) const { return h < NH - G; }
     // Offset of the (hd) row of position t of head h of sequence b in layer l.
@@ -214,7 +215,7 @@ __global__ void attention_decode_split_kernel(const floatX* qkv, KvCacheView cac
 }
 
 // out: (B, C) attention output at position t = *pos: each head's splits merged in split order.
-// grid (NH, B), block 128. grid_splits: the split kernel's grid depth; a position that needs more
+// grid (NH, B), block kDecodeCombineThreads. grid_splits: the split kernel's grid depth; a position that needs more
 // splits than it ran (a launch planned for a smaller t) gets NaN, never another step's partials.
 __global__ void attention_decode_combine_kernel(floatX* out, KvCacheView cache, const int* pos, int grid_splits) {
     griddep_begin();  // first: wait for the previous kernel (programmatic launch)
@@ -301,7 +302,8 @@ inline void attention_decode(floatX* out, const floatX* qkv, const KvCacheView& 
     }
     launch_kernel(attention_decode_split_kernel, split_grid, kDecodeWarps * 32, 0, stream, qkv, cache, l, pos, softcap);
     CUDA_CHECK_LAUNCH();
-    launch_kernel(attention_decode_combine_kernel, dim3(cache.NH, cache.B), 128, 0, stream, out, cache, pos, splits);
+    launch_kernel(attention_decode_combine_kernel, dim3(cache.NH, cache.B), kDecodeCombineThreads, 0, stream, out,
+                  cache, pos, splits);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -9,7 +9,11 @@
 // nothing), and a grid shallower than a position needs gives NaN for the heads that need more. The
 // one-launch kernel (attention_decode's one_launch, --fused-decode 1) at every checked position and
 // with the shallow grid: the same bits as the split and combine kernels (NaN where they give NaN),
-// and its arrival counters back to 0 after every call. The CPU
+// and its arrival counters back to 0 after every call; and, with every counter set to a sentinel K
+// before one call (so no block's ticket is its head's last), each head's counter K + its splits where
+// the grid covers it and K where it does not, and no covered head's output row written: each counted
+// block arrives exactly once, the blocks past a head's splits not at all, and only the last to arrive
+// merges (a GPU and the emulator give the same answer, whatever the block order). The CPU
 // reference reads the same floatX-rounded values the GPU reads. Exit 0 = pass, 1 = fail or no GPU.
 // --edges (the emulated run: scripts/gpu_check.sh --emulate): on the shapes longer than 64 positions
 // the attention is checked at the positions edge_position() names instead of all; the cache is still
@@ -117,6 +121,41 @@ bool check_shape(const Shape& s, std::mt19937_64& gen, bool edges) {
         }
         for (uint32_t c : counters) counters_left += c != 0;
     };
+    constexpr uint32_t kSentinel = 1000;
+    int sentinel_bad = 0;
+    auto check_arrivals = [&](int t, int splits) {
+        std::vector<uint32_t> k((size_t)B * s.NH, kSentinel);
+        CUDA_CHECK(cudaMemcpy(arrivals.get(), k.data(), arrivals.bytes(), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemset(d_one.get(), 0xFF, d_one.bytes()));
+        CUDA_CHECK(cudaMemset(partial.get(), 0xFF, partial.bytes()));
+        cuda::attention_decode(d_one.get(), d_qkv.get(), view, layer, d_pos.get(), splits, s.softcap,
+                               cudaStream_t(nullptr), /*one_launch=*/true);
+        CUDA_CHECK(cudaMemcpy(one_x.data(), d_one.get(), d_one.bytes(), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(counters.data(), arrivals.get(), arrivals.bytes(), cudaMemcpyDeviceToHost));
+        // an element's expected bytes: all 0xFF (the poison, unwritten) or the NaN the kernels write
+        unsigned char poison_bytes[sizeof(floatX)], nan_bytes[sizeof(floatX)];
+        std::memset(poison_bytes, 0xFF, sizeof(floatX));
+        const floatX nan_x = cuda::from_float<floatX>(NAN);
+        std::memcpy(nan_bytes, &nan_x, sizeof(floatX));
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < s.NH; h++) {
+                const int first_key = h < s.NH - s.G ? std::max(0, t - s.P + 1) : 0;
+                const int need = (t - first_key) / cuda::kDecodeSplitKeys + 1;
+                const bool covered = need <= splits;
+                const uint32_t want = kSentinel + (covered ? need : 0);
+                const unsigned char* expect = covered ? poison_bytes : nan_bytes;
+                bool row_ok = true;
+                for (int d = 0; d < s.hd; d++)
+                    row_ok &= std::memcmp(&one_x[(size_t)b * C + h * s.hd + d], expect, sizeof(floatX)) == 0;
+                if (counters[(size_t)b * s.NH + h] != want || !row_ok) {
+                    if (sentinel_bad++ == 0)
+                        std::fprintf(
+                            stderr, "  %s: t=%d grid %d: head %d of sequence %d counted %u (want %u), row %s\n", s.name,
+                            t, splits, h, b, counters[(size_t)b * s.NH + h], want, row_ok ? "as expected" : "written");
+                }
+            }
+        CUDA_CHECK(cudaMemset(arrivals.get(), 0, arrivals.bytes()));
+    };
     std::vector<float> ref_out((size_t)B * C);
     double worst = 0.0;
     int checked = 0;
@@ -153,6 +192,8 @@ bool check_shape(const Shape& s, std::mt19937_64& gen, bool edges) {
     // partials of an earlier call), the others their result
     bool shallow_ok = true;
     const int t_last = T - 1, least = cuda::decode_splits_at(view, t_last);
+    check_arrivals(t_last, least);
+    if (least >= 2) check_arrivals(t_last, least - 1);
     if (least >= 2) {
         cuda::attention_decode(d_out.get(), d_qkv.get(), view, layer, d_pos.get(), least - 1, s.softcap);
         CUDA_CHECK(cudaMemcpy(out_x.data(), d_out.get(), d_out.bytes(), cudaMemcpyDeviceToHost));
@@ -169,11 +210,11 @@ bool check_shape(const Shape& s, std::mt19937_64& gen, bool edges) {
                          least - 1, t_last);
     }
     const double tol = sizeof(floatX) == 2 ? 1e-2 : 1e-5;
-    const bool ok = worst < tol && shallow_ok && one_differ == 0 && counters_left == 0;
+    const bool ok = worst < tol && shallow_ok && one_differ == 0 && counters_left == 0 && sentinel_bad == 0;
     std::printf(
         "  %-26s B=%d NH=%d G=%d hd=%d P=%d T=%d cap=%g: %d positions, worst rel err %.2e (tol %.0e); one "
-        "launch: %d calls differ, %d counters left non-zero %s\n",
-        s.name, B, s.NH, s.G, s.hd, s.P, T, s.softcap, checked, worst, tol, one_differ, counters_left,
+        "launch: %d calls differ, %d counters left non-zero, %d heads miscounted from a sentinel %s\n",
+        s.name, B, s.NH, s.G, s.hd, s.P, T, s.softcap, checked, worst, tol, one_differ, counters_left, sentinel_bad,
         ok ? "ok" : "FAIL");
     return ok;
 }

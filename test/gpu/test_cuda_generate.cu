@@ -569,15 +569,17 @@ void check_decode_graph(Checks& ck, uint64_t seed) {
         const std::vector<float> graphed = run(true, false, graph_counts);
         const std::vector<float> pdl = run(true, true, pdl_counts);               // graphs of programmatic launches
         const std::vector<float> pdl_eager = run(false, true, pdl_eager_counts);  // programmatic, issued eagerly
-        Counts fused_eager_counts, fused_graph_counts, fused_pdl_counts;
+        Counts fused_eager_counts, fused_graph_counts, fused_pdl_counts, fused_pdl_eager_counts;
         const std::vector<float> fused_eager = run(false, false, fused_eager_counts, true);  // --fused-decode 1
         const std::vector<float> fused_graphed = run(true, false, fused_graph_counts, true);
         const std::vector<float> fused_pdl = run(true, true, fused_pdl_counts, true);
+        const std::vector<float> fused_pdl_eager = run(false, true, fused_pdl_eager_counts, true);
         gpu.use_step_graph(false);
         gpu.use_programmatic_launch(false);
         gpu.use_fused_decode(false);
         for (const auto& [what, got] :
-             {std::make_pair("graphs", &fused_graphed), std::make_pair("graphs with --pdl 1", &fused_pdl)}) {
+             {std::make_pair("graphs", &fused_graphed), std::make_pair("graphs with --pdl 1", &fused_pdl),
+              std::make_pair("eager with --pdl 1", &fused_pdl_eager)}) {
             size_t differ = 0;
             for (size_t i = 0; i < fused_eager.size(); i++)
                 differ += !(fused_eager[i] == (*got)[i]) || std::isnan(fused_eager[i]);

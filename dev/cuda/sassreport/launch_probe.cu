@@ -110,7 +110,7 @@ int main() {
     line("bias_sum_kernel", detail::kBiasGroupPacks * detail::kBiasRowThreads, 0);
     line("attention_decode_split_kernel", kDecodeWarps * 32, 0);
     line("attention_decode_one_launch_kernel", kDecodeWarps * 32, 0);
-    line("attention_decode_combine_kernel", 128, 0);
+    line("attention_decode_combine_kernel", kDecodeCombineThreads, 0);
     // the largest dynamic shared memory a decode step asks for: fcproj's B x 4C inputs
     line("decode_linear_kernel", kDecodeLinearWarps * 32, decode_linear_smem(4, 4 * 192, false), "B 4, C=192");
     line("decode_linear_kernel", kDecodeLinearWarps * 32, decode_linear_smem(8, 4 * 768, false), "B 8, C=768");
