@@ -122,7 +122,7 @@ int run_generation(const llmc::GenerateConfig& g, const llmc::ModelCheckpoint& c
                               : decode_as_graphs(g, *model) ? "cached, decode steps as CUDA graphs"
                                                             : "cached") +
                   (programmatic(g, *model) ? ", programmatic dependent launch" : "") +
-                  (g.fused_decode == 1 ? ", fused decode kernels" : ""))
+                  (model->fused_decode_on() ? ", fused decode kernels" : ""))
                      .c_str(),
                  g.no_cache ? 0.0 : model->kv_cache_bytes() / 1024.0);
     return 0;

@@ -244,7 +244,8 @@ def reduction(x, ref):
 # our sides of generate_latency.py, each LS variant compared with MHSA on the same side: "ours" issues each
 # decode step's kernels one by one without programmatic launch (--cuda-graph 0 --pdl 0), "graph" is the
 # generator's defaults on the CUDA backend (--cuda-graph 1 --pdl auto: each step one CUDA graph, programmatic
-# launch where the device has it); each side's record says what ran (cuda_graph, pdl), printed beside it
+# launch where the device has it), "fused" is graph with --fused-decode 1; each side's record says what ran
+# (cuda_graph, pdl, fused_decode), its cuda_graph and pdl printed beside it
 SIDES = {"ours": "each decode step issued kernel by kernel",
          "graph": "each decode step one CUDA graph, the generator's defaults",
          "fused": "graph with the fused decode kernels, --fused-decode 1"}

@@ -184,7 +184,8 @@ def test_help_lists_every_flag():
     (["--fused-decode", "1", "--device", "cpu"], "--fused-decode 1 needs the CUDA backend; this run uses the cpu "
      "backend (give --device cuda, or drop --fused-decode)"),
     (["--fused-decode", "1", "--no-cache"], "--fused-decode 1 runs the KV cache's decode steps; --no-cache has none"),
-    (["--fused-decode", "2"], "--fused-decode: 2 not in {0,1}"),
+    (["--fused-decode", "2"], "--fused-decode: must be 0 or 1 (got 2)"),
+    (["--fused-decode", "0x1"], "--fused-decode: must be 0 or 1 (got 0x1)"),
     (["--bench", "--bench-contexts", "64", "--bench-prompt", "8", "--device", "cpu", "--fused-decode", "1"],
      "--fused-decode 1 needs the CUDA backend"),
     (["--bench-profile"], "--bench-profile sets up the latency benchmark, which runs only with --bench; add --bench, "

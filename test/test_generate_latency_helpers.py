@@ -156,6 +156,8 @@ def test_table_and_reduction():
     (["--max-seq-len", "64", "--contexts", "40", "--prompts", "16,100"],
      "--prompts '16,100': give comma-separated lengths in 1..64"),
     (["--vocab", "0"], "--max-seq-len and --vocab must be >= 1"),
+    (["--batch", "9", "--ours-sides", "graph,fused"], "--ours-sides fused: the fused decode kernels take up to 8 "
+     "sequences and --batch is 9; give --batch 8 or less, or drop the side fused"),
 ])
 def test_bad_lengths_are_refused_before_any_work(tmp_path, capsys, args, expect):
     """Refused by argparse (exit 2, the error's line) before a checkpoint is written or a binary runs."""
@@ -163,6 +165,16 @@ def test_bad_lengths_are_refused_before_any_work(tmp_path, capsys, args, expect)
         gl.main(["--out", str(tmp_path / "o"), "--skip-torch", "--binary", "/nonexistent"] + args)
     assert e.value.code == 2 and expect in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_default_sides_leave_fused_out_past_its_batch(tmp_path, capsys):
+    """The default sides include fused, which takes up to 8 sequences: at --batch 9 it is left out with a
+    note (the run goes on with the others), never run to fail."""
+    assert gl.main(["--out", str(tmp_path / "o"), "--skip-ours", "--skip-torch", "--variants", "mhsa", "--prompts",
+                    "16", "--contexts", "40", "--steps", "2", "--max-seq-len", "64", "--vocab", "300", "--batch",
+                    "9"]) == 0
+    assert "note: side fused left out: --batch 9 is more than the fused decode kernels take (8)" in \
+        capsys.readouterr().err
 
 
 def test_max_seq_len_and_vocab_size_the_models(tmp_path, capsys):

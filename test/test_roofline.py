@@ -889,8 +889,15 @@ def test_decode_step_model_reproduces_its_profile():
     assert len(rows_f) + 1 == (2 + 5 * L) + 2
     removed = (2 * L + 1) * m["layernorm"] + L * (m["gelu"] + m["kv_store"])
     assert step - step_f == pytest.approx(removed + 31 * m["gap"])
-    (g1, launches, cub, fus, gain), _ = roofline.decode_fused_gain()
+    (_, g1, launches, cub, fus, gain, below), = roofline.decode_fused_gain([("one", 1.0)])
     assert g1 == 1.0 and launches == (65, 34) and gain == pytest.approx(removed + 31 * 1.0)
+    # the 16K estimate: the c2b0f82 graph + PDL figures less the gain from both
+    ls, mhsa = 0.544 - gain / 1e3, 0.752 - gain / 1e3
+    assert below == pytest.approx(1 - ls / mhsa)
+    # the gaps come from the measurements: with PDL (0.260 ms a step) less than without (0.303)
+    (_, pdl), (_, graph), (_, prof) = roofline.decode_gaps()
+    assert pdl == pytest.approx((260 - 227.75) / 64) and graph == pytest.approx((303 - 227.75) / 64)
+    assert pdl < graph < prof
     # with QK-norm the cache store stays kv_store's (the cache takes k after the norm)
     rows_q, _ = roofline.decode_step(fused=True, qk_norm=True)
     assert sum(name.startswith("kv_store") for name, _ in rows_q) == L

@@ -150,6 +150,7 @@ def ours_command(binary, ckpt, batch, prompts, contexts, steps, repeats, side=("
 # kernel without programmatic launch; the generator's defaults on a GPU (one CUDA graph, programmatic launch
 # where the device has it); those with the fused decode kernels
 OURS_SIDES = {"ours": ("0", "0", "0"), "graph": ("1", "auto", "0"), "fused": ("1", "auto", "1")}
+FUSED_MAX_BATCH = 8  # llmc/cuda/decode_linear.cuh kDecodeMaxRows: the generator refuses more with --fused-decode 1
 
 
 def parse_ours(stdout):
@@ -569,6 +570,13 @@ def main(argv=None):
     for s in ours_sides:
         if s not in OURS_SIDES:
             ap.error(f"unknown side '{s}' in --ours-sides (have {', '.join(OURS_SIDES)})")
+    if "fused" in ours_sides and args.batch > FUSED_MAX_BATCH:
+        if any(a.startswith("--ours-sides") for a in (sys.argv[1:] if argv is None else argv)):
+            ap.error(f"--ours-sides fused: the fused decode kernels take up to {FUSED_MAX_BATCH} sequences and "
+                     f"--batch is {args.batch}; give --batch {FUSED_MAX_BATCH} or less, or drop the side fused")
+        ours_sides.remove("fused")
+        print(f"note: side fused left out: --batch {args.batch} is more than the fused decode kernels take "
+              f"({FUSED_MAX_BATCH})", file=sys.stderr)
     for v in variants:
         if v not in VARIANTS:
             ap.error(f"unknown variant '{v}' (have {', '.join(VARIANTS)})")

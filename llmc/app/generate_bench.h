@@ -207,7 +207,8 @@ inline int run_bench(const GenerateConfig& g, Backend& model, const DeviceFacts&
     std::printf(
         "  \"batch\": %d, \"decode_steps\": %d, \"cuda_graph\": %d, \"pdl\": %d, \"fused_decode\": %d, "
         "\"seed\": %llu, \"device_memory_baseline_bytes\": %zu,\n",
-        B, steps, g.cuda_graph, g.pdl, g.fused_decode, (unsigned long long)g.seed, device.memory_baseline);
+        B, steps, g.cuda_graph, g.pdl, model.fused_decode_on() ? 1 : 0, (unsigned long long)g.seed,
+        device.memory_baseline);
     std::printf("  \"prefill\": [\n%s\n  ],\n", prefill_json.c_str());
     std::printf("  \"decode\": [\n%s\n  ]%s\n}\n", decode_json.c_str(), profile_json.c_str());
     return 0;

@@ -107,12 +107,12 @@ public:
                      "bits as 0; auto: 1 where the backend and its device have it, except with --bench-profile")
             ->capture_default_str()
             ->check(auto_0_1());
-        a.add_option("--fused-decode", c.fused_decode,
+        a.add_option("--fused-decode", fused_decode_flag_,
                      "0 | 1: 1 runs the KV cache's decode steps (and a prefill's last position) through the CUDA "
                      "backend's own linear kernels, each LayerNorm inside the next layer's launch, no cuBLASLt call "
                      "(up to 8 sequences); the same math as 0, not the same bits (sums in another order)")
             ->capture_default_str()
-            ->check(CLI::IsMember({0, 1}));
+            ->check(zero_one());
         a.add_flag("--print-ids", c.print_ids,
                    "print the generated token ids, one per line, instead of the prompt and the text");
         add_integer("--threads", c.threads,
@@ -163,6 +163,7 @@ public:
         cfg_.has_prompt_text = app_.count("--prompt") > 0;
         cfg_.cuda_graph = auto_0_1_value(cuda_graph_flag_);
         cfg_.pdl = auto_0_1_value(pdl_flag_);
+        cfg_.fused_decode = fused_decode_flag_ == "1" ? 1 : 0;
         cfg_.bench_contexts_given = app_.count("--bench-contexts") > 0;
         cfg_.bench_prompt_given = app_.count("--bench-prompt") > 0;
         // A flag the other settings make do nothing is refused, not ignored. The benchmark's own flags
@@ -243,6 +244,7 @@ public:
 private:
     std::string cuda_graph_flag_ = "auto";  // --cuda-graph as given: auto | 0 | 1 (cfg_.cuda_graph -1 | 0 | 1)
     std::string pdl_flag_ = "auto";         // --pdl as given: auto | 0 | 1 (cfg_.pdl -1 | 0 | 1)
+    std::string fused_decode_flag_ = "0";   // --fused-decode as given: 0 | 1 (cfg_.fused_decode)
 
     // A switch that is auto, 0 or 1 (auto: the program decides where it knows the backend)
     static CLI::Validator auto_0_1() {
@@ -253,6 +255,10 @@ private:
             "");
     }
     static int auto_0_1_value(const std::string& v) { return v == "auto" ? -1 : v == "1" ? 1 : 0; }
+    static CLI::Validator zero_one() {
+        return CLI::Validator(
+            [](std::string& v) { return v == "0" || v == "1" ? std::string() : "must be 0 or 1 (got " + v + ")"; }, "");
+    }
     CLI::App app_;
     GenerateConfig cfg_;
     std::vector<IntRange> int_ranges_;  // the integer flags, for conversion_error (llmc/app/cli_checks.h)

@@ -125,6 +125,7 @@ public:
     // inside the next linear layer's launch, no cuBLASLt call; the same math, not the same bits (fp32
     // sums in another order). has_fused_decode(): the backend can (the CUDA backend).
     virtual bool has_fused_decode() const { return false; }
+    virtual bool fused_decode_on() const { return false; }  // use_fused_decode(true) is in effect
     virtual void use_fused_decode(bool /*on*/) {
         throw std::logic_error(std::string(name()) + " backend has no fused decode kernels");
     }

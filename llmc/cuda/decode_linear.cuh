@@ -15,12 +15,16 @@
 // sums reduced by shuffles in a fixed order (deterministic on every GPU, not cuBLASLt's order: the same
 // sums within fp32 rounding). At B <= kDecodeMaxRows rows the step reads each weight once, and its time
 // is the launch's and the weight's (a layer of the paper model: 0.9 MB), not a GEMM's.
-// CPU reference: llmc/cpu/matmul.h and llmc/cpu/layernorm.h (the test compares with the cuBLASLt path).
+// CPU reference: llmc/cpu/matmul.h and llmc/cpu/layernorm.h; test/gpu/test_decode_linear.cu checks it
+// against a double-precision reference written from this contract. The outputs (out, pre_gelu, the
+// prologue's residual and ln_out) must not overlap the inputs (inp, a, b): other blocks still read those
+// while one writes (std::invalid_argument).
 #pragma once
 #include <algorithm>
 #include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "llmc/core/model_config.h"        // Gelu
 #include "llmc/cuda/attention_decode.cuh"  // KvCacheView
@@ -32,7 +36,7 @@
 
 namespace llmc::cuda {
 
-constexpr int kDecodeMaxRows = 8;                   // rows (sequences) a launch takes; more: the cuBLASLt path
+constexpr int kDecodeMaxRows = 8;                   // rows (sequences) a launch takes (--fused-decode refuses more)
 constexpr int kDecodeLinearWarps = 4;               // warps a block
 constexpr int kDecodeLinearMaxBlocks = 1024;        // a function of OC alone below it: the same grid on every GPU
 constexpr size_t kDecodeLinearMaxSmem = 48 * 1024;  // the default dynamic shared memory limit
@@ -212,6 +216,21 @@ inline void decode_linear(floatX* out, const floatX* inp, const floatX* weight, 
     } else {
         detail::decode_linear_check(inp, "inp");
     }
+    // no output may overlap an input (another block may still read it)
+    const size_t in_bytes = (size_t)B * IC * sizeof(floatX), out_bytes = (size_t)B * OC * sizeof(floatX);
+    const auto overlap = [](const void* p, size_t np, const void* q, size_t nq) {
+        const char *x = static_cast<const char*>(p), *y = static_cast<const char*>(q);
+        return p && q && x < y + nq && y < x + np;
+    };
+    const void* ins[] = {ln ? (const void*)ln->a : (const void*)inp, ln ? (const void*)ln->b : nullptr};
+    const std::pair<const void*, size_t> outs[] = {{out, out_bytes},
+                                                   {pre_gelu, out_bytes},
+                                                   {ln ? ln->residual : nullptr, in_bytes},
+                                                   {ln ? ln->ln_out : nullptr, in_bytes}};
+    for (const void* i : ins)
+        for (const auto& [o, n] : outs)
+            if (overlap(i, in_bytes, o, n))
+                throw std::invalid_argument("decode_linear: an output overlaps an input; give separate buffers");
     if (kv && (pre_gelu || !kv->pos || kv->layer < 0 || kv->layer >= kv->cache.L || kv->cache.B != B ||
                OC != 3 * kv->cache.NH * kv->cache.hd))
         throw std::invalid_argument(

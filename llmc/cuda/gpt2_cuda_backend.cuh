@@ -74,6 +74,7 @@ public:
     bool programmatic_launch_supported() const override { return current_device_info().sm_major >= 9; }
     void use_programmatic_launch(bool on) override;
     bool has_fused_decode() const override { return true; }
+    bool fused_decode_on() const override { return fused_decode_; }
     void use_fused_decode(bool on) override;
     void read_queued_step(QueuedStep& out) override;
 

@@ -287,12 +287,15 @@ inline bool CudaBackend::decode_fused() const { return fused_decode_; }
 // 4C inputs of B rows past its shared memory).
 inline void CudaBackend::check_fused_decode(int B) const {
     const int C = cfg_.channels;
+    if (C % 8 != 0)  // decode_linear's outputs (C, 3C, 4C columns) are multiples of 8
+        throw InputError("--fused-decode 1 needs a model whose channels are a multiple of 8; this one has C " +
+                         std::to_string(C) + ": drop --fused-decode");
     if (!decode_linear_fits(B, C, true) || !decode_linear_fits(B, 4 * C, false))
         throw InputError("--fused-decode 1 takes up to " + std::to_string(kDecodeMaxRows) +
                          " sequences (fewer for a wide model: B x 4C inputs in " +
                          std::to_string(kDecodeLinearMaxSmem / 1024) + " KiB), and this run decodes " +
                          std::to_string(B) + " sequences of C " + std::to_string(C) +
-                         ": give fewer sequences, or drop --fused-decode");
+                         ": give fewer sequences (--bench-batch with --bench), or drop --fused-decode");
 }
 
 // --fused-decode: decode_linear for the decode steps' linear layers (a graph captured before the switch

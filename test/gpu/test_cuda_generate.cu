@@ -1,7 +1,8 @@
 // GPU test of KV-cached generation on the CUDA backend (llmc/cuda/gpt2_cuda_decode.cuh kv_begin / kv_forward,
 // llmc/cuda/attention_decode.cuh), reached as the programs reach it: through llmc/cuda/backend_entry.h
 // and the programs' compiled kernels (the Makefile's BACKEND_ENTRY_TESTS). Fresh random weights (GPT-2
-// init, final LayerNorm gain x5 so the output distribution has clear winners) and random prompts each
+// init with every LayerNorm parameter and bias perturbed, perturb_norms_and_biases; final LayerNorm gain
+// x5 so the output distribution has clear winners) and random prompts each
 // run, on several configurations (LS, MHSA, all-local, QK-norm, soft-cap, untied head, P >= T, B =
 // 1..3, a model without biases and with the erf GELU). Three models run in lockstep: the GPU with its cache, the GPU with full uncached forward
 // passes (the reference the cache must reproduce) and the CPU fp32 Gpt2Cpu with its cache (itself
@@ -176,6 +177,16 @@ double cache_rel_err(const llmc::Backend& gpu, const llmc::cpu::KvCache<float>& 
     return std::sqrt(num / std::max(den, 1e-30));
 }
 
+// GPT-2's init sets every LayerNorm gain to 1 and every bias to 0, so a LayerNorm's or a bias's
+// parameters used in another layer's place, or not at all, would pass unseen: every parameter at exactly
+// 0 or 1 gets N(0, 0.1) noise added (the matmul weights, drawn from a normal, are never exactly either).
+void perturb_norms_and_biases(std::vector<float>& params, uint64_t seed) {
+    std::mt19937_64 gen(seed ^ 0x5eedULL);
+    std::normal_distribution<float> nd(0.0f, 0.1f);
+    for (float& p : params)
+        if (p == 0.0f || p == 1.0f) p += nd(gen);
+}
+
 // A CUDA backend (llmc/cuda/backend_entry.h: the programs' compiled kernels) with weights from seed.
 std::unique_ptr<llmc::Backend> make_gpu(const llmc::ModelConfig& cfg, uint64_t seed) {
     return llmc::cuda_backend::create(cfg, seed);
@@ -198,6 +209,7 @@ void check_case(const Case& cs, uint64_t seed, Checks& ck) {
     const llmc::ModelConfig cfg = make_config(cs);
     const llmc::ParamLayout layout = llmc::param_layout(cfg);
     std::vector<float> params = llmc::init_params(cfg, seed);
+    perturb_norms_and_biases(params, seed);
     for (size_t i = 0; i < layout.size[llmc::P_LNFW]; i++) params[layout.offset[llmc::P_LNFW] + i] *= 5.0f;
     const int B = cs.B, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
 
@@ -363,6 +375,7 @@ void check_generate(Checks& ck, uint64_t seed) {
     const llmc::ModelConfig cfg = make_config(cs);
     const llmc::ParamLayout layout = llmc::param_layout(cfg);
     std::vector<float> params = llmc::init_params(cfg, seed);
+    perturb_norms_and_biases(params, seed);
     for (size_t i = 0; i < layout.size[llmc::P_LNFW]; i++) params[layout.offset[llmc::P_LNFW] + i] *= 5.0f;
     const auto gpu_backend = make_gpu(cfg, 0);
     llmc::Backend& gpu = *gpu_backend;
@@ -512,6 +525,9 @@ void check_decode_graph(Checks& ck, uint64_t seed) {
         const llmc::ModelConfig cfg = gpu_test::model_config(2, 64, 2, md.G, md.P, 97, len, false, 0.0f, true);
         const auto backend = make_gpu(cfg, seed);
         llmc::Backend& gpu = *backend;
+        std::vector<float> params = llmc::init_params(cfg, seed);
+        perturb_norms_and_biases(params, seed);
+        gpu.set_params(params.data());
         const int V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
         std::mt19937_64 gen(seed);
         std::vector<int> tokens((size_t)B * len);  // the prompt (B, prompt), then each single step's (B)
@@ -587,7 +603,8 @@ void check_decode_graph(Checks& ck, uint64_t seed) {
                       what, differ);
         }
         const double e_fused = gpu_test::rel_error(fused_eager.data(), eager.data(), eager.size());
-        ck.expect(e_fused <= kTol, "--fused-decode 1 vs cuBLASLt's decode steps: rel err %.2e <= %.0e", e_fused, kTol);
+        ck.expect(e_fused <= kTol / 2, "--fused-decode 1 vs cuBLASLt's decode steps: rel err %.2e <= %.0e", e_fused,
+                  kTol / 2);
         for (const auto& [what, got] : {std::make_pair("graphs", &graphed), std::make_pair("graphs with --pdl 1", &pdl),
                                         std::make_pair("eager with --pdl 1", &pdl_eager)}) {
             size_t differ = 0;
@@ -624,6 +641,14 @@ void check_decode_graph(Checks& ck, uint64_t seed) {
         // a fused step: the encoder, per layer qkv (storing k and v: no QK-norm here), the attention in one
         // launch, attproj, fc, fcproj (4 decode_linear), then the LM head (decode_linear); no cuBLASLt call
         const uint64_t L = cfg.num_layers, fused_per_step = 4 * L + 1, kernels_per_step = 2 + 5 * L;
+        ck.expect(fused_pdl_counts.kernels > 0 && fused_pdl_counts.programmatic == fused_pdl_counts.kernels &&
+                      fused_pdl_eager_counts.programmatic == fused_pdl_eager_counts.kernels &&
+                      fused_pdl_eager_counts.kernels == fused_eager_counts.kernels && fused_graph_counts.captures == 2,
+                  "--fused-decode 1 with --pdl 1: every kernel launched programmatic (graphs %llu of %llu, eager %llu "
+                  "of %llu); fused graphs captured once a split depth (%llu, 2)",
+                  (unsigned long long)fused_pdl_counts.programmatic, (unsigned long long)fused_pdl_counts.kernels,
+                  (unsigned long long)fused_pdl_eager_counts.programmatic,
+                  (unsigned long long)fused_pdl_eager_counts.kernels, (unsigned long long)fused_graph_counts.captures);
         ck.expect(fused_eager_counts.matmuls == 0 && fused_eager_counts.fused == steps * fused_per_step &&
                       fused_eager_counts.kernels == steps * kernels_per_step && eager_counts.matmuls > 0 &&
                       fused_graph_counts.launches == graph_counts.launches,

@@ -2,7 +2,8 @@
 // here from its contract, in double: out = inp @ W^T + bias; with GELU, pre = that rounded to floatX and
 // out = gelu(pre) (tanh or erf form, llmc/core/model_config.h); with the LayerNorm prologue, residual =
 // a + b rounded to floatX (checked bit for bit), ln = LayerNorm(residual) (eps 1e-5, biased variance)
-// rounded to floatX and used as the input. Fresh random inputs each run (the seed is printed), every
+// rounded to floatX and used as the input (and equal, bit for bit, to the training forward's
+// layernorm_forward / fused_residual_layernorm_forward on the same rows). Fresh random inputs each run (the seed is printed), every
 // output poisoned with NaN first, every element checked: relative error ||gpu - ref|| / ||ref|| below
 // 1e-2 (bf16) or 1e-5 (fp32 build). Shapes: 1-8 rows, IC 64-768 (a multiple of 8 that is not one of
 // 256 too), OC 8 to past the grid's cap (kDecodeLinearMaxBlocks x kDecodeLinearWarps columns). The
@@ -178,6 +179,20 @@ bool check_case(const Case& c, std::mt19937_64& gen, gpu_test::Checks& checks) {
         checks.expect(gpu_test::same_bits(resid.data(), resid_ref.data(), resid.size()),
                       "%s: the residual a + b, bit for bit", name);
     }
+    if (c.pro != Pro::None) {  // the training forward's LayerNorm kernels on the same rows: the same bits
+        cuda::DeviceBuffer<floatX> t_resid((size_t)B * IC), t_ln((size_t)B * IC);
+        if (c.pro == Pro::ResidualLn)
+            cuda::fused_residual_layernorm_forward(t_resid.get(), t_ln.get(), nullptr, nullptr, d_a.get(), d_b.get(),
+                                                   d_lw.get(), nullptr, B, IC, cudaStream_t(nullptr));
+        else
+            cuda::layernorm_forward(t_ln.get(), nullptr, nullptr, d_a.get(), d_lw.get(), d_lb.get(), B, IC,
+                                    cudaStream_t(nullptr));
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<float> mine = to_host(d_ln), theirs = to_host(t_ln);
+        checks.expect(gpu_test::same_bits(mine.data(), theirs.data(), mine.size()),
+                      "%s: the prologue's LayerNorm == %s's, bit for bit", name,
+                      c.pro == Pro::ResidualLn ? "fused_residual_layernorm_forward" : "layernorm_forward");
+    }
     return true;
 }
 
@@ -206,23 +221,52 @@ void check_kv_store(std::mt19937_64& gen, gpu_test::Checks& checks) {
     v.v_local = vl.get();
     cuda::DeviceBuffer<int> d_pos(1);
     CUDA_CHECK(cudaMemcpy(d_pos.get(), &t, sizeof(int), cudaMemcpyHostToDevice));
-    const std::vector<float> x = random_x((size_t)B * C, 1.0f, gen), lw = random_x(C, 0.5f, gen);
+    const std::vector<float> x = random_x((size_t)B * C, 1.0f, gen), x2 = random_x((size_t)B * C, 1.0f, gen);
+    const std::vector<float> lw = random_x(C, 0.5f, gen), bias = random_x(3 * C, 0.3f, gen);
     const std::vector<float> W = random_x((size_t)3 * C * C, 0.125f, gen);
-    cuda::DeviceBuffer<floatX> d_x = to_device(x), d_lw = to_device(lw), d_W = to_device(W), d_out((size_t)B * 3 * C);
-    cuda::DecodeLnPrologue ln;
-    ln.a = d_x.get();
-    ln.w = d_lw.get();
+    cuda::DeviceBuffer<floatX> d_x = to_device(x), d_x2 = to_device(x2), d_lw = to_device(lw), d_W = to_device(W);
+    cuda::DeviceBuffer<floatX> d_bias = to_device(bias), d_out((size_t)B * 3 * C), d_plain((size_t)B * 3 * C),
+                               d_resid((size_t)B * C);
+    // layer 0's form (ln1 of the input) for layer 0 of the cache, the later layers' (x = x2 + fcproj, then
+    // ln1) for layer 1; the kernel's out == the plain kernel's out bit for bit either way
+    cuda::DecodeLnPrologue ln0, ln1;
+    ln0.a = d_x.get();
+    ln0.w = d_lw.get();
+    ln1 = ln0;
+    ln1.b = d_x2.get();
+    ln1.residual = d_resid.get();
     cuda::DecodeKvStore store;
     store.cache = v;
-    store.layer = layer;
     store.pos = d_pos.get();
-    cuda::decode_linear(d_out.get(), nullptr, d_W.get(), nullptr, B, C, 3 * C, cudaStream_t(nullptr), nullptr,
-                        Gelu::Tanh, &ln, &store);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    const std::vector<float> out = to_host(d_out);
+    bool same_out = true;
+    for (int lyr : {0, layer}) {
+        const cuda::DecodeLnPrologue& ln = lyr == 0 ? ln0 : ln1;
+        store.layer = lyr;
+        cuda::decode_linear(d_out.get(), nullptr, d_W.get(), d_bias.get(), B, C, 3 * C, cudaStream_t(nullptr), nullptr,
+                            Gelu::Tanh, &ln, &store);
+        cuda::decode_linear(d_plain.get(), nullptr, d_W.get(), d_bias.get(), B, C, 3 * C, cudaStream_t(nullptr),
+                            nullptr, Gelu::Tanh, &ln);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<float> a = to_host(d_out), b = to_host(d_plain);
+        same_out &= gpu_test::same_bits(a.data(), b.data(), a.size());
+    }
+    checks.expect(same_out, "cache store: the qkv rows == the plain kernel's, bit for bit (both prologues)");
+    const std::vector<float> out = to_host(d_out);  // layer 1's
     const std::vector<float> hkg = to_host(kg), hvg = to_host(vg), hkl = to_host(kl), hvl = to_host(vl);
-    // the expected cache: NaN everywhere but the slots of position t of layer 1, which hold out's k and v
+    // the expected cache: NaN everywhere but the slots of position t of layers 0 and 1, which hold their
+    // out's k and v (layer 0's from the ln0 run, recomputed here by the plain kernel)
     std::vector<float> ekg(ng, NAN), evg(ng, NAN), ekl(nl, NAN), evl(nl, NAN);
+    cuda::decode_linear(d_plain.get(), nullptr, d_W.get(), d_bias.get(), B, C, 3 * C, cudaStream_t(nullptr), nullptr,
+                        Gelu::Tanh, &ln0);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> out0 = to_host(d_plain);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int d = 0; d < hd; d++) {
+                const size_t o = v.offset(0, b, h, t) + d;
+                (v.is_local(h) ? ekl : ekg)[o] = out0[(size_t)b * 3 * C + C + h * hd + d];
+                (v.is_local(h) ? evl : evg)[o] = out0[(size_t)b * 3 * C + 2 * C + h * hd + d];
+            }
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int d = 0; d < hd; d++) {
@@ -240,17 +284,23 @@ void check_kv_store(std::mt19937_64& gen, gpu_test::Checks& checks) {
             wrong += !same((*got)[i], (*want)[i]);
             stored += !std::isnan((*want)[i]);
         }
-    checks.expect(wrong == 0 && stored == (size_t)2 * B * C,
+    checks.expect(wrong == 0 && stored == (size_t)4 * B * C,
                   "cache store: position %d's k and v (%zu values) in their slots bit for bit, every other "
                   "element untouched (%zu differ)",
                   t, stored, wrong);
     expect_refused(checks, "a cache store of another width", [&] {
         cuda::decode_linear(d_out.get(), nullptr, d_W.get(), nullptr, B, C, 2 * C, cudaStream_t(nullptr), nullptr,
-                            Gelu::Tanh, &ln, &store);
+                            Gelu::Tanh, &ln0, &store);
     });
     expect_refused(checks, "a cache store with GELU", [&] {
-        cuda::decode_linear(d_out.get(), nullptr, d_W.get(), nullptr, B, C, 3 * C, cudaStream_t(nullptr), d_out.get(),
-                            Gelu::Tanh, &ln, &store);
+        cuda::decode_linear(d_out.get(), nullptr, d_W.get(), nullptr, B, C, 3 * C, cudaStream_t(nullptr), d_plain.get(),
+                            Gelu::Tanh, &ln0, &store);
+    });
+    expect_refused(checks, "an output overlapping an input (the residual written over a)", [&] {
+        cuda::DecodeLnPrologue alias = ln1;
+        alias.residual = d_x.get();
+        cuda::decode_linear(d_out.get(), nullptr, d_W.get(), nullptr, B, C, 3 * C, cudaStream_t(nullptr), nullptr,
+                            Gelu::Tanh, &alias);
     });
 }
 

@@ -113,7 +113,9 @@ int main() {
     line("attention_decode_combine_kernel", kDecodeCombineThreads, 0);
     // the largest dynamic shared memory a decode step asks for: fcproj's B x 4C inputs
     line("decode_linear_kernel", kDecodeLinearWarps * 32, decode_linear_smem(4, 4 * 192, false), "B 4, C=192");
-    line("decode_linear_kernel", kDecodeLinearWarps * 32, decode_linear_smem(8, 4 * 768, false), "B 8, C=768");
-    line("decode_linear_kv_kernel", kDecodeLinearWarps * 32, decode_linear_smem(4, 192, false), "B 4, C=192");
+    if (decode_linear_fits(8, 4 * 768, false))  // (not in the FP32 build: the generator refuses that shape)
+        line("decode_linear_kernel", kDecodeLinearWarps * 32, decode_linear_smem(8, 4 * 768, false), "B 8, C=768");
+    // the qkv layer of layers 1..L-1: the residual prologue
+    line("decode_linear_kv_kernel", kDecodeLinearWarps * 32, decode_linear_smem(4, 192, true), "B 4, C=192");
     return 0;
 }
