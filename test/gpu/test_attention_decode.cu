@@ -108,13 +108,18 @@ bool check_shape(const Shape& s, std::mt19937_64& gen, bool edges) {
     // out_x's, NaN where out_x has NaN, and every counter 0 after it
     // (the scratch poisoned first: a merge before every split of its head wrote would read NaN, not the
     // two kernels' partials of the same values)
-    auto check_one_launch = [&](int t, int splits) {
+    // one call of the one-launch kernel on poisoned output and scratch: its output in one_x, the
+    // counters after it in counters
+    auto run_one_launch = [&](int splits) {
         CUDA_CHECK(cudaMemset(d_one.get(), 0xFF, d_one.bytes()));
         CUDA_CHECK(cudaMemset(partial.get(), 0xFF, partial.bytes()));
         cuda::attention_decode(d_one.get(), d_qkv.get(), view, layer, d_pos.get(), splits, s.softcap,
                                cudaStream_t(nullptr), /*one_launch=*/true);
         CUDA_CHECK(cudaMemcpy(one_x.data(), d_one.get(), d_one.bytes(), cudaMemcpyDeviceToHost));
         CUDA_CHECK(cudaMemcpy(counters.data(), arrivals.get(), arrivals.bytes(), cudaMemcpyDeviceToHost));
+    };
+    auto check_one_launch = [&](int t, int splits) {
+        run_one_launch(splits);
         if (std::memcmp(one_x.data(), out_x.data(), one_x.size() * sizeof(floatX)) != 0) {
             if (one_differ++ == 0)
                 std::fprintf(stderr, "  %s: t=%d: one launch differs from split + combine\n", s.name, t);
@@ -126,12 +131,7 @@ bool check_shape(const Shape& s, std::mt19937_64& gen, bool edges) {
     auto check_arrivals = [&](int t, int splits) {
         std::vector<uint32_t> k((size_t)B * s.NH, kSentinel);
         CUDA_CHECK(cudaMemcpy(arrivals.get(), k.data(), arrivals.bytes(), cudaMemcpyHostToDevice));
-        CUDA_CHECK(cudaMemset(d_one.get(), 0xFF, d_one.bytes()));
-        CUDA_CHECK(cudaMemset(partial.get(), 0xFF, partial.bytes()));
-        cuda::attention_decode(d_one.get(), d_qkv.get(), view, layer, d_pos.get(), splits, s.softcap,
-                               cudaStream_t(nullptr), /*one_launch=*/true);
-        CUDA_CHECK(cudaMemcpy(one_x.data(), d_one.get(), d_one.bytes(), cudaMemcpyDeviceToHost));
-        CUDA_CHECK(cudaMemcpy(counters.data(), arrivals.get(), arrivals.bytes(), cudaMemcpyDeviceToHost));
+        run_one_launch(splits);
         // an element's expected bytes: all 0xFF (the poison, unwritten) or the NaN the kernels write
         unsigned char poison_bytes[sizeof(floatX)], nan_bytes[sizeof(floatX)];
         std::memset(poison_bytes, 0xFF, sizeof(floatX));
