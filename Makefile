@@ -319,7 +319,7 @@ GPU_TEST_BINS := $(patsubst test/gpu/%.cu,$(BUILD)/test_gpu/%,$(GPU_TEST_SRCS))
 # lab:adamw compares adamw_update_all with its host reference bit for bit: that reference must not
 # contract to FMA (aarch64 hosts and -march flags would), as the emulated build's -ffp-contract=off.
 $(BUILD)/dev/adamw: private NVCCFLAGS += -Xcompiler -ffp-contract=off
-$(BUILD)/dev/%: dev/cuda/%.cu $(NVCC_CPU_KERNELS) $(LLMC_HEADERS) $(wildcard dev/cuda/*.cuh dev/cuda/attention_candidates/*.cuh) \
+$(BUILD)/dev/%: dev/cuda/%.cu $(NVCC_CPU_KERNELS) $(LLMC_HEADERS) $(wildcard dev/cuda/*.cuh dev/cuda/*_candidates/*.cuh) \
   $(ARCH_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(CPU_KERNELS_INCLUDE) $< $(NVCC_CPU_KERNELS) -o $@ $(CUDA_LIBS)
@@ -440,7 +440,7 @@ $(EMU_LIB): $(EMU_OBJS)
 # -ffp-contract=off does not apply to these CPU kernels, which then contract as the CPU programs'.
 EMU_CPU_KERNELS := $(BUILD)/asan/kernel_instances.o
 -include $(wildcard $(BUILD)/emu/*.d)
-$(EMU_DIR)/dev/%: dev/cuda/%.cu $(EMU_LIB) $(EMU_CPU_KERNELS) $(EMU_HEADERS) $(wildcard dev/cuda/*.cuh dev/cuda/attention_candidates/*.cuh)
+$(EMU_DIR)/dev/%: dev/cuda/%.cu $(EMU_LIB) $(EMU_CPU_KERNELS) $(EMU_HEADERS) $(wildcard dev/cuda/*.cuh dev/cuda/*_candidates/*.cuh)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) $(EMU_CXXFLAGS) $(KERNEL_SAN_LEFT_OUT) $(CPU_KERNELS_INCLUDE) -x c++ $< -x none $(EMU_CPU_KERNELS) \
 	  $(EMU_LIB) -o $@ $(EMU_LDFLAGS)

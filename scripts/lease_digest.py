@@ -3,7 +3,7 @@
 The measured side of a GPU lease, as markdown for its docs/results/<date>-<device>-<commit>/README.md:
 what passed and failed, whether the report's commit names the tree that ran and the prediction is of the
 same build sources (by scripts/build_digest.sh of the commits' trees, made here with git), each profiled
-case's step beside the committed prediction (per group, flagged outside the tolerance), the generator's profiled bench, and issue 52's inference targets with a verdict.
+case's step beside the committed prediction (per group, flagged outside the tolerance), the generator's profiled bench, issue 52's inference targets with a verdict, and the whole-K GEMM candidate's timing beside its model.
 
   python3 scripts/lease_digest.py REPORT.json [--prediction docs/results/predictions/HEAD-<sha>-modeled.json]
         [--tolerance 1.3]
@@ -308,6 +308,34 @@ def latency_section(j, where, emulated):
     return out
 
 
+# the lab candidate's timing rows (dev/cuda/matmul_small_k.cu): each candidate row and the production row
+# it would replace
+SMALL_K_PAIRS = (("small_k GeluForward (Rows)", "cuBLASLt + gelu_forward (prod)"),
+                 ("small_k Plain (Rows)", "cuBLASLt forward alone"),
+                 ("small_k GeluBackward (Cols)", "cuBLASLt dinp + gelu_backward"),
+                 ("small_k Plain (Cols)", "cuBLASLt forward alone"))
+
+
+def small_k_section(rf, j, where, emulated):
+    """The whole-K GEMM candidate's timing table (profile:matmul_small_k), each row beside roofline.py's
+    small_k_rows (modeled: the candidate from its static SASS count, the production pairs as measured at
+    c2b0f82), and each candidate row's speed-up over the production row it would replace."""
+    out = ["### Lab candidate: whole-K GEMM with the GELU epilogue (`lab:matmul_small_k`, " + where + ")", ""]
+    rows = {r.get("kernel"): r for r in j.get("rows", []) if isinstance(r, dict)}
+    if emulated or not rows:
+        return out + ["(no timed rows: " + ("emulated" if emulated else "the table is empty") + ")"]
+    modeled = rf.small_k_rows(rf.fit_calibration())
+    out += ["| row | shape | us measured | us modeled | ratio | speed-up over |", "|---|---|---:|---:|---:|---|"]
+    for name, r in rows.items():
+        us = r["ms"] * 1e3
+        m = modeled.get(name)
+        vs = next((p for c, p in SMALL_K_PAIRS if c == name), None)
+        speed = (f"{rows[vs]['ms'] / r['ms']:.2f}x `{vs}`" if vs in rows and r["ms"] > 0 else "")
+        out.append(f"| `{name}` | {r.get('shape', '')} | {us:,.1f} | {fmt(m, ',.1f')} | "
+                   f"{fmt(None if m is None else us / m, '.2f')} | {speed} |")
+    return out
+
+
 def digest(report, prediction=None, tol=1.3, prediction_name="the prediction"):
     where, emulated = label(report)
     out = [f"## Measured ({where})", ""] + steps_section(report) + [""] + sources_section(report, prediction)
@@ -330,6 +358,8 @@ def digest(report, prediction=None, tol=1.3, prediction_name="the prediction"):
             out += [""] + generate_section(name, j, where, emulated)
         elif key.endswith("generate_latency.json"):
             out += [""] + latency_section(j, where, emulated)
+        elif key == "bench/lab/matmul_small_k.json":
+            out += [""] + small_k_section(rf, j, where, emulated)
     if prediction:
         out += ["", f"Predicted: `{prediction_name}` (modeled, for {prediction.get('commit', '?')})."]
     return "\n".join(out)

@@ -114,14 +114,15 @@ def code_runs(text, n):
 
 
 def test_lab_candidates_reuse_the_production_kernels_instead_of_copying_them():
-    """A kernel candidate of the lab (dev/cuda/attention_candidates/) calls the production kernels'
-    building blocks and holds only what it changes (docs/design.md): no run of COPY_RUN lines of code
-    is also in llmc/cuda/."""
+    """A kernel candidate of a lab (dev/cuda/*_candidates/: the attention lab's, the whole-K GEMM's) calls
+    the production kernels' building blocks and holds only what it changes (docs/design.md): no run of
+    COPY_RUN lines of code is also in llmc/cuda/."""
     production = set()
     for p in (REPO / "llmc/cuda").glob("*.cuh"):
         production |= code_runs(p.read_text(), COPY_RUN)
-    candidates = sorted((REPO / "dev/cuda/attention_candidates").glob("*.cuh"))
-    assert candidates, "no candidate under dev/cuda/attention_candidates/"
+    candidates = sorted(REPO.glob("dev/cuda/*_candidates/*.cuh"))
+    for folder in ("attention_candidates", "matmul_candidates"):
+        assert any(p.parent.name == folder for p in candidates), f"no candidate under dev/cuda/{folder}/"
     copied = {str(p.relative_to(REPO)): [run[0] for run in code_runs(p.read_text(), COPY_RUN) & production]
               for p in candidates}
     copied = {f: runs for f, runs in copied.items() if runs}

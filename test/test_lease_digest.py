@@ -222,3 +222,31 @@ def test_fused_side_has_its_own_verdicts():
     assert rows[0]["decode"] == pytest.approx(cut) and rows[0]["decode_ok"] is True
     text = "\n".join(lease_digest.latency_section(j, "GPU at abc1234", False))
     assert "ls-p50, fused (graph with the fused decode kernels, --fused-decode 1): " in text, text
+
+
+def small_k_report(ms, device="NVIDIA H200"):
+    rows = [{"kernel": k, "shape": "M=32768 K=192 N=768", "ms": v, "bytes": 1.0, "gbs": 1.0} for k, v in ms.items()]
+    return {"commit": "e" * 40, "device": device, "passed": 1, "skipped": 0,
+            "steps": [{"name": "profile:matmul_small_k", "status": "PASS", "seconds": 3.0}],
+            "benchmarks": {"bench/lab/matmul_small_k.json": {"device": device, "rows": rows}}}
+
+
+def test_the_small_k_candidate_is_set_beside_the_row_it_would_replace():
+    """Each candidate row of lab:matmul_small_k gets its speed-up over the production row it would replace,
+    and its modeled time (roofline.small_k_rows); fresh random times."""
+    rng = random.Random()
+    names = [n for pair in lease_digest.SMALL_K_PAIRS for n in pair]
+    ms = {n: rng.uniform(0.01, 0.08) for n in dict.fromkeys(names)}
+    text = lease_digest.digest(small_k_report(ms))
+    assert "### Lab candidate: whole-K GEMM with the GELU epilogue (`lab:matmul_small_k`, GPU at eeeeeee)" in text
+    rf = lease_digest.roofline()
+    modeled = rf.small_k_rows(rf.fit_calibration())
+    for cand, prod in lease_digest.SMALL_K_PAIRS:
+        line = next(ln for ln in text.splitlines() if ln.startswith(f"| `{cand}` |"))
+        assert f"{ms[prod] / ms[cand]:.2f}x `{prod}`" in line, line
+        assert f"| {ms[cand] * 1e3:,.1f} | {modeled[cand]:,.1f} | {ms[cand] * 1e3 / modeled[cand]:.2f} |" in line, line
+
+
+def test_the_small_k_candidate_emulated_shows_no_times():
+    text = lease_digest.digest(small_k_report({"small_k Plain (Rows)": 0.123}, "EMULATED (dev/emu; not a GPU)"))
+    assert "(no timed rows: emulated)" in text and "123" not in text

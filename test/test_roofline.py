@@ -901,3 +901,28 @@ def test_decode_step_model_reproduces_its_profile():
     # with QK-norm the cache store stays kv_store's (the cache takes k after the norm)
     rows_q, _ = roofline.decode_step(fused=True, qk_norm=True)
     assert sum(name.startswith("kv_store") for name, _ in rows_q) == L
+
+
+def test_small_k_rows_are_the_labs_rows():
+    """roofline.small_k_rows models the rows dev/cuda/matmul_small_k.cu times, by the names it prints (the
+    lease digest pairs them by name), and the candidate with a GELU epilogue costs more than without."""
+    import re
+    lab = (REPO / "dev" / "cuda" / "matmul_small_k.cu").read_text()
+    printed = re.findall(r'table\.add\("([^"]+)"', lab)
+    cal = roofline.fit_calibration()
+    rows = roofline.small_k_rows(cal)
+    assert printed and sorted(printed) == sorted(rows), (printed, sorted(rows))
+    assert all(v > 0 for v in rows.values())
+    M, N = roofline.SMALLK_PAPER_MN
+    for layout, epi in (("Rows", "fwd"), ("Cols", "bwd")):
+        assert roofline.small_k_us(M, N, cal, layout, epi) > roofline.small_k_us(M, N, cal, layout)
+
+
+def test_small_k_speed_step_only_where_the_candidate_applies():
+    """The candidate's speed step is modeled at paper-b16 (C 192, erf GELU, no biases) and not at d12-b16."""
+    cal = roofline.fit_calibration()
+    name = "C = 192 MLP: the lab's whole-K GEMM"
+    _, paper = roofline.speed_steps(cal, "paper-b16")
+    _, d12 = roofline.speed_steps(cal, "d12-b16")
+    assert sum(s[0].startswith(name) for s in paper) == 1
+    assert not any(s[0].startswith(name) for s in d12)

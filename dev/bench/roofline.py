@@ -1041,6 +1041,73 @@ def htod_us(nbytes, cal):
     return cal["copy_fixed_us"] + nbytes / PCIE_HTOD * 1e6
 
 
+# The lab candidate dev/cuda/matmul_candidates/small_k_gemm.cuh (a GEMM with the whole K = 192 in
+# shared memory and the GELU in its epilogue; not wired into the trainer): SASS instructions a warp
+# executes for a whole 128 x 128 tile (static, bf16 cubin, nvcc 13 sm_90, counted with one GELU kind
+# compiled alone and the whole-tile path alone): the plain product 632 (B Rows) / 608 (B Cols), and
+# on top, for each of the 64 elements a thread holds, the GELU epilogue's: erf forward 28.75, erf
+# backward 42.125, tanh forward 25.25, tanh backward 33.875 (the GELU, the conversions, the second
+# store or the pre load). The production GELU kernels' loops (llmc/cuda/gelu.cuh, erf, a pack of 8
+# elements): 222 (forward) and 353 (backward) instructions, 27.75 and 44.125 an element.
+SMALLK_K = 192
+SMALLK_TILE = 128
+SMALLK_WARP_INSTR = {"Rows": 632, "Cols": 608}
+SMALLK_EPI_INSTR = {("fwd", "erf"): 28.75, ("bwd", "erf"): 42.125, ("fwd", "tanh"): 25.25, ("bwd", "tanh"): 33.875}
+GELU_KERNEL_INSTR = {("fwd", "erf"): 27.75, ("bwd", "erf"): 44.125}
+# What the candidate replaces at paper-b16, GPU at c2b0f82 (its profile, µs a call, 6 calls each): the
+# fc forward (m 768 n 32768 k 192 TN: nvjet ..._256x128_..._coopA_TNT) and fcproj's dinp (NN:
+# ..._coopA_NNT), gelu_forward_kernel and gelu_backward_kernel (erf).
+SMALLK_PROD_C2B0F82 = {"fwd_gemm": 135.3 / 6, "bwd_gemm": 135.2 / 6, "fwd_gelu": 205.4 / 6, "bwd_gelu": 269.6 / 6}
+SMALLK_PAPER_MN = (16 * 2048, 4 * 192)  # the lab's timing shape: the paper model's MLP at B16 x T2048
+
+
+def gelu_fwd_issue_eff(cal):
+    """The issue efficiency gelu_forward_kernel (erf) reached at paper-b16 on the GPU at c2b0f82, taken as
+    issue-bound: its static instructions (GELU_KERNEL_INSTR) over its measured time after kernel_fixed_us."""
+    M, N = SMALLK_PAPER_MN
+    warp_instr = M * N * GELU_KERNEL_INSTR[("fwd", "erf")] / 32
+    return warp_instr / (H200_SMS * 4 * H200_CLOCK_HZ * (SMALLK_PROD_C2B0F82["fwd_gelu"] - cal["kernel_fixed_us"]) * 1e-6)
+
+
+def small_k_us(M, N, cal, layout="Rows", epi=None, gelu="erf"):
+    """The lab candidate, one launch of D (M, N) = A (M, 192) @ B with epilogue epi (None; "fwd": pre and
+    gelu(pre) written; "bwd": pre read), modeled µs: kernel_fixed_us + the longer of its traffic at
+    eff_elementwise (A read once, D written, pre written or read; B from L2) and its issue time. Issue:
+    the product's instructions at gelu_fwd_issue_eff (ASSUMED: the hot loop is mma and ldmatrix, not
+    elementwise code), plus the erf epilogue priced as the production GELU kernel measured per
+    instruction at c2b0f82 (pessimistic where that kernel waited on memory: its time counted as issue);
+    a tanh epilogue at gelu_fwd_issue_eff. Its mma at half the tensor peak (ASSUMED) as a floor."""
+    tiles = -(-M // SMALLK_TILE) * -(-N // SMALLK_TILE)
+    rate = H200_SMS * 4 * H200_CLOCK_HZ
+    issue = tiles * 8 * SMALLK_WARP_INSTR[layout] / (rate * gelu_fwd_issue_eff(cal)) * 1e6
+    if epi is not None:
+        per_elem = SMALLK_EPI_INSTR[(epi, gelu)]
+        if gelu == "erf":
+            measured = SMALLK_PROD_C2B0F82[f"{epi}_gelu"] - cal["kernel_fixed_us"]
+            pM, pN = SMALLK_PAPER_MN
+            issue += measured * (M * N) / (pM * pN) * per_elem / GELU_KERNEL_INSTR[(epi, "erf")]
+        else:
+            issue += M * N * per_elem / 32 / (rate * gelu_fwd_issue_eff(cal)) * 1e6
+    mem = (M * SMALLK_K + M * N * (1 if epi is None else 2)) * ACT / (H200_BANDWIDTH * cal["eff_elementwise"]) * 1e6
+    mma = 2 * M * N * SMALLK_K / (H200_PEAK * 0.5) * 1e6
+    return cal["kernel_fixed_us"] + max(mem, issue, mma)
+
+
+def small_k_rows(cal):
+    """The lab's timing rows at its shape (dev/cuda/matmul_small_k.cu, the names it prints): the production
+    pairs as the GPU at c2b0f82 measured them in the paper-b16 profile (SMALLK_PROD_C2B0F82; the lab's
+    "alone" rows are its GEMMs) and the candidate modeled (small_k_us), µs a call."""
+    M, N = SMALLK_PAPER_MN
+    p = SMALLK_PROD_C2B0F82
+    return {"cuBLASLt + gelu_forward (prod)": p["fwd_gemm"] + p["fwd_gelu"],
+            "small_k GeluForward (Rows)": small_k_us(M, N, cal, "Rows", "fwd"),
+            "cuBLASLt forward alone": p["fwd_gemm"],
+            "small_k Plain (Rows)": small_k_us(M, N, cal, "Rows"),
+            "cuBLASLt dinp + gelu_backward": p["bwd_gemm"] + p["bwd_gelu"],
+            "small_k GeluBackward (Cols)": small_k_us(M, N, cal, "Cols", "bwd"),
+            "small_k Plain (Cols)": small_k_us(M, N, cal, "Cols")}
+
+
 BIAS_ROWS = 128  # rows of a bias_sum_kernel chunk (llmc/cuda/matmul.cuh kBiasRows)
 BIAS_GROUP_COLS = 64  # bf16 columns of a column group (kBiasGroupCols)
 BIAS_GRID_AIM = 132 * 3  # HEAD's grid aim: one wave of 3 resident blocks an SM (kBiasGridAim)
@@ -2346,6 +2413,18 @@ def speed_steps(cal, case="paper-b16"):
     out.append(("C = 192 GEMM path: a small-C GEMM without cuBLASLt's per-call cost (upper bound)",
                 gemm_fixed * 0.5, f"half of gemm_fixed_us x calls ({cal['gemm_fixed_us']:.1f} µs x {calls:.0f}): the "
                 "model cannot say how much of the per-call cost a hand-written kernel keeps"))
+    # 2. the lab candidate (built in the lab, not wired): the erf GELU model's fc forward and fcproj dinp
+    # each one launch of the whole-K GEMM with the GELU in its epilogue, against cuBLASLt + the GELU kernel
+    if (N, 4 * C) == SMALLK_PAPER_MN and m.get("gelu") == "erf" and not m.get("bias", True):
+        lab = small_k_rows(cal)
+        gain = L * (lab["cuBLASLt + gelu_forward (prod)"] - lab["small_k GeluForward (Rows)"]
+                    + lab["cuBLASLt dinp + gelu_backward"] - lab["small_k GeluBackward (Cols)"])
+        out.append(("C = 192 MLP: the lab's whole-K GEMM with the GELU in its epilogue (fc forward, fcproj dinp)",
+                    gain, "dev/cuda/matmul_candidates/small_k_gemm.cuh wired for both (it is not), against the "
+                    "c2b0f82 profile's cuBLASLt calls and GELU kernels: its static SASS count, the product's at "
+                    "gelu_forward's measured issue rate and the erf epilogue at the GELU kernels' measured time per "
+                    "instruction (ASSUMED; issue-bound: ~29 / 42 instructions an element); "
+                    "profile:matmul_small_k times it"))
     # 3. attention scheduling: the forward's blocks over 4 query tiles (a quarter of its block set-ups;
     # the backward's runs of outer tiles are built: built_steps)
     c4 = dict(cal, attn_block_setup_us=cal["attn_block_setup_us"] / 4)
