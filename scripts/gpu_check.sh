@@ -499,6 +499,17 @@ ensure_train_data() {
 # inference targets (LS's prefill and decode against MHSA's at 2K-16K), ours only.
 stage_profile() {
     ensure_bf16
+    # first (a few seconds; it needs no data or checkpoint): the whole-K GEMM candidate with the GELU in
+    # its epilogue (dev/cuda/matmul_candidates/, not wired into the trainer) against cuBLASLt + the
+    # production GELU kernels at the paper model's MLP, so that the call this part runs in decides
+    # whether it moves into llmc/cuda/ (its --check runs in the test stage; the labs stage times it
+    # again with every lab, without --json): bench/lab/matmul_small_k.json
+    mkdir -p "$work/bench/lab"
+    rm -f "$work/bench/lab/matmul_small_k.json"
+    if [ "$emulate" = 1 ]; then skip_step "profile:matmul_small_k" "emulated: a timing table would time the emulator, not a GPU"
+    elif [ -x build/dev/matmul_small_k ]; then
+        step "profile:matmul_small_k" 120 build/dev/matmul_small_k --json "$work/bench/lab/matmul_small_k.json"
+    else fail_step "profile:matmul_small_k" "not built"; fi
     local syn=(--syn-length 3000000)
     # ls-small-b8: the shape timed at fa663e0 (biases, tanh GELU, tied); paper-b16: the paper code's model
     # (configs/paper_pg19.toml: no biases, erf GELU (its own launch), untied) at B 16
@@ -571,16 +582,6 @@ stage_profile() {
     step "profile:latency-targets" 180 run_bin latency_targets "$PY" dev/bench/generate_latency.py \
         --out "$work/bench/latency_targets" --binary "$generator" --skip-torch --ours-sides ours,graph,fused --variants mhsa,ls-p50 \
         "${lat_args[@]}"
-    # the whole-K GEMM candidate with the GELU in its epilogue (dev/cuda/matmul_candidates/, not wired
-    # into the trainer) against cuBLASLt + the production GELU kernels at the paper model's MLP, so
-    # that the call this part runs in decides whether it moves into llmc/cuda/ (its --check runs in the
-    # test stage; the labs stage times it again with every lab): bench/lab/matmul_small_k.json
-    mkdir -p "$work/bench/lab"
-    rm -f "$work/bench/lab/matmul_small_k.json"
-    if [ "$emulate" = 1 ]; then skip_step "profile:matmul_small_k" "emulated: a timing table would time the emulator, not a GPU"
-    elif [ -x build/dev/matmul_small_k ]; then
-        step "profile:matmul_small_k" 120 build/dev/matmul_small_k --json "$work/bench/lab/matmul_small_k.json"
-    else fail_step "profile:matmul_small_k" "not built"; fi
 }
 
 # bench_generate CKPT JSON ARGS...: generate_gpt2_ls --bench --bench-profile on CKPT (each matmul's

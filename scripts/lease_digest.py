@@ -313,26 +313,29 @@ def latency_section(j, where, emulated):
 SMALL_K_PAIRS = (("small_k GeluForward (Rows)", "cuBLASLt + gelu_forward (prod)"),
                  ("small_k Plain (Rows)", "cuBLASLt forward alone"),
                  ("small_k GeluBackward (Cols)", "cuBLASLt dinp + gelu_backward"),
-                 ("small_k Plain (Cols)", "cuBLASLt forward alone"))
+                 ("small_k Plain (Cols)", "cuBLASLt dinp alone"))
 
 
 def small_k_section(rf, j, where, emulated):
     """The whole-K GEMM candidate's timing table (profile:matmul_small_k), each row beside roofline.py's
-    small_k_rows (modeled: the candidate from its static SASS count, the production pairs as measured at
-    c2b0f82), and each candidate row's speed-up over the production row it would replace."""
+    small_k_rows (modeled: the candidate from its static SASS count, its GELU epilogue hidden under the
+    products or after them; the production rows as measured at c2b0f82), and each candidate row's
+    speed-up over the production row it would replace."""
     out = ["### Lab candidate: whole-K GEMM with the GELU epilogue (`lab:matmul_small_k`, " + where + ")", ""]
     rows = {r.get("kernel"): r for r in j.get("rows", []) if isinstance(r, dict)}
     if emulated or not rows:
         return out + ["(no timed rows: " + ("emulated" if emulated else "the table is empty") + ")"]
-    modeled = rf.small_k_rows(rf.fit_calibration())
-    out += ["| row | shape | us measured | us modeled | ratio | speed-up over |", "|---|---|---:|---:|---:|---|"]
+    cal = rf.fit_calibration()
+    hidden, after = rf.small_k_rows(cal, overlap=True), rf.small_k_rows(cal, overlap=False)
+    out += ["| row | shape | us measured | us modeled, epilogue hidden / after | ratio to hidden | speed-up over |",
+            "|---|---|---:|---:|---:|---|"]
     for name, r in rows.items():
         us = r["ms"] * 1e3
-        m = modeled.get(name)
+        h, a = hidden.get(name), after.get(name)
         vs = next((p for c, p in SMALL_K_PAIRS if c == name), None)
         speed = (f"{rows[vs]['ms'] / r['ms']:.2f}x `{vs}`" if vs in rows and r["ms"] > 0 else "")
-        out.append(f"| `{name}` | {r.get('shape', '')} | {us:,.1f} | {fmt(m, ',.1f')} | "
-                   f"{fmt(None if m is None else us / m, '.2f')} | {speed} |")
+        out.append(f"| `{name}` | {r.get('shape', '')} | {us:,.1f} | {fmt(h, ',.1f')} / {fmt(a, ',.1f')} | "
+                   f"{fmt(None if h is None else us / h, '.2f')} | {speed} |")
     return out
 
 

@@ -1069,43 +1069,56 @@ def gelu_fwd_issue_eff(cal):
     return warp_instr / (H200_SMS * 4 * H200_CLOCK_HZ * (SMALLK_PROD_C2B0F82["fwd_gelu"] - cal["kernel_fixed_us"]) * 1e-6)
 
 
-def small_k_us(M, N, cal, layout="Rows", epi=None, gelu="erf"):
+def small_k_us(M, N, cal, layout="Rows", epi=None, gelu="erf", overlap=True):
     """The lab candidate, one launch of D (M, N) = A (M, 192) @ B with epilogue epi (None; "fwd": pre and
-    gelu(pre) written; "bwd": pre read), modeled µs: kernel_fixed_us + the longer of its traffic at
-    eff_elementwise (A read once, D written, pre written or read; B from L2) and its issue time. Issue:
-    the product's instructions at gelu_fwd_issue_eff (ASSUMED: the hot loop is mma and ldmatrix, not
-    elementwise code), plus the erf epilogue priced as the production GELU kernel measured per
-    instruction at c2b0f82 (pessimistic where that kernel waited on memory: its time counted as issue);
-    a tanh epilogue at gelu_fwd_issue_eff. Its mma at half the tensor peak (ASSUMED) as a floor."""
+    gelu(pre) written; "bwd": pre read), modeled µs: kernel_fixed_us + the longest of its traffic at
+    eff_elementwise (A read once, D written, pre written or read; B from L2), its issue time and its
+    products at half the tensor peak (mma.sync, ASSUMED). Issue: the product's instructions at
+    gelu_fwd_issue_eff (ASSUMED: the hot loop is mma and ldmatrix, not elementwise code), plus the erf
+    epilogue priced as the production GELU kernel measured per instruction at c2b0f82 (pessimistic where
+    that kernel waited on memory: its time counted as issue); a tanh epilogue at gelu_fwd_issue_eff.
+    overlap: the epilogue's issue hidden under the other resident block's products (the upper bound);
+    False: added to the products' time (a block's epilogue follows its own products, and 2 blocks an SM
+    overlap only partly: the lower bound)."""
     tiles = -(-M // SMALLK_TILE) * -(-N // SMALLK_TILE)
     rate = H200_SMS * 4 * H200_CLOCK_HZ
-    issue = tiles * 8 * SMALLK_WARP_INSTR[layout] / (rate * gelu_fwd_issue_eff(cal)) * 1e6
+    product_issue = tiles * 8 * SMALLK_WARP_INSTR[layout] / (rate * gelu_fwd_issue_eff(cal)) * 1e6
+    epi_issue = 0.0
     if epi is not None:
         per_elem = SMALLK_EPI_INSTR[(epi, gelu)]
         if gelu == "erf":
             measured = SMALLK_PROD_C2B0F82[f"{epi}_gelu"] - cal["kernel_fixed_us"]
             pM, pN = SMALLK_PAPER_MN
-            issue += measured * (M * N) / (pM * pN) * per_elem / GELU_KERNEL_INSTR[(epi, "erf")]
+            epi_issue = measured * (M * N) / (pM * pN) * per_elem / GELU_KERNEL_INSTR[(epi, "erf")]
         else:
-            issue += M * N * per_elem / 32 / (rate * gelu_fwd_issue_eff(cal)) * 1e6
+            epi_issue = M * N * per_elem / 32 / (rate * gelu_fwd_issue_eff(cal)) * 1e6
     mem = (M * SMALLK_K + M * N * (1 if epi is None else 2)) * ACT / (H200_BANDWIDTH * cal["eff_elementwise"]) * 1e6
     mma = 2 * M * N * SMALLK_K / (H200_PEAK * 0.5) * 1e6
-    return cal["kernel_fixed_us"] + max(mem, issue, mma)
+    busy = max(mma, product_issue + epi_issue) if overlap else max(mma, product_issue) + epi_issue
+    return cal["kernel_fixed_us"] + max(mem, busy)
 
 
-def small_k_rows(cal):
-    """The lab's timing rows at its shape (dev/cuda/matmul_small_k.cu, the names it prints): the production
-    pairs as the GPU at c2b0f82 measured them in the paper-b16 profile (SMALLK_PROD_C2B0F82; the lab's
-    "alone" rows are its GEMMs) and the candidate modeled (small_k_us), µs a call."""
+def small_k_rows(cal, overlap=True):
+    """The lab's timing rows at its shape (dev/cuda/matmul_small_k.cu, the names it prints), µs a call: the
+    production pairs and GEMMs as the GPU at c2b0f82 measured them in the paper-b16 profile
+    (SMALLK_PROD_C2B0F82), the candidate modeled (small_k_us with overlap)."""
     M, N = SMALLK_PAPER_MN
     p = SMALLK_PROD_C2B0F82
     return {"cuBLASLt + gelu_forward (prod)": p["fwd_gemm"] + p["fwd_gelu"],
-            "small_k GeluForward (Rows)": small_k_us(M, N, cal, "Rows", "fwd"),
+            "small_k GeluForward (Rows)": small_k_us(M, N, cal, "Rows", "fwd", overlap=overlap),
             "cuBLASLt forward alone": p["fwd_gemm"],
-            "small_k Plain (Rows)": small_k_us(M, N, cal, "Rows"),
+            "small_k Plain (Rows)": small_k_us(M, N, cal, "Rows", overlap=overlap),
             "cuBLASLt dinp + gelu_backward": p["bwd_gemm"] + p["bwd_gelu"],
-            "small_k GeluBackward (Cols)": small_k_us(M, N, cal, "Cols", "bwd"),
-            "small_k Plain (Cols)": small_k_us(M, N, cal, "Cols")}
+            "small_k GeluBackward (Cols)": small_k_us(M, N, cal, "Cols", "bwd", overlap=overlap),
+            "cuBLASLt dinp alone": p["bwd_gemm"],
+            "small_k Plain (Cols)": small_k_us(M, N, cal, "Cols", overlap=overlap)}
+
+
+def small_k_gain(cal, L, overlap=True):
+    """µs a step if the candidate were wired for every layer's fc forward and fcproj dinp (paper-b16)."""
+    r = small_k_rows(cal, overlap)
+    return L * (r["cuBLASLt + gelu_forward (prod)"] - r["small_k GeluForward (Rows)"]
+                + r["cuBLASLt dinp + gelu_backward"] - r["small_k GeluBackward (Cols)"])
 
 
 BIAS_ROWS = 128  # rows of a bias_sum_kernel chunk (llmc/cuda/matmul.cuh kBiasRows)
@@ -2416,15 +2429,15 @@ def speed_steps(cal, case="paper-b16"):
     # 2. the lab candidate (built in the lab, not wired): the erf GELU model's fc forward and fcproj dinp
     # each one launch of the whole-K GEMM with the GELU in its epilogue, against cuBLASLt + the GELU kernel
     if (N, 4 * C) == SMALLK_PAPER_MN and m.get("gelu") == "erf" and not m.get("bias", True):
-        lab = small_k_rows(cal)
-        gain = L * (lab["cuBLASLt + gelu_forward (prod)"] - lab["small_k GeluForward (Rows)"]
-                    + lab["cuBLASLt dinp + gelu_backward"] - lab["small_k GeluBackward (Cols)"])
+        lo, hi = small_k_gain(cal, L, overlap=False), small_k_gain(cal, L, overlap=True)
         out.append(("C = 192 MLP: the lab's whole-K GEMM with the GELU in its epilogue (fc forward, fcproj dinp)",
-                    gain, "dev/cuda/matmul_candidates/small_k_gemm.cuh wired for both (it is not), against the "
-                    "c2b0f82 profile's cuBLASLt calls and GELU kernels: its static SASS count, the product's at "
-                    "gelu_forward's measured issue rate and the erf epilogue at the GELU kernels' measured time per "
-                    "instruction (ASSUMED; issue-bound: ~29 / 42 instructions an element); "
-                    "profile:matmul_small_k times it"))
+                    lo, f"dev/cuda/matmul_candidates/small_k_gemm.cuh wired for both (it is not), against the c2b0f82 "
+                    f"profile's cuBLASLt calls and GELU kernels: its static SASS count, the product's at gelu_forward's "
+                    f"measured issue rate, the erf epilogue at the GELU kernels' measured time per instruction, mma.sync "
+                    f"at half the tensor peak (ASSUMED); the epilogue after the products ({lo / 1e3:.2f} ms; "
+                    f"{hi / 1e3:.2f} ms if the other resident block's products hide it). The row above prices the "
+                    f"same fusion at the cuBLASLt tanh epilogue's measured rate, a loss; this one at the GELU kernels' "
+                    f"own: profile:matmul_small_k measures it"))
     # 3. attention scheduling: the forward's blocks over 4 query tiles (a quarter of its block set-ups;
     # the backward's runs of outer tiles are built: built_steps)
     c4 = dict(cal, attn_block_setup_us=cal["attn_block_setup_us"] / 4)

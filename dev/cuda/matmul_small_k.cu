@@ -237,10 +237,14 @@ int main(int argc, char** argv) {
     // backward of fcproj (weight (K = C, N = 4C)): cuBLASLt dinp, then gelu_backward in place (the
     // production pair of a layer without bias: matmul_gelu_backward's order is the GELU pass first on
     // fcproj's own dout, the same bytes)
+    // fcproj's dinp through cuBLASLt, as matmul_backward_products issues it (weight (K, N) = (OC, IC))
+    auto lt_dinp = [&] {
+        llmc::cuda::detail::lt_matmul(ctx, d_out.get(), t, d_w.get(), false, N, d_a.get(), false, K, t, N, M, K, N,
+                                      0.0f, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0);
+    };
     ms = lab::time_ms(
         [&] {
-            llmc::cuda::detail::lt_matmul(ctx, d_out.get(), t, d_w.get(), false, N, d_a.get(), false, K, t, N, M, K, N,
-                                          0.0f, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0);
+            lt_dinp();
             llmc::cuda::gelu_backward(d_out.get(), d_pre.get(), d_out.get(), MN, kind, 0);
         },
         args.reps);
@@ -252,6 +256,8 @@ int main(int argc, char** argv) {
         },
         args.reps);
     table.add("small_k GeluBackward (Cols)", shape, ms, e * (MK + 2.0 * MN));
+    ms = lab::time_ms(lt_dinp, args.reps);
+    table.add("cuBLASLt dinp alone", shape, ms, e * (MK + MN));
     ms = lab::time_ms(
         [&] {
             cand::small_k_gemm(d_out.get(), nullptr, d_a.get(), d_w.get(), M, N, K, SmallKB::Cols, SmallKEpi::Plain,

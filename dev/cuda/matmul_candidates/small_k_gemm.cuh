@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "llmc/core/model_config.h"
 #include "llmc/cuda/common.cuh"
@@ -101,11 +102,14 @@ __device__ __forceinline__ void small_k_load_stage(char* sa, char* sb, const __n
 // A warp's ldmatrix addresses: the base of its rows and, per k-step within a group of 4 (the
 // swizzle repeats every 8 chunks = 4 k-steps), the swizzled chunk's byte offset.
 struct SmallKFrag {
-    const char* a;     // A: row wm * 64 + lane % 16
-    const char* b;     // B Rows: row wn * 32 + lane % 8 + 8 (lane / 16); B Cols: k-row lane % 8 + 8 ((lane / 8) % 2)
-    uint32_t a_sw[4];  // A: chunk (2 q + lane / 16) ^ (lane % 8), q = ks % 4
-    uint32_t b_sw
-        [4];  // B Rows: chunk (2 q + (lane / 8) % 2) ^ (lane % 8); B Cols: [nj] chunk (4 wn + 2 nj + lane / 16) ^ (lane % 8)
+    // A: row wm * 64 + lane % 16
+    const char* a;
+    // B Rows: row wn * 32 + lane % 8 + 8 (lane / 16); B Cols: k-row lane % 8 + 8 ((lane / 8) % 2)
+    const char* b;
+    // A: chunk (2 q + lane / 16) ^ (lane % 8), q = ks % 4
+    uint32_t a_sw[4];
+    // B Rows: chunk (2 q + (lane / 8) % 2) ^ (lane % 8); B Cols: [nj] chunk (4 wn + 2 nj + lane / 16) ^ (lane % 8)
+    uint32_t b_sw[4];
 };
 
 template <SmallKB BL>
@@ -159,11 +163,13 @@ __device__ __forceinline__ void small_k_mma_step(float (&acc)[4][4][4], const Sm
         for (int ni = 0; ni < 4; ni++) mma_bf16_16816(acc[mi][ni], a[mi], b[ni][0], b[ni][1]);
 }
 
-// d, pre: (M, N) bf16; see the file comment for each epilogue's reads and writes.
-template <SmallKB BL, SmallKEpi EPI>
+// d, pre: (M, N) bf16; see the file comment for each epilogue's reads and writes. The GELU kind G is a
+// template parameter (the Plain epilogue's instance takes Tanh and ignores it), so each kernel's
+// epilogue holds one kind's code and no branch per element.
+template <SmallKB BL, SmallKEpi EPI, Gelu G>
 __global__ void __launch_bounds__(kSmallKThreads, 2)
     small_k_gemm_kernel(__nv_bfloat16* d, __nv_bfloat16* pre, const __nv_bfloat16* A, const __nv_bfloat16* Bw, int M,
-                        int N, Gelu gelu) {
+                        int N) {
     griddep_begin();  // first: wait for the previous kernel (programmatic launch)
     LLMC_DYNAMIC_SHARED(char, smem);
     char* sa = smem;
@@ -212,12 +218,11 @@ __global__ void __launch_bounds__(kSmallKThreads, 2)
                     *reinterpret_cast<__nv_bfloat162*>(pre + off) = v;
                     const float x0 = __low2float(v), x1 = __high2float(v);
                     *reinterpret_cast<__nv_bfloat162*>(d + off) =
-                        __floats2bfloat162_rn(gelu_value(x0, gelu), gelu_value(x1, gelu));
+                        __floats2bfloat162_rn(gelu_value(x0, G), gelu_value(x1, G));
                 } else {
                     const __nv_bfloat162 p = *reinterpret_cast<const __nv_bfloat162*>(pre + off);
-                    *reinterpret_cast<__nv_bfloat162*>(d + off) =
-                        __floats2bfloat162_rn(__low2float(v) * gelu_grad(__low2float(p), gelu),
-                                              __high2float(v) * gelu_grad(__high2float(p), gelu));
+                    *reinterpret_cast<__nv_bfloat162*>(d + off) = __floats2bfloat162_rn(
+                        __low2float(v) * gelu_grad(__low2float(p), G), __high2float(v) * gelu_grad(__high2float(p), G));
                 }
             }
         }
@@ -237,21 +242,28 @@ inline void small_k_gemm(__nv_bfloat16* d, __nv_bfloat16* pre, const __nv_bfloat
         throw std::invalid_argument("small_k_gemm: d, A, B and (with a GELU epilogue) pre must not be null");
     if (!aligned16(d) || !aligned16(A) || !aligned16(Bw) || (epi != SmallKEpi::Plain && !aligned16(pre)))
         throw std::invalid_argument("small_k_gemm: every pointer must be 16-byte aligned");
-    const unsigned blocks =
-        (unsigned)(((M + kSmallKTileM - 1) / kSmallKTileM) * ((N + kSmallKTileN - 1) / kSmallKTileN));
+    const size_t blocks = (size_t)((M + kSmallKTileM - 1) / kSmallKTileM) * ((N + kSmallKTileN - 1) / kSmallKTileN);
+    if (blocks > 0x7fffffffu)
+        throw std::invalid_argument("small_k_gemm: M=" + std::to_string(M) + ", N=" + std::to_string(N) +
+                                    " needs more than 2^31 - 1 blocks");
     auto launch = [&](auto kernel) {
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSmallKSmemBytes));
-        launch_kernel(kernel, dim3(blocks), dim3(kSmallKThreads), kSmallKSmemBytes, st, d, pre, A, Bw, M, N, gelu);
+        launch_kernel(kernel, dim3((unsigned)blocks), dim3(kSmallKThreads), kSmallKSmemBytes, st, d, pre, A, Bw, M, N);
     };
-    if (layout == SmallKB::Rows) {
-        if (epi == SmallKEpi::Plain) launch(small_k_gemm_kernel<SmallKB::Rows, SmallKEpi::Plain>);
-        else if (epi == SmallKEpi::GeluForward) launch(small_k_gemm_kernel<SmallKB::Rows, SmallKEpi::GeluForward>);
-        else launch(small_k_gemm_kernel<SmallKB::Rows, SmallKEpi::GeluBackward>);
-    } else {
-        if (epi == SmallKEpi::Plain) launch(small_k_gemm_kernel<SmallKB::Cols, SmallKEpi::Plain>);
-        else if (epi == SmallKEpi::GeluForward) launch(small_k_gemm_kernel<SmallKB::Cols, SmallKEpi::GeluForward>);
-        else launch(small_k_gemm_kernel<SmallKB::Cols, SmallKEpi::GeluBackward>);
-    }
+    // the instance of (layout, epi, gelu); Plain ignores the kind
+    auto with_layout = [&](auto rows) {
+        constexpr SmallKB BL = decltype(rows)::value ? SmallKB::Rows : SmallKB::Cols;
+        const bool erf = gelu == Gelu::Erf;
+        if (epi == SmallKEpi::Plain) launch(small_k_gemm_kernel<BL, SmallKEpi::Plain, Gelu::Tanh>);
+        else if (epi == SmallKEpi::GeluForward)
+            launch(erf ? small_k_gemm_kernel<BL, SmallKEpi::GeluForward, Gelu::Erf>
+                       : small_k_gemm_kernel<BL, SmallKEpi::GeluForward, Gelu::Tanh>);
+        else
+            launch(erf ? small_k_gemm_kernel<BL, SmallKEpi::GeluBackward, Gelu::Erf>
+                       : small_k_gemm_kernel<BL, SmallKEpi::GeluBackward, Gelu::Tanh>);
+    };
+    if (layout == SmallKB::Rows) with_layout(std::true_type{});
+    else with_layout(std::false_type{});
     CUDA_CHECK_LAUNCH();
 }
 
