@@ -98,6 +98,13 @@ __device__ __forceinline__ void decode_linear_body(floatX* out, floatX* pre_gelu
     LLMC_DYNAMIC_SHARED(floatX, rows);  // (B, IC) the input rows; with ln_b (B, IC) more: the residual
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int packs = B * IC / kPack;
+    // The warp's first weight pack (its first column, this lane's first k) is loaded here, after the
+    // wait and before the prologue: no kernel of a decode step writes the weights, so its latency
+    // overlaps the prologue's loads instead of following them.
+    const int n_first = blockIdx.x * kDecodeLinearWarps + warp;
+    uint4 w_first = make_uint4(0u, 0u, 0u, 0u);  // 16 bytes: a PackX
+    if (n_first < OC && lane * kPack < IC)
+        w_first = *reinterpret_cast<const uint4*>(weight + (size_t)n_first * IC + lane * kPack);
     if (ln_a) {
         floatX* resid = rows + (size_t)B * IC;
         for (int r = warp; r < B; r += kDecodeLinearWarps) {
@@ -128,7 +135,8 @@ __device__ __forceinline__ void decode_linear_body(floatX* out, floatX* pre_gelu
         const floatX* wrow = weight + (size_t)n * IC;
         for (int k = lane * kPack; k < IC; k += 32 * kPack) {
             float wv[kPack];
-            load_vec<kPack>(wv, wrow + k);
+            if (n == n_first && k == lane * kPack) load_vec<kPack>(wv, reinterpret_cast<const floatX*>(&w_first));
+            else load_vec<kPack>(wv, wrow + k);
 #pragma unroll
             for (int r = 0; r < kDecodeMaxRows; r++) {
                 if (r < B) {
