@@ -58,6 +58,9 @@ struct KvCacheView {
     uint32_t* arrivals = nullptr;  // (B, NH) the one-launch attention's arrival counters, 0 between launches
 
     __host__ __device__ bool is_local(int h) const { return h < NH - G; }
+    // The k (or v) buffer that holds head h's rows.
+    __host__ __device__ floatX* k_of(int h) const { return is_local(h) ? k_local : k_global; }
+    __host__ __device__ floatX* v_of(int h) const { return is_local(h) ? v_local : v_global; }
     // Offset of the (hd) row of position t of head h of sequence b in layer l.
     __host__ __device__ size_t offset(int l, int b, int h, int t) const {
         if (is_local(h)) return ((((size_t)l * B + b) * (NH - G) + h) * ring + t % ring) * hd;
@@ -75,8 +78,8 @@ __global__ void kv_store_kernel(KvCacheView cache, const floatX* qkv, int l, con
     const int b = idx / C, c = idx % C, h = c / cache.hd, d = c % cache.hd;
     const size_t o = cache.offset(l, b, h, t) + d;
     const floatX* row = qkv + (size_t)b * 3 * C;
-    (cache.is_local(h) ? cache.k_local : cache.k_global)[o] = row[C + c];
-    (cache.is_local(h) ? cache.v_local : cache.v_global)[o] = row[2 * C + c];
+    cache.k_of(h)[o] = row[C + c];
+    cache.v_of(h)[o] = row[2 * C + c];
 }
 
 // Prefill: writes k and v of positions 0..T-1 of every sequence into layer l of the cache.
@@ -94,8 +97,8 @@ __global__ void kv_store_prefill_kernel(KvCacheView cache, const floatX* qkv, in
     if (cache.is_local(h) && t < T - cache.ring) return;
     const size_t o = cache.offset(l, b, h, t) + d;
     const floatX* row = qkv + bt * 3 * C;
-    (cache.is_local(h) ? cache.k_local : cache.k_global)[o] = row[C + c];
-    (cache.is_local(h) ? cache.v_local : cache.v_global)[o] = row[2 * C + c];
+    cache.k_of(h)[o] = row[C + c];
+    cache.v_of(h)[o] = row[2 * C + c];
 }
 
 // Keys lo..t of the query at position t of head h (lo = t-P+1 for a local head, clamped at 0).
@@ -120,8 +123,8 @@ __device__ __forceinline__ void decode_split_body(const floatX* qkv, const KvCac
     const int start = decode_first_key(cache, h, t) + split * kDecodeSplitKeys;
     const int end = min(t, start + kDecodeSplitKeys - 1);
     const float scale = rsqrtf((float)hd);
-    const floatX* kbase = cache.is_local(h) ? cache.k_local : cache.k_global;
-    const floatX* vbase = cache.is_local(h) ? cache.v_local : cache.v_global;
+    const floatX* kbase = cache.k_of(h);
+    const floatX* vbase = cache.v_of(h);
 
     float q[DPL], acc[DPL];
 #pragma unroll

@@ -80,9 +80,7 @@ struct KvCacheStore {
         const bool is_v = n >= 2 * C;
         const int c = n - (is_v ? 2 * C : C), h = c / cache.hd, d = c % cache.hd;
         const size_t o = cache.offset(layer, row, h, *pos) + d;
-        floatX* base =
-            cache.is_local(h) ? (is_v ? cache.v_local : cache.k_local) : (is_v ? cache.v_global : cache.k_global);
-        base[o] = v;
+        (is_v ? cache.v_of(h) : cache.k_of(h))[o] = v;
     }
 };
 
