@@ -908,7 +908,7 @@ def test_small_k_rows_are_the_labs_rows():
     lease digest pairs them by name), and the candidate with a GELU epilogue costs more than without."""
     import re
     lab = (REPO / "dev" / "cuda" / "matmul_small_k.cu").read_text()
-    printed = re.findall(r'table\.add\("([^"]+)"', lab)
+    printed = re.findall(r'\brow\("([^"]+)"', lab)
     cal = roofline.fit_calibration()
     rows = roofline.small_k_rows(cal)
     assert printed and sorted(printed) == sorted(rows), (printed, sorted(rows))

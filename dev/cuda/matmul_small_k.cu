@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -209,62 +210,45 @@ int main(int argc, char** argv) {
     const double e = sizeof(bf16);
     const std::string shape = "M=" + std::to_string(M) + " K=" + std::to_string(K) + " N=" + std::to_string(N);
     lab::Table table(prop);
+    // one timed row: its name (roofline.small_k_rows and lease_digest read these), bytes moved, the launches
+    auto row = [&](const char* name, double bytes, const std::function<void()>& launches) {
+        table.add(name, shape, lab::time_ms(launches, args.reps), e * bytes);
+    };
     // forward: cuBLASLt writes pre, gelu_forward reads it and writes out (the production pair)
-    float ms = lab::time_ms(
-        [&] {
-            llmc::cuda::matmul_forward(ctx, d_out.get(), d_a.get(), d_w.get(), nullptr, M, K, N, 0, d_tmp.get(), kind);
-        },
-        args.reps);
-    table.add("cuBLASLt + gelu_forward (prod)", shape, ms, e * (MK + 3.0 * MN));
-    ms = lab::time_ms(
-        [&] {
-            cand::small_k_gemm(d_out.get(), d_tmp.get(), d_a.get(), d_w.get(), M, N, K, SmallKB::Rows,
-                               SmallKEpi::GeluForward, kind, 0);
-        },
-        args.reps);
-    table.add("small_k GeluForward (Rows)", shape, ms, e * (MK + 2.0 * MN));
+    row("cuBLASLt + gelu_forward (prod)", MK + 3.0 * MN, [&] {
+        llmc::cuda::matmul_forward(ctx, d_out.get(), d_a.get(), d_w.get(), nullptr, M, K, N, 0, d_tmp.get(), kind);
+    });
+    row("small_k GeluForward (Rows)", MK + 2.0 * MN, [&] {
+        cand::small_k_gemm(d_out.get(), d_tmp.get(), d_a.get(), d_w.get(), M, N, K, SmallKB::Rows,
+                           SmallKEpi::GeluForward, kind, 0);
+    });
     // the products alone
-    ms = lab::time_ms([&] { llmc::cuda::matmul_forward(ctx, d_out.get(), d_a.get(), d_w.get(), nullptr, M, K, N, 0); },
-                      args.reps);
-    table.add("cuBLASLt forward alone", shape, ms, e * (MK + MN));
-    ms = lab::time_ms(
-        [&] {
-            cand::small_k_gemm(d_out.get(), nullptr, d_a.get(), d_w.get(), M, N, K, SmallKB::Rows, SmallKEpi::Plain,
-                               kind, 0);
-        },
-        args.reps);
-    table.add("small_k Plain (Rows)", shape, ms, e * (MK + MN));
-    // backward of fcproj (weight (K = C, N = 4C)): cuBLASLt dinp, then gelu_backward in place (the
-    // production pair of a layer without bias: matmul_gelu_backward's order is the GELU pass first on
-    // fcproj's own dout, the same bytes)
-    // fcproj's dinp through cuBLASLt, as matmul_backward_products issues it (weight (K, N) = (OC, IC))
+    row("cuBLASLt forward alone", MK + MN,
+        [&] { llmc::cuda::matmul_forward(ctx, d_out.get(), d_a.get(), d_w.get(), nullptr, M, K, N, 0); });
+    row("small_k Plain (Rows)", MK + MN, [&] {
+        cand::small_k_gemm(d_out.get(), nullptr, d_a.get(), d_w.get(), M, N, K, SmallKB::Rows, SmallKEpi::Plain, kind,
+                           0);
+    });
+    // backward of fcproj (weight (K = C, N = 4C), as (OC, IC)): cuBLASLt's dinp as
+    // matmul_backward_products issues it, then gelu_backward in place (the production pair of a layer
+    // without bias: matmul_gelu_backward runs the GELU pass first, on fcproj's own dout: the same bytes)
     auto lt_dinp = [&] {
         llmc::cuda::detail::lt_matmul(ctx, d_out.get(), t, d_w.get(), false, N, d_a.get(), false, K, t, N, M, K, N,
                                       0.0f, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0);
     };
-    ms = lab::time_ms(
-        [&] {
-            lt_dinp();
-            llmc::cuda::gelu_backward(d_out.get(), d_pre.get(), d_out.get(), MN, kind, 0);
-        },
-        args.reps);
-    table.add("cuBLASLt dinp + gelu_backward", shape, ms, e * (MK + 4.0 * MN));
-    ms = lab::time_ms(
-        [&] {
-            cand::small_k_gemm(d_out.get(), d_pre.get(), d_a.get(), d_w.get(), M, N, K, SmallKB::Cols,
-                               SmallKEpi::GeluBackward, kind, 0);
-        },
-        args.reps);
-    table.add("small_k GeluBackward (Cols)", shape, ms, e * (MK + 2.0 * MN));
-    ms = lab::time_ms(lt_dinp, args.reps);
-    table.add("cuBLASLt dinp alone", shape, ms, e * (MK + MN));
-    ms = lab::time_ms(
-        [&] {
-            cand::small_k_gemm(d_out.get(), nullptr, d_a.get(), d_w.get(), M, N, K, SmallKB::Cols, SmallKEpi::Plain,
-                               kind, 0);
-        },
-        args.reps);
-    table.add("small_k Plain (Cols)", shape, ms, e * (MK + MN));
+    row("cuBLASLt dinp + gelu_backward", MK + 4.0 * MN, [&] {
+        lt_dinp();
+        llmc::cuda::gelu_backward(d_out.get(), d_pre.get(), d_out.get(), MN, kind, 0);
+    });
+    row("small_k GeluBackward (Cols)", MK + 2.0 * MN, [&] {
+        cand::small_k_gemm(d_out.get(), d_pre.get(), d_a.get(), d_w.get(), M, N, K, SmallKB::Cols,
+                           SmallKEpi::GeluBackward, kind, 0);
+    });
+    row("cuBLASLt dinp alone", MK + MN, lt_dinp);
+    row("small_k Plain (Cols)", MK + MN, [&] {
+        cand::small_k_gemm(d_out.get(), nullptr, d_a.get(), d_w.get(), M, N, K, SmallKB::Cols, SmallKEpi::Plain, kind,
+                           0);
+    });
     table.print();
     table.write_json(args.json);
     return 0;
