@@ -22,6 +22,7 @@
 #pragma once
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -133,8 +134,13 @@ __device__ __forceinline__ void decode_linear_body(floatX* out, floatX* pre_gelu
         const floatX* wrow = weight + (size_t)n * IC;
         for (int k = lane * kPack; k < IC; k += 32 * kPack) {
             float wv[kPack];
-            if (n == n_first && k == lane * kPack) load_vec<kPack>(wv, reinterpret_cast<const floatX*>(&w_first));
-            else load_vec<kPack>(wv, wrow + k);
+            if (n == n_first && k == lane * kPack) {
+                PackX pk;  // the early pack's bytes (memcpy: no type pun)
+                std::memcpy(&pk, &w_first, sizeof pk);
+                load_vec<kPack>(wv, pk.v);
+            } else {
+                load_vec<kPack>(wv, wrow + k);
+            }
 #pragma unroll
             for (int r = 0; r < kDecodeMaxRows; r++) {
                 if (r < B) {

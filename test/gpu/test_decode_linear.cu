@@ -32,8 +32,11 @@ namespace {
 
 constexpr double kTol = sizeof(floatX) == 2 ? 1e-2 : 1e-5;
 // Each element: |gpu - ref| <= kElemTol * (|ref| + 0.01 rms(ref)): two units of the last place of a bf16
-// (the stored rounding is at most half of one; the fp32 sums' order adds far less), 1e-5 in fp32.
-constexpr double kElemTol = sizeof(floatX) == 2 ? 1.0 / 128 : 1e-5;
+// (the stored rounding is at most half of one; the fp32 sums' order adds far less); in fp32, 1e-4: the
+// sums of up to 776 products in the kernel's order are within IC * 2^-24 (4.6e-5 at IC 776) of the
+// sum of their magnitudes from the double reference, more than an element's |ref| where terms cancel
+// (1e-5 failed 3-4 cases on every seed of the emulated FP32 build, worst 2.5e-5).
+constexpr double kElemTol = sizeof(floatX) == 2 ? 1.0 / 128 : 1e-4;
 
 // The largest |a - ref| / (|ref| + 0.01 rms(ref)) over the elements; NaN or Inf: +inf.
 double worst_elem(const std::vector<float>& a, const std::vector<float>& ref) {
@@ -69,6 +72,7 @@ const Case kCases[] = {
     {8, 200, 96, Pro::ResidualLn, true, 0},       // 8 rows, IC a multiple of the pack but not of a warp's 256
     {5, 768, 3072, Pro::ResidualLn, true, 1},     // d12's fc
     {2, 3072 / 4, 40, Pro::Ln, false, 1},
+    {2, 776, 4160, Pro::None, true, -1},  // past the grid's cap (warps with two columns), IC past 256 and ragged
 };
 
 std::vector<float> random_x(size_t n, float scale, std::mt19937_64& gen) {
