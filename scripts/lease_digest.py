@@ -336,6 +336,13 @@ def small_k_section(rf, j, where, emulated):
         speed = (f"{rows[vs]['ms'] / r['ms']:.2f}x `{vs}`" if vs in rows and r["ms"] > 0 else "")
         out.append(f"| `{name}` | {r.get('shape', '')} | {us:,.1f} | {fmt(h, ',.1f')} / {fmt(a, ',.1f')} | "
                    f"{fmt(None if h is None else us / h, '.2f')} | {speed} |")
+    fused = [(c, p) for c, p in SMALL_K_PAIRS[::2] if c in rows and p in rows]  # the two fused forms
+    if len(fused) == 2:
+        faster = [rows[c]["ms"] < rows[p]["ms"] for c, p in fused]
+        out += ["", "Verdict: " + (
+            "both fused forms are faster than the production pairs: wiring them into the trainer (behind a "
+            "flag until a profile of the step agrees) is the next step." if all(faster) else
+            "the fused forms are not both faster than the production pairs: the candidate stays in the lab.")]
     return out
 
 

@@ -250,6 +250,22 @@ def test_the_small_k_candidate_is_set_beside_the_row_it_would_replace():
     assert hidden["small_k GeluForward (Rows)"] < after["small_k GeluForward (Rows)"]
 
 
+@pytest.mark.parametrize("faster", [True, False])
+def test_the_small_k_verdict_needs_both_fused_forms_faster(faster):
+    """The verdict says wire the candidate only when both fused forms beat their production pairs; fresh
+    random times, one fused form slower in the second case."""
+    rng = random.Random()
+    names = [n for pair in lease_digest.SMALL_K_PAIRS for n in pair]
+    ms = {n: rng.uniform(0.04, 0.08) for n in dict.fromkeys(names)}
+    (c1, p1), (c2, p2) = lease_digest.SMALL_K_PAIRS[0], lease_digest.SMALL_K_PAIRS[2]
+    ms[c1], ms[c2] = ms[p1] * rng.uniform(0.5, 0.95), ms[p2] * rng.uniform(0.5, 0.95)
+    if not faster:
+        ms[c2] = ms[p2] * rng.uniform(1.01, 1.5)
+    text = lease_digest.digest(small_k_report(ms))
+    assert ("both fused forms are faster" in text) == faster
+    assert ("the candidate stays in the lab" in text) == (not faster)
+
+
 def test_the_small_k_candidate_emulated_shows_no_times():
     text = lease_digest.digest(small_k_report({"small_k Plain (Rows)": 0.123}, "EMULATED (dev/emu; not a GPU)"))
     assert "(no timed rows: emulated)" in text and "123" not in text
