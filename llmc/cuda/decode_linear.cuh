@@ -249,19 +249,16 @@ inline void decode_linear(floatX* out, const floatX* inp, const floatX* weight, 
             "decode_linear: a cache store needs a qkv layer of the cache's B rows and 3C "
             "columns, a layer of the cache, a position, and no GELU");
     const unsigned grid = (unsigned)std::min<long>(ceil_div(OC, kDecodeLinearWarps), kDecodeLinearMaxBlocks);
-    if (kv) {
-        launch_kernel(detail::decode_linear_kv_kernel, grid, kDecodeLinearWarps * 32,
-                      decode_linear_smem(B, IC, residual), st, out, ln ? nullptr : inp, weight, bias,
-                      ln ? ln->a : nullptr, ln ? ln->b : nullptr, ln ? ln->residual : nullptr,
-                      ln ? ln->ln_out : nullptr, ln ? ln->w : nullptr, ln ? ln->bias : nullptr, B, IC, OC, kv->cache,
-                      kv->layer, kv->pos);
-        CUDA_CHECK_LAUNCH();
-        return;
-    }
-    launch_kernel(detail::decode_linear_kernel, grid, kDecodeLinearWarps * 32, decode_linear_smem(B, IC, residual), st,
-                  out, pre_gelu, ln ? nullptr : inp, weight, bias, ln ? ln->a : nullptr, ln ? ln->b : nullptr,
-                  ln ? ln->residual : nullptr, ln ? ln->ln_out : nullptr, ln ? ln->w : nullptr, ln ? ln->bias : nullptr,
-                  B, IC, OC, pre_gelu ? static_cast<int>(gelu) : -1);
+    const DecodeLnPrologue p = ln ? *ln : DecodeLnPrologue{};  // every pointer null without a prologue
+    const floatX* in = ln ? nullptr : inp;
+    const size_t smem = decode_linear_smem(B, IC, residual);
+    if (kv)
+        launch_kernel(detail::decode_linear_kv_kernel, grid, kDecodeLinearWarps * 32, smem, st, out, in, weight, bias,
+                      p.a, p.b, p.residual, p.ln_out, p.w, p.bias, B, IC, OC, kv->cache, kv->layer, kv->pos);
+    else
+        launch_kernel(detail::decode_linear_kernel, grid, kDecodeLinearWarps * 32, smem, st, out, pre_gelu, in, weight,
+                      bias, p.a, p.b, p.residual, p.ln_out, p.w, p.bias, B, IC, OC,
+                      pre_gelu ? static_cast<int>(gelu) : -1);
     CUDA_CHECK_LAUNCH();
 }
 
