@@ -487,11 +487,13 @@ ensure_train_data() {
 # GPT-2-124M-shaped d12 (LS G 1 P 64, B 16, T 1024, V 50257), 8 profiled steps after 2 warm-up steps each, on the train stage's synthetic data;
 # each table in the step's log with a line per distinct matmul naming the algorithm cuBLASLt picked
 # (LLMC_CUBLASLT_ALGOS=1), its profile.json in bench/profile/ (report.json). Emulated: one small
-# model, one profiled step (launch counts, no times). The three shapes' steps issued kernel by kernel
+# model, one profiled step (launch counts, no times). The shapes' steps issued kernel by kernel
 # (--cuda-graph 0): the calibrated model's launch gaps are those of such steps (the c276bf2 profile's);
 # then paper-b16 again as the trainer's default issues it, the step graph (--cuda-graph 1: its two
 # parts, the host grouping the tokens between their launches), whose idle time no prediction models
-# (emulated: the small model both ways).
+# (emulated: the small model both ways); last, paper-b16 with its heads all local (--global-heads 0) and
+# all global (6: plain MHSA), whose attention kernels weigh the model's block set-up and whole tiles
+# differently (dev/bench/roofline.py attn_attribution; scripts/lease_digest.py reads the three together).
 # Then generation with the paper-b16 case's model (its last checkpoint; emulated: the small one's):
 # generate_gpt2_ls --bench --bench-profile, the decode steps as graphs, B 4, prompt 2048, 32 decode
 # steps at context 2048: its timings and the per-kernel profiles of a prefill and of decode steps in
@@ -516,7 +518,9 @@ stage_profile() {
     local cases=("ls-small-b8|-e ls-small --vocab 10000 -b 8 -t 2048 --cuda-graph 0"
                  "paper-b16|-e ls-small --vocab 10000 --bias 0 --gelu erf --untie-embeddings -b 16 -t 2048 --cuda-graph 0"
                  "d12-b16|-e d12 --window 64 --vocab 50257 -b 16 -t 1024 --cuda-graph 0"
-                 "paper-b16-graph|-e ls-small --vocab 10000 --bias 0 --gelu erf --untie-embeddings -b 16 -t 2048 --cuda-graph 1")
+                 "paper-b16-graph|-e ls-small --vocab 10000 --bias 0 --gelu erf --untie-embeddings -b 16 -t 2048 --cuda-graph 1"
+                 "paper-b16-local|-e ls-small --vocab 10000 --bias 0 --gelu erf --untie-embeddings --global-heads 0 -b 16 -t 2048 --cuda-graph 0"
+                 "paper-b16-mhsa|-e ls-small --vocab 10000 --bias 0 --gelu erf --untie-embeddings --global-heads 6 -b 16 -t 2048 --cuda-graph 0")
     local steps=8
     if [ "$emulate" = 1 ]; then
         syn=(--syn-length 100000 --syn-doc-len 1024 --syn-vocab 64 --syn-order 1 --syn-strength 5

@@ -3,7 +3,7 @@
 The measured side of a GPU lease, as markdown for its docs/results/<date>-<device>-<commit>/README.md:
 what passed and failed, whether the report's commit names the tree that ran and the prediction is of the
 same build sources (by scripts/build_digest.sh of the commits' trees, made here with git), each profiled
-case's step beside the committed prediction (per group, flagged outside the tolerance), the generator's profiled bench, issue 52's inference targets with a verdict, and the whole-K GEMM candidate's timing beside its model.
+case's step beside the committed prediction (per group, flagged outside the tolerance), the generator's profiled bench, issue 52's inference targets with a verdict, the whole-K GEMM candidate's timing beside its model, and the attention kernels of paper-b16's three head mixes against the model's two terms.
 
   python3 scripts/lease_digest.py REPORT.json [--prediction docs/results/predictions/HEAD-<sha>-modeled.json]
         [--tolerance 1.3]
@@ -29,6 +29,8 @@ REPO = os.path.dirname(HERE)
 # at least this far below MHSA's (ours against ours, one run)
 PREFILL_TARGET = (0.30, (8192, 16384))
 DECODE_TARGET = (0.30, 16384)
+# attention_attribution_section: a factor this close to 1 agrees with the model's term
+ATTN_TERM_AGREES = 0.10
 
 
 def roofline():
@@ -346,6 +348,48 @@ def small_k_section(rf, j, where, emulated):
     return out
 
 
+def attention_attribution_section(rf, benches, where, emulated):
+    """paper-b16 with its heads all local, as built (G 1) and all global (profile stage): the steps side
+    by side, and each FA2-class kernel's measured time against roofline.py's two modeled terms (whole
+    tiles; block set-up and merges) with the least-squares factors of each (attn_attribution)."""
+    cases = rf.ATTN_VARIANT_CASES
+    out = ["### Attention by head mix: " + ", ".join(f"`{c}`" for c in cases) + f" ({where}; modeled beside it)", ""]
+    profs = {c: benches.get(f"bench/profile/{c}.json") for c in cases}
+    timed = {c: p for c, p in profs.items() if isinstance(p, dict) and p.get("timed")}
+    if emulated or len(timed) < 2:
+        return out + ["(not read: " + ("emulated, no times" if emulated else
+                                       f"{len(timed)} of the {len(cases)} profiles timed") + ")"]
+    cal = rf.fit_calibration()
+    try:
+        measured = {c: rf.attn_profile_us(p) for c, p in timed.items()}
+    except rf.DemangleError as e:
+        return out + [f"(not read: {e})"]
+    out += ["| case | G | step us | attention kernels us |", "|---|---:|---:|---:|"]
+    for c, p in timed.items():
+        out.append(f"| `{c}` | {rf.CASES[c]['G']} | {p['step_us']:,.1f} | {sum(measured[c].values()):,.1f} |")
+    res = rf.attn_attribution(cal, measured)
+    out += ["", "Each kernel: measured - fixed = a x tiles + b x set-up (the model's terms at the case's shape; "
+            "a = b = 1 is the calibrated model; a linear reading of a non-linear schedule).", "",
+            "| kernel | case | us measured | us modeled | ratio | us with a, b | tiles / set-up modeled |",
+            "|---|---|---:|---:|---:|---:|---|"]
+    terms = {c: rf.attn_terms(c, cal) for c in timed}
+    for k, r in res.items():
+        for c, (y, m, refit) in r["cases"].items():
+            t = terms[c][k]
+            out.append(f"| `{k}` | `{c}` | {y:,.1f} | {m:,.1f} | {y / m:.2f} | {fmt(refit, ',.1f')} | "
+                       f"{t['tiles']:,.1f} / {t['setup']:,.1f} |")
+    out.append("")
+    for k, r in res.items():
+        if r["a"] is None:
+            out.append(f"- `{k}`: measured in {len(r['cases'])} case(s): no factors.")
+            continue
+        worse = "set-up and merges" if abs(r["b"] - 1) > abs(r["a"] - 1) else "whole tiles"
+        verdict = (f"both within {ATTN_TERM_AGREES:.0%} of the model" if max(abs(r["a"] - 1), abs(r["b"] - 1))
+                   <= ATTN_TERM_AGREES else f"the {worse} depart more from the model")
+        out.append(f"- `{k}`: a = {r['a']:.2f} (tiles), b = {r['b']:.2f} (set-up and merges): {verdict}.")
+    return out
+
+
 def digest(report, prediction=None, tol=1.3, prediction_name="the prediction"):
     where, emulated = label(report)
     out = [f"## Measured ({where})", ""] + steps_section(report) + [""] + sources_section(report, prediction)
@@ -370,6 +414,8 @@ def digest(report, prediction=None, tol=1.3, prediction_name="the prediction"):
             out += [""] + latency_section(j, where, emulated)
         elif key == "bench/lab/matmul_small_k.json":
             out += [""] + small_k_section(rf, j, where, emulated)
+    if any(f"bench/profile/{c}.json" in benches for c in rf.ATTN_VARIANT_CASES):
+        out += [""] + attention_attribution_section(rf, benches, where, emulated)
     if prediction:
         out += ["", f"Predicted: `{prediction_name}` (modeled, for {prediction.get('commit', '?')})."]
     return "\n".join(out)

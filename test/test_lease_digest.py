@@ -269,3 +269,51 @@ def test_the_small_k_verdict_needs_both_fused_forms_faster(faster):
 def test_the_small_k_candidate_emulated_shows_no_times():
     text = lease_digest.digest(small_k_report({"small_k Plain (Rows)": 0.123}, "EMULATED (dev/emu; not a GPU)"))
     assert "(no timed rows: emulated)" in text and "123" not in text
+
+
+def head_mix_report(factors, cases=None, device="NVIDIA H200"):
+    """A report of the profile stage's three paper-b16 head mixes whose attention kernels took the model's
+    terms times factors {kernel: (a, b)} (the other kernels as predicted); cases: which profiles it holds."""
+    rf = lease_digest.roofline()
+    cal = rf.fit_calibration()
+    pred = rf.prediction(cal, "abc1234")["cases"]
+    benches = {}
+    for c in cases or rf.ATTN_VARIANT_CASES:
+        terms = rf.attn_terms(c, cal)
+        kernels = []
+        for r in pred[c]["kernels"]:
+            us = r["us_per_step"]
+            for k, (a, b) in factors.items():
+                if f"::{k}<" in r["kernel"]:
+                    t = terms[k]
+                    us = t["fixed"] + a * t["tiles"] + b * t["setup"]
+            kernels.append({"kernel": r["kernel"], "calls_per_step": r["calls_per_step"], "us_per_step": us})
+        busy = sum(k["us_per_step"] for k in kernels)
+        benches[f"bench/profile/{c}.json"] = {"timed": True, "kernels": kernels, "step_us": busy + 100.0,
+                                              "busy_us": busy, "idle_us": 100.0, "activities_per_step": 150}
+    return {"commit": "abc1234", "device": device, "steps": [], "benchmarks": benches}
+
+
+def test_the_head_mixes_name_the_term_the_gpu_disagrees_with():
+    """Fresh random factors: the section gives each kernel's a and b back and names the term further from 1,
+    or says both agree with the model when each is within 10% of 1."""
+    rng = random.Random()
+    f = {"attn_bwd_kv_fa2_kernel": (1.0, rng.uniform(1.5, 3.0)),
+         "attn_bwd_q_fa2_kernel": (rng.uniform(0.9, 1.1), rng.uniform(0.3, 0.5))}
+    f["attn_fwd_fa2_kernel"] = (1.0 + rng.uniform(-0.09, 0.09), 1.0 + rng.uniform(-0.09, 0.09))
+    text = lease_digest.digest(head_mix_report(f))
+    assert "### Attention by head mix: `paper-b16-local`, `paper-b16`, `paper-b16-mhsa` (GPU at abc1234" in text
+    for k, (a, b) in f.items():
+        worse = "set-up and merges" if abs(b - 1) > abs(a - 1) else "whole tiles"
+        verdict = "both within 10% of the model" if k == "attn_fwd_fa2_kernel" else f"the {worse} depart"
+        assert f"- `{k}`: a = {a:.2f} (tiles), b = {b:.2f} (set-up and merges): {verdict}" in text
+    assert "| `paper-b16-mhsa` | 6 |" in text and "| `paper-b16-local` | 0 |" in text
+
+
+def test_the_head_mixes_need_two_timed_profiles():
+    one = lease_digest.digest(head_mix_report({}, cases=["paper-b16"]))
+    assert "(not read: 1 of the 3 profiles timed)" in one
+    emu = lease_digest.digest(head_mix_report({}, device="EMULATED (dev/emu; not a GPU)"))
+    assert "(not read: emulated, no times)" in emu and "a = " not in emu
+    # a report without any of the three profiles has no such section
+    assert "Attention by head mix" not in lease_digest.digest({"commit": "abc1234", "steps": [], "benchmarks": {}})

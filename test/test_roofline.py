@@ -13,6 +13,7 @@ Modeled figures: nothing here ran on a GPU.
 """
 import importlib.util
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -926,3 +927,61 @@ def test_small_k_speed_step_only_where_the_candidate_applies():
     _, d12 = roofline.speed_steps(cal, "d12-b16")
     assert sum(s[0].startswith(name) for s in paper) == 1
     assert not any(s[0].startswith(name) for s in d12)
+
+
+def test_attn_variant_cases_are_paper_b16_but_for_the_global_heads():
+    """The profile stage's head mixes: paper-b16's model, its G alone changed, and the trainer flags say so."""
+    base = roofline.CASES["paper-b16"]
+    for case, G in (("paper-b16-local", 0), ("paper-b16-mhsa", base["NH"])):
+        assert roofline.CASES[case] == dict(base, G=G)
+        assert roofline.CASE_FLAGS[case] == roofline.CASE_FLAGS["paper-b16"].replace(" -b ", f" --global-heads {G} -b ")
+    assert roofline.ATTN_VARIANT_CASES == ("paper-b16-local", "paper-b16", "paper-b16-mhsa")
+
+
+@pytest.mark.parametrize("case", roofline.ATTN_VARIANT_CASES)
+def test_attn_terms_add_up_to_the_prediction(cal, case):
+    """attn_terms' parts sum to predict_case's row of each kernel, and each part is positive; all-global
+    tiles weigh more than all-local ones."""
+    rows = roofline.predict_case(case, cal)
+    terms = roofline.attn_terms(case, cal)
+    for k, t in terms.items():
+        pred = sum(r["us_per_step"] for r in rows if f"::{k}<" in r["kernel"])
+        assert t["fixed"] + t["tiles"] + t["setup"] == pytest.approx(pred, rel=1e-9) == pytest.approx(t["total"])
+        assert t["fixed"] > 0 and t["tiles"] > 0 and t["setup"] > 0
+    if case == "paper-b16-mhsa":
+        local = roofline.attn_terms("paper-b16-local", cal)
+        for k, t in terms.items():
+            assert t["tiles"] / t["total"] > local[k]["tiles"] / local[k]["total"]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_attn_attribution_recovers_the_factors(cal, seed):
+    """Measured times made of fresh random factors on the model's two terms give those factors back; with
+    one case measured, no factors; a kernel a case lacks is left out of that case."""
+    rng = random.Random(seed)
+    f = {k: (rng.uniform(0.5, 3.0), rng.uniform(0.5, 3.0)) for k in roofline.ATTN_KERNELS}
+    terms = {c: roofline.attn_terms(c, cal) for c in roofline.ATTN_VARIANT_CASES}
+    measured = {c: {k: t["fixed"] + f[k][0] * t["tiles"] + f[k][1] * t["setup"] for k, t in terms[c].items()}
+                for c in roofline.ATTN_VARIANT_CASES}
+    res = roofline.attn_attribution(cal, measured)
+    for k, (a, b) in f.items():
+        assert res[k]["a"] == pytest.approx(a, rel=1e-6) and res[k]["b"] == pytest.approx(b, rel=1e-6)
+        for c, (y, m, refit) in res[k]["cases"].items():
+            assert y == measured[c][k] and m == pytest.approx(terms[c][k]["total"]) and refit == pytest.approx(y)
+    one = roofline.attn_attribution(cal, {"paper-b16": measured["paper-b16"]})
+    assert all(r["a"] is None and r["b"] is None and list(r["cases"]) == ["paper-b16"] for r in one.values())
+    del measured["paper-b16-mhsa"]["attn_bwd_q_fa2_kernel"]
+    part = roofline.attn_attribution(cal, measured)
+    assert list(part["attn_bwd_q_fa2_kernel"]["cases"]) == ["paper-b16-local", "paper-b16"]
+    assert part["attn_bwd_q_fa2_kernel"]["a"] == pytest.approx(f["attn_bwd_q_fa2_kernel"][0], rel=1e-6)
+
+
+def test_attn_profile_us_sums_each_kernels_instances():
+    """Mangled or not, every instance of a kernel is summed; other kernels and untimed rows are not counted."""
+    prof = {"kernels": [
+        {"kernel": "llmc::cuda::attn_fwd_fa2_kernel<32, true, false, false>", "calls_per_step": 6, "us_per_step": 10.0},
+        {"kernel": "llmc::cuda::attn_fwd_fa2_kernel<32, false, false, false>", "calls_per_step": 1, "us_per_step": 2.5},
+        {"kernel": "llmc::cuda::attn_bwd_kv_fa2_kernel<32, false>", "calls_per_step": 6, "us_per_step": 7.0},
+        {"kernel": "llmc::cuda::attn_bwd_dot_kernel", "calls_per_step": 6, "us_per_step": 99.0},
+        {"kernel": "llmc::cuda::attn_bwd_q_fa2_kernel<32, false>", "calls_per_step": 6}]}
+    assert roofline.attn_profile_us(prof) == {"attn_fwd_fa2_kernel": 12.5, "attn_bwd_kv_fa2_kernel": 7.0}

@@ -1808,7 +1808,7 @@ def encoder_wte_bytes(N, C, Vp):
     runs = min(N, Vp)
     return N * C * ACT + N * 8 + runs * 4 + runs * C * F32 * 2
 
-# The three shapes of gpu_check.sh's profile stage (their trainer flags there).
+# The shapes of gpu_check.sh's profile stage issued kernel by kernel (their trainer flags there).
 CASES = {
     "ls-small-b8": dict(L=6, C=192, NH=6, G=1, P=50, V=10000, maxT=2048, B=8, T=2048, bias=True, gelu="tanh",
                         tied=True),
@@ -1817,10 +1817,16 @@ CASES = {
     "d12-b16": dict(L=12, C=768, NH=12, G=1, P=64, V=50257, maxT=1024, B=16, T=1024, bias=True, gelu="tanh",
                     tied=True),
 }
+# paper-b16 with its six heads all local (G 0) and all global (G 6: plain MHSA), the step alike but for
+# attention, whose kernels weigh the model's two terms differently there (attn_terms, attn_attribution)
+CASES["paper-b16-local"] = dict(CASES["paper-b16"], G=0)
+CASES["paper-b16-mhsa"] = dict(CASES["paper-b16"], G=6)
 CASE_FLAGS = {
     "ls-small-b8": "-e ls-small --vocab 10000 -b 8 -t 2048",
     "paper-b16": "-e ls-small --vocab 10000 --bias 0 --gelu erf --untie-embeddings -b 16 -t 2048",
     "d12-b16": "-e d12 --window 64 --vocab 50257 -b 16 -t 1024",
+    "paper-b16-local": "-e ls-small --vocab 10000 --bias 0 --gelu erf --untie-embeddings --global-heads 0 -b 16 -t 2048",
+    "paper-b16-mhsa": "-e ls-small --vocab 10000 --bias 0 --gelu erf --untie-embeddings --global-heads 6 -b 16 -t 2048",
 }
 
 # Kernel groups (issue 52): the first pattern that matches a kernel's name names its group; a GPU
@@ -2396,6 +2402,72 @@ def decode_fused_gain(gaps=None):
         g = (cub - fus) / 1e3
         ls, mhsa = DECODE_16K_C2B0F82["ls-p50"] - g, DECODE_16K_C2B0F82["mhsa"] - g
         out.append((what, gap, (len(rows_c) + 1, len(rows_f) + 1), cub, fus, cub - fus, 1.0 - ls / mhsa))
+    return out
+
+
+# The attention kernels' two modeled terms read against a GPU's profiles of three head mixes: all
+# local (set-up and masked tiles weigh most), the paper's G 1, all global (whole tiles weigh most).
+ATTN_VARIANT_CASES = ("paper-b16-local", "paper-b16", "paper-b16-mhsa")
+ATTN_KERNELS = ("attn_fwd_fa2_kernel", "attn_bwd_kv_fa2_kernel", "attn_bwd_q_fa2_kernel")
+
+
+def attn_terms(case, cal):
+    """{kernel: parts} of a CASES step's FA2-class kernels (ATTN_KERNELS), µs per step as predict_case
+    models them: total; fixed (L x kernel_fixed_us); tiles (the launches modeled without block set-up
+    and merges, less fixed); setup (the rest: the blocks' set-ups and the split's merges, with what they
+    do to the schedule's waves and tail)."""
+    m = CASES[case]
+    hd, L = m["C"] // m["NH"], m["L"]
+    bare = dict(cal, attn_block_setup_us=0.0, attn_bwd_block_setup_us=0.0, attn_merge_us=0.0)
+    out = {}
+    for k in ATTN_KERNELS:
+        shape = (k, hd, m["T"], m["P"], m["B"], m["NH"], m["G"])
+        total = L * attn_kernel_us(*shape, cal, runs=True)
+        tiles = L * attn_kernel_us(*shape, bare, runs=True)
+        fixed = L * cal["kernel_fixed_us"]
+        out[k] = dict(total=total, fixed=fixed, tiles=tiles - fixed, setup=total - tiles)
+    return out
+
+
+def attn_profile_us(profile):
+    """{kernel: measured µs per step} of ATTN_KERNELS in a profile (every instance of a kernel summed;
+    mangled names demangled); a kernel the profile lacks is absent."""
+    rows = profile.get("kernels", [])
+    names = demangle([r["kernel"] for r in rows])
+    out = {}
+    for r in rows:
+        for k in ATTN_KERNELS:
+            if re.search(rf"::{k}<", names[r["kernel"]]) and r.get("us_per_step") is not None:
+                out[k] = out.get(k, 0.0) + r["us_per_step"]
+    return out
+
+
+def attn_attribution(cal, measured):
+    """Which modeled term of each attention kernel a GPU disagrees with. measured: {case: {kernel: µs per
+    step}} of ATTN_VARIANT_CASES (attn_profile_us of each case's profile). Per kernel over the cases that
+    measured it, the least-squares factors a (tiles) and b (set-up and merges) of
+        measured - fixed = a x tiles + b x setup        (attn_terms; a = b = 1: the model as calibrated)
+    with each case's measured / modeled before and after the factors. A linear reading of a model whose
+    schedule is not linear in its terms: what it names is the term to look at, not a new calibration.
+    {kernel: dict(a, b, cases={case: (measured, modeled, refit)})}; a and b are None with fewer than two
+    cases or a singular system."""
+    terms = {c: attn_terms(c, cal) for c in ATTN_VARIANT_CASES}
+    out = {}
+    for k in ATTN_KERNELS:
+        pts = [(c, measured[c][k], terms[c][k]) for c in ATTN_VARIANT_CASES if k in measured.get(c, {})]
+        a = b = None
+        if len(pts) >= 2:
+            stt = sum(t["tiles"] ** 2 for _, _, t in pts)
+            sss = sum(t["setup"] ** 2 for _, _, t in pts)
+            sts = sum(t["tiles"] * t["setup"] for _, _, t in pts)
+            sty = sum(t["tiles"] * (y - t["fixed"]) for _, y, t in pts)
+            ssy = sum(t["setup"] * (y - t["fixed"]) for _, y, t in pts)
+            det = stt * sss - sts * sts
+            if abs(det) > 1e-9 * max(stt * sss, 1e-30):
+                a, b = (sty * sss - ssy * sts) / det, (ssy * stt - sty * sts) / det
+        cases = {c: (y, t["total"], None if a is None else t["fixed"] + a * t["tiles"] + b * t["setup"])
+                 for c, y, t in pts}
+        out[k] = dict(a=a, b=b, cases=cases)
     return out
 
 
