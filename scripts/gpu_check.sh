@@ -425,7 +425,9 @@ stage_labs() {
     fi
     ensure_bf16
     for n in $(lab_names); do
-        if [ -x "build/dev/$n" ]; then step "lab:$n" 300 "build/dev/$n"
+        if [ "$n" = matmul_algos ]; then  # it times a profile's problems: the profile stage's step
+            skip_step "lab:$n" "times a training step's GEMM problems: profile:matmul_algos"
+        elif [ -x "build/dev/$n" ]; then step "lab:$n" 300 "build/dev/$n"
         else fail_step "lab:$n" "not built"; fi
     done
     if [ -x build/dev/attention_ls ]; then step "lab:attention_ls:batch" 300 attention_batch_scaling
@@ -542,6 +544,22 @@ stage_profile() {
         cp "$work/profile/$name/profile.json" "$work/bench/profile/$name.json" ||
             fail_step "profile:$name:json" "the run passed but wrote no profile.json"
     done
+    # each GEMM problem of the first case's step with each of cuBLASLt's first 8 heuristic answers,
+    # each answer checked against a double product, then timed (dev/cuda/matmul_algos.cu): what the
+    # heuristic's first answer, which the trainer takes, leaves; bench/lab/matmul_algos.json. Emulated:
+    # the small case's problems checked (the emulated cuBLASLt offers one answer), no timing.
+    local algo_case=paper-b16
+    [ "$emulate" = 1 ] && algo_case=${cases[0]%%|*}
+    rm -f "$work/bench/lab/matmul_algos.json"
+    if [ ! -f "$work/bench/profile/$algo_case.json" ]; then fail_step "profile:matmul_algos" "no profile of $algo_case"
+    elif [ ! -x "$bf16_dir/dev/matmul_algos" ]; then fail_step "profile:matmul_algos" "not built"
+    elif [ "$emulate" = 1 ]; then
+        step "profile:matmul_algos" 300 run_bin matmul_algos "$bf16_dir/dev/matmul_algos" --check \
+            --problems "$work/bench/profile/$algo_case.json"
+    else
+        step "profile:matmul_algos" 180 "$bf16_dir/dev/matmul_algos" --problems "$work/bench/profile/$algo_case.json" \
+            --reps 20 --json "$work/bench/lab/matmul_algos.json"
+    fi
     local gen=paper-b16 gen_args=(--bench-batch 4 --bench-prompt 2048 --bench-contexts 2048 --bench-steps 32
                                   --bench-repeats 3 --cuda-graph 1)
     if [ "$emulate" = 1 ]; then

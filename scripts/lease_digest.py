@@ -3,7 +3,7 @@
 The measured side of a GPU lease, as markdown for its docs/results/<date>-<device>-<commit>/README.md:
 what passed and failed, whether the report's commit names the tree that ran and the prediction is of the
 same build sources (by scripts/build_digest.sh of the commits' trees, made here with git), each profiled
-case's step beside the committed prediction (per group, flagged outside the tolerance), the generator's profiled bench, issue 52's inference targets with a verdict, the whole-K GEMM candidate's timing beside its model, and the attention kernels of paper-b16's three head mixes against the model's two terms.
+case's step beside the committed prediction (per group, flagged outside the tolerance), the generator's profiled bench, issue 52's inference targets with a verdict, the whole-K GEMM candidate's timing beside its model, the attention kernels of paper-b16's three head mixes against the model's two terms, and what cuBLASLt's other heuristic answers would save.
 
   python3 scripts/lease_digest.py REPORT.json [--prediction docs/results/predictions/HEAD-<sha>-modeled.json]
         [--tolerance 1.3]
@@ -31,6 +31,8 @@ PREFILL_TARGET = (0.30, (8192, 16384))
 DECODE_TARGET = (0.30, 16384)
 # attention_attribution_section: a factor this close to 1 agrees with the model's term
 ATTN_TERM_AGREES = 0.10
+# matmul_algos_section: the share of the profiled step that makes choosing cuBLASLt's answers worth building
+ALGO_GAIN_WORTH = 0.02
 
 
 def roofline():
@@ -390,6 +392,40 @@ def attention_attribution_section(rf, benches, where, emulated):
     return out
 
 
+def matmul_algos_section(j, benches, where, emulated):
+    """profile:matmul_algos: each GEMM problem of the paper-b16 step with each of cuBLASLt's first heuristic
+    answers (checked, then timed alone), the first answer's time (the trainer's) against the fastest's, and
+    the step's gain at the problems' calls, beside the profile's own cuBLASLt time."""
+    out = ["### cuBLASLt's heuristic answers (`profile:matmul_algos`, " + where + ")", ""]
+    rows = [r for r in j.get("rows", []) if isinstance(r, dict)]
+    if emulated or not rows:
+        return out + ["(no timed rows: " + ("emulated" if emulated else "the table is empty") + ")"]
+    out += ["| problem | calls | answers | first us | fastest us | fastest rank | gain us a step |",
+            "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(rows, key=lambda r: -r["gain_us_per_step"]):
+        out.append(f"| `{r['problem']}` | {r['calls_per_step']:g} | {len(r['ranks'])} | {r['first_us']:,.1f} | "
+                   f"{r['best_us']:,.1f} | {r['best_rank']} | {r['gain_us_per_step']:,.1f} |")
+    first, best = j["first_us_per_step"], j["best_us_per_step"]
+    gain = first - best
+    out += ["", f"A step's GEMMs, each call timed alone with L2 flushed: {first:,.1f} us at the first answers, "
+            f"{best:,.1f} us at the fastest offered: {gain:,.1f} us ({100 * gain / first:.1f}%) less."]
+    prof = benches.get("bench/profile/paper-b16.json") or {}
+    g = prof.get("gemms") or {}
+    if prof.get("timed") and g.get("us_per_step"):
+        out.append(f"The paper-b16 profile's cuBLASLt time in the step: {g['us_per_step']:,.1f} us "
+                   f"(the lab's first answers sum to {first / g['us_per_step']:.2f}x it).")
+    step = prof.get("step_us") if prof.get("timed") else None
+    if step:
+        worth = gain >= ALGO_GAIN_WORTH * step
+        out += ["", "Verdict: " + (
+            f"the fastest answers would save {100 * gain / step:.1f}% of the profiled step: choosing them (an "
+            "algorithm list recorded with the run, so that a resumed run takes the same ones) is worth building."
+            if worth else
+            f"the fastest answers would save {100 * gain / step:.1f}% of the profiled step, under "
+            f"{ALGO_GAIN_WORTH:.0%}: the heuristic's first answer stays.")]
+    return out
+
+
 def digest(report, prediction=None, tol=1.3, prediction_name="the prediction"):
     where, emulated = label(report)
     out = [f"## Measured ({where})", ""] + steps_section(report) + [""] + sources_section(report, prediction)
@@ -414,6 +450,8 @@ def digest(report, prediction=None, tol=1.3, prediction_name="the prediction"):
             out += [""] + latency_section(j, where, emulated)
         elif key == "bench/lab/matmul_small_k.json":
             out += [""] + small_k_section(rf, j, where, emulated)
+        elif key == "bench/lab/matmul_algos.json":
+            out += [""] + matmul_algos_section(j, benches, where, emulated)
     if any(f"bench/profile/{c}.json" in benches for c in rf.ATTN_VARIANT_CASES):
         out += [""] + attention_attribution_section(rf, benches, where, emulated)
     if prediction:

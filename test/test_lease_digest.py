@@ -317,3 +317,48 @@ def test_the_head_mixes_need_two_timed_profiles():
     assert "(not read: emulated, no times)" in emu and "a = " not in emu
     # a report without any of the three profiles has no such section
     assert "Attention by head mix" not in lease_digest.digest({"commit": "abc1234", "steps": [], "benchmarks": {}})
+
+
+def algos_report(gains, step_us=5000.0, device="NVIDIA H200"):
+    """A report with profile:matmul_algos's JSON: one problem per gain (us a call, 6 calls), each with three
+    answers, and the paper-b16 profile's step."""
+    rows, first, best = [], 0.0, 0.0
+    for i, g in enumerate(gains):
+        t0 = 50.0 + i
+        ranks = [{"rank": 0, "us": t0, "algo": "a"}, {"rank": 1, "us": t0 - g, "algo": "b"},
+                 {"rank": 2, "us": t0 + 3.0, "algo": "c"}]
+        b = min(ranks, key=lambda r: r["us"])
+        rows.append({"problem": f"m={192 + i} n=32768 k=192 op=TN ab=bf16 d=bf16 epilogue=1 ld=1,1,1 align=1,1,1,0,0",
+                     "calls_per_step": 6, "ranks": ranks, "first_us": t0, "best_us": b["us"], "best_rank": b["rank"],
+                     "gain_us_per_step": 6 * (t0 - b["us"])})
+        first += 6 * t0
+        best += 6 * b["us"]
+    algos = {"device": device, "rows": rows, "first_us_per_step": first, "best_us_per_step": best}
+    prof = {"timed": True, "kernels": [], "step_us": step_us, "busy_us": step_us, "idle_us": 0.0,
+            "activities_per_step": 1, "gemms": {"calls_per_step": 75, "us_per_step": 1900.0,
+                                                "flops_per_step": 1.0, "bytes_per_step": 1.0}}
+    return {"commit": "abc1234", "device": device, "steps": [],
+            "benchmarks": {"bench/lab/matmul_algos.json": algos, "bench/profile/paper-b16.json": prof}}
+
+
+@pytest.mark.parametrize("worth", [True, False])
+def test_the_algorithm_verdict_follows_the_share_of_the_step(worth):
+    """Fresh random per-call gains: the verdict says build the choice only when the step's gain is at least
+    2% of the profiled step; rows come largest gain first; the totals are the rows' sums."""
+    rng = random.Random()
+    step = 5000.0
+    # the step's gain is 6 x sum(gains): 2% of the step is 100 us, i.e. sum(gains) = 16.7 us
+    gains = [rng.uniform(5.6, 8.0) for _ in range(3)] if worth else [rng.uniform(0.0, 5.0) for _ in range(3)]
+    text = lease_digest.digest(algos_report(gains, step))
+    total = 6 * sum(gains)
+    assert ("is worth building" in text) == worth and ("the heuristic's first answer stays" in text) == (not worth)
+    assert f"{100 * total / step:.1f}% of the profiled step" in text
+    order = [text.index(f"m={192 + i} ") for i in sorted(range(3), key=lambda i: -gains[i])]
+    assert order == sorted(order)
+    assert "The paper-b16 profile's cuBLASLt time in the step: 1,900.0 us" in text
+
+
+def test_the_algorithm_table_emulated_shows_no_times():
+    text = lease_digest.digest(algos_report([1.0], device="EMULATED (dev/emu; not a GPU)"))
+    assert "### cuBLASLt's heuristic answers" in text and "(no timed rows: emulated)" in text
+    assert "Verdict" not in text

@@ -92,12 +92,18 @@ struct MatmulContext {
         bool found;
         cublasLtMatmulAlgo_t algo;
         GemmCount issued;
+        int rank;  // heuristic_rank when it was chosen
     };
     using Key = std::array<int64_t, 16>;
     std::map<Key, CachedAlgo> algo_cache;
     // Each distinct problem's algorithm, as the heuristic picks it, one line on stderr
     // (detail::algo_config_text): set by LLMC_CUBLASLT_ALGOS=1 in the environment at construction.
     bool log_algorithms = false;
+    // Which of the heuristic's answers each problem takes, best first: 0 (its first) everywhere but the
+    // lab that times the others (dev/cuda/matmul_algos.cu), which sets it before the context's first
+    // matmul; a problem the heuristic offers fewer answers for has no algorithm (found = false).
+    static constexpr int kMaxHeuristicRank = 15;
+    int heuristic_rank = 0;
 
     MatmulContext() {
         const char* log = std::getenv("LLMC_CUBLASLT_ALGOS");
@@ -296,23 +302,34 @@ inline bool lt_matmul(MatmulContext& ctx, void* d, cudaDataType_t dtype, const v
                                     align_d,
                                     bias ? pointer_alignment(bias) : 0,
                                     aux ? pointer_alignment(aux) : 0};
+    const int rank = ctx.heuristic_rank;
+    if (rank < 0 || rank > MatmulContext::kMaxHeuristicRank)
+        throw std::invalid_argument("MatmulContext::heuristic_rank " + std::to_string(rank) + " is outside 0.." +
+                                    std::to_string(MatmulContext::kMaxHeuristicRank));
     auto it = ctx.algo_cache.find(key);
     if (it == ctx.algo_cache.end()) {
-        cublasLtMatmulHeuristicResult_t heur{};
+        // the heuristic's first rank + 1 answers, best first; this context takes the rank-th
+        cublasLtMatmulHeuristicResult_t heur[MatmulContext::kMaxHeuristicRank + 1] = {};
         int found = 0;
         const cublasStatus_t hs =
-            cublasLtMatmulAlgoGetHeuristic(ctx.handle, desc.d, la.l, lb.l, ld.l, ld.l, pref.p, 1, &heur, &found);
-        const bool ok = hs == CUBLAS_STATUS_SUCCESS && found > 0;
-        it = ctx.algo_cache.emplace(key, MatmulContext::CachedAlgo{ok, heur.algo, GemmCount{}}).first;
+            cublasLtMatmulAlgoGetHeuristic(ctx.handle, desc.d, la.l, lb.l, ld.l, ld.l, pref.p, rank + 1, heur, &found);
+        const bool ok = hs == CUBLAS_STATUS_SUCCESS && found > rank;
+        it = ctx.algo_cache.emplace(key, MatmulContext::CachedAlgo{ok, heur[ok ? rank : 0].algo, GemmCount{}, rank})
+                 .first;
         if (ctx.log_algorithms)
             std::fprintf(stderr, "cuBLASLt algorithm: %s: %s\n", problem_text(key).c_str(),
-                         ok ? algo_config_text(heur).c_str() : "none found");
+                         ok ? algo_config_text(heur[rank]).c_str() : "none found");
+    } else if (it->second.rank != rank) {
+        throw std::logic_error("MatmulContext::heuristic_rank changed from " + std::to_string(it->second.rank) +
+                               " to " + std::to_string(rank) +
+                               " after the context's first matmul; use one context per rank");
     }
     if (!it->second.found) {
         if (may_fail) return false;
-        throw std::runtime_error(
-            "cuBLASLt: cublasLtMatmulAlgoGetHeuristic found no algorithm for m=" + std::to_string(m) +
-            " n=" + std::to_string(n) + " k=" + std::to_string(k) + " epilogue=" + std::to_string((int)epilogue));
+        throw std::runtime_error("cuBLASLt: cublasLtMatmulAlgoGetHeuristic found no algorithm" +
+                                 (rank ? " at rank " + std::to_string(rank) : std::string()) +
+                                 " for m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                                 " epilogue=" + std::to_string((int)epilogue));
     }
     const float alpha = 1.0f;
     CUBLASLT_CHECK(cublasLtMatmul(ctx.handle, desc.d, &alpha, a, la.l, b, lb.l, &beta, d, ld.l, d, ld.l,
