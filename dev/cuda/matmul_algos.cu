@@ -165,26 +165,29 @@ struct Setup {
         : p(q),
           A((size_t)q.lda * (q.transa ? q.m : q.k), q.ab_f32, q.align[0]),
           B((size_t)q.ldb * (q.transb ? q.k : q.n), q.ab_f32, q.align[1]),
-          C0((size_t)q.ldd * q.n, q.d_f32, 256),
+          C0(q.d_f32 ? (size_t)q.ldd * q.n : 0, q.d_f32, 256),
           D((size_t)q.ldd * q.n, q.d_f32, q.align[2]),
           bias(has_bias(q.epilogue) ? (size_t)q.m : 0, q.d_f32, q.align[3]),
           aux(has_gelu(q.epilogue) ? (size_t)q.ldd * q.n : 0, q.d_f32, q.align[4]) {
         a = rounded(lab::random_normal(rng, A.n, 0.0f, 1.0f), q.ab_f32);
         b = rounded(lab::random_normal(rng, B.n, 0.0f, 1.0f), q.ab_f32);
-        c0 = rounded(lab::random_normal(rng, C0.n, 0.0f, 1.0f), q.d_f32);
+        c0 = rounded(lab::random_normal(rng, C0.n, 0.0f, 1.0f), q.d_f32);  // beta 0 (a bf16 D): none
         bv = rounded(lab::random_normal(rng, bias.n, 0.0f, 1.0f), q.d_f32);
         A.upload(a);
         B.upload(b);
-        C0.upload(c0);
+        if (C0.n) C0.upload(c0);
         if (bias.n) bias.upload(bv);
         for (int s = 0; s < 256; s++)
             samples.emplace_back((int)(rng.uniform() * q.m) % q.m, (int)(rng.uniform() * q.n) % q.n);
         samples.emplace_back(q.m - 1, q.n - 1);  // the last element (ragged tiles)
     }
     float beta() const { return p.d_f32 ? 1.0f : 0.0f; }  // an fp32 D accumulates, as the trainer's dweight
-    // D = C0 again (an accumulating D's starting value), then one call at this context's rank
+    // D = C0 again (an accumulating D's starting value; with beta 0 NaN, so that an element the call does
+    // not write fails the check), then one call at this context's rank
     bool run(llmc::cuda::MatmulContext& ctx, bool reset = true) {
-        if (reset) CUDA_CHECK(cudaMemcpy(D.p, C0.p, D.n * (p.d_f32 ? 4 : 2), cudaMemcpyDeviceToDevice));
+        if (reset && C0.n) CUDA_CHECK(cudaMemcpy(D.p, C0.p, D.n * 4, cudaMemcpyDeviceToDevice));
+        if (reset && !C0.n) CUDA_CHECK(cudaMemset(D.p, 0xFF, D.n * 2));
+        if (reset && aux.n) CUDA_CHECK(cudaMemset(aux.p, 0xFF, aux.n * (p.d_f32 ? 4 : 2)));
         const cudaDataType_t ab = p.ab_f32 ? CUDA_R_32F : CUDA_R_16BF, dt = p.d_f32 ? CUDA_R_32F : CUDA_R_16BF;
         return lt::lt_matmul(ctx, D.p, dt, A.p, p.transa, p.lda, B.p, p.transb, p.ldb, ab, p.m, p.n, p.k, p.ldd, beta(),
                              (cublasLtEpilogue_t)p.epilogue, bias.n ? bias.p : nullptr, aux.n ? aux.p : nullptr, 0,
