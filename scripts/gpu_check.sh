@@ -249,6 +249,11 @@ emu_schedules() {
             echo "${EMU_BACKEND_SCHEDULES:-greedy-forward}" ;;
         *) echo "${EMU_SCHEDULES:-greedy-forward,greedy-reverse}" ;; esac
 }
+exits_1() {  # exits_1 CMD...: passes when CMD exits with status 1 (a check that must fail, and not crash)
+    local rc=0
+    "$@" || rc=$?
+    [ "$rc" -eq 1 ] || { echo "expected exit status 1, got $rc" >&2; return 1; }
+}
 run_bin() {  # run_bin NAME BINARY ARGS...: the binary, under the emulation's settings when emulating
     local name=$1; shift
     if [ "$emulate" = 1 ]; then env LLMC_EMU_SCHEDULES="$(emu_schedules "$name")" UBSAN_OPTIONS=print_stacktrace=1 "$@"
@@ -342,6 +347,10 @@ run_tests() {  # run_tests BUILD_DIR TAG: every GPU test and every lab --check o
         if [ -x "$dir/dev/$n" ]; then step "check$tag:$n" 600 run_bin "$n" "$dir/dev/$n" $(check_args "$n")
         else fail_step "check$tag:$n" "not built"; fi
     done
+    # the algorithm lab's check must catch one sampled output four bounds off (exit 1, not a crash)
+    if [ -x "$dir/dev/matmul_algos" ]; then
+        step "check$tag:matmul_algos:corrupt" 120 exits_1 run_bin matmul_algos "$dir/dev/matmul_algos" --check --corrupt
+    fi
     # the emulator's cuBLASLt cases against the real library, judged by the same checks (BF16 build's stage)
     if [ -z "$tag" ]; then
         if [ "$emulate" = 1 ]; then skip_step "test:cublaslt-real" "the emulated cuBLASLt is tested by make test"
@@ -544,22 +553,6 @@ stage_profile() {
         cp "$work/profile/$name/profile.json" "$work/bench/profile/$name.json" ||
             fail_step "profile:$name:json" "the run passed but wrote no profile.json"
     done
-    # each GEMM problem of the first case's step with each of cuBLASLt's first 8 heuristic answers,
-    # each answer checked against a double product, then timed (dev/cuda/matmul_algos.cu): what the
-    # heuristic's first answer, which the trainer takes, leaves; bench/lab/matmul_algos.json. Emulated:
-    # the small case's problems checked (the emulated cuBLASLt offers one answer), no timing.
-    local algo_case=paper-b16
-    [ "$emulate" = 1 ] && algo_case=${cases[0]%%|*}
-    rm -f "$work/bench/lab/matmul_algos.json"
-    if [ ! -f "$work/bench/profile/$algo_case.json" ]; then fail_step "profile:matmul_algos" "no profile of $algo_case"
-    elif [ ! -x "$bf16_dir/dev/matmul_algos" ]; then fail_step "profile:matmul_algos" "not built"
-    elif [ "$emulate" = 1 ]; then
-        step "profile:matmul_algos" 300 run_bin matmul_algos "$bf16_dir/dev/matmul_algos" --check \
-            --problems "$work/bench/profile/$algo_case.json"
-    else
-        step "profile:matmul_algos" 180 "$bf16_dir/dev/matmul_algos" --problems "$work/bench/profile/$algo_case.json" \
-            --reps 20 --json "$work/bench/lab/matmul_algos.json"
-    fi
     local gen=paper-b16 gen_args=(--bench-batch 4 --bench-prompt 2048 --bench-contexts 2048 --bench-steps 32
                                   --bench-repeats 3 --cuda-graph 1)
     if [ "$emulate" = 1 ]; then
@@ -604,6 +597,23 @@ stage_profile() {
     step "profile:latency-targets" 180 run_bin latency_targets "$PY" dev/bench/generate_latency.py \
         --out "$work/bench/latency_targets" --binary "$generator" --skip-torch --ours-sides ours,graph,fused --variants mhsa,ls-p50 \
         "${lat_args[@]}"
+    # last (tens of seconds: its inputs at the LM head's shapes): each GEMM problem of paper-b16's step
+    # (emulated: the first case's) with each of cuBLASLt's first 8 heuristic answers,
+    # each answer checked against a double product, then timed (dev/cuda/matmul_algos.cu): what the
+    # heuristic's first answer, which the trainer takes, leaves; bench/lab/matmul_algos.json. Emulated:
+    # the small case's problems checked (the emulated cuBLASLt offers one answer), no timing.
+    local algo_case=paper-b16
+    [ "$emulate" = 1 ] && algo_case=${cases[0]%%|*}
+    rm -f "$work/bench/lab/matmul_algos.json"
+    if [ ! -f "$work/bench/profile/$algo_case.json" ]; then fail_step "profile:matmul_algos" "no profile of $algo_case"
+    elif [ ! -x "$bf16_dir/dev/matmul_algos" ]; then fail_step "profile:matmul_algos" "not built"
+    elif [ "$emulate" = 1 ]; then
+        step "profile:matmul_algos" 300 run_bin matmul_algos "$bf16_dir/dev/matmul_algos" --check \
+            --problems "$work/bench/profile/$algo_case.json"
+    else
+        step "profile:matmul_algos" 180 "$bf16_dir/dev/matmul_algos" --problems "$work/bench/profile/$algo_case.json" \
+            --reps 20 --json "$work/bench/lab/matmul_algos.json"
+    fi
 }
 
 # bench_generate CKPT JSON ARGS...: generate_gpt2_ls --bench --bench-profile on CKPT (each matmul's

@@ -366,12 +366,15 @@ def attention_attribution_section(rf, benches, where, emulated):
         measured = {c: rf.attn_profile_us(p) for c, p in timed.items()}
     except rf.DemangleError as e:
         return out + [f"(not read: {e})"]
-    out += ["| case | G | step us | attention kernels us |", "|---|---:|---:|---:|"]
+    out += ["| case | G | step us | FA2-class kernels us |", "|---|---:|---:|---:|"]
     for c, p in timed.items():
         out.append(f"| `{c}` | {rf.CASES[c]['G']} | {p['step_us']:,.1f} | {sum(measured[c].values()):,.1f} |")
     res = rf.attn_attribution(cal, measured)
     out += ["", "Each kernel: measured - fixed = a x tiles + b x set-up (the model's terms at the case's shape; "
-            "a = b = 1 is the calibrated model; a linear reading of a non-linear schedule).", "",
+            "a = b = 1 is the calibrated model; a linear reading of a non-linear schedule). sigma: a factor's "
+            f"spread if each measurement carried {rf.ATTN_NOISE:.0%} independent noise (assumed: the profiles "
+            "record none); a factor departs from the model when it is more than "
+            f"{ATTN_TERM_AGREES:.0%} + 2 sigma from 1.", "",
             "| kernel | case | us measured | us modeled | ratio | us with a, b | tiles / set-up modeled |",
             "|---|---|---:|---:|---:|---:|---|"]
     terms = {c: rf.attn_terms(c, cal) for c in timed}
@@ -385,11 +388,27 @@ def attention_attribution_section(rf, benches, where, emulated):
         if r["a"] is None:
             out.append(f"- `{k}`: measured in {len(r['cases'])} case(s): no factors.")
             continue
-        worse = "set-up and merges" if abs(r["b"] - 1) > abs(r["a"] - 1) else "whole tiles"
-        verdict = (f"both within {ATTN_TERM_AGREES:.0%} of the model" if max(abs(r["a"] - 1), abs(r["b"] - 1))
-                   <= ATTN_TERM_AGREES else f"the {worse} depart more from the model")
-        out.append(f"- `{k}`: a = {r['a']:.2f} (tiles), b = {r['b']:.2f} (set-up and merges): {verdict}.")
+        out.append(f"- `{k}`: a = {r['a']:.2f} +- {r['sigma_a']:.2f} (tiles), b = {r['b']:.2f} +- "
+                   f"{r['sigma_b']:.2f} (set-up and merges), refit residual {100 * r['residual']:.1f}%: "
+                   f"{attribution_verdict(r)}.")
     return out
+
+
+def attribution_verdict(r):
+    """attn_attribution's factors of one kernel in words: which term departs from the model beyond
+    ATTN_TERM_AGREES + 2 sigma, or that none does (and whether the fit could have told)."""
+    off = {name: abs(r[f] - 1) - ATTN_TERM_AGREES - 2 * r[f"sigma_{f}"]
+           for name, f in (("whole tiles", "a"), ("set-up and merges", "b"))}
+    departs = [name for name, d in off.items() if d > 0]
+    if len(departs) == 2:
+        return "both terms depart from the model, the " + max(departs, key=off.get) + " more"
+    if departs:
+        return f"the {departs[0]} depart from the model"
+    loose = [name for name, f in (("whole tiles", "a"), ("set-up and merges", "b"))
+             if 2 * r[f"sigma_{f}"] > ATTN_TERM_AGREES]
+    if loose:
+        return "no term departs beyond its spread; the " + " and the ".join(loose) + " not separable at this noise"
+    return f"both within {ATTN_TERM_AGREES:.0%} + 2 sigma of the model"
 
 
 def matmul_algos_section(j, benches, where, emulated):
@@ -397,18 +416,28 @@ def matmul_algos_section(j, benches, where, emulated):
     answers (checked, then timed alone), the first answer's time (the trainer's) against the fastest's, and
     the step's gain at the problems' calls, beside the profile's own cuBLASLt time."""
     out = ["### cuBLASLt's heuristic answers (`profile:matmul_algos`, " + where + ")", ""]
-    rows = [r for r in j.get("rows", []) if isinstance(r, dict)]
+    all_rows = [r for r in j.get("rows", []) if isinstance(r, dict)]
+    rows = [r for r in all_rows if r.get("gain_us_per_step") is not None]
     if emulated or not rows:
         return out + ["(no timed rows: " + ("emulated" if emulated else "the table is empty") + ")"]
+    failed = [f"`{r['problem']}` rank {k['rank']}: {k['status']}" for r in all_rows for k in r.get("ranks", [])
+              if k.get("status", "ok") != "ok"]
+    if failed or not j.get("checks_passed", True):
+        out += ["**Answers that failed their check or their call** (left out of the fastest; the step failed): "
+                + "; ".join(failed) + ".", ""]
     out += ["| problem | calls | answers | first us | fastest us | fastest rank | gain us a step |",
             "|---|---:|---:|---:|---:|---:|---:|"]
     for r in sorted(rows, key=lambda r: -r["gain_us_per_step"]):
         out.append(f"| `{r['problem']}` | {r['calls_per_step']:g} | {len(r['ranks'])} | {r['first_us']:,.1f} | "
                    f"{r['best_us']:,.1f} | {r['best_rank']} | {r['gain_us_per_step']:,.1f} |")
+    untimed = [r["problem"] for r in all_rows if r.get("gain_us_per_step") is None]
+    if untimed:
+        out += ["", "Not timed (the first answer failed): " + ", ".join(f"`{p}`" for p in untimed) + "."]
     first, best = j["first_us_per_step"], j["best_us_per_step"]
     gain = first - best
-    out += ["", f"A step's GEMMs, each call timed alone with L2 flushed: {first:,.1f} us at the first answers, "
-            f"{best:,.1f} us at the fastest offered: {gain:,.1f} us ({100 * gain / first:.1f}%) less."]
+    out += ["", f"A step's GEMMs, each call timed alone with L2 flushed (the first answer and the fastest timed "
+            f"again, interleaved): {first:,.1f} us at the first answers, {best:,.1f} us at the fastest offered: "
+            f"{gain:,.1f} us ({100 * gain / first:.1f}%) less; lab times, not scaled to the step's."]
     prof = benches.get("bench/profile/paper-b16.json") or {}
     g = prof.get("gemms") or {}
     if prof.get("timed") and g.get("us_per_step"):

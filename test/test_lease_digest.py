@@ -295,19 +295,44 @@ def head_mix_report(factors, cases=None, device="NVIDIA H200"):
 
 
 def test_the_head_mixes_name_the_term_the_gpu_disagrees_with():
-    """Fresh random factors: the section gives each kernel's a and b back and names the term further from 1,
-    or says both agree with the model when each is within 10% of 1."""
+    """Fresh random factors: the section gives each kernel's a and b back with their spread at 2% noise and
+    names the term that departs beyond 10% + 2 sigma; a forward that agrees with the model has a set-up
+    term too small to tell apart (its b's spread is wide), which the verdict says."""
     rng = random.Random()
-    f = {"attn_bwd_kv_fa2_kernel": (1.0, rng.uniform(1.5, 3.0)),
-         "attn_bwd_q_fa2_kernel": (rng.uniform(0.9, 1.1), rng.uniform(0.3, 0.5))}
-    f["attn_fwd_fa2_kernel"] = (1.0 + rng.uniform(-0.09, 0.09), 1.0 + rng.uniform(-0.09, 0.09))
+    f = {"attn_fwd_fa2_kernel": (1.0 + rng.uniform(-0.03, 0.03), 1.0 + rng.uniform(-0.03, 0.03)),
+         "attn_bwd_kv_fa2_kernel": (1.0, rng.uniform(1.8, 3.0)),
+         "attn_bwd_q_fa2_kernel": (rng.uniform(0.97, 1.03), rng.uniform(0.3, 0.5))}
     text = lease_digest.digest(head_mix_report(f))
     assert "### Attention by head mix: `paper-b16-local`, `paper-b16`, `paper-b16-mhsa` (GPU at abc1234" in text
+    verdicts = {"attn_fwd_fa2_kernel": "no term departs beyond its spread; the set-up and merges not separable",
+                "attn_bwd_kv_fa2_kernel": "the set-up and merges depart from the model",
+                "attn_bwd_q_fa2_kernel": "the set-up and merges depart from the model"}
     for k, (a, b) in f.items():
-        worse = "set-up and merges" if abs(b - 1) > abs(a - 1) else "whole tiles"
-        verdict = "both within 10% of the model" if k == "attn_fwd_fa2_kernel" else f"the {worse} depart"
-        assert f"- `{k}`: a = {a:.2f} (tiles), b = {b:.2f} (set-up and merges): {verdict}" in text
+        line = next(x for x in text.splitlines() if x.startswith(f"- `{k}`: "))
+        assert line.startswith(f"- `{k}`: a = {a:.2f} +- ") and f", b = {b:.2f} +- " in line, line
+        assert "refit residual 0.0%" in line and verdicts[k] in line, line
     assert "| `paper-b16-mhsa` | 6 |" in text and "| `paper-b16-local` | 0 |" in text
+
+
+def test_the_attribution_verdict_needs_the_departure_beyond_the_spread():
+    """The verdict's four outcomes, from given factors and spreads."""
+    v = lease_digest.attribution_verdict
+    assert v(dict(a=1.05, b=0.97, sigma_a=0.02, sigma_b=0.03)) == "both within 10% + 2 sigma of the model"
+    assert v(dict(a=1.05, b=1.3, sigma_a=0.02, sigma_b=0.03)) == "the set-up and merges depart from the model"
+    # the same departure inside a wide spread is not a finding
+    assert v(dict(a=1.05, b=1.3, sigma_a=0.02, sigma_b=0.15)).startswith("no term departs beyond its spread")
+    assert v(dict(a=1.6, b=1.3, sigma_a=0.02, sigma_b=0.03)) == "both terms depart from the model, the whole tiles more"
+
+
+def test_the_attribution_spread_follows_the_noise(tmp_path):
+    """sigma scales with the assumed noise; the factors do not depend on it."""
+    rf = lease_digest.roofline()
+    cal = rf.fit_calibration()
+    meas = {c: {k: t["total"] for k, t in rf.attn_terms(c, cal).items()} for c in rf.ATTN_VARIANT_CASES}
+    r1, r2 = rf.attn_attribution(cal, meas, noise=0.01), rf.attn_attribution(cal, meas, noise=0.03)
+    for k in rf.ATTN_KERNELS:
+        assert r2[k]["sigma_a"] == pytest.approx(3 * r1[k]["sigma_a"]) and r2[k]["a"] == pytest.approx(r1[k]["a"])
+        assert r1[k]["a"] == pytest.approx(1.0) and r1[k]["b"] == pytest.approx(1.0) and r1[k]["residual"] < 1e-9
 
 
 def test_the_head_mixes_need_two_timed_profiles():
@@ -362,3 +387,21 @@ def test_the_algorithm_table_emulated_shows_no_times():
     text = lease_digest.digest(algos_report([1.0], device="EMULATED (dev/emu; not a GPU)"))
     assert "### cuBLASLt's heuristic answers" in text and "(no timed rows: emulated)" in text
     assert "Verdict" not in text
+
+
+def test_failed_answers_are_named_and_untimed_problems_listed():
+    """An answer that failed its check or its call is named; a problem whose first answer failed is listed
+    as not timed, and the table keeps the others."""
+    report = algos_report([2.0, 3.0])
+    algos = report["benchmarks"]["bench/lab/matmul_algos.json"]
+    algos["checks_passed"] = False
+    algos["rows"][0]["ranks"][2]["status"] = "check failed"
+    algos["rows"].append({"problem": "m=8 n=8 k=8 op=NN ab=bf16 d=bf16 epilogue=1 ld=8,8,8 align=16,16,16,0,0",
+                          "calls_per_step": 1, "ranks": [{"rank": 0, "status": "error: refused", "us": None,
+                                                          "algo": ""}]})
+    text = lease_digest.digest(report)
+    assert "**Answers that failed their check or their call**" in text
+    assert "`m=192 n=32768 k=192 op=TN ab=bf16 d=bf16 epilogue=1 ld=1,1,1 align=1,1,1,0,0` rank 2: check failed" in text
+    assert "rank 0: error: refused" in text
+    assert "Not timed (the first answer failed): `m=8 n=8 k=8 op=NN" in text
+    assert "| `m=193 n=32768" in text and "| `m=8 n=8" not in text

@@ -2442,32 +2442,47 @@ def attn_profile_us(profile):
     return out
 
 
-def attn_attribution(cal, measured):
+# attn_attribution: the measurement noise its factors' spread is stated at (each kernel's time a step,
+# independently per case; an assumption: the profiles record no spread)
+ATTN_NOISE = 0.02
+
+
+def attn_attribution(cal, measured, noise=ATTN_NOISE):
     """Which modeled term of each attention kernel a GPU disagrees with. measured: {case: {kernel: µs per
     step}} of ATTN_VARIANT_CASES (attn_profile_us of each case's profile). Per kernel over the cases that
     measured it, the least-squares factors a (tiles) and b (set-up and merges) of
         measured - fixed = a x tiles + b x setup        (attn_terms; a = b = 1: the model as calibrated)
-    with each case's measured / modeled before and after the factors. A linear reading of a model whose
-    schedule is not linear in its terms: what it names is the term to look at, not a new calibration.
-    {kernel: dict(a, b, cases={case: (measured, modeled, refit)})}; a and b are None with fewer than two
-    cases or a singular system."""
+    with each case's measured / modeled before and after the factors, each factor's standard deviation
+    if every measurement carried independent relative noise `noise` (sigma_a, sigma_b: how far apart the
+    cases set the two terms; the forward's set-up is a small share everywhere, so its b is loose), and
+    the refit's rms relative residual (0 with two cases: the fit is then exact). A linear reading of a
+    model whose schedule is not linear in its terms: what it names is the term to look at, not a new
+    calibration. {kernel: dict(a, b, sigma_a, sigma_b, residual, cases={case: (measured, modeled,
+    refit)})}; the numbers are None with fewer than two cases or a singular system."""
     terms = {c: attn_terms(c, cal) for c in ATTN_VARIANT_CASES}
     out = {}
     for k in ATTN_KERNELS:
         pts = [(c, measured[c][k], terms[c][k]) for c in ATTN_VARIANT_CASES if k in measured.get(c, {})]
-        a = b = None
+        fit = dict(a=None, b=None, sigma_a=None, sigma_b=None, residual=None)
         if len(pts) >= 2:
             stt = sum(t["tiles"] ** 2 for _, _, t in pts)
             sss = sum(t["setup"] ** 2 for _, _, t in pts)
             sts = sum(t["tiles"] * t["setup"] for _, _, t in pts)
-            sty = sum(t["tiles"] * (y - t["fixed"]) for _, y, t in pts)
-            ssy = sum(t["setup"] * (y - t["fixed"]) for _, y, t in pts)
             det = stt * sss - sts * sts
             if abs(det) > 1e-9 * max(stt * sss, 1e-30):
-                a, b = (sty * sss - ssy * sts) / det, (ssy * stt - sty * sts) / det
-        cases = {c: (y, t["total"], None if a is None else t["fixed"] + a * t["tiles"] + b * t["setup"])
-                 for c, y, t in pts}
-        out[k] = dict(a=a, b=b, cases=cases)
+                # (a, b) = sum_i w_i (y_i - fixed_i): the rows of (M^T M)^-1 M^T
+                wa = [(t["tiles"] * sss - t["setup"] * sts) / det for _, _, t in pts]
+                wb = [(t["setup"] * stt - t["tiles"] * sts) / det for _, _, t in pts]
+                a = sum(w * (y - t["fixed"]) for w, (_, y, t) in zip(wa, pts))
+                b = sum(w * (y - t["fixed"]) for w, (_, y, t) in zip(wb, pts))
+                fit = dict(a=a, b=b,
+                           sigma_a=sum((w * noise * y) ** 2 for w, (_, y, _) in zip(wa, pts)) ** 0.5,
+                           sigma_b=sum((w * noise * y) ** 2 for w, (_, y, _) in zip(wb, pts)) ** 0.5)
+        cases = {c: (y, t["total"], None if fit["a"] is None else t["fixed"] + fit["a"] * t["tiles"] +
+                     fit["b"] * t["setup"]) for c, y, t in pts}
+        if fit["a"] is not None:
+            fit["residual"] = (sum(((r - y) / y) ** 2 for y, _, r in cases.values()) / len(cases)) ** 0.5
+        out[k] = dict(fit, cases=cases)
     return out
 
 
