@@ -357,7 +357,8 @@ def attention_attribution_section(rf, benches, where, emulated):
     cases = rf.ATTN_VARIANT_CASES
     out = ["### Attention by head mix: " + ", ".join(f"`{c}`" for c in cases) + f" ({where}; modeled beside it)", ""]
     profs = {c: benches.get(f"bench/profile/{c}.json") for c in cases}
-    timed = {c: p for c, p in profs.items() if isinstance(p, dict) and p.get("timed")}
+    timed = {c: p for c, p in profs.items() if isinstance(p, dict) and p.get("timed")
+             and isinstance(p.get("step_us"), (int, float)) and isinstance(p.get("kernels"), list)}
     if emulated or len(timed) < 2:
         return out + ["(not read: " + ("emulated, no times" if emulated else
                                        f"{len(timed)} of the {len(cases)} profiles timed") + ")"]
@@ -416,15 +417,18 @@ def matmul_algos_section(j, benches, where, emulated):
     answers (checked, then timed alone), the first answer's time (the trainer's) against the fastest's, and
     the step's gain at the problems' calls, beside the profile's own cuBLASLt time."""
     out = ["### cuBLASLt's heuristic answers (`profile:matmul_algos`, " + where + ")", ""]
+    if emulated:
+        return out + ["(no timed rows: emulated)"]
     all_rows = [r for r in j.get("rows", []) if isinstance(r, dict)]
     rows = [r for r in all_rows if r.get("gain_us_per_step") is not None]
-    if emulated or not rows:
-        return out + ["(no timed rows: " + ("emulated" if emulated else "the table is empty") + ")"]
-    failed = [f"`{r['problem']}` rank {k['rank']}: {k['status']}" for r in all_rows for k in r.get("ranks", [])
-              if k.get("status", "ok") != "ok"]
+    failed = [f"`{r.get('problem')}` rank {k.get('rank')}: {k.get('status')}" for r in all_rows
+              for k in r.get("ranks", []) if k.get("status", "ok") != "ok"]
+    failed += [f"`{r.get('problem')}`: {r['error']}" for r in all_rows if r.get("error")]
     if failed or not j.get("checks_passed", True):
-        out += ["**Answers that failed their check or their call** (left out of the fastest; the step failed): "
-                + "; ".join(failed) + ".", ""]
+        out += ["**Answers that failed their check or their call** (left out of the fastest; the step failed; a "
+                "rank above 0 is an answer the trainer never takes): " + "; ".join(failed) + ".", ""]
+    if not rows:
+        return out + ["(no timed rows: the table is empty)"]
     out += ["| problem | calls | answers | first us | fastest us | fastest rank | gain us a step |",
             "|---|---:|---:|---:|---:|---:|---:|"]
     for r in sorted(rows, key=lambda r: -r["gain_us_per_step"]):
@@ -433,17 +437,19 @@ def matmul_algos_section(j, benches, where, emulated):
     untimed = [r["problem"] for r in all_rows if r.get("gain_us_per_step") is None]
     if untimed:
         out += ["", "Not timed (the first answer failed): " + ", ".join(f"`{p}`" for p in untimed) + "."]
-    first, best = j["first_us_per_step"], j["best_us_per_step"]
+    first = sum(r["calls_per_step"] * r["first_us"] for r in rows)
+    best = sum(r["calls_per_step"] * r["best_us"] for r in rows)
     gain = first - best
     out += ["", f"A step's GEMMs, each call timed alone with L2 flushed (the first answer and the fastest timed "
             f"again, interleaved): {first:,.1f} us at the first answers, {best:,.1f} us at the fastest offered: "
-            f"{gain:,.1f} us ({100 * gain / first:.1f}%) less; lab times, not scaled to the step's."]
+            f"{gain:,.1f} us ({100 * gain / max(first, 1e-9):.1f}%) less; lab times, not scaled to the step's."]
     prof = benches.get("bench/profile/paper-b16.json") or {}
     g = prof.get("gemms") or {}
     if prof.get("timed") and g.get("us_per_step"):
         out.append(f"The paper-b16 profile's cuBLASLt time in the step: {g['us_per_step']:,.1f} us "
                    f"(the lab's first answers sum to {first / g['us_per_step']:.2f}x it).")
     step = prof.get("step_us") if prof.get("timed") else None
+    step = step if isinstance(step, (int, float)) and step > 0 else None
     if step:
         worth = gain >= ALGO_GAIN_WORTH * step
         out += ["", "Verdict: " + (

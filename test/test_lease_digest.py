@@ -405,3 +405,21 @@ def test_failed_answers_are_named_and_untimed_problems_listed():
     assert "rank 0: error: refused" in text
     assert "Not timed (the first answer failed): `m=8 n=8 k=8 op=NN" in text
     assert "| `m=193 n=32768" in text and "| `m=8 n=8" not in text
+
+
+def test_failures_show_even_when_nothing_was_timed():
+    """Every first answer failed: the failures are listed before the note that the table is empty; an untimed
+    head-mix profile is left out of the mixes' table."""
+    report = algos_report([1.0])
+    algos = report["benchmarks"]["bench/lab/matmul_algos.json"]
+    algos["checks_passed"] = False
+    algos["rows"] = [{"problem": "m=8 n=8 k=8 op=NN ab=bf16 d=bf16 epilogue=1 ld=8,8,8 align=16,16,16,0,0",
+                      "calls_per_step": 1, "error": "cudaErrorIllegalAddress",
+                      "ranks": [{"rank": 0, "status": "check failed", "us": None, "algo": ""}]}]
+    text = lease_digest.digest(report)
+    assert "rank 0: check failed" in text and ": cudaErrorIllegalAddress" in text
+    assert text.index("**Answers that failed") < text.index("(no timed rows: the table is empty)")
+    mixes = head_mix_report({})
+    mixes["benchmarks"]["bench/profile/paper-b16-mhsa.json"]["timed"] = False
+    text = lease_digest.digest(mixes)
+    assert "| `paper-b16-mhsa` |" not in text and "| `paper-b16-local` | 0 |" in text

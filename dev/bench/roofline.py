@@ -2432,14 +2432,14 @@ def attn_terms(case, cal):
 def attn_profile_us(profile):
     """{kernel: measured µs per step} of ATTN_KERNELS in a profile (every instance of a kernel summed;
     mangled names demangled); a kernel the profile lacks is absent."""
-    rows = profile.get("kernels", [])
+    rows = [r for r in profile.get("kernels", []) if isinstance(r, dict) and isinstance(r.get("kernel"), str)]
     names = demangle([r["kernel"] for r in rows])
     out = {}
     for r in rows:
         for k in ATTN_KERNELS:
             if re.search(rf"::{k}<", names[r["kernel"]]) and r.get("us_per_step") is not None:
                 out[k] = out.get(k, 0.0) + r["us_per_step"]
-    return out
+    return {k: v for k, v in out.items() if v > 0}  # a kernel timed at 0 is not a measurement
 
 
 # attn_attribution: the measurement noise its factors' spread is stated at (each kernel's time a step,

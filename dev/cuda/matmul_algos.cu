@@ -8,8 +8,10 @@
 // would gain (calls x the difference) if every problem ran its fastest.
 //   ./matmul_algos --problems PROFILE.json [--ranks R] [--json FILE]  check + time the profile's problems
 //   ./matmul_algos --check [--problems PROFILE.json]                   check only (built-in problems by default)
-//   --corrupt                                                          change one sampled output before the
-//                                                                      check: it must then fail (its own test)
+//   --corrupt                                                          one sampled output of each problem's
+//                                                                      first answer four bounds off: exit 0
+//                                                                      only if the check caught every one and
+//                                                                      nothing else failed (its own test)
 // The check's bound per element is the one test/test_emulation_cublaslt.py derives from the cuBLASLt
 // documentation (fp32 accumulation in any order, the epilogue's pre-activation possibly rounded to D's
 // type, the tanh GELU of the guide's footnote, D's rounding); an fp32 D accumulates (beta = 1), as the
@@ -276,7 +278,9 @@ struct RankTime {
 // medians), so that the gain is not the minimum of several medians against one. A rank whose call
 // throws or whose check fails is recorded and left out of the fastest.
 struct Outcome {
-    bool ok = true;  // every offered rank passed its check (and rank 0 was offered)
+    bool ok = true;                   // every offered rank passed its check (and rank 0 was offered)
+    bool rank0_check_failed = false;  // rank 0 ran and its check failed (what --corrupt expects)
+    bool other_failure = false;       // anything else failed: a call, another rank's check, the problem itself
     std::vector<RankTime> ranks;
     int best = -1;                         // index into ranks of the fastest passing rank
     double first_us = NAN, best_us = NAN;  // from the interleaved timing
@@ -296,13 +300,14 @@ static Outcome run_problem(const Problem& q, llmc::Rng& rng, int ranks, bool che
         try {
             if (!s.run(c)) {
                 std::printf("    %s: the heuristic offered %d algorithm%s\n", who.c_str(), r, r == 1 ? "" : "s");
-                if (r == 0) o.ok = false;
+                if (r == 0) o.ok = false, o.other_failure = true;
                 break;
             }
         } catch (const std::exception& e) {  // the library refused this answer's call
             t.status = std::string("error: ") + e.what();
             std::printf("    %-8s %s  FAIL\n", who.c_str(), t.status.c_str());
             o.ok = false;
+            o.other_failure = true;
             o.ranks.push_back(t);
             continue;
         }
@@ -311,6 +316,7 @@ static Outcome run_problem(const Problem& q, llmc::Rng& rng, int ranks, bool che
             std::printf("    %s: the call ran problem '%s', not the profile's  FAIL\n", who.c_str(),
                         lt::problem_text(entry.first).c_str());
             o.ok = false;
+            o.other_failure = true;
             return o;
         }
         cublasLtMatmulHeuristicResult_t h{};
@@ -319,6 +325,7 @@ static Outcome run_problem(const Problem& q, llmc::Rng& rng, int ranks, bool che
         if (!s.check(who.c_str(), corrupt && r == 0)) {
             t.status = "check failed";
             o.ok = false;
+            (r == 0 ? o.rank0_check_failed : o.other_failure) = true;
         } else if (!check_only) {
             t.ms = lab::time_ms([&] { s.run(c, false); }, reps);  // an accumulating D keeps accumulating
             std::printf("    %-8s %10.2f us  %s\n", who.c_str(), t.ms * 1e3, t.algo.c_str());
@@ -378,61 +385,80 @@ int main(int argc, char** argv) {
     const cudaDeviceProp prop = lab::require_gpu(args);
     llmc::Rng rng(args.seed);
 
-    bool ok = true;
-    std::vector<Outcome> outcomes;
-    for (const Problem& q : problems) {
-        outcomes.push_back(run_problem(q, rng, ranks, args.check, corrupt, args.reps));
-        ok = outcomes.back().ok && ok;
-    }
-    std::printf("validation: %s\n", ok ? "all OK" : "FAILED");
-    if (args.check) return ok ? 0 : 1;
-
-    // per problem: the first answer, the fastest passing one (timed again, interleaved), the step's gain
+    // per problem: the first answer, the fastest passing one (timed again, interleaved), the step's gain;
+    // the JSON rewritten after each problem, so that a later failure or the step's time limit keeps the rows
+    bool ok = true, corrupt_caught = true, corrupt_other = false;
     double first_us = 0.0, best_us = 0.0;
-    std::printf("\n%-92s %6s %6s %10s %10s %5s %10s\n", "problem", "calls", "ranks", "rank 0 us", "best us", "best",
-                "gain us");
     nlohmann::json out = {{"device", prop.name},       {"precision", llmc::cuda::kPrecisionName},
                           {"problems", problems_path}, {"ranks", ranks},
-                          {"checks_passed", ok},       {"rows", nlohmann::json::array()}};
-    for (size_t i = 0; i < problems.size(); i++) {
-        const Problem& q = problems[i];
-        const Outcome& o = outcomes[i];
+                          {"checks_passed", true},     {"rows", nlohmann::json::array()}};
+    auto write_json = [&] {
+        if (args.json.empty()) return true;
+        out["checks_passed"] = ok;
+        out["first_us_per_step"] = first_us;
+        out["best_us_per_step"] = best_us;
+        std::ofstream f(args.json);
+        f << out.dump(1) << "\n";
+        if (!f) std::fprintf(stderr, "matmul_algos: cannot write %s\n", args.json.c_str());
+        return (bool)f;
+    };
+    std::vector<std::string> table;
+    for (const Problem& q : problems) {
+        Outcome o;
+        nlohmann::json row = {{"problem", q.text}, {"calls_per_step", q.calls}};
+        bool stop = false;
+        try {
+            o = run_problem(q, rng, ranks, args.check, corrupt, args.reps);
+        } catch (const std::exception& e) {  // outside one answer's call: the device may be unusable now
+            std::printf("    %s  FAIL\n", e.what());
+            o.ok = false;
+            o.other_failure = true;
+            row["error"] = e.what();
+            stop = true;
+        }
+        ok = o.ok && ok;
+        corrupt_caught = o.rank0_check_failed && corrupt_caught;
+        corrupt_other = o.other_failure || corrupt_other;
         nlohmann::json ranks_json = nlohmann::json::array();
         for (const RankTime& t : o.ranks) {
             nlohmann::json r = {{"rank", t.rank}, {"status", t.status}, {"algo", t.algo}};
             r["us"] = std::isfinite(t.ms) ? nlohmann::json(t.ms * 1e3) : nlohmann::json(nullptr);
             ranks_json.push_back(r);
         }
-        nlohmann::json row = {{"problem", q.text}, {"calls_per_step", q.calls}, {"ranks", ranks_json}};
+        row["ranks"] = ranks_json;
+        char line[256];
         if (std::isfinite(o.first_us)) {
             const double gain = q.calls * (o.first_us - o.best_us);
             first_us += q.calls * o.first_us;
             best_us += q.calls * o.best_us;
-            std::printf("%-92s %6g %6zu %10.2f %10.2f %5d %10.2f\n", q.text.c_str(), q.calls, o.ranks.size(),
-                        o.first_us, o.best_us, o.ranks[o.best].rank, gain);
+            std::snprintf(line, sizeof line, "%6g %6zu %10.2f %10.2f %5d %10.2f", q.calls, o.ranks.size(), o.first_us,
+                          o.best_us, o.ranks[o.best].rank, gain);
             row["first_us"] = o.first_us;
             row["best_us"] = o.best_us;
             row["best_rank"] = o.ranks[o.best].rank;
             row["gain_us_per_step"] = gain;
         } else {
-            std::printf("%-92s %6g %6zu  (not timed: its first answer failed)\n", q.text.c_str(), q.calls,
-                        o.ranks.size());
+            std::snprintf(line, sizeof line, "%6g %6zu  (not timed)", q.calls, o.ranks.size());
         }
+        table.push_back(q.text + std::string(std::max<int>(1, 93 - (int)q.text.size()), ' ') + line);
         out["rows"].push_back(row);
+        if (!args.check && !write_json()) return 1;
+        if (stop) break;
     }
+    if (corrupt) {  // the self-test: every first answer's corrupted sample caught, nothing else wrong
+        const bool pass = corrupt_caught && !corrupt_other;
+        std::printf("corrupt self-test: %s\n", pass ? "every corrupted sample caught, nothing else failed: OK"
+                                                    : "FAILED (a corrupted sample passed, or something else failed)");
+        return pass ? 0 : 1;
+    }
+    std::printf("validation: %s\n", ok ? "all OK" : "FAILED");
+    if (args.check) return ok ? 0 : 1;
+    std::printf("\n%-92s %6s %6s %10s %10s %5s %10s\n", "problem", "calls", "ranks", "rank 0 us", "best us", "best",
+                "gain us");
+    for (const std::string& l : table) std::printf("%s\n", l.c_str());
     std::printf(
         "a step's GEMMs at the heuristic's first answers %.1f us, at the fastest offered %.1f us: %.1f us "
         "(%.1f%%) less (each call timed alone, L2 flushed; the problems whose first answer passed)\n",
         first_us, best_us, first_us - best_us, first_us > 0 ? 100.0 * (first_us - best_us) / first_us : 0.0);
-    out["first_us_per_step"] = first_us;
-    out["best_us_per_step"] = best_us;
-    if (!args.json.empty()) {
-        std::ofstream f(args.json);
-        f << out.dump(1) << "\n";
-        if (!f) {
-            std::fprintf(stderr, "matmul_algos: cannot write %s\n", args.json.c_str());
-            return 1;
-        }
-    }
     return ok ? 0 : 1;
 }
