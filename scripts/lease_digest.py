@@ -176,14 +176,19 @@ def unclassified_kernels(rf, prof):
 def profile_section(rf, case, prof, pred_case, tol, where):
     out = [f"### Profile `{case}` ({where}; predicted: modeled)", ""]
     res = rf.compare_profile(rf.load_profile(prof), pred_case, tol) if pred_case else None
-    if prof.get("timed"):
+    if prof.get("timed") and not all(isinstance(prof.get(f), (int, float)) for f in
+                                     ("step_us", "busy_us", "idle_us", "activities_per_step")):
+        out.append(f"Timed ({where}) but without its step, busy, idle or activity figures: the profile is "
+                   "incomplete (rows compared as they are).")
+    elif prof.get("timed"):
         out.append(f"Step {prof['step_us']:.1f} us ({where})"
                    + (f", predicted {pred_case['step_us']:.1f} us (ratio {prof['step_us'] / pred_case['step_us']:.2f})"
                       if pred_case else "")
                    + f"; busy {prof['busy_us']:.1f} us, idle {prof['idle_us']:.1f} us, "
                    f"{prof['activities_per_step']:.0f} activities per step.")
     else:
-        out.append(f"Untimed ({where}): {prof['activities_per_step']:.0f} activities per step; calls compared only.")
+        out.append(f"Untimed ({where}): {prof.get('activities_per_step') or 0:.0f} activities per step; calls "
+                   "compared only.")
     g = prof.get("gemms")
     if g:
         rate = f", {g['tflops']:.1f} TFLOP/s achieved" if g.get("tflops") else ""

@@ -423,3 +423,12 @@ def test_failures_show_even_when_nothing_was_timed():
     mixes["benchmarks"]["bench/profile/paper-b16-mhsa.json"]["timed"] = False
     text = lease_digest.digest(mixes)
     assert "| `paper-b16-mhsa` |" not in text and "| `paper-b16-local` | 0 |" in text
+
+
+def test_a_profile_without_its_step_figures_is_said_not_crashed():
+    """A timed profile whose step time is missing (a truncated profile.json) gets one line saying so."""
+    report = head_mix_report({}, cases=["paper-b16"])
+    report["benchmarks"]["bench/profile/paper-b16.json"]["step_us"] = None
+    text = lease_digest.digest(report)
+    assert "### Profile `paper-b16` (GPU at abc1234" in text
+    assert "but without its step, busy, idle or activity figures: the profile is incomplete" in text
