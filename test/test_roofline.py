@@ -985,3 +985,32 @@ def test_attn_profile_us_sums_each_kernels_instances():
         {"kernel": "llmc::cuda::attn_bwd_dot_kernel", "calls_per_step": 6, "us_per_step": 99.0},
         {"kernel": "llmc::cuda::attn_bwd_q_fa2_kernel<32, false>", "calls_per_step": 6}]}
     assert roofline.attn_profile_us(prof) == {"attn_fwd_fa2_kernel": 12.5, "attn_bwd_kv_fa2_kernel": 7.0}
+
+
+def test_lm_head_designs_are_bounded_by_their_products_and_the_classifier():
+    """roofline.lm_head_designs: HEAD's side is the prediction's own rows (the three LM-head cuBLASLt
+    calls and the classifier); a design is never faster than its product passes at the modeled rate; the
+    serial figure is never below the overlapped one; the design without recompute saves at most the
+    classifier's pass (its GEMMs are assumed as fast as cuBLASLt's); each design is a speed-steps row."""
+    cal = roofline.fit_calibration()
+    for case in ("paper-b16", "ls-small-b8", "d12-b16"):
+        m = roofline.CASES[case]
+        N, C, Vp = m["B"] * m["T"], m["C"], roofline.padded_vocab(m["V"])
+        fwd = roofline.gemm_us(N, Vp, C, cal)
+        three = fwd + roofline.gemm_us(N, C, Vp, cal) + roofline.gemm_us(Vp, C, N, cal, out_bytes=roofline.F32,
+                                                                           accumulate=True)
+        cls = {r["kernel"]: r for r in roofline.predict_case(case, cal)}["llmc::cuda::detail::classifier_kernel"]
+        assert cls["calls_per_step"] == 1
+        designs = roofline.lm_head_designs(cal, case)
+        assert len(designs) == 3
+        (n1, h1, s1, o1, _), (n2, h2, s2, o2, _), (n3, h3, s3, o3, _) = designs
+        assert h1 == pytest.approx(fwd + cls["us_per_step"]) and h2 == h3 == pytest.approx(three + cls["us_per_step"])
+        flops = 2 * N * Vp * C
+        for passes, overlapped in ((2, o1), (5, o2)):
+            assert overlapped > passes * flops / roofline.H200_PEAK * 1e6  # never above the tensor peak
+            assert overlapped >= passes * flops / (roofline.H200_PEAK * 0.5) * 1e6
+        assert all(s >= o for _, _, s, o, _ in designs)
+        assert h3 - o3 < cls["us_per_step"]
+        _, steps = roofline.speed_steps(cal, case)
+        for name, *_ in designs:
+            assert sum(s[0] == f"LM head: {name}" for s in steps) == 1

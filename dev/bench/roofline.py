@@ -2486,6 +2486,74 @@ def attn_attribution(cal, measured, noise=ATTN_NOISE):
     return out
 
 
+# The LM head and the classifier (issue 52): three designs that keep the (N, Vp) logits from making
+# their round trips to memory (the forward GEMM writes them, the classifier reads them and writes the
+# dlogits, the dX and dW GEMMs read those). Each is priced against HEAD's four launches (gemm_us of
+# the three cuBLASLt calls, classifier_rowregs_us), with a product pass (2 N Vp C FLOPs) at the
+# model's cuBLASLt rate for the forward's shape (its wave and k-step terms) or at half the tensor
+# peak (mma.sync, as the small-K candidate: ASSUMED), whichever is longer; one ex2 a logit a pass at
+# SFU_RATE; the classifier's per-logit instructions (CLASSIFIER_INSTR_PER_COLUMN; a recomputed
+# dlogits ~LM_DLOGITS_INSTR) at attn_bwd_issue_eff_hd32 (ASSUMED, as for HEAD's classifier).
+# "overlapped": the products, the ex2 and the instructions hide one another (the longest counts);
+# "serial": they add. None of these is built. A pass-1 logit costs the classifier's instructions less
+# a dlogits element's (LM_DLOGITS_INSTR).
+LM_DLOGITS_INSTR = 7  # a dlogits element recomputed from its logit and the row's lse: pass 2 of the classifier
+
+
+def lm_head_designs(cal, case="paper-b16"):
+    """The LM-head designs at one case: a list of (name, HEAD's µs, design's µs serial, design's µs
+    overlapped, assumption), all modeled (the module comment above)."""
+    m = CASES[case]
+    N, C, Vp = m["B"] * m["T"], m["C"], padded_vocab(m["V"])
+    fwd, dx, dw = gemm_us(N, Vp, C, cal), gemm_us(N, C, Vp, cal), gemm_us(Vp, C, N, cal, out_bytes=F32, accumulate=True)
+    cls = classifier_rowregs_us(N, Vp, cal)
+    w, s = gemm_waves_ksteps(N, Vp, C)
+    product = max(cal["gemm_wave_us"] * w + cal["gemm_kstep_us"] * s, 2 * N * Vp * C / (H200_PEAK * 0.5) * 1e6)
+    ex2 = N * Vp / SFU_RATE * 1e6
+    issue_rate = H200_SMS * 4 * H200_CLOCK_HZ * cal["attn_bwd_issue_eff_hd32"]
+
+    def instr_us(per_logit):
+        return N * Vp * per_logit / 32 / issue_rate * 1e6
+
+    def mem(nbytes):
+        return nbytes / (H200_BANDWIDTH * cal["eff_elementwise"]) * 1e6
+
+    def cost(passes, ex2s, instr, nbytes, launches):
+        """(serial, overlapped) µs: launches x kernel_fixed_us + the passes' products, ex2 and
+        instructions added, or the longest of them and the traffic."""
+        parts = (passes * product, ex2s * ex2, instr_us(instr))
+        fixed = launches * cal["kernel_fixed_us"]
+        return fixed + max(sum(parts), mem(nbytes)), fixed + max(max(parts), mem(nbytes))
+
+    xw = (N * C + Vp * C) * ACT
+    out = []
+    # 1. the forward and the classifier in one kernel: pass 1 the logits' lse (online), pass 2 the logits
+    # again and the dlogits written (bf16, as the classifier writes them); the logits never stored
+    s1, o1 = cost(2, 2, CLASSIFIER_INSTR_PER_COLUMN, xw + N * Vp * ACT, 1)
+    out.append(("forward + classifier in one kernel, the logits computed twice and never stored", fwd + cls, s1, o1,
+                "replaces the forward's cuBLASLt call and the classifier; two product passes"))
+    # 2. the whole LM head as FlashAttention does attention: the lse pass, then dX (row blocks) and dW
+    # (vocabulary blocks) each recomputing the logits: 5 product passes, 3 ex2 a logit
+    s2, o2 = cost(5, 3, CLASSIFIER_INSTR_PER_COLUMN + LM_DLOGITS_INSTR, xw * 2 + N * C * ACT + Vp * C * F32 * 2, 3)
+    out.append(("the whole LM head as FlashAttention does attention (lse pass, dX pass, dW pass)",
+                fwd + dx + dw + cls, s2, o2, "replaces the three cuBLASLt calls and the classifier; five product passes"))
+    # 3. no recompute: GEMMs of our own as fast as cuBLASLt's (ASSUMED), the forward's epilogue writing the
+    # logits and each (row, tile)'s max and sum of exponentials, a merge launch for the lse and loss
+    # (reads them: Vp / 128 pairs a row), and the dX and dW GEMMs building the dlogits from the logits
+    # as they load them: the classifier's pass gone, its ex2 and instructions moved into three GEMMs
+    tiles = _cdiv(Vp, SMALLK_TILE)
+    merge = cal["kernel_fixed_us"] + mem(N * tiles * 2 * F32 + 16 * N)
+    lse_instr = CLASSIFIER_INSTR_PER_COLUMN - LM_DLOGITS_INSTR
+    extra = [ex2 + instr_us(lse_instr), ex2 + instr_us(LM_DLOGITS_INSTR), ex2 + instr_us(LM_DLOGITS_INSTR)]
+    gemms = [fwd, dx, dw]
+    out.append(("the classifier folded into GEMMs of our own (the forward's epilogue, the dX and dW prologues)",
+                fwd + dx + dw + cls, sum(gemms) + sum(extra) + merge,
+                sum(max(g, e) for g, e in zip(gemms, extra)) + merge,
+                "own GEMMs at cuBLASLt's modeled time (ASSUMED); each one's ex2 and instructions hidden under its "
+                "products (overlapped) or added (serial); a merge launch for the lse"))
+    return out
+
+
 def speed_steps(cal, case="paper-b16"):
     """Issue 52's speed steps as modeled gains at one case (HEAD's grid): (step, modeled gain µs, the
     assumption the figure rests on). Each variant changes the kernel rows as the step would and
@@ -2522,9 +2590,9 @@ def speed_steps(cal, case="paper-b16"):
                     f"profile's cuBLASLt calls and GELU kernels: its static SASS count, the product's at gelu_forward's "
                     f"measured issue rate, the erf epilogue at the GELU kernels' measured time per instruction, mma.sync "
                     f"at half the tensor peak (ASSUMED); the epilogue after the products ({lo / 1e3:.2f} ms; "
-                    f"{hi / 1e3:.2f} ms if the other resident block's products hide it). The row above prices the "
-                    f"same fusion at the cuBLASLt tanh epilogue's measured rate, a loss; this one at the GELU kernels' "
-                    f"own: profile:matmul_small_k measures it"))
+                    f"{hi / 1e3:.2f} ms if the other resident block's products hide it). The row \"GELU fwd/bwd and bias "
+                    f"gradients in GEMM epilogues\" prices the same fusion at the cuBLASLt tanh epilogue's measured "
+                    f"rate, a loss; this one at the GELU kernels' own: profile:matmul_small_k measures it"))
     # 3. attention scheduling: the forward's blocks over 4 query tiles (a quarter of its block set-ups;
     # the backward's runs of outer tiles are built: built_steps)
     c4 = dict(cal, attn_block_setup_us=cal["attn_block_setup_us"] / 4)
@@ -2533,6 +2601,13 @@ def speed_steps(cal, case="paper-b16"):
     att4 = sum(r["us_per_step"] for r in r4 if r["kernel"].startswith("llmc::cuda::attn_fwd_fa2"))
     out.append(("attention forward: blocks over 4 query tiles (a quarter of its per-block set-up)", att_now - att4,
                 "the forward's set-up / 4 on every block (local and global); the backward's runs are built"))
+    # 4. the LM head and the classifier without the logits' round trips (lm_head_designs): the gain if the
+    # work each design adds hides under its products (an upper bound), the serial figure beside it
+    for name, head, serial, overlapped, why in lm_head_designs(cal, case):
+        out.append((f"LM head: {name}", head - overlapped,
+                    f"{why}; against HEAD's {head / 1e3:.2f} ms of those launches: {(head - serial) / 1e3:.2f} ms if "
+                    f"the products, the ex2 (SFU_RATE) and the instructions (attn_bwd_issue_eff_hd32) add, "
+                    f"{(head - overlapped) / 1e3:.2f} ms if they hide one another (an upper bound; lm_head_designs)"))
     # 5. programmatic dependent launch: the launch gaps (the step graph, the trainer's default since
     # --cuda-graph auto, measured 0.07 ms of them at ls-small-b8 on the GPU at c276bf2; the model has no
     # term for a graph's launches, so this bound is against the gaps of steps issued kernel by kernel)
