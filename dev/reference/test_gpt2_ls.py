@@ -13,7 +13,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from checkpoint import fnv1a64, read_model, write_model  # noqa: E402
-from debug_state import read_debug  # noqa: E402
+from debug_state import read_debug, write_debug  # noqa: E402
 from gpt2_ls import (Config, adamw_step, attention, attention_mask, flatten, forward, gelu, init_params,  # noqa: E402
                      num_params, param_shapes, split_flat, BIAS_PARAMS, WEIGHT_DECAY_PARAMS)
 import make_fixtures  # noqa: E402
@@ -250,16 +250,59 @@ def test_checkpoint_round_trip_and_damage():
 
 
 def test_fixtures_are_up_to_date():
-    """The committed fixtures are exactly what make_fixtures.py produces now."""
+    """The committed fixtures are what make_fixtures.py produces now: byte for byte but for the float64
+    noise of mathematically zero gradients (make_fixtures.fixture_differences)."""
     fixture_dir = os.path.join(make_fixtures.REPO, "test", "fixtures")
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as d:
         for fx in make_fixtures.fixture_list():
             for path in make_fixtures.make_one(fx, d):
                 committed = os.path.join(fixture_dir, os.path.basename(path))
-                assert open(path, "rb").read() == open(committed, "rb").read(), committed
+                assert make_fixtures.fixture_differences(path, committed) == [], committed
             dbg = read_debug(os.path.join(d, fx["name"] + "_debug.bin"))
             assert dbg.grads.size == num_params(fx["cfg"]) and dbg.step_loss[0] == np.float32(dbg.loss)
+
+
+def test_fixture_differences_forgive_only_zero_noise():
+    """fixture_differences: a debug file equal but for a mathematically zero gradient's float64 noise
+    or one fp32 step agrees; two steps on a gradient that is not zero, noise against a value, an int
+    or a missing file do not; a model file must match byte for byte."""
+    fixture_dir = os.path.join(make_fixtures.REPO, "test", "fixtures")
+    committed = os.path.join(fixture_dir, "ls_debug.bin")
+    base = read_debug(committed)
+    scale = float(np.max(np.abs(base.grads)))
+    noise = make_fixtures.ZERO_NOISE * scale
+    # the key bias's gradient: zero but for float64 noise, ~1e-18 (chosen without ZERO_NOISE)
+    small = np.flatnonzero((base.grads != 0) & (np.abs(base.grads) < 1e-15 * scale))
+    big = int(np.argmax(np.abs(base.grads)))
+    assert small.size > 0
+    rng = np.random.default_rng()
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "ls_debug.bin")
+
+        def differences(change):
+            s = read_debug(committed)
+            change(s)
+            write_debug(path, s)
+            return make_fixtures.fixture_differences(path, committed)
+
+        assert differences(lambda s: None) == []
+        i = int(rng.choice(small))
+        assert differences(lambda s: s.grads.__setitem__(i, np.float32(-s.grads[i] / 2))) == []
+        up = np.nextafter(base.grads[big], np.float32(np.inf), dtype=np.float32)
+        assert differences(lambda s: s.grads.__setitem__(big, up)) == []
+        two = np.nextafter(up, np.float32(np.inf), dtype=np.float32)
+        assert "grads differs at 1 entries" in differences(lambda s: s.grads.__setitem__(big, two))[0]
+        j = int(rng.choice(np.flatnonzero(np.abs(base.grads) > scale * 1e-3)))
+        assert differences(lambda s: s.grads.__setitem__(j, np.float32(noise / 2)))
+        assert "targets differs" in differences(lambda s: s.targets.__setitem__((0, 0), s.targets[0, 0] ^ 1))[0]
+        assert differences(lambda s: setattr(s, "loss", np.float32(s.loss) * np.float32(1 + 2 ** -20)))
+        model = os.path.join(d, "ls_model.bin")
+        raw = bytearray(open(os.path.join(fixture_dir, "ls_model.bin"), "rb").read())
+        raw[-1] ^= 1
+        open(model, "wb").write(raw)
+        assert make_fixtures.fixture_differences(model, os.path.join(fixture_dir, "ls_model.bin"))
+        assert "missing" in make_fixtures.fixture_differences(path, os.path.join(d, "none_debug.bin"))[0]
 
 
 if __name__ == "__main__":
