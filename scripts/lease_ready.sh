@@ -66,7 +66,7 @@ window=$(sed -n 's/^EXP_COMMIT=<sha> \(scripts\/exp_pg19.sh .*\)$/\1/p' "$campai
 carry() { local list; list=$(printf '"%s", ' "$@"); echo "[${list%, }]"; }
 mark=""
 [[ $missing == 0 ]] || mark="NOT READY (above): "
-echo "${mark}call 1 (the speed lease): run(command=\"GPU_CHECK_COMMIT=$sha GPU_CHECK_PREBUILT=$lease_tar scripts/gpu_lease.sh 340 build,test train profile labs\", carry=$(carry "${call1[@]}"), timeout_s=360)"
+echo "${mark}call 1 (the speed lease): run(command=\"GPU_CHECK_COMMIT=$sha GPU_CHECK_PREBUILT=$lease_tar scripts/gpu_lease.sh 340 build,test train profile e2e-d12\", carry=$(carry "${call1[@]}"), timeout_s=360)"
 echo "${mark}call 2 (at once, while warm, if call 1's lease.budget_left_s >= ~480; S = budget_left_s - 60): run(command=\"EXP_COMMIT=$sha ${window//\"/\\\"}\", carry=$(carry "${call2[@]}"), timeout_s=S + 40)"
 # the prediction to compare with: the newest committed one (roofline.py --predict, docs/results/predictions)
 prediction=$(for f in docs/results/predictions/HEAD-*-modeled.json; do

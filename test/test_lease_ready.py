@@ -64,7 +64,7 @@ def test_a_ready_tree_gets_the_two_calls_of_its_commit(tmp_path):
     sha = git(tree, "rev-parse", "--short=7", "HEAD")
     calls = p.stdout.splitlines()
     assert calls[0] == (f"call 1 (the speed lease): run(command=\"GPU_CHECK_COMMIT={sha} GPU_CHECK_PREBUILT="
-                        "prebuilt/bf16-sm90-lease.tar.gz scripts/gpu_lease.sh 340 build,test train profile labs\", "
+                        "prebuilt/bf16-sm90-lease.tar.gz scripts/gpu_lease.sh 340 build,test train profile e2e-d12\", "
                         "carry=[\".deps\", \"prebuilt/bf16-sm90-lease.tar.gz\"], timeout_s=360)"), p.stdout
     # the window's command is the campaign file's, with this commit
     window = next(ln for ln in (tree / "docs" / "results" / "experiments" / "paper_campaign.md").read_text()
