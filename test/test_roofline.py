@@ -987,30 +987,47 @@ def test_attn_profile_us_sums_each_kernels_instances():
     assert roofline.attn_profile_us(prof) == {"attn_fwd_fa2_kernel": 12.5, "attn_bwd_kv_fa2_kernel": 7.0}
 
 
-def test_lm_head_designs_are_bounded_by_their_products_and_the_classifier():
-    """roofline.lm_head_designs: HEAD's side is the prediction's own rows (the three LM-head cuBLASLt
-    calls and the classifier); a design is never faster than its product passes at the modeled rate; the
-    serial figure is never below the overlapped one; the design without recompute saves at most the
-    classifier's pass (its GEMMs are assumed as fast as cuBLASLt's); each design is a speed-steps row."""
+def test_lm_head_designs_are_bounded_by_their_products_and_the_classifier(monkeypatch):
+    """roofline.lm_head_designs: HEAD's side is what predict_case charges (its GEMM row holds the three
+    LM-head calls' FLOPs beside the layers'; the classifier row); a design is never faster than its
+    product passes at the tensor peak; the serial figure is never below the overlapped one; each design
+    is a speed-steps row. The per-logit work is one bound or the other, not both: the SFU made free
+    leaves every design unchanged where the instructions are the longer; with that work free too,
+    design 3 saves exactly the classifier less its merge launch and the statistics' writes."""
     cal = roofline.fit_calibration()
     for case in ("paper-b16", "ls-small-b8", "d12-b16"):
         m = roofline.CASES[case]
-        N, C, Vp = m["B"] * m["T"], m["C"], roofline.padded_vocab(m["V"])
-        fwd = roofline.gemm_us(N, Vp, C, cal)
-        three = fwd + roofline.gemm_us(N, C, Vp, cal) + roofline.gemm_us(Vp, C, N, cal, out_bytes=roofline.F32,
-                                                                           accumulate=True)
-        cls = {r["kernel"]: r for r in roofline.predict_case(case, cal)}["llmc::cuda::detail::classifier_kernel"]
-        assert cls["calls_per_step"] == 1
+        N, C, Vp, L = m["B"] * m["T"], m["C"], roofline.padded_vocab(m["V"]), m["L"]
+        rows = {r["kernel"]: r for r in roofline.predict_case(case, cal)}
+        gemm_row, cls = rows[roofline.EMULATED_GEMM_ROW], rows["llmc::cuda::detail::classifier_kernel"]
+        assert gemm_row["flops_per_step"] == pytest.approx(3 * 2 * N * Vp * C + 3 * 2 * N * 12 * C * C * L)
+        gemm = [roofline.gemm_us(M, Nn, K, cal, **kw) for M, Nn, K, kw in roofline.lm_head_gemm_shapes(N, C, Vp)]
+        assert [s[:3] for s in roofline.lm_head_gemm_shapes(N, C, Vp)] == [(N, Vp, C), (N, C, Vp), (Vp, C, N)]
         designs = roofline.lm_head_designs(cal, case)
         assert len(designs) == 3
-        (n1, h1, s1, o1, _), (n2, h2, s2, o2, _), (n3, h3, s3, o3, _) = designs
-        assert h1 == pytest.approx(fwd + cls["us_per_step"]) and h2 == h3 == pytest.approx(three + cls["us_per_step"])
+        (_, h1, _, o1, _), (_, h2, _, o2, _), (_, h3, _, o3, _) = designs
+        assert cls["calls_per_step"] == 1
+        assert h1 == pytest.approx(gemm[0] + cls["us_per_step"]) and h2 == h3 == pytest.approx(sum(gemm) +
+                                                                                               cls["us_per_step"])
         flops = 2 * N * Vp * C
-        for passes, overlapped in ((2, o1), (5, o2)):
-            assert overlapped > passes * flops / roofline.H200_PEAK * 1e6  # never above the tensor peak
+        for passes, overlapped in ((2, o1), (4, o2)):
             assert overlapped >= passes * flops / (roofline.H200_PEAK * 0.5) * 1e6
         assert all(s >= o for _, _, s, o, _ in designs)
-        assert h3 - o3 < cls["us_per_step"]
         _, steps = roofline.speed_steps(cal, case)
         for name, *_ in designs:
             assert sum(s[0] == f"LM head: {name}" for s in steps) == 1
+    # the SFU free: unchanged at paper-b16, where the classifier's instructions bound its work
+    base = roofline.lm_head_designs(cal, "paper-b16")
+    monkeypatch.setattr(roofline, "SFU_RATE", 1e30)
+    assert [d[1:4] for d in roofline.lm_head_designs(cal, "paper-b16")] == [pytest.approx(d[1:4]) for d in base]
+    # the per-logit work free too: design 3 saves the classifier less its merge and statistics
+    monkeypatch.setattr(roofline, "LM_LSE_INSTR", 0)
+    monkeypatch.setattr(roofline, "LM_DLOGITS_INSTR", 0)
+    m = roofline.CASES["paper-b16"]
+    N, Vp = m["B"] * m["T"], roofline.padded_vocab(m["V"])
+    stats = N * -(-Vp // 128) * 2 * 4
+    eff = roofline.H200_BANDWIDTH * cal["eff_elementwise"] / 1e6
+    _, h3, s3, o3, _ = roofline.lm_head_designs(cal, "paper-b16")[2]
+    cls = roofline.classifier_rowregs_us(N, Vp, cal)
+    assert h3 - o3 == pytest.approx(h3 - s3) == pytest.approx(
+        cls - cal["kernel_fixed_us"] - (stats + 16 * N) / eff - stats / eff)

@@ -1917,10 +1917,11 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     # layer, each with its bias in the epilogue (a model with biases); the LM head
     for IC, OC, epi in ((C, 3 * C, False), (C, C, False), (C, 4 * C, tanh), (4 * C, C, False)):
         add_gemms([(N, OC, IC, dict(gelu_epilogue=epi, bias=bias))], L)
-    add_gemms([(N, Vp, C, {})])
+    lm_fwd, lm_dx, lm_dw = lm_head_gemm_shapes(N, C, Vp)
+    add_gemms([lm_fwd])
     # backward: dinp and dW (fp32, added into) of the LM head, then of fcproj, fc, attproj, qkv per layer
     dw_kw = dict(out_bytes=F32, accumulate=True)
-    add_gemms([(N, C, Vp, {}), (Vp, C, N, dw_kw)])
+    add_gemms([lm_dx, lm_dw])
     for IC, OC in ((4 * C, C), (C, 4 * C), (C, C), (C, 3 * C)):
         add_gemms([(N, IC, OC, {}), (OC, IC, N, dw_kw)], L)
     rows[gemm]["note"] = "every cuBLASLt call (on a GPU cuBLASLt's own kernels, folded into one row by --compare)"
@@ -2488,69 +2489,83 @@ def attn_attribution(cal, measured, noise=ATTN_NOISE):
 
 # The LM head and the classifier (issue 52): three designs that keep the (N, Vp) logits from making
 # their round trips to memory (the forward GEMM writes them, the classifier reads them and writes the
-# dlogits, the dX and dW GEMMs read those). Each is priced against HEAD's four launches (gemm_us of
-# the three cuBLASLt calls, classifier_rowregs_us), with a product pass (2 N Vp C FLOPs) at the
-# model's cuBLASLt rate for the forward's shape (its wave and k-step terms) or at half the tensor
-# peak (mma.sync, as the small-K candidate: ASSUMED), whichever is longer; one ex2 a logit a pass at
-# SFU_RATE; the classifier's per-logit instructions (CLASSIFIER_INSTR_PER_COLUMN; a recomputed
-# dlogits ~LM_DLOGITS_INSTR) at attn_bwd_issue_eff_hd32 (ASSUMED, as for HEAD's classifier).
-# "overlapped": the products, the ex2 and the instructions hide one another (the longest counts);
-# "serial": they add. None of these is built. A pass-1 logit costs the classifier's instructions less
-# a dlogits element's (LM_DLOGITS_INSTR).
+# dlogits, the dX and dW GEMMs read those). Each is priced against what HEAD runs for the same work
+# (gemm_us of its cuBLASLt calls, lm_head_gemm_shapes; classifier_rowregs_us, itself ASSUMED: never
+# measured). A design's own product pass (2 N Vp C FLOPs, a kernel of ours: mma.sync) runs at half
+# the tensor peak (ASSUMED, as the small-K candidate's) but no faster than the model's cuBLASLt terms
+# for the forward's shape. Its per-logit work is the classifier's: CLASSIFIER_INSTR_PER_COLUMN SASS
+# instructions (the lse pass's, LM_LSE_INSTR, and the dlogits', LM_DLOGITS_INSTR, of which one is
+# the MUFU ex2) at attn_bwd_issue_eff_hd32 (ASSUMED, as for HEAD's classifier), or the ex2s at
+# SFU_RATE where that is longer (the same work's other bound). Two figures each: "serial", the
+# products and that work one after the other (a lower bound on the gain), and "overlapped", the
+# longest of them and the traffic (an upper bound). None of these is built.
 LM_DLOGITS_INSTR = 7  # a dlogits element recomputed from its logit and the row's lse: pass 2 of the classifier
+LM_LSE_INSTR = CLASSIFIER_INSTR_PER_COLUMN - LM_DLOGITS_INSTR  # pass 1: the online max and sum of exponentials
+
+
+def lm_head_gemm_shapes(N, C, Vp):
+    """HEAD's LM-head cuBLASLt calls, (M, N, K, gemm_us keywords): the forward's logits, the backward's dX
+    and dW (fp32, added into); predict_case charges these."""
+    return [(N, Vp, C, {}), (N, C, Vp, {}), (Vp, C, N, dict(out_bytes=F32, accumulate=True))]
 
 
 def lm_head_designs(cal, case="paper-b16"):
-    """The LM-head designs at one case: a list of (name, HEAD's µs, design's µs serial, design's µs
-    overlapped, assumption), all modeled (the module comment above)."""
+    """The LM-head designs at one case: a list of (name, HEAD's µs for the launches it replaces, the
+    design's µs serial, its µs overlapped, assumption), all modeled (the module comment above)."""
     m = CASES[case]
     N, C, Vp = m["B"] * m["T"], m["C"], padded_vocab(m["V"])
-    fwd, dx, dw = gemm_us(N, Vp, C, cal), gemm_us(N, C, Vp, cal), gemm_us(Vp, C, N, cal, out_bytes=F32, accumulate=True)
+    fwd, dx, dw = (gemm_us(M, Nn, K, cal, **kw) for M, Nn, K, kw in lm_head_gemm_shapes(N, C, Vp))
     cls = classifier_rowregs_us(N, Vp, cal)
     w, s = gemm_waves_ksteps(N, Vp, C)
     product = max(cal["gemm_wave_us"] * w + cal["gemm_kstep_us"] * s, 2 * N * Vp * C / (H200_PEAK * 0.5) * 1e6)
-    ex2 = N * Vp / SFU_RATE * 1e6
     issue_rate = H200_SMS * 4 * H200_CLOCK_HZ * cal["attn_bwd_issue_eff_hd32"]
 
-    def instr_us(per_logit):
-        return N * Vp * per_logit / 32 / issue_rate * 1e6
+    def work_us(ex2s, instr):
+        """A pass over every logit with instr instructions a logit, ex2s of them MUFU ex2s."""
+        return max(N * Vp * ex2s / SFU_RATE, N * Vp * instr / 32 / issue_rate) * 1e6
 
     def mem(nbytes):
         return nbytes / (H200_BANDWIDTH * cal["eff_elementwise"]) * 1e6
 
-    def cost(passes, ex2s, instr, nbytes, launches):
-        """(serial, overlapped) µs: launches x kernel_fixed_us + the passes' products, ex2 and
-        instructions added, or the longest of them and the traffic."""
-        parts = (passes * product, ex2s * ex2, instr_us(instr))
+    def cost(passes, work, nbytes, launches):
+        """(serial, overlapped) µs of a kernel of ours: launches x kernel_fixed_us + its product passes
+        and per-logit work added, or the longest of them and its traffic."""
         fixed = launches * cal["kernel_fixed_us"]
-        return fixed + max(sum(parts), mem(nbytes)), fixed + max(max(parts), mem(nbytes))
+        return fixed + max(passes * product + work, mem(nbytes)), fixed + max(passes * product, work, mem(nbytes))
 
     xw = (N * C + Vp * C) * ACT
     out = []
     # 1. the forward and the classifier in one kernel: pass 1 the logits' lse (online), pass 2 the logits
     # again and the dlogits written (bf16, as the classifier writes them); the logits never stored
-    s1, o1 = cost(2, 2, CLASSIFIER_INSTR_PER_COLUMN, xw + N * Vp * ACT, 1)
+    s1, o1 = cost(2, work_us(2, LM_LSE_INSTR + LM_DLOGITS_INSTR), 2 * xw + N * Vp * ACT, 1)
     out.append(("forward + classifier in one kernel, the logits computed twice and never stored", fwd + cls, s1, o1,
-                "replaces the forward's cuBLASLt call and the classifier; two product passes"))
+                "replaces the forward's cuBLASLt call and the classifier (HEAD's "
+                f"{(fwd + cls) / 1e3:.2f} ms); two product passes of ours at half the tensor peak (ASSUMED)"))
     # 2. the whole LM head as FlashAttention does attention: the lse pass, then dX (row blocks) and dW
-    # (vocabulary blocks) each recomputing the logits: 5 product passes, 3 ex2 a logit
-    s2, o2 = cost(5, 3, CLASSIFIER_INSTR_PER_COLUMN + LM_DLOGITS_INSTR, xw * 2 + N * C * ACT + Vp * C * F32 * 2, 3)
+    # (vocabulary blocks) each recomputing the logits and their dlogits: 5 product passes, 3 ex2 a
+    # logit; 4 passes if one backward pass adds dX with atomics (FA2's dQ), free in the upper bound
+    work2 = work_us(3, LM_LSE_INSTR + 2 * LM_DLOGITS_INSTR)
+    traffic2 = 3 * xw + N * C * ACT + Vp * C * F32 * 2
+    s2, _ = cost(5, work2, traffic2, 3)
+    _, o2 = cost(4, work2, traffic2, 2)
     out.append(("the whole LM head as FlashAttention does attention (lse pass, dX pass, dW pass)",
-                fwd + dx + dw + cls, s2, o2, "replaces the three cuBLASLt calls and the classifier; five product passes"))
+                fwd + dx + dw + cls, s2, o2, "replaces the three cuBLASLt calls and the classifier (HEAD's "
+                f"{(fwd + dx + dw + cls) / 1e3:.2f} ms); five product passes of ours at half the tensor peak "
+                "(ASSUMED; four, dX added with atomics, in the upper bound)"))
     # 3. no recompute: GEMMs of our own as fast as cuBLASLt's (ASSUMED), the forward's epilogue writing the
-    # logits and each (row, tile)'s max and sum of exponentials, a merge launch for the lse and loss
-    # (reads them: Vp / 128 pairs a row), and the dX and dW GEMMs building the dlogits from the logits
-    # as they load them: the classifier's pass gone, its ex2 and instructions moved into three GEMMs
-    tiles = _cdiv(Vp, SMALLK_TILE)
-    merge = cal["kernel_fixed_us"] + mem(N * tiles * 2 * F32 + 16 * N)
-    lse_instr = CLASSIFIER_INSTR_PER_COLUMN - LM_DLOGITS_INSTR
-    extra = [ex2 + instr_us(lse_instr), ex2 + instr_us(LM_DLOGITS_INSTR), ex2 + instr_us(LM_DLOGITS_INSTR)]
-    gemms = [fwd, dx, dw]
+    # logits and each (row, 128-column tile)'s max and sum of exponentials, a merge launch for the lse
+    # and loss (reads them), and the dX and dW GEMMs building the dlogits from the logits as they load
+    # them: the classifier's pass gone, its per-logit work moved into the three GEMMs
+    stats = N * _cdiv(Vp, SMALLK_TILE) * 2 * F32
+    merge = cal["kernel_fixed_us"] + mem(stats + 16 * N)
+    gemms = [fwd + mem(stats), dx, dw]
+    moved = [work_us(1, LM_LSE_INSTR), work_us(1, LM_DLOGITS_INSTR), work_us(1, LM_DLOGITS_INSTR)]
     out.append(("the classifier folded into GEMMs of our own (the forward's epilogue, the dX and dW prologues)",
-                fwd + dx + dw + cls, sum(gemms) + sum(extra) + merge,
-                sum(max(g, e) for g, e in zip(gemms, extra)) + merge,
-                "own GEMMs at cuBLASLt's modeled time (ASSUMED); each one's ex2 and instructions hidden under its "
-                "products (overlapped) or added (serial); a merge launch for the lse"))
+                fwd + dx + dw + cls, sum(gemms) + sum(moved) + merge,
+                sum(max(g, e) for g, e in zip(gemms, moved)) + merge,
+                "own GEMMs at cuBLASLt's modeled time (ASSUMED) against HEAD's "
+                f"{(fwd + dx + dw + cls) / 1e3:.2f} ms; each one's moved per-logit work hidden under its products "
+                "(overlapped) or added (serial); the tile statistics written and merged in one more launch"))
     return out
 
 
@@ -2605,9 +2620,10 @@ def speed_steps(cal, case="paper-b16"):
     # work each design adds hides under its products (an upper bound), the serial figure beside it
     for name, head, serial, overlapped, why in lm_head_designs(cal, case):
         out.append((f"LM head: {name}", head - overlapped,
-                    f"{why}; against HEAD's {head / 1e3:.2f} ms of those launches: {(head - serial) / 1e3:.2f} ms if "
-                    f"the products, the ex2 (SFU_RATE) and the instructions (attn_bwd_issue_eff_hd32) add, "
-                    f"{(head - overlapped) / 1e3:.2f} ms if they hide one another (an upper bound; lm_head_designs)"))
+                    f"{why}: {(head - serial) / 1e3:.2f} ms if the products and the per-logit work (the classifier's "
+                    f"instructions at attn_bwd_issue_eff_hd32, or its ex2 at SFU_RATE) add, "
+                    f"{(head - overlapped) / 1e3:.2f} ms if they hide one another (an upper bound); HEAD's classifier "
+                    f"at its modeled rate (ASSUMED, never measured; lm_head_designs)"))
     # 5. programmatic dependent launch: the launch gaps (the step graph, the trainer's default since
     # --cuda-graph auto, measured 0.07 ms of them at ls-small-b8 on the GPU at c276bf2; the model has no
     # term for a graph's launches, so this bound is against the gaps of steps issued kernel by kernel)
