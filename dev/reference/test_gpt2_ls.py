@@ -250,8 +250,8 @@ def test_checkpoint_round_trip_and_damage():
 
 
 def test_fixtures_are_up_to_date():
-    """The committed fixtures are what make_fixtures.py produces now: byte for byte but for the float64
-    noise of mathematically zero gradients (make_fixtures.fixture_differences)."""
+    """The committed fixtures are what make_fixtures.py produces now: byte for byte but for float64 noise
+    (mathematically zero gradients, one fp32 step: make_fixtures.fixture_differences)."""
     fixture_dir = os.path.join(make_fixtures.REPO, "test", "fixtures")
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as d:
