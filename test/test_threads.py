@@ -144,6 +144,9 @@ def test_the_largest_thread_count_is_taken():
         p = subprocess.run([str(BIN), "--help"], cwd=REPO, capture_output=True, text=True, timeout=60,
                            env=clean_env(OMP_NUM_THREADS=count))
         assert p.returncode == 0 and "error" not in p.stderr and "--threads" in p.stdout, p.stderr
+    g = subprocess.run([str(GEN), "--threads", "8192", "--help"], cwd=REPO, capture_output=True, text=True,
+                       timeout=60, env=clean_env())
+    assert g.returncode == 0 and "error" not in g.stderr and "--threads" in g.stdout, g.stderr
 
 
 def test_a_thread_count_given_leaves_omp_num_threads_unread(byte_data):  # noqa: F811
@@ -154,3 +157,23 @@ def test_a_thread_count_given_leaves_omp_num_threads_unread(byte_data):  # noqa:
     p = subprocess.run([str(BIN), "--threads", "0", "--help"], cwd=REPO, capture_output=True, text=True, timeout=60,
                        env=clean_env(OMP_NUM_THREADS="abc"))
     assert p.returncode == 1 and "error: OMP_NUM_THREADS='abc' is not a thread count" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("count", [8193, 30000, 100000, 2147483647])
+def test_a_thread_count_above_any_machine_is_refused(byte_data, count):  # noqa: F811
+    """(a new-user trial) --threads had no upper bound: 100000 crashed libgomp (SIGSEGV) and 30000 hung making
+    threads, in both programs. The flag now has OMP_NUM_THREADS's cap (8192, the most CPUs Linux runs on), with
+    one line and exit 1 before a thread is made."""
+    cmd = [str(BIN), "--device", "cpu"] + data_args(byte_data) + TINY + ["-x", "1", "-v", "0", "-s", "0",
+                                                                          "--threads", str(count)]
+    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60, env=clean_env())
+    assert p.returncode == 1 and p.stdout == "", p.stdout[:300]
+    assert p.stderr.strip().splitlines() == [
+        f"error: --threads must be 0 (automatic) to 8192, the most CPUs a Linux kernel runs on (got {count})"], \
+        p.stderr
+    g = subprocess.run([str(GEN), "--threads", str(count), "--help"], cwd=REPO, capture_output=True, text=True,
+                       timeout=60, env=clean_env())
+    assert g.returncode == 1 and g.stdout == "", g.stdout[:300]
+    assert g.stderr.strip().splitlines() == [
+        f"error: --threads: must be <= 8192 (got {count}); run with --help for the flags"], g.stderr
+

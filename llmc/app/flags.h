@@ -35,6 +35,8 @@
 #include <optional>
 #include <string>
 
+#include "llmc/app/thread_limit.h"
+
 namespace llmc {
 
 enum class FlagRecord { Both, Toml, Machine, Launch, Hidden, Json };
@@ -181,7 +183,8 @@ enum class FlagRecord { Both, Toml, Machine, Launch, Hidden, Json };
             "DIR/attn_L<l>_H<h>.npy, float32 (T, T) (CPU and CUDA backends)") \
     SETTING(Machine, std::string, device, "auto", "--device", true, "", \
             "auto | cpu | cuda") \
-    SETTING(Machine, int, threads, 0, "--threads", v >= 0, "must be >= 0 (0 = automatic)", \
+    SETTING(Machine, int, threads, 0, "--threads", v >= 0 && v <= kMaxThreads, \
+            "must be 0 (automatic) to 8192, the most CPUs a Linux kernel runs on (got {})", \
             "OpenMP threads (0 = OMP_NUM_THREADS, else the CPUs this process may use); idle threads sleep " \
             "(OMP_WAIT_POLICY=PASSIVE) unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set") \
     SETTING(Launch, int, profile_steps, 0, "--profile-steps", v >= 0, "must be >= 0 (0 = off)", \

@@ -10,6 +10,7 @@
 
 #include "llmc/app/argv_mistakes.h"
 #include "llmc/app/cli_checks.h"
+#include "llmc/app/thread_limit.h"
 #include "llmc/core/error.h"
 
 namespace llmc {
@@ -118,7 +119,8 @@ public:
         add_integer("--threads", c.threads,
                     "OpenMP threads (0 = OMP_NUM_THREADS, else the CPUs this process may use; as the trainer's)")
             ->capture_default_str()
-            ->check(at_least(0));
+            ->check(at_least(0))
+            ->check(at_most(kMaxThreads));
         a.add_flag("--bench", c.bench,
                    "latency benchmark instead of text: prefill and per-token decode times with random tokens, "
                    "one JSON object on stdout (docs/generation.md; a text generation flag beside it is refused)");

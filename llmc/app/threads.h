@@ -30,12 +30,12 @@
 
 #include <omp.h>
 
+#include "llmc/app/thread_limit.h"
+
 namespace llmc {
 
-// The most threads OMP_NUM_THREADS may ask for: the most CPUs a Linux kernel runs on (x86-64's NR_CPUS
-// limit). A count above it is no machine's; above INT_MAX libgomp itself misreads it (3000000000 became
-// -1294967296 threads and libgomp ran out of memory; above ULONG_MAX it warns and uses its default).
-constexpr unsigned long kMaxOmpThreads = 8192;
+// The most threads OMP_NUM_THREADS may ask for (llmc/app/thread_limit.h says why).
+constexpr unsigned long kMaxOmpThreads = kMaxThreads;
 
 // The error for OpenMP variables libgomp would ignore or misread (OpenMP 5.2, "Environment Variables";
 // libgomp warns "Invalid value" and keeps its default): OMP_NUM_THREADS not a list of positive integers
