@@ -1031,3 +1031,24 @@ def test_lm_head_designs_are_bounded_by_their_products_and_the_classifier(monkey
     cls = roofline.classifier_rowregs_us(N, Vp, cal)
     assert h3 - o3 == pytest.approx(h3 - s3) == pytest.approx(
         cls - cal["kernel_fixed_us"] - (stats + 16 * N) / eff - stats / eff)
+
+
+def test_the_classifier_fitted_rate_reproduces_its_measurement(cal):
+    """roofline.classifier_fitted_cal: only the per-logit issue rate changes, and HEAD's classifier at
+    paper-b16 then takes the cb93781 profile's measured time (a held-out check: the model's own 360.6 µs is
+    not it); a case that profile did not measure, or a measurement not above the memory term, gives None;
+    the LM-head rows of the speed steps quote the refit figures of lm_head_designs at that rate."""
+    m = roofline.CASES["paper-b16"]
+    N, Vp = m["B"] * m["T"], roofline.padded_vocab(m["V"])
+    measured = roofline.MEASUREMENTS["cb93781 profile paper-b16 classifier_kernel"]
+    assert roofline.classifier_rowregs_us(N, Vp, cal) < measured / 1.1  # the model is off: the refit is needed
+    fitted = roofline.classifier_fitted_cal(cal, "paper-b16")
+    assert {k for k in cal if fitted[k] != cal[k]} == {"attn_bwd_issue_eff_hd32"}
+    assert roofline.classifier_rowregs_us(N, Vp, fitted) == pytest.approx(measured, rel=1e-9)
+    assert roofline.classifier_fitted_cal(cal, "paper-b16-mhsa") is None  # not in the cb93781 profile
+    assert roofline.classifier_fitted_cal(dict(cal, eff_elementwise=1e-3), "paper-b16") is None  # memory-bound
+    _, steps = roofline.speed_steps(cal, "paper-b16")
+    for name, head, serial, overlapped, _ in roofline.lm_head_designs(fitted, "paper-b16"):
+        why = next(s[2] for s in steps if s[0] == f"LM head: {name}")
+        assert (f"{(head - serial) / 1e3:.2f} ms if they add, {(head - overlapped) / 1e3:.2f} ms if they hide "
+                "one another") in why, why

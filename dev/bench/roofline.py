@@ -1150,8 +1150,8 @@ def bias_sum_us(Ntok, OC, cal, gelu_pass, packed=True, rowblocks=False, gelu="ta
     rowblocks (HEAD): each block sums several row chunks (bias_row_blocks), 3 resident blocks an SM:
     its traffic (bias_sum_rowblocks_bytes) at eff_elementwise, or its issue bound
     (BIAS_INSTR_PER_ELEMENT at attn_bwd_issue_eff_hd32), whichever is longer (ASSUMED, as for HEAD's
-    other rewritten streaming kernels: not measured; c276bf2's packed kernel, modeled so before it ran,
-    measured at eff_bias_sum 0.36).
+    other rewritten streaming kernels: not fitted, held out against the cb93781 profile (--calibration's
+    checks); c276bf2's packed kernel, modeled so before it ran, measured at eff_bias_sum 0.36).
     packed (c276bf2): 16-byte column packs, a block a chunk, 4 rows in flight a thread: its traffic
     (bias_sum_bytes) at eff_bias_sum (the c276bf2 profile's rate of the kernel).
     Neither: fa663e0's kernel (one bf16 element per thread and row): the GELU pass at the measured
@@ -1856,6 +1856,11 @@ def kernel_group(name):
     return "other"
 
 
+# The note of a HEAD kernel's rate that no GPU run was fitted to, and that the cb93781 profile checks
+# (calibration_checks: its measured / modeled ratio at each case)
+HELD_OUT = "held out against the cb93781 profile: --calibration"
+
+
 def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_classifier=True,
                  packed_bias_sum=True, packed_adamw=True, ln_bwd_family="layernorm_bwd", packed_dot=True,
                  rowregs_classifier=True, bwd_runs=True, rowblock_bias_sum=True):
@@ -1868,15 +1873,16 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     and the backward's (dlogits) as two launches (as at fa663e0), not HEAD's one in the step;
     packed_bias_sum=False: fa663e0's bias-gradient kernel (bias_sum_us); packed_adamw=False: fa663e0's
     AdamW (one element a thread per iteration) at lab:adamw's measured rate, not HEAD's four elements
-    in 16-byte accesses (assumed at eff_elementwise, not measured); ln_bwd_family="layernorm_bwd_fa663e0":
+    in 16-byte accesses (assumed at eff_elementwise, held out); ln_bwd_family="layernorm_bwd_fa663e0":
     fa663e0's LayerNorm backward (lab:layernorm's rate) instead of HEAD's rewrite (1955330; the c276bf2
     profile's rate); packed_dot=False: c276bf2's D kernel (a warp a row, attn_dot_us) instead of HEAD's
-    16-byte packs (assumed at eff_elementwise, not measured); rowregs_classifier=False: c276bf2's
+    16-byte packs (assumed at eff_elementwise, held out); rowregs_classifier=False: c276bf2's
     classifier kernel (two 16-byte vectors a thread, 512 threads, expf; classifier_us at its lab rates)
     instead of HEAD's row in registers (classifier_rowregs_us); bwd_runs=False: the attention backward
     without runs of outer tiles (every block one outer tile, as up to f81a640); rowblock_bias_sum=False:
     c276bf2's bias-gradient kernel (a block a row chunk, at eff_bias_sum) instead of HEAD's row blocks of
-    several chunks (assumed at eff_elementwise or its issue bound, not measured)."""
+    several chunks (assumed at eff_elementwise or its issue bound, held out). "Held out": not fitted,
+    checked against the cb93781 profile (calibration_checks)."""
     m = dict(shape or CASES[case])
     L, C, NH, G, P, V, B, T = (m[k] for k in ("L", "C", "NH", "G", "P", "V", "B", "T"))
     bias, tanh, tied = m["bias"], m["gelu"] == "tanh", m["tied"]
@@ -1931,7 +1937,7 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
             rowblocks = packed_bias_sum and rowblock_bias_sum
             add("llmc::cuda::detail::bias_sum_kernel",
                 bias_sum_us(N, OC, cal, gelu, packed_bias_sum, rowblocks, "tanh" if tanh else "erf"), L,
-                "row blocks of several chunks at eff_elementwise or the issue bound (assumed, not measured)"
+                f"row blocks of several chunks at eff_elementwise or the issue bound (assumed; {HELD_OUT})"
                 if rowblocks else "16-byte packs at the c276bf2 profile's rate (eff_bias_sum)"
                 if packed_bias_sum else "",
                 nbytes=bias_sum_rowblocks_bytes(N, OC, gelu) if rowblocks else bias_sum_bytes(N, OC, gelu)
@@ -1975,7 +1981,7 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     add("llmc::cuda::attn_stats_reduce_kernel<3>", cal["kernel_fixed_us"])
     if packed_dot:
         mem("llmc::cuda::attn_bwd_dot_kernel", 2 * N * C * ACT + N * NH * F32, "elementwise", L,
-            "HEAD's 16-byte packed kernel at eff_elementwise (not measured)")
+            f"HEAD's 16-byte packed kernel at eff_elementwise (assumed; {HELD_OUT})")
     else:
         add("llmc::cuda::attn_bwd_dot_kernel", attn_dot_us(B, T, NH, cal), L, "c276bf2's warp a row",
             nbytes=2 * N * C * ACT + N * NH * F32)
@@ -1989,7 +1995,7 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
             nbytes=N * Vp * ACT + 16 * N)
     if rowregs_classifier and one_pass_classifier:
         add("llmc::cuda::detail::classifier_kernel", classifier_rowregs_us(N, Vp, cal), 1,
-            "HEAD's row in registers at eff_elementwise or its static issue bound (assumed, not measured)",
+            f"HEAD's row in registers at eff_elementwise or its static issue bound (assumed; {HELD_OUT})",
             nbytes=classifier_rowregs_bytes(N, Vp))
     else:
         add("llmc::cuda::detail::classifier_kernel",
@@ -1999,7 +2005,7 @@ def predict_case(case, cal, shape=None, split=True, host_groups=True, one_pass_c
     mem("llmc::cuda::detail::global_norm_kernel", params * F32, "global_norm", 1,
         "4628997's four-loads loop (restored by 3ed6efb), not fa663e0's")
     mem("llmc::cuda::detail::adamw_all_kernel", params * 30, "elementwise" if packed_adamw else "adamw", 1,
-        "16-byte accesses: assumed at eff_elementwise (not measured)" if packed_adamw else "")
+        f"16-byte accesses: assumed at eff_elementwise ({HELD_OUT})" if packed_adamw else "")
     # the step's memsets and copies (on a GPU only: the emulated profile counts kernels); their fixed
     # cost is kernel_fixed_us, not measured on its own
     add("memset", mem_us(params * F32, "copy", cal) + mem_us(N * C * ACT, "copy", cal) + cal["kernel_fixed_us"], 1)
@@ -2272,6 +2278,8 @@ def built_steps(cal):
         undone = step_us(predict_case(case, cal, **(base or {}), **undo), cal, profile_positions(case))
         return undone - now, undone
 
+    classifier_held_out = classifier_measured_us("paper-b16") / classifier_rowregs_us(
+        CASES["paper-b16"]["B"] * CASES["paper-b16"]["T"], padded_vocab(CASES["paper-b16"]["V"]), cal)
     return [("encoder backward grouping on the host, uploaded with the batch", "paper-b16",
              *gain("paper-b16", host_groups=False),
              "the one-block grouping kernel gone; its upload one copy at PCIE_HTOD (assumed, 50 GB/s); the host's "
@@ -2289,7 +2297,7 @@ def built_steps(cal):
              *gain("d12-b16", rowblock_bias_sum=False),
              "the rewritten kernel at eff_elementwise or its static issue bound (BIAS_INSTR_PER_ELEMENT: the "
              "tanh GELU pass 38 SASS instructions an element, at attn_bwd_issue_eff_hd32), whichever is longer "
-             "(assumed, not measured; c276bf2's packed kernel was modeled at eff_elementwise before its run "
+             f"(assumed; {HELD_OUT}; c276bf2's packed kernel was modeled at eff_elementwise before its run "
              "measured 0.36) against c276bf2's kernel at its measured eff_bias_sum; "
              f"at ls-small-b8 {gain('ls-small-b8', rowblock_bias_sum=False)[0] / 1e3:.2f} ms, none at paper-b16 "
              "(no biases)"),
@@ -2303,7 +2311,8 @@ def built_steps(cal):
             ("classifier: the row in registers (5 vectors a thread), read once, ex2.approx, online softmax per vector",
              "paper-b16", *gain("paper-b16", rowregs_classifier=False),
              "the rewritten kernel at eff_elementwise or its static issue bound (17 SASS instructions a column "
-             "at attn_bwd_issue_eff_hd32), whichever is longer (assumed, not measured) against c276bf2's kernel "
+             f"at attn_bwd_issue_eff_hd32), whichever is longer (assumed; {HELD_OUT}: {classifier_held_out:.2f}x "
+             "this at paper-b16) against c276bf2's kernel "
              "at its lab rates (measured there at 819.8 us in the paper-b16 profile, modeled 684)"),
             ("attention backward: local heads' blocks walk runs of up to 4 outer tiles",
              "paper-b16", *gain("paper-b16", bwd_runs=False),
@@ -2314,7 +2323,7 @@ def built_steps(cal):
              "at paper-b16; runs of 4 at B16, 2 at B8 (llmc/core/attention_split.h)"),
             ("attention backward's D = rowsum(dO O) in 16-byte packs, a head's lanes reduced by shuffles",
              "paper-b16", *gain("paper-b16", packed_dot=False),
-             "the packed kernel at eff_elementwise (assumed, not measured) against c276bf2's warp a row, "
+             f"the packed kernel at eff_elementwise (assumed; {HELD_OUT}) against c276bf2's warp a row, "
              "measured there at 25.3 / 49.4 us a call (B 8 / 16) and modeled by attn_dot_wave_us")]
 
 
@@ -2490,8 +2499,8 @@ def attn_attribution(cal, measured, noise=ATTN_NOISE):
 # The LM head and the classifier (issue 52): three designs that keep the (N, Vp) logits from making
 # their round trips to memory (the forward GEMM writes them, the classifier reads them and writes the
 # dlogits, the dX and dW GEMMs read those). Each is priced against what HEAD runs for the same work
-# (gemm_us of its cuBLASLt calls, lm_head_gemm_shapes; classifier_rowregs_us, itself ASSUMED: never
-# measured). A design's own product pass (2 N Vp C FLOPs, a kernel of ours: mma.sync) runs at half
+# (gemm_us of its cuBLASLt calls, lm_head_gemm_shapes; classifier_rowregs_us, its rate ASSUMED and held
+# out: the cb93781 profile measured it 1.19x longer at paper-b16, classifier_fitted_cal). A design's own product pass (2 N Vp C FLOPs, a kernel of ours: mma.sync) runs at half
 # the tensor peak (ASSUMED, as the small-K candidate's) but no faster than the model's cuBLASLt terms
 # for the forward's shape. Its per-logit work is the classifier's: CLASSIFIER_INSTR_PER_COLUMN SASS
 # instructions (the lse pass's, LM_LSE_INSTR, and the dlogits', LM_DLOGITS_INSTR, of which one is
@@ -2507,6 +2516,31 @@ def lm_head_gemm_shapes(N, C, Vp):
     """HEAD's LM-head cuBLASLt calls, (M, N, K, gemm_us keywords): the forward's logits, the backward's dX
     and dW (fp32, added into); predict_case charges these."""
     return [(N, Vp, C, {}), (N, C, Vp, {}), (Vp, C, N, dict(out_bytes=F32, accumulate=True))]
+
+
+def classifier_measured_us(case):
+    """HEAD's classifier (the row in registers) at a case as the cb93781 profile measured it (µs a
+    step), None where that profile has no such case."""
+    return MEASUREMENTS.get(f"cb93781 profile {case} classifier_kernel")
+
+
+def classifier_fitted_cal(cal, case):
+    """cal with attn_bwd_issue_eff_hd32 set so that classifier_rowregs_us at the case is the cb93781
+    profile's measurement (its issue term, the longer one, taking the difference), or None where the
+    case was not measured or the measurement is not above the classifier's memory term. Prices the LM
+    head designs' per-logit work at the rate HEAD's classifier ran that work at (speed_steps)."""
+    measured = classifier_measured_us(case)
+    if measured is None:
+        return None
+    m = CASES[case]
+    N, Vp = m["B"] * m["T"], padded_vocab(m["V"])
+    mem = classifier_rowregs_bytes(N, Vp) / (H200_BANDWIDTH * cal["eff_elementwise"]) * 1e6
+    issue = N * Vp * CLASSIFIER_INSTR_PER_COLUMN / 32 / (
+        H200_SMS * 4 * H200_CLOCK_HZ * cal["attn_bwd_issue_eff_hd32"]) * 1e6
+    target = measured - cal["kernel_fixed_us"]
+    if target <= mem:
+        return None
+    return dict(cal, attn_bwd_issue_eff_hd32=cal["attn_bwd_issue_eff_hd32"] * issue / target)
 
 
 def lm_head_designs(cal, case="paper-b16"):
@@ -2618,12 +2652,21 @@ def speed_steps(cal, case="paper-b16"):
                 "the forward's set-up / 4 on every block (local and global); the backward's runs are built"))
     # 4. the LM head and the classifier without the logits' round trips (lm_head_designs): the gain if the
     # work each design adds hides under its products (an upper bound), the serial figure beside it
-    for name, head, serial, overlapped, why in lm_head_designs(cal, case):
+    # (each also priced with the per-logit rate fitted to HEAD's measured classifier: classifier_fitted_cal)
+    fitted = classifier_fitted_cal(cal, case)
+    refit = lm_head_designs(fitted, case) if fitted else [None] * len(lm_head_designs(cal, case))
+    cls = classifier_rowregs_us(N, Vp, cal)
+    for (name, head, serial, overlapped, why), again in zip(lm_head_designs(cal, case), refit):
+        measured = "" if again is None else (
+            f"; the cb93781 profile measured HEAD's classifier at {classifier_measured_us(case) / 1e3:.2f} ms "
+            f"(held out), and with the per-logit rate fitted to it (the designs' work at that rate too) "
+            f"{(again[1] - again[2]) / 1e3:.2f} ms if they add, {(again[1] - again[3]) / 1e3:.2f} ms if they hide "
+            f"one another")
         out.append((f"LM head: {name}", head - overlapped,
                     f"{why}: {(head - serial) / 1e3:.2f} ms if the products and the per-logit work (the classifier's "
                     f"instructions at attn_bwd_issue_eff_hd32, or its ex2 at SFU_RATE) add, "
                     f"{(head - overlapped) / 1e3:.2f} ms if they hide one another (an upper bound); HEAD's classifier "
-                    f"at its modeled rate (ASSUMED, never measured; lm_head_designs)"))
+                    f"at its modeled rate ({cls / 1e3:.2f} ms, ASSUMED; lm_head_designs){measured}"))
     # 5. programmatic dependent launch: the launch gaps (the step graph, the trainer's default since
     # --cuda-graph auto, measured 0.07 ms of them at ls-small-b8 on the GPU at c276bf2; the model has no
     # term for a graph's launches, so this bound is against the gaps of steps issued kernel by kernel)
