@@ -265,8 +265,10 @@ def test_fixtures_are_up_to_date():
 
 def test_fixture_differences_forgive_only_zero_noise():
     """fixture_differences: a debug file equal but for a mathematically zero gradient's float64 noise
-    or one fp32 step agrees; two steps on a gradient that is not zero, noise against a value, an int
-    or a missing file do not; a model file must match byte for byte."""
+    or one fp32 step (a gradient or a result scalar such as the loss) agrees; two steps on a gradient
+    that is not zero or on the loss, more than MAX_ONE_STEP entries one step apart, noise against a
+    value, a hyperparameter of the header one step apart, an int or a missing file do not; a model file
+    must match byte for byte."""
     fixture_dir = os.path.join(make_fixtures.REPO, "test", "fixtures")
     committed = os.path.join(fixture_dir, "ls_debug.bin")
     base = read_debug(committed)
@@ -276,7 +278,7 @@ def test_fixture_differences_forgive_only_zero_noise():
     small = np.flatnonzero((base.grads != 0) & (np.abs(base.grads) < 1e-15 * scale))
     big = int(np.argmax(np.abs(base.grads)))
     assert small.size > 0
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(52)
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "ls_debug.bin")
 
@@ -297,6 +299,23 @@ def test_fixture_differences_forgive_only_zero_noise():
         assert differences(lambda s: s.grads.__setitem__(j, np.float32(noise / 2)))
         assert "targets differs" in differences(lambda s: s.targets.__setitem__((0, 0), s.targets[0, 0] ^ 1))[0]
         assert differences(lambda s: setattr(s, "loss", np.float32(s.loss) * np.float32(1 + 2 ** -20)))
+        loss_up = np.nextafter(np.float32(base.loss), np.float32(np.inf))
+        assert differences(lambda s: setattr(s, "loss", float(loss_up))) == []
+        loss_two = np.nextafter(loss_up, np.float32(np.inf))
+        assert "loss differs at 1 entries" in differences(lambda s: setattr(s, "loss", float(loss_two)))[0]
+        lr_up = np.nextafter(np.float32(base.lr), np.float32(np.inf))
+        assert "lr differs" in differences(lambda s: setattr(s, "lr", float(lr_up)))[0]
+        cap = make_fixtures.MAX_ONE_STEP
+        many = rng.choice(np.flatnonzero(np.abs(base.grads) > scale * 1e-3), cap + 1, replace=False)
+
+        def steps(count):
+            def change(s):
+                s.grads[many[:count]] = np.nextafter(s.grads[many[:count]], np.float32(np.inf))
+            return change
+        assert differences(steps(cap)) == []
+        forgiven = {}
+        assert make_fixtures.fixture_differences(path, committed, forgiven) == [] and forgiven["one step"] == cap
+        assert f"{cap + 1} results one fp32 step apart, more than the {cap}" in differences(steps(cap + 1))[0]
         model = os.path.join(d, "ls_model.bin")
         raw = bytearray(open(os.path.join(fixture_dir, "ls_model.bin"), "rb").read())
         raw[-1] ^= 1
