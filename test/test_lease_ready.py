@@ -95,6 +95,12 @@ def test_what_is_missing_is_named_and_the_exit_is_1(tmp_path):
     assert any(ln.startswith("not ready: prebuilt/bf16-sm90-lease.tar.gz was built from other sources") for ln in lines)
     assert any("data/shards/pg19_sp holds no packed PG-19 shards: scripts/pack_pg19.sh" in ln for ln in lines)
     assert all(ln.startswith("NOT READY (above): ") for ln in p.stdout.splitlines()[:2]), p.stdout
+    # no usable lease tarball: call 1 builds on the device, with the build's time added and no tarball carried
+    sha = git(tree, "rev-parse", "--short=7", "HEAD")
+    assert p.stdout.splitlines()[0] == (
+        "NOT READY (above): call 1 (the speed lease, without the prebuilt programs: the build on the device): "
+        f"run(command=\"GPU_CHECK_COMMIT={sha} scripts/gpu_lease.sh 420 build,test train profile e2e-d12\", "
+        "carry=[\".deps\"], timeout_s=440)"), p.stdout
 
 
 def test_a_carry_over_64_mib_is_refused(tmp_path):
