@@ -114,3 +114,28 @@ def test_a_carry_over_64_mib_is_refused(tmp_path):
     assert "not ready: call 1" not in p.stderr, p.stderr
     os.remove(tree / "data" / "shards" / "pg19_sp" / "train_000000.bin")
     assert check(tree).returncode == 0
+
+
+def test_call_1_builds_on_the_device_only_without_a_usable_lease_tarball(tmp_path):
+    """A missing lease tarball makes call 1 the build-on-the-device form (420 s, carry .deps only); a stale
+    paper tarball alone leaves call 1 with its prebuilt programs (only call 2 needs that one)."""
+    tree = clone(tmp_path)
+    ready(tree)
+    sha = git(tree, "rev-parse", "--short=7", "HEAD")
+    (tree / "prebuilt" / "bf16-sm90-lease.tar.gz").unlink()
+    p = check(tree)
+    assert p.returncode == 1 and "not ready: prebuilt/bf16-sm90-lease.tar.gz is missing" in p.stderr, p.stderr
+    assert p.stdout.splitlines()[0] == (
+        "NOT READY (above): call 1 (the speed lease, without the prebuilt programs: the build on the device): "
+        f"run(command=\"GPU_CHECK_COMMIT={sha} scripts/gpu_lease.sh 420 build,test train profile e2e-d12\", "
+        "carry=[\".deps\"], timeout_s=440)"), p.stdout
+    digest = subprocess.run(["bash", str(tree / "scripts" / "build_digest.sh"), str(tree)],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    tarball(tree / "prebuilt" / "bf16-sm90-lease.tar.gz", digest)
+    tarball(tree / "prebuilt" / "bf16-sm90-paper.tar.gz", "0123456789abcdef")  # of other sources
+    p = check(tree)
+    assert p.returncode == 1, p.stderr
+    assert p.stdout.splitlines()[0] == (
+        f"NOT READY (above): call 1 (the speed lease): run(command=\"GPU_CHECK_COMMIT={sha} GPU_CHECK_PREBUILT="
+        "prebuilt/bf16-sm90-lease.tar.gz scripts/gpu_lease.sh 340 build,test train profile e2e-d12\", "
+        "carry=[\".deps\", \"prebuilt/bf16-sm90-lease.tar.gz\"], timeout_s=360)"), p.stdout

@@ -1052,3 +1052,24 @@ def test_the_classifier_fitted_rate_reproduces_its_measurement(cal):
         why = next(s[2] for s in steps if s[0] == f"LM head: {name}")
         assert (f"{(head - serial) / 1e3:.2f} ms if they add, {(head - overlapped) / 1e3:.2f} ms if they hide "
                 "one another") in why, why
+
+
+def test_two_x_headroom_sums_the_speed_steps_it_names(cal):
+    """roofline.two_x_headroom: its items are the speed-steps rows at their upper bounds (PDL less the graph's
+    measured saving, the per-call row less the whole-K row's 12 calls, the LM head's no-recompute design alone,
+    the whole-K row's overlapped figure), summed once; with the fitted classifier rate only the LM head's item
+    moves; docs/cuda_kernels.md's paragraph quotes the totals."""
+    items, total, refit = roofline.two_x_headroom(cal)
+    _, steps = roofline.speed_steps(cal)
+    gain = {n: g for n, g, _ in steps}
+    assert total == pytest.approx(sum(us for _, us in items))
+    assert items[0][1] == pytest.approx(gain["programmatic dependent launch (the launch gaps)"] - 170.0)
+    assert items[1][1] == pytest.approx(gain["C = 192 GEMM path: a small-C GEMM without cuBLASLt's per-call cost "
+                                             "(upper bound)"] - 12 * cal["gemm_fixed_us"] / 2)
+    lm = [g for n, g in gain.items() if n.startswith("LM head: ")]
+    assert items[2][1] == pytest.approx(max(lm))  # the largest LM-head design, and no other added
+    fitted = roofline.classifier_fitted_cal(cal, "paper-b16")
+    d3 = next(d for d in roofline.lm_head_designs(fitted, "paper-b16") if "folded into GEMMs" in d[0])
+    assert refit == pytest.approx(total - items[2][1] + d3[1] - d3[3])
+    doc = (REPO / "docs" / "cuda_kernels.md").read_text()
+    assert f"{total / 1e3:.2f} ms\n({total / 1e3:.3f} unrounded; {refit / 1e3:.2f} with the LM head" in doc

@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from checkpoint import bf16_bits_to_fp32, fp32_to_bf16_bits, write_model  # noqa: E402
-from debug_state import DebugState, read_debug, write_debug  # noqa: E402
+from debug_state import HEADER_INTS, DebugState, read_debug, write_debug  # noqa: E402
 from gpt2_ls import (Config, adamw_step, flatten, forward, global_grad_norm, init_params,  # noqa: E402
                      new_attn_stats, pad_vocab, param_shapes)
 
@@ -233,7 +233,10 @@ def fixture_differences(fresh, committed, forgiven=None):
     if not fresh.endswith("_debug.bin"):
         return [f"{committed}: bytes differ"]
     da, db = read_debug(fresh), read_debug(committed)
+    assert set(DEBUG_RESULTS) <= set(DebugState.__dataclass_fields__), "DEBUG_RESULTS names a field DebugState lacks"
     out, one_step, zero_noise = [], 0, 0
+    if a[:HEADER_INTS * 4] != b[:HEADER_INTS * 4]:  # every header word, the reserved ones too
+        out.append(f"{committed}: the header differs")
     for name in DebugState.__dataclass_fields__:
         result = name in DEBUG_RESULTS
         x = np.asarray(getattr(da, name), dtype=np.float32 if result else None)

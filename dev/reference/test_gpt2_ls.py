@@ -304,7 +304,11 @@ def test_fixture_differences_forgive_only_zero_noise():
         loss_two = np.nextafter(loss_up, np.float32(np.inf))
         assert "loss differs at 1 entries" in differences(lambda s: setattr(s, "loss", float(loss_two)))[0]
         lr_up = np.nextafter(np.float32(base.lr), np.float32(np.inf))
-        assert "lr differs" in differences(lambda s: setattr(s, "lr", float(lr_up)))[0]
+        assert "lr differs" in "; ".join(differences(lambda s: setattr(s, "lr", float(lr_up))))
+        reserved = bytearray(open(committed, "rb").read())
+        reserved[100 * 4] ^= 1  # a reserved header word, which no field reads
+        open(path, "wb").write(reserved)
+        assert make_fixtures.fixture_differences(path, committed) == [f"{committed}: the header differs"]
         cap = make_fixtures.MAX_ONE_STEP
         many = rng.choice(np.flatnonzero(np.abs(base.grads) > scale * 1e-3), cap + 1, replace=False)
 
