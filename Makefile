@@ -112,16 +112,21 @@ USE_HOST_STAMPS := $(foreach p,$(USE_PROGRAMS),$(if $(findstring $(HOST_BUILD_MA
 # the line's words: make train trains with the build, make generate_gpt2_ls builds it
 USE_SAID = make $(USE_GOALS): $(1): $(if $(filter train,$(USE_GOALS)),training with the host build of \
   $(subst $(space), and ,$(USE_PROGRAMS)) (CPU only),the host build of $(USE_PROGRAMS) (CPU only)$(comma) as make train's)
+# A line of these notices goes to stderr (stdout carries what the goal produces: make train's run):
+# $(SAY) prints SAID, expanded where it is used.
+SAY = $(shell printf '%s\n' '$(subst ','\'',$(SAID))' >&2)
 ifeq ($(origin HOST_BUILD)$(filter-out train generate_gpt2_ls data-tinyshakespeare,$(MAKECMDGOALS)),undefined)
 ifneq ($(NVCC_FOUND),)
 ifneq ($(USE_GOALS),)
 ifeq ($(shell $(NVIDIA_SMI) -L 2>/dev/null | grep -c '^GPU'),0)
 HOST_BUILD := 1
-$(info $(call USE_SAID,no GPU on this machine (nvidia-smi lists none)); `make $(USE_GOALS) HOST_BUILD=0` builds it with nvcc)
+SAID = $(call USE_SAID,no GPU on this machine (nvidia-smi lists none)); `make $(USE_GOALS) HOST_BUILD=0` builds it with nvcc
+$(SAY)
 else ifeq ($(words $(USE_HOST_STAMPS)),$(words $(USE_PROGRAMS)))
 HOST_BUILD := 1
-$(info make $(USE_GOALS): $(subst $(space), and ,$(USE_PROGRAMS)) is the host build of `make cpu` (CPU only): \
-  $(if $(filter train,$(USE_GOALS)),training with it,keeping it); `make $(USE_GOALS) HOST_BUILD=0` rebuilds it with nvcc)
+SAID = make $(USE_GOALS): $(subst $(space), and ,$(USE_PROGRAMS)) is the host build of `make cpu` (CPU only): \
+  $(if $(filter train,$(USE_GOALS)),training with it,keeping it); `make $(USE_GOALS) HOST_BUILD=0` rebuilds it with nvcc
+$(SAY)
 endif
 endif
 endif
@@ -129,7 +134,8 @@ endif
 HOST_BUILD ?= $(if $(NVCC_FOUND),0,1)
 ifeq ($(NVCC_FOUND),)
 ifndef LLMC_NO_NVCC_SAID
-$(info make: no nvcc ('$(NVCC)' is not on PATH): building train_gpt2_ls and generate_gpt2_ls with $(CXX) for the CPU; the GPU targets and the emulated GPU tests need the CUDA toolkit)
+SAID = make: no nvcc ('$(NVCC)' is not on PATH): building train_gpt2_ls and generate_gpt2_ls with $(CXX) for the CPU; the GPU targets and the emulated GPU tests need the CUDA toolkit
+$(SAY)
 export LLMC_NO_NVCC_SAID := 1
 endif
 endif

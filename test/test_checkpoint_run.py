@@ -35,8 +35,8 @@ def test_checkpoint_records_the_trained_sequence_length(trained_run):
 def test_eval_only_takes_val_data_seq_len_and_batch_from_the_run(trained_run, byte_data):  # noqa: F811
     out, ckpt = trained_run
     implicit = run(["--eval-only", "-e", ckpt, "--threads", 1])
-    lines = [ln for ln in implicit.stderr.splitlines() if ln.startswith("--eval-only:")]
-    assert lines == [f"--eval-only: -j '{byte_data}/val_*.bin', -t {T_TRAINED}, -b 4 from {out}/config.json "
+    lines = [ln for ln in implicit.stderr.splitlines() if "--eval-only:" in ln]
+    assert lines == [f"note: --eval-only: -j '{byte_data}/val_*.bin', -t {T_TRAINED}, -b 4 from {out}/config.json "
                      "(flags given win)"], implicit.stderr
     explicit = run(["--eval-only", "-e", ckpt, "-j", f"{byte_data}/val_*.bin", "-t", T_TRAINED, "-b", 4,
                     "--threads", 1])
@@ -74,7 +74,7 @@ def test_eval_only_flags_given_win(trained_run):
     out, ckpt = trained_run
     p = run(["--eval-only", "-e", ckpt, "-t", 16, "--batch-size=2", "--threads", 1])
     assert "B 2 x T 16" in p.stdout
-    taken = [ln for ln in p.stderr.splitlines() if ln.startswith("--eval-only:")]
+    taken = [ln for ln in p.stderr.splitlines() if ln.startswith("note: --eval-only:")]
     assert len(taken) == 1 and "-t" not in taken[0] and "-b" not in taken[0] and "-j '" in taken[0]
 
 
@@ -138,11 +138,12 @@ def test_eval_only_of_data_with_a_smaller_vocabulary(trained_run, tmp_path):
 def test_eval_past_the_trained_length_prints_one_note(trained_run, tmp_path):
     _, ckpt = trained_run
     p = run(["--eval-only", "-e", ckpt, "-t", 64, "-m", 1, "--threads", 1])
-    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
-    assert notes == [f"note: --eval-only -t uses 64 positions, more than the {T_TRAINED} {ckpt} was trained at "
-                     f"(-t {T_TRAINED}); positions beyond them were never trained"], p.stderr
+    def notes(p):  # besides the line of what was taken from the run (note: --eval-only: -j ... from ...)
+        return [ln for ln in p.stderr.splitlines() if ln.startswith("note:") and not ln.startswith("note: --eval-only:")]
+    assert notes(p) == [f"note: --eval-only -t uses 64 positions, more than the {T_TRAINED} {ckpt} was trained at "
+                        f"(-t {T_TRAINED}); positions beyond them were never trained"], p.stderr
     p = run(["--eval-only", "-e", ckpt, "-m", 1, "--threads", 1])
-    assert "note:" not in p.stderr
+    assert notes(p) == [], p.stderr
     # a checkpoint from before the field (0 there; version 1 or 2, without the header checksum of words
     # 22-23): unknown, no note, same loss
     old = tmp_path / "model_00000004.bin"
@@ -165,8 +166,8 @@ def test_generate_takes_the_tokenizer_from_the_run(trained_run, byte_data):  # n
     explicit = gen(common + ["--tokenizer", byte_data / "tokenizer.bin"])
     assert implicit.stdout == explicit.stdout
     err = implicit.stderr.decode().splitlines()
-    assert f"generate: --tokenizer {byte_data}/tokenizer.bin from {out}/config.json (the run's training data -i " \
-           f"'{byte_data}/train_*.bin')" in err
+    assert f"note: generate: --tokenizer {byte_data}/tokenizer.bin from {out}/config.json (the run's training " \
+           f"data -i '{byte_data}/train_*.bin')" in err
     assert not any("generate: --tokenizer" in ln for ln in explicit.stderr.decode().splitlines())
 
 
@@ -235,6 +236,12 @@ def test_eval_only_of_a_run_directory_or_a_missing_step_names_the_checkpoints(by
         f"error: -e '{gone}' does not exist; {out} holds the complete checkpoints of steps 1, 2, ..., 6, 7, 8 (8; the "
         f"newest: -e {out}/model_00000008.bin)"], p.stderr
     assert not (tmp_path / "new").exists()
+    # --fork-from of that step (a new-user trial: it said only "no such file; check the path"): the same list
+    p = run(["--fork-from", gone, "-o", tmp_path / "new", "-x", 10, "--threads", 1], check=False)
+    assert p.returncode == 1 and p.stderr.strip().splitlines() == [
+        f"error: --fork-from {gone}: no such file; {out} holds the complete checkpoints of steps 1, 2, ..., 6, 7, 8 "
+        f"(8; the newest: --fork-from {out}/model_00000008.bin)"], p.stderr
+    assert not (tmp_path / "new").exists()
 
 
 def test_a_checkpoint_beside_another_models_record_is_refused(trained_run, byte_data, tmp_path):
@@ -258,3 +265,51 @@ def test_a_checkpoint_beside_another_models_record_is_refused(trained_run, byte_
         lines = err.strip().splitlines()
         assert p.returncode == 1 and lines[-1].startswith("error: ") and expect in lines[-1], err
     assert run(["--eval-only", "-e", ckpt, "--threads", 1]).returncode == 0
+
+
+def llmc_gpt2_file(path, maxT=64, nl=1, nh=2, C=16):
+    """An llm.c GPT-2 file (magic 20240326, version 3) with GPT-2's vocabulary, small random weights."""
+    V, Vp = 50257, 50304
+    sizes = [Vp * C, maxT * C, nl * C, nl * C, nl * 3 * C * C, nl * 3 * C, nl * C * C, nl * C, nl * C, nl * C,
+             nl * 4 * C * C, nl * 4 * C, nl * C * 4 * C, nl * C, C, C]
+    params = np.concatenate([np.random.default_rng(7).normal(0, 0.05, n) for n in sizes]).astype(np.float32)
+    h = np.zeros(256, dtype=np.int32)
+    h[:8] = [20240326, 3, maxT, V, nl, nh, C, Vp]
+    path.write_bytes(h.tobytes() + params.tobytes())
+    return path
+
+
+def shards(folder, meta):
+    """A train and a val shard of 2000 tokens below 100, and meta.json `meta`."""
+    folder.mkdir()
+    tokens = np.arange(2000, dtype=np.uint16) % 100
+    header = np.zeros(256, dtype=np.int32)
+    header[:3] = [20240520, 1, len(tokens)]
+    for name in ("train_000000.bin", "val_000000.bin"):
+        (folder / name).write_bytes(header.tobytes() + tokens.tobytes())
+    (folder / "meta.json").write_text(meta)
+    return folder
+
+
+def test_gpt2_weights_alone_refuse_data_of_another_tokenizer(tmp_path):
+    """(a new-user trial) llm.c's GPT-2 weights on SentencePiece data trained with a note only: the data's
+    token ids index GPT-2's embeddings as other tokens. A checkpoint with GPT-2's vocabulary and no run
+    beside it now refuses data whose meta.json names another tokenizer, for -i and -j, in one line; GPT-2
+    data is taken."""
+    llmc = llmc_gpt2_file(tmp_path / "gpt2_tiny.bin")
+    sp = shards(tmp_path / "sp", '{"vocab_size": 100, "tokenizer": "sp"}')
+    said = (f"is tokenized with 'sp' ({sp}/meta.json) and {llmc} has GPT-2's vocabulary (50257) with no "
+            "config.json beside it naming other data, so its token ids would mean other tokens to it; give GPT-2 "
+            "BPE data (data/prepare.py --tokenizer gpt2) or a model trained on this data")
+    out = tmp_path / "out"
+    p = run(["-i", f"{sp}/train_*.bin", "-e", llmc, "-o", out, "-b", 1, "-t", 16, "-x", 1, "-v", 0, "-s", 0,
+             "--threads", 1], check=False)
+    assert p.returncode == 1 and p.stdout == "", p.stdout
+    assert p.stderr.strip().splitlines() == [f"error: -i '{sp}/train_*.bin' {said}"], p.stderr
+    assert not out.exists()
+    p = run(["--eval-only", "-e", llmc, "-j", f"{sp}/val_*.bin", "-b", 1, "-t", 16, "-m", 1, "--threads", 1],
+            check=False)
+    assert p.returncode == 1 and p.stderr.strip().splitlines() == [f"error: -j '{sp}/val_*.bin' {said}"], p.stderr
+    gpt2 = shards(tmp_path / "gpt2", '{"vocab_size": 50257, "tokenizer": "gpt2"}')
+    p = run(["--eval-only", "-e", llmc, "-j", f"{gpt2}/val_*.bin", "-b", 1, "-t", 16, "-m", 1, "--threads", 1])
+    assert "eval loss" in p.stdout and "error" not in p.stderr, p.stderr

@@ -26,6 +26,9 @@ from run_helpers import REPO, SHARED, TINY, flip_last_token_bit, run, write_shar
 TINY_RUN = TINY + ["-x", 1, "-u", 1, "-v", 0, "-s", 0]  # -u 1: no warmup note (a one-step run)
 
 
+# the line of what --eval-only took from the checkpoint's run (-j, -t, -b), a note of its own
+TAKEN = "note: --eval-only:"
+
 def prepare(out, text, tokenizer, *extra):
     src = out.parent / (out.name + ".txt")
     src.write_text(text)
@@ -92,7 +95,7 @@ def test_same_tokenizer_in_another_directory_trains(data_sets, tmp_path):
     # ... and its own validation text (shards that hold the bytes of -i's own val_*.bin are -i's split)
     flip_last_token_bit(sorted(copy.glob("val_*.bin"))[-1])
     p = run(["-i", f"{sp}/train_*.bin", "-j", f"{copy}/val_*.bin", "-o", tmp_path / "run2"] + TINY_RUN)
-    assert [ln for ln in p.stderr.splitlines() if ln.startswith("note:")] == [
+    assert [ln for ln in p.stderr.splitlines() if ln.startswith("note:") and not ln.startswith(TAKEN)] == [
         f"note: -j '{copy}/val_*.bin' is in another directory than -i '{sp}/train_*.bin' ({copy}, not {sp}): the "
         "validation loss is that of another data set than the training data's; for its own validation split give "
         f"-j '{sp}/val_*.bin'"], p.stderr
@@ -228,7 +231,7 @@ def test_roles_from_names_without_a_shards_list(byte_data, tmp_path):
     assert "note:" not in p.stderr
     shutil.copy(byte_data / "train_000000.bin", llmc / "tokens.bin")
     p = run(["-i", f"{llmc}/tokens.bin", "-j", f"{llmc}/*_val.bin", "-o", tmp_path / "run2"] + TINY_RUN)
-    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
+    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:") and not ln.startswith(TAKEN)]
     assert len(notes) == 1 and "role of 1 shard(s) is not known" in notes[0] and "tokens.bin" in notes[0], p.stderr
 
 
@@ -360,7 +363,7 @@ def test_generate_refuses_a_tokenizer_of_another_data_set(data_sets, tmp_path):
     lone.mkdir()
     shutil.copy(model, lone / "model.bin")
     p = generate(["-e", lone / "model.bin", "-n", 2, "--print-ids", "--tokenizer", sp / "tokenizer.bin"])
-    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
+    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:") and not ln.startswith(TAKEN)]
     assert len(notes) == 1 and "has 400 tokens and the model 50257" in notes[0], p.stderr
 
 
@@ -410,7 +413,7 @@ def test_generate_after_the_runs_data_was_renamed_names_it(sp_run, tmp_path):
     refused_by(generate(["-e", model, "-n", 2], check=False),  # no prompt: the EOT of the tokenizer it cannot find
                f"no prompt without the run's tokenizer: {out}/config.json names the training data", "--prompt-ids")
     p = generate(["-e", model, "-n", 2, "--prompt-ids", "1"])  # ids: generated, printed as <id>, with a note
-    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
+    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:") and not ln.startswith(TAKEN)]
     assert any(f"{data} no longer exists" in n and "tokens print as <id>" in n for n in notes), p.stderr
 
 
@@ -422,7 +425,7 @@ def test_eval_of_the_runs_validation_data_changed_since_says_so(sp_run):
     tokens = np.fromfile(data / "val_000000.bin", dtype=np.uint16, offset=1024)
     write_shard(data / "val_000000.bin", tokens[:len(tokens) // 2])
     p = run(["--eval-only", "-e", out / "model_00000001.bin", "-m", 1])
-    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
+    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:") and not ln.startswith(TAKEN)]
     assert len(notes) == 1 and f"holds {len(tokens) // 2} tokens in 1 shard(s) now, {len(tokens)} in 1" in notes[0]
     assert "not comparable" in notes[0]
 
@@ -476,7 +479,7 @@ def test_a_run_started_with_relative_globs_records_them_absolute(data_sets, tmp_
     tokens = np.fromfile(data / "val_000000.bin", dtype=np.uint16, offset=1024)
     write_shard(data / "val_000000.bin", tokens[:len(tokens) // 2])
     p = run(["--eval-only", "-e", out / "model_00000001.bin", "-m", 1])
-    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
+    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:") and not ln.startswith(TAKEN)]
     assert len(notes) == 1 and "not comparable" in notes[0], p.stderr
 
 
@@ -555,7 +558,7 @@ def test_data_prepared_again_from_other_text_is_noticed(tmp_path):
     assert all(before[p.name] != p.read_bytes() for p in data.glob("*_000000.bin"))  # other tokens in both
 
     p = run(["--eval-only", "-e", out / "model_00000001.bin", "-m", 1])
-    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
+    notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:") and not ln.startswith(TAKEN)]
     assert len(notes) == 1 and notes[0].startswith(f"note: -j '{data}/val_*.bin' holds other tokens now than when "
                                                    f"{out}/config.json recorded it"), p.stderr
     assert f"sha256 in {data}/meta.json differ" in notes[0] and "not comparable" in notes[0]

@@ -600,8 +600,8 @@ def test_paper_model_options_train_resume_evaluate_and_refuse_contradictions(byt
     # bias=false, as the paper's code and config.json write it (trial 11): what 0 and 1 mean, not just "0 or 1"
     (tmp_path / "b.toml").write_text("bias=false\n")
     assert_refused(data_args(byte_data) + TINY + ["-o", tmp_path / "bad", "--config", tmp_path / "b.toml"],
-                   tmp_path / "bad", "--bias must be 0 (no biases, the paper's bias=False) or 1 (GPT-2's biases) "
-                   "(got false)")
+                   tmp_path / "bad", f"--bias (from --config {tmp_path / 'b.toml'}) must be 0 (no biases, the "
+                   "paper's bias=False) or 1 (GPT-2's biases) (got false)")
     assert_refused(data_args(byte_data) + TINY + ["-o", tmp_path / "bad", "--gelu", "exact"], tmp_path / "bad",
                    "--gelu 'exact' is not an activation")
 
@@ -634,6 +634,12 @@ def test_samples_longer_than_the_trained_length_are_noted(byte_data):
         "never trained (-g 31 keeps the samples within them)"], p.stderr
     for g in (31, 0):
         assert "samples use" not in run(base + ["-g", g]).stderr
+    # (a new-user trial) -s 5 in a run of one step draws no sample: no note about samples it does not draw
+    p = run(data_args(byte_data) + TINY + ["-x", 1, "-v", 0, "-s", 5, "-g", 200])
+    assert "samples use" not in p.stderr and "--- sample at step" not in p.stdout, p.stderr
+    p = run(data_args(byte_data) + TINY + ["-x", 5, "-v", 0, "-s", 5, "-g", 200])
+    assert sum("samples use" in ln for ln in p.stderr.splitlines()) == 1, p.stderr
+    assert "--- sample at step 5 ---" in p.stdout, p.stdout
 
 
 def test_flags_the_other_settings_make_useless_are_noted(byte_data, tmp_path):

@@ -450,7 +450,7 @@ def test_text_prompt_generates_like_the_ids(model):
     # -e of a run's checkpoint: the run's tokenizer, as for generation (docs/generation.md)
     p = gen(["--encode-only", "-e", ckpt, "--prompt", "First"])
     assert ids(p) == [10, 70, 105, 114, 115, 116]
-    assert f"generate: --tokenizer {tok} from " in p.stderr.decode(), p.stderr
+    assert f"note: generate: --tokenizer {tok} from " in p.stderr.decode(), p.stderr
 
 
 def test_text_prompt_refused_for_other_tokenizers(tmp_path):

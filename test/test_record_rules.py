@@ -185,8 +185,12 @@ def test_a_run_resumes_from_another_directory(byte_data, tmp_path):
     # trial 3 F27: a thousands separator is not "given more than once"; a flag given twice still is
     (["-x", "1,000"], "error: --max-steps takes an integer in digits (e.g. 1000, not 1e3), not '1,000' (a comma is "
      "not read as a thousands separator: write 1000, not 1,000)"),
-    (["-x", "1e3", "-x", "2e3"], "error: --max-steps takes an integer in digits (e.g. 1000, not 1e3), not '1e3,2e3' "
-     "(the flag was given more than once)"),
+    # (a new-user trial) the repeated flag's values were quoted as CLI11 joins them ('1,1e3'): the last, which is
+    # taken, is named, and each value given
+    (["-x", "1e3", "-x", "2e3"], "error: --max-steps takes an integer in digits (e.g. 1000, not 1e3), not '2e3' "
+     "(given 2 times: '1e3', '2e3'; the last one given is taken); fix its value"),
+    (["-x", "1", "-x", "1e3"], "error: --max-steps takes an integer in digits (e.g. 1000, not 1e3), not '1e3' "
+     "(given 2 times: '1', '1e3'; the last one given is taken); fix its value"),
     # a review: the comma of a repeated flag's own value is still the reason; a float's is a decimal comma
     (["-x", "5", "-x", "1,000"], "error: --max-steps takes an integer in digits (e.g. 1000, not 1e3), not '5,1,000' "
      "(a comma is not read as a thousands separator: write 1000, not 1,000)"),
@@ -249,6 +253,12 @@ def test_a_flag_under_both_its_names_in_a_config_file_is_refused(byte_data, tmp_
         line = one_error_line(run(["--config", conf, "-o", tmp_path / "run"], check=False))
         assert f"{conf}: {names} are one flag" in line and "keep one" in line, line
         assert not (tmp_path / "run").exists()
+    # the same key twice with another between (CLI11 keeps them apart): said as such (a new-user trial read
+    # "'batch-size' and 'batch-size' are one flag")
+    conf.write_text(base + "max-steps=3\nseed=1\nmax-steps=6\n")
+    line = one_error_line(run(["--config", conf, "-o", tmp_path / "run"], check=False))
+    assert line == (f"error: config file {conf}: the key 'max-steps' is given twice; every flag takes one value: "
+                    "keep one"), line
 
 
 def test_a_fork_refused_for_its_data_order_says_fork(byte_data, tmp_path):
@@ -600,3 +610,33 @@ def test_config_and_eval_only_of_a_run_on_other_processes_keep_its_validation_se
     assert (f"note: --eval-only -m 2 validates 256 tokens here (B 4 x T 32 x 1 process(es) per batch), but the run "
             f"of {src / 'model_00000001.bin'} validated 512 with -m 2 on 2 process(es) ({src / 'config.json'}); "
             "give -m 4 to evaluate the tokens of its validation losses") in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("content, said", [
+    ("heads=0", "--heads (from --config {conf}) must be >= 1 (got 0)"),
+    ("channels=100\nheads=6", "--channels 100 (from --config {conf}) is not divisible by --heads 6 (from --config "
+     "{conf}); pick channels = heads * head_size"),
+    ("global-heads=7\nheads=6", "--global-heads 7 (from --config {conf}) must be in 0..--heads (6); use "
+     "--global-heads 6 for plain MHSA"),
+    ("window=-3", "--window -3 (from --config {conf}) must be >= 1 (a local head sees at least itself)"),
+    ('batch-size="abc"', "--batch-size (from --config {conf}) takes an integer in digits (e.g. 1000, not 1e3), not "
+     "'abc'; fix its value"),
+    ('heads="x"', "--heads (from --config {conf}) takes an integer in digits"),
+    ("seq-len=1e3", "--seq-len (from --config {conf}) takes an integer in digits (e.g. 1000, not 1e3), not "
+     "'1e3'"),
+    ("shuffle=2", "--shuffle (from --config {conf}) must be 0 or 1 (got 2)"),
+])
+def test_a_config_files_bad_value_names_the_file(byte_data, tmp_path, content, said):  # noqa: F811
+    """(a new-user trial) a model flag's range and a value CLI11 cannot convert were refused without naming
+    the --config file they came from, as the training flags' ranges did ("-b/--batch-size (from --config
+    F) must be >= 1"); typed on the command line, the same value is refused without an origin."""
+    conf = tmp_path / "c.toml"
+    conf.write_text(content + "\n")
+    out = tmp_path / "run"
+    line = one_error_line(run(data_args(byte_data) + ["--config", conf, "-o", out, "-x", 1], check=False))
+    assert line.startswith("error: " + said.format(conf=conf)), line
+    assert not out.exists()
+    key, value = content.split("\n")[0].split("=", 1)
+    typed = one_error_line(run(data_args(byte_data) + [f"--{key}", value.strip('"'), "-o", out, "-x", 1],
+                               check=False))
+    assert "(from --config" not in typed and f"--{key}" in typed, typed

@@ -271,7 +271,7 @@ inline std::string eval_settings_from_run(TrainConfig& cfg, bool print) {
     if (taken.empty()) return "";
     std::string list;
     for (const std::string& s : taken) list += (list.empty() ? "" : ", ") + s;
-    return "--eval-only: " + list + " from " + run->config_path + " (flags given win)";
+    return "note: --eval-only: " + list + " from " + run->config_path + " (flags given win)";
 }
 
 // -e of --eval-only and generate_gpt2_ls, checked before anything is read. A run directory (a run's -o) is
@@ -292,16 +292,9 @@ inline bool check_model_file(const std::string& model, const std::string& head) 
     const std::string dir = path.has_parent_path() ? path.parent_path().string() : ".";
     int step = 0;
     if (parse_checkpoint_name(path.filename().string(), step) != CkptFileKind::Model) return false;
-    const std::vector<int> steps = std::filesystem::is_directory(dir, ec) ? complete_steps(dir) : std::vector<int>{};
-    if (steps.empty()) return false;
-    std::string list;  // at most 6 steps: the first 2, then the newest 3
-    for (size_t i = 0; i < steps.size(); i++) {
-        if (steps.size() > 6 && i == 2) list += ", ...";
-        if (steps.size() > 6 && i >= 2 && i + 3 < steps.size()) continue;
-        list += (list.empty() ? "" : ", ") + std::to_string(steps[i]);
-    }
-    throw InputError(head + "does not exist; " + dir + " holds the complete checkpoints of steps " + list + " (" +
-                     std::to_string(steps.size()) + "; the newest: -e " + model_path(dir, steps.back()) + ")");
+    const std::string held = complete_steps_text(dir, "-e");
+    if (held.empty()) return false;
+    throw InputError(head + "does not exist; " + held);
 }
 
 // A model file named by its step (RUN/model_NNNNNNNN.bin) whose step a resume retired (DAMAGED_NNNNNNNN
@@ -332,6 +325,24 @@ inline std::string lone_checkpoint_vocab_note(const std::string& checkpoint, con
     return "note: " + flag + " '" + data + "' has vocabulary " + std::to_string(data_vocab) + " (" + vocab_source +
            ") and the model " + std::to_string(model.vocab_size) + ", and " + checkpoint +
            " has no config.json beside it naming its training data: check that " + flag + " was tokenized like it";
+}
+
+// --eval-only (flag "-j") or a new run (flag "-i") from a checkpoint with no run beside it whose
+// vocabulary is GPT-2's (50257: llm.c's gpt2_124M.bin and its checkpoints): data whose meta.json names
+// another tokenizer (sp, synthetic) is refused. Its token ids would index GPT-2's embeddings as other
+// tokens: the run would train or score another model than the one asked for, where a note is easily
+// missed. A model of ours with that vocabulary keeps its config.json beside it, and is checked by it.
+inline void check_lone_gpt2_checkpoint_data(const std::string& checkpoint, const ModelConfig& model,
+                                            const std::string& flag, const std::string& data) {
+    constexpr int kGpt2Vocab = 50257;
+    if (model.vocab_size != kGpt2Vocab || read_checkpoint_run(checkpoint)) return;
+    const DataIdentity id = read_data_identity(data);
+    if (id.tokenizer.empty() || id.tokenizer == "gpt2") return;
+    throw InputError(flag + " '" + data + "' is tokenized with '" + id.tokenizer + "' (" + id.dir + "/meta.json) and " +
+                     checkpoint +
+                     " has GPT-2's vocabulary (50257) with no config.json beside it naming other data, so its "
+                     "token ids would mean other tokens to it; give GPT-2 BPE data (data/prepare.py --tokenizer "
+                     "gpt2) or a model trained on this data");
 }
 
 // --eval-only of the run's own validation data (-j as the run recorded it): the note when the loader
@@ -453,8 +464,8 @@ inline std::string generate_settings_from_run(GenerateConfig& g) {
                          " now (the data was prepared again after the run); prepare it with the run's tokenizer "
                          "(data/prepare.py), or pass --tokenizer with the tokenizer.bin the run trained with");
     g.tokenizer = run_tok;
-    return lines + (lines.empty() ? "" : "\n") + "generate: --tokenizer " + run_tok + " from " + run->config_path +
-           " (the run's training data -i '" + run->train_data + "')";
+    return lines + (lines.empty() ? "" : "\n") + "note: generate: --tokenizer " + run_tok + " from " +
+           run->config_path + " (the run's training data -i '" + run->train_data + "')";
 }
 
 }  // namespace llmc

@@ -132,9 +132,13 @@ public:
         } catch (const CLI::ExtrasError& e) {
             return fail(unknown_flag_error(app_, e.what()), ErrorSource::Argv);
         } catch (const CLI::ConversionError& e) {
-            return fail(conversion_error(app_, int_ranges_, e.what()), ErrorSource::Argv);
+            const std::string from = config_origin(e.what());
+            return fail(with_origin(conversion_error(app_, int_ranges_, e.what()), e.what(), from),
+                        from.empty() ? ErrorSource::Argv : ErrorSource::Files);
         } catch (const CLI::ParseError& e) {
-            return fail(e.what() + std::string("; run with --help for the flags"), ErrorSource::Argv);
+            const std::string from = config_origin(e.what());
+            return fail(with_origin(e.what() + std::string("; run with --help for the flags"), e.what(), from),
+                        from.empty() ? ErrorSource::Argv : ErrorSource::Files);
         }
         for (const CLI::Option* opt : app_.get_options())
             if (opt->count() > 0 && !opt->get_lnames().empty()) cfg_.given.push_back(opt->get_lnames().front());
@@ -230,6 +234,30 @@ private:
         else if (source == ErrorSource::Files)
             std::fprintf(stderr, "error: rank %d of %d: %s\n", rank_, world_size_, message.c_str());
         return 1;
+    }
+
+    // " (from --config FILE)" when the flag of CLI11's error `what` ("Could not convert: --seed = abc",
+    // "--heads: must be >= 1 (got 0)") took its value from the --config file, else "".
+    std::string config_origin(const std::string& what) const {
+        const size_t at = what.find("--");
+        if (at == std::string::npos || config_file_->file.empty()) return "";
+        size_t end = at + 2;
+        while (end < what.size() && (std::isalnum((unsigned char)what[end]) || what[end] == '-')) end++;
+        const std::string name = what.substr(at + 2, end - at - 2);
+        for (const std::string& t : config_file_->taken)
+            if (t == name) return " (from --config " + config_file_->file + ")";
+        return "";
+    }
+    // `line` (an error about the flag CLI11's `what` names) with `from` after the flag's first mention.
+    static std::string with_origin(std::string line, const std::string& what, const std::string& from) {
+        if (from.empty()) return line;
+        const size_t at = what.find("--");
+        size_t end = at + 2;
+        while (end < what.size() && (std::isalnum((unsigned char)what[end]) || what[end] == '-')) end++;
+        const size_t in_line = line.find(what.substr(at, end - at));
+        if (in_line == std::string::npos) return line + from;
+        line.insert(in_line + (end - at), from);
+        return line;
     }
 
     // The --config paths of argv ("--config F" or "--config=F"), in order (more than one is refused in parse).

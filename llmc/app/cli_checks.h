@@ -242,8 +242,14 @@ inline std::string conversion_error(const CLI::App& app, const std::vector<IntRa
     const std::string comma = typed_comma && !zero_or_one
                                   ? (integer ? " (a comma is not read as a thousands separator: write 1000, not 1,000)"
                                              : " (a comma is not read as a decimal point: write 1.5, not 1,5)")
-                              : repeated ? " (the flag was given more than once)"
-                                         : "";
+                                  : "";
+    if (repeated && comma.empty()) {  // CLI11 joined the values with commas: name the one it converts, the last
+        std::string all;
+        for (const std::string& r : opt->results()) all += (all.empty() ? "'" : ", '") + r + "'";
+        return flag + " takes " + takes + ", not '" + opt->results().back() + "' (given " +
+               std::to_string(opt->results().size()) + " times: " + all + "; the last one given is taken)" +
+               "; fix its value";
+    }
     return flag + " takes " + takes + ", not '" + value + "'" + comma + "; fix its value";
 }
 

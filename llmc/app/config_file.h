@@ -98,10 +98,13 @@ public:
                                       " values (a list, or the key given twice); every flag takes one value: keep one");
             const CLI::Option* opt =
                 app == nullptr ? nullptr : app->get_option_no_throw((it.name.size() == 1 ? "-" : "--") + it.name);
-            if (opt != nullptr && !named_as.emplace(opt, it.name).second)  // the flag under its other name too
-                throw ConfigFileError("config file " + file + ": '" + named_as[opt] + "' and '" + it.name +
-                                      "' are one flag (" + opt->get_name() +
-                                      ") given 2 values; every flag takes one value: keep one");
+            if (opt != nullptr && !named_as.emplace(opt, it.name).second)  // the key again, or under its other name
+                throw ConfigFileError("config file " + file + ": " +
+                                      (named_as[opt] == it.name
+                                           ? "the key '" + it.name + "' is given twice"
+                                           : "'" + named_as[opt] + "' and '" + it.name + "' are one flag (" +
+                                                 opt->get_name() + ") given 2 values") +
+                                      "; every flag takes one value: keep one");
             if (opt != nullptr && !opt->get_configurable() &&
                 std::find(machine_names.begin(), machine_names.end(), it.name) == machine_names.end())
                 throw ConfigFileError("config file " + file + ": '" + it.name + "' cannot be set in a file (" +

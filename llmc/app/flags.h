@@ -37,6 +37,8 @@
 
 #include "llmc/app/thread_limit.h"
 
+static_assert(llmc::kMaxThreads == 8192, "--threads' rule and help below name 8192: change them with kMaxThreads");
+
 namespace llmc {
 
 enum class FlagRecord { Both, Toml, Machine, Launch, Hidden, Json };
@@ -185,7 +187,7 @@ enum class FlagRecord { Both, Toml, Machine, Launch, Hidden, Json };
             "auto | cpu | cuda") \
     SETTING(Machine, int, threads, 0, "--threads", v >= 0 && v <= kMaxThreads, \
             "must be 0 (automatic) to 8192, the most CPUs a Linux kernel runs on (got {})", \
-            "OpenMP threads (0 = OMP_NUM_THREADS, else the CPUs this process may use); idle threads sleep " \
+            "OpenMP threads, at most 8192 (0 = OMP_NUM_THREADS, else the CPUs this process may use); idle threads sleep " \
             "(OMP_WAIT_POLICY=PASSIVE) unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set") \
     SETTING(Launch, int, profile_steps, 0, "--profile-steps", v >= 0, "must be >= 0 (0 = off)", \
             "time every kernel of N training steps after 2 warm-up steps and print a table per kernel; profile.json " \

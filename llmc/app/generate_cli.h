@@ -117,7 +117,8 @@ public:
         a.add_flag("--print-ids", c.print_ids,
                    "print the generated token ids, one per line, instead of the prompt and the text");
         add_integer("--threads", c.threads,
-                    "OpenMP threads (0 = OMP_NUM_THREADS, else the CPUs this process may use; as the trainer's)")
+                    "OpenMP threads, at most " + std::to_string(kMaxThreads) +
+                        " (0 = OMP_NUM_THREADS, else the CPUs this process may use; as the trainer's)")
             ->capture_default_str()
             ->check(at_least(0))
             ->check(at_most(kMaxThreads));

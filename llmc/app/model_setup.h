@@ -2,12 +2,15 @@
 // model flags on top of a preset, the data's vocabulary; its one-line description, and the run's
 // stabilizers for the run header.
 #pragma once
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "llmc/app/checkpoint_run.h"  // check_model_file
 #include "llmc/app/train_config.h"
@@ -101,6 +104,35 @@ inline void check_off_flags_match(const TrainConfig& cfg, const ModelConfig& ck)
     }
 }
 
+// validate_model_config's line `err` with where each model flag it names first came from (origin_of:
+// " (from --config FILE)", "" when typed), after the flag and its value: "--heads (from --config
+// a.toml) must be >= 1 (got 0)", "--channels 100 (from --config a.toml) is not divisible by --heads 6".
+// A flag inside a word ("0..--heads") or named again (the fix) is left as it is.
+template <class OriginOf>
+std::string with_flag_origins(const std::string& err, OriginOf origin_of) {
+    std::string out = err;
+    std::vector<std::string> seen;
+    for (size_t at = out.find("--"); at != std::string::npos; at = out.find("--", at + 2)) {
+        if (at > 0 && out[at - 1] != ' ') continue;
+        size_t end = at + 2;
+        while (end < out.size() && (std::isalnum((unsigned char)out[end]) || out[end] == '-')) end++;
+        const std::string name = out.substr(at + 2, end - at - 2);
+        if (std::find(seen.begin(), seen.end(), name) != seen.end()) continue;
+        seen.push_back(name);
+        const std::string from = origin_of(name);
+        if (from.empty()) continue;
+        size_t value = end;  // past " 100" when the flag is followed by a number
+        if (value + 1 < out.size() && out[value] == ' ' &&
+            (std::isdigit((unsigned char)out[value + 1]) || out[value + 1] == '-')) {
+            value += 2;
+            while (value < out.size() && (std::isdigit((unsigned char)out[value]) || out[value] == '.')) value++;
+        }
+        out.insert(value, from);
+        at = value + from.size() - 2;
+    }
+    return out;
+}
+
 // -e: a checkpoint file (ours or llm.c's) or a preset, then the model flags on top of a preset.
 // data_vocab (-1 = unknown) becomes V when --vocab is not given.
 inline ModelSetup resolve_model(const TrainConfig& cfg, int data_vocab) {
@@ -130,7 +162,8 @@ inline ModelSetup resolve_model(const TrainConfig& cfg, int data_vocab) {
         m.source = "preset " + cfg.model;
     }
     const std::string err = validate_model_config(m.config);
-    if (!err.empty()) throw InputError(err);
+    if (!err.empty())
+        throw InputError(with_flag_origins(err, [&](const std::string& name) { return cfg.origin_of(name); }));
     return m;
 }
 

@@ -489,6 +489,23 @@ struct ForkSource {
     int step = 0;
 };
 
+// The complete checkpoints of run directory `dir`, as an error about a missing model file names them:
+// "DIR holds the complete checkpoints of steps 1, 2, ..., 8, 9, 10 (12; the newest: FLAG
+// DIR/model_00000010.bin)" (at most 6 steps: the first 2, then the newest 3); "" when it holds none.
+inline std::string complete_steps_text(const std::string& dir, const std::string& flag) {
+    std::error_code ec;
+    const std::vector<int> steps = std::filesystem::is_directory(dir, ec) ? complete_steps(dir) : std::vector<int>{};
+    if (steps.empty()) return "";
+    std::string list;
+    for (size_t i = 0; i < steps.size(); i++) {
+        if (steps.size() > 6 && i == 2) list += ", ...";
+        if (steps.size() > 6 && i >= 2 && i + 3 < steps.size()) continue;
+        list += (list.empty() ? "" : ", ") + std::to_string(steps[i]);
+    }
+    return dir + " holds the complete checkpoints of steps " + list + " (" + std::to_string(steps.size()) +
+           "; the newest: " + flag + " " + model_path(dir, steps.back()) + ")";
+}
+
 // Checks that `path` is a model file DIR/model_NNNNNNNN.bin of a complete checkpoint (its DONE marker
 // exists) with a config.json beside it; InputError naming the problem otherwise.
 inline ForkSource fork_source(const std::string& path) {
@@ -498,12 +515,16 @@ inline ForkSource fork_source(const std::string& path) {
     const std::string name = p.filename().string();
     if (parse_checkpoint_name(name, src.step) != CkptFileKind::Model || name.find(".tmp.") != std::string::npos)
         throw InputError("--fork-from " + path + ": not a checkpoint's model file; give RUN_DIR/model_NNNNNNNN.bin");
-    if (!file_exists(path))
-        throw InputError("--fork-from " + path + ": no such file" +
-                         (path.empty() || path[0] == '/' ? std::string()
-                                                         : " (relative to the directory the trainer started in, " +
-                                                               std::filesystem::current_path().string() + ")") +
-                         "; check the path (ls RUN_DIR/model_*.bin)");
+    if (!file_exists(path)) {
+        const std::string held = complete_steps_text(src.dir, "--fork-from");  // a pruned step, a typo
+        throw InputError(
+            "--fork-from " + path + ": no such file" +
+            (held.empty() ? (path.empty() || path[0] == '/' ? std::string()
+                                                            : " (relative to the directory the trainer started in, " +
+                                                                  std::filesystem::current_path().string() + ")") +
+                                "; check the path (ls RUN_DIR/model_*.bin)"
+                          : "; " + held));
+    }
     if (!file_exists(done_path(src.dir, src.step)))
         throw InputError(
             "--fork-from " + path + ": step " + std::to_string(src.step) + " is not a complete checkpoint (no " +

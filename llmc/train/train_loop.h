@@ -161,6 +161,7 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     if (!continued && !is_model_preset(cfg.model)) {  // a new run from -e FILE: its bytes, recorded and checked
         p.init_identity = file_fnv1a64(cfg.model);
         check_init_weights_of_record(cfg, p.init_identity);
+        check_lone_gpt2_checkpoint_data(cfg.model, p.model, "-i", cfg.train_data);
         const std::string notes[] = {
             // a checkpoint with no run beside it: its vocabulary vs the data's
             lone_checkpoint_vocab_note(cfg.model, p.model, p.data_vocab, p.vocab_source, "-i", cfg.train_data),
@@ -339,11 +340,15 @@ inline void print_run_header(const TrainConfig& cfg, const RunPlan& plan, const 
                      "note: the checkpoint's step %d is not below -x %d; nothing to train (raise -x to continue)\n",
                      start, max_steps);
     for (const std::string& n : unused_flag_notes(cfg, plan.val != nullptr)) std::fprintf(stderr, "%s\n", n.c_str());
-    if (!o.tokenizer_note.empty() && cfg.sample_every > 0) std::fprintf(stderr, "note: %s\n", o.tokenizer_note.c_str());
+    // the run draws a sample after each step that is a multiple of -s (the loop below): one at least when a
+    // multiple lies in (start, -x]; the notes about samples only then
+    const bool draws_samples = cfg.sample_every > 0 && cfg.gen_tokens > 0 &&
+                               (int64_t)(start / cfg.sample_every + 1) * cfg.sample_every <= (int64_t)max_steps;
+    if (!o.tokenizer_note.empty() && draws_samples) std::fprintf(stderr, "note: %s\n", o.tokenizer_note.c_str());
     // a sample starts at <|endoftext|> and draws -g tokens in a window of maxT (print_sample): past -t it
     // reads positions the run never trains
     const int sample_positions = std::min(1 + cfg.gen_tokens, plan.model.max_seq_len);
-    if (cfg.sample_every > 0 && cfg.gen_tokens > 0 && sample_positions > T)
+    if (draws_samples && sample_positions > T)
         std::fprintf(stderr,
                      "note: -g %d: the run's samples use %d positions, more than the -t %d it trains at; positions "
                      "beyond %d are never trained (-g %d keeps the samples within them)\n",
