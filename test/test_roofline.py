@@ -1073,3 +1073,17 @@ def test_two_x_headroom_sums_the_speed_steps_it_names(cal):
     assert refit == pytest.approx(total - items[2][1] + d3[1] - d3[3])
     doc = (REPO / "docs" / "cuda_kernels.md").read_text()
     assert f"{total / 1e3:.2f} ms\n({total / 1e3:.3f} unrounded; {refit / 1e3:.2f} with the LM head" in doc
+
+
+def test_the_lm_head_at_mma_sync_rates_is_below_its_cublaslt_bound(cal):
+    """roofline.lm_head_no_recompute_at_mma: slower dX and dW GEMMs (half the tensor peak, below cuBLASLt's
+    modeled ~820 TFLOP/s at these shapes) give less than the design's bound at cuBLASLt's time (and more than 0);
+    the doc quotes it and its figure at the fitted classifier rate."""
+    bound = next(d for d in roofline.lm_head_designs(cal, "paper-b16") if "folded into GEMMs" in d[0])
+    at_mma = roofline.lm_head_no_recompute_at_mma(cal)
+    assert 0 < at_mma < bound[1] - bound[3]
+    fitted = roofline.classifier_fitted_cal(cal, "paper-b16")
+    doc = (REPO / "docs" / "cuda_kernels.md").read_text()
+    assert (f"to {at_mma / 1e3:.2f} ms [{roofline.lm_head_no_recompute_at_mma(fitted) / 1e3:.2f}: the slower "
+            "per-logit work") in doc
+
