@@ -291,11 +291,11 @@ def shards(folder, meta):
     return folder
 
 
-def test_gpt2_weights_alone_refuse_data_of_another_tokenizer(tmp_path):
+def test_gpt2_weights_alone_refuse_data_of_another_tokenizer(byte_data, tmp_path):  # noqa: F811
     """(a new-user trial) llm.c's GPT-2 weights on SentencePiece data trained with a note only: the data's
     token ids index GPT-2's embeddings as other tokens. A checkpoint with GPT-2's vocabulary and no run
-    beside it now refuses data whose meta.json names another tokenizer, for -i and -j, in one line; GPT-2
-    data is taken."""
+    beside it now refuses data whose meta.json names another tokenizer, for -i and -j, and generate_gpt2_ls such
+    a data set's tokenizer, in one line; GPT-2 data is taken."""
     llmc = llmc_gpt2_file(tmp_path / "gpt2_tiny.bin")
     sp = shards(tmp_path / "sp", '{"vocab_size": 100, "tokenizer": "sp"}')
     said = (f"is tokenized with 'sp' ({sp}/meta.json) and {llmc} has GPT-2's vocabulary (50257) with no "
@@ -310,6 +310,15 @@ def test_gpt2_weights_alone_refuse_data_of_another_tokenizer(tmp_path):
     p = run(["--eval-only", "-e", llmc, "-j", f"{sp}/val_*.bin", "-b", 1, "-t", 16, "-m", 1, "--threads", 1],
             check=False)
     assert p.returncode == 1 and p.stderr.strip().splitlines() == [f"error: -j '{sp}/val_*.bin' {said}"], p.stderr
+    # generate_gpt2_ls with that data set's tokenizer: the same refusal (it generated from SentencePiece ids)
+    shutil.copy(byte_data / "tokenizer.bin", sp / "tokenizer.bin")  # a real tokenizer file; meta.json names sp
+    p = gen(["-e", llmc, "--tokenizer", sp / "tokenizer.bin", "--prompt", "A", "-n", 2, "--threads", 1],
+            check=False)
+    assert p.returncode == 1 and p.stderr.decode().strip().splitlines() == [
+        f"error: --tokenizer {sp}/tokenizer.bin is the 'sp' tokenizer ({sp}/meta.json) and {llmc} has GPT-2's "
+        "vocabulary (50257) with no config.json beside it naming other data, so its token ids would mean other "
+        "tokens to it; give GPT-2's tokenizer.bin (the one beside GPT-2 BPE data, or llm.c's gpt2_tokenizer.bin) or "
+        "a model trained with this tokenizer"], p.stderr
     gpt2 = shards(tmp_path / "gpt2", '{"vocab_size": 50257, "tokenizer": "gpt2"}')
     p = run(["--eval-only", "-e", llmc, "-j", f"{gpt2}/val_*.bin", "-b", 1, "-t", 16, "-m", 1, "--threads", 1])
     assert "eval loss" in p.stdout and "error" not in p.stderr, p.stderr

@@ -327,22 +327,35 @@ inline std::string lone_checkpoint_vocab_note(const std::string& checkpoint, con
            " has no config.json beside it naming its training data: check that " + flag + " was tokenized like it";
 }
 
-// --eval-only (flag "-j") or a new run (flag "-i") from a checkpoint with no run beside it whose
-// vocabulary is GPT-2's (50257: llm.c's gpt2_124M.bin and its checkpoints): data whose meta.json names
-// another tokenizer (sp, synthetic) is refused. Its token ids would index GPT-2's embeddings as other
-// tokens: the run would train or score another model than the one asked for, where a note is easily
-// missed. A model of ours with that vocabulary keeps its config.json beside it, and is checked by it.
+// A checkpoint with no run beside it whose vocabulary is GPT-2's (50257: llm.c's gpt2_124M.bin and its
+// checkpoints) reads token ids as GPT-2 BPE's; data or a tokenizer whose meta.json names another
+// tokenizer (sp, synthetic) would give it other tokens under those ids: the run would train, score or
+// generate with another model than the one asked for, where a note is easily missed. Refused, for -i
+// and -j and generate_gpt2_ls's --tokenizer; `what(tokenizer)` words the input ("-i '...' is tokenized
+// with 'sp' (DIR/meta.json)"). A model of ours with that vocabulary keeps its config.json beside it,
+// and is checked by it.
+constexpr int kGpt2Vocab = 50257;
+template <class What>
+void check_lone_gpt2_checkpoint_tokens(const std::string& checkpoint, const ModelConfig& model, const DataIdentity& id,
+                                       What what, const std::string& fix) {
+    if (model.vocab_size != kGpt2Vocab || id.tokenizer.empty() || id.tokenizer == "gpt2" ||
+        read_checkpoint_run(checkpoint))
+        return;
+    throw InputError(what(id) + " and " + checkpoint +
+                     " has GPT-2's vocabulary (50257) with no config.json beside it naming other data, so its "
+                     "token ids would mean other tokens to it; " +
+                     fix);
+}
 inline void check_lone_gpt2_checkpoint_data(const std::string& checkpoint, const ModelConfig& model,
                                             const std::string& flag, const std::string& data) {
-    constexpr int kGpt2Vocab = 50257;
-    if (model.vocab_size != kGpt2Vocab || read_checkpoint_run(checkpoint)) return;
-    const DataIdentity id = read_data_identity(data);
-    if (id.tokenizer.empty() || id.tokenizer == "gpt2") return;
-    throw InputError(flag + " '" + data + "' is tokenized with '" + id.tokenizer + "' (" + id.dir + "/meta.json) and " +
-                     checkpoint +
-                     " has GPT-2's vocabulary (50257) with no config.json beside it naming other data, so its "
-                     "token ids would mean other tokens to it; give GPT-2 BPE data (data/prepare.py --tokenizer "
-                     "gpt2) or a model trained on this data");
+    if (model.vocab_size != kGpt2Vocab) return;  // (only then are the data set's files read)
+    check_lone_gpt2_checkpoint_tokens(
+        checkpoint, model, read_data_identity(data),
+        [&](const DataIdentity& id) {
+            return flag + " '" + data + "' is tokenized with '" + id.tokenizer + "' (" + id.dir + "/meta.json)";
+        },
+        "give GPT-2 BPE data (data/prepare.py --tokenizer gpt2) or a model trained on "
+        "this data");
 }
 
 // --eval-only of the run's own validation data (-j as the run recorded it): the note when the loader
@@ -360,6 +373,20 @@ inline std::string eval_data_changed_note(const std::string& checkpoint, const s
     return "note: -j '" + val_data + "' " + change +
            ": the data changed after the run (same tokenizer), so this loss is not comparable with the run's "
            "validation losses";
+}
+
+// generate_gpt2_ls --tokenizer of a checkpoint with no run beside it and GPT-2's vocabulary:
+// check_lone_gpt2_checkpoint_tokens.
+inline void check_lone_gpt2_checkpoint_tokenizer(const std::string& checkpoint, const ModelConfig& model,
+                                                 const std::string& tokenizer) {
+    if (model.vocab_size != kGpt2Vocab || tokenizer.empty()) return;
+    check_lone_gpt2_checkpoint_tokens(
+        checkpoint, model, read_tokenizer_identity(tokenizer),
+        [&](const DataIdentity& id) {
+            return "--tokenizer " + tokenizer + " is the '" + id.tokenizer + "' tokenizer (" + id.dir + "/meta.json)";
+        },
+        "give GPT-2's tokenizer.bin (the one beside GPT-2 BPE data, or llm.c's "
+        "gpt2_tokenizer.bin) or a model trained with this tokenizer");
 }
 
 // generate_gpt2_ls of a checkpoint with no run beside it (nothing names its tokenizer): the note when
