@@ -84,7 +84,7 @@ std::unique_ptr<llmc::Backend> load_backend(const llmc::GenerateConfig& g, const
 // is checked, says on stderr what came from the checkpoint's run (`taken`) and whether the context
 // goes past the length the model was trained at.
 int run_generation(const llmc::GenerateConfig& g, const llmc::ModelCheckpoint& ck, const std::string& taken) {
-    llmc::check_lone_gpt2_checkpoint_tokenizer(g.model, ck.config, g.tokenizer);
+    llmc::check_lone_gpt2_checkpoint_tokenizer(g.model, ck.config, ck.from_llmc, g.tokenizer);
     const llmc::GenerationInput in = llmc::generation_input(g, ck.config);
     const std::string echo = g.print_ids ? "" : llmc::prompt_echo(in);  // decoded now: a bad id is refused first
     const std::unique_ptr<llmc::Backend> model = load_backend(g, ck, nullptr);

@@ -298,9 +298,9 @@ def test_gpt2_weights_alone_refuse_data_of_another_tokenizer(byte_data, tmp_path
     a data set's tokenizer, in one line; GPT-2 data is taken."""
     llmc = llmc_gpt2_file(tmp_path / "gpt2_tiny.bin")
     sp = shards(tmp_path / "sp", '{"vocab_size": 100, "tokenizer": "sp"}')
-    said = (f"is tokenized with 'sp' ({sp}/meta.json) and {llmc} has GPT-2's vocabulary (50257) with no "
-            "config.json beside it naming other data, so its token ids would mean other tokens to it; give GPT-2 "
-            "BPE data (data/prepare.py --tokenizer gpt2) or a model trained on this data")
+    said = (f"is tokenized with 'sp' ({sp}/meta.json) and {llmc} is an llm.c GPT-2 checkpoint (vocabulary 50257), "
+            "so its token ids would mean other tokens to it; give GPT-2 BPE data (data/prepare.py --tokenizer gpt2) "
+            "or a model trained on this data")
     out = tmp_path / "out"
     p = run(["-i", f"{sp}/train_*.bin", "-e", llmc, "-o", out, "-b", 1, "-t", 16, "-x", 1, "-v", 0, "-s", 0,
              "--threads", 1], check=False)
@@ -315,9 +315,8 @@ def test_gpt2_weights_alone_refuse_data_of_another_tokenizer(byte_data, tmp_path
     p = gen(["-e", llmc, "--tokenizer", sp / "tokenizer.bin", "--prompt", "A", "-n", 2, "--threads", 1],
             check=False)
     assert p.returncode == 1 and p.stderr.decode().strip().splitlines() == [
-        f"error: --tokenizer {sp}/tokenizer.bin is the 'sp' tokenizer ({sp}/meta.json) and {llmc} has GPT-2's "
-        "vocabulary (50257) with no config.json beside it naming other data, so its token ids would mean other "
-        "tokens to it; give GPT-2's tokenizer.bin (the one beside GPT-2 BPE data, or llm.c's gpt2_tokenizer.bin) or "
+        f"error: --tokenizer {sp}/tokenizer.bin is the 'sp' tokenizer ({sp}/meta.json) and {llmc} is an llm.c GPT-2 "
+        "checkpoint (vocabulary 50257), so its token ids would mean other tokens to it; give GPT-2's tokenizer.bin (the one beside GPT-2 BPE data, or llm.c's gpt2_tokenizer.bin) or "
         "a model trained with this tokenizer"], p.stderr
     gpt2 = shards(tmp_path / "gpt2", '{"vocab_size": 50257, "tokenizer": "gpt2"}')
     p = run(["--eval-only", "-e", llmc, "-j", f"{gpt2}/val_*.bin", "-b", 1, "-t", 16, "-m", 1, "--threads", 1])

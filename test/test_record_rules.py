@@ -191,8 +191,10 @@ def test_a_run_resumes_from_another_directory(byte_data, tmp_path):
      "(given 2 times: '1e3', '2e3'; the last one given is taken); fix its value"),
     (["-x", "1", "-x", "1e3"], "error: --max-steps takes an integer in digits (e.g. 1000, not 1e3), not '1e3' "
      "(given 2 times: '1', '1e3'; the last one given is taken); fix its value"),
+    (["-x", "5", "-x", "99999999999"], "error: --max-steps 99999999999 is too large: it takes an integer in "
+     "-2147483648..2147483647"),
     # a review: the comma of a repeated flag's own value is still the reason; a float's is a decimal comma
-    (["-x", "5", "-x", "1,000"], "error: --max-steps takes an integer in digits (e.g. 1000, not 1e3), not '5,1,000' "
+    (["-x", "5", "-x", "1,000"], "error: --max-steps takes an integer in digits (e.g. 1000, not 1e3), not '1,000' "
      "(a comma is not read as a thousands separator: write 1000, not 1,000)"),
     (["-l", "1,5"], "error: --learning-rate takes a number (e.g. 6e-4), not '1,5' (a comma is not read as a "
      "decimal point: write 1.5, not 1,5)"),
@@ -625,6 +627,7 @@ def test_config_and_eval_only_of_a_run_on_other_processes_keep_its_validation_se
     ("seq-len=1e3", "--seq-len (from --config {conf}) takes an integer in digits (e.g. 1000, not 1e3), not "
      "'1e3'"),
     ("shuffle=2", "--shuffle (from --config {conf}) must be 0 or 1 (got 2)"),
+    ("seed=-1", "--seed (from --config {conf}): -1 is outside 0..18446744073709551615"),
 ])
 def test_a_config_files_bad_value_names_the_file(byte_data, tmp_path, content, said):  # noqa: F811
     """(a new-user trial) a model flag's range and a value CLI11 cannot convert were refused without naming

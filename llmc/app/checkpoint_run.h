@@ -327,30 +327,30 @@ inline std::string lone_checkpoint_vocab_note(const std::string& checkpoint, con
            " has no config.json beside it naming its training data: check that " + flag + " was tokenized like it";
 }
 
-// A checkpoint with no run beside it whose vocabulary is GPT-2's (50257: llm.c's gpt2_124M.bin and its
-// checkpoints) reads token ids as GPT-2 BPE's; data or a tokenizer whose meta.json names another
-// tokenizer (sp, synthetic) would give it other tokens under those ids: the run would train, score or
-// generate with another model than the one asked for, where a note is easily missed. Refused, for -i
-// and -j and generate_gpt2_ls's --tokenizer; `what(tokenizer)` words the input ("-i '...' is tokenized
-// with 'sp' (DIR/meta.json)"). A model of ours with that vocabulary keeps its config.json beside it,
-// and is checked by it.
+// An llm.c GPT-2 checkpoint (gpt2_124M.bin and llm.c's model_*.bin: from_llmc, GPT-2's vocabulary 50257)
+// reads token ids as GPT-2 BPE's; data or a tokenizer whose meta.json names another tokenizer (sp,
+// synthetic) would give it other tokens under those ids: the run would train, score or generate with
+// another model than the one asked for, where a note is easily missed. Refused, for -i and -j and
+// generate_gpt2_ls's --tokenizer; `what(tokenizer)` words the input ("-i '...' is tokenized with 'sp'
+// (DIR/meta.json)"). A checkpoint of ours keeps the note: one trained with --vocab 50257 on such data and
+// copied away from its run is legitimate there.
 constexpr int kGpt2Vocab = 50257;
 template <class What>
-void check_lone_gpt2_checkpoint_tokens(const std::string& checkpoint, const ModelConfig& model, const DataIdentity& id,
-                                       What what, const std::string& fix) {
-    if (model.vocab_size != kGpt2Vocab || id.tokenizer.empty() || id.tokenizer == "gpt2" ||
+void check_lone_gpt2_checkpoint_tokens(const std::string& checkpoint, const ModelConfig& model, bool from_llmc,
+                                       const DataIdentity& id, What what, const std::string& fix) {
+    if (!from_llmc || model.vocab_size != kGpt2Vocab || id.tokenizer.empty() || id.tokenizer == "gpt2" ||
         read_checkpoint_run(checkpoint))
         return;
     throw InputError(what(id) + " and " + checkpoint +
-                     " has GPT-2's vocabulary (50257) with no config.json beside it naming other data, so its "
-                     "token ids would mean other tokens to it; " +
+                     " is an llm.c GPT-2 checkpoint (vocabulary 50257), so its token ids would mean other tokens "
+                     "to it; " +
                      fix);
 }
-inline void check_lone_gpt2_checkpoint_data(const std::string& checkpoint, const ModelConfig& model,
+inline void check_lone_gpt2_checkpoint_data(const std::string& checkpoint, const ModelConfig& model, bool from_llmc,
                                             const std::string& flag, const std::string& data) {
-    if (model.vocab_size != kGpt2Vocab) return;  // (only then are the data set's files read)
+    if (!from_llmc || model.vocab_size != kGpt2Vocab) return;  // (only then are the data set's files read)
     check_lone_gpt2_checkpoint_tokens(
-        checkpoint, model, read_data_identity(data),
+        checkpoint, model, from_llmc, read_data_identity(data),
         [&](const DataIdentity& id) {
             return flag + " '" + data + "' is tokenized with '" + id.tokenizer + "' (" + id.dir + "/meta.json)";
         },
@@ -375,13 +375,12 @@ inline std::string eval_data_changed_note(const std::string& checkpoint, const s
            "validation losses";
 }
 
-// generate_gpt2_ls --tokenizer of a checkpoint with no run beside it and GPT-2's vocabulary:
-// check_lone_gpt2_checkpoint_tokens.
+// generate_gpt2_ls --tokenizer of an llm.c GPT-2 checkpoint: check_lone_gpt2_checkpoint_tokens.
 inline void check_lone_gpt2_checkpoint_tokenizer(const std::string& checkpoint, const ModelConfig& model,
-                                                 const std::string& tokenizer) {
-    if (model.vocab_size != kGpt2Vocab || tokenizer.empty()) return;
+                                                 bool from_llmc, const std::string& tokenizer) {
+    if (!from_llmc || model.vocab_size != kGpt2Vocab || tokenizer.empty()) return;
     check_lone_gpt2_checkpoint_tokens(
-        checkpoint, model, read_tokenizer_identity(tokenizer),
+        checkpoint, model, from_llmc, read_tokenizer_identity(tokenizer),
         [&](const DataIdentity& id) {
             return "--tokenizer " + tokenizer + " is the '" + id.tokenizer + "' tokenizer (" + id.dir + "/meta.json)";
         },

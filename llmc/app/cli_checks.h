@@ -212,8 +212,11 @@ inline std::string conversion_error(const CLI::App& app, const std::vector<IntRa
     const size_t name = what.find("--"), eq = what.find(" = ");
     if (name == std::string::npos || eq == std::string::npos || eq < name)
         return what + "; run with --help for the flags";
-    const std::string flag = what.substr(name, eq - name), value = what.substr(eq + 3);
+    const std::string flag = what.substr(name, eq - name);
     const CLI::Option* opt = app.get_option_no_throw(flag);
+    // a flag given more than once: CLI11 converts the last value (what joins them all with commas)
+    const bool repeated = opt != nullptr && opt->count() > 1 && !opt->results().empty();
+    const std::string value = repeated ? opt->results().back() : what.substr(eq + 3);
     const std::string type = opt == nullptr ? "" : opt->get_type_name();
     const bool integer = type == "INT" || type == "UINT";
     const size_t sign = !value.empty() && (value[0] == '-' || value[0] == '+') ? 1 : 0;
@@ -235,15 +238,12 @@ inline std::string conversion_error(const CLI::App& app, const std::vector<IntRa
                               : integer         ? "an integer in digits (e.g. 1000, not 1e3)"
                               : type == "FLOAT" ? "a number (e.g. 6e-4)"
                                                 : "a " + type + " value";
-    const bool repeated = opt != nullptr && opt->count() > 1;
-    const auto has_comma = [](const std::string& v) { return v.find(',') != std::string::npos; };
-    const bool typed_comma = opt == nullptr ? has_comma(value)  // each value as typed, before CLI11 joins them
-                                            : std::any_of(opt->results().begin(), opt->results().end(), has_comma);
+    const bool typed_comma = value.find(',') != std::string::npos;  // in the value converted, as typed
     const std::string comma = typed_comma && !zero_or_one
                                   ? (integer ? " (a comma is not read as a thousands separator: write 1000, not 1,000)"
                                              : " (a comma is not read as a decimal point: write 1.5, not 1,5)")
                                   : "";
-    if (repeated && comma.empty()) {  // CLI11 joined the values with commas: name the one it converts, the last
+    if (repeated && comma.empty()) {  // name each value given, and the one converted
         std::string all;
         for (const std::string& r : opt->results()) all += (all.empty() ? "'" : ", '") + r + "'";
         return flag + " takes " + takes + ", not '" + opt->results().back() + "' (given " +

@@ -218,7 +218,7 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
     check_config_shard_patterns(cfg);
     check_expected_data(cfg, cfg.val_data, "-j");
     plan_model(cfg, cfg.val_data, plan);
-    check_lone_gpt2_checkpoint_data(cfg.model, plan.model, "-j", cfg.val_data);
+    check_lone_gpt2_checkpoint_data(cfg.model, plan.model, plan.init && plan.init->from_llmc, "-j", cfg.val_data);
     const std::string notes[] = {
         past_trained_length_note(*plan.init, cfg.model, cfg.seq_len, "--eval-only -t"),
         lone_checkpoint_vocab_note(cfg.model, plan.model, plan.data_vocab, plan.vocab_source, "-j", cfg.val_data),

@@ -161,7 +161,7 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     if (!continued && !is_model_preset(cfg.model)) {  // a new run from -e FILE: its bytes, recorded and checked
         p.init_identity = file_fnv1a64(cfg.model);
         check_init_weights_of_record(cfg, p.init_identity);
-        check_lone_gpt2_checkpoint_data(cfg.model, p.model, "-i", cfg.train_data);
+        check_lone_gpt2_checkpoint_data(cfg.model, p.model, p.init && p.init->from_llmc, "-i", cfg.train_data);
         const std::string notes[] = {
             // a checkpoint with no run beside it: its vocabulary vs the data's
             lone_checkpoint_vocab_note(cfg.model, p.model, p.data_vocab, p.vocab_source, "-i", cfg.train_data),
