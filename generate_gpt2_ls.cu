@@ -10,8 +10,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "llmc/app/backends.h"
@@ -19,6 +21,7 @@
 #include "llmc/app/generate_bench.h"
 #include "llmc/app/generate_cli.h"
 #include "llmc/app/generate_input.h"
+#include "llmc/app/model_tokenizer.h"
 #include "llmc/app/threads.h"
 #include "llmc/core/backend.h"
 #include "llmc/core/error.h"
@@ -85,13 +88,23 @@ std::unique_ptr<llmc::Backend> load_backend(const llmc::GenerateConfig& g, const
 // goes past the length the model was trained at.
 int run_generation(const llmc::GenerateConfig& g, const llmc::ModelCheckpoint& ck, const std::string& taken) {
     llmc::check_lone_gpt2_checkpoint_tokenizer(g.model, ck.config, ck.from_llmc, g.tokenizer);
+    // before the prompt is encoded with it (anything but a file: generation_input names the problem)
+    std::error_code ec;
+    const llmc::DataIdentity tokenizer_identity = std::filesystem::is_regular_file(g.tokenizer, ec)
+                                                      ? llmc::read_tokenizer_identity(g.tokenizer)
+                                                      : llmc::DataIdentity{};
+    llmc::check_model_tokenizer(g.model, ck.tokenizer_id, tokenizer_identity, "--tokenizer " + g.tokenizer,
+                                "pass the tokenizer.bin of the data the model was trained on");
     const llmc::GenerationInput in = llmc::generation_input(g, ck.config);
     const std::string echo = g.print_ids ? "" : llmc::prompt_echo(in);  // decoded now: a bad id is refused first
     const std::unique_ptr<llmc::Backend> model = load_backend(g, ck, nullptr);
     const int positions = (int)std::min<int64_t>((int64_t)in.prompt.size() + g.tokens, in.max_len);
     const std::string length_note = llmc::past_trained_length_note(ck, g.model, positions, "generation");
-    const std::string vocab_note = llmc::generate_vocab_note(
-        g.model, g.tokenizer, in.tokenizer.present() ? in.tokenizer.vocab_size() : 0, ck.config.vocab_size);
+    const std::string vocab_note =
+        llmc::model_tokenizer_matches(ck.tokenizer_id, tokenizer_identity)
+            ? ""
+            : llmc::generate_vocab_note(g.model, g.tokenizer, in.tokenizer.present() ? in.tokenizer.vocab_size() : 0,
+                                        ck.config.vocab_size);
     const std::string cut_note = llmc::prompt_cut_note(in, g, ck.config);
     const std::string retired_note = llmc::retired_checkpoint_note(g.model);
     for (const std::string& line : {taken, retired_note, cut_note, length_note, vocab_note})

@@ -74,9 +74,9 @@ def eval_args(data, ckpt, out, heads=ALL_HEADS, b=2):
 def load_checkpoint(path):
     raw = Path(path).read_bytes()
     h = np.frombuffer(raw[:1024], dtype="<i4")
-    # version 3 (the trainer's, with a header checksum); without: 1 for biases and tanh GELU (words 20, 21
-    # zero), 2 otherwise (docs/formats.md)
-    assert h[0] == 20250521 and h[1] in (3, 1 if h[20] == 0 and h[21] == 0 else 2) and h[12] == 0, \
+    # version 4 (the trainer's: a header checksum and the tokenizer's id), 3 (a header checksum); without: 1
+    # for biases and tanh GELU (words 20, 21 zero), 2 otherwise (docs/formats.md)
+    assert h[0] == 20250521 and h[1] in (4, 3, 1 if h[20] == 0 and h[21] == 0 else 2) and h[12] == 0, \
         "our fp32 model file"
     cfg = dict(maxT=int(h[2]), V=int(h[3]), L=int(h[4]), NH=int(h[5]), C=int(h[6]), Vp=int(h[7]), G=int(h[8]),
                P=int(h[9]), qk_norm=bool(h[10]), tied=bool(h[11]),

@@ -224,7 +224,7 @@ TEST_CASE("model checkpoint fp32 round trip is bit-exact with every header field
             REQUIRE(bytes.size() == 1024 + 4 * n);
             std::vector<int32_t> h = read_header(path);
             CHECK(h[0] == 20250521);
-            CHECK(h[1] == 3);
+            CHECK(h[1] == 4);
             CHECK(h[2] == 16);
             CHECK(h[3] == 100);
             CHECK(h[4] == 2);
@@ -277,7 +277,7 @@ TEST_CASE("model checkpoint: --bias 0 and --gelu erf in header words 20 and 21 (
             save_model_checkpoint(path, c, p.data(), 5);
             REQUIRE(read_bytes(path).size() == 1024 + 4 * n);
             const std::vector<int32_t> h = read_header(path);
-            CHECK(h[1] == 3);  // readers that predate words 20 and 21 (versions 1 and 2 only) refuse it
+            CHECK(h[1] == 4);  // readers that predate words 20 and 21 (versions 1 and 2 only) refuse it
             CHECK(h[20] == (bias ? 0 : 1));
             CHECK(h[21] == (gelu == Gelu::Erf ? 1 : 0));
             for (int i = 24; i < 256; i++) REQUIRE(h[i] == 0);
@@ -408,6 +408,46 @@ TEST_CASE("model checkpoint records the trained sequence length in header[19]; 0
           }).find("trained sequence length") != std::string::npos);
 }
 
+TEST_CASE("model file version 4 records its tokenizer in words 24-25; version 3 reads as unknown", "[checkpoint]") {
+    TempDir dir;
+    const ModelConfig c = small_config();
+    std::vector<float> p = random_floats(param_layout(c).total, std::random_device{}());
+    const std::string path = dir / "m.bin";
+    Rng rng(std::random_device{}());
+    const uint64_t id = rng.next_u64() | 1;  // fresh, never 0 (unknown)
+    save_model_checkpoint(path, c, p.data(), 5, false, 0, id);
+    std::vector<int32_t> h = read_header(path);
+    CHECK(h[1] == 4);
+    CHECK((uint32_t)h[24] == (uint32_t)id);
+    CHECK((uint32_t)h[25] == (uint32_t)(id >> 32));
+    CHECK(load_model_checkpoint(path).tokenizer_id == id);
+    save_model_checkpoint(path, c, p.data(), 5);  // the default: unknown
+    CHECK(load_model_checkpoint(path).tokenizer_id == 0);
+
+    // a version-3 file (an earlier build's: words 24..255 are 0, checksummed as version 3) reads as unknown
+    h = read_header(path);
+    h[1] = 3;
+    put_u64(h.data(), 22, header_checksum(h.data(), 22));
+    for (int i = 0; i < 24; i++) set_header_int(path, i, h[i]);
+    const ModelCheckpoint v3 = load_model_checkpoint(path);
+    CHECK(v3.tokenizer_id == 0);
+    CHECK(v3.params == p);
+    // ... where a word 24 that is not 0 is damage, never a tokenizer (its checksum made to hold)
+    h[24] = 7;
+    put_u64(h.data(), 22, header_checksum(h.data(), 22));
+    for (int i = 0; i < 25; i++) set_header_int(path, i, h[i]);
+    CHECK(error_of<CheckpointDamaged>([&] { load_model_checkpoint(path); }).find("reserved header field 24 is 7") !=
+          std::string::npos);
+    // in version 4, word 26 is the first reserved one
+    save_model_checkpoint(path, c, p.data(), 5, false, 0, id);
+    h = read_header(path);
+    h[26] = 1;
+    put_u64(h.data(), 22, header_checksum(h.data(), 22));
+    for (int i = 0; i < 27; i++) set_header_int(path, i, h[i]);
+    CHECK(error_of<CheckpointDamaged>([&] { load_model_checkpoint(path); }).find("reserved header field 26 is 1") !=
+          std::string::npos);
+}
+
 TEST_CASE("model checkpoint refusals name the file and the problem", "[checkpoint]") {
     TempDir dir;
     ModelConfig c = small_config();
@@ -424,18 +464,18 @@ TEST_CASE("model checkpoint refusals name the file and the problem", "[checkpoin
         CHECK(e.find("bad magic 12345") != std::string::npos);
     }
     SECTION("wrong version") {
-        fresh();  // another build's version 4, its header checksum consistent: the user's to resolve
+        fresh();  // another build's version 5, its header checksum consistent: the user's to resolve
         std::vector<int32_t> h = read_header(path);
-        h[1] = 4;
+        h[1] = 5;
         put_u64(h.data(), 22, header_checksum(h.data(), 22));
         for (int i = 0; i < 24; i++) set_header_int(path, i, h[i]);
         std::string e = error_of<InputError>([&] { load_model_checkpoint(path); });
-        CHECK(e.find("version 4 is not supported") != std::string::npos);
+        CHECK(e.find("version 5 is not supported (this build reads versions 1 to 4)") != std::string::npos);
         CHECK(e.find("damaged") == std::string::npos);
-        fresh();  // version 3's word flipped to 7: damaged
+        fresh();  // version 4's word flipped to 7: damaged
         set_header_int(path, 1, 7);
         e = error_of<CheckpointDamaged>([&] { load_model_checkpoint(path); });
-        CHECK(e.find("version word is 7, its header checksum says 3") != std::string::npos);
+        CHECK(e.find("version word is 7, its header checksum says 4") != std::string::npos);
         fresh();  // flipped to 2 (a version without a header checksum): words 22-23 must then be 0
         set_header_int(path, 1, 2);
         e = error_of<CheckpointDamaged>([&] { load_model_checkpoint(path); });

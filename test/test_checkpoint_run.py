@@ -5,11 +5,12 @@ docs/formats.md) with its note when evaluation or generation goes past it.
 The run: the tiny LS model TINY of run_helpers.py (maxT 64) trained 4 steps at -t 32, -b 4 on byte_data.
 """
 import shutil
+import sys
 
 import numpy as np
 import pytest
 
-from run_helpers import TINY, data_args, run
+from run_helpers import REPO, TINY, data_args, run
 from test_generate import gen
 
 T_TRAINED = 32  # TINY's -t
@@ -106,6 +107,79 @@ def test_eval_only_refuses_data_tokenized_unlike_the_run(trained_run, byte_data,
     assert "config.json" in lines[0] and f"{byte_data}/train_*.bin" in lines[0]
 
 
+def fnv1a64(data):
+    """64-bit FNV-1a (docs/formats.md), written here from its definition."""
+    h = 0xcbf29ce484222325
+    for byte in data:
+        h = ((h ^ byte) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def other_tokenizer_data(byte_data, folder):  # noqa: F811
+    """byte_data's shards beside a tokenizer.bin of the same vocabulary (256) with token 65 decoding to '?'."""
+    folder.mkdir()
+    for name in ("train_000000.bin", "val_000000.bin"):
+        shutil.copy(byte_data / name, folder / name)
+    tok = bytearray((byte_data / "tokenizer.bin").read_bytes())
+    tok[1024 + 2 * 65 + 1] = ord("?")
+    (folder / "tokenizer.bin").write_bytes(bytes(tok))
+    return folder
+
+
+def test_a_model_file_alone_keeps_its_tokenizer(trained_run, byte_data, tmp_path):  # noqa: F811
+    """(a new-user trial) A checkpoint copied away from its run was evaluated, fine-tuned and decoded with another
+    tokenizer of the same vocabulary, without a word. The model file (version 4) records its training data's
+    tokenizer.bin in header words 24-25; each reader refuses another one in one line, and reads the right one
+    without the "check that it was tokenized like it" note."""
+    _, ckpt = trained_run
+    header = np.fromfile(ckpt, dtype="<u4", count=26)
+    assert header[1] == 4
+    recorded = int(header[24]) | (int(header[25]) << 32)
+    assert recorded == fnv1a64((byte_data / "tokenizer.bin").read_bytes()) != 0
+    # dev/reference/checkpoint.py reads the same words, and knows version 4's word damaged from another build's
+    sys.path.insert(0, str(REPO / "dev" / "reference"))
+    from checkpoint import read_model_with_tokenizer
+    assert read_model_with_tokenizer(str(ckpt))[3] == recorded
+    flipped = bytearray(ckpt.read_bytes())
+    flipped[4:8] = np.array([7], dtype="<i4").tobytes()
+    (tmp_path / "flipped.bin").write_bytes(bytes(flipped))
+    with pytest.raises(ValueError, match="version word is 7, its header checksum says 4"):
+        read_model_with_tokenizer(str(tmp_path / "flipped.bin"))
+    lone = tmp_path / "lone" / "model.bin"
+    lone.parent.mkdir()
+    shutil.copy(ckpt, lone)
+    other = other_tokenizer_data(byte_data, tmp_path / "other")
+    said = (f": another tokenizer than {lone} was trained with (the model file records tokenizer.bin fnv1a64 "
+            f"{recorded:016x}; this is tokenizer unnamed, vocabulary 256, tokenizer.bin fnv1a64 "
+            f"{fnv1a64((other / 'tokenizer.bin').read_bytes()):016x} ({other}));")
+    cases = [
+        (run(["--eval-only", "-e", lone, "-j", f"{other}/val_*.bin", "-t", 16, "-m", 1, "--threads", 1], check=False),
+         f"error: -j '{other}/val_*.bin'{said} give -j data prepared with that tokenizer (data/prepare.py)"),
+        (run(["-i", f"{other}/train_*.bin", "-e", lone, "-o", tmp_path / "new", "-b", 2, "-t", 16, "-x", 1, "-v", 0,
+              "-s", 0, "--threads", 1], check=False),
+         f"error: -i '{other}/train_*.bin'{said} give -i data prepared with that tokenizer (data/prepare.py), or -e "
+         "a model trained on this data"),
+        (gen(["-e", lone, "--tokenizer", other / "tokenizer.bin", "--prompt", "A", "-n", 2, "--threads", 1],
+             check=False),
+         f"error: --tokenizer {other}/tokenizer.bin{said} pass the tokenizer.bin of the data the model was trained "
+         "on")]
+    for p, line in cases:
+        err = p.stderr if isinstance(p.stderr, str) else p.stderr.decode()
+        assert p.returncode == 1 and err.strip().splitlines() == [line], err
+    assert not (tmp_path / "new").exists()
+    # the right tokenizer, the model's vocabulary padded above the data's: read without the lone-file note
+    wide = tmp_path / "wide"
+    run(data_args(byte_data) + TINY + ["--vocab", 300, "-o", wide, "-x", 1, "-v", 0, "-s", 0])
+    lone_wide = tmp_path / "lone" / "wide.bin"
+    shutil.copy(wide / "model_00000001.bin", lone_wide)
+    for p in (run(["--eval-only", "-e", lone_wide, "-j", f"{byte_data}/val_*.bin", "-t", 16, "-m", 1,
+                   "--threads", 1]),
+              gen(["-e", lone_wide, "--tokenizer", byte_data / "tokenizer.bin", "--prompt", "A", "-n", 2,
+                   "--threads", 1])):
+        err = p.stderr if isinstance(p.stderr, str) else p.stderr.decode()
+        assert p.returncode == 0 and "has no config.json beside it" not in err and "error" not in err, err
+
+
 def test_eval_only_of_data_with_a_smaller_vocabulary(trained_run, tmp_path):
     """The run's record refuses it; a checkpoint alone (no config.json: nothing to compare) gets a note."""
     _, ckpt = trained_run
@@ -145,12 +219,12 @@ def test_eval_past_the_trained_length_prints_one_note(trained_run, tmp_path):
     p = run(["--eval-only", "-e", ckpt, "-m", 1, "--threads", 1])
     assert notes(p) == [], p.stderr
     # a checkpoint from before the field (0 there; version 1 or 2, without the header checksum of words
-    # 22-23): unknown, no note, same loss
+    # 22-23 and the tokenizer of words 24-25): unknown, no note, same loss
     old = tmp_path / "model_00000004.bin"
     data = bytearray(ckpt.read_bytes())
     data[19 * 4:20 * 4] = bytes(4)
     data[4:8] = (1 if data[80:88] == bytes(8) else 2).to_bytes(4, "little")
-    data[88:96] = bytes(8)
+    data[88:104] = bytes(16)
     old.write_bytes(bytes(data))
     a = run(["--eval-only", "-e", old, "-j", p.stdout.split("from '")[1].split("'")[0], "-t", 64, "-b", 4, "-m", 1,
              "--threads", 1])

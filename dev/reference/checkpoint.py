@@ -3,13 +3,14 @@ Reads and writes our model checkpoint format (docs/formats.md), written from tha
 document, independently of the C++ (llmc/io/checkpoint.h):
 
   header: 256 int32 little-endian
-    [0] magic 20250521  [1] version (3; 1 or 2 without [22,23])
+    [0] magic 20250521  [1] version (4; 3 without [24,25]; 1 or 2 without [22..25])
     [2] maxT  [3] V  [4] L  [5] NH  [6] C  [7] Vp  [8] G  [9] P
     [10] qk_norm  [11] tied_embeddings  [12] dtype (0 fp32, 1 bf16)  [13] attn_softcap float bits
     [14,15] number of parameters lo/hi  [16,17] 64-bit FNV-1a of the payload bytes lo/hi
     [18] step  [19] trained sequence length (-t; 0 = unknown, as this writer leaves it)
     [20] no biases (1 = none, 0 = GPT-2's biases)  [21] GELU (0 tanh, 1 erf)
-    [22,23] version 3: 64-bit FNV-1a of the 1024 header bytes with these 8 bytes 0, lo/hi  [24..255] 0
+    [22,23] versions 3, 4: 64-bit FNV-1a of the 1024 header bytes with these 8 bytes 0, lo/hi
+    [24,25] version 4: 64-bit FNV-1a of the training data's tokenizer.bin, lo/hi (0 = unknown)  [26..255] 0
     (files written before 20 and 21 existed hold 0 there: biases, tanh GELU; versions 1 and 2 have no
     header checksum, [22..255] are 0 and the version must match [20, 21]: 1 for biases and tanh GELU)
   write_model writes version 1 or 2 (no header checksum), which the trainer reads too.
@@ -35,8 +36,10 @@ MODEL_MAGIC = 20250521
 # (llmc/io/checkpoint.h: a reader that predates words 20 and 21 refuses it); the version must match them
 MODEL_VERSION = 1
 MODEL_VERSION_OPTIONS = 2
-MODEL_VERSION_SUMMED = 3  # the trainer's: header checksum in words 22-23
+MODEL_VERSION_SUMMED = 3  # header checksum in words 22-23
+MODEL_VERSION_TOKENIZER = 4  # the trainer's: version 3 with the tokenizer.bin's FNV-1a 64 in words 24-25
 HEADER_SUM = 22
+TOKENIZER = 24
 
 
 def model_file_version(cfg):
@@ -106,7 +109,7 @@ def fnv1a64(data: bytes) -> int:
 
 
 def header_checksum(h: np.ndarray, sum_at=HEADER_SUM) -> int:
-    """The checksum a version-3 model header (256 int32; sum_at 22) or version-2 training-state header
+    """The checksum a version-3 or 4 model header (256 int32; sum_at 22) or version-2 training-state header
     (sum_at 19) stores in words sum_at, sum_at + 1: FNV-1a 64 of its 1024 bytes with those words 0."""
     z = np.array(h, dtype="<i4").copy()
     z[sum_at:sum_at + 2] = 0
@@ -176,6 +179,13 @@ class NotAModel(ValueError):
 def read_model(path):
     """Returns (Config, flat fp32 params (np.ndarray), step). Raises ValueError on a bad file (NotAModel for a
     training-state file or an llm.c checkpoint)."""
+    cfg, params, step, _ = read_model_with_tokenizer(path)
+    return cfg, params, step
+
+
+def read_model_with_tokenizer(path):
+    """read_model's (Config, params, step) and the header's tokenizer id: the FNV-1a 64 of the training data's
+    tokenizer.bin (version 4), 0 when unknown (versions 1 to 3, or data without a tokenizer.bin)."""
     with open(path, "rb") as f:
         raw = f.read()
     if len(raw) < HEADER_INTS * 4:
@@ -190,15 +200,17 @@ def read_model(path):
                         f"(magic {MODEL_MAGIC})", "llmc")
     if h[0] != MODEL_MAGIC:
         raise ValueError(f"{path}: bad magic {h[0]} (expected {MODEL_MAGIC}); not one of our model checkpoints")
-    summed = h[1] == MODEL_VERSION_SUMMED
-    if h[1] not in (MODEL_VERSION, MODEL_VERSION_OPTIONS, MODEL_VERSION_SUMMED):
-        as_v3 = h.copy()
-        as_v3[1] = MODEL_VERSION_SUMMED
-        if _stored_header_sum(h) == header_checksum(as_v3):
-            raise ValueError(f"{path}: corrupt header: version word is {h[1]}, its header checksum says 3; "
-                             f"the file is damaged")
-        raise ValueError(f"{path}: unsupported version {h[1]} (expected {MODEL_VERSION} to {MODEL_VERSION_SUMMED})")
-    first_reserved = HEADER_SUM + 2 if summed else HEADER_SUM
+    with_tokenizer = h[1] == MODEL_VERSION_TOKENIZER
+    summed = h[1] == MODEL_VERSION_SUMMED or with_tokenizer
+    if h[1] not in (MODEL_VERSION, MODEL_VERSION_OPTIONS, MODEL_VERSION_SUMMED, MODEL_VERSION_TOKENIZER):
+        for version in (MODEL_VERSION_TOKENIZER, MODEL_VERSION_SUMMED):
+            as_summed = h.copy()
+            as_summed[1] = version
+            if _stored_header_sum(h) == header_checksum(as_summed):
+                raise ValueError(f"{path}: corrupt header: version word is {h[1]}, its header checksum says "
+                                 f"{version}; the file is damaged")
+        raise ValueError(f"{path}: unsupported version {h[1]} (expected {MODEL_VERSION} to {MODEL_VERSION_TOKENIZER})")
+    first_reserved = TOKENIZER + 2 if with_tokenizer else HEADER_SUM + 2 if summed else HEADER_SUM
     nonzero = [i for i in range(first_reserved, HEADER_INTS) if h[i] != 0]
     if nonzero:
         raise ValueError(f"{path}: corrupt header: reserved header field {nonzero[0]} is {h[nonzero[0]]}, expected 0; "
@@ -236,7 +248,8 @@ def read_model(path):
         params = np.frombuffer(payload, dtype="<f4").astype(np.float32)
     else:
         params = bf16_bits_to_fp32(np.frombuffer(payload, dtype="<u2"))
-    return cfg, params, int(h[18])
+    tokenizer_id = _stored_header_sum(h, TOKENIZER) if with_tokenizer else 0
+    return cfg, params, int(h[18]), tokenizer_id
 
 
 def read_shard(path):

@@ -24,14 +24,17 @@
 namespace llmc {
 
 constexpr int MODEL_MAGIC = 20250521;
-// Version 3 (written): any model (words 20 and 21 say biases and GELU), with the header's checksum in
-// words 22-23, so that a flip anywhere in the header is damage, never another model or build. Read
-// too, without a header checksum: version 1, a model with GPT-2's biases and tanh GELU (words 20 and
-// 21 are 0), and version 2, a model without biases or with the erf GELU; their version must match
-// their words 20 and 21.
+// Version 4 (written): version 3 with the tokenizer it was trained with in words 24-25. Version 3: any
+// model (words 20 and 21 say biases and GELU), with the header's checksum in words 22-23, so that a
+// flip anywhere in the header is damage, never another model or build. Read too, without a header
+// checksum: version 1, a model with GPT-2's biases and tanh GELU (words 20 and 21 are 0), and version 2,
+// a model without biases or with the erf GELU; their version must match their words 20 and 21. A build
+// that reads only up to version 3 refuses version 4 as another build's file (never as damage: its words
+// 24-25 would be).
 constexpr int MODEL_VERSION = 1;
 constexpr int MODEL_VERSION_OPTIONS = 2;
 constexpr int MODEL_VERSION_SUMMED = 3;
+constexpr int MODEL_VERSION_TOKENIZER = 4;
 inline int model_file_version_unsummed(const ModelConfig& c) {
     return c.bias && c.gelu == Gelu::Tanh ? MODEL_VERSION : MODEL_VERSION_OPTIONS;
 }
@@ -127,7 +130,10 @@ inline bool version_word_damaged(const int32_t* h, int sum_at, int summed_versio
 // GPT-2's biases and tanh GELU.
 constexpr int CKPT_NO_BIAS = 20;
 constexpr int CKPT_GELU = 21;
-constexpr int CKPT_HEADER_SUM = 22;  // words 22-23 of a version-3 file: header_checksum(h, 22)
+constexpr int CKPT_HEADER_SUM = 22;  // words 22-23 of a version-3 or 4 file: header_checksum(h, 22)
+// Words 24-25 of a version-4 file: the FNV-1a 64 of the tokenizer.bin next to the training data the
+// model was trained on, 0 when that data had none (unknown).
+constexpr int CKPT_TOKENIZER = 24;
 inline void put_config_fields(int32_t* h, const ModelConfig& c) {
     h[2] = c.max_seq_len;
     h[3] = c.vocab_size;
@@ -211,8 +217,9 @@ inline void read_exact(std::FILE* f, void* dst, size_t bytes, const std::string&
 // Writes params (param_layout(config).total fp32 values) atomically to path; bf16 = true stores
 // the payload as bf16 (round to nearest even), halving the file. trained_seq_len: the sequence
 // length T the model was trained at (header[19]; 0 = unknown, at most config.max_seq_len).
+// tokenizer_id: the FNV-1a 64 of the training data's tokenizer.bin (header[24..25]; 0 = unknown).
 inline void save_model_checkpoint(const std::string& path, const ModelConfig& config, const float* params, int step,
-                                  bool bf16 = false, int trained_seq_len = 0) {
+                                  bool bf16 = false, int trained_seq_len = 0, uint64_t tokenizer_id = 0) {
     std::string err = validate_model_config(config);
     if (!err.empty()) throw InputError(path + ": refusing to save an invalid model: " + err);
     if (step < 0) throw InputError(path + ": refusing to save with negative step " + std::to_string(step));
@@ -233,13 +240,14 @@ inline void save_model_checkpoint(const std::string& path, const ModelConfig& co
 
     std::vector<int32_t> h(CKPT_HEADER_INTS, 0);
     h[0] = MODEL_MAGIC;
-    h[1] = MODEL_VERSION_SUMMED;
+    h[1] = MODEL_VERSION_TOKENIZER;
     put_config_fields(h.data(), config);
     h[12] = bf16 ? 1 : 0;
     put_u64(h.data(), 14, (uint64_t)n);
     put_u64(h.data(), 16, fnv1a64(payload, payload_bytes));
     h[18] = step;
     h[19] = trained_seq_len;
+    put_u64(h.data(), CKPT_TOKENIZER, tokenizer_id);
     put_u64(h.data(), CKPT_HEADER_SUM, header_checksum(h.data(), CKPT_HEADER_SUM));
 
     AtomicFile f(path);
@@ -258,6 +266,8 @@ struct ModelCheckpoint {
     int trained_seq_len = 0;    // the sequence length T it was trained at; 0 = unknown (llm.c files, older files)
     bool from_llmc = false;     // read from an llm.c GPT-2 checkpoint
     bool bf16 = false;          // the file stored bf16 (params were widened to fp32)
+    uint64_t tokenizer_id = 0;  // the FNV-1a 64 of its training data's tokenizer.bin; 0 = unknown (versions 1-3,
+                                // llm.c files, data without a tokenizer.bin)
 };
 
 namespace detail {
@@ -386,16 +396,19 @@ inline ModelCheckpoint load_model_checkpoint(const std::string& path) {
     auto bad_header = [&](const std::string& what) {
         return CheckpointDamaged(path + ": corrupt header: " + what + "; the file is damaged, use another checkpoint");
     };
-    const bool summed = h[1] == MODEL_VERSION_SUMMED;
+    const bool with_tokenizer = h[1] == MODEL_VERSION_TOKENIZER;
+    const bool summed = h[1] == MODEL_VERSION_SUMMED || with_tokenizer;
     if (h[1] != MODEL_VERSION && h[1] != MODEL_VERSION_OPTIONS && !summed) {
-        if (version_word_damaged(h.data(), CKPT_HEADER_SUM, MODEL_VERSION_SUMMED))
-            throw bad_header("version word is " + std::to_string(h[1]) + ", its header checksum says " +
-                             std::to_string(MODEL_VERSION_SUMMED));
+        for (const int v : {MODEL_VERSION_TOKENIZER, MODEL_VERSION_SUMMED})
+            if (version_word_damaged(h.data(), CKPT_HEADER_SUM, v))
+                throw bad_header("version word is " + std::to_string(h[1]) + ", its header checksum says " +
+                                 std::to_string(v));
         throw InputError(path + ": model checkpoint version " + std::to_string(h[1]) +
-                         " is not supported (this build reads versions 1 to " + std::to_string(MODEL_VERSION_SUMMED) +
-                         "); use a train_gpt2_ls build that wrote it");
+                         " is not supported (this build reads versions 1 to " +
+                         std::to_string(MODEL_VERSION_TOKENIZER) + "); use a train_gpt2_ls build that wrote it");
     }
-    for (size_t i = summed ? CKPT_HEADER_SUM + 2 : CKPT_GELU + 1; i < CKPT_HEADER_INTS; i++)
+    const size_t first_reserved = with_tokenizer ? CKPT_TOKENIZER + 2 : summed ? CKPT_HEADER_SUM + 2 : CKPT_GELU + 1;
+    for (size_t i = first_reserved; i < CKPT_HEADER_INTS; i++)
         if (h[i] != 0)
             throw bad_header("reserved header field " + std::to_string(i) + " is " + std::to_string(h[i]) +
                              ", expected 0");
@@ -420,6 +433,7 @@ inline ModelCheckpoint load_model_checkpoint(const std::string& path) {
     ck.bf16 = h[12] == 1;
     ck.step = h[18];
     ck.trained_seq_len = h[19];
+    ck.tokenizer_id = with_tokenizer ? get_u64(h.data(), CKPT_TOKENIZER) : 0;
 
     const size_t n = param_layout(c).total;
     const uint64_t stored_n = get_u64(h.data(), 14);

@@ -219,9 +219,14 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
     check_expected_data(cfg, cfg.val_data, "-j");
     plan_model(cfg, cfg.val_data, plan);
     check_lone_gpt2_checkpoint_data(cfg.model, plan.model, plan.init && plan.init->from_llmc, "-j", cfg.val_data);
+    const DataIdentity val_identity = read_data_identity(cfg.val_data);
+    check_model_tokenizer(cfg.model, plan.init->tokenizer_id, val_identity, "-j '" + cfg.val_data + "'",
+                          "give -j data prepared with that tokenizer (data/prepare.py)");
     const std::string notes[] = {
         past_trained_length_note(*plan.init, cfg.model, cfg.seq_len, "--eval-only -t"),
-        lone_checkpoint_vocab_note(cfg.model, plan.model, plan.data_vocab, plan.vocab_source, "-j", cfg.val_data),
+        model_tokenizer_matches(plan.init->tokenizer_id, val_identity)
+            ? ""
+            : lone_checkpoint_vocab_note(cfg.model, plan.model, plan.data_vocab, plan.vocab_source, "-j", cfg.val_data),
         retired_checkpoint_note(cfg.model), eval_only_unused_flags_note(cfg)};
     for (const std::string& note : notes)
         if (!note.empty() && comm.rank() == 0) std::fprintf(stderr, "%s\n", note.c_str());

@@ -33,6 +33,7 @@ struct RunPlan {
     std::string model_source;                // "preset ls-small" or the checkpoint path given with -e
     std::optional<ModelCheckpoint> init;     // -e's weights when it is a checkpoint
     std::string init_identity;               // ... and its file's FNV-1a 64 (config.json "derived")
+    uint64_t tokenizer_id = 0;               // -i's tokenizer.bin FNV-1a 64, in every model file saved (0 unknown)
     int data_vocab = -1;                     // the data's vocabulary (-1: unknown) ...
     std::string vocab_source;                // ... and the file it came from
     int accum = 1;                           // gradient-accumulation steps per optimizer step

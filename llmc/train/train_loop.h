@@ -60,6 +60,7 @@
 #include "llmc/app/config_origin.h"
 #include "llmc/app/data_expect.h"
 #include "llmc/app/model_setup.h"
+#include "llmc/app/model_tokenizer.h"
 #include "llmc/app/run_data.h"
 #include "llmc/app/run_history.h"
 #include "llmc/app/run_record.h"
@@ -158,13 +159,21 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
         const std::string batch_note = config_total_batch_note(cfg, p.accum);
         if (!batch_note.empty()) std::fprintf(stderr, "%s\n", batch_note.c_str());
     }
+    const DataIdentity train_identity = read_data_identity(cfg.train_data);
+    p.tokenizer_id = tokenizer_file_id(train_identity);
     if (!continued && !is_model_preset(cfg.model)) {  // a new run from -e FILE: its bytes, recorded and checked
         p.init_identity = file_fnv1a64(cfg.model);
         check_init_weights_of_record(cfg, p.init_identity);
         check_lone_gpt2_checkpoint_data(cfg.model, p.model, p.init && p.init->from_llmc, "-i", cfg.train_data);
+        const uint64_t init_tokenizer = p.init ? p.init->tokenizer_id : 0;
+        check_model_tokenizer(cfg.model, init_tokenizer, train_identity, "-i '" + cfg.train_data + "'",
+                              "give -i data prepared with that tokenizer (data/prepare.py), or -e a model trained on "
+                              "this data");
         const std::string notes[] = {
-            // a checkpoint with no run beside it: its vocabulary vs the data's
-            lone_checkpoint_vocab_note(cfg.model, p.model, p.data_vocab, p.vocab_source, "-i", cfg.train_data),
+            // a checkpoint with no run beside it: its vocabulary vs the data's, unless its file names the tokenizer
+            model_tokenizer_matches(init_tokenizer, train_identity)
+                ? ""
+                : lone_checkpoint_vocab_note(cfg.model, p.model, p.data_vocab, p.vocab_source, "-i", cfg.train_data),
             retired_checkpoint_note(cfg.model)};
         for (const std::string& note : notes)
             if (!note.empty() && cfg.rank == 0) std::fprintf(stderr, "%s\n", note.c_str());
@@ -590,8 +599,8 @@ inline int run_training(const TrainConfig& cfg, const BackendFactory& make_backe
         const int agreed = interrupts.agreed_signal(comm);  // the votes of this step (interrupt.h)
         const int sig = step < plan.max_steps ? agreed : 0;
         if (checkpoint_due(cfg, plan, r) || (sig != 0 && !cfg.output_dir.empty())) {
-            const std::vector<int> pruned =
-                save_checkpoint(cfg, plan.model, step, model, loop, comm, checkpoint_settings(cfg, outputs, step));
+            const std::vector<int> pruned = save_checkpoint(cfg, plan.model, plan.tokenizer_id, step, model, loop, comm,
+                                                            checkpoint_settings(cfg, outputs, step));
             outputs.summary.weights = model_path(cfg.output_dir, step);
             if (main_rank) {  // the checkpoint, then the older ones its save deleted
                 outputs.log.print(checkpoint_line(step, outputs.summary.weights, r.alarm_checkpoint) + "\n");

@@ -122,13 +122,15 @@ inline std::vector<int> alarm_pins(const std::string& out, const LogitAlarm& ala
     return alarm_pins(out, alarm.pinned_steps());
 }
 
-// Checkpoint `step` in -o: the model file (rank 0) and this rank's training state (weights'
+// Checkpoint `step` in -o: the model file (rank 0; recording `tokenizer_id`, the training data's
+// tokenizer.bin FNV-1a 64, 0 unknown) and this rank's training state (weights'
 // optimizer state and the loop's); once every rank's files exist, the DONE marker with the fingerprint
 // of the settings that trained the step (`settings`, llmc/app/run_record.h) and the pruning (rank 0; the
 // logit alarm's pinned checkpoints are kept: alarm_pins). Returns the steps it deleted, ascending (none on
 // other ranks), for the caller to say after the checkpoint's own line (pruned_checkpoint_lines).
-inline std::vector<int> save_checkpoint(const TrainConfig& cfg, const ModelConfig& m, int step, TrainingModel& model,
-                                        const LoopState& loop, Collective& comm, const std::string& settings) {
+inline std::vector<int> save_checkpoint(const TrainConfig& cfg, const ModelConfig& m, uint64_t tokenizer_id, int step,
+                                        TrainingModel& model, const LoopState& loop, Collective& comm,
+                                        const std::string& settings) {
     TrainState st;
     st.step = step;
     st.rank = cfg.rank;
@@ -137,7 +139,8 @@ inline std::vector<int> save_checkpoint(const TrainConfig& cfg, const ModelConfi
     loop.to_train_state(st);
     const std::string& out = cfg.output_dir;
     if (cfg.rank == 0)
-        save_model_checkpoint(model_path(out, step), m, model.params_buf.data(), step, false, cfg.seq_len);
+        save_model_checkpoint(model_path(out, step), m, model.params_buf.data(), step, false, cfg.seq_len,
+                              tokenizer_id);
     save_train_state(state_path(out, step, cfg.rank), m, st);
     comm.barrier();  // every rank's files exist before the marker
     if (cfg.rank != 0) return {};

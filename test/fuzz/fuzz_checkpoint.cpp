@@ -1,6 +1,6 @@
 // libFuzzer harness: train_gpt2_ls model files (llmc/io/checkpoint.h load_model_checkpoint).
 // The input is the file. Each input is loaded twice: as it is, and (when it carries our magic) with
-// the header's parameter count, payload checksum and (version 3) header checksum fixed up, so
+// the header's parameter count, payload checksum and (versions 3 and 4) header checksum fixed up, so
 // mutations of the header fields and of the file size reach the checks behind the checksum.
 // Expected: a valid result or llmc::InputError (docs/reliability.md).
 #include <cstdint>
@@ -38,7 +38,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const ModelConfig c = get_config_fields(h);  // the reader's own decoding of the header
     if (validate_model_config(c).empty()) put_u64(h, 14, (uint64_t)param_layout(c).total);
     put_u64(h, 16, fnv1a64(fixed.data() + CKPT_HEADER_BYTES, size - CKPT_HEADER_BYTES));
-    if (h[1] == MODEL_VERSION_SUMMED) put_u64(h, CKPT_HEADER_SUM, header_checksum(h, CKPT_HEADER_SUM));
+    if (h[1] == MODEL_VERSION_SUMMED || h[1] == MODEL_VERSION_TOKENIZER)
+        put_u64(h, CKPT_HEADER_SUM, header_checksum(h, CKPT_HEADER_SUM));
     std::memcpy(fixed.data(), h, CKPT_HEADER_BYTES);
     load_and_check(file.write(fixed.data(), size), size);
     return 0;

@@ -150,6 +150,8 @@ int main(int argc, char** argv) {
         const std::string d = dir("checkpoint");
         save_model_checkpoint(d + "/tiny_fp32.bin", tiny, random_params(tiny, 1).data(), 12);
         save_model_checkpoint(d + "/tiny_bf16.bin", tiny, random_params(tiny, 2).data(), 0, true);
+        save_model_checkpoint(d + "/tiny_tokenizer.bin", tiny, random_params(tiny, 4).data(), 5, false, 0,
+                              0x0123456789abcdefull);  // words 24-25: a tokenizer id
         ModelConfig c = tiny;
         c.qk_norm = true;
         c.attn_softcap = 30.0f;
