@@ -10,10 +10,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
-#include <filesystem>
 #include <memory>
 #include <string>
-#include <system_error>
 #include <vector>
 
 #include "llmc/app/backends.h"
@@ -88,11 +86,8 @@ std::unique_ptr<llmc::Backend> load_backend(const llmc::GenerateConfig& g, const
 // goes past the length the model was trained at.
 int run_generation(const llmc::GenerateConfig& g, const llmc::ModelCheckpoint& ck, const std::string& taken) {
     llmc::check_lone_gpt2_checkpoint_tokenizer(g.model, ck.config, ck.from_llmc, g.tokenizer);
-    // before the prompt is encoded with it (anything but a file: generation_input names the problem)
-    std::error_code ec;
-    const llmc::DataIdentity tokenizer_identity = std::filesystem::is_regular_file(g.tokenizer, ec)
-                                                      ? llmc::read_tokenizer_identity(g.tokenizer)
-                                                      : llmc::DataIdentity{};
+    // before the prompt is encoded with it (anything but a tokenizer.bin: generation_input names the problem)
+    const llmc::DataIdentity tokenizer_identity = llmc::tokenizer_bin_identity(g.tokenizer);
     llmc::check_model_tokenizer(g.model, ck.tokenizer_id, tokenizer_identity, "--tokenizer " + g.tokenizer,
                                 "pass the tokenizer.bin of the data the model was trained on");
     const llmc::GenerationInput in = llmc::generation_input(g, ck.config);

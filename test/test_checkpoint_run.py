@@ -167,6 +167,13 @@ def test_a_model_file_alone_keeps_its_tokenizer(trained_run, byte_data, tmp_path
         err = p.stderr if isinstance(p.stderr, str) else p.stderr.decode()
         assert p.returncode == 1 and err.strip().splitlines() == [line], err
     assert not (tmp_path / "new").exists()
+    # a file that is no tokenizer.bin (here a SentencePiece model's first bytes) is named as such, not as another
+    # tokenizer
+    sp_model = tmp_path / "tokenizer.model"
+    sp_model.write_bytes(b"\n\x0e\n\x05<unk>\x15\x00\x00\x00\x00\x18\x02" * 128)
+    p = gen(["-e", lone, "--tokenizer", sp_model, "--prompt-ids", "1", "-n", 2, "--threads", 1], check=False)
+    lines = p.stderr.decode().strip().splitlines()
+    assert p.returncode == 1 and len(lines) == 1 and "it is not a tokenizer.bin" in lines[0], lines
     # the right tokenizer, the model's vocabulary padded above the data's: read without the lone-file note
     wide = tmp_path / "wide"
     run(data_args(byte_data) + TINY + ["--vocab", 300, "-o", wide, "-x", 1, "-v", 0, "-s", 0])

@@ -11,11 +11,15 @@
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <string>
+#include <system_error>
 
 #include "llmc/core/error.h"
 #include "llmc/io/checkpoint.h"
 #include "llmc/io/data_identity.h"
+#include "llmc/text/tokenizer.h"  // kTokenizerMagic
 
 namespace llmc {
 
@@ -35,6 +39,18 @@ inline std::string tokenizer_id_hex(uint64_t id) {
 // Whether the tokenizer `now` is known to be the one model file `model_id` records (both known, equal).
 inline bool model_tokenizer_matches(uint64_t model_id, const DataIdentity& now) {
     return model_id != 0 && tokenizer_file_id(now) == model_id;
+}
+
+// The identity of generate_gpt2_ls's --tokenizer `path` when it is a tokenizer.bin (a regular file that
+// starts with its magic), for check_model_tokenizer; empty (unknown) otherwise, so that a directory, a
+// SentencePiece tokenizer.model or a damaged file is named as what it is by the tokenizer's own reader.
+inline DataIdentity tokenizer_bin_identity(const std::string& path) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) return {};
+    uint32_t magic = 0;
+    std::ifstream in(path, std::ios::binary);
+    if (!in.read(reinterpret_cast<char*>(&magic), sizeof magic) || magic != kTokenizerMagic) return {};
+    return read_tokenizer_identity(path);
 }
 
 // Refuses the input `what` (e.g. "-j 'data/x/val_*.bin'", "--tokenizer t.bin") with identity `now` when
