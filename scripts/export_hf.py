@@ -83,15 +83,19 @@ def newest_checkpoint(run_dir):
 
 def steps_beside(ckpt):
     """For a missing RUN/model_NNNNNNNN.bin (a step --keep-checkpoints pruned, a typo): "RUN holds the complete
-    checkpoints of steps 1, 2, ..., 6, 7, 8 (8; the newest: RUN/model_00000008.bin)", listed as the trainer
-    lists them (llmc/app/checkpoint_run.h check_model_file); "" when the name is no step's model file or RUN
-    holds no complete checkpoint."""
+    checkpoints of steps 1, 2, ..., 6, 7, 8 (8; the newest: RUN/model_00000008.bin)", one as "RUN holds the
+    complete checkpoint of step 2 (RUN/model_00000002.bin)", listed as the trainer lists them
+    (llmc/app/run_record.h complete_steps_text); "" when the name is no step's model file or RUN holds no
+    complete checkpoint."""
     run_dir = os.path.dirname(ckpt) or "."
     if not re.match(r"^model_\d{8}\.bin$", os.path.basename(ckpt)) or not os.path.isdir(run_dir):
         return ""
     steps = sorted({int(m.group(1)) for m in map(MARKER_RE.match, os.listdir(run_dir)) if m})
     if not steps:
         return ""
+    if len(steps) == 1:
+        return f"{run_dir} holds the complete checkpoint of step {steps[0]} " \
+               f"({os.path.join(run_dir, f'model_{steps[0]:08d}.bin')})"
     shown = [str(s) for s in steps] if len(steps) <= 6 else [str(s) for s in steps[:2]] + ["..."] + [
         str(s) for s in steps[-3:]]
     return (f"{run_dir} holds the complete checkpoints of steps {', '.join(shown)} ({len(steps)}; the newest: "

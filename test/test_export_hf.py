@@ -284,6 +284,14 @@ def test_a_pruned_step_names_the_steps_that_exist(tmp_path):
         f"error: {run_dir}/model_00000009.bin does not exist; {run_dir} holds the complete checkpoints of steps "
         f"1, 2, ..., 6, 7, 8 (8; the newest: {run_dir}/model_00000008.bin)\n"), p.stderr
     assert not (tmp_path / "o").exists()
+    # one checkpoint: "step 2 (...)", not "steps 2 (1; the newest: ...)"
+    one = tmp_path / "one"
+    one.mkdir()
+    (one / "DONE_00000002").write_text("step 2 world_size 1")
+    p = export(one / "model_00000009.bin", tmp_path / "o", check=False)
+    assert p.returncode == 1 and p.stderr == (
+        f"error: {one}/model_00000009.bin does not exist; {one} holds the complete checkpoint of step 2 "
+        f"({one}/model_00000002.bin)\n"), p.stderr
 
 
 def test_a_training_state_file_and_an_llmc_checkpoint_are_named_with_the_fix(byte_data, tmp_path):

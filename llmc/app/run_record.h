@@ -491,11 +491,15 @@ struct ForkSource {
 
 // The complete checkpoints of run directory `dir`, as an error about a missing model file names them:
 // "DIR holds the complete checkpoints of steps 1, 2, ..., 8, 9, 10 (12; the newest: FLAG
-// DIR/model_00000010.bin)" (at most 6 steps: the first 2, then the newest 3); "" when it holds none.
+// DIR/model_00000010.bin)" (at most 6 steps: the first 2, then the newest 3); one is "DIR holds the
+// complete checkpoint of step 2 (FLAG DIR/model_00000002.bin)"; "" when it holds none.
 inline std::string complete_steps_text(const std::string& dir, const std::string& flag) {
     std::error_code ec;
     const std::vector<int> steps = std::filesystem::is_directory(dir, ec) ? complete_steps(dir) : std::vector<int>{};
     if (steps.empty()) return "";
+    if (steps.size() == 1)
+        return dir + " holds the complete checkpoint of step " + std::to_string(steps[0]) + " (" + flag + " " +
+               model_path(dir, steps[0]) + ")";
     std::string list;
     for (size_t i = 0; i < steps.size(); i++) {
         if (steps.size() > 6 && i == 2) list += ", ...";
