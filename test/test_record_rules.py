@@ -628,6 +628,14 @@ def test_config_and_eval_only_of_a_run_on_other_processes_keep_its_validation_se
      "'1e3'"),
     ("shuffle=2", "--shuffle (from --config {conf}) must be 0 or 1 (got 2)"),
     ("seed=-1", "--seed (from --config {conf}): -1 is outside 0..18446744073709551615"),
+    # a new-user trial: the origin sat between the flag and its value, was missing from --gelu's and
+    # --bias's own refusals, and tagged the 2^40 refusal's fix ("use smaller --layers (from --config F)/...")
+    ("seq-len=99999999999", "--seq-len 99999999999 (from --config {conf}) is too large: it takes an integer in "),
+    ('gelu="x"', "--gelu 'x' (from --config {conf}) is not an activation; use tanh"),
+    ("bias=7", "--bias (from --config {conf}) must be 0 (no biases"),
+    ("layers=100000000", "the model would have 44486400442752 parameters (--layers 100000000 (from --config {conf}), "
+     "--channels 192, --vocab 256 padded to 256, --max-seq-len 2048), more than the 2^40 this trainer supports; "
+     "use smaller values of them"),
 ])
 def test_a_config_files_bad_value_names_the_file(byte_data, tmp_path, content, said):  # noqa: F811
     """(a new-user trial) a model flag's range and a value CLI11 cannot convert were refused without naming

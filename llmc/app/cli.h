@@ -248,7 +248,9 @@ private:
             if (t == name) return " (from --config " + config_file_->file + ")";
         return "";
     }
-    // `line` (an error about the flag CLI11's `what` names) with `from` after the flag's first mention.
+    // `line` (an error about the flag CLI11's `what` names) with `from` after the flag's first mention, and
+    // after the value there when the line gives it next ("--seq-len 99999999999 (from --config F) is too
+    // large"; the value: what follows " = " in `what`, "Could not convert: --seq-len = 99999999999").
     static std::string with_origin(std::string line, const std::string& what, const std::string& from) {
         if (from.empty()) return line;
         const size_t at = what.find("--");
@@ -256,7 +258,11 @@ private:
         while (end < what.size() && (std::isalnum((unsigned char)what[end]) || what[end] == '-')) end++;
         const size_t in_line = line.find(what.substr(at, end - at));
         if (in_line == std::string::npos) return line + from;
-        line.insert(in_line + (end - at), from);
+        size_t after = in_line + (end - at);
+        const size_t eq = what.find(" = ", end);
+        const std::string value = eq == std::string::npos ? "" : " " + what.substr(eq + 3);
+        if (!value.empty() && line.compare(after, value.size(), value) == 0) after += value.size();
+        line.insert(after, from);
         return line;
     }
 

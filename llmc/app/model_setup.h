@@ -105,15 +105,16 @@ inline void check_off_flags_match(const TrainConfig& cfg, const ModelConfig& ck)
 }
 
 // validate_model_config's line `err` with where each model flag it names first came from (origin_of:
-// " (from --config FILE)", "" when typed), after the flag and its value: "--heads (from --config
-// a.toml) must be >= 1 (got 0)", "--channels 100 (from --config a.toml) is not divisible by --heads 6".
-// A flag inside a word ("0..--heads") or named again (the fix) is left as it is.
+// " (from --config FILE)", "" when typed), after the flag and its value (a number, or a text in quotes):
+// "--heads (from --config a.toml) must be >= 1 (got 0)", "--channels 100 (from --config a.toml) is not
+// divisible by --heads 6", "--gelu 'x' (from --config a.toml) is not an activation". A flag inside a word
+// ("0..--heads") or named again (the fix) is left as it is.
 template <class OriginOf>
 std::string with_flag_origins(const std::string& err, OriginOf origin_of) {
     std::string out = err;
     std::vector<std::string> seen;
     for (size_t at = out.find("--"); at != std::string::npos; at = out.find("--", at + 2)) {
-        if (at > 0 && out[at - 1] != ' ') continue;
+        if (at > 0 && out[at - 1] != ' ' && out[at - 1] != '(') continue;
         size_t end = at + 2;
         while (end < out.size() && (std::isalnum((unsigned char)out[end]) || out[end] == '-')) end++;
         const std::string name = out.substr(at + 2, end - at - 2);
@@ -121,11 +122,14 @@ std::string with_flag_origins(const std::string& err, OriginOf origin_of) {
         seen.push_back(name);
         const std::string from = origin_of(name);
         if (from.empty()) continue;
-        size_t value = end;  // past " 100" when the flag is followed by a number
+        size_t value = end;  // past " 100" when the flag is followed by a number, past " 'x'" by a quoted text
         if (value + 1 < out.size() && out[value] == ' ' &&
             (std::isdigit((unsigned char)out[value + 1]) || out[value + 1] == '-')) {
             value += 2;
             while (value < out.size() && (std::isdigit((unsigned char)out[value]) || out[value] == '.')) value++;
+        } else if (value + 1 < out.size() && out[value] == ' ' && out[value + 1] == '\'') {
+            const size_t close = out.find('\'', value + 2);
+            if (close != std::string::npos) value = close + 1;
         }
         out.insert(value, from);
         at = value + from.size() - 2;
@@ -137,13 +141,17 @@ std::string with_flag_origins(const std::string& err, OriginOf origin_of) {
 // data_vocab (-1 = unknown) becomes V when --vocab is not given.
 inline ModelSetup resolve_model(const TrainConfig& cfg, int data_vocab) {
     ModelSetup m;
+    const auto origin_of = [&](const std::string& name) { return cfg.origin_of(name); };
+    try {  // --bias's and --gelu's own values (apply_overrides refuses others), named with their origin
+        ModelConfig any;
+        apply_overrides(any, cfg.overrides);
+    } catch (const InputError& e) { throw InputError(with_flag_origins(e.what(), origin_of)); }
     std::error_code ec;
     if (std::filesystem::is_regular_file(cfg.model, ec)) {
         m.init = load_model_checkpoint(cfg.model);
         m.config = m.init->config;
         m.source = cfg.model + (m.init->from_llmc ? " (llm.c GPT-2 checkpoint, all heads global)" : "");
-        check_overrides_match(m.config, cfg.overrides, cfg.model,
-                              [&](const std::string& name) { return cfg.origin_of(name); });
+        check_overrides_match(m.config, cfg.overrides, cfg.model, origin_of);
         check_off_flags_match(cfg, m.config);
     } else {
         if (!is_model_preset(cfg.model)) {
@@ -162,8 +170,7 @@ inline ModelSetup resolve_model(const TrainConfig& cfg, int data_vocab) {
         m.source = "preset " + cfg.model;
     }
     const std::string err = validate_model_config(m.config);
-    if (!err.empty())
-        throw InputError(with_flag_origins(err, [&](const std::string& name) { return cfg.origin_of(name); }));
+    if (!err.empty()) throw InputError(with_flag_origins(err, origin_of));
     return m;
 }
 

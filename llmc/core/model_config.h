@@ -83,9 +83,11 @@ inline std::string validate_model_config(const ModelConfig& c) {
     if (model_param_count(c) > kMaxModelParams) {
         char n[32];
         std::snprintf(n, sizeof n, "%.0f", model_param_count(c));  // a count: an integer
-        return std::string("the model would have ") + n + " parameters (L " + s(c.num_layers) + ", C " + s(c.channels) +
-               ", Vp " + s(c.padded_vocab_size) + ", maxT " + s(c.max_seq_len) +
-               "), more than the 2^40 this trainer supports; use smaller --layers/--channels/--vocab/--max-seq-len";
+        // each size by its flag and value, where llmc/app/model_setup.h with_flag_origins names the origin
+        return std::string("the model would have ") + n + " parameters (--layers " + s(c.num_layers) + ", --channels " +
+               s(c.channels) + ", --vocab " + s(c.vocab_size) + " padded to " + s(c.padded_vocab_size) +
+               ", --max-seq-len " + s(c.max_seq_len) +
+               "), more than the 2^40 this trainer supports; use smaller values of them";
     }
     return "";
 }
