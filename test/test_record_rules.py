@@ -236,6 +236,9 @@ def test_a_run_resumes_from_another_directory(byte_data, tmp_path):
     (["--compile", "False", "--dropout", "0.0"], "error: unknown flag --compile; nanoGPT's compile: there is no "
      "torch.compile here (the kernels are compiled C++/CUDA); drop it (also unknown: --dropout)"),
     (["--bogus-setting", "3"], "error: unknown flag --bogus-setting; run with --help for the flags"),
+    # a new-user trial: other trainers' spellings too far from ours got only the pointer to --help
+    (["--lr", "1e-3"], "error: unknown flag --lr; did you mean --learning-rate?"),
+    (["--softcap", "30"], "error: unknown flag --softcap; did you mean --attn-softcap?"),
 ])
 def test_mistakes_get_one_line(byte_data, tmp_path, args, expect):
     out = tmp_path / "run"

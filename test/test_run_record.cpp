@@ -8,6 +8,7 @@
 // (llmc/app/argv_mistakes.h).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -103,6 +104,24 @@ TEST_CASE("edit distance and the nearest flag name", "[flag_suggest]") {
     REQUIRE_THAT(llmc::did_you_mean("--decay_lr", names), StartsWith("; nanoGPT's decay_lr: False is a constant lr"));
     REQUIRE_THAT(llmc::did_you_mean("init_from", names), Contains("resume is -y 1"));
     REQUIRE_THAT(llmc::did_you_mean("lr_decay_iters", names), Contains("set -x to the decay span"));
+    // a new-user trial: other trainers' spellings too far for the edit distance got no suggestion
+    REQUIRE(llmc::did_you_mean("--lr", names) == "; did you mean --learning-rate?");
+    REQUIRE(llmc::did_you_mean("--softcap", names) == "; did you mean --attn-softcap?");
+    REQUIRE(llmc::did_you_mean("attn_logit_softcapping", names) == "; did you mean --attn-softcap?");
+    REQUIRE(llmc::did_you_mean("--final_logit_softcapping", names) ==
+            "; did you mean --attn-softcap? (it caps the attention logits; the output logits have no soft-cap here "
+            "(--z-loss keeps them small))");
+    REQUIRE(llmc::did_you_mean("--warmup", names) == "; did you mean --warmup-steps?");
+    REQUIRE(llmc::did_you_mean("--max_grad_norm", names) == "; did you mean --grad-clip?");
+    REQUIRE(llmc::did_you_mean("--wd", names) == "; did you mean --weight-decay?");
+    REQUIRE(llmc::did_you_mean("--qk-layernorm", names) == "; did you mean --qk-norm?");
+    REQUIRE(llmc::did_you_mean("--micro-batch-size", names) ==
+            "; did you mean --batch-size? (-b is the micro-batch; -d the tokens of a step)");
+    REQUIRE(llmc::did_you_mean("--lr", {"qk-norm"}).empty());   // only a flag that exists (generate_gpt2_ls')
+    for (const llmc::NanoGptName& other : llmc::kOtherNames) {  // each names a flag of the trainer
+        INFO(other.theirs);
+        REQUIRE(std::find(names.begin(), names.end(), std::string(other.ours)) != names.end());
+    }
 }
 
 TEST_CASE("--config TOML: an unknown key or any [section] is refused, naming the key and the nearest flag",

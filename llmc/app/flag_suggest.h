@@ -6,6 +6,7 @@
 #pragma once
 #include <algorithm>
 #include <cctype>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -75,16 +76,65 @@ inline constexpr NanoGptName kNanoGptNames[] = {
     {"wandb-run-name", "", "there is no wandb logging; metrics go to -o DIR/metrics.jsonl; drop it"},
 };
 
-// The kNanoGptNames entry of a name (as normalized_flag_name gives it) whose flag is a candidate (or,
-// with `no_flag_notes`, that has no flag of ours: the trainer's notes), or null.
-inline const NanoGptName* nanogpt_name(const std::string& normalized, const std::vector<std::string>& candidates,
-                                       bool no_flag_notes = true) {
-    for (const NanoGptName& alias : kNanoGptNames)
+// Other trainers' common spellings (llm.c's scripts and PyTorch trainers' --lr, Hugging Face's
+// max_grad_norm, Gemma's attn_logit_softcapping, modded-nanogpt's num_iterations) and long forms too far
+// from ours for the edit distance (softcap is 5 edits from attn-softcap, lr 11 from learning-rate): the
+// same form as kNanoGptNames, said without naming a project ("did you mean --learning-rate?"). None
+// is an alias either.
+inline constexpr NanoGptName kOtherNames[] = {
+    {"lr", "learning-rate", ""},
+    {"max-lr", "learning-rate", "the peak learning rate"},
+    {"peak-lr", "learning-rate", ""},
+    {"warmup", "warmup-steps", ""},
+    {"lr-warmup-steps", "warmup-steps", ""},
+    {"lr-min", "final-lr-frac", "-q is the final lr as a fraction of -l"},
+    {"wd", "weight-decay", ""},
+    {"max-grad-norm", "grad-clip", ""},
+    {"clip-grad-norm", "grad-clip", ""},
+    {"grad-norm-clip", "grad-clip", ""},
+    {"softcap", "attn-softcap", ""},
+    {"soft-cap", "attn-softcap", ""},
+    {"attention-softcap", "attn-softcap", ""},
+    {"attn-logit-softcapping", "attn-softcap", ""},
+    {"logit-softcap", "attn-softcap", "it caps the attention logits; the output logits have no soft-cap here"},
+    {"final-logit-softcapping", "attn-softcap",
+     "it caps the attention logits; the output logits have no soft-cap here (--z-loss keeps them small)"},
+    {"qk-layernorm", "qk-norm", ""},
+    {"qk-layer-norm", "qk-norm", ""},
+    {"z-loss-weight", "z-loss", ""},
+    {"zloss-weight", "z-loss", ""},
+    {"num-iterations", "max-steps", ""},
+    {"steps", "max-steps", ""},
+    {"num-layers", "layers", ""},
+    {"num-heads", "heads", ""},
+    {"d-model", "channels", ""},
+    {"hidden-size", "channels", ""},
+    {"n-positions", "max-seq-len", ""},
+    {"sequence-length", "seq-len", ""},
+    {"context-length", "seq-len", "the trained length; the model's longest is --max-seq-len"},
+    {"vocab-size", "vocab", ""},
+    {"window-size", "window", "a local head's keys: itself and the window - 1 before it"},
+    {"sliding-window", "window", "a local head's keys: itself and the window - 1 before it"},
+    {"num-threads", "threads", ""},
+    {"save-every", "checkpoint-every", ""},
+    {"micro-batch-size", "batch-size", "-b is the micro-batch; -d the tokens of a step"},
+};
+
+// The entry of `table` for a name (as normalized_flag_name gives it) whose flag is a candidate (or, with
+// `no_flag_notes`, that has no flag of ours: the trainer's notes), or null.
+template <size_t N>
+const NanoGptName* listed_name(const NanoGptName (&table)[N], const std::string& normalized,
+                               const std::vector<std::string>& candidates, bool no_flag_notes) {
+    for (const NanoGptName& alias : table)
         if (normalized == alias.theirs &&
             ((no_flag_notes && *alias.ours == '\0') ||
              std::find(candidates.begin(), candidates.end(), alias.ours) != candidates.end()))
             return &alias;
     return nullptr;
+}
+inline const NanoGptName* nanogpt_name(const std::string& normalized, const std::vector<std::string>& candidates,
+                                       bool no_flag_notes = true) {
+    return listed_name(kNanoGptNames, normalized, candidates, no_flag_notes);
 }
 
 // The candidate nearest to `name` (candidates are long names without dashes, e.g. "qk-norm"), or ""
@@ -109,9 +159,14 @@ inline std::string nearest_flag_name(const std::string& name, const std::vector<
 // "; did you mean --qk-norm?" for the nearest candidate, or "" when none is near; a nanoGPT setting's
 // name (nanogpt_name) gets its flag first, saying so and what differs: "; did you mean --seq-len?
 // (nanoGPT's block_size: ...)", or, without a flag of ours, what to do instead: "; nanoGPT's dropout:
-// this trainer has no dropout ...; drop it" (only with `no_flag_notes`: they are the trainer's).
+// this trainer has no dropout ...; drop it" (only with `no_flag_notes`: they are the trainer's); another
+// trainer's spelling (kOtherNames) its flag: "; did you mean --learning-rate?", with what differs in
+// parentheses.
 inline std::string did_you_mean(const std::string& name, const std::vector<std::string>& candidates,
                                 bool no_flag_notes = true) {
+    if (const NanoGptName* other = listed_name(kOtherNames, normalized_flag_name(name), candidates, false))
+        return std::string("; did you mean --") + other->ours + "?" +
+               (*other->note ? std::string(" (") + other->note + ")" : std::string());
     if (const NanoGptName* alias = nanogpt_name(normalized_flag_name(name), candidates, no_flag_notes)) {
         std::string theirs = alias->theirs;
         std::replace(theirs.begin(), theirs.end(), '-', '_');
