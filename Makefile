@@ -649,6 +649,20 @@ TRAIN_RESUMES = $(wildcard $(TRAIN_OUT)/config.json)
 # that data, -x, -v, -s and -n)
 TRAIN_SETTINGS_GIVEN = $(filter --config --config=% --fork-from --fork-from=%,$(TRAIN_ARGS))
 TRAIN_NEW_DEFAULTS = $(if $(TRAIN_SETTINGS_GIVEN),,-i "$(TS_DIR)/train_*.bin" -j "$(TS_DIR)/val_*.bin" $(TRAIN_ARGS_NEW))
+# ... and one line on stderr says so (a new-user trial: only this comment did), naming the flag and where
+# the data and settings come from instead
+TRAIN_SETTINGS_FLAG = $(firstword $(subst =, ,$(firstword $(TRAIN_SETTINGS_GIVEN))))
+ifneq ($(filter train,$(MAKECMDGOALS)),)
+ifneq ($(TRAIN_SETTINGS_GIVEN),)
+ifeq ($(TRAIN_RESUMES),)
+SAID = make train: TRAIN_ARGS has $(TRAIN_SETTINGS_FLAG): the new run in $(TRAIN_OUT) gets none of make train's \
+  defaults (tiny Shakespeare's -i/-j and $(TRAIN_ARGS_NEW)); its data and settings come from \
+  $(if $(filter --config,$(TRAIN_SETTINGS_FLAG)),the file,the source run) and the flags given; \
+  add them to TRAIN_ARGS to keep them
+$(SAY)
+endif
+endif
+endif
 train: train_gpt2_ls $(TS_DIR)/meta.json
 	./train_gpt2_ls $(if $(TRAIN_RESUMES),-o $(TRAIN_OUT) -y 1 $(TRAIN_ARGS),\
 	  $(TRAIN_NEW_DEFAULTS) -o $(TRAIN_OUT) $(TRAIN_ARGS))

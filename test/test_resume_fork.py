@@ -248,6 +248,21 @@ def test_make_train_with_a_config_file_or_a_fork_takes_its_data_and_values(tmp_p
         words = line[0].split()
         assert words[-len(given.split()):] == given.split(), line
         assert ("-i" in words and "-n" in words) == defaults, line
+        # a new-user trial: only a Makefile comment said the defaults were dropped; now one line on stderr
+        said = [ln for ln in p.stderr.splitlines() if "gets none of make train's defaults" in ln]
+        flag = given.split()[0].split("=")[0]
+        source = "the file" if flag == "--config" else "the source run"
+        assert said == ([] if defaults else [
+            f"make train: TRAIN_ARGS has {flag}: the new run in {out} gets none of make train's defaults (tiny "
+            f"Shakespeare's -i/-j and -x 300 -v 50 -s 100 -n 100); its data and settings come from {source} and "
+            "the flags given; add them to TRAIN_ARGS to keep them"]), p.stderr
+    # continuing the run in TRAIN_OUT takes no defaults anyway: no line
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+    p = subprocess.run(["make", "-n", "-s", "-o", "train_gpt2_ls", "-o", "data/shards/tinyshakespeare_gpt2/meta.json",
+                        "train", f"TRAIN_OUT={out}", "TRAIN_ARGS=--config configs/paper_pg19.toml"], cwd=REPO,
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 0 and "make train's defaults" not in p.stderr, p.stderr
 
 
 def test_plain_make_train_continues_with_the_recorded_settings(tmp_path):
