@@ -897,6 +897,28 @@ def test_validation_data_in_another_directory_than_the_training_data_is_noted(by
     assert f"for its own validation split give -j '{byte_data}/val_*.bin'" in p.stderr, p.stderr
 
 
+def test_eval_only_of_another_data_set_than_the_run_trained_on_is_noted(byte_data, tmp_path):
+    """A new-user trial: --eval-only with -j of another data set than the run's training data gave no note,
+    where training on that -i with that -j does: the same note, with the run's -i from its config.json."""
+    other = tmp_path / "other"
+    shutil.copytree(byte_data, other)
+    (other / "meta.json").write_text(json.dumps({"vocab_size": 256, "eot": 10, "dataset": "other"}))
+    for shard in other.glob("val_*.bin"):  # its own validation text
+        flip_last_token_bit(shard)
+    out = tmp_path / "run"
+    run(data_args(other) + TINY + ["-x", 1, "-v", 0, "-s", 0, "-n", 1, "-o", out])
+    tail = (f"({byte_data}, not {other}): the validation loss is that of another data set than the training "
+            f"data's; for its own validation split give -j '{other}/val_*.bin'")
+    p = run(["--eval-only", "-e", out / "model_00000001.bin", "-j", f"{byte_data}/val_*.bin", "-m", 1])
+    assert (f"note: -j '{byte_data}/val_*.bin' is in another directory than the training data of -e's run, -i "
+            f"'{other}/train_*.bin' " + tail) in p.stderr.splitlines(), p.stderr
+    p = run(["-i", f"{other}/train_*.bin", "-j", f"{byte_data}/val_*.bin"] + TINY + ["-x", 1, "-v", 1, "-m", 1])
+    assert (f"note: -j '{byte_data}/val_*.bin' is in another directory than -i '{other}/train_*.bin' " + tail) \
+        in p.stderr.splitlines(), p.stderr  # training's note, the same rule
+    p = run(["--eval-only", "-e", out / "model_00000001.bin", "-j", f"{other}/val_*.bin", "-m", 1])
+    assert "another directory" not in p.stderr, p.stderr
+
+
 def test_eval_only_notes_qk_clip_on_a_qk_norm_checkpoint(byte_data, tmp_path):
     """trial 8 F6: --eval-only with --qk-clip on a QK-norm checkpoint was refused as the training
     combination is ("--qk-clip with --qk-norm"); an evaluation notes that --qk-clip has no effect."""

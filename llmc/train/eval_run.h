@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -206,6 +207,15 @@ inline std::string eval_only_unused_flags_note(const TrainConfig& cfg) {
            " (the settings of a training run) have no effect; the evaluation reads -e, -j, -b, -t, -m and -o";
 }
 
+// -j of another data set than the one the run of -e trained on (its config.json's -i): the note a run
+// training on -i with this -j gets (other_val_set_note), "" otherwise and for -e without a run beside it.
+inline std::string eval_other_data_set_note(const TrainConfig& cfg, const std::vector<std::string>& val_shards) {
+    const std::optional<CheckpointRun> run = read_checkpoint_run(cfg.model);
+    if (!run || run->train_data.empty()) return "";
+    return other_val_set_note("the training data of -e's run, -i '" + run->train_data + "'", glob_dir(run->train_data),
+                              "-j '" + cfg.val_data + "'", val_shards);
+}
+
 // settings_note: the line saying which settings came from the checkpoint's run (eval_settings_from_run),
 // printed on stderr by rank 0 after the result, only when the evaluation succeeded ("" for none).
 inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, Collective& comm,
@@ -241,6 +251,8 @@ inline int run_eval(const TrainConfig& cfg, const BackendFactory& make_backend, 
         eval_data_changed_note(cfg.model, cfg.val_data, plan.val->num_shards(), plan.val->total_tokens(),
                                shards_content_hash(plan.val->shard_paths()));
     if (!changed.empty() && comm.rank() == 0) std::fprintf(stderr, "%s\n", changed.c_str());
+    const std::string other_set = comm.rank() == 0 ? eval_other_data_set_note(cfg, plan.val->shard_paths()) : "";
+    if (!other_set.empty()) std::fprintf(stderr, "%s\n", other_set.c_str());
     const int64_t batches = val_batch_count(cfg, *plan.val, true);
 
     std::unique_ptr<Backend> model = make_backend(plan.model);

@@ -24,47 +24,50 @@
 
 namespace llmc {
 
+// Validation shards `val_shards` (of `val_what`, "-j '...'") in another directory than the training
+// directory `train_dir` (of `train_what`, "-i '...'"): the note when that directory is known to hold
+// another data set (tokenized alike: check_same_tokenizer): both directories have a meta.json and they
+// differ (the same one is a copy of the set), or the training directory has validation shards of its own
+// (val_*.bin, then named as the fix), as `make train TRAIN_ARGS="-i ..."` keeps tiny Shakespeare's -j.
+// One data set split in two directories without a meta.json (split/train, split/val), and -j shards that
+// are byte copies of the training directory's own val_*.bin, get none ("").
+inline std::string other_val_set_note(const std::string& train_what, const std::string& train_dir,
+                                      const std::string& val_what, const std::vector<std::string>& val_shards) {
+    if (val_shards.empty()) return "";
+    const auto meta_of = [](const std::string& dir) {  // "" without one
+        std::ifstream in(join_path(dir, "meta.json"), std::ios::binary);
+        return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    };
+    const std::string val_dir = std::filesystem::path(val_shards.front()).parent_path().string();
+    const std::string vdir = val_dir.empty() ? std::string(".") : val_dir;
+    if (same_directory(train_dir, vdir)) return "";
+    const std::string train_meta = meta_of(train_dir), val_meta = meta_of(vdir);
+    const std::vector<std::string> own_val = val_shards_in(train_dir);
+    const bool other_set = !train_meta.empty() && !val_meta.empty() && train_meta != val_meta;
+    // a copy of the set: the same meta.json (the same shards by prepare.py's hashes), or -j's shards
+    // hold the bytes of the training directory's own validation shards
+    const bool copy =
+        (!train_meta.empty() && train_meta == val_meta) || (!own_val.empty() && all_copies_of(val_shards, own_val));
+    const bool own_split = !own_val.empty();
+    if (copy || !(other_set || own_split)) return "";
+    return "note: " + val_what + " is in another directory than " + train_what + " (" + vdir + ", not " + train_dir +
+           "): the validation loss is that of another data set than the training data's" +
+           (own_split ? "; for its own validation split give -j '" + train_dir + "/val_*.bin'" : "");
+}
+
 // The role of every shard (llmc/io/data_roles.h): -i reads training shards, -j validation shards, no
-// file both, no validation shard a copy of a training shard. Validation shards in another directory
-// than the training shards get a note when that directory is known to hold another data set (tokenized
-// alike: check_same_tokenizer): both directories have a meta.json and they differ (the same one is a
-// copy of the set), or the training directory has validation shards of its own (val_*.bin, then named
-// as the fix), as `make train TRAIN_ARGS="-i ..."` keeps tiny Shakespeare's -j. One data set split in
-// two directories without a meta.json (split/train, split/val), and -j shards that are byte copies of the
-// training directory's own val_*.bin, get none. Returns the note (rank 0; "" for none): run_training prints
-// it once the run is sure to start (a fork's loader state can still refuse the data).
+// file both, no validation shard a copy of a training shard; -j of another data set than -i's gets
+// other_val_set_note's note. Returns the note (rank 0; "" for none): run_training prints it once the run
+// is sure to start (a fork's loader state can still refuse the data).
 inline std::string check_data_roles(const TrainConfig& cfg, const RunPlan& p) {
     const std::string train_what = "-i '" + cfg.train_data + "'", val_what = "-j '" + cfg.val_data + "'";
     if (p.val) check_no_shared_shard(p.train->shard_paths(), p.val->shard_paths(), train_what, val_what);
     check_shard_roles(p.train->shard_paths(), ShardRole::Train, train_what, true, cfg.rank == 0);
     if (p.val) check_shard_roles(p.val->shard_paths(), ShardRole::Val, val_what, true, cfg.rank == 0);
     if (p.val) check_no_copied_shard(p.train->shard_paths(), p.val->shard_paths(), train_what, val_what);
-    if (p.val && cfg.rank == 0 && !p.train->shard_paths().empty() && !p.val->shard_paths().empty()) {
-        const auto dir_of = [](const std::string& shard) {
-            const std::string dir = std::filesystem::path(shard).parent_path().string();
-            return dir.empty() ? std::string(".") : dir;
-        };
-        const auto meta_of = [](const std::string& dir) {  // "" without one
-            std::ifstream in(join_path(dir, "meta.json"), std::ios::binary);
-            return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-        };
-        const std::string train_dir = dir_of(p.train->shard_paths().front()),
-                          val_dir = dir_of(p.val->shard_paths().front());
-        if (same_directory(train_dir, val_dir)) return "";
-        const std::string train_meta = meta_of(train_dir), val_meta = meta_of(val_dir);
-        const std::vector<std::string> own_val = val_shards_in(train_dir);
-        const bool other_set = !train_meta.empty() && !val_meta.empty() && train_meta != val_meta;
-        // a copy of the set: the same meta.json (the same shards by prepare.py's hashes), or -j's shards
-        // hold the bytes of the training directory's own validation shards
-        const bool copy = (!train_meta.empty() && train_meta == val_meta) ||
-                          (!own_val.empty() && all_copies_of(p.val->shard_paths(), own_val));
-        const bool own_split = !own_val.empty();
-        if (!copy && (other_set || own_split))
-            return "note: " + val_what + " is in another directory than " + train_what + " (" + val_dir + ", not " +
-                   train_dir + "): the validation loss is that of another data set than the training data's" +
-                   (own_split ? "; for its own validation split give -j '" + train_dir + "/val_*.bin'" : "");
-    }
-    return "";
+    if (!p.val || cfg.rank != 0 || p.train->shard_paths().empty()) return "";
+    const std::string train_dir = std::filesystem::path(p.train->shard_paths().front()).parent_path().string();
+    return other_val_set_note(train_what, train_dir.empty() ? "." : train_dir, val_what, p.val->shard_paths());
 }
 
 // -y 1 (of a run with a checkpoint) and --fork-from continue a model on -i and -j: both must be
