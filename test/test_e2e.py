@@ -525,6 +525,29 @@ def test_near_flag_and_near_far_merge_over_micro_batches(byte_data, tmp_path):
         assert a["near_mass"] == pytest.approx(b["near_mass"], rel=1e-6)
 
 
+def test_near_not_below_the_sequence_length_is_noted(byte_data, tmp_path):
+    """A new-user trial: --near above -t ran without a word, and every key was near (near_mass 1, far_max
+    null: a split that says nothing). A note names it and the fix; --near below -t gets none, and with
+    --logit-stats-every 0 the note that --near has no effect stands alone."""
+    common = data_args(byte_data) + TINY + ["-x", 1, "-v", 0, "-s", 0]  # TINY: -t 32
+    p = run(common + ["-o", tmp_path / "at", "--near", 32])
+    assert ("note: --near 32 is not below -t 32: every key a query sees is near (distance < 32), so each head's "
+            "near_mass is 1 and far_max null; give --near below 32 to split near from far") \
+        in p.stderr.splitlines(), p.stderr
+    rec = read_jsonl(tmp_path / "at" / "logit_stats.jsonl")[0]
+    assert all(h["near_mass"] == 1.0 and h["far_max"] is None for h in rec["attn"]), rec  # what the note says
+    conf = tmp_path / "near.toml"
+    conf.write_text("near=100\nwindow=8\n")  # (a file's --near with a typed --window is refused)
+    no_window = [a for i, a in enumerate(common) if a != "--window" and common[i - 1] != "--window"]
+    p = run(no_window + ["--config", conf])
+    assert f"note: --near 100 (from --config {conf}) is not below -t 32: every key" in p.stderr, p.stderr
+    p = run(common + ["--near", 31])
+    assert "is not below -t" not in p.stderr, p.stderr
+    p = run(common + ["--near", 100, "--logit-stats-every", 0])
+    assert "is not below -t" not in p.stderr and "--near 100 has no effect with --logit-stats-every 0" in p.stderr, \
+        p.stderr
+
+
 def test_gradient_accumulation_matches_a_bigger_batch(byte_data, tmp_path):
     """-d 256 with B=4, T=32 accumulates 2 micro-batches; without shuffling they hold the same
     tokens as one B=8 batch, so the losses agree to float rounding."""

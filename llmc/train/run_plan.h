@@ -354,6 +354,18 @@ inline std::string lr_total_change_note(const TrainConfig& cfg, const RunPlan& p
     return "";
 }
 
+// --near N (given: typed, from a --config file or a run's record) not below -t T: a query sees keys at
+// distances 0..T-1, all below N, so every key is near: each head's near_mass is 1 and far_max null, a
+// split that says nothing. One note naming the fix ("" otherwise; none with --logit-stats-every 0, where
+// unused_flag_notes says --near has no effect).
+inline std::string near_of_seq_len_note(const TrainConfig& cfg) {
+    if (!cfg.near || cfg.logit_stats_every == 0 || *cfg.near < cfg.seq_len) return "";
+    const std::string N = std::to_string(*cfg.near), T = std::to_string(cfg.seq_len);
+    return "note: --near " + N + cfg.origin_of("near") + " is not below -t " + T +
+           ": every key a query sees is near (distance < " + N +
+           "), so each head's near_mass is 1 and far_max null; give --near below " + T + " to split near from far";
+}
+
 // Flags given (on the command line or by a --config TOML preset) that the run's other settings make do
 // nothing: one note each, not an error, as a preset may carry them for another run. -q and
 // --wsd-decay-frac with a schedule that does not use them (llmc/train/schedule.h); --temperature when the
