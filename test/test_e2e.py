@@ -548,6 +548,24 @@ def test_near_not_below_the_sequence_length_is_noted(byte_data, tmp_path):
         p.stderr
 
 
+def test_a_vocab_above_the_datas_is_noted(byte_data, tmp_path):
+    """A new-user trial: --vocab 50257 on data whose meta.json says a smaller vocabulary trained without a
+    word (a smaller --vocab is refused): a note says the extra rows are never trained and to leave --vocab
+    out; none at the data's own vocabulary, nor without --vocab."""
+    common = data_args(byte_data) + TINY + ["-x", 1, "-v", 0, "-s", 0]
+    p = run(common + ["--vocab", 1024])
+    assert (f"note: --vocab 1024 is larger than the data's vocabulary 256 (from {byte_data}/meta.json): the "
+            "model's 768 extra rows (ids 256..1023) are never trained; leave --vocab out to use the data's (the "
+            "model pads it to a multiple of 128 itself)") in p.stderr.splitlines(), p.stderr
+    conf = tmp_path / "v.toml"
+    conf.write_text("vocab=300\n")
+    p = run(common + ["--config", conf])
+    assert f"note: --vocab 300 (from --config {conf}) is larger than the data's vocabulary 256" in p.stderr, p.stderr
+    for same in (["--vocab", 256], []):
+        p = run(common + same)
+        assert "is larger than the data's vocabulary" not in p.stderr, p.stderr
+
+
 def test_gradient_accumulation_matches_a_bigger_batch(byte_data, tmp_path):
     """-d 256 with B=4, T=32 accumulates 2 micro-batches; without shuffling they hold the same
     tokens as one B=8 batch, so the losses agree to float rounding."""

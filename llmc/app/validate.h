@@ -290,4 +290,22 @@ inline int validate_run(const TrainConfig& c, const ModelConfig& m, int data_voc
     return (int)(c.total_batch_size / per_micro);
 }
 
+// --vocab V (typed, from a --config file or a run's record) above the data's vocabulary D in a run whose
+// model no checkpoint fixes: the rows of ids D..V-1 (embedding, LM head) belong to no token of the data,
+// so they are never trained, and samples never draw them. Legitimate (nanoGPT pads 50257 to 50304), but
+// the model pads V to a multiple of 128 by itself, and a --vocab carried over from another data set runs
+// a larger model than the data needs: one note naming the fix ("" otherwise; a checkpoint's V against the
+// data is lone_checkpoint_vocab_note's, a smaller V validate_run's refusal).
+inline std::string larger_vocab_note(const TrainConfig& c, const ModelConfig& m, int data_vocab,
+                                     const std::string& vocab_source) {
+    if (!c.overrides.vocab || data_vocab <= 0 || m.vocab_size <= data_vocab || !checkpoint_of_model(c).empty())
+        return "";
+    const std::string V = std::to_string(m.vocab_size), D = std::to_string(data_vocab);
+    return "note: --vocab " + V + c.origin_of("vocab") + " is larger than the data's vocabulary " + D + " (from " +
+           vocab_source + "): the model's " + std::to_string(m.vocab_size - data_vocab) + " extra rows (ids " + D +
+           ".." + std::to_string(m.vocab_size - 1) +
+           ") are never trained; leave --vocab out to use the data's (the model pads it to a multiple of 128 "
+           "itself)";
+}
+
 }  // namespace llmc

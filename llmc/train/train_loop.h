@@ -156,8 +156,10 @@ inline RunPlan plan_run(const TrainConfig& cfg, Collective& comm) {
     if (!cfg.val_data.empty()) check_expected_data(cfg, cfg.val_data, "-j");
     plan_model(cfg, cfg.train_data, p);
     if (cfg.rank == 0) {
-        const std::string batch_note = config_total_batch_note(cfg, p.accum);
-        if (!batch_note.empty()) std::fprintf(stderr, "%s\n", batch_note.c_str());
+        const std::string notes[] = {larger_vocab_note(cfg, p.model, p.data_vocab, p.vocab_source),
+                                     config_total_batch_note(cfg, p.accum)};
+        for (const std::string& note : notes)
+            if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
     }
     const DataIdentity train_identity = read_data_identity(cfg.train_data);
     p.tokenizer_id = tokenizer_file_id(train_identity);
