@@ -19,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from run_helpers import REPO, SHARED, TINY, flip_last_token_bit, run, write_shard
@@ -359,10 +360,24 @@ def test_generate_refuses_a_tokenizer_of_another_data_set(data_sets, tmp_path):
     (out / "config.json").write_text(json.dumps(conf))
     refused_by(generate(["-e", model, "-n", 4, "--tokenizer", sp / "tokenizer.bin"], check=False),
                f"names the training data '{gpt2}/train_*.bin'", f"pass --tokenizer {gpt2}/tokenizer.bin")
-    lone = tmp_path / "lone"  # a copied model: nothing names its tokenizer, a vocabulary mismatch is a note
+    lone = tmp_path / "lone"  # a copied model: its file names its tokenizer (version 4), refused as above
     lone.mkdir()
     shutil.copy(model, lone / "model.bin")
-    p = generate(["-e", lone / "model.bin", "-n", 2, "--print-ids", "--tokenizer", sp / "tokenizer.bin"])
+    refused_by(generate(["-e", lone / "model.bin", "-n", 2, "--print-ids", "--tokenizer", sp / "tokenizer.bin"],
+                        check=False),
+               f"--tokenizer {sp}/tokenizer.bin: another tokenizer than {lone / 'model.bin'} was trained with",
+               "pass the tokenizer.bin of the data the model was trained on")
+    # a copied file of an earlier build (version 3: words 24-25 zero): nothing names its tokenizer, a
+    # vocabulary mismatch is a note
+    sys.path.insert(0, str(REPO / "dev" / "reference"))
+    from checkpoint import HEADER_SUM, header_checksum
+    raw = bytearray((lone / "model.bin").read_bytes())
+    h = np.frombuffer(bytes(raw[:1024]), dtype="<i4").copy()
+    h[1], h[24], h[25] = 3, 0, 0
+    s = header_checksum(h)
+    h[HEADER_SUM:HEADER_SUM + 2] = np.array([s & 0xFFFFFFFF, s >> 32], dtype=np.uint32).view(np.int32)
+    (lone / "v3.bin").write_bytes(h.astype("<i4").tobytes() + bytes(raw[1024:]))
+    p = generate(["-e", lone / "v3.bin", "-n", 2, "--print-ids", "--tokenizer", sp / "tokenizer.bin"])
     notes = [ln for ln in p.stderr.splitlines() if ln.startswith("note:") and not ln.startswith(TAKEN)]
     assert len(notes) == 1 and "has 400 tokens and the model 50257" in notes[0], p.stderr
 
