@@ -527,8 +527,9 @@ def test_near_flag_and_near_far_merge_over_micro_batches(byte_data, tmp_path):
 
 def test_near_not_below_the_sequence_length_is_noted(byte_data, tmp_path):
     """A new-user trial: --near above -t ran without a word, and every key was near (near_mass 1, far_max
-    null: a split that says nothing). A note names it and the fix; --near below -t gets none, and with
-    --logit-stats-every 0 the note that --near has no effect stands alone."""
+    null: a split that says nothing). A note names it and the fix, also for the CPU's default split at the
+    window; --near below -t gets none, and with --logit-stats-every 0 the note that --near has no effect
+    stands alone."""
     common = data_args(byte_data) + TINY + ["-x", 1, "-v", 0, "-s", 0]  # TINY: -t 32
     p = run(common + ["-o", tmp_path / "at", "--near", 32])
     assert ("note: --near 32 is not below -t 32: every key a query sees is near (distance < 32), so each head's "
@@ -543,6 +544,16 @@ def test_near_not_below_the_sequence_length_is_noted(byte_data, tmp_path):
     assert f"note: --near 100 (from --config {conf}) is not below -t 32: every key" in p.stderr, p.stderr
     p = run(common + ["--near", 31])
     assert "is not below -t" not in p.stderr, p.stderr
+    # without --near the CPU splits at the window: an MHSA model (every head global) at the default window 50
+    # above -t 32 had every key near without a word
+    mhsa = [("4" if common[i - 1] == "--global-heads" else a) for i, a in enumerate(no_window)]
+    p = run(mhsa + ["-o", tmp_path / "mhsa"])
+    assert ("note: the near/far split (--near not given: the window, 50, on the CPU) is not below -t 32: every key "
+            "a query sees is near (distance < 50), so each head's near_mass is 1 and far_max null; give --near "
+            "below 32 to split near from far") in p.stderr.splitlines(), p.stderr
+    rec = read_jsonl(tmp_path / "mhsa" / "logit_stats.jsonl")[0]
+    assert all(h["near_mass"] == 1.0 and h["far_max"] is None for h in rec["attn"]), rec
+    assert "is not below -t" not in run(mhsa + ["--window", 8]).stderr
     p = run(common + ["--near", 100, "--logit-stats-every", 0])
     assert "is not below -t" not in p.stderr and "--near 100 has no effect with --logit-stats-every 0" in p.stderr, \
         p.stderr

@@ -354,15 +354,20 @@ inline std::string lr_total_change_note(const TrainConfig& cfg, const RunPlan& p
     return "";
 }
 
-// --near N (given: typed, from a --config file or a run's record) not below -t T: a query sees keys at
-// distances 0..T-1, all below N, so every key is near: each head's near_mass is 1 and far_max null, a
-// split that says nothing. One note naming the fix ("" otherwise; none with --logit-stats-every 0, where
-// unused_flag_notes says --near has no effect).
-inline std::string near_of_seq_len_note(const TrainConfig& cfg) {
-    if (!cfg.near || cfg.logit_stats_every == 0 || *cfg.near < cfg.seq_len) return "";
-    const std::string N = std::to_string(*cfg.near), T = std::to_string(cfg.seq_len);
-    return "note: --near " + N + cfg.origin_of("near") + " is not below -t " + T +
-           ": every key a query sees is near (distance < " + N +
+// The near/far split N not below -t T: a query sees keys at distances 0..T-1, all below N, so every key
+// is near: each head's near_mass is 1 and far_max null, a split that says nothing. N is --near (given:
+// typed, from a --config file or a run's record) or, on the CPU backend (`backend` "cpu") without it, the
+// model's window (an MHSA model's is its maxT, so this is the note of every CPU MHSA run without --near).
+// One note naming the fix ("" otherwise; none with --logit-stats-every 0, where unused_flag_notes says
+// --near has no effect; none on CUDA without --near, which computes no split).
+inline std::string near_of_seq_len_note(const TrainConfig& cfg, int window, const std::string& backend) {
+    if (cfg.logit_stats_every == 0 || (!cfg.near && backend != "cpu")) return "";
+    const int near = cfg.near ? *cfg.near : window;
+    if (near < cfg.seq_len) return "";
+    const std::string N = std::to_string(near), T = std::to_string(cfg.seq_len);
+    const std::string what = cfg.near ? "--near " + N + cfg.origin_of("near")
+                                      : "the near/far split (--near not given: the window, " + N + ", on the CPU)";
+    return "note: " + what + " is not below -t " + T + ": every key a query sees is near (distance < " + N +
            "), so each head's near_mass is 1 and far_max null; give --near below " + T + " to split near from far";
 }
 

@@ -338,7 +338,7 @@ inline void print_run_header(const TrainConfig& cfg, const RunPlan& plan, const 
                      "note: --window %d is not below -t %d: a local head sees the whole context, so its %d local "
                      "head(s) compute as global ones (MHSA); lower --window for LS-attention\n",
                      plan.model.window, T, plan.model.local_heads());
-    const std::string near_note = near_of_seq_len_note(cfg);
+    const std::string near_note = near_of_seq_len_note(cfg, plan.model.window, model.backend->name());
     if (!near_note.empty()) std::fprintf(stderr, "%s\n", near_note.c_str());
     if (plan.init && !plan.init->from_llmc && !plan.resume)
         std::fprintf(stderr,
