@@ -18,7 +18,7 @@
 # logs from build/gpu_check_emu).
 # After a lease that ran the profile part, its report.json is compared on the CPU machine with the
 # calibrated model's prediction for the commit measured (docs/results/predictions/HEAD-<sha>-modeled.json,
-# today HEAD-a4f91ce; docs/results/README.md, "Measured beside predicted").
+# today HEAD-3609e84; docs/results/README.md, "Measured beside predicted").
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 budget=${1:?usage: scripts/gpu_lease.sh BUDGET_S PARTS [PARTS...]}
